@@ -1,0 +1,211 @@
+/* Status, logging, dtypes, files and strict number parsing. */
+#include "common/px.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int px_quiet;
+
+int px_fail(PxError *err, int status, const char *fmt, ...)
+{
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+    }
+    return status;
+}
+
+void px_log_set_quiet(int quiet) { px_quiet = quiet; }
+
+void px_warn(const char *fmt, ...)
+{
+    if (px_quiet)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("parallax: warning: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+void px_info(const char *fmt, ...)
+{
+    if (px_quiet)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("parallax: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+static const char *const px_dtype_names[PX_DTYPE_COUNT] = {"fp32", "bf16", "fp16", "fp8", "int32",
+                                                          "uint8"};
+static const size_t px_dtype_sizes[PX_DTYPE_COUNT] = {4, 2, 2, 1, 4, 1};
+
+size_t px_dtype_bytes(PxDtype t) { return (unsigned)t < PX_DTYPE_COUNT ? px_dtype_sizes[t] : 0; }
+
+const char *px_dtype_name(PxDtype t)
+{
+    return (unsigned)t < PX_DTYPE_COUNT ? px_dtype_names[t] : "?";
+}
+
+int px_dtype_from_name(const char *s)
+{
+    for (int i = 0; i < PX_DTYPE_COUNT; i++)
+        if (s && strcmp(s, px_dtype_names[i]) == 0)
+            return i;
+    return -1;
+}
+
+char *px_read_file(const char *path, size_t *len, PxError *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        px_fail(err, PX_EINPUT, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+        fclose(f);
+        px_fail(err, PX_EINPUT, "%s: not a regular file", path);
+        return NULL;
+    }
+    size_t cap = (size_t)st.st_size + 1, n = 0;
+    char *buf = malloc(cap);
+    if (!buf) {
+        fclose(f);
+        px_fail(err, PX_ERUNTIME, "%s: out of memory reading %zu bytes", path, cap);
+        return NULL;
+    }
+    n = fread(buf, 1, cap - 1, f);
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        px_fail(err, PX_ERUNTIME, "%s: read error", path);
+        return NULL;
+    }
+    buf[n] = '\0';
+    if (len)
+        *len = n;
+    return buf;
+}
+
+int px_write_file_atomic(const char *path, const char *text, PxError *err)
+{
+    size_t plen = strlen(path);
+    char *tmp = malloc(plen + 32);
+    if (!tmp)
+        return px_fail(err, PX_ERUNTIME, "%s: out of memory", path);
+    snprintf(tmp, plen + 32, "%s.tmp.%ld", path, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) {
+        int e = errno;
+        free(tmp);
+        return px_fail(err, PX_ERUNTIME, "%s: cannot write: %s", path, strerror(e));
+    }
+    size_t left = strlen(text);
+    const char *p = text;
+    while (left > 0) {
+        ssize_t w = write(fd, p, left);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            int e = errno;
+            close(fd);
+            unlink(tmp);
+            free(tmp);
+            return px_fail(err, PX_ERUNTIME, "%s: write failed: %s", path, strerror(e));
+        }
+        p += w;
+        left -= (size_t)w;
+    }
+    if (fsync(fd) != 0 || close(fd) != 0 || rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        free(tmp);
+        return px_fail(err, PX_ERUNTIME, "%s: cannot finish writing: %s", path, strerror(e));
+    }
+    free(tmp);
+    return PX_OK;
+}
+
+const char *px_basename(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
+int px_file_exists(const char *path)
+{
+    struct stat st;
+    return path && stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int px_parse_int(const char *s, const char *what, long long lo, long long hi, int *out,
+                 PxError *err)
+{
+    if (!s || !*s)
+        return px_fail(err, PX_EINPUT, "%s: expected an integer, got nothing", what);
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end != '\0')
+        return px_fail(err, PX_EINPUT, "%s: expected an integer, got '%s'", what, s);
+    if (v < lo || v > hi)
+        return px_fail(err, PX_EINPUT, "%s: must be between %lld and %lld, got %lld", what, lo, hi,
+                       v);
+    *out = (int)v;
+    return PX_OK;
+}
+
+int px_parse_double(const char *s, const char *what, double *out, PxError *err)
+{
+    if (!s || !*s)
+        return px_fail(err, PX_EINPUT, "%s: expected a number, got nothing", what);
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end != '\0' || !isfinite(v))
+        return px_fail(err, PX_EINPUT, "%s: expected a number, got '%s'", what, s);
+    *out = v;
+    return PX_OK;
+}
+
+void px_strlcpy(char *dst, const char *src, size_t cap)
+{
+    if (cap == 0)
+        return;
+    size_t n = strlen(src);
+    if (n >= cap)
+        n = cap - 1;
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
+const char *px_fmt_count(char *buf, size_t cap, double n)
+{
+    static const char *const suffix[] = {"", " K", " M", " B", " T"};
+    int i = 0;
+    double v = n;
+    while (fabs(v) >= 1000.0 && i < 4) {
+        v /= 1000.0;
+        i++;
+    }
+    if (i == 0)
+        snprintf(buf, cap, "%.0f", v);
+    else
+        snprintf(buf, cap, "%.*f%s", fabs(v) < 10 ? 2 : 1, v, suffix[i]);
+    return buf;
+}

@@ -1,0 +1,128 @@
+/* px — the common layer of parallax: status codes and error messages, logging, data types,
+ * JSON helpers on cJSON (typed getters that name the key path in their errors), whole-file
+ * I/O with atomic writes, and strict number parsing for command-line values.
+ *
+ * Every library function that can fail returns an int status (PX_OK, PX_EINPUT for bad input
+ * the user can fix, PX_ERUNTIME for everything else) and fills a PxError with one line naming
+ * the input at fault; only cli/ and the worker's main turn a status into an exit code.
+ *
+ * Example:
+ *   PxError err = {0};
+ *   cJSON *root = px_json_read_file("model.json", &err);
+ *   int layers = 0;
+ *   if (!root || px_json_int(root, "model.json:", "layers", 1, 1, 100000, &layers, &err))
+ *       fprintf(stderr, "parallax: %s\n", err.msg);   // "model.json: layers: expected ..."
+ */
+#ifndef PX_H
+#define PX_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <cjson/cJSON.h>
+
+enum { PX_OK = 0, PX_ERUNTIME = 1, PX_EINPUT = 2 };
+
+typedef struct {
+    char msg[1024];
+} PxError;
+
+/* Fills err->msg (printf-style) and returns status, so callers write `return px_fail(...)`. */
+int px_fail(PxError *err, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Logging to stderr. Warnings can be silenced (tests) with px_log_set_quiet(1). */
+void px_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void px_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void px_log_set_quiet(int quiet);
+
+/* Element types of tensors. Enums only grow at the end. */
+typedef enum {
+    PX_FP32 = 0,
+    PX_BF16,
+    PX_FP16,
+    PX_FP8,
+    PX_INT32,
+    PX_UINT8,
+    PX_DTYPE_COUNT
+} PxDtype;
+
+size_t px_dtype_bytes(PxDtype t);
+const char *px_dtype_name(PxDtype t);
+/* Parses "fp32", "bf16", ...; returns -1 when unknown. */
+int px_dtype_from_name(const char *s);
+
+/* A file compiled into a binary (model zoo, built-in profiles): name is the file's stem. */
+typedef struct {
+    const char *name;
+    const char *text;
+} PxEmbedded;
+
+/* ---- files ---- */
+
+/* Reads a whole file, NUL-terminated; *len (optional) gets its size. NULL and err on failure. */
+char *px_read_file(const char *path, size_t *len, PxError *err);
+/* Writes text to path through a temporary file, fsync and rename: readers never see half a file. */
+int px_write_file_atomic(const char *path, const char *text, PxError *err);
+/* The last path component, without directories. */
+const char *px_basename(const char *path);
+int px_file_exists(const char *path);
+
+/* ---- JSON ---- */
+
+/* Parses text; on error the message names origin, line and column. Caller owns the result. */
+cJSON *px_json_parse(const char *text, const char *origin, PxError *err);
+cJSON *px_json_read_file(const char *path, PxError *err);
+/* Pretty-prints j to path atomically. */
+int px_json_write_file(const char *path, const cJSON *j, PxError *err);
+
+/* Typed getters. `where` names the object for messages: "model.json:" for a file's top level,
+ * "dgx-a100.json: device" for a nested object; the key is appended ("... device.memory_bytes").
+ * A missing key is an error only when required; otherwise *out keeps its value (the default).
+ * Values outside [lo, hi] and wrong types are PX_EINPUT. */
+int px_json_int(const cJSON *obj, const char *where, const char *key, int required, long long lo,
+                long long hi, int *out, PxError *err);
+int px_json_u64(const cJSON *obj, const char *where, const char *key, int required,
+                uint64_t *out, PxError *err);
+int px_json_double(const cJSON *obj, const char *where, const char *key, int required, double lo,
+                   double hi, double *out, PxError *err);
+int px_json_bool(const cJSON *obj, const char *where, const char *key, int required, int *out,
+                 PxError *err);
+int px_json_string(const cJSON *obj, const char *where, const char *key, int required, char *out,
+                   size_t cap, PxError *err);
+/* A string that must be one of names[0..count); *out gets its index. */
+int px_json_enum(const cJSON *obj, const char *where, const char *key, int required,
+                 const char *const *names, int count, int *out, PxError *err);
+/* A nested object: *out is NULL when absent and not required. */
+int px_json_object(const cJSON *obj, const char *where, const char *key, int required,
+                   const cJSON **out, PxError *err);
+/* Warns once per key of obj that is not in the NULL-terminated list known. */
+void px_json_warn_unknown(const cJSON *obj, const char *where, const char *const *known);
+/* Writes "where.key" (or "where key" after a colon) into buf. */
+void px_json_path(char *buf, size_t cap, const char *where, const char *key);
+/* Sets the number at a dotted path ("network.bandwidth_per_device") inside root, which must
+ * already exist there as a number, from text. PX_EINPUT names the path when it does not. */
+int px_json_set_path(cJSON *root, const char *dotted, const char *text, PxError *err);
+
+/* ---- strict parsing of command-line values ---- */
+
+/* Whole-string integer/double parsing: "12x" and "" are errors naming `what`. */
+int px_parse_int(const char *s, const char *what, long long lo, long long hi, int *out,
+                 PxError *err);
+int px_parse_double(const char *s, const char *what, double *out, PxError *err);
+/* Copies at most cap-1 bytes and always terminates. */
+void px_strlcpy(char *dst, const char *src, size_t cap);
+
+/* ---- units ---- */
+
+#define PX_GIB (1024.0 * 1024.0 * 1024.0)
+#define PX_GB 1e9
+
+/* Round n up to a multiple of m (m > 0). */
+static inline uint64_t px_round_up(uint64_t n, uint64_t m) { return (n + m - 1) / m * m; }
+static inline uint64_t px_ceil_div(uint64_t n, uint64_t m) { return (n + m - 1) / m; }
+
+/* Formats a count with an SI suffix ("174.6 B", "85.0 M") into buf. */
+const char *px_fmt_count(char *buf, size_t cap, double n);
+
+#endif
