@@ -1,0 +1,335 @@
+/* Model configurations: parallax model JSON, Hugging Face config.json import, the zoo. */
+#include "model/model.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+extern const PxEmbedded model_zoo_data[];
+extern const int model_zoo_data_count;
+
+static const char *const family_names[] = {"gpt", "llama"};
+static const char *const norm_names[] = {"layernorm", "rmsnorm"};
+static const char *const mlp_names[] = {"gelu", "swiglu"};
+static const char *const position_names[] = {"learned", "rope"};
+
+const char *model_family_name(ModelFamily f) { return f == MODEL_LLAMA ? "llama" : "gpt"; }
+
+int model_zoo_count(void) { return model_zoo_data_count; }
+
+const char *model_zoo_name(int i)
+{
+    return i >= 0 && i < model_zoo_data_count ? model_zoo_data[i].name : NULL;
+}
+
+/* Llama's MLP width when a config leaves it out: 2/3 of 4h rounded up to a multiple of 256,
+ * as Meta's reference code does (multiple_of = 256). */
+static int llama_default_ffn(int hidden)
+{
+    int f = 2 * (4 * hidden) / 3;
+    return (f + 255) / 256 * 256;
+}
+
+static void family_defaults(ModelConfig *c)
+{
+    if (c->family == MODEL_LLAMA) {
+        c->norm = MODEL_RMSNORM;
+        c->mlp = MODEL_SWIGLU;
+        c->position = MODEL_POS_ROPE;
+        c->tied_embeddings = 0;
+        c->bias = 0;
+        c->norm_eps = 1e-5;
+        c->rope_theta = 10000.0;
+    } else {
+        c->norm = MODEL_LAYERNORM;
+        c->mlp = MODEL_GELU;
+        c->position = MODEL_POS_LEARNED;
+        c->tied_embeddings = 1;
+        c->bias = 1;
+        c->norm_eps = 1e-5;
+        c->rope_theta = 10000.0;
+    }
+    c->qkv_bias = 0;
+}
+
+int model_config_check(const ModelConfig *c, const char *origin, PxError *err)
+{
+    if (c->layers < 1)
+        return px_fail(err, PX_EINPUT, "%s: layers must be at least 1, got %d", origin, c->layers);
+    if (c->hidden < 1)
+        return px_fail(err, PX_EINPUT, "%s: hidden must be at least 1, got %d", origin, c->hidden);
+    if (c->heads < 1)
+        return px_fail(err, PX_EINPUT, "%s: heads must be at least 1, got %d", origin, c->heads);
+    if (c->kv_heads < 1 || c->kv_heads > c->heads || c->heads % c->kv_heads != 0)
+        return px_fail(err, PX_EINPUT, "%s: kv_heads %d must divide heads %d", origin, c->kv_heads,
+                       c->heads);
+    if (c->head_dim < 1)
+        return px_fail(err, PX_EINPUT, "%s: head_dim must be at least 1, got %d", origin,
+                       c->head_dim);
+    if (c->position == MODEL_POS_ROPE && c->head_dim % 2 != 0)
+        return px_fail(err, PX_EINPUT, "%s: rotary positions need an even head_dim, got %d",
+                       origin, c->head_dim);
+    if (c->ffn_hidden < 1)
+        return px_fail(err, PX_EINPUT, "%s: ffn_hidden must be at least 1, got %d", origin,
+                       c->ffn_hidden);
+    if (c->vocab < 2)
+        return px_fail(err, PX_EINPUT, "%s: vocab must be at least 2, got %d", origin, c->vocab);
+    if (c->seq_len < 1)
+        return px_fail(err, PX_EINPUT, "%s: seq_len must be at least 1, got %d", origin,
+                       c->seq_len);
+    if (!(c->norm_eps > 0))
+        return px_fail(err, PX_EINPUT, "%s: norm_eps must be positive", origin);
+    return PX_OK;
+}
+
+/* The parallax format (DESIGN.md's Model). */
+static int parse_native(const cJSON *j, const char *origin, ModelConfig *c, PxError *err)
+{
+    static const char *const known[] = {
+        "schema_version", "name",     "family",          "layers",   "hidden",     "heads",
+        "kv_heads",       "head_dim", "ffn_hidden",      "vocab",    "seq_len",    "norm",
+        "mlp",            "position", "tied_embeddings", "bias",     "qkv_bias",   "norm_eps",
+        "rope_theta",     "source",   "description",     NULL};
+    char where[300];
+    snprintf(where, sizeof where, "%s:", origin);
+    int rc, version = 1, fam = 0;
+    if ((rc = px_json_int(j, where, "schema_version", 0, 1, 1, &version, err)))
+        return rc;
+    if ((rc = px_json_enum(j, where, "family", 1, family_names, 2, &fam, err)))
+        return rc;
+    memset(c, 0, sizeof *c);
+    c->family = (ModelFamily)fam;
+    family_defaults(c);
+    px_json_warn_unknown(j, where, known);
+    int norm = (int)c->norm, mlp = (int)c->mlp, pos = (int)c->position;
+    if ((rc = px_json_string(j, where, "name", 1, c->name, sizeof c->name, err)) ||
+        (rc = px_json_int(j, where, "layers", 1, 1, 100000, &c->layers, err)) ||
+        (rc = px_json_int(j, where, "hidden", 1, 1, 1 << 20, &c->hidden, err)) ||
+        (rc = px_json_int(j, where, "heads", 1, 1, 1 << 16, &c->heads, err)) ||
+        (rc = px_json_int(j, where, "vocab", 1, 2, 1 << 28, &c->vocab, err)) ||
+        (rc = px_json_int(j, where, "seq_len", 1, 1, 1 << 24, &c->seq_len, err)))
+        return rc;
+    c->kv_heads = c->heads;
+    c->head_dim = c->hidden % c->heads == 0 ? c->hidden / c->heads : 0;
+    c->ffn_hidden = c->family == MODEL_LLAMA ? llama_default_ffn(c->hidden) : 4 * c->hidden;
+    if ((rc = px_json_int(j, where, "kv_heads", 0, 1, 1 << 16, &c->kv_heads, err)) ||
+        (rc = px_json_int(j, where, "head_dim", c->head_dim == 0, 1, 1 << 16, &c->head_dim, err)) ||
+        (rc = px_json_int(j, where, "ffn_hidden", 0, 1, 1 << 24, &c->ffn_hidden, err)) ||
+        (rc = px_json_enum(j, where, "norm", 0, norm_names, 2, &norm, err)) ||
+        (rc = px_json_enum(j, where, "mlp", 0, mlp_names, 2, &mlp, err)) ||
+        (rc = px_json_enum(j, where, "position", 0, position_names, 2, &pos, err)) ||
+        (rc = px_json_bool(j, where, "tied_embeddings", 0, &c->tied_embeddings, err)) ||
+        (rc = px_json_bool(j, where, "bias", 0, &c->bias, err)) ||
+        (rc = px_json_bool(j, where, "qkv_bias", 0, &c->qkv_bias, err)) ||
+        (rc = px_json_double(j, where, "norm_eps", 0, 1e-12, 1.0, &c->norm_eps, err)) ||
+        (rc = px_json_double(j, where, "rope_theta", 0, 1.0, 1e12, &c->rope_theta, err)))
+        return rc;
+    c->norm = (ModelNorm)norm;
+    c->mlp = (ModelMlp)mlp;
+    c->position = (ModelPosition)pos;
+    return model_config_check(c, origin, err);
+}
+
+/* Hugging Face configs use null for "not set": treat it as absent. */
+static const cJSON *hf_item(const cJSON *j, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+    return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+static int hf_int(const cJSON *j, const char *where, const char *key, int required, int *out,
+                  PxError *err)
+{
+    if (!hf_item(j, key)) {
+        if (!required)
+            return PX_OK;
+        char path[300];
+        px_json_path(path, sizeof path, where, key);
+        return px_fail(err, PX_EINPUT, "%s: missing required key", path);
+    }
+    return px_json_int(j, where, key, 1, 1, 1 << 28, out, err);
+}
+
+static void hf_name(const char *origin, const cJSON *j, char *out, size_t cap)
+{
+    const cJSON *n = hf_item(j, "_name_or_path");
+    if (cJSON_IsString(n) && n->valuestring[0]) {
+        px_strlcpy(out, px_basename(n->valuestring), cap);
+        return;
+    }
+    /* ".../Llama-3-8B/config.json" names the model by its directory. */
+    char buf[512];
+    px_strlcpy(buf, origin, sizeof buf);
+    char *slash = strrchr(buf, '/');
+    if (slash && strcmp(slash + 1, "config.json") == 0) {
+        *slash = '\0';
+        px_strlcpy(out, px_basename(buf), cap);
+        return;
+    }
+    const char *base = px_basename(origin);
+    px_strlcpy(out, base, cap);
+    char *dot = strrchr(out, '.');
+    if (dot && dot != out)
+        *dot = '\0';
+}
+
+static int parse_hf(const cJSON *j, const char *origin, const char *type, ModelConfig *c,
+                    PxError *err)
+{
+    char where[300];
+    snprintf(where, sizeof where, "%s:", origin);
+    memset(c, 0, sizeof *c);
+    hf_name(origin, j, c->name, sizeof c->name);
+    int rc, tied;
+    if (strcmp(type, "gpt2") == 0) {
+        c->family = MODEL_GPT;
+        family_defaults(c);
+        c->seq_len = 1024;
+        if ((rc = hf_int(j, where, "n_layer", 1, &c->layers, err)) ||
+            (rc = hf_int(j, where, "n_embd", 1, &c->hidden, err)) ||
+            (rc = hf_int(j, where, "n_head", 1, &c->heads, err)) ||
+            (rc = hf_int(j, where, "vocab_size", 1, &c->vocab, err)) ||
+            (rc = hf_int(j, where, "n_ctx", 0, &c->seq_len, err)) ||
+            (rc = hf_int(j, where, "n_positions", 0, &c->seq_len, err)))
+            return rc;
+        c->ffn_hidden = 4 * c->hidden;
+        if ((rc = hf_int(j, where, "n_inner", 0, &c->ffn_hidden, err)))
+            return rc;
+        if (hf_item(j, "layer_norm_epsilon") &&
+            (rc = px_json_double(j, where, "layer_norm_epsilon", 1, 1e-12, 1, &c->norm_eps, err)))
+            return rc;
+        if (c->hidden % c->heads != 0)
+            return px_fail(err, PX_EINPUT, "%s n_embd %d is not divisible by n_head %d", where,
+                           c->hidden, c->heads);
+        c->kv_heads = c->heads;
+        c->head_dim = c->hidden / c->heads;
+    } else {
+        c->family = MODEL_LLAMA;
+        family_defaults(c);
+        if ((rc = hf_int(j, where, "num_hidden_layers", 1, &c->layers, err)) ||
+            (rc = hf_int(j, where, "hidden_size", 1, &c->hidden, err)) ||
+            (rc = hf_int(j, where, "num_attention_heads", 1, &c->heads, err)) ||
+            (rc = hf_int(j, where, "intermediate_size", 1, &c->ffn_hidden, err)) ||
+            (rc = hf_int(j, where, "vocab_size", 1, &c->vocab, err)) ||
+            (rc = hf_int(j, where, "max_position_embeddings", 1, &c->seq_len, err)))
+            return rc;
+        c->kv_heads = c->heads;
+        if (c->hidden % c->heads == 0)
+            c->head_dim = c->hidden / c->heads;
+        if ((rc = hf_int(j, where, "num_key_value_heads", 0, &c->kv_heads, err)) ||
+            (rc = hf_int(j, where, "head_dim", c->head_dim == 0, &c->head_dim, err)))
+            return rc;
+        if (hf_item(j, "rms_norm_eps") &&
+            (rc = px_json_double(j, where, "rms_norm_eps", 1, 1e-12, 1, &c->norm_eps, err)))
+            return rc;
+        if (hf_item(j, "rope_theta") &&
+            (rc = px_json_double(j, where, "rope_theta", 1, 1, 1e12, &c->rope_theta, err)))
+            return rc;
+        if (hf_item(j, "attention_bias") &&
+            (rc = px_json_bool(j, where, "attention_bias", 1, &c->qkv_bias, err)))
+            return rc;
+        /* Qwen2 always carries q/k/v biases (and none elsewhere). */
+        if (strcmp(type, "qwen2") == 0)
+            c->qkv_bias = 1;
+        const cJSON *act = hf_item(j, "hidden_act");
+        if (cJSON_IsString(act) && strcmp(act->valuestring, "silu") != 0)
+            px_warn("%s hidden_act '%s' modelled as SwiGLU (silu)", where, act->valuestring);
+        const cJSON *sw = hf_item(j, "sliding_window");
+        if (cJSON_IsNumber(sw) && sw->valuedouble < c->seq_len)
+            px_warn("%s sliding_window %.0f is modelled as full causal attention", where,
+                    sw->valuedouble);
+    }
+    tied = c->tied_embeddings;
+    if (hf_item(j, "tie_word_embeddings") &&
+        (rc = px_json_bool(j, where, "tie_word_embeddings", 1, &tied, err)))
+        return rc;
+    c->tied_embeddings = tied;
+    return model_config_check(c, origin, err);
+}
+
+int model_config_from_json(const cJSON *j, const char *origin, ModelConfig *out, PxError *err)
+{
+    if (!cJSON_IsObject(j))
+        return px_fail(err, PX_EINPUT, "%s: expected a JSON object", origin);
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(j, "model_type");
+    if (type) {
+        if (!cJSON_IsString(type))
+            return px_fail(err, PX_EINPUT, "%s: model_type: expected a string", origin);
+        const char *t = type->valuestring;
+        if (strcmp(t, "gpt2") && strcmp(t, "llama") && strcmp(t, "mistral") && strcmp(t, "qwen2"))
+            return px_fail(err, PX_EINPUT,
+                           "%s: model_type '%s' is not supported (gpt2, llama, mistral, qwen2)",
+                           origin, t);
+        return parse_hf(j, origin, t, out, err);
+    }
+    return parse_native(j, origin, out, err);
+}
+
+int model_config_load(const char *name_or_path, ModelConfig *out, PxError *err)
+{
+    for (int i = 0; i < model_zoo_data_count; i++) {
+        if (strcmp(model_zoo_data[i].name, name_or_path) == 0) {
+            char origin[128];
+            snprintf(origin, sizeof origin, "zoo model %s", name_or_path);
+            cJSON *j = px_json_parse(model_zoo_data[i].text, origin, err);
+            if (!j)
+                return PX_ERUNTIME;
+            int rc = model_config_from_json(j, origin, out, err);
+            cJSON_Delete(j);
+            return rc;
+        }
+    }
+    if (!px_file_exists(name_or_path))
+        return px_fail(err, PX_EINPUT,
+                       "unknown model '%s': not in the zoo ('parallax models' lists it) and no "
+                       "such file",
+                       name_or_path);
+    cJSON *j = px_json_read_file(name_or_path, err);
+    if (!j)
+        return PX_EINPUT;
+    int rc = model_config_from_json(j, name_or_path, out, err);
+    cJSON_Delete(j);
+    return rc;
+}
+
+cJSON *model_config_to_json(const ModelConfig *c)
+{
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddNumberToObject(j, "schema_version", 1);
+    cJSON_AddStringToObject(j, "name", c->name);
+    cJSON_AddStringToObject(j, "family", family_names[c->family]);
+    cJSON_AddNumberToObject(j, "layers", c->layers);
+    cJSON_AddNumberToObject(j, "hidden", c->hidden);
+    cJSON_AddNumberToObject(j, "heads", c->heads);
+    cJSON_AddNumberToObject(j, "kv_heads", c->kv_heads);
+    cJSON_AddNumberToObject(j, "head_dim", c->head_dim);
+    cJSON_AddNumberToObject(j, "ffn_hidden", c->ffn_hidden);
+    cJSON_AddNumberToObject(j, "vocab", c->vocab);
+    cJSON_AddNumberToObject(j, "seq_len", c->seq_len);
+    cJSON_AddStringToObject(j, "norm", norm_names[c->norm]);
+    cJSON_AddStringToObject(j, "mlp", mlp_names[c->mlp]);
+    cJSON_AddStringToObject(j, "position", position_names[c->position]);
+    cJSON_AddBoolToObject(j, "tied_embeddings", c->tied_embeddings);
+    cJSON_AddBoolToObject(j, "bias", c->bias);
+    cJSON_AddBoolToObject(j, "qkv_bias", c->qkv_bias);
+    cJSON_AddNumberToObject(j, "norm_eps", c->norm_eps);
+    cJSON_AddNumberToObject(j, "rope_theta", c->rope_theta);
+    return j;
+}
+
+double model_config_params(const ModelConfig *c)
+{
+    double h = c->hidden, q = (double)c->heads * c->head_dim, kv = (double)c->kv_heads * c->head_dim;
+    double norm = c->norm == MODEL_LAYERNORM && c->bias ? 2 * h : h;
+    double fc1_out = c->mlp == MODEL_SWIGLU ? 2.0 * c->ffn_hidden : c->ffn_hidden;
+    double layer = 2 * norm + h * (q + 2 * kv) + q * h + h * fc1_out + c->ffn_hidden * h;
+    if (c->bias)
+        layer += (q + 2 * kv) + h + fc1_out + h;
+    else if (c->qkv_bias)
+        layer += q + 2 * kv;
+    double total = c->layers * layer + (double)c->vocab * h + norm;
+    if (c->position == MODEL_POS_LEARNED)
+        total += (double)c->seq_len * h;
+    if (!c->tied_embeddings)
+        total += (double)c->vocab * h;
+    return total;
+}

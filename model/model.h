@@ -1,0 +1,311 @@
+/* model — the single source of truth for sizes and work in parallax.
+ *
+ * For a model configuration, a parallel layout and a training job (together a ModelSpec) and a
+ * pipeline stage, this module yields:
+ *   - the tensor table: every parameter, gradient, master copy, optimizer state, saved
+ *     activation, communication buffer and workspace tensor the rank holds, with shape, dtype,
+ *     sharding and memory category;
+ *   - the op graph: every forward / backward / recompute op of one micro-batch and every
+ *     per-step op, with matmul FLOPs, bytes moved, GEMM shapes, and every communication event
+ *     with its kind, group and bytes;
+ *   - the pipeline schedule: the order in which a stage runs forward and backward passes of
+ *     (model chunk, micro-batch) pairs, from which the activation peak follows.
+ * sim/ only costs these; exec/ only allocates and runs them. Ranks of one pipeline stage are
+ * symmetric (TP, CP and DP ranks hold the same sizes), so everything is per stage.
+ *
+ * Example:
+ *   ModelSpec spec;
+ *   model_spec_defaults(&spec);
+ *   model_config_load("gpt3-175b", &spec.model, &err);
+ *   spec.layout.tp = 8; spec.layout.pp = 12; spec.layout.dp = 16;
+ *   spec.job.global_batch = 2304;
+ *   ModelDims dims;
+ *   if (model_spec_check(&spec, 1536, &dims, &err)) ...   // "pp 7 must divide layers 96"
+ *   ModelTensorTable tt;
+ *   model_tensors_build(&spec, &dims, 0, &tt, &err);       // stage 0
+ *   ... model_tensors_free(&tt);
+ */
+#ifndef MODEL_H
+#define MODEL_H
+
+#include <stdint.h>
+
+#include "common/px.h"
+
+/* ---- model configuration ---- */
+
+typedef enum { MODEL_GPT = 0, MODEL_LLAMA } ModelFamily;
+typedef enum { MODEL_LAYERNORM = 0, MODEL_RMSNORM } ModelNorm;
+typedef enum { MODEL_GELU = 0, MODEL_SWIGLU } ModelMlp;
+typedef enum { MODEL_POS_LEARNED = 0, MODEL_POS_ROPE } ModelPosition;
+
+typedef struct {
+    char name[64];
+    ModelFamily family;
+    int layers;
+    int hidden;
+    int heads;
+    int kv_heads;   /* < heads: grouped-query attention */
+    int head_dim;   /* heads * head_dim need not equal hidden */
+    int ffn_hidden; /* width of the MLP's inner dimension (per matrix for SwiGLU) */
+    int vocab;
+    int seq_len; /* the model's context: learned position table size, default job sequence */
+    ModelNorm norm;
+    ModelMlp mlp;
+    ModelPosition position;
+    int tied_embeddings; /* output layer shares the word embedding */
+    int bias;            /* biases on every linear layer and on the norms (GPT-2 style) */
+    int qkv_bias;        /* biases on the QKV projection only (Qwen2); implied by bias */
+    double norm_eps;
+    double rope_theta;
+} ModelConfig;
+
+/* Loads a zoo model by name ("gpt2-124m") or a file: parallax model JSON or a Hugging Face
+ * config.json (gpt2, llama, mistral, qwen2). PX_EINPUT names the file and key at fault. */
+int model_config_load(const char *name_or_path, ModelConfig *out, PxError *err);
+/* Parses either JSON form; origin names the source in messages. */
+int model_config_from_json(const cJSON *j, const char *origin, ModelConfig *out, PxError *err);
+/* The parallax model JSON (DESIGN.md's Model format). Caller frees with cJSON_Delete. */
+cJSON *model_config_to_json(const ModelConfig *c);
+/* Checks internal consistency (positive sizes, heads divisible by kv_heads ...). */
+int model_config_check(const ModelConfig *c, const char *origin, PxError *err);
+/* Parameter count with the vocabulary as configured (no padding). */
+double model_config_params(const ModelConfig *c);
+/* The zoo compiled into the binary. */
+int model_zoo_count(void);
+const char *model_zoo_name(int i);
+
+const char *model_family_name(ModelFamily f);
+
+/* ---- layout and training job ---- */
+
+typedef enum { MODEL_RECOMPUTE_NONE = 0, MODEL_RECOMPUTE_SELECTIVE, MODEL_RECOMPUTE_FULL } ModelRecompute;
+typedef enum { MODEL_SCHED_1F1B = 0, MODEL_SCHED_GPIPE, MODEL_SCHED_INTERLEAVED } ModelSchedule;
+typedef enum { MODEL_OPT_ADAMW = 0, MODEL_OPT_SGD_MOMENTUM, MODEL_OPT_ADAM_8BIT } ModelOptimizer;
+
+typedef struct {
+    int dp, tp, pp, cp;
+    int vpp;  /* model chunks per pipeline rank; > 1 means the interleaved schedule */
+    int zero; /* 0 replicated, 1 optimizer+master sharded, 2 +grads, 3 +params */
+    int sp;   /* sequence parallelism in the norm/dropout regions (needs tp > 1) */
+    ModelRecompute recompute;
+    ModelSchedule schedule;
+    int overlap_dp; /* overlap DP reduction / ZeRO gathers with compute */
+    int overlap_tp; /* overlap TP communication with compute */
+} ModelLayout;
+
+typedef struct {
+    int global_batch; /* sequences per step */
+    int micro_batch;  /* sequences per micro-batch per data-parallel rank */
+    int seq_len;      /* 0: the model's */
+    PxDtype precision;  /* weights and activations: fp32, bf16 or fp16; PX_DTYPE_COUNT: auto */
+    PxDtype grad_dtype; /* fp32 (Megatron's default) or the precision's 2-byte type */
+    ModelOptimizer optimizer;
+    int flash_attn;       /* attention without the s^2 matrices saved */
+    double dropout;       /* probability; 0 = no dropout ops or masks */
+    int pad_vocab;        /* pad the vocabulary to a multiple of pad_vocab * tp (1: only to tp) */
+    int causal_flops;     /* count the causal half of attention scores (default: full, as Narayanan) */
+    double lr;
+    int steps;
+    uint64_t seed;
+    char data[256]; /* training text or llm.c .bin token file; empty: the built-in text */
+} ModelJob;
+
+typedef struct {
+    ModelConfig model;
+    ModelLayout layout;
+    ModelJob job;
+} ModelSpec;
+
+/* Derived sizes, computed by model_spec_check. Names follow the Korthikanti notation. */
+typedef struct {
+    int gpus;         /* dp * tp * pp * cp */
+    int m;            /* micro-batches per step per data-parallel rank */
+    int p, v, t, c;   /* pp, vpp, tp, cp */
+    int dp;
+    int chunks;       /* p * v model chunks */
+    int chunk_layers; /* layers per model chunk */
+    int b, s;         /* micro-batch, sequence */
+    int s_loc;        /* s / cp: tokens of a sequence on this rank */
+    int s_sp;         /* s_loc / tp with SP, else s_loc: tokens in the norm/dropout regions */
+    int h, hd;
+    int heads_loc, kv_loc;   /* per TP rank */
+    int q_loc, kv_width_loc; /* heads_loc * hd, kv_loc * hd */
+    int ffn_loc;             /* ffn / tp */
+    int ffn_out_loc;         /* fc1 output width per TP rank: ffn_loc (GELU) or 2*ffn_loc (SwiGLU) */
+    int vocab_pad, vocab_loc;
+    int zero_group; /* ranks that shard ZeRO state and reduce gradients: dp * cp */
+    PxDtype param, act, grad;
+    int master; /* 1 when an fp32 master copy exists (precision is not fp32) */
+} ModelDims;
+
+void model_spec_defaults(ModelSpec *s);
+/* Validates the layout against the model, job and GPU count (gpus 0: not checked; dp 0: filled
+ * from the GPUs) and fills dims. PX_EINPUT with one line naming the rule that is broken. */
+int model_spec_check(ModelSpec *s, int gpus, ModelDims *dims, PxError *err);
+
+const char *model_recompute_name(ModelRecompute r);
+const char *model_schedule_name(ModelSchedule s);
+const char *model_optimizer_name(ModelOptimizer o);
+int model_recompute_from_name(const char *s); /* -1 when unknown */
+int model_schedule_from_name(const char *s);
+int model_optimizer_from_name(const char *s);
+/* Megatron-Core rank order: tp fastest, then cp, dp, pp. */
+int model_rank(const ModelLayout *l, int tp, int cp, int dp, int pp);
+void model_rank_coords(const ModelLayout *l, int rank, int *tp, int *cp, int *dp, int *pp);
+/* Global model chunk held as local chunk j by stage s (Megatron interleaving): j * p + s. */
+static inline int model_global_chunk(const ModelDims *d, int stage, int j) { return j * d->p + stage; }
+
+/* ---- memory categories and communication kinds (same names in sim and exec) ---- */
+
+typedef enum {
+    MODEL_WEIGHTS = 0,
+    MODEL_GRADS,
+    MODEL_MASTER,
+    MODEL_OPTIMIZER,
+    MODEL_ACTIVATIONS,
+    MODEL_COMM_BUFFERS,
+    MODEL_WORKSPACE,
+    MODEL_RUNTIME,
+    MODEL_CAT_COUNT
+} ModelCategory;
+
+typedef enum {
+    MODEL_DP_ALLREDUCE = 0,
+    MODEL_DP_REDUCE_SCATTER,
+    MODEL_DP_ALL_GATHER,
+    MODEL_TP_ALLREDUCE,
+    MODEL_TP_ALL_GATHER,
+    MODEL_TP_REDUCE_SCATTER,
+    MODEL_PP_SEND,
+    MODEL_PP_RECV,
+    MODEL_CP_ALL_GATHER,
+    MODEL_CP_REDUCE_SCATTER,
+    MODEL_EMBED_ALLREDUCE, /* tied embedding gradients between first and last stage */
+    MODEL_COMM_COUNT
+} ModelComm;
+
+typedef enum { MODEL_COLL_ALLREDUCE = 0, MODEL_COLL_ALL_GATHER, MODEL_COLL_REDUCE_SCATTER, MODEL_COLL_SEND, MODEL_COLL_RECV } ModelCollective;
+typedef enum { MODEL_GROUP_TP = 0, MODEL_GROUP_CP, MODEL_GROUP_DP, MODEL_GROUP_PP, MODEL_GROUP_EMBED } ModelGroup;
+
+const char *model_category_name(ModelCategory c);
+const char *model_comm_name(ModelComm k);
+int model_comm_from_name(const char *s);
+ModelCollective model_comm_collective(ModelComm k);
+ModelGroup model_comm_group(ModelComm k);
+const char *model_group_name(ModelGroup g);
+
+/* ---- tensor table ---- */
+
+enum { MODEL_SHARD_TP = 1, MODEL_SHARD_SP = 2, MODEL_SHARD_CP = 4, MODEL_SHARD_DP = 8 };
+
+typedef struct {
+    char name[56]; /* "layer.3.attn.qkv.w", "layer.3.attn.softmax", "zero.param_gather" */
+    ModelCategory cat;
+    PxDtype dtype;
+    int ndim;
+    int64_t shape[4];
+    uint64_t numel;
+    uint64_t bytes;
+    int chunk;          /* local model chunk, -1 for rank-wide tensors */
+    int layer;          /* global layer, -1 for none */
+    int block;          /* parameter block (ZeRO shard and bucket unit), -1 for none */
+    int per_microbatch; /* 1: a saved activation, one copy per (chunk, micro-batch) in flight */
+    int shard;          /* MODEL_SHARD_* flags */
+} ModelTensor;
+
+/* A parameter block: the embedding, one layer, or the final norm with the output layer.
+ * ZeRO shards each block's flat buffer over zero_group ranks, padded to a multiple of it. */
+typedef struct {
+    char name[32];
+    int chunk, layer;
+    uint64_t numel;       /* parameters in the block on this rank (after TP) */
+    uint64_t shard_numel; /* ceil(numel / zero_group) */
+} ModelBlock;
+
+typedef struct {
+    int stage;
+    ModelTensor *t;
+    int count, cap;
+    ModelBlock *blocks;
+    int n_blocks, blocks_cap;
+    uint64_t *act_chunk_bytes; /* [v] saved activation bytes of one micro-batch per local chunk */
+    uint64_t params;           /* parameters on this rank (after TP, before ZeRO) */
+} ModelTensorTable;
+
+int model_tensors_build(const ModelSpec *s, const ModelDims *d, int stage, ModelTensorTable *out,
+                        PxError *err);
+void model_tensors_free(ModelTensorTable *tt);
+/* Bytes of the rank-wide tensors of one category (activations: one micro-batch of every chunk). */
+uint64_t model_tensors_bytes(const ModelTensorTable *tt, ModelCategory c);
+/* Saved activation bytes of one transformer layer and one micro-batch (the Korthikanti figure). */
+uint64_t model_layer_activation_bytes(const ModelSpec *s, const ModelDims *d);
+
+/* ---- op graph ---- */
+
+typedef enum { MODEL_FWD = 0, MODEL_BWD, MODEL_RECOMPUTE, MODEL_STEP } ModelPhase;
+typedef enum {
+    MODEL_OP_MATMUL = 0,
+    MODEL_OP_ATTENTION,
+    MODEL_OP_NORM,
+    MODEL_OP_ACTIVATION,
+    MODEL_OP_EMBEDDING,
+    MODEL_OP_LOSS,
+    MODEL_OP_OPTIMIZER,
+    MODEL_OP_COMM
+} ModelOpKind;
+
+/* C[m,n] = A[m,k] * B[k,n], `batch` independent products. */
+typedef struct {
+    int64_t m, n, k, batch;
+} ModelGemm;
+
+typedef struct {
+    char name[56]; /* base name: "layer.3.attn.qkv", "layer.3.attn.proj.tp_allreduce", "pp.send" */
+    ModelPhase phase;
+    ModelOpKind kind;
+    int chunk;          /* local model chunk, -1 for per-step ops */
+    int layer;          /* global layer or -1 */
+    int per_microbatch; /* 1: runs once per micro-batch of its chunk; 0: once per step */
+    double flops;       /* matmul FLOPs (the quantity MFU is defined on) */
+    double bytes;       /* estimated memory traffic */
+    int n_gemm;
+    ModelGemm gemm[4];
+    /* communication (kind MODEL_OP_COMM) */
+    ModelComm comm;
+    int group_size;
+    uint64_t comm_bytes; /* buffer size S of one call: nccl-tests' "size" */
+    int calls;           /* calls of comm_bytes each per execution (1 for most) */
+} ModelOp;
+
+typedef struct {
+    int stage;
+    ModelOp *op;
+    int count, cap;
+} ModelOpGraph;
+
+int model_ops_build(const ModelSpec *s, const ModelDims *d, int stage, ModelOpGraph *out,
+                    PxError *err);
+void model_ops_free(ModelOpGraph *g);
+/* "layer.3.attn.qkv.fwd", "optimizer.step". */
+void model_op_fullname(const ModelOp *op, char *buf, size_t cap);
+const char *model_phase_name(ModelPhase p);
+
+/* ---- pipeline schedule ---- */
+
+typedef struct {
+    int backward; /* 0 forward, 1 backward */
+    int chunk;    /* local model chunk */
+    int mb;       /* micro-batch */
+} ModelAction;
+
+/* Writes the 2*m*v actions of stage `stage` in execution order into out (capacity 2*m*v) and
+ * returns their count. GPipe: all forwards then all backwards; 1F1B: p-s-1 warm-up forwards,
+ * then one forward one backward; interleaved: Megatron's order over v chunks. */
+int model_schedule_build(const ModelDims *d, ModelSchedule sched, int stage, ModelAction *out);
+/* Peak bytes of saved activations while running the actions, given each chunk's bytes per
+ * micro-batch; *peak_live (optional) gets the most (chunk, micro-batch) sets alive at once. */
+uint64_t model_schedule_peak(const ModelAction *a, int n, const uint64_t *chunk_bytes,
+                             int *peak_live);
+
+#endif

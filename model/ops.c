@@ -1,0 +1,460 @@
+/* The op graph of one pipeline stage: forward, backward and recompute ops of one micro-batch
+ * for each local model chunk, then the per-step ops (gradient reduction, optimizer).
+ *
+ * FLOPs are matmul FLOPs, 2*m*n*k per product, as in Narayanan et al. 2021 (Sec. 5.1) and
+ * Korthikanti et al. 2022 (Sec. 6): backward = 2 x forward, attention scores and context counted
+ * without causal halving unless the job asks for it. Tensor-parallel communication follows
+ * Megatron-LM: the g operator all-reduces the outputs of the row-parallel attention projection
+ * and fc2 in forward, the f operator all-reduces the inputs' gradients of the column-parallel
+ * QKV and fc1 in backward; with sequence parallelism each all-reduce becomes an all-gather /
+ * reduce-scatter pair and the backward re-gathers the saved, sequence-sharded inputs of QKV,
+ * fc1 and the output layer for their weight gradients. docs/ops.md lists every op. */
+#include "model/model.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    ModelOpGraph *g;
+    const ModelSpec *s;
+    const ModelDims *d;
+    ModelPhase phase;
+    int chunk, layer, per_mb;
+    PxError *err;
+    int rc;
+} Emit;
+
+static ModelOp *op_new(Emit *e, ModelOpKind kind, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static ModelOp *op_new(Emit *e, ModelOpKind kind, const char *fmt, ...)
+{
+    static ModelOp sink; /* absorbs writes after an allocation failure */
+    if (e->rc)
+        return &sink;
+    ModelOpGraph *g = e->g;
+    if (g->count == g->cap) {
+        int cap = g->cap ? 2 * g->cap : 128;
+        ModelOp *o = realloc(g->op, (size_t)cap * sizeof *o);
+        if (!o) {
+            e->rc = px_fail(e->err, PX_ERUNTIME, "out of memory building the op graph");
+            return &sink;
+        }
+        g->op = o;
+        g->cap = cap;
+    }
+    ModelOp *op = &g->op[g->count++];
+    memset(op, 0, sizeof *op);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(op->name, sizeof op->name, fmt, ap);
+    va_end(ap);
+    op->kind = kind;
+    op->phase = e->phase;
+    op->chunk = e->chunk;
+    op->layer = e->layer;
+    op->per_microbatch = e->per_mb;
+    op->calls = 1;
+    return op;
+}
+
+static double eb(const Emit *e) { return (double)px_dtype_bytes(e->d->act); }
+
+/* Y[M,N] = X[M,K] W[N,K]^T; backward computes dX (M,K,N) and dW (N,K,M). Weight gradients
+ * accumulate into the gradient buffer (read and written in the gradient dtype). */
+static void linear(Emit *e, const char *base, double M, double N, double K, double extra_bytes)
+{
+    ModelOp *op = op_new(e, MODEL_OP_MATMUL, "%s", base);
+    double a = eb(e);
+    if (e->phase == MODEL_BWD) {
+        double g = (double)px_dtype_bytes(e->d->grad);
+        op->flops = 4.0 * M * N * K;
+        op->bytes = (M * N + N * K + M * K) * a + (M * N + M * K) * a + 2.0 * N * K * g + extra_bytes;
+        op->n_gemm = 2;
+        op->gemm[0] = (ModelGemm){(int64_t)M, (int64_t)K, (int64_t)N, 1};
+        op->gemm[1] = (ModelGemm){(int64_t)N, (int64_t)K, (int64_t)M, 1};
+    } else {
+        op->flops = 2.0 * M * N * K;
+        op->bytes = (M * K + N * K + M * N) * a + extra_bytes;
+        op->n_gemm = 1;
+        op->gemm[0] = (ModelGemm){(int64_t)M, (int64_t)N, (int64_t)K, 1};
+    }
+}
+
+static void comm(Emit *e, const char *base, ModelComm kind, int group_size, double bytes, int calls)
+{
+    if (group_size < 2)
+        return;
+    ModelOp *op = op_new(e, MODEL_OP_COMM, "%s.%s", base, model_comm_name(kind));
+    op->comm = kind;
+    op->group_size = group_size;
+    op->comm_bytes = (uint64_t)bytes;
+    op->calls = calls;
+}
+
+static void simple(Emit *e, ModelOpKind kind, const char *base, double bytes)
+{
+    ModelOp *op = op_new(e, kind, "%s", base);
+    op->bytes = bytes;
+}
+
+/* Bytes of the full-sequence activation [b, s_loc, h] that TP collectives move. */
+static double tp_act_bytes(const Emit *e)
+{
+    const ModelDims *d = e->d;
+    return (double)d->b * d->s_loc * d->h * eb(e);
+}
+
+static void attention_core(Emit *e, const char *base)
+{
+    const ModelDims *d = e->d;
+    const ModelSpec *s = e->s;
+    double bh = (double)d->b * d->heads_loc, sq = d->s_loc, sk = d->s, hd = d->hd, a = eb(e);
+    double fwd = 2.0 * 2.0 * bh * sq * sk * hd;
+    if (s->job.causal_flops)
+        fwd *= 0.5;
+    double qkv = (double)d->b * (sq * d->q_loc + 2.0 * sk * d->kv_width_loc) * a;
+    double out = (double)d->b * sq * d->q_loc * a;
+    double mat = bh * sq * sk * a; /* one s x s score matrix per head */
+    int drop = s->job.dropout > 0.0;
+    ModelOp *op = op_new(e, MODEL_OP_ATTENTION, "%s", base);
+    op->n_gemm = 2;
+    op->gemm[0] = (ModelGemm){(int64_t)sq, (int64_t)sk, (int64_t)hd, (int64_t)bh};
+    op->gemm[1] = (ModelGemm){(int64_t)sq, (int64_t)hd, (int64_t)sk, (int64_t)bh};
+    if (e->phase == MODEL_BWD) {
+        op->n_gemm = 4;
+        op->gemm[2] = (ModelGemm){(int64_t)sk, (int64_t)hd, (int64_t)sq, (int64_t)bh};
+        op->gemm[3] = (ModelGemm){(int64_t)sq, (int64_t)hd, (int64_t)sk, (int64_t)bh};
+        if (s->job.flash_attn) {
+            /* FlashAttention's backward recomputes the scores: 2.5 x the forward (Dao 2023). */
+            op->flops = 2.5 * fwd;
+            op->bytes = 2.0 * qkv + 3.0 * out + bh * sq * 8.0;
+        } else {
+            op->flops = 2.0 * fwd;
+            op->bytes = 2.0 * qkv + 2.0 * out + mat * (drop ? 6.0 : 4.0);
+        }
+    } else {
+        op->flops = fwd;
+        if (s->job.flash_attn)
+            op->bytes = qkv + out + bh * sq * 4.0;
+        else /* scores written, softmax read+written, dropout read+written, context read */
+            op->bytes = qkv + out + mat * (drop ? 6.0 + 1.0 / a : 4.0);
+    }
+}
+
+static void layer_forward(Emit *e, int l)
+{
+    const ModelSpec *s = e->s;
+    const ModelDims *d = e->d;
+    const int t = d->t, sp = s->layout.sp;
+    const double M = (double)d->b * d->s_loc, Msp = (double)d->b * d->s_sp, h = d->h, a = eb(e);
+    const double nb = Msp * h * a; /* one norm-region activation */
+    char n[64];
+    e->layer = l;
+    snprintf(n, sizeof n, "layer.%d.ln1", l);
+    simple(e, MODEL_OP_NORM, n, 2.0 * nb);
+    snprintf(n, sizeof n, "layer.%d.attn.qkv", l);
+    if (sp)
+        comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
+    linear(e, n, M, d->q_loc + 2.0 * d->kv_width_loc, h, 0);
+    snprintf(n, sizeof n, "layer.%d.attn.core", l);
+    comm(e, n, MODEL_CP_ALL_GATHER, d->c, (double)d->b * d->s * 2.0 * d->kv_width_loc * a, 1);
+    attention_core(e, n);
+    snprintf(n, sizeof n, "layer.%d.attn.proj", l);
+    linear(e, n, M, h, d->q_loc, 3.0 * nb); /* + bias, dropout, residual */
+    comm(e, n, sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, tp_act_bytes(e), 1);
+    snprintf(n, sizeof n, "layer.%d.ln2", l);
+    simple(e, MODEL_OP_NORM, n, 2.0 * nb);
+    snprintf(n, sizeof n, "layer.%d.mlp.fc1", l);
+    if (sp)
+        comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
+    linear(e, n, M, d->ffn_out_loc, h, 0);
+    snprintf(n, sizeof n, "layer.%d.mlp.act", l);
+    simple(e, MODEL_OP_ACTIVATION, n, M * (d->ffn_out_loc + d->ffn_loc) * a);
+    snprintf(n, sizeof n, "layer.%d.mlp.fc2", l);
+    linear(e, n, M, h, d->ffn_loc, 3.0 * nb);
+    comm(e, n, sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, tp_act_bytes(e), 1);
+}
+
+static void zero_gather(Emit *e, const ModelTensorTable *tt, int block, ModelPhase phase)
+{
+    const ModelDims *d = e->d;
+    if (e->s->layout.zero != 3)
+        return;
+    ModelPhase keep = e->phase;
+    e->phase = phase;
+    char n[64];
+    snprintf(n, sizeof n, "%s.params", tt->blocks[block].name);
+    comm(e, n, MODEL_DP_ALL_GATHER, d->zero_group,
+         (double)px_round_up(tt->blocks[block].numel, (uint64_t)d->zero_group) *
+             (double)px_dtype_bytes(d->param),
+         1);
+    e->phase = keep;
+}
+
+static void zero_reduce(Emit *e, const ModelTensorTable *tt, int block)
+{
+    const ModelDims *d = e->d;
+    if (e->s->layout.zero < 2)
+        return;
+    char n[64];
+    snprintf(n, sizeof n, "%s.grads", tt->blocks[block].name);
+    comm(e, n, MODEL_DP_REDUCE_SCATTER, d->zero_group,
+         (double)px_round_up(tt->blocks[block].numel, (uint64_t)d->zero_group) *
+             (double)px_dtype_bytes(d->grad),
+         1);
+}
+
+static void layer_backward(Emit *e, const ModelTensorTable *tt, int block, int l)
+{
+    const ModelSpec *s = e->s;
+    const ModelDims *d = e->d;
+    const int t = d->t, sp = s->layout.sp;
+    const double M = (double)d->b * d->s_loc, Msp = (double)d->b * d->s_sp, h = d->h, a = eb(e);
+    const double nb = Msp * h * a;
+    char n[64];
+    zero_gather(e, tt, block, MODEL_BWD);
+    if (s->layout.recompute == MODEL_RECOMPUTE_FULL) {
+        e->phase = MODEL_RECOMPUTE;
+        layer_forward(e, l);
+        e->phase = MODEL_BWD;
+    }
+    e->layer = l;
+    snprintf(n, sizeof n, "layer.%d.mlp.fc2", l);
+    if (sp)
+        comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
+    linear(e, n, M, h, d->ffn_loc, 2.0 * nb);
+    snprintf(n, sizeof n, "layer.%d.mlp.act", l);
+    simple(e, MODEL_OP_ACTIVATION, n, M * (2.0 * d->ffn_out_loc + d->ffn_loc) * a);
+    snprintf(n, sizeof n, "layer.%d.mlp.fc1", l);
+    if (sp)
+        comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
+    linear(e, n, M, d->ffn_out_loc, h, 0);
+    comm(e, n, sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, tp_act_bytes(e), 1);
+    snprintf(n, sizeof n, "layer.%d.ln2", l);
+    simple(e, MODEL_OP_NORM, n, 4.0 * nb);
+    snprintf(n, sizeof n, "layer.%d.attn.proj", l);
+    if (sp)
+        comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
+    linear(e, n, M, h, d->q_loc, 2.0 * nb);
+    snprintf(n, sizeof n, "layer.%d.attn.core", l);
+    double kv_full = (double)d->b * d->s * 2.0 * d->kv_width_loc * a;
+    comm(e, n, MODEL_CP_ALL_GATHER, d->c, kv_full, 1);
+    if (s->layout.recompute == MODEL_RECOMPUTE_SELECTIVE && !s->job.flash_attn) {
+        e->phase = MODEL_RECOMPUTE;
+        attention_core(e, n);
+        e->phase = MODEL_BWD;
+    }
+    attention_core(e, n);
+    comm(e, n, MODEL_CP_REDUCE_SCATTER, d->c, kv_full, 1);
+    snprintf(n, sizeof n, "layer.%d.attn.qkv", l);
+    if (sp)
+        comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
+    linear(e, n, M, d->q_loc + 2.0 * d->kv_width_loc, h, 0);
+    comm(e, n, sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, tp_act_bytes(e), 1);
+    snprintf(n, sizeof n, "layer.%d.ln1", l);
+    simple(e, MODEL_OP_NORM, n, 5.0 * nb); /* + the residual gradient */
+    zero_reduce(e, tt, block);
+}
+
+static int block_index(const ModelTensorTable *tt, const char *name, int layer, int chunk)
+{
+    for (int i = 0; i < tt->n_blocks; i++) {
+        const ModelBlock *b = &tt->blocks[i];
+        if (b->chunk == chunk && b->layer == layer && strcmp(b->name, name) == 0)
+            return i;
+    }
+    return -1;
+}
+
+static void embed_pass(Emit *e, const ModelTensorTable *tt, int j, int backward)
+{
+    const ModelSpec *s = e->s;
+    const ModelDims *d = e->d;
+    const int t = d->t, sp = s->layout.sp;
+    const double M = (double)d->b * d->s_loc, h = d->h, a = eb(e);
+    int blk = block_index(tt, "embed", -1, j);
+    e->layer = -1;
+    if (!backward) {
+        zero_gather(e, tt, blk, MODEL_FWD);
+        /* gather rows (+ positions), dropout */
+        simple(e, MODEL_OP_EMBEDDING, "embed", M * (2.0 * h * a + 4.0));
+        comm(e, "embed", sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, tp_act_bytes(e), 1);
+    } else {
+        if (sp)
+            comm(e, "embed", MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
+        zero_gather(e, tt, blk, MODEL_BWD);
+        /* scatter-add the output gradient into the embedding gradient rows */
+        simple(e, MODEL_OP_EMBEDDING, "embed",
+               M * (h * a + 2.0 * h * (double)px_dtype_bytes(d->grad) + 4.0));
+        zero_reduce(e, tt, blk);
+    }
+}
+
+static void head_pass(Emit *e, const ModelTensorTable *tt, int j, int backward)
+{
+    const ModelSpec *s = e->s;
+    const ModelDims *d = e->d;
+    const int t = d->t, sp = s->layout.sp;
+    const double M = (double)d->b * d->s_loc, Msp = (double)d->b * d->s_sp, h = d->h, a = eb(e);
+    const double V = d->vocab_loc, nb = Msp * h * a;
+    int blk = block_index(tt, "final", -1, j);
+    /* A tied output layer on the embedding's chunk reads embed.wte: ZeRO-3 gathers it again. */
+    int tied_here = s->model.tied_embeddings && model_global_chunk(d, tt->stage, j) == 0;
+    int eblk = tied_here ? block_index(tt, "embed", -1, j) : -1;
+    e->layer = -1;
+    if (!backward) {
+        zero_gather(e, tt, blk, MODEL_FWD);
+        simple(e, MODEL_OP_NORM, "final_ln", 2.0 * nb);
+        if (sp)
+            comm(e, "logits", MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
+        if (eblk >= 0)
+            zero_gather(e, tt, eblk, MODEL_FWD);
+        /* logits are written in fp32 into the saved probabilities */
+        linear(e, "logits", M, V, h, M * V * (4.0 - a));
+        simple(e, MODEL_OP_LOSS, "loss", 2.0 * M * V * 4.0);
+        comm(e, "loss", MODEL_TP_ALLREDUCE, t, M * 4.0, 3); /* max, sum of exp, target logit */
+    } else {
+        zero_gather(e, tt, blk, MODEL_BWD);
+        if (eblk >= 0)
+            zero_gather(e, tt, eblk, MODEL_BWD);
+        simple(e, MODEL_OP_LOSS, "loss", 2.0 * M * V * 4.0);
+        if (sp)
+            comm(e, "logits", MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
+        linear(e, "logits", M, V, h, M * V * (4.0 - a));
+        comm(e, "logits", sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, tp_act_bytes(e), 1);
+        simple(e, MODEL_OP_NORM, "final_ln", 4.0 * nb);
+        zero_reduce(e, tt, blk);
+    }
+}
+
+int model_ops_build(const ModelSpec *s, const ModelDims *d, int stage, ModelOpGraph *g,
+                    PxError *err)
+{
+    memset(g, 0, sizeof *g);
+    g->stage = stage;
+    ModelTensorTable tt;
+    int rc = model_tensors_build(s, d, stage, &tt, err);
+    if (rc) {
+        model_tensors_free(&tt);
+        return rc;
+    }
+    Emit e = {.g = g, .s = s, .d = d, .err = err, .per_mb = 1};
+    const double pp_bytes = (double)d->b * d->s_sp * d->h * eb(&e);
+    for (int j = 0; j < d->v; j++) {
+        int gc = model_global_chunk(d, stage, j);
+        int first = gc == 0, last = gc == d->chunks - 1;
+        e.chunk = j;
+        e.layer = -1;
+        /* forward */
+        e.phase = MODEL_FWD;
+        if (!first)
+            comm(&e, "pp", MODEL_PP_RECV, 2, pp_bytes, 1);
+        else
+            embed_pass(&e, &tt, j, 0);
+        for (int l = gc * d->chunk_layers; l < (gc + 1) * d->chunk_layers; l++) {
+            char bn[32];
+            snprintf(bn, sizeof bn, "layer.%d", l);
+            zero_gather(&e, &tt, block_index(&tt, bn, l, j), MODEL_FWD);
+            layer_forward(&e, l);
+        }
+        e.layer = -1;
+        if (!last)
+            comm(&e, "pp", MODEL_PP_SEND, 2, pp_bytes, 1);
+        else
+            head_pass(&e, &tt, j, 0);
+        /* backward */
+        e.phase = MODEL_BWD;
+        if (!last)
+            comm(&e, "pp", MODEL_PP_RECV, 2, pp_bytes, 1);
+        else
+            head_pass(&e, &tt, j, 1);
+        for (int l = (gc + 1) * d->chunk_layers - 1; l >= gc * d->chunk_layers; l--) {
+            char bn[32];
+            snprintf(bn, sizeof bn, "layer.%d", l);
+            layer_backward(&e, &tt, block_index(&tt, bn, l, j), l);
+        }
+        e.layer = -1;
+        if (!first)
+            comm(&e, "pp", MODEL_PP_SEND, 2, pp_bytes, 1);
+        else
+            embed_pass(&e, &tt, j, 1);
+    }
+
+    /* Per-step ops: gradient reduction by block, tied-embedding sync, optimizer, gathers. */
+    e.per_mb = 0;
+    e.phase = MODEL_STEP;
+    const double ge = (double)px_dtype_bytes(d->grad), pe = (double)px_dtype_bytes(d->param);
+    const int zero = s->layout.zero, zg = d->zero_group;
+    for (int i = 0; i < tt.n_blocks; i++) {
+        const ModelBlock *b = &tt.blocks[i];
+        e.chunk = b->chunk;
+        e.layer = b->layer;
+        char n[64];
+        snprintf(n, sizeof n, "%s.grads", b->name);
+        if (zero == 0)
+            comm(&e, n, MODEL_DP_ALLREDUCE, zg, (double)b->numel * ge, 1);
+        else if (zero == 1)
+            comm(&e, n, MODEL_DP_REDUCE_SCATTER, zg, (double)px_round_up(b->numel, (uint64_t)zg) * ge, 1);
+    }
+    if (s->model.tied_embeddings && d->chunks > 1) {
+        for (int j = 0; j < d->v; j++) {
+            int gc = model_global_chunk(d, stage, j);
+            if (gc == 0 || gc == d->chunks - 1) {
+                e.chunk = j;
+                e.layer = -1;
+                comm(&e, gc == 0 ? "embed.grads" : "final.grads", MODEL_EMBED_ALLREDUCE, 2,
+                     (double)d->vocab_loc * d->h * ge, 1);
+            }
+        }
+    }
+    e.chunk = -1;
+    e.layer = -1;
+    {
+        /* AdamW per state element: read the gradient, read+write master (or the fp32 weight),
+         * m and v, write the low-precision weight; SGD: gradient, weight, momentum. */
+        double elems = 0, total = 0;
+        for (int i = 0; i < tt.n_blocks; i++) {
+            total += (double)tt.blocks[i].numel;
+            elems += (double)(zero >= 1 ? tt.blocks[i].shard_numel : tt.blocks[i].numel);
+        }
+        double per = 0;
+        switch (s->job.optimizer) {
+        case MODEL_OPT_ADAMW: per = ge + 8.0 + 16.0 + (d->master ? pe : 0); break;
+        case MODEL_OPT_SGD_MOMENTUM: per = ge + 8.0 + 8.0 + (d->master ? pe : 0); break;
+        case MODEL_OPT_ADAM_8BIT: per = ge + 8.0 + 4.0 + (d->master ? pe : 0); break;
+        }
+        /* + one read of every local gradient for the gradient norm */
+        simple(&e, MODEL_OP_OPTIMIZER, "optimizer", elems * per + (zero >= 2 ? elems : total) * ge);
+    }
+    for (int i = 0; i < tt.n_blocks && (zero == 1 || zero == 2); i++) {
+        const ModelBlock *b = &tt.blocks[i];
+        e.chunk = b->chunk;
+        e.layer = b->layer;
+        char n[64];
+        snprintf(n, sizeof n, "%s.params", b->name);
+        comm(&e, n, MODEL_DP_ALL_GATHER, zg, (double)px_round_up(b->numel, (uint64_t)zg) * pe, 1);
+    }
+    model_tensors_free(&tt);
+    return e.rc;
+}
+
+void model_ops_free(ModelOpGraph *g)
+{
+    if (!g)
+        return;
+    free(g->op);
+    memset(g, 0, sizeof *g);
+}
+
+const char *model_phase_name(ModelPhase p)
+{
+    static const char *const names[] = {"fwd", "bwd", "recompute", "step"};
+    return names[p];
+}
+
+void model_op_fullname(const ModelOp *op, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s.%s", op->name, model_phase_name(op->phase));
+}

@@ -1,0 +1,246 @@
+/* Layouts and training jobs: defaults, the divisibility rules, derived sizes, rank order. */
+#include "model/model.h"
+
+#include <string.h>
+
+static const char *const recompute_names[] = {"none", "selective", "full"};
+static const char *const schedule_names[] = {"1f1b", "gpipe", "interleaved"};
+static const char *const optimizer_names[] = {"adamw", "sgd-momentum", "adam-8bit"};
+static const char *const category_names[MODEL_CAT_COUNT] = {
+    "weights", "grads", "master", "optimizer", "activations", "comm_buffers", "workspace", "runtime"};
+static const char *const comm_names[MODEL_COMM_COUNT] = {
+    "dp_allreduce", "dp_reduce_scatter", "dp_all_gather", "tp_allreduce",
+    "tp_all_gather", "tp_reduce_scatter", "pp_send",      "pp_recv",
+    "cp_all_gather", "cp_reduce_scatter", "embed_allreduce"};
+static const char *const group_names[] = {"tp", "cp", "dp", "pp", "embed"};
+
+static int name_index(const char *s, const char *const *names, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (s && strcmp(s, names[i]) == 0)
+            return i;
+    return -1;
+}
+
+const char *model_recompute_name(ModelRecompute r) { return recompute_names[r]; }
+const char *model_schedule_name(ModelSchedule s) { return schedule_names[s]; }
+const char *model_optimizer_name(ModelOptimizer o) { return optimizer_names[o]; }
+int model_recompute_from_name(const char *s) { return name_index(s, recompute_names, 3); }
+int model_schedule_from_name(const char *s) { return name_index(s, schedule_names, 3); }
+int model_optimizer_from_name(const char *s) { return name_index(s, optimizer_names, 3); }
+const char *model_category_name(ModelCategory c) { return category_names[c]; }
+const char *model_comm_name(ModelComm k) { return comm_names[k]; }
+int model_comm_from_name(const char *s) { return name_index(s, comm_names, MODEL_COMM_COUNT); }
+const char *model_group_name(ModelGroup g) { return group_names[g]; }
+
+ModelCollective model_comm_collective(ModelComm k)
+{
+    switch (k) {
+    case MODEL_DP_REDUCE_SCATTER:
+    case MODEL_TP_REDUCE_SCATTER:
+    case MODEL_CP_REDUCE_SCATTER:
+        return MODEL_COLL_REDUCE_SCATTER;
+    case MODEL_DP_ALL_GATHER:
+    case MODEL_TP_ALL_GATHER:
+    case MODEL_CP_ALL_GATHER:
+        return MODEL_COLL_ALL_GATHER;
+    case MODEL_PP_SEND:
+        return MODEL_COLL_SEND;
+    case MODEL_PP_RECV:
+        return MODEL_COLL_RECV;
+    default:
+        return MODEL_COLL_ALLREDUCE;
+    }
+}
+
+ModelGroup model_comm_group(ModelComm k)
+{
+    switch (k) {
+    case MODEL_DP_ALLREDUCE:
+    case MODEL_DP_REDUCE_SCATTER:
+    case MODEL_DP_ALL_GATHER:
+        return MODEL_GROUP_DP;
+    case MODEL_TP_ALLREDUCE:
+    case MODEL_TP_ALL_GATHER:
+    case MODEL_TP_REDUCE_SCATTER:
+        return MODEL_GROUP_TP;
+    case MODEL_CP_ALL_GATHER:
+    case MODEL_CP_REDUCE_SCATTER:
+        return MODEL_GROUP_CP;
+    case MODEL_EMBED_ALLREDUCE:
+        return MODEL_GROUP_EMBED;
+    default:
+        return MODEL_GROUP_PP;
+    }
+}
+
+void model_spec_defaults(ModelSpec *s)
+{
+    memset(s, 0, sizeof *s);
+    ModelLayout *l = &s->layout;
+    l->dp = 0; /* filled from --gpus */
+    l->tp = l->pp = l->cp = l->vpp = 1;
+    l->schedule = MODEL_SCHED_1F1B;
+    l->recompute = MODEL_RECOMPUTE_NONE;
+    ModelJob *j = &s->job;
+    j->micro_batch = 1;
+    j->precision = PX_DTYPE_COUNT; /* auto: the simulator picks by device, else bf16 */
+    j->grad_dtype = PX_FP32;
+    j->optimizer = MODEL_OPT_ADAMW;
+    j->flash_attn = 1;
+    j->pad_vocab = 1;
+    j->lr = 6e-4;
+    j->seed = 1234;
+}
+
+int model_rank(const ModelLayout *l, int tp, int cp, int dp, int pp)
+{
+    return tp + l->tp * (cp + l->cp * (dp + l->dp * pp));
+}
+
+void model_rank_coords(const ModelLayout *l, int rank, int *tp, int *cp, int *dp, int *pp)
+{
+    *tp = rank % l->tp;
+    rank /= l->tp;
+    *cp = rank % l->cp;
+    rank /= l->cp;
+    *dp = rank % l->dp;
+    *pp = rank / l->dp;
+}
+
+static int is_float_type(PxDtype t) { return t == PX_FP32 || t == PX_BF16 || t == PX_FP16; }
+
+int model_spec_check(ModelSpec *sp, int gpus, ModelDims *d, PxError *err)
+{
+    ModelConfig *c = &sp->model;
+    ModelLayout *l = &sp->layout;
+    ModelJob *j = &sp->job;
+    int rc = model_config_check(c, c->name, err);
+    if (rc)
+        return rc;
+    memset(d, 0, sizeof *d);
+
+    if (l->tp < 1 || l->pp < 1 || l->cp < 1 || l->vpp < 1 || l->dp < 0)
+        return px_fail(err, PX_EINPUT, "tp, pp, cp and vpp must be at least 1 (got tp %d pp %d cp %d vpp %d)",
+                       l->tp, l->pp, l->cp, l->vpp);
+    if (l->zero < 0 || l->zero > 3)
+        return px_fail(err, PX_EINPUT, "zero stage must be 0, 1, 2 or 3, got %d", l->zero);
+    int mp = l->tp * l->pp * l->cp;
+    if (l->dp == 0) {
+        if (gpus <= 0)
+            l->dp = 1;
+        else if (gpus % mp != 0)
+            return px_fail(err, PX_EINPUT,
+                           "tp %d x pp %d x cp %d = %d does not divide the %d GPUs", l->tp, l->pp,
+                           l->cp, mp, gpus);
+        else
+            l->dp = gpus / mp;
+    }
+    if (gpus > 0 && mp * l->dp != gpus)
+        return px_fail(err, PX_EINPUT, "tp %d x pp %d x cp %d x dp %d = %d does not equal the %d GPUs",
+                       l->tp, l->pp, l->cp, l->dp, mp * l->dp, gpus);
+
+    int s = j->seq_len > 0 ? j->seq_len : c->seq_len;
+    if (c->position == MODEL_POS_LEARNED && s > c->seq_len)
+        return px_fail(err, PX_EINPUT,
+                       "sequence length %d exceeds the %d learned positions of model %s", s,
+                       c->seq_len, c->name);
+    if (c->heads % l->tp != 0)
+        return px_fail(err, PX_EINPUT, "tp %d must divide the %d attention heads", l->tp, c->heads);
+    if (c->kv_heads % l->tp != 0)
+        return px_fail(err, PX_EINPUT, "tp %d must divide the %d key/value heads", l->tp,
+                       c->kv_heads);
+    if (c->ffn_hidden % l->tp != 0)
+        return px_fail(err, PX_EINPUT, "tp %d must divide ffn_hidden %d", l->tp, c->ffn_hidden);
+    if (l->sp && l->tp < 2)
+        return px_fail(err, PX_EINPUT, "sequence parallelism needs tp > 1");
+
+    if (l->vpp > 1) {
+        if (l->pp < 2)
+            return px_fail(err, PX_EINPUT, "virtual pipeline stages (vpp %d) need pp > 1", l->vpp);
+        if (l->schedule == MODEL_SCHED_GPIPE)
+            return px_fail(err, PX_EINPUT,
+                           "the gpipe schedule cannot interleave (vpp %d): use the interleaved schedule",
+                           l->vpp);
+        l->schedule = MODEL_SCHED_INTERLEAVED; /* 1F1B over several chunks is the interleaved schedule */
+    } else if (l->schedule == MODEL_SCHED_INTERLEAVED) {
+        return px_fail(err, PX_EINPUT, "the interleaved schedule needs vpp >= 2");
+    }
+    if (c->layers % (l->pp * l->vpp) != 0)
+        return px_fail(err, PX_EINPUT, "pp %d x vpp %d = %d must divide the %d layers", l->pp,
+                       l->vpp, l->pp * l->vpp, c->layers);
+    if (l->zero >= 2 && l->pp > 1)
+        return px_fail(err, PX_EINPUT,
+                       "ZeRO-%d cannot be combined with pipeline parallelism (pp %d), as in "
+                       "DeepSpeed: use zero 1 or pp 1",
+                       l->zero, l->pp);
+
+    if (j->micro_batch < 1)
+        return px_fail(err, PX_EINPUT, "micro-batch size must be at least 1, got %d",
+                       j->micro_batch);
+    if (j->global_batch < 0)
+        return px_fail(err, PX_EINPUT, "global batch must be positive, got %d", j->global_batch);
+    if (j->global_batch == 0)
+        j->global_batch = j->micro_batch * l->dp;
+    if (j->global_batch % (j->micro_batch * l->dp) != 0)
+        return px_fail(err, PX_EINPUT,
+                       "global batch %d must be divisible by micro-batch %d x dp %d = %d",
+                       j->global_batch, j->micro_batch, l->dp, j->micro_batch * l->dp);
+    int m = j->global_batch / (j->micro_batch * l->dp);
+    if (l->schedule == MODEL_SCHED_INTERLEAVED && m % l->pp != 0)
+        return px_fail(err, PX_EINPUT,
+                       "the interleaved schedule needs the %d micro-batches to be a multiple of pp %d",
+                       m, l->pp);
+    if (s % l->cp != 0)
+        return px_fail(err, PX_EINPUT, "cp %d must divide the sequence length %d", l->cp, s);
+    if (l->sp && (s / l->cp) % l->tp != 0)
+        return px_fail(err, PX_EINPUT,
+                       "sequence parallelism needs the %d tokens per cp rank to be divisible by tp %d",
+                       s / l->cp, l->tp);
+    if (j->precision == PX_DTYPE_COUNT)
+        j->precision = PX_BF16;
+    if (!is_float_type(j->precision))
+        return px_fail(err, PX_EINPUT, "precision must be fp32, bf16 or fp16, got %s",
+                       px_dtype_name(j->precision));
+    if (!is_float_type(j->grad_dtype))
+        return px_fail(err, PX_EINPUT, "grad dtype must be fp32, bf16 or fp16, got %s",
+                       px_dtype_name(j->grad_dtype));
+    if (j->precision == PX_FP32 && j->grad_dtype != PX_FP32)
+        return px_fail(err, PX_EINPUT, "fp32 training keeps fp32 gradients (grad dtype %s)",
+                       px_dtype_name(j->grad_dtype));
+    if (!(j->dropout >= 0.0 && j->dropout < 1.0))
+        return px_fail(err, PX_EINPUT, "dropout must be in [0, 1), got %g", j->dropout);
+    if (j->pad_vocab < 1)
+        return px_fail(err, PX_EINPUT, "vocabulary padding multiple must be at least 1, got %d",
+                       j->pad_vocab);
+
+    d->gpus = mp * l->dp;
+    d->m = m;
+    d->p = l->pp;
+    d->v = l->vpp;
+    d->t = l->tp;
+    d->c = l->cp;
+    d->dp = l->dp;
+    d->chunks = l->pp * l->vpp;
+    d->chunk_layers = c->layers / d->chunks;
+    d->b = j->micro_batch;
+    d->s = s;
+    d->s_loc = s / l->cp;
+    d->s_sp = l->sp ? d->s_loc / l->tp : d->s_loc;
+    d->h = c->hidden;
+    d->hd = c->head_dim;
+    d->heads_loc = c->heads / l->tp;
+    d->kv_loc = c->kv_heads / l->tp;
+    d->q_loc = d->heads_loc * d->hd;
+    d->kv_width_loc = d->kv_loc * d->hd;
+    d->ffn_loc = c->ffn_hidden / l->tp;
+    d->ffn_out_loc = c->mlp == MODEL_SWIGLU ? 2 * d->ffn_loc : d->ffn_loc;
+    d->vocab_pad = (int)px_round_up((uint64_t)c->vocab, (uint64_t)j->pad_vocab * (uint64_t)l->tp);
+    d->vocab_loc = d->vocab_pad / l->tp;
+    d->zero_group = l->dp * l->cp;
+    d->param = j->precision;
+    d->act = j->precision;
+    d->grad = j->grad_dtype;
+    d->master = j->precision != PX_FP32;
+    return PX_OK;
+}

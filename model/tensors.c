@@ -1,0 +1,414 @@
+/* The tensor table of one pipeline stage: every tensor a rank of that stage holds.
+ *
+ * Saved activations follow Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
+ * Transformer Models", Sec. 4, Table 2) term by term, so that with 2-byte activations, dropout
+ * and no flash attention one layer holds s*b*h*(34 + 5*a*s/h) bytes; docs/memory.md derives
+ * every entry. Norm statistics (mean, rstd) are recomputed in backward rather than saved. */
+#include "model/model.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    ModelTensorTable *tt; /* NULL: only sum the bytes */
+    uint64_t sum;
+    int chunk, layer, block, per_mb;
+    PxError *err;
+    int rc;
+} Adder;
+
+static void add(Adder *a, const char *name, ModelCategory cat, PxDtype dt, int shard, int ndim,
+                int64_t d0, int64_t d1, int64_t d2, int64_t d3)
+{
+    int64_t dims[4] = {d0, d1, d2, d3};
+    uint64_t numel = 1;
+    for (int i = 0; i < ndim; i++)
+        numel *= (uint64_t)dims[i];
+    uint64_t bytes = numel * px_dtype_bytes(dt);
+    a->sum += bytes;
+    if (!a->tt || a->rc)
+        return;
+    ModelTensorTable *tt = a->tt;
+    if (tt->count == tt->cap) {
+        int cap = tt->cap ? 2 * tt->cap : 64;
+        ModelTensor *t = realloc(tt->t, (size_t)cap * sizeof *t);
+        if (!t) {
+            a->rc = px_fail(a->err, PX_ERUNTIME, "out of memory building the tensor table");
+            return;
+        }
+        tt->t = t;
+        tt->cap = cap;
+    }
+    ModelTensor *t = &tt->t[tt->count++];
+    memset(t, 0, sizeof *t);
+    px_strlcpy(t->name, name, sizeof t->name);
+    t->cat = cat;
+    t->dtype = dt;
+    t->ndim = ndim;
+    for (int i = 0; i < 4; i++)
+        t->shape[i] = i < ndim ? dims[i] : 1;
+    t->numel = numel;
+    t->bytes = bytes;
+    t->chunk = a->chunk;
+    t->layer = a->layer;
+    t->block = a->block;
+    t->per_microbatch = a->per_mb;
+    t->shard = shard;
+}
+
+#define NAME(buf, ...) snprintf(buf, sizeof buf, __VA_ARGS__)
+
+/* Saved activations of one transformer layer for one micro-batch under recompute mode `mode`. */
+static void layer_saved(Adder *a, const ModelSpec *s, const ModelDims *d, ModelRecompute mode,
+                        int layer, int skip_input)
+{
+    char n[64];
+    const PxDtype e = d->act;
+    const int64_t b = d->b, sl = d->s_loc, ss = d->s_sp, h = d->h;
+    const int sp = s->layout.sp ? MODEL_SHARD_SP : 0;
+    const int dropout = s->job.dropout > 0.0;
+    if (!skip_input) {
+        NAME(n, "layer.%d.ln1.in", layer);
+        add(a, n, MODEL_ACTIVATIONS, e, sp, 3, b, ss, h, 0);
+    }
+    if (mode == MODEL_RECOMPUTE_FULL)
+        return;
+    NAME(n, "layer.%d.attn.qkv.in", layer);
+    add(a, n, MODEL_ACTIVATIONS, e, sp, 3, b, ss, h, 0);
+    NAME(n, "layer.%d.attn.qkv.out", layer);
+    add(a, n, MODEL_ACTIVATIONS, e, MODEL_SHARD_TP, 3, b, sl, d->q_loc + 2 * d->kv_width_loc, 0);
+    if (s->job.flash_attn) {
+        NAME(n, "layer.%d.attn.lse", layer);
+        add(a, n, MODEL_ACTIVATIONS, PX_FP32, MODEL_SHARD_TP, 3, b, d->heads_loc, sl, 0);
+    } else if (mode == MODEL_RECOMPUTE_NONE) {
+        NAME(n, "layer.%d.attn.softmax", layer);
+        add(a, n, MODEL_ACTIVATIONS, e, MODEL_SHARD_TP, 4, b, d->heads_loc, sl, d->s);
+        if (dropout) {
+            NAME(n, "layer.%d.attn.softmax_mask", layer);
+            add(a, n, MODEL_ACTIVATIONS, PX_UINT8, MODEL_SHARD_TP, 4, b, d->heads_loc, sl, d->s);
+            NAME(n, "layer.%d.attn.softmax_drop", layer);
+            add(a, n, MODEL_ACTIVATIONS, e, MODEL_SHARD_TP, 4, b, d->heads_loc, sl, d->s);
+        }
+    }
+    NAME(n, "layer.%d.attn.proj.in", layer);
+    add(a, n, MODEL_ACTIVATIONS, e, MODEL_SHARD_TP, 3, b, sl, d->q_loc, 0);
+    if (dropout) {
+        NAME(n, "layer.%d.attn.drop_mask", layer);
+        add(a, n, MODEL_ACTIVATIONS, PX_UINT8, sp, 3, b, ss, h, 0);
+    }
+    NAME(n, "layer.%d.ln2.in", layer);
+    add(a, n, MODEL_ACTIVATIONS, e, sp, 3, b, ss, h, 0);
+    NAME(n, "layer.%d.mlp.fc1.in", layer);
+    add(a, n, MODEL_ACTIVATIONS, e, sp, 3, b, ss, h, 0);
+    NAME(n, "layer.%d.mlp.act.in", layer);
+    add(a, n, MODEL_ACTIVATIONS, e, MODEL_SHARD_TP, 3, b, sl, d->ffn_out_loc, 0);
+    NAME(n, "layer.%d.mlp.fc2.in", layer);
+    add(a, n, MODEL_ACTIVATIONS, e, MODEL_SHARD_TP, 3, b, sl, d->ffn_loc, 0);
+    if (dropout) {
+        NAME(n, "layer.%d.mlp.drop_mask", layer);
+        add(a, n, MODEL_ACTIVATIONS, PX_UINT8, sp, 3, b, ss, h, 0);
+    }
+}
+
+uint64_t model_layer_activation_bytes(const ModelSpec *s, const ModelDims *d)
+{
+    Adder a = {0};
+    layer_saved(&a, s, d, s->layout.recompute, 0, 0);
+    return a.sum;
+}
+
+/* Bytes that a recomputation re-creates for one layer in backward: the attention core under
+ * selective recompute (nothing with flash attention, which recomputes inside its backward),
+ * the whole layer but its input under full recompute. */
+static uint64_t recompute_bytes(const ModelSpec *s, const ModelDims *d)
+{
+    Adder all = {0}, kept = {0};
+    if (s->layout.recompute == MODEL_RECOMPUTE_NONE)
+        return 0;
+    layer_saved(&all, s, d, MODEL_RECOMPUTE_NONE, 0, 1);
+    if (s->layout.recompute == MODEL_RECOMPUTE_FULL)
+        return all.sum;
+    layer_saved(&kept, s, d, MODEL_RECOMPUTE_SELECTIVE, 0, 1);
+    return all.sum - kept.sum;
+}
+
+static int add_block(ModelTensorTable *tt, const char *name, int chunk, int layer, PxError *err)
+{
+    if (tt->n_blocks == tt->blocks_cap) {
+        int cap = tt->blocks_cap ? 2 * tt->blocks_cap : 16;
+        ModelBlock *b = realloc(tt->blocks, (size_t)cap * sizeof *b);
+        if (!b)
+            return px_fail(err, PX_ERUNTIME, "out of memory building the tensor table");
+        tt->blocks = b;
+        tt->blocks_cap = cap;
+    }
+    ModelBlock *b = &tt->blocks[tt->n_blocks++];
+    memset(b, 0, sizeof *b);
+    px_strlcpy(b->name, name, sizeof b->name);
+    b->chunk = chunk;
+    b->layer = layer;
+    return PX_OK;
+}
+
+/* One parameter with its gradient (when gradients are not sharded). */
+static void add_param(Adder *a, const ModelSpec *s, const ModelDims *d, const char *name,
+                      int shard, int ndim, int64_t d0, int64_t d1)
+{
+    ModelTensorTable *tt = a->tt;
+    uint64_t numel = (uint64_t)d0 * (uint64_t)(ndim > 1 ? d1 : 1);
+    tt->blocks[a->block].numel += numel;
+    tt->params += numel;
+    if (s->layout.zero < 3)
+        add(a, name, MODEL_WEIGHTS, d->param, shard, ndim, d0, d1, 0, 0);
+    if (s->layout.zero < 2) {
+        char g[64];
+        NAME(g, "%s.grad", name);
+        add(a, g, MODEL_GRADS, d->grad, shard, ndim, d0, d1, 0, 0);
+    }
+}
+
+static void add_layer_params(Adder *a, const ModelSpec *s, const ModelDims *d, int layer)
+{
+    const ModelConfig *c = &s->model;
+    const int64_t h = d->h;
+    const int norm_bias = c->norm == MODEL_LAYERNORM && c->bias;
+    const int qkv_bias = c->bias || c->qkv_bias;
+    char n[64];
+    NAME(n, "layer.%d.ln1.w", layer);
+    add_param(a, s, d, n, 0, 1, h, 0);
+    if (norm_bias) {
+        NAME(n, "layer.%d.ln1.b", layer);
+        add_param(a, s, d, n, 0, 1, h, 0);
+    }
+    int64_t qkv = d->q_loc + 2 * d->kv_width_loc;
+    NAME(n, "layer.%d.attn.qkv.w", layer);
+    add_param(a, s, d, n, MODEL_SHARD_TP, 2, qkv, h);
+    if (qkv_bias) {
+        NAME(n, "layer.%d.attn.qkv.b", layer);
+        add_param(a, s, d, n, MODEL_SHARD_TP, 1, qkv, 0);
+    }
+    NAME(n, "layer.%d.attn.proj.w", layer);
+    add_param(a, s, d, n, MODEL_SHARD_TP, 2, h, d->q_loc);
+    if (c->bias) {
+        NAME(n, "layer.%d.attn.proj.b", layer);
+        add_param(a, s, d, n, 0, 1, h, 0);
+    }
+    NAME(n, "layer.%d.ln2.w", layer);
+    add_param(a, s, d, n, 0, 1, h, 0);
+    if (norm_bias) {
+        NAME(n, "layer.%d.ln2.b", layer);
+        add_param(a, s, d, n, 0, 1, h, 0);
+    }
+    NAME(n, "layer.%d.mlp.fc1.w", layer);
+    add_param(a, s, d, n, MODEL_SHARD_TP, 2, d->ffn_out_loc, h);
+    if (c->bias) {
+        NAME(n, "layer.%d.mlp.fc1.b", layer);
+        add_param(a, s, d, n, MODEL_SHARD_TP, 1, d->ffn_out_loc, 0);
+    }
+    NAME(n, "layer.%d.mlp.fc2.w", layer);
+    add_param(a, s, d, n, MODEL_SHARD_TP, 2, h, d->ffn_loc);
+    if (c->bias) {
+        NAME(n, "layer.%d.mlp.fc2.b", layer);
+        add_param(a, s, d, n, 0, 1, h, 0);
+    }
+}
+
+/* Sharded gradients, master weights and optimizer state of one block. */
+static void add_block_states(Adder *a, const ModelSpec *s, const ModelDims *d, ModelBlock *blk)
+{
+    const int zero = s->layout.zero;
+    const int dp_shard = zero >= 1 ? MODEL_SHARD_DP : 0;
+    blk->shard_numel = px_ceil_div(blk->numel, (uint64_t)d->zero_group);
+    int64_t n_state = (int64_t)(zero >= 1 ? blk->shard_numel : blk->numel);
+    char n[64];
+    if (zero == 3) {
+        NAME(n, "%s.w_shard", blk->name);
+        add(a, n, MODEL_WEIGHTS, d->param, MODEL_SHARD_DP, 1, (int64_t)blk->shard_numel, 0, 0, 0);
+    }
+    if (zero >= 2) {
+        NAME(n, "%s.grad_shard", blk->name);
+        add(a, n, MODEL_GRADS, d->grad, MODEL_SHARD_DP, 1, (int64_t)blk->shard_numel, 0, 0, 0);
+    }
+    if (d->master) {
+        NAME(n, "%s.master", blk->name);
+        add(a, n, MODEL_MASTER, PX_FP32, dp_shard, 1, n_state, 0, 0, 0);
+    }
+    switch (s->job.optimizer) {
+    case MODEL_OPT_ADAMW:
+        NAME(n, "%s.adam_m", blk->name);
+        add(a, n, MODEL_OPTIMIZER, PX_FP32, dp_shard, 1, n_state, 0, 0, 0);
+        NAME(n, "%s.adam_v", blk->name);
+        add(a, n, MODEL_OPTIMIZER, PX_FP32, dp_shard, 1, n_state, 0, 0, 0);
+        break;
+    case MODEL_OPT_SGD_MOMENTUM:
+        NAME(n, "%s.momentum", blk->name);
+        add(a, n, MODEL_OPTIMIZER, PX_FP32, dp_shard, 1, n_state, 0, 0, 0);
+        break;
+    case MODEL_OPT_ADAM_8BIT:
+        /* Dettmers et al. 2022 (8-bit Optimizers via Block-wise Quantization): one byte per
+         * state and an fp32 absmax per block of 2048 values. */
+        NAME(n, "%s.adam8_m", blk->name);
+        add(a, n, MODEL_OPTIMIZER, PX_UINT8, dp_shard, 1, n_state, 0, 0, 0);
+        NAME(n, "%s.adam8_v", blk->name);
+        add(a, n, MODEL_OPTIMIZER, PX_UINT8, dp_shard, 1, n_state, 0, 0, 0);
+        NAME(n, "%s.adam8_absmax", blk->name);
+        add(a, n, MODEL_OPTIMIZER, PX_FP32, dp_shard, 2, 2, (int64_t)px_ceil_div((uint64_t)n_state, 2048),
+            0, 0);
+        break;
+    }
+}
+
+int model_tensors_build(const ModelSpec *s, const ModelDims *d, int stage, ModelTensorTable *tt,
+                        PxError *err)
+{
+    memset(tt, 0, sizeof *tt);
+    tt->stage = stage;
+    if (stage < 0 || stage >= d->p)
+        return px_fail(err, PX_EINPUT, "stage %d is outside the pipeline's %d stages", stage, d->p);
+    tt->act_chunk_bytes = calloc((size_t)d->v, sizeof *tt->act_chunk_bytes);
+    if (!tt->act_chunk_bytes)
+        return px_fail(err, PX_ERUNTIME, "out of memory building the tensor table");
+    const ModelConfig *c = &s->model;
+    const int64_t h = d->h, b = d->b;
+    const int dropout = s->job.dropout > 0.0;
+    const int sp = s->layout.sp ? MODEL_SHARD_SP : 0;
+    Adder a = {.tt = tt, .err = err, .block = -1, .layer = -1, .chunk = -1};
+    int rc;
+    char n[64];
+
+    /* Parameters, block by block, chunk by chunk. */
+    for (int j = 0; j < d->v; j++) {
+        int g = model_global_chunk(d, stage, j);
+        int first = g == 0, last = g == d->chunks - 1;
+        a.chunk = j;
+        if (first) {
+            if ((rc = add_block(tt, "embed", j, -1, err)))
+                return rc;
+            a.block = tt->n_blocks - 1;
+            a.layer = -1;
+            add_param(&a, s, d, "embed.wte", MODEL_SHARD_TP, 2, d->vocab_loc, h);
+            if (c->position == MODEL_POS_LEARNED)
+                add_param(&a, s, d, "embed.wpe", 0, 2, c->seq_len, h);
+        }
+        for (int l = g * d->chunk_layers; l < (g + 1) * d->chunk_layers; l++) {
+            NAME(n, "layer.%d", l);
+            if ((rc = add_block(tt, n, j, l, err)))
+                return rc;
+            a.block = tt->n_blocks - 1;
+            a.layer = l;
+            add_layer_params(&a, s, d, l);
+        }
+        if (last) {
+            if ((rc = add_block(tt, "final", j, -1, err)))
+                return rc;
+            a.block = tt->n_blocks - 1;
+            a.layer = -1;
+            add_param(&a, s, d, "final_ln.w", 0, 1, h, 0);
+            if (c->norm == MODEL_LAYERNORM && c->bias)
+                add_param(&a, s, d, "final_ln.b", 0, 1, h, 0);
+            /* A tied output layer shares embed.wte when both live on this chunk; on another
+             * stage it is a copy whose gradient is all-reduced with the first stage's. */
+            if (!c->tied_embeddings || !first)
+                add_param(&a, s, d, "logits.w", MODEL_SHARD_TP, 2, d->vocab_loc, h);
+        }
+    }
+    a.chunk = -1;
+    a.layer = -1;
+    for (int i = 0; i < tt->n_blocks; i++) {
+        a.block = i;
+        add_block_states(&a, s, d, &tt->blocks[i]);
+    }
+    a.block = -1;
+
+    /* Saved activations, one set per (chunk, micro-batch) in flight. */
+    a.per_mb = 1;
+    int has_data = 0;
+    for (int j = 0; j < d->v; j++) {
+        int g = model_global_chunk(d, stage, j);
+        uint64_t before = a.sum;
+        a.chunk = j;
+        if (g == 0) {
+            has_data = 1;
+            if (dropout)
+                add(&a, "embed.drop_mask", MODEL_ACTIVATIONS, PX_UINT8, sp, 3, b, d->s_sp, h, 0);
+        }
+        for (int l = g * d->chunk_layers; l < (g + 1) * d->chunk_layers; l++) {
+            a.layer = l;
+            layer_saved(&a, s, d, s->layout.recompute, l, 0);
+        }
+        a.layer = -1;
+        if (g == d->chunks - 1) {
+            has_data = 1;
+            add(&a, "final_ln.in", MODEL_ACTIVATIONS, d->act, sp, 3, b, d->s_sp, h, 0);
+            add(&a, "logits.in", MODEL_ACTIVATIONS, d->act, sp, 3, b, d->s_sp, h, 0);
+            /* Cross-entropy keeps fp32 probabilities (Korthikanti's 4*s*b*V/t). */
+            add(&a, "loss.probs", MODEL_ACTIVATIONS, PX_FP32, MODEL_SHARD_TP, 3, b, d->s_loc,
+                d->vocab_loc, 0);
+        }
+        tt->act_chunk_bytes[j] = a.sum - before;
+    }
+    a.per_mb = 0;
+    a.chunk = -1;
+
+    /* Workspace: scratch reused by every layer of every chunk. */
+    const PxDtype e = d->act;
+    add(&a, "ws.out", MODEL_WORKSPACE, e, 0, 3, b, d->s_loc, h, 0);
+    add(&a, "ws.dx_a", MODEL_WORKSPACE, e, sp, 3, b, d->s_sp, h, 0);
+    add(&a, "ws.dx_b", MODEL_WORKSPACE, e, sp, 3, b, d->s_sp, h, 0);
+    add(&a, "ws.dhid", MODEL_WORKSPACE, e, 0, 3, b, d->s_loc, d->q_loc > h ? d->q_loc : h, 0);
+    add(&a, "ws.dqkv", MODEL_WORKSPACE, e, MODEL_SHARD_TP, 3, b, d->s_loc,
+        d->q_loc + 2 * d->kv_width_loc, 0);
+    add(&a, "ws.dffn", MODEL_WORKSPACE, e, MODEL_SHARD_TP, 3, b, d->s_loc, d->ffn_out_loc, 0);
+    if (c->mlp == MODEL_SWIGLU)
+        add(&a, "ws.dact", MODEL_WORKSPACE, e, MODEL_SHARD_TP, 3, b, d->s_loc, d->ffn_loc, 0);
+    if (s->job.flash_attn)
+        add(&a, "ws.flash_d", MODEL_WORKSPACE, PX_FP32, MODEL_SHARD_TP, 3, b, d->heads_loc, d->s_loc,
+            0);
+    else
+        add(&a, "ws.dscores", MODEL_WORKSPACE, e, MODEL_SHARD_TP, 4, b, d->heads_loc, d->s_loc, d->s);
+    uint64_t re = recompute_bytes(s, d);
+    if (re > 0)
+        add(&a, "ws.recompute", MODEL_WORKSPACE, PX_UINT8, 0, 1, (int64_t)re, 0, 0, 0);
+    if (has_data)
+        add(&a, "data.batch", MODEL_WORKSPACE, PX_INT32, MODEL_SHARD_CP, 4, 2, d->m, b, d->s_loc + 1);
+
+    /* Communication buffers. */
+    if (d->p > 1) {
+        add(&a, "pp.send", MODEL_COMM_BUFFERS, e, sp, 3, b, d->s_sp, h, 0);
+        add(&a, "pp.recv", MODEL_COMM_BUFFERS, e, sp, 3, b, d->s_sp, h, 0);
+    }
+    if (s->layout.sp)
+        add(&a, "sp.gather", MODEL_COMM_BUFFERS, e, 0, 3, b, d->s_loc, h, 0);
+    if (d->c > 1)
+        add(&a, "cp.kv", MODEL_COMM_BUFFERS, e, MODEL_SHARD_TP, 3, b, d->s, 2 * d->kv_width_loc, 0);
+    uint64_t max_block = 0;
+    for (int i = 0; i < tt->n_blocks; i++)
+        if (tt->blocks[i].numel > max_block)
+            max_block = tt->blocks[i].numel;
+    /* The gathered/unsharded block is padded to a multiple of the group, as its shards are. */
+    uint64_t padded = px_round_up(max_block, (uint64_t)d->zero_group);
+    if (s->layout.zero >= 2)
+        add(&a, "zero.grad_bucket", MODEL_COMM_BUFFERS, d->grad, 0, 1, (int64_t)padded, 0, 0, 0);
+    if (s->layout.zero == 3)
+        add(&a, "zero.param_gather", MODEL_COMM_BUFFERS, d->param, 0, 2, 2, (int64_t)padded, 0, 0);
+    return a.rc;
+}
+
+void model_tensors_free(ModelTensorTable *tt)
+{
+    if (!tt)
+        return;
+    free(tt->t);
+    free(tt->blocks);
+    free(tt->act_chunk_bytes);
+    memset(tt, 0, sizeof *tt);
+}
+
+uint64_t model_tensors_bytes(const ModelTensorTable *tt, ModelCategory c)
+{
+    uint64_t sum = 0;
+    for (int i = 0; i < tt->count; i++)
+        if (tt->t[i].cat == c)
+            sum += tt->t[i].bytes;
+    return sum;
+}
