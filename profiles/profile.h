@@ -1,0 +1,62 @@
+/* prof — device and cluster profiles: what one accelerator can do (memory, peak FLOP/s per
+ * precision, memory bandwidth) and how devices are connected (devices per node, the node's link,
+ * the network per device). Built-in profiles live in profiles/devices and profiles/clusters and
+ * are compiled in; a path to a JSON file is read from disk. Every figure cites its source in
+ * the file's "sources" object; docs/profiles.md explains the choices.
+ *
+ * Example:
+ *   ProfCluster cl;
+ *   const char *sets[] = {"network.bandwidth_per_device=100e9"};
+ *   if (prof_cluster_load("dgx-a100", sets, 1, &cl, &err)) ...
+ *   double peak = prof_peak_flops(&cl.device, PX_BF16);     // 312e12
+ */
+#ifndef PROF_H
+#define PROF_H
+
+#include <stdint.h>
+
+#include "common/px.h"
+
+typedef struct {
+    char name[64];
+    char description[160];
+    uint64_t memory_bytes; /* usable device memory */
+    double peak_fp32, peak_tf32, peak_bf16, peak_fp16, peak_fp8; /* dense FLOP/s; 0: none */
+    double memory_bandwidth; /* bytes/s */
+    int sm_count;            /* streaming multiprocessors (or cores for a CPU) */
+    uint64_t runtime_bytes;  /* fixed per-process memory: context, library workspaces */
+} ProfDevice;
+
+typedef struct {
+    char name[64];
+    char description[160];
+    ProfDevice device;
+    int node_devices;      /* devices per node; 0: every rank on one node */
+    double link_bandwidth; /* intra-node bytes/s per device per direction */
+    double link_latency;   /* seconds */
+    double net_bandwidth;  /* inter-node bytes/s per device per direction */
+    double net_latency;
+    int nodes;         /* nodes in the cluster; 0: no limit */
+    int shared_memory; /* ranks of a node share one memory (CPU ranks): memory_bytes is per node */
+} ProfCluster;
+
+/* Loads a built-in device ("a100-80gb") or a device JSON file. */
+int prof_device_load(const char *name_or_path, ProfDevice *out, PxError *err);
+/* Loads a built-in cluster ("dgx-a100") or a cluster JSON file, resolves its device, then
+ * applies `key=value` overrides (dotted paths into the cluster JSON, device included:
+ * "device.peak_flops.bf16=400e12"). PX_EINPUT names the file, key or override at fault. */
+int prof_cluster_load(const char *name_or_path, const char *const *sets, int n_sets,
+                      ProfCluster *out, PxError *err);
+int prof_device_count(void);
+const char *prof_device_name(int i);
+int prof_cluster_count(void);
+const char *prof_cluster_name(int i);
+/* Dense peak FLOP/s for matmuls in dtype t (fp32 uses the fp32 figure, not TF32). */
+double prof_peak_flops(const ProfDevice *d, PxDtype t);
+/* The memory one rank may use: memory_bytes, divided among ranks_per_node for shared memory. */
+uint64_t prof_rank_memory(const ProfCluster *c, int ranks_per_node);
+/* Devices per node for a job of `gpus` ranks (node_devices, or gpus when unbounded). */
+int prof_node_size(const ProfCluster *c, int gpus);
+cJSON *prof_cluster_to_json(const ProfCluster *c);
+
+#endif
