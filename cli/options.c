@@ -1,0 +1,201 @@
+/* Option tables, generated getopt_long tables and --help, and parsing of the layout knobs. */
+#include "cli/options.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const CliOption cli_knob_options[] = {
+    {"tp", 1, "N", "tensor-parallel degree", CLI_TP},
+    {"pp", 1, "N", "pipeline-parallel degree (stages)", CLI_PP},
+    {"dp", 1, "N", "data-parallel degree (default: what the GPUs leave)", CLI_DP},
+    {"cp", 1, "N", "context-parallel degree", CLI_CP},
+    {"vpp", 1, "N", "model chunks per pipeline rank (>1: interleaved schedule)", CLI_VPP},
+    {"zero", 1, "0-3", "ZeRO stage: 1 optimizer+master, 2 +grads, 3 +params sharded", CLI_ZERO},
+    {"sp", 0, NULL, "sequence parallelism (needs tp > 1)", CLI_SP},
+    {"no-sp", 0, NULL, "no sequence parallelism (default)", CLI_NO_SP},
+    {"recompute", 1, "MODE", "activation recompute: none | selective | full", CLI_RECOMPUTE},
+    {"schedule", 1, "S", "pipeline schedule: 1f1b | gpipe | interleaved", CLI_SCHEDULE},
+    {"mbs", 1, "N", "micro-batch size in sequences (default 1)", CLI_MBS},
+    {"gbs", 1, "N", "global batch size in sequences (default: mbs x dp)", CLI_GBS},
+    {"seq", 1, "N", "sequence length (default: the model's)", CLI_SEQ},
+    {"precision", 1, "T", "fp32 | bf16 | fp16 (default: bf16 on GPUs, fp32 on CPUs)", CLI_PRECISION},
+    {"grad-dtype", 1, "T", "gradient dtype: fp32 (default) | bf16 | fp16", CLI_GRAD_DTYPE},
+    {"optimizer", 1, "O", "adamw (default) | sgd-momentum | adam-8bit", CLI_OPTIMIZER},
+    {"flash-attn", 0, NULL, "flash attention: no s x s matrices saved (default)", CLI_FLASH},
+    {"no-flash-attn", 0, NULL, "unfused attention that saves the softmax", CLI_NO_FLASH},
+    {"dropout", 1, "P", "dropout probability (default 0: no dropout)", CLI_DROPOUT},
+    {"overlap-dp", 0, NULL, "overlap DP reduction and ZeRO gathers with compute", CLI_OVERLAP_DP},
+    {"no-overlap-dp", 0, NULL, "do not overlap DP communication (default)", CLI_NO_OVERLAP_DP},
+    {"overlap-tp", 0, NULL, "overlap TP communication with compute", CLI_OVERLAP_TP},
+    {"no-overlap-tp", 0, NULL, "do not overlap TP communication (default)", CLI_NO_OVERLAP_TP},
+    {"pad-vocab", 1, "N", "pad the vocabulary to a multiple of N x tp (Megatron: 128; default 1)", CLI_PAD_VOCAB},
+    {"causal-flops", 0, NULL, "count only the causal half of attention FLOPs", CLI_CAUSAL},
+    {"set", 1, "KEY=V", "override a profile figure, e.g. network.bandwidth_per_device=100e9 (repeatable)", CLI_SET},
+    {NULL, 0, NULL, NULL, 0}};
+
+void cli_print_help(const char *cmd, const char *usage, const CliOption *const *tables)
+{
+    printf("usage: parallax %s %s\n\noptions:\n", cmd, usage);
+    for (const CliOption *const *t = tables; *t; t++) {
+        for (const CliOption *o = *t; o->name; o++) {
+            char left[64];
+            snprintf(left, sizeof left, "--%s%s%s", o->name, o->has_arg ? " " : "",
+                     o->has_arg ? o->arg : "");
+            printf("  %-22s %s\n", left, o->help);
+        }
+    }
+    printf("  %-22s %s\n", "-h, --help", "show this help");
+}
+
+static int knob(const char *cmd, int id, const char *arg, CliArgs *a)
+{
+    PxError err = {0};
+    ModelLayout *l = &a->spec.layout;
+    ModelJob *j = &a->spec.job;
+    int rc = PX_OK, v;
+    switch (id) {
+    case CLI_TP: rc = px_parse_int(arg, "--tp", 1, 1 << 16, &l->tp, &err); break;
+    case CLI_PP: rc = px_parse_int(arg, "--pp", 1, 1 << 16, &l->pp, &err); break;
+    case CLI_DP: rc = px_parse_int(arg, "--dp", 1, 1 << 24, &l->dp, &err); break;
+    case CLI_CP: rc = px_parse_int(arg, "--cp", 1, 1 << 16, &l->cp, &err); break;
+    case CLI_VPP: rc = px_parse_int(arg, "--vpp", 1, 1 << 16, &l->vpp, &err); break;
+    case CLI_ZERO: rc = px_parse_int(arg, "--zero", 0, 3, &l->zero, &err); break;
+    case CLI_SP: l->sp = 1; break;
+    case CLI_NO_SP: l->sp = 0; break;
+    case CLI_RECOMPUTE:
+        if ((v = model_recompute_from_name(arg)) < 0)
+            rc = px_fail(&err, PX_EINPUT, "--recompute: expected none, selective or full, got '%s'", arg);
+        else
+            l->recompute = (ModelRecompute)v;
+        break;
+    case CLI_SCHEDULE:
+        if ((v = model_schedule_from_name(arg)) < 0)
+            rc = px_fail(&err, PX_EINPUT, "--schedule: expected 1f1b, gpipe or interleaved, got '%s'", arg);
+        else
+            l->schedule = (ModelSchedule)v;
+        break;
+    case CLI_MBS: rc = px_parse_int(arg, "--mbs", 1, 1 << 24, &j->micro_batch, &err); break;
+    case CLI_GBS: rc = px_parse_int(arg, "--gbs", 1, 1 << 30, &j->global_batch, &err); break;
+    case CLI_SEQ: rc = px_parse_int(arg, "--seq", 1, 1 << 24, &j->seq_len, &err); break;
+    case CLI_PRECISION:
+        v = px_dtype_from_name(arg);
+        if (v != PX_FP32 && v != PX_BF16 && v != PX_FP16)
+            rc = px_fail(&err, PX_EINPUT, "--precision: expected fp32, bf16 or fp16, got '%s'", arg);
+        else
+            j->precision = (PxDtype)v;
+        break;
+    case CLI_GRAD_DTYPE:
+        v = px_dtype_from_name(arg);
+        if (v != PX_FP32 && v != PX_BF16 && v != PX_FP16)
+            rc = px_fail(&err, PX_EINPUT, "--grad-dtype: expected fp32, bf16 or fp16, got '%s'", arg);
+        else
+            j->grad_dtype = (PxDtype)v;
+        break;
+    case CLI_OPTIMIZER:
+        if ((v = model_optimizer_from_name(arg)) < 0)
+            rc = px_fail(&err, PX_EINPUT, "--optimizer: expected adamw, sgd-momentum or adam-8bit, got '%s'", arg);
+        else
+            j->optimizer = (ModelOptimizer)v;
+        break;
+    case CLI_FLASH: j->flash_attn = 1; break;
+    case CLI_NO_FLASH: j->flash_attn = 0; break;
+    case CLI_DROPOUT:
+        rc = px_parse_double(arg, "--dropout", &j->dropout, &err);
+        if (!rc && !(j->dropout >= 0 && j->dropout < 1))
+            rc = px_fail(&err, PX_EINPUT, "--dropout: must be in [0, 1), got %s", arg);
+        break;
+    case CLI_OVERLAP_DP: l->overlap_dp = 1; break;
+    case CLI_NO_OVERLAP_DP: l->overlap_dp = 0; break;
+    case CLI_OVERLAP_TP: l->overlap_tp = 1; break;
+    case CLI_NO_OVERLAP_TP: l->overlap_tp = 0; break;
+    case CLI_PAD_VOCAB: rc = px_parse_int(arg, "--pad-vocab", 1, 1 << 16, &j->pad_vocab, &err); break;
+    case CLI_CAUSAL: j->causal_flops = 1; break;
+    case CLI_SET:
+        if (a->n_sets == CLI_MAX_SETS)
+            rc = px_fail(&err, PX_EINPUT, "--set: at most %d overrides", CLI_MAX_SETS);
+        else if (!strchr(arg, '='))
+            rc = px_fail(&err, PX_EINPUT, "--set '%s': expected key=value", arg);
+        else
+            a->sets[a->n_sets++] = arg;
+        break;
+    default: break;
+    }
+    if (rc) {
+        fprintf(stderr, "parallax %s: %s\n", cmd, err.msg);
+        return 2;
+    }
+    if (id < CLI_KNOB_COUNT)
+        a->given |= 1ull << id;
+    return -1;
+}
+
+int cli_parse(const char *cmd, const char *usage, int argc, char **argv,
+              const CliOption *const *tables, int max_positional, CliArgs *a)
+{
+    int n = 0;
+    for (const CliOption *const *t = tables; *t; t++)
+        for (const CliOption *o = *t; o->name; o++)
+            n++;
+    struct option *lo = calloc((size_t)n + 2, sizeof *lo);
+    const CliOption **by_index = calloc((size_t)n + 1, sizeof *by_index);
+    if (!lo || !by_index) {
+        free(lo);
+        free(by_index);
+        fprintf(stderr, "parallax %s: out of memory\n", cmd);
+        return 1;
+    }
+    int i = 0;
+    for (const CliOption *const *t = tables; *t; t++) {
+        for (const CliOption *o = *t; o->name; o++, i++) {
+            lo[i] = (struct option){o->name, o->has_arg ? required_argument : no_argument, NULL, 1000 + i};
+            by_index[i] = o;
+        }
+    }
+    lo[n] = (struct option){"help", no_argument, NULL, 'h'};
+    int status = -1, c;
+    opterr = 0;
+    optind = 1;
+    while (status < 0 && (c = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
+        if (c == 'h') {
+            cli_print_help(cmd, usage, tables);
+            status = 0;
+        } else if (c == '?') {
+            fprintf(stderr, "parallax %s: unknown option '%s' (see 'parallax %s --help')\n", cmd,
+                    argv[optind - 1], cmd);
+            status = 2;
+        } else if (c == ':') {
+            fprintf(stderr, "parallax %s: option '%s' needs a value\n", cmd, argv[optind - 1]);
+            status = 2;
+        } else {
+            const CliOption *o = by_index[c - 1000];
+            PxError err = {0};
+            switch (o->id) {
+            case CLI_MODEL: a->model = optarg; break;
+            case CLI_CLUSTER: a->cluster = optarg; break;
+            case CLI_OUTPUT: a->output = optarg; break;
+            case CLI_JSON: a->json = 1; break;
+            case CLI_GPUS:
+                if (px_parse_int(optarg, "--gpus", 1, 1 << 24, &a->gpus, &err)) {
+                    fprintf(stderr, "parallax %s: %s\n", cmd, err.msg);
+                    status = 2;
+                }
+                break;
+            default: status = knob(cmd, o->id, optarg, a); break;
+            }
+        }
+    }
+    for (; status < 0 && optind < argc; optind++) {
+        if (a->n_positional >= max_positional || a->n_positional >= 8) {
+            fprintf(stderr, "parallax %s: unexpected argument '%s' (see 'parallax %s --help')\n",
+                    cmd, argv[optind], cmd);
+            status = 2;
+        } else {
+            a->positional[a->n_positional++] = argv[optind];
+        }
+    }
+    free(lo);
+    free(by_index);
+    return status;
+}

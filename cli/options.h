@@ -1,0 +1,53 @@
+/* cli — option tables shared by the subcommands: each command lists its options once, and
+ * getopt_long's table and --help are generated from that list. The layout and training knobs
+ * (--tp ... --set) parse into a ModelSpec plus the set of knobs the user gave. */
+#ifndef CLI_OPTIONS_H
+#define CLI_OPTIONS_H
+
+#include "model/model.h"
+
+typedef struct {
+    const char *name; /* long option without dashes */
+    int has_arg;      /* 0 or 1 */
+    const char *arg;  /* metavariable shown in --help */
+    const char *help;
+    int id;
+} CliOption;
+
+/* Knob identifiers (also bits of CliArgs.given). */
+enum {
+    CLI_TP = 0, CLI_PP, CLI_DP, CLI_CP, CLI_VPP, CLI_ZERO, CLI_SP, CLI_NO_SP, CLI_RECOMPUTE,
+    CLI_SCHEDULE, CLI_MBS, CLI_GBS, CLI_SEQ, CLI_PRECISION, CLI_GRAD_DTYPE, CLI_OPTIMIZER,
+    CLI_FLASH, CLI_NO_FLASH, CLI_DROPOUT, CLI_OVERLAP_DP, CLI_NO_OVERLAP_DP, CLI_OVERLAP_TP,
+    CLI_NO_OVERLAP_TP, CLI_PAD_VOCAB, CLI_CAUSAL, CLI_SET,
+    CLI_KNOB_COUNT,
+    /* not knobs */
+    CLI_MODEL = 64, CLI_CLUSTER, CLI_GPUS, CLI_JSON, CLI_HELP, CLI_OUTPUT
+};
+
+#define CLI_MAX_SETS 64
+
+typedef struct {
+    const char *model;
+    const char *cluster;
+    int gpus;
+    int json;
+    const char *output;
+    ModelSpec spec;
+    const char *sets[CLI_MAX_SETS];
+    int n_sets;
+    unsigned long long given; /* 1ull << knob id for each knob on the command line */
+    const char *positional[8];
+    int n_positional;
+} CliArgs;
+
+extern const CliOption cli_knob_options[];
+
+/* Parses argv against the NULL-terminated list of tables, filling args; up to max_positional
+ * bare arguments land in args->positional. Returns -1 to go on, or an exit status: 0 after
+ * --help, 2 after a bad option or argument (message printed, naming it). */
+int cli_parse(const char *cmd, const char *usage, int argc, char **argv,
+              const CliOption *const *tables, int max_positional, CliArgs *args);
+void cli_print_help(const char *cmd, const char *usage, const CliOption *const *tables);
+
+#endif

@@ -1,0 +1,131 @@
+/* parallax — front end: subcommand dispatch. Each command parses its options and hands the
+ * work to the library modules; exit status 0 ok, 1 runtime failure, 2 bad input. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/options.h"
+#include "sim/sim.h"
+
+#define PARALLAX_VERSION "0.1.0"
+
+static int exit_code(int status) { return status == PX_EINPUT ? 2 : status ? 1 : 0; }
+
+static int fail(const char *cmd, int status, const PxError *err)
+{
+    fprintf(stderr, "parallax %s: %s\n", cmd, err->msg);
+    return exit_code(status);
+}
+
+static const CliOption json_option[] = {
+    {"json", 0, NULL, "machine-readable output", CLI_JSON},
+    {NULL, 0, NULL, NULL, 0}};
+
+static const CliOption target_options[] = {
+    {"model", 1, "M", "zoo model name or JSON file (parallax or Hugging Face config.json)", CLI_MODEL},
+    {"cluster", 1, "C", "cluster profile name or JSON file", CLI_CLUSTER},
+    {"gpus", 1, "N", "number of GPUs (ranks)", CLI_GPUS},
+    {NULL, 0, NULL, NULL, 0}};
+
+static int cmd_models(int argc, char **argv)
+{
+    CliArgs a = {0};
+    const CliOption *const tables[] = {json_option, NULL};
+    int st = cli_parse("models", "[--json]\n\nLists the built-in model zoo.", argc, argv, tables, 0, &a);
+    if (st >= 0)
+        return st;
+    PxError err = {0};
+    int rc = sim_list_models(stdout, a.json, &err);
+    return rc ? fail("models", rc, &err) : 0;
+}
+
+static int cmd_profiles(int argc, char **argv)
+{
+    CliArgs a = {0};
+    const CliOption *const tables[] = {json_option, NULL};
+    int st = cli_parse("profiles", "[--json]\n\nLists the built-in device and cluster profiles.",
+                       argc, argv, tables, 0, &a);
+    if (st >= 0)
+        return st;
+    PxError err = {0};
+    int rc = sim_list_profiles(stdout, a.json, &err);
+    return rc ? fail("profiles", rc, &err) : 0;
+}
+
+static int cmd_simulate(int argc, char **argv)
+{
+    CliArgs a = {0};
+    model_spec_defaults(&a.spec);
+    const CliOption *const tables[] = {target_options, cli_knob_options, json_option, NULL};
+    int st = cli_parse("simulate",
+                       "--model M --cluster C --gpus N [knobs] [--json]\n\n"
+                       "Predicts memory per GPU by category and pipeline stage, FLOPs and\n"
+                       "communication per step for one layout of a model on a cluster.",
+                       argc, argv, tables, 0, &a);
+    if (st >= 0)
+        return st;
+    PxError err = {0};
+    if (!a.model || !a.cluster || !a.gpus) {
+        fprintf(stderr, "parallax simulate: --model, --cluster and --gpus are required (see --help)\n");
+        return 2;
+    }
+    int rc = model_config_load(a.model, &a.spec.model, &err);
+    if (rc)
+        return fail("simulate", rc, &err);
+    ProfCluster cl;
+    if ((rc = prof_cluster_load(a.cluster, a.sets, a.n_sets, &cl, &err)))
+        return fail("simulate", rc, &err);
+    SimResult r;
+    if ((rc = sim_run(&a.spec, &cl, a.gpus, &r, &err)))
+        return fail("simulate", rc, &err);
+    if (a.json) {
+        cJSON *j = sim_result_to_json(&r);
+        char *s = cJSON_Print(j);
+        printf("%s\n", s);
+        cJSON_free(s);
+        cJSON_Delete(j);
+    } else {
+        sim_result_print(stdout, &r);
+    }
+    sim_result_free(&r);
+    return 0;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: parallax <command> [options]\n\n"
+            "Plans, simulates and runs parallel layouts for transformer training.\n\n"
+            "commands:\n"
+            "  models      list the built-in model zoo\n"
+            "  profiles    list the built-in device and cluster profiles\n"
+            "  simulate    predict memory, FLOPs and communication of one layout\n"
+            "  help        show this help ('parallax <command> --help' for a command's)\n"
+            "  version     print the version\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "models"))
+        return cmd_models(argc - 1, argv + 1);
+    if (!strcmp(cmd, "profiles"))
+        return cmd_profiles(argc - 1, argv + 1);
+    if (!strcmp(cmd, "simulate"))
+        return cmd_simulate(argc - 1, argv + 1);
+    if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+        printf("parallax %s\n", PARALLAX_VERSION);
+        return 0;
+    }
+    fprintf(stderr, "parallax: unknown command '%s'\n", cmd);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,294 @@
+/* Rendering a simulation: JSON with DESIGN.md's Prediction keys, and tables for people. */
+#include "sim/sim.h"
+
+#include <string.h>
+
+static cJSON *layout_json(const ModelLayout *l)
+{
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddNumberToObject(j, "dp", l->dp);
+    cJSON_AddNumberToObject(j, "tp", l->tp);
+    cJSON_AddNumberToObject(j, "pp", l->pp);
+    cJSON_AddNumberToObject(j, "cp", l->cp);
+    cJSON_AddNumberToObject(j, "vpp", l->vpp);
+    cJSON_AddNumberToObject(j, "zero", l->zero);
+    cJSON_AddBoolToObject(j, "sp", l->sp);
+    cJSON_AddStringToObject(j, "recompute", model_recompute_name(l->recompute));
+    cJSON_AddStringToObject(j, "schedule", model_schedule_name(l->schedule));
+    cJSON_AddBoolToObject(j, "overlap_dp", l->overlap_dp);
+    cJSON_AddBoolToObject(j, "overlap_tp", l->overlap_tp);
+    return j;
+}
+
+static cJSON *training_json(const ModelJob *t, const ModelDims *d)
+{
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddNumberToObject(j, "global_batch", t->global_batch);
+    cJSON_AddNumberToObject(j, "micro_batch", t->micro_batch);
+    cJSON_AddNumberToObject(j, "micro_batches", d->m);
+    cJSON_AddNumberToObject(j, "seq_len", d->s);
+    cJSON_AddStringToObject(j, "precision", px_dtype_name(t->precision));
+    cJSON_AddStringToObject(j, "grad_dtype", px_dtype_name(t->grad_dtype));
+    cJSON_AddStringToObject(j, "optimizer", model_optimizer_name(t->optimizer));
+    cJSON_AddBoolToObject(j, "flash_attn", t->flash_attn);
+    cJSON_AddNumberToObject(j, "dropout", t->dropout);
+    cJSON_AddNumberToObject(j, "pad_vocab", t->pad_vocab);
+    cJSON_AddNumberToObject(j, "vocab_padded", d->vocab_pad);
+    cJSON_AddStringToObject(j, "attention_flops", t->causal_flops ? "causal" : "full");
+    return j;
+}
+
+static void add_prediction(cJSON *j, const SimResult *r)
+{
+    const ModelDims *d = &r->dims;
+    cJSON *mem = cJSON_AddObjectToObject(j, "memory");
+    cJSON_AddNumberToObject(mem, "peak_bytes", (double)r->peak_bytes);
+    cJSON_AddNumberToObject(mem, "peak_stage", r->peak_stage);
+    cJSON_AddNumberToObject(mem, "rank_memory_bytes", (double)r->rank_memory_bytes);
+    cJSON_AddBoolToObject(mem, "fits", r->peak_bytes <= r->rank_memory_bytes);
+    cJSON *ps = cJSON_AddArrayToObject(mem, "per_stage");
+    for (int st = 0; st < d->p; st++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "stage", st);
+        for (int c = 0; c < MODEL_CAT_COUNT; c++)
+            cJSON_AddNumberToObject(e, model_category_name((ModelCategory)c), (double)r->mem[st].cat[c]);
+        cJSON_AddNumberToObject(e, "total", (double)r->mem[st].total);
+        cJSON_AddNumberToObject(e, "activation_sets", r->mem[st].peak_live);
+        cJSON_AddItemToArray(ps, e);
+    }
+    cJSON *fl = cJSON_AddObjectToObject(j, "flops");
+    cJSON_AddNumberToObject(fl, "model_per_step", r->model_flops);
+    cJSON_AddNumberToObject(fl, "hardware_per_step", r->hardware_flops);
+    cJSON *pr = cJSON_AddArrayToObject(fl, "per_rank_per_step");
+    for (int st = 0; st < d->p; st++)
+        cJSON_AddItemToArray(pr, cJSON_CreateNumber(r->rank_flops[st]));
+
+    cJSON *cm = cJSON_AddObjectToObject(j, "comm");
+    int busiest = 0;
+    uint64_t most = 0;
+    for (int st = 0; st < d->p; st++) {
+        uint64_t tot = 0;
+        for (int k = 0; k < MODEL_COMM_COUNT; k++)
+            tot += r->comm[st][k];
+        if (tot > most) {
+            most = tot;
+            busiest = st;
+        }
+    }
+    cJSON *pk = cJSON_AddObjectToObject(cm, "per_rank_bytes");
+    for (int k = 0; k < MODEL_COMM_COUNT; k++)
+        cJSON_AddNumberToObject(pk, model_comm_name((ModelComm)k), (double)r->comm[busiest][k]);
+    cJSON_AddNumberToObject(cm, "per_rank_stage", busiest);
+    cJSON *cs = cJSON_AddArrayToObject(cm, "per_stage");
+    for (int st = 0; st < d->p; st++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "stage", st);
+        uint64_t tot = 0;
+        for (int k = 0; k < MODEL_COMM_COUNT; k++) {
+            cJSON_AddNumberToObject(e, model_comm_name((ModelComm)k), (double)r->comm[st][k]);
+            tot += r->comm[st][k];
+        }
+        cJSON_AddNumberToObject(e, "total_bytes", (double)tot);
+        cJSON_AddItemToArray(cs, e);
+    }
+
+    cJSON *ops = cJSON_AddArrayToObject(j, "ops");
+    for (int st = 0; st < d->p; st++) {
+        const ModelOpGraph *g = &r->ops[st];
+        for (int i = 0; i < g->count; i++) {
+            const ModelOp *op = &g->op[i];
+            double times = op->per_microbatch ? d->m : 1;
+            char name[80];
+            model_op_fullname(op, name, sizeof name);
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddStringToObject(e, "name", name);
+            cJSON_AddNumberToObject(e, "stage", st);
+            cJSON_AddNumberToObject(e, "chunk", op->chunk);
+            cJSON_AddNumberToObject(e, "calls", times * op->calls);
+            cJSON_AddNumberToObject(e, "flops", op->flops * times);
+            cJSON_AddNumberToObject(e, "bytes", op->bytes * times);
+            if (op->kind == MODEL_OP_COMM) {
+                cJSON_AddStringToObject(e, "comm", model_comm_name(op->comm));
+                cJSON_AddNumberToObject(e, "group_size", op->group_size);
+                cJSON_AddNumberToObject(e, "comm_bytes", (double)op->comm_bytes * op->calls * times);
+            }
+            cJSON_AddItemToArray(ops, e);
+        }
+    }
+}
+
+cJSON *sim_result_to_json(const SimResult *r)
+{
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddNumberToObject(j, "schema_version", 1);
+    cJSON *m = model_config_to_json(&r->spec.model);
+    cJSON_AddNumberToObject(m, "params", r->params);
+    cJSON_AddItemToObject(j, "model", m);
+    cJSON_AddStringToObject(j, "cluster", r->cluster.name);
+    cJSON_AddNumberToObject(j, "gpus", r->dims.gpus);
+    cJSON_AddItemToObject(j, "layout", layout_json(&r->spec.layout));
+    cJSON_AddItemToObject(j, "training", training_json(&r->spec.job, &r->dims));
+    add_prediction(j, r);
+    return j;
+}
+
+static double gib(uint64_t b) { return (double)b / PX_GIB; }
+
+void sim_result_print(FILE *f, const SimResult *r)
+{
+    const ModelSpec *s = &r->spec;
+    const ModelLayout *l = &s->layout;
+    const ModelJob *t = &s->job;
+    const ModelDims *d = &r->dims;
+    char buf[32];
+    int nodes = (d->gpus + r->node_size - 1) / r->node_size;
+    fprintf(f, "%s on %s: %d x %s (%d node%s of %d)\n", s->model.name, r->cluster.name, d->gpus,
+            r->cluster.device.name, nodes, nodes == 1 ? "" : "s", r->node_size);
+    fprintf(f, "layout    tp %d  pp %d  dp %d  cp %d  vpp %d  zero %d  sp %s  recompute %s  schedule %s\n",
+            l->tp, l->pp, l->dp, l->cp, l->vpp, l->zero, l->sp ? "on" : "off",
+            model_recompute_name(l->recompute), model_schedule_name(l->schedule));
+    fprintf(f, "training  gbs %d  mbs %d  seq %d  micro-batches %d  %s  grads %s  %s  flash-attn %s  dropout %g\n",
+            t->global_batch, t->micro_batch, d->s, d->m, px_dtype_name(t->precision),
+            px_dtype_name(t->grad_dtype), model_optimizer_name(t->optimizer),
+            t->flash_attn ? "on" : "off", t->dropout);
+    fprintf(f, "model     %s parameters", px_fmt_count(buf, sizeof buf, r->params));
+    if (d->vocab_pad != s->model.vocab)
+        fprintf(f, ", vocabulary %d padded to %d", s->model.vocab, d->vocab_pad);
+    fprintf(f, "\n\nmemory per GPU (GiB)\n");
+    fprintf(f, "%5s", "stage");
+    static const char *const head[MODEL_CAT_COUNT] = {"weights", "grads", "master", "optimizer",
+                                                      "activations", "comm_bufs", "workspace", "runtime"};
+    for (int c = 0; c < MODEL_CAT_COUNT; c++)
+        fprintf(f, " %11s", head[c]);
+    fprintf(f, " %9s %8s\n", "total", "in-flight");
+    for (int st = 0; st < d->p; st++) {
+        fprintf(f, "%5d", st);
+        for (int c = 0; c < MODEL_CAT_COUNT; c++)
+            fprintf(f, " %11.2f", gib(r->mem[st].cat[c]));
+        fprintf(f, " %9.2f %8d\n", gib(r->mem[st].total), r->mem[st].peak_live);
+    }
+    int fits = r->peak_bytes <= r->rank_memory_bytes;
+    fprintf(f, "peak %.2f GiB on stage %d of %.2f GiB per GPU: %s (%.0f%%)\n", gib(r->peak_bytes),
+            r->peak_stage, gib(r->rank_memory_bytes), fits ? "fits" : "DOES NOT FIT",
+            100.0 * (double)r->peak_bytes / (double)r->rank_memory_bytes);
+
+    fprintf(f, "\nFLOPs per step   model %.4g   hardware %.4g   (per GPU: %.4g on stage 0)\n",
+            r->model_flops, r->hardware_flops, r->rank_flops[0]);
+
+    int used[MODEL_COMM_COUNT] = {0}, any = 0;
+    for (int st = 0; st < d->p; st++)
+        for (int k = 0; k < MODEL_COMM_COUNT; k++)
+            if (r->comm[st][k]) {
+                used[k] = 1;
+                any = 1;
+            }
+    fprintf(f, "\ncommunication per GPU per step (GB)\n");
+    if (!any) {
+        fprintf(f, "none: a single rank\n");
+        return;
+    }
+    fprintf(f, "%5s", "stage");
+    for (int k = 0; k < MODEL_COMM_COUNT; k++)
+        if (used[k])
+            fprintf(f, " %17s", model_comm_name((ModelComm)k));
+    fprintf(f, "\n");
+    for (int st = 0; st < d->p; st++) {
+        fprintf(f, "%5d", st);
+        for (int k = 0; k < MODEL_COMM_COUNT; k++)
+            if (used[k])
+                fprintf(f, " %17.3f", (double)r->comm[st][k] / PX_GB);
+        fprintf(f, "\n");
+    }
+}
+
+int sim_list_models(FILE *f, int json, PxError *err)
+{
+    cJSON *arr = json ? cJSON_CreateArray() : NULL;
+    if (!json)
+        fprintf(f, "%-16s %-6s %6s %7s %6s %4s %7s %7s %6s %10s\n", "name", "family", "layers",
+                "hidden", "heads", "kv", "ffn", "vocab", "seq", "params");
+    for (int i = 0; i < model_zoo_count(); i++) {
+        ModelConfig c;
+        int rc = model_config_load(model_zoo_name(i), &c, err);
+        if (rc) {
+            cJSON_Delete(arr);
+            return rc;
+        }
+        double p = model_config_params(&c);
+        if (json) {
+            cJSON *m = model_config_to_json(&c);
+            cJSON_AddNumberToObject(m, "params", p);
+            cJSON_AddItemToArray(arr, m);
+        } else {
+            char buf[32];
+            fprintf(f, "%-16s %-6s %6d %7d %6d %4d %7d %7d %6d %10s\n", c.name,
+                    model_family_name(c.family), c.layers, c.hidden, c.heads, c.kv_heads,
+                    c.ffn_hidden, c.vocab, c.seq_len, px_fmt_count(buf, sizeof buf, p));
+        }
+    }
+    if (json) {
+        char *s = cJSON_Print(arr);
+        fprintf(f, "%s\n", s);
+        cJSON_free(s);
+        cJSON_Delete(arr);
+    }
+    return PX_OK;
+}
+
+int sim_list_profiles(FILE *f, int json, PxError *err)
+{
+    cJSON *root = json ? cJSON_CreateObject() : NULL;
+    cJSON *devs = json ? cJSON_AddArrayToObject(root, "devices") : NULL;
+    cJSON *cls = json ? cJSON_AddArrayToObject(root, "clusters") : NULL;
+    if (!json)
+        fprintf(f, "devices\n%-12s %9s %10s %10s %10s %4s  %s\n", "name", "memory", "bf16 TF/s",
+                "fp32 TF/s", "HBM GB/s", "SMs", "description");
+    for (int i = 0; i < prof_device_count(); i++) {
+        ProfDevice d;
+        int rc = prof_device_load(prof_device_name(i), &d, err);
+        if (rc) {
+            cJSON_Delete(root);
+            return rc;
+        }
+        if (json) {
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddStringToObject(e, "name", d.name);
+            cJSON_AddNumberToObject(e, "memory_bytes", (double)d.memory_bytes);
+            cJSON_AddNumberToObject(e, "peak_bf16", d.peak_bf16);
+            cJSON_AddNumberToObject(e, "peak_fp32", d.peak_fp32);
+            cJSON_AddNumberToObject(e, "memory_bandwidth", d.memory_bandwidth);
+            cJSON_AddItemToArray(devs, e);
+        } else {
+            fprintf(f, "%-12s %5.0f GiB %10.1f %10.2f %10.0f %4d  %s\n", d.name,
+                    (double)d.memory_bytes / PX_GIB, d.peak_bf16 / 1e12, d.peak_fp32 / 1e12,
+                    d.memory_bandwidth / 1e9, d.sm_count, d.description);
+        }
+    }
+    if (!json)
+        fprintf(f, "\nclusters\n%-10s %-10s %12s %14s %14s %6s  %s\n", "name", "device",
+                "devs/node", "link GB/s", "net GB/s/dev", "nodes", "description");
+    for (int i = 0; i < prof_cluster_count(); i++) {
+        ProfCluster c;
+        int rc = prof_cluster_load(prof_cluster_name(i), NULL, 0, &c, err);
+        if (rc) {
+            cJSON_Delete(root);
+            return rc;
+        }
+        if (json) {
+            cJSON_AddItemToArray(cls, prof_cluster_to_json(&c));
+        } else {
+            char nd[16], nn[16];
+            snprintf(nd, sizeof nd, c.node_devices ? "%d" : "any", c.node_devices);
+            snprintf(nn, sizeof nn, c.nodes ? "%d" : "-", c.nodes);
+            fprintf(f, "%-10s %-10s %12s %14.0f %14.1f %6s  %s\n", c.name, c.device.name, nd,
+                    c.link_bandwidth / 1e9, c.net_bandwidth / 1e9, nn, c.description);
+        }
+    }
+    if (json) {
+        char *s = cJSON_Print(root);
+        fprintf(f, "%s\n", s);
+        cJSON_free(s);
+        cJSON_Delete(root);
+    }
+    return PX_OK;
+}
