@@ -147,6 +147,12 @@ const char *px_basename(const char *path)
     return slash ? slash + 1 : path;
 }
 
+int px_path_exists(const char *path)
+{
+    struct stat st;
+    return path && stat(path, &st) == 0;
+}
+
 int px_file_exists(const char *path)
 {
     struct stat st;

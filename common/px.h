@@ -66,7 +66,8 @@ char *px_read_file(const char *path, size_t *len, PxError *err);
 int px_write_file_atomic(const char *path, const char *text, PxError *err);
 /* The last path component, without directories. */
 const char *px_basename(const char *path);
-int px_file_exists(const char *path);
+int px_file_exists(const char *path); /* a regular file */
+int px_path_exists(const char *path);  /* anything */
 
 /* ---- JSON ---- */
 

@@ -278,7 +278,7 @@ int model_config_load(const char *name_or_path, ModelConfig *out, PxError *err)
             return rc;
         }
     }
-    if (!px_file_exists(name_or_path))
+    if (!px_path_exists(name_or_path))
         return px_fail(err, PX_EINPUT,
                        "unknown model '%s': not in the zoo ('parallax models' lists it) and no "
                        "such file",

@@ -32,7 +32,7 @@ static cJSON *load_json(const char *name_or_path, const PxEmbedded *table, int c
                 return px_json_parse(table[i].text, origin, err);
             }
         }
-        if (!px_file_exists(name_or_path)) {
+        if (!px_path_exists(name_or_path)) {
             px_fail(err, PX_EINPUT, "unknown %s '%s' ('%s' lists the built-in ones)", what,
                     name_or_path, lister);
             return NULL;
