@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Bad input to the parallax CLI: every case must exit with the expected status (2 for input the
+# user can fix) and print a message naming what is wrong. Usage: cli_bad_input.sh PARALLAX
+set -u
+px=${1:?usage: cli_bad_input.sh path/to/parallax}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0 cases=0
+
+# expect STATUS NEEDLE ARGS... : run parallax ARGS, check the exit status and that stderr or
+# stdout contains NEEDLE.
+expect() {
+  local want=$1 needle=$2
+  shift 2
+  cases=$((cases + 1))
+  local out
+  out=$("$px" "$@" 2>&1)
+  local got=$?
+  if [ "$got" -ne "$want" ] || ! grep -qF -- "$needle" <<<"$out"; then
+    echo "FAILED: parallax $*"
+    echo "  expected status $want and '$needle'"
+    echo "  got status $got: $(head -c 400 <<<"$out")"
+    fails=$((fails + 1))
+  fi
+}
+
+ok='--cluster dgx-a100 --gpus 8'
+printf '{"name": "m", "family": "gpt", "layers": 4, "hidden": 64, "heads": 4, "vocab": 256, "seq_len": 64}\n' >"$tmp/good.json"
+printf '{"name": "m", "family": "gpt", "layers": 4,\n "hidden": 64,,}\n' >"$tmp/malformed.json"
+printf '{"name": "m", "family": "gpt", "layers": 4, "hidden": 64, "vocab": 256, "seq_len": 64}\n' >"$tmp/missing.json"
+printf '{"name": "m", "family": "gpt", "layers": "4", "hidden": 64, "heads": 4, "vocab": 256, "seq_len": 64}\n' >"$tmp/type.json"
+printf '{"name": "m", "family": "gpt", "layers": -4, "hidden": 64, "heads": 4, "vocab": 256, "seq_len": 64}\n' >"$tmp/negative.json"
+printf '[1, 2, 3]\n' >"$tmp/array.json"
+: >"$tmp/empty.json"
+printf '{"model_type": "llama", "hidden_size": 64, "intermediate_size": 176, "num_attention_heads": 8, "num_hidden_layers": 4, "num_key_value_heads": 4, "vocab_size": 256, "max_position_embeddings": 64}\n' >"$tmp/config.json"
+sed 's/"bandwidth_per_device": [0-9e.]*/"bandwidth_per_device": "fast"/' "$(dirname "$0")/../profiles/clusters/dgx-a100.json" >"$tmp/cl_type.json"
+printf '{"name": "c", "device": "a100-80gb", "network": {"bandwidth_per_device": 1e10, "latency": 1e-6}}\n' >"$tmp/cl_missing.json"
+printf '{"name": "c", "device": "no-such-gpu", "node": {"devices": 8, "link": {"bandwidth": 1e11, "latency": 1e-6}}, "network": {"bandwidth_per_device": 1e10, "latency": 1e-6}}\n' >"$tmp/cl_device.json"
+
+# commands and options
+expect 2 "unknown command 'simulat'" simulat
+expect 2 "usage: parallax" 
+expect 2 "--model, --cluster and --gpus are required" simulate --model tiny
+expect 2 "unknown option '--tpp'" simulate --model tiny $ok --tpp 2
+expect 2 "option '--tp' needs a value" simulate --model tiny $ok --tp
+expect 2 "--tp: expected an integer, got 'two'" simulate --model tiny $ok --tp two
+expect 2 "--gpus: must be between 1" simulate --model tiny --cluster dgx-a100 --gpus 0
+expect 2 "--recompute: expected none, selective or full, got 'some'" simulate --model tiny $ok --recompute some
+expect 2 "--precision: expected fp32, bf16 or fp16, got 'fp64'" simulate --model tiny $ok --precision fp64
+expect 2 "--dropout: must be in [0, 1)" simulate --model tiny $ok --dropout 1.5
+expect 2 "unexpected argument 'extra'" simulate --model tiny $ok extra
+expect 2 "unexpected argument 'x'" models x
+
+# model files
+expect 2 "unknown model 'gpt5'" simulate --model gpt5 $ok
+expect 2 "malformed JSON near line 2" simulate --model "$tmp/malformed.json" $ok
+expect 2 "heads: missing required key" simulate --model "$tmp/missing.json" $ok
+expect 2 "layers: expected an integer, got a string" simulate --model "$tmp/type.json" $ok
+expect 2 "layers: must be between 1" simulate --model "$tmp/negative.json" $ok
+expect 2 "expected a JSON object" simulate --model "$tmp/array.json" $ok
+expect 2 "empty file" simulate --model "$tmp/empty.json" $ok
+expect 2 "not a regular file" simulate --model "$tmp/" $ok
+
+# cluster files and overrides
+expect 2 "unknown cluster 'dgx-z100'" simulate --model tiny --cluster dgx-z100 --gpus 8
+expect 2 "network.bandwidth_per_device: expected a number, got a string" simulate --model tiny --cluster "$tmp/cl_type.json" --gpus 8
+expect 2 "node: missing required key" simulate --model tiny --cluster "$tmp/cl_missing.json" --gpus 8
+expect 2 "unknown device 'no-such-gpu'" simulate --model tiny --cluster "$tmp/cl_device.json" --gpus 8
+expect 2 "--set network.speed: no key 'speed'" simulate --model tiny $ok --set network.speed=1
+expect 2 "--set 'network.latency': expected key=value" simulate --model tiny $ok --set network.latency
+expect 2 "exceed cluster dgx-a100: 560 nodes of 8" simulate --model gpt3-175b --cluster dgx-a100 --gpus 8192 --tp 8
+
+# impossible layouts: one line naming the rule
+expect 2 "tp 3 must divide the 4 attention heads" simulate --model tiny --cluster dgx-a100 --gpus 3 --tp 3
+expect 2 "pp 3 x vpp 1 = 3 must divide the 4 layers" simulate --model tiny --cluster dgx-a100 --gpus 3 --pp 3
+expect 2 "= 8 does not equal the 6 GPUs" simulate --model tiny --cluster dgx-a100 --gpus 6 --tp 2 --dp 4
+expect 2 "does not divide the 6 GPUs" simulate --model tiny --cluster dgx-a100 --gpus 6 --tp 4
+expect 2 "global batch 10 must be divisible by micro-batch 4 x dp 8 = 32" simulate --model tiny $ok --mbs 4 --gbs 10
+expect 2 "interleaved schedule needs vpp >= 2" simulate --model tiny $ok --pp 2 --schedule interleaved
+expect 2 "sequence parallelism needs tp > 1" simulate --model tiny $ok --sp
+expect 2 "sequence length 128 exceeds the 64 learned positions" simulate --model tiny $ok --seq 128
+
+# what must work
+expect 0 "usage: parallax simulate" simulate --help
+expect 0 "usage: parallax models" models --help
+expect 0 "usage: parallax profiles" profiles --help
+expect 0 "commands:" help
+expect 0 "tiny-llama" models
+expect 0 "dgx-h100" profiles
+expect 0 "peak" simulate --model "$tmp/good.json" $ok
+expect 0 "on dgx-a100: 8 x a100-80gb" simulate --model "$tmp/config.json" $ok --tp 4
+expect 0 '"per_stage"' simulate --model tiny $ok --pp 2 --json
+expect 0 '"tp_allreduce"' simulate --model tiny $ok --tp 2 --json
+expect 0 "2 x cpu" simulate --model tiny --cluster local --gpus 2
+
+echo "cli_bad_input: $((cases - fails)) of $cases cases passed"
+[ "$fails" -eq 0 ]

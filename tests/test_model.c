@@ -1,0 +1,403 @@
+/* Unit tests of model/: configs and Hugging Face import, parameter counts, the layout rules,
+ * tensor-table invariants, ZeRO sharding, pipeline schedules and the rank order. */
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fixtures.h"
+#include "test.h"
+
+static char tmpdir[] = "/tmp/px_test_model_XXXXXX";
+
+static const char *write_tmp(const char *name, const char *text)
+{
+    static char path[256];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+static void test_param_counts(void)
+{
+    PxError err = {0};
+    ModelConfig c;
+    /* Published totals of the released checkpoints. */
+    CHECK_OK(model_config_load("gpt2-124m", &c, &err), err);
+    CHECK_EQ_U64(124439808ull, (uint64_t)model_config_params(&c));
+    CHECK_OK(model_config_load("llama2-7b", &c, &err), err);
+    CHECK_EQ_U64(6738415616ull, (uint64_t)model_config_params(&c));
+    CHECK_OK(model_config_load("llama3-8b", &c, &err), err);
+    CHECK_EQ_U64(8030261248ull, (uint64_t)model_config_params(&c));
+    CHECK_OK(model_config_load("llama2-70b", &c, &err), err);
+    CHECK_EQ_U64(68976648192ull, (uint64_t)model_config_params(&c));
+    CHECK_OK(model_config_load("tiny", &c, &err), err);
+    CHECK_EQ_INT(256, c.vocab);
+    CHECK_EQ_INT(4, c.layers);
+    CHECK(c.tied_embeddings && c.bias && c.mlp == MODEL_GELU);
+    CHECK_OK(model_config_load("tiny-llama", &c, &err), err);
+    CHECK(c.kv_heads < c.heads && c.mlp == MODEL_SWIGLU && !c.tied_embeddings);
+    CHECK(model_zoo_count() >= 25);
+}
+
+static void test_hf_import(void)
+{
+    PxError err = {0};
+    ModelConfig c;
+    const char *p = write_tmp("gpt2.json",
+        "{\"model_type\": \"gpt2\", \"n_layer\": 12, \"n_embd\": 768, \"n_head\": 12,"
+        " \"vocab_size\": 50257, \"n_positions\": 1024, \"n_inner\": null,"
+        " \"layer_norm_epsilon\": 1e-05, \"activation_function\": \"gelu_new\"}");
+    CHECK_OK(model_config_load(p, &c, &err), err);
+    CHECK_EQ_U64(124439808ull, (uint64_t)model_config_params(&c));
+    CHECK(c.family == MODEL_GPT && c.tied_embeddings && c.ffn_hidden == 3072);
+    CHECK_STR("gpt2", c.name);
+
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/Llama-3-8B", tmpdir);
+    mkdir(dir, 0700);
+    p = write_tmp("Llama-3-8B/config.json",
+        "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": 4096,"
+        " \"intermediate_size\": 14336, \"num_attention_heads\": 32, \"num_hidden_layers\": 32,"
+        " \"num_key_value_heads\": 8, \"vocab_size\": 128256, \"max_position_embeddings\": 8192,"
+        " \"rms_norm_eps\": 1e-05, \"rope_theta\": 500000.0, \"tie_word_embeddings\": false,"
+        " \"hidden_act\": \"silu\", \"torch_dtype\": \"bfloat16\"}");
+    CHECK_OK(model_config_load(p, &c, &err), err);
+    CHECK_EQ_U64(8030261248ull, (uint64_t)model_config_params(&c));
+    CHECK_STR("Llama-3-8B", c.name);
+    CHECK(c.kv_heads == 8 && c.rope_theta == 500000.0 && c.position == MODEL_POS_ROPE);
+
+    p = write_tmp("mistral.json",
+        "{\"model_type\": \"mistral\", \"hidden_size\": 4096, \"intermediate_size\": 14336,"
+        " \"num_attention_heads\": 32, \"num_hidden_layers\": 32, \"num_key_value_heads\": 8,"
+        " \"vocab_size\": 32000, \"max_position_embeddings\": 32768, \"sliding_window\": null,"
+        " \"head_dim\": 128, \"tie_word_embeddings\": false}");
+    CHECK_OK(model_config_load(p, &c, &err), err);
+    CHECK_EQ_U64(7241732096ull, (uint64_t)model_config_params(&c)); /* Mistral 7B v0.1 */
+
+    /* Qwen2 carries q/k/v biases and ties its embeddings in small sizes. */
+    p = write_tmp("qwen2.json",
+        "{\"model_type\": \"qwen2\", \"hidden_size\": 896, \"intermediate_size\": 4864,"
+        " \"num_attention_heads\": 14, \"num_hidden_layers\": 24, \"num_key_value_heads\": 2,"
+        " \"vocab_size\": 151936, \"max_position_embeddings\": 32768, \"tie_word_embeddings\": true}");
+    CHECK_OK(model_config_load(p, &c, &err), err);
+    CHECK(c.qkv_bias && !c.bias && c.tied_embeddings);
+    CHECK_EQ_U64(494032768ull, (uint64_t)model_config_params(&c)); /* Qwen2-0.5B */
+
+    p = write_tmp("bert.json", "{\"model_type\": \"bert\", \"hidden_size\": 768}");
+    CHECK_INPUT_ERROR(model_config_load(p, &c, &err), err, "model_type 'bert' is not supported");
+    p = write_tmp("llama_missing.json", "{\"model_type\": \"llama\", \"hidden_size\": 4096}");
+    CHECK_INPUT_ERROR(model_config_load(p, &c, &err), err, "num_hidden_layers: missing required key");
+}
+
+static void test_native_errors(void)
+{
+    PxError err = {0};
+    ModelConfig c;
+    const char *p = write_tmp("bad1.json", "{\"name\": \"x\", \"family\": \"gpt\", \"layers\": \"four\"}");
+    CHECK_INPUT_ERROR(model_config_load(p, &c, &err), err, "layers: expected an integer, got a string");
+    p = write_tmp("bad2.json", "{\"name\": \"x\", \"family\": \"gpt\", \"layers\": 4, \"hidden\": 64}");
+    CHECK_INPUT_ERROR(model_config_load(p, &c, &err), err, "heads: missing required key");
+    p = write_tmp("bad3.json", "{\"name\": \"x\", \"family\": \"mamba\"}");
+    CHECK_INPUT_ERROR(model_config_load(p, &c, &err), err, "family: expected one of gpt|llama, got 'mamba'");
+    p = write_tmp("bad4.json", "{\"name\": \"x\", \"family\": \"gpt\", \n \"layers\": 4,,}");
+    CHECK_INPUT_ERROR(model_config_load(p, &c, &err), err, "malformed JSON near line 2");
+    p = write_tmp("bad5.json", "{\"name\": \"x\", \"family\": \"llama\", \"layers\": 4, \"hidden\": 64,"
+                  " \"heads\": 8, \"kv_heads\": 3, \"vocab\": 256, \"seq_len\": 64}");
+    CHECK_INPUT_ERROR(model_config_load(p, &c, &err), err, "kv_heads 3 must divide heads 8");
+    p = write_tmp("bad6.json", "{\"name\": \"x\", \"family\": \"gpt\", \"layers\": 4, \"hidden\": 64,"
+                  " \"heads\": 4, \"vocab\": 256, \"seq_len\": 64, \"layers_extra\": 1}");
+    CHECK_OK(model_config_load(p, &c, &err), err); /* unknown keys warn, they do not fail */
+    CHECK_INPUT_ERROR(model_config_load("no-such-model", &c, &err), err, "unknown model 'no-such-model'");
+    /* round trip through the parallax format */
+    CHECK_OK(model_config_load("llama3-70b", &c, &err), err);
+    cJSON *j = model_config_to_json(&c);
+    ModelConfig back;
+    CHECK_OK(model_config_from_json(j, "roundtrip", &back, &err), err);
+    cJSON_Delete(j);
+    CHECK(memcmp(&c, &back, sizeof c) == 0);
+}
+
+static void expect_rule(ModelSpec s, int gpus, const char *needle)
+{
+    PxError err = {0};
+    ModelDims d;
+    CHECK_INPUT_ERROR(model_spec_check(&s, gpus, &d, &err), err, needle);
+}
+
+static void test_rules(void)
+{
+    PxError err = {0};
+    ModelSpec base;
+    model_spec_defaults(&base);
+    CHECK_OK(model_config_load("gpt3-175b", &base.model, &err), err);
+    ModelSpec s = base;
+    s.layout.tp = 7;
+    expect_rule(s, 7 * 8, "tp 7 must divide the 96 attention heads");
+    s = base;
+    s.layout.pp = 7;
+    expect_rule(s, 7, "pp 7 x vpp 1 = 7 must divide the 96 layers");
+    s = base;
+    s.layout.tp = 8;
+    expect_rule(s, 12, "does not divide the 12 GPUs");
+    s = base;
+    s.layout.tp = 8;
+    s.layout.dp = 3;
+    expect_rule(s, 16, "= 24 does not equal the 16 GPUs");
+    s = base;
+    s.job.global_batch = 100;
+    s.job.micro_batch = 3;
+    expect_rule(s, 8, "global batch 100 must be divisible by micro-batch 3 x dp 8 = 24");
+    s = base;
+    s.layout.sp = 1;
+    expect_rule(s, 8, "sequence parallelism needs tp > 1");
+    s = base;
+    s.layout.pp = 4;
+    s.layout.zero = 3;
+    expect_rule(s, 8, "ZeRO-3 cannot be combined with pipeline parallelism");
+    s = base;
+    s.layout.pp = 4;
+    s.layout.vpp = 2;
+    s.job.global_batch = 6;
+    expect_rule(s, 8, "interleaved schedule needs the 3 micro-batches to be a multiple of pp 4");
+    s = base;
+    s.layout.schedule = MODEL_SCHED_INTERLEAVED;
+    expect_rule(s, 8, "interleaved schedule needs vpp >= 2");
+    s = base;
+    s.layout.pp = 4;
+    s.layout.vpp = 2;
+    s.layout.schedule = MODEL_SCHED_GPIPE;
+    expect_rule(s, 8, "gpipe schedule cannot interleave");
+    s = base;
+    s.job.seq_len = 4096;
+    expect_rule(s, 8, "sequence length 4096 exceeds the 2048 learned positions");
+    s = base;
+    s.layout.cp = 3;
+    expect_rule(s, 3, "cp 3 must divide the sequence length 2048");
+    s = base;
+    s.job.precision = PX_FP32;
+    s.job.grad_dtype = PX_BF16;
+    expect_rule(s, 1, "fp32 training keeps fp32 gradients");
+
+    /* dp comes from the GPUs; 1F1B over several chunks becomes interleaved; vocab padding */
+    s = base;
+    s.layout.tp = 8;
+    s.layout.pp = 4;
+    s.layout.vpp = 3;
+    s.job.global_batch = 64;
+    ModelDims d;
+    CHECK_OK(model_spec_check(&s, 64, &d, &err), err);
+    CHECK_EQ_INT(2, s.layout.dp);
+    CHECK_EQ_INT(MODEL_SCHED_INTERLEAVED, s.layout.schedule);
+    CHECK_EQ_INT(32, d.m);
+    CHECK_EQ_INT(50264, d.vocab_pad); /* multiple of 8 */
+    s = base;
+    s.layout.tp = 8;
+    s.job.pad_vocab = 128;
+    CHECK_OK(model_spec_check(&s, 8, &d, &err), err);
+    CHECK_EQ_INT(51200, d.vocab_pad); /* Megatron's multiple of 128 x 8 */
+}
+
+static void test_tensor_table(void)
+{
+    PxError err = {0};
+    /* Summed over the stages and times tp, the weights are the model's parameters (with the
+     * padded vocabulary) plus, for tied embeddings on several stages, one more output copy. */
+    const char *names[3] = {"gpt3-13b", "llama3-8b", "tiny"};
+    for (int mi = 0; mi < 3; mi++) {
+        for (int pp = 1; pp <= 4; pp *= 2) {
+            ModelSpec s;
+            model_spec_defaults(&s);
+            CHECK_OK(model_config_load(names[mi], &s.model, &err), err);
+            s.layout.tp = 2;
+            s.layout.pp = pp;
+            ModelDims d;
+            CHECK_OK(model_spec_check(&s, 2 * pp, &d, &err), err);
+            ModelConfig padded = s.model;
+            padded.vocab = d.vocab_pad;
+            double expect = model_config_params(&padded);
+            if (s.model.tied_embeddings && pp > 1)
+                expect += (double)d.vocab_pad * d.h;
+            /* norms, row-parallel biases and positions are replicated over tp */
+            double replicated = 0;
+            uint64_t total = 0;
+            for (int st = 0; st < pp; st++) {
+                ModelTensorTable tt;
+                CHECK_OK(model_tensors_build(&s, &d, st, &tt, &err), err);
+                for (int i = 0; i < tt.count; i++) {
+                    const ModelTensor *t = &tt.t[i];
+                    if (t->cat != MODEL_WEIGHTS)
+                        continue;
+                    total += t->numel * 2;
+                    if (!(t->shard & MODEL_SHARD_TP))
+                        replicated += (double)t->numel;
+                    CHECK_EQ_U64(t->numel * px_dtype_bytes(t->dtype), t->bytes);
+                }
+                model_tensors_free(&tt);
+            }
+            CHECK_REL(expect, (double)total - replicated, 1e-12);
+        }
+    }
+    /* ZeRO-3: weights are shards; the gathered copies are comm_buffers, never weights. */
+    ModelSpec s = fx_spec(fx_gpt(4, 64, 4, 256, 64));
+    s.layout.dp = 4;
+    s.layout.zero = 3;
+    ModelDims d;
+    CHECK_OK(model_spec_check(&s, 4, &d, &err), err);
+    ModelTensorTable tt;
+    CHECK_OK(model_tensors_build(&s, &d, 0, &tt, &err), err);
+    uint64_t shards = 0, biggest = 0;
+    int found_gather = 0;
+    for (int i = 0; i < tt.n_blocks; i++) {
+        shards += tt.blocks[i].shard_numel;
+        if (tt.blocks[i].numel > biggest)
+            biggest = tt.blocks[i].numel;
+        CHECK_EQ_U64((tt.blocks[i].numel + 3) / 4, tt.blocks[i].shard_numel);
+    }
+    for (int i = 0; i < tt.count; i++) {
+        if (strcmp(tt.t[i].name, "zero.param_gather") == 0) {
+            found_gather = 1;
+            CHECK_EQ_INT(MODEL_COMM_BUFFERS, tt.t[i].cat);
+            CHECK_EQ_U64(2 * px_round_up(biggest, 4) * 2, tt.t[i].bytes);
+        }
+        if (tt.t[i].cat == MODEL_WEIGHTS)
+            CHECK(strstr(tt.t[i].name, ".w_shard") != NULL);
+    }
+    CHECK(found_gather);
+    CHECK_EQ_U64(shards * 2, model_tensors_bytes(&tt, MODEL_WEIGHTS));
+    CHECK_EQ_U64(shards * 4, model_tensors_bytes(&tt, MODEL_GRADS)); /* fp32 gradients */
+    CHECK_EQ_U64(shards * 4, model_tensors_bytes(&tt, MODEL_MASTER));
+    CHECK_EQ_U64(shards * 8, model_tensors_bytes(&tt, MODEL_OPTIMIZER));
+    model_tensors_free(&tt);
+    /* fp32 training has no master copy; SGD keeps one momentum; 8-bit Adam two bytes + absmax */
+    s = fx_spec(fx_gpt(4, 64, 4, 256, 64));
+    s.job.precision = PX_FP32;
+    s.job.optimizer = MODEL_OPT_SGD_MOMENTUM;
+    CHECK_OK(model_spec_check(&s, 1, &d, &err), err);
+    CHECK_OK(model_tensors_build(&s, &d, 0, &tt, &err), err);
+    CHECK_EQ_U64(0, model_tensors_bytes(&tt, MODEL_MASTER));
+    CHECK_EQ_U64(model_tensors_bytes(&tt, MODEL_WEIGHTS), model_tensors_bytes(&tt, MODEL_OPTIMIZER));
+    uint64_t params = tt.params;
+    model_tensors_free(&tt);
+    s.job.optimizer = MODEL_OPT_ADAM_8BIT;
+    CHECK_OK(model_spec_check(&s, 1, &d, &err), err);
+    CHECK_OK(model_tensors_build(&s, &d, 0, &tt, &err), err);
+    uint64_t absmax = 0;
+    for (int i = 0; i < tt.n_blocks; i++)
+        absmax += 2 * 4 * px_ceil_div(tt.blocks[i].numel, 2048);
+    CHECK_EQ_U64(2 * params + absmax, model_tensors_bytes(&tt, MODEL_OPTIMIZER));
+    model_tensors_free(&tt);
+}
+
+static void check_schedule_valid(const ModelDims *d, ModelSchedule sched, int stage)
+{
+    int n_max = 2 * d->m * d->v;
+    ModelAction *a = malloc((size_t)n_max * sizeof *a);
+    int n = model_schedule_build(d, sched, stage, a);
+    CHECK_EQ_INT(n_max, n);
+    int *state = calloc((size_t)(d->m * d->v), sizeof *state);
+    for (int i = 0; i < n; i++) {
+        int k = a[i].chunk * d->m + a[i].mb;
+        CHECK(a[i].chunk >= 0 && a[i].chunk < d->v && a[i].mb >= 0 && a[i].mb < d->m);
+        CHECK_EQ_INT(a[i].backward ? 1 : 0, state[k]); /* forward first, each once */
+        state[k]++;
+    }
+    for (int k = 0; k < d->m * d->v; k++)
+        CHECK_EQ_INT(2, state[k]);
+    free(state);
+    free(a);
+}
+
+static void test_schedules(void)
+{
+    ModelDims d = {0};
+    d.p = 4;
+    d.v = 1;
+    d.m = 8;
+    ModelAction a[64];
+    int n = model_schedule_build(&d, MODEL_SCHED_1F1B, 0, a);
+    /* stage 0 of 4: three warm-up forwards, then F3 B0 F4 B1 ... */
+    CHECK_EQ_INT(16, n);
+    for (int i = 0; i < 4; i++)
+        CHECK(!a[i].backward && a[i].mb == i);
+    CHECK(a[4].backward && a[4].mb == 0);
+    CHECK(!a[5].backward && a[5].mb == 4);
+    uint64_t one = 1;
+    int live = 0;
+    CHECK_EQ_U64(4, model_schedule_peak(a, n, &one, &live));
+    n = model_schedule_build(&d, MODEL_SCHED_1F1B, 3, a);
+    CHECK(!a[0].backward && a[1].backward); /* the last stage alternates from the start */
+    CHECK_EQ_U64(1, model_schedule_peak(a, n, &one, &live));
+    n = model_schedule_build(&d, MODEL_SCHED_GPIPE, 2, a);
+    CHECK_EQ_U64(8, model_schedule_peak(a, n, &one, &live));
+    /* interleaved, p 2, v 2, m 4, stage 0 (Megatron's order) */
+    d.p = 2;
+    d.v = 2;
+    d.m = 4;
+    n = model_schedule_build(&d, MODEL_SCHED_INTERLEAVED, 0, a);
+    const int expect[16][3] = {{0, 0, 0}, {0, 0, 1}, {0, 1, 0}, {0, 1, 1}, {0, 0, 2}, {1, 1, 0},
+                               {0, 0, 3}, {1, 1, 1}, {0, 1, 2}, {1, 0, 0}, {0, 1, 3}, {1, 0, 1},
+                               {1, 1, 2}, {1, 1, 3}, {1, 0, 2}, {1, 0, 3}};
+    CHECK_EQ_INT(16, n);
+    for (int i = 0; i < 16; i++) {
+        CHECK_EQ_INT(expect[i][0], a[i].backward);
+        CHECK_EQ_INT(expect[i][1], a[i].chunk);
+        CHECK_EQ_INT(expect[i][2], a[i].mb);
+    }
+    for (int p = 1; p <= 4; p++) {
+        for (int m = 1; m <= 8; m++) {
+            d.p = p;
+            d.v = 1;
+            d.m = m;
+            for (int st = 0; st < p; st++) {
+                check_schedule_valid(&d, MODEL_SCHED_1F1B, st);
+                check_schedule_valid(&d, MODEL_SCHED_GPIPE, st);
+                if (p > 1 && m % p == 0) {
+                    d.v = 3;
+                    check_schedule_valid(&d, MODEL_SCHED_INTERLEAVED, st);
+                    d.v = 1;
+                }
+            }
+        }
+    }
+}
+
+static void test_rank_order(void)
+{
+    ModelLayout l = {.dp = 3, .tp = 2, .pp = 4, .cp = 2};
+    int seen[48] = {0};
+    for (int pp = 0; pp < 4; pp++)
+        for (int dp = 0; dp < 3; dp++)
+            for (int cp = 0; cp < 2; cp++)
+                for (int tp = 0; tp < 2; tp++) {
+                    int r = model_rank(&l, tp, cp, dp, pp);
+                    CHECK(r >= 0 && r < 48 && !seen[r]);
+                    seen[r] = 1;
+                    int a, b, c, e;
+                    model_rank_coords(&l, r, &a, &b, &c, &e);
+                    CHECK(a == tp && b == cp && c == dp && e == pp);
+                }
+    CHECK_EQ_INT(1, model_rank(&l, 1, 0, 0, 0)); /* tp fastest */
+    CHECK_EQ_INT(2, model_rank(&l, 0, 1, 0, 0)); /* then cp */
+    CHECK_EQ_INT(4, model_rank(&l, 0, 0, 1, 0)); /* then dp */
+    CHECK_EQ_INT(12, model_rank(&l, 0, 0, 0, 1)); /* pp slowest */
+}
+
+int main(void)
+{
+    px_log_set_quiet(1);
+    CHECK(mkdtemp(tmpdir) != NULL);
+    test_param_counts();
+    test_hf_import();
+    test_native_errors();
+    test_rules();
+    test_tensor_table();
+    test_schedules();
+    test_rank_order();
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", tmpdir);
+    TEST_DONE("model");
+}
