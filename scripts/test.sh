@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The whole test suite: install what is missing, build with warnings as errors, run every test,
+# then build again with AddressSanitizer + UndefinedBehaviorSanitizer and run every test there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+jobs=$(nproc)
+echo "== build (strict warnings, -Werror)"
+cmake -S . -B build-test -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPARALLAX_WERROR=ON >/dev/null
+cmake --build build-test -j "$jobs"
+echo "== tests"
+(cd build-test && ctest --output-on-failure -j "$jobs")
+echo "== build with ASan + UBSan"
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DPARALLAX_SANITIZE=ON -DPARALLAX_WERROR=ON >/dev/null
+cmake --build build-asan -j "$jobs"
+echo "== tests under ASan + UBSan"
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+   ctest --output-on-failure -j "$jobs")
+echo "== all tests passed"
