@@ -132,7 +132,20 @@ cJSON *sim_result_to_json(const SimResult *r)
     return j;
 }
 
-static double gib(uint64_t b) { return (double)b / PX_GIB; }
+/* The largest binary unit that keeps the peak at or above 1. */
+static void mem_unit(uint64_t peak, double *div, const char **name)
+{
+    *div = PX_GIB;
+    *name = "GiB";
+    if (peak < (1ull << 30)) {
+        *div = 1024.0 * 1024.0;
+        *name = "MiB";
+    }
+    if (peak < (1ull << 20)) {
+        *div = 1024.0;
+        *name = "KiB";
+    }
+}
 
 void sim_result_print(FILE *f, const SimResult *r)
 {
@@ -154,7 +167,10 @@ void sim_result_print(FILE *f, const SimResult *r)
     fprintf(f, "model     %s parameters", px_fmt_count(buf, sizeof buf, r->params));
     if (d->vocab_pad != s->model.vocab)
         fprintf(f, ", vocabulary %d padded to %d", s->model.vocab, d->vocab_pad);
-    fprintf(f, "\n\nmemory per GPU (GiB)\n");
+    double div;
+    const char *unit;
+    mem_unit(r->peak_bytes, &div, &unit);
+    fprintf(f, "\n\nmemory per rank (%s)\n", unit);
     fprintf(f, "%5s", "stage");
     static const char *const head[MODEL_CAT_COUNT] = {"weights", "grads", "master", "optimizer",
                                                       "activations", "comm_bufs", "workspace", "runtime"};
@@ -164,15 +180,16 @@ void sim_result_print(FILE *f, const SimResult *r)
     for (int st = 0; st < d->p; st++) {
         fprintf(f, "%5d", st);
         for (int c = 0; c < MODEL_CAT_COUNT; c++)
-            fprintf(f, " %11.2f", gib(r->mem[st].cat[c]));
-        fprintf(f, " %9.2f %8d\n", gib(r->mem[st].total), r->mem[st].peak_live);
+            fprintf(f, " %11.2f", (double)r->mem[st].cat[c] / div);
+        fprintf(f, " %9.2f %8d\n", (double)r->mem[st].total / div, r->mem[st].peak_live);
     }
     int fits = r->peak_bytes <= r->rank_memory_bytes;
-    fprintf(f, "peak %.2f GiB on stage %d of %.2f GiB per GPU: %s (%.0f%%)\n", gib(r->peak_bytes),
-            r->peak_stage, gib(r->rank_memory_bytes), fits ? "fits" : "DOES NOT FIT",
+    fprintf(f, "peak %.2f %s on stage %d of %.2f GiB per rank: %s (%.0f%%)\n",
+            (double)r->peak_bytes / div, unit, r->peak_stage,
+            (double)r->rank_memory_bytes / PX_GIB, fits ? "fits" : "DOES NOT FIT",
             100.0 * (double)r->peak_bytes / (double)r->rank_memory_bytes);
 
-    fprintf(f, "\nFLOPs per step   model %.4g   hardware %.4g   (per GPU: %.4g on stage 0)\n",
+    fprintf(f, "\nFLOPs per step   model %.4g   hardware %.4g   (per rank: %.4g on stage 0)\n",
             r->model_flops, r->hardware_flops, r->rank_flops[0]);
 
     int used[MODEL_COMM_COUNT] = {0}, any = 0;
@@ -182,7 +199,7 @@ void sim_result_print(FILE *f, const SimResult *r)
                 used[k] = 1;
                 any = 1;
             }
-    fprintf(f, "\ncommunication per GPU per step (GB)\n");
+    fprintf(f, "\ncommunication per rank per step (GB)\n");
     if (!any) {
         fprintf(f, "none: a single rank\n");
         return;
