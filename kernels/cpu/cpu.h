@@ -1,0 +1,85 @@
+/* Private to kernels/cpu: the CPU kernels that backend.c gathers into the KernBackend table.
+ * The CPU's activation dtype is fp32, so every act pointer (void *) of kernels.h is a float *
+ * here. Sizes come from the caller and are trusted; the few contract violations that would
+ * silently give wrong numbers are checked with KERN_CHECK, which aborts (a kernel has no
+ * status to return, and a wrong gradient is worse than a crash). */
+#ifndef KERN_CPU_H
+#define KERN_CPU_H
+
+#include "kernels/kernels.h"
+
+#define KERN_CHECK(cond, what)                                                                    \
+    do {                                                                                          \
+        if (!(cond))                                                                              \
+            kern_cpu_fatal(__FILE__, __LINE__, (what));                                           \
+    } while (0)
+
+_Noreturn void kern_cpu_fatal(const char *file, int line, const char *what);
+
+/* matmul.c */
+void kern_cpu_matmul(void *c, PxDtype c_dtype, const void *a, const void *b, int m, int n, int k,
+                     int trans_a, int trans_b, float alpha, float beta);
+void kern_cpu_add_bias(void *out, const void *bias, int N, int C);
+void kern_cpu_bias_grad(float *dbias, const void *dout, int N, int C);
+
+/* norms.c */
+void kern_cpu_layernorm_fwd(void *out, const void *inp, const void *w, const void *b, int N,
+                            int C, float eps);
+void kern_cpu_layernorm_bwd(void *dinp, float *dw, float *db, const void *dout, const void *inp,
+                            const void *w, int N, int C, float eps);
+void kern_cpu_rmsnorm_fwd(void *out, const void *inp, const void *w, int N, int C, float eps);
+void kern_cpu_rmsnorm_bwd(void *dinp, float *dw, const void *dout, const void *inp,
+                          const void *w, int N, int C, float eps);
+
+/* activations.c */
+void kern_cpu_gelu_fwd(void *out, const void *inp, size_t n);
+void kern_cpu_gelu_bwd(void *dinp, const void *inp, const void *dout, size_t n);
+void kern_cpu_swiglu_fwd(void *out, const void *inp, int N, int F);
+void kern_cpu_swiglu_bwd(void *dinp, const void *inp, const void *dout, int N, int F);
+
+/* rope.c */
+void kern_cpu_rope_fwd(void *qkv, int B, int T, int H, int KV, int D, int pos_offset,
+                       float theta);
+void kern_cpu_rope_bwd(void *dqkv, int B, int T, int H, int KV, int D, int pos_offset,
+                       float theta);
+
+/* attention.c */
+void kern_cpu_attention_fwd(const KernAttnFwd *a);
+void kern_cpu_attention_bwd(const KernAttnBwd *a);
+
+/* embedding.c */
+void kern_cpu_embedding_fwd(void *out, const int32_t *tokens, const void *wte, const void *wpe,
+                            int N, int T, int pos_offset, int C, int v_start, int V);
+void kern_cpu_embedding_bwd(float *dwte, float *dwpe, const void *dout, const int32_t *tokens,
+                            int N, int T, int pos_offset, int C, int v_start, int V);
+
+/* xent.c */
+void kern_cpu_xent_rowmax(float *rowmax, const float *logits, int N, int V);
+void kern_cpu_xent_expsum(float *rowsum, float *target, float *logits, const float *rowmax,
+                          const int32_t *targets, int N, int V, int v_start);
+void kern_cpu_xent_finish(float *loss, float *probs, const float *rowsum, const float *rowmax,
+                          const float *target, int N, int V);
+void kern_cpu_xent_bwd(float *probs, const int32_t *targets, int N, int V, int v_start,
+                       float dloss);
+
+/* optim.c */
+void kern_cpu_adamw(void *param, float *master, const float *grad, float *m, float *v, size_t n,
+                    float lr, float beta1, float beta2, float eps, float weight_decay, int t,
+                    float grad_scale);
+void kern_cpu_sgd_momentum(void *param, float *master, const float *grad, float *mom, size_t n,
+                           float lr, float momentum, float weight_decay, float grad_scale);
+
+/* misc.c */
+void kern_cpu_add(void *out, const void *a, const void *b, size_t n);
+void kern_cpu_add_inplace(void *out, const void *a, size_t n);
+void kern_cpu_dropout_fwd(void *out, uint8_t *mask, const void *inp, size_t n, float p,
+                          uint64_t seed);
+void kern_cpu_dropout_bwd(void *dinp, const void *dout, const uint8_t *mask, size_t n, float p);
+double kern_cpu_sumsq(const float *x, size_t n);
+int kern_cpu_all_finite(const float *x, size_t n);
+void kern_cpu_scale_f32(float *x, size_t n, float s);
+void kern_cpu_cast_to_act(void *out, const float *inp, size_t n);
+void kern_cpu_cast_to_f32(float *out, const void *inp, size_t n);
+void kern_cpu_acc_to_f32(float *out, const void *inp, size_t n);
+
+#endif

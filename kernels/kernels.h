@@ -1,0 +1,195 @@
+/* kern — the compute kernels of parallax behind one plain-C interface, implemented for the CPU
+ * (OpenBLAS sgemm and C loops, fp32: the reference) and for CUDA (cuBLAS and kernels in
+ * kernels/cuda, bf16 or fp16 activations with fp32 accumulation, master weights and gradients).
+ *
+ * Conventions (llm.c's): outputs first, then inputs, then sizes. Matrices are row-major.
+ * "act" pointers (void *) hold the backend's activation dtype (KernBackend.act: fp32 on the
+ * CPU); float * pointers are always fp32 (gradients of parameters, master weights, optimizer
+ * state, norm and softmax statistics, logits). Parameter gradients and activation gradients
+ * marked "+=" are accumulated into; everything else is overwritten. N is the number of token
+ * rows (B*T), C a row width. All pointers are device pointers of the backend.
+ *
+ * Example (a linear layer, Y = X W^T + b, and its backward):
+ *   const KernBackend *k = kern_cpu();
+ *   k->matmul(y, k->act, x, w, N, OUT, IN, 0, 1, 1.0f, 0.0f);     // y[N,OUT] = x[N,IN] w[OUT,IN]^T
+ *   k->add_bias(y, bias, N, OUT);
+ *   k->matmul(dx, k->act, dy, w, N, IN, OUT, 0, 0, 1.0f, 0.0f);   // dx[N,IN] = dy[N,OUT] w[OUT,IN]
+ *   k->matmul(dw, PX_FP32, dy, x, OUT, IN, N, 1, 0, 1.0f, 1.0f);  // dw[OUT,IN] += dy^T x
+ *   k->bias_grad(dbias, dy, N, OUT);
+ */
+#ifndef KERNELS_H
+#define KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/px.h"
+
+/* One causal self-attention call for one micro-batch on one TP rank. Query t of batch b and
+ * head h is q + (b*Tq + t)*q_stride + h*D; key/value t of KV group g is k + (b*Tk + t)*k_stride
+ * + g*D (heads h use group h / (H/KV): grouped-query attention). Query t has position
+ * q_offset + t and sees keys 0 .. q_offset + t (context parallelism gathers all Tk keys). */
+typedef struct {
+    int B, Tq, Tk, H, KV, D;
+    int q_offset;
+    float scale; /* usually 1/sqrt(D) */
+    const void *q, *k, *v;
+    int q_stride, k_stride, v_stride; /* in elements */
+    void *out;                        /* [B, Tq, H*D] */
+    /* Unfused path (probs != NULL): the softmax [B, H, Tq, Tk] is written (and saved by the
+     * caller); with dropout > 0 its mask (uint8, 1 = kept) and the dropped, rescaled copy that
+     * multiplies V are written too. Masked entries (key after query) hold 0. */
+    void *probs;
+    float dropout;
+    uint64_t seed; /* dropout stream: the same seed reproduces the same mask (recompute) */
+    uint8_t *mask;
+    void *probs_drop;
+    /* Fused path (probs == NULL, flash-style, no s x s storage): log-sum-exp of each row's
+     * scaled scores, [B, H, Tq]. Dropout is not supported on this path. */
+    float *lse;
+} KernAttnFwd;
+
+typedef struct {
+    int B, Tq, Tk, H, KV, D;
+    int q_offset;
+    float scale;
+    const void *q, *k, *v;
+    int q_stride, k_stride, v_stride;
+    const void *out;  /* forward output (fused path) */
+    const void *dout; /* [B, Tq, H*D] */
+    /* outputs, overwritten; strides as the inputs' (they may point into packed buffers) */
+    void *dq, *dk, *dv;
+    int dq_stride, dk_stride, dv_stride;
+    /* unfused path: the saved softmax (and mask / dropped copy when dropout > 0) and a
+     * workspace of B*H*Tq*Tk act elements */
+    const void *probs;
+    float dropout;
+    const uint8_t *mask;
+    const void *probs_drop;
+    void *dscores;
+    /* fused path: the saved log-sum-exp and a workspace of B*H*Tq floats */
+    const float *lse;
+    float *drow;
+} KernAttnBwd;
+
+typedef struct KernBackend KernBackend;
+struct KernBackend {
+    const char *name; /* "cpu", "cuda" */
+    PxDtype act;      /* dtype of weights and activations: fp32 on the CPU */
+
+    /* ---- memory ---- */
+    void *(*alloc)(size_t bytes); /* NULL on failure; zero-filled */
+    void (*free)(void *p);        /* accepts NULL */
+    void (*memset0)(void *p, size_t bytes);
+    void (*copy)(void *dst, const void *src, size_t bytes);
+    void (*to_device)(void *dst, const void *host, size_t bytes);
+    void (*to_host)(void *host, const void *src, size_t bytes);
+    void (*sync)(void);
+
+    /* ---- matrix products ---- */
+    /* C[m,n] = alpha * op(A) op(B) + beta * C. op(A) is [m,k] (A stored [m,k], or [k,m] when
+     * trans_a); op(B) is [k,n] (B stored [k,n], or [n,k] when trans_b). A and B hold act
+     * elements; C holds c_dtype (act or PX_FP32), accumulated in fp32. */
+    void (*matmul)(void *c, PxDtype c_dtype, const void *a, const void *b, int m, int n, int k,
+                   int trans_a, int trans_b, float alpha, float beta);
+    void (*add_bias)(void *out, const void *bias, int N, int C);     /* out[N,C] += bias[C] */
+    void (*bias_grad)(float *dbias, const void *dout, int N, int C); /* dbias[C] += sum_n dout */
+
+    /* ---- norms: statistics are recomputed in backward, never saved ---- */
+    void (*layernorm_fwd)(void *out, const void *inp, const void *w, const void *b, int N, int C,
+                          float eps); /* b may be NULL */
+    /* dinp += ; dw += ; db += (db may be NULL) */
+    void (*layernorm_bwd)(void *dinp, float *dw, float *db, const void *dout, const void *inp,
+                          const void *w, int N, int C, float eps);
+    void (*rmsnorm_fwd)(void *out, const void *inp, const void *w, int N, int C, float eps);
+    void (*rmsnorm_bwd)(void *dinp, float *dw, const void *dout, const void *inp, const void *w,
+                        int N, int C, float eps);
+
+    /* ---- activations ---- */
+    /* GELU, tanh approximation (GPT-2): out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+    void (*gelu_fwd)(void *out, const void *inp, size_t n);
+    void (*gelu_bwd)(void *dinp, const void *inp, const void *dout, size_t n);
+    /* SwiGLU: inp row is [gate (F) | up (F)]; out[N,F] = silu(gate) * up */
+    void (*swiglu_fwd)(void *out, const void *inp, int N, int F);
+    void (*swiglu_bwd)(void *dinp, const void *inp, const void *dout, int N, int F);
+
+    /* ---- positions ---- */
+    /* Rotary embedding in place on the Q and K heads of packed rows [(H + 2 KV) * D] (Q heads,
+     * then K heads, then V heads), rotate-half convention (pairs i and i + D/2, as Hugging Face
+     * Llama): token t of each sequence has position pos_offset + t, frequency theta^(-2i/D).
+     * rope_bwd applies the inverse rotation to a gradient in the same layout. */
+    void (*rope_fwd)(void *qkv, int B, int T, int H, int KV, int D, int pos_offset, float theta);
+    void (*rope_bwd)(void *dqkv, int B, int T, int H, int KV, int D, int pos_offset, float theta);
+
+    /* ---- attention ---- */
+    void (*attention_fwd)(const KernAttnFwd *a);
+    void (*attention_bwd)(const KernAttnBwd *a);
+
+    /* ---- elementwise ---- */
+    void (*add)(void *out, const void *a, const void *b, size_t n); /* out = a + b (out may alias) */
+    void (*add_inplace)(void *out, const void *a, size_t n);        /* out += a */
+    /* Inverted dropout with a counter-based stream: element i of stream (seed) is kept with
+     * probability 1 - p; out = inp * mask / (1 - p). The same (seed, i) always draws the same. */
+    void (*dropout_fwd)(void *out, uint8_t *mask, const void *inp, size_t n, float p,
+                        uint64_t seed);
+    void (*dropout_bwd)(void *dinp, const void *dout, const uint8_t *mask, size_t n, float p);
+
+    /* ---- embedding (vocabulary-parallel: this rank holds rows v_start .. v_start+V-1) ---- */
+    /* out[N,C] = wte[tok - v_start] (0 for tokens outside the shard) + wpe[pos] (wpe may be
+     * NULL; pos = pos_offset + n % T) */
+    void (*embedding_fwd)(void *out, const int32_t *tokens, const void *wte, const void *wpe,
+                          int N, int T, int pos_offset, int C, int v_start, int V);
+    /* dwte += (rows of this shard), dwpe += (may be NULL) */
+    void (*embedding_bwd)(float *dwte, float *dwpe, const void *dout, const int32_t *tokens,
+                          int N, int T, int pos_offset, int C, int v_start, int V);
+
+    /* ---- softmax cross-entropy over fp32 logits [N, V] (vocabulary-parallel in steps, so
+     * the caller can all-reduce rowmax (max) and rowsum/target (sum) across TP ranks) ---- */
+    void (*xent_rowmax)(float *rowmax, const float *logits, int N, int V);
+    /* logits <- exp(logits - rowmax) in place; rowsum = sum of the row; target = the target's
+     * raw logit when the target falls in this shard (tok - v_start in [0, V)), else 0 */
+    void (*xent_expsum)(float *rowsum, float *target, float *logits, const float *rowmax,
+                        const int32_t *targets, int N, int V, int v_start);
+    /* probs = exp / rowsum in place; loss[n] = log(rowsum) + rowmax - target */
+    void (*xent_finish)(float *loss, float *probs, const float *rowsum, const float *rowmax,
+                        const float *target, int N, int V);
+    /* dlogits = (probs - onehot(target)) * dloss, in place over probs */
+    void (*xent_bwd)(float *probs, const int32_t *targets, int N, int V, int v_start, float dloss);
+
+    /* ---- optimizer (on fp32 master weights; `param` is the act copy to refresh, or NULL
+     * when the master is the parameter itself) ---- */
+    /* AdamW (Loshchilov & Hutter 2019) with bias correction for step t (1-based); each
+     * gradient is first multiplied by grad_scale (clipping, loss-scale removal) */
+    void (*adamw)(void *param, float *master, const float *grad, float *m, float *v, size_t n,
+                  float lr, float beta1, float beta2, float eps, float weight_decay, int t,
+                  float grad_scale);
+    void (*sgd_momentum)(void *param, float *master, const float *grad, float *mom, size_t n,
+                         float lr, float momentum, float weight_decay, float grad_scale);
+
+    /* ---- fp32 helpers and casts ---- */
+    double (*sumsq)(const float *x, size_t n); /* sum of squares, accumulated in double */
+    int (*all_finite)(const float *x, size_t n);
+    void (*scale_f32)(float *x, size_t n, float s);
+    void (*cast_to_act)(void *out, const float *inp, size_t n);
+    void (*cast_to_f32)(float *out, const void *inp, size_t n);
+    void (*acc_to_f32)(float *out, const void *inp, size_t n); /* out += inp */
+};
+
+/* The CPU backend (always present). BLAS threads: 1 unless PARALLAX_BLAS_THREADS says more. */
+const KernBackend *kern_cpu(void);
+/* The CUDA backend, or NULL when parallax was built without CUDA or no GPU is visible. */
+const KernBackend *kern_cuda(void);
+
+/* The dropout stream: a keep decision for element i of stream seed (counter-based, so any
+ * backend and any recomputation draw the same mask). */
+static inline int kern_dropout_keep(uint64_t seed, uint64_t i, float p)
+{
+    /* splitmix64 of (seed, i) */
+    uint64_t z = seed + 0x9E3779B97F4A7C15ull * (i + 1);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (double)(z >> 11) * (1.0 / 9007199254740992.0) >= (double)p;
+}
+
+#endif
