@@ -105,6 +105,8 @@ typedef struct {
     double dropout;       /* probability; 0 = no dropout ops or masks */
     int pad_vocab;        /* pad the vocabulary to a multiple of pad_vocab * tp (1: only to tp) */
     int causal_flops;     /* count the causal half of attention scores (default: full, as Narayanan) */
+    int fused_kernels;    /* fused elementwise kernels (bias-GeLU, bias-dropout-add, scale-mask-softmax) */
+    double train_tokens;  /* tokens to train on, for days and GPU-hours; 0: not asked */
     double lr;
     int steps;
     uint64_t seed;
@@ -135,6 +137,8 @@ typedef struct {
     int ffn_out_loc;         /* fc1 output width per TP rank: ffn_loc (GELU) or 2*ffn_loc (SwiGLU) */
     int vocab_pad, vocab_loc;
     int zero_group; /* ranks that shard ZeRO state and reduce gradients: dp * cp */
+    int pp_split;   /* TP ranks a pipeline transfer is split over and re-gathered by (Megatron's
+                       scatter/gather: tp without SP when tp divides h; else 1) */
     PxDtype param, act, grad;
     int master; /* 1 when an fp32 master copy exists (precision is not fp32) */
 } ModelDims;
@@ -268,7 +272,8 @@ typedef struct {
     int layer;          /* global layer or -1 */
     int per_microbatch; /* 1: runs once per micro-batch of its chunk; 0: once per step */
     double flops;       /* matmul FLOPs (the quantity MFU is defined on) */
-    double bytes;       /* estimated memory traffic */
+    double bytes;       /* estimated memory traffic, GEMM operands and elementwise passes */
+    int kernels;        /* kernel launches per execution (GEMMs included) */
     int n_gemm;
     ModelGemm gemm[4];
     /* communication (kind MODEL_OP_COMM) */

@@ -56,14 +56,24 @@ static ModelOp *op_new(Emit *e, ModelOpKind kind, const char *fmt, ...)
     op->layer = e->layer;
     op->per_microbatch = e->per_mb;
     op->calls = 1;
+    op->kernels = kind == MODEL_OP_COMM ? 0 : 1;
     return op;
 }
 
 static double eb(const Emit *e) { return (double)px_dtype_bytes(e->d->act); }
 
+/* Elementwise passes over an activation: fused kernels make one pass of `fused` reads and
+ * writes in one kernel, unfused ones `unfused` passes in `kernels` kernels. */
+static double passes(const Emit *e, double fused, double unfused)
+{
+    return e->s->job.fused_kernels ? fused : unfused;
+}
+
 /* Y[M,N] = X[M,K] W[N,K]^T; backward computes dX (M,K,N) and dW (N,K,M). Weight gradients
- * accumulate into the gradient buffer (read and written in the gradient dtype). */
-static void linear(Emit *e, const char *base, double M, double N, double K, double extra_bytes)
+ * accumulate into the gradient buffer (read and written in the gradient dtype). An epilogue
+ * (bias, dropout, residual) adds extra_bytes in epi_kernels launches. */
+static void linear_k(Emit *e, const char *base, double M, double N, double K, double extra_bytes,
+                     int epi_kernels)
 {
     ModelOp *op = op_new(e, MODEL_OP_MATMUL, "%s", base);
     double a = eb(e);
@@ -80,6 +90,23 @@ static void linear(Emit *e, const char *base, double M, double N, double K, doub
         op->n_gemm = 1;
         op->gemm[0] = (ModelGemm){(int64_t)M, (int64_t)N, (int64_t)K, 1};
     }
+    op->kernels = op->n_gemm + (extra_bytes > 0 ? epi_kernels : 0);
+}
+
+static void linear(Emit *e, const char *base, double M, double N, double K, double extra_bytes)
+{
+    linear_k(e, base, M, N, K, extra_bytes, 1);
+}
+
+/* The row-parallel outputs' epilogue: bias, dropout and residual add; Megatron's fused
+ * bias-dropout-add reads output, bias and residual and writes the sum (3 passes, 1 kernel);
+ * unfused: bias add (2), dropout (2 + mask), residual add (3) in 3 kernels. */
+static void linear_epilogue(Emit *e, const char *base, double M, double N, double K, double nb)
+{
+    int drop = e->s->job.dropout > 0.0;
+    double fused = 3.0 + (drop ? 1.0 / eb(e) : 0.0);
+    double unfused = 2.0 + (drop ? 2.0 + 1.0 / eb(e) : 0.0) + 3.0;
+    linear_k(e, base, M, N, K, passes(e, fused, unfused) * nb, e->s->job.fused_kernels ? 1 : (drop ? 3 : 2));
 }
 
 static void comm(Emit *e, const char *base, ModelComm kind, int group_size, double bytes, int calls)
@@ -93,10 +120,11 @@ static void comm(Emit *e, const char *base, ModelComm kind, int group_size, doub
     op->calls = calls;
 }
 
-static void simple(Emit *e, ModelOpKind kind, const char *base, double bytes)
+static ModelOp *simple(Emit *e, ModelOpKind kind, const char *base, double bytes)
 {
     ModelOp *op = op_new(e, kind, "%s", base);
     op->bytes = bytes;
+    return op;
 }
 
 /* Bytes of the full-sequence activation [b, s_loc, h] that TP collectives move. */
@@ -122,6 +150,11 @@ static void attention_core(Emit *e, const char *base)
     op->n_gemm = 2;
     op->gemm[0] = (ModelGemm){(int64_t)sq, (int64_t)sk, (int64_t)hd, (int64_t)bh};
     op->gemm[1] = (ModelGemm){(int64_t)sq, (int64_t)hd, (int64_t)sk, (int64_t)bh};
+    /* Unfused attention: the score GEMM writes S; Megatron's fused scale-mask-softmax reads it
+     * and writes P in one kernel (unfused: scale, mask and softmax are three passes of two);
+     * dropout reads P and writes the dropped copy and its mask; the context GEMM reads it. */
+    const double softmax = passes(e, 2.0, 6.0);
+    const int softmax_kernels = s->job.fused_kernels ? 1 : 3;
     if (e->phase == MODEL_BWD) {
         op->n_gemm = 4;
         op->gemm[2] = (ModelGemm){(int64_t)sk, (int64_t)hd, (int64_t)sq, (int64_t)bh};
@@ -130,16 +163,23 @@ static void attention_core(Emit *e, const char *base)
             /* FlashAttention's backward recomputes the scores: 2.5 x the forward (Dao 2023). */
             op->flops = 2.5 * fwd;
             op->bytes = 2.0 * qkv + 3.0 * out + bh * sq * 8.0;
+            op->kernels = 2;
         } else {
+            /* dP written and read, softmax backward reads P and dP and writes dS, dropout
+             * backward reads the mask, the two gradient GEMMs read dS */
             op->flops = 2.0 * fwd;
-            op->bytes = 2.0 * qkv + 2.0 * out + mat * (drop ? 6.0 : 4.0);
+            op->bytes = 2.0 * qkv + 2.0 * out + mat * (drop ? 7.0 + 1.0 / a : 5.0) + mat * (softmax - 2.0);
+            op->kernels = 4 + softmax_kernels + drop;
         }
     } else {
         op->flops = fwd;
-        if (s->job.flash_attn)
+        if (s->job.flash_attn) {
             op->bytes = qkv + out + bh * sq * 4.0;
-        else /* scores written, softmax read+written, dropout read+written, context read */
-            op->bytes = qkv + out + mat * (drop ? 6.0 + 1.0 / a : 4.0);
+            op->kernels = 1;
+        } else {
+            op->bytes = qkv + out + mat * (2.0 + softmax + (drop ? 2.0 + 1.0 / a : 0.0));
+            op->kernels = 2 + softmax_kernels + drop;
+        }
     }
 }
 
@@ -162,7 +202,7 @@ static void layer_forward(Emit *e, int l)
     comm(e, n, MODEL_CP_ALL_GATHER, d->c, (double)d->b * d->s * 2.0 * d->kv_width_loc * a, 1);
     attention_core(e, n);
     snprintf(n, sizeof n, "layer.%d.attn.proj", l);
-    linear(e, n, M, h, d->q_loc, 3.0 * nb); /* + bias, dropout, residual */
+    linear_epilogue(e, n, M, h, d->q_loc, nb);
     comm(e, n, sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, tp_act_bytes(e), 1);
     snprintf(n, sizeof n, "layer.%d.ln2", l);
     simple(e, MODEL_OP_NORM, n, 2.0 * nb);
@@ -171,9 +211,13 @@ static void layer_forward(Emit *e, int l)
         comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
     linear(e, n, M, d->ffn_out_loc, h, 0);
     snprintf(n, sizeof n, "layer.%d.mlp.act", l);
-    simple(e, MODEL_OP_ACTIVATION, n, M * (d->ffn_out_loc + d->ffn_loc) * a);
+    /* bias + GeLU fused (Megatron's bias_gelu): read fc1's output, write the activation;
+     * unfused: a bias-add pass first */
+    simple(e, MODEL_OP_ACTIVATION, n,
+           M * (d->ffn_out_loc + d->ffn_loc + passes(e, 0.0, 2.0 * d->ffn_out_loc)) * a)
+        ->kernels = s->job.fused_kernels ? 1 : 2;
     snprintf(n, sizeof n, "layer.%d.mlp.fc2", l);
-    linear(e, n, M, h, d->ffn_loc, 3.0 * nb);
+    linear_epilogue(e, n, M, h, d->ffn_loc, nb);
     comm(e, n, sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, tp_act_bytes(e), 1);
 }
 
@@ -341,7 +385,10 @@ int model_ops_build(const ModelSpec *s, const ModelDims *d, int stage, ModelOpGr
         return rc;
     }
     Emit e = {.g = g, .s = s, .d = d, .err = err, .per_mb = 1};
-    const double pp_bytes = (double)d->b * d->s_sp * d->h * eb(&e);
+    /* Megatron's scatter/gather: without SP each TP rank sends 1/t of the (replicated)
+     * activation and the receivers all-gather it over the node's links (Narayanan 2021 Sec. 4.1) */
+    const double pp_bytes = (double)d->b * d->s_sp * d->h * eb(&e) / d->pp_split;
+    const double pp_gather = d->pp_split > 1 ? (double)d->b * d->s_sp * d->h * eb(&e) : 0;
     for (int j = 0; j < d->v; j++) {
         int gc = model_global_chunk(d, stage, j);
         int first = gc == 0, last = gc == d->chunks - 1;
@@ -349,10 +396,13 @@ int model_ops_build(const ModelSpec *s, const ModelDims *d, int stage, ModelOpGr
         e.layer = -1;
         /* forward */
         e.phase = MODEL_FWD;
-        if (!first)
+        if (!first) {
             comm(&e, "pp", MODEL_PP_RECV, 2, pp_bytes, 1);
-        else
+            if (pp_gather > 0)
+                comm(&e, "pp", MODEL_TP_ALL_GATHER, d->t, pp_gather, 1);
+        } else {
             embed_pass(&e, &tt, j, 0);
+        }
         for (int l = gc * d->chunk_layers; l < (gc + 1) * d->chunk_layers; l++) {
             char bn[32];
             snprintf(bn, sizeof bn, "layer.%d", l);
@@ -366,10 +416,13 @@ int model_ops_build(const ModelSpec *s, const ModelDims *d, int stage, ModelOpGr
             head_pass(&e, &tt, j, 0);
         /* backward */
         e.phase = MODEL_BWD;
-        if (!last)
+        if (!last) {
             comm(&e, "pp", MODEL_PP_RECV, 2, pp_bytes, 1);
-        else
+            if (pp_gather > 0)
+                comm(&e, "pp", MODEL_TP_ALL_GATHER, d->t, pp_gather, 1);
+        } else {
             head_pass(&e, &tt, j, 1);
+        }
         for (int l = (gc + 1) * d->chunk_layers - 1; l >= gc * d->chunk_layers; l--) {
             char bn[32];
             snprintf(bn, sizeof bn, "layer.%d", l);

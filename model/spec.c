@@ -88,6 +88,7 @@ void model_spec_defaults(ModelSpec *s)
     j->grad_dtype = PX_FP32;
     j->optimizer = MODEL_OPT_ADAMW;
     j->flash_attn = 1;
+    j->fused_kernels = 1;
     j->pad_vocab = 1;
     j->lr = 6e-4;
     j->seed = 1234;
@@ -238,6 +239,7 @@ int model_spec_check(ModelSpec *sp, int gpus, ModelDims *d, PxError *err)
     d->vocab_pad = (int)px_round_up((uint64_t)c->vocab, (uint64_t)j->pad_vocab * (uint64_t)l->tp);
     d->vocab_loc = d->vocab_pad / l->tp;
     d->zero_group = l->dp * l->cp;
+    d->pp_split = (l->tp > 1 && !l->sp && c->hidden % l->tp == 0) ? l->tp : 1;
     d->param = j->precision;
     d->act = j->precision;
     d->grad = j->grad_dtype;

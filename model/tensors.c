@@ -374,8 +374,10 @@ int model_tensors_build(const ModelSpec *s, const ModelDims *d, int stage, Model
 
     /* Communication buffers. */
     if (d->p > 1) {
-        add(&a, "pp.send", MODEL_COMM_BUFFERS, e, sp, 3, b, d->s_sp, h, 0);
-        add(&a, "pp.recv", MODEL_COMM_BUFFERS, e, sp, 3, b, d->s_sp, h, 0);
+        /* with the scatter/gather split each TP rank sends and receives its h/t slice */
+        int shard = sp | (d->pp_split > 1 ? MODEL_SHARD_TP : 0);
+        add(&a, "pp.send", MODEL_COMM_BUFFERS, e, shard, 3, b, d->s_sp, h / d->pp_split, 0);
+        add(&a, "pp.recv", MODEL_COMM_BUFFERS, e, shard, 3, b, d->s_sp, h / d->pp_split, 0);
     }
     if (s->layout.sp)
         add(&a, "sp.gather", MODEL_COMM_BUFFERS, e, 0, 3, b, d->s_loc, h, 0);

@@ -46,7 +46,10 @@ static int parse_device(const cJSON *j, const char *where, ProfDevice *d, PxErro
 {
     static const char *const known[] = {"schema_version", "name", "description", "memory_bytes",
                                         "peak_flops", "memory_bandwidth", "sm_count",
-                                        "runtime_bytes", "sources", NULL};
+                                        "runtime_bytes", "efficiency", "sources", NULL};
+    static const char *const known_eff[] = {"matmul", "matmul_k_half", "misaligned", "tiles",
+                                            "memory", "attention_fwd", "attention_bwd",
+                                            "kernel_overhead_s", NULL};
     static const char *const known_peak[] = {"fp32", "tf32", "bf16", "fp16", "fp8", NULL};
     memset(d, 0, sizeof *d);
     px_json_warn_unknown(j, where, known);
@@ -70,6 +73,51 @@ static int parse_device(const cJSON *j, const char *where, ProfDevice *d, PxErro
         (rc = px_json_double(peak, pw, "fp16", 0, 0, 1e18, &d->peak_fp16, err)) ||
         (rc = px_json_double(peak, pw, "fp8", 0, 0, 1e18, &d->peak_fp8, err)))
         return rc;
+    /* Efficiency defaults: an ideal device; the built-in profiles all set them. */
+    d->matmul_eff = 1.0;
+    d->matmul_k_half = 0;
+    d->misaligned_eff = 1.0;
+    d->memory_eff = 1.0;
+    d->attn_fwd_eff = 1.0;
+    d->attn_bwd_eff = 1.0;
+    const cJSON *eff;
+    if ((rc = px_json_object(j, where, "efficiency", 0, &eff, err)))
+        return rc;
+    if (eff) {
+        char ew[256];
+        px_json_path(ew, sizeof ew, where, "efficiency");
+        px_json_warn_unknown(eff, ew, known_eff);
+        if ((rc = px_json_double(eff, ew, "matmul", 0, 0.01, 1, &d->matmul_eff, err)) ||
+            (rc = px_json_double(eff, ew, "matmul_k_half", 0, 0, 1e6, &d->matmul_k_half, err)) ||
+            (rc = px_json_double(eff, ew, "misaligned", 0, 0.01, 1, &d->misaligned_eff, err)) ||
+            (rc = px_json_double(eff, ew, "memory", 0, 0.01, 1, &d->memory_eff, err)) ||
+            (rc = px_json_double(eff, ew, "attention_fwd", 0, 0.01, 1, &d->attn_fwd_eff, err)) ||
+            (rc = px_json_double(eff, ew, "attention_bwd", 0, 0.01, 1, &d->attn_bwd_eff, err)) ||
+            (rc = px_json_double(eff, ew, "kernel_overhead_s", 0, 0, 1, &d->kernel_overhead_s, err)))
+            return rc;
+        const cJSON *tiles = cJSON_GetObjectItemCaseSensitive(eff, "tiles");
+        if (tiles) {
+            char tw[300];
+            px_json_path(tw, sizeof tw, ew, "tiles");
+            if (!cJSON_IsArray(tiles) || cJSON_GetArraySize(tiles) > 8)
+                return px_fail(err, PX_EINPUT, "%s: expected an array of at most 8 [m, n, efficiency] tiles", tw);
+            const cJSON *t;
+            cJSON_ArrayForEach(t, tiles)
+            {
+                const cJSON *a = cJSON_GetArrayItem(t, 0), *b = cJSON_GetArrayItem(t, 1),
+                            *e = cJSON_GetArrayItem(t, 2);
+                if (!cJSON_IsArray(t) || cJSON_GetArraySize(t) != 3 || !cJSON_IsNumber(a) ||
+                    !cJSON_IsNumber(b) || !cJSON_IsNumber(e) || a->valuedouble < 1 ||
+                    b->valuedouble < 1 || e->valuedouble <= 0 || e->valuedouble > 1)
+                    return px_fail(err, PX_EINPUT, "%s[%d]: expected [m, n, efficiency] with m, n >= 1 and 0 < efficiency <= 1",
+                                   tw, d->n_tiles);
+                d->tile_m[d->n_tiles] = a->valuedouble;
+                d->tile_n[d->n_tiles] = b->valuedouble;
+                d->tile_eff[d->n_tiles] = e->valuedouble;
+                d->n_tiles++;
+            }
+        }
+    }
     if (d->memory_bytes == 0) {
         /* 0 asks for this machine's physical memory (the local CPU profile). */
         long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
@@ -102,10 +150,12 @@ int prof_cluster_load(const char *name_or_path, const char *const *sets, int n_s
                       ProfCluster *c, PxError *err)
 {
     static const char *const known[] = {"schema_version", "name", "description", "device", "node",
-                                        "network", "nodes", "shared_memory", "sources", NULL};
+                                        "network", "nodes", "shared_memory", "overlap", "sources",
+                                        NULL};
     static const char *const known_node[] = {"devices", "link", NULL};
-    static const char *const known_link[] = {"bandwidth", "latency", NULL};
-    static const char *const known_net[] = {"bandwidth_per_device", "latency", NULL};
+    static const char *const known_link[] = {"bandwidth", "latency", "efficiency", NULL};
+    static const char *const known_net[] = {"bandwidth_per_device", "latency", "efficiency", NULL};
+    static const char *const known_overlap[] = {"compute_slowdown", NULL};
     char origin[512], where[520], w2[600];
     cJSON *j = load_json(name_or_path, prof_cluster_data, prof_cluster_data_count, "cluster",
                          "parallax profiles", origin, sizeof origin, err);
@@ -173,14 +223,28 @@ int prof_cluster_load(const char *name_or_path, const char *const *sets, int n_s
         goto out;
     snprintf(w2, sizeof w2, "%s node.link", where);
     px_json_warn_unknown(link, w2, known_link);
+    c->link_eff = c->net_eff = 1.0;
     if ((rc = px_json_double(link, w2, "bandwidth", 1, 1e6, 1e15, &c->link_bandwidth, err)) ||
-        (rc = px_json_double(link, w2, "latency", 1, 0, 1, &c->link_latency, err)))
+        (rc = px_json_double(link, w2, "latency", 1, 0, 1, &c->link_latency, err)) ||
+        (rc = px_json_double(link, w2, "efficiency", 0, 0.01, 1, &c->link_eff, err)))
         goto out;
     snprintf(w2, sizeof w2, "%s network", where);
     px_json_warn_unknown(net, w2, known_net);
     if ((rc = px_json_double(net, w2, "bandwidth_per_device", 1, 1e6, 1e15, &c->net_bandwidth, err)) ||
-        (rc = px_json_double(net, w2, "latency", 1, 0, 1, &c->net_latency, err)))
+        (rc = px_json_double(net, w2, "latency", 1, 0, 1, &c->net_latency, err)) ||
+        (rc = px_json_double(net, w2, "efficiency", 0, 0.01, 1, &c->net_eff, err)))
         goto out;
+    {
+        const cJSON *ov;
+        if ((rc = px_json_object(j, where, "overlap", 0, &ov, err)))
+            goto out;
+        if (ov) {
+            snprintf(w2, sizeof w2, "%s overlap", where);
+            px_json_warn_unknown(ov, w2, known_overlap);
+            if ((rc = px_json_double(ov, w2, "compute_slowdown", 0, 0, 1, &c->overlap_slowdown, err)))
+                goto out;
+        }
+    }
 out:
     cJSON_Delete(j);
     return rc;
@@ -228,14 +292,31 @@ cJSON *prof_cluster_to_json(const ProfCluster *c)
     if (c->device.sm_count)
         cJSON_AddNumberToObject(d, "sm_count", c->device.sm_count);
     cJSON_AddNumberToObject(d, "runtime_bytes", (double)c->device.runtime_bytes);
+    cJSON *eff = cJSON_AddObjectToObject(d, "efficiency");
+    cJSON_AddNumberToObject(eff, "matmul", c->device.matmul_eff);
+    cJSON_AddNumberToObject(eff, "matmul_k_half", c->device.matmul_k_half);
+    cJSON_AddNumberToObject(eff, "misaligned", c->device.misaligned_eff);
+    cJSON *tiles = cJSON_AddArrayToObject(eff, "tiles");
+    for (int i = 0; i < c->device.n_tiles; i++) {
+        double t[3] = {c->device.tile_m[i], c->device.tile_n[i], c->device.tile_eff[i]};
+        cJSON_AddItemToArray(tiles, cJSON_CreateDoubleArray(t, 3));
+    }
+    cJSON_AddNumberToObject(eff, "memory", c->device.memory_eff);
+    cJSON_AddNumberToObject(eff, "attention_fwd", c->device.attn_fwd_eff);
+    cJSON_AddNumberToObject(eff, "attention_bwd", c->device.attn_bwd_eff);
+    cJSON_AddNumberToObject(eff, "kernel_overhead_s", c->device.kernel_overhead_s);
     cJSON *node = cJSON_AddObjectToObject(j, "node");
     cJSON_AddNumberToObject(node, "devices", c->node_devices);
     cJSON *link = cJSON_AddObjectToObject(node, "link");
     cJSON_AddNumberToObject(link, "bandwidth", c->link_bandwidth);
     cJSON_AddNumberToObject(link, "latency", c->link_latency);
+    cJSON_AddNumberToObject(link, "efficiency", c->link_eff);
     cJSON *net = cJSON_AddObjectToObject(j, "network");
     cJSON_AddNumberToObject(net, "bandwidth_per_device", c->net_bandwidth);
     cJSON_AddNumberToObject(net, "latency", c->net_latency);
+    cJSON_AddNumberToObject(net, "efficiency", c->net_eff);
+    cJSON *ov = cJSON_AddObjectToObject(j, "overlap");
+    cJSON_AddNumberToObject(ov, "compute_slowdown", c->overlap_slowdown);
     if (c->nodes)
         cJSON_AddNumberToObject(j, "nodes", c->nodes);
     if (c->shared_memory)

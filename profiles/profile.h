@@ -25,6 +25,16 @@ typedef struct {
     double memory_bandwidth; /* bytes/s */
     int sm_count;            /* streaming multiprocessors (or cores for a CPU) */
     uint64_t runtime_bytes;  /* fixed per-process memory: context, library workspaces */
+    /* efficiency model (docs/time.md) */
+    double matmul_eff;       /* fraction of the dense peak a large, aligned GEMM reaches */
+    double matmul_k_half;    /* K at which a GEMM's main loop reaches half its efficiency */
+    double misaligned_eff;   /* factor when n or k is not a multiple of 16 bytes of elements */
+    int n_tiles;             /* output tile shapes the GEMM library chooses among */
+    double tile_m[8], tile_n[8], tile_eff[8];
+    double memory_eff;       /* fraction of memory_bandwidth streaming kernels reach */
+    double attn_fwd_eff;     /* fused (flash) attention: fraction of the dense peak, forward */
+    double attn_bwd_eff;     /* and backward */
+    double kernel_overhead_s; /* fixed cost of one kernel launch */
 } ProfDevice;
 
 typedef struct {
@@ -36,6 +46,9 @@ typedef struct {
     double link_latency;   /* seconds */
     double net_bandwidth;  /* inter-node bytes/s per device per direction */
     double net_latency;
+    double link_eff;       /* fraction of link_bandwidth a collective's bus bandwidth reaches */
+    double net_eff;        /* fraction of net_bandwidth */
+    double overlap_slowdown; /* compute slowdown while communication overlaps it (shared SMs and memory) */
     int nodes;         /* nodes in the cluster; 0: no limit */
     int shared_memory; /* ranks of a node share one memory (CPU ranks): memory_bytes is per node */
 } ProfCluster;
