@@ -32,6 +32,9 @@ const CliOption cli_knob_options[] = {
     {"no-overlap-tp", 0, NULL, "do not overlap TP communication (default)", CLI_NO_OVERLAP_TP},
     {"pad-vocab", 1, "N", "pad the vocabulary to a multiple of N x tp (Megatron: 128; default 1)", CLI_PAD_VOCAB},
     {"causal-flops", 0, NULL, "count only the causal half of attention FLOPs", CLI_CAUSAL},
+    {"fused-kernels", 0, NULL, "fused elementwise kernels: bias-GeLU, bias-dropout-add, softmax (default)", CLI_FUSED},
+    {"no-fused-kernels", 0, NULL, "one kernel per elementwise step", CLI_NO_FUSED},
+    {"tokens", 1, "N", "tokens to train on: report days and GPU-hours (e.g. 300e9)", CLI_TOKENS},
     {"set", 1, "KEY=V", "override a profile figure, e.g. network.bandwidth_per_device=100e9 (repeatable)", CLI_SET},
     {NULL, 0, NULL, NULL, 0}};
 
@@ -112,6 +115,13 @@ static int knob(const char *cmd, int id, const char *arg, CliArgs *a)
     case CLI_NO_OVERLAP_TP: l->overlap_tp = 0; break;
     case CLI_PAD_VOCAB: rc = px_parse_int(arg, "--pad-vocab", 1, 1 << 16, &j->pad_vocab, &err); break;
     case CLI_CAUSAL: j->causal_flops = 1; break;
+    case CLI_FUSED: j->fused_kernels = 1; break;
+    case CLI_NO_FUSED: j->fused_kernels = 0; break;
+    case CLI_TOKENS:
+        rc = px_parse_double(arg, "--tokens", &j->train_tokens, &err);
+        if (!rc && !(j->train_tokens > 0))
+            rc = px_fail(&err, PX_EINPUT, "--tokens: must be positive, got %s", arg);
+        break;
     case CLI_SET:
         if (a->n_sets == CLI_MAX_SETS)
             rc = px_fail(&err, PX_EINPUT, "--set: at most %d overrides", CLI_MAX_SETS);

@@ -92,6 +92,42 @@ static void add_prediction(cJSON *j, const SimResult *r)
         cJSON_AddItemToArray(cs, e);
     }
 
+    cJSON *tm = cJSON_AddObjectToObject(j, "time");
+    cJSON_AddNumberToObject(tm, "step_s", r->step_s);
+    cJSON_AddNumberToObject(tm, "bubble_fraction", r->bubble_fraction);
+    cJSON_AddNumberToObject(tm, "compute_s", r->compute_s);
+    cJSON_AddNumberToObject(tm, "tp_comm_s", r->tp_comm_s);
+    cJSON_AddNumberToObject(tm, "pp_comm_s", r->pp_comm_s);
+    cJSON_AddNumberToObject(tm, "dp_comm_exposed_s", r->dp_comm_exposed_s);
+    cJSON_AddNumberToObject(tm, "optimizer_s", r->optimizer_s);
+    cJSON_AddNumberToObject(tm, "critical_stage", r->critical_stage);
+    cJSON *tps = cJSON_AddArrayToObject(tm, "per_stage");
+    for (int st = 0; st < d->p; st++) {
+        const SimStageTime *t = &r->stage_time[st];
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "stage", st);
+        cJSON_AddNumberToObject(e, "step_s", t->step_s);
+        cJSON_AddNumberToObject(e, "pipeline_s", t->pipeline_s);
+        cJSON_AddNumberToObject(e, "bubble_fraction", t->bubble_fraction);
+        cJSON_AddNumberToObject(e, "compute_s", t->compute_s);
+        cJSON_AddNumberToObject(e, "tp_comm_s", t->tp_comm_s);
+        cJSON_AddNumberToObject(e, "pp_comm_s", t->pp_comm_s);
+        cJSON_AddNumberToObject(e, "dp_comm_exposed_s", t->dp_exposed_s);
+        cJSON_AddNumberToObject(e, "optimizer_s", t->optimizer_s);
+        cJSON_AddItemToArray(tps, e);
+    }
+    cJSON *tp = cJSON_AddObjectToObject(j, "throughput");
+    cJSON_AddNumberToObject(tp, "tokens_per_s", r->tokens_per_s);
+    cJSON_AddNumberToObject(tp, "tflops_per_gpu", r->tflops_per_gpu);
+    cJSON_AddNumberToObject(tp, "mfu", r->mfu);
+    cJSON_AddNumberToObject(tp, "hfu", r->hfu);
+    if (r->spec.job.train_tokens > 0) {
+        double days = r->spec.job.train_tokens / r->tokens_per_s / 86400.0;
+        cJSON_AddNumberToObject(tp, "train_tokens", r->spec.job.train_tokens);
+        cJSON_AddNumberToObject(tp, "days_to_train", days);
+        cJSON_AddNumberToObject(tp, "gpu_hours", days * 24.0 * d->gpus);
+    }
+
     cJSON *ops = cJSON_AddArrayToObject(j, "ops");
     for (int st = 0; st < d->p; st++) {
         const ModelOpGraph *g = &r->ops[st];
@@ -105,6 +141,7 @@ static void add_prediction(cJSON *j, const SimResult *r)
             cJSON_AddNumberToObject(e, "stage", st);
             cJSON_AddNumberToObject(e, "chunk", op->chunk);
             cJSON_AddNumberToObject(e, "calls", times * op->calls);
+            cJSON_AddNumberToObject(e, "seconds", r->op_seconds[st][i] * times);
             cJSON_AddNumberToObject(e, "flops", op->flops * times);
             cJSON_AddNumberToObject(e, "bytes", op->bytes * times);
             if (op->kind == MODEL_OP_COMM) {
@@ -191,6 +228,24 @@ void sim_result_print(FILE *f, const SimResult *r)
 
     fprintf(f, "\nFLOPs per step   model %.4g   hardware %.4g   (per rank: %.4g on stage 0)\n",
             r->model_flops, r->hardware_flops, r->rank_flops[0]);
+
+    fprintf(f, "\ntime per step (s)\n%5s %10s %10s %10s %10s %8s %10s %10s %10s\n", "stage", "compute",
+            "tp+cp comm", "pp comm", "pipeline", "bubble", "dp exposed", "optimizer", "step");
+    for (int st = 0; st < d->p; st++) {
+        const SimStageTime *y = &r->stage_time[st];
+        fprintf(f, "%5d %10.3f %10.3f %10.3f %10.3f %7.1f%% %10.3f %10.3f %10.3f%s\n", st, y->compute_s,
+                y->tp_comm_s, y->pp_comm_s, y->pipeline_s, 100 * y->bubble_fraction, y->dp_exposed_s,
+                y->optimizer_s, y->step_s, st == r->critical_stage ? "  <- ends the step" : "");
+    }
+    fprintf(f, "step %.3f s   %.0f tokens/s   %.1f TFLOP/s per GPU   MFU %.1f%%   HFU %.1f%%\n",
+            r->step_s, r->tokens_per_s, r->tflops_per_gpu, 100 * r->mfu, 100 * r->hfu);
+    if (t->train_tokens > 0) {
+        double days = t->train_tokens / r->tokens_per_s / 86400.0;
+        char hours[32];
+        fprintf(f, "training on %s tokens: %.1f days, %s GPU-hours\n",
+                px_fmt_count(buf, sizeof buf, t->train_tokens), days,
+                px_fmt_count(hours, sizeof hours, days * 24 * d->gpus));
+    }
 
     int used[MODEL_COMM_COUNT] = {0}, any = 0;
     for (int st = 0; st < d->p; st++)

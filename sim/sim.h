@@ -27,6 +27,17 @@ typedef struct {
 } SimStageMemory;
 
 typedef struct {
+    double compute_s;       /* compute per step on one rank of the stage */
+    double tp_comm_s;       /* TP and CP communication the passes cannot hide, per step */
+    double pp_comm_s;       /* how much later the stage finishes because of p2p transfers */
+    double dp_exposed_s;    /* DP / ZeRO communication not hidden, per step */
+    double optimizer_s;
+    double pipeline_s;      /* when the stage finishes its last backward */
+    double bubble_fraction; /* idle over busy time of the stage without transfers */
+    double step_s;          /* the stage's step: pipeline, then reduction, optimizer, gathers */
+} SimStageTime;
+
+typedef struct {
     ModelSpec spec; /* as normalised by model_spec_check (dp, schedule, global batch filled) */
     ModelDims dims;
     ProfCluster cluster;
@@ -41,6 +52,14 @@ typedef struct {
     double *rank_flops;    /* [pp] hardware FLOPs of one rank of each stage per step */
     uint64_t (*comm)[MODEL_COMM_COUNT]; /* [pp][kind] bytes one rank moves per step */
     ModelOpGraph *ops;                  /* [pp] op graph of each stage */
+    double **op_seconds;                /* [pp][op] seconds of one execution of each op */
+    SimStageTime *stage_time;           /* [pp] */
+    /* DESIGN.md's time and throughput, for the stage that ends the step last */
+    int critical_stage;
+    double step_s, bubble_fraction, compute_s, tp_comm_s, pp_comm_s, dp_comm_exposed_s, optimizer_s;
+    double tokens_per_s;
+    double tflops_per_gpu; /* hardware FLOPs per second per GPU, in TFLOP/s (Narayanan's metric) */
+    double mfu, hfu;       /* model / hardware FLOPs over the dense peak */
 } SimResult;
 
 /* Simulates spec on cluster with `gpus` ranks (dp 0 in the spec: what the GPUs leave).

@@ -1,6 +1,6 @@
 /* Memory, FLOPs and communication bytes of a layout: sums over model/'s tensor tables and op
  * graphs, with the activation peak taken from the stage's pipeline schedule. */
-#include "sim/sim.h"
+#include "sim/internal.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +11,7 @@ void sim_result_free(SimResult *r)
 {
     if (!r)
         return;
+    sim_time_free(r);
     if (r->ops)
         for (int i = 0; i < r->dims.p; i++)
             model_ops_free(&r->ops[i]);
@@ -100,6 +101,10 @@ int sim_run(const ModelSpec *spec, const ProfCluster *cl, int gpus, SimResult *r
             if (op->kind == MODEL_OP_COMM)
                 r->comm[st][op->comm] += op->comm_bytes * (uint64_t)op->calls * (uint64_t)times;
         }
+    }
+    if ((rc = sim_time(r, err))) {
+        sim_result_free(r);
+        return rc;
     }
     return PX_OK;
 }

@@ -1,0 +1,163 @@
+/* Costing single ops: GEMM efficiency, memory-bound kernels, collectives. docs/time.md derives
+ * every formula and the profile constants it reads. */
+#include "sim/internal.h"
+
+#include <math.h>
+
+void sim_ctx_init(SimCtx *c, const ProfCluster *cl, const ModelSpec *spec, const ModelDims *d,
+                  int node_size)
+{
+    c->cl = cl;
+    c->spec = spec;
+    c->d = d;
+    c->node_size = node_size;
+    c->peak = prof_peak_flops(&cl->device, spec->job.precision);
+    c->elem_bytes = (int)px_dtype_bytes(spec->job.precision);
+}
+
+/* Tile and wave quantization (NVIDIA's Deep Learning Performance Guide, "Matrix
+ * Multiplication Background", quoted in seed 003): the library covers the m x n output with
+ * tiles, runs them in waves of one tile per SM, and pays for every partial tile and partial
+ * wave. It picks the tile shape that wastes least; smaller tiles reuse less data (their
+ * efficiency in the profile). */
+static double tile_utilization(const ProfDevice *dev, double m, double n, double batch)
+{
+    if (dev->n_tiles == 0 || dev->sm_count <= 0)
+        return 1.0;
+    double best = 0.0;
+    for (int i = 0; i < dev->n_tiles; i++) {
+        double tm = dev->tile_m[i], tn = dev->tile_n[i];
+        double tiles = ceil(m / tm) * ceil(n / tn) * batch;
+        double waves = ceil(tiles / dev->sm_count);
+        double util = (m * n * batch) / (waves * dev->sm_count * tm * tn) * dev->tile_eff[i];
+        if (util > best)
+            best = util;
+    }
+    return best;
+}
+
+double sim_gemm_seconds(const SimCtx *c, const ModelGemm *g, double *eff_out)
+{
+    const ProfDevice *dev = &c->cl->device;
+    double m = (double)g->m, n = (double)g->n, k = (double)g->k, batch = (double)g->batch;
+    double flops = 2.0 * m * n * k * batch;
+    double eff = dev->matmul_eff * tile_utilization(dev, m, n, batch);
+    /* A short K leaves the main loop little to amortise its prologue and epilogue. */
+    if (dev->matmul_k_half > 0)
+        eff *= k / (k + dev->matmul_k_half);
+    /* Tensor cores need rows of 16 bytes: 8 half-precision elements (seed 003's checklist). */
+    int align = 16 / c->elem_bytes;
+    if (((int64_t)g->n % align) != 0 || ((int64_t)g->k % align) != 0)
+        eff *= dev->misaligned_eff;
+    double t_compute = flops / (c->peak * eff);
+    double io = (m * k + k * n + m * n) * batch * c->elem_bytes;
+    double t_memory = io / (dev->memory_bandwidth * dev->memory_eff);
+    if (eff_out)
+        *eff_out = t_compute >= t_memory ? eff : flops / (c->peak * t_memory);
+    return t_compute > t_memory ? t_compute : t_memory;
+}
+
+double sim_compute_seconds(const SimCtx *c, const ModelOp *op)
+{
+    const ProfDevice *dev = &c->cl->device;
+    const double bw = dev->memory_bandwidth * dev->memory_eff;
+    const double launch = op->kernels * dev->kernel_overhead_s;
+    if (op->kind == MODEL_OP_ATTENTION && c->spec->job.flash_attn) {
+        /* a fused causal kernel skips the masked half, whatever half the FLOP count states */
+        double work = c->spec->job.causal_flops ? op->flops : 0.5 * op->flops;
+        double eff = op->phase == MODEL_BWD ? dev->attn_bwd_eff : dev->attn_fwd_eff;
+        double t_c = work / (c->peak * eff), t_m = op->bytes / bw;
+        return (t_c > t_m ? t_c : t_m) + launch;
+    }
+    double t = 0.0, io = 0.0;
+    for (int i = 0; i < op->n_gemm; i++) {
+        const ModelGemm *g = &op->gemm[i];
+        t += sim_gemm_seconds(c, g, NULL);
+        io += ((double)g->m * g->k + (double)g->k * g->n + (double)g->m * g->n) * (double)g->batch *
+              c->elem_bytes;
+    }
+    double rest = op->bytes - io;
+    if (rest > 0)
+        t += rest / bw;
+    return t + launch;
+}
+
+double sim_collective_seconds(ModelCollective coll, double S, int n, double alpha, double beta)
+{
+    if (coll == MODEL_COLL_SEND || coll == MODEL_COLL_RECV)
+        return alpha + S / beta;
+    if (n < 2)
+        return 0.0;
+    double steps = n - 1.0, chunk = S / n;
+    if (coll == MODEL_COLL_ALLREDUCE) {
+        /* ring: reduce-scatter then all-gather, 2(n-1) steps of S/n; a double binary tree
+         * pays log2(n) latencies each way but moves S twice: the library takes the faster */
+        double ring = 2.0 * steps * (alpha + chunk / beta);
+        double tree = 2.0 * ceil(log2((double)n)) * alpha + 2.0 * S / beta;
+        return ring < tree ? ring : tree;
+    }
+    return steps * (alpha + chunk / beta);
+}
+
+void sim_group_path(const SimCtx *c, int base, int stride, int n, double *alpha, double *beta,
+                    int *nodes_out)
+{
+    const ProfCluster *cl = c->cl;
+    const int N = c->node_size;
+    int nodes = 0, last = -1, per_node = 0, most = 0;
+    for (int i = 0; i < n; i++) {
+        int node = (base + i * stride) / N;
+        if (node != last) {
+            nodes++;
+            last = node;
+            per_node = 0;
+        }
+        per_node++;
+        if (per_node > most)
+            most = per_node;
+    }
+    double link = cl->link_bandwidth * cl->link_eff;
+    if (nodes <= 1) {
+        *alpha = cl->link_latency;
+        *beta = link;
+    } else {
+        /* A ring through k nodes crosses the network once per node and channel; with one NIC
+         * share per device, the group's `most` ranks on a node drive `most` shares. */
+        double net = most * cl->net_bandwidth * cl->net_eff;
+        *alpha = cl->net_latency;
+        *beta = net < link ? net : link;
+    }
+    if (nodes_out)
+        *nodes_out = nodes;
+}
+
+double sim_comm_seconds(const SimCtx *c, const ModelOp *op, int stage)
+{
+    const ModelDims *d = c->d;
+    const int t = d->t, cpd = d->c, dp = d->dp, p = d->p;
+    int base = stage * t * cpd * dp, stride = 1, n = op->group_size;
+    switch (model_comm_group(op->comm)) {
+    case MODEL_GROUP_TP: stride = 1; break;
+    case MODEL_GROUP_CP: stride = t; break;
+    case MODEL_GROUP_DP: stride = t; break; /* dp x cp: adjacent in rank order */
+    case MODEL_GROUP_EMBED:
+        base = 0;
+        stride = t * cpd * dp * (p - 1);
+        n = 2;
+        break;
+    case MODEL_GROUP_PP: {
+        /* the transfer to the next stage (forward send, backward receive) or the previous */
+        int dir = (op->comm == MODEL_PP_SEND) == (op->phase == MODEL_FWD) ? 1 : -1;
+        int other = (stage + dir + p) % p;
+        int lo = stage < other ? stage : other, hi = stage < other ? other : stage;
+        base = lo * t * cpd * dp;
+        stride = (hi - lo) * t * cpd * dp;
+        n = 2;
+        break;
+    }
+    }
+    double alpha, beta;
+    sim_group_path(c, base, stride, n, &alpha, &beta, NULL);
+    return op->calls * sim_collective_seconds(model_comm_collective(op->comm), (double)op->comm_bytes,
+                                              n, alpha, beta);
+}

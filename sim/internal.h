@@ -1,0 +1,52 @@
+/* Private interfaces between the simulator's files (not part of sim.h's public contract). */
+#ifndef SIM_INTERNAL_H
+#define SIM_INTERNAL_H
+
+#include "sim/sim.h"
+
+/* What costing an op needs to know about the layout on the cluster. */
+typedef struct {
+    const ProfCluster *cl;
+    const ModelSpec *spec;
+    const ModelDims *d;
+    int node_size;    /* ranks per node in this job */
+    double peak;      /* dense matmul FLOP/s in the job's precision */
+    int elem_bytes;   /* bytes of one activation element */
+} SimCtx;
+
+void sim_ctx_init(SimCtx *c, const ProfCluster *cl, const ModelSpec *spec, const ModelDims *d,
+                  int node_size);
+
+/* One GEMM (batch products of [m,k] x [k,n]) on the device: the slower of its compute at the
+ * efficiency the shape allows and its operand traffic. *eff (optional) gets that efficiency. */
+double sim_gemm_seconds(const SimCtx *c, const ModelGemm *g, double *eff);
+/* A compute op: its GEMMs, the rest of its bytes at streaming bandwidth, its kernel launches. */
+double sim_compute_seconds(const SimCtx *c, const ModelOp *op);
+
+/* Ring / tree collectives with alpha-beta costs: S bytes over n ranks (S as nccl-tests' size). */
+double sim_collective_seconds(ModelCollective coll, double bytes, int n, double alpha, double beta);
+/* Latency and per-rank bandwidth of a group of `n` ranks `stride` apart in rank order whose
+ * first rank is `base`: inside one node the link, across nodes the slower of the link and the
+ * network of the group's ranks on a node (each device brings its share of the node's NICs). */
+void sim_group_path(const SimCtx *c, int base, int stride, int n, double *alpha, double *beta,
+                    int *nodes);
+/* Seconds of a communication op (all its calls), for a rank of the given stage. */
+double sim_comm_seconds(const SimCtx *c, const ModelOp *op, int stage);
+
+/* Pipeline timing: per stage s and local chunk j, one micro-batch's forward fwd[s*v+j] and
+ * backward bwd[s*v+j]; p2p[s] the transfer from stage s to the next (stage p-1 to 0 for the
+ * interleaved wrap-around). Fills finish[s] (when stage s ends its last action) and
+ * last_bwd_start/end[s*v+j] (its chunk's final backward). Returns the latest finish, or a
+ * negative value on allocation failure. */
+double sim_pipeline_event(const ModelDims *d, ModelSchedule sched, const double *fwd,
+                          const double *bwd, const double *p2p, double *finish,
+                          double *last_bwd_start, double *last_bwd_end);
+/* The closed form (m + p - 1)(F + B) (1F1B, GPipe) or (m v + p - 1)(f + b) (interleaved), exact
+ * when every stage and chunk takes the same time and transfers are free. */
+double sim_pipeline_uniform(const ModelDims *d, ModelSchedule sched, double fwd, double bwd);
+
+/* Fills the time fields of r from its op graphs (sim/time.c). */
+int sim_time(SimResult *r, PxError *err);
+void sim_time_free(SimResult *r);
+
+#endif

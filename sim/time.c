@@ -1,0 +1,235 @@
+/* Step time: every op costed (sim/cost.c), summed per model chunk into one micro-batch's forward
+ * and backward with the communication each pass cannot hide, run through the pipeline schedule
+ * (sim/pipeline.c), then the per-step gradient reduction, optimizer and parameter gathers. */
+#include "sim/internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* The compute op a communication op can overlap with: the matmul it feeds or drains (TP), the
+ * attention core (CP); same phase, adjacent in the graph, its name a prefix of the comm's. */
+static int partner(const ModelOpGraph *g, int i)
+{
+    const ModelOp *op = &g->op[i];
+    for (int k = i - 1; k <= i + 1; k += 2) {
+        if (k < 0 || k >= g->count)
+            continue;
+        const ModelOp *o = &g->op[k];
+        size_t n = strlen(o->name);
+        if (o->kind != MODEL_OP_COMM && o->phase == op->phase && o->chunk == op->chunk &&
+            strncmp(op->name, o->name, n) == 0 && op->name[n] == '.')
+            return k;
+    }
+    return -1;
+}
+
+/* Exposed time of communication c overlapping compute g: what does not fit under it, plus the
+ * slowdown the overlapped part inflicts on the compute (shared SMs and memory bandwidth). */
+static double overlap(double c, double g, double slowdown)
+{
+    double hidden = c < g ? c : g;
+    return (c - hidden) + slowdown * hidden;
+}
+
+typedef struct {
+    double ready, seconds;
+} Pending;
+
+static int by_ready(const void *a, const void *b)
+{
+    double x = ((const Pending *)a)->ready, y = ((const Pending *)b)->ready;
+    return x < y ? -1 : x > y;
+}
+
+void sim_time_free(SimResult *r)
+{
+    if (r->op_seconds)
+        for (int s = 0; s < r->dims.p; s++)
+            free(r->op_seconds[s]);
+    free(r->op_seconds);
+    free(r->stage_time);
+    r->op_seconds = NULL;
+    r->stage_time = NULL;
+}
+
+int sim_time(SimResult *r, PxError *err)
+{
+    const ModelDims *d = &r->dims;
+    const ModelLayout *l = &r->spec.layout;
+    const int p = d->p, v = d->v, m = d->m;
+    const double slow = r->cluster.overlap_slowdown;
+    SimCtx c;
+    sim_ctx_init(&c, &r->cluster, &r->spec, d, r->node_size);
+    if (!(c.peak > 0))
+        return px_fail(err, PX_EINPUT, "device %s has no %s peak FLOP/s: choose another precision",
+                       r->cluster.device.name, px_dtype_name(r->spec.job.precision));
+
+    r->op_seconds = calloc((size_t)p, sizeof *r->op_seconds);
+    r->stage_time = calloc((size_t)p, sizeof *r->stage_time);
+    double *fwd = calloc((size_t)(p * v), sizeof(double)), *bwd = calloc((size_t)(p * v), sizeof(double));
+    double *p2p = calloc((size_t)p, sizeof(double)), *zero_p2p = calloc((size_t)p, sizeof(double));
+    double *fin = calloc((size_t)p, sizeof(double)), *fin0 = calloc((size_t)p, sizeof(double));
+    double *lbs = calloc((size_t)(p * v), sizeof(double)), *lbe = calloc((size_t)(p * v), sizeof(double));
+    double *tmp_s = calloc((size_t)(p * v), sizeof(double)), *tmp_e = calloc((size_t)(p * v), sizeof(double));
+    int rc = PX_OK;
+    if (!r->op_seconds || !r->stage_time || !fwd || !bwd || !p2p || !zero_p2p || !fin || !fin0 ||
+        !lbs || !lbe || !tmp_s || !tmp_e) {
+        rc = px_fail(err, PX_ERUNTIME, "out of memory timing %d stages", p);
+        goto out;
+    }
+
+    /* 1. every op of every stage, and one micro-batch's forward and backward per chunk */
+    for (int s = 0; s < p && !rc; s++) {
+        const ModelOpGraph *g = &r->ops[s];
+        SimStageTime *st = &r->stage_time[s];
+        double *t = r->op_seconds[s] = calloc((size_t)g->count + 1, sizeof(double));
+        if (!t) {
+            rc = px_fail(err, PX_ERUNTIME, "out of memory timing stage %d", s);
+            break;
+        }
+        for (int i = 0; i < g->count; i++)
+            t[i] = g->op[i].kind == MODEL_OP_COMM ? sim_comm_seconds(&c, &g->op[i], s)
+                                                  : sim_compute_seconds(&c, &g->op[i]);
+        for (int i = 0; i < g->count; i++) {
+            const ModelOp *op = &g->op[i];
+            if (!op->per_microbatch)
+                continue;
+            double *pass = op->phase == MODEL_FWD ? &fwd[s * v + op->chunk] : &bwd[s * v + op->chunk];
+            if (op->kind != MODEL_OP_COMM) {
+                *pass += t[i];
+                st->compute_s += t[i] * m;
+                continue;
+            }
+            ModelGroup grp = model_comm_group(op->comm);
+            if (grp == MODEL_GROUP_PP) {
+                if (op->comm == MODEL_PP_SEND && op->phase == MODEL_FWD)
+                    p2p[s] = t[i];
+                continue;
+            }
+            int k = partner(g, i);
+            double exposed = t[i];
+            if (grp == MODEL_GROUP_TP && l->overlap_tp && k >= 0)
+                exposed = overlap(t[i], t[k], slow);
+            else if (grp == MODEL_GROUP_CP && k >= 0) /* ring attention overlaps its exchange */
+                exposed = overlap(t[i], t[k], slow);
+            else if (grp == MODEL_GROUP_DP && l->overlap_dp) {
+                /* ZeRO-2/3 prefetch and bucketed reduction hide behind the block's own pass */
+                double block = 0;
+                for (int q = 0; q < g->count; q++)
+                    if (g->op[q].kind != MODEL_OP_COMM && g->op[q].layer == op->layer &&
+                        g->op[q].chunk == op->chunk && g->op[q].phase == op->phase)
+                        block += t[q];
+                exposed = overlap(t[i], block, slow);
+            }
+            *pass += exposed;
+            if (grp == MODEL_GROUP_DP)
+                st->dp_exposed_s += exposed * m;
+            else
+                st->tp_comm_s += exposed * m;
+        }
+    }
+    if (rc)
+        goto out;
+
+    /* 2. the pipeline, with and without its transfers */
+    if (sim_pipeline_event(d, l->schedule, fwd, bwd, p2p, fin, lbs, lbe) < 0 ||
+        sim_pipeline_event(d, l->schedule, fwd, bwd, zero_p2p, fin0, tmp_s, tmp_e) < 0) {
+        rc = px_fail(err, PX_ERUNTIME, "pipeline simulation failed (out of memory)");
+        goto out;
+    }
+
+    /* 3. per step: gradient reduction (overlapped with the last backward when asked), the
+     * tied-embedding all-reduce, the optimizer, ZeRO-1/2's parameter all-gather */
+    r->step_s = 0;
+    for (int s = 0; s < p && !rc; s++) {
+        const ModelOpGraph *g = &r->ops[s];
+        const double *t = r->op_seconds[s];
+        SimStageTime *st = &r->stage_time[s];
+        Pending *q = calloc((size_t)g->count + 1, sizeof *q);
+        if (!q) {
+            rc = px_fail(err, PX_ERUNTIME, "out of memory timing stage %d", s);
+            break;
+        }
+        int nq = 0;
+        double grads = 0, embed = 0, gather = 0;
+        /* blocks of a chunk finish their gradients in backward order over its last backward */
+        int *order = calloc((size_t)v, sizeof(int)), *count = calloc((size_t)v, sizeof(int));
+        for (int i = 0; order && count && i < g->count; i++)
+            if (!g->op[i].per_microbatch && g->op[i].kind == MODEL_OP_COMM &&
+                (g->op[i].comm == MODEL_DP_ALLREDUCE || g->op[i].comm == MODEL_DP_REDUCE_SCATTER))
+                count[g->op[i].chunk]++;
+        for (int i = 0; i < g->count; i++) {
+            const ModelOp *op = &g->op[i];
+            if (op->per_microbatch)
+                continue;
+            if (op->kind == MODEL_OP_OPTIMIZER) {
+                st->optimizer_s += t[i];
+            } else if (op->comm == MODEL_DP_ALLREDUCE || op->comm == MODEL_DP_REDUCE_SCATTER) {
+                int j = op->chunk, k = order ? order[j]++ : 0, n = count ? count[j] : 1;
+                /* ops are listed embed, layers ascending, final: backward finishes them in reverse */
+                double frac = (double)(n - k) / n;
+                q[nq].ready = lbs[s * v + j] + frac * (lbe[s * v + j] - lbs[s * v + j]);
+                q[nq].seconds = t[i];
+                nq++;
+                grads += t[i];
+            } else if (op->comm == MODEL_EMBED_ALLREDUCE) {
+                embed += t[i];
+            } else if (op->comm == MODEL_DP_ALL_GATHER) {
+                gather += t[i];
+            }
+        }
+        free(order);
+        free(count);
+        double T = fin[s], exposed = grads;
+        if (l->overlap_dp && nq > 0) {
+            qsort(q, (size_t)nq, sizeof *q, by_ready);
+            double f = 0;
+            for (int i = 0; i < nq; i++)
+                f = (q[i].ready > f ? q[i].ready : f) + q[i].seconds;
+            exposed = f > T ? f - T : 0;
+            exposed += slow * (grads - exposed > 0 ? grads - exposed : 0);
+        }
+        free(q);
+        double gather_exposed = gather;
+        if (l->overlap_dp && gather > 0)
+            gather_exposed = overlap(gather, fwd[s * v], slow); /* under the next step's first forward */
+        st->dp_exposed_s += exposed + embed + gather_exposed;
+        st->pipeline_s = T;
+        st->pp_comm_s = fin[s] - fin0[s];
+        double ideal = 0;
+        for (int j = 0; j < v; j++)
+            ideal += m * (fwd[s * v + j] + bwd[s * v + j]);
+        st->bubble_fraction = ideal > 0 ? fin0[s] / ideal - 1.0 : 0.0;
+        st->step_s = T + exposed + embed + st->optimizer_s + gather_exposed;
+        if (st->step_s > r->step_s) {
+            r->step_s = st->step_s;
+            r->critical_stage = s;
+        }
+    }
+    if (rc)
+        goto out;
+
+    const SimStageTime *cs = &r->stage_time[r->critical_stage];
+    r->compute_s = cs->compute_s;
+    r->tp_comm_s = cs->tp_comm_s;
+    r->pp_comm_s = cs->pp_comm_s;
+    r->dp_comm_exposed_s = cs->dp_exposed_s;
+    r->optimizer_s = cs->optimizer_s;
+    r->bubble_fraction = cs->bubble_fraction;
+    r->tokens_per_s = (double)r->spec.job.global_batch * d->s / r->step_s;
+    r->tflops_per_gpu = r->hardware_flops / (r->step_s * d->gpus) / 1e12;
+    r->mfu = r->model_flops / (r->step_s * d->gpus * c.peak);
+    r->hfu = r->hardware_flops / (r->step_s * d->gpus * c.peak);
+out:
+    free(fwd);
+    free(bwd);
+    free(p2p);
+    free(zero_p2p);
+    free(fin);
+    free(fin0);
+    free(lbs);
+    free(lbe);
+    free(tmp_s);
+    free(tmp_e);
+    return rc;
+}
