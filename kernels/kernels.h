@@ -6,8 +6,10 @@
  * "act" pointers (void *) hold the backend's activation dtype (KernBackend.act: fp32 on the
  * CPU); float * pointers are always fp32 (gradients of parameters, master weights, optimizer
  * state, norm and softmax statistics, logits). Parameter gradients and activation gradients
- * marked "+=" are accumulated into; everything else is overwritten. N is the number of token
- * rows (B*T), C a row width. All pointers are device pointers of the backend.
+ * marked "+=" are accumulated into; everything else is overwritten (gelu_bwd and swiglu_bwd
+ * overwrite their dinp, unlike llm.c's). N is the number of token rows (B*T), C a row width.
+ * All pointers are device pointers of the backend. With beta = 0 a matmul never reads C;
+ * norm backwards need dinp not to alias dout.
  *
  * Example (a linear layer, Y = X W^T + b, and its backward):
  *   const KernBackend *k = kern_cpu();
@@ -41,7 +43,10 @@ typedef struct {
      * multiplies V are written too. Masked entries (key after query) hold 0. */
     void *probs;
     float dropout;
-    uint64_t seed; /* dropout stream: the same seed reproduces the same mask (recompute) */
+    /* dropout stream: the same seed reproduces the same mask (recompute). Every entry of
+     * [B,H,Tq,Tk] draws with its flat index, masked ones included, so backends agree byte for
+     * byte. */
+    uint64_t seed;
     uint8_t *mask;
     void *probs_drop;
     /* Fused path (probs == NULL, flash-style, no s x s storage): log-sum-exp of each row's
@@ -136,7 +141,8 @@ struct KernBackend {
 
     /* ---- embedding (vocabulary-parallel: this rank holds rows v_start .. v_start+V-1) ---- */
     /* out[N,C] = wte[tok - v_start] (0 for tokens outside the shard) + wpe[pos] (wpe may be
-     * NULL; pos = pos_offset + n % T) */
+     * NULL; pos = pos_offset + n % T). Under vocabulary parallelism the shards' outputs are
+     * summed across TP ranks, so pass wpe on one rank only (or add it after the reduction). */
     void (*embedding_fwd)(void *out, const int32_t *tokens, const void *wte, const void *wpe,
                           int N, int T, int pos_offset, int C, int v_start, int V);
     /* dwte += (rows of this shard), dwpe += (may be NULL) */
@@ -150,7 +156,8 @@ struct KernBackend {
      * raw logit when the target falls in this shard (tok - v_start in [0, V)), else 0 */
     void (*xent_expsum)(float *rowsum, float *target, float *logits, const float *rowmax,
                         const int32_t *targets, int N, int V, int v_start);
-    /* probs = exp / rowsum in place; loss[n] = log(rowsum) + rowmax - target */
+    /* probs = exp / rowsum in place; loss[n] = log(rowsum) + rowmax - target. Every target
+     * must fall in exactly one shard: there is no ignore index (mask such rows yourself). */
     void (*xent_finish)(float *loss, float *probs, const float *rowsum, const float *rowmax,
                         const float *target, int N, int V);
     /* dlogits = (probs - onehot(target)) * dloss, in place over probs */
@@ -163,6 +170,8 @@ struct KernBackend {
     void (*adamw)(void *param, float *master, const float *grad, float *m, float *v, size_t n,
                   float lr, float beta1, float beta2, float eps, float weight_decay, int t,
                   float grad_scale);
+    /* PyTorch's SGD: g = grad*grad_scale + wd*master; mom = momentum*mom + g; master -= lr*mom
+     * (no dampening, no Nesterov) */
     void (*sgd_momentum)(void *param, float *master, const float *grad, float *mom, size_t n,
                          float lr, float momentum, float weight_decay, float grad_scale);
 
