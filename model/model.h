@@ -216,6 +216,8 @@ typedef struct {
     int block;          /* parameter block (ZeRO shard and bucket unit), -1 for none */
     int per_microbatch; /* 1: a saved activation, one copy per (chunk, micro-batch) in flight */
     int shard;          /* MODEL_SHARD_* flags */
+    int repeat;         /* identical layers this entry stands for: 1, or a chunk's layers in a
+                           compact table */
 } ModelTensor;
 
 /* A parameter block: the embedding, one layer, or the final norm with the output layer.
@@ -225,6 +227,7 @@ typedef struct {
     int chunk, layer;
     uint64_t numel;       /* parameters in the block on this rank (after TP) */
     uint64_t shard_numel; /* ceil(numel / zero_group) */
+    int repeat;           /* identical blocks it stands for (compact tables) */
 } ModelBlock;
 
 typedef struct {
@@ -239,8 +242,12 @@ typedef struct {
 
 int model_tensors_build(const ModelSpec *s, const ModelDims *d, int stage, ModelTensorTable *out,
                         PxError *err);
+/* A compact table: each chunk lists its first layer only, with repeat = the chunk's layers, so
+ * every sum weighted by repeat equals the full table's. The planner's fast path. */
+int model_tensors_build_compact(const ModelSpec *s, const ModelDims *d, int stage,
+                                ModelTensorTable *out, PxError *err);
 void model_tensors_free(ModelTensorTable *tt);
-/* Bytes of the rank-wide tensors of one category (activations: one micro-batch of every chunk). */
+/* Bytes of one category, weighted by repeat (activations: one micro-batch of every chunk). */
 uint64_t model_tensors_bytes(const ModelTensorTable *tt, ModelCategory c);
 /* Saved activation bytes of one transformer layer and one micro-batch (the Korthikanti figure). */
 uint64_t model_layer_activation_bytes(const ModelSpec *s, const ModelDims *d);
@@ -281,6 +288,7 @@ typedef struct {
     int group_size;
     uint64_t comm_bytes; /* buffer size S of one call: nccl-tests' "size" */
     int calls;           /* calls of comm_bytes each per execution (1 for most) */
+    int repeat;          /* identical layers it stands for: 1, or a chunk's layers (compact) */
 } ModelOp;
 
 typedef struct {
@@ -291,6 +299,10 @@ typedef struct {
 
 int model_ops_build(const ModelSpec *s, const ModelDims *d, int stage, ModelOpGraph *out,
                     PxError *err);
+/* The compact graph: one layer per chunk with repeat = the chunk's layers (see the compact
+ * tensor table); given the stage's compact table when the caller has built it (else NULL). */
+int model_ops_build_compact(const ModelSpec *s, const ModelDims *d, int stage,
+                            const ModelTensorTable *tt, ModelOpGraph *out, PxError *err);
 void model_ops_free(ModelOpGraph *g);
 /* "layer.3.attn.qkv.fwd", "optimizer.step". */
 void model_op_fullname(const ModelOp *op, char *buf, size_t cap);

@@ -21,6 +21,7 @@ typedef struct {
     const ModelDims *d;
     ModelPhase phase;
     int chunk, layer, per_mb;
+    int repeat;
     PxError *err;
     int rc;
 } Emit;
@@ -56,6 +57,7 @@ static ModelOp *op_new(Emit *e, ModelOpKind kind, const char *fmt, ...)
     op->layer = e->layer;
     op->per_microbatch = e->per_mb;
     op->calls = 1;
+    op->repeat = e->repeat;
     op->kernels = kind == MODEL_OP_COMM ? 0 : 1;
     return op;
 }
@@ -258,6 +260,7 @@ static void layer_backward(Emit *e, const ModelTensorTable *tt, int block, int l
     const double M = (double)d->b * d->s_loc, Msp = (double)d->b * d->s_sp, h = d->h, a = eb(e);
     const double nb = Msp * h * a;
     char n[64];
+    e->layer = l;
     zero_gather(e, tt, block, MODEL_BWD);
     if (s->layout.recompute == MODEL_RECOMPUTE_FULL) {
         e->phase = MODEL_RECOMPUTE;
@@ -373,18 +376,25 @@ static void head_pass(Emit *e, const ModelTensorTable *tt, int j, int backward)
     }
 }
 
-int model_ops_build(const ModelSpec *s, const ModelDims *d, int stage, ModelOpGraph *g,
-                    PxError *err)
+static int ops_build(const ModelSpec *s, const ModelDims *d, int stage, int compact,
+                     const ModelTensorTable *given, ModelOpGraph *g, PxError *err)
 {
     memset(g, 0, sizeof *g);
     g->stage = stage;
-    ModelTensorTable tt;
-    int rc = model_tensors_build(s, d, stage, &tt, err);
-    if (rc) {
-        model_tensors_free(&tt);
-        return rc;
+    ModelTensorTable own;
+    const ModelTensorTable *tp = given;
+    if (!tp) {
+        int rc = compact ? model_tensors_build_compact(s, d, stage, &own, err)
+                         : model_tensors_build(s, d, stage, &own, err);
+        if (rc) {
+            model_tensors_free(&own);
+            return rc;
+        }
+        tp = &own;
     }
-    Emit e = {.g = g, .s = s, .d = d, .err = err, .per_mb = 1};
+    const ModelTensorTable tt = *tp;
+    const int rep = compact ? d->chunk_layers : 1;
+    Emit e = {.g = g, .s = s, .d = d, .err = err, .per_mb = 1, .repeat = 1};
     /* Megatron's scatter/gather: without SP each TP rank sends 1/t of the (replicated)
      * activation and the receivers all-gather it over the node's links (Narayanan 2021 Sec. 4.1) */
     const double pp_bytes = (double)d->b * d->s_sp * d->h * eb(&e) / d->pp_split;
@@ -403,11 +413,14 @@ int model_ops_build(const ModelSpec *s, const ModelDims *d, int stage, ModelOpGr
         } else {
             embed_pass(&e, &tt, j, 0);
         }
-        for (int l = gc * d->chunk_layers; l < (gc + 1) * d->chunk_layers; l++) {
+        for (int l = gc * d->chunk_layers; l < (gc + 1) * d->chunk_layers; l += rep) {
             char bn[32];
             snprintf(bn, sizeof bn, "layer.%d", l);
+            e.repeat = rep;
+            e.layer = l;
             zero_gather(&e, &tt, block_index(&tt, bn, l, j), MODEL_FWD);
             layer_forward(&e, l);
+            e.repeat = 1;
         }
         e.layer = -1;
         if (!last)
@@ -423,10 +436,13 @@ int model_ops_build(const ModelSpec *s, const ModelDims *d, int stage, ModelOpGr
         } else {
             head_pass(&e, &tt, j, 1);
         }
-        for (int l = (gc + 1) * d->chunk_layers - 1; l >= gc * d->chunk_layers; l--) {
+        for (int l = (gc + 1) * d->chunk_layers - 1; l >= gc * d->chunk_layers; l -= rep) {
+            int first_l = compact ? gc * d->chunk_layers : l; /* the compact table's representative */
             char bn[32];
-            snprintf(bn, sizeof bn, "layer.%d", l);
-            layer_backward(&e, &tt, block_index(&tt, bn, l, j), l);
+            snprintf(bn, sizeof bn, "layer.%d", first_l);
+            e.repeat = rep;
+            layer_backward(&e, &tt, block_index(&tt, bn, first_l, j), first_l);
+            e.repeat = 1;
         }
         e.layer = -1;
         if (!first)
@@ -444,6 +460,7 @@ int model_ops_build(const ModelSpec *s, const ModelDims *d, int stage, ModelOpGr
         const ModelBlock *b = &tt.blocks[i];
         e.chunk = b->chunk;
         e.layer = b->layer;
+        e.repeat = b->repeat;
         char n[64];
         snprintf(n, sizeof n, "%s.grads", b->name);
         if (zero == 0)
@@ -451,6 +468,7 @@ int model_ops_build(const ModelSpec *s, const ModelDims *d, int stage, ModelOpGr
         else if (zero == 1)
             comm(&e, n, MODEL_DP_REDUCE_SCATTER, zg, (double)px_round_up(b->numel, (uint64_t)zg) * ge, 1);
     }
+    e.repeat = 1;
     if (s->model.tied_embeddings && d->chunks > 1) {
         for (int j = 0; j < d->v; j++) {
             int gc = model_global_chunk(d, stage, j);
@@ -464,13 +482,15 @@ int model_ops_build(const ModelSpec *s, const ModelDims *d, int stage, ModelOpGr
     }
     e.chunk = -1;
     e.layer = -1;
+    e.repeat = 1;
     {
         /* AdamW per state element: read the gradient, read+write master (or the fp32 weight),
          * m and v, write the low-precision weight; SGD: gradient, weight, momentum. */
         double elems = 0, total = 0;
         for (int i = 0; i < tt.n_blocks; i++) {
-            total += (double)tt.blocks[i].numel;
-            elems += (double)(zero >= 1 ? tt.blocks[i].shard_numel : tt.blocks[i].numel);
+            total += (double)tt.blocks[i].numel * tt.blocks[i].repeat;
+            elems += (double)(zero >= 1 ? tt.blocks[i].shard_numel : tt.blocks[i].numel) *
+                     tt.blocks[i].repeat;
         }
         double per = 0;
         switch (s->job.optimizer) {
@@ -485,12 +505,26 @@ int model_ops_build(const ModelSpec *s, const ModelDims *d, int stage, ModelOpGr
         const ModelBlock *b = &tt.blocks[i];
         e.chunk = b->chunk;
         e.layer = b->layer;
+        e.repeat = b->repeat;
         char n[64];
         snprintf(n, sizeof n, "%s.params", b->name);
         comm(&e, n, MODEL_DP_ALL_GATHER, zg, (double)px_round_up(b->numel, (uint64_t)zg) * pe, 1);
     }
-    model_tensors_free(&tt);
+    if (tp == &own)
+        model_tensors_free(&own);
     return e.rc;
+}
+
+int model_ops_build(const ModelSpec *s, const ModelDims *d, int stage, ModelOpGraph *g,
+                    PxError *err)
+{
+    return ops_build(s, d, stage, 0, NULL, g, err);
+}
+
+int model_ops_build_compact(const ModelSpec *s, const ModelDims *d, int stage,
+                            const ModelTensorTable *tt, ModelOpGraph *g, PxError *err)
+{
+    return ops_build(s, d, stage, 1, tt, g, err);
 }
 
 void model_ops_free(ModelOpGraph *g)

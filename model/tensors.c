@@ -13,6 +13,7 @@ typedef struct {
     ModelTensorTable *tt; /* NULL: only sum the bytes */
     uint64_t sum;
     int chunk, layer, block, per_mb;
+    int repeat;
     PxError *err;
     int rc;
 } Adder;
@@ -25,7 +26,7 @@ static void add(Adder *a, const char *name, ModelCategory cat, PxDtype dt, int s
     for (int i = 0; i < ndim; i++)
         numel *= (uint64_t)dims[i];
     uint64_t bytes = numel * px_dtype_bytes(dt);
-    a->sum += bytes;
+    a->sum += bytes * (uint64_t)(a->repeat > 0 ? a->repeat : 1);
     if (!a->tt || a->rc)
         return;
     ModelTensorTable *tt = a->tt;
@@ -54,6 +55,7 @@ static void add(Adder *a, const char *name, ModelCategory cat, PxDtype dt, int s
     t->block = a->block;
     t->per_microbatch = a->per_mb;
     t->shard = shard;
+    t->repeat = a->repeat > 0 ? a->repeat : 1;
 }
 
 #define NAME(buf, ...) snprintf(buf, sizeof buf, __VA_ARGS__)
@@ -132,7 +134,8 @@ static uint64_t recompute_bytes(const ModelSpec *s, const ModelDims *d)
     return all.sum - kept.sum;
 }
 
-static int add_block(ModelTensorTable *tt, const char *name, int chunk, int layer, PxError *err)
+static int add_block(ModelTensorTable *tt, const char *name, int chunk, int layer, int repeat,
+                     PxError *err)
 {
     if (tt->n_blocks == tt->blocks_cap) {
         int cap = tt->blocks_cap ? 2 * tt->blocks_cap : 16;
@@ -147,6 +150,7 @@ static int add_block(ModelTensorTable *tt, const char *name, int chunk, int laye
     px_strlcpy(b->name, name, sizeof b->name);
     b->chunk = chunk;
     b->layer = layer;
+    b->repeat = repeat;
     return PX_OK;
 }
 
@@ -157,7 +161,7 @@ static void add_param(Adder *a, const ModelSpec *s, const ModelDims *d, const ch
     ModelTensorTable *tt = a->tt;
     uint64_t numel = (uint64_t)d0 * (uint64_t)(ndim > 1 ? d1 : 1);
     tt->blocks[a->block].numel += numel;
-    tt->params += numel;
+    tt->params += numel * (uint64_t)a->repeat;
     if (s->layout.zero < 3)
         add(a, name, MODEL_WEIGHTS, d->param, shard, ndim, d0, d1, 0, 0);
     if (s->layout.zero < 2) {
@@ -258,8 +262,8 @@ static void add_block_states(Adder *a, const ModelSpec *s, const ModelDims *d, M
     }
 }
 
-int model_tensors_build(const ModelSpec *s, const ModelDims *d, int stage, ModelTensorTable *tt,
-                        PxError *err)
+static int tensors_build(const ModelSpec *s, const ModelDims *d, int stage, int compact,
+                         ModelTensorTable *tt, PxError *err)
 {
     memset(tt, 0, sizeof *tt);
     tt->stage = stage;
@@ -272,7 +276,8 @@ int model_tensors_build(const ModelSpec *s, const ModelDims *d, int stage, Model
     const int64_t h = d->h, b = d->b;
     const int dropout = s->job.dropout > 0.0;
     const int sp = s->layout.sp ? MODEL_SHARD_SP : 0;
-    Adder a = {.tt = tt, .err = err, .block = -1, .layer = -1, .chunk = -1};
+    Adder a = {.tt = tt, .err = err, .block = -1, .layer = -1, .chunk = -1, .repeat = 1};
+    const int rep = compact ? d->chunk_layers : 1;
     int rc;
     char n[64];
 
@@ -282,7 +287,7 @@ int model_tensors_build(const ModelSpec *s, const ModelDims *d, int stage, Model
         int first = g == 0, last = g == d->chunks - 1;
         a.chunk = j;
         if (first) {
-            if ((rc = add_block(tt, "embed", j, -1, err)))
+            if ((rc = add_block(tt, "embed", j, -1, 1, err)))
                 return rc;
             a.block = tt->n_blocks - 1;
             a.layer = -1;
@@ -290,16 +295,18 @@ int model_tensors_build(const ModelSpec *s, const ModelDims *d, int stage, Model
             if (c->position == MODEL_POS_LEARNED)
                 add_param(&a, s, d, "embed.wpe", 0, 2, c->seq_len, h);
         }
-        for (int l = g * d->chunk_layers; l < (g + 1) * d->chunk_layers; l++) {
+        for (int l = g * d->chunk_layers; l < (g + 1) * d->chunk_layers; l += rep) {
             NAME(n, "layer.%d", l);
-            if ((rc = add_block(tt, n, j, l, err)))
+            if ((rc = add_block(tt, n, j, l, rep, err)))
                 return rc;
             a.block = tt->n_blocks - 1;
             a.layer = l;
+            a.repeat = rep;
             add_layer_params(&a, s, d, l);
+            a.repeat = 1;
         }
         if (last) {
-            if ((rc = add_block(tt, "final", j, -1, err)))
+            if ((rc = add_block(tt, "final", j, -1, 1, err)))
                 return rc;
             a.block = tt->n_blocks - 1;
             a.layer = -1;
@@ -316,9 +323,11 @@ int model_tensors_build(const ModelSpec *s, const ModelDims *d, int stage, Model
     a.layer = -1;
     for (int i = 0; i < tt->n_blocks; i++) {
         a.block = i;
+        a.repeat = tt->blocks[i].repeat;
         add_block_states(&a, s, d, &tt->blocks[i]);
     }
     a.block = -1;
+    a.repeat = 1;
 
     /* Saved activations, one set per (chunk, micro-batch) in flight. */
     a.per_mb = 1;
@@ -332,9 +341,11 @@ int model_tensors_build(const ModelSpec *s, const ModelDims *d, int stage, Model
             if (dropout)
                 add(&a, "embed.drop_mask", MODEL_ACTIVATIONS, PX_UINT8, sp, 3, b, d->s_sp, h, 0);
         }
-        for (int l = g * d->chunk_layers; l < (g + 1) * d->chunk_layers; l++) {
+        for (int l = g * d->chunk_layers; l < (g + 1) * d->chunk_layers; l += rep) {
             a.layer = l;
+            a.repeat = rep;
             layer_saved(&a, s, d, s->layout.recompute, l, 0);
+            a.repeat = 1;
         }
         a.layer = -1;
         if (g == d->chunks - 1) {
@@ -396,6 +407,18 @@ int model_tensors_build(const ModelSpec *s, const ModelDims *d, int stage, Model
     return a.rc;
 }
 
+int model_tensors_build(const ModelSpec *s, const ModelDims *d, int stage, ModelTensorTable *tt,
+                        PxError *err)
+{
+    return tensors_build(s, d, stage, 0, tt, err);
+}
+
+int model_tensors_build_compact(const ModelSpec *s, const ModelDims *d, int stage,
+                                ModelTensorTable *tt, PxError *err)
+{
+    return tensors_build(s, d, stage, 1, tt, err);
+}
+
 void model_tensors_free(ModelTensorTable *tt)
 {
     if (!tt)
@@ -411,6 +434,6 @@ uint64_t model_tensors_bytes(const ModelTensorTable *tt, ModelCategory c)
     uint64_t sum = 0;
     for (int i = 0; i < tt->count; i++)
         if (tt->t[i].cat == c)
-            sum += tt->t[i].bytes;
+            sum += tt->t[i].bytes * (uint64_t)tt->t[i].repeat;
     return sum;
 }

@@ -108,3 +108,4 @@ double sim_pipeline_uniform(const ModelDims *d, ModelSchedule sched, double fwd,
     /* Every stage idles (p - 1) slots of one chunk's forward + backward over m*v of them. */
     return ((double)d->m * d->v + d->p - 1) * (fwd + bwd);
 }
+

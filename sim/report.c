@@ -133,7 +133,7 @@ static void add_prediction(cJSON *j, const SimResult *r)
         const ModelOpGraph *g = &r->ops[st];
         for (int i = 0; i < g->count; i++) {
             const ModelOp *op = &g->op[i];
-            double times = op->per_microbatch ? d->m : 1;
+            double times = (op->per_microbatch ? d->m : 1) * (double)op->repeat;
             char name[80];
             model_op_fullname(op, name, sizeof name);
             cJSON *e = cJSON_CreateObject();

@@ -38,6 +38,7 @@ typedef struct {
 } SimStageTime;
 
 typedef struct {
+    int compact;    /* built with compact tables and graphs (sim_run_ex) */
     ModelSpec spec; /* as normalised by model_spec_check (dp, schedule, global batch filled) */
     ModelDims dims;
     ProfCluster cluster;
@@ -66,6 +67,11 @@ typedef struct {
  * PX_EINPUT names the layout rule or the cluster limit that is broken; nothing is allocated. */
 int sim_run(const ModelSpec *spec, const ProfCluster *cluster, int gpus, SimResult *out,
             PxError *err);
+/* The planner's fast path: compact tables and graphs (one layer per chunk standing for all
+ * of them) and one build per distinct stage. Memory, FLOPs, communication and time agree with
+ * sim_run's (tests check it); op lists hold one layer per chunk. */
+int sim_run_ex(const ModelSpec *spec, const ProfCluster *cluster, int gpus, int compact,
+               SimResult *out, PxError *err);
 void sim_result_free(SimResult *r);
 /* DESIGN.md's Prediction (memory, flops, comm, ops) plus model, layout and training. */
 cJSON *sim_result_to_json(const SimResult *r);

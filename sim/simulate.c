@@ -22,37 +22,80 @@ void sim_result_free(SimResult *r)
     memset(r, 0, sizeof *r);
 }
 
-static int stage_memory(const SimResult *r, int stage, SimStageMemory *m, PxError *err)
+/* Activation sets alive at once on a stage whose chunks all save the same bytes: the warm-up
+ * forwards plus one (GPipe: all m; 1F1B: min(p - s, m); interleaved: min(2(p-s-1) + (v-1)p + 1,
+ * m v)), as walking model/schedule.c's order gives. */
+static int live_sets(const ModelDims *d, ModelSchedule sched, int stage)
 {
-    ModelTensorTable tt;
-    int rc = model_tensors_build(&r->spec, &r->dims, stage, &tt, err);
-    if (rc) {
-        model_tensors_free(&tt);
-        return rc;
-    }
+    int total = d->m * d->v;
+    if (sched == MODEL_SCHED_GPIPE)
+        return total;
+    int warm = d->v == 1 ? d->p - stage - 1 : (d->p - stage - 1) * 2 + (d->v - 1) * d->p;
+    return warm + 1 < total ? warm + 1 : total;
+}
+
+/* Memory of a stage from its (full or compact) tensor table: every rank-wide tensor, and the
+ * activation peak of the stage's schedule. */
+static int stage_memory(const SimResult *r, const ModelTensorTable *tt, int stage,
+                        SimStageMemory *m, PxError *err)
+{
     memset(m, 0, sizeof *m);
-    for (int i = 0; i < tt.count; i++)
-        if (!tt.t[i].per_microbatch)
-            m->cat[tt.t[i].cat] += tt.t[i].bytes;
-    int n_act = 2 * r->dims.m * r->dims.v;
-    ModelAction *acts = malloc((size_t)n_act * sizeof *acts);
-    if (!acts) {
-        model_tensors_free(&tt);
-        return px_fail(err, PX_ERUNTIME, "out of memory simulating the pipeline schedule");
+    for (int i = 0; i < tt->count; i++)
+        if (!tt->t[i].per_microbatch)
+            m->cat[tt->t[i].cat] += tt->t[i].bytes * (uint64_t)tt->t[i].repeat;
+    const ModelDims *d = &r->dims;
+    int equal = 1;
+    for (int j = 1; j < d->v; j++)
+        equal &= tt->act_chunk_bytes[j] == tt->act_chunk_bytes[0];
+    if (equal) {
+        m->peak_live = live_sets(d, r->spec.layout.schedule, stage);
+        m->cat[MODEL_ACTIVATIONS] = (uint64_t)m->peak_live * tt->act_chunk_bytes[0];
+    } else {
+        int n_act = 2 * d->m * d->v;
+        ModelAction *acts = malloc((size_t)n_act * sizeof *acts);
+        if (!acts)
+            return px_fail(err, PX_ERUNTIME, "out of memory simulating the pipeline schedule");
+        int n = model_schedule_build(d, r->spec.layout.schedule, stage, acts);
+        m->cat[MODEL_ACTIVATIONS] = model_schedule_peak(acts, n, tt->act_chunk_bytes, &m->peak_live);
+        free(acts);
     }
-    int n = model_schedule_build(&r->dims, r->spec.layout.schedule, stage, acts);
-    m->cat[MODEL_ACTIVATIONS] = model_schedule_peak(acts, n, tt.act_chunk_bytes, &m->peak_live);
-    free(acts);
     m->cat[MODEL_RUNTIME] = r->cluster.device.runtime_bytes;
     for (int c = 0; c < MODEL_CAT_COUNT; c++)
         m->total += m->cat[c];
-    model_tensors_free(&tt);
+    return PX_OK;
+}
+
+/* Stages 1 .. p-2 hold neither the embedding nor the output layer: with compact tables they
+ * are identical but for their position, so one of them stands for all. */
+static int stage_model(const ModelDims *d, int stage)
+{
+    return d->p >= 3 && stage > 0 && stage < d->p - 1 ? 1 : stage;
+}
+
+static int copy_graph(ModelOpGraph *dst, const ModelOpGraph *src, int stage, PxError *err)
+{
+    *dst = *src;
+    dst->stage = stage;
+    dst->op = malloc((size_t)(src->count > 0 ? src->count : 1) * sizeof *dst->op);
+    if (!dst->op) {
+        memset(dst, 0, sizeof *dst);
+        return px_fail(err, PX_ERUNTIME, "out of memory copying an op graph");
+    }
+    memcpy(dst->op, src->op, (size_t)src->count * sizeof *dst->op);
+    dst->cap = src->count;
     return PX_OK;
 }
 
 int sim_run(const ModelSpec *spec, const ProfCluster *cl, int gpus, SimResult *r, PxError *err)
 {
+    return sim_run_ex(spec, cl, gpus, 0, r, err);
+}
+
+int sim_run_ex(const ModelSpec *spec, const ProfCluster *cl, int gpus, int compact, SimResult *r,
+               PxError *err)
+{
     memset(r, 0, sizeof *r);
+    r->compact = compact;
     r->spec = *spec;
     r->cluster = *cl;
     if (r->spec.job.precision == PX_DTYPE_COUNT)
@@ -81,8 +124,27 @@ int sim_run(const ModelSpec *spec, const ProfCluster *cl, int gpus, SimResult *r
     /* Every TP, CP and DP rank of a stage does the same work on its shard. */
     const double replicas = (double)d->t * d->c * d->dp;
     for (int st = 0; st < d->p; st++) {
-        if ((rc = stage_memory(r, st, &r->mem[st], err)) ||
-            (rc = model_ops_build(&r->spec, d, st, &r->ops[st], err))) {
+        int model_st = compact ? stage_model(d, st) : st;
+        ModelTensorTable tt;
+        if (model_st != st) {
+            /* same tensors and ops as the representative stage, its own activation peak */
+            rc = model_tensors_build_compact(&r->spec, d, model_st, &tt, err);
+            if (!rc)
+                rc = stage_memory(r, &tt, st, &r->mem[st], err);
+            model_tensors_free(&tt);
+            if (!rc)
+                rc = copy_graph(&r->ops[st], &r->ops[model_st], st, err);
+        } else {
+            rc = compact ? model_tensors_build_compact(&r->spec, d, st, &tt, err)
+                         : model_tensors_build(&r->spec, d, st, &tt, err);
+            if (!rc)
+                rc = stage_memory(r, &tt, st, &r->mem[st], err);
+            if (!rc)
+                rc = compact ? model_ops_build_compact(&r->spec, d, st, &tt, &r->ops[st], err)
+                             : model_ops_build(&r->spec, d, st, &r->ops[st], err);
+            model_tensors_free(&tt);
+        }
+        if (rc) {
             sim_result_free(r);
             return rc;
         }
@@ -93,7 +155,7 @@ int sim_run(const ModelSpec *spec, const ProfCluster *cl, int gpus, SimResult *r
         const ModelOpGraph *g = &r->ops[st];
         for (int i = 0; i < g->count; i++) {
             const ModelOp *op = &g->op[i];
-            double times = op->per_microbatch ? d->m : 1;
+            double times = (op->per_microbatch ? d->m : 1) * (double)op->repeat;
             r->rank_flops[st] += op->flops * times;
             r->hardware_flops += op->flops * times * replicas;
             if (op->phase == MODEL_FWD || op->phase == MODEL_BWD)

@@ -95,9 +95,10 @@ int sim_time(SimResult *r, PxError *err)
             if (!op->per_microbatch)
                 continue;
             double *pass = op->phase == MODEL_FWD ? &fwd[s * v + op->chunk] : &bwd[s * v + op->chunk];
+            const double rep = op->repeat;
             if (op->kind != MODEL_OP_COMM) {
-                *pass += t[i];
-                st->compute_s += t[i] * m;
+                *pass += t[i] * rep;
+                st->compute_s += t[i] * rep * m;
                 continue;
             }
             ModelGroup grp = model_comm_group(op->comm);
@@ -121,11 +122,11 @@ int sim_time(SimResult *r, PxError *err)
                         block += t[q];
                 exposed = overlap(t[i], block, slow);
             }
-            *pass += exposed;
+            *pass += exposed * rep;
             if (grp == MODEL_GROUP_DP)
-                st->dp_exposed_s += exposed * m;
+                st->dp_exposed_s += exposed * rep * m;
             else
-                st->tp_comm_s += exposed * m;
+                st->tp_comm_s += exposed * rep * m;
         }
     }
     if (rc)
@@ -145,7 +146,10 @@ int sim_time(SimResult *r, PxError *err)
         const ModelOpGraph *g = &r->ops[s];
         const double *t = r->op_seconds[s];
         SimStageTime *st = &r->stage_time[s];
-        Pending *q = calloc((size_t)g->count + 1, sizeof *q);
+        int slots = 1;
+        for (int i = 0; i < g->count; i++)
+            slots += g->op[i].repeat;
+        Pending *q = calloc((size_t)slots, sizeof *q);
         if (!q) {
             rc = px_fail(err, PX_ERUNTIME, "out of memory timing stage %d", s);
             break;
@@ -157,7 +161,7 @@ int sim_time(SimResult *r, PxError *err)
         for (int i = 0; order && count && i < g->count; i++)
             if (!g->op[i].per_microbatch && g->op[i].kind == MODEL_OP_COMM &&
                 (g->op[i].comm == MODEL_DP_ALLREDUCE || g->op[i].comm == MODEL_DP_REDUCE_SCATTER))
-                count[g->op[i].chunk]++;
+                count[g->op[i].chunk] += g->op[i].repeat;
         for (int i = 0; i < g->count; i++) {
             const ModelOp *op = &g->op[i];
             if (op->per_microbatch)
@@ -165,17 +169,20 @@ int sim_time(SimResult *r, PxError *err)
             if (op->kind == MODEL_OP_OPTIMIZER) {
                 st->optimizer_s += t[i];
             } else if (op->comm == MODEL_DP_ALLREDUCE || op->comm == MODEL_DP_REDUCE_SCATTER) {
-                int j = op->chunk, k = order ? order[j]++ : 0, n = count ? count[j] : 1;
-                /* ops are listed embed, layers ascending, final: backward finishes them in reverse */
-                double frac = (double)(n - k) / n;
-                q[nq].ready = lbs[s * v + j] + frac * (lbe[s * v + j] - lbs[s * v + j]);
-                q[nq].seconds = t[i];
-                nq++;
-                grads += t[i];
+                for (int rpt = 0; rpt < op->repeat; rpt++) {
+                    int j = op->chunk, k = order ? order[j]++ : 0, n = count ? count[j] : 1;
+                    /* blocks are listed embed, layers ascending, final: backward finishes
+                     * them in reverse over the chunk's last backward */
+                    double frac = (double)(n - k) / n;
+                    q[nq].ready = lbs[s * v + j] + frac * (lbe[s * v + j] - lbs[s * v + j]);
+                    q[nq].seconds = t[i];
+                    nq++;
+                    grads += t[i];
+                }
             } else if (op->comm == MODEL_EMBED_ALLREDUCE) {
                 embed += t[i];
             } else if (op->comm == MODEL_DP_ALL_GATHER) {
-                gather += t[i];
+                gather += t[i] * op->repeat;
             }
         }
         free(order);

@@ -1,0 +1,94 @@
+/* The planner's fast path (compact tables and graphs, one build per distinct stage) must give
+ * the full simulation's numbers: memory per stage and category and communication bytes
+ * exactly, FLOPs and times to rounding. */
+#include "fixtures.h"
+#include "sim/internal.h"
+#include "test.h"
+
+static int compared;
+
+static void compare(ModelSpec s, const ProfCluster *cl, int gpus)
+{
+    PxError err = {0};
+    SimResult full, fast;
+    ModelSpec probe = s;
+    ModelDims d;
+    if (model_spec_check(&probe, gpus, &d, &err))
+        return; /* not a valid layout: nothing to compare */
+    CHECK_OK(sim_run(&s, cl, gpus, &full, &err), err);
+    CHECK_OK(sim_run_ex(&s, cl, gpus, 1, &fast, &err), err);
+    for (int st = 0; st < full.dims.p; st++) {
+        for (int c = 0; c < MODEL_CAT_COUNT; c++)
+            CHECK_EQ_U64(full.mem[st].cat[c], fast.mem[st].cat[c]);
+        CHECK_EQ_INT(full.mem[st].peak_live, fast.mem[st].peak_live);
+        for (int k = 0; k < MODEL_COMM_COUNT; k++) {
+            if (full.comm[st][k] != fast.comm[st][k])
+                fprintf(stderr, "%s tp %d pp %d vpp %d zero %d stage %d: %s\n", s.model.name,
+                        s.layout.tp, s.layout.pp, s.layout.vpp, s.layout.zero, st,
+                        model_comm_name((ModelComm)k));
+            CHECK_EQ_U64(full.comm[st][k], fast.comm[st][k]);
+        }
+        CHECK_REL(full.rank_flops[st], fast.rank_flops[st], 1e-12);
+        if (fabs(full.stage_time[st].step_s - fast.stage_time[st].step_s) > 1e-9 * full.step_s)
+            fprintf(stderr, "%s tp %d pp %d vpp %d zero %d sp %d rc %d ovdp %d ovtp %d sched %d mbs %d flash %d stage %d: pipe %g/%g dp %g/%g comp %g/%g tp %g/%g\n",
+                    s.model.name, s.layout.tp, s.layout.pp, s.layout.vpp, s.layout.zero, s.layout.sp,
+                    s.layout.recompute, s.layout.overlap_dp, s.layout.overlap_tp, s.layout.schedule,
+                    s.job.micro_batch, s.job.flash_attn, st, full.stage_time[st].pipeline_s,
+                    fast.stage_time[st].pipeline_s, full.stage_time[st].dp_exposed_s,
+                    fast.stage_time[st].dp_exposed_s, full.stage_time[st].compute_s,
+                    fast.stage_time[st].compute_s, full.stage_time[st].tp_comm_s, fast.stage_time[st].tp_comm_s);
+        CHECK_REL(full.stage_time[st].step_s, fast.stage_time[st].step_s, 1e-9);
+    }
+    CHECK_EQ_U64(full.peak_bytes, fast.peak_bytes);
+    CHECK_REL(full.hardware_flops, fast.hardware_flops, 1e-12);
+    CHECK_REL(full.step_s, fast.step_s, 1e-9);
+    CHECK(fabs(full.bubble_fraction - fast.bubble_fraction) < 1e-9);
+    CHECK(fabs(full.dp_comm_exposed_s - fast.dp_comm_exposed_s) <= 1e-9 * full.step_s);
+    CHECK_EQ_INT(full.critical_stage, fast.critical_stage);
+    sim_result_free(&full);
+    sim_result_free(&fast);
+    compared++;
+}
+
+static void test_layouts(void)
+{
+    PxError err = {0};
+    ProfCluster cl;
+    CHECK_OK(prof_cluster_load("dgx-h100", NULL, 0, &cl, &err), err);
+    const char *models[4] = {"gpt3-175b", "llama3-70b", "gpt2-124m", "llama2-13b"};
+    const int gpus[4] = {1024, 256, 16, 64};
+    const int gbs[4] = {1536, 512, 64, 256};
+    for (int mi = 0; mi < 4; mi++) {
+        for (int tp = 1; tp <= 8; tp *= 2)
+            for (int pp = 1; pp <= 16; pp *= 2)
+                for (int vpp = 1; vpp <= 3; vpp++)
+                    for (int zero = 0; zero <= 3; zero++)
+                        for (int variant = 0; variant < 4; variant++) {
+                            ModelSpec s;
+                            model_spec_defaults(&s);
+                            CHECK_OK(model_config_load(models[mi], &s.model, &err), err);
+                            s.layout.tp = tp;
+                            s.layout.pp = pp;
+                            s.layout.vpp = vpp;
+                            s.layout.zero = zero;
+                            s.layout.sp = tp > 1 && (variant & 1);
+                            s.layout.recompute = (ModelRecompute)(variant % 3);
+                            s.layout.overlap_dp = variant >= 2;
+                            s.layout.overlap_tp = variant == 3;
+                            s.layout.schedule = variant == 1 && vpp == 1 ? MODEL_SCHED_GPIPE : MODEL_SCHED_1F1B;
+                            s.job.micro_batch = 1 + (variant == 2);
+                            s.job.flash_attn = variant != 1;
+                            s.job.global_batch = gbs[mi];
+                            compare(s, &cl, gpus[mi]);
+                        }
+    }
+}
+
+int main(void)
+{
+    px_log_set_quiet(1);
+    test_layouts();
+    printf("compared %d layouts\n", compared);
+    CHECK(compared > 500);
+    TEST_DONE("fast");
+}
