@@ -237,6 +237,8 @@ typedef struct {
     ModelBlock *blocks;
     int n_blocks, blocks_cap;
     uint64_t *act_chunk_bytes; /* [v] saved activation bytes of one micro-batch per local chunk */
+    uint64_t *act_layer_bytes; /* [v] the part of it saved by transformer layers (the same for
+                                  every chunk: chunks hold equally many layers) */
     uint64_t params;           /* parameters on this rank (after TP, before ZeRO) */
 } ModelTensorTable;
 
@@ -320,9 +322,13 @@ typedef struct {
  * returns their count. GPipe: all forwards then all backwards; 1F1B: p-s-1 warm-up forwards,
  * then one forward one backward; interleaved: Megatron's order over v chunks. */
 int model_schedule_build(const ModelDims *d, ModelSchedule sched, int stage, ModelAction *out);
-/* Peak bytes of saved activations while running the actions, given each chunk's bytes per
- * micro-batch; *peak_live (optional) gets the most (chunk, micro-batch) sets alive at once. */
-uint64_t model_schedule_peak(const ModelAction *a, int n, const uint64_t *chunk_bytes,
-                             int *peak_live);
+/* Walks the actions: *peak_live gets the most (chunk, micro-batch) sets alive at once and
+ * max_live[j] (v entries) the most sets of chunk j alive at once. */
+void model_schedule_live(const ModelAction *a, int n, int v, int *peak_live, int *max_live);
+/* Activation memory of a stage as parallax's executor allocates it: one pool of peak_live slots
+ * for the layers' sets (equal in every chunk), and for each chunk's extras (the embedding's
+ * dropout mask, the output layer's tensors) a pool of that chunk's max_live. */
+uint64_t model_activation_bytes(const ModelTensorTable *tt, int v, int peak_live,
+                                const int *max_live);
 
 #endif

@@ -60,25 +60,34 @@ int model_schedule_build(const ModelDims *d, ModelSchedule sched, int stage, Mod
     return n;
 }
 
-uint64_t model_schedule_peak(const ModelAction *a, int n, const uint64_t *chunk_bytes,
-                             int *peak_live)
+void model_schedule_live(const ModelAction *a, int n, int v, int *peak_live, int *max_live)
 {
-    uint64_t cur = 0, peak = 0;
     int live = 0, most = 0;
+    for (int j = 0; j < v; j++)
+        max_live[j] = 0;
+    int cur[64] = {0}; /* chunks per rank are few; callers keep v <= 64 */
     for (int i = 0; i < n; i++) {
+        int c = a[i].chunk;
         if (!a[i].backward) {
-            cur += chunk_bytes[a[i].chunk];
             live++;
-            if (cur > peak)
-                peak = cur;
-            if (live > most)
-                most = live;
+            if (c < 64 && ++cur[c] > max_live[c])
+                max_live[c] = cur[c];
         } else {
-            cur -= chunk_bytes[a[i].chunk];
             live--;
+            if (c < 64)
+                cur[c]--;
         }
+        if (live > most)
+            most = live;
     }
-    if (peak_live)
-        *peak_live = most;
-    return peak;
+    *peak_live = most;
+}
+
+uint64_t model_activation_bytes(const ModelTensorTable *tt, int v, int peak_live,
+                                const int *max_live)
+{
+    uint64_t bytes = (uint64_t)peak_live * tt->act_layer_bytes[0];
+    for (int j = 0; j < v; j++)
+        bytes += (uint64_t)max_live[j] * (tt->act_chunk_bytes[j] - tt->act_layer_bytes[j]);
+    return bytes;
 }

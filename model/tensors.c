@@ -270,7 +270,8 @@ static int tensors_build(const ModelSpec *s, const ModelDims *d, int stage, int 
     if (stage < 0 || stage >= d->p)
         return px_fail(err, PX_EINPUT, "stage %d is outside the pipeline's %d stages", stage, d->p);
     tt->act_chunk_bytes = calloc((size_t)d->v, sizeof *tt->act_chunk_bytes);
-    if (!tt->act_chunk_bytes)
+    tt->act_layer_bytes = calloc((size_t)d->v, sizeof *tt->act_layer_bytes);
+    if (!tt->act_chunk_bytes || !tt->act_layer_bytes)
         return px_fail(err, PX_ERUNTIME, "out of memory building the tensor table");
     const ModelConfig *c = &s->model;
     const int64_t h = d->h, b = d->b;
@@ -341,12 +342,14 @@ static int tensors_build(const ModelSpec *s, const ModelDims *d, int stage, int 
             if (dropout)
                 add(&a, "embed.drop_mask", MODEL_ACTIVATIONS, PX_UINT8, sp, 3, b, d->s_sp, h, 0);
         }
+        uint64_t before_layers = a.sum;
         for (int l = g * d->chunk_layers; l < (g + 1) * d->chunk_layers; l += rep) {
             a.layer = l;
             a.repeat = rep;
             layer_saved(&a, s, d, s->layout.recompute, l, 0);
             a.repeat = 1;
         }
+        tt->act_layer_bytes[j] = a.sum - before_layers;
         a.layer = -1;
         if (g == d->chunks - 1) {
             has_data = 1;
@@ -426,6 +429,7 @@ void model_tensors_free(ModelTensorTable *tt)
     free(tt->t);
     free(tt->blocks);
     free(tt->act_chunk_bytes);
+    free(tt->act_layer_bytes);
     memset(tt, 0, sizeof *tt);
 }
 

@@ -22,7 +22,7 @@ void sim_result_free(SimResult *r)
     memset(r, 0, sizeof *r);
 }
 
-/* Activation sets alive at once on a stage whose chunks all save the same bytes: the warm-up
+/* Activation sets alive at once on a stage: the warm-up
  * forwards plus one (GPipe: all m; 1F1B: min(p - s, m); interleaved: min(2(p-s-1) + (v-1)p + 1,
  * m v)), as walking model/schedule.c's order gives. */
 static int live_sets(const ModelDims *d, ModelSchedule sched, int stage)
@@ -44,21 +44,27 @@ static int stage_memory(const SimResult *r, const ModelTensorTable *tt, int stag
         if (!tt->t[i].per_microbatch)
             m->cat[tt->t[i].cat] += tt->t[i].bytes * (uint64_t)tt->t[i].repeat;
     const ModelDims *d = &r->dims;
-    int equal = 1;
-    for (int j = 1; j < d->v; j++)
-        equal &= tt->act_chunk_bytes[j] == tt->act_chunk_bytes[0];
-    if (equal) {
+    int extras = 0;
+    for (int j = 0; j < d->v; j++)
+        extras |= tt->act_chunk_bytes[j] != tt->act_layer_bytes[j];
+    int max_live[64];
+    if (d->v > 64)
+        return px_fail(err, PX_EINPUT, "at most 64 virtual stages per rank, got %d", d->v);
+    if (d->v == 1 || !extras) {
+        /* one chunk, or chunks of layers only: the closed-form count is the walk's */
         m->peak_live = live_sets(d, r->spec.layout.schedule, stage);
-        m->cat[MODEL_ACTIVATIONS] = (uint64_t)m->peak_live * tt->act_chunk_bytes[0];
+        for (int j = 0; j < d->v; j++)
+            max_live[j] = d->v == 1 ? m->peak_live : 0; /* chunks without extras pool nothing */
     } else {
         int n_act = 2 * d->m * d->v;
         ModelAction *acts = malloc((size_t)n_act * sizeof *acts);
         if (!acts)
             return px_fail(err, PX_ERUNTIME, "out of memory simulating the pipeline schedule");
         int n = model_schedule_build(d, r->spec.layout.schedule, stage, acts);
-        m->cat[MODEL_ACTIVATIONS] = model_schedule_peak(acts, n, tt->act_chunk_bytes, &m->peak_live);
+        model_schedule_live(acts, n, d->v, &m->peak_live, max_live);
         free(acts);
     }
+    m->cat[MODEL_ACTIVATIONS] = model_activation_bytes(tt, d->v, m->peak_live, max_live);
     m->cat[MODEL_RUNTIME] = r->cluster.device.runtime_bytes;
     for (int c = 0; c < MODEL_CAT_COUNT; c++)
         m->total += m->cat[c];

@@ -323,14 +323,17 @@ static void test_schedules(void)
         CHECK(!a[i].backward && a[i].mb == i);
     CHECK(a[4].backward && a[4].mb == 0);
     CHECK(!a[5].backward && a[5].mb == 4);
-    uint64_t one = 1;
-    int live = 0;
-    CHECK_EQ_U64(4, model_schedule_peak(a, n, &one, &live));
+    int live = 0, per_chunk[4];
+    model_schedule_live(a, n, 1, &live, per_chunk);
+    CHECK_EQ_INT(4, live);
+    CHECK_EQ_INT(4, per_chunk[0]);
     n = model_schedule_build(&d, MODEL_SCHED_1F1B, 3, a);
     CHECK(!a[0].backward && a[1].backward); /* the last stage alternates from the start */
-    CHECK_EQ_U64(1, model_schedule_peak(a, n, &one, &live));
+    model_schedule_live(a, n, 1, &live, per_chunk);
+    CHECK_EQ_INT(1, live);
     n = model_schedule_build(&d, MODEL_SCHED_GPIPE, 2, a);
-    CHECK_EQ_U64(8, model_schedule_peak(a, n, &one, &live));
+    model_schedule_live(a, n, 1, &live, per_chunk);
+    CHECK_EQ_INT(8, live);
     /* interleaved, p 2, v 2, m 4, stage 0 (Megatron's order) */
     d.p = 2;
     d.v = 2;
@@ -345,6 +348,12 @@ static void test_schedules(void)
         CHECK_EQ_INT(expect[i][1], a[i].chunk);
         CHECK_EQ_INT(expect[i][2], a[i].mb);
     }
+    /* 5 sets alive at the peak, but chunk 0 alone reaches 4 and chunk 1 2: pooling the layer
+     * sets (equal in every chunk) needs 5 slots, per-chunk pools would need 6 */
+    model_schedule_live(a, n, 2, &live, per_chunk);
+    CHECK_EQ_INT(5, live);
+    CHECK_EQ_INT(4, per_chunk[0]);
+    CHECK_EQ_INT(2, per_chunk[1]);
     for (int p = 1; p <= 4; p++) {
         for (int m = 1; m <= 8; m++) {
             d.p = p;
