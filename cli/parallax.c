@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/commands.h"
 #include "cli/options.h"
 #include "sim/sim.h"
 
@@ -117,6 +118,8 @@ int main(int argc, char **argv)
         return cmd_profiles(argc - 1, argv + 1);
     if (!strcmp(cmd, "simulate"))
         return cmd_simulate(argc - 1, argv + 1);
+    if (!strcmp(cmd, "run"))
+        return cli_cmd_run(argc - 1, argv + 1);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);
         return 0;

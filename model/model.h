@@ -107,7 +107,11 @@ typedef struct {
     int causal_flops;     /* count the causal half of attention scores (default: full, as Narayanan) */
     int fused_kernels;    /* fused elementwise kernels (bias-GeLU, bias-dropout-add, scale-mask-softmax) */
     double train_tokens;  /* tokens to train on, for days and GPU-hours; 0: not asked */
-    double lr;
+    /* training hyperparameters (the executor's): warm-up then cosine decay to min_lr */
+    double lr, min_lr;
+    int warmup_steps;
+    double weight_decay, grad_clip; /* grad_clip: global norm; 0 = none */
+    double beta1, beta2, adam_eps, momentum;
     int steps;
     uint64_t seed;
     char data[256]; /* training text or llm.c .bin token file; empty: the built-in text */
@@ -159,6 +163,27 @@ int model_rank(const ModelLayout *l, int tp, int cp, int dp, int pp);
 void model_rank_coords(const ModelLayout *l, int rank, int *tp, int *cp, int *dp, int *pp);
 /* Global model chunk held as local chunk j by stage s (Megatron interleaving): j * p + s. */
 static inline int model_global_chunk(const ModelDims *d, int stage, int j) { return j * d->p + stage; }
+
+/* ---- plan: the hand-off from the planner to the executor (DESIGN.md's Plan) ---- */
+
+typedef struct {
+    ModelSpec spec;
+    char cluster[256]; /* the cluster profile's name or path */
+    int gpus;          /* world size */
+    cJSON *prediction; /* the simulator's prediction, carried verbatim (owned; may be NULL) */
+} ModelPlan;
+
+cJSON *model_layout_to_json(const ModelLayout *l);
+int model_layout_from_json(const cJSON *j, const char *where, ModelLayout *out, PxError *err);
+/* training: the job; dims (optional) adds derived figures (micro-batches, padded vocabulary) */
+cJSON *model_job_to_json(const ModelJob *t, const ModelDims *dims);
+int model_job_from_json(const cJSON *j, const char *where, ModelJob *out, PxError *err);
+/* Reads and validates a plan (the layout against its world size). PX_EINPUT names the key. */
+int model_plan_read(const char *path, ModelPlan *out, PxError *err);
+int model_plan_from_json(const cJSON *j, const char *origin, ModelPlan *out, PxError *err);
+/* The plan's JSON; the prediction is copied in. */
+cJSON *model_plan_to_json(const ModelPlan *p);
+void model_plan_free(ModelPlan *p);
 
 /* ---- memory categories and communication kinds (same names in sim and exec) ---- */
 

@@ -90,7 +90,16 @@ void model_spec_defaults(ModelSpec *s)
     j->flash_attn = 1;
     j->fused_kernels = 1;
     j->pad_vocab = 1;
-    j->lr = 6e-4;
+    j->lr = 1e-3;
+    j->min_lr = 1e-4;
+    j->warmup_steps = 10;
+    j->weight_decay = 0.1;
+    j->grad_clip = 1.0;
+    j->beta1 = 0.9;
+    j->beta2 = 0.95;
+    j->adam_eps = 1e-8;
+    j->momentum = 0.9;
+    j->steps = 100;
     j->seed = 1234;
 }
 

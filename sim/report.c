@@ -3,41 +3,6 @@
 
 #include <string.h>
 
-static cJSON *layout_json(const ModelLayout *l)
-{
-    cJSON *j = cJSON_CreateObject();
-    cJSON_AddNumberToObject(j, "dp", l->dp);
-    cJSON_AddNumberToObject(j, "tp", l->tp);
-    cJSON_AddNumberToObject(j, "pp", l->pp);
-    cJSON_AddNumberToObject(j, "cp", l->cp);
-    cJSON_AddNumberToObject(j, "vpp", l->vpp);
-    cJSON_AddNumberToObject(j, "zero", l->zero);
-    cJSON_AddBoolToObject(j, "sp", l->sp);
-    cJSON_AddStringToObject(j, "recompute", model_recompute_name(l->recompute));
-    cJSON_AddStringToObject(j, "schedule", model_schedule_name(l->schedule));
-    cJSON_AddBoolToObject(j, "overlap_dp", l->overlap_dp);
-    cJSON_AddBoolToObject(j, "overlap_tp", l->overlap_tp);
-    return j;
-}
-
-static cJSON *training_json(const ModelJob *t, const ModelDims *d)
-{
-    cJSON *j = cJSON_CreateObject();
-    cJSON_AddNumberToObject(j, "global_batch", t->global_batch);
-    cJSON_AddNumberToObject(j, "micro_batch", t->micro_batch);
-    cJSON_AddNumberToObject(j, "micro_batches", d->m);
-    cJSON_AddNumberToObject(j, "seq_len", d->s);
-    cJSON_AddStringToObject(j, "precision", px_dtype_name(t->precision));
-    cJSON_AddStringToObject(j, "grad_dtype", px_dtype_name(t->grad_dtype));
-    cJSON_AddStringToObject(j, "optimizer", model_optimizer_name(t->optimizer));
-    cJSON_AddBoolToObject(j, "flash_attn", t->flash_attn);
-    cJSON_AddNumberToObject(j, "dropout", t->dropout);
-    cJSON_AddNumberToObject(j, "pad_vocab", t->pad_vocab);
-    cJSON_AddNumberToObject(j, "vocab_padded", d->vocab_pad);
-    cJSON_AddStringToObject(j, "attention_flops", t->causal_flops ? "causal" : "full");
-    return j;
-}
-
 static void add_prediction(cJSON *j, const SimResult *r)
 {
     const ModelDims *d = &r->dims;
@@ -154,6 +119,13 @@ static void add_prediction(cJSON *j, const SimResult *r)
     }
 }
 
+cJSON *sim_prediction_to_json(const SimResult *r)
+{
+    cJSON *j = cJSON_CreateObject();
+    add_prediction(j, r);
+    return j;
+}
+
 cJSON *sim_result_to_json(const SimResult *r)
 {
     cJSON *j = cJSON_CreateObject();
@@ -163,8 +135,8 @@ cJSON *sim_result_to_json(const SimResult *r)
     cJSON_AddItemToObject(j, "model", m);
     cJSON_AddStringToObject(j, "cluster", r->cluster.name);
     cJSON_AddNumberToObject(j, "gpus", r->dims.gpus);
-    cJSON_AddItemToObject(j, "layout", layout_json(&r->spec.layout));
-    cJSON_AddItemToObject(j, "training", training_json(&r->spec.job, &r->dims));
+    cJSON_AddItemToObject(j, "layout", model_layout_to_json(&r->spec.layout));
+    cJSON_AddItemToObject(j, "training", model_job_to_json(&r->spec.job, &r->dims));
     add_prediction(j, r);
     return j;
 }

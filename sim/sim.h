@@ -76,6 +76,9 @@ void sim_result_free(SimResult *r);
 /* DESIGN.md's Prediction (memory, flops, comm, ops) plus model, layout and training. */
 cJSON *sim_result_to_json(const SimResult *r);
 void sim_result_print(FILE *f, const SimResult *r);
+/* The Prediction object alone (memory, flops, comm, time, throughput, ops): a plan's
+ * `prediction`. */
+cJSON *sim_prediction_to_json(const SimResult *r);
 /* The zoo and the built-in profiles, as tables or JSON. */
 int sim_list_models(FILE *f, int json, PxError *err);
 int sim_list_profiles(FILE *f, int json, PxError *err);

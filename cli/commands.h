@@ -1,0 +1,8 @@
+/* cli — the subcommands implemented outside parallax.c, each `int cmd(argc, argv)` returning
+ * the exit status (0 ok, 1 runtime failure, 2 bad input). */
+#ifndef CLI_COMMANDS_H
+#define CLI_COMMANDS_H
+
+int cli_cmd_run(int argc, char **argv);
+
+#endif

@@ -1,0 +1,221 @@
+/* Plans: the layout, training job and prediction the planner hands to the executor, and the
+ * JSON (de)serialisation of layouts and jobs that sim's output shares. */
+#include "model/model.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const recompute_names[] = {"none", "selective", "full"};
+static const char *const schedule_names[] = {"1f1b", "gpipe", "interleaved"};
+static const char *const optimizer_names[] = {"adamw", "sgd-momentum", "adam-8bit"};
+static const char *const float_names[] = {"fp32", "bf16", "fp16"};
+
+cJSON *model_layout_to_json(const ModelLayout *l)
+{
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddNumberToObject(j, "dp", l->dp);
+    cJSON_AddNumberToObject(j, "tp", l->tp);
+    cJSON_AddNumberToObject(j, "pp", l->pp);
+    cJSON_AddNumberToObject(j, "cp", l->cp);
+    cJSON_AddNumberToObject(j, "vpp", l->vpp);
+    cJSON_AddNumberToObject(j, "zero", l->zero);
+    cJSON_AddBoolToObject(j, "sp", l->sp);
+    cJSON_AddStringToObject(j, "recompute", model_recompute_name(l->recompute));
+    cJSON_AddStringToObject(j, "schedule", model_schedule_name(l->schedule));
+    cJSON_AddBoolToObject(j, "overlap_dp", l->overlap_dp);
+    cJSON_AddBoolToObject(j, "overlap_tp", l->overlap_tp);
+    return j;
+}
+
+int model_layout_from_json(const cJSON *j, const char *where, ModelLayout *l, PxError *err)
+{
+    static const char *const known[] = {"dp", "tp", "pp", "cp", "vpp", "zero", "sp", "recompute",
+                                        "schedule", "overlap_dp", "overlap_tp", NULL};
+    if (!cJSON_IsObject(j))
+        return px_fail(err, PX_EINPUT, "%s expected an object", where);
+    px_json_warn_unknown(j, where, known);
+    int rc, rcm = (int)l->recompute, sch = (int)l->schedule;
+    if ((rc = px_json_int(j, where, "dp", 1, 1, 1 << 24, &l->dp, err)) ||
+        (rc = px_json_int(j, where, "tp", 1, 1, 1 << 16, &l->tp, err)) ||
+        (rc = px_json_int(j, where, "pp", 1, 1, 1 << 16, &l->pp, err)) ||
+        (rc = px_json_int(j, where, "cp", 0, 1, 1 << 16, &l->cp, err)) ||
+        (rc = px_json_int(j, where, "vpp", 0, 1, 1 << 16, &l->vpp, err)) ||
+        (rc = px_json_int(j, where, "zero", 0, 0, 3, &l->zero, err)) ||
+        (rc = px_json_bool(j, where, "sp", 0, &l->sp, err)) ||
+        (rc = px_json_enum(j, where, "recompute", 0, recompute_names, 3, &rcm, err)) ||
+        (rc = px_json_enum(j, where, "schedule", 0, schedule_names, 3, &sch, err)) ||
+        (rc = px_json_bool(j, where, "overlap_dp", 0, &l->overlap_dp, err)) ||
+        (rc = px_json_bool(j, where, "overlap_tp", 0, &l->overlap_tp, err)))
+        return rc;
+    l->recompute = (ModelRecompute)rcm;
+    l->schedule = (ModelSchedule)sch;
+    return PX_OK;
+}
+
+cJSON *model_job_to_json(const ModelJob *t, const ModelDims *d)
+{
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddNumberToObject(j, "global_batch", t->global_batch);
+    cJSON_AddNumberToObject(j, "micro_batch", t->micro_batch);
+    if (d)
+        cJSON_AddNumberToObject(j, "micro_batches", d->m);
+    cJSON_AddNumberToObject(j, "seq_len", d ? d->s : t->seq_len);
+    cJSON_AddStringToObject(j, "precision", px_dtype_name(t->precision));
+    cJSON_AddStringToObject(j, "grad_dtype", px_dtype_name(t->grad_dtype));
+    cJSON_AddStringToObject(j, "optimizer", model_optimizer_name(t->optimizer));
+    cJSON_AddNumberToObject(j, "lr", t->lr);
+    cJSON_AddNumberToObject(j, "min_lr", t->min_lr);
+    cJSON_AddNumberToObject(j, "warmup_steps", t->warmup_steps);
+    cJSON_AddNumberToObject(j, "weight_decay", t->weight_decay);
+    cJSON_AddNumberToObject(j, "grad_clip", t->grad_clip);
+    cJSON_AddNumberToObject(j, "beta1", t->beta1);
+    cJSON_AddNumberToObject(j, "beta2", t->beta2);
+    cJSON_AddNumberToObject(j, "eps", t->adam_eps);
+    cJSON_AddNumberToObject(j, "momentum", t->momentum);
+    cJSON_AddNumberToObject(j, "steps", t->steps);
+    cJSON_AddNumberToObject(j, "seed", (double)t->seed);
+    cJSON_AddStringToObject(j, "data", t->data);
+    cJSON_AddBoolToObject(j, "flash_attn", t->flash_attn);
+    cJSON_AddNumberToObject(j, "dropout", t->dropout);
+    cJSON_AddNumberToObject(j, "pad_vocab", t->pad_vocab);
+    if (d)
+        cJSON_AddNumberToObject(j, "vocab_padded", d->vocab_pad);
+    cJSON_AddBoolToObject(j, "fused_kernels", t->fused_kernels);
+    cJSON_AddStringToObject(j, "attention_flops", t->causal_flops ? "causal" : "full");
+    if (t->train_tokens > 0)
+        cJSON_AddNumberToObject(j, "train_tokens", t->train_tokens);
+    return j;
+}
+
+int model_job_from_json(const cJSON *j, const char *where, ModelJob *t, PxError *err)
+{
+    static const char *const known[] = {
+        "global_batch", "micro_batch", "micro_batches", "seq_len", "precision", "grad_dtype",
+        "optimizer", "lr", "min_lr", "warmup_steps", "weight_decay", "grad_clip", "beta1", "beta2",
+        "eps", "momentum", "steps", "seed", "data", "flash_attn", "dropout", "pad_vocab",
+        "vocab_padded", "fused_kernels", "attention_flops", "train_tokens", NULL};
+    static const char *const flops_names[] = {"full", "causal"};
+    if (!cJSON_IsObject(j))
+        return px_fail(err, PX_EINPUT, "%s expected an object", where);
+    px_json_warn_unknown(j, where, known);
+    int rc, prec = 0, grad = 0, opt = (int)t->optimizer;
+    uint64_t seed = t->seed;
+    if ((rc = px_json_int(j, where, "global_batch", 1, 1, 1 << 30, &t->global_batch, err)) ||
+        (rc = px_json_int(j, where, "micro_batch", 1, 1, 1 << 24, &t->micro_batch, err)) ||
+        (rc = px_json_int(j, where, "seq_len", 1, 1, 1 << 24, &t->seq_len, err)) ||
+        (rc = px_json_enum(j, where, "precision", 1, float_names, 3, &prec, err)) ||
+        (rc = px_json_enum(j, where, "grad_dtype", 0, float_names, 3, &grad, err)) ||
+        (rc = px_json_enum(j, where, "optimizer", 0, optimizer_names, 3, &opt, err)) ||
+        (rc = px_json_double(j, where, "lr", 0, 0, 10, &t->lr, err)) ||
+        (rc = px_json_double(j, where, "min_lr", 0, 0, 10, &t->min_lr, err)) ||
+        (rc = px_json_int(j, where, "warmup_steps", 0, 0, 1 << 30, &t->warmup_steps, err)) ||
+        (rc = px_json_double(j, where, "weight_decay", 0, 0, 10, &t->weight_decay, err)) ||
+        (rc = px_json_double(j, where, "grad_clip", 0, 0, 1e9, &t->grad_clip, err)) ||
+        (rc = px_json_double(j, where, "beta1", 0, 0, 0.999999, &t->beta1, err)) ||
+        (rc = px_json_double(j, where, "beta2", 0, 0, 0.999999999, &t->beta2, err)) ||
+        (rc = px_json_double(j, where, "eps", 0, 0, 1, &t->adam_eps, err)) ||
+        (rc = px_json_double(j, where, "momentum", 0, 0, 0.999999, &t->momentum, err)) ||
+        (rc = px_json_int(j, where, "steps", 0, 0, 1 << 30, &t->steps, err)) ||
+        (rc = px_json_u64(j, where, "seed", 0, &seed, err)) ||
+        (rc = px_json_string(j, where, "data", 0, t->data, sizeof t->data, err)) ||
+        (rc = px_json_bool(j, where, "flash_attn", 0, &t->flash_attn, err)) ||
+        (rc = px_json_double(j, where, "dropout", 0, 0, 0.999, &t->dropout, err)) ||
+        (rc = px_json_int(j, where, "pad_vocab", 0, 1, 1 << 16, &t->pad_vocab, err)) ||
+        (rc = px_json_bool(j, where, "fused_kernels", 0, &t->fused_kernels, err)) ||
+        (rc = px_json_double(j, where, "train_tokens", 0, 0, 1e30, &t->train_tokens, err)))
+        return rc;
+    int af = t->causal_flops;
+    if ((rc = px_json_enum(j, where, "attention_flops", 0, flops_names, 2, &af, err)))
+        return rc;
+    static const PxDtype types[] = {PX_FP32, PX_BF16, PX_FP16};
+    t->precision = types[prec];
+    t->grad_dtype = cJSON_GetObjectItemCaseSensitive(j, "grad_dtype") ? types[grad] : PX_FP32;
+    t->optimizer = (ModelOptimizer)opt;
+    t->seed = seed;
+    t->causal_flops = af;
+    return PX_OK;
+}
+
+int model_plan_from_json(const cJSON *j, const char *origin, ModelPlan *p, PxError *err)
+{
+    static const char *const known[] = {"schema_version", "model", "cluster", "gpus", "training",
+                                        "layout", "prediction", NULL};
+    memset(p, 0, sizeof *p);
+    model_spec_defaults(&p->spec);
+    char where[600];
+    snprintf(where, sizeof where, "%s:", origin);
+    if (!cJSON_IsObject(j))
+        return px_fail(err, PX_EINPUT, "%s expected a JSON object", where);
+    px_json_warn_unknown(j, where, known);
+    int rc, version = 1;
+    const cJSON *m, *tr, *lay;
+    if ((rc = px_json_int(j, where, "schema_version", 1, 1, 1, &version, err)) ||
+        (rc = px_json_string(j, where, "cluster", 1, p->cluster, sizeof p->cluster, err)) ||
+        (rc = px_json_int(j, where, "gpus", 1, 1, 1 << 24, &p->gpus, err)) ||
+        (rc = px_json_object(j, where, "model", 1, &m, err)) ||
+        (rc = px_json_object(j, where, "training", 1, &tr, err)) ||
+        (rc = px_json_object(j, where, "layout", 1, &lay, err)))
+        return rc;
+    char w2[640];
+    snprintf(w2, sizeof w2, "%s model", origin);
+    if ((rc = model_config_from_json(m, w2, &p->spec.model, err)))
+        return rc;
+    snprintf(w2, sizeof w2, "%s: training", origin);
+    if ((rc = model_job_from_json(tr, w2, &p->spec.job, err)))
+        return rc;
+    snprintf(w2, sizeof w2, "%s: layout", origin);
+    if ((rc = model_layout_from_json(lay, w2, &p->spec.layout, err)))
+        return rc;
+    ModelDims d;
+    if ((rc = model_spec_check(&p->spec, p->gpus, &d, err))) {
+        char msg[sizeof err->msg];
+        px_strlcpy(msg, err->msg, sizeof msg);
+        return px_fail(err, PX_EINPUT, "%s the layout breaks a rule: %s", where, msg);
+    }
+    const cJSON *pred = cJSON_GetObjectItemCaseSensitive(j, "prediction");
+    if (pred) {
+        if (!cJSON_IsObject(pred))
+            return px_fail(err, PX_EINPUT, "%s prediction: expected an object", where);
+        p->prediction = cJSON_Duplicate(pred, 1);
+    }
+    return PX_OK;
+}
+
+int model_plan_read(const char *path, ModelPlan *p, PxError *err)
+{
+    memset(p, 0, sizeof *p);
+    cJSON *j = px_json_read_file(path, err);
+    if (!j)
+        return PX_EINPUT;
+    int rc = model_plan_from_json(j, path, p, err);
+    cJSON_Delete(j);
+    if (rc)
+        model_plan_free(p);
+    return rc;
+}
+
+cJSON *model_plan_to_json(const ModelPlan *p)
+{
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddNumberToObject(j, "schema_version", 1);
+    cJSON_AddItemToObject(j, "model", model_config_to_json(&p->spec.model));
+    cJSON_AddStringToObject(j, "cluster", p->cluster);
+    cJSON_AddNumberToObject(j, "gpus", p->gpus);
+    ModelSpec s = p->spec;
+    ModelDims d;
+    PxError err;
+    int ok = model_spec_check(&s, p->gpus, &d, &err) == PX_OK;
+    cJSON_AddItemToObject(j, "training", model_job_to_json(&s.job, ok ? &d : NULL));
+    cJSON_AddItemToObject(j, "layout", model_layout_to_json(&s.layout));
+    if (p->prediction)
+        cJSON_AddItemToObject(j, "prediction", cJSON_Duplicate(p->prediction, 1));
+    return j;
+}
+
+void model_plan_free(ModelPlan *p)
+{
+    if (!p)
+        return;
+    cJSON_Delete(p->prediction);
+    p->prediction = NULL;
+}
