@@ -4,5 +4,7 @@
 #define CLI_COMMANDS_H
 
 int cli_cmd_run(int argc, char **argv);
+int cli_cmd_plan(int argc, char **argv);
+int cli_cmd_export(int argc, char **argv);
 
 #endif

@@ -35,6 +35,14 @@ const CliOption cli_knob_options[] = {
     {"fused-kernels", 0, NULL, "fused elementwise kernels: bias-GeLU, bias-dropout-add, softmax (default)", CLI_FUSED},
     {"no-fused-kernels", 0, NULL, "one kernel per elementwise step", CLI_NO_FUSED},
     {"tokens", 1, "N", "tokens to train on: report days and GPU-hours (e.g. 300e9)", CLI_TOKENS},
+    {"lr", 1, "X", "peak learning rate (default 1e-3)", CLI_LR},
+    {"min-lr", 1, "X", "learning rate at the end of the cosine decay (default 1e-4)", CLI_MIN_LR},
+    {"warmup-steps", 1, "N", "linear warm-up steps (default 10)", CLI_WARMUP},
+    {"steps", 1, "N", "training steps (default 100)", CLI_STEPS},
+    {"seed", 1, "N", "initialisation and data seed (default 1234)", CLI_SEED},
+    {"weight-decay", 1, "X", "decoupled weight decay (default 0.1)", CLI_WD},
+    {"grad-clip", 1, "X", "clip the global gradient norm to X, 0 for none (default 1.0)", CLI_CLIP},
+    {"data", 1, "FILE", "training data: a text file or llm.c .bin tokens (default: built-in text)", CLI_DATA},
     {"set", 1, "KEY=V", "override a profile figure, e.g. network.bandwidth_per_device=100e9 (repeatable)", CLI_SET},
     {NULL, 0, NULL, NULL, 0}};
 
@@ -44,8 +52,8 @@ void cli_print_help(const char *cmd, const char *usage, const CliOption *const *
     for (const CliOption *const *t = tables; *t; t++) {
         for (const CliOption *o = *t; o->name; o++) {
             char left[64];
-            snprintf(left, sizeof left, "--%s%s%s", o->name, o->has_arg ? " " : "",
-                     o->has_arg ? o->arg : "");
+            snprintf(left, sizeof left, "%s--%s%s%s", o->id == CLI_OUTPUT ? "-o, " : "", o->name,
+                     o->has_arg ? " " : "", o->has_arg ? o->arg : "");
             printf("  %-22s %s\n", left, o->help);
         }
     }
@@ -115,6 +123,22 @@ static int knob(const char *cmd, int id, const char *arg, CliArgs *a)
     case CLI_NO_OVERLAP_TP: l->overlap_tp = 0; break;
     case CLI_PAD_VOCAB: rc = px_parse_int(arg, "--pad-vocab", 1, 1 << 16, &j->pad_vocab, &err); break;
     case CLI_CAUSAL: j->causal_flops = 1; break;
+    case CLI_LR: rc = px_parse_double(arg, "--lr", &j->lr, &err); break;
+    case CLI_MIN_LR: rc = px_parse_double(arg, "--min-lr", &j->min_lr, &err); break;
+    case CLI_WARMUP: rc = px_parse_int(arg, "--warmup-steps", 0, 1 << 30, &j->warmup_steps, &err); break;
+    case CLI_STEPS: rc = px_parse_int(arg, "--steps", 1, 1 << 30, &j->steps, &err); break;
+    case CLI_SEED:
+        rc = px_parse_int(arg, "--seed", 0, 2147483647, &v, &err);
+        j->seed = (uint64_t)v;
+        break;
+    case CLI_WD: rc = px_parse_double(arg, "--weight-decay", &j->weight_decay, &err); break;
+    case CLI_CLIP: rc = px_parse_double(arg, "--grad-clip", &j->grad_clip, &err); break;
+    case CLI_DATA:
+        if (strlen(arg) >= sizeof j->data)
+            rc = px_fail(&err, PX_EINPUT, "--data: path longer than %zu characters", sizeof j->data - 1);
+        else
+            px_strlcpy(j->data, arg, sizeof j->data);
+        break;
     case CLI_FUSED: j->fused_kernels = 1; break;
     case CLI_NO_FUSED: j->fused_kernels = 0; break;
     case CLI_TOKENS:
@@ -164,10 +188,16 @@ int cli_parse(const char *cmd, const char *usage, int argc, char **argv,
         }
     }
     lo[n] = (struct option){"help", no_argument, NULL, 'h'};
+    int out_index = -1;
+    for (int k = 0; k < n; k++)
+        if (by_index[k]->id == CLI_OUTPUT)
+            out_index = k;
     int status = -1, c;
     opterr = 0;
     optind = 1;
-    while (status < 0 && (c = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
+    while (status < 0 && (c = getopt_long(argc, argv, out_index >= 0 ? ":ho:" : ":h", lo, NULL)) != -1) {
+        if (c == 'o')
+            c = 1000 + out_index;
         if (c == 'h') {
             cli_print_help(cmd, usage, tables);
             status = 0;
@@ -192,7 +222,12 @@ int cli_parse(const char *cmd, const char *usage, int argc, char **argv,
                     status = 2;
                 }
                 break;
-            default: status = knob(cmd, o->id, optarg, a); break;
+            default:
+                if (o->id >= CLI_EXTRA && o->id < CLI_EXTRA_MAX)
+                    a->extra[o->id - CLI_EXTRA] = o->has_arg ? optarg : "1";
+                else
+                    status = knob(cmd, o->id, optarg, a);
+                break;
             }
         }
     }

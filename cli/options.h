@@ -11,7 +11,7 @@ typedef struct {
     int has_arg;      /* 0 or 1 */
     const char *arg;  /* metavariable shown in --help */
     const char *help;
-    int id;
+    int id; /* CLI_OUTPUT also answers to -o */
 } CliOption;
 
 /* Knob identifiers (also bits of CliArgs.given). */
@@ -20,9 +20,12 @@ enum {
     CLI_SCHEDULE, CLI_MBS, CLI_GBS, CLI_SEQ, CLI_PRECISION, CLI_GRAD_DTYPE, CLI_OPTIMIZER,
     CLI_FLASH, CLI_NO_FLASH, CLI_DROPOUT, CLI_OVERLAP_DP, CLI_NO_OVERLAP_DP, CLI_OVERLAP_TP,
     CLI_NO_OVERLAP_TP, CLI_PAD_VOCAB, CLI_CAUSAL, CLI_SET, CLI_FUSED, CLI_NO_FUSED, CLI_TOKENS,
+    CLI_LR, CLI_MIN_LR, CLI_WARMUP, CLI_STEPS, CLI_SEED, CLI_WD, CLI_CLIP, CLI_DATA,
     CLI_KNOB_COUNT,
     /* not knobs */
-    CLI_MODEL = 64, CLI_CLUSTER, CLI_GPUS, CLI_JSON, CLI_HELP, CLI_OUTPUT
+    CLI_MODEL = 64, CLI_CLUSTER, CLI_GPUS, CLI_JSON, CLI_HELP, CLI_OUTPUT,
+    /* command-specific options: their raw values land in CliArgs.extra[id - CLI_EXTRA] */
+    CLI_EXTRA = 100, CLI_EXTRA_MAX = 140
 };
 
 #define CLI_MAX_SETS 64
@@ -39,6 +42,7 @@ typedef struct {
     unsigned long long given; /* 1ull << knob id for each knob on the command line */
     const char *positional[8];
     int n_positional;
+    const char *extra[CLI_EXTRA_MAX - CLI_EXTRA]; /* value, or "1" for a flag; NULL when absent */
 } CliArgs;
 
 extern const CliOption cli_knob_options[];

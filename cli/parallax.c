@@ -100,7 +100,10 @@ static void usage(FILE *f)
             "commands:\n"
             "  models      list the built-in model zoo\n"
             "  profiles    list the built-in device and cluster profiles\n"
-            "  simulate    predict memory, FLOPs and communication of one layout\n"
+            "  simulate    predict memory, FLOPs, communication and time of one layout\n"
+            "  plan        search every layout, rank them, write the best as a plan\n"
+            "  export      write a plan as Megatron-LM, DeepSpeed or NeMo settings\n"
+            "  run         train a plan for real\n"
             "  help        show this help ('parallax <command> --help' for a command's)\n"
             "  version     print the version\n");
 }
@@ -118,6 +121,10 @@ int main(int argc, char **argv)
         return cmd_profiles(argc - 1, argv + 1);
     if (!strcmp(cmd, "simulate"))
         return cmd_simulate(argc - 1, argv + 1);
+    if (!strcmp(cmd, "plan"))
+        return cli_cmd_plan(argc - 1, argv + 1);
+    if (!strcmp(cmd, "export"))
+        return cli_cmd_export(argc - 1, argv + 1);
     if (!strcmp(cmd, "run"))
         return cli_cmd_run(argc - 1, argv + 1);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {

@@ -147,6 +147,26 @@ typedef struct {
     int master; /* 1 when an fp32 master copy exists (precision is not fp32) */
 } ModelDims;
 
+/* The rule a layout broke, in PxError.code after model_spec_check fails (0: not a rule). */
+typedef enum {
+    MODEL_RULE_NONE = 0,
+    MODEL_RULE_DEGREES,       /* a degree out of range */
+    MODEL_RULE_GPUS,          /* tp x pp x cp (x dp) against the GPUs */
+    MODEL_RULE_POSITIONS,     /* sequence longer than the learned positions */
+    MODEL_RULE_HEADS,         /* tp against heads, key/value heads, ffn */
+    MODEL_RULE_SP_TP,         /* sequence parallelism without tp */
+    MODEL_RULE_VPP,           /* virtual stages against pp and the schedule */
+    MODEL_RULE_LAYERS,        /* pp x vpp against the layers */
+    MODEL_RULE_ZERO_PP,       /* ZeRO-2/3 with pipeline parallelism */
+    MODEL_RULE_BATCH,         /* global batch against micro-batch x dp */
+    MODEL_RULE_INTERLEAVED_M, /* interleaving needs a multiple of pp micro-batches */
+    MODEL_RULE_SEQUENCE,      /* cp (and tp with SP) against the sequence */
+    MODEL_RULE_JOB,           /* precision, gradients, dropout, padding */
+    MODEL_RULE_COUNT
+} ModelRule;
+
+const char *model_rule_name(ModelRule r);
+
 void model_spec_defaults(ModelSpec *s);
 /* Validates the layout against the model, job and GPU count (gpus 0: not checked; dp 0: filled
  * from the GPUs) and fills dims. PX_EINPUT with one line naming the rule that is broken. */
@@ -270,7 +290,8 @@ typedef struct {
 int model_tensors_build(const ModelSpec *s, const ModelDims *d, int stage, ModelTensorTable *out,
                         PxError *err);
 /* A compact table: each chunk lists its first layer only, with repeat = the chunk's layers, so
- * every sum weighted by repeat equals the full table's. The planner's fast path. */
+ * every sum weighted by repeat equals the full table's. Its tensors are unnamed (blocks keep
+ * their names). The planner's fast path. */
 int model_tensors_build_compact(const ModelSpec *s, const ModelDims *d, int stage,
                                 ModelTensorTable *out, PxError *err);
 void model_tensors_free(ModelTensorTable *tt);

@@ -1,6 +1,8 @@
 /* Layouts and training jobs: defaults, the divisibility rules, derived sizes, rank order. */
 #include "model/model.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 static const char *const recompute_names[] = {"none", "selective", "full"};
@@ -74,6 +76,40 @@ ModelGroup model_comm_group(ModelComm k)
     }
 }
 
+const char *model_rule_name(ModelRule r)
+{
+    static const char *const names[MODEL_RULE_COUNT] = {
+        "other",
+        "degrees out of range",
+        "tp x pp x cp x dp does not match the GPUs",
+        "sequence longer than the learned positions",
+        "tp does not divide heads, kv heads or ffn",
+        "sequence parallelism without tp",
+        "virtual stages need pp > 1 and the interleaved schedule",
+        "pp x vpp does not divide the layers",
+        "ZeRO-2/3 with pipeline parallelism",
+        "global batch not divisible by mbs x dp",
+        "interleaving needs a multiple of pp micro-batches",
+        "cp or sp does not divide the sequence",
+        "training job settings"};
+    return (unsigned)r < MODEL_RULE_COUNT ? names[r] : "other";
+}
+
+static int rule_fail(PxError *err, ModelRule code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int rule_fail(PxError *err, ModelRule code, const char *fmt, ...)
+{
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+        err->code = code;
+    }
+    return PX_EINPUT;
+}
+
 void model_spec_defaults(ModelSpec *s)
 {
     memset(s, 0, sizeof *s);
@@ -131,97 +167,97 @@ int model_spec_check(ModelSpec *sp, int gpus, ModelDims *d, PxError *err)
     memset(d, 0, sizeof *d);
 
     if (l->tp < 1 || l->pp < 1 || l->cp < 1 || l->vpp < 1 || l->dp < 0)
-        return px_fail(err, PX_EINPUT, "tp, pp, cp and vpp must be at least 1 (got tp %d pp %d cp %d vpp %d)",
+        return rule_fail(err, MODEL_RULE_DEGREES, "tp, pp, cp and vpp must be at least 1 (got tp %d pp %d cp %d vpp %d)",
                        l->tp, l->pp, l->cp, l->vpp);
     if (l->zero < 0 || l->zero > 3)
-        return px_fail(err, PX_EINPUT, "zero stage must be 0, 1, 2 or 3, got %d", l->zero);
+        return rule_fail(err, MODEL_RULE_DEGREES, "zero stage must be 0, 1, 2 or 3, got %d", l->zero);
     int mp = l->tp * l->pp * l->cp;
     if (l->dp == 0) {
         if (gpus <= 0)
             l->dp = 1;
         else if (gpus % mp != 0)
-            return px_fail(err, PX_EINPUT,
+            return rule_fail(err, MODEL_RULE_GPUS,
                            "tp %d x pp %d x cp %d = %d does not divide the %d GPUs", l->tp, l->pp,
                            l->cp, mp, gpus);
         else
             l->dp = gpus / mp;
     }
     if (gpus > 0 && mp * l->dp != gpus)
-        return px_fail(err, PX_EINPUT, "tp %d x pp %d x cp %d x dp %d = %d does not equal the %d GPUs",
+        return rule_fail(err, MODEL_RULE_GPUS, "tp %d x pp %d x cp %d x dp %d = %d does not equal the %d GPUs",
                        l->tp, l->pp, l->cp, l->dp, mp * l->dp, gpus);
 
     int s = j->seq_len > 0 ? j->seq_len : c->seq_len;
     if (c->position == MODEL_POS_LEARNED && s > c->seq_len)
-        return px_fail(err, PX_EINPUT,
+        return rule_fail(err, MODEL_RULE_POSITIONS,
                        "sequence length %d exceeds the %d learned positions of model %s", s,
                        c->seq_len, c->name);
     if (c->heads % l->tp != 0)
-        return px_fail(err, PX_EINPUT, "tp %d must divide the %d attention heads", l->tp, c->heads);
+        return rule_fail(err, MODEL_RULE_HEADS, "tp %d must divide the %d attention heads", l->tp, c->heads);
     if (c->kv_heads % l->tp != 0)
-        return px_fail(err, PX_EINPUT, "tp %d must divide the %d key/value heads", l->tp,
+        return rule_fail(err, MODEL_RULE_HEADS, "tp %d must divide the %d key/value heads", l->tp,
                        c->kv_heads);
     if (c->ffn_hidden % l->tp != 0)
-        return px_fail(err, PX_EINPUT, "tp %d must divide ffn_hidden %d", l->tp, c->ffn_hidden);
+        return rule_fail(err, MODEL_RULE_HEADS, "tp %d must divide ffn_hidden %d", l->tp, c->ffn_hidden);
     if (l->sp && l->tp < 2)
-        return px_fail(err, PX_EINPUT, "sequence parallelism needs tp > 1");
+        return rule_fail(err, MODEL_RULE_SP_TP, "sequence parallelism needs tp > 1");
 
     if (l->vpp > 1) {
         if (l->pp < 2)
-            return px_fail(err, PX_EINPUT, "virtual pipeline stages (vpp %d) need pp > 1", l->vpp);
+            return rule_fail(err, MODEL_RULE_VPP, "virtual pipeline stages (vpp %d) need pp > 1", l->vpp);
         if (l->schedule == MODEL_SCHED_GPIPE)
-            return px_fail(err, PX_EINPUT,
+            return rule_fail(err, MODEL_RULE_VPP,
                            "the gpipe schedule cannot interleave (vpp %d): use the interleaved schedule",
                            l->vpp);
         l->schedule = MODEL_SCHED_INTERLEAVED; /* 1F1B over several chunks is the interleaved schedule */
     } else if (l->schedule == MODEL_SCHED_INTERLEAVED) {
-        return px_fail(err, PX_EINPUT, "the interleaved schedule needs vpp >= 2");
+        return rule_fail(err, MODEL_RULE_VPP, "the interleaved schedule needs vpp >= 2");
     }
     if (c->layers % (l->pp * l->vpp) != 0)
-        return px_fail(err, PX_EINPUT, "pp %d x vpp %d = %d must divide the %d layers", l->pp,
+        return rule_fail(err, MODEL_RULE_LAYERS, "pp %d x vpp %d = %d must divide the %d layers", l->pp,
                        l->vpp, l->pp * l->vpp, c->layers);
     if (l->zero >= 2 && l->pp > 1)
-        return px_fail(err, PX_EINPUT,
+        return rule_fail(err, MODEL_RULE_ZERO_PP,
                        "ZeRO-%d cannot be combined with pipeline parallelism (pp %d), as in "
                        "DeepSpeed: use zero 1 or pp 1",
                        l->zero, l->pp);
 
     if (j->micro_batch < 1)
-        return px_fail(err, PX_EINPUT, "micro-batch size must be at least 1, got %d",
+        return rule_fail(err, MODEL_RULE_BATCH, "micro-batch size must be at least 1, got %d",
                        j->micro_batch);
     if (j->global_batch < 0)
-        return px_fail(err, PX_EINPUT, "global batch must be positive, got %d", j->global_batch);
+        return rule_fail(err, MODEL_RULE_BATCH, "global batch must be positive, got %d", j->global_batch);
     if (j->global_batch == 0)
         j->global_batch = j->micro_batch * l->dp;
     if (j->global_batch % (j->micro_batch * l->dp) != 0)
-        return px_fail(err, PX_EINPUT,
+        return rule_fail(err, MODEL_RULE_BATCH,
                        "global batch %d must be divisible by micro-batch %d x dp %d = %d",
                        j->global_batch, j->micro_batch, l->dp, j->micro_batch * l->dp);
     int m = j->global_batch / (j->micro_batch * l->dp);
     if (l->schedule == MODEL_SCHED_INTERLEAVED && m % l->pp != 0)
-        return px_fail(err, PX_EINPUT,
+        return rule_fail(err, MODEL_RULE_INTERLEAVED_M,
                        "the interleaved schedule needs the %d micro-batches to be a multiple of pp %d",
                        m, l->pp);
     if (s % l->cp != 0)
-        return px_fail(err, PX_EINPUT, "cp %d must divide the sequence length %d", l->cp, s);
+        return rule_fail(err, MODEL_RULE_SEQUENCE, "cp %d must divide the sequence length %d", l->cp, s);
     if (l->sp && (s / l->cp) % l->tp != 0)
-        return px_fail(err, PX_EINPUT,
+        return rule_fail(err, MODEL_RULE_SEQUENCE,
                        "sequence parallelism needs the %d tokens per cp rank to be divisible by tp %d",
                        s / l->cp, l->tp);
     if (j->precision == PX_DTYPE_COUNT)
         j->precision = PX_BF16;
     if (!is_float_type(j->precision))
-        return px_fail(err, PX_EINPUT, "precision must be fp32, bf16 or fp16, got %s",
+        return rule_fail(err, MODEL_RULE_JOB, "precision must be fp32, bf16 or fp16, got %s",
                        px_dtype_name(j->precision));
     if (!is_float_type(j->grad_dtype))
-        return px_fail(err, PX_EINPUT, "grad dtype must be fp32, bf16 or fp16, got %s",
+        return rule_fail(err, MODEL_RULE_JOB, "grad dtype must be fp32, bf16 or fp16, got %s",
                        px_dtype_name(j->grad_dtype));
     if (j->precision == PX_FP32 && j->grad_dtype != PX_FP32)
-        return px_fail(err, PX_EINPUT, "fp32 training keeps fp32 gradients (grad dtype %s)",
+        return rule_fail(err, MODEL_RULE_JOB, "fp32 training keeps fp32 gradients (grad dtype %s)",
                        px_dtype_name(j->grad_dtype));
     if (!(j->dropout >= 0.0 && j->dropout < 1.0))
-        return px_fail(err, PX_EINPUT, "dropout must be in [0, 1), got %g", j->dropout);
+        return rule_fail(err, MODEL_RULE_JOB, "dropout must be in [0, 1), got %g", j->dropout);
     if (j->pad_vocab < 1)
-        return px_fail(err, PX_EINPUT, "vocabulary padding multiple must be at least 1, got %d",
+        return rule_fail(err, MODEL_RULE_JOB, "vocabulary padding multiple must be at least 1, got %d",
                        j->pad_vocab);
 
     d->gpus = mp * l->dp;

@@ -14,6 +14,7 @@ typedef struct {
     uint64_t sum;
     int chunk, layer, block, per_mb;
     int repeat;
+    int unnamed; /* compact tables: tensors carry no names (only sums are read) */
     PxError *err;
     int rc;
 } Adder;
@@ -42,7 +43,8 @@ static void add(Adder *a, const char *name, ModelCategory cat, PxDtype dt, int s
     }
     ModelTensor *t = &tt->t[tt->count++];
     memset(t, 0, sizeof *t);
-    px_strlcpy(t->name, name, sizeof t->name);
+    if (!a->unnamed)
+        px_strlcpy(t->name, name, sizeof t->name);
     t->cat = cat;
     t->dtype = dt;
     t->ndim = ndim;
@@ -58,7 +60,8 @@ static void add(Adder *a, const char *name, ModelCategory cat, PxDtype dt, int s
     t->repeat = a->repeat > 0 ? a->repeat : 1;
 }
 
-#define NAME(buf, ...) snprintf(buf, sizeof buf, __VA_ARGS__)
+/* Formats a tensor's name unless the table is unnamed (the adder `a` in scope). */
+#define NAME(buf, ...) ((a)->unnamed ? (void)((buf)[0] = '\0') : (void)snprintf(buf, sizeof buf, __VA_ARGS__))
 
 /* Saved activations of one transformer layer for one micro-batch under recompute mode `mode`. */
 static void layer_saved(Adder *a, const ModelSpec *s, const ModelDims *d, ModelRecompute mode,
@@ -277,7 +280,8 @@ static int tensors_build(const ModelSpec *s, const ModelDims *d, int stage, int 
     const int64_t h = d->h, b = d->b;
     const int dropout = s->job.dropout > 0.0;
     const int sp = s->layout.sp ? MODEL_SHARD_SP : 0;
-    Adder a = {.tt = tt, .err = err, .block = -1, .layer = -1, .chunk = -1, .repeat = 1};
+    Adder a = {.tt = tt, .err = err, .block = -1, .layer = -1, .chunk = -1, .repeat = 1,
+               .unnamed = compact};
     const int rep = compact ? d->chunk_layers : 1;
     int rc;
     char n[64];
@@ -297,7 +301,7 @@ static int tensors_build(const ModelSpec *s, const ModelDims *d, int stage, int 
                 add_param(&a, s, d, "embed.wpe", 0, 2, c->seq_len, h);
         }
         for (int l = g * d->chunk_layers; l < (g + 1) * d->chunk_layers; l += rep) {
-            NAME(n, "layer.%d", l);
+            snprintf(n, sizeof n, "layer.%d", l); /* block names are always kept: ops find blocks by them */
             if ((rc = add_block(tt, n, j, l, rep, err)))
                 return rc;
             a.block = tt->n_blocks - 1;

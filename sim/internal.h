@@ -45,8 +45,11 @@ double sim_pipeline_event(const ModelDims *d, ModelSchedule sched, const double 
  * when every stage and chunk takes the same time and transfers are free. */
 double sim_pipeline_uniform(const ModelDims *d, ModelSchedule sched, double fwd, double bwd);
 
-/* Fills the time fields of r from its op graphs (sim/time.c). */
+/* Fills the time fields of r from its op graphs (sim/time.c): sim_time_costs times every op and
+ * sums each chunk's passes (setting bound_s), sim_time_finish runs the pipeline and the step. */
 int sim_time(SimResult *r, PxError *err);
+int sim_time_costs(SimResult *r, PxError *err);
+int sim_time_finish(SimResult *r, PxError *err);
 void sim_time_free(SimResult *r);
 
 #endif

@@ -55,6 +55,10 @@ typedef struct {
     ModelOpGraph *ops;                  /* [pp] op graph of each stage */
     double **op_seconds;                /* [pp][op] seconds of one execution of each op */
     SimStageTime *stage_time;           /* [pp] */
+    double *pass_fwd, *pass_bwd;        /* [pp * vpp] one micro-batch's passes per chunk */
+    double *p2p;                        /* [pp] transfer from each stage to the next */
+    double bound_s;                     /* no schedule finishes a step sooner (SIM_BOUND) */
+    int level;                          /* how far the simulation went (SIM_MEMORY ...) */
     /* DESIGN.md's time and throughput, for the stage that ends the step last */
     int critical_stage;
     double step_s, bubble_fraction, compute_s, tp_comm_s, pp_comm_s, dp_comm_exposed_s, optimizer_s;
@@ -67,11 +71,17 @@ typedef struct {
  * PX_EINPUT names the layout rule or the cluster limit that is broken; nothing is allocated. */
 int sim_run(const ModelSpec *spec, const ProfCluster *cluster, int gpus, SimResult *out,
             PxError *err);
+/* How far sim_run_ex goes: memory, FLOPs and bytes; + every op's time and a lower bound on
+ * the step; + the pipeline and the step itself. */
+enum { SIM_MEMORY = 1, SIM_BOUND = 2, SIM_FULL = 3 };
+
 /* The planner's fast path: compact tables and graphs (one layer per chunk standing for all
- * of them) and one build per distinct stage. Memory, FLOPs, communication and time agree with
- * sim_run's (tests check it); op lists hold one layer per chunk. */
+ * of them) and one build per distinct stage, up to `level`. Memory, FLOPs, communication and
+ * time agree with sim_run's (tests check it); op lists hold one layer per chunk. */
 int sim_run_ex(const ModelSpec *spec, const ProfCluster *cluster, int gpus, int compact,
-               SimResult *out, PxError *err);
+               int level, SimResult *out, PxError *err);
+/* Takes a result of sim_run_ex further, up to `level`. */
+int sim_continue(SimResult *r, int level, PxError *err);
 void sim_result_free(SimResult *r);
 /* DESIGN.md's Prediction (memory, flops, comm, ops) plus model, layout and training. */
 cJSON *sim_result_to_json(const SimResult *r);
@@ -82,6 +92,95 @@ cJSON *sim_prediction_to_json(const SimResult *r);
 /* The zoo and the built-in profiles, as tables or JSON. */
 int sim_list_models(FILE *f, int json, PxError *err);
 int sim_list_profiles(FILE *f, int json, PxError *err);
+/* ---- the planner (sim/plan.c) ---- */
+
+typedef enum { SIM_OBJ_TIME = 0, SIM_OBJ_COST, SIM_OBJ_TOKENS_PER_GPU } SimObjective;
+
+/* Knobs the user pinned: the planner tries only the request's value for them. */
+enum {
+    SIM_PIN_TP = 1 << 0,
+    SIM_PIN_PP = 1 << 1,
+    SIM_PIN_DP = 1 << 2,
+    SIM_PIN_CP = 1 << 3,
+    SIM_PIN_VPP = 1 << 4,
+    SIM_PIN_ZERO = 1 << 5,
+    SIM_PIN_SP = 1 << 6,
+    SIM_PIN_MBS = 1 << 7,
+    SIM_PIN_RECOMPUTE = 1 << 8,
+    SIM_PIN_SCHEDULE = 1 << 9
+};
+
+/* Why a layout was rejected: one of model's rules (ModelRule), or the planner's own. */
+enum { SIM_REJECT_CROSS_NODE_TP = MODEL_RULE_COUNT, SIM_REJECT_MEMORY, SIM_REJECT_COUNT };
+
+typedef struct {
+    ModelSpec base;  /* model and job; the pinned knobs' values in layout and job */
+    unsigned pinned; /* SIM_PIN_* */
+    int gpus;
+    SimObjective objective;
+    double headroom;         /* fraction of each rank's memory kept free */
+    int allow_cross_node_tp; /* else tp must divide the node */
+    int top;                 /* layouts to rank (>= 1) */
+    int brute_force;         /* time every feasible layout exactly (tests of the pruning) */
+    /* progress (optional): phase 0 rules and memory, 1 exact timing, 2 done */
+    void (*progress)(void *ctx, long done, long total, int phase);
+    void *progress_ctx;
+} SimPlanRequest;
+
+typedef struct {
+    ModelSpec spec; /* the layout, normalised */
+    double score;   /* the objective, lower is better */
+    double step_s, tokens_per_s, mfu, bubble_fraction;
+    double compute_s, tp_comm_s, pp_comm_s, dp_comm_exposed_s, optimizer_s;
+    uint64_t peak_bytes;
+} SimCandidate;
+
+typedef struct {
+    SimCandidate *top; /* best first */
+    int n_top;
+    long considered; /* layouts enumerated */
+    long evaluated;  /* passed the rules and fit: memory, op costs and a bound computed */
+    long feasible;   /* as evaluated */
+    long timed;      /* given the exact pipeline simulation */
+    long rejected[SIM_REJECT_COUNT];
+    char example[SIM_REJECT_COUNT][320]; /* the first rejection of each reason */
+    uint64_t rank_memory_bytes;
+    double seconds;
+} SimPlanResult;
+
+/* Searches every layout. PX_EINPUT when none works, naming the commonest reason. */
+int sim_plan(const SimPlanRequest *q, const ProfCluster *cluster, SimPlanResult *out, PxError *err);
+void sim_plan_free(SimPlanResult *r);
+const char *sim_objective_name(SimObjective o);
+int sim_objective_from_name(const char *s);
+const char *sim_reject_name(int reason);
+/* The fewest GPUs (node multiples 1, 2, 3, 4, 6, 8, 12, ... up to limit and the cluster's
+ * size) whose best layout meets a step-time budget (max_step_s > 0) and/or a days-to-train
+ * budget (max_days > 0, for the job's train_tokens). */
+int sim_plan_min_gpus(const SimPlanRequest *q, const ProfCluster *cluster, double max_step_s,
+                      double max_days, int limit, SimPlanResult *out, int *gpus_out,
+                      PxError *err);
+/* The ranked table, what makes each layout win, and the rejections (examples with explain). */
+void sim_plan_print(FILE *f, const SimPlanRequest *q, const ProfCluster *cluster,
+                    const SimPlanResult *r, int explain);
+/* One line for sweeps: the best layout and its figures. */
+void sim_plan_summary_line(char *buf, size_t cap, const SimPlanResult *r);
+/* search {considered, evaluated, feasible, timed, seconds, rejected{}, top[]} */
+cJSON *sim_plan_search_json(const SimPlanResult *r);
+/* The winner as a plan: simulated in full (every layer's ops), its prediction attached. The
+ * caller frees plan (model_plan_free) and full (sim_result_free). */
+int sim_plan_best(const SimPlanResult *r, const ProfCluster *cluster, const char *cluster_ref,
+                  int gpus, ModelPlan *plan, SimResult *full, PxError *err);
+
+/* ---- exports (sim/export.c) ---- */
+
+typedef enum { SIM_EXPORT_MEGATRON = 0, SIM_EXPORT_DEEPSPEED, SIM_EXPORT_NEMO } SimExportFormat;
+/* Writes the plan as Megatron-LM flags, a DeepSpeed config JSON, or NeMo / Megatron-Bridge
+ * overrides; PX_EINPUT when the plan's layout breaks a rule. */
+int sim_export(FILE *f, const ModelPlan *plan, SimExportFormat fmt, PxError *err);
+const char *sim_export_name(SimExportFormat f);
+int sim_export_from_name(const char *s); /* -1 when unknown */
+
 /* The precision a job gets when none is given: bf16 where the device has bf16 tensor cores,
  * fp32 otherwise (CPU ranks). */
 PxDtype sim_default_precision(const ProfDevice *d);

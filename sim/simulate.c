@@ -94,11 +94,88 @@ static int copy_graph(ModelOpGraph *dst, const ModelOpGraph *src, int stage, PxE
 
 int sim_run(const ModelSpec *spec, const ProfCluster *cl, int gpus, SimResult *r, PxError *err)
 {
-    return sim_run_ex(spec, cl, gpus, 0, r, err);
+    return sim_run_ex(spec, cl, gpus, 0, SIM_FULL, r, err);
 }
 
-int sim_run_ex(const ModelSpec *spec, const ProfCluster *cl, int gpus, int compact, SimResult *r,
-               PxError *err)
+/* Memory of every stage. Compact tables of a middle stage stand for all of them: built once. */
+static int build_memory(SimResult *r, PxError *err)
+{
+    const ModelDims *d = &r->dims;
+    ModelTensorTable rep;
+    int have_rep = 0, rc = PX_OK;
+    memset(&rep, 0, sizeof rep);
+    for (int st = 0; st < d->p && !rc; st++) {
+        int model_st = r->compact ? stage_model(d, st) : st;
+        if (model_st != st || (r->compact && model_st == 1 && d->p >= 3)) {
+            if (!have_rep) {
+                if ((rc = model_tensors_build_compact(&r->spec, d, 1, &rep, err)))
+                    break;
+                have_rep = 1;
+            }
+            rc = stage_memory(r, &rep, st, &r->mem[st], err);
+        } else {
+            ModelTensorTable tt;
+            rc = r->compact ? model_tensors_build_compact(&r->spec, d, st, &tt, err)
+                            : model_tensors_build(&r->spec, d, st, &tt, err);
+            if (!rc)
+                rc = stage_memory(r, &tt, st, &r->mem[st], err);
+            model_tensors_free(&tt);
+        }
+        if (!rc && r->mem[st].total > r->peak_bytes) {
+            r->peak_bytes = r->mem[st].total;
+            r->peak_stage = st;
+        }
+    }
+    model_tensors_free(&rep);
+    return rc;
+}
+
+/* Op graphs of every stage (compact: one per distinct stage, copied), FLOPs and bytes. */
+static int build_ops(SimResult *r, PxError *err)
+{
+    const ModelDims *d = &r->dims;
+    /* Every TP, CP and DP rank of a stage does the same work on its shard. */
+    const double replicas = (double)d->t * d->c * d->dp;
+    for (int st = 0; st < d->p; st++) {
+        int model_st = r->compact ? stage_model(d, st) : st;
+        int rc = model_st != st ? copy_graph(&r->ops[st], &r->ops[model_st], st, err)
+                 : r->compact   ? model_ops_build_compact(&r->spec, d, st, NULL, &r->ops[st], err)
+                                : model_ops_build(&r->spec, d, st, &r->ops[st], err);
+        if (rc)
+            return rc;
+        const ModelOpGraph *g = &r->ops[st];
+        for (int i = 0; i < g->count; i++) {
+            const ModelOp *op = &g->op[i];
+            double times = (op->per_microbatch ? d->m : 1) * (double)op->repeat;
+            r->rank_flops[st] += op->flops * times;
+            r->hardware_flops += op->flops * times * replicas;
+            if (op->phase == MODEL_FWD || op->phase == MODEL_BWD)
+                r->model_flops += op->flops * times * replicas;
+            if (op->kind == MODEL_OP_COMM)
+                r->comm[st][op->comm] += op->comm_bytes * (uint64_t)op->calls * (uint64_t)times;
+        }
+    }
+    return PX_OK;
+}
+
+int sim_continue(SimResult *r, int level, PxError *err)
+{
+    int rc = PX_OK;
+    if (r->level < SIM_BOUND && level >= SIM_BOUND) {
+        if ((rc = build_ops(r, err)) || (rc = sim_time_costs(r, err)))
+            return rc;
+        r->level = SIM_BOUND;
+    }
+    if (r->level < SIM_FULL && level >= SIM_FULL) {
+        if ((rc = sim_time_finish(r, err)))
+            return rc;
+        r->level = SIM_FULL;
+    }
+    return PX_OK;
+}
+
+int sim_run_ex(const ModelSpec *spec, const ProfCluster *cl, int gpus, int compact, int level,
+               SimResult *r, PxError *err)
 {
     memset(r, 0, sizeof *r);
     r->compact = compact;
@@ -127,50 +204,12 @@ int sim_run_ex(const ModelSpec *spec, const ProfCluster *cl, int gpus, int compa
         sim_result_free(r);
         return px_fail(err, PX_ERUNTIME, "out of memory for %d pipeline stages", d->p);
     }
-    /* Every TP, CP and DP rank of a stage does the same work on its shard. */
-    const double replicas = (double)d->t * d->c * d->dp;
-    for (int st = 0; st < d->p; st++) {
-        int model_st = compact ? stage_model(d, st) : st;
-        ModelTensorTable tt;
-        if (model_st != st) {
-            /* same tensors and ops as the representative stage, its own activation peak */
-            rc = model_tensors_build_compact(&r->spec, d, model_st, &tt, err);
-            if (!rc)
-                rc = stage_memory(r, &tt, st, &r->mem[st], err);
-            model_tensors_free(&tt);
-            if (!rc)
-                rc = copy_graph(&r->ops[st], &r->ops[model_st], st, err);
-        } else {
-            rc = compact ? model_tensors_build_compact(&r->spec, d, st, &tt, err)
-                         : model_tensors_build(&r->spec, d, st, &tt, err);
-            if (!rc)
-                rc = stage_memory(r, &tt, st, &r->mem[st], err);
-            if (!rc)
-                rc = compact ? model_ops_build_compact(&r->spec, d, st, &tt, &r->ops[st], err)
-                             : model_ops_build(&r->spec, d, st, &r->ops[st], err);
-            model_tensors_free(&tt);
-        }
-        if (rc) {
-            sim_result_free(r);
-            return rc;
-        }
-        if (r->mem[st].total > r->peak_bytes) {
-            r->peak_bytes = r->mem[st].total;
-            r->peak_stage = st;
-        }
-        const ModelOpGraph *g = &r->ops[st];
-        for (int i = 0; i < g->count; i++) {
-            const ModelOp *op = &g->op[i];
-            double times = (op->per_microbatch ? d->m : 1) * (double)op->repeat;
-            r->rank_flops[st] += op->flops * times;
-            r->hardware_flops += op->flops * times * replicas;
-            if (op->phase == MODEL_FWD || op->phase == MODEL_BWD)
-                r->model_flops += op->flops * times * replicas;
-            if (op->kind == MODEL_OP_COMM)
-                r->comm[st][op->comm] += op->comm_bytes * (uint64_t)op->calls * (uint64_t)times;
-        }
+    if ((rc = build_memory(r, err))) {
+        sim_result_free(r);
+        return rc;
     }
-    if ((rc = sim_time(r, err))) {
+    r->level = SIM_MEMORY;
+    if ((rc = sim_continue(r, level, err))) {
         sim_result_free(r);
         return rc;
     }

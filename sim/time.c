@@ -48,11 +48,15 @@ void sim_time_free(SimResult *r)
             free(r->op_seconds[s]);
     free(r->op_seconds);
     free(r->stage_time);
+    free(r->pass_fwd);
+    free(r->pass_bwd);
+    free(r->p2p);
     r->op_seconds = NULL;
     r->stage_time = NULL;
+    r->pass_fwd = r->pass_bwd = r->p2p = NULL;
 }
 
-int sim_time(SimResult *r, PxError *err)
+int sim_time_costs(SimResult *r, PxError *err)
 {
     const ModelDims *d = &r->dims;
     const ModelLayout *l = &r->spec.layout;
@@ -63,37 +67,32 @@ int sim_time(SimResult *r, PxError *err)
     if (!(c.peak > 0))
         return px_fail(err, PX_EINPUT, "device %s has no %s peak FLOP/s: choose another precision",
                        r->cluster.device.name, px_dtype_name(r->spec.job.precision));
-
     r->op_seconds = calloc((size_t)p, sizeof *r->op_seconds);
     r->stage_time = calloc((size_t)p, sizeof *r->stage_time);
-    double *fwd = calloc((size_t)(p * v), sizeof(double)), *bwd = calloc((size_t)(p * v), sizeof(double));
-    double *p2p = calloc((size_t)p, sizeof(double)), *zero_p2p = calloc((size_t)p, sizeof(double));
-    double *fin = calloc((size_t)p, sizeof(double)), *fin0 = calloc((size_t)p, sizeof(double));
-    double *lbs = calloc((size_t)(p * v), sizeof(double)), *lbe = calloc((size_t)(p * v), sizeof(double));
-    double *tmp_s = calloc((size_t)(p * v), sizeof(double)), *tmp_e = calloc((size_t)(p * v), sizeof(double));
-    int rc = PX_OK;
-    if (!r->op_seconds || !r->stage_time || !fwd || !bwd || !p2p || !zero_p2p || !fin || !fin0 ||
-        !lbs || !lbe || !tmp_s || !tmp_e) {
-        rc = px_fail(err, PX_ERUNTIME, "out of memory timing %d stages", p);
-        goto out;
-    }
-
-    /* 1. every op of every stage, and one micro-batch's forward and backward per chunk */
-    for (int s = 0; s < p && !rc; s++) {
+    r->pass_fwd = calloc((size_t)(p * v), sizeof(double));
+    r->pass_bwd = calloc((size_t)(p * v), sizeof(double));
+    r->p2p = calloc((size_t)p, sizeof(double));
+    if (!r->op_seconds || !r->stage_time || !r->pass_fwd || !r->pass_bwd || !r->p2p)
+        return px_fail(err, PX_ERUNTIME, "out of memory timing %d stages", p);
+    double *fwd = r->pass_fwd, *bwd = r->pass_bwd;
+    r->bound_s = 0;
+    /* every op of every stage, one micro-batch's forward and backward per chunk, the optimizer */
+    for (int s = 0; s < p; s++) {
         const ModelOpGraph *g = &r->ops[s];
         SimStageTime *st = &r->stage_time[s];
         double *t = r->op_seconds[s] = calloc((size_t)g->count + 1, sizeof(double));
-        if (!t) {
-            rc = px_fail(err, PX_ERUNTIME, "out of memory timing stage %d", s);
-            break;
-        }
+        if (!t)
+            return px_fail(err, PX_ERUNTIME, "out of memory timing stage %d", s);
         for (int i = 0; i < g->count; i++)
             t[i] = g->op[i].kind == MODEL_OP_COMM ? sim_comm_seconds(&c, &g->op[i], s)
                                                   : sim_compute_seconds(&c, &g->op[i]);
         for (int i = 0; i < g->count; i++) {
             const ModelOp *op = &g->op[i];
-            if (!op->per_microbatch)
+            if (!op->per_microbatch) {
+                if (op->kind == MODEL_OP_OPTIMIZER)
+                    st->optimizer_s += t[i];
                 continue;
+            }
             double *pass = op->phase == MODEL_FWD ? &fwd[s * v + op->chunk] : &bwd[s * v + op->chunk];
             const double rep = op->repeat;
             if (op->kind != MODEL_OP_COMM) {
@@ -104,7 +103,7 @@ int sim_time(SimResult *r, PxError *err)
             ModelGroup grp = model_comm_group(op->comm);
             if (grp == MODEL_GROUP_PP) {
                 if (op->comm == MODEL_PP_SEND && op->phase == MODEL_FWD)
-                    p2p[s] = t[i];
+                    r->p2p[s] = t[i];
                 continue;
             }
             int k = partner(g, i);
@@ -128,19 +127,41 @@ int sim_time(SimResult *r, PxError *err)
             else
                 st->tp_comm_s += exposed * rep * m;
         }
+        /* A stage runs its actions one at a time and the optimizer after them: no schedule
+         * can finish the step sooner than the busiest stage's passes plus its optimizer. */
+        double busy = 0;
+        for (int j = 0; j < v; j++)
+            busy += m * (fwd[s * v + j] + bwd[s * v + j]);
+        if (busy + st->optimizer_s > r->bound_s)
+            r->bound_s = busy + st->optimizer_s;
     }
-    if (rc)
-        goto out;
+    return PX_OK;
+}
 
-    /* 2. the pipeline, with and without its transfers */
-    if (sim_pipeline_event(d, l->schedule, fwd, bwd, p2p, fin, lbs, lbe) < 0 ||
+int sim_time_finish(SimResult *r, PxError *err)
+{
+    const ModelDims *d = &r->dims;
+    const ModelLayout *l = &r->spec.layout;
+    const int p = d->p, v = d->v, m = d->m;
+    const double slow = r->cluster.overlap_slowdown;
+    const double *fwd = r->pass_fwd, *bwd = r->pass_bwd;
+    double *zero_p2p = calloc((size_t)p, sizeof(double));
+    double *fin = calloc((size_t)p, sizeof(double)), *fin0 = calloc((size_t)p, sizeof(double));
+    double *lbs = calloc((size_t)(p * v), sizeof(double)), *lbe = calloc((size_t)(p * v), sizeof(double));
+    double *tmp_s = calloc((size_t)(p * v), sizeof(double)), *tmp_e = calloc((size_t)(p * v), sizeof(double));
+    int rc = PX_OK;
+    if (!zero_p2p || !fin || !fin0 || !lbs || !lbe || !tmp_s || !tmp_e) {
+        rc = px_fail(err, PX_ERUNTIME, "out of memory timing %d stages", p);
+        goto out;
+    }
+    /* the pipeline, with and without its transfers */
+    if (sim_pipeline_event(d, l->schedule, fwd, bwd, r->p2p, fin, lbs, lbe) < 0 ||
         sim_pipeline_event(d, l->schedule, fwd, bwd, zero_p2p, fin0, tmp_s, tmp_e) < 0) {
         rc = px_fail(err, PX_ERUNTIME, "pipeline simulation failed (out of memory)");
         goto out;
     }
-
-    /* 3. per step: gradient reduction (overlapped with the last backward when asked), the
-     * tied-embedding all-reduce, the optimizer, ZeRO-1/2's parameter all-gather */
+    /* per step: gradient reduction (overlapped with the last backward when asked), the
+     * tied-embedding all-reduce, ZeRO-1/2's parameter all-gather */
     r->step_s = 0;
     for (int s = 0; s < p && !rc; s++) {
         const ModelOpGraph *g = &r->ops[s];
@@ -150,27 +171,27 @@ int sim_time(SimResult *r, PxError *err)
         for (int i = 0; i < g->count; i++)
             slots += g->op[i].repeat;
         Pending *q = calloc((size_t)slots, sizeof *q);
-        if (!q) {
+        int *order = calloc((size_t)v, sizeof(int)), *count = calloc((size_t)v, sizeof(int));
+        if (!q || !order || !count) {
+            free(q);
+            free(order);
+            free(count);
             rc = px_fail(err, PX_ERUNTIME, "out of memory timing stage %d", s);
             break;
         }
         int nq = 0;
         double grads = 0, embed = 0, gather = 0;
-        /* blocks of a chunk finish their gradients in backward order over its last backward */
-        int *order = calloc((size_t)v, sizeof(int)), *count = calloc((size_t)v, sizeof(int));
-        for (int i = 0; order && count && i < g->count; i++)
+        for (int i = 0; i < g->count; i++)
             if (!g->op[i].per_microbatch && g->op[i].kind == MODEL_OP_COMM &&
                 (g->op[i].comm == MODEL_DP_ALLREDUCE || g->op[i].comm == MODEL_DP_REDUCE_SCATTER))
                 count[g->op[i].chunk] += g->op[i].repeat;
         for (int i = 0; i < g->count; i++) {
             const ModelOp *op = &g->op[i];
-            if (op->per_microbatch)
+            if (op->per_microbatch || op->kind != MODEL_OP_COMM)
                 continue;
-            if (op->kind == MODEL_OP_OPTIMIZER) {
-                st->optimizer_s += t[i];
-            } else if (op->comm == MODEL_DP_ALLREDUCE || op->comm == MODEL_DP_REDUCE_SCATTER) {
+            if (op->comm == MODEL_DP_ALLREDUCE || op->comm == MODEL_DP_REDUCE_SCATTER) {
                 for (int rpt = 0; rpt < op->repeat; rpt++) {
-                    int j = op->chunk, k = order ? order[j]++ : 0, n = count ? count[j] : 1;
+                    int j = op->chunk, k = order[j]++, n = count[j];
                     /* blocks are listed embed, layers ascending, final: backward finishes
                      * them in reverse over the chunk's last backward */
                     double frac = (double)(n - k) / n;
@@ -215,22 +236,22 @@ int sim_time(SimResult *r, PxError *err)
     }
     if (rc)
         goto out;
-
-    const SimStageTime *cs = &r->stage_time[r->critical_stage];
-    r->compute_s = cs->compute_s;
-    r->tp_comm_s = cs->tp_comm_s;
-    r->pp_comm_s = cs->pp_comm_s;
-    r->dp_comm_exposed_s = cs->dp_exposed_s;
-    r->optimizer_s = cs->optimizer_s;
-    r->bubble_fraction = cs->bubble_fraction;
-    r->tokens_per_s = (double)r->spec.job.global_batch * d->s / r->step_s;
-    r->tflops_per_gpu = r->hardware_flops / (r->step_s * d->gpus) / 1e12;
-    r->mfu = r->model_flops / (r->step_s * d->gpus * c.peak);
-    r->hfu = r->hardware_flops / (r->step_s * d->gpus * c.peak);
+    {
+        SimCtx c;
+        sim_ctx_init(&c, &r->cluster, &r->spec, d, r->node_size);
+        const SimStageTime *cs = &r->stage_time[r->critical_stage];
+        r->compute_s = cs->compute_s;
+        r->tp_comm_s = cs->tp_comm_s;
+        r->pp_comm_s = cs->pp_comm_s;
+        r->dp_comm_exposed_s = cs->dp_exposed_s;
+        r->optimizer_s = cs->optimizer_s;
+        r->bubble_fraction = cs->bubble_fraction;
+        r->tokens_per_s = (double)r->spec.job.global_batch * d->s / r->step_s;
+        r->tflops_per_gpu = r->hardware_flops / (r->step_s * d->gpus) / 1e12;
+        r->mfu = r->model_flops / (r->step_s * d->gpus * c.peak);
+        r->hfu = r->hardware_flops / (r->step_s * d->gpus * c.peak);
+    }
 out:
-    free(fwd);
-    free(bwd);
-    free(p2p);
     free(zero_p2p);
     free(fin);
     free(fin0);
@@ -239,4 +260,10 @@ out:
     free(tmp_s);
     free(tmp_e);
     return rc;
+}
+
+int sim_time(SimResult *r, PxError *err)
+{
+    int rc = sim_time_costs(r, err);
+    return rc ? rc : sim_time_finish(r, err);
 }

@@ -80,10 +80,41 @@ expect 2 "interleaved schedule needs vpp >= 2" simulate --model tiny $ok --pp 2 
 expect 2 "sequence parallelism needs tp > 1" simulate --model tiny $ok --sp
 expect 2 "sequence length 128 exceeds the 64 learned positions" simulate --model tiny $ok --seq 128
 
+# plan and export
+expect 2 "--model, --cluster, --gpus and --gbs are required" plan --model tiny --cluster local --gpus 2
+expect 2 "--gpus: expected an integer, got 'two'" plan --model tiny --cluster local --gpus two --gbs 8
+expect 2 "--gpus: empty or overlong item" plan --model tiny --cluster local --gpus 2,,4 --gbs 8
+expect 2 "--objective: expected time, cost or tokens-per-gpu, got 'speed'" plan --model tiny --cluster local --gpus 2 --gbs 8 --objective speed
+expect 2 "--headroom: must be in [0, 1)" plan --model tiny --cluster local --gpus 2 --gbs 8 --headroom 1.5
+expect 2 "does not fit in device memory" plan --model gpt3-175b --cluster dgx-a100 --gpus 8 --gbs 8
+expect 2 "pinned degrees do not divide" plan --model tiny --cluster local --gpus 4 --gbs 8 --tp 3
+expect 2 "-o writes one plan" plan --model tiny --cluster local --gpus 2,4 --gbs 8 -o "$tmp/p.json"
+expect 2 "--min-gpus needs --max-step-s and/or --max-days" plan --model tiny --cluster local --gpus 2 --gbs 8 --min-gpus
+expect 2 "--max-days needs --tokens" plan --model tiny --cluster local --gpus 2 --gbs 8 --min-gpus --max-days 3
+expect 0 "wrote $tmp/p.json" plan --model tiny --cluster local --gpus 2 --gbs 8 -o "$tmp/p.json"
+expect 0 "--tensor-model-parallel-size" export "$tmp/p.json" --format megatron
+expect 0 '"zero_optimization"' export "$tmp/p.json" --format deepspeed
+expect 0 "model.tensor_model_parallel_size" export "$tmp/p.json" --format nemo
+expect 2 "a plan file and --format are required" export "$tmp/p.json"
+expect 2 "--format: expected megatron, deepspeed or nemo, got 'jax'" export "$tmp/p.json" --format jax
+expect 2 "cannot open" export "$tmp/none.json" --format megatron
+expect 2 "malformed JSON" export "$tmp/malformed.json" --format megatron
+grep -v '"layout"' "$tmp/p.json" | sed -E 's/^[[:space:]]*"(dp|tp|pp|cp|vpp|zero|sp|recompute|schedule|overlap_dp|overlap_tp)":.*$//' >"$tmp/nolayout.json"
+expect 2 "" export "$tmp/nolayout.json" --format megatron
+printf '{"schema_version": 1, "cluster": "local", "gpus": 1, "model": {"name": "m", "family": "gpt", "layers": 4, "hidden": 64, "heads": 4, "vocab": 256, "seq_len": 64}, "training": {"global_batch": 8, "micro_batch": 4, "seq_len": 64, "precision": "fp32"}}\n' >"$tmp/nolayout.json"
+expect 2 "layout: missing required key" export "$tmp/nolayout.json" --format megatron
+sed -E 's/"tp":[[:space:]]*[0-9]+/"tp": 3/' "$tmp/p.json" >"$tmp/badlayout.json"
+expect 2 "the layout breaks a rule: tp 3 x pp 1 x cp 1 x dp 2 = 6 does not equal the 2 GPUs" export "$tmp/badlayout.json" --format megatron
+
 # what must work
 expect 0 "usage: parallax simulate" simulate --help
 expect 0 "usage: parallax models" models --help
 expect 0 "usage: parallax profiles" profiles --help
+expect 0 "usage: parallax plan" plan --help
+expect 0 "usage: parallax export" export --help
+expect 0 "best layout per size" plan --model tiny --cluster local,dgx-a100 --gpus 1,2 --gbs 8
+expect 0 "fewest GPUs meeting the budget" plan --model gpt3-1.3b --cluster dgx-a100 --gpus 8 --gbs 64 --min-gpus --max-step-s 5
+expect 0 '"evaluated"' plan --model tiny --cluster local --gpus 2 --gbs 8 --json
 expect 0 "commands:" help
 expect 0 "tiny-llama" models
 expect 0 "dgx-h100" profiles

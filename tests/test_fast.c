@@ -16,7 +16,7 @@ static void compare(ModelSpec s, const ProfCluster *cl, int gpus)
     if (model_spec_check(&probe, gpus, &d, &err))
         return; /* not a valid layout: nothing to compare */
     CHECK_OK(sim_run(&s, cl, gpus, &full, &err), err);
-    CHECK_OK(sim_run_ex(&s, cl, gpus, 1, &fast, &err), err);
+    CHECK_OK(sim_run_ex(&s, cl, gpus, 1, SIM_FULL, &fast, &err), err);
     for (int st = 0; st < full.dims.p; st++) {
         for (int c = 0; c < MODEL_CAT_COUNT; c++)
             CHECK_EQ_U64(full.mem[st].cat[c], fast.mem[st].cat[c]);
@@ -45,6 +45,8 @@ static void compare(ModelSpec s, const ProfCluster *cl, int gpus)
     CHECK(fabs(full.bubble_fraction - fast.bubble_fraction) < 1e-9);
     CHECK(fabs(full.dp_comm_exposed_s - fast.dp_comm_exposed_s) <= 1e-9 * full.step_s);
     CHECK_EQ_INT(full.critical_stage, fast.critical_stage);
+    /* the planner's bound never exceeds the step it bounds */
+    CHECK(fast.bound_s > 0 && fast.bound_s <= fast.step_s * (1 + 1e-12));
     sim_result_free(&full);
     sim_result_free(&fast);
     compared++;

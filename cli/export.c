@@ -1,0 +1,72 @@
+/* parallax export: a plan as framework settings. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "cli/options.h"
+#include "sim/sim.h"
+
+enum { OPT_FORMAT = CLI_EXTRA };
+
+static const CliOption export_options[] = {
+    {"format", 1, "F", "megatron (flags) | deepspeed (config JSON) | nemo (NeMo and Megatron-Bridge overrides)", OPT_FORMAT},
+    {"output", 1, "FILE", "write to FILE instead of standard output", CLI_OUTPUT},
+    {NULL, 0, NULL, NULL, 0}};
+
+int cli_cmd_export(int argc, char **argv)
+{
+    CliArgs a;
+    memset(&a, 0, sizeof a);
+    const CliOption *const tables[] = {export_options, NULL};
+    int st = cli_parse("export", "PLAN.json --format megatron|deepspeed|nemo [-o FILE]\n\n"
+                                 "Writes a plan's layout and training settings for the framework that runs it.",
+                       argc, argv, tables, 1, &a);
+    if (st >= 0)
+        return st;
+    const char *fmt_name = a.extra[OPT_FORMAT - CLI_EXTRA];
+    if (a.n_positional != 1 || !fmt_name) {
+        fprintf(stderr, "parallax export: a plan file and --format are required (see --help)\n");
+        return 2;
+    }
+    int fmt = sim_export_from_name(fmt_name);
+    if (fmt < 0) {
+        fprintf(stderr, "parallax export: --format: expected megatron, deepspeed or nemo, got '%s'\n", fmt_name);
+        return 2;
+    }
+    PxError err = {0};
+    ModelPlan plan;
+    int rc = model_plan_read(a.positional[0], &plan, &err);
+    if (rc) {
+        fprintf(stderr, "parallax export: %s\n", err.msg);
+        return rc == PX_EINPUT ? 2 : 1;
+    }
+    FILE *out = stdout;
+    char tmp[1100];
+    if (a.output) {
+        snprintf(tmp, sizeof tmp, "%s.tmp", a.output);
+        out = fopen(tmp, "w");
+        if (!out) {
+            fprintf(stderr, "parallax export: %s: cannot write\n", a.output);
+            model_plan_free(&plan);
+            return 1;
+        }
+    }
+    rc = sim_export(out, &plan, (SimExportFormat)fmt, &err);
+    model_plan_free(&plan);
+    if (a.output) {
+        int bad = ferror(out);
+        bad |= fclose(out) != 0;
+        if (rc || bad || rename(tmp, a.output) != 0) {
+            remove(tmp);
+            if (!rc) {
+                fprintf(stderr, "parallax export: %s: write failed\n", a.output);
+                return 1;
+            }
+        }
+    }
+    if (rc) {
+        fprintf(stderr, "parallax export: %s\n", err.msg);
+        return rc == PX_EINPUT ? 2 : 1;
+    }
+    return 0;
+}

@@ -1,0 +1,274 @@
+/* Exports a plan to the frameworks that run it: Megatron-LM command-line flags, a DeepSpeed
+ * config, NeMo (1.x Hydra) and Megatron-Bridge overrides. Flag names follow each framework's
+ * documentation; what a framework cannot express is said in a comment, never dropped silently. */
+#include "sim/sim.h"
+
+#include <stdarg.h>
+#include <string.h>
+
+const char *sim_export_name(SimExportFormat f)
+{
+    static const char *const names[] = {"megatron", "deepspeed", "nemo"};
+    return (unsigned)f < 3 ? names[f] : "?";
+}
+
+int sim_export_from_name(const char *s)
+{
+    for (int i = 0; i < 3; i++)
+        if (s && strcmp(s, sim_export_name((SimExportFormat)i)) == 0)
+            return i;
+    return -1;
+}
+
+static void flag(FILE *f, const char *name, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static void flag(FILE *f, const char *name, const char *fmt, ...)
+{
+    fprintf(f, "    %s", name);
+    if (fmt) {
+        va_list ap;
+        va_start(ap, fmt);
+        fputc(' ', f);
+        vfprintf(f, fmt, ap);
+        va_end(ap);
+    }
+    fputs(" \\\n", f);
+}
+
+static void megatron(FILE *f, const ModelPlan *p, const ModelDims *d)
+{
+    const ModelConfig *c = &p->spec.model;
+    const ModelLayout *l = &p->spec.layout;
+    const ModelJob *t = &p->spec.job;
+    fprintf(f, "# Megatron-LM (pretrain_gpt.py) flags for %s on %d GPUs (%s), written by parallax\n",
+            c->name, p->gpus, p->cluster);
+    fprintf(f, "# data-parallel size %d follows from the world size; %d micro-batches per step\n",
+            l->dp, d->m);
+    if (l->zero >= 2)
+        fprintf(f, "# ZeRO-%d maps to Megatron-Core's custom FSDP (--use-custom-fsdp, sharding strategy below)\n",
+                l->zero);
+    fprintf(f, "MEGATRON_ARGS=\\\n");
+    flag(f, "--num-layers", "%d", c->layers);
+    flag(f, "--hidden-size", "%d", c->hidden);
+    flag(f, "--ffn-hidden-size", "%d", c->ffn_hidden);
+    flag(f, "--num-attention-heads", "%d", c->heads);
+    if (c->head_dim * c->heads != c->hidden)
+        flag(f, "--kv-channels", "%d", c->head_dim);
+    if (c->kv_heads != c->heads) {
+        flag(f, "--group-query-attention", NULL);
+        flag(f, "--num-query-groups", "%d", c->kv_heads);
+    }
+    flag(f, "--seq-length", "%d", d->s);
+    flag(f, "--max-position-embeddings", "%d", c->position == MODEL_POS_LEARNED ? c->seq_len : d->s);
+    if (c->family == MODEL_LLAMA || c->norm == MODEL_RMSNORM)
+        flag(f, "--normalization", "RMSNorm");
+    flag(f, "--norm-epsilon", "%g", c->norm_eps);
+    if (c->mlp == MODEL_SWIGLU)
+        flag(f, "--swiglu", NULL);
+    if (c->position == MODEL_POS_ROPE) {
+        flag(f, "--position-embedding-type", "rope");
+        flag(f, "--rotary-base", "%.0f", c->rope_theta);
+    }
+    if (!c->tied_embeddings)
+        flag(f, "--untie-embeddings-and-output-weights", NULL);
+    if (!c->bias)
+        flag(f, "--disable-bias-linear", NULL);
+    if (!c->bias && c->qkv_bias)
+        flag(f, "--add-qkv-bias", NULL);
+    flag(f, "--make-vocab-size-divisible-by", "%d", t->pad_vocab);
+    flag(f, "--tensor-model-parallel-size", "%d", l->tp);
+    flag(f, "--pipeline-model-parallel-size", "%d", l->pp);
+    if (l->vpp > 1)
+        flag(f, "--num-layers-per-virtual-pipeline-stage", "%d", c->layers / (l->pp * l->vpp));
+    if (l->cp > 1)
+        flag(f, "--context-parallel-size", "%d", l->cp);
+    if (l->sp)
+        flag(f, "--sequence-parallel", NULL);
+    if (l->zero == 1)
+        flag(f, "--use-distributed-optimizer", NULL);
+    if (l->zero >= 2) {
+        flag(f, "--use-custom-fsdp", NULL);
+        flag(f, "--data-parallel-sharding-strategy", "%s", l->zero == 2 ? "optim_grads" : "optim_grads_params");
+    }
+    if (l->overlap_dp) {
+        flag(f, "--overlap-grad-reduce", NULL);
+        if (l->zero >= 1)
+            flag(f, "--overlap-param-gather", NULL);
+    }
+    if (l->overlap_tp)
+        flag(f, "--tp-comm-overlap", NULL);
+    if (l->recompute == MODEL_RECOMPUTE_SELECTIVE)
+        flag(f, "--recompute-granularity", "selective");
+    if (l->recompute == MODEL_RECOMPUTE_FULL) {
+        flag(f, "--recompute-granularity", "full");
+        flag(f, "--recompute-method", "uniform");
+        flag(f, "--recompute-num-layers", "1");
+    }
+    flag(f, "--micro-batch-size", "%d", t->micro_batch);
+    flag(f, "--global-batch-size", "%d", t->global_batch);
+    if (t->precision == PX_BF16)
+        flag(f, "--bf16", NULL);
+    else if (t->precision == PX_FP16)
+        flag(f, "--fp16", NULL);
+    if (t->precision != PX_FP32 && t->grad_dtype == PX_FP32)
+        flag(f, "--accumulate-allreduce-grads-in-fp32", NULL);
+    if (t->flash_attn)
+        flag(f, "--use-flash-attn", NULL);
+    flag(f, "--attention-dropout", "%g", t->dropout);
+    flag(f, "--hidden-dropout", "%g", t->dropout);
+    if (t->optimizer == MODEL_OPT_SGD_MOMENTUM) {
+        flag(f, "--optimizer", "sgd");
+        flag(f, "--sgd-momentum", "%g", t->momentum);
+    } else {
+        flag(f, "--optimizer", "adam");
+        flag(f, "--adam-beta1", "%g", t->beta1);
+        flag(f, "--adam-beta2", "%g", t->beta2);
+        flag(f, "--adam-eps", "%g", t->adam_eps);
+    }
+    flag(f, "--lr", "%g", t->lr);
+    flag(f, "--min-lr", "%g", t->min_lr);
+    flag(f, "--lr-decay-style", "cosine");
+    flag(f, "--lr-warmup-iters", "%d", t->warmup_steps);
+    flag(f, "--train-iters", "%d", t->steps);
+    flag(f, "--weight-decay", "%g", t->weight_decay);
+    flag(f, "--clip-grad", "%g", t->grad_clip);
+    fprintf(f, "    --seed %llu\n", (unsigned long long)t->seed);
+    if (t->optimizer == MODEL_OPT_ADAM_8BIT)
+        fprintf(f, "# 8-bit Adam has no Megatron-LM flag: its memory was planned, the flags use Adam\n");
+}
+
+static void deepspeed(FILE *f, const ModelPlan *p, const ModelDims *d)
+{
+    const ModelLayout *l = &p->spec.layout;
+    const ModelJob *t = &p->spec.job;
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddNumberToObject(j, "train_batch_size", t->global_batch);
+    cJSON_AddNumberToObject(j, "train_micro_batch_size_per_gpu", t->micro_batch);
+    cJSON_AddNumberToObject(j, "gradient_accumulation_steps", d->m);
+    cJSON_AddNumberToObject(j, "gradient_clipping", t->grad_clip);
+    cJSON_AddNumberToObject(j, "steps_per_print", 10);
+    if (t->precision == PX_BF16) {
+        cJSON *b = cJSON_AddObjectToObject(j, "bf16");
+        cJSON_AddBoolToObject(b, "enabled", 1);
+    } else if (t->precision == PX_FP16) {
+        cJSON *h = cJSON_AddObjectToObject(j, "fp16");
+        cJSON_AddBoolToObject(h, "enabled", 1);
+        cJSON_AddNumberToObject(h, "loss_scale", 0); /* dynamic */
+        cJSON_AddNumberToObject(h, "initial_scale_power", 16);
+    }
+    cJSON *z = cJSON_AddObjectToObject(j, "zero_optimization");
+    cJSON_AddNumberToObject(z, "stage", l->zero);
+    cJSON_AddBoolToObject(z, "overlap_comm", l->overlap_dp);
+    cJSON_AddBoolToObject(z, "contiguous_gradients", 1);
+    cJSON *o = cJSON_AddObjectToObject(j, "optimizer");
+    cJSON *op = cJSON_CreateObject();
+    if (t->optimizer == MODEL_OPT_SGD_MOMENTUM) {
+        cJSON_AddStringToObject(o, "type", "SGD");
+        cJSON_AddNumberToObject(op, "lr", t->lr);
+        cJSON_AddNumberToObject(op, "momentum", t->momentum);
+        cJSON_AddNumberToObject(op, "weight_decay", t->weight_decay);
+    } else {
+        cJSON_AddStringToObject(o, "type", "AdamW");
+        cJSON_AddNumberToObject(op, "lr", t->lr);
+        double betas[2] = {t->beta1, t->beta2};
+        cJSON_AddItemToObject(op, "betas", cJSON_CreateDoubleArray(betas, 2));
+        cJSON_AddNumberToObject(op, "eps", t->adam_eps);
+        cJSON_AddNumberToObject(op, "weight_decay", t->weight_decay);
+    }
+    cJSON_AddItemToObject(o, "params", op);
+    cJSON *sch = cJSON_AddObjectToObject(j, "scheduler");
+    cJSON_AddStringToObject(sch, "type", "WarmupCosineLR");
+    cJSON *sp = cJSON_AddObjectToObject(sch, "params");
+    cJSON_AddNumberToObject(sp, "total_num_steps", t->steps);
+    cJSON_AddNumberToObject(sp, "warmup_num_steps", t->warmup_steps);
+    cJSON_AddNumberToObject(sp, "cos_min_ratio", t->lr > 0 ? t->min_lr / t->lr : 0);
+    if (l->recompute != MODEL_RECOMPUTE_NONE) {
+        cJSON *ac = cJSON_AddObjectToObject(j, "activation_checkpointing");
+        cJSON_AddBoolToObject(ac, "partition_activations", l->sp);
+        cJSON_AddBoolToObject(ac, "contiguous_memory_optimization", 0);
+        cJSON_AddBoolToObject(ac, "cpu_checkpointing", 0);
+    }
+    char *s = cJSON_Print(j);
+    fprintf(f, "%s\n", s);
+    cJSON_free(s);
+    cJSON_Delete(j);
+}
+
+static void nemo(FILE *f, const ModelPlan *p, const ModelDims *d)
+{
+    const ModelConfig *c = &p->spec.model;
+    const ModelLayout *l = &p->spec.layout;
+    const ModelJob *t = &p->spec.job;
+    const int per_node = p->gpus < 8 ? p->gpus : 8;
+    const char *prec = t->precision == PX_BF16 ? "bf16-mixed" : t->precision == PX_FP16 ? "16-mixed" : "32";
+    fprintf(f, "# NeMo 1.x (megatron_gpt_pretraining.py) Hydra overrides for %s on %d GPUs\n", c->name, p->gpus);
+    fprintf(f, "trainer.devices=%d trainer.num_nodes=%d trainer.precision=%s trainer.max_steps=%d\n",
+            per_node, (p->gpus + per_node - 1) / per_node, prec, t->steps);
+    fprintf(f, "model.tensor_model_parallel_size=%d model.pipeline_model_parallel_size=%d\n", l->tp, l->pp);
+    fprintf(f, "model.virtual_pipeline_model_parallel_size=%s", l->vpp > 1 ? "" : "null");
+    if (l->vpp > 1)
+        fprintf(f, "%d", l->vpp);
+    fprintf(f, " model.context_parallel_size=%d model.sequence_parallel=%s\n", l->cp, l->sp ? "true" : "false");
+    fprintf(f, "model.micro_batch_size=%d model.global_batch_size=%d model.encoder_seq_length=%d\n",
+            t->micro_batch, t->global_batch, d->s);
+    fprintf(f, "model.num_layers=%d model.hidden_size=%d model.ffn_hidden_size=%d model.num_attention_heads=%d model.num_query_groups=%d\n",
+            c->layers, c->hidden, c->ffn_hidden, c->heads, c->kv_heads);
+    if (l->recompute == MODEL_RECOMPUTE_NONE)
+        fprintf(f, "model.activations_checkpoint_granularity=null\n");
+    else if (l->recompute == MODEL_RECOMPUTE_SELECTIVE)
+        fprintf(f, "model.activations_checkpoint_granularity=selective\n");
+    else
+        fprintf(f, "model.activations_checkpoint_granularity=full model.activations_checkpoint_method=uniform model.activations_checkpoint_num_layers=1\n");
+    fprintf(f, "model.optim.name=%s model.optim.lr=%g model.optim.weight_decay=%g model.optim.betas=[%g,%g]\n",
+            l->zero >= 1 ? "distributed_fused_adam" : "fused_adam", t->lr, t->weight_decay, t->beta1, t->beta2);
+    fprintf(f, "model.optim.sched.name=CosineAnnealing model.optim.sched.warmup_steps=%d model.optim.sched.min_lr=%g\n",
+            t->warmup_steps, t->min_lr);
+    fprintf(f, "model.use_flash_attention=%s model.hidden_dropout=%g model.attention_dropout=%g\n",
+            t->flash_attn ? "true" : "false", t->dropout, t->dropout);
+    if (l->zero >= 2)
+        fprintf(f, "# ZeRO-%d: NeMo 1.x shards optimizer state only (distributed_fused_adam)\n", l->zero);
+
+    fprintf(f, "\n# Megatron-Bridge (ConfigContainer) overrides\n");
+    fprintf(f, "model.tensor_model_parallel_size=%d model.pipeline_model_parallel_size=%d", l->tp, l->pp);
+    if (l->vpp > 1)
+        fprintf(f, " model.virtual_pipeline_model_parallel_size=%d", l->vpp);
+    fprintf(f, " model.context_parallel_size=%d model.sequence_parallel=%s\n", l->cp, l->sp ? "true" : "false");
+    fprintf(f, "model.seq_length=%d dataset.sequence_length=%d\n", d->s, d->s);
+    if (l->recompute == MODEL_RECOMPUTE_SELECTIVE)
+        fprintf(f, "model.recompute_granularity=selective\n");
+    else if (l->recompute == MODEL_RECOMPUTE_FULL)
+        fprintf(f, "model.recompute_granularity=full model.recompute_method=uniform model.recompute_num_layers=1\n");
+    fprintf(f, "train.micro_batch_size=%d train.global_batch_size=%d train.train_iters=%d\n",
+            t->micro_batch, t->global_batch, t->steps);
+    fprintf(f, "optimizer.lr=%g optimizer.min_lr=%g optimizer.weight_decay=%g optimizer.clip_grad=%g optimizer.use_distributed_optimizer=%s\n",
+            t->lr, t->min_lr, t->weight_decay, t->grad_clip, l->zero >= 1 ? "true" : "false");
+    fprintf(f, "ddp.use_distributed_optimizer=%s ddp.overlap_grad_reduce=%s ddp.overlap_param_gather=%s\n",
+            l->zero >= 1 ? "true" : "false", l->overlap_dp ? "true" : "false",
+            l->overlap_dp && l->zero >= 1 ? "true" : "false");
+    fprintf(f, "scheduler.lr_warmup_iters=%d scheduler.lr_decay_style=cosine mixed_precision=%s\n",
+            t->warmup_steps, t->precision == PX_BF16 ? "bf16_mixed" : t->precision == PX_FP16 ? "16_mixed" : "null");
+}
+
+int sim_export(FILE *f, const ModelPlan *plan, SimExportFormat fmt, PxError *err)
+{
+    ModelSpec s = plan->spec;
+    ModelDims d;
+    int rc = model_spec_check(&s, plan->gpus, &d, err);
+    if (rc)
+        return rc;
+    ModelPlan p = *plan;
+    p.spec = s;
+    switch (fmt) {
+    case SIM_EXPORT_MEGATRON: megatron(f, &p, &d); break;
+    case SIM_EXPORT_DEEPSPEED:
+        if (s.layout.tp > 1 || s.layout.pp > 1 || s.layout.cp > 1)
+            px_warn("DeepSpeed's config has no tensor, pipeline or context degrees: set tp %d, pp %d, "
+                    "cp %d in Megatron-DeepSpeed's arguments",
+                    s.layout.tp, s.layout.pp, s.layout.cp);
+        deepspeed(f, &p, &d);
+        break;
+    case SIM_EXPORT_NEMO: nemo(f, &p, &d); break;
+    default: return px_fail(err, PX_EINPUT, "unknown export format %d", (int)fmt);
+    }
+    return PX_OK;
+}

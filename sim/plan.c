@@ -1,0 +1,465 @@
+/* The planner: enumerate every layout of a model on N GPUs, reject what breaks a rule or does
+ * not fit, rank the rest by an objective.
+ *
+ * Every candidate that passes the rules gets its memory (compact tables); every one that fits
+ * gets its op costs and a lower bound on its step (the busiest stage's passes plus optimizer:
+ * no schedule finishes sooner). Candidates are then taken in order of their bound and given
+ * the exact pipeline until the k-th best exact score is below the next bound: what is skipped
+ * cannot enter the top k, so pruning never changes the answer (a test compares it with the
+ * brute force that times every candidate exactly). */
+#include "sim/internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct {
+    short tp, pp, cp, vpp, zero, sp, mbs, rc, sched;
+    int dp;
+} Knobs;
+
+typedef struct {
+    Knobs k;
+    double bound;  /* lower bound of the objective */
+    uint64_t peak; /* bytes */
+} Pending;
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+const char *sim_objective_name(SimObjective o)
+{
+    static const char *const names[] = {"time", "cost", "tokens-per-gpu"};
+    return (unsigned)o < 3 ? names[o] : "?";
+}
+
+int sim_objective_from_name(const char *s)
+{
+    for (int i = 0; i < 3; i++)
+        if (s && strcmp(s, sim_objective_name((SimObjective)i)) == 0)
+            return i;
+    return -1;
+}
+
+const char *sim_reject_name(int reason)
+{
+    switch (reason) {
+    case SIM_REJECT_CROSS_NODE_TP: return "tp spans nodes (--allow-cross-node-tp to allow)";
+    case SIM_REJECT_MEMORY: return "does not fit in device memory";
+    default: return model_rule_name((ModelRule)reason);
+    }
+}
+
+/* Lower is better for every objective. With the GPUs and batch fixed they order layouts
+ * alike; they differ across cluster sizes (sweeps, --min-gpus). */
+static double score(SimObjective o, double step_s, const ModelDims *d, int gbs)
+{
+    double tokens = (double)gbs * d->s;
+    switch (o) {
+    case SIM_OBJ_COST: return step_s * d->gpus / tokens;          /* GPU-seconds per token */
+    case SIM_OBJ_TOKENS_PER_GPU: return -(tokens / step_s / d->gpus); /* negated: maximise */
+    default: return step_s;
+    }
+}
+
+static void apply(const SimPlanRequest *q, const Knobs *k, ModelSpec *s)
+{
+    *s = q->base;
+    s->layout.tp = k->tp;
+    s->layout.pp = k->pp;
+    s->layout.cp = k->cp;
+    s->layout.dp = k->dp;
+    s->layout.vpp = k->vpp;
+    s->layout.zero = k->zero;
+    s->layout.sp = k->sp;
+    s->layout.recompute = (ModelRecompute)k->rc;
+    s->layout.schedule = (ModelSchedule)k->sched;
+    s->job.micro_batch = k->mbs;
+}
+
+/* A total order: objective, then less memory, then the simpler layout (fewer ways of
+ * parallelism, no recompute, larger micro-batch), so results are deterministic. */
+static int cmp_knobs(const Knobs *a, const Knobs *b)
+{
+    const short ka[9] = {a->tp, a->pp, a->cp, a->vpp, a->zero, a->sp, a->rc, a->sched, (short)-a->mbs};
+    const short kb[9] = {b->tp, b->pp, b->cp, b->vpp, b->zero, b->sp, b->rc, b->sched, (short)-b->mbs};
+    for (int i = 0; i < 9; i++)
+        if (ka[i] != kb[i])
+            return ka[i] < kb[i] ? -1 : 1;
+    return 0;
+}
+
+static int better(const SimCandidate *a, const Knobs *ka, const SimCandidate *b, const Knobs *kb)
+{
+    if (a->score != b->score)
+        return a->score < b->score;
+    if (a->peak_bytes != b->peak_bytes)
+        return a->peak_bytes < b->peak_bytes;
+    return cmp_knobs(ka, kb) < 0;
+}
+
+static int by_bound(const void *x, const void *y)
+{
+    const Pending *a = x, *b = y;
+    if (a->bound != b->bound)
+        return a->bound < b->bound ? -1 : 1;
+    if (a->peak != b->peak)
+        return a->peak < b->peak ? -1 : 1;
+    return cmp_knobs(&a->k, &b->k);
+}
+
+static void candidate_from(SimCandidate *c, const SimResult *r, SimObjective o)
+{
+    memset(c, 0, sizeof *c);
+    c->spec = r->spec;
+    c->step_s = r->step_s;
+    c->score = score(o, r->step_s, &r->dims, r->spec.job.global_batch);
+    c->tokens_per_s = r->tokens_per_s;
+    c->mfu = r->mfu;
+    c->bubble_fraction = r->bubble_fraction;
+    c->compute_s = r->compute_s;
+    c->tp_comm_s = r->tp_comm_s;
+    c->pp_comm_s = r->pp_comm_s;
+    c->dp_comm_exposed_s = r->dp_comm_exposed_s;
+    c->optimizer_s = r->optimizer_s;
+    c->peak_bytes = r->peak_bytes;
+}
+
+/* Keeps the best `cap` candidates sorted, best first. */
+static void keep(SimPlanResult *res, Knobs *kept, int cap, const SimCandidate *c, const Knobs *k)
+{
+    int n = res->n_top, at = n;
+    while (at > 0 && better(c, k, &res->top[at - 1], &kept[at - 1]))
+        at--;
+    if (at >= cap)
+        return;
+    int last = n < cap ? n : cap - 1;
+    memmove(&res->top[at + 1], &res->top[at], (size_t)(last - at) * sizeof *res->top);
+    memmove(&kept[at + 1], &kept[at], (size_t)(last - at) * sizeof *kept);
+    res->top[at] = *c;
+    kept[at] = *k;
+    if (n < cap)
+        res->n_top++;
+}
+
+static void reject(SimPlanResult *res, int reason, const char *msg)
+{
+    if (res->rejected[reason]++ == 0)
+        px_strlcpy(res->example[reason], msg, sizeof res->example[reason]);
+}
+
+/* Values a knob may take: the pinned one, or those worth trying. */
+static int values(int pinned, int pin_value, const int *choices, int n, int *out)
+{
+    if (pinned) {
+        out[0] = pin_value;
+        return 1;
+    }
+    memcpy(out, choices, (size_t)n * sizeof *out);
+    return n;
+}
+
+static int divisors(int n, int limit, int *out, int cap)
+{
+    int k = 0;
+    for (int i = 1; i <= n && i <= limit && k < cap; i++)
+        if (n % i == 0)
+            out[k++] = i;
+    return k;
+}
+
+int sim_plan(const SimPlanRequest *q, const ProfCluster *cl, SimPlanResult *res, PxError *err)
+{
+    memset(res, 0, sizeof *res);
+    const double t0 = now_s();
+    const int gpus = q->gpus, cap = q->top > 0 ? q->top : 1;
+    const ModelConfig *mc = &q->base.model;
+    const unsigned pin = q->pinned;
+    int rc = PX_OK;
+    if (gpus < 1)
+        return px_fail(err, PX_EINPUT, "--gpus must be at least 1");
+    if (cl->nodes > 0 && (double)gpus > (double)cl->nodes * cl->node_devices)
+        return px_fail(err, PX_EINPUT, "%d GPUs exceed cluster %s: %d nodes of %d", gpus, cl->name,
+                       cl->nodes, cl->node_devices);
+    int node = prof_node_size(cl, gpus);
+    if (node > gpus)
+        node = gpus;
+    res->top = calloc((size_t)cap, sizeof *res->top);
+    Knobs *kept = calloc((size_t)cap, sizeof *kept);
+    size_t pend_cap = 4096, n_pend = 0;
+    Pending *pend = malloc(pend_cap * sizeof *pend);
+    if (!res->top || !kept || !pend) {
+        rc = px_fail(err, PX_ERUNTIME, "out of memory planning");
+        goto out;
+    }
+    const ModelLayout *pl = &q->base.layout;
+    const ModelJob *pj = &q->base.job;
+    const int seq = pj->seq_len > 0 ? pj->seq_len : mc->seq_len;
+    int tps[64], pps[256], cps[16], dps[1], zeros[4] = {0, 1, 2, 3}, sps[2] = {0, 1};
+    int rcs[3] = {0, 1, 2}, n_tp, n_pp_all, n_cp;
+    int all_tp[64], all_pp[256];
+    n_tp = values(pin & SIM_PIN_TP, pl->tp, all_tp, divisors(gpus, mc->heads, all_tp, 64), tps);
+    n_pp_all = divisors(gpus, mc->layers, all_pp, 256);
+    int cp_choices[6] = {1, 2, 4, 8, 16, 32}, n_cp_choices = 0;
+    for (int i = 0; i < 6; i++)
+        if (cp_choices[i] <= seq && gpus % cp_choices[i] == 0)
+            cp_choices[n_cp_choices++] = cp_choices[i];
+    n_cp = values(pin & SIM_PIN_CP, pl->cp, cp_choices, n_cp_choices, cps);
+    (void)dps;
+    long total_guess = 0, done = 0;
+    uint64_t closest = 0;
+    /* Pass 1: rules, memory, op costs and bounds for every candidate. */
+    for (int a = 0; a < n_tp; a++) {
+        const int tp = tps[a];
+        int n_pp = values(pin & SIM_PIN_PP, pl->pp, all_pp, n_pp_all, pps);
+        for (int b = 0; b < n_pp; b++) {
+            const int pp = pps[b];
+            for (int c = 0; c < n_cp; c++) {
+                const int cp = cps[c];
+                if (gpus % (tp * pp * cp) != 0 && !(pin & SIM_PIN_DP)) {
+                    continue; /* not a factorisation of the GPUs: nothing to count */
+                }
+                const int dp = (pin & SIM_PIN_DP) ? pl->dp : gpus / (tp * pp * cp);
+                int vpps[64], n_vpp;
+                if (pin & SIM_PIN_VPP) {
+                    vpps[0] = pl->vpp;
+                    n_vpp = 1;
+                } else {
+                    n_vpp = pp > 1 && mc->layers % pp == 0 ? divisors(mc->layers / pp, 64, vpps, 64) : 1;
+                    if (n_vpp == 1)
+                        vpps[0] = 1;
+                }
+                int mbss[256], n_mbs;
+                if (pin & SIM_PIN_MBS) {
+                    mbss[0] = pj->micro_batch;
+                    n_mbs = 1;
+                } else if (pj->global_batch > 0 && pj->global_batch % dp == 0) {
+                    n_mbs = divisors(pj->global_batch / dp, 1 << 20, mbss, 256);
+                } else {
+                    mbss[0] = 1;
+                    n_mbs = 1;
+                }
+                int zs[4], n_z = values(pin & SIM_PIN_ZERO, pl->zero, zeros, 4, zs);
+                int ss[2], n_s = values(pin & SIM_PIN_SP, pl->sp, sps, tp > 1 ? 2 : 1, ss);
+                int rs[3], n_r = values(pin & SIM_PIN_RECOMPUTE, (int)pl->recompute, rcs, 3, rs);
+                for (int e = 0; e < n_vpp; e++) {
+                    const int vpp = vpps[e];
+                    int scheds[2], n_sched;
+                    if (pin & SIM_PIN_SCHEDULE) {
+                        scheds[0] = (int)pl->schedule;
+                        n_sched = 1;
+                    } else if (vpp > 1) {
+                        scheds[0] = MODEL_SCHED_INTERLEAVED;
+                        n_sched = 1;
+                    } else if (pp > 1) {
+                        scheds[0] = MODEL_SCHED_1F1B;
+                        scheds[1] = MODEL_SCHED_GPIPE;
+                        n_sched = 2;
+                    } else {
+                        scheds[0] = MODEL_SCHED_1F1B;
+                        n_sched = 1;
+                    }
+                    total_guess += (long)n_mbs * n_z * n_s * n_r * n_sched;
+                    for (int f = 0; f < n_mbs; f++)
+                        for (int g = 0; g < n_z; g++)
+                            for (int h = 0; h < n_s; h++)
+                                for (int i = 0; i < n_r; i++)
+                                    for (int j = 0; j < n_sched; j++) {
+                                        /* with flash attention selective recompute changes
+                                         * nothing (FlashAttention recomputes the scores in its
+                                         * backward): one of the two twins is enough */
+                                        if (rs[i] == MODEL_RECOMPUTE_SELECTIVE && pj->flash_attn &&
+                                            !(pin & SIM_PIN_RECOMPUTE))
+                                            continue;
+                                        Knobs k = {(short)tp, (short)pp, (short)cp, (short)vpp, (short)zs[g],
+                                                   (short)ss[h], (short)mbss[f], (short)rs[i],
+                                                   (short)scheds[j], dp};
+                                        ModelSpec s;
+                                        apply(q, &k, &s);
+                                        res->considered++;
+                                        if (q->progress && (++done & 255) == 0)
+                                            q->progress(q->progress_ctx, done, total_guess, 0);
+                                        PxError e2 = {0};
+                                        ModelDims d;
+                                        ModelSpec probe = s;
+                                        if (model_spec_check(&probe, gpus, &d, &e2)) {
+                                            reject(res, e2.code > 0 ? e2.code : MODEL_RULE_NONE, e2.msg);
+                                            continue;
+                                        }
+                                        if ((tp > node || node % tp != 0) && !q->allow_cross_node_tp) {
+                                            char msg[256];
+                                            snprintf(msg, sizeof msg, "tp %d spans nodes of %d devices", tp, node);
+                                            reject(res, SIM_REJECT_CROSS_NODE_TP, msg);
+                                            continue;
+                                        }
+                                        SimResult r;
+                                        if ((rc = sim_run_ex(&s, cl, gpus, 1, SIM_MEMORY, &r, err)))
+                                            goto out;
+                                        double usable = (double)r.rank_memory_bytes * (1.0 - q->headroom);
+                                        if ((double)r.peak_bytes > usable) {
+                                            char msg[320];
+                                            snprintf(msg, sizeof msg,
+                                                     "tp %d pp %d dp %d cp %d vpp %d zero %d sp %d mbs %d recompute %s %s: "
+                                                     "peak %.1f GiB on stage %d > %.1f GiB usable",
+                                                     tp, pp, dp, cp, vpp, zs[g], ss[h], mbss[f],
+                                                     model_recompute_name((ModelRecompute)rs[i]),
+                                                     model_schedule_name((ModelSchedule)scheds[j]),
+                                                     (double)r.peak_bytes / PX_GIB, r.peak_stage, usable / PX_GIB);
+                                            /* the example is the layout closest to fitting */
+                                            if (res->rejected[SIM_REJECT_MEMORY] == 0 || r.peak_bytes < closest) {
+                                                closest = r.peak_bytes;
+                                                px_strlcpy(res->example[SIM_REJECT_MEMORY], msg,
+                                                           sizeof res->example[SIM_REJECT_MEMORY]);
+                                            }
+                                            res->rejected[SIM_REJECT_MEMORY]++;
+                                            sim_result_free(&r);
+                                            continue;
+                                        }
+                                        if ((rc = sim_continue(&r, q->brute_force ? SIM_FULL : SIM_BOUND, err))) {
+                                            sim_result_free(&r);
+                                            goto out;
+                                        }
+                                        res->feasible++;
+                                        res->evaluated++;
+                                        res->rank_memory_bytes = r.rank_memory_bytes;
+                                        if (q->brute_force) {
+                                            SimCandidate cand;
+                                            candidate_from(&cand, &r, q->objective);
+                                            keep(res, kept, cap, &cand, &k);
+                                            res->timed++;
+                                        } else {
+                                            if (n_pend == pend_cap) {
+                                                Pending *np = realloc(pend, 2 * pend_cap * sizeof *pend);
+                                                if (!np) {
+                                                    sim_result_free(&r);
+                                                    rc = px_fail(err, PX_ERUNTIME, "out of memory planning");
+                                                    goto out;
+                                                }
+                                                pend = np;
+                                                pend_cap *= 2;
+                                            }
+                                            pend[n_pend].k = k;
+                                            pend[n_pend].bound = score(q->objective, r.bound_s, &r.dims, s.job.global_batch);
+                                            pend[n_pend].peak = r.peak_bytes;
+                                            n_pend++;
+                                        }
+                                        sim_result_free(&r);
+                                    }
+                }
+            }
+        }
+    }
+    /* Pass 2: exact pipelines in order of their bounds, until nothing left can enter the top k. */
+    qsort(pend, n_pend, sizeof *pend, by_bound);
+    for (size_t i = 0; i < n_pend; i++) {
+        if (res->n_top == cap && pend[i].bound > res->top[cap - 1].score)
+            break;
+        ModelSpec s;
+        apply(q, &pend[i].k, &s);
+        SimResult r;
+        if ((rc = sim_run_ex(&s, cl, gpus, 1, SIM_FULL, &r, err)))
+            goto out;
+        SimCandidate cand;
+        candidate_from(&cand, &r, q->objective);
+        keep(res, kept, cap, &cand, &pend[i].k);
+        res->timed++;
+        sim_result_free(&r);
+        if (q->progress && (i & 63) == 0)
+            q->progress(q->progress_ctx, (long)i, (long)n_pend, 1);
+    }
+    if (q->progress)
+        q->progress(q->progress_ctx, 1, 1, 2);
+out:
+    free(kept);
+    free(pend);
+    res->seconds = now_s() - t0;
+    if (rc) {
+        sim_plan_free(res);
+        return rc;
+    }
+    if (res->n_top == 0) {
+        /* say why: memory when some layout got that far, else the commonest rule broken */
+        int worst = -1;
+        for (int i = 0; i < SIM_REJECT_COUNT; i++)
+            if (res->rejected[i] && (worst < 0 || res->rejected[i] > res->rejected[worst]))
+                worst = i;
+        if (res->rejected[SIM_REJECT_MEMORY])
+            worst = SIM_REJECT_MEMORY;
+        if (res->considered == 0)
+            return px_fail(err, PX_EINPUT,
+                           "no layout of %s uses %d GPUs: the pinned degrees do not divide them",
+                           mc->name, gpus);
+        return px_fail(err, PX_EINPUT, "no layout of %s works on %d GPUs of %s: %ld tried; %s (e.g. %s)",
+                       mc->name, gpus, cl->name, res->considered,
+                       worst >= 0 ? sim_reject_name(worst) : "rejected", worst >= 0 ? res->example[worst] : "");
+    }
+    return PX_OK;
+}
+
+void sim_plan_free(SimPlanResult *r)
+{
+    if (!r)
+        return;
+    free(r->top);
+    r->top = NULL;
+    r->n_top = 0;
+}
+
+/* GPU counts worth trying, in order: the node times 1, 2, 3, 4, 6, 8, 12, 16, ... (powers of two
+ * and three times them), up to `limit`. */
+static int next_size(int node, int prev)
+{
+    long k = prev / node;
+    long next = k < 1 ? 1 : k < 2 ? 2 : k < 3 ? 3 : 0;
+    if (!next) {
+        long p2 = 1;
+        while (p2 * 2 <= k)
+            p2 *= 2;
+        next = k < p2 * 3 / 2 ? p2 * 3 / 2 : p2 * 2; /* 4 -> 6 -> 8 -> 12 -> 16 ... */
+        if (next <= k)
+            next = p2 * 2;
+    }
+    return (int)(next * node);
+}
+
+int sim_plan_min_gpus(const SimPlanRequest *q, const ProfCluster *cl, double max_step_s,
+                      double max_days, int limit, SimPlanResult *out, int *gpus_out,
+                      PxError *err)
+{
+    const int node = cl->node_devices > 0 ? cl->node_devices : 1;
+    if (cl->nodes > 0 && (long)cl->nodes * node < limit)
+        limit = cl->nodes * node;
+    char tried[256] = "";
+    size_t n = 0;
+    for (int g = node; g <= limit; g = next_size(node, g)) {
+        SimPlanRequest r = *q;
+        r.gpus = g;
+        r.top = 1;
+        SimPlanResult res;
+        PxError e2 = {0};
+        int rc = sim_plan(&r, cl, &res, &e2);
+        if (rc == PX_ERUNTIME) {
+            *err = e2;
+            return rc;
+        }
+        if (rc == PX_OK) {
+            const SimCandidate *c = &res.top[0];
+            double days = max_days > 0 ? q->base.job.train_tokens / c->tokens_per_s / 86400.0 : 0;
+            if ((max_step_s <= 0 || c->step_s <= max_step_s) && (max_days <= 0 || days <= max_days)) {
+                *out = res;
+                *gpus_out = g;
+                return PX_OK;
+            }
+            sim_plan_free(&res);
+        }
+        if (n < sizeof tried - 16)
+            n += (size_t)snprintf(tried + n, sizeof tried - n, "%s%d", n ? "," : "", g);
+    }
+    return px_fail(err, PX_EINPUT, "no cluster size up to %d GPUs meets the budget (tried %s)",
+                   limit, tried);
+}

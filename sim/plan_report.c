@@ -1,0 +1,149 @@
+/* Rendering planner results: the ranked table with what makes each layout win, the rejection
+ * summary, JSON, and the plan file of the winner. */
+#include "sim/internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void layout_text(char *buf, size_t cap, const ModelSpec *s)
+{
+    const ModelLayout *l = &s->layout;
+    snprintf(buf, cap, "tp %d pp %d dp %d cp %d vpp %d zero %d sp %s mbs %d %s %s", l->tp, l->pp,
+             l->dp, l->cp, l->vpp, l->zero, l->sp ? "on" : "off", s->job.micro_batch,
+             model_recompute_name(l->recompute), model_schedule_name(l->schedule));
+}
+
+/* What sets a layout apart within the top k: the parts of the step where it is the best of
+ * them, and the choices that buy it. */
+static void why(char *buf, size_t cap, const SimPlanResult *r, int i)
+{
+    const SimCandidate *c = &r->top[i];
+    buf[0] = '\0';
+    double least[5] = {1e300, 1e300, 1e300, 1e300, 1e300};
+    for (int k = 0; k < r->n_top; k++) {
+        const SimCandidate *o = &r->top[k];
+        double v[5] = {o->compute_s, o->tp_comm_s, o->bubble_fraction + o->pp_comm_s / o->step_s,
+                       o->dp_comm_exposed_s, (double)o->peak_bytes};
+        for (int q = 0; q < 5; q++)
+            if (v[q] < least[q])
+                least[q] = v[q];
+    }
+    double mine[5] = {c->compute_s, c->tp_comm_s, c->bubble_fraction + c->pp_comm_s / c->step_s,
+                      c->dp_comm_exposed_s, (double)c->peak_bytes};
+    static const char *const what[5] = {"least compute", "least TP comm", "smallest bubble",
+                                        "least DP comm", "least memory"};
+    size_t n = 0;
+    for (int q = 0; q < 5 && r->n_top > 1; q++) {
+        if (mine[q] <= least[q] * (1 + 1e-9))
+            n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, "%s%s", n ? ", " : "", what[q]);
+    }
+    const ModelLayout *l = &c->spec.layout;
+    if (l->recompute == MODEL_RECOMPUTE_NONE)
+        n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, "%sno recompute", n ? "; " : "");
+    else if (l->recompute == MODEL_RECOMPUTE_SELECTIVE)
+        n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, "%sselective recompute fits", n ? "; " : "");
+    if (i > 0 && r->top[0].step_s > 0)
+        snprintf(buf + n, n < cap ? cap - n : 0, "%s+%.1f%% step", n ? "; " : "",
+                 100.0 * (c->step_s / r->top[0].step_s - 1.0));
+}
+
+void sim_plan_print(FILE *f, const SimPlanRequest *q, const ProfCluster *cl,
+                    const SimPlanResult *r, int explain)
+{
+    const ModelSpec *b = &q->base;
+    int seq = b->job.seq_len > 0 ? b->job.seq_len : b->model.seq_len;
+    fprintf(f, "%s on %s: %d x %s, global batch %d, sequence %d, objective %s\n", b->model.name,
+            cl->name, q->gpus, cl->device.name, b->job.global_batch, seq,
+            sim_objective_name(q->objective));
+    fprintf(f, "searched %ld layouts in %.2f s: %ld feasible, %ld timed in full (the rest cannot beat them)\n\n",
+            r->considered, r->seconds, r->feasible, r->timed);
+    fprintf(f, "%3s %3s %3s %4s %3s %3s %4s %3s %4s %-9s %-11s %8s %10s %6s %8s %7s  %s\n", "#", "tp",
+            "pp", "dp", "cp", "vpp", "zero", "sp", "mbs", "recompute", "schedule", "step s",
+            "tokens/s", "MFU", "mem GiB", "bubble", "why");
+    for (int i = 0; i < r->n_top; i++) {
+        const SimCandidate *c = &r->top[i];
+        const ModelLayout *l = &c->spec.layout;
+        char w[256];
+        why(w, sizeof w, r, i);
+        fprintf(f, "%3d %3d %3d %4d %3d %3d %4d %3s %4d %-9s %-11s %8.3f %10.0f %5.1f%% %8.2f %6.1f%%  %s\n",
+                i + 1, l->tp, l->pp, l->dp, l->cp, l->vpp, l->zero, l->sp ? "on" : "off",
+                c->spec.job.micro_batch, model_recompute_name(l->recompute),
+                model_schedule_name(l->schedule), c->step_s, c->tokens_per_s, 100 * c->mfu,
+                (double)c->peak_bytes / PX_GIB, 100 * c->bubble_fraction, w);
+    }
+    long rejected = 0;
+    for (int i = 0; i < SIM_REJECT_COUNT; i++)
+        rejected += r->rejected[i];
+    fprintf(f, "\nrejected %ld of %ld:\n", rejected, r->considered);
+    for (int i = 0; i < SIM_REJECT_COUNT; i++) {
+        if (!r->rejected[i])
+            continue;
+        fprintf(f, "  %9ld  %s\n", r->rejected[i], sim_reject_name(i));
+        if (explain)
+            fprintf(f, "             e.g. %s\n", r->example[i]);
+    }
+    if (!explain && rejected)
+        fprintf(f, "(--explain shows an example of each)\n");
+}
+
+void sim_plan_summary_line(char *buf, size_t cap, const SimPlanResult *r)
+{
+    if (r->n_top == 0) {
+        snprintf(buf, cap, "no layout");
+        return;
+    }
+    const SimCandidate *c = &r->top[0];
+    char lay[160];
+    layout_text(lay, sizeof lay, &c->spec);
+    snprintf(buf, cap, "%-62s %8.3f s %10.0f tok/s %5.1f%% MFU %7.2f GiB", lay, c->step_s,
+             c->tokens_per_s, 100 * c->mfu, (double)c->peak_bytes / PX_GIB);
+}
+
+cJSON *sim_plan_search_json(const SimPlanResult *r)
+{
+    cJSON *s = cJSON_CreateObject();
+    cJSON_AddNumberToObject(s, "considered", (double)r->considered);
+    cJSON_AddNumberToObject(s, "evaluated", (double)r->evaluated);
+    cJSON_AddNumberToObject(s, "feasible", (double)r->feasible);
+    cJSON_AddNumberToObject(s, "timed", (double)r->timed);
+    cJSON_AddNumberToObject(s, "seconds", r->seconds);
+    cJSON *rej = cJSON_AddObjectToObject(s, "rejected");
+    for (int i = 0; i < SIM_REJECT_COUNT; i++) {
+        if (!r->rejected[i])
+            continue;
+        cJSON *e = cJSON_AddObjectToObject(rej, sim_reject_name(i));
+        cJSON_AddNumberToObject(e, "count", (double)r->rejected[i]);
+        cJSON_AddStringToObject(e, "example", r->example[i]);
+    }
+    cJSON *top = cJSON_AddArrayToObject(s, "top");
+    for (int i = 0; i < r->n_top; i++) {
+        const SimCandidate *c = &r->top[i];
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddItemToObject(e, "layout", model_layout_to_json(&c->spec.layout));
+        cJSON_AddNumberToObject(e, "micro_batch", c->spec.job.micro_batch);
+        cJSON_AddNumberToObject(e, "score", c->score);
+        cJSON_AddNumberToObject(e, "step_s", c->step_s);
+        cJSON_AddNumberToObject(e, "tokens_per_s", c->tokens_per_s);
+        cJSON_AddNumberToObject(e, "mfu", c->mfu);
+        cJSON_AddNumberToObject(e, "peak_bytes", (double)c->peak_bytes);
+        cJSON_AddNumberToObject(e, "bubble_fraction", c->bubble_fraction);
+        cJSON_AddItemToArray(top, e);
+    }
+    return s;
+}
+
+int sim_plan_best(const SimPlanResult *r, const ProfCluster *cl, const char *cluster_ref,
+                  int gpus, ModelPlan *plan, SimResult *full, PxError *err)
+{
+    memset(plan, 0, sizeof *plan);
+    if (r->n_top == 0)
+        return px_fail(err, PX_EINPUT, "no layout to write");
+    int rc = sim_run(&r->top[0].spec, cl, gpus, full, err);
+    if (rc)
+        return rc;
+    plan->spec = full->spec;
+    px_strlcpy(plan->cluster, cluster_ref, sizeof plan->cluster);
+    plan->gpus = gpus;
+    plan->prediction = sim_prediction_to_json(full);
+    return PX_OK;
+}

@@ -1,0 +1,232 @@
+/* The planner: pruning never changes the answer (pruned and brute-force top layouts agree),
+ * ranking is deterministic, pins are respected, impossible requests say why, plans round-trip,
+ * and exports carry a known plan's values. */
+#include "fixtures.h"
+#include "test.h"
+
+static SimPlanRequest request(const char *model, int gpus, int gbs)
+{
+    PxError err = {0};
+    SimPlanRequest q;
+    memset(&q, 0, sizeof q);
+    model_spec_defaults(&q.base);
+    CHECK_OK(model_config_load(model, &q.base.model, &err), err);
+    q.base.job.global_batch = gbs;
+    q.gpus = gpus;
+    q.top = 5;
+    q.headroom = 0.05;
+    return q;
+}
+
+static void same_top(const SimPlanResult *a, const SimPlanResult *b)
+{
+    CHECK_EQ_INT(a->n_top, b->n_top);
+    for (int i = 0; i < a->n_top; i++) {
+        CHECK(memcmp(&a->top[i].spec.layout, &b->top[i].spec.layout, sizeof a->top[i].spec.layout) == 0);
+        CHECK_EQ_INT(a->top[i].spec.job.micro_batch, b->top[i].spec.job.micro_batch);
+        CHECK(a->top[i].score == b->top[i].score);
+        CHECK_EQ_U64(a->top[i].peak_bytes, b->top[i].peak_bytes);
+    }
+}
+
+static void pruned_vs_brute(const char *model, const char *cluster, int gpus, int gbs,
+                            SimObjective obj, int flash)
+{
+    PxError err = {0};
+    ProfCluster cl;
+    CHECK_OK(prof_cluster_load(cluster, NULL, 0, &cl, &err), err);
+    SimPlanRequest q = request(model, gpus, gbs);
+    q.objective = obj;
+    q.base.job.flash_attn = flash;
+    SimPlanResult pruned, brute, again;
+    CHECK_OK(sim_plan(&q, &cl, &pruned, &err), err);
+    q.brute_force = 1;
+    CHECK_OK(sim_plan(&q, &cl, &brute, &err), err);
+    same_top(&brute, &pruned);
+    CHECK_EQ_INT(brute.feasible, pruned.feasible);
+    CHECK_EQ_INT(brute.timed, brute.feasible); /* brute force times them all */
+    CHECK(pruned.timed < pruned.feasible || pruned.feasible <= q.top);
+    for (int i = 0; i < SIM_REJECT_COUNT; i++)
+        CHECK_EQ_INT(brute.rejected[i], pruned.rejected[i]);
+    /* deterministic: the same request gives the same answer */
+    q.brute_force = 0;
+    CHECK_OK(sim_plan(&q, &cl, &again, &err), err);
+    same_top(&pruned, &again);
+    printf("%-10s on %-9s %4d GPUs: %6ld layouts, %5ld feasible, %4ld timed (brute %ld): %s\n",
+           model, cluster, gpus, pruned.considered, pruned.feasible, pruned.timed, brute.timed,
+           "same top 5");
+    sim_plan_free(&pruned);
+    sim_plan_free(&brute);
+    sim_plan_free(&again);
+}
+
+static void test_pins(void)
+{
+    PxError err = {0};
+    ProfCluster cl;
+    CHECK_OK(prof_cluster_load("dgx-a100", NULL, 0, &cl, &err), err);
+    SimPlanRequest q = request("gpt3-13b", 64, 256);
+    SimPlanResult free_r, pinned;
+    CHECK_OK(sim_plan(&q, &cl, &free_r, &err), err);
+    q.base.layout.tp = 2;
+    q.base.layout.recompute = MODEL_RECOMPUTE_FULL;
+    q.base.job.micro_batch = 2;
+    q.pinned = SIM_PIN_TP | SIM_PIN_RECOMPUTE | SIM_PIN_MBS;
+    CHECK_OK(sim_plan(&q, &cl, &pinned, &err), err);
+    CHECK(pinned.n_top > 0);
+    for (int i = 0; i < pinned.n_top; i++) {
+        CHECK_EQ_INT(2, pinned.top[i].spec.layout.tp);
+        CHECK_EQ_INT(MODEL_RECOMPUTE_FULL, pinned.top[i].spec.layout.recompute);
+        CHECK_EQ_INT(2, pinned.top[i].spec.job.micro_batch);
+    }
+    /* the rest is still searched: not every pinned result has the same pp or zero */
+    int differ = 0;
+    for (int i = 1; i < pinned.n_top; i++)
+        differ |= pinned.top[i].spec.layout.pp != pinned.top[0].spec.layout.pp ||
+                  pinned.top[i].spec.layout.zero != pinned.top[0].spec.layout.zero ||
+                  pinned.top[i].spec.layout.vpp != pinned.top[0].spec.layout.vpp;
+    CHECK(differ);
+    CHECK(pinned.considered < free_r.considered);
+    CHECK(pinned.top[0].score >= free_r.top[0].score); /* a constraint cannot help */
+    sim_plan_free(&free_r);
+    sim_plan_free(&pinned);
+}
+
+static void test_impossible(void)
+{
+    PxError err = {0};
+    ProfCluster cl;
+    CHECK_OK(prof_cluster_load("dgx-a100", NULL, 0, &cl, &err), err);
+    SimPlanResult r;
+    /* 175B on one GPU: nothing fits */
+    SimPlanRequest q = request("gpt3-175b", 1, 8);
+    CHECK_INPUT_ERROR(sim_plan(&q, &cl, &r, &err), err, "does not fit in device memory");
+    /* pins that cannot use the GPUs */
+    q = request("gpt3-1.3b", 8, 64);
+    q.base.layout.tp = 3;
+    q.pinned = SIM_PIN_TP;
+    CHECK_INPUT_ERROR(sim_plan(&q, &cl, &r, &err), err, "pinned degrees do not divide");
+    /* pins that contradict the model: tp 16 cannot divide 16 heads... it can; 32 cannot */
+    q = request("gpt3-1.3b", 32, 64);
+    q.base.layout.tp = 32;
+    q.pinned = SIM_PIN_TP;
+    CHECK_INPUT_ERROR(sim_plan(&q, &cl, &r, &err), err, "no layout of gpt3-1.3b works on 32 GPUs");
+    /* more GPUs than the cluster has */
+    q = request("gpt3-1.3b", 8192, 8192);
+    CHECK_INPUT_ERROR(sim_plan(&q, &cl, &r, &err), err, "exceed cluster dgx-a100");
+}
+
+static char *capture(const ModelPlan *p, SimExportFormat fmt)
+{
+    PxError err = {0};
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    CHECK(f != NULL);
+    CHECK_OK(sim_export(f, p, fmt, &err), err);
+    fclose(f);
+    return buf;
+}
+
+static void test_plan_and_exports(void)
+{
+    PxError err = {0};
+    ProfCluster cl;
+    CHECK_OK(prof_cluster_load("dgx-h100", NULL, 0, &cl, &err), err);
+    /* a known plan: llama3-8b, tp 2 x pp 2 (vpp 2) x dp 4, SP, ZeRO-1, full recompute */
+    SimPlanRequest q = request("llama3-8b", 16, 64);
+    q.base.layout.tp = 2;
+    q.base.layout.pp = 2;
+    q.base.layout.vpp = 2;
+    q.base.layout.cp = 1;
+    q.base.layout.zero = 1;
+    q.base.layout.sp = 1;
+    q.base.layout.recompute = MODEL_RECOMPUTE_FULL;
+    q.base.layout.schedule = MODEL_SCHED_INTERLEAVED;
+    q.base.job.micro_batch = 2;
+    q.pinned = SIM_PIN_TP | SIM_PIN_PP | SIM_PIN_VPP | SIM_PIN_CP | SIM_PIN_ZERO | SIM_PIN_SP |
+               SIM_PIN_RECOMPUTE | SIM_PIN_MBS | SIM_PIN_SCHEDULE;
+    q.top = 1;
+    SimPlanResult r;
+    CHECK_OK(sim_plan(&q, &cl, &r, &err), err);
+    ModelPlan plan;
+    SimResult full;
+    CHECK_OK(sim_plan_best(&r, &cl, "dgx-h100", 16, &plan, &full, &err), err);
+    CHECK_EQ_INT(4, plan.spec.layout.dp);
+    /* the plan file round-trips */
+    cJSON *j = model_plan_to_json(&plan);
+    ModelPlan back;
+    CHECK_OK(model_plan_from_json(j, "plan", &back, &err), err);
+    cJSON_Delete(j);
+    CHECK(memcmp(&back.spec.layout, &plan.spec.layout, sizeof plan.spec.layout) == 0);
+    CHECK(memcmp(&back.spec.model, &plan.spec.model, sizeof plan.spec.model) == 0);
+    CHECK_EQ_INT(plan.spec.job.global_batch, back.spec.job.global_batch);
+    CHECK_EQ_INT(plan.spec.job.micro_batch, back.spec.job.micro_batch);
+    CHECK(back.prediction != NULL);
+    const cJSON *mem = cJSON_GetObjectItemCaseSensitive(back.prediction, "memory");
+    CHECK_EQ_U64(full.peak_bytes, (uint64_t)cJSON_GetObjectItemCaseSensitive(mem, "peak_bytes")->valuedouble);
+    model_plan_free(&back);
+
+    char *mg = capture(&plan, SIM_EXPORT_MEGATRON);
+    const char *want_mg[] = {"--tensor-model-parallel-size 2 ", "--pipeline-model-parallel-size 2 ",
+                             "--num-layers-per-virtual-pipeline-stage 8 ", "--sequence-parallel ",
+                             "--use-distributed-optimizer ", "--recompute-granularity full ",
+                             "--recompute-method uniform ", "--micro-batch-size 2 ",
+                             "--global-batch-size 64 ", "--bf16 ", "--group-query-attention ",
+                             "--num-query-groups 8 ", "--swiglu ", "--untie-embeddings-and-output-weights ",
+                             "--normalization RMSNorm ", "--rotary-base 500000 ", "--ffn-hidden-size 14336 ",
+                             "--seq-length 8192 ", "--disable-bias-linear ", NULL};
+    for (const char **w = want_mg; *w; w++) {
+        px_test_checks++;
+        if (!strstr(mg, *w)) {
+            fprintf(stderr, "FAILED: megatron export lacks '%s':\n%s", *w, mg);
+            exit(1);
+        }
+    }
+    CHECK(!strstr(mg, "--context-parallel-size"));
+    free(mg);
+
+    char *ds = capture(&plan, SIM_EXPORT_DEEPSPEED);
+    cJSON *d = cJSON_Parse(ds);
+    CHECK(d != NULL);
+    CHECK_EQ_INT(64, cJSON_GetObjectItem(d, "train_batch_size")->valueint);
+    CHECK_EQ_INT(2, cJSON_GetObjectItem(d, "train_micro_batch_size_per_gpu")->valueint);
+    CHECK_EQ_INT(8, cJSON_GetObjectItem(d, "gradient_accumulation_steps")->valueint); /* 64 / (2 x dp 4) */
+    CHECK_EQ_INT(1, cJSON_GetObjectItem(cJSON_GetObjectItem(d, "zero_optimization"), "stage")->valueint);
+    CHECK(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(d, "bf16"), "enabled")));
+    CHECK(cJSON_GetObjectItem(d, "activation_checkpointing") != NULL);
+    cJSON_Delete(d);
+    free(ds);
+
+    char *ne = capture(&plan, SIM_EXPORT_NEMO);
+    const char *want_ne[] = {"model.tensor_model_parallel_size=2", "model.pipeline_model_parallel_size=2",
+                             "model.virtual_pipeline_model_parallel_size=2", "model.sequence_parallel=true",
+                             "model.micro_batch_size=2", "model.global_batch_size=64",
+                             "model.activations_checkpoint_granularity=full", "distributed_fused_adam",
+                             "trainer.precision=bf16-mixed", "trainer.devices=8 trainer.num_nodes=2",
+                             "train.global_batch_size=64", "optimizer.use_distributed_optimizer=true", NULL};
+    for (const char **w = want_ne; *w; w++) {
+        px_test_checks++;
+        if (!strstr(ne, *w)) {
+            fprintf(stderr, "FAILED: nemo export lacks '%s':\n%s", *w, ne);
+            exit(1);
+        }
+    }
+    free(ne);
+    model_plan_free(&plan);
+    sim_result_free(&full);
+    sim_plan_free(&r);
+}
+
+int main(void)
+{
+    px_log_set_quiet(1);
+    pruned_vs_brute("gpt3-1.3b", "dgx-a100", 16, 64, SIM_OBJ_TIME, 1);
+    pruned_vs_brute("llama2-7b", "dgx-h100", 32, 128, SIM_OBJ_COST, 1);
+    pruned_vs_brute("gpt2-350m", "leonardo", 8, 32, SIM_OBJ_TOKENS_PER_GPU, 0);
+    pruned_vs_brute("tiny", "local", 4, 16, SIM_OBJ_TIME, 0);
+    test_pins();
+    test_impossible();
+    test_plan_and_exports();
+    TEST_DONE("plan");
+}
