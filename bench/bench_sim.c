@@ -4,6 +4,7 @@
  * (every layer's ops, as `parallax simulate`) and once through the planner's fast path. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "sim/sim.h"
@@ -51,7 +52,7 @@ static Sweep sweep(const ModelSpec *base, const ProfCluster *cl, int gpus, int c
                                         continue;
                                     SimResult r;
                                     w.n++;
-                                    if (sim_run_ex(&s, cl, gpus, compact, &r, &err) == PX_OK) {
+                                    if (sim_run_ex(&s, cl, gpus, compact, SIM_FULL, &r, &err) == PX_OK) {
                                         w.valid++;
                                         if (r.step_s < w.best)
                                             w.best = r.step_s;
@@ -76,6 +77,26 @@ int main(int argc, char **argv)
     base.job.global_batch = 1536;
     px_log_set_quiet(1);
     printf("gpt3-175b on dgx-a100, 1024 GPUs, global batch 1536, one core\n");
+    /* the planner: every candidate checked against the rules, feasible ones costed and
+     * bounded, the few that can win simulated in full */
+    for (int gpus = 512; gpus <= 1024; gpus *= 2) {
+        SimPlanRequest q;
+        memset(&q, 0, sizeof q);
+        q.base = base;
+        q.gpus = gpus;
+        q.top = 5;
+        q.headroom = 0.05;
+        SimPlanResult res;
+        if (sim_plan(&q, &cl, &res, &err)) {
+            fprintf(stderr, "bench_sim: %s\n", err.msg);
+            return 1;
+        }
+        printf("planner, %4d GPUs: %7ld layouts considered in %.2f s (%.0f/s), %ld feasible costed and "
+               "bounded (%.0f/s), %ld simulated in full\n",
+               gpus, res.considered, res.seconds, res.considered / res.seconds, res.feasible,
+               res.feasible / res.seconds, res.timed);
+        sim_plan_free(&res);
+    }
     for (int compact = 1; compact >= 0; compact--) {
         double t0 = now();
         Sweep w = sweep(&base, &cl, 1024, compact, budget);
