@@ -104,6 +104,8 @@ static void usage(FILE *f)
             "  plan        search every layout, rank them, write the best as a plan\n"
             "  export      write a plan as Megatron-LM, DeepSpeed or NeMo settings\n"
             "  run         train a plan for real\n"
+            "  compare     a plan's prediction against a run's measurements\n"
+            "  report      charts, traces and pages: memory, timelines, scaling, landscape\n"
             "  help        show this help ('parallax <command> --help' for a command's)\n"
             "  version     print the version\n");
 }
@@ -125,6 +127,10 @@ int main(int argc, char **argv)
         return cli_cmd_plan(argc - 1, argv + 1);
     if (!strcmp(cmd, "export"))
         return cli_cmd_export(argc - 1, argv + 1);
+    if (!strcmp(cmd, "report"))
+        return cli_cmd_report(argc - 1, argv + 1);
+    if (!strcmp(cmd, "compare"))
+        return cli_cmd_compare(argc - 1, argv + 1);
     if (!strcmp(cmd, "run"))
         return cli_cmd_run(argc - 1, argv + 1);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {

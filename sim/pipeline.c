@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-double sim_pipeline_event(const ModelDims *d, ModelSchedule sched, const double *fwd,
-                          const double *bwd, const double *p2p, double *finish,
-                          double *last_bwd_start, double *last_bwd_end)
+static double pipeline(const ModelDims *d, ModelSchedule sched, const double *fwd,
+                       const double *bwd, const double *p2p, double *finish,
+                       double *last_bwd_start, double *last_bwd_end, SimEvent *events)
 {
     const int p = d->p, v = d->v, m = d->m, G = p * v, per_stage = 2 * m * v;
     ModelAction *acts = malloc((size_t)p * per_stage * sizeof *acts);
@@ -72,6 +72,16 @@ double sim_pipeline_event(const ModelDims *d, ModelSchedule sched, const double 
                 dur += send;
                 double end = start + dur;
                 free_at[s] = end;
+                if (events) {
+                    SimEvent *ev = &events[(size_t)s * per_stage + next[s]];
+                    ev->stage = s;
+                    ev->chunk = a->chunk;
+                    ev->mb = a->mb;
+                    ev->backward = a->backward;
+                    ev->start_s = start;
+                    ev->end_s = end;
+                    ev->send_s = send;
+                }
                 if (a->backward) {
                     bend[g * m + a->mb] = end;
                     if (end >= last_bwd_end[s * v + a->chunk]) {
@@ -100,6 +110,39 @@ double sim_pipeline_event(const ModelDims *d, ModelSchedule sched, const double 
     free(next);
     free(free_at);
     return remaining > 0 ? -1.0 : latest;
+}
+
+double sim_pipeline_event(const ModelDims *d, ModelSchedule sched, const double *fwd,
+                          const double *bwd, const double *p2p, double *finish,
+                          double *last_bwd_start, double *last_bwd_end)
+{
+    return pipeline(d, sched, fwd, bwd, p2p, finish, last_bwd_start, last_bwd_end, NULL);
+}
+
+int sim_timeline(const SimResult *r, SimEvent **events, int *count, PxError *err)
+{
+    const ModelDims *d = &r->dims;
+    *events = NULL;
+    *count = 0;
+    if (r->level < SIM_FULL)
+        return px_fail(err, PX_ERUNTIME, "the timeline needs a full simulation");
+    const int p = d->p, v = d->v, n = 2 * d->m * v * p;
+    SimEvent *ev = calloc((size_t)n, sizeof *ev);
+    double *fin = calloc((size_t)p, sizeof *fin);
+    double *ls = calloc((size_t)(p * v), sizeof *ls), *le = calloc((size_t)(p * v), sizeof *le);
+    int rc = PX_OK;
+    if (!ev || !fin || !ls || !le ||
+        pipeline(d, r->spec.layout.schedule, r->pass_fwd, r->pass_bwd, r->p2p, fin, ls, le, ev) < 0) {
+        free(ev);
+        rc = px_fail(err, PX_ERUNTIME, "out of memory recording the pipeline timeline");
+    } else {
+        *events = ev;
+        *count = n;
+    }
+    free(fin);
+    free(ls);
+    free(le);
+    return rc;
 }
 
 double sim_pipeline_uniform(const ModelDims *d, ModelSchedule sched, double fwd, double bwd)

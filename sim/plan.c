@@ -121,6 +121,7 @@ static void candidate_from(SimCandidate *c, const SimResult *r, SimObjective o)
     c->score = score(o, r->step_s, &r->dims, r->spec.job.global_batch);
     c->tokens_per_s = r->tokens_per_s;
     c->mfu = r->mfu;
+    c->tflops_per_gpu = r->tflops_per_gpu;
     c->bubble_fraction = r->bubble_fraction;
     c->compute_s = r->compute_s;
     c->tp_comm_s = r->tp_comm_s;
@@ -332,6 +333,8 @@ int sim_plan(const SimPlanRequest *q, const ProfCluster *cl, SimPlanResult *res,
                                             candidate_from(&cand, &r, q->objective);
                                             keep(res, kept, cap, &cand, &k);
                                             res->timed++;
+                                            if (q->timed)
+                                                q->timed(q->timed_ctx, &cand);
                                         } else {
                                             if (n_pend == pend_cap) {
                                                 Pending *np = realloc(pend, 2 * pend_cap * sizeof *pend);
@@ -368,6 +371,8 @@ int sim_plan(const SimPlanRequest *q, const ProfCluster *cl, SimPlanResult *res,
         candidate_from(&cand, &r, q->objective);
         keep(res, kept, cap, &cand, &pend[i].k);
         res->timed++;
+        if (q->timed)
+            q->timed(q->timed_ctx, &cand);
         sim_result_free(&r);
         if (q->progress && (i & 63) == 0)
             q->progress(q->progress_ctx, (long)i, (long)n_pend, 1);

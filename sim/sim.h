@@ -92,6 +92,17 @@ cJSON *sim_prediction_to_json(const SimResult *r);
 /* The zoo and the built-in profiles, as tables or JSON. */
 int sim_list_models(FILE *f, int json, PxError *err);
 int sim_list_profiles(FILE *f, int json, PxError *err);
+/* One action of the simulated pipeline: a forward or backward of (chunk, micro-batch) on a
+ * stage, with when it ran (its blocking send included at its end). */
+typedef struct {
+    int stage, chunk, mb, backward;
+    double start_s, end_s, send_s;
+} SimEvent;
+
+/* Every action of every stage (stage-major, in schedule order), from a full simulation.
+ * The caller frees *events. */
+int sim_timeline(const SimResult *r, SimEvent **events, int *count, PxError *err);
+
 /* ---- the planner (sim/plan.c) ---- */
 
 typedef enum { SIM_OBJ_TIME = 0, SIM_OBJ_COST, SIM_OBJ_TOKENS_PER_GPU } SimObjective;
@@ -114,6 +125,14 @@ enum {
 enum { SIM_REJECT_CROSS_NODE_TP = MODEL_RULE_COUNT, SIM_REJECT_MEMORY, SIM_REJECT_COUNT };
 
 typedef struct {
+    ModelSpec spec; /* the layout, normalised */
+    double score;   /* the objective, lower is better */
+    double step_s, tokens_per_s, mfu, bubble_fraction, tflops_per_gpu;
+    double compute_s, tp_comm_s, pp_comm_s, dp_comm_exposed_s, optimizer_s;
+    uint64_t peak_bytes;
+} SimCandidate;
+
+typedef struct {
     ModelSpec base;  /* model and job; the pinned knobs' values in layout and job */
     unsigned pinned; /* SIM_PIN_* */
     int gpus;
@@ -122,18 +141,14 @@ typedef struct {
     int allow_cross_node_tp; /* else tp must divide the node */
     int top;                 /* layouts to rank (>= 1) */
     int brute_force;         /* time every feasible layout exactly (tests of the pruning) */
+    /* each layout simulated in full (all feasible ones with brute_force), optional */
+    void (*timed)(void *ctx, const SimCandidate *c);
+    void *timed_ctx;
     /* progress (optional): phase 0 rules and memory, 1 exact timing, 2 done */
     void (*progress)(void *ctx, long done, long total, int phase);
     void *progress_ctx;
 } SimPlanRequest;
 
-typedef struct {
-    ModelSpec spec; /* the layout, normalised */
-    double score;   /* the objective, lower is better */
-    double step_s, tokens_per_s, mfu, bubble_fraction;
-    double compute_s, tp_comm_s, pp_comm_s, dp_comm_exposed_s, optimizer_s;
-    uint64_t peak_bytes;
-} SimCandidate;
 
 typedef struct {
     SimCandidate *top; /* best first */

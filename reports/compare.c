@@ -1,0 +1,232 @@
+/* Prediction against measurement: a plan's `prediction` and a run.json, quantity by quantity,
+ * under the names both use (DESIGN.md's Prediction and Run formats). */
+#include "reports/report.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model.h"
+
+static int add_row(RptCompare *c, const char *quantity, double predicted, double measured,
+                   PxError *err)
+{
+    if (c->count == c->cap) {
+        int cap = c->cap ? 2 * c->cap : 64;
+        RptDelta *r = realloc(c->rows, (size_t)cap * sizeof *r);
+        if (!r)
+            return px_fail(err, PX_ERUNTIME, "out of memory comparing");
+        c->rows = r;
+        c->cap = cap;
+    }
+    RptDelta *d = &c->rows[c->count++];
+    px_strlcpy(d->quantity, quantity, sizeof d->quantity);
+    d->predicted = predicted;
+    d->measured = measured;
+    d->rel_error = predicted != 0 ? (measured - predicted) / predicted
+                                  : (measured == 0 ? 0.0 : HUGE_VAL);
+    return PX_OK;
+}
+
+/* A number at a path of object keys, or NAN when absent. */
+static double num(const cJSON *j, const char *a, const char *b)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, a);
+    if (b)
+        v = cJSON_GetObjectItemCaseSensitive(v, b);
+    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+static const cJSON *stage_entry(const cJSON *arr, int stage)
+{
+    const cJSON *e;
+    cJSON_ArrayForEach(e, arr)
+    {
+        const cJSON *s = cJSON_GetObjectItemCaseSensitive(e, "stage");
+        if (cJSON_IsNumber(s) && s->valueint == stage)
+            return e;
+    }
+    return NULL;
+}
+
+int rpt_compare(const cJSON *plan_json, const cJSON *run, RptCompare *c, PxError *err)
+{
+    memset(c, 0, sizeof *c);
+    ModelPlan plan;
+    int rc = model_plan_from_json(plan_json, "plan", &plan, err);
+    if (rc)
+        return rc;
+    const cJSON *pred = plan.prediction;
+    if (!pred) {
+        model_plan_free(&plan);
+        return px_fail(err, PX_EINPUT, "plan: no prediction to compare (write it with parallax plan -o)");
+    }
+    if (!cJSON_IsObject(run)) {
+        model_plan_free(&plan);
+        return px_fail(err, PX_EINPUT, "run: expected a JSON object");
+    }
+    char q[96];
+    const cJSON *steps = cJSON_GetObjectItemCaseSensitive(run, "steps");
+    c->steps = cJSON_IsArray(steps) ? cJSON_GetArraySize(steps) : 0;
+    double timed = num(run, "time", "timed_steps");
+    if (!(timed > 0))
+        timed = c->steps;
+    double ps = num(pred, "time", "step_s"), ms = num(run, "time", "step_s_median");
+    if (isnan(ps) || isnan(ms)) {
+        model_plan_free(&plan);
+        return px_fail(err, PX_EINPUT, "%s lacks time.%s", isnan(ps) ? "plan prediction" : "run",
+                       isnan(ps) ? "step_s" : "step_s_median");
+    }
+    if ((rc = add_row(c, "step_s", ps, ms, err)))
+        goto out;
+    double pb = num(pred, "time", "bubble_fraction"), mb = num(run, "time", "bubble_fraction");
+    if (!isnan(pb) && !isnan(mb) && (rc = add_row(c, "bubble_fraction", pb, mb, err)))
+        goto out;
+
+    /* memory per rank and category against the rank's stage */
+    const cJSON *mpr = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(run, "memory"), "per_rank");
+    const cJSON *mps = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(pred, "memory"), "per_stage");
+    const cJSON *r;
+    cJSON_ArrayForEach(r, mpr)
+    {
+        int rank = (int)num(r, "rank", NULL), tp, cp, dp, stage;
+        model_rank_coords(&plan.spec.layout, rank, &tp, &cp, &dp, &stage);
+        const cJSON *ps_e = stage_entry(mps, stage);
+        if (!ps_e)
+            continue;
+        /* runtime is the profile's allowance, not a measurement: left out */
+        for (int k = 0; k < MODEL_RUNTIME; k++) {
+            const char *cat = model_category_name((ModelCategory)k);
+            double p = num(ps_e, cat, NULL), m = num(r, cat, NULL);
+            if (isnan(p) || isnan(m))
+                continue;
+            snprintf(q, sizeof q, "memory rank %d %s", rank, cat);
+            if ((rc = add_row(c, q, p, m, err)))
+                goto out;
+        }
+    }
+    /* communication bytes per rank and kind */
+    const cJSON *cpr = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(run, "comm"), "per_rank");
+    const cJSON *cps = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(pred, "comm"), "per_stage");
+    cJSON_ArrayForEach(r, cpr)
+    {
+        int rank = (int)num(r, "rank", NULL), tp, cp, dp, stage;
+        model_rank_coords(&plan.spec.layout, rank, &tp, &cp, &dp, &stage);
+        const cJSON *pe = stage_entry(cps, stage);
+        const cJSON *by = cJSON_GetObjectItemCaseSensitive(r, "by_kind");
+        if (!pe || !by)
+            continue;
+        for (int k = 0; k < MODEL_COMM_COUNT; k++) {
+            const char *kind = model_comm_name((ModelComm)k);
+            double p = num(pe, kind, NULL), m = num(by, kind, NULL);
+            if (isnan(p) || isnan(m) || (p == 0 && m == 0))
+                continue;
+            snprintf(q, sizeof q, "comm rank %d %s bytes", rank, kind);
+            if ((rc = add_row(c, q, p, m, err)))
+                goto out;
+        }
+    }
+    /* FLOPs per rank per step */
+    const cJSON *fr = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(run, "flops"), "per_rank_per_step");
+    const cJSON *fp = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(pred, "flops"), "per_rank_per_step");
+    for (int rank = 0; cJSON_IsArray(fr) && rank < cJSON_GetArraySize(fr); rank++) {
+        int tp, cp, dp, stage;
+        model_rank_coords(&plan.spec.layout, rank, &tp, &cp, &dp, &stage);
+        const cJSON *m = cJSON_GetArrayItem(fr, rank), *p = cJSON_GetArrayItem(fp, stage);
+        if (!cJSON_IsNumber(m) || !cJSON_IsNumber(p))
+            continue;
+        snprintf(q, sizeof q, "flops rank %d per step", rank);
+        if ((rc = add_row(c, q, p->valuedouble, m->valuedouble, err)))
+            goto out;
+    }
+    /* per-op time per step: predicted ops of a stage summed by name against measured ops */
+    const cJSON *pops = cJSON_GetObjectItemCaseSensitive(pred, "ops");
+    const cJSON *mops = cJSON_GetObjectItemCaseSensitive(run, "ops");
+    const cJSON *mo;
+    cJSON_ArrayForEach(mo, mops)
+    {
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(mo, "name");
+        if (!cJSON_IsString(nm))
+            continue;
+        int stage = (int)num(mo, "stage", NULL);
+        if (stage < 0 || isnan(num(mo, "stage", NULL)))
+            stage = 0;
+        double p = 0;
+        int found = 0;
+        const cJSON *po;
+        cJSON_ArrayForEach(po, pops)
+        {
+            const cJSON *pn = cJSON_GetObjectItemCaseSensitive(po, "name");
+            if (cJSON_IsString(pn) && strcmp(pn->valuestring, nm->valuestring) == 0 &&
+                (int)num(po, "stage", NULL) == stage) {
+                p += num(po, "seconds", NULL);
+                found = 1;
+            }
+        }
+        if (!found)
+            continue;
+        if (plan.spec.layout.pp > 1)
+            snprintf(q, sizeof q, "op s%d %s", stage, nm->valuestring);
+        else
+            snprintf(q, sizeof q, "op %s", nm->valuestring);
+        if ((rc = add_row(c, q, p, num(mo, "seconds", NULL) / timed, err)))
+            goto out;
+    }
+out:
+    model_plan_free(&plan);
+    if (rc)
+        rpt_compare_free(c);
+    return rc;
+}
+
+void rpt_compare_free(RptCompare *c)
+{
+    if (!c)
+        return;
+    free(c->rows);
+    memset(c, 0, sizeof *c);
+}
+
+void rpt_compare_print(FILE *f, const RptCompare *c, int all_ops)
+{
+    double step = c->count > 0 ? c->rows[0].predicted : 0;
+    int hidden = 0;
+    fprintf(f, "%-48s %14s %14s %9s\n", "quantity", "predicted", "measured", "error");
+    for (int i = 0; i < c->count; i++) {
+        const RptDelta *d = &c->rows[i];
+        /* ops below 1% of the predicted step are listed only on request */
+        if (!all_ops && strncmp(d->quantity, "op ", 3) == 0 && d->predicted < 0.01 * step &&
+            d->measured < 0.01 * step) {
+            hidden++;
+            continue;
+        }
+        char e[32];
+        if (isinf(d->rel_error))
+            snprintf(e, sizeof e, "n/a");
+        else
+            snprintf(e, sizeof e, "%+.1f%%", 100 * d->rel_error);
+        fprintf(f, "%-48s %14.6g %14.6g %9s\n", d->quantity, d->predicted, d->measured, e);
+    }
+    if (hidden)
+        fprintf(f, "(%d ops under 1%% of the step not shown; --all-ops lists them)\n", hidden);
+}
+
+cJSON *rpt_compare_to_json(const RptCompare *c)
+{
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddNumberToObject(j, "steps", c->steps);
+    cJSON *rows = cJSON_AddArrayToObject(j, "rows");
+    for (int i = 0; i < c->count; i++) {
+        const RptDelta *d = &c->rows[i];
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "quantity", d->quantity);
+        cJSON_AddNumberToObject(e, "predicted", d->predicted);
+        cJSON_AddNumberToObject(e, "measured", d->measured);
+        if (isinf(d->rel_error))
+            cJSON_AddNullToObject(e, "rel_error");
+        else
+            cJSON_AddNumberToObject(e, "rel_error", d->rel_error);
+        cJSON_AddItemToArray(rows, e);
+    }
+    return j;
+}

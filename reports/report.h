@@ -1,0 +1,132 @@
+/* rpt — reports: charts drawn with gnuplot (PNG and SVG), Markdown and HTML pages that embed
+ * them, Perfetto / Chrome traces, and the comparison of a plan's prediction with a run's
+ * measurements. It reads the JSON that sim/ and exec/ write (a plan's `prediction`, run.json),
+ * so a report can be drawn long after the run, on another machine.
+ *
+ * Example:
+ *   RptOutput out = {.dir = "report"};
+ *   RptSeries s = {.title = "tokens/s per GPU", ...};
+ *   if (rpt_line_chart(&out, "scaling", "GPU count", "TFLOP/s per GPU", &s, 1, &err)) ...
+ *   // report/scaling.png, report/scaling.svg; rpt_page_write adds them to report.md/html
+ */
+#ifndef RPT_H
+#define RPT_H
+
+#include <stdio.h>
+
+#include "common/px.h"
+#include "sim/sim.h"
+
+typedef struct {
+    const char *dir; /* created when missing */
+} RptOutput;
+
+/* ---- charts: every chart writes <dir>/<name>.dat, .gp, .png and .svg; PX_ERUNTIME when
+ * gnuplot is missing or fails (its exit status in the message) ---- */
+
+typedef struct {
+    const char *title;
+    const double *x, *y;
+    int n;
+    int axis2; /* on the right-hand axis */
+} RptSeries;
+
+/* Lines with points; log2 x axis when logx. y2label names the right axis (NULL: none). */
+int rpt_line_chart(const RptOutput *o, const char *name, const char *title, const char *xlabel,
+                   const char *ylabel, const char *y2label, int logx, const RptSeries *s, int n,
+                   PxError *err);
+
+/* Stacked bars: rows are bars (labels), columns are the stacked parts (names). values is
+ * row-major [rows][cols]. */
+int rpt_stacked_bars(const RptOutput *o, const char *name, const char *title, const char *ylabel,
+                     const char *const *labels, int rows, const char *const *names, int cols,
+                     const double *values, PxError *err);
+
+/* A span of a timeline: one track per rank or stage. kind 0 forward, 1 backward, 2 other. */
+typedef struct {
+    int track;
+    int kind;
+    double start_s, end_s;
+    char label[32];
+} RptSpan;
+
+/* Gantt chart of spans: panels side by side when there are several timelines (simulated and
+ * measured), each with its own title. */
+int rpt_timeline_chart(const RptOutput *o, const char *name, const char *title,
+                       const RptSpan *const *spans, const int *counts, const char *const *titles,
+                       int panels, PxError *err);
+
+/* Scatter of (x, y) points; those flagged in front[] joined as the Pareto front. */
+int rpt_scatter_pareto(const RptOutput *o, const char *name, const char *title, const char *xlabel,
+                       const char *ylabel, const double *x, const double *y, const int *front,
+                       int n, PxError *err);
+
+/* Marks the points no other point beats on both (lower x and lower y): front[i] = 1. */
+void rpt_pareto(const double *x, const double *y, int n, int *front);
+
+/* Bars of predicted against measured with the relative error above each pair. */
+int rpt_compare_bars(const RptOutput *o, const char *name, const char *title, const char *ylabel,
+                     const char *const *labels, const double *predicted, const double *measured,
+                     int n, PxError *err);
+
+/* ---- traces ---- */
+
+/* Perfetto / Chrome trace JSON: one track (thread) per span track, named track_names[track]. */
+int rpt_trace_write(const char *path, const char *process, const RptSpan *spans, int n,
+                    const char *const *track_names, int tracks, PxError *err);
+
+/* ---- pages ---- */
+
+typedef struct {
+    const char *heading;
+    const char *chart;   /* chart name (its .png and .svg are embedded), or NULL */
+    const char *text;    /* Markdown paragraph under it, or NULL */
+} RptSection;
+
+/* Writes <dir>/report.md and <dir>/report.html. */
+int rpt_page_write(const RptOutput *o, const char *title, const RptSection *sections, int n,
+                   PxError *err);
+
+/* ---- prediction against measurement ---- */
+
+typedef struct {
+    char quantity[96]; /* "step_s", "op layer.0.attn.qkv.fwd", "memory rank 0 weights" ... */
+    double predicted, measured;
+    double rel_error; /* (measured - predicted) / predicted; 0 when both are 0 */
+} RptDelta;
+
+typedef struct {
+    RptDelta *rows;
+    int count, cap;
+    int steps; /* steps measured */
+} RptCompare;
+
+/* Compares a plan (its prediction) with a run (run.json): step time, bubble, per-op time per
+ * step, memory per category per rank, communication bytes per kind per rank, FLOPs per rank.
+ * PX_EINPUT names the file and key when either lacks what is compared. */
+int rpt_compare(const cJSON *plan, const cJSON *run, RptCompare *out, PxError *err);
+void rpt_compare_free(RptCompare *c);
+void rpt_compare_print(FILE *f, const RptCompare *c, int all_ops);
+cJSON *rpt_compare_to_json(const RptCompare *c);
+
+/* ---- a whole report ---- */
+
+typedef struct {
+    const char *dir;
+    const char *title;
+    const cJSON *plan; /* a plan with its prediction: memory, simulated timeline, trace */
+    const cJSON *run;  /* a run.json: measured timeline and trace; with the plan, the comparison */
+    /* scaling curves (strong: the base job's global batch; weak: scaled with the GPUs) and the
+     * planner's landscape at gpus[0] (every feasible layout simulated in full) */
+    const ModelSpec *base;
+    const ProfCluster *cluster;
+    const int *gpus;
+    int n_gpus;
+    int landscape;
+} RptRequest;
+
+/* Draws every chart the inputs allow, the traces, and report.md / report.html; prints each
+ * file written to `log` (NULL: quiet). */
+int rpt_build(const RptRequest *q, FILE *log, PxError *err);
+
+#endif

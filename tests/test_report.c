@@ -1,0 +1,178 @@
+/* Reports: the comparison gets the right errors on fixed inputs, and a full report writes
+ * every chart (gnuplot exits 0, PNG and SVG not empty), both traces and both pages. */
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fixtures.h"
+#include "reports/report.h"
+#include "test.h"
+
+static const RptDelta *row(const RptCompare *c, const char *q)
+{
+    for (int i = 0; i < c->count; i++)
+        if (strcmp(c->rows[i].quantity, q) == 0)
+            return &c->rows[i];
+    fprintf(stderr, "FAILED: no row '%s'\n", q);
+    exit(1);
+}
+
+static void test_compare_fixed(void)
+{
+    PxError err = {0};
+    /* a one-rank plan whose prediction is written by hand */
+    const char *plan_text =
+        "{\"schema_version\": 1, \"cluster\": \"local\", \"gpus\": 1,"
+        " \"model\": {\"name\": \"m\", \"family\": \"gpt\", \"layers\": 2, \"hidden\": 64, \"heads\": 4, \"vocab\": 256, \"seq_len\": 64},"
+        " \"training\": {\"global_batch\": 4, \"micro_batch\": 4, \"seq_len\": 64, \"precision\": \"fp32\"},"
+        " \"layout\": {\"dp\": 1, \"tp\": 1, \"pp\": 1},"
+        " \"prediction\": {\"time\": {\"step_s\": 0.5, \"bubble_fraction\": 0},"
+        "   \"memory\": {\"per_stage\": [{\"stage\": 0, \"weights\": 1000, \"grads\": 1000, \"activations\": 4000, \"runtime\": 7}]},"
+        "   \"comm\": {\"per_stage\": [{\"stage\": 0, \"dp_allreduce\": 0}]},"
+        "   \"flops\": {\"per_rank_per_step\": [2e9]},"
+        "   \"ops\": [{\"name\": \"layer.0.attn.qkv.fwd\", \"stage\": 0, \"seconds\": 0.1},"
+        "             {\"name\": \"layer.0.attn.qkv.fwd\", \"stage\": 0, \"seconds\": 0.02},"
+        "             {\"name\": \"loss.fwd\", \"stage\": 0, \"seconds\": 0.05}]}}";
+    const char *run_text =
+        "{\"schema_version\": 1, \"steps\": [{\"step\": 1}, {\"step\": 2}, {\"step\": 3}, {\"step\": 4}],"
+        " \"time\": {\"step_s_median\": 0.55, \"bubble_fraction\": 0, \"timed_steps\": 3},"
+        " \"memory\": {\"per_rank\": [{\"rank\": 0, \"stage\": 0, \"weights\": 1000, \"grads\": 1000, \"activations\": 3000, \"runtime\": 99}]},"
+        " \"comm\": {\"per_rank\": [{\"rank\": 0, \"by_kind\": {\"dp_allreduce\": 0}}]},"
+        " \"flops\": {\"per_rank_per_step\": [2.2e9]},"
+        " \"ops\": [{\"name\": \"layer.0.attn.qkv.fwd\", \"stage\": 0, \"calls\": 3, \"seconds\": 0.3},"
+        "          {\"name\": \"loss.fwd\", \"stage\": 0, \"calls\": 3, \"seconds\": 0.12},"
+        "          {\"name\": \"not.predicted\", \"stage\": 0, \"calls\": 3, \"seconds\": 1}]}";
+    cJSON *plan = cJSON_Parse(plan_text), *run = cJSON_Parse(run_text);
+    CHECK(plan && run);
+    RptCompare c;
+    CHECK_OK(rpt_compare(plan, run, &c, &err), err);
+    CHECK_EQ_INT(4, c.steps);
+    CHECK_REL(0.1, row(&c, "step_s")->rel_error, 1e-12);                       /* 0.55 vs 0.5 */
+    CHECK(row(&c, "memory rank 0 weights")->rel_error == 0);
+    CHECK_REL(-0.25, row(&c, "memory rank 0 activations")->rel_error, 1e-12);  /* 3000 vs 4000 */
+    CHECK_REL(0.1, row(&c, "flops rank 0 per step")->rel_error, 1e-12);
+    /* ops: predicted summed by name (0.12 s), measured per timed step (0.3 / 3 = 0.1 s) */
+    CHECK_REL(0.12, row(&c, "op layer.0.attn.qkv.fwd")->predicted, 1e-12);
+    CHECK_REL(0.1, row(&c, "op layer.0.attn.qkv.fwd")->measured, 1e-12);
+    CHECK_REL(-1.0 / 6.0, row(&c, "op layer.0.attn.qkv.fwd")->rel_error, 1e-12);
+    CHECK_REL(-0.2, row(&c, "op loss.fwd")->rel_error, 1e-12);                 /* 0.04 vs 0.05 */
+    for (int i = 0; i < c.count; i++) {
+        CHECK(strstr(c.rows[i].quantity, "runtime") == NULL); /* an allowance, not compared */
+        CHECK(strstr(c.rows[i].quantity, "not.predicted") == NULL);
+    }
+    /* a plan without a prediction cannot be compared */
+    cJSON_DeleteItemFromObject(plan, "prediction");
+    rpt_compare_free(&c);
+    CHECK_INPUT_ERROR(rpt_compare(plan, run, &c, &err), err, "no prediction to compare");
+    cJSON_Delete(plan);
+    cJSON_Delete(run);
+}
+
+static void nonempty(const char *dir, const char *file)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    struct stat st;
+    px_test_checks++;
+    if (stat(path, &st) != 0 || st.st_size == 0) {
+        fprintf(stderr, "FAILED: %s missing or empty\n", path);
+        exit(1);
+    }
+}
+
+static void test_full_report(void)
+{
+    PxError err = {0};
+    ProfCluster cl;
+    CHECK_OK(prof_cluster_load("local", NULL, 0, &cl, &err), err);
+    /* a plan of the tiny model, pp 2, and a run that measured 20% longer passes */
+    SimPlanRequest q;
+    memset(&q, 0, sizeof q);
+    model_spec_defaults(&q.base);
+    CHECK_OK(model_config_load("tiny", &q.base.model, &err), err);
+    q.base.job.global_batch = 8;
+    q.base.layout.pp = 2;
+    q.base.layout.tp = 1;
+    q.pinned = SIM_PIN_PP | SIM_PIN_TP;
+    q.gpus = 2;
+    q.top = 1;
+    SimPlanResult res;
+    CHECK_OK(sim_plan(&q, &cl, &res, &err), err);
+    ModelPlan plan;
+    SimResult full;
+    CHECK_OK(sim_plan_best(&res, &cl, "local", 2, &plan, &full, &err), err);
+    cJSON *pj = model_plan_to_json(&plan);
+    cJSON *run = cJSON_CreateObject();
+    cJSON *tm = cJSON_AddObjectToObject(run, "time");
+    cJSON_AddNumberToObject(tm, "step_s_median", 1.2 * full.step_s);
+    cJSON_AddNumberToObject(tm, "timed_steps", 1);
+    cJSON *tl = cJSON_AddArrayToObject(run, "timeline");
+    SimEvent *ev;
+    int n;
+    CHECK_OK(sim_timeline(&full, &ev, &n, &err), err);
+    for (int rank = 0; rank < 2; rank++) {
+        cJSON *r = cJSON_CreateObject();
+        cJSON_AddNumberToObject(r, "rank", rank);
+        cJSON *evs = cJSON_AddArrayToObject(r, "events");
+        for (int i = 0; i < n; i++) {
+            if (ev[i].stage != rank)
+                continue;
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddNumberToObject(e, "chunk", ev[i].chunk);
+            cJSON_AddNumberToObject(e, "mb", ev[i].mb);
+            cJSON_AddBoolToObject(e, "backward", ev[i].backward);
+            cJSON_AddNumberToObject(e, "start_s", 1.2 * ev[i].start_s);
+            cJSON_AddNumberToObject(e, "end_s", 1.2 * ev[i].end_s);
+            cJSON_AddItemToArray(evs, e);
+        }
+        cJSON_AddItemToArray(tl, r);
+    }
+    free(ev);
+    char dir[] = "/tmp/px_test_report_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    int gpus[3] = {1, 2, 4};
+    RptRequest rq = {.dir = dir, .title = "test", .plan = pj, .run = run, .base = &q.base,
+                     .cluster = &cl, .gpus = gpus, .n_gpus = 3, .landscape = 1};
+    rq.base = &q.base;
+    q.pinned = 0;
+    CHECK_OK(rpt_build(&rq, NULL, &err), err);
+    const char *charts[5] = {"memory", "timeline", "compare", "scaling", "landscape"};
+    for (int i = 0; i < 5; i++) {
+        char f[64];
+        snprintf(f, sizeof f, "%s.png", charts[i]);
+        nonempty(dir, f);
+        snprintf(f, sizeof f, "%s.svg", charts[i]);
+        nonempty(dir, f);
+    }
+    nonempty(dir, "report.md");
+    nonempty(dir, "report.html");
+    nonempty(dir, "trace_simulated.json");
+    nonempty(dir, "trace_measured.json");
+    /* the simulated trace parses and has a complete event per action */
+    char path[512];
+    snprintf(path, sizeof path, "%s/trace_simulated.json", dir);
+    cJSON *tr = px_json_read_file(path, &err);
+    CHECK(tr != NULL);
+    int complete = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(tr, "traceEvents"))
+        complete += strcmp(cJSON_GetObjectItem(e, "ph")->valuestring, "X") == 0;
+    CHECK_EQ_INT(n, complete);
+    cJSON_Delete(tr);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+    cJSON_Delete(pj);
+    cJSON_Delete(run);
+    model_plan_free(&plan);
+    sim_result_free(&full);
+    sim_plan_free(&res);
+}
+
+int main(void)
+{
+    px_log_set_quiet(1);
+    test_compare_fixed();
+    test_full_report();
+    TEST_DONE("report");
+}
