@@ -131,6 +131,19 @@ static int parse_device(const cJSON *j, const char *where, ProfDevice *d, PxErro
     return PX_OK;
 }
 
+int prof_device_parse(const char *text, const char *origin, ProfDevice *out, PxError *err)
+{
+    cJSON *j = px_json_parse(text, origin, err);
+    if (!j)
+        return PX_EINPUT;
+    char where[520];
+    snprintf(where, sizeof where, "%s:", origin);
+    int rc = cJSON_IsObject(j) ? parse_device(j, where, out, err)
+                               : px_fail(err, PX_EINPUT, "%s expected a JSON object", where);
+    cJSON_Delete(j);
+    return rc;
+}
+
 int prof_device_load(const char *name_or_path, ProfDevice *out, PxError *err)
 {
     char origin[512];
@@ -146,8 +159,35 @@ int prof_device_load(const char *name_or_path, ProfDevice *out, PxError *err)
     return rc;
 }
 
+static int cluster_from_json(cJSON *j, const char *origin, const char *const *sets, int n_sets,
+                             ProfCluster *c, PxError *err);
+
 int prof_cluster_load(const char *name_or_path, const char *const *sets, int n_sets,
                       ProfCluster *c, PxError *err)
+{
+    char origin[512];
+    cJSON *j = load_json(name_or_path, prof_cluster_data, prof_cluster_data_count, "cluster",
+                         "parallax profiles", origin, sizeof origin, err);
+    if (!j)
+        return PX_EINPUT;
+    int rc = cluster_from_json(j, origin, sets, n_sets, c, err);
+    cJSON_Delete(j);
+    return rc;
+}
+
+int prof_cluster_parse(const char *text, const char *origin, ProfCluster *c, PxError *err)
+{
+    cJSON *j = px_json_parse(text, origin, err);
+    if (!j)
+        return PX_EINPUT;
+    int rc = cluster_from_json(j, origin, NULL, 0, c, err);
+    cJSON_Delete(j);
+    return rc;
+}
+
+/* Parses a cluster profile; resolves a device given by name in place. */
+static int cluster_from_json(cJSON *j, const char *origin, const char *const *sets, int n_sets,
+                             ProfCluster *c, PxError *err)
 {
     static const char *const known[] = {"schema_version", "name", "description", "device", "node",
                                         "network", "nodes", "shared_memory", "overlap", "sources",
@@ -156,11 +196,7 @@ int prof_cluster_load(const char *name_or_path, const char *const *sets, int n_s
     static const char *const known_link[] = {"bandwidth", "latency", "efficiency", NULL};
     static const char *const known_net[] = {"bandwidth_per_device", "latency", "efficiency", NULL};
     static const char *const known_overlap[] = {"compute_slowdown", NULL};
-    char origin[512], where[520], w2[600];
-    cJSON *j = load_json(name_or_path, prof_cluster_data, prof_cluster_data_count, "cluster",
-                         "parallax profiles", origin, sizeof origin, err);
-    if (!j)
-        return PX_EINPUT;
+    char where[520], w2[600];
     snprintf(where, sizeof where, "%s:", origin);
     int rc = PX_OK;
     memset(c, 0, sizeof *c);
@@ -246,7 +282,6 @@ int prof_cluster_load(const char *name_or_path, const char *const *sets, int n_s
         }
     }
 out:
-    cJSON_Delete(j);
     return rc;
 }
 

@@ -60,6 +60,9 @@ int prof_device_load(const char *name_or_path, ProfDevice *out, PxError *err);
  * "device.peak_flops.bf16=400e12"). PX_EINPUT names the file, key or override at fault. */
 int prof_cluster_load(const char *name_or_path, const char *const *sets, int n_sets,
                       ProfCluster *out, PxError *err);
+/* The same from JSON text (origin names it in messages). */
+int prof_device_parse(const char *text, const char *origin, ProfDevice *out, PxError *err);
+int prof_cluster_parse(const char *text, const char *origin, ProfCluster *out, PxError *err);
 int prof_device_count(void);
 const char *prof_device_name(int i);
 int prof_cluster_count(void);

@@ -2,7 +2,7 @@
 # Installs the Debian packages parallax needs, only those missing. Used by both quickstart
 # commands and by CI. Needs root or sudo when something is missing.
 set -euo pipefail
-pkgs=(cmake make gcc pkg-config libcjson-dev libopenmpi-dev openmpi-bin libopenblas-dev
+pkgs=(cmake make gcc clang pkg-config libcjson-dev libopenmpi-dev openmpi-bin libopenblas-dev
       gnuplot-nox zlib1g-dev)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: install what is missing, build with warnings as errors, run every test,
-# then build again with AddressSanitizer + UndefinedBehaviorSanitizer and run every test there.
+# then build again with AddressSanitizer + UndefinedBehaviorSanitizer and run every test there,
+# then a bounded libFuzzer run of the loaders (PARALLAX_FUZZ_SECONDS per target, default 15).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -16,4 +17,6 @@ cmake --build build-asan -j "$jobs"
 echo "== tests under ASan + UBSan"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
    ctest --output-on-failure -j "$jobs")
+echo "== fuzzing the loaders (bounded smoke run)"
+scripts/fuzz.sh "${PARALLAX_FUZZ_SECONDS:-15}"
 echo "== all tests passed"
