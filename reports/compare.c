@@ -68,9 +68,6 @@ int rpt_compare(const cJSON *plan_json, const cJSON *run, RptCompare *c, PxError
     char q[96];
     const cJSON *steps = cJSON_GetObjectItemCaseSensitive(run, "steps");
     c->steps = cJSON_IsArray(steps) ? cJSON_GetArraySize(steps) : 0;
-    double timed = num(run, "time", "timed_steps");
-    if (!(timed > 0))
-        timed = c->steps;
     double ps = num(pred, "time", "step_s"), ms = num(run, "time", "step_s_median");
     if (isnan(ps) || isnan(ms)) {
         model_plan_free(&plan);
@@ -139,7 +136,8 @@ int rpt_compare(const cJSON *plan_json, const cJSON *run, RptCompare *c, PxError
         if ((rc = add_row(c, q, p->valuedouble, m->valuedouble, err)))
             goto out;
     }
-    /* per-op time per step: predicted ops of a stage summed by name against measured ops */
+    /* per-op time per step: predicted ops of a stage summed by name against the measured ops
+     * (run.json's op seconds are per step, averaged over the timed steps) */
     const cJSON *pops = cJSON_GetObjectItemCaseSensitive(pred, "ops");
     const cJSON *mops = cJSON_GetObjectItemCaseSensitive(run, "ops");
     const cJSON *mo;
@@ -169,7 +167,7 @@ int rpt_compare(const cJSON *plan_json, const cJSON *run, RptCompare *c, PxError
             snprintf(q, sizeof q, "op s%d %s", stage, nm->valuestring);
         else
             snprintf(q, sizeof q, "op %s", nm->valuestring);
-        if ((rc = add_row(c, q, p, num(mo, "seconds", NULL) / timed, err)))
+        if ((rc = add_row(c, q, p, num(mo, "seconds", NULL), err)))
             goto out;
     }
 out:

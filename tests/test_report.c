@@ -38,9 +38,9 @@ static void test_compare_fixed(void)
         " \"memory\": {\"per_rank\": [{\"rank\": 0, \"stage\": 0, \"weights\": 1000, \"grads\": 1000, \"activations\": 3000, \"runtime\": 99}]},"
         " \"comm\": {\"per_rank\": [{\"rank\": 0, \"by_kind\": {\"dp_allreduce\": 0}}]},"
         " \"flops\": {\"per_rank_per_step\": [2.2e9]},"
-        " \"ops\": [{\"name\": \"layer.0.attn.qkv.fwd\", \"stage\": 0, \"calls\": 3, \"seconds\": 0.3},"
-        "          {\"name\": \"loss.fwd\", \"stage\": 0, \"calls\": 3, \"seconds\": 0.12},"
-        "          {\"name\": \"not.predicted\", \"stage\": 0, \"calls\": 3, \"seconds\": 1}]}";
+        " \"ops\": [{\"name\": \"layer.0.attn.qkv.fwd\", \"stage\": 0, \"calls\": 1, \"seconds\": 0.1},"
+        "          {\"name\": \"loss.fwd\", \"stage\": 0, \"calls\": 1, \"seconds\": 0.04},"
+        "          {\"name\": \"not.predicted\", \"stage\": 0, \"calls\": 1, \"seconds\": 1}]}";
     cJSON *plan = cJSON_Parse(plan_text), *run = cJSON_Parse(run_text);
     CHECK(plan && run);
     RptCompare c;
@@ -50,7 +50,7 @@ static void test_compare_fixed(void)
     CHECK(row(&c, "memory rank 0 weights")->rel_error == 0);
     CHECK_REL(-0.25, row(&c, "memory rank 0 activations")->rel_error, 1e-12);  /* 3000 vs 4000 */
     CHECK_REL(0.1, row(&c, "flops rank 0 per step")->rel_error, 1e-12);
-    /* ops: predicted summed by name (0.12 s), measured per timed step (0.3 / 3 = 0.1 s) */
+    /* ops: predicted summed by name (0.12 s), measured per step (0.1 s) */
     CHECK_REL(0.12, row(&c, "op layer.0.attn.qkv.fwd")->predicted, 1e-12);
     CHECK_REL(0.1, row(&c, "op layer.0.attn.qkv.fwd")->measured, 1e-12);
     CHECK_REL(-1.0 / 6.0, row(&c, "op layer.0.attn.qkv.fwd")->rel_error, 1e-12);
