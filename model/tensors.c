@@ -336,7 +336,7 @@ static int tensors_build(const ModelSpec *s, const ModelDims *d, int stage, int 
 
     /* Saved activations, one set per (chunk, micro-batch) in flight. */
     a.per_mb = 1;
-    int has_data = 0;
+    int has_data = 0, has_loss = 0;
     for (int j = 0; j < d->v; j++) {
         int g = model_global_chunk(d, stage, j);
         uint64_t before = a.sum;
@@ -356,7 +356,7 @@ static int tensors_build(const ModelSpec *s, const ModelDims *d, int stage, int 
         tt->act_layer_bytes[j] = a.sum - before_layers;
         a.layer = -1;
         if (g == d->chunks - 1) {
-            has_data = 1;
+            has_data = has_loss = 1;
             add(&a, "final_ln.in", MODEL_ACTIVATIONS, d->act, sp, 3, b, d->s_sp, h, 0);
             add(&a, "logits.in", MODEL_ACTIVATIONS, d->act, sp, 3, b, d->s_sp, h, 0);
             /* Cross-entropy keeps fp32 probabilities (Korthikanti's 4*s*b*V/t). */
@@ -389,6 +389,10 @@ static int tensors_build(const ModelSpec *s, const ModelDims *d, int stage, int 
         add(&a, "ws.recompute", MODEL_WORKSPACE, PX_UINT8, 0, 1, (int64_t)re, 0, 0, 0);
     if (has_data)
         add(&a, "data.batch", MODEL_WORKSPACE, PX_INT32, MODEL_SHARD_CP, 4, 2, d->m, b, d->s_loc + 1);
+    /* The cross-entropy's per-token row max, sum of exponentials, target logit and loss (fp32):
+     * the steps the vocabulary-parallel reductions separate (kernels.h's xent_*). */
+    if (has_loss)
+        add(&a, "ws.xent", MODEL_WORKSPACE, PX_FP32, MODEL_SHARD_CP, 2, 4, b * d->s_loc, 0, 0);
 
     /* Communication buffers. */
     if (d->p > 1) {

@@ -1,0 +1,70 @@
+/* The communication layer of a single-rank job. Every group has one rank, so a collective
+ * leaves its buffer as it is (an all-gather or reduce-scatter of one rank is a copy) and moves
+ * no bytes: as in the simulator, a call over a group of one is not communication and counts
+ * nothing. The MPI and NCCL implementations fill the same table and count S bytes per call. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec/exec.h"
+
+static int single_allreduce(ExecComm *c, void *buf, size_t count, PxDtype dtype, int kind,
+                            PxError *err)
+{
+    (void)c, (void)buf, (void)count, (void)dtype, (void)kind, (void)err;
+    return PX_OK;
+}
+
+static int single_copy(ExecComm *c, void *out, const void *in, size_t count, PxDtype dtype,
+                       int kind, PxError *err)
+{
+    (void)c, (void)kind, (void)err;
+    if (out != in && count > 0)
+        memmove(out, in, count * px_dtype_bytes(dtype));
+    return PX_OK;
+}
+
+static int no_peer(int peer, PxError *err)
+{
+    return px_fail(err, PX_ERUNTIME, "no rank %d to exchange with in a single-rank job", peer);
+}
+
+static int single_recv(ExecComm *c, void *buf, size_t bytes, int peer, int kind, PxError *err)
+{
+    (void)c, (void)buf, (void)bytes, (void)kind;
+    return no_peer(peer, err);
+}
+
+static int single_send(ExecComm *c, const void *buf, size_t bytes, int peer, int kind,
+                       PxError *err)
+{
+    (void)c, (void)buf, (void)bytes, (void)kind;
+    return no_peer(peer, err);
+}
+
+static int single_barrier(ExecComm *c, PxError *err)
+{
+    (void)c, (void)err;
+    return PX_OK;
+}
+
+static void single_free(ExecComm *c) { free(c); }
+
+ExecComm *exec_comm_single(void)
+{
+    ExecComm *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->name = "single";
+    c->rank = 0;
+    c->world = 1;
+    for (int g = 0; g < 5; g++)
+        c->group_size[g] = 1;
+    c->allreduce = single_allreduce;
+    c->all_gather = single_copy;
+    c->reduce_scatter = single_copy;
+    c->send = single_send;
+    c->recv = single_recv;
+    c->barrier = single_barrier;
+    c->free = single_free;
+    return c;
+}

@@ -1,0 +1,114 @@
+/* parallax-worker — the executor's program: `parallax-worker run PLAN.json` trains the plan on
+ * this process and writes run.json. `parallax run` starts it (one rank now; mpirun / srun will
+ * start one per rank). Exit status 0 ok, 1 runtime failure, 2 bad input. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec/exec.h"
+
+static const char *const usage_text =
+    "usage: parallax-worker run PLAN.json [options]\n\n"
+    "Trains the plan on this process and writes run.json: losses, memory per category,\n"
+    "FLOPs and time per op under the simulator's names.\n\n"
+    "options:\n"
+    "  --steps N              training steps (default: the plan's training.steps)\n"
+    "  -o, --output FILE      run.json to write (default run.json)\n"
+    "  --metrics FILE         JSON-lines log, one line per step (default: FILE of -o with\n"
+    "                         .metrics.jsonl for .json)\n"
+    "  --data FILE            training data: a text file (byte tokens) or an llm.c .bin\n"
+    "                         token file (default: the plan's training.data, else the\n"
+    "                         built-in text)\n"
+    "  --quiet                no progress lines\n"
+    "  --no-prefetch          read each batch when it is needed (no loader thread)\n"
+    "  -h, --help             show this help\n";
+
+static int exit_code(int status) { return status == PX_EINPUT ? 2 : status ? 1 : 0; }
+
+static int cmd_run(int argc, char **argv)
+{
+    enum { OPT_STEPS = 1000, OPT_METRICS, OPT_DATA, OPT_QUIET, OPT_NO_PREFETCH };
+    static const struct option lo[] = {
+        {"steps", required_argument, NULL, OPT_STEPS},
+        {"output", required_argument, NULL, 'o'},
+        {"metrics", required_argument, NULL, OPT_METRICS},
+        {"data", required_argument, NULL, OPT_DATA},
+        {"quiet", no_argument, NULL, OPT_QUIET},
+        {"no-prefetch", no_argument, NULL, OPT_NO_PREFETCH},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
+    ExecOptions opt;
+    exec_options_defaults(&opt);
+    opt.output = "run.json";
+    PxError err = {0};
+    int c;
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":ho:", lo, NULL)) != -1) {
+        switch (c) {
+        case 'h': fputs(usage_text, stdout); return 0;
+        case 'o': opt.output = optarg; break;
+        case OPT_STEPS:
+            if (px_parse_int(optarg, "--steps", 1, 1 << 30, &opt.steps, &err)) {
+                fprintf(stderr, "parallax-worker run: %s\n", err.msg);
+                return 2;
+            }
+            break;
+        case OPT_METRICS: opt.metrics = optarg; break;
+        case OPT_DATA: opt.data = optarg; break;
+        case OPT_QUIET: opt.quiet = 1; break;
+        case OPT_NO_PREFETCH: opt.prefetch = 0; break;
+        case ':':
+            fprintf(stderr, "parallax-worker run: option '%s' needs a value\n", argv[optind - 1]);
+            return 2;
+        default:
+            fprintf(stderr, "parallax-worker run: unknown option '%s' (see --help)\n",
+                    argv[optind - 1]);
+            return 2;
+        }
+    }
+    if (optind != argc - 1) {
+        fprintf(stderr, "parallax-worker run: expected one plan file (see --help)\n");
+        return 2;
+    }
+    opt.plan_path = argv[optind];
+    char metrics[512];
+    if (!opt.metrics && opt.output && *opt.output) {
+        size_t n = strlen(opt.output);
+        int json = n > 5 && strcmp(opt.output + n - 5, ".json") == 0;
+        snprintf(metrics, sizeof metrics, "%.*s.metrics.jsonl", (int)(json ? n - 5 : n),
+                 opt.output);
+        opt.metrics = metrics;
+    }
+    ModelPlan plan;
+    int rc = model_plan_read(opt.plan_path, &plan, &err);
+    if (rc) {
+        fprintf(stderr, "parallax-worker run: %s\n", err.msg);
+        return exit_code(rc);
+    }
+    Exec *ex = NULL;
+    rc = exec_init(&ex, &plan, &opt, &err);
+    if (!rc)
+        rc = exec_run(ex, &err);
+    if (rc)
+        fprintf(stderr, "parallax-worker run: %s\n", err.msg);
+    exec_free(ex);
+    model_plan_free(&plan);
+    return exit_code(rc);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 2 && !strcmp(argv[1], "run"))
+        return cmd_run(argc - 1, argv + 1);
+    if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
+                      !strcmp(argv[1], "help"))) {
+        fputs(usage_text, stdout);
+        return 0;
+    }
+    if (argc >= 2)
+        fprintf(stderr, "parallax-worker: unknown command '%s' (calibrate comes later)\n", argv[1]);
+    fputs(usage_text, stderr);
+    return 2;
+}

@@ -1,0 +1,140 @@
+/* Predicted equals measured on one rank: for several models (tiny, tiny-llama, a small
+ * GPT-2-shaped model with a padded vocabulary), every recompute mode, flash attention on and
+ * off, dropout on and off, GPipe and 1F1B with several micro-batches, ZeRO-1 and SGD:
+ * - memory per category as the executor's arenas hold it equals sim_run's prediction on the
+ *   local cluster, byte for byte (runtime is the profile's allowance on both sides), and the
+ *   activation pools were full at the schedule's peak;
+ * - FLOPs counted from the kernel calls of a step equal sim_run's rank_flops, and op by op the
+ *   graph's FLOPs and calls;
+ * - every op of the graph ran under its name, and no FLOP ran outside an op. */
+#include "tests/test_exec_common.h"
+
+static int cases;
+
+static void check_case(const char *what, ModelSpec s)
+{
+    PxError err = {0};
+    ProfCluster cl;
+    CHECK_OK(prof_cluster_load("local", NULL, 0, &cl, &err), err);
+    SimResult r;
+    CHECK_OK(sim_run(&s, &cl, 1, &r, &err), err);
+    Exec *ex = tx_exec(&s);
+    ExecStepStats st;
+    CHECK_OK(exec_step(ex, 0, &st, &err), err);
+    CHECK(isfinite(st.loss));
+
+    uint64_t mem[MODEL_CAT_COUNT];
+    exec_memory(ex, mem);
+    for (int c = 0; c < MODEL_CAT_COUNT; c++) {
+        if (mem[c] != r.mem[0].cat[c]) {
+            fprintf(stderr, "%s: %s: predicted %llu bytes, measured %llu\n", what,
+                    model_category_name((ModelCategory)c), (unsigned long long)r.mem[0].cat[c],
+                    (unsigned long long)mem[c]);
+            exit(1);
+        }
+    }
+    CHECK(mem[MODEL_ACTIVATIONS] > 0 && mem[MODEL_WEIGHTS] > 0 && mem[MODEL_WORKSPACE] > 0);
+    /* the schedule really held that many sets at once: the pools were not oversized */
+    CHECK_EQ_U64(mem[MODEL_ACTIVATIONS], exec_activations_in_use_peak(ex));
+
+    double counted = exec_step_flops(ex);
+    if (!(fabs(counted - r.rank_flops[0]) <= 1e-12 * r.rank_flops[0])) {
+        fprintf(stderr, "%s: FLOPs per step: predicted %.17g, counted %.17g\n", what,
+                r.rank_flops[0], counted);
+        exit(1);
+    }
+    CHECK(exec_unattributed_flops(ex) == 0.0);
+
+    /* op by op: the graph's FLOPs and calls per step */
+    int n = 0;
+    const ExecOpReport *ops = exec_ops(ex, &n);
+    CHECK_EQ_INT(r.ops[0].count, n);
+    for (int i = 0; i < n; i++) {
+        const ModelOp *op = &r.ops[0].op[i];
+        char name[96];
+        model_op_fullname(op, name, sizeof name);
+        CHECK_STR(name, ops[i].name);
+        double times = (op->per_microbatch ? r.dims.m : 1) * (double)op->repeat;
+        if (ops[i].calls != times || fabs(ops[i].flops - op->flops * times) > 1e-9 * op->flops * times) {
+            fprintf(stderr, "%s: op %s: predicted %g calls and %.17g FLOPs, measured %g and %.17g\n",
+                    what, name, times, op->flops * times, ops[i].calls, ops[i].flops);
+            exit(1);
+        }
+        CHECK(ops[i].seconds >= 0);
+    }
+    exec_free(ex);
+    sim_result_free(&r);
+    cases++;
+}
+
+int main(void)
+{
+    px_log_set_quiet(1);
+    char what[160];
+    const char *const models[] = {"tiny", "tiny-llama", "gpt2-small"};
+    for (int mi = 0; mi < 3; mi++) {
+        for (int rc = 0; rc < 3; rc++) {
+            for (int flash = 0; flash <= 1; flash++) {
+                for (int drop = 0; drop <= 1; drop++) {
+                    for (int sched = 0; sched <= 1; sched++) {
+                        ModelSpec s;
+                        if (mi < 2) {
+                            s = tx_spec(models[mi], 16, 4, 1);
+                        } else {
+                            /* GPT-2's shape at a test's size: 50257-like odd vocabulary padded
+                             * to a multiple of 64, untied output layer */
+                            s = tx_spec("gpt2-124m", 16, 4, 1);
+                            s.model.layers = 2;
+                            s.model.hidden = 96;
+                            s.model.heads = 3;
+                            s.model.kv_heads = 3;
+                            s.model.head_dim = 32;
+                            s.model.ffn_hidden = 384;
+                            s.model.vocab = 1001;
+                            s.model.tied_embeddings = sched; /* both, across the cases */
+                            s.job.pad_vocab = 64;
+                        }
+                        s.layout.recompute = (ModelRecompute)rc;
+                        s.job.flash_attn = flash;
+                        s.job.dropout = drop ? 0.1 : 0.0;
+                        s.layout.schedule = sched ? MODEL_SCHED_GPIPE : MODEL_SCHED_1F1B;
+                        snprintf(what, sizeof what, "%s recompute %s flash %d dropout %d %s",
+                                 models[mi], model_recompute_name(s.layout.recompute), flash, drop,
+                                 model_schedule_name(s.layout.schedule));
+                        check_case(what, s);
+                    }
+                }
+            }
+        }
+    }
+    /* GPipe holds every micro-batch: four activation sets against 1F1B's one */
+    ModelSpec s = tx_spec("tiny", 16, 4, 1);
+    s.layout.schedule = MODEL_SCHED_GPIPE;
+    Exec *ex = tx_exec(&s);
+    PxError err = {0};
+    ExecStepStats st;
+    CHECK_OK(exec_step(ex, 0, &st, &err), err);
+    uint64_t gp[MODEL_CAT_COUNT], fb[MODEL_CAT_COUNT];
+    exec_memory(ex, gp);
+    exec_free(ex);
+    s.layout.schedule = MODEL_SCHED_1F1B;
+    ex = tx_exec(&s);
+    CHECK_OK(exec_step(ex, 0, &st, &err), err);
+    exec_memory(ex, fb);
+    exec_free(ex);
+    CHECK_EQ_U64(4 * fb[MODEL_ACTIVATIONS], gp[MODEL_ACTIVATIONS]);
+
+    /* ZeRO-1 on one rank, SGD with momentum, a longer sequence and micro-batch */
+    s = tx_spec("tiny", 64, 4, 2);
+    s.layout.zero = 1;
+    check_case("tiny zero-1", s);
+    s.job.optimizer = MODEL_OPT_SGD_MOMENTUM;
+    s.layout.zero = 0;
+    check_case("tiny sgd", s);
+    s = tx_spec("tiny-llama", 32, 6, 3);
+    s.job.causal_flops = 1;
+    s.job.flash_attn = 0;
+    check_case("tiny-llama causal flops", s);
+    printf("%d cases: memory per category and FLOPs equal the prediction\n", cases);
+    TEST_DONE("test_exec_memory");
+}
