@@ -388,6 +388,7 @@ out:
         return rc;
     }
     if (res->n_top == 0) {
+        sim_plan_free(res);
         /* say why: memory when some layout got that far, else the commonest rule broken */
         int worst = -1;
         for (int i = 0; i < SIM_REJECT_COUNT; i++)
