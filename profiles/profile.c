@@ -1,6 +1,8 @@
 /* Device and cluster profiles: loading, device resolution, overrides. */
 #include "profiles/profile.h"
 
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -185,13 +187,223 @@ int prof_cluster_parse(const char *text, const char *origin, ProfCluster *c, PxE
     return rc;
 }
 
+/* Reads a non-negative finite number from a JSON array element. */
+static int array_num(const cJSON *a, int i, double *out)
+{
+    const cJSON *v = cJSON_GetArrayItem(a, i);
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble < 0)
+        return 0;
+    *out = v->valuedouble;
+    return 1;
+}
+
+static int parse_measured(const cJSON *me, const char *where, ProfMeasured **out, PxError *err)
+{
+    static const char *const known[] = {"host", "date", "ranks", "gemm", "ops", "collectives", NULL};
+    static const char *const known_op[] = {"kind", "phase", "flash", "rate", "overhead_s", "points", NULL};
+    static const char *const known_coll[] = {"op", "ranks", "nodes", "points", NULL};
+    char mw[600], w2[700];
+    snprintf(mw, sizeof mw, "%s measured", where);
+    px_json_warn_unknown(me, mw, known);
+    ProfMeasured *m = calloc(1, sizeof *m);
+    if (!m)
+        return px_fail(err, PX_ERUNTIME, "out of memory reading %s", mw);
+    int rc;
+    if ((rc = px_json_string(me, mw, "host", 0, m->host, sizeof m->host, err)) ||
+        (rc = px_json_string(me, mw, "date", 0, m->date, sizeof m->date, err)) ||
+        (rc = px_json_int(me, mw, "ranks", 0, 1, 1 << 20, &m->ranks, err)))
+        goto fail;
+    const cJSON *g = cJSON_GetObjectItemCaseSensitive(me, "gemm");
+    if (g) {
+        if (!cJSON_IsArray(g)) {
+            rc = px_fail(err, PX_EINPUT, "%s.gemm: expected an array of [m, n, k, batch, seconds]", mw);
+            goto fail;
+        }
+        int n = cJSON_GetArraySize(g);
+        m->gemm = calloc((size_t)(n > 0 ? n : 1), sizeof *m->gemm);
+        if (!m->gemm) {
+            rc = px_fail(err, PX_ERUNTIME, "out of memory reading %s", mw);
+            goto fail;
+        }
+        for (int i = 0; i < n; i++) {
+            const cJSON *e = cJSON_GetArrayItem(g, i);
+            ProfGemmPoint *p = &m->gemm[m->n_gemm];
+            if (!cJSON_IsArray(e) || cJSON_GetArraySize(e) != 5 || !array_num(e, 0, &p->m) ||
+                !array_num(e, 1, &p->n) || !array_num(e, 2, &p->k) || !array_num(e, 3, &p->batch) ||
+                !array_num(e, 4, &p->seconds) || p->m < 1 || p->n < 1 || p->k < 1 || p->batch < 1 ||
+                !(p->seconds > 0)) {
+                rc = px_fail(err, PX_EINPUT, "%s.gemm[%d]: expected [m, n, k, batch, seconds], all positive", mw, i);
+                goto fail;
+            }
+            m->n_gemm++;
+        }
+    }
+    const cJSON *ops = cJSON_GetObjectItemCaseSensitive(me, "ops");
+    if (ops) {
+        if (!cJSON_IsArray(ops)) {
+            rc = px_fail(err, PX_EINPUT, "%s.ops: expected an array", mw);
+            goto fail;
+        }
+        int n = cJSON_GetArraySize(ops);
+        m->ops = calloc((size_t)(n > 0 ? n : 1), sizeof *m->ops);
+        if (!m->ops) {
+            rc = px_fail(err, PX_ERUNTIME, "out of memory reading %s", mw);
+            goto fail;
+        }
+        for (int i = 0; i < n; i++) {
+            const cJSON *e = cJSON_GetArrayItem(ops, i);
+            ProfOpRate *o = &m->ops[m->n_ops];
+            snprintf(w2, sizeof w2, "%s.ops[%d]", mw, i);
+            if (!cJSON_IsObject(e)) {
+                rc = px_fail(err, PX_EINPUT, "%s: expected an object", w2);
+                goto fail;
+            }
+            px_json_warn_unknown(e, w2, known_op);
+            int points = 0;
+            if ((rc = px_json_string(e, w2, "kind", 1, o->kind, sizeof o->kind, err)) ||
+                (rc = px_json_string(e, w2, "phase", 1, o->phase, sizeof o->phase, err)) ||
+                (rc = px_json_bool(e, w2, "flash", 0, &o->flash, err)) ||
+                (rc = px_json_double(e, w2, "rate", 1, 1e-3, 1e18, &o->rate, err)) ||
+                (rc = px_json_double(e, w2, "overhead_s", 0, 0, 10, &o->overhead_s, err)) ||
+                (rc = px_json_int(e, w2, "points", 0, 0, 1 << 30, &points, err)))
+                goto fail;
+            m->n_ops++;
+        }
+    }
+    const cJSON *co = cJSON_GetObjectItemCaseSensitive(me, "collectives");
+    if (co) {
+        if (!cJSON_IsArray(co)) {
+            rc = px_fail(err, PX_EINPUT, "%s.collectives: expected an array", mw);
+            goto fail;
+        }
+        int n = cJSON_GetArraySize(co);
+        m->coll = calloc((size_t)(n > 0 ? n : 1), sizeof *m->coll);
+        if (!m->coll) {
+            rc = px_fail(err, PX_ERUNTIME, "out of memory reading %s", mw);
+            goto fail;
+        }
+        for (int i = 0; i < n; i++) {
+            const cJSON *e = cJSON_GetArrayItem(co, i);
+            ProfCollective *c = &m->coll[m->n_coll];
+            snprintf(w2, sizeof w2, "%s.collectives[%d]", mw, i);
+            if (!cJSON_IsObject(e)) {
+                rc = px_fail(err, PX_EINPUT, "%s: expected an object", w2);
+                goto fail;
+            }
+            px_json_warn_unknown(e, w2, known_coll);
+            c->nodes = 1;
+            if ((rc = px_json_string(e, w2, "op", 1, c->op, sizeof c->op, err)) ||
+                (rc = px_json_int(e, w2, "ranks", 1, 1, 1 << 24, &c->ranks, err)) ||
+                (rc = px_json_int(e, w2, "nodes", 0, 1, 1 << 24, &c->nodes, err)))
+                goto fail;
+            const cJSON *pts = cJSON_GetObjectItemCaseSensitive(e, "points");
+            if (!cJSON_IsArray(pts) || cJSON_GetArraySize(pts) < 1 || cJSON_GetArraySize(pts) > PROF_MAX_POINTS) {
+                rc = px_fail(err, PX_EINPUT, "%s.points: expected 1 to %d [bytes, seconds] pairs", w2, PROF_MAX_POINTS);
+                goto fail;
+            }
+            for (int k = 0; k < cJSON_GetArraySize(pts); k++) {
+                const cJSON *pt = cJSON_GetArrayItem(pts, k);
+                if (!cJSON_IsArray(pt) || cJSON_GetArraySize(pt) != 2 || !array_num(pt, 0, &c->bytes[k]) ||
+                    !array_num(pt, 1, &c->seconds[k]) || !(c->bytes[k] > 0) || !(c->seconds[k] > 0) ||
+                    (k > 0 && !(c->bytes[k] > c->bytes[k - 1]))) {
+                    rc = px_fail(err, PX_EINPUT, "%s.points[%d]: expected [bytes, seconds], positive, bytes increasing", w2, k);
+                    goto fail;
+                }
+                c->n++;
+            }
+            m->n_coll++;
+        }
+    }
+    *out = m;
+    return PX_OK;
+fail:
+    prof_measured_free(m);
+    return rc;
+}
+
+void prof_measured_free(ProfMeasured *m)
+{
+    if (!m)
+        return;
+    free(m->gemm);
+    free(m->ops);
+    free(m->coll);
+    free(m);
+}
+
+void prof_cluster_free(ProfCluster *c)
+{
+    if (!c)
+        return;
+    prof_measured_free(c->measured);
+    c->measured = NULL;
+}
+
+double prof_measured_collective(const ProfMeasured *m, const char *op, int ranks, int nodes,
+                                double bytes)
+{
+    if (!m || !(bytes > 0))
+        return -1.0;
+    for (int i = 0; i < m->n_coll; i++) {
+        const ProfCollective *c = &m->coll[i];
+        if (c->ranks != ranks || c->nodes != nodes || strcmp(c->op, op) != 0 || c->n < 1)
+            continue;
+        if (c->n == 1)
+            return c->seconds[0] * (bytes >= c->bytes[0] ? bytes / c->bytes[0] : 1.0);
+        /* the segment around bytes (the first or last one beyond the range), log-log */
+        int k = 1;
+        while (k < c->n - 1 && bytes > c->bytes[k])
+            k++;
+        double x0 = log(c->bytes[k - 1]), x1 = log(c->bytes[k]);
+        double y0 = log(c->seconds[k - 1]), y1 = log(c->seconds[k]);
+        double y = y0 + (y1 - y0) * (log(bytes) - x0) / (x1 - x0);
+        if (bytes < c->bytes[0] && y < y0)
+            y = y0; /* below the smallest size the latency stays */
+        return exp(y);
+    }
+    return -1.0;
+}
+
+const ProfOpRate *prof_measured_op(const ProfMeasured *m, const char *kind, const char *phase,
+                                   int flash)
+{
+    if (!m)
+        return NULL;
+    for (int i = 0; i < m->n_ops; i++) {
+        const ProfOpRate *o = &m->ops[i];
+        if (strcmp(o->kind, kind) == 0 && strcmp(o->phase, phase) == 0 &&
+            (strcmp(kind, "attention") != 0 || o->flash == flash))
+            return o;
+    }
+    return NULL;
+}
+
+double prof_measured_gemm(const ProfMeasured *m, double M, double N, double K, double batch)
+{
+    if (!m || m->n_gemm == 0)
+        return -1.0;
+    int best = -1;
+    double best_d = 0;
+    for (int i = 0; i < m->n_gemm; i++) {
+        const ProfGemmPoint *p = &m->gemm[i];
+        double dist = fabs(log(p->m / M)) + fabs(log(p->n / N)) + fabs(log(p->k / K)) +
+                      fabs(log(p->batch / batch));
+        if (best < 0 || dist < best_d) {
+            best = i;
+            best_d = dist;
+        }
+    }
+    const ProfGemmPoint *p = &m->gemm[best];
+    return p->seconds * (M * N * K * batch) / (p->m * p->n * p->k * p->batch);
+}
+
 /* Parses a cluster profile; resolves a device given by name in place. */
 static int cluster_from_json(cJSON *j, const char *origin, const char *const *sets, int n_sets,
                              ProfCluster *c, PxError *err)
 {
     static const char *const known[] = {"schema_version", "name", "description", "device", "node",
-                                        "network", "nodes", "shared_memory", "overlap", "sources",
-                                        NULL};
+                                        "network", "nodes", "shared_memory", "overlap", "measured",
+                                        "sources", NULL};
     static const char *const known_node[] = {"devices", "link", NULL};
     static const char *const known_link[] = {"bandwidth", "latency", "efficiency", NULL};
     static const char *const known_net[] = {"bandwidth_per_device", "latency", "efficiency", NULL};
@@ -281,7 +493,16 @@ static int cluster_from_json(cJSON *j, const char *origin, const char *const *se
                 goto out;
         }
     }
+    {
+        const cJSON *me;
+        if ((rc = px_json_object(j, where, "measured", 0, &me, err)))
+            goto out;
+        if (me && (rc = parse_measured(me, where, &c->measured, err)))
+            goto out;
+    }
 out:
+    if (rc)
+        prof_cluster_free(c);
     return rc;
 }
 
@@ -356,5 +577,41 @@ cJSON *prof_cluster_to_json(const ProfCluster *c)
         cJSON_AddNumberToObject(j, "nodes", c->nodes);
     if (c->shared_memory)
         cJSON_AddBoolToObject(j, "shared_memory", 1);
+    if (c->measured) {
+        const ProfMeasured *m = c->measured;
+        cJSON *me = cJSON_AddObjectToObject(j, "measured");
+        cJSON_AddStringToObject(me, "host", m->host);
+        cJSON_AddStringToObject(me, "date", m->date);
+        cJSON_AddNumberToObject(me, "ranks", m->ranks);
+        cJSON *g = cJSON_AddArrayToObject(me, "gemm");
+        for (int i = 0; i < m->n_gemm; i++) {
+            double v[5] = {m->gemm[i].m, m->gemm[i].n, m->gemm[i].k, m->gemm[i].batch, m->gemm[i].seconds};
+            cJSON_AddItemToArray(g, cJSON_CreateDoubleArray(v, 5));
+        }
+        cJSON *ops = cJSON_AddArrayToObject(me, "ops");
+        for (int i = 0; i < m->n_ops; i++) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "kind", m->ops[i].kind);
+            cJSON_AddStringToObject(o, "phase", m->ops[i].phase);
+            if (strcmp(m->ops[i].kind, "attention") == 0)
+                cJSON_AddBoolToObject(o, "flash", m->ops[i].flash);
+            cJSON_AddNumberToObject(o, "rate", m->ops[i].rate);
+            cJSON_AddNumberToObject(o, "overhead_s", m->ops[i].overhead_s);
+            cJSON_AddItemToArray(ops, o);
+        }
+        cJSON *co = cJSON_AddArrayToObject(me, "collectives");
+        for (int i = 0; i < m->n_coll; i++) {
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddStringToObject(e, "op", m->coll[i].op);
+            cJSON_AddNumberToObject(e, "ranks", m->coll[i].ranks);
+            cJSON_AddNumberToObject(e, "nodes", m->coll[i].nodes);
+            cJSON *pts = cJSON_AddArrayToObject(e, "points");
+            for (int k = 0; k < m->coll[i].n; k++) {
+                double v[2] = {m->coll[i].bytes[k], m->coll[i].seconds[k]};
+                cJSON_AddItemToArray(pts, cJSON_CreateDoubleArray(v, 2));
+            }
+            cJSON_AddItemToArray(co, e);
+        }
+    }
     return j;
 }

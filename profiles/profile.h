@@ -37,6 +37,42 @@ typedef struct {
     double kernel_overhead_s; /* fixed cost of one kernel launch */
 } ProfDevice;
 
+/* What `parallax calibrate` measured on a machine: GEMM timings at the op graph's shapes, the
+ * rate and fixed cost fitted per kind of op (over the simulator's own bytes or FLOPs for that
+ * op), and collective times against message size per group size. The simulator prefers these
+ * to the analytic model wherever they apply (docs/time.md, "Calibrated profiles"). */
+typedef struct {
+    double m, n, k, batch, seconds;
+} ProfGemmPoint;
+
+typedef struct {
+    char kind[16];  /* an op kind: matmul (its non-GEMM part), attention, norm, activation, ... */
+    char phase[16]; /* fwd, bwd (recompute uses fwd), step */
+    int flash;      /* attention only: the fused kernel */
+    double rate;    /* bytes/s, or FLOP/s for attention */
+    double overhead_s;
+} ProfOpRate;
+
+#define PROF_MAX_POINTS 48
+typedef struct {
+    char op[16]; /* allreduce, all_gather, reduce_scatter, sendrecv */
+    int ranks, nodes;
+    int n;
+    double bytes[PROF_MAX_POINTS], seconds[PROF_MAX_POINTS];
+} ProfCollective;
+
+typedef struct {
+    char host[64];
+    char date[32];
+    int ranks; /* ranks that ran concurrently while measuring */
+    ProfGemmPoint *gemm;
+    int n_gemm;
+    ProfOpRate *ops;
+    int n_ops;
+    ProfCollective *coll;
+    int n_coll;
+} ProfMeasured;
+
 typedef struct {
     char name[64];
     char description[160];
@@ -51,6 +87,7 @@ typedef struct {
     double overlap_slowdown; /* compute slowdown while communication overlaps it (shared SMs and memory) */
     int nodes;         /* nodes in the cluster; 0: no limit */
     int shared_memory; /* ranks of a node share one memory (CPU ranks): memory_bytes is per node */
+    ProfMeasured *measured; /* calibrated profiles only (owned; copies share it read-only) */
 } ProfCluster;
 
 /* Loads a built-in device ("a100-80gb") or a device JSON file. */
@@ -74,5 +111,18 @@ uint64_t prof_rank_memory(const ProfCluster *c, int ranks_per_node);
 /* Devices per node for a job of `gpus` ranks (node_devices, or gpus when unbounded). */
 int prof_node_size(const ProfCluster *c, int gpus);
 cJSON *prof_cluster_to_json(const ProfCluster *c);
+/* Frees what a loaded cluster owns (its measurements); accepts a cluster without any. */
+void prof_cluster_free(ProfCluster *c);
+void prof_measured_free(ProfMeasured *m);
+/* A collective's measured time for `bytes` over `ranks` ranks on `nodes` nodes, interpolated
+ * log-log between measured sizes; a negative value when nothing was measured for it. */
+double prof_measured_collective(const ProfMeasured *m, const char *op, int ranks, int nodes,
+                                double bytes);
+/* The measured rate of an op kind and phase (NULL when none). */
+const ProfOpRate *prof_measured_op(const ProfMeasured *m, const char *kind, const char *phase,
+                                   int flash);
+/* A GEMM's measured time: the shape itself, or the nearest measured shape (log distance)
+ * scaled by FLOPs; a negative value when nothing was measured. */
+double prof_measured_gemm(const ProfMeasured *m, double M, double N, double K, double batch);
 
 #endif

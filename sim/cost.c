@@ -41,6 +41,13 @@ double sim_gemm_seconds(const SimCtx *c, const ModelGemm *g, double *eff_out)
     const ProfDevice *dev = &c->cl->device;
     double m = (double)g->m, n = (double)g->n, k = (double)g->k, batch = (double)g->batch;
     double flops = 2.0 * m * n * k * batch;
+    /* a calibrated profile measured GEMMs at the op graph's shapes */
+    double measured = prof_measured_gemm(c->cl->measured, m, n, k, batch);
+    if (measured > 0) {
+        if (eff_out)
+            *eff_out = flops / (c->peak * measured);
+        return measured;
+    }
     double eff = dev->matmul_eff * tile_utilization(dev, m, n, batch);
     /* A short K leaves the main loop little to amortise its prologue and epilogue. */
     if (dev->matmul_k_half > 0)
@@ -57,11 +64,48 @@ double sim_gemm_seconds(const SimCtx *c, const ModelGemm *g, double *eff_out)
     return t_compute > t_memory ? t_compute : t_memory;
 }
 
+static const char *kind_name(ModelOpKind k)
+{
+    static const char *const names[] = {"matmul", "attention", "norm", "activation",
+                                        "embedding", "loss", "optimizer", "comm"};
+    return (unsigned)k < 8 ? names[k] : "?";
+}
+
+/* An op's time from the rate calibrate fitted for its kind and phase: its fixed cost plus its
+ * bytes (FLOPs for attention) at that rate; a matmul's GEMMs are timed as measured and its
+ * elementwise epilogue at the fitted rate. Negative when the profile has no such rate. */
+static double measured_op_seconds(const SimCtx *c, const ModelOp *op)
+{
+    const ProfMeasured *m = c->cl->measured;
+    if (!m || m->n_ops == 0)
+        return -1.0;
+    const char *phase = op->phase == MODEL_RECOMPUTE ? "fwd" : model_phase_name(op->phase);
+    const ProfOpRate *r = prof_measured_op(m, kind_name(op->kind), phase, c->spec->job.flash_attn);
+    if (!r)
+        return -1.0;
+    if (op->kind == MODEL_OP_ATTENTION)
+        return r->overhead_s + op->flops / r->rate;
+    if (op->kind != MODEL_OP_MATMUL)
+        return r->overhead_s + op->bytes / r->rate;
+    double t = 0, io = 0;
+    for (int i = 0; i < op->n_gemm; i++) {
+        const ModelGemm *g = &op->gemm[i];
+        t += sim_gemm_seconds(c, g, NULL);
+        io += ((double)g->m * g->k + (double)g->k * g->n + (double)g->m * g->n) * (double)g->batch *
+              c->elem_bytes;
+    }
+    double rest = op->bytes - io;
+    return t + r->overhead_s + (rest > 0 ? rest / r->rate : 0);
+}
+
 double sim_compute_seconds(const SimCtx *c, const ModelOp *op)
 {
     const ProfDevice *dev = &c->cl->device;
     const double bw = dev->memory_bandwidth * dev->memory_eff;
     const double launch = op->kernels * dev->kernel_overhead_s;
+    double measured = measured_op_seconds(c, op);
+    if (measured >= 0)
+        return measured;
     if (op->kind == MODEL_OP_ATTENTION && c->spec->job.flash_attn) {
         /* a fused causal kernel skips the masked half, whatever half the FLOP count states */
         double work = c->spec->job.causal_flops ? op->flops : 0.5 * op->flops;
@@ -157,7 +201,13 @@ double sim_comm_seconds(const SimCtx *c, const ModelOp *op, int stage)
     }
     }
     double alpha, beta;
-    sim_group_path(c, base, stride, n, &alpha, &beta, NULL);
-    return op->calls * sim_collective_seconds(model_comm_collective(op->comm), (double)op->comm_bytes,
-                                              n, alpha, beta);
+    int nodes;
+    sim_group_path(c, base, stride, n, &alpha, &beta, &nodes);
+    ModelCollective coll = model_comm_collective(op->comm);
+    /* a calibrated profile measured this collective at this group size */
+    static const char *const names[] = {"allreduce", "all_gather", "reduce_scatter", "sendrecv", "sendrecv"};
+    double measured = prof_measured_collective(c->cl->measured, names[coll], n, nodes, (double)op->comm_bytes);
+    if (measured > 0)
+        return op->calls * measured;
+    return op->calls * sim_collective_seconds(coll, (double)op->comm_bytes, n, alpha, beta);
 }

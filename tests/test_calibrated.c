@@ -1,0 +1,109 @@
+/* Calibrated profiles: the `measured` section parses and round-trips, bad measurements are
+ * refused with the key named, and the simulator uses what was measured: GEMM times by shape,
+ * per-kind op rates, collectives interpolated log-log. */
+#include "fixtures.h"
+#include "sim/internal.h"
+#include "test.h"
+
+static const char *profile_text =
+    "{\"schema_version\": 1, \"name\": \"local-test\", \"device\": \"cpu\","
+    " \"node\": {\"devices\": 0, \"link\": {\"bandwidth\": 5e9, \"latency\": 1e-6}},"
+    " \"network\": {\"bandwidth_per_device\": 5e9, \"latency\": 1e-6}, \"shared_memory\": true,"
+    " \"measured\": {\"host\": \"testhost\", \"date\": \"2026-11-21\", \"ranks\": 2,"
+    "   \"gemm\": [[256, 192, 64, 1, 0.001]],"
+    "   \"ops\": [{\"kind\": \"norm\", \"phase\": \"fwd\", \"rate\": 1e9, \"overhead_s\": 2e-5},"
+    "             {\"kind\": \"attention\", \"phase\": \"fwd\", \"flash\": true, \"rate\": 1e10, \"overhead_s\": 0}],"
+    "   \"collectives\": [{\"op\": \"allreduce\", \"ranks\": 2, \"nodes\": 1,"
+    "                      \"points\": [[1024, 1e-5], [1048576, 1e-4]]}]}}";
+
+int main(void)
+{
+    px_log_set_quiet(1);
+    PxError err = {0};
+    ProfCluster cl;
+    CHECK_OK(prof_cluster_parse(profile_text, "test", &cl, &err), err);
+    CHECK(cl.measured != NULL);
+    CHECK_EQ_INT(1, cl.measured->n_gemm);
+    CHECK_EQ_INT(2, cl.measured->n_ops);
+    CHECK_EQ_INT(2, cl.measured->ranks);
+    /* round trip through JSON */
+    cJSON *j = prof_cluster_to_json(&cl);
+    char *text = cJSON_Print(j);
+    ProfCluster back;
+    CHECK_OK(prof_cluster_parse(text, "roundtrip", &back, &err), err);
+    cJSON_free(text);
+    cJSON_Delete(j);
+    CHECK_EQ_INT(cl.measured->n_gemm, back.measured->n_gemm);
+    CHECK(back.measured->coll[0].seconds[1] == 1e-4);
+    prof_cluster_free(&back);
+
+    /* lookups */
+    CHECK_REL(0.001, prof_measured_gemm(cl.measured, 256, 192, 64, 1), 1e-12);
+    CHECK_REL(0.002, prof_measured_gemm(cl.measured, 512, 192, 64, 1), 1e-12); /* scaled by FLOPs */
+    /* 32 KiB is halfway between 1 KiB and 1 MiB in log size: sqrt(1e-5 * 1e-4) */
+    CHECK_REL(sqrt(1e-9), prof_measured_collective(cl.measured, "allreduce", 2, 1, 32768), 1e-12);
+    CHECK(prof_measured_collective(cl.measured, "allreduce", 4, 1, 32768) < 0); /* not measured */
+    CHECK(prof_measured_collective(cl.measured, "all_gather", 2, 1, 32768) < 0);
+    CHECK(prof_measured_op(cl.measured, "norm", "bwd", 0) == NULL);
+
+    /* the simulator uses them: tiny, tp 1, mbs 4, seq 64: qkv forward is 256 x 192 x 64 */
+    ModelSpec s;
+    model_spec_defaults(&s);
+    CHECK_OK(model_config_load("tiny", &s.model, &err), err);
+    s.job.micro_batch = 4;
+    s.job.global_batch = 8;
+    SimResult r;
+    CHECK_OK(sim_run(&s, &cl, 2, &r, &err), err);
+    int found = 0;
+    for (int i = 0; i < r.ops[0].count; i++) {
+        const ModelOp *op = &r.ops[0].op[i];
+        char name[96];
+        model_op_fullname(op, name, sizeof name);
+        double t = r.op_seconds[0][i];
+        if (strcmp(name, "layer.0.ln1.fwd") == 0) {
+            CHECK_REL(2e-5 + op->bytes / 1e9, t, 1e-12);
+            found++;
+        } else if (strcmp(name, "layer.0.attn.core.fwd") == 0) {
+            CHECK_REL(op->flops / 1e10, t, 1e-12);
+            found++;
+        } else if (strcmp(name, "layer.0.attn.qkv.fwd") == 0) {
+            CHECK_EQ_INT(256, op->gemm[0].m);
+            CHECK_EQ_INT(192, op->gemm[0].n);
+            CHECK_EQ_INT(64, op->gemm[0].k);
+            found++;
+        } else if (strcmp(name, "layer.0.grads.dp_allreduce.step") == 0) {
+            CHECK_REL(prof_measured_collective(cl.measured, "allreduce", 2, 1, (double)op->comm_bytes), t, 1e-12);
+            found++;
+        }
+    }
+    CHECK_EQ_INT(4, found);
+    double calibrated = r.step_s;
+    sim_result_free(&r);
+    /* and it changes the prediction against the generic profile */
+    ProfCluster plain;
+    CHECK_OK(prof_cluster_load("local", NULL, 0, &plain, &err), err);
+    CHECK_OK(sim_run(&s, &plain, 2, &r, &err), err);
+    CHECK(fabs(r.step_s - calibrated) > 1e-3 * calibrated);
+    sim_result_free(&r);
+    prof_cluster_free(&cl);
+
+    /* bad measurements are refused, naming the key */
+    const char *bad[][2] = {
+        {"\"gemm\": [[256, 192, 64, 1]]", "measured.gemm[0]: expected [m, n, k, batch, seconds]"},
+        {"\"gemm\": [[256, 192, 64, 1, -1]]", "measured.gemm[0]"},
+        {"\"ops\": [{\"kind\": \"norm\", \"phase\": \"fwd\"}]", "measured.ops[0].rate: missing required key"},
+        {"\"collectives\": [{\"op\": \"allreduce\", \"ranks\": 2, \"points\": [[2048, 1e-5], [1024, 2e-5]]}]",
+         "bytes increasing"},
+        {"\"collectives\": {}", "measured.collectives: expected an array"},
+    };
+    for (int i = 0; i < 5; i++) {
+        char t[1024];
+        snprintf(t, sizeof t,
+                 "{\"name\": \"x\", \"device\": \"cpu\", \"node\": {\"devices\": 0, \"link\": {\"bandwidth\": 5e9, \"latency\": 1e-6}},"
+                 " \"network\": {\"bandwidth_per_device\": 5e9, \"latency\": 1e-6}, \"measured\": {%s}}",
+                 bad[i][0]);
+        ProfCluster x;
+        CHECK_INPUT_ERROR(prof_cluster_parse(t, "bad", &x, &err), err, bad[i][1]);
+    }
+    TEST_DONE("calibrated");
+}
