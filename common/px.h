@@ -22,6 +22,10 @@
 
 #include <cjson/cJSON.h>
 
+#ifdef __cplusplus
+extern "C" { /* included by kernels/cuda, which nvcc compiles as C++ */
+#endif
+
 enum { PX_OK = 0, PX_ERUNTIME = 1, PX_EINPUT = 2 };
 
 typedef struct {
@@ -126,5 +130,9 @@ static inline uint64_t px_ceil_div(uint64_t n, uint64_t m) { return (n + m - 1) 
 
 /* Formats a count with an SI suffix ("174.6 B", "85.0 M") into buf. */
 const char *px_fmt_count(char *buf, size_t cap, double n);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

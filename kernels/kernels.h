@@ -9,7 +9,9 @@
  * marked "+=" are accumulated into; everything else is overwritten (gelu_bwd and swiglu_bwd
  * overwrite their dinp, unlike llm.c's). N is the number of token rows (B*T), C a row width.
  * All pointers are device pointers of the backend. With beta = 0 a matmul never reads C;
- * norm backwards need dinp not to alias dout.
+ * norm backwards need dinp not to alias dout; gelu_bwd's dinp may alias dout and swiglu_bwd's
+ * dinp may alias inp. Every call is ordered on the backend's one stream; to_device, to_host,
+ * sumsq and all_finite wait for it (call sumsq once over a contiguous buffer, not per tensor).
  *
  * Example (a linear layer, Y = X W^T + b, and its backward):
  *   const KernBackend *k = kern_cpu();
@@ -26,6 +28,10 @@
 #include <stdint.h>
 
 #include "common/px.h"
+
+#ifdef __cplusplus
+extern "C" { /* kernels/cuda is compiled as CUDA C++ */
+#endif
 
 /* One causal self-attention call for one micro-batch on one TP rank. Query t of batch b and
  * head h is q + (b*Tq + t)*q_stride + h*D; key/value t of KV group g is k + (b*Tk + t)*k_stride
@@ -188,10 +194,22 @@ struct KernBackend {
 const KernBackend *kern_cpu(void);
 /* The CUDA backend, or NULL when parallax was built without CUDA or no GPU is visible. */
 const KernBackend *kern_cuda(void);
+/* The CUDA backend with activations in act: PX_BF16 (what kern_cuda() returns) or PX_FP16 (loss
+ * scaling is the caller's business); NULL for another dtype, without CUDA or without a GPU. It
+ * binds to the device current at the first call (cudaSetDevice before it). */
+const KernBackend *kern_cuda_with(PxDtype act);
+
+/* nvcc compiles the dropout stream for the device too, so that both backends draw from this one
+ * definition. */
+#ifdef __CUDACC__
+#define KERN_HOST_DEVICE __host__ __device__
+#else
+#define KERN_HOST_DEVICE
+#endif
 
 /* The dropout stream: a keep decision for element i of stream seed (counter-based, so any
  * backend and any recomputation draw the same mask). */
-static inline int kern_dropout_keep(uint64_t seed, uint64_t i, float p)
+static inline KERN_HOST_DEVICE int kern_dropout_keep(uint64_t seed, uint64_t i, float p)
 {
     /* splitmix64 of (seed, i) */
     uint64_t z = seed + 0x9E3779B97F4A7C15ull * (i + 1);
@@ -200,5 +218,9 @@ static inline int kern_dropout_keep(uint64_t seed, uint64_t i, float p)
     z ^= z >> 31;
     return (double)(z >> 11) * (1.0 / 9007199254740992.0) >= (double)p;
 }
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

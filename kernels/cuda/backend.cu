@@ -1,0 +1,171 @@
+/* The CUDA backend's tables (bf16 and fp16 activations), its context and its memory
+ * functions. kern_cuda() must never crash a CPU-only machine: without a driver or a device,
+ * cudaGetDeviceCount fails (or counts 0) and the backend is simply absent (NULL). */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "kernels/cuda/common.cuh"
+
+[[noreturn]] void kern_cuda_fatal(const char *file, int line, const char *what)
+{
+    fprintf(stderr, "parallax: %s:%d: CUDA kernel contract violated: %s\n", file, line, what);
+    abort();
+}
+
+void kern_cuda_check(cudaError_t err, const char *file, int line)
+{
+    if (err == cudaSuccess)
+        return;
+    fprintf(stderr, "parallax: %s:%d: CUDA error %d: %s\n", file, line, (int)err,
+            cudaGetErrorString(err));
+    abort();
+}
+
+void kern_cublas_check(cublasStatus_t st, const char *file, int line)
+{
+    if (st == CUBLAS_STATUS_SUCCESS)
+        return;
+    fprintf(stderr, "parallax: %s:%d: cuBLAS error %d: %s\n", file, line, (int)st,
+            cublasGetStatusString(st));
+    abort();
+}
+
+static KernCudaCtx ctx;
+static KernBackend tables[2]; /* [0] bf16, [1] fp16 */
+static int ctx_ok;
+static pthread_once_t ctx_once = PTHREAD_ONCE_INIT; /* pthread, not std::call_once: no libstdc++ */
+
+const KernCudaCtx *kern_cuda_ctx(void) { return &ctx; }
+
+void kern_cuda_smem_optin(const void *kernel, size_t bytes, const char *what)
+{
+    if (bytes > ctx.smem_optin) {
+        char msg[256];
+        snprintf(msg, sizeof msg,
+                 "%s needs %zu bytes of shared memory per block; the device has %zu", what,
+                 bytes, ctx.smem_optin);
+        kern_cuda_fatal(__FILE__, __LINE__, msg);
+    }
+    if (bytes > ctx.smem_default)
+        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)bytes));
+}
+
+/* ---- memory ---- */
+
+/* One cudaMalloc per call (the executor's arena asks once per memory category), zero-filled
+ * as kern_cpu's is. NULL when the device is out of memory; cudaMalloc's out-of-memory error is
+ * not sticky, so it is read and cleared here and the caller may report it. */
+static void *cuda_alloc(size_t bytes)
+{
+    void *p = NULL;
+    /* a unique pointer for 0 bytes, so that alloc(0) is not mistaken for a failure */
+    size_t want = bytes ? bytes : 256;
+    cudaError_t err = cudaMalloc(&p, want);
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    cudaCheck(cudaMemset(p, 0, want));
+    return p;
+}
+
+static void cuda_free(void *p)
+{
+    if (p)
+        cudaCheck(cudaFree(p));
+}
+
+static void cuda_memset0(void *p, size_t bytes)
+{
+    if (bytes)
+        cudaCheck(cudaMemsetAsync(p, 0, bytes, 0));
+}
+
+static void cuda_copy(void *dst, const void *src, size_t bytes)
+{
+    if (bytes)
+        cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, 0));
+}
+
+/* cudaMemcpy with pageable host memory returns once the host buffer may be reused (to_device)
+ * or holds the data (to_host), after the work queued before it. */
+static void cuda_to_device(void *dst, const void *host, size_t bytes)
+{
+    if (bytes)
+        cudaCheck(cudaMemcpy(dst, host, bytes, cudaMemcpyHostToDevice));
+}
+
+static void cuda_to_host(void *host, const void *src, size_t bytes)
+{
+    if (bytes)
+        cudaCheck(cudaMemcpy(host, src, bytes, cudaMemcpyDeviceToHost));
+}
+
+static void cuda_sync(void) { cudaCheck(cudaDeviceSynchronize()); }
+
+/* ---- initialization ---- */
+
+static void table_fill(KernBackend *k, PxDtype act)
+{
+#ifdef PX_CUDA_EMU
+    k->name = "cuda-emu";
+#else
+    k->name = "cuda";
+#endif
+    k->act = act;
+    k->alloc = cuda_alloc;
+    k->free = cuda_free;
+    k->memset0 = cuda_memset0;
+    k->copy = cuda_copy;
+    k->to_device = cuda_to_device;
+    k->to_host = cuda_to_host;
+    k->sync = cuda_sync;
+    kern_cuda_table_matmul(k);
+    kern_cuda_table_norms(k);
+    kern_cuda_table_activations(k);
+    kern_cuda_table_rope(k);
+    kern_cuda_table_attention(k);
+    kern_cuda_table_embedding(k);
+    kern_cuda_table_xent(k);
+    kern_cuda_table_optim(k);
+    kern_cuda_table_misc(k);
+}
+
+static void ctx_init(void)
+{
+    int count = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess || count <= 0) {
+        (void)cudaGetLastError(); /* no driver or no device: no backend, and no sticky error */
+        return;
+    }
+    cudaCheck(cudaGetDevice(&ctx.device));
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, ctx.device));
+    ctx.sms = prop.multiProcessorCount > 0 ? prop.multiProcessorCount : 1;
+    ctx.smem_default = prop.sharedMemPerBlock;
+    ctx.smem_optin = prop.sharedMemPerBlockOptin > prop.sharedMemPerBlock
+                         ? prop.sharedMemPerBlockOptin
+                         : prop.sharedMemPerBlock;
+    cublasCheck(cublasCreate(&ctx.blas));
+    cublasCheck(cublasSetStream(ctx.blas, 0));
+    cudaCheck(cudaMalloc((void **)&ctx.sum, sizeof *ctx.sum));
+    cudaCheck(cudaMalloc((void **)&ctx.flag, sizeof *ctx.flag));
+    table_fill(&tables[0], PX_BF16);
+    table_fill(&tables[1], PX_FP16);
+    ctx_ok = 1;
+}
+
+extern "C" const KernBackend *kern_cuda_with(PxDtype act)
+{
+    if (act != PX_BF16 && act != PX_FP16)
+        return NULL;
+    pthread_once(&ctx_once, ctx_init);
+    if (!ctx_ok)
+        return NULL;
+    return &tables[act == PX_BF16 ? 0 : 1];
+}
+
+extern "C" const KernBackend *kern_cuda(void) { return kern_cuda_with(PX_BF16); }

@@ -1,0 +1,1061 @@
+/* The CUDA backend against the CPU backend, its reference: every entry of the table, forward
+ * and backward, on random inputs, for bf16 and for fp16 activations. Inputs are rounded to the
+ * act dtype first, so both backends see the same values and the difference measures only the
+ * CUDA backend's own rounding (its outputs in act, its summation orders, the act-dtype scores of
+ * the unfused attention). Each comparison prints the largest absolute error and the largest
+ * relative one, measured against |expected| + rms(expected) so that entries near zero are
+ * judged on the scale of their tensor; a comparison fails above its tolerance, a multiple of
+ * the act dtype's epsilon (2^-8 bf16, 2^-11 fp16) for act outputs and a small constant for
+ * fp32 ones. Exact where the contract is exact: dropout masks (the counter-based stream draws
+ * byte for byte the same), casts, scaling, and the preserved padding of strided views.
+ *
+ * Exits 77 (ctest: skipped) when kern_cuda() is NULL: no GPU or no driver. Built against
+ * kernels/cuda/emu instead (test_kernels_cuda_emu), the backend runs on the CPU and the test
+ * uses small shapes only; on a GPU it adds larger ones (PARALLAX_TEST_LARGE=1 or 0 says
+ * otherwise). */
+#include <float.h>
+#include <stdint.h>
+
+#include "kernels/kernels.h"
+#include "test.h"
+
+static const KernBackend *G; /* under test */
+static const KernBackend *R; /* the reference: kern_cpu() */
+static double EPS;           /* unit roundoff of the act dtype: 2^-8 bf16, 2^-11 fp16 */
+static int large;            /* larger shapes too: on a real GPU, or PARALLAX_TEST_LARGE=1 */
+
+/* ---- host helpers ---- */
+
+static uint64_t rng_state = 0x5eed;
+
+/* uniform in [-1, 1) (splitmix64) */
+static double rnd(void)
+{
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (double)(z >> 11) * (2.0 / 9007199254740992.0) - 1.0;
+}
+
+static void *xmalloc(size_t bytes)
+{
+    void *p = calloc(bytes ? bytes : 1, 1);
+    if (!p) {
+        fprintf(stderr, "test_kernels_cuda: out of memory\n");
+        exit(1);
+    }
+    return p;
+}
+
+static float *fnew(size_t n) { return xmalloc(n * sizeof(float)); }
+
+static float *fcopy(const float *x, size_t n)
+{
+    float *y = fnew(n);
+    if (n)
+        memcpy(y, x, n * sizeof *y);
+    return y;
+}
+
+static void fill(float *x, size_t n, float v)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = v;
+}
+
+/* ---- 16-bit floats on the host, round to nearest even (as __float2bfloat16, __float2half) ---- */
+
+static uint32_t f2u(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static float u2f(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static uint16_t bf16_bits(float f)
+{
+    uint32_t u = f2u(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static float bf16_float(uint16_t h) { return u2f((uint32_t)h << 16); }
+
+static uint16_t fp16_bits(float f)
+{
+    const uint32_t u = f2u(f), sign = (u >> 16) & 0x8000u;
+    const float a = fabsf(f);
+    if (a != a)
+        return (uint16_t)(sign | 0x7e00u);
+    if (a >= 65520.0f)
+        return (uint16_t)(sign | 0x7c00u);
+    if (a < 6.103515625e-05f) /* subnormal: a multiple of 2^-24 */
+        return (uint16_t)(sign | (uint32_t)nearbyintf(a * 16777216.0f));
+    uint32_t e = ((u >> 23) & 0xffu) - 127 + 15, m = u & 0x7fffffu;
+    uint32_t r = (e << 10) | (m >> 13), rest = m & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (r & 1u)))
+        r++;
+    return (uint16_t)(sign | r);
+}
+
+static float fp16_float(uint16_t h)
+{
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    const int e = (h >> 10) & 0x1f;
+    const uint32_t m = h & 0x3ffu;
+    if (e == 0x1f)
+        return u2f(sign | 0x7f800000u | (m << 13));
+    if (e == 0)
+        return sign ? -ldexpf((float)m, -24) : ldexpf((float)m, -24);
+    return u2f(sign | ((uint32_t)(e - 15 + 127) << 23) | (m << 13));
+}
+
+static uint16_t act_bits(float f) { return G->act == PX_BF16 ? bf16_bits(f) : fp16_bits(f); }
+static float act_float(uint16_t h) { return G->act == PX_BF16 ? bf16_float(h) : fp16_float(h); }
+static float act_round(float f) { return act_float(act_bits(f)); }
+
+/* n values uniform in [offset - scale, offset + scale), rounded to the act dtype */
+static float *arand(size_t n, double scale, double offset)
+{
+    float *x = fnew(n);
+    for (size_t i = 0; i < n; i++)
+        x[i] = act_round((float)(offset + scale * rnd()));
+    return x;
+}
+
+/* n fp32 values uniform in [offset - scale, offset + scale) */
+static float *frand(size_t n, double scale, double offset)
+{
+    float *x = fnew(n);
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)(offset + scale * rnd());
+    return x;
+}
+
+/* ---- device buffers of the backend under test ---- */
+
+static void *dalloc(size_t bytes)
+{
+    void *p = G->alloc(bytes);
+    if (!p) {
+        fprintf(stderr, "test_kernels_cuda: device allocation of %zu bytes failed\n", bytes);
+        exit(1);
+    }
+    return p;
+}
+
+/* a device act buffer holding x (rounded to act) */
+static void *up_act(const float *x, size_t n)
+{
+    uint16_t *h = xmalloc(n * 2);
+    for (size_t i = 0; i < n; i++)
+        h[i] = act_bits(x[i]);
+    void *d = dalloc(n * 2);
+    G->to_device(d, h, n * 2);
+    free(h);
+    return d;
+}
+
+static void set_act(void *d, const float *x, size_t n)
+{
+    uint16_t *h = xmalloc(n * 2);
+    for (size_t i = 0; i < n; i++)
+        h[i] = act_bits(x[i]);
+    G->to_device(d, h, n * 2);
+    free(h);
+}
+
+static void *up_bytes(const void *x, size_t bytes)
+{
+    void *d = dalloc(bytes);
+    G->to_device(d, x, bytes);
+    return d;
+}
+
+static float *up_f32(const float *x, size_t n) { return up_bytes(x, n * sizeof *x); }
+
+static float *down_act(const void *d, size_t n)
+{
+    uint16_t *h = xmalloc(n * 2);
+    G->to_host(h, d, n * 2);
+    float *x = fnew(n);
+    for (size_t i = 0; i < n; i++)
+        x[i] = act_float(h[i]);
+    free(h);
+    return x;
+}
+
+static uint16_t *down_bits(const void *d, size_t n)
+{
+    uint16_t *h = xmalloc(n * 2);
+    G->to_host(h, d, n * 2);
+    return h;
+}
+
+static float *down_f32(const float *d, size_t n)
+{
+    float *x = fnew(n);
+    G->to_host(x, d, n * sizeof *x);
+    return x;
+}
+
+/* ---- comparisons ---- */
+
+static const char *act_name(void) { return px_dtype_name(G->act); }
+
+/* Fails when max_i |a_i - e_i| / (|e_i| + rms(e)) exceeds tol; prints both maxima either way. */
+static void compare(const char *file, int line, const char *op, const char *what,
+                    const float *e, const float *a, size_t n, double tol)
+{
+    double ss = 0.0;
+    for (size_t i = 0; i < n; i++)
+        ss += (double)e[i] * e[i];
+    double floor = n ? sqrt(ss / (double)n) : 0.0;
+    if (!(floor > 1e-30))
+        floor = 1e-30;
+    double max_abs = 0.0, max_rel = 0.0;
+    size_t worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - e[i]);
+        if (a[i] != a[i] || (isinf(a[i]) && a[i] != e[i]))
+            d = INFINITY;
+        if (a[i] == e[i])
+            d = 0.0; /* equal infinities */
+        double r = d / (fabs(e[i]) + floor);
+        if (d > max_abs)
+            max_abs = d;
+        if (r > max_rel) {
+            max_rel = r;
+            worst = i;
+        }
+    }
+    printf("  %-6s %-16s %-12s n=%-8zu max abs %.3e  max rel %.3e  (tol %.1e)\n", act_name(), op,
+           what, n, max_abs, max_rel, tol);
+    px_test_checks++;
+    if (!(max_rel <= tol)) {
+        fprintf(stderr,
+                "%s:%d: FAILED: %s %s (%s): element %zu\n  expected %.9g\n  actual   %.9g "
+                "(%.3g relative to |expected| + rms %.3g; tolerance %.3g)\n",
+                file, line, op, what, act_name(), worst, e[worst], a[worst], max_rel, floor, tol);
+        exit(1);
+    }
+}
+#define COMPARE(op, what, e, a, n, tol)                                                           \
+    compare(__FILE__, __LINE__, (op), (what), (e), (a), (n), (tol))
+
+static void compare_bytes(const char *file, int line, const char *op, const char *what,
+                          const void *e, const void *a, size_t bytes)
+{
+    px_test_checks++;
+    const unsigned char *x = e, *y = a;
+    for (size_t i = 0; i < bytes; i++)
+        if (x[i] != y[i]) {
+            fprintf(stderr, "%s:%d: FAILED: %s %s (%s): byte %zu\n  expected %d\n  actual   %d\n",
+                    file, line, op, what, act_name(), i, x[i], y[i]);
+            exit(1);
+        }
+    printf("  %-6s %-16s %-12s %zu bytes identical\n", act_name(), op, what, bytes);
+}
+#define COMPARE_BYTES(op, what, e, a, bytes)                                                      \
+    compare_bytes(__FILE__, __LINE__, (op), (what), (e), (a), (bytes))
+
+/* Tolerances in units of the act dtype's unit roundoff: rounding an fp32 result to act once is
+ * off by at most 1 (a tie), two results a rounding apart by 2. The unfused attention rounds its
+ * scores, probabilities, dP and dS to act, and sums dK, dV over the heads of a KV group in act:
+ * its errors grow with the row length (measured under kernels/cuda/emu at the larger shapes:
+ * out 5.4, probs 2.5, dq 9.3, dk 10.2, dv 5.6), hence its wider tolerances; the fused one keeps
+ * everything in fp32 and rounds once (under 0.9). */
+#define T_ACT(k) ((k) * EPS)
+#define T_F32 1e-4 /* fp32 outputs: summation order and libm differences only */
+
+/* ---- the table and memory ---- */
+
+static void test_table(void)
+{
+#define HAS(f) CHECK(G->f != NULL)
+    HAS(name); HAS(alloc); HAS(free); HAS(memset0); HAS(copy); HAS(to_device); HAS(to_host);
+    HAS(sync); HAS(matmul); HAS(add_bias); HAS(bias_grad); HAS(layernorm_fwd);
+    HAS(layernorm_bwd); HAS(rmsnorm_fwd); HAS(rmsnorm_bwd); HAS(gelu_fwd); HAS(gelu_bwd);
+    HAS(swiglu_fwd); HAS(swiglu_bwd); HAS(rope_fwd); HAS(rope_bwd); HAS(attention_fwd);
+    HAS(attention_bwd); HAS(add); HAS(add_inplace); HAS(dropout_fwd); HAS(dropout_bwd);
+    HAS(embedding_fwd); HAS(embedding_bwd); HAS(xent_rowmax); HAS(xent_expsum);
+    HAS(xent_finish); HAS(xent_bwd); HAS(adamw); HAS(sgd_momentum); HAS(sumsq); HAS(all_finite);
+    HAS(scale_f32); HAS(cast_to_act); HAS(cast_to_f32); HAS(acc_to_f32);
+#undef HAS
+    CHECK(strncmp(G->name, "cuda", 4) == 0);
+}
+
+static void test_memory(void)
+{
+    const size_t n = 1000;
+    unsigned char host[1000], back[1000];
+    unsigned char *p = G->alloc(n);
+    CHECK(p != NULL);
+    G->to_host(back, p, n);
+    for (size_t i = 0; i < n; i++)
+        if (back[i] != 0)
+            CHECK_EQ_INT(0, back[i]); /* zero-filled */
+    for (size_t i = 0; i < n; i++)
+        host[i] = (unsigned char)(i * 7 + 1);
+    G->to_device(p, host, n);
+    unsigned char *q = G->alloc(n);
+    G->copy(q, p, n);
+    G->to_host(back, q, n);
+    CHECK(memcmp(back, host, n) == 0);
+    G->memset0(q + 10, 20);
+    G->to_host(back, q, n);
+    CHECK_EQ_INT(0, back[10]);
+    CHECK_EQ_INT(0, back[29]);
+    CHECK_EQ_INT(host[9], back[9]);
+    CHECK_EQ_INT(host[30], back[30]);
+    G->copy(q, p, 0); /* zero bytes: nothing happens */
+    G->memset0(q, 0);
+    G->sync();
+    void *z = G->alloc(0);
+    CHECK(z != NULL);
+    G->free(z);
+    G->free(p);
+    G->free(q);
+    G->free(NULL);
+    printf("  %-6s memory: alloc zero-fills, copies, memset0 and free behave\n", act_name());
+}
+
+/* ---- matrix products ---- */
+
+static void test_matmul_case(int m, int n, int k, int ta, int tb)
+{
+    const size_t na = (size_t)m * k, nb = (size_t)k * n, nc = (size_t)m * n;
+    float *a = arand(na, 1, 0), *b = arand(nb, 1, 0), *c0 = arand(nc, 1, 0);
+    void *da = up_act(a, na), *db = up_act(b, nb);
+    char what[64];
+    /* act output, beta = 0 (c not read: prefilled with garbage) and beta = 0.75 */
+    for (int with_beta = 0; with_beta < 2; with_beta++) {
+        const float alpha = 0.5f, beta = with_beta ? 0.75f : 0.0f;
+        float *ec = fcopy(c0, nc);
+        R->matmul(ec, PX_FP32, a, b, m, n, k, ta, tb, alpha, beta);
+        void *dc = up_act(c0, nc);
+        G->matmul(dc, G->act, da, db, m, n, k, ta, tb, alpha, beta);
+        float *gc = down_act(dc, nc);
+        snprintf(what, sizeof what, "%dx%dx%d %c%c b%g", m, n, k, ta ? 'T' : 'N', tb ? 'T' : 'N',
+                 (double)beta);
+        COMPARE("matmul act", what, ec, gc, nc, T_ACT(1.5));
+        free(ec), free(gc), G->free(dc);
+    }
+    /* fp32 output accumulated (a weight gradient: beta = 1) */
+    float *ec = fcopy(c0, nc);
+    R->matmul(ec, PX_FP32, a, b, m, n, k, ta, tb, 1.0f, 1.0f);
+    float *dc = up_f32(c0, nc);
+    G->matmul(dc, PX_FP32, da, db, m, n, k, ta, tb, 1.0f, 1.0f);
+    float *gc = down_f32(dc, nc);
+    snprintf(what, sizeof what, "%dx%dx%d %c%c +=", m, n, k, ta ? 'T' : 'N', tb ? 'T' : 'N');
+    COMPARE("matmul fp32", what, ec, gc, nc, T_F32);
+    free(ec), free(gc), G->free(dc);
+    free(a), free(b), free(c0), G->free(da), G->free(db);
+}
+
+static void test_matmul(void)
+{
+    static const int shapes[][3] = {{5, 7, 3}, {33, 17, 65}, {64, 48, 32}, {1, 9, 40}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++)
+                test_matmul_case(shapes[s][0], shapes[s][1], shapes[s][2], ta, tb);
+    if (large) {
+        test_matmul_case(512, 768, 1024, 0, 1); /* a linear layer's forward */
+        test_matmul_case(768, 1024, 512, 1, 0); /* its weight gradient */
+    }
+    /* k = 0: c = beta c; m = 0: nothing */
+    const size_t nc = 6 * 4;
+    float *c0 = arand(nc, 1, 0), *ec = fnew(nc);
+    for (size_t i = 0; i < nc; i++)
+        ec[i] = 0.5f * c0[i];
+    void *dc = up_act(c0, nc);
+    G->matmul(dc, G->act, dc, dc, 6, 4, 0, 0, 0, 1.0f, 0.5f);
+    float *gc = down_act(dc, nc);
+    COMPARE("matmul act", "k=0 b0.5", ec, gc, nc, T_ACT(1.01));
+    free(gc);
+    G->matmul(dc, G->act, dc, dc, 6, 4, 0, 0, 0, 1.0f, 0.0f);
+    gc = down_act(dc, nc);
+    fill(ec, nc, 0.0f);
+    COMPARE("matmul act", "k=0 b0", ec, gc, nc, 0.0);
+    G->matmul(dc, G->act, dc, dc, 0, 4, 5, 0, 0, 1.0f, 0.0f);
+    free(c0), free(ec), free(gc), G->free(dc);
+}
+
+static void test_bias(void)
+{
+    const int N = 300, C = 70;
+    const size_t n = (size_t)N * C;
+    float *out = arand(n, 1, 0), *bias = arand(C, 1, 0), *dout = arand(n, 1, 0);
+    float *db0 = frand(C, 1, 0);
+    float *eo = fcopy(out, n), *edb = fcopy(db0, C);
+    R->add_bias(eo, bias, N, C);
+    R->bias_grad(edb, dout, N, C);
+    void *dout_ = up_act(out, n), *dbias = up_act(bias, C), *ddo = up_act(dout, n);
+    float *ddb = up_f32(db0, C);
+    G->add_bias(dout_, dbias, N, C);
+    G->bias_grad(ddb, ddo, N, C);
+    float *go = down_act(dout_, n), *gdb = down_f32(ddb, C);
+    COMPARE("add_bias", "out", eo, go, n, T_ACT(1.01));
+    COMPARE("bias_grad", "dbias +=", edb, gdb, C, T_F32);
+    free(out), free(bias), free(dout), free(db0), free(eo), free(edb), free(go), free(gdb);
+    G->free(dout_), G->free(dbias), G->free(ddo), G->free(ddb);
+}
+
+/* ---- norms ---- */
+
+static void test_norm(int rms, int with_bias, int N, int C)
+{
+    const size_t n = (size_t)N * C;
+    const float eps = 1e-5f;
+    float *x = arand(n, 1.0, 0.3), *w = arand(C, 0.5, 1.0), *b = arand(C, 0.5, 0.0);
+    float *dy = arand(n, 1.0, 0.0), *dx0 = arand(n, 1.0, 0.0);
+    float *dw0 = frand(C, 1, 0), *db0 = frand(C, 1, 0);
+    float *eo = fnew(n), *edx = fcopy(dx0, n), *edw = fcopy(dw0, C), *edb = fcopy(db0, C);
+    void *dxx = up_act(x, n), *dww = up_act(w, C), *dbb = up_act(b, C), *ddy = up_act(dy, n);
+    void *ddx = up_act(dx0, n), *dout = dalloc(n * 2);
+    float *ddw = up_f32(dw0, C), *ddb = up_f32(db0, C);
+    const char *op = rms ? "rmsnorm" : "layernorm";
+    char what[64];
+    if (rms) {
+        R->rmsnorm_fwd(eo, x, w, N, C, eps);
+        R->rmsnorm_bwd(edx, edw, dy, x, w, N, C, eps);
+        G->rmsnorm_fwd(dout, dxx, dww, N, C, eps);
+        G->rmsnorm_bwd(ddx, ddw, ddy, dxx, dww, N, C, eps);
+    } else {
+        R->layernorm_fwd(eo, x, w, with_bias ? b : NULL, N, C, eps);
+        R->layernorm_bwd(edx, edw, with_bias ? edb : NULL, dy, x, w, N, C, eps);
+        G->layernorm_fwd(dout, dxx, dww, with_bias ? dbb : NULL, N, C, eps);
+        G->layernorm_bwd(ddx, ddw, with_bias ? ddb : NULL, ddy, dxx, dww, N, C, eps);
+    }
+    float *go = down_act(dout, n), *gdx = down_act(ddx, n), *gdw = down_f32(ddw, C);
+    float *gdb = down_f32(ddb, C);
+    snprintf(what, sizeof what, "%dx%d%s", N, C, with_bias ? " bias" : "");
+    COMPARE(op, what, eo, go, n, T_ACT(1.5));
+    COMPARE(op, "dinp +=", edx, gdx, n, T_ACT(2));
+    COMPARE(op, "dw +=", edw, gdw, C, T_F32);
+    COMPARE(op, "db", edb, gdb, C, T_F32); /* unchanged when there is no bias */
+    free(x), free(w), free(b), free(dy), free(dx0), free(dw0), free(db0), free(eo), free(edx);
+    free(edw), free(edb), free(go), free(gdx), free(gdw), free(gdb);
+    G->free(dxx), G->free(dww), G->free(dbb), G->free(ddy), G->free(ddx), G->free(dout);
+    G->free(ddw), G->free(ddb);
+}
+
+/* ---- activations ---- */
+
+static void test_gelu(void)
+{
+    const size_t n = 4099;
+    float *x = arand(n, 4, 0), *dy = arand(n, 1, 0), *eo = fnew(n), *edx = fnew(n);
+    R->gelu_fwd(eo, x, n);
+    R->gelu_bwd(edx, x, dy, n);
+    void *dx = up_act(x, n), *ddy = up_act(dy, n), *dout = dalloc(n * 2);
+    G->gelu_fwd(dout, dx, n);
+    G->gelu_bwd(ddy, dx, ddy, n); /* dinp aliasing dout, as the executor calls it */
+    float *go = down_act(dout, n), *gdx = down_act(ddy, n);
+    COMPARE("gelu", "fwd", eo, go, n, T_ACT(1.5));
+    COMPARE("gelu", "bwd in place", edx, gdx, n, T_ACT(1.5));
+    free(x), free(dy), free(eo), free(edx), free(go), free(gdx);
+    G->free(dx), G->free(ddy), G->free(dout);
+}
+
+static void test_swiglu(void)
+{
+    const int N = 13, F = 77;
+    const size_t ni = (size_t)N * 2 * F, no = (size_t)N * F;
+    float *x = arand(ni, 4, 0), *dy = arand(no, 1, 0), *eo = fnew(no), *edx = fnew(ni);
+    R->swiglu_fwd(eo, x, N, F);
+    R->swiglu_bwd(edx, x, dy, N, F);
+    void *dx = up_act(x, ni), *ddy = up_act(dy, no), *dout = dalloc(no * 2);
+    void *ddx = dalloc(ni * 2);
+    G->swiglu_fwd(dout, dx, N, F);
+    G->swiglu_bwd(ddx, dx, ddy, N, F);
+    float *go = down_act(dout, no), *gdx = down_act(ddx, ni);
+    COMPARE("swiglu", "fwd", eo, go, no, T_ACT(1.5));
+    COMPARE("swiglu", "bwd", edx, gdx, ni, T_ACT(1.5));
+    G->swiglu_bwd(dx, dx, ddy, N, F); /* dinp aliasing inp: the same result */
+    float *gdx2 = down_act(dx, ni);
+    COMPARE("swiglu", "bwd in place", gdx, gdx2, ni, 0.0);
+    free(x), free(dy), free(eo), free(edx), free(go), free(gdx), free(gdx2);
+    G->free(dx), G->free(ddy), G->free(dout), G->free(ddx);
+}
+
+/* ---- RoPE ---- */
+
+static void test_rope_case(int B, int T, int H, int KV, int D, int pos_offset)
+{
+    const size_t row = (size_t)(H + 2 * KV) * D, n = (size_t)B * T * row;
+    const float theta = 10000.0f;
+    float *x = arand(n, 1, 0), *e = fcopy(x, n);
+    R->rope_fwd(e, B, T, H, KV, D, pos_offset, theta);
+    void *dx = up_act(x, n);
+    G->rope_fwd(dx, B, T, H, KV, D, pos_offset, theta);
+    float *g = down_act(dx, n);
+    char what[64];
+    snprintf(what, sizeof what, "fwd pos %d", pos_offset);
+    COMPARE("rope", what, e, g, n, T_ACT(1.5));
+    /* V heads do not move */
+    for (size_t r = 0; r < (size_t)B * T; r++)
+        for (size_t i = (size_t)(H + KV) * D; i < row; i++)
+            if (g[r * row + i] != x[r * row + i])
+                CHECK(g[r * row + i] == x[r * row + i]);
+    /* the backward of the rounded forward output, on both */
+    float *e2 = fcopy(g, n);
+    R->rope_bwd(e2, B, T, H, KV, D, pos_offset, theta);
+    G->rope_bwd(dx, B, T, H, KV, D, pos_offset, theta);
+    float *g2 = down_act(dx, n);
+    snprintf(what, sizeof what, "bwd pos %d", pos_offset);
+    COMPARE("rope", what, e2, g2, n, T_ACT(1.5));
+    free(x), free(e), free(g), free(e2), free(g2), G->free(dx);
+}
+
+/* ---- attention ---- */
+
+typedef struct {
+    int B, Tq, Tk, H, KV, D, q_offset;
+    int packed;    /* Tq == Tk: q, k, v in one [B,T,(H+2KV)*D] buffer */
+    float dropout; /* unfused path only */
+} AttnCase;
+
+#define SENTINEL 7.0f /* exact in bf16 and fp16 */
+
+/* Scatters rows of `width` values into a strided view of a host buffer. */
+static void to_view(float *view, int stride, const float *dense, int rows, int width)
+{
+    for (int r = 0; r < rows; r++)
+        memcpy(view + (size_t)r * stride, dense + (size_t)r * width, (size_t)width * sizeof *view);
+}
+
+static void from_view(float *dense, const float *view, int stride, int rows, int width)
+{
+    for (int r = 0; r < rows; r++)
+        memcpy(dense + (size_t)r * width, view + (size_t)r * stride, (size_t)width * sizeof *dense);
+}
+
+/* The padding of a strided buffer (the columns past the heads in each row) still holds the
+ * sentinel. */
+static void check_padding(const float *buf, int rows, int stride, int used)
+{
+    for (int r = 0; r < rows; r++)
+        for (int i = used; i < stride; i++)
+            if (buf[(size_t)r * stride + i] != SENTINEL)
+                CHECK(buf[(size_t)r * stride + i] == SENTINEL);
+}
+
+static void test_attention(AttnCase ac)
+{
+    const int B = ac.B, Tq = ac.Tq, Tk = ac.Tk, H = ac.H, KV = ac.KV, D = ac.D;
+    const size_t nq = (size_t)B * Tq * H * D, nk = (size_t)B * Tk * KV * D;
+    const size_t np = (size_t)B * H * Tq * Tk, nl = (size_t)B * H * Tq;
+    const float scale = 1.0f / sqrtf((float)D);
+    const uint64_t seed = 0xC0FFEE;
+    char what[96];
+    snprintf(what, sizeof what, "B%d Tq%d Tk%d H%d KV%d D%d off%d%s p%.2g", B, Tq, Tk, H, KV, D,
+             ac.q_offset, ac.packed ? " packed" : "", (double)ac.dropout);
+    printf("  attention %s\n", what);
+    float *q = arand(nq, 1.5, 0), *k = arand(nk, 1.5, 0), *v = arand(nk, 1, 0);
+    float *dout = arand(nq, 1, 0);
+
+    /* views: packed qkv rows, or q rows padded by 3 and k, v interleaved in one kv buffer */
+    int qs, ks, vs;
+    size_t nbq, nbkv;
+    if (ac.packed) {
+        qs = ks = vs = (H + 2 * KV) * D;
+        nbq = (size_t)B * Tq * qs, nbkv = 0;
+    } else {
+        qs = H * D + 3, ks = vs = 2 * KV * D;
+        nbq = (size_t)B * Tq * qs, nbkv = (size_t)B * Tk * ks;
+    }
+    const size_t koff = ac.packed ? (size_t)H * D : 0;
+    const size_t voff = ac.packed ? (size_t)(H + KV) * D : (size_t)KV * D;
+    float *bq = fnew(nbq), *bkv = fnew(nbkv);
+    fill(bq, nbq, SENTINEL), fill(bkv, nbkv, SENTINEL);
+    float *hk = ac.packed ? bq : bkv;
+    to_view(bq, qs, q, B * Tq, H * D);
+    to_view(hk + koff, ks, k, B * Tk, KV * D);
+    to_view(hk + voff, vs, v, B * Tk, KV * D);
+    /* the same layout on the device */
+    void *gbq = up_act(bq, nbq), *gbkv = nbkv ? up_act(bkv, nbkv) : NULL;
+    void *gk_base = ac.packed ? gbq : gbkv;
+    const size_t es = 2; /* act element bytes */
+    void *gq = gbq, *gk = (char *)gk_base + koff * es, *gv = (char *)gk_base + voff * es;
+    void *gdout = up_act(dout, nq);
+
+    /* ---- unfused ---- */
+    float *eo = fnew(nq), *ep = fnew(np), *epd = fnew(np), *eds = fnew(np);
+    uint8_t *em = xmalloc(np);
+    KernAttnFwd f = {.B = B, .Tq = Tq, .Tk = Tk, .H = H, .KV = KV, .D = D,
+                     .q_offset = ac.q_offset, .scale = scale, .q = bq, .k = hk + koff,
+                     .v = hk + voff, .q_stride = qs, .k_stride = ks, .v_stride = vs, .out = eo,
+                     .probs = ep, .dropout = ac.dropout, .seed = seed, .mask = em,
+                     .probs_drop = epd};
+    R->attention_fwd(&f);
+    void *go = dalloc(nq * es), *gp = dalloc(np * es), *gpd = dalloc(np * es);
+    void *gds = dalloc(np * es);
+    uint8_t *gm = dalloc(np);
+    KernAttnFwd gf = f;
+    gf.q = gq, gf.k = gk, gf.v = gv, gf.out = go, gf.probs = gp, gf.mask = gm, gf.probs_drop = gpd;
+    G->attention_fwd(&gf);
+    float *ho = down_act(go, nq), *hp = down_act(gp, np), *hpd = NULL;
+    COMPARE("attn unfused", "out", eo, ho, nq, T_ACT(12));
+    COMPARE("attn unfused", "probs", ep, hp, np, T_ACT(8));
+    if (ac.dropout > 0) {
+        uint8_t *hm = xmalloc(np);
+        G->to_host(hm, gm, np);
+        COMPARE_BYTES("attn unfused", "mask", em, hm, np);
+        hpd = down_act(gpd, np);
+        COMPARE("attn unfused", "probs_drop", epd, hpd, np, T_ACT(8));
+        free(hm);
+    }
+
+    /* unfused backward into views prefilled with the sentinel (dq, dk, dv are overwritten).
+     * The reference differentiates the CUDA forward's own (rounded) probabilities, so that the
+     * comparison measures the backward alone. */
+    float *dbq = fnew(nbq), *dbkv = fnew(nbkv);
+    fill(dbq, nbq, SENTINEL), fill(dbkv, nbkv, SENTINEL);
+    float *dhk = ac.packed ? dbq : dbkv;
+    KernAttnBwd bw = {.B = B, .Tq = Tq, .Tk = Tk, .H = H, .KV = KV, .D = D,
+                      .q_offset = ac.q_offset, .scale = scale, .q = f.q, .k = f.k, .v = f.v,
+                      .q_stride = qs, .k_stride = ks, .v_stride = vs, .dout = dout, .dq = dbq,
+                      .dk = dhk + koff, .dv = dhk + voff, .dq_stride = qs, .dk_stride = ks,
+                      .dv_stride = vs, .probs = hp, .dropout = ac.dropout, .mask = em,
+                      .probs_drop = hpd, .dscores = eds};
+    R->attention_bwd(&bw);
+    float *eq = fnew(nq), *ek = fnew(nk), *ev = fnew(nk);
+    from_view(eq, dbq, qs, B * Tq, H * D);
+    from_view(ek, dhk + koff, ks, B * Tk, KV * D);
+    from_view(ev, dhk + voff, vs, B * Tk, KV * D);
+    void *gdbq = dalloc(nbq * es), *gdbkv = nbkv ? dalloc(nbkv * es) : NULL;
+    fill(dbq, nbq, SENTINEL), fill(dbkv, nbkv, SENTINEL);
+    set_act(gdbq, dbq, nbq);
+    if (nbkv)
+        set_act(gdbkv, dbkv, nbkv);
+    void *gdk_base = ac.packed ? gdbq : gdbkv;
+    KernAttnBwd gb = bw;
+    gb.q = gq, gb.k = gk, gb.v = gv, gb.dout = gdout, gb.dq = gdbq;
+    gb.dk = (char *)gdk_base + koff * es, gb.dv = (char *)gdk_base + voff * es;
+    gb.probs = gp, gb.mask = gm, gb.probs_drop = gpd, gb.dscores = gds;
+    G->attention_bwd(&gb);
+    float *hbq = down_act(gdbq, nbq), *hbkv = nbkv ? down_act(gdbkv, nbkv) : NULL;
+    float *hdk_base = ac.packed ? hbq : hbkv;
+    float *gq_ = fnew(nq), *gk_ = fnew(nk), *gv_ = fnew(nk);
+    from_view(gq_, hbq, qs, B * Tq, H * D);
+    from_view(gk_, hdk_base + koff, ks, B * Tk, KV * D);
+    from_view(gv_, hdk_base + voff, vs, B * Tk, KV * D);
+    COMPARE("attn unfused", "dq", eq, gq_, nq, T_ACT(24));
+    COMPARE("attn unfused", "dk", ek, gk_, nk, T_ACT(24));
+    COMPARE("attn unfused", "dv", ev, gv_, nk, T_ACT(12));
+    if (!ac.packed)
+        check_padding(hbq, B * Tq, qs, H * D);
+    free(hbq), free(hbkv);
+
+    if (ac.dropout == 0) {
+        /* ---- fused ---- */
+        float *eo2 = fnew(nq), *e_lse = fnew(nl), *edrow = fnew(nl);
+        KernAttnFwd ff = f;
+        ff.out = eo2, ff.probs = NULL, ff.mask = NULL, ff.probs_drop = NULL, ff.lse = e_lse;
+        R->attention_fwd(&ff);
+        void *go2 = dalloc(nq * es);
+        float *glse = dalloc(nl * sizeof(float)), *gdrow = dalloc(nl * sizeof(float));
+        KernAttnFwd gff = gf;
+        gff.out = go2, gff.probs = NULL, gff.mask = NULL, gff.probs_drop = NULL, gff.lse = glse;
+        G->attention_fwd(&gff);
+        float *ho2 = down_act(go2, nq), *hlse = down_f32(glse, nl);
+        COMPARE("attn fused", "out", eo2, ho2, nq, T_ACT(1.5));
+        COMPARE("attn fused", "lse", e_lse, hlse, nl, T_F32);
+
+        fill(dbq, nbq, SENTINEL), fill(dbkv, nbkv, SENTINEL);
+        /* the reference differentiates the CUDA forward: its rounded out, its lse */
+        KernAttnBwd fb = bw;
+        fb.probs = NULL, fb.dscores = NULL, fb.mask = NULL, fb.probs_drop = NULL;
+        fb.out = ho2, fb.lse = hlse, fb.drow = edrow;
+        R->attention_bwd(&fb);
+        from_view(eq, dbq, qs, B * Tq, H * D);
+        from_view(ek, dhk + koff, ks, B * Tk, KV * D);
+        from_view(ev, dhk + voff, vs, B * Tk, KV * D);
+        set_act(gdbq, dbq, nbq); /* all sentinel again */
+        if (nbkv)
+            set_act(gdbkv, dbkv, nbkv);
+        KernAttnBwd gfb = gb;
+        gfb.probs = NULL, gfb.dscores = NULL, gfb.mask = NULL, gfb.probs_drop = NULL;
+        gfb.out = go2, gfb.lse = glse, gfb.drow = gdrow;
+        G->attention_bwd(&gfb);
+        hbq = down_act(gdbq, nbq), hbkv = nbkv ? down_act(gdbkv, nbkv) : NULL;
+        hdk_base = ac.packed ? hbq : hbkv;
+        from_view(gq_, hbq, qs, B * Tq, H * D);
+        from_view(gk_, hdk_base + koff, ks, B * Tk, KV * D);
+        from_view(gv_, hdk_base + voff, vs, B * Tk, KV * D);
+        COMPARE("attn fused", "dq", eq, gq_, nq, T_ACT(3));
+        COMPARE("attn fused", "dk", ek, gk_, nk, T_ACT(3));
+        COMPARE("attn fused", "dv", ev, gv_, nk, T_ACT(3));
+        if (!ac.packed)
+            check_padding(hbq, B * Tq, qs, H * D);
+        free(hbq), free(hbkv), free(eo2), free(e_lse), free(edrow), free(ho2), free(hlse);
+        G->free(go2), G->free(glse), G->free(gdrow);
+    }
+
+    free(q), free(k), free(v), free(dout), free(bq), free(bkv), free(eo), free(ep), free(epd);
+    free(eds), free(em), free(ho), free(hp), free(hpd), free(dbq), free(dbkv), free(eq), free(ek);
+    free(ev);
+    free(gq_), free(gk_), free(gv_);
+    G->free(gbq), G->free(gbkv), G->free(gdout), G->free(go), G->free(gp), G->free(gpd);
+    G->free(gds), G->free(gm), G->free(gdbq), G->free(gdbkv);
+}
+
+/* ---- embedding ---- */
+
+static void test_embedding(int with_wpe)
+{
+    const int B = 2, T = 6, N = B * T, C = 70, V = 20, v_start = 10, pos_offset = 2;
+    const int P = pos_offset + T;
+    int32_t tok[12];
+    for (int n = 0; n < N; n++)
+        tok[n] = (int32_t)((n * 7 + 3) % 40); /* half inside the shard [10, 30) */
+    tok[0] = INT32_MIN + 5;                   /* far outside, and must not wrap */
+    tok[5] = 12, tok[9] = 12;                 /* a repeated token: dwte sums both */
+    const size_t n = (size_t)N * C;
+    float *wte = arand((size_t)V * C, 1, 0), *wpe = arand((size_t)P * C, 1, 0);
+    float *dy = arand(n, 1, 0), *dwte0 = frand((size_t)V * C, 1, 0);
+    float *dwpe0 = frand((size_t)P * C, 1, 0);
+    float *eo = fnew(n), *edwte = fcopy(dwte0, (size_t)V * C), *edwpe = fcopy(dwpe0, (size_t)P * C);
+    R->embedding_fwd(eo, tok, wte, with_wpe ? wpe : NULL, N, T, pos_offset, C, v_start, V);
+    R->embedding_bwd(edwte, with_wpe ? edwpe : NULL, dy, tok, N, T, pos_offset, C, v_start, V);
+    int32_t *gtok = up_bytes(tok, sizeof tok);
+    void *gwte = up_act(wte, (size_t)V * C), *gwpe = up_act(wpe, (size_t)P * C);
+    void *gdy = up_act(dy, n), *go = dalloc(n * 2);
+    float *gdwte = up_f32(dwte0, (size_t)V * C), *gdwpe = up_f32(dwpe0, (size_t)P * C);
+    G->embedding_fwd(go, gtok, gwte, with_wpe ? gwpe : NULL, N, T, pos_offset, C, v_start, V);
+    G->embedding_bwd(gdwte, with_wpe ? gdwpe : NULL, gdy, gtok, N, T, pos_offset, C, v_start, V);
+    float *ho = down_act(go, n), *hdwte = down_f32(gdwte, (size_t)V * C);
+    float *hdwpe = down_f32(gdwpe, (size_t)P * C);
+    const char *what = with_wpe ? "wte+wpe" : "wte";
+    COMPARE("embedding fwd", what, eo, ho, n, with_wpe ? T_ACT(1.01) : 0.0);
+    COMPARE("embedding bwd", "dwte +=", edwte, hdwte, (size_t)V * C, T_F32);
+    COMPARE("embedding bwd", "dwpe +=", edwpe, hdwpe, (size_t)P * C, T_F32);
+    free(wte), free(wpe), free(dy), free(dwte0), free(dwpe0), free(eo), free(edwte), free(edwpe);
+    free(ho), free(hdwte), free(hdwpe);
+    G->free(gtok), G->free(gwte), G->free(gwpe), G->free(gdy), G->free(go), G->free(gdwte);
+    G->free(gdwpe);
+}
+
+/* ---- cross-entropy (fp32 throughout) ---- */
+
+static void test_xent_case(int N, int V, int v_start)
+{
+    const size_t n = (size_t)N * V;
+    float *logits = frand(n, 5, 1);
+    int32_t *tg = xmalloc((size_t)N * sizeof *tg);
+    for (int i = 0; i < N; i++)
+        tg[i] = (int32_t)(v_start + (i * 37) % (V + 4) - 2); /* a few outside the shard */
+    float *e = fcopy(logits, n), *emax = fnew(N), *esum = fnew(N), *etgt = fnew(N);
+    float *eloss = fnew(N);
+    float *gl = up_f32(logits, n), *gmax = dalloc((size_t)N * 4), *gsum = dalloc((size_t)N * 4);
+    float *gtgt = dalloc((size_t)N * 4), *gloss = dalloc((size_t)N * 4);
+    int32_t *gtg = up_bytes(tg, (size_t)N * sizeof *tg);
+    char what[64];
+    snprintf(what, sizeof what, "%dx%d", N, V);
+    R->xent_rowmax(emax, e, N, V);
+    G->xent_rowmax(gmax, gl, N, V);
+    float *h = down_f32(gmax, N);
+    COMPARE("xent_rowmax", what, emax, h, N, 0.0);
+    free(h);
+    R->xent_expsum(esum, etgt, e, emax, tg, N, V, v_start);
+    G->xent_expsum(gsum, gtgt, gl, gmax, gtg, N, V, v_start);
+    h = down_f32(gl, n);
+    COMPARE("xent_expsum", "exp", e, h, n, T_F32);
+    free(h), h = down_f32(gsum, N);
+    COMPARE("xent_expsum", "rowsum", esum, h, N, T_F32);
+    free(h), h = down_f32(gtgt, N);
+    COMPARE("xent_expsum", "target", etgt, h, N, 0.0);
+    free(h);
+    if (V > 0) {
+        R->xent_finish(eloss, e, esum, emax, etgt, N, V);
+        G->xent_finish(gloss, gl, gsum, gmax, gtgt, N, V);
+        h = down_f32(gl, n);
+        COMPARE("xent_finish", "probs", e, h, n, T_F32);
+        free(h), h = down_f32(gloss, N);
+        COMPARE("xent_finish", "loss", eloss, h, N, T_F32);
+        free(h);
+        R->xent_bwd(e, tg, N, V, v_start, 0.25f);
+        G->xent_bwd(gl, gtg, N, V, v_start, 0.25f);
+        h = down_f32(gl, n);
+        COMPARE("xent_bwd", "dlogits", e, h, n, T_F32);
+        free(h);
+    }
+    free(logits), free(tg), free(e), free(emax), free(esum), free(etgt), free(eloss);
+    G->free(gl), G->free(gmax), G->free(gsum), G->free(gtgt), G->free(gloss), G->free(gtg);
+}
+
+/* ---- optimizer ---- */
+
+static void test_optim(size_t n, int refresh)
+{
+    float *master = frand(n, 1, 0), *grad = frand(n, 1, 0), *m = frand(n, 0.1, 0);
+    float *v = frand(n, 0.01, 0.011), *p0 = arand(n, 1, 0);
+    const char *what = refresh ? "param refresh" : "no param";
+    /* AdamW */
+    float *em = fcopy(master, n), *emm = fcopy(m, n), *ev = fcopy(v, n), *ep = fcopy(p0, n);
+    R->adamw(refresh ? ep : NULL, em, grad, emm, ev, n, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.1f, 3, 0.5f);
+    float *gm_ = up_f32(master, n), *gg = up_f32(grad, n), *gmm = up_f32(m, n), *gv = up_f32(v, n);
+    void *gp = up_act(p0, n);
+    G->adamw(refresh ? gp : NULL, gm_, gg, gmm, gv, n, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.1f, 3, 0.5f);
+    float *h = down_f32(gm_, n);
+    COMPARE("adamw", "master", em, h, n, 1e-6);
+    free(h), h = down_f32(gmm, n);
+    COMPARE("adamw", "m", emm, h, n, 1e-6);
+    free(h), h = down_f32(gv, n);
+    COMPARE("adamw", "v", ev, h, n, 1e-6);
+    free(h), h = down_act(gp, n);
+    for (size_t i = 0; i < n; i++)
+        ep[i] = refresh ? act_round(ep[i]) : p0[i]; /* the master rounded, or untouched */
+    COMPARE("adamw", what, ep, h, n, T_ACT(2));
+    free(h);
+    /* SGD with momentum */
+    float *sm = fcopy(master, n), *smo = fcopy(m, n), *sp = fcopy(p0, n);
+    R->sgd_momentum(refresh ? sp : NULL, sm, grad, smo, n, 0.1f, 0.9f, 0.01f, 2.0f);
+    G->to_device(gm_, master, n * 4);
+    G->to_device(gmm, m, n * 4);
+    set_act(gp, p0, n);
+    G->sgd_momentum(refresh ? gp : NULL, gm_, gg, gmm, n, 0.1f, 0.9f, 0.01f, 2.0f);
+    h = down_f32(gm_, n);
+    COMPARE("sgd_momentum", "master", sm, h, n, 1e-6);
+    free(h), h = down_f32(gmm, n);
+    COMPARE("sgd_momentum", "momentum", smo, h, n, 1e-6);
+    free(h), h = down_act(gp, n);
+    for (size_t i = 0; i < n; i++)
+        sp[i] = refresh ? act_round(sp[i]) : p0[i];
+    COMPARE("sgd_momentum", what, sp, h, n, T_ACT(2));
+    free(h);
+    free(master), free(grad), free(m), free(v), free(p0), free(em), free(emm), free(ev), free(ep);
+    free(sm), free(smo), free(sp);
+    G->free(gm_), G->free(gg), G->free(gmm), G->free(gv), G->free(gp);
+}
+
+/* ---- elementwise, casts, fp32 helpers ---- */
+
+static void test_elementwise(size_t n)
+{
+    float *a = arand(n, 2, 0), *b = arand(n, 2, 0), *e = fnew(n);
+    void *ga = up_act(a, n), *gb = up_act(b, n), *go = dalloc(n * 2);
+    R->add(e, a, b, n);
+    G->add(go, ga, gb, n);
+    float *h = down_act(go, n);
+    COMPARE("add", "out", e, h, n, T_ACT(1.01));
+    free(h);
+    G->add(ga, ga, gb, n); /* out aliasing a */
+    h = down_act(ga, n);
+    COMPARE("add", "in place", e, h, n, T_ACT(1.01));
+    free(h);
+    /* views at an odd element offset: not 16-byte aligned, so the one-by-one path */
+    set_act(ga, a, n);
+    G->add((char *)go + 2, (char *)ga + 2, (char *)gb + 2, n - 1);
+    h = down_act((char *)go + 2, n - 1);
+    COMPARE("add", "unaligned", e + 1, h, n - 1, T_ACT(1.01));
+    free(h);
+    R->add_inplace(a, b, n);
+    G->add_inplace(ga, gb, n);
+    h = down_act(ga, n);
+    COMPARE("add_inplace", "out +=", a, h, n, T_ACT(1.01));
+    free(h);
+
+    /* casts: exact against the host's round to nearest even, ties and tiny values included */
+    float *x = frand(n, 3, 0);
+    if (n > 8) {
+        x[0] = 1.0f + 1.0f / 256.0f;         /* a bf16 tie: rounds to even (1) */
+        x[1] = 1.0f + 3.0f / 256.0f;         /* a bf16 tie: rounds to even (1 + 2^-6) */
+        x[2] = 1.0f + 1.0f / 2048.0f;        /* an fp16 tie */
+        x[3] = 1e-6f;                        /* an fp16 subnormal */
+        x[4] = -2e-8f;                       /* rounds to -0 in fp16 */
+        x[5] = 70000.0f;                     /* fp16 overflow: inf */
+        x[6] = -0.0f;
+        x[7] = 1e-30f;
+    }
+    float *gx = up_f32(x, n), *gf = dalloc(n * 4), *ex = fnew(n);
+    G->cast_to_act(go, gx, n);
+    uint16_t *bits = down_bits(go, n);
+    size_t bad = n;
+    for (size_t i = 0; i < n && bad == n; i++)
+        if (bits[i] != act_bits(x[i]))
+            bad = i;
+    px_test_checks++;
+    if (bad != n) {
+        fprintf(stderr, "%s:%d: FAILED: cast_to_act(%.9g): expected bits 0x%04x, actual 0x%04x\n",
+                __FILE__, __LINE__, x[bad], act_bits(x[bad]), bits[bad]);
+        exit(1);
+    }
+    printf("  %-6s %-16s %-12s n=%-8zu bit-exact round to nearest even\n", act_name(),
+           "cast_to_act", "bits", n);
+    for (size_t i = 0; i < n; i++)
+        ex[i] = act_float(bits[i]);
+    G->memset0(go, n * 2);
+    G->cast_to_act((char *)go + 2, gx + 1, n - 1); /* unaligned */
+    uint16_t *bits1 = down_bits((char *)go + 2, n - 1);
+    COMPARE_BYTES("cast_to_act", "unaligned", bits + 1, bits1, (n - 1) * 2);
+    free(bits1);
+    G->to_device(go, bits, n * 2);
+    G->cast_to_f32(gf, go, n);
+    h = down_f32(gf, n);
+    COMPARE_BYTES("cast_to_f32", "values", ex, h, n * 4);
+    free(h);
+    /* acc_to_f32: out += act, in fp32: the same additions as the host's */
+    float *acc = frand(n, 1, 0);
+    G->to_device(gf, acc, n * 4);
+    for (size_t i = 0; i < n; i++)
+        acc[i] += ex[i];
+    G->acc_to_f32(gf, go, n);
+    h = down_f32(gf, n);
+    COMPARE_BYTES("acc_to_f32", "out +=", acc, h, n * 4);
+    free(h);
+    /* scale_f32: one multiply, exact */
+    G->to_device(gx, x, n * 4);
+    G->scale_f32(gx, n, 0.375f);
+    for (size_t i = 0; i < n; i++)
+        ex[i] = x[i] * 0.375f;
+    h = down_f32(gx, n);
+    COMPARE_BYTES("scale_f32", "x *=", ex, h, n * 4);
+    free(h);
+    /* sumsq: double accumulation; all_finite */
+    G->to_device(gx, x, n * 4);
+    double es = R->sumsq(x, n), gs = G->sumsq(gx, n);
+    CHECK_REL(es, gs, 1e-9);
+    printf("  %-6s %-16s %-12s n=%-8zu %.17g vs %.17g\n", act_name(), "sumsq", "double", n, es, gs);
+    CHECK(G->sumsq(gx, 0) == 0.0);
+    CHECK_EQ_INT(1, G->all_finite(gx, n));
+    CHECK_EQ_INT(1, G->all_finite(gx, 0));
+    float nan = NAN, inf = INFINITY;
+    G->to_device(gx + n - 1, &nan, 4); /* the very last element */
+    CHECK_EQ_INT(0, G->all_finite(gx, n));
+    CHECK_EQ_INT(1, G->all_finite(gx, n - 1));
+    G->to_device(gx + n / 2, &inf, 4);
+    CHECK_EQ_INT(0, G->all_finite(gx, n - 1));
+    printf("  %-6s %-16s %-12s n=%-8zu finds a NaN and an inf\n", act_name(), "all_finite", "flags",
+           n);
+    free(a), free(b), free(e), free(x), free(ex), free(acc), free(bits);
+    G->free(ga), G->free(gb), G->free(go), G->free(gx), G->free(gf);
+}
+
+static void test_dropout(size_t n)
+{
+    const float p = 0.3f;
+    const uint64_t seed = 1234567;
+    float *x = arand(n, 2, 0), *dy = arand(n, 1, 0), *eo = fnew(n), *edx = fnew(n);
+    uint8_t *em = xmalloc(n), *hm = xmalloc(n);
+    R->dropout_fwd(eo, em, x, n, p, seed);
+    R->dropout_bwd(edx, dy, em, n, p);
+    void *gx = up_act(x, n), *gdy = up_act(dy, n), *go = dalloc(n * 2);
+    uint8_t *gm = dalloc(n);
+    G->dropout_fwd(go, gm, gx, n, p, seed);
+    G->to_host(hm, gm, n);
+    COMPARE_BYTES("dropout_fwd", "mask", em, hm, n);
+    float *h = down_act(go, n);
+    COMPARE("dropout_fwd", "out", eo, h, n, T_ACT(1.01));
+    G->dropout_fwd(gx, gm, gx, n, p, seed); /* out aliasing inp */
+    float *h2 = down_act(gx, n);
+    COMPARE("dropout_fwd", "in place", h, h2, n, 0.0);
+    free(h), free(h2);
+    G->dropout_bwd(gdy, gdy, gm, n, p); /* dinp aliasing dout */
+    h = down_act(gdy, n);
+    COMPARE("dropout_bwd", "dinp", edx, h, n, T_ACT(1.01));
+    free(h);
+    free(x), free(dy), free(eo), free(edx), free(em), free(hm);
+    G->free(gx), G->free(gdy), G->free(go), G->free(gm);
+}
+
+/* ---- the suite, per act dtype ---- */
+
+static void run_suite(PxDtype act)
+{
+    G = kern_cuda_with(act);
+    CHECK(G != NULL);
+    CHECK_EQ_INT(act, G->act);
+    CHECK(kern_cuda_with(act) == G); /* one table */
+    EPS = act == PX_BF16 ? 1.0 / 256.0 : 1.0 / 2048.0;
+    printf("== %s backend, %s activations\n", G->name, act_name());
+    test_table();
+    test_memory();
+    test_matmul();
+    test_bias();
+    test_norm(0, 1, 35, 67);
+    test_norm(0, 0, 4, 7);
+    test_norm(1, 0, 35, 67);
+    test_norm(0, 1, 3, 30000); /* columns beyond shared memory: global atomics */
+    if (large) {
+        test_norm(0, 1, 4096, 1027);
+        test_norm(1, 0, 4096, 4096);
+    }
+    test_gelu();
+    test_swiglu();
+    test_rope_case(2, 5, 4, 2, 8, 3);
+    test_rope_case(1, 3, 2, 1, 16, 100000); /* a long context: the angle needs double */
+    /* GQA (4 heads on 2 KV groups), a packed qkv buffer, plain causal */
+    test_attention((AttnCase){.B = 2, .Tq = 4, .Tk = 4, .H = 4, .KV = 2, .D = 4, .packed = 1});
+    /* context parallel, a middle rank: queries at 1..3 of 6 keys */
+    test_attention((AttnCase){.B = 2, .Tq = 3, .Tk = 6, .H = 4, .KV = 2, .D = 4, .q_offset = 1});
+    /* with dropout on the probabilities: the mask byte for byte */
+    test_attention((AttnCase){.B = 2, .Tq = 3, .Tk = 6, .H = 4, .KV = 2, .D = 4, .q_offset = 3,
+                              .dropout = 0.25f});
+    test_attention((AttnCase){.B = 1, .Tq = 4, .Tk = 4, .H = 4, .KV = 2, .D = 4, .packed = 1,
+                              .dropout = 0.5f});
+    /* several key tiles, queries after most keys; odd head dims; D beyond one warp */
+    test_attention((AttnCase){.B = 1, .Tq = 70, .Tk = 150, .H = 2, .KV = 2, .D = 8,
+                              .q_offset = 80});
+    test_attention((AttnCase){.B = 1, .Tq = 45, .Tk = 45, .H = 2, .KV = 1, .D = 3, .packed = 1});
+    test_attention((AttnCase){.B = 2, .Tq = 37, .Tk = 37, .H = 3, .KV = 1, .D = 40, .packed = 1});
+    /* D = 256: the fused kernels need more than 48 KiB of shared memory */
+    test_attention((AttnCase){.B = 1, .Tq = 9, .Tk = 9, .H = 2, .KV = 1, .D = 256, .packed = 1});
+    if (large) {
+        test_attention((AttnCase){.B = 2, .Tq = 256, .Tk = 256, .H = 8, .KV = 2, .D = 64,
+                                  .packed = 1});
+        test_attention((AttnCase){.B = 1, .Tq = 128, .Tk = 512, .H = 4, .KV = 4, .D = 128,
+                                  .q_offset = 384});
+        test_attention((AttnCase){.B = 2, .Tq = 128, .Tk = 128, .H = 4, .KV = 4, .D = 64,
+                                  .packed = 1, .dropout = 0.1f});
+    }
+    test_embedding(1);
+    test_embedding(0);
+    test_xent_case(7, 1000, 500);
+    test_xent_case(3, 0, 0); /* an empty shard: rowmax -inf, rowsum 0, target 0 */
+    if (large)
+        test_xent_case(32, 50304, 0);
+    test_optim(1000, 1);
+    test_optim(1000, 0);
+    test_elementwise(10007);
+    test_dropout(10007);
+    if (large) {
+        test_optim((size_t)1 << 20, 1);
+        test_elementwise((size_t)1 << 22);
+        test_dropout((size_t)1 << 22);
+    }
+}
+
+int main(void)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0); /* the report and a failure on stderr stay in order */
+    R = kern_cpu();
+    const KernBackend *cuda = kern_cuda();
+    if (!cuda) {
+        printf("test_kernels_cuda: no CUDA device visible (or parallax was built without CUDA): "
+               "skipped\n");
+        return 77;
+    }
+    CHECK_EQ_INT(PX_BF16, cuda->act);
+    CHECK(kern_cuda_with(PX_FP32) == NULL);
+    CHECK(kern_cuda_with(PX_FP8) == NULL);
+    /* PARALLAX_TEST_LARGE=0 or 1 overrides: the emulator takes minutes for the large shapes,
+     * and so does compute-sanitizer */
+    const char *env = getenv("PARALLAX_TEST_LARGE");
+    large = env && *env ? strcmp(env, "0") != 0 : strcmp(cuda->name, "cuda") == 0;
+    run_suite(PX_BF16);
+    run_suite(PX_FP16);
+    TEST_DONE("kernels_cuda");
+}
