@@ -164,10 +164,43 @@ int prof_device_load(const char *name_or_path, ProfDevice *out, PxError *err)
 static int cluster_from_json(cJSON *j, const char *origin, const char *const *sets, int n_sets,
                              ProfCluster *c, PxError *err);
 
+int prof_calibrated_path(char *buf, size_t cap)
+{
+    char host[128] = "localhost";
+    if (gethostname(host, sizeof host - 1) != 0)
+        px_strlcpy(host, "localhost", sizeof host);
+    host[sizeof host - 1] = '\0';
+    const char *env = getenv("PARALLAX_PROFILE_DIR");
+    char exe[1024];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    exe[n > 0 ? n : 0] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (slash)
+        *slash = '\0';
+    /* $PARALLAX_PROFILE_DIR, ./profiles, then the profiles/ beside the build directory */
+    const char *dirs[3] = {env, "profiles", NULL};
+    char beside[1100];
+    snprintf(beside, sizeof beside, "%s/../profiles", exe);
+    dirs[2] = n > 0 ? beside : NULL;
+    for (int i = 0; i < 3; i++) {
+        if (!dirs[i] || !*dirs[i])
+            continue;
+        snprintf(buf, cap, "%s/local-%s.json", dirs[i], host);
+        if (px_file_exists(buf))
+            return 1;
+    }
+    snprintf(buf, cap, "%s/local-%s.json", env && *env ? env : "profiles", host);
+    return 0;
+}
+
 int prof_cluster_load(const char *name_or_path, const char *const *sets, int n_sets,
                       ProfCluster *c, PxError *err)
 {
-    char origin[512];
+    char origin[512], calibrated[1200];
+    /* `local` is this machine: its calibration, when `parallax calibrate` wrote one */
+    if (strcmp(name_or_path, "local") == 0 && prof_calibrated_path(calibrated, sizeof calibrated) &&
+        !getenv("PARALLAX_UNCALIBRATED"))
+        name_or_path = calibrated;
     cJSON *j = load_json(name_or_path, prof_cluster_data, prof_cluster_data_count, "cluster",
                          "parallax profiles", origin, sizeof origin, err);
     if (!j)

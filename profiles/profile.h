@@ -92,9 +92,15 @@ typedef struct {
 
 /* Loads a built-in device ("a100-80gb") or a device JSON file. */
 int prof_device_load(const char *name_or_path, ProfDevice *out, PxError *err);
+/* Where this machine's calibrated profile is (or would be written): local-<hostname>.json in
+ * $PARALLAX_PROFILE_DIR, ./profiles or the profiles/ beside the build directory. Returns 1
+ * when the file exists; buf gets the path either way. */
+int prof_calibrated_path(char *buf, size_t cap);
 /* Loads a built-in cluster ("dgx-a100") or a cluster JSON file, resolves its device, then
  * applies `key=value` overrides (dotted paths into the cluster JSON, device included:
- * "device.peak_flops.bf16=400e12"). PX_EINPUT names the file, key or override at fault. */
+ * "device.peak_flops.bf16=400e12"). `local` is this machine's calibrated profile when one
+ * exists (unless PARALLAX_UNCALIBRATED is set), else the generic built-in one. PX_EINPUT names
+ * the file, key or override at fault. */
 int prof_cluster_load(const char *name_or_path, const char *const *sets, int n_sets,
                       ProfCluster *out, PxError *err);
 /* The same from JSON text (origin names it in messages). */

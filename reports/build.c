@@ -428,6 +428,11 @@ int rpt_build(const RptRequest *q, FILE *log, PxError *err)
     int rc = PX_OK;
     if (log)
         fprintf(log, "writing %s:\n", q->dir);
+    for (int i = 0; i < q->n_extra && pg.n < MAX_SECTIONS; i++) {
+        pg.sec[pg.n] = q->extra[i];
+        pg.texts[pg.n] = NULL; /* the caller's */
+        pg.n++;
+    }
     if (q->plan && (rc = memory_chart(q, &pg, log, err)))
         goto out;
     if ((q->plan || q->run) && (rc = timelines(q, &pg, log, err)))

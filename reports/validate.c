@@ -1,0 +1,233 @@
+/* Validation: plan layouts of a model on this machine's (calibrated) profile, run them for real
+ * through `parallax run` (a subprocess, so the front end needs no MPI), compare prediction and
+ * measurement quantity by quantity, and draw the report. Timing layouts use no more ranks than
+ * cores; memory and communication are compared at any rank count. */
+#include "reports/report.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+extern char **environ;
+
+typedef struct {
+    int dp, tp, pp, vpp, zero, sp, mbs, recompute, schedule;
+} Layout;
+
+/* What is worth validating on a few CPU ranks: every kind of parallelism alone and in pairs,
+ * each schedule, ZeRO stages and recompute modes. The planner's best layouts come first. */
+static const Layout spread[] = {
+    {1, 1, 1, 1, 0, 0, 4, MODEL_RECOMPUTE_NONE, MODEL_SCHED_1F1B},
+    {1, 1, 1, 1, 0, 0, 2, MODEL_RECOMPUTE_FULL, MODEL_SCHED_1F1B},
+    {1, 1, 1, 1, 0, 0, 8, MODEL_RECOMPUTE_SELECTIVE, MODEL_SCHED_1F1B},
+    {2, 1, 1, 1, 0, 0, 4, MODEL_RECOMPUTE_NONE, MODEL_SCHED_1F1B},
+    {2, 1, 1, 1, 1, 0, 2, MODEL_RECOMPUTE_NONE, MODEL_SCHED_1F1B},
+    {1, 2, 1, 1, 0, 0, 4, MODEL_RECOMPUTE_NONE, MODEL_SCHED_1F1B},
+    {1, 2, 1, 1, 0, 1, 4, MODEL_RECOMPUTE_NONE, MODEL_SCHED_1F1B},
+    {1, 1, 2, 1, 0, 0, 2, MODEL_RECOMPUTE_NONE, MODEL_SCHED_1F1B},
+    {1, 1, 2, 1, 0, 0, 2, MODEL_RECOMPUTE_NONE, MODEL_SCHED_GPIPE},
+    {1, 1, 2, 2, 0, 0, 2, MODEL_RECOMPUTE_NONE, MODEL_SCHED_INTERLEAVED},
+    {2, 1, 1, 1, 3, 0, 4, MODEL_RECOMPUTE_NONE, MODEL_SCHED_1F1B},
+    /* beyond the cores: memory and communication only */
+    {2, 2, 1, 1, 0, 0, 2, MODEL_RECOMPUTE_NONE, MODEL_SCHED_1F1B},
+    {1, 2, 2, 1, 0, 1, 2, MODEL_RECOMPUTE_SELECTIVE, MODEL_SCHED_1F1B},
+    {2, 1, 2, 1, 1, 0, 2, MODEL_RECOMPUTE_NONE, MODEL_SCHED_1F1B},
+    {2, 2, 2, 1, 1, 0, 2, MODEL_RECOMPUTE_NONE, MODEL_SCHED_1F1B},
+    {4, 1, 1, 1, 3, 0, 2, MODEL_RECOMPUTE_NONE, MODEL_SCHED_1F1B},
+};
+
+static int run_child(char *const argv[], const char *log_path, PxError *err)
+{
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, log_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    pid_t pid;
+    int e = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (e)
+        return px_fail(err, PX_ERUNTIME, "cannot start %s: %s", argv[0], strerror(e));
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR)
+            return px_fail(err, PX_ERUNTIME, "waiting for %s: %s", argv[0], strerror(errno));
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        return px_fail(err, PX_ERUNTIME, "%s %s failed (exit %d): see %s", argv[0], argv[1],
+                       WIFEXITED(status) ? WEXITSTATUS(status) : -1, log_path);
+    return PX_OK;
+}
+
+int rpt_validate(const RptValidate *q, cJSON **json_out, FILE *log, PxError *err)
+{
+    *json_out = NULL;
+    if (mkdir(q->dir, 0755) != 0 && errno != EEXIST)
+        return px_fail(err, PX_ERUNTIME, "%s: cannot create: %s", q->dir, strerror(errno));
+    const int n = (int)(sizeof spread / sizeof spread[0]);
+    char (*labels)[96] = calloc((size_t)n, sizeof *labels);
+    const char **lp = calloc((size_t)n, sizeof *lp);
+    double *pred = calloc((size_t)n, sizeof *pred), *meas = calloc((size_t)n, sizeof *meas);
+    char *table = NULL;
+    size_t table_len = 0;
+    FILE *tf = open_memstream(&table, &table_len);
+    cJSON *out = cJSON_CreateObject();
+    cJSON_AddStringToObject(out, "model", q->base.model.name);
+    cJSON_AddStringToObject(out, "cluster", q->cluster->name);
+    cJSON *layouts = cJSON_AddArrayToObject(out, "layouts");
+    int rc = PX_OK, n_timed = 0, pick = 0;
+    if (!labels || !lp || !pred || !meas || !tf) {
+        rc = px_fail(err, PX_ERUNTIME, "out of memory");
+        goto out;
+    }
+    fprintf(tf, "%3s %5s  %-42s %11s %11s %8s %9s %7s %7s\n", "#", "ranks", "layout", "predicted",
+            "measured", "error", "ops<15%", "memory", "comm");
+    if (log)
+        fprintf(log, "%3s %5s  %-42s %11s %11s %8s %9s %7s %7s\n", "#", "ranks", "layout", "predicted",
+                "measured", "error", "ops<15%", "memory", "comm");
+    for (int i = 0; i < n; i++) {
+        const Layout *L = &spread[i];
+        const int ranks = L->dp * L->tp * L->pp, timing = ranks <= q->max_timing_ranks;
+        if (!timing && ranks > q->max_ranks)
+            continue;
+        ModelSpec s = q->base;
+        s.layout.dp = L->dp;
+        s.layout.tp = L->tp;
+        s.layout.pp = L->pp;
+        s.layout.vpp = L->vpp;
+        s.layout.zero = L->zero;
+        s.layout.sp = L->sp;
+        s.layout.recompute = (ModelRecompute)L->recompute;
+        s.layout.schedule = (ModelSchedule)L->schedule;
+        s.job.micro_batch = L->mbs;
+        ModelSpec probe = s;
+        ModelDims d;
+        PxError e2 = {0};
+        if (model_spec_check(&probe, ranks, &d, &e2))
+            continue; /* the model does not take this layout */
+        SimResult r;
+        if ((rc = sim_run(&s, q->cluster, ranks, &r, err)))
+            goto out;
+        ModelPlan plan = {.spec = r.spec, .gpus = ranks, .prediction = sim_prediction_to_json(&r)};
+        px_strlcpy(plan.cluster, q->cluster_ref, sizeof plan.cluster);
+        sim_result_free(&r);
+        char plan_path[1200], run_path[1200], log_path[1200], steps[16];
+        snprintf(plan_path, sizeof plan_path, "%s/plan-%02d.json", q->dir, i + 1);
+        snprintf(run_path, sizeof run_path, "%s/run-%02d.json", q->dir, i + 1);
+        snprintf(log_path, sizeof log_path, "%s/run-%02d.log", q->dir, i + 1);
+        snprintf(steps, sizeof steps, "%d", timing ? q->steps : 3);
+        cJSON *pj = model_plan_to_json(&plan);
+        model_plan_free(&plan);
+        char *lay = labels[i];
+        snprintf(lay, sizeof labels[i], "dp%d tp%d pp%d%s%s zero%d mbs%d %s %s", L->dp, L->tp, L->pp,
+                 L->vpp > 1 ? " vpp2" : "", L->sp ? " sp" : "", L->zero, L->mbs,
+                 model_recompute_name((ModelRecompute)L->recompute), model_schedule_name((ModelSchedule)L->schedule));
+        if (log)
+            fprintf(log, "%3d %5d  %-42s ", i + 1, ranks, lay), fflush(log);
+        char *argv[] = {(char *)q->parallax, "run", plan_path, "--steps", steps, "-o", run_path, NULL};
+        cJSON *run = NULL;
+        if ((rc = px_json_write_file(plan_path, pj, err)) || (rc = run_child(argv, log_path, err)) ||
+            !(run = px_json_read_file(run_path, err))) {
+            if (!rc)
+                rc = PX_ERUNTIME;
+            cJSON_Delete(pj);
+            goto out;
+        }
+        RptCompare c;
+        rc = rpt_compare(pj, run, &c, err);
+        cJSON_Delete(pj);
+        cJSON_Delete(run);
+        if (rc)
+            goto out;
+        int mem_equal = 1, comm_equal = 1, ops = 0, ops_ok = 0;
+        const double step_p = c.rows[0].predicted, step_m = c.rows[0].measured, e = c.rows[0].rel_error;
+        for (int k = 0; k < c.count; k++) {
+            const RptDelta *dl = &c.rows[k];
+            if (strncmp(dl->quantity, "memory", 6) == 0 && dl->predicted != dl->measured)
+                mem_equal = 0;
+            if (strncmp(dl->quantity, "comm", 4) == 0 && dl->predicted != dl->measured)
+                comm_equal = 0;
+            if (strncmp(dl->quantity, "op ", 3) == 0 && dl->predicted >= 0.01 * step_p) {
+                ops++;
+                ops_ok += fabs(dl->rel_error) <= 0.15;
+            }
+        }
+        cJSON *lj = cJSON_CreateObject();
+        cJSON_AddNumberToObject(lj, "index", i + 1);
+        cJSON_AddStringToObject(lj, "layout", lay);
+        cJSON_AddNumberToObject(lj, "ranks", ranks);
+        cJSON_AddBoolToObject(lj, "timing", timing);
+        cJSON_AddNumberToObject(cJSON_AddObjectToObject(lj, "predicted"), "step_s", step_p);
+        cJSON_AddNumberToObject(cJSON_AddObjectToObject(lj, "measured"), "step_s", step_m);
+        if (timing) {
+            cJSON_AddNumberToObject(lj, "step_error", e);
+            cJSON_AddNumberToObject(lj, "ops_over_1pct", ops);
+            cJSON_AddNumberToObject(lj, "ops_within_15pct", ops_ok);
+        }
+        cJSON_AddBoolToObject(lj, "memory_equal", mem_equal);
+        cJSON_AddBoolToObject(lj, "comm_equal", comm_equal);
+        cJSON_AddItemToObject(lj, "compare", rpt_compare_to_json(&c));
+        cJSON_AddItemToArray(layouts, lj);
+        rpt_compare_free(&c);
+        char es[32] = "-", os[32] = "-", ms[32] = "(not timed)";
+        if (timing) {
+            snprintf(es, sizeof es, "%+.1f%%", 100 * e);
+            snprintf(os, sizeof os, "%d/%d", ops_ok, ops);
+            snprintf(ms, sizeof ms, "%.4f", step_m);
+            lp[n_timed] = lay;
+            pred[n_timed] = 1e3 * step_p;
+            meas[n_timed] = 1e3 * step_m;
+            n_timed++;
+            if (ranks == q->max_timing_ranks && !pick)
+                pick = i + 1;
+        }
+        char line[256];
+        snprintf(line, sizeof line, "%11.4f %11s %8s %9s %7s %7s\n", step_p, ms, es, os,
+                 mem_equal ? "equal" : "DIFFER", comm_equal ? "equal" : "DIFFER");
+        fprintf(tf, "%3d %5d  %-42s %s", i + 1, ranks, lay, line);
+        if (log)
+            fputs(line, log);
+    }
+    fclose(tf);
+    tf = NULL;
+    RptOutput o = {q->dir};
+    if (n_timed > 0 && (rc = rpt_compare_bars(&o, "validation", "step time: predicted against measured",
+                                              "milliseconds per step", lp, pred, meas, n_timed, err)))
+        goto out;
+    {
+        /* the report: the validation chart and table, then one layout's full comparison */
+        char plan_path[1200], run_path[1200];
+        snprintf(plan_path, sizeof plan_path, "%s/plan-%02d.json", q->dir, pick ? pick : 1);
+        snprintf(run_path, sizeof run_path, "%s/run-%02d.json", q->dir, pick ? pick : 1);
+        cJSON *pj = px_json_read_file(plan_path, err), *rj = pj ? px_json_read_file(run_path, err) : NULL;
+        char *text = malloc(table_len + 64);
+        if (text)
+            snprintf(text, table_len + 64, "```\n%s```", table);
+        RptSection sec = {"Validation: predicted against measured", n_timed > 0 ? "validation" : NULL, text};
+        RptRequest rq = {.dir = q->dir, .title = "parallax validation", .plan = pj, .run = rj,
+                         .base = &q->base, .cluster = q->cluster, .gpus = q->scaling_gpus,
+                         .n_gpus = q->n_scaling_gpus, .landscape = q->n_scaling_gpus > 0,
+                         .extra = &sec, .n_extra = 1};
+        rc = pj && rj ? rpt_build(&rq, NULL, err) : PX_ERUNTIME;
+        free(text);
+        cJSON_Delete(pj);
+        cJSON_Delete(rj);
+        if (rc)
+            goto out;
+    }
+    *json_out = out;
+    out = NULL;
+out:
+    if (tf)
+        fclose(tf);
+    free(table);
+    free(labels);
+    free(lp);
+    free(pred);
+    free(meas);
+    cJSON_Delete(out);
+    return rc;
+}
