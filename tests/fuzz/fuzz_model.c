@@ -4,18 +4,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz.h"
 #include "model/model.h"
-
-int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 {
-    char *text = malloc(size + 1);
+    char *text = fuzz_text(data, size);
     if (!text)
         return 0;
-    memcpy(text, data, size);
-    text[size] = '\0';
-    px_log_set_quiet(1);
     PxError err = {0};
     cJSON *j = px_json_parse(text, "fuzz", &err);
     free(text);

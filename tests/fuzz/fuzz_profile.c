@@ -2,18 +2,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz.h"
 #include "profiles/profile.h"
-
-int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 {
-    char *text = malloc(size + 1);
+    char *text = fuzz_text(data, size);
     if (!text)
         return 0;
-    memcpy(text, data, size);
-    text[size] = '\0';
-    px_log_set_quiet(1);
     PxError err = {0};
     ProfCluster c;
     if (prof_cluster_parse(text, "fuzz", &c, &err) == PX_OK) {
