@@ -252,6 +252,26 @@ static void zero_reduce(Emit *e, const ModelTensorTable *tt, int block)
          1);
 }
 
+/* Sequence parallelism leaves the norms' parameters replicated over TP while each rank sees
+ * only its sequence shard, so their gradients are partial sums: Megatron-LM all-reduces them
+ * over TP (allreduce_layernorm_grads; Korthikanti et al. 2022 Sec. 4.2.2). One call per norm
+ * of the block (a layer's two, the final norm's one), before the block's data-parallel
+ * reduction: per step with ZeRO 0/1, per micro-batch with ZeRO 2/3, which reduce gradients
+ * every micro-batch. The row-parallel biases need none: their gradients come from the
+ * gathered, full-sequence output gradients. */
+static void sp_norm_grads(Emit *e, const ModelTensorTable *tt, int block, int norms)
+{
+    const ModelSpec *s = e->s;
+    const ModelDims *d = e->d;
+    if (!s->layout.sp || d->t < 2 || block < 0 || norms < 1)
+        return;
+    const int norm_bias = s->model.norm == MODEL_LAYERNORM && s->model.bias;
+    char n[64];
+    snprintf(n, sizeof n, "%s.sp_grads", tt->blocks[block].name);
+    comm(e, n, MODEL_TP_ALLREDUCE, d->t,
+         (double)d->h * (1 + norm_bias) * (double)px_dtype_bytes(d->grad), norms);
+}
+
 static void layer_backward(Emit *e, const ModelTensorTable *tt, int block, int l)
 {
     const ModelSpec *s = e->s;
@@ -302,6 +322,8 @@ static void layer_backward(Emit *e, const ModelTensorTable *tt, int block, int l
     comm(e, n, sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, tp_act_bytes(e), 1);
     snprintf(n, sizeof n, "layer.%d.ln1", l);
     simple(e, MODEL_OP_NORM, n, 5.0 * nb); /* + the residual gradient */
+    if (s->layout.zero >= 2)
+        sp_norm_grads(e, tt, block, 2);
     zero_reduce(e, tt, block);
 }
 
@@ -372,6 +394,8 @@ static void head_pass(Emit *e, const ModelTensorTable *tt, int j, int backward)
         linear(e, "logits", M, V, h, M * V * (4.0 - a));
         comm(e, "logits", sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, tp_act_bytes(e), 1);
         simple(e, MODEL_OP_NORM, "final_ln", 4.0 * nb);
+        if (s->layout.zero >= 2)
+            sp_norm_grads(e, tt, blk, 1);
         zero_reduce(e, tt, blk);
     }
 }
@@ -462,6 +486,8 @@ static int ops_build(const ModelSpec *s, const ModelDims *d, int stage, int comp
         e.layer = b->layer;
         e.repeat = b->repeat;
         char n[64];
+        if (zero <= 1)
+            sp_norm_grads(&e, &tt, i, b->layer >= 0 ? 2 : strcmp(b->name, "final") == 0 ? 1 : 0);
         snprintf(n, sizeof n, "%s.grads", b->name);
         if (zero == 0)
             comm(&e, n, MODEL_DP_ALLREDUCE, zg, (double)b->numel * ge, 1);

@@ -161,7 +161,7 @@ int sim_time_finish(SimResult *r, PxError *err)
         goto out;
     }
     /* per step: gradient reduction (overlapped with the last backward when asked), the
-     * tied-embedding all-reduce, ZeRO-1/2's parameter all-gather */
+     * tied-embedding and SP norm-gradient all-reduces, ZeRO-1/2's parameter all-gather */
     r->step_s = 0;
     for (int s = 0; s < p && !rc; s++) {
         const ModelOpGraph *g = &r->ops[s];
@@ -200,8 +200,9 @@ int sim_time_finish(SimResult *r, PxError *err)
                     nq++;
                     grads += t[i];
                 }
-            } else if (op->comm == MODEL_EMBED_ALLREDUCE) {
-                embed += t[i];
+            } else if (op->comm == MODEL_EMBED_ALLREDUCE || op->comm == MODEL_TP_ALLREDUCE) {
+                /* the tied embedding's and, with SP, the norms' gradient all-reduces */
+                embed += t[i] * op->repeat;
             } else if (op->comm == MODEL_DP_ALL_GATHER) {
                 gather += t[i] * op->repeat;
             }

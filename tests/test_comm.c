@@ -74,7 +74,10 @@ int main(void)
     /* SP: per layer forward 2 all-gathers + 2 reduce-scatters; backward 2 all-gathers of output
      * gradients, 2 re-gathers of saved inputs, 2 reduce-scatters. Embedding: reduce-scatter
      * forward, all-gather backward; output layer: all-gather forward, re-gather and
-     * reduce-scatter backward. Selective recompute adds no communication. */
+     * reduce-scatter backward. Selective recompute adds no communication. The norms'
+     * replicated weights and biases see only their rank's sequence shard: their gradients
+     * are all-reduced over TP once per step (2 norms per layer and the final one, 2h fp32
+     * values each with LayerNorm's bias). */
     sp = base;
     sp.layout.tp = 2;
     sp.layout.sp = 1;
@@ -82,7 +85,7 @@ int main(void)
     r = run(sp, 4);
     CHECK_EQ_U64(m * (6 * L + 3) * bsh2, r.comm[0][MODEL_TP_ALL_GATHER]);
     CHECK_EQ_U64(m * (4 * L + 2) * bsh2, r.comm[0][MODEL_TP_REDUCE_SCATTER]);
-    CHECK_EQ_U64(m * loss, r.comm[0][MODEL_TP_ALLREDUCE]);
+    CHECK_EQ_U64(m * loss + (2 * L + 1) * 2 * h * 4, r.comm[0][MODEL_TP_ALLREDUCE]);
     sim_result_free(&r);
 
     /* ZeRO-1 over dp 4: reduce-scatter fp32 gradients, all-gather bf16 parameters, per step;
