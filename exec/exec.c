@@ -1,16 +1,16 @@
-/* The executor's life cycle: checks that the plan can run here, binds every tensor of the
- * stage's table to a category arena, maps the op graph's names, and runs training steps
- * (schedule, gradient reduction, clipping, learning-rate schedule, optimizer). */
+/* The executor's life cycle: checks that the plan can run here, places this rank in the
+ * layout's grid, binds every tensor of its stage's table to a category arena, maps the op
+ * graph's names, and initializes the weights. The steps themselves are in step.c, one
+ * micro-batch's passes in model.c. */
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "exec/internal.h"
-
-#define EXEC_PI 3.14159265358979323846
 
 void exec_options_defaults(ExecOptions *o)
 {
@@ -44,25 +44,26 @@ enum { ACT_FIELDS = 14 };
 static void act_fields(const Exec *ex, ActField f[ACT_FIELDS])
 {
     const ModelDims *d = &ex->d;
-    const uint64_t N = (uint64_t)d->b * d->s, h = (uint64_t)d->h;
+    /* N: the sequence on this rank; R: its norm/dropout region (N / tp with SP) */
+    const uint64_t N = (uint64_t)d->b * d->s_loc, R = (uint64_t)d->b * d->s_sp, h = (uint64_t)d->h;
     const uint64_t qkv = (uint64_t)d->q_loc + 2u * (uint64_t)d->kv_width_loc;
-    const uint64_t sq = (uint64_t)d->b * d->heads_loc * d->s * d->s;
+    const uint64_t sq = (uint64_t)d->b * d->heads_loc * d->s_loc * d->s;
     const int flash = ex->spec.job.flash_attn, drop = ex->dropout > 0.0f;
     const ActField t[ACT_FIELDS] = {
-        {"ln1.in", offsetof(ExecLayerActs, ln1_in), 0, N * h, 1},
-        {"attn.qkv.in", offsetof(ExecLayerActs, qkv_in), 0, N * h, 1},
+        {"ln1.in", offsetof(ExecLayerActs, ln1_in), 0, R * h, 1},
+        {"attn.qkv.in", offsetof(ExecLayerActs, qkv_in), 0, R * h, 1},
         {"attn.qkv.out", offsetof(ExecLayerActs, qkv_out), 0, N * qkv, 1},
-        {"attn.lse", offsetof(ExecLayerActs, lse), 0, (uint64_t)d->b * d->heads_loc * d->s, flash},
+        {"attn.lse", offsetof(ExecLayerActs, lse), 0, (uint64_t)d->b * d->heads_loc * d->s_loc, flash},
         {"attn.softmax", offsetof(ExecLayerActs, softmax), 0, sq, !flash},
         {"attn.softmax_mask", offsetof(ExecLayerActs, softmax_mask), 1, sq, ex->attn_dropout},
         {"attn.softmax_drop", offsetof(ExecLayerActs, softmax_drop), 0, sq, ex->attn_dropout},
         {"attn.proj.in", offsetof(ExecLayerActs, proj_in), 0, N * (uint64_t)d->q_loc, 1},
-        {"attn.drop_mask", offsetof(ExecLayerActs, attn_drop_mask), 1, N * h, drop},
-        {"ln2.in", offsetof(ExecLayerActs, ln2_in), 0, N * h, 1},
-        {"mlp.fc1.in", offsetof(ExecLayerActs, fc1_in), 0, N * h, 1},
+        {"attn.drop_mask", offsetof(ExecLayerActs, attn_drop_mask), 1, R * h, drop},
+        {"ln2.in", offsetof(ExecLayerActs, ln2_in), 0, R * h, 1},
+        {"mlp.fc1.in", offsetof(ExecLayerActs, fc1_in), 0, R * h, 1},
         {"mlp.act.in", offsetof(ExecLayerActs, act_in), 0, N * (uint64_t)d->ffn_out_loc, 1},
         {"mlp.fc2.in", offsetof(ExecLayerActs, fc2_in), 0, N * (uint64_t)d->ffn_loc, 1},
-        {"mlp.drop_mask", offsetof(ExecLayerActs, mlp_drop_mask), 1, N * h, drop},
+        {"mlp.drop_mask", offsetof(ExecLayerActs, mlp_drop_mask), 1, R * h, drop},
     };
     memcpy(f, t, sizeof t);
 }
@@ -100,6 +101,12 @@ static int layer_of(const char *name, const char **suffix)
     return l;
 }
 
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
 /* ---- parameters by name ---- */
 
 static float **layer_param(ExecLayerParams *p, const char *suffix)
@@ -127,7 +134,7 @@ static float **layer_param(ExecLayerParams *p, const char *suffix)
     return NULL;
 }
 
-/* The pointer a weight (grad 0) or gradient (grad 1) named `name` binds to; NULL if unknown. */
+/* The view a weight (grad 0) or gradient (grad 1) named `name` binds to; NULL if unknown. */
 static float **param_slot(Exec *ex, const char *name, int grad)
 {
     const char *suffix;
@@ -147,6 +154,125 @@ static float **param_slot(Exec *ex, const char *name, int grad)
     return NULL;
 }
 
+static ExecParam *param_named(Exec *ex, const char *name)
+{
+    for (int i = 0; i < ex->n_params; i++)
+        if (!strcmp(ex->params[i].name, name))
+            return &ex->params[i];
+    return NULL;
+}
+
+/* The parameters of the stage, block by block, from the table without ZeRO (ZeRO-3's table
+ * holds only shards, not the parameters inside them): names, shapes, offsets in the block,
+ * and how each is sharded over TP, initialized and counted. */
+static int params_from_twin(Exec *ex, PxError *err)
+{
+    const ModelTensorTable *tw = &ex->twin;
+    const int tp = ex->d.t > 1, sw = ex->spec.model.mlp == MODEL_SWIGLU;
+    int n = 0;
+    for (int i = 0; i < tw->count; i++)
+        n += tw->t[i].cat == MODEL_WEIGHTS && !tw->t[i].per_microbatch;
+    ex->params = calloc((size_t)(n > 0 ? n : 1), sizeof *ex->params);
+    ex->n_blocks = ex->tt.n_blocks;
+    ex->blocks = calloc((size_t)(ex->n_blocks > 0 ? ex->n_blocks : 1), sizeof *ex->blocks);
+    if (!ex->params || !ex->blocks)
+        return px_fail(err, PX_ERUNTIME, "out of memory for the parameter table");
+    if (tw->n_blocks != ex->tt.n_blocks)
+        return px_fail(err, PX_ERUNTIME, "the ZeRO-%d table has %d blocks, without ZeRO %d: model/ "
+                       "disagrees with itself", ex->spec.layout.zero, ex->tt.n_blocks, tw->n_blocks);
+    for (int b = 0; b < ex->n_blocks; b++) {
+        const ModelBlock *mb = &ex->tt.blocks[b];
+        ExecBlock *blk = &ex->blocks[b];
+        if (strcmp(mb->name, tw->blocks[b].name) != 0 || mb->numel != tw->blocks[b].numel)
+            return px_fail(err, PX_ERUNTIME, "block %s differs between the ZeRO and plain tables",
+                           mb->name);
+        blk->chunk = mb->chunk;
+        blk->layer = mb->layer;
+        blk->numel = mb->numel;
+        blk->shard = ex->spec.layout.zero >= 1 ? mb->shard_numel : mb->numel;
+        blk->first_param = -1;
+        blk->dp_req = -1;
+        if (ex->spec.layout.zero >= 1) {
+            uint64_t lo = (uint64_t)ex->zero_rank * blk->shard;
+            blk->own_off = lo < blk->numel ? lo : blk->numel;
+            uint64_t hi = lo + blk->shard < blk->numel ? lo + blk->shard : blk->numel;
+            blk->own_n = hi > blk->own_off ? hi - blk->own_off : 0;
+        } else {
+            blk->own_off = 0;
+            blk->own_n = blk->numel;
+        }
+        if (!strcmp(mb->name, "embed"))
+            ex->embed_block = b;
+        else if (!strcmp(mb->name, "final"))
+            ex->final_block = b;
+    }
+    uint64_t *off = calloc((size_t)(ex->n_blocks > 0 ? ex->n_blocks : 1), sizeof *off);
+    if (!off)
+        return px_fail(err, PX_ERUNTIME, "out of memory for the parameter table");
+    for (int i = 0; i < tw->count; i++) {
+        const ModelTensor *t = &tw->t[i];
+        if (t->cat != MODEL_WEIGHTS || t->per_microbatch)
+            continue;
+        ExecParam *p = &ex->params[ex->n_params];
+        if (t->block < 0 || t->block >= ex->n_blocks) {
+            free(off);
+            return px_fail(err, PX_ERUNTIME, "parameter %s has no block: model/ and exec/ disagree",
+                           t->name);
+        }
+        px_strlcpy(p->name, t->name, sizeof p->name);
+        p->wslot = param_slot(ex, t->name, 0);
+        p->gslot = param_slot(ex, t->name, 1);
+        if (!p->wslot || !p->gslot) {
+            free(off);
+            return px_fail(err, PX_ERUNTIME,
+                           "the executor has no use for parameter %s: model/ and exec/ disagree",
+                           t->name);
+        }
+        p->numel = t->numel;
+        p->rows = t->shape[0];
+        p->cols = t->ndim > 1 ? t->shape[1] : 1;
+        p->block = t->block;
+        p->off = off[t->block];
+        off[t->block] += t->numel;
+        ExecBlock *blk = &ex->blocks[t->block];
+        if (blk->first_param < 0)
+            blk->first_param = ex->n_params;
+        blk->n_params++;
+        p->decay = t->ndim >= 2;
+        p->replicated = !(t->shard & MODEL_SHARD_TP);
+        p->norm = ends_with(t->name, "ln1.w") || ends_with(t->name, "ln1.b") ||
+                  ends_with(t->name, "ln2.w") || ends_with(t->name, "ln2.b") ||
+                  !strcmp(t->name, "final_ln.w") || !strcmp(t->name, "final_ln.b");
+        p->tied_copy = ex->tied_pair && !strcmp(t->name, "logits.w");
+        /* the output layer's copy starts as an exact copy of the embedding */
+        px_strlcpy(p->init_name, p->tied_copy ? "embed.wte" : t->name, sizeof p->init_name);
+        p->map = EXEC_MAP_FULL;
+        if (tp) {
+            if (ends_with(t->name, "attn.qkv.w") || ends_with(t->name, "attn.qkv.b"))
+                p->map = EXEC_MAP_QKV;
+            else if (ends_with(t->name, "mlp.fc1.w") || ends_with(t->name, "mlp.fc1.b"))
+                p->map = sw ? EXEC_MAP_SWIGLU : EXEC_MAP_ROWS;
+            else if (ends_with(t->name, "attn.proj.w") || ends_with(t->name, "mlp.fc2.w"))
+                p->map = EXEC_MAP_COLS;
+            else if (!strcmp(t->name, "embed.wte") || !strcmp(t->name, "logits.w"))
+                p->map = EXEC_MAP_ROWS;
+        }
+        ex->n_params++;
+    }
+    int rc = PX_OK;
+    for (int b = 0; b < ex->n_blocks && !rc; b++)
+        if (off[b] != ex->blocks[b].numel)
+            rc = px_fail(err, PX_ERUNTIME, "block %s holds %llu elements but its parameters %llu",
+                         ex->tt.blocks[b].name, (unsigned long long)ex->blocks[b].numel,
+                         (unsigned long long)off[b]);
+    free(off);
+    if (rc)
+        return rc;
+    for (int b = 0; b < ex->n_blocks; b++)
+        ex->blocks[b].tied = ex->tied_pair && (b == ex->embed_block || b == ex->final_block);
+    return PX_OK;
+}
+
 /* ---- binding the table to the arenas ---- */
 
 static int unknown_tensor(const ModelTensor *t, PxError *err)
@@ -160,38 +286,41 @@ static int unknown_tensor(const ModelTensor *t, PxError *err)
 static int bind_static(Exec *ex, int pass, PxError *err)
 {
     const ModelTensorTable *tt = &ex->tt;
-    int np = 0;
     /* weights and gradients in table order, so that a block's parameters are contiguous */
     for (int i = 0; i < tt->count; i++) {
         const ModelTensor *t = &tt->t[i];
         if (t->per_microbatch || (t->cat != MODEL_WEIGHTS && t->cat != MODEL_GRADS))
             continue;
         void *p = exec_arena_carve(&ex->arena[t->cat], t->bytes, px_dtype_bytes(t->dtype));
+        if (t->block >= 0 && ends_with(t->name, ".w_shard") && t->cat == MODEL_WEIGHTS) {
+            if (pass)
+                ex->blocks[t->block].w_shard = p;
+            continue;
+        }
+        if (t->block >= 0 && ends_with(t->name, ".grad_shard") && t->cat == MODEL_GRADS) {
+            if (pass)
+                ex->blocks[t->block].g_shard = p;
+            continue;
+        }
         char base[64];
         px_strlcpy(base, t->name, sizeof base);
         int grad = t->cat == MODEL_GRADS;
         if (grad) {
-            size_t n = strlen(base);
-            if (n < 5 || strcmp(base + n - 5, ".grad") != 0)
+            if (!ends_with(base, ".grad"))
                 return unknown_tensor(t, err);
-            base[n - 5] = '\0';
+            base[strlen(base) - 5] = '\0';
         }
-        float **slot = param_slot(ex, base, grad);
-        if (!slot)
+        ExecParam *q = param_named(ex, base);
+        if (!q || q->numel != t->numel)
             return unknown_tensor(t, err);
         if (pass) {
-            *slot = p;
-            if (!grad) {
-                ExecParam *q = &ex->params[np++];
-                q->tensor = i;
+            if (grad)
+                q->g = p;
+            else
                 q->w = p;
-                q->numel = t->numel;
-                q->block = t->block;
-                q->decay = t->ndim >= 2;
-            }
         }
     }
-    /* optimizer state: one flat buffer per block and kind */
+    /* optimizer state: one flat buffer per block and kind (ZeRO >= 1: the shard) */
     for (int i = 0; i < tt->count; i++) {
         const ModelTensor *t = &tt->t[i];
         if (t->cat != MODEL_OPTIMIZER && t->cat != MODEL_MASTER)
@@ -202,10 +331,10 @@ static int bind_static(Exec *ex, int pass, PxError *err)
             return unknown_tensor(t, err);
         if (!strcmp(dot, ".adam_m") || !strcmp(dot, ".momentum")) {
             if (pass)
-                ex->opt_m[t->block] = p;
+                ex->blocks[t->block].m = p;
         } else if (!strcmp(dot, ".adam_v")) {
             if (pass)
-                ex->opt_v[t->block] = p;
+                ex->blocks[t->block].v = p;
         } else {
             return unknown_tensor(t, err);
         }
@@ -256,9 +385,36 @@ static int bind_static(Exec *ex, int pass, PxError *err)
             }
         }
     }
-    for (int i = 0; i < tt->count; i++)
-        if (tt->t[i].cat == MODEL_COMM_BUFFERS)
-            return unknown_tensor(&tt->t[i], err);
+    /* communication buffers: pipeline send and receive, the sequence-parallel gather, ZeRO's
+     * gradient bucket and its two parameter-gather buffers */
+    for (int i = 0; i < tt->count; i++) {
+        const ModelTensor *t = &tt->t[i];
+        if (t->cat != MODEL_COMM_BUFFERS)
+            continue;
+        if (t->dtype != PX_FP32)
+            return unknown_tensor(t, err);
+        void *p = exec_arena_carve(&ex->arena[MODEL_COMM_BUFFERS], t->bytes, 4);
+        const char *n = t->name;
+        if (!strcmp(n, "pp.send")) {
+            ex->pp_send = p;
+            ex->pp_elems = t->numel;
+        } else if (!strcmp(n, "pp.recv")) {
+            ex->pp_recv = p;
+            if (t->numel != ex->pp_elems)
+                return unknown_tensor(t, err);
+        } else if (!strcmp(n, "sp.gather")) {
+            ex->sp_gather = p;
+        } else if (!strcmp(n, "zero.grad_bucket")) {
+            ex->grad_bucket = p;
+            ex->bucket_elems = t->numel;
+        } else if (!strcmp(n, "zero.param_gather")) {
+            ex->param_gather[0] = p;
+            ex->param_gather[1] = p ? (float *)p + t->numel / 2 : NULL;
+            ex->gather_elems = t->numel / 2;
+        } else {
+            return unknown_tensor(t, err);
+        }
+    }
     return PX_OK;
 }
 
@@ -280,7 +436,7 @@ static int bind_region(Exec *ex, uint8_t *base, uint64_t bytes, PxError *err)
             for (int k = 0; k < ex->tt.count && !saved; k++) {
                 const char *suffix;
                 const ModelTensor *t = &ex->tt.t[k];
-                saved = t->per_microbatch && layer_of(t->name, &suffix) == 0 &&
+                saved = t->per_microbatch && layer_of(t->name, &suffix) >= 0 &&
                         !strcmp(suffix, f[i].suffix);
             }
             if (saved)
@@ -299,15 +455,20 @@ static int bind_region(Exec *ex, uint8_t *base, uint64_t bytes, PxError *err)
     return PX_OK;
 }
 
-/* Saved activations: a pool of n_slots layer sets and one of n_xslots extras, each tensor's
- * copies side by side, fp32 tensors before the uint8 masks so that nothing needs padding. */
+/* Saved activations: a pool of n_slots layer sets (one set: the cl layers of a chunk, whichever
+ * chunk runs) and per chunk a pool of its extras, each tensor's copies side by side, fp32
+ * tensors before the uint8 masks so that nothing needs padding. The table lists every chunk's
+ * layers; chunks are alike, so the first chunk's tensors size the slots and the others are
+ * only checked against them. */
 static int bind_activations(Exec *ex, int pass, PxError *err)
 {
     const ModelTensorTable *tt = &ex->tt;
-    const int L = ex->spec.model.layers;
+    const int cl = ex->cl;
     ActField f[ACT_FIELDS];
     act_fields(ex, f);
-    ex->slot_bytes = ex->xslot_bytes = 0;
+    ex->slot_bytes = 0;
+    for (int j = 0; j < ex->d.v; j++)
+        ex->xslot_bytes[j] = 0;
     for (int es = 8; es >= 1; es /= 2) {
         for (int i = 0; i < tt->count; i++) {
             const ModelTensor *t = &tt->t[i];
@@ -316,24 +477,30 @@ static int bind_activations(Exec *ex, int pass, PxError *err)
             const char *suffix = NULL;
             int l = layer_of(t->name, &suffix);
             int fi = l >= 0 ? act_field_index(f, suffix) : -1;
+            const int j = t->chunk;
+            if (j < 0 || j >= ex->d.v)
+                return unknown_tensor(t, err);
+            const int li = l - ex->chunk_g[j] * cl; /* the layer's place in its chunk */
             if (l >= 0) {
-                if (l >= L || fi < 0 || !f[fi].needed || f[fi].numel != t->numel ||
+                if (li < 0 || li >= cl || fi < 0 || !f[fi].needed || f[fi].numel != t->numel ||
                     (size_t)es != (f[fi].u8 ? 1u : 4u))
                     return unknown_tensor(t, err);
+                if (j != 0)
+                    continue; /* the first chunk's layers size the shared slots */
                 ex->slot_bytes += t->bytes;
             } else {
-                ex->xslot_bytes += t->bytes;
+                ex->xslot_bytes[j] += t->bytes;
             }
-            int copies = l >= 0 ? ex->n_slots : ex->n_xslots;
+            int copies = l >= 0 ? ex->n_slots : ex->n_xslots[j];
             for (int k = 0; k < copies; k++) {
                 void *p = exec_arena_carve(&ex->arena[MODEL_ACTIVATIONS], t->bytes, (size_t)es);
                 if (!pass)
                     continue;
                 if (l >= 0) {
-                    act_set(&ex->acts[(size_t)k * L + l], &f[fi], p);
+                    act_set(&ex->acts[(size_t)k * cl + li], &f[fi], p);
                     continue;
                 }
-                ExecHeadActs *x = &ex->xacts[k];
+                ExecHeadActs *x = &ex->xacts[j][k];
                 if (!strcmp(t->name, "embed.drop_mask"))
                     x->embed_drop_mask = p;
                 else if (!strcmp(t->name, "final_ln.in"))
@@ -351,24 +518,28 @@ static int bind_activations(Exec *ex, int pass, PxError *err)
         return PX_OK;
     /* every slot's layers: what is not saved lives in ws.recompute */
     for (int k = 0; k < ex->n_slots; k++)
-        for (int l = 0; l < L; l++)
+        for (int li = 0; li < cl; li++)
             for (int i = 0; i < ACT_FIELDS; i++) {
-                ExecLayerActs *a = &ex->acts[(size_t)k * L + l];
+                ExecLayerActs *a = &ex->acts[(size_t)k * cl + li];
                 if (f[i].needed && !act_get(a, &f[i])) {
                     void *p = act_get(&ex->region, &f[i]);
                     if (!p)
                         return px_fail(err, PX_ERUNTIME,
-                                       "layer %d's %s is neither saved nor in ws.recompute: model/ "
+                                       "a layer's %s is neither saved nor in ws.recompute: model/ "
                                        "and exec/ disagree",
-                                       l, f[i].suffix);
+                                       f[i].suffix);
                     act_set(a, &f[i], p);
                 }
             }
-    for (int k = 0; k < ex->n_xslots; k++) {
-        const ExecHeadActs *x = &ex->xacts[k];
-        if (!x->final_ln_in || !x->logits_in || !x->probs || (ex->dropout > 0 && !x->embed_drop_mask))
-            return px_fail(err, PX_ERUNTIME, "the output layer's saved tensors are incomplete: model/ "
-                                             "and exec/ disagree");
+    for (int j = 0; j < ex->d.v; j++) {
+        const int g = ex->chunk_g[j];
+        for (int k = 0; k < ex->n_xslots[j]; k++) {
+            const ExecHeadActs *x = &ex->xacts[j][k];
+            if ((g == ex->d.chunks - 1 && (!x->final_ln_in || !x->logits_in || !x->probs)) ||
+                (g == 0 && ex->dropout > 0 && !x->embed_drop_mask))
+                return px_fail(err, PX_ERUNTIME, "the embedding's or output layer's saved tensors "
+                                                 "are incomplete: model/ and exec/ disagree");
+        }
     }
     return PX_OK;
 }
@@ -413,9 +584,85 @@ static int allocate(Exec *ex, PxError *err)
     return rc;
 }
 
+/* Points every parameter's views at its memory: its own tensors (ZeRO < 3 weights, < 2
+ * gradients), the gradient bucket at its offset (ZeRO 2/3), nothing yet for ZeRO-3 weights
+ * (exec_gather_block points them into the gather buffer). Blocks are contiguous in table order:
+ * checked, since reductions and ZeRO treat a block as one flat buffer. */
+static int bind_params(Exec *ex, PxError *err)
+{
+    const int zero = ex->spec.layout.zero;
+    for (int b = 0; b < ex->n_blocks; b++) {
+        ExecBlock *blk = &ex->blocks[b];
+        if (blk->n_params == 0)
+            continue;
+        const ExecParam *first = &ex->params[blk->first_param];
+        blk->w = zero < 3 ? first->w : NULL;
+        blk->g = zero < 2 ? first->g : NULL;
+        if ((zero == 3 && !blk->w_shard) || (zero >= 2 && !blk->g_shard) || !blk->m ||
+            (ex->spec.job.optimizer == MODEL_OPT_ADAMW && !blk->v))
+            return px_fail(err, PX_ERUNTIME, "block %s lacks its ZeRO-%d state: model/ and exec/ "
+                           "disagree", ex->tt.blocks[b].name, zero);
+    }
+    if (zero >= 2 && !ex->grad_bucket)
+        return px_fail(err, PX_ERUNTIME, "ZeRO-%d without zero.grad_bucket: model/ and exec/ disagree",
+                       zero);
+    if (zero == 3 && !ex->param_gather[0])
+        return px_fail(err, PX_ERUNTIME, "ZeRO-3 without zero.param_gather: model/ and exec/ disagree");
+    for (int i = 0; i < ex->n_params; i++) {
+        ExecParam *p = &ex->params[i];
+        const ExecBlock *blk = &ex->blocks[p->block];
+        if (zero >= 2) {
+            if (px_round_up(blk->numel, (uint64_t)ex->zero_n) > ex->bucket_elems)
+                return px_fail(err, PX_ERUNTIME, "block of %s exceeds the gradient bucket",
+                               p->name);
+            p->g = ex->grad_bucket + p->off;
+        }
+        if ((zero < 3 && p->w != blk->w + p->off) || (zero < 2 && p->g != blk->g + p->off))
+            return px_fail(err, PX_ERUNTIME,
+                           "parameter %s is not where its block's flat layout puts it: model/ and "
+                           "exec/ disagree",
+                           p->name);
+        *p->wslot = p->w;
+        *p->gslot = p->g;
+    }
+    if (ex->tied_here) {
+        ex->out_w = ex->wte;
+        ex->g_out_w = ex->g_wte;
+    }
+    return PX_OK;
+}
+
 /* ---- the op graph's names ---- */
 
 static int phase_slot(ModelPhase p) { return p == MODEL_STEP ? 0 : (int)p; }
+
+static uint64_t op_key(const char *name, int chunk)
+{
+    return exec_hash_name((uint64_t)(chunk + 7), name);
+}
+
+int exec_op_find(const Exec *ex, int chunk, ModelPhase phase, int occurrence, const char *fmt, ...)
+{
+    char base[96], name[112];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(base, sizeof base, fmt, ap);
+    va_end(ap);
+    snprintf(name, sizeof name, "%s.%s", base, model_phase_name(phase));
+    const int cap = ex->op_hash_cap;
+    if (cap <= 0)
+        return -1;
+    for (uint64_t h = op_key(name, chunk) & (uint64_t)(cap - 1);; h = (h + 1) & (uint64_t)(cap - 1)) {
+        int i = ex->op_hash[h];
+        if (i < 0)
+            return -1;
+        if (ex->ops[i].chunk == chunk && !strcmp(ex->ops[i].name, name)) {
+            while (occurrence-- > 0 && i >= 0)
+                i = ex->ops[i].next_same;
+            return i;
+        }
+    }
+}
 
 static int map_ops(Exec *ex, PxError *err)
 {
@@ -425,11 +672,18 @@ static int map_ops(Exec *ex, PxError *err)
                                                           "optimizer"};
     const int L = ex->spec.model.layers;
     const ModelOpGraph *g = &ex->graph;
+    int cap = 16;
+    while (cap < 2 * g->count)
+        cap *= 2;
     ex->ops = calloc((size_t)(g->count > 0 ? g->count : 1), sizeof *ex->ops);
     ex->report = calloc((size_t)(g->count > 0 ? g->count : 1), sizeof *ex->report);
     ex->layer_op = malloc((size_t)L * EX_LAYER_OPS * EX_PHASES * sizeof *ex->layer_op);
-    if (!ex->ops || !ex->report || !ex->layer_op)
+    ex->op_hash = malloc((size_t)cap * sizeof *ex->op_hash);
+    if (!ex->ops || !ex->report || !ex->layer_op || !ex->op_hash)
         return px_fail(err, PX_ERUNTIME, "out of memory for the op table");
+    ex->op_hash_cap = cap;
+    for (int i = 0; i < cap; i++)
+        ex->op_hash[i] = -1;
     for (int i = 0; i < L * EX_LAYER_OPS * EX_PHASES; i++)
         ex->layer_op[i] = -1;
     for (int i = 0; i < EX_OTHER_OPS; i++)
@@ -437,9 +691,29 @@ static int map_ops(Exec *ex, PxError *err)
             ex->other_op[i][p] = -1;
     for (int i = 0; i < g->count; i++) {
         const ModelOp *op = &g->op[i];
-        model_op_fullname(op, ex->ops[i].name, sizeof ex->ops[i].name);
-        ex->ops[i].compute = op->kind != MODEL_OP_COMM;
-        if (!ex->ops[i].compute)
+        ExecOpStat *o = &ex->ops[i];
+        model_op_fullname(op, o->name, sizeof o->name);
+        o->compute = op->kind != MODEL_OP_COMM;
+        o->chunk = op->chunk;
+        o->phase = op->phase;
+        o->next_same = -1;
+        /* every op by (name, chunk); repeats chain in graph order (ZeRO-3 gathers a tied
+         * embedding twice per pass) */
+        for (uint64_t h = op_key(o->name, o->chunk) & (uint64_t)(cap - 1);;
+             h = (h + 1) & (uint64_t)(cap - 1)) {
+            int k = ex->op_hash[h];
+            if (k < 0) {
+                ex->op_hash[h] = i;
+                break;
+            }
+            if (ex->ops[k].chunk == o->chunk && !strcmp(ex->ops[k].name, o->name)) {
+                while (ex->ops[k].next_same >= 0)
+                    k = ex->ops[k].next_same;
+                ex->ops[k].next_same = i;
+                break;
+            }
+        }
+        if (!o->compute)
             continue;
         const char *suffix;
         int l = layer_of(op->name, &suffix);
@@ -459,24 +733,28 @@ static int map_ops(Exec *ex, PxError *err)
         }
         if (!found)
             return px_fail(err, PX_ERUNTIME, "the executor does not run op %s of the op graph",
-                           ex->ops[i].name);
+                           o->name);
     }
-    /* and every op the executor runs must be in the graph */
+    /* and every op the executor runs must be in the graph: the stage's layers, its embedding
+     * and output layer, the optimizer */
     const ModelRecompute rc = ex->spec.layout.recompute;
-    for (int l = 0; l < L; l++)
-        for (int k = 0; k < EX_LAYER_OPS; k++)
-            for (int p = 0; p < EX_PHASES; p++) {
-                int want = p != MODEL_RECOMPUTE || rc == MODEL_RECOMPUTE_FULL ||
-                           (k == EX_CORE && rc == MODEL_RECOMPUTE_SELECTIVE && !ex->spec.job.flash_attn);
-                if (want && ex->layer_op[(l * EX_LAYER_OPS + k) * EX_PHASES + p] < 0)
-                    return px_fail(err, PX_ERUNTIME, "the op graph has no layer.%d.%s.%s", l,
-                                   layer_names[k], model_phase_name((ModelPhase)p));
-            }
-    for (int k = 0; k < EX_OTHER_OPS; k++)
-        for (int p = 0; p < 2; p++)
+    for (int j = 0; j < ex->d.v; j++)
+        for (int l = ex->chunk_g[j] * ex->cl; l < (ex->chunk_g[j] + 1) * ex->cl; l++)
+            for (int k = 0; k < EX_LAYER_OPS; k++)
+                for (int p = 0; p < EX_PHASES; p++) {
+                    int want = p != MODEL_RECOMPUTE || rc == MODEL_RECOMPUTE_FULL ||
+                               (k == EX_CORE && rc == MODEL_RECOMPUTE_SELECTIVE && !ex->spec.job.flash_attn);
+                    if (want && ex->layer_op[(l * EX_LAYER_OPS + k) * EX_PHASES + p] < 0)
+                        return px_fail(err, PX_ERUNTIME, "the op graph has no layer.%d.%s.%s", l,
+                                       layer_names[k], model_phase_name((ModelPhase)p));
+                }
+    for (int k = 0; k < EX_OTHER_OPS; k++) {
+        int here = k == EX_OPTIMIZER || (k == EX_EMBED ? ex->embed_block >= 0 : ex->has_loss);
+        for (int p = 0; p < 2 && here; p++)
             if ((k == EX_OPTIMIZER ? p == 0 : 1) && ex->other_op[k][p] < 0)
                 return px_fail(err, PX_ERUNTIME, "the op graph has no %s.%s", other_names[k],
                                k == EX_OPTIMIZER ? "step" : model_phase_name((ModelPhase)p));
+    }
     ex->cur_op = -1;
     return PX_OK;
 }
@@ -487,12 +765,28 @@ static int check_supported(const Exec *ex, const char *origin, PxError *err)
 {
     const ModelSpec *s = &ex->spec;
     const ModelDims *d = &ex->d;
-    if (d->gpus > 1)
+    if (d->c > 1)
         return px_fail(err, PX_EINPUT,
-                       "%s: the layout needs %d ranks (dp %d x tp %d x pp %d x cp %d); the executor "
-                       "runs single-rank plans only so far (launching ranks with mpirun or srun "
-                       "comes later)",
-                       origin, d->gpus, d->dp, d->t, d->p, d->c);
+                       "%s: layout.cp %d: the executor does not run context parallelism (make the "
+                       "plan with --cp 1)",
+                       origin, d->c);
+    if (d->gpus != ex->comm->world) {
+        if (ex->comm->world == 1 && !exec_mpi_available())
+            return px_fail(err, PX_EINPUT,
+                           "%s: the layout needs %d ranks (dp %d x tp %d x pp %d x cp %d) but this "
+                           "parallax-worker was built without MPI: it runs single-rank plans only "
+                           "(install libopenmpi-dev and rebuild)",
+                           origin, d->gpus, d->dp, d->t, d->p, d->c);
+        if (ex->comm->world == 1)
+            return px_fail(err, PX_EINPUT,
+                           "%s: the layout needs %d ranks (dp %d x tp %d x pp %d x cp %d) but this "
+                           "process runs alone: start it with parallax run (mpirun / srun)",
+                           origin, d->gpus, d->dp, d->t, d->p, d->c);
+        return px_fail(err, PX_EINPUT,
+                       "%s: the layout needs %d ranks (dp %d x tp %d x pp %d x cp %d) but the job "
+                       "has %d",
+                       origin, d->gpus, d->dp, d->t, d->p, d->c, ex->comm->world);
+    }
     if (s->job.precision != PX_FP32)
         return px_fail(err, PX_EINPUT,
                        "%s: training.precision %s: the CPU backend trains in fp32 (make the plan "
@@ -503,14 +797,11 @@ static int check_supported(const Exec *ex, const char *origin, PxError *err)
                        "%s: training.optimizer adam-8bit is not implemented by the executor yet: "
                        "use adamw or sgd-momentum",
                        origin);
-    if (s->layout.zero >= 2)
-        return px_fail(err, PX_EINPUT,
-                       "%s: layout.zero %d: ZeRO-2 and ZeRO-3 come with the data-parallel "
-                       "executor; with one rank use zero 0 or 1",
-                       origin, s->layout.zero);
     if (s->model.position == MODEL_POS_ROPE && s->model.head_dim % 2 != 0)
         return px_fail(err, PX_EINPUT, "%s: rotary embeddings need an even head_dim, got %d", origin,
                        s->model.head_dim);
+    if (d->v > 64)
+        return px_fail(err, PX_EINPUT, "%s: layout.vpp %d: at most 64 chunks per rank", origin, d->v);
     return PX_OK;
 }
 
@@ -532,7 +823,31 @@ static int check_writable(const char *path, PxError *err)
     return PX_OK;
 }
 
+/* PARALLAX_TEST_FAIL=RANK:WHERE makes one rank fail on purpose, so that tests can prove the
+ * job ends (no rank left waiting): WHERE is "init" or "step:K" (before the K-th step, 1-based). */
+static int test_failure(Exec *ex, PxError *err)
+{
+    ex->fail_step = -1;
+    const char *s = getenv("PARALLAX_TEST_FAIL");
+    if (!s || !*s)
+        return PX_OK;
+    int rank = -1, step = 0, n = 0;
+    if (sscanf(s, "%d:init%n", &rank, &n) == 1 && n > 0 && s[n] == '\0') {
+        if (rank == ex->comm->rank)
+            return px_fail(err, PX_ERUNTIME, "failing at start as PARALLAX_TEST_FAIL=%s asks", s);
+        return PX_OK;
+    }
+    if (sscanf(s, "%d:step:%d", &rank, &step) == 2 && step >= 1) {
+        if (rank == ex->comm->rank)
+            ex->fail_step = step - 1;
+        return PX_OK;
+    }
+    return px_fail(err, PX_EINPUT, "PARALLAX_TEST_FAIL=%s: expected RANK:init or RANK:step:K", s);
+}
+
 /* ---- init and free ---- */
+
+static void *zalloc(size_t n, size_t size) { return calloc(n > 0 ? n : 1, size); }
 
 int exec_init(Exec **out, const ModelPlan *plan, const ExecOptions *opt, PxError *err)
 {
@@ -543,15 +858,33 @@ int exec_init(Exec **out, const ModelPlan *plan, const ExecOptions *opt, PxError
     ex->opt = *opt;
     ex->plan = *plan;
     ex->plan.prediction = plan->prediction ? cJSON_Duplicate(plan->prediction, 1) : NULL;
+    ex->embed_block = ex->final_block = -1;
+    ex->send_req = ex->recv_req = -1;
     px_strlcpy(ex->plan_path, opt->plan_path ? opt->plan_path : "plan", sizeof ex->plan_path);
-    if (opt->output)
-        px_strlcpy(ex->output, opt->output, sizeof ex->output);
-    if (opt->metrics)
-        px_strlcpy(ex->metrics, opt->metrics, sizeof ex->metrics);
+    int rc;
+    if (opt->comm) {
+        ex->comm = opt->comm;
+    } else {
+        ex->comm = exec_comm_single();
+        ex->own_comm = 1;
+        if (!ex->comm) {
+            rc = px_fail(err, PX_ERUNTIME, "out of memory");
+            goto fail;
+        }
+    }
+    /* only rank 0 writes run.json and the metrics log */
+    if (ex->comm->rank == 0) {
+        if (opt->output)
+            px_strlcpy(ex->output, opt->output, sizeof ex->output);
+        if (opt->metrics)
+            px_strlcpy(ex->metrics, opt->metrics, sizeof ex->metrics);
+    } else {
+        ex->opt.quiet = 1;
+    }
     ex->spec = plan->spec;
     if (opt->data)
         px_strlcpy(ex->spec.job.data, opt->data, sizeof ex->spec.job.data);
-    int rc = model_spec_check(&ex->spec, plan->gpus, &ex->d, err);
+    rc = model_spec_check(&ex->spec, plan->gpus, &ex->d, err);
     if (rc) {
         char msg[sizeof err->msg];
         px_strlcpy(msg, err->msg, sizeof msg);
@@ -559,7 +892,7 @@ int exec_init(Exec **out, const ModelPlan *plan, const ExecOptions *opt, PxError
         goto fail;
     }
     ex->plan.spec = ex->spec;
-    if ((rc = check_supported(ex, ex->plan_path, err)))
+    if ((rc = check_supported(ex, ex->plan_path, err)) || (rc = test_failure(ex, err)))
         goto fail;
     /* a run.json that cannot be written is found out now, not after the training */
     if (ex->output[0] && (rc = check_writable(ex->output, err)))
@@ -589,94 +922,109 @@ int exec_init(Exec **out, const ModelPlan *plan, const ExecOptions *opt, PxError
         goto fail;
     ex->have_sim = 1;
     ex->k = kern_cpu();
-    ex->comm = exec_comm_single();
-    if (!ex->comm) {
+
+    /* this rank's place: stage, shards, neighbours */
+    const ModelDims *d = &ex->d;
+    const ModelLayout *lay = &ex->spec.layout;
+    model_rank_coords(lay, ex->comm->rank, &ex->tp_rank, &ex->cp_rank, &ex->dp_rank, &ex->stage);
+    ex->zero_n = d->zero_group;
+    ex->zero_rank = ex->cp_rank + lay->cp * ex->dp_rank;
+    if (ex->comm->group_size[MODEL_GROUP_DP] != ex->zero_n ||
+        ex->comm->group_rank[MODEL_GROUP_DP] != ex->zero_rank ||
+        ex->comm->group_size[MODEL_GROUP_TP] != d->t || ex->comm->group_rank[MODEL_GROUP_TP] != ex->tp_rank) {
+        rc = px_fail(err, PX_ERUNTIME, "the communication layer's groups do not follow the layout");
+        goto fail;
+    }
+    ex->prev_rank = model_rank(lay, ex->tp_rank, ex->cp_rank, ex->dp_rank, (ex->stage + d->p - 1) % d->p);
+    ex->next_rank = model_rank(lay, ex->tp_rank, ex->cp_rank, ex->dp_rank, (ex->stage + 1) % d->p);
+    ex->cl = d->chunk_layers;
+    ex->chunk_g = zalloc((size_t)d->v, sizeof *ex->chunk_g);
+    if (!ex->chunk_g) {
         rc = px_fail(err, PX_ERUNTIME, "out of memory");
         goto fail;
     }
-    ex->stage = 0;
-    if ((rc = model_tensors_build(&ex->spec, &ex->d, ex->stage, &ex->tt, err)) ||
-        (rc = model_ops_build(&ex->spec, &ex->d, ex->stage, &ex->graph, err)))
-        goto fail;
+    for (int j = 0; j < d->v; j++)
+        ex->chunk_g[j] = model_global_chunk(d, ex->stage, j);
+    ex->tied_here = ex->spec.model.tied_embeddings && d->chunks == 1;
+    ex->tied_pair = ex->spec.model.tied_embeddings && d->chunks > 1;
+    ex->defer_logits_wgrad = ex->tied_here && lay->zero >= 2;
+    {
+        ModelSpec plain = ex->spec;
+        plain.layout.zero = 0;
+        if ((rc = model_tensors_build(&ex->spec, d, ex->stage, &ex->tt, err)) ||
+            (rc = model_tensors_build(&plain, d, ex->stage, &ex->twin, err)) ||
+            (rc = model_ops_build(&ex->spec, d, ex->stage, &ex->graph, err)))
+            goto fail;
+    }
+    for (int i = 0; i < ex->tt.count; i++) {
+        ex->has_data |= !strcmp(ex->tt.t[i].name, "data.batch");
+        ex->has_loss |= !strcmp(ex->tt.t[i].name, "ws.xent");
+    }
 
     /* the schedule and the live sets it needs */
-    const ModelDims *d = &ex->d;
     const int L = ex->spec.model.layers;
-    ex->actions = malloc((size_t)2 * d->m * d->v * sizeof *ex->actions);
-    ex->mb_slot = malloc((size_t)d->m * sizeof *ex->mb_slot);
-    ex->mb_xslot = malloc((size_t)d->m * sizeof *ex->mb_xslot);
-    if (!ex->actions || !ex->mb_slot || !ex->mb_xslot) {
+    const int nact = 2 * d->m * d->v;
+    ex->actions = zalloc((size_t)nact, sizeof *ex->actions);
+    ex->recvs = zalloc((size_t)nact, sizeof *ex->recvs);
+    ex->events = zalloc((size_t)nact, sizeof *ex->events);
+    ex->last_events = zalloc((size_t)nact, sizeof *ex->last_events);
+    ex->mb_slot = zalloc((size_t)d->m * d->v, sizeof *ex->mb_slot);
+    ex->mb_xslot = zalloc((size_t)d->m * d->v, sizeof *ex->mb_xslot);
+    ex->bwd_done = zalloc((size_t)d->v, sizeof *ex->bwd_done);
+    ex->n_xslots = zalloc((size_t)d->v, sizeof *ex->n_xslots);
+    ex->xslot_bytes = zalloc((size_t)d->v, sizeof *ex->xslot_bytes);
+    ex->xlive = zalloc((size_t)d->v, sizeof *ex->xlive);
+    ex->peak_xlive = zalloc((size_t)d->v, sizeof *ex->peak_xlive);
+    ex->xacts = zalloc((size_t)d->v, sizeof *ex->xacts);
+    ex->xslot_busy = zalloc((size_t)d->v, sizeof *ex->xslot_busy);
+    if (!ex->actions || !ex->recvs || !ex->events || !ex->last_events || !ex->mb_slot ||
+        !ex->mb_xslot || !ex->bwd_done || !ex->n_xslots || !ex->xslot_bytes || !ex->xlive ||
+        !ex->peak_xlive || !ex->xacts || !ex->xslot_busy) {
         rc = px_fail(err, PX_ERUNTIME, "out of memory for the schedule");
         goto fail;
     }
-    ex->n_actions = model_schedule_build(d, ex->spec.layout.schedule, ex->stage, ex->actions);
-    int max_live[1] = {0};
-    model_schedule_live(ex->actions, ex->n_actions, d->v, &ex->n_slots, max_live);
-    ex->n_xslots = max_live[0];
+    ex->n_actions = model_schedule_build(d, lay->schedule, ex->stage, ex->actions);
+    model_schedule_live(ex->actions, ex->n_actions, d->v, &ex->n_slots, ex->n_xslots);
+    for (int j = 0; j < d->v; j++) {
+        ex->xacts[j] = zalloc((size_t)ex->n_xslots[j], sizeof **ex->xacts);
+        ex->xslot_busy[j] = zalloc((size_t)ex->n_xslots[j], sizeof **ex->xslot_busy);
+        if (!ex->xacts[j] || !ex->xslot_busy[j]) {
+            rc = px_fail(err, PX_ERUNTIME, "out of memory for the schedule");
+            goto fail;
+        }
+    }
 
     /* the data, before memory: a bad file should fail fast */
-    if ((rc = exec_data_open(&ex->data, ex->spec.job.data, ex->spec.model.vocab,
-                             ex->spec.job.global_batch, d->s, err)))
+    if (ex->has_data && (rc = exec_data_open(&ex->data, ex->spec.job.data, ex->spec.model.vocab,
+                                             ex->spec.job.global_batch, d->s, err)))
         goto fail;
 
-    int n_params = 0;
-    for (int i = 0; i < ex->tt.count; i++)
-        n_params += ex->tt.t[i].cat == MODEL_WEIGHTS;
-    ex->params = calloc((size_t)(n_params > 0 ? n_params : 1), sizeof *ex->params);
-    ex->n_params = n_params;
-    ex->lw = calloc((size_t)(L > 0 ? L : 1), sizeof *ex->lw);
-    ex->lg = calloc((size_t)(L > 0 ? L : 1), sizeof *ex->lg);
-    ex->opt_m = calloc((size_t)(ex->tt.n_blocks > 0 ? ex->tt.n_blocks : 1), sizeof *ex->opt_m);
-    ex->opt_v = calloc((size_t)(ex->tt.n_blocks > 0 ? ex->tt.n_blocks : 1), sizeof *ex->opt_v);
-    ex->acts = calloc((size_t)(ex->n_slots > 0 ? ex->n_slots : 1) * (size_t)(L > 0 ? L : 1),
-                      sizeof *ex->acts);
-    ex->xacts = calloc((size_t)(ex->n_xslots > 0 ? ex->n_xslots : 1), sizeof *ex->xacts);
-    ex->slot_busy = calloc((size_t)(ex->n_slots > 0 ? ex->n_slots : 1), sizeof *ex->slot_busy);
-    ex->xslot_busy = calloc((size_t)(ex->n_xslots > 0 ? ex->n_xslots : 1), sizeof *ex->xslot_busy);
-    ex->step_loss = calloc((size_t)ex->steps, sizeof *ex->step_loss);
-    ex->step_time = calloc((size_t)ex->steps, sizeof *ex->step_time);
-    ex->step_tps = calloc((size_t)ex->steps, sizeof *ex->step_tps);
-    if (!ex->params || !ex->lw || !ex->lg || !ex->opt_m || !ex->opt_v || !ex->acts || !ex->xacts ||
-        !ex->slot_busy || !ex->xslot_busy || !ex->step_loss || !ex->step_time || !ex->step_tps) {
+    ex->lw = zalloc((size_t)L, sizeof *ex->lw);
+    ex->lg = zalloc((size_t)L, sizeof *ex->lg);
+    ex->acts = zalloc((size_t)ex->n_slots * (size_t)ex->cl, sizeof *ex->acts);
+    ex->slot_busy = zalloc((size_t)ex->n_slots, sizeof *ex->slot_busy);
+    ex->step_loss = zalloc((size_t)ex->steps, sizeof *ex->step_loss);
+    ex->step_time = zalloc((size_t)ex->steps, sizeof *ex->step_time);
+    ex->step_tps = zalloc((size_t)ex->steps, sizeof *ex->step_tps);
+    ex->step_bubble = zalloc((size_t)ex->steps, sizeof *ex->step_bubble);
+    if (!ex->lw || !ex->lg || !ex->acts || !ex->slot_busy || !ex->step_loss || !ex->step_time ||
+        !ex->step_tps || !ex->step_bubble) {
         rc = px_fail(err, PX_ERUNTIME, "out of memory");
         goto fail;
     }
-    if ((rc = allocate(ex, err)))
+    if ((rc = params_from_twin(ex, err)) || (rc = allocate(ex, err)))
         goto fail;
     /* the pools are what the simulator counts for this schedule */
-    if (ex->arena[MODEL_ACTIVATIONS].cap != model_activation_bytes(&ex->tt, d->v, ex->n_slots, max_live)) {
+    if (ex->arena[MODEL_ACTIVATIONS].cap !=
+        model_activation_bytes(&ex->tt, d->v, ex->n_slots, ex->n_xslots)) {
         rc = px_fail(err, PX_ERUNTIME,
                      "the activation pools hold %llu bytes but model_activation_bytes counts %llu: "
                      "model/ and exec/ disagree",
                      (unsigned long long)ex->arena[MODEL_ACTIVATIONS].cap,
-                     (unsigned long long)model_activation_bytes(&ex->tt, d->v, ex->n_slots, max_live));
+                     (unsigned long long)model_activation_bytes(&ex->tt, d->v, ex->n_slots, ex->n_xslots));
         goto fail;
     }
-    if (ex->spec.model.tied_embeddings) {
-        ex->out_w = ex->wte;
-        ex->g_out_w = ex->g_wte;
-    }
-    /* gradients of each parameter, and its place in its block's optimizer state */
-    {
-        uint64_t *off = calloc((size_t)(ex->tt.n_blocks > 0 ? ex->tt.n_blocks : 1), sizeof *off);
-        if (!off) {
-            rc = px_fail(err, PX_ERUNTIME, "out of memory");
-            goto fail;
-        }
-        for (int i = 0; i < ex->n_params; i++) {
-            ExecParam *p = &ex->params[i];
-            char gname[72];
-            snprintf(gname, sizeof gname, "%s.grad", ex->tt.t[p->tensor].name);
-            uint64_t n = 0;
-            p->g = exec_tensor(ex, gname, &n);
-            p->state_off = off[p->block];
-            off[p->block] += p->numel;
-        }
-        free(off);
-    }
-    ex->grads_base = (float *)ex->arena[MODEL_GRADS].base;
-    ex->grads_numel = ex->arena[MODEL_GRADS].used / sizeof(float);
-    if ((rc = map_ops(ex, err)))
+    if ((rc = bind_params(ex, err)) || (rc = map_ops(ex, err)))
         goto fail;
     exec_init_params(ex);
 
@@ -688,11 +1036,14 @@ int exec_init(Exec **out, const ModelPlan *plan, const ExecOptions *opt, PxError
     ld->row_len = d->s + 1;
     ld->seq_len = d->s;
     ld->global_batch = ex->spec.job.global_batch;
-    ld->first_seq = 0; /* dp rank 0 */
+    /* data-parallel rank r reads sequences r*m*b ... of each step (cp ranks share them) */
+    ld->first_seq = (long long)ex->dp_rank * d->m * d->b;
     ld->key = exec_hash_name(ex->spec.job.seed, "data");
-    if ((rc = exec_loader_start(ld, 0, err)))
-        goto fail;
-    ex->loader_started = 1;
+    if (ex->has_data) {
+        if ((rc = exec_loader_start(ld, 0, err)))
+            goto fail;
+        ex->loader_started = 1;
+    }
     *out = ex;
     return PX_OK;
 fail:
@@ -710,31 +1061,48 @@ void exec_free(Exec *ex)
     for (int c = 0; c < MODEL_CAT_COUNT; c++)
         if (ex->k && ex->arena[c].base)
             ex->k->free(ex->arena[c].base);
-    if (ex->comm)
+    if (ex->comm && ex->own_comm)
         ex->comm->free(ex->comm);
     if (ex->have_sim)
         sim_result_free(&ex->sim);
     model_tensors_free(&ex->tt);
+    model_tensors_free(&ex->twin);
     model_ops_free(&ex->graph);
     model_plan_free(&ex->plan);
     free(ex->params);
+    free(ex->blocks);
     free(ex->lw);
     free(ex->lg);
-    free(ex->opt_m);
-    free(ex->opt_v);
     free(ex->acts);
+    if (ex->xacts)
+        for (int j = 0; j < ex->d.v; j++)
+            free(ex->xacts[j]);
+    if (ex->xslot_busy)
+        for (int j = 0; j < ex->d.v; j++)
+            free(ex->xslot_busy[j]);
     free(ex->xacts);
-    free(ex->slot_busy);
     free(ex->xslot_busy);
+    free(ex->n_xslots);
+    free(ex->xslot_bytes);
+    free(ex->xlive);
+    free(ex->peak_xlive);
+    free(ex->slot_busy);
+    free(ex->chunk_g);
     free(ex->actions);
+    free(ex->recvs);
+    free(ex->events);
+    free(ex->last_events);
     free(ex->mb_slot);
     free(ex->mb_xslot);
+    free(ex->bwd_done);
     free(ex->ops);
     free(ex->report);
     free(ex->layer_op);
+    free(ex->op_hash);
     free(ex->step_loss);
     free(ex->step_time);
     free(ex->step_tps);
+    free(ex->step_bubble);
     free(ex);
 }
 
@@ -751,12 +1119,17 @@ float *exec_tensor(Exec *ex, const char *name, uint64_t *numel)
         char base[64];
         px_strlcpy(base, name, sizeof base);
         int grad = t->cat == MODEL_GRADS;
-        if (grad)
+        if (grad) {
+            if (!ends_with(base, ".grad"))
+                return NULL;
             base[strlen(base) - 5] = '\0';
-        float **slot = param_slot(ex, base, grad);
+        }
+        const ExecParam *p = param_named(ex, base);
+        if (!p)
+            return NULL;
         if (numel)
             *numel = t->numel;
-        return slot ? *slot : NULL;
+        return grad ? p->g : p->w;
     }
     return NULL;
 }
@@ -772,173 +1145,14 @@ void exec_memory(const Exec *ex, uint64_t bytes[MODEL_CAT_COUNT])
 
 uint64_t exec_activations_in_use_peak(const Exec *ex)
 {
-    return (uint64_t)ex->peak_live * ex->slot_bytes + (uint64_t)ex->peak_xlive * ex->xslot_bytes;
+    uint64_t b = (uint64_t)ex->peak_live * ex->slot_bytes;
+    for (int j = 0; j < ex->d.v; j++)
+        b += (uint64_t)ex->peak_xlive[j] * ex->xslot_bytes[j];
+    return b;
 }
 
-/* ---- a training step ---- */
+int exec_stage(const Exec *ex) { return ex->stage; }
 
-static int acquire(int *busy, int n, int *live, int *peak)
-{
-    for (int i = 0; i < n; i++)
-        if (!busy[i]) {
-            busy[i] = 1;
-            if (++*live > *peak)
-                *peak = *live;
-            return i;
-        }
-    return -1;
-}
+const ExecComm *exec_comm(const Exec *ex) { return ex->comm; }
 
-static void release(int *busy, int i, int *live)
-{
-    busy[i] = 0;
-    --*live;
-}
-
-/* Every micro-batch's forward and backward in the schedule's order; gradients are zeroed first
- * and accumulate over the micro-batches. */
-static int run_microbatches(Exec *ex, int step, int backward, double *loss, PxError *err)
-{
-    const ModelDims *d = &ex->d;
-    const int32_t *batch = NULL;
-    int rc = exec_loader_get(&ex->loader, step, &batch, err);
-    if (rc)
-        return rc;
-    ex->cur_step = step;
-    ex->seq_base = (long long)step * ex->spec.job.global_batch + ex->loader.first_seq;
-    if (backward)
-        ex->k->memset0(ex->grads_base, ex->grads_numel * sizeof(float));
-    const size_t mb_tokens = (size_t)d->b * (size_t)(d->s + 1);
-    double sum = 0.0;
-    for (int i = 0; i < ex->n_actions; i++) {
-        const ModelAction *a = &ex->actions[i];
-        const int32_t *tok = batch + (size_t)a->mb * mb_tokens;
-        if (!backward) {
-            if (a->backward)
-                continue;
-            /* forward only: one slot serves every micro-batch in turn */
-            ex->live = ex->xlive = 0;
-            exec_forward(ex, a->mb, 0, 0, tok, &sum);
-            continue;
-        }
-        if (!a->backward) {
-            int s = acquire(ex->slot_busy, ex->n_slots, &ex->live, &ex->peak_live);
-            int x = acquire(ex->xslot_busy, ex->n_xslots, &ex->xlive, &ex->peak_xlive);
-            if (s < 0 || x < 0)
-                return px_fail(err, PX_ERUNTIME,
-                               "no free activation slot for micro-batch %d: the schedule holds more "
-                               "sets than model_schedule_live counted",
-                               a->mb);
-            ex->mb_slot[a->mb] = s;
-            ex->mb_xslot[a->mb] = x;
-            exec_forward(ex, a->mb, s, x, tok, &sum);
-        } else {
-            exec_backward(ex, a->mb, ex->mb_slot[a->mb], ex->mb_xslot[a->mb], tok);
-            release(ex->slot_busy, ex->mb_slot[a->mb], &ex->live);
-            release(ex->xslot_busy, ex->mb_xslot[a->mb], &ex->xlive);
-        }
-    }
-    if (!backward) {
-        *loss = sum / ((double)ex->spec.job.global_batch * d->s);
-        return PX_OK;
-    }
-    /* Gradients are reduced per block over the data-parallel group (Megatron's buckets); with
-     * one rank the call moves nothing. */
-    for (int i = 0; i < ex->n_params; i++) {
-        const ExecParam *p = &ex->params[i];
-        if ((rc = ex->comm->allreduce(ex->comm, p->g, p->numel, PX_FP32, MODEL_DP_ALLREDUCE, err)))
-            return rc;
-    }
-    *loss = sum / ((double)ex->spec.job.global_batch * d->s);
-    return PX_OK;
-}
-
-int exec_grads(Exec *ex, int step, double *loss, PxError *err)
-{
-    exec_ops_step_begin(ex);
-    int rc = run_microbatches(ex, step, 1, loss, err);
-    exec_ops_step_end(ex, 0);
-    return rc;
-}
-
-int exec_loss(Exec *ex, int step, double *loss, PxError *err)
-{
-    exec_ops_step_begin(ex);
-    int rc = run_microbatches(ex, step, 0, loss, err);
-    exec_ops_step_end(ex, 0);
-    return rc;
-}
-
-/* Linear warm-up over warmup_steps, then cosine decay to min_lr at the last step. */
-static double lr_at(const ModelJob *j, int step, int steps)
-{
-    if (j->warmup_steps > 0 && step < j->warmup_steps)
-        return j->lr * (double)(step + 1) / j->warmup_steps;
-    int decay = steps - j->warmup_steps;
-    if (decay <= 1)
-        return j->lr;
-    double progress = (double)(step - j->warmup_steps) / (double)(decay - 1);
-    if (progress > 1.0)
-        progress = 1.0;
-    return j->min_lr + 0.5 * (j->lr - j->min_lr) * (1.0 + cos(EXEC_PI * progress));
-}
-
-static int optimizer_step(Exec *ex, int step, double *lr_out, double *norm_out, PxError *err)
-{
-    const ModelJob *j = &ex->spec.job;
-    const KernBackend *k = ex->k;
-    exec_op_begin(ex, ex->other_op[EX_OPTIMIZER][0]);
-    double norm = sqrt(k->sumsq(ex->grads_base, ex->grads_numel));
-    *norm_out = norm;
-    if (!isfinite(norm)) {
-        exec_op_end(ex);
-        return px_fail(err, PX_ERUNTIME,
-                       "step %d: the gradient norm is %g: training diverged (lower training.lr)",
-                       step + 1, norm);
-    }
-    float scale = j->grad_clip > 0 && norm > j->grad_clip ? (float)(j->grad_clip / norm) : 1.0f;
-    double lr = lr_at(j, step, ex->steps);
-    *lr_out = lr;
-    for (int i = 0; i < ex->n_params; i++) {
-        const ExecParam *p = &ex->params[i];
-        float wd = p->decay ? (float)j->weight_decay : 0.0f;
-        float *m = ex->opt_m[p->block] + p->state_off;
-        if (j->optimizer == MODEL_OPT_ADAMW)
-            k->adamw(NULL, p->w, p->g, m, ex->opt_v[p->block] + p->state_off, p->numel, (float)lr,
-                     (float)j->beta1, (float)j->beta2, (float)j->adam_eps, wd, step + 1, scale);
-        else
-            k->sgd_momentum(NULL, p->w, p->g, m, p->numel, (float)lr, (float)j->momentum, wd,
-                            scale);
-    }
-    exec_op_end(ex);
-    return PX_OK;
-}
-
-int exec_step(Exec *ex, int step, ExecStepStats *st, PxError *err)
-{
-    double t0 = exec_now();
-    exec_ops_step_begin(ex);
-    double loss = 0, lr = 0, norm = 0;
-    int rc = run_microbatches(ex, step, 1, &loss, err);
-    if (!rc)
-        rc = optimizer_step(ex, step, &lr, &norm, err);
-    ex->k->sync();
-    double dt = exec_now() - t0;
-    exec_ops_step_end(ex, ex->steps_done > 0 || ex->steps == 1);
-    if (rc)
-        return rc;
-    memset(st, 0, sizeof *st);
-    st->step = step + 1;
-    st->loss = loss;
-    st->lr = lr;
-    st->grad_norm = norm;
-    st->time_s = dt;
-    st->tokens_per_s = dt > 0 ? (double)ex->spec.job.global_batch * ex->d.s / dt : 0;
-    if (ex->steps_done < ex->steps) {
-        ex->step_loss[ex->steps_done] = loss;
-        ex->step_time[ex->steps_done] = dt;
-        ex->step_tps[ex->steps_done] = st->tokens_per_s;
-        ex->steps_done++;
-    }
-    return PX_OK;
-}
+int exec_error_is_collective(const Exec *ex) { return ex->collective_error; }

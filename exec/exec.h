@@ -8,8 +8,15 @@
  * sim_run's prediction; every op is timed under its op-graph name ("layer.3.attn.qkv.fwd") and
  * its FLOPs are counted from the kernel calls actually made (2·m·n·k per matmul; attention from
  * its call's dimensions), so counted FLOPs equal sim_run's rank_flops. Compute goes through
- * kernels.h (the CPU backend, fp32), communication through an ExecComm table of functions (a
- * single-rank implementation now; MPI and NCCL ones are the natural extension).
+ * kernels.h (the CPU backend, fp32), communication through an ExecComm table of functions
+ * (one rank, or MPI: one process per rank of the layout's grid), which makes exactly the
+ * communication calls the op graph lists, with its buffer sizes, so that bytes per kind equal
+ * the prediction too.
+ *
+ * Parallel layouts: data parallelism with ZeRO 0-3, Megatron's tensor parallelism with
+ * vocabulary-parallel embedding and cross-entropy, sequence parallelism, and pipeline
+ * parallelism (GPipe, 1F1B, interleaved 1F1B, in model_schedule_build's order), in any
+ * combination; context parallelism is refused.
  *
  * Training semantics, independent of the layout so that a sharded run can reproduce a
  * single-rank one: weights are a function of (seed, the full parameter's name, the element's
@@ -18,19 +25,25 @@
  * are seeded per (seed, step, global sequence, layer, site), so recompute redraws the same
  * masks. docs/executor.md has the details.
  *
- * Example (what parallax-worker does):
+ * Example (what parallax-worker does, per rank):
+ *   int rank, world;
+ *   int mpi = exec_mpi_start(&argc, &argv, &rank, &world);   // under mpirun / srun
  *   ModelPlan plan;
  *   PxError err = {0};
  *   ExecOptions opt;
  *   exec_options_defaults(&opt);
  *   opt.steps = 60;
- *   opt.output = "run.json";
+ *   opt.output = "run.json";                                  // rank 0 writes it
+ *   ExecComm *comm = NULL;
  *   Exec *ex = NULL;
- *   if (model_plan_read("plan.json", &plan, &err) || exec_init(&ex, &plan, &opt, &err) ||
- *       exec_run(ex, &err))
+ *   if (model_plan_read("plan.json", &plan, &err) ||
+ *       (world > 1 && exec_comm_mpi(&plan.spec.layout, 1, &comm, &err)) ||
+ *       ((opt.comm = comm), exec_init(&ex, &plan, &opt, &err)) || exec_run(ex, &err))
  *       fprintf(stderr, "parallax-worker: %s\n", err.msg);   // status 2: bad input, 1: runtime
  *   exec_free(ex);
+ *   if (comm) comm->free(comm);
  *   model_plan_free(&plan);
+ *   if (mpi) exec_mpi_finish();
  */
 #ifndef EXEC_H
 #define EXEC_H
@@ -43,28 +56,64 @@
 
 /* ---- communication layer ---- */
 
-/* One rank's view of the job's process groups. Every call names its communication kind
- * (DESIGN.md's names) so that bytes are counted per kind as the simulator counts them: a call's
- * bytes are its buffer size S (nccl-tests' size), and a call over a group of one rank moves and
- * counts nothing. Scalar reductions (loss, gradient norm) are control traffic: kind -1, not
- * counted. The single-rank implementation is exec_comm_single(); an MPI or NCCL one fills the
- * same table. */
+/* One rank's view of the job's process groups (DESIGN.md's rank order, model_rank): tp, cp,
+ * dp x cp (gradients and ZeRO shards: model_comm_group's MODEL_GROUP_DP), the pipeline (point
+ * to point with world ranks) and the tied-embedding pair (first and last stage). Every call
+ * names its communication kind (DESIGN.md's names), which selects the group and the counter:
+ * a call's bytes are its buffer size S (nccl-tests' size: the whole buffer of an all-reduce,
+ * the gathered output of an all-gather, the input of a reduce-scatter, the message of a send
+ * or receive), and a call over a group of one rank is no communication: it moves and counts
+ * nothing, as the op graph lists no op for it. Scalar reductions (loss, gradient norm, the
+ * stop flag) are control traffic over the world and are not counted.
+ *
+ * Calls with req == NULL block; with req they start a non-blocking operation and put its
+ * handle in *req for wait (the buffers belong to the operation until then). Every function
+ * returns PX_OK or a status with err filled. exec_comm_single() is the one-rank table;
+ * exec_comm_mpi() (comm_mpi.c) the MPI one. */
+typedef enum { EXEC_SUM = 0, EXEC_MAX } ExecRedOp;
+
 typedef struct ExecComm ExecComm;
 struct ExecComm {
-    const char *name; /* "single", later "mpi", "nccl" */
+    const char *name; /* "single", "mpi" */
     int rank, world;
     int group_size[5]; /* ranks in this rank's group, by ModelGroup */
-    uint64_t bytes[MODEL_COMM_COUNT];
-    /* in-place sum of count elements of dtype over the kind's group */
-    int (*allreduce)(ExecComm *c, void *buf, size_t count, PxDtype dtype, int kind, PxError *err);
-    /* out holds group_size * count elements; in is this rank's count (may be out's own part) */
+    int group_rank[5]; /* this rank's place in each group (dp: the ZeRO shard it owns) */
+    uint64_t bytes[MODEL_COMM_COUNT]; /* since creation, by kind */
+    uint64_t calls[MODEL_COMM_COUNT];
+    /* in-place reduction of count elements over the kind's group */
+    int (*allreduce)(ExecComm *c, void *buf, size_t count, PxDtype dtype, ExecRedOp op, int kind,
+                     int *req, PxError *err);
+    /* out holds group_size * count elements, this rank's count at its place; in is this rank's
+     * count (it may be out's own part) */
     int (*all_gather)(ExecComm *c, void *out, const void *in, size_t count, PxDtype dtype,
-                      int kind, PxError *err);
-    /* in holds group_size * count elements; out gets this rank's summed count */
+                      int kind, int *req, PxError *err);
+    /* in holds group_size * count elements; out gets this rank's summed count. out == in is
+     * in place: the sum lands at the start of in. */
     int (*reduce_scatter)(ExecComm *c, void *out, const void *in, size_t count, PxDtype dtype,
-                          int kind, PxError *err);
-    int (*send)(ExecComm *c, const void *buf, size_t bytes, int peer, int kind, PxError *err);
-    int (*recv)(ExecComm *c, void *buf, size_t bytes, int peer, int kind, PxError *err);
+                          int kind, int *req, PxError *err);
+    /* ZeRO on a block that memory holds unpadded: numel elements cut into shards of `shard`
+     * (= ceil(numel / group)); the group's last ranks own fewer elements, or none. Counted as
+     * the padded buffer of group * shard elements, as the op graph lists it. In place:
+     * reduce_scatter_shard leaves this rank's summed shard at its own offset (the rest of buf
+     * is undefined), all_gather_shard fills every shard from its owner. */
+    int (*reduce_scatter_shard)(ExecComm *c, void *buf, size_t numel, size_t shard, PxDtype dtype,
+                                int kind, int *req, PxError *err);
+    int (*all_gather_shard)(ExecComm *c, void *buf, size_t numel, size_t shard, PxDtype dtype,
+                            int kind, int *req, PxError *err);
+    /* point to point with a world rank; messages of one (peer, tag) arrive in order */
+    int (*send)(ExecComm *c, const void *buf, size_t bytes, int peer, int tag, int kind, int *req,
+                PxError *err);
+    int (*recv)(ExecComm *c, void *buf, size_t bytes, int peer, int tag, int kind, int *req,
+                PxError *err);
+    /* completes *req (then -1); a handle of -1 is already complete */
+    int (*wait)(ExecComm *c, int *req, PxError *err);
+    /* lets pending non-blocking operations advance (MPI progresses only inside its calls) */
+    void (*progress)(ExecComm *c);
+    /* control traffic over the world, not counted: an in-place sum or maximum of n doubles */
+    int (*control)(ExecComm *c, double *vals, int n, ExecRedOp op, PxError *err);
+    /* rank 0 gets every rank's text (out[r], malloc'ed, caller frees each and the array);
+     * the others get *out = NULL */
+    int (*gather_text)(ExecComm *c, const char *text, char ***out, PxError *err);
     int (*barrier)(ExecComm *c, PxError *err);
     void (*free)(ExecComm *c);
 };
@@ -72,6 +121,26 @@ struct ExecComm {
 /* The communication layer of a job with one rank: every group has size 1. Caller frees with
  * c->free(c). NULL when out of memory. */
 ExecComm *exec_comm_single(void);
+
+/* ---- MPI (comm_mpi.c; stubs when parallax was built without MPI) ---- */
+
+/* 1 when this build has the MPI communication layer. */
+int exec_mpi_available(void);
+/* Starts MPI when this process was launched as one rank of an MPI job (mpirun, srun or any
+ * launcher that sets the PMI/PMIx environment, or PARALLAX_MPI=1): returns 1 with *rank and
+ * *world filled; 0 when it runs alone (no launcher, or a build without MPI). */
+int exec_mpi_start(int *argc, char ***argv, int *rank, int *world);
+/* Ends every rank of the job with `code` (MPI_Abort); no return. Without MPI it returns. */
+void exec_mpi_abort(int code);
+void exec_mpi_finish(void);
+/* An MPI (status, rank, message) agreement without a comm table: every rank passes its
+ * status; all get the worst one and the lowest rank that had it. For errors found before
+ * the groups exist (a plan one rank cannot read). */
+int exec_mpi_agree(int status, int *first_rank);
+/* The MPI table for a layout: the world must hold tp*cp*dp*pp ranks (PX_EINPUT otherwise,
+ * naming both). tied_pair: the first and last stage share a tied embedding (an embedding
+ * group of 2). PX_EINPUT without MPI. */
+int exec_comm_mpi(const ModelLayout *l, int tied_pair, ExecComm **out, PxError *err);
 
 /* ---- the executor ---- */
 
@@ -83,21 +152,26 @@ typedef struct {
     const char *plan_path; /* for messages and run.json */
     int quiet;           /* no progress lines (tests) */
     int prefetch;        /* 1: a loader thread reads the next batch during the step (default) */
+    ExecComm *comm;      /* the job's communication layer (not owned); NULL: one rank */
 } ExecOptions;
 
 void exec_options_defaults(ExecOptions *o);
 
 typedef struct Exec Exec;
 
-/* Checks that this build can run the plan on this process (one rank, fp32 on the CPU, a
- * supported optimizer and ZeRO stage), opens the data, allocates every tensor of the stage's
- * table through the category arenas and initializes the weights. PX_EINPUT names the plan
- * setting or the data file at fault; nothing is left allocated on failure (*out is NULL). */
+/* Checks that the plan can run on this job (the world of opt->comm equals the layout's ranks,
+ * fp32 on the CPU, a supported optimizer, no context parallelism), places this rank in the
+ * grid (its stage, TP, DP and ZeRO shard), opens the data when its stage reads tokens,
+ * allocates every tensor of its stage's table through the category arenas and initializes its
+ * shard of the weights. No communication: a rank may fail here alone. PX_EINPUT names the
+ * plan setting or the data file at fault; nothing is left allocated on failure (*out NULL). */
 int exec_init(Exec **out, const ModelPlan *plan, const ExecOptions *opt, PxError *err);
 void exec_free(Exec *ex);
 
 /* Runs the training steps: progress lines, the metrics log, a predicted-against-measured
- * summary, and run.json (atomically) at the end, or after SIGINT/SIGTERM at a step boundary. */
+ * summary, and run.json (atomically) at the end, or after SIGINT/SIGTERM at a step boundary
+ * (every rank stops at the same one). With several ranks it is collective: rank 0 prints and
+ * writes what every rank measured. */
 int exec_run(Exec *ex, PxError *err);
 
 typedef struct {
@@ -144,8 +218,18 @@ typedef struct {
 /* Per-op measurements; *n gets the count (every compute op of the stage's graph). */
 const ExecOpReport *exec_ops(Exec *ex, int *n);
 
-/* The run's JSON (DESIGN.md's Run). Caller frees with cJSON_Delete. */
+/* The run's JSON (DESIGN.md's Run) from this rank's figures. Caller frees with cJSON_Delete. */
 cJSON *exec_run_to_json(Exec *ex);
+/* The same from every rank's figures: collective (every rank calls it); rank 0 gets the run in
+ * *out, the others NULL. */
+int exec_run_gather_json(Exec *ex, cJSON **out, PxError *err);
+
+/* This rank's pipeline stage and communication layer. */
+int exec_stage(const Exec *ex);
+const ExecComm *exec_comm(const Exec *ex);
+/* 1 when the last error was seen by every rank alike (a diverged loss, an agreed stop): the
+ * job can end normally; 0 when only this rank failed and the job must be aborted. */
+int exec_error_is_collective(const Exec *ex);
 
 /* ---- plans without the planner ---- */
 

@@ -48,48 +48,117 @@ static int ends_with(const char *s, const char *suffix)
     return n >= m && strcmp(s + n - m, suffix) == 0;
 }
 
-/* Same key derivation as exec_init_normal, hoisted out of the element loop. */
-static void fill_normal(float *w, uint64_t seed, const char *name, uint64_t n, double std)
+/* w[i] = std * normal(full index start + i) for i < n: exec_init_normal's draws, each pair's
+ * uniforms computed once. */
+static void fill_normal(float *w, uint64_t key, uint64_t start, uint64_t n, double std)
 {
-    uint64_t key = exec_hash_name(seed, name);
-    for (uint64_t i = 0; i < n; i += 2) {
-        uint64_t pair = i >> 1;
+    uint64_t i = 0;
+    while (i < n) {
+        const uint64_t f = start + i, pair = f >> 1;
         uint64_t a = exec_mix64(key ^ exec_mix64(2 * pair));
         uint64_t b = exec_mix64(key ^ exec_mix64(2 * pair + 1));
         double u1 = ((double)(a >> 11) + 1.0) * (1.0 / 9007199254740992.0);
         double u2 = (double)(b >> 11) * (1.0 / 9007199254740992.0);
         double r = sqrt(-2.0 * log(u1));
-        w[i] = (float)(std * r * cos(EXEC_TWO_PI * u2));
-        if (i + 1 < n)
-            w[i + 1] = (float)(std * r * sin(EXEC_TWO_PI * u2));
+        if (!(f & 1)) {
+            w[i++] = (float)(std * r * cos(EXEC_TWO_PI * u2));
+            if (i < n)
+                w[i++] = (float)(std * r * sin(EXEC_TWO_PI * u2));
+        } else {
+            w[i++] = (float)(std * r * sin(EXEC_TWO_PI * u2));
+        }
+    }
+}
+
+/* The full tensor's row of local row `row` of p (tensor parallelism's slices, docs/executor.md):
+ * QKV rows are this rank's Q heads, then its K heads, then its V heads; SwiGLU's fc1 rows its
+ * gate slice, then its up slice; a vocabulary or GeLU fc1 slice its rows tp * rows ... */
+static int64_t full_row(const Exec *ex, const ExecParam *p, int64_t row)
+{
+    const ModelDims *d = &ex->d;
+    const ModelConfig *c = &ex->spec.model;
+    const int64_t tp = ex->tp_rank;
+    switch (p->map) {
+    case EXEC_MAP_QKV: {
+        const int64_t q = d->q_loc, kv = d->kv_width_loc;
+        const int64_t qf = (int64_t)c->heads * c->head_dim, kvf = (int64_t)c->kv_heads * c->head_dim;
+        if (row < q)
+            return tp * q + row;
+        if (row < q + kv)
+            return qf + tp * kv + (row - q);
+        return qf + kvf + tp * kv + (row - q - kv);
+    }
+    case EXEC_MAP_SWIGLU:
+        return row < d->ffn_loc ? tp * d->ffn_loc + row : c->ffn_hidden + tp * d->ffn_loc + (row - d->ffn_loc);
+    case EXEC_MAP_ROWS:
+        return tp * p->rows + row;
+    default:
+        return row;
+    }
+}
+
+/* Writes local elements [lo, hi) of parameter p into dst. */
+static void init_range(Exec *ex, const ExecParam *p, uint64_t lo, uint64_t hi, float *dst)
+{
+    const ModelConfig *c = &ex->spec.model;
+    const char *name = p->name;
+    if (ends_with(name, ".b")) {
+        memset(dst, 0, (size_t)(hi - lo) * sizeof *dst);
+        return;
+    }
+    if (p->norm) {
+        for (uint64_t e = lo; e < hi; e++)
+            dst[e - lo] = 1.0f;
+        return;
+    }
+    const int vocab_rows = !strcmp(p->init_name, "embed.wte") || !strcmp(name, "logits.w");
+    const int out_proj = ends_with(name, "attn.proj.w") || ends_with(name, "mlp.fc2.w");
+    const double std = out_proj ? 0.02 / sqrt(2.0 * c->layers) : 0.02;
+    const uint64_t key = exec_hash_name(ex->spec.job.seed, p->init_name);
+    const uint64_t cols = (uint64_t)p->cols;
+    const uint64_t full_cols = p->map == EXEC_MAP_COLS ? cols * (uint64_t)ex->d.t : cols;
+    /* one local row at a time: a contiguous run of the full tensor */
+    for (uint64_t e = lo; e < hi;) {
+        const uint64_t row = e / cols, col = e % cols;
+        uint64_t n = cols - col;
+        if (e + n > hi)
+            n = hi - e;
+        const int64_t fr = full_row(ex, p, (int64_t)row);
+        /* rows of the vocabulary padding stay 0: their logits are masked anyway, and the
+         * padding depends on tp */
+        if (vocab_rows && fr >= c->vocab) {
+            memset(dst + (e - lo), 0, (size_t)n * sizeof *dst);
+        } else {
+            uint64_t start = (uint64_t)fr * full_cols + col;
+            if (p->map == EXEC_MAP_COLS)
+                start += (uint64_t)ex->tp_rank * cols;
+            fill_normal(dst + (e - lo), key, start, n, std);
+        }
+        e += n;
     }
 }
 
 void exec_init_params(Exec *ex)
 {
-    const ModelConfig *c = &ex->spec.model;
-    const uint64_t seed = ex->spec.job.seed;
-    const double std = 0.02, resid = 0.02 / sqrt(2.0 * c->layers);
+    const int zero = ex->spec.layout.zero;
     for (int i = 0; i < ex->n_params; i++) {
         const ExecParam *p = &ex->params[i];
-        const ModelTensor *t = &ex->tt.t[p->tensor];
-        const char *name = t->name;
-        if (ends_with(name, ".b")) {
-            ex->k->memset0(p->w, p->numel * sizeof(float));
-        } else if (ends_with(name, "ln1.w") || ends_with(name, "ln2.w") ||
-                   !strcmp(name, "final_ln.w")) {
-            for (uint64_t j = 0; j < p->numel; j++)
-                p->w[j] = 1.0f;
-        } else if (!strcmp(name, "embed.wte") || !strcmp(name, "logits.w")) {
-            /* rows of the vocabulary padding stay 0: their logits are masked anyway, and the
-             * padding depends on tp */
-            uint64_t real = (uint64_t)c->vocab * (uint64_t)t->shape[1];
-            fill_normal(p->w, seed, name, real < p->numel ? real : p->numel, std);
-            if (real < p->numel)
-                ex->k->memset0(p->w + real, (p->numel - real) * sizeof(float));
-        } else {
-            int out_proj = ends_with(name, "attn.proj.w") || ends_with(name, "mlp.fc2.w");
-            fill_normal(p->w, seed, name, p->numel, out_proj ? resid : std);
+        if (zero < 3) {
+            init_range(ex, p, 0, p->numel, p->w);
+            continue;
         }
+        /* ZeRO-3: only this rank's shard of the block exists */
+        const ExecBlock *blk = &ex->blocks[p->block];
+        uint64_t lo = p->off > blk->own_off ? p->off : blk->own_off;
+        uint64_t hi = p->off + p->numel < blk->own_off + blk->own_n ? p->off + p->numel
+                                                                      : blk->own_off + blk->own_n;
+        if (hi > lo)
+            init_range(ex, p, lo - p->off, hi - p->off, blk->w_shard + (lo - blk->own_off));
+    }
+    /* ZeRO-3's padding at the end of a shard is never a parameter: keep it 0 */
+    for (int b = 0; zero == 3 && b < ex->n_blocks; b++) {
+        const ExecBlock *blk = &ex->blocks[b];
+        if (blk->own_n < blk->shard)
+            memset(blk->w_shard + blk->own_n, 0, (size_t)(blk->shard - blk->own_n) * sizeof(float));
     }
 }

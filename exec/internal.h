@@ -3,11 +3,12 @@
 #define EXEC_INTERNAL_H
 
 #include <pthread.h>
+#include <signal.h>
 
 #include "exec/exec.h"
 #include "kernels/kernels.h"
 
-/* ---- arenas (arena.c) ---- */
+/* ---- arenas ---- */
 
 /* One allocation per memory category, carved by the tensor table. The executor binds twice:
  * a sizing pass (base NULL: only offsets advance, as ggml's no_alloc) and the real one. Any
@@ -43,15 +44,48 @@ typedef struct {
     float *final_ln_in, *logits_in, *probs;
 } ExecHeadActs;
 
-/* One parameter of the table with its gradient and its place in its block's optimizer state. */
+/* How a parameter's local elements map to the full, unsharded tensor (initialization). */
+typedef enum {
+    EXEC_MAP_FULL = 0, /* replicated: the same index */
+    EXEC_MAP_QKV,      /* rows: this rank's Q heads, then its K heads, then its V heads */
+    EXEC_MAP_ROWS,     /* a row slice: rows tp * rows_local ... (fc1 of GeLU, vocabulary) */
+    EXEC_MAP_SWIGLU,   /* rows [gate slice | up slice] */
+    EXEC_MAP_COLS      /* a column slice (row-parallel attention projection, fc2) */
+} ExecMap;
+
+/* One parameter: its views, its place in its block, and how it is initialized and counted. */
 typedef struct {
-    int tensor;   /* index in the table */
-    float *w, *g;
-    uint64_t numel;
+    char name[56];     /* the table's name ("layer.3.attn.qkv.w") */
+    char init_name[56]; /* the stream it is drawn from (a tied copy draws embed.wte's) */
+    float **wslot, **gslot; /* the executor's named views (ExecLayerParams fields, wte ...) */
+    float *w, *g;           /* where its weights and gradients are (ZeRO-3: in the gather
+                               buffer while its block is gathered; ZeRO-2/3: the bucket) */
+    uint64_t numel, off;    /* off: elements before it in its block's flat layout */
+    int64_t rows, cols;     /* local shape (cols 1 for vectors) */
     int block;
-    uint64_t state_off; /* offset in the block's flat optimizer state */
-    int decay;          /* weight decay applies (matrices and embeddings, not biases or norms) */
+    int decay;      /* weight decay applies (matrices and embeddings, not biases or norms) */
+    int replicated; /* the same on every TP rank: its gradient norm is counted on TP rank 0 */
+    int tied_copy;  /* the output layer's copy of embed.wte on the last stage: counted on the
+                       first stage only */
+    int norm;       /* a norm weight or bias (SP: its gradient is summed over TP) */
+    ExecMap map;
 } ExecParam;
+
+/* A parameter block (the embedding, a layer, the final norm and output layer): the unit of
+ * gradient reduction and of ZeRO sharding. */
+typedef struct {
+    int chunk, layer;
+    uint64_t numel, shard;    /* elements on this rank; shard = ceil(numel / zero group) */
+    uint64_t own_off, own_n;  /* this rank's shard of the block: [own_off, own_off + own_n) */
+    int first_param, n_params;
+    float *w, *g;             /* ZeRO < 3 / < 2: the block's weights / gradients, contiguous */
+    float *w_shard, *g_shard; /* ZeRO 3 / >= 2: this rank's shard */
+    float *m, *v;             /* optimizer state: numel (ZeRO 0) or shard elements */
+    int tied;  /* holds the tied embedding and must sum it with the other stage first */
+    int dp_req;  /* the pending data-parallel reduction */
+    int reduced; /* its reduction has started this step */
+    int op_dp;   /* that reduction's op in the graph */
+} ExecBlock;
 
 /* Ops timed per layer and around the layers. */
 enum { EX_LN1 = 0, EX_QKV, EX_CORE, EX_PROJ, EX_LN2, EX_FC1, EX_ACT, EX_FC2, EX_LAYER_OPS };
@@ -61,10 +95,19 @@ enum { EX_PHASES = 3 }; /* fwd, bwd, recompute */
 typedef struct {
     char name[64];
     int compute;              /* a compute op (1) or communication (0) */
+    int chunk;
+    ModelPhase phase;
+    int next_same;            /* the next op of the graph with the same (name, chunk), or -1 */
     double step_calls, step_flops, step_s; /* the current step */
     double last_calls, last_flops;         /* the last finished step */
     double timed_s;                        /* summed over the timed steps */
 } ExecOpStat;
+
+/* One pass of the pipeline schedule as it ran: seconds from the start of the step. */
+typedef struct {
+    int chunk, mb, backward;
+    double start_s, end_s;
+} ExecEvent;
 
 /* ---- data (data.c) ---- */
 
@@ -119,6 +162,7 @@ uint64_t exec_loader_window(const ExecLoader *l, long long g);
 struct Exec {
     const KernBackend *k;
     ExecComm *comm;
+    int own_comm; /* the single-rank table made here (freed with the executor) */
     ModelPlan plan; /* spec normalised by model_spec_check; prediction owned */
     ModelSpec spec;
     ModelDims d;
@@ -126,35 +170,58 @@ struct Exec {
     ExecOptions opt;
     char plan_path[256], output[256], metrics[256];
     int steps;
-    int stage;
+
+    /* this rank in the grid (model_rank_coords) */
+    int stage, tp_rank, cp_rank, dp_rank;
+    int zero_rank, zero_n; /* place in the dp x cp group and its size */
+    int prev_rank, next_rank; /* the world ranks of the neighbouring stages (ring) */
+    int *chunk_g;  /* [v] global chunk of each local chunk */
+    int cl;        /* layers per chunk */
+    int has_data, has_loss;
 
     ModelTensorTable tt;
+    ModelTensorTable twin; /* the same stage without ZeRO: every parameter's name and shape */
     ModelOpGraph graph;
     SimResult sim; /* the prediction this run is compared with */
     int have_sim;
 
     ExecArena arena[MODEL_CAT_COUNT];
 
-    /* parameters */
+    /* parameters and blocks */
     ExecParam *params;
     int n_params;
-    float *wte, *wpe, *lnf_w, *lnf_b, *out_w; /* out_w is wte when tied */
+    ExecBlock *blocks;
+    int n_blocks;
+    float *wte, *wpe, *lnf_w, *lnf_b, *out_w; /* out_w is wte when tied on this chunk */
     float *g_wte, *g_wpe, *g_lnf_w, *g_lnf_b, *g_out_w;
-    ExecLayerParams *lw, *lg; /* [layers] weights and gradients */
-    float **opt_m, **opt_v;   /* [blocks] (SGD: opt_m is the momentum) */
-    float *grads_base;
-    uint64_t grads_numel;
+    ExecLayerParams *lw, *lg; /* [layers] weights and gradients (this stage's layers bound) */
+    int embed_block, final_block; /* indices in blocks, or -1 */
+    int tied_here;  /* the output layer reads embed.wte on this stage */
+    int tied_pair;  /* the output layer is a copy on the last stage: embed_allreduce */
+    int defer_logits_wgrad; /* ZeRO-2/3 + tied here: the output layer's weight gradient is
+                               computed when the embedding block is in the bucket */
 
-    /* activations: slots of the layer sets and of the extras */
-    int n_slots, n_xslots;
-    ExecLayerActs *acts; /* [n_slots][layers] */
-    ExecHeadActs *xacts; /* [n_xslots] */
+    /* communication buffers */
+    float *pp_send, *pp_recv, *sp_gather, *grad_bucket, *param_gather[2];
+    uint64_t pp_elems, bucket_elems, gather_elems;
+    int send_req, recv_req; /* the pending pipeline send, the posted receive */
+    int gather_next;        /* the ZeRO-3 gather slot the next gather fills */
+    /* the pipeline's expected receives of a step, in schedule order: chunk, mb, backward */
+    ModelAction *recvs;
+    int n_recvs, next_recv;
+
+    /* activations: slots of the layer sets (cl layers each) and per-chunk slots of the extras */
+    int n_slots;
+    int *n_xslots;        /* [v] */
+    ExecLayerActs *acts;  /* [n_slots][cl] */
+    ExecHeadActs **xacts; /* [v][n_xslots[j]] */
     ExecLayerActs region; /* the parts of a layer that live in ws.recompute */
     uint8_t *re_base;     /* ws.recompute */
     uint64_t re_bytes;
-    uint64_t slot_bytes, xslot_bytes;
-    int *slot_busy, *xslot_busy;
-    int live, xlive, peak_live, peak_xlive;
+    uint64_t slot_bytes, *xslot_bytes; /* one layer set; [v] one chunk's extras */
+    int *slot_busy, **xslot_busy;
+    int live, peak_live;
+    int *xlive, *peak_xlive; /* [v] */
 
     /* workspace and data */
     float *ws_out, *ws_dx_a, *ws_dx_b, *ws_dhid, *ws_dqkv, *ws_dffn, *ws_dact;
@@ -164,17 +231,32 @@ struct Exec {
     /* schedule */
     ModelAction *actions;
     int n_actions;
-    int *mb_slot, *mb_xslot; /* [m] */
+    int *mb_slot, *mb_xslot; /* [v][m] */
+    int *bwd_done;           /* [v] backwards of each chunk done this step */
+    ExecEvent *events;       /* [n_actions] the current step's passes */
+    ExecEvent *last_events;  /* the last finished step's */
+    int have_events;
+    double step_t0;
+    double pass_start; /* when the running pass got its input */
+    double pass_end;   /* when its output was ready to send (-1: at its return) */
+    double *step_bubble; /* [steps] idle over busy pipeline time of each timed step */
+    int n_bubbles;
+    int stop_agreed;   /* every rank was asked to stop (SIGINT/SIGTERM on any) */
 
     /* ops */
     ExecOpStat *ops;     /* [graph.count] */
     ExecOpReport *report;
     int *layer_op;       /* [layers][EX_LAYER_OPS][EX_PHASES]: index into ops or -1 */
     int other_op[EX_OTHER_OPS][EX_PHASES];
+    int *op_hash;        /* open addressing over (name, chunk): first op of each */
+    int op_hash_cap;
     int cur_op;
+    int cur_counts;      /* the running op counts a call when it ends */
     double op_t0;
     double unattributed_flops;
     int timed_steps;
+    uint64_t step_bytes[MODEL_COMM_COUNT]; /* bytes of the last finished step, by kind */
+    uint64_t bytes_at_step[MODEL_COMM_COUNT];
 
     /* data */
     ExecData data;
@@ -186,30 +268,68 @@ struct Exec {
     float dropout;
     long long seq_base; /* global index of this step's first sequence on this rank */
     int cur_step;
+    double loss_sum;    /* this rank's share of the step's summed token losses */
     double *step_loss, *step_time, *step_tps; /* [steps] */
     int steps_done;
     int interrupted;
+    int collective_error; /* the last error was seen by every rank alike (no abort needed) */
+    int fail_step;        /* PARALLAX_TEST_FAIL: this rank fails at this step (-1: never) */
 };
+
+/* run.c: SIGINT / SIGTERM arrived; the ranks agree on it at the end of each step */
+extern volatile sig_atomic_t exec_stop_flag;
 
 /* init.c: the layout-independent initial value of every parameter */
 void exec_init_params(Exec *ex);
 
-/* model.c: one micro-batch's forward and backward */
-void exec_forward(Exec *ex, int mb, int slot, int xslot, const int32_t *tokens, double *loss_sum);
-void exec_backward(Exec *ex, int mb, int slot, int xslot, const int32_t *tokens);
+/* model.c: one chunk's forward and backward of one micro-batch */
+int exec_forward(Exec *ex, int chunk, int mb, int slot, int xslot, const int32_t *tokens,
+                 PxError *err);
+int exec_backward(Exec *ex, int chunk, int mb, int slot, int xslot, const int32_t *tokens,
+                  int last_mb, PxError *err);
+
+/* step.c: the pipeline's transfers of (chunk, mb, direction): take waits for the posted
+ * receive and moves it into dst; give sends src (this TP rank's part of it) on */
+int exec_pp_take(Exec *ex, int chunk, int mb, int backward, float *dst, PxError *err);
+int exec_pp_give(Exec *ex, int chunk, int mb, int backward, const float *src, PxError *err);
+
+/* step.c: gradient reduction of a block whose gradients are complete for the step */
+int exec_block_done(Exec *ex, int block, PxError *err);
+/* ZeRO-3: gathers a block's parameters and points its views at them */
+int exec_gather_block(Exec *ex, int block, ModelPhase phase, int occurrence, PxError *err);
+/* ZeRO-2/3: zeroes the gradient bucket before a block's backward, reduce-scatters it after */
+void exec_bucket_zero(Exec *ex, int block);
+int exec_bucket_reduce(Exec *ex, int block, PxError *err);
+/* the op of the graph named printf-style, on chunk (-1: per step) in phase; occurrence k
+ * picks the k-th op of that name (0: the first); -1 when the graph has none */
+int exec_op_find(const Exec *ex, int chunk, ModelPhase phase, int occurrence, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 
 /* measure.c: op timing and FLOP counting */
 double exec_now(void);
 void exec_op_begin(Exec *ex, int op);
+/* continues timing an op that a communication interrupted, without counting another call */
+void exec_op_resume(Exec *ex, int op);
 void exec_op_end(Exec *ex);
 void exec_count_flops(Exec *ex, double flops);
 void exec_ops_step_begin(Exec *ex);
 void exec_ops_step_end(Exec *ex, int timed);
 double exec_median_step_s(const Exec *ex);
+/* This rank's bubble: idle over busy pipeline time, the median over the timed steps (the recorded
+ * step's when none is timed yet); busy_s and idle_s (optional) get the recorded step's. */
+double exec_bubble(const Exec *ex, double *busy_s, double *idle_s);
+/* The busy and idle pipeline time of the last recorded step. */
+void exec_bubble_of_step(const Exec *ex, double *busy_s, double *idle_s);
 
 /* seeds of the dropout streams */
 enum { EXEC_SITE_EMBED = 1, EXEC_SITE_ATTN = 2, EXEC_SITE_ATTN_OUT = 3, EXEC_SITE_MLP_OUT = 4 };
 uint64_t exec_mix64(uint64_t x);
 uint64_t exec_hash_name(uint64_t seed, const char *name);
+/* The stream whose element i is element i + offset of stream `seed` (kern_dropout_keep draws
+ * element i from seed + golden * (i + 1)): a shard of a row draws what the whole row would. */
+static inline uint64_t exec_stream_at(uint64_t seed, uint64_t offset)
+{
+    return seed + 0x9E3779B97F4A7C15ull * offset;
+}
 
 #endif

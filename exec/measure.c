@@ -18,8 +18,15 @@ double exec_now(void)
 void exec_op_begin(Exec *ex, int op)
 {
     ex->cur_op = op;
+    ex->cur_counts = 1;
     ex->k->sync();
     ex->op_t0 = exec_now();
+}
+
+void exec_op_resume(Exec *ex, int op)
+{
+    exec_op_begin(ex, op);
+    ex->cur_counts = 0;
 }
 
 void exec_op_end(Exec *ex)
@@ -29,7 +36,7 @@ void exec_op_end(Exec *ex)
     if (ex->cur_op >= 0) {
         ExecOpStat *o = &ex->ops[ex->cur_op];
         o->step_s += dt;
-        o->step_calls += 1;
+        o->step_calls += ex->cur_counts;
     }
     ex->cur_op = -1;
 }
@@ -114,7 +121,124 @@ static double median_step(const Exec *ex)
 
 double exec_median_step_s(const Exec *ex) { return median_step(ex); }
 
-cJSON *exec_run_to_json(Exec *ex)
+void exec_bubble_of_step(const Exec *ex, double *busy_s, double *idle_s)
+{
+    double busy = 0, end = 0;
+    if (ex->have_events)
+        for (int i = 0; i < ex->n_actions; i++) {
+            const ExecEvent *e = &ex->last_events[i];
+            busy += e->end_s - e->start_s;
+            if (e->end_s > end)
+                end = e->end_s;
+        }
+    /* idle: the time from the step's start to the stage's last pass that no pass used, as
+     * the simulator counts a stage's bubble */
+    *busy_s = busy;
+    *idle_s = end > busy ? end - busy : 0;
+}
+
+double exec_bubble(const Exec *ex, double *busy_s, double *idle_s)
+{
+    double busy, idle;
+    exec_bubble_of_step(ex, &busy, &idle);
+    if (busy_s)
+        *busy_s = busy;
+    if (idle_s)
+        *idle_s = idle;
+    const int n = ex->n_bubbles;
+    if (n == 0)
+        return busy > 0 ? idle / busy : 0;
+    double *t = malloc((size_t)n * sizeof *t);
+    if (!t)
+        return busy > 0 ? idle / busy : 0;
+    memcpy(t, ex->step_bubble, (size_t)n * sizeof *t);
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    double m = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+    free(t);
+    return m;
+}
+
+/* This rank's figures: memory, communication and FLOPs per step, ops, the recorded step's
+ * passes. */
+static cJSON *rank_json(Exec *ex)
+{
+    cJSON *r = cJSON_CreateObject();
+    cJSON_AddNumberToObject(r, "rank", ex->comm->rank);
+    cJSON_AddNumberToObject(r, "stage", ex->stage);
+
+    uint64_t mem[MODEL_CAT_COUNT], total = 0;
+    exec_memory(ex, mem);
+    for (int c = 0; c < MODEL_CAT_COUNT; c++)
+        total += mem[c];
+    cJSON *m = cJSON_AddObjectToObject(r, "memory");
+    cJSON_AddNumberToObject(m, "rank", ex->comm->rank);
+    cJSON_AddNumberToObject(m, "stage", ex->stage);
+    cJSON_AddNumberToObject(m, "peak_bytes", (double)total);
+    for (int c = 0; c < MODEL_CAT_COUNT; c++)
+        cJSON_AddNumberToObject(m, model_category_name((ModelCategory)c), (double)mem[c]);
+    /* runtime is not measured: it is the profile's allowance for the process image and
+     * libraries; the process's real peak resident size is given beside it */
+    cJSON_AddStringToObject(m, "runtime_source", "profile");
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0)
+        cJSON_AddNumberToObject(m, "process_peak_rss_bytes", (double)ru.ru_maxrss * 1024.0);
+    cJSON_AddNumberToObject(m, "activation_sets", ex->peak_live);
+    cJSON_AddNumberToObject(m, "activations_in_use_peak", (double)exec_activations_in_use_peak(ex));
+
+    cJSON *c0 = cJSON_AddObjectToObject(r, "comm");
+    cJSON_AddNumberToObject(c0, "rank", ex->comm->rank);
+    cJSON_AddNumberToObject(c0, "stage", ex->stage);
+    uint64_t ctot = 0;
+    cJSON *kinds = cJSON_CreateObject();
+    for (int k = 0; k < MODEL_COMM_COUNT; k++) {
+        ctot += ex->step_bytes[k];
+        cJSON_AddNumberToObject(kinds, model_comm_name((ModelComm)k), (double)ex->step_bytes[k]);
+    }
+    cJSON_AddNumberToObject(c0, "total_bytes", (double)ctot);
+    cJSON_AddItemToObject(c0, "by_kind", kinds);
+
+    cJSON_AddNumberToObject(r, "flops", exec_step_flops(ex));
+    int n = 0;
+    const ExecOpReport *ops = exec_ops(ex, &n);
+    cJSON *oa = cJSON_AddArrayToObject(r, "ops");
+    for (int i = 0; i < n; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", ops[i].name);
+        cJSON_AddNumberToObject(o, "stage", ex->stage);
+        cJSON_AddNumberToObject(o, "calls", ops[i].calls);
+        cJSON_AddNumberToObject(o, "seconds", ops[i].seconds);
+        cJSON_AddNumberToObject(o, "flops", ops[i].flops);
+        cJSON_AddItemToArray(oa, o);
+    }
+
+    cJSON *tl = cJSON_AddObjectToObject(r, "timeline");
+    cJSON_AddNumberToObject(tl, "rank", ex->comm->rank);
+    cJSON_AddNumberToObject(tl, "stage", ex->stage);
+    double busy, idle, bubble = exec_bubble(ex, &busy, &idle);
+    cJSON_AddNumberToObject(tl, "busy_s", busy);
+    cJSON_AddNumberToObject(tl, "idle_s", idle);
+    cJSON_AddNumberToObject(tl, "bubble_fraction", bubble);
+    cJSON *ev = cJSON_AddArrayToObject(tl, "events");
+    for (int i = 0; ex->have_events && i < ex->n_actions; i++) {
+        const ExecEvent *e = &ex->last_events[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "chunk", e->chunk);
+        cJSON_AddNumberToObject(o, "mb", e->mb);
+        cJSON_AddBoolToObject(o, "backward", e->backward);
+        cJSON_AddNumberToObject(o, "start_s", e->start_s);
+        cJSON_AddNumberToObject(o, "end_s", e->end_s);
+        cJSON_AddItemToArray(ev, o);
+    }
+    return r;
+}
+
+static cJSON *detach(cJSON *obj, const char *key)
+{
+    return cJSON_DetachItemFromObjectCaseSensitive(obj, key);
+}
+
+/* The run (DESIGN.md's Run) from every rank's figures, in rank order. */
+static cJSON *run_json(Exec *ex, cJSON *const *ranks, int n)
 {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddNumberToObject(j, "schema_version", 1);
@@ -142,63 +266,109 @@ cJSON *exec_run_to_json(Exec *ex)
     }
     cJSON_AddBoolToObject(j, "interrupted", ex->interrupted);
 
-    uint64_t mem[MODEL_CAT_COUNT], total = 0;
-    exec_memory(ex, mem);
-    for (int c = 0; c < MODEL_CAT_COUNT; c++)
-        total += mem[c];
-    cJSON *memory = cJSON_AddObjectToObject(j, "memory");
-    cJSON *mr = cJSON_AddArrayToObject(memory, "per_rank");
-    cJSON *r = cJSON_CreateObject();
-    cJSON_AddNumberToObject(r, "rank", ex->comm->rank);
-    cJSON_AddNumberToObject(r, "stage", ex->stage);
-    cJSON_AddNumberToObject(r, "peak_bytes", (double)total);
-    for (int c = 0; c < MODEL_CAT_COUNT; c++)
-        cJSON_AddNumberToObject(r, model_category_name((ModelCategory)c), (double)mem[c]);
-    /* runtime is not measured: it is the profile's allowance for the process image and
-     * libraries; the process's real peak resident size is given beside it */
-    cJSON_AddStringToObject(r, "runtime_source", "profile");
-    struct rusage ru;
-    if (getrusage(RUSAGE_SELF, &ru) == 0)
-        cJSON_AddNumberToObject(r, "process_peak_rss_bytes", (double)ru.ru_maxrss * 1024.0);
-    cJSON_AddNumberToObject(r, "activation_sets", ex->peak_live);
-    cJSON_AddNumberToObject(r, "activations_in_use_peak", (double)exec_activations_in_use_peak(ex));
-    cJSON_AddItemToArray(mr, r);
-
-    cJSON *comm = cJSON_AddObjectToObject(j, "comm");
-    cJSON *cr = cJSON_AddArrayToObject(comm, "per_rank");
-    cJSON *c0 = cJSON_CreateObject();
-    cJSON_AddNumberToObject(c0, "rank", ex->comm->rank);
-    uint64_t ctot = 0;
-    cJSON *kinds = cJSON_CreateObject();
-    for (int k = 0; k < MODEL_COMM_COUNT; k++) {
-        ctot += ex->comm->bytes[k];
-        cJSON_AddNumberToObject(kinds, model_comm_name((ModelComm)k), (double)ex->comm->bytes[k]);
-    }
-    cJSON_AddNumberToObject(c0, "total_bytes", (double)ctot);
-    cJSON_AddItemToObject(c0, "by_kind", kinds);
-    cJSON_AddItemToArray(cr, c0);
-
-    int n = 0;
-    const ExecOpReport *ops = exec_ops(ex, &n);
+    cJSON *mr = cJSON_AddArrayToObject(cJSON_AddObjectToObject(j, "memory"), "per_rank");
+    cJSON *cr = cJSON_AddArrayToObject(cJSON_AddObjectToObject(j, "comm"), "per_rank");
     cJSON *oa = cJSON_AddArrayToObject(j, "ops");
+    cJSON *opr = n > 1 ? cJSON_AddArrayToObject(j, "ops_per_rank") : NULL;
+    cJSON *fr = cJSON_AddArrayToObject(cJSON_AddObjectToObject(j, "flops"), "per_rank_per_step");
+    cJSON *tl = ex->d.p > 1 ? cJSON_AddArrayToObject(j, "timeline") : NULL;
+    double crit_end = -1, crit_bubble = 0;
+    int *stage_seen = calloc((size_t)ex->d.p, sizeof *stage_seen);
     for (int i = 0; i < n; i++) {
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "name", ops[i].name);
-        cJSON_AddNumberToObject(o, "stage", ex->stage);
-        cJSON_AddNumberToObject(o, "calls", ops[i].calls);
-        cJSON_AddNumberToObject(o, "seconds", ops[i].seconds);
-        cJSON_AddNumberToObject(o, "flops", ops[i].flops);
-        cJSON_AddItemToArray(oa, o);
+        cJSON *r = ranks[i];
+        int rank = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(r, "rank"));
+        int stage = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(r, "stage"));
+        cJSON_AddItemToArray(mr, detach(r, "memory"));
+        cJSON_AddItemToArray(cr, detach(r, "comm"));
+        cJSON_AddItemToArray(fr, detach(r, "flops"));
+        cJSON *ops = detach(r, "ops");
+        /* ops[]: one rank per stage (the stage's first), so that the names compare with the
+         * prediction's ops of that stage; ops_per_rank[]: all of them */
+        if (stage_seen && stage >= 0 && stage < ex->d.p && !stage_seen[stage]) {
+            stage_seen[stage] = 1;
+            cJSON *o;
+            cJSON_ArrayForEach(o, ops)
+            {
+                cJSON *c = cJSON_Duplicate(o, 1);
+                cJSON_AddNumberToObject(c, "rank", rank);
+                cJSON_AddItemToArray(oa, c);
+            }
+        }
+        if (opr) {
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddNumberToObject(e, "rank", rank);
+            cJSON_AddNumberToObject(e, "stage", stage);
+            cJSON_AddItemToObject(e, "ops", ops);
+            cJSON_AddItemToArray(opr, e);
+        } else {
+            cJSON_Delete(ops);
+        }
+        cJSON *t = detach(r, "timeline");
+        const cJSON *evs = cJSON_GetObjectItemCaseSensitive(t, "events");
+        double end = 0;
+        const cJSON *e;
+        cJSON_ArrayForEach(e, evs)
+        {
+            double x = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(e, "end_s"));
+            if (x > end)
+                end = x;
+        }
+        /* the run's bubble is the one of the rank that ends its pipeline last, as the
+         * simulator reports the stage that ends the step */
+        if (end > crit_end) {
+            crit_end = end;
+            crit_bubble = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(t, "bubble_fraction"));
+        }
+        if (tl)
+            cJSON_AddItemToArray(tl, t);
+        else
+            cJSON_Delete(t);
     }
-
-    cJSON *fl = cJSON_AddObjectToObject(j, "flops");
-    cJSON *pr = cJSON_AddArrayToObject(fl, "per_rank_per_step");
-    cJSON_AddItemToArray(pr, cJSON_CreateNumber(exec_step_flops(ex)));
+    free(stage_seen);
 
     cJSON *tm = cJSON_AddObjectToObject(j, "time");
     cJSON_AddNumberToObject(tm, "step_s_median", median_step(ex));
-    /* one rank, one stage: no pipeline, no bubble */
-    cJSON_AddNumberToObject(tm, "bubble_fraction", 0.0);
+    /* one stage: no pipeline, no bubble */
+    cJSON_AddNumberToObject(tm, "bubble_fraction", ex->d.p > 1 ? crit_bubble : 0.0);
     cJSON_AddNumberToObject(tm, "timed_steps", ex->timed_steps);
     return j;
+}
+
+cJSON *exec_run_to_json(Exec *ex)
+{
+    cJSON *r = rank_json(ex);
+    cJSON *j = run_json(ex, &r, 1);
+    cJSON_Delete(r);
+    return j;
+}
+
+int exec_run_gather_json(Exec *ex, cJSON **out, PxError *err)
+{
+    *out = NULL;
+    cJSON *r = rank_json(ex);
+    char *text = cJSON_PrintUnformatted(r);
+    cJSON_Delete(r);
+    if (!text)
+        return px_fail(err, PX_ERUNTIME, "out of memory writing rank %d's figures", ex->comm->rank);
+    char **all = NULL;
+    int rc = ex->comm->gather_text(ex->comm, text, &all, err);
+    free(text);
+    if (rc || !all)
+        return rc;
+    const int W = ex->comm->world;
+    cJSON **ranks = calloc((size_t)W, sizeof *ranks);
+    for (int i = 0; i < W; i++) {
+        if (ranks && !(ranks[i] = cJSON_Parse(all[i])))
+            rc = px_fail(err, PX_ERUNTIME, "rank %d's figures do not parse", i);
+        free(all[i]);
+    }
+    free(all);
+    if (!ranks)
+        return px_fail(err, PX_ERUNTIME, "out of memory gathering the ranks' figures");
+    if (!rc)
+        *out = run_json(ex, ranks, W);
+    for (int i = 0; i < W; i++)
+        cJSON_Delete(ranks[i]);
+    free(ranks);
+    return rc;
 }

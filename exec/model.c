@@ -1,15 +1,39 @@
-/* One micro-batch's forward and backward through the kernels of kernels.h, op by op under the
- * op graph's names (model/ops.c lists them in this order).
+/* One chunk's forward and backward of one micro-batch through the kernels of kernels.h, op by
+ * op under the op graph's names (model/ops.c lists them in this order), with the tensor- and
+ * sequence-parallel communication of Megatron-LM and the pipeline's transfers.
+ *
+ * Tensor parallelism (Shoeybi et al. 2019): QKV and fc1 are column-parallel (this rank's heads,
+ * its slice of the MLP), the attention projection and fc2 row-parallel: their partial outputs
+ * are all-reduced (the g operator) before bias, dropout and the residual add, which then run
+ * alike on every TP rank; backward all-reduces the input gradients of QKV and fc1 (the f
+ * operator). The embedding and the output layer are vocabulary-parallel: partial embeddings are
+ * summed, the cross-entropy combines the ranks' row maxima, sums of exponentials and target
+ * logits with three all-reduces (kernels.h's xent_* steps between them).
+ *
+ * Sequence parallelism (Korthikanti et al. 2022): norms, dropout and residual adds work on this
+ * rank's R = b*s/t rows of the micro-batch's flat [b*s, h] activation. An all-gather restores
+ * the full sequence before QKV, fc1 and the output layer, a reduce-scatter replaces each
+ * all-reduce; backward all-gathers the output gradients of the row-parallel layers and
+ * re-gathers the saved, sharded inputs of QKV, fc1 and the output layer for their weight
+ * gradients. Dropout draws every token's mask from its sequence's stream at the token's place,
+ * so any sharding draws what one rank would.
  *
  * Buffers (docs/memory.md): a layer reads its input from its slot's ln1.in and writes the next
- * layer's ln1.in (the last one final_ln.in); row-parallel outputs pass through ws.out before the
- * residual add; backward keeps the residual-stream gradient in ws.dx_b (the norm backwards add
- * into it, which is the residual branch), and the matmul input gradients in ws.dhid, ws.dqkv,
- * ws.dffn and ws.dact. Sequences are processed one by one where a dropout stream is drawn, so
- * that masks depend on the sequence and not on how sequences are grouped into micro-batches. */
+ * layer's ln1.in (the chunk's last one final_ln.in, or a scratch that is sent on); row-parallel
+ * outputs pass through ws.out (the full sequence) before the reduction; backward keeps the
+ * residual-stream gradient in ws.dx_b (the norm backwards add into it, which is the residual
+ * branch), the matmul input gradients in ws.dhid, ws.dqkv, ws.dffn and ws.dact, and sequence
+ * parallelism's sharded temporaries in ws.dx_a; sp.gather holds whatever was gathered. */
 #include <math.h>
 
 #include "exec/internal.h"
+
+#define TRY(x)                                                                                    \
+    do {                                                                                          \
+        int rc_ = (x);                                                                            \
+        if (rc_)                                                                                  \
+            return rc_;                                                                           \
+    } while (0)
 
 /* ---- counted kernel calls ---- */
 
@@ -49,6 +73,8 @@ static int op_index(const Exec *ex, int layer, int op, ModelPhase phase)
     return ex->layer_op[(layer * EX_LAYER_OPS + op) * EX_PHASES + (int)phase];
 }
 
+static int sp_on(const Exec *ex) { return ex->spec.layout.sp && ex->d.t > 1; }
+
 static void norm_fwd(const Exec *ex, float *out, const float *inp, const float *w, const float *b,
                      int N)
 {
@@ -86,14 +112,86 @@ static long long seq_index(const Exec *ex, int mb, int q)
     return ex->seq_base + (long long)mb * ex->d.b + q;
 }
 
-/* out = dropout(x) per sequence (out may alias x) */
-static void dropout_rows(Exec *ex, float *out, uint8_t *mask, const float *x, int mb, int layer,
-                         int site)
+/* out = dropout(x) over this rank's region of the micro-batch (out may alias x): every token
+ * of sequence q at position t draws elements t*h ... of sequence q's stream, whichever rank
+ * holds it. */
+static void dropout_region(Exec *ex, float *out, uint8_t *mask, const float *x, int mb, int layer,
+                           int site)
 {
-    const size_t sh = (size_t)ex->d.s * ex->d.h;
-    for (int q = 0; q < ex->d.b; q++)
-        ex->k->dropout_fwd(out + q * sh, mask + q * sh, x + q * sh, sh, ex->dropout,
-                           drop_seed(ex, seq_index(ex, mb, q), layer, site));
+    const int s = ex->d.s, h = ex->d.h, R = ex->d.b * ex->d.s_sp;
+    const long long first = sp_on(ex) ? (long long)ex->tp_rank * R : 0;
+    for (long long n = first; n < first + R;) {
+        const int q = (int)(n / s), t0 = (int)(n % s);
+        long long cnt = s - t0;
+        if (n + cnt > first + R)
+            cnt = first + R - n;
+        const size_t o = (size_t)(n - first) * (size_t)h;
+        ex->k->dropout_fwd(out + o, mask + o, x + o, (size_t)cnt * h, ex->dropout,
+                           exec_stream_at(drop_seed(ex, seq_index(ex, mb, q), layer, site),
+                                          (uint64_t)t0 * (uint64_t)h));
+        n += cnt;
+    }
+}
+
+/* ---- tensor-parallel collectives, each timed under its op-graph name ---- */
+
+static int tp_op(Exec *ex, int chunk, ModelPhase ph, const char *base, int kind, PxError *err)
+{
+    int op = exec_op_find(ex, chunk, ph, 0, "%s.%s", base, model_comm_name((ModelComm)kind));
+    if (op < 0)
+        px_fail(err, PX_ERUNTIME, "stage %d: the op graph has no %s.%s.%s: model/ and exec/ disagree",
+                ex->stage, base, model_comm_name((ModelComm)kind), model_phase_name(ph));
+    return op;
+}
+
+/* in-place sum of n elements over TP */
+static int tp_allreduce(Exec *ex, int chunk, ModelPhase ph, const char *base, float *buf, size_t n,
+                        PxError *err)
+{
+    if (ex->d.t < 2)
+        return PX_OK;
+    int op = tp_op(ex, chunk, ph, base, MODEL_TP_ALLREDUCE, err);
+    if (op < 0)
+        return PX_ERUNTIME;
+    exec_op_begin(ex, op);
+    int rc = ex->comm->allreduce(ex->comm, buf, n, PX_FP32, EXEC_SUM, MODEL_TP_ALLREDUCE, NULL, err);
+    exec_op_end(ex);
+    return rc;
+}
+
+/* out[t * n] = every rank's n */
+static int tp_all_gather(Exec *ex, int chunk, ModelPhase ph, const char *base, float *out,
+                         const float *in, size_t n, PxError *err)
+{
+    int op = tp_op(ex, chunk, ph, base, MODEL_TP_ALL_GATHER, err);
+    if (op < 0)
+        return PX_ERUNTIME;
+    exec_op_begin(ex, op);
+    int rc = ex->comm->all_gather(ex->comm, out, in, n, PX_FP32, MODEL_TP_ALL_GATHER, NULL, err);
+    exec_op_end(ex);
+    return rc;
+}
+
+/* out[n] = this rank's n of the sum of in[t * n] */
+static int tp_reduce_scatter(Exec *ex, int chunk, ModelPhase ph, const char *base, float *out,
+                             const float *in, size_t n, PxError *err)
+{
+    int op = tp_op(ex, chunk, ph, base, MODEL_TP_REDUCE_SCATTER, err);
+    if (op < 0)
+        return PX_ERUNTIME;
+    exec_op_begin(ex, op);
+    int rc = ex->comm->reduce_scatter(ex->comm, out, in, n, PX_FP32, MODEL_TP_REDUCE_SCATTER, NULL,
+                                      err);
+    exec_op_end(ex);
+    return rc;
+}
+
+static int block_of_layer(const Exec *ex, int l)
+{
+    for (int b = 0; b < ex->n_blocks; b++)
+        if (ex->blocks[b].layer == l)
+            return b;
+    return -1;
 }
 
 static void attention_core_fwd(Exec *ex, const ExecLayerActs *a, float *out, int mb, int l)
@@ -116,7 +214,10 @@ static void attention_core_fwd(Exec *ex, const ExecLayerActs *a, float *out, int
             f.probs = a->softmax + q * tile;
             if (ex->attn_dropout) {
                 f.dropout = ex->dropout;
-                f.seed = drop_seed(ex, seq_index(ex, mb, q), l, EXEC_SITE_ATTN);
+                /* the stream of the whole layer's heads: this rank's first head is global
+                 * head tp * H, whose entries start tp * H * s * s into it */
+                f.seed = exec_stream_at(drop_seed(ex, seq_index(ex, mb, q), l, EXEC_SITE_ATTN),
+                                        (uint64_t)ex->tp_rank * tile);
                 f.mask = a->softmax_mask + q * tile;
                 f.probs_drop = a->softmax_drop + q * tile;
             }
@@ -127,24 +228,59 @@ static void attention_core_fwd(Exec *ex, const ExecLayerActs *a, float *out, int
 
 /* ---- a transformer layer ---- */
 
-/* Forward of layer l from a->ln1_in; the output (input plus both residual branches) goes to
- * out. phase MODEL_RECOMPUTE re-creates the tensors of a that the recompute mode did not save
- * (out is then scratch). */
-static void layer_fwd(Exec *ex, int l, const ExecLayerActs *a, float *out, ModelPhase phase,
-                      int mb)
+/* The epilogue of a row-parallel layer (attention projection, fc2): ws.out holds this rank's
+ * partial product over the full sequence; reduce it (all-reduce, or reduce-scatter into y's
+ * region), then bias, dropout and the residual: out = res + dropout(y + bias). */
+static int row_parallel_out(Exec *ex, int chunk, int l, int opi, const char *base, ModelPhase ph,
+                            const float *bias, uint8_t *mask, int site, const float *res,
+                            float *out, int mb, PxError *err)
+{
+    const KernBackend *k = ex->k;
+    const int R = ex->d.b * ex->d.s_sp, h = ex->d.h;
+    float *y = ex->ws_out;
+    exec_op_end(ex);
+    if (sp_on(ex)) {
+        y = out; /* the reduce-scatter writes the region straight into the output */
+        TRY(tp_reduce_scatter(ex, chunk, ph, base, y, ex->ws_out, (size_t)R * h, err));
+    } else {
+        TRY(tp_allreduce(ex, chunk, ph, base, y, (size_t)R * h, err));
+    }
+    exec_op_resume(ex, op_index(ex, l, opi, ph));
+    if (bias)
+        k->add_bias(y, bias, R, h);
+    if (ex->dropout > 0)
+        dropout_region(ex, y, mask, y, mb, l, site);
+    k->add(out, res, y, (size_t)R * h);
+    exec_op_end(ex);
+    return PX_OK;
+}
+
+/* Forward of layer l from a->ln1_in; the output (input plus both residual branches, this
+ * rank's region) goes to out. phase MODEL_RECOMPUTE re-creates the tensors of a that the
+ * recompute mode did not save (out is then scratch). */
+static int layer_fwd(Exec *ex, int chunk, int l, const ExecLayerActs *a, float *out,
+                     ModelPhase phase, int mb, PxError *err)
 {
     const KernBackend *k = ex->k;
     const ModelDims *d = &ex->d;
     const ModelConfig *c = &ex->spec.model;
     const ExecLayerParams *w = &ex->lw[l];
-    const int N = d->b * d->s, h = d->h, qkv = d->q_loc + 2 * d->kv_width_loc;
+    const int N = d->b * d->s_loc, R = d->b * d->s_sp, h = d->h, qkv = d->q_loc + 2 * d->kv_width_loc;
+    const int sp = sp_on(ex);
+    char base[48];
 
     exec_op_begin(ex, op_index(ex, l, EX_LN1, phase));
-    norm_fwd(ex, a->qkv_in, a->ln1_in, w->ln1_w, w->ln1_b, N);
+    norm_fwd(ex, a->qkv_in, a->ln1_in, w->ln1_w, w->ln1_b, R);
     exec_op_end(ex);
 
+    const float *x = a->qkv_in;
+    if (sp) {
+        snprintf(base, sizeof base, "layer.%d.attn.qkv", l);
+        TRY(tp_all_gather(ex, chunk, phase, base, ex->sp_gather, a->qkv_in, (size_t)R * h, err));
+        x = ex->sp_gather;
+    }
     exec_op_begin(ex, op_index(ex, l, EX_QKV, phase));
-    mm(ex, a->qkv_out, a->qkv_in, w->qkv_w, N, qkv, h, 0, 1, 0);
+    mm(ex, a->qkv_out, x, w->qkv_w, N, qkv, h, 0, 1, 0);
     if (w->qkv_b)
         k->add_bias(a->qkv_out, w->qkv_b, N, qkv);
     if (c->position == MODEL_POS_ROPE)
@@ -157,19 +293,22 @@ static void layer_fwd(Exec *ex, int l, const ExecLayerActs *a, float *out, Model
 
     exec_op_begin(ex, op_index(ex, l, EX_PROJ, phase));
     mm(ex, ex->ws_out, a->proj_in, w->proj_w, N, h, d->q_loc, 0, 1, 0);
-    if (w->proj_b)
-        k->add_bias(ex->ws_out, w->proj_b, N, h);
-    if (ex->dropout > 0)
-        dropout_rows(ex, ex->ws_out, a->attn_drop_mask, ex->ws_out, mb, l, EXEC_SITE_ATTN_OUT);
-    k->add(a->ln2_in, a->ln1_in, ex->ws_out, (size_t)N * h);
-    exec_op_end(ex);
+    snprintf(base, sizeof base, "layer.%d.attn.proj", l);
+    TRY(row_parallel_out(ex, chunk, l, EX_PROJ, base, phase, w->proj_b, a->attn_drop_mask,
+                         EXEC_SITE_ATTN_OUT, a->ln1_in, a->ln2_in, mb, err));
 
     exec_op_begin(ex, op_index(ex, l, EX_LN2, phase));
-    norm_fwd(ex, a->fc1_in, a->ln2_in, w->ln2_w, w->ln2_b, N);
+    norm_fwd(ex, a->fc1_in, a->ln2_in, w->ln2_w, w->ln2_b, R);
     exec_op_end(ex);
 
+    x = a->fc1_in;
+    if (sp) {
+        snprintf(base, sizeof base, "layer.%d.mlp.fc1", l);
+        TRY(tp_all_gather(ex, chunk, phase, base, ex->sp_gather, a->fc1_in, (size_t)R * h, err));
+        x = ex->sp_gather;
+    }
     exec_op_begin(ex, op_index(ex, l, EX_FC1, phase));
-    mm(ex, a->act_in, a->fc1_in, w->fc1_w, N, d->ffn_out_loc, h, 0, 1, 0);
+    mm(ex, a->act_in, x, w->fc1_w, N, d->ffn_out_loc, h, 0, 1, 0);
     if (w->fc1_b)
         k->add_bias(a->act_in, w->fc1_b, N, d->ffn_out_loc);
     exec_op_end(ex);
@@ -183,36 +322,74 @@ static void layer_fwd(Exec *ex, int l, const ExecLayerActs *a, float *out, Model
 
     exec_op_begin(ex, op_index(ex, l, EX_FC2, phase));
     mm(ex, ex->ws_out, a->fc2_in, w->fc2_w, N, h, d->ffn_loc, 0, 1, 0);
-    if (w->fc2_b)
-        k->add_bias(ex->ws_out, w->fc2_b, N, h);
-    if (ex->dropout > 0)
-        dropout_rows(ex, ex->ws_out, a->mlp_drop_mask, ex->ws_out, mb, l, EXEC_SITE_MLP_OUT);
-    k->add(out, a->ln2_in, ex->ws_out, (size_t)N * h);
-    exec_op_end(ex);
+    snprintf(base, sizeof base, "layer.%d.mlp.fc2", l);
+    return row_parallel_out(ex, chunk, l, EX_FC2, base, phase, w->fc2_b, a->mlp_drop_mask,
+                            EXEC_SITE_MLP_OUT, a->ln2_in, out, mb, err);
 }
 
-/* Backward of layer l: dres holds the gradient of the layer's output and leaves with the
- * gradient of its input. */
-static void layer_bwd(Exec *ex, int l, const ExecLayerActs *a, float *dres, int mb)
+/* The output gradient of a row-parallel layer over the full sequence: dropout's backward on
+ * this rank's region of dres, then (SP) the all-gather of the regions. */
+static int row_parallel_dy(Exec *ex, int chunk, const char *base, const float *dres,
+                           const uint8_t *mask, int l, int opi, const float **dy, PxError *err)
+{
+    const int R = ex->d.b * ex->d.s_sp, h = ex->d.h;
+    const float *y = dres;
+    if (ex->dropout > 0) {
+        float *tmp = sp_on(ex) ? ex->ws_dx_a : ex->ws_out;
+        ex->k->dropout_bwd(tmp, dres, mask, (size_t)R * h, ex->dropout);
+        y = tmp;
+    }
+    if (sp_on(ex)) {
+        exec_op_end(ex);
+        TRY(tp_all_gather(ex, chunk, MODEL_BWD, base, ex->sp_gather, y, (size_t)R * h, err));
+        exec_op_resume(ex, op_index(ex, l, opi, MODEL_BWD));
+        y = ex->sp_gather;
+    }
+    *dy = y;
+    return PX_OK;
+}
+
+/* The input gradient of a column-parallel layer (QKV, fc1) in ws.dhid is partial: all-reduce
+ * it (the f operator), or reduce-scatter it into ws.dx_a's region. *dn gets where it is. */
+static int column_parallel_dx(Exec *ex, int chunk, const char *base, const float **dn,
+                              PxError *err)
+{
+    const int R = ex->d.b * ex->d.s_sp, h = ex->d.h;
+    if (sp_on(ex)) {
+        TRY(tp_reduce_scatter(ex, chunk, MODEL_BWD, base, ex->ws_dx_a, ex->ws_dhid, (size_t)R * h,
+                              err));
+        *dn = ex->ws_dx_a;
+        return PX_OK;
+    }
+    TRY(tp_allreduce(ex, chunk, MODEL_BWD, base, ex->ws_dhid, (size_t)R * h, err));
+    *dn = ex->ws_dhid;
+    return PX_OK;
+}
+
+/* Backward of layer l: dres holds the gradient of the layer's output (this rank's region) and
+ * leaves with the gradient of its input. */
+static int layer_bwd(Exec *ex, int chunk, int l, const ExecLayerActs *a, float *dres, int mb,
+                     PxError *err)
 {
     const KernBackend *k = ex->k;
     const ModelDims *d = &ex->d;
     const ModelConfig *c = &ex->spec.model;
     const ExecLayerParams *w = &ex->lw[l];
     const ExecLayerParams *g = &ex->lg[l];
-    const int N = d->b * d->s, h = d->h, qkv = d->q_loc + 2 * d->kv_width_loc;
-    const int F = d->ffn_loc, FO = d->ffn_out_loc;
+    const int N = d->b * d->s_loc, R = d->b * d->s_sp, h = d->h, qkv = d->q_loc + 2 * d->kv_width_loc;
+    const int F = d->ffn_loc, FO = d->ffn_out_loc, sp = sp_on(ex);
+    char base[48];
 
+    /* the recomputed layer's output is scratch: ws.out, or with SP (where ws.out feeds the
+     * reduce-scatter) ws.dx_a, free until this layer's backward uses it */
     if (ex->spec.layout.recompute == MODEL_RECOMPUTE_FULL)
-        layer_fwd(ex, l, a, ex->ws_out, MODEL_RECOMPUTE, mb);
+        TRY(layer_fwd(ex, chunk, l, a, sp ? ex->ws_dx_a : ex->ws_out, MODEL_RECOMPUTE, mb, err));
 
     /* fc2: dropout, bias, dgrad into the activation's output gradient, wgrad */
     exec_op_begin(ex, op_index(ex, l, EX_FC2, MODEL_BWD));
-    const float *dy = dres;
-    if (ex->dropout > 0) {
-        k->dropout_bwd(ex->ws_out, dres, a->mlp_drop_mask, (size_t)N * h, ex->dropout);
-        dy = ex->ws_out;
-    }
+    const float *dy;
+    snprintf(base, sizeof base, "layer.%d.mlp.fc2", l);
+    TRY(row_parallel_dy(ex, chunk, base, dres, a->mlp_drop_mask, l, EX_FC2, &dy, err));
     if (g->fc2_b)
         k->bias_grad(g->fc2_b, dy, N, h);
     float *dact = c->mlp == MODEL_SWIGLU ? ex->ws_dact : ex->ws_dffn;
@@ -227,23 +404,28 @@ static void layer_bwd(Exec *ex, int l, const ExecLayerActs *a, float *dres, int 
         k->gelu_bwd(ex->ws_dffn, a->act_in, ex->ws_dffn, (size_t)N * F);
     exec_op_end(ex);
 
+    const float *x = a->fc1_in;
+    snprintf(base, sizeof base, "layer.%d.mlp.fc1", l);
+    if (sp) {
+        TRY(tp_all_gather(ex, chunk, MODEL_BWD, base, ex->sp_gather, a->fc1_in, (size_t)R * h, err));
+        x = ex->sp_gather;
+    }
     exec_op_begin(ex, op_index(ex, l, EX_FC1, MODEL_BWD));
     if (g->fc1_b)
         k->bias_grad(g->fc1_b, ex->ws_dffn, N, FO);
     mm(ex, ex->ws_dhid, ex->ws_dffn, w->fc1_w, N, h, FO, 0, 0, 0);
-    mm(ex, g->fc1_w, ex->ws_dffn, a->fc1_in, FO, h, N, 1, 0, 1);
+    mm(ex, g->fc1_w, ex->ws_dffn, x, FO, h, N, 1, 0, 1);
     exec_op_end(ex);
+    const float *dn;
+    TRY(column_parallel_dx(ex, chunk, base, &dn, err));
 
     exec_op_begin(ex, op_index(ex, l, EX_LN2, MODEL_BWD));
-    norm_bwd(ex, dres, g->ln2_w, g->ln2_b, ex->ws_dhid, a->ln2_in, w->ln2_w, N);
+    norm_bwd(ex, dres, g->ln2_w, g->ln2_b, dn, a->ln2_in, w->ln2_w, R);
     exec_op_end(ex);
 
     exec_op_begin(ex, op_index(ex, l, EX_PROJ, MODEL_BWD));
-    dy = dres;
-    if (ex->dropout > 0) {
-        k->dropout_bwd(ex->ws_out, dres, a->attn_drop_mask, (size_t)N * h, ex->dropout);
-        dy = ex->ws_out;
-    }
+    snprintf(base, sizeof base, "layer.%d.attn.proj", l);
+    TRY(row_parallel_dy(ex, chunk, base, dres, a->attn_drop_mask, l, EX_PROJ, &dy, err));
     if (g->proj_b)
         k->bias_grad(g->proj_b, dy, N, h);
     mm(ex, ex->ws_dhid, dy, w->proj_w, N, d->q_loc, h, 0, 0, 0);
@@ -264,12 +446,12 @@ static void layer_bwd(Exec *ex, int l, const ExecLayerActs *a, float *dres, int 
         const int s = d->s, H = d->heads_loc;
         const size_t tile = (size_t)H * s * s;
         for (int q = 0; q < d->b; q++) {
-            const float *base = a->qkv_out + (size_t)q * s * qkv;
+            const float *qb = a->qkv_out + (size_t)q * s * qkv;
             float *dbase = ex->ws_dqkv + (size_t)q * s * qkv;
             KernAttnBwd b = {
                 .B = 1, .Tq = s, .Tk = s, .H = H, .KV = d->kv_loc, .D = d->hd,
                 .scale = (float)(1.0 / sqrt((double)d->hd)),
-                .q = base, .k = base + d->q_loc, .v = base + d->q_loc + d->kv_width_loc,
+                .q = qb, .k = qb + d->q_loc, .v = qb + d->q_loc + d->kv_width_loc,
                 .q_stride = qkv, .k_stride = qkv, .v_stride = qkv,
                 .dout = ex->ws_dhid + (size_t)q * s * d->q_loc,
                 .dq = dbase, .dk = dbase + d->q_loc, .dv = dbase + d->q_loc + d->kv_width_loc,
@@ -293,6 +475,12 @@ static void layer_bwd(Exec *ex, int l, const ExecLayerActs *a, float *dres, int 
     }
     exec_op_end(ex);
 
+    x = a->qkv_in;
+    snprintf(base, sizeof base, "layer.%d.attn.qkv", l);
+    if (sp) {
+        TRY(tp_all_gather(ex, chunk, MODEL_BWD, base, ex->sp_gather, a->qkv_in, (size_t)R * h, err));
+        x = ex->sp_gather;
+    }
     exec_op_begin(ex, op_index(ex, l, EX_QKV, MODEL_BWD));
     if (c->position == MODEL_POS_ROPE)
         k->rope_bwd(ex->ws_dqkv, d->b, d->s, d->heads_loc, d->kv_loc, d->hd, 0,
@@ -300,107 +488,275 @@ static void layer_bwd(Exec *ex, int l, const ExecLayerActs *a, float *dres, int 
     if (g->qkv_b)
         k->bias_grad(g->qkv_b, ex->ws_dqkv, N, qkv);
     mm(ex, ex->ws_dhid, ex->ws_dqkv, w->qkv_w, N, h, qkv, 0, 0, 0);
-    mm(ex, g->qkv_w, ex->ws_dqkv, a->qkv_in, qkv, h, N, 1, 0, 1);
+    mm(ex, g->qkv_w, ex->ws_dqkv, x, qkv, h, N, 1, 0, 1);
     exec_op_end(ex);
+    TRY(column_parallel_dx(ex, chunk, base, &dn, err));
 
     exec_op_begin(ex, op_index(ex, l, EX_LN1, MODEL_BWD));
-    norm_bwd(ex, dres, g->ln1_w, g->ln1_b, ex->ws_dhid, a->ln1_in, w->ln1_w, N);
+    norm_bwd(ex, dres, g->ln1_w, g->ln1_b, dn, a->ln1_in, w->ln1_w, R);
     exec_op_end(ex);
+    return PX_OK;
 }
 
-/* ---- a micro-batch ---- */
+/* ---- the embedding and the output layer ---- */
 
-void exec_forward(Exec *ex, int mb, int slot, int xslot, const int32_t *tok, double *loss_sum)
+static int embed_fwd(Exec *ex, int chunk, int mb, ExecHeadActs *x, float *x0, const int32_t *tok,
+                     PxError *err)
 {
     const KernBackend *k = ex->k;
     const ModelDims *d = &ex->d;
-    const int L = ex->spec.model.layers, b = d->b, s = d->s, h = d->h, row = s + 1;
-    const int N = b * s, V = d->vocab_loc, vocab = ex->spec.model.vocab;
+    const int b = d->b, s = d->s, h = d->h, row = s + 1, V = d->vocab_loc, R = b * d->s_sp;
     const size_t sh = (size_t)s * h;
-    ExecLayerActs *A = &ex->acts[(size_t)slot * L];
-    ExecHeadActs *x = &ex->xacts[xslot];
-    float *x0 = L > 0 ? A[0].ln1_in : x->final_ln_in;
-
+    const int sp = sp_on(ex);
+    TRY(exec_gather_block(ex, ex->embed_block, MODEL_FWD, 0, err));
+    /* vocabulary-parallel: this rank's rows give a partial embedding, summed over TP; the
+     * positions are added on one rank only */
+    const float *wpe = ex->tp_rank == 0 ? ex->wpe : NULL;
+    float *emb = sp || ex->dropout > 0 ? ex->ws_out : x0;
     exec_op_begin(ex, ex->other_op[EX_EMBED][MODEL_FWD]);
-    float *emb = ex->dropout > 0 ? ex->ws_out : x0;
     for (int q = 0; q < b; q++)
-        k->embedding_fwd(emb + q * sh, tok + (size_t)q * row, ex->wte, ex->wpe, s, s, 0, h, 0, V);
-    if (ex->dropout > 0)
-        dropout_rows(ex, x0, x->embed_drop_mask, emb, mb, -1, EXEC_SITE_EMBED);
+        k->embedding_fwd(emb + q * sh, tok + (size_t)q * row, ex->wte, wpe, s, s, 0, h,
+                         ex->tp_rank * V, V);
     exec_op_end(ex);
+    if (sp) {
+        TRY(tp_reduce_scatter(ex, chunk, MODEL_FWD, "embed", x0, emb, (size_t)R * h, err));
+        emb = x0;
+    } else {
+        TRY(tp_allreduce(ex, chunk, MODEL_FWD, "embed", emb, (size_t)R * h, err));
+    }
+    if (ex->dropout > 0) {
+        exec_op_resume(ex, ex->other_op[EX_EMBED][MODEL_FWD]);
+        dropout_region(ex, x0, x->embed_drop_mask, emb, mb, -1, EXEC_SITE_EMBED);
+        exec_op_end(ex);
+    }
+    return PX_OK;
+}
 
-    for (int l = 0; l < L; l++)
-        layer_fwd(ex, l, &A[l], l + 1 < L ? A[l + 1].ln1_in : x->final_ln_in, MODEL_FWD, mb);
-
+/* The output layer and the vocabulary-parallel cross-entropy of one micro-batch. */
+static int head_fwd(Exec *ex, int chunk, ExecHeadActs *x, const int32_t *tok, PxError *err)
+{
+    const KernBackend *k = ex->k;
+    const ModelDims *d = &ex->d;
+    const int b = d->b, s = d->s, h = d->h, row = s + 1, V = d->vocab_loc;
+    const int N = b * d->s_loc, R = b * d->s_sp, vocab = ex->spec.model.vocab, v0 = ex->tp_rank * V;
+    TRY(exec_gather_block(ex, ex->final_block, MODEL_FWD, 0, err));
     exec_op_begin(ex, ex->other_op[EX_FINAL_LN][MODEL_FWD]);
-    norm_fwd(ex, x->logits_in, x->final_ln_in, ex->lnf_w, ex->lnf_b, N);
+    norm_fwd(ex, x->logits_in, x->final_ln_in, ex->lnf_w, ex->lnf_b, R);
     exec_op_end(ex);
+    const float *in = x->logits_in;
+    if (sp_on(ex)) {
+        TRY(tp_all_gather(ex, chunk, MODEL_FWD, "logits", ex->sp_gather, x->logits_in,
+                          (size_t)R * h, err));
+        in = ex->sp_gather;
+    }
+    if (ex->tied_here)
+        TRY(exec_gather_block(ex, ex->embed_block, MODEL_FWD, 1, err));
 
     /* fp32 logits straight into the saved probabilities; columns of the vocabulary padding
      * get -inf, so they take no probability and the loss does not depend on the padding */
     exec_op_begin(ex, ex->other_op[EX_LOGITS][MODEL_FWD]);
-    mm(ex, x->probs, x->logits_in, ex->out_w, N, V, h, 0, 1, 0);
-    if (vocab < V)
+    mm(ex, x->probs, in, ex->out_w, N, V, h, 0, 1, 0);
+    if (vocab < v0 + V)
         for (int n = 0; n < N; n++)
-            for (int v = vocab; v < V; v++)
+            for (int v = vocab > v0 ? vocab - v0 : 0; v < V; v++)
                 x->probs[(size_t)n * V + v] = -INFINITY;
     exec_op_end(ex);
 
-    exec_op_begin(ex, ex->other_op[EX_LOSS][MODEL_FWD]);
+    /* cross-entropy in the kernels' steps, the ranks' shards combined between them */
+    const int op_loss = ex->other_op[EX_LOSS][MODEL_FWD];
+    int op_ar = -1;
+    if (ex->d.t > 1 && (op_ar = tp_op(ex, chunk, MODEL_FWD, "loss", MODEL_TP_ALLREDUCE, err)) < 0)
+        return PX_ERUNTIME;
     float *rowmax = ex->ws_xent, *rowsum = rowmax + N, *target = rowsum + N, *loss = target + N;
+    exec_op_begin(ex, op_loss);
+    for (int q = 0; q < b; q++)
+        k->xent_rowmax(rowmax + (size_t)q * s, x->probs + (size_t)q * s * V, s, V);
+    exec_op_end(ex);
+    if (op_ar >= 0) {
+        exec_op_begin(ex, op_ar);
+        int rc = ex->comm->allreduce(ex->comm, rowmax, (size_t)N, PX_FP32, EXEC_MAX,
+                                     MODEL_TP_ALLREDUCE, NULL, err);
+        exec_op_end(ex);
+        TRY(rc);
+    }
+    exec_op_resume(ex, op_loss);
     for (int q = 0; q < b; q++) {
         const size_t o = (size_t)q * s;
-        float *p = x->probs + o * V;
-        const int32_t *tgt = tok + (size_t)q * row + 1;
-        k->xent_rowmax(rowmax + o, p, s, V);
-        k->xent_expsum(rowsum + o, target + o, p, rowmax + o, tgt, s, V, 0);
-        k->xent_finish(loss + o, p, rowsum + o, rowmax + o, target + o, s, V);
+        k->xent_expsum(rowsum + o, target + o, x->probs + o * V, rowmax + o,
+                       tok + (size_t)q * row + 1, s, V, v0);
     }
-    double sum = 0.0;
-    for (int n = 0; n < N; n++)
-        sum += loss[n];
-    *loss_sum += sum;
     exec_op_end(ex);
+    /* the op's calls are the communication calls, as the graph counts them (3 per pass) */
+    for (int i = 0; i < 2 && op_ar >= 0; i++) {
+        exec_op_begin(ex, op_ar);
+        int rc = ex->comm->allreduce(ex->comm, i == 0 ? rowsum : target, (size_t)N, PX_FP32,
+                                     EXEC_SUM, MODEL_TP_ALLREDUCE, NULL, err);
+        exec_op_end(ex);
+        TRY(rc);
+    }
+    exec_op_resume(ex, op_loss);
+    for (int q = 0; q < b; q++) {
+        const size_t o = (size_t)q * s;
+        k->xent_finish(loss + o, x->probs + o * V, rowsum + o, rowmax + o, target + o, s, V);
+    }
+    /* every TP rank has the same losses: one of them reports them */
+    if (ex->tp_rank == 0 && ex->cp_rank == 0) {
+        double sum = 0.0;
+        for (int n = 0; n < N; n++)
+            sum += loss[n];
+        ex->loss_sum += sum;
+    }
+    exec_op_end(ex);
+    return PX_OK;
 }
 
-void exec_backward(Exec *ex, int mb, int slot, int xslot, const int32_t *tok)
+/* The output layer's weight gradient: dW += dlogits^T x (SP: x re-gathered). */
+static int logits_wgrad(Exec *ex, int chunk, const ExecHeadActs *x, PxError *err)
+{
+    const ModelDims *d = &ex->d;
+    const int N = d->b * d->s_loc, R = d->b * d->s_sp, V = d->vocab_loc, h = d->h;
+    const float *in = x->logits_in;
+    if (sp_on(ex)) {
+        TRY(tp_all_gather(ex, chunk, MODEL_BWD, "logits", ex->sp_gather, x->logits_in,
+                          (size_t)R * h, err));
+        in = ex->sp_gather;
+    }
+    exec_op_resume(ex, ex->other_op[EX_LOGITS][MODEL_BWD]);
+    mm(ex, ex->g_out_w, x->probs, in, V, h, N, 1, 0, 1);
+    exec_op_end(ex);
+    return PX_OK;
+}
+
+static int head_bwd(Exec *ex, int chunk, const ExecHeadActs *x, const int32_t *tok, float *dres,
+                    int last_mb, PxError *err)
 {
     const KernBackend *k = ex->k;
     const ModelDims *d = &ex->d;
-    const int L = ex->spec.model.layers, b = d->b, s = d->s, h = d->h, row = s + 1;
-    const int N = b * s, V = d->vocab_loc;
-    const size_t sh = (size_t)s * h;
-    ExecLayerActs *A = &ex->acts[(size_t)slot * L];
-    ExecHeadActs *x = &ex->xacts[xslot];
+    const int b = d->b, s = d->s, h = d->h, row = s + 1, V = d->vocab_loc;
+    const int N = b * d->s_loc, R = b * d->s_sp;
     /* the loss is the mean over every token of the global batch */
     const float dloss = (float)(1.0 / ((double)ex->spec.job.global_batch * s));
+    exec_bucket_zero(ex, ex->final_block);
+    TRY(exec_gather_block(ex, ex->final_block, MODEL_BWD, 0, err));
+    if (ex->tied_here)
+        TRY(exec_gather_block(ex, ex->embed_block, MODEL_BWD, 0, err));
 
     exec_op_begin(ex, ex->other_op[EX_LOSS][MODEL_BWD]);
     for (int q = 0; q < b; q++)
-        k->xent_bwd(x->probs + (size_t)q * s * V, tok + (size_t)q * row + 1, s, V, 0, dloss);
+        k->xent_bwd(x->probs + (size_t)q * s * V, tok + (size_t)q * row + 1, s, V,
+                    ex->tp_rank * V, dloss);
     exec_op_end(ex);
 
+    /* input gradient now; the weight gradient too, unless the embedding's block must be in
+     * the ZeRO bucket to receive it (then just before the embedding's backward) */
+    float *dx = sp_on(ex) ? ex->ws_out : ex->ws_dx_a;
     exec_op_begin(ex, ex->other_op[EX_LOGITS][MODEL_BWD]);
-    mm(ex, ex->ws_dx_a, x->probs, ex->out_w, N, h, V, 0, 0, 0);
-    mm(ex, ex->g_out_w, x->probs, x->logits_in, V, h, N, 1, 0, 1);
+    mm(ex, dx, x->probs, ex->out_w, N, h, V, 0, 0, 0);
     exec_op_end(ex);
+    if (!ex->defer_logits_wgrad)
+        TRY(logits_wgrad(ex, chunk, x, err));
+    if (sp_on(ex))
+        TRY(tp_reduce_scatter(ex, chunk, MODEL_BWD, "logits", ex->ws_dx_a, dx, (size_t)R * h, err));
+    else
+        TRY(tp_allreduce(ex, chunk, MODEL_BWD, "logits", ex->ws_dx_a, (size_t)R * h, err));
 
-    float *dres = ex->ws_dx_b;
     exec_op_begin(ex, ex->other_op[EX_FINAL_LN][MODEL_BWD]);
-    k->memset0(dres, (size_t)N * h * sizeof *dres);
-    norm_bwd(ex, dres, ex->g_lnf_w, ex->g_lnf_b, ex->ws_dx_a, x->final_ln_in, ex->lnf_w, N);
+    k->memset0(dres, (size_t)R * h * sizeof *dres);
+    norm_bwd(ex, dres, ex->g_lnf_w, ex->g_lnf_b, ex->ws_dx_a, x->final_ln_in, ex->lnf_w, R);
     exec_op_end(ex);
+    TRY(exec_bucket_reduce(ex, ex->final_block, err));
+    if (last_mb)
+        TRY(exec_block_done(ex, ex->final_block, err));
+    return PX_OK;
+}
 
-    for (int l = L - 1; l >= 0; l--)
-        layer_bwd(ex, l, &A[l], dres, mb);
-
-    exec_op_begin(ex, ex->other_op[EX_EMBED][MODEL_BWD]);
+static int embed_bwd(Exec *ex, int chunk, const ExecHeadActs *x, const int32_t *tok,
+                     const float *dres, int last_mb, PxError *err)
+{
+    const KernBackend *k = ex->k;
+    const ModelDims *d = &ex->d;
+    const int b = d->b, s = d->s, h = d->h, row = s + 1, V = d->vocab_loc, R = b * d->s_sp;
+    const size_t sh = (size_t)s * h;
+    exec_bucket_zero(ex, ex->embed_block);
+    if (ex->defer_logits_wgrad)
+        TRY(logits_wgrad(ex, chunk, x, err));
+    const int op = ex->other_op[EX_EMBED][MODEL_BWD];
+    exec_op_begin(ex, op);
     const float *dy = dres;
     if (ex->dropout > 0) {
-        k->dropout_bwd(ex->ws_out, dres, x->embed_drop_mask, (size_t)N * h, ex->dropout);
-        dy = ex->ws_out;
+        float *tmp = sp_on(ex) ? ex->ws_dx_a : ex->ws_out;
+        k->dropout_bwd(tmp, dres, x->embed_drop_mask, (size_t)R * h, ex->dropout);
+        dy = tmp;
     }
-    for (int q = 0; q < b; q++)
-        k->embedding_bwd(ex->g_wte, ex->g_wpe, dy + q * sh, tok + (size_t)q * row, s, s, 0, h, 0, V);
     exec_op_end(ex);
+    if (sp_on(ex)) {
+        TRY(tp_all_gather(ex, chunk, MODEL_BWD, "embed", ex->sp_gather, dy, (size_t)R * h, err));
+        dy = ex->sp_gather;
+    }
+    TRY(exec_gather_block(ex, ex->embed_block, MODEL_BWD, ex->tied_here ? 1 : 0, err));
+    exec_op_resume(ex, op);
+    for (int q = 0; q < b; q++)
+        k->embedding_bwd(ex->g_wte, ex->g_wpe, dy + q * sh, tok + (size_t)q * row, s, s, 0, h,
+                         ex->tp_rank * V, V);
+    exec_op_end(ex);
+    TRY(exec_bucket_reduce(ex, ex->embed_block, err));
+    if (last_mb)
+        TRY(exec_block_done(ex, ex->embed_block, err));
+    return PX_OK;
+}
+
+/* ---- a chunk's passes of one micro-batch ---- */
+
+int exec_forward(Exec *ex, int j, int mb, int slot, int xslot, const int32_t *tok, PxError *err)
+{
+    const ModelDims *d = &ex->d;
+    const int g = ex->chunk_g[j], cl = ex->cl, l0 = g * cl, last = g == d->chunks - 1;
+    ExecLayerActs *A = &ex->acts[(size_t)slot * cl];
+    ExecHeadActs *x = ex->n_xslots[j] > 0 ? &ex->xacts[j][xslot] : NULL;
+    if (g == 0) {
+        TRY(embed_fwd(ex, j, mb, x, A[0].ln1_in, tok, err));
+    } else {
+        TRY(exec_pp_take(ex, j, mb, 0, A[0].ln1_in, err));
+        ex->pass_start = exec_now();
+    }
+    /* the chunk's output: the output layer's input, or a scratch that is sent on (with SP
+     * ws.out feeds the last reduce-scatter, so ws.dx_a holds the region) */
+    float *send = sp_on(ex) ? ex->ws_dx_a : ex->ws_out;
+    for (int li = 0; li < cl; li++) {
+        const int l = l0 + li;
+        float *out = li + 1 < cl ? A[li + 1].ln1_in : last ? x->final_ln_in : send;
+        TRY(exec_gather_block(ex, block_of_layer(ex, l), MODEL_FWD, 0, err));
+        TRY(layer_fwd(ex, j, l, &A[li], out, MODEL_FWD, mb, err));
+    }
+    if (last)
+        return head_fwd(ex, j, x, tok, err);
+    return exec_pp_give(ex, j, mb, 0, send, err);
+}
+
+int exec_backward(Exec *ex, int j, int mb, int slot, int xslot, const int32_t *tok, int last_mb,
+                  PxError *err)
+{
+    const ModelDims *d = &ex->d;
+    const int g = ex->chunk_g[j], cl = ex->cl, l0 = g * cl;
+    ExecLayerActs *A = &ex->acts[(size_t)slot * cl];
+    const ExecHeadActs *x = ex->n_xslots[j] > 0 ? &ex->xacts[j][xslot] : NULL;
+    float *dres = ex->ws_dx_b;
+    if (g == d->chunks - 1) {
+        TRY(head_bwd(ex, j, x, tok, dres, last_mb, err));
+    } else {
+        TRY(exec_pp_take(ex, j, mb, 1, dres, err));
+        ex->pass_start = exec_now();
+    }
+    for (int li = cl - 1; li >= 0; li--) {
+        const int l = l0 + li, blk = block_of_layer(ex, l);
+        exec_bucket_zero(ex, blk);
+        TRY(exec_gather_block(ex, blk, MODEL_BWD, 0, err));
+        TRY(layer_bwd(ex, j, l, &A[li], dres, mb, err));
+        TRY(exec_bucket_reduce(ex, blk, err));
+        if (last_mb)
+            TRY(exec_block_done(ex, blk, err));
+    }
+    if (g == 0)
+        return embed_bwd(ex, j, x, tok, dres, last_mb, err);
+    return exec_pp_give(ex, j, mb, 1, dres, err);
 }

@@ -8,12 +8,12 @@
 
 #include "exec/internal.h"
 
-static volatile sig_atomic_t stop_requested;
+volatile sig_atomic_t exec_stop_flag;
 
 static void on_signal(int sig)
 {
     (void)sig;
-    stop_requested = 1;
+    exec_stop_flag = 1;
 }
 
 /* JSON has no NaN: a diverged loss is written as null */
@@ -30,9 +30,14 @@ static void print_header(const Exec *ex)
     const ModelDims *d = &ex->d;
     const ModelSpec *s = &ex->spec;
     char params[32];
-    px_fmt_count(params, sizeof params, (double)ex->tt.params);
-    printf("parallax-worker: %s on %s, 1 rank (%s compute, %s comm)\n", s->model.name,
-           ex->cluster.name, ex->k->name, ex->comm->name);
+    px_fmt_count(params, sizeof params, model_config_params(&s->model));
+    if (ex->comm->world > 1)
+        printf("parallax-worker: %s on %s, %d ranks: dp %d x tp %d x pp %d (%s compute, %s comm)\n",
+               s->model.name, ex->cluster.name, ex->comm->world, d->dp, d->t, d->p, ex->k->name,
+               ex->comm->name);
+    else
+        printf("parallax-worker: %s on %s, 1 rank (%s compute, %s comm)\n", s->model.name,
+               ex->cluster.name, ex->k->name, ex->comm->name);
     printf("model     %d layers, hidden %d, %d heads, vocab %d: %s parameters\n", s->model.layers,
            s->model.hidden, s->model.heads, s->model.vocab, params);
     printf("training  gbs %d  mbs %d (%d micro-batches)  seq %d  %s  %s  lr %g -> %g (warm-up %d)  "
@@ -40,9 +45,10 @@ static void print_header(const Exec *ex)
            s->job.global_batch, s->job.micro_batch, d->m, d->s, px_dtype_name(s->job.precision),
            model_optimizer_name(s->job.optimizer), s->job.lr, s->job.min_lr, s->job.warmup_steps,
            ex->steps);
-    printf("layout    schedule %s  recompute %s  flash-attn %s  dropout %g  zero %d\n",
+    printf("layout    schedule %s  recompute %s  flash-attn %s  dropout %g  zero %d%s\n",
            model_schedule_name(s->layout.schedule), model_recompute_name(s->layout.recompute),
-           s->job.flash_attn ? "on" : "off", s->job.dropout, s->layout.zero);
+           s->job.flash_attn ? "on" : "off", s->job.dropout, s->layout.zero,
+           s->layout.sp ? "  sp on" : "");
     if (ex->data.kind == EXEC_DATA_BUILTIN)
         printf("data      the built-in text (%.1f MiB, byte tokens)\n",
                (double)ex->data.ntok / (1024.0 * 1024.0));
@@ -55,7 +61,7 @@ static void print_header(const Exec *ex)
     fflush(stdout);
 }
 
-static void print_summary(Exec *ex)
+static void print_summary_one(Exec *ex)
 {
     uint64_t mem[MODEL_CAT_COUNT];
     exec_memory(ex, mem);
@@ -83,6 +89,67 @@ static void print_summary(Exec *ex)
                "exec/\n");
 }
 
+static double jnum(const cJSON *o, const char *k)
+{
+    return cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, k));
+}
+
+/* Every rank's memory (all categories but runtime), communication per kind, FLOPs and
+ * bubble against its stage's prediction, from the gathered run. */
+static void print_summary_ranks(Exec *ex, const cJSON *run)
+{
+    const cJSON *mr = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(run, "memory"), "per_rank");
+    const cJSON *cr = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(run, "comm"), "per_rank");
+    const cJSON *fr = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(run, "flops"), "per_rank_per_step");
+    const cJSON *tl = cJSON_GetObjectItemCaseSensitive(run, "timeline");
+    const int W = cJSON_GetArraySize(mr), pipe = ex->d.p > 1;
+    int bad = 0;
+    printf("\nper rank        memory (bytes, runtime excluded)      communication per step (bytes)      "
+           "FLOPs per step%s\n", pipe ? "        bubble" : "");
+    printf("rank stage      predicted       measured             predicted       measured             "
+           "predicted  measured%s\n", pipe ? "   predicted measured" : "");
+    for (int i = 0; i < W; i++) {
+        const cJSON *m = cJSON_GetArrayItem(mr, i), *c = cJSON_GetArrayItem(cr, i);
+        const int st = (int)jnum(m, "stage");
+        uint64_t pm = 0, mm = 0, pc = 0, mc = 0;
+        int mem_eq = 1, comm_eq = 1;
+        for (int k = 0; k < MODEL_RUNTIME; k++) {
+            uint64_t p = ex->sim.mem[st].cat[k], v = (uint64_t)jnum(m, model_category_name((ModelCategory)k));
+            pm += p;
+            mm += v;
+            mem_eq &= p == v;
+        }
+        const cJSON *by = cJSON_GetObjectItemCaseSensitive(c, "by_kind");
+        for (int k = 0; k < MODEL_COMM_COUNT; k++) {
+            uint64_t p = ex->sim.comm[st][k], v = (uint64_t)jnum(by, model_comm_name((ModelComm)k));
+            pc += p;
+            mc += v;
+            comm_eq &= p == v;
+        }
+        double pf = ex->sim.rank_flops[st], mf = cJSON_GetNumberValue(cJSON_GetArrayItem(fr, i));
+        int fl_eq = fabs(pf - mf) <= 1e-9 * fabs(pf);
+        bad |= !mem_eq || !comm_eq || !fl_eq;
+        printf("%4d %5d %14llu %14llu %-7s %14llu %14llu %-7s %12.4e %9s", (int)jnum(m, "rank"), st,
+               (unsigned long long)pm, (unsigned long long)mm, mem_eq ? "equal" : "DIFFERS",
+               (unsigned long long)pc, (unsigned long long)mc, comm_eq ? "equal" : "DIFFERS", pf,
+               fl_eq ? "equal" : "DIFFERS");
+        if (pipe)
+            printf("   %8.1f%% %7.1f%%", 100 * ex->sim.stage_time[st].bubble_fraction,
+                   100 * jnum(cJSON_GetArrayItem(tl, i), "bubble_fraction"));
+        printf("\n");
+    }
+    printf("step time (s)   %14.4f %14.4f  (measured: median; predicted from the %s profile)\n",
+           ex->sim.step_s, exec_median_step_s(ex), ex->cluster.name);
+    if (pipe)
+        printf("bubble          %13.1f%% %13.1f%%  (idle over busy time of the stage that ends "
+               "last)\n",
+               100 * ex->sim.bubble_fraction,
+               100 * jnum(cJSON_GetObjectItemCaseSensitive(run, "time"), "bubble_fraction"));
+    if (bad)
+        printf("warning: measured memory, communication or FLOPs differ from the prediction: a bug "
+               "in model/ or exec/\n");
+}
+
 int exec_run(Exec *ex, PxError *err)
 {
     int rc = PX_OK;
@@ -91,14 +158,16 @@ int exec_run(Exec *ex, PxError *err)
         return px_fail(err, PX_EINPUT, "%s: cannot write the metrics log: %s", ex->metrics,
                        strerror(errno));
     /* the loader thread reads step k + 1 while step k computes */
-    exec_loader_stop(&ex->loader);
-    ex->loader_started = 0;
-    if ((rc = exec_loader_start(&ex->loader, ex->opt.prefetch, err))) {
-        if (mf)
-            fclose(mf);
-        return rc;
+    if (ex->has_data) {
+        exec_loader_stop(&ex->loader);
+        ex->loader_started = 0;
+        if ((rc = exec_loader_start(&ex->loader, ex->opt.prefetch, err))) {
+            if (mf)
+                fclose(mf);
+            return rc;
+        }
+        ex->loader_started = 1;
     }
-    ex->loader_started = 1;
     if (!ex->opt.quiet)
         print_header(ex);
 
@@ -106,13 +175,15 @@ int exec_run(Exec *ex, PxError *err)
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
-    stop_requested = 0;
+    exec_stop_flag = 0;
+    ex->stop_agreed = 0;
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
 
     double elapsed = 0;
     for (int step = 0; step < ex->steps; step++) {
-        if (stop_requested) {
+        /* every rank learnt at the end of the last step whether any was asked to stop */
+        if (ex->stop_agreed || (ex->comm->world == 1 && exec_stop_flag)) {
             ex->interrupted = 1;
             break;
         }
@@ -140,22 +211,44 @@ int exec_run(Exec *ex, PxError *err)
             fflush(stdout);
         }
     }
+    if (!rc && ex->stop_agreed && !ex->interrupted && ex->steps_done < ex->steps)
+        ex->interrupted = 1;
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
-    exec_loader_stop(&ex->loader);
-    ex->loader_started = 0;
+    if (ex->loader_started) {
+        exec_loader_stop(&ex->loader);
+        ex->loader_started = 0;
+    }
     if (mf && fclose(mf) != 0 && !rc)
         rc = px_fail(err, PX_ERUNTIME, "%s: cannot write the metrics log", ex->metrics);
+    /* a failure of this rank alone: the job is aborted, nothing is gathered */
+    if (rc && ex->comm->world > 1 && !ex->collective_error)
+        return rc;
     if (ex->interrupted && !ex->opt.quiet)
         printf("interrupted after %d steps\n", ex->steps_done);
-    if (!ex->opt.quiet && ex->steps_done > 0)
-        print_summary(ex);
     /* what was measured is written even when a step failed: no lost data */
-    if (ex->output[0] && ex->steps_done > 0) {
+    cJSON *j = NULL;
+    if (ex->steps_done > 0) {
+        if (ex->comm->world > 1) {
+            PxError gerr = {0};
+            int grc = exec_run_gather_json(ex, &j, &gerr);
+            if (grc && !rc) {
+                *err = gerr;
+                return grc;
+            }
+        } else {
+            j = exec_run_to_json(ex);
+        }
+    }
+    if (!ex->opt.quiet && ex->steps_done > 0) {
+        if (ex->comm->world > 1 && j)
+            print_summary_ranks(ex, j);
+        else if (ex->comm->world == 1)
+            print_summary_one(ex);
+    }
+    if (ex->output[0] && j) {
         PxError werr = {0};
-        cJSON *j = exec_run_to_json(ex);
         int wrc = px_json_write_file(ex->output, j, &werr);
-        cJSON_Delete(j);
         if (wrc && !rc) {
             *err = werr;
             rc = wrc;
@@ -163,8 +256,11 @@ int exec_run(Exec *ex, PxError *err)
             printf("wrote %s\n", ex->output);
         }
     }
-    if (!rc && ex->interrupted)
+    cJSON_Delete(j);
+    if (!rc && ex->interrupted) {
+        ex->collective_error = 1;
         rc = px_fail(err, PX_ERUNTIME, "interrupted after %d of %d steps", ex->steps_done,
                      ex->steps);
+    }
     return rc;
 }

@@ -1,6 +1,12 @@
 /* parallax-worker — the executor's program: `parallax-worker run PLAN.json` trains the plan on
- * this process and writes run.json. `parallax run` starts it (one rank now; mpirun / srun will
- * start one per rank). Exit status 0 ok, 1 runtime failure, 2 bad input. */
+ * this process and writes run.json. `parallax run` starts it: directly for one rank, through
+ * mpirun or srun for several (one process per rank; rank 0 writes run.json).
+ *
+ * Failures: an error every rank meets before training (a bad plan, a world that does not
+ * match it, a bad data file) is agreed on, printed once by the first rank that had it, and
+ * every rank exits with its status. An error of one rank during training ends the whole job
+ * with MPI_Abort, its message naming the rank, so no rank is left waiting in a collective.
+ * Exit status 0 ok, 1 runtime failure, 2 bad input. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +32,22 @@ static const char *const usage_text =
 
 static int exit_code(int status) { return status == PX_EINPUT ? 2 : status ? 1 : 0; }
 
+static int g_rank, g_world;
+
+/* The message of an error all ranks agreed on: printed once, by the first rank that had it. */
+static int agreed(int rc, const PxError *err)
+{
+    int first = 0;
+    int worst = g_world > 1 ? exec_mpi_agree(rc, &first) : rc;
+    if (worst && ((g_world == 1 && g_rank == 0) || (g_world > 1 && rc && first == g_rank))) {
+        if (g_world > 1)
+            fprintf(stderr, "parallax-worker run: rank %d of %d: %s\n", g_rank, g_world, err->msg);
+        else
+            fprintf(stderr, "parallax-worker run: %s\n", err->msg);
+    }
+    return worst;
+}
+
 static int cmd_run(int argc, char **argv)
 {
     enum { OPT_STEPS = 1000, OPT_METRICS, OPT_DATA, OPT_QUIET, OPT_NO_PREFETCH };
@@ -47,11 +69,15 @@ static int cmd_run(int argc, char **argv)
     optind = 1;
     while ((c = getopt_long(argc, argv, ":ho:", lo, NULL)) != -1) {
         switch (c) {
-        case 'h': fputs(usage_text, stdout); return 0;
+        case 'h':
+            if (g_rank == 0)
+                fputs(usage_text, stdout);
+            return 0;
         case 'o': opt.output = optarg; break;
         case OPT_STEPS:
             if (px_parse_int(optarg, "--steps", 1, 1 << 30, &opt.steps, &err)) {
-                fprintf(stderr, "parallax-worker run: %s\n", err.msg);
+                if (g_rank == 0)
+                    fprintf(stderr, "parallax-worker run: %s\n", err.msg);
                 return 2;
             }
             break;
@@ -60,16 +86,20 @@ static int cmd_run(int argc, char **argv)
         case OPT_QUIET: opt.quiet = 1; break;
         case OPT_NO_PREFETCH: opt.prefetch = 0; break;
         case ':':
-            fprintf(stderr, "parallax-worker run: option '%s' needs a value\n", argv[optind - 1]);
+            if (g_rank == 0)
+                fprintf(stderr, "parallax-worker run: option '%s' needs a value\n",
+                        argv[optind - 1]);
             return 2;
         default:
-            fprintf(stderr, "parallax-worker run: unknown option '%s' (see --help)\n",
-                    argv[optind - 1]);
+            if (g_rank == 0)
+                fprintf(stderr, "parallax-worker run: unknown option '%s' (see --help)\n",
+                        argv[optind - 1]);
             return 2;
         }
     }
     if (optind != argc - 1) {
-        fprintf(stderr, "parallax-worker run: expected one plan file (see --help)\n");
+        if (g_rank == 0)
+            fprintf(stderr, "parallax-worker run: expected one plan file (see --help)\n");
         return 2;
     }
     opt.plan_path = argv[optind];
@@ -82,33 +112,68 @@ static int cmd_run(int argc, char **argv)
         opt.metrics = metrics;
     }
     ModelPlan plan;
-    int rc = model_plan_read(opt.plan_path, &plan, &err);
+    memset(&plan, 0, sizeof plan);
+    int rc = agreed(model_plan_read(opt.plan_path, &plan, &err), &err);
     if (rc) {
-        fprintf(stderr, "parallax-worker run: %s\n", err.msg);
+        model_plan_free(&plan);
         return exit_code(rc);
     }
+    ExecComm *comm = NULL;
+    if (g_world > 1) {
+        const ModelSpec *s = &plan.spec;
+        int tied_pair = s->model.tied_embeddings && s->layout.pp * s->layout.vpp > 1;
+        rc = agreed(exec_comm_mpi(&s->layout, tied_pair, &comm, &err), &err);
+        if (rc) {
+            if (comm)
+                comm->free(comm);
+            model_plan_free(&plan);
+            return exit_code(rc);
+        }
+        opt.comm = comm;
+    }
     Exec *ex = NULL;
-    rc = exec_init(&ex, &plan, &opt, &err);
-    if (!rc)
+    rc = agreed(exec_init(&ex, &plan, &opt, &err), &err);
+    if (!rc) {
         rc = exec_run(ex, &err);
-    if (rc)
-        fprintf(stderr, "parallax-worker run: %s\n", err.msg);
+        if (rc && g_world > 1 && !exec_error_is_collective(ex)) {
+            /* only this rank failed: the others may be waiting for it in a collective */
+            fprintf(stderr, "parallax-worker run: rank %d of %d: %s (ending the job)\n", g_rank,
+                    g_world, err.msg);
+            fflush(stderr);
+            exec_mpi_abort(exit_code(rc));
+        }
+        if (rc && g_rank == 0)
+            fprintf(stderr, "parallax-worker run: %s\n", err.msg);
+    }
     exec_free(ex);
+    if (comm)
+        comm->free(comm);
     model_plan_free(&plan);
     return exit_code(rc);
 }
 
 int main(int argc, char **argv)
 {
-    if (argc >= 2 && !strcmp(argv[1], "run"))
-        return cmd_run(argc - 1, argv + 1);
-    if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
-                      !strcmp(argv[1], "help"))) {
-        fputs(usage_text, stdout);
-        return 0;
+    /* one rank of an MPI job (mpirun, srun), or a process on its own */
+    int mpi = exec_mpi_start(&argc, &argv, &g_rank, &g_world);
+    int status;
+    if (argc >= 2 && !strcmp(argv[1], "run")) {
+        status = cmd_run(argc - 1, argv + 1);
+    } else if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
+                             !strcmp(argv[1], "help"))) {
+        if (g_rank == 0)
+            fputs(usage_text, stdout);
+        status = 0;
+    } else {
+        if (g_rank == 0) {
+            if (argc >= 2)
+                fprintf(stderr, "parallax-worker: unknown command '%s' (calibrate comes later)\n",
+                        argv[1]);
+            fputs(usage_text, stderr);
+        }
+        status = 2;
     }
-    if (argc >= 2)
-        fprintf(stderr, "parallax-worker: unknown command '%s' (calibrate comes later)\n", argv[1]);
-    fputs(usage_text, stderr);
-    return 2;
+    if (mpi)
+        exec_mpi_finish();
+    return status;
 }

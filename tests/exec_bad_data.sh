@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# parallax run end to end, and the input it must refuse: bad data files, plans the single-rank
-# CPU executor cannot run, bad options, a missing worker. Every refusal exits with the expected
+# parallax run end to end, and the input it must refuse: bad data files, plans the CPU executor
+# cannot run, bad options, a missing worker. (Launching several ranks is tests/exec_mpi_fail.sh's.) Every refusal exits with the expected
 # status (2 for input the user can fix) and a message naming the file or setting.
 # Usage: exec_bad_data.sh PARALLAX EXEC_MKPLAN
 set -u
@@ -38,8 +38,10 @@ plan good
 plan bf16 --cluster dgx-a100 --precision bf16
 plan adam8 --optimizer adam-8bit
 plan zero2 --zero 2
+plan zero3 --zero 3 --recompute full
 plan dp2 --gpus 2
 plan tp2 --gpus 2 --tp 2
+plan cp2 --gpus 2 --cp 2
 
 # bad data: a message naming the file and the problem, exit 2
 printf 'short text' >"$tmp/short.txt"
@@ -71,10 +73,14 @@ expect 2 "the training data is not a regular file" "$px" run "$tmp/good.json" --
 # plans the executor cannot run here
 expect 2 "training.precision bf16: the CPU backend trains in fp32" "$px" run "$tmp/bf16.json"
 expect 2 "training.optimizer adam-8bit is not implemented" "$px" run "$tmp/adam8.json"
-expect 2 "layout.zero 2: ZeRO-2 and ZeRO-3" "$px" run "$tmp/zero2.json"
-expect 2 "needs 2 ranks (dp 2 x tp 1 x pp 1 x cp 1)" "$px" run "$tmp/dp2.json"
-expect 2 "needs 2 ranks (dp 1 x tp 2 x pp 1 x cp 1)" "$px" run "$tmp/tp2.json"
+expect 2 "layout.cp 2: the executor does not run context parallelism" "$px" run "$tmp/cp2.json" --launcher none
+expect 2 "needs 2 ranks (dp 2 x tp 1 x pp 1 x cp 1) but this" "$px" run "$tmp/dp2.json" --launcher none
+expect 2 "needs 2 ranks (dp 1 x tp 2 x pp 1 x cp 1) but this" "$px" run "$tmp/tp2.json" --launcher none
 expect 2 "the layout needs 2 ranks" "$worker" run "$tmp/dp2.json"
+expect 2 "--launcher: expected mpirun, srun or none, got 'ssh'" "$px" run "$tmp/good.json" --launcher ssh
+# ZeRO-2 and ZeRO-3 on one rank: the gradient bucket, shards and gathers of one
+expect 0 "wrote $tmp/zero2-run.json" "$px" run "$tmp/zero2.json" --steps 2 -o "$tmp/zero2-run.json"
+expect 0 "wrote $tmp/zero3-run.json" "$px" run "$tmp/zero3.json" --steps 2 -o "$tmp/zero3-run.json"
 expect 2 "nothing.json: cannot" "$px" run "$tmp/nothing.json"
 
 expect 2 "$tmp/nodir/run.json: cannot write into $tmp/nodir" "$px" run "$tmp/good.json" -o "$tmp/nodir/run.json"

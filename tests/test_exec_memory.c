@@ -128,6 +128,16 @@ int main(void)
     s = tx_spec("tiny", 64, 4, 2);
     s.layout.zero = 1;
     check_case("tiny zero-1", s);
+    /* ZeRO-2 and ZeRO-3 on one rank: the gradient bucket, the gather buffers, the shards */
+    s.layout.zero = 2;
+    check_case("tiny zero-2", s);
+    s.layout.zero = 3;
+    s.layout.recompute = MODEL_RECOMPUTE_FULL;
+    check_case("tiny zero-3", s);
+    s = tx_spec("tiny-llama", 32, 4, 2);
+    s.layout.zero = 3;
+    check_case("tiny-llama zero-3", s);
+    s = tx_spec("tiny", 64, 4, 2);
     s.job.optimizer = MODEL_OPT_SGD_MOMENTUM;
     s.layout.zero = 0;
     check_case("tiny sgd", s);

@@ -1,0 +1,752 @@
+/* The MPI communication layer: the process grid of a layout in Megatron-Core's rank order
+ * (rank = tp + TP*(cp + CP*(dp + DP*pp)), model_rank), one communicator per group, and the
+ * ExecComm table over them, counting S bytes per call and kind as the op graph lists them.
+ *
+ * Groups: tp (ranks of one stage and data-parallel replica), cp, dp x cp (the gradient
+ * reduction and ZeRO group, ordered cp fastest so that its rank is the ZeRO shard index), the
+ * tied-embedding pair (stage 0 and the last stage of one (tp, cp, dp)), and point to point on
+ * the world communicator for the pipeline.
+ *
+ * Waiting: MPI progresses only inside its calls and its own waits spin. On an oversubscribed
+ * node (more ranks than cores, as the tests run 8 ranks on 2) a spinning rank steals the core
+ * of the rank it waits for, so there every wait polls with MPI_Test and sleeps between polls
+ * (doubling from a few microseconds to a quarter of a millisecond); otherwise MPI's blocking
+ * calls are used. PARALLAX_POLL=0/1 overrides the choice. Without MPI at build time the
+ * functions below are stubs that say so. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec/exec.h"
+
+#ifdef PX_HAVE_MPI
+
+#include <mpi.h>
+#include <time.h>
+#include <unistd.h>
+
+int exec_mpi_available(void) { return 1; }
+
+/* Launched as one rank of a job? OpenMPI's mpirun, PMIx (OpenMPI 4, srun --mpi=pmix), PMI-1/2
+ * (MPICH's hydra, srun --mpi=pmi2); PARALLAX_MPI=1 forces it, =0 refuses it. */
+static int launched(void)
+{
+    const char *force = getenv("PARALLAX_MPI");
+    if (force && *force)
+        return strcmp(force, "0") != 0;
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+        if (getenv(vars[i]))
+            return 1;
+    return 0;
+}
+
+int exec_mpi_start(int *argc, char ***argv, int *rank, int *world)
+{
+    *rank = 0;
+    *world = 1;
+    if (!launched())
+        return 0;
+    int provided = 0;
+    /* the data loader thread never calls MPI: the main thread alone does */
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+        return 0;
+    /* errors come back as statuses so that the message names the rank and the operation */
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(MPI_COMM_WORLD, rank);
+    MPI_Comm_size(MPI_COMM_WORLD, world);
+    return 1;
+}
+
+void exec_mpi_abort(int code)
+{
+    int init = 0, fin = 0;
+    MPI_Initialized(&init);
+    MPI_Finalized(&fin);
+    if (init && !fin)
+        MPI_Abort(MPI_COMM_WORLD, code);
+}
+
+void exec_mpi_finish(void)
+{
+    int init = 0, fin = 0;
+    MPI_Initialized(&init);
+    MPI_Finalized(&fin);
+    if (init && !fin)
+        MPI_Finalize();
+}
+
+int exec_mpi_agree(int status, int *first_rank)
+{
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    /* MAXLOC keeps the lowest rank among equal values: the worst status, first rank with it */
+    struct {
+        int value, index;
+    } in = {status, rank}, out = {status, rank};
+    if (MPI_Allreduce(&in, &out, 1, MPI_2INT, MPI_MAXLOC, MPI_COMM_WORLD) != MPI_SUCCESS)
+        return status ? status : PX_ERUNTIME;
+    if (first_rank)
+        *first_rank = out.index;
+    return out.value;
+}
+
+enum { MPI_REQS = 1024 };
+
+typedef struct {
+    MPI_Request r;
+    int active;
+    /* the in-place reduce-scatter leaves the sum at the start of the buffer: moved to the
+     * owner's offset on completion */
+    char *move_dst;
+    const char *move_src;
+    size_t move_bytes;
+    int *counts, *displs; /* [dp group] vector collectives read them until they complete */
+} Req;
+
+typedef struct {
+    ExecComm base; /* first: the table's functions cast back */
+    MPI_Comm group[5]; /* by ModelGroup; pp: the world (point to point) */
+    Req *reqs;
+    int poll;
+    int tag_ub;
+    int *bcounts, *bdispls; /* the arrays of a blocking sharded call */
+} MpiComm;
+
+static int mpi_fail(PxError *err, int code, const char *what)
+{
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(code, msg, &len) != MPI_SUCCESS)
+        snprintf(msg, sizeof msg, "MPI error %d", code);
+    return px_fail(err, PX_ERUNTIME, "%s: %s", what, msg);
+}
+
+static void sleep_ns(long ns)
+{
+    struct timespec ts = {0, ns};
+    nanosleep(&ts, NULL);
+}
+
+/* Completes one request: MPI's wait, or polling with sleeps on an oversubscribed node. */
+static int complete(MpiComm *m, MPI_Request *r)
+{
+    if (!m->poll)
+        return MPI_Wait(r, MPI_STATUS_IGNORE);
+    long ns = 2000;
+    for (int spins = 0;; spins++) {
+        int done = 0;
+        int e = MPI_Test(r, &done, MPI_STATUS_IGNORE);
+        if (e != MPI_SUCCESS || done)
+            return e;
+        if (spins < 16)
+            continue;
+        sleep_ns(ns);
+        if (ns < 250000)
+            ns *= 2;
+    }
+}
+
+static int dtype_of(PxDtype t, MPI_Datatype *out, PxError *err)
+{
+    switch (t) {
+    case PX_FP32: *out = MPI_FLOAT; return PX_OK;
+    case PX_INT32: *out = MPI_INT; return PX_OK;
+    default:
+        return px_fail(err, PX_ERUNTIME,
+                       "the MPI layer has no %s reductions (the CPU executor trains in fp32)",
+                       px_dtype_name(t));
+    }
+}
+
+static int count_of(size_t n, int *out, PxError *err)
+{
+    if (n > 0x7fffffff)
+        return px_fail(err, PX_ERUNTIME, "%zu elements exceed one MPI call's count", n);
+    *out = (int)n;
+    return PX_OK;
+}
+
+static MPI_Comm comm_of(MpiComm *m, int kind) { return m->group[model_comm_group((ModelComm)kind)]; }
+
+static int size_of(MpiComm *m, int kind)
+{
+    return m->base.group_size[model_comm_group((ModelComm)kind)];
+}
+
+static void count_bytes(MpiComm *m, int kind, uint64_t bytes)
+{
+    if (kind >= 0 && kind < MODEL_COMM_COUNT) {
+        m->base.bytes[kind] += bytes;
+        m->base.calls[kind]++;
+    }
+}
+
+/* A free request slot for a non-blocking call (req != NULL), or NULL for a blocking one. */
+static Req *slot(MpiComm *m, int *req, int *idx, PxError *err)
+{
+    if (!req) {
+        *idx = -1;
+        return NULL;
+    }
+    for (int i = 0; i < MPI_REQS; i++)
+        if (!m->reqs[i].active) {
+            Req *q = &m->reqs[i];
+            q->active = 1;
+            q->move_dst = NULL;
+            q->move_src = NULL;
+            q->move_bytes = 0;
+            *idx = i;
+            return q;
+        }
+    px_fail(err, PX_ERUNTIME, "more than %d communication operations pending at once", MPI_REQS);
+    *idx = -2;
+    return NULL;
+}
+
+static void finish_req(Req *q)
+{
+    if (q->move_dst && q->move_bytes > 0 && q->move_dst != q->move_src)
+        memmove(q->move_dst, q->move_src, q->move_bytes);
+    q->active = 0;
+}
+
+/* After starting a call: a non-blocking one is handed out, a blocking one (in poll mode
+ * started as non-blocking too) is completed here. */
+static int started(MpiComm *m, Req *q, int idx, int *req, MPI_Request *local, int e,
+                   const char *what, PxError *err)
+{
+    if (e != MPI_SUCCESS) {
+        if (q)
+            q->active = 0;
+        return mpi_fail(err, e, what);
+    }
+    if (q) {
+        *req = idx;
+        return PX_OK;
+    }
+    if (local) {
+        e = complete(m, local);
+        if (e != MPI_SUCCESS)
+            return mpi_fail(err, e, what);
+    }
+    return PX_OK;
+}
+
+static int m_allreduce(ExecComm *c, void *buf, size_t count, PxDtype dtype, ExecRedOp op, int kind,
+                       int *req, PxError *err)
+{
+    MpiComm *m = (MpiComm *)c;
+    if (req)
+        *req = -1;
+    if (size_of(m, kind) < 2 || count == 0)
+        return PX_OK;
+    MPI_Datatype t = MPI_FLOAT;
+    int n = 0, rc, idx;
+    if ((rc = dtype_of(dtype, &t, err)) || (rc = count_of(count, &n, err)))
+        return rc;
+    Req *q = slot(m, req, &idx, err);
+    if (idx == -2)
+        return PX_ERUNTIME;
+    count_bytes(m, kind, (uint64_t)count * px_dtype_bytes(dtype));
+    MPI_Op o = op == EXEC_MAX ? MPI_MAX : MPI_SUM;
+    MPI_Request local;
+    int e;
+    if (q)
+        e = MPI_Iallreduce(MPI_IN_PLACE, buf, n, t, o, comm_of(m, kind), &q->r);
+    else if (m->poll)
+        e = MPI_Iallreduce(MPI_IN_PLACE, buf, n, t, o, comm_of(m, kind), &local);
+    else
+        e = MPI_Allreduce(MPI_IN_PLACE, buf, n, t, o, comm_of(m, kind));
+    return started(m, q, idx, req, !q && m->poll ? &local : NULL, e, model_comm_name((ModelComm)kind),
+                   err);
+}
+
+static int m_all_gather(ExecComm *c, void *out, const void *in, size_t count, PxDtype dtype,
+                        int kind, int *req, PxError *err)
+{
+    MpiComm *m = (MpiComm *)c;
+    if (req)
+        *req = -1;
+    const int g = size_of(m, kind);
+    const size_t es = px_dtype_bytes(dtype);
+    if (g < 2) {
+        if (out != in && count > 0)
+            memmove(out, in, count * es);
+        return PX_OK;
+    }
+    MPI_Datatype t = MPI_FLOAT;
+    int n = 0, rc, idx;
+    if ((rc = dtype_of(dtype, &t, err)) || (rc = count_of(count, &n, err)))
+        return rc;
+    Req *q = slot(m, req, &idx, err);
+    if (idx == -2)
+        return PX_ERUNTIME;
+    count_bytes(m, kind, (uint64_t)g * count * es);
+    const int me = c->group_rank[model_comm_group((ModelComm)kind)];
+    const void *src = in == (const char *)out + (size_t)me * count * es ? MPI_IN_PLACE : in;
+    MPI_Request local;
+    int e;
+    if (q)
+        e = MPI_Iallgather(src, n, t, out, n, t, comm_of(m, kind), &q->r);
+    else if (m->poll)
+        e = MPI_Iallgather(src, n, t, out, n, t, comm_of(m, kind), &local);
+    else
+        e = MPI_Allgather(src, n, t, out, n, t, comm_of(m, kind));
+    return started(m, q, idx, req, !q && m->poll ? &local : NULL, e, model_comm_name((ModelComm)kind),
+                   err);
+}
+
+static int m_reduce_scatter(ExecComm *c, void *out, const void *in, size_t count, PxDtype dtype,
+                            int kind, int *req, PxError *err)
+{
+    MpiComm *m = (MpiComm *)c;
+    if (req)
+        *req = -1;
+    const int g = size_of(m, kind);
+    const size_t es = px_dtype_bytes(dtype);
+    if (g < 2) {
+        if (out != in && count > 0)
+            memmove(out, in, count * es);
+        return PX_OK;
+    }
+    MPI_Datatype t = MPI_FLOAT;
+    int n = 0, rc, idx;
+    if ((rc = dtype_of(dtype, &t, err)) || (rc = count_of(count, &n, err)))
+        return rc;
+    Req *q = slot(m, req, &idx, err);
+    if (idx == -2)
+        return PX_ERUNTIME;
+    count_bytes(m, kind, (uint64_t)g * count * es);
+    /* in place (out == in): MPI leaves the sum at the start of the buffer, as promised */
+    const void *src = out == in ? MPI_IN_PLACE : in;
+    MPI_Request local;
+    int e;
+    if (q)
+        e = MPI_Ireduce_scatter_block(src, out, n, t, MPI_SUM, comm_of(m, kind), &q->r);
+    else if (m->poll)
+        e = MPI_Ireduce_scatter_block(src, out, n, t, MPI_SUM, comm_of(m, kind), &local);
+    else
+        e = MPI_Reduce_scatter_block(src, out, n, t, MPI_SUM, comm_of(m, kind));
+    return started(m, q, idx, req, !q && m->poll ? &local : NULL, e, model_comm_name((ModelComm)kind),
+                   err);
+}
+
+/* The counts and offsets of a block of numel elements in shards of `shard`. */
+static void shard_counts(int g, size_t numel, size_t shard, int *counts, int *displs)
+{
+    for (int i = 0; i < g; i++) {
+        size_t off = (size_t)i * shard;
+        size_t n = off >= numel ? 0 : numel - off < shard ? numel - off : shard;
+        counts[i] = (int)n;
+        displs[i] = (int)(off < numel ? off : numel);
+    }
+}
+
+static int shard_call(ExecComm *c, void *buf, size_t numel, size_t shard, PxDtype dtype, int kind,
+                      int *req, int gather, PxError *err)
+{
+    MpiComm *m = (MpiComm *)c;
+    if (req)
+        *req = -1;
+    const int g = size_of(m, kind);
+    if (g < 2 || numel == 0)
+        return PX_OK;
+    if (model_comm_group((ModelComm)kind) != MODEL_GROUP_DP)
+        return px_fail(err, PX_ERUNTIME, "sharded %s over a group other than dp x cp",
+                       model_comm_name((ModelComm)kind));
+    MPI_Datatype t = MPI_FLOAT;
+    int n = 0, rc, idx;
+    if ((rc = dtype_of(dtype, &t, err)) || (rc = count_of(shard * (size_t)g, &n, err)))
+        return rc;
+    Req *q = slot(m, req, &idx, err);
+    if (idx == -2)
+        return PX_ERUNTIME;
+    int *counts = q ? q->counts : m->bcounts, *displs = q ? q->displs : m->bdispls;
+    shard_counts(g, numel, shard, counts, displs);
+    const size_t es = px_dtype_bytes(dtype);
+    const int me = c->group_rank[MODEL_GROUP_DP];
+    count_bytes(m, kind, (uint64_t)g * shard * es);
+    MPI_Comm comm = m->group[MODEL_GROUP_DP];
+    MPI_Request local;
+    MPI_Request *rp = q ? &q->r : &local;
+    int e;
+    if (gather) {
+        if (q || m->poll)
+            e = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, t, comm, rp);
+        else
+            e = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, t, comm);
+    } else {
+        if (q || m->poll)
+            e = MPI_Ireduce_scatter(MPI_IN_PLACE, buf, counts, t, MPI_SUM, comm, rp);
+        else
+            e = MPI_Reduce_scatter(MPI_IN_PLACE, buf, counts, t, MPI_SUM, comm);
+    }
+    Req done = {0};
+    Req *mv = q ? q : &done;
+    if (!gather && counts[me] > 0) {
+        mv->move_dst = (char *)buf + (size_t)displs[me] * es;
+        mv->move_src = buf;
+        mv->move_bytes = (size_t)counts[me] * es;
+    }
+    rc = started(m, q, idx, req, !q && m->poll ? &local : NULL, e,
+                 model_comm_name((ModelComm)kind), err);
+    if (!rc && !q)
+        finish_req(mv);
+    return rc;
+}
+
+static int m_reduce_scatter_shard(ExecComm *c, void *buf, size_t numel, size_t shard, PxDtype dtype,
+                                  int kind, int *req, PxError *err)
+{
+    return shard_call(c, buf, numel, shard, dtype, kind, req, 0, err);
+}
+
+static int m_all_gather_shard(ExecComm *c, void *buf, size_t numel, size_t shard, PxDtype dtype,
+                              int kind, int *req, PxError *err)
+{
+    return shard_call(c, buf, numel, shard, dtype, kind, req, 1, err);
+}
+
+static int p2p(ExecComm *c, void *buf, size_t bytes, int peer, int tag, int kind, int *req,
+               int send, PxError *err)
+{
+    MpiComm *m = (MpiComm *)c;
+    if (req)
+        *req = -1;
+    int n = 0, rc, idx;
+    if ((rc = count_of(bytes, &n, err)))
+        return rc;
+    if (peer < 0 || peer >= c->world)
+        return px_fail(err, PX_ERUNTIME, "no rank %d in a job of %d", peer, c->world);
+    Req *q = slot(m, req, &idx, err);
+    if (idx == -2)
+        return PX_ERUNTIME;
+    count_bytes(m, kind, bytes);
+    MPI_Request local;
+    MPI_Request *rp = q ? &q->r : &local;
+    /* tags beyond MPI_TAG_UB wrap: messages of one pair still match in posting order */
+    int t = (int)((unsigned)tag % ((unsigned)m->tag_ub + 1u));
+    int e = send ? MPI_Isend(buf, n, MPI_BYTE, peer, t, MPI_COMM_WORLD, rp)
+                 : MPI_Irecv(buf, n, MPI_BYTE, peer, t, MPI_COMM_WORLD, rp);
+    char what[64];
+    snprintf(what, sizeof what, "%s with rank %d", send ? "send" : "receive", peer);
+    if (e != MPI_SUCCESS) {
+        if (q)
+            q->active = 0;
+        return mpi_fail(err, e, what);
+    }
+    if (q) {
+        *req = idx;
+        return PX_OK;
+    }
+    e = complete(m, &local);
+    return e == MPI_SUCCESS ? PX_OK : mpi_fail(err, e, what);
+}
+
+static int m_send(ExecComm *c, const void *buf, size_t bytes, int peer, int tag, int kind, int *req,
+                  PxError *err)
+{
+    return p2p(c, (void *)buf, bytes, peer, tag, kind, req, 1, err);
+}
+
+static int m_recv(ExecComm *c, void *buf, size_t bytes, int peer, int tag, int kind, int *req,
+                  PxError *err)
+{
+    return p2p(c, buf, bytes, peer, tag, kind, req, 0, err);
+}
+
+static int m_wait(ExecComm *c, int *req, PxError *err)
+{
+    MpiComm *m = (MpiComm *)c;
+    if (!req || *req < 0)
+        return PX_OK;
+    Req *q = &m->reqs[*req];
+    *req = -1;
+    if (!q->active)
+        return PX_OK;
+    int e = complete(m, &q->r);
+    if (e != MPI_SUCCESS) {
+        q->active = 0;
+        return mpi_fail(err, e, "waiting for a communication");
+    }
+    finish_req(q);
+    return PX_OK;
+}
+
+static void m_progress(ExecComm *c)
+{
+    int flag = 0;
+    (void)c;
+    /* any MPI call drives the progress engine; probing the world is the cheapest */
+    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
+}
+
+static int m_control(ExecComm *c, double *vals, int n, ExecRedOp op, PxError *err)
+{
+    MpiComm *m = (MpiComm *)c;
+    MPI_Op o = op == EXEC_MAX ? MPI_MAX : MPI_SUM;
+    int e;
+    if (m->poll) {
+        MPI_Request r;
+        e = MPI_Iallreduce(MPI_IN_PLACE, vals, n, MPI_DOUBLE, o, MPI_COMM_WORLD, &r);
+        if (e == MPI_SUCCESS)
+            e = complete(m, &r);
+    } else {
+        e = MPI_Allreduce(MPI_IN_PLACE, vals, n, MPI_DOUBLE, o, MPI_COMM_WORLD);
+    }
+    return e == MPI_SUCCESS ? PX_OK : mpi_fail(err, e, "control reduction");
+}
+
+static int m_gather_text(ExecComm *c, const char *text, char ***out, PxError *err)
+{
+    const int W = c->world, me = c->rank;
+    *out = NULL;
+    size_t len = strlen(text);
+    int n;
+    int rc = count_of(len, &n, err);
+    if (rc)
+        return rc;
+    int *lens = me == 0 ? calloc((size_t)W, sizeof *lens) : NULL;
+    int *displs = me == 0 ? calloc((size_t)W, sizeof *displs) : NULL;
+    if (me == 0 && (!lens || !displs)) {
+        free(lens);
+        free(displs);
+        /* the others are in the gather: a rank that cannot take part must end the job */
+        return px_fail(err, PX_ERUNTIME, "out of memory gathering the ranks' figures");
+    }
+    int e = MPI_Gather(&n, 1, MPI_INT, lens, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    char *all = NULL;
+    if (e == MPI_SUCCESS && me == 0) {
+        long long total = 0;
+        for (int r = 0; r < W; r++) {
+            displs[r] = (int)total;
+            total += lens[r];
+        }
+        if (total > 0x7fffffff || !(all = malloc((size_t)total + 1))) {
+            free(lens);
+            free(displs);
+            return px_fail(err, PX_ERUNTIME, "cannot gather %lld bytes of the ranks' figures", total);
+        }
+    }
+    if (e == MPI_SUCCESS)
+        e = MPI_Gatherv(text, n, MPI_CHAR, all, lens, displs, MPI_CHAR, 0, MPI_COMM_WORLD);
+    if (e != MPI_SUCCESS) {
+        free(lens);
+        free(displs);
+        free(all);
+        return mpi_fail(err, e, "gathering the ranks' figures");
+    }
+    if (me != 0)
+        return PX_OK;
+    char **a = calloc((size_t)W, sizeof *a);
+    for (int r = 0; a && r < W; r++) {
+        a[r] = malloc((size_t)lens[r] + 1);
+        if (!a[r]) {
+            for (int k = 0; k < r; k++)
+                free(a[k]);
+            free(a);
+            a = NULL;
+            break;
+        }
+        memcpy(a[r], all + displs[r], (size_t)lens[r]);
+        a[r][lens[r]] = '\0';
+    }
+    free(lens);
+    free(displs);
+    free(all);
+    if (!a)
+        return px_fail(err, PX_ERUNTIME, "out of memory gathering the ranks' figures");
+    *out = a;
+    return PX_OK;
+}
+
+static int m_barrier(ExecComm *c, PxError *err)
+{
+    MpiComm *m = (MpiComm *)c;
+    int e;
+    if (m->poll) {
+        MPI_Request r;
+        e = MPI_Ibarrier(MPI_COMM_WORLD, &r);
+        if (e == MPI_SUCCESS)
+            e = complete(m, &r);
+    } else {
+        e = MPI_Barrier(MPI_COMM_WORLD);
+    }
+    return e == MPI_SUCCESS ? PX_OK : mpi_fail(err, e, "barrier");
+}
+
+static void m_free(ExecComm *c)
+{
+    MpiComm *m = (MpiComm *)c;
+    if (!m)
+        return;
+    if (m->reqs) {
+        for (int i = 0; i < MPI_REQS; i++) {
+            if (m->reqs[i].active) {
+                /* an error path left it pending: completing it may hang, cancelling may not
+                 * be supported; freeing the handle lets MPI finish it on its own */
+                MPI_Request_free(&m->reqs[i].r);
+            }
+            free(m->reqs[i].counts);
+            free(m->reqs[i].displs);
+        }
+        free(m->reqs);
+    }
+    free(m->bcounts);
+    free(m->bdispls);
+    for (int g = 0; g < 5; g++)
+        if (m->group[g] != MPI_COMM_NULL && m->group[g] != MPI_COMM_WORLD)
+            MPI_Comm_free(&m->group[g]);
+    free(m);
+}
+
+/* Ranks on this node beyond its cores? Then waits poll and sleep. */
+static int oversubscribed(void)
+{
+    const char *force = getenv("PARALLAX_POLL");
+    if (force && *force)
+        return strcmp(force, "0") != 0;
+    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    if (!local)
+        local = getenv("SLURM_NTASKS_PER_NODE");
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    return local && cores > 0 && atol(local) > cores;
+}
+
+int exec_comm_mpi(const ModelLayout *l, int tied_pair, ExecComm **out, PxError *err)
+{
+    *out = NULL;
+    int rank = 0, world = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    const int need = l->tp * l->cp * l->dp * l->pp;
+    if (need != world)
+        return px_fail(err, PX_EINPUT,
+                       "the layout needs %d ranks (dp %d x tp %d x pp %d x cp %d) but the job has "
+                       "%d: launch it with parallax run, or mpirun -n %d",
+                       need, l->dp, l->tp, l->pp, l->cp, world, need);
+    MpiComm *m = calloc(1, sizeof *m);
+    Req *reqs = calloc(MPI_REQS, sizeof *reqs);
+    if (!m || !reqs) {
+        free(m);
+        free(reqs);
+        return px_fail(err, PX_ERUNTIME, "out of memory for the communication layer");
+    }
+    m->reqs = reqs;
+    const int dpn = l->dp * l->cp;
+    m->bcounts = calloc((size_t)dpn, sizeof(int));
+    m->bdispls = calloc((size_t)dpn, sizeof(int));
+    for (int i = 0; i < MPI_REQS; i++) {
+        reqs[i].counts = calloc((size_t)dpn, sizeof(int));
+        reqs[i].displs = calloc((size_t)dpn, sizeof(int));
+        if (!reqs[i].counts || !reqs[i].displs || !m->bcounts || !m->bdispls) {
+            for (int k = 0; k < 5; k++)
+                m->group[k] = MPI_COMM_NULL;
+            m_free(&m->base);
+            return px_fail(err, PX_ERUNTIME, "out of memory for the communication layer");
+        }
+    }
+    for (int g = 0; g < 5; g++)
+        m->group[g] = MPI_COMM_NULL;
+    int tp, cp, dp, pp;
+    model_rank_coords(l, rank, &tp, &cp, &dp, &pp);
+    /* one split per group; every rank takes part in every split (collective) */
+    struct {
+        ModelGroup g;
+        int color, key;
+    } split[4] = {
+        {MODEL_GROUP_TP, cp + l->cp * (dp + l->dp * pp), tp},
+        {MODEL_GROUP_CP, tp + l->tp * (dp + l->dp * pp), cp},
+        {MODEL_GROUP_DP, tp + l->tp * pp, cp + l->cp * dp},
+        {MODEL_GROUP_EMBED, MPI_UNDEFINED, pp},
+    };
+    if (tied_pair && l->pp > 1 && (pp == 0 || pp == l->pp - 1))
+        split[3].color = tp + l->tp * (cp + l->cp * dp);
+    int e = MPI_SUCCESS;
+    for (int i = 0; i < 4 && e == MPI_SUCCESS; i++)
+        e = MPI_Comm_split(MPI_COMM_WORLD, split[i].color, split[i].key, &m->group[split[i].g]);
+    if (e != MPI_SUCCESS) {
+        m_free(&m->base);
+        return mpi_fail(err, e, "creating the process groups");
+    }
+    m->group[MODEL_GROUP_PP] = MPI_COMM_WORLD;
+    ExecComm *c = &m->base;
+    c->name = "mpi";
+    c->rank = rank;
+    c->world = world;
+    for (int g = 0; g < 5; g++) {
+        c->group_size[g] = 1;
+        c->group_rank[g] = 0;
+        if (g == MODEL_GROUP_PP || m->group[g] == MPI_COMM_NULL)
+            continue;
+        MPI_Comm_size(m->group[g], &c->group_size[g]);
+        MPI_Comm_rank(m->group[g], &c->group_rank[g]);
+        MPI_Comm_set_errhandler(m->group[g], MPI_ERRORS_RETURN);
+    }
+    c->group_size[MODEL_GROUP_PP] = l->pp;
+    c->group_rank[MODEL_GROUP_PP] = pp;
+    void *ub = NULL;
+    int flag = 0;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
+    m->tag_ub = flag && ub ? *(int *)ub : 32767;
+    m->poll = oversubscribed();
+    c->allreduce = m_allreduce;
+    c->all_gather = m_all_gather;
+    c->reduce_scatter = m_reduce_scatter;
+    c->reduce_scatter_shard = m_reduce_scatter_shard;
+    c->all_gather_shard = m_all_gather_shard;
+    c->send = m_send;
+    c->recv = m_recv;
+    c->wait = m_wait;
+    c->progress = m_progress;
+    c->control = m_control;
+    c->gather_text = m_gather_text;
+    c->barrier = m_barrier;
+    c->free = m_free;
+    *out = c;
+    return PX_OK;
+}
+
+#else /* no MPI at build time */
+
+int exec_mpi_available(void) { return 0; }
+
+int exec_mpi_start(int *argc, char ***argv, int *rank, int *world)
+{
+    (void)argc, (void)argv;
+    /* started by a launcher all the same: each process runs alone and refuses a plan of
+     * several ranks; the launcher's rank lets only the first one say so */
+    static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"};
+    *rank = 0;
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+        if (getenv(vars[i])) {
+            *rank = atoi(getenv(vars[i]));
+            break;
+        }
+    *world = 1;
+    return 0;
+}
+
+void exec_mpi_abort(int code) { (void)code; }
+
+void exec_mpi_finish(void) {}
+
+int exec_mpi_agree(int status, int *first_rank)
+{
+    if (first_rank)
+        *first_rank = 0;
+    return status;
+}
+
+int exec_comm_mpi(const ModelLayout *l, int tied_pair, ExecComm **out, PxError *err)
+{
+    (void)tied_pair;
+    *out = NULL;
+    return px_fail(err, PX_EINPUT,
+                   "the layout needs %d ranks but this parallax-worker was built without MPI "
+                   "(install libopenmpi-dev and rebuild)",
+                   l->tp * l->cp * l->dp * l->pp);
+}
+
+#endif

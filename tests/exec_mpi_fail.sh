@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# parallax run over MPI when something is wrong: every case ends the whole job with a message
+# and the expected status, and none hangs (each runs under `timeout`: status 124 is a hang).
+# - a world that does not match the plan (mpirun -n 3 for a 2-rank plan; a Slurm allocation
+#   too small; the worker alone without a launcher): status 2, named;
+# - a missing worker, a missing mpirun, an unknown launcher;
+# - one rank failing at start (agreed on, printed once) or in the middle of training (MPI_Abort,
+#   the rank named), in a 2-rank and an 8-rank pipeline job;
+# - a bad data file, seen by every rank: printed once, status 2;
+# - and a job that is already one rank of a launch (--launcher none under mpirun) runs.
+# Usage: exec_mpi_fail.sh PARALLAX
+set -u
+px=${1:?usage: exec_mpi_fail.sh path/to/parallax}
+worker="$(dirname "$px")/parallax-worker"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0 cases=0
+command -v mpirun >/dev/null || { echo "exec_mpi_fail: mpirun is not installed: skipped"; exit 77; }
+root=()
+[ "$(id -u)" -eq 0 ] && root=(--allow-run-as-root)
+
+# expect STATUS NEEDLE CMD ARGS...: the status, and the output names NEEDLE (once, when ONCE=1)
+expect() {
+  local want=$1 needle=$2
+  shift 2
+  cases=$((cases + 1))
+  local out got
+  out=$(timeout 60 "$@" 2>&1)
+  got=$?
+  local count
+  count=$(grep -cF -- "$needle" <<<"$out")
+  if [ "$got" -ne "$want" ] || [ "$count" -lt 1 ] || { [ "${ONCE:-0}" = 1 ] && [ "$count" -ne 1 ]; }; then
+    echo "FAILED: $*"
+    echo "  expected status $want and '$needle'${ONCE:+ once}"
+    echo "  got status $got ($count times): $(head -c 800 <<<"$out")"
+    fails=$((fails + 1))
+  fi
+}
+
+plan() { # plan NAME GPUS KNOBS...
+  local name=$1 gpus=$2
+  shift 2
+  "$px" plan --model tiny --cluster local --gpus "$gpus" --gbs 8 --mbs 1 --vpp 1 --schedule 1f1b \
+    --no-sp --zero 0 --steps 4 -o "$tmp/$name.json" "$@" >/dev/null ||
+    { echo "FAILED: parallax plan $name $*"; fails=$((fails + 1)); }
+}
+plan dp2 2 --dp 2 --tp 1 --pp 1
+plan pp8 8 --dp 2 --tp 2 --pp 2
+
+# the world against the plan
+ONCE=1 expect 2 "the layout needs 2 ranks (dp 2 x tp 1 x pp 1 x cp 1) but the job has 3" \
+  mpirun "${root[@]}" --oversubscribe -n 3 "$worker" run "$tmp/dp2.json" -o "$tmp/x.json"
+expect 2 "needs 2 ranks but the Slurm allocation has 1 tasks" \
+  env SLURM_JOB_ID=1 SLURM_NTASKS=1 "$px" run "$tmp/dp2.json"
+expect 2 "the layout needs 2 ranks (dp 2 x tp 1 x pp 1 x cp 1) but this process runs alone" \
+  "$px" run "$tmp/dp2.json" --launcher none
+expect 2 "--launcher: expected mpirun, srun or none, got 'ssh'" "$px" run "$tmp/dp2.json" --launcher ssh
+
+# a missing worker, a missing launcher
+cp "$px" "$tmp/parallax"
+expect 1 "parallax-worker is missing or not executable" "$tmp/parallax" run "$tmp/dp2.json"
+expect 1 "needs 2 ranks but mpirun is not on PATH" env PATH=/nonexistent "$px" run "$tmp/dp2.json"
+expect 1 "needs 2 ranks but srun is not on PATH" env PATH=/nonexistent "$px" run "$tmp/dp2.json" --launcher srun
+
+# one rank fails: at start every rank learns it and the first one tells; in training the job
+# is aborted with the rank named
+ONCE=1 expect 1 "rank 1 of 2: failing at start as PARALLAX_TEST_FAIL=1:init asks" \
+  env PARALLAX_TEST_FAIL=1:init "$px" run "$tmp/dp2.json" -o "$tmp/x.json"
+expect 1 "rank 1 of 2: failing at step 2 as PARALLAX_TEST_FAIL asks (ending the job)" \
+  env PARALLAX_TEST_FAIL=1:step:2 "$px" run "$tmp/dp2.json" -o "$tmp/x.json"
+expect 1 "rank 5 of 8: failing at step 3 as PARALLAX_TEST_FAIL asks (ending the job)" \
+  env PARALLAX_TEST_FAIL=5:step:3 "$px" run "$tmp/pp8.json" -o "$tmp/x.json" --quiet
+expect 1 "rank 0 of 8: failing at step 1" \
+  env PARALLAX_TEST_FAIL=0:step:1 "$px" run "$tmp/pp8.json" -o "$tmp/x.json" --quiet
+expect 2 "PARALLAX_TEST_FAIL=sometimes: expected RANK:init or RANK:step:K" \
+  env PARALLAX_TEST_FAIL=sometimes "$px" run "$tmp/dp2.json" -o "$tmp/x.json"
+
+# bad data: every rank refuses it, one says so
+printf 'short text' >"$tmp/short.txt"
+ONCE=1 expect 2 "short.txt: 10 tokens are too few" "$px" run "$tmp/pp8.json" --data "$tmp/short.txt"
+
+# already one rank of a launch: the front end runs the worker in place
+expect 0 "wrote $tmp/none.json" \
+  mpirun "${root[@]}" --oversubscribe -n 2 "$px" run "$tmp/dp2.json" --launcher none -o "$tmp/none.json"
+
+echo "exec_mpi_fail: $((cases - fails)) of $cases cases passed"
+[ "$fails" -eq 0 ]

@@ -1,0 +1,410 @@
+/* The executor's parallel layouts over MPI, end to end: a plan from `parallax plan` with the
+ * layout's knobs pinned, trained by `parallax run` (mpirun, oversubscribed on small machines),
+ * against a single-rank run of the same job:
+ * - the loss of every step equals the single-rank one within 1e-5 relative;
+ * - every rank's memory per category (runtime excepted: a profile allowance) equals its stage's
+ *   predicted bytes, and its communication bytes per kind and FLOPs per step equal the
+ *   prediction exactly;
+ * - op by op, every rank ran each op of its stage's graph as often as the graph says
+ *   (compute and communication alike);
+ * - on pipeline layouts every rank idles (the bubble), and the stages idle in the order the
+ *   schedule implies: the recorded step's passes replayed with their measured durations
+ *   (so that a stage slowed down by something else on the machine is accounted for).
+ * Usage: test_exec_mpi PARALLAX LAYOUT (one ctest per layout; `list` prints them). */
+#include <errno.h>
+#include <stdarg.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tests/test.h"
+#include "common/px.h"
+#include "model/model.h"
+
+typedef struct {
+    const char *name;
+    int gpus;
+    const char *layout; /* the pinned knobs */
+    const char *job;    /* settings shared with the single-rank reference */
+    int steps;
+    int pipeline; /* check the bubble */
+} Layout;
+
+#define PIN1 "--vpp 1 --schedule 1f1b --mbs 1"
+static const Layout layouts[] = {
+    {"dp2", 2, "--dp 2 --tp 1 --pp 1 --zero 0 --no-sp " PIN1, "", 5, 0},
+    {"tp2", 2, "--dp 1 --tp 2 --pp 1 --zero 0 --no-sp " PIN1, "--dropout 0.1 --no-flash-attn", 5, 0},
+    {"pp2_gpipe", 2, "--dp 1 --tp 1 --pp 2 --zero 0 --no-sp --vpp 1 --schedule gpipe --mbs 1", "", 20, 1},
+    {"pp2_1f1b", 2, "--dp 1 --tp 1 --pp 2 --zero 0 --no-sp " PIN1, "", 20, 1},
+    {"pp2_vpp2", 2, "--dp 1 --tp 1 --pp 2 --zero 0 --no-sp --vpp 2 --schedule interleaved --mbs 1", "",
+     20, 1},
+    {"dp2_zero1", 2, "--dp 2 --tp 1 --pp 1 --zero 1 --no-sp " PIN1, "--recompute selective --no-flash-attn", 5, 0},
+    {"dp2_zero2", 2, "--dp 2 --tp 1 --pp 1 --zero 2 --no-sp " PIN1, "--dropout 0.1", 5, 0},
+    {"dp2_zero3", 2, "--dp 2 --tp 1 --pp 1 --zero 3 --no-sp " PIN1, "--recompute full", 5, 0},
+    {"tp2_sp", 2, "--dp 1 --tp 2 --pp 1 --zero 0 --sp " PIN1, "--dropout 0.1 --no-flash-attn --recompute selective", 5, 0},
+    {"dp2_tp2", 4, "--dp 2 --tp 2 --pp 1 --zero 0 --no-sp " PIN1, "", 5, 0},
+    {"tp2_pp2", 4, "--dp 1 --tp 2 --pp 2 --zero 0 --no-sp " PIN1, "--dropout 0.1", 5, 0},
+    {"dp2_pp2", 4, "--dp 2 --tp 1 --pp 2 --zero 0 --no-sp --vpp 1 --schedule gpipe --mbs 2", "--mbs 2", 5, 0},
+    {"dp2_tp2_pp2_zero1", 8, "--dp 2 --tp 2 --pp 2 --zero 1 --sp " PIN1, "--dropout 0.1 --recompute full", 5, 0},
+    {"dp4_zero3", 4, "--dp 4 --tp 1 --pp 1 --zero 3 --no-sp " PIN1, "", 5, 0},
+};
+enum { N_LAYOUTS = sizeof layouts / sizeof layouts[0] };
+
+static char tmp[256];
+static const char *px;
+
+static void sh(int want, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Runs a shell command; its status must be `want`, else the log is printed and the test fails. */
+static void sh(int want, const char *fmt, ...)
+{
+    char cmd[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    char full[2400];
+    snprintf(full, sizeof full, "%s >%s/log 2>&1", cmd, tmp);
+    int st = system(full);
+    int code = st == -1 ? -1 : WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    if (code != want) {
+        fprintf(stderr, "FAILED: %s\n  exit %d, expected %d (files kept in %s); output:\n", cmd,
+                code, want, tmp);
+        snprintf(full, sizeof full, "tail -c 3000 %s/log >&2", tmp);
+        if (system(full) != 0)
+            fprintf(stderr, "  (no output)\n");
+        exit(1);
+    }
+}
+
+static cJSON *read_json(const char *name)
+{
+    char path[400];
+    snprintf(path, sizeof path, "%s/%s", tmp, name);
+    PxError err = {0};
+    cJSON *j = px_json_read_file(path, &err);
+    if (!j) {
+        fprintf(stderr, "FAILED: %s\n", err.msg);
+        exit(1);
+    }
+    return j;
+}
+
+static const cJSON *at(const cJSON *o, const char *a, const char *b)
+{
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, a);
+    return b ? cJSON_GetObjectItemCaseSensitive(x, b) : x;
+}
+
+static double num(const cJSON *o, const char *k)
+{
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
+    if (!cJSON_IsNumber(x)) {
+        fprintf(stderr, "FAILED: no number %s\n", k);
+        exit(1);
+    }
+    return x->valuedouble;
+}
+
+static const cJSON *stage_entry(const cJSON *arr, int stage)
+{
+    const cJSON *e;
+    cJSON_ArrayForEach(e, arr) if ((int)num(e, "stage") == stage) return e;
+    fprintf(stderr, "FAILED: no prediction for stage %d\n", stage);
+    exit(1);
+}
+
+/* Calls per step of op `name` on `stage`, summed over the stage's chunks. */
+static double predicted_calls(const cJSON *pops, int stage, const char *name)
+{
+    double c = 0;
+    const cJSON *o;
+    cJSON_ArrayForEach(o, pops)
+    {
+        if ((int)num(o, "stage") == stage && !strcmp(cJSON_GetStringValue(at(o, "name", NULL)), name))
+            c += num(o, "calls");
+    }
+    return c;
+}
+
+static void trained(const Layout *L, cJSON **plan, cJSON **run)
+{
+    sh(0, "%s plan --model tiny --cluster local --gpus %d --gbs 8 --steps %d %s %s -o %s/plan.json",
+       px, L->gpus, L->steps, L->layout, L->job, tmp);
+    sh(0, "timeout 600 %s run %s/plan.json --quiet -o %s/run.json", px, tmp, tmp);
+    *plan = read_json("plan.json");
+    *run = read_json("run.json");
+}
+
+/* The recorded step of the first rank of `stage`: its timeline entry. */
+static const cJSON *stage_timeline(const cJSON *run, int stage)
+{
+    const cJSON *t;
+    cJSON_ArrayForEach(t, at(run, "timeline", NULL)) if ((int)num(t, "stage") == stage) return t;
+    fprintf(stderr, "FAILED: no timeline of stage %d\n", stage);
+    exit(1);
+}
+
+enum { MAXP = 8, MAXEV = 512 };
+
+/* The idle fraction of each stage that the schedule implies for the recorded step: the stages'
+ * passes replayed with their measured durations, each starting when its stage is free and its
+ * input is ready (the previous chunk's forward, the next chunk's backward), transfers free. A
+ * stage slowed down by something else on the machine shows up in its durations, so the
+ * replay's order of the stages' idle times is the one the measurement must have. */
+static void replay(const cJSON *run, int p, double *idle_frac)
+{
+    double start[MAXP][MAXEV], dur[MAXP][MAXEV];
+    int chunk[MAXP][MAXEV], mb[MAXP][MAXEV], bwd[MAXP][MAXEV], n[MAXP], next[MAXP];
+    double fend[MAXP * 4][64], bend[MAXP * 4][64], free_at[MAXP], busy[MAXP];
+    int G = 0, M = 0;
+    CHECK(p <= MAXP);
+    for (int s = 0; s < p; s++) {
+        const cJSON *e;
+        n[s] = next[s] = 0;
+        free_at[s] = busy[s] = 0;
+        cJSON_ArrayForEach(e, at(stage_timeline(run, s), "events", NULL))
+        {
+            CHECK(n[s] < MAXEV);
+            int k = n[s]++;
+            chunk[s][k] = (int)num(e, "chunk");
+            mb[s][k] = (int)num(e, "mb");
+            bwd[s][k] = cJSON_IsTrue(at(e, "backward", NULL));
+            start[s][k] = num(e, "start_s");
+            dur[s][k] = num(e, "end_s") - start[s][k];
+            busy[s] += dur[s][k];
+            if (chunk[s][k] * p + s + 1 > G)
+                G = chunk[s][k] * p + s + 1;
+            if (mb[s][k] + 1 > M)
+                M = mb[s][k] + 1;
+        }
+    }
+    CHECK(G <= MAXP * 4 && M <= 64);
+    for (int g = 0; g < G; g++)
+        for (int i = 0; i < M; i++)
+            fend[g][i] = bend[g][i] = -1;
+    for (int progress = 1; progress;) {
+        progress = 0;
+        for (int s = 0; s < p; s++)
+            while (next[s] < n[s]) {
+                const int k = next[s], g = chunk[s][k] * p + s, i = mb[s][k];
+                double ready = 0;
+                if (!bwd[s][k]) {
+                    if (g > 0 && (ready = fend[g - 1][i]) < 0)
+                        break;
+                } else {
+                    if ((ready = fend[g][i]) < 0 || (g < G - 1 && bend[g + 1][i] < 0))
+                        break;
+                    if (g < G - 1 && bend[g + 1][i] > ready)
+                        ready = bend[g + 1][i];
+                }
+                double t0 = ready > free_at[s] ? ready : free_at[s];
+                free_at[s] = t0 + dur[s][k];
+                if (bwd[s][k])
+                    bend[g][i] = free_at[s];
+                else
+                    fend[g][i] = free_at[s];
+                next[s]++;
+                progress = 1;
+            }
+    }
+    for (int s = 0; s < p; s++) {
+        CHECK(next[s] == n[s]); /* the recorded passes follow a schedule that can run */
+        idle_frac[s] = busy[s] > 0 ? (free_at[s] - busy[s]) / busy[s] : 0;
+    }
+}
+
+static int check_bubble(const Layout *L, const cJSON *plan, const cJSON *run, int last_try)
+{
+    const int p = (int)num(at(plan, "layout", NULL), "pp");
+    const cJSON *tl = at(run, "timeline", NULL);
+    CHECK_EQ_INT(L->gpus, cJSON_GetArraySize(tl));
+    const cJSON *t;
+    cJSON_ArrayForEach(t, tl)
+    {
+        /* every rank waits: the last stage for its first input, the first for the first
+         * gradient to come back */
+        CHECK(num(t, "bubble_fraction") > 0 && num(t, "idle_s") > 0);
+        /* one forward and one backward per (chunk, micro-batch) */
+        CHECK_EQ_INT(2 * (int)num(at(plan, "training", NULL), "micro_batches") *
+                         (int)num(at(plan, "layout", NULL), "vpp"),
+                     cJSON_GetArraySize(at(t, "events", NULL)));
+    }
+    /* the recorded step against the schedule replayed with its pass durations */
+    double implied[MAXP], measured[MAXP];
+    replay(run, p, implied);
+    for (int s = 0; s < p; s++) {
+        const cJSON *st = stage_timeline(run, s);
+        measured[s] = num(st, "idle_s") / num(st, "busy_s");
+    }
+    const cJSON *pt = at(at(plan, "prediction", NULL), "time", NULL);
+    const cJSON *pst = at(pt, "per_stage", NULL);
+    printf("%-20s bubble (median over steps) stage 0 %5.1f%%, stage %d %5.1f%%; predicted %5.1f%%, "
+           "%5.1f%%; recorded step %5.1f%%, %5.1f%%, its schedule implies %5.1f%%, %5.1f%%\n",
+           L->name, 100 * num(stage_timeline(run, 0), "bubble_fraction"), p - 1,
+           100 * num(stage_timeline(run, p - 1), "bubble_fraction"),
+           100 * num(stage_entry(pst, 0), "bubble_fraction"),
+           100 * num(stage_entry(pst, p - 1), "bubble_fraction"), 100 * measured[0],
+           100 * measured[p - 1], 100 * implied[0], 100 * implied[p - 1]);
+    /* with uniform stages the first stage waits longest for the backward to come back */
+    CHECK(num(stage_entry(pst, 0), "bubble_fraction") > num(stage_entry(pst, p - 1), "bubble_fraction"));
+    /* the stages idle in the order the schedule implies (when it implies one clearly), and at
+     * least half as much as it implies: waiting is not hidden inside the passes */
+    int ok = 1;
+    if (fabs(implied[0] - implied[p - 1]) > 0.02)
+        ok &= (measured[0] > measured[p - 1]) == (implied[0] > implied[p - 1]);
+    for (int s = 0; s < p; s++)
+        ok &= measured[s] >= 0.5 * implied[s];
+    if (ok)
+        return 1;
+    if (last_try) {
+        fprintf(stderr, "FAILED: %s: the stages' idle times do not follow the schedule\n", L->name);
+        exit(1);
+    }
+    /* a stall between two passes is not in the replay: one more run before failing */
+    printf("%-20s the stages' idle times do not follow the schedule this time: once more\n", L->name);
+    return 0;
+}
+
+static void check_layout(const Layout *L)
+{
+    /* the single-rank reference of the same job */
+    sh(0, "%s plan --model tiny --cluster local --gpus 1 --gbs 8 --steps %d %s -o %s/ref.json", px,
+       L->steps, L->job, tmp);
+    sh(0, "%s run %s/ref.json --quiet --launcher none -o %s/ref.run.json", px, tmp, tmp);
+    cJSON *ref = read_json("ref.run.json");
+    cJSON *plan, *run;
+    trained(L, &plan, &run);
+
+    const cJSON *lay = at(plan, "layout", NULL);
+    CHECK_EQ_INT(L->gpus, (int)(num(lay, "dp") * num(lay, "tp") * num(lay, "pp")));
+    CHECK_EQ_INT(L->gpus, (int)num(at(run, "backend", NULL), "world"));
+    CHECK_STR(L->gpus > 1 ? "mpi" : "single", cJSON_GetStringValue(at(run, "backend", "comm")));
+
+    /* the loss trajectory */
+    const cJSON *rs = at(ref, "steps", NULL), *ms = at(run, "steps", NULL);
+    CHECK_EQ_INT(L->steps, cJSON_GetArraySize(rs));
+    CHECK_EQ_INT(L->steps, cJSON_GetArraySize(ms));
+    double worst = 0;
+    for (int i = 0; i < L->steps; i++) {
+        double a = num(cJSON_GetArrayItem(rs, i), "loss"), b = num(cJSON_GetArrayItem(ms, i), "loss");
+        CHECK_REL(a, b, 1e-5);
+        if (fabs(b - a) / fabs(a) > worst)
+            worst = fabs(b - a) / fabs(a);
+    }
+
+    /* memory, communication, FLOPs and ops of every rank against its stage's prediction */
+    const cJSON *pred = at(plan, "prediction", NULL);
+    const cJSON *mr = at(run, "memory", "per_rank"), *cr = at(run, "comm", "per_rank");
+    const cJSON *fr = at(run, "flops", "per_rank_per_step"), *opr = at(run, "ops_per_rank", NULL);
+    CHECK_EQ_INT(L->gpus, cJSON_GetArraySize(mr));
+    CHECK_EQ_INT(L->gpus, cJSON_GetArraySize(cr));
+    CHECK_EQ_INT(L->gpus, cJSON_GetArraySize(fr));
+    CHECK_EQ_INT(L->gpus, cJSON_GetArraySize(opr));
+    uint64_t comm_total = 0;
+    for (int r = 0; r < L->gpus; r++) {
+        const cJSON *m = cJSON_GetArrayItem(mr, r), *c = cJSON_GetArrayItem(cr, r);
+        CHECK_EQ_INT(r, (int)num(m, "rank"));
+        CHECK_EQ_INT(r, (int)num(c, "rank"));
+        const int stage = (int)num(m, "stage");
+        const cJSON *pm = stage_entry(at(pred, "memory", "per_stage"), stage);
+        for (int k = 0; k < MODEL_RUNTIME; k++) {
+            const char *cat = model_category_name((ModelCategory)k);
+            if ((uint64_t)num(pm, cat) != (uint64_t)num(m, cat)) {
+                fprintf(stderr, "FAILED: %s rank %d (stage %d) %s: predicted %.0f, measured %.0f\n",
+                        L->name, r, stage, cat, num(pm, cat), num(m, cat));
+                exit(1);
+            }
+        }
+        /* the activation pools were full at the schedule's peak */
+        CHECK_EQ_U64((uint64_t)num(m, "activations"), (uint64_t)num(m, "activations_in_use_peak"));
+        const cJSON *pc = stage_entry(at(pred, "comm", "per_stage"), stage);
+        const cJSON *by = at(c, "by_kind", NULL);
+        for (int k = 0; k < MODEL_COMM_COUNT; k++) {
+            const char *kind = model_comm_name((ModelComm)k);
+            if ((uint64_t)num(pc, kind) != (uint64_t)num(by, kind)) {
+                fprintf(stderr, "FAILED: %s rank %d (stage %d) %s: predicted %.0f bytes, measured %.0f\n",
+                        L->name, r, stage, kind, num(pc, kind), num(by, kind));
+                exit(1);
+            }
+        }
+        comm_total += (uint64_t)num(c, "total_bytes");
+        double pf = cJSON_GetArrayItem(at(pred, "flops", "per_rank_per_step"), stage)->valuedouble;
+        CHECK_REL(pf, cJSON_GetArrayItem(fr, r)->valuedouble, 1e-12);
+        const cJSON *ro = cJSON_GetArrayItem(opr, r);
+        CHECK_EQ_INT(stage, (int)num(ro, "stage"));
+        const cJSON *o;
+        int n_ops = 0;
+        cJSON_ArrayForEach(o, at(ro, "ops", NULL))
+        {
+            const char *name = cJSON_GetStringValue(at(o, "name", NULL));
+            /* an op of several chunks is listed once per chunk: sum both sides by name */
+            double want = predicted_calls(at(pred, "ops", NULL), stage, name), got = 0;
+            const cJSON *o2;
+            cJSON_ArrayForEach(o2, at(ro, "ops", NULL))
+            {
+                if (!strcmp(cJSON_GetStringValue(at(o2, "name", NULL)), name))
+                    got += num(o2, "calls");
+            }
+            if (want != got) {
+                fprintf(stderr, "FAILED: %s rank %d op %s: the graph says %g calls per step, it ran %g\n",
+                        L->name, r, name, want, got);
+                exit(1);
+            }
+            n_ops++;
+        }
+        CHECK(n_ops > 0);
+    }
+    CHECK(comm_total > 0);
+    printf("%-20s %d ranks, %d steps: final loss %.6f (single rank %.6f), max deviation %.2e; "
+           "memory, comm and FLOPs of every rank equal the prediction\n",
+           L->name, L->gpus, L->steps, num(cJSON_GetArrayItem(ms, L->steps - 1), "loss"),
+           num(cJSON_GetArrayItem(rs, L->steps - 1), "loss"), worst);
+
+    if (L->pipeline && !check_bubble(L, plan, run, 0)) {
+        cJSON_Delete(plan);
+        cJSON_Delete(run);
+        trained(L, &plan, &run);
+        check_bubble(L, plan, run, 1);
+    }
+    cJSON_Delete(ref);
+    cJSON_Delete(plan);
+    cJSON_Delete(run);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 2 && !strcmp(argv[1], "list")) {
+        for (int i = 0; i < N_LAYOUTS; i++)
+            printf("%s\n", layouts[i].name);
+        return 0;
+    }
+    if (argc != 3) {
+        fprintf(stderr, "usage: test_exec_mpi PARALLAX LAYOUT | list\n");
+        return 2;
+    }
+    px = argv[1];
+    const Layout *L = NULL;
+    for (int i = 0; i < N_LAYOUTS; i++)
+        if (!strcmp(layouts[i].name, argv[2]))
+            L = &layouts[i];
+    if (!L) {
+        fprintf(stderr, "test_exec_mpi: no layout %s (see list)\n", argv[2]);
+        return 2;
+    }
+    if (system("command -v mpirun >/dev/null 2>&1") != 0) {
+        printf("test_exec_mpi: mpirun is not installed: skipped\n");
+        return 77;
+    }
+    const char *base = getenv("TMPDIR");
+    snprintf(tmp, sizeof tmp, "%s/px-mpi-%s-XXXXXX", base && *base ? base : "/tmp", L->name);
+    if (!mkdtemp(tmp)) {
+        fprintf(stderr, "test_exec_mpi: cannot make a directory under %s: %s\n", tmp, strerror(errno));
+        return 1;
+    }
+    check_layout(L);
+    char rm[400];
+    snprintf(rm, sizeof rm, "rm -rf '%s'", tmp);
+    if (system(rm) != 0)
+        fprintf(stderr, "test_exec_mpi: could not remove %s\n", tmp);
+    TEST_DONE(L->name);
+}
