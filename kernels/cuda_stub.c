@@ -9,3 +9,18 @@ const KernBackend *kern_cuda_with(PxDtype act)
     (void)act;
     return NULL;
 }
+
+int kern_cuda_device_count(void) { return 0; }
+
+int kern_cuda_set_device(int device)
+{
+    (void)device;
+    return PX_ERUNTIME;
+}
+
+int kern_cuda_device_name(char *buf, size_t cap)
+{
+    if (cap)
+        buf[0] = '\0';
+    return PX_ERUNTIME;
+}

@@ -10,8 +10,11 @@
  * overwrite their dinp, unlike llm.c's). N is the number of token rows (B*T), C a row width.
  * All pointers are device pointers of the backend. With beta = 0 a matmul never reads C;
  * norm backwards need dinp not to alias dout; gelu_bwd's dinp may alias dout and swiglu_bwd's
- * dinp may alias inp. Every call is ordered on the backend's one stream; to_device, to_host,
- * sumsq and all_finite wait for it (call sumsq once over a contiguous buffer, not per tensor).
+ * dinp may alias inp. Every call is ordered on the backend's compute stream; to_device,
+ * to_host, sumsq and all_finite wait for it (call sumsq once over a contiguous buffer, not per
+ * tensor). The one exception is to_device_async, which copies on a second (copy) stream so
+ * that the next batch travels while the current step computes; copy_wait and copy_sync order
+ * it (below).
  *
  * Example (a linear layer, Y = X W^T + b, and its backward):
  *   const KernBackend *k = kern_cpu();
@@ -95,7 +98,7 @@ struct KernBackend {
     void (*copy)(void *dst, const void *src, size_t bytes);
     void (*to_device)(void *dst, const void *host, size_t bytes);
     void (*to_host)(void *host, const void *src, size_t bytes);
-    void (*sync)(void);
+    void (*sync)(void); /* the host waits for the compute stream (not for the copy stream) */
 
     /* ---- matrix products ---- */
     /* C[m,n] = alpha * op(A) op(B) + beta * C. op(A) is [m,k] (A stored [m,k], or [k,m] when
@@ -188,6 +191,29 @@ struct KernBackend {
     void (*cast_to_act)(void *out, const float *inp, size_t n);
     void (*cast_to_f32)(float *out, const void *inp, size_t n);
     void (*acc_to_f32)(float *out, const void *inp, size_t n); /* out += inp */
+
+    /* ---- staging: batches copied ahead of the step that uses them ---- */
+    /* Page-locked host memory (cudaMallocHost; the CPU's heap), zero-filled: what
+     * to_device_async copies from. NULL on failure; host_free accepts NULL. */
+    void *(*host_alloc)(size_t bytes);
+    void (*host_free)(void *p);
+    /* Starts copying bytes from host (from host_alloc) to dst on the copy stream and returns at
+     * once. The copy starts after the work issued to the compute stream so far, so it never
+     * overwrites what a kernel still reads; host must stay unchanged until copy_sync. */
+    void (*to_device_async)(void *dst, const void *host, size_t bytes);
+    /* The compute stream's next work waits for every copy started so far (the host does not). */
+    void (*copy_wait)(void);
+    /* The host waits for every copy started so far: their host buffers may be reused. */
+    void (*copy_sync)(void);
+
+    /* ---- small helpers of the executor ---- */
+    void (*add_f32)(float *out, const float *a, size_t n); /* out += a in fp32 (gradients) */
+    /* x[n][c0 .. c1) = value for each of the N fp32 rows of length ld (the logits of a padded
+     * vocabulary get -inf) */
+    void (*fill_cols_f32)(float *x, int N, int ld, int c0, int c1, float value);
+    /* The device's free and total memory (cudaMemGetInfo); returns 0 where the backend has no
+     * memory of its own to report (the CPU), 1 otherwise. */
+    int (*mem_info)(size_t *free_bytes, size_t *total_bytes);
 };
 
 /* The CPU backend (always present). BLAS threads: 1 unless PARALLAX_BLAS_THREADS says more. */
@@ -198,6 +224,13 @@ const KernBackend *kern_cuda(void);
  * scaling is the caller's business); NULL for another dtype, without CUDA or without a GPU. It
  * binds to the device current at the first call (cudaSetDevice before it). */
 const KernBackend *kern_cuda_with(PxDtype act);
+/* Visible CUDA devices: 0 without CUDA, without a driver or without a GPU. */
+int kern_cuda_device_count(void);
+/* Makes `device` the current one, before the first kern_cuda_with (a rank of a node with
+ * several GPUs takes its own). PX_OK, or PX_ERUNTIME without that device. */
+int kern_cuda_set_device(int device);
+/* The current device's name ("NVIDIA H100 80GB HBM3") into buf; PX_ERUNTIME without one. */
+int kern_cuda_device_name(char *buf, size_t cap);
 
 /* nvcc compiles the dropout stream for the device too, so that both backends draw from this one
  * definition. */

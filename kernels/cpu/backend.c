@@ -50,6 +50,29 @@ static void cpu_copy(void *dst, const void *src, size_t bytes)
 
 static void cpu_sync(void) {}
 
+/* The CPU has one memory: staging is a plain copy, and there is no device to report. */
+static void cpu_noop(void) {}
+
+static void cpu_fill_cols_f32(float *x, int N, int ld, int c0, int c1, float value)
+{
+    KERN_CHECK(N >= 0 && c0 >= 0 && c0 <= c1 && c1 <= ld, "fill_cols_f32: columns outside the row");
+    for (int n = 0; n < N; n++)
+        for (int c = c0; c < c1; c++)
+            x[(size_t)n * ld + c] = value;
+}
+
+static void cpu_add_f32(float *out, const float *a, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] += a[i];
+}
+
+static int cpu_mem_info(size_t *free_bytes, size_t *total_bytes)
+{
+    *free_bytes = *total_bytes = 0;
+    return 0;
+}
+
 static const KernBackend kern_cpu_backend = {
     .name = "cpu",
     .act = PX_FP32,
@@ -93,6 +116,14 @@ static const KernBackend kern_cpu_backend = {
     .cast_to_act = kern_cpu_cast_to_act,
     .cast_to_f32 = kern_cpu_cast_to_f32,
     .acc_to_f32 = kern_cpu_acc_to_f32,
+    .host_alloc = cpu_alloc,
+    .host_free = cpu_free,
+    .to_device_async = cpu_copy,
+    .copy_wait = cpu_noop,
+    .copy_sync = cpu_noop,
+    .add_f32 = cpu_add_f32,
+    .fill_cols_f32 = cpu_fill_cols_f32,
+    .mem_info = cpu_mem_info,
 };
 
 static pthread_once_t kern_cpu_once = PTHREAD_ONCE_INIT;

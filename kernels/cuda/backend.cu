@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels/cuda/common.cuh"
 
@@ -103,7 +104,50 @@ static void cuda_to_host(void *host, const void *src, size_t bytes)
         cudaCheck(cudaMemcpy(host, src, bytes, cudaMemcpyDeviceToHost));
 }
 
-static void cuda_sync(void) { cudaCheck(cudaDeviceSynchronize()); }
+/* The compute stream only: a communication layer's own streams (NCCL) keep running, so that a
+ * gradient reduction can overlap the backward while the executor times its ops. */
+static void cuda_sync(void) { cudaCheck(cudaStreamSynchronize(0)); }
+
+/* ---- staging ---- */
+
+static void *cuda_host_alloc(size_t bytes)
+{
+    void *p = NULL;
+    size_t want = bytes ? bytes : 64;
+    if (cudaMallocHost(&p, want) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    memset(p, 0, want);
+    return p;
+}
+
+static void cuda_host_free(void *p)
+{
+    if (p)
+        cudaCheck(cudaFreeHost(p));
+}
+
+static void cuda_to_device_async(void *dst, const void *host, size_t bytes)
+{
+    if (!bytes)
+        return;
+    cudaCheck(cudaEventRecord(ctx.ev_compute, 0));
+    cudaCheck(cudaStreamWaitEvent(ctx.copy_stream, ctx.ev_compute, 0));
+    cudaCheck(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, ctx.copy_stream));
+    cudaCheck(cudaEventRecord(ctx.ev_copy, ctx.copy_stream));
+}
+
+/* ev_copy is recorded after the last copy; waiting for an event never recorded returns at once */
+static void cuda_copy_wait(void) { cudaCheck(cudaStreamWaitEvent(0, ctx.ev_copy, 0)); }
+
+static void cuda_copy_sync(void) { cudaCheck(cudaEventSynchronize(ctx.ev_copy)); }
+
+static int cuda_mem_info(size_t *free_bytes, size_t *total_bytes)
+{
+    cudaCheck(cudaMemGetInfo(free_bytes, total_bytes));
+    return 1;
+}
 
 /* ---- initialization ---- */
 
@@ -122,6 +166,12 @@ static void table_fill(KernBackend *k, PxDtype act)
     k->to_device = cuda_to_device;
     k->to_host = cuda_to_host;
     k->sync = cuda_sync;
+    k->host_alloc = cuda_host_alloc;
+    k->host_free = cuda_host_free;
+    k->to_device_async = cuda_to_device_async;
+    k->copy_wait = cuda_copy_wait;
+    k->copy_sync = cuda_copy_sync;
+    k->mem_info = cuda_mem_info;
     kern_cuda_table_matmul(k);
     kern_cuda_table_norms(k);
     kern_cuda_table_activations(k);
@@ -153,6 +203,9 @@ static void ctx_init(void)
     cublasCheck(cublasSetStream(ctx.blas, 0));
     cudaCheck(cudaMalloc((void **)&ctx.sum, sizeof *ctx.sum));
     cudaCheck(cudaMalloc((void **)&ctx.flag, sizeof *ctx.flag));
+    cudaCheck(cudaStreamCreateWithFlags(&ctx.copy_stream, cudaStreamNonBlocking));
+    cudaCheck(cudaEventCreateWithFlags(&ctx.ev_compute, cudaEventDisableTiming));
+    cudaCheck(cudaEventCreateWithFlags(&ctx.ev_copy, cudaEventDisableTiming));
     table_fill(&tables[0], PX_BF16);
     table_fill(&tables[1], PX_FP16);
     ctx_ok = 1;
@@ -169,3 +222,38 @@ extern "C" const KernBackend *kern_cuda_with(PxDtype act)
 }
 
 extern "C" const KernBackend *kern_cuda(void) { return kern_cuda_with(PX_BF16); }
+
+extern "C" int kern_cuda_device_count(void)
+{
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return count > 0 ? count : 0;
+}
+
+extern "C" int kern_cuda_set_device(int device)
+{
+    if (device < 0 || device >= kern_cuda_device_count() || cudaSetDevice(device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return PX_ERUNTIME;
+    }
+    return PX_OK;
+}
+
+extern "C" int kern_cuda_device_name(char *buf, size_t cap)
+{
+    int dev = 0;
+    cudaDeviceProp prop;
+    if (cap == 0)
+        return PX_ERUNTIME;
+    buf[0] = '\0';
+    if (kern_cuda_device_count() == 0 || cudaGetDevice(&dev) != cudaSuccess ||
+        cudaGetDeviceProperties(&prop, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return PX_ERUNTIME;
+    }
+    snprintf(buf, cap, "%s", prop.name);
+    return PX_OK;
+}

@@ -7,7 +7,8 @@
  *
  * Every kernel is a template on the act type T (__nv_bfloat16 or __half): values are loaded
  * into fp32, computed in fp32 and rounded once on the store. Everything runs on the legacy
- * default stream, so kernels, cuBLAS calls and cudaMemcpy follow each other in issue order.
+ * default stream (the compute stream), so kernels, cuBLAS calls and cudaMemcpy follow each
+ * other in issue order; only to_device_async uses a second, non-blocking stream (backend.cu).
  *
  * Built with PX_CUDA_EMU, the same sources compile as host C++ against kernels/cuda/emu, which
  * runs each block's threads as fibers; that is how the kernels' indexing and synchronization
@@ -56,6 +57,11 @@ typedef struct {
     cublasHandle_t blas;
     double *sum;            /* device scratch of sumsq */
     int *flag;              /* device scratch of all_finite */
+    /* to_device_async: its own non-blocking stream (a blocking one would serialize with the
+     * legacy default stream the kernels run on), an event marking the compute stream's
+     * position when a copy is issued, and one marking the last copy */
+    cudaStream_t copy_stream;
+    cudaEvent_t ev_compute, ev_copy;
 } KernCudaCtx;
 
 const KernCudaCtx *kern_cuda_ctx(void);

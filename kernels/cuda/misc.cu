@@ -155,6 +155,26 @@ static int all_finite(const float *x, size_t n)
     return !bad;
 }
 
+__global__ void fill_cols_kernel(float *x, int ld, int c0, int w, size_t n, float value)
+{
+    GRID_STRIDE(i, n)
+        x[(i / (size_t)w) * (size_t)ld + (size_t)c0 + i % (size_t)w] = value;
+}
+
+static void fill_cols_f32(float *x, int N, int ld, int c0, int c1, float value)
+{
+    KERN_CHECK(N >= 0 && c0 >= 0 && c0 <= c1 && c1 <= ld, "fill_cols_f32: columns outside the row");
+    const size_t n = (size_t)N * (size_t)(c1 - c0);
+    if (n)
+        KLAUNCH_N(fill_cols_kernel, n, x, ld, c0, c1 - c0, n, value);
+}
+
+static void add_f32(float *out, const float *a, size_t n)
+{
+    if (n)
+        ew_map(out, (const float *)out, a, n, OpAdd());
+}
+
 static void scale_f32(float *x, size_t n, float s)
 {
     if (n)
@@ -199,4 +219,6 @@ void kern_cuda_table_misc(KernBackend *k)
     k->sumsq = sumsq;
     k->all_finite = all_finite;
     k->scale_f32 = scale_f32;
+    k->fill_cols_f32 = fill_cols_f32;
+    k->add_f32 = add_f32;
 }

@@ -5,7 +5,9 @@
  * thread able to run is a deadlock on a GPU too, and aborts with the states of the threads. */
 #include "kernels/cuda/emu/cuda_emu.h"
 
+#include <deque>
 #include <map>
+#include <set>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -132,21 +134,33 @@ static void emu_check_range(const void *p, size_t bytes, const char *what)
                  p);
 }
 
+static int current_device;
+
 cudaError_t cudaGetDeviceCount(int *count)
 {
-    /* PX_CUDA_EMU_NO_DEVICE=1 plays a machine without a GPU */
+    /* PX_CUDA_EMU_NO_DEVICE=1 plays a machine without a GPU, PX_CUDA_EMU_DEVICES=N one with N */
     const char *none = getenv("PX_CUDA_EMU_NO_DEVICE");
     if (none && *none && *none != '0') {
         *count = 0;
         return last_error = cudaErrorNoDevice;
     }
-    *count = 1;
+    const char *n = getenv("PX_CUDA_EMU_DEVICES");
+    *count = n && atoi(n) > 0 ? atoi(n) : 1;
     return cudaSuccess;
 }
 
 cudaError_t cudaGetDevice(int *device)
 {
-    *device = 0;
+    *device = current_device;
+    return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int device)
+{
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || device < 0 || device >= count)
+        return last_error = cudaErrorInvalidDevice;
+    current_device = device;
     return cudaSuccess;
 }
 
@@ -195,10 +209,263 @@ cudaError_t cudaMemset(void *p, int value, size_t bytes)
     return cudaSuccess;
 }
 
+/* ---- streams and events ---- */
+
+/* A stream's work: a copy (lazy: it runs when something waits for it), or an operation of a
+ * communication library (it starts when it reaches the head of the stream and completes on its
+ * own; the emulator polls it). */
+struct EmuItem {
+    std::function<void()> run; /* a copy */
+    void (*start)(void *);     /* an operation */
+    int (*test)(void *);
+    void (*finish)(void *);
+    void *arg;
+    int started;
+};
+
+struct KernEmuStream {
+    std::deque<EmuItem> pending;
+    unsigned long long issued, done; /* work items queued and completed so far */
+};
+
+struct KernEmuEvent {
+    cudaStream_t stream; /* NULL: recorded on stream 0, or never (complete) */
+    unsigned long long seq;
+};
+
+static std::set<cudaStream_t> streams;
+
+/* Moves a stream's operations along without waiting: the one at the head starts, and leaves
+ * when complete; a copy at the head waits to be waited for. */
+static void stream_progress(cudaStream_t s)
+{
+    while (!s->pending.empty()) {
+        EmuItem &w = s->pending.front();
+        if (!w.start)
+            return;
+        if (!w.started) {
+            w.started = 1;
+            w.start(w.arg);
+        }
+        if (!w.test(w.arg))
+            return;
+        w.finish(w.arg);
+        s->pending.pop_front();
+        s->done++;
+    }
+}
+
+static void progress_all(void)
+{
+    for (cudaStream_t s : streams)
+        stream_progress(s);
+}
+
+/* Runs a stream's work up to item `upto` (its sequence number), copies included; while an
+ * operation is not complete every stream's operations keep moving (the peer that this one
+ * waits for may need one of them). */
+static void stream_flush(cudaStream_t s, unsigned long long upto)
+{
+    while (s && s->done < upto && !s->pending.empty()) {
+        EmuItem &w = s->pending.front();
+        if (!w.start) {
+            std::function<void()> run = w.run;
+            s->pending.pop_front();
+            s->done++;
+            run();
+            continue;
+        }
+        if (!w.started) {
+            w.started = 1;
+            w.start(w.arg);
+        }
+        if (w.test(w.arg)) {
+            w.finish(w.arg);
+            s->pending.pop_front();
+            s->done++;
+            continue;
+        }
+        progress_all();
+    }
+}
+
+static void enqueue_item(cudaStream_t stream, const EmuItem &item)
+{
+    if (!streams.count(stream))
+        emu_fail(NULL, 0, "work for a stream that cudaStreamCreateWithFlags did not make");
+    stream->pending.push_back(item);
+    stream->issued++;
+    progress_all();
+}
+
+void kern_emu_enqueue(cudaStream_t stream, const std::function<void()> &work)
+{
+    if (!stream) {
+        work();
+        return;
+    }
+    EmuItem item = {work, NULL, NULL, NULL, NULL, 0};
+    enqueue_item(stream, item);
+}
+
+void kern_emu_enqueue_op(cudaStream_t stream, void (*start)(void *), int (*test)(void *),
+                         void (*finish)(void *), void *arg)
+{
+    EmuItem item = {std::function<void()>(), start, test, finish, arg, 0};
+    if (!stream) {
+        start(arg);
+        while (!test(arg))
+            progress_all();
+        finish(arg);
+        return;
+    }
+    enqueue_item(stream, item);
+}
+
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t *stream, unsigned flags, int priority)
+{
+    (void)priority; /* one stream runs at a time here */
+    return cudaStreamCreateWithFlags(stream, flags);
+}
+
+cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest)
+{
+    *least = 0;
+    *greatest = -5; /* as an H100 says */
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned flags)
+{
+    if (flags != cudaStreamNonBlocking)
+        emu_fail(NULL, 0, "cudaStreamCreateWithFlags(%u): only cudaStreamNonBlocking is emulated (a "
+                          "blocking stream serializes with the legacy default stream)", flags);
+    *stream = new KernEmuStream();
+    streams.insert(*stream);
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t stream)
+{
+    if (!stream || !streams.count(stream))
+        return last_error = cudaErrorInvalidValue;
+    stream_flush(stream, stream->issued); /* CUDA lets queued work finish */
+    streams.erase(stream);
+    delete stream;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t stream)
+{
+    if (stream)
+        stream_flush(stream, stream->issued);
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned flags)
+{
+    (void)flags;
+    *event = new KernEmuEvent();
+    (*event)->stream = NULL;
+    (*event)->seq = 0;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t event)
+{
+    delete event;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
+{
+    if (stream && !streams.count(stream))
+        return last_error = cudaErrorInvalidValue;
+    event->stream = stream;
+    event->seq = stream ? stream->issued : 0;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t event)
+{
+    stream_flush(event->stream, event->seq);
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t event)
+{
+    progress_all();
+    return !event->stream || event->stream->done >= event->seq ? cudaSuccess : cudaErrorNotReady;
+}
+
+/* Stream 0 runs at once, so whatever waits on an event may need the event's work now: running
+ * it here keeps issue order on every stream. */
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned flags)
+{
+    (void)flags;
+    if (stream && !streams.count(stream))
+        return last_error = cudaErrorInvalidValue;
+    if (!stream || event->stream != stream)
+        stream_flush(event->stream, event->seq);
+    return cudaSuccess;
+}
+
 cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t stream)
 {
-    (void)stream;
-    return cudaMemset(p, value, bytes);
+    emu_check_range(p, bytes, "cudaMemsetAsync");
+    kern_emu_enqueue(stream, [=]() {
+        if (bytes)
+            memset(p, value, bytes);
+    });
+    return cudaSuccess;
+}
+
+/* ---- host memory: page-locked in CUDA, plain heap here ---- */
+
+static std::map<uintptr_t, size_t> host_allocs;
+
+cudaError_t cudaMallocHost(void **p, size_t bytes)
+{
+    *p = malloc(bytes ? bytes : 1);
+    if (!*p)
+        return last_error = cudaErrorMemoryAllocation;
+    host_allocs[(uintptr_t)*p] = bytes;
+    return cudaSuccess;
+}
+
+cudaError_t cudaFreeHost(void *p)
+{
+    if (!p)
+        return cudaSuccess;
+    auto it = host_allocs.find((uintptr_t)p);
+    if (it == host_allocs.end())
+        emu_fail(NULL, 0, "cudaFreeHost(%p): not a pointer that cudaMallocHost returned", p);
+    host_allocs.erase(it);
+    free(p);
+    return cudaSuccess;
+}
+
+static int is_pinned(const void *p, size_t bytes)
+{
+    uintptr_t a = (uintptr_t)p;
+    auto it = host_allocs.upper_bound(a);
+    if (it == host_allocs.begin())
+        return 0;
+    --it;
+    return a >= it->first && a - it->first + bytes <= it->second;
+}
+
+/* An 80 GiB device (an H100's), less what is allocated: what cudaMemGetInfo would say beyond
+ * the context's own memory. PX_CUDA_EMU_MEMORY=BYTES plays another size. */
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes)
+{
+    const char *m = getenv("PX_CUDA_EMU_MEMORY");
+    size_t total = m && atoll(m) > 0 ? (size_t)atoll(m) : (size_t)80 << 30, used = 0;
+    for (auto &a : allocs)
+        used += a.second;
+    *total_bytes = total;
+    *free_bytes = used < total ? total - used : 0;
+    return cudaSuccess;
 }
 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind)
@@ -217,14 +484,40 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind 
     return cudaSuccess;
 }
 
+/* An asynchronous copy from host memory must come from cudaMallocHost to be asynchronous on a
+ * GPU (pageable memory makes it synchronous, silently): insisted on here. */
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
                             cudaStream_t stream)
 {
-    (void)stream;
-    return cudaMemcpy(dst, src, bytes, kind);
+    if (!stream)
+        return cudaMemcpy(dst, src, bytes, kind);
+    if (bytes && kind == cudaMemcpyHostToDevice && !is_pinned(src, bytes))
+        emu_fail(NULL, 0, "cudaMemcpyAsync on a stream from %zu bytes of pageable memory at %p: "
+                          "use cudaMallocHost", bytes, src);
+    if (bytes && kind == cudaMemcpyDeviceToHost && !is_pinned(dst, bytes))
+        emu_fail(NULL, 0, "cudaMemcpyAsync on a stream into %zu bytes of pageable memory at %p: "
+                          "use cudaMallocHost", bytes, dst);
+    /* the kinds are checked now, the copy runs when the stream is waited for */
+    const int dd = is_device(dst, bytes), sd = is_device(src, bytes);
+    const int want_dd = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+    const int want_sd = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+    if (bytes && kind != cudaMemcpyDefault && (dd != want_dd || sd != want_sd))
+        emu_fail(NULL, 0, "cudaMemcpyAsync kind %d, but the destination is %sdevice memory and "
+                          "the source %sdevice memory",
+                 (int)kind, dd ? "" : "not ", sd ? "" : "not ");
+    kern_emu_enqueue(stream, [=]() {
+        if (bytes)
+            memmove(dst, src, bytes);
+    });
+    return cudaSuccess;
 }
 
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize(void)
+{
+    for (cudaStream_t s : streams)
+        stream_flush(s, s->issued);
+    return cudaSuccess;
+}
 
 cudaError_t cudaGetLastError(void)
 {
@@ -241,6 +534,8 @@ const char *cudaGetErrorString(cudaError_t err)
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorNotReady: return "device not ready";
     }
     return "unknown error";
 }
@@ -260,8 +555,50 @@ cudaError_t cudaFuncSetAttribute(const void *func, cudaFuncAttribute attr, int v
 enum { F_READY, F_BLOCK_BAR, F_WARP_BAR, F_DONE };
 enum { MAX_THREADS = 1024, STACK_BYTES = 256 * 1024 };
 
+/* Switching between fibers. glibc's swapcontext saves and restores the signal mask with a
+ * system call each time, which made it most of the emulator's run time (the executor's tests
+ * train whole models through it); on x86-64 a switch is instead the dozen instructions below,
+ * which save the callee-saved registers (and the SSE and x87 control words) on the running
+ * stack, store its pointer and load the other's. Elsewhere ucontext does the work. */
+#if defined(__x86_64__)
+#define EMU_FAST_SWITCH 1
+extern "C" void kern_emu_switch(void **save_sp, void *load_sp);
+__asm__(".text\n"
+        ".globl kern_emu_switch\n"
+        ".type kern_emu_switch, @function\n"
+        "kern_emu_switch:\n"
+        "  pushq %rbp\n"
+        "  pushq %rbx\n"
+        "  pushq %r12\n"
+        "  pushq %r13\n"
+        "  pushq %r14\n"
+        "  pushq %r15\n"
+        "  subq $8, %rsp\n"
+        "  stmxcsr (%rsp)\n"
+        "  fnstcw 4(%rsp)\n"
+        "  movq %rsp, (%rdi)\n"
+        "  movq %rsi, %rsp\n"
+        "  ldmxcsr (%rsp)\n"
+        "  fldcw 4(%rsp)\n"
+        "  addq $8, %rsp\n"
+        "  popq %r15\n"
+        "  popq %r14\n"
+        "  popq %r13\n"
+        "  popq %r12\n"
+        "  popq %rbx\n"
+        "  popq %rbp\n"
+        "  ret\n"
+        ".size kern_emu_switch, .-kern_emu_switch\n"
+        ".section .note.GNU-stack,\"\",@progbits\n"
+        ".text\n");
+#endif
+
 typedef struct {
+#ifdef EMU_FAST_SWITCH
+    void *sp; /* its saved stack pointer while it does not run */
+#else
     ucontext_t ctx;
+#endif
     int state;
     uint3 tid;
     void *fake_stack; /* AddressSanitizer's bookkeeping across switches */
@@ -270,7 +607,11 @@ typedef struct {
 static Fiber fibers[MAX_THREADS];
 static unsigned char *stacks;
 static int nthreads, cur;
+#ifdef EMU_FAST_SWITCH
+static void *sched_sp, *dead_sp;
+#else
 static ucontext_t sched_ctx;
+#endif
 static const std::function<void()> *body;
 static const char *launch_file;
 static int launch_line;
@@ -288,7 +629,11 @@ static void switch_to_fiber(int i)
     void *fake = NULL;
     __sanitizer_start_switch_fiber(&fake, stacks + (size_t)i * STACK_BYTES, STACK_BYTES);
 #endif
+#ifdef EMU_FAST_SWITCH
+    kern_emu_switch(&sched_sp, fibers[i].sp);
+#else
     swapcontext(&sched_ctx, &fibers[i].ctx);
+#endif
 #ifdef EMU_ASAN
     __sanitizer_finish_switch_fiber(fake, NULL, NULL);
 #endif
@@ -302,7 +647,11 @@ static void yield_state(int state)
 #ifdef EMU_ASAN
     __sanitizer_start_switch_fiber(&f->fake_stack, main_stack_bottom, main_stack_size);
 #endif
+#ifdef EMU_FAST_SWITCH
+    kern_emu_switch(&f->sp, sched_sp);
+#else
     swapcontext(&f->ctx, &sched_ctx);
+#endif
 #ifdef EMU_ASAN
     __sanitizer_finish_switch_fiber(f->fake_stack, &main_stack_bottom, &main_stack_size);
 #endif
@@ -318,7 +667,11 @@ static void trampoline(void)
 #ifdef EMU_ASAN
     __sanitizer_start_switch_fiber(NULL, main_stack_bottom, main_stack_size);
 #endif
+#ifdef EMU_FAST_SWITCH
+    kern_emu_switch(&dead_sp, sched_sp); /* never comes back: the fiber is done */
+#else
     setcontext(&sched_ctx);
+#endif
 }
 
 void __syncthreads(void) { yield_state(F_BLOCK_BAR); }
@@ -359,11 +712,23 @@ static void run_block(void)
 {
     for (int i = 0; i < nthreads; i++) {
         Fiber *f = &fibers[i];
+#ifdef EMU_FAST_SWITCH
+        /* the frame kern_emu_switch pops: control words, six registers, then a return into the
+         * trampoline, which starts as if called (its stack pointer 8 past a 16-byte boundary) */
+        uint64_t *top = (uint64_t *)(void *)(stacks + (size_t)(i + 1) * STACK_BYTES);
+        top[-1] = 0;                                   /* the trampoline's return address: none */
+        top[-2] = (uint64_t)(uintptr_t)&trampoline;    /* where the first switch returns to */
+        for (int r = 3; r <= 8; r++)
+            top[-r] = 0;                               /* rbp, rbx, r12-r15 */
+        top[-9] = 0x1f80u | ((uint64_t)0x037fu << 32); /* MXCSR and x87 control word: defaults */
+        f->sp = &top[-9];
+#else
         getcontext(&f->ctx);
         f->ctx.uc_stack.ss_sp = stacks + (size_t)i * STACK_BYTES;
         f->ctx.uc_stack.ss_size = STACK_BYTES;
         f->ctx.uc_link = NULL;
         makecontext(&f->ctx, trampoline, 0);
+#endif
         f->state = F_READY;
         f->fake_stack = NULL;
         f->tid.x = i % blockDim.x;

@@ -57,43 +57,11 @@ __half __float2half(float f);
 
 /* ---- runtime ---- */
 
-typedef enum {
-    cudaSuccess = 0,
-    cudaErrorInvalidValue = 1,
-    cudaErrorMemoryAllocation = 2,
-    cudaErrorInvalidConfiguration = 9,
-    cudaErrorNoDevice = 100,
-} cudaError_t;
-typedef enum {
-    cudaMemcpyHostToHost = 0,
-    cudaMemcpyHostToDevice = 1,
-    cudaMemcpyDeviceToHost = 2,
-    cudaMemcpyDeviceToDevice = 3,
-    cudaMemcpyDefault = 4,
-} cudaMemcpyKind;
-typedef enum { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 } cudaFuncAttribute;
-typedef struct KernEmuStream *cudaStream_t;
-typedef struct {
-    char name[256];
-    int multiProcessorCount;
-    size_t sharedMemPerBlock;
-    size_t sharedMemPerBlockOptin;
-} cudaDeviceProp;
+#include "kernels/cuda/emu/cuda_emu_runtime.h"
 
-cudaError_t cudaGetDeviceCount(int *count);
-cudaError_t cudaGetDevice(int *device);
-cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int device);
-cudaError_t cudaMalloc(void **p, size_t bytes);
-cudaError_t cudaFree(void *p);
-cudaError_t cudaMemset(void *p, int value, size_t bytes);
-cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t stream);
-cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind);
-cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
-                            cudaStream_t stream);
-cudaError_t cudaDeviceSynchronize(void);
-cudaError_t cudaGetLastError(void);
-const char *cudaGetErrorString(cudaError_t err);
-cudaError_t cudaFuncSetAttribute(const void *func, cudaFuncAttribute attr, int value);
+/* Work for a non-default stream (a copy, or a communication library's operation): run at once
+ * on stream 0, else queued until waited for. The emulated NCCL uses it. */
+void kern_emu_enqueue(cudaStream_t stream, const std::function<void()> &work);
 
 /* ---- device functions ---- */
 
