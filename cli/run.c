@@ -2,14 +2,16 @@
  * executable, runs once per rank: directly for a one-rank plan, through mpirun (or srun inside
  * a Slurm allocation) with the plan's world size for several. --launcher chooses: none runs the
  * worker directly whatever the plan, for a job that is already one rank of a launch
- * (mpirun -n 8 parallax run plan.json --launcher none). */
+ * (mpirun -n 8 parallax run plan.json --launcher none). --backend and the fp16 loss-scale
+ * options are checked here and passed through to the worker. */
 #include <stdio.h>
 
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "exec/exec.h"
 
-enum { RUN_STEPS = CLI_EXTRA, RUN_METRICS, RUN_DATA, RUN_QUIET, RUN_LAUNCHER };
+enum { RUN_STEPS = CLI_EXTRA, RUN_METRICS, RUN_DATA, RUN_QUIET, RUN_LAUNCHER, RUN_BACKEND,
+       RUN_LOSS_SCALE, RUN_LOSS_SCALE_INTERVAL };
 
 static const CliOption run_options[] = {
     {"steps", 1, "N", "training steps (default: the plan's training.steps)", RUN_STEPS},
@@ -21,10 +23,16 @@ static const CliOption run_options[] = {
     {"quiet", 0, NULL, "no progress lines", RUN_QUIET},
     {"launcher", 1, "L", "mpirun, srun or none (default: srun under Slurm, else mpirun; none for one rank)",
      RUN_LAUNCHER},
+    {"backend", 1, "B", "cpu, cuda or auto (default auto: cuda when the plan's cluster has GPUs)",
+     RUN_BACKEND},
+    {"loss-scale", 1, "S", "fp16: the initial loss scale (default 65536)", RUN_LOSS_SCALE},
+    {"loss-scale-interval", 1, "N", "fp16: clean steps before the loss scale doubles (default 2000)",
+     RUN_LOSS_SCALE_INTERVAL},
     {NULL, 0, NULL, NULL, 0}};
 
 static const char *const run_usage =
-    "PLAN.json [--steps N] [-o FILE] [--metrics FILE] [--data FILE] [--quiet] [--launcher L]\n\n"
+    "PLAN.json [--steps N] [-o FILE] [--metrics FILE] [--data FILE] [--quiet] [--launcher L]\n"
+    "          [--backend B] [--loss-scale S] [--loss-scale-interval N]\n\n"
     "Trains the plan for real and measures it under the simulator's names: a progress line\n"
     "per step, a metrics log, and run.json with losses, memory, communication, FLOPs and time\n"
     "per op of every rank. A single-rank plan runs parallax-worker directly; a plan of several\n"
@@ -37,6 +45,7 @@ int cli_cmd_run(int argc, char **argv)
     const CliOption *const tables[] = {run_options, NULL};
     int status = cli_parse("run", run_usage, argc, argv, tables, 1, &a);
     const char *steps = NULL, *metrics = NULL, *data = NULL, *launcher_name = NULL;
+    const char *backend = NULL, *loss_scale = NULL, *loss_interval = NULL;
     int quiet = 0;
     if (status < 0) {
         steps = a.extra[RUN_STEPS - CLI_EXTRA];
@@ -44,6 +53,9 @@ int cli_cmd_run(int argc, char **argv)
         data = a.extra[RUN_DATA - CLI_EXTRA];
         quiet = a.extra[RUN_QUIET - CLI_EXTRA] != NULL;
         launcher_name = a.extra[RUN_LAUNCHER - CLI_EXTRA];
+        backend = a.extra[RUN_BACKEND - CLI_EXTRA];
+        loss_scale = a.extra[RUN_LOSS_SCALE - CLI_EXTRA];
+        loss_interval = a.extra[RUN_LOSS_SCALE_INTERVAL - CLI_EXTRA];
         if (a.n_positional != 1) {
             fprintf(stderr, "parallax run: expected one plan file (see 'parallax run --help')\n");
             status = 2;
@@ -57,6 +69,24 @@ int cli_cmd_run(int argc, char **argv)
     }
     ExecLauncher launcher = EXEC_LAUNCH_DEFAULT;
     if (status < 0 && launcher_name && exec_launcher_parse(launcher_name, &launcher, &err)) {
+        fprintf(stderr, "parallax run: %s\n", err.msg);
+        status = 2;
+    }
+    ExecBackend be = EXEC_BACKEND_AUTO;
+    if (status < 0 && backend && exec_backend_parse(backend, &be, &err)) {
+        fprintf(stderr, "parallax run: %s\n", err.msg);
+        status = 2;
+    }
+    double scale = 0;
+    if (status < 0 && loss_scale &&
+        (px_parse_double(loss_scale, "--loss-scale", &scale, &err) || !(scale >= 1.0 && scale <= 0x1p100))) {
+        fprintf(stderr, "parallax run: --loss-scale: expected a number from 1 to 2^100, got '%s'\n",
+                loss_scale);
+        status = 2;
+    }
+    int interval = 0;
+    if (status < 0 && loss_interval &&
+        px_parse_int(loss_interval, "--loss-scale-interval", 1, 1 << 30, &interval, &err)) {
         fprintf(stderr, "parallax run: %s\n", err.msg);
         status = 2;
     }
@@ -75,7 +105,7 @@ int cli_cmd_run(int argc, char **argv)
     if (status >= 0)
         return status;
 
-    const char *wargv[24];
+    const char *wargv[32];
     int n = 0;
     wargv[n++] = "run";
     wargv[n++] = a.positional[0];
@@ -97,6 +127,18 @@ int cli_cmd_run(int argc, char **argv)
     }
     if (quiet)
         wargv[n++] = "--quiet";
+    if (backend) {
+        wargv[n++] = "--backend";
+        wargv[n++] = backend;
+    }
+    if (loss_scale) {
+        wargv[n++] = "--loss-scale";
+        wargv[n++] = loss_scale;
+    }
+    if (loss_interval) {
+        wargv[n++] = "--loss-scale-interval";
+        wargv[n++] = loss_interval;
+    }
     wargv[n] = NULL;
     ExecLaunch l = {launcher, world, a.positional[0]};
     int rc = exec_launch(&l, wargv, &status, &err);

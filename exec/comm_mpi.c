@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "exec/exec.h"
+#include "exec/internal.h"
 
 #ifdef PX_HAVE_MPI
 
@@ -111,7 +111,26 @@ typedef struct {
     int poll;
     int tag_ub;
     int *bcounts, *bdispls; /* the arrays of a blocking sharded call */
+    MPI_Op sum16[2], max16[2]; /* bf16, fp16: MPI has no 16-bit floats */
 } MpiComm;
+
+/* Reductions of 16-bit floats (activations under tensor parallelism, as NCCL reduces them):
+ * each pair is combined in fp32 and rounded back, once per combination. */
+#define HALF_OP(name, to_f, from_f, combine)                                                      \
+    static void name(void *in, void *inout, int *len, MPI_Datatype *dt)                            \
+    {                                                                                             \
+        (void)dt;                                                                                 \
+        const uint16_t *a = in;                                                                   \
+        uint16_t *b = inout;                                                                      \
+        for (int i = 0; i < *len; i++) {                                                          \
+            const float x = to_f(a[i]), y = to_f(b[i]);                                           \
+            b[i] = from_f(combine);                                                               \
+        }                                                                                         \
+    }
+HALF_OP(bf16_sum, exec_bf16_to_float, exec_float_to_bf16, x + y)
+HALF_OP(fp16_sum, exec_half_to_float, exec_float_to_half, x + y)
+HALF_OP(bf16_max, exec_bf16_to_float, exec_float_to_bf16, x > y || y != y ? x : y)
+HALF_OP(fp16_max, exec_half_to_float, exec_float_to_half, x > y || y != y ? x : y)
 
 static int mpi_fail(PxError *err, int code, const char *what)
 {
@@ -152,11 +171,18 @@ static int dtype_of(PxDtype t, MPI_Datatype *out, PxError *err)
     switch (t) {
     case PX_FP32: *out = MPI_FLOAT; return PX_OK;
     case PX_INT32: *out = MPI_INT; return PX_OK;
+    case PX_BF16:
+    case PX_FP16: *out = MPI_UINT16_T; return PX_OK; /* the reductions take op_of's */
     default:
-        return px_fail(err, PX_ERUNTIME,
-                       "the MPI layer has no %s reductions (the CPU executor trains in fp32)",
-                       px_dtype_name(t));
+        return px_fail(err, PX_ERUNTIME, "the MPI layer has no %s collectives", px_dtype_name(t));
     }
+}
+
+static MPI_Op op_of(const MpiComm *m, PxDtype t, ExecRedOp op)
+{
+    if (t == PX_BF16 || t == PX_FP16)
+        return op == EXEC_MAX ? m->max16[t == PX_FP16] : m->sum16[t == PX_FP16];
+    return op == EXEC_MAX ? MPI_MAX : MPI_SUM;
 }
 
 static int count_of(size_t n, int *out, PxError *err)
@@ -249,7 +275,7 @@ static int m_allreduce(ExecComm *c, void *buf, size_t count, PxDtype dtype, Exec
     if (idx == -2)
         return PX_ERUNTIME;
     count_bytes(m, kind, (uint64_t)count * px_dtype_bytes(dtype));
-    MPI_Op o = op == EXEC_MAX ? MPI_MAX : MPI_SUM;
+    MPI_Op o = op_of(m, dtype, op);
     MPI_Request local;
     int e;
     if (q)
@@ -322,12 +348,13 @@ static int m_reduce_scatter(ExecComm *c, void *out, const void *in, size_t count
     const void *src = out == in ? MPI_IN_PLACE : in;
     MPI_Request local;
     int e;
+    MPI_Op o = op_of(m, dtype, EXEC_SUM);
     if (q)
-        e = MPI_Ireduce_scatter_block(src, out, n, t, MPI_SUM, comm_of(m, kind), &q->r);
+        e = MPI_Ireduce_scatter_block(src, out, n, t, o, comm_of(m, kind), &q->r);
     else if (m->poll)
-        e = MPI_Ireduce_scatter_block(src, out, n, t, MPI_SUM, comm_of(m, kind), &local);
+        e = MPI_Ireduce_scatter_block(src, out, n, t, o, comm_of(m, kind), &local);
     else
-        e = MPI_Reduce_scatter_block(src, out, n, t, MPI_SUM, comm_of(m, kind));
+        e = MPI_Reduce_scatter_block(src, out, n, t, o, comm_of(m, kind));
     return started(m, q, idx, req, !q && m->poll ? &local : NULL, e, model_comm_name((ModelComm)kind),
                    err);
 }
@@ -378,9 +405,10 @@ static int shard_call(ExecComm *c, void *buf, size_t numel, size_t shard, PxDtyp
             e = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, t, comm);
     } else {
         if (q || m->poll)
-            e = MPI_Ireduce_scatter(MPI_IN_PLACE, buf, counts, t, MPI_SUM, comm, rp);
+            e = MPI_Ireduce_scatter(MPI_IN_PLACE, buf, counts, t, op_of(m, dtype, EXEC_SUM), comm,
+                                    rp);
         else
-            e = MPI_Reduce_scatter(MPI_IN_PLACE, buf, counts, t, MPI_SUM, comm);
+            e = MPI_Reduce_scatter(MPI_IN_PLACE, buf, counts, t, op_of(m, dtype, EXEC_SUM), comm);
     }
     Req done = {0};
     Req *mv = q ? q : &done;
@@ -598,6 +626,12 @@ static void m_free(ExecComm *c)
     for (int g = 0; g < 5; g++)
         if (m->group[g] != MPI_COMM_NULL && m->group[g] != MPI_COMM_WORLD)
             MPI_Comm_free(&m->group[g]);
+    for (int i = 0; i < 2; i++) {
+        if (m->sum16[i] != MPI_OP_NULL)
+            MPI_Op_free(&m->sum16[i]);
+        if (m->max16[i] != MPI_OP_NULL)
+            MPI_Op_free(&m->max16[i]);
+    }
     free(m);
 }
 
@@ -612,6 +646,19 @@ static int oversubscribed(void)
         local = getenv("SLURM_NTASKS_PER_NODE");
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     return local && cores > 0 && atol(local) > cores;
+}
+
+void exec_mpi_local(int *local_rank, int *local_size)
+{
+    MPI_Comm node;
+    *local_rank = 0;
+    *local_size = 1;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) !=
+        MPI_SUCCESS)
+        return;
+    MPI_Comm_rank(node, local_rank);
+    MPI_Comm_size(node, local_size);
+    MPI_Comm_free(&node);
 }
 
 int exec_comm_mpi(const ModelLayout *l, int tied_pair, ExecComm **out, PxError *err)
@@ -634,6 +681,8 @@ int exec_comm_mpi(const ModelLayout *l, int tied_pair, ExecComm **out, PxError *
         return px_fail(err, PX_ERUNTIME, "out of memory for the communication layer");
     }
     m->reqs = reqs;
+    for (int i = 0; i < 2; i++)
+        m->sum16[i] = m->max16[i] = MPI_OP_NULL;
     const int dpn = l->dp * l->cp;
     m->bcounts = calloc((size_t)dpn, sizeof(int));
     m->bdispls = calloc((size_t)dpn, sizeof(int));
@@ -671,6 +720,18 @@ int exec_comm_mpi(const ModelLayout *l, int tied_pair, ExecComm **out, PxError *
         return mpi_fail(err, e, "creating the process groups");
     }
     m->group[MODEL_GROUP_PP] = MPI_COMM_WORLD;
+    if (e == MPI_SUCCESS)
+        e = MPI_Op_create(bf16_sum, 1, &m->sum16[0]);
+    if (e == MPI_SUCCESS)
+        e = MPI_Op_create(fp16_sum, 1, &m->sum16[1]);
+    if (e == MPI_SUCCESS)
+        e = MPI_Op_create(bf16_max, 1, &m->max16[0]);
+    if (e == MPI_SUCCESS)
+        e = MPI_Op_create(fp16_max, 1, &m->max16[1]);
+    if (e != MPI_SUCCESS) {
+        m_free(&m->base);
+        return mpi_fail(err, e, "creating the 16-bit reductions");
+    }
     ExecComm *c = &m->base;
     c->name = "mpi";
     c->rank = rank;
@@ -731,6 +792,12 @@ int exec_mpi_start(int *argc, char ***argv, int *rank, int *world)
 void exec_mpi_abort(int code) { (void)code; }
 
 void exec_mpi_finish(void) {}
+
+void exec_mpi_local(int *local_rank, int *local_size)
+{
+    *local_rank = 0;
+    *local_size = 1;
+}
 
 int exec_mpi_agree(int status, int *first_rank)
 {

@@ -299,6 +299,20 @@ int exec_loader_get(ExecLoader *l, long step, const int32_t **batch, PxError *er
     return rc;
 }
 
+int exec_loader_ready(ExecLoader *l, long step, const int32_t **batch)
+{
+    const int b = (int)(step % 2);
+    int ready;
+    if (!l->threaded)
+        return 0;
+    pthread_mutex_lock(&l->mu);
+    ready = l->have[b] == step && !l->rc;
+    pthread_mutex_unlock(&l->mu);
+    if (ready)
+        *batch = l->buf[b];
+    return ready;
+}
+
 void exec_loader_stop(ExecLoader *l)
 {
     if (l->threaded) {

@@ -31,15 +31,24 @@ void *exec_arena_carve(ExecArena *a, uint64_t bytes, size_t align)
 
 /* ---- saved activations of a layer: what each field is and how big ---- */
 
+/* The C type of a field of ExecLayerActs: an act tensor (void *), fp32 (float *) or a mask. */
+enum { AF_ACT = 0, AF_F32, AF_U8 };
+
 typedef struct {
     const char *suffix; /* after "layer.<i>." */
     size_t off;         /* offsetof in ExecLayerActs */
-    int u8;             /* uint8 mask (else fp32) */
+    int ctype;          /* AF_* */
     uint64_t numel;
     int needed; /* the executor writes it in this configuration */
+    PxDtype dt; /* its dtype (filled by act_fields from ctype) */
 } ActField;
 
 enum { ACT_FIELDS = 14 };
+
+static PxDtype act_field_dtype(const Exec *ex, int ctype)
+{
+    return ctype == AF_U8 ? PX_UINT8 : ctype == AF_F32 ? PX_FP32 : ex->act;
+}
 
 static void act_fields(const Exec *ex, ActField f[ACT_FIELDS])
 {
@@ -50,37 +59,49 @@ static void act_fields(const Exec *ex, ActField f[ACT_FIELDS])
     const uint64_t sq = (uint64_t)d->b * d->heads_loc * d->s_loc * d->s;
     const int flash = ex->spec.job.flash_attn, drop = ex->dropout > 0.0f;
     const ActField t[ACT_FIELDS] = {
-        {"ln1.in", offsetof(ExecLayerActs, ln1_in), 0, R * h, 1},
-        {"attn.qkv.in", offsetof(ExecLayerActs, qkv_in), 0, R * h, 1},
-        {"attn.qkv.out", offsetof(ExecLayerActs, qkv_out), 0, N * qkv, 1},
-        {"attn.lse", offsetof(ExecLayerActs, lse), 0, (uint64_t)d->b * d->heads_loc * d->s_loc, flash},
-        {"attn.softmax", offsetof(ExecLayerActs, softmax), 0, sq, !flash},
-        {"attn.softmax_mask", offsetof(ExecLayerActs, softmax_mask), 1, sq, ex->attn_dropout},
-        {"attn.softmax_drop", offsetof(ExecLayerActs, softmax_drop), 0, sq, ex->attn_dropout},
-        {"attn.proj.in", offsetof(ExecLayerActs, proj_in), 0, N * (uint64_t)d->q_loc, 1},
-        {"attn.drop_mask", offsetof(ExecLayerActs, attn_drop_mask), 1, R * h, drop},
-        {"ln2.in", offsetof(ExecLayerActs, ln2_in), 0, R * h, 1},
-        {"mlp.fc1.in", offsetof(ExecLayerActs, fc1_in), 0, R * h, 1},
-        {"mlp.act.in", offsetof(ExecLayerActs, act_in), 0, N * (uint64_t)d->ffn_out_loc, 1},
-        {"mlp.fc2.in", offsetof(ExecLayerActs, fc2_in), 0, N * (uint64_t)d->ffn_loc, 1},
-        {"mlp.drop_mask", offsetof(ExecLayerActs, mlp_drop_mask), 1, R * h, drop},
+        {"ln1.in", offsetof(ExecLayerActs, ln1_in), AF_ACT, R * h, 1, PX_FP32},
+        {"attn.qkv.in", offsetof(ExecLayerActs, qkv_in), AF_ACT, R * h, 1, PX_FP32},
+        {"attn.qkv.out", offsetof(ExecLayerActs, qkv_out), AF_ACT, N * qkv, 1, PX_FP32},
+        {"attn.lse", offsetof(ExecLayerActs, lse), AF_F32, (uint64_t)d->b * d->heads_loc * d->s_loc,
+         flash, PX_FP32},
+        {"attn.softmax", offsetof(ExecLayerActs, softmax), AF_ACT, sq, !flash, PX_FP32},
+        {"attn.softmax_mask", offsetof(ExecLayerActs, softmax_mask), AF_U8, sq, ex->attn_dropout,
+         PX_FP32},
+        {"attn.softmax_drop", offsetof(ExecLayerActs, softmax_drop), AF_ACT, sq, ex->attn_dropout,
+         PX_FP32},
+        {"attn.proj.in", offsetof(ExecLayerActs, proj_in), AF_ACT, N * (uint64_t)d->q_loc, 1, PX_FP32},
+        {"attn.drop_mask", offsetof(ExecLayerActs, attn_drop_mask), AF_U8, R * h, drop, PX_FP32},
+        {"ln2.in", offsetof(ExecLayerActs, ln2_in), AF_ACT, R * h, 1, PX_FP32},
+        {"mlp.fc1.in", offsetof(ExecLayerActs, fc1_in), AF_ACT, R * h, 1, PX_FP32},
+        {"mlp.act.in", offsetof(ExecLayerActs, act_in), AF_ACT, N * (uint64_t)d->ffn_out_loc, 1,
+         PX_FP32},
+        {"mlp.fc2.in", offsetof(ExecLayerActs, fc2_in), AF_ACT, N * (uint64_t)d->ffn_loc, 1, PX_FP32},
+        {"mlp.drop_mask", offsetof(ExecLayerActs, mlp_drop_mask), AF_U8, R * h, drop, PX_FP32},
     };
     memcpy(f, t, sizeof t);
+    for (int i = 0; i < ACT_FIELDS; i++)
+        f[i].dt = act_field_dtype(ex, f[i].ctype);
 }
 
 static void act_set(ExecLayerActs *a, const ActField *f, void *p)
 {
-    if (f->u8)
-        *(uint8_t **)((char *)a + f->off) = p;
+    char *at = (char *)a + f->off;
+    if (f->ctype == AF_U8)
+        *(uint8_t **)(void *)at = p;
+    else if (f->ctype == AF_F32)
+        *(float **)(void *)at = p;
     else
-        *(float **)((char *)a + f->off) = p;
+        *(void **)(void *)at = p;
 }
 
 static void *act_get(const ExecLayerActs *a, const ActField *f)
 {
-    if (f->u8)
-        return *(uint8_t *const *)((const char *)a + f->off);
-    return *(float *const *)((const char *)a + f->off);
+    const char *at = (const char *)a + f->off;
+    if (f->ctype == AF_U8)
+        return *(uint8_t *const *)(const void *)at;
+    if (f->ctype == AF_F32)
+        return *(float *const *)(const void *)at;
+    return *(void *const *)(const void *)at;
 }
 
 static int act_field_index(const ActField *f, const char *suffix)
@@ -109,48 +130,69 @@ static int ends_with(const char *s, const char *suffix)
 
 /* ---- parameters by name ---- */
 
-static float **layer_param(ExecLayerParams *p, const char *suffix)
+/* The place of a layer parameter's field, the same in ExecLayerParams and ExecLayerGrads. */
+#define LAYER_FIELDS(X)                                                                           \
+    X("ln1.w", ln1_w) X("ln1.b", ln1_b) X("attn.qkv.w", qkv_w) X("attn.qkv.b", qkv_b)             \
+    X("attn.proj.w", proj_w) X("attn.proj.b", proj_b) X("ln2.w", ln2_w) X("ln2.b", ln2_b)         \
+    X("mlp.fc1.w", fc1_w) X("mlp.fc1.b", fc1_b) X("mlp.fc2.w", fc2_w) X("mlp.fc2.b", fc2_b)
+
+static void **layer_weight(ExecLayerParams *p, const char *suffix)
 {
-    static const struct {
-        const char *s;
-        size_t off;
-    } map[] = {
-        {"ln1.w", offsetof(ExecLayerParams, ln1_w)},
-        {"ln1.b", offsetof(ExecLayerParams, ln1_b)},
-        {"attn.qkv.w", offsetof(ExecLayerParams, qkv_w)},
-        {"attn.qkv.b", offsetof(ExecLayerParams, qkv_b)},
-        {"attn.proj.w", offsetof(ExecLayerParams, proj_w)},
-        {"attn.proj.b", offsetof(ExecLayerParams, proj_b)},
-        {"ln2.w", offsetof(ExecLayerParams, ln2_w)},
-        {"ln2.b", offsetof(ExecLayerParams, ln2_b)},
-        {"mlp.fc1.w", offsetof(ExecLayerParams, fc1_w)},
-        {"mlp.fc1.b", offsetof(ExecLayerParams, fc1_b)},
-        {"mlp.fc2.w", offsetof(ExecLayerParams, fc2_w)},
-        {"mlp.fc2.b", offsetof(ExecLayerParams, fc2_b)},
-    };
-    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
-        if (strcmp(map[i].s, suffix) == 0)
-            return (float **)((char *)p + map[i].off);
+#define X(s, f)                                                                                   \
+    if (!strcmp(suffix, s))                                                                       \
+        return &p->f;
+    LAYER_FIELDS(X)
+#undef X
     return NULL;
 }
 
-/* The view a weight (grad 0) or gradient (grad 1) named `name` binds to; NULL if unknown. */
-static float **param_slot(Exec *ex, const char *name, int grad)
+static float **layer_grad(ExecLayerGrads *g, const char *suffix)
+{
+#define X(s, f)                                                                                   \
+    if (!strcmp(suffix, s))                                                                       \
+        return &g->f;
+    LAYER_FIELDS(X)
+#undef X
+    return NULL;
+}
+
+/* The view a weight named `name` binds to; NULL if unknown. */
+static void **weight_slot(Exec *ex, const char *name)
 {
     const char *suffix;
     int l = layer_of(name, &suffix);
     if (l >= 0)
-        return l < ex->spec.model.layers ? layer_param(grad ? &ex->lg[l] : &ex->lw[l], suffix) : NULL;
+        return l < ex->spec.model.layers ? layer_weight(&ex->lw[l], suffix) : NULL;
     if (!strcmp(name, "embed.wte"))
-        return grad ? &ex->g_wte : &ex->wte;
+        return &ex->wte;
     if (!strcmp(name, "embed.wpe"))
-        return grad ? &ex->g_wpe : &ex->wpe;
+        return &ex->wpe;
     if (!strcmp(name, "final_ln.w"))
-        return grad ? &ex->g_lnf_w : &ex->lnf_w;
+        return &ex->lnf_w;
     if (!strcmp(name, "final_ln.b"))
-        return grad ? &ex->g_lnf_b : &ex->lnf_b;
+        return &ex->lnf_b;
     if (!strcmp(name, "logits.w"))
-        return grad ? &ex->g_out_w : &ex->out_w;
+        return &ex->out_w;
+    return NULL;
+}
+
+/* The view the gradient of the weight named `name` binds to; NULL if unknown. */
+static float **grad_slot(Exec *ex, const char *name)
+{
+    const char *suffix;
+    int l = layer_of(name, &suffix);
+    if (l >= 0)
+        return l < ex->spec.model.layers ? layer_grad(&ex->lg[l], suffix) : NULL;
+    if (!strcmp(name, "embed.wte"))
+        return &ex->g_wte;
+    if (!strcmp(name, "embed.wpe"))
+        return &ex->g_wpe;
+    if (!strcmp(name, "final_ln.w"))
+        return &ex->g_lnf_w;
+    if (!strcmp(name, "final_ln.b"))
+        return &ex->g_lnf_b;
+    if (!strcmp(name, "logits.w"))
+        return &ex->g_out_w;
     return NULL;
 }
 
@@ -220,8 +262,8 @@ static int params_from_twin(Exec *ex, PxError *err)
                            t->name);
         }
         px_strlcpy(p->name, t->name, sizeof p->name);
-        p->wslot = param_slot(ex, t->name, 0);
-        p->gslot = param_slot(ex, t->name, 1);
+        p->wslot = weight_slot(ex, t->name);
+        p->gslot = grad_slot(ex, t->name);
         if (!p->wslot || !p->gslot) {
             free(off);
             return px_fail(err, PX_ERUNTIME,
@@ -283,14 +325,64 @@ static int unknown_tensor(const ModelTensor *t, PxError *err)
                    t->name, model_category_name(t->cat));
 }
 
+/* A tensor whose dtype is not the one the executor gives it (the table and the kernels must
+ * agree on every byte). */
+static int wrong_dtype(const ModelTensor *t, PxDtype want, PxError *err)
+{
+    return px_fail(err, PX_ERUNTIME,
+                   "tensor %s of the tensor table is %s but the executor keeps it in %s: model/ and "
+                   "exec/ disagree",
+                   t->name, px_dtype_name(t->dtype), px_dtype_name(want));
+}
+
+/* The workspace tensors the executor binds by name, with their dtypes. */
+static int bind_workspace(Exec *ex, const ModelTensor *t, void *p, PxError *err)
+{
+    static const struct {
+        const char *name;
+        size_t off;
+        int act; /* 1: act dtype (void *), 0: fp32 (float *) */
+    } ws[] = {
+        {"ws.out", offsetof(Exec, ws_out), 1},         {"ws.dx_a", offsetof(Exec, ws_dx_a), 1},
+        {"ws.dx_b", offsetof(Exec, ws_dx_b), 1},       {"ws.dhid", offsetof(Exec, ws_dhid), 1},
+        {"ws.dqkv", offsetof(Exec, ws_dqkv), 1},       {"ws.dffn", offsetof(Exec, ws_dffn), 1},
+        {"ws.dact", offsetof(Exec, ws_dact), 1},       {"ws.dscores", offsetof(Exec, ws_dscores), 1},
+        {"ws.flash_d", offsetof(Exec, ws_flash_d), 0}, {"ws.xent", offsetof(Exec, ws_xent), 0},
+    };
+    for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
+        if (strcmp(t->name, ws[i].name) != 0)
+            continue;
+        PxDtype want = ws[i].act ? ex->act : PX_FP32;
+        if (t->dtype != want)
+            return wrong_dtype(t, want, err);
+        if (ws[i].act)
+            *(void **)(void *)((char *)ex + ws[i].off) = p;
+        else
+            *(float **)(void *)((char *)ex + ws[i].off) = p;
+        return PX_OK;
+    }
+    if (!strcmp(t->name, "data.batch")) {
+        if (t->dtype != PX_INT32)
+            return wrong_dtype(t, PX_INT32, err);
+        ex->batch[0] = p;
+        ex->batch[1] = p ? (int32_t *)p + t->numel / 2 : NULL;
+        return PX_OK;
+    }
+    return unknown_tensor(t, err);
+}
+
 static int bind_static(Exec *ex, int pass, PxError *err)
 {
     const ModelTensorTable *tt = &ex->tt;
-    /* weights and gradients in table order, so that a block's parameters are contiguous */
+    /* weights (act dtype) and gradients (fp32) in table order, so that a block's parameters are
+     * contiguous */
     for (int i = 0; i < tt->count; i++) {
         const ModelTensor *t = &tt->t[i];
         if (t->per_microbatch || (t->cat != MODEL_WEIGHTS && t->cat != MODEL_GRADS))
             continue;
+        const PxDtype want = t->cat == MODEL_WEIGHTS ? ex->act : PX_FP32;
+        if (t->dtype != want)
+            return wrong_dtype(t, want, err);
         void *p = exec_arena_carve(&ex->arena[t->cat], t->bytes, px_dtype_bytes(t->dtype));
         if (t->block >= 0 && ends_with(t->name, ".w_shard") && t->cat == MODEL_WEIGHTS) {
             if (pass)
@@ -320,81 +412,71 @@ static int bind_static(Exec *ex, int pass, PxError *err)
                 q->w = p;
         }
     }
-    /* optimizer state: one flat buffer per block and kind (ZeRO >= 1: the shard) */
+    /* master weights and optimizer state (fp32): one flat buffer per block and kind (ZeRO >= 1:
+     * the shard) */
     for (int i = 0; i < tt->count; i++) {
         const ModelTensor *t = &tt->t[i];
         if (t->cat != MODEL_OPTIMIZER && t->cat != MODEL_MASTER)
             continue;
         void *p = exec_arena_carve(&ex->arena[t->cat], t->bytes, px_dtype_bytes(t->dtype));
         const char *dot = strrchr(t->name, '.');
-        if (t->cat != MODEL_OPTIMIZER || !dot || t->block < 0)
+        if (!dot || t->block < 0)
             return unknown_tensor(t, err);
-        if (!strcmp(dot, ".adam_m") || !strcmp(dot, ".momentum")) {
-            if (pass)
-                ex->blocks[t->block].m = p;
-        } else if (!strcmp(dot, ".adam_v")) {
-            if (pass)
-                ex->blocks[t->block].v = p;
-        } else {
+        if (t->dtype != PX_FP32)
+            return wrong_dtype(t, PX_FP32, err);
+        ExecBlock *blk = &ex->blocks[t->block];
+        float **slot = NULL;
+        if (t->cat == MODEL_MASTER && !strcmp(dot, ".master"))
+            slot = &blk->master;
+        else if (t->cat == MODEL_OPTIMIZER && (!strcmp(dot, ".adam_m") || !strcmp(dot, ".momentum")))
+            slot = &blk->m;
+        else if (t->cat == MODEL_OPTIMIZER && !strcmp(dot, ".adam_v"))
+            slot = &blk->v;
+        else
             return unknown_tensor(t, err);
-        }
+        if (pass)
+            *slot = p;
     }
     /* workspace: by element size, largest first, so that no tensor needs padding; ws.recompute
-     * (bytes that hold fp32 tensors and masks) after the 4-byte ones, where it is aligned */
-    for (int pass_size = 8; pass_size >= 1; pass_size /= 2) {
+     * (bytes that hold fp32 and act tensors and masks) after the 2-byte ones, at a 4-byte
+     * boundary: the 2-byte tensors end on one when their element counts are even, as in every
+     * model here (an odd one would show as padding, a workspace that differs from the table) */
+    static const int order[] = {8, 4, 2, 0, 1}; /* 0: ws.recompute */
+    for (size_t o = 0; o < sizeof order / sizeof order[0]; o++) {
+        const int pass_size = order[o];
         for (int i = 0; i < tt->count; i++) {
             const ModelTensor *t = &tt->t[i];
             if (t->per_microbatch || t->cat != MODEL_WORKSPACE)
                 continue;
             int is_re = !strcmp(t->name, "ws.recompute");
-            size_t es = is_re ? 2 : px_dtype_bytes(t->dtype);
-            if (es != (size_t)pass_size)
+            if (is_re ? pass_size != 0 : px_dtype_bytes(t->dtype) != (size_t)pass_size)
                 continue;
-            void *p = exec_arena_carve(&ex->arena[MODEL_WORKSPACE], t->bytes, is_re ? 4 : es);
-            if (!pass)
-                continue;
-            const char *n = t->name;
+            void *p = exec_arena_carve(&ex->arena[MODEL_WORKSPACE], t->bytes,
+                                       is_re ? 4 : px_dtype_bytes(t->dtype));
             if (is_re) {
-                ex->re_base = p;
-                ex->re_bytes = t->bytes;
-            } else if (!strcmp(n, "ws.out")) {
-                ex->ws_out = p;
-            } else if (!strcmp(n, "ws.dx_a")) {
-                ex->ws_dx_a = p;
-            } else if (!strcmp(n, "ws.dx_b")) {
-                ex->ws_dx_b = p;
-            } else if (!strcmp(n, "ws.dhid")) {
-                ex->ws_dhid = p;
-            } else if (!strcmp(n, "ws.dqkv")) {
-                ex->ws_dqkv = p;
-            } else if (!strcmp(n, "ws.dffn")) {
-                ex->ws_dffn = p;
-            } else if (!strcmp(n, "ws.dact")) {
-                ex->ws_dact = p;
-            } else if (!strcmp(n, "ws.dscores")) {
-                ex->ws_dscores = p;
-            } else if (!strcmp(n, "ws.flash_d")) {
-                ex->ws_flash_d = p;
-            } else if (!strcmp(n, "ws.xent")) {
-                ex->ws_xent = p;
-            } else if (!strcmp(n, "data.batch")) {
-                ex->batch[0] = p;
-                ex->batch[1] = (int32_t *)p + t->numel / 2;
-            } else {
-                return unknown_tensor(t, err);
+                if (pass) {
+                    ex->re_base = p;
+                    ex->re_bytes = t->bytes;
+                }
+                continue;
             }
+            int rc = bind_workspace(ex, t, pass ? p : NULL, err);
+            if (rc)
+                return rc;
         }
     }
-    /* communication buffers: pipeline send and receive, the sequence-parallel gather, ZeRO's
-     * gradient bucket and its two parameter-gather buffers */
+    /* communication buffers: pipeline send and receive, the sequence-parallel gather (act),
+     * ZeRO's gradient bucket (fp32) and its two parameter-gather buffers (act) */
     for (int i = 0; i < tt->count; i++) {
         const ModelTensor *t = &tt->t[i];
         if (t->cat != MODEL_COMM_BUFFERS)
             continue;
-        if (t->dtype != PX_FP32)
-            return unknown_tensor(t, err);
-        void *p = exec_arena_carve(&ex->arena[MODEL_COMM_BUFFERS], t->bytes, 4);
         const char *n = t->name;
+        const int bucket = !strcmp(n, "zero.grad_bucket");
+        const PxDtype want = bucket ? PX_FP32 : ex->act;
+        if (t->dtype != want)
+            return wrong_dtype(t, want, err);
+        void *p = exec_arena_carve(&ex->arena[MODEL_COMM_BUFFERS], t->bytes, px_dtype_bytes(want));
         if (!strcmp(n, "pp.send")) {
             ex->pp_send = p;
             ex->pp_elems = t->numel;
@@ -404,12 +486,12 @@ static int bind_static(Exec *ex, int pass, PxError *err)
                 return unknown_tensor(t, err);
         } else if (!strcmp(n, "sp.gather")) {
             ex->sp_gather = p;
-        } else if (!strcmp(n, "zero.grad_bucket")) {
+        } else if (bucket) {
             ex->grad_bucket = p;
             ex->bucket_elems = t->numel;
         } else if (!strcmp(n, "zero.param_gather")) {
             ex->param_gather[0] = p;
-            ex->param_gather[1] = p ? (float *)p + t->numel / 2 : NULL;
+            ex->param_gather[1] = p ? EXEC_AT(p, t->numel / 2, ex->ab) : NULL;
             ex->gather_elems = t->numel / 2;
         } else {
             return unknown_tensor(t, err);
@@ -427,9 +509,10 @@ static int bind_region(Exec *ex, uint8_t *base, uint64_t bytes, PxError *err)
     ExecArena r = {.base = base, .cap = bytes};
     ExecLayerActs view;
     memset(&view, 0, sizeof view);
-    for (int u8 = 0; u8 <= 1; u8++) {
+    /* larger elements first (fp32, then act, then masks): nothing needs padding */
+    for (size_t es = 8; es >= 1; es /= 2) {
         for (int i = 0; i < ACT_FIELDS; i++) {
-            if (!f[i].needed || f[i].u8 != u8)
+            if (!f[i].needed || px_dtype_bytes(f[i].dt) != es)
                 continue;
             /* saved in the slot? then it does not live here (every layer saves the same set) */
             int saved = 0;
@@ -441,7 +524,7 @@ static int bind_region(Exec *ex, uint8_t *base, uint64_t bytes, PxError *err)
             }
             if (saved)
                 continue;
-            void *p = exec_arena_carve(&r, f[i].numel * (u8 ? 1 : 4), u8 ? 1 : 4);
+            void *p = exec_arena_carve(&r, f[i].numel * es, es);
             act_set(&view, &f[i], p);
         }
     }
@@ -482,13 +565,19 @@ static int bind_activations(Exec *ex, int pass, PxError *err)
                 return unknown_tensor(t, err);
             const int li = l - ex->chunk_g[j] * cl; /* the layer's place in its chunk */
             if (l >= 0) {
-                if (li < 0 || li >= cl || fi < 0 || !f[fi].needed || f[fi].numel != t->numel ||
-                    (size_t)es != (f[fi].u8 ? 1u : 4u))
+                if (li < 0 || li >= cl || fi < 0 || !f[fi].needed || f[fi].numel != t->numel)
                     return unknown_tensor(t, err);
+                if (t->dtype != f[fi].dt)
+                    return wrong_dtype(t, f[fi].dt, err);
                 if (j != 0)
                     continue; /* the first chunk's layers size the shared slots */
                 ex->slot_bytes += t->bytes;
             } else {
+                const PxDtype want = !strcmp(t->name, "embed.drop_mask") ? PX_UINT8
+                                     : !strcmp(t->name, "loss.probs")     ? PX_FP32
+                                                                          : ex->act;
+                if (t->dtype != want)
+                    return wrong_dtype(t, want, err);
                 ex->xslot_bytes[j] += t->bytes;
             }
             int copies = l >= 0 ? ex->n_slots : ex->n_xslots[j];
@@ -599,7 +688,7 @@ static int bind_params(Exec *ex, PxError *err)
         blk->w = zero < 3 ? first->w : NULL;
         blk->g = zero < 2 ? first->g : NULL;
         if ((zero == 3 && !blk->w_shard) || (zero >= 2 && !blk->g_shard) || !blk->m ||
-            (ex->spec.job.optimizer == MODEL_OPT_ADAMW && !blk->v))
+            (ex->spec.job.optimizer == MODEL_OPT_ADAMW && !blk->v) || (ex->d.master && !blk->master))
             return px_fail(err, PX_ERUNTIME, "block %s lacks its ZeRO-%d state: model/ and exec/ "
                            "disagree", ex->tt.blocks[b].name, zero);
     }
@@ -617,7 +706,8 @@ static int bind_params(Exec *ex, PxError *err)
                                p->name);
             p->g = ex->grad_bucket + p->off;
         }
-        if ((zero < 3 && p->w != blk->w + p->off) || (zero < 2 && p->g != blk->g + p->off))
+        if ((zero < 3 && p->w != EXEC_AT(blk->w, p->off, ex->ab)) ||
+            (zero < 2 && p->g != blk->g + p->off))
             return px_fail(err, PX_ERUNTIME,
                            "parameter %s is not where its block's flat layout puts it: model/ and "
                            "exec/ disagree",
@@ -787,11 +877,11 @@ static int check_supported(const Exec *ex, const char *origin, PxError *err)
                        "has %d",
                        origin, d->gpus, d->dp, d->t, d->p, d->c, ex->comm->world);
     }
-    if (s->job.precision != PX_FP32)
+    if (s->job.grad_dtype != PX_FP32)
         return px_fail(err, PX_EINPUT,
-                       "%s: training.precision %s: the CPU backend trains in fp32 (make the plan "
-                       "with --precision fp32)",
-                       origin, px_dtype_name(s->job.precision));
+                       "%s: training.grad_dtype %s: the executor accumulates gradients in fp32 "
+                       "(make the plan with --grad-dtype fp32)",
+                       origin, px_dtype_name(s->job.grad_dtype));
     if (s->job.optimizer == MODEL_OPT_ADAM_8BIT)
         return px_fail(err, PX_EINPUT,
                        "%s: training.optimizer adam-8bit is not implemented by the executor yet: "
@@ -802,6 +892,77 @@ static int check_supported(const Exec *ex, const char *origin, PxError *err)
                        s->model.head_dim);
     if (d->v > 64)
         return px_fail(err, PX_EINPUT, "%s: layout.vpp %d: at most 64 chunks per rank", origin, d->v);
+    return PX_OK;
+}
+
+/* ---- the backend ---- */
+
+/* The CPU profile is named cpu (and a calibrated CPU profile keeps its device's name); a device
+ * without 16-bit tensor throughput is a CPU too. */
+static int device_is_cpu(const ProfDevice *d)
+{
+    return !strncmp(d->name, "cpu", 3) || (d->peak_bf16 <= 0 && d->peak_fp16 <= 0);
+}
+
+int exec_backend_for_plan(const ModelPlan *plan, ExecBackend override, ExecBackend *out,
+                          PxError *err)
+{
+    *out = override;
+    if (override != EXEC_BACKEND_AUTO)
+        return PX_OK;
+    ProfCluster cl;
+    int rc = prof_cluster_load(plan->cluster, NULL, 0, &cl, err);
+    if (rc)
+        return rc;
+    *out = device_is_cpu(&cl.device) ? EXEC_BACKEND_CPU : EXEC_BACKEND_CUDA;
+    prof_cluster_free(&cl);
+    return PX_OK;
+}
+
+/* The kernels for the plan: its precision on the chosen backend. PX_EINPUT names what does not
+ * fit (the CPU trains fp32; CUDA bf16 or fp16; no CUDA device here). */
+static int choose_backend(Exec *ex, const char *origin, PxError *err)
+{
+    const PxDtype prec = ex->spec.job.precision;
+    const ProfDevice *dev = &ex->cluster.device;
+    ExecBackend b = ex->opt.backend;
+    if (b == EXEC_BACKEND_AUTO)
+        b = device_is_cpu(dev) ? EXEC_BACKEND_CPU : EXEC_BACKEND_CUDA;
+    if (b == EXEC_BACKEND_CPU) {
+        if (prec != PX_FP32)
+            return px_fail(err, PX_EINPUT,
+                           "%s: training.precision %s: the CPU backend trains in fp32 (make the "
+                           "plan with --precision fp32)",
+                           origin, px_dtype_name(prec));
+        ex->k = kern_cpu();
+    } else {
+        if (prec != PX_BF16 && prec != PX_FP16)
+            return px_fail(err, PX_EINPUT,
+                           "%s: training.precision %s: the CUDA backend trains in bf16 or fp16 "
+                           "(make the plan with --precision bf16, or run an fp32 plan on the CPU "
+                           "with --backend cpu)",
+                           origin, px_dtype_name(prec));
+        ex->k = kern_cuda_with(prec);
+        if (!ex->k) {
+            if (ex->opt.backend == EXEC_BACKEND_AUTO)
+                return px_fail(err, PX_EINPUT,
+                               "%s: training.precision %s: the CPU backend trains in fp32, and "
+                               "this machine has no CUDA device for the plan's %s (parallax-worker "
+                               "built without CUDA, or no driver or GPU visible): run it on a GPU "
+                               "machine, or make the plan with --precision fp32",
+                               origin, px_dtype_name(prec), dev->name);
+            return px_fail(err, PX_EINPUT,
+                           "%s: --backend cuda, but this machine has no CUDA device "
+                           "(parallax-worker built without CUDA, or no driver or GPU visible)",
+                           origin);
+        }
+        kern_cuda_device_name(ex->device_name, sizeof ex->device_name);
+    }
+    ex->act = ex->k->act;
+    ex->ab = px_dtype_bytes(ex->act);
+    if (ex->act != prec)
+        return px_fail(err, PX_ERUNTIME, "the %s backend computes in %s, not the plan's %s",
+                       ex->k->name, px_dtype_name(ex->act), px_dtype_name(prec));
     return PX_OK;
 }
 
@@ -843,6 +1004,26 @@ static int test_failure(Exec *ex, PxError *err)
         return PX_OK;
     }
     return px_fail(err, PX_EINPUT, "PARALLAX_TEST_FAIL=%s: expected RANK:init or RANK:step:K", s);
+}
+
+/* PARALLAX_TEST_INF=K[,K...]: rank 0 writes +Inf into a gradient after the backward of each
+ * step K (1-based, K <= 64), as an fp16 overflow would; the loss scaler's tests use it. */
+static int test_inf(Exec *ex, PxError *err)
+{
+    ex->inf_steps = 0;
+    const char *s = getenv("PARALLAX_TEST_INF");
+    if (!s || !*s)
+        return PX_OK;
+    for (const char *p = s; *p;) {
+        char *end = NULL;
+        long k = strtol(p, &end, 10);
+        if (end == p || k < 1 || k > 64 || (*end && *end != ','))
+            return px_fail(err, PX_EINPUT, "PARALLAX_TEST_INF=%s: expected steps 1-64 separated "
+                                           "by commas", s);
+        ex->inf_steps |= 1ull << (k - 1);
+        p = *end ? end + 1 : end;
+    }
+    return PX_OK;
 }
 
 /* ---- init and free ---- */
@@ -892,7 +1073,8 @@ int exec_init(Exec **out, const ModelPlan *plan, const ExecOptions *opt, PxError
         goto fail;
     }
     ex->plan.spec = ex->spec;
-    if ((rc = check_supported(ex, ex->plan_path, err)) || (rc = test_failure(ex, err)))
+    if ((rc = check_supported(ex, ex->plan_path, err)) || (rc = test_failure(ex, err)) ||
+        (rc = test_inf(ex, err)))
         goto fail;
     /* a run.json that cannot be written is found out now, not after the training */
     if (ex->output[0] && (rc = check_writable(ex->output, err)))
@@ -921,7 +1103,18 @@ int exec_init(Exec **out, const ModelPlan *plan, const ExecOptions *opt, PxError
     if ((rc = sim_run(&ex->spec, &ex->cluster, ex->d.gpus, &ex->sim, err)))
         goto fail;
     ex->have_sim = 1;
-    ex->k = kern_cpu();
+    if ((rc = choose_backend(ex, ex->plan_path, err)))
+        goto fail;
+    ex->comm_note = opt->comm_note;
+    exec_scaler_init(&ex->scaler, ex->act == PX_FP16, opt->loss_scale, opt->loss_scale_interval);
+    {
+        size_t fb = 0, tb = 0;
+        if (ex->k->mem_info && ex->k->mem_info(&fb, &tb)) {
+            ex->have_dev_mem = 1;
+            ex->dev_total = tb;
+            ex->dev_used_start = ex->dev_used_peak = tb - fb;
+        }
+    }
 
     /* this rank's place: stage, shards, neighbours */
     const ModelDims *d = &ex->d;
@@ -1007,8 +1200,12 @@ int exec_init(Exec **out, const ModelPlan *plan, const ExecOptions *opt, PxError
     ex->step_time = zalloc((size_t)ex->steps, sizeof *ex->step_time);
     ex->step_tps = zalloc((size_t)ex->steps, sizeof *ex->step_tps);
     ex->step_bubble = zalloc((size_t)ex->steps, sizeof *ex->step_bubble);
+    ex->step_skipped = zalloc((size_t)ex->steps, sizeof *ex->step_skipped);
+    ex->step_scale = zalloc((size_t)ex->steps, sizeof *ex->step_scale);
+    ex->host_loss = ex->has_loss ? zalloc((size_t)d->b * (size_t)d->s_loc, sizeof *ex->host_loss) : NULL;
     if (!ex->lw || !ex->lg || !ex->acts || !ex->slot_busy || !ex->step_loss || !ex->step_time ||
-        !ex->step_tps || !ex->step_bubble) {
+        !ex->step_tps || !ex->step_bubble || !ex->step_skipped || !ex->step_scale ||
+        (ex->has_loss && !ex->host_loss)) {
         rc = px_fail(err, PX_ERUNTIME, "out of memory");
         goto fail;
     }
@@ -1026,12 +1223,30 @@ int exec_init(Exec **out, const ModelPlan *plan, const ExecOptions *opt, PxError
     }
     if ((rc = bind_params(ex, err)) || (rc = map_ops(ex, err)))
         goto fail;
-    exec_init_params(ex);
+    if ((rc = exec_init_params(ex, err)))
+        goto fail;
+    /* memory the communication layer may be handed (the staged fallback mirrors it on the host) */
+    for (int c = 0; c < MODEL_CAT_COUNT && ex->comm->attach; c++)
+        if (ex->arena[c].base && c != MODEL_OPTIMIZER && c != MODEL_MASTER &&
+            (rc = ex->comm->attach(ex->comm, ex->arena[c].base, ex->arena[c].cap, err)))
+            goto fail;
+    exec_sample_device_memory(ex);
 
+    /* the loader reads into host staging buffers, copied to data.batch ahead of their step */
     ExecLoader *ld = &ex->loader;
+    ex->staged = -1;
+    if (ex->has_data) {
+        const size_t bytes = (size_t)d->m * d->b * (size_t)(d->s + 1) * sizeof(int32_t);
+        for (int i = 0; i < 2; i++)
+            if (!(ex->stage_buf[i] = ex->k->host_alloc(bytes))) {
+                rc = px_fail(err, PX_ERUNTIME, "out of host memory for the batches (%zu bytes)",
+                             bytes);
+                goto fail;
+            }
+    }
     ld->src = &ex->data;
-    ld->buf[0] = ex->batch[0];
-    ld->buf[1] = ex->batch[1];
+    ld->buf[0] = ex->stage_buf[0];
+    ld->buf[1] = ex->stage_buf[1];
     ld->rows = d->m * d->b;
     ld->row_len = d->s + 1;
     ld->seq_len = d->s;
@@ -1061,6 +1276,14 @@ void exec_free(Exec *ex)
     for (int c = 0; c < MODEL_CAT_COUNT; c++)
         if (ex->k && ex->arena[c].base)
             ex->k->free(ex->arena[c].base);
+    for (int i = 0; i < 2; i++)
+        if (ex->k && ex->stage_buf[i]) {
+            ex->k->copy_sync(); /* no copy may still read it */
+            ex->k->host_free(ex->stage_buf[i]);
+        }
+    free(ex->host_loss);
+    free(ex->step_skipped);
+    free(ex->step_scale);
     if (ex->comm && ex->own_comm)
         ex->comm->free(ex->comm);
     if (ex->have_sim)
@@ -1108,7 +1331,9 @@ void exec_free(Exec *ex)
 
 /* ---- accessors ---- */
 
-float *exec_tensor(Exec *ex, const char *name, uint64_t *numel)
+/* A weight or gradient tensor of the table by name: its parameter and whether it is the
+ * gradient; NULL when absent. */
+static const ExecParam *tensor_param(Exec *ex, const char *name, int *grad, uint64_t *numel)
 {
     for (int i = 0; i < ex->tt.count; i++) {
         const ModelTensor *t = &ex->tt.t[i];
@@ -1118,20 +1343,51 @@ float *exec_tensor(Exec *ex, const char *name, uint64_t *numel)
             return NULL;
         char base[64];
         px_strlcpy(base, name, sizeof base);
-        int grad = t->cat == MODEL_GRADS;
-        if (grad) {
+        *grad = t->cat == MODEL_GRADS;
+        if (*grad) {
             if (!ends_with(base, ".grad"))
                 return NULL;
             base[strlen(base) - 5] = '\0';
         }
-        const ExecParam *p = param_named(ex, base);
-        if (!p)
-            return NULL;
         if (numel)
             *numel = t->numel;
-        return grad ? p->g : p->w;
+        return param_named(ex, base);
     }
     return NULL;
+}
+
+float *exec_tensor(Exec *ex, const char *name, uint64_t *numel)
+{
+    int grad = 0;
+    const ExecParam *p = tensor_param(ex, name, &grad, numel);
+    /* host-visible fp32 only: the CPU backend's */
+    if (!p || strcmp(ex->k->name, "cpu") != 0)
+        return NULL;
+    return grad ? p->g : (float *)p->w;
+}
+
+int exec_tensor_read(Exec *ex, const char *name, float *out, uint64_t cap, uint64_t *numel)
+{
+    int grad = 0;
+    uint64_t n = 0;
+    const ExecParam *p = tensor_param(ex, name, &grad, &n);
+    if (numel)
+        *numel = n;
+    /* ZeRO-3's weights and ZeRO-2/3's gradients live as shards: no whole tensor to read */
+    const int zero = ex->spec.layout.zero;
+    if (!p || n > cap || (!grad && (!p->w || zero == 3)) || (grad && zero >= 2))
+        return PX_ERUNTIME;
+    ex->k->sync();
+    if (grad || ex->act == PX_FP32) {
+        ex->k->to_host(out, grad ? (const void *)p->g : p->w, n * sizeof(float));
+        return PX_OK;
+    }
+    /* act weights: read into the back half of out, widened front to back */
+    uint16_t *h = (uint16_t *)(void *)(out + n) - n;
+    ex->k->to_host(h, p->w, n * sizeof *h);
+    for (uint64_t i = 0; i < n; i++)
+        out[i] = ex->act == PX_BF16 ? exec_bf16_to_float(h[i]) : exec_half_to_float(h[i]);
+    return PX_OK;
 }
 
 const ModelTensorTable *exec_table(const Exec *ex) { return &ex->tt; }

@@ -8,10 +8,12 @@
  * sim_run's prediction; every op is timed under its op-graph name ("layer.3.attn.qkv.fwd") and
  * its FLOPs are counted from the kernel calls actually made (2·m·n·k per matmul; attention from
  * its call's dimensions), so counted FLOPs equal sim_run's rank_flops. Compute goes through
- * kernels.h (the CPU backend, fp32), communication through an ExecComm table of functions
- * (one rank, or MPI: one process per rank of the layout's grid), which makes exactly the
- * communication calls the op graph lists, with its buffer sizes, so that bytes per kind equal
- * the prediction too.
+ * kernels.h: the CPU backend in fp32, or the CUDA backend in bf16 or fp16 with fp32 master
+ * weights, gradients and optimizer state (and dynamic loss scaling for fp16, as PyTorch's
+ * GradScaler); communication through an ExecComm table of functions (one rank; MPI; NCCL
+ * between GPUs, bootstrapped through MPI; or MPI staged through host memory when ranks share a
+ * GPU), which makes exactly the communication calls the op graph lists, with its buffer sizes,
+ * so that bytes per kind equal the prediction too.
  *
  * Parallel layouts: data parallelism with ZeRO 0-3, Megatron's tensor parallelism with
  * vocabulary-parallel embedding and cross-entropy, sequence parallelism, and pipeline
@@ -116,11 +118,37 @@ struct ExecComm {
     int (*gather_text)(ExecComm *c, const char *text, char ***out, PxError *err);
     int (*barrier)(ExecComm *c, PxError *err);
     void (*free)(ExecComm *c);
+    /* Device memory the calls may name: the executor attaches each arena it communicates from
+     * (the staged layer mirrors it in host memory). NULL: the layer takes any pointer. */
+    int (*attach)(ExecComm *c, void *base, size_t bytes, PxError *err);
 };
 
 /* The communication layer of a job with one rank: every group has size 1. Caller frees with
  * c->free(c). NULL when out of memory. */
 ExecComm *exec_comm_single(void);
+
+struct KernBackend; /* kernels/kernels.h */
+
+/* The MPI layer `inner` (taken over: freed with the result) for buffers in device memory: every
+ * call copies its inputs from the device into host mirrors of the attached memory, runs the MPI
+ * call there and copies its outputs back when it completes (a non-blocking one at its wait).
+ * For ranks that share a GPU, where NCCL cannot run. k: the kernels whose memory it mirrors. */
+int exec_comm_staged(ExecComm *inner, const struct KernBackend *k, ExecComm **out, PxError *err);
+
+/* ---- NCCL (comm_nccl.c; built with CUDA and NCCL, stubs otherwise) ---- */
+
+/* 1 when this build has the NCCL communication layer. */
+int exec_nccl_available(void);
+/* The NCCL table for a layout, over the world of MPI (which must be running): the same groups as
+ * exec_comm_mpi, one NCCL communicator each, its unique id broadcast over the group's MPI
+ * communicator; collectives on the layer's own stream, ordered after the compute stream's work
+ * by events, so that a non-blocking reduction overlaps the backward; pipeline messages on one
+ * NCCL communicator per direction of each pair of stages. The rank's GPU must be current
+ * (kern_cuda_set_device) and the CUDA backend bound. PX_EINPUT without NCCL. */
+int exec_comm_nccl(const ModelLayout *l, int tied_pair, ExecComm **out, PxError *err);
+/* This rank's place on its node (MPI's shared-memory split): *local_rank of *local_size; 0 and
+ * 1 without MPI. */
+void exec_mpi_local(int *local_rank, int *local_size);
 
 /* ---- MPI (comm_mpi.c; stubs when parallax was built without MPI) ---- */
 
@@ -144,6 +172,17 @@ int exec_comm_mpi(const ModelLayout *l, int tied_pair, ExecComm **out, PxError *
 
 /* ---- the executor ---- */
 
+/* Where the kernels run. AUTO follows the plan's cluster: a GPU device -> CUDA, cpu -> CPU. */
+typedef enum { EXEC_BACKEND_AUTO = 0, EXEC_BACKEND_CPU, EXEC_BACKEND_CUDA } ExecBackend;
+
+/* "auto", "cpu" or "cuda"; PX_EINPUT naming the value otherwise. */
+int exec_backend_parse(const char *name, ExecBackend *out, PxError *err);
+const char *exec_backend_name(ExecBackend b);
+/* The backend `override` resolves to for a plan (AUTO: by the device of the plan's cluster,
+ * which it loads; its errors are the profile loader's). */
+int exec_backend_for_plan(const ModelPlan *plan, ExecBackend override, ExecBackend *out,
+                          PxError *err);
+
 typedef struct {
     int steps;           /* 0: the plan's training.steps */
     const char *output;  /* run.json path; NULL: none */
@@ -153,6 +192,10 @@ typedef struct {
     int quiet;           /* no progress lines (tests) */
     int prefetch;        /* 1: a loader thread reads the next batch during the step (default) */
     ExecComm *comm;      /* the job's communication layer (not owned); NULL: one rank */
+    ExecBackend backend; /* AUTO (default): by the plan's device */
+    double loss_scale;   /* fp16: the initial loss scale; 0: 65536 (PyTorch's GradScaler) */
+    int loss_scale_interval; /* fp16: clean steps before the scale doubles; 0: 2000 */
+    const char *comm_note;   /* said after the comm layer's name in the header (why this one) */
 } ExecOptions;
 
 void exec_options_defaults(ExecOptions *o);
@@ -181,6 +224,8 @@ typedef struct {
     double grad_norm; /* global norm before clipping */
     double time_s;
     double tokens_per_s;
+    int skipped;       /* fp16: the gradients overflowed, no update was made */
+    double loss_scale; /* the loss scale the step ran with (1 unless fp16) */
 } ExecStepStats;
 
 /* One training step with index `step` (0-based: data, dropout and the learning rate follow it):
@@ -195,14 +240,26 @@ int exec_grads(Exec *ex, int step, double *loss, PxError *err);
 int exec_loss(Exec *ex, int step, double *loss, PxError *err);
 
 /* A weight or gradient tensor by its table name ("layer.0.attn.qkv.w", "embed.wte.grad"):
- * host-visible fp32 data on the CPU backend; *numel gets its size. NULL when absent. */
+ * host-visible fp32 data on the CPU backend; *numel gets its size. NULL when absent, or on
+ * another backend (use exec_tensor_read). */
 float *exec_tensor(Exec *ex, const char *name, uint64_t *numel);
+/* The same tensor copied into out (fp32, cap elements) on any backend: act weights are widened
+ * exactly. PX_ERUNTIME when absent, held only as shards (ZeRO-3 weights, ZeRO-2/3 gradients) or
+ * larger than cap (*numel: its size). */
+int exec_tensor_read(Exec *ex, const char *name, float *out, uint64_t cap, uint64_t *numel);
 /* The table's tensors, for iterating over parameters. */
 const ModelTensorTable *exec_table(const Exec *ex);
 
 /* Measured memory: the bytes each category's arena holds (allocated at init, never grown);
  * runtime is the profile's allowance, not a measurement. */
 void exec_memory(const Exec *ex, uint64_t bytes[MODEL_CAT_COUNT]);
+/* The device's own account (cudaMemGetInfo: total less free), sampled before the arenas, after
+ * them and after every step: 0 where the backend has no device memory (the CPU), else 1 with
+ * the bytes in use before the arenas, at the peak, and the device's total. */
+int exec_device_memory(const Exec *ex, uint64_t *used_start, uint64_t *used_peak,
+                       uint64_t *total);
+/* fp16 loss scaling: the current scale and the steps skipped so far. */
+double exec_loss_scale(const Exec *ex, long *skipped);
 /* The activation bytes the steps run so far held at once (live sets times their bytes): equal
  * to the activation arena when the schedule used every slot it was sized for. */
 uint64_t exec_activations_in_use_peak(const Exec *ex);

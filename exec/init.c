@@ -5,6 +5,7 @@
  * normal(0, 0.02) for matrices and embeddings, the residual output projections (attn.proj.w,
  * mlp.fc2.w) scaled by 1/sqrt(2 * layers), biases 0, norm weights 1. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "exec/internal.h"
@@ -138,27 +139,81 @@ static void init_range(Exec *ex, const ExecParam *p, uint64_t lo, uint64_t hi, f
     }
 }
 
-void exec_init_params(Exec *ex)
+/* The part of p that this rank's shard of its block holds: [*lo, *hi) in block offsets. */
+static int shard_range(const Exec *ex, const ExecParam *p, uint64_t *lo, uint64_t *hi)
 {
-    const int zero = ex->spec.layout.zero;
+    const ExecBlock *blk = &ex->blocks[p->block];
+    *lo = p->off > blk->own_off ? p->off : blk->own_off;
+    *hi = p->off + p->numel < blk->own_off + blk->own_n ? p->off + p->numel : blk->own_off + blk->own_n;
+    return *hi > *lo;
+}
+
+/* Every parameter's initial values are computed on the host in fp32 and go to the device through
+ * an fp32 scratch (the parameter's own gradient buffer, or ZeRO-2/3's gradient bucket, both
+ * zeroed again at the end): from there they are narrowed into the act weights and copied into
+ * the fp32 master weights of this rank's shard. On the CPU (fp32, no master) they go straight
+ * into the weights. */
+int exec_init_params(Exec *ex, PxError *err)
+{
+    const KernBackend *k = ex->k;
+    const int zero = ex->spec.layout.zero, master = ex->d.master;
+    uint64_t most = 1;
+    for (int i = 0; i < ex->n_params; i++)
+        if (ex->params[i].numel > most)
+            most = ex->params[i].numel;
+    float *host = malloc((size_t)most * sizeof *host);
+    if (!host)
+        return px_fail(err, PX_ERUNTIME, "out of host memory initializing the weights (%.1f MiB)",
+                       (double)most * 4.0 / (1024.0 * 1024.0));
     for (int i = 0; i < ex->n_params; i++) {
         const ExecParam *p = &ex->params[i];
+        const ExecBlock *blk = &ex->blocks[p->block];
+        float *scratch = zero >= 2 ? ex->grad_bucket : p->g;
+        uint64_t lo, hi;
+        const int has_shard = shard_range(ex, p, &lo, &hi);
+        /* the master (and optimizer state) index of block offset o */
+        const uint64_t moff = zero == 0 ? 0 : blk->own_off;
         if (zero < 3) {
-            init_range(ex, p, 0, p->numel, p->w);
+            init_range(ex, p, 0, p->numel, host);
+            if (!master) {
+                k->to_device(p->w, host, (size_t)p->numel * sizeof *host);
+                continue;
+            }
+            k->to_device(scratch, host, (size_t)p->numel * sizeof *host);
+            k->cast_to_act(p->w, scratch, (size_t)p->numel);
+            if (has_shard)
+                k->copy(blk->master + (lo - moff), scratch + (lo - p->off),
+                        (size_t)(hi - lo) * sizeof *host);
             continue;
         }
         /* ZeRO-3: only this rank's shard of the block exists */
-        const ExecBlock *blk = &ex->blocks[p->block];
-        uint64_t lo = p->off > blk->own_off ? p->off : blk->own_off;
-        uint64_t hi = p->off + p->numel < blk->own_off + blk->own_n ? p->off + p->numel
-                                                                      : blk->own_off + blk->own_n;
-        if (hi > lo)
-            init_range(ex, p, lo - p->off, hi - p->off, blk->w_shard + (lo - blk->own_off));
+        if (!has_shard)
+            continue;
+        init_range(ex, p, lo - p->off, hi - p->off, host);
+        void *w = EXEC_AT(blk->w_shard, lo - blk->own_off, ex->ab);
+        if (!master) {
+            k->to_device(w, host, (size_t)(hi - lo) * sizeof *host);
+            continue;
+        }
+        k->to_device(scratch, host, (size_t)(hi - lo) * sizeof *host);
+        k->cast_to_act(w, scratch, (size_t)(hi - lo));
+        k->copy(blk->master + (lo - blk->own_off), scratch, (size_t)(hi - lo) * sizeof *host);
     }
+    free(host);
     /* ZeRO-3's padding at the end of a shard is never a parameter: keep it 0 */
     for (int b = 0; zero == 3 && b < ex->n_blocks; b++) {
         const ExecBlock *blk = &ex->blocks[b];
         if (blk->own_n < blk->shard)
-            memset(blk->w_shard + blk->own_n, 0, (size_t)(blk->shard - blk->own_n) * sizeof(float));
+            k->memset0(EXEC_AT(blk->w_shard, blk->own_n, ex->ab),
+                       (size_t)(blk->shard - blk->own_n) * ex->ab);
     }
+    /* the scratch held weights: gradients start from zero */
+    if (master || zero >= 2) {
+        if (ex->arena[MODEL_GRADS].base)
+            k->memset0(ex->arena[MODEL_GRADS].base, ex->arena[MODEL_GRADS].cap);
+        if (ex->grad_bucket)
+            k->memset0(ex->grad_bucket, (size_t)ex->bucket_elems * sizeof(float));
+    }
+    k->sync();
+    return PX_OK;
 }

@@ -23,25 +23,43 @@ typedef struct {
 /* NULL in the sizing pass; PX_ERUNTIME-worthy overflow is reported by exec_arena_check. */
 void *exec_arena_carve(ExecArena *a, uint64_t bytes, size_t align);
 
-/* ---- tensors the kernels read and write ---- */
+/* Element i of a tensor whose elements take es bytes: the act-dtype tensors (weights,
+ * activations, their gradients) are void * and indexed with the backend's act size. */
+#define EXEC_AT(p, i, es) ((void *)((char *)(p) + (size_t)(i) * (size_t)(es)))
 
+/* ---- tensors the kernels read and write ----
+ * Dtypes follow the tensor table (model/tensors.c): weights and activations in the backend's
+ * act dtype (fp32 on the CPU, bf16 or fp16 on CUDA), hence void *; parameter gradients, master
+ * weights, optimizer state, lse, logits and the cross-entropy's statistics in fp32 (float *);
+ * dropout masks in uint8. */
+
+/* A layer's parameters (act dtype) and, with the same fields, its gradients (fp32). */
+#define EXEC_LAYER_PARAM_FIELDS(T)                                                                \
+    T *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b;                                           \
+    T *ln2_w, *ln2_b, *fc1_w, *fc1_b, *fc2_w, *fc2_b;
 typedef struct {
-    float *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b;
-    float *ln2_w, *ln2_b, *fc1_w, *fc1_b, *fc2_w, *fc2_b;
+    EXEC_LAYER_PARAM_FIELDS(void)
 } ExecLayerParams;
+typedef struct {
+    EXEC_LAYER_PARAM_FIELDS(float)
+} ExecLayerGrads;
 
 /* One layer's saved activations for one micro-batch (pointers into a slot of the pool, or into
  * ws.recompute for what the recompute mode re-creates instead of saving). */
 typedef struct {
-    float *ln1_in, *qkv_in, *qkv_out, *lse, *softmax, *softmax_drop, *proj_in;
-    float *ln2_in, *fc1_in, *act_in, *fc2_in;
+    void *ln1_in, *qkv_in, *qkv_out, *softmax, *softmax_drop, *proj_in;
+    void *ln2_in, *fc1_in, *act_in, *fc2_in;
+    float *lse;
     uint8_t *softmax_mask, *attn_drop_mask, *mlp_drop_mask;
 } ExecLayerActs;
 
-/* The embedding's and output layer's saved tensors of one micro-batch. */
+/* The embedding's and output layer's saved tensors of one micro-batch. probs holds the fp32
+ * logits, then the probabilities, then their gradient; for the backward GEMMs that gradient is
+ * narrowed in place to the act dtype (model.c), which then occupies the first half of it. */
 typedef struct {
     uint8_t *embed_drop_mask;
-    float *final_ln_in, *logits_in, *probs;
+    void *final_ln_in, *logits_in;
+    float *probs;
 } ExecHeadActs;
 
 /* How a parameter's local elements map to the full, unsharded tensor (initialization). */
@@ -57,9 +75,10 @@ typedef enum {
 typedef struct {
     char name[56];     /* the table's name ("layer.3.attn.qkv.w") */
     char init_name[56]; /* the stream it is drawn from (a tied copy draws embed.wte's) */
-    float **wslot, **gslot; /* the executor's named views (ExecLayerParams fields, wte ...) */
-    float *w, *g;           /* where its weights and gradients are (ZeRO-3: in the gather
-                               buffer while its block is gathered; ZeRO-2/3: the bucket) */
+    void **wslot;       /* the executor's named views (ExecLayerParams fields, wte ...) */
+    float **gslot;      /* (ExecLayerGrads fields, g_wte ...) */
+    void *w;            /* where its weights (act) and gradients (fp32) are (ZeRO-3: in the */
+    float *g;           /* gather buffer while its block is gathered; ZeRO-2/3: the bucket) */
     uint64_t numel, off;    /* off: elements before it in its block's flat layout */
     int64_t rows, cols;     /* local shape (cols 1 for vectors) */
     int block;
@@ -78,9 +97,12 @@ typedef struct {
     uint64_t numel, shard;    /* elements on this rank; shard = ceil(numel / zero group) */
     uint64_t own_off, own_n;  /* this rank's shard of the block: [own_off, own_off + own_n) */
     int first_param, n_params;
-    float *w, *g;             /* ZeRO < 3 / < 2: the block's weights / gradients, contiguous */
-    float *w_shard, *g_shard; /* ZeRO 3 / >= 2: this rank's shard */
+    void *w;                  /* ZeRO < 3: the block's weights (act), contiguous */
+    float *g;                 /* ZeRO < 2: its gradients (fp32), contiguous */
+    void *w_shard;            /* ZeRO 3: this rank's shard of the weights */
+    float *g_shard;           /* ZeRO >= 2: this rank's shard of the gradients */
     float *m, *v;             /* optimizer state: numel (ZeRO 0) or shard elements */
+    float *master;            /* fp32 master weights (act not fp32), laid out as m */
     int tied;  /* holds the tied embedding and must sum it with the other stage first */
     int dp_req;  /* the pending data-parallel reduction */
     int reduced; /* its reduction has started this step */
@@ -130,12 +152,14 @@ int exec_data_open(ExecData *d, const char *path, int vocab, int global_batch, i
 int exec_data_read(const ExecData *d, int32_t *dst, uint64_t start, int count, PxError *err);
 void exec_data_close(ExecData *d);
 
-/* The batch of a step on this rank, read by a thread while the previous step computes. Buffer
- * b holds step `have[b]`; the main thread asks for a step by setting want[] (only for a buffer
- * it is not computing on), the thread fills it. */
+/* The batch of a step on this rank, read by a thread while the previous step computes, into
+ * host staging buffers (the backend's host_alloc: page-locked on CUDA) from which the main
+ * thread copies it to the device (data.batch) on the backend's copy stream. Buffer b holds step
+ * `have[b]`; the main thread asks for a step by setting want[] (only for a buffer it is not
+ * copying from), the thread fills it. */
 typedef struct {
     const ExecData *src;
-    int32_t *buf[2];  /* data.batch: [2][m][b][s + 1] */
+    int32_t *buf[2];  /* host staging: [2][m][b][s + 1] */
     int rows, row_len;   /* m*b sequences of s + 1 tokens per step on this rank */
     long long global_batch, first_seq; /* sequences per step; this rank's first of them */
     int seq_len;
@@ -153,14 +177,35 @@ int exec_loader_start(ExecLoader *l, int threaded, PxError *err);
 /* Waits until buffer step % 2 holds `step` (loading it if nobody asked yet), then asks for
  * step + 1 in the other buffer. */
 int exec_loader_get(ExecLoader *l, long step, const int32_t **batch, PxError *err);
+/* 1 with *batch when buffer step % 2 already holds `step` (the thread loaded it), without
+ * waiting and without asking for more; 0 otherwise. */
+int exec_loader_ready(ExecLoader *l, long step, const int32_t **batch);
 void exec_loader_stop(ExecLoader *l);
 /* First token of sequence g (0-based over the whole run) in the source. */
 uint64_t exec_loader_window(const ExecLoader *l, long long g);
 
 /* ---- the executor ---- */
 
+/* ---- fp16 loss scaling (scale.c), as PyTorch's GradScaler: the loss is multiplied by `scale`
+ * before the backward; a step whose gradients hold an Inf or NaN is skipped and the scale
+ * halved; after `interval` clean steps in a row it is doubled. ---- */
+typedef struct {
+    double scale;    /* current loss scale (1: no scaling) */
+    int interval;    /* clean steps before the scale doubles */
+    int clean;       /* clean steps since the last change */
+    int enabled;     /* fp16: dynamic; otherwise scale stays 1 and nothing is skipped */
+    long skipped;    /* steps skipped so far */
+} ExecScaler;
+
+void exec_scaler_init(ExecScaler *s, int enabled, double initial, int interval);
+/* The step's verdict once every rank knows whether any gradient was not finite: 1 when the
+ * step must be skipped. Updates the scale either way. */
+int exec_scaler_update(ExecScaler *s, int found_inf);
+
 struct Exec {
     const KernBackend *k;
+    PxDtype act;    /* the backend's activation (and weight) dtype */
+    size_t ab;      /* its bytes */
     ExecComm *comm;
     int own_comm; /* the single-rank table made here (freed with the executor) */
     ModelPlan plan; /* spec normalised by model_spec_check; prediction owned */
@@ -192,9 +237,10 @@ struct Exec {
     int n_params;
     ExecBlock *blocks;
     int n_blocks;
-    float *wte, *wpe, *lnf_w, *lnf_b, *out_w; /* out_w is wte when tied on this chunk */
+    void *wte, *wpe, *lnf_w, *lnf_b, *out_w; /* out_w is wte when tied on this chunk */
     float *g_wte, *g_wpe, *g_lnf_w, *g_lnf_b, *g_out_w;
-    ExecLayerParams *lw, *lg; /* [layers] weights and gradients (this stage's layers bound) */
+    ExecLayerParams *lw; /* [layers] weights and gradients (this stage's layers bound) */
+    ExecLayerGrads *lg;
     int embed_block, final_block; /* indices in blocks, or -1 */
     int tied_here;  /* the output layer reads embed.wte on this stage */
     int tied_pair;  /* the output layer is a copy on the last stage: embed_allreduce */
@@ -202,7 +248,8 @@ struct Exec {
                                computed when the embedding block is in the bucket */
 
     /* communication buffers */
-    float *pp_send, *pp_recv, *sp_gather, *grad_bucket, *param_gather[2];
+    void *pp_send, *pp_recv, *sp_gather, *param_gather[2];
+    float *grad_bucket;
     uint64_t pp_elems, bucket_elems, gather_elems;
     int send_req, recv_req; /* the pending pipeline send, the posted receive */
     int gather_next;        /* the ZeRO-3 gather slot the next gather fills */
@@ -224,9 +271,12 @@ struct Exec {
     int *xlive, *peak_xlive; /* [v] */
 
     /* workspace and data */
-    float *ws_out, *ws_dx_a, *ws_dx_b, *ws_dhid, *ws_dqkv, *ws_dffn, *ws_dact;
-    float *ws_dscores, *ws_flash_d, *ws_xent;
-    int32_t *batch[2];
+    void *ws_out, *ws_dx_a, *ws_dx_b, *ws_dhid, *ws_dqkv, *ws_dffn, *ws_dact, *ws_dscores;
+    float *ws_flash_d, *ws_xent;
+    int32_t *batch[2];    /* data.batch on the device, one per step in flight */
+    int32_t *stage_buf[2]; /* the loader's host staging (backend host_alloc) */
+    long staged;          /* the step whose batch was copied ahead (-1: none) */
+    float *host_loss;     /* the micro-batch's per-token losses, read back (b * s floats) */
 
     /* schedule */
     ModelAction *actions;
@@ -258,6 +308,12 @@ struct Exec {
     uint64_t step_bytes[MODEL_COMM_COUNT]; /* bytes of the last finished step, by kind */
     uint64_t bytes_at_step[MODEL_COMM_COUNT];
 
+    /* device memory as the device reports it (cudaMemGetInfo); 0 where there is none */
+    int have_dev_mem;
+    uint64_t dev_total, dev_used_start, dev_used_peak;
+    char device_name[96];
+    const char *comm_note; /* why this comm layer (the staged fallback), for the header */
+
     /* data */
     ExecData data;
     ExecLoader loader;
@@ -274,13 +330,20 @@ struct Exec {
     int interrupted;
     int collective_error; /* the last error was seen by every rank alike (no abort needed) */
     int fail_step;        /* PARALLAX_TEST_FAIL: this rank fails at this step (-1: never) */
+    uint64_t inf_steps;   /* PARALLAX_TEST_INF: bit k: an Inf lands in a gradient at step k */
+
+    /* mixed precision */
+    ExecScaler scaler;
+    int opt_steps;        /* optimizer updates made (skipped steps do not count: AdamW's t) */
+    int *step_skipped;    /* [steps] */
+    double *step_scale;   /* [steps] the loss scale the step ran with */
 };
 
 /* run.c: SIGINT / SIGTERM arrived; the ranks agree on it at the end of each step */
 extern volatile sig_atomic_t exec_stop_flag;
 
-/* init.c: the layout-independent initial value of every parameter */
-void exec_init_params(Exec *ex);
+/* init.c: the layout-independent initial value of every parameter (and its master copy) */
+int exec_init_params(Exec *ex, PxError *err);
 
 /* model.c: one chunk's forward and backward of one micro-batch */
 int exec_forward(Exec *ex, int chunk, int mb, int slot, int xslot, const int32_t *tokens,
@@ -290,8 +353,8 @@ int exec_backward(Exec *ex, int chunk, int mb, int slot, int xslot, const int32_
 
 /* step.c: the pipeline's transfers of (chunk, mb, direction): take waits for the posted
  * receive and moves it into dst; give sends src (this TP rank's part of it) on */
-int exec_pp_take(Exec *ex, int chunk, int mb, int backward, float *dst, PxError *err);
-int exec_pp_give(Exec *ex, int chunk, int mb, int backward, const float *src, PxError *err);
+int exec_pp_take(Exec *ex, int chunk, int mb, int backward, void *dst, PxError *err);
+int exec_pp_give(Exec *ex, int chunk, int mb, int backward, const void *src, PxError *err);
 
 /* step.c: gradient reduction of a block whose gradients are complete for the step */
 int exec_block_done(Exec *ex, int block, PxError *err);
@@ -304,6 +367,15 @@ int exec_bucket_reduce(Exec *ex, int block, PxError *err);
  * picks the k-th op of that name (0: the first); -1 when the graph has none */
 int exec_op_find(const Exec *ex, int chunk, ModelPhase phase, int occurrence, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
+
+/* half.c: 16-bit floats on the host (to fp32 exactly; from fp32 to nearest, ties to even) */
+float exec_bf16_to_float(uint16_t h);
+uint16_t exec_float_to_bf16(float f);
+float exec_half_to_float(uint16_t h);
+uint16_t exec_float_to_half(float f);
+
+/* measure.c: samples the device's memory in use (peak) */
+void exec_sample_device_memory(Exec *ex);
 
 /* measure.c: op timing and FLOP counting */
 double exec_now(void);

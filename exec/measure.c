@@ -15,6 +15,30 @@ double exec_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+void exec_sample_device_memory(Exec *ex)
+{
+    size_t fb = 0, tb = 0;
+    if (!ex->have_dev_mem || !ex->k->mem_info(&fb, &tb))
+        return;
+    if (tb - fb > ex->dev_used_peak)
+        ex->dev_used_peak = tb - fb;
+}
+
+int exec_device_memory(const Exec *ex, uint64_t *used_start, uint64_t *used_peak, uint64_t *total)
+{
+    *used_start = ex->dev_used_start;
+    *used_peak = ex->dev_used_peak;
+    *total = ex->dev_total;
+    return ex->have_dev_mem;
+}
+
+double exec_loss_scale(const Exec *ex, long *skipped)
+{
+    if (skipped)
+        *skipped = ex->scaler.skipped;
+    return ex->scaler.scale;
+}
+
 void exec_op_begin(Exec *ex, int op)
 {
     ex->cur_op = op;
@@ -184,6 +208,17 @@ static cJSON *rank_json(Exec *ex)
         cJSON_AddNumberToObject(m, "process_peak_rss_bytes", (double)ru.ru_maxrss * 1024.0);
     cJSON_AddNumberToObject(m, "activation_sets", ex->peak_live);
     cJSON_AddNumberToObject(m, "activations_in_use_peak", (double)exec_activations_in_use_peak(ex));
+    /* the peak two ways: the arenas (every category but runtime, allocated once) and the
+     * device's own account (cudaMemGetInfo), which adds the CUDA context, cuBLAS's workspace,
+     * NCCL's buffers and anything else the process holds on the device */
+    cJSON_AddNumberToObject(m, "arena_bytes", (double)(total - mem[MODEL_RUNTIME]));
+    uint64_t u0, up, ut;
+    if (exec_device_memory(ex, &u0, &up, &ut)) {
+        cJSON_AddStringToObject(m, "device_source", "cudaMemGetInfo");
+        cJSON_AddNumberToObject(m, "device_used_peak_bytes", (double)up);
+        cJSON_AddNumberToObject(m, "device_used_before_arenas_bytes", (double)u0);
+        cJSON_AddNumberToObject(m, "device_total_bytes", (double)ut);
+    }
 
     cJSON *c0 = cJSON_AddObjectToObject(r, "comm");
     cJSON_AddNumberToObject(c0, "rank", ex->comm->rank);
@@ -251,7 +286,12 @@ static cJSON *run_json(Exec *ex, cJSON *const *ranks, int n)
         px_strlcpy(host, "unknown", sizeof host);
     host[sizeof host - 1] = '\0';
     cJSON_AddStringToObject(be, "compute", ex->k->name);
+    cJSON_AddStringToObject(be, "precision", px_dtype_name(ex->act));
+    if (ex->device_name[0])
+        cJSON_AddStringToObject(be, "device", ex->device_name);
     cJSON_AddStringToObject(be, "comm", ex->comm->name);
+    if (ex->comm_note)
+        cJSON_AddStringToObject(be, "comm_note", ex->comm_note);
     cJSON_AddNumberToObject(be, "world", ex->comm->world);
     cJSON_AddStringToObject(be, "host", host);
 
@@ -262,9 +302,19 @@ static cJSON *run_json(Exec *ex, cJSON *const *ranks, int n)
         cJSON_AddNumberToObject(s, "loss", ex->step_loss[i]);
         cJSON_AddNumberToObject(s, "time_s", ex->step_time[i]);
         cJSON_AddNumberToObject(s, "tokens_per_s", ex->step_tps[i]);
+        if (ex->scaler.enabled) {
+            cJSON_AddNumberToObject(s, "loss_scale", ex->step_scale[i]);
+            cJSON_AddBoolToObject(s, "skipped", ex->step_skipped[i]);
+        }
         cJSON_AddItemToArray(steps, s);
     }
     cJSON_AddBoolToObject(j, "interrupted", ex->interrupted);
+    if (ex->scaler.enabled) {
+        cJSON *ls = cJSON_AddObjectToObject(j, "loss_scale");
+        cJSON_AddNumberToObject(ls, "final", ex->scaler.scale);
+        cJSON_AddNumberToObject(ls, "skipped_steps", (double)ex->scaler.skipped);
+        cJSON_AddNumberToObject(ls, "growth_interval", ex->scaler.interval);
+    }
 
     cJSON *mr = cJSON_AddArrayToObject(cJSON_AddObjectToObject(j, "memory"), "per_rank");
     cJSON *cr = cJSON_AddArrayToObject(cJSON_AddObjectToObject(j, "comm"), "per_rank");

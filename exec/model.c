@@ -35,11 +35,23 @@
             return rc_;                                                                           \
     } while (0)
 
+/* element i of an act-dtype tensor */
+#define AT(p, i) EXEC_AT(p, i, ex->ab)
+
 /* ---- counted kernel calls ---- */
 
-/* C[m,n] = op(A) op(B) (+ C when accumulate): 2*m*n*k FLOPs, whatever the operands hold. */
-static void mm(Exec *ex, float *c, const float *a, const float *b, int m, int n, int k, int ta,
-               int tb, int accumulate)
+/* C[m,n] = op(A) op(B): 2*m*n*k FLOPs, whatever the operands hold. A and B hold act values; C
+ * is an act tensor (an activation or its gradient, overwritten) or an fp32 one: a weight
+ * gradient (accumulated) or the logits. */
+static void mm_act(Exec *ex, void *c, const void *a, const void *b, int m, int n, int k, int ta,
+                   int tb)
+{
+    ex->k->matmul(c, ex->act, a, b, m, n, k, ta, tb, 1.0f, 0.0f);
+    exec_count_flops(ex, 2.0 * m * n * k);
+}
+
+static void mm_f32(Exec *ex, float *c, const void *a, const void *b, int m, int n, int k, int ta,
+                   int tb, int accumulate)
 {
     ex->k->matmul(c, PX_FP32, a, b, m, n, k, ta, tb, 1.0f, accumulate ? 1.0f : 0.0f);
     exec_count_flops(ex, 2.0 * m * n * k);
@@ -75,8 +87,7 @@ static int op_index(const Exec *ex, int layer, int op, ModelPhase phase)
 
 static int sp_on(const Exec *ex) { return ex->spec.layout.sp && ex->d.t > 1; }
 
-static void norm_fwd(const Exec *ex, float *out, const float *inp, const float *w, const float *b,
-                     int N)
+static void norm_fwd(const Exec *ex, void *out, const void *inp, const void *w, const void *b, int N)
 {
     const ModelConfig *c = &ex->spec.model;
     if (c->norm == MODEL_LAYERNORM)
@@ -86,8 +97,8 @@ static void norm_fwd(const Exec *ex, float *out, const float *inp, const float *
 }
 
 /* dinp += the norm's input gradient; dw, db += */
-static void norm_bwd(const Exec *ex, float *dinp, float *dw, float *db, const float *dout,
-                     const float *inp, const float *w, int N)
+static void norm_bwd(const Exec *ex, void *dinp, float *dw, float *db, const void *dout,
+                     const void *inp, const void *w, int N)
 {
     const ModelConfig *c = &ex->spec.model;
     if (c->norm == MODEL_LAYERNORM)
@@ -115,7 +126,7 @@ static long long seq_index(const Exec *ex, int mb, int q)
 /* out = dropout(x) over this rank's region of the micro-batch (out may alias x): every token
  * of sequence q at position t draws elements t*h ... of sequence q's stream, whichever rank
  * holds it. */
-static void dropout_region(Exec *ex, float *out, uint8_t *mask, const float *x, int mb, int layer,
+static void dropout_region(Exec *ex, void *out, uint8_t *mask, const void *x, int mb, int layer,
                            int site)
 {
     const int s = ex->d.s, h = ex->d.h, R = ex->d.b * ex->d.s_sp;
@@ -126,7 +137,7 @@ static void dropout_region(Exec *ex, float *out, uint8_t *mask, const float *x, 
         if (n + cnt > first + R)
             cnt = first + R - n;
         const size_t o = (size_t)(n - first) * (size_t)h;
-        ex->k->dropout_fwd(out + o, mask + o, x + o, (size_t)cnt * h, ex->dropout,
+        ex->k->dropout_fwd(AT(out, o), mask + o, AT(x, o), (size_t)cnt * h, ex->dropout,
                            exec_stream_at(drop_seed(ex, seq_index(ex, mb, q), layer, site),
                                           (uint64_t)t0 * (uint64_t)h));
         n += cnt;
@@ -144,8 +155,8 @@ static int tp_op(Exec *ex, int chunk, ModelPhase ph, const char *base, int kind,
     return op;
 }
 
-/* in-place sum of n elements over TP */
-static int tp_allreduce(Exec *ex, int chunk, ModelPhase ph, const char *base, float *buf, size_t n,
+/* in-place sum of n act elements over TP */
+static int tp_allreduce(Exec *ex, int chunk, ModelPhase ph, const char *base, void *buf, size_t n,
                         PxError *err)
 {
     if (ex->d.t < 2)
@@ -154,33 +165,33 @@ static int tp_allreduce(Exec *ex, int chunk, ModelPhase ph, const char *base, fl
     if (op < 0)
         return PX_ERUNTIME;
     exec_op_begin(ex, op);
-    int rc = ex->comm->allreduce(ex->comm, buf, n, PX_FP32, EXEC_SUM, MODEL_TP_ALLREDUCE, NULL, err);
+    int rc = ex->comm->allreduce(ex->comm, buf, n, ex->act, EXEC_SUM, MODEL_TP_ALLREDUCE, NULL, err);
     exec_op_end(ex);
     return rc;
 }
 
 /* out[t * n] = every rank's n */
-static int tp_all_gather(Exec *ex, int chunk, ModelPhase ph, const char *base, float *out,
-                         const float *in, size_t n, PxError *err)
+static int tp_all_gather(Exec *ex, int chunk, ModelPhase ph, const char *base, void *out,
+                         const void *in, size_t n, PxError *err)
 {
     int op = tp_op(ex, chunk, ph, base, MODEL_TP_ALL_GATHER, err);
     if (op < 0)
         return PX_ERUNTIME;
     exec_op_begin(ex, op);
-    int rc = ex->comm->all_gather(ex->comm, out, in, n, PX_FP32, MODEL_TP_ALL_GATHER, NULL, err);
+    int rc = ex->comm->all_gather(ex->comm, out, in, n, ex->act, MODEL_TP_ALL_GATHER, NULL, err);
     exec_op_end(ex);
     return rc;
 }
 
 /* out[n] = this rank's n of the sum of in[t * n] */
-static int tp_reduce_scatter(Exec *ex, int chunk, ModelPhase ph, const char *base, float *out,
-                             const float *in, size_t n, PxError *err)
+static int tp_reduce_scatter(Exec *ex, int chunk, ModelPhase ph, const char *base, void *out,
+                             const void *in, size_t n, PxError *err)
 {
     int op = tp_op(ex, chunk, ph, base, MODEL_TP_REDUCE_SCATTER, err);
     if (op < 0)
         return PX_ERUNTIME;
     exec_op_begin(ex, op);
-    int rc = ex->comm->reduce_scatter(ex->comm, out, in, n, PX_FP32, MODEL_TP_REDUCE_SCATTER, NULL,
+    int rc = ex->comm->reduce_scatter(ex->comm, out, in, n, ex->act, MODEL_TP_REDUCE_SCATTER, NULL,
                                       err);
     exec_op_end(ex);
     return rc;
@@ -194,24 +205,24 @@ static int block_of_layer(const Exec *ex, int l)
     return -1;
 }
 
-static void attention_core_fwd(Exec *ex, const ExecLayerActs *a, float *out, int mb, int l)
+static void attention_core_fwd(Exec *ex, const ExecLayerActs *a, void *out, int mb, int l)
 {
     const ModelDims *d = &ex->d;
     const int s = d->s, H = d->heads_loc, qkv = d->q_loc + 2 * d->kv_width_loc;
     const size_t tile = (size_t)H * s * s;
     for (int q = 0; q < d->b; q++) {
-        const float *base = a->qkv_out + (size_t)q * s * qkv;
+        const void *base = AT(a->qkv_out, (size_t)q * s * qkv);
         KernAttnFwd f = {
             .B = 1, .Tq = s, .Tk = s, .H = H, .KV = d->kv_loc, .D = d->hd,
             .scale = (float)(1.0 / sqrt((double)d->hd)),
-            .q = base, .k = base + d->q_loc, .v = base + d->q_loc + d->kv_width_loc,
+            .q = base, .k = AT(base, d->q_loc), .v = AT(base, d->q_loc + d->kv_width_loc),
             .q_stride = qkv, .k_stride = qkv, .v_stride = qkv,
-            .out = out + (size_t)q * s * d->q_loc,
+            .out = AT(out, (size_t)q * s * d->q_loc),
         };
         if (ex->spec.job.flash_attn) {
             f.lse = a->lse + (size_t)q * H * s;
         } else {
-            f.probs = a->softmax + q * tile;
+            f.probs = AT(a->softmax, q * tile);
             if (ex->attn_dropout) {
                 f.dropout = ex->dropout;
                 /* the stream of the whole layer's heads: this rank's first head is global
@@ -219,7 +230,7 @@ static void attention_core_fwd(Exec *ex, const ExecLayerActs *a, float *out, int
                 f.seed = exec_stream_at(drop_seed(ex, seq_index(ex, mb, q), l, EXEC_SITE_ATTN),
                                         (uint64_t)ex->tp_rank * tile);
                 f.mask = a->softmax_mask + q * tile;
-                f.probs_drop = a->softmax_drop + q * tile;
+                f.probs_drop = AT(a->softmax_drop, q * tile);
             }
         }
         attn_fwd(ex, &f);
@@ -232,12 +243,12 @@ static void attention_core_fwd(Exec *ex, const ExecLayerActs *a, float *out, int
  * partial product over the full sequence; reduce it (all-reduce, or reduce-scatter into y's
  * region), then bias, dropout and the residual: out = res + dropout(y + bias). */
 static int row_parallel_out(Exec *ex, int chunk, int l, int opi, const char *base, ModelPhase ph,
-                            const float *bias, uint8_t *mask, int site, const float *res,
-                            float *out, int mb, PxError *err)
+                            const void *bias, uint8_t *mask, int site, const void *res, void *out,
+                            int mb, PxError *err)
 {
     const KernBackend *k = ex->k;
     const int R = ex->d.b * ex->d.s_sp, h = ex->d.h;
-    float *y = ex->ws_out;
+    void *y = ex->ws_out;
     exec_op_end(ex);
     if (sp_on(ex)) {
         y = out; /* the reduce-scatter writes the region straight into the output */
@@ -258,7 +269,7 @@ static int row_parallel_out(Exec *ex, int chunk, int l, int opi, const char *bas
 /* Forward of layer l from a->ln1_in; the output (input plus both residual branches, this
  * rank's region) goes to out. phase MODEL_RECOMPUTE re-creates the tensors of a that the
  * recompute mode did not save (out is then scratch). */
-static int layer_fwd(Exec *ex, int chunk, int l, const ExecLayerActs *a, float *out,
+static int layer_fwd(Exec *ex, int chunk, int l, const ExecLayerActs *a, void *out,
                      ModelPhase phase, int mb, PxError *err)
 {
     const KernBackend *k = ex->k;
@@ -273,14 +284,14 @@ static int layer_fwd(Exec *ex, int chunk, int l, const ExecLayerActs *a, float *
     norm_fwd(ex, a->qkv_in, a->ln1_in, w->ln1_w, w->ln1_b, R);
     exec_op_end(ex);
 
-    const float *x = a->qkv_in;
+    const void *x = a->qkv_in;
     if (sp) {
         snprintf(base, sizeof base, "layer.%d.attn.qkv", l);
         TRY(tp_all_gather(ex, chunk, phase, base, ex->sp_gather, a->qkv_in, (size_t)R * h, err));
         x = ex->sp_gather;
     }
     exec_op_begin(ex, op_index(ex, l, EX_QKV, phase));
-    mm(ex, a->qkv_out, x, w->qkv_w, N, qkv, h, 0, 1, 0);
+    mm_act(ex, a->qkv_out, x, w->qkv_w, N, qkv, h, 0, 1);
     if (w->qkv_b)
         k->add_bias(a->qkv_out, w->qkv_b, N, qkv);
     if (c->position == MODEL_POS_ROPE)
@@ -292,7 +303,7 @@ static int layer_fwd(Exec *ex, int chunk, int l, const ExecLayerActs *a, float *
     exec_op_end(ex);
 
     exec_op_begin(ex, op_index(ex, l, EX_PROJ, phase));
-    mm(ex, ex->ws_out, a->proj_in, w->proj_w, N, h, d->q_loc, 0, 1, 0);
+    mm_act(ex, ex->ws_out, a->proj_in, w->proj_w, N, h, d->q_loc, 0, 1);
     snprintf(base, sizeof base, "layer.%d.attn.proj", l);
     TRY(row_parallel_out(ex, chunk, l, EX_PROJ, base, phase, w->proj_b, a->attn_drop_mask,
                          EXEC_SITE_ATTN_OUT, a->ln1_in, a->ln2_in, mb, err));
@@ -308,7 +319,7 @@ static int layer_fwd(Exec *ex, int chunk, int l, const ExecLayerActs *a, float *
         x = ex->sp_gather;
     }
     exec_op_begin(ex, op_index(ex, l, EX_FC1, phase));
-    mm(ex, a->act_in, x, w->fc1_w, N, d->ffn_out_loc, h, 0, 1, 0);
+    mm_act(ex, a->act_in, x, w->fc1_w, N, d->ffn_out_loc, h, 0, 1);
     if (w->fc1_b)
         k->add_bias(a->act_in, w->fc1_b, N, d->ffn_out_loc);
     exec_op_end(ex);
@@ -321,7 +332,7 @@ static int layer_fwd(Exec *ex, int chunk, int l, const ExecLayerActs *a, float *
     exec_op_end(ex);
 
     exec_op_begin(ex, op_index(ex, l, EX_FC2, phase));
-    mm(ex, ex->ws_out, a->fc2_in, w->fc2_w, N, h, d->ffn_loc, 0, 1, 0);
+    mm_act(ex, ex->ws_out, a->fc2_in, w->fc2_w, N, h, d->ffn_loc, 0, 1);
     snprintf(base, sizeof base, "layer.%d.mlp.fc2", l);
     return row_parallel_out(ex, chunk, l, EX_FC2, base, phase, w->fc2_b, a->mlp_drop_mask,
                             EXEC_SITE_MLP_OUT, a->ln2_in, out, mb, err);
@@ -329,13 +340,13 @@ static int layer_fwd(Exec *ex, int chunk, int l, const ExecLayerActs *a, float *
 
 /* The output gradient of a row-parallel layer over the full sequence: dropout's backward on
  * this rank's region of dres, then (SP) the all-gather of the regions. */
-static int row_parallel_dy(Exec *ex, int chunk, const char *base, const float *dres,
-                           const uint8_t *mask, int l, int opi, const float **dy, PxError *err)
+static int row_parallel_dy(Exec *ex, int chunk, const char *base, const void *dres,
+                           const uint8_t *mask, int l, int opi, const void **dy, PxError *err)
 {
     const int R = ex->d.b * ex->d.s_sp, h = ex->d.h;
-    const float *y = dres;
+    const void *y = dres;
     if (ex->dropout > 0) {
-        float *tmp = sp_on(ex) ? ex->ws_dx_a : ex->ws_out;
+        void *tmp = sp_on(ex) ? ex->ws_dx_a : ex->ws_out;
         ex->k->dropout_bwd(tmp, dres, mask, (size_t)R * h, ex->dropout);
         y = tmp;
     }
@@ -351,7 +362,7 @@ static int row_parallel_dy(Exec *ex, int chunk, const char *base, const float *d
 
 /* The input gradient of a column-parallel layer (QKV, fc1) in ws.dhid is partial: all-reduce
  * it (the f operator), or reduce-scatter it into ws.dx_a's region. *dn gets where it is. */
-static int column_parallel_dx(Exec *ex, int chunk, const char *base, const float **dn,
+static int column_parallel_dx(Exec *ex, int chunk, const char *base, const void **dn,
                               PxError *err)
 {
     const int R = ex->d.b * ex->d.s_sp, h = ex->d.h;
@@ -368,14 +379,14 @@ static int column_parallel_dx(Exec *ex, int chunk, const char *base, const float
 
 /* Backward of layer l: dres holds the gradient of the layer's output (this rank's region) and
  * leaves with the gradient of its input. */
-static int layer_bwd(Exec *ex, int chunk, int l, const ExecLayerActs *a, float *dres, int mb,
+static int layer_bwd(Exec *ex, int chunk, int l, const ExecLayerActs *a, void *dres, int mb,
                      PxError *err)
 {
     const KernBackend *k = ex->k;
     const ModelDims *d = &ex->d;
     const ModelConfig *c = &ex->spec.model;
     const ExecLayerParams *w = &ex->lw[l];
-    const ExecLayerParams *g = &ex->lg[l];
+    const ExecLayerGrads *g = &ex->lg[l];
     const int N = d->b * d->s_loc, R = d->b * d->s_sp, h = d->h, qkv = d->q_loc + 2 * d->kv_width_loc;
     const int F = d->ffn_loc, FO = d->ffn_out_loc, sp = sp_on(ex);
     char base[48];
@@ -387,14 +398,14 @@ static int layer_bwd(Exec *ex, int chunk, int l, const ExecLayerActs *a, float *
 
     /* fc2: dropout, bias, dgrad into the activation's output gradient, wgrad */
     exec_op_begin(ex, op_index(ex, l, EX_FC2, MODEL_BWD));
-    const float *dy;
+    const void *dy;
     snprintf(base, sizeof base, "layer.%d.mlp.fc2", l);
     TRY(row_parallel_dy(ex, chunk, base, dres, a->mlp_drop_mask, l, EX_FC2, &dy, err));
     if (g->fc2_b)
         k->bias_grad(g->fc2_b, dy, N, h);
-    float *dact = c->mlp == MODEL_SWIGLU ? ex->ws_dact : ex->ws_dffn;
-    mm(ex, dact, dy, w->fc2_w, N, F, h, 0, 0, 0);
-    mm(ex, g->fc2_w, dy, a->fc2_in, h, F, N, 1, 0, 1);
+    void *dact = c->mlp == MODEL_SWIGLU ? ex->ws_dact : ex->ws_dffn;
+    mm_act(ex, dact, dy, w->fc2_w, N, F, h, 0, 0);
+    mm_f32(ex, g->fc2_w, dy, a->fc2_in, h, F, N, 1, 0, 1);
     exec_op_end(ex);
 
     exec_op_begin(ex, op_index(ex, l, EX_ACT, MODEL_BWD));
@@ -404,7 +415,7 @@ static int layer_bwd(Exec *ex, int chunk, int l, const ExecLayerActs *a, float *
         k->gelu_bwd(ex->ws_dffn, a->act_in, ex->ws_dffn, (size_t)N * F);
     exec_op_end(ex);
 
-    const float *x = a->fc1_in;
+    const void *x = a->fc1_in;
     snprintf(base, sizeof base, "layer.%d.mlp.fc1", l);
     if (sp) {
         TRY(tp_all_gather(ex, chunk, MODEL_BWD, base, ex->sp_gather, a->fc1_in, (size_t)R * h, err));
@@ -413,10 +424,10 @@ static int layer_bwd(Exec *ex, int chunk, int l, const ExecLayerActs *a, float *
     exec_op_begin(ex, op_index(ex, l, EX_FC1, MODEL_BWD));
     if (g->fc1_b)
         k->bias_grad(g->fc1_b, ex->ws_dffn, N, FO);
-    mm(ex, ex->ws_dhid, ex->ws_dffn, w->fc1_w, N, h, FO, 0, 0, 0);
-    mm(ex, g->fc1_w, ex->ws_dffn, x, FO, h, N, 1, 0, 1);
+    mm_act(ex, ex->ws_dhid, ex->ws_dffn, w->fc1_w, N, h, FO, 0, 0);
+    mm_f32(ex, g->fc1_w, ex->ws_dffn, x, FO, h, N, 1, 0, 1);
     exec_op_end(ex);
-    const float *dn;
+    const void *dn;
     TRY(column_parallel_dx(ex, chunk, base, &dn, err));
 
     exec_op_begin(ex, op_index(ex, l, EX_LN2, MODEL_BWD));
@@ -428,8 +439,8 @@ static int layer_bwd(Exec *ex, int chunk, int l, const ExecLayerActs *a, float *
     TRY(row_parallel_dy(ex, chunk, base, dres, a->attn_drop_mask, l, EX_PROJ, &dy, err));
     if (g->proj_b)
         k->bias_grad(g->proj_b, dy, N, h);
-    mm(ex, ex->ws_dhid, dy, w->proj_w, N, d->q_loc, h, 0, 0, 0);
-    mm(ex, g->proj_w, dy, a->proj_in, h, d->q_loc, N, 1, 0, 1);
+    mm_act(ex, ex->ws_dhid, dy, w->proj_w, N, d->q_loc, h, 0, 0);
+    mm_f32(ex, g->proj_w, dy, a->proj_in, h, d->q_loc, N, 1, 0, 1);
     exec_op_end(ex);
 
     /* Selective recompute re-creates the softmax (and its dropout) just before the core's
@@ -446,28 +457,28 @@ static int layer_bwd(Exec *ex, int chunk, int l, const ExecLayerActs *a, float *
         const int s = d->s, H = d->heads_loc;
         const size_t tile = (size_t)H * s * s;
         for (int q = 0; q < d->b; q++) {
-            const float *qb = a->qkv_out + (size_t)q * s * qkv;
-            float *dbase = ex->ws_dqkv + (size_t)q * s * qkv;
+            const void *qb = AT(a->qkv_out, (size_t)q * s * qkv);
+            void *dbase = AT(ex->ws_dqkv, (size_t)q * s * qkv);
             KernAttnBwd b = {
                 .B = 1, .Tq = s, .Tk = s, .H = H, .KV = d->kv_loc, .D = d->hd,
                 .scale = (float)(1.0 / sqrt((double)d->hd)),
-                .q = qb, .k = qb + d->q_loc, .v = qb + d->q_loc + d->kv_width_loc,
+                .q = qb, .k = AT(qb, d->q_loc), .v = AT(qb, d->q_loc + d->kv_width_loc),
                 .q_stride = qkv, .k_stride = qkv, .v_stride = qkv,
-                .dout = ex->ws_dhid + (size_t)q * s * d->q_loc,
-                .dq = dbase, .dk = dbase + d->q_loc, .dv = dbase + d->q_loc + d->kv_width_loc,
+                .dout = AT(ex->ws_dhid, (size_t)q * s * d->q_loc),
+                .dq = dbase, .dk = AT(dbase, d->q_loc), .dv = AT(dbase, d->q_loc + d->kv_width_loc),
                 .dq_stride = qkv, .dk_stride = qkv, .dv_stride = qkv,
             };
             if (ex->spec.job.flash_attn) {
-                b.out = a->proj_in + (size_t)q * s * d->q_loc;
+                b.out = AT(a->proj_in, (size_t)q * s * d->q_loc);
                 b.lse = a->lse + (size_t)q * H * s;
                 b.drow = ex->ws_flash_d + (size_t)q * H * s;
             } else {
-                b.probs = a->softmax + q * tile;
-                b.dscores = ex->ws_dscores + q * tile;
+                b.probs = AT(a->softmax, q * tile);
+                b.dscores = AT(ex->ws_dscores, q * tile);
                 if (ex->attn_dropout) {
                     b.dropout = ex->dropout;
                     b.mask = a->softmax_mask + q * tile;
-                    b.probs_drop = a->softmax_drop + q * tile;
+                    b.probs_drop = AT(a->softmax_drop, q * tile);
                 }
             }
             attn_bwd(ex, &b);
@@ -487,8 +498,8 @@ static int layer_bwd(Exec *ex, int chunk, int l, const ExecLayerActs *a, float *
                     (float)c->rope_theta);
     if (g->qkv_b)
         k->bias_grad(g->qkv_b, ex->ws_dqkv, N, qkv);
-    mm(ex, ex->ws_dhid, ex->ws_dqkv, w->qkv_w, N, h, qkv, 0, 0, 0);
-    mm(ex, g->qkv_w, ex->ws_dqkv, x, qkv, h, N, 1, 0, 1);
+    mm_act(ex, ex->ws_dhid, ex->ws_dqkv, w->qkv_w, N, h, qkv, 0, 0);
+    mm_f32(ex, g->qkv_w, ex->ws_dqkv, x, qkv, h, N, 1, 0, 1);
     exec_op_end(ex);
     TRY(column_parallel_dx(ex, chunk, base, &dn, err));
 
@@ -500,7 +511,7 @@ static int layer_bwd(Exec *ex, int chunk, int l, const ExecLayerActs *a, float *
 
 /* ---- the embedding and the output layer ---- */
 
-static int embed_fwd(Exec *ex, int chunk, int mb, ExecHeadActs *x, float *x0, const int32_t *tok,
+static int embed_fwd(Exec *ex, int chunk, int mb, ExecHeadActs *x, void *x0, const int32_t *tok,
                      PxError *err)
 {
     const KernBackend *k = ex->k;
@@ -511,11 +522,11 @@ static int embed_fwd(Exec *ex, int chunk, int mb, ExecHeadActs *x, float *x0, co
     TRY(exec_gather_block(ex, ex->embed_block, MODEL_FWD, 0, err));
     /* vocabulary-parallel: this rank's rows give a partial embedding, summed over TP; the
      * positions are added on one rank only */
-    const float *wpe = ex->tp_rank == 0 ? ex->wpe : NULL;
-    float *emb = sp || ex->dropout > 0 ? ex->ws_out : x0;
+    const void *wpe = ex->tp_rank == 0 ? ex->wpe : NULL;
+    void *emb = sp || ex->dropout > 0 ? ex->ws_out : x0;
     exec_op_begin(ex, ex->other_op[EX_EMBED][MODEL_FWD]);
     for (int q = 0; q < b; q++)
-        k->embedding_fwd(emb + q * sh, tok + (size_t)q * row, ex->wte, wpe, s, s, 0, h,
+        k->embedding_fwd(AT(emb, q * sh), tok + (size_t)q * row, ex->wte, wpe, s, s, 0, h,
                          ex->tp_rank * V, V);
     exec_op_end(ex);
     if (sp) {
@@ -543,7 +554,7 @@ static int head_fwd(Exec *ex, int chunk, ExecHeadActs *x, const int32_t *tok, Px
     exec_op_begin(ex, ex->other_op[EX_FINAL_LN][MODEL_FWD]);
     norm_fwd(ex, x->logits_in, x->final_ln_in, ex->lnf_w, ex->lnf_b, R);
     exec_op_end(ex);
-    const float *in = x->logits_in;
+    const void *in = x->logits_in;
     if (sp_on(ex)) {
         TRY(tp_all_gather(ex, chunk, MODEL_FWD, "logits", ex->sp_gather, x->logits_in,
                           (size_t)R * h, err));
@@ -555,11 +566,9 @@ static int head_fwd(Exec *ex, int chunk, ExecHeadActs *x, const int32_t *tok, Px
     /* fp32 logits straight into the saved probabilities; columns of the vocabulary padding
      * get -inf, so they take no probability and the loss does not depend on the padding */
     exec_op_begin(ex, ex->other_op[EX_LOGITS][MODEL_FWD]);
-    mm(ex, x->probs, in, ex->out_w, N, V, h, 0, 1, 0);
+    mm_f32(ex, x->probs, in, ex->out_w, N, V, h, 0, 1, 0);
     if (vocab < v0 + V)
-        for (int n = 0; n < N; n++)
-            for (int v = vocab > v0 ? vocab - v0 : 0; v < V; v++)
-                x->probs[(size_t)n * V + v] = -INFINITY;
+        k->fill_cols_f32(x->probs, N, V, vocab > v0 ? vocab - v0 : 0, V, -INFINITY);
     exec_op_end(ex);
 
     /* cross-entropy in the kernels' steps, the ranks' shards combined between them */
@@ -601,41 +610,59 @@ static int head_fwd(Exec *ex, int chunk, ExecHeadActs *x, const int32_t *tok, Px
     }
     /* every TP rank has the same losses: one of them reports them */
     if (ex->tp_rank == 0 && ex->cp_rank == 0) {
+        k->to_host(ex->host_loss, loss, (size_t)N * sizeof *loss);
         double sum = 0.0;
         for (int n = 0; n < N; n++)
-            sum += loss[n];
+            sum += ex->host_loss[n];
         ex->loss_sum += sum;
     }
     exec_op_end(ex);
     return PX_OK;
 }
 
-/* The output layer's weight gradient: dW += dlogits^T x (SP: x re-gathered). */
+/* The gradient of the logits, computed in fp32 over the probabilities, in the act dtype for the
+ * output layer's GEMMs (cuBLAS takes both operands in one dtype), narrowed in place so that it
+ * stays within loss.probs as the tensor table sizes it: element i moves from byte 4i to byte
+ * ab*i. A cast of elements [lo, 2lo) writes bytes [2lo, 4lo) (bf16), which hold elements below
+ * lo that earlier casts have read, and never its own input (bytes [4lo, 8lo)): so elements 0,
+ * [1, 2), [2, 4), [4, 8) ... are each one ordinary cast, 1 + log2(n) calls in stream order. */
+static const void *dlogits_act(Exec *ex, float *probs, size_t n)
+{
+    if (ex->act == PX_FP32 || n == 0)
+        return probs;
+    ex->k->cast_to_act(probs, probs, 1); /* one element: read, then written, by one thread */
+    for (size_t lo = 1; lo < n; lo *= 2)
+        ex->k->cast_to_act(AT(probs, lo), probs + lo, (2 * lo < n ? 2 * lo : n) - lo);
+    return probs;
+}
+
+/* The output layer's weight gradient: dW += dlogits^T x (SP: x re-gathered). The logits'
+ * gradient is already in the act dtype (dlogits_act). */
 static int logits_wgrad(Exec *ex, int chunk, const ExecHeadActs *x, PxError *err)
 {
     const ModelDims *d = &ex->d;
     const int N = d->b * d->s_loc, R = d->b * d->s_sp, V = d->vocab_loc, h = d->h;
-    const float *in = x->logits_in;
+    const void *in = x->logits_in;
     if (sp_on(ex)) {
         TRY(tp_all_gather(ex, chunk, MODEL_BWD, "logits", ex->sp_gather, x->logits_in,
                           (size_t)R * h, err));
         in = ex->sp_gather;
     }
     exec_op_resume(ex, ex->other_op[EX_LOGITS][MODEL_BWD]);
-    mm(ex, ex->g_out_w, x->probs, in, V, h, N, 1, 0, 1);
+    mm_f32(ex, ex->g_out_w, x->probs, in, V, h, N, 1, 0, 1);
     exec_op_end(ex);
     return PX_OK;
 }
 
-static int head_bwd(Exec *ex, int chunk, const ExecHeadActs *x, const int32_t *tok, float *dres,
+static int head_bwd(Exec *ex, int chunk, const ExecHeadActs *x, const int32_t *tok, void *dres,
                     int last_mb, PxError *err)
 {
     const KernBackend *k = ex->k;
     const ModelDims *d = &ex->d;
     const int b = d->b, s = d->s, h = d->h, row = s + 1, V = d->vocab_loc;
     const int N = b * d->s_loc, R = b * d->s_sp;
-    /* the loss is the mean over every token of the global batch */
-    const float dloss = (float)(1.0 / ((double)ex->spec.job.global_batch * s));
+    /* the loss is the mean over every token of the global batch, times the fp16 loss scale */
+    const float dloss = (float)(ex->scaler.scale / ((double)ex->spec.job.global_batch * s));
     exec_bucket_zero(ex, ex->final_block);
     TRY(exec_gather_block(ex, ex->final_block, MODEL_BWD, 0, err));
     if (ex->tied_here)
@@ -645,13 +672,14 @@ static int head_bwd(Exec *ex, int chunk, const ExecHeadActs *x, const int32_t *t
     for (int q = 0; q < b; q++)
         k->xent_bwd(x->probs + (size_t)q * s * V, tok + (size_t)q * row + 1, s, V,
                     ex->tp_rank * V, dloss);
+    const void *dlogits = dlogits_act(ex, x->probs, (size_t)N * V);
     exec_op_end(ex);
 
     /* input gradient now; the weight gradient too, unless the embedding's block must be in
      * the ZeRO bucket to receive it (then just before the embedding's backward) */
-    float *dx = sp_on(ex) ? ex->ws_out : ex->ws_dx_a;
+    void *dx = sp_on(ex) ? ex->ws_out : ex->ws_dx_a;
     exec_op_begin(ex, ex->other_op[EX_LOGITS][MODEL_BWD]);
-    mm(ex, dx, x->probs, ex->out_w, N, h, V, 0, 0, 0);
+    mm_act(ex, dx, dlogits, ex->out_w, N, h, V, 0, 0);
     exec_op_end(ex);
     if (!ex->defer_logits_wgrad)
         TRY(logits_wgrad(ex, chunk, x, err));
@@ -661,7 +689,7 @@ static int head_bwd(Exec *ex, int chunk, const ExecHeadActs *x, const int32_t *t
         TRY(tp_allreduce(ex, chunk, MODEL_BWD, "logits", ex->ws_dx_a, (size_t)R * h, err));
 
     exec_op_begin(ex, ex->other_op[EX_FINAL_LN][MODEL_BWD]);
-    k->memset0(dres, (size_t)R * h * sizeof *dres);
+    k->memset0(dres, (size_t)R * h * ex->ab);
     norm_bwd(ex, dres, ex->g_lnf_w, ex->g_lnf_b, ex->ws_dx_a, x->final_ln_in, ex->lnf_w, R);
     exec_op_end(ex);
     TRY(exec_bucket_reduce(ex, ex->final_block, err));
@@ -671,7 +699,7 @@ static int head_bwd(Exec *ex, int chunk, const ExecHeadActs *x, const int32_t *t
 }
 
 static int embed_bwd(Exec *ex, int chunk, const ExecHeadActs *x, const int32_t *tok,
-                     const float *dres, int last_mb, PxError *err)
+                     const void *dres, int last_mb, PxError *err)
 {
     const KernBackend *k = ex->k;
     const ModelDims *d = &ex->d;
@@ -682,9 +710,9 @@ static int embed_bwd(Exec *ex, int chunk, const ExecHeadActs *x, const int32_t *
         TRY(logits_wgrad(ex, chunk, x, err));
     const int op = ex->other_op[EX_EMBED][MODEL_BWD];
     exec_op_begin(ex, op);
-    const float *dy = dres;
+    const void *dy = dres;
     if (ex->dropout > 0) {
-        float *tmp = sp_on(ex) ? ex->ws_dx_a : ex->ws_out;
+        void *tmp = sp_on(ex) ? ex->ws_dx_a : ex->ws_out;
         k->dropout_bwd(tmp, dres, x->embed_drop_mask, (size_t)R * h, ex->dropout);
         dy = tmp;
     }
@@ -696,7 +724,7 @@ static int embed_bwd(Exec *ex, int chunk, const ExecHeadActs *x, const int32_t *
     TRY(exec_gather_block(ex, ex->embed_block, MODEL_BWD, ex->tied_here ? 1 : 0, err));
     exec_op_resume(ex, op);
     for (int q = 0; q < b; q++)
-        k->embedding_bwd(ex->g_wte, ex->g_wpe, dy + q * sh, tok + (size_t)q * row, s, s, 0, h,
+        k->embedding_bwd(ex->g_wte, ex->g_wpe, AT(dy, q * sh), tok + (size_t)q * row, s, s, 0, h,
                          ex->tp_rank * V, V);
     exec_op_end(ex);
     TRY(exec_bucket_reduce(ex, ex->embed_block, err));
@@ -721,10 +749,10 @@ int exec_forward(Exec *ex, int j, int mb, int slot, int xslot, const int32_t *to
     }
     /* the chunk's output: the output layer's input, or a scratch that is sent on (with SP
      * ws.out feeds the last reduce-scatter, so ws.dx_a holds the region) */
-    float *send = sp_on(ex) ? ex->ws_dx_a : ex->ws_out;
+    void *send = sp_on(ex) ? ex->ws_dx_a : ex->ws_out;
     for (int li = 0; li < cl; li++) {
         const int l = l0 + li;
-        float *out = li + 1 < cl ? A[li + 1].ln1_in : last ? x->final_ln_in : send;
+        void *out = li + 1 < cl ? A[li + 1].ln1_in : last ? x->final_ln_in : send;
         TRY(exec_gather_block(ex, block_of_layer(ex, l), MODEL_FWD, 0, err));
         TRY(layer_fwd(ex, j, l, &A[li], out, MODEL_FWD, mb, err));
     }
@@ -740,7 +768,7 @@ int exec_backward(Exec *ex, int j, int mb, int slot, int xslot, const int32_t *t
     const int g = ex->chunk_g[j], cl = ex->cl, l0 = g * cl;
     ExecLayerActs *A = &ex->acts[(size_t)slot * cl];
     const ExecHeadActs *x = ex->n_xslots[j] > 0 ? &ex->xacts[j][xslot] : NULL;
-    float *dres = ex->ws_dx_b;
+    void *dres = ex->ws_dx_b;
     if (g == d->chunks - 1) {
         TRY(head_bwd(ex, j, x, tok, dres, last_mb, err));
     } else {

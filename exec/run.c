@@ -31,13 +31,21 @@ static void print_header(const Exec *ex)
     const ModelSpec *s = &ex->spec;
     char params[32];
     px_fmt_count(params, sizeof params, model_config_params(&s->model));
-    if (ex->comm->world > 1)
-        printf("parallax-worker: %s on %s, %d ranks: dp %d x tp %d x pp %d (%s compute, %s comm)\n",
-               s->model.name, ex->cluster.name, ex->comm->world, d->dp, d->t, d->p, ex->k->name,
-               ex->comm->name);
+    char compute[160], comm[192];
+    if (ex->device_name[0])
+        snprintf(compute, sizeof compute, "%s compute on %s", ex->k->name, ex->device_name);
     else
-        printf("parallax-worker: %s on %s, 1 rank (%s compute, %s comm)\n", s->model.name,
-               ex->cluster.name, ex->k->name, ex->comm->name);
+        snprintf(compute, sizeof compute, "%s compute", ex->k->name);
+    if (ex->comm_note)
+        snprintf(comm, sizeof comm, "%s comm, %s", ex->comm->name, ex->comm_note);
+    else
+        snprintf(comm, sizeof comm, "%s comm", ex->comm->name);
+    if (ex->comm->world > 1)
+        printf("parallax-worker: %s on %s, %d ranks: dp %d x tp %d x pp %d (%s, %s)\n",
+               s->model.name, ex->cluster.name, ex->comm->world, d->dp, d->t, d->p, compute, comm);
+    else
+        printf("parallax-worker: %s on %s, 1 rank (%s, %s)\n", s->model.name, ex->cluster.name,
+               compute, comm);
     printf("model     %d layers, hidden %d, %d heads, vocab %d: %s parameters\n", s->model.layers,
            s->model.hidden, s->model.heads, s->model.vocab, params);
     printf("training  gbs %d  mbs %d (%d micro-batches)  seq %d  %s  %s  lr %g -> %g (warm-up %d)  "
@@ -45,6 +53,13 @@ static void print_header(const Exec *ex)
            s->job.global_batch, s->job.micro_batch, d->m, d->s, px_dtype_name(s->job.precision),
            model_optimizer_name(s->job.optimizer), s->job.lr, s->job.min_lr, s->job.warmup_steps,
            ex->steps);
+    if (ex->d.master)
+        printf("precision %s weights and activations, fp32 master weights, gradients and optimizer "
+               "state\n", px_dtype_name(ex->act));
+    if (ex->scaler.enabled)
+        printf("loss      dynamic fp16 loss scaling: scale %g, halved and the step skipped on an "
+               "Inf or NaN gradient, doubled after %d clean steps\n",
+               ex->scaler.scale, ex->scaler.interval);
     printf("layout    schedule %s  recompute %s  flash-attn %s  dropout %g  zero %d%s\n",
            model_schedule_name(s->layout.schedule), model_recompute_name(s->layout.recompute),
            s->job.flash_attn ? "on" : "off", s->job.dropout, s->layout.zero,
@@ -61,6 +76,27 @@ static void print_header(const Exec *ex)
     fflush(stdout);
 }
 
+/* The device's own account of its memory beside the arenas: what the runtime category stands
+ * for (CUDA context, cuBLAS workspace, NCCL) measured, against the profile's allowance. */
+static void print_device_memory(const Exec *ex, uint64_t arenas, uint64_t allowance)
+{
+    uint64_t u0, up, ut;
+    if (!exec_device_memory(ex, &u0, &up, &ut))
+        return;
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    printf("device    cudaMemGetInfo: %.3f GiB in use at the peak of %.2f GiB (%.3f GiB before "
+           "the arenas); beyond the arenas %.3f GiB, against the runtime allowance of %.3f GiB\n",
+           (double)up / gib, (double)ut / gib, (double)u0 / gib,
+           (double)(up > arenas ? up - arenas : 0) / gib, (double)allowance / gib);
+}
+
+static void print_loss_scale(const Exec *ex)
+{
+    if (ex->scaler.enabled)
+        printf("loss scale %g at the end; %ld of %d steps skipped (gradients not finite)\n",
+               ex->scaler.scale, ex->scaler.skipped, ex->steps_done);
+}
+
 static void print_summary_one(Exec *ex)
 {
     uint64_t mem[MODEL_CAT_COUNT];
@@ -68,15 +104,23 @@ static void print_summary_one(Exec *ex)
     const SimStageMemory *pm = &ex->sim.mem[ex->stage];
     printf("\nmemory of rank 0 (bytes)  predicted      measured\n");
     int all_equal = 1;
+    uint64_t psum = 0, msum = 0;
     for (int c = 0; c < MODEL_CAT_COUNT; c++) {
         const char *note = c == MODEL_RUNTIME ? "profile allowance, not measured"
                            : pm->cat[c] == mem[c] ? "equal"
                                                   : "DIFFERS";
         if (c != MODEL_RUNTIME && pm->cat[c] != mem[c])
             all_equal = 0;
+        if (c != MODEL_RUNTIME) {
+            psum += pm->cat[c];
+            msum += mem[c];
+        }
         printf("  %-14s %14llu %14llu  %s\n", model_category_name((ModelCategory)c),
                (unsigned long long)pm->cat[c], (unsigned long long)mem[c], note);
     }
+    printf("  %-14s %14llu %14llu  %s\n", "arenas", (unsigned long long)psum,
+           (unsigned long long)msum, psum == msum ? "equal (peak: allocated once)" : "DIFFERS");
+    print_device_memory(ex, msum, mem[MODEL_RUNTIME]);
     double fp = ex->sim.rank_flops[ex->stage], fm = exec_step_flops(ex);
     int flops_equal = fabs(fp - fm) <= 1e-9 * fabs(fp);
     printf("FLOPs per step            %14.6e %14.6e  %s\n", fp, fm,
@@ -84,6 +128,7 @@ static void print_summary_one(Exec *ex)
     printf("step time (s)             %14.4f %14.4f  (measured: median; predicted from the %s "
            "profile)\n",
            ex->sim.stage_time[ex->stage].step_s, exec_median_step_s(ex), ex->cluster.name);
+    print_loss_scale(ex);
     if (!all_equal || !flops_equal)
         printf("warning: measured memory or FLOPs differ from the prediction: a bug in model/ or "
                "exec/\n");
@@ -140,6 +185,19 @@ static void print_summary_ranks(Exec *ex, const cJSON *run)
     }
     printf("step time (s)   %14.4f %14.4f  (measured: median; predicted from the %s profile)\n",
            ex->sim.step_s, exec_median_step_s(ex), ex->cluster.name);
+    /* every rank's device peak, from the gathered run */
+    int have_dev = 0;
+    for (int i = 0; i < W; i++)
+        have_dev |= cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(mr, i),
+                                                     "device_used_peak_bytes") != NULL;
+    if (have_dev) {
+        printf("device memory in use at the peak (cudaMemGetInfo, GiB):");
+        for (int i = 0; i < W; i++)
+            printf(" %d: %.3f", i,
+                   jnum(cJSON_GetArrayItem(mr, i), "device_used_peak_bytes") / (1024.0 * 1024.0 * 1024.0));
+        printf("\n");
+    }
+    print_loss_scale(ex);
     if (pipe)
         printf("bubble          %13.1f%% %13.1f%%  (idle over busy time of the stage that ends "
                "last)\n",
@@ -198,16 +256,23 @@ int exec_run(Exec *ex, PxError *err)
             json_num(mf, "lr", st.lr);
             fputs(", ", mf);
             json_num(mf, "grad_norm", st.grad_norm);
+            if (ex->scaler.enabled)
+                fprintf(mf, ", \"loss_scale\": %.9g, \"skipped\": %s", st.loss_scale,
+                        st.skipped ? "true" : "false");
             fprintf(mf, ", \"tokens_per_s\": %.1f, \"ms_per_step\": %.3f}\n", st.tokens_per_s,
                     1e3 * st.time_s);
             fflush(mf);
         }
         if (!ex->opt.quiet) {
             double eta = elapsed / (step + 1) * (ex->steps - step - 1);
+            char scale[64] = "";
+            if (ex->scaler.enabled)
+                snprintf(scale, sizeof scale, "  scale %g%s", st.loss_scale,
+                         st.skipped ? " (overflow: step skipped)" : "");
             printf("step %5d/%d  loss %.4f  lr %.2e  norm %6.3f  %9.0f tok/s  %8.1f ms/step  "
-                   "ETA %.1f s\n",
+                   "ETA %.1f s%s\n",
                    st.step, ex->steps, st.loss, st.lr, st.grad_norm, st.tokens_per_s,
-                   1e3 * st.time_s, eta);
+                   1e3 * st.time_s, eta, scale);
             fflush(stdout);
         }
     }

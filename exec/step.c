@@ -86,14 +86,14 @@ static int post_receive(Exec *ex, PxError *err)
     const ModelAction *a = &ex->recvs[ex->next_recv];
     const int g = ex->chunk_g[a->chunk];
     const int peer = a->backward ? ex->next_rank : ex->prev_rank;
-    return ex->comm->recv(ex->comm, ex->pp_recv, ex->pp_elems * sizeof(float), peer,
+    return ex->comm->recv(ex->comm, ex->pp_recv, ex->pp_elems * ex->ab, peer,
                           tag_of(ex, g, a->mb, a->backward), MODEL_PP_RECV, &ex->recv_req, err);
 }
 
 /* Waits for the input of (chunk, mb, direction) and moves it into dst: the whole activation
  * (or gradient) of the region; with Megatron's scatter/gather each TP rank received 1/t of it
  * and the TP group all-gathers the pieces. Then posts the next expected receive. */
-int exec_pp_take(Exec *ex, int chunk, int mb, int backward, float *dst, PxError *err)
+int exec_pp_take(Exec *ex, int chunk, int mb, int backward, void *dst, PxError *err)
 {
     const ModelPhase ph = backward ? MODEL_BWD : MODEL_FWD;
     const ModelAction *a = ex->next_recv < ex->n_recvs ? &ex->recvs[ex->next_recv] : NULL;
@@ -116,20 +116,20 @@ int exec_pp_take(Exec *ex, int chunk, int mb, int backward, float *dst, PxError 
         if (op < 0)
             return missing_op(ex, "pp.tp_all_gather", err);
         exec_op_begin(ex, op);
-        rc = ex->comm->all_gather(ex->comm, dst, ex->pp_recv, ex->pp_elems, PX_FP32,
+        rc = ex->comm->all_gather(ex->comm, dst, ex->pp_recv, ex->pp_elems, ex->act,
                                   MODEL_TP_ALL_GATHER, NULL, err);
         exec_op_end(ex);
         if (rc)
             return rc;
     } else {
-        memcpy(dst, ex->pp_recv, ex->pp_elems * sizeof(float));
+        ex->k->copy(dst, ex->pp_recv, ex->pp_elems * ex->ab);
     }
     return post_receive(ex, err);
 }
 
 /* Sends the output (forward) or input gradient (backward) of (chunk, mb) to the neighbouring
  * stage: this TP rank's 1/t of it with the scatter/gather split, else all of it. */
-int exec_pp_give(Exec *ex, int chunk, int mb, int backward, const float *src, PxError *err)
+int exec_pp_give(Exec *ex, int chunk, int mb, int backward, const void *src, PxError *err)
 {
     const ModelPhase ph = backward ? MODEL_BWD : MODEL_FWD;
     const int g = ex->chunk_g[chunk];
@@ -142,11 +142,12 @@ int exec_pp_give(Exec *ex, int chunk, int mb, int backward, const float *src, Px
     /* pp.send is one buffer: its previous message must have left */
     int rc = ex->comm->wait(ex->comm, &ex->send_req, err);
     if (!rc) {
-        const float *from = ex->d.pp_split > 1 ? src + (size_t)ex->tp_rank * ex->pp_elems : src;
-        memcpy(ex->pp_send, from, ex->pp_elems * sizeof(float));
+        const void *from =
+            ex->d.pp_split > 1 ? EXEC_AT(src, (size_t)ex->tp_rank * ex->pp_elems, ex->ab) : src;
+        ex->k->copy(ex->pp_send, from, ex->pp_elems * ex->ab);
         const int peer = backward ? ex->prev_rank : ex->next_rank;
         const int to = backward ? g - 1 : g + 1;
-        rc = ex->comm->send(ex->comm, ex->pp_send, ex->pp_elems * sizeof(float), peer,
+        rc = ex->comm->send(ex->comm, ex->pp_send, ex->pp_elems * ex->ab, peer,
                             tag_of(ex, to, mb, backward), MODEL_PP_SEND, &ex->send_req, err);
     }
     exec_op_end(ex);
@@ -270,7 +271,7 @@ int exec_gather_block(Exec *ex, int b, ModelPhase phase, int occurrence, PxError
     if (ex->spec.layout.zero != 3 || b < 0)
         return PX_OK;
     ExecBlock *blk = &ex->blocks[b];
-    float *slot = ex->param_gather[ex->gather_next];
+    void *slot = ex->param_gather[ex->gather_next];
     ex->gather_next ^= 1;
     if (ex->zero_n > 1) {
         int op = exec_op_find(ex, blk->chunk, phase, occurrence, "%s.params.dp_all_gather",
@@ -278,17 +279,17 @@ int exec_gather_block(Exec *ex, int b, ModelPhase phase, int occurrence, PxError
         if (op < 0)
             return missing_op(ex, "a block's parameter all-gather", err);
         exec_op_begin(ex, op);
-        int rc = ex->comm->all_gather(ex->comm, slot, blk->w_shard, blk->shard, PX_FP32,
+        int rc = ex->comm->all_gather(ex->comm, slot, blk->w_shard, blk->shard, ex->act,
                                       MODEL_DP_ALL_GATHER, NULL, err);
         exec_op_end(ex);
         if (rc)
             return rc;
     } else {
-        memcpy(slot, blk->w_shard, blk->numel * sizeof(float));
+        ex->k->copy(slot, blk->w_shard, blk->numel * ex->ab);
     }
     for (int i = blk->first_param; i < blk->first_param + blk->n_params; i++) {
         ExecParam *p = &ex->params[i];
-        p->w = slot + p->off;
+        p->w = EXEC_AT(slot, p->off, ex->ab);
         *p->wslot = p->w;
     }
     if (ex->tied_here && b == ex->embed_block)
@@ -324,12 +325,52 @@ int exec_bucket_reduce(Exec *ex, int b, PxError *err)
         rc = ex->comm->reduce_scatter(ex->comm, ex->grad_bucket, ex->grad_bucket, blk->shard,
                                       PX_FP32, MODEL_DP_REDUCE_SCATTER, NULL, err);
         if (!rc)
-            ex->k->add_inplace(blk->g_shard, ex->grad_bucket, blk->shard);
+            ex->k->add_f32(blk->g_shard, ex->grad_bucket, blk->shard);
         exec_op_end(ex);
         return rc;
     }
-    ex->k->add_inplace(blk->g_shard, ex->grad_bucket, blk->numel);
+    ex->k->add_f32(blk->g_shard, ex->grad_bucket, blk->numel);
     return PX_OK;
+}
+
+/* ---- the batches ---- */
+
+static size_t batch_bytes(const Exec *ex)
+{
+    return (size_t)ex->d.m * ex->d.b * (size_t)(ex->d.s + 1) * sizeof(int32_t);
+}
+
+/* The step's batch on the device (data.batch[step % 2]): copied ahead during the previous step
+ * (stage_next), or now. The loader fills host buffer step % 2; before it may refill the other
+ * one, every copy from it must be over (copy_sync: they are, the previous step waited for it). */
+static int batch_for_step(Exec *ex, int step, const int32_t **out, PxError *err)
+{
+    const int b = step % 2;
+    const int32_t *host = NULL;
+    ex->k->copy_sync();
+    int rc = exec_loader_get(&ex->loader, step, &host, err);
+    if (rc)
+        return rc;
+    if (ex->staged != step) {
+        ex->k->to_device_async(ex->batch[b], host, batch_bytes(ex));
+        if (ex->staged >= 0 && ex->staged % 2 == b)
+            ex->staged = -1; /* its device buffer now holds this step */
+    }
+    ex->k->copy_wait();
+    *out = ex->batch[b];
+    return PX_OK;
+}
+
+/* Copies the batch of step `next` to the device ahead of its step, on the copy stream, when the
+ * loader has it already; otherwise its step copies it (batch_for_step). */
+static void stage_next(Exec *ex, int next)
+{
+    const int32_t *host = NULL;
+    if (!ex->has_data || next >= ex->steps || ex->staged == next ||
+        !exec_loader_ready(&ex->loader, next, &host))
+        return;
+    ex->k->to_device_async(ex->batch[next % 2], host, batch_bytes(ex));
+    ex->staged = next;
 }
 
 /* ---- the schedule ---- */
@@ -341,7 +382,7 @@ static int run_schedule(Exec *ex, int step, int backward, PxError *err)
     const ModelDims *d = &ex->d;
     const int32_t *batch = NULL;
     int rc;
-    if (ex->has_data && (rc = exec_loader_get(&ex->loader, step, &batch, err)))
+    if (ex->has_data && (rc = batch_for_step(ex, step, &batch, err)))
         return rc;
     ex->cur_step = step;
     ex->seq_base = (long long)step * ex->spec.job.global_batch + (long long)ex->dp_rank * d->m * d->b;
@@ -494,22 +535,47 @@ static double local_sumsq(const Exec *ex)
     const int zero = ex->spec.layout.zero;
     if (zero == 0 && ex->zero_rank != 0)
         return 0;
+    /* one call per contiguous run of counted gradients (sumsq waits for the device) */
+    const float *run = NULL;
+    uint64_t run_n = 0;
     for (int i = 0; i < ex->n_params; i++) {
         const ExecParam *p = &ex->params[i];
         uint64_t lo, hi;
         if ((p->replicated && ex->tp_rank != 0) || p->tied_copy || !own_range(ex, p, &lo, &hi))
             continue;
-        s += ex->k->sumsq(grad_at(ex, p, lo), hi - lo);
+        const float *g = grad_at(ex, p, lo);
+        if (run && g == run + run_n) {
+            run_n += hi - lo;
+            continue;
+        }
+        if (run)
+            s += ex->k->sumsq(run, run_n);
+        run = g;
+        run_n = hi - lo;
     }
+    if (run)
+        s += ex->k->sumsq(run, run_n);
     return s;
 }
 
+/* PARALLAX_TEST_INF: an overflow in this step's gradients, as fp16 would make one (rank 0 owns
+ * the first element of every block's gradients, whatever the ZeRO stage). */
+static void inject_inf(Exec *ex, int step)
+{
+    if (step >= 64 || !(ex->inf_steps >> step & 1) || ex->comm->rank != 0 || ex->n_params == 0)
+        return;
+    const ExecParam *p = &ex->params[0];
+    const float inf = INFINITY;
+    ex->k->to_device((float *)grad_at(ex, p, p->off), &inf, sizeof inf);
+}
+
 static int optimizer_step(Exec *ex, int step, double *loss_out, double *lr_out, double *norm_out,
-                          PxError *err)
+                          int *skipped, PxError *err)
 {
     const ModelJob *j = &ex->spec.job;
     const KernBackend *k = ex->k;
     const int zero = ex->spec.layout.zero;
+    *skipped = 0;
     exec_op_begin(ex, ex->other_op[EX_OPTIMIZER][0]);
     /* one control reduction for the step: the loss, the squared gradient norm, and whether
      * any rank was asked to stop (so that all stop at the same step boundary) */
@@ -521,18 +587,42 @@ static int optimizer_step(Exec *ex, int step, double *loss_out, double *lr_out, 
     }
     *loss_out = v[0] / ((double)j->global_batch * ex->d.s);
     ex->stop_agreed = v[2] > 0;
+    /* the norm of the scaled gradients: not finite on every rank alike when any rank's are not
+     * (the sum went through the control reduction), so the verdict needs no other agreement */
+    const double loss_scale = ex->scaler.scale;
     double norm = sqrt(v[1]);
+    const int found_inf = !isfinite(norm);
+    double lr = lr_at(j, step, ex->steps);
+    *lr_out = lr;
+    if (ex->scaler.enabled) {
+        if (exec_scaler_update(&ex->scaler, found_inf)) {
+            /* AMP: no update at all (AdamW's step count does not advance), a smaller scale */
+            exec_op_end(ex);
+            *norm_out = norm;
+            *skipped = 1;
+            if (ex->scaler.scale < 0x1p-24) {
+                ex->collective_error = 1;
+                return px_fail(err, PX_ERUNTIME,
+                               "step %d: the fp16 loss scale fell to %g after %ld skipped steps: "
+                               "training diverged (lower training.lr)",
+                               step + 1, ex->scaler.scale, ex->scaler.skipped);
+            }
+            return PX_OK;
+        }
+        norm /= loss_scale;
+    }
     *norm_out = norm;
-    if (!isfinite(norm)) {
+    if (found_inf) {
         exec_op_end(ex);
         ex->collective_error = 1;
         return px_fail(err, PX_ERUNTIME,
                        "step %d: the gradient norm is %g: training diverged (lower training.lr)",
                        step + 1, norm);
     }
-    float scale = j->grad_clip > 0 && norm > j->grad_clip ? (float)(j->grad_clip / norm) : 1.0f;
-    double lr = lr_at(j, step, ex->steps);
-    *lr_out = lr;
+    /* the clip factor and the loss scale's removal, in one multiplication of each gradient */
+    const double clip = j->grad_clip > 0 && norm > j->grad_clip ? j->grad_clip / norm : 1.0;
+    const float scale = (float)(clip / loss_scale);
+    const int t = ++ex->opt_steps;
     for (int i = 0; i < ex->n_params; i++) {
         const ExecParam *p = &ex->params[i];
         const ExecBlock *blk = &ex->blocks[p->block];
@@ -540,14 +630,19 @@ static int optimizer_step(Exec *ex, int step, double *loss_out, double *lr_out, 
         if (!own_range(ex, p, &lo, &hi))
             continue;
         const uint64_t n = hi - lo, st = zero == 0 ? lo : lo - blk->own_off;
-        float *w = zero == 3 ? blk->w_shard + (lo - blk->own_off) : blk->w + lo;
+        void *w = zero == 3 ? EXEC_AT(blk->w_shard, lo - blk->own_off, ex->ab)
+                            : EXEC_AT(blk->w, lo, ex->ab);
+        /* mixed precision: the update runs on the fp32 master, which refreshes the act copy */
+        void *param = blk->master ? w : NULL;
+        float *master = blk->master ? blk->master + st : (float *)w;
         const float *g = grad_at(ex, p, lo);
         float wd = p->decay ? (float)j->weight_decay : 0.0f;
         if (j->optimizer == MODEL_OPT_ADAMW)
-            k->adamw(NULL, w, g, blk->m + st, blk->v + st, n, (float)lr, (float)j->beta1,
-                     (float)j->beta2, (float)j->adam_eps, wd, step + 1, scale);
+            k->adamw(param, master, g, blk->m + st, blk->v + st, n, (float)lr, (float)j->beta1,
+                     (float)j->beta2, (float)j->adam_eps, wd, t, scale);
         else
-            k->sgd_momentum(NULL, w, g, blk->m + st, n, (float)lr, (float)j->momentum, wd, scale);
+            k->sgd_momentum(param, master, g, blk->m + st, n, (float)lr, (float)j->momentum, wd,
+                            scale);
     }
     exec_op_end(ex);
     /* ZeRO-1/2: every rank updated its shard of the full weights; gather the others' */
@@ -558,7 +653,7 @@ static int optimizer_step(Exec *ex, int step, double *loss_out, double *lr_out, 
         if (op < 0)
             return missing_op(ex, "a block's parameter all-gather", err);
         exec_op_begin(ex, op);
-        rc = ex->comm->all_gather_shard(ex->comm, blk->w, blk->numel, blk->shard, PX_FP32,
+        rc = ex->comm->all_gather_shard(ex->comm, blk->w, blk->numel, blk->shard, ex->act,
                                         MODEL_DP_ALL_GATHER, NULL, err);
         exec_op_end(ex);
     }
@@ -574,10 +669,16 @@ int exec_step(Exec *ex, int step, ExecStepStats *st, PxError *err)
     for (int k = 0; k < MODEL_COMM_COUNT; k++)
         ex->bytes_at_step[k] = ex->comm->bytes[k];
     double loss = 0, lr = 0, norm = 0;
+    const double loss_scale = ex->scaler.scale;
+    int skipped = 0;
     int rc = run_schedule(ex, step, 1, err);
-    if (!rc)
-        rc = optimizer_step(ex, step, &loss, &lr, &norm, err);
+    if (!rc) {
+        inject_inf(ex, step);
+        stage_next(ex, step + 1);
+        rc = optimizer_step(ex, step, &loss, &lr, &norm, &skipped, err);
+    }
     ex->k->sync();
+    exec_sample_device_memory(ex);
     double dt = exec_now() - t0;
     const int timed = ex->steps_done > 0 || ex->steps == 1;
     exec_ops_step_end(ex, timed);
@@ -600,7 +701,11 @@ int exec_step(Exec *ex, int step, ExecStepStats *st, PxError *err)
     st->grad_norm = norm;
     st->time_s = dt;
     st->tokens_per_s = dt > 0 ? (double)ex->spec.job.global_batch * ex->d.s / dt : 0;
+    st->skipped = skipped;
+    st->loss_scale = loss_scale;
     if (ex->steps_done < ex->steps) {
+        ex->step_skipped[ex->steps_done] = skipped;
+        ex->step_scale[ex->steps_done] = loss_scale;
         ex->step_loss[ex->steps_done] = loss;
         ex->step_time[ex->steps_done] = dt;
         ex->step_tps[ex->steps_done] = st->tokens_per_s;

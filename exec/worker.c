@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "exec/exec.h"
+#include "kernels/kernels.h"
 
 static const char *const usage_text =
     "usage: parallax-worker run PLAN.json [options]\n\n"
@@ -28,6 +29,10 @@ static const char *const usage_text =
     "                         built-in text)\n"
     "  --quiet                no progress lines\n"
     "  --no-prefetch          read each batch when it is needed (no loader thread)\n"
+    "  --backend B            cpu, cuda or auto (default auto: cuda when the plan's\n"
+    "                         cluster has GPUs, cpu for the cpu device)\n"
+    "  --loss-scale S         fp16: the initial loss scale (default 65536)\n"
+    "  --loss-scale-interval N  fp16: clean steps before the scale doubles (default 2000)\n"
     "  -h, --help             show this help\n";
 
 static int exit_code(int status) { return status == PX_EINPUT ? 2 : status ? 1 : 0; }
@@ -48,9 +53,41 @@ static int agreed(int rc, const PxError *err)
     return worst;
 }
 
+/* The communication layer of a multi-rank job. On the CPU: MPI. On GPUs: each rank of a node
+ * takes the GPU of its local rank; with a GPU per rank, NCCL; when the node's ranks outnumber
+ * its GPUs (NCCL refuses two ranks on one device) or NCCL was not built, MPI staged through
+ * host memory, and *note says why for the header. */
+static int make_comm(const ModelSpec *s, int tied_pair, ExecBackend backend, ExecComm **comm,
+                     const char **note, PxError *err)
+{
+    static char why[128];
+    *note = NULL;
+    if (backend != EXEC_BACKEND_CUDA)
+        return exec_comm_mpi(&s->layout, tied_pair, comm, err);
+    int local = 0, per_node = 1;
+    exec_mpi_local(&local, &per_node);
+    const int gpus = kern_cuda_device_count();
+    if (gpus > 0 && kern_cuda_set_device(local % gpus) != PX_OK)
+        return px_fail(err, PX_ERUNTIME, "cannot use GPU %d of %d", local % gpus, gpus);
+    if (gpus >= per_node && exec_nccl_available())
+        return exec_comm_nccl(&s->layout, tied_pair, comm, err);
+    int rc = exec_comm_mpi(&s->layout, tied_pair, comm, err);
+    const KernBackend *k = kern_cuda_with(s->job.precision);
+    if (rc || !k)
+        return rc; /* no CUDA backend here: exec_init says so */
+    if (!exec_nccl_available())
+        snprintf(why, sizeof why, "staged through host memory: built without NCCL");
+    else
+        snprintf(why, sizeof why, "staged through host memory: %d ranks share %d GPU%s on this node",
+                 per_node, gpus, gpus == 1 ? "" : "s");
+    *note = why;
+    return exec_comm_staged(*comm, k, comm, err);
+}
+
 static int cmd_run(int argc, char **argv)
 {
-    enum { OPT_STEPS = 1000, OPT_METRICS, OPT_DATA, OPT_QUIET, OPT_NO_PREFETCH };
+    enum { OPT_STEPS = 1000, OPT_METRICS, OPT_DATA, OPT_QUIET, OPT_NO_PREFETCH, OPT_BACKEND,
+           OPT_LOSS_SCALE, OPT_LOSS_SCALE_INTERVAL };
     static const struct option lo[] = {
         {"steps", required_argument, NULL, OPT_STEPS},
         {"output", required_argument, NULL, 'o'},
@@ -58,6 +95,9 @@ static int cmd_run(int argc, char **argv)
         {"data", required_argument, NULL, OPT_DATA},
         {"quiet", no_argument, NULL, OPT_QUIET},
         {"no-prefetch", no_argument, NULL, OPT_NO_PREFETCH},
+        {"backend", required_argument, NULL, OPT_BACKEND},
+        {"loss-scale", required_argument, NULL, OPT_LOSS_SCALE},
+        {"loss-scale-interval", required_argument, NULL, OPT_LOSS_SCALE_INTERVAL},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     ExecOptions opt;
@@ -85,6 +125,32 @@ static int cmd_run(int argc, char **argv)
         case OPT_DATA: opt.data = optarg; break;
         case OPT_QUIET: opt.quiet = 1; break;
         case OPT_NO_PREFETCH: opt.prefetch = 0; break;
+        case OPT_BACKEND:
+            if (exec_backend_parse(optarg, &opt.backend, &err)) {
+                if (g_rank == 0)
+                    fprintf(stderr, "parallax-worker run: %s\n", err.msg);
+                return 2;
+            }
+            break;
+        case OPT_LOSS_SCALE: {
+            char *end = NULL;
+            opt.loss_scale = strtod(optarg, &end);
+            if (end == optarg || *end || !(opt.loss_scale >= 1.0 && opt.loss_scale <= 0x1p100)) {
+                if (g_rank == 0)
+                    fprintf(stderr, "parallax-worker run: --loss-scale: expected a number from 1 "
+                                    "to 2^100, got '%s'\n", optarg);
+                return 2;
+            }
+            break;
+        }
+        case OPT_LOSS_SCALE_INTERVAL:
+            if (px_parse_int(optarg, "--loss-scale-interval", 1, 1 << 30, &opt.loss_scale_interval,
+                             &err)) {
+                if (g_rank == 0)
+                    fprintf(stderr, "parallax-worker run: %s\n", err.msg);
+                return 2;
+            }
+            break;
         case ':':
             if (g_rank == 0)
                 fprintf(stderr, "parallax-worker run: option '%s' needs a value\n",
@@ -118,11 +184,19 @@ static int cmd_run(int argc, char **argv)
         model_plan_free(&plan);
         return exit_code(rc);
     }
+    /* the backend decides the communication layer; exec_init resolves it again itself, so that
+     * its refusals say whether the backend was asked for or followed from the plan */
+    ExecBackend backend = opt.backend;
+    rc = agreed(exec_backend_for_plan(&plan, opt.backend, &backend, &err), &err);
+    if (rc) {
+        model_plan_free(&plan);
+        return exit_code(rc);
+    }
     ExecComm *comm = NULL;
     if (g_world > 1) {
         const ModelSpec *s = &plan.spec;
         int tied_pair = s->model.tied_embeddings && s->layout.pp * s->layout.vpp > 1;
-        rc = agreed(exec_comm_mpi(&s->layout, tied_pair, &comm, &err), &err);
+        rc = agreed(make_comm(s, tied_pair, backend, &comm, &opt.comm_note, &err), &err);
         if (rc) {
             if (comm)
                 comm->free(comm);

@@ -1,0 +1,589 @@
+/* The NCCL communication layer: the ExecComm table of comm_mpi.c for ranks that each have a GPU,
+ * with every buffer in device memory. MPI stays underneath: it starts the job, carries each
+ * NCCL communicator's unique id from the group's first rank to the others (MPI_Bcast over the
+ * group's MPI communicator), and takes the control traffic (loss, norm, stop flag), the
+ * gathered figures and the barrier, which live on the host.
+ *
+ * Groups are comm_mpi.c's: tp, cp, dp x cp (its rank is the ZeRO shard), the tied-embedding
+ * pair; one NCCL communicator each where the group has two ranks or more. The pipeline gets one
+ * two-rank communicator per directed edge between neighbouring stages (s -> s+1 and s -> s-1,
+ * ring included for interleaving): NCCL matches point-to-point messages in issue order, not by
+ * tag, and on every edge the sender's order equals the receiver's for every schedule of
+ * model_schedule_build (test_exec_emu_nccl checks it, pp 2-8, vpp 1-4, up to 24 micro-batches),
+ * so the executor's tags are not needed. The edges are created in rounds in which each rank
+ * takes part in at most one, so that no two ranks wait for each other's ncclCommInitRank.
+ *
+ * Streams and events: collectives run on one non-blocking stream, sends on a second and
+ * receives on a third (the posted receive of the pipeline waits there without holding up the
+ * rest; step.c keeps at most one receive and one send pending). Each operation first waits for
+ * an event recorded on the compute stream (the legacy default stream the kernels run on), so it
+ * sees every kernel issued before it and no kernel issued before it still reads its buffer; its
+ * completion is an event the compute stream waits for at `wait` (or at once for a blocking
+ * call). The host never waits for NCCL: a gradient all-reduce started during the backward runs
+ * beside the next layers' kernels, and the executor's op timing (kernels.h's sync, the compute
+ * stream only) does not wait for it either.
+ *
+ * ZeRO's sharded calls on an unpadded block (its last ranks own fewer elements): when the block
+ * divides evenly, one in-place ncclReduceScatter / ncclAllGather; otherwise one ncclReduce
+ * (ncclBroadcast) per shard to (from) its owner, in one NCCL group. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec/exec.h"
+
+#if defined(PX_HAVE_NCCL) && defined(PX_HAVE_MPI)
+
+#include <cuda_runtime_api.h>
+#include <mpi.h>
+#include <nccl.h>
+
+int exec_nccl_available(void) { return 1; }
+
+enum { NCCL_REQS = 1024, NCCL_EDGES = 4 };
+
+typedef struct {
+    int active;
+    cudaEvent_t done;
+} NcclReq;
+
+typedef struct {
+    int peer; /* world rank at the other end */
+    ncclComm_t comm;
+    int peer_index; /* the peer's rank in the two-rank communicator */
+} NcclEdge;
+
+typedef struct {
+    ExecComm base; /* first: the table's functions cast back */
+    ExecComm *mpi; /* control, gather_text, barrier */
+    MPI_Comm group[5];
+    ncclComm_t nccl[5]; /* NULL where the group has one rank */
+    NcclEdge out[NCCL_EDGES], in[NCCL_EDGES];
+    int n_out, n_in;
+    cudaStream_t coll, send, recv;
+    cudaEvent_t compute;
+    NcclReq reqs[NCCL_REQS];
+} NcclComm;
+
+static int cuda_fail(PxError *err, cudaError_t e, const char *what)
+{
+    return px_fail(err, PX_ERUNTIME, "%s: CUDA error %d: %s", what, (int)e, cudaGetErrorString(e));
+}
+
+static int nccl_fail(PxError *err, ncclResult_t r, const char *what)
+{
+    return px_fail(err, PX_ERUNTIME, "%s: NCCL error %d: %s", what, (int)r, ncclGetErrorString(r));
+}
+
+static int nccl_type(PxDtype t, ncclDataType_t *out, PxError *err)
+{
+    switch (t) {
+    case PX_FP32: *out = ncclFloat32; return PX_OK;
+    case PX_BF16: *out = ncclBfloat16; return PX_OK;
+    case PX_FP16: *out = ncclFloat16; return PX_OK;
+    case PX_INT32: *out = ncclInt32; return PX_OK;
+    default: return px_fail(err, PX_ERUNTIME, "the NCCL layer has no %s collectives", px_dtype_name(t));
+    }
+}
+
+static void count_bytes(NcclComm *n, int kind, uint64_t bytes)
+{
+    if (kind >= 0 && kind < MODEL_COMM_COUNT) {
+        n->base.bytes[kind] += bytes;
+        n->base.calls[kind]++;
+    }
+}
+
+static int gidx(int kind) { return (int)model_comm_group((ModelComm)kind); }
+
+/* The operation's stream waits for the compute stream's work issued so far. */
+static int begin(NcclComm *n, cudaStream_t st, PxError *err)
+{
+    cudaError_t e = cudaEventRecord(n->compute, 0);
+    if (e == cudaSuccess)
+        e = cudaStreamWaitEvent(st, n->compute, 0);
+    return e == cudaSuccess ? PX_OK : cuda_fail(err, e, "ordering a communication after the kernels");
+}
+
+/* After enqueuing on st: a request whose event the compute stream will wait for at `wait`, or
+ * (req NULL: a blocking call) at once. */
+static int end(NcclComm *n, cudaStream_t st, int *req, PxError *err)
+{
+    for (int i = 0; i < NCCL_REQS; i++) {
+        NcclReq *q = &n->reqs[i];
+        if (q->active)
+            continue;
+        cudaError_t e = cudaEventRecord(q->done, st);
+        if (e != cudaSuccess)
+            return cuda_fail(err, e, "recording a communication's completion");
+        if (req) {
+            q->active = 1;
+            *req = i;
+            return PX_OK;
+        }
+        e = cudaStreamWaitEvent(0, q->done, 0);
+        return e == cudaSuccess ? PX_OK : cuda_fail(err, e, "waiting for a communication");
+    }
+    return px_fail(err, PX_ERUNTIME, "more than %d communication operations pending at once",
+                   NCCL_REQS);
+}
+
+static int copy_d2d(void *dst, const void *src, size_t bytes, cudaStream_t st, PxError *err)
+{
+    if (dst == src || bytes == 0)
+        return PX_OK;
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, st);
+    return e == cudaSuccess ? PX_OK : cuda_fail(err, e, "a device copy");
+}
+
+static int n_allreduce(ExecComm *c, void *buf, size_t count, PxDtype dtype, ExecRedOp op, int kind,
+                       int *req, PxError *err)
+{
+    NcclComm *n = (NcclComm *)c;
+    if (req)
+        *req = -1;
+    ncclComm_t comm = n->nccl[gidx(kind)];
+    if (!comm || count == 0)
+        return PX_OK;
+    ncclDataType_t t;
+    int rc = nccl_type(dtype, &t, err);
+    if (rc || (rc = begin(n, n->coll, err)))
+        return rc;
+    count_bytes(n, kind, (uint64_t)count * px_dtype_bytes(dtype));
+    ncclResult_t r = ncclAllReduce(buf, buf, count, t, op == EXEC_MAX ? ncclMax : ncclSum, comm,
+                                   n->coll);
+    if (r != ncclSuccess)
+        return nccl_fail(err, r, model_comm_name((ModelComm)kind));
+    return end(n, n->coll, req, err);
+}
+
+static int n_all_gather(ExecComm *c, void *out, const void *in, size_t count, PxDtype dtype,
+                        int kind, int *req, PxError *err)
+{
+    NcclComm *n = (NcclComm *)c;
+    if (req)
+        *req = -1;
+    ncclComm_t comm = n->nccl[gidx(kind)];
+    const size_t es = px_dtype_bytes(dtype);
+    if (!comm)
+        return copy_d2d(out, in, count * es, 0, err);
+    ncclDataType_t t;
+    int rc = nccl_type(dtype, &t, err);
+    if (rc || (rc = begin(n, n->coll, err)))
+        return rc;
+    count_bytes(n, kind, (uint64_t)c->group_size[gidx(kind)] * count * es);
+    ncclResult_t r = ncclAllGather(in, out, count, t, comm, n->coll); /* in place when in is
+                                                                         out's own part */
+    if (r != ncclSuccess)
+        return nccl_fail(err, r, model_comm_name((ModelComm)kind));
+    return end(n, n->coll, req, err);
+}
+
+static int n_reduce_scatter(ExecComm *c, void *out, const void *in, size_t count, PxDtype dtype,
+                            int kind, int *req, PxError *err)
+{
+    NcclComm *n = (NcclComm *)c;
+    if (req)
+        *req = -1;
+    const int g = gidx(kind);
+    ncclComm_t comm = n->nccl[g];
+    const size_t es = px_dtype_bytes(dtype);
+    if (!comm)
+        return copy_d2d(out, in, count * es, 0, err);
+    ncclDataType_t t;
+    int rc = nccl_type(dtype, &t, err);
+    if (rc || (rc = begin(n, n->coll, err)))
+        return rc;
+    count_bytes(n, kind, (uint64_t)c->group_size[g] * count * es);
+    /* the table's in place (out == in) leaves the sum at the start of in; NCCL's leaves it at
+     * this rank's part, from where it moves on the same stream */
+    char *dst = out == in ? (char *)out + (size_t)c->group_rank[g] * count * es : out;
+    ncclResult_t r = ncclReduceScatter(in, dst, count, t, ncclSum, comm, n->coll);
+    if (r != ncclSuccess)
+        return nccl_fail(err, r, model_comm_name((ModelComm)kind));
+    if ((rc = copy_d2d(out, dst, count * es, n->coll, err)))
+        return rc;
+    return end(n, n->coll, req, err);
+}
+
+static int shard_call(ExecComm *c, void *buf, size_t numel, size_t shard, PxDtype dtype, int kind,
+                      int *req, int gather, PxError *err)
+{
+    NcclComm *n = (NcclComm *)c;
+    if (req)
+        *req = -1;
+    const int g = gidx(kind), size = c->group_size[g], me = c->group_rank[g];
+    ncclComm_t comm = n->nccl[g];
+    if (!comm || numel == 0)
+        return PX_OK;
+    if (g != MODEL_GROUP_DP)
+        return px_fail(err, PX_ERUNTIME, "sharded %s over a group other than dp x cp",
+                       model_comm_name((ModelComm)kind));
+    ncclDataType_t t;
+    int rc = nccl_type(dtype, &t, err);
+    if (rc || (rc = begin(n, n->coll, err)))
+        return rc;
+    const size_t es = px_dtype_bytes(dtype);
+    count_bytes(n, kind, (uint64_t)size * shard * es);
+    char *b = buf;
+    ncclResult_t r;
+    if (numel == (size_t)size * shard) {
+        r = gather ? ncclAllGather(b + (size_t)me * shard * es, b, shard, t, comm, n->coll)
+                   : ncclReduceScatter(b, b + (size_t)me * shard * es, shard, t, ncclSum, comm,
+                                       n->coll);
+    } else {
+        r = ncclGroupStart();
+        for (int i = 0; i < size && r == ncclSuccess; i++) {
+            size_t off = (size_t)i * shard;
+            if (off >= numel)
+                break; /* the group's last ranks own nothing */
+            size_t cnt = numel - off < shard ? numel - off : shard;
+            char *p = b + off * es;
+            r = gather ? ncclBroadcast(p, p, cnt, t, i, comm, n->coll)
+                       : ncclReduce(p, p, cnt, t, ncclSum, i, comm, n->coll);
+        }
+        ncclResult_t r2 = ncclGroupEnd();
+        if (r == ncclSuccess)
+            r = r2;
+    }
+    if (r != ncclSuccess)
+        return nccl_fail(err, r, model_comm_name((ModelComm)kind));
+    return end(n, n->coll, req, err);
+}
+
+static int n_reduce_scatter_shard(ExecComm *c, void *buf, size_t numel, size_t shard,
+                                  PxDtype dtype, int kind, int *req, PxError *err)
+{
+    return shard_call(c, buf, numel, shard, dtype, kind, req, 0, err);
+}
+
+static int n_all_gather_shard(ExecComm *c, void *buf, size_t numel, size_t shard, PxDtype dtype,
+                              int kind, int *req, PxError *err)
+{
+    return shard_call(c, buf, numel, shard, dtype, kind, req, 1, err);
+}
+
+static const NcclEdge *edge(const NcclEdge *e, int n, int peer)
+{
+    for (int i = 0; i < n; i++)
+        if (e[i].peer == peer)
+            return &e[i];
+    return NULL;
+}
+
+static int p2p(ExecComm *c, void *buf, size_t bytes, int peer, int kind, int *req, int send,
+               PxError *err)
+{
+    NcclComm *n = (NcclComm *)c;
+    if (req)
+        *req = -1;
+    const NcclEdge *e = send ? edge(n->out, n->n_out, peer) : edge(n->in, n->n_in, peer);
+    if (!e)
+        return px_fail(err, PX_ERUNTIME, "no pipeline link %s rank %d", send ? "to" : "from", peer);
+    cudaStream_t st = send ? n->send : n->recv;
+    int rc = begin(n, st, err);
+    if (rc)
+        return rc;
+    count_bytes(n, kind, bytes);
+    ncclResult_t r = send ? ncclSend(buf, bytes, ncclUint8, e->peer_index, e->comm, st)
+                          : ncclRecv(buf, bytes, ncclUint8, e->peer_index, e->comm, st);
+    if (r != ncclSuccess) {
+        char what[64];
+        snprintf(what, sizeof what, "%s rank %d", send ? "send to" : "receive from", peer);
+        return nccl_fail(err, r, what);
+    }
+    return end(n, st, req, err);
+}
+
+/* The tag is not needed: each directed edge has its own communicator, whose messages arrive in
+ * the order they were sent, which is the order the receiver expects them (see the top). */
+static int n_send(ExecComm *c, const void *buf, size_t bytes, int peer, int tag, int kind,
+                  int *req, PxError *err)
+{
+    (void)tag;
+    return p2p(c, (void *)buf, bytes, peer, kind, req, 1, err);
+}
+
+static int n_recv(ExecComm *c, void *buf, size_t bytes, int peer, int tag, int kind, int *req,
+                  PxError *err)
+{
+    (void)tag;
+    return p2p(c, buf, bytes, peer, kind, req, 0, err);
+}
+
+static int n_wait(ExecComm *c, int *req, PxError *err)
+{
+    NcclComm *n = (NcclComm *)c;
+    if (!req || *req < 0)
+        return PX_OK;
+    NcclReq *q = &n->reqs[*req];
+    *req = -1;
+    if (!q->active)
+        return PX_OK;
+    q->active = 0;
+    cudaError_t e = cudaStreamWaitEvent(0, q->done, 0);
+    return e == cudaSuccess ? PX_OK : cuda_fail(err, e, "waiting for a communication");
+}
+
+static void n_progress(ExecComm *c) { (void)c; /* NCCL progresses on the GPU */ }
+
+static int n_control(ExecComm *c, double *vals, int cnt, ExecRedOp op, PxError *err)
+{
+    NcclComm *n = (NcclComm *)c;
+    return n->mpi->control(n->mpi, vals, cnt, op, err);
+}
+
+static int n_gather_text(ExecComm *c, const char *text, char ***out, PxError *err)
+{
+    NcclComm *n = (NcclComm *)c;
+    return n->mpi->gather_text(n->mpi, text, out, err);
+}
+
+static int n_barrier(ExecComm *c, PxError *err)
+{
+    NcclComm *n = (NcclComm *)c;
+    return n->mpi->barrier(n->mpi, err);
+}
+
+static void n_free(ExecComm *c)
+{
+    NcclComm *n = (NcclComm *)c;
+    if (!n)
+        return;
+    /* queued operations finish first (an error path may leave some) */
+    if (n->coll)
+        cudaStreamSynchronize(n->coll);
+    for (int g = 0; g < 5; g++) {
+        if (n->nccl[g])
+            ncclCommDestroy(n->nccl[g]);
+        if (n->group[g] != MPI_COMM_NULL)
+            MPI_Comm_free(&n->group[g]);
+    }
+    /* each directed edge is its own communicator: this rank sends on the out ones only */
+    for (int i = 0; i < n->n_out; i++)
+        ncclCommDestroy(n->out[i].comm);
+    for (int i = 0; i < n->n_in; i++)
+        ncclCommDestroy(n->in[i].comm);
+    for (int i = 0; i < NCCL_REQS; i++)
+        if (n->reqs[i].done)
+            cudaEventDestroy(n->reqs[i].done);
+    if (n->compute)
+        cudaEventDestroy(n->compute);
+    if (n->coll)
+        cudaStreamDestroy(n->coll);
+    if (n->send)
+        cudaStreamDestroy(n->send);
+    if (n->recv)
+        cudaStreamDestroy(n->recv);
+    if (n->mpi)
+        n->mpi->free(n->mpi);
+    free(n);
+}
+
+/* One NCCL communicator over an MPI communicator: its rank 0 makes the id, MPI_Bcast carries
+ * it. The members first agree that none has failed before (failed: this rank has, err holds
+ * why), so that no rank waits in ncclCommInitRank for one that will never come. */
+static int nccl_over(MPI_Comm mc, int failed, ncclComm_t *out, PxError *err)
+{
+    int size = 0, rank = 0;
+    MPI_Comm_size(mc, &size);
+    MPI_Comm_rank(mc, &rank);
+    ncclUniqueId id;
+    memset(&id, 0, sizeof id);
+    ncclResult_t r = ncclSuccess;
+    if (rank == 0 && !failed)
+        r = ncclGetUniqueId(&id);
+    int bad = failed || r != ncclSuccess, any = bad;
+    if (MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, mc) != MPI_SUCCESS ||
+        MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, mc) != MPI_SUCCESS)
+        return failed ? PX_ERUNTIME : px_fail(err, PX_ERUNTIME, "broadcasting the NCCL unique id over MPI");
+    if (failed)
+        return PX_ERUNTIME;
+    if (r != ncclSuccess)
+        return nccl_fail(err, r, "ncclGetUniqueId");
+    if (any)
+        return px_fail(err, PX_ERUNTIME, "another rank failed to set up NCCL");
+    r = ncclCommInitRank(out, size, id, rank);
+    return r == ncclSuccess ? PX_OK : nccl_fail(err, r, "ncclCommInitRank");
+}
+
+/* The pipeline's directed edges (s -> s+1, s -> s-1 on the ring of p stages, duplicates
+ * dropped), each given the first round in which neither end has one yet: every rank computes
+ * the same rounds, and takes part in at most one edge per round. */
+typedef struct {
+    int src, dst, round;
+} Edge;
+
+static int pipeline_edges(int p, Edge *e)
+{
+    int n = 0;
+    for (int s = 0; s < p; s++)
+        for (int dir = 0; dir < 2; dir++) {
+            int t = dir == 0 ? (s + 1) % p : (s + p - 1) % p;
+            int dup = t == s;
+            for (int i = 0; i < n && !dup; i++)
+                dup = e[i].src == s && e[i].dst == t;
+            if (!dup)
+                e[n++] = (Edge){s, t, -1};
+        }
+    for (int i = 0; i < n; i++) {
+        for (int r = 0;; r++) {
+            int used = 0;
+            for (int k = 0; k < i && !used; k++)
+                used = e[k].round == r && (e[k].src == e[i].src || e[k].dst == e[i].src ||
+                                           e[k].src == e[i].dst || e[k].dst == e[i].dst);
+            if (!used) {
+                e[i].round = r;
+                break;
+            }
+        }
+    }
+    return n;
+}
+
+int exec_comm_nccl(const ModelLayout *l, int tied_pair, ExecComm **out, PxError *err)
+{
+    *out = NULL;
+    ExecComm *mpi = NULL;
+    int rc = exec_comm_mpi(l, tied_pair, &mpi, err);
+    if (rc)
+        return rc;
+    NcclComm *n = calloc(1, sizeof *n);
+    if (!n) {
+        mpi->free(mpi);
+        return px_fail(err, PX_ERUNTIME, "out of memory for the communication layer");
+    }
+    n->mpi = mpi;
+    for (int g = 0; g < 5; g++)
+        n->group[g] = MPI_COMM_NULL;
+    ExecComm *c = &n->base;
+    c->name = "nccl";
+    c->rank = mpi->rank;
+    c->world = mpi->world;
+    memcpy(c->group_size, mpi->group_size, sizeof c->group_size);
+    memcpy(c->group_rank, mpi->group_rank, sizeof c->group_rank);
+    cudaError_t e;
+    int lo = 0, hi = 0;
+    cudaDeviceGetStreamPriorityRange(&lo, &hi);
+    /* communication first: a reduction the backward waits for should not queue behind kernels */
+    if ((e = cudaStreamCreateWithPriority(&n->coll, cudaStreamNonBlocking, hi)) != cudaSuccess ||
+        (e = cudaStreamCreateWithPriority(&n->send, cudaStreamNonBlocking, hi)) != cudaSuccess ||
+        (e = cudaStreamCreateWithPriority(&n->recv, cudaStreamNonBlocking, hi)) != cudaSuccess ||
+        (e = cudaEventCreateWithFlags(&n->compute, cudaEventDisableTiming)) != cudaSuccess) {
+        n_free(c);
+        return cuda_fail(err, e, "creating the NCCL layer's streams");
+    }
+    for (int i = 0; i < NCCL_REQS; i++)
+        if ((e = cudaEventCreateWithFlags(&n->reqs[i].done, cudaEventDisableTiming)) != cudaSuccess) {
+            n_free(c);
+            return cuda_fail(err, e, "creating the NCCL layer's events");
+        }
+    /* the groups, split exactly as comm_mpi.c does, then one NCCL communicator each */
+    int tp, cp, dp, pp;
+    model_rank_coords(l, c->rank, &tp, &cp, &dp, &pp);
+    struct {
+        ModelGroup g;
+        int color, key;
+    } split[4] = {
+        {MODEL_GROUP_TP, cp + l->cp * (dp + l->dp * pp), tp},
+        {MODEL_GROUP_CP, tp + l->tp * (dp + l->dp * pp), cp},
+        {MODEL_GROUP_DP, tp + l->tp * pp, cp + l->cp * dp},
+        {MODEL_GROUP_EMBED, MPI_UNDEFINED, pp},
+    };
+    if (tied_pair && l->pp > 1 && (pp == 0 || pp == l->pp - 1))
+        split[3].color = tp + l->tp * (cp + l->cp * dp);
+    /* every rank takes part in every split and agreement, failed or not: nobody is left
+     * waiting; the worker agrees on the status afterwards */
+    rc = PX_OK;
+    for (int i = 0; i < 4; i++) {
+        MPI_Comm *mc = &n->group[split[i].g];
+        if (MPI_Comm_split(MPI_COMM_WORLD, split[i].color, split[i].key, mc) != MPI_SUCCESS) {
+            *mc = MPI_COMM_NULL;
+            if (!rc)
+                rc = px_fail(err, PX_ERUNTIME, "creating the process groups");
+            continue;
+        }
+        if (*mc != MPI_COMM_NULL && c->group_size[split[i].g] > 1) {
+            int r = nccl_over(*mc, rc != PX_OK, &n->nccl[split[i].g], err);
+            if (!rc)
+                rc = r;
+        }
+    }
+    /* the pipeline's edges, round by round */
+    Edge *edges = l->pp > 1 ? calloc((size_t)(2 * l->pp), sizeof *edges) : NULL;
+    if (l->pp > 1 && !edges && !rc)
+        rc = px_fail(err, PX_ERUNTIME, "out of memory for the pipeline's links");
+    const int ne = edges ? pipeline_edges(l->pp, edges) : 0;
+    const int pipe = tp + l->tp * (cp + l->cp * dp); /* which pipeline this rank is on */
+    int rounds = 0;
+    for (int i = 0; i < ne; i++)
+        if (edges[i].round + 1 > rounds)
+            rounds = edges[i].round + 1;
+    for (int r = 0; r < rounds; r++) {
+        int color = MPI_UNDEFINED, key = 0, mine = -1;
+        for (int i = 0; i < ne; i++)
+            if (edges[i].round == r && (edges[i].src == pp || edges[i].dst == pp)) {
+                mine = i;
+                color = pipe * ne + i;
+                key = edges[i].src == pp ? 0 : 1;
+            }
+        MPI_Comm mc = MPI_COMM_NULL;
+        if (MPI_Comm_split(MPI_COMM_WORLD, color, key, &mc) != MPI_SUCCESS) {
+            if (!rc)
+                rc = px_fail(err, PX_ERUNTIME, "creating the pipeline's links");
+            continue;
+        }
+        if (mine < 0)
+            continue;
+        ncclComm_t nc = NULL;
+        int fr = nccl_over(mc, rc != PX_OK, &nc, err);
+        MPI_Comm_free(&mc);
+        if (fr) {
+            if (!rc)
+                rc = fr;
+            continue;
+        }
+        const int src = edges[mine].src, dst = edges[mine].dst;
+        NcclEdge ed = {model_rank(l, tp, cp, dp, src == pp ? dst : src), nc, src == pp ? 1 : 0};
+        if (src == pp && n->n_out < NCCL_EDGES)
+            n->out[n->n_out++] = ed;
+        else if (dst == pp && n->n_in < NCCL_EDGES)
+            n->in[n->n_in++] = ed;
+    }
+    free(edges);
+    if (rc) {
+        /* a rank that failed here alone leaves the others in MPI or NCCL calls: the worker
+         * agrees on the status and the job ends (every rank reaches the agreement or aborts) */
+        n_free(c);
+        return rc;
+    }
+    c->allreduce = n_allreduce;
+    c->all_gather = n_all_gather;
+    c->reduce_scatter = n_reduce_scatter;
+    c->reduce_scatter_shard = n_reduce_scatter_shard;
+    c->all_gather_shard = n_all_gather_shard;
+    c->send = n_send;
+    c->recv = n_recv;
+    c->wait = n_wait;
+    c->progress = n_progress;
+    c->control = n_control;
+    c->gather_text = n_gather_text;
+    c->barrier = n_barrier;
+    c->free = n_free;
+    *out = c;
+    return PX_OK;
+}
+
+#else /* no NCCL (or no MPI) at build time */
+
+int exec_nccl_available(void) { return 0; }
+
+int exec_comm_nccl(const ModelLayout *l, int tied_pair, ExecComm **out, PxError *err)
+{
+    (void)l, (void)tied_pair;
+    *out = NULL;
+    return px_fail(err, PX_EINPUT,
+                   "this parallax-worker was built without NCCL (it needs CUDA, NCCL and MPI)");
+}
+
+#endif

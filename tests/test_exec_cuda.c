@@ -1,0 +1,552 @@
+/* The executor on the CUDA backend, in bf16 and fp16, against the CPU backend in fp32. Built
+ * twice: test_exec_cuda on the real backend (label gpu; exit 77, skipped, without a GPU) and
+ * test_exec_cuda_emu on the same CUDA sources compiled for the CPU through kernels/cuda/emu
+ * (label unit), so that the whole CUDA code path of the executor runs in CI.
+ * - kernels.h's staging entries (page-locked host memory, the copy stream and its waits), the
+ *   vocabulary-padding fill, fp32 adds and the device's memory account, on both backends;
+ * - initial weights: the act copy is the fp32 initial value rounded to the act dtype (to
+ *   nearest even), the fp32 master weights are the fp32 values exactly;
+ * - training: tiny and tiny-llama for 8 steps track the CPU's fp32 losses (tolerances below);
+ *   the first step's gradients track the CPU's tensor by tensor;
+ * - memory: every category the executor allocates equals sim_run's prediction for bf16 and
+ *   fp16 byte for byte (runtime excepted, the profile's allowance), over recompute modes, flash
+ *   attention, dropout, GPipe, ZeRO-1/2/3 and SGD; FLOPs too; and the device's own account
+ *   (cudaMemGetInfo) grew by exactly the arenas on the emulator (at least by them on a GPU);
+ * - which backend a plan gets, and the plans each backend refuses;
+ * - run.json and the metrics log name the backend, the precision and the device's memory;
+ * - the assumption of the NCCL layer: on every directed edge of the pipeline the sender's
+ *   messages come in the order the receiver expects them (NCCL matches by order, not tag). */
+#include <unistd.h>
+
+#include "tests/test_exec_common.h"
+#include "exec/internal.h"
+#include "kernels/kernels.h"
+
+static const KernBackend *G; /* the CUDA backend: a GPU's or the emulator's */
+static int emu;
+
+/* ---- kernels.h: staging and the executor's helpers ---- */
+
+static void test_staging(const KernBackend *k)
+{
+    enum { N = 1000 };
+    int32_t *host = k->host_alloc(N * sizeof *host);
+    CHECK(host != NULL);
+    for (int i = 0; i < N; i++)
+        CHECK_EQ_INT(0, host[i]); /* zero-filled */
+    int32_t *dev = k->alloc(N * sizeof *dev), back[N];
+    CHECK(dev != NULL);
+    for (int i = 0; i < N; i++)
+        host[i] = 3 * i + 1;
+    k->to_device_async(dev, host, N * sizeof *host);
+    if (emu && k == G) {
+        /* the emulator runs the copy stream only when it is waited for: a kernel (or this
+         * synchronous read) that does not wait sees the old contents, as it may on a GPU */
+        k->to_host(back, dev, N * sizeof *back);
+        CHECK_EQ_INT(0, back[7]);
+    }
+    k->copy_wait();
+    k->to_host(back, dev, N * sizeof *back);
+    for (int i = 0; i < N; i++)
+        CHECK_EQ_INT(3 * i + 1, back[i]);
+    k->copy_sync();
+    k->host_free(host);
+    k->host_free(NULL);
+
+    /* fill_cols_f32: rows of 7, columns 4 .. 6 of 3 rows; add_f32 exact on small integers */
+    float x[21], y[21], r[21];
+    for (int i = 0; i < 21; i++) {
+        x[i] = (float)i;
+        y[i] = (float)(2 * i - 5);
+    }
+    float *dx = k->alloc(sizeof x), *dy = k->alloc(sizeof y);
+    k->to_device(dx, x, sizeof x);
+    k->to_device(dy, y, sizeof y);
+    k->fill_cols_f32(dx, 3, 7, 4, 7, -INFINITY);
+    k->to_host(r, dx, sizeof r);
+    for (int i = 0; i < 21; i++)
+        CHECK(i % 7 >= 4 ? r[i] == -INFINITY : r[i] == (float)i);
+    k->fill_cols_f32(dx, 3, 7, 0, 7, 0.0f);
+    k->add_f32(dx, dy, 21);
+    k->to_host(r, dx, sizeof r);
+    for (int i = 0; i < 21; i++)
+        CHECK(r[i] == (float)(2 * i - 5));
+
+    /* the device's own account of its memory */
+    size_t f0 = 0, t0 = 0, f1 = 0, t1 = 0;
+    if (k == kern_cpu()) {
+        CHECK_EQ_INT(0, k->mem_info(&f0, &t0));
+    } else {
+        CHECK_EQ_INT(1, k->mem_info(&f0, &t0));
+        CHECK(t0 > 0 && f0 <= t0);
+        void *mib = k->alloc((size_t)1 << 20);
+        CHECK_EQ_INT(1, k->mem_info(&f1, &t1));
+        CHECK_EQ_U64(t0, t1);
+        if (emu)
+            CHECK_EQ_U64((uint64_t)1 << 20, f0 - f1); /* exactly what was allocated */
+        else
+            CHECK(f0 - f1 >= (size_t)1 << 20); /* at the allocator's granularity */
+        k->free(mib);
+    }
+    k->free(dev);
+    k->free(dx);
+    k->free(dy);
+}
+
+/* ---- executors ---- */
+
+static ModelSpec spec_of(const char *model, int seq, int gbs, int mbs, PxDtype precision)
+{
+    ModelSpec s = tx_spec(model, seq, gbs, mbs);
+    s.job.precision = precision;
+    return s;
+}
+
+/* An executor on the given backend: the CPU on the local cluster (fp32), CUDA on a one-GPU
+ * dgx-h100 (bf16 or fp16). */
+static Exec *exec_on(const ModelSpec *s, ExecBackend be, ExecOptions *o)
+{
+    PxError err = {0};
+    ModelPlan plan;
+    CHECK_OK(exec_plan_make(s, be == EXEC_BACKEND_CPU ? "local" : "dgx-h100", 1, &plan, &err), err);
+    ExecOptions opt;
+    if (o) {
+        opt = *o;
+    } else {
+        exec_options_defaults(&opt);
+        opt.quiet = 1;
+        opt.prefetch = 0;
+    }
+    opt.backend = be;
+    Exec *ex = NULL;
+    CHECK_OK(exec_init(&ex, &plan, &opt, &err), err);
+    model_plan_free(&plan);
+    return ex;
+}
+
+/* ---- initial weights ---- */
+
+static uint16_t round_act(float f, PxDtype t)
+{
+    return t == PX_BF16 ? exec_float_to_bf16(f) : exec_float_to_half(f);
+}
+
+static float widen(uint16_t h, PxDtype t)
+{
+    return t == PX_BF16 ? exec_bf16_to_float(h) : exec_half_to_float(h);
+}
+
+static void test_initial_weights(PxDtype act)
+{
+    ModelSpec s32 = spec_of("tiny-llama", 16, 2, 1, PX_FP32), s16 = spec_of("tiny-llama", 16, 2, 1, act);
+    Exec *cpu = exec_on(&s32, EXEC_BACKEND_CPU, NULL), *gpu = exec_on(&s16, EXEC_BACKEND_CUDA, NULL);
+    const ModelTensorTable *tt = exec_table(gpu);
+    int checked = 0;
+    for (int i = 0; i < tt->count; i++) {
+        const ModelTensor *t = &tt->t[i];
+        if (t->cat != MODEL_WEIGHTS || t->per_microbatch)
+            continue;
+        uint64_t n = 0;
+        const float *w32 = exec_tensor(cpu, t->name, &n);
+        CHECK(w32 != NULL && n == t->numel);
+        CHECK(exec_tensor(gpu, t->name, NULL) == NULL); /* not host memory */
+        float *w = malloc((size_t)n * sizeof *w);
+        CHECK_OK(exec_tensor_read(gpu, t->name, w, n, NULL), (PxError){0});
+        for (uint64_t e = 0; e < n; e++) {
+            if (w[e] != widen(round_act(w32[e], act), act)) {
+                fprintf(stderr, "%s: %s[%llu] is %.9g, expected %.9g rounded to %s\n", __func__,
+                        t->name, (unsigned long long)e, w[e], w32[e], px_dtype_name(act));
+                exit(1);
+            }
+        }
+        free(w);
+        checked++;
+    }
+    CHECK(checked >= 10);
+    /* the fp32 master weights: the initial values themselves (ZeRO 0: block order) */
+    const ExecBlock *blk = &gpu->blocks[0];
+    const ExecParam *p0 = &gpu->params[blk->first_param];
+    uint64_t n = 0;
+    const float *w32 = exec_tensor(cpu, p0->name, &n);
+    float *m = malloc((size_t)n * sizeof *m);
+    G->to_host(m, blk->master + p0->off, (size_t)n * sizeof *m);
+    for (uint64_t e = 0; e < n; e++)
+        CHECK(m[e] == w32[e]);
+    free(m);
+    exec_free(cpu);
+    exec_free(gpu);
+}
+
+/* ---- training against the CPU ---- */
+
+/* The worst relative difference of the losses of `steps` steps; every step must be within tol
+ * and none skipped (the scale never overflows on these runs). */
+static double track(const char *model, PxDtype act, int steps, double tol)
+{
+    ModelSpec s32 = spec_of(model, 32, 4, 2, PX_FP32), s16 = spec_of(model, 32, 4, 2, act);
+    s32.job.steps = s16.job.steps = steps;
+    Exec *cpu = exec_on(&s32, EXEC_BACKEND_CPU, NULL), *gpu = exec_on(&s16, EXEC_BACKEND_CUDA, NULL);
+    PxError err = {0};
+    double worst = 0;
+    for (int i = 0; i < steps; i++) {
+        ExecStepStats a, b;
+        CHECK_OK(exec_step(cpu, i, &a, &err), err);
+        CHECK_OK(exec_step(gpu, i, &b, &err), err);
+        CHECK_EQ_INT(0, b.skipped);
+        CHECK(b.loss_scale == (act == PX_FP16 ? 65536.0 : 1.0));
+        const double rel = fabs(b.loss - a.loss) / a.loss;
+        if (rel > worst)
+            worst = rel;
+        if (!(rel <= tol)) {
+            fprintf(stderr, "%s %s: step %d loss %.7f, fp32 CPU %.7f: %.2e relative, above %.1e\n",
+                    model, px_dtype_name(act), i + 1, b.loss, a.loss, rel, tol);
+            exit(1);
+        }
+    }
+    printf("  %-10s %s: %d steps, losses within %.2e of the fp32 CPU run (tolerance %.0e)\n", model,
+           px_dtype_name(act), steps, worst, tol);
+    exec_free(cpu);
+    exec_free(gpu);
+    return worst;
+}
+
+/* The first step's gradients: each tensor's relative L2 difference from the CPU's (fp16's
+ * carry the loss scale until the optimizer removes it). */
+static void gradients(const char *model, PxDtype act, double tol)
+{
+    ModelSpec s32 = spec_of(model, 32, 4, 2, PX_FP32), s16 = spec_of(model, 32, 4, 2, act);
+    Exec *cpu = exec_on(&s32, EXEC_BACKEND_CPU, NULL), *gpu = exec_on(&s16, EXEC_BACKEND_CUDA, NULL);
+    PxError err = {0};
+    double la, lb;
+    CHECK_OK(exec_grads(cpu, 0, &la, &err), err);
+    CHECK_OK(exec_grads(gpu, 0, &lb, &err), err);
+    const ModelTensorTable *tt = exec_table(gpu);
+    const double scale = exec_loss_scale(gpu, NULL);
+    CHECK(scale == (act == PX_FP16 ? 65536.0 : 1.0));
+    CHECK(fabs(la - lb) <= 1e-3 * la);
+    double worst = 0;
+    const char *worst_name = "";
+    for (int i = 0; i < tt->count; i++) {
+        const ModelTensor *t = &tt->t[i];
+        if (t->cat != MODEL_GRADS || t->per_microbatch)
+            continue;
+        uint64_t n = 0;
+        const float *g32 = exec_tensor(cpu, t->name, &n);
+        CHECK(g32 && n == t->numel);
+        float *g = malloc((size_t)n * sizeof *g);
+        CHECK_OK(exec_tensor_read(gpu, t->name, g, n, NULL), err);
+        double d2 = 0, r2 = 0;
+        for (uint64_t e = 0; e < n; e++) {
+            const double x = g[e] / scale; /* exact: a power of two */
+            d2 += (x - g32[e]) * (x - g32[e]);
+            r2 += (double)g32[e] * g32[e];
+        }
+        free(g);
+        const double rel = sqrt(d2 / (r2 > 0 ? r2 : 1));
+        if (rel > worst) {
+            worst = rel;
+            worst_name = t->name;
+        }
+        if (!(rel <= tol)) {
+            fprintf(stderr, "%s %s: gradient %s differs from the CPU's by %.3e (L2, relative), "
+                            "above %.1e\n", model, px_dtype_name(act), t->name, rel, tol);
+            exit(1);
+        }
+    }
+    printf("  %-10s %s: first-step gradients within %.2e of the CPU's (worst %s; tolerance %.0e)\n",
+           model, px_dtype_name(act), worst, worst_name, tol);
+    exec_free(cpu);
+    exec_free(gpu);
+}
+
+/* ---- memory and FLOPs against the prediction ---- */
+
+static int mem_cases;
+
+static void memory_case(const char *what, ModelSpec s)
+{
+    PxError err = {0};
+    ProfCluster cl;
+    CHECK_OK(prof_cluster_load("dgx-h100", NULL, 0, &cl, &err), err);
+    SimResult r;
+    CHECK_OK(sim_run(&s, &cl, 1, &r, &err), err);
+    Exec *ex = exec_on(&s, EXEC_BACKEND_CUDA, NULL);
+    ExecStepStats st;
+    CHECK_OK(exec_step(ex, 0, &st, &err), err);
+    CHECK(isfinite(st.loss) && !st.skipped);
+    uint64_t mem[MODEL_CAT_COUNT], arenas = 0;
+    exec_memory(ex, mem);
+    for (int c = 0; c < MODEL_CAT_COUNT; c++) {
+        if (mem[c] != r.mem[0].cat[c]) {
+            fprintf(stderr, "%s: %s: predicted %llu bytes, measured %llu\n", what,
+                    model_category_name((ModelCategory)c), (unsigned long long)r.mem[0].cat[c],
+                    (unsigned long long)mem[c]);
+            exit(1);
+        }
+        if (c != MODEL_RUNTIME)
+            arenas += mem[c];
+    }
+    CHECK(mem[MODEL_MASTER] > 0 && mem[MODEL_WEIGHTS] > 0);
+    CHECK_EQ_U64(mem[MODEL_ACTIVATIONS], exec_activations_in_use_peak(ex));
+    const double counted = exec_step_flops(ex);
+    if (!(fabs(counted - r.rank_flops[0]) <= 1e-12 * r.rank_flops[0])) {
+        fprintf(stderr, "%s: FLOPs per step: predicted %.17g, counted %.17g\n", what,
+                r.rank_flops[0], counted);
+        exit(1);
+    }
+    uint64_t u0, up, ut;
+    CHECK_EQ_INT(1, exec_device_memory(ex, &u0, &up, &ut));
+    if (emu)
+        CHECK_EQ_U64(arenas, up - u0); /* the arenas, and nothing else, on the device */
+    else
+        CHECK(up - u0 >= arenas);
+    exec_free(ex);
+    sim_result_free(&r);
+    prof_cluster_free(&cl);
+    mem_cases++;
+}
+
+/* every case in bf16; fp16's tables have the same sizes, two cases show it */
+static void test_memory(PxDtype act)
+{
+    char what[160];
+    const char *const models[] = {"tiny", "tiny-llama"};
+    const int cases = act == PX_BF16 ? 3 : 1;
+    for (int mi = 0; mi < 2; mi++)
+        for (int rc = 0; rc < cases; rc++)
+            for (int flash = 0; flash <= 1; flash++) {
+                if (act != PX_BF16 && flash != mi)
+                    continue;
+                ModelSpec s = spec_of(models[mi], 16, 4, 2, act);
+                s.layout.recompute = (ModelRecompute)rc;
+                s.job.flash_attn = flash;
+                s.job.dropout = (rc + flash) % 2 ? 0.1 : 0.0; /* both, across the cases */
+                s.layout.schedule = rc == 1 ? MODEL_SCHED_GPIPE : MODEL_SCHED_1F1B;
+                snprintf(what, sizeof what, "%s %s recompute %s flash %d dropout %g %s", models[mi],
+                         px_dtype_name(act), model_recompute_name(s.layout.recompute), flash,
+                         s.job.dropout, model_schedule_name(s.layout.schedule));
+                memory_case(what, s);
+            }
+    for (int zero = 1; zero <= 3 && act == PX_BF16; zero++) {
+        ModelSpec s = spec_of(zero == 2 ? "tiny-llama" : "tiny", 16, 4, 2, act);
+        s.layout.zero = zero;
+        if (zero == 3)
+            s.layout.recompute = MODEL_RECOMPUTE_FULL;
+        snprintf(what, sizeof what, "zero %d %s", zero, px_dtype_name(act));
+        memory_case(what, s);
+    }
+    if (act != PX_BF16)
+        return;
+    ModelSpec s = spec_of("tiny", 16, 4, 2, act);
+    s.job.optimizer = MODEL_OPT_SGD_MOMENTUM;
+    snprintf(what, sizeof what, "sgd %s", px_dtype_name(act));
+    memory_case(what, s);
+}
+
+/* ---- which backend, and what each refuses ---- */
+
+static void test_backends(void)
+{
+    PxError err = {0};
+    ModelPlan plan;
+    ModelSpec s = spec_of("tiny", 16, 4, 2, PX_BF16);
+    ExecBackend b;
+    /* auto: the device of the plan's cluster */
+    CHECK_OK(exec_plan_make(&s, "dgx-h100", 1, &plan, &err), err);
+    CHECK_OK(exec_backend_for_plan(&plan, EXEC_BACKEND_AUTO, &b, &err), err);
+    CHECK_EQ_INT(EXEC_BACKEND_CUDA, b);
+    CHECK_OK(exec_backend_for_plan(&plan, EXEC_BACKEND_CPU, &b, &err), err);
+    CHECK_EQ_INT(EXEC_BACKEND_CPU, b);
+    ExecOptions opt;
+    exec_options_defaults(&opt);
+    opt.quiet = 1;
+    Exec *ex = NULL;
+    CHECK_OK(exec_init(&ex, &plan, &opt, &err), err); /* auto: CUDA */
+    CHECK(strncmp(ex->k->name, "cuda", 4) == 0 && ex->act == PX_BF16);
+    exec_free(ex);
+    opt.backend = EXEC_BACKEND_CPU;
+    CHECK_INPUT_ERROR(exec_init(&ex, &plan, &opt, &err), err,
+                      "training.precision bf16: the CPU backend trains in fp32");
+    CHECK(ex == NULL);
+    model_plan_free(&plan);
+
+    s.job.precision = PX_FP32;
+    CHECK_OK(exec_plan_make(&s, "local", 1, &plan, &err), err);
+    CHECK_OK(exec_backend_for_plan(&plan, EXEC_BACKEND_AUTO, &b, &err), err);
+    CHECK_EQ_INT(EXEC_BACKEND_CPU, b);
+    opt.backend = EXEC_BACKEND_CUDA;
+    CHECK_INPUT_ERROR(exec_init(&ex, &plan, &opt, &err), err,
+                      "training.precision fp32: the CUDA backend trains in bf16 or fp16");
+    model_plan_free(&plan);
+
+    s.job.precision = PX_BF16;
+    s.job.grad_dtype = PX_BF16;
+    CHECK_OK(exec_plan_make(&s, "dgx-h100", 1, &plan, &err), err);
+    opt.backend = EXEC_BACKEND_AUTO;
+    CHECK_INPUT_ERROR(exec_init(&ex, &plan, &opt, &err), err,
+                      "training.grad_dtype bf16: the executor accumulates gradients in fp32");
+    model_plan_free(&plan);
+
+    ExecBackend parsed;
+    CHECK_OK(exec_backend_parse("cuda", &parsed, &err), err);
+    CHECK_EQ_INT(EXEC_BACKEND_CUDA, parsed);
+    CHECK_INPUT_ERROR(exec_backend_parse("gpu", &parsed, &err), err,
+                      "--backend: expected cpu, cuda or auto, got 'gpu'");
+    CHECK_STR("cpu", exec_backend_name(EXEC_BACKEND_CPU));
+}
+
+/* ---- run.json and the metrics log ---- */
+
+static void test_run_files(void)
+{
+    char dir[] = "/tmp/px_exec_cuda_XXXXXX", out[128], metrics[128];
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(out, sizeof out, "%s/run.json", dir);
+    snprintf(metrics, sizeof metrics, "%s/run.metrics.jsonl", dir);
+    ModelSpec s = spec_of("tiny", 16, 4, 2, PX_FP16);
+    s.job.steps = 2;
+    ExecOptions opt;
+    exec_options_defaults(&opt);
+    opt.quiet = 1;
+    opt.output = out;
+    opt.metrics = metrics;
+    opt.loss_scale = 4096;
+    opt.loss_scale_interval = 1;
+    Exec *ex = exec_on(&s, EXEC_BACKEND_CUDA, &opt);
+    PxError err = {0};
+    CHECK_OK(exec_run(ex, &err), err);
+    exec_free(ex);
+    cJSON *j = px_json_read_file(out, &err);
+    CHECK(j != NULL);
+    const cJSON *be = cJSON_GetObjectItemCaseSensitive(j, "backend");
+    CHECK_STR(G->name, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(be, "compute")));
+    CHECK_STR("fp16", cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(be, "precision")));
+    const cJSON *m = cJSON_GetArrayItem(
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "memory"), "per_rank"), 0);
+    CHECK_STR("cudaMemGetInfo",
+              cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "device_source")));
+    const double used = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "device_used_peak_bytes"));
+    const double arenas = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "arena_bytes"));
+    CHECK(arenas > 0 && used >= arenas);
+    /* the scale doubles after every clean step (interval 1): 4096, then 8192 */
+    const cJSON *steps = cJSON_GetObjectItemCaseSensitive(j, "steps");
+    CHECK_EQ_INT(2, cJSON_GetArraySize(steps));
+    CHECK(cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(steps, 0), "loss_scale")) == 4096);
+    CHECK(cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(steps, 1), "loss_scale")) == 8192);
+    const cJSON *ls = cJSON_GetObjectItemCaseSensitive(j, "loss_scale");
+    CHECK(cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(ls, "final")) == 16384);
+    CHECK(cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(ls, "skipped_steps")) == 0);
+    cJSON_Delete(j);
+    char *text = px_read_file(metrics, NULL, &err);
+    CHECK(text != NULL);
+    CHECK(strstr(text, "\"loss_scale\": 4096, \"skipped\": false") != NULL);
+    CHECK(strstr(text, "\"loss_scale\": 8192, \"skipped\": false") != NULL);
+    free(text);
+    unlink(out);
+    unlink(metrics);
+    rmdir(dir);
+}
+
+/* ---- the NCCL layer's assumption about the pipeline ---- */
+
+typedef struct {
+    int backward, g, mb;
+} Msg;
+
+static void test_edge_order(void)
+{
+    enum { MAXA = 2 * 24 * 4 };
+    static ModelAction act[8][MAXA];
+    int edges = 0;
+    for (int sched = 0; sched < 3; sched++)
+        for (int p = 2; p <= 8; p++)
+            for (int v = 1; v <= 4; v++)
+                for (int m = 1; m <= 24; m++) {
+                    const int inter = sched == MODEL_SCHED_INTERLEAVED;
+                    if ((v > 1) != inter || (inter && m % p))
+                        continue;
+                    ModelDims d;
+                    memset(&d, 0, sizeof d);
+                    d.p = p, d.v = v, d.m = m, d.chunks = p * v;
+                    int n[8];
+                    for (int s = 0; s < p; s++)
+                        n[s] = model_schedule_build(&d, (ModelSchedule)sched, s, act[s]);
+                    for (int a = 0; a < p; a++)
+                        for (int b = 0; b < p; b++) {
+                            Msg snd[MAXA], rcv[MAXA];
+                            int ns = 0, nr = 0;
+                            for (int i = 0; i < n[a]; i++) { /* a's sends to b, in a's order */
+                                const ModelAction *x = &act[a][i];
+                                const int g = model_global_chunk(&d, a, x->chunk);
+                                if (!x->backward && g < d.chunks - 1 && (a + 1) % p == b)
+                                    snd[ns++] = (Msg){0, g + 1, x->mb};
+                                if (x->backward && g > 0 && (a + p - 1) % p == b)
+                                    snd[ns++] = (Msg){1, g - 1, x->mb};
+                            }
+                            for (int i = 0; i < n[b]; i++) { /* b's receives from a, in b's order */
+                                const ModelAction *x = &act[b][i];
+                                const int g = model_global_chunk(&d, b, x->chunk);
+                                if (!x->backward && g > 0 && (b + p - 1) % p == a)
+                                    rcv[nr++] = (Msg){0, g, x->mb};
+                                if (x->backward && g < d.chunks - 1 && (b + 1) % p == a)
+                                    rcv[nr++] = (Msg){1, g, x->mb};
+                            }
+                            CHECK_EQ_INT(ns, nr);
+                            for (int i = 0; i < ns; i++)
+                                if (memcmp(&snd[i], &rcv[i], sizeof snd[i]) != 0) {
+                                    fprintf(stderr, "schedule %d pp %d vpp %d m %d: stage %d sends "
+                                                    "its message %d to stage %d out of order\n",
+                                            sched, p, v, m, a, i, b);
+                                    exit(1);
+                                }
+                            edges += ns > 0;
+                        }
+                }
+    printf("  pipeline: %d directed edges, every one delivers in the receiver's order\n", edges);
+    CHECK(edges > 1000);
+}
+
+int main(void)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    px_log_set_quiet(1);
+    G = kern_cuda();
+    if (!G) {
+        printf("test_exec_cuda: no CUDA device visible (or parallax was built without CUDA): "
+               "skipped\n");
+        return 77;
+    }
+    emu = strcmp(G->name, "cuda-emu") == 0;
+    printf("test_exec_cuda on %s\n", G->name);
+    test_staging(kern_cpu());
+    test_staging(G);
+    test_staging(kern_cuda_with(PX_FP16));
+    test_initial_weights(PX_BF16);
+    test_initial_weights(PX_FP16);
+    test_backends();
+    test_edge_order();
+    /* Tolerances. bf16 keeps 8 significant bits (unit roundoff u = 2^-8 = 3.9e-3), fp16 11
+     * (u = 2^-11 = 4.9e-4). Every GEMM accumulates in fp32 and rounds once, so the logits carry
+     * errors of a few u relative, and the loss, a mean of log-softmax over every token, averages
+     * them out: measured on the emulator, the losses of 8 steps stay within 1.9e-4 (bf16, u/21)
+     * and 2.4e-5 (fp16, u/20) of the fp32 run. The tolerance is u/4, so that a real precision
+     * bug (an update that bypasses the fp32 master, a gradient accumulated in the act dtype:
+     * errors of order u and more) fails. A gradient tensor's relative L2 error is larger: the
+     * residual stream's gradient is stored in the act dtype and rounded once per layer on its
+     * way down, and the norm weights' gradients sum it over every token: measured 2.3u (bf16,
+     * layer.3.ln2.w) and 2.4u (fp16); the tolerance is 4u. */
+    printf("losses against the CPU in fp32:\n");
+    track("tiny", PX_BF16, 8, 1e-3);
+    track("tiny-llama", PX_BF16, 8, 1e-3);
+    track("tiny", PX_FP16, 8, 1.2e-4);
+    track("tiny-llama", PX_FP16, 8, 1.2e-4);
+    gradients("tiny", PX_BF16, 4.0 / 256);
+    gradients("tiny-llama", PX_BF16, 4.0 / 256);
+    gradients("tiny", PX_FP16, 4.0 / 2048);
+    gradients("tiny-llama", PX_FP16, 4.0 / 2048);
+    test_memory(PX_BF16);
+    test_memory(PX_FP16);
+    printf("memory and FLOPs equal the prediction in %d cases\n", mem_cases);
+    test_run_files();
+    TEST_DONE("exec_cuda");
+}

@@ -1,0 +1,242 @@
+/* The executor's parallel layouts on the CUDA backend in bf16, end to end through mpirun,
+ * against a single-rank run of the same job on the same backend. Built twice:
+ * - test_exec_cuda_mpi_emu_<layout> (label mpi): parallax-worker-emu, the CUDA sources on the
+ *   CPU, two ranks sharing the one emulated GPU, so the communication goes over MPI staged
+ *   through host memory (exec/comm_staged.c), with 16-bit reductions of the activations;
+ * - test_exec_cuda_mpi_<layout> (label gpu; exit 77 without a GPU): parallax-worker on the
+ *   machine's GPUs: NCCL when every rank has its own GPU, else the staged layer.
+ * For every layout:
+ * - the losses of every step equal the single-rank run's within 2.5e-4 relative (u/16 of bf16:
+ *   the layouts sum the same values in other orders, and under tensor parallelism the partial
+ *   activations are reduced in bf16, one more rounding per reduction; measured below 3e-5);
+ * - every rank's memory per category (runtime excepted), communication bytes per kind (at the
+ *   bf16 sizes of the activations) and FLOPs equal its stage's prediction exactly;
+ * - run.json says which layer carried the communication, and why when it is the fallback.
+ * Usage: test_exec_cuda_mpi PARALLAX WORKER LAYOUT (`list` prints the layouts). */
+#include <errno.h>
+#include <stdarg.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tests/test.h"
+#include "common/px.h"
+#include "kernels/kernels.h"
+#include "model/model.h"
+
+typedef struct {
+    const char *name;
+    int gpus;
+    const char *layout; /* the pinned knobs */
+    const char *job;    /* settings shared with the single-rank reference */
+} Layout;
+
+#define PIN1 "--vpp 1 --schedule 1f1b --mbs 1"
+static const Layout layouts[] = {
+    {"dp2", 2, "--dp 2 --tp 1 --pp 1 --zero 0 --no-sp " PIN1, ""},
+    {"tp2", 2, "--dp 1 --tp 2 --pp 1 --zero 0 --no-sp " PIN1, "--dropout 0.1 --no-flash-attn"},
+    {"pp2", 2, "--dp 1 --tp 1 --pp 2 --zero 0 --no-sp " PIN1, ""},
+    {"pp2_vpp2", 2, "--dp 1 --tp 1 --pp 2 --zero 0 --no-sp --vpp 2 --schedule interleaved --mbs 1", ""},
+    {"dp2_zero1", 2, "--dp 2 --tp 1 --pp 1 --zero 1 --no-sp " PIN1, "--recompute selective --no-flash-attn"},
+    {"dp2_zero3", 2, "--dp 2 --tp 1 --pp 1 --zero 3 --no-sp " PIN1, "--recompute full"},
+    {"tp2_sp", 2, "--dp 1 --tp 2 --pp 1 --zero 0 --sp " PIN1, "--dropout 0.1"},
+    {"tp2_pp2", 4, "--dp 1 --tp 2 --pp 2 --zero 0 --no-sp " PIN1, "--dropout 0.1"},
+    {"pp4", 4, "--dp 1 --tp 1 --pp 4 --zero 0 --no-sp " PIN1, ""},
+    {"dp2_pp2_zero1", 4, "--dp 2 --tp 1 --pp 2 --zero 1 --no-sp " PIN1, ""},
+};
+enum { N_LAYOUTS = sizeof layouts / sizeof layouts[0], STEPS = 4 };
+
+static char tmp[256];
+static const char *px, *worker;
+
+static void sh(int want, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Runs a shell command; its status must be `want`, else the log is printed and the test fails. */
+static void sh(int want, const char *fmt, ...)
+{
+    char cmd[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    char full[2400];
+    snprintf(full, sizeof full, "%s >%s/log 2>&1", cmd, tmp);
+    int st = system(full);
+    int code = st == -1 ? -1 : WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    if (code != want) {
+        fprintf(stderr, "FAILED: %s\n  exit %d, expected %d (files kept in %s); output:\n", cmd,
+                code, want, tmp);
+        snprintf(full, sizeof full, "tail -c 3000 %s/log >&2", tmp);
+        if (system(full) != 0)
+            fprintf(stderr, "  (no output)\n");
+        exit(1);
+    }
+}
+
+static cJSON *read_json(const char *name)
+{
+    char path[400];
+    snprintf(path, sizeof path, "%s/%s", tmp, name);
+    PxError err = {0};
+    cJSON *j = px_json_read_file(path, &err);
+    if (!j) {
+        fprintf(stderr, "FAILED: %s\n", err.msg);
+        exit(1);
+    }
+    return j;
+}
+
+static const cJSON *at(const cJSON *o, const char *a, const char *b)
+{
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, a);
+    return b ? cJSON_GetObjectItemCaseSensitive(x, b) : x;
+}
+
+static double num(const cJSON *o, const char *k)
+{
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
+    if (!cJSON_IsNumber(x)) {
+        fprintf(stderr, "FAILED: no number %s\n", k);
+        exit(1);
+    }
+    return x->valuedouble;
+}
+
+static const cJSON *stage_entry(const cJSON *arr, int stage)
+{
+    const cJSON *e;
+    cJSON_ArrayForEach(e, arr) if ((int)num(e, "stage") == stage) return e;
+    fprintf(stderr, "FAILED: no prediction for stage %d\n", stage);
+    exit(1);
+}
+
+static void check_layout(const Layout *L, int gpus)
+{
+    const char *root = geteuid() == 0 ? "--allow-run-as-root" : "";
+    /* the single-rank reference, then the layout */
+    sh(0, "%s plan --model tiny --cluster dgx-h100 --gpus 1 --gbs 8 --seq 16 --steps %d %s "
+          "-o %s/ref.json", px, STEPS, L->job, tmp);
+    sh(0, "%s run %s/ref.json --quiet --backend cuda -o %s/ref.run.json", worker, tmp, tmp);
+    sh(0, "%s plan --model tiny --cluster dgx-h100 --gpus %d --gbs 8 --seq 16 --steps %d %s %s "
+          "-o %s/plan.json", px, L->gpus, STEPS, L->layout, L->job, tmp);
+    sh(0, "timeout 600 mpirun -n %d %s --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 "
+          "%s run %s/plan.json --quiet --backend cuda -o %s/run.json",
+       L->gpus, root, worker, tmp, tmp);
+    cJSON *ref = read_json("ref.run.json"), *plan = read_json("plan.json"), *run = read_json("run.json");
+
+    /* which layers ran it */
+    const cJSON *be = at(run, "backend", NULL);
+    CHECK(!strncmp(cJSON_GetStringValue(at(be, "compute", NULL)), "cuda", 4));
+    CHECK_STR("bf16", cJSON_GetStringValue(at(be, "precision", NULL)));
+    CHECK_EQ_INT(L->gpus, (int)num(be, "world"));
+    const char *comm = cJSON_GetStringValue(at(be, "comm", NULL));
+    const char *note = cJSON_GetStringValue(at(be, "comm_note", NULL));
+    if (gpus >= L->gpus && strcmp(comm, "nccl") != 0 && !(note && strstr(note, "without NCCL"))) {
+        fprintf(stderr, "FAILED: a GPU per rank, but the comm layer is %s (%s)\n", comm,
+                note ? note : "no note");
+        exit(1);
+    }
+    if (strcmp(comm, "nccl") != 0) {
+        CHECK_STR("mpi", comm);
+        CHECK(note && !strncmp(note, "staged through host memory", 26));
+    }
+
+    /* the loss trajectory */
+    const cJSON *rs = at(ref, "steps", NULL), *ms = at(run, "steps", NULL);
+    CHECK_EQ_INT(STEPS, cJSON_GetArraySize(rs));
+    CHECK_EQ_INT(STEPS, cJSON_GetArraySize(ms));
+    double worst = 0;
+    for (int i = 0; i < STEPS; i++) {
+        double a = num(cJSON_GetArrayItem(rs, i), "loss"), b = num(cJSON_GetArrayItem(ms, i), "loss");
+        CHECK_REL(a, b, 2.5e-4);
+        if (fabs(b - a) / fabs(a) > worst)
+            worst = fabs(b - a) / fabs(a);
+    }
+
+    /* memory, communication and FLOPs of every rank against its stage's prediction */
+    const cJSON *pred = at(plan, "prediction", NULL);
+    const cJSON *mr = at(run, "memory", "per_rank"), *cr = at(run, "comm", "per_rank");
+    const cJSON *fr = at(run, "flops", "per_rank_per_step");
+    CHECK_EQ_INT(L->gpus, cJSON_GetArraySize(mr));
+    for (int r = 0; r < L->gpus; r++) {
+        const cJSON *m = cJSON_GetArrayItem(mr, r), *c = cJSON_GetArrayItem(cr, r);
+        const int stage = (int)num(m, "stage");
+        const cJSON *pm = stage_entry(at(pred, "memory", "per_stage"), stage);
+        for (int k = 0; k < MODEL_RUNTIME; k++) {
+            const char *cat = model_category_name((ModelCategory)k);
+            if ((uint64_t)num(pm, cat) != (uint64_t)num(m, cat)) {
+                fprintf(stderr, "FAILED: %s rank %d (stage %d) %s: predicted %.0f, measured %.0f\n",
+                        L->name, r, stage, cat, num(pm, cat), num(m, cat));
+                exit(1);
+            }
+        }
+        CHECK(num(m, "master") > 0);
+        CHECK(num(m, "device_used_peak_bytes") >= num(m, "arena_bytes"));
+        const cJSON *pc = stage_entry(at(pred, "comm", "per_stage"), stage);
+        const cJSON *by = at(c, "by_kind", NULL);
+        for (int k = 0; k < MODEL_COMM_COUNT; k++) {
+            const char *kind = model_comm_name((ModelComm)k);
+            if ((uint64_t)num(pc, kind) != (uint64_t)num(by, kind)) {
+                fprintf(stderr, "FAILED: %s rank %d (stage %d) %s: predicted %.0f bytes, measured %.0f\n",
+                        L->name, r, stage, kind, num(pc, kind), num(by, kind));
+                exit(1);
+            }
+        }
+        CHECK(num(c, "total_bytes") > 0);
+        double pf = cJSON_GetArrayItem(at(pred, "flops", "per_rank_per_step"), stage)->valuedouble;
+        CHECK_REL(pf, cJSON_GetArrayItem(fr, r)->valuedouble, 1e-12);
+    }
+    printf("%-10s %d ranks (%s%s%s), %d steps: final loss %.6f (single rank %.6f), max deviation "
+           "%.2e; memory, comm and FLOPs of every rank equal the prediction\n",
+           L->name, L->gpus, comm, note ? ", " : "", note ? note : "", STEPS,
+           num(cJSON_GetArrayItem(ms, STEPS - 1), "loss"),
+           num(cJSON_GetArrayItem(rs, STEPS - 1), "loss"), worst);
+    cJSON_Delete(ref);
+    cJSON_Delete(plan);
+    cJSON_Delete(run);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 2 && !strcmp(argv[1], "list")) {
+        for (int i = 0; i < N_LAYOUTS; i++)
+            printf("%s\n", layouts[i].name);
+        return 0;
+    }
+    if (argc != 4) {
+        fprintf(stderr, "usage: test_exec_cuda_mpi PARALLAX WORKER LAYOUT | list\n");
+        return 2;
+    }
+    px = argv[1];
+    worker = argv[2];
+    const Layout *L = NULL;
+    for (int i = 0; i < N_LAYOUTS; i++)
+        if (!strcmp(layouts[i].name, argv[3]))
+            L = &layouts[i];
+    if (!L) {
+        fprintf(stderr, "test_exec_cuda_mpi: no layout %s (see list)\n", argv[3]);
+        return 2;
+    }
+    const int gpus = kern_cuda_device_count();
+    if (gpus == 0 || !kern_cuda()) {
+        printf("test_exec_cuda_mpi: no CUDA device visible (or parallax was built without CUDA): "
+               "skipped\n");
+        return 77;
+    }
+    if (system("command -v mpirun >/dev/null 2>&1") != 0) {
+        printf("test_exec_cuda_mpi: mpirun is not installed: skipped\n");
+        return 77;
+    }
+    const char *base = getenv("TMPDIR");
+    snprintf(tmp, sizeof tmp, "%s/px-cuda-mpi-%s-XXXXXX", base && *base ? base : "/tmp", L->name);
+    if (!mkdtemp(tmp)) {
+        fprintf(stderr, "test_exec_cuda_mpi: cannot make a directory under %s: %s\n", tmp,
+                strerror(errno));
+        return 1;
+    }
+    check_layout(L, gpus);
+    char rm[400];
+    snprintf(rm, sizeof rm, "rm -rf '%s'", tmp);
+    if (system(rm) != 0)
+        fprintf(stderr, "test_exec_cuda_mpi: could not remove %s\n", tmp);
+    TEST_DONE(L->name);
+}
