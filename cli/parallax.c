@@ -106,6 +106,7 @@ static void usage(FILE *f)
             "  run         train a plan for real\n"
             "  compare     a plan's prediction against a run's measurements\n"
             "  report      charts, traces and pages: memory, timelines, scaling, landscape\n"
+            "  calibrate   measure this machine: GEMMs, op rates, collectives -> a profile\n"
             "  validate    plan, run and compare a spread of layouts on this machine\n"
             "  help        show this help ('parallax <command> --help' for a command's)\n"
             "  version     print the version\n");
@@ -136,6 +137,8 @@ int main(int argc, char **argv)
         return cli_cmd_validate(argc - 1, argv + 1);
     if (!strcmp(cmd, "run"))
         return cli_cmd_run(argc - 1, argv + 1);
+    if (!strcmp(cmd, "calibrate"))
+        return cli_cmd_calibrate(argc - 1, argv + 1);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);
         return 0;

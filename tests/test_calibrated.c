@@ -38,13 +38,13 @@ int main(void)
     prof_cluster_free(&back);
 
     /* lookups */
-    CHECK_REL(0.001, prof_measured_gemm(cl.measured, 256, 192, 64, 1), 1e-12);
-    CHECK_REL(0.002, prof_measured_gemm(cl.measured, 512, 192, 64, 1), 1e-12); /* scaled by FLOPs */
+    CHECK_REL(0.001, prof_measured_gemm(cl.measured, 256, 192, 64, 1, 1), 1e-12);
+    CHECK_REL(0.002, prof_measured_gemm(cl.measured, 512, 192, 64, 1, 1), 1e-12); /* scaled by FLOPs */
     /* 32 KiB is halfway between 1 KiB and 1 MiB in log size: sqrt(1e-5 * 1e-4) */
     CHECK_REL(sqrt(1e-9), prof_measured_collective(cl.measured, "allreduce", 2, 1, 32768), 1e-12);
     CHECK(prof_measured_collective(cl.measured, "allreduce", 4, 1, 32768) < 0); /* not measured */
     CHECK(prof_measured_collective(cl.measured, "all_gather", 2, 1, 32768) < 0);
-    CHECK(prof_measured_op(cl.measured, "norm", "bwd", 0) == NULL);
+    CHECK(prof_measured_op(cl.measured, "norm", "bwd", 0, "layernorm", 1) == NULL);
 
     /* the simulator uses them: tiny, tp 1, mbs 4, seq 64: qkv forward is 256 x 192 x 64 */
     ModelSpec s;
