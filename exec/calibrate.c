@@ -368,7 +368,7 @@ static int run_config(const Calib *cal, const char *model, int mbs, int flash, c
     int rc = calib_spec(model, 1, mbs, flash, &s, &d, err);
     if (rc)
         return rc;
-    const int steps = cal->quick ? 3 : 6;
+    const int steps = cal->quick ? 4 : 10;
     s.job.steps = steps;
     ModelPlan plan;
     memset(&plan, 0, sizeof plan);
@@ -384,15 +384,40 @@ static int run_config(const Calib *cal, const char *model, int mbs, int flash, c
         model_plan_free(&plan);
         return rc;
     }
+    /* each op's time in every step after the first (from the running averages), then the
+     * median over those steps: a step disturbed by another process counts once */
+    const int n_ops = ex->graph.count, timed = steps - 1;
+    double *per = calloc((size_t)n_ops * (size_t)timed + 1, sizeof *per);
+    double *prev = calloc((size_t)n_ops + 1, sizeof *prev), *col = calloc((size_t)timed + 1, sizeof *col);
+    if (!per || !prev || !col)
+        rc = px_fail(err, PX_ERUNTIME, "out of memory timing ops");
+    int n = 0;
+    const ExecOpReport *rep = NULL;
     for (int i = 0; i < steps && !rc; i++) {
         ExecStepStats st;
-        rc = exec_step(ex, i, &st, err);
+        if ((rc = exec_step(ex, i, &st, err)) || i == 0)
+            continue;
+        rep = exec_ops(ex, &n);
+        for (int o = 0; o < n && o < n_ops; o++) {
+            double cum = rep[o].seconds * i; /* i timed steps so far */
+            per[(size_t)o * timed + (i - 1)] = cum - prev[o];
+            prev[o] = cum;
+        }
     }
-    int n = 0;
-    const ExecOpReport *rep = rc ? NULL : exec_ops(ex, &n);
+    for (int o = 0; o < n && !rc; o++) {
+        for (int t = 0; t < timed; t++)
+            col[t] = per[(size_t)o * timed + t];
+        for (int a = 1; a < timed; a++) /* insertion sort: a few steps */
+            for (int b = a; b > 0 && col[b] < col[b - 1]; b--) {
+                double x = col[b];
+                col[b] = col[b - 1];
+                col[b - 1] = x;
+            }
+        prev[o] = timed % 2 ? col[timed / 2] : 0.5 * (col[timed / 2 - 1] + col[timed / 2]);
+    }
     for (int i = 0; i < n && !rc; i++) {
         const ModelOp *op = &ex->graph.op[i];
-        if (op->kind == MODEL_OP_COMM || rep[i].calls <= 0 || rep[i].seconds <= 0)
+        if (op->kind == MODEL_OP_COMM || rep[i].calls <= 0 || prev[i] <= 0)
             continue;
         Sample smp;
         memset(&smp, 0, sizeof smp);
@@ -404,7 +429,7 @@ static int run_config(const Calib *cal, const char *model, int mbs, int flash, c
         px_strlcpy(smp.variant, key.variant, sizeof smp.variant);
         smp.flash = key.flash;
         smp.x = key.x;
-        smp.y = rep[i].seconds / rep[i].calls;
+        smp.y = prev[i] / rep[i].calls; /* the median step's */
         if (op->kind == MODEL_OP_MATMUL) {
             /* what the measured GEMMs leave: bias, RoPE, dropout, residual add */
             int all = 1;
@@ -420,6 +445,9 @@ static int run_config(const Calib *cal, const char *model, int mbs, int flash, c
         if (samples_add(ss, &smp))
             rc = px_fail(err, PX_ERUNTIME, "out of memory collecting op samples");
     }
+    free(per);
+    free(prev);
+    free(col);
     exec_free(ex);
     model_plan_free(&plan);
     return rc;

@@ -1,6 +1,9 @@
 /* Device and cluster profiles: loading, device resolution, overrides. */
+/* realpath */
+#define _XOPEN_SOURCE 700
 #include "profiles/profile.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -182,14 +185,22 @@ int prof_calibrated_path(char *buf, size_t cap)
     char beside[1100];
     snprintf(beside, sizeof beside, "%s/../profiles", exe);
     dirs[2] = n > 0 ? beside : NULL;
+    char abs[PATH_MAX];
     for (int i = 0; i < 3; i++) {
         if (!dirs[i] || !*dirs[i])
             continue;
-        snprintf(buf, cap, "%s/local-%s.json", dirs[i], host);
+        /* absolute, so that plans naming it work from any directory */
+        const char *dir = realpath(dirs[i], abs) ? abs : dirs[i];
+        snprintf(buf, cap, "%s/local-%s.json", dir, host);
         if (px_file_exists(buf))
             return 1;
     }
-    snprintf(buf, cap, "%s/local-%s.json", env && *env ? env : "profiles", host);
+    /* where calibrate writes it: $PARALLAX_PROFILE_DIR, else the profiles/ of the source tree
+     * beside the build directory, else ./profiles */
+    const char *dir = env && *env ? env : n > 0 && realpath(beside, abs) ? abs : "profiles";
+    if (dir != abs && realpath(dir, abs))
+        dir = abs;
+    snprintf(buf, cap, "%s/local-%s.json", dir, host);
     return 0;
 }
 

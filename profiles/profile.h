@@ -98,9 +98,11 @@ typedef struct {
 
 /* Loads a built-in device ("a100-80gb") or a device JSON file. */
 int prof_device_load(const char *name_or_path, ProfDevice *out, PxError *err);
-/* Where this machine's calibrated profile is (or would be written): local-<hostname>.json in
- * $PARALLAX_PROFILE_DIR, ./profiles or the profiles/ beside the build directory. Returns 1
- * when the file exists; buf gets the path either way. */
+/* Where this machine's calibrated profile is: local-<hostname>.json in $PARALLAX_PROFILE_DIR,
+ * ./profiles or the profiles/ beside the build directory, the first that has it (returns 1);
+ * else where `parallax calibrate` writes it (returns 0): $PARALLAX_PROFILE_DIR, else the
+ * profiles/ beside the build directory when it exists, else ./profiles. Absolute where the
+ * folder exists. */
 int prof_calibrated_path(char *buf, size_t cap);
 /* Loads a built-in cluster ("dgx-a100") or a cluster JSON file, resolves its device, then
  * applies `key=value` overrides (dotted paths into the cluster JSON, device included:
