@@ -194,6 +194,11 @@ int cli_cmd_validate(int argc, char **argv)
     exe[n] = '\0';
     q.parallax = exe;
     q.cluster = &cl;
+    /* scaling curves and the landscape on this machine's profile, up to the largest layout */
+    static const int scaling[] = {1, 2, 4, 8, 16, 32, 64};
+    q.scaling_gpus = scaling;
+    while (q.n_scaling_gpus < 7 && scaling[q.n_scaling_gpus] <= q.max_ranks)
+        q.n_scaling_gpus++;
     char calibrated[1200];
     q.cluster_ref = strcmp(cluster, "local") == 0 && prof_calibrated_path(calibrated, sizeof calibrated)
                         ? calibrated

@@ -462,8 +462,9 @@ typedef struct {
 } Fit;
 
 /* y = a + x / rate by least squares on relative errors (weights 1/y^2), so that small and large
- * ops count alike; a through the origin when the intercept comes out negative, a constant
- * when the slope does (y does not grow with x over the sizes seen). */
+ * ops count alike; through the origin when the intercept comes out negative or the sizes are
+ * too close to tell, a constant when the slope comes out negative (y does not grow with x over
+ * the sizes seen). */
 static Fit fit_samples(const Sample *s, const int *idx, int n)
 {
     Fit f;
@@ -487,14 +488,17 @@ static Fit fit_samples(const Sample *s, const int *idx, int n)
         if (p->x > xmax)
             xmax = p->x;
     }
+    /* sizes within a factor 1.5 cannot separate a fixed cost from a rate: the rate alone,
+     * which carries over to other sizes (an optimizer over another stage's parameters) */
+    const int spread = xmax > 1.5 * xmin;
     double a = 0, b = 0;
     double det = sw * sxx - sx * sx;
-    if (xmax > xmin * 1.01 && det > 0) {
+    if (spread && det > 0) {
         b = (sw * sxy - sx * sy) / det;
         a = (sy - b * sx) / sw;
     }
-    if (!(xmax > xmin * 1.01) || b <= 0 || a < 0) {
-        if (sxx > 0 && sxy > 0 && !(b <= 0 && xmax > xmin * 1.01)) {
+    if (!spread || b <= 0 || a < 0) {
+        if (sxx > 0 && sxy > 0 && !(spread && b <= 0)) {
             a = 0;
             b = sxy / sxx; /* through the origin */
         } else {

@@ -129,7 +129,7 @@ int rpt_validate(const RptValidate *q, cJSON **json_out, FILE *log, PxError *err
     cJSON_AddStringToObject(out, "model", q->base.model.name);
     cJSON_AddStringToObject(out, "cluster", q->cluster->name);
     cJSON *layouts = cJSON_AddArrayToObject(out, "layouts");
-    int rc = PX_OK, n_timed = 0, pick = 0;
+    int rc = PX_OK, n_timed = 0, pick = 0, pick_pp = 0;
     if (!labels || !lp || !pred || !meas || !tf) {
         rc = px_fail(err, PX_ERUNTIME, "out of memory");
         goto out;
@@ -236,8 +236,12 @@ int rpt_validate(const RptValidate *q, cJSON **json_out, FILE *log, PxError *err
             pred[n_timed] = 1e3 * step_p;
             meas[n_timed] = 1e3 * step_m;
             n_timed++;
-            if (ranks == q->max_timing_ranks && !pick)
+            /* the report's detailed pages show the deepest pipeline that was timed (its
+                 * timelines say the most), the first of them */
+            if (L->pp > pick_pp || !pick) {
                 pick = i + 1;
+                pick_pp = L->pp;
+            }
         }
         char line[256];
         snprintf(line, sizeof line, "%11.4f %11s %8s %9s %7s %7s\n", step_p, ms, es, os,
