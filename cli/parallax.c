@@ -77,8 +77,10 @@ static int cmd_simulate(int argc, char **argv)
     if ((rc = prof_cluster_load(a.cluster, a.sets, a.n_sets, &cl, &err)))
         return fail("simulate", rc, &err);
     SimResult r;
-    if ((rc = sim_run(&a.spec, &cl, a.gpus, &r, &err)))
+    if ((rc = sim_run(&a.spec, &cl, a.gpus, &r, &err))) {
+        prof_cluster_free(&cl);
         return fail("simulate", rc, &err);
+    }
     if (a.json) {
         cJSON *j = sim_result_to_json(&r);
         char *s = cJSON_Print(j);
@@ -89,6 +91,7 @@ static int cmd_simulate(int argc, char **argv)
         sim_result_print(stdout, &r);
     }
     sim_result_free(&r);
+    prof_cluster_free(&cl); /* after the result, which shares its measurements */
     return 0;
 }
 

@@ -48,6 +48,7 @@ int cli_cmd_report(int argc, char **argv)
     cJSON *plan = NULL, *run = NULL;
     int rc = 0, gpus[64], n_gpus = 0;
     ProfCluster cl;
+    memset(&cl, 0, sizeof cl);
     const char *v;
     if ((v = a.extra[OPT_PLAN - CLI_EXTRA]) && !(plan = px_json_read_file(v, &err)))
         return fail("report", PX_EINPUT, &err);
@@ -89,6 +90,7 @@ int cli_cmd_report(int argc, char **argv)
     if ((rc = rpt_build(&q, stdout, &err)))
         rc = fail("report", rc, &err);
 out:
+    prof_cluster_free(&cl);
     cJSON_Delete(plan);
     cJSON_Delete(run);
     return rc;

@@ -149,6 +149,7 @@ static int timelines(const RptRequest *q, Page *pg, FILE *log, PxError *err)
                 }
                 sim_result_free(&r);
             }
+            prof_cluster_free(&cl);
             model_plan_free(&plan);
         } else {
             px_warn("report: no simulated timeline: %s", e2.msg);
