@@ -77,8 +77,10 @@ static int cmd_simulate(int argc, char **argv)
     if ((rc = prof_cluster_load(a.cluster, a.sets, a.n_sets, &cl, &err)))
         return fail("simulate", rc, &err);
     SimResult r;
-    if ((rc = sim_run(&a.spec, &cl, a.gpus, &r, &err)))
+    if ((rc = sim_run(&a.spec, &cl, a.gpus, &r, &err))) {
+        prof_cluster_free(&cl);
         return fail("simulate", rc, &err);
+    }
     if (a.json) {
         cJSON *j = sim_result_to_json(&r);
         char *s = cJSON_Print(j);
@@ -89,6 +91,7 @@ static int cmd_simulate(int argc, char **argv)
         sim_result_print(stdout, &r);
     }
     sim_result_free(&r);
+    prof_cluster_free(&cl); /* after the result, which shares its measurements */
     return 0;
 }
 
@@ -106,6 +109,7 @@ static void usage(FILE *f)
             "  run         train a plan for real\n"
             "  compare     a plan's prediction against a run's measurements\n"
             "  report      charts, traces and pages: memory, timelines, scaling, landscape\n"
+            "  calibrate   measure this machine: GEMMs, op rates, collectives -> a profile\n"
             "  validate    plan, run and compare a spread of layouts on this machine\n"
             "  help        show this help ('parallax <command> --help' for a command's)\n"
             "  version     print the version\n");
@@ -136,6 +140,8 @@ int main(int argc, char **argv)
         return cli_cmd_validate(argc - 1, argv + 1);
     if (!strcmp(cmd, "run"))
         return cli_cmd_run(argc - 1, argv + 1);
+    if (!strcmp(cmd, "calibrate"))
+        return cli_cmd_calibrate(argc - 1, argv + 1);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);
         return 0;

@@ -170,13 +170,19 @@ int cli_cmd_plan(int argc, char **argv)
         if ((rc = px_parse_int(sizes[i], "--gpus", 1, 1 << 24, &gpus[i], &err)))
             return fail(rc, &err);
     ProfCluster cl[8];
-    for (int i = 0; i < n_cl; i++)
-        if ((rc = prof_cluster_load(clusters[i], a.sets, a.n_sets, &cl[i], &err)))
-            return fail(rc, &err);
+    int n_loaded = 0, status = 0;
+    for (int i = 0; i < n_cl; i++) {
+        if ((rc = prof_cluster_load(clusters[i], a.sets, a.n_sets, &cl[i], &err))) {
+            status = fail(rc, &err);
+            goto done;
+        }
+        n_loaded++;
+    }
     const int single = n_cl == 1 && n_sz == 1;
     if (a.output && (!single || min_gpus)) {
         fprintf(stderr, "parallax plan: -o writes one plan: give one cluster and one GPU count\n");
-        return 2;
+        status = 2;
+        goto done;
     }
     if (!a.json && isatty(STDERR_FILENO)) {
         q.progress = progress;
@@ -190,7 +196,8 @@ int cli_cmd_plan(int argc, char **argv)
             int g = 0;
             if ((rc = sim_plan_min_gpus(&q, &cl[c], max_step, max_days, limit, &res, &g, &err))) {
                 cJSON_Delete(arr);
-                return fail(rc, &err);
+                status = fail(rc, &err);
+                goto done;
             }
             if (a.json) {
                 cJSON *e = cJSON_CreateObject();
@@ -207,20 +214,24 @@ int cli_cmd_plan(int argc, char **argv)
         }
         if (a.json)
             print_json(arr);
-        return 0;
+        status = 0;
+        goto done;
     }
 
     if (single) {
         q.gpus = gpus[0];
         SimPlanResult res;
-        if ((rc = sim_plan(&q, &cl[0], &res, &err)))
-            return fail(rc, &err);
+        if ((rc = sim_plan(&q, &cl[0], &res, &err))) {
+            status = fail(rc, &err);
+            goto done;
+        }
         ModelPlan plan;
         SimResult full;
         int need_full = a.output || a.json;
         if (need_full && (rc = sim_plan_best(&res, &cl[0], clusters[0], q.gpus, &plan, &full, &err))) {
             sim_plan_free(&res);
-            return fail(rc, &err);
+            status = fail(rc, &err);
+            goto done;
         }
         if (a.json) {
             cJSON *j = cJSON_CreateObject();
@@ -243,7 +254,8 @@ int cli_cmd_plan(int argc, char **argv)
                 model_plan_free(&plan);
                 sim_result_free(&full);
                 sim_plan_free(&res);
-                return fail(rc, &err);
+                status = fail(rc, &err);
+                goto done;
             }
             if (!a.json)
                 printf("\nwrote %s (layout 1 with its prediction)\n", a.output);
@@ -253,7 +265,8 @@ int cli_cmd_plan(int argc, char **argv)
             sim_result_free(&full);
         }
         sim_plan_free(&res);
-        return 0;
+        status = 0;
+        goto done;
     }
 
     /* sweeps and side-by-side clusters: the best layout of each (cluster, size) */
@@ -271,7 +284,8 @@ int cli_cmd_plan(int argc, char **argv)
             rc = sim_plan(&r, &cl[c], &res, &e2);
             if (rc == PX_ERUNTIME) {
                 cJSON_Delete(arr);
-                return fail(rc, &e2);
+                status = fail(rc, &e2);
+                goto done;
             }
             if (a.json) {
                 cJSON *e = cJSON_CreateObject();
@@ -296,5 +310,9 @@ int cli_cmd_plan(int argc, char **argv)
     }
     if (a.json)
         print_json(arr);
-    return 0;
+done:
+    /* after every result, which share the clusters' measurements */
+    for (int i = 0; i < n_loaded; i++)
+        prof_cluster_free(&cl[i]);
+    return status;
 }

@@ -48,6 +48,7 @@ int cli_cmd_report(int argc, char **argv)
     cJSON *plan = NULL, *run = NULL;
     int rc = 0, gpus[64], n_gpus = 0;
     ProfCluster cl;
+    memset(&cl, 0, sizeof cl);
     const char *v;
     if ((v = a.extra[OPT_PLAN - CLI_EXTRA]) && !(plan = px_json_read_file(v, &err)))
         return fail("report", PX_EINPUT, &err);
@@ -89,6 +90,7 @@ int cli_cmd_report(int argc, char **argv)
     if ((rc = rpt_build(&q, stdout, &err)))
         rc = fail("report", rc, &err);
 out:
+    prof_cluster_free(&cl);
     cJSON_Delete(plan);
     cJSON_Delete(run);
     return rc;
@@ -194,6 +196,11 @@ int cli_cmd_validate(int argc, char **argv)
     exe[n] = '\0';
     q.parallax = exe;
     q.cluster = &cl;
+    /* scaling curves and the landscape on this machine's profile, up to the largest layout */
+    static const int scaling[] = {1, 2, 4, 8, 16, 32, 64};
+    q.scaling_gpus = scaling;
+    while (q.n_scaling_gpus < 7 && scaling[q.n_scaling_gpus] <= q.max_ranks)
+        q.n_scaling_gpus++;
     char calibrated[1200];
     q.cluster_ref = strcmp(cluster, "local") == 0 && prof_calibrated_path(calibrated, sizeof calibrated)
                         ? calibrated

@@ -1288,6 +1288,7 @@ void exec_free(Exec *ex)
         ex->comm->free(ex->comm);
     if (ex->have_sim)
         sim_result_free(&ex->sim);
+    prof_cluster_free(&ex->cluster); /* after the prediction, which shares its measurements */
     model_tensors_free(&ex->tt);
     model_tensors_free(&ex->twin);
     model_ops_free(&ex->graph);

@@ -13,12 +13,16 @@ int exec_plan_make(const ModelSpec *spec, const char *cluster, int gpus, ModelPl
     if (rc)
         return rc;
     SimResult r;
-    if ((rc = sim_run(spec, &cl, gpus, &r, err)))
+    /* the result shares the cluster's measurements: free it after the result */
+    if ((rc = sim_run(spec, &cl, gpus, &r, err))) {
+        prof_cluster_free(&cl);
         return rc;
+    }
     out->spec = r.spec; /* normalised: dp, precision, global batch filled in */
     px_strlcpy(out->cluster, cluster, sizeof out->cluster);
     out->gpus = r.dims.gpus;
     out->prediction = sim_prediction_to_json(&r);
     sim_result_free(&r);
+    prof_cluster_free(&cl);
     return PX_OK;
 }

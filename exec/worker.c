@@ -16,7 +16,8 @@
 #include "kernels/kernels.h"
 
 static const char *const usage_text =
-    "usage: parallax-worker run PLAN.json [options]\n\n"
+    "usage: parallax-worker run PLAN.json [options]\n"
+    "       parallax-worker calibrate --part compute|comm|assemble ... (see its --help)\n\n"
     "Trains the plan on this process and writes run.json: losses, memory per category,\n"
     "FLOPs and time per op under the simulator's names.\n\n"
     "options:\n"
@@ -233,6 +234,8 @@ int main(int argc, char **argv)
     int status;
     if (argc >= 2 && !strcmp(argv[1], "run")) {
         status = cmd_run(argc - 1, argv + 1);
+    } else if (argc >= 2 && !strcmp(argv[1], "calibrate")) {
+        status = exec_calibrate_main(argc - 1, argv + 1, g_rank, g_world);
     } else if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
                              !strcmp(argv[1], "help"))) {
         if (g_rank == 0)
@@ -241,7 +244,7 @@ int main(int argc, char **argv)
     } else {
         if (g_rank == 0) {
             if (argc >= 2)
-                fprintf(stderr, "parallax-worker: unknown command '%s' (calibrate comes later)\n",
+                fprintf(stderr, "parallax-worker: unknown command '%s' (run or calibrate)\n",
                         argv[1]);
             fputs(usage_text, stderr);
         }

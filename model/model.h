@@ -329,6 +329,7 @@ typedef struct {
     double flops;       /* matmul FLOPs (the quantity MFU is defined on) */
     double bytes;       /* estimated memory traffic, GEMM operands and elementwise passes */
     int kernels;        /* kernel launches per execution (GEMMs included) */
+    double epilogue_bytes; /* a matmul's bytes beyond its GEMMs: bias, dropout, residual */
     int n_gemm;
     ModelGemm gemm[4];
     /* communication (kind MODEL_OP_COMM) */

@@ -93,6 +93,7 @@ static void linear_k(Emit *e, const char *base, double M, double N, double K, do
         op->gemm[0] = (ModelGemm){(int64_t)M, (int64_t)N, (int64_t)K, 1};
     }
     op->kernels = op->n_gemm + (extra_bytes > 0 ? epi_kernels : 0);
+    op->epilogue_bytes = extra_bytes;
 }
 
 static void linear(Emit *e, const char *base, double M, double N, double K, double extra_bytes)

@@ -1,6 +1,9 @@
 /* Device and cluster profiles: loading, device resolution, overrides. */
+/* realpath */
+#define _XOPEN_SOURCE 700
 #include "profiles/profile.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -182,14 +185,22 @@ int prof_calibrated_path(char *buf, size_t cap)
     char beside[1100];
     snprintf(beside, sizeof beside, "%s/../profiles", exe);
     dirs[2] = n > 0 ? beside : NULL;
+    char abs[PATH_MAX];
     for (int i = 0; i < 3; i++) {
         if (!dirs[i] || !*dirs[i])
             continue;
-        snprintf(buf, cap, "%s/local-%s.json", dirs[i], host);
+        /* absolute, so that plans naming it work from any directory */
+        const char *dir = realpath(dirs[i], abs) ? abs : dirs[i];
+        snprintf(buf, cap, "%s/local-%s.json", dir, host);
         if (px_file_exists(buf))
             return 1;
     }
-    snprintf(buf, cap, "%s/local-%s.json", env && *env ? env : "profiles", host);
+    /* where calibrate writes it: $PARALLAX_PROFILE_DIR, else the profiles/ of the source tree
+     * beside the build directory, else ./profiles */
+    const char *dir = env && *env ? env : n > 0 && realpath(beside, abs) ? abs : "profiles";
+    if (dir != abs && realpath(dir, abs))
+        dir = abs;
+    snprintf(buf, cap, "%s/local-%s.json", dir, host);
     return 0;
 }
 
@@ -233,7 +244,8 @@ static int array_num(const cJSON *a, int i, double *out)
 static int parse_measured(const cJSON *me, const char *where, ProfMeasured **out, PxError *err)
 {
     static const char *const known[] = {"host", "date", "ranks", "gemm", "ops", "collectives", NULL};
-    static const char *const known_op[] = {"kind", "phase", "flash", "rate", "overhead_s", "points", NULL};
+    static const char *const known_op[] = {"kind",   "phase",       "flash",   "variant", "rate",
+                                           "overhead_s", "points", "concurrency", NULL};
     static const char *const known_coll[] = {"op", "ranks", "nodes", "points", NULL};
     char mw[600], w2[700];
     snprintf(mw, sizeof mw, "%s measured", where);
@@ -261,13 +273,20 @@ static int parse_measured(const cJSON *me, const char *where, ProfMeasured **out
         for (int i = 0; i < n; i++) {
             const cJSON *e = cJSON_GetArrayItem(g, i);
             ProfGemmPoint *p = &m->gemm[m->n_gemm];
-            if (!cJSON_IsArray(e) || cJSON_GetArraySize(e) != 5 || !array_num(e, 0, &p->m) ||
-                !array_num(e, 1, &p->n) || !array_num(e, 2, &p->k) || !array_num(e, 3, &p->batch) ||
-                !array_num(e, 4, &p->seconds) || p->m < 1 || p->n < 1 || p->k < 1 || p->batch < 1 ||
-                !(p->seconds > 0)) {
-                rc = px_fail(err, PX_EINPUT, "%s.gemm[%d]: expected [m, n, k, batch, seconds], all positive", mw, i);
+            const int len = cJSON_IsArray(e) ? cJSON_GetArraySize(e) : 0;
+            double conc = m->ranks > 0 ? m->ranks : 1;
+            if ((len != 5 && len != 6) || !array_num(e, 0, &p->m) || !array_num(e, 1, &p->n) ||
+                !array_num(e, 2, &p->k) || !array_num(e, 3, &p->batch) ||
+                !array_num(e, 4, &p->seconds) || (len == 6 && !array_num(e, 5, &conc)) ||
+                p->m < 1 || p->n < 1 || p->k < 1 || p->batch < 1 || !(p->seconds > 0) ||
+                conc < 1 || conc > (1 << 20) || conc != floor(conc)) {
+                rc = px_fail(err, PX_EINPUT,
+                             "%s.gemm[%d]: expected [m, n, k, batch, seconds] or [m, n, k, batch, "
+                             "seconds, concurrency], all positive",
+                             mw, i);
                 goto fail;
             }
+            p->concurrency = (int)conc;
             m->n_gemm++;
         }
     }
@@ -296,9 +315,13 @@ static int parse_measured(const cJSON *me, const char *where, ProfMeasured **out
             if ((rc = px_json_string(e, w2, "kind", 1, o->kind, sizeof o->kind, err)) ||
                 (rc = px_json_string(e, w2, "phase", 1, o->phase, sizeof o->phase, err)) ||
                 (rc = px_json_bool(e, w2, "flash", 0, &o->flash, err)) ||
+                (rc = px_json_string(e, w2, "variant", 0, o->variant, sizeof o->variant, err)) ||
                 (rc = px_json_double(e, w2, "rate", 1, 1e-3, 1e18, &o->rate, err)) ||
                 (rc = px_json_double(e, w2, "overhead_s", 0, 0, 10, &o->overhead_s, err)) ||
                 (rc = px_json_int(e, w2, "points", 0, 0, 1 << 30, &points, err)))
+                goto fail;
+            o->concurrency = m->ranks > 0 ? m->ranks : 1;
+            if ((rc = px_json_int(e, w2, "concurrency", 0, 1, 1 << 20, &o->concurrency, err)))
                 goto fail;
             m->n_ops++;
         }
@@ -397,28 +420,76 @@ double prof_measured_collective(const ProfMeasured *m, const char *op, int ranks
     return -1.0;
 }
 
+/* The better of two concurrency levels for `want` ranks at once: the nearer in ratio; on a tie
+ * the higher (more contention is the safer guess). */
+static int nearer_level(int have, int cand, int want)
+{
+    if (have <= 0)
+        return cand;
+    double dh = fabs(log((double)have / want)), dc = fabs(log((double)cand / want));
+    return dc < dh - 1e-12 || (fabs(dc - dh) <= 1e-12 && cand > have) ? cand : have;
+}
+
+/* Characters two variants share from their start (a whole variant equal counts one more, so
+ * that "hd1" does not tie with "hd16" for "hd16"). */
+static size_t common_prefix(const char *a, const char *b)
+{
+    if (!b)
+        return 0;
+    size_t n = 0;
+    while (a[n] && a[n] == b[n])
+        n++;
+    return n + (a[n] == '\0' && b[n] == '\0');
+}
+
 const ProfOpRate *prof_measured_op(const ProfMeasured *m, const char *kind, const char *phase,
-                                   int flash)
+                                   int flash, const char *variant, int concurrency)
 {
     if (!m)
         return NULL;
+    /* the variant asked for when it was measured, else the nearest: the longest common
+     * prefix ("attn.qkv/rope" for "attn.qkv/learned", "hd16" for "hd128") */
+    size_t want = 0;
+    for (int i = 0; i < m->n_ops; i++) {
+        const ProfOpRate *o = &m->ops[i];
+        if (!strcmp(o->kind, kind) && !strcmp(o->phase, phase) &&
+            (strcmp(kind, "attention") != 0 || o->flash == flash)) {
+            size_t n = common_prefix(o->variant, variant);
+            if (n > want)
+                want = n;
+        }
+    }
+    const ProfOpRate *best = NULL;
+    int level = 0;
     for (int i = 0; i < m->n_ops; i++) {
         const ProfOpRate *o = &m->ops[i];
         if (strcmp(o->kind, kind) == 0 && strcmp(o->phase, phase) == 0 &&
-            (strcmp(kind, "attention") != 0 || o->flash == flash))
-            return o;
+            (strcmp(kind, "attention") != 0 || o->flash == flash) &&
+            common_prefix(o->variant, variant) == want) {
+            int l = nearer_level(level, o->concurrency, concurrency > 0 ? concurrency : 1);
+            if (l != level || !best) {
+                level = l;
+                best = o;
+            }
+        }
     }
-    return NULL;
+    return best;
 }
 
-double prof_measured_gemm(const ProfMeasured *m, double M, double N, double K, double batch)
+double prof_measured_gemm(const ProfMeasured *m, double M, double N, double K, double batch,
+                          int concurrency)
 {
     if (!m || m->n_gemm == 0)
         return -1.0;
+    int level = 0;
+    for (int i = 0; i < m->n_gemm; i++)
+        level = nearer_level(level, m->gemm[i].concurrency, concurrency > 0 ? concurrency : 1);
     int best = -1;
     double best_d = 0;
     for (int i = 0; i < m->n_gemm; i++) {
         const ProfGemmPoint *p = &m->gemm[i];
+        if (p->concurrency != level)
+            continue;
         double dist = fabs(log(p->m / M)) + fabs(log(p->n / N)) + fabs(log(p->k / K)) +
                       fabs(log(p->batch / batch));
         if (best < 0 || dist < best_d) {
@@ -618,8 +689,9 @@ cJSON *prof_cluster_to_json(const ProfCluster *c)
         cJSON_AddNumberToObject(me, "ranks", m->ranks);
         cJSON *g = cJSON_AddArrayToObject(me, "gemm");
         for (int i = 0; i < m->n_gemm; i++) {
-            double v[5] = {m->gemm[i].m, m->gemm[i].n, m->gemm[i].k, m->gemm[i].batch, m->gemm[i].seconds};
-            cJSON_AddItemToArray(g, cJSON_CreateDoubleArray(v, 5));
+            double v[6] = {m->gemm[i].m,     m->gemm[i].n,       m->gemm[i].k,
+                           m->gemm[i].batch, m->gemm[i].seconds, m->gemm[i].concurrency};
+            cJSON_AddItemToArray(g, cJSON_CreateDoubleArray(v, 6));
         }
         cJSON *ops = cJSON_AddArrayToObject(me, "ops");
         for (int i = 0; i < m->n_ops; i++) {
@@ -628,8 +700,11 @@ cJSON *prof_cluster_to_json(const ProfCluster *c)
             cJSON_AddStringToObject(o, "phase", m->ops[i].phase);
             if (strcmp(m->ops[i].kind, "attention") == 0)
                 cJSON_AddBoolToObject(o, "flash", m->ops[i].flash);
+            if (m->ops[i].variant[0])
+                cJSON_AddStringToObject(o, "variant", m->ops[i].variant);
             cJSON_AddNumberToObject(o, "rate", m->ops[i].rate);
             cJSON_AddNumberToObject(o, "overhead_s", m->ops[i].overhead_s);
+            cJSON_AddNumberToObject(o, "concurrency", m->ops[i].concurrency);
             cJSON_AddItemToArray(ops, o);
         }
         cJSON *co = cJSON_AddArrayToObject(me, "collectives");

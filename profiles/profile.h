@@ -41,16 +41,22 @@ typedef struct {
  * rate and fixed cost fitted per kind of op (over the simulator's own bytes or FLOPs for that
  * op), and collective times against message size per group size. The simulator prefers these
  * to the analytic model wherever they apply (docs/time.md, "Calibrated profiles"). */
+/* Every GEMM point and op rate records how many ranks ran at once on the machine while it was
+ * measured (its concurrency: they share caches and memory bandwidth); a lookup uses the level
+ * nearest to the job's ranks per node. */
 typedef struct {
     double m, n, k, batch, seconds;
+    int concurrency;
 } ProfGemmPoint;
 
 typedef struct {
     char kind[16];  /* an op kind: matmul (its non-GEMM part), attention, norm, activation, ... */
     char phase[16]; /* fwd, bwd (recompute uses fwd), step */
     int flash;      /* attention only: the fused kernel */
+    char variant[24]; /* what of the model changes the op's speed (SimOpKey); "": any */
     double rate;    /* bytes/s, or FLOP/s for attention */
     double overhead_s;
+    int concurrency;
 } ProfOpRate;
 
 #define PROF_MAX_POINTS 48
@@ -64,7 +70,7 @@ typedef struct {
 typedef struct {
     char host[64];
     char date[32];
-    int ranks; /* ranks that ran concurrently while measuring */
+    int ranks; /* the most ranks that ran concurrently while measuring (the default concurrency) */
     ProfGemmPoint *gemm;
     int n_gemm;
     ProfOpRate *ops;
@@ -92,9 +98,11 @@ typedef struct {
 
 /* Loads a built-in device ("a100-80gb") or a device JSON file. */
 int prof_device_load(const char *name_or_path, ProfDevice *out, PxError *err);
-/* Where this machine's calibrated profile is (or would be written): local-<hostname>.json in
- * $PARALLAX_PROFILE_DIR, ./profiles or the profiles/ beside the build directory. Returns 1
- * when the file exists; buf gets the path either way. */
+/* Where this machine's calibrated profile is: local-<hostname>.json in $PARALLAX_PROFILE_DIR,
+ * ./profiles or the profiles/ beside the build directory, the first that has it (returns 1);
+ * else where `parallax calibrate` writes it (returns 0): $PARALLAX_PROFILE_DIR, else the
+ * profiles/ beside the build directory when it exists, else ./profiles. Absolute where the
+ * folder exists. */
 int prof_calibrated_path(char *buf, size_t cap);
 /* Loads a built-in cluster ("dgx-a100") or a cluster JSON file, resolves its device, then
  * applies `key=value` overrides (dotted paths into the cluster JSON, device included:
@@ -124,11 +132,14 @@ void prof_measured_free(ProfMeasured *m);
  * log-log between measured sizes; a negative value when nothing was measured for it. */
 double prof_measured_collective(const ProfMeasured *m, const char *op, int ranks, int nodes,
                                 double bytes);
-/* The measured rate of an op kind and phase (NULL when none). */
+/* The measured rate of an op kind and phase with `concurrency` ranks running on the machine
+ * (the nearest level measured for it): of the variant asked for when one was measured, else
+ * of another variant of the same op; NULL when none. */
 const ProfOpRate *prof_measured_op(const ProfMeasured *m, const char *kind, const char *phase,
-                                   int flash);
-/* A GEMM's measured time: the shape itself, or the nearest measured shape (log distance)
- * scaled by FLOPs; a negative value when nothing was measured. */
-double prof_measured_gemm(const ProfMeasured *m, double M, double N, double K, double batch);
+                                   int flash, const char *variant, int concurrency);
+/* A GEMM's measured time at the nearest concurrency level: the shape itself, or the nearest
+ * measured shape (log distance) scaled by FLOPs; a negative value when nothing was measured. */
+double prof_measured_gemm(const ProfMeasured *m, double M, double N, double K, double batch,
+                          int concurrency);
 
 #endif

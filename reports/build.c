@@ -149,6 +149,7 @@ static int timelines(const RptRequest *q, Page *pg, FILE *log, PxError *err)
                 }
                 sim_result_free(&r);
             }
+            prof_cluster_free(&cl);
             model_plan_free(&plan);
         } else {
             px_warn("report: no simulated timeline: %s", e2.msg);
@@ -234,22 +235,43 @@ static int comparison(const RptRequest *q, Page *pg, FILE *log, PxError *err)
     int rc = rpt_compare(q->plan, q->run, &c, err);
     if (rc)
         return rc;
-    /* the chart: step time and the ops above 1% of the predicted step */
-    const char **labels = calloc((size_t)c.count + 1, sizeof *labels);
-    double *p = calloc((size_t)c.count + 1, sizeof *p), *m = calloc((size_t)c.count + 1, sizeof *m);
+    /* the chart: the largest ops by predicted time (at most 12, each above 1% of the step),
+     * on their own scale; the step's own figures go in the title */
+    enum { TOP = 12 };
+    const char **labels = calloc(TOP, sizeof *labels);
+    double *p = calloc(TOP, sizeof *p), *m = calloc(TOP, sizeof *m);
     int n = 0;
-    double step = c.count ? c.rows[0].predicted : 0;
-    for (int i = 0; labels && p && m && i < c.count; i++) {
-        const RptDelta *d = &c.rows[i];
-        if (i == 0 || (strncmp(d->quantity, "op ", 3) == 0 && d->predicted >= 0.01 * step)) {
-            labels[n] = i == 0 ? "step" : d->quantity + 3;
-            p[n] = d->predicted * 1e3;
-            m[n] = d->measured * 1e3;
-            n++;
+    double step = c.count ? c.rows[0].predicted : 0, step_m = c.count ? c.rows[0].measured : 0;
+    char *used = calloc((size_t)c.count + 1, 1);
+    while (labels && p && m && used && n < TOP) {
+        int best = -1;
+        for (int i = 1; i < c.count; i++) {
+            const RptDelta *d = &c.rows[i];
+            if (!used[i] && strncmp(d->quantity, "op ", 3) == 0 && d->predicted >= 0.01 * step &&
+                (best < 0 || d->predicted > c.rows[best].predicted))
+                best = i;
         }
+        if (best < 0)
+            break;
+        used[best] = 1;
+        labels[n] = c.rows[best].quantity + 3;
+        p[n] = c.rows[best].predicted * 1e3;
+        m[n] = c.rows[best].measured * 1e3;
+        n++;
     }
+    free(used);
+    if (n == 0 && c.count > 0 && labels && p && m) { /* no op timings: the step alone */
+        labels[n] = "step";
+        p[n] = step * 1e3;
+        m[n] = step_m * 1e3;
+        n++;
+    }
+    char title[160];
+    snprintf(title, sizeof title,
+             "step %.2f ms predicted, %.2f ms measured (%+.1f%%): the largest ops per step",
+             step * 1e3, step_m * 1e3, step > 0 ? 100 * (step_m - step) / step : 0.0);
     RptOutput o = {q->dir};
-    if (n > 0 && (rc = rpt_compare_bars(&o, "compare", "predicted against measured time per step",
+    if (n > 0 && (rc = rpt_compare_bars(&o, "compare", title,
                                         "milliseconds per step", labels, p, m, n, err)) == PX_OK)
         logf_(log, q->dir, "compare.png, compare.svg");
     free(labels);
@@ -352,8 +374,10 @@ static int scaling(const RptRequest *q, Page *pg, FILE *log, PxError *err)
                           {"weak scaling: MFU %", xw, mw, nw, 1}};
         RptOutput o = {q->dir};
         char title[256];
-        snprintf(title, sizeof title, "%s on %s: best layout per size (global batch %d at %d GPUs)",
-                 q->base->model.name, q->cluster->name, q->base->job.global_batch, q->gpus[0]);
+        snprintf(title, sizeof title,
+                 "%s on %s: best layout per size (strong: global batch %d; weak: %d per %d GPU%s)",
+                 q->base->model.name, q->cluster->name, q->base->job.global_batch,
+                 q->base->job.global_batch, q->gpus[0], q->gpus[0] > 1 ? "s" : "");
         if ((rc = rpt_line_chart(&o, "scaling", title, "GPUs", "TFLOP/s per GPU", "MFU (%)", 1, s, 4, err)) == PX_OK) {
             logf_(log, q->dir, "scaling.png, scaling.svg");
             section(pg, "Scaling", "scaling",

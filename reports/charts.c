@@ -351,9 +351,10 @@ int rpt_compare_bars(const RptOutput *o, const char *name, const char *title, co
     bput(&body, "set style data histograms\nset style histogram clustered gap 1\n");
     bput(&body, "set style fill solid 0.85 border -1\nset yrange [0:*]\nset offsets 0,0,graph 0.1,0\n");
     if (n > 8)
-        bput(&body, "set xtics rotate by -45\n");
+        bput(&body, "set xtics rotate by -40 font ',9'\nset bmargin 9\nset rmargin 8\n");
     bput(&body, "plot datafile using 2:xtic(1) lt 1 title 'predicted', '' using 3 lt 2 title 'measured', "
-                "'' using 0:($2 > $3 ? $2 : $3):4 with labels offset 0,1 notitle\n");
+                "'' using 0:($2 > $3 ? $2 : $3):4 with labels offset 0,1 font ',%d' notitle\n",
+         n > 10 ? 8 : 10);
     int rc = draw(o, name, &data, &body, err);
     free(data.s);
     free(body.s);

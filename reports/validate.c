@@ -19,8 +19,9 @@ typedef struct {
     int dp, tp, pp, vpp, zero, sp, mbs, recompute, schedule;
 } Layout;
 
-/* What is worth validating on a few CPU ranks: every kind of parallelism alone and in pairs,
- * each schedule, ZeRO stages and recompute modes. The planner's best layouts come first. */
+/* What is worth validating on a few CPU ranks besides the planner's best layouts (which come
+ * first): every kind of parallelism alone and in pairs, each schedule, ZeRO stages and
+ * recompute modes. */
 static const Layout spread[] = {
     {1, 1, 1, 1, 0, 0, 4, MODEL_RECOMPUTE_NONE, MODEL_SCHED_1F1B},
     {1, 1, 1, 1, 0, 0, 2, MODEL_RECOMPUTE_FULL, MODEL_SCHED_1F1B},
@@ -40,6 +41,43 @@ static const Layout spread[] = {
     {2, 2, 2, 1, 1, 0, 2, MODEL_RECOMPUTE_NONE, MODEL_SCHED_1F1B},
     {4, 1, 1, 1, 3, 0, 2, MODEL_RECOMPUTE_NONE, MODEL_SCHED_1F1B},
 };
+
+enum { PLAN_TOP = 3 };
+
+/* The planner's best layouts on the timing ranks (context parallelism pinned off: the
+ * executor does not run it), as Layout rows; fewer when fewer fit. */
+static int planned(const RptValidate *q, Layout *out, int *n_out, PxError *err)
+{
+    *n_out = 0;
+    SimPlanRequest pq;
+    memset(&pq, 0, sizeof pq);
+    pq.base = q->base;
+    pq.base.layout.cp = 1;
+    pq.pinned = SIM_PIN_CP;
+    pq.gpus = q->max_timing_ranks;
+    pq.objective = SIM_OBJ_TIME;
+    pq.top = PLAN_TOP;
+    SimPlanResult r;
+    memset(&r, 0, sizeof r);
+    int rc = sim_plan(&pq, q->cluster, &r, err);
+    if (rc == PX_EINPUT) /* nothing fits on so few ranks: the spread alone */
+        return PX_OK;
+    for (int i = 0; !rc && i < r.n_top && i < PLAN_TOP; i++) {
+        const ModelLayout *l = &r.top[i].spec.layout;
+        out[(*n_out)++] = (Layout){l->dp, l->tp, l->pp, l->vpp, l->zero, l->sp,
+                                   r.top[i].spec.job.micro_batch, (int)l->recompute,
+                                   (int)l->schedule};
+    }
+    sim_plan_free(&r);
+    return rc;
+}
+
+static int same_layout(const Layout *a, const Layout *b)
+{
+    return a->dp == b->dp && a->tp == b->tp && a->pp == b->pp && a->vpp == b->vpp &&
+           a->zero == b->zero && a->sp == b->sp && a->mbs == b->mbs &&
+           a->recompute == b->recompute && a->schedule == b->schedule;
+}
 
 static int run_child(char *const argv[], const char *log_path, PxError *err)
 {
@@ -67,7 +105,20 @@ int rpt_validate(const RptValidate *q, cJSON **json_out, FILE *log, PxError *err
     *json_out = NULL;
     if (mkdir(q->dir, 0755) != 0 && errno != EEXIST)
         return px_fail(err, PX_ERUNTIME, "%s: cannot create: %s", q->dir, strerror(errno));
-    const int n = (int)(sizeof spread / sizeof spread[0]);
+    const int n_spread = (int)(sizeof spread / sizeof spread[0]);
+    Layout rows[PLAN_TOP + sizeof spread / sizeof spread[0]];
+    int n_top = 0, n = 0;
+    int prc = planned(q, rows, &n_top, err);
+    if (prc)
+        return prc;
+    n = n_top;
+    for (int i = 0; i < n_spread; i++) {
+        int dup = 0;
+        for (int k = 0; k < n_top && !dup; k++)
+            dup = same_layout(&rows[k], &spread[i]);
+        if (!dup)
+            rows[n++] = spread[i];
+    }
     char (*labels)[96] = calloc((size_t)n, sizeof *labels);
     const char **lp = calloc((size_t)n, sizeof *lp);
     double *pred = calloc((size_t)n, sizeof *pred), *meas = calloc((size_t)n, sizeof *meas);
@@ -78,18 +129,18 @@ int rpt_validate(const RptValidate *q, cJSON **json_out, FILE *log, PxError *err
     cJSON_AddStringToObject(out, "model", q->base.model.name);
     cJSON_AddStringToObject(out, "cluster", q->cluster->name);
     cJSON *layouts = cJSON_AddArrayToObject(out, "layouts");
-    int rc = PX_OK, n_timed = 0, pick = 0;
+    int rc = PX_OK, n_timed = 0, pick = 0, pick_pp = 0;
     if (!labels || !lp || !pred || !meas || !tf) {
         rc = px_fail(err, PX_ERUNTIME, "out of memory");
         goto out;
     }
-    fprintf(tf, "%3s %5s  %-42s %11s %11s %8s %9s %7s %7s\n", "#", "ranks", "layout", "predicted",
+    fprintf(tf, "%3s %5s  %-50s %11s %11s %8s %9s %7s %7s\n", "#", "ranks", "layout", "predicted",
             "measured", "error", "ops<15%", "memory", "comm");
     if (log)
-        fprintf(log, "%3s %5s  %-42s %11s %11s %8s %9s %7s %7s\n", "#", "ranks", "layout", "predicted",
+        fprintf(log, "%3s %5s  %-50s %11s %11s %8s %9s %7s %7s\n", "#", "ranks", "layout", "predicted",
                 "measured", "error", "ops<15%", "memory", "comm");
     for (int i = 0; i < n; i++) {
-        const Layout *L = &spread[i];
+        const Layout *L = &rows[i];
         const int ranks = L->dp * L->tp * L->pp, timing = ranks <= q->max_timing_ranks;
         if (!timing && ranks > q->max_ranks)
             continue;
@@ -122,11 +173,15 @@ int rpt_validate(const RptValidate *q, cJSON **json_out, FILE *log, PxError *err
         cJSON *pj = model_plan_to_json(&plan);
         model_plan_free(&plan);
         char *lay = labels[i];
-        snprintf(lay, sizeof labels[i], "dp%d tp%d pp%d%s%s zero%d mbs%d %s %s", L->dp, L->tp, L->pp,
-                 L->vpp > 1 ? " vpp2" : "", L->sp ? " sp" : "", L->zero, L->mbs,
-                 model_recompute_name((ModelRecompute)L->recompute), model_schedule_name((ModelSchedule)L->schedule));
+        char vpp[16] = "";
+        if (L->vpp > 1)
+            snprintf(vpp, sizeof vpp, " vpp%d", L->vpp);
+        snprintf(lay, sizeof labels[i], "%sdp%d tp%d pp%d%s%s zero%d mbs%d %s %s",
+                 i < n_top ? "plan: " : "", L->dp, L->tp, L->pp, vpp, L->sp ? " sp" : "", L->zero,
+                 L->mbs, model_recompute_name((ModelRecompute)L->recompute),
+                 model_schedule_name((ModelSchedule)L->schedule));
         if (log)
-            fprintf(log, "%3d %5d  %-42s ", i + 1, ranks, lay), fflush(log);
+            fprintf(log, "%3d %5d  %-50s ", i + 1, ranks, lay), fflush(log);
         char *argv[] = {(char *)q->parallax, "run", plan_path, "--steps", steps, "-o", run_path, NULL};
         cJSON *run = NULL;
         if ((rc = px_json_write_file(plan_path, pj, err)) || (rc = run_child(argv, log_path, err)) ||
@@ -181,13 +236,17 @@ int rpt_validate(const RptValidate *q, cJSON **json_out, FILE *log, PxError *err
             pred[n_timed] = 1e3 * step_p;
             meas[n_timed] = 1e3 * step_m;
             n_timed++;
-            if (ranks == q->max_timing_ranks && !pick)
+            /* the report's detailed pages show the deepest pipeline that was timed (its
+                 * timelines say the most), the first of them */
+            if (L->pp > pick_pp || !pick) {
                 pick = i + 1;
+                pick_pp = L->pp;
+            }
         }
         char line[256];
         snprintf(line, sizeof line, "%11.4f %11s %8s %9s %7s %7s\n", step_p, ms, es, os,
                  mem_equal ? "equal" : "DIFFER", comm_equal ? "equal" : "DIFFER");
-        fprintf(tf, "%3d %5d  %-42s %s", i + 1, ranks, lay, line);
+        fprintf(tf, "%3d %5d  %-50s %s", i + 1, ranks, lay, line);
         if (log)
             fputs(line, log);
     }

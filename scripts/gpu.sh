@@ -19,9 +19,8 @@
 #              cudaMemGetInfo's peak), relative errors; parallax compare for the rest → validate.txt
 #   bench      bench_kernels_cuda: GEMM TFLOP/s, copy/cast/add bandwidth, attention; then
 #              tokens/s and MFU of gpt2-124m at mbs 8 and 16, seq 1024, bf16   → bench.txt
-#   calibrate  parallax calibrate --backend cuda -o profiles/<gpu>-measured.json (a copy in
-#              RESULTS_DIR); skipped, saying so, while parallax has no calibrate command
-#                                                                             → calibrate.txt
+#   calibrate  parallax calibrate --backend cuda --base <cluster> --ranks 1 -o
+#              profiles/<gpu>-measured.json (a copy in RESULTS_DIR)           → calibrate.txt
 #   pytorch    when python3 has torch: one forward and backward of tiny in PyTorch with the
 #              weights and batch parallax exported, loss and gradient norms compared (skipped
 #              otherwise)                                                     → pytorch.txt
@@ -325,14 +324,12 @@ step_bench() {
 
 step_calibrate() {
   local out=$RESULTS/calibrate.txt name file
-  if ! "$PX" calibrate --help >/dev/null 2>&1; then
-    echo "parallax calibrate is not in this build yet: no calibrated profile" | tee "$out" >&2
-    return 77
-  fi
   name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1 |
          tr '[:upper:]' '[:lower:]' | sed 's/^nvidia //; s/[^a-z0-9]\{1,\}/-/g; s/^-//; s/-$//')
   file=$ROOT/profiles/${name:-gpu}-measured.json
-  "$PX" calibrate --backend cuda -o "$file" >"$out" 2>&1 || {
+  # one rank on the one GPU: GEMMs, op rates, peak and bandwidth; the collectives keep the base
+  # profile's figures (calibrate's comm part measures the MPI layer, not NCCL)
+  "$PX" calibrate --backend cuda --base "$(gpu_cluster)" --ranks 1 -o "$file" >"$out" 2>&1 || {
     echo "gpu.sh: parallax calibrate failed; see $out" >&2
     return 1
   }

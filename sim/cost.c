@@ -3,6 +3,7 @@
 #include "sim/internal.h"
 
 #include <math.h>
+#include <string.h>
 
 void sim_ctx_init(SimCtx *c, const ProfCluster *cl, const ModelSpec *spec, const ModelDims *d,
                   int node_size)
@@ -42,7 +43,7 @@ double sim_gemm_seconds(const SimCtx *c, const ModelGemm *g, double *eff_out)
     double m = (double)g->m, n = (double)g->n, k = (double)g->k, batch = (double)g->batch;
     double flops = 2.0 * m * n * k * batch;
     /* a calibrated profile measured GEMMs at the op graph's shapes */
-    double measured = prof_measured_gemm(c->cl->measured, m, n, k, batch);
+    double measured = prof_measured_gemm(c->cl->measured, m, n, k, batch, c->node_size);
     if (measured > 0) {
         if (eff_out)
             *eff_out = flops / (c->peak * measured);
@@ -71,31 +72,76 @@ static const char *kind_name(ModelOpKind k)
     return (unsigned)k < 8 ? names[k] : "?";
 }
 
-/* An op's time from the rate calibrate fitted for its kind and phase: its fixed cost plus its
- * bytes (FLOPs for attention) at that rate; a matmul's GEMMs are timed as measured and its
- * elementwise epilogue at the fitted rate. Negative when the profile has no such rate. */
+void sim_op_key(const ModelSpec *s, const ModelDims *d, const ModelOp *op, SimOpKey *key)
+{
+    memset(key, 0, sizeof *key);
+    px_strlcpy(key->kind, kind_name(op->kind), sizeof key->kind);
+    px_strlcpy(key->phase, op->phase == MODEL_RECOMPUTE ? "fwd" : model_phase_name(op->phase),
+               sizeof key->phase);
+    const char *pos = s->model.position == MODEL_POS_ROPE ? "rope" : "learned";
+    switch (op->kind) {
+    case MODEL_OP_NORM:
+        px_strlcpy(key->variant, s->model.norm == MODEL_RMSNORM ? "rmsnorm" : "layernorm",
+                   sizeof key->variant);
+        break;
+    case MODEL_OP_ACTIVATION:
+        px_strlcpy(key->variant, s->model.mlp == MODEL_SWIGLU ? "swiglu" : "gelu",
+                   sizeof key->variant);
+        break;
+    case MODEL_OP_EMBEDDING:
+        px_strlcpy(key->variant, pos, sizeof key->variant);
+        break;
+    case MODEL_OP_MATMUL: {
+        /* the projection's role ("attn.qkv", "mlp.fc1", "logits"): which epilogue follows
+         * its GEMMs (a bias, RoPE in the QKV projection, a residual add) */
+        const char *role = op->name;
+        int off = 0, l = 0;
+        if (sscanf(role, "layer.%d.%n", &l, &off) == 1 && off > 0)
+            role += off;
+        snprintf(key->variant, sizeof key->variant, "%.14s/%s", role, pos);
+        break;
+    }
+    case MODEL_OP_ATTENTION:
+        snprintf(key->variant, sizeof key->variant, "hd%d", d->hd);
+        key->flash = s->job.flash_attn;
+        break;
+    default: break;
+    }
+    if (op->kind == MODEL_OP_ATTENTION) {
+        key->x = op->flops;
+    } else if (op->kind == MODEL_OP_MATMUL) {
+        /* what grows with the tokens beyond the GEMMs: the first GEMM's output (the bias added
+         * to it forward, the bias gradient read from the output gradient backward) and the
+         * epilogue's passes */
+        const ModelGemm *g = &op->gemm[0];
+        key->x = (op->n_gemm > 0 ? (double)g->m * g->n * (double)g->batch *
+                                       (double)px_dtype_bytes(d->act)
+                                 : 0) +
+                 op->epilogue_bytes;
+    } else {
+        key->x = op->bytes;
+    }
+}
+
+/* An op's time from the rate calibrate fitted for its kind, phase and variant: its fixed cost
+ * plus its size at that rate, a matmul's GEMMs timed as measured. Negative when the profile
+ * has no such rate. */
 static double measured_op_seconds(const SimCtx *c, const ModelOp *op)
 {
     const ProfMeasured *m = c->cl->measured;
     if (!m || m->n_ops == 0)
         return -1.0;
-    const char *phase = op->phase == MODEL_RECOMPUTE ? "fwd" : model_phase_name(op->phase);
-    const ProfOpRate *r = prof_measured_op(m, kind_name(op->kind), phase, c->spec->job.flash_attn);
+    SimOpKey key;
+    sim_op_key(c->spec, c->d, op, &key);
+    /* the ranks of a node run at once: they share its caches and memory bandwidth */
+    const ProfOpRate *r =
+        prof_measured_op(m, key.kind, key.phase, key.flash, key.variant, c->node_size);
     if (!r)
         return -1.0;
-    if (op->kind == MODEL_OP_ATTENTION)
-        return r->overhead_s + op->flops / r->rate;
-    if (op->kind != MODEL_OP_MATMUL)
-        return r->overhead_s + op->bytes / r->rate;
-    double t = 0, io = 0;
-    for (int i = 0; i < op->n_gemm; i++) {
-        const ModelGemm *g = &op->gemm[i];
-        t += sim_gemm_seconds(c, g, NULL);
-        io += ((double)g->m * g->k + (double)g->k * g->n + (double)g->m * g->n) * (double)g->batch *
-              c->elem_bytes;
-    }
-    double rest = op->bytes - io;
-    return t + r->overhead_s + (rest > 0 ? rest / r->rate : 0);
+    double t = r->overhead_s + key.x / r->rate;
+    for (int i = 0; op->kind == MODEL_OP_MATMUL && i < op->n_gemm; i++)
+        t += sim_gemm_seconds(c, &op->gemm[i], NULL);
+    return t;
 }
 
 double sim_compute_seconds(const SimCtx *c, const ModelOp *op)

@@ -320,12 +320,14 @@ int sim_list_profiles(FILE *f, int json, PxError *err)
         }
         if (json) {
             cJSON_AddItemToArray(cls, prof_cluster_to_json(&c));
+            prof_cluster_free(&c);
         } else {
             char nd[16], nn[16];
             snprintf(nd, sizeof nd, c.node_devices ? "%d" : "any", c.node_devices);
             snprintf(nn, sizeof nn, c.nodes ? "%d" : "-", c.nodes);
             fprintf(f, "%-10s %-10s %12s %14.0f %14.1f %6s  %s\n", c.name, c.device.name, nd,
                     c.link_bandwidth / 1e9, c.net_bandwidth / 1e9, nn, c.description);
+            prof_cluster_free(&c);
         }
     }
     if (json) {

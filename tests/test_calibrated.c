@@ -1,6 +1,8 @@
 /* Calibrated profiles: the `measured` section parses and round-trips, bad measurements are
  * refused with the key named, and the simulator uses what was measured: GEMM times by shape,
  * per-kind op rates, collectives interpolated log-log. */
+#include <stdlib.h>
+
 #include "fixtures.h"
 #include "sim/internal.h"
 #include "test.h"
@@ -16,9 +18,84 @@ static const char *profile_text =
     "   \"collectives\": [{\"op\": \"allreduce\", \"ranks\": 2, \"nodes\": 1,"
     "                      \"points\": [[1024, 1e-5], [1048576, 1e-4]]}]}}";
 
+/* Two concurrency levels and several variants: the lookups pick the variant first, then the
+ * concurrency nearest to the job's ranks per node. */
+static const char *levels_text =
+    "{\"schema_version\": 1, \"name\": \"local-levels\", \"device\": \"cpu\","
+    " \"node\": {\"devices\": 0, \"link\": {\"bandwidth\": 5e9, \"latency\": 1e-6}},"
+    " \"network\": {\"bandwidth_per_device\": 5e9, \"latency\": 1e-6}, \"shared_memory\": true,"
+    " \"measured\": {\"host\": \"testhost\", \"date\": \"2026-11-21\", \"ranks\": 2,"
+    "   \"gemm\": [[256, 192, 64, 1, 0.001, 1], [256, 192, 64, 1, 0.0015, 2]],"
+    "   \"ops\": [{\"kind\": \"norm\", \"phase\": \"fwd\", \"variant\": \"layernorm\", \"rate\": 1e9, \"overhead_s\": 0, \"concurrency\": 1},"
+    "             {\"kind\": \"norm\", \"phase\": \"fwd\", \"variant\": \"layernorm\", \"rate\": 5e8, \"overhead_s\": 0, \"concurrency\": 2},"
+    "             {\"kind\": \"norm\", \"phase\": \"fwd\", \"variant\": \"rmsnorm\", \"rate\": 2e9, \"overhead_s\": 0, \"concurrency\": 1},"
+    "             {\"kind\": \"attention\", \"phase\": \"fwd\", \"flash\": true, \"variant\": \"hd16\", \"rate\": 1e10, \"overhead_s\": 0},"
+    "             {\"kind\": \"attention\", \"phase\": \"fwd\", \"flash\": true, \"variant\": \"hd8\", \"rate\": 5e9, \"overhead_s\": 0},"
+    "             {\"kind\": \"matmul\", \"phase\": \"fwd\", \"variant\": \"attn.qkv/learned\", \"rate\": 1e9, \"overhead_s\": 1e-6}]}}";
+
+static void check_levels(void)
+{
+    PxError err = {0};
+    ProfCluster cl;
+    CHECK_OK(prof_cluster_parse(levels_text, "levels", &cl, &err), err);
+    const ProfMeasured *m = cl.measured;
+    /* GEMMs: the level nearest in ratio, the higher on a tie */
+    CHECK_REL(0.001, prof_measured_gemm(m, 256, 192, 64, 1, 1), 1e-12);
+    CHECK_REL(0.0015, prof_measured_gemm(m, 256, 192, 64, 1, 2), 1e-12);
+    CHECK_REL(0.0015, prof_measured_gemm(m, 256, 192, 64, 1, 16), 1e-12);
+    /* ops: the variant first, then the level */
+    CHECK_REL(1e9, prof_measured_op(m, "norm", "fwd", 0, "layernorm", 1)->rate, 1e-12);
+    CHECK_REL(5e8, prof_measured_op(m, "norm", "fwd", 0, "layernorm", 2)->rate, 1e-12);
+    CHECK_REL(5e8, prof_measured_op(m, "norm", "fwd", 0, "layernorm", 3)->rate, 1e-12);
+    CHECK_REL(2e9, prof_measured_op(m, "norm", "fwd", 0, "rmsnorm", 2)->rate, 1e-12);
+    CHECK_REL(5e9, prof_measured_op(m, "attention", "fwd", 1, "hd8", 1)->rate, 1e-12);
+    CHECK_REL(1e10, prof_measured_op(m, "attention", "fwd", 1, "hd128", 1)->rate, 1e-12); /* "hd1" */
+    CHECK(prof_measured_op(m, "attention", "fwd", 0, "hd16", 1) == NULL); /* no plain kernel */
+    CHECK(prof_measured_op(m, "activation", "fwd", 0, "gelu", 1) == NULL);
+
+    /* the simulator: tiny, mbs 4, the same layer on 1 rank and on 2 (both on this machine) */
+    ModelSpec s;
+    model_spec_defaults(&s);
+    CHECK_OK(model_config_load("tiny", &s.model, &err), err);
+    s.job.micro_batch = 4;
+    s.job.global_batch = 8;
+    for (int ranks = 1; ranks <= 2; ranks++) {
+        SimResult r;
+        CHECK_OK(sim_run(&s, &cl, ranks, &r, &err), err);
+        int found = 0;
+        for (int i = 0; i < r.ops[0].count; i++) {
+            const ModelOp *op = &r.ops[0].op[i];
+            char name[96];
+            model_op_fullname(op, name, sizeof name);
+            double t = r.op_seconds[0][i];
+            if (strcmp(name, "layer.0.ln1.fwd") == 0) {
+                CHECK_REL(op->bytes / (ranks == 1 ? 1e9 : 5e8), t, 1e-12);
+                found++;
+            } else if (strcmp(name, "layer.0.attn.qkv.fwd") == 0) {
+                /* its GEMM as measured at the level, plus the fitted epilogue over the GEMM's
+                 * output (256 x 192 fp32) and what the epilogue adds */
+                SimOpKey key;
+                sim_op_key(&r.spec, &r.dims, op, &key);
+                CHECK_REL(256.0 * 192 * 4 + op->epilogue_bytes, key.x, 1e-12);
+                CHECK(strcmp(key.variant, "attn.qkv/learned") == 0);
+                CHECK_REL((ranks == 1 ? 0.001 : 0.0015) + 1e-6 + key.x / 1e9, t, 1e-12);
+                found++;
+            } else if (strcmp(name, "layer.0.attn.core.fwd") == 0) {
+                CHECK_REL(op->flops / 1e10, t, 1e-12); /* hd16 */
+                found++;
+            }
+        }
+        CHECK_EQ_INT(3, found);
+        sim_result_free(&r);
+    }
+    prof_cluster_free(&cl);
+}
+
 int main(void)
 {
     px_log_set_quiet(1);
+    /* "local" below means the generic profile, whatever this machine's calibration */
+    setenv("PARALLAX_UNCALIBRATED", "1", 1);
     PxError err = {0};
     ProfCluster cl;
     CHECK_OK(prof_cluster_parse(profile_text, "test", &cl, &err), err);
@@ -38,13 +115,13 @@ int main(void)
     prof_cluster_free(&back);
 
     /* lookups */
-    CHECK_REL(0.001, prof_measured_gemm(cl.measured, 256, 192, 64, 1), 1e-12);
-    CHECK_REL(0.002, prof_measured_gemm(cl.measured, 512, 192, 64, 1), 1e-12); /* scaled by FLOPs */
+    CHECK_REL(0.001, prof_measured_gemm(cl.measured, 256, 192, 64, 1, 1), 1e-12);
+    CHECK_REL(0.002, prof_measured_gemm(cl.measured, 512, 192, 64, 1, 1), 1e-12); /* scaled by FLOPs */
     /* 32 KiB is halfway between 1 KiB and 1 MiB in log size: sqrt(1e-5 * 1e-4) */
     CHECK_REL(sqrt(1e-9), prof_measured_collective(cl.measured, "allreduce", 2, 1, 32768), 1e-12);
     CHECK(prof_measured_collective(cl.measured, "allreduce", 4, 1, 32768) < 0); /* not measured */
     CHECK(prof_measured_collective(cl.measured, "all_gather", 2, 1, 32768) < 0);
-    CHECK(prof_measured_op(cl.measured, "norm", "bwd", 0) == NULL);
+    CHECK(prof_measured_op(cl.measured, "norm", "bwd", 0, "layernorm", 1) == NULL);
 
     /* the simulator uses them: tiny, tp 1, mbs 4, seq 64: qkv forward is 256 x 192 x 64 */
     ModelSpec s;
@@ -105,5 +182,6 @@ int main(void)
         ProfCluster x;
         CHECK_INPUT_ERROR(prof_cluster_parse(t, "bad", &x, &err), err, bad[i][1]);
     }
+    check_levels();
     TEST_DONE("calibrated");
 }
