@@ -9,6 +9,7 @@
 const CliOption cli_knob_options[] = {
     {"tp", 1, "N", "tensor-parallel degree", CLI_TP},
     {"pp", 1, "N", "pipeline-parallel degree (stages)", CLI_PP},
+    {"pp-layers", 1, "N,N...", "layers of each pipeline stage, e.g. 1,3 (sets pp; default: even)", CLI_PP_LAYERS},
     {"dp", 1, "N", "data-parallel degree (default: what the GPUs leave)", CLI_DP},
     {"cp", 1, "N", "context-parallel degree", CLI_CP},
     {"vpp", 1, "N", "model chunks per pipeline rank (>1: interleaved schedule)", CLI_VPP},
@@ -69,6 +70,12 @@ static int knob(const char *cmd, int id, const char *arg, CliArgs *a)
     switch (id) {
     case CLI_TP: rc = px_parse_int(arg, "--tp", 1, 1 << 16, &l->tp, &err); break;
     case CLI_PP: rc = px_parse_int(arg, "--pp", 1, 1 << 16, &l->pp, &err); break;
+    case CLI_PP_LAYERS:
+        /* the stages are the entries, unless --pp says otherwise (the layout rules then
+         * name the mismatch) */
+        if (!(rc = model_split_parse(arg, "--pp-layers", l, &err)) && !(a->given & (1ull << CLI_PP)))
+            l->pp = l->n_stage_layers;
+        break;
     case CLI_DP: rc = px_parse_int(arg, "--dp", 1, 1 << 24, &l->dp, &err); break;
     case CLI_CP: rc = px_parse_int(arg, "--cp", 1, 1 << 16, &l->cp, &err); break;
     case CLI_VPP: rc = px_parse_int(arg, "--vpp", 1, 1 << 16, &l->vpp, &err); break;

@@ -39,7 +39,7 @@ static const struct {
             {CLI_VPP, SIM_PIN_VPP},       {CLI_ZERO, SIM_PIN_ZERO},
             {CLI_SP, SIM_PIN_SP},         {CLI_NO_SP, SIM_PIN_SP},
             {CLI_MBS, SIM_PIN_MBS},       {CLI_RECOMPUTE, SIM_PIN_RECOMPUTE},
-            {CLI_SCHEDULE, SIM_PIN_SCHEDULE}};
+            {CLI_SCHEDULE, SIM_PIN_SCHEDULE}, {CLI_PP_LAYERS, SIM_PIN_PP | SIM_PIN_PP_LAYERS}};
 
 static void progress(void *ctx, long done, long total, int phase)
 {
@@ -159,6 +159,10 @@ int cli_cmd_plan(int argc, char **argv)
     }
     if ((rc = model_config_load(a.model, &q.base.model, &err)))
         return fail(rc, &err);
+    if ((q.pinned & SIM_PIN_PP_LAYERS) && (rc = model_split_check(&q.base.layout, q.base.model.layers, &err))) {
+        fprintf(stderr, "parallax plan: --pp-layers: %s (%s)\n", err.msg, q.base.model.name);
+        return 2;
+    }
 
     char clusters[8][256], sizes[64][256];
     int n_cl = split_list(a.cluster, "--cluster", clusters, 8);

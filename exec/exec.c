@@ -563,7 +563,7 @@ static int bind_activations(Exec *ex, int pass, PxError *err)
             const int j = t->chunk;
             if (j < 0 || j >= ex->d.v)
                 return unknown_tensor(t, err);
-            const int li = l - ex->chunk_g[j] * cl; /* the layer's place in its chunk */
+            const int li = l - ex->chunk_l0[j]; /* the layer's place in its chunk */
             if (l >= 0) {
                 if (li < 0 || li >= cl || fi < 0 || !f[fi].needed || f[fi].numel != t->numel)
                     return unknown_tensor(t, err);
@@ -829,7 +829,7 @@ static int map_ops(Exec *ex, PxError *err)
      * and output layer, the optimizer */
     const ModelRecompute rc = ex->spec.layout.recompute;
     for (int j = 0; j < ex->d.v; j++)
-        for (int l = ex->chunk_g[j] * ex->cl; l < (ex->chunk_g[j] + 1) * ex->cl; l++)
+        for (int l = ex->chunk_l0[j]; l < ex->chunk_l0[j] + ex->cl; l++)
             for (int k = 0; k < EX_LAYER_OPS; k++)
                 for (int p = 0; p < EX_PHASES; p++) {
                     int want = p != MODEL_RECOMPUTE || rc == MODEL_RECOMPUTE_FULL ||
@@ -1130,14 +1130,18 @@ int exec_init(Exec **out, const ModelPlan *plan, const ExecOptions *opt, PxError
     }
     ex->prev_rank = model_rank(lay, ex->tp_rank, ex->cp_rank, ex->dp_rank, (ex->stage + d->p - 1) % d->p);
     ex->next_rank = model_rank(lay, ex->tp_rank, ex->cp_rank, ex->dp_rank, (ex->stage + 1) % d->p);
-    ex->cl = d->chunk_layers;
     ex->chunk_g = zalloc((size_t)d->v, sizeof *ex->chunk_g);
-    if (!ex->chunk_g) {
+    ex->chunk_l0 = zalloc((size_t)d->v, sizeof *ex->chunk_l0);
+    if (!ex->chunk_g || !ex->chunk_l0) {
         rc = px_fail(err, PX_ERUNTIME, "out of memory");
         goto fail;
     }
-    for (int j = 0; j < d->v; j++)
+    /* the stage's chunks hold equally many layers (an uneven split has one chunk per stage),
+     * so one slot of layer sets fits whichever chunk runs */
+    for (int j = 0; j < d->v; j++) {
         ex->chunk_g[j] = model_global_chunk(d, ex->stage, j);
+        ex->cl = model_chunk_layers(&ex->spec, d, ex->chunk_g[j], &ex->chunk_l0[j]);
+    }
     ex->tied_here = ex->spec.model.tied_embeddings && d->chunks == 1;
     ex->tied_pair = ex->spec.model.tied_embeddings && d->chunks > 1;
     ex->defer_logits_wgrad = ex->tied_here && lay->zero >= 2;
@@ -1312,6 +1316,7 @@ void exec_free(Exec *ex)
     free(ex->peak_xlive);
     free(ex->slot_busy);
     free(ex->chunk_g);
+    free(ex->chunk_l0);
     free(ex->actions);
     free(ex->recvs);
     free(ex->events);

@@ -221,7 +221,8 @@ struct Exec {
     int zero_rank, zero_n; /* place in the dp x cp group and its size */
     int prev_rank, next_rank; /* the world ranks of the neighbouring stages (ring) */
     int *chunk_g;  /* [v] global chunk of each local chunk */
-    int cl;        /* layers per chunk */
+    int *chunk_l0; /* [v] its first (global) layer: model_chunk_layers */
+    int cl;        /* layers per chunk of this stage (its own count in an uneven split) */
     int has_data, has_loss;
 
     ModelTensorTable tt;

@@ -738,7 +738,7 @@ static int embed_bwd(Exec *ex, int chunk, const ExecHeadActs *x, const int32_t *
 int exec_forward(Exec *ex, int j, int mb, int slot, int xslot, const int32_t *tok, PxError *err)
 {
     const ModelDims *d = &ex->d;
-    const int g = ex->chunk_g[j], cl = ex->cl, l0 = g * cl, last = g == d->chunks - 1;
+    const int g = ex->chunk_g[j], cl = ex->cl, l0 = ex->chunk_l0[j], last = g == d->chunks - 1;
     ExecLayerActs *A = &ex->acts[(size_t)slot * cl];
     ExecHeadActs *x = ex->n_xslots[j] > 0 ? &ex->xacts[j][xslot] : NULL;
     if (g == 0) {
@@ -765,7 +765,7 @@ int exec_backward(Exec *ex, int j, int mb, int slot, int xslot, const int32_t *t
                   PxError *err)
 {
     const ModelDims *d = &ex->d;
-    const int g = ex->chunk_g[j], cl = ex->cl, l0 = g * cl;
+    const int g = ex->chunk_g[j], cl = ex->cl, l0 = ex->chunk_l0[j];
     ExecLayerActs *A = &ex->acts[(size_t)slot * cl];
     const ExecHeadActs *x = ex->n_xslots[j] > 0 ? &ex->xacts[j][xslot] : NULL;
     void *dres = ex->ws_dx_b;

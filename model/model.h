@@ -21,6 +21,7 @@
  *   spec.job.global_batch = 2304;
  *   ModelDims dims;
  *   if (model_spec_check(&spec, 1536, &dims, &err)) ...   // "pp 7 must divide layers 96"
+ *   // or an uneven split: spec.layout.n_stage_layers = 12, stage_layers[] = {7, 8, 8, ..., 7}
  *   ModelTensorTable tt;
  *   model_tensors_build(&spec, &dims, 0, &tt, &err);       // stage 0
  *   ... model_tensors_free(&tt);
@@ -83,6 +84,9 @@ typedef enum { MODEL_RECOMPUTE_NONE = 0, MODEL_RECOMPUTE_SELECTIVE, MODEL_RECOMP
 typedef enum { MODEL_SCHED_1F1B = 0, MODEL_SCHED_GPIPE, MODEL_SCHED_INTERLEAVED } ModelSchedule;
 typedef enum { MODEL_OPT_ADAMW = 0, MODEL_OPT_SGD_MOMENTUM, MODEL_OPT_ADAM_8BIT } ModelOptimizer;
 
+/* Stages an uneven split can name (an even split has no limit). */
+enum { MODEL_MAX_STAGES = 256 };
+
 typedef struct {
     int dp, tp, pp, cp;
     int vpp;  /* model chunks per pipeline rank; > 1 means the interleaved schedule */
@@ -92,6 +96,11 @@ typedef struct {
     ModelSchedule schedule;
     int overlap_dp; /* overlap DP reduction / ZeRO gathers with compute */
     int overlap_tp; /* overlap TP communication with compute */
+    /* Uneven pipeline split: the layers of each of the pp stages (vpp 1), summing to the
+     * model's layers. 0 entries: the even split, layers / (pp * vpp) per chunk.
+     * model_spec_check clears a split whose stages are all equal, so that it is the even one. */
+    int n_stage_layers;
+    int stage_layers[MODEL_MAX_STAGES];
 } ModelLayout;
 
 typedef struct {
@@ -130,7 +139,9 @@ typedef struct {
     int p, v, t, c;   /* pp, vpp, tp, cp */
     int dp;
     int chunks;       /* p * v model chunks */
-    int chunk_layers; /* layers per model chunk */
+    int chunk_layers; /* layers per model chunk of an even split; 0 when the split is uneven:
+                         model_chunk_layers gives every chunk's */
+    int uneven;       /* layout.stage_layers splits the layers (vpp 1) */
     int b, s;         /* micro-batch, sequence */
     int s_loc;        /* s / cp: tokens of a sequence on this rank */
     int s_sp;         /* s_loc / tp with SP, else s_loc: tokens in the norm/dropout regions */
@@ -162,6 +173,7 @@ typedef enum {
     MODEL_RULE_INTERLEAVED_M, /* interleaving needs a multiple of pp micro-batches */
     MODEL_RULE_SEQUENCE,      /* cp (and tp with SP) against the sequence */
     MODEL_RULE_JOB,           /* precision, gradients, dropout, padding */
+    MODEL_RULE_SPLIT,         /* an uneven split's stage layers: count, values, sum, vpp */
     MODEL_RULE_COUNT
 } ModelRule;
 
@@ -183,6 +195,28 @@ int model_rank(const ModelLayout *l, int tp, int cp, int dp, int pp);
 void model_rank_coords(const ModelLayout *l, int rank, int *tp, int *cp, int *dp, int *pp);
 /* Global model chunk held as local chunk j by stage s (Megatron interleaving): j * p + s. */
 static inline int model_global_chunk(const ModelDims *d, int stage, int j) { return j * d->p + stage; }
+/* The layers of global model chunk gc: returns their count, *first gets the first (global)
+ * layer. Even splits give every chunk chunk_layers; an uneven split gives stage gc (vpp 1)
+ * layout.stage_layers[gc], after the stages before it. Every loop over a chunk's layers goes
+ * through here. */
+int model_chunk_layers(const ModelSpec *s, const ModelDims *d, int gc, int *first);
+/* The layers pipeline stage `stage` holds over all its chunks (*first: its first chunk's first
+ * layer; contiguous only when vpp is 1). */
+int model_stage_layers(const ModelSpec *s, const ModelDims *d, int stage, int *first);
+/* Checks a split of `layers` over pp stages (layout.stage_layers when n_stage_layers > 0):
+ * pp entries, each at least 1, summing to the layers. PX_EINPUT names the value at fault. */
+int model_split_check(const ModelLayout *l, int layers, PxError *err);
+/* The planner's balanced split of `layers` over `pp` stages (out: pp entries): every stage
+ * gets layers / pp, and the remaining layers go one each to the middle stages, the last
+ * middle stage first (it holds the fewest activation sets in flight under 1F1B, p - s on
+ * stage s, and neither the embedding nor the output layer); when the remainder outnumbers
+ * the middle stages, to one end: the first stage (spill_last 0) or the last (1). docs/planner.md
+ * gives the reasoning. */
+void model_split_balanced(int layers, int pp, int spill_last, int *out);
+/* "1,2,1" into buf. */
+void model_split_format(const int *stage_layers, int n, char *buf, size_t cap);
+/* Parses "1,2,1" (what names the flag or key in messages) into l->stage_layers. */
+int model_split_parse(const char *text, const char *what, ModelLayout *l, PxError *err);
 
 /* ---- plan: the hand-off from the planner to the executor (DESIGN.md's Plan) ---- */
 
@@ -283,7 +317,8 @@ typedef struct {
     int n_blocks, blocks_cap;
     uint64_t *act_chunk_bytes; /* [v] saved activation bytes of one micro-batch per local chunk */
     uint64_t *act_layer_bytes; /* [v] the part of it saved by transformer layers (the same for
-                                  every chunk: chunks hold equally many layers) */
+                                  every chunk: chunks of a stage hold equally many layers, since
+                                  an uneven split has one chunk per stage) */
     uint64_t params;           /* parameters on this rank (after TP, before ZeRO) */
 } ModelTensorTable;
 

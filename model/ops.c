@@ -418,7 +418,6 @@ static int ops_build(const ModelSpec *s, const ModelDims *d, int stage, int comp
         tp = &own;
     }
     const ModelTensorTable tt = *tp;
-    const int rep = compact ? d->chunk_layers : 1;
     Emit e = {.g = g, .s = s, .d = d, .err = err, .per_mb = 1, .repeat = 1};
     /* Megatron's scatter/gather: without SP each TP rank sends 1/t of the (replicated)
      * activation and the receivers all-gather it over the node's links (Narayanan 2021 Sec. 4.1) */
@@ -427,6 +426,8 @@ static int ops_build(const ModelSpec *s, const ModelDims *d, int stage, int comp
     for (int j = 0; j < d->v; j++) {
         int gc = model_global_chunk(d, stage, j);
         int first = gc == 0, last = gc == d->chunks - 1;
+        int l0, nl = model_chunk_layers(s, d, gc, &l0);
+        const int rep = compact ? nl : 1;
         e.chunk = j;
         e.layer = -1;
         /* forward */
@@ -438,7 +439,7 @@ static int ops_build(const ModelSpec *s, const ModelDims *d, int stage, int comp
         } else {
             embed_pass(&e, &tt, j, 0);
         }
-        for (int l = gc * d->chunk_layers; l < (gc + 1) * d->chunk_layers; l += rep) {
+        for (int l = l0; l < l0 + nl; l += rep) {
             char bn[32];
             snprintf(bn, sizeof bn, "layer.%d", l);
             e.repeat = rep;
@@ -461,8 +462,8 @@ static int ops_build(const ModelSpec *s, const ModelDims *d, int stage, int comp
         } else {
             head_pass(&e, &tt, j, 1);
         }
-        for (int l = (gc + 1) * d->chunk_layers - 1; l >= gc * d->chunk_layers; l -= rep) {
-            int first_l = compact ? gc * d->chunk_layers : l; /* the compact table's representative */
+        for (int l = l0 + nl - 1; l >= l0; l -= rep) {
+            int first_l = compact ? l0 : l; /* the compact table's representative */
             char bn[32];
             snprintf(bn, sizeof bn, "layer.%d", first_l);
             e.repeat = rep;

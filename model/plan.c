@@ -2,6 +2,7 @@
  * JSON (de)serialisation of layouts and jobs that sim's output shares. */
 #include "model/model.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,13 +25,58 @@ cJSON *model_layout_to_json(const ModelLayout *l)
     cJSON_AddStringToObject(j, "schedule", model_schedule_name(l->schedule));
     cJSON_AddBoolToObject(j, "overlap_dp", l->overlap_dp);
     cJSON_AddBoolToObject(j, "overlap_tp", l->overlap_tp);
+    if (l->n_stage_layers > 0)
+        cJSON_AddItemToObject(j, "stage_layers", cJSON_CreateIntArray(l->stage_layers, l->n_stage_layers));
     return j;
+}
+
+static const char *json_kind(const cJSON *v)
+{
+    return cJSON_IsString(v) ? "a string"
+           : cJSON_IsBool(v) ? "a boolean"
+           : cJSON_IsObject(v) ? "an object"
+           : cJSON_IsArray(v) ? "an array"
+           : cJSON_IsNumber(v) ? "a fraction"
+                               : "null";
+}
+
+/* layout.stage_layers: an array of one positive integer per stage. Its length and sum are the
+ * layout rules' to check (model_spec_check), against pp and the model. */
+static int stage_layers_from_json(const cJSON *j, const char *where, ModelLayout *l, PxError *err)
+{
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "stage_layers");
+    char path[640];
+    px_json_path(path, sizeof path, where, "stage_layers");
+    l->n_stage_layers = 0;
+    if (!a || cJSON_IsNull(a))
+        return PX_OK;
+    if (!cJSON_IsArray(a))
+        return px_fail(err, PX_EINPUT, "%s: expected an array of layers per stage, got %s", path,
+                       json_kind(a));
+    int n = cJSON_GetArraySize(a);
+    if (n < 1 || n > MODEL_MAX_STAGES)
+        return px_fail(err, PX_EINPUT, "%s: expected 1 to %d entries (one per stage), got %d", path,
+                       MODEL_MAX_STAGES, n);
+    int i = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, a)
+    {
+        if (!cJSON_IsNumber(e) || !isfinite(e->valuedouble) || e->valuedouble != floor(e->valuedouble))
+            return px_fail(err, PX_EINPUT, "%s[%d]: expected an integer, got %s", path, i,
+                           json_kind(e));
+        if (e->valuedouble < 1 || e->valuedouble > 100000)
+            return px_fail(err, PX_EINPUT, "%s[%d]: every stage needs 1 to 100000 layers, got %.0f",
+                           path, i, e->valuedouble);
+        l->stage_layers[i++] = (int)e->valuedouble;
+    }
+    l->n_stage_layers = n;
+    return PX_OK;
 }
 
 int model_layout_from_json(const cJSON *j, const char *where, ModelLayout *l, PxError *err)
 {
     static const char *const known[] = {"dp", "tp", "pp", "cp", "vpp", "zero", "sp", "recompute",
-                                        "schedule", "overlap_dp", "overlap_tp", NULL};
+                                        "schedule", "overlap_dp", "overlap_tp", "stage_layers", NULL};
     if (!cJSON_IsObject(j))
         return px_fail(err, PX_EINPUT, "%s expected an object", where);
     px_json_warn_unknown(j, where, known);
@@ -45,7 +91,8 @@ int model_layout_from_json(const cJSON *j, const char *where, ModelLayout *l, Px
         (rc = px_json_enum(j, where, "recompute", 0, recompute_names, 3, &rcm, err)) ||
         (rc = px_json_enum(j, where, "schedule", 0, schedule_names, 3, &sch, err)) ||
         (rc = px_json_bool(j, where, "overlap_dp", 0, &l->overlap_dp, err)) ||
-        (rc = px_json_bool(j, where, "overlap_tp", 0, &l->overlap_tp, err)))
+        (rc = px_json_bool(j, where, "overlap_tp", 0, &l->overlap_tp, err)) ||
+        (rc = stage_layers_from_json(j, where, l, err)))
         return rc;
     l->recompute = (ModelRecompute)rcm;
     l->schedule = (ModelSchedule)sch;

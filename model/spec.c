@@ -1,7 +1,9 @@
 /* Layouts and training jobs: defaults, the divisibility rules, derived sizes, rank order. */
 #include "model/model.h"
 
+#include <errno.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -91,7 +93,8 @@ const char *model_rule_name(ModelRule r)
         "global batch not divisible by mbs x dp",
         "interleaving needs a multiple of pp micro-batches",
         "cp or sp does not divide the sequence",
-        "training job settings"};
+        "training job settings",
+        "bad split of the layers over the stages"};
     return (unsigned)r < MODEL_RULE_COUNT ? names[r] : "other";
 }
 
@@ -212,9 +215,37 @@ int model_spec_check(ModelSpec *sp, int gpus, ModelDims *d, PxError *err)
     } else if (l->schedule == MODEL_SCHED_INTERLEAVED) {
         return rule_fail(err, MODEL_RULE_VPP, "the interleaved schedule needs vpp >= 2");
     }
-    if (c->layers % (l->pp * l->vpp) != 0)
-        return rule_fail(err, MODEL_RULE_LAYERS, "pp %d x vpp %d = %d must divide the %d layers", l->pp,
-                       l->vpp, l->pp * l->vpp, c->layers);
+    if (l->n_stage_layers > 0) {
+        PxError e2 = {0};
+        if (model_split_check(l, c->layers, &e2))
+            return rule_fail(err, MODEL_RULE_SPLIT, "%s", e2.msg);
+        int equal = 1;
+        for (int i = 1; i < l->n_stage_layers; i++)
+            equal &= l->stage_layers[i] == l->stage_layers[0];
+        if (equal) {
+            l->n_stage_layers = 0; /* the even split, checked below as one */
+        } else if (l->vpp > 1) {
+            char split[64];
+            model_split_format(l->stage_layers, l->n_stage_layers, split, sizeof split);
+            return rule_fail(err, MODEL_RULE_SPLIT,
+                             "stage_layers %s: an uneven split cannot be interleaved (vpp %d): use "
+                             "vpp 1, or an even split",
+                             split, l->vpp);
+        }
+    }
+    if (l->n_stage_layers == 0 && c->layers % (l->pp * l->vpp) != 0) {
+        if (l->vpp > 1 || l->pp > c->layers || l->pp > MODEL_MAX_STAGES)
+            return rule_fail(err, MODEL_RULE_LAYERS, "pp %d x vpp %d = %d must divide the %d layers",
+                             l->pp, l->vpp, l->pp * l->vpp, c->layers);
+        int split[MODEL_MAX_STAGES];
+        char text[64];
+        model_split_balanced(c->layers, l->pp, 0, split);
+        model_split_format(split, l->pp, text, sizeof text);
+        return rule_fail(err, MODEL_RULE_LAYERS,
+                         "pp %d x vpp %d = %d must divide the %d layers, or give each stage its "
+                         "layers (--pp-layers, layout.stage_layers; e.g. %s)",
+                         l->pp, l->vpp, l->pp * l->vpp, c->layers, text);
+    }
     if (l->zero >= 2 && l->pp > 1)
         return rule_fail(err, MODEL_RULE_ZERO_PP,
                        "ZeRO-%d cannot be combined with pipeline parallelism (pp %d), as in "
@@ -268,7 +299,8 @@ int model_spec_check(ModelSpec *sp, int gpus, ModelDims *d, PxError *err)
     d->c = l->cp;
     d->dp = l->dp;
     d->chunks = l->pp * l->vpp;
-    d->chunk_layers = c->layers / d->chunks;
+    d->uneven = l->n_stage_layers > 0;
+    d->chunk_layers = d->uneven ? 0 : c->layers / d->chunks;
     d->b = j->micro_batch;
     d->s = s;
     d->s_loc = s / l->cp;
@@ -289,5 +321,120 @@ int model_spec_check(ModelSpec *sp, int gpus, ModelDims *d, PxError *err)
     d->act = j->precision;
     d->grad = j->grad_dtype;
     d->master = j->precision != PX_FP32;
+    return PX_OK;
+}
+
+/* ---- the split of the layers over the pipeline ---- */
+
+int model_chunk_layers(const ModelSpec *s, const ModelDims *d, int gc, int *first)
+{
+    if (!d->uneven) {
+        *first = gc * d->chunk_layers;
+        return d->chunk_layers;
+    }
+    /* one chunk per stage: the stages before gc hold the layers before its first */
+    int f = 0;
+    for (int i = 0; i < gc; i++)
+        f += s->layout.stage_layers[i];
+    *first = f;
+    return s->layout.stage_layers[gc];
+}
+
+int model_stage_layers(const ModelSpec *s, const ModelDims *d, int stage, int *first)
+{
+    int n = 0;
+    for (int j = 0; j < d->v; j++) {
+        int f, k = model_chunk_layers(s, d, model_global_chunk(d, stage, j), &f);
+        if (j == 0)
+            *first = f;
+        n += k;
+    }
+    return n;
+}
+
+void model_split_format(const int *n, int count, char *buf, size_t cap)
+{
+    size_t at = 0;
+    if (cap == 0)
+        return;
+    buf[0] = '\0';
+    for (int i = 0; i < count && at < cap; i++) {
+        int w = snprintf(buf + at, cap - at, "%s%d", i ? "," : "", n[i]);
+        if (w < 0 || (size_t)w >= cap - at) {
+            /* too long for buf: end it with an ellipsis */
+            if (cap >= 4)
+                memcpy(buf + cap - 4, "...", 4);
+            return;
+        }
+        at += (size_t)w;
+    }
+}
+
+int model_split_check(const ModelLayout *l, int layers, PxError *err)
+{
+    const int n = l->n_stage_layers;
+    char text[64];
+    model_split_format(l->stage_layers, n, text, sizeof text);
+    if (n != l->pp)
+        return px_fail(err, PX_EINPUT, "stage_layers %s has %d entries: pp is %d (one entry per stage)",
+                       text, n, l->pp);
+    long long sum = 0;
+    for (int i = 0; i < n; i++) {
+        if (l->stage_layers[i] < 1)
+            return px_fail(err, PX_EINPUT,
+                           "stage_layers %s: entry %d (stage %d) is %d: every stage needs at least one layer",
+                           text, i + 1, i, l->stage_layers[i]);
+        sum += l->stage_layers[i];
+    }
+    if (sum != layers)
+        return px_fail(err, PX_EINPUT, "stage_layers %s sums to %lld layers: the model has %d", text,
+                       sum, layers);
+    return PX_OK;
+}
+
+void model_split_balanced(int layers, int pp, int spill_last, int *out)
+{
+    const int base = layers / pp;
+    int extra = layers % pp;
+    for (int i = 0; i < pp; i++)
+        out[i] = base;
+    /* the middle stages, last first: no embedding or output layer, and under 1F1B stage s
+     * keeps p - s activation sets in flight, so later stages pay least for a layer */
+    for (int i = pp - 2; i >= 1 && extra > 0; i--, extra--)
+        out[i]++;
+    /* then one end: extra <= 1 here (it is below pp) */
+    if (extra > 0)
+        out[spill_last ? pp - 1 : 0]++;
+}
+
+int model_split_parse(const char *text, const char *what, ModelLayout *l, PxError *err)
+{
+    int n = 0;
+    const char *p = text;
+    if (!text || !*text)
+        return px_fail(err, PX_EINPUT, "%s: expected layers per stage such as 1,3, got nothing", what);
+    for (;;) {
+        char *end = NULL;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || (*end && *end != ','))
+            return px_fail(err, PX_EINPUT, "%s: expected layers per stage such as 1,3, got '%s'",
+                           what, text);
+        if (n == MODEL_MAX_STAGES)
+            return px_fail(err, PX_EINPUT, "%s: at most %d stages, got more in '%s'", what,
+                           MODEL_MAX_STAGES, text);
+        if (v < 1)
+            return px_fail(err, PX_EINPUT,
+                           "%s '%s': entry %d is %ld: every stage needs at least one layer", what,
+                           text, n + 1, v);
+        if (v > 100000)
+            return px_fail(err, PX_EINPUT, "%s '%s': entry %d is %ld: more than a model's 100000 layers",
+                           what, text, n + 1, v);
+        l->stage_layers[n++] = (int)v;
+        if (!*end)
+            break;
+        p = end + 1;
+    }
+    l->n_stage_layers = n;
     return PX_OK;
 }

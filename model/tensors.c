@@ -282,7 +282,6 @@ static int tensors_build(const ModelSpec *s, const ModelDims *d, int stage, int 
     const int sp = s->layout.sp ? MODEL_SHARD_SP : 0;
     Adder a = {.tt = tt, .err = err, .block = -1, .layer = -1, .chunk = -1, .repeat = 1,
                .unnamed = compact};
-    const int rep = compact ? d->chunk_layers : 1;
     int rc;
     char n[64];
 
@@ -300,7 +299,9 @@ static int tensors_build(const ModelSpec *s, const ModelDims *d, int stage, int 
             if (c->position == MODEL_POS_LEARNED)
                 add_param(&a, s, d, "embed.wpe", 0, 2, c->seq_len, h);
         }
-        for (int l = g * d->chunk_layers; l < (g + 1) * d->chunk_layers; l += rep) {
+        int l0, nl = model_chunk_layers(s, d, g, &l0);
+        const int rep = compact ? nl : 1;
+        for (int l = l0; l < l0 + nl; l += rep) {
             snprintf(n, sizeof n, "layer.%d", l); /* block names are always kept: ops find blocks by them */
             if ((rc = add_block(tt, n, j, l, rep, err)))
                 return rc;
@@ -347,7 +348,9 @@ static int tensors_build(const ModelSpec *s, const ModelDims *d, int stage, int 
                 add(&a, "embed.drop_mask", MODEL_ACTIVATIONS, PX_UINT8, sp, 3, b, d->s_sp, h, 0);
         }
         uint64_t before_layers = a.sum;
-        for (int l = g * d->chunk_layers; l < (g + 1) * d->chunk_layers; l += rep) {
+        int l0, nl = model_chunk_layers(s, d, g, &l0);
+        const int rep = compact ? nl : 1;
+        for (int l = l0; l < l0 + nl; l += rep) {
             a.layer = l;
             a.repeat = rep;
             layer_saved(&a, s, d, s->layout.recompute, l, 0);

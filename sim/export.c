@@ -35,6 +35,46 @@ static void flag(FILE *f, const char *name, const char *fmt, ...)
     fputs(" \\\n", f);
 }
 
+/* An uneven split as Megatron-Core takes it: the first and/or the last stage's layers given
+ * (--decoder-first/last-pipeline-num-layers), the other stages sharing the rest evenly
+ * (get_transformer_layer_offset). *first and *last get -1 when not needed. Returns 0 when the
+ * split is not of that form: its middle stages differ. */
+static int megatron_split(const ModelLayout *l, int *first, int *last)
+{
+    const int p = l->n_stage_layers, *n = l->stage_layers;
+    *first = *last = -1;
+    if (p == 2) {
+        *first = n[0];
+        *last = n[1];
+        return 1;
+    }
+    for (int i = 2; i < p - 1; i++)
+        if (n[i] != n[1])
+            return 0;
+    if (n[0] != n[1])
+        *first = n[0];
+    if (n[p - 1] != n[1])
+        *last = n[p - 1];
+    return 1;
+}
+
+/* Megatron-Core's experimental --pipeline-model-parallel-layout for a split: "Et*2|t*3|tL" */
+static void megatron_layout(char *buf, size_t cap, const ModelLayout *l)
+{
+    size_t n = 0;
+    for (int i = 0; i < l->n_stage_layers && n < cap; i++) {
+        int k = l->stage_layers[i];
+        int w = snprintf(buf + n, cap - n, "%s%s%s", i ? "|" : "", i == 0 ? "E" : "", k > 1 ? "t*" : "t");
+        if (w < 0)
+            return;
+        n += (size_t)w;
+        if (k > 1 && n < cap)
+            n += (size_t)snprintf(buf + n, cap - n, "%d", k);
+    }
+    if (n < cap)
+        snprintf(buf + n, cap - n, "L");
+}
+
 static void megatron(FILE *f, const ModelPlan *p, const ModelDims *d)
 {
     const ModelConfig *c = &p->spec.model;
@@ -47,6 +87,23 @@ static void megatron(FILE *f, const ModelPlan *p, const ModelDims *d)
     if (l->zero >= 2)
         fprintf(f, "# ZeRO-%d maps to Megatron-Core's custom FSDP (--use-custom-fsdp, sharding strategy below)\n",
                 l->zero);
+    int split_first = -1, split_last = -1, split_ok = 1;
+    if (d->uneven) {
+        char split[256];
+        model_split_format(l->stage_layers, l->n_stage_layers, split, sizeof split);
+        split_ok = megatron_split(l, &split_first, &split_last);
+        if (split_ok) {
+            fprintf(f, "# uneven pipeline split %s: the first/last stage's layers below, the rest even\n", split);
+        } else {
+            char lay[1024];
+            megatron_layout(lay, sizeof lay, l);
+            fprintf(f, "# NOT EXPRESSIBLE: the uneven pipeline split %s has middle stages of different sizes,\n"
+                       "# which --decoder-first/last-pipeline-num-layers cannot say (Megatron splits the middle\n"
+                       "# stages evenly), so the flags below do not carry it. Megatron-Core versions with the\n"
+                       "# experimental layout flag take it as --pipeline-model-parallel-layout '%s'\n",
+                    split, lay);
+        }
+    }
     fprintf(f, "MEGATRON_ARGS=\\\n");
     flag(f, "--num-layers", "%d", c->layers);
     flag(f, "--hidden-size", "%d", c->hidden);
@@ -78,6 +135,10 @@ static void megatron(FILE *f, const ModelPlan *p, const ModelDims *d)
     flag(f, "--make-vocab-size-divisible-by", "%d", t->pad_vocab);
     flag(f, "--tensor-model-parallel-size", "%d", l->tp);
     flag(f, "--pipeline-model-parallel-size", "%d", l->pp);
+    if (split_first >= 0)
+        flag(f, "--decoder-first-pipeline-num-layers", "%d", split_first);
+    if (split_last >= 0)
+        flag(f, "--decoder-last-pipeline-num-layers", "%d", split_last);
     if (l->vpp > 1)
         flag(f, "--num-layers-per-virtual-pipeline-stage", "%d", c->layers / (l->pp * l->vpp));
     if (l->cp > 1)
@@ -213,6 +274,14 @@ static void nemo(FILE *f, const ModelPlan *p, const ModelDims *d)
             t->micro_batch, t->global_batch, d->s);
     fprintf(f, "model.num_layers=%d model.hidden_size=%d model.ffn_hidden_size=%d model.num_attention_heads=%d model.num_query_groups=%d\n",
             c->layers, c->hidden, c->ffn_hidden, c->heads, c->kv_heads);
+    char split[256] = "";
+    int split_first = -1, split_last = -1, split_ok = 1;
+    if (d->uneven) {
+        model_split_format(l->stage_layers, l->n_stage_layers, split, sizeof split);
+        split_ok = megatron_split(l, &split_first, &split_last);
+        fprintf(f, "# these NeMo 1.x overrides do not carry the uneven pipeline split %s%s\n", split,
+                split_ok ? " (the Megatron-Bridge ones below do)" : "");
+    }
     if (l->recompute == MODEL_RECOMPUTE_NONE)
         fprintf(f, "model.activations_checkpoint_granularity=null\n");
     else if (l->recompute == MODEL_RECOMPUTE_SELECTIVE)
@@ -233,6 +302,15 @@ static void nemo(FILE *f, const ModelPlan *p, const ModelDims *d)
     if (l->vpp > 1)
         fprintf(f, " model.virtual_pipeline_model_parallel_size=%d", l->vpp);
     fprintf(f, " model.context_parallel_size=%d model.sequence_parallel=%s\n", l->cp, l->sp ? "true" : "false");
+    if (d->uneven && split_ok) {
+        if (split_first >= 0)
+            fprintf(f, "model.num_layers_in_first_pipeline_stage=%d%s", split_first, split_last >= 0 ? " " : "\n");
+        if (split_last >= 0)
+            fprintf(f, "model.num_layers_in_last_pipeline_stage=%d\n", split_last);
+    } else if (d->uneven) {
+        fprintf(f, "# NOT EXPRESSIBLE: the uneven pipeline split %s has middle stages of different sizes "
+                   "(num_layers_in_first/last_pipeline_stage leave the middle even)\n", split);
+    }
     fprintf(f, "model.seq_length=%d dataset.sequence_length=%d\n", d->s, d->s);
     if (l->recompute == MODEL_RECOMPUTE_SELECTIVE)
         fprintf(f, "model.recompute_granularity=selective\n");
@@ -265,6 +343,14 @@ int sim_export(FILE *f, const ModelPlan *plan, SimExportFormat fmt, PxError *err
             px_warn("DeepSpeed's config has no tensor, pipeline or context degrees: set tp %d, pp %d, "
                     "cp %d in Megatron-DeepSpeed's arguments",
                     s.layout.tp, s.layout.pp, s.layout.cp);
+        if (d.uneven) {
+            char split[256];
+            model_split_format(s.layout.stage_layers, s.layout.n_stage_layers, split, sizeof split);
+            px_warn("the uneven pipeline split %s is not expressible in DeepSpeed: its config has no "
+                    "pipeline settings, and PipelineModule's partition_method balances by 'uniform', "
+                    "'parameters' or 'type:' only; Megatron-DeepSpeed needs its layers placed by hand",
+                    split);
+        }
         deepspeed(f, &p, &d);
         break;
     case SIM_EXPORT_NEMO: nemo(f, &p, &d); break;

@@ -16,6 +16,8 @@
 
 typedef struct {
     short tp, pp, cp, vpp, zero, sp, mbs, rc, sched;
+    short spill; /* pp not dividing the layers: the balanced split's leftover layer on the
+                    first (0) or last (1) stage (model_split_balanced) */
     int dp;
 } Knobs;
 
@@ -80,15 +82,34 @@ static void apply(const SimPlanRequest *q, const Knobs *k, ModelSpec *s)
     s->layout.recompute = (ModelRecompute)k->rc;
     s->layout.schedule = (ModelSchedule)k->sched;
     s->job.micro_batch = k->mbs;
+    /* a pinned split stays as given; else even where pp divides the layers, balanced where not */
+    if (!(q->pinned & SIM_PIN_PP_LAYERS)) {
+        s->layout.n_stage_layers = 0;
+        if (k->pp > 1 && k->pp <= MODEL_MAX_STAGES && s->model.layers % k->pp != 0) {
+            s->layout.n_stage_layers = k->pp;
+            model_split_balanced(s->model.layers, k->pp, k->spill, s->layout.stage_layers);
+        }
+    }
+}
+
+/* Balanced splits worth trying for pp stages: one, unless the leftover layers outnumber the
+ * middle stages, when the last one goes to either end (the output layer's cost against the
+ * first stage's activations in flight: the simulator tells which is faster). */
+static int spills(const SimPlanRequest *q, int pp)
+{
+    const int layers = q->base.model.layers;
+    if ((q->pinned & SIM_PIN_PP_LAYERS) || pp < 2 || layers % pp == 0)
+        return 1;
+    return layers % pp > pp - 2 ? 2 : 1;
 }
 
 /* A total order: objective, then less memory, then the simpler layout (fewer ways of
  * parallelism, no recompute, larger micro-batch), so results are deterministic. */
 static int cmp_knobs(const Knobs *a, const Knobs *b)
 {
-    const short ka[9] = {a->tp, a->pp, a->cp, a->vpp, a->zero, a->sp, a->rc, a->sched, (short)-a->mbs};
-    const short kb[9] = {b->tp, b->pp, b->cp, b->vpp, b->zero, b->sp, b->rc, b->sched, (short)-b->mbs};
-    for (int i = 0; i < 9; i++)
+    const short ka[10] = {a->tp, a->pp, a->cp, a->vpp, a->zero, a->sp, a->rc, a->sched, (short)-a->mbs, a->spill};
+    const short kb[10] = {b->tp, b->pp, b->cp, b->vpp, b->zero, b->sp, b->rc, b->sched, (short)-b->mbs, b->spill};
+    for (int i = 0; i < 10; i++)
         if (ka[i] != kb[i])
             return ka[i] < kb[i] ? -1 : 1;
     return 0;
@@ -231,7 +252,10 @@ int sim_plan(const SimPlanRequest *q, const ProfCluster *cl, SimPlanResult *res,
                     vpps[0] = pl->vpp;
                     n_vpp = 1;
                 } else {
-                    n_vpp = pp > 1 && mc->layers % pp == 0 ? divisors(mc->layers / pp, 64, vpps, 64) : 1;
+                    /* an uneven split (pp not dividing the layers, or pinned) does not interleave */
+                    n_vpp = pp > 1 && mc->layers % pp == 0 && !(pin & SIM_PIN_PP_LAYERS)
+                                ? divisors(mc->layers / pp, 64, vpps, 64)
+                                : 1;
                     if (n_vpp == 1)
                         vpps[0] = 1;
                 }
@@ -265,7 +289,9 @@ int sim_plan(const SimPlanRequest *q, const ProfCluster *cl, SimPlanResult *res,
                         scheds[0] = MODEL_SCHED_1F1B;
                         n_sched = 1;
                     }
-                    total_guess += (long)n_mbs * n_z * n_s * n_r * n_sched;
+                    const int n_spill = spills(q, pp);
+                    total_guess += (long)n_mbs * n_z * n_s * n_r * n_sched * n_spill;
+                    for (int sp_end = 0; sp_end < n_spill; sp_end++)
                     for (int f = 0; f < n_mbs; f++)
                         for (int g = 0; g < n_z; g++)
                             for (int h = 0; h < n_s; h++)
@@ -279,7 +305,7 @@ int sim_plan(const SimPlanRequest *q, const ProfCluster *cl, SimPlanResult *res,
                                             continue;
                                         Knobs k = {(short)tp, (short)pp, (short)cp, (short)vpp, (short)zs[g],
                                                    (short)ss[h], (short)mbss[f], (short)rs[i],
-                                                   (short)scheds[j], dp};
+                                                   (short)scheds[j], (short)sp_end, dp};
                                         ModelSpec s;
                                         apply(q, &k, &s);
                                         res->considered++;
@@ -303,11 +329,17 @@ int sim_plan(const SimPlanRequest *q, const ProfCluster *cl, SimPlanResult *res,
                                             goto out;
                                         double usable = (double)r.rank_memory_bytes * (1.0 - q->headroom);
                                         if ((double)r.peak_bytes > usable) {
-                                            char msg[320];
+                                            char msg[320], split[80] = "";
+                                            if (s.layout.n_stage_layers > 0) {
+                                                memcpy(split, " (", 3);
+                                                model_split_format(s.layout.stage_layers, s.layout.n_stage_layers,
+                                                                   split + 2, sizeof split - 3);
+                                                strcat(split, ")");
+                                            }
                                             snprintf(msg, sizeof msg,
-                                                     "tp %d pp %d dp %d cp %d vpp %d zero %d sp %d mbs %d recompute %s %s: "
+                                                     "tp %d pp %d%s dp %d cp %d vpp %d zero %d sp %d mbs %d recompute %s %s: "
                                                      "peak %.1f GiB on stage %d > %.1f GiB usable",
-                                                     tp, pp, dp, cp, vpp, zs[g], ss[h], mbss[f],
+                                                     tp, pp, split, dp, cp, vpp, zs[g], ss[h], mbss[f],
                                                      model_recompute_name((ModelRecompute)rs[i]),
                                                      model_schedule_name((ModelSchedule)scheds[j]),
                                                      (double)r.peak_bytes / PX_GIB, r.peak_stage, usable / PX_GIB);

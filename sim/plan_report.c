@@ -5,11 +5,24 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* " (layers 1,2,1)" for an uneven split, else "" */
+static void split_text(char *buf, size_t cap, const ModelLayout *l)
+{
+    buf[0] = '\0';
+    if (l->n_stage_layers > 0 && cap > 12) {
+        snprintf(buf, cap, " (layers ");
+        model_split_format(l->stage_layers, l->n_stage_layers, buf + 9, cap - 10);
+        strcat(buf, ")");
+    }
+}
+
 static void layout_text(char *buf, size_t cap, const ModelSpec *s)
 {
     const ModelLayout *l = &s->layout;
-    snprintf(buf, cap, "tp %d pp %d dp %d cp %d vpp %d zero %d sp %s mbs %d %s %s", l->tp, l->pp,
-             l->dp, l->cp, l->vpp, l->zero, l->sp ? "on" : "off", s->job.micro_batch,
+    char split[80];
+    split_text(split, sizeof split, l);
+    snprintf(buf, cap, "tp %d pp %d%s dp %d cp %d vpp %d zero %d sp %s mbs %d %s %s", l->tp, l->pp,
+             split, l->dp, l->cp, l->vpp, l->zero, l->sp ? "on" : "off", s->job.micro_batch,
              model_recompute_name(l->recompute), model_schedule_name(l->schedule));
 }
 
@@ -42,6 +55,11 @@ static void why(char *buf, size_t cap, const SimPlanResult *r, int i)
         n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, "%sno recompute", n ? "; " : "");
     else if (l->recompute == MODEL_RECOMPUTE_SELECTIVE)
         n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, "%sselective recompute fits", n ? "; " : "");
+    if (l->n_stage_layers > 0) {
+        char split[64];
+        model_split_format(l->stage_layers, l->n_stage_layers, split, sizeof split);
+        n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, "%sstage layers %s", n ? "; " : "", split);
+    }
     if (i > 0 && r->top[0].step_s > 0)
         snprintf(buf + n, n < cap ? cap - n : 0, "%s+%.1f%% step", n ? "; " : "",
                  100.0 * (c->step_s / r->top[0].step_s - 1.0));

@@ -14,7 +14,9 @@ static void add_prediction(cJSON *j, const SimResult *r)
     cJSON *ps = cJSON_AddArrayToObject(mem, "per_stage");
     for (int st = 0; st < d->p; st++) {
         cJSON *e = cJSON_CreateObject();
+        int first;
         cJSON_AddNumberToObject(e, "stage", st);
+        cJSON_AddNumberToObject(e, "layers", model_stage_layers(&r->spec, d, st, &first));
         for (int c = 0; c < MODEL_CAT_COUNT; c++)
             cJSON_AddNumberToObject(e, model_category_name((ModelCategory)c), (double)r->mem[st].cat[c]);
         cJSON_AddNumberToObject(e, "total", (double)r->mem[st].total);
@@ -169,6 +171,11 @@ void sim_result_print(FILE *f, const SimResult *r)
     fprintf(f, "layout    tp %d  pp %d  dp %d  cp %d  vpp %d  zero %d  sp %s  recompute %s  schedule %s\n",
             l->tp, l->pp, l->dp, l->cp, l->vpp, l->zero, l->sp ? "on" : "off",
             model_recompute_name(l->recompute), model_schedule_name(l->schedule));
+    if (d->uneven) {
+        char split[256];
+        model_split_format(l->stage_layers, l->n_stage_layers, split, sizeof split);
+        fprintf(f, "split     layers per stage %s (uneven)\n", split);
+    }
     fprintf(f, "training  gbs %d  mbs %d  seq %d  micro-batches %d  %s  grads %s  %s  flash-attn %s  dropout %g\n",
             t->global_batch, t->micro_batch, d->s, d->m, px_dtype_name(t->precision),
             px_dtype_name(t->grad_dtype), model_optimizer_name(t->optimizer),

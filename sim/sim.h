@@ -136,7 +136,8 @@ enum {
     SIM_PIN_SP = 1 << 6,
     SIM_PIN_MBS = 1 << 7,
     SIM_PIN_RECOMPUTE = 1 << 8,
-    SIM_PIN_SCHEDULE = 1 << 9
+    SIM_PIN_SCHEDULE = 1 << 9,
+    SIM_PIN_PP_LAYERS = 1 << 10 /* base.layout.stage_layers (pins pp too) */
 };
 
 /* Why a layout was rejected: one of model's rules (ModelRule), or the planner's own. */

@@ -71,11 +71,21 @@ static int stage_memory(const SimResult *r, const ModelTensorTable *tt, int stag
     return PX_OK;
 }
 
-/* Stages 1 .. p-2 hold neither the embedding nor the output layer: with compact tables they
- * are identical but for their position, so one of them stands for all. */
-static int stage_model(const ModelDims *d, int stage)
+/* Stages 1 .. p-2 hold neither the embedding nor the output layer: with compact tables those
+ * with as many layers are identical but for their position, so the first of them stands for
+ * all (every middle stage of an even split; a group per layer count of an uneven one). */
+static int stage_model(const SimResult *r, int stage)
 {
-    return d->p >= 3 && stage > 0 && stage < d->p - 1 ? 1 : stage;
+    const ModelDims *d = &r->dims;
+    if (d->p < 3 || stage == 0 || stage == d->p - 1)
+        return stage;
+    if (!d->uneven)
+        return 1;
+    const int *n = r->spec.layout.stage_layers;
+    for (int s = 1; s < stage; s++)
+        if (n[s] == n[stage])
+            return s;
+    return stage;
 }
 
 static int copy_graph(ModelOpGraph *dst, const ModelOpGraph *src, int stage, PxError *err)
@@ -97,20 +107,24 @@ int sim_run(const ModelSpec *spec, const ProfCluster *cl, int gpus, SimResult *r
     return sim_run_ex(spec, cl, gpus, 0, SIM_FULL, r, err);
 }
 
-/* Memory of every stage. Compact tables of a middle stage stand for all of them: built once. */
+/* Memory of every stage. A middle stage's compact table stands for the middle stages of as
+ * many layers: built once per layer count in a row. */
 static int build_memory(SimResult *r, PxError *err)
 {
     const ModelDims *d = &r->dims;
     ModelTensorTable rep;
-    int have_rep = 0, rc = PX_OK;
+    int rep_stage = -1, rc = PX_OK;
     memset(&rep, 0, sizeof rep);
     for (int st = 0; st < d->p && !rc; st++) {
-        int model_st = r->compact ? stage_model(d, st) : st;
-        if (model_st != st || (r->compact && model_st == 1 && d->p >= 3)) {
-            if (!have_rep) {
-                if ((rc = model_tensors_build_compact(&r->spec, d, 1, &rep, err)))
+        const int middle = d->p >= 3 && st > 0 && st < d->p - 1;
+        if (r->compact && middle) {
+            const int model_st = stage_model(r, st);
+            if (rep_stage != model_st) {
+                model_tensors_free(&rep);
+                rep_stage = -1;
+                if ((rc = model_tensors_build_compact(&r->spec, d, model_st, &rep, err)))
                     break;
-                have_rep = 1;
+                rep_stage = model_st;
             }
             rc = stage_memory(r, &rep, st, &r->mem[st], err);
         } else {
@@ -137,7 +151,7 @@ static int build_ops(SimResult *r, PxError *err)
     /* Every TP, CP and DP rank of a stage does the same work on its shard. */
     const double replicas = (double)d->t * d->c * d->dp;
     for (int st = 0; st < d->p; st++) {
-        int model_st = r->compact ? stage_model(d, st) : st;
+        int model_st = r->compact ? stage_model(r, st) : st;
         int rc = model_st != st ? copy_graph(&r->ops[st], &r->ops[model_st], st, err)
                  : r->compact   ? model_ops_build_compact(&r->spec, d, st, NULL, &r->ops[st], err)
                                 : model_ops_build(&r->spec, d, st, &r->ops[st], err);

@@ -106,6 +106,24 @@ expect 2 "layout: missing required key" export "$tmp/nolayout.json" --format meg
 sed -E 's/"tp":[[:space:]]*[0-9]+/"tp": 3/' "$tmp/p.json" >"$tmp/badlayout.json"
 expect 2 "the layout breaks a rule: tp 3 x pp 1 x cp 1 x dp 2 = 6 does not equal the 2 GPUs" export "$tmp/badlayout.json" --format megatron
 
+# uneven pipeline splits: every bad value named, exit 2
+expect 2 "--pp-layers '1,0,3': entry 2 is 0: every stage needs at least one layer" simulate --model tiny --cluster local --gpus 3 --pp-layers 1,0,3
+expect 2 "--pp-layers: expected layers per stage such as 1,3, got '1,x'" simulate --model tiny --cluster local --gpus 2 --pp-layers 1,x
+expect 2 "entry 2 is -2" plan --model tiny --cluster local --gpus 2 --gbs 8 --pp-layers 6,-2
+expect 2 "stage_layers 2,3 sums to 5 layers: the model has 4" simulate --model tiny --cluster local --gpus 2 --pp-layers 2,3
+expect 2 "--pp-layers: stage_layers 2,3 sums to 5 layers: the model has 4" plan --model tiny --cluster local --gpus 2 --gbs 8 --pp-layers 2,3
+expect 2 "stage_layers 1,3 has 2 entries: pp is 4" simulate --model tiny --cluster local --gpus 4 --pp 4 --pp-layers 1,3
+expect 2 "an uneven split cannot be interleaved (vpp 2)" simulate --model tiny --cluster local --gpus 2 --gbs 8 --pp-layers 1,3 --vpp 2
+expect 2 "pp 3 x vpp 1 = 3 must divide the 4 layers, or give each stage its layers" simulate --model tiny --cluster local --gpus 3 --pp 3
+"$px" plan --model tiny --cluster local --gpus 2 --gbs 8 --pp-layers 1,3 -o "$tmp/u.json" >/dev/null 2>&1
+sed -E 's/"stage_layers":[[:space:]]*\[[^]]*\]/"stage_layers": [1, 0]/' "$tmp/u.json" >"$tmp/u0.json"
+expect 2 "u0.json: layout.stage_layers[1]: every stage needs 1 to 100000 layers, got 0" export "$tmp/u0.json" --format megatron
+sed -E 's/"stage_layers":[[:space:]]*\[[^]]*\]/"stage_layers": [1, 1, 2]/' "$tmp/u.json" >"$tmp/u3.json"
+expect 2 "stage_layers 1,1,2 has 3 entries: pp is 2" export "$tmp/u3.json" --format megatron
+sed -E 's/"stage_layers":[[:space:]]*\[[^]]*\]/"stage_layers": [1, 2.5]/' "$tmp/u.json" >"$tmp/uf.json"
+expect 2 "layout.stage_layers[1]: expected an integer, got a fraction" export "$tmp/uf.json" --format megatron
+expect 0 "--decoder-last-pipeline-num-layers 3" export "$tmp/u.json" --format megatron
+
 # what must work
 expect 0 "usage: parallax simulate" simulate --help
 expect 0 "usage: parallax models" models --help

@@ -27,25 +27,29 @@ typedef struct {
     const char *job;    /* settings shared with the single-rank reference */
     int steps;
     int pipeline; /* check the bubble */
+    const char *split; /* the plan's layout.stage_layers, for uneven splits */
 } Layout;
 
 #define PIN1 "--vpp 1 --schedule 1f1b --mbs 1"
 static const Layout layouts[] = {
-    {"dp2", 2, "--dp 2 --tp 1 --pp 1 --zero 0 --no-sp " PIN1, "", 5, 0},
-    {"tp2", 2, "--dp 1 --tp 2 --pp 1 --zero 0 --no-sp " PIN1, "--dropout 0.1 --no-flash-attn", 5, 0},
-    {"pp2_gpipe", 2, "--dp 1 --tp 1 --pp 2 --zero 0 --no-sp --vpp 1 --schedule gpipe --mbs 1", "", 20, 1},
-    {"pp2_1f1b", 2, "--dp 1 --tp 1 --pp 2 --zero 0 --no-sp " PIN1, "", 20, 1},
+    {"dp2", 2, "--dp 2 --tp 1 --pp 1 --zero 0 --no-sp " PIN1, "", 5, 0, NULL},
+    {"tp2", 2, "--dp 1 --tp 2 --pp 1 --zero 0 --no-sp " PIN1, "--dropout 0.1 --no-flash-attn", 5, 0, NULL},
+    {"pp2_gpipe", 2, "--dp 1 --tp 1 --pp 2 --zero 0 --no-sp --vpp 1 --schedule gpipe --mbs 1", "", 20, 1, NULL},
+    {"pp2_1f1b", 2, "--dp 1 --tp 1 --pp 2 --zero 0 --no-sp " PIN1, "", 20, 1, NULL},
     {"pp2_vpp2", 2, "--dp 1 --tp 1 --pp 2 --zero 0 --no-sp --vpp 2 --schedule interleaved --mbs 1", "",
-     20, 1},
-    {"dp2_zero1", 2, "--dp 2 --tp 1 --pp 1 --zero 1 --no-sp " PIN1, "--recompute selective --no-flash-attn", 5, 0},
-    {"dp2_zero2", 2, "--dp 2 --tp 1 --pp 1 --zero 2 --no-sp " PIN1, "--dropout 0.1", 5, 0},
-    {"dp2_zero3", 2, "--dp 2 --tp 1 --pp 1 --zero 3 --no-sp " PIN1, "--recompute full", 5, 0},
-    {"tp2_sp", 2, "--dp 1 --tp 2 --pp 1 --zero 0 --sp " PIN1, "--dropout 0.1 --no-flash-attn --recompute selective", 5, 0},
-    {"dp2_tp2", 4, "--dp 2 --tp 2 --pp 1 --zero 0 --no-sp " PIN1, "", 5, 0},
-    {"tp2_pp2", 4, "--dp 1 --tp 2 --pp 2 --zero 0 --no-sp " PIN1, "--dropout 0.1", 5, 0},
-    {"dp2_pp2", 4, "--dp 2 --tp 1 --pp 2 --zero 0 --no-sp --vpp 1 --schedule gpipe --mbs 2", "--mbs 2", 5, 0},
-    {"dp2_tp2_pp2_zero1", 8, "--dp 2 --tp 2 --pp 2 --zero 1 --sp " PIN1, "--dropout 0.1 --recompute full", 5, 0},
-    {"dp4_zero3", 4, "--dp 4 --tp 1 --pp 1 --zero 3 --no-sp " PIN1, "", 5, 0},
+     20, 1, NULL},
+    {"dp2_zero1", 2, "--dp 2 --tp 1 --pp 1 --zero 1 --no-sp " PIN1, "--recompute selective --no-flash-attn", 5, 0, NULL},
+    {"dp2_zero2", 2, "--dp 2 --tp 1 --pp 1 --zero 2 --no-sp " PIN1, "--dropout 0.1", 5, 0, NULL},
+    {"dp2_zero3", 2, "--dp 2 --tp 1 --pp 1 --zero 3 --no-sp " PIN1, "--recompute full", 5, 0, NULL},
+    {"tp2_sp", 2, "--dp 1 --tp 2 --pp 1 --zero 0 --sp " PIN1, "--dropout 0.1 --no-flash-attn --recompute selective", 5, 0, NULL},
+    {"dp2_tp2", 4, "--dp 2 --tp 2 --pp 1 --zero 0 --no-sp " PIN1, "", 5, 0, NULL},
+    {"tp2_pp2", 4, "--dp 1 --tp 2 --pp 2 --zero 0 --no-sp " PIN1, "--dropout 0.1", 5, 0, NULL},
+    {"dp2_pp2", 4, "--dp 2 --tp 1 --pp 2 --zero 0 --no-sp --vpp 1 --schedule gpipe --mbs 2", "--mbs 2", 5, 0, NULL},
+    {"dp2_tp2_pp2_zero1", 8, "--dp 2 --tp 2 --pp 2 --zero 1 --sp " PIN1, "--dropout 0.1 --recompute full", 5, 0, NULL},
+    {"dp4_zero3", 4, "--dp 4 --tp 1 --pp 1 --zero 3 --no-sp " PIN1, "", 5, 0, NULL},
+    /* uneven splits: the planner's for 3 stages of 4 layers, and one pinned */
+    {"pp3_uneven", 3, "--dp 1 --tp 1 --pp 3 --zero 0 --no-sp " PIN1, "", 6, 0, "1,2,1"},
+    {"pp2_split13", 2, "--dp 1 --tp 1 --pp-layers 1,3 --zero 0 --no-sp " PIN1, "--dropout 0.1", 6, 0, "1,3"},
 };
 enum { N_LAYOUTS = sizeof layouts / sizeof layouts[0] };
 
@@ -277,6 +281,18 @@ static void check_layout(const Layout *L)
 
     const cJSON *lay = at(plan, "layout", NULL);
     CHECK_EQ_INT(L->gpus, (int)(num(lay, "dp") * num(lay, "tp") * num(lay, "pp")));
+    if (L->split) {
+        /* the plan carries the split and every rank ran its stage's layers (the ops below) */
+        const cJSON *sl = at(lay, "stage_layers", NULL), *e;
+        char got[64] = "";
+        size_t n = 0;
+        cJSON_ArrayForEach(e, sl)
+        {
+            if (n < sizeof got)
+                n += (size_t)snprintf(got + n, sizeof got - n, "%s%d", n ? "," : "", e->valueint);
+        }
+        CHECK_STR(L->split, got);
+    }
     CHECK_EQ_INT(L->gpus, (int)num(at(run, "backend", NULL), "world"));
     CHECK_STR(L->gpus > 1 ? "mpi" : "single", cJSON_GetStringValue(at(run, "backend", "comm")));
 
