@@ -5,13 +5,15 @@
  * (mpirun -n 8 parallax run plan.json --launcher none). --backend and the fp16 loss-scale
  * options are checked here and passed through to the worker. */
 #include <stdio.h>
+#include <string.h>
 
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "exec/exec.h"
 
 enum { RUN_STEPS = CLI_EXTRA, RUN_METRICS, RUN_DATA, RUN_QUIET, RUN_LAUNCHER, RUN_BACKEND,
-       RUN_LOSS_SCALE, RUN_LOSS_SCALE_INTERVAL };
+       RUN_LOSS_SCALE, RUN_LOSS_SCALE_INTERVAL,
+       RUN_COMM_TIMEOUT, RUN_FAIL_RANK, RUN_FAIL_STEP };
 
 static const CliOption run_options[] = {
     {"steps", 1, "N", "training steps (default: the plan's training.steps)", RUN_STEPS},
@@ -28,11 +30,17 @@ static const CliOption run_options[] = {
     {"loss-scale", 1, "S", "fp16: the initial loss scale (default 65536)", RUN_LOSS_SCALE},
     {"loss-scale-interval", 1, "N", "fp16: clean steps before the loss scale doubles (default 2000)",
      RUN_LOSS_SCALE_INTERVAL},
+    {"comm-timeout", 1, "S", "end the job when a communication waits longer than S seconds "
+     "(default 600; 0: no limit)", RUN_COMM_TIMEOUT},
+    {"fail-rank", 1, "R", "with --fail-step: rank R dies (SIGKILL) as a lost node (tests)",
+     RUN_FAIL_RANK},
+    {"fail-step", 1, "K", "the step at whose start --fail-rank dies", RUN_FAIL_STEP},
     {NULL, 0, NULL, NULL, 0}};
 
 static const char *const run_usage =
     "PLAN.json [--steps N] [-o FILE] [--metrics FILE] [--data FILE] [--quiet] [--launcher L]\n"
-    "          [--backend B] [--loss-scale S] [--loss-scale-interval N]\n\n"
+    "          [--backend B] [--loss-scale S] [--loss-scale-interval N] [--comm-timeout S]\n"
+    "          [--fail-rank R --fail-step K]\n\n"
     "Trains the plan for real and measures it under the simulator's names: a progress line\n"
     "per step, a metrics log, and run.json with losses, memory, communication, FLOPs and time\n"
     "per op of every rank. A single-rank plan runs parallax-worker directly; a plan of several\n"
@@ -90,6 +98,16 @@ int cli_cmd_run(int argc, char **argv)
         fprintf(stderr, "parallax run: %s\n", err.msg);
         status = 2;
     }
+    /* failures: checked here (the rank against the plan's world too), passed on */
+    const char *comm_timeout = status < 0 ? a.extra[RUN_COMM_TIMEOUT - CLI_EXTRA] : NULL;
+    const char *fail_rank = status < 0 ? a.extra[RUN_FAIL_RANK - CLI_EXTRA] : NULL;
+    const char *fail_step = status < 0 ? a.extra[RUN_FAIL_STEP - CLI_EXTRA] : NULL;
+    ExecOptions fo;
+    memset(&fo, 0, sizeof fo);
+    if (status < 0 && exec_failure_parse(comm_timeout, fail_rank, fail_step, &fo, &err)) {
+        fprintf(stderr, "parallax run: %s\n", err.msg);
+        status = 2;
+    }
     ModelPlan plan = {0};
     int world = 1;
     if (status < 0) {
@@ -101,6 +119,11 @@ int cli_cmd_run(int argc, char **argv)
             world = plan.gpus;
         }
         model_plan_free(&plan);
+        if (status < 0 && fail_rank && fo.fail_rank >= world) {
+            fprintf(stderr, "parallax run: --fail-rank %d: the plan has %d rank%s (0 to %d)\n",
+                    fo.fail_rank, world, world == 1 ? "" : "s", world - 1);
+            status = 2;
+        }
     }
     if (status >= 0)
         return status;
@@ -139,12 +162,28 @@ int cli_cmd_run(int argc, char **argv)
         wargv[n++] = "--loss-scale-interval";
         wargv[n++] = loss_interval;
     }
+    if (comm_timeout) {
+        wargv[n++] = "--comm-timeout";
+        wargv[n++] = comm_timeout;
+    }
+    if (fail_rank) {
+        wargv[n++] = "--fail-rank";
+        wargv[n++] = fail_rank;
+        wargv[n++] = "--fail-step";
+        wargv[n++] = fail_step;
+    }
     wargv[n] = NULL;
     ExecLaunch l = {launcher, world, a.positional[0]};
     int rc = exec_launch(&l, wargv, &status, &err);
     if (rc) {
         fprintf(stderr, "parallax run: %s\n", err.msg);
         status = rc == PX_EINPUT ? 2 : 1;
+    } else if (status > 2) {
+        /* the launcher's own status when a rank died (mpirun: 128 + the signal): the job
+         * failed, as the lines above say which rank and where */
+        fprintf(stderr, "parallax run: the job ended abnormally (the launcher exited with status "
+                        "%d): a rank died or was lost; its message above names it\n", status);
+        status = 1;
     }
     return status;
 }

@@ -11,8 +11,14 @@
  * node (more ranks than cores, as the tests run 8 ranks on 2) a spinning rank steals the core
  * of the rank it waits for, so there every wait polls with MPI_Test and sleeps between polls
  * (doubling from a few microseconds to a quarter of a millisecond); otherwise MPI's blocking
- * calls are used. PARALLAX_POLL=0/1 overrides the choice. Without MPI at build time the
- * functions below are stubs that say so. */
+ * calls are used. PARALLAX_POLL=0/1 overrides the choice.
+ *
+ * Timeouts: with a communication timeout (ExecComm.timeout_s, --comm-timeout) every wait is a
+ * loop of MPI_Test, blocking collectives included (started non-blocking), which reads the clock
+ * every few dozen tests; a wait that outlasts the timeout names the rank, its step, the
+ * operation and its group, and ends the job with MPI_Abort, so that a lost or stalled rank never
+ * leaves the others waiting forever. MPI_Wait spins as much, so this costs nothing measurable.
+ * Without MPI at build time the functions below are stubs that say so. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,6 +108,7 @@ typedef struct {
     const char *move_src;
     size_t move_bytes;
     int *counts, *displs; /* [dp group] vector collectives read them until they complete */
+    int kind;             /* its communication kind, for the timeout's message */
 } Req;
 
 typedef struct {
@@ -147,18 +154,76 @@ static void sleep_ns(long ns)
     nanosleep(&ts, NULL);
 }
 
-/* Completes one request: MPI's wait, or polling with sleeps on an oversubscribed node. */
-static int complete(MpiComm *m, MPI_Request *r)
+static double mono_s(void)
 {
-    if (!m->poll)
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* What a wait is for: an operation of a kind (its group follows) or a world-wide one. */
+typedef struct {
+    const char *op, *group;
+} Waiting;
+
+static Waiting waiting_kind(int kind)
+{
+    Waiting w = {"a communication", "world"};
+    if (kind >= 0 && kind < MODEL_COMM_COUNT) {
+        w.op = model_comm_name((ModelComm)kind);
+        w.group = model_group_name(model_comm_group((ModelComm)kind));
+    }
+    return w;
+}
+
+static Waiting waiting_world(const char *op)
+{
+    Waiting w = {op, "world"};
+    return w;
+}
+
+/* The wait outlasted the timeout: say so and end the job (no return). */
+static void timed_out(const MpiComm *m, Waiting w)
+{
+    char step[32];
+    if (m->base.step > 0)
+        snprintf(step, sizeof step, "step %d", m->base.step);
+    else
+        snprintf(step, sizeof step, "at start");
+    fprintf(stderr,
+            "parallax-worker: rank %d: %s: %s on the %s group did not complete within %g s "
+            "(--comm-timeout): a rank is lost or stalled; ending the job\n",
+            m->base.rank, step, w.op, w.group, m->base.timeout_s);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    abort(); /* MPI_Abort does not return */
+}
+
+/* Blocking calls start non-blocking and complete here when waits poll or have a timeout. */
+static int nonblocking(const MpiComm *m) { return m->poll || m->base.timeout_s > 0; }
+
+/* Completes one request: MPI's wait; polling with sleeps on an oversubscribed node; a loop of
+ * tests that reads the clock every 64 of them under a timeout. */
+static int complete(MpiComm *m, MPI_Request *r, Waiting w)
+{
+    if (!nonblocking(m))
         return MPI_Wait(r, MPI_STATUS_IGNORE);
+    const double limit = m->base.timeout_s;
+    double t0 = 0;
     long ns = 2000;
     for (int spins = 0;; spins++) {
         int done = 0;
         int e = MPI_Test(r, &done, MPI_STATUS_IGNORE);
         if (e != MPI_SUCCESS || done)
             return e;
-        if (spins < 16)
+        if (limit > 0 && (spins % 64 == 0 || (m->poll && spins >= 16))) {
+            const double now = mono_s();
+            if (spins == 0)
+                t0 = now;
+            else if (now - t0 > limit)
+                timed_out(m, w);
+        }
+        if (!m->poll || spins < 16)
             continue;
         sleep_ns(ns);
         if (ns < 250000)
@@ -239,20 +304,22 @@ static void finish_req(Req *q)
 
 /* After starting a call: a non-blocking one is handed out, a blocking one (in poll mode
  * started as non-blocking too) is completed here. */
-static int started(MpiComm *m, Req *q, int idx, int *req, MPI_Request *local, int e,
-                   const char *what, PxError *err)
+static int started(MpiComm *m, Req *q, int idx, int *req, MPI_Request *local, int e, int kind,
+                   PxError *err)
 {
+    const char *what = model_comm_name((ModelComm)kind);
     if (e != MPI_SUCCESS) {
         if (q)
             q->active = 0;
         return mpi_fail(err, e, what);
     }
     if (q) {
+        q->kind = kind;
         *req = idx;
         return PX_OK;
     }
     if (local) {
-        e = complete(m, local);
+        e = complete(m, local, waiting_kind(kind));
         if (e != MPI_SUCCESS)
             return mpi_fail(err, e, what);
     }
@@ -280,12 +347,11 @@ static int m_allreduce(ExecComm *c, void *buf, size_t count, PxDtype dtype, Exec
     int e;
     if (q)
         e = MPI_Iallreduce(MPI_IN_PLACE, buf, n, t, o, comm_of(m, kind), &q->r);
-    else if (m->poll)
+    else if (nonblocking(m))
         e = MPI_Iallreduce(MPI_IN_PLACE, buf, n, t, o, comm_of(m, kind), &local);
     else
         e = MPI_Allreduce(MPI_IN_PLACE, buf, n, t, o, comm_of(m, kind));
-    return started(m, q, idx, req, !q && m->poll ? &local : NULL, e, model_comm_name((ModelComm)kind),
-                   err);
+    return started(m, q, idx, req, !q && nonblocking(m) ? &local : NULL, e, kind, err);
 }
 
 static int m_all_gather(ExecComm *c, void *out, const void *in, size_t count, PxDtype dtype,
@@ -315,12 +381,11 @@ static int m_all_gather(ExecComm *c, void *out, const void *in, size_t count, Px
     int e;
     if (q)
         e = MPI_Iallgather(src, n, t, out, n, t, comm_of(m, kind), &q->r);
-    else if (m->poll)
+    else if (nonblocking(m))
         e = MPI_Iallgather(src, n, t, out, n, t, comm_of(m, kind), &local);
     else
         e = MPI_Allgather(src, n, t, out, n, t, comm_of(m, kind));
-    return started(m, q, idx, req, !q && m->poll ? &local : NULL, e, model_comm_name((ModelComm)kind),
-                   err);
+    return started(m, q, idx, req, !q && nonblocking(m) ? &local : NULL, e, kind, err);
 }
 
 static int m_reduce_scatter(ExecComm *c, void *out, const void *in, size_t count, PxDtype dtype,
@@ -351,12 +416,11 @@ static int m_reduce_scatter(ExecComm *c, void *out, const void *in, size_t count
     MPI_Op o = op_of(m, dtype, EXEC_SUM);
     if (q)
         e = MPI_Ireduce_scatter_block(src, out, n, t, o, comm_of(m, kind), &q->r);
-    else if (m->poll)
+    else if (nonblocking(m))
         e = MPI_Ireduce_scatter_block(src, out, n, t, o, comm_of(m, kind), &local);
     else
         e = MPI_Reduce_scatter_block(src, out, n, t, o, comm_of(m, kind));
-    return started(m, q, idx, req, !q && m->poll ? &local : NULL, e, model_comm_name((ModelComm)kind),
-                   err);
+    return started(m, q, idx, req, !q && nonblocking(m) ? &local : NULL, e, kind, err);
 }
 
 /* The counts and offsets of a block of numel elements in shards of `shard`. */
@@ -399,12 +463,12 @@ static int shard_call(ExecComm *c, void *buf, size_t numel, size_t shard, PxDtyp
     MPI_Request *rp = q ? &q->r : &local;
     int e;
     if (gather) {
-        if (q || m->poll)
+        if (q || nonblocking(m))
             e = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, t, comm, rp);
         else
             e = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, t, comm);
     } else {
-        if (q || m->poll)
+        if (q || nonblocking(m))
             e = MPI_Ireduce_scatter(MPI_IN_PLACE, buf, counts, t, op_of(m, dtype, EXEC_SUM), comm,
                                     rp);
         else
@@ -417,8 +481,7 @@ static int shard_call(ExecComm *c, void *buf, size_t numel, size_t shard, PxDtyp
         mv->move_src = buf;
         mv->move_bytes = (size_t)counts[me] * es;
     }
-    rc = started(m, q, idx, req, !q && m->poll ? &local : NULL, e,
-                 model_comm_name((ModelComm)kind), err);
+    rc = started(m, q, idx, req, !q && nonblocking(m) ? &local : NULL, e, kind, err);
     if (!rc && !q)
         finish_req(mv);
     return rc;
@@ -465,10 +528,11 @@ static int p2p(ExecComm *c, void *buf, size_t bytes, int peer, int tag, int kind
         return mpi_fail(err, e, what);
     }
     if (q) {
+        q->kind = kind;
         *req = idx;
         return PX_OK;
     }
-    e = complete(m, &local);
+    e = complete(m, &local, waiting_kind(kind));
     return e == MPI_SUCCESS ? PX_OK : mpi_fail(err, e, what);
 }
 
@@ -493,7 +557,7 @@ static int m_wait(ExecComm *c, int *req, PxError *err)
     *req = -1;
     if (!q->active)
         return PX_OK;
-    int e = complete(m, &q->r);
+    int e = complete(m, &q->r, waiting_kind(q->kind));
     if (e != MPI_SUCCESS) {
         q->active = 0;
         return mpi_fail(err, e, "waiting for a communication");
@@ -515,11 +579,11 @@ static int m_control(ExecComm *c, double *vals, int n, ExecRedOp op, PxError *er
     MpiComm *m = (MpiComm *)c;
     MPI_Op o = op == EXEC_MAX ? MPI_MAX : MPI_SUM;
     int e;
-    if (m->poll) {
+    if (nonblocking(m)) {
         MPI_Request r;
         e = MPI_Iallreduce(MPI_IN_PLACE, vals, n, MPI_DOUBLE, o, MPI_COMM_WORLD, &r);
         if (e == MPI_SUCCESS)
-            e = complete(m, &r);
+            e = complete(m, &r, waiting_world("the control reduction"));
     } else {
         e = MPI_Allreduce(MPI_IN_PLACE, vals, n, MPI_DOUBLE, o, MPI_COMM_WORLD);
     }
@@ -543,7 +607,17 @@ static int m_gather_text(ExecComm *c, const char *text, char ***out, PxError *er
         /* the others are in the gather: a rank that cannot take part must end the job */
         return px_fail(err, PX_ERUNTIME, "out of memory gathering the ranks' figures");
     }
-    int e = MPI_Gather(&n, 1, MPI_INT, lens, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    MpiComm *m = (MpiComm *)c;
+    const Waiting w = waiting_world("gathering the ranks' figures");
+    MPI_Request rq;
+    int e;
+    if (nonblocking(m)) {
+        e = MPI_Igather(&n, 1, MPI_INT, lens, 1, MPI_INT, 0, MPI_COMM_WORLD, &rq);
+        if (e == MPI_SUCCESS)
+            e = complete(m, &rq, w);
+    } else {
+        e = MPI_Gather(&n, 1, MPI_INT, lens, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    }
     char *all = NULL;
     if (e == MPI_SUCCESS && me == 0) {
         long long total = 0;
@@ -557,8 +631,13 @@ static int m_gather_text(ExecComm *c, const char *text, char ***out, PxError *er
             return px_fail(err, PX_ERUNTIME, "cannot gather %lld bytes of the ranks' figures", total);
         }
     }
-    if (e == MPI_SUCCESS)
+    if (e == MPI_SUCCESS && nonblocking(m)) {
+        e = MPI_Igatherv(text, n, MPI_CHAR, all, lens, displs, MPI_CHAR, 0, MPI_COMM_WORLD, &rq);
+        if (e == MPI_SUCCESS)
+            e = complete(m, &rq, w);
+    } else if (e == MPI_SUCCESS) {
         e = MPI_Gatherv(text, n, MPI_CHAR, all, lens, displs, MPI_CHAR, 0, MPI_COMM_WORLD);
+    }
     if (e != MPI_SUCCESS) {
         free(lens);
         free(displs);
@@ -593,11 +672,11 @@ static int m_barrier(ExecComm *c, PxError *err)
 {
     MpiComm *m = (MpiComm *)c;
     int e;
-    if (m->poll) {
+    if (nonblocking(m)) {
         MPI_Request r;
         e = MPI_Ibarrier(MPI_COMM_WORLD, &r);
         if (e == MPI_SUCCESS)
-            e = complete(m, &r);
+            e = complete(m, &r, waiting_world("the barrier"));
     } else {
         e = MPI_Barrier(MPI_COMM_WORLD);
     }

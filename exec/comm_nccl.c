@@ -325,23 +325,33 @@ static int n_wait(ExecComm *c, int *req, PxError *err)
     return e == cudaSuccess ? PX_OK : cuda_fail(err, e, "waiting for a communication");
 }
 
+/* The host's waits are the MPI layer's: it gets the timeout and the step for its message. */
+static void hand_on(NcclComm *n)
+{
+    n->mpi->timeout_s = n->base.timeout_s;
+    n->mpi->step = n->base.step;
+}
+
 static void n_progress(ExecComm *c) { (void)c; /* NCCL progresses on the GPU */ }
 
 static int n_control(ExecComm *c, double *vals, int cnt, ExecRedOp op, PxError *err)
 {
     NcclComm *n = (NcclComm *)c;
+    hand_on(n);
     return n->mpi->control(n->mpi, vals, cnt, op, err);
 }
 
 static int n_gather_text(ExecComm *c, const char *text, char ***out, PxError *err)
 {
     NcclComm *n = (NcclComm *)c;
+    hand_on(n);
     return n->mpi->gather_text(n->mpi, text, out, err);
 }
 
 static int n_barrier(ExecComm *c, PxError *err)
 {
     NcclComm *n = (NcclComm *)c;
+    hand_on(n);
     return n->mpi->barrier(n->mpi, err);
 }
 

@@ -40,6 +40,17 @@ typedef struct {
     StagedReq *reqs;
 } StagedComm;
 
+/* The layer of a call, its timeout and step handed on to the MPI layer that waits. */
+static StagedComm *staged(ExecComm *c)
+{
+    StagedComm *s = (StagedComm *)c;
+    if (s && s->inner) {
+        s->inner->timeout_s = c->timeout_s;
+        s->inner->step = c->step;
+    }
+    return s;
+}
+
 static void sync_counts(StagedComm *s)
 {
     memcpy(s->base.bytes, s->inner->bytes, sizeof s->base.bytes);
@@ -103,7 +114,7 @@ static int finish(StagedComm *s, int rc, int inner_req, int *req, void *out_dev,
 static int st_allreduce(ExecComm *c, void *buf, size_t count, PxDtype dtype, ExecRedOp op,
                         int kind, int *req, PxError *err)
 {
-    StagedComm *s = (StagedComm *)c;
+    StagedComm *s = staged(c);
     if (req)
         *req = -1;
     const size_t bytes = count * px_dtype_bytes(dtype);
@@ -121,7 +132,7 @@ static int st_allreduce(ExecComm *c, void *buf, size_t count, PxDtype dtype, Exe
 static int st_all_gather(ExecComm *c, void *out, const void *in, size_t count, PxDtype dtype,
                          int kind, int *req, PxError *err)
 {
-    StagedComm *s = (StagedComm *)c;
+    StagedComm *s = staged(c);
     if (req)
         *req = -1;
     const size_t es = px_dtype_bytes(dtype), g = group_of(s, kind);
@@ -143,7 +154,7 @@ static int st_all_gather(ExecComm *c, void *out, const void *in, size_t count, P
 static int st_reduce_scatter(ExecComm *c, void *out, const void *in, size_t count, PxDtype dtype,
                              int kind, int *req, PxError *err)
 {
-    StagedComm *s = (StagedComm *)c;
+    StagedComm *s = staged(c);
     if (req)
         *req = -1;
     const size_t es = px_dtype_bytes(dtype), g = group_of(s, kind);
@@ -167,7 +178,7 @@ static int st_reduce_scatter(ExecComm *c, void *out, const void *in, size_t coun
 static int st_shard(ExecComm *c, void *buf, size_t numel, size_t shard, PxDtype dtype, int kind,
                     int *req, int gather, PxError *err)
 {
-    StagedComm *s = (StagedComm *)c;
+    StagedComm *s = staged(c);
     if (req)
         *req = -1;
     const size_t bytes = numel * px_dtype_bytes(dtype);
@@ -200,7 +211,7 @@ static int st_all_gather_shard(ExecComm *c, void *buf, size_t numel, size_t shar
 static int st_send(ExecComm *c, const void *buf, size_t bytes, int peer, int tag, int kind,
                    int *req, PxError *err)
 {
-    StagedComm *s = (StagedComm *)c;
+    StagedComm *s = staged(c);
     if (req)
         *req = -1;
     void *h = host_of(s, buf, bytes, err);
@@ -215,7 +226,7 @@ static int st_send(ExecComm *c, const void *buf, size_t bytes, int peer, int tag
 static int st_recv(ExecComm *c, void *buf, size_t bytes, int peer, int tag, int kind, int *req,
                    PxError *err)
 {
-    StagedComm *s = (StagedComm *)c;
+    StagedComm *s = staged(c);
     if (req)
         *req = -1;
     void *h = host_of(s, buf, bytes, err);
@@ -228,7 +239,7 @@ static int st_recv(ExecComm *c, void *buf, size_t bytes, int peer, int tag, int 
 
 static int st_wait(ExecComm *c, int *req, PxError *err)
 {
-    StagedComm *s = (StagedComm *)c;
+    StagedComm *s = staged(c);
     if (!req || *req < 0)
         return PX_OK;
     StagedReq *q = &s->reqs[*req];
@@ -244,25 +255,25 @@ static int st_wait(ExecComm *c, int *req, PxError *err)
 
 static void st_progress(ExecComm *c)
 {
-    StagedComm *s = (StagedComm *)c;
+    StagedComm *s = staged(c);
     s->inner->progress(s->inner);
 }
 
 static int st_control(ExecComm *c, double *vals, int n, ExecRedOp op, PxError *err)
 {
-    StagedComm *s = (StagedComm *)c;
+    StagedComm *s = staged(c);
     return s->inner->control(s->inner, vals, n, op, err);
 }
 
 static int st_gather_text(ExecComm *c, const char *text, char ***out, PxError *err)
 {
-    StagedComm *s = (StagedComm *)c;
+    StagedComm *s = staged(c);
     return s->inner->gather_text(s->inner, text, out, err);
 }
 
 static int st_barrier(ExecComm *c, PxError *err)
 {
-    StagedComm *s = (StagedComm *)c;
+    StagedComm *s = staged(c);
     return s->inner->barrier(s->inner, err);
 }
 
@@ -270,7 +281,7 @@ static int st_barrier(ExecComm *c, PxError *err)
  * executor made again on the same layer). */
 static int st_attach(ExecComm *c, void *base, size_t bytes, PxError *err)
 {
-    StagedComm *s = (StagedComm *)c;
+    StagedComm *s = staged(c);
     Mirror *m = NULL;
     for (int i = 0; i < s->n_mirrors && !m; i++)
         if (s->mirror[i].dev == base)
@@ -299,7 +310,7 @@ static int st_attach(ExecComm *c, void *base, size_t bytes, PxError *err)
 
 static void st_free(ExecComm *c)
 {
-    StagedComm *s = (StagedComm *)c;
+    StagedComm *s = staged(c);
     if (!s)
         return;
     for (int i = 0; i < s->n_mirrors; i++)

@@ -106,6 +106,8 @@ int exec_data_open(ExecData *d, const char *path, int vocab, int global_batch, i
         return px_fail(err, PX_EINPUT, "%s: the training data is not a regular file", path);
     uint64_t size = (uint64_t)st.st_size;
     int rc;
+    if (size == 0)
+        return px_fail(err, PX_EINPUT, "%s: the training data is an empty file", path);
     if (ends_with(path, ".bin")) {
         d->kind = EXEC_DATA_TOKENS;
         int32_t hdr[EXEC_BIN_HEADER_INTS];
@@ -135,6 +137,15 @@ int exec_data_open(ExecData *d, const char *path, int vocab, int global_batch, i
                            "file has %llu bytes",
                            path, (unsigned long long)d->ntok, (unsigned long long)want,
                            (unsigned long long)size);
+        /* as llm.c's loader: the file is the header and the tokens, nothing more (an odd
+         * byte count is a token cut in half) */
+        if (size > want)
+            return px_fail(err, PX_EINPUT,
+                           "%s: %llu bytes beyond the %llu tokens the header promises (%llu "
+                           "bytes)%s",
+                           path, (unsigned long long)(size - want), (unsigned long long)d->ntok,
+                           (unsigned long long)want,
+                           (size - want) % 2 ? ": an odd byte count, a token cut in half" : "");
         if ((rc = scan_tokens(d, EXEC_BIN_HEADER_BYTES, 2, vocab, err)))
             return rc;
     } else {

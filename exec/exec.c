@@ -16,6 +16,7 @@ void exec_options_defaults(ExecOptions *o)
 {
     memset(o, 0, sizeof *o);
     o->prefetch = 1;
+    o->comm_timeout_s = EXEC_COMM_TIMEOUT_S;
 }
 
 /* ---- arenas ---- */
@@ -1006,24 +1007,60 @@ static int test_failure(Exec *ex, PxError *err)
     return px_fail(err, PX_EINPUT, "PARALLAX_TEST_FAIL=%s: expected RANK:init or RANK:step:K", s);
 }
 
-/* PARALLAX_TEST_INF=K[,K...]: rank 0 writes +Inf into a gradient after the backward of each
- * step K (1-based, K <= 64), as an fp16 overflow would; the loss scaler's tests use it. */
-static int test_inf(Exec *ex, PxError *err)
+/* Steps K[,K...] (1-based, K <= 64) of the environment variable `name` as bits k - 1. */
+static int test_steps(const char *name, uint64_t *bits, PxError *err)
 {
-    ex->inf_steps = 0;
-    const char *s = getenv("PARALLAX_TEST_INF");
+    *bits = 0;
+    const char *s = getenv(name);
     if (!s || !*s)
         return PX_OK;
     for (const char *p = s; *p;) {
         char *end = NULL;
         long k = strtol(p, &end, 10);
         if (end == p || k < 1 || k > 64 || (*end && *end != ','))
-            return px_fail(err, PX_EINPUT, "PARALLAX_TEST_INF=%s: expected steps 1-64 separated "
-                                           "by commas", s);
-        ex->inf_steps |= 1ull << (k - 1);
+            return px_fail(err, PX_EINPUT, "%s=%s: expected steps 1-64 separated by commas", name,
+                           s);
+        *bits |= 1ull << (k - 1);
         p = *end ? end + 1 : end;
     }
     return PX_OK;
+}
+
+/* PARALLAX_TEST_INF=K[,K...]: rank 0 writes +Inf into a gradient after the backward of each
+ * step K (1-based, K <= 64), as an fp16 overflow would; the loss scaler's tests use it. */
+static int test_inf(Exec *ex, PxError *err)
+{
+    return test_steps("PARALLAX_TEST_INF", &ex->inf_steps, err);
+}
+
+/* ---- failures on purpose, and the communication timeout (docs/executor.md, "Failures") ----
+ * --fail-rank R --fail-step K (ExecOptions): rank R kills itself at the start of step K.
+ * PARALLAX_TEST_HANG=RANK:step:K: that rank stops at the start of step K and never returns, so
+ * that the others' communication timeout must end the job. PARALLAX_TEST_NAN_LOSS=K[,K...]:
+ * rank 0's share of the loss of steps K is a NaN. */
+static int failure_options(Exec *ex, const ExecOptions *opt, PxError *err)
+{
+    const int world = ex->comm->world;
+    ex->hang_step = -1;
+    if (!(opt->comm_timeout_s >= 0))
+        return px_fail(err, PX_EINPUT, "--comm-timeout: expected 0 (none) or a number of seconds, "
+                                       "got %g", opt->comm_timeout_s);
+    ex->comm->timeout_s = opt->comm_timeout_s;
+    ex->comm->step = 0;
+    if (opt->fail_step < 0)
+        return px_fail(err, PX_EINPUT, "--fail-step %d: expected a step from 1", opt->fail_step);
+    if (opt->fail_step > 0 && (opt->fail_rank < 0 || opt->fail_rank >= world))
+        return px_fail(err, PX_EINPUT, "--fail-rank %d: the job has %d rank%s (0 to %d)",
+                       opt->fail_rank, world, world == 1 ? "" : "s", world - 1);
+    const char *s = getenv("PARALLAX_TEST_HANG");
+    if (s && *s) {
+        int rank = -1, step = 0, n = 0;
+        if (sscanf(s, "%d:step:%d%n", &rank, &step, &n) != 2 || s[n] != '\0' || step < 1)
+            return px_fail(err, PX_EINPUT, "PARALLAX_TEST_HANG=%s: expected RANK:step:K", s);
+        if (rank == ex->comm->rank)
+            ex->hang_step = step - 1;
+    }
+    return test_steps("PARALLAX_TEST_NAN_LOSS", &ex->nan_loss_steps, err);
 }
 
 /* ---- init and free ---- */
@@ -1074,7 +1111,7 @@ int exec_init(Exec **out, const ModelPlan *plan, const ExecOptions *opt, PxError
     }
     ex->plan.spec = ex->spec;
     if ((rc = check_supported(ex, ex->plan_path, err)) || (rc = test_failure(ex, err)) ||
-        (rc = test_inf(ex, err)))
+        (rc = test_inf(ex, err)) || (rc = failure_options(ex, opt, err)))
         goto fail;
     /* a run.json that cannot be written is found out now, not after the training */
     if (ex->output[0] && (rc = check_writable(ex->output, err)))

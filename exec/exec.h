@@ -121,6 +121,14 @@ struct ExecComm {
     /* Device memory the calls may name: the executor attaches each arena it communicates from
      * (the staged layer mirrors it in host memory). NULL: the layer takes any pointer. */
     int (*attach)(ExecComm *c, void *base, size_t bytes, PxError *err);
+
+    /* ---- failures: no rank waits forever ----
+     * A wait of the MPI layer (a blocking call, a wait, the control reduction, the barrier, the
+     * final gather) longer than timeout_s prints "rank R: step K: <op> on the <group> group did
+     * not complete within S s" and ends the job (MPI_Abort). 0: no limit. step: the step the
+     * rank is in (1-based; 0 before the first), for that message. The executor sets both. */
+    double timeout_s;
+    int step;
 };
 
 /* The communication layer of a job with one rank: every group has size 1. Caller frees with
@@ -196,7 +204,20 @@ typedef struct {
     double loss_scale;   /* fp16: the initial loss scale; 0: 65536 (PyTorch's GradScaler) */
     int loss_scale_interval; /* fp16: clean steps before the scale doubles; 0: 2000 */
     const char *comm_note;   /* said after the comm layer's name in the header (why this one) */
+    /* ---- failures (docs/executor.md, "Failures") ---- */
+    double comm_timeout_s; /* a communication wait longer than this ends the job; 0: none
+                              (default EXEC_COMM_TIMEOUT_S) */
+    int fail_rank, fail_step; /* fail_step >= 1: world rank fail_rank kills itself (SIGKILL) at
+                                 the start of that step, as a lost node would (tests) */
 } ExecOptions;
+
+enum { EXEC_COMM_TIMEOUT_S = 600 };
+
+/* The failure options as given on a command line (NULL: not given) into o: --comm-timeout
+ * seconds from 0 (no limit) to 1e7; --fail-rank R >= 0 and --fail-step K >= 1, both or neither.
+ * PX_EINPUT naming the flag; R against the job's world is exec_init's check. */
+int exec_failure_parse(const char *comm_timeout, const char *fail_rank, const char *fail_step,
+                       ExecOptions *o, PxError *err);
 
 void exec_options_defaults(ExecOptions *o);
 

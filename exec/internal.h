@@ -332,6 +332,9 @@ struct Exec {
     int collective_error; /* the last error was seen by every rank alike (no abort needed) */
     int fail_step;        /* PARALLAX_TEST_FAIL: this rank fails at this step (-1: never) */
     uint64_t inf_steps;   /* PARALLAX_TEST_INF: bit k: an Inf lands in a gradient at step k */
+    int hang_step;        /* PARALLAX_TEST_HANG: this rank stalls forever at this step (-1: never) */
+    uint64_t nan_loss_steps; /* PARALLAX_TEST_NAN_LOSS: bit k: rank 0's loss is a NaN at step k */
+    int stopped_step;     /* the step at which a non-finite loss or gradient stopped the run */
 
     /* mixed precision */
     ExecScaler scaler;

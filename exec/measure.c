@@ -309,6 +309,9 @@ static cJSON *run_json(Exec *ex, cJSON *const *ranks, int n)
         cJSON_AddItemToArray(steps, s);
     }
     cJSON_AddBoolToObject(j, "interrupted", ex->interrupted);
+    /* a loss or gradient norm that was not finite stopped the run at this step (not in steps) */
+    if (ex->stopped_step > 0)
+        cJSON_AddNumberToObject(j, "diverged_at_step", ex->stopped_step);
     if (ex->scaler.enabled) {
         cJSON *ls = cJSON_AddObjectToObject(j, "loss_scale");
         cJSON_AddNumberToObject(ls, "final", ex->scaler.scale);

@@ -291,9 +291,10 @@ int exec_run(Exec *ex, PxError *err)
         return rc;
     if (ex->interrupted && !ex->opt.quiet)
         printf("interrupted after %d steps\n", ex->steps_done);
-    /* what was measured is written even when a step failed: no lost data */
+    /* what was measured is written even when a step failed: no lost data (a run that diverged
+     * at its first step too: run.json says where it stopped) */
     cJSON *j = NULL;
-    if (ex->steps_done > 0) {
+    if (ex->steps_done > 0 || ex->stopped_step > 0) {
         if (ex->comm->world > 1) {
             PxError gerr = {0};
             int grc = exec_run_gather_json(ex, &j, &gerr);

@@ -20,8 +20,11 @@
  * first sum the two copies' gradients (embed_allreduce), then reduce over dp: ZeRO-1's shards
  * of the embedding block and of the final block differ, so the sum must come first. */
 #include <math.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "exec/internal.h"
 
@@ -580,6 +583,8 @@ static int optimizer_step(Exec *ex, int step, double *loss_out, double *lr_out, 
     /* one control reduction for the step: the loss, the squared gradient norm, and whether
      * any rank was asked to stop (so that all stop at the same step boundary) */
     double v[3] = {ex->loss_sum, local_sumsq(ex), exec_stop_flag ? 1.0 : 0.0};
+    if (step < 64 && (ex->nan_loss_steps >> step & 1) && ex->comm->rank == 0)
+        v[0] = NAN; /* PARALLAX_TEST_NAN_LOSS */
     int rc = ex->comm->control(ex->comm, v, 3, EXEC_SUM, err);
     if (rc) {
         exec_op_end(ex);
@@ -612,12 +617,24 @@ static int optimizer_step(Exec *ex, int step, double *loss_out, double *lr_out, 
         norm /= loss_scale;
     }
     *norm_out = norm;
-    if (found_inf) {
+    /* Not finite without a loss scaler: the run stops here, before the update and so before
+     * the end of the step (where run.c would write a checkpoint). The control reduction summed
+     * both over every rank, so every rank stops at this step alike. fp16 returned above when
+     * its gradients overflowed (the scaler's verdict, as PyTorch's GradScaler's); a loss that is
+     * not finite beside finite gradients stops it here too. */
+    if (found_inf || !isfinite(*loss_out)) {
         exec_op_end(ex);
         ex->collective_error = 1;
+        ex->stopped_step = step + 1;
+        if (found_inf)
+            return px_fail(err, PX_ERUNTIME,
+                           "step %d: the gradient norm is %g: training diverged (a gradient is not "
+                           "finite; loss %g); stopped before the update (lower training.lr)",
+                           step + 1, norm, *loss_out);
         return px_fail(err, PX_ERUNTIME,
-                       "step %d: the gradient norm is %g: training diverged (lower training.lr)",
-                       step + 1, norm);
+                       "step %d: the loss is %g: training diverged (the loss is not finite; "
+                       "gradient norm %g); stopped before the update (lower training.lr)",
+                       step + 1, *loss_out, norm);
     }
     /* the clip factor and the loss scale's removal, in one multiplication of each gradient */
     const double clip = j->grad_clip > 0 && norm > j->grad_clip ? j->grad_clip / norm : 1.0;
@@ -660,9 +677,33 @@ static int optimizer_step(Exec *ex, int step, double *loss_out, double *lr_out, 
     return rc;
 }
 
+/* ---- failures on purpose (docs/executor.md, "Failures") ----
+ * --fail-rank/--fail-step: the rank dies as a lost node does, without a word to the others
+ * (SIGKILL: no handler, no MPI_Abort), after one line that names it. PARALLAX_TEST_HANG: the
+ * rank stalls for good (signals included), so that only the others' timeout can end the job. */
+static void lose_rank(const Exec *ex, int step)
+{
+    const int rank = ex->comm->rank;
+    if (ex->opt.fail_step == step + 1 && ex->opt.fail_rank == rank) {
+        fprintf(stderr, "parallax-worker: rank %d: step %d: killed on purpose (--fail-rank %d "
+                        "--fail-step %d), as a lost node\n", rank, step + 1, rank, step + 1);
+        fflush(stderr);
+        raise(SIGKILL);
+    }
+    if (step == ex->hang_step) {
+        fprintf(stderr, "parallax-worker: rank %d: step %d: stalling for good as "
+                        "PARALLAX_TEST_HANG asks\n", rank, step + 1);
+        fflush(stderr);
+        for (;;)
+            pause();
+    }
+}
+
 int exec_step(Exec *ex, int step, ExecStepStats *st, PxError *err)
 {
     double t0 = exec_now();
+    ex->comm->step = step + 1; /* for the communication timeout's message */
+    lose_rank(ex, step);
     if (step == ex->fail_step)
         return px_fail(err, PX_ERUNTIME, "failing at step %d as PARALLAX_TEST_FAIL asks", step + 1);
     exec_ops_step_begin(ex);

@@ -34,6 +34,10 @@ static const char *const usage_text =
     "                         cluster has GPUs, cpu for the cpu device)\n"
     "  --loss-scale S         fp16: the initial loss scale (default 65536)\n"
     "  --loss-scale-interval N  fp16: clean steps before the scale doubles (default 2000)\n"
+    "  --comm-timeout S       end the job when a communication waits longer than S seconds\n"
+    "                         (default 600; 0: no limit)\n"
+    "  --fail-rank R --fail-step K  rank R dies (SIGKILL) at the start of step K, as a lost\n"
+    "                         node (tests)\n"
     "  -h, --help             show this help\n";
 
 static int exit_code(int status) { return status == PX_EINPUT ? 2 : status ? 1 : 0; }
@@ -88,7 +92,8 @@ static int make_comm(const ModelSpec *s, int tied_pair, ExecBackend backend, Exe
 static int cmd_run(int argc, char **argv)
 {
     enum { OPT_STEPS = 1000, OPT_METRICS, OPT_DATA, OPT_QUIET, OPT_NO_PREFETCH, OPT_BACKEND,
-           OPT_LOSS_SCALE, OPT_LOSS_SCALE_INTERVAL };
+           OPT_LOSS_SCALE, OPT_LOSS_SCALE_INTERVAL,
+           OPT_COMM_TIMEOUT, OPT_FAIL_RANK, OPT_FAIL_STEP };
     static const struct option lo[] = {
         {"steps", required_argument, NULL, OPT_STEPS},
         {"output", required_argument, NULL, 'o'},
@@ -99,12 +104,16 @@ static int cmd_run(int argc, char **argv)
         {"backend", required_argument, NULL, OPT_BACKEND},
         {"loss-scale", required_argument, NULL, OPT_LOSS_SCALE},
         {"loss-scale-interval", required_argument, NULL, OPT_LOSS_SCALE_INTERVAL},
+        {"comm-timeout", required_argument, NULL, OPT_COMM_TIMEOUT},
+        {"fail-rank", required_argument, NULL, OPT_FAIL_RANK},
+        {"fail-step", required_argument, NULL, OPT_FAIL_STEP},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     ExecOptions opt;
     exec_options_defaults(&opt);
     opt.output = "run.json";
     PxError err = {0};
+    const char *comm_timeout = NULL, *fail_rank = NULL, *fail_step = NULL; /* failure options */
     int c;
     opterr = 0;
     optind = 1;
@@ -152,6 +161,9 @@ static int cmd_run(int argc, char **argv)
                 return 2;
             }
             break;
+        case OPT_COMM_TIMEOUT: comm_timeout = optarg; break;
+        case OPT_FAIL_RANK: fail_rank = optarg; break;
+        case OPT_FAIL_STEP: fail_step = optarg; break;
         case ':':
             if (g_rank == 0)
                 fprintf(stderr, "parallax-worker run: option '%s' needs a value\n",
@@ -167,6 +179,11 @@ static int cmd_run(int argc, char **argv)
     if (optind != argc - 1) {
         if (g_rank == 0)
             fprintf(stderr, "parallax-worker run: expected one plan file (see --help)\n");
+        return 2;
+    }
+    if (exec_failure_parse(comm_timeout, fail_rank, fail_step, &opt, &err)) {
+        if (g_rank == 0)
+            fprintf(stderr, "parallax-worker run: %s\n", err.msg);
         return 2;
     }
     opt.plan_path = argv[optind];

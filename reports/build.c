@@ -457,6 +457,9 @@ int rpt_build(const RptRequest *q, FILE *log, PxError *err)
         pg.texts[pg.n] = NULL; /* the caller's */
         pg.n++;
     }
+    /* the traces are written before any chart would create the directory */
+    if ((q->plan || q->run) && (rc = rpt_dir_make(q->dir, err)))
+        goto out;
     if (q->plan && (rc = memory_chart(q, &pg, log, err)))
         goto out;
     if ((q->plan || q->run) && (rc = timelines(q, &pg, log, err)))

@@ -55,7 +55,7 @@ static void bput(Buf *b, const char *fmt, ...)
 /* gnuplot strings are single-quoted: a quote inside would end them. */
 static int quotable(const char *s) { return strchr(s, '\'') == NULL; }
 
-static int ensure_dir(const char *dir, PxError *err)
+int rpt_dir_make(const char *dir, PxError *err)
 {
     char path[1024];
     if (strlen(dir) >= sizeof path)
@@ -91,7 +91,7 @@ static int draw_ex(const RptOutput *o, const char *name, const Buf *data, const 
         return px_fail(err, PX_ERUNTIME, "%s: out of memory drawing the chart", name);
     if (!quotable(o->dir) || !quotable(name))
         return px_fail(err, PX_EINPUT, "%s/%s: a chart path cannot contain a single quote", o->dir, name);
-    if ((rc = ensure_dir(o->dir, err)))
+    if ((rc = rpt_dir_make(o->dir, err)))
         return rc;
     char dat[1200], gp[1200], png[1200], svg[1200];
     snprintf(dat, sizeof dat, "%s/%s.dat", o->dir, name);

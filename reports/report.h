@@ -21,6 +21,9 @@ typedef struct {
     const char *dir; /* created when missing */
 } RptOutput;
 
+/* Creates dir and its parents when missing; PX_ERUNTIME naming the one that cannot be made. */
+int rpt_dir_make(const char *dir, PxError *err);
+
 /* ---- charts: every chart writes <dir>/<name>.dat, .gp, .png and .svg; PX_ERUNTIME when
  * gnuplot is missing or fails (its exit status in the message) ---- */
 

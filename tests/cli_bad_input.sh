@@ -124,6 +124,73 @@ sed -E 's/"stage_layers":[[:space:]]*\[[^]]*\]/"stage_layers": [1, 2.5]/' "$tmp/
 expect 2 "layout.stage_layers[1]: expected an integer, got a fraction" export "$tmp/uf.json" --format megatron
 expect 0 "--decoder-last-pipeline-num-layers 3" export "$tmp/u.json" --format megatron
 
+# Hugging Face config.json: the key at fault named, for simulate and plan alike
+hf() { # hf NAME JSON: a config.json in its own directory
+  mkdir -p "$tmp/$1" && printf '%s\n' "$2" >"$tmp/$1/config.json"
+}
+hf hf_type '{"model_type": "bert", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 256}'
+hf hf_notype '{"model_type": 7, "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 256}'
+hf hf_hidden '{"model_type": "llama", "intermediate_size": 176, "num_attention_heads": 8, "num_hidden_layers": 4, "vocab_size": 256, "max_position_embeddings": 64}'
+hf hf_kv '{"model_type": "llama", "hidden_size": 64, "intermediate_size": 176, "num_attention_heads": 8, "num_hidden_layers": 4, "num_key_value_heads": 3, "vocab_size": 256, "max_position_embeddings": 64}'
+hf hf_vocab '{"model_type": "qwen2", "hidden_size": 64, "intermediate_size": 176, "num_attention_heads": 8, "num_hidden_layers": 4, "vocab_size": 256.5, "max_position_embeddings": 64}'
+hf hf_layers '{"model_type": "mistral", "hidden_size": 64, "intermediate_size": 176, "num_attention_heads": 8, "num_hidden_layers": -1, "vocab_size": 256, "max_position_embeddings": 64}'
+hf hf_gpt2 '{"model_type": "gpt2", "n_embd": 65, "n_head": 4, "n_layer": 2, "vocab_size": 256}'
+hf hf_inner '{"model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": 2, "vocab_size": 256, "n_inner": "big"}'
+hf hf_trunc '{"model_type": "llama", "hidden_size": 64, "intermediate_'
+expect 2 "model_type 'bert' is not supported (gpt2, llama, mistral, qwen2)" simulate --model "$tmp/hf_type/config.json" $ok
+expect 2 "model_type: expected a string" simulate --model "$tmp/hf_notype/config.json" $ok
+expect 2 "hidden_size: missing required key" simulate --model "$tmp/hf_hidden/config.json" $ok
+expect 2 "kv_heads 3 must divide heads 8" simulate --model "$tmp/hf_kv/config.json" $ok
+expect 2 "vocab_size: expected an integer, got 256.5" simulate --model "$tmp/hf_vocab/config.json" $ok
+expect 2 "num_hidden_layers: must be between 1" plan --model "$tmp/hf_layers/config.json" --cluster local --gpus 1 --gbs 8
+expect 2 "n_embd 65 is not divisible by n_head 4" simulate --model "$tmp/hf_gpt2/config.json" $ok
+expect 2 "n_inner: expected an integer, got a string" simulate --model "$tmp/hf_inner/config.json" $ok
+expect 2 "malformed JSON near line 1" plan --model "$tmp/hf_trunc/config.json" --cluster local --gpus 1 --gbs 8
+
+# token files given to run (--data): empty, an odd byte count, tokens beyond the vocabulary,
+# missing, a directory; each named with what is wrong
+"$px" plan --model tiny --cluster local --gpus 1 --gbs 4 --mbs 2 --seq 16 --steps 1 -o "$tmp/run1.json" >/dev/null
+printf '{"name": "v200", "family": "gpt", "layers": 2, "hidden": 64, "heads": 4, "vocab": 200, "seq_len": 64}\n' >"$tmp/v200.json"
+"$px" plan --model "$tmp/v200.json" --cluster local --gpus 1 --gbs 4 --mbs 2 --seq 16 --steps 1 -o "$tmp/run200.json" >/dev/null
+: >"$tmp/empty.bin"
+: >"$tmp/empty.txt"
+mkdir -p "$tmp/dir.bin"
+head -c 300 /dev/zero | tr '\0' 'a' >"$tmp/bytes.txt"
+printf '\377' >>"$tmp/bytes.txt"
+if python3 - "$tmp" <<'PY'
+import struct, sys
+d = sys.argv[1]
+hdr = lambda n, magic=20240520, version=1: struct.pack('<256i', magic, version, n, *([0] * 253))
+toks = lambda v: struct.pack('<%dH' % len(v), *v)
+open(d + '/odd.bin', 'wb').write(hdr(100) + toks([7] * 100) + b'\x01')
+open(d + '/extra.bin', 'wb').write(hdr(100) + toks([7] * 102))
+open(d + '/big.bin', 'wb').write(hdr(100) + toks([7] * 99 + [256]))
+open(d + '/neg.bin', 'wb').write(hdr(-5))
+open(d + '/hdronly.bin', 'wb').write(hdr(0))
+open(d + '/short.bin', 'wb').write(hdr(100)[:1000])
+PY
+then
+  expect 2 "odd.bin: 1 bytes beyond the 100 tokens the header promises (1224 bytes): an odd byte count" run "$tmp/run1.json" --data "$tmp/odd.bin"
+  expect 2 "extra.bin: 4 bytes beyond the 100 tokens the header promises" run "$tmp/run1.json" --data "$tmp/extra.bin"
+  expect 2 "big.bin: token 256 at position 99 is beyond the model's vocabulary of 256" run "$tmp/run1.json" --data "$tmp/big.bin"
+  expect 2 "neg.bin: negative token count -5 in the header" run "$tmp/run1.json" --data "$tmp/neg.bin"
+  expect 2 "hdronly.bin: 0 tokens are too few" run "$tmp/run1.json" --data "$tmp/hdronly.bin"
+  expect 2 "short.bin: 1000 bytes are too short for an llm.c token file" run "$tmp/run1.json" --data "$tmp/short.bin"
+else
+  echo "SKIPPED the .bin token files: python3 is needed to write them"
+fi
+expect 2 "empty.bin: the training data is an empty file" run "$tmp/run1.json" --data "$tmp/empty.bin"
+expect 2 "empty.txt: the training data is an empty file" run "$tmp/run1.json" --data "$tmp/empty.txt"
+expect 2 "bytes.txt: token 255 at position 300 is beyond the model's vocabulary of 200" run "$tmp/run200.json" --data "$tmp/bytes.txt"
+expect 2 "nothere.bin: cannot open the training data: No such file or directory" run "$tmp/run1.json" --data "$tmp/nothere.bin"
+expect 2 "dir.bin: the training data is not a regular file" run "$tmp/run1.json" --data "$tmp/dir.bin"
+
+# run's own flags
+expect 2 "--fail-rank 1: the plan has 1 rank (0 to 0)" run "$tmp/run1.json" --fail-rank 1 --fail-step 1
+expect 2 "--comm-timeout: expected a number, got '5s'" run "$tmp/run1.json" --comm-timeout 5s
+expect 2 "--loss-scale: expected a number from 1 to 2^100, got '0.5'" run "$tmp/run1.json" --loss-scale 0.5
+expect 2 "--backend: expected cpu, cuda or auto, got 'tpu'" run "$tmp/run1.json" --backend tpu
+
 # what must work
 expect 0 "usage: parallax simulate" simulate --help
 expect 0 "usage: parallax models" models --help

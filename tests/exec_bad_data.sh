@@ -123,6 +123,21 @@ if [ "$st" -ne 1 ] || ! grep -Eq "\"interrupted\":[[:space:]]*true" "$tmp/int.js
   fails=$((fails + 1))
 fi
 
+# a loss or gradient that is not finite (fp32: no loss scaler) stops the run at that step,
+# before its update, with run.json and the metrics log of the steps done
+expect 1 "step 3: the gradient norm is inf: training diverged (a gradient is not finite" \
+  env PARALLAX_TEST_INF=3 "$px" run "$tmp/good.json" --steps 5 -o "$tmp/inf.json"
+cases=$((cases + 1))
+if [ "$(grep -c '"step":' "$tmp/inf.json")" -ne 2 ] || ! grep -Eq '"diverged_at_step":[[:space:]]*3' "$tmp/inf.json" ||
+  [ "$(wc -l <"$tmp/inf.metrics.jsonl")" -ne 2 ]; then
+  echo "FAILED: a non-finite gradient at step 3: run.json or the metrics log does not hold steps 1-2"
+  fails=$((fails + 1))
+fi
+expect 1 "step 2: the loss is nan: training diverged (the loss is not finite" \
+  env PARALLAX_TEST_NAN_LOSS=2 "$px" run "$tmp/good.json" --steps 5 -o "$tmp/nan.json"
+expect 2 "PARALLAX_TEST_NAN_LOSS=0: expected steps 1-64" \
+  env PARALLAX_TEST_NAN_LOSS=0 "$px" run "$tmp/good.json" --steps 5 -o "$tmp/nan.json"
+
 # a parallax without its worker beside it
 cp "$px" "$tmp/parallax"
 expect 1 "parallax-worker is missing or not executable" "$tmp/parallax" run "$tmp/good.json"

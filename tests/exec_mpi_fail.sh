@@ -6,6 +6,10 @@
 # - a missing worker, a missing mpirun, an unknown launcher;
 # - one rank failing at start (agreed on, printed once) or in the middle of training (MPI_Abort,
 #   the rank named), in a 2-rank and an 8-rank pipeline job;
+# - a rank lost abruptly (--fail-rank/--fail-step: SIGKILL, no goodbye) in a 2-rank and an
+#   8-rank pipeline job: the job ends within 30 s, status 1, the rank and step named;
+# - a rank that stalls for good (PARALLAX_TEST_HANG) with --comm-timeout 5: the others' wait
+#   times out, names the operation and its group, and the job ends soon after 5 s;
 # - a bad data file, seen by every rank: printed once, status 2;
 # - and a job that is already one rank of a launch (--launcher none under mpirun) runs.
 # Usage: exec_mpi_fail.sh PARALLAX
@@ -74,6 +78,55 @@ expect 1 "rank 0 of 8: failing at step 1" \
   env PARALLAX_TEST_FAIL=0:step:1 "$px" run "$tmp/pp8.json" -o "$tmp/x.json" --quiet
 expect 2 "PARALLAX_TEST_FAIL=sometimes: expected RANK:init or RANK:step:K" \
   env PARALLAX_TEST_FAIL=sometimes "$px" run "$tmp/dp2.json" -o "$tmp/x.json"
+
+# a rank lost abruptly, and one that stalls: the job ends, in time, naming them.
+# timed LIMIT MIN STATUS NEEDLE CMD ARGS...: as expect, and the command took MIN to LIMIT seconds
+timed() {
+  local limit=$1 min=$2 want=$3 needle=$4
+  shift 4
+  cases=$((cases + 1))
+  local t0 t1 out got secs
+  t0=$(date +%s.%N)
+  out=$(timeout 120 "$@" 2>&1)
+  got=$?
+  t1=$(date +%s.%N)
+  secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
+  echo "  $secs s, status $got: ${needle}"
+  if [ "$got" -ne "$want" ] || ! grep -qF -- "$needle" <<<"$out" ||
+    awk -v s="$secs" -v lo="$min" -v hi="$limit" 'BEGIN { exit !(s < lo || s > hi) }'; then
+    echo "FAILED: $*"
+    echo "  expected status $want, '$needle', $min to $limit s"
+    echo "  got status $got after $secs s: $(head -c 800 <<<"$out")"
+    fails=$((fails + 1))
+  fi
+}
+timed 30 0 1 "rank 1: step 3: killed on purpose (--fail-rank 1 --fail-step 3)" \
+  "$px" run "$tmp/dp2.json" -o "$tmp/x.json" --fail-rank 1 --fail-step 3
+timed 30 0 1 "rank 6: step 2: killed on purpose (--fail-rank 6 --fail-step 2)" \
+  "$px" run "$tmp/pp8.json" -o "$tmp/x.json" --quiet --fail-rank 6 --fail-step 2
+timed 30 0 1 "the job ended abnormally" \
+  "$px" run "$tmp/pp8.json" -o "$tmp/x.json" --quiet --fail-rank 0 --fail-step 1
+# the worker under a plain mpirun: mpirun's own status for a rank killed by a signal
+timed 30 0 137 "rank 1: step 2: killed on purpose" \
+  mpirun "${root[@]}" --oversubscribe -n 2 "$worker" run "$tmp/dp2.json" -o "$tmp/x.json" \
+  --fail-rank 1 --fail-step 2
+expect 2 "--fail-rank 2: the plan has 2 ranks (0 to 1)" \
+  "$px" run "$tmp/dp2.json" --fail-rank 2 --fail-step 1
+ONCE=1 expect 2 "--fail-rank 9: the job has 8 ranks (0 to 7)" \
+  mpirun "${root[@]}" --oversubscribe -n 8 "$worker" run "$tmp/pp8.json" --fail-rank 9 --fail-step 1
+expect 2 "--fail-step: must be between 1" "$px" run "$tmp/dp2.json" --fail-rank 1 --fail-step 0
+expect 2 "--fail-rank: expected an integer, got 'one'" "$px" run "$tmp/dp2.json" --fail-rank one --fail-step 1
+expect 2 "--fail-step needs --fail-rank too" "$px" run "$tmp/dp2.json" --fail-step 2
+expect 2 "--comm-timeout: expected seconds from 0 (no limit) to 1e7, got '-5'" \
+  "$px" run "$tmp/dp2.json" --comm-timeout -5
+expect 2 "--comm-timeout: expected a number, got 'soon'" "$worker" run "$tmp/dp2.json" --comm-timeout soon
+expect 2 "PARALLAX_TEST_HANG=1:step:: expected RANK:step:K" \
+  env PARALLAX_TEST_HANG=1:step: "$px" run "$tmp/dp2.json" -o "$tmp/x.json"
+# a stalled rank: the others give up after --comm-timeout (not before), naming what they waited for
+timed 25 5 1 "rank 0: step 3: dp_allreduce on the dp group did not complete within 5 s" \
+  env PARALLAX_TEST_HANG=1:step:3 "$px" run "$tmp/dp2.json" -o "$tmp/x.json" --comm-timeout 5
+timed 25 5 1 "step 2: the barrier on the world group did not complete within 5 s" \
+  env PARALLAX_TEST_HANG=3:step:2 "$px" run "$tmp/pp8.json" -o "$tmp/x.json" --quiet --comm-timeout 5
 
 # bad data: every rank refuses it, one says so
 printf 'short text' >"$tmp/short.txt"
