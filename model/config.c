@@ -94,6 +94,11 @@ static int parse_native(const cJSON *j, const char *origin, ModelConfig *c, PxEr
     int rc, version = 1, fam = 0;
     if ((rc = px_json_int(j, where, "schema_version", 0, 1, 1, &version, err)))
         return rc;
+    if (!cJSON_GetObjectItemCaseSensitive(j, "family"))
+        return px_fail(err, PX_EINPUT,
+                       "%s family: missing required key (a parallax model needs \"family\": "
+                       "\"gpt\" or \"llama\"; a Hugging Face config.json has \"model_type\")",
+                       where);
     if ((rc = px_json_enum(j, where, "family", 1, family_names, 2, &fam, err)))
         return rc;
     memset(c, 0, sizeof *c);
@@ -110,6 +115,10 @@ static int parse_native(const cJSON *j, const char *origin, ModelConfig *c, PxEr
         return rc;
     c->kv_heads = c->heads;
     c->head_dim = c->hidden % c->heads == 0 ? c->hidden / c->heads : 0;
+    if (c->head_dim == 0 && !cJSON_GetObjectItemCaseSensitive(j, "head_dim"))
+        return px_fail(err, PX_EINPUT,
+                       "%s hidden %d is not divisible by heads %d: give head_dim explicitly",
+                       where, c->hidden, c->heads);
     c->ffn_hidden = c->family == MODEL_LLAMA ? llama_default_ffn(c->hidden) : 4 * c->hidden;
     if ((rc = px_json_int(j, where, "kv_heads", 0, 1, 1 << 16, &c->kv_heads, err)) ||
         (rc = px_json_int(j, where, "head_dim", c->head_dim == 0, 1, 1 << 16, &c->head_dim, err)) ||
@@ -215,6 +224,11 @@ static int parse_hf(const cJSON *j, const char *origin, const char *type, ModelC
         c->kv_heads = c->heads;
         if (c->hidden % c->heads == 0)
             c->head_dim = c->hidden / c->heads;
+        else if (!hf_item(j, "head_dim"))
+            return px_fail(err, PX_EINPUT,
+                           "%s hidden_size %d is not divisible by num_attention_heads %d and "
+                           "there is no head_dim",
+                           where, c->hidden, c->heads);
         if ((rc = hf_int(j, where, "num_key_value_heads", 0, &c->kv_heads, err)) ||
             (rc = hf_int(j, where, "head_dim", c->head_dim == 0, &c->head_dim, err)))
             return rc;

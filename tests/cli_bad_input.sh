@@ -146,6 +146,12 @@ expect 2 "num_hidden_layers: must be between 1" plan --model "$tmp/hf_layers/con
 expect 2 "n_embd 65 is not divisible by n_head 4" simulate --model "$tmp/hf_gpt2/config.json" $ok
 expect 2 "n_inner: expected an integer, got a string" simulate --model "$tmp/hf_inner/config.json" $ok
 expect 2 "malformed JSON near line 1" plan --model "$tmp/hf_trunc/config.json" --cluster local --gpus 1 --gbs 8
+hf hf_nodiv '{"model_type": "llama", "hidden_size": 66, "intermediate_size": 176, "num_attention_heads": 8, "num_hidden_layers": 2, "vocab_size": 256, "max_position_embeddings": 64}'
+expect 2 "hidden_size 66 is not divisible by num_attention_heads 8 and there is no head_dim" simulate --model "$tmp/hf_nodiv/config.json" $ok
+printf '{"name": "x", "layers": 2, "hidden": 64, "heads": 4, "vocab": 256, "seq_len": 64}\n' >"$tmp/nofamily.json"
+expect 2 "family: missing required key (a parallax model needs" simulate --model "$tmp/nofamily.json" $ok
+printf '{"name": "x", "family": "gpt", "layers": 2, "hidden": 66, "heads": 4, "vocab": 256, "seq_len": 64}\n' >"$tmp/nodiv.json"
+expect 2 "hidden 66 is not divisible by heads 4: give head_dim explicitly" simulate --model "$tmp/nodiv.json" $ok
 
 # token files given to run (--data): empty, an odd byte count, tokens beyond the vocabulary,
 # missing, a directory; each named with what is wrong
