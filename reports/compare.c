@@ -49,6 +49,19 @@ static const cJSON *stage_entry(const cJSON *arr, int stage)
     return NULL;
 }
 
+/* The "rank" of run.json's entry i of `what`: an integer from 0 to world - 1, else an input error
+ * naming the entry. */
+static int entry_rank(const cJSON *e, const char *what, int i, int world, int *rank, PxError *err)
+{
+    double v = num(e, "rank", NULL);
+    if (isnan(v) || v != floor(v) || v < 0 || v >= world)
+        return px_fail(err, PX_EINPUT,
+                       "run: %s[%d].rank: expected an integer from 0 to %d (the plan's ranks)",
+                       what, i, world - 1);
+    *rank = (int)v;
+    return PX_OK;
+}
+
 int rpt_compare(const cJSON *plan_json, const cJSON *run, RptCompare *c, PxError *err)
 {
     memset(c, 0, sizeof *c);
@@ -84,9 +97,13 @@ int rpt_compare(const cJSON *plan_json, const cJSON *run, RptCompare *c, PxError
     const cJSON *mpr = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(run, "memory"), "per_rank");
     const cJSON *mps = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(pred, "memory"), "per_stage");
     const cJSON *r;
+    const int world = plan.gpus;
+    int idx = 0;
     cJSON_ArrayForEach(r, mpr)
     {
-        int rank = (int)num(r, "rank", NULL), tp, cp, dp, stage;
+        int rank, tp, cp, dp, stage;
+        if ((rc = entry_rank(r, "memory.per_rank", idx++, world, &rank, err)))
+            goto out;
         model_rank_coords(&plan.spec.layout, rank, &tp, &cp, &dp, &stage);
         const cJSON *ps_e = stage_entry(mps, stage);
         if (!ps_e)
@@ -105,9 +122,12 @@ int rpt_compare(const cJSON *plan_json, const cJSON *run, RptCompare *c, PxError
     /* communication bytes per rank and kind */
     const cJSON *cpr = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(run, "comm"), "per_rank");
     const cJSON *cps = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(pred, "comm"), "per_stage");
+    idx = 0;
     cJSON_ArrayForEach(r, cpr)
     {
-        int rank = (int)num(r, "rank", NULL), tp, cp, dp, stage;
+        int rank, tp, cp, dp, stage;
+        if ((rc = entry_rank(r, "comm.per_rank", idx++, world, &rank, err)))
+            goto out;
         model_rank_coords(&plan.spec.layout, rank, &tp, &cp, &dp, &stage);
         const cJSON *pe = stage_entry(cps, stage);
         const cJSON *by = cJSON_GetObjectItemCaseSensitive(r, "by_kind");
@@ -126,7 +146,7 @@ int rpt_compare(const cJSON *plan_json, const cJSON *run, RptCompare *c, PxError
     /* FLOPs per rank per step */
     const cJSON *fr = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(run, "flops"), "per_rank_per_step");
     const cJSON *fp = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(pred, "flops"), "per_rank_per_step");
-    for (int rank = 0; cJSON_IsArray(fr) && rank < cJSON_GetArraySize(fr); rank++) {
+    for (int rank = 0; cJSON_IsArray(fr) && rank < cJSON_GetArraySize(fr) && rank < world; rank++) {
         int tp, cp, dp, stage;
         model_rank_coords(&plan.spec.layout, rank, &tp, &cp, &dp, &stage);
         const cJSON *m = cJSON_GetArrayItem(fr, rank), *p = cJSON_GetArrayItem(fp, stage);
@@ -146,9 +166,8 @@ int rpt_compare(const cJSON *plan_json, const cJSON *run, RptCompare *c, PxError
         const cJSON *nm = cJSON_GetObjectItemCaseSensitive(mo, "name");
         if (!cJSON_IsString(nm))
             continue;
-        int stage = (int)num(mo, "stage", NULL);
-        if (stage < 0 || isnan(num(mo, "stage", NULL)))
-            stage = 0;
+        double sv = num(mo, "stage", NULL);
+        int stage = isnan(sv) || sv < 0 || sv >= plan.spec.layout.pp ? 0 : (int)sv;
         double p = 0;
         int found = 0;
         const cJSON *po;
@@ -156,7 +175,7 @@ int rpt_compare(const cJSON *plan_json, const cJSON *run, RptCompare *c, PxError
         {
             const cJSON *pn = cJSON_GetObjectItemCaseSensitive(po, "name");
             if (cJSON_IsString(pn) && strcmp(pn->valuestring, nm->valuestring) == 0 &&
-                (int)num(po, "stage", NULL) == stage) {
+                num(po, "stage", NULL) == stage) {
                 p += num(po, "seconds", NULL);
                 found = 1;
             }

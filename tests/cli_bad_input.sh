@@ -191,6 +191,12 @@ expect 2 "bytes.txt: token 255 at position 300 is beyond the model's vocabulary 
 expect 2 "nothere.bin: cannot open the training data: No such file or directory" run "$tmp/run1.json" --data "$tmp/nothere.bin"
 expect 2 "dir.bin: the training data is not a regular file" run "$tmp/run1.json" --data "$tmp/dir.bin"
 
+# compare: a run whose per-rank entries are malformed is refused, naming the entry
+printf '{"time": {"step_s_median": 0.1}, "memory": {"per_rank": [{"rank": "x"}]}}\n' >"$tmp/badrank.json"
+expect 2 "run: memory.per_rank[0].rank: expected an integer from 0 to 0" compare "$tmp/run1.json" "$tmp/badrank.json"
+printf '{"time": {"step_s_median": 0.1}, "comm": {"per_rank": [{"rank": 0}, {"rank": 7}]}}\n' >"$tmp/badrank2.json"
+expect 2 "run: comm.per_rank[1].rank: expected an integer from 0 to 0" compare "$tmp/run1.json" "$tmp/badrank2.json"
+
 # run's own flags
 expect 2 "--fail-rank 1: the plan has 1 rank (0 to 0)" run "$tmp/run1.json" --fail-rank 1 --fail-step 1
 expect 2 "--comm-timeout: expected a number, got '5s'" run "$tmp/run1.json" --comm-timeout 5s
