@@ -196,6 +196,12 @@ typedef struct {
     double loss_scale;   /* fp16: the initial loss scale; 0: 65536 (PyTorch's GradScaler) */
     int loss_scale_interval; /* fp16: clean steps before the scale doubles; 0: 2000 */
     const char *comm_note;   /* said after the comm layer's name in the header (why this one) */
+
+    /* checkpoints (exec/checkpoint.c; docs/executor.md#checkpoints) */
+    const char *checkpoint_dir; /* where checkpoints are written and resumed from; NULL: none */
+    int checkpoint_every;       /* a checkpoint every N steps; 0: none (with resume: the
+                                   checkpoint's own interval) */
+    int resume;                 /* continue from the latest complete checkpoint in the dir */
 } ExecOptions;
 
 void exec_options_defaults(ExecOptions *o);
