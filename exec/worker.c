@@ -33,6 +33,10 @@ static const char *const usage_text =
     "                         cluster has GPUs, cpu for the cpu device)\n"
     "  --loss-scale S         fp16: the initial loss scale (default 65536)\n"
     "  --loss-scale-interval N  fp16: clean steps before the scale doubles (default 2000)\n"
+    /* checkpoints */
+    "  --checkpoint-dir DIR   where checkpoints are written (and resumed from)\n"
+    "  --checkpoint-every N   write a checkpoint every N steps\n"
+    "  --resume               continue from the latest complete checkpoint in DIR\n"
     "  -h, --help             show this help\n";
 
 static int exit_code(int status) { return status == PX_EINPUT ? 2 : status ? 1 : 0; }
@@ -88,6 +92,8 @@ static int cmd_run(int argc, char **argv)
 {
     enum { OPT_STEPS = 1000, OPT_METRICS, OPT_DATA, OPT_QUIET, OPT_NO_PREFETCH, OPT_BACKEND,
            OPT_LOSS_SCALE, OPT_LOSS_SCALE_INTERVAL };
+    /* checkpoints */
+    enum { OPT_CHECKPOINT_DIR = 1100, OPT_CHECKPOINT_EVERY, OPT_RESUME };
     static const struct option lo[] = {
         {"steps", required_argument, NULL, OPT_STEPS},
         {"output", required_argument, NULL, 'o'},
@@ -98,6 +104,10 @@ static int cmd_run(int argc, char **argv)
         {"backend", required_argument, NULL, OPT_BACKEND},
         {"loss-scale", required_argument, NULL, OPT_LOSS_SCALE},
         {"loss-scale-interval", required_argument, NULL, OPT_LOSS_SCALE_INTERVAL},
+        /* checkpoints */
+        {"checkpoint-dir", required_argument, NULL, OPT_CHECKPOINT_DIR},
+        {"checkpoint-every", required_argument, NULL, OPT_CHECKPOINT_EVERY},
+        {"resume", no_argument, NULL, OPT_RESUME},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     ExecOptions opt;
@@ -151,6 +161,17 @@ static int cmd_run(int argc, char **argv)
                 return 2;
             }
             break;
+        /* checkpoints: exec_init checks that they fit together */
+        case OPT_CHECKPOINT_DIR: opt.checkpoint_dir = optarg; break;
+        case OPT_CHECKPOINT_EVERY:
+            if (px_parse_int(optarg, "--checkpoint-every", 1, 1 << 30, &opt.checkpoint_every,
+                             &err)) {
+                if (g_rank == 0)
+                    fprintf(stderr, "parallax-worker run: %s\n", err.msg);
+                return 2;
+            }
+            break;
+        case OPT_RESUME: opt.resume = 1; break;
         case ':':
             if (g_rank == 0)
                 fprintf(stderr, "parallax-worker run: option '%s' needs a value\n",
