@@ -359,8 +359,10 @@ static int check_shard_crc(Exec *ex, int fd, const char *path, uint64_t size, ui
     if ((uint32_t)crc != stored || stored != want)
         return px_fail(err, PX_EINPUT,
                        "%s: CRC-32 mismatch: the data hash to 0x%08x, the shard records 0x%08x and "
-                       "the manifest 0x%08x: the file is corrupt",
-                       path, (unsigned)crc, (unsigned)stored, (unsigned)want);
+                       "the manifest 0x%08x: %s",
+                       path, (unsigned)crc, (unsigned)stored, (unsigned)want,
+                       (uint32_t)crc == stored ? "the shard is not the one this manifest lists"
+                                               : "the file is corrupt");
     return PX_OK;
 }
 
@@ -922,8 +924,8 @@ void exec_ckpt_print_resume(const Exec *ex)
            c->resumed_dir, c->resumed_from, ex->opt_steps,
            (long long)c->resumed_from * ex->spec.job.global_batch, c->resumed_from + 1, ex->steps);
     if (c->note[0])
-        printf("note      %s differ from the checkpoint's run: the losses will not follow an "
-               "uninterrupted run of either\n", c->note);
+        printf("note      not as in the checkpoint's run: %s; the losses will not follow an "
+               "uninterrupted run\n", c->note);
 }
 
 void exec_ckpt_json(const Exec *ex, cJSON *run)
