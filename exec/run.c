@@ -212,7 +212,8 @@ int exec_run(Exec *ex, PxError *err)
 {
     int rc = PX_OK;
     FILE *mf = NULL;
-    if (ex->metrics[0] && !(mf = fopen(ex->metrics, "w")))
+    /* a resumed run goes on with the log of the run it continues */
+    if (ex->metrics[0] && !(mf = fopen(ex->metrics, ex->ckpt.resumed_from > 0 ? "a" : "w")))
         return px_fail(err, PX_EINPUT, "%s: cannot write the metrics log: %s", ex->metrics,
                        strerror(errno));
     /* the loader thread reads step k + 1 while step k computes */
