@@ -10,7 +10,8 @@
  * Cases: single (one rank, dropout), dp2_pp2_zero1 and dp2_zero3 (label mpi; dp2_zero3 also
  * tries its checkpoint on a ZeRO-1 layout, which must be refused naming layout.zero), and
  * emu_fp16 (the CUDA code path on the emulator in fp16, with an overflow at step 2 so that the
- * loss scaler's state and the skipped step's unchanged AdamW count must carry over too).
+ * loss scaler's state and the skipped step's unchanged AdamW count must carry over too) and
+ * emu_dp2_zero1 (bf16, two ranks on the emulator through mpirun; label mpi).
  * Usage: test_exec_checkpoint PARALLAX CASE [WORKER-EMU] (`list` prints the cases). */
 #include <errno.h>
 #include <stdarg.h>
@@ -36,6 +37,8 @@ static const Case cases[] = {
     {"dp2_zero3", 2, "local", "--dp 2 --tp 1 --pp 1 --zero 3 --mbs 2 --dropout 0.1 " PIN1, 0},
     {"emu_fp16", 1, "dgx-h100", "--dp 1 --tp 1 --pp 1 --zero 0 --precision fp16 --seq 16 --mbs 4 "
      PIN1, 1},
+    {"emu_dp2_zero1", 2, "dgx-h100", "--dp 2 --tp 1 --pp 1 --zero 1 --precision bf16 --seq 16 "
+     "--mbs 1 " PIN1, 1},
 };
 enum { N_CASES = sizeof cases / sizeof cases[0], STEPS = 6, EVERY = 3, KILL_AT = 5 };
 
@@ -137,13 +140,20 @@ static void check_case(const Case *C)
 {
     expect_status(0, sh("%s plan --model tiny --cluster %s --gpus %d --gbs 8 --steps %d %s -o %s/plan.json",
                         px, C->cluster, C->gpus, STEPS, C->knobs, tmp), "parallax plan");
-    /* `parallax run` (mpirun for several ranks), or the emulator's worker directly */
+    /* `parallax run` (mpirun for several ranks), or the emulator's worker (through mpirun for
+     * several: two ranks share the emulated GPU, over MPI staged through host memory) */
     char run[1024];
-    snprintf(run, sizeof run, "timeout 600 %s run %s/plan.json --quiet%s", C->emu ? worker : px,
-             tmp, C->emu ? " --backend cuda" : "");
+    if (C->emu && C->gpus > 1)
+        snprintf(run, sizeof run, "timeout 600 mpirun -n %d %s --oversubscribe --bind-to none "
+                 "--mca mpi_yield_when_idle 1 %s run %s/plan.json --quiet --backend cuda",
+                 C->gpus, geteuid() == 0 ? "--allow-run-as-root" : "", worker, tmp);
+    else
+        snprintf(run, sizeof run, "timeout 600 %s run %s/plan.json --quiet%s", C->emu ? worker : px,
+                 tmp, C->emu ? " --backend cuda" : "");
 
     /* uninterrupted (fp16: every run overflows at step 2) */
-    const char *inf = C->emu ? "PARALLAX_TEST_INF=2 " : "";
+    const int fp16 = strstr(C->knobs, "fp16") != NULL;
+    const char *inf = fp16 ? "PARALLAX_TEST_INF=2 " : "";
     expect_status(0, sh("%s%s -o %s/full.json", inf, run, tmp), "the uninterrupted run");
     /* killed before step 5: the checkpoint of step 3 is committed, none of step 4 */
     int st = sh("%sPARALLAX_TEST_FAIL=%d:step:%d %s -o %s/part.json --checkpoint-dir %s/ck "
@@ -169,7 +179,7 @@ static void check_case(const Case *C)
         same_losses(full, part, 1, KILL_AT - 1, what);
         cJSON_Delete(part);
     }
-    if (C->emu) { /* the overflow of step 2 is the scaler's history in both runs */
+    if (fp16) { /* the overflow of step 2 is the scaler's history in both runs */
         const cJSON *a = cJSON_GetObjectItemCaseSensitive(full, "loss_scale");
         const cJSON *b = cJSON_GetObjectItemCaseSensitive(res, "loss_scale");
         CHECK_EQ_INT(1, (int)num(a, "skipped_steps"));
