@@ -14,6 +14,8 @@
 enum { RUN_STEPS = CLI_EXTRA, RUN_METRICS, RUN_DATA, RUN_QUIET, RUN_LAUNCHER, RUN_BACKEND,
        RUN_LOSS_SCALE, RUN_LOSS_SCALE_INTERVAL,
        RUN_COMM_TIMEOUT, RUN_FAIL_RANK, RUN_FAIL_STEP };
+/* checkpoints (ids from the end of the extra range, apart from the options above) */
+enum { RUN_CHECKPOINT_DIR = CLI_EXTRA_MAX - 3, RUN_CHECKPOINT_EVERY, RUN_RESUME };
 
 static const CliOption run_options[] = {
     {"steps", 1, "N", "training steps (default: the plan's training.steps)", RUN_STEPS},
@@ -35,12 +37,19 @@ static const CliOption run_options[] = {
     {"fail-rank", 1, "R", "with --fail-step: rank R dies (SIGKILL) as a lost node (tests)",
      RUN_FAIL_RANK},
     {"fail-step", 1, "K", "the step at whose start --fail-rank dies", RUN_FAIL_STEP},
+    /* checkpoints */
+    {"checkpoint-dir", 1, "DIR", "where checkpoints are written and resumed from", RUN_CHECKPOINT_DIR},
+    {"checkpoint-every", 1, "N", "write a checkpoint every N steps (needs --checkpoint-dir)",
+     RUN_CHECKPOINT_EVERY},
+    {"resume", 0, NULL, "continue from the latest complete checkpoint in --checkpoint-dir",
+     RUN_RESUME},
     {NULL, 0, NULL, NULL, 0}};
 
 static const char *const run_usage =
     "PLAN.json [--steps N] [-o FILE] [--metrics FILE] [--data FILE] [--quiet] [--launcher L]\n"
     "          [--backend B] [--loss-scale S] [--loss-scale-interval N] [--comm-timeout S]\n"
-    "          [--fail-rank R --fail-step K]\n\n"
+    "          [--fail-rank R --fail-step K]\n"
+    "          [--checkpoint-dir DIR [--checkpoint-every N] [--resume]]\n\n"
     "Trains the plan for real and measures it under the simulator's names: a progress line\n"
     "per step, a metrics log, and run.json with losses, memory, communication, FLOPs and time\n"
     "per op of every rank. A single-rank plan runs parallax-worker directly; a plan of several\n"
@@ -125,6 +134,27 @@ int cli_cmd_run(int argc, char **argv)
             status = 2;
         }
     }
+    /* checkpoints: checked here, passed on */
+    const char *ck_dir = NULL, *ck_every = NULL;
+    int resume = 0;
+    if (status < 0) {
+        ck_dir = a.extra[RUN_CHECKPOINT_DIR - CLI_EXTRA];
+        ck_every = a.extra[RUN_CHECKPOINT_EVERY - CLI_EXTRA];
+        resume = a.extra[RUN_RESUME - CLI_EXTRA] != NULL;
+        int every = 0;
+        if (ck_every && px_parse_int(ck_every, "--checkpoint-every", 1, 1 << 30, &every, &err)) {
+            fprintf(stderr, "parallax run: %s\n", err.msg);
+            status = 2;
+        } else if ((ck_every || resume) && !ck_dir) {
+            fprintf(stderr, "parallax run: %s needs --checkpoint-dir DIR\n",
+                    resume ? "--resume" : "--checkpoint-every");
+            status = 2;
+        } else if (ck_dir && !ck_every && !resume) {
+            fprintf(stderr, "parallax run: --checkpoint-dir %s: give --checkpoint-every N to write "
+                            "checkpoints, or --resume to continue from one\n", ck_dir);
+            status = 2;
+        }
+    }
     if (status >= 0)
         return status;
 
@@ -172,6 +202,17 @@ int cli_cmd_run(int argc, char **argv)
         wargv[n++] = "--fail-step";
         wargv[n++] = fail_step;
     }
+    /* checkpoints */
+    if (ck_dir) {
+        wargv[n++] = "--checkpoint-dir";
+        wargv[n++] = ck_dir;
+    }
+    if (ck_every) {
+        wargv[n++] = "--checkpoint-every";
+        wargv[n++] = ck_every;
+    }
+    if (resume)
+        wargv[n++] = "--resume";
     wargv[n] = NULL;
     ExecLaunch l = {launcher, world, a.positional[0]};
     int rc = exec_launch(&l, wargv, &status, &err);

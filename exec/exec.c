@@ -1266,6 +1266,10 @@ int exec_init(Exec **out, const ModelPlan *plan, const ExecOptions *opt, PxError
         goto fail;
     if ((rc = exec_init_params(ex, err)))
         goto fail;
+    /* checkpoints: the directory checked, and with --resume the state loaded over the
+     * initial one */
+    if ((rc = exec_ckpt_init(ex, err)))
+        goto fail;
     /* memory the communication layer may be handed (the staged fallback mirrors it on the host) */
     for (int c = 0; c < MODEL_CAT_COUNT && ex->comm->attach; c++)
         if (ex->arena[c].base && c != MODEL_OPTIMIZER && c != MODEL_MASTER &&
@@ -1322,6 +1326,7 @@ void exec_free(Exec *ex)
             ex->k->copy_sync(); /* no copy may still read it */
             ex->k->host_free(ex->stage_buf[i]);
         }
+    exec_ckpt_free(ex);
     free(ex->host_loss);
     free(ex->step_skipped);
     free(ex->step_scale);

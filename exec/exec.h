@@ -209,6 +209,12 @@ typedef struct {
                               (default EXEC_COMM_TIMEOUT_S) */
     int fail_rank, fail_step; /* fail_step >= 1: world rank fail_rank kills itself (SIGKILL) at
                                  the start of that step, as a lost node would (tests) */
+
+    /* checkpoints (exec/checkpoint.c; docs/executor.md#checkpoints) */
+    const char *checkpoint_dir; /* where checkpoints are written and resumed from; NULL: none */
+    int checkpoint_every;       /* a checkpoint every N steps; 0: none (with resume: the
+                                   checkpoint's own interval) */
+    int resume;                 /* continue from the latest complete checkpoint in the dir */
 } ExecOptions;
 
 enum { EXEC_COMM_TIMEOUT_S = 600 };
@@ -228,14 +234,18 @@ typedef struct Exec Exec;
  * grid (its stage, TP, DP and ZeRO shard), opens the data when its stage reads tokens,
  * allocates every tensor of its stage's table through the category arenas and initializes its
  * shard of the weights. No communication: a rank may fail here alone. PX_EINPUT names the
- * plan setting or the data file at fault; nothing is left allocated on failure (*out NULL). */
+ * plan setting or the data file at fault; nothing is left allocated on failure (*out NULL).
+ * With opt->checkpoint_dir it checks the directory, and with opt->resume loads this rank's
+ * shard of the latest complete checkpoint over the initial state (PX_EINPUT naming the file
+ * and the key or check at fault); exec_run then starts at the checkpoint's step. */
 int exec_init(Exec **out, const ModelPlan *plan, const ExecOptions *opt, PxError *err);
 void exec_free(Exec *ex);
 
 /* Runs the training steps: progress lines, the metrics log, a predicted-against-measured
  * summary, and run.json (atomically) at the end, or after SIGINT/SIGTERM at a step boundary
  * (every rank stops at the same one). With several ranks it is collective: rank 0 prints and
- * writes what every rank measured. */
+ * writes what every rank measured. With checkpoints, one after every checkpoint_every-th step
+ * (a failure to write it ends the run with PX_ERUNTIME on every rank, the previous one kept). */
 int exec_run(Exec *ex, PxError *err);
 
 typedef struct {

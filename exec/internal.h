@@ -202,6 +202,44 @@ void exec_scaler_init(ExecScaler *s, int enabled, double initial, int interval);
  * step must be skipped. Updates the scale either way. */
 int exec_scaler_update(ExecScaler *s, int found_inf);
 
+/* ---- checkpoints (checkpoint.c) ---- */
+
+enum { EXEC_CKPT_PATH = 512 };
+
+typedef struct {
+    int step;       /* steps completed when it was written */
+    uint64_t bytes; /* every rank's shards (rank 0), this rank's (the others) */
+    double seconds; /* from the first shard byte to the agreed commit */
+} ExecCkptRecord;
+
+typedef struct {
+    char dir[EXEC_CKPT_PATH]; /* empty: no checkpoints */
+    int every;                /* steps between checkpoints (0: none) */
+    int resume;
+    int resumed_from;         /* the step of the checkpoint this run resumed from (0: none) */
+    char resumed_dir[EXEC_CKPT_PATH + 32];
+    char note[256];           /* the settings that differ from the checkpoint's run */
+    ExecCkptRecord *written;  /* [cap_written] the checkpoints this run wrote */
+    int n_written, cap_written;
+    uint8_t *bounce;          /* host staging between the arenas and the files */
+} ExecCkpt;
+
+/* At the end of exec_init: checks the options and the directory (PX_EINPUT: a bad value, a
+ * directory that cannot be written, one that already holds a checkpoint without --resume, or
+ * --resume without one), and with --resume loads this rank's shard of the latest committed
+ * checkpoint (PX_EINPUT names the file and the key or the check that failed; the executor's
+ * state is then undefined and must be freed). No communication. */
+int exec_ckpt_init(Exec *ex, PxError *err);
+void exec_ckpt_free(Exec *ex);
+/* After each step (steps_done: the steps completed so far): the checkpoint, every `every`
+ * steps. Collective. A write failure is PX_ERUNTIME on every rank alike, the previous
+ * checkpoint intact. */
+int exec_ckpt_after_step(Exec *ex, int steps_done, PxError *err);
+/* rank 0's lines about the resume (none without one) */
+void exec_ckpt_print_resume(const Exec *ex);
+/* run.json's "checkpoint" (nothing without --checkpoint-dir) */
+void exec_ckpt_json(const Exec *ex, cJSON *run);
+
 struct Exec {
     const KernBackend *k;
     PxDtype act;    /* the backend's activation (and weight) dtype */
@@ -341,6 +379,10 @@ struct Exec {
     int opt_steps;        /* optimizer updates made (skipped steps do not count: AdamW's t) */
     int *step_skipped;    /* [steps] */
     double *step_scale;   /* [steps] the loss scale the step ran with */
+
+    /* checkpoints: the steps before first_step were run by the run this one resumes */
+    int first_step;
+    ExecCkpt ckpt;
 };
 
 /* run.c: SIGINT / SIGTERM arrived; the ranks agree on it at the end of each step */

@@ -298,7 +298,7 @@ static cJSON *run_json(Exec *ex, cJSON *const *ranks, int n)
     cJSON *steps = cJSON_AddArrayToObject(j, "steps");
     for (int i = 0; i < ex->steps_done; i++) {
         cJSON *s = cJSON_CreateObject();
-        cJSON_AddNumberToObject(s, "step", i + 1);
+        cJSON_AddNumberToObject(s, "step", ex->first_step + i + 1);
         cJSON_AddNumberToObject(s, "loss", ex->step_loss[i]);
         cJSON_AddNumberToObject(s, "time_s", ex->step_time[i]);
         cJSON_AddNumberToObject(s, "tokens_per_s", ex->step_tps[i]);
@@ -312,6 +312,7 @@ static cJSON *run_json(Exec *ex, cJSON *const *ranks, int n)
     /* a loss or gradient norm that was not finite stopped the run at this step (not in steps) */
     if (ex->stopped_step > 0)
         cJSON_AddNumberToObject(j, "diverged_at_step", ex->stopped_step);
+    exec_ckpt_json(ex, j);
     if (ex->scaler.enabled) {
         cJSON *ls = cJSON_AddObjectToObject(j, "loss_scale");
         cJSON_AddNumberToObject(ls, "final", ex->scaler.scale);

@@ -212,7 +212,8 @@ int exec_run(Exec *ex, PxError *err)
 {
     int rc = PX_OK;
     FILE *mf = NULL;
-    if (ex->metrics[0] && !(mf = fopen(ex->metrics, "w")))
+    /* a resumed run goes on with the log of the run it continues */
+    if (ex->metrics[0] && !(mf = fopen(ex->metrics, ex->ckpt.resumed_from > 0 ? "a" : "w")))
         return px_fail(err, PX_EINPUT, "%s: cannot write the metrics log: %s", ex->metrics,
                        strerror(errno));
     /* the loader thread reads step k + 1 while step k computes */
@@ -226,8 +227,10 @@ int exec_run(Exec *ex, PxError *err)
         }
         ex->loader_started = 1;
     }
-    if (!ex->opt.quiet)
+    if (!ex->opt.quiet) {
         print_header(ex);
+        exec_ckpt_print_resume(ex);
+    }
 
     struct sigaction sa, old_int, old_term;
     memset(&sa, 0, sizeof sa);
@@ -239,7 +242,7 @@ int exec_run(Exec *ex, PxError *err)
     sigaction(SIGTERM, &sa, &old_term);
 
     double elapsed = 0;
-    for (int step = 0; step < ex->steps; step++) {
+    for (int step = ex->first_step; step < ex->steps; step++) {
         /* every rank learnt at the end of the last step whether any was asked to stop */
         if (ex->stop_agreed || (ex->comm->world == 1 && exec_stop_flag)) {
             ex->interrupted = 1;
@@ -264,7 +267,7 @@ int exec_run(Exec *ex, PxError *err)
             fflush(mf);
         }
         if (!ex->opt.quiet) {
-            double eta = elapsed / (step + 1) * (ex->steps - step - 1);
+            double eta = elapsed / (step - ex->first_step + 1) * (ex->steps - step - 1);
             char scale[64] = "";
             if (ex->scaler.enabled)
                 snprintf(scale, sizeof scale, "  scale %g%s", st.loss_scale,
@@ -275,8 +278,10 @@ int exec_run(Exec *ex, PxError *err)
                    1e3 * st.time_s, eta, scale);
             fflush(stdout);
         }
+        if ((rc = exec_ckpt_after_step(ex, step + 1, err)))
+            break;
     }
-    if (!rc && ex->stop_agreed && !ex->interrupted && ex->steps_done < ex->steps)
+    if (!rc && ex->stop_agreed && !ex->interrupted && ex->first_step + ex->steps_done < ex->steps)
         ex->interrupted = 1;
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
@@ -290,7 +295,7 @@ int exec_run(Exec *ex, PxError *err)
     if (rc && ex->comm->world > 1 && !ex->collective_error)
         return rc;
     if (ex->interrupted && !ex->opt.quiet)
-        printf("interrupted after %d steps\n", ex->steps_done);
+        printf("interrupted after %d steps\n", ex->first_step + ex->steps_done);
     /* what was measured is written even when a step failed: no lost data (a run that diverged
      * at its first step too: run.json says where it stopped) */
     cJSON *j = NULL;
@@ -325,8 +330,8 @@ int exec_run(Exec *ex, PxError *err)
     cJSON_Delete(j);
     if (!rc && ex->interrupted) {
         ex->collective_error = 1;
-        rc = px_fail(err, PX_ERUNTIME, "interrupted after %d of %d steps", ex->steps_done,
-                     ex->steps);
+        rc = px_fail(err, PX_ERUNTIME, "interrupted after %d of %d steps",
+                     ex->first_step + ex->steps_done, ex->steps);
     }
     return rc;
 }

@@ -38,6 +38,10 @@ static const char *const usage_text =
     "                         (default 600; 0: no limit)\n"
     "  --fail-rank R --fail-step K  rank R dies (SIGKILL) at the start of step K, as a lost\n"
     "                         node (tests)\n"
+    /* checkpoints */
+    "  --checkpoint-dir DIR   where checkpoints are written (and resumed from)\n"
+    "  --checkpoint-every N   write a checkpoint every N steps\n"
+    "  --resume               continue from the latest complete checkpoint in DIR\n"
     "  -h, --help             show this help\n";
 
 static int exit_code(int status) { return status == PX_EINPUT ? 2 : status ? 1 : 0; }
@@ -94,6 +98,8 @@ static int cmd_run(int argc, char **argv)
     enum { OPT_STEPS = 1000, OPT_METRICS, OPT_DATA, OPT_QUIET, OPT_NO_PREFETCH, OPT_BACKEND,
            OPT_LOSS_SCALE, OPT_LOSS_SCALE_INTERVAL,
            OPT_COMM_TIMEOUT, OPT_FAIL_RANK, OPT_FAIL_STEP };
+    /* checkpoints */
+    enum { OPT_CHECKPOINT_DIR = 1100, OPT_CHECKPOINT_EVERY, OPT_RESUME };
     static const struct option lo[] = {
         {"steps", required_argument, NULL, OPT_STEPS},
         {"output", required_argument, NULL, 'o'},
@@ -107,6 +113,10 @@ static int cmd_run(int argc, char **argv)
         {"comm-timeout", required_argument, NULL, OPT_COMM_TIMEOUT},
         {"fail-rank", required_argument, NULL, OPT_FAIL_RANK},
         {"fail-step", required_argument, NULL, OPT_FAIL_STEP},
+        /* checkpoints */
+        {"checkpoint-dir", required_argument, NULL, OPT_CHECKPOINT_DIR},
+        {"checkpoint-every", required_argument, NULL, OPT_CHECKPOINT_EVERY},
+        {"resume", no_argument, NULL, OPT_RESUME},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     ExecOptions opt;
@@ -164,6 +174,17 @@ static int cmd_run(int argc, char **argv)
         case OPT_COMM_TIMEOUT: comm_timeout = optarg; break;
         case OPT_FAIL_RANK: fail_rank = optarg; break;
         case OPT_FAIL_STEP: fail_step = optarg; break;
+        /* checkpoints: exec_init checks that they fit together */
+        case OPT_CHECKPOINT_DIR: opt.checkpoint_dir = optarg; break;
+        case OPT_CHECKPOINT_EVERY:
+            if (px_parse_int(optarg, "--checkpoint-every", 1, 1 << 30, &opt.checkpoint_every,
+                             &err)) {
+                if (g_rank == 0)
+                    fprintf(stderr, "parallax-worker run: %s\n", err.msg);
+                return 2;
+            }
+            break;
+        case OPT_RESUME: opt.resume = 1; break;
         case ':':
             if (g_rank == 0)
                 fprintf(stderr, "parallax-worker run: option '%s' needs a value\n",
