@@ -1,6 +1,7 @@
 /* Checkpoints and resume, end to end through `parallax run` (mpirun for several ranks):
  * - a 6-step run uninterrupted;
- * - the same run with --checkpoint-every 3, killed before step 5 (PARALLAX_TEST_FAIL: steps 1-4
+ * - the same run with --checkpoint-every 3, killed before step 5 (--fail-rank with several ranks,
+ *   a rank lost by SIGKILL that must end the job within 30 s; else PARALLAX_TEST_FAIL: steps 1-4
  *   ran, the checkpoint of step 3 was committed, the one of step 4 never started);
  * - --resume from it to step 6: the losses of steps 4-6 equal the uninterrupted run's bit for
  *   bit (AdamW's step count, the optimizer state, the master weights, the data position and the
@@ -14,6 +15,7 @@
  * emu_dp2_zero1 (bf16, two ranks on the emulator through mpirun; label mpi).
  * Usage: test_exec_checkpoint PARALLAX CASE [WORKER-EMU] (`list` prints the cases). */
 #include <errno.h>
+#include <time.h>
 #include <stdarg.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -155,10 +157,30 @@ static void check_case(const Case *C)
     const int fp16 = strstr(C->knobs, "fp16") != NULL;
     const char *inf = fp16 ? "PARALLAX_TEST_INF=2 " : "";
     expect_status(0, sh("%s%s -o %s/full.json", inf, run, tmp), "the uninterrupted run");
-    /* killed before step 5: the checkpoint of step 3 is committed, none of step 4 */
-    int st = sh("%sPARALLAX_TEST_FAIL=%d:step:%d %s -o %s/part.json --checkpoint-dir %s/ck "
-                "--checkpoint-every %d", inf, C->gpus - 1, KILL_AT, run, tmp, tmp, EVERY);
+    /* killed before step 5: the checkpoint of step 3 is committed, none of step 4. Through
+     * `parallax run` with several ranks the last rank is lost abruptly (--fail-rank: SIGKILL,
+     * as a node that goes away): the job must end within 30 s naming the rank and step. Else
+     * the rank fails with a message of its own (PARALLAX_TEST_FAIL). */
+    const int lost = !C->emu && C->gpus > 1;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int st = lost ? sh("%s -o %s/part.json --checkpoint-dir %s/ck --checkpoint-every %d "
+                       "--fail-rank %d --fail-step %d", run, tmp, tmp, EVERY, C->gpus - 1, KILL_AT)
+                  : sh("%sPARALLAX_TEST_FAIL=%d:step:%d %s -o %s/part.json --checkpoint-dir %s/ck "
+                       "--checkpoint-every %d", inf, C->gpus - 1, KILL_AT, run, tmp, tmp, EVERY);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
     CHECK(st != 0 && st != 124);
+    if (lost) {
+        const double sec = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+        char needle[96], cmd[512];
+        snprintf(needle, sizeof needle, "rank %d: step %d: killed on purpose", C->gpus - 1, KILL_AT);
+        snprintf(cmd, sizeof cmd, "grep -qF '%s' %s/log", needle, tmp);
+        printf("  rank %d lost at step %d: the job ended with status %d after %.1f s\n",
+               C->gpus - 1, KILL_AT, st, sec);
+        CHECK(st == 1);
+        CHECK(sec < 30);
+        CHECK(system(cmd) == 0);
+    }
     CHECK(exists("ck/step-00000003/manifest.json"));
     CHECK(!exists("ck/step-00000004"));
     char shard[64];
