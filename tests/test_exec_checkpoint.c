@@ -23,6 +23,7 @@
 
 #include "common/px.h"
 #include "tests/test.h"
+#include "tests/runs.h"
 
 typedef struct {
     const char *name;
@@ -44,59 +45,7 @@ static const Case cases[] = {
 };
 enum { N_CASES = sizeof cases / sizeof cases[0], STEPS = 6, EVERY = 3, KILL_AT = 5 };
 
-static char tmp[256];
 static const char *px, *worker;
-
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-/* Runs a shell command, its output into tmp/log; returns its exit status. */
-static int sh(const char *fmt, ...)
-{
-    char cmd[2048], full[2400];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    snprintf(full, sizeof full, "%s >%s/log 2>&1", cmd, tmp);
-    int st = system(full);
-    return st == -1 ? -1 : WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
-static void expect_status(int want, int got, const char *what)
-{
-    if (got == want)
-        return;
-    fprintf(stderr, "FAILED: %s: exit %d, expected %d (files kept in %s); output:\n", what, got,
-            want, tmp);
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "tail -c 3000 %s/log >&2", tmp);
-    if (system(cmd) != 0)
-        fprintf(stderr, "  (no output)\n");
-    exit(1);
-}
-
-static cJSON *read_json(const char *name)
-{
-    char path[400];
-    snprintf(path, sizeof path, "%s/%s", tmp, name);
-    PxError err = {0};
-    cJSON *j = px_json_read_file(path, &err);
-    if (!j) {
-        fprintf(stderr, "FAILED: %s\n", err.msg);
-        exit(1);
-    }
-    return j;
-}
-
-static double num(const cJSON *o, const char *k)
-{
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
-    if (!cJSON_IsNumber(x)) {
-        fprintf(stderr, "FAILED: no number %s\n", k);
-        exit(1);
-    }
-    return x->valuedouble;
-}
 
 static int exists(const char *rel)
 {
@@ -140,7 +89,7 @@ static void same_losses(const cJSON *ref, const cJSON *run, int from, int to, co
 
 static void check_case(const Case *C)
 {
-    expect_status(0, sh("%s plan --model tiny --cluster %s --gpus %d --gbs 8 --steps %d %s -o %s/plan.json",
+    run_expect(0, run_sh("%s plan --model tiny --cluster %s --gpus %d --gbs 8 --steps %d %s -o %s/plan.json",
                         px, C->cluster, C->gpus, STEPS, C->knobs, tmp), "parallax plan");
     /* `parallax run` (mpirun for several ranks), or the emulator's worker (through mpirun for
      * several: two ranks share the emulated GPU, over MPI staged through host memory) */
@@ -156,7 +105,7 @@ static void check_case(const Case *C)
     /* uninterrupted (fp16: every run overflows at step 2) */
     const int fp16 = strstr(C->knobs, "fp16") != NULL;
     const char *inf = fp16 ? "PARALLAX_TEST_INF=2 " : "";
-    expect_status(0, sh("%s%s -o %s/full.json", inf, run, tmp), "the uninterrupted run");
+    run_expect(0, run_sh("%s%s -o %s/full.json", inf, run, tmp), "the uninterrupted run");
     /* killed before step 5: the checkpoint of step 3 is committed, none of step 4. Through
      * `parallax run` with several ranks the last rank is lost abruptly (--fail-rank: SIGKILL,
      * as a node that goes away): the job must end within 30 s naming the rank and step. Else
@@ -164,9 +113,9 @@ static void check_case(const Case *C)
     const int lost = !C->emu && C->gpus > 1;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    int st = lost ? sh("%s -o %s/part.json --checkpoint-dir %s/ck --checkpoint-every %d "
+    int st = lost ? run_sh("%s -o %s/part.json --checkpoint-dir %s/ck --checkpoint-every %d "
                        "--fail-rank %d --fail-step %d", run, tmp, tmp, EVERY, C->gpus - 1, KILL_AT)
-                  : sh("%sPARALLAX_TEST_FAIL=%d:step:%d %s -o %s/part.json --checkpoint-dir %s/ck "
+                  : run_sh("%sPARALLAX_TEST_FAIL=%d:step:%d %s -o %s/part.json --checkpoint-dir %s/ck "
                        "--checkpoint-every %d", inf, C->gpus - 1, KILL_AT, run, tmp, tmp, EVERY);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     CHECK(st != 0 && st != 124);
@@ -189,7 +138,7 @@ static void check_case(const Case *C)
         CHECK(exists(shard));
     }
     /* resumed to the end, at the checkpoint's own interval */
-    expect_status(0, sh("%s%s -o %s/res.json --checkpoint-dir %s/ck --resume", inf, run, tmp, tmp),
+    run_expect(0, run_sh("%s%s -o %s/res.json --checkpoint-dir %s/ck --resume", inf, run, tmp, tmp),
                   "the resumed run");
     cJSON *full = read_json("full.json"), *res = read_json("res.json");
     char what[128];
@@ -224,10 +173,10 @@ static void check_case(const Case *C)
 
     if (!strcmp(C->name, "dp2_zero3")) {
         /* the same job on ZeRO-1 cannot take ZeRO-3's shards */
-        expect_status(0, sh("%s plan --model tiny --cluster local --gpus 2 --gbs 8 --steps 9 --dp 2 "
+        run_expect(0, run_sh("%s plan --model tiny --cluster local --gpus 2 --gbs 8 --steps 9 --dp 2 "
                             "--tp 1 --pp 1 --zero 1 --mbs 2 --dropout 0.1 " PIN1 " -o %s/plan.json",
                             px, tmp), "parallax plan (ZeRO-1)");
-        expect_status(2, sh("%s -o %s/z1.json --checkpoint-dir %s/ck --resume", run, tmp, tmp),
+        run_expect(2, run_sh("%s -o %s/z1.json --checkpoint-dir %s/ck --resume", run, tmp, tmp),
                       "a ZeRO-1 run on a ZeRO-3 checkpoint");
         char path[400];
         snprintf(path, sizeof path, "%s/log", tmp);

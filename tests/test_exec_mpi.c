@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "tests/test.h"
+#include "tests/runs.h"
 #include "common/px.h"
 #include "model/model.h"
 
@@ -53,69 +54,7 @@ static const Layout layouts[] = {
 };
 enum { N_LAYOUTS = sizeof layouts / sizeof layouts[0] };
 
-static char tmp[256];
 static const char *px;
-
-static void sh(int want, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-/* Runs a shell command; its status must be `want`, else the log is printed and the test fails. */
-static void sh(int want, const char *fmt, ...)
-{
-    char cmd[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    char full[2400];
-    snprintf(full, sizeof full, "%s >%s/log 2>&1", cmd, tmp);
-    int st = system(full);
-    int code = st == -1 ? -1 : WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    if (code != want) {
-        fprintf(stderr, "FAILED: %s\n  exit %d, expected %d (files kept in %s); output:\n", cmd,
-                code, want, tmp);
-        snprintf(full, sizeof full, "tail -c 3000 %s/log >&2", tmp);
-        if (system(full) != 0)
-            fprintf(stderr, "  (no output)\n");
-        exit(1);
-    }
-}
-
-static cJSON *read_json(const char *name)
-{
-    char path[400];
-    snprintf(path, sizeof path, "%s/%s", tmp, name);
-    PxError err = {0};
-    cJSON *j = px_json_read_file(path, &err);
-    if (!j) {
-        fprintf(stderr, "FAILED: %s\n", err.msg);
-        exit(1);
-    }
-    return j;
-}
-
-static const cJSON *at(const cJSON *o, const char *a, const char *b)
-{
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, a);
-    return b ? cJSON_GetObjectItemCaseSensitive(x, b) : x;
-}
-
-static double num(const cJSON *o, const char *k)
-{
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
-    if (!cJSON_IsNumber(x)) {
-        fprintf(stderr, "FAILED: no number %s\n", k);
-        exit(1);
-    }
-    return x->valuedouble;
-}
-
-static const cJSON *stage_entry(const cJSON *arr, int stage)
-{
-    const cJSON *e;
-    cJSON_ArrayForEach(e, arr) if ((int)num(e, "stage") == stage) return e;
-    fprintf(stderr, "FAILED: no prediction for stage %d\n", stage);
-    exit(1);
-}
 
 /* Calls per step of op `name` on `stage`, summed over the stage's chunks. */
 static double predicted_calls(const cJSON *pops, int stage, const char *name)
