@@ -232,6 +232,25 @@ int prof_cluster_parse(const char *text, const char *origin, ProfCluster *c, PxE
 }
 
 /* Reads a non-negative finite number from a JSON array element. */
+/* The optional array `key` of the measured section: *n its entries (0 when absent) and *out a
+ * zeroed list of that many elements of `size` bytes (at least one, so never NULL on success). */
+static int measured_list(const cJSON *me, const char *mw, const char *key, const char *shape,
+                         size_t size, void **out, int *n, PxError *err)
+{
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(me, key);
+    *n = 0;
+    *out = NULL;
+    if (!a)
+        return PX_OK;
+    if (!cJSON_IsArray(a))
+        return px_fail(err, PX_EINPUT, "%s.%s: expected an array%s", mw, key, shape);
+    *n = cJSON_GetArraySize(a);
+    *out = calloc((size_t)(*n > 0 ? *n : 1), size);
+    if (!*out)
+        return px_fail(err, PX_ERUNTIME, "out of memory reading %s", mw);
+    return PX_OK;
+}
+
 static int array_num(const cJSON *a, int i, double *out)
 {
     const cJSON *v = cJSON_GetArrayItem(a, i);
@@ -259,17 +278,11 @@ static int parse_measured(const cJSON *me, const char *where, ProfMeasured **out
         (rc = px_json_int(me, mw, "ranks", 0, 1, 1 << 20, &m->ranks, err)))
         goto fail;
     const cJSON *g = cJSON_GetObjectItemCaseSensitive(me, "gemm");
-    if (g) {
-        if (!cJSON_IsArray(g)) {
-            rc = px_fail(err, PX_EINPUT, "%s.gemm: expected an array of [m, n, k, batch, seconds]", mw);
-            goto fail;
-        }
-        int n = cJSON_GetArraySize(g);
-        m->gemm = calloc((size_t)(n > 0 ? n : 1), sizeof *m->gemm);
-        if (!m->gemm) {
-            rc = px_fail(err, PX_ERUNTIME, "out of memory reading %s", mw);
-            goto fail;
-        }
+    int n;
+    if ((rc = measured_list(me, mw, "gemm", " of [m, n, k, batch, seconds]", sizeof *m->gemm,
+                            (void **)&m->gemm, &n, err)))
+        goto fail;
+    {
         for (int i = 0; i < n; i++) {
             const cJSON *e = cJSON_GetArrayItem(g, i);
             ProfGemmPoint *p = &m->gemm[m->n_gemm];
@@ -291,17 +304,9 @@ static int parse_measured(const cJSON *me, const char *where, ProfMeasured **out
         }
     }
     const cJSON *ops = cJSON_GetObjectItemCaseSensitive(me, "ops");
-    if (ops) {
-        if (!cJSON_IsArray(ops)) {
-            rc = px_fail(err, PX_EINPUT, "%s.ops: expected an array", mw);
-            goto fail;
-        }
-        int n = cJSON_GetArraySize(ops);
-        m->ops = calloc((size_t)(n > 0 ? n : 1), sizeof *m->ops);
-        if (!m->ops) {
-            rc = px_fail(err, PX_ERUNTIME, "out of memory reading %s", mw);
-            goto fail;
-        }
+    if ((rc = measured_list(me, mw, "ops", "", sizeof *m->ops, (void **)&m->ops, &n, err)))
+        goto fail;
+    {
         for (int i = 0; i < n; i++) {
             const cJSON *e = cJSON_GetArrayItem(ops, i);
             ProfOpRate *o = &m->ops[m->n_ops];
@@ -327,17 +332,10 @@ static int parse_measured(const cJSON *me, const char *where, ProfMeasured **out
         }
     }
     const cJSON *co = cJSON_GetObjectItemCaseSensitive(me, "collectives");
-    if (co) {
-        if (!cJSON_IsArray(co)) {
-            rc = px_fail(err, PX_EINPUT, "%s.collectives: expected an array", mw);
-            goto fail;
-        }
-        int n = cJSON_GetArraySize(co);
-        m->coll = calloc((size_t)(n > 0 ? n : 1), sizeof *m->coll);
-        if (!m->coll) {
-            rc = px_fail(err, PX_ERUNTIME, "out of memory reading %s", mw);
-            goto fail;
-        }
+    if ((rc = measured_list(me, mw, "collectives", "", sizeof *m->coll, (void **)&m->coll, &n,
+                            err)))
+        goto fail;
+    {
         for (int i = 0; i < n; i++) {
             const cJSON *e = cJSON_GetArrayItem(co, i);
             ProfCollective *c = &m->coll[m->n_coll];
