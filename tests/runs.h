@@ -4,14 +4,29 @@
 #ifndef PX_TEST_RUNS_H
 #define PX_TEST_RUNS_H
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "common/px.h"
 
 static char tmp[256];
+
+/* Makes tmp a fresh folder px-<what>-XXXXXX under $TMPDIR (else /tmp); 0, or -1 after saying
+ * why on stderr. */
+static inline int run_scratch(const char *what)
+{
+    const char *base = getenv("TMPDIR");
+    snprintf(tmp, sizeof tmp, "%s/px-%s-XXXXXX", base && *base ? base : "/tmp", what);
+    if (mkdtemp(tmp))
+        return 0;
+    fprintf(stderr, "cannot make a directory %s: %s\n", tmp, strerror(errno));
+    return -1;
+}
 
 static inline int run_vsh(const char *fmt, va_list ap, char *cmd, size_t cap)
 {

@@ -165,13 +165,10 @@ int main(int argc, char **argv)
         printf("test_exec_cuda_mpi: mpirun is not installed: skipped\n");
         return 77;
     }
-    const char *base = getenv("TMPDIR");
-    snprintf(tmp, sizeof tmp, "%s/px-cuda-mpi-%s-XXXXXX", base && *base ? base : "/tmp", L->name);
-    if (!mkdtemp(tmp)) {
-        fprintf(stderr, "test_exec_cuda_mpi: cannot make a directory under %s: %s\n", tmp,
-                strerror(errno));
+    char what[96];
+    snprintf(what, sizeof what, "cuda-mpi-%s", L->name);
+    if (run_scratch(what))
         return 1;
-    }
     check_layout(L, gpus);
     char rm[400];
     snprintf(rm, sizeof rm, "rm -rf '%s'", tmp);

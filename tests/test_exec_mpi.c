@@ -350,12 +350,10 @@ int main(int argc, char **argv)
         printf("test_exec_mpi: mpirun is not installed: skipped\n");
         return 77;
     }
-    const char *base = getenv("TMPDIR");
-    snprintf(tmp, sizeof tmp, "%s/px-mpi-%s-XXXXXX", base && *base ? base : "/tmp", L->name);
-    if (!mkdtemp(tmp)) {
-        fprintf(stderr, "test_exec_mpi: cannot make a directory under %s: %s\n", tmp, strerror(errno));
+    char what[96];
+    snprintf(what, sizeof what, "mpi-%s", L->name);
+    if (run_scratch(what))
         return 1;
-    }
     check_layout(L);
     char rm[400];
     snprintf(rm, sizeof rm, "rm -rf '%s'", tmp);
