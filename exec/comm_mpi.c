@@ -25,6 +25,19 @@
 
 #include "exec/internal.h"
 
+void exec_group_splits(const ModelLayout *l, int rank, int tied_pair, int undefined,
+                       ExecGroupSplit split[4])
+{
+    int tp, cp, dp, pp;
+    model_rank_coords(l, rank, &tp, &cp, &dp, &pp);
+    split[0] = (ExecGroupSplit){MODEL_GROUP_TP, cp + l->cp * (dp + l->dp * pp), tp};
+    split[1] = (ExecGroupSplit){MODEL_GROUP_CP, tp + l->tp * (dp + l->dp * pp), cp};
+    split[2] = (ExecGroupSplit){MODEL_GROUP_DP, tp + l->tp * pp, cp + l->cp * dp};
+    split[3] = (ExecGroupSplit){MODEL_GROUP_EMBED, undefined, pp};
+    if (tied_pair && l->pp > 1 && (pp == 0 || pp == l->pp - 1))
+        split[3].color = tp + l->tp * (cp + l->cp * dp);
+}
+
 #ifdef PX_HAVE_MPI
 
 #include <mpi.h>
@@ -780,20 +793,11 @@ int exec_comm_mpi(const ModelLayout *l, int tied_pair, ExecComm **out, PxError *
     int tp, cp, dp, pp;
     model_rank_coords(l, rank, &tp, &cp, &dp, &pp);
     /* one split per group; every rank takes part in every split (collective) */
-    struct {
-        ModelGroup g;
-        int color, key;
-    } split[4] = {
-        {MODEL_GROUP_TP, cp + l->cp * (dp + l->dp * pp), tp},
-        {MODEL_GROUP_CP, tp + l->tp * (dp + l->dp * pp), cp},
-        {MODEL_GROUP_DP, tp + l->tp * pp, cp + l->cp * dp},
-        {MODEL_GROUP_EMBED, MPI_UNDEFINED, pp},
-    };
-    if (tied_pair && l->pp > 1 && (pp == 0 || pp == l->pp - 1))
-        split[3].color = tp + l->tp * (cp + l->cp * dp);
+    ExecGroupSplit split[4];
+    exec_group_splits(l, rank, tied_pair, MPI_UNDEFINED, split);
     int e = MPI_SUCCESS;
     for (int i = 0; i < 4 && e == MPI_SUCCESS; i++)
-        e = MPI_Comm_split(MPI_COMM_WORLD, split[i].color, split[i].key, &m->group[split[i].g]);
+        e = MPI_Comm_split(MPI_COMM_WORLD, split[i].color, split[i].key, &m->group[split[i].group]);
     if (e != MPI_SUCCESS) {
         m_free(&m->base);
         return mpi_fail(err, e, "creating the process groups");

@@ -491,30 +491,21 @@ int exec_comm_nccl(const ModelLayout *l, int tied_pair, ExecComm **out, PxError 
     /* the groups, split exactly as comm_mpi.c does, then one NCCL communicator each */
     int tp, cp, dp, pp;
     model_rank_coords(l, c->rank, &tp, &cp, &dp, &pp);
-    struct {
-        ModelGroup g;
-        int color, key;
-    } split[4] = {
-        {MODEL_GROUP_TP, cp + l->cp * (dp + l->dp * pp), tp},
-        {MODEL_GROUP_CP, tp + l->tp * (dp + l->dp * pp), cp},
-        {MODEL_GROUP_DP, tp + l->tp * pp, cp + l->cp * dp},
-        {MODEL_GROUP_EMBED, MPI_UNDEFINED, pp},
-    };
-    if (tied_pair && l->pp > 1 && (pp == 0 || pp == l->pp - 1))
-        split[3].color = tp + l->tp * (cp + l->cp * dp);
+    ExecGroupSplit split[4];
+    exec_group_splits(l, c->rank, tied_pair, MPI_UNDEFINED, split);
     /* every rank takes part in every split and agreement, failed or not: nobody is left
      * waiting; the worker agrees on the status afterwards */
     rc = PX_OK;
     for (int i = 0; i < 4; i++) {
-        MPI_Comm *mc = &n->group[split[i].g];
+        MPI_Comm *mc = &n->group[split[i].group];
         if (MPI_Comm_split(MPI_COMM_WORLD, split[i].color, split[i].key, mc) != MPI_SUCCESS) {
             *mc = MPI_COMM_NULL;
             if (!rc)
                 rc = px_fail(err, PX_ERUNTIME, "creating the process groups");
             continue;
         }
-        if (*mc != MPI_COMM_NULL && c->group_size[split[i].g] > 1) {
-            int r = nccl_over(*mc, rc != PX_OK, &n->nccl[split[i].g], err);
+        if (*mc != MPI_COMM_NULL && c->group_size[split[i].group] > 1) {
+            int r = nccl_over(*mc, rc != PX_OK, &n->nccl[split[i].group], err);
             if (!rc)
                 rc = r;
         }

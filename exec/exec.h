@@ -158,6 +158,18 @@ int exec_comm_nccl(const ModelLayout *l, int tied_pair, ExecComm **out, PxError 
  * 1 without MPI. */
 void exec_mpi_local(int *local_rank, int *local_size);
 
+/* How every process group is split out of the world for `rank` of layout l (MPI_Comm_split's
+ * color and key), for the TP, CP, DP and EMBED groups in that order; color is `undefined`
+ * (MPI_UNDEFINED) where the rank belongs to no such group (EMBED off the first and last
+ * stages, or without a tied pair). The MPI and NCCL layers both split by it, so their groups
+ * agree. */
+typedef struct {
+    ModelGroup group;
+    int color, key;
+} ExecGroupSplit;
+void exec_group_splits(const ModelLayout *l, int rank, int tied_pair, int undefined,
+                       ExecGroupSplit split[4]);
+
 /* ---- MPI (comm_mpi.c; stubs when parallax was built without MPI) ---- */
 
 /* 1 when this build has the MPI communication layer. */
