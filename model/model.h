@@ -320,13 +320,16 @@ typedef struct {
                                   every chunk: chunks of a stage hold equally many layers, since
                                   an uneven split has one chunk per stage) */
     uint64_t params;           /* parameters on this rank (after TP, before ZeRO) */
+    uint64_t cat_bytes[MODEL_CAT_COUNT]; /* bytes per category weighted by repeat, saved
+                                            activations counted once per chunk */
+    int compact;                         /* built by model_tensors_build_compact */
 } ModelTensorTable;
 
 int model_tensors_build(const ModelSpec *s, const ModelDims *d, int stage, ModelTensorTable *out,
                         PxError *err);
-/* A compact table: each chunk lists its first layer only, with repeat = the chunk's layers, so
- * every sum weighted by repeat equals the full table's. Its tensors are unnamed (blocks keep
- * their names). The planner's fast path. */
+/* A compact table: its sums (cat_bytes, act_*_bytes, params) and blocks equal the full table's,
+ * each chunk's layers standing as one block with repeat = the chunk's layers; it lists no
+ * tensors (count 0). The planner's fast path. */
 int model_tensors_build_compact(const ModelSpec *s, const ModelDims *d, int stage,
                                 ModelTensorTable *out, PxError *err);
 void model_tensors_free(ModelTensorTable *tt);
@@ -387,6 +390,9 @@ int model_ops_build(const ModelSpec *s, const ModelDims *d, int stage, ModelOpGr
  * tensor table); given the stage's compact table when the caller has built it (else NULL). */
 int model_ops_build_compact(const ModelSpec *s, const ModelDims *d, int stage,
                             const ModelTensorTable *tt, ModelOpGraph *out, PxError *err);
+/* The graph on the stage's table the caller has built: compact when the table is. */
+int model_ops_build_with(const ModelSpec *s, const ModelDims *d, int stage,
+                         const ModelTensorTable *tt, ModelOpGraph *out, PxError *err);
 void model_ops_free(ModelOpGraph *g);
 /* "layer.3.attn.qkv.fwd", "optimizer.step". */
 void model_op_fullname(const ModelOp *op, char *buf, size_t cap);

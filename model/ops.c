@@ -11,7 +11,6 @@
  * fc1 and the output layer for their weight gradients. docs/ops.md lists every op. */
 #include "model/model.h"
 
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,10 +25,44 @@ typedef struct {
     int rc;
 } Emit;
 
-static ModelOp *op_new(Emit *e, ModelOpKind kind, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+/* Names are built by hand rather than with snprintf: the planner builds millions of them. */
+static void name_join(char *dst, size_t cap, const char *a, const char *b)
+{
+    size_t na = strlen(a), nb = strlen(b);
+    if (na > cap - 1)
+        na = cap - 1;
+    if (dst != a)
+        memmove(dst, a, na);
+    if (na + 1 < cap) {
+        dst[na++] = '.';
+        if (nb > cap - 1 - na)
+            nb = cap - 1 - na;
+        memcpy(dst + na, b, nb);
+        na += nb;
+    }
+    dst[na] = '\0';
+}
 
-static ModelOp *op_new(Emit *e, ModelOpKind kind, const char *fmt, ...)
+/* "layer.<l>" or "layer.<l>.<suffix>" (suffix NULL for none) into n[64]. */
+static void layer_name(char *n, int l, const char *suffix)
+{
+    char digits[12];
+    int k = 0;
+    unsigned u = l < 0 ? 0u : (unsigned)l;
+    do {
+        digits[k++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u && k < (int)sizeof digits);
+    memcpy(n, "layer.", 6);
+    int at = 6;
+    while (k > 0)
+        n[at++] = digits[--k];
+    n[at] = '\0';
+    if (suffix)
+        name_join(n, 64, n, suffix);
+}
+
+static ModelOp *op_new(Emit *e, ModelOpKind kind, const char *name)
 {
     static ModelOp sink; /* absorbs writes after an allocation failure */
     if (e->rc)
@@ -47,10 +80,7 @@ static ModelOp *op_new(Emit *e, ModelOpKind kind, const char *fmt, ...)
     }
     ModelOp *op = &g->op[g->count++];
     memset(op, 0, sizeof *op);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(op->name, sizeof op->name, fmt, ap);
-    va_end(ap);
+    px_strlcpy(op->name, name, sizeof op->name);
     op->kind = kind;
     op->phase = e->phase;
     op->chunk = e->chunk;
@@ -77,7 +107,7 @@ static double passes(const Emit *e, double fused, double unfused)
 static void linear_k(Emit *e, const char *base, double M, double N, double K, double extra_bytes,
                      int epi_kernels)
 {
-    ModelOp *op = op_new(e, MODEL_OP_MATMUL, "%s", base);
+    ModelOp *op = op_new(e, MODEL_OP_MATMUL, base);
     double a = eb(e);
     if (e->phase == MODEL_BWD) {
         double g = (double)px_dtype_bytes(e->d->grad);
@@ -116,7 +146,9 @@ static void comm(Emit *e, const char *base, ModelComm kind, int group_size, doub
 {
     if (group_size < 2)
         return;
-    ModelOp *op = op_new(e, MODEL_OP_COMM, "%s.%s", base, model_comm_name(kind));
+    char n[sizeof ((ModelOp *)0)->name];
+    name_join(n, sizeof n, base, model_comm_name(kind));
+    ModelOp *op = op_new(e, MODEL_OP_COMM, n);
     op->comm = kind;
     op->group_size = group_size;
     op->comm_bytes = (uint64_t)bytes;
@@ -125,7 +157,7 @@ static void comm(Emit *e, const char *base, ModelComm kind, int group_size, doub
 
 static ModelOp *simple(Emit *e, ModelOpKind kind, const char *base, double bytes)
 {
-    ModelOp *op = op_new(e, kind, "%s", base);
+    ModelOp *op = op_new(e, kind, base);
     op->bytes = bytes;
     return op;
 }
@@ -149,7 +181,7 @@ static void attention_core(Emit *e, const char *base)
     double out = (double)d->b * sq * d->q_loc * a;
     double mat = bh * sq * sk * a; /* one s x s score matrix per head */
     int drop = s->job.dropout > 0.0;
-    ModelOp *op = op_new(e, MODEL_OP_ATTENTION, "%s", base);
+    ModelOp *op = op_new(e, MODEL_OP_ATTENTION, base);
     op->n_gemm = 2;
     op->gemm[0] = (ModelGemm){(int64_t)sq, (int64_t)sk, (int64_t)hd, (int64_t)bh};
     op->gemm[1] = (ModelGemm){(int64_t)sq, (int64_t)hd, (int64_t)sk, (int64_t)bh};
@@ -195,31 +227,31 @@ static void layer_forward(Emit *e, int l)
     const double nb = Msp * h * a; /* one norm-region activation */
     char n[64];
     e->layer = l;
-    snprintf(n, sizeof n, "layer.%d.ln1", l);
+    layer_name(n, l, "ln1");
     simple(e, MODEL_OP_NORM, n, 2.0 * nb);
-    snprintf(n, sizeof n, "layer.%d.attn.qkv", l);
+    layer_name(n, l, "attn.qkv");
     if (sp)
         comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
     linear(e, n, M, d->q_loc + 2.0 * d->kv_width_loc, h, 0);
-    snprintf(n, sizeof n, "layer.%d.attn.core", l);
+    layer_name(n, l, "attn.core");
     comm(e, n, MODEL_CP_ALL_GATHER, d->c, (double)d->b * d->s * 2.0 * d->kv_width_loc * a, 1);
     attention_core(e, n);
-    snprintf(n, sizeof n, "layer.%d.attn.proj", l);
+    layer_name(n, l, "attn.proj");
     linear_epilogue(e, n, M, h, d->q_loc, nb);
     comm(e, n, sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, tp_act_bytes(e), 1);
-    snprintf(n, sizeof n, "layer.%d.ln2", l);
+    layer_name(n, l, "ln2");
     simple(e, MODEL_OP_NORM, n, 2.0 * nb);
-    snprintf(n, sizeof n, "layer.%d.mlp.fc1", l);
+    layer_name(n, l, "mlp.fc1");
     if (sp)
         comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
     linear(e, n, M, d->ffn_out_loc, h, 0);
-    snprintf(n, sizeof n, "layer.%d.mlp.act", l);
+    layer_name(n, l, "mlp.act");
     /* bias + GeLU fused (Megatron's bias_gelu): read fc1's output, write the activation;
      * unfused: a bias-add pass first */
     simple(e, MODEL_OP_ACTIVATION, n,
            M * (d->ffn_out_loc + d->ffn_loc + passes(e, 0.0, 2.0 * d->ffn_out_loc)) * a)
         ->kernels = s->job.fused_kernels ? 1 : 2;
-    snprintf(n, sizeof n, "layer.%d.mlp.fc2", l);
+    layer_name(n, l, "mlp.fc2");
     linear_epilogue(e, n, M, h, d->ffn_loc, nb);
     comm(e, n, sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, tp_act_bytes(e), 1);
 }
@@ -232,7 +264,7 @@ static void zero_gather(Emit *e, const ModelTensorTable *tt, int block, ModelPha
     ModelPhase keep = e->phase;
     e->phase = phase;
     char n[64];
-    snprintf(n, sizeof n, "%s.params", tt->blocks[block].name);
+    name_join(n, sizeof n, tt->blocks[block].name, "params");
     comm(e, n, MODEL_DP_ALL_GATHER, d->zero_group,
          (double)px_round_up(tt->blocks[block].numel, (uint64_t)d->zero_group) *
              (double)px_dtype_bytes(d->param),
@@ -246,7 +278,7 @@ static void zero_reduce(Emit *e, const ModelTensorTable *tt, int block)
     if (e->s->layout.zero < 2)
         return;
     char n[64];
-    snprintf(n, sizeof n, "%s.grads", tt->blocks[block].name);
+    name_join(n, sizeof n, tt->blocks[block].name, "grads");
     comm(e, n, MODEL_DP_REDUCE_SCATTER, d->zero_group,
          (double)px_round_up(tt->blocks[block].numel, (uint64_t)d->zero_group) *
              (double)px_dtype_bytes(d->grad),
@@ -268,7 +300,7 @@ static void sp_norm_grads(Emit *e, const ModelTensorTable *tt, int block, int no
         return;
     const int norm_bias = s->model.norm == MODEL_LAYERNORM && s->model.bias;
     char n[64];
-    snprintf(n, sizeof n, "%s.sp_grads", tt->blocks[block].name);
+    name_join(n, sizeof n, tt->blocks[block].name, "sp_grads");
     comm(e, n, MODEL_TP_ALLREDUCE, d->t,
          (double)d->h * (1 + norm_bias) * (double)px_dtype_bytes(d->grad), norms);
 }
@@ -289,24 +321,24 @@ static void layer_backward(Emit *e, const ModelTensorTable *tt, int block, int l
         e->phase = MODEL_BWD;
     }
     e->layer = l;
-    snprintf(n, sizeof n, "layer.%d.mlp.fc2", l);
+    layer_name(n, l, "mlp.fc2");
     if (sp)
         comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
     linear(e, n, M, h, d->ffn_loc, 2.0 * nb);
-    snprintf(n, sizeof n, "layer.%d.mlp.act", l);
+    layer_name(n, l, "mlp.act");
     simple(e, MODEL_OP_ACTIVATION, n, M * (2.0 * d->ffn_out_loc + d->ffn_loc) * a);
-    snprintf(n, sizeof n, "layer.%d.mlp.fc1", l);
+    layer_name(n, l, "mlp.fc1");
     if (sp)
         comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
     linear(e, n, M, d->ffn_out_loc, h, 0);
     comm(e, n, sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, tp_act_bytes(e), 1);
-    snprintf(n, sizeof n, "layer.%d.ln2", l);
+    layer_name(n, l, "ln2");
     simple(e, MODEL_OP_NORM, n, 4.0 * nb);
-    snprintf(n, sizeof n, "layer.%d.attn.proj", l);
+    layer_name(n, l, "attn.proj");
     if (sp)
         comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
     linear(e, n, M, h, d->q_loc, 2.0 * nb);
-    snprintf(n, sizeof n, "layer.%d.attn.core", l);
+    layer_name(n, l, "attn.core");
     double kv_full = (double)d->b * d->s * 2.0 * d->kv_width_loc * a;
     comm(e, n, MODEL_CP_ALL_GATHER, d->c, kv_full, 1);
     if (s->layout.recompute == MODEL_RECOMPUTE_SELECTIVE && !s->job.flash_attn) {
@@ -316,12 +348,12 @@ static void layer_backward(Emit *e, const ModelTensorTable *tt, int block, int l
     }
     attention_core(e, n);
     comm(e, n, MODEL_CP_REDUCE_SCATTER, d->c, kv_full, 1);
-    snprintf(n, sizeof n, "layer.%d.attn.qkv", l);
+    layer_name(n, l, "attn.qkv");
     if (sp)
         comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
     linear(e, n, M, d->q_loc + 2.0 * d->kv_width_loc, h, 0);
     comm(e, n, sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, tp_act_bytes(e), 1);
-    snprintf(n, sizeof n, "layer.%d.ln1", l);
+    layer_name(n, l, "ln1");
     simple(e, MODEL_OP_NORM, n, 5.0 * nb); /* + the residual gradient */
     if (s->layout.zero >= 2)
         sp_norm_grads(e, tt, block, 2);
@@ -441,7 +473,7 @@ static int ops_build(const ModelSpec *s, const ModelDims *d, int stage, int comp
         }
         for (int l = l0; l < l0 + nl; l += rep) {
             char bn[32];
-            snprintf(bn, sizeof bn, "layer.%d", l);
+            layer_name(bn, l, NULL);
             e.repeat = rep;
             e.layer = l;
             zero_gather(&e, &tt, block_index(&tt, bn, l, j), MODEL_FWD);
@@ -465,7 +497,7 @@ static int ops_build(const ModelSpec *s, const ModelDims *d, int stage, int comp
         for (int l = l0 + nl - 1; l >= l0; l -= rep) {
             int first_l = compact ? l0 : l; /* the compact table's representative */
             char bn[32];
-            snprintf(bn, sizeof bn, "layer.%d", first_l);
+            layer_name(bn, first_l, NULL);
             e.repeat = rep;
             layer_backward(&e, &tt, block_index(&tt, bn, first_l, j), first_l);
             e.repeat = 1;
@@ -490,7 +522,7 @@ static int ops_build(const ModelSpec *s, const ModelDims *d, int stage, int comp
         char n[64];
         if (zero <= 1)
             sp_norm_grads(&e, &tt, i, b->layer >= 0 ? 2 : strcmp(b->name, "final") == 0 ? 1 : 0);
-        snprintf(n, sizeof n, "%s.grads", b->name);
+        name_join(n, sizeof n, b->name, "grads");
         if (zero == 0)
             comm(&e, n, MODEL_DP_ALLREDUCE, zg, (double)b->numel * ge, 1);
         else if (zero == 1)
@@ -535,7 +567,7 @@ static int ops_build(const ModelSpec *s, const ModelDims *d, int stage, int comp
         e.layer = b->layer;
         e.repeat = b->repeat;
         char n[64];
-        snprintf(n, sizeof n, "%s.params", b->name);
+        name_join(n, sizeof n, b->name, "params");
         comm(&e, n, MODEL_DP_ALL_GATHER, zg, (double)px_round_up(b->numel, (uint64_t)zg) * pe, 1);
     }
     if (tp == &own)
@@ -553,6 +585,12 @@ int model_ops_build_compact(const ModelSpec *s, const ModelDims *d, int stage,
                             const ModelTensorTable *tt, ModelOpGraph *g, PxError *err)
 {
     return ops_build(s, d, stage, 1, tt, g, err);
+}
+
+int model_ops_build_with(const ModelSpec *s, const ModelDims *d, int stage,
+                         const ModelTensorTable *tt, ModelOpGraph *g, PxError *err)
+{
+    return ops_build(s, d, stage, tt->compact, tt, g, err);
 }
 
 void model_ops_free(ModelOpGraph *g)

@@ -14,7 +14,7 @@ typedef struct {
     uint64_t sum;
     int chunk, layer, block, per_mb;
     int repeat;
-    int unnamed; /* compact tables: tensors carry no names (only sums are read) */
+    int unnamed; /* compact tables: sums only, no tensor records and no names */
     PxError *err;
     int rc;
 } Adder;
@@ -27,8 +27,12 @@ static void add(Adder *a, const char *name, ModelCategory cat, PxDtype dt, int s
     for (int i = 0; i < ndim; i++)
         numel *= (uint64_t)dims[i];
     uint64_t bytes = numel * px_dtype_bytes(dt);
-    a->sum += bytes * (uint64_t)(a->repeat > 0 ? a->repeat : 1);
+    const uint64_t weighted = bytes * (uint64_t)(a->repeat > 0 ? a->repeat : 1);
+    a->sum += weighted;
     if (!a->tt || a->rc)
+        return;
+    a->tt->cat_bytes[cat] += weighted;
+    if (a->unnamed)
         return;
     ModelTensorTable *tt = a->tt;
     if (tt->count == tt->cap) {
@@ -43,8 +47,7 @@ static void add(Adder *a, const char *name, ModelCategory cat, PxDtype dt, int s
     }
     ModelTensor *t = &tt->t[tt->count++];
     memset(t, 0, sizeof *t);
-    if (!a->unnamed)
-        px_strlcpy(t->name, name, sizeof t->name);
+    px_strlcpy(t->name, name, sizeof t->name);
     t->cat = cat;
     t->dtype = dt;
     t->ndim = ndim;
@@ -270,6 +273,7 @@ static int tensors_build(const ModelSpec *s, const ModelDims *d, int stage, int 
 {
     memset(tt, 0, sizeof *tt);
     tt->stage = stage;
+    tt->compact = compact;
     if (stage < 0 || stage >= d->p)
         return px_fail(err, PX_EINPUT, "stage %d is outside the pipeline's %d stages", stage, d->p);
     tt->act_chunk_bytes = calloc((size_t)d->v, sizeof *tt->act_chunk_bytes);
@@ -446,9 +450,5 @@ void model_tensors_free(ModelTensorTable *tt)
 
 uint64_t model_tensors_bytes(const ModelTensorTable *tt, ModelCategory c)
 {
-    uint64_t sum = 0;
-    for (int i = 0; i < tt->count; i++)
-        if (tt->t[i].cat == c)
-            sum += tt->t[i].bytes * (uint64_t)tt->t[i].repeat;
-    return sum;
+    return (unsigned)c < MODEL_CAT_COUNT ? tt->cat_bytes[c] : 0;
 }
