@@ -41,9 +41,19 @@ double sim_comm_seconds(const SimCtx *c, const ModelOp *op, int stage);
 double sim_pipeline_event(const ModelDims *d, ModelSchedule sched, const double *fwd,
                           const double *bwd, const double *p2p, double *finish,
                           double *last_bwd_start, double *last_bwd_end);
+/* The pipeline twice over one schedule build: with the transfers (as sim_pipeline_event) and
+ * without them (finish_free[s], for the bubble). scratch holds p + 2 p v doubles. */
+double sim_pipeline_pair(const ModelDims *d, ModelSchedule sched, const double *fwd,
+                         const double *bwd, const double *p2p, double *finish,
+                         double *last_bwd_start, double *last_bwd_end, double *finish_free,
+                         double *scratch);
 /* The closed form (m + p - 1)(F + B) (1F1B, GPipe) or (m v + p - 1)(f + b) (interleaved), exact
  * when every stage and chunk takes the same time and transfers are free. */
 double sim_pipeline_uniform(const ModelDims *d, ModelSchedule sched, double fwd, double bwd);
+
+/* The stage whose tables and ops stand for `stage` (itself unless a compact simulation's
+ * middle stage is like an earlier one). */
+int sim_stage_model(const SimResult *r, int stage);
 
 /* Fills the time fields of r from its op graphs (sim/time.c): sim_time_costs times every op and
  * sums each chunk's passes (setting bound_s), sim_time_finish runs the pipeline and the step. */

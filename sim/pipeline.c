@@ -5,28 +5,55 @@
 #include <stdlib.h>
 #include <string.h>
 
-static double pipeline(const ModelDims *d, ModelSchedule sched, const double *fwd,
-                       const double *bwd, const double *p2p, double *finish,
-                       double *last_bwd_start, double *last_bwd_end, SimEvent *events)
+/* Scratch of one pipeline simulation: each stage's actions in schedule order (built once and
+ * shared by every run over the same schedule), when each (global chunk, micro-batch) forward
+ * and backward ended, each stage's next action and when it is free. One allocation. */
+typedef struct {
+    ModelAction *acts;
+    int *glob; /* [p * v] global chunk of each stage's local chunk */
+    double *fend, *bend;
+    int *next;
+    double *free_at;
+    void *block;
+} Pipe;
+
+static int pipe_init(Pipe *w, const ModelDims *d, ModelSchedule sched)
+{
+    const size_t p = (size_t)d->p, G = p * (size_t)d->v, per = 2 * (size_t)d->m * d->v;
+    const size_t n_acts = p * per, n_ends = G * (size_t)d->m;
+    size_t bytes = n_acts * sizeof *w->acts + 2 * n_ends * sizeof(double) + p * sizeof(double) +
+                   (G + p) * sizeof(int);
+    char *b = malloc(bytes);
+    if (!b)
+        return -1;
+    w->block = b;
+    w->fend = (double *)b;
+    w->bend = w->fend + n_ends;
+    w->free_at = w->bend + n_ends;
+    w->acts = (ModelAction *)(w->free_at + p);
+    w->glob = (int *)(w->acts + n_acts);
+    w->next = w->glob + G;
+    for (int s = 0; s < d->p; s++) {
+        model_schedule_build(d, sched, s, w->acts + (size_t)s * per);
+        for (int j = 0; j < d->v; j++)
+            w->glob[s * d->v + j] = model_global_chunk(d, s, j);
+    }
+    return 0;
+}
+
+static double pipeline(const ModelDims *d, Pipe *w, const double *fwd, const double *bwd,
+                       const double *p2p, double *finish, double *last_bwd_start,
+                       double *last_bwd_end, SimEvent *events)
 {
     const int p = d->p, v = d->v, m = d->m, G = p * v, per_stage = 2 * m * v;
-    ModelAction *acts = malloc((size_t)p * per_stage * sizeof *acts);
-    double *fend = malloc((size_t)G * m * sizeof *fend);
-    double *bend = malloc((size_t)G * m * sizeof *bend);
-    int *next = calloc((size_t)p, sizeof *next);
-    double *free_at = calloc((size_t)p, sizeof *free_at);
-    if (!acts || !fend || !bend || !next || !free_at) {
-        free(acts);
-        free(fend);
-        free(bend);
-        free(next);
-        free(free_at);
-        return -1.0;
-    }
-    for (int s = 0; s < p; s++)
-        model_schedule_build(d, sched, s, acts + (size_t)s * per_stage);
+    double *fend = w->fend, *bend = w->bend, *free_at = w->free_at;
+    int *next = w->next;
     for (int i = 0; i < G * m; i++)
         fend[i] = bend[i] = -1.0;
+    for (int s = 0; s < p; s++) {
+        next[s] = 0;
+        free_at[s] = 0.0;
+    }
     for (int i = 0; i < p * v; i++)
         last_bwd_start[i] = last_bwd_end[i] = 0.0;
     int remaining = p * per_stage;
@@ -34,24 +61,30 @@ static double pipeline(const ModelDims *d, ModelSchedule sched, const double *fw
     while (remaining > 0) {
         int progress = 0;
         for (int s = 0; s < p; s++) {
-            while (next[s] < per_stage) {
-                const ModelAction *a = &acts[(size_t)s * per_stage + next[s]];
-                int g = model_global_chunk(d, s, a->chunk);
-                double ready;
+            const ModelAction *acts = w->acts + (size_t)s * per_stage;
+            /* Blocking sends (Megatron's send_forward / send_backward): the stage is busy
+             * until its output has left, and the receiver can start when it arrives. */
+            const double send_fwd = p2p[s], send_bwd = p2p[(s + p - 1) % p];
+            double at = free_at[s];
+            int k = next[s];
+            while (k < per_stage) {
+                const ModelAction *a = &acts[k];
+                const int g = w->glob[s * v + a->chunk];
+                double ready, dur, send = 0.0;
                 if (!a->backward) {
-                    if (g == 0) {
-                        ready = 0.0;
-                    } else {
-                        double dep = fend[(g - 1) * m + a->mb];
-                        if (dep < 0)
+                    ready = 0.0;
+                    if (g > 0) {
+                        ready = fend[(g - 1) * m + a->mb]; /* its end includes the transfer */
+                        if (ready < 0)
                             break;
-                        ready = dep; /* its end includes the transfer */
                     }
+                    dur = fwd[s * v + a->chunk];
+                    if (g < G - 1)
+                        send = send_fwd;
                 } else {
-                    double own = fend[g * m + a->mb];
-                    if (own < 0)
+                    ready = fend[g * m + a->mb];
+                    if (ready < 0)
                         break;
-                    ready = own;
                     if (g < G - 1) {
                         double dep = bend[(g + 1) * m + a->mb];
                         if (dep < 0)
@@ -59,21 +92,15 @@ static double pipeline(const ModelDims *d, ModelSchedule sched, const double *fw
                         if (dep > ready)
                             ready = dep;
                     }
+                    dur = bwd[s * v + a->chunk];
+                    if (g > 0)
+                        send = send_bwd;
                 }
-                double start = ready > free_at[s] ? ready : free_at[s];
-                double dur = a->backward ? bwd[s * v + a->chunk] : fwd[s * v + a->chunk];
-                /* Blocking sends (Megatron's send_forward / send_backward): the stage is busy
-                 * until its output has left, and the receiver can start when it arrives. */
-                double send = 0.0;
-                if (!a->backward && g < G - 1)
-                    send = p2p[s];
-                else if (a->backward && g > 0)
-                    send = p2p[(s + p - 1) % p];
-                dur += send;
-                double end = start + dur;
-                free_at[s] = end;
+                const double start = ready > at ? ready : at;
+                const double end = start + (dur + send);
+                at = end;
                 if (events) {
-                    SimEvent *ev = &events[(size_t)s * per_stage + next[s]];
+                    SimEvent *ev = &events[(size_t)s * per_stage + k];
                     ev->stage = s;
                     ev->chunk = a->chunk;
                     ev->mb = a->mb;
@@ -91,8 +118,12 @@ static double pipeline(const ModelDims *d, ModelSchedule sched, const double *fw
                 } else {
                     fend[g * m + a->mb] = end;
                 }
-                next[s]++;
-                remaining--;
+                k++;
+            }
+            if (k != next[s]) {
+                remaining -= k - next[s];
+                next[s] = k;
+                free_at[s] = at;
                 progress = 1;
             }
         }
@@ -104,11 +135,6 @@ static double pipeline(const ModelDims *d, ModelSchedule sched, const double *fw
         if (free_at[s] > latest)
             latest = free_at[s];
     }
-    free(acts);
-    free(fend);
-    free(bend);
-    free(next);
-    free(free_at);
     return remaining > 0 ? -1.0 : latest;
 }
 
@@ -116,7 +142,38 @@ double sim_pipeline_event(const ModelDims *d, ModelSchedule sched, const double 
                           const double *bwd, const double *p2p, double *finish,
                           double *last_bwd_start, double *last_bwd_end)
 {
-    return pipeline(d, sched, fwd, bwd, p2p, finish, last_bwd_start, last_bwd_end, NULL);
+    Pipe w;
+    if (pipe_init(&w, d, sched) < 0)
+        return -1.0;
+    double t = pipeline(d, &w, fwd, bwd, p2p, finish, last_bwd_start, last_bwd_end, NULL);
+    free(w.block);
+    return t;
+}
+
+double sim_pipeline_pair(const ModelDims *d, ModelSchedule sched, const double *fwd,
+                         const double *bwd, const double *p2p, double *finish,
+                         double *last_bwd_start, double *last_bwd_end, double *finish_free,
+                         double *scratch)
+{
+    Pipe w;
+    if (pipe_init(&w, d, sched) < 0)
+        return -1.0;
+    double t = pipeline(d, &w, fwd, bwd, p2p, finish, last_bwd_start, last_bwd_end, NULL);
+    int free_transfers = 1;
+    for (int s = 0; s < d->p; s++)
+        free_transfers &= p2p[s] == 0.0;
+    if (t >= 0 && free_transfers) {
+        for (int s = 0; s < d->p; s++)
+            finish_free[s] = finish[s]; /* the same run */
+    } else if (t >= 0) {
+        double *zero_p2p = scratch, *ls = scratch + d->p, *le = ls + (size_t)d->p * d->v;
+        for (int s = 0; s < d->p; s++)
+            zero_p2p[s] = 0.0;
+        if (pipeline(d, &w, fwd, bwd, zero_p2p, finish_free, ls, le, NULL) < 0)
+            t = -1.0;
+    }
+    free(w.block);
+    return t;
 }
 
 int sim_timeline(const SimResult *r, SimEvent **events, int *count, PxError *err)
@@ -131,14 +188,16 @@ int sim_timeline(const SimResult *r, SimEvent **events, int *count, PxError *err
     double *fin = calloc((size_t)p, sizeof *fin);
     double *ls = calloc((size_t)(p * v), sizeof *ls), *le = calloc((size_t)(p * v), sizeof *le);
     int rc = PX_OK;
-    if (!ev || !fin || !ls || !le ||
-        pipeline(d, r->spec.layout.schedule, r->pass_fwd, r->pass_bwd, r->p2p, fin, ls, le, ev) < 0) {
+    Pipe w = {0};
+    if (!ev || !fin || !ls || !le || pipe_init(&w, d, r->spec.layout.schedule) < 0 ||
+        pipeline(d, &w, r->pass_fwd, r->pass_bwd, r->p2p, fin, ls, le, ev) < 0) {
         free(ev);
         rc = px_fail(err, PX_ERUNTIME, "out of memory recording the pipeline timeline");
     } else {
         *events = ev;
         *count = n;
     }
+    free(w.block);
     free(fin);
     free(ls);
     free(le);

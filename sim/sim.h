@@ -52,6 +52,8 @@ typedef struct {
     double hardware_flops; /* per step, whole job: recompute included */
     double *rank_flops;    /* [pp] hardware FLOPs of one rank of each stage per step */
     uint64_t (*comm)[MODEL_COMM_COUNT]; /* [pp][kind] bytes one rank moves per step */
+    ModelTensorTable *tables;           /* [pp] tensor table of each distinct stage (compact:
+                                           a middle stage's stands for those like it) */
     ModelOpGraph *ops;                  /* [pp] op graph of each stage */
     double **op_seconds;                /* [pp][op] seconds of one execution of each op */
     SimStageTime *stage_time;           /* [pp] */

@@ -14,8 +14,13 @@ void sim_result_free(SimResult *r)
     sim_time_free(r);
     if (r->ops)
         for (int i = 0; i < r->dims.p; i++)
-            model_ops_free(&r->ops[i]);
+            if (r->ops[i].cap > 0) /* a middle stage borrows its model stage's ops (cap 0) */
+                model_ops_free(&r->ops[i]);
     free(r->ops);
+    if (r->tables)
+        for (int i = 0; i < r->dims.p; i++)
+            model_tensors_free(&r->tables[i]);
+    free(r->tables);
     free(r->mem);
     free(r->rank_flops);
     free(r->comm);
@@ -40,9 +45,9 @@ static int stage_memory(const SimResult *r, const ModelTensorTable *tt, int stag
                         SimStageMemory *m, PxError *err)
 {
     memset(m, 0, sizeof *m);
-    for (int i = 0; i < tt->count; i++)
-        if (!tt->t[i].per_microbatch)
-            m->cat[tt->t[i].cat] += tt->t[i].bytes * (uint64_t)tt->t[i].repeat;
+    /* saved activations are the only tensors per micro-batch: they are replaced below */
+    for (int c = 0; c < MODEL_CAT_COUNT; c++)
+        m->cat[c] = tt->cat_bytes[c];
     const ModelDims *d = &r->dims;
     int extras = 0;
     for (int j = 0; j < d->v; j++)
@@ -74,10 +79,10 @@ static int stage_memory(const SimResult *r, const ModelTensorTable *tt, int stag
 /* Stages 1 .. p-2 hold neither the embedding nor the output layer: with compact tables those
  * with as many layers are identical but for their position, so the first of them stands for
  * all (every middle stage of an even split; a group per layer count of an uneven one). */
-static int stage_model(const SimResult *r, int stage)
+int sim_stage_model(const SimResult *r, int stage)
 {
     const ModelDims *d = &r->dims;
-    if (d->p < 3 || stage == 0 || stage == d->p - 1)
+    if (!r->compact || d->p < 3 || stage == 0 || stage == d->p - 1)
         return stage;
     if (!d->uneven)
         return 1;
@@ -88,60 +93,32 @@ static int stage_model(const SimResult *r, int stage)
     return stage;
 }
 
-static int copy_graph(ModelOpGraph *dst, const ModelOpGraph *src, int stage, PxError *err)
-{
-    *dst = *src;
-    dst->stage = stage;
-    dst->op = malloc((size_t)(src->count > 0 ? src->count : 1) * sizeof *dst->op);
-    if (!dst->op) {
-        memset(dst, 0, sizeof *dst);
-        return px_fail(err, PX_ERUNTIME, "out of memory copying an op graph");
-    }
-    memcpy(dst->op, src->op, (size_t)src->count * sizeof *dst->op);
-    dst->cap = src->count;
-    return PX_OK;
-}
-
 int sim_run(const ModelSpec *spec, const ProfCluster *cl, int gpus, SimResult *r, PxError *err)
 {
     return sim_run_ex(spec, cl, gpus, 0, SIM_FULL, r, err);
 }
 
-/* Memory of every stage. A middle stage's compact table stands for the middle stages of as
- * many layers: built once per layer count in a row. */
+/* Memory of every stage, from the tables the op graphs are then built on. A middle stage's
+ * compact table stands for the middle stages of as many layers: built once per layer count. */
 static int build_memory(SimResult *r, PxError *err)
 {
     const ModelDims *d = &r->dims;
-    ModelTensorTable rep;
-    int rep_stage = -1, rc = PX_OK;
-    memset(&rep, 0, sizeof rep);
-    for (int st = 0; st < d->p && !rc; st++) {
-        const int middle = d->p >= 3 && st > 0 && st < d->p - 1;
-        if (r->compact && middle) {
-            const int model_st = stage_model(r, st);
-            if (rep_stage != model_st) {
-                model_tensors_free(&rep);
-                rep_stage = -1;
-                if ((rc = model_tensors_build_compact(&r->spec, d, model_st, &rep, err)))
-                    break;
-                rep_stage = model_st;
-            }
-            rc = stage_memory(r, &rep, st, &r->mem[st], err);
-        } else {
-            ModelTensorTable tt;
-            rc = r->compact ? model_tensors_build_compact(&r->spec, d, st, &tt, err)
-                            : model_tensors_build(&r->spec, d, st, &tt, err);
-            if (!rc)
-                rc = stage_memory(r, &tt, st, &r->mem[st], err);
-            model_tensors_free(&tt);
-        }
-        if (!rc && r->mem[st].total > r->peak_bytes) {
+    for (int st = 0; st < d->p; st++) {
+        const int model_st = sim_stage_model(r, st);
+        int rc = PX_OK;
+        if (model_st == st)
+            rc = r->compact ? model_tensors_build_compact(&r->spec, d, st, &r->tables[st], err)
+                            : model_tensors_build(&r->spec, d, st, &r->tables[st], err);
+        if (!rc)
+            rc = stage_memory(r, &r->tables[model_st], st, &r->mem[st], err);
+        if (rc)
+            return rc;
+        if (r->mem[st].total > r->peak_bytes) {
             r->peak_bytes = r->mem[st].total;
             r->peak_stage = st;
         }
     }
-    model_tensors_free(&rep);
-    return rc;
+    return PX_OK;
 }
 
 /* Op graphs of every stage (compact: one per distinct stage, copied), FLOPs and bytes. */
@@ -151,12 +128,17 @@ static int build_ops(SimResult *r, PxError *err)
     /* Every TP, CP and DP rank of a stage does the same work on its shard. */
     const double replicas = (double)d->t * d->c * d->dp;
     for (int st = 0; st < d->p; st++) {
-        int model_st = r->compact ? stage_model(r, st) : st;
-        int rc = model_st != st ? copy_graph(&r->ops[st], &r->ops[model_st], st, err)
-                 : r->compact   ? model_ops_build_compact(&r->spec, d, st, NULL, &r->ops[st], err)
-                                : model_ops_build(&r->spec, d, st, &r->ops[st], err);
-        if (rc)
-            return rc;
+        int model_st = sim_stage_model(r, st);
+        if (model_st != st) {
+            /* the same ops: borrowed, not copied (cap 0 marks the borrower) */
+            r->ops[st] = r->ops[model_st];
+            r->ops[st].stage = st;
+            r->ops[st].cap = 0;
+        } else {
+            int rc = model_ops_build_with(&r->spec, d, st, &r->tables[st], &r->ops[st], err);
+            if (rc)
+                return rc;
+        }
         const ModelOpGraph *g = &r->ops[st];
         for (int i = 0; i < g->count; i++) {
             const ModelOp *op = &g->op[i];
@@ -214,7 +196,8 @@ int sim_run_ex(const ModelSpec *spec, const ProfCluster *cl, int gpus, int compa
     r->rank_flops = calloc((size_t)d->p, sizeof *r->rank_flops);
     r->comm = calloc((size_t)d->p, sizeof *r->comm);
     r->ops = calloc((size_t)d->p, sizeof *r->ops);
-    if (!r->mem || !r->rank_flops || !r->comm || !r->ops) {
+    r->tables = calloc((size_t)d->p, sizeof *r->tables);
+    if (!r->mem || !r->rank_flops || !r->comm || !r->ops || !r->tables) {
         sim_result_free(r);
         return px_fail(err, PX_ERUNTIME, "out of memory for %d pipeline stages", d->p);
     }

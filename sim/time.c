@@ -45,7 +45,8 @@ void sim_time_free(SimResult *r)
 {
     if (r->op_seconds)
         for (int s = 0; s < r->dims.p; s++)
-            free(r->op_seconds[s]);
+            if (sim_stage_model(r, s) == s || r->op_seconds[s] != r->op_seconds[sim_stage_model(r, s)])
+                free(r->op_seconds[s]); /* not one borrowed from its model stage */
     free(r->op_seconds);
     free(r->stage_time);
     free(r->pass_fwd);
@@ -54,6 +55,32 @@ void sim_time_free(SimResult *r)
     r->op_seconds = NULL;
     r->stage_time = NULL;
     r->pass_fwd = r->pass_bwd = r->p2p = NULL;
+}
+
+/* Where a stage's groups sit: latency, bandwidth and nodes spanned of its TP, CP, DP / ZeRO
+ * groups and of its transfers to the next and previous stages. Two stages placed alike cost
+ * every op alike (sim_comm_seconds depends on the stage through these paths only). */
+typedef struct {
+    double alpha[5], beta[5];
+    int nodes[5];
+} Placement;
+
+static void placement(const SimCtx *c, int stage, Placement *pl)
+{
+    const ModelDims *d = c->d;
+    const int block = d->t * d->c * d->dp, p = d->p;
+    memset(pl, 0, sizeof *pl);
+    const int base = stage * block;
+    sim_group_path(c, base, 1, d->t, &pl->alpha[0], &pl->beta[0], &pl->nodes[0]);
+    sim_group_path(c, base, d->t, d->c, &pl->alpha[1], &pl->beta[1], &pl->nodes[1]);
+    sim_group_path(c, base, d->t, d->zero_group, &pl->alpha[2], &pl->beta[2], &pl->nodes[2]);
+    const int next = (stage + 1) % p, prev = (stage + p - 1) % p;
+    for (int k = 0; k < 2; k++) {
+        int other = k ? prev : next;
+        int lo = stage < other ? stage : other, hi = stage < other ? other : stage;
+        sim_group_path(c, lo * block, (hi - lo) * block, 2, &pl->alpha[3 + k], &pl->beta[3 + k],
+                       &pl->nodes[3 + k]);
+    }
 }
 
 int sim_time_costs(SimResult *r, PxError *err)
@@ -77,9 +104,31 @@ int sim_time_costs(SimResult *r, PxError *err)
     double *fwd = r->pass_fwd, *bwd = r->pass_bwd;
     r->bound_s = 0;
     /* every op of every stage, one micro-batch's forward and backward per chunk, the optimizer */
+    Placement model_pl = {0};
+    int model_pl_stage = -1;
     for (int s = 0; s < p; s++) {
         const ModelOpGraph *g = &r->ops[s];
         SimStageTime *st = &r->stage_time[s];
+        const int ms = sim_stage_model(r, s);
+        if (ms != s) {
+            /* a middle stage like an earlier one: the same costs when its groups sit alike */
+            Placement pl;
+            if (model_pl_stage != ms) {
+                placement(&c, ms, &model_pl);
+                model_pl_stage = ms;
+            }
+            placement(&c, s, &pl);
+            if (memcmp(&pl, &model_pl, sizeof pl) == 0) {
+                r->op_seconds[s] = r->op_seconds[ms];
+                *st = r->stage_time[ms];
+                r->p2p[s] = r->p2p[ms];
+                for (int j = 0; j < v; j++) {
+                    fwd[s * v + j] = fwd[ms * v + j];
+                    bwd[s * v + j] = bwd[ms * v + j];
+                }
+                continue; /* its bound is its model stage's */
+            }
+        }
         double *t = r->op_seconds[s] = calloc((size_t)g->count + 1, sizeof(double));
         if (!t)
             return px_fail(err, PX_ERUNTIME, "out of memory timing stage %d", s);
@@ -145,18 +194,15 @@ int sim_time_finish(SimResult *r, PxError *err)
     const int p = d->p, v = d->v, m = d->m;
     const double slow = r->cluster.overlap_slowdown;
     const double *fwd = r->pass_fwd, *bwd = r->pass_bwd;
-    double *zero_p2p = calloc((size_t)p, sizeof(double));
-    double *fin = calloc((size_t)p, sizeof(double)), *fin0 = calloc((size_t)p, sizeof(double));
-    double *lbs = calloc((size_t)(p * v), sizeof(double)), *lbe = calloc((size_t)(p * v), sizeof(double));
-    double *tmp_s = calloc((size_t)(p * v), sizeof(double)), *tmp_e = calloc((size_t)(p * v), sizeof(double));
+    /* one block: finish with and without transfers, each chunk's last backward, scratch */
+    double *block = calloc((size_t)(3 * p + 4 * p * v), sizeof(double));
+    double *fin = block, *fin0 = fin + p, *lbs = fin0 + p, *lbe = lbs + p * v;
+    double *scratch = lbe + p * v;
     int rc = PX_OK;
-    if (!zero_p2p || !fin || !fin0 || !lbs || !lbe || !tmp_s || !tmp_e) {
-        rc = px_fail(err, PX_ERUNTIME, "out of memory timing %d stages", p);
-        goto out;
-    }
+    if (!block)
+        return px_fail(err, PX_ERUNTIME, "out of memory timing %d stages", p);
     /* the pipeline, with and without its transfers */
-    if (sim_pipeline_event(d, l->schedule, fwd, bwd, r->p2p, fin, lbs, lbe) < 0 ||
-        sim_pipeline_event(d, l->schedule, fwd, bwd, zero_p2p, fin0, tmp_s, tmp_e) < 0) {
+    if (sim_pipeline_pair(d, l->schedule, fwd, bwd, r->p2p, fin, lbs, lbe, fin0, scratch) < 0) {
         rc = px_fail(err, PX_ERUNTIME, "pipeline simulation failed (out of memory)");
         goto out;
     }
@@ -253,13 +299,7 @@ int sim_time_finish(SimResult *r, PxError *err)
         r->hfu = r->hardware_flops / (r->step_s * d->gpus * c.peak);
     }
 out:
-    free(zero_p2p);
-    free(fin);
-    free(fin0);
-    free(lbs);
-    free(lbe);
-    free(tmp_s);
-    free(tmp_e);
+    free(block);
     return rc;
 }
 

@@ -86,10 +86,40 @@ static void test_layouts(void)
     }
 }
 
+/* Stage blocks that do not divide the node (dp 3 or 6 on nodes of 8): middle stages sit
+ * differently, so the fast path may not take one middle stage's costs for another's. */
+static void test_uneven_placement(void)
+{
+    PxError err = {0};
+    ProfCluster cl;
+    CHECK_OK(prof_cluster_load("dgx-a100", NULL, 0, &cl, &err), err);
+    const int before = compared;
+    const int gpus[3] = {24, 48, 40};
+    for (int gi = 0; gi < 3; gi++)
+        for (int tp = 1; tp <= 4; tp *= 2)
+            for (int pp = 4; pp <= 8; pp *= 2)
+                for (int zero = 0; zero <= 3; zero++)
+                    for (int variant = 0; variant < 3; variant++) {
+                        ModelSpec s;
+                        model_spec_defaults(&s);
+                        CHECK_OK(model_config_load("llama2-13b", &s.model, &err), err);
+                        s.layout.tp = tp;
+                        s.layout.pp = pp;
+                        s.layout.vpp = variant == 2 && pp == 4 ? 2 : 1;
+                        s.layout.zero = zero;
+                        s.layout.sp = tp > 1 && variant == 1;
+                        s.layout.overlap_dp = variant != 0;
+                        s.job.global_batch = 240;
+                        compare(s, &cl, gpus[gi]);
+                    }
+    CHECK(compared - before > 20);
+}
+
 int main(void)
 {
     px_log_set_quiet(1);
     test_layouts();
+    test_uneven_placement();
     printf("compared %d layouts\n", compared);
     CHECK(compared > 500);
     TEST_DONE("fast");
