@@ -26,16 +26,21 @@ static Sweep sweep(const ModelSpec *base, const ProfCluster *cl, int gpus, int c
     Sweep w = {0, 0, 1e300};
     PxError err;
     double t0 = now();
+    long tried = 0;
     for (int tp = 1; tp <= 8; tp *= 2)
-        for (int pp = 1; pp <= 96; pp++)
+        for (int pp = 1; pp <= 96; pp++) {
+            if (gpus % (tp * pp)) /* not a factorisation of the GPUs: no layout to time */
+                continue;
             for (int vpp = 1; vpp <= 12; vpp++)
                 for (int zero = 0; zero <= 3; zero++)
                     for (int sp = 0; sp <= 1; sp++)
                         for (int mbs = 1; mbs <= 8; mbs *= 2)
                             for (int rc = 0; rc < 3; rc++)
                                 for (int sched = 0; sched < 2; sched++) {
-                                    if (now() - t0 > budget_s)
+                                    if ((++tried & 63) == 0 && now() - t0 > budget_s)
                                         return w;
+                                    if (sched && vpp > 1)
+                                        continue;
                                     ModelSpec s = *base;
                                     s.layout.tp = tp;
                                     s.layout.pp = pp;
@@ -47,8 +52,7 @@ static Sweep sweep(const ModelSpec *base, const ProfCluster *cl, int gpus, int c
                                     s.job.micro_batch = mbs;
                                     ModelDims d;
                                     ModelSpec probe = s;
-                                    if (gpus % (tp * pp) || (sched && vpp > 1) ||
-                                        model_spec_check(&probe, gpus, &d, &err))
+                                    if (model_spec_check(&probe, gpus, &d, &err))
                                         continue;
                                     SimResult r;
                                     w.n++;
@@ -59,6 +63,7 @@ static Sweep sweep(const ModelSpec *base, const ProfCluster *cl, int gpus, int c
                                         sim_result_free(&r);
                                     }
                                 }
+        }
     return w;
 }
 
