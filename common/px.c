@@ -15,10 +15,12 @@ static int px_quiet;
 int px_fail(PxError *err, int status, const char *fmt, ...)
 {
     if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-        va_end(ap);
+        if (!err->code_only) {
+            va_list ap;
+            va_start(ap, fmt);
+            vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+            va_end(ap);
+        }
         err->code = 0;
     }
     return status;

@@ -30,7 +30,8 @@ enum { PX_OK = 0, PX_ERUNTIME = 1, PX_EINPUT = 2 };
 
 typedef struct {
     char msg[1024];
-    int code; /* optional detail for callers that act on the kind of error (0: none) */
+    int code;      /* optional detail for callers that act on the kind of error (0: none) */
+    int code_only; /* set by a caller that counts failures: code is filled, msg left alone */
 } PxError;
 
 /* Fills err->msg (printf-style) and returns status, so callers write `return px_fail(...)`. */

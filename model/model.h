@@ -413,6 +413,9 @@ int model_schedule_build(const ModelDims *d, ModelSchedule sched, int stage, Mod
 /* Walks the actions: *peak_live gets the most (chunk, micro-batch) sets alive at once and
  * max_live[j] (v entries) the most sets of chunk j alive at once. */
 void model_schedule_live(const ModelAction *a, int n, int v, int *peak_live, int *max_live);
+/* The same counts for stage `stage`'s schedule, walked without storing its actions. */
+void model_schedule_peak(const ModelDims *d, ModelSchedule sched, int stage, int *peak_live,
+                         int *max_live);
 /* Activation memory of a stage as parallax's executor allocates it: one pool of peak_live slots
  * for the layers' sets (equal in every chunk), and for each chunk's extras (the embedding's
  * dropout mask, the output layer's tensors) a pool of that chunk's max_live. */

@@ -19,15 +19,45 @@ static void fwd_slot(const ModelDims *d, int k, int backward, ModelAction *a)
     a->mb = group * d->p + in_group % d->p;
 }
 
-int model_schedule_build(const ModelDims *d, ModelSchedule sched, int stage, ModelAction *out)
+/* Emits one stage's actions in order: into out when given, and into the live counts when
+ * given (the walk model_schedule_live does, without storing the actions). */
+typedef struct {
+    ModelAction *out;
+    int n;
+    int live, most, cur[64], *max_live;
+} Walk;
+
+static void emit(Walk *w, ModelAction a)
 {
-    int n = 0, m = d->m;
+    if (w->out)
+        w->out[w->n] = a;
+    w->n++;
+    if (!w->max_live)
+        return;
+    int c = a.chunk;
+    if (!a.backward) {
+        w->live++;
+        if (c < 64 && ++w->cur[c] > w->max_live[c])
+            w->max_live[c] = w->cur[c];
+    } else {
+        w->live--;
+        if (c < 64)
+            w->cur[c]--;
+    }
+    if (w->live > w->most)
+        w->most = w->live;
+}
+
+static void walk(const ModelDims *d, ModelSchedule sched, int stage, Walk *w)
+{
+    int m = d->m;
+    ModelAction a;
     if (sched == MODEL_SCHED_GPIPE) {
         for (int i = 0; i < m; i++)
-            out[n++] = (ModelAction){0, 0, i};
+            emit(w, (ModelAction){0, 0, i});
         for (int i = 0; i < m; i++)
-            out[n++] = (ModelAction){1, 0, i};
-        return n;
+            emit(w, (ModelAction){1, 0, i});
+        return;
     }
     if (sched == MODEL_SCHED_1F1B || d->v == 1) {
         int warm = d->p - stage - 1;
@@ -35,29 +65,100 @@ int model_schedule_build(const ModelDims *d, ModelSchedule sched, int stage, Mod
             warm = m;
         int f = 0, bw = 0;
         for (; f < warm; f++)
-            out[n++] = (ModelAction){0, 0, f};
+            emit(w, (ModelAction){0, 0, f});
         while (f < m) {
-            out[n++] = (ModelAction){0, 0, f++};
-            out[n++] = (ModelAction){1, 0, bw++};
+            emit(w, (ModelAction){0, 0, f++});
+            emit(w, (ModelAction){1, 0, bw++});
         }
         while (bw < m)
-            out[n++] = (ModelAction){1, 0, bw++};
-        return n;
+            emit(w, (ModelAction){1, 0, bw++});
+        return;
     }
     int total = m * d->v;
     int warm = (d->p - stage - 1) * 2 + (d->v - 1) * d->p;
     if (warm > total)
         warm = total;
     int f = 0, bw = 0;
-    for (; f < warm; f++)
-        fwd_slot(d, f, 0, &out[n++]);
-    while (f < total) {
-        fwd_slot(d, f++, 0, &out[n++]);
-        fwd_slot(d, bw++, 1, &out[n++]);
+    for (; f < warm; f++) {
+        fwd_slot(d, f, 0, &a);
+        emit(w, a);
     }
-    while (bw < total)
-        fwd_slot(d, bw++, 1, &out[n++]);
-    return n;
+    while (f < total) {
+        fwd_slot(d, f++, 0, &a);
+        emit(w, a);
+        fwd_slot(d, bw++, 1, &a);
+        emit(w, a);
+    }
+    while (bw < total) {
+        fwd_slot(d, bw++, 1, &a);
+        emit(w, a);
+    }
+}
+
+int model_schedule_build(const ModelDims *d, ModelSchedule sched, int stage, ModelAction *out)
+{
+    Walk w = {.out = out};
+    walk(d, sched, stage, &w);
+    return w.n;
+}
+
+/* Interleaved counts without visiting every action. Forward slot k runs chunk (k / p) % v and
+ * backward slot k chunk v-1 - (k / p) % v, so in the steady state the pairs (forward W+i,
+ * backward i) keep both chunks for runs of up to p pairs: over a run a chunk's count moves
+ * monotonically (or, when both slots run the same chunk, rises by one and falls back), so its
+ * highest count is at the run's end (or one above its start). The warm-up only adds and the
+ * drain only removes. */
+static void interleaved_peak(const ModelDims *d, int stage, int *peak_live, int *max_live)
+{
+    const int p = d->p, v = d->v, total = d->m * v;
+    int warm = (p - stage - 1) * 2 + (v - 1) * p;
+    if (warm > total)
+        warm = total;
+    int cur[64] = {0};
+    for (int k = 0; k < warm; k += p) { /* warm-up forwards, runs of p slots per chunk */
+        int len = warm - k < p - k % p ? warm - k : p - k % p;
+        int c = (k / p) % v;
+        cur[c] += len;
+    }
+    for (int j = 0; j < v && j < 64; j++)
+        max_live[j] = cur[j];
+    const int steady = total - warm;
+    for (int i = 0; i < steady;) {
+        const int kf = warm + i;
+        int len = p - kf % p;
+        if (p - i % p < len)
+            len = p - i % p;
+        if (steady - i < len)
+            len = steady - i;
+        const int fc = (kf / p) % v, bc = v - 1 - (i / p) % v;
+        if (fc == bc) {
+            if (cur[fc] + 1 > max_live[fc])
+                max_live[fc] = cur[fc] + 1;
+        } else {
+            if (cur[fc] + 1 > max_live[fc])
+                max_live[fc] = cur[fc] + 1; /* the run's first forward, before any backward */
+            cur[fc] += len;
+            cur[bc] -= len;
+            if (cur[fc] > max_live[fc])
+                max_live[fc] = cur[fc];
+        }
+        i += len;
+    }
+    *peak_live = steady > 0 ? warm + 1 : warm;
+}
+
+void model_schedule_peak(const ModelDims *d, ModelSchedule sched, int stage, int *peak_live,
+                         int *max_live)
+{
+    if (sched == MODEL_SCHED_INTERLEAVED && d->v > 1 && d->v <= 64) {
+        interleaved_peak(d, stage, peak_live, max_live);
+        return;
+    }
+    Walk w = {.max_live = max_live};
+    for (int j = 0; j < d->v; j++)
+        max_live[j] = 0;
+    walk(d, sched, stage, &w);
+    *peak_live = w.most;
 }
 
 void model_schedule_live(const ModelAction *a, int n, int v, int *peak_live, int *max_live)

@@ -104,10 +104,12 @@ static int rule_fail(PxError *err, ModelRule code, const char *fmt, ...)
 static int rule_fail(PxError *err, ModelRule code, const char *fmt, ...)
 {
     if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-        va_end(ap);
+        if (!err->code_only) {
+            va_list ap;
+            va_start(ap, fmt);
+            vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+            va_end(ap);
+        }
         err->code = code;
     }
     return PX_EINPUT;

@@ -311,11 +311,18 @@ int sim_plan(const SimPlanRequest *q, const ProfCluster *cl, SimPlanResult *res,
                                         res->considered++;
                                         if (q->progress && (++done & 255) == 0)
                                             q->progress(q->progress_ctx, done, total_guess, 0);
-                                        PxError e2 = {0};
+                                        /* the rule's message only for its first example */
+                                        PxError e2 = {.code_only = 1};
                                         ModelDims d;
                                         ModelSpec probe = s;
                                         if (model_spec_check(&probe, gpus, &d, &e2)) {
-                                            reject(res, e2.code > 0 ? e2.code : MODEL_RULE_NONE, e2.msg);
+                                            int why = e2.code > 0 ? e2.code : MODEL_RULE_NONE;
+                                            if (res->rejected[why] == 0) {
+                                                e2.code_only = 0;
+                                                probe = s;
+                                                model_spec_check(&probe, gpus, &d, &e2);
+                                            }
+                                            reject(res, why, e2.msg);
                                             continue;
                                         }
                                         if ((tp > node || node % tp != 0) && !q->allow_cross_node_tp) {
@@ -328,6 +335,12 @@ int sim_plan(const SimPlanRequest *q, const ProfCluster *cl, SimPlanResult *res,
                                         if ((rc = sim_run_ex(&s, cl, gpus, 1, SIM_MEMORY, &r, err)))
                                             goto out;
                                         double usable = (double)r.rank_memory_bytes * (1.0 - q->headroom);
+                                        if ((double)r.peak_bytes > usable &&
+                                            res->rejected[SIM_REJECT_MEMORY] > 0 && r.peak_bytes >= closest) {
+                                            res->rejected[SIM_REJECT_MEMORY]++; /* not the new example */
+                                            sim_result_free(&r);
+                                            continue;
+                                        }
                                         if ((double)r.peak_bytes > usable) {
                                             char msg[320], split[80] = "";
                                             if (s.layout.n_stage_layers > 0) {

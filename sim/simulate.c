@@ -61,13 +61,7 @@ static int stage_memory(const SimResult *r, const ModelTensorTable *tt, int stag
         for (int j = 0; j < d->v; j++)
             max_live[j] = d->v == 1 ? m->peak_live : 0; /* chunks without extras pool nothing */
     } else {
-        int n_act = 2 * d->m * d->v;
-        ModelAction *acts = malloc((size_t)n_act * sizeof *acts);
-        if (!acts)
-            return px_fail(err, PX_ERUNTIME, "out of memory simulating the pipeline schedule");
-        int n = model_schedule_build(d, r->spec.layout.schedule, stage, acts);
-        model_schedule_live(acts, n, d->v, &m->peak_live, max_live);
-        free(acts);
+        model_schedule_peak(d, r->spec.layout.schedule, stage, &m->peak_live, max_live);
     }
     m->cat[MODEL_ACTIVATIONS] = model_activation_bytes(tt, d->v, m->peak_live, max_live);
     m->cat[MODEL_RUNTIME] = r->cluster.device.runtime_bytes;

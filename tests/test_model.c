@@ -354,6 +354,34 @@ static void test_schedules(void)
     CHECK_EQ_INT(5, live);
     CHECK_EQ_INT(4, per_chunk[0]);
     CHECK_EQ_INT(2, per_chunk[1]);
+    /* the counts without the actions (the simulator's) equal the walk over them, exactly */
+    model_schedule_peak(&d, MODEL_SCHED_INTERLEAVED, 0, &live, per_chunk);
+    CHECK_EQ_INT(5, live);
+    CHECK_EQ_INT(4, per_chunk[0]);
+    CHECK_EQ_INT(2, per_chunk[1]);
+    static ModelAction big[2 * 48 * 6];
+    int peak_cases = 0;
+    for (int p = 2; p <= 8; p++)
+        for (int v = 1; v <= 6; v++)
+            for (int m = p; m <= 48; m += p)
+                for (int st = 0; st < p; st++)
+                    for (int sc = 0; sc < 3; sc++) {
+                        ModelSchedule sched = (ModelSchedule)sc;
+                        if ((sched == MODEL_SCHED_INTERLEAVED) != (v > 1))
+                            continue;
+                        d.p = p;
+                        d.v = v;
+                        d.m = m;
+                        int want_live, want[6], got_live, got[6];
+                        n = model_schedule_build(&d, sched, st, big);
+                        model_schedule_live(big, n, v, &want_live, want);
+                        model_schedule_peak(&d, sched, st, &got_live, got);
+                        CHECK_EQ_INT(want_live, got_live);
+                        for (int j = 0; j < v; j++)
+                            CHECK_EQ_INT(want[j], got[j]);
+                        peak_cases++;
+                    }
+    CHECK(peak_cases > 1000);
     for (int p = 1; p <= 4; p++) {
         for (int m = 1; m <= 8; m++) {
             d.p = p;
