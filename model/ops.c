@@ -69,7 +69,7 @@ static ModelOp *op_new(Emit *e, ModelOpKind kind, const char *name)
         return &sink;
     ModelOpGraph *g = e->g;
     if (g->count == g->cap) {
-        int cap = g->cap ? 2 * g->cap : 128;
+        int cap = g->cap ? 2 * g->cap : 256; /* a compact stage: about 100 ops per chunk */
         ModelOp *o = realloc(g->op, (size_t)cap * sizeof *o);
         if (!o) {
             e->rc = px_fail(e->err, PX_ERUNTIME, "out of memory building the op graph");

@@ -376,22 +376,25 @@ int model_split_check(const ModelLayout *l, int layers, PxError *err)
 {
     const int n = l->n_stage_layers;
     char text[64];
-    model_split_format(l->stage_layers, n, text, sizeof text);
+    long long sum = 0;
+    int bad = -1;
+    for (int i = 0; i < n && bad < 0; i++) {
+        if (l->stage_layers[i] < 1)
+            bad = i;
+        sum += l->stage_layers[i];
+    }
+    if (n == l->pp && bad < 0 && sum == layers)
+        return PX_OK;
+    model_split_format(l->stage_layers, n, text, sizeof text); /* for the message only */
     if (n != l->pp)
         return px_fail(err, PX_EINPUT, "stage_layers %s has %d entries: pp is %d (one entry per stage)",
                        text, n, l->pp);
-    long long sum = 0;
-    for (int i = 0; i < n; i++) {
-        if (l->stage_layers[i] < 1)
-            return px_fail(err, PX_EINPUT,
-                           "stage_layers %s: entry %d (stage %d) is %d: every stage needs at least one layer",
-                           text, i + 1, i, l->stage_layers[i]);
-        sum += l->stage_layers[i];
-    }
-    if (sum != layers)
-        return px_fail(err, PX_EINPUT, "stage_layers %s sums to %lld layers: the model has %d", text,
-                       sum, layers);
-    return PX_OK;
+    if (bad >= 0)
+        return px_fail(err, PX_EINPUT,
+                       "stage_layers %s: entry %d (stage %d) is %d: every stage needs at least one layer",
+                       text, bad + 1, bad, l->stage_layers[bad]);
+    return px_fail(err, PX_EINPUT, "stage_layers %s sums to %lld layers: the model has %d", text, sum,
+                   layers);
 }
 
 void model_split_balanced(int layers, int pp, int spill_last, int *out)

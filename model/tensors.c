@@ -63,8 +63,10 @@ static void add(Adder *a, const char *name, ModelCategory cat, PxDtype dt, int s
     t->repeat = a->repeat > 0 ? a->repeat : 1;
 }
 
-/* Formats a tensor's name unless the table is unnamed (the adder `a` in scope). */
-#define NAME(buf, ...) ((a)->unnamed ? (void)((buf)[0] = '\0') : (void)snprintf(buf, sizeof buf, __VA_ARGS__))
+/* Formats a tensor's name unless nothing keeps it: a compact table, or a sum without a table
+ * (the adder `a` in scope). */
+#define NAME(buf, ...)                                                                             \
+    ((a)->unnamed || !(a)->tt ? (void)((buf)[0] = '\0') : (void)snprintf(buf, sizeof buf, __VA_ARGS__))
 
 /* Saved activations of one transformer layer for one micro-batch under recompute mode `mode`. */
 static void layer_saved(Adder *a, const ModelSpec *s, const ModelDims *d, ModelRecompute mode,
@@ -138,6 +140,23 @@ static uint64_t recompute_bytes(const ModelSpec *s, const ModelDims *d)
         return all.sum;
     layer_saved(&kept, s, d, MODEL_RECOMPUTE_SELECTIVE, 0, 1);
     return all.sum - kept.sum;
+}
+
+/* "layer.<l>", without snprintf: the planner names a block per chunk of every candidate. */
+static void block_name(char *n, int l)
+{
+    char digits[12];
+    int k = 0;
+    unsigned u = l < 0 ? 0u : (unsigned)l;
+    do {
+        digits[k++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u && k < (int)sizeof digits);
+    memcpy(n, "layer.", 6);
+    int at = 6;
+    while (k > 0)
+        n[at++] = digits[--k];
+    n[at] = '\0';
 }
 
 static int add_block(ModelTensorTable *tt, const char *name, int chunk, int layer, int repeat,
@@ -306,7 +325,7 @@ static int tensors_build(const ModelSpec *s, const ModelDims *d, int stage, int 
         int l0, nl = model_chunk_layers(s, d, g, &l0);
         const int rep = compact ? nl : 1;
         for (int l = l0; l < l0 + nl; l += rep) {
-            snprintf(n, sizeof n, "layer.%d", l); /* block names are always kept: ops find blocks by them */
+            block_name(n, l); /* block names are always kept: ops find blocks by them */
             if ((rc = add_block(tt, n, j, l, rep, err)))
                 return rc;
             a.block = tt->n_blocks - 1;

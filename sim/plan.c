@@ -69,6 +69,18 @@ static double score(SimObjective o, double step_s, const ModelDims *d, int gbs)
     }
 }
 
+/* Done with a candidate's result r: kept for the next schedule of the same layout (the loop
+ * over schedules is innermost), else freed. Only results short of the pipeline are kept. */
+#define KEEP_OR_FREE(r)                                                                          \
+    do {                                                                                         \
+        if (j + 1 < n_sched && (r).level < SIM_FULL) {                                           \
+            twin = (r);                                                                          \
+            have_twin = 1;                                                                       \
+        } else {                                                                                 \
+            sim_result_free(&(r));                                                               \
+        }                                                                                        \
+    } while (0)
+
 static void apply(const SimPlanRequest *q, const Knobs *k, ModelSpec *s)
 {
     *s = q->base;
@@ -203,6 +215,9 @@ int sim_plan(const SimPlanRequest *q, const ProfCluster *cl, SimPlanResult *res,
     const ModelConfig *mc = &q->base.model;
     const unsigned pin = q->pinned;
     int rc = PX_OK;
+    /* the last candidate's result, kept for its schedule twin (the same tables and op costs) */
+    SimResult twin;
+    int have_twin = 0;
     if (gpus < 1)
         return px_fail(err, PX_EINPUT, "--gpus must be at least 1");
     if (cl->nodes > 0 && (double)gpus > (double)cl->nodes * cl->node_devices)
@@ -297,6 +312,10 @@ int sim_plan(const SimPlanRequest *q, const ProfCluster *cl, SimPlanResult *res,
                             for (int h = 0; h < n_s; h++)
                                 for (int i = 0; i < n_r; i++)
                                     for (int j = 0; j < n_sched; j++) {
+                                        if (j == 0 && have_twin) { /* another layout's */
+                                            sim_result_free(&twin);
+                                            have_twin = 0;
+                                        }
                                         /* with flash attention selective recompute changes
                                          * nothing (FlashAttention recomputes the scores in its
                                          * backward): one of the two twins is enough */
@@ -332,13 +351,25 @@ int sim_plan(const SimPlanRequest *q, const ProfCluster *cl, SimPlanResult *res,
                                             continue;
                                         }
                                         SimResult r;
-                                        if ((rc = sim_run_ex(&s, cl, gpus, 1, SIM_MEMORY, &r, err)))
+                                        if (have_twin && j > 0) {
+                                            r = twin; /* only the schedule differs */
+                                            have_twin = 0;
+                                            if ((rc = sim_reschedule(&r, (ModelSchedule)scheds[j], err))) {
+                                                sim_result_free(&r);
+                                                goto out;
+                                            }
+                                        } else if ((rc = sim_run_ex(&s, cl, gpus, 1, SIM_MEMORY, &r, err))) {
                                             goto out;
+                                        }
+                                        if (have_twin) {
+                                            sim_result_free(&twin);
+                                            have_twin = 0;
+                                        }
                                         double usable = (double)r.rank_memory_bytes * (1.0 - q->headroom);
                                         if ((double)r.peak_bytes > usable &&
                                             res->rejected[SIM_REJECT_MEMORY] > 0 && r.peak_bytes >= closest) {
                                             res->rejected[SIM_REJECT_MEMORY]++; /* not the new example */
-                                            sim_result_free(&r);
+                                            KEEP_OR_FREE(r);
                                             continue;
                                         }
                                         if ((double)r.peak_bytes > usable) {
@@ -363,11 +394,11 @@ int sim_plan(const SimPlanRequest *q, const ProfCluster *cl, SimPlanResult *res,
                                                            sizeof res->example[SIM_REJECT_MEMORY]);
                                             }
                                             res->rejected[SIM_REJECT_MEMORY]++;
-                                            sim_result_free(&r);
+                                            KEEP_OR_FREE(r);
                                             continue;
                                         }
                                         if ((rc = sim_continue(&r, q->brute_force ? SIM_FULL : SIM_BOUND, err))) {
-                                            sim_result_free(&r);
+                                            KEEP_OR_FREE(r);
                                             goto out;
                                         }
                                         res->feasible++;
@@ -384,7 +415,7 @@ int sim_plan(const SimPlanRequest *q, const ProfCluster *cl, SimPlanResult *res,
                                             if (n_pend == pend_cap) {
                                                 Pending *np = realloc(pend, 2 * pend_cap * sizeof *pend);
                                                 if (!np) {
-                                                    sim_result_free(&r);
+                                                    KEEP_OR_FREE(r);
                                                     rc = px_fail(err, PX_ERUNTIME, "out of memory planning");
                                                     goto out;
                                                 }
@@ -396,7 +427,7 @@ int sim_plan(const SimPlanRequest *q, const ProfCluster *cl, SimPlanResult *res,
                                             pend[n_pend].peak = r.peak_bytes;
                                             n_pend++;
                                         }
-                                        sim_result_free(&r);
+                                        KEEP_OR_FREE(r);
                                     }
                 }
             }
@@ -425,6 +456,8 @@ int sim_plan(const SimPlanRequest *q, const ProfCluster *cl, SimPlanResult *res,
     if (q->progress)
         q->progress(q->progress_ctx, 1, 1, 2);
 out:
+    if (have_twin)
+        sim_result_free(&twin);
     free(kept);
     free(pend);
     res->seconds = now_s() - t0;

@@ -84,6 +84,10 @@ int sim_run_ex(const ModelSpec *spec, const ProfCluster *cluster, int gpus, int 
                int level, SimResult *out, PxError *err);
 /* Takes a result of sim_run_ex further, up to `level`. */
 int sim_continue(SimResult *r, int level, PxError *err);
+/* The same layout under another schedule, for a result short of SIM_FULL: its tables, ops,
+ * op costs and bound are the schedule's too (none depends on it); memory is recomputed from
+ * the new schedule's activations in flight. PX_EINPUT when the schedule breaks a rule. */
+int sim_reschedule(SimResult *r, ModelSchedule sched, PxError *err);
 void sim_result_free(SimResult *r);
 /* DESIGN.md's Prediction (memory, flops, comm, ops) plus model, layout and training. */
 cJSON *sim_result_to_json(const SimResult *r);

@@ -148,6 +148,30 @@ static int build_ops(SimResult *r, PxError *err)
     return PX_OK;
 }
 
+int sim_reschedule(SimResult *r, ModelSchedule sched, PxError *err)
+{
+    if (r->level >= SIM_FULL)
+        return px_fail(err, PX_ERUNTIME, "a simulated pipeline cannot change its schedule");
+    ModelSpec s = r->spec;
+    ModelDims d;
+    s.layout.schedule = sched;
+    int rc = model_spec_check(&s, r->dims.gpus, &d, err);
+    if (rc)
+        return rc;
+    r->spec = s;
+    r->dims = d;
+    r->peak_bytes = 0;
+    r->peak_stage = 0;
+    for (int st = 0; st < d.p && !rc; st++) {
+        rc = stage_memory(r, &r->tables[sim_stage_model(r, st)], st, &r->mem[st], err);
+        if (!rc && r->mem[st].total > r->peak_bytes) {
+            r->peak_bytes = r->mem[st].total;
+            r->peak_stage = st;
+        }
+    }
+    return rc;
+}
+
 int sim_continue(SimResult *r, int level, PxError *err)
 {
     int rc = PX_OK;

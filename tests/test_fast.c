@@ -5,7 +5,7 @@
 #include "sim/internal.h"
 #include "test.h"
 
-static int compared;
+static int compared, rescheduled;
 
 static void compare(ModelSpec s, const ProfCluster *cl, int gpus)
 {
@@ -40,6 +40,28 @@ static void compare(ModelSpec s, const ProfCluster *cl, int gpus)
         CHECK_REL(full.stage_time[st].step_s, fast.stage_time[st].step_s, 1e-9);
     }
     CHECK_EQ_U64(full.peak_bytes, fast.peak_bytes);
+    /* the planner's twin: a result short of the pipeline moved to the other schedule */
+    if (d.v == 1 && d.p > 1) {
+        ModelSpec other = s;
+        other.layout.schedule = s.layout.schedule == MODEL_SCHED_GPIPE ? MODEL_SCHED_1F1B : MODEL_SCHED_GPIPE;
+        SimResult moved, fresh;
+        CHECK_OK(sim_run_ex(&s, cl, gpus, 1, SIM_BOUND, &moved, &err), err);
+        CHECK_OK(sim_reschedule(&moved, other.layout.schedule, &err), err);
+        CHECK_OK(sim_run_ex(&other, cl, gpus, 1, SIM_BOUND, &fresh, &err), err);
+        for (int st = 0; st < d.p; st++)
+            for (int c = 0; c < MODEL_CAT_COUNT; c++)
+                CHECK_EQ_U64(fresh.mem[st].cat[c], moved.mem[st].cat[c]);
+        CHECK_EQ_U64(fresh.peak_bytes, moved.peak_bytes);
+        CHECK_EQ_INT(fresh.peak_stage, moved.peak_stage);
+        CHECK(fresh.bound_s == moved.bound_s);
+        CHECK_OK(sim_continue(&moved, SIM_FULL, &err), err);
+        CHECK_OK(sim_continue(&fresh, SIM_FULL, &err), err);
+        CHECK(fresh.step_s == moved.step_s);
+        CHECK(sim_reschedule(&moved, s.layout.schedule, &err) == PX_ERUNTIME);
+        sim_result_free(&moved);
+        sim_result_free(&fresh);
+        rescheduled++;
+    }
     CHECK_REL(full.hardware_flops, fast.hardware_flops, 1e-12);
     CHECK_REL(full.step_s, fast.step_s, 1e-9);
     CHECK(fabs(full.bubble_fraction - fast.bubble_fraction) < 1e-9);
@@ -120,7 +142,8 @@ int main(void)
     px_log_set_quiet(1);
     test_layouts();
     test_uneven_placement();
-    printf("compared %d layouts\n", compared);
+    printf("compared %d layouts, %d moved to the other schedule\n", compared, rescheduled);
+    CHECK(rescheduled > 100);
     CHECK(compared > 500);
     TEST_DONE("fast");
 }
