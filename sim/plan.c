@@ -2,11 +2,13 @@
  * not fit, rank the rest by an objective.
  *
  * Every candidate that passes the rules gets its memory (compact tables); every one that fits
- * gets its op costs and a lower bound on its step (the busiest stage's passes plus optimizer:
- * no schedule finishes sooner). Candidates are then taken in order of their bound and given
- * the exact pipeline until the k-th best exact score is below the next bound: what is skipped
- * cannot enter the top k, so pruning never changes the answer (a test compares it with the
- * brute force that times every candidate exactly). */
+ * gets a cheap floor on its step: its busiest stage's layers times one layer's compute, costed
+ * once per (tp, cp, sp, micro-batch, recompute). Candidates are then taken in order of their
+ * floors; each gets its exact bound (every op costed: the busiest stage's passes plus its
+ * optimizer, which no schedule beats) and, if that can still enter the top k, the exact
+ * pipeline, until the k-th best exact score is below the next floor. What is skipped cannot
+ * enter the top k, so pruning never changes the answer (a test compares it with the brute
+ * force that times every candidate exactly). */
 #include "sim/internal.h"
 
 #include <math.h>
@@ -67,6 +69,58 @@ static double score(SimObjective o, double step_s, const ModelDims *d, int gbs)
     case SIM_OBJ_TOKENS_PER_GPU: return -(tokens / step_s / d->gpus); /* negated: maximise */
     default: return step_s;
     }
+}
+
+/* Compute seconds of one layer per (tp, cp, sp, micro-batch, recompute): sim_layer_seconds
+ * builds a stage's graph, so each key is costed once. Open addressing on a packed key. */
+typedef struct {
+    uint64_t *key; /* 0: empty */
+    double *seconds;
+    size_t cap, n;
+} LayerCosts;
+
+static int layer_cost(LayerCosts *m, const SimResult *r, double *seconds, PxError *err)
+{
+    const ModelLayout *l = &r->spec.layout;
+    const uint64_t key = 1 + ((uint64_t)l->tp | (uint64_t)l->cp << 12 | (uint64_t)l->sp << 24 |
+                              (uint64_t)l->recompute << 25 | (uint64_t)r->spec.job.micro_batch << 28);
+    if (m->n * 2 >= m->cap) {
+        size_t cap = m->cap ? 2 * m->cap : 1024;
+        uint64_t *k = calloc(cap, sizeof *k);
+        double *v = calloc(cap, sizeof *v);
+        if (!k || !v) {
+            free(k);
+            free(v);
+            return px_fail(err, PX_ERUNTIME, "out of memory planning");
+        }
+        for (size_t i = 0; i < m->cap; i++)
+            if (m->key[i]) {
+                size_t h = (size_t)(m->key[i] * 0x9E3779B97F4A7C15ull >> 20) & (cap - 1);
+                while (k[h])
+                    h = (h + 1) & (cap - 1);
+                k[h] = m->key[i];
+                v[h] = m->seconds[i];
+            }
+        free(m->key);
+        free(m->seconds);
+        m->key = k;
+        m->seconds = v;
+        m->cap = cap;
+    }
+    size_t h = (size_t)(key * 0x9E3779B97F4A7C15ull >> 20) & (m->cap - 1);
+    while (m->key[h] && m->key[h] != key)
+        h = (h + 1) & (m->cap - 1);
+    if (m->key[h] == key) {
+        *seconds = m->seconds[h];
+        return PX_OK;
+    }
+    int rc = sim_layer_seconds(r, seconds, err);
+    if (rc)
+        return rc;
+    m->key[h] = key;
+    m->seconds[h] = *seconds;
+    m->n++;
+    return PX_OK;
 }
 
 /* Done with a candidate's result r: kept for the next schedule of the same layout (the loop
@@ -218,6 +272,7 @@ int sim_plan(const SimPlanRequest *q, const ProfCluster *cl, SimPlanResult *res,
     /* the last candidate's result, kept for its schedule twin (the same tables and op costs) */
     SimResult twin;
     int have_twin = 0;
+    LayerCosts costs = {0};
     if (gpus < 1)
         return px_fail(err, PX_EINPUT, "--gpus must be at least 1");
     if (cl->nodes > 0 && (double)gpus > (double)cl->nodes * cl->node_devices)
@@ -397,7 +452,24 @@ int sim_plan(const SimPlanRequest *q, const ProfCluster *cl, SimPlanResult *res,
                                             KEEP_OR_FREE(r);
                                             continue;
                                         }
-                                        if ((rc = sim_continue(&r, q->brute_force ? SIM_FULL : SIM_BOUND, err))) {
+                                        double floor_s = 0;
+                                        if (q->brute_force) {
+                                            rc = sim_continue(&r, SIM_FULL, err);
+                                        } else {
+                                            /* the cheap bound: each stage computes at least its
+                                             * layers' compute, the same for every layout with these
+                                             * tp, cp, sp, micro-batch and recompute */
+                                            double layer_s = 0;
+                                            rc = layer_cost(&costs, &r, &layer_s, err);
+                                            int most = 0;
+                                            for (int st = 0; st < r.dims.p; st++) {
+                                                int first, nl = model_stage_layers(&r.spec, &r.dims, st, &first);
+                                                most = nl > most ? nl : most;
+                                            }
+                                            /* shaded so rounding never lifts it above the exact step */
+                                            floor_s = (double)r.dims.m * most * layer_s * (1.0 - 1e-9);
+                                        }
+                                        if (rc) {
                                             KEEP_OR_FREE(r);
                                             goto out;
                                         }
@@ -423,7 +495,7 @@ int sim_plan(const SimPlanRequest *q, const ProfCluster *cl, SimPlanResult *res,
                                                 pend_cap *= 2;
                                             }
                                             pend[n_pend].k = k;
-                                            pend[n_pend].bound = score(q->objective, r.bound_s, &r.dims, s.job.global_batch);
+                                            pend[n_pend].bound = score(q->objective, floor_s, &r.dims, s.job.global_batch);
                                             pend[n_pend].peak = r.peak_bytes;
                                             n_pend++;
                                         }
@@ -441,8 +513,18 @@ int sim_plan(const SimPlanRequest *q, const ProfCluster *cl, SimPlanResult *res,
         ModelSpec s;
         apply(q, &pend[i].k, &s);
         SimResult r;
-        if ((rc = sim_run_ex(&s, cl, gpus, 1, SIM_FULL, &r, err)))
+        if ((rc = sim_run_ex(&s, cl, gpus, 1, SIM_BOUND, &r, err)))
             goto out;
+        /* the exact bound (every op, no pipeline) before the pipeline itself */
+        if (res->n_top == cap &&
+            score(q->objective, r.bound_s, &r.dims, s.job.global_batch) > res->top[cap - 1].score) {
+            sim_result_free(&r);
+            continue;
+        }
+        if ((rc = sim_continue(&r, SIM_FULL, err))) {
+            sim_result_free(&r);
+            goto out;
+        }
         SimCandidate cand;
         candidate_from(&cand, &r, q->objective);
         keep(res, kept, cap, &cand, &pend[i].k);
@@ -458,6 +540,8 @@ int sim_plan(const SimPlanRequest *q, const ProfCluster *cl, SimPlanResult *res,
 out:
     if (have_twin)
         sim_result_free(&twin);
+    free(costs.key);
+    free(costs.seconds);
     free(kept);
     free(pend);
     res->seconds = now_s() - t0;

@@ -88,6 +88,10 @@ int sim_continue(SimResult *r, int level, PxError *err);
  * op costs and bound are the schedule's too (none depends on it); memory is recomputed from
  * the new schedule's activations in flight. PX_EINPUT when the schedule breaks a rule. */
 int sim_reschedule(SimResult *r, ModelSchedule sched, PxError *err);
+/* Seconds one rank computes for one layer and one micro-batch: forward, backward and
+ * recompute, communication left out. A result of sim_run_ex at SIM_MEMORY or beyond. The
+ * planner's cheap lower bound: every stage computes at least this per layer it holds. */
+int sim_layer_seconds(const SimResult *r, double *seconds, PxError *err);
 void sim_result_free(SimResult *r);
 /* DESIGN.md's Prediction (memory, flops, comm, ops) plus model, layout and training. */
 cJSON *sim_result_to_json(const SimResult *r);

@@ -148,6 +148,32 @@ static int build_ops(SimResult *r, PxError *err)
     return PX_OK;
 }
 
+int sim_layer_seconds(const SimResult *r, double *seconds, PxError *err)
+{
+    *seconds = 0;
+    if (r->level < SIM_MEMORY || !r->tables)
+        return px_fail(err, PX_ERUNTIME, "the layer's cost needs the stage's tables");
+    /* stage 0's first chunk holds at least one layer of every layout */
+    ModelOpGraph g;
+    int rc = model_ops_build_with(&r->spec, &r->dims, 0, &r->tables[0], &g, err);
+    if (rc)
+        return rc;
+    SimCtx c;
+    sim_ctx_init(&c, &r->cluster, &r->spec, &r->dims, r->node_size);
+    int layer = -1;
+    for (int i = 0; i < g.count; i++) {
+        const ModelOp *op = &g.op[i];
+        if (op->kind == MODEL_OP_COMM || !op->per_microbatch || op->chunk != 0 || op->layer < 0)
+            continue;
+        if (layer < 0)
+            layer = op->layer;
+        if (op->layer == layer) /* one layer: a compact graph's or the first of a full one's */
+            *seconds += sim_compute_seconds(&c, op);
+    }
+    model_ops_free(&g);
+    return PX_OK;
+}
+
 int sim_reschedule(SimResult *r, ModelSchedule sched, PxError *err)
 {
     if (r->level >= SIM_FULL)

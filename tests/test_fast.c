@@ -69,6 +69,18 @@ static void compare(ModelSpec s, const ProfCluster *cl, int gpus)
     CHECK_EQ_INT(full.critical_stage, fast.critical_stage);
     /* the planner's bound never exceeds the step it bounds */
     CHECK(fast.bound_s > 0 && fast.bound_s <= fast.step_s * (1 + 1e-12));
+    /* nor does its cheaper floor (each stage computes at least its layers) exceed the bound */
+    double layer_s = 0;
+    CHECK_OK(sim_layer_seconds(&fast, &layer_s, &err), err);
+    int most = 0;
+    for (int st = 0; st < d.p; st++) {
+        int first, nl = model_stage_layers(&fast.spec, &fast.dims, st, &first);
+        most = nl > most ? nl : most;
+    }
+    CHECK(layer_s > 0 && (double)d.m * most * layer_s <= fast.bound_s * (1 + 1e-12));
+    double full_layer_s = 0;
+    CHECK_OK(sim_layer_seconds(&full, &full_layer_s, &err), err);
+    CHECK_REL(full_layer_s, layer_s, 1e-12);
     sim_result_free(&full);
     sim_result_free(&fast);
     compared++;
