@@ -287,6 +287,51 @@ static void add_block_states(Adder *a, const ModelSpec *s, const ModelDims *d, M
     }
 }
 
+/* A compact table's chunks of a stage hold as many layers each (all of them, or all but one
+ * of an uneven split's single chunk), so their layer blocks add the same bytes: the first one
+ * is added tensor by tensor and its sums are replayed for the others. */
+typedef struct {
+    uint64_t sum, cat[MODEL_CAT_COUNT], params;
+} Snapshot;
+
+typedef struct {
+    Snapshot delta;
+    uint64_t numel; /* the block's own count (parameters) */
+} Replay;
+
+typedef struct {
+    int nl, act_nl;                     /* layers of the chunk recorded, -1: none */
+    Replay params, states, acts;
+    uint64_t state_numel, state_shard; /* the layer block whose states are recorded */
+    int state_repeat;
+} Reuse;
+
+static void snapshot(const Adder *a, Snapshot *s)
+{
+    s->sum = a->sum;
+    memcpy(s->cat, a->tt->cat_bytes, sizeof s->cat);
+    s->params = a->tt->params;
+}
+
+static void reuse_record(const Adder *a, const Snapshot *before, Replay *r, uint64_t numel)
+{
+    r->delta.sum = a->sum - before->sum;
+    for (int c = 0; c < MODEL_CAT_COUNT; c++)
+        r->delta.cat[c] = a->tt->cat_bytes[c] - before->cat[c];
+    r->delta.params = a->tt->params - before->params;
+    r->numel = numel;
+}
+
+static void reuse_apply(Adder *a, const Replay *r, uint64_t *numel)
+{
+    a->sum += r->delta.sum;
+    for (int c = 0; c < MODEL_CAT_COUNT; c++)
+        a->tt->cat_bytes[c] += r->delta.cat[c];
+    a->tt->params += r->delta.params;
+    if (numel)
+        *numel += r->numel;
+}
+
 static int tensors_build(const ModelSpec *s, const ModelDims *d, int stage, int compact,
                          ModelTensorTable *tt, PxError *err)
 {
@@ -305,6 +350,7 @@ static int tensors_build(const ModelSpec *s, const ModelDims *d, int stage, int 
     const int sp = s->layout.sp ? MODEL_SHARD_SP : 0;
     Adder a = {.tt = tt, .err = err, .block = -1, .layer = -1, .chunk = -1, .repeat = 1,
                .unnamed = compact};
+    Reuse reuse = {.nl = -1, .act_nl = -1};
     int rc;
     char n[64];
 
@@ -331,7 +377,15 @@ static int tensors_build(const ModelSpec *s, const ModelDims *d, int stage, int 
             a.block = tt->n_blocks - 1;
             a.layer = l;
             a.repeat = rep;
-            add_layer_params(&a, s, d, l);
+            if (compact && reuse.nl == nl) {
+                reuse_apply(&a, &reuse.params, &tt->blocks[a.block].numel);
+            } else {
+                Snapshot before;
+                snapshot(&a, &before);
+                add_layer_params(&a, s, d, l);
+                reuse.nl = nl;
+                reuse_record(&a, &before, &reuse.params, tt->blocks[a.block].numel);
+            }
             a.repeat = 1;
         }
         if (last) {
@@ -351,9 +405,24 @@ static int tensors_build(const ModelSpec *s, const ModelDims *d, int stage, int 
     a.chunk = -1;
     a.layer = -1;
     for (int i = 0; i < tt->n_blocks; i++) {
+        ModelBlock *blk = &tt->blocks[i];
         a.block = i;
-        a.repeat = tt->blocks[i].repeat;
-        add_block_states(&a, s, d, &tt->blocks[i]);
+        a.repeat = blk->repeat;
+        if (compact && blk->layer >= 0 && reuse.state_numel == blk->numel &&
+            reuse.state_repeat == blk->repeat) {
+            blk->shard_numel = reuse.state_shard;
+            reuse_apply(&a, &reuse.states, NULL);
+        } else {
+            Snapshot before;
+            snapshot(&a, &before);
+            add_block_states(&a, s, d, blk);
+            if (compact && blk->layer >= 0) {
+                reuse.state_numel = blk->numel;
+                reuse.state_repeat = blk->repeat;
+                reuse.state_shard = blk->shard_numel;
+                reuse_record(&a, &before, &reuse.states, 0);
+            }
+        }
     }
     a.block = -1;
     a.repeat = 1;
@@ -376,7 +445,15 @@ static int tensors_build(const ModelSpec *s, const ModelDims *d, int stage, int 
         for (int l = l0; l < l0 + nl; l += rep) {
             a.layer = l;
             a.repeat = rep;
-            layer_saved(&a, s, d, s->layout.recompute, l, 0);
+            if (compact && reuse.act_nl == nl) {
+                reuse_apply(&a, &reuse.acts, NULL);
+            } else {
+                Snapshot snap;
+                snapshot(&a, &snap);
+                layer_saved(&a, s, d, s->layout.recompute, l, 0);
+                reuse.act_nl = nl;
+                reuse_record(&a, &snap, &reuse.acts, 0);
+            }
             a.repeat = 1;
         }
         tt->act_layer_bytes[j] = a.sum - before_layers;
