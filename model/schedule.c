@@ -107,7 +107,7 @@ int model_schedule_build(const ModelDims *d, ModelSchedule sched, int stage, Mod
  * backward i) keep both chunks for runs of up to p pairs: over a run a chunk's count moves
  * monotonically (or, when both slots run the same chunk, rises by one and falls back), so its
  * highest count is at the run's end (or one above its start). The warm-up only adds and the
- * drain only removes. */
+ * drain only removes, and the steady state repeats with a period of v*p pairs. */
 static void interleaved_peak(const ModelDims *d, int stage, int *peak_live, int *max_live)
 {
     const int p = d->p, v = d->v, total = d->m * v;
@@ -123,13 +123,16 @@ static void interleaved_peak(const ModelDims *d, int stage, int *peak_live, int 
     for (int j = 0; j < v && j < 64; j++)
         max_live[j] = cur[j];
     const int steady = total - warm;
-    for (int i = 0; i < steady;) {
+    /* both slots' chunks repeat every v*p pairs, in which each chunk gets p forwards and p
+     * backwards: the counts repeat too, so the first period holds every peak */
+    const int span = steady < v * p ? steady : v * p;
+    for (int i = 0; i < span;) {
         const int kf = warm + i;
         int len = p - kf % p;
         if (p - i % p < len)
             len = p - i % p;
-        if (steady - i < len)
-            len = steady - i;
+        if (span - i < len)
+            len = span - i;
         const int fc = (kf / p) % v, bc = v - 1 - (i / p) % v;
         if (fc == bc) {
             if (cur[fc] + 1 > max_live[fc])
