@@ -323,6 +323,7 @@ typedef struct {
     uint64_t cat_bytes[MODEL_CAT_COUNT]; /* bytes per category weighted by repeat, saved
                                             activations counted once per chunk */
     int compact;                         /* built by model_tensors_build_compact */
+    int borrowed; /* blocks and act_*_bytes belong to a ModelTableCache: not freed here */
 } ModelTensorTable;
 
 int model_tensors_build(const ModelSpec *s, const ModelDims *d, int stage, ModelTensorTable *out,
@@ -332,6 +333,15 @@ int model_tensors_build(const ModelSpec *s, const ModelDims *d, int stage, Model
  * tensors (count 0). The planner's fast path. */
 int model_tensors_build_compact(const ModelSpec *s, const ModelDims *d, int stage,
                                 ModelTensorTable *out, PxError *err);
+/* The planner's cache: compact tables put together from halves built once per distinct input
+ * (the parameter half per tp, ZeRO stage and group; the activation half per tp, cp, sp,
+ * micro-batch and recompute; each per stage shape). The result equals
+ * model_tensors_build_compact's. A cache serves one model and job at a time. */
+typedef struct ModelTableCache ModelTableCache;
+ModelTableCache *model_table_cache_new(void); /* NULL when out of memory */
+void model_table_cache_free(ModelTableCache *c);
+int model_tensors_build_cached(ModelTableCache *c, const ModelSpec *s, const ModelDims *d,
+                               int stage, ModelTensorTable *tt, PxError *err);
 void model_tensors_free(ModelTensorTable *tt);
 /* Bytes of one category, weighted by repeat (activations: one micro-batch of every chunk). */
 uint64_t model_tensors_bytes(const ModelTensorTable *tt, ModelCategory c);

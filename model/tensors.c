@@ -332,8 +332,12 @@ static void reuse_apply(Adder *a, const Replay *r, uint64_t *numel)
         *numel += r->numel;
 }
 
+/* What tensors_build adds: the parameter half (parameters, their states, ZeRO's buffers) and
+ * the activation half (saved activations, workspace, pipeline / SP / CP buffers). */
+enum { PART_PARAMS = 1, PART_ACTS = 2, PART_ALL = 3 };
+
 static int tensors_build(const ModelSpec *s, const ModelDims *d, int stage, int compact,
-                         ModelTensorTable *tt, PxError *err)
+                         int parts, ModelTensorTable *tt, PxError *err)
 {
     memset(tt, 0, sizeof *tt);
     tt->stage = stage;
@@ -355,7 +359,7 @@ static int tensors_build(const ModelSpec *s, const ModelDims *d, int stage, int 
     char n[64];
 
     /* Parameters, block by block, chunk by chunk. */
-    for (int j = 0; j < d->v; j++) {
+    for (int j = 0; j < d->v && (parts & PART_PARAMS); j++) {
         int g = model_global_chunk(d, stage, j);
         int first = g == 0, last = g == d->chunks - 1;
         a.chunk = j;
@@ -404,7 +408,7 @@ static int tensors_build(const ModelSpec *s, const ModelDims *d, int stage, int 
     }
     a.chunk = -1;
     a.layer = -1;
-    for (int i = 0; i < tt->n_blocks; i++) {
+    for (int i = 0; i < tt->n_blocks && (parts & PART_PARAMS); i++) {
         ModelBlock *blk = &tt->blocks[i];
         a.block = i;
         a.repeat = blk->repeat;
@@ -427,6 +431,8 @@ static int tensors_build(const ModelSpec *s, const ModelDims *d, int stage, int 
     a.block = -1;
     a.repeat = 1;
 
+    if (!(parts & PART_ACTS))
+        goto zero_buffers;
     /* Saved activations, one set per (chunk, micro-batch) in flight. */
     a.per_mb = 1;
     int has_data = 0, has_loss = 0;
@@ -508,6 +514,9 @@ static int tensors_build(const ModelSpec *s, const ModelDims *d, int stage, int 
         add(&a, "sp.gather", MODEL_COMM_BUFFERS, e, 0, 3, b, d->s_loc, h, 0);
     if (d->c > 1)
         add(&a, "cp.kv", MODEL_COMM_BUFFERS, e, MODEL_SHARD_TP, 3, b, d->s, 2 * d->kv_width_loc, 0);
+zero_buffers:
+    if (!(parts & PART_PARAMS))
+        return a.rc;
     uint64_t max_block = 0;
     for (int i = 0; i < tt->n_blocks; i++)
         if (tt->blocks[i].numel > max_block)
@@ -524,19 +533,215 @@ static int tensors_build(const ModelSpec *s, const ModelDims *d, int stage, int 
 int model_tensors_build(const ModelSpec *s, const ModelDims *d, int stage, ModelTensorTable *tt,
                         PxError *err)
 {
-    return tensors_build(s, d, stage, 0, tt, err);
+    return tensors_build(s, d, stage, 0, PART_ALL, tt, err);
 }
 
 int model_tensors_build_compact(const ModelSpec *s, const ModelDims *d, int stage,
                                 ModelTensorTable *tt, PxError *err)
 {
-    return tensors_build(s, d, stage, 1, tt, err);
+    return tensors_build(s, d, stage, 1, PART_ALL, tt, err);
+}
+
+/* ---- the planner's cache of compact tables ----
+ *
+ * Across the layouts of one search, a stage's parameter half depends on tp, ZeRO and its
+ * group, and the stage's chunks; its activation half on tp, cp, sp, the micro-batch and
+ * recompute, and the chunks. Each half is built once per distinct key and the table is put
+ * together from the two. The keys hold every derived size the halves read; the model and job
+ * are the cache's own (a different one empties it). */
+
+enum { CACHE_MAX_CHUNKS = 32 };
+
+typedef struct {
+    int n;                               /* words in use */
+    uint64_t w[16 + CACHE_MAX_CHUNKS];   /* sizes, then one word per chunk */
+} CacheKey;
+
+typedef struct {
+    CacheKey key;
+    ModelBlock *blocks; /* parameter half */
+    int n_blocks;
+    uint64_t params;
+    uint64_t *act_chunk, *act_layer; /* activation half, [v] each */
+    uint64_t cat[MODEL_CAT_COUNT];
+} CacheEntry;
+
+typedef struct {
+    CacheEntry *e;
+    size_t cap, n;
+} CacheMap;
+
+struct ModelTableCache {
+    int have_spec;
+    ModelConfig model;
+    ModelJob job;
+    CacheMap params, acts;
+};
+
+ModelTableCache *model_table_cache_new(void) { return calloc(1, sizeof(ModelTableCache)); }
+
+static void map_clear(CacheMap *m)
+{
+    for (size_t i = 0; i < m->cap; i++) {
+        free(m->e[i].blocks);
+        free(m->e[i].act_chunk);
+        free(m->e[i].act_layer);
+    }
+    free(m->e);
+    memset(m, 0, sizeof *m);
+}
+
+void model_table_cache_free(ModelTableCache *c)
+{
+    if (!c)
+        return;
+    map_clear(&c->params);
+    map_clear(&c->acts);
+    free(c);
+}
+
+static uint64_t key_hash(const CacheKey *k)
+{
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)k->n;
+    for (int i = 0; i < k->n; i++) {
+        h ^= k->w[i];
+        h *= 0xBF58476D1CE4E5B9ull;
+        h ^= h >> 31;
+    }
+    return h;
+}
+
+static int key_equal(const CacheKey *a, const CacheKey *b)
+{
+    return a->n == b->n && memcmp(a->w, b->w, (size_t)a->n * sizeof a->w[0]) == 0;
+}
+
+/* The slot of key k: its entry, or the empty slot it would take (n_blocks -1 marks empty). */
+static CacheEntry *map_slot(CacheMap *m, const CacheKey *k)
+{
+    size_t h = (size_t)key_hash(k) & (m->cap - 1);
+    while (m->e[h].key.n > 0 && !key_equal(&m->e[h].key, k))
+        h = (h + 1) & (m->cap - 1);
+    return &m->e[h];
+}
+
+static int map_grow(CacheMap *m)
+{
+    if (m->cap && m->n * 2 < m->cap)
+        return PX_OK;
+    CacheMap g = {calloc(m->cap ? 2 * m->cap : 256, sizeof(CacheEntry)), m->cap ? 2 * m->cap : 256, m->n};
+    if (!g.e)
+        return PX_ERUNTIME;
+    for (size_t i = 0; i < m->cap; i++)
+        if (m->e[i].key.n > 0)
+            *map_slot(&g, &m->e[i].key) = m->e[i];
+    free(m->e);
+    *m = g;
+    return PX_OK;
+}
+
+static void key_chunks(CacheKey *k, const ModelSpec *s, const ModelDims *d, int stage)
+{
+    for (int j = 0; j < d->v; j++) {
+        int g = model_global_chunk(d, stage, j);
+        int l0, nl = model_chunk_layers(s, d, g, &l0);
+        k->w[k->n++] = (uint64_t)(g == 0) << 63 | (uint64_t)(g == d->chunks - 1) << 62 |
+                       (uint64_t)(uint32_t)l0 << 24 | (uint64_t)(uint32_t)nl;
+    }
+}
+
+int model_tensors_build_cached(ModelTableCache *c, const ModelSpec *s, const ModelDims *d,
+                               int stage, ModelTensorTable *tt, PxError *err)
+{
+    if (!c || d->v > CACHE_MAX_CHUNKS)
+        return model_tensors_build_compact(s, d, stage, tt, err);
+    ModelJob job = s->job;
+    job.micro_batch = 0; /* a key's (d->b): the planner varies it */
+    if (!c->have_spec || memcmp(&c->model, &s->model, sizeof c->model) != 0 ||
+        memcmp(&c->job, &job, sizeof c->job) != 0) {
+        map_clear(&c->params);
+        map_clear(&c->acts);
+        c->model = s->model;
+        c->job = job;
+        c->have_spec = 1;
+    }
+    if (map_grow(&c->params) || map_grow(&c->acts))
+        return px_fail(err, PX_ERUNTIME, "out of memory caching tensor tables");
+    const ModelLayout *l = &s->layout;
+    CacheKey kp = {0}, ka = {0};
+    const uint64_t pk[] = {(uint64_t)d->t, (uint64_t)l->zero, (uint64_t)d->zero_group,
+                           (uint64_t)d->v, (uint64_t)d->param, (uint64_t)d->grad,
+                           (uint64_t)d->master, (uint64_t)d->vocab_loc, (uint64_t)d->q_loc,
+                           (uint64_t)d->kv_width_loc, (uint64_t)d->ffn_out_loc,
+                           (uint64_t)d->ffn_loc, (uint64_t)d->h, (uint64_t)d->chunks};
+    const uint64_t ak[] = {(uint64_t)d->act, (uint64_t)d->b, (uint64_t)d->s, (uint64_t)d->s_loc,
+                           (uint64_t)d->s_sp, (uint64_t)d->h, (uint64_t)d->q_loc,
+                           (uint64_t)d->kv_width_loc, (uint64_t)d->heads_loc,
+                           (uint64_t)d->ffn_out_loc, (uint64_t)d->ffn_loc, (uint64_t)d->vocab_loc,
+                           (uint64_t)d->m, (uint64_t)d->c,
+                           (uint64_t)(d->p > 1) | (uint64_t)d->pp_split << 1 | (uint64_t)(l->sp != 0) << 32 |
+                               (uint64_t)l->recompute << 33,
+                           (uint64_t)d->v | (uint64_t)d->chunks << 32};
+    memcpy(kp.w, pk, sizeof pk);
+    kp.n = (int)(sizeof pk / sizeof pk[0]);
+    memcpy(ka.w, ak, sizeof ak);
+    ka.n = (int)(sizeof ak / sizeof ak[0]);
+    key_chunks(&kp, s, d, stage);
+    key_chunks(&ka, s, d, stage);
+    CacheEntry *ep = map_slot(&c->params, &kp), *ea = map_slot(&c->acts, &ka);
+    int rc;
+    if (ep->key.n == 0) { /* the parameter half, built once */
+        ModelTensorTable part;
+        if ((rc = tensors_build(s, d, stage, 1, PART_PARAMS, &part, err))) {
+            model_tensors_free(&part);
+            return rc;
+        }
+        ep->blocks = part.blocks;
+        ep->n_blocks = part.n_blocks;
+        ep->params = part.params;
+        memcpy(ep->cat, part.cat_bytes, sizeof ep->cat);
+        part.blocks = NULL;
+        model_tensors_free(&part);
+        ep->key = kp;
+        c->params.n++;
+    }
+    if (ea->key.n == 0) { /* the activation half, built once */
+        ModelTensorTable part;
+        if ((rc = tensors_build(s, d, stage, 1, PART_ACTS, &part, err))) {
+            model_tensors_free(&part);
+            return rc;
+        }
+        ea->act_chunk = part.act_chunk_bytes;
+        ea->act_layer = part.act_layer_bytes;
+        memcpy(ea->cat, part.cat_bytes, sizeof ea->cat);
+        part.act_chunk_bytes = part.act_layer_bytes = NULL;
+        model_tensors_free(&part);
+        ea->key = ka;
+        c->acts.n++;
+    }
+    /* the table from its halves, whose arrays it borrows (the cache outlives it) */
+    memset(tt, 0, sizeof *tt);
+    tt->stage = stage;
+    tt->compact = 1;
+    tt->borrowed = 1;
+    tt->blocks = ep->blocks;
+    tt->n_blocks = tt->blocks_cap = ep->n_blocks;
+    tt->params = ep->params;
+    tt->act_chunk_bytes = ea->act_chunk;
+    tt->act_layer_bytes = ea->act_layer;
+    for (int k = 0; k < MODEL_CAT_COUNT; k++)
+        tt->cat_bytes[k] = ep->cat[k] + ea->cat[k];
+    return PX_OK;
 }
 
 void model_tensors_free(ModelTensorTable *tt)
 {
     if (!tt)
         return;
+    if (tt->borrowed) {
+        memset(tt, 0, sizeof *tt);
+        return;
+    }
     free(tt->t);
     free(tt->blocks);
     free(tt->act_chunk_bytes);

@@ -273,6 +273,7 @@ int sim_plan(const SimPlanRequest *q, const ProfCluster *cl, SimPlanResult *res,
     SimResult twin;
     int have_twin = 0;
     LayerCosts costs = {0};
+    ModelTableCache *tables = NULL;
     if (gpus < 1)
         return px_fail(err, PX_EINPUT, "--gpus must be at least 1");
     if (cl->nodes > 0 && (double)gpus > (double)cl->nodes * cl->node_devices)
@@ -281,11 +282,12 @@ int sim_plan(const SimPlanRequest *q, const ProfCluster *cl, SimPlanResult *res,
     int node = prof_node_size(cl, gpus);
     if (node > gpus)
         node = gpus;
+    tables = model_table_cache_new();
     res->top = calloc((size_t)cap, sizeof *res->top);
     Knobs *kept = calloc((size_t)cap, sizeof *kept);
     size_t pend_cap = 4096, n_pend = 0;
     Pending *pend = malloc(pend_cap * sizeof *pend);
-    if (!res->top || !kept || !pend) {
+    if (!res->top || !kept || !pend || !tables) {
         rc = px_fail(err, PX_ERUNTIME, "out of memory planning");
         goto out;
     }
@@ -413,7 +415,7 @@ int sim_plan(const SimPlanRequest *q, const ProfCluster *cl, SimPlanResult *res,
                                                 sim_result_free(&r);
                                                 goto out;
                                             }
-                                        } else if ((rc = sim_run_ex(&s, cl, gpus, 1, SIM_MEMORY, &r, err))) {
+                                        } else if ((rc = sim_run_cached(&s, cl, gpus, tables, SIM_MEMORY, &r, err))) {
                                             goto out;
                                         }
                                         if (have_twin) {
@@ -513,7 +515,7 @@ int sim_plan(const SimPlanRequest *q, const ProfCluster *cl, SimPlanResult *res,
         ModelSpec s;
         apply(q, &pend[i].k, &s);
         SimResult r;
-        if ((rc = sim_run_ex(&s, cl, gpus, 1, SIM_BOUND, &r, err)))
+        if ((rc = sim_run_cached(&s, cl, gpus, tables, SIM_BOUND, &r, err)))
             goto out;
         /* the exact bound (every op, no pipeline) before the pipeline itself */
         if (res->n_top == cap &&
@@ -542,6 +544,7 @@ out:
         sim_result_free(&twin);
     free(costs.key);
     free(costs.seconds);
+    model_table_cache_free(tables);
     free(kept);
     free(pend);
     res->seconds = now_s() - t0;

@@ -39,6 +39,7 @@ typedef struct {
 
 typedef struct {
     int compact;    /* built with compact tables and graphs (sim_run_ex) */
+    ModelTableCache *cache; /* the caller's, tables come from it (sim_run_cached); not owned */
     ModelSpec spec; /* as normalised by model_spec_check (dp, schedule, global batch filled) */
     ModelDims dims;
     ProfCluster cluster;
@@ -82,6 +83,11 @@ enum { SIM_MEMORY = 1, SIM_BOUND = 2, SIM_FULL = 3 };
  * time agree with sim_run's (tests check it); op lists hold one layer per chunk. */
 int sim_run_ex(const ModelSpec *spec, const ProfCluster *cluster, int gpus, int compact,
                int level, SimResult *out, PxError *err);
+/* sim_run_ex's fast path with the planner's cache of compact tables (model_table_cache_new;
+ * NULL: none): the same results, tables put together from halves built once per distinct
+ * input. The cache must outlive the result. */
+int sim_run_cached(const ModelSpec *spec, const ProfCluster *cluster, int gpus,
+                   ModelTableCache *cache, int level, SimResult *out, PxError *err);
 /* Takes a result of sim_run_ex further, up to `level`. */
 int sim_continue(SimResult *r, int level, PxError *err);
 /* The same layout under another schedule, for a result short of SIM_FULL: its tables, ops,

@@ -16,14 +16,10 @@ void sim_result_free(SimResult *r)
         for (int i = 0; i < r->dims.p; i++)
             if (r->ops[i].cap > 0) /* a middle stage borrows its model stage's ops (cap 0) */
                 model_ops_free(&r->ops[i]);
-    free(r->ops);
     if (r->tables)
         for (int i = 0; i < r->dims.p; i++)
             model_tensors_free(&r->tables[i]);
-    free(r->tables);
-    free(r->mem);
-    free(r->rank_flops);
-    free(r->comm);
+    free(r->mem); /* one block: mem, rank_flops, comm, ops, tables */
     memset(r, 0, sizeof *r);
 }
 
@@ -101,8 +97,9 @@ static int build_memory(SimResult *r, PxError *err)
         const int model_st = sim_stage_model(r, st);
         int rc = PX_OK;
         if (model_st == st)
-            rc = r->compact ? model_tensors_build_compact(&r->spec, d, st, &r->tables[st], err)
-                            : model_tensors_build(&r->spec, d, st, &r->tables[st], err);
+            rc = r->cache     ? model_tensors_build_cached(r->cache, &r->spec, d, st, &r->tables[st], err)
+                 : r->compact ? model_tensors_build_compact(&r->spec, d, st, &r->tables[st], err)
+                              : model_tensors_build(&r->spec, d, st, &r->tables[st], err);
         if (!rc)
             rc = stage_memory(r, &r->tables[model_st], st, &r->mem[st], err);
         if (rc)
@@ -214,11 +211,27 @@ int sim_continue(SimResult *r, int level, PxError *err)
     return PX_OK;
 }
 
+static int run(const ModelSpec *spec, const ProfCluster *cl, int gpus, int compact,
+               ModelTableCache *cache, int level, SimResult *r, PxError *err);
+
 int sim_run_ex(const ModelSpec *spec, const ProfCluster *cl, int gpus, int compact, int level,
                SimResult *r, PxError *err)
 {
+    return run(spec, cl, gpus, compact, NULL, level, r, err);
+}
+
+int sim_run_cached(const ModelSpec *spec, const ProfCluster *cl, int gpus, ModelTableCache *cache,
+                   int level, SimResult *r, PxError *err)
+{
+    return run(spec, cl, gpus, 1, cache, level, r, err);
+}
+
+static int run(const ModelSpec *spec, const ProfCluster *cl, int gpus, int compact,
+               ModelTableCache *cache, int level, SimResult *r, PxError *err)
+{
     memset(r, 0, sizeof *r);
     r->compact = compact;
+    r->cache = cache;
     r->spec = *spec;
     r->cluster = *cl;
     if (r->spec.job.precision == PX_DTYPE_COUNT)
@@ -236,12 +249,18 @@ int sim_run_ex(const ModelSpec *spec, const ProfCluster *cl, int gpus, int compa
     r->rank_memory_bytes = prof_rank_memory(cl, r->node_size);
     r->params = model_config_params(&r->spec.model);
 
-    r->mem = calloc((size_t)d->p, sizeof *r->mem);
-    r->rank_flops = calloc((size_t)d->p, sizeof *r->rank_flops);
-    r->comm = calloc((size_t)d->p, sizeof *r->comm);
-    r->ops = calloc((size_t)d->p, sizeof *r->ops);
-    r->tables = calloc((size_t)d->p, sizeof *r->tables);
-    if (!r->mem || !r->rank_flops || !r->comm || !r->ops || !r->tables) {
+    /* the per-stage arrays in one block (each element a multiple of 8 bytes) */
+    const size_t p = (size_t)d->p;
+    char *block = calloc(1, p * (sizeof *r->mem + sizeof *r->rank_flops + sizeof *r->comm +
+                                 sizeof *r->ops + sizeof *r->tables));
+    if (block) {
+        r->mem = (SimStageMemory *)block;
+        r->rank_flops = (double *)(r->mem + p);
+        r->comm = (uint64_t(*)[MODEL_COMM_COUNT])(r->rank_flops + p);
+        r->ops = (ModelOpGraph *)(r->comm + p);
+        r->tables = (ModelTensorTable *)(r->ops + p);
+    }
+    if (!block) {
         sim_result_free(r);
         return px_fail(err, PX_ERUNTIME, "out of memory for %d pipeline stages", d->p);
     }

@@ -6,6 +6,7 @@
 #include "test.h"
 
 static int compared, rescheduled;
+static ModelTableCache *cache; /* shared by every layout, as the planner's */
 
 static void compare(ModelSpec s, const ProfCluster *cl, int gpus)
 {
@@ -40,6 +41,20 @@ static void compare(ModelSpec s, const ProfCluster *cl, int gpus)
         CHECK_REL(full.stage_time[st].step_s, fast.stage_time[st].step_s, 1e-9);
     }
     CHECK_EQ_U64(full.peak_bytes, fast.peak_bytes);
+    /* the planner's cached tables give the fast path's results to the bit */
+    {
+        SimResult cached;
+        CHECK_OK(sim_run_cached(&s, cl, gpus, cache, SIM_FULL, &cached, &err), err);
+        for (int st = 0; st < d.p; st++) {
+            for (int c = 0; c < MODEL_CAT_COUNT; c++)
+                CHECK_EQ_U64(fast.mem[st].cat[c], cached.mem[st].cat[c]);
+            for (int k = 0; k < MODEL_COMM_COUNT; k++)
+                CHECK_EQ_U64(fast.comm[st][k], cached.comm[st][k]);
+            CHECK(fast.stage_time[st].step_s == cached.stage_time[st].step_s);
+        }
+        CHECK(fast.step_s == cached.step_s && fast.bound_s == cached.bound_s);
+        sim_result_free(&cached);
+    }
     /* the planner's twin: a result short of the pipeline moved to the other schedule */
     if (d.v == 1 && d.p > 1) {
         ModelSpec other = s;
@@ -152,8 +167,11 @@ static void test_uneven_placement(void)
 int main(void)
 {
     px_log_set_quiet(1);
+    cache = model_table_cache_new();
+    CHECK(cache != NULL);
     test_layouts();
     test_uneven_placement();
+    model_table_cache_free(cache);
     printf("compared %d layouts, %d moved to the other schedule\n", compared, rescheduled);
     CHECK(rescheduled > 100);
     CHECK(compared > 500);
