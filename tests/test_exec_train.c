@@ -1,16 +1,35 @@
 /* Training end to end on one rank:
  * - tiny learns the built-in text (the loss falls well below its start);
  * - exec_run writes run.json (DESIGN.md's Run keys) and a metrics log of one JSON line per step;
- * - the loader thread gives the same batches as reading in place (bit-identical losses);
+ * - the loader thread gives the same batches as reading in place (bit-identical losses), and
+ *   it is the one that reads: step k + 1's batch arrives while nobody asks for it after step k,
+ *   and the main thread reads nothing;
  * - text files and llm.c .bin token files are read token for token;
  * - initial weights are exec_init_normal's layout-independent values;
  * - the built-in text is deterministic ASCII. */
+/* syscall(), to reach the kernel's pread under the pread defined below */
+#define _DEFAULT_SOURCE
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "exec/internal.h"
 #include "tests/test_exec_common.h"
 
 static char dir[64];
+
+/* Every read of a data file (exec/data.c reads with pread) comes here first, so the test knows
+ * which thread made it. */
+static pthread_t main_thread;
+static atomic_int reads_main, reads_loader;
+
+ssize_t pread(int fd, void *buf, size_t n, off_t off)
+{
+    atomic_fetch_add(pthread_equal(pthread_self(), main_thread) ? &reads_main : &reads_loader, 1);
+    return (ssize_t)syscall(SYS_pread64, fd, buf, n, off);
+}
 
 static void path_in(char *buf, size_t cap, const char *name)
 {
@@ -194,6 +213,49 @@ static void test_data_files(void)
     unlink(txt);
 }
 
+/* The loader thread reads the next step's batch while the current one computes: exec_step(k)
+ * asks for step k + 1 as it takes step k's batch, so once step k has returned, step k + 1's
+ * batch arrives without anyone asking for it; the main thread never reads the file. */
+static void test_prefetch(void)
+{
+    enum { NTOK = 5000 };
+    char txt[128];
+    path_in(txt, sizeof txt, "prefetch.txt");
+    char text[NTOK];
+    for (int i = 0; i < NTOK; i++)
+        text[i] = (char)('a' + i * 7 % 26);
+    write_file(txt, text, NTOK);
+    ModelSpec s = tx_spec("tiny", 16, 4, 2); /* 2 micro-batches of 2: 4 sequences a step */
+    Exec *ex = exec_with(&s, txt, NULL, NULL, 1);
+    PxError err = {0};
+    /* the thread, as exec_run starts it */
+    exec_loader_stop(&ex->loader);
+    CHECK_OK(exec_loader_start(&ex->loader, 1, &err), err);
+    main_thread = pthread_self();
+    atomic_store(&reads_main, 0);
+    atomic_store(&reads_loader, 0);
+    enum { STEPS = 5 };
+    for (int k = 0; k < STEPS; k++) {
+        ExecStepStats st;
+        CHECK_OK(exec_step(ex, k, &st, &err), err);
+        CHECK(isfinite(st.loss));
+        const int32_t *batch = NULL;
+        int ready = 0;
+        /* up to 10 s: the thread may be descheduled on a busy machine, but it must come */
+        for (int w = 0; w < 10000 && !(ready = exec_loader_ready(&ex->loader, k + 1, &batch)); w++)
+            nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
+        if (!ready) {
+            fprintf(stderr, "step %d: the batch of step %d was not read ahead\n", k + 1, k + 2);
+            exit(1);
+        }
+    }
+    /* one pread per sequence: steps 1 .. STEPS + 1, four sequences each, all by the thread */
+    CHECK_EQ_INT(0, atomic_load(&reads_main));
+    CHECK_EQ_INT((STEPS + 1) * 4, atomic_load(&reads_loader));
+    exec_free(ex);
+    unlink(txt);
+}
+
 static void test_init_and_text(void)
 {
     ModelSpec s = tx_spec("tiny-llama", 16, 2, 1);
@@ -241,6 +303,7 @@ int main(void)
     CHECK(mkdtemp(dir) != NULL);
     test_init_and_text();
     test_data_files();
+    test_prefetch();
     test_run_files();
     test_learns();
     rmdir(dir);
