@@ -5,6 +5,9 @@
  *   it is the one that reads: step k + 1's batch arrives while nobody asks for it after step k,
  *   and the main thread reads nothing;
  * - text files and llm.c .bin token files are read token for token;
+ * - the learning rate of every step is the warm-up + cosine schedule, and the update applies
+ *   it with the clip factor: SGD without momentum moves each weight by exactly
+ *   -lr * g * min(1, clip / norm);
  * - initial weights are exec_init_normal's layout-independent values;
  * - the built-in text is deterministic ASCII. */
 /* syscall(), to reach the kernel's pread under the pread defined below */
@@ -256,6 +259,88 @@ static void test_prefetch(void)
     unlink(txt);
 }
 
+/* Every weight and gradient in table order (the order the arenas hold them). */
+static void snapshot(Exec *ex, ModelCategory cat, float *out, uint64_t cap, uint64_t *n_out)
+{
+    const ModelTensorTable *tt = exec_table(ex);
+    uint64_t n = 0;
+    for (int i = 0; i < tt->count; i++) {
+        if (tt->t[i].cat != cat)
+            continue;
+        uint64_t k = 0;
+        const float *p = exec_tensor(ex, tt->t[i].name, &k);
+        CHECK(p != NULL && n + k <= cap);
+        memcpy(out + n, p, k * sizeof *p);
+        n += k;
+    }
+    *n_out = n;
+}
+
+static void test_lr_and_clip(double grad_clip)
+{
+    ModelSpec s = tx_spec("tiny", 16, 4, 2);
+    s.job.optimizer = MODEL_OPT_SGD_MOMENTUM;
+    s.job.momentum = 0;
+    s.job.weight_decay = 0;
+    s.job.lr = 1e-2;
+    s.job.min_lr = 1e-3;
+    s.job.warmup_steps = 3;
+    s.job.steps = 10;
+    s.job.grad_clip = grad_clip;
+    Exec *ex = tx_exec(&s);
+    enum { CAP = 1 << 20 };
+    float *w0 = malloc(CAP * sizeof *w0), *g0 = malloc(CAP * sizeof *g0), *w1 = malloc(CAP * sizeof *w1);
+    CHECK(w0 && g0 && w1);
+    PxError err = {0};
+    int clipped = 0;
+    for (int k = 0; k < s.job.steps; k++) {
+        uint64_t nw = 0, ng = 0;
+        double loss = 0;
+        /* the step's gradients, then the step itself (the same batch: the same gradients) */
+        CHECK_OK(exec_grads(ex, k, &loss, &err), err);
+        snapshot(ex, MODEL_WEIGHTS, w0, CAP, &nw);
+        snapshot(ex, MODEL_GRADS, g0, CAP, &ng);
+        CHECK_EQ_U64(nw, ng);
+        ExecStepStats st;
+        CHECK_OK(exec_step(ex, k, &st, &err), err);
+        CHECK(st.loss == loss);
+        /* warm-up over 3 steps, then a cosine from lr at step 4 to min_lr at step 10 */
+        if (k < 3) {
+            CHECK(st.lr == s.job.lr * (double)(k + 1) / 3);
+        } else {
+            const double progress = (double)(k - 3) / 6.0;
+            CHECK_REL(s.job.min_lr + 0.5 * (s.job.lr - s.job.min_lr) * (1.0 + cos(acos(-1.0) * progress)),
+                      st.lr, 1e-15);
+        }
+        if (k == 3)
+            CHECK_REL(s.job.lr, st.lr, 1e-15);
+        if (k == s.job.steps - 1)
+            CHECK(st.lr == s.job.min_lr);
+        /* the norm before clipping, over every gradient */
+        double sq = 0;
+        for (uint64_t i = 0; i < ng; i++)
+            sq += (double)g0[i] * g0[i];
+        CHECK_REL(sqrt(sq), st.grad_norm, 1e-12);
+        const double factor = grad_clip > 0 && st.grad_norm > grad_clip ? grad_clip / st.grad_norm : 1.0;
+        clipped += factor < 1.0;
+        const float scale = (float)factor, lr = (float)st.lr;
+        snapshot(ex, MODEL_WEIGHTS, w1, CAP, &nw);
+        for (uint64_t i = 0; i < nw; i++) {
+            const float want = w0[i] - lr * (g0[i] * scale);
+            if (w1[i] != want) {
+                fprintf(stderr,
+                        "step %d, weight %llu: expected %.9g - %.9g * %.9g * %.9g = %.9g, got %.9g\n",
+                        k + 1, (unsigned long long)i, w0[i], lr, g0[i], scale, want, w1[i]);
+                exit(1);
+            }
+        }
+    }
+    /* at initialization the norm is about 1-4: a clip of 0.5 cuts every step, none cuts none */
+    CHECK_EQ_INT(grad_clip > 0 ? s.job.steps : 0, clipped);
+    free(w0), free(g0), free(w1);
+    exec_free(ex);
+}
+
 static void test_init_and_text(void)
 {
     ModelSpec s = tx_spec("tiny-llama", 16, 2, 1);
@@ -304,6 +389,8 @@ int main(void)
     test_init_and_text();
     test_data_files();
     test_prefetch();
+    test_lr_and_clip(0.5);
+    test_lr_and_clip(0);
     test_run_files();
     test_learns();
     rmdir(dir);
