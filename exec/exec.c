@@ -1277,10 +1277,13 @@ int exec_init(Exec **out, const ModelPlan *plan, const ExecOptions *opt, PxError
             goto fail;
     exec_sample_device_memory(ex);
 
-    /* the loader reads into host staging buffers, copied to data.batch ahead of their step */
+    /* the loader reads into host staging buffers, copied to data.batch ahead of their step;
+     * the CPU's data.batch is host memory already, so there the loader fills its two halves
+     * directly and the batches take no memory beyond the workspace arena */
     ExecLoader *ld = &ex->loader;
     ex->staged = -1;
-    if (ex->has_data) {
+    const int direct = ex->k == kern_cpu();
+    if (ex->has_data && !direct) {
         const size_t bytes = (size_t)d->m * d->b * (size_t)(d->s + 1) * sizeof(int32_t);
         for (int i = 0; i < 2; i++)
             if (!(ex->stage_buf[i] = ex->k->host_alloc(bytes))) {
@@ -1290,8 +1293,8 @@ int exec_init(Exec **out, const ModelPlan *plan, const ExecOptions *opt, PxError
             }
     }
     ld->src = &ex->data;
-    ld->buf[0] = ex->stage_buf[0];
-    ld->buf[1] = ex->stage_buf[1];
+    ld->buf[0] = direct ? ex->batch[0] : ex->stage_buf[0];
+    ld->buf[1] = direct ? ex->batch[1] : ex->stage_buf[1];
     ld->rows = d->m * d->b;
     ld->row_len = d->s + 1;
     ld->seq_len = d->s;

@@ -154,12 +154,13 @@ void exec_data_close(ExecData *d);
 
 /* The batch of a step on this rank, read by a thread while the previous step computes, into
  * host staging buffers (the backend's host_alloc: page-locked on CUDA) from which the main
- * thread copies it to the device (data.batch) on the backend's copy stream. Buffer b holds step
+ * thread copies it to the device (data.batch) on the backend's copy stream; on the CPU the two
+ * buffers are data.batch's own halves and nothing is copied. Buffer b holds step
  * `have[b]`; the main thread asks for a step by setting want[] (only for a buffer it is not
  * copying from), the thread fills it. */
 typedef struct {
     const ExecData *src;
-    int32_t *buf[2];  /* host staging: [2][m][b][s + 1] */
+    int32_t *buf[2];  /* host staging (the CPU: data.batch): [2][m][b][s + 1] */
     int rows, row_len;   /* m*b sequences of s + 1 tokens per step on this rank */
     long long global_batch, first_seq; /* sequences per step; this rank's first of them */
     int seq_len;

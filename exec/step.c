@@ -355,7 +355,8 @@ static int batch_for_step(Exec *ex, int step, const int32_t **out, PxError *err)
     if (rc)
         return rc;
     if (ex->staged != step) {
-        ex->k->to_device_async(ex->batch[b], host, batch_bytes(ex));
+        if (host != ex->batch[b]) /* else the loader wrote it in place (the CPU) */
+            ex->k->to_device_async(ex->batch[b], host, batch_bytes(ex));
         if (ex->staged >= 0 && ex->staged % 2 == b)
             ex->staged = -1; /* its device buffer now holds this step */
     }
@@ -370,7 +371,7 @@ static void stage_next(Exec *ex, int next)
 {
     const int32_t *host = NULL;
     if (!ex->has_data || next >= ex->steps || ex->staged == next ||
-        !exec_loader_ready(&ex->loader, next, &host))
+        !exec_loader_ready(&ex->loader, next, &host) || host == ex->batch[next % 2])
         return;
     ex->k->to_device_async(ex->batch[next % 2], host, batch_bytes(ex));
     ex->staged = next;

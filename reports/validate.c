@@ -129,7 +129,8 @@ int rpt_validate(const RptValidate *q, cJSON **json_out, FILE *log, PxError *err
     cJSON_AddStringToObject(out, "model", q->base.model.name);
     cJSON_AddStringToObject(out, "cluster", q->cluster->name);
     cJSON *layouts = cJSON_AddArrayToObject(out, "layouts");
-    int rc = PX_OK, n_timed = 0, pick = 0, pick_pp = 0;
+    int rc = PX_OK, n_timed = 0, pick = 0, pick_pp = 0, n_loss = 0, loss_steps = 0;
+    double first_lo = 0, first_hi = 0, last_lo = 0, last_hi = 0;
     if (!labels || !lp || !pred || !meas || !tf) {
         rc = px_fail(err, PX_ERUNTIME, "out of memory");
         goto out;
@@ -191,6 +192,15 @@ int rpt_validate(const RptValidate *q, cJSON **json_out, FILE *log, PxError *err
             cJSON_Delete(pj);
             goto out;
         }
+        /* the run trained for real: its first and last losses */
+        const cJSON *st = cJSON_GetObjectItemCaseSensitive(run, "steps");
+        const int n_steps = cJSON_GetArraySize(st);
+        const double loss0 = n_steps ? cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(
+                                           cJSON_GetArrayItem(st, 0), "loss"))
+                                     : NAN;
+        const double loss1 = n_steps ? cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(
+                                           cJSON_GetArrayItem(st, n_steps - 1), "loss"))
+                                     : NAN;
         RptCompare c;
         rc = rpt_compare(pj, run, &c, err);
         cJSON_Delete(pj);
@@ -222,6 +232,21 @@ int rpt_validate(const RptValidate *q, cJSON **json_out, FILE *log, PxError *err
             cJSON_AddNumberToObject(lj, "ops_over_1pct", ops);
             cJSON_AddNumberToObject(lj, "ops_within_15pct", ops_ok);
         }
+        cJSON_AddNumberToObject(lj, "steps", n_steps);
+        if (isfinite(loss0) && isfinite(loss1)) {
+            cJSON_AddNumberToObject(lj, "loss_first", loss0);
+            cJSON_AddNumberToObject(lj, "loss_last", loss1);
+        }
+        if (timing && isfinite(loss0) && isfinite(loss1)) {
+            if (!n_loss++) {
+                loss_steps = n_steps;
+                first_lo = first_hi = loss0;
+                last_lo = last_hi = loss1;
+            }
+            first_lo = fmin(first_lo, loss0), first_hi = fmax(first_hi, loss0);
+            last_lo = fmin(last_lo, loss1), last_hi = fmax(last_hi, loss1);
+            loss_steps = n_steps < loss_steps ? n_steps : loss_steps;
+        }
         cJSON_AddBoolToObject(lj, "memory_equal", mem_equal);
         cJSON_AddBoolToObject(lj, "comm_equal", comm_equal);
         cJSON_AddItemToObject(lj, "compare", rpt_compare_to_json(&c));
@@ -247,6 +272,19 @@ int rpt_validate(const RptValidate *q, cJSON **json_out, FILE *log, PxError *err
         snprintf(line, sizeof line, "%11.4f %11s %8s %9s %7s %7s\n", step_p, ms, es, os,
                  mem_equal ? "equal" : "DIFFER", comm_equal ? "equal" : "DIFFER");
         fprintf(tf, "%3d %5d  %-50s %s", i + 1, ranks, lay, line);
+        if (log)
+            fputs(line, log);
+    }
+    /* every layout trains the same trajectory: say where it went */
+    if (n_loss > 0) {
+        char first[48], last[48], line[192];
+        snprintf(first, sizeof first, first_hi - first_lo < 5e-5 ? "%.4f" : "%.4f to %.4f",
+                 first_lo, first_hi);
+        snprintf(last, sizeof last, last_hi - last_lo < 5e-5 ? "%.4f" : "%.4f to %.4f", last_lo,
+                 last_hi);
+        snprintf(line, sizeof line, "training: loss %s at step 1, %s at step %d, on each of the %d "
+                 "timed layouts\n", first, last, loss_steps, n_loss);
+        fputs(line, tf);
         if (log)
             fputs(line, log);
     }

@@ -37,8 +37,10 @@ static void check_case(const char *what, ModelSpec s)
     /* the schedule really held that many sets at once: the pools were not oversized */
     CHECK_EQ_U64(mem[MODEL_ACTIVATIONS], exec_activations_in_use_peak(ex));
 
+    /* exactly: here every count is a whole number (or a half, with causal FLOPs) far below
+     * 2^53, so doubles add them without rounding in any order */
     double counted = exec_step_flops(ex);
-    if (!(fabs(counted - r.rank_flops[0]) <= 1e-12 * r.rank_flops[0])) {
+    if (counted != r.rank_flops[0]) {
         fprintf(stderr, "%s: FLOPs per step: predicted %.17g, counted %.17g\n", what,
                 r.rank_flops[0], counted);
         exit(1);
@@ -55,7 +57,7 @@ static void check_case(const char *what, ModelSpec s)
         model_op_fullname(op, name, sizeof name);
         CHECK_STR(name, ops[i].name);
         double times = (op->per_microbatch ? r.dims.m : 1) * (double)op->repeat;
-        if (ops[i].calls != times || fabs(ops[i].flops - op->flops * times) > 1e-9 * op->flops * times) {
+        if (ops[i].calls != times || ops[i].flops != op->flops * times) {
             fprintf(stderr, "%s: op %s: predicted %g calls and %.17g FLOPs, measured %g and %.17g\n",
                     what, name, times, op->flops * times, ops[i].calls, ops[i].flops);
             exit(1);

@@ -1,16 +1,38 @@
 /* Training end to end on one rank:
  * - tiny learns the built-in text (the loss falls well below its start);
  * - exec_run writes run.json (DESIGN.md's Run keys) and a metrics log of one JSON line per step;
- * - the loader thread gives the same batches as reading in place (bit-identical losses);
+ * - the loader thread gives the same batches as reading in place (bit-identical losses), and
+ *   it is the one that reads: step k + 1's batch arrives while nobody asks for it after step k,
+ *   and the main thread reads nothing;
  * - text files and llm.c .bin token files are read token for token;
+ * - the learning rate of every step is the warm-up + cosine schedule, and the update applies
+ *   it with the clip factor: SGD without momentum moves each weight by exactly
+ *   -lr * g * min(1, clip / norm);
  * - initial weights are exec_init_normal's layout-independent values;
  * - the built-in text is deterministic ASCII. */
+/* syscall(), to reach the kernel's pread under the pread defined below */
+#define _DEFAULT_SOURCE
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "exec/internal.h"
 #include "tests/test_exec_common.h"
 
 static char dir[64];
+
+/* Every read of a data file (exec/data.c reads with pread) comes here first, so the test knows
+ * which thread made it. */
+static pthread_t main_thread;
+static atomic_int reads_main, reads_loader;
+
+ssize_t pread(int fd, void *buf, size_t n, off_t off)
+{
+    atomic_fetch_add(pthread_equal(pthread_self(), main_thread) ? &reads_main : &reads_loader, 1);
+    return (ssize_t)syscall(SYS_pread64, fd, buf, n, off);
+}
 
 static void path_in(char *buf, size_t cap, const char *name)
 {
@@ -194,6 +216,131 @@ static void test_data_files(void)
     unlink(txt);
 }
 
+/* The loader thread reads the next step's batch while the current one computes: exec_step(k)
+ * asks for step k + 1 as it takes step k's batch, so once step k has returned, step k + 1's
+ * batch arrives without anyone asking for it; the main thread never reads the file. */
+static void test_prefetch(void)
+{
+    enum { NTOK = 5000 };
+    char txt[128];
+    path_in(txt, sizeof txt, "prefetch.txt");
+    char text[NTOK];
+    for (int i = 0; i < NTOK; i++)
+        text[i] = (char)('a' + i * 7 % 26);
+    write_file(txt, text, NTOK);
+    ModelSpec s = tx_spec("tiny", 16, 4, 2); /* 2 micro-batches of 2: 4 sequences a step */
+    Exec *ex = exec_with(&s, txt, NULL, NULL, 1);
+    PxError err = {0};
+    /* the thread, as exec_run starts it */
+    exec_loader_stop(&ex->loader);
+    CHECK_OK(exec_loader_start(&ex->loader, 1, &err), err);
+    main_thread = pthread_self();
+    atomic_store(&reads_main, 0);
+    atomic_store(&reads_loader, 0);
+    enum { STEPS = 5 };
+    for (int k = 0; k < STEPS; k++) {
+        ExecStepStats st;
+        CHECK_OK(exec_step(ex, k, &st, &err), err);
+        CHECK(isfinite(st.loss));
+        const int32_t *batch = NULL;
+        int ready = 0;
+        /* up to 10 s: the thread may be descheduled on a busy machine, but it must come */
+        for (int w = 0; w < 10000 && !(ready = exec_loader_ready(&ex->loader, k + 1, &batch)); w++)
+            nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
+        if (!ready) {
+            fprintf(stderr, "step %d: the batch of step %d was not read ahead\n", k + 1, k + 2);
+            exit(1);
+        }
+    }
+    /* one pread per sequence: steps 1 .. STEPS + 1, four sequences each, all by the thread */
+    CHECK_EQ_INT(0, atomic_load(&reads_main));
+    CHECK_EQ_INT((STEPS + 1) * 4, atomic_load(&reads_loader));
+    exec_free(ex);
+    unlink(txt);
+}
+
+/* Every weight and gradient in table order (the order the arenas hold them). */
+static void snapshot(Exec *ex, ModelCategory cat, float *out, uint64_t cap, uint64_t *n_out)
+{
+    const ModelTensorTable *tt = exec_table(ex);
+    uint64_t n = 0;
+    for (int i = 0; i < tt->count; i++) {
+        if (tt->t[i].cat != cat)
+            continue;
+        uint64_t k = 0;
+        const float *p = exec_tensor(ex, tt->t[i].name, &k);
+        CHECK(p != NULL && n + k <= cap);
+        memcpy(out + n, p, k * sizeof *p);
+        n += k;
+    }
+    *n_out = n;
+}
+
+static void test_lr_and_clip(double grad_clip)
+{
+    ModelSpec s = tx_spec("tiny", 16, 4, 2);
+    s.job.optimizer = MODEL_OPT_SGD_MOMENTUM;
+    s.job.momentum = 0;
+    s.job.weight_decay = 0;
+    s.job.lr = 1e-2;
+    s.job.min_lr = 1e-3;
+    s.job.warmup_steps = 3;
+    s.job.steps = 10;
+    s.job.grad_clip = grad_clip;
+    Exec *ex = tx_exec(&s);
+    enum { CAP = 1 << 20 };
+    float *w0 = malloc(CAP * sizeof *w0), *g0 = malloc(CAP * sizeof *g0), *w1 = malloc(CAP * sizeof *w1);
+    CHECK(w0 && g0 && w1);
+    PxError err = {0};
+    int clipped = 0;
+    for (int k = 0; k < s.job.steps; k++) {
+        uint64_t nw = 0, ng = 0;
+        double loss = 0;
+        /* the step's gradients, then the step itself (the same batch: the same gradients) */
+        CHECK_OK(exec_grads(ex, k, &loss, &err), err);
+        snapshot(ex, MODEL_WEIGHTS, w0, CAP, &nw);
+        snapshot(ex, MODEL_GRADS, g0, CAP, &ng);
+        CHECK_EQ_U64(nw, ng);
+        ExecStepStats st;
+        CHECK_OK(exec_step(ex, k, &st, &err), err);
+        CHECK(st.loss == loss);
+        /* warm-up over 3 steps, then a cosine from lr at step 4 to min_lr at step 10 */
+        if (k < 3) {
+            CHECK(st.lr == s.job.lr * (double)(k + 1) / 3);
+        } else {
+            const double progress = (double)(k - 3) / 6.0;
+            CHECK_REL(s.job.min_lr + 0.5 * (s.job.lr - s.job.min_lr) * (1.0 + cos(acos(-1.0) * progress)),
+                      st.lr, 1e-15);
+        }
+        if (k == 3)
+            CHECK_REL(s.job.lr, st.lr, 1e-15);
+        if (k == s.job.steps - 1)
+            CHECK(st.lr == s.job.min_lr);
+        /* the norm before clipping, over every gradient */
+        double sq = 0;
+        for (uint64_t i = 0; i < ng; i++)
+            sq += (double)g0[i] * g0[i];
+        CHECK_REL(sqrt(sq), st.grad_norm, 1e-12);
+        const double factor = grad_clip > 0 && st.grad_norm > grad_clip ? grad_clip / st.grad_norm : 1.0;
+        clipped += factor < 1.0;
+        const float scale = (float)factor, lr = (float)st.lr;
+        snapshot(ex, MODEL_WEIGHTS, w1, CAP, &nw);
+        for (uint64_t i = 0; i < nw; i++) {
+            const float want = w0[i] - lr * (g0[i] * scale);
+            if (w1[i] != want) {
+                fprintf(stderr,
+                        "step %d, weight %llu: expected %.9g - %.9g * %.9g * %.9g = %.9g, got %.9g\n",
+                        k + 1, (unsigned long long)i, w0[i], lr, g0[i], scale, want, w1[i]);
+                exit(1);
+            }
+        }
+    }
+    /* at initialization the norm is about 1-4: a clip of 0.5 cuts every step, none cuts none */
+    CHECK_EQ_INT(grad_clip > 0 ? s.job.steps : 0, clipped);
+    free(w0), free(g0), free(w1);
+    exec_free(ex);
+}
+
 static void test_init_and_text(void)
 {
     ModelSpec s = tx_spec("tiny-llama", 16, 2, 1);
@@ -241,6 +388,9 @@ int main(void)
     CHECK(mkdtemp(dir) != NULL);
     test_init_and_text();
     test_data_files();
+    test_prefetch();
+    test_lr_and_clip(0.5);
+    test_lr_and_clip(0);
     test_run_files();
     test_learns();
     rmdir(dir);

@@ -4,6 +4,7 @@
  * rely on: which outputs accumulate (+=) and which are overwritten, strides into packed
  * buffers, GQA group sums, causal masking with a query offset, vocabulary shards, and the
  * dropout stream. Problems are tiny so that the test stays fast under AddressSanitizer. */
+#include <cblas.h>
 #include <float.h>
 #include <stdint.h>
 
@@ -161,6 +162,10 @@ static void test_table(void)
     HAS(adamw); HAS(sgd_momentum); HAS(sumsq); HAS(all_finite); HAS(scale_f32); HAS(cast_to_act);
     HAS(cast_to_f32); HAS(acc_to_f32);
 #undef HAS
+    /* one BLAS thread per rank unless PARALLAX_BLAS_THREADS asks for more: ranks already have
+     * a core each */
+    const char *bt = getenv("PARALLAX_BLAS_THREADS");
+    CHECK_EQ_INT(bt && *bt ? atoi(bt) : 1, openblas_get_num_threads());
     const KernBackend *cuda = kern_cuda(); /* NULL without CUDA; a real table otherwise */
     CHECK(cuda == NULL || cuda->name != NULL);
 }
