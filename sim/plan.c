@@ -75,19 +75,20 @@ static double score(SimObjective o, double step_s, const ModelDims *d, int gbs)
  * builds a stage's graph, so each key is costed once. Open addressing on a packed key. */
 typedef struct {
     uint64_t *key; /* 0: empty */
-    double *seconds;
+    double (*seconds)[2]; /* forward, backward */
     size_t cap, n;
 } LayerCosts;
 
-static int layer_cost(LayerCosts *m, const SimResult *r, double *seconds, PxError *err)
+static int layer_cost(LayerCosts *m, const ModelSpec *s, const ProfCluster *cl, int gpus,
+                      ModelTableCache *tables, double seconds[2], PxError *err)
 {
-    const ModelLayout *l = &r->spec.layout;
+    const ModelLayout *l = &s->layout;
     const uint64_t key = 1 + ((uint64_t)l->tp | (uint64_t)l->cp << 12 | (uint64_t)l->sp << 24 |
-                              (uint64_t)l->recompute << 25 | (uint64_t)r->spec.job.micro_batch << 28);
+                              (uint64_t)l->recompute << 25 | (uint64_t)s->job.micro_batch << 28);
     if (m->n * 2 >= m->cap) {
         size_t cap = m->cap ? 2 * m->cap : 1024;
         uint64_t *k = calloc(cap, sizeof *k);
-        double *v = calloc(cap, sizeof *v);
+        double(*v)[2] = calloc(cap, sizeof *v);
         if (!k || !v) {
             free(k);
             free(v);
@@ -99,7 +100,8 @@ static int layer_cost(LayerCosts *m, const SimResult *r, double *seconds, PxErro
                 while (k[h])
                     h = (h + 1) & (cap - 1);
                 k[h] = m->key[i];
-                v[h] = m->seconds[i];
+                v[h][0] = m->seconds[i][0];
+                v[h][1] = m->seconds[i][1];
             }
         free(m->key);
         free(m->seconds);
@@ -111,29 +113,41 @@ static int layer_cost(LayerCosts *m, const SimResult *r, double *seconds, PxErro
     while (m->key[h] && m->key[h] != key)
         h = (h + 1) & (m->cap - 1);
     if (m->key[h] == key) {
-        *seconds = m->seconds[h];
+        seconds[0] = m->seconds[h][0];
+        seconds[1] = m->seconds[h][1];
         return PX_OK;
     }
-    int rc = sim_layer_seconds(r, seconds, err);
+    SimResult r;
+    int rc = sim_run_cached(s, cl, gpus, tables, SIM_MEMORY, &r, err);
+    if (!rc)
+        rc = sim_layer_seconds(&r, &seconds[0], &seconds[1], err);
+    sim_result_free(&r);
     if (rc)
         return rc;
     m->key[h] = key;
-    m->seconds[h] = *seconds;
+    m->seconds[h][0] = seconds[0];
+    m->seconds[h][1] = seconds[1];
     m->n++;
     return PX_OK;
 }
 
-/* Done with a candidate's result r: kept for the next schedule of the same layout (the loop
- * over schedules is innermost), else freed. Only results short of the pipeline are kept. */
-#define KEEP_OR_FREE(r)                                                                          \
-    do {                                                                                         \
-        if (j + 1 < n_sched && (r).level < SIM_FULL) {                                           \
-            twin = (r);                                                                          \
-            have_twin = 1;                                                                       \
-        } else {                                                                                 \
-            sim_result_free(&(r));                                                               \
-        }                                                                                        \
-    } while (0)
+/* The memory rejection's example: the layout and how far it is from fitting. */
+static void memory_example(SimPlanResult *res, const ModelSpec *s, const Knobs *k, int dp,
+                           uint64_t peak, int peak_stage, double usable)
+{
+    char split[80] = "";
+    if (s->layout.n_stage_layers > 0) {
+        memcpy(split, " (", 3);
+        model_split_format(s->layout.stage_layers, s->layout.n_stage_layers, split + 2, sizeof split - 3);
+        strcat(split, ")");
+    }
+    snprintf(res->example[SIM_REJECT_MEMORY], sizeof res->example[SIM_REJECT_MEMORY],
+             "tp %d pp %d%s dp %d cp %d vpp %d zero %d sp %d mbs %d recompute %s %s: "
+             "peak %.1f GiB on stage %d > %.1f GiB usable",
+             k->tp, k->pp, split, dp, k->cp, k->vpp, k->zero, k->sp, k->mbs,
+             model_recompute_name((ModelRecompute)k->rc), model_schedule_name((ModelSchedule)k->sched),
+             (double)peak / PX_GIB, peak_stage, usable / PX_GIB);
+}
 
 static void apply(const SimPlanRequest *q, const Knobs *k, ModelSpec *s)
 {
@@ -261,17 +275,19 @@ static int divisors(int n, int limit, int *out, int cap)
     return k;
 }
 
-int sim_plan(const SimPlanRequest *q, const ProfCluster *cl, SimPlanResult *res, PxError *err)
+int sim_plan(const SimPlanRequest *request, const ProfCluster *cl, SimPlanResult *res, PxError *err)
 {
     memset(res, 0, sizeof *res);
     const double t0 = now_s();
+    /* the precision resolved once, as the simulation resolves it, before any rule is checked */
+    SimPlanRequest resolved = *request;
+    if (resolved.base.job.precision == PX_DTYPE_COUNT)
+        resolved.base.job.precision = sim_default_precision(&cl->device);
+    const SimPlanRequest *q = &resolved;
     const int gpus = q->gpus, cap = q->top > 0 ? q->top : 1;
     const ModelConfig *mc = &q->base.model;
     const unsigned pin = q->pinned;
     int rc = PX_OK;
-    /* the last candidate's result, kept for its schedule twin (the same tables and op costs) */
-    SimResult twin;
-    int have_twin = 0;
     LayerCosts costs = {0};
     ModelTableCache *tables = NULL;
     if (gpus < 1)
@@ -282,6 +298,8 @@ int sim_plan(const SimPlanRequest *q, const ProfCluster *cl, SimPlanResult *res,
     int node = prof_node_size(cl, gpus);
     if (node > gpus)
         node = gpus;
+    const uint64_t rank_memory = prof_rank_memory(cl, node);
+    const double usable = (double)rank_memory * (1.0 - q->headroom);
     tables = model_table_cache_new();
     res->top = calloc((size_t)cap, sizeof *res->top);
     Knobs *kept = calloc((size_t)cap, sizeof *kept);
@@ -369,10 +387,6 @@ int sim_plan(const SimPlanRequest *q, const ProfCluster *cl, SimPlanResult *res,
                             for (int h = 0; h < n_s; h++)
                                 for (int i = 0; i < n_r; i++)
                                     for (int j = 0; j < n_sched; j++) {
-                                        if (j == 0 && have_twin) { /* another layout's */
-                                            sim_result_free(&twin);
-                                            have_twin = 0;
-                                        }
                                         /* with flash attention selective recompute changes
                                          * nothing (FlashAttention recomputes the scores in its
                                          * backward): one of the two twins is enough */
@@ -407,101 +421,54 @@ int sim_plan(const SimPlanRequest *q, const ProfCluster *cl, SimPlanResult *res,
                                             reject(res, SIM_REJECT_CROSS_NODE_TP, msg);
                                             continue;
                                         }
-                                        SimResult r;
-                                        if (have_twin && j > 0) {
-                                            r = twin; /* only the schedule differs */
-                                            have_twin = 0;
-                                            if ((rc = sim_reschedule(&r, (ModelSchedule)scheds[j], err))) {
-                                                sim_result_free(&r);
-                                                goto out;
-                                            }
-                                        } else if ((rc = sim_run_cached(&s, cl, gpus, tables, SIM_MEMORY, &r, err))) {
+                                        uint64_t peak;
+                                        int peak_stage;
+                                        if ((rc = sim_memory_peak(&probe, &d, cl, tables, &peak, &peak_stage, err)))
                                             goto out;
-                                        }
-                                        if (have_twin) {
-                                            sim_result_free(&twin);
-                                            have_twin = 0;
-                                        }
-                                        double usable = (double)r.rank_memory_bytes * (1.0 - q->headroom);
-                                        if ((double)r.peak_bytes > usable &&
-                                            res->rejected[SIM_REJECT_MEMORY] > 0 && r.peak_bytes >= closest) {
-                                            res->rejected[SIM_REJECT_MEMORY]++; /* not the new example */
-                                            KEEP_OR_FREE(r);
-                                            continue;
-                                        }
-                                        if ((double)r.peak_bytes > usable) {
-                                            char msg[320], split[80] = "";
-                                            if (s.layout.n_stage_layers > 0) {
-                                                memcpy(split, " (", 3);
-                                                model_split_format(s.layout.stage_layers, s.layout.n_stage_layers,
-                                                                   split + 2, sizeof split - 3);
-                                                strcat(split, ")");
-                                            }
-                                            snprintf(msg, sizeof msg,
-                                                     "tp %d pp %d%s dp %d cp %d vpp %d zero %d sp %d mbs %d recompute %s %s: "
-                                                     "peak %.1f GiB on stage %d > %.1f GiB usable",
-                                                     tp, pp, split, dp, cp, vpp, zs[g], ss[h], mbss[f],
-                                                     model_recompute_name((ModelRecompute)rs[i]),
-                                                     model_schedule_name((ModelSchedule)scheds[j]),
-                                                     (double)r.peak_bytes / PX_GIB, r.peak_stage, usable / PX_GIB);
+                                        if ((double)peak > usable) {
                                             /* the example is the layout closest to fitting */
-                                            if (res->rejected[SIM_REJECT_MEMORY] == 0 || r.peak_bytes < closest) {
-                                                closest = r.peak_bytes;
-                                                px_strlcpy(res->example[SIM_REJECT_MEMORY], msg,
-                                                           sizeof res->example[SIM_REJECT_MEMORY]);
+                                            if (res->rejected[SIM_REJECT_MEMORY]++ == 0 || peak < closest) {
+                                                closest = peak;
+                                                memory_example(res, &s, &k, dp, peak, peak_stage, usable);
                                             }
-                                            res->rejected[SIM_REJECT_MEMORY]++;
-                                            KEEP_OR_FREE(r);
                                             continue;
-                                        }
-                                        double floor_s = 0;
-                                        if (q->brute_force) {
-                                            rc = sim_continue(&r, SIM_FULL, err);
-                                        } else {
-                                            /* the cheap bound: each stage computes at least its
-                                             * layers' compute, the same for every layout with these
-                                             * tp, cp, sp, micro-batch and recompute */
-                                            double layer_s = 0;
-                                            rc = layer_cost(&costs, &r, &layer_s, err);
-                                            int most = 0;
-                                            for (int st = 0; st < r.dims.p; st++) {
-                                                int first, nl = model_stage_layers(&r.spec, &r.dims, st, &first);
-                                                most = nl > most ? nl : most;
-                                            }
-                                            /* shaded so rounding never lifts it above the exact step */
-                                            floor_s = (double)r.dims.m * most * layer_s * (1.0 - 1e-9);
-                                        }
-                                        if (rc) {
-                                            KEEP_OR_FREE(r);
-                                            goto out;
                                         }
                                         res->feasible++;
                                         res->evaluated++;
-                                        res->rank_memory_bytes = r.rank_memory_bytes;
+                                        res->rank_memory_bytes = rank_memory;
                                         if (q->brute_force) {
+                                            SimResult r;
+                                            if ((rc = sim_run_cached(&s, cl, gpus, tables, SIM_FULL, &r, err)))
+                                                goto out;
                                             SimCandidate cand;
                                             candidate_from(&cand, &r, q->objective);
                                             keep(res, kept, cap, &cand, &k);
                                             res->timed++;
                                             if (q->timed)
                                                 q->timed(q->timed_ctx, &cand);
-                                        } else {
-                                            if (n_pend == pend_cap) {
-                                                Pending *np = realloc(pend, 2 * pend_cap * sizeof *pend);
-                                                if (!np) {
-                                                    KEEP_OR_FREE(r);
-                                                    rc = px_fail(err, PX_ERUNTIME, "out of memory planning");
-                                                    goto out;
-                                                }
-                                                pend = np;
-                                                pend_cap *= 2;
-                                            }
-                                            pend[n_pend].k = k;
-                                            pend[n_pend].bound = score(q->objective, floor_s, &r.dims, s.job.global_batch);
-                                            pend[n_pend].peak = r.peak_bytes;
-                                            n_pend++;
+                                            sim_result_free(&r);
+                                            continue;
                                         }
-                                        KEEP_OR_FREE(r);
+                                        /* the cheap bound: one layer's compute, the same for
+                                         * every layout with these tp, cp, sp, micro-batch and
+                                         * recompute, over the stages and the pipeline's fill */
+                                        double layer_s[2];
+                                        if ((rc = layer_cost(&costs, &s, cl, gpus, tables, layer_s, err)))
+                                            goto out;
+                                        const double floor_s = sim_step_floor(&probe, &d, layer_s[0], layer_s[1]);
+                                        if (n_pend == pend_cap) {
+                                            Pending *np = realloc(pend, 2 * pend_cap * sizeof *pend);
+                                            if (!np) {
+                                                rc = px_fail(err, PX_ERUNTIME, "out of memory planning");
+                                                goto out;
+                                            }
+                                            pend = np;
+                                            pend_cap *= 2;
+                                        }
+                                        pend[n_pend].k = k;
+                                        pend[n_pend].bound = score(q->objective, floor_s, &d, probe.job.global_batch);
+                                        pend[n_pend].peak = peak;
+                                        n_pend++;
                                     }
                 }
             }
@@ -540,8 +507,6 @@ int sim_plan(const SimPlanRequest *q, const ProfCluster *cl, SimPlanResult *res,
     if (q->progress)
         q->progress(q->progress_ctx, 1, 1, 2);
 out:
-    if (have_twin)
-        sim_result_free(&twin);
     free(costs.key);
     free(costs.seconds);
     model_table_cache_free(tables);

@@ -90,14 +90,19 @@ int sim_run_cached(const ModelSpec *spec, const ProfCluster *cluster, int gpus,
                    ModelTableCache *cache, int level, SimResult *out, PxError *err);
 /* Takes a result of sim_run_ex further, up to `level`. */
 int sim_continue(SimResult *r, int level, PxError *err);
-/* The same layout under another schedule, for a result short of SIM_FULL: its tables, ops,
- * op costs and bound are the schedule's too (none depends on it); memory is recomputed from
- * the new schedule's activations in flight. PX_EINPUT when the schedule breaks a rule. */
-int sim_reschedule(SimResult *r, ModelSchedule sched, PxError *err);
-/* Seconds one rank computes for one layer and one micro-batch: forward, backward and
- * recompute, communication left out. A result of sim_run_ex at SIM_MEMORY or beyond. The
- * planner's cheap lower bound: every stage computes at least this per layer it holds. */
-int sim_layer_seconds(const SimResult *r, double *seconds, PxError *err);
+/* The planner's memory verdict: the peak bytes of any stage (and the first stage that reaches
+ * it) of a layout model_spec_check has passed (spec normalised, d its dims, precision
+ * resolved), from compact tables (cache may be NULL), without a SimResult. Equal to sim_run's
+ * peak_bytes and peak_stage. */
+int sim_memory_peak(const ModelSpec *spec, const ModelDims *d, const ProfCluster *cluster,
+                    ModelTableCache *cache, uint64_t *peak, int *peak_stage, PxError *err);
+/* Seconds one rank computes for one layer and one micro-batch, forward and backward (recompute
+ * included), communication left out. A result of sim_run_ex at SIM_MEMORY or beyond. */
+int sim_layer_seconds(const SimResult *r, double *fwd_s, double *bwd_s, PxError *err);
+/* The planner's cheap lower bound on a layout's step (spec checked, d its dims) from one
+ * layer's compute: each stage's passes, and the pipeline's fill before and drain after them. */
+double sim_step_floor(const ModelSpec *spec, const ModelDims *d, double layer_fwd_s,
+                      double layer_bwd_s);
 void sim_result_free(SimResult *r);
 /* DESIGN.md's Prediction (memory, flops, comm, ops) plus model, layout and training. */
 cJSON *sim_result_to_json(const SimResult *r);

@@ -37,14 +37,13 @@ static int live_sets(const ModelDims *d, ModelSchedule sched, int stage)
 
 /* Memory of a stage from its (full or compact) tensor table: every rank-wide tensor, and the
  * activation peak of the stage's schedule. */
-static int stage_memory(const SimResult *r, const ModelTensorTable *tt, int stage,
-                        SimStageMemory *m, PxError *err)
+static int stage_memory(const ModelSpec *s, const ModelDims *d, uint64_t runtime_bytes,
+                        const ModelTensorTable *tt, int stage, SimStageMemory *m, PxError *err)
 {
     memset(m, 0, sizeof *m);
     /* saved activations are the only tensors per micro-batch: they are replaced below */
     for (int c = 0; c < MODEL_CAT_COUNT; c++)
         m->cat[c] = tt->cat_bytes[c];
-    const ModelDims *d = &r->dims;
     int extras = 0;
     for (int j = 0; j < d->v; j++)
         extras |= tt->act_chunk_bytes[j] != tt->act_layer_bytes[j];
@@ -53,14 +52,14 @@ static int stage_memory(const SimResult *r, const ModelTensorTable *tt, int stag
         return px_fail(err, PX_EINPUT, "at most 64 virtual stages per rank, got %d", d->v);
     if (d->v == 1 || !extras) {
         /* one chunk, or chunks of layers only: the closed-form count is the walk's */
-        m->peak_live = live_sets(d, r->spec.layout.schedule, stage);
+        m->peak_live = live_sets(d, s->layout.schedule, stage);
         for (int j = 0; j < d->v; j++)
             max_live[j] = d->v == 1 ? m->peak_live : 0; /* chunks without extras pool nothing */
     } else {
-        model_schedule_peak(d, r->spec.layout.schedule, stage, &m->peak_live, max_live);
+        model_schedule_peak(d, s->layout.schedule, stage, &m->peak_live, max_live);
     }
     m->cat[MODEL_ACTIVATIONS] = model_activation_bytes(tt, d->v, m->peak_live, max_live);
-    m->cat[MODEL_RUNTIME] = r->cluster.device.runtime_bytes;
+    m->cat[MODEL_RUNTIME] = runtime_bytes;
     for (int c = 0; c < MODEL_CAT_COUNT; c++)
         m->total += m->cat[c];
     return PX_OK;
@@ -69,18 +68,51 @@ static int stage_memory(const SimResult *r, const ModelTensorTable *tt, int stag
 /* Stages 1 .. p-2 hold neither the embedding nor the output layer: with compact tables those
  * with as many layers are identical but for their position, so the first of them stands for
  * all (every middle stage of an even split; a group per layer count of an uneven one). */
-int sim_stage_model(const SimResult *r, int stage)
+static int stage_model_of(const ModelSpec *spec, const ModelDims *d, int compact, int stage)
 {
-    const ModelDims *d = &r->dims;
-    if (!r->compact || d->p < 3 || stage == 0 || stage == d->p - 1)
+    if (!compact || d->p < 3 || stage == 0 || stage == d->p - 1)
         return stage;
     if (!d->uneven)
         return 1;
-    const int *n = r->spec.layout.stage_layers;
+    const int *n = spec->layout.stage_layers;
     for (int s = 1; s < stage; s++)
         if (n[s] == n[stage])
             return s;
     return stage;
+}
+
+int sim_stage_model(const SimResult *r, int stage)
+{
+    return stage_model_of(&r->spec, &r->dims, r->compact, stage);
+}
+
+int sim_memory_peak(const ModelSpec *spec, const ModelDims *d, const ProfCluster *cl,
+                    ModelTableCache *cache, uint64_t *peak, int *peak_stage, PxError *err)
+{
+    ModelTensorTable tt;
+    int have = -1, rc = PX_OK;
+    memset(&tt, 0, sizeof tt);
+    *peak = 0;
+    *peak_stage = 0;
+    for (int st = 0; st < d->p && !rc; st++) {
+        const int ms = stage_model_of(spec, d, 1, st);
+        if (ms != have) {
+            model_tensors_free(&tt);
+            have = -1;
+            if ((rc = model_tensors_build_cached(cache, spec, d, ms, &tt, err)))
+                break;
+            have = ms;
+        }
+        SimStageMemory m;
+        if ((rc = stage_memory(spec, d, cl->device.runtime_bytes, &tt, st, &m, err)))
+            break;
+        if (m.total > *peak) {
+            *peak = m.total;
+            *peak_stage = st;
+        }
+    }
+    model_tensors_free(&tt);
+    return rc;
 }
 
 int sim_run(const ModelSpec *spec, const ProfCluster *cl, int gpus, SimResult *r, PxError *err)
@@ -101,7 +133,8 @@ static int build_memory(SimResult *r, PxError *err)
                  : r->compact ? model_tensors_build_compact(&r->spec, d, st, &r->tables[st], err)
                               : model_tensors_build(&r->spec, d, st, &r->tables[st], err);
         if (!rc)
-            rc = stage_memory(r, &r->tables[model_st], st, &r->mem[st], err);
+            rc = stage_memory(&r->spec, d, r->cluster.device.runtime_bytes, &r->tables[model_st], st,
+                              &r->mem[st], err);
         if (rc)
             return rc;
         if (r->mem[st].total > r->peak_bytes) {
@@ -145,9 +178,9 @@ static int build_ops(SimResult *r, PxError *err)
     return PX_OK;
 }
 
-int sim_layer_seconds(const SimResult *r, double *seconds, PxError *err)
+int sim_layer_seconds(const SimResult *r, double *fwd_s, double *bwd_s, PxError *err)
 {
-    *seconds = 0;
+    *fwd_s = *bwd_s = 0;
     if (r->level < SIM_MEMORY || !r->tables)
         return px_fail(err, PX_ERUNTIME, "the layer's cost needs the stage's tables");
     /* stage 0's first chunk holds at least one layer of every layout */
@@ -164,35 +197,37 @@ int sim_layer_seconds(const SimResult *r, double *seconds, PxError *err)
             continue;
         if (layer < 0)
             layer = op->layer;
-        if (op->layer == layer) /* one layer: a compact graph's or the first of a full one's */
-            *seconds += sim_compute_seconds(&c, op);
+        if (op->layer != layer) /* one layer: a compact graph's or the first of a full one's */
+            continue;
+        /* as the passes sum them: recompute belongs to the backward */
+        if (op->phase == MODEL_FWD)
+            *fwd_s += sim_compute_seconds(&c, op);
+        else
+            *bwd_s += sim_compute_seconds(&c, op);
     }
     model_ops_free(&g);
     return PX_OK;
 }
 
-int sim_reschedule(SimResult *r, ModelSchedule sched, PxError *err)
+double sim_step_floor(const ModelSpec *spec, const ModelDims *d, double layer_fwd_s,
+                      double layer_bwd_s)
 {
-    if (r->level >= SIM_FULL)
-        return px_fail(err, PX_ERUNTIME, "a simulated pipeline cannot change its schedule");
-    ModelSpec s = r->spec;
-    ModelDims d;
-    s.layout.schedule = sched;
-    int rc = model_spec_check(&s, r->dims.gpus, &d, err);
-    if (rc)
-        return rc;
-    r->spec = s;
-    r->dims = d;
-    r->peak_bytes = 0;
-    r->peak_stage = 0;
-    for (int st = 0; st < d.p && !rc; st++) {
-        rc = stage_memory(r, &r->tables[sim_stage_model(r, st)], st, &r->mem[st], err);
-        if (!rc && r->mem[st].total > r->peak_bytes) {
-            r->peak_bytes = r->mem[st].total;
-            r->peak_stage = st;
-        }
+    /* Stage s cannot start before micro-batch 0's forward has crossed the stages before it,
+     * is then busy with all its passes, and its last backward (chunk 0's) must still cross
+     * them back: sum over s' < s of chunk 0's passes, plus m times its own. Counting only
+     * the layers' compute keeps it below every schedule's step; with equal stages and free
+     * transfers it is the uniform pipeline's (m + p - 1)(F + B). */
+    double best = 0, before = 0;
+    const double layer = layer_fwd_s + layer_bwd_s;
+    for (int st = 0; st < d->p; st++) {
+        int first, n = model_stage_layers(spec, d, st, &first);
+        int n0 = model_chunk_layers(spec, d, model_global_chunk(d, st, 0), &first);
+        double end = before + (double)d->m * n * layer;
+        if (end > best)
+            best = end;
+        before += n0 * layer;
     }
-    return rc;
+    return best * (1.0 - 1e-9); /* shaded so that rounding never lifts it above the step */
 }
 
 int sim_continue(SimResult *r, int level, PxError *err)
