@@ -51,6 +51,12 @@ double sim_pipeline_pair(const ModelDims *d, ModelSchedule sched, const double *
  * when every stage and chunk takes the same time and transfers are free. */
 double sim_pipeline_uniform(const ModelDims *d, ModelSchedule sched, double fwd, double bwd);
 
+/* How much of communication op i (per micro-batch, not point-to-point) its pass cannot hide:
+ * TP under overlap_tp and CP behind their partner compute op, DP under overlap_dp behind its
+ * block's compute, each at the overlap slowdown; t holds every op's seconds. */
+double sim_comm_exposed(const ModelOpGraph *g, const double *t, int i, const ModelLayout *l,
+                        double slow);
+
 /* The stage whose tables and ops stand for `stage` (itself unless a compact simulation's
  * middle stage is like an earlier one). */
 int sim_stage_model(const SimResult *r, int stage);

@@ -96,8 +96,9 @@ int sim_continue(SimResult *r, int level, PxError *err);
  * peak_bytes and peak_stage. */
 int sim_memory_peak(const ModelSpec *spec, const ModelDims *d, const ProfCluster *cluster,
                     ModelTableCache *cache, uint64_t *peak, int *peak_stage, PxError *err);
-/* Seconds one rank computes for one layer and one micro-batch, forward and backward (recompute
- * included), communication left out. A result of sim_run_ex at SIM_MEMORY or beyond. */
+/* Seconds one rank spends on one layer and one micro-batch, forward and backward (recompute
+ * included): its compute and the TP communication it cannot hide when TP stays inside a node
+ * (other communication left out). A result of sim_run_ex at SIM_MEMORY or beyond. */
 int sim_layer_seconds(const SimResult *r, double *fwd_s, double *bwd_s, PxError *err);
 /* The planner's cheap lower bound on a layout's step (spec checked, d its dims) from one
  * layer's compute: each stage's passes, and the pipeline's fill before and drain after them. */

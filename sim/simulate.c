@@ -190,21 +190,40 @@ int sim_layer_seconds(const SimResult *r, double *fwd_s, double *bwd_s, PxError 
         return rc;
     SimCtx c;
     sim_ctx_init(&c, &r->cluster, &r->spec, &r->dims, r->node_size);
+    double *t = calloc((size_t)g.count + 1, sizeof *t);
+    if (!t) {
+        model_ops_free(&g);
+        return px_fail(err, PX_ERUNTIME, "out of memory costing a layer");
+    }
+    /* TP groups sit alike on every stage when they stay inside a node: their exposed part
+     * counts too (CP, DP and p2p transfers depend on where a stage's groups fall: left out) */
+    const int tp_alike = r->node_size % r->dims.t == 0;
     int layer = -1;
+    for (int i = 0; i < g.count; i++)
+        if (g.op[i].chunk == 0 && g.op[i].layer >= 0 && g.op[i].per_microbatch)
+            t[i] = g.op[i].kind == MODEL_OP_COMM ? sim_comm_seconds(&c, &g.op[i], 0)
+                                                 : sim_compute_seconds(&c, &g.op[i]);
     for (int i = 0; i < g.count; i++) {
         const ModelOp *op = &g.op[i];
-        if (op->kind == MODEL_OP_COMM || !op->per_microbatch || op->chunk != 0 || op->layer < 0)
+        if (!op->per_microbatch || op->chunk != 0 || op->layer < 0)
             continue;
         if (layer < 0)
             layer = op->layer;
         if (op->layer != layer) /* one layer: a compact graph's or the first of a full one's */
             continue;
+        double share = t[i];
+        if (op->kind == MODEL_OP_COMM) {
+            if (model_comm_group(op->comm) != MODEL_GROUP_TP || !tp_alike)
+                continue;
+            share = sim_comm_exposed(&g, t, i, &r->spec.layout, r->cluster.overlap_slowdown);
+        }
         /* as the passes sum them: recompute belongs to the backward */
         if (op->phase == MODEL_FWD)
-            *fwd_s += sim_compute_seconds(&c, op);
+            *fwd_s += share;
         else
-            *bwd_s += sim_compute_seconds(&c, op);
+            *bwd_s += share;
     }
+    free(t);
     model_ops_free(&g);
     return PX_OK;
 }

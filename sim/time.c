@@ -31,6 +31,28 @@ static double overlap(double c, double g, double slowdown)
     return (c - hidden) + slowdown * hidden;
 }
 
+double sim_comm_exposed(const ModelOpGraph *g, const double *t, int i, const ModelLayout *l,
+                        double slow)
+{
+    const ModelOp *op = &g->op[i];
+    const ModelGroup grp = model_comm_group(op->comm);
+    int k = partner(g, i);
+    if (grp == MODEL_GROUP_TP && l->overlap_tp && k >= 0)
+        return overlap(t[i], t[k], slow);
+    if (grp == MODEL_GROUP_CP && k >= 0) /* ring attention overlaps its exchange */
+        return overlap(t[i], t[k], slow);
+    if (grp == MODEL_GROUP_DP && l->overlap_dp) {
+        /* ZeRO-2/3 prefetch and bucketed reduction hide behind the block's own pass */
+        double block = 0;
+        for (int q = 0; q < g->count; q++)
+            if (g->op[q].kind != MODEL_OP_COMM && g->op[q].layer == op->layer &&
+                g->op[q].chunk == op->chunk && g->op[q].phase == op->phase)
+                block += t[q];
+        return overlap(t[i], block, slow);
+    }
+    return t[i];
+}
+
 typedef struct {
     double ready, seconds;
 } Pending;
@@ -155,21 +177,7 @@ int sim_time_costs(SimResult *r, PxError *err)
                     r->p2p[s] = t[i];
                 continue;
             }
-            int k = partner(g, i);
-            double exposed = t[i];
-            if (grp == MODEL_GROUP_TP && l->overlap_tp && k >= 0)
-                exposed = overlap(t[i], t[k], slow);
-            else if (grp == MODEL_GROUP_CP && k >= 0) /* ring attention overlaps its exchange */
-                exposed = overlap(t[i], t[k], slow);
-            else if (grp == MODEL_GROUP_DP && l->overlap_dp) {
-                /* ZeRO-2/3 prefetch and bucketed reduction hide behind the block's own pass */
-                double block = 0;
-                for (int q = 0; q < g->count; q++)
-                    if (g->op[q].kind != MODEL_OP_COMM && g->op[q].layer == op->layer &&
-                        g->op[q].chunk == op->chunk && g->op[q].phase == op->phase)
-                        block += t[q];
-                exposed = overlap(t[i], block, slow);
-            }
+            const double exposed = sim_comm_exposed(g, t, i, l, slow);
             *pass += exposed * rep;
             if (grp == MODEL_GROUP_DP)
                 st->dp_exposed_s += exposed * rep * m;
