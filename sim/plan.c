@@ -305,8 +305,12 @@ int sim_plan(const SimPlanRequest *q, const ProfCluster *cl, SimPlanResult *res,
             cp_choices[n_cp_choices++] = cp_choices[i];
     n_cp = values(pin & SIM_PIN_CP, pl->cp, cp_choices, n_cp_choices, cps);
     (void)dps;
-    long total_guess = 0, done = 0;
+    long total = 0, done = 0;
     uint64_t closest = 0;
+    /* With a progress bar the loops run twice: first only counting the layouts, so that the bar
+     * shows a fraction of a known total. */
+    int counting = q->progress != NULL;
+count_again:
     /* Pass 1: rules, memory, op costs and bounds for every candidate. */
     for (int a = 0; a < n_tp; a++) {
         const int tp = tps[a];
@@ -315,9 +319,11 @@ int sim_plan(const SimPlanRequest *q, const ProfCluster *cl, SimPlanResult *res,
             const int pp = pps[b];
             for (int c = 0; c < n_cp; c++) {
                 const int cp = cps[c];
-                if (gpus % (tp * pp * cp) != 0 && !(pin & SIM_PIN_DP)) {
-                    continue; /* not a factorisation of the GPUs: nothing to count */
-                }
+                /* not a factorisation of the GPUs (with a pinned dp: not the one that uses them
+                 * all): nothing to count */
+                if (gpus % (tp * pp * cp) != 0 ||
+                    ((pin & SIM_PIN_DP) && (long)tp * pp * cp * pl->dp != gpus))
+                    continue;
                 const int dp = (pin & SIM_PIN_DP) ? pl->dp : gpus / (tp * pp * cp);
                 int vpps[64], n_vpp;
                 if (pin & SIM_PIN_VPP) {
@@ -330,6 +336,12 @@ int sim_plan(const SimPlanRequest *q, const ProfCluster *cl, SimPlanResult *res,
                                 : 1;
                     if (n_vpp == 1)
                         vpps[0] = 1;
+                    /* a pinned schedule pins interleaving: 1F1B over several chunks is the
+                     * interleaved schedule, so 1f1b and gpipe take one chunk per stage */
+                    if ((pin & SIM_PIN_SCHEDULE) && pl->schedule != MODEL_SCHED_INTERLEAVED)
+                        n_vpp = 1;
+                    else if ((pin & SIM_PIN_SCHEDULE) && n_vpp > 1)
+                        memmove(vpps, vpps + 1, (size_t)--n_vpp * sizeof *vpps);
                 }
                 int mbss[256], n_mbs;
                 if (pin & SIM_PIN_MBS) {
@@ -341,7 +353,8 @@ int sim_plan(const SimPlanRequest *q, const ProfCluster *cl, SimPlanResult *res,
                     mbss[0] = 1;
                     n_mbs = 1;
                 }
-                int zs[4], n_z = values(pin & SIM_PIN_ZERO, pl->zero, zeros, 4, zs);
+                /* ZeRO shards over dp x cp: with a group of one every stage is ZeRO-0 */
+                int zs[4], n_z = values(pin & SIM_PIN_ZERO, pl->zero, zeros, dp * cp > 1 ? 4 : 1, zs);
                 int ss[2], n_s = values(pin & SIM_PIN_SP, pl->sp, sps, tp > 1 ? 2 : 1, ss);
                 int rs[3], n_r = values(pin & SIM_PIN_RECOMPUTE, (int)pl->recompute, rcs, 3, rs);
                 for (int e = 0; e < n_vpp; e++) {
@@ -362,7 +375,14 @@ int sim_plan(const SimPlanRequest *q, const ProfCluster *cl, SimPlanResult *res,
                         n_sched = 1;
                     }
                     const int n_spill = spills(q, pp);
-                    total_guess += (long)n_mbs * n_z * n_s * n_r * n_sched * n_spill;
+                    if (counting) {
+                        int n_r_tried = n_r;
+                        for (int i = 0; i < n_r; i++) /* the selective twins skipped below */
+                            n_r_tried -= rs[i] == MODEL_RECOMPUTE_SELECTIVE && pj->flash_attn &&
+                                         !(pin & SIM_PIN_RECOMPUTE);
+                        total += (long)n_mbs * n_z * n_s * n_r_tried * n_sched * n_spill;
+                        continue;
+                    }
                     for (int sp_end = 0; sp_end < n_spill; sp_end++)
                     for (int f = 0; f < n_mbs; f++)
                         for (int g = 0; g < n_z; g++)
@@ -386,7 +406,7 @@ int sim_plan(const SimPlanRequest *q, const ProfCluster *cl, SimPlanResult *res,
                                         apply(q, &k, &s);
                                         res->considered++;
                                         if (q->progress && (++done & 255) == 0)
-                                            q->progress(q->progress_ctx, done, total_guess, 0);
+                                            q->progress(q->progress_ctx, done, total, 0);
                                         /* the rule's message only for its first example */
                                         PxError e2 = {.code_only = 1};
                                         ModelDims d;
@@ -422,6 +442,7 @@ int sim_plan(const SimPlanRequest *q, const ProfCluster *cl, SimPlanResult *res,
                                             sim_result_free(&twin);
                                             have_twin = 0;
                                         }
+                                        res->evaluated++;
                                         double usable = (double)r.rank_memory_bytes * (1.0 - q->headroom);
                                         if ((double)r.peak_bytes > usable &&
                                             res->rejected[SIM_REJECT_MEMORY] > 0 && r.peak_bytes >= closest) {
@@ -476,7 +497,6 @@ int sim_plan(const SimPlanRequest *q, const ProfCluster *cl, SimPlanResult *res,
                                             goto out;
                                         }
                                         res->feasible++;
-                                        res->evaluated++;
                                         res->rank_memory_bytes = r.rank_memory_bytes;
                                         if (q->brute_force) {
                                             SimCandidate cand;
@@ -506,6 +526,10 @@ int sim_plan(const SimPlanRequest *q, const ProfCluster *cl, SimPlanResult *res,
                 }
             }
         }
+    }
+    if (counting) {
+        counting = 0;
+        goto count_again;
     }
     /* Pass 2: exact pipelines in order of their bounds, until nothing left can enter the top k. */
     qsort(pend, n_pend, sizeof *pend, by_bound);
@@ -561,10 +585,23 @@ out:
                 worst = i;
         if (res->rejected[SIM_REJECT_MEMORY])
             worst = SIM_REJECT_MEMORY;
-        if (res->considered == 0)
+        if (res->considered == 0) {
+            char pins[96] = "";
+            size_t n = 0;
+            const struct {
+                unsigned bit;
+                const char *name;
+                int value;
+            } deg[] = {{SIM_PIN_TP, "tp", q->base.layout.tp}, {SIM_PIN_PP, "pp", q->base.layout.pp},
+                       {SIM_PIN_CP, "cp", q->base.layout.cp}, {SIM_PIN_DP, "dp", q->base.layout.dp}};
+            for (size_t i = 0; i < sizeof deg / sizeof deg[0]; i++)
+                if ((pin & deg[i].bit) && n < sizeof pins)
+                    n += (size_t)snprintf(pins + n, sizeof pins - n, " %s %d", deg[i].name, deg[i].value);
             return px_fail(err, PX_EINPUT,
-                           "no layout of %s uses %d GPUs: the pinned degrees do not divide them",
-                           mc->name, gpus);
+                           "no layout of %s uses %d GPUs: the pinned degrees do not divide them "
+                           "(pinned:%s; tp x pp x cp x dp must equal the GPUs)",
+                           mc->name, gpus, n ? pins : " none");
+        }
         return px_fail(err, PX_EINPUT, "no layout of %s works on %d GPUs of %s: %ld tried; %s (e.g. %s)",
                        mc->name, gpus, cl->name, res->considered,
                        worst >= 0 ? sim_reject_name(worst) : "rejected", worst >= 0 ? res->example[worst] : "");

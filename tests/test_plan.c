@@ -92,6 +92,71 @@ static void test_pins(void)
     sim_plan_free(&pinned);
 }
 
+/* A pinned schedule pins interleaving too: 1f1b and gpipe run one chunk per stage, interleaved
+ * more than one; a pinned dp searches only the factorisations that use every GPU with it. */
+static void test_schedule_and_dp_pins(void)
+{
+    PxError err = {0};
+    ProfCluster cl;
+    CHECK_OK(prof_cluster_load("dgx-a100", NULL, 0, &cl, &err), err);
+    const ModelSchedule scheds[3] = {MODEL_SCHED_1F1B, MODEL_SCHED_GPIPE, MODEL_SCHED_INTERLEAVED};
+    for (int i = 0; i < 3; i++) {
+        SimPlanRequest q = request("gpt3-1.3b", 16, 64);
+        q.base.layout.pp = 4;
+        q.base.layout.schedule = scheds[i];
+        q.pinned = SIM_PIN_PP | SIM_PIN_SCHEDULE;
+        SimPlanResult r;
+        CHECK_OK(sim_plan(&q, &cl, &r, &err), err);
+        CHECK_EQ_INT(5, r.n_top);
+        for (int k = 0; k < r.n_top; k++) {
+            CHECK_EQ_INT(scheds[i], r.top[k].spec.layout.schedule);
+            CHECK_EQ_INT(4, r.top[k].spec.layout.pp);
+            if (scheds[i] == MODEL_SCHED_INTERLEAVED)
+                CHECK(r.top[k].spec.layout.vpp > 1);
+            else
+                CHECK_EQ_INT(1, r.top[k].spec.layout.vpp);
+        }
+        sim_plan_free(&r);
+    }
+    SimPlanRequest q = request("gpt3-1.3b", 16, 64);
+    q.base.layout.dp = 4;
+    q.pinned = SIM_PIN_DP;
+    SimPlanResult r;
+    CHECK_OK(sim_plan(&q, &cl, &r, &err), err);
+    for (int k = 0; k < r.n_top; k++) {
+        const ModelLayout *l = &r.top[k].spec.layout;
+        CHECK_EQ_INT(4, l->dp);
+        CHECK_EQ_INT(16, l->tp * l->pp * l->cp * l->dp);
+    }
+    CHECK_EQ_INT(0, r.rejected[MODEL_RULE_GPUS]); /* the other factorisations are not layouts */
+    sim_plan_free(&r);
+    /* a dp that leaves no factorisation says which pins are at fault */
+    q.base.layout.dp = 3;
+    CHECK_INPUT_ERROR(sim_plan(&q, &cl, &r, &err), err, "(pinned: dp 3; tp x pp x cp x dp must equal the GPUs)");
+}
+
+/* With dp x cp = 1 the ZeRO stages shard nothing: one of them is tried, so the ranking holds no
+ * twins that differ only in the stage. */
+static void test_no_zero_twins(void)
+{
+    PxError err = {0};
+    ProfCluster cl;
+    CHECK_OK(prof_cluster_load("dgx-a100", NULL, 0, &cl, &err), err);
+    SimPlanRequest q = request("gpt3-1.3b", 16, 64);
+    q.base.layout.tp = 16;
+    q.pinned = SIM_PIN_TP;
+    q.allow_cross_node_tp = 1;
+    SimPlanResult r;
+    CHECK_OK(sim_plan(&q, &cl, &r, &err), err);
+    CHECK_EQ_INT(5, r.n_top);
+    for (int k = 0; k < r.n_top; k++)
+        CHECK_EQ_INT(0, r.top[k].spec.layout.zero);
+    /* 7 micro-batch sizes (divisors of 64) x SP off and on x recompute none and full (with
+     * flash attention selective is none's twin) x ZeRO-0 alone */
+    CHECK_EQ_INT(28, r.considered);
+    sim_plan_free(&r);
+}
+
 static void test_impossible(void)
 {
     PxError err = {0};
@@ -226,6 +291,8 @@ int main(void)
     pruned_vs_brute("gpt2-350m", "leonardo", 8, 32, SIM_OBJ_TOKENS_PER_GPU, 0);
     pruned_vs_brute("tiny", "local", 4, 16, SIM_OBJ_TIME, 0);
     test_pins();
+    test_schedule_and_dp_pins();
+    test_no_zero_twins();
     test_impossible();
     test_plan_and_exports();
     TEST_DONE("plan");
