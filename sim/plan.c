@@ -642,9 +642,12 @@ int sim_plan_min_gpus(const SimPlanRequest *q, const ProfCluster *cl, double max
     const int node = cl->node_devices > 0 ? cl->node_devices : 1;
     if (cl->nodes > 0 && (long)cl->nodes * node < limit)
         limit = cl->nodes * node;
-    char tried[256] = "";
+    char tried[256] = "", closest[160] = "";
     size_t n = 0;
+    double closest_over = 0; /* how far the closest size missed the budget, as a ratio */
     for (int g = node; g <= limit; g = next_size(node, g)) {
+        if (g < q->gpus) /* the smallest size to try */
+            continue;
         SimPlanRequest r = *q;
         r.gpus = g;
         r.top = 1;
@@ -663,11 +666,18 @@ int sim_plan_min_gpus(const SimPlanRequest *q, const ProfCluster *cl, double max
                 *gpus_out = g;
                 return PX_OK;
             }
+            double over = fmax(max_step_s > 0 ? c->step_s / max_step_s : 0, max_days > 0 ? days / max_days : 0);
+            if (!closest[0] || over < closest_over) {
+                closest_over = over;
+                snprintf(closest, sizeof closest, "; the closest, %d GPUs, takes %.3g s a step%s", g, c->step_s, "");
+                if (max_days > 0)
+                    snprintf(closest + strlen(closest), sizeof closest - strlen(closest), " and %.3g days", days);
+            }
             sim_plan_free(&res);
         }
         if (n < sizeof tried - 16)
             n += (size_t)snprintf(tried + n, sizeof tried - n, "%s%d", n ? "," : "", g);
     }
-    return px_fail(err, PX_EINPUT, "no cluster size up to %d GPUs meets the budget (tried %s)",
-                   limit, tried);
+    return px_fail(err, PX_EINPUT, "no cluster size up to %d GPUs meets the budget (tried %s%s)",
+                   limit, tried[0] ? tried : "none", closest);
 }
