@@ -283,6 +283,78 @@ static void test_plan_and_exports(void)
     sim_plan_free(&r);
 }
 
+static void expect_in(const char *what, const char *text, const char *const *want, const char *const *not_want)
+{
+    for (const char *const *w = want; *w; w++) {
+        px_test_checks++;
+        if (!strstr(text, *w)) {
+            fprintf(stderr, "FAILED: %s lacks '%s':\n%s", what, *w, text);
+            exit(1);
+        }
+    }
+    for (const char *const *w = not_want; w && *w; w++) {
+        px_test_checks++;
+        if (strstr(text, *w)) {
+            fprintf(stderr, "FAILED: %s has '%s':\n%s", what, *w, text);
+            exit(1);
+        }
+    }
+}
+
+/* A ZeRO-3 plan on 4-GPU nodes and a GPipe plan: Megatron FSDP under its current flag, NeMo's
+ * devices per node from the cluster, and the schedule Megatron cannot run said, not dropped. */
+static void test_exports_fsdp_gpipe(void)
+{
+    PxError err = {0};
+    ProfCluster cl;
+    CHECK_OK(prof_cluster_load("leonardo", NULL, 0, &cl, &err), err);
+    SimPlanRequest q = request("gpt3-1.3b", 16, 64);
+    q.base.layout.zero = 3;
+    q.base.layout.pp = 1;
+    q.pinned = SIM_PIN_ZERO | SIM_PIN_PP;
+    q.top = 1;
+    SimPlanResult r;
+    CHECK_OK(sim_plan(&q, &cl, &r, &err), err);
+    ModelPlan plan;
+    SimResult full;
+    CHECK_OK(sim_plan_best(&r, &cl, "leonardo", 16, &plan, &full, &err), err);
+    char *mg = capture(&plan, SIM_EXPORT_MEGATRON);
+    const char *want_mg[] = {"--use-megatron-fsdp ", "--data-parallel-sharding-strategy optim_grads_params ", NULL};
+    const char *not_mg[] = {"--use-distributed-optimizer", "    --use-custom-fsdp", NULL};
+    expect_in("megatron export (ZeRO-3)", mg, want_mg, not_mg);
+    free(mg);
+    char *ne = capture(&plan, SIM_EXPORT_NEMO);
+    const char *want_ne[] = {"trainer.devices=4 trainer.num_nodes=4 ", "ddp.use_megatron_fsdp=true",
+                             "ddp.data_parallel_sharding_strategy=optim_grads_params", NULL};
+    expect_in("nemo export (ZeRO-3)", ne, want_ne, NULL);
+    free(ne);
+    model_plan_free(&plan);
+    sim_result_free(&full);
+    sim_plan_free(&r);
+    prof_cluster_free(&cl);
+
+    CHECK_OK(prof_cluster_load("dgx-a100", NULL, 0, &cl, &err), err);
+    q = request("gpt3-1.3b", 16, 64);
+    q.base.layout.pp = 2;
+    q.base.layout.schedule = MODEL_SCHED_GPIPE;
+    q.pinned = SIM_PIN_PP | SIM_PIN_SCHEDULE;
+    q.top = 1;
+    CHECK_OK(sim_plan(&q, &cl, &r, &err), err);
+    CHECK_OK(sim_plan_best(&r, &cl, "dgx-a100", 16, &plan, &full, &err), err);
+    CHECK_EQ_INT(MODEL_SCHED_GPIPE, plan.spec.layout.schedule);
+    const char *want_gp[] = {"# NOT EXPRESSIBLE: the plan's GPipe schedule; Megatron runs 1F1B", NULL};
+    mg = capture(&plan, SIM_EXPORT_MEGATRON);
+    expect_in("megatron export (GPipe)", mg, want_gp, NULL);
+    free(mg);
+    ne = capture(&plan, SIM_EXPORT_NEMO);
+    const char *want_ne8[] = {"# NOT EXPRESSIBLE: the plan's GPipe schedule", "trainer.devices=8 trainer.num_nodes=2 ", NULL};
+    expect_in("nemo export (GPipe)", ne, want_ne8, NULL);
+    free(ne);
+    model_plan_free(&plan);
+    sim_result_free(&full);
+    sim_plan_free(&r);
+}
+
 int main(void)
 {
     px_log_set_quiet(1);
@@ -295,5 +367,6 @@ int main(void)
     test_no_zero_twins();
     test_impossible();
     test_plan_and_exports();
+    test_exports_fsdp_gpipe();
     TEST_DONE("plan");
 }
