@@ -460,7 +460,7 @@ count_again:
                                             }
                                             snprintf(msg, sizeof msg,
                                                      "tp %d pp %d%s dp %d cp %d vpp %d zero %d sp %d mbs %d recompute %s %s: "
-                                                     "peak %.1f GiB on stage %d > %.1f GiB usable",
+                                                     "peak %.2f GiB on stage %d > %.2f GiB usable",
                                                      tp, pp, split, dp, cp, vpp, zs[g], ss[h], mbss[f],
                                                      model_recompute_name((ModelRecompute)rs[i]),
                                                      model_schedule_name((ModelSchedule)scheds[j]),
