@@ -91,6 +91,11 @@ void sim_plan_print(FILE *f, const SimPlanRequest *q, const ProfCluster *cl,
                 model_schedule_name(l->schedule), c->step_s, c->tokens_per_s, 100 * c->mfu,
                 (double)c->peak_bytes / PX_GIB, 100 * bubble, w);
     }
+    if (b->job.train_tokens > 0 && r->n_top > 0 && r->top[0].tokens_per_s > 0) {
+        const double days = b->job.train_tokens / r->top[0].tokens_per_s / 86400.0;
+        fprintf(f, "\n%.3g tokens with layout 1: %.1f days, %.0f GPU-hours\n", b->job.train_tokens, days,
+                days * 24.0 * q->gpus);
+    }
     long rejected = 0;
     for (int i = 0; i < SIM_REJECT_COUNT; i++)
         rejected += r->rejected[i];

@@ -224,6 +224,7 @@ expect 0 "best by cost: 16 GPUs of dgx-h100" plan --model llama3-8b --cluster dg
 expect 0 "best by tokens-per-gpu: 16 GPUs of dgx-h100" plan --model llama3-8b --cluster dgx-h100 --gpus 8,16,64 --gbs 512 --objective tokens-per-gpu
 expect 0 "best by cost: 64 GPUs of dgx-a100" plan --model llama3-8b --cluster dgx-a100,dgx-h100 --gpus 64 --gbs 512 --objective cost --gpu-hour-price 1,4
 expect 0 '"evaluated"' plan --model tiny --cluster local --gpus 2 --gbs 8 --json
+expect 0 "1e+09 tokens with layout 1:" plan --model gpt3-1.3b --cluster dgx-a100 --gpus 8 --gbs 64 --tokens 1e9
 expect 0 "commands:" help
 expect 0 "tiny-llama" models
 expect 0 "dgx-h100" profiles
