@@ -452,6 +452,7 @@ count_again:
                                         }
                                         if ((double)r.peak_bytes > usable) {
                                             char msg[320], split[80] = "";
+                                            const double over = (double)r.peak_bytes - usable;
                                             if (s.layout.n_stage_layers > 0) {
                                                 memcpy(split, " (", 3);
                                                 model_split_format(s.layout.stage_layers, s.layout.n_stage_layers,
@@ -460,11 +461,14 @@ count_again:
                                             }
                                             snprintf(msg, sizeof msg,
                                                      "tp %d pp %d%s dp %d cp %d vpp %d zero %d sp %d mbs %d recompute %s %s: "
-                                                     "peak %.2f GiB on stage %d > %.2f GiB usable",
+                                                     "peak %.2f GiB on stage %d, %.1f %s over the %.2f GiB usable",
                                                      tp, pp, split, dp, cp, vpp, zs[g], ss[h], mbss[f],
                                                      model_recompute_name((ModelRecompute)rs[i]),
                                                      model_schedule_name((ModelSchedule)scheds[j]),
-                                                     (double)r.peak_bytes / PX_GIB, r.peak_stage, usable / PX_GIB);
+                                                     (double)r.peak_bytes / PX_GIB, r.peak_stage,
+                                                     /* the closest can miss by less than the rounding */
+                                                     over < PX_GIB ? over / (1024.0 * 1024.0) : over / PX_GIB,
+                                                     over < PX_GIB ? "MiB" : "GiB", usable / PX_GIB);
                                             /* the example is the layout closest to fitting */
                                             if (res->rejected[SIM_REJECT_MEMORY] == 0 || r.peak_bytes < closest) {
                                                 closest = r.peak_bytes;
