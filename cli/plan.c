@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli/commands.h"
@@ -10,19 +11,20 @@
 
 enum {
     OPT_GPUS = CLI_EXTRA, OPT_OBJECTIVE, OPT_TOP, OPT_HEADROOM, OPT_CROSS_TP, OPT_EXPLAIN,
-    OPT_MIN_GPUS, OPT_MAX_STEP, OPT_MAX_DAYS, OPT_BRUTE, OPT_LIMIT
+    OPT_MIN_GPUS, OPT_MAX_STEP, OPT_MAX_DAYS, OPT_BRUTE, OPT_LIMIT, OPT_PRICE
 };
 
 static const CliOption plan_options[] = {
     {"model", 1, "M", "zoo model name or JSON file (parallax or Hugging Face config.json)", CLI_MODEL},
     {"cluster", 1, "C[,C2]", "cluster profile(s): several are compared side by side", CLI_CLUSTER},
     {"gpus", 1, "N[,N2...]", "GPUs: several sweep sizes, printing the best layout at each", OPT_GPUS},
-    {"objective", 1, "O", "time (default) | cost (GPU-seconds per token) | tokens-per-gpu", OPT_OBJECTIVE},
+    {"objective", 1, "O", "time (default) | cost (GPU-hours per token) | tokens-per-gpu", OPT_OBJECTIVE},
+    {"gpu-hour-price", 1, "P[,P2...]", "price of a GPU-hour on each cluster: cost compares money", OPT_PRICE},
     {"top", 1, "K", "layouts to show (default 5)", OPT_TOP},
     {"headroom", 1, "F", "fraction of device memory to keep free (default 0.05)", OPT_HEADROOM},
     {"allow-cross-node-tp", 0, NULL, "let tensor parallelism span nodes", OPT_CROSS_TP},
     {"explain", 0, NULL, "show an example of each rejection reason", OPT_EXPLAIN},
-    {"min-gpus", 0, NULL, "find the fewest GPUs meeting --max-step-s and/or --max-days", OPT_MIN_GPUS},
+    {"min-gpus", 0, NULL, "find the fewest GPUs meeting --max-step-s and/or --max-days (--gpus: the least to try)", OPT_MIN_GPUS},
     {"max-step-s", 1, "S", "step-time budget for --min-gpus", OPT_MAX_STEP},
     {"max-days", 1, "D", "days-to-train budget for --min-gpus (needs --tokens)", OPT_MAX_DAYS},
     {"max-gpus", 1, "N", "largest size --min-gpus tries (default: the cluster, or 65536)", OPT_LIMIT},
@@ -41,19 +43,74 @@ static const struct {
             {CLI_MBS, SIM_PIN_MBS},       {CLI_RECOMPUTE, SIM_PIN_RECOMPUTE},
             {CLI_SCHEDULE, SIM_PIN_SCHEDULE}, {CLI_PP_LAYERS, SIM_PIN_PP | SIM_PIN_PP_LAYERS}};
 
+typedef struct {
+    double start_s, drawn_s; /* when the search began; when the bar was last drawn */
+    int shown;
+} Progress;
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* The bar appears once a search has run half a second (short ones stay silent) and is redrawn
+ * at most ten times a second. */
 static void progress(void *ctx, long done, long total, int phase)
 {
-    (void)ctx;
+    Progress *p = ctx;
+    const double t = now_s();
+    if (p->start_s == 0)
+        p->start_s = t;
     if (phase == 2) {
-        fputs("\r\033[K", stderr);
+        if (p->shown)
+            fputs("\r\033[K", stderr);
+        memset(p, 0, sizeof *p);
         return;
     }
+    if (t - p->start_s < 0.5 || t - p->drawn_s < 0.1)
+        return;
+    p->drawn_s = t;
+    p->shown = 1;
     int width = 30, fill = total > 0 ? (int)(width * (double)done / (double)total) : 0;
     if (fill > width)
         fill = width;
     fprintf(stderr, "\r%s [%.*s%*s] %ld/%ld", phase ? "timing   " : "searching", fill,
             "##############################", width - fill, "", done, total);
     fflush(stderr);
+}
+
+typedef struct {
+    int ok;
+    char line[1200];
+    double value, rank; /* the objective's figure; the same, lower better */
+    cJSON *json;
+} SweepRow;
+
+/* The objective's figure for one row of a sweep: step seconds; GPU-hours per million tokens
+ * (times the price of a GPU-hour when one is given); tokens per second per GPU. *rank gets it
+ * with lower better. */
+static double objective_value(SimObjective o, const SimCandidate *c, int gpus, double price, double *rank)
+{
+    switch (o) {
+    case SIM_OBJ_COST:
+        *rank = (double)gpus / 3600.0 / c->tokens_per_s * 1e6 * (price > 0 ? price : 1.0);
+        return *rank;
+    case SIM_OBJ_TOKENS_PER_GPU:
+        *rank = -c->tokens_per_s / gpus;
+        return -*rank;
+    default: *rank = c->step_s; return c->step_s;
+    }
+}
+
+static void objective_unit(char *buf, size_t cap, SimObjective o, int priced)
+{
+    snprintf(buf, cap, "%s",
+             o == SIM_OBJ_COST ? (priced ? "cost per million tokens at the given GPU-hour prices"
+                                         : "GPU-hours per million tokens")
+             : o == SIM_OBJ_TOKENS_PER_GPU ? "tokens per second per GPU"
+                                           : "step seconds");
 }
 
 static int split_list(const char *text, const char *what, char items[][256], int cap)
@@ -105,10 +162,13 @@ int cli_cmd_plan(int argc, char **argv)
         return st;
     PxError err = {0};
     const char *gpus_text = a.extra[OPT_GPUS - CLI_EXTRA];
-    if (!a.model || !a.cluster || !gpus_text || !(a.given & (1ull << CLI_GBS))) {
+    const int min_gpus = a.extra[OPT_MIN_GPUS - CLI_EXTRA] != NULL;
+    if (!a.model || !a.cluster || (!gpus_text && !min_gpus) || !(a.given & (1ull << CLI_GBS))) {
         fprintf(stderr, "parallax plan: --model, --cluster, --gpus and --gbs are required (see --help)\n");
         return 2;
     }
+    if (!gpus_text)
+        gpus_text = "1"; /* --min-gpus: from the smallest size up */
     SimPlanRequest q;
     memset(&q, 0, sizeof q);
     q.base = a.spec;
@@ -140,7 +200,6 @@ int cli_cmd_plan(int argc, char **argv)
     q.allow_cross_node_tp = a.extra[OPT_CROSS_TP - CLI_EXTRA] != NULL;
     q.brute_force = a.extra[OPT_BRUTE - CLI_EXTRA] != NULL;
     const int explain = a.extra[OPT_EXPLAIN - CLI_EXTRA] != NULL;
-    const int min_gpus = a.extra[OPT_MIN_GPUS - CLI_EXTRA] != NULL;
     double max_step = 0, max_days = 0;
     int limit = 65536;
     if ((v = a.extra[OPT_MAX_STEP - CLI_EXTRA]) && (rc = px_parse_double(v, "--max-step-s", &max_step, &err)))
@@ -173,6 +232,30 @@ int cli_cmd_plan(int argc, char **argv)
     for (int i = 0; i < n_sz; i++)
         if ((rc = px_parse_int(sizes[i], "--gpus", 1, 1 << 24, &gpus[i], &err)))
             return fail(rc, &err);
+    double price[8] = {0};
+    int n_price = 0;
+    if ((v = a.extra[OPT_PRICE - CLI_EXTRA])) {
+        char prices[8][256];
+        if ((n_price = split_list(v, "--gpu-hour-price", prices, 8)) < 1)
+            return 2;
+        if (q.objective != SIM_OBJ_COST) {
+            fprintf(stderr, "parallax plan: --gpu-hour-price applies to --objective cost\n");
+            return 2;
+        }
+        if (n_price != 1 && n_price != n_cl) {
+            fprintf(stderr, "parallax plan: --gpu-hour-price: give one price, or one per cluster (%d), got %d\n",
+                    n_cl, n_price);
+            return 2;
+        }
+        for (int i = 0; i < n_price; i++) {
+            if ((rc = px_parse_double(prices[i], "--gpu-hour-price", &price[i], &err)))
+                return fail(rc, &err);
+            if (!(price[i] > 0)) {
+                fprintf(stderr, "parallax plan: --gpu-hour-price: must be positive, got %s\n", prices[i]);
+                return 2;
+            }
+        }
+    }
     ProfCluster cl[8];
     int n_loaded = 0, status = 0;
     for (int i = 0; i < n_cl; i++) {
@@ -188,12 +271,19 @@ int cli_cmd_plan(int argc, char **argv)
         status = 2;
         goto done;
     }
+    Progress bar = {0};
     if (!a.json && isatty(STDERR_FILENO)) {
         q.progress = progress;
-        q.progress_ctx = NULL;
+        q.progress_ctx = &bar;
     }
 
     if (min_gpus) {
+        if (n_sz > 1) {
+            fprintf(stderr, "parallax plan: --min-gpus takes one --gpus, the least to try; got %d\n", n_sz);
+            status = 2;
+            goto done;
+        }
+        q.gpus = gpus[0];
         cJSON *arr = a.json ? cJSON_CreateArray() : NULL;
         for (int c = 0; c < n_cl; c++) {
             SimPlanResult res;
@@ -273,13 +363,21 @@ int cli_cmd_plan(int argc, char **argv)
         goto done;
     }
 
-    /* sweeps and side-by-side clusters: the best layout of each (cluster, size) */
+    /* sweeps and side-by-side clusters: the best layout of each (cluster, size), then the
+     * objective ranks the rows: across sizes and clusters time, cost and tokens per GPU differ */
+    const int n_rows = n_sz * n_cl;
+    SweepRow *rows = calloc((size_t)n_rows, sizeof *rows);
     cJSON *arr = a.json ? cJSON_CreateArray() : NULL;
-    if (!a.json)
-        printf("%s, global batch %d, objective %s: best layout per size\n", q.base.model.name,
-               q.base.job.global_batch, sim_objective_name(q.objective));
+    if (!rows) {
+        cJSON_Delete(arr);
+        fprintf(stderr, "parallax plan: out of memory\n");
+        status = 1;
+        goto done;
+    }
+    int best = -1;
     for (int s = 0; s < n_sz; s++) {
         for (int c = 0; c < n_cl; c++) {
+            SweepRow *row = &rows[s * n_cl + c];
             SimPlanRequest r = q;
             r.gpus = gpus[s];
             r.top = 1;
@@ -288,32 +386,62 @@ int cli_cmd_plan(int argc, char **argv)
             rc = sim_plan(&r, &cl[c], &res, &e2);
             if (rc == PX_ERUNTIME) {
                 cJSON_Delete(arr);
+                free(rows);
                 status = fail(rc, &e2);
                 goto done;
             }
-            if (a.json) {
-                cJSON *e = cJSON_CreateObject();
-                cJSON_AddStringToObject(e, "cluster", cl[c].name);
-                cJSON_AddNumberToObject(e, "gpus", gpus[s]);
-                if (rc == PX_OK)
-                    cJSON_AddItemToObject(e, "search", sim_plan_search_json(&res));
-                else
-                    cJSON_AddStringToObject(e, "error", e2.msg);
-                cJSON_AddItemToArray(arr, e);
+            row->ok = rc == PX_OK;
+            if (row->ok) {
+                sim_plan_summary_line(row->line, sizeof row->line, &res);
+                row->value = objective_value(q.objective, &res.top[0], gpus[s], price[n_price > 1 ? c : 0], &row->rank);
+                if (best < 0 || row->rank < rows[best].rank)
+                    best = (int)(row - rows);
             } else {
-                char line[1200];
-                if (rc == PX_OK)
-                    sim_plan_summary_line(line, sizeof line, &res);
-                else
-                    snprintf(line, sizeof line, "none: %s", e2.msg);
-                printf("%6d  %-10s %s\n", gpus[s], cl[c].name, line);
+                snprintf(row->line, sizeof row->line, "none: %s", e2.msg);
             }
-            if (rc == PX_OK)
+            if (a.json) {
+                row->json = cJSON_CreateObject();
+                cJSON_AddStringToObject(row->json, "cluster", cl[c].name);
+                cJSON_AddNumberToObject(row->json, "gpus", gpus[s]);
+                if (row->ok) {
+                    cJSON_AddNumberToObject(row->json, "objective_value", row->value);
+                    cJSON_AddItemToObject(row->json, "search", sim_plan_search_json(&res));
+                } else {
+                    cJSON_AddStringToObject(row->json, "error", e2.msg);
+                }
+                cJSON_AddItemToArray(arr, row->json);
+            }
+            if (row->ok)
                 sim_plan_free(&res);
         }
     }
-    if (a.json)
+    char unit[64];
+    objective_unit(unit, sizeof unit, q.objective, n_price > 0);
+    if (a.json) {
+        for (int i = 0; i < n_rows; i++)
+            if (rows[i].json)
+                cJSON_AddBoolToObject(rows[i].json, "best", i == best);
         print_json(arr);
+    } else {
+        printf("%s, global batch %d: best layout per size; objective %s (%s)\n", q.base.model.name,
+               q.base.job.global_batch, sim_objective_name(q.objective), unit);
+        for (int s = 0; s < n_sz; s++) {
+            for (int c = 0; c < n_cl; c++) {
+                const SweepRow *row = &rows[s * n_cl + c];
+                char value[48] = "";
+                if (row->ok && q.objective == SIM_OBJ_COST)
+                    snprintf(value, sizeof value, "  %10.4g", row->value);
+                else if (row->ok && q.objective == SIM_OBJ_TOKENS_PER_GPU)
+                    snprintf(value, sizeof value, "  %10.0f", row->value);
+                printf("%6d  %-10s %s%s%s\n", gpus[s], cl[c].name, row->line, value,
+                       row - rows == best && n_rows > 1 ? "  <- best" : "");
+            }
+        }
+        if (best >= 0 && n_rows > 1)
+            printf("best by %s: %d GPUs of %s, %.5g %s\n", sim_objective_name(q.objective),
+                   gpus[best / n_cl], cl[best % n_cl].name, rows[best].value, unit);
+    }
+    free(rows);
 done:
     /* after every result, which share the clusters' measurements */
     for (int i = 0; i < n_loaded; i++)

@@ -58,6 +58,12 @@ static int megatron_split(const ModelLayout *l, int *first, int *last)
     return 1;
 }
 
+/* GPipe (every forward, then every backward) is not a schedule Megatron-LM, NeMo or
+ * Megatron-Bridge offer: their non-interleaved pipeline is 1F1B. */
+static const char *const gpipe_note =
+    "# NOT EXPRESSIBLE: the plan's GPipe schedule; Megatron runs 1F1B here, with the same bubble and\n"
+    "# fewer activations in flight (plan with --schedule 1f1b for its exact prediction)\n";
+
 /* Megatron-Core's experimental --pipeline-model-parallel-layout for a split: "Et*2|t*3|tL" */
 static void megatron_layout(char *buf, size_t cap, const ModelLayout *l)
 {
@@ -85,8 +91,11 @@ static void megatron(FILE *f, const ModelPlan *p, const ModelDims *d)
     fprintf(f, "# data-parallel size %d follows from the world size; %d micro-batches per step\n",
             l->dp, d->m);
     if (l->zero >= 2)
-        fprintf(f, "# ZeRO-%d maps to Megatron-Core's custom FSDP (--use-custom-fsdp, sharding strategy below)\n",
+        fprintf(f, "# ZeRO-%d maps to Megatron FSDP (--use-megatron-fsdp and the sharding strategy below;\n"
+                   "# Megatron-LM versions before the rename call the first flag --use-custom-fsdp)\n",
                 l->zero);
+    if (l->schedule == MODEL_SCHED_GPIPE && l->pp > 1)
+        fprintf(f, "%s", gpipe_note);
     int split_first = -1, split_last = -1, split_ok = 1;
     if (d->uneven) {
         char split[256];
@@ -148,7 +157,7 @@ static void megatron(FILE *f, const ModelPlan *p, const ModelDims *d)
     if (l->zero == 1)
         flag(f, "--use-distributed-optimizer", NULL);
     if (l->zero >= 2) {
-        flag(f, "--use-custom-fsdp", NULL);
+        flag(f, "--use-megatron-fsdp", NULL);
         flag(f, "--data-parallel-sharding-strategy", "%s", l->zero == 2 ? "optim_grads" : "optim_grads_params");
     }
     if (l->overlap_dp) {
@@ -260,9 +269,23 @@ static void nemo(FILE *f, const ModelPlan *p, const ModelDims *d)
     const ModelConfig *c = &p->spec.model;
     const ModelLayout *l = &p->spec.layout;
     const ModelJob *t = &p->spec.job;
-    const int per_node = p->gpus < 8 ? p->gpus : 8;
+    /* devices per node from the plan's cluster; 8 (a DGX) when the profile cannot be read */
+    int per_node = 8;
+    ProfCluster cl;
+    PxError err = {0};
+    const int known = prof_cluster_load(p->cluster, NULL, 0, &cl, &err) == PX_OK;
+    if (known) {
+        per_node = prof_node_size(&cl, p->gpus);
+        prof_cluster_free(&cl);
+    }
+    if (per_node > p->gpus)
+        per_node = p->gpus;
     const char *prec = t->precision == PX_BF16 ? "bf16-mixed" : t->precision == PX_FP16 ? "16-mixed" : "32";
     fprintf(f, "# NeMo 1.x (megatron_gpt_pretraining.py) Hydra overrides for %s on %d GPUs\n", c->name, p->gpus);
+    if (!known)
+        fprintf(f, "# cluster '%s' not found: %d devices per node assumed\n", p->cluster, per_node);
+    if (l->schedule == MODEL_SCHED_GPIPE && l->pp > 1)
+        fprintf(f, "%s", gpipe_note);
     fprintf(f, "trainer.devices=%d trainer.num_nodes=%d trainer.precision=%s trainer.max_steps=%d\n",
             per_node, (p->gpus + per_node - 1) / per_node, prec, t->steps);
     fprintf(f, "model.tensor_model_parallel_size=%d model.pipeline_model_parallel_size=%d\n", l->tp, l->pp);
@@ -323,6 +346,9 @@ static void nemo(FILE *f, const ModelPlan *p, const ModelDims *d)
     fprintf(f, "ddp.use_distributed_optimizer=%s ddp.overlap_grad_reduce=%s ddp.overlap_param_gather=%s\n",
             l->zero >= 1 ? "true" : "false", l->overlap_dp ? "true" : "false",
             l->overlap_dp && l->zero >= 1 ? "true" : "false");
+    if (l->zero >= 2)
+        fprintf(f, "dist.use_megatron_fsdp=true ddp.use_megatron_fsdp=true ddp.data_parallel_sharding_strategy=%s\n",
+                l->zero == 2 ? "optim_grads" : "optim_grads_params");
     fprintf(f, "scheduler.lr_warmup_iters=%d scheduler.lr_decay_style=cosine mixed_precision=%s\n",
             t->warmup_steps, t->precision == PX_BF16 ? "bf16_mixed" : t->precision == PX_FP16 ? "16_mixed" : "null");
 }

@@ -141,12 +141,16 @@ static void memory_example(SimPlanResult *res, const ModelSpec *s, const Knobs *
         model_split_format(s->layout.stage_layers, s->layout.n_stage_layers, split + 2, sizeof split - 3);
         strcat(split, ")");
     }
+    const double over = (double)peak - usable;
     snprintf(res->example[SIM_REJECT_MEMORY], sizeof res->example[SIM_REJECT_MEMORY],
              "tp %d pp %d%s dp %d cp %d vpp %d zero %d sp %d mbs %d recompute %s %s: "
-             "peak %.1f GiB on stage %d > %.1f GiB usable",
+             "peak %.2f GiB on stage %d, %.1f %s over the %.2f GiB usable",
              k->tp, k->pp, split, dp, k->cp, k->vpp, k->zero, k->sp, k->mbs,
              model_recompute_name((ModelRecompute)k->rc), model_schedule_name((ModelSchedule)k->sched),
-             (double)peak / PX_GIB, peak_stage, usable / PX_GIB);
+             (double)peak / PX_GIB, peak_stage,
+             /* the closest can miss by less than the rounding */
+             over < PX_GIB ? over / (1024.0 * 1024.0) : over / PX_GIB, over < PX_GIB ? "MiB" : "GiB",
+             usable / PX_GIB);
 }
 
 static void apply(const SimPlanRequest *q, const Knobs *k, ModelSpec *s)
@@ -323,8 +327,12 @@ int sim_plan(const SimPlanRequest *request, const ProfCluster *cl, SimPlanResult
             cp_choices[n_cp_choices++] = cp_choices[i];
     n_cp = values(pin & SIM_PIN_CP, pl->cp, cp_choices, n_cp_choices, cps);
     (void)dps;
-    long total_guess = 0, done = 0;
+    long total = 0, done = 0;
     uint64_t closest = 0;
+    /* With a progress bar the loops run twice: first only counting the layouts, so that the bar
+     * shows a fraction of a known total. */
+    int counting = q->progress != NULL;
+count_again:
     /* Pass 1: rules, memory, op costs and bounds for every candidate. */
     for (int a = 0; a < n_tp; a++) {
         const int tp = tps[a];
@@ -333,9 +341,11 @@ int sim_plan(const SimPlanRequest *request, const ProfCluster *cl, SimPlanResult
             const int pp = pps[b];
             for (int c = 0; c < n_cp; c++) {
                 const int cp = cps[c];
-                if (gpus % (tp * pp * cp) != 0 && !(pin & SIM_PIN_DP)) {
-                    continue; /* not a factorisation of the GPUs: nothing to count */
-                }
+                /* not a factorisation of the GPUs (with a pinned dp: not the one that uses them
+                 * all): nothing to count */
+                if (gpus % (tp * pp * cp) != 0 ||
+                    ((pin & SIM_PIN_DP) && (long)tp * pp * cp * pl->dp != gpus))
+                    continue;
                 const int dp = (pin & SIM_PIN_DP) ? pl->dp : gpus / (tp * pp * cp);
                 int vpps[64], n_vpp;
                 if (pin & SIM_PIN_VPP) {
@@ -348,6 +358,12 @@ int sim_plan(const SimPlanRequest *request, const ProfCluster *cl, SimPlanResult
                                 : 1;
                     if (n_vpp == 1)
                         vpps[0] = 1;
+                    /* a pinned schedule pins interleaving: 1F1B over several chunks is the
+                     * interleaved schedule, so 1f1b and gpipe take one chunk per stage */
+                    if ((pin & SIM_PIN_SCHEDULE) && pl->schedule != MODEL_SCHED_INTERLEAVED)
+                        n_vpp = 1;
+                    else if ((pin & SIM_PIN_SCHEDULE) && n_vpp > 1)
+                        memmove(vpps, vpps + 1, (size_t)--n_vpp * sizeof *vpps);
                 }
                 int mbss[256], n_mbs;
                 if (pin & SIM_PIN_MBS) {
@@ -359,7 +375,8 @@ int sim_plan(const SimPlanRequest *request, const ProfCluster *cl, SimPlanResult
                     mbss[0] = 1;
                     n_mbs = 1;
                 }
-                int zs[4], n_z = values(pin & SIM_PIN_ZERO, pl->zero, zeros, 4, zs);
+                /* ZeRO shards over dp x cp: with a group of one every stage is ZeRO-0 */
+                int zs[4], n_z = values(pin & SIM_PIN_ZERO, pl->zero, zeros, dp * cp > 1 ? 4 : 1, zs);
                 int ss[2], n_s = values(pin & SIM_PIN_SP, pl->sp, sps, tp > 1 ? 2 : 1, ss);
                 int rs[3], n_r = values(pin & SIM_PIN_RECOMPUTE, (int)pl->recompute, rcs, 3, rs);
                 for (int e = 0; e < n_vpp; e++) {
@@ -380,7 +397,14 @@ int sim_plan(const SimPlanRequest *request, const ProfCluster *cl, SimPlanResult
                         n_sched = 1;
                     }
                     const int n_spill = spills(q, pp);
-                    total_guess += (long)n_mbs * n_z * n_s * n_r * n_sched * n_spill;
+                    if (counting) {
+                        int n_r_tried = n_r;
+                        for (int i = 0; i < n_r; i++) /* the selective twins skipped below */
+                            n_r_tried -= rs[i] == MODEL_RECOMPUTE_SELECTIVE && pj->flash_attn &&
+                                         !(pin & SIM_PIN_RECOMPUTE);
+                        total += (long)n_mbs * n_z * n_s * n_r_tried * n_sched * n_spill;
+                        continue;
+                    }
                     for (int sp_end = 0; sp_end < n_spill; sp_end++)
                     for (int f = 0; f < n_mbs; f++)
                         for (int g = 0; g < n_z; g++)
@@ -400,7 +424,7 @@ int sim_plan(const SimPlanRequest *request, const ProfCluster *cl, SimPlanResult
                                         apply(q, &k, &s);
                                         res->considered++;
                                         if (q->progress && (++done & 255) == 0)
-                                            q->progress(q->progress_ctx, done, total_guess, 0);
+                                            q->progress(q->progress_ctx, done, total, 0);
                                         /* the rule's message only for its first example */
                                         PxError e2 = {.code_only = 1};
                                         ModelDims d;
@@ -425,6 +449,7 @@ int sim_plan(const SimPlanRequest *request, const ProfCluster *cl, SimPlanResult
                                         int peak_stage;
                                         if ((rc = sim_memory_peak(&probe, &d, cl, tables, &peak, &peak_stage, err)))
                                             goto out;
+                                        res->evaluated++;
                                         if ((double)peak > usable) {
                                             /* the example is the layout closest to fitting */
                                             if (res->rejected[SIM_REJECT_MEMORY]++ == 0 || peak < closest) {
@@ -434,7 +459,6 @@ int sim_plan(const SimPlanRequest *request, const ProfCluster *cl, SimPlanResult
                                             continue;
                                         }
                                         res->feasible++;
-                                        res->evaluated++;
                                         res->rank_memory_bytes = rank_memory;
                                         if (q->brute_force) {
                                             SimResult r;
@@ -473,6 +497,10 @@ int sim_plan(const SimPlanRequest *request, const ProfCluster *cl, SimPlanResult
                 }
             }
         }
+    }
+    if (counting) {
+        counting = 0;
+        goto count_again;
     }
     /* Pass 2: exact pipelines in order of their bounds, until nothing left can enter the top k. */
     qsort(pend, n_pend, sizeof *pend, by_bound);
@@ -526,10 +554,23 @@ out:
                 worst = i;
         if (res->rejected[SIM_REJECT_MEMORY])
             worst = SIM_REJECT_MEMORY;
-        if (res->considered == 0)
+        if (res->considered == 0) {
+            char pins[96] = "";
+            size_t n = 0;
+            const struct {
+                unsigned bit;
+                const char *name;
+                int value;
+            } deg[] = {{SIM_PIN_TP, "tp", q->base.layout.tp}, {SIM_PIN_PP, "pp", q->base.layout.pp},
+                       {SIM_PIN_CP, "cp", q->base.layout.cp}, {SIM_PIN_DP, "dp", q->base.layout.dp}};
+            for (size_t i = 0; i < sizeof deg / sizeof deg[0]; i++)
+                if ((pin & deg[i].bit) && n < sizeof pins)
+                    n += (size_t)snprintf(pins + n, sizeof pins - n, " %s %d", deg[i].name, deg[i].value);
             return px_fail(err, PX_EINPUT,
-                           "no layout of %s uses %d GPUs: the pinned degrees do not divide them",
-                           mc->name, gpus);
+                           "no layout of %s uses %d GPUs: the pinned degrees do not divide them "
+                           "(pinned:%s; tp x pp x cp x dp must equal the GPUs)",
+                           mc->name, gpus, n ? pins : " none");
+        }
         return px_fail(err, PX_EINPUT, "no layout of %s works on %d GPUs of %s: %ld tried; %s (e.g. %s)",
                        mc->name, gpus, cl->name, res->considered,
                        worst >= 0 ? sim_reject_name(worst) : "rejected", worst >= 0 ? res->example[worst] : "");
@@ -570,9 +611,12 @@ int sim_plan_min_gpus(const SimPlanRequest *q, const ProfCluster *cl, double max
     const int node = cl->node_devices > 0 ? cl->node_devices : 1;
     if (cl->nodes > 0 && (long)cl->nodes * node < limit)
         limit = cl->nodes * node;
-    char tried[256] = "";
+    char tried[256] = "", closest[160] = "";
     size_t n = 0;
+    double closest_over = 0; /* how far the closest size missed the budget, as a ratio */
     for (int g = node; g <= limit; g = next_size(node, g)) {
+        if (g < q->gpus) /* the smallest size to try */
+            continue;
         SimPlanRequest r = *q;
         r.gpus = g;
         r.top = 1;
@@ -591,11 +635,18 @@ int sim_plan_min_gpus(const SimPlanRequest *q, const ProfCluster *cl, double max
                 *gpus_out = g;
                 return PX_OK;
             }
+            double over = fmax(max_step_s > 0 ? c->step_s / max_step_s : 0, max_days > 0 ? days / max_days : 0);
+            if (!closest[0] || over < closest_over) {
+                closest_over = over;
+                snprintf(closest, sizeof closest, "; the closest, %d GPUs, takes %.3g s a step%s", g, c->step_s, "");
+                if (max_days > 0)
+                    snprintf(closest + strlen(closest), sizeof closest - strlen(closest), " and %.3g days", days);
+            }
             sim_plan_free(&res);
         }
         if (n < sizeof tried - 16)
             n += (size_t)snprintf(tried + n, sizeof tried - n, "%s%d", n ? "," : "", g);
     }
-    return px_fail(err, PX_EINPUT, "no cluster size up to %d GPUs meets the budget (tried %s)",
-                   limit, tried);
+    return px_fail(err, PX_EINPUT, "no cluster size up to %d GPUs meets the budget (tried %s%s)",
+                   limit, tried[0] ? tried : "none", closest);
 }

@@ -83,16 +83,23 @@ void sim_plan_print(FILE *f, const SimPlanRequest *q, const ProfCluster *cl,
         const ModelLayout *l = &c->spec.layout;
         char w[256];
         why(w, sizeof w, r, i);
+        /* the simulated bubble of a pipeline-less step can come out a rounding error below zero */
+        const double bubble = c->bubble_fraction > 0 ? c->bubble_fraction : 0;
         fprintf(f, "%3d %3d %3d %4d %3d %3d %4d %3s %4d %-9s %-11s %8.3f %10.0f %5.1f%% %8.2f %6.1f%%  %s\n",
                 i + 1, l->tp, l->pp, l->dp, l->cp, l->vpp, l->zero, l->sp ? "on" : "off",
                 c->spec.job.micro_batch, model_recompute_name(l->recompute),
                 model_schedule_name(l->schedule), c->step_s, c->tokens_per_s, 100 * c->mfu,
-                (double)c->peak_bytes / PX_GIB, 100 * c->bubble_fraction, w);
+                (double)c->peak_bytes / PX_GIB, 100 * bubble, w);
+    }
+    if (b->job.train_tokens > 0 && r->n_top > 0 && r->top[0].tokens_per_s > 0) {
+        const double days = b->job.train_tokens / r->top[0].tokens_per_s / 86400.0;
+        fprintf(f, "\n%.3g tokens with layout 1: %.1f days, %.0f GPU-hours\n", b->job.train_tokens, days,
+                days * 24.0 * q->gpus);
     }
     long rejected = 0;
     for (int i = 0; i < SIM_REJECT_COUNT; i++)
         rejected += r->rejected[i];
-    fprintf(f, "\nrejected %ld of %ld:\n", rejected, r->considered);
+    fprintf(f, "\nrejected %ld of %ld%s\n", rejected, r->considered, rejected ? ":" : "");
     for (int i = 0; i < SIM_REJECT_COUNT; i++) {
         if (!r->rejected[i])
             continue;

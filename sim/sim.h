@@ -195,8 +195,8 @@ typedef struct {
     SimCandidate *top; /* best first */
     int n_top;
     long considered; /* layouts enumerated */
-    long evaluated;  /* passed the rules and fit: memory, op costs and a bound computed */
-    long feasible;   /* as evaluated */
+    long evaluated;  /* passed the rules: simulated, memory at least */
+    long feasible;   /* evaluated and fit: op costs and a bound computed */
     long timed;      /* given the exact pipeline simulation */
     long rejected[SIM_REJECT_COUNT];
     char example[SIM_REJECT_COUNT][320]; /* the first rejection of each reason */

@@ -91,6 +91,12 @@ expect 2 "pinned degrees do not divide" plan --model tiny --cluster local --gpus
 expect 2 "-o writes one plan" plan --model tiny --cluster local --gpus 2,4 --gbs 8 -o "$tmp/p.json"
 expect 2 "--min-gpus needs --max-step-s and/or --max-days" plan --model tiny --cluster local --gpus 2 --gbs 8 --min-gpus
 expect 2 "--max-days needs --tokens" plan --model tiny --cluster local --gpus 2 --gbs 8 --min-gpus --max-days 3
+expect 2 "--min-gpus takes one --gpus, the least to try; got 2" plan --model tiny --cluster local --gpus 1,2 --gbs 8 --min-gpus --max-step-s 1
+expect 2 "the closest, 4096 GPUs, takes" plan --model llama3-8b --cluster dgx-h100 --gpus 4096 --gbs 4096 --min-gpus --max-step-s 1e-3
+expect 2 "--gpu-hour-price applies to --objective cost" plan --model tiny --cluster local --gpus 2 --gbs 8 --gpu-hour-price 2
+expect 2 "--gpu-hour-price: give one price, or one per cluster (2), got 3" plan --model tiny --cluster local,dgx-a100 --gpus 2 --gbs 8 --objective cost --gpu-hour-price 1,2,3
+expect 2 "--gpu-hour-price: must be positive, got -1" plan --model tiny --cluster local --gpus 2 --gbs 8 --objective cost --gpu-hour-price -1
+expect 2 "(pinned: tp 3; tp x pp x cp x dp must equal the GPUs)" plan --model tiny --cluster local --gpus 4 --gbs 8 --tp 3
 expect 0 "wrote $tmp/p.json" plan --model tiny --cluster local --gpus 2 --gbs 8 -o "$tmp/p.json"
 expect 0 "--tensor-model-parallel-size" export "$tmp/p.json" --format megatron
 expect 0 '"zero_optimization"' export "$tmp/p.json" --format deepspeed
@@ -211,7 +217,14 @@ expect 0 "usage: parallax plan" plan --help
 expect 0 "usage: parallax export" export --help
 expect 0 "best layout per size" plan --model tiny --cluster local,dgx-a100 --gpus 1,2 --gbs 8
 expect 0 "fewest GPUs meeting the budget" plan --model gpt3-1.3b --cluster dgx-a100 --gpus 8 --gbs 64 --min-gpus --max-step-s 5
+expect 0 "dgx-a100: fewest GPUs meeting the budget: 8" plan --model gpt3-1.3b --cluster dgx-a100 --gbs 64 --min-gpus --max-step-s 5
+expect 0 "dgx-a100: fewest GPUs meeting the budget: 24" plan --model gpt3-1.3b --cluster dgx-a100 --gpus 20 --gbs 64 --min-gpus --max-step-s 5
+expect 0 "best by time: 64 GPUs of dgx-h100" plan --model llama3-8b --cluster dgx-h100 --gpus 8,16,64 --gbs 512
+expect 0 "best by cost: 16 GPUs of dgx-h100" plan --model llama3-8b --cluster dgx-h100 --gpus 8,16,64 --gbs 512 --objective cost
+expect 0 "best by tokens-per-gpu: 16 GPUs of dgx-h100" plan --model llama3-8b --cluster dgx-h100 --gpus 8,16,64 --gbs 512 --objective tokens-per-gpu
+expect 0 "best by cost: 64 GPUs of dgx-a100" plan --model llama3-8b --cluster dgx-a100,dgx-h100 --gpus 64 --gbs 512 --objective cost --gpu-hour-price 1,4
 expect 0 '"evaluated"' plan --model tiny --cluster local --gpus 2 --gbs 8 --json
+expect 0 "1e+09 tokens with layout 1:" plan --model gpt3-1.3b --cluster dgx-a100 --gpus 8 --gbs 64 --tokens 1e9
 expect 0 "commands:" help
 expect 0 "tiny-llama" models
 expect 0 "dgx-h100" profiles

@@ -29,6 +29,34 @@ static void same_top(const SimPlanResult *a, const SimPlanResult *b)
     }
 }
 
+/* What makes pruning safe: no layout's bound exceeds its exact step. Checked on every layout
+ * the brute force times. */
+typedef struct {
+    const ProfCluster *cl;
+    int gpus;
+    long checked;
+    double tightest; /* least exact step over bound seen */
+} BoundCheck;
+
+static void check_bound(void *ctx, const SimCandidate *c)
+{
+    BoundCheck *b = ctx;
+    PxError err = {0};
+    SimResult r;
+    CHECK_OK(sim_run_ex(&c->spec, b->cl, b->gpus, 1, SIM_BOUND, &r, &err), err);
+    if (!(r.bound_s <= c->step_s * (1 + 1e-12))) {
+        fprintf(stderr, "FAILED: bound %.9g s above the exact step %.9g s for tp %d pp %d dp %d cp %d vpp %d\n",
+                r.bound_s, c->step_s, c->spec.layout.tp, c->spec.layout.pp, c->spec.layout.dp,
+                c->spec.layout.cp, c->spec.layout.vpp);
+        exit(1);
+    }
+    px_test_checks++;
+    b->checked++;
+    if (b->tightest == 0 || c->step_s / r.bound_s < b->tightest)
+        b->tightest = c->step_s / r.bound_s;
+    sim_result_free(&r);
+}
+
 static void pruned_vs_brute(const char *model, const char *cluster, int gpus, int gbs,
                             SimObjective obj, int flash)
 {
@@ -37,11 +65,19 @@ static void pruned_vs_brute(const char *model, const char *cluster, int gpus, in
     CHECK_OK(prof_cluster_load(cluster, NULL, 0, &cl, &err), err);
     SimPlanRequest q = request(model, gpus, gbs);
     q.objective = obj;
+    /* the top 25, not 5: a deeper list compares the layouts nearest the cut, where a bound
+     * that is a little too high would first skip one */
+    q.top = 25;
     q.base.job.flash_attn = flash;
     SimPlanResult pruned, brute, again;
     CHECK_OK(sim_plan(&q, &cl, &pruned, &err), err);
     q.brute_force = 1;
+    BoundCheck bc = {&cl, gpus, 0, 0};
+    q.timed = check_bound;
+    q.timed_ctx = &bc;
     CHECK_OK(sim_plan(&q, &cl, &brute, &err), err);
+    q.timed = NULL;
+    CHECK_EQ_INT(brute.feasible, bc.checked);
     same_top(&brute, &pruned);
     CHECK_EQ_INT(brute.feasible, pruned.feasible);
     CHECK_EQ_INT(brute.timed, brute.feasible); /* brute force times them all */
@@ -52,9 +88,10 @@ static void pruned_vs_brute(const char *model, const char *cluster, int gpus, in
     q.brute_force = 0;
     CHECK_OK(sim_plan(&q, &cl, &again, &err), err);
     same_top(&pruned, &again);
-    printf("%-10s on %-9s %4d GPUs: %6ld layouts, %5ld feasible, %4ld timed (brute %ld): %s\n",
-           model, cluster, gpus, pruned.considered, pruned.feasible, pruned.timed, brute.timed,
-           "same top 5");
+    printf("%-10s on %-9s %4d GPUs: %6ld layouts, %5ld feasible, %4ld timed (brute %ld): same top %d; "
+           "exact/bound >= %.4f\n",
+           model, cluster, gpus, pruned.considered, pruned.feasible, pruned.timed, brute.timed, q.top,
+           bc.tightest);
     sim_plan_free(&pruned);
     sim_plan_free(&brute);
     sim_plan_free(&again);
@@ -90,6 +127,71 @@ static void test_pins(void)
     CHECK(pinned.top[0].score >= free_r.top[0].score); /* a constraint cannot help */
     sim_plan_free(&free_r);
     sim_plan_free(&pinned);
+}
+
+/* A pinned schedule pins interleaving too: 1f1b and gpipe run one chunk per stage, interleaved
+ * more than one; a pinned dp searches only the factorisations that use every GPU with it. */
+static void test_schedule_and_dp_pins(void)
+{
+    PxError err = {0};
+    ProfCluster cl;
+    CHECK_OK(prof_cluster_load("dgx-a100", NULL, 0, &cl, &err), err);
+    const ModelSchedule scheds[3] = {MODEL_SCHED_1F1B, MODEL_SCHED_GPIPE, MODEL_SCHED_INTERLEAVED};
+    for (int i = 0; i < 3; i++) {
+        SimPlanRequest q = request("gpt3-1.3b", 16, 64);
+        q.base.layout.pp = 4;
+        q.base.layout.schedule = scheds[i];
+        q.pinned = SIM_PIN_PP | SIM_PIN_SCHEDULE;
+        SimPlanResult r;
+        CHECK_OK(sim_plan(&q, &cl, &r, &err), err);
+        CHECK_EQ_INT(5, r.n_top);
+        for (int k = 0; k < r.n_top; k++) {
+            CHECK_EQ_INT(scheds[i], r.top[k].spec.layout.schedule);
+            CHECK_EQ_INT(4, r.top[k].spec.layout.pp);
+            if (scheds[i] == MODEL_SCHED_INTERLEAVED)
+                CHECK(r.top[k].spec.layout.vpp > 1);
+            else
+                CHECK_EQ_INT(1, r.top[k].spec.layout.vpp);
+        }
+        sim_plan_free(&r);
+    }
+    SimPlanRequest q = request("gpt3-1.3b", 16, 64);
+    q.base.layout.dp = 4;
+    q.pinned = SIM_PIN_DP;
+    SimPlanResult r;
+    CHECK_OK(sim_plan(&q, &cl, &r, &err), err);
+    for (int k = 0; k < r.n_top; k++) {
+        const ModelLayout *l = &r.top[k].spec.layout;
+        CHECK_EQ_INT(4, l->dp);
+        CHECK_EQ_INT(16, l->tp * l->pp * l->cp * l->dp);
+    }
+    CHECK_EQ_INT(0, r.rejected[MODEL_RULE_GPUS]); /* the other factorisations are not layouts */
+    sim_plan_free(&r);
+    /* a dp that leaves no factorisation says which pins are at fault */
+    q.base.layout.dp = 3;
+    CHECK_INPUT_ERROR(sim_plan(&q, &cl, &r, &err), err, "(pinned: dp 3; tp x pp x cp x dp must equal the GPUs)");
+}
+
+/* With dp x cp = 1 the ZeRO stages shard nothing: one of them is tried, so the ranking holds no
+ * twins that differ only in the stage. */
+static void test_no_zero_twins(void)
+{
+    PxError err = {0};
+    ProfCluster cl;
+    CHECK_OK(prof_cluster_load("dgx-a100", NULL, 0, &cl, &err), err);
+    SimPlanRequest q = request("gpt3-1.3b", 16, 64);
+    q.base.layout.tp = 16;
+    q.pinned = SIM_PIN_TP;
+    q.allow_cross_node_tp = 1;
+    SimPlanResult r;
+    CHECK_OK(sim_plan(&q, &cl, &r, &err), err);
+    CHECK_EQ_INT(5, r.n_top);
+    for (int k = 0; k < r.n_top; k++)
+        CHECK_EQ_INT(0, r.top[k].spec.layout.zero);
+    /* 7 micro-batch sizes (divisors of 64) x SP off and on x recompute none and full (with
+     * flash attention selective is none's twin) x ZeRO-0 alone */
+    CHECK_EQ_INT(28, r.considered);
+    sim_plan_free(&r);
 }
 
 static void test_impossible(void)
@@ -218,6 +320,78 @@ static void test_plan_and_exports(void)
     sim_plan_free(&r);
 }
 
+static void expect_in(const char *what, const char *text, const char *const *want, const char *const *not_want)
+{
+    for (const char *const *w = want; *w; w++) {
+        px_test_checks++;
+        if (!strstr(text, *w)) {
+            fprintf(stderr, "FAILED: %s lacks '%s':\n%s", what, *w, text);
+            exit(1);
+        }
+    }
+    for (const char *const *w = not_want; w && *w; w++) {
+        px_test_checks++;
+        if (strstr(text, *w)) {
+            fprintf(stderr, "FAILED: %s has '%s':\n%s", what, *w, text);
+            exit(1);
+        }
+    }
+}
+
+/* A ZeRO-3 plan on 4-GPU nodes and a GPipe plan: Megatron FSDP under its current flag, NeMo's
+ * devices per node from the cluster, and the schedule Megatron cannot run said, not dropped. */
+static void test_exports_fsdp_gpipe(void)
+{
+    PxError err = {0};
+    ProfCluster cl;
+    CHECK_OK(prof_cluster_load("leonardo", NULL, 0, &cl, &err), err);
+    SimPlanRequest q = request("gpt3-1.3b", 16, 64);
+    q.base.layout.zero = 3;
+    q.base.layout.pp = 1;
+    q.pinned = SIM_PIN_ZERO | SIM_PIN_PP;
+    q.top = 1;
+    SimPlanResult r;
+    CHECK_OK(sim_plan(&q, &cl, &r, &err), err);
+    ModelPlan plan;
+    SimResult full;
+    CHECK_OK(sim_plan_best(&r, &cl, "leonardo", 16, &plan, &full, &err), err);
+    char *mg = capture(&plan, SIM_EXPORT_MEGATRON);
+    const char *want_mg[] = {"--use-megatron-fsdp ", "--data-parallel-sharding-strategy optim_grads_params ", NULL};
+    const char *not_mg[] = {"--use-distributed-optimizer", "    --use-custom-fsdp", NULL};
+    expect_in("megatron export (ZeRO-3)", mg, want_mg, not_mg);
+    free(mg);
+    char *ne = capture(&plan, SIM_EXPORT_NEMO);
+    const char *want_ne[] = {"trainer.devices=4 trainer.num_nodes=4 ", "ddp.use_megatron_fsdp=true",
+                             "ddp.data_parallel_sharding_strategy=optim_grads_params", NULL};
+    expect_in("nemo export (ZeRO-3)", ne, want_ne, NULL);
+    free(ne);
+    model_plan_free(&plan);
+    sim_result_free(&full);
+    sim_plan_free(&r);
+    prof_cluster_free(&cl);
+
+    CHECK_OK(prof_cluster_load("dgx-a100", NULL, 0, &cl, &err), err);
+    q = request("gpt3-1.3b", 16, 64);
+    q.base.layout.pp = 2;
+    q.base.layout.schedule = MODEL_SCHED_GPIPE;
+    q.pinned = SIM_PIN_PP | SIM_PIN_SCHEDULE;
+    q.top = 1;
+    CHECK_OK(sim_plan(&q, &cl, &r, &err), err);
+    CHECK_OK(sim_plan_best(&r, &cl, "dgx-a100", 16, &plan, &full, &err), err);
+    CHECK_EQ_INT(MODEL_SCHED_GPIPE, plan.spec.layout.schedule);
+    const char *want_gp[] = {"# NOT EXPRESSIBLE: the plan's GPipe schedule; Megatron runs 1F1B", NULL};
+    mg = capture(&plan, SIM_EXPORT_MEGATRON);
+    expect_in("megatron export (GPipe)", mg, want_gp, NULL);
+    free(mg);
+    ne = capture(&plan, SIM_EXPORT_NEMO);
+    const char *want_ne8[] = {"# NOT EXPRESSIBLE: the plan's GPipe schedule", "trainer.devices=8 trainer.num_nodes=2 ", NULL};
+    expect_in("nemo export (GPipe)", ne, want_ne8, NULL);
+    free(ne);
+    model_plan_free(&plan);
+    sim_result_free(&full);
+    sim_plan_free(&r);
+}
+
 int main(void)
 {
     px_log_set_quiet(1);
@@ -226,7 +400,10 @@ int main(void)
     pruned_vs_brute("gpt2-350m", "leonardo", 8, 32, SIM_OBJ_TOKENS_PER_GPU, 0);
     pruned_vs_brute("tiny", "local", 4, 16, SIM_OBJ_TIME, 0);
     test_pins();
+    test_schedule_and_dp_pins();
+    test_no_zero_twins();
     test_impossible();
     test_plan_and_exports();
+    test_exports_fsdp_gpipe();
     TEST_DONE("plan");
 }
