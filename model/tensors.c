@@ -558,16 +558,23 @@ typedef struct {
 } CacheKey;
 
 typedef struct {
-    CacheKey key;
     ModelBlock *blocks; /* parameter half */
     int n_blocks;
     uint64_t params;
     uint64_t *act_chunk, *act_layer; /* activation half, [v] each */
     uint64_t cat[MODEL_CAT_COUNT];
+    int key_n;
+    uint64_t key_w[]; /* the key's words, key_n of them */
 } CacheEntry;
 
+/* Open addressing over small slots; each entry is its own allocation, sized to its key. */
 typedef struct {
-    CacheEntry *e;
+    uint64_t hash;
+    CacheEntry *e; /* NULL: empty */
+} CacheSlot;
+
+typedef struct {
+    CacheSlot *slot;
     size_t cap, n;
 } CacheMap;
 
@@ -583,11 +590,15 @@ ModelTableCache *model_table_cache_new(void) { return calloc(1, sizeof(ModelTabl
 static void map_clear(CacheMap *m)
 {
     for (size_t i = 0; i < m->cap; i++) {
-        free(m->e[i].blocks);
-        free(m->e[i].act_chunk);
-        free(m->e[i].act_layer);
+        CacheEntry *e = m->slot[i].e;
+        if (!e)
+            continue;
+        free(e->blocks);
+        free(e->act_chunk);
+        free(e->act_layer);
+        free(e);
     }
-    free(m->e);
+    free(m->slot);
     memset(m, 0, sizeof *m);
 }
 
@@ -611,33 +622,52 @@ static uint64_t key_hash(const CacheKey *k)
     return h;
 }
 
-static int key_equal(const CacheKey *a, const CacheKey *b)
+static int key_equal(const CacheEntry *e, const CacheKey *k)
 {
-    return a->n == b->n && memcmp(a->w, b->w, (size_t)a->n * sizeof a->w[0]) == 0;
+    return e->key_n == k->n && memcmp(e->key_w, k->w, (size_t)k->n * sizeof k->w[0]) == 0;
 }
 
-/* The slot of key k: its entry, or the empty slot it would take (n_blocks -1 marks empty). */
-static CacheEntry *map_slot(CacheMap *m, const CacheKey *k)
+/* The slot of key k (hash h): its entry's, or the empty one it would take. */
+static CacheSlot *map_slot(CacheMap *m, const CacheKey *k, uint64_t h)
 {
-    size_t h = (size_t)key_hash(k) & (m->cap - 1);
-    while (m->e[h].key.n > 0 && !key_equal(&m->e[h].key, k))
-        h = (h + 1) & (m->cap - 1);
-    return &m->e[h];
+    size_t i = (size_t)h & (m->cap - 1);
+    while (m->slot[i].e && (m->slot[i].hash != h || !key_equal(m->slot[i].e, k)))
+        i = (i + 1) & (m->cap - 1);
+    return &m->slot[i];
 }
 
 static int map_grow(CacheMap *m)
 {
     if (m->cap && m->n * 2 < m->cap)
         return PX_OK;
-    CacheMap g = {calloc(m->cap ? 2 * m->cap : 256, sizeof(CacheEntry)), m->cap ? 2 * m->cap : 256, m->n};
-    if (!g.e)
+    const size_t cap = m->cap ? 2 * m->cap : 256;
+    CacheMap g = {calloc(cap, sizeof(CacheSlot)), cap, m->n};
+    if (!g.slot)
         return PX_ERUNTIME;
     for (size_t i = 0; i < m->cap; i++)
-        if (m->e[i].key.n > 0)
-            *map_slot(&g, &m->e[i].key) = m->e[i];
-    free(m->e);
+        if (m->slot[i].e) { /* rehash by the stored hash: keys differ, so take the first free slot */
+            size_t j = (size_t)m->slot[i].hash & (cap - 1);
+            while (g.slot[j].e)
+                j = (j + 1) & (cap - 1);
+            g.slot[j] = m->slot[i];
+        }
+    free(m->slot);
     *m = g;
     return PX_OK;
+}
+
+/* A new entry for key k in slot sl: its key copied, sized to it. */
+static CacheEntry *map_add(CacheMap *m, CacheSlot *sl, const CacheKey *k, uint64_t h)
+{
+    CacheEntry *e = calloc(1, sizeof *e + (size_t)k->n * sizeof k->w[0]);
+    if (!e)
+        return NULL;
+    e->key_n = k->n;
+    memcpy(e->key_w, k->w, (size_t)k->n * sizeof k->w[0]);
+    sl->hash = h;
+    sl->e = e;
+    m->n++;
+    return e;
 }
 
 static void key_chunks(CacheKey *k, const ModelSpec *s, const ModelDims *d, int stage)
@@ -688,13 +718,19 @@ int model_tensors_build_cached(ModelTableCache *c, const ModelSpec *s, const Mod
     ka.n = (int)(sizeof ak / sizeof ak[0]);
     key_chunks(&kp, s, d, stage);
     key_chunks(&ka, s, d, stage);
-    CacheEntry *ep = map_slot(&c->params, &kp), *ea = map_slot(&c->acts, &ka);
+    const uint64_t hp = key_hash(&kp), ha = key_hash(&ka);
+    CacheSlot *sp = map_slot(&c->params, &kp, hp), *sa = map_slot(&c->acts, &ka, ha);
+    CacheEntry *ep = sp->e, *ea = sa->e;
     int rc;
-    if (ep->key.n == 0) { /* the parameter half, built once */
+    if (!ep) { /* the parameter half, built once */
         ModelTensorTable part;
         if ((rc = tensors_build(s, d, stage, 1, PART_PARAMS, &part, err))) {
             model_tensors_free(&part);
             return rc;
+        }
+        if (!(ep = map_add(&c->params, sp, &kp, hp))) {
+            model_tensors_free(&part);
+            return px_fail(err, PX_ERUNTIME, "out of memory caching tensor tables");
         }
         ep->blocks = part.blocks;
         ep->n_blocks = part.n_blocks;
@@ -702,22 +738,22 @@ int model_tensors_build_cached(ModelTableCache *c, const ModelSpec *s, const Mod
         memcpy(ep->cat, part.cat_bytes, sizeof ep->cat);
         part.blocks = NULL;
         model_tensors_free(&part);
-        ep->key = kp;
-        c->params.n++;
     }
-    if (ea->key.n == 0) { /* the activation half, built once */
+    if (!ea) { /* the activation half, built once */
         ModelTensorTable part;
         if ((rc = tensors_build(s, d, stage, 1, PART_ACTS, &part, err))) {
             model_tensors_free(&part);
             return rc;
+        }
+        if (!(ea = map_add(&c->acts, sa, &ka, ha))) {
+            model_tensors_free(&part);
+            return px_fail(err, PX_ERUNTIME, "out of memory caching tensor tables");
         }
         ea->act_chunk = part.act_chunk_bytes;
         ea->act_layer = part.act_layer_bytes;
         memcpy(ea->cat, part.cat_bytes, sizeof ea->cat);
         part.act_chunk_bytes = part.act_layer_bytes = NULL;
         model_tensors_free(&part);
-        ea->key = ka;
-        c->acts.n++;
     }
     /* the table from its halves, whose arrays it borrows (the cache outlives it) */
     memset(tt, 0, sizeof *tt);
