@@ -174,6 +174,12 @@ static void test_native_errors(void)
     p = write_tmp("bad6.json", "{\"name\": \"x\", \"family\": \"gpt\", \"layers\": 4, \"hidden\": 64,"
                   " \"heads\": 4, \"vocab\": 256, \"seq_len\": 64, \"layers_extra\": 1}");
     CHECK_OK(model_config_load(p, &c, &err), err); /* unknown keys warn, they do not fail */
+    p = write_tmp("bad7.json", "{\"name\": \"\", \"family\": \"gpt\", \"layers\": 4, \"hidden\": 64,"
+                  " \"heads\": 4, \"vocab\": 256, \"seq_len\": 64}");
+    CHECK_INPUT_ERROR(model_config_load(p, &c, &err), err, "name: expected a non-empty name");
+    p = write_tmp("bad8.json", "{\"name\": \"a\\nb\", \"family\": \"gpt\", \"layers\": 4, \"hidden\": 64,"
+                  " \"heads\": 4, \"vocab\": 256, \"seq_len\": 64}");
+    CHECK_INPUT_ERROR(model_config_load(p, &c, &err), err, "without control characters");
     CHECK_INPUT_ERROR(model_config_load("no-such-model", &c, &err), err, "unknown model 'no-such-model'");
     /* round trip through the parallax format */
     CHECK_OK(model_config_load("llama3-70b", &c, &err), err);
