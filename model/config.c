@@ -113,6 +113,13 @@ static int parse_native(const cJSON *j, const char *origin, ModelConfig *c, PxEr
         (rc = px_json_int(j, where, "vocab", 1, 2, 1 << 28, &c->vocab, err)) ||
         (rc = px_json_int(j, where, "seq_len", 1, 1, 1 << 24, &c->seq_len, err)))
         return rc;
+    /* the name heads every table and report: something a person can read on one line */
+    int printable = c->name[0] != '\0';
+    for (const char *ch = c->name; *ch; ch++)
+        printable &= (unsigned char)*ch >= 0x20 && *ch != 0x7f;
+    if (!printable)
+        return px_fail(err, PX_EINPUT, "%s name: expected a non-empty name without control characters",
+                       where);
     c->kv_heads = c->heads;
     c->head_dim = c->hidden % c->heads == 0 ? c->hidden / c->heads : 0;
     if (c->head_dim == 0 && !cJSON_GetObjectItemCaseSensitive(j, "head_dim"))

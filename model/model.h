@@ -375,6 +375,9 @@ typedef struct {
     int layer;          /* global layer or -1 */
     int per_microbatch; /* 1: runs once per micro-batch of its chunk; 0: once per step */
     double flops;       /* matmul FLOPs (the quantity MFU is defined on) */
+    double recompute_flops; /* of flops, work that re-forms what the forward computed and does
+                               not save (FlashAttention's backward recomputes the scores):
+                               hardware FLOPs, not model FLOPs */
     double bytes;       /* estimated memory traffic, GEMM operands and elementwise passes */
     int kernels;        /* kernel launches per execution (GEMMs included) */
     double epilogue_bytes; /* a matmul's bytes beyond its GEMMs: bias, dropout, residual */

@@ -195,8 +195,10 @@ static void attention_core(Emit *e, const char *base)
         op->gemm[2] = (ModelGemm){(int64_t)sk, (int64_t)hd, (int64_t)sq, (int64_t)bh};
         op->gemm[3] = (ModelGemm){(int64_t)sq, (int64_t)hd, (int64_t)sk, (int64_t)bh};
         if (s->job.flash_attn) {
-            /* FlashAttention's backward recomputes the scores: 2.5 x the forward (Dao 2023). */
+            /* FlashAttention's backward recomputes the scores: 2.5 x the forward (Dao 2023).
+             * The extra half is recompute: it counts in hardware FLOPs, not model FLOPs. */
             op->flops = 2.5 * fwd;
+            op->recompute_flops = 0.5 * fwd;
             op->bytes = 2.0 * qkv + 3.0 * out + bh * sq * 8.0;
             op->kernels = 2;
         } else {

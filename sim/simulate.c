@@ -170,7 +170,7 @@ static int build_ops(SimResult *r, PxError *err)
             r->rank_flops[st] += op->flops * times;
             r->hardware_flops += op->flops * times * replicas;
             if (op->phase == MODEL_FWD || op->phase == MODEL_BWD)
-                r->model_flops += op->flops * times * replicas;
+                r->model_flops += (op->flops - op->recompute_flops) * times * replicas;
             if (op->kind == MODEL_OP_COMM)
                 r->comm[st][op->comm] += op->comm_bytes * (uint64_t)op->calls * (uint64_t)times;
         }

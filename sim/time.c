@@ -283,6 +283,8 @@ int sim_time_finish(SimResult *r, PxError *err)
         for (int j = 0; j < v; j++)
             ideal += m * (fwd[s * v + j] + bwd[s * v + j]);
         st->bubble_fraction = ideal > 0 ? fin0[s] / ideal - 1.0 : 0.0;
+        if (st->bubble_fraction < 0.0) /* rounding: no pipeline beats its ideal */
+            st->bubble_fraction = 0.0;
         st->step_s = T + exposed + embed + st->optimizer_s + gather_exposed;
         if (st->step_s > r->step_s) {
             r->step_s = st->step_s;

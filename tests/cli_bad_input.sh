@@ -4,6 +4,9 @@
 set -u
 px=${1:?usage: cli_bad_input.sh path/to/parallax}
 tmp=$(mktemp -d)
+# `local` is the generic profile here even where `parallax calibrate` has written this machine's
+# (scripts/quickstart.sh does): a calibration changes the plans whose layouts the cases expect.
+export PARALLAX_UNCALIBRATED=1
 trap 'rm -rf "$tmp"' EXIT
 fails=0 cases=0
 
@@ -30,6 +33,7 @@ printf '{"name": "m", "family": "gpt", "layers": 4,\n "hidden": 64,,}\n' >"$tmp/
 printf '{"name": "m", "family": "gpt", "layers": 4, "hidden": 64, "vocab": 256, "seq_len": 64}\n' >"$tmp/missing.json"
 printf '{"name": "m", "family": "gpt", "layers": "4", "hidden": 64, "heads": 4, "vocab": 256, "seq_len": 64}\n' >"$tmp/type.json"
 printf '{"name": "m", "family": "gpt", "layers": -4, "hidden": 64, "heads": 4, "vocab": 256, "seq_len": 64}\n' >"$tmp/negative.json"
+printf '{"name": "", "family": "gpt", "layers": 4, "hidden": 64, "heads": 4, "vocab": 256, "seq_len": 64}\n' >"$tmp/noname.json"
 printf '[1, 2, 3]\n' >"$tmp/array.json"
 : >"$tmp/empty.json"
 printf '{"model_type": "llama", "hidden_size": 64, "intermediate_size": 176, "num_attention_heads": 8, "num_hidden_layers": 4, "num_key_value_heads": 4, "vocab_size": 256, "max_position_embeddings": 64}\n' >"$tmp/config.json"
@@ -58,6 +62,7 @@ expect 2 "heads: missing required key" simulate --model "$tmp/missing.json" $ok
 expect 2 "layers: expected an integer, got a string" simulate --model "$tmp/type.json" $ok
 expect 2 "layers: must be between 1" simulate --model "$tmp/negative.json" $ok
 expect 2 "expected a JSON object" simulate --model "$tmp/array.json" $ok
+expect 2 "name: expected a non-empty name" simulate --model "$tmp/noname.json" $ok
 expect 2 "empty file" simulate --model "$tmp/empty.json" $ok
 expect 2 "not a regular file" simulate --model "$tmp/" $ok
 

@@ -58,6 +58,33 @@ int main(void)
         }
     }
     printf("per-layer formulas: exact for 3 models x 2 micro-batches x 4 TP degrees\n");
+    {
+        /* the six cells for GPT-3 175B, b = 1, t = 8, as a reader can redo them */
+        const ModelConfig c = models[0];
+        const uint64_t h = 12288, a = 96, s = 2048, t = 8, sbh = s * h;
+        const struct {
+            const char *name;
+            uint64_t formula, got;
+        } rows[6] = {
+            {"no parallelism  sbh(34 + 5as/h)", 34 * sbh + 5 * a * s * s,
+             layer_bytes(c, 1, 1, 0, MODEL_RECOMPUTE_NONE)},
+            {"tp              sbh(10 + 24/t + 5as/(ht))", 10 * sbh + 24 * sbh / t + 5 * a * s * s / t,
+             layer_bytes(c, 1, 8, 0, MODEL_RECOMPUTE_NONE)},
+            {"tp + sp         sbh(34/t + 5as/(ht))", 34 * sbh / t + 5 * a * s * s / t,
+             layer_bytes(c, 1, 8, 1, MODEL_RECOMPUTE_NONE)},
+            {"tp + selective  sbh(10 + 24/t)", 10 * sbh + 24 * sbh / t,
+             layer_bytes(c, 1, 8, 0, MODEL_RECOMPUTE_SELECTIVE)},
+            {"tp + sp + sel.  sbh(34/t)", 34 * sbh / t, layer_bytes(c, 1, 8, 1, MODEL_RECOMPUTE_SELECTIVE)},
+            {"full recompute  2sbh", 2 * sbh, layer_bytes(c, 1, 8, 0, MODEL_RECOMPUTE_FULL)},
+        };
+        printf("%-42s %14s %14s %6s\n", "gpt3-175b, b 1, t 8, bytes per layer", "Korthikanti", "parallax",
+               "diff");
+        for (int i = 0; i < 6; i++) {
+            printf("%-42s %14" PRIu64 " %14" PRIu64 " %6" PRId64 "\n", rows[i].name, rows[i].formula,
+                   rows[i].got, (int64_t)(rows[i].got - rows[i].formula));
+            CHECK_EQ_U64(rows[i].formula, rows[i].got);
+        }
+    }
 
     /* First stage of 1F1B with m >= p: p sets of L/p layers plus p embedding dropout masks. */
     {

@@ -3,7 +3,9 @@
  *   hardware FLOPs with full recompute  F = 96*B*s*l*h^2 * (1 + s/(6h) + V/(16*l*h))
  *   model FLOPs (Korthikanti 2022)      F = 72*B*s*l*h^2 * (1 + s/(6h) + V/(12*l*h))
  * summed over every rank of the published layout. With the causal option the attention term
- * halves: 72*B*s*l*h^2 * (1 + s/(12h) + V/(12*l*h)). */
+ * halves: 72*B*s*l*h^2 * (1 + s/(12h) + V/(12*l*h)).
+ * FlashAttention leaves model FLOPs alone: its backward recomputes the scores (2.5 x the
+ * core's forward instead of 2 x), which is hardware work only: 2*B*s^2*l*h more per step. */
 #include "fixtures.h"
 #include "test.h"
 
@@ -61,6 +63,13 @@ int main(void)
         CHECK_OK(sim_run(&s, &cl, w->gpus, &r, &err), err);
         CHECK_REL(72 * B * S * l * h * h * (1 + S / (12 * h) + V / (12 * l * h)), r.model_flops, 1e-12);
         CHECK_REL(r.model_flops, r.hardware_flops, 1e-12);
+        sim_result_free(&r);
+
+        s.job.causal_flops = 0;
+        s.job.flash_attn = 1;
+        CHECK_OK(sim_run(&s, &cl, w->gpus, &r, &err), err);
+        CHECK_REL(model, r.model_flops, 1e-12);
+        CHECK_REL(model + 2 * B * S * S * l * h, r.hardware_flops, 1e-12);
         sim_result_free(&r);
     }
     TEST_DONE("golden_flops");

@@ -39,6 +39,47 @@ static void test_param_counts(void)
     CHECK_OK(model_config_load("tiny-llama", &c, &err), err);
     CHECK(c.kv_heads < c.heads && c.mlp == MODEL_SWIGLU && !c.tied_embeddings);
     CHECK(model_zoo_count() >= 25);
+
+    /* Every model of the zoo. Released checkpoints: their published totals (GPT-2 124M and
+     * 355M, Llama 2 and 3 as Meta's model cards and checkpoints count them). GPT-3 (Brown et
+     * al. 2020, Table 2.1: 125M ... 175B, rounded) and Megatron's weak-scaling models
+     * (Narayanan et al. 2021, Table 1: 1.7 ... 1008.0 B, rounded) are exact counts of their
+     * shapes: 12*l*h^2 + 13*l*h + (V + s)*h + 2h, Narayanan's P plus the final norm. */
+    static const struct {
+        const char *name;
+        uint64_t params;
+        double published; /* the paper's rounded figure, where the count is not released */
+    } zoo[] = {
+        {"gpt2-124m", 124439808ull, 0},         {"gpt2-350m", 354823168ull, 0},
+        {"gpt3-1.3b", 1315723264ull, 1.3e9},    {"gpt3-2.7b", 2651553280ull, 2.7e9},
+        {"gpt3-6.7b", 6658404352ull, 6.7e9},    {"gpt3-13b", 12853386240ull, 13.0e9},
+        {"gpt3-175b", 174604259328ull, 175.0e9}, {"megatron-1.7b", 1652230656ull, 1.7e9},
+        {"megatron-3.6b", 3562168320ull, 3.6e9}, {"megatron-7.5b", 7467786240ull, 7.5e9},
+        {"megatron-18.4b", 18449756160ull, 18.4e9}, {"megatron-39.1b", 39096041472ull, 39.1e9},
+        {"megatron-76.1b", 76050739200ull, 76.1e9}, {"megatron-145.6b", 145622261760ull, 145.6e9},
+        {"megatron-310.1b", 310130540544ull, 310.1e9}, {"megatron-529.6b", 529600819200ull, 529.6e9},
+        {"megatron-1t", 1008038758400ull, 1008.0e9}, {"llama2-7b", 6738415616ull, 0},
+        {"llama2-13b", 13015864320ull, 0},      {"llama2-70b", 68976648192ull, 0},
+        {"llama3-8b", 8030261248ull, 0},        {"llama3-70b", 70553706496ull, 0},
+        {"llama3-405b", 405853388800ull, 0},
+    };
+    for (size_t i = 0; i < sizeof zoo / sizeof *zoo; i++) {
+        CHECK_OK(model_config_load(zoo[i].name, &c, &err), err);
+        const double n = model_config_params(&c);
+        CHECK_EQ_U64(zoo[i].params, (uint64_t)n);
+        /* Narayanan print these shapes' counts to 0.1 B (1.65 B as 1.7); GPT-3's are looser
+         * (its 13B has hidden 5140 in Table 2.1, not a multiple of its 40 heads; the zoo
+         * uses 5120 = 40 x 128 as Megatron-LM does) and land within 2%. */
+        if (zoo[i].published > 0 && strncmp(zoo[i].name, "megatron", 8) == 0)
+            CHECK(fabs(n - zoo[i].published) <= 0.05e9);
+        else if (zoo[i].published > 0)
+            CHECK(fabs(n - zoo[i].published) <= 0.02 * zoo[i].published);
+        if (c.family == MODEL_GPT && c.ffn_hidden == 4 * c.hidden) {
+            const double l = c.layers, h = c.hidden;
+            CHECK_EQ_U64((uint64_t)(12 * l * h * h + 13 * l * h + (c.vocab + c.seq_len) * h + 2 * h),
+                         (uint64_t)n);
+        }
+    }
 }
 
 static void test_hf_import(void)
@@ -67,6 +108,7 @@ static void test_hf_import(void)
     CHECK_EQ_U64(8030261248ull, (uint64_t)model_config_params(&c));
     CHECK_STR("Llama-3-8B", c.name);
     CHECK(c.kv_heads == 8 && c.rope_theta == 500000.0 && c.position == MODEL_POS_ROPE);
+    CHECK(!c.tied_embeddings && c.family == MODEL_LLAMA && c.mlp == MODEL_SWIGLU && !c.bias);
 
     p = write_tmp("mistral.json",
         "{\"model_type\": \"mistral\", \"hidden_size\": 4096, \"intermediate_size\": 14336,"
@@ -84,6 +126,29 @@ static void test_hf_import(void)
     CHECK_OK(model_config_load(p, &c, &err), err);
     CHECK(c.qkv_bias && !c.bias && c.tied_embeddings);
     CHECK_EQ_U64(494032768ull, (uint64_t)model_config_params(&c)); /* Qwen2-0.5B */
+    p = write_tmp("qwen2-7b.json",
+        "{\"model_type\": \"qwen2\", \"hidden_size\": 3584, \"intermediate_size\": 18944,"
+        " \"num_attention_heads\": 28, \"num_hidden_layers\": 28, \"num_key_value_heads\": 4,"
+        " \"vocab_size\": 152064, \"max_position_embeddings\": 131072, \"rope_theta\": 1000000.0,"
+        " \"tie_word_embeddings\": false}");
+    CHECK_OK(model_config_load(p, &c, &err), err);
+    CHECK(c.qkv_bias && !c.tied_embeddings && c.kv_heads == 4 && c.rope_theta == 1e6);
+    CHECK_EQ_U64(7615616512ull, (uint64_t)model_config_params(&c)); /* Qwen2-7B */
+
+    /* Vocabulary padding on an imported GPT-2: to a multiple of tp by default, of 128 x tp
+     * as Megatron-LM pads it (--make-vocab-size-divisible-by 128) when asked. */
+    ModelSpec ps;
+    ModelDims pd;
+    model_spec_defaults(&ps);
+    CHECK_OK(model_config_load(write_tmp("gpt2-pad.json",
+                 "{\"model_type\": \"gpt2\", \"n_layer\": 12, \"n_embd\": 768, \"n_head\": 12,"
+                 " \"vocab_size\": 50257, \"n_positions\": 1024}"), &ps.model, &err), err);
+    ps.layout.tp = 2;
+    CHECK_OK(model_spec_check(&ps, 2, &pd, &err), err);
+    CHECK_EQ_INT(50258, pd.vocab_pad);
+    ps.job.pad_vocab = 128;
+    CHECK_OK(model_spec_check(&ps, 2, &pd, &err), err);
+    CHECK_EQ_INT(50432, pd.vocab_pad);
 
     p = write_tmp("bert.json", "{\"model_type\": \"bert\", \"hidden_size\": 768}");
     CHECK_INPUT_ERROR(model_config_load(p, &c, &err), err, "model_type 'bert' is not supported");
@@ -109,6 +174,12 @@ static void test_native_errors(void)
     p = write_tmp("bad6.json", "{\"name\": \"x\", \"family\": \"gpt\", \"layers\": 4, \"hidden\": 64,"
                   " \"heads\": 4, \"vocab\": 256, \"seq_len\": 64, \"layers_extra\": 1}");
     CHECK_OK(model_config_load(p, &c, &err), err); /* unknown keys warn, they do not fail */
+    p = write_tmp("bad7.json", "{\"name\": \"\", \"family\": \"gpt\", \"layers\": 4, \"hidden\": 64,"
+                  " \"heads\": 4, \"vocab\": 256, \"seq_len\": 64}");
+    CHECK_INPUT_ERROR(model_config_load(p, &c, &err), err, "name: expected a non-empty name");
+    p = write_tmp("bad8.json", "{\"name\": \"a\\nb\", \"family\": \"gpt\", \"layers\": 4, \"hidden\": 64,"
+                  " \"heads\": 4, \"vocab\": 256, \"seq_len\": 64}");
+    CHECK_INPUT_ERROR(model_config_load(p, &c, &err), err, "without control characters");
     CHECK_INPUT_ERROR(model_config_load("no-such-model", &c, &err), err, "unknown model 'no-such-model'");
     /* round trip through the parallax format */
     CHECK_OK(model_config_load("llama3-70b", &c, &err), err);
