@@ -333,6 +333,9 @@ int model_tensors_build(const ModelSpec *s, const ModelDims *d, int stage, Model
  * tensors (count 0). The planner's fast path. */
 int model_tensors_build_compact(const ModelSpec *s, const ModelDims *d, int stage,
                                 ModelTensorTable *out, PxError *err);
+/* A layer's block name, "layer.<layer>", into n (at least 18 bytes): the name the tables' blocks
+ * and the ops' names start with. */
+void model_block_name(char *n, int layer);
 /* The planner's cache: compact tables put together from halves built once per distinct input
  * (the parameter half per tp, ZeRO stage and group; the activation half per tp, cp, sp,
  * micro-batch and recompute; each per stage shape). The result equals

@@ -46,18 +46,7 @@ static void name_join(char *dst, size_t cap, const char *a, const char *b)
 /* "layer.<l>" or "layer.<l>.<suffix>" (suffix NULL for none) into n[64]. */
 static void layer_name(char *n, int l, const char *suffix)
 {
-    char digits[12];
-    int k = 0;
-    unsigned u = l < 0 ? 0u : (unsigned)l;
-    do {
-        digits[k++] = (char)('0' + u % 10);
-        u /= 10;
-    } while (u && k < (int)sizeof digits);
-    memcpy(n, "layer.", 6);
-    int at = 6;
-    while (k > 0)
-        n[at++] = digits[--k];
-    n[at] = '\0';
+    model_block_name(n, l);
     if (suffix)
         name_join(n, 64, n, suffix);
 }

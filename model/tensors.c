@@ -142,12 +142,11 @@ static uint64_t recompute_bytes(const ModelSpec *s, const ModelDims *d)
     return all.sum - kept.sum;
 }
 
-/* "layer.<l>", without snprintf: the planner names a block per chunk of every candidate. */
-static void block_name(char *n, int l)
+void model_block_name(char *n, int layer)
 {
     char digits[12];
     int k = 0;
-    unsigned u = l < 0 ? 0u : (unsigned)l;
+    unsigned u = layer < 0 ? 0u : (unsigned)layer;
     do {
         digits[k++] = (char)('0' + u % 10);
         u /= 10;
@@ -375,7 +374,7 @@ static int tensors_build(const ModelSpec *s, const ModelDims *d, int stage, int 
         int l0, nl = model_chunk_layers(s, d, g, &l0);
         const int rep = compact ? nl : 1;
         for (int l = l0; l < l0 + nl; l += rep) {
-            block_name(n, l); /* block names are always kept: ops find blocks by them */
+            model_block_name(n, l); /* block names are always kept: ops find blocks by them */
             if ((rc = add_block(tt, n, j, l, rep, err)))
                 return rc;
             a.block = tt->n_blocks - 1;
@@ -670,6 +669,19 @@ static CacheEntry *map_add(CacheMap *m, CacheSlot *sl, const CacheKey *k, uint64
     return e;
 }
 
+/* One half of a stage's compact table, and the cache entry (key k, slot sl) it will fill. */
+static int build_half(const ModelSpec *s, const ModelDims *d, int stage, int part, CacheMap *m,
+                      CacheSlot *sl, const CacheKey *k, uint64_t h, ModelTensorTable *tt,
+                      CacheEntry **entry, PxError *err)
+{
+    int rc = tensors_build(s, d, stage, 1, part, tt, err);
+    if (!rc && !(*entry = map_add(m, sl, k, h)))
+        rc = px_fail(err, PX_ERUNTIME, "out of memory caching tensor tables");
+    if (rc)
+        model_tensors_free(tt);
+    return rc;
+}
+
 static void key_chunks(CacheKey *k, const ModelSpec *s, const ModelDims *d, int stage)
 {
     for (int j = 0; j < d->v; j++) {
@@ -722,16 +734,10 @@ int model_tensors_build_cached(ModelTableCache *c, const ModelSpec *s, const Mod
     CacheSlot *sp = map_slot(&c->params, &kp, hp), *sa = map_slot(&c->acts, &ka, ha);
     CacheEntry *ep = sp->e, *ea = sa->e;
     int rc;
+    ModelTensorTable part;
     if (!ep) { /* the parameter half, built once */
-        ModelTensorTable part;
-        if ((rc = tensors_build(s, d, stage, 1, PART_PARAMS, &part, err))) {
-            model_tensors_free(&part);
+        if ((rc = build_half(s, d, stage, PART_PARAMS, &c->params, sp, &kp, hp, &part, &ep, err)))
             return rc;
-        }
-        if (!(ep = map_add(&c->params, sp, &kp, hp))) {
-            model_tensors_free(&part);
-            return px_fail(err, PX_ERUNTIME, "out of memory caching tensor tables");
-        }
         ep->blocks = part.blocks;
         ep->n_blocks = part.n_blocks;
         ep->params = part.params;
@@ -740,15 +746,8 @@ int model_tensors_build_cached(ModelTableCache *c, const ModelSpec *s, const Mod
         model_tensors_free(&part);
     }
     if (!ea) { /* the activation half, built once */
-        ModelTensorTable part;
-        if ((rc = tensors_build(s, d, stage, 1, PART_ACTS, &part, err))) {
-            model_tensors_free(&part);
+        if ((rc = build_half(s, d, stage, PART_ACTS, &c->acts, sa, &ka, ha, &part, &ea, err)))
             return rc;
-        }
-        if (!(ea = map_add(&c->acts, sa, &ka, ha))) {
-            model_tensors_free(&part);
-            return px_fail(err, PX_ERUNTIME, "out of memory caching tensor tables");
-        }
         ea->act_chunk = part.act_chunk_bytes;
         ea->act_layer = part.act_layer_bytes;
         memcpy(ea->cat, part.cat_bytes, sizeof ea->cat);
