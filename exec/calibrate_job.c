@@ -29,6 +29,16 @@ static void remove_dir(const char *dir)
     rmdir(dir);
 }
 
+/* A part's arguments after its first n: the job's --quick and --quiet, then the end. */
+static void end_args(const ExecCalibrateJob *j, const char **args, int n)
+{
+    if (j->quick)
+        args[n++] = "--quick";
+    if (j->quiet)
+        args[n++] = "--quiet";
+    args[n] = NULL;
+}
+
 /* One part: the worker with args on `ranks` ranks; PX_OK with *status 0, or the failure. */
 static int run_part(const ExecCalibrateJob *j, int ranks, const char *const *args, int *status,
                     PxError *err)
@@ -87,12 +97,7 @@ int exec_calibrate_job(const ExecCalibrateJob *j, int *exit_status, PxError *err
         snprintf(parts[np], sizeof parts[np], "%s/compute-%d.json", dir, levels[i]);
         const char *args[16] = {"calibrate", "--part", "compute", "-o", parts[np], "--models",
                                 models, "--base", base, "--backend", backend};
-        int n = 11;
-        if (j->quick)
-            args[n++] = "--quick";
-        if (j->quiet)
-            args[n++] = "--quiet";
-        args[n] = NULL;
+        end_args(j, args, 11);
         if (!j->quiet) {
             printf("calibrate: part %d of %d: compute with %d rank%s at once\n", i + 1,
                    nl + (ranks > 1) + 1, levels[i], levels[i] > 1 ? "s" : "");
@@ -105,12 +110,7 @@ int exec_calibrate_job(const ExecCalibrateJob *j, int *exit_status, PxError *err
     if (!rc && ranks > 1) {
         snprintf(parts[np], sizeof parts[np], "%s/comm.json", dir);
         const char *args[10] = {"calibrate", "--part", "comm", "-o", parts[np]};
-        int n = 5;
-        if (j->quick)
-            args[n++] = "--quick";
-        if (j->quiet)
-            args[n++] = "--quiet";
-        args[n] = NULL;
+        end_args(j, args, 5);
         if (!j->quiet) {
             printf("calibrate: part %d of %d: collectives over %d ranks\n", nl + 1, nl + 2, ranks);
             fflush(stdout);
