@@ -101,7 +101,8 @@ int sim_memory_peak(const ModelSpec *spec, const ModelDims *d, const ProfCluster
  * (other communication left out). A result of sim_run_ex at SIM_MEMORY or beyond. */
 int sim_layer_seconds(const SimResult *r, double *fwd_s, double *bwd_s, PxError *err);
 /* The planner's cheap lower bound on a layout's step (spec checked, d its dims) from one
- * layer's compute: each stage's passes, and the pipeline's fill before and drain after them. */
+ * layer's forward and backward (sim_layer_seconds): each stage's passes, and the pipeline's
+ * fill before and drain after them. */
 double sim_step_floor(const ModelSpec *spec, const ModelDims *d, double layer_fwd_s,
                       double layer_bwd_s);
 void sim_result_free(SimResult *r);
@@ -196,7 +197,7 @@ typedef struct {
     int n_top;
     long considered; /* layouts enumerated */
     long evaluated;  /* passed the rules: simulated, memory at least */
-    long feasible;   /* evaluated and fit: op costs and a bound computed */
+    long feasible;   /* evaluated and fit: a floor on the step computed (sim_step_floor) */
     long timed;      /* given the exact pipeline simulation */
     long rejected[SIM_REJECT_COUNT];
     char example[SIM_REJECT_COUNT][320]; /* the first rejection of each reason */
