@@ -22,6 +22,7 @@
  *            efficiencies set from them otherwise), written atomically. */
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -587,6 +588,26 @@ static int average(ExecComm *c, double *v, int n, PxError *err)
     return rc;
 }
 
+/* Averages one double field (at `offset` in records of `stride` bytes) of n records over the
+ * ranks, as average does for an array. */
+static int average_field(ExecComm *c, void *records, size_t stride, size_t offset, int n,
+                         PxError *err)
+{
+    if (c->world == 1 || n == 0)
+        return PX_OK;
+    double *v = malloc((size_t)n * sizeof *v);
+    if (!v)
+        return px_fail(err, PX_ERUNTIME, "out of memory");
+    char *base = records;
+    for (int i = 0; i < n; i++)
+        memcpy(&v[i], base + (size_t)i * stride + offset, sizeof v[i]);
+    int rc = average(c, v, n, err);
+    for (int i = 0; i < n && !rc; i++)
+        memcpy(base + (size_t)i * stride + offset, &v[i], sizeof v[i]);
+    free(v);
+    return rc;
+}
+
 static int part_compute(const Calib *cal, ExecComm *comm, PxError *err)
 {
     const KernBackend *k = pick_backend(cal, err);
@@ -605,21 +626,8 @@ static int part_compute(const Calib *cal, ExecComm *comm, PxError *err)
         k->name, sh.n, cal->models);
     if ((rc = comm->barrier(comm, err)) || (rc = time_shapes(cal, k, &sh, err)))
         goto out;
-    {
-        double *v = malloc((size_t)(sh.n > 0 ? sh.n : 1) * sizeof *v);
-        if (!v) {
-            rc = px_fail(err, PX_ERUNTIME, "out of memory");
-            goto out;
-        }
-        for (int i = 0; i < sh.n; i++)
-            v[i] = sh.s[i].seconds;
-        rc = average(comm, v, sh.n, err);
-        for (int i = 0; i < sh.n; i++)
-            sh.s[i].seconds = v[i];
-        free(v);
-        if (rc)
-            goto out;
-    }
+    if ((rc = average_field(comm, sh.s, sizeof *sh.s, offsetof(Shape, seconds), sh.n, err)))
+        goto out;
     double peak = 0, bw = 0;
     if ((rc = comm->barrier(comm, err)))
         goto out;
@@ -654,21 +662,9 @@ static int part_compute(const Calib *cal, ExecComm *comm, PxError *err)
     }
     if (rc)
         goto out;
-    {
-        double *v = malloc((size_t)(ss.n > 0 ? ss.n : 1) * sizeof *v);
-        if (!v) {
-            rc = px_fail(err, PX_ERUNTIME, "out of memory");
-            goto out;
-        }
-        for (int i = 0; i < ss.n; i++)
-            v[i] = ss.s[i].y;
-        rc = average(comm, v, ss.n, err); /* every rank ran the same ops in the same order */
-        for (int i = 0; i < ss.n; i++)
-            ss.s[i].y = v[i];
-        free(v);
-        if (rc)
-            goto out;
-    }
+    /* every rank ran the same ops in the same order */
+    if ((rc = average_field(comm, ss.s, sizeof *ss.s, offsetof(Sample, y), ss.n, err)))
+        goto out;
     if ((rc = fit_all(&ss, &fits, &n_fits, err)))
         goto out;
     if (g_rank == 0 && cal->samples) {
