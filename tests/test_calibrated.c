@@ -33,6 +33,18 @@ static const char *levels_text =
     "             {\"kind\": \"attention\", \"phase\": \"fwd\", \"flash\": true, \"variant\": \"hd8\", \"rate\": 5e9, \"overhead_s\": 0},"
     "             {\"kind\": \"matmul\", \"phase\": \"fwd\", \"variant\": \"attn.qkv/learned\", \"rate\": 1e9, \"overhead_s\": 1e-6}]}}";
 
+/* tiny with micro-batches of 4 and a global batch of 8: the layout every check costs */
+static ModelSpec tiny_mbs4(void)
+{
+    PxError err = {0};
+    ModelSpec s;
+    model_spec_defaults(&s);
+    CHECK_OK(model_config_load("tiny", &s.model, &err), err);
+    s.job.micro_batch = 4;
+    s.job.global_batch = 8;
+    return s;
+}
+
 static void check_levels(void)
 {
     PxError err = {0};
@@ -54,11 +66,7 @@ static void check_levels(void)
     CHECK(prof_measured_op(m, "activation", "fwd", 0, "gelu", 1) == NULL);
 
     /* the simulator: tiny, mbs 4, the same layer on 1 rank and on 2 (both on this machine) */
-    ModelSpec s;
-    model_spec_defaults(&s);
-    CHECK_OK(model_config_load("tiny", &s.model, &err), err);
-    s.job.micro_batch = 4;
-    s.job.global_batch = 8;
+    ModelSpec s = tiny_mbs4();
     for (int ranks = 1; ranks <= 2; ranks++) {
         SimResult r;
         CHECK_OK(sim_run(&s, &cl, ranks, &r, &err), err);
@@ -124,11 +132,7 @@ int main(void)
     CHECK(prof_measured_op(cl.measured, "norm", "bwd", 0, "layernorm", 1) == NULL);
 
     /* the simulator uses them: tiny, tp 1, mbs 4, seq 64: qkv forward is 256 x 192 x 64 */
-    ModelSpec s;
-    model_spec_defaults(&s);
-    CHECK_OK(model_config_load("tiny", &s.model, &err), err);
-    s.job.micro_batch = 4;
-    s.job.global_batch = 8;
+    ModelSpec s = tiny_mbs4();
     SimResult r;
     CHECK_OK(sim_run(&s, &cl, 2, &r, &err), err);
     int found = 0;
