@@ -15,7 +15,9 @@ echo "== build with ASan + UBSan"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DPARALLAX_SANITIZE=ON -DPARALLAX_WERROR=ON >/dev/null
 cmake --build build-asan -j "$jobs"
 echo "== tests under ASan + UBSan"
+supp="$PWD/tests/lsan.supp"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+   LSAN_OPTIONS="suppressions=$supp:print_suppressions=0" \
    ctest --output-on-failure -j "$jobs")
 echo "== fuzzing the loaders (bounded smoke run)"
 scripts/fuzz.sh "${PARALLAX_FUZZ_SECONDS:-15}"
