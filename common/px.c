@@ -20,6 +20,11 @@ int px_fail(PxError *err, int status, const char *fmt, ...)
             va_start(ap, fmt);
             vsnprintf(err->msg, sizeof err->msg, fmt, ap);
             va_end(ap);
+            /* messages echo what the user gave (names, keys, paths): a control character there
+             * would reach the terminal raw, so each one prints as '?' */
+            for (unsigned char *c = (unsigned char *)err->msg; *c; c++)
+                if (*c < 0x20 || *c == 0x7f)
+                    *c = '?';
         }
         err->code = 0;
     }

@@ -34,7 +34,8 @@ typedef struct {
     int code_only; /* set by a caller that counts failures: code is filled, msg left alone */
 } PxError;
 
-/* Fills err->msg (printf-style) and returns status, so callers write `return px_fail(...)`. */
+/* Fills err->msg (printf-style, one line: control characters print as '?') and returns status,
+ * so callers write `return px_fail(...)`. */
 int px_fail(PxError *err, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Logging to stderr. Warnings can be silenced (tests) with px_log_set_quiet(1). */

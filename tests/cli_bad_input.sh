@@ -150,6 +150,8 @@ hf hf_inner '{"model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": 2, "vo
 hf hf_trunc '{"model_type": "llama", "hidden_size": 64, "intermediate_'
 expect 2 "model_type 'bert' is not supported (gpt2, llama, mistral, qwen2)" simulate --model "$tmp/hf_type/config.json" $ok
 expect 2 "model_type: expected a string" simulate --model "$tmp/hf_notype/config.json" $ok
+hf hf_ctrl '{"model_type": "be\u001b[2Jrt\nx", "hidden_size": 64}'
+expect 2 "model_type 'be?[2Jrt?x' is not supported" simulate --model "$tmp/hf_ctrl/config.json" $ok
 expect 2 "hidden_size: missing required key" simulate --model "$tmp/hf_hidden/config.json" $ok
 expect 2 "kv_heads 3 must divide heads 8" simulate --model "$tmp/hf_kv/config.json" $ok
 expect 2 "vocab_size: expected an integer, got 256.5" simulate --model "$tmp/hf_vocab/config.json" $ok
