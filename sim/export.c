@@ -252,7 +252,8 @@ static void deepspeed(FILE *f, const ModelPlan *p, const ModelDims *d)
     cJSON_AddNumberToObject(sp, "total_num_steps", t->steps);
     cJSON_AddNumberToObject(sp, "warmup_num_steps", t->warmup_steps);
     cJSON_AddNumberToObject(sp, "cos_min_ratio", t->lr > 0 ? t->min_lr / t->lr : 0);
-    if (l->recompute != MODEL_RECOMPUTE_NONE) {
+    /* DeepSpeed's checkpointing recomputes whole layers: the block is for full recompute only */
+    if (l->recompute == MODEL_RECOMPUTE_FULL) {
         cJSON *ac = cJSON_AddObjectToObject(j, "activation_checkpointing");
         cJSON_AddBoolToObject(ac, "partition_activations", l->sp);
         cJSON_AddBoolToObject(ac, "contiguous_memory_optimization", 0);
@@ -377,6 +378,14 @@ int sim_export(FILE *f, const ModelPlan *plan, SimExportFormat fmt, PxError *err
                     "'parameters' or 'type:' only; Megatron-DeepSpeed needs its layers placed by hand",
                     split);
         }
+        if (s.layout.recompute == MODEL_RECOMPUTE_SELECTIVE)
+            px_warn("selective recompute is not a DeepSpeed config setting (its checkpointing recomputes "
+                    "whole layers): Megatron-DeepSpeed versions with Megatron-LM's recompute arguments "
+                    "take it as --recompute-granularity selective");
+        else if (s.layout.recompute == MODEL_RECOMPUTE_FULL)
+            px_warn("full recompute: the activation_checkpointing block configures DeepSpeed's "
+                    "checkpointing; Megatron-DeepSpeed turns it on with --checkpoint-activations "
+                    "--deepspeed-activation-checkpointing");
         deepspeed(f, &p, &d);
         break;
     case SIM_EXPORT_NEMO: nemo(f, &p, &d); break;

@@ -299,6 +299,16 @@ static void test_plan_and_exports(void)
     CHECK(cJSON_GetObjectItem(d, "activation_checkpointing") != NULL);
     cJSON_Delete(d);
     free(ds);
+    /* selective recompute has no DeepSpeed block: its checkpointing recomputes whole layers */
+    plan.spec.layout.recompute = MODEL_RECOMPUTE_SELECTIVE;
+    ds = capture(&plan, SIM_EXPORT_DEEPSPEED);
+    d = cJSON_Parse(ds);
+    CHECK(d != NULL);
+    CHECK(cJSON_GetObjectItem(d, "activation_checkpointing") == NULL);
+    CHECK_EQ_INT(8, cJSON_GetObjectItem(d, "gradient_accumulation_steps")->valueint);
+    cJSON_Delete(d);
+    free(ds);
+    plan.spec.layout.recompute = MODEL_RECOMPUTE_FULL;
 
     char *ne = capture(&plan, SIM_EXPORT_NEMO);
     const char *want_ne[] = {"model.tensor_model_parallel_size=2", "model.pipeline_model_parallel_size=2",
