@@ -12,18 +12,18 @@ enum { CAL_RANKS = CLI_EXTRA, CAL_MODELS, CAL_BASE, CAL_BACKEND, CAL_QUICK, CAL_
 static const CliOption calibrate_options[] = {
     {"output", 1, "FILE",
      "profile to write (default profiles/local-<host>.json, which --cluster local then uses)",
-     CLI_OUTPUT},
+     CLI_OUTPUT, 'o'},
     {"ranks", 1, "N", "most ranks at once, and the collectives' ranks (default: the cores)",
-     CAL_RANKS},
+     CAL_RANKS, 0},
     {"models", 1, "LIST", "models whose GEMM shapes and ops are measured (default tiny,tiny-llama)",
-     CAL_MODELS},
-    {"base", 1, "PROFILE", "cluster profile the measurements extend (default local)", CAL_BASE},
-    {"backend", 1, "B", "cpu or cuda (default cpu)", CAL_BACKEND},
-    {"quick", 0, NULL, "fewer shapes, sizes and repetitions: a rough profile in seconds", CAL_QUICK},
-    {"quiet", 0, NULL, "no progress lines", CAL_QUIET},
+     CAL_MODELS, 0},
+    {"base", 1, "PROFILE", "cluster profile the measurements extend (default local)", CAL_BASE, 0},
+    {"backend", 1, "B", "cpu or cuda (default cpu)", CAL_BACKEND, 0},
+    {"quick", 0, NULL, "fewer shapes, sizes and repetitions: a rough profile in seconds", CAL_QUICK, 0},
+    {"quiet", 0, NULL, "no progress lines", CAL_QUIET, 0},
     {"launcher", 1, "L", "mpirun, srun or none (default: srun under Slurm, else mpirun)",
-     CAL_LAUNCHER},
-    {NULL, 0, NULL, NULL, 0}};
+     CAL_LAUNCHER, 0},
+    {NULL, 0, NULL, NULL, 0, 0}};
 
 static const char *const calibrate_usage =
     "[-o FILE] [--ranks N] [--models LIST] [--base PROFILE] [--backend B] [--quick]\n\n"

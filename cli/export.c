@@ -9,9 +9,9 @@
 enum { OPT_FORMAT = CLI_EXTRA };
 
 static const CliOption export_options[] = {
-    {"format", 1, "F", "megatron (flags) | deepspeed (config JSON) | nemo (NeMo and Megatron-Bridge overrides)", OPT_FORMAT},
-    {"output", 1, "FILE", "write to FILE instead of standard output", CLI_OUTPUT},
-    {NULL, 0, NULL, NULL, 0}};
+    {"format", 1, "F", "megatron (flags) | deepspeed (config JSON) | nemo (NeMo and Megatron-Bridge overrides)", OPT_FORMAT, 0},
+    {"output", 1, "FILE", "write to FILE instead of standard output", CLI_OUTPUT, 'o'},
+    {NULL, 0, NULL, NULL, 0, 0}};
 
 int cli_cmd_export(int argc, char **argv)
 {

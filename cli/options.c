@@ -1,64 +1,57 @@
-/* Option tables, generated getopt_long tables and --help, and parsing of the layout knobs. */
+/* The layout and training knobs' table, and parsing a command's options (common/px.h's option
+ * tables) into CliArgs. */
 #include "cli/options.h"
 
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 const CliOption cli_knob_options[] = {
-    {"tp", 1, "N", "tensor-parallel degree", CLI_TP},
-    {"pp", 1, "N", "pipeline-parallel degree (stages)", CLI_PP},
-    {"pp-layers", 1, "N,N...", "layers of each pipeline stage, e.g. 1,3 (sets pp; default: even)", CLI_PP_LAYERS},
-    {"dp", 1, "N", "data-parallel degree (default: what the GPUs leave)", CLI_DP},
-    {"cp", 1, "N", "context-parallel degree", CLI_CP},
-    {"vpp", 1, "N", "model chunks per pipeline rank (>1: interleaved schedule)", CLI_VPP},
-    {"zero", 1, "0-3", "ZeRO stage: 1 optimizer+master, 2 +grads, 3 +params sharded", CLI_ZERO},
-    {"sp", 0, NULL, "sequence parallelism (needs tp > 1)", CLI_SP},
-    {"no-sp", 0, NULL, "no sequence parallelism (default)", CLI_NO_SP},
-    {"recompute", 1, "MODE", "activation recompute: none | selective | full", CLI_RECOMPUTE},
-    {"schedule", 1, "S", "pipeline schedule: 1f1b | gpipe | interleaved", CLI_SCHEDULE},
-    {"mbs", 1, "N", "micro-batch size in sequences (default 1)", CLI_MBS},
-    {"gbs", 1, "N", "global batch size in sequences (default: mbs x dp)", CLI_GBS},
-    {"seq", 1, "N", "sequence length (default: the model's)", CLI_SEQ},
-    {"precision", 1, "T", "fp32 | bf16 | fp16 (default: bf16 on GPUs, fp32 on CPUs)", CLI_PRECISION},
-    {"grad-dtype", 1, "T", "gradient dtype: fp32 (default) | bf16 | fp16", CLI_GRAD_DTYPE},
-    {"optimizer", 1, "O", "adamw (default) | sgd-momentum | adam-8bit", CLI_OPTIMIZER},
-    {"flash-attn", 0, NULL, "flash attention: no s x s matrices saved (default)", CLI_FLASH},
-    {"no-flash-attn", 0, NULL, "unfused attention that saves the softmax", CLI_NO_FLASH},
-    {"dropout", 1, "P", "dropout probability (default 0: no dropout)", CLI_DROPOUT},
-    {"overlap-dp", 0, NULL, "overlap DP reduction and ZeRO gathers with compute", CLI_OVERLAP_DP},
-    {"no-overlap-dp", 0, NULL, "do not overlap DP communication (default)", CLI_NO_OVERLAP_DP},
-    {"overlap-tp", 0, NULL, "overlap TP communication with compute", CLI_OVERLAP_TP},
-    {"no-overlap-tp", 0, NULL, "do not overlap TP communication (default)", CLI_NO_OVERLAP_TP},
-    {"pad-vocab", 1, "N", "pad the vocabulary to a multiple of N x tp (Megatron: 128; default 1)", CLI_PAD_VOCAB},
-    {"causal-flops", 0, NULL, "count only the causal half of attention FLOPs", CLI_CAUSAL},
-    {"fused-kernels", 0, NULL, "fused elementwise kernels: bias-GeLU, bias-dropout-add, softmax (default)", CLI_FUSED},
-    {"no-fused-kernels", 0, NULL, "one kernel per elementwise step", CLI_NO_FUSED},
-    {"tokens", 1, "N", "tokens to train on: report days and GPU-hours (e.g. 300e9)", CLI_TOKENS},
-    {"lr", 1, "X", "peak learning rate (default 1e-3)", CLI_LR},
-    {"min-lr", 1, "X", "learning rate at the end of the cosine decay (default 1e-4)", CLI_MIN_LR},
-    {"warmup-steps", 1, "N", "linear warm-up steps (default 10)", CLI_WARMUP},
-    {"steps", 1, "N", "training steps (default 100)", CLI_STEPS},
-    {"seed", 1, "N", "initialisation and data seed (default 1234)", CLI_SEED},
-    {"weight-decay", 1, "X", "decoupled weight decay (default 0.1)", CLI_WD},
-    {"grad-clip", 1, "X", "clip the global gradient norm to X, 0 for none (default 1.0)", CLI_CLIP},
-    {"data", 1, "FILE", "training data: a text file or llm.c .bin tokens (default: built-in text)", CLI_DATA},
-    {"set", 1, "KEY=V", "override a profile figure, e.g. network.bandwidth_per_device=100e9 (repeatable)", CLI_SET},
-    {NULL, 0, NULL, NULL, 0}};
+    {"tp", 1, "N", "tensor-parallel degree", CLI_TP, 0},
+    {"pp", 1, "N", "pipeline-parallel degree (stages)", CLI_PP, 0},
+    {"pp-layers", 1, "N,N...", "layers of each pipeline stage, e.g. 1,3 (sets pp; default: even)", CLI_PP_LAYERS, 0},
+    {"dp", 1, "N", "data-parallel degree (default: what the GPUs leave)", CLI_DP, 0},
+    {"cp", 1, "N", "context-parallel degree", CLI_CP, 0},
+    {"vpp", 1, "N", "model chunks per pipeline rank (>1: interleaved schedule)", CLI_VPP, 0},
+    {"zero", 1, "0-3", "ZeRO stage: 1 optimizer+master, 2 +grads, 3 +params sharded", CLI_ZERO, 0},
+    {"sp", 0, NULL, "sequence parallelism (needs tp > 1)", CLI_SP, 0},
+    {"no-sp", 0, NULL, "no sequence parallelism (default)", CLI_NO_SP, 0},
+    {"recompute", 1, "MODE", "activation recompute: none | selective | full", CLI_RECOMPUTE, 0},
+    {"schedule", 1, "S", "pipeline schedule: 1f1b | gpipe | interleaved", CLI_SCHEDULE, 0},
+    {"mbs", 1, "N", "micro-batch size in sequences (default 1)", CLI_MBS, 0},
+    {"gbs", 1, "N", "global batch size in sequences (default: mbs x dp)", CLI_GBS, 0},
+    {"seq", 1, "N", "sequence length (default: the model's)", CLI_SEQ, 0},
+    {"precision", 1, "T", "fp32 | bf16 | fp16 (default: bf16 on GPUs, fp32 on CPUs)", CLI_PRECISION, 0},
+    {"grad-dtype", 1, "T", "gradient dtype: fp32 (default) | bf16 | fp16", CLI_GRAD_DTYPE, 0},
+    {"optimizer", 1, "O", "adamw (default) | sgd-momentum | adam-8bit", CLI_OPTIMIZER, 0},
+    {"flash-attn", 0, NULL, "flash attention: no s x s matrices saved (default)", CLI_FLASH, 0},
+    {"no-flash-attn", 0, NULL, "unfused attention that saves the softmax", CLI_NO_FLASH, 0},
+    {"dropout", 1, "P", "dropout probability (default 0: no dropout)", CLI_DROPOUT, 0},
+    {"overlap-dp", 0, NULL, "overlap DP reduction and ZeRO gathers with compute", CLI_OVERLAP_DP, 0},
+    {"no-overlap-dp", 0, NULL, "do not overlap DP communication (default)", CLI_NO_OVERLAP_DP, 0},
+    {"overlap-tp", 0, NULL, "overlap TP communication with compute", CLI_OVERLAP_TP, 0},
+    {"no-overlap-tp", 0, NULL, "do not overlap TP communication (default)", CLI_NO_OVERLAP_TP, 0},
+    {"pad-vocab", 1, "N", "pad the vocabulary to a multiple of N x tp (Megatron: 128; default 1)", CLI_PAD_VOCAB, 0},
+    {"causal-flops", 0, NULL, "count only the causal half of attention FLOPs", CLI_CAUSAL, 0},
+    {"fused-kernels", 0, NULL, "fused elementwise kernels: bias-GeLU, bias-dropout-add, softmax (default)", CLI_FUSED, 0},
+    {"no-fused-kernels", 0, NULL, "one kernel per elementwise step", CLI_NO_FUSED, 0},
+    {"tokens", 1, "N", "tokens to train on: report days and GPU-hours (e.g. 300e9)", CLI_TOKENS, 0},
+    {"lr", 1, "X", "peak learning rate (default 1e-3)", CLI_LR, 0},
+    {"min-lr", 1, "X", "learning rate at the end of the cosine decay (default 1e-4)", CLI_MIN_LR, 0},
+    {"warmup-steps", 1, "N", "linear warm-up steps (default 10)", CLI_WARMUP, 0},
+    {"steps", 1, "N", "training steps (default 100)", CLI_STEPS, 0},
+    {"seed", 1, "N", "initialisation and data seed (default 1234)", CLI_SEED, 0},
+    {"weight-decay", 1, "X", "decoupled weight decay (default 0.1)", CLI_WD, 0},
+    {"grad-clip", 1, "X", "clip the global gradient norm to X, 0 for none (default 1.0)", CLI_CLIP, 0},
+    {"data", 1, "FILE", "training data: a text file or llm.c .bin tokens (default: built-in text)", CLI_DATA, 0},
+    {"set", 1, "KEY=V", "override a profile figure, e.g. network.bandwidth_per_device=100e9 (repeatable)", CLI_SET, 0},
+    {NULL, 0, NULL, NULL, 0, 0}};
 
 void cli_print_help(const char *cmd, const char *usage, const CliOption *const *tables)
 {
-    printf("usage: parallax %s %s\n\noptions:\n", cmd, usage);
-    for (const CliOption *const *t = tables; *t; t++) {
-        for (const CliOption *o = *t; o->name; o++) {
-            char left[64];
-            snprintf(left, sizeof left, "%s--%s%s%s", o->id == CLI_OUTPUT ? "-o, " : "", o->name,
-                     o->has_arg ? " " : "", o->has_arg ? o->arg : "");
-            printf("  %-22s %s\n", left, o->help);
-        }
-    }
-    printf("  %-22s %s\n", "-h, --help", "show this help");
+    char line[2048];
+    snprintf(line, sizeof line, "parallax %s %s", cmd, usage);
+    px_opts_help(stdout, line, tables);
 }
 
 static int knob(const char *cmd, int id, const char *arg, CliArgs *a)
@@ -175,79 +168,53 @@ static int knob(const char *cmd, int id, const char *arg, CliArgs *a)
 int cli_parse(const char *cmd, const char *usage, int argc, char **argv,
               const CliOption *const *tables, int max_positional, CliArgs *a)
 {
-    int n = 0;
-    for (const CliOption *const *t = tables; *t; t++)
-        for (const CliOption *o = *t; o->name; o++)
-            n++;
-    struct option *lo = calloc((size_t)n + 2, sizeof *lo);
-    const CliOption **by_index = calloc((size_t)n + 1, sizeof *by_index);
-    if (!lo || !by_index) {
-        free(lo);
-        free(by_index);
+    PxOpts *p = px_opts_new(tables);
+    if (!p) {
         fprintf(stderr, "parallax %s: out of memory\n", cmd);
         return 1;
     }
-    int i = 0;
-    for (const CliOption *const *t = tables; *t; t++) {
-        for (const CliOption *o = *t; o->name; o++, i++) {
-            lo[i] = (struct option){o->name, o->has_arg ? required_argument : no_argument, NULL, 1000 + i};
-            by_index[i] = o;
-        }
-    }
-    lo[n] = (struct option){"help", no_argument, NULL, 'h'};
-    int out_index = -1;
-    for (int k = 0; k < n; k++)
-        if (by_index[k]->id == CLI_OUTPUT)
-            out_index = k;
-    int status = -1, c;
-    opterr = 0;
-    optind = 1;
-    while (status < 0 && (c = getopt_long(argc, argv, out_index >= 0 ? ":ho:" : ":h", lo, NULL)) != -1) {
-        if (c == 'o')
-            c = 1000 + out_index;
-        if (c == 'h') {
+    char see[96];
+    snprintf(see, sizeof see, "(see 'parallax %s --help')", cmd);
+    int status = -1, id;
+    const char *arg;
+    PxError err = {0};
+    while (status < 0 && (id = px_opts_next(p, argc, argv, &arg, see, &err)) != PX_OPTS_END) {
+        switch (id) {
+        case PX_OPTS_HELP:
             cli_print_help(cmd, usage, tables);
             status = 0;
-        } else if (c == '?') {
-            fprintf(stderr, "parallax %s: unknown option '%s' (see 'parallax %s --help')\n", cmd,
-                    argv[optind - 1], cmd);
+            break;
+        case PX_OPTS_BAD:
+            fprintf(stderr, "parallax %s: %s\n", cmd, err.msg);
             status = 2;
-        } else if (c == ':') {
-            fprintf(stderr, "parallax %s: option '%s' needs a value\n", cmd, argv[optind - 1]);
-            status = 2;
-        } else {
-            const CliOption *o = by_index[c - 1000];
-            PxError err = {0};
-            switch (o->id) {
-            case CLI_MODEL: a->model = optarg; break;
-            case CLI_CLUSTER: a->cluster = optarg; break;
-            case CLI_OUTPUT: a->output = optarg; break;
-            case CLI_JSON: a->json = 1; break;
-            case CLI_GPUS:
-                if (px_parse_int(optarg, "--gpus", 1, 1 << 24, &a->gpus, &err)) {
-                    fprintf(stderr, "parallax %s: %s\n", cmd, err.msg);
-                    status = 2;
-                }
-                break;
-            default:
-                if (o->id >= CLI_EXTRA && o->id < CLI_EXTRA_MAX)
-                    a->extra[o->id - CLI_EXTRA] = o->has_arg ? optarg : "1";
-                else
-                    status = knob(cmd, o->id, optarg, a);
-                break;
+            break;
+        case CLI_MODEL: a->model = arg; break;
+        case CLI_CLUSTER: a->cluster = arg; break;
+        case CLI_OUTPUT: a->output = arg; break;
+        case CLI_JSON: a->json = 1; break;
+        case CLI_GPUS:
+            if (px_parse_int(arg, "--gpus", 1, 1 << 24, &a->gpus, &err)) {
+                fprintf(stderr, "parallax %s: %s\n", cmd, err.msg);
+                status = 2;
             }
+            break;
+        default:
+            if (id >= CLI_EXTRA && id < CLI_EXTRA_MAX)
+                a->extra[id - CLI_EXTRA] = arg ? arg : "1";
+            else
+                status = knob(cmd, id, arg, a);
+            break;
         }
     }
-    for (; status < 0 && optind < argc; optind++) {
+    for (int i = px_opts_index(p); status < 0 && i < argc; i++) {
         if (a->n_positional >= max_positional || a->n_positional >= 8) {
             fprintf(stderr, "parallax %s: unexpected argument '%s' (see 'parallax %s --help')\n",
-                    cmd, argv[optind], cmd);
+                    cmd, argv[i], cmd);
             status = 2;
         } else {
-            a->positional[a->n_positional++] = argv[optind];
+            a->positional[a->n_positional++] = argv[i];
         }
     }
-    free(lo);
-    free(by_index);
+    px_opts_free(p);
     return status;
 }

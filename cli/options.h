@@ -6,13 +6,8 @@
 
 #include "model/model.h"
 
-typedef struct {
-    const char *name; /* long option without dashes */
-    int has_arg;      /* 0 or 1 */
-    const char *arg;  /* metavariable shown in --help */
-    const char *help;
-    int id; /* CLI_OUTPUT also answers to -o */
-} CliOption;
+/* common/px.h's option table entry; CLI_OUTPUT's entries carry the short form 'o' */
+typedef PxOption CliOption;
 
 /* Knob identifiers (also bits of CliArgs.given). */
 enum {

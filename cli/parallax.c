@@ -19,14 +19,14 @@ static int fail(const char *cmd, int status, const PxError *err)
 }
 
 static const CliOption json_option[] = {
-    {"json", 0, NULL, "machine-readable output", CLI_JSON},
-    {NULL, 0, NULL, NULL, 0}};
+    {"json", 0, NULL, "machine-readable output", CLI_JSON, 0},
+    {NULL, 0, NULL, NULL, 0, 0}};
 
 static const CliOption target_options[] = {
-    {"model", 1, "M", "zoo model name or JSON file (parallax or Hugging Face config.json)", CLI_MODEL},
-    {"cluster", 1, "C", "cluster profile name or JSON file", CLI_CLUSTER},
-    {"gpus", 1, "N", "number of GPUs (ranks)", CLI_GPUS},
-    {NULL, 0, NULL, NULL, 0}};
+    {"model", 1, "M", "zoo model name or JSON file (parallax or Hugging Face config.json)", CLI_MODEL, 0},
+    {"cluster", 1, "C", "cluster profile name or JSON file", CLI_CLUSTER, 0},
+    {"gpus", 1, "N", "number of GPUs (ranks)", CLI_GPUS, 0},
+    {NULL, 0, NULL, NULL, 0, 0}};
 
 static int cmd_models(int argc, char **argv)
 {

@@ -15,23 +15,23 @@ enum {
 };
 
 static const CliOption plan_options[] = {
-    {"model", 1, "M", "zoo model name or JSON file (parallax or Hugging Face config.json)", CLI_MODEL},
-    {"cluster", 1, "C[,C2]", "cluster profile(s): several are compared side by side", CLI_CLUSTER},
-    {"gpus", 1, "N[,N2...]", "GPUs: several sweep sizes, printing the best layout at each", OPT_GPUS},
-    {"objective", 1, "O", "time (default) | cost (GPU-hours per token) | tokens-per-gpu", OPT_OBJECTIVE},
-    {"gpu-hour-price", 1, "P[,P2...]", "price of a GPU-hour on each cluster: cost compares money", OPT_PRICE},
-    {"top", 1, "K", "layouts to show (default 5)", OPT_TOP},
-    {"headroom", 1, "F", "fraction of device memory to keep free (default 0.05)", OPT_HEADROOM},
-    {"allow-cross-node-tp", 0, NULL, "let tensor parallelism span nodes", OPT_CROSS_TP},
-    {"explain", 0, NULL, "show an example of each rejection reason", OPT_EXPLAIN},
-    {"min-gpus", 0, NULL, "find the fewest GPUs meeting --max-step-s and/or --max-days (--gpus: the least to try)", OPT_MIN_GPUS},
-    {"max-step-s", 1, "S", "step-time budget for --min-gpus", OPT_MAX_STEP},
-    {"max-days", 1, "D", "days-to-train budget for --min-gpus (needs --tokens)", OPT_MAX_DAYS},
-    {"max-gpus", 1, "N", "largest size --min-gpus tries (default: the cluster, or 65536)", OPT_LIMIT},
-    {"brute-force", 0, NULL, "time every feasible layout exactly (no pruning; slower, same answer)", OPT_BRUTE},
-    {"output", 1, "FILE", "write the best layout as a plan (DESIGN.md's Plan format)", CLI_OUTPUT},
-    {"json", 0, NULL, "machine-readable output", CLI_JSON},
-    {NULL, 0, NULL, NULL, 0}};
+    {"model", 1, "M", "zoo model name or JSON file (parallax or Hugging Face config.json)", CLI_MODEL, 0},
+    {"cluster", 1, "C[,C2]", "cluster profile(s): several are compared side by side", CLI_CLUSTER, 0},
+    {"gpus", 1, "N[,N2...]", "GPUs: several sweep sizes, printing the best layout at each", OPT_GPUS, 0},
+    {"objective", 1, "O", "time (default) | cost (GPU-hours per token) | tokens-per-gpu", OPT_OBJECTIVE, 0},
+    {"gpu-hour-price", 1, "P[,P2...]", "price of a GPU-hour on each cluster: cost compares money", OPT_PRICE, 0},
+    {"top", 1, "K", "layouts to show (default 5)", OPT_TOP, 0},
+    {"headroom", 1, "F", "fraction of device memory to keep free (default 0.05)", OPT_HEADROOM, 0},
+    {"allow-cross-node-tp", 0, NULL, "let tensor parallelism span nodes", OPT_CROSS_TP, 0},
+    {"explain", 0, NULL, "show an example of each rejection reason", OPT_EXPLAIN, 0},
+    {"min-gpus", 0, NULL, "find the fewest GPUs meeting --max-step-s and/or --max-days (--gpus: the least to try)", OPT_MIN_GPUS, 0},
+    {"max-step-s", 1, "S", "step-time budget for --min-gpus", OPT_MAX_STEP, 0},
+    {"max-days", 1, "D", "days-to-train budget for --min-gpus (needs --tokens)", OPT_MAX_DAYS, 0},
+    {"max-gpus", 1, "N", "largest size --min-gpus tries (default: the cluster, or 65536)", OPT_LIMIT, 0},
+    {"brute-force", 0, NULL, "time every feasible layout exactly (no pruning; slower, same answer)", OPT_BRUTE, 0},
+    {"output", 1, "FILE", "write the best layout as a plan (DESIGN.md's Plan format)", CLI_OUTPUT, 'o'},
+    {"json", 0, NULL, "machine-readable output", CLI_JSON, 0},
+    {NULL, 0, NULL, NULL, 0, 0}};
 
 static const struct {
     int knob;

@@ -17,15 +17,15 @@ static int fail(const char *cmd, int status, const PxError *err)
 }
 
 static const CliOption report_options[] = {
-    {"plan", 1, "FILE", "a plan (its prediction): memory per stage, simulated timeline and trace", OPT_PLAN},
-    {"run", 1, "FILE", "a run.json: measured timeline and trace; with --plan, predicted against measured", OPT_RUN},
-    {"model", 1, "M", "with --cluster, --gpus and --gbs: scaling curves (strong and weak)", CLI_MODEL},
-    {"cluster", 1, "C", "cluster profile for the scaling curves and landscape", CLI_CLUSTER},
-    {"gpus", 1, "N1,N2...", "GPU counts for the scaling curves; the landscape uses the first", OPT_GPUS},
-    {"landscape", 0, NULL, "also every feasible layout at the first size: step time against memory", OPT_LANDSCAPE},
-    {"dir", 1, "DIR", "where to write (default: report)", OPT_DIR},
-    {"title", 1, "T", "the pages' title", OPT_TITLE},
-    {NULL, 0, NULL, NULL, 0}};
+    {"plan", 1, "FILE", "a plan (its prediction): memory per stage, simulated timeline and trace", OPT_PLAN, 0},
+    {"run", 1, "FILE", "a run.json: measured timeline and trace; with --plan, predicted against measured", OPT_RUN, 0},
+    {"model", 1, "M", "with --cluster, --gpus and --gbs: scaling curves (strong and weak)", CLI_MODEL, 0},
+    {"cluster", 1, "C", "cluster profile for the scaling curves and landscape", CLI_CLUSTER, 0},
+    {"gpus", 1, "N1,N2...", "GPU counts for the scaling curves; the landscape uses the first", OPT_GPUS, 0},
+    {"landscape", 0, NULL, "also every feasible layout at the first size: step time against memory", OPT_LANDSCAPE, 0},
+    {"dir", 1, "DIR", "where to write (default: report)", OPT_DIR, 0},
+    {"title", 1, "T", "the pages' title", OPT_TITLE, 0},
+    {NULL, 0, NULL, NULL, 0, 0}};
 
 int cli_cmd_report(int argc, char **argv)
 {
@@ -97,9 +97,9 @@ out:
 }
 
 static const CliOption compare_options[] = {
-    {"json", 0, NULL, "machine-readable output", CLI_JSON},
-    {"all-ops", 0, NULL, "list every op, not only those above 1% of the step", OPT_ALL_OPS},
-    {NULL, 0, NULL, NULL, 0}};
+    {"json", 0, NULL, "machine-readable output", CLI_JSON, 0},
+    {"all-ops", 0, NULL, "list every op, not only those above 1% of the step", OPT_ALL_OPS, 0},
+    {NULL, 0, NULL, NULL, 0, 0}};
 
 int cli_cmd_compare(int argc, char **argv)
 {
@@ -144,13 +144,13 @@ int cli_cmd_compare(int argc, char **argv)
 enum { OPT_VSTEPS = CLI_EXTRA + 20, OPT_VREPORT, OPT_MAXRANKS };
 
 static const CliOption validate_options[] = {
-    {"model", 1, "M", "the model to validate (default tiny)", CLI_MODEL},
-    {"cluster", 1, "PROFILE", "this machine's profile (default local: the calibrated one when present)", CLI_CLUSTER},
-    {"report", 1, "DIR", "plans, runs, logs and the report (default validation)", OPT_VREPORT},
-    {"steps", 1, "N", "steps per timing run (default 20; the median after the first)", OPT_VSTEPS},
-    {"max-ranks", 1, "N", "largest layout for the memory and communication checks (default 8)", OPT_MAXRANKS},
-    {"json", 0, NULL, "layouts[] with layout, predicted and measured figures", CLI_JSON},
-    {NULL, 0, NULL, NULL, 0}};
+    {"model", 1, "M", "the model to validate (default tiny)", CLI_MODEL, 0},
+    {"cluster", 1, "PROFILE", "this machine's profile (default local: the calibrated one when present)", CLI_CLUSTER, 0},
+    {"report", 1, "DIR", "plans, runs, logs and the report (default validation)", OPT_VREPORT, 0},
+    {"steps", 1, "N", "steps per timing run (default 20; the median after the first)", OPT_VSTEPS, 0},
+    {"max-ranks", 1, "N", "largest layout for the memory and communication checks (default 8)", OPT_MAXRANKS, 0},
+    {"json", 0, NULL, "layouts[] with layout, predicted and measured figures", CLI_JSON, 0},
+    {NULL, 0, NULL, NULL, 0, 0}};
 
 int cli_cmd_validate(int argc, char **argv)
 {

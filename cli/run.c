@@ -18,32 +18,32 @@ enum { RUN_STEPS = CLI_EXTRA, RUN_METRICS, RUN_DATA, RUN_QUIET, RUN_LAUNCHER, RU
 enum { RUN_CHECKPOINT_DIR = CLI_EXTRA_MAX - 3, RUN_CHECKPOINT_EVERY, RUN_RESUME };
 
 static const CliOption run_options[] = {
-    {"steps", 1, "N", "training steps (default: the plan's training.steps)", RUN_STEPS},
-    {"output", 1, "FILE", "run.json to write (default run.json)", CLI_OUTPUT},
+    {"steps", 1, "N", "training steps (default: the plan's training.steps)", RUN_STEPS, 0},
+    {"output", 1, "FILE", "run.json to write (default run.json)", CLI_OUTPUT, 'o'},
     {"metrics", 1, "FILE", "JSON-lines log of every step (default: run.metrics.jsonl beside -o)",
-     RUN_METRICS},
+     RUN_METRICS, 0},
     {"data", 1, "FILE", "text file (byte tokens) or llm.c .bin tokens (default: the built-in text)",
-     RUN_DATA},
-    {"quiet", 0, NULL, "no progress lines", RUN_QUIET},
+     RUN_DATA, 0},
+    {"quiet", 0, NULL, "no progress lines", RUN_QUIET, 0},
     {"launcher", 1, "L", "mpirun, srun or none (default: srun under Slurm, else mpirun; none for one rank)",
-     RUN_LAUNCHER},
+     RUN_LAUNCHER, 0},
     {"backend", 1, "B", "cpu, cuda or auto (default auto: cuda when the plan's cluster has GPUs)",
-     RUN_BACKEND},
-    {"loss-scale", 1, "S", "fp16: the initial loss scale (default 65536)", RUN_LOSS_SCALE},
+     RUN_BACKEND, 0},
+    {"loss-scale", 1, "S", "fp16: the initial loss scale (default 65536)", RUN_LOSS_SCALE, 0},
     {"loss-scale-interval", 1, "N", "fp16: clean steps before the loss scale doubles (default 2000)",
-     RUN_LOSS_SCALE_INTERVAL},
+     RUN_LOSS_SCALE_INTERVAL, 0},
     {"comm-timeout", 1, "S", "end the job when a communication waits longer than S seconds "
-     "(default 600; 0: no limit)", RUN_COMM_TIMEOUT},
+     "(default 600; 0: no limit)", RUN_COMM_TIMEOUT, 0},
     {"fail-rank", 1, "R", "with --fail-step: rank R dies (SIGKILL) as a lost node (tests)",
-     RUN_FAIL_RANK},
-    {"fail-step", 1, "K", "the step at whose start --fail-rank dies", RUN_FAIL_STEP},
+     RUN_FAIL_RANK, 0},
+    {"fail-step", 1, "K", "the step at whose start --fail-rank dies", RUN_FAIL_STEP, 0},
     /* checkpoints */
-    {"checkpoint-dir", 1, "DIR", "where checkpoints are written and resumed from", RUN_CHECKPOINT_DIR},
+    {"checkpoint-dir", 1, "DIR", "where checkpoints are written and resumed from", RUN_CHECKPOINT_DIR, 0},
     {"checkpoint-every", 1, "N", "write a checkpoint every N steps (needs --checkpoint-dir)",
-     RUN_CHECKPOINT_EVERY},
+     RUN_CHECKPOINT_EVERY, 0},
     {"resume", 0, NULL, "continue from the latest complete checkpoint in --checkpoint-dir",
-     RUN_RESUME},
-    {NULL, 0, NULL, NULL, 0}};
+     RUN_RESUME, 0},
+    {NULL, 0, NULL, NULL, 0, 0}};
 
 static const char *const run_usage =
     "PLAN.json [--steps N] [-o FILE] [--metrics FILE] [--data FILE] [--quiet] [--launcher L]\n"

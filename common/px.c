@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static int px_quiet;
@@ -110,43 +111,111 @@ char *px_read_file(const char *path, size_t *len, PxError *err)
     return buf;
 }
 
+int px_atomic_open(PxAtomicFile *a, const char *path, PxError *err)
+{
+    memset(a, 0, sizeof *a);
+    if (strlen(path) >= sizeof a->path)
+        return px_fail(err, PX_EINPUT, "%s: path too long", path);
+    px_strlcpy(a->path, path, sizeof a->path);
+    snprintf(a->tmp, sizeof a->tmp, "%s.tmp.%ld", path, (long)getpid());
+    if (!(a->f = fopen(a->tmp, "wb"))) {
+        int e = errno;
+        a->tmp[0] = '\0';
+        return px_fail(err, PX_EINPUT, "%s: cannot write: %s", path, strerror(e));
+    }
+    return PX_OK;
+}
+
+int px_atomic_commit(PxAtomicFile *a, PxError *err)
+{
+    if (!a || !a->f)
+        return PX_OK;
+    FILE *f = a->f;
+    a->f = NULL;
+    int bad = fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0;
+    int e = errno;
+    if (fclose(f) != 0 && !bad) {
+        bad = 1;
+        e = errno;
+    }
+    if (!bad && rename(a->tmp, a->path) != 0) {
+        bad = 1;
+        e = errno;
+    }
+    if (bad) {
+        unlink(a->tmp);
+        a->tmp[0] = '\0';
+        return px_fail(err, PX_ERUNTIME, "%s: cannot finish writing: %s", a->path, strerror(e));
+    }
+    a->tmp[0] = '\0';
+    return PX_OK;
+}
+
+void px_atomic_abort(PxAtomicFile *a)
+{
+    if (!a || !a->f)
+        return;
+    fclose(a->f);
+    a->f = NULL;
+    unlink(a->tmp);
+    a->tmp[0] = '\0';
+}
+
 int px_write_file_atomic(const char *path, const char *text, PxError *err)
 {
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 32);
-    if (!tmp)
-        return px_fail(err, PX_ERUNTIME, "%s: out of memory", path);
-    snprintf(tmp, plen + 32, "%s.tmp.%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) {
+    PxAtomicFile a;
+    int rc = px_atomic_open(&a, path, err);
+    if (rc)
+        return rc == PX_EINPUT ? PX_ERUNTIME : rc;
+    size_t n = strlen(text);
+    if (n > 0 && fwrite(text, 1, n, a.f) != n) {
         int e = errno;
-        free(tmp);
-        return px_fail(err, PX_ERUNTIME, "%s: cannot write: %s", path, strerror(e));
+        px_atomic_abort(&a);
+        return px_fail(err, PX_ERUNTIME, "%s: write failed: %s", path, strerror(e));
     }
-    size_t left = strlen(text);
-    const char *p = text;
-    while (left > 0) {
-        ssize_t w = write(fd, p, left);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            int e = errno;
-            close(fd);
-            unlink(tmp);
-            free(tmp);
-            return px_fail(err, PX_ERUNTIME, "%s: write failed: %s", path, strerror(e));
-        }
-        p += w;
-        left -= (size_t)w;
+    return px_atomic_commit(&a, err);
+}
+
+static int is_dir(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+int px_mkdir_p(const char *path, PxError *err)
+{
+    char p[1024];
+    if (!path || !*path)
+        return px_fail(err, PX_EINPUT, "an empty directory name");
+    if (strlen(path) >= sizeof p)
+        return px_fail(err, PX_EINPUT, "%s: path too long", path);
+    px_strlcpy(p, path, sizeof p);
+    for (char *c = p + 1; *c; c++) {
+        if (*c != '/')
+            continue;
+        *c = '\0';
+        if (mkdir(p, 0755) != 0 && errno != EEXIST)
+            return px_fail(err, PX_EINPUT, "%s: cannot create %s: %s", path, p, strerror(errno));
+        *c = '/';
     }
-    if (fsync(fd) != 0 || close(fd) != 0 || rename(tmp, path) != 0) {
-        int e = errno;
-        unlink(tmp);
-        free(tmp);
-        return px_fail(err, PX_ERUNTIME, "%s: cannot finish writing: %s", path, strerror(e));
-    }
-    free(tmp);
+    if (mkdir(p, 0755) != 0 && (errno != EEXIST || !is_dir(p)))
+        return px_fail(err, PX_EINPUT, "%s: cannot create the directory: %s", path,
+                       errno == EEXIST ? "a file of that name exists" : strerror(errno));
     return PX_OK;
+}
+
+double px_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+double px_cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 const char *px_basename(const char *path)

@@ -1,6 +1,8 @@
 /* px — the common layer of parallax: status codes and error messages, logging, data types,
  * JSON helpers on cJSON (typed getters that name the key path in their errors), whole-file
- * I/O with atomic writes, and strict number parsing for command-line values.
+ * I/O with atomic writes and `mkdir -p`, a monotonic clock, strict number parsing for
+ * command-line values, and option tables from which every program's getopt_long table and
+ * --help are generated.
  *
  * Every library function that can fail returns an int status (PX_OK, PX_EINPUT for bad input
  * the user can fix, PX_ERUNTIME for everything else) and fills a PxError with one line naming
@@ -71,6 +73,21 @@ typedef struct {
 char *px_read_file(const char *path, size_t *len, PxError *err);
 /* Writes text to path through a temporary file, fsync and rename: readers never see half a file. */
 int px_write_file_atomic(const char *path, const char *text, PxError *err);
+/* A file written the same way by stream: px_atomic_open gives a->f, a temporary beside path;
+ * px_atomic_commit flushes, syncs and renames it over path (on failure it removes the
+ * temporary, path untouched, and names the error); px_atomic_abort removes it. Each takes a
+ * NULL or already finished a. */
+typedef struct {
+    FILE *f;
+    char path[1024];
+    char tmp[1056];
+} PxAtomicFile;
+int px_atomic_open(PxAtomicFile *a, const char *path, PxError *err);
+int px_atomic_commit(PxAtomicFile *a, PxError *err);
+void px_atomic_abort(PxAtomicFile *a);
+/* Creates a directory and its missing parents (mode 0755), as `mkdir -p`: PX_OK when it exists
+ * already; PX_EINPUT naming the path that cannot be made (or that exists and is no directory). */
+int px_mkdir_p(const char *path, PxError *err);
 /* The last path component, without directories. */
 const char *px_basename(const char *path);
 int px_file_exists(const char *path); /* a regular file */
@@ -111,6 +128,50 @@ void px_json_path(char *buf, size_t cap, const char *where, const char *key);
 /* Sets the number at a dotted path ("network.bandwidth_per_device") inside root, which must
  * already exist there as a number, from text. PX_EINPUT names the path when it does not. */
 int px_json_set_path(cJSON *root, const char *dotted, const char *text, PxError *err);
+
+/* ---- time ---- */
+
+/* Seconds on the monotonic clock (an arbitrary origin): for intervals, never for dates. */
+double px_now_s(void);
+/* CPU seconds this process has used (all its threads). */
+double px_cpu_s(void);
+
+/* ---- option tables ----
+ * Each program lists its options once; getopt_long's table and --help come from that list.
+ *   static const PxOption opts[] = {{"steps", 1, "N", "training steps", OPT_STEPS, 0},
+ *                                   {"output", 1, "FILE", "run.json to write", OPT_OUT, 'o'},
+ *                                   {NULL, 0, NULL, NULL, 0, 0}};
+ *   const PxOption *const tables[] = {opts, NULL};
+ *   PxOpts *p = px_opts_new(tables);
+ *   const char *arg;
+ *   for (int id; (id = px_opts_next(p, argc, argv, &arg, &err)) != PX_OPTS_END;) ...
+ * Operands may stand between the options (getopt_long moves them to the end):
+ * px_opts_index gives the first one once PX_OPTS_END is returned. */
+typedef struct {
+    const char *name; /* long option without dashes; NULL ends a table */
+    int has_arg;      /* 0 or 1 */
+    const char *arg;  /* metavariable shown in --help */
+    const char *help; /* one line */
+    int id;           /* what px_opts_next returns for it (>= 0) */
+    char short_name;  /* 'o' for -o; 0: none */
+} PxOption;
+
+typedef struct PxOpts PxOpts;
+enum { PX_OPTS_END = -1, PX_OPTS_HELP = -2, PX_OPTS_BAD = -3 };
+/* A parser over the NULL-terminated list of tables; -h and --help are implied. NULL when out of
+ * memory. */
+PxOpts *px_opts_new(const PxOption *const *tables);
+void px_opts_free(PxOpts *p);
+/* The next option's id with *arg (NULL for a flag); PX_OPTS_HELP for -h or --help;
+ * PX_OPTS_BAD for an unknown option or a missing value (err names it; `see` is appended as
+ * the place to look: "(see 'parallax plan --help')"); PX_OPTS_END after the last option. */
+int px_opts_next(PxOpts *p, int argc, char **argv, const char **arg, const char *see,
+                 PxError *err);
+/* The index in argv of the first operand, once px_opts_next returned PX_OPTS_END. */
+int px_opts_index(const PxOpts *p);
+/* "usage: <usage>", a blank line, then "options:" and one aligned line per option of the
+ * tables (short form first where there is one), and -h, --help last. */
+void px_opts_help(FILE *f, const char *usage, const PxOption *const *tables);
 
 /* ---- strict parsing of command-line values ---- */
 

@@ -12,11 +12,11 @@
 int main(int argc, char **argv)
 {
     static const CliOption target[] = {
-        {"model", 1, "M", "zoo model name or JSON file", CLI_MODEL},
-        {"cluster", 1, "C", "cluster profile (default local)", CLI_CLUSTER},
-        {"gpus", 1, "N", "ranks (default 1)", CLI_GPUS},
-        {"output", 1, "FILE", "plan to write (default plan.json)", CLI_OUTPUT},
-        {NULL, 0, NULL, NULL, 0}};
+        {"model", 1, "M", "zoo model name or JSON file", CLI_MODEL, 0},
+        {"cluster", 1, "C", "cluster profile (default local)", CLI_CLUSTER, 0},
+        {"gpus", 1, "N", "ranks (default 1)", CLI_GPUS, 0},
+        {"output", 1, "FILE", "plan to write (default plan.json)", CLI_OUTPUT, 'o'},
+        {NULL, 0, NULL, NULL, 0, 0}};
     const CliOption *const tables[] = {target, cli_knob_options, NULL};
     CliArgs a = {0};
     model_spec_defaults(&a.spec);
