@@ -111,13 +111,30 @@ char *px_read_file(const char *path, size_t *len, PxError *err)
     return buf;
 }
 
+/* The temporary beside path: "<path>.tmp.<pid>". */
+static void tmp_name(char *tmp, size_t cap, const char *path)
+{
+    snprintf(tmp, cap, "%s.tmp.%ld", path, (long)getpid());
+}
+
+/* Syncs and closes fd (the temporary tmp) and renames it over path; on failure removes tmp. */
+static int tmp_commit(int fd, const char *tmp, const char *path, PxError *err)
+{
+    if (fsync(fd) != 0 || close(fd) != 0 || rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return px_fail(err, PX_ERUNTIME, "%s: cannot finish writing: %s", path, strerror(e));
+    }
+    return PX_OK;
+}
+
 int px_atomic_open(PxAtomicFile *a, const char *path, PxError *err)
 {
     memset(a, 0, sizeof *a);
     if (strlen(path) >= sizeof a->path)
         return px_fail(err, PX_EINPUT, "%s: path too long", path);
     px_strlcpy(a->path, path, sizeof a->path);
-    snprintf(a->tmp, sizeof a->tmp, "%s.tmp.%ld", path, (long)getpid());
+    tmp_name(a->tmp, sizeof a->tmp, path);
     if (!(a->f = fopen(a->tmp, "wb"))) {
         int e = errno;
         a->tmp[0] = '\0';
@@ -132,23 +149,22 @@ int px_atomic_commit(PxAtomicFile *a, PxError *err)
         return PX_OK;
     FILE *f = a->f;
     a->f = NULL;
-    int bad = fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0;
-    int e = errno;
-    if (fclose(f) != 0 && !bad) {
-        bad = 1;
-        e = errno;
-    }
-    if (!bad && rename(a->tmp, a->path) != 0) {
-        bad = 1;
-        e = errno;
-    }
-    if (bad) {
+    if (fflush(f) != 0 || ferror(f)) {
+        int e = errno;
+        fclose(f);
         unlink(a->tmp);
-        a->tmp[0] = '\0';
+        return px_fail(err, PX_ERUNTIME, "%s: write failed: %s", a->path, strerror(e));
+    }
+    /* the stream's descriptor is synced and closed by tmp_commit; the FILE's own buffer is
+     * empty, so dropping it loses nothing */
+    int fd = dup(fileno(f));
+    fclose(f);
+    if (fd < 0) {
+        int e = errno;
+        unlink(a->tmp);
         return px_fail(err, PX_ERUNTIME, "%s: cannot finish writing: %s", a->path, strerror(e));
     }
-    a->tmp[0] = '\0';
-    return PX_OK;
+    return tmp_commit(fd, a->tmp, a->path, err);
 }
 
 void px_atomic_abort(PxAtomicFile *a)
@@ -158,22 +174,33 @@ void px_atomic_abort(PxAtomicFile *a)
     fclose(a->f);
     a->f = NULL;
     unlink(a->tmp);
-    a->tmp[0] = '\0';
 }
 
 int px_write_file_atomic(const char *path, const char *text, PxError *err)
 {
-    PxAtomicFile a;
-    int rc = px_atomic_open(&a, path, err);
-    if (rc)
-        return rc == PX_EINPUT ? PX_ERUNTIME : rc;
-    size_t n = strlen(text);
-    if (n > 0 && fwrite(text, 1, n, a.f) != n) {
-        int e = errno;
-        px_atomic_abort(&a);
-        return px_fail(err, PX_ERUNTIME, "%s: write failed: %s", path, strerror(e));
+    char tmp[1100];
+    if (strlen(path) + 32 > sizeof tmp)
+        return px_fail(err, PX_ERUNTIME, "%s: path too long", path);
+    tmp_name(tmp, sizeof tmp, path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0)
+        return px_fail(err, PX_ERUNTIME, "%s: cannot write: %s", path, strerror(errno));
+    size_t left = strlen(text);
+    const char *p = text;
+    while (left > 0) {
+        ssize_t w = write(fd, p, left);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            int e = errno;
+            close(fd);
+            unlink(tmp);
+            return px_fail(err, PX_ERUNTIME, "%s: write failed: %s", path, strerror(e));
+        }
+        p += w;
+        left -= (size_t)w;
     }
-    return px_atomic_commit(&a, err);
+    return tmp_commit(fd, tmp, path, err);
 }
 
 static int is_dir(const char *path)

@@ -334,7 +334,7 @@ static double measure_bandwidth(const Calib *cal, const KernBackend *k)
 typedef struct {
     char kind[16], phase[16], variant[24];
     int flash;
-    double x, y; /* SimOpKey's size; seconds per call (a matmul's without its GEMMs) */
+    double x, y; /* ModelOpKey's size; seconds per call (a matmul's without its GEMMs) */
     char op[200]; /* where it came from: model, micro-batch, op name */
 } Sample;
 
@@ -378,9 +378,18 @@ static int run_config(const Calib *cal, const char *model, int mbs, int flash, c
         return rc;
     const int steps = cal->quick ? 4 : 10;
     s.job.steps = steps;
+    /* a plan on the base profile, without a prediction: only the measurements count */
     ModelPlan plan;
-    memset(&plan, 0, sizeof plan);
-    if ((rc = exec_plan_make(&s, cal->base, 1, &plan, err)))
+    ProfCluster base;
+    if ((rc = prof_cluster_load(cal->base, NULL, 0, &base, err)))
+        return rc;
+    if (prof_peak_flops(&base.device, s.job.precision) <= 0)
+        rc = px_fail(err, PX_EINPUT, "device %s has no %s peak FLOP/s: choose another precision",
+                     base.device.name, px_dtype_name(s.job.precision));
+    else
+        rc = model_plan_init(&plan, &s, cal->base, &base, 1, NULL, err);
+    prof_cluster_free(&base);
+    if (rc)
         return rc;
     ExecOptions opt;
     exec_options_defaults(&opt);
@@ -431,8 +440,8 @@ static int run_config(const Calib *cal, const char *model, int mbs, int flash, c
         Sample smp;
         memset(&smp, 0, sizeof smp);
         snprintf(smp.op, sizeof smp.op, "%s/b%d/%s", model, mbs, rep[i].name);
-        SimOpKey key;
-        sim_op_key(&ex->spec, &ex->d, op, &key);
+        ModelOpKey key;
+        model_op_key(&ex->spec, &ex->d, op, &key);
         px_strlcpy(smp.kind, key.kind, sizeof smp.kind);
         px_strlcpy(smp.phase, key.phase, sizeof smp.phase);
         px_strlcpy(smp.variant, key.variant, sizeof smp.variant);

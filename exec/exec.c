@@ -908,15 +908,10 @@ static int device_is_cpu(const ProfDevice *d)
 int exec_backend_for_plan(const ModelPlan *plan, ExecBackend override, ExecBackend *out,
                           PxError *err)
 {
+    (void)err;
     *out = override;
-    if (override != EXEC_BACKEND_AUTO)
-        return PX_OK;
-    ProfCluster cl;
-    int rc = prof_cluster_load(plan->cluster, NULL, 0, &cl, err);
-    if (rc)
-        return rc;
-    *out = device_is_cpu(&cl.device) ? EXEC_BACKEND_CPU : EXEC_BACKEND_CUDA;
-    prof_cluster_free(&cl);
+    if (override == EXEC_BACKEND_AUTO)
+        *out = device_is_cpu(&plan->profile.device) ? EXEC_BACKEND_CPU : EXEC_BACKEND_CUDA;
     return PX_OK;
 }
 
@@ -925,7 +920,7 @@ int exec_backend_for_plan(const ModelPlan *plan, ExecBackend override, ExecBacke
 static int choose_backend(Exec *ex, const char *origin, PxError *err)
 {
     const PxDtype prec = ex->spec.job.precision;
-    const ProfDevice *dev = &ex->cluster.device;
+    const ProfDevice *dev = &ex->plan.profile.device;
     ExecBackend b = ex->opt.backend;
     if (b == EXEC_BACKEND_AUTO)
         b = device_is_cpu(dev) ? EXEC_BACKEND_CPU : EXEC_BACKEND_CUDA;
@@ -1074,12 +1069,14 @@ int exec_init(Exec **out, const ModelPlan *plan, const ExecOptions *opt, PxError
     if (!ex)
         return px_fail(err, PX_ERUNTIME, "out of memory");
     ex->opt = *opt;
-    ex->plan = *plan;
-    ex->plan.prediction = plan->prediction ? cJSON_Duplicate(plan->prediction, 1) : NULL;
     ex->embed_block = ex->final_block = -1;
     ex->send_req = ex->recv_req = -1;
     px_strlcpy(ex->plan_path, opt->plan_path ? opt->plan_path : "plan", sizeof ex->plan_path);
-    int rc;
+    int rc = model_plan_copy(&ex->plan, plan, err);
+    if (rc) {
+        free(ex);
+        return rc;
+    }
     if (opt->comm) {
         ex->comm = opt->comm;
     } else {
@@ -1131,15 +1128,12 @@ int exec_init(Exec **out, const ModelPlan *plan, const ExecOptions *opt, PxError
     /* The fused (flash) kernel has no dropout of the attention probabilities; the residual and
      * embedding dropouts still apply. */
     ex->attn_dropout = ex->dropout > 0.0f && !ex->spec.job.flash_attn;
-    if ((rc = prof_cluster_load(plan->cluster, NULL, 0, &ex->cluster, err))) {
+    if ((rc = model_predicted_read(&ex->plan, &ex->pred, err))) {
         char msg[sizeof err->msg];
         px_strlcpy(msg, err->msg, sizeof msg);
-        rc = px_fail(err, rc, "%s: cluster: %s", ex->plan_path, msg);
+        rc = px_fail(err, rc, "%s: %s", ex->plan_path, msg);
         goto fail;
     }
-    if ((rc = sim_run(&ex->spec, &ex->cluster, ex->d.gpus, &ex->sim, err)))
-        goto fail;
-    ex->have_sim = 1;
     if ((rc = choose_backend(ex, ex->plan_path, err)))
         goto fail;
     ex->comm_note = opt->comm_note;
@@ -1335,9 +1329,7 @@ void exec_free(Exec *ex)
     free(ex->step_scale);
     if (ex->comm && ex->own_comm)
         ex->comm->free(ex->comm);
-    if (ex->have_sim)
-        sim_result_free(&ex->sim);
-    prof_cluster_free(&ex->cluster); /* after the prediction, which shares its measurements */
+    model_predicted_free(&ex->pred);
     model_tensors_free(&ex->tt);
     model_tensors_free(&ex->twin);
     model_ops_free(&ex->graph);
@@ -1447,7 +1439,7 @@ void exec_memory(const Exec *ex, uint64_t bytes[MODEL_CAT_COUNT])
 {
     for (int c = 0; c < MODEL_CAT_COUNT; c++)
         bytes[c] = ex->arena[c].cap;
-    bytes[MODEL_RUNTIME] = ex->cluster.device.runtime_bytes;
+    bytes[MODEL_RUNTIME] = ex->plan.profile.device.runtime_bytes;
 }
 
 uint64_t exec_activations_in_use_peak(const Exec *ex)

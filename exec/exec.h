@@ -54,7 +54,6 @@
 #include <stdio.h>
 
 #include "model/model.h"
-#include "sim/sim.h"
 
 /* ---- communication layer ---- */
 
@@ -198,8 +197,8 @@ typedef enum { EXEC_BACKEND_AUTO = 0, EXEC_BACKEND_CPU, EXEC_BACKEND_CUDA } Exec
 /* "auto", "cpu" or "cuda"; PX_EINPUT naming the value otherwise. */
 int exec_backend_parse(const char *name, ExecBackend *out, PxError *err);
 const char *exec_backend_name(ExecBackend b);
-/* The backend `override` resolves to for a plan (AUTO: by the device of the plan's cluster,
- * which it loads; its errors are the profile loader's). */
+/* The backend `override` resolves to for a plan (AUTO: by the device of the plan's cluster
+ * profile). */
 int exec_backend_for_plan(const ModelPlan *plan, ExecBackend override, ExecBackend *out,
                           PxError *err);
 
@@ -380,12 +379,6 @@ typedef struct {
  * the parts; it is removed on success, kept and named on failure). *exit_status gets the
  * failing part's status; PX_EINPUT / PX_ERUNTIME as exec_launch. */
 int exec_calibrate_job(const ExecCalibrateJob *j, int *exit_status, PxError *err);
-
-/* ---- plans without the planner ---- */
-
-/* A plan for spec on a cluster profile with `gpus` ranks, its prediction from sim_run. */
-int exec_plan_make(const ModelSpec *spec, const char *cluster, int gpus, ModelPlan *out,
-                   PxError *err);
 
 /* ---- layout-independent initialization and data ---- */
 

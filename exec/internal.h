@@ -247,10 +247,9 @@ struct Exec {
     size_t ab;      /* its bytes */
     ExecComm *comm;
     int own_comm; /* the single-rank table made here (freed with the executor) */
-    ModelPlan plan; /* spec normalised by model_spec_check; prediction owned */
+    ModelPlan plan; /* a copy: spec normalised by model_spec_check, its profile and prediction */
     ModelSpec spec;
     ModelDims d;
-    ProfCluster cluster;
     ExecOptions opt;
     char plan_path[256], output[256], metrics[256];
     int steps;
@@ -267,8 +266,7 @@ struct Exec {
     ModelTensorTable tt;
     ModelTensorTable twin; /* the same stage without ZeRO: every parameter's name and shape */
     ModelOpGraph graph;
-    SimResult sim; /* the prediction this run is compared with */
-    int have_sim;
+    ModelPredicted pred; /* the plan's prediction, which this run is compared with */
 
     ExecArena arena[MODEL_CAT_COUNT];
 

@@ -42,9 +42,9 @@ static void print_header(const Exec *ex)
         snprintf(comm, sizeof comm, "%s comm", ex->comm->name);
     if (ex->comm->world > 1)
         printf("parallax-worker: %s on %s, %d ranks: dp %d x tp %d x pp %d (%s, %s)\n",
-               s->model.name, ex->cluster.name, ex->comm->world, d->dp, d->t, d->p, compute, comm);
+               s->model.name, ex->plan.profile.name, ex->comm->world, d->dp, d->t, d->p, compute, comm);
     else
-        printf("parallax-worker: %s on %s, 1 rank (%s, %s)\n", s->model.name, ex->cluster.name,
+        printf("parallax-worker: %s on %s, 1 rank (%s, %s)\n", s->model.name, ex->plan.profile.name,
                compute, comm);
     printf("model     %d layers, hidden %d, %d heads, vocab %d: %s parameters\n", s->model.layers,
            s->model.hidden, s->model.heads, s->model.vocab, params);
@@ -101,33 +101,33 @@ static void print_summary_one(Exec *ex)
 {
     uint64_t mem[MODEL_CAT_COUNT];
     exec_memory(ex, mem);
-    const SimStageMemory *pm = &ex->sim.mem[ex->stage];
+    const uint64_t *pm = ex->pred.mem[ex->stage];
     printf("\nmemory of rank 0 (bytes)  predicted      measured\n");
     int all_equal = 1;
     uint64_t psum = 0, msum = 0;
     for (int c = 0; c < MODEL_CAT_COUNT; c++) {
         const char *note = c == MODEL_RUNTIME ? "profile allowance, not measured"
-                           : pm->cat[c] == mem[c] ? "equal"
+                           : pm[c] == mem[c] ? "equal"
                                                   : "DIFFERS";
-        if (c != MODEL_RUNTIME && pm->cat[c] != mem[c])
+        if (c != MODEL_RUNTIME && pm[c] != mem[c])
             all_equal = 0;
         if (c != MODEL_RUNTIME) {
-            psum += pm->cat[c];
+            psum += pm[c];
             msum += mem[c];
         }
         printf("  %-14s %14llu %14llu  %s\n", model_category_name((ModelCategory)c),
-               (unsigned long long)pm->cat[c], (unsigned long long)mem[c], note);
+               (unsigned long long)pm[c], (unsigned long long)mem[c], note);
     }
     printf("  %-14s %14llu %14llu  %s\n", "arenas", (unsigned long long)psum,
            (unsigned long long)msum, psum == msum ? "equal (peak: allocated once)" : "DIFFERS");
     print_device_memory(ex, msum, mem[MODEL_RUNTIME]);
-    double fp = ex->sim.rank_flops[ex->stage], fm = exec_step_flops(ex);
+    double fp = ex->pred.rank_flops[ex->stage], fm = exec_step_flops(ex);
     int flops_equal = fabs(fp - fm) <= 1e-9 * fabs(fp);
     printf("FLOPs per step            %14.6e %14.6e  %s\n", fp, fm,
            flops_equal ? "equal" : "DIFFERS");
-    printf("step time (s)             %14.4f %14.4f  (measured: median; predicted from the %s "
+    printf("step time (s)             %14.4f %14.4f  (measured: median; predicted by the plan on its %s "
            "profile)\n",
-           ex->sim.stage_time[ex->stage].step_s, exec_median_step_s(ex), ex->cluster.name);
+           ex->pred.step_s[ex->stage], exec_median_step_s(ex), ex->plan.profile.name);
     print_loss_scale(ex);
     if (!all_equal || !flops_equal)
         printf("warning: measured memory or FLOPs differ from the prediction: a bug in model/ or "
@@ -159,19 +159,19 @@ static void print_summary_ranks(Exec *ex, const cJSON *run)
         uint64_t pm = 0, mm = 0, pc = 0, mc = 0;
         int mem_eq = 1, comm_eq = 1;
         for (int k = 0; k < MODEL_RUNTIME; k++) {
-            uint64_t p = ex->sim.mem[st].cat[k], v = (uint64_t)jnum(m, model_category_name((ModelCategory)k));
+            uint64_t p = ex->pred.mem[st][k], v = (uint64_t)jnum(m, model_category_name((ModelCategory)k));
             pm += p;
             mm += v;
             mem_eq &= p == v;
         }
         const cJSON *by = cJSON_GetObjectItemCaseSensitive(c, "by_kind");
         for (int k = 0; k < MODEL_COMM_COUNT; k++) {
-            uint64_t p = ex->sim.comm[st][k], v = (uint64_t)jnum(by, model_comm_name((ModelComm)k));
+            uint64_t p = ex->pred.comm[st][k], v = (uint64_t)jnum(by, model_comm_name((ModelComm)k));
             pc += p;
             mc += v;
             comm_eq &= p == v;
         }
-        double pf = ex->sim.rank_flops[st], mf = cJSON_GetNumberValue(cJSON_GetArrayItem(fr, i));
+        double pf = ex->pred.rank_flops[st], mf = cJSON_GetNumberValue(cJSON_GetArrayItem(fr, i));
         int fl_eq = fabs(pf - mf) <= 1e-9 * fabs(pf);
         bad |= !mem_eq || !comm_eq || !fl_eq;
         printf("%4d %5d %14llu %14llu %-7s %14llu %14llu %-7s %12.4e %9s", (int)jnum(m, "rank"), st,
@@ -179,12 +179,12 @@ static void print_summary_ranks(Exec *ex, const cJSON *run)
                (unsigned long long)pc, (unsigned long long)mc, comm_eq ? "equal" : "DIFFERS", pf,
                fl_eq ? "equal" : "DIFFERS");
         if (pipe)
-            printf("   %8.1f%% %7.1f%%", 100 * ex->sim.stage_time[st].bubble_fraction,
+            printf("   %8.1f%% %7.1f%%", 100 * ex->pred.bubble_fraction[st],
                    100 * jnum(cJSON_GetArrayItem(tl, i), "bubble_fraction"));
         printf("\n");
     }
-    printf("step time (s)   %14.4f %14.4f  (measured: median; predicted from the %s profile)\n",
-           ex->sim.step_s, exec_median_step_s(ex), ex->cluster.name);
+    printf("step time (s)   %14.4f %14.4f  (measured: median; predicted by the plan on its %s profile)\n",
+           ex->pred.job_step_s, exec_median_step_s(ex), ex->plan.profile.name);
     /* every rank's device peak, from the gathered run */
     int have_dev = 0;
     for (int i = 0; i < W; i++)
@@ -201,7 +201,7 @@ static void print_summary_ranks(Exec *ex, const cJSON *run)
     if (pipe)
         printf("bubble          %13.1f%% %13.1f%%  (idle over busy time of the stage that ends "
                "last)\n",
-               100 * ex->sim.bubble_fraction,
+               100 * ex->pred.job_bubble_fraction,
                100 * jnum(cJSON_GetObjectItemCaseSensitive(run, "time"), "bubble_fraction"));
     if (bad)
         printf("warning: measured memory, communication or FLOPs differ from the prediction: a bug "
@@ -311,7 +311,9 @@ int exec_run(Exec *ex, PxError *err)
             j = exec_run_to_json(ex);
         }
     }
-    if (!ex->opt.quiet && ex->steps_done > 0) {
+    if (!ex->opt.quiet && ex->steps_done > 0 && !ex->pred.stages)
+        printf("\nthe plan carries no prediction: nothing to set the measurements beside\n");
+    else if (!ex->opt.quiet && ex->steps_done > 0) {
         if (ex->comm->world > 1 && j)
             print_summary_ranks(ex, j);
         else if (ex->comm->world == 1)

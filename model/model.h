@@ -32,6 +32,7 @@
 #include <stdint.h>
 
 #include "common/px.h"
+#include "profiles/profile.h"
 
 /* ---- model configuration ---- */
 
@@ -218,13 +219,21 @@ void model_split_format(const int *stage_layers, int n, char *buf, size_t cap);
 /* Parses "1,2,1" (what names the flag or key in messages) into l->stage_layers. */
 int model_split_parse(const char *text, const char *what, ModelLayout *l, PxError *err);
 
-/* ---- plan: the hand-off from the planner to the executor (DESIGN.md's Plan) ---- */
+/* ---- plan: the hand-off from the planner to the executor (docs/formats.md's Plan) ----
+ * A plan is self-contained: besides the layout and the job it carries the cluster profile the
+ * planner resolved (every --set applied, measurements included) and the prediction made on it,
+ * so the same file gives the same prediction on any host. schema_version 1 plans carried only
+ * the profile's name: they still load, the name resolved on this host, with a warning. */
+
+enum { MODEL_PLAN_SCHEMA = 2 };
 
 typedef struct {
     ModelSpec spec;
-    char cluster[256]; /* the cluster profile's name or path */
-    int gpus;          /* world size */
-    cJSON *prediction; /* the simulator's prediction, carried verbatim (owned; may be NULL) */
+    char cluster[256];   /* the profile's name or path as the planner was given it */
+    ProfCluster profile; /* the resolved profile (owned: model_plan_free) */
+    int gpus;            /* world size */
+    cJSON *prediction;   /* the simulator's prediction, carried verbatim (owned; may be NULL) */
+    int schema_version;  /* as read (2 when made here) */
 } ModelPlan;
 
 cJSON *model_layout_to_json(const ModelLayout *l);
@@ -232,10 +241,17 @@ int model_layout_from_json(const cJSON *j, const char *where, ModelLayout *out, 
 /* training: the job; dims (optional) adds derived figures (micro-batches, padded vocabulary) */
 cJSON *model_job_to_json(const ModelJob *t, const ModelDims *dims);
 int model_job_from_json(const cJSON *j, const char *where, ModelJob *out, PxError *err);
-/* Reads and validates a plan (the layout against its world size). PX_EINPUT names the key. */
+/* Reads and validates a plan (the layout against its world size, the inline profile).
+ * PX_EINPUT names the key. */
 int model_plan_read(const char *path, ModelPlan *out, PxError *err);
 int model_plan_from_json(const cJSON *j, const char *origin, ModelPlan *out, PxError *err);
-/* The plan's JSON; the prediction is copied in. */
+/* A plan of spec on `profile` (copied) for `gpus` ranks with its prediction (taken over; may be
+ * NULL); cluster_ref names the profile as the user gave it. */
+int model_plan_init(ModelPlan *out, const ModelSpec *spec, const char *cluster_ref,
+                    const ProfCluster *profile, int gpus, cJSON *prediction, PxError *err);
+/* A deep copy (its own profile and prediction). */
+int model_plan_copy(ModelPlan *out, const ModelPlan *src, PxError *err);
+/* The plan's JSON (schema_version 2); the profile and the prediction are copied in. */
 cJSON *model_plan_to_json(const ModelPlan *p);
 void model_plan_free(ModelPlan *p);
 
@@ -277,6 +293,25 @@ int model_comm_from_name(const char *s);
 ModelCollective model_comm_collective(ModelComm k);
 ModelGroup model_comm_group(ModelComm k);
 const char *model_group_name(ModelGroup g);
+
+/* ---- a plan's prediction, read back ---- */
+
+/* What a plan's prediction says of each pipeline stage, read back from its JSON to set beside
+ * a measurement (the executor's summary): memory per category, communication per kind and
+ * hardware FLOPs of one rank, and the stage's step and bubble. */
+typedef struct {
+    int stages;                         /* 0: the plan carries no prediction */
+    uint64_t (*mem)[MODEL_CAT_COUNT];   /* [stage][category] bytes */
+    uint64_t (*comm)[MODEL_COMM_COUNT]; /* [stage][kind] bytes per step */
+    double *rank_flops;                 /* [stage] per step */
+    double *step_s, *bubble_fraction;   /* [stage] */
+    double job_step_s, job_bubble_fraction; /* of the stage that ends the step last */
+} ModelPredicted;
+
+/* Reads p->prediction (nothing when it has none: stages 0) for p's pp stages; PX_EINPUT names
+ * a key that is missing or not a number. */
+int model_predicted_read(const ModelPlan *p, ModelPredicted *out, PxError *err);
+void model_predicted_free(ModelPredicted *m);
 
 /* ---- tensor table ---- */
 
@@ -413,6 +448,24 @@ void model_ops_free(ModelOpGraph *g);
 /* "layer.3.attn.qkv.fwd", "optimizer.step". */
 void model_op_fullname(const ModelOp *op, char *buf, size_t cap);
 const char *model_phase_name(ModelPhase p);
+
+/* ---- calibrated op rates: how a profile keys an op's fitted rate ---- */
+
+/* How a calibrated profile keys and sizes an op's fitted rate: `parallax calibrate` fits by it
+ * and the simulator looks up by it, so both read an op the same way. kind and phase name the
+ * op ("norm", "fwd"; recompute counts as fwd); variant names what of the model changes the
+ * op's speed on one device ("layernorm" or "rmsnorm", "gelu" or "swiglu", the position
+ * embedding, attention's head dimension "hd64", a matmul's role and position embedding
+ * "attn.qkv/rope"); x is the size the rate applies to: FLOPs for attention, for a matmul the
+ * bytes of its first GEMM's output plus its epilogue's (its GEMMs are timed by shape), bytes for
+ * the rest. */
+typedef struct {
+    char kind[16], phase[16], variant[24];
+    int flash;
+    double x;
+} ModelOpKey;
+
+void model_op_key(const ModelSpec *s, const ModelDims *d, const ModelOp *op, ModelOpKey *key);
 
 /* ---- pipeline schedule ---- */
 

@@ -231,6 +231,51 @@ int prof_cluster_parse(const char *text, const char *origin, ProfCluster *c, PxE
     return rc;
 }
 
+int prof_cluster_from_json(const cJSON *j, const char *origin, ProfCluster *c, PxError *err)
+{
+    memset(c, 0, sizeof *c);
+    /* the reader resolves and overrides in place: work on a copy */
+    cJSON *dup = cJSON_Duplicate(j, 1);
+    if (!dup)
+        return px_fail(err, PX_ERUNTIME, "%s: out of memory", origin);
+    int rc = cluster_from_json(dup, origin, NULL, 0, c, err);
+    cJSON_Delete(dup);
+    return rc;
+}
+
+/* n elements of size bytes, copied (NULL for none) */
+static void *dup_array(const void *src, int n, size_t size)
+{
+    if (!src || n <= 0)
+        return NULL;
+    void *p = malloc((size_t)n * size);
+    if (p)
+        memcpy(p, src, (size_t)n * size);
+    return p;
+}
+
+int prof_cluster_copy(const ProfCluster *src, ProfCluster *out, PxError *err)
+{
+    *out = *src;
+    out->measured = NULL;
+    const ProfMeasured *m = src->measured;
+    if (!m)
+        return PX_OK;
+    ProfMeasured *c = calloc(1, sizeof *c);
+    if (!c)
+        return px_fail(err, PX_ERUNTIME, "out of memory copying the profile %s", src->name);
+    *c = *m;
+    c->gemm = dup_array(m->gemm, m->n_gemm, sizeof *m->gemm);
+    c->ops = dup_array(m->ops, m->n_ops, sizeof *m->ops);
+    c->coll = dup_array(m->coll, m->n_coll, sizeof *m->coll);
+    if ((m->n_gemm > 0 && !c->gemm) || (m->n_ops > 0 && !c->ops) || (m->n_coll > 0 && !c->coll)) {
+        prof_measured_free(c);
+        return px_fail(err, PX_ERUNTIME, "out of memory copying the profile %s", src->name);
+    }
+    out->measured = c;
+    return PX_OK;
+}
+
 /* Reads a non-negative finite number from a JSON array element. */
 /* The optional array `key` of the measured section: *n its entries (0 when absent) and *out a
  * zeroed list of that many elements of `size` bytes (at least one, so never NULL on success). */

@@ -53,7 +53,7 @@ typedef struct {
     char kind[16];  /* an op kind: matmul (its non-GEMM part), attention, norm, activation, ... */
     char phase[16]; /* fwd, bwd (recompute uses fwd), step */
     int flash;      /* attention only: the fused kernel */
-    char variant[24]; /* what of the model changes the op's speed (SimOpKey); "": any */
+    char variant[24]; /* what of the model changes the op's speed (ModelOpKey); "": any */
     double rate;    /* bytes/s, or FLOP/s for attention */
     double overhead_s;
     int concurrency;
@@ -114,6 +114,10 @@ int prof_cluster_load(const char *name_or_path, const char *const *sets, int n_s
 /* The same from JSON text (origin names it in messages). */
 int prof_device_parse(const char *text, const char *origin, ProfDevice *out, PxError *err);
 int prof_cluster_parse(const char *text, const char *origin, ProfCluster *out, PxError *err);
+/* The same from parsed JSON: a plan's inline profile, as prof_cluster_to_json wrote it. */
+int prof_cluster_from_json(const cJSON *j, const char *origin, ProfCluster *out, PxError *err);
+/* A copy with its own measurements (a plain struct copy shares them): free both. */
+int prof_cluster_copy(const ProfCluster *src, ProfCluster *out, PxError *err);
 int prof_device_count(void);
 const char *prof_device_name(int i);
 int prof_cluster_count(void);
@@ -124,6 +128,9 @@ double prof_peak_flops(const ProfDevice *d, PxDtype t);
 uint64_t prof_rank_memory(const ProfCluster *c, int ranks_per_node);
 /* Devices per node for a job of `gpus` ranks (node_devices, or gpus when unbounded). */
 int prof_node_size(const ProfCluster *c, int gpus);
+/* Everything the simulator reads of the profile (the device inline, the measurements
+ * included), numbers written so that they read back exactly: prof_cluster_from_json of it
+ * gives the same predictions. */
 cJSON *prof_cluster_to_json(const ProfCluster *c);
 /* Frees what a loaded cluster owns (its measurements); accepts a cluster without any. */
 void prof_cluster_free(ProfCluster *c);

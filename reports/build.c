@@ -123,11 +123,10 @@ static int timelines(const RptRequest *q, Page *pg, FILE *log, PxError *err)
     if (q->plan) {
         ModelPlan plan;
         PxError e2 = {0};
-        ProfCluster cl;
-        if (model_plan_from_json(q->plan, "plan", &plan, &e2) == PX_OK &&
-            prof_cluster_load(plan.cluster, NULL, 0, &cl, &e2) == PX_OK) {
+        if (model_plan_from_json(q->plan, "plan", &plan, &e2) == PX_OK) {
             SimResult r;
-            if (sim_run(&plan.spec, &cl, plan.gpus, &r, &e2) == PX_OK) {
+            /* the timeline of the plan's own profile, on which its prediction was made */
+            if (sim_run(&plan.spec, &plan.profile, plan.gpus, &r, &e2) == PX_OK) {
                 SimEvent *ev;
                 int n;
                 if (sim_timeline(&r, &ev, &n, &e2) == PX_OK) {
@@ -149,7 +148,6 @@ static int timelines(const RptRequest *q, Page *pg, FILE *log, PxError *err)
                 }
                 sim_result_free(&r);
             }
-            prof_cluster_free(&cl);
             model_plan_free(&plan);
         } else {
             px_warn("report: no simulated timeline: %s", e2.msg);

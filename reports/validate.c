@@ -163,9 +163,11 @@ int rpt_validate(const RptValidate *q, cJSON **json_out, FILE *log, PxError *err
         SimResult r;
         if ((rc = sim_run(&s, q->cluster, ranks, &r, err)))
             goto out;
-        ModelPlan plan = {.spec = r.spec, .gpus = ranks, .prediction = sim_prediction_to_json(&r)};
-        px_strlcpy(plan.cluster, q->cluster_ref, sizeof plan.cluster);
+        ModelPlan plan;
+        rc = sim_plan_make(&r, q->cluster_ref, &plan, err);
         sim_result_free(&r);
+        if (rc)
+            goto out;
         char plan_path[1200], run_path[1200], log_path[1200], steps[16];
         snprintf(plan_path, sizeof plan_path, "%s/plan-%02d.json", q->dir, i + 1);
         snprintf(run_path, sizeof run_path, "%s/run-%02d.json", q->dir, i + 1);

@@ -65,64 +65,6 @@ double sim_gemm_seconds(const SimCtx *c, const ModelGemm *g, double *eff_out)
     return t_compute > t_memory ? t_compute : t_memory;
 }
 
-static const char *kind_name(ModelOpKind k)
-{
-    static const char *const names[] = {"matmul", "attention", "norm", "activation",
-                                        "embedding", "loss", "optimizer", "comm"};
-    return (unsigned)k < 8 ? names[k] : "?";
-}
-
-void sim_op_key(const ModelSpec *s, const ModelDims *d, const ModelOp *op, SimOpKey *key)
-{
-    memset(key, 0, sizeof *key);
-    px_strlcpy(key->kind, kind_name(op->kind), sizeof key->kind);
-    px_strlcpy(key->phase, op->phase == MODEL_RECOMPUTE ? "fwd" : model_phase_name(op->phase),
-               sizeof key->phase);
-    const char *pos = s->model.position == MODEL_POS_ROPE ? "rope" : "learned";
-    switch (op->kind) {
-    case MODEL_OP_NORM:
-        px_strlcpy(key->variant, s->model.norm == MODEL_RMSNORM ? "rmsnorm" : "layernorm",
-                   sizeof key->variant);
-        break;
-    case MODEL_OP_ACTIVATION:
-        px_strlcpy(key->variant, s->model.mlp == MODEL_SWIGLU ? "swiglu" : "gelu",
-                   sizeof key->variant);
-        break;
-    case MODEL_OP_EMBEDDING:
-        px_strlcpy(key->variant, pos, sizeof key->variant);
-        break;
-    case MODEL_OP_MATMUL: {
-        /* the projection's role ("attn.qkv", "mlp.fc1", "logits"): which epilogue follows
-         * its GEMMs (a bias, RoPE in the QKV projection, a residual add) */
-        const char *role = op->name;
-        int off = 0, l = 0;
-        if (sscanf(role, "layer.%d.%n", &l, &off) == 1 && off > 0)
-            role += off;
-        snprintf(key->variant, sizeof key->variant, "%.14s/%s", role, pos);
-        break;
-    }
-    case MODEL_OP_ATTENTION:
-        snprintf(key->variant, sizeof key->variant, "hd%d", d->hd);
-        key->flash = s->job.flash_attn;
-        break;
-    default: break;
-    }
-    if (op->kind == MODEL_OP_ATTENTION) {
-        key->x = op->flops;
-    } else if (op->kind == MODEL_OP_MATMUL) {
-        /* what grows with the tokens beyond the GEMMs: the first GEMM's output (the bias added
-         * to it forward, the bias gradient read from the output gradient backward) and the
-         * epilogue's passes */
-        const ModelGemm *g = &op->gemm[0];
-        key->x = (op->n_gemm > 0 ? (double)g->m * g->n * (double)g->batch *
-                                       (double)px_dtype_bytes(d->act)
-                                 : 0) +
-                 op->epilogue_bytes;
-    } else {
-        key->x = op->bytes;
-    }
-}
-
 /* An op's time from the rate calibrate fitted for its kind, phase and variant: its fixed cost
  * plus its size at that rate, a matmul's GEMMs timed as measured. Negative when the profile
  * has no such rate. */
@@ -131,8 +73,8 @@ static double measured_op_seconds(const SimCtx *c, const ModelOp *op)
     const ProfMeasured *m = c->cl->measured;
     if (!m || m->n_ops == 0)
         return -1.0;
-    SimOpKey key;
-    sim_op_key(c->spec, c->d, op, &key);
+    ModelOpKey key;
+    model_op_key(c->spec, c->d, op, &key);
     /* the ranks of a node run at once: they share its caches and memory bandwidth */
     const ProfOpRate *r =
         prof_measured_op(m, key.kind, key.phase, key.flash, key.variant, c->node_size);

@@ -270,21 +270,12 @@ static void nemo(FILE *f, const ModelPlan *p, const ModelDims *d)
     const ModelConfig *c = &p->spec.model;
     const ModelLayout *l = &p->spec.layout;
     const ModelJob *t = &p->spec.job;
-    /* devices per node from the plan's cluster; 8 (a DGX) when the profile cannot be read */
-    int per_node = 8;
-    ProfCluster cl;
-    PxError err = {0};
-    const int known = prof_cluster_load(p->cluster, NULL, 0, &cl, &err) == PX_OK;
-    if (known) {
-        per_node = prof_node_size(&cl, p->gpus);
-        prof_cluster_free(&cl);
-    }
+    /* devices per node from the plan's cluster profile */
+    int per_node = prof_node_size(&p->profile, p->gpus);
     if (per_node > p->gpus)
         per_node = p->gpus;
     const char *prec = t->precision == PX_BF16 ? "bf16-mixed" : t->precision == PX_FP16 ? "16-mixed" : "32";
     fprintf(f, "# NeMo 1.x (megatron_gpt_pretraining.py) Hydra overrides for %s on %d GPUs\n", c->name, p->gpus);
-    if (!known)
-        fprintf(f, "# cluster '%s' not found: %d devices per node assumed\n", p->cluster, per_node);
     if (l->schedule == MODEL_SCHED_GPIPE && l->pp > 1)
         fprintf(f, "%s", gpipe_note);
     fprintf(f, "trainer.devices=%d trainer.num_nodes=%d trainer.precision=%s trainer.max_steps=%d\n",

@@ -166,9 +166,32 @@ int sim_plan_best(const SimPlanResult *r, const ProfCluster *cl, const char *clu
     int rc = sim_run(&r->top[0].spec, cl, gpus, full, err);
     if (rc)
         return rc;
-    plan->spec = full->spec;
-    px_strlcpy(plan->cluster, cluster_ref, sizeof plan->cluster);
-    plan->gpus = gpus;
-    plan->prediction = sim_prediction_to_json(full);
-    return PX_OK;
+    (void)gpus; /* the full result's */
+    if ((rc = sim_plan_make(full, cluster_ref, plan, err)))
+        sim_result_free(full);
+    return rc;
+}
+
+int sim_plan_make(const SimResult *full, const char *cluster_ref, ModelPlan *plan, PxError *err)
+{
+    return model_plan_init(plan, &full->spec, cluster_ref, &full->cluster, full->dims.gpus,
+                           sim_prediction_to_json(full), err);
+}
+
+int sim_plan_for(const ModelSpec *spec, const char *cluster, int gpus, ModelPlan *out,
+                 PxError *err)
+{
+    memset(out, 0, sizeof *out);
+    ProfCluster cl;
+    int rc = prof_cluster_load(cluster, NULL, 0, &cl, err);
+    if (rc)
+        return rc;
+    SimResult r;
+    /* the result shares the cluster's measurements: free it after the result */
+    if (!(rc = sim_run(spec, &cl, gpus, &r, err))) {
+        rc = sim_plan_make(&r, cluster, out, err);
+        sim_result_free(&r);
+    }
+    prof_cluster_free(&cl);
+    return rc;
 }

@@ -126,24 +126,6 @@ typedef struct {
  * The caller frees *events. */
 int sim_timeline(const SimResult *r, SimEvent **events, int *count, PxError *err);
 
-/* ---- calibrated op rates (sim/cost.c) ---- */
-
-/* How a calibrated profile keys and sizes an op's fitted rate: `parallax calibrate` fits by it
- * and the simulator looks up by it, so both read an op the same way. kind and phase name the
- * op ("norm", "fwd"; recompute counts as fwd); variant names what of the model changes the
- * op's speed on one device ("layernorm" or "rmsnorm", "gelu" or "swiglu", the position
- * embedding, attention's head dimension "hd64", a matmul's role and position embedding
- * "attn.qkv/rope"); x is the size the rate applies to: FLOPs for attention, for a matmul the
- * bytes of its first GEMM's output plus its epilogue's (its GEMMs are timed by shape), bytes for
- * the rest. */
-typedef struct {
-    char kind[16], phase[16], variant[24];
-    int flash;
-    double x;
-} SimOpKey;
-
-void sim_op_key(const ModelSpec *s, const ModelDims *d, const ModelOp *op, SimOpKey *key);
-
 /* ---- the planner (sim/plan.c) ---- */
 
 typedef enum { SIM_OBJ_TIME = 0, SIM_OBJ_COST, SIM_OBJ_TOKENS_PER_GPU } SimObjective;
@@ -228,6 +210,14 @@ cJSON *sim_plan_search_json(const SimPlanResult *r);
  * caller frees plan (model_plan_free) and full (sim_result_free). */
 int sim_plan_best(const SimPlanResult *r, const ProfCluster *cluster, const char *cluster_ref,
                   int gpus, ModelPlan *plan, SimResult *full, PxError *err);
+/* The plan of a full simulation: its layout and job, its cluster profile (copied, so the plan
+ * is self-contained) and its prediction; cluster_ref names the profile as the user gave it.
+ * The caller frees plan (model_plan_free). */
+int sim_plan_make(const SimResult *full, const char *cluster_ref, ModelPlan *plan, PxError *err);
+/* A plan without the planner: spec simulated on the cluster profile `cluster` (no overrides)
+ * with `gpus` ranks (tests and tools/mkplan). */
+int sim_plan_for(const ModelSpec *spec, const char *cluster, int gpus, ModelPlan *out,
+                 PxError *err);
 
 /* ---- exports (sim/export.c) ---- */
 

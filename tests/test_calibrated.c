@@ -82,8 +82,8 @@ static void check_levels(void)
             } else if (strcmp(name, "layer.0.attn.qkv.fwd") == 0) {
                 /* its GEMM as measured at the level, plus the fitted epilogue over the GEMM's
                  * output (256 x 192 fp32) and what the epilogue adds */
-                SimOpKey key;
-                sim_op_key(&r.spec, &r.dims, op, &key);
+                ModelOpKey key;
+                model_op_key(&r.spec, &r.dims, op, &key);
                 CHECK_REL(256.0 * 192 * 4 + op->epilogue_bytes, key.x, 1e-12);
                 CHECK(strcmp(key.variant, "attn.qkv/learned") == 0);
                 CHECK_REL((ranks == 1 ? 0.001 : 0.0015) + 1e-6 + key.x / 1e9, t, 1e-12);

@@ -4,6 +4,7 @@
 #define TEST_EXEC_COMMON_H
 
 #include "exec/exec.h"
+#include "sim/sim.h"
 #include "tests/test.h"
 
 /* A zoo model with a short job: fp32, single rank, the given batch shape. */
@@ -29,7 +30,7 @@ static inline Exec *tx_exec(const ModelSpec *spec)
 {
     PxError err = {0};
     ModelPlan plan;
-    CHECK_OK(exec_plan_make(spec, "local", 1, &plan, &err), err);
+    CHECK_OK(sim_plan_for(spec, "local", 1, &plan, &err), err);
     ExecOptions opt;
     exec_options_defaults(&opt);
     opt.quiet = 1;

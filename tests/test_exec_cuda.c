@@ -20,6 +20,7 @@
 
 #include "tests/test_exec_common.h"
 #include "exec/internal.h"
+#include "sim/sim.h"
 #include "kernels/kernels.h"
 
 static const KernBackend *G; /* the CUDA backend: a GPU's or the emulator's */
@@ -108,7 +109,7 @@ static Exec *exec_on(const ModelSpec *s, ExecBackend be, ExecOptions *o)
 {
     PxError err = {0};
     ModelPlan plan;
-    CHECK_OK(exec_plan_make(s, be == EXEC_BACKEND_CPU ? "local" : "dgx-h100", 1, &plan, &err), err);
+    CHECK_OK(sim_plan_for(s, be == EXEC_BACKEND_CPU ? "local" : "dgx-h100", 1, &plan, &err), err);
     ExecOptions opt;
     if (o) {
         opt = *o;
@@ -352,7 +353,7 @@ static void test_backends(void)
     ModelSpec s = spec_of("tiny", 16, 4, 2, PX_BF16);
     ExecBackend b;
     /* auto: the device of the plan's cluster */
-    CHECK_OK(exec_plan_make(&s, "dgx-h100", 1, &plan, &err), err);
+    CHECK_OK(sim_plan_for(&s, "dgx-h100", 1, &plan, &err), err);
     CHECK_OK(exec_backend_for_plan(&plan, EXEC_BACKEND_AUTO, &b, &err), err);
     CHECK_EQ_INT(EXEC_BACKEND_CUDA, b);
     CHECK_OK(exec_backend_for_plan(&plan, EXEC_BACKEND_CPU, &b, &err), err);
@@ -371,7 +372,7 @@ static void test_backends(void)
     model_plan_free(&plan);
 
     s.job.precision = PX_FP32;
-    CHECK_OK(exec_plan_make(&s, "local", 1, &plan, &err), err);
+    CHECK_OK(sim_plan_for(&s, "local", 1, &plan, &err), err);
     CHECK_OK(exec_backend_for_plan(&plan, EXEC_BACKEND_AUTO, &b, &err), err);
     CHECK_EQ_INT(EXEC_BACKEND_CPU, b);
     opt.backend = EXEC_BACKEND_CUDA;
@@ -381,7 +382,7 @@ static void test_backends(void)
 
     s.job.precision = PX_BF16;
     s.job.grad_dtype = PX_BF16;
-    CHECK_OK(exec_plan_make(&s, "dgx-h100", 1, &plan, &err), err);
+    CHECK_OK(sim_plan_for(&s, "dgx-h100", 1, &plan, &err), err);
     opt.backend = EXEC_BACKEND_AUTO;
     CHECK_INPUT_ERROR(exec_init(&ex, &plan, &opt, &err), err,
                       "training.grad_dtype bf16: the executor accumulates gradients in fp32");

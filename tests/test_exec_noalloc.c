@@ -128,7 +128,7 @@ static void check_run(const char *what, ModelSpec s, const char *data, int steps
     snprintf(metrics, sizeof metrics, "%s/run.metrics.jsonl", dir);
     PxError err = {0};
     ModelPlan plan;
-    CHECK_OK(exec_plan_make(&s, "local", 1, &plan, &err), err);
+    CHECK_OK(sim_plan_for(&s, "local", 1, &plan, &err), err);
     ExecOptions opt;
     exec_options_defaults(&opt);
     opt.steps = steps;

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "exec/internal.h"
+#include "sim/sim.h"
 #include "tests/test_exec_common.h"
 
 static char dir[64];
@@ -44,7 +45,7 @@ static Exec *exec_with(const ModelSpec *s, const char *data, const char *output,
 {
     PxError err = {0};
     ModelPlan plan;
-    CHECK_OK(exec_plan_make(s, "local", 1, &plan, &err), err);
+    CHECK_OK(sim_plan_for(s, "local", 1, &plan, &err), err);
     ExecOptions opt;
     exec_options_defaults(&opt);
     opt.quiet = 1;

@@ -13,6 +13,7 @@
  * - bf16 has no scaler: an Inf in its gradients ends the run as diverged. */
 #include "tests/test_exec_common.h"
 #include "exec/internal.h"
+#include "sim/sim.h"
 #include "kernels/kernels.h"
 
 /* ---- the scaler alone ---- */
@@ -62,7 +63,7 @@ static Exec *fp16_exec(PxDtype precision, double scale, int interval, const char
     s.job.steps = 16;
     PxError err = {0};
     ModelPlan plan;
-    CHECK_OK(exec_plan_make(&s, "dgx-h100", 1, &plan, &err), err);
+    CHECK_OK(sim_plan_for(&s, "dgx-h100", 1, &plan, &err), err);
     ExecOptions opt;
     exec_options_defaults(&opt);
     opt.quiet = 1;

@@ -5,7 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "exec/internal.h"
+#include "exec/exec.h"
+#include "kernels/kernels.h"
+#include "sim/sim.h"
 
 /* The best of a few square sgemms, the most a core gets out of OpenBLAS. */
 static double sgemm_peak(const KernBackend *k, int n)
@@ -19,9 +21,9 @@ static double sgemm_peak(const KernBackend *k, int n)
             b[i] = (float)((i % 5) - 2) * 0.01f;
         }
         for (int r = 0; r < 5; r++) {
-            double t0 = exec_now();
+            double t0 = px_now_s();
             k->matmul(c, PX_FP32, a, b, n, n, n, 0, 1, 1.0f, 0.0f);
-            double dt = exec_now() - t0;
+            double dt = px_now_s() - t0;
             double f = 2.0 * n * n * (double)n / dt;
             if (f > best)
                 best = f;
@@ -31,6 +33,18 @@ static double sgemm_peak(const KernBackend *k, int n)
     k->free(b);
     k->free(c);
     return best;
+}
+
+/* the plan's predicted step (one stage) */
+static double predicted_step_s(const ModelPlan *plan)
+{
+    ModelPredicted pr;
+    PxError err = {0};
+    if (model_predicted_read(plan, &pr, &err) || pr.stages < 1)
+        return 0;
+    double s = pr.step_s[0];
+    model_predicted_free(&pr);
+    return s;
 }
 
 int main(int argc, char **argv)
@@ -61,12 +75,12 @@ int main(int argc, char **argv)
         exec_options_defaults(&opt);
         opt.quiet = 1;
         Exec *ex = NULL;
-        double t0 = exec_now();
-        if (exec_plan_make(&spec, "local", 1, &plan, &err) || exec_init(&ex, &plan, &opt, &err)) {
+        double t0 = px_now_s();
+        if (sim_plan_for(&spec, "local", 1, &plan, &err) || exec_init(&ex, &plan, &opt, &err)) {
             fprintf(stderr, "bench_exec: %s\n", err.msg);
             return 1;
         }
-        double t_init = exec_now() - t0;
+        double t_init = px_now_s() - t0;
         ExecStepStats st;
         double total = 0, flops = 0, loss0 = 0, loss1 = 0;
         for (int s = 0; s <= steps; s++) {
@@ -88,7 +102,7 @@ int main(int argc, char **argv)
                "counted = %4.1f%% of the sgemm peak  (init %.1f s, loss %.3f -> %.3f, predicted "
                "step %.3f s)\n",
                flash ? "on" : "off", tps, total / steps, rate / 1e9, 100.0 * rate / peak, t_init,
-               loss0, loss1, ex->sim.stage_time[0].step_s);
+               loss0, loss1, predicted_step_s(&plan));
         /* where the time goes: op names without their layer, summed over the layers */
         int n = 0;
         const ExecOpReport *ops = exec_ops(ex, &n);

@@ -7,7 +7,7 @@
 #include <stdio.h>
 
 #include "cli/options.h"
-#include "exec/exec.h"
+#include "sim/sim.h"
 
 int main(int argc, char **argv)
 {
@@ -33,7 +33,7 @@ int main(int argc, char **argv)
     int rc = model_config_load(a.model, &a.spec.model, &err);
     ModelPlan plan = {0};
     if (!rc)
-        rc = exec_plan_make(&a.spec, a.cluster ? a.cluster : "local", a.gpus ? a.gpus : 1, &plan,
+        rc = sim_plan_for(&a.spec, a.cluster ? a.cluster : "local", a.gpus ? a.gpus : 1, &plan,
                             &err);
     if (!rc) {
         cJSON *j = model_plan_to_json(&plan);
