@@ -317,8 +317,44 @@ void model_predicted_free(ModelPredicted *m);
 
 enum { MODEL_SHARD_TP = 1, MODEL_SHARD_SP = 2, MODEL_SHARD_CP = 4, MODEL_SHARD_DP = 8 };
 
+/* What a tensor of the table is. The executor binds its views by role (with the layer for a
+ * layer's tensors and the block for a block's state), never by name: names are for people,
+ * and for the initial weights' random streams. A gradient carries its parameter's role in
+ * MODEL_GRADS. The layer's saved activations are contiguous, in the order model_layer_acts
+ * lists them. Enums only grow at the end of each group's range. */
+typedef enum {
+    MODEL_TR_NONE = 0,
+    /* parameters */
+    MODEL_TR_WTE, MODEL_TR_WPE,
+    MODEL_TR_LN1_W, MODEL_TR_LN1_B, MODEL_TR_QKV_W, MODEL_TR_QKV_B, MODEL_TR_PROJ_W,
+    MODEL_TR_PROJ_B, MODEL_TR_LN2_W, MODEL_TR_LN2_B, MODEL_TR_FC1_W, MODEL_TR_FC1_B,
+    MODEL_TR_FC2_W, MODEL_TR_FC2_B,
+    MODEL_TR_FINAL_LN_W, MODEL_TR_FINAL_LN_B, MODEL_TR_LOGITS_W,
+    /* a parameter block's flat state (ZeRO shards, master copy, optimizer state) */
+    MODEL_TR_W_SHARD, MODEL_TR_GRAD_SHARD, MODEL_TR_MASTER, MODEL_TR_ADAM_M, MODEL_TR_ADAM_V,
+    MODEL_TR_MOMENTUM, MODEL_TR_ADAM8_M, MODEL_TR_ADAM8_V, MODEL_TR_ADAM8_ABSMAX,
+    /* a transformer layer's saved activations (model_layer_acts) */
+    MODEL_TR_LN1_IN, MODEL_TR_QKV_IN, MODEL_TR_QKV_OUT, MODEL_TR_ATTN_LSE, MODEL_TR_SOFTMAX,
+    MODEL_TR_SOFTMAX_MASK, MODEL_TR_SOFTMAX_DROP, MODEL_TR_PROJ_IN, MODEL_TR_ATTN_DROP_MASK,
+    MODEL_TR_LN2_IN, MODEL_TR_FC1_IN, MODEL_TR_ACT_IN, MODEL_TR_FC2_IN, MODEL_TR_MLP_DROP_MASK,
+    /* the embedding's and the output layer's saved activations */
+    MODEL_TR_EMBED_DROP_MASK, MODEL_TR_FINAL_LN_IN, MODEL_TR_LOGITS_IN, MODEL_TR_LOSS_PROBS,
+    /* workspace */
+    MODEL_TR_WS_OUT, MODEL_TR_WS_DX_A, MODEL_TR_WS_DX_B, MODEL_TR_WS_DHID, MODEL_TR_WS_DQKV,
+    MODEL_TR_WS_DFFN, MODEL_TR_WS_DACT, MODEL_TR_WS_FLASH_D, MODEL_TR_WS_DSCORES,
+    MODEL_TR_WS_RECOMPUTE, MODEL_TR_DATA_BATCH, MODEL_TR_WS_XENT,
+    /* communication buffers */
+    MODEL_TR_PP_SEND, MODEL_TR_PP_RECV, MODEL_TR_SP_GATHER, MODEL_TR_CP_KV,
+    MODEL_TR_ZERO_GRAD_BUCKET, MODEL_TR_ZERO_PARAM_GATHER,
+    MODEL_TR_COUNT
+} ModelTensorRole;
+
+/* A layer's saved activations: roles MODEL_TR_LN1_IN ... MODEL_TR_MLP_DROP_MASK. */
+enum { MODEL_LAYER_ACTS = MODEL_TR_MLP_DROP_MASK - MODEL_TR_LN1_IN + 1 };
+
 typedef struct {
     char name[56]; /* "layer.3.attn.qkv.w", "layer.3.attn.softmax", "zero.param_gather" */
+    ModelTensorRole role;
     ModelCategory cat;
     PxDtype dtype;
     int ndim;
@@ -386,6 +422,27 @@ uint64_t model_tensors_bytes(const ModelTensorTable *tt, ModelCategory c);
 /* Saved activation bytes of one transformer layer and one micro-batch (the Korthikanti figure). */
 uint64_t model_layer_activation_bytes(const ModelSpec *s, const ModelDims *d);
 
+/* One tensor of a transformer layer's activations for one micro-batch, as the layer's forward
+ * writes it and its backward reads it. The one description of them: the tensor table adds
+ * those the recompute mode saves (per micro-batch) and sizes ws.recompute for the others,
+ * which the backward re-creates; the executor binds both by role. */
+typedef struct {
+    ModelTensorRole role;
+    const char *suffix; /* the tensor's name after "layer.<i>." */
+    PxDtype dtype;      /* the activation dtype, fp32 (lse) or uint8 (dropout masks) */
+    int shard;          /* MODEL_SHARD_* */
+    int ndim;
+    int64_t shape[4];
+    uint64_t numel, bytes;
+    int present; /* the configuration computes it (flash attention, dropout ...) */
+    int saved;   /* kept for the backward under the mode asked for; else recomputed */
+} ModelLayerAct;
+
+/* The MODEL_LAYER_ACTS activations of a layer in role order (out[i].role = MODEL_TR_LN1_IN +
+ * i), `saved` under recompute mode `mode`. */
+void model_layer_acts(const ModelSpec *s, const ModelDims *d, ModelRecompute mode,
+                      ModelLayerAct out[MODEL_LAYER_ACTS]);
+
 /* ---- op graph ---- */
 
 typedef enum { MODEL_FWD = 0, MODEL_BWD, MODEL_RECOMPUTE, MODEL_STEP } ModelPhase;
@@ -400,6 +457,35 @@ typedef enum {
     MODEL_OP_COMM
 } ModelOpKind;
 
+/* Where in the model an op runs: the executor finds an op by (role, layer or block, chunk,
+ * phase, communication kind), never by name. A communication op carries the role of the
+ * compute op it serves (the QKV projection's all-gather is MODEL_OPR_QKV) or of the block it
+ * reduces or gathers. Enums only grow at the end. */
+typedef enum {
+    MODEL_OPR_NONE = 0,
+    MODEL_OPR_EMBED, MODEL_OPR_LN1, MODEL_OPR_QKV, MODEL_OPR_CORE, MODEL_OPR_PROJ, MODEL_OPR_LN2,
+    MODEL_OPR_FC1, MODEL_OPR_ACT, MODEL_OPR_FC2, MODEL_OPR_FINAL_LN, MODEL_OPR_LOGITS,
+    MODEL_OPR_LOSS, MODEL_OPR_OPTIMIZER,
+    MODEL_OPR_PP,              /* the pipeline's transfers ("pp") */
+    MODEL_OPR_BLOCK_PARAMS,    /* a block's parameter all-gather (ZeRO): "<block>.params" */
+    MODEL_OPR_BLOCK_GRADS,     /* a block's gradient reduction: "<block>.grads" */
+    MODEL_OPR_BLOCK_SP_GRADS,  /* SP's norm-gradient all-reduce: "<block>.sp_grads" */
+    MODEL_OPR_COUNT
+} ModelOpRole;
+
+/* The role's part of an op's name: "attn.qkv" (after "layer.<i>."), "embed", "grads" (after
+ * the block's name). */
+const char *model_op_role_name(ModelOpRole r);
+
+/* Attention's matmul FLOPs, the op graph's convention (Narayanan et al. 2021): forward
+ * 2 x 2 x BH x Tq x Tk x D for the scores and the context (halved when the job counts only the
+ * causal half); backward twice the forward, or 2.5 x on the fused path that recomputes the
+ * scores (FlashAttention-2, Dao 2023), the extra half being recompute. The executor counts its
+ * attention calls with the same functions. */
+double model_attention_fwd_flops(const ModelSpec *s, double bh, double tq, double tk, double d);
+/* *recompute_flops (optional) gets the part of it that is recompute (hardware FLOPs only). */
+double model_attention_bwd_flops(double fwd_flops, int flash, double *recompute_flops);
+
 /* C[m,n] = A[m,k] * B[k,n], `batch` independent products. */
 typedef struct {
     int64_t m, n, k, batch;
@@ -409,8 +495,10 @@ typedef struct {
     char name[56]; /* base name: "layer.3.attn.qkv", "layer.3.attn.proj.tp_allreduce", "pp.send" */
     ModelPhase phase;
     ModelOpKind kind;
+    ModelOpRole role;
     int chunk;          /* local model chunk, -1 for per-step ops */
     int layer;          /* global layer or -1 */
+    int block;          /* the table's block a block op reduces or gathers, else -1 */
     int per_microbatch; /* 1: runs once per micro-batch of its chunk; 0: once per step */
     double flops;       /* matmul FLOPs (the quantity MFU is defined on) */
     double recompute_flops; /* of flops, work that re-forms what the forward computed and does

@@ -19,6 +19,8 @@ typedef struct {
     const ModelSpec *s;
     const ModelDims *d;
     ModelPhase phase;
+    ModelOpRole role; /* the ops emitted next run here, for this block (-1: none) */
+    int block;
     int chunk, layer, per_mb;
     int repeat;
     PxError *err;
@@ -51,6 +53,32 @@ static void layer_name(char *n, int l, const char *suffix)
         name_join(n, 64, n, suffix);
 }
 
+static const char *const role_names[MODEL_OPR_COUNT] = {
+    "",         "embed",    "ln1",    "attn.qkv", "attn.core", "attn.proj", "ln2",
+    "mlp.fc1",  "mlp.act",  "mlp.fc2", "final_ln", "logits",    "loss",      "optimizer",
+    "pp",       "params",   "grads",  "sp_grads"};
+
+const char *model_op_role_name(ModelOpRole r)
+{
+    return (unsigned)r < MODEL_OPR_COUNT ? role_names[r] : "?";
+}
+
+/* The ops emitted next run at role r of layer l: their base name "layer.<l>.<role>" into
+ * n[64]. */
+static void at_layer(Emit *e, ModelOpRole r, int l, char *n)
+{
+    e->role = r;
+    layer_name(n, l, role_names[r]);
+}
+
+/* The ops emitted next run at role r outside the layers (embed, final_ln, logits, loss,
+ * optimizer, pp): returns the base name. */
+static const char *at(Emit *e, ModelOpRole r)
+{
+    e->role = r;
+    return role_names[r];
+}
+
 static ModelOp *op_new(Emit *e, ModelOpKind kind, const char *name)
 {
     static ModelOp sink; /* absorbs writes after an allocation failure */
@@ -72,6 +100,8 @@ static ModelOp *op_new(Emit *e, ModelOpKind kind, const char *name)
     px_strlcpy(op->name, name, sizeof op->name);
     op->kind = kind;
     op->phase = e->phase;
+    op->role = e->role;
+    op->block = e->block;
     op->chunk = e->chunk;
     op->layer = e->layer;
     op->per_microbatch = e->per_mb;
@@ -163,9 +193,7 @@ static void attention_core(Emit *e, const char *base)
     const ModelDims *d = e->d;
     const ModelSpec *s = e->s;
     double bh = (double)d->b * d->heads_loc, sq = d->s_loc, sk = d->s, hd = d->hd, a = eb(e);
-    double fwd = 2.0 * 2.0 * bh * sq * sk * hd;
-    if (s->job.causal_flops)
-        fwd *= 0.5;
+    double fwd = model_attention_fwd_flops(s, bh, sq, sk, hd);
     double qkv = (double)d->b * (sq * d->q_loc + 2.0 * sk * d->kv_width_loc) * a;
     double out = (double)d->b * sq * d->q_loc * a;
     double mat = bh * sq * sk * a; /* one s x s score matrix per head */
@@ -186,14 +214,13 @@ static void attention_core(Emit *e, const char *base)
         if (s->job.flash_attn) {
             /* FlashAttention's backward recomputes the scores: 2.5 x the forward (Dao 2023).
              * The extra half is recompute: it counts in hardware FLOPs, not model FLOPs. */
-            op->flops = 2.5 * fwd;
-            op->recompute_flops = 0.5 * fwd;
+            op->flops = model_attention_bwd_flops(fwd, 1, &op->recompute_flops);
             op->bytes = 2.0 * qkv + 3.0 * out + bh * sq * 8.0;
             op->kernels = 2;
         } else {
             /* dP written and read, softmax backward reads P and dP and writes dS, dropout
              * backward reads the mask, the two gradient GEMMs read dS */
-            op->flops = 2.0 * fwd;
+            op->flops = model_attention_bwd_flops(fwd, 0, NULL);
             op->bytes = 2.0 * qkv + 2.0 * out + mat * (drop ? 7.0 + 1.0 / a : 5.0) + mat * (softmax - 2.0);
             op->kernels = 4 + softmax_kernels + drop;
         }
@@ -209,6 +236,19 @@ static void attention_core(Emit *e, const char *base)
     }
 }
 
+double model_attention_fwd_flops(const ModelSpec *s, double bh, double tq, double tk, double d)
+{
+    double fwd = 2.0 * 2.0 * bh * tq * tk * d;
+    return s->job.causal_flops ? 0.5 * fwd : fwd;
+}
+
+double model_attention_bwd_flops(double fwd_flops, int flash, double *recompute_flops)
+{
+    if (recompute_flops)
+        *recompute_flops = flash ? 0.5 * fwd_flops : 0.0;
+    return (flash ? 2.5 : 2.0) * fwd_flops;
+}
+
 static void layer_forward(Emit *e, int l)
 {
     const ModelSpec *s = e->s;
@@ -218,31 +258,31 @@ static void layer_forward(Emit *e, int l)
     const double nb = Msp * h * a; /* one norm-region activation */
     char n[64];
     e->layer = l;
-    layer_name(n, l, "ln1");
+    at_layer(e, MODEL_OPR_LN1, l, n);
     simple(e, MODEL_OP_NORM, n, 2.0 * nb);
-    layer_name(n, l, "attn.qkv");
+    at_layer(e, MODEL_OPR_QKV, l, n);
     if (sp)
         comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
     linear(e, n, M, d->q_loc + 2.0 * d->kv_width_loc, h, 0);
-    layer_name(n, l, "attn.core");
+    at_layer(e, MODEL_OPR_CORE, l, n);
     comm(e, n, MODEL_CP_ALL_GATHER, d->c, (double)d->b * d->s * 2.0 * d->kv_width_loc * a, 1);
     attention_core(e, n);
-    layer_name(n, l, "attn.proj");
+    at_layer(e, MODEL_OPR_PROJ, l, n);
     linear_epilogue(e, n, M, h, d->q_loc, nb);
     comm(e, n, sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, tp_act_bytes(e), 1);
-    layer_name(n, l, "ln2");
+    at_layer(e, MODEL_OPR_LN2, l, n);
     simple(e, MODEL_OP_NORM, n, 2.0 * nb);
-    layer_name(n, l, "mlp.fc1");
+    at_layer(e, MODEL_OPR_FC1, l, n);
     if (sp)
         comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
     linear(e, n, M, d->ffn_out_loc, h, 0);
-    layer_name(n, l, "mlp.act");
+    at_layer(e, MODEL_OPR_ACT, l, n);
     /* bias + GeLU fused (Megatron's bias_gelu): read fc1's output, write the activation;
      * unfused: a bias-add pass first */
     simple(e, MODEL_OP_ACTIVATION, n,
            M * (d->ffn_out_loc + d->ffn_loc + passes(e, 0.0, 2.0 * d->ffn_out_loc)) * a)
         ->kernels = s->job.fused_kernels ? 1 : 2;
-    layer_name(n, l, "mlp.fc2");
+    at_layer(e, MODEL_OPR_FC2, l, n);
     linear_epilogue(e, n, M, h, d->ffn_loc, nb);
     comm(e, n, sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, tp_act_bytes(e), 1);
 }
@@ -252,15 +292,20 @@ static void zero_gather(Emit *e, const ModelTensorTable *tt, int block, ModelPha
     const ModelDims *d = e->d;
     if (e->s->layout.zero != 3)
         return;
-    ModelPhase keep = e->phase;
+    const ModelPhase keep = e->phase;
+    const ModelOpRole keep_role = e->role;
     e->phase = phase;
+    e->role = MODEL_OPR_BLOCK_PARAMS;
+    e->block = block;
     char n[64];
-    name_join(n, sizeof n, tt->blocks[block].name, "params");
+    name_join(n, sizeof n, tt->blocks[block].name, role_names[e->role]);
     comm(e, n, MODEL_DP_ALL_GATHER, d->zero_group,
          (double)px_round_up(tt->blocks[block].numel, (uint64_t)d->zero_group) *
              (double)px_dtype_bytes(d->param),
          1);
     e->phase = keep;
+    e->role = keep_role;
+    e->block = -1;
 }
 
 static void zero_reduce(Emit *e, const ModelTensorTable *tt, int block)
@@ -269,11 +314,14 @@ static void zero_reduce(Emit *e, const ModelTensorTable *tt, int block)
     if (e->s->layout.zero < 2)
         return;
     char n[64];
-    name_join(n, sizeof n, tt->blocks[block].name, "grads");
+    e->role = MODEL_OPR_BLOCK_GRADS;
+    e->block = block;
+    name_join(n, sizeof n, tt->blocks[block].name, role_names[e->role]);
     comm(e, n, MODEL_DP_REDUCE_SCATTER, d->zero_group,
          (double)px_round_up(tt->blocks[block].numel, (uint64_t)d->zero_group) *
              (double)px_dtype_bytes(d->grad),
          1);
+    e->block = -1;
 }
 
 /* Sequence parallelism leaves the norms' parameters replicated over TP while each rank sees
@@ -291,9 +339,12 @@ static void sp_norm_grads(Emit *e, const ModelTensorTable *tt, int block, int no
         return;
     const int norm_bias = s->model.norm == MODEL_LAYERNORM && s->model.bias;
     char n[64];
-    name_join(n, sizeof n, tt->blocks[block].name, "sp_grads");
+    e->role = MODEL_OPR_BLOCK_SP_GRADS;
+    e->block = block;
+    name_join(n, sizeof n, tt->blocks[block].name, role_names[e->role]);
     comm(e, n, MODEL_TP_ALLREDUCE, d->t,
          (double)d->h * (1 + norm_bias) * (double)px_dtype_bytes(d->grad), norms);
+    e->block = -1;
 }
 
 static void layer_backward(Emit *e, const ModelTensorTable *tt, int block, int l)
@@ -312,24 +363,24 @@ static void layer_backward(Emit *e, const ModelTensorTable *tt, int block, int l
         e->phase = MODEL_BWD;
     }
     e->layer = l;
-    layer_name(n, l, "mlp.fc2");
+    at_layer(e, MODEL_OPR_FC2, l, n);
     if (sp)
         comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
     linear(e, n, M, h, d->ffn_loc, 2.0 * nb);
-    layer_name(n, l, "mlp.act");
+    at_layer(e, MODEL_OPR_ACT, l, n);
     simple(e, MODEL_OP_ACTIVATION, n, M * (2.0 * d->ffn_out_loc + d->ffn_loc) * a);
-    layer_name(n, l, "mlp.fc1");
+    at_layer(e, MODEL_OPR_FC1, l, n);
     if (sp)
         comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
     linear(e, n, M, d->ffn_out_loc, h, 0);
     comm(e, n, sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, tp_act_bytes(e), 1);
-    layer_name(n, l, "ln2");
+    at_layer(e, MODEL_OPR_LN2, l, n);
     simple(e, MODEL_OP_NORM, n, 4.0 * nb);
-    layer_name(n, l, "attn.proj");
+    at_layer(e, MODEL_OPR_PROJ, l, n);
     if (sp)
         comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
     linear(e, n, M, h, d->q_loc, 2.0 * nb);
-    layer_name(n, l, "attn.core");
+    at_layer(e, MODEL_OPR_CORE, l, n);
     double kv_full = (double)d->b * d->s * 2.0 * d->kv_width_loc * a;
     comm(e, n, MODEL_CP_ALL_GATHER, d->c, kv_full, 1);
     if (s->layout.recompute == MODEL_RECOMPUTE_SELECTIVE && !s->job.flash_attn) {
@@ -339,12 +390,12 @@ static void layer_backward(Emit *e, const ModelTensorTable *tt, int block, int l
     }
     attention_core(e, n);
     comm(e, n, MODEL_CP_REDUCE_SCATTER, d->c, kv_full, 1);
-    layer_name(n, l, "attn.qkv");
+    at_layer(e, MODEL_OPR_QKV, l, n);
     if (sp)
         comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
     linear(e, n, M, d->q_loc + 2.0 * d->kv_width_loc, h, 0);
     comm(e, n, sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, tp_act_bytes(e), 1);
-    layer_name(n, l, "ln1");
+    at_layer(e, MODEL_OPR_LN1, l, n);
     simple(e, MODEL_OP_NORM, n, 5.0 * nb); /* + the residual gradient */
     if (s->layout.zero >= 2)
         sp_norm_grads(e, tt, block, 2);
@@ -372,14 +423,16 @@ static void embed_pass(Emit *e, const ModelTensorTable *tt, int j, int backward)
     if (!backward) {
         zero_gather(e, tt, blk, MODEL_FWD);
         /* gather rows (+ positions), dropout */
-        simple(e, MODEL_OP_EMBEDDING, "embed", M * (2.0 * h * a + 4.0));
-        comm(e, "embed", sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, tp_act_bytes(e), 1);
+        const char *n = at(e, MODEL_OPR_EMBED);
+        simple(e, MODEL_OP_EMBEDDING, n, M * (2.0 * h * a + 4.0));
+        comm(e, n, sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, tp_act_bytes(e), 1);
     } else {
+        const char *n = at(e, MODEL_OPR_EMBED);
         if (sp)
-            comm(e, "embed", MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
+            comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
         zero_gather(e, tt, blk, MODEL_BWD);
         /* scatter-add the output gradient into the embedding gradient rows */
-        simple(e, MODEL_OP_EMBEDDING, "embed",
+        simple(e, MODEL_OP_EMBEDDING, n,
                M * (h * a + 2.0 * h * (double)px_dtype_bytes(d->grad) + 4.0));
         zero_reduce(e, tt, blk);
     }
@@ -399,25 +452,28 @@ static void head_pass(Emit *e, const ModelTensorTable *tt, int j, int backward)
     e->layer = -1;
     if (!backward) {
         zero_gather(e, tt, blk, MODEL_FWD);
-        simple(e, MODEL_OP_NORM, "final_ln", 2.0 * nb);
+        simple(e, MODEL_OP_NORM, at(e, MODEL_OPR_FINAL_LN), 2.0 * nb);
+        const char *n = at(e, MODEL_OPR_LOGITS);
         if (sp)
-            comm(e, "logits", MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
+            comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
         if (eblk >= 0)
             zero_gather(e, tt, eblk, MODEL_FWD);
         /* logits are written in fp32 into the saved probabilities */
-        linear(e, "logits", M, V, h, M * V * (4.0 - a));
-        simple(e, MODEL_OP_LOSS, "loss", 2.0 * M * V * 4.0);
-        comm(e, "loss", MODEL_TP_ALLREDUCE, t, M * 4.0, 3); /* max, sum of exp, target logit */
+        linear(e, n, M, V, h, M * V * (4.0 - a));
+        n = at(e, MODEL_OPR_LOSS);
+        simple(e, MODEL_OP_LOSS, n, 2.0 * M * V * 4.0);
+        comm(e, n, MODEL_TP_ALLREDUCE, t, M * 4.0, 3); /* max, sum of exp, target logit */
     } else {
         zero_gather(e, tt, blk, MODEL_BWD);
         if (eblk >= 0)
             zero_gather(e, tt, eblk, MODEL_BWD);
-        simple(e, MODEL_OP_LOSS, "loss", 2.0 * M * V * 4.0);
+        simple(e, MODEL_OP_LOSS, at(e, MODEL_OPR_LOSS), 2.0 * M * V * 4.0);
+        const char *n = at(e, MODEL_OPR_LOGITS);
         if (sp)
-            comm(e, "logits", MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
-        linear(e, "logits", M, V, h, M * V * (4.0 - a));
-        comm(e, "logits", sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, tp_act_bytes(e), 1);
-        simple(e, MODEL_OP_NORM, "final_ln", 4.0 * nb);
+            comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
+        linear(e, n, M, V, h, M * V * (4.0 - a));
+        comm(e, n, sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, tp_act_bytes(e), 1);
+        simple(e, MODEL_OP_NORM, at(e, MODEL_OPR_FINAL_LN), 4.0 * nb);
         if (s->layout.zero >= 2)
             sp_norm_grads(e, tt, blk, 1);
         zero_reduce(e, tt, blk);
@@ -441,7 +497,7 @@ static int ops_build(const ModelSpec *s, const ModelDims *d, int stage, int comp
         tp = &own;
     }
     const ModelTensorTable tt = *tp;
-    Emit e = {.g = g, .s = s, .d = d, .err = err, .per_mb = 1, .repeat = 1};
+    Emit e = {.g = g, .s = s, .d = d, .err = err, .per_mb = 1, .repeat = 1, .block = -1};
     /* Megatron's scatter/gather: without SP each TP rank sends 1/t of the (replicated)
      * activation and the receivers all-gather it over the node's links (Narayanan 2021 Sec. 4.1) */
     const double pp_bytes = (double)d->b * d->s_sp * d->h * eb(&e) / d->pp_split;
@@ -456,9 +512,9 @@ static int ops_build(const ModelSpec *s, const ModelDims *d, int stage, int comp
         /* forward */
         e.phase = MODEL_FWD;
         if (!first) {
-            comm(&e, "pp", MODEL_PP_RECV, 2, pp_bytes, 1);
+            comm(&e, at(&e, MODEL_OPR_PP), MODEL_PP_RECV, 2, pp_bytes, 1);
             if (pp_gather > 0)
-                comm(&e, "pp", MODEL_TP_ALL_GATHER, d->t, pp_gather, 1);
+                comm(&e, at(&e, MODEL_OPR_PP), MODEL_TP_ALL_GATHER, d->t, pp_gather, 1);
         } else {
             embed_pass(&e, &tt, j, 0);
         }
@@ -473,15 +529,15 @@ static int ops_build(const ModelSpec *s, const ModelDims *d, int stage, int comp
         }
         e.layer = -1;
         if (!last)
-            comm(&e, "pp", MODEL_PP_SEND, 2, pp_bytes, 1);
+            comm(&e, at(&e, MODEL_OPR_PP), MODEL_PP_SEND, 2, pp_bytes, 1);
         else
             head_pass(&e, &tt, j, 0);
         /* backward */
         e.phase = MODEL_BWD;
         if (!last) {
-            comm(&e, "pp", MODEL_PP_RECV, 2, pp_bytes, 1);
+            comm(&e, at(&e, MODEL_OPR_PP), MODEL_PP_RECV, 2, pp_bytes, 1);
             if (pp_gather > 0)
-                comm(&e, "pp", MODEL_TP_ALL_GATHER, d->t, pp_gather, 1);
+                comm(&e, at(&e, MODEL_OPR_PP), MODEL_TP_ALL_GATHER, d->t, pp_gather, 1);
         } else {
             head_pass(&e, &tt, j, 1);
         }
@@ -495,7 +551,7 @@ static int ops_build(const ModelSpec *s, const ModelDims *d, int stage, int comp
         }
         e.layer = -1;
         if (!first)
-            comm(&e, "pp", MODEL_PP_SEND, 2, pp_bytes, 1);
+            comm(&e, at(&e, MODEL_OPR_PP), MODEL_PP_SEND, 2, pp_bytes, 1);
         else
             embed_pass(&e, &tt, j, 1);
     }
@@ -513,11 +569,14 @@ static int ops_build(const ModelSpec *s, const ModelDims *d, int stage, int comp
         char n[64];
         if (zero <= 1)
             sp_norm_grads(&e, &tt, i, b->layer >= 0 ? 2 : strcmp(b->name, "final") == 0 ? 1 : 0);
-        name_join(n, sizeof n, b->name, "grads");
+        e.role = MODEL_OPR_BLOCK_GRADS;
+        e.block = i;
+        name_join(n, sizeof n, b->name, role_names[e.role]);
         if (zero == 0)
             comm(&e, n, MODEL_DP_ALLREDUCE, zg, (double)b->numel * ge, 1);
         else if (zero == 1)
             comm(&e, n, MODEL_DP_REDUCE_SCATTER, zg, (double)px_round_up(b->numel, (uint64_t)zg) * ge, 1);
+        e.block = -1;
     }
     e.repeat = 1;
     if (s->model.tied_embeddings && d->chunks > 1) {
@@ -526,8 +585,11 @@ static int ops_build(const ModelSpec *s, const ModelDims *d, int stage, int comp
             if (gc == 0 || gc == d->chunks - 1) {
                 e.chunk = j;
                 e.layer = -1;
+                e.role = MODEL_OPR_BLOCK_GRADS;
+                e.block = block_index(&tt, gc == 0 ? "embed" : "final", -1, j);
                 comm(&e, gc == 0 ? "embed.grads" : "final.grads", MODEL_EMBED_ALLREDUCE, 2,
                      (double)d->vocab_loc * d->h * ge, 1);
+                e.block = -1;
             }
         }
     }
@@ -550,7 +612,7 @@ static int ops_build(const ModelSpec *s, const ModelDims *d, int stage, int comp
         case MODEL_OPT_ADAM_8BIT: per = ge + 8.0 + 4.0 + (d->master ? pe : 0); break;
         }
         /* + one read of every local gradient for the gradient norm */
-        simple(&e, MODEL_OP_OPTIMIZER, "optimizer", elems * per + (zero >= 2 ? elems : total) * ge);
+        simple(&e, MODEL_OP_OPTIMIZER, at(&e, MODEL_OPR_OPTIMIZER), elems * per + (zero >= 2 ? elems : total) * ge);
     }
     for (int i = 0; i < tt.n_blocks && (zero == 1 || zero == 2); i++) {
         const ModelBlock *b = &tt.blocks[i];
@@ -558,8 +620,11 @@ static int ops_build(const ModelSpec *s, const ModelDims *d, int stage, int comp
         e.layer = b->layer;
         e.repeat = b->repeat;
         char n[64];
-        name_join(n, sizeof n, b->name, "params");
+        e.role = MODEL_OPR_BLOCK_PARAMS;
+        e.block = i;
+        name_join(n, sizeof n, b->name, role_names[e.role]);
         comm(&e, n, MODEL_DP_ALL_GATHER, zg, (double)px_round_up(b->numel, (uint64_t)zg) * pe, 1);
+        e.block = -1;
     }
     if (tp == &own)
         model_tensors_free(&own);
@@ -634,11 +699,8 @@ void model_op_key(const ModelSpec *s, const ModelDims *d, const ModelOp *op, Mod
     case MODEL_OP_MATMUL: {
         /* the projection's role ("attn.qkv", "mlp.fc1", "logits"): which epilogue follows
          * its GEMMs (a bias, RoPE in the QKV projection, a residual add) */
-        const char *role = op->name;
-        int off = 0, l = 0;
-        if (sscanf(role, "layer.%d.%n", &l, &off) == 1 && off > 0)
-            role += off;
-        snprintf(key->variant, sizeof key->variant, "%.14s/%s", role, pos);
+        snprintf(key->variant, sizeof key->variant, "%.14s/%s", model_op_role_name(op->role),
+                 pos);
         break;
     }
     case MODEL_OP_ATTENTION:

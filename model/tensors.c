@@ -19,8 +19,8 @@ typedef struct {
     int rc;
 } Adder;
 
-static void add(Adder *a, const char *name, ModelCategory cat, PxDtype dt, int shard, int ndim,
-                int64_t d0, int64_t d1, int64_t d2, int64_t d3)
+static void add(Adder *a, ModelTensorRole role, const char *name, ModelCategory cat, PxDtype dt,
+                int shard, int ndim, int64_t d0, int64_t d1, int64_t d2, int64_t d3)
 {
     int64_t dims[4] = {d0, d1, d2, d3};
     uint64_t numel = 1;
@@ -48,6 +48,7 @@ static void add(Adder *a, const char *name, ModelCategory cat, PxDtype dt, int s
     ModelTensor *t = &tt->t[tt->count++];
     memset(t, 0, sizeof *t);
     px_strlcpy(t->name, name, sizeof t->name);
+    t->role = role;
     t->cat = cat;
     t->dtype = dt;
     t->ndim = ndim;
@@ -68,78 +69,95 @@ static void add(Adder *a, const char *name, ModelCategory cat, PxDtype dt, int s
 #define NAME(buf, ...)                                                                             \
     ((a)->unnamed || !(a)->tt ? (void)((buf)[0] = '\0') : (void)snprintf(buf, sizeof buf, __VA_ARGS__))
 
-/* Saved activations of one transformer layer for one micro-batch under recompute mode `mode`. */
+void model_layer_acts(const ModelSpec *s, const ModelDims *d, ModelRecompute mode,
+                      ModelLayerAct out[MODEL_LAYER_ACTS])
+{
+    const PxDtype e = d->act, f32 = PX_FP32, u8 = PX_UINT8;
+    const int64_t b = d->b, sl = d->s_loc, ss = d->s_sp, h = d->h, hl = d->heads_loc, sq = d->s;
+    const int sp = s->layout.sp ? MODEL_SHARD_SP : 0, tp = MODEL_SHARD_TP;
+    const int drop = s->job.dropout > 0.0, flash = s->job.flash_attn;
+    /* full recompute keeps only the layer's input; selective drops the attention core's
+     * s x s tensors (FlashAttention has none: its backward recomputes the scores itself) */
+    const int full = mode == MODEL_RECOMPUTE_FULL, none = mode == MODEL_RECOMPUTE_NONE;
+    const struct {
+        const char *suffix;
+        PxDtype dt;
+        int shard, ndim;
+        int64_t d0, d1, d2, d3;
+        int present, saved;
+    } t[MODEL_LAYER_ACTS] = {
+        {"ln1.in", e, sp, 3, b, ss, h, 1, 1, 1},
+        {"attn.qkv.in", e, sp, 3, b, ss, h, 1, 1, !full},
+        {"attn.qkv.out", e, tp, 3, b, sl, d->q_loc + 2 * d->kv_width_loc, 1, 1, !full},
+        {"attn.lse", f32, tp, 3, b, hl, sl, 1, flash, !full},
+        {"attn.softmax", e, tp, 4, b, hl, sl, sq, !flash, none},
+        {"attn.softmax_mask", u8, tp, 4, b, hl, sl, sq, !flash && drop, none},
+        {"attn.softmax_drop", e, tp, 4, b, hl, sl, sq, !flash && drop, none},
+        {"attn.proj.in", e, tp, 3, b, sl, d->q_loc, 1, 1, !full},
+        {"attn.drop_mask", u8, sp, 3, b, ss, h, 1, drop, !full},
+        {"ln2.in", e, sp, 3, b, ss, h, 1, 1, !full},
+        {"mlp.fc1.in", e, sp, 3, b, ss, h, 1, 1, !full},
+        {"mlp.act.in", e, tp, 3, b, sl, d->ffn_out_loc, 1, 1, !full},
+        {"mlp.fc2.in", e, tp, 3, b, sl, d->ffn_loc, 1, 1, !full},
+        {"mlp.drop_mask", u8, sp, 3, b, ss, h, 1, drop, !full},
+    };
+    for (int i = 0; i < MODEL_LAYER_ACTS; i++) {
+        ModelLayerAct *o = &out[i];
+        memset(o, 0, sizeof *o);
+        o->role = (ModelTensorRole)(MODEL_TR_LN1_IN + i);
+        o->suffix = t[i].suffix;
+        o->dtype = t[i].dt;
+        o->shard = t[i].shard;
+        o->ndim = t[i].ndim;
+        const int64_t dims[4] = {t[i].d0, t[i].d1, t[i].d2, t[i].d3};
+        o->numel = 1;
+        for (int k = 0; k < 4; k++) {
+            o->shape[k] = k < o->ndim ? dims[k] : 1;
+            if (k < o->ndim)
+                o->numel *= (uint64_t)dims[k];
+        }
+        o->bytes = o->numel * px_dtype_bytes(o->dtype);
+        o->present = t[i].present;
+        o->saved = t[i].present && t[i].saved;
+    }
+}
+
+/* Saved activations of one transformer layer for one micro-batch under recompute mode `mode`
+ * (Korthikanti et al. 2022, Sec. 4, Table 2, term by term; docs/memory.md). */
 static void layer_saved(Adder *a, const ModelSpec *s, const ModelDims *d, ModelRecompute mode,
-                        int layer, int skip_input)
+                        int layer)
 {
     char n[64];
-    const PxDtype e = d->act;
-    const int64_t b = d->b, sl = d->s_loc, ss = d->s_sp, h = d->h;
-    const int sp = s->layout.sp ? MODEL_SHARD_SP : 0;
-    const int dropout = s->job.dropout > 0.0;
-    if (!skip_input) {
-        NAME(n, "layer.%d.ln1.in", layer);
-        add(a, n, MODEL_ACTIVATIONS, e, sp, 3, b, ss, h, 0);
-    }
-    if (mode == MODEL_RECOMPUTE_FULL)
-        return;
-    NAME(n, "layer.%d.attn.qkv.in", layer);
-    add(a, n, MODEL_ACTIVATIONS, e, sp, 3, b, ss, h, 0);
-    NAME(n, "layer.%d.attn.qkv.out", layer);
-    add(a, n, MODEL_ACTIVATIONS, e, MODEL_SHARD_TP, 3, b, sl, d->q_loc + 2 * d->kv_width_loc, 0);
-    if (s->job.flash_attn) {
-        NAME(n, "layer.%d.attn.lse", layer);
-        add(a, n, MODEL_ACTIVATIONS, PX_FP32, MODEL_SHARD_TP, 3, b, d->heads_loc, sl, 0);
-    } else if (mode == MODEL_RECOMPUTE_NONE) {
-        NAME(n, "layer.%d.attn.softmax", layer);
-        add(a, n, MODEL_ACTIVATIONS, e, MODEL_SHARD_TP, 4, b, d->heads_loc, sl, d->s);
-        if (dropout) {
-            NAME(n, "layer.%d.attn.softmax_mask", layer);
-            add(a, n, MODEL_ACTIVATIONS, PX_UINT8, MODEL_SHARD_TP, 4, b, d->heads_loc, sl, d->s);
-            NAME(n, "layer.%d.attn.softmax_drop", layer);
-            add(a, n, MODEL_ACTIVATIONS, e, MODEL_SHARD_TP, 4, b, d->heads_loc, sl, d->s);
-        }
-    }
-    NAME(n, "layer.%d.attn.proj.in", layer);
-    add(a, n, MODEL_ACTIVATIONS, e, MODEL_SHARD_TP, 3, b, sl, d->q_loc, 0);
-    if (dropout) {
-        NAME(n, "layer.%d.attn.drop_mask", layer);
-        add(a, n, MODEL_ACTIVATIONS, PX_UINT8, sp, 3, b, ss, h, 0);
-    }
-    NAME(n, "layer.%d.ln2.in", layer);
-    add(a, n, MODEL_ACTIVATIONS, e, sp, 3, b, ss, h, 0);
-    NAME(n, "layer.%d.mlp.fc1.in", layer);
-    add(a, n, MODEL_ACTIVATIONS, e, sp, 3, b, ss, h, 0);
-    NAME(n, "layer.%d.mlp.act.in", layer);
-    add(a, n, MODEL_ACTIVATIONS, e, MODEL_SHARD_TP, 3, b, sl, d->ffn_out_loc, 0);
-    NAME(n, "layer.%d.mlp.fc2.in", layer);
-    add(a, n, MODEL_ACTIVATIONS, e, MODEL_SHARD_TP, 3, b, sl, d->ffn_loc, 0);
-    if (dropout) {
-        NAME(n, "layer.%d.mlp.drop_mask", layer);
-        add(a, n, MODEL_ACTIVATIONS, PX_UINT8, sp, 3, b, ss, h, 0);
+    ModelLayerAct t[MODEL_LAYER_ACTS];
+    model_layer_acts(s, d, mode, t);
+    for (int i = 0; i < MODEL_LAYER_ACTS; i++) {
+        if (!t[i].saved)
+            continue;
+        NAME(n, "layer.%d.%s", layer, t[i].suffix);
+        add(a, t[i].role, n, MODEL_ACTIVATIONS, t[i].dtype, t[i].shard, t[i].ndim, t[i].shape[0],
+            t[i].shape[1], t[i].shape[2], t[i].shape[3]);
     }
 }
 
 uint64_t model_layer_activation_bytes(const ModelSpec *s, const ModelDims *d)
 {
     Adder a = {0};
-    layer_saved(&a, s, d, s->layout.recompute, 0, 0);
+    layer_saved(&a, s, d, s->layout.recompute, 0);
     return a.sum;
 }
 
-/* Bytes that a recomputation re-creates for one layer in backward: the attention core under
- * selective recompute (nothing with flash attention, which recomputes inside its backward),
- * the whole layer but its input under full recompute. */
+/* Bytes that a recomputation re-creates for one layer in backward: what the layer computes and
+ * the recompute mode does not save (the attention core's s x s tensors under selective
+ * recompute, nothing with flash attention; all but the layer's input under full recompute). */
 static uint64_t recompute_bytes(const ModelSpec *s, const ModelDims *d)
 {
-    Adder all = {0}, kept = {0};
-    if (s->layout.recompute == MODEL_RECOMPUTE_NONE)
-        return 0;
-    layer_saved(&all, s, d, MODEL_RECOMPUTE_NONE, 0, 1);
-    if (s->layout.recompute == MODEL_RECOMPUTE_FULL)
-        return all.sum;
-    layer_saved(&kept, s, d, MODEL_RECOMPUTE_SELECTIVE, 0, 1);
-    return all.sum - kept.sum;
+    ModelLayerAct t[MODEL_LAYER_ACTS];
+    model_layer_acts(s, d, s->layout.recompute, t);
+    uint64_t sum = 0;
+    for (int i = 0; i < MODEL_LAYER_ACTS; i++)
+        if (t[i].present && !t[i].saved)
+            sum += t[i].bytes;
+    return sum;
 }
 
 void model_block_name(char *n, int layer)
@@ -179,19 +197,19 @@ static int add_block(ModelTensorTable *tt, const char *name, int chunk, int laye
 }
 
 /* One parameter with its gradient (when gradients are not sharded). */
-static void add_param(Adder *a, const ModelSpec *s, const ModelDims *d, const char *name,
-                      int shard, int ndim, int64_t d0, int64_t d1)
+static void add_param(Adder *a, const ModelSpec *s, const ModelDims *d, ModelTensorRole role,
+                      const char *name, int shard, int ndim, int64_t d0, int64_t d1)
 {
     ModelTensorTable *tt = a->tt;
     uint64_t numel = (uint64_t)d0 * (uint64_t)(ndim > 1 ? d1 : 1);
     tt->blocks[a->block].numel += numel;
     tt->params += numel * (uint64_t)a->repeat;
     if (s->layout.zero < 3)
-        add(a, name, MODEL_WEIGHTS, d->param, shard, ndim, d0, d1, 0, 0);
+        add(a, role, name, MODEL_WEIGHTS, d->param, shard, ndim, d0, d1, 0, 0);
     if (s->layout.zero < 2) {
         char g[64];
         NAME(g, "%s.grad", name);
-        add(a, g, MODEL_GRADS, d->grad, shard, ndim, d0, d1, 0, 0);
+        add(a, role, g, MODEL_GRADS, d->grad, shard, ndim, d0, d1, 0, 0);
     }
 }
 
@@ -203,41 +221,41 @@ static void add_layer_params(Adder *a, const ModelSpec *s, const ModelDims *d, i
     const int qkv_bias = c->bias || c->qkv_bias;
     char n[64];
     NAME(n, "layer.%d.ln1.w", layer);
-    add_param(a, s, d, n, 0, 1, h, 0);
+    add_param(a, s, d, MODEL_TR_LN1_W, n, 0, 1, h, 0);
     if (norm_bias) {
         NAME(n, "layer.%d.ln1.b", layer);
-        add_param(a, s, d, n, 0, 1, h, 0);
+        add_param(a, s, d, MODEL_TR_LN1_B, n, 0, 1, h, 0);
     }
     int64_t qkv = d->q_loc + 2 * d->kv_width_loc;
     NAME(n, "layer.%d.attn.qkv.w", layer);
-    add_param(a, s, d, n, MODEL_SHARD_TP, 2, qkv, h);
+    add_param(a, s, d, MODEL_TR_QKV_W, n, MODEL_SHARD_TP, 2, qkv, h);
     if (qkv_bias) {
         NAME(n, "layer.%d.attn.qkv.b", layer);
-        add_param(a, s, d, n, MODEL_SHARD_TP, 1, qkv, 0);
+        add_param(a, s, d, MODEL_TR_QKV_B, n, MODEL_SHARD_TP, 1, qkv, 0);
     }
     NAME(n, "layer.%d.attn.proj.w", layer);
-    add_param(a, s, d, n, MODEL_SHARD_TP, 2, h, d->q_loc);
+    add_param(a, s, d, MODEL_TR_PROJ_W, n, MODEL_SHARD_TP, 2, h, d->q_loc);
     if (c->bias) {
         NAME(n, "layer.%d.attn.proj.b", layer);
-        add_param(a, s, d, n, 0, 1, h, 0);
+        add_param(a, s, d, MODEL_TR_PROJ_B, n, 0, 1, h, 0);
     }
     NAME(n, "layer.%d.ln2.w", layer);
-    add_param(a, s, d, n, 0, 1, h, 0);
+    add_param(a, s, d, MODEL_TR_LN2_W, n, 0, 1, h, 0);
     if (norm_bias) {
         NAME(n, "layer.%d.ln2.b", layer);
-        add_param(a, s, d, n, 0, 1, h, 0);
+        add_param(a, s, d, MODEL_TR_LN2_B, n, 0, 1, h, 0);
     }
     NAME(n, "layer.%d.mlp.fc1.w", layer);
-    add_param(a, s, d, n, MODEL_SHARD_TP, 2, d->ffn_out_loc, h);
+    add_param(a, s, d, MODEL_TR_FC1_W, n, MODEL_SHARD_TP, 2, d->ffn_out_loc, h);
     if (c->bias) {
         NAME(n, "layer.%d.mlp.fc1.b", layer);
-        add_param(a, s, d, n, MODEL_SHARD_TP, 1, d->ffn_out_loc, 0);
+        add_param(a, s, d, MODEL_TR_FC1_B, n, MODEL_SHARD_TP, 1, d->ffn_out_loc, 0);
     }
     NAME(n, "layer.%d.mlp.fc2.w", layer);
-    add_param(a, s, d, n, MODEL_SHARD_TP, 2, h, d->ffn_loc);
+    add_param(a, s, d, MODEL_TR_FC2_W, n, MODEL_SHARD_TP, 2, h, d->ffn_loc);
     if (c->bias) {
         NAME(n, "layer.%d.mlp.fc2.b", layer);
-        add_param(a, s, d, n, 0, 1, h, 0);
+        add_param(a, s, d, MODEL_TR_FC2_B, n, 0, 1, h, 0);
     }
 }
 
@@ -251,36 +269,36 @@ static void add_block_states(Adder *a, const ModelSpec *s, const ModelDims *d, M
     char n[64];
     if (zero == 3) {
         NAME(n, "%s.w_shard", blk->name);
-        add(a, n, MODEL_WEIGHTS, d->param, MODEL_SHARD_DP, 1, (int64_t)blk->shard_numel, 0, 0, 0);
+        add(a, MODEL_TR_W_SHARD, n, MODEL_WEIGHTS, d->param, MODEL_SHARD_DP, 1, (int64_t)blk->shard_numel, 0, 0, 0);
     }
     if (zero >= 2) {
         NAME(n, "%s.grad_shard", blk->name);
-        add(a, n, MODEL_GRADS, d->grad, MODEL_SHARD_DP, 1, (int64_t)blk->shard_numel, 0, 0, 0);
+        add(a, MODEL_TR_GRAD_SHARD, n, MODEL_GRADS, d->grad, MODEL_SHARD_DP, 1, (int64_t)blk->shard_numel, 0, 0, 0);
     }
     if (d->master) {
         NAME(n, "%s.master", blk->name);
-        add(a, n, MODEL_MASTER, PX_FP32, dp_shard, 1, n_state, 0, 0, 0);
+        add(a, MODEL_TR_MASTER, n, MODEL_MASTER, PX_FP32, dp_shard, 1, n_state, 0, 0, 0);
     }
     switch (s->job.optimizer) {
     case MODEL_OPT_ADAMW:
         NAME(n, "%s.adam_m", blk->name);
-        add(a, n, MODEL_OPTIMIZER, PX_FP32, dp_shard, 1, n_state, 0, 0, 0);
+        add(a, MODEL_TR_ADAM_M, n, MODEL_OPTIMIZER, PX_FP32, dp_shard, 1, n_state, 0, 0, 0);
         NAME(n, "%s.adam_v", blk->name);
-        add(a, n, MODEL_OPTIMIZER, PX_FP32, dp_shard, 1, n_state, 0, 0, 0);
+        add(a, MODEL_TR_ADAM_V, n, MODEL_OPTIMIZER, PX_FP32, dp_shard, 1, n_state, 0, 0, 0);
         break;
     case MODEL_OPT_SGD_MOMENTUM:
         NAME(n, "%s.momentum", blk->name);
-        add(a, n, MODEL_OPTIMIZER, PX_FP32, dp_shard, 1, n_state, 0, 0, 0);
+        add(a, MODEL_TR_MOMENTUM, n, MODEL_OPTIMIZER, PX_FP32, dp_shard, 1, n_state, 0, 0, 0);
         break;
     case MODEL_OPT_ADAM_8BIT:
         /* Dettmers et al. 2022 (8-bit Optimizers via Block-wise Quantization): one byte per
          * state and an fp32 absmax per block of 2048 values. */
         NAME(n, "%s.adam8_m", blk->name);
-        add(a, n, MODEL_OPTIMIZER, PX_UINT8, dp_shard, 1, n_state, 0, 0, 0);
+        add(a, MODEL_TR_ADAM8_M, n, MODEL_OPTIMIZER, PX_UINT8, dp_shard, 1, n_state, 0, 0, 0);
         NAME(n, "%s.adam8_v", blk->name);
-        add(a, n, MODEL_OPTIMIZER, PX_UINT8, dp_shard, 1, n_state, 0, 0, 0);
+        add(a, MODEL_TR_ADAM8_V, n, MODEL_OPTIMIZER, PX_UINT8, dp_shard, 1, n_state, 0, 0, 0);
         NAME(n, "%s.adam8_absmax", blk->name);
-        add(a, n, MODEL_OPTIMIZER, PX_FP32, dp_shard, 2, 2, (int64_t)px_ceil_div((uint64_t)n_state, 2048),
+        add(a, MODEL_TR_ADAM8_ABSMAX, n, MODEL_OPTIMIZER, PX_FP32, dp_shard, 2, 2, (int64_t)px_ceil_div((uint64_t)n_state, 2048),
             0, 0);
         break;
     }
@@ -367,9 +385,9 @@ static int tensors_build(const ModelSpec *s, const ModelDims *d, int stage, int 
                 return rc;
             a.block = tt->n_blocks - 1;
             a.layer = -1;
-            add_param(&a, s, d, "embed.wte", MODEL_SHARD_TP, 2, d->vocab_loc, h);
+            add_param(&a, s, d, MODEL_TR_WTE, "embed.wte", MODEL_SHARD_TP, 2, d->vocab_loc, h);
             if (c->position == MODEL_POS_LEARNED)
-                add_param(&a, s, d, "embed.wpe", 0, 2, c->seq_len, h);
+                add_param(&a, s, d, MODEL_TR_WPE, "embed.wpe", 0, 2, c->seq_len, h);
         }
         int l0, nl = model_chunk_layers(s, d, g, &l0);
         const int rep = compact ? nl : 1;
@@ -396,13 +414,13 @@ static int tensors_build(const ModelSpec *s, const ModelDims *d, int stage, int 
                 return rc;
             a.block = tt->n_blocks - 1;
             a.layer = -1;
-            add_param(&a, s, d, "final_ln.w", 0, 1, h, 0);
+            add_param(&a, s, d, MODEL_TR_FINAL_LN_W, "final_ln.w", 0, 1, h, 0);
             if (c->norm == MODEL_LAYERNORM && c->bias)
-                add_param(&a, s, d, "final_ln.b", 0, 1, h, 0);
+                add_param(&a, s, d, MODEL_TR_FINAL_LN_B, "final_ln.b", 0, 1, h, 0);
             /* A tied output layer shares embed.wte when both live on this chunk; on another
              * stage it is a copy whose gradient is all-reduced with the first stage's. */
             if (!c->tied_embeddings || !first)
-                add_param(&a, s, d, "logits.w", MODEL_SHARD_TP, 2, d->vocab_loc, h);
+                add_param(&a, s, d, MODEL_TR_LOGITS_W, "logits.w", MODEL_SHARD_TP, 2, d->vocab_loc, h);
         }
     }
     a.chunk = -1;
@@ -442,7 +460,7 @@ static int tensors_build(const ModelSpec *s, const ModelDims *d, int stage, int 
         if (g == 0) {
             has_data = 1;
             if (dropout)
-                add(&a, "embed.drop_mask", MODEL_ACTIVATIONS, PX_UINT8, sp, 3, b, d->s_sp, h, 0);
+                add(&a, MODEL_TR_EMBED_DROP_MASK, "embed.drop_mask", MODEL_ACTIVATIONS, PX_UINT8, sp, 3, b, d->s_sp, h, 0);
         }
         uint64_t before_layers = a.sum;
         int l0, nl = model_chunk_layers(s, d, g, &l0);
@@ -455,7 +473,7 @@ static int tensors_build(const ModelSpec *s, const ModelDims *d, int stage, int 
             } else {
                 Snapshot snap;
                 snapshot(&a, &snap);
-                layer_saved(&a, s, d, s->layout.recompute, l, 0);
+                layer_saved(&a, s, d, s->layout.recompute, l);
                 reuse.act_nl = nl;
                 reuse_record(&a, &snap, &reuse.acts, 0);
             }
@@ -465,10 +483,10 @@ static int tensors_build(const ModelSpec *s, const ModelDims *d, int stage, int 
         a.layer = -1;
         if (g == d->chunks - 1) {
             has_data = has_loss = 1;
-            add(&a, "final_ln.in", MODEL_ACTIVATIONS, d->act, sp, 3, b, d->s_sp, h, 0);
-            add(&a, "logits.in", MODEL_ACTIVATIONS, d->act, sp, 3, b, d->s_sp, h, 0);
+            add(&a, MODEL_TR_FINAL_LN_IN, "final_ln.in", MODEL_ACTIVATIONS, d->act, sp, 3, b, d->s_sp, h, 0);
+            add(&a, MODEL_TR_LOGITS_IN, "logits.in", MODEL_ACTIVATIONS, d->act, sp, 3, b, d->s_sp, h, 0);
             /* Cross-entropy keeps fp32 probabilities (Korthikanti's 4*s*b*V/t). */
-            add(&a, "loss.probs", MODEL_ACTIVATIONS, PX_FP32, MODEL_SHARD_TP, 3, b, d->s_loc,
+            add(&a, MODEL_TR_LOSS_PROBS, "loss.probs", MODEL_ACTIVATIONS, PX_FP32, MODEL_SHARD_TP, 3, b, d->s_loc,
                 d->vocab_loc, 0);
         }
         tt->act_chunk_bytes[j] = a.sum - before;
@@ -478,41 +496,41 @@ static int tensors_build(const ModelSpec *s, const ModelDims *d, int stage, int 
 
     /* Workspace: scratch reused by every layer of every chunk. */
     const PxDtype e = d->act;
-    add(&a, "ws.out", MODEL_WORKSPACE, e, 0, 3, b, d->s_loc, h, 0);
-    add(&a, "ws.dx_a", MODEL_WORKSPACE, e, sp, 3, b, d->s_sp, h, 0);
-    add(&a, "ws.dx_b", MODEL_WORKSPACE, e, sp, 3, b, d->s_sp, h, 0);
-    add(&a, "ws.dhid", MODEL_WORKSPACE, e, 0, 3, b, d->s_loc, d->q_loc > h ? d->q_loc : h, 0);
-    add(&a, "ws.dqkv", MODEL_WORKSPACE, e, MODEL_SHARD_TP, 3, b, d->s_loc,
+    add(&a, MODEL_TR_WS_OUT, "ws.out", MODEL_WORKSPACE, e, 0, 3, b, d->s_loc, h, 0);
+    add(&a, MODEL_TR_WS_DX_A, "ws.dx_a", MODEL_WORKSPACE, e, sp, 3, b, d->s_sp, h, 0);
+    add(&a, MODEL_TR_WS_DX_B, "ws.dx_b", MODEL_WORKSPACE, e, sp, 3, b, d->s_sp, h, 0);
+    add(&a, MODEL_TR_WS_DHID, "ws.dhid", MODEL_WORKSPACE, e, 0, 3, b, d->s_loc, d->q_loc > h ? d->q_loc : h, 0);
+    add(&a, MODEL_TR_WS_DQKV, "ws.dqkv", MODEL_WORKSPACE, e, MODEL_SHARD_TP, 3, b, d->s_loc,
         d->q_loc + 2 * d->kv_width_loc, 0);
-    add(&a, "ws.dffn", MODEL_WORKSPACE, e, MODEL_SHARD_TP, 3, b, d->s_loc, d->ffn_out_loc, 0);
+    add(&a, MODEL_TR_WS_DFFN, "ws.dffn", MODEL_WORKSPACE, e, MODEL_SHARD_TP, 3, b, d->s_loc, d->ffn_out_loc, 0);
     if (c->mlp == MODEL_SWIGLU)
-        add(&a, "ws.dact", MODEL_WORKSPACE, e, MODEL_SHARD_TP, 3, b, d->s_loc, d->ffn_loc, 0);
+        add(&a, MODEL_TR_WS_DACT, "ws.dact", MODEL_WORKSPACE, e, MODEL_SHARD_TP, 3, b, d->s_loc, d->ffn_loc, 0);
     if (s->job.flash_attn)
-        add(&a, "ws.flash_d", MODEL_WORKSPACE, PX_FP32, MODEL_SHARD_TP, 3, b, d->heads_loc, d->s_loc,
+        add(&a, MODEL_TR_WS_FLASH_D, "ws.flash_d", MODEL_WORKSPACE, PX_FP32, MODEL_SHARD_TP, 3, b, d->heads_loc, d->s_loc,
             0);
     else
-        add(&a, "ws.dscores", MODEL_WORKSPACE, e, MODEL_SHARD_TP, 4, b, d->heads_loc, d->s_loc, d->s);
+        add(&a, MODEL_TR_WS_DSCORES, "ws.dscores", MODEL_WORKSPACE, e, MODEL_SHARD_TP, 4, b, d->heads_loc, d->s_loc, d->s);
     uint64_t re = recompute_bytes(s, d);
     if (re > 0)
-        add(&a, "ws.recompute", MODEL_WORKSPACE, PX_UINT8, 0, 1, (int64_t)re, 0, 0, 0);
+        add(&a, MODEL_TR_WS_RECOMPUTE, "ws.recompute", MODEL_WORKSPACE, PX_UINT8, 0, 1, (int64_t)re, 0, 0, 0);
     if (has_data)
-        add(&a, "data.batch", MODEL_WORKSPACE, PX_INT32, MODEL_SHARD_CP, 4, 2, d->m, b, d->s_loc + 1);
+        add(&a, MODEL_TR_DATA_BATCH, "data.batch", MODEL_WORKSPACE, PX_INT32, MODEL_SHARD_CP, 4, 2, d->m, b, d->s_loc + 1);
     /* The cross-entropy's per-token row max, sum of exponentials, target logit and loss (fp32):
      * the steps the vocabulary-parallel reductions separate (kernels.h's xent_*). */
     if (has_loss)
-        add(&a, "ws.xent", MODEL_WORKSPACE, PX_FP32, MODEL_SHARD_CP, 2, 4, b * d->s_loc, 0, 0);
+        add(&a, MODEL_TR_WS_XENT, "ws.xent", MODEL_WORKSPACE, PX_FP32, MODEL_SHARD_CP, 2, 4, b * d->s_loc, 0, 0);
 
     /* Communication buffers. */
     if (d->p > 1) {
         /* with the scatter/gather split each TP rank sends and receives its h/t slice */
         int shard = sp | (d->pp_split > 1 ? MODEL_SHARD_TP : 0);
-        add(&a, "pp.send", MODEL_COMM_BUFFERS, e, shard, 3, b, d->s_sp, h / d->pp_split, 0);
-        add(&a, "pp.recv", MODEL_COMM_BUFFERS, e, shard, 3, b, d->s_sp, h / d->pp_split, 0);
+        add(&a, MODEL_TR_PP_SEND, "pp.send", MODEL_COMM_BUFFERS, e, shard, 3, b, d->s_sp, h / d->pp_split, 0);
+        add(&a, MODEL_TR_PP_RECV, "pp.recv", MODEL_COMM_BUFFERS, e, shard, 3, b, d->s_sp, h / d->pp_split, 0);
     }
     if (s->layout.sp)
-        add(&a, "sp.gather", MODEL_COMM_BUFFERS, e, 0, 3, b, d->s_loc, h, 0);
+        add(&a, MODEL_TR_SP_GATHER, "sp.gather", MODEL_COMM_BUFFERS, e, 0, 3, b, d->s_loc, h, 0);
     if (d->c > 1)
-        add(&a, "cp.kv", MODEL_COMM_BUFFERS, e, MODEL_SHARD_TP, 3, b, d->s, 2 * d->kv_width_loc, 0);
+        add(&a, MODEL_TR_CP_KV, "cp.kv", MODEL_COMM_BUFFERS, e, MODEL_SHARD_TP, 3, b, d->s, 2 * d->kv_width_loc, 0);
 zero_buffers:
     if (!(parts & PART_PARAMS))
         return a.rc;
@@ -523,9 +541,9 @@ zero_buffers:
     /* The gathered/unsharded block is padded to a multiple of the group, as its shards are. */
     uint64_t padded = px_round_up(max_block, (uint64_t)d->zero_group);
     if (s->layout.zero >= 2)
-        add(&a, "zero.grad_bucket", MODEL_COMM_BUFFERS, d->grad, 0, 1, (int64_t)padded, 0, 0, 0);
+        add(&a, MODEL_TR_ZERO_GRAD_BUCKET, "zero.grad_bucket", MODEL_COMM_BUFFERS, d->grad, 0, 1, (int64_t)padded, 0, 0, 0);
     if (s->layout.zero == 3)
-        add(&a, "zero.param_gather", MODEL_COMM_BUFFERS, d->param, 0, 2, 2, (int64_t)padded, 0, 0);
+        add(&a, MODEL_TR_ZERO_PARAM_GATHER, "zero.param_gather", MODEL_COMM_BUFFERS, d->param, 0, 2, 2, (int64_t)padded, 0, 0);
     return a.rc;
 }
 

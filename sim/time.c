@@ -7,7 +7,8 @@
 #include <string.h>
 
 /* The compute op a communication op can overlap with: the matmul it feeds or drains (TP), the
- * attention core (CP); same phase, adjacent in the graph, its name a prefix of the comm's. */
+ * attention core (CP); adjacent in the graph, in the same phase, at the same role of the same
+ * layer. */
 static int partner(const ModelOpGraph *g, int i)
 {
     const ModelOp *op = &g->op[i];
@@ -15,9 +16,8 @@ static int partner(const ModelOpGraph *g, int i)
         if (k < 0 || k >= g->count)
             continue;
         const ModelOp *o = &g->op[k];
-        size_t n = strlen(o->name);
         if (o->kind != MODEL_OP_COMM && o->phase == op->phase && o->chunk == op->chunk &&
-            strncmp(op->name, o->name, n) == 0 && op->name[n] == '.')
+            o->role == op->role && o->layer == op->layer)
             return k;
     }
     return -1;

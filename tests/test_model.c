@@ -492,6 +492,117 @@ static void test_rank_order(void)
     CHECK_EQ_INT(12, model_rank(&l, 0, 0, 0, 1)); /* pp slowest */
 }
 
+/* Roles: every tensor and op carries one, the ones a name implies (names stay for people);
+ * a layer's activations are listed once (model_layer_acts) and the table holds exactly the
+ * saved ones; block ops name their block. A table or graph built without roles, or an
+ * activation list that disagrees with the table, fails here. */
+static void test_roles(void)
+{
+    PxError err = {0};
+    static const struct {
+        ModelRecompute rc;
+        int flash;
+        double dropout;
+        int zero, tp, pp;
+    } cases[] = {{MODEL_RECOMPUTE_NONE, 0, 0.1, 0, 2, 2},  {MODEL_RECOMPUTE_SELECTIVE, 0, 0.1, 1, 2, 1},
+                 {MODEL_RECOMPUTE_FULL, 1, 0.0, 3, 1, 1},  {MODEL_RECOMPUTE_NONE, 1, 0.1, 2, 2, 1},
+                 {MODEL_RECOMPUTE_SELECTIVE, 1, 0.0, 0, 1, 2}};
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        ModelSpec s;
+        model_spec_defaults(&s);
+        CHECK_OK(model_config_load("tiny", &s.model, &err), err);
+        s.layout.recompute = cases[c].rc;
+        s.layout.zero = cases[c].zero;
+        s.layout.tp = cases[c].tp;
+        s.layout.pp = cases[c].pp;
+        s.layout.dp = cases[c].zero ? 2 : 1;
+        s.layout.sp = cases[c].tp > 1;
+        s.job.flash_attn = cases[c].flash;
+        s.job.dropout = cases[c].dropout;
+        s.job.precision = PX_FP32;
+        s.job.global_batch = 8;
+        s.job.micro_batch = 2;
+        ModelDims d;
+        CHECK_OK(model_spec_check(&s, 0, &d, &err), err);
+        ModelLayerAct acts[MODEL_LAYER_ACTS];
+        model_layer_acts(&s, &d, s.layout.recompute, acts);
+        uint64_t saved_bytes = 0;
+        for (int i = 0; i < MODEL_LAYER_ACTS; i++) {
+            CHECK_EQ_INT(MODEL_TR_LN1_IN + i, acts[i].role);
+            CHECK(!acts[i].saved || acts[i].present);
+            saved_bytes += acts[i].saved ? acts[i].bytes : 0;
+        }
+        CHECK_EQ_U64(model_layer_activation_bytes(&s, &d), saved_bytes);
+        /* full recompute keeps the input only; no recompute keeps everything computed */
+        CHECK(acts[0].saved);
+        for (int i = 1; i < MODEL_LAYER_ACTS; i++)
+            if (s.layout.recompute == MODEL_RECOMPUTE_FULL)
+                CHECK(!acts[i].saved);
+            else if (s.layout.recompute == MODEL_RECOMPUTE_NONE)
+                CHECK_EQ_INT(acts[i].present, acts[i].saved);
+        for (int st = 0; st < d.p; st++) {
+            ModelTensorTable tt;
+            CHECK_OK(model_tensors_build(&s, &d, st, &tt, &err), err);
+            int layer_acts = 0, layers = 0;
+            for (int i = 0; i < tt.count; i++) {
+                const ModelTensor *t = &tt.t[i];
+                CHECK(t->role > MODEL_TR_NONE && t->role < MODEL_TR_COUNT);
+                if (t->role >= MODEL_TR_LN1_IN && t->role <= MODEL_TR_MLP_DROP_MASK) {
+                    const ModelLayerAct *a = &acts[t->role - MODEL_TR_LN1_IN];
+                    char want[64];
+                    snprintf(want, sizeof want, "layer.%d.%s", t->layer, a->suffix);
+                    CHECK_STR(want, t->name);
+                    CHECK(a->saved);
+                    CHECK_EQ_U64(a->bytes, t->bytes);
+                    CHECK_EQ_INT(MODEL_ACTIVATIONS, t->cat);
+                    layer_acts++;
+                }
+                if (t->role == MODEL_TR_QKV_W && t->cat == MODEL_WEIGHTS)
+                    layers++;
+                if (t->role == MODEL_TR_WS_RECOMPUTE) {
+                    uint64_t re = 0;
+                    for (int k = 0; k < MODEL_LAYER_ACTS; k++)
+                        re += acts[k].present && !acts[k].saved ? acts[k].bytes : 0;
+                    CHECK_EQ_U64(re, t->bytes);
+                }
+            }
+            int saved_kinds = 0;
+            for (int k = 0; k < MODEL_LAYER_ACTS; k++)
+                saved_kinds += acts[k].saved;
+            int first, nl = model_stage_layers(&s, &d, st, &first);
+            CHECK_EQ_INT(nl * saved_kinds, layer_acts);
+            if (s.layout.zero < 3)
+                CHECK_EQ_INT(nl, layers);
+            ModelOpGraph g;
+            CHECK_OK(model_ops_build(&s, &d, st, &g, &err), err);
+            for (int i = 0; i < g.count; i++) {
+                const ModelOp *op = &g.op[i];
+                CHECK(op->role > MODEL_OPR_NONE && op->role < MODEL_OPR_COUNT);
+                const int block_op = op->role == MODEL_OPR_BLOCK_PARAMS ||
+                                     op->role == MODEL_OPR_BLOCK_GRADS ||
+                                     op->role == MODEL_OPR_BLOCK_SP_GRADS;
+                CHECK_EQ_INT(block_op, op->block >= 0);
+                char want[64];
+                if (block_op)
+                    snprintf(want, sizeof want, "%s.%s", tt.blocks[op->block].name,
+                             model_op_role_name(op->role));
+                else if (op->layer >= 0)
+                    snprintf(want, sizeof want, "layer.%d.%s", op->layer, model_op_role_name(op->role));
+                else
+                    snprintf(want, sizeof want, "%s", model_op_role_name(op->role));
+                /* a communication op is named after its site, then its kind */
+                CHECK(strncmp(op->name, want, strlen(want)) == 0);
+                if (op->kind == MODEL_OP_COMM)
+                    CHECK_STR(model_comm_name(op->comm), op->name + strlen(want) + 1);
+                else
+                    CHECK_STR(want, op->name);
+            }
+            model_ops_free(&g);
+            model_tensors_free(&tt);
+        }
+    }
+}
+
 int main(void)
 {
     px_log_set_quiet(1);
@@ -501,6 +612,7 @@ int main(void)
     test_native_errors();
     test_rules();
     test_tensor_table();
+    test_roles();
     test_schedules();
     test_rank_order();
     char cmd[300];
