@@ -217,18 +217,50 @@ int px_mkdir_p(const char *path, PxError *err)
     if (strlen(path) >= sizeof p)
         return px_fail(err, PX_EINPUT, "%s: path too long", path);
     px_strlcpy(p, path, sizeof p);
-    for (char *c = p + 1; *c; c++) {
+    int e = 0;
+    for (char *c = p + 1; *c && !e; c++) {
         if (*c != '/')
             continue;
         *c = '\0';
         if (mkdir(p, 0755) != 0 && errno != EEXIST)
-            return px_fail(err, PX_EINPUT, "%s: cannot create %s: %s", path, p, strerror(errno));
+            e = errno;
         *c = '/';
     }
-    if (mkdir(p, 0755) != 0 && (errno != EEXIST || !is_dir(p)))
-        return px_fail(err, PX_EINPUT, "%s: cannot create the directory: %s", path,
-                       errno == EEXIST ? "a file of that name exists" : strerror(errno));
-    return PX_OK;
+    if (!e && mkdir(p, 0755) != 0 && (errno != EEXIST || !is_dir(p)))
+        e = errno == EEXIST ? ENOTDIR : errno;
+    if (!e)
+        return PX_OK;
+    px_fail(err, PX_EINPUT, "%s: cannot create the directory: %s", path, strerror(e));
+    errno = e; /* for callers that word the message themselves */
+    return PX_EINPUT;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+double px_median(const double *v, int n)
+{
+    if (n <= 0)
+        return 0;
+    double *t = malloc((size_t)n * sizeof *t);
+    if (!t)
+        return v[0];
+    memcpy(t, v, (size_t)n * sizeof *t);
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    double m = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+    free(t);
+    return m;
+}
+
+uint64_t px_mix64(uint64_t x)
+{
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
 }
 
 double px_now_s(void)

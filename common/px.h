@@ -61,6 +61,13 @@ const char *px_dtype_name(PxDtype t);
 /* Parses "fp32", "bf16", ...; returns -1 when unknown. */
 int px_dtype_from_name(const char *s);
 
+/* 16-bit floats on the host (half.c): to fp32 exactly; from fp32 to nearest, ties to even, as
+ * the CUDA intrinsics round. */
+float px_bf16_to_float(uint16_t h);
+uint16_t px_float_to_bf16(float f);
+float px_half_to_float(uint16_t h);
+uint16_t px_float_to_half(float f);
+
 /* A file compiled into a binary (model zoo, built-in profiles): name is the file's stem. */
 typedef struct {
     const char *name;
@@ -86,7 +93,8 @@ int px_atomic_open(PxAtomicFile *a, const char *path, PxError *err);
 int px_atomic_commit(PxAtomicFile *a, PxError *err);
 void px_atomic_abort(PxAtomicFile *a);
 /* Creates a directory and its missing parents (mode 0755), as `mkdir -p`: PX_OK when it exists
- * already; PX_EINPUT naming the path that cannot be made (or that exists and is no directory). */
+ * already; PX_EINPUT naming the path that cannot be made, with errno set (ENOTDIR where a file
+ * stands in the way). */
 int px_mkdir_p(const char *path, PxError *err);
 /* The last path component, without directories. */
 const char *px_basename(const char *path);
@@ -128,6 +136,18 @@ void px_json_path(char *buf, size_t cap, const char *where, const char *key);
 /* Sets the number at a dotted path ("network.bandwidth_per_device") inside root, which must
  * already exist there as a number, from text. PX_EINPUT names the path when it does not. */
 int px_json_set_path(cJSON *root, const char *dotted, const char *text, PxError *err);
+
+/* ---- statistics ---- */
+
+/* The median of v[0..n) (v unchanged; the mean of the middle two when n is even); 0 for n 0,
+ * and the first element when out of memory. */
+double px_median(const double *v, int n);
+
+/* ---- counters that look random ---- */
+
+/* splitmix64's finalizer (Steele et al. 2014): a bijection that scatters nearby counters, the
+ * root of every layout-independent stream (weights, data windows, dropout masks). */
+uint64_t px_mix64(uint64_t x);
 
 /* ---- time ---- */
 

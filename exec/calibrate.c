@@ -28,7 +28,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "exec/internal.h"
+#include "exec/exec.h"
+#include "exec/train/train.h"
+#include "kernels/kernels.h"
 
 /* ---- options ---- */
 
@@ -185,22 +187,22 @@ static double time_gemm(const KernBackend *k, const Shape *s, void *a, void *b, 
         for (int64_t i = 0; i < s->batch; i++)
             k->matmul(c, cd, a, b, m, n, kk, s->ta, s->tb, 1.0f, s->beta);
     k->sync();
-    double t0 = exec_now();
+    double t0 = px_now_s();
     for (int64_t i = 0; i < s->batch; i++)
         k->matmul(c, cd, a, b, m, n, kk, s->ta, s->tb, 1.0f, s->beta);
     k->sync();
-    double one = exec_now() - t0;
+    double one = px_now_s() - t0;
     if (one >= min_s / 5)
         return one;
     int reps = (int)(min_s / 5 / (one > 1e-7 ? one : 1e-7)) + 1;
     double batches[5];
     for (int r = 0; r < 5; r++) {
-        t0 = exec_now();
+        t0 = px_now_s();
         for (int i = 0; i < reps; i++)
             for (int64_t j = 0; j < s->batch; j++)
                 k->matmul(c, cd, a, b, m, n, kk, s->ta, s->tb, 1.0f, s->beta);
         k->sync();
-        batches[r] = (exec_now() - t0) / reps;
+        batches[r] = (px_now_s() - t0) / reps;
     }
     for (int i = 1; i < 5; i++) /* insertion sort: five values */
         for (int j = i; j > 0 && batches[j] < batches[j - 1]; j--) {
@@ -218,7 +220,7 @@ static void fill_random(const KernBackend *k, void *dst, size_t elems)
         return;
     uint64_t x = 0x9E3779B97F4A7C15ull;
     for (size_t i = 0; i < elems; i++) {
-        x = exec_mix64(x + i);
+        x = px_mix64(x + i);
         h[i] = (float)((double)(x >> 11) * (1.0 / 9007199254740992.0) - 0.5);
     }
     if (k->act == PX_FP32) {
@@ -315,10 +317,10 @@ static double measure_bandwidth(const Calib *cal, const KernBackend *k)
         k->add(o, a, b, n);
         k->sync();
         for (int r = 0; r < (cal->quick ? 3 : 8); r++) {
-            double t0 = exec_now();
+            double t0 = px_now_s();
             k->add(o, a, b, n);
             k->sync();
-            double bw = 3.0 * n * eb / (exec_now() - t0);
+            double bw = 3.0 * n * eb / (px_now_s() - t0);
             if (bw > best)
                 best = bw;
         }
@@ -404,7 +406,8 @@ static int run_config(const Calib *cal, const char *model, int mbs, int flash, c
     }
     /* each op's time in every step after the first (from the running averages), then the
      * median over those steps: a step disturbed by another process counts once */
-    const int n_ops = ex->graph.count, timed = steps - 1;
+    const ModelOpGraph *graph = exec_graph(ex);
+    const int n_ops = graph->count, timed = steps - 1;
     double *per = calloc((size_t)n_ops * (size_t)timed + 1, sizeof *per);
     double *prev = calloc((size_t)n_ops + 1, sizeof *prev), *col = calloc((size_t)timed + 1, sizeof *col);
     if (!per || !prev || !col)
@@ -434,14 +437,14 @@ static int run_config(const Calib *cal, const char *model, int mbs, int flash, c
         prev[o] = timed % 2 ? col[timed / 2] : 0.5 * (col[timed / 2 - 1] + col[timed / 2]);
     }
     for (int i = 0; i < n && !rc; i++) {
-        const ModelOp *op = &ex->graph.op[i];
+        const ModelOp *op = &graph->op[i];
         if (op->kind == MODEL_OP_COMM || rep[i].calls <= 0 || prev[i] <= 0)
             continue;
         Sample smp;
         memset(&smp, 0, sizeof smp);
         snprintf(smp.op, sizeof smp.op, "%s/b%d/%s", model, mbs, rep[i].name);
         ModelOpKey key;
-        model_op_key(&ex->spec, &ex->d, op, &key);
+        model_op_key(exec_spec(ex), exec_dims(ex), op, &key);
         px_strlcpy(smp.kind, key.kind, sizeof smp.kind);
         px_strlcpy(smp.phase, key.phase, sizeof smp.phase);
         px_strlcpy(smp.variant, key.variant, sizeof smp.variant);
@@ -623,7 +626,7 @@ static int part_compute(const Calib *cal, ExecComm *comm, PxError *err)
     if (!k)
         return PX_EINPUT;
     const int c = comm->world;
-    double t_start = exec_now();
+    double t_start = px_now_s();
     Shapes sh = {0};
     Samples ss = {0};
     Fit *fits = NULL;
@@ -650,10 +653,10 @@ static int part_compute(const Calib *cal, ExecComm *comm, PxError *err)
         bw = v[1];
     }
     SAY("  GEMMs timed in %.1f s; peak %.1f GFLOP/s (%s), stream bandwidth %.1f GB/s per rank\n",
-        exec_now() - t_start, peak / 1e9, px_dtype_name(k->act), bw / 1e9);
+        px_now_s() - t_start, peak / 1e9, px_dtype_name(k->act), bw / 1e9);
 
     /* training steps of each calibration configuration, every rank its own */
-    double t_ops = exec_now();
+    double t_ops = px_now_s();
     const char *p = cal->models;
     char model[128];
     int configs = 0;
@@ -690,7 +693,7 @@ static int part_compute(const Calib *cal, ExecComm *comm, PxError *err)
         fclose(f);
     }
     SAY("  %d training configurations, %d op samples in %.1f s; fitted rates:\n", configs, ss.n,
-        exec_now() - t_ops);
+        px_now_s() - t_ops);
     for (int i = 0; i < n_fits; i++) {
         char what[64];
         snprintf(what, sizeof what, "%s %s %s%s", fits[i].kind, fits[i].phase, fits[i].variant,
@@ -761,7 +764,7 @@ static int time_collective(ExecComm *c, int op, size_t bytes, int group, int pee
         int n = round == 0 ? 2 : iters;
         if ((rc = c->barrier(c, err)))
             break;
-        double t0 = exec_now();
+        double t0 = px_now_s();
         for (int i = 0; i < n && !rc; i++) {
             switch (op) {
             case 0: rc = c->allreduce(c, buf, elems, PX_FP32, EXEC_SUM, MODEL_TP_ALLREDUCE, NULL, err); break;
@@ -779,7 +782,7 @@ static int time_collective(ExecComm *c, int op, size_t bytes, int group, int pee
                 break;
             }
         }
-        double dt = exec_now() - t0;
+        double dt = px_now_s() - t0;
         double v[1] = {round == 0 ? dt / 2 : dt / n};
         if (!rc)
             rc = c->control(c, v, 1, EXEC_MAX, err);

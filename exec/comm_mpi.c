@@ -23,7 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "exec/internal.h"
+#include "exec/exec.h"
+#include "kernels/kernels.h"
 
 void exec_group_splits(const ModelLayout *l, int rank, int tied_pair, int undefined,
                        ExecGroupSplit split[4])
@@ -147,10 +148,10 @@ typedef struct {
             b[i] = from_f(combine);                                                               \
         }                                                                                         \
     }
-HALF_OP(bf16_sum, exec_bf16_to_float, exec_float_to_bf16, x + y)
-HALF_OP(fp16_sum, exec_half_to_float, exec_float_to_half, x + y)
-HALF_OP(bf16_max, exec_bf16_to_float, exec_float_to_bf16, x > y || y != y ? x : y)
-HALF_OP(fp16_max, exec_half_to_float, exec_float_to_half, x > y || y != y ? x : y)
+HALF_OP(bf16_sum, px_bf16_to_float, px_float_to_bf16, x + y)
+HALF_OP(fp16_sum, px_half_to_float, px_float_to_half, x + y)
+HALF_OP(bf16_max, px_bf16_to_float, px_float_to_bf16, x > y || y != y ? x : y)
+HALF_OP(fp16_max, px_half_to_float, px_float_to_half, x > y || y != y ? x : y)
 
 static int mpi_fail(PxError *err, int code, const char *what)
 {

@@ -14,7 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "exec/internal.h"
+#include "exec/exec.h"
+#include "kernels/kernels.h"
 
 enum { STAGED_MIRRORS = 16, STAGED_REQS = 1024 };
 

@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "tests/test_exec_common.h"
-#include "exec/internal.h"
+#include "exec/train/internal.h"
 #include "sim/sim.h"
 #include "kernels/kernels.h"
 
@@ -129,12 +129,12 @@ static Exec *exec_on(const ModelSpec *s, ExecBackend be, ExecOptions *o)
 
 static uint16_t round_act(float f, PxDtype t)
 {
-    return t == PX_BF16 ? exec_float_to_bf16(f) : exec_float_to_half(f);
+    return t == PX_BF16 ? px_float_to_bf16(f) : px_float_to_half(f);
 }
 
 static float widen(uint16_t h, PxDtype t)
 {
-    return t == PX_BF16 ? exec_bf16_to_float(h) : exec_half_to_float(h);
+    return t == PX_BF16 ? px_bf16_to_float(h) : px_half_to_float(h);
 }
 
 static void test_initial_weights(PxDtype act)
@@ -165,8 +165,8 @@ static void test_initial_weights(PxDtype act)
     }
     CHECK(checked >= 10);
     /* the fp32 master weights: the initial values themselves (ZeRO 0: block order) */
-    const ExecBlock *blk = &gpu->blocks[0];
-    const ExecParam *p0 = &gpu->params[blk->first_param];
+    const ExecBlock *blk = &gpu->params.b[0];
+    const ExecParam *p0 = &gpu->params.p[blk->first_param];
     uint64_t n = 0;
     const float *w32 = exec_tensor(cpu, p0->name, &n);
     float *m = malloc((size_t)n * sizeof *m);
@@ -363,7 +363,7 @@ static void test_backends(void)
     opt.quiet = 1;
     Exec *ex = NULL;
     CHECK_OK(exec_init(&ex, &plan, &opt, &err), err); /* auto: CUDA */
-    CHECK(strncmp(ex->k->name, "cuda", 4) == 0 && ex->act == PX_BF16);
+    CHECK(strncmp(ex->c.k->name, "cuda", 4) == 0 && ex->c.act == PX_BF16);
     exec_free(ex);
     opt.backend = EXEC_BACKEND_CPU;
     CHECK_INPUT_ERROR(exec_init(&ex, &plan, &opt, &err), err,

@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "exec/internal.h"
+#include "exec/train/internal.h"
 #include "sim/sim.h"
 #include "tests/test_exec_common.h"
 
@@ -233,8 +233,8 @@ static void test_prefetch(void)
     Exec *ex = exec_with(&s, txt, NULL, NULL, 1);
     PxError err = {0};
     /* the thread, as exec_run starts it */
-    exec_loader_stop(&ex->loader);
-    CHECK_OK(exec_loader_start(&ex->loader, 1, &err), err);
+    exec_loader_stop(&ex->batches.loader);
+    CHECK_OK(exec_loader_start(&ex->batches.loader, 1, &err), err);
     main_thread = pthread_self();
     atomic_store(&reads_main, 0);
     atomic_store(&reads_loader, 0);
@@ -246,7 +246,7 @@ static void test_prefetch(void)
         const int32_t *batch = NULL;
         int ready = 0;
         /* up to 10 s: the thread may be descheduled on a busy machine, but it must come */
-        for (int w = 0; w < 10000 && !(ready = exec_loader_ready(&ex->loader, k + 1, &batch)); w++)
+        for (int w = 0; w < 10000 && !(ready = exec_loader_ready(&ex->batches.loader, k + 1, &batch)); w++)
             nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
         if (!ready) {
             fprintf(stderr, "step %d: the batch of step %d was not read ahead\n", k + 1, k + 2);

@@ -12,7 +12,7 @@
  *   the gradients fit, then trains;
  * - bf16 has no scaler: an Inf in its gradients ends the run as diverged. */
 #include "tests/test_exec_common.h"
-#include "exec/internal.h"
+#include "exec/train/internal.h"
 #include "sim/sim.h"
 #include "kernels/kernels.h"
 
@@ -93,14 +93,14 @@ static Snap snapshot(Exec *ex)
     const int cats[3] = {MODEL_WEIGHTS, MODEL_MASTER, MODEL_OPTIMIZER};
     Snap s = {NULL, 0};
     for (int i = 0; i < 3; i++)
-        s.n += ex->arena[cats[i]].cap;
+        s.n += ex->mem.a[cats[i]].cap;
     s.b = malloc(s.n);
     CHECK(s.b != NULL);
     size_t off = 0;
-    ex->k->sync();
+    ex->c.k->sync();
     for (int i = 0; i < 3; i++) {
-        ex->k->to_host(s.b + off, ex->arena[cats[i]].base, ex->arena[cats[i]].cap);
-        off += ex->arena[cats[i]].cap;
+        ex->c.k->to_host(s.b + off, ex->mem.a[cats[i]].base, ex->mem.a[cats[i]].cap);
+        off += ex->mem.a[cats[i]].cap;
     }
     return s;
 }

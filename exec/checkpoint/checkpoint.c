@@ -20,6 +20,7 @@
  * before rank 0 commits the manifest; only then are older checkpoints removed, so a crash at
  * any moment leaves the last committed checkpoint intact. */
 #include <dirent.h>
+#include <stdio.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -28,17 +29,35 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "exec/internal.h"
+#include "exec/checkpoint/checkpoint.h"
+#include "exec/comm/comm.h"
+#include "kernels/kernels.h"
+
+enum { CK_PATH = 512 };
+
+struct Ckpt {
+    char dir[CK_PATH];
+    int every;        /* steps between checkpoints (0: none) */
+    int resume;
+    int resumed_from; /* the step of the checkpoint this run resumed from (0: none) */
+    char resumed_dir[CK_PATH + 32];
+    char note[256];   /* the settings that differ from the checkpoint's run */
+    struct {
+        int step;       /* steps completed when it was written */
+        uint64_t bytes; /* every rank's shards (rank 0), this rank's (the others) */
+        double seconds; /* from the first shard byte to the agreed commit */
+    } *written;       /* [cap_written] the checkpoints this run wrote */
+    int n_written, cap_written;
+    uint8_t *bounce;  /* host staging between the regions and the files */
+};
 
 enum {
     CK_VERSION = 1,
     CK_HEADER_BYTES = 128,
     CK_TRAILER_BYTES = 4,
-    CK_SECTIONS = 3,
     CK_CHUNK = 4 << 20 /* host staging between the device and the file */
 };
 static const char ck_magic[8] = {'P', 'X', 'C', 'K', 'P', 'T', 'S', 'H'};
-static const ModelCategory ck_section[CK_SECTIONS] = {MODEL_WEIGHTS, MODEL_MASTER, MODEL_OPTIMIZER};
 static const char *const ck_format = "parallax-checkpoint";
 
 /* ---- little-endian fields ---- */
@@ -144,27 +163,6 @@ static int is_dir(const char *path)
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-/* mkdir -p: EEXIST is success when it is a directory (ranks create it side by side). */
-static int make_dirs(const char *path)
-{
-    char p[EXEC_CKPT_PATH];
-    px_strlcpy(p, path, sizeof p);
-    for (char *s = p + 1; *s; s++) {
-        if (*s != '/')
-            continue;
-        *s = '\0';
-        if (mkdir(p, 0755) != 0 && errno != EEXIST)
-            return -1;
-        *s = '/';
-    }
-    if (mkdir(p, 0755) != 0 && (errno != EEXIST || !is_dir(p))) {
-        if (errno == EEXIST)
-            errno = ENOTDIR;
-        return -1;
-    }
-    return 0;
-}
-
 /* "step-00000012" -> 12; -1 for any other name */
 static int step_of_name(const char *name)
 {
@@ -186,7 +184,7 @@ static int path_join(char *out, size_t cap, const char *a, const char *b)
     return n < 0 || (size_t)n >= cap ? -1 : 0;
 }
 
-static void step_dir(const ExecCkpt *c, int step, char *out, size_t cap)
+static void step_dir(const Ckpt *c, int step, char *out, size_t cap)
 {
     snprintf(out, cap, "%s/step-%08d", c->dir, step);
 }
@@ -204,7 +202,7 @@ static int latest_complete(const char *dir)
         int s = step_of_name(e->d_name);
         if (s <= best)
             continue;
-        char s_dir[EXEC_CKPT_PATH + 300], m[EXEC_CKPT_PATH + 340];
+        char s_dir[CK_PATH + 300], m[CK_PATH + 340];
         struct stat st;
         if (!path_join(s_dir, sizeof s_dir, dir, e->d_name) &&
             !path_join(m, sizeof m, s_dir, "manifest.json") && stat(m, &st) == 0 &&
@@ -226,7 +224,7 @@ static int remove_step_dir(const char *path)
     while ((e = readdir(d))) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
             continue;
-        char f[EXEC_CKPT_PATH + 600];
+        char f[CK_PATH + 600];
         if (path_join(f, sizeof f, path, e->d_name) || unlink(f) != 0)
             rc = -1;
     }
@@ -237,7 +235,7 @@ static int remove_step_dir(const char *path)
 /* After the checkpoint of `keep` is committed: every older step directory, and any newer one
  * without a manifest (left by a run that stopped while writing), goes. A failure only warns:
  * the new checkpoint is safe either way. */
-static void prune(const ExecCkpt *c, int keep)
+static void prune(const Ckpt *c, int keep)
 {
     DIR *d = opendir(c->dir);
     if (!d)
@@ -247,7 +245,7 @@ static void prune(const ExecCkpt *c, int keep)
         int s = step_of_name(e->d_name);
         if (s < 0 || s == keep)
             continue;
-        char p[EXEC_CKPT_PATH + 300], m[EXEC_CKPT_PATH + 340];
+        char p[CK_PATH + 300], m[CK_PATH + 340];
         if (path_join(p, sizeof p, c->dir, e->d_name) || path_join(m, sizeof m, p, "manifest.json"))
             continue;
         if ((s < keep || !px_file_exists(m)) && is_dir(p) && remove_step_dir(p) != 0)
@@ -258,56 +256,55 @@ static void prune(const ExecCkpt *c, int keep)
 
 /* ---- the shard of this rank ---- */
 
-static uint64_t shard_bytes(const Exec *ex)
+static uint64_t shard_bytes(const CkptState *st)
 {
     uint64_t n = CK_HEADER_BYTES + CK_TRAILER_BYTES;
-    for (int i = 0; i < CK_SECTIONS; i++)
-        n += ex->arena[ck_section[i]].cap;
+    for (int i = 0; i < CKPT_SECTIONS; i++)
+        n += st->region[i].bytes;
     return n;
 }
 
-static void shard_header(const Exec *ex, int step, uint8_t h[CK_HEADER_BYTES])
+static void shard_header(const CkptState *st, int step, uint8_t h[CK_HEADER_BYTES])
 {
     memset(h, 0, CK_HEADER_BYTES);
     memcpy(h + H_MAGIC, ck_magic, sizeof ck_magic);
     put_u32(h + H_VERSION, CK_VERSION);
     put_u32(h + H_HEADER_BYTES, CK_HEADER_BYTES);
-    put_u32(h + H_RANK, (uint32_t)ex->comm->rank);
-    put_u32(h + H_WORLD, (uint32_t)ex->comm->world);
-    put_u32(h + H_STAGE, (uint32_t)ex->stage);
-    put_u32(h + H_DTYPE, (uint32_t)ex->act);
+    put_u32(h + H_RANK, (uint32_t)st->rank);
+    put_u32(h + H_WORLD, (uint32_t)st->world);
+    put_u32(h + H_STAGE, (uint32_t)st->stage);
+    put_u32(h + H_DTYPE, (uint32_t)st->dtype);
     put_u64(h + H_STEP, (uint64_t)step);
-    put_u64(h + H_OPT_STEPS, (uint64_t)ex->opt_steps);
-    for (int i = 0; i < CK_SECTIONS; i++)
-        put_u64(h + H_SECTIONS + 8 * i, ex->arena[ck_section[i]].cap);
-    put_u64(h + H_LOSS_SCALE, dbl_bits(ex->scaler.scale));
-    put_u64(h + H_SCALE_CLEAN, (uint64_t)ex->scaler.clean);
-    put_u64(h + H_SKIPPED, (uint64_t)ex->scaler.skipped);
+    put_u64(h + H_OPT_STEPS, (uint64_t)st->opt_steps);
+    for (int i = 0; i < CKPT_SECTIONS; i++)
+        put_u64(h + H_SECTIONS + 8 * i, st->region[i].bytes);
+    put_u64(h + H_LOSS_SCALE, dbl_bits(st->loss_scale));
+    put_u64(h + H_SCALE_CLEAN, (uint64_t)st->scale_clean);
+    put_u64(h + H_SKIPPED, (uint64_t)st->skipped);
 }
 
 /* Writes this rank's shard into sdir: a temporary file, fsync, rename, fsync of sdir. The
  * arenas are read from the device through the staging buffer. */
-static int write_shard(Exec *ex, const char *sdir, int step, uint64_t *bytes, uint32_t *crc_out,
-                       PxError *err)
+static int write_shard(Ckpt *c, const CkptState *st, const char *sdir, int step, uint64_t *bytes,
+                       uint32_t *crc_out, PxError *err)
 {
-    ExecCkpt *c = &ex->ckpt;
-    char path[EXEC_CKPT_PATH + 64], tmp[EXEC_CKPT_PATH + 96];
-    snprintf(path, sizeof path, "%s/rank-%05d.bin", sdir, ex->comm->rank);
+    char path[CK_PATH + 64], tmp[CK_PATH + 96];
+    snprintf(path, sizeof path, "%s/rank-%05d.bin", sdir, st->rank);
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0)
         return px_fail(err, PX_ERUNTIME, "%s: cannot write the shard: %s", tmp, strerror(errno));
     uint8_t h[CK_HEADER_BYTES];
-    shard_header(ex, step, h);
+    shard_header(st, step, h);
     uLong crc = crc32(0L, Z_NULL, 0);
     crc = crc32(crc, h, CK_HEADER_BYTES);
     int bad = write_full(fd, h, CK_HEADER_BYTES);
-    ex->k->sync();
-    for (int i = 0; i < CK_SECTIONS && !bad; i++) {
-        const ExecArena *a = &ex->arena[ck_section[i]];
-        for (uint64_t off = 0; off < a->cap && !bad; off += CK_CHUNK) {
-            size_t n = (size_t)(a->cap - off < CK_CHUNK ? a->cap - off : CK_CHUNK);
-            ex->k->to_host(c->bounce, a->base + off, n);
+    st->k->sync();
+    for (int i = 0; i < CKPT_SECTIONS && !bad; i++) {
+        const CkptRegion *a = &st->region[i];
+        for (uint64_t off = 0; off < a->bytes && !bad; off += CK_CHUNK) {
+            size_t n = (size_t)(a->bytes - off < CK_CHUNK ? a->bytes - off : CK_CHUNK);
+            st->k->to_host(c->bounce, (const uint8_t *)a->base + off, n);
             crc = crc32(crc, c->bounce, (uInt)n);
             bad = write_full(fd, c->bounce, n);
         }
@@ -333,17 +330,16 @@ static int write_shard(Exec *ex, const char *sdir, int step, uint64_t *bytes, ui
     }
     if (fsync_dir(sdir) != 0)
         return px_fail(err, PX_ERUNTIME, "%s: cannot sync the directory: %s", sdir, strerror(errno));
-    *bytes = shard_bytes(ex);
+    *bytes = shard_bytes(st);
     *crc_out = (uint32_t)crc;
     return PX_OK;
 }
 
 /* Checks this rank's shard whole against its CRC-32 (the file's trailer and the manifest's),
  * before anything is loaded: a corrupt file changes nothing. */
-static int check_shard_crc(Exec *ex, int fd, const char *path, uint64_t size, uint32_t want,
+static int check_shard_crc(Ckpt *c, int fd, const char *path, uint64_t size, uint32_t want,
                            PxError *err)
 {
-    ExecCkpt *c = &ex->ckpt;
     uLong crc = crc32(0L, Z_NULL, 0);
     const uint64_t body = size - CK_TRAILER_BYTES;
     for (uint64_t off = 0; off < body; off += CK_CHUNK) {
@@ -375,34 +371,33 @@ typedef struct {
 
 /* Loads this rank's shard: size, CRC-32, then the header against this rank and the manifest,
  * then the arenas onto the device. PX_EINPUT names the file and what is wrong with it. */
-static int load_shard(Exec *ex, const char *path, uint64_t bytes, uint32_t crc,
+static int load_shard(Ckpt *c, const CkptState *st, const char *path, uint64_t bytes, uint32_t crc,
                       const CkState *s, PxError *err)
 {
-    ExecCkpt *c = &ex->ckpt;
-    const int rank = ex->comm->rank;
+    const int rank = st->rank;
     int fd = open(path, O_RDONLY);
     if (fd < 0)
         return px_fail(err, PX_EINPUT, "%s: cannot open the shard of rank %d: %s", path, rank,
                        strerror(errno));
-    struct stat st;
+    struct stat sb;
     int rc = PX_OK;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
         rc = px_fail(err, PX_EINPUT, "%s: not a regular file", path);
         goto done;
     }
-    if ((uint64_t)st.st_size != bytes) {
+    if ((uint64_t)sb.st_size != bytes) {
         rc = px_fail(err, PX_EINPUT, "%s: %llu bytes, but the manifest says %llu: the shard is "
                      "truncated or not this checkpoint's",
-                     path, (unsigned long long)st.st_size, (unsigned long long)bytes);
+                     path, (unsigned long long)sb.st_size, (unsigned long long)bytes);
         goto done;
     }
-    if (bytes != shard_bytes(ex)) {
+    if (bytes != shard_bytes(st)) {
         rc = px_fail(err, PX_EINPUT, "%s: %llu bytes, but rank %d's state takes %llu: written for "
                      "another layout",
-                     path, (unsigned long long)bytes, rank, (unsigned long long)shard_bytes(ex));
+                     path, (unsigned long long)bytes, rank, (unsigned long long)shard_bytes(st));
         goto done;
     }
-    if ((rc = check_shard_crc(ex, fd, path, bytes, crc, err)))
+    if ((rc = check_shard_crc(c, fd, path, bytes, crc, err)))
         goto done;
     uint8_t h[CK_HEADER_BYTES];
     if (lseek(fd, 0, SEEK_SET) != 0 || read_full(fd, h, sizeof h) != 0) {
@@ -416,13 +411,13 @@ static int load_shard(Exec *ex, const char *path, uint64_t bytes, uint32_t crc,
         goto done;
     }
     const char *what = NULL;
-    if (get_u32(h + H_RANK) != (uint32_t)rank || get_u32(h + H_WORLD) != (uint32_t)ex->comm->world ||
-        get_u32(h + H_STAGE) != (uint32_t)ex->stage)
+    if (get_u32(h + H_RANK) != (uint32_t)rank || get_u32(h + H_WORLD) != (uint32_t)st->world ||
+        get_u32(h + H_STAGE) != (uint32_t)st->stage)
         what = "rank, world or stage";
-    else if (get_u32(h + H_DTYPE) != (uint32_t)ex->act)
+    else if (get_u32(h + H_DTYPE) != (uint32_t)st->dtype)
         what = "dtype of the weights";
-    for (int i = 0; i < CK_SECTIONS && !what; i++)
-        if (get_u64(h + H_SECTIONS + 8 * i) != ex->arena[ck_section[i]].cap)
+    for (int i = 0; i < CKPT_SECTIONS && !what; i++)
+        if (get_u64(h + H_SECTIONS + 8 * i) != st->region[i].bytes)
             what = "section sizes";
     if (what) {
         rc = px_fail(err, PX_EINPUT, "%s: its %s differ from rank %d's in this run", path, what,
@@ -436,18 +431,18 @@ static int load_shard(Exec *ex, const char *path, uint64_t bytes, uint32_t crc,
         rc = px_fail(err, PX_EINPUT, "%s: its step and counters disagree with the manifest's", path);
         goto done;
     }
-    for (int i = 0; i < CK_SECTIONS && !rc; i++) {
-        ExecArena *a = &ex->arena[ck_section[i]];
-        for (uint64_t off = 0; off < a->cap; off += CK_CHUNK) {
-            size_t n = (size_t)(a->cap - off < CK_CHUNK ? a->cap - off : CK_CHUNK);
+    for (int i = 0; i < CKPT_SECTIONS && !rc; i++) {
+        const CkptRegion *a = &st->region[i];
+        for (uint64_t off = 0; off < a->bytes; off += CK_CHUNK) {
+            size_t n = (size_t)(a->bytes - off < CK_CHUNK ? a->bytes - off : CK_CHUNK);
             if (read_full(fd, c->bounce, n) != 0) {
                 rc = px_fail(err, PX_EINPUT, "%s: read error: %s", path, strerror(errno));
                 break;
             }
-            ex->k->to_device(a->base + off, c->bounce, n);
+            st->k->to_device((uint8_t *)a->base + off, c->bounce, n);
         }
     }
-    ex->k->sync();
+    st->k->sync();
 done:
     close(fd);
     return rc;
@@ -456,7 +451,7 @@ done:
 /* ---- the manifest ---- */
 
 /* adds "what.key" to the list of settings that differ */
-static void note(ExecCkpt *c, const char *what, const char *key)
+static void note(Ckpt *c, const char *what, const char *key)
 {
     size_t n = strlen(c->note);
     if (n + strlen(what) + strlen(key) + 4 < sizeof c->note)
@@ -473,9 +468,9 @@ static void json_text(const cJSON *v, char *out, size_t cap)
 
 /* Refuses a checkpoint whose state another layout or model wrote (the key that differs named);
  * notes the training settings that differ, which change the trajectory but not the state. */
-static int check_compat(Exec *ex, const cJSON *m, const char *where, PxError *err)
+static int check_compat(Ckpt *c, const CkptState *st, const cJSON *m, const char *where,
+                        PxError *err)
 {
-    ExecCkpt *c = &ex->ckpt;
     const cJSON *mm, *ml, *mt;
     int rc;
     if ((rc = px_json_object(m, where, "model", 1, &mm, err)) ||
@@ -486,7 +481,7 @@ static int check_compat(Exec *ex, const cJSON *m, const char *where, PxError *er
         "a checkpoint resumes only the model and layout that wrote it (no resharding)";
     char a[128], b[128];
     /* the model: every key, both ways (name first: another model is said as such) */
-    cJSON *mine = model_config_to_json(&ex->spec.model);
+    cJSON *mine = model_config_to_json(&st->spec->model);
     const cJSON *item;
     int n_mine = 0;
     rc = PX_OK;
@@ -515,13 +510,13 @@ static int check_compat(Exec *ex, const cJSON *m, const char *where, PxError *er
     if (rc)
         return rc;
     /* the layout: the grid and ZeRO shape the state; the rest only the arithmetic's order */
-    const ModelLayout *l = &ex->spec.layout;
+    const ModelLayout *l = &st->spec->layout;
     const struct {
         const char *key;
         int have;
     } grid[] = {{"dp", l->dp}, {"tp", l->tp}, {"pp", l->pp}, {"cp", l->cp}, {"vpp", l->vpp},
                 {"zero", l->zero}};
-    char lw[EXEC_CKPT_PATH + 96];
+    char lw[CK_PATH + 96];
     snprintf(lw, sizeof lw, "%s layout", where);
     for (size_t i = 0; i < sizeof grid / sizeof grid[0]; i++) {
         int v = 0;
@@ -541,15 +536,15 @@ static int check_compat(Exec *ex, const cJSON *m, const char *where, PxError *er
     }
     cJSON_Delete(lay);
     /* the training job: the dtypes and optimizer shape the state; the rest is noted */
-    cJSON *job = model_job_to_json(&ex->spec.job, &ex->d);
-    char tw[EXEC_CKPT_PATH + 96];
+    cJSON *job = model_job_to_json(&st->spec->job, st->d);
+    char tw[CK_PATH + 96];
     snprintf(tw, sizeof tw, "%s training", where);
     static const char *const shaping[] = {"precision", "optimizer", "vocab_padded"};
     for (size_t i = 0; i < sizeof shaping / sizeof shaping[0] && !rc; i++) {
         const cJSON *have = cJSON_GetObjectItemCaseSensitive(job, shaping[i]);
         const cJSON *other = cJSON_GetObjectItemCaseSensitive(mt, shaping[i]);
         if (!other) {
-            char p[EXEC_CKPT_PATH + 96];
+            char p[CK_PATH + 96];
             px_json_path(p, sizeof p, tw, shaping[i]);
             rc = px_fail(err, PX_EINPUT, "%s: missing required key", p);
         } else if (!cJSON_Compare(have, other, 1)) {
@@ -570,10 +565,9 @@ static int check_compat(Exec *ex, const cJSON *m, const char *where, PxError *er
     return rc;
 }
 
-static int load(Exec *ex, int step, PxError *err)
+static int load(Ckpt *c, CkptState *st, int step, PxError *err)
 {
-    ExecCkpt *c = &ex->ckpt;
-    char sdir[EXEC_CKPT_PATH + 32], path[EXEC_CKPT_PATH + 64], where[EXEC_CKPT_PATH + 72];
+    char sdir[CK_PATH + 32], path[CK_PATH + 64], where[CK_PATH + 72];
     step_dir(c, step, sdir, sizeof sdir);
     snprintf(path, sizeof path, "%s/manifest.json", sdir);
     snprintf(where, sizeof where, "%s:", path);
@@ -583,8 +577,8 @@ static int load(Exec *ex, int step, PxError *err)
     int rc, version = 0, mstep = 0, world = 0;
     char format[64] = "";
     CkState s = {0, 0, 1.0, 0, 0};
-    const cJSON *st = NULL, *shards = NULL;
-    char sw[EXEC_CKPT_PATH + 80];
+    const cJSON *sj = NULL, *shards = NULL;
+    char sw[CK_PATH + 80];
     snprintf(sw, sizeof sw, "%s state", where);
     if ((rc = px_json_int(m, where, "schema_version", 1, 1, 1, &version, err)) ||
         (rc = px_json_string(m, where, "format", 1, format, sizeof format, err)))
@@ -600,25 +594,25 @@ static int load(Exec *ex, int step, PxError *err)
         rc = px_fail(err, PX_EINPUT, "%s step: %d, but its directory is step %d", where, mstep, step);
         goto done;
     }
-    if ((rc = check_compat(ex, m, where, err)) ||
+    if ((rc = check_compat(c, st, m, where, err)) ||
         (rc = px_json_int(m, where, "world", 1, 1, 1 << 30, &world, err)))
         goto done;
-    if (world != ex->comm->world) {
+    if (world != st->world) {
         rc = px_fail(err, PX_EINPUT, "%s world: the checkpoint has %d ranks, this run %d", where,
-                     world, ex->comm->world);
+                     world, st->world);
         goto done;
     }
     s.step = mstep;
     int every = 0;
     if ((rc = px_json_int(m, where, "every", 0, 0, 1 << 30, &every, err)) ||
-        (rc = px_json_object(m, where, "state", 1, &st, err)) ||
-        (rc = px_json_int(st, sw, "optimizer_steps", 1, 0, 1 << 30, &s.opt_steps, err)) ||
-        (rc = px_json_double(st, sw, "loss_scale", 1, 0x1p-30, 0x1p120, &s.loss_scale, err)))
+        (rc = px_json_object(m, where, "state", 1, &sj, err)) ||
+        (rc = px_json_int(sj, sw, "optimizer_steps", 1, 0, 1 << 30, &s.opt_steps, err)) ||
+        (rc = px_json_double(sj, sw, "loss_scale", 1, 0x1p-30, 0x1p120, &s.loss_scale, err)))
         goto done;
     {
         int clean = 0, skipped = 0;
-        if ((rc = px_json_int(st, sw, "loss_scale_clean", 1, 0, 1 << 30, &clean, err)) ||
-            (rc = px_json_int(st, sw, "skipped_steps", 1, 0, 1 << 30, &skipped, err)))
+        if ((rc = px_json_int(sj, sw, "loss_scale_clean", 1, 0, 1 << 30, &clean, err)) ||
+            (rc = px_json_int(sj, sw, "skipped_steps", 1, 0, 1 << 30, &skipped, err)))
             goto done;
         s.scale_clean = clean;
         s.skipped = skipped;
@@ -634,9 +628,9 @@ static int load(Exec *ex, int step, PxError *err)
         goto done;
     }
     {
-        const int rank = ex->comm->rank;
+        const int rank = st->rank;
         const cJSON *e = cJSON_GetArrayItem(shards, rank);
-        char ew[EXEC_CKPT_PATH + 96], file[128] = "";
+        char ew[CK_PATH + 96], file[128] = "";
         snprintf(ew, sizeof ew, "%s shards[%d]", where, rank);
         int r = -1;
         uint64_t bytes = 0, crc = 0;
@@ -651,16 +645,15 @@ static int load(Exec *ex, int step, PxError *err)
                          "checkpoint's directory and a 32-bit crc32", ew, rank);
             goto done;
         }
-        char spath[EXEC_CKPT_PATH + 200];
+        char spath[CK_PATH + 200];
         snprintf(spath, sizeof spath, "%s/%s", sdir, file);
-        if ((rc = load_shard(ex, spath, bytes, (uint32_t)crc, &s, err)))
+        if ((rc = load_shard(c, st, spath, bytes, (uint32_t)crc, &s, err)))
             goto done;
     }
-    ex->opt_steps = s.opt_steps;
-    ex->scaler.scale = s.loss_scale;
-    ex->scaler.clean = (int)s.scale_clean;
-    ex->scaler.skipped = (long)s.skipped;
-    ex->first_step = step;
+    st->opt_steps = s.opt_steps;
+    st->loss_scale = s.loss_scale;
+    st->scale_clean = (int)s.scale_clean;
+    st->skipped = (long)s.skipped;
     c->resumed_from = step;
     px_strlcpy(c->resumed_dir, sdir, sizeof c->resumed_dir);
     if (c->every == 0)
@@ -670,96 +663,123 @@ done:
     return rc;
 }
 
-/* ---- the executor's hooks ---- */
+/* ---- the trainer's hooks ---- */
 
-int exec_ckpt_init(Exec *ex, PxError *err)
+int ckpt_open(Ckpt **out, const CkptOptions *o, CkptState *st, PxError *err)
 {
-    ExecCkpt *c = &ex->ckpt;
-    const ExecOptions *o = &ex->opt;
-    c->resumed_from = 0;
-    if (o->checkpoint_every < 0)
-        return px_fail(err, PX_EINPUT, "--checkpoint-every: must be at least 1, got %d",
-                       o->checkpoint_every);
-    if (!o->checkpoint_dir || !o->checkpoint_dir[0]) {
-        if (o->checkpoint_every > 0 || o->resume)
+    *out = NULL;
+    if (o->every < 0)
+        return px_fail(err, PX_EINPUT, "--checkpoint-every: must be at least 1, got %d", o->every);
+    if (!o->dir || !o->dir[0]) {
+        if (o->every > 0 || o->resume)
             return px_fail(err, PX_EINPUT, "%s needs --checkpoint-dir DIR",
                            o->resume ? "--resume" : "--checkpoint-every");
         return PX_OK;
     }
-    if (!o->checkpoint_every && !o->resume)
+    if (!o->every && !o->resume)
         return px_fail(err, PX_EINPUT, "--checkpoint-dir %s: give --checkpoint-every N to write "
-                       "checkpoints, or --resume to continue from one", o->checkpoint_dir);
-    if (strlen(o->checkpoint_dir) >= sizeof c->dir - 1)
-        return px_fail(err, PX_EINPUT, "--checkpoint-dir: the path is longer than %zu characters",
-                       sizeof c->dir - 2);
-    px_strlcpy(c->dir, o->checkpoint_dir, sizeof c->dir);
+                       "checkpoints, or --resume to continue from one", o->dir);
+    Ckpt *c = calloc(1, sizeof *c);
+    if (!c)
+        return px_fail(err, PX_ERUNTIME, "out of memory for the checkpoints");
+    int rc = PX_OK;
+    if (strlen(o->dir) >= sizeof c->dir - 1) {
+        rc = px_fail(err, PX_EINPUT, "--checkpoint-dir: the path is longer than %zu characters",
+                     sizeof c->dir - 2);
+        goto out;
+    }
+    px_strlcpy(c->dir, o->dir, sizeof c->dir);
     for (size_t n = strlen(c->dir); n > 1 && c->dir[n - 1] == '/'; n--)
         c->dir[n - 1] = '\0';
-    c->every = o->checkpoint_every;
+    c->every = o->every;
     c->resume = o->resume;
-    if (o->resume && !is_dir(c->dir))
-        return px_fail(err, PX_EINPUT, "%s: no such checkpoint directory: nothing to resume from",
-                       c->dir);
+    if (o->resume && !is_dir(c->dir)) {
+        rc = px_fail(err, PX_EINPUT, "%s: no such checkpoint directory: nothing to resume from",
+                     c->dir);
+        goto out;
+    }
     /* a directory that cannot take the checkpoints is found out now, not at step N */
-    if (make_dirs(c->dir) != 0)
-        return px_fail(err, PX_EINPUT, "%s: cannot create the checkpoint directory: %s", c->dir,
-                       strerror(errno));
-    if (access(c->dir, W_OK | X_OK) != 0)
-        return px_fail(err, PX_EINPUT, "%s: cannot write into the checkpoint directory: %s",
-                       c->dir, strerror(errno));
+    PxError derr = {0};
+    if (px_mkdir_p(c->dir, &derr)) {
+        rc = px_fail(err, PX_EINPUT, "%s: cannot create the checkpoint directory: %s", c->dir,
+                     strerror(errno));
+        goto out;
+    }
+    if (access(c->dir, W_OK | X_OK) != 0) {
+        rc = px_fail(err, PX_EINPUT, "%s: cannot write into the checkpoint directory: %s", c->dir,
+                     strerror(errno));
+        goto out;
+    }
     const int latest = latest_complete(c->dir);
-    if (!o->resume && latest > 0)
-        return px_fail(err, PX_EINPUT, "%s already holds a checkpoint (step %d): give --resume "
-                       "to continue from it, or another --checkpoint-dir", c->dir, latest);
-    if (o->resume && latest == 0)
-        return px_fail(err, PX_EINPUT, "%s: --resume, but the directory holds no complete "
-                       "checkpoint (a step-N directory with its manifest.json)", c->dir);
-    if (o->resume && latest >= ex->steps)
-        return px_fail(err, PX_EINPUT, "%s: the latest checkpoint is at step %d and the run has %d "
-                       "steps: nothing left to run (give --steps N above %d)",
-                       c->dir, latest, ex->steps, latest);
+    if (!o->resume && latest > 0) {
+        rc = px_fail(err, PX_EINPUT, "%s already holds a checkpoint (step %d): give --resume to "
+                     "continue from it, or another --checkpoint-dir", c->dir, latest);
+        goto out;
+    }
+    if (o->resume && latest == 0) {
+        rc = px_fail(err, PX_EINPUT, "%s: --resume, but the directory holds no complete "
+                     "checkpoint (a step-N directory with its manifest.json)", c->dir);
+        goto out;
+    }
+    if (o->resume && latest >= st->steps) {
+        rc = px_fail(err, PX_EINPUT, "%s: the latest checkpoint is at step %d and the run has %d "
+                     "steps: nothing left to run (give --steps N above %d)",
+                     c->dir, latest, st->steps, latest);
+        goto out;
+    }
     c->bounce = malloc(CK_CHUNK);
-    c->cap_written = c->every > 0 ? ex->steps / c->every + 1 : 1;
+    c->cap_written = c->every > 0 ? st->steps / c->every + 1 : 1;
     c->written = calloc((size_t)c->cap_written, sizeof *c->written);
-    if (!c->bounce || !c->written)
-        return px_fail(err, PX_ERUNTIME, "out of memory for the checkpoints");
-    int rc = o->resume ? load(ex, latest, err) : PX_OK;
-    if (!rc && o->resume && c->every > 0 && ex->steps / c->every + 1 > c->cap_written) {
+    if (!c->bounce || !c->written) {
+        rc = px_fail(err, PX_ERUNTIME, "out of memory for the checkpoints");
+        goto out;
+    }
+    rc = o->resume ? load(c, st, latest, err) : PX_OK;
+    if (!rc && o->resume && c->every > 0 && st->steps / c->every + 1 > c->cap_written) {
         /* the interval came from the manifest */
         free(c->written);
-        c->cap_written = ex->steps / c->every + 1;
+        c->cap_written = st->steps / c->every + 1;
         if (!(c->written = calloc((size_t)c->cap_written, sizeof *c->written)))
             rc = px_fail(err, PX_ERUNTIME, "out of memory for the checkpoints");
     }
+out:
+    if (rc)
+        ckpt_free(c);
+    else
+        *out = c;
     return rc;
 }
 
-void exec_ckpt_free(Exec *ex)
+int ckpt_resumed_from(const Ckpt *c) { return c ? c->resumed_from : 0; }
+
+void ckpt_free(Ckpt *c)
 {
-    free(ex->ckpt.bounce);
-    free(ex->ckpt.written);
-    ex->ckpt.bounce = NULL;
-    ex->ckpt.written = NULL;
+    if (!c)
+        return;
+    free(c->bounce);
+    free(c->written);
+    free(c);
 }
 
 /* This rank's line of the manifest (or its failure), as rank 0 gathers it. */
-static char *shard_entry(const Exec *ex, int ok, uint64_t bytes, uint32_t crc, const PxError *werr)
+static char *shard_entry(const CkptState *st, int ok, uint64_t bytes, uint32_t crc,
+                         const PxError *werr)
 {
     cJSON *e = cJSON_CreateObject();
-    cJSON_AddNumberToObject(e, "rank", ex->comm->rank);
+    cJSON_AddNumberToObject(e, "rank", st->rank);
     if (ok) {
         char file[32];
-        snprintf(file, sizeof file, "rank-%05d.bin", ex->comm->rank);
-        cJSON_AddNumberToObject(e, "stage", ex->stage);
-        cJSON_AddNumberToObject(e, "tp", ex->tp_rank);
-        cJSON_AddNumberToObject(e, "dp", ex->dp_rank);
+        snprintf(file, sizeof file, "rank-%05d.bin", st->rank);
+        cJSON_AddNumberToObject(e, "stage", st->stage);
+        cJSON_AddNumberToObject(e, "tp", st->tp_rank);
+        cJSON_AddNumberToObject(e, "dp", st->dp_rank);
         cJSON_AddStringToObject(e, "file", file);
         cJSON_AddNumberToObject(e, "bytes", (double)bytes);
         cJSON_AddNumberToObject(e, "crc32", crc);
         cJSON *sec = cJSON_AddObjectToObject(e, "sections");
-        for (int i = 0; i < CK_SECTIONS; i++)
-            cJSON_AddNumberToObject(sec, model_category_name(ck_section[i]),
-                                    (double)ex->arena[ck_section[i]].cap);
+        for (int i = 0; i < CKPT_SECTIONS; i++)
+            cJSON_AddNumberToObject(sec, model_category_name(st->region[i].cat),
+                                    (double)st->region[i].bytes);
     } else {
         cJSON_AddStringToObject(e, "error", werr->msg);
     }
@@ -769,33 +789,33 @@ static char *shard_entry(const Exec *ex, int ok, uint64_t bytes, uint32_t crc, c
 }
 
 /* Rank 0: the manifest of step from the gathered shard entries, committed atomically. */
-static int commit_manifest(Exec *ex, const char *sdir, int step, cJSON *shards, PxError *err)
+static int commit_manifest(const Ckpt *c, const CkptState *st, const char *sdir, int step,
+                           cJSON *shards, PxError *err)
 {
-    const ExecCkpt *c = &ex->ckpt;
     cJSON *m = cJSON_CreateObject();
     cJSON_AddNumberToObject(m, "schema_version", 1);
     cJSON_AddStringToObject(m, "format", ck_format);
     cJSON_AddNumberToObject(m, "step", step);
     cJSON_AddNumberToObject(m, "every", c->every);
-    cJSON_AddStringToObject(m, "plan_path", ex->plan_path);
-    cJSON_AddNumberToObject(m, "world", ex->comm->world);
-    cJSON_AddItemToObject(m, "model", model_config_to_json(&ex->spec.model));
-    cJSON_AddItemToObject(m, "layout", model_layout_to_json(&ex->spec.layout));
-    cJSON_AddItemToObject(m, "training", model_job_to_json(&ex->spec.job, &ex->d));
+    cJSON_AddStringToObject(m, "plan_path", st->plan_path);
+    cJSON_AddNumberToObject(m, "world", st->world);
+    cJSON_AddItemToObject(m, "model", model_config_to_json(&st->spec->model));
+    cJSON_AddItemToObject(m, "layout", model_layout_to_json(&st->spec->layout));
+    cJSON_AddItemToObject(m, "training", model_job_to_json(&st->spec->job, st->d));
     cJSON *be = cJSON_AddObjectToObject(m, "backend");
-    cJSON_AddStringToObject(be, "compute", ex->k->name);
-    cJSON_AddStringToObject(be, "precision", px_dtype_name(ex->act));
-    cJSON *st = cJSON_AddObjectToObject(m, "state");
-    cJSON_AddNumberToObject(st, "optimizer_steps", ex->opt_steps);
-    cJSON_AddNumberToObject(st, "loss_scale", ex->scaler.scale);
-    cJSON_AddNumberToObject(st, "loss_scale_clean", ex->scaler.clean);
-    cJSON_AddNumberToObject(st, "skipped_steps", (double)ex->scaler.skipped);
+    cJSON_AddStringToObject(be, "compute", st->backend);
+    cJSON_AddStringToObject(be, "precision", px_dtype_name(st->dtype));
+    cJSON *sj = cJSON_AddObjectToObject(m, "state");
+    cJSON_AddNumberToObject(sj, "optimizer_steps", st->opt_steps);
+    cJSON_AddNumberToObject(sj, "loss_scale", st->loss_scale);
+    cJSON_AddNumberToObject(sj, "loss_scale_clean", st->scale_clean);
+    cJSON_AddNumberToObject(sj, "skipped_steps", (double)st->skipped);
     /* the data and the dropout streams are functions of (seed, step): their position is the
      * step, recorded here for people */
-    cJSON_AddNumberToObject(st, "data_sequences", (double)step * ex->spec.job.global_batch);
-    cJSON_AddNumberToObject(st, "seed", (double)ex->spec.job.seed);
-    if (ex->steps_done > 0)
-        cJSON_AddNumberToObject(st, "loss", ex->step_loss[ex->steps_done - 1]);
+    cJSON_AddNumberToObject(sj, "data_sequences", (double)step * st->spec->job.global_batch);
+    cJSON_AddNumberToObject(sj, "seed", (double)st->spec->job.seed);
+    if (st->have_loss)
+        cJSON_AddNumberToObject(sj, "loss", st->last_loss);
     cJSON_AddItemToObject(m, "shards", shards);
     char *text = cJSON_Print(m);
     cJSON_Delete(m);
@@ -808,7 +828,7 @@ static int commit_manifest(Exec *ex, const char *sdir, int step, cJSON *shards, 
         memcpy(full, text, n);
         full[n] = '\n';
         full[n + 1] = '\0';
-        char path[EXEC_CKPT_PATH + 64];
+        char path[CK_PATH + 64];
         snprintf(path, sizeof path, "%s/manifest.json", sdir);
         /* the commit point: a temporary file, fsync, rename; then the directory's entry */
         rc = px_write_file_atomic(path, full, err);
@@ -825,27 +845,28 @@ static int commit_manifest(Exec *ex, const char *sdir, int step, cJSON *shards, 
  * their entries and commits the manifest only when all are written, and one control
  * reduction tells every rank the verdict. A failure is every rank's (collective): the run
  * ends with status 1 and the previous checkpoint is kept. */
-static int write_checkpoint(Exec *ex, int step, PxError *err)
+static int write_checkpoint(Ckpt *c, const CkptState *st, int step, int quiet, int *collective,
+                            PxError *err)
 {
-    ExecCkpt *c = &ex->ckpt;
-    const double t0 = exec_now();
-    char sdir[EXEC_CKPT_PATH + 32];
+    const double t0 = px_now_s();
+    char sdir[CK_PATH + 32];
     step_dir(c, step, sdir, sizeof sdir);
     PxError werr = {0};
     uint64_t bytes = 0;
     uint32_t crc = 0;
-    int wrc = make_dirs(sdir) != 0
+    PxError derr = {0};
+    int wrc = px_mkdir_p(sdir, &derr)
                   ? px_fail(&werr, PX_ERUNTIME, "%s: cannot create the checkpoint's directory: %s",
                             sdir, strerror(errno))
                   : PX_OK;
-    if (!wrc && ex->comm->rank == 0 && fsync_dir(c->dir) != 0)
+    if (!wrc && st->rank == 0 && fsync_dir(c->dir) != 0)
         wrc = px_fail(&werr, PX_ERUNTIME, "%s: cannot sync the directory: %s", c->dir,
                       strerror(errno));
     if (!wrc)
-        wrc = write_shard(ex, sdir, step, &bytes, &crc, &werr);
-    char *entry = shard_entry(ex, !wrc, bytes, crc, &werr);
+        wrc = write_shard(c, st, sdir, step, &bytes, &crc, &werr);
+    char *entry = shard_entry(st, !wrc, bytes, crc, &werr);
     char **all = NULL;
-    int rc = entry ? ex->comm->gather_text(ex->comm, entry, &all, err)
+    int rc = entry ? comm_gather_text(st->comm, entry, &all, err)
                    : px_fail(err, PX_ERUNTIME, "out of memory");
     free(entry);
     if (rc)
@@ -853,7 +874,7 @@ static int write_checkpoint(Exec *ex, int step, PxError *err)
     uint64_t total = 0;
     int failed = wrc != PX_OK;
     if (all) { /* rank 0 */
-        const int W = ex->comm->world;
+        const int W = st->world;
         cJSON *shards = cJSON_CreateArray();
         for (int r = 0; r < W; r++) {
             cJSON *e = cJSON_Parse(all[r]);
@@ -870,7 +891,7 @@ static int write_checkpoint(Exec *ex, int step, PxError *err)
             free(all[r]);
         }
         free(all);
-        if (!failed && commit_manifest(ex, sdir, step, shards, &werr))
+        if (!failed && commit_manifest(c, st, sdir, step, shards, &werr))
             failed = 1;
         else if (failed)
             cJSON_Delete(shards);
@@ -878,60 +899,58 @@ static int write_checkpoint(Exec *ex, int step, PxError *err)
             prune(c, step);
     }
     double v = failed ? 1.0 : 0.0;
-    if ((rc = ex->comm->control(ex->comm, &v, 1, EXEC_SUM, err)))
+    if ((rc = comm_control(st->comm, &v, 1, COMM_SUM, err)))
         return rc;
     if (v > 0) {
-        ex->collective_error = 1; /* every rank knows: the job ends normally, with status 1 */
-        char prev[EXEC_CKPT_PATH + 64] = "no earlier checkpoint";
+        *collective = 1; /* every rank knows: the job ends normally, with status 1 */
+        char prev[CK_PATH + 64] = "no earlier checkpoint";
         const int last = c->n_written > 0 ? c->written[c->n_written - 1].step : c->resumed_from;
         if (last > 0)
             snprintf(prev, sizeof prev, "the checkpoint of step %d is kept", last);
-        if (ex->comm->rank == 0 || wrc)
+        if (st->rank == 0 || wrc)
             return px_fail(err, PX_ERUNTIME, "checkpoint of step %d not written: %s; %s", step,
                            werr.msg, prev);
         return px_fail(err, PX_ERUNTIME, "checkpoint of step %d not written by another rank; %s",
                        step, prev);
     }
-    const double dt = exec_now() - t0;
+    const double dt = px_now_s() - t0;
     if (c->n_written < c->cap_written) {
-        ExecCkptRecord *w = &c->written[c->n_written++];
-        w->step = step;
-        w->bytes = ex->comm->rank == 0 ? total : bytes;
-        w->seconds = dt;
+        c->written[c->n_written].step = step;
+        c->written[c->n_written].bytes = st->rank == 0 ? total : bytes;
+        c->written[c->n_written].seconds = dt;
+        c->n_written++;
     }
-    if (!ex->opt.quiet)
+    if (!quiet)
         printf("checkpoint step %d: %d shard%s, %.2f MiB in %.3f s (%.1f MB/s): %s\n", step,
-               ex->comm->world, ex->comm->world == 1 ? "" : "s", (double)total / (1 << 20), dt,
+               st->world, st->world == 1 ? "" : "s", (double)total / (1 << 20), dt,
                dt > 0 ? (double)total / dt / 1e6 : 0.0, sdir);
     return PX_OK;
 }
 
-int exec_ckpt_after_step(Exec *ex, int steps_done, PxError *err)
+int ckpt_after_step(Ckpt *c, const CkptState *st, int steps_done, int quiet, int *collective,
+                    PxError *err)
 {
-    const ExecCkpt *c = &ex->ckpt;
-    if (c->every <= 0 || !c->dir[0] || steps_done % c->every != 0)
+    if (!c || c->every <= 0 || !c->dir[0] || steps_done % c->every != 0)
         return PX_OK;
-    return write_checkpoint(ex, steps_done, err);
+    return write_checkpoint(c, st, steps_done, quiet, collective, err);
 }
 
-void exec_ckpt_print_resume(const Exec *ex)
+void ckpt_print_resume(const Ckpt *c, const CkptState *st)
 {
-    const ExecCkpt *c = &ex->ckpt;
-    if (c->resumed_from <= 0)
+    if (!c || c->resumed_from <= 0)
         return;
     printf("resume    from %s: step %d done (%d optimizer steps, data at sequence %lld); steps "
            "%d-%d to run\n",
-           c->resumed_dir, c->resumed_from, ex->opt_steps,
-           (long long)c->resumed_from * ex->spec.job.global_batch, c->resumed_from + 1, ex->steps);
+           c->resumed_dir, c->resumed_from, st->opt_steps,
+           (long long)c->resumed_from * st->spec->job.global_batch, c->resumed_from + 1, st->steps);
     if (c->note[0])
         printf("note      not as in the checkpoint's run: %s; the losses will not follow an "
                "uninterrupted run\n", c->note);
 }
 
-void exec_ckpt_json(const Exec *ex, cJSON *run)
+void ckpt_json(const Ckpt *c, cJSON *run)
 {
-    const ExecCkpt *c = &ex->ckpt;
-    if (!c->dir[0])
+    if (!c || !c->dir[0])
         return;
     cJSON *j = cJSON_AddObjectToObject(run, "checkpoint");
     cJSON_AddStringToObject(j, "dir", c->dir);

@@ -8,18 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "exec/internal.h"
+#include "exec/train/internal.h"
 
 #define EXEC_TWO_PI 6.283185307179586476925
-
-/* splitmix64's finalizer (Steele et al. 2014): a bijection that scatters nearby counters. */
-uint64_t exec_mix64(uint64_t x)
-{
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
 
 /* FNV-1a of the name, mixed with the seed: the key of a parameter's stream. */
 uint64_t exec_hash_name(uint64_t seed, const char *name)
@@ -27,7 +18,7 @@ uint64_t exec_hash_name(uint64_t seed, const char *name)
     uint64_t h = 0xcbf29ce484222325ull;
     for (const unsigned char *p = (const unsigned char *)name; *p; p++)
         h = (h ^ *p) * 0x100000001b3ull;
-    return exec_mix64(exec_mix64(seed) ^ h);
+    return px_mix64(px_mix64(seed) ^ h);
 }
 
 /* Box-Muller on the pair index / 2: the even element takes the cosine, the odd one the sine,
@@ -35,18 +26,12 @@ uint64_t exec_hash_name(uint64_t seed, const char *name)
 double exec_init_normal(uint64_t seed, const char *name, uint64_t index)
 {
     uint64_t key = exec_hash_name(seed, name), pair = index >> 1;
-    uint64_t a = exec_mix64(key ^ exec_mix64(2 * pair));
-    uint64_t b = exec_mix64(key ^ exec_mix64(2 * pair + 1));
+    uint64_t a = px_mix64(key ^ px_mix64(2 * pair));
+    uint64_t b = px_mix64(key ^ px_mix64(2 * pair + 1));
     double u1 = ((double)(a >> 11) + 1.0) * (1.0 / 9007199254740992.0); /* (0, 1] */
     double u2 = (double)(b >> 11) * (1.0 / 9007199254740992.0);         /* [0, 1) */
     double r = sqrt(-2.0 * log(u1));
     return (index & 1) ? r * sin(EXEC_TWO_PI * u2) : r * cos(EXEC_TWO_PI * u2);
-}
-
-static int ends_with(const char *s, const char *suffix)
-{
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && strcmp(s + n - m, suffix) == 0;
 }
 
 /* w[i] = std * normal(full index start + i) for i < n: exec_init_normal's draws, each pair's
@@ -56,8 +41,8 @@ static void fill_normal(float *w, uint64_t key, uint64_t start, uint64_t n, doub
     uint64_t i = 0;
     while (i < n) {
         const uint64_t f = start + i, pair = f >> 1;
-        uint64_t a = exec_mix64(key ^ exec_mix64(2 * pair));
-        uint64_t b = exec_mix64(key ^ exec_mix64(2 * pair + 1));
+        uint64_t a = px_mix64(key ^ px_mix64(2 * pair));
+        uint64_t b = px_mix64(key ^ px_mix64(2 * pair + 1));
         double u1 = ((double)(a >> 11) + 1.0) * (1.0 / 9007199254740992.0);
         double u2 = (double)(b >> 11) * (1.0 / 9007199254740992.0);
         double r = sqrt(-2.0 * log(u1));
@@ -74,11 +59,11 @@ static void fill_normal(float *w, uint64_t key, uint64_t start, uint64_t n, doub
 /* The full tensor's row of local row `row` of p (tensor parallelism's slices, docs/executor.md):
  * QKV rows are this rank's Q heads, then its K heads, then its V heads; SwiGLU's fc1 rows its
  * gate slice, then its up slice; a vocabulary or GeLU fc1 slice its rows tp * rows ... */
-static int64_t full_row(const Exec *ex, const ExecParam *p, int64_t row)
+static int64_t full_row(const ExecCtx *x, const ExecParam *p, int64_t row)
 {
-    const ModelDims *d = &ex->d;
-    const ModelConfig *c = &ex->spec.model;
-    const int64_t tp = ex->tp_rank;
+    const ModelDims *d = &x->d;
+    const ModelConfig *c = &x->spec.model;
+    const int64_t tp = x->g.tp_rank;
     switch (p->map) {
     case EXEC_MAP_QKV: {
         const int64_t q = d->q_loc, kv = d->kv_width_loc;
@@ -99,11 +84,10 @@ static int64_t full_row(const Exec *ex, const ExecParam *p, int64_t row)
 }
 
 /* Writes local elements [lo, hi) of parameter p into dst. */
-static void init_range(Exec *ex, const ExecParam *p, uint64_t lo, uint64_t hi, float *dst)
+static void init_range(const ExecCtx *x, const ExecParam *p, uint64_t lo, uint64_t hi, float *dst)
 {
-    const ModelConfig *c = &ex->spec.model;
-    const char *name = p->name;
-    if (ends_with(name, ".b")) {
+    const ModelConfig *c = &x->spec.model;
+    if (p->bias) {
         memset(dst, 0, (size_t)(hi - lo) * sizeof *dst);
         return;
     }
@@ -112,19 +96,19 @@ static void init_range(Exec *ex, const ExecParam *p, uint64_t lo, uint64_t hi, f
             dst[e - lo] = 1.0f;
         return;
     }
-    const int vocab_rows = !strcmp(p->init_name, "embed.wte") || !strcmp(name, "logits.w");
-    const int out_proj = ends_with(name, "attn.proj.w") || ends_with(name, "mlp.fc2.w");
+    const int vocab_rows = p->role == MODEL_TR_WTE || p->role == MODEL_TR_LOGITS_W;
+    const int out_proj = p->role == MODEL_TR_PROJ_W || p->role == MODEL_TR_FC2_W;
     const double std = out_proj ? 0.02 / sqrt(2.0 * c->layers) : 0.02;
-    const uint64_t key = exec_hash_name(ex->spec.job.seed, p->init_name);
+    const uint64_t key = exec_hash_name(x->spec.job.seed, p->init_name);
     const uint64_t cols = (uint64_t)p->cols;
-    const uint64_t full_cols = p->map == EXEC_MAP_COLS ? cols * (uint64_t)ex->d.t : cols;
+    const uint64_t full_cols = p->map == EXEC_MAP_COLS ? cols * (uint64_t)x->d.t : cols;
     /* one local row at a time: a contiguous run of the full tensor */
     for (uint64_t e = lo; e < hi;) {
         const uint64_t row = e / cols, col = e % cols;
         uint64_t n = cols - col;
         if (e + n > hi)
             n = hi - e;
-        const int64_t fr = full_row(ex, p, (int64_t)row);
+        const int64_t fr = full_row(x, p, (int64_t)row);
         /* rows of the vocabulary padding stay 0: their logits are masked anyway, and the
          * padding depends on tp */
         if (vocab_rows && fr >= c->vocab) {
@@ -132,20 +116,11 @@ static void init_range(Exec *ex, const ExecParam *p, uint64_t lo, uint64_t hi, f
         } else {
             uint64_t start = (uint64_t)fr * full_cols + col;
             if (p->map == EXEC_MAP_COLS)
-                start += (uint64_t)ex->tp_rank * cols;
+                start += (uint64_t)x->g.tp_rank * cols;
             fill_normal(dst + (e - lo), key, start, n, std);
         }
         e += n;
     }
-}
-
-/* The part of p that this rank's shard of its block holds: [*lo, *hi) in block offsets. */
-static int shard_range(const Exec *ex, const ExecParam *p, uint64_t *lo, uint64_t *hi)
-{
-    const ExecBlock *blk = &ex->blocks[p->block];
-    *lo = p->off > blk->own_off ? p->off : blk->own_off;
-    *hi = p->off + p->numel < blk->own_off + blk->own_n ? p->off + p->numel : blk->own_off + blk->own_n;
-    return *hi > *lo;
 }
 
 /* Every parameter's initial values are computed on the host in fp32 and go to the device through
@@ -153,28 +128,29 @@ static int shard_range(const Exec *ex, const ExecParam *p, uint64_t *lo, uint64_
  * zeroed again at the end): from there they are narrowed into the act weights and copied into
  * the fp32 master weights of this rank's shard. On the CPU (fp32, no master) they go straight
  * into the weights. */
-int exec_init_params(Exec *ex, PxError *err)
+int exec_params_init_values(ExecParams *P, const ExecCtx *x, ExecArenas *A, float *bucket,
+                            uint64_t bucket_elems, PxError *err)
 {
-    const KernBackend *k = ex->k;
-    const int zero = ex->spec.layout.zero, master = ex->d.master;
+    const KernBackend *k = x->k;
+    const int zero = x->spec.layout.zero, master = x->d.master;
     uint64_t most = 1;
-    for (int i = 0; i < ex->n_params; i++)
-        if (ex->params[i].numel > most)
-            most = ex->params[i].numel;
+    for (int i = 0; i < P->n; i++)
+        if (P->p[i].numel > most)
+            most = P->p[i].numel;
     float *host = malloc((size_t)most * sizeof *host);
     if (!host)
         return px_fail(err, PX_ERUNTIME, "out of host memory initializing the weights (%.1f MiB)",
                        (double)most * 4.0 / (1024.0 * 1024.0));
-    for (int i = 0; i < ex->n_params; i++) {
-        const ExecParam *p = &ex->params[i];
-        const ExecBlock *blk = &ex->blocks[p->block];
-        float *scratch = zero >= 2 ? ex->grad_bucket : p->g;
+    for (int i = 0; i < P->n; i++) {
+        const ExecParam *p = &P->p[i];
+        const ExecBlock *blk = &P->b[p->block];
+        float *scratch = zero >= 2 ? bucket : p->g;
         uint64_t lo, hi;
-        const int has_shard = shard_range(ex, p, &lo, &hi);
+        const int has_shard = exec_params_own(P, p, &lo, &hi);
         /* the master (and optimizer state) index of block offset o */
         const uint64_t moff = zero == 0 ? 0 : blk->own_off;
         if (zero < 3) {
-            init_range(ex, p, 0, p->numel, host);
+            init_range(x, p, 0, p->numel, host);
             if (!master) {
                 k->to_device(p->w, host, (size_t)p->numel * sizeof *host);
                 continue;
@@ -189,8 +165,8 @@ int exec_init_params(Exec *ex, PxError *err)
         /* ZeRO-3: only this rank's shard of the block exists */
         if (!has_shard)
             continue;
-        init_range(ex, p, lo - p->off, hi - p->off, host);
-        void *w = EXEC_AT(blk->w_shard, lo - blk->own_off, ex->ab);
+        init_range(x, p, lo - p->off, hi - p->off, host);
+        void *w = EXEC_AT(blk->w_shard, lo - blk->own_off, x->ab);
         if (!master) {
             k->to_device(w, host, (size_t)(hi - lo) * sizeof *host);
             continue;
@@ -201,18 +177,18 @@ int exec_init_params(Exec *ex, PxError *err)
     }
     free(host);
     /* ZeRO-3's padding at the end of a shard is never a parameter: keep it 0 */
-    for (int b = 0; zero == 3 && b < ex->n_blocks; b++) {
-        const ExecBlock *blk = &ex->blocks[b];
+    for (int b = 0; zero == 3 && b < P->nb; b++) {
+        const ExecBlock *blk = &P->b[b];
         if (blk->own_n < blk->shard)
-            k->memset0(EXEC_AT(blk->w_shard, blk->own_n, ex->ab),
-                       (size_t)(blk->shard - blk->own_n) * ex->ab);
+            k->memset0(EXEC_AT(blk->w_shard, blk->own_n, x->ab),
+                       (size_t)(blk->shard - blk->own_n) * x->ab);
     }
     /* the scratch held weights: gradients start from zero */
     if (master || zero >= 2) {
-        if (ex->arena[MODEL_GRADS].base)
-            k->memset0(ex->arena[MODEL_GRADS].base, ex->arena[MODEL_GRADS].cap);
-        if (ex->grad_bucket)
-            k->memset0(ex->grad_bucket, (size_t)ex->bucket_elems * sizeof(float));
+        if (A->a[MODEL_GRADS].base)
+            k->memset0(A->a[MODEL_GRADS].base, A->a[MODEL_GRADS].cap);
+        if (bucket)
+            k->memset0(bucket, (size_t)bucket_elems * sizeof(float));
     }
     k->sync();
     return PX_OK;

@@ -4,7 +4,7 @@
  * plan's seed changes which windows are read, not the text. */
 #include <string.h>
 
-#include "exec/internal.h"
+#include "exec/train/internal.h"
 
 typedef struct {
     uint64_t state;
@@ -14,7 +14,7 @@ typedef struct {
 
 static uint32_t pick(Gen *g, uint32_t n)
 {
-    g->state = exec_mix64(g->state);
+    g->state = px_mix64(g->state);
     return (uint32_t)((g->state >> 33) % n);
 }
 

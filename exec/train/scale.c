@@ -6,7 +6,7 @@
  * optimizer step count) and the scale halved; after `interval` clean steps in a row it is
  * doubled again, so the scale stays near the largest that does not overflow. bf16 has fp32's
  * exponent and needs none of this (Micikevicius et al. 2018, "Mixed Precision Training"). */
-#include "exec/internal.h"
+#include "exec/train/internal.h"
 
 void exec_scaler_init(ExecScaler *s, int enabled, double initial, int interval)
 {

@@ -4,7 +4,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "exec/internal.h"
+#include "common/px.h"
 
 static uint32_t bits_of(float f)
 {
@@ -20,9 +20,9 @@ static float float_of(uint32_t u)
     return f;
 }
 
-float exec_bf16_to_float(uint16_t h) { return float_of((uint32_t)h << 16); }
+float px_bf16_to_float(uint16_t h) { return float_of((uint32_t)h << 16); }
 
-uint16_t exec_float_to_bf16(float f)
+uint16_t px_float_to_bf16(float f)
 {
     uint32_t u = bits_of(f);
     if ((u & 0x7fffffffu) > 0x7f800000u)
@@ -31,7 +31,7 @@ uint16_t exec_float_to_bf16(float f)
     return (uint16_t)(u >> 16);
 }
 
-float exec_half_to_float(uint16_t h)
+float px_half_to_float(uint16_t h)
 {
     const int e = (h >> 10) & 0x1f, m = h & 0x3ff;
     float v = e == 0 ? ldexpf((float)m, -24)
@@ -40,7 +40,7 @@ float exec_half_to_float(uint16_t h)
     return (h & 0x8000) ? -v : v;
 }
 
-uint16_t exec_float_to_half(float f)
+uint16_t px_float_to_half(float f)
 {
     const uint32_t u = bits_of(f), sign = (u >> 16) & 0x8000u;
     const float a = fabsf(f);

@@ -6,7 +6,11 @@
  * Sequence g of the run (g = step * global_batch + i) is the window of seq_len + 1 tokens that
  * starts at a position drawn from (seed, g); the inputs are its first seq_len tokens and the
  * targets its last seq_len. Which rank and micro-batch read sequence g changes with the layout;
- * the sequences of a step do not. */
+ * the sequences of a step do not.
+ *
+ * The batches: the loader reads into host staging buffers, copied to data.batch ahead of their
+ * step; the CPU's data.batch is host memory already, so there the loader fills its two halves
+ * directly and the batches take no memory beyond the workspace arena. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -14,7 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "exec/internal.h"
+#include "exec/train/internal.h"
 
 enum { EXEC_BIN_HEADER_BYTES = EXEC_BIN_HEADER_INTS * 4, EXEC_TEXT_MIN = 1 << 20 };
 
@@ -206,7 +210,7 @@ void exec_data_close(ExecData *d)
 uint64_t exec_loader_window(const ExecLoader *l, long long g)
 {
     uint64_t span = l->src->ntok - (uint64_t)l->seq_len; /* >= 1: ntok > seq_len */
-    return exec_mix64(l->key ^ exec_mix64((uint64_t)g)) % span;
+    return px_mix64(l->key ^ px_mix64((uint64_t)g)) % span;
 }
 
 static int load_step(ExecLoader *l, long step, int32_t *dst, PxError *err)
@@ -336,4 +340,118 @@ void exec_loader_stop(ExecLoader *l)
     }
     pthread_cond_destroy(&l->cv);
     pthread_mutex_destroy(&l->mu);
+}
+
+/* ---- the batches ---- */
+
+int exec_batches_bind(ExecBatches *B, const ModelTensor *t, void *p, PxError *err)
+{
+    if (t->dtype != PX_INT32)
+        return px_fail(err, PX_ERUNTIME, "tensor %s of the tensor table is %s but the trainer "
+                       "keeps it in int32: model/ and exec/ disagree",
+                       t->name, px_dtype_name(t->dtype));
+    B->batch[0] = p;
+    B->batch[1] = p ? (int32_t *)p + t->numel / 2 : NULL;
+    return PX_OK;
+}
+
+int exec_batches_open(ExecBatches *B, const ExecCtx *c, PxError *err)
+{
+    B->data.fd = -1;
+    B->staged = -1;
+    if (!c->g.has_data)
+        return PX_OK;
+    return exec_data_open(&B->data, c->spec.job.data, c->spec.model.vocab,
+                          c->spec.job.global_batch, c->d.s, err);
+}
+
+static size_t batch_bytes(const ExecCtx *c)
+{
+    return (size_t)c->d.m * c->d.b * (size_t)(c->d.s + 1) * sizeof(int32_t);
+}
+
+int exec_batches_start(ExecBatches *B, const ExecCtx *c, PxError *err)
+{
+    ExecLoader *ld = &B->loader;
+    const ModelDims *d = &c->d;
+    const int direct = c->k == kern_cpu();
+    if (c->g.has_data && !direct) {
+        const size_t bytes = batch_bytes(c);
+        for (int i = 0; i < 2; i++)
+            if (!(B->stage_buf[i] = c->k->host_alloc(bytes)))
+                return px_fail(err, PX_ERUNTIME, "out of host memory for the batches (%zu bytes)",
+                               bytes);
+    }
+    ld->src = &B->data;
+    ld->buf[0] = direct ? B->batch[0] : B->stage_buf[0];
+    ld->buf[1] = direct ? B->batch[1] : B->stage_buf[1];
+    ld->rows = d->m * d->b;
+    ld->row_len = d->s + 1;
+    ld->seq_len = d->s;
+    ld->global_batch = c->spec.job.global_batch;
+    /* data-parallel rank r reads sequences r*m*b ... of each step (cp ranks share them) */
+    ld->first_seq = (long long)c->g.dp_rank * d->m * d->b;
+    ld->key = exec_hash_name(c->spec.job.seed, "data");
+    if (!c->g.has_data)
+        return PX_OK;
+    return exec_batches_restart(B, 0, err);
+}
+
+int exec_batches_restart(ExecBatches *B, int threaded, PxError *err)
+{
+    exec_batches_stop(B);
+    int rc = exec_loader_start(&B->loader, threaded, err);
+    B->loader_started = rc == PX_OK;
+    return rc;
+}
+
+void exec_batches_stop(ExecBatches *B)
+{
+    if (B->loader_started)
+        exec_loader_stop(&B->loader);
+    B->loader_started = 0;
+}
+
+int exec_batches_get(ExecBatches *B, const ExecCtx *c, int step, const int32_t **out,
+                     PxError *err)
+{
+    /* The loader fills host buffer step % 2; before it may refill the other one, every copy
+     * from it must be over (copy_sync: they are, the previous step waited for it). */
+    const int b = step % 2;
+    const int32_t *host = NULL;
+    c->k->copy_sync();
+    int rc = exec_loader_get(&B->loader, step, &host, err);
+    if (rc)
+        return rc;
+    if (B->staged != step) {
+        if (host != B->batch[b]) /* else the loader wrote it in place (the CPU) */
+            c->k->to_device_async(B->batch[b], host, batch_bytes(c));
+        if (B->staged >= 0 && B->staged % 2 == b)
+            B->staged = -1; /* its device buffer now holds this step */
+    }
+    c->k->copy_wait();
+    *out = B->batch[b];
+    return PX_OK;
+}
+
+void exec_batches_stage_next(ExecBatches *B, const ExecCtx *c, int next)
+{
+    const int32_t *host = NULL;
+    if (!c->g.has_data || next >= c->steps || B->staged == next ||
+        !exec_loader_ready(&B->loader, next, &host) || host == B->batch[next % 2])
+        return;
+    c->k->to_device_async(B->batch[next % 2], host, batch_bytes(c));
+    B->staged = next;
+}
+
+void exec_batches_free(ExecBatches *B, const ExecCtx *c)
+{
+    exec_batches_stop(B);
+    exec_data_close(&B->data);
+    for (int i = 0; i < 2; i++)
+        if (c->k && B->stage_buf[i]) {
+            c->k->copy_sync(); /* no copy may still read it */
+            c->k->host_free(B->stage_buf[i]);
+            B->stage_buf[i] = NULL;
+        }
 }

@@ -1,0 +1,33 @@
+/* This rank's place in the layout: its stage and its ranks in the TP, CP, DP and ZeRO groups
+ * (Megatron-Core's rank order, model_rank), its neighbouring stages, the model chunks and layers
+ * it holds, and whether its stage reads tokens, computes the loss or shares a tied embedding. */
+#include <string.h>
+
+#include "exec/train/internal.h"
+
+void exec_grid_init(ExecGrid *g, const ModelSpec *s, const ModelDims *d, int rank, int world,
+                    const ModelTensorTable *tt)
+{
+    memset(g, 0, sizeof *g);
+    const ModelLayout *l = &s->layout;
+    g->rank = rank;
+    g->world = world;
+    model_rank_coords(l, rank, &g->tp_rank, &g->cp_rank, &g->dp_rank, &g->stage);
+    g->zero_n = d->zero_group;
+    g->zero_rank = g->cp_rank + l->cp * g->dp_rank;
+    g->prev_rank = model_rank(l, g->tp_rank, g->cp_rank, g->dp_rank, (g->stage + d->p - 1) % d->p);
+    g->next_rank = model_rank(l, g->tp_rank, g->cp_rank, g->dp_rank, (g->stage + 1) % d->p);
+    /* the stage's chunks hold equally many layers (an uneven split has one chunk per stage),
+     * so one slot of layer sets fits whichever chunk runs */
+    for (int j = 0; j < d->v && j < EXEC_MAX_CHUNKS; j++) {
+        g->chunk_g[j] = model_global_chunk(d, g->stage, j);
+        g->cl = model_chunk_layers(s, d, g->chunk_g[j], &g->chunk_l0[j]);
+    }
+    g->tied_here = s->model.tied_embeddings && d->chunks == 1;
+    g->tied_pair = s->model.tied_embeddings && d->chunks > 1;
+    g->defer_logits_wgrad = g->tied_here && l->zero >= 2;
+    for (int i = 0; tt && i < tt->count; i++) {
+        g->has_data |= tt->t[i].role == MODEL_TR_DATA_BATCH;
+        g->has_loss |= tt->t[i].role == MODEL_TR_WS_XENT;
+    }
+}

@@ -1,0 +1,681 @@
+/* Private to the trainer (exec/train) and to the tests that look inside it.
+ *
+ * The trainer's state is a set of parts, each owned by one file: only that file writes its
+ * fields, others read them or call its functions, and functions receive the parts they use as
+ * arguments. struct Exec (trainer.c) holds one of each; the orchestrating files (trainer.c,
+ * step.c, schedule.c, run.c, report.c) see it whole, the others only the parts they are given.
+ *
+ *   part          file        what
+ *   ExecCtx       trainer.c   fixed after init: kernels, spec and dims, this rank's grid, comm
+ *   ExecGrid      grid.c      this rank's place: stage, TP/CP/DP/ZeRO ranks, chunks, neighbours
+ *   ExecArenas    bind.c      one allocation per memory category, carved by the tensor table
+ *   ExecParams    params.c    parameters and blocks, the named weight and gradient views
+ *   ExecActs      acts.c      saved activations: pools of the schedule's live sets
+ *   ExecWork      layers.c    workspace views the layers compute in
+ *   ExecPipe      pipeline.c  the pipeline's send and receive buffers and posted requests
+ *   ExecZero      zero.c      data-parallel reductions, ZeRO's gathers and gradient bucket
+ *   ExecSched     schedule.c  the stage's actions and which slot holds which micro-batch
+ *   ExecOptim     optim.c     the optimizer step, learning rate, gradient norm, loss scaler
+ *   ExecMeter     meter.c     op timing, FLOP counting, the pipeline's events, device memory
+ *   ExecFaults    faults.c    failures on purpose (tests): kill, hang, Inf, NaN
+ *   ExecBatches   data.c      the data source, its loader thread and the batches on the device
+ *   ExecHistory   run.c       the run's per-step record, interruption
+ *
+ * Adding a parallel dimension touches model/ (layout, roles, op graph), grid.c (the rank's
+ * place), the parts whose tensors it shards, layers.c or zero.c (its communication), and the
+ * communication layer's groups (exec/comm); docs/architecture.md has the list. */
+#ifndef EXEC_TRAIN_INTERNAL_H
+#define EXEC_TRAIN_INTERNAL_H
+
+#include <pthread.h>
+#include <signal.h>
+
+#include "exec/checkpoint/checkpoint.h"
+#include "exec/comm/comm.h"
+#include "exec/train/train.h"
+#include "kernels/kernels.h"
+
+/* Element i of a tensor whose elements take es bytes: the act-dtype tensors (weights,
+ * activations, their gradients) are void * and indexed with the backend's act size. */
+#define EXEC_AT(p, i, es) ((void *)((char *)(p) + (size_t)(i) * (size_t)(es)))
+
+/* Chunks one stage may hold (interleaved schedules): checked at init. */
+enum { EXEC_MAX_CHUNKS = 64 };
+
+/* ---- grid.c: this rank's place in the layout ---- */
+
+typedef struct {
+    int rank, world;
+    int stage, tp_rank, cp_rank, dp_rank;
+    int zero_rank, zero_n;    /* place in the dp x cp group that shards ZeRO state, its size */
+    int prev_rank, next_rank; /* the world ranks of the neighbouring stages (a ring) */
+    int chunk_g[EXEC_MAX_CHUNKS];  /* global chunk of each local chunk */
+    int chunk_l0[EXEC_MAX_CHUNKS]; /* its first (global) layer */
+    int cl;                   /* layers per chunk of this stage (equal in its chunks) */
+    int has_data, has_loss;   /* the stage reads tokens; computes the loss */
+    int tied_here;            /* the output layer reads embed.wte on this chunk */
+    int tied_pair;            /* the output layer is a copy on the last stage: embed_allreduce */
+    int defer_logits_wgrad;   /* ZeRO-2/3 + tied here: the output layer's weight gradient waits
+                                 until the embedding's block is in the bucket */
+} ExecGrid;
+
+/* Places `rank` of the layout (Megatron-Core's rank order); tt: the stage's table (which tells
+ * whether it reads data and computes the loss). */
+void exec_grid_init(ExecGrid *g, const ModelSpec *s, const ModelDims *d, int rank, int world,
+                    const ModelTensorTable *tt);
+
+/* ---- trainer.c: what every part reads and nobody changes after init ---- */
+
+typedef struct ExecCtx {
+    const KernBackend *k;
+    PxDtype act;    /* the backend's activation (and weight) dtype */
+    size_t ab;      /* its bytes */
+    ModelSpec spec; /* normalised; job.steps and job.data as this run has them */
+    ModelDims d;
+    ExecGrid g;
+    CommLayer *comm;
+    float dropout;
+    int attn_dropout; /* dropout of the attention probabilities (unfused path only) */
+    int steps;        /* the run's steps (its last step's number) */
+    int quiet;
+} ExecCtx;
+
+/* ---- arena.c and bind.c: the category arenas ---- */
+
+/* One allocation per memory category, carved by the tensor table in two passes: a sizing pass
+ * (base NULL: only offsets advance, as ggml's no_alloc) and the real one. Any alignment padding
+ * counts as used, so a measured figure that equals the table's sum proves nothing was wasted. */
+typedef struct {
+    uint8_t *base;
+    uint64_t cap;  /* bytes allocated */
+    uint64_t used; /* bytes carved */
+} ExecArena;
+
+typedef struct {
+    ExecArena a[MODEL_CAT_COUNT];
+} ExecArenas;
+
+/* NULL in the sizing pass (or past the end, which the second pass reports). */
+void *exec_arena_carve(ExecArena *a, uint64_t bytes, size_t align);
+
+struct ExecPipe;
+struct ExecZero;
+struct ExecWork;
+struct ExecBatches;
+struct ExecActs;
+struct ExecParams;
+
+/* Sizes the arenas from the table, allocates them and binds every tensor to the part that owns
+ * it; PX_ERUNTIME naming a tensor no part takes, or when the two passes disagree. */
+int exec_bind_all(ExecArenas *A, const ModelTensorTable *tt, const struct ExecCtx *c,
+                  struct ExecParams *P, struct ExecActs *X, struct ExecWork *W,
+                  struct ExecPipe *pipe, struct ExecZero *Z, struct ExecBatches *B,
+                  PxError *err);
+void exec_arenas_free(ExecArenas *A, const KernBackend *k);
+
+/* ---- params.c: parameters, blocks and their views ---- */
+
+/* A layer's parameters (act dtype) or their gradients (fp32), by role: index r - MODEL_TR_LN1_W
+ * for r in MODEL_TR_LN1_W ... MODEL_TR_FC2_B. */
+enum { EXEC_LAYER_PARAMS = MODEL_TR_FC2_B - MODEL_TR_LN1_W + 1 };
+typedef struct {
+    void *t[EXEC_LAYER_PARAMS];
+} ExecLayerParams;
+typedef struct {
+    float *t[EXEC_LAYER_PARAMS];
+} ExecLayerGrads;
+#define EXEC_LP(p, R) ((p)->t[MODEL_TR_##R - MODEL_TR_LN1_W])
+
+/* How a parameter's local elements map to the full, unsharded tensor (initialization). */
+typedef enum {
+    EXEC_MAP_FULL = 0, /* replicated: the same index */
+    EXEC_MAP_QKV,      /* rows: this rank's Q heads, then its K heads, then its V heads */
+    EXEC_MAP_ROWS,     /* a row slice: rows tp * rows_local ... (fc1 of GeLU, vocabulary) */
+    EXEC_MAP_SWIGLU,   /* rows [gate slice | up slice] */
+    EXEC_MAP_COLS      /* a column slice (row-parallel attention projection, fc2) */
+} ExecMap;
+
+/* One parameter: its place in its block, how it is initialized and counted, where it is. */
+typedef struct {
+    char name[56];      /* the table's name ("layer.3.attn.qkv.w") */
+    char init_name[56]; /* the stream it is drawn from (a tied copy draws embed.wte's) */
+    ModelTensorRole role;
+    int layer;          /* -1 outside the layers */
+    void *w;            /* its weights (act) and gradients (fp32); ZeRO-3: in the gather */
+    float *g;           /* buffer while its block is gathered; ZeRO-2/3: in the bucket */
+    uint64_t numel, off;    /* off: elements before it in its block's flat layout */
+    int64_t rows, cols;     /* local shape (cols 1 for vectors) */
+    int block;
+    int decay;      /* weight decay applies (matrices and embeddings, not biases or norms) */
+    int replicated; /* the same on every TP rank: its gradient norm is counted on TP rank 0 */
+    int tied_copy;  /* the output layer's copy of embed.wte on the last stage: counted on the
+                       first stage only */
+    int norm;       /* a norm weight or bias (SP: its gradient is summed over TP) */
+    int bias;       /* a bias (initialized to 0) */
+    ExecMap map;
+} ExecParam;
+
+/* A parameter block (the embedding, a layer, the final norm and output layer): the unit of
+ * gradient reduction and of ZeRO sharding. */
+typedef struct {
+    int chunk, layer;
+    uint64_t numel, shard;   /* elements on this rank; shard = ceil(numel / zero group) */
+    uint64_t own_off, own_n; /* this rank's shard of the block: [own_off, own_off + own_n) */
+    int first_param, n_params;
+    void *w;        /* ZeRO < 3: the block's weights (act), contiguous */
+    float *g;       /* ZeRO < 2: its gradients (fp32), contiguous */
+    void *w_shard;  /* ZeRO 3: this rank's shard of the weights */
+    float *g_shard; /* ZeRO >= 2: this rank's shard of the gradients */
+    float *m, *v;   /* optimizer state: numel (ZeRO 0) or shard elements */
+    float *master;  /* fp32 master weights (act not fp32), laid out as m */
+    int tied;       /* holds the tied embedding and must sum it with the other stage first */
+} ExecBlock;
+
+typedef struct ExecParams {
+    ExecParam *p;
+    int n;
+    ExecBlock *b;
+    int nb;
+    int embed_block, final_block; /* indices in b, or -1 */
+    int *layer_block;             /* [layers]: the block of each layer of the stage, or -1 */
+    /* the named views the layers read (ZeRO-3: pointed into the gather buffer per block) */
+    ExecLayerParams *lw; /* [layers] (this stage's layers bound) */
+    ExecLayerGrads *lg;
+    void *wte, *wpe, *lnf_w, *lnf_b, *out_w; /* out_w is wte when tied on this chunk */
+    float *g_wte, *g_wpe, *g_lnf_w, *g_lnf_b, *g_out_w;
+} ExecParams;
+
+/* The stage's parameters and blocks from its tables: tt (this run's ZeRO stage: the blocks and
+ * their shards) and twin (the same stage without ZeRO: every parameter's name, role and shape,
+ * which ZeRO-3's table no longer lists). */
+int exec_params_build(ExecParams *P, const ExecCtx *c, const ModelTensorTable *tt,
+                      const ModelTensorTable *twin, PxError *err);
+/* Binds tensor t of the table (weights, gradients, shards, master, optimizer state) to p (NULL
+ * in the sizing pass). PX_ERUNTIME naming t when the parameters have no use for it. */
+int exec_params_bind(ExecParams *P, const ExecCtx *c, const ModelTensor *t, void *p,
+                     PxError *err);
+/* After binding: every parameter's views at its memory (ZeRO 2/3 gradients in the bucket of
+ * bucket_elems elements), with the checks that its block is laid out as one flat buffer. */
+int exec_params_finish(ExecParams *P, const ExecCtx *c, float *bucket, uint64_t bucket_elems,
+                       PxError *err);
+/* Points block b's weight views at base (ZeRO-3's gather buffer). */
+void exec_params_point(ExecParams *P, const ExecCtx *c, int b, void *base);
+/* The part of parameter p this rank owns (updates, counts in the norm): [*lo, *hi) in block
+ * offsets; 0 when empty. */
+int exec_params_own(const ExecParams *P, const ExecParam *p, uint64_t *lo, uint64_t *hi);
+/* The parameter of (role, layer) on this stage (layer ignored outside the layers), or NULL. */
+const ExecParam *exec_params_of(const ExecParams *P, ModelTensorRole role, int layer);
+void exec_params_free(ExecParams *P);
+
+/* init.c: the layout-independent initial value of every parameter (and its master copy),
+ * through an fp32 scratch (bucket, ZeRO 2/3) that is zeroed again after. */
+int exec_params_init_values(ExecParams *P, const ExecCtx *c, ExecArenas *A, float *bucket,
+                            uint64_t bucket_elems, PxError *err);
+/* seeds of the dropout streams */
+enum { EXEC_SITE_EMBED = 1, EXEC_SITE_ATTN = 2, EXEC_SITE_ATTN_OUT = 3, EXEC_SITE_MLP_OUT = 4 };
+uint64_t exec_hash_name(uint64_t seed, const char *name);
+/* The stream whose element i is element i + offset of stream `seed` (kern_dropout_keep draws
+ * element i from seed + golden * (i + 1)): a shard of a row draws what the whole row would. */
+static inline uint64_t exec_stream_at(uint64_t seed, uint64_t offset)
+{
+    return seed + 0x9E3779B97F4A7C15ull * offset;
+}
+
+/* ---- acts.c: saved activations ---- */
+
+/* One layer's activations for one micro-batch, by role: index r - MODEL_TR_LN1_IN (pointers into
+ * a slot of the pool, or into ws.recompute for what the recompute mode re-creates). */
+typedef struct {
+    void *t[MODEL_LAYER_ACTS];
+} ExecLayerActs;
+#define EXEC_LA(a, R) ((a)->t[MODEL_TR_##R - MODEL_TR_LN1_IN])
+
+/* The embedding's and output layer's saved tensors of one micro-batch, by role: index
+ * r - MODEL_TR_EMBED_DROP_MASK. loss.probs holds the fp32 logits, then the probabilities,
+ * then their gradient; for the backward GEMMs that gradient is narrowed in place to the act
+ * dtype (layers.c), which then occupies the first half of it. */
+enum { EXEC_HEAD_ACTS = MODEL_TR_LOSS_PROBS - MODEL_TR_EMBED_DROP_MASK + 1 };
+typedef struct {
+    void *t[EXEC_HEAD_ACTS];
+} ExecHeadActs;
+#define EXEC_HA(x, R) ((x)->t[MODEL_TR_##R - MODEL_TR_EMBED_DROP_MASK])
+
+typedef struct ExecActs {
+    int n_slots;              /* layer sets (cl layers each) alive at once */
+    int n_xslots[EXEC_MAX_CHUNKS]; /* per chunk: its extras' sets alive at once */
+    ExecLayerActs *acts;      /* [n_slots][cl] */
+    ExecHeadActs *xacts[EXEC_MAX_CHUNKS]; /* [v][n_xslots[j]] */
+    ExecLayerActs region;     /* the parts of a layer that live in ws.recompute */
+    uint8_t *re_base;         /* ws.recompute */
+    uint64_t re_bytes;
+    uint64_t slot_bytes, xslot_bytes[EXEC_MAX_CHUNKS];
+    int *slot_busy, *xslot_busy[EXEC_MAX_CHUNKS];
+    int live, peak_live, xlive[EXEC_MAX_CHUNKS], peak_xlive[EXEC_MAX_CHUNKS];
+} ExecActs;
+
+/* Pools for the live sets the schedule's actions need (model_schedule_live). */
+int exec_acts_init(ExecActs *X, const ExecCtx *c, const ModelAction *actions, int n,
+                   PxError *err);
+/* The activation pass of the binding: every saved activation of the table carved from the
+ * activation arena, slot by slot (pass 0 sizes, 1 binds). */
+int exec_acts_bind(ExecActs *X, const ExecCtx *c, const ModelTensorTable *tt, ExecArena *arena,
+                   int pass, PxError *err);
+/* ws.recompute: what the recompute mode does not save, one layer's worth reused by every layer.
+ * Called when the workspace is bound (before exec_acts_bind's pass 1). */
+int exec_acts_region(ExecActs *X, const ExecCtx *c, uint8_t *base, uint64_t bytes, PxError *err);
+/* A free slot (and extras slot of chunk j when the chunk has extras) for a micro-batch's
+ * forward; PX_ERUNTIME when the schedule holds more sets than counted. */
+int exec_acts_acquire(ExecActs *X, int j, int *slot, int *xslot, PxError *err);
+void exec_acts_release(ExecActs *X, int j, int slot, int xslot);
+/* The slot's layer sets and the chunk's extras of an xslot. */
+ExecLayerActs *exec_acts_layers(const ExecActs *X, const ExecCtx *c, int slot);
+ExecHeadActs *exec_acts_extras(const ExecActs *X, int j, int xslot);
+/* Forward-only passes: one slot serves every micro-batch in turn. */
+void exec_acts_reset(ExecActs *X, int j);
+uint64_t exec_acts_in_use_peak(const ExecActs *X, const ExecCtx *c);
+void exec_acts_free(ExecActs *X, const ExecCtx *c);
+
+/* ---- meter.c: what was measured ---- */
+
+typedef struct {
+    char name[64];
+    int compute; /* a compute op (1) or communication (0) */
+    int chunk;
+    ModelPhase phase;
+    int next_same;                         /* the next op with the same key, or -1 */
+    double step_calls, step_flops, step_s; /* the current step */
+    double last_calls, last_flops;         /* the last finished step */
+    double timed_s;                        /* summed over the timed steps */
+} ExecOpStat;
+
+/* One pass of the pipeline schedule as it ran: seconds from the start of the step. */
+typedef struct {
+    int chunk, mb, backward;
+    double start_s, end_s;
+} ExecEvent;
+
+/* The ops a layer runs, by role (MODEL_OPR_LN1 ... MODEL_OPR_FC2). */
+enum { EXEC_LAYER_OPS = MODEL_OPR_FC2 - MODEL_OPR_LN1 + 1, EXEC_PHASES = 3 };
+
+typedef struct {
+    const ModelOpGraph *graph;
+    ExecOpStat *ops;          /* [graph->count] */
+    ExecOpReport *report;
+    int *layer_op;            /* [layers][EXEC_LAYER_OPS][EXEC_PHASES]: index into ops or -1 */
+    int other_op[MODEL_OPR_COUNT][EXEC_PHASES];
+    uint64_t *keys;           /* open addressing: every op's key, and its first op */
+    int *slots;
+    int cap;
+    int cur_op, cur_counts;   /* the running op; it counts a call when it ends */
+    double op_t0;
+    double unattributed_flops;
+    int timed_steps;
+    /* the pipeline's passes of the current and the last finished step */
+    ExecEvent *events, *last_events;
+    int n_events, have_events;
+    double step_t0, pass_start, pass_end; /* pass_end < 0: at the pass's return */
+    double *step_bubble;      /* [steps]: idle over busy pipeline time of each timed step */
+    int n_bubbles, cap_bubbles;
+    uint64_t step_bytes[MODEL_COMM_COUNT], bytes_at_step[MODEL_COMM_COUNT];
+    /* the device's own account of its memory (cudaMemGetInfo); 0 where there is none */
+    int have_dev_mem;
+    uint64_t dev_total, dev_used_start, dev_used_peak;
+} ExecMeter;
+
+/* Indexes every op of the graph by its role key and checks that the trainer runs each one and
+ * that every op the trainer runs is in the graph (PX_ERUNTIME naming it). */
+int exec_meter_init(ExecMeter *M, const ExecCtx *c, const ModelOpGraph *g, int n_actions,
+                    PxError *err);
+void exec_meter_free(ExecMeter *M);
+/* The op at (role, layer or block, chunk, phase, comm kind: MODEL_COMM_COUNT for a compute
+ * op); occurrence k picks the k-th (0: the first); -1 when the graph has none. */
+int exec_meter_find(const ExecMeter *M, ModelOpRole role, int index, int chunk, ModelPhase phase,
+                    int kind, int occurrence);
+/* A layer's compute op, or one outside the layers (index -1). */
+int exec_meter_layer_op(const ExecMeter *M, int layer, ModelOpRole role, ModelPhase phase);
+int exec_meter_other_op(const ExecMeter *M, ModelOpRole role, ModelPhase phase);
+void exec_meter_begin(ExecMeter *M, const KernBackend *k, int op);
+/* continues timing an op that a communication interrupted, without counting another call */
+void exec_meter_resume(ExecMeter *M, const KernBackend *k, int op);
+void exec_meter_end(ExecMeter *M, const KernBackend *k);
+void exec_meter_flops(ExecMeter *M, double flops);
+void exec_meter_step_begin(ExecMeter *M, const CommLayer *comm);
+/* Timed steps exclude the first of a run (page faults, BLAS warm-up) unless it is the only one. */
+void exec_meter_step_end(ExecMeter *M, const CommLayer *comm, int timed);
+/* The schedule's passes: the step starts, a pass gets its input, a pass is ready to send its
+ * output (what follows, waiting for the send buffer, is the pipeline's idle), a pass ends. */
+void exec_meter_schedule_begin(ExecMeter *M);
+void exec_meter_pass_input(ExecMeter *M);
+void exec_meter_pass_output(ExecMeter *M);
+void exec_meter_pass_end(ExecMeter *M, int i, int chunk, int mb, int backward);
+void exec_meter_schedule_end(ExecMeter *M, int n_actions);
+/* This rank's bubble: idle over busy pipeline time, the median over the timed steps (the
+ * recorded step's when none is timed yet); busy_s and idle_s (optional) get the recorded
+ * step's. */
+double exec_meter_bubble(const ExecMeter *M, double *busy_s, double *idle_s);
+/* Records the last step's bubble among the timed steps. */
+void exec_meter_keep_bubble(ExecMeter *M);
+double exec_meter_step_flops(const ExecMeter *M);
+const ExecOpReport *exec_meter_ops(ExecMeter *M, int *n);
+/* Samples the device's memory in use (the peak). */
+void exec_meter_device_memory(ExecMeter *M, const KernBackend *k, int at_start);
+
+/* ---- layers.c: one chunk's passes of one micro-batch ---- */
+
+/* Workspace views the layers compute in (the table's ws.* tensors and sp.gather). */
+typedef struct ExecWork {
+    void *out, *dx_a, *dx_b, *dhid, *dqkv, *dffn, *dact, *dscores, *sp_gather;
+    float *flash_d, *xent;
+    float *host_loss; /* the micro-batch's per-token losses, read back (b * s floats) */
+} ExecWork;
+
+/* Binds a workspace or sp.gather tensor (by role) to p; PX_ERUNTIME naming an unknown one. */
+int exec_work_bind(ExecWork *W, const ExecCtx *c, const ModelTensor *t, void *p, PxError *err);
+
+/* The state of the step the passes run in (schedule.c's): its index, the global index of this
+ * rank's first sequence, the summed token losses of this rank's share, the loss scale. */
+typedef struct {
+    int step;
+    long long seq_base;
+    double loss_sum;
+    double loss_scale;
+} ExecPass;
+
+struct ExecPipe;
+struct ExecZero;
+
+/* What a pass runs with: the parts it reads and the ones it drives. */
+typedef struct {
+    const ExecCtx *c;
+    ExecParams *P;
+    ExecWork *W;
+    ExecMeter *M;
+    struct ExecPipe *pipe;
+    struct ExecZero *Z;
+    ExecPass *pass;
+} ExecLayerRun;
+
+int exec_layers_forward(const ExecLayerRun *r, int chunk, int mb, ExecLayerActs *A,
+                        ExecHeadActs *x, const int32_t *tokens, PxError *err);
+int exec_layers_backward(const ExecLayerRun *r, int chunk, int mb, ExecLayerActs *A,
+                         const ExecHeadActs *x, const int32_t *tokens, int last_mb, PxError *err);
+
+/* ---- pipeline.c: the pipeline's transfers ---- */
+
+typedef struct ExecPipe {
+    void *send, *recv;   /* pp.send and pp.recv */
+    uint64_t elems;
+    int send_req, recv_req; /* the pending send, the posted receive */
+    ModelAction *recvs;  /* the expected receives of a step, in schedule order */
+    int n_recvs, next_recv;
+} ExecPipe;
+
+int exec_pipe_init(ExecPipe *pp, int n_actions, PxError *err);
+int exec_pipe_bind(ExecPipe *pp, const ModelTensor *t, void *p, PxError *err);
+/* Plans the step's receives from the schedule (forward only, or both directions) and posts the
+ * first. */
+int exec_pipe_start(ExecPipe *pp, const ExecCtx *c, const ModelAction *actions, int n,
+                    int backward, PxError *err);
+/* Waits for the input of (chunk, mb, direction) and moves it into dst (TP-gathered with
+ * Megatron's scatter/gather), then posts the next receive. */
+int exec_pipe_take(ExecPipe *pp, const ExecCtx *c, ExecMeter *M, int chunk, int mb, int backward,
+                   void *dst, PxError *err);
+/* Sends the output (forward) or input gradient (backward) of (chunk, mb) on. */
+int exec_pipe_give(ExecPipe *pp, const ExecCtx *c, ExecMeter *M, int chunk, int mb, int backward,
+                   const void *src, PxError *err);
+/* The last message has left (pp.send may be written again). */
+int exec_pipe_drain(ExecPipe *pp, const ExecCtx *c, PxError *err);
+void exec_pipe_free(ExecPipe *pp);
+
+/* ---- zero.c: data-parallel reduction and ZeRO ---- */
+
+typedef struct ExecZero {
+    float *bucket;           /* zero.grad_bucket (ZeRO 2/3) */
+    uint64_t bucket_elems;
+    void *gather[2];         /* zero.param_gather's two halves (ZeRO 3) */
+    uint64_t gather_elems;
+    int gather_next;         /* the half the next gather fills */
+    int *req, *reduced, *op; /* [blocks]: the pending reduction, started this step, its op */
+} ExecZero;
+
+int exec_zero_init(ExecZero *Z, int n_blocks, PxError *err);
+int exec_zero_bind(ExecZero *Z, const ExecCtx *c, const ModelTensor *t, void *p, PxError *err);
+/* A backward step begins: no block reduced yet. */
+void exec_zero_step_begin(ExecZero *Z, int n_blocks);
+/* ZeRO-3: gathers block b's parameters for (phase, occurrence) and points its views at them. */
+int exec_zero_gather(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, int b,
+                     ModelPhase phase, int occurrence, PxError *err);
+/* ZeRO-2/3: zeroes the bucket before block b's backward; reduce-scatters it after. */
+void exec_zero_bucket_clear(ExecZero *Z, const ExecCtx *c, const ExecParams *P, int b);
+int exec_zero_bucket_reduce(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, int b,
+                            PxError *err);
+/* Block b's gradients are complete for the step: its reduction starts (non-blocking). */
+int exec_zero_block_done(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, int b,
+                         PxError *err);
+/* The end of the backward: the tied embedding's copies summed, every reduction complete. */
+int exec_zero_finish(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, PxError *err);
+/* ZeRO-1/2 after the update: every rank's shard of the weights gathered. */
+int exec_zero_gather_updated(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M,
+                             PxError *err);
+void exec_zero_free(ExecZero *Z);
+
+/* ---- data.c: data sources, the loader thread, the batches ---- */
+
+typedef enum { EXEC_DATA_BUILTIN = 0, EXEC_DATA_TEXT, EXEC_DATA_TOKENS } ExecDataKind;
+
+typedef struct {
+    ExecDataKind kind;
+    char path[256];
+    int fd;
+    char *text;    /* the built-in text */
+    uint64_t ntok; /* tokens available */
+} ExecData;
+
+/* Opens and validates a data source (missing file, wrong magic or version, truncation, tokens
+ * beyond the vocabulary, fewer tokens than one step's global batch reads): PX_EINPUT naming the
+ * file and the problem. An empty path is the built-in text. */
+int exec_data_open(ExecData *d, const char *path, int vocab, int global_batch, int seq_len,
+                   PxError *err);
+/* count tokens from position start into dst. */
+int exec_data_read(const ExecData *d, int32_t *dst, uint64_t start, int count, PxError *err);
+void exec_data_close(ExecData *d);
+
+/* The batch of a step on this rank, read by a thread while the previous step computes, into
+ * host staging buffers (the backend's host_alloc: page-locked on CUDA) from which the main
+ * thread copies it to the device (data.batch) on the backend's copy stream; on the CPU the two
+ * buffers are data.batch's own halves and nothing is copied. Buffer b holds step
+ * `have[b]`; the main thread asks for a step by setting want[] (only for a buffer it is not
+ * copying from), the thread fills it. */
+typedef struct {
+    const ExecData *src;
+    int32_t *buf[2];  /* host staging (the CPU: data.batch): [2][m][b][s + 1] */
+    int rows, row_len;   /* m*b sequences of s + 1 tokens per step on this rank */
+    long long global_batch, first_seq; /* sequences per step; this rank's first of them */
+    int seq_len;
+    uint64_t key;        /* from the seed: which windows each sequence reads */
+    int threaded;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    long want[2], have[2];
+    int quit, rc;
+    PxError err;
+} ExecLoader;
+
+int exec_loader_start(ExecLoader *l, int threaded, PxError *err);
+/* Waits until buffer step % 2 holds `step` (loading it if nobody asked yet), then asks for
+ * step + 1 in the other buffer. */
+int exec_loader_get(ExecLoader *l, long step, const int32_t **batch, PxError *err);
+/* 1 with *batch when buffer step % 2 already holds `step` (the thread loaded it), without
+ * waiting and without asking for more; 0 otherwise. */
+int exec_loader_ready(ExecLoader *l, long step, const int32_t **batch);
+void exec_loader_stop(ExecLoader *l);
+/* First token of sequence g (0-based over the whole run) in the source. */
+uint64_t exec_loader_window(const ExecLoader *l, long long g);
+
+typedef struct ExecBatches {
+    ExecData data;
+    ExecLoader loader;
+    int loader_started;
+    int32_t *batch[2];     /* data.batch on the device, one per step in flight */
+    int32_t *stage_buf[2]; /* the loader's host staging (backend host_alloc) */
+    long staged;           /* the step whose batch was copied ahead (-1: none) */
+} ExecBatches;
+
+int exec_batches_bind(ExecBatches *B, const ModelTensor *t, void *p, PxError *err);
+/* Opens the source (the stage reads tokens) before anything is allocated: a bad file fails
+ * fast. */
+int exec_batches_open(ExecBatches *B, const ExecCtx *c, PxError *err);
+/* After binding: the staging buffers and the loader, reading synchronously (exec_run starts
+ * the thread). */
+int exec_batches_start(ExecBatches *B, const ExecCtx *c, PxError *err);
+/* (Re)starts the loader, with the thread or without. */
+int exec_batches_restart(ExecBatches *B, int threaded, PxError *err);
+void exec_batches_stop(ExecBatches *B);
+/* The step's batch on the device (data.batch[step % 2]): copied ahead during the previous step,
+ * or now. */
+int exec_batches_get(ExecBatches *B, const ExecCtx *c, int step, const int32_t **out,
+                     PxError *err);
+/* Copies step `next`'s batch to the device ahead of its step when the loader has it. */
+void exec_batches_stage_next(ExecBatches *B, const ExecCtx *c, int next);
+void exec_batches_free(ExecBatches *B, const ExecCtx *c);
+
+/* ---- schedule.c: the stage's passes in the schedule's order ---- */
+
+typedef struct {
+    ModelAction *actions;
+    int n;
+    int *mb_slot, *mb_xslot; /* [v][m] */
+    int bwd_done[EXEC_MAX_CHUNKS]; /* backwards of each chunk done this step */
+} ExecSched;
+
+int exec_sched_init(ExecSched *S, const ExecCtx *c, PxError *err);
+void exec_sched_free(ExecSched *S);
+
+/* ---- scale.c: fp16 loss scaling, as PyTorch's GradScaler: the loss is multiplied by `scale`
+ * before the backward; a step whose gradients hold an Inf or NaN is skipped and the scale
+ * halved; after `interval` clean steps in a row it is doubled. ---- */
+typedef struct {
+    double scale;    /* current loss scale (1: no scaling) */
+    int interval;    /* clean steps before the scale doubles */
+    int clean;       /* clean steps since the last change */
+    int enabled;     /* fp16: dynamic; otherwise scale stays 1 and nothing is skipped */
+    long skipped;    /* steps skipped so far */
+} ExecScaler;
+
+void exec_scaler_init(ExecScaler *s, int enabled, double initial, int interval);
+/* The step's verdict once every rank knows whether any gradient was not finite: 1 when the
+ * step must be skipped. Updates the scale either way. */
+int exec_scaler_update(ExecScaler *s, int found_inf);
+
+/* ---- optim.c: the update ---- */
+
+typedef struct {
+    ExecScaler scaler;
+    int opt_steps;     /* updates made (skipped steps do not count: AdamW's t) */
+    int stop_agreed;   /* every rank was asked to stop (SIGINT/SIGTERM on any) */
+    int diverged_at;   /* the step at which a non-finite loss or gradient stopped the run */
+    int collective;    /* the last error was every rank's */
+} ExecOptim;
+
+typedef struct {
+    double loss, lr, norm;
+    int skipped;
+} ExecUpdate;
+
+/* The step's end on every rank alike: one control reduction of (loss, squared gradient norm,
+ * stop flag), the loss scaler's verdict, clipping, AdamW or SGD on this rank's shard, ZeRO-1/2's
+ * gather of the updated weights. nan_loss: this rank's share of the loss is a NaN (tests);
+ * stop: this rank was asked to stop. */
+int exec_optim_step(ExecOptim *O, const ExecCtx *c, ExecParams *P, ExecZero *Z, ExecMeter *M,
+                    int step, double loss_sum, int nan_loss, int stop, ExecUpdate *u,
+                    PxError *err);
+/* This rank's share of the global gradient norm (every element once in the job). */
+double exec_optim_local_sumsq(const ExecCtx *c, const ExecParams *P, const ExecZero *Z);
+/* The reduced gradient of block offset lo of p's block (where a fault test writes an Inf). */
+float *exec_optim_grad_at(const ExecCtx *c, const ExecParams *P, const ExecParam *p, uint64_t lo);
+
+/* ---- faults.c: failures on purpose (docs/executor.md, "Failures") ---- */
+
+typedef struct {
+    int fail_step;           /* PARALLAX_TEST_FAIL: this rank fails at this step (-1: never) */
+    int hang_step;           /* PARALLAX_TEST_HANG: this rank stalls forever here (-1: never) */
+    uint64_t inf_steps;      /* PARALLAX_TEST_INF: bit k: an Inf lands in a gradient at step k */
+    uint64_t nan_loss_steps; /* PARALLAX_TEST_NAN_LOSS: bit k: rank 0's loss is a NaN at step k */
+    int kill_rank, kill_step; /* --fail-rank, --fail-step (1-based step; 0: none) */
+} ExecFaults;
+
+/* From the options and the environment; PX_EINPUT naming a malformed variable or option
+ * (and PX_ERUNTIME for PARALLAX_TEST_FAIL=RANK:init on that rank). */
+int exec_faults_init(ExecFaults *F, const ExecOptions *o, int rank, int world, PxError *err);
+/* At the start of step `step` (0-based): kills or stalls this rank, or fails it. */
+int exec_faults_step(const ExecFaults *F, int rank, int step, PxError *err);
+int exec_faults_inf(const ExecFaults *F, int rank, int step);
+int exec_faults_nan_loss(const ExecFaults *F, int rank, int step);
+
+/* ---- history.c: the run's record ---- */
+
+typedef struct {
+    double *loss, *time, *tps, *scale; /* [steps] */
+    int *skipped;
+    int done;       /* steps recorded */
+    int first_step; /* the steps before it were run by the run this one resumed */
+    int interrupted;
+    int collective; /* the run's last error was every rank's (interruption, checkpoint) */
+} ExecHistory;
+
+/* SIGINT / SIGTERM arrived (run.c's handler); the ranks agree on it at the end of each step
+ * (step.c) */
+extern volatile sig_atomic_t exec_stop_flag;
+
+int exec_history_init(ExecHistory *H, int steps, PxError *err);
+void exec_history_free(ExecHistory *H);
+/* A finished step's figures (nothing beyond `steps`). */
+void exec_history_record(ExecHistory *H, int steps, const ExecStepStats *st);
+/* The median step time over the timed steps (all but the first when there are several). */
+double exec_median_step_s(const Exec *ex);
+
+/* ---- trainer.c: the whole ---- */
+
+struct Exec {
+    ExecCtx c;
+    ModelPlan plan; /* a copy: its profile and prediction */
+    ModelPredicted pred;
+    ExecOptions opt;
+    char plan_path[256], output[256], metrics[256];
+    const char *comm_note; /* why this comm layer (the staged fallback), for the header */
+    char device_name[96];
+    CommLayer *own_comm;   /* the one-rank layer made here, or NULL */
+
+    ModelTensorTable tt;
+    ModelTensorTable twin; /* the same stage without ZeRO: every parameter's name and shape */
+    ModelOpGraph graph;
+
+    ExecArenas mem;
+    ExecParams params;
+    ExecActs acts;
+    ExecWork work;
+    ExecPipe pipe;
+    ExecZero zero;
+    ExecSched sched;
+    ExecOptim optim;
+    ExecMeter meter;
+    ExecFaults faults;
+    ExecBatches batches;
+    ExecHistory hist;
+    ExecPass pass;
+    Ckpt *ckpt;
+};
+
+/* schedule.c: the parts a pass runs with */
+ExecLayerRun exec_layer_run(Exec *ex);
+/* schedule.c: every micro-batch's forward (and backward) in the schedule's order */
+int exec_schedule_run(Exec *ex, int step, int backward, PxError *err);
+/* report.c: the predicted-against-measured summary (rank 0, after the run) */
+void exec_report_summary(Exec *ex, const cJSON *run);
+/* report.c: the header lines of a run */
+void exec_report_header(const Exec *ex);
+/* trainer.c: what a checkpoint holds of this rank */
+void exec_ckpt_state(const Exec *ex, CkptState *st);
+
+#endif

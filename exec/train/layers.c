@@ -1,0 +1,893 @@
+/* One chunk's forward and backward of one micro-batch through the kernels of kernels.h, op by
+ * op as the op graph lists them (model/ops.c, in this order), each timed under its op, with the
+ * tensor- and sequence-parallel communication of Megatron-LM and the pipeline's transfers.
+ *
+ * Tensor parallelism (Shoeybi et al. 2019): QKV and fc1 are column-parallel (this rank's heads,
+ * its slice of the MLP), the attention projection and fc2 row-parallel: their partial outputs
+ * are all-reduced (the g operator) before bias, dropout and the residual add, which then run
+ * alike on every TP rank; backward all-reduces the input gradients of QKV and fc1 (the f
+ * operator). The embedding and the output layer are vocabulary-parallel: partial embeddings are
+ * summed, the cross-entropy combines the ranks' row maxima, sums of exponentials and target
+ * logits with three all-reduces (kernels.h's xent_* steps between them).
+ *
+ * Sequence parallelism (Korthikanti et al. 2022): norms, dropout and residual adds work on this
+ * rank's R = b*s/t rows of the micro-batch's flat [b*s, h] activation. An all-gather restores
+ * the full sequence before QKV, fc1 and the output layer, a reduce-scatter replaces each
+ * all-reduce; backward all-gathers the output gradients of the row-parallel layers and
+ * re-gathers the saved, sharded inputs of QKV, fc1 and the output layer for their weight
+ * gradients. Dropout draws every token's mask from its sequence's stream at the token's place,
+ * so any sharding draws what one rank would.
+ *
+ * Buffers (docs/memory.md): a layer reads its input from its slot's ln1.in and writes the next
+ * layer's ln1.in (the chunk's last one final_ln.in, or a scratch that is sent on); row-parallel
+ * outputs pass through ws.out (the full sequence) before the reduction; backward keeps the
+ * residual-stream gradient in ws.dx_b (the norm backwards add into it, which is the residual
+ * branch), the matmul input gradients in ws.dhid, ws.dqkv, ws.dffn and ws.dact, and sequence
+ * parallelism's sharded temporaries in ws.dx_a; sp.gather holds whatever was gathered. */
+#include <math.h>
+#include <stdio.h>
+
+#include "exec/train/internal.h"
+
+#define TRY(x)                                                                                    \
+    do {                                                                                          \
+        int rc_ = (x);                                                                            \
+        if (rc_)                                                                                  \
+            return rc_;                                                                           \
+    } while (0)
+
+/* element i of an act-dtype tensor */
+#define AT(p, i) EXEC_AT(p, i, r->c->ab)
+
+/* ---- workspace ---- */
+
+int exec_work_bind(ExecWork *W, const ExecCtx *c, const ModelTensor *t, void *p, PxError *err)
+{
+    void **act = NULL;
+    float **f32 = NULL;
+    switch (t->role) {
+    case MODEL_TR_WS_OUT: act = &W->out; break;
+    case MODEL_TR_WS_DX_A: act = &W->dx_a; break;
+    case MODEL_TR_WS_DX_B: act = &W->dx_b; break;
+    case MODEL_TR_WS_DHID: act = &W->dhid; break;
+    case MODEL_TR_WS_DQKV: act = &W->dqkv; break;
+    case MODEL_TR_WS_DFFN: act = &W->dffn; break;
+    case MODEL_TR_WS_DACT: act = &W->dact; break;
+    case MODEL_TR_WS_DSCORES: act = &W->dscores; break;
+    case MODEL_TR_SP_GATHER: act = &W->sp_gather; break;
+    case MODEL_TR_WS_FLASH_D: f32 = &W->flash_d; break;
+    case MODEL_TR_WS_XENT: f32 = &W->xent; break;
+    default:
+        return px_fail(err, PX_ERUNTIME,
+                       "the trainer has no use for tensor %s (%s) of the tensor table: model/ and "
+                       "exec/ disagree",
+                       t->name, model_category_name(t->cat));
+    }
+    const PxDtype want = act ? c->act : PX_FP32;
+    if (t->dtype != want)
+        return px_fail(err, PX_ERUNTIME,
+                       "tensor %s of the tensor table is %s but the trainer keeps it in %s: "
+                       "model/ and exec/ disagree",
+                       t->name, px_dtype_name(t->dtype), px_dtype_name(want));
+    if (act)
+        *act = p;
+    else
+        *f32 = p;
+    return PX_OK;
+}
+
+/* ---- timing and counting ---- */
+
+static void begin(const ExecLayerRun *r, int op) { exec_meter_begin(r->M, r->c->k, op); }
+static void resume(const ExecLayerRun *r, int op) { exec_meter_resume(r->M, r->c->k, op); }
+static void end(const ExecLayerRun *r) { exec_meter_end(r->M, r->c->k); }
+
+static int layer_op(const ExecLayerRun *r, int l, ModelOpRole role, ModelPhase ph)
+{
+    return exec_meter_layer_op(r->M, l, role, ph);
+}
+
+static int other_op(const ExecLayerRun *r, ModelOpRole role, ModelPhase ph)
+{
+    return exec_meter_other_op(r->M, role, ph);
+}
+
+/* C[m,n] = op(A) op(B): 2*m*n*k FLOPs, whatever the operands hold. A and B hold act values; C
+ * is an act tensor (an activation or its gradient, overwritten) or an fp32 one: a weight
+ * gradient (accumulated) or the logits. */
+static void mm_act(const ExecLayerRun *r, void *c, const void *a, const void *b, int m, int n,
+                   int k, int ta, int tb)
+{
+    r->c->k->matmul(c, r->c->act, a, b, m, n, k, ta, tb, 1.0f, 0.0f);
+    exec_meter_flops(r->M, 2.0 * m * n * k);
+}
+
+static void mm_f32(const ExecLayerRun *r, float *c, const void *a, const void *b, int m, int n,
+                   int k, int ta, int tb, int accumulate)
+{
+    r->c->k->matmul(c, PX_FP32, a, b, m, n, k, ta, tb, 1.0f, accumulate ? 1.0f : 0.0f);
+    exec_meter_flops(r->M, 2.0 * m * n * k);
+}
+
+/* Attention counted as the op graph counts it (model_attention_*_flops: one rule for both). */
+static void attn_fwd(const ExecLayerRun *r, const KernAttnFwd *a)
+{
+    r->c->k->attention_fwd(a);
+    exec_meter_flops(r->M, model_attention_fwd_flops(&r->c->spec, (double)a->B * a->H, a->Tq,
+                                                     a->Tk, a->D));
+}
+
+static void attn_bwd(const ExecLayerRun *r, const KernAttnBwd *a)
+{
+    r->c->k->attention_bwd(a);
+    const double fwd = model_attention_fwd_flops(&r->c->spec, (double)a->B * a->H, a->Tq, a->Tk,
+                                                 a->D);
+    exec_meter_flops(r->M, model_attention_bwd_flops(fwd, a->probs == NULL, NULL));
+}
+
+/* ---- helpers ---- */
+
+static int sp_on(const ExecCtx *c) { return c->spec.layout.sp && c->d.t > 1; }
+
+static void norm_fwd(const ExecLayerRun *r, void *out, const void *inp, const void *w,
+                     const void *b, int N)
+{
+    const ModelConfig *c = &r->c->spec.model;
+    if (c->norm == MODEL_LAYERNORM)
+        r->c->k->layernorm_fwd(out, inp, w, b, N, c->hidden, (float)c->norm_eps);
+    else
+        r->c->k->rmsnorm_fwd(out, inp, w, N, c->hidden, (float)c->norm_eps);
+}
+
+/* dinp += the norm's input gradient; dw, db += */
+static void norm_bwd(const ExecLayerRun *r, void *dinp, float *dw, float *db, const void *dout,
+                     const void *inp, const void *w, int N)
+{
+    const ModelConfig *c = &r->c->spec.model;
+    if (c->norm == MODEL_LAYERNORM)
+        r->c->k->layernorm_bwd(dinp, dw, db, dout, inp, w, N, c->hidden, (float)c->norm_eps);
+    else
+        r->c->k->rmsnorm_bwd(dinp, dw, dout, inp, w, N, c->hidden, (float)c->norm_eps);
+}
+
+/* The dropout stream of one (step, sequence, layer, site): counter-based, so a recompute, any
+ * micro-batch size and any data-parallel split draw the same mask for the same sequence. */
+static uint64_t drop_seed(const ExecLayerRun *r, long long seq, int layer, int site)
+{
+    uint64_t z = px_mix64(r->c->spec.job.seed ^ 0x64726f70ull);
+    z = px_mix64(z ^ (uint64_t)r->pass->step);
+    z = px_mix64(z ^ (uint64_t)seq);
+    z = px_mix64(z ^ (uint64_t)(layer + 1));
+    return px_mix64(z ^ (uint64_t)site);
+}
+
+static long long seq_index(const ExecLayerRun *r, int mb, int q)
+{
+    return r->pass->seq_base + (long long)mb * r->c->d.b + q;
+}
+
+/* out = dropout(x) over this rank's region of the micro-batch (out may alias x): every token
+ * of sequence q at position t draws elements t*h ... of sequence q's stream, whichever rank
+ * holds it. */
+static void dropout_region(const ExecLayerRun *r, void *out, uint8_t *mask, const void *x, int mb,
+                           int layer, int site)
+{
+    const ExecCtx *c = r->c;
+    const int s = c->d.s, h = c->d.h, R = c->d.b * c->d.s_sp;
+    const long long first = sp_on(c) ? (long long)c->g.tp_rank * R : 0;
+    for (long long n = first; n < first + R;) {
+        const int q = (int)(n / s), t0 = (int)(n % s);
+        long long cnt = s - t0;
+        if (n + cnt > first + R)
+            cnt = first + R - n;
+        const size_t o = (size_t)(n - first) * (size_t)h;
+        c->k->dropout_fwd(AT(out, o), mask + o, AT(x, o), (size_t)cnt * h, c->dropout,
+                          exec_stream_at(drop_seed(r, seq_index(r, mb, q), layer, site),
+                                         (uint64_t)t0 * (uint64_t)h));
+        n += cnt;
+    }
+}
+
+/* ---- tensor-parallel collectives, each timed under its op ---- */
+
+/* The graph's op for the TP collective `kind` at (role, layer; -1 outside the layers). */
+static int tp_op(const ExecLayerRun *r, ModelOpRole role, int layer, int chunk, ModelPhase ph,
+                 ModelComm kind, PxError *err)
+{
+    int op = exec_meter_find(r->M, role, layer, chunk, ph, kind, 0);
+    if (op < 0) {
+        char at[48];
+        if (layer >= 0)
+            snprintf(at, sizeof at, "layer.%d.%s", layer, model_op_role_name(role));
+        else
+            snprintf(at, sizeof at, "%s", model_op_role_name(role));
+        px_fail(err, PX_ERUNTIME, "stage %d: the op graph has no %s.%s.%s: model/ and exec/ "
+                "disagree", r->c->g.stage, at, model_comm_name(kind), model_phase_name(ph));
+    }
+    return op;
+}
+
+/* in-place sum of n act elements over TP */
+static int tp_allreduce(const ExecLayerRun *r, ModelOpRole role, int layer, int chunk,
+                        ModelPhase ph, void *buf, size_t n, PxError *err)
+{
+    if (r->c->d.t < 2)
+        return PX_OK;
+    int op = tp_op(r, role, layer, chunk, ph, MODEL_TP_ALLREDUCE, err);
+    if (op < 0)
+        return PX_ERUNTIME;
+    begin(r, op);
+    int rc = comm_allreduce(r->c->comm, buf, n, r->c->act, COMM_SUM, MODEL_TP_ALLREDUCE, NULL, err);
+    end(r);
+    return rc;
+}
+
+/* out[t * n] = every rank's n */
+static int tp_all_gather(const ExecLayerRun *r, ModelOpRole role, int layer, int chunk,
+                         ModelPhase ph, void *out, const void *in, size_t n, PxError *err)
+{
+    int op = tp_op(r, role, layer, chunk, ph, MODEL_TP_ALL_GATHER, err);
+    if (op < 0)
+        return PX_ERUNTIME;
+    begin(r, op);
+    int rc = comm_all_gather(r->c->comm, out, in, n, r->c->act, MODEL_TP_ALL_GATHER, NULL, err);
+    end(r);
+    return rc;
+}
+
+/* out[n] = this rank's n of the sum of in[t * n] */
+static int tp_reduce_scatter(const ExecLayerRun *r, ModelOpRole role, int layer, int chunk,
+                             ModelPhase ph, void *out, const void *in, size_t n, PxError *err)
+{
+    int op = tp_op(r, role, layer, chunk, ph, MODEL_TP_REDUCE_SCATTER, err);
+    if (op < 0)
+        return PX_ERUNTIME;
+    begin(r, op);
+    int rc = comm_reduce_scatter(r->c->comm, out, in, n, r->c->act, MODEL_TP_REDUCE_SCATTER, NULL,
+                                 err);
+    end(r);
+    return rc;
+}
+
+static int gather_block(const ExecLayerRun *r, int b, ModelPhase ph, int occurrence, PxError *err)
+{
+    return exec_zero_gather(r->Z, r->c, r->P, r->M, b, ph, occurrence, err);
+}
+
+static void attention_core_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *out, int mb,
+                               int l)
+{
+    const ExecCtx *c = r->c;
+    const ModelDims *d = &c->d;
+    const int s = d->s, H = d->heads_loc, qkv = d->q_loc + 2 * d->kv_width_loc;
+    const size_t tile = (size_t)H * s * s;
+    for (int q = 0; q < d->b; q++) {
+        const void *base = AT(EXEC_LA(a, QKV_OUT), (size_t)q * s * qkv);
+        KernAttnFwd f = {
+            .B = 1, .Tq = s, .Tk = s, .H = H, .KV = d->kv_loc, .D = d->hd,
+            .scale = (float)(1.0 / sqrt((double)d->hd)),
+            .q = base, .k = AT(base, d->q_loc), .v = AT(base, d->q_loc + d->kv_width_loc),
+            .q_stride = qkv, .k_stride = qkv, .v_stride = qkv,
+            .out = AT(out, (size_t)q * s * d->q_loc),
+        };
+        if (c->spec.job.flash_attn) {
+            f.lse = (float *)EXEC_LA(a, ATTN_LSE) + (size_t)q * H * s;
+        } else {
+            f.probs = AT(EXEC_LA(a, SOFTMAX), q * tile);
+            if (c->attn_dropout) {
+                f.dropout = c->dropout;
+                /* the stream of the whole layer's heads: this rank's first head is global
+                 * head tp * H, whose entries start tp * H * s * s into it */
+                f.seed = exec_stream_at(drop_seed(r, seq_index(r, mb, q), l, EXEC_SITE_ATTN),
+                                        (uint64_t)c->g.tp_rank * tile);
+                f.mask = (uint8_t *)EXEC_LA(a, SOFTMAX_MASK) + q * tile;
+                f.probs_drop = AT(EXEC_LA(a, SOFTMAX_DROP), q * tile);
+            }
+        }
+        attn_fwd(r, &f);
+    }
+}
+
+/* ---- a transformer layer ---- */
+
+/* The epilogue of a row-parallel layer (attention projection, fc2): ws.out holds this rank's
+ * partial product over the full sequence; reduce it (all-reduce, or reduce-scatter into y's
+ * region), then bias, dropout and the residual: out = res + dropout(y + bias). */
+static int row_parallel_out(const ExecLayerRun *r, int chunk, int l, ModelOpRole role,
+                            ModelPhase ph, const void *bias, uint8_t *mask, int site,
+                            const void *res, void *out, int mb, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const int R = c->d.b * c->d.s_sp, h = c->d.h;
+    void *y = r->W->out;
+    end(r);
+    if (sp_on(c)) {
+        y = out; /* the reduce-scatter writes the region straight into the output */
+        TRY(tp_reduce_scatter(r, role, l, chunk, ph, y, r->W->out, (size_t)R * h, err));
+    } else {
+        TRY(tp_allreduce(r, role, l, chunk, ph, y, (size_t)R * h, err));
+    }
+    resume(r, layer_op(r, l, role, ph));
+    if (bias)
+        c->k->add_bias(y, bias, R, h);
+    if (c->dropout > 0)
+        dropout_region(r, y, mask, y, mb, l, site);
+    c->k->add(out, res, y, (size_t)R * h);
+    end(r);
+    return PX_OK;
+}
+
+/* Forward of layer l from its ln1.in; the output (input plus both residual branches, this
+ * rank's region) goes to out. phase MODEL_RECOMPUTE re-creates the tensors of a that the
+ * recompute mode did not save (out is then scratch). */
+static int layer_fwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerActs *a, void *out,
+                     ModelPhase phase, int mb, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const KernBackend *k = c->k;
+    const ModelDims *d = &c->d;
+    const ModelConfig *cfg = &c->spec.model;
+    const ExecLayerParams *w = &r->P->lw[l];
+    const int N = d->b * d->s_loc, R = d->b * d->s_sp, h = d->h, qkv = d->q_loc + 2 * d->kv_width_loc;
+    const int sp = sp_on(c);
+
+    begin(r, layer_op(r, l, MODEL_OPR_LN1, phase));
+    norm_fwd(r, EXEC_LA(a, QKV_IN), EXEC_LA(a, LN1_IN), EXEC_LP(w, LN1_W), EXEC_LP(w, LN1_B), R);
+    end(r);
+
+    const void *x = EXEC_LA(a, QKV_IN);
+    if (sp) {
+        TRY(tp_all_gather(r, MODEL_OPR_QKV, l, chunk, phase, r->W->sp_gather, EXEC_LA(a, QKV_IN),
+                          (size_t)R * h, err));
+        x = r->W->sp_gather;
+    }
+    begin(r, layer_op(r, l, MODEL_OPR_QKV, phase));
+    mm_act(r, EXEC_LA(a, QKV_OUT), x, EXEC_LP(w, QKV_W), N, qkv, h, 0, 1);
+    if (EXEC_LP(w, QKV_B))
+        k->add_bias(EXEC_LA(a, QKV_OUT), EXEC_LP(w, QKV_B), N, qkv);
+    if (cfg->position == MODEL_POS_ROPE)
+        k->rope_fwd(EXEC_LA(a, QKV_OUT), d->b, d->s, d->heads_loc, d->kv_loc, d->hd, 0,
+                    (float)cfg->rope_theta);
+    end(r);
+
+    begin(r, layer_op(r, l, MODEL_OPR_CORE, phase));
+    attention_core_fwd(r, a, EXEC_LA(a, PROJ_IN), mb, l);
+    end(r);
+
+    begin(r, layer_op(r, l, MODEL_OPR_PROJ, phase));
+    mm_act(r, r->W->out, EXEC_LA(a, PROJ_IN), EXEC_LP(w, PROJ_W), N, h, d->q_loc, 0, 1);
+    TRY(row_parallel_out(r, chunk, l, MODEL_OPR_PROJ, phase, EXEC_LP(w, PROJ_B),
+                         EXEC_LA(a, ATTN_DROP_MASK), EXEC_SITE_ATTN_OUT, EXEC_LA(a, LN1_IN),
+                         EXEC_LA(a, LN2_IN), mb, err));
+
+    begin(r, layer_op(r, l, MODEL_OPR_LN2, phase));
+    norm_fwd(r, EXEC_LA(a, FC1_IN), EXEC_LA(a, LN2_IN), EXEC_LP(w, LN2_W), EXEC_LP(w, LN2_B), R);
+    end(r);
+
+    x = EXEC_LA(a, FC1_IN);
+    if (sp) {
+        TRY(tp_all_gather(r, MODEL_OPR_FC1, l, chunk, phase, r->W->sp_gather, EXEC_LA(a, FC1_IN),
+                          (size_t)R * h, err));
+        x = r->W->sp_gather;
+    }
+    begin(r, layer_op(r, l, MODEL_OPR_FC1, phase));
+    mm_act(r, EXEC_LA(a, ACT_IN), x, EXEC_LP(w, FC1_W), N, d->ffn_out_loc, h, 0, 1);
+    if (EXEC_LP(w, FC1_B))
+        k->add_bias(EXEC_LA(a, ACT_IN), EXEC_LP(w, FC1_B), N, d->ffn_out_loc);
+    end(r);
+
+    begin(r, layer_op(r, l, MODEL_OPR_ACT, phase));
+    if (cfg->mlp == MODEL_SWIGLU)
+        k->swiglu_fwd(EXEC_LA(a, FC2_IN), EXEC_LA(a, ACT_IN), N, d->ffn_loc);
+    else
+        k->gelu_fwd(EXEC_LA(a, FC2_IN), EXEC_LA(a, ACT_IN), (size_t)N * d->ffn_loc);
+    end(r);
+
+    begin(r, layer_op(r, l, MODEL_OPR_FC2, phase));
+    mm_act(r, r->W->out, EXEC_LA(a, FC2_IN), EXEC_LP(w, FC2_W), N, h, d->ffn_loc, 0, 1);
+    return row_parallel_out(r, chunk, l, MODEL_OPR_FC2, phase, EXEC_LP(w, FC2_B),
+                            EXEC_LA(a, MLP_DROP_MASK), EXEC_SITE_MLP_OUT, EXEC_LA(a, LN2_IN), out,
+                            mb, err);
+}
+
+/* The output gradient of a row-parallel layer over the full sequence: dropout's backward on
+ * this rank's region of dres, then (SP) the all-gather of the regions. */
+static int row_parallel_dy(const ExecLayerRun *r, int chunk, int l, ModelOpRole role,
+                           const void *dres, const uint8_t *mask, const void **dy, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const int R = c->d.b * c->d.s_sp, h = c->d.h;
+    const void *y = dres;
+    if (c->dropout > 0) {
+        void *tmp = sp_on(c) ? r->W->dx_a : r->W->out;
+        c->k->dropout_bwd(tmp, dres, mask, (size_t)R * h, c->dropout);
+        y = tmp;
+    }
+    if (sp_on(c)) {
+        end(r);
+        TRY(tp_all_gather(r, role, l, chunk, MODEL_BWD, r->W->sp_gather, y, (size_t)R * h, err));
+        resume(r, layer_op(r, l, role, MODEL_BWD));
+        y = r->W->sp_gather;
+    }
+    *dy = y;
+    return PX_OK;
+}
+
+/* The input gradient of a column-parallel layer (QKV, fc1) in ws.dhid is partial: all-reduce
+ * it (the f operator), or reduce-scatter it into ws.dx_a's region. *dn gets where it is. */
+static int column_parallel_dx(const ExecLayerRun *r, int chunk, int l, ModelOpRole role,
+                              const void **dn, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const int R = c->d.b * c->d.s_sp, h = c->d.h;
+    if (sp_on(c)) {
+        TRY(tp_reduce_scatter(r, role, l, chunk, MODEL_BWD, r->W->dx_a, r->W->dhid, (size_t)R * h,
+                              err));
+        *dn = r->W->dx_a;
+        return PX_OK;
+    }
+    TRY(tp_allreduce(r, role, l, chunk, MODEL_BWD, r->W->dhid, (size_t)R * h, err));
+    *dn = r->W->dhid;
+    return PX_OK;
+}
+
+/* The attention core's backward, sequence by sequence (the fused path's or the unfused one's
+ * saved tensors). */
+static void attention_core_bwd(const ExecLayerRun *r, const ExecLayerActs *a)
+{
+    const ExecCtx *c = r->c;
+    const ModelDims *d = &c->d;
+    const int s = d->s, H = d->heads_loc, qkv = d->q_loc + 2 * d->kv_width_loc;
+    const size_t tile = (size_t)H * s * s;
+    for (int q = 0; q < d->b; q++) {
+        const void *qb = AT(EXEC_LA(a, QKV_OUT), (size_t)q * s * qkv);
+        void *dbase = AT(r->W->dqkv, (size_t)q * s * qkv);
+        KernAttnBwd b = {
+            .B = 1, .Tq = s, .Tk = s, .H = H, .KV = d->kv_loc, .D = d->hd,
+            .scale = (float)(1.0 / sqrt((double)d->hd)),
+            .q = qb, .k = AT(qb, d->q_loc), .v = AT(qb, d->q_loc + d->kv_width_loc),
+            .q_stride = qkv, .k_stride = qkv, .v_stride = qkv,
+            .dout = AT(r->W->dhid, (size_t)q * s * d->q_loc),
+            .dq = dbase, .dk = AT(dbase, d->q_loc), .dv = AT(dbase, d->q_loc + d->kv_width_loc),
+            .dq_stride = qkv, .dk_stride = qkv, .dv_stride = qkv,
+        };
+        if (c->spec.job.flash_attn) {
+            b.out = AT(EXEC_LA(a, PROJ_IN), (size_t)q * s * d->q_loc);
+            b.lse = (const float *)EXEC_LA(a, ATTN_LSE) + (size_t)q * H * s;
+            b.drow = r->W->flash_d + (size_t)q * H * s;
+        } else {
+            b.probs = AT(EXEC_LA(a, SOFTMAX), q * tile);
+            b.dscores = AT(r->W->dscores, q * tile);
+            if (c->attn_dropout) {
+                b.dropout = c->dropout;
+                b.mask = (const uint8_t *)EXEC_LA(a, SOFTMAX_MASK) + q * tile;
+                b.probs_drop = AT(EXEC_LA(a, SOFTMAX_DROP), q * tile);
+            }
+        }
+        attn_bwd(r, &b);
+    }
+}
+
+/* The MLP's backward: fc2 (dropout, bias, dgrad into the activation's output gradient,
+ * wgrad), the activation, fc1, and the f operator on its input gradient (*dn). */
+static int mlp_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerActs *a,
+                   const void *dres, const void **dn, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const KernBackend *k = c->k;
+    const ModelDims *d = &c->d;
+    const ExecLayerParams *w = &r->P->lw[l];
+    const ExecLayerGrads *g = &r->P->lg[l];
+    const int N = d->b * d->s_loc, R = d->b * d->s_sp, h = d->h;
+    const int F = d->ffn_loc, FO = d->ffn_out_loc;
+
+    begin(r, layer_op(r, l, MODEL_OPR_FC2, MODEL_BWD));
+    const void *dy;
+    TRY(row_parallel_dy(r, chunk, l, MODEL_OPR_FC2, dres, EXEC_LA(a, MLP_DROP_MASK), &dy, err));
+    if (EXEC_LP(g, FC2_B))
+        k->bias_grad(EXEC_LP(g, FC2_B), dy, N, h);
+    void *dact = c->spec.model.mlp == MODEL_SWIGLU ? r->W->dact : r->W->dffn;
+    mm_act(r, dact, dy, EXEC_LP(w, FC2_W), N, F, h, 0, 0);
+    mm_f32(r, EXEC_LP(g, FC2_W), dy, EXEC_LA(a, FC2_IN), h, F, N, 1, 0, 1);
+    end(r);
+
+    begin(r, layer_op(r, l, MODEL_OPR_ACT, MODEL_BWD));
+    if (c->spec.model.mlp == MODEL_SWIGLU)
+        k->swiglu_bwd(r->W->dffn, EXEC_LA(a, ACT_IN), r->W->dact, N, F);
+    else
+        k->gelu_bwd(r->W->dffn, EXEC_LA(a, ACT_IN), r->W->dffn, (size_t)N * F);
+    end(r);
+
+    const void *x = EXEC_LA(a, FC1_IN);
+    if (sp_on(c)) {
+        TRY(tp_all_gather(r, MODEL_OPR_FC1, l, chunk, MODEL_BWD, r->W->sp_gather,
+                          EXEC_LA(a, FC1_IN), (size_t)R * h, err));
+        x = r->W->sp_gather;
+    }
+    begin(r, layer_op(r, l, MODEL_OPR_FC1, MODEL_BWD));
+    if (EXEC_LP(g, FC1_B))
+        k->bias_grad(EXEC_LP(g, FC1_B), r->W->dffn, N, FO);
+    mm_act(r, r->W->dhid, r->W->dffn, EXEC_LP(w, FC1_W), N, h, FO, 0, 0);
+    mm_f32(r, EXEC_LP(g, FC1_W), r->W->dffn, x, FO, h, N, 1, 0, 1);
+    end(r);
+    return column_parallel_dx(r, chunk, l, MODEL_OPR_FC1, dn, err);
+}
+
+/* Backward of layer l: dres holds the gradient of the layer's output (this rank's region) and
+ * leaves with the gradient of its input. */
+static int layer_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerActs *a, void *dres,
+                     int mb, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const KernBackend *k = c->k;
+    const ModelDims *d = &c->d;
+    const ExecLayerParams *w = &r->P->lw[l];
+    const ExecLayerGrads *g = &r->P->lg[l];
+    const int N = d->b * d->s_loc, R = d->b * d->s_sp, h = d->h, qkv = d->q_loc + 2 * d->kv_width_loc;
+    const int sp = sp_on(c);
+
+    /* the recomputed layer's output is scratch: ws.out, or with SP (where ws.out feeds the
+     * reduce-scatter) ws.dx_a, free until this layer's backward uses it */
+    if (c->spec.layout.recompute == MODEL_RECOMPUTE_FULL)
+        TRY(layer_fwd(r, chunk, l, a, sp ? r->W->dx_a : r->W->out, MODEL_RECOMPUTE, mb, err));
+
+    const void *dn;
+    TRY(mlp_bwd(r, chunk, l, a, dres, &dn, err));
+
+    begin(r, layer_op(r, l, MODEL_OPR_LN2, MODEL_BWD));
+    norm_bwd(r, dres, EXEC_LP(g, LN2_W), EXEC_LP(g, LN2_B), dn, EXEC_LA(a, LN2_IN),
+             EXEC_LP(w, LN2_W), R);
+    end(r);
+
+    begin(r, layer_op(r, l, MODEL_OPR_PROJ, MODEL_BWD));
+    const void *dy;
+    TRY(row_parallel_dy(r, chunk, l, MODEL_OPR_PROJ, dres, EXEC_LA(a, ATTN_DROP_MASK), &dy, err));
+    if (EXEC_LP(g, PROJ_B))
+        k->bias_grad(EXEC_LP(g, PROJ_B), dy, N, h);
+    mm_act(r, r->W->dhid, dy, EXEC_LP(w, PROJ_W), N, d->q_loc, h, 0, 0);
+    mm_f32(r, EXEC_LP(g, PROJ_W), dy, EXEC_LA(a, PROJ_IN), h, d->q_loc, N, 1, 0, 1);
+    end(r);
+
+    /* Selective recompute re-creates the softmax (and its dropout) just before the core's
+     * backward; the output it recomputes is not needed and lands in ws.dqkv, which the
+     * backward then overwrites. */
+    if (c->spec.layout.recompute == MODEL_RECOMPUTE_SELECTIVE && !c->spec.job.flash_attn) {
+        begin(r, layer_op(r, l, MODEL_OPR_CORE, MODEL_RECOMPUTE));
+        attention_core_fwd(r, a, r->W->dqkv, mb, l);
+        end(r);
+    }
+
+    begin(r, layer_op(r, l, MODEL_OPR_CORE, MODEL_BWD));
+    attention_core_bwd(r, a);
+    end(r);
+
+    const void *x = EXEC_LA(a, QKV_IN);
+    if (sp) {
+        TRY(tp_all_gather(r, MODEL_OPR_QKV, l, chunk, MODEL_BWD, r->W->sp_gather,
+                          EXEC_LA(a, QKV_IN), (size_t)R * h, err));
+        x = r->W->sp_gather;
+    }
+    begin(r, layer_op(r, l, MODEL_OPR_QKV, MODEL_BWD));
+    if (c->spec.model.position == MODEL_POS_ROPE)
+        k->rope_bwd(r->W->dqkv, d->b, d->s, d->heads_loc, d->kv_loc, d->hd, 0,
+                    (float)c->spec.model.rope_theta);
+    if (EXEC_LP(g, QKV_B))
+        k->bias_grad(EXEC_LP(g, QKV_B), r->W->dqkv, N, qkv);
+    mm_act(r, r->W->dhid, r->W->dqkv, EXEC_LP(w, QKV_W), N, h, qkv, 0, 0);
+    mm_f32(r, EXEC_LP(g, QKV_W), r->W->dqkv, x, qkv, h, N, 1, 0, 1);
+    end(r);
+    TRY(column_parallel_dx(r, chunk, l, MODEL_OPR_QKV, &dn, err));
+
+    begin(r, layer_op(r, l, MODEL_OPR_LN1, MODEL_BWD));
+    norm_bwd(r, dres, EXEC_LP(g, LN1_W), EXEC_LP(g, LN1_B), dn, EXEC_LA(a, LN1_IN),
+             EXEC_LP(w, LN1_W), R);
+    end(r);
+    return PX_OK;
+}
+
+/* ---- the embedding and the output layer ---- */
+
+static int embed_fwd(const ExecLayerRun *r, int chunk, int mb, ExecHeadActs *x, void *x0,
+                     const int32_t *tok, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const KernBackend *k = c->k;
+    const ModelDims *d = &c->d;
+    const ExecParams *P = r->P;
+    const int b = d->b, s = d->s, h = d->h, row = s + 1, V = d->vocab_loc, R = b * d->s_sp;
+    const size_t sh = (size_t)s * h;
+    const int sp = sp_on(c);
+    TRY(gather_block(r, P->embed_block, MODEL_FWD, 0, err));
+    /* vocabulary-parallel: this rank's rows give a partial embedding, summed over TP; the
+     * positions are added on one rank only */
+    const void *wpe = c->g.tp_rank == 0 ? P->wpe : NULL;
+    void *emb = sp || c->dropout > 0 ? r->W->out : x0;
+    const int op = other_op(r, MODEL_OPR_EMBED, MODEL_FWD);
+    begin(r, op);
+    for (int q = 0; q < b; q++)
+        k->embedding_fwd(AT(emb, q * sh), tok + (size_t)q * row, P->wte, wpe, s, s, 0, h,
+                         c->g.tp_rank * V, V);
+    end(r);
+    if (sp) {
+        TRY(tp_reduce_scatter(r, MODEL_OPR_EMBED, -1, chunk, MODEL_FWD, x0, emb, (size_t)R * h, err));
+        emb = x0;
+    } else {
+        TRY(tp_allreduce(r, MODEL_OPR_EMBED, -1, chunk, MODEL_FWD, emb, (size_t)R * h, err));
+    }
+    if (c->dropout > 0) {
+        resume(r, op);
+        dropout_region(r, x0, EXEC_HA(x, EMBED_DROP_MASK), emb, mb, -1, EXEC_SITE_EMBED);
+        end(r);
+    }
+    return PX_OK;
+}
+
+/* The vocabulary-parallel cross-entropy of one micro-batch over the fp32 logits in loss.probs:
+ * the kernels' steps with the ranks' shards combined between them (max, sum of exponentials,
+ * target logit); this rank's share of the summed token losses goes into the pass. */
+static int cross_entropy(const ExecLayerRun *r, int chunk, ExecHeadActs *x, const int32_t *tok,
+                         PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const KernBackend *k = c->k;
+    const ModelDims *d = &c->d;
+    const int b = d->b, s = d->s, row = s + 1, V = d->vocab_loc, N = b * d->s_loc;
+    const int v0 = c->g.tp_rank * V;
+    float *probs = EXEC_HA(x, LOSS_PROBS);
+    const int op_loss = other_op(r, MODEL_OPR_LOSS, MODEL_FWD);
+    int op_ar = -1;
+    if (d->t > 1 &&
+        (op_ar = tp_op(r, MODEL_OPR_LOSS, -1, chunk, MODEL_FWD, MODEL_TP_ALLREDUCE, err)) < 0)
+        return PX_ERUNTIME;
+    float *rowmax = r->W->xent, *rowsum = rowmax + N, *target = rowsum + N, *loss = target + N;
+    begin(r, op_loss);
+    for (int q = 0; q < b; q++)
+        k->xent_rowmax(rowmax + (size_t)q * s, probs + (size_t)q * s * V, s, V);
+    end(r);
+    if (op_ar >= 0) {
+        begin(r, op_ar);
+        int rc = comm_allreduce(c->comm, rowmax, (size_t)N, PX_FP32, COMM_MAX, MODEL_TP_ALLREDUCE,
+                                NULL, err);
+        end(r);
+        TRY(rc);
+    }
+    resume(r, op_loss);
+    for (int q = 0; q < b; q++) {
+        const size_t o = (size_t)q * s;
+        k->xent_expsum(rowsum + o, target + o, probs + o * V, rowmax + o, tok + (size_t)q * row + 1,
+                       s, V, v0);
+    }
+    end(r);
+    /* the op's calls are the communication calls, as the graph counts them (3 per pass) */
+    for (int i = 0; i < 2 && op_ar >= 0; i++) {
+        begin(r, op_ar);
+        int rc = comm_allreduce(c->comm, i == 0 ? rowsum : target, (size_t)N, PX_FP32, COMM_SUM,
+                                MODEL_TP_ALLREDUCE, NULL, err);
+        end(r);
+        TRY(rc);
+    }
+    resume(r, op_loss);
+    for (int q = 0; q < b; q++) {
+        const size_t o = (size_t)q * s;
+        k->xent_finish(loss + o, probs + o * V, rowsum + o, rowmax + o, target + o, s, V);
+    }
+    /* every TP rank has the same losses: one of them reports them */
+    if (c->g.tp_rank == 0 && c->g.cp_rank == 0) {
+        k->to_host(r->W->host_loss, loss, (size_t)N * sizeof *loss);
+        double sum = 0.0;
+        for (int n = 0; n < N; n++)
+            sum += r->W->host_loss[n];
+        r->pass->loss_sum += sum;
+    }
+    end(r);
+    return PX_OK;
+}
+
+/* The output layer and the cross-entropy of one micro-batch. */
+static int head_fwd(const ExecLayerRun *r, int chunk, ExecHeadActs *x, const int32_t *tok,
+                    PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const KernBackend *k = c->k;
+    const ModelDims *d = &c->d;
+    const ExecParams *P = r->P;
+    const int h = d->h, V = d->vocab_loc;
+    const int N = d->b * d->s_loc, R = d->b * d->s_sp, vocab = c->spec.model.vocab;
+    const int v0 = c->g.tp_rank * V;
+    TRY(gather_block(r, P->final_block, MODEL_FWD, 0, err));
+    begin(r, other_op(r, MODEL_OPR_FINAL_LN, MODEL_FWD));
+    norm_fwd(r, EXEC_HA(x, LOGITS_IN), EXEC_HA(x, FINAL_LN_IN), P->lnf_w, P->lnf_b, R);
+    end(r);
+    const void *in = EXEC_HA(x, LOGITS_IN);
+    if (sp_on(c)) {
+        TRY(tp_all_gather(r, MODEL_OPR_LOGITS, -1, chunk, MODEL_FWD, r->W->sp_gather,
+                          EXEC_HA(x, LOGITS_IN), (size_t)R * h, err));
+        in = r->W->sp_gather;
+    }
+    if (c->g.tied_here)
+        TRY(gather_block(r, P->embed_block, MODEL_FWD, 1, err));
+
+    /* fp32 logits straight into the saved probabilities; columns of the vocabulary padding
+     * get -inf, so they take no probability and the loss does not depend on the padding */
+    float *probs = EXEC_HA(x, LOSS_PROBS);
+    begin(r, other_op(r, MODEL_OPR_LOGITS, MODEL_FWD));
+    mm_f32(r, probs, in, P->out_w, N, V, h, 0, 1, 0);
+    if (vocab < v0 + V)
+        k->fill_cols_f32(probs, N, V, vocab > v0 ? vocab - v0 : 0, V, -INFINITY);
+    end(r);
+    return cross_entropy(r, chunk, x, tok, err);
+}
+
+/* The gradient of the logits, computed in fp32 over the probabilities, in the act dtype for the
+ * output layer's GEMMs (cuBLAS takes both operands in one dtype), narrowed in place so that it
+ * stays within loss.probs as the tensor table sizes it: element i moves from byte 4i to byte
+ * ab*i. A cast of elements [lo, 2lo) writes bytes [2lo, 4lo) (bf16), which hold elements below
+ * lo that earlier casts have read, and never its own input (bytes [4lo, 8lo)): so elements 0,
+ * [1, 2), [2, 4), [4, 8) ... are each one ordinary cast, 1 + log2(n) calls in stream order. */
+static const void *dlogits_act(const ExecLayerRun *r, float *probs, size_t n)
+{
+    if (r->c->act == PX_FP32 || n == 0)
+        return probs;
+    r->c->k->cast_to_act(probs, probs, 1); /* one element: read, then written, by one thread */
+    for (size_t lo = 1; lo < n; lo *= 2)
+        r->c->k->cast_to_act(AT(probs, lo), probs + lo, (2 * lo < n ? 2 * lo : n) - lo);
+    return probs;
+}
+
+/* The output layer's weight gradient: dW += dlogits^T x (SP: x re-gathered). The logits'
+ * gradient is already in the act dtype (dlogits_act). */
+static int logits_wgrad(const ExecLayerRun *r, int chunk, const ExecHeadActs *x, PxError *err)
+{
+    const ModelDims *d = &r->c->d;
+    const int N = d->b * d->s_loc, R = d->b * d->s_sp, V = d->vocab_loc, h = d->h;
+    const void *in = EXEC_HA(x, LOGITS_IN);
+    if (sp_on(r->c)) {
+        TRY(tp_all_gather(r, MODEL_OPR_LOGITS, -1, chunk, MODEL_BWD, r->W->sp_gather,
+                          EXEC_HA(x, LOGITS_IN), (size_t)R * h, err));
+        in = r->W->sp_gather;
+    }
+    resume(r, other_op(r, MODEL_OPR_LOGITS, MODEL_BWD));
+    mm_f32(r, r->P->g_out_w, EXEC_HA(x, LOSS_PROBS), in, V, h, N, 1, 0, 1);
+    end(r);
+    return PX_OK;
+}
+
+static int head_bwd(const ExecLayerRun *r, int chunk, const ExecHeadActs *x, const int32_t *tok,
+                    void *dres, int last_mb, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const KernBackend *k = c->k;
+    const ModelDims *d = &c->d;
+    ExecParams *P = r->P;
+    const int b = d->b, s = d->s, h = d->h, row = s + 1, V = d->vocab_loc;
+    const int N = b * d->s_loc, R = b * d->s_sp;
+    /* the loss is the mean over every token of the global batch, times the fp16 loss scale */
+    const float dloss = (float)(r->pass->loss_scale / ((double)c->spec.job.global_batch * s));
+    float *probs = EXEC_HA(x, LOSS_PROBS);
+    exec_zero_bucket_clear(r->Z, c, P, P->final_block);
+    TRY(gather_block(r, P->final_block, MODEL_BWD, 0, err));
+    if (c->g.tied_here)
+        TRY(gather_block(r, P->embed_block, MODEL_BWD, 0, err));
+
+    begin(r, other_op(r, MODEL_OPR_LOSS, MODEL_BWD));
+    for (int q = 0; q < b; q++)
+        k->xent_bwd(probs + (size_t)q * s * V, tok + (size_t)q * row + 1, s, V, c->g.tp_rank * V,
+                    dloss);
+    const void *dlogits = dlogits_act(r, probs, (size_t)N * V);
+    end(r);
+
+    /* input gradient now; the weight gradient too, unless the embedding's block must be in
+     * the ZeRO bucket to receive it (then just before the embedding's backward) */
+    void *dx = sp_on(c) ? r->W->out : r->W->dx_a;
+    begin(r, other_op(r, MODEL_OPR_LOGITS, MODEL_BWD));
+    mm_act(r, dx, dlogits, P->out_w, N, h, V, 0, 0);
+    end(r);
+    if (!c->g.defer_logits_wgrad)
+        TRY(logits_wgrad(r, chunk, x, err));
+    if (sp_on(c))
+        TRY(tp_reduce_scatter(r, MODEL_OPR_LOGITS, -1, chunk, MODEL_BWD, r->W->dx_a, dx,
+                              (size_t)R * h, err));
+    else
+        TRY(tp_allreduce(r, MODEL_OPR_LOGITS, -1, chunk, MODEL_BWD, r->W->dx_a, (size_t)R * h,
+                         err));
+
+    begin(r, other_op(r, MODEL_OPR_FINAL_LN, MODEL_BWD));
+    k->memset0(dres, (size_t)R * h * c->ab);
+    norm_bwd(r, dres, P->g_lnf_w, P->g_lnf_b, r->W->dx_a, EXEC_HA(x, FINAL_LN_IN), P->lnf_w, R);
+    end(r);
+    TRY(exec_zero_bucket_reduce(r->Z, c, P, r->M, P->final_block, err));
+    if (last_mb)
+        TRY(exec_zero_block_done(r->Z, c, P, r->M, P->final_block, err));
+    return PX_OK;
+}
+
+static int embed_bwd(const ExecLayerRun *r, int chunk, const ExecHeadActs *x, const int32_t *tok,
+                     const void *dres, int last_mb, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const KernBackend *k = c->k;
+    const ModelDims *d = &c->d;
+    ExecParams *P = r->P;
+    const int b = d->b, s = d->s, h = d->h, row = s + 1, V = d->vocab_loc, R = b * d->s_sp;
+    const size_t sh = (size_t)s * h;
+    exec_zero_bucket_clear(r->Z, c, P, P->embed_block);
+    if (c->g.defer_logits_wgrad)
+        TRY(logits_wgrad(r, chunk, x, err));
+    const int op = other_op(r, MODEL_OPR_EMBED, MODEL_BWD);
+    begin(r, op);
+    const void *dy = dres;
+    if (c->dropout > 0) {
+        void *tmp = sp_on(c) ? r->W->dx_a : r->W->out;
+        k->dropout_bwd(tmp, dres, EXEC_HA(x, EMBED_DROP_MASK), (size_t)R * h, c->dropout);
+        dy = tmp;
+    }
+    end(r);
+    if (sp_on(c)) {
+        TRY(tp_all_gather(r, MODEL_OPR_EMBED, -1, chunk, MODEL_BWD, r->W->sp_gather, dy,
+                          (size_t)R * h, err));
+        dy = r->W->sp_gather;
+    }
+    TRY(gather_block(r, P->embed_block, MODEL_BWD, c->g.tied_here ? 1 : 0, err));
+    resume(r, op);
+    for (int q = 0; q < b; q++)
+        k->embedding_bwd(P->g_wte, P->g_wpe, AT(dy, q * sh), tok + (size_t)q * row, s, s, 0, h,
+                         c->g.tp_rank * V, V);
+    end(r);
+    TRY(exec_zero_bucket_reduce(r->Z, c, P, r->M, P->embed_block, err));
+    if (last_mb)
+        TRY(exec_zero_block_done(r->Z, c, P, r->M, P->embed_block, err));
+    return PX_OK;
+}
+
+/* ---- a chunk's passes of one micro-batch ---- */
+
+int exec_layers_forward(const ExecLayerRun *r, int j, int mb, ExecLayerActs *A, ExecHeadActs *x,
+                        const int32_t *tok, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const int g = c->g.chunk_g[j], cl = c->g.cl, l0 = c->g.chunk_l0[j], last = g == c->d.chunks - 1;
+    if (g == 0) {
+        TRY(embed_fwd(r, j, mb, x, EXEC_LA(&A[0], LN1_IN), tok, err));
+    } else {
+        TRY(exec_pipe_take(r->pipe, c, r->M, j, mb, 0, EXEC_LA(&A[0], LN1_IN), err));
+        exec_meter_pass_input(r->M);
+    }
+    /* the chunk's output: the output layer's input, or a scratch that is sent on (with SP
+     * ws.out feeds the last reduce-scatter, so ws.dx_a holds the region) */
+    void *send = sp_on(c) ? r->W->dx_a : r->W->out;
+    for (int li = 0; li < cl; li++) {
+        const int l = l0 + li;
+        void *out = li + 1 < cl ? EXEC_LA(&A[li + 1], LN1_IN) : last ? EXEC_HA(x, FINAL_LN_IN) : send;
+        TRY(gather_block(r, r->P->layer_block[l], MODEL_FWD, 0, err));
+        TRY(layer_fwd(r, j, l, &A[li], out, MODEL_FWD, mb, err));
+    }
+    if (last)
+        return head_fwd(r, j, x, tok, err);
+    return exec_pipe_give(r->pipe, c, r->M, j, mb, 0, send, err);
+}
+
+int exec_layers_backward(const ExecLayerRun *r, int j, int mb, ExecLayerActs *A,
+                         const ExecHeadActs *x, const int32_t *tok, int last_mb, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const int g = c->g.chunk_g[j], cl = c->g.cl, l0 = c->g.chunk_l0[j];
+    void *dres = r->W->dx_b;
+    if (g == c->d.chunks - 1) {
+        TRY(head_bwd(r, j, x, tok, dres, last_mb, err));
+    } else {
+        TRY(exec_pipe_take(r->pipe, c, r->M, j, mb, 1, dres, err));
+        exec_meter_pass_input(r->M);
+    }
+    for (int li = cl - 1; li >= 0; li--) {
+        const int l = l0 + li, blk = r->P->layer_block[l];
+        exec_zero_bucket_clear(r->Z, c, r->P, blk);
+        TRY(gather_block(r, blk, MODEL_BWD, 0, err));
+        TRY(layer_bwd(r, j, l, &A[li], dres, mb, err));
+        TRY(exec_zero_bucket_reduce(r->Z, c, r->P, r->M, blk, err));
+        if (last_mb)
+            TRY(exec_zero_block_done(r->Z, c, r->P, r->M, blk, err));
+    }
+    if (g == 0)
+        return embed_bwd(r, j, x, tok, dres, last_mb, err);
+    return exec_pipe_give(r->pipe, c, r->M, j, mb, 1, dres, err);
+}

@@ -1,0 +1,165 @@
+/* The update at the end of a step: one control reduction that gives every rank the step's
+ * loss, the global gradient norm and whether any rank was asked to stop; fp16's loss scaler
+ * (a step whose gradients overflowed is skipped); the global-norm clip; AdamW or SGD with
+ * momentum on this rank's shard (the fp32 master when the weights are 16-bit); and ZeRO-1/2's
+ * gather of the updated weights. The learning rate warms up linearly, then decays as a cosine. */
+#include <math.h>
+
+#include "exec/train/internal.h"
+
+#define EXEC_PI 3.14159265358979323846
+
+/* Linear warm-up over warmup_steps, then cosine decay to min_lr at the last step. */
+static double lr_at(const ModelJob *j, int step, int steps)
+{
+    if (j->warmup_steps > 0 && step < j->warmup_steps)
+        return j->lr * (double)(step + 1) / j->warmup_steps;
+    int decay = steps - j->warmup_steps;
+    if (decay <= 1)
+        return j->lr;
+    double progress = (double)(step - j->warmup_steps) / (double)(decay - 1);
+    if (progress > 1.0)
+        progress = 1.0;
+    return j->min_lr + 0.5 * (j->lr - j->min_lr) * (1.0 + cos(EXEC_PI * progress));
+}
+
+float *exec_optim_grad_at(const ExecCtx *c, const ExecParams *P, const ExecParam *p, uint64_t lo)
+{
+    const ExecBlock *blk = &P->b[p->block];
+    if (c->spec.layout.zero >= 2)
+        return blk->g_shard + (lo - blk->own_off);
+    return blk->g + lo; /* ZeRO-1's reduce-scatter left the shard in place */
+}
+
+double exec_optim_local_sumsq(const ExecCtx *c, const ExecParams *P, const ExecZero *Z)
+{
+    (void)Z;
+    double s = 0;
+    const int zero = c->spec.layout.zero;
+    /* every element once in the job: TP-replicated parameters count on TP rank 0, data-parallel
+     * replicas (ZeRO 0) on ZeRO rank 0, ZeRO shards on their owner, the tied output layer's
+     * copy on the first stage only */
+    if (zero == 0 && c->g.zero_rank != 0)
+        return 0;
+    /* one call per contiguous run of counted gradients (sumsq waits for the device) */
+    const float *run = NULL;
+    uint64_t run_n = 0;
+    for (int i = 0; i < P->n; i++) {
+        const ExecParam *p = &P->p[i];
+        uint64_t lo, hi;
+        if ((p->replicated && c->g.tp_rank != 0) || p->tied_copy || !exec_params_own(P, p, &lo, &hi))
+            continue;
+        const float *g = exec_optim_grad_at(c, P, p, lo);
+        if (run && g == run + run_n) {
+            run_n += hi - lo;
+            continue;
+        }
+        if (run)
+            s += c->k->sumsq(run, run_n);
+        run = g;
+        run_n = hi - lo;
+    }
+    if (run)
+        s += c->k->sumsq(run, run_n);
+    return s;
+}
+
+/* AdamW or SGD on this rank's part of every parameter, the clip and the loss scale's removal
+ * folded into one multiplication of each gradient. */
+static void update(ExecOptim *O, const ExecCtx *c, ExecParams *P, double lr, float scale)
+{
+    const ModelJob *j = &c->spec.job;
+    const KernBackend *k = c->k;
+    const int zero = c->spec.layout.zero;
+    const int t = ++O->opt_steps;
+    for (int i = 0; i < P->n; i++) {
+        const ExecParam *p = &P->p[i];
+        const ExecBlock *blk = &P->b[p->block];
+        uint64_t lo, hi;
+        if (!exec_params_own(P, p, &lo, &hi))
+            continue;
+        const uint64_t n = hi - lo, st = zero == 0 ? lo : lo - blk->own_off;
+        void *w = zero == 3 ? EXEC_AT(blk->w_shard, lo - blk->own_off, c->ab)
+                            : EXEC_AT(blk->w, lo, c->ab);
+        /* mixed precision: the update runs on the fp32 master, which refreshes the act copy */
+        void *param = blk->master ? w : NULL;
+        float *master = blk->master ? blk->master + st : (float *)w;
+        const float *g = exec_optim_grad_at(c, P, p, lo);
+        float wd = p->decay ? (float)j->weight_decay : 0.0f;
+        if (j->optimizer == MODEL_OPT_ADAMW)
+            k->adamw(param, master, g, blk->m + st, blk->v + st, n, (float)lr, (float)j->beta1,
+                     (float)j->beta2, (float)j->adam_eps, wd, t, scale);
+        else
+            k->sgd_momentum(param, master, g, blk->m + st, n, (float)lr, (float)j->momentum, wd,
+                            scale);
+    }
+}
+
+int exec_optim_step(ExecOptim *O, const ExecCtx *c, ExecParams *P, ExecZero *Z, ExecMeter *M,
+                    int step, double loss_sum, int nan_loss, int stop, ExecUpdate *u,
+                    PxError *err)
+{
+    const ModelJob *j = &c->spec.job;
+    u->skipped = 0;
+    exec_meter_begin(M, c->k, exec_meter_other_op(M, MODEL_OPR_OPTIMIZER, MODEL_STEP));
+    /* one control reduction for the step: the loss, the squared gradient norm, and whether
+     * any rank was asked to stop (so that all stop at the same step boundary) */
+    double v[3] = {loss_sum, exec_optim_local_sumsq(c, P, Z), stop ? 1.0 : 0.0};
+    if (nan_loss)
+        v[0] = NAN;
+    int rc = comm_control(c->comm, v, 3, COMM_SUM, err);
+    if (rc) {
+        exec_meter_end(M, c->k);
+        return rc;
+    }
+    u->loss = v[0] / ((double)j->global_batch * c->d.s);
+    O->stop_agreed = v[2] > 0;
+    /* the norm of the scaled gradients: not finite on every rank alike when any rank's are not
+     * (the sum went through the control reduction), so the verdict needs no other agreement */
+    const double loss_scale = O->scaler.scale;
+    double norm = sqrt(v[1]);
+    const int found_inf = !isfinite(norm);
+    u->lr = lr_at(j, step, c->steps);
+    if (O->scaler.enabled) {
+        if (exec_scaler_update(&O->scaler, found_inf)) {
+            /* AMP: no update at all (AdamW's step count does not advance), a smaller scale */
+            exec_meter_end(M, c->k);
+            u->norm = norm;
+            u->skipped = 1;
+            if (O->scaler.scale < 0x1p-24) {
+                O->collective = 1;
+                return px_fail(err, PX_ERUNTIME,
+                               "step %d: the fp16 loss scale fell to %g after %ld skipped steps: "
+                               "training diverged (lower training.lr)",
+                               step + 1, O->scaler.scale, O->scaler.skipped);
+            }
+            return PX_OK;
+        }
+        norm /= loss_scale;
+    }
+    u->norm = norm;
+    /* Not finite without a loss scaler: the run stops here, before the update and so before
+     * the end of the step (where a checkpoint would be written). The control reduction summed
+     * both over every rank, so every rank stops at this step alike. fp16 returned above when
+     * its gradients overflowed (the scaler's verdict, as PyTorch's GradScaler's); a loss that is
+     * not finite beside finite gradients stops it here too. */
+    if (found_inf || !isfinite(u->loss)) {
+        exec_meter_end(M, c->k);
+        O->collective = 1;
+        O->diverged_at = step + 1;
+        if (found_inf)
+            return px_fail(err, PX_ERUNTIME,
+                           "step %d: the gradient norm is %g: training diverged (a gradient is not "
+                           "finite; loss %g); stopped before the update (lower training.lr)",
+                           step + 1, norm, u->loss);
+        return px_fail(err, PX_ERUNTIME,
+                       "step %d: the loss is %g: training diverged (the loss is not finite; "
+                       "gradient norm %g); stopped before the update (lower training.lr)",
+                       step + 1, u->loss, norm);
+    }
+    const double clip = j->grad_clip > 0 && norm > j->grad_clip ? j->grad_clip / norm : 1.0;
+    update(O, c, P, u->lr, (float)(clip / loss_scale));
+    exec_meter_end(M, c->k);
+    /* ZeRO-1/2: every rank updated its shard of the full weights; gather the others' */
+    return exec_zero_gather_updated(Z, c, P, M, err);
+}

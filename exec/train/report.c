@@ -1,0 +1,450 @@
+/* What a run reports: its header lines, the predicted-against-measured summary (memory per
+ * category, communication per kind, FLOPs, step time and bubble, set against the plan's own
+ * prediction), and the run's JSON (docs/formats.md's Run) from every rank's figures. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "exec/train/internal.h"
+
+void exec_report_header(const Exec *ex)
+{
+    const ModelDims *d = &ex->c.d;
+    const ModelSpec *s = &ex->c.spec;
+    char params[32];
+    px_fmt_count(params, sizeof params, model_config_params(&s->model));
+    char compute[160], comm[192];
+    if (ex->device_name[0])
+        snprintf(compute, sizeof compute, "%s compute on %s", ex->c.k->name, ex->device_name);
+    else
+        snprintf(compute, sizeof compute, "%s compute", ex->c.k->name);
+    if (ex->comm_note)
+        snprintf(comm, sizeof comm, "%s comm, %s", comm_name(ex->c.comm), ex->comm_note);
+    else
+        snprintf(comm, sizeof comm, "%s comm", comm_name(ex->c.comm));
+    if (ex->c.g.world > 1)
+        printf("parallax-worker: %s on %s, %d ranks: dp %d x tp %d x pp %d (%s, %s)\n",
+               s->model.name, ex->plan.profile.name, ex->c.g.world, d->dp, d->t, d->p, compute, comm);
+    else
+        printf("parallax-worker: %s on %s, 1 rank (%s, %s)\n", s->model.name, ex->plan.profile.name,
+               compute, comm);
+    printf("model     %d layers, hidden %d, %d heads, vocab %d: %s parameters\n", s->model.layers,
+           s->model.hidden, s->model.heads, s->model.vocab, params);
+    printf("training  gbs %d  mbs %d (%d micro-batches)  seq %d  %s  %s  lr %g -> %g (warm-up %d)  "
+           "%d steps\n",
+           s->job.global_batch, s->job.micro_batch, d->m, d->s, px_dtype_name(s->job.precision),
+           model_optimizer_name(s->job.optimizer), s->job.lr, s->job.min_lr, s->job.warmup_steps,
+           ex->c.steps);
+    if (ex->c.d.master)
+        printf("precision %s weights and activations, fp32 master weights, gradients and optimizer "
+               "state\n", px_dtype_name(ex->c.act));
+    if (ex->optim.scaler.enabled)
+        printf("loss      dynamic fp16 loss scaling: scale %g, halved and the step skipped on an "
+               "Inf or NaN gradient, doubled after %d clean steps\n",
+               ex->optim.scaler.scale, ex->optim.scaler.interval);
+    printf("layout    schedule %s  recompute %s  flash-attn %s  dropout %g  zero %d%s\n",
+           model_schedule_name(s->layout.schedule), model_recompute_name(s->layout.recompute),
+           s->job.flash_attn ? "on" : "off", s->job.dropout, s->layout.zero,
+           s->layout.sp ? "  sp on" : "");
+    const ExecData *data = &ex->batches.data;
+    if (data->kind == EXEC_DATA_BUILTIN)
+        printf("data      the built-in text (%.1f MiB, byte tokens)\n",
+               (double)data->ntok / (1024.0 * 1024.0));
+    else
+        printf("data      %s (%llu %s)\n", data->path, (unsigned long long)data->ntok,
+               data->kind == EXEC_DATA_TOKENS ? "tokens" : "byte tokens");
+    if (ex->c.dropout > 0 && !ex->c.attn_dropout)
+        printf("note      flash attention has no attention-probability dropout on the CPU; the "
+               "embedding and residual dropouts apply\n");
+    fflush(stdout);
+}
+
+/* The device's own account of its memory beside the arenas: what the runtime category stands
+ * for (CUDA context, cuBLAS workspace, NCCL) measured, against the profile's allowance. */
+static void print_device_memory(const Exec *ex, uint64_t arenas, uint64_t allowance)
+{
+    uint64_t u0, up, ut;
+    if (!exec_device_memory(ex, &u0, &up, &ut))
+        return;
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    printf("device    cudaMemGetInfo: %.3f GiB in use at the peak of %.2f GiB (%.3f GiB before "
+           "the arenas); beyond the arenas %.3f GiB, against the runtime allowance of %.3f GiB\n",
+           (double)up / gib, (double)ut / gib, (double)u0 / gib,
+           (double)(up > arenas ? up - arenas : 0) / gib, (double)allowance / gib);
+}
+
+static void print_loss_scale(const Exec *ex)
+{
+    if (ex->optim.scaler.enabled)
+        printf("loss scale %g at the end; %ld of %d steps skipped (gradients not finite)\n",
+               ex->optim.scaler.scale, ex->optim.scaler.skipped, ex->hist.done);
+}
+
+static void summary_one(Exec *ex)
+{
+    uint64_t mem[MODEL_CAT_COUNT];
+    exec_memory(ex, mem);
+    const uint64_t *pm = ex->pred.mem[ex->c.g.stage];
+    printf("\nmemory of rank 0 (bytes)  predicted      measured\n");
+    int all_equal = 1;
+    uint64_t psum = 0, msum = 0;
+    for (int c = 0; c < MODEL_CAT_COUNT; c++) {
+        const char *note = c == MODEL_RUNTIME ? "profile allowance, not measured"
+                           : pm[c] == mem[c] ? "equal"
+                                                  : "DIFFERS";
+        if (c != MODEL_RUNTIME && pm[c] != mem[c])
+            all_equal = 0;
+        if (c != MODEL_RUNTIME) {
+            psum += pm[c];
+            msum += mem[c];
+        }
+        printf("  %-14s %14llu %14llu  %s\n", model_category_name((ModelCategory)c),
+               (unsigned long long)pm[c], (unsigned long long)mem[c], note);
+    }
+    printf("  %-14s %14llu %14llu  %s\n", "arenas", (unsigned long long)psum,
+           (unsigned long long)msum, psum == msum ? "equal (peak: allocated once)" : "DIFFERS");
+    print_device_memory(ex, msum, mem[MODEL_RUNTIME]);
+    double fp = ex->pred.rank_flops[ex->c.g.stage], fm = exec_step_flops(ex);
+    int flops_equal = fabs(fp - fm) <= 1e-9 * fabs(fp);
+    printf("FLOPs per step            %14.6e %14.6e  %s\n", fp, fm,
+           flops_equal ? "equal" : "DIFFERS");
+    printf("step time (s)             %14.4f %14.4f  (measured: median; predicted by the plan on its %s "
+           "profile)\n",
+           ex->pred.step_s[ex->c.g.stage], exec_median_step_s(ex), ex->plan.profile.name);
+    print_loss_scale(ex);
+    if (!all_equal || !flops_equal)
+        printf("warning: measured memory or FLOPs differ from the prediction: a bug in model/ or "
+               "exec/\n");
+}
+
+static double jnum(const cJSON *o, const char *k)
+{
+    return cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, k));
+}
+
+/* Every rank's memory (all categories but runtime), communication per kind, FLOPs and
+ * bubble against its stage's prediction, from the gathered run. */
+static void summary_ranks(Exec *ex, const cJSON *run)
+{
+    const cJSON *mr = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(run, "memory"), "per_rank");
+    const cJSON *cr = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(run, "comm"), "per_rank");
+    const cJSON *fr = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(run, "flops"), "per_rank_per_step");
+    const cJSON *tl = cJSON_GetObjectItemCaseSensitive(run, "timeline");
+    const int W = cJSON_GetArraySize(mr), pipe = ex->c.d.p > 1;
+    int bad = 0;
+    printf("\nper rank        memory (bytes, runtime excluded)      communication per step (bytes)      "
+           "FLOPs per step%s\n", pipe ? "        bubble" : "");
+    printf("rank stage      predicted       measured             predicted       measured             "
+           "predicted  measured%s\n", pipe ? "   predicted measured" : "");
+    for (int i = 0; i < W; i++) {
+        const cJSON *m = cJSON_GetArrayItem(mr, i), *c = cJSON_GetArrayItem(cr, i);
+        const int st = (int)jnum(m, "stage");
+        uint64_t pm = 0, mm = 0, pc = 0, mc = 0;
+        int mem_eq = 1, comm_eq = 1;
+        for (int k = 0; k < MODEL_RUNTIME; k++) {
+            uint64_t p = ex->pred.mem[st][k], v = (uint64_t)jnum(m, model_category_name((ModelCategory)k));
+            pm += p;
+            mm += v;
+            mem_eq &= p == v;
+        }
+        const cJSON *by = cJSON_GetObjectItemCaseSensitive(c, "by_kind");
+        for (int k = 0; k < MODEL_COMM_COUNT; k++) {
+            uint64_t p = ex->pred.comm[st][k], v = (uint64_t)jnum(by, model_comm_name((ModelComm)k));
+            pc += p;
+            mc += v;
+            comm_eq &= p == v;
+        }
+        double pf = ex->pred.rank_flops[st], mf = cJSON_GetNumberValue(cJSON_GetArrayItem(fr, i));
+        int fl_eq = fabs(pf - mf) <= 1e-9 * fabs(pf);
+        bad |= !mem_eq || !comm_eq || !fl_eq;
+        printf("%4d %5d %14llu %14llu %-7s %14llu %14llu %-7s %12.4e %9s", (int)jnum(m, "rank"), st,
+               (unsigned long long)pm, (unsigned long long)mm, mem_eq ? "equal" : "DIFFERS",
+               (unsigned long long)pc, (unsigned long long)mc, comm_eq ? "equal" : "DIFFERS", pf,
+               fl_eq ? "equal" : "DIFFERS");
+        if (pipe)
+            printf("   %8.1f%% %7.1f%%", 100 * ex->pred.bubble_fraction[st],
+                   100 * jnum(cJSON_GetArrayItem(tl, i), "bubble_fraction"));
+        printf("\n");
+    }
+    printf("step time (s)   %14.4f %14.4f  (measured: median; predicted by the plan on its %s profile)\n",
+           ex->pred.job_step_s, exec_median_step_s(ex), ex->plan.profile.name);
+    /* every rank's device peak, from the gathered run */
+    int have_dev = 0;
+    for (int i = 0; i < W; i++)
+        have_dev |= cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(mr, i),
+                                                     "device_used_peak_bytes") != NULL;
+    if (have_dev) {
+        printf("device memory in use at the peak (cudaMemGetInfo, GiB):");
+        for (int i = 0; i < W; i++)
+            printf(" %d: %.3f", i,
+                   jnum(cJSON_GetArrayItem(mr, i), "device_used_peak_bytes") / (1024.0 * 1024.0 * 1024.0));
+        printf("\n");
+    }
+    print_loss_scale(ex);
+    if (pipe)
+        printf("bubble          %13.1f%% %13.1f%%  (idle over busy time of the stage that ends "
+               "last)\n",
+               100 * ex->pred.job_bubble_fraction,
+               100 * jnum(cJSON_GetObjectItemCaseSensitive(run, "time"), "bubble_fraction"));
+    if (bad)
+        printf("warning: measured memory, communication or FLOPs differ from the prediction: a bug "
+               "in model/ or exec/\n");
+}
+
+/* This rank's figures: memory, communication and FLOPs per step, ops, the recorded step's
+ * passes. */
+static cJSON *rank_json(Exec *ex)
+{
+    cJSON *r = cJSON_CreateObject();
+    cJSON_AddNumberToObject(r, "rank", ex->c.g.rank);
+    cJSON_AddNumberToObject(r, "stage", ex->c.g.stage);
+
+    uint64_t mem[MODEL_CAT_COUNT], total = 0;
+    exec_memory(ex, mem);
+    for (int c = 0; c < MODEL_CAT_COUNT; c++)
+        total += mem[c];
+    cJSON *m = cJSON_AddObjectToObject(r, "memory");
+    cJSON_AddNumberToObject(m, "rank", ex->c.g.rank);
+    cJSON_AddNumberToObject(m, "stage", ex->c.g.stage);
+    cJSON_AddNumberToObject(m, "peak_bytes", (double)total);
+    for (int c = 0; c < MODEL_CAT_COUNT; c++)
+        cJSON_AddNumberToObject(m, model_category_name((ModelCategory)c), (double)mem[c]);
+    /* runtime is not measured: it is the profile's allowance for the process image and
+     * libraries; the process's real peak resident size is given beside it */
+    cJSON_AddStringToObject(m, "runtime_source", "profile");
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0)
+        cJSON_AddNumberToObject(m, "process_peak_rss_bytes", (double)ru.ru_maxrss * 1024.0);
+    cJSON_AddNumberToObject(m, "activation_sets", ex->acts.peak_live);
+    cJSON_AddNumberToObject(m, "activations_in_use_peak", (double)exec_activations_in_use_peak(ex));
+    /* the peak two ways: the arenas (every category but runtime, allocated once) and the
+     * device's own account (cudaMemGetInfo), which adds the CUDA context, cuBLAS's workspace,
+     * NCCL's buffers and anything else the process holds on the device */
+    cJSON_AddNumberToObject(m, "arena_bytes", (double)(total - mem[MODEL_RUNTIME]));
+    uint64_t u0, up, ut;
+    if (exec_device_memory(ex, &u0, &up, &ut)) {
+        cJSON_AddStringToObject(m, "device_source", "cudaMemGetInfo");
+        cJSON_AddNumberToObject(m, "device_used_peak_bytes", (double)up);
+        cJSON_AddNumberToObject(m, "device_used_before_arenas_bytes", (double)u0);
+        cJSON_AddNumberToObject(m, "device_total_bytes", (double)ut);
+    }
+
+    cJSON *c0 = cJSON_AddObjectToObject(r, "comm");
+    cJSON_AddNumberToObject(c0, "rank", ex->c.g.rank);
+    cJSON_AddNumberToObject(c0, "stage", ex->c.g.stage);
+    uint64_t ctot = 0;
+    cJSON *kinds = cJSON_CreateObject();
+    for (int k = 0; k < MODEL_COMM_COUNT; k++) {
+        ctot += ex->meter.step_bytes[k];
+        cJSON_AddNumberToObject(kinds, model_comm_name((ModelComm)k), (double)ex->meter.step_bytes[k]);
+    }
+    cJSON_AddNumberToObject(c0, "total_bytes", (double)ctot);
+    cJSON_AddItemToObject(c0, "by_kind", kinds);
+
+    cJSON_AddNumberToObject(r, "flops", exec_step_flops(ex));
+    int n = 0;
+    const ExecOpReport *ops = exec_ops(ex, &n);
+    cJSON *oa = cJSON_AddArrayToObject(r, "ops");
+    for (int i = 0; i < n; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", ops[i].name);
+        cJSON_AddNumberToObject(o, "stage", ex->c.g.stage);
+        cJSON_AddNumberToObject(o, "calls", ops[i].calls);
+        cJSON_AddNumberToObject(o, "seconds", ops[i].seconds);
+        cJSON_AddNumberToObject(o, "flops", ops[i].flops);
+        cJSON_AddItemToArray(oa, o);
+    }
+
+    cJSON *tl = cJSON_AddObjectToObject(r, "timeline");
+    cJSON_AddNumberToObject(tl, "rank", ex->c.g.rank);
+    cJSON_AddNumberToObject(tl, "stage", ex->c.g.stage);
+    double busy, idle, bubble = exec_meter_bubble(&ex->meter, &busy, &idle);
+    cJSON_AddNumberToObject(tl, "busy_s", busy);
+    cJSON_AddNumberToObject(tl, "idle_s", idle);
+    cJSON_AddNumberToObject(tl, "bubble_fraction", bubble);
+    cJSON *ev = cJSON_AddArrayToObject(tl, "events");
+    for (int i = 0; ex->meter.have_events && i < ex->meter.n_events; i++) {
+        const ExecEvent *e = &ex->meter.last_events[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "chunk", e->chunk);
+        cJSON_AddNumberToObject(o, "mb", e->mb);
+        cJSON_AddBoolToObject(o, "backward", e->backward);
+        cJSON_AddNumberToObject(o, "start_s", e->start_s);
+        cJSON_AddNumberToObject(o, "end_s", e->end_s);
+        cJSON_AddItemToArray(ev, o);
+    }
+    return r;
+}
+
+static cJSON *detach(cJSON *obj, const char *key)
+{
+    return cJSON_DetachItemFromObjectCaseSensitive(obj, key);
+}
+
+/* The run (DESIGN.md's Run) from every rank's figures, in rank order. */
+static cJSON *run_json(Exec *ex, cJSON *const *ranks, int n)
+{
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddNumberToObject(j, "schema_version", 1);
+    cJSON_AddItemToObject(j, "plan", model_plan_to_json(&ex->plan));
+    cJSON_AddStringToObject(j, "plan_path", ex->plan_path);
+
+    cJSON *be = cJSON_AddObjectToObject(j, "backend");
+    char host[256] = "unknown";
+    if (gethostname(host, sizeof host - 1) != 0)
+        px_strlcpy(host, "unknown", sizeof host);
+    host[sizeof host - 1] = '\0';
+    cJSON_AddStringToObject(be, "compute", ex->c.k->name);
+    cJSON_AddStringToObject(be, "precision", px_dtype_name(ex->c.act));
+    if (ex->device_name[0])
+        cJSON_AddStringToObject(be, "device", ex->device_name);
+    cJSON_AddStringToObject(be, "comm", comm_name(ex->c.comm));
+    if (ex->comm_note)
+        cJSON_AddStringToObject(be, "comm_note", ex->comm_note);
+    cJSON_AddNumberToObject(be, "world", ex->c.g.world);
+    cJSON_AddStringToObject(be, "host", host);
+
+    cJSON *steps = cJSON_AddArrayToObject(j, "steps");
+    const ExecHistory *H = &ex->hist;
+    for (int i = 0; i < H->done; i++) {
+        cJSON *s = cJSON_CreateObject();
+        cJSON_AddNumberToObject(s, "step", H->first_step + i + 1);
+        cJSON_AddNumberToObject(s, "loss", H->loss[i]);
+        cJSON_AddNumberToObject(s, "time_s", H->time[i]);
+        cJSON_AddNumberToObject(s, "tokens_per_s", H->tps[i]);
+        if (ex->optim.scaler.enabled) {
+            cJSON_AddNumberToObject(s, "loss_scale", H->scale[i]);
+            cJSON_AddBoolToObject(s, "skipped", H->skipped[i]);
+        }
+        cJSON_AddItemToArray(steps, s);
+    }
+    cJSON_AddBoolToObject(j, "interrupted", H->interrupted);
+    /* a loss or gradient norm that was not finite stopped the run at this step (not in steps) */
+    if (ex->optim.diverged_at > 0)
+        cJSON_AddNumberToObject(j, "diverged_at_step", ex->optim.diverged_at);
+    ckpt_json(ex->ckpt, j);
+    if (ex->optim.scaler.enabled) {
+        cJSON *ls = cJSON_AddObjectToObject(j, "loss_scale");
+        cJSON_AddNumberToObject(ls, "final", ex->optim.scaler.scale);
+        cJSON_AddNumberToObject(ls, "skipped_steps", (double)ex->optim.scaler.skipped);
+        cJSON_AddNumberToObject(ls, "growth_interval", ex->optim.scaler.interval);
+    }
+
+    cJSON *mr = cJSON_AddArrayToObject(cJSON_AddObjectToObject(j, "memory"), "per_rank");
+    cJSON *cr = cJSON_AddArrayToObject(cJSON_AddObjectToObject(j, "comm"), "per_rank");
+    cJSON *oa = cJSON_AddArrayToObject(j, "ops");
+    cJSON *opr = n > 1 ? cJSON_AddArrayToObject(j, "ops_per_rank") : NULL;
+    cJSON *fr = cJSON_AddArrayToObject(cJSON_AddObjectToObject(j, "flops"), "per_rank_per_step");
+    cJSON *tl = ex->c.d.p > 1 ? cJSON_AddArrayToObject(j, "timeline") : NULL;
+    double crit_end = -1, crit_bubble = 0;
+    int *stage_seen = calloc((size_t)ex->c.d.p, sizeof *stage_seen);
+    for (int i = 0; i < n; i++) {
+        cJSON *r = ranks[i];
+        int rank = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(r, "rank"));
+        int stage = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(r, "stage"));
+        cJSON_AddItemToArray(mr, detach(r, "memory"));
+        cJSON_AddItemToArray(cr, detach(r, "comm"));
+        cJSON_AddItemToArray(fr, detach(r, "flops"));
+        cJSON *ops = detach(r, "ops");
+        /* ops[]: one rank per stage (the stage's first), so that the names compare with the
+         * prediction's ops of that stage; ops_per_rank[]: all of them */
+        if (stage_seen && stage >= 0 && stage < ex->c.d.p && !stage_seen[stage]) {
+            stage_seen[stage] = 1;
+            cJSON *o;
+            cJSON_ArrayForEach(o, ops)
+            {
+                cJSON *c = cJSON_Duplicate(o, 1);
+                cJSON_AddNumberToObject(c, "rank", rank);
+                cJSON_AddItemToArray(oa, c);
+            }
+        }
+        if (opr) {
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddNumberToObject(e, "rank", rank);
+            cJSON_AddNumberToObject(e, "stage", stage);
+            cJSON_AddItemToObject(e, "ops", ops);
+            cJSON_AddItemToArray(opr, e);
+        } else {
+            cJSON_Delete(ops);
+        }
+        cJSON *t = detach(r, "timeline");
+        const cJSON *evs = cJSON_GetObjectItemCaseSensitive(t, "events");
+        double end = 0;
+        const cJSON *e;
+        cJSON_ArrayForEach(e, evs)
+        {
+            double x = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(e, "end_s"));
+            if (x > end)
+                end = x;
+        }
+        /* the run's bubble is the one of the rank that ends its pipeline last, as the
+         * simulator reports the stage that ends the step */
+        if (end > crit_end) {
+            crit_end = end;
+            crit_bubble = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(t, "bubble_fraction"));
+        }
+        if (tl)
+            cJSON_AddItemToArray(tl, t);
+        else
+            cJSON_Delete(t);
+    }
+    free(stage_seen);
+
+    cJSON *tm = cJSON_AddObjectToObject(j, "time");
+    cJSON_AddNumberToObject(tm, "step_s_median", exec_median_step_s(ex));
+    /* one stage: no pipeline, no bubble */
+    cJSON_AddNumberToObject(tm, "bubble_fraction", ex->c.d.p > 1 ? crit_bubble : 0.0);
+    cJSON_AddNumberToObject(tm, "timed_steps", ex->meter.timed_steps);
+    return j;
+}
+
+cJSON *exec_run_to_json(Exec *ex)
+{
+    cJSON *r = rank_json(ex);
+    cJSON *j = run_json(ex, &r, 1);
+    cJSON_Delete(r);
+    return j;
+}
+
+int exec_run_gather_json(Exec *ex, cJSON **out, PxError *err)
+{
+    *out = NULL;
+    cJSON *r = rank_json(ex);
+    char *text = cJSON_PrintUnformatted(r);
+    cJSON_Delete(r);
+    if (!text)
+        return px_fail(err, PX_ERUNTIME, "out of memory writing rank %d's figures", ex->c.g.rank);
+    char **all = NULL;
+    int rc = comm_gather_text(ex->c.comm, text, &all, err);
+    free(text);
+    if (rc || !all)
+        return rc;
+    const int W = ex->c.g.world;
+    cJSON **ranks = calloc((size_t)W, sizeof *ranks);
+    for (int i = 0; i < W; i++) {
+        if (ranks && !(ranks[i] = cJSON_Parse(all[i])))
+            rc = px_fail(err, PX_ERUNTIME, "rank %d's figures do not parse", i);
+        free(all[i]);
+    }
+    free(all);
+    if (!ranks)
+        return px_fail(err, PX_ERUNTIME, "out of memory gathering the ranks' figures");
+    if (!rc)
+        *out = run_json(ex, ranks, W);
+    for (int i = 0; i < W; i++)
+        cJSON_Delete(ranks[i]);
+    free(ranks);
+    return rc;
+}
+
+void exec_report_summary(Exec *ex, const cJSON *run)
+{
+    if (!ex->pred.stages)
+        printf("\nthe plan carries no prediction: nothing to set the measurements beside\n");
+    else if (ex->c.g.world > 1 && run)
+        summary_ranks(ex, run);
+    else if (ex->c.g.world == 1)
+        summary_one(ex);
+}

@@ -1,0 +1,92 @@
+/* A training step: the failures asked for, the schedule's passes (schedule.c), the update
+ * (optim.c), and the step's measurements (meter.c, the run's history); and the forward-backward
+ * without an update that gradient checks use. */
+#include <math.h>
+#include <string.h>
+
+#include "exec/train/internal.h"
+
+/* set by run.c's signal handler; the step's control reduction tells every rank */
+volatile sig_atomic_t exec_stop_flag;
+
+/* The loss of the step from every rank's share (only the last stage's first TP rank of each
+ * data-parallel replica contributes). */
+static int global_loss(Exec *ex, double *loss, PxError *err)
+{
+    double v = ex->pass.loss_sum;
+    int rc = comm_control(ex->c.comm, &v, 1, COMM_SUM, err);
+    *loss = v / ((double)ex->c.spec.job.global_batch * ex->c.d.s);
+    return rc;
+}
+
+static int passes_only(Exec *ex, int step, int backward, double *loss, PxError *err)
+{
+    exec_meter_step_begin(&ex->meter, NULL);
+    int rc = exec_schedule_run(ex, step, backward, err);
+    if (!rc)
+        rc = global_loss(ex, loss, err);
+    exec_meter_step_end(&ex->meter, NULL, 0);
+    return rc;
+}
+
+int exec_grads(Exec *ex, int step, double *loss, PxError *err)
+{
+    return passes_only(ex, step, 1, loss, err);
+}
+
+int exec_loss(Exec *ex, int step, double *loss, PxError *err)
+{
+    return passes_only(ex, step, 0, loss, err);
+}
+
+/* PARALLAX_TEST_INF: an overflow in this step's gradients, as fp16 would make one (rank 0 owns
+ * the first element of every block's gradients, whatever the ZeRO stage). */
+static void inject_inf(Exec *ex, int step)
+{
+    if (!exec_faults_inf(&ex->faults, ex->c.g.rank, step) || ex->params.n == 0)
+        return;
+    const ExecParam *p = &ex->params.p[0];
+    const float inf = INFINITY;
+    ex->c.k->to_device(exec_optim_grad_at(&ex->c, &ex->params, p, p->off), &inf, sizeof inf);
+}
+
+int exec_step(Exec *ex, int step, ExecStepStats *st, PxError *err)
+{
+    ExecCtx *c = &ex->c;
+    double t0 = px_now_s();
+    comm_set_step(c->comm, step + 1); /* for the communication timeout's message */
+    int rc = exec_faults_step(&ex->faults, c->g.rank, step, err);
+    if (rc)
+        return rc;
+    exec_meter_step_begin(&ex->meter, c->comm);
+    const double loss_scale = ex->optim.scaler.scale;
+    ExecUpdate u = {0, 0, 0, 0};
+    rc = exec_schedule_run(ex, step, 1, err);
+    if (!rc) {
+        inject_inf(ex, step);
+        exec_batches_stage_next(&ex->batches, c, step + 1);
+        rc = exec_optim_step(&ex->optim, c, &ex->params, &ex->zero, &ex->meter, step,
+                             ex->pass.loss_sum, exec_faults_nan_loss(&ex->faults, c->g.rank, step),
+                             exec_stop_flag != 0, &u, err);
+    }
+    c->k->sync();
+    exec_meter_device_memory(&ex->meter, c->k, 0);
+    double dt = px_now_s() - t0;
+    const int timed = ex->hist.done > 0 || c->steps == 1;
+    exec_meter_step_end(&ex->meter, c->comm, timed);
+    if (timed && !rc)
+        exec_meter_keep_bubble(&ex->meter);
+    if (rc)
+        return rc;
+    memset(st, 0, sizeof *st);
+    st->step = step + 1;
+    st->loss = u.loss;
+    st->lr = u.lr;
+    st->grad_norm = u.norm;
+    st->time_s = dt;
+    st->tokens_per_s = dt > 0 ? (double)c->spec.job.global_batch * c->d.s / dt : 0;
+    st->skipped = u.skipped;
+    st->loss_scale = loss_scale;
+    exec_history_record(&ex->hist, c->steps, st);
+    return PX_OK;
+}
