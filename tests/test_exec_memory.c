@@ -6,10 +6,33 @@
  *   activation pools were full at the schedule's peak;
  * - FLOPs counted from the kernel calls of a step equal sim_run's rank_flops, and op by op the
  *   graph's FLOPs and calls;
- * - every op of the graph ran under its name, and no FLOP ran outside an op. */
+ * - every op of the graph ran under its name, and no FLOP ran outside an op;
+ * - and, for the GPT-shaped models, FLOPs counted against a closed form written here from
+ *   Narayanan et al. 2021 (Sec. 5.1: 24 s h^2 per layer for the linear layers, 4 s^2 h for the
+ *   attention scores and context, 2 s h V for the logits; backward twice the forward, the
+ *   fused attention's backward 2.5 times; a full recompute one more forward of the layers, a
+ *   selective one of the attention core). The oracle shares no code with model/ or exec/: both
+ *   now count attention by model_attention_*_flops, so a wrong rule there would pass the
+ *   comparison above and fail this one. */
 #include "tests/test_exec_common.h"
 
-static int cases;
+static int cases, oracles;
+
+/* Hardware FLOPs per step of a GPT-shaped model (ffn 4h, heads x head_dim h) on one rank,
+ * from the closed form above. */
+static double closed_form_flops(const ModelSpec *s, const ModelDims *d)
+{
+    const double B = s->job.global_batch, S = d->s, h = s->model.hidden, L = s->model.layers;
+    const double V = d->vocab_pad;
+    const int flash = s->job.flash_attn, rc = s->layout.recompute;
+    const double causal = s->job.causal_flops ? 0.5 : 1.0;
+    const double full = rc == MODEL_RECOMPUTE_FULL ? 1 : 0;
+    const double selective = rc == MODEL_RECOMPUTE_SELECTIVE && !flash ? 1 : 0;
+    const double linear = 24.0 * S * h * h * (3.0 + full);
+    const double attention = 4.0 * S * S * h * causal * (1.0 + (flash ? 2.5 : 2.0) + full + selective);
+    const double logits = 2.0 * S * h * V * 3.0;
+    return B * (L * (linear + attention) + logits);
+}
 
 static void check_case(const char *what, ModelSpec s)
 {
@@ -46,6 +69,16 @@ static void check_case(const char *what, ModelSpec s)
         exit(1);
     }
     CHECK(exec_unattributed_flops(ex) == 0.0);
+    if (s.model.family == MODEL_GPT && s.model.ffn_hidden == 4 * s.model.hidden &&
+        s.model.heads * s.model.head_dim == s.model.hidden) {
+        const double oracle = closed_form_flops(&s, &r.dims);
+        if (counted != oracle) {
+            fprintf(stderr, "%s: FLOPs per step: the closed form gives %.17g, counted %.17g\n",
+                    what, oracle, counted);
+            exit(1);
+        }
+        oracles++;
+    }
 
     /* op by op: the graph's FLOPs and calls per step */
     int n = 0;
@@ -147,6 +180,8 @@ int main(void)
     s.job.causal_flops = 1;
     s.job.flash_attn = 0;
     check_case("tiny-llama causal flops", s);
-    printf("%d cases: memory per category and FLOPs equal the prediction\n", cases);
+    printf("%d cases: memory per category and FLOPs equal the prediction; %d against the closed "
+           "form\n", cases, oracles);
+    CHECK(oracles >= 40);
     TEST_DONE("test_exec_memory");
 }
