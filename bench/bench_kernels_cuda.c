@@ -13,19 +13,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "kernels/kernels.h"
 
 static const KernBackend *K;
 static double min_time = 0.3;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void *dalloc(size_t bytes)
 {
@@ -70,13 +62,13 @@ static double time_it(BenchFn fn, void *ctx)
         fn(ctx);
     K->sync();
     long calls = 0;
-    double t0 = now_s(), t = 0.0;
+    double t0 = px_now_s(), t = 0.0;
     do {
         for (int i = 0; i < 10; i++)
             fn(ctx);
         calls += 10;
         K->sync();
-        t = now_s() - t0;
+        t = px_now_s() - t0;
     } while (t < min_time);
     return t / (double)calls;
 }

@@ -2,7 +2,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cli/commands.h"
@@ -48,19 +47,12 @@ typedef struct {
     int shown;
 } Progress;
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* The bar appears once a search has run half a second (short ones stay silent) and is redrawn
  * at most ten times a second. */
 static void progress(void *ctx, long done, long total, int phase)
 {
     Progress *p = ctx;
-    const double t = now_s();
+    const double t = px_now_s();
     if (p->start_s == 0)
         p->start_s = t;
     if (phase == 2) {

@@ -14,7 +14,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 typedef struct {
     short tp, pp, cp, vpp, zero, sp, mbs, rc, sched;
@@ -28,13 +27,6 @@ typedef struct {
     double bound;  /* lower bound of the objective */
     uint64_t peak; /* bytes */
 } Pending;
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 const char *sim_objective_name(SimObjective o)
 {
@@ -282,7 +274,7 @@ static int divisors(int n, int limit, int *out, int cap)
 int sim_plan(const SimPlanRequest *request, const ProfCluster *cl, SimPlanResult *res, PxError *err)
 {
     memset(res, 0, sizeof *res);
-    const double t0 = now_s();
+    const double t0 = px_now_s();
     /* the precision resolved once, as the simulation resolves it, before any rule is checked */
     SimPlanRequest resolved = *request;
     if (resolved.base.job.precision == PX_DTYPE_COUNT)
@@ -540,7 +532,7 @@ out:
     model_table_cache_free(tables);
     free(kept);
     free(pend);
-    res->seconds = now_s() - t0;
+    res->seconds = px_now_s() - t0;
     if (rc) {
         sim_plan_free(res);
         return rc;
