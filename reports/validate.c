@@ -10,7 +10,6 @@
 #include <spawn.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 
 extern char **environ;
@@ -103,8 +102,8 @@ static int run_child(char *const argv[], const char *log_path, PxError *err)
 int rpt_validate(const RptValidate *q, cJSON **json_out, FILE *log, PxError *err)
 {
     *json_out = NULL;
-    if (mkdir(q->dir, 0755) != 0 && errno != EEXIST)
-        return px_fail(err, PX_ERUNTIME, "%s: cannot create: %s", q->dir, strerror(errno));
+    if (px_mkdir_p(q->dir, err))
+        return PX_ERUNTIME; /* as the report's charts do: the run fails (exit 1) */
     const int n_spread = (int)(sizeof spread / sizeof spread[0]);
     Layout rows[PLAN_TOP + sizeof spread / sizeof spread[0]];
     int n_top = 0, n = 0;
