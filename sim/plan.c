@@ -11,7 +11,6 @@
  * force that times every candidate exactly). */
 #include "sim/internal.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -720,68 +719,4 @@ void sim_plan_free(SimPlanResult *r)
     free(r->top);
     r->top = NULL;
     r->n_top = 0;
-}
-
-/* GPU counts worth trying, in order: the node times 1, 2, 3, 4, 6, 8, 12, 16, ... (powers of two
- * and three times them), up to `limit`. */
-static int next_size(int node, int prev)
-{
-    long k = prev / node;
-    long next = k < 1 ? 1 : k < 2 ? 2 : k < 3 ? 3 : 0;
-    if (!next) {
-        long p2 = 1;
-        while (p2 * 2 <= k)
-            p2 *= 2;
-        next = k < p2 * 3 / 2 ? p2 * 3 / 2 : p2 * 2; /* 4 -> 6 -> 8 -> 12 -> 16 ... */
-        if (next <= k)
-            next = p2 * 2;
-    }
-    return (int)(next * node);
-}
-
-int sim_plan_min_gpus(const SimPlanRequest *q, const ProfCluster *cl, double max_step_s,
-                      double max_days, int limit, SimPlanResult *out, int *gpus_out,
-                      PxError *err)
-{
-    const int node = cl->node_devices > 0 ? cl->node_devices : 1;
-    if (cl->nodes > 0 && (long)cl->nodes * node < limit)
-        limit = cl->nodes * node;
-    char tried[256] = "", closest[160] = "";
-    size_t n = 0;
-    double closest_over = 0; /* how far the closest size missed the budget, as a ratio */
-    for (int g = node; g <= limit; g = next_size(node, g)) {
-        if (g < q->gpus) /* the smallest size to try */
-            continue;
-        SimPlanRequest r = *q;
-        r.gpus = g;
-        r.top = 1;
-        SimPlanResult res;
-        PxError e2 = {0};
-        int rc = sim_plan(&r, cl, &res, &e2);
-        if (rc == PX_ERUNTIME) {
-            *err = e2;
-            return rc;
-        }
-        if (rc == PX_OK) {
-            const SimCandidate *c = &res.top[0];
-            double days = max_days > 0 ? q->base.job.train_tokens / c->tokens_per_s / 86400.0 : 0;
-            if ((max_step_s <= 0 || c->step_s <= max_step_s) && (max_days <= 0 || days <= max_days)) {
-                *out = res;
-                *gpus_out = g;
-                return PX_OK;
-            }
-            double over = fmax(max_step_s > 0 ? c->step_s / max_step_s : 0, max_days > 0 ? days / max_days : 0);
-            if (!closest[0] || over < closest_over) {
-                closest_over = over;
-                snprintf(closest, sizeof closest, "; the closest, %d GPUs, takes %.3g s a step%s", g, c->step_s, "");
-                if (max_days > 0)
-                    snprintf(closest + strlen(closest), sizeof closest - strlen(closest), " and %.3g days", days);
-            }
-            sim_plan_free(&res);
-        }
-        if (n < sizeof tried - 16)
-            n += (size_t)snprintf(tried + n, sizeof tried - n, "%s%d", n ? "," : "", g);
-    }
-    return px_fail(err, PX_EINPUT, "no cluster size up to %d GPUs meets the budget (tried %s%s)",
-                   limit, tried[0] ? tried : "none", closest);
 }
