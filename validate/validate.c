@@ -2,6 +2,8 @@
  * through `parallax run` (a subprocess, so the front end needs no MPI), compare prediction and
  * measurement quantity by quantity, and draw the report. Timing layouts use no more ranks than
  * cores; memory and communication are compared at any rank count. */
+#include "validate/validate.h"
+
 #include "reports/report.h"
 
 #include <errno.h>
@@ -11,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 extern char **environ;
 
@@ -41,11 +44,50 @@ static const Layout spread[] = {
     {4, 1, 1, 1, 3, 0, 2, MODEL_RECOMPUTE_NONE, MODEL_SCHED_1F1B},
 };
 
+void val_request_defaults(ValRequest *q)
+{
+    memset(q, 0, sizeof *q);
+    q->dir = "validation";
+    q->steps = 20;
+    q->max_ranks = 8;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    q->max_timing_ranks = cores > 0 ? (int)cores : 1;
+}
+
+int val_request_resolve(ValRequest *q, const char *cluster_name, PxError *err)
+{
+    if (!q->parallax[0]) {
+        ssize_t n = readlink("/proc/self/exe", q->parallax, sizeof q->parallax - 1);
+        if (n <= 0)
+            return px_fail(err, PX_ERUNTIME, "cannot find the parallax executable (/proc/self/exe)");
+        q->parallax[n] = '\0';
+    }
+    /* scaling curves and the landscape on this machine's profile, up to the largest layout */
+    q->n_scaling_gpus = 0;
+    for (int g = 1; g <= 64 && g <= q->max_ranks; g *= 2)
+        q->scaling_gpus[q->n_scaling_gpus++] = g;
+    /* the plans name the calibrated profile by its path, so that runs read what was planned */
+    if (!(strcmp(cluster_name, "local") == 0 &&
+          prof_calibrated_path(q->cluster_ref, sizeof q->cluster_ref)))
+        px_strlcpy(q->cluster_ref, cluster_name, sizeof q->cluster_ref);
+    return PX_OK;
+}
+
+void val_print_header(FILE *f, const ValRequest *q)
+{
+    const ProfCluster *cl = q->cluster;
+    fprintf(f, "validating %s on %s (%s): %d cores, timing up to %d ranks, memory and "
+               "communication up to %d\n",
+            q->base.model.name, cl->name,
+            cl->measured ? "calibrated" : "not calibrated: run parallax calibrate",
+            q->max_timing_ranks, q->max_timing_ranks, q->max_ranks);
+}
+
 enum { PLAN_TOP = 3 };
 
 /* The planner's best layouts on the timing ranks (context parallelism pinned off: the
  * executor does not run it), as Layout rows; fewer when fewer fit. */
-static int planned(const RptValidate *q, Layout *out, int *n_out, PxError *err)
+static int planned(const ValRequest *q, Layout *out, int *n_out, PxError *err)
 {
     *n_out = 0;
     SimPlanRequest pq;
@@ -99,7 +141,7 @@ static int run_child(char *const argv[], const char *log_path, PxError *err)
     return PX_OK;
 }
 
-int rpt_validate(const RptValidate *q, cJSON **json_out, FILE *log, PxError *err)
+int val_run(const ValRequest *q, cJSON **json_out, FILE *log, PxError *err)
 {
     *json_out = NULL;
     if (px_mkdir_p(q->dir, err))
