@@ -59,7 +59,8 @@ int val_request_resolve(ValRequest *q, const char *cluster_name, PxError *err)
     if (!q->parallax[0]) {
         ssize_t n = readlink("/proc/self/exe", q->parallax, sizeof q->parallax - 1);
         if (n <= 0)
-            return px_fail(err, PX_ERUNTIME, "cannot find the parallax executable (/proc/self/exe)");
+            return px_fail(err, PX_ERUNTIME,
+                           "cannot find the parallax executable (/proc/self/exe)");
         q->parallax[n] = '\0';
     }
     /* scaling curves and the landscape on this machine's profile, up to the largest layout */
@@ -141,233 +142,371 @@ static int run_child(char *const argv[], const char *log_path, PxError *err)
     return PX_OK;
 }
 
+enum { N_SPREAD = (int)(sizeof spread / sizeof spread[0]) };
+
+/* What a validation gathers over its layouts, for the table, the JSON, the chart and the
+ * report. */
+typedef struct {
+    const ValRequest *q;
+    FILE *log;
+    Layout rows[PLAN_TOP + N_SPREAD]; /* the planner's best first, then the spread */
+    int n_rows, n_top;
+    char (*labels)[96];       /* [n_rows] */
+    const char **timed_label; /* the timed layouts: their labels and step milliseconds */
+    double *pred_ms, *meas_ms;
+    int n_timed;
+    int pick, pick_pp;        /* the layout the report details (1-based), and its pp */
+    FILE *table;              /* the table as printed, for the report */
+    char *table_text;
+    size_t table_len;
+    cJSON *json, *layouts;
+    int n_loss, loss_steps;   /* the timed runs' first and last losses, their ranges */
+    double first_lo, first_hi, last_lo, last_hi;
+} Validation;
+
+/* One layout's run set against its prediction. */
+typedef struct {
+    int ranks, timing, n_steps;
+    double loss0, loss1;             /* first and last loss (NaN when the run has no steps) */
+    double step_p, step_m, step_err; /* predicted and measured step, relative error */
+    int mem_equal, comm_equal, ops, ops_ok;
+} Outcome;
+
+/* The planner's best layouts first, then the spread less what they already cover. */
+static int choose_layouts(Validation *v, PxError *err)
+{
+    int rc = planned(v->q, v->rows, &v->n_top, err);
+    if (rc)
+        return rc;
+    v->n_rows = v->n_top;
+    for (int i = 0; i < N_SPREAD; i++) {
+        int dup = 0;
+        for (int k = 0; k < v->n_top && !dup; k++)
+            dup = same_layout(&v->rows[k], &spread[i]);
+        if (!dup)
+            v->rows[v->n_rows++] = spread[i];
+    }
+    return PX_OK;
+}
+
+static int validation_open(Validation *v, const ValRequest *q, FILE *log, PxError *err)
+{
+    memset(v, 0, sizeof *v);
+    v->q = q;
+    v->log = log;
+    int rc = choose_layouts(v, err);
+    if (rc)
+        return rc;
+    const size_t n = (size_t)v->n_rows;
+    v->labels = calloc(n, sizeof *v->labels);
+    v->timed_label = calloc(n, sizeof *v->timed_label);
+    v->pred_ms = calloc(n, sizeof *v->pred_ms), v->meas_ms = calloc(n, sizeof *v->meas_ms);
+    v->table = open_memstream(&v->table_text, &v->table_len);
+    v->json = cJSON_CreateObject();
+    cJSON_AddStringToObject(v->json, "model", q->base.model.name);
+    cJSON_AddStringToObject(v->json, "cluster", q->cluster->name);
+    v->layouts = cJSON_AddArrayToObject(v->json, "layouts");
+    if (!v->labels || !v->timed_label || !v->pred_ms || !v->meas_ms || !v->table)
+        return px_fail(err, PX_ERUNTIME, "out of memory");
+    fprintf(v->table, "%3s %5s  %-50s %11s %11s %8s %9s %7s %7s\n", "#", "ranks", "layout",
+            "predicted", "measured", "error", "ops<15%", "memory", "comm");
+    if (log)
+        fprintf(log, "%3s %5s  %-50s %11s %11s %8s %9s %7s %7s\n", "#", "ranks", "layout",
+                "predicted", "measured", "error", "ops<15%", "memory", "comm");
+    return PX_OK;
+}
+
+static void validation_close(Validation *v)
+{
+    if (v->table)
+        fclose(v->table);
+    free(v->table_text);
+    free(v->labels);
+    free(v->timed_label);
+    free(v->pred_ms);
+    free(v->meas_ms);
+    cJSON_Delete(v->json);
+}
+
+/* The layout on the base model and job. */
+static ModelSpec layout_spec(const ValRequest *q, const Layout *L)
+{
+    ModelSpec s = q->base;
+    s.layout.dp = L->dp;
+    s.layout.tp = L->tp;
+    s.layout.pp = L->pp;
+    s.layout.vpp = L->vpp;
+    s.layout.zero = L->zero;
+    s.layout.sp = L->sp;
+    s.layout.recompute = (ModelRecompute)L->recompute;
+    s.layout.schedule = (ModelSchedule)L->schedule;
+    s.job.micro_batch = L->mbs;
+    return s;
+}
+
+/* "plan: dp2 tp1 pp1 zero2 mbs4 none 1f1b" */
+static void layout_label(char *buf, size_t cap, const Layout *L, int from_planner)
+{
+    char vpp[16] = "";
+    if (L->vpp > 1)
+        snprintf(vpp, sizeof vpp, " vpp%d", L->vpp);
+    snprintf(buf, cap, "%sdp%d tp%d pp%d%s%s zero%d mbs%d %s %s", from_planner ? "plan: " : "",
+             L->dp, L->tp, L->pp, vpp, L->sp ? " sp" : "", L->zero, L->mbs,
+             model_recompute_name((ModelRecompute)L->recompute),
+             model_schedule_name((ModelSchedule)L->schedule));
+}
+
+/* The layout simulated on the profile, as the plan `parallax run` trains. */
+static int predict(const ValRequest *q, const ModelSpec *s, int ranks, cJSON **plan_json,
+                   PxError *err)
+{
+    SimResult r;
+    int rc = sim_run(s, q->cluster, ranks, &r, err);
+    if (rc)
+        return rc;
+    ModelPlan plan;
+    rc = sim_plan_make(&r, q->cluster_ref, &plan, err);
+    sim_result_free(&r);
+    if (rc)
+        return rc;
+    *plan_json = model_plan_to_json(&plan);
+    model_plan_free(&plan);
+    return PX_OK;
+}
+
+/* Writes plan-NN.json, trains it through `parallax run` (its output in run-NN.log) and reads
+ * run-NN.json. */
+static int train(const ValRequest *q, int index, int timing, const cJSON *plan_json,
+                 cJSON **run, PxError *err)
+{
+    char plan_path[1200], run_path[1200], log_path[1200], steps[16];
+    snprintf(plan_path, sizeof plan_path, "%s/plan-%02d.json", q->dir, index);
+    snprintf(run_path, sizeof run_path, "%s/run-%02d.json", q->dir, index);
+    snprintf(log_path, sizeof log_path, "%s/run-%02d.log", q->dir, index);
+    snprintf(steps, sizeof steps, "%d", timing ? q->steps : 3);
+    char *argv[] = {(char *)q->parallax, "run", plan_path, "--steps", steps, "-o", run_path, NULL};
+    int rc;
+    if ((rc = px_json_write_file(plan_path, plan_json, err)) ||
+        (rc = run_child(argv, log_path, err)))
+        return rc;
+    return (*run = px_json_read_file(run_path, err)) ? PX_OK : PX_ERUNTIME;
+}
+
+/* The run trained for real: its first and last losses. */
+static void run_losses(const cJSON *run, Outcome *o)
+{
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(run, "steps");
+    o->n_steps = cJSON_GetArraySize(st);
+    o->loss0 = o->n_steps ? cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(
+                                cJSON_GetArrayItem(st, 0), "loss"))
+                          : NAN;
+    o->loss1 = o->n_steps ? cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(
+                                cJSON_GetArrayItem(st, o->n_steps - 1), "loss"))
+                          : NAN;
+}
+
+/* The comparison in a few figures: the step, whether memory and communication bytes are equal
+ * on every rank, and how many of the ops above 1% of the step are within 15%. */
+static void summarize(const RptCompare *c, Outcome *o)
+{
+    o->mem_equal = 1, o->comm_equal = 1, o->ops = 0, o->ops_ok = 0;
+    o->step_p = c->rows[0].predicted, o->step_m = c->rows[0].measured;
+    o->step_err = c->rows[0].rel_error;
+    for (int k = 0; k < c->count; k++) {
+        const RptDelta *dl = &c->rows[k];
+        if (strncmp(dl->quantity, "memory", 6) == 0 && dl->predicted != dl->measured)
+            o->mem_equal = 0;
+        if (strncmp(dl->quantity, "comm", 4) == 0 && dl->predicted != dl->measured)
+            o->comm_equal = 0;
+        if (strncmp(dl->quantity, "op ", 3) == 0 && dl->predicted >= 0.01 * o->step_p) {
+            o->ops++;
+            o->ops_ok += fabs(dl->rel_error) <= 0.15;
+        }
+    }
+}
+
+static void add_layout_json(Validation *v, int index, const char *label, const Outcome *o,
+                            const RptCompare *c)
+{
+    cJSON *lj = cJSON_CreateObject();
+    cJSON_AddNumberToObject(lj, "index", index);
+    cJSON_AddStringToObject(lj, "layout", label);
+    cJSON_AddNumberToObject(lj, "ranks", o->ranks);
+    cJSON_AddBoolToObject(lj, "timing", o->timing);
+    cJSON_AddNumberToObject(cJSON_AddObjectToObject(lj, "predicted"), "step_s", o->step_p);
+    cJSON_AddNumberToObject(cJSON_AddObjectToObject(lj, "measured"), "step_s", o->step_m);
+    if (o->timing) {
+        cJSON_AddNumberToObject(lj, "step_error", o->step_err);
+        cJSON_AddNumberToObject(lj, "ops_over_1pct", o->ops);
+        cJSON_AddNumberToObject(lj, "ops_within_15pct", o->ops_ok);
+    }
+    cJSON_AddNumberToObject(lj, "steps", o->n_steps);
+    if (isfinite(o->loss0) && isfinite(o->loss1)) {
+        cJSON_AddNumberToObject(lj, "loss_first", o->loss0);
+        cJSON_AddNumberToObject(lj, "loss_last", o->loss1);
+    }
+    cJSON_AddBoolToObject(lj, "memory_equal", o->mem_equal);
+    cJSON_AddBoolToObject(lj, "comm_equal", o->comm_equal);
+    cJSON_AddItemToObject(lj, "compare", rpt_compare_to_json(c));
+    cJSON_AddItemToArray(v->layouts, lj);
+}
+
+/* A timed layout: its losses into the ranges every timed run shares, its step into the chart,
+ * and whether it is the one the report details: the deepest pipeline that was timed (its
+ * timelines say the most), the first of them. */
+static void add_timed(Validation *v, int index, const Layout *L, const char *label,
+                      const Outcome *o)
+{
+    if (isfinite(o->loss0) && isfinite(o->loss1)) {
+        if (!v->n_loss++) {
+            v->loss_steps = o->n_steps;
+            v->first_lo = v->first_hi = o->loss0;
+            v->last_lo = v->last_hi = o->loss1;
+        }
+        v->first_lo = fmin(v->first_lo, o->loss0), v->first_hi = fmax(v->first_hi, o->loss0);
+        v->last_lo = fmin(v->last_lo, o->loss1), v->last_hi = fmax(v->last_hi, o->loss1);
+        v->loss_steps = o->n_steps < v->loss_steps ? o->n_steps : v->loss_steps;
+    }
+    v->timed_label[v->n_timed] = label;
+    v->pred_ms[v->n_timed] = 1e3 * o->step_p;
+    v->meas_ms[v->n_timed] = 1e3 * o->step_m;
+    v->n_timed++;
+    if (L->pp > v->pick_pp || !v->pick) {
+        v->pick = index;
+        v->pick_pp = L->pp;
+    }
+}
+
+/* The layout's row of the table (and the rest of its line in the log). */
+static void table_row(Validation *v, int index, const char *label, const Outcome *o)
+{
+    char es[32] = "-", os[32] = "-", ms[32] = "(not timed)";
+    if (o->timing) {
+        snprintf(es, sizeof es, "%+.1f%%", 100 * o->step_err);
+        snprintf(os, sizeof os, "%d/%d", o->ops_ok, o->ops);
+        snprintf(ms, sizeof ms, "%.4f", o->step_m);
+    }
+    char line[256];
+    snprintf(line, sizeof line, "%11.4f %11s %8s %9s %7s %7s\n", o->step_p, ms, es, os,
+             o->mem_equal ? "equal" : "DIFFER", o->comm_equal ? "equal" : "DIFFER");
+    fprintf(v->table, "%3d %5d  %-50s %s", index, o->ranks, label, line);
+    if (v->log)
+        fputs(line, v->log);
+}
+
+/* Row i (0-based) of the layouts: skipped when too large to run here or when the model does not
+ * take it; else predicted, trained, compared and recorded. */
+static int validate_layout(Validation *v, int i, PxError *err)
+{
+    const ValRequest *q = v->q;
+    const Layout *L = &v->rows[i];
+    Outcome o = {.ranks = L->dp * L->tp * L->pp};
+    o.timing = o.ranks <= q->max_timing_ranks;
+    if (!o.timing && o.ranks > q->max_ranks)
+        return PX_OK;
+    const ModelSpec s = layout_spec(q, L);
+    ModelSpec probe = s;
+    ModelDims d;
+    PxError e2 = {0};
+    if (model_spec_check(&probe, o.ranks, &d, &e2))
+        return PX_OK; /* the model does not take this layout */
+    cJSON *pj = NULL, *run = NULL;
+    int rc = predict(q, &s, o.ranks, &pj, err);
+    if (rc)
+        return rc;
+    char *label = v->labels[i];
+    layout_label(label, sizeof v->labels[i], L, i < v->n_top);
+    if (v->log)
+        fprintf(v->log, "%3d %5d  %-50s ", i + 1, o.ranks, label), fflush(v->log);
+    if ((rc = train(q, i + 1, o.timing, pj, &run, err))) {
+        cJSON_Delete(pj);
+        return rc;
+    }
+    run_losses(run, &o);
+    RptCompare c;
+    rc = rpt_compare(pj, run, &c, err);
+    cJSON_Delete(pj);
+    cJSON_Delete(run);
+    if (rc)
+        return rc;
+    summarize(&c, &o);
+    add_layout_json(v, i + 1, label, &o, &c);
+    rpt_compare_free(&c);
+    if (o.timing)
+        add_timed(v, i + 1, L, label, &o);
+    table_row(v, i + 1, label, &o);
+    return PX_OK;
+}
+
+/* Every layout trains the same trajectory: say where it went. */
+static void loss_summary(Validation *v)
+{
+    if (v->n_loss == 0)
+        return;
+    char first[48], last[48], line[192];
+    snprintf(first, sizeof first, v->first_hi - v->first_lo < 5e-5 ? "%.4f" : "%.4f to %.4f",
+             v->first_lo, v->first_hi);
+    snprintf(last, sizeof last, v->last_hi - v->last_lo < 5e-5 ? "%.4f" : "%.4f to %.4f",
+             v->last_lo, v->last_hi);
+    snprintf(line, sizeof line, "training: loss %s at step 1, %s at step %d, on each of the %d "
+             "timed layouts\n", first, last, v->loss_steps, v->n_loss);
+    fputs(line, v->table);
+    if (v->log)
+        fputs(line, v->log);
+}
+
+/* The report: the validation chart and table, then one layout's full comparison, the scaling
+ * curves and the landscape. */
+static int write_report(Validation *v, PxError *err)
+{
+    const ValRequest *q = v->q;
+    RptOutput o = {q->dir};
+    int rc;
+    if (v->n_timed > 0 &&
+        (rc = rpt_compare_bars(&o, "validation", "step time: predicted against measured",
+                               "milliseconds per step", v->timed_label, v->pred_ms, v->meas_ms,
+                               v->n_timed, err)))
+        return rc;
+    char plan_path[1200], run_path[1200];
+    snprintf(plan_path, sizeof plan_path, "%s/plan-%02d.json", q->dir, v->pick ? v->pick : 1);
+    snprintf(run_path, sizeof run_path, "%s/run-%02d.json", q->dir, v->pick ? v->pick : 1);
+    cJSON *pj = px_json_read_file(plan_path, err);
+    cJSON *rj = pj ? px_json_read_file(run_path, err) : NULL;
+    char *text = malloc(v->table_len + 64);
+    if (text)
+        snprintf(text, v->table_len + 64, "```\n%s```", v->table_text);
+    RptSection sec = {"Validation: predicted against measured",
+                      v->n_timed > 0 ? "validation" : NULL, text};
+    RptRequest rq = {.dir = q->dir, .title = "parallax validation", .plan = pj, .run = rj,
+                     .base = &q->base, .cluster = q->cluster, .gpus = q->scaling_gpus,
+                     .n_gpus = q->n_scaling_gpus, .landscape = q->n_scaling_gpus > 0,
+                     .extra = &sec, .n_extra = 1};
+    rc = pj && rj ? rpt_build(&rq, NULL, err) : PX_ERUNTIME;
+    free(text);
+    cJSON_Delete(pj);
+    cJSON_Delete(rj);
+    return rc;
+}
+
 int val_run(const ValRequest *q, cJSON **json_out, FILE *log, PxError *err)
 {
     *json_out = NULL;
     if (px_mkdir_p(q->dir, err))
         return PX_ERUNTIME; /* as the report's charts do: the run fails (exit 1) */
-    const int n_spread = (int)(sizeof spread / sizeof spread[0]);
-    Layout rows[PLAN_TOP + sizeof spread / sizeof spread[0]];
-    int n_top = 0, n = 0;
-    int prc = planned(q, rows, &n_top, err);
-    if (prc)
-        return prc;
-    n = n_top;
-    for (int i = 0; i < n_spread; i++) {
-        int dup = 0;
-        for (int k = 0; k < n_top && !dup; k++)
-            dup = same_layout(&rows[k], &spread[i]);
-        if (!dup)
-            rows[n++] = spread[i];
+    Validation v;
+    int rc = validation_open(&v, q, log, err);
+    for (int i = 0; !rc && i < v.n_rows; i++)
+        rc = validate_layout(&v, i, err);
+    if (!rc) {
+        loss_summary(&v);
+        fclose(v.table); /* the table's text is complete for the report */
+        v.table = NULL;
+        rc = write_report(&v, err);
     }
-    char (*labels)[96] = calloc((size_t)n, sizeof *labels);
-    const char **lp = calloc((size_t)n, sizeof *lp);
-    double *pred = calloc((size_t)n, sizeof *pred), *meas = calloc((size_t)n, sizeof *meas);
-    char *table = NULL;
-    size_t table_len = 0;
-    FILE *tf = open_memstream(&table, &table_len);
-    cJSON *out = cJSON_CreateObject();
-    cJSON_AddStringToObject(out, "model", q->base.model.name);
-    cJSON_AddStringToObject(out, "cluster", q->cluster->name);
-    cJSON *layouts = cJSON_AddArrayToObject(out, "layouts");
-    int rc = PX_OK, n_timed = 0, pick = 0, pick_pp = 0, n_loss = 0, loss_steps = 0;
-    double first_lo = 0, first_hi = 0, last_lo = 0, last_hi = 0;
-    if (!labels || !lp || !pred || !meas || !tf) {
-        rc = px_fail(err, PX_ERUNTIME, "out of memory");
-        goto out;
+    if (!rc) {
+        *json_out = v.json;
+        v.json = NULL;
     }
-    fprintf(tf, "%3s %5s  %-50s %11s %11s %8s %9s %7s %7s\n", "#", "ranks", "layout", "predicted",
-            "measured", "error", "ops<15%", "memory", "comm");
-    if (log)
-        fprintf(log, "%3s %5s  %-50s %11s %11s %8s %9s %7s %7s\n", "#", "ranks", "layout", "predicted",
-                "measured", "error", "ops<15%", "memory", "comm");
-    for (int i = 0; i < n; i++) {
-        const Layout *L = &rows[i];
-        const int ranks = L->dp * L->tp * L->pp, timing = ranks <= q->max_timing_ranks;
-        if (!timing && ranks > q->max_ranks)
-            continue;
-        ModelSpec s = q->base;
-        s.layout.dp = L->dp;
-        s.layout.tp = L->tp;
-        s.layout.pp = L->pp;
-        s.layout.vpp = L->vpp;
-        s.layout.zero = L->zero;
-        s.layout.sp = L->sp;
-        s.layout.recompute = (ModelRecompute)L->recompute;
-        s.layout.schedule = (ModelSchedule)L->schedule;
-        s.job.micro_batch = L->mbs;
-        ModelSpec probe = s;
-        ModelDims d;
-        PxError e2 = {0};
-        if (model_spec_check(&probe, ranks, &d, &e2))
-            continue; /* the model does not take this layout */
-        SimResult r;
-        if ((rc = sim_run(&s, q->cluster, ranks, &r, err)))
-            goto out;
-        ModelPlan plan;
-        rc = sim_plan_make(&r, q->cluster_ref, &plan, err);
-        sim_result_free(&r);
-        if (rc)
-            goto out;
-        char plan_path[1200], run_path[1200], log_path[1200], steps[16];
-        snprintf(plan_path, sizeof plan_path, "%s/plan-%02d.json", q->dir, i + 1);
-        snprintf(run_path, sizeof run_path, "%s/run-%02d.json", q->dir, i + 1);
-        snprintf(log_path, sizeof log_path, "%s/run-%02d.log", q->dir, i + 1);
-        snprintf(steps, sizeof steps, "%d", timing ? q->steps : 3);
-        cJSON *pj = model_plan_to_json(&plan);
-        model_plan_free(&plan);
-        char *lay = labels[i];
-        char vpp[16] = "";
-        if (L->vpp > 1)
-            snprintf(vpp, sizeof vpp, " vpp%d", L->vpp);
-        snprintf(lay, sizeof labels[i], "%sdp%d tp%d pp%d%s%s zero%d mbs%d %s %s",
-                 i < n_top ? "plan: " : "", L->dp, L->tp, L->pp, vpp, L->sp ? " sp" : "", L->zero,
-                 L->mbs, model_recompute_name((ModelRecompute)L->recompute),
-                 model_schedule_name((ModelSchedule)L->schedule));
-        if (log)
-            fprintf(log, "%3d %5d  %-50s ", i + 1, ranks, lay), fflush(log);
-        char *argv[] = {(char *)q->parallax, "run", plan_path, "--steps", steps, "-o", run_path, NULL};
-        cJSON *run = NULL;
-        if ((rc = px_json_write_file(plan_path, pj, err)) || (rc = run_child(argv, log_path, err)) ||
-            !(run = px_json_read_file(run_path, err))) {
-            if (!rc)
-                rc = PX_ERUNTIME;
-            cJSON_Delete(pj);
-            goto out;
-        }
-        /* the run trained for real: its first and last losses */
-        const cJSON *st = cJSON_GetObjectItemCaseSensitive(run, "steps");
-        const int n_steps = cJSON_GetArraySize(st);
-        const double loss0 = n_steps ? cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(
-                                           cJSON_GetArrayItem(st, 0), "loss"))
-                                     : NAN;
-        const double loss1 = n_steps ? cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(
-                                           cJSON_GetArrayItem(st, n_steps - 1), "loss"))
-                                     : NAN;
-        RptCompare c;
-        rc = rpt_compare(pj, run, &c, err);
-        cJSON_Delete(pj);
-        cJSON_Delete(run);
-        if (rc)
-            goto out;
-        int mem_equal = 1, comm_equal = 1, ops = 0, ops_ok = 0;
-        const double step_p = c.rows[0].predicted, step_m = c.rows[0].measured, e = c.rows[0].rel_error;
-        for (int k = 0; k < c.count; k++) {
-            const RptDelta *dl = &c.rows[k];
-            if (strncmp(dl->quantity, "memory", 6) == 0 && dl->predicted != dl->measured)
-                mem_equal = 0;
-            if (strncmp(dl->quantity, "comm", 4) == 0 && dl->predicted != dl->measured)
-                comm_equal = 0;
-            if (strncmp(dl->quantity, "op ", 3) == 0 && dl->predicted >= 0.01 * step_p) {
-                ops++;
-                ops_ok += fabs(dl->rel_error) <= 0.15;
-            }
-        }
-        cJSON *lj = cJSON_CreateObject();
-        cJSON_AddNumberToObject(lj, "index", i + 1);
-        cJSON_AddStringToObject(lj, "layout", lay);
-        cJSON_AddNumberToObject(lj, "ranks", ranks);
-        cJSON_AddBoolToObject(lj, "timing", timing);
-        cJSON_AddNumberToObject(cJSON_AddObjectToObject(lj, "predicted"), "step_s", step_p);
-        cJSON_AddNumberToObject(cJSON_AddObjectToObject(lj, "measured"), "step_s", step_m);
-        if (timing) {
-            cJSON_AddNumberToObject(lj, "step_error", e);
-            cJSON_AddNumberToObject(lj, "ops_over_1pct", ops);
-            cJSON_AddNumberToObject(lj, "ops_within_15pct", ops_ok);
-        }
-        cJSON_AddNumberToObject(lj, "steps", n_steps);
-        if (isfinite(loss0) && isfinite(loss1)) {
-            cJSON_AddNumberToObject(lj, "loss_first", loss0);
-            cJSON_AddNumberToObject(lj, "loss_last", loss1);
-        }
-        if (timing && isfinite(loss0) && isfinite(loss1)) {
-            if (!n_loss++) {
-                loss_steps = n_steps;
-                first_lo = first_hi = loss0;
-                last_lo = last_hi = loss1;
-            }
-            first_lo = fmin(first_lo, loss0), first_hi = fmax(first_hi, loss0);
-            last_lo = fmin(last_lo, loss1), last_hi = fmax(last_hi, loss1);
-            loss_steps = n_steps < loss_steps ? n_steps : loss_steps;
-        }
-        cJSON_AddBoolToObject(lj, "memory_equal", mem_equal);
-        cJSON_AddBoolToObject(lj, "comm_equal", comm_equal);
-        cJSON_AddItemToObject(lj, "compare", rpt_compare_to_json(&c));
-        cJSON_AddItemToArray(layouts, lj);
-        rpt_compare_free(&c);
-        char es[32] = "-", os[32] = "-", ms[32] = "(not timed)";
-        if (timing) {
-            snprintf(es, sizeof es, "%+.1f%%", 100 * e);
-            snprintf(os, sizeof os, "%d/%d", ops_ok, ops);
-            snprintf(ms, sizeof ms, "%.4f", step_m);
-            lp[n_timed] = lay;
-            pred[n_timed] = 1e3 * step_p;
-            meas[n_timed] = 1e3 * step_m;
-            n_timed++;
-            /* the report's detailed pages show the deepest pipeline that was timed (its
-                 * timelines say the most), the first of them */
-            if (L->pp > pick_pp || !pick) {
-                pick = i + 1;
-                pick_pp = L->pp;
-            }
-        }
-        char line[256];
-        snprintf(line, sizeof line, "%11.4f %11s %8s %9s %7s %7s\n", step_p, ms, es, os,
-                 mem_equal ? "equal" : "DIFFER", comm_equal ? "equal" : "DIFFER");
-        fprintf(tf, "%3d %5d  %-50s %s", i + 1, ranks, lay, line);
-        if (log)
-            fputs(line, log);
-    }
-    /* every layout trains the same trajectory: say where it went */
-    if (n_loss > 0) {
-        char first[48], last[48], line[192];
-        snprintf(first, sizeof first, first_hi - first_lo < 5e-5 ? "%.4f" : "%.4f to %.4f",
-                 first_lo, first_hi);
-        snprintf(last, sizeof last, last_hi - last_lo < 5e-5 ? "%.4f" : "%.4f to %.4f", last_lo,
-                 last_hi);
-        snprintf(line, sizeof line, "training: loss %s at step 1, %s at step %d, on each of the %d "
-                 "timed layouts\n", first, last, loss_steps, n_loss);
-        fputs(line, tf);
-        if (log)
-            fputs(line, log);
-    }
-    fclose(tf);
-    tf = NULL;
-    RptOutput o = {q->dir};
-    if (n_timed > 0 && (rc = rpt_compare_bars(&o, "validation", "step time: predicted against measured",
-                                              "milliseconds per step", lp, pred, meas, n_timed, err)))
-        goto out;
-    {
-        /* the report: the validation chart and table, then one layout's full comparison */
-        char plan_path[1200], run_path[1200];
-        snprintf(plan_path, sizeof plan_path, "%s/plan-%02d.json", q->dir, pick ? pick : 1);
-        snprintf(run_path, sizeof run_path, "%s/run-%02d.json", q->dir, pick ? pick : 1);
-        cJSON *pj = px_json_read_file(plan_path, err), *rj = pj ? px_json_read_file(run_path, err) : NULL;
-        char *text = malloc(table_len + 64);
-        if (text)
-            snprintf(text, table_len + 64, "```\n%s```", table);
-        RptSection sec = {"Validation: predicted against measured", n_timed > 0 ? "validation" : NULL, text};
-        RptRequest rq = {.dir = q->dir, .title = "parallax validation", .plan = pj, .run = rj,
-                         .base = &q->base, .cluster = q->cluster, .gpus = q->scaling_gpus,
-                         .n_gpus = q->n_scaling_gpus, .landscape = q->n_scaling_gpus > 0,
-                         .extra = &sec, .n_extra = 1};
-        rc = pj && rj ? rpt_build(&rq, NULL, err) : PX_ERUNTIME;
-        free(text);
-        cJSON_Delete(pj);
-        cJSON_Delete(rj);
-        if (rc)
-            goto out;
-    }
-    *json_out = out;
-    out = NULL;
-out:
-    if (tf)
-        fclose(tf);
-    free(table);
-    free(labels);
-    free(lp);
-    free(pred);
-    free(meas);
-    cJSON_Delete(out);
+    validation_close(&v);
     return rc;
 }
