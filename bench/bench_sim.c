@@ -69,9 +69,49 @@ static Sweep sweep(const ModelSpec *base, const ProfCluster *cl, int gpus, int c
     return w;
 }
 
+/* The optional operand, the seconds each exact sweep may take: -1 to go on, or the exit status
+ * (0 after --help, 2 after bad input). */
+static int parse_args(int argc, char **argv, double *budget_s)
+{
+    static const char *const usage =
+        "bench_sim [SECONDS]\n\n"
+        "Layouts of GPT-3 175B on Selene evaluated per CPU second: the planner's search on 512 and\n"
+        "1024 GPUs, then every layout of 1024 GPUs simulated exactly, through the planner's fast\n"
+        "path and through the full simulation, each for at most SECONDS (default 20).";
+    static const PxOption none[] = {{NULL, 0, NULL, NULL, 0, 0}};
+    const PxOption *const tables[] = {none, NULL};
+    PxOpts *p = px_opts_new(tables);
+    if (!p)
+        return 1;
+    PxError err = {0};
+    const char *arg;
+    int status = -1, id;
+    while (status < 0 &&
+           (id = px_opts_next(p, argc, argv, &arg, "(see --help)", &err)) != PX_OPTS_END) {
+        if (id == PX_OPTS_HELP)
+            px_opts_help(stdout, usage, tables);
+        status = id == PX_OPTS_HELP ? 0 : 2;
+    }
+    const int first = px_opts_index(p);
+    if (status < 0 && first + 1 < argc) {
+        px_fail(&err, PX_EINPUT, "unexpected argument '%s' (see --help)", argv[first + 1]);
+        status = 2;
+    } else if (status < 0 && first < argc &&
+               px_parse_double(argv[first], "SECONDS", budget_s, &err)) {
+        status = 2;
+    }
+    if (status == 2)
+        fprintf(stderr, "bench_sim: %s\n", err.msg);
+    px_opts_free(p);
+    return status;
+}
+
 int main(int argc, char **argv)
 {
-    double budget = argc > 1 ? atof(argv[1]) : 20.0;
+    double budget = 20.0;
+    int status = parse_args(argc, argv, &budget);
+    if (status >= 0)
+        return status;
     PxError err = {0};
     ProfCluster cl;
     ModelSpec base;
