@@ -236,7 +236,7 @@ typedef struct {
     int ok;             /* a layout works: plan holds the best (top 1) */
     SimPlanResult plan;
     char error[1024];   /* not ok: why no layout works (sim_plan's message) */
-    double value, rank; /* ok: the objective's figure (sim_objective_unit); the same, lower better */
+    double value, rank; /* ok: the objective's figure (sim_objective_unit); it, lower better */
 } SimSweepRow;
 
 typedef struct {
@@ -252,8 +252,8 @@ typedef struct {
  * million tokens, times the cluster's price of a GPU-hour when prices are given; tokens per
  * second per GPU. price holds none (n_price 0), one for every cluster, or one per cluster, each
  * positive, and only for the cost objective: PX_EINPUT otherwise. A (size, cluster) where no
- * layout works is a row with its reason, not an error; PX_ERUNTIME (out of memory) stops the
- * sweep with out empty. The caller frees out (sim_sweep_free). */
+ * layout works is a row with its reason, not an error; PX_ERUNTIME (out of memory, a
+ * simulation that failed) stops the sweep with out empty. The caller frees out (sim_sweep_free). */
 int sim_sweep(const SimPlanRequest *q, const ProfCluster *clusters, int n_clusters,
               const int *gpus, int n_gpus, const double *price, int n_price, SimSweep *out,
               PxError *err);
