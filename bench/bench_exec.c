@@ -1,6 +1,6 @@
 /* bench_exec — figures, not a test: training throughput of a gpt2-124m-shaped model at B=4,
  * T=64 on one core, and the FLOP rate its counted FLOPs reach against the sgemm peak measured on
- * the same core just before. Usage: bench_exec [steps] (default 3, after one warm-up step). */
+ * the same core just before. Usage: bench_exec [STEPS] (default 3, after one warm-up step). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,11 +47,49 @@ static double predicted_step_s(const ModelPlan *plan)
     return s;
 }
 
+/* The optional operand, the timed steps: -1 to go on, or the exit status (0 after --help, 2
+ * after bad input). */
+static int parse_args(int argc, char **argv, int *steps)
+{
+    static const char *const usage =
+        "bench_exec [STEPS]\n\n"
+        "Training throughput of a gpt2-124m-shaped model at B=4, T=64 on one core, and the FLOP\n"
+        "rate its counted FLOPs reach against the sgemm peak of the same core: STEPS timed steps\n"
+        "(default 3) after one warm-up step.";
+    static const PxOption none[] = {{NULL, 0, NULL, NULL, 0, 0}};
+    const PxOption *const tables[] = {none, NULL};
+    PxOpts *p = px_opts_new(tables);
+    if (!p)
+        return 1;
+    PxError err = {0};
+    const char *arg;
+    int status = -1, id;
+    while (status < 0 &&
+           (id = px_opts_next(p, argc, argv, &arg, "(see --help)", &err)) != PX_OPTS_END) {
+        if (id == PX_OPTS_HELP)
+            px_opts_help(stdout, usage, tables);
+        status = id == PX_OPTS_HELP ? 0 : 2;
+    }
+    const int first = px_opts_index(p);
+    if (status < 0 && first + 1 < argc) {
+        px_fail(&err, PX_EINPUT, "unexpected argument '%s' (see --help)", argv[first + 1]);
+        status = 2;
+    } else if (status < 0 && first < argc &&
+               px_parse_int(argv[first], "STEPS", 1, 1 << 20, steps, &err)) {
+        status = 2;
+    }
+    if (status == 2)
+        fprintf(stderr, "bench_exec: %s\n", err.msg);
+    px_opts_free(p);
+    return status;
+}
+
 int main(int argc, char **argv)
 {
-    int steps = argc > 1 ? atoi(argv[1]) : 3;
-    if (steps < 1)
-        steps = 1;
+    int steps = 3;
+    int status = parse_args(argc, argv, &steps);
+    if (status >= 0)
+        return status;
     PxError err = {0};
     ModelSpec spec;
     model_spec_defaults(&spec);

@@ -8,24 +8,17 @@
  * launch latency of the last one does not count). Bandwidth counts the bytes a kernel must read
  * and write (GB = 1e9); GEMM FLOPs are 2mnk; causal attention counts half of the square.
  *
- * Usage: bench_kernels_cuda [--quick] [--min-time S]; exits 77 when no GPU is visible. */
+ * Usage: bench_kernels_cuda [--quick] [--min-time S] (--help lists them); exits 77 when no GPU
+ * is visible. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "kernels/kernels.h"
 
 static const KernBackend *K;
 static double min_time = 0.3;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void *dalloc(size_t bytes)
 {
@@ -70,13 +63,13 @@ static double time_it(BenchFn fn, void *ctx)
         fn(ctx);
     K->sync();
     long calls = 0;
-    double t0 = now_s(), t = 0.0;
+    double t0 = px_now_s(), t = 0.0;
     do {
         for (int i = 0; i < 10; i++)
             fn(ctx);
         calls += 10;
         K->sync();
-        t = now_s() - t0;
+        t = px_now_s() - t0;
     } while (t < min_time);
     return t / (double)calls;
 }
@@ -229,19 +222,56 @@ static void bench_attention(int B, int T, int H, int KV, int D, int fused)
     K->free(lse), K->free(drow);
 }
 
+enum { OPT_QUICK, OPT_MIN_TIME };
+
+static const PxOption bench_options[] = {
+    {"quick", 0, NULL, "fewer and smaller shapes", OPT_QUICK, 0},
+    {"min-time", 1, "S", "time each figure for at least S seconds (default 0.3)", OPT_MIN_TIME, 0},
+    {NULL, 0, NULL, NULL, 0, 0}};
+
+/* --quick and --min-time: -1 to go on, or the exit status (0 after --help, 2 after bad input). */
+static int parse_args(int argc, char **argv, int *quick)
+{
+    static const char *const usage =
+        "bench_kernels_cuda [--quick] [--min-time S]\n\n"
+        "GEMM TFLOP/s for transformer shapes, the bandwidth of copy, cast, add and layernorm, and\n"
+        "the fused and unfused attention, through the CUDA backend. Exits 77 when no GPU is\n"
+        "visible.";
+    const PxOption *const tables[] = {bench_options, NULL};
+    PxOpts *p = px_opts_new(tables);
+    if (!p)
+        return 1;
+    PxError err = {0};
+    const char *arg;
+    int status = -1, id;
+    while (status < 0 &&
+           (id = px_opts_next(p, argc, argv, &arg, "(see --help)", &err)) != PX_OPTS_END) {
+        if (id == PX_OPTS_HELP) {
+            px_opts_help(stdout, usage, tables);
+            status = 0;
+        } else if (id == PX_OPTS_BAD ||
+                   (id == OPT_MIN_TIME && px_parse_double(arg, "--min-time", &min_time, &err))) {
+            status = 2;
+        } else if (id == OPT_QUICK) {
+            *quick = 1;
+        }
+    }
+    if (status < 0 && px_opts_index(p) < argc) {
+        px_fail(&err, PX_EINPUT, "unexpected argument '%s' (see --help)", argv[px_opts_index(p)]);
+        status = 2;
+    }
+    if (status == 2)
+        fprintf(stderr, "bench_kernels_cuda: %s\n", err.msg);
+    px_opts_free(p);
+    return status;
+}
+
 int main(int argc, char **argv)
 {
     int quick = 0;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--quick") == 0)
-            quick = 1;
-        else if (strcmp(argv[i], "--min-time") == 0 && i + 1 < argc)
-            min_time = atof(argv[++i]);
-        else {
-            fprintf(stderr, "usage: bench_kernels_cuda [--quick] [--min-time SECONDS]\n");
-            return 2;
-        }
-    }
+    int status = parse_args(argc, argv, &quick);
+    if (status >= 0)
+        return status;
     K = kern_cuda();
     if (!K) {
         printf("bench_kernels_cuda: no CUDA device visible: nothing to measure\n");

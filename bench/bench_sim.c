@@ -12,23 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "sim/sim.h"
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static double cpu_now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 typedef struct {
     int n, valid;
@@ -40,7 +25,7 @@ static Sweep sweep(const ModelSpec *base, const ProfCluster *cl, int gpus, int c
 {
     Sweep w = {0, 0, 1e300};
     PxError err;
-    double t0 = now();
+    double t0 = px_now_s();
     long tried = 0;
     for (int tp = 1; tp <= 8; tp *= 2)
         for (int pp = 1; pp <= 96; pp++) {
@@ -52,7 +37,7 @@ static Sweep sweep(const ModelSpec *base, const ProfCluster *cl, int gpus, int c
                         for (int mbs = 1; mbs <= 8; mbs *= 2)
                             for (int rc = 0; rc < 3; rc++)
                                 for (int sched = 0; sched < 2; sched++) {
-                                    if ((++tried & 63) == 0 && now() - t0 > budget_s)
+                                    if ((++tried & 63) == 0 && px_now_s() - t0 > budget_s)
                                         return w;
                                     if (sched && vpp > 1)
                                         continue;
@@ -84,9 +69,49 @@ static Sweep sweep(const ModelSpec *base, const ProfCluster *cl, int gpus, int c
     return w;
 }
 
+/* The optional operand, the seconds each exact sweep may take: -1 to go on, or the exit status
+ * (0 after --help, 2 after bad input). */
+static int parse_args(int argc, char **argv, double *budget_s)
+{
+    static const char *const usage =
+        "bench_sim [SECONDS]\n\n"
+        "Layouts of GPT-3 175B on Selene evaluated per CPU second: the planner's search on 512 and\n"
+        "1024 GPUs, then every layout of 1024 GPUs simulated exactly, through the planner's fast\n"
+        "path and through the full simulation, each for at most SECONDS (default 20).";
+    static const PxOption none[] = {{NULL, 0, NULL, NULL, 0, 0}};
+    const PxOption *const tables[] = {none, NULL};
+    PxOpts *p = px_opts_new(tables);
+    if (!p)
+        return 1;
+    PxError err = {0};
+    const char *arg;
+    int status = -1, id;
+    while (status < 0 &&
+           (id = px_opts_next(p, argc, argv, &arg, "(see --help)", &err)) != PX_OPTS_END) {
+        if (id == PX_OPTS_HELP)
+            px_opts_help(stdout, usage, tables);
+        status = id == PX_OPTS_HELP ? 0 : 2;
+    }
+    const int first = px_opts_index(p);
+    if (status < 0 && first + 1 < argc) {
+        px_fail(&err, PX_EINPUT, "unexpected argument '%s' (see --help)", argv[first + 1]);
+        status = 2;
+    } else if (status < 0 && first < argc &&
+               px_parse_double(argv[first], "SECONDS", budget_s, &err)) {
+        status = 2;
+    }
+    if (status == 2)
+        fprintf(stderr, "bench_sim: %s\n", err.msg);
+    px_opts_free(p);
+    return status;
+}
+
 int main(int argc, char **argv)
 {
-    double budget = argc > 1 ? atof(argv[1]) : 20.0;
+    double budget = 20.0;
+    int status = parse_args(argc, argv, &budget);
+    if (status >= 0)
+        return status;
     PxError err = {0};
     ProfCluster cl;
     ModelSpec base;
@@ -109,12 +134,12 @@ int main(int argc, char **argv)
         q.top = 5;
         q.headroom = 0.05;
         SimPlanResult res;
-        double c0 = cpu_now();
+        double c0 = px_cpu_s();
         if (sim_plan(&q, &cl, &res, &err)) {
             fprintf(stderr, "bench_sim: %s\n", err.msg);
             return 1;
         }
-        double cpu = cpu_now() - c0;
+        double cpu = px_cpu_s() - c0;
         printf("planner, %4d GPUs: %7ld layouts decided in %.3f CPU s (%.3f s wall): %8.0f layouts/s; "
                "%ld fit, %ld simulated in full\n",
                gpus, res.considered, cpu, res.seconds, res.considered / cpu, res.feasible, res.timed);
@@ -126,9 +151,9 @@ int main(int argc, char **argv)
         return 1;
     }
     for (int compact = 1; compact >= 0; compact--) {
-        double t0 = now(), c0 = cpu_now();
+        double t0 = px_now_s(), c0 = px_cpu_s();
         Sweep w = sweep(&base, &cl, 1024, compact, cache, budget);
-        double t = now() - t0, cpu = cpu_now() - c0;
+        double t = px_now_s() - t0, cpu = px_cpu_s() - c0;
         printf("%-42s %5d layouts in %6.3f CPU s (%.3f s wall): %8.0f layouts/s (best step %.2f s)\n",
                compact ? "exact, fast path (cached compact tables)" : "exact, full simulation (every layer)",
                w.n, cpu, t, w.n / cpu, w.best);

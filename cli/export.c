@@ -40,29 +40,24 @@ int cli_cmd_export(int argc, char **argv)
         fprintf(stderr, "parallax export: %s\n", err.msg);
         return rc == PX_EINPUT ? 2 : 1;
     }
+    /* -o: a file that appears whole or not at all, left untouched when the export fails */
+    PxAtomicFile file;
     FILE *out = stdout;
-    char tmp[1100];
     if (a.output) {
-        snprintf(tmp, sizeof tmp, "%s.tmp", a.output);
-        out = fopen(tmp, "w");
-        if (!out) {
-            fprintf(stderr, "parallax export: %s: cannot write\n", a.output);
+        if (px_atomic_open(&file, a.output, &err)) {
+            fprintf(stderr, "parallax export: %s\n", err.msg);
             model_plan_free(&plan);
             return 1;
         }
+        out = file.f;
     }
     rc = sim_export(out, &plan, (SimExportFormat)fmt, &err);
     model_plan_free(&plan);
-    if (a.output) {
-        int bad = ferror(out);
-        bad |= fclose(out) != 0;
-        if (rc || bad || rename(tmp, a.output) != 0) {
-            remove(tmp);
-            if (!rc) {
-                fprintf(stderr, "parallax export: %s: write failed\n", a.output);
-                return 1;
-            }
-        }
+    if (a.output && rc) {
+        px_atomic_abort(&file);
+    } else if (a.output && px_atomic_commit(&file, &err)) {
+        fprintf(stderr, "parallax export: %s\n", err.msg);
+        return 1;
     }
     if (rc) {
         fprintf(stderr, "parallax export: %s\n", err.msg);

@@ -2,7 +2,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cli/commands.h"
 #include "cli/options.h"
@@ -138,89 +137,5 @@ int cli_cmd_compare(int argc, char **argv)
         rpt_compare_print(stdout, &c, a.extra[OPT_ALL_OPS - CLI_EXTRA] != NULL);
     }
     rpt_compare_free(&c);
-    return 0;
-}
-
-enum { OPT_VSTEPS = CLI_EXTRA + 20, OPT_VREPORT, OPT_MAXRANKS };
-
-static const CliOption validate_options[] = {
-    {"model", 1, "M", "the model to validate (default tiny)", CLI_MODEL, 0},
-    {"cluster", 1, "PROFILE", "this machine's profile (default local: the calibrated one when present)", CLI_CLUSTER, 0},
-    {"report", 1, "DIR", "plans, runs, logs and the report (default validation)", OPT_VREPORT, 0},
-    {"steps", 1, "N", "steps per timing run (default 20; the median after the first)", OPT_VSTEPS, 0},
-    {"max-ranks", 1, "N", "largest layout for the memory and communication checks (default 8)", OPT_MAXRANKS, 0},
-    {"json", 0, NULL, "layouts[] with layout, predicted and measured figures", CLI_JSON, 0},
-    {NULL, 0, NULL, NULL, 0, 0}};
-
-int cli_cmd_validate(int argc, char **argv)
-{
-    CliArgs a;
-    memset(&a, 0, sizeof a);
-    model_spec_defaults(&a.spec);
-    a.spec.job.global_batch = 8;
-    const CliOption *const tables[] = {validate_options, cli_knob_options, NULL};
-    int st = cli_parse("validate",
-                       "[--model M] [--cluster PROFILE] [--report DIR] [--steps N] [--json]\n\n"
-                       "Plans a spread of layouts on this machine's profile, runs them for real\n"
-                       "(timing layouts on no more ranks than cores), compares and writes a report.",
-                       argc, argv, tables, 0, &a);
-    if (st >= 0)
-        return st;
-    PxError err = {0};
-    RptValidate q;
-    memset(&q, 0, sizeof q);
-    q.base = a.spec;
-    q.dir = a.extra[OPT_VREPORT - CLI_EXTRA] ? a.extra[OPT_VREPORT - CLI_EXTRA] : "validation";
-    q.steps = 20;
-    q.max_ranks = 8;
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    q.max_timing_ranks = cores > 0 ? (int)cores : 1;
-    const char *v;
-    int rc;
-    if ((v = a.extra[OPT_VSTEPS - CLI_EXTRA]) && (rc = px_parse_int(v, "--steps", 2, 1 << 20, &q.steps, &err)))
-        return fail("validate", rc, &err);
-    if ((v = a.extra[OPT_MAXRANKS - CLI_EXTRA]) && (rc = px_parse_int(v, "--max-ranks", 1, 64, &q.max_ranks, &err)))
-        return fail("validate", rc, &err);
-    const char *cluster = a.cluster ? a.cluster : "local";
-    ProfCluster cl;
-    if ((rc = model_config_load(a.model ? a.model : "tiny", &q.base.model, &err)) ||
-        (rc = prof_cluster_load(cluster, a.sets, a.n_sets, &cl, &err)))
-        return fail("validate", rc, &err);
-    char exe[1024];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0) {
-        fprintf(stderr, "parallax validate: cannot find the parallax executable (/proc/self/exe)\n");
-        prof_cluster_free(&cl);
-        return 1;
-    }
-    exe[n] = '\0';
-    q.parallax = exe;
-    q.cluster = &cl;
-    /* scaling curves and the landscape on this machine's profile, up to the largest layout */
-    static const int scaling[] = {1, 2, 4, 8, 16, 32, 64};
-    q.scaling_gpus = scaling;
-    while (q.n_scaling_gpus < 7 && scaling[q.n_scaling_gpus] <= q.max_ranks)
-        q.n_scaling_gpus++;
-    char calibrated[1200];
-    q.cluster_ref = strcmp(cluster, "local") == 0 && prof_calibrated_path(calibrated, sizeof calibrated)
-                        ? calibrated
-                        : cluster;
-    if (!a.json)
-        printf("validating %s on %s (%s): %d cores, timing up to %d ranks, memory and communication up to %d\n",
-               q.base.model.name, cl.name, cl.measured ? "calibrated" : "not calibrated: run parallax calibrate",
-               q.max_timing_ranks, q.max_timing_ranks, q.max_ranks);
-    cJSON *j = NULL;
-    rc = rpt_validate(&q, &j, a.json ? NULL : stdout, &err);
-    prof_cluster_free(&cl);
-    if (rc)
-        return fail("validate", rc, &err);
-    if (a.json) {
-        char *s = cJSON_Print(j);
-        printf("%s\n", s);
-        cJSON_free(s);
-    } else {
-        printf("report: %s/report.md, %s/report.html\n", q.dir, q.dir);
-    }
-    cJSON_Delete(j);
     return 0;
 }

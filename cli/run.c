@@ -56,165 +56,163 @@ static const char *const run_usage =
     "ranks starts it with mpirun (--oversubscribe when the ranks outnumber the cores) or, inside\n"
     "a Slurm allocation, srun.";
 
-int cli_cmd_run(int argc, char **argv)
+/* The command line, checked: every value is passed through to the worker as given. */
+typedef struct {
+    const char *plan, *output, *steps, *metrics, *data, *backend, *loss_scale, *loss_interval;
+    const char *comm_timeout, *fail_rank, *fail_step; /* failures */
+    const char *ck_dir, *ck_every;                    /* checkpoints */
+    int quiet, resume;
+    ExecLauncher launcher;
+    int world; /* the plan's ranks */
+} RunArgs;
+
+static int bad(const PxError *err)
 {
-    CliArgs a = {0};
+    fprintf(stderr, "parallax run: %s\n", err->msg);
+    return 2;
+}
+
+/* The options and the plan file: -1 to go on, or the exit status. */
+static int parse_run(int argc, char **argv, CliArgs *a, RunArgs *r)
+{
     const CliOption *const tables[] = {run_options, NULL};
-    int status = cli_parse("run", run_usage, argc, argv, tables, 1, &a);
-    const char *steps = NULL, *metrics = NULL, *data = NULL, *launcher_name = NULL;
-    const char *backend = NULL, *loss_scale = NULL, *loss_interval = NULL;
-    int quiet = 0;
-    if (status < 0) {
-        steps = a.extra[RUN_STEPS - CLI_EXTRA];
-        metrics = a.extra[RUN_METRICS - CLI_EXTRA];
-        data = a.extra[RUN_DATA - CLI_EXTRA];
-        quiet = a.extra[RUN_QUIET - CLI_EXTRA] != NULL;
-        launcher_name = a.extra[RUN_LAUNCHER - CLI_EXTRA];
-        backend = a.extra[RUN_BACKEND - CLI_EXTRA];
-        loss_scale = a.extra[RUN_LOSS_SCALE - CLI_EXTRA];
-        loss_interval = a.extra[RUN_LOSS_SCALE_INTERVAL - CLI_EXTRA];
-        if (a.n_positional != 1) {
-            fprintf(stderr, "parallax run: expected one plan file (see 'parallax run --help')\n");
-            status = 2;
-        }
-    }
-    PxError err = {0};
-    int n_steps = 0;
-    if (status < 0 && steps && px_parse_int(steps, "--steps", 1, 1 << 30, &n_steps, &err)) {
-        fprintf(stderr, "parallax run: %s\n", err.msg);
-        status = 2;
-    }
-    ExecLauncher launcher = EXEC_LAUNCH_DEFAULT;
-    if (status < 0 && launcher_name && exec_launcher_parse(launcher_name, &launcher, &err)) {
-        fprintf(stderr, "parallax run: %s\n", err.msg);
-        status = 2;
-    }
-    ExecBackend be = EXEC_BACKEND_AUTO;
-    if (status < 0 && backend && exec_backend_parse(backend, &be, &err)) {
-        fprintf(stderr, "parallax run: %s\n", err.msg);
-        status = 2;
-    }
-    double scale = 0;
-    if (status < 0 && loss_scale &&
-        (px_parse_double(loss_scale, "--loss-scale", &scale, &err) || !(scale >= 1.0 && scale <= 0x1p100))) {
-        fprintf(stderr, "parallax run: --loss-scale: expected a number from 1 to 2^100, got '%s'\n",
-                loss_scale);
-        status = 2;
-    }
-    int interval = 0;
-    if (status < 0 && loss_interval &&
-        px_parse_int(loss_interval, "--loss-scale-interval", 1, 1 << 30, &interval, &err)) {
-        fprintf(stderr, "parallax run: %s\n", err.msg);
-        status = 2;
-    }
-    /* failures: checked here (the rank against the plan's world too), passed on */
-    const char *comm_timeout = status < 0 ? a.extra[RUN_COMM_TIMEOUT - CLI_EXTRA] : NULL;
-    const char *fail_rank = status < 0 ? a.extra[RUN_FAIL_RANK - CLI_EXTRA] : NULL;
-    const char *fail_step = status < 0 ? a.extra[RUN_FAIL_STEP - CLI_EXTRA] : NULL;
-    ExecOptions fo;
-    memset(&fo, 0, sizeof fo);
-    if (status < 0 && exec_failure_parse(comm_timeout, fail_rank, fail_step, &fo, &err)) {
-        fprintf(stderr, "parallax run: %s\n", err.msg);
-        status = 2;
-    }
-    ModelPlan plan = {0};
-    int world = 1;
-    if (status < 0) {
-        int rc = model_plan_read(a.positional[0], &plan, &err);
-        if (rc) {
-            fprintf(stderr, "parallax run: %s\n", err.msg);
-            status = rc == PX_EINPUT ? 2 : 1;
-        } else {
-            world = plan.gpus;
-        }
-        model_plan_free(&plan);
-        if (status < 0 && fail_rank && fo.fail_rank >= world) {
-            fprintf(stderr, "parallax run: --fail-rank %d: the plan has %d rank%s (0 to %d)\n",
-                    fo.fail_rank, world, world == 1 ? "" : "s", world - 1);
-            status = 2;
-        }
-    }
-    /* checkpoints: checked here, passed on */
-    const char *ck_dir = NULL, *ck_every = NULL;
-    int resume = 0;
-    if (status < 0) {
-        ck_dir = a.extra[RUN_CHECKPOINT_DIR - CLI_EXTRA];
-        ck_every = a.extra[RUN_CHECKPOINT_EVERY - CLI_EXTRA];
-        resume = a.extra[RUN_RESUME - CLI_EXTRA] != NULL;
-        int every = 0;
-        if (ck_every && px_parse_int(ck_every, "--checkpoint-every", 1, 1 << 30, &every, &err)) {
-            fprintf(stderr, "parallax run: %s\n", err.msg);
-            status = 2;
-        } else if ((ck_every || resume) && !ck_dir) {
-            fprintf(stderr, "parallax run: %s needs --checkpoint-dir DIR\n",
-                    resume ? "--resume" : "--checkpoint-every");
-            status = 2;
-        } else if (ck_dir && !ck_every && !resume) {
-            fprintf(stderr, "parallax run: --checkpoint-dir %s: give --checkpoint-every N to write "
-                            "checkpoints, or --resume to continue from one\n", ck_dir);
-            status = 2;
-        }
-    }
+    int status = cli_parse("run", run_usage, argc, argv, tables, 1, a);
     if (status >= 0)
         return status;
+    r->plan = a->positional[0];
+    r->output = a->output;
+    r->steps = a->extra[RUN_STEPS - CLI_EXTRA];
+    r->metrics = a->extra[RUN_METRICS - CLI_EXTRA];
+    r->data = a->extra[RUN_DATA - CLI_EXTRA];
+    r->quiet = a->extra[RUN_QUIET - CLI_EXTRA] != NULL;
+    r->backend = a->extra[RUN_BACKEND - CLI_EXTRA];
+    r->loss_scale = a->extra[RUN_LOSS_SCALE - CLI_EXTRA];
+    r->loss_interval = a->extra[RUN_LOSS_SCALE_INTERVAL - CLI_EXTRA];
+    if (a->n_positional != 1) {
+        fprintf(stderr, "parallax run: expected one plan file (see 'parallax run --help')\n");
+        return 2;
+    }
+    return -1;
+}
 
-    const char *wargv[32];
+/* --steps, --launcher, --backend and the fp16 loss-scale options. */
+static int check_values(const CliArgs *a, RunArgs *r)
+{
+    PxError err = {0};
+    int n_steps = 0, interval = 0;
+    double scale = 0;
+    const char *launcher = a->extra[RUN_LAUNCHER - CLI_EXTRA];
+    ExecBackend be = EXEC_BACKEND_AUTO;
+    r->launcher = EXEC_LAUNCH_DEFAULT;
+    if (r->steps && px_parse_int(r->steps, "--steps", 1, 1 << 30, &n_steps, &err))
+        return bad(&err);
+    if (launcher && exec_launcher_parse(launcher, &r->launcher, &err))
+        return bad(&err);
+    if (r->backend && exec_backend_parse(r->backend, &be, &err))
+        return bad(&err);
+    if (r->loss_scale && (px_parse_double(r->loss_scale, "--loss-scale", &scale, &err) ||
+                          !(scale >= 1.0 && scale <= 0x1p100))) {
+        fprintf(stderr, "parallax run: --loss-scale: expected a number from 1 to 2^100, got '%s'\n",
+                r->loss_scale);
+        return 2;
+    }
+    if (r->loss_interval &&
+        px_parse_int(r->loss_interval, "--loss-scale-interval", 1, 1 << 30, &interval, &err))
+        return bad(&err);
+    return -1;
+}
+
+/* The failure options, the rank against the plan's world too (which is read here). */
+static int check_failures(const CliArgs *a, RunArgs *r)
+{
+    PxError err = {0};
+    r->comm_timeout = a->extra[RUN_COMM_TIMEOUT - CLI_EXTRA];
+    r->fail_rank = a->extra[RUN_FAIL_RANK - CLI_EXTRA];
+    r->fail_step = a->extra[RUN_FAIL_STEP - CLI_EXTRA];
+    ExecOptions fo;
+    memset(&fo, 0, sizeof fo);
+    if (exec_failure_parse(r->comm_timeout, r->fail_rank, r->fail_step, &fo, &err))
+        return bad(&err);
+    ModelPlan plan = {0};
+    int rc = model_plan_read(r->plan, &plan, &err);
+    r->world = rc ? 1 : plan.gpus;
+    model_plan_free(&plan);
+    if (rc) {
+        fprintf(stderr, "parallax run: %s\n", err.msg);
+        return rc == PX_EINPUT ? 2 : 1;
+    }
+    if (r->fail_rank && fo.fail_rank >= r->world) {
+        fprintf(stderr, "parallax run: --fail-rank %d: the plan has %d rank%s (0 to %d)\n",
+                fo.fail_rank, r->world, r->world == 1 ? "" : "s", r->world - 1);
+        return 2;
+    }
+    return -1;
+}
+
+/* --checkpoint-dir with --checkpoint-every N or --resume, and neither without it. */
+static int check_checkpoints(const CliArgs *a, RunArgs *r)
+{
+    PxError err = {0};
+    r->ck_dir = a->extra[RUN_CHECKPOINT_DIR - CLI_EXTRA];
+    r->ck_every = a->extra[RUN_CHECKPOINT_EVERY - CLI_EXTRA];
+    r->resume = a->extra[RUN_RESUME - CLI_EXTRA] != NULL;
+    int every = 0;
+    if (r->ck_every && px_parse_int(r->ck_every, "--checkpoint-every", 1, 1 << 30, &every, &err))
+        return bad(&err);
+    if ((r->ck_every || r->resume) && !r->ck_dir) {
+        fprintf(stderr, "parallax run: %s needs --checkpoint-dir DIR\n",
+                r->resume ? "--resume" : "--checkpoint-every");
+        return 2;
+    }
+    if (r->ck_dir && !r->ck_every && !r->resume) {
+        fprintf(stderr, "parallax run: --checkpoint-dir %s: give --checkpoint-every N to write "
+                        "checkpoints, or --resume to continue from one\n", r->ck_dir);
+        return 2;
+    }
+    return -1;
+}
+
+/* The worker's command line: `run PLAN` and every option given, as given. */
+static void worker_args(const RunArgs *r, const char *wargv[32])
+{
+    const struct {
+        const char *flag, *value;
+        int given; /* a flag without a value (value NULL) when given */
+    } pass[] = {{"--steps", r->steps, r->steps != NULL},
+                {"--output", r->output, r->output != NULL},
+                {"--metrics", r->metrics, r->metrics != NULL},
+                {"--data", r->data, r->data != NULL},
+                {"--quiet", NULL, r->quiet},
+                {"--backend", r->backend, r->backend != NULL},
+                {"--loss-scale", r->loss_scale, r->loss_scale != NULL},
+                {"--loss-scale-interval", r->loss_interval, r->loss_interval != NULL},
+                {"--comm-timeout", r->comm_timeout, r->comm_timeout != NULL},
+                {"--fail-rank", r->fail_rank, r->fail_rank != NULL},
+                {"--fail-step", r->fail_step, r->fail_rank != NULL},
+                {"--checkpoint-dir", r->ck_dir, r->ck_dir != NULL},
+                {"--checkpoint-every", r->ck_every, r->ck_every != NULL},
+                {"--resume", NULL, r->resume}};
     int n = 0;
     wargv[n++] = "run";
-    wargv[n++] = a.positional[0];
-    if (steps) {
-        wargv[n++] = "--steps";
-        wargv[n++] = steps;
+    wargv[n++] = r->plan;
+    for (size_t i = 0; i < sizeof pass / sizeof pass[0]; i++) {
+        if (!pass[i].given)
+            continue;
+        wargv[n++] = pass[i].flag;
+        if (pass[i].value)
+            wargv[n++] = pass[i].value;
     }
-    if (a.output) {
-        wargv[n++] = "--output";
-        wargv[n++] = a.output;
-    }
-    if (metrics) {
-        wargv[n++] = "--metrics";
-        wargv[n++] = metrics;
-    }
-    if (data) {
-        wargv[n++] = "--data";
-        wargv[n++] = data;
-    }
-    if (quiet)
-        wargv[n++] = "--quiet";
-    if (backend) {
-        wargv[n++] = "--backend";
-        wargv[n++] = backend;
-    }
-    if (loss_scale) {
-        wargv[n++] = "--loss-scale";
-        wargv[n++] = loss_scale;
-    }
-    if (loss_interval) {
-        wargv[n++] = "--loss-scale-interval";
-        wargv[n++] = loss_interval;
-    }
-    if (comm_timeout) {
-        wargv[n++] = "--comm-timeout";
-        wargv[n++] = comm_timeout;
-    }
-    if (fail_rank) {
-        wargv[n++] = "--fail-rank";
-        wargv[n++] = fail_rank;
-        wargv[n++] = "--fail-step";
-        wargv[n++] = fail_step;
-    }
-    /* checkpoints */
-    if (ck_dir) {
-        wargv[n++] = "--checkpoint-dir";
-        wargv[n++] = ck_dir;
-    }
-    if (ck_every) {
-        wargv[n++] = "--checkpoint-every";
-        wargv[n++] = ck_every;
-    }
-    if (resume)
-        wargv[n++] = "--resume";
     wargv[n] = NULL;
-    ExecLaunch l = {launcher, world, a.positional[0]};
+}
+
+/* Starts the worker on the plan's ranks: its exit status, or 1 when the job died. */
+static int launch(const RunArgs *r)
+{
+    const char *wargv[32];
+    worker_args(r, wargv);
+    PxError err = {0};
+    int status = 0;
+    ExecLaunch l = {r->launcher, r->world, r->plan};
     int rc = exec_launch(&l, wargv, &status, &err);
     if (rc) {
         fprintf(stderr, "parallax run: %s\n", err.msg);
@@ -227,4 +225,18 @@ int cli_cmd_run(int argc, char **argv)
         status = 1;
     }
     return status;
+}
+
+int cli_cmd_run(int argc, char **argv)
+{
+    CliArgs a = {0};
+    RunArgs r = {0};
+    int status = parse_run(argc, argv, &a, &r);
+    if (status < 0)
+        status = check_values(&a, &r);
+    if (status < 0)
+        status = check_failures(&a, &r);
+    if (status < 0)
+        status = check_checkpoints(&a, &r);
+    return status >= 0 ? status : launch(&r);
 }

@@ -161,16 +161,10 @@ void model_rank_coords(const ModelLayout *l, int rank, int *tp, int *cp, int *dp
 
 static int is_float_type(PxDtype t) { return t == PX_FP32 || t == PX_BF16 || t == PX_FP16; }
 
-int model_spec_check(ModelSpec *sp, int gpus, ModelDims *d, PxError *err)
+/* The degrees: each at least 1, a ZeRO stage, and dp (filled from the GPUs when 0) such that
+ * tp x pp x cp x dp uses every GPU. */
+static int check_degrees(ModelLayout *l, int gpus, PxError *err)
 {
-    ModelConfig *c = &sp->model;
-    ModelLayout *l = &sp->layout;
-    ModelJob *j = &sp->job;
-    int rc = model_config_check(c, c->name, err);
-    if (rc)
-        return rc;
-    memset(d, 0, sizeof *d);
-
     if (l->tp < 1 || l->pp < 1 || l->cp < 1 || l->vpp < 1 || l->dp < 0)
         return rule_fail(err, MODEL_RULE_DEGREES, "tp, pp, cp and vpp must be at least 1 (got tp %d pp %d cp %d vpp %d)",
                        l->tp, l->pp, l->cp, l->vpp);
@@ -190,8 +184,13 @@ int model_spec_check(ModelSpec *sp, int gpus, ModelDims *d, PxError *err)
     if (gpus > 0 && mp * l->dp != gpus)
         return rule_fail(err, MODEL_RULE_GPUS, "tp %d x pp %d x cp %d x dp %d = %d does not equal the %d GPUs",
                        l->tp, l->pp, l->cp, l->dp, mp * l->dp, gpus);
+    return PX_OK;
+}
 
-    int s = j->seq_len > 0 ? j->seq_len : c->seq_len;
+/* Tensor parallelism against the model: the sequence within its positions, tp dividing the
+ * heads and the FFN, sequence parallelism only with tp. s is the job's sequence length. */
+static int check_tensor_split(const ModelConfig *c, const ModelLayout *l, int s, PxError *err)
+{
     if (c->position == MODEL_POS_LEARNED && s > c->seq_len)
         return rule_fail(err, MODEL_RULE_POSITIONS,
                        "sequence length %d exceeds the %d learned positions of model %s", s,
@@ -205,7 +204,13 @@ int model_spec_check(ModelSpec *sp, int gpus, ModelDims *d, PxError *err)
         return rule_fail(err, MODEL_RULE_HEADS, "tp %d must divide ffn_hidden %d", l->tp, c->ffn_hidden);
     if (l->sp && l->tp < 2)
         return rule_fail(err, MODEL_RULE_SP_TP, "sequence parallelism needs tp > 1");
+    return PX_OK;
+}
 
+/* The pipeline: virtual stages and their schedule (vpp > 1 makes 1F1B interleaved), the split
+ * of the layers (an even explicit split becomes the implicit one), ZeRO-2/3 without pp. */
+static int check_pipeline(const ModelConfig *c, ModelLayout *l, PxError *err)
+{
     if (l->vpp > 1) {
         if (l->pp < 2)
             return rule_fail(err, MODEL_RULE_VPP, "virtual pipeline stages (vpp %d) need pp > 1", l->vpp);
@@ -253,7 +258,13 @@ int model_spec_check(ModelSpec *sp, int gpus, ModelDims *d, PxError *err)
                        "ZeRO-%d cannot be combined with pipeline parallelism (pp %d), as in "
                        "DeepSpeed: use zero 1 or pp 1",
                        l->zero, l->pp);
+    return PX_OK;
+}
 
+/* The batch (the global batch filled from mbs x dp when 0, then split into *m micro-batches
+ * that the interleaved schedule needs in multiples of pp) and the sequence s over cp and sp. */
+static int check_batch(ModelJob *j, const ModelLayout *l, int s, int *m, PxError *err)
+{
     if (j->micro_batch < 1)
         return rule_fail(err, MODEL_RULE_BATCH, "micro-batch size must be at least 1, got %d",
                        j->micro_batch);
@@ -265,17 +276,23 @@ int model_spec_check(ModelSpec *sp, int gpus, ModelDims *d, PxError *err)
         return rule_fail(err, MODEL_RULE_BATCH,
                        "global batch %d must be divisible by micro-batch %d x dp %d = %d",
                        j->global_batch, j->micro_batch, l->dp, j->micro_batch * l->dp);
-    int m = j->global_batch / (j->micro_batch * l->dp);
-    if (l->schedule == MODEL_SCHED_INTERLEAVED && m % l->pp != 0)
+    *m = j->global_batch / (j->micro_batch * l->dp);
+    if (l->schedule == MODEL_SCHED_INTERLEAVED && *m % l->pp != 0)
         return rule_fail(err, MODEL_RULE_INTERLEAVED_M,
                        "the interleaved schedule needs the %d micro-batches to be a multiple of pp %d",
-                       m, l->pp);
+                       *m, l->pp);
     if (s % l->cp != 0)
         return rule_fail(err, MODEL_RULE_SEQUENCE, "cp %d must divide the sequence length %d", l->cp, s);
     if (l->sp && (s / l->cp) % l->tp != 0)
         return rule_fail(err, MODEL_RULE_SEQUENCE,
                        "sequence parallelism needs the %d tokens per cp rank to be divisible by tp %d",
                        s / l->cp, l->tp);
+    return PX_OK;
+}
+
+/* The training job's numbers: precisions (bf16 when none was resolved), dropout, padding. */
+static int check_job(ModelJob *j, PxError *err)
+{
     if (j->precision == PX_DTYPE_COUNT)
         j->precision = PX_BF16;
     if (!is_float_type(j->precision))
@@ -292,8 +309,16 @@ int model_spec_check(ModelSpec *sp, int gpus, ModelDims *d, PxError *err)
     if (j->pad_vocab < 1)
         return rule_fail(err, MODEL_RULE_JOB, "vocabulary padding multiple must be at least 1, got %d",
                        j->pad_vocab);
+    return PX_OK;
+}
 
-    d->gpus = mp * l->dp;
+/* The sizes every table and graph is built from, once the spec has passed every rule. */
+static void fill_dims(ModelDims *d, const ModelSpec *sp, int s, int m)
+{
+    const ModelConfig *c = &sp->model;
+    const ModelLayout *l = &sp->layout;
+    const ModelJob *j = &sp->job;
+    d->gpus = l->tp * l->pp * l->cp * l->dp;
     d->m = m;
     d->p = l->pp;
     d->v = l->vpp;
@@ -323,6 +348,24 @@ int model_spec_check(ModelSpec *sp, int gpus, ModelDims *d, PxError *err)
     d->act = j->precision;
     d->grad = j->grad_dtype;
     d->master = j->precision != PX_FP32;
+}
+
+int model_spec_check(ModelSpec *sp, int gpus, ModelDims *d, PxError *err)
+{
+    ModelConfig *c = &sp->model;
+    ModelLayout *l = &sp->layout;
+    ModelJob *j = &sp->job;
+    int rc = model_config_check(c, c->name, err);
+    if (rc)
+        return rc;
+    memset(d, 0, sizeof *d);
+    const int s = j->seq_len > 0 ? j->seq_len : c->seq_len;
+    int m = 0;
+    if ((rc = check_degrees(l, gpus, err)) || (rc = check_tensor_split(c, l, s, err)) ||
+        (rc = check_pipeline(c, l, err)) || (rc = check_batch(j, l, s, &m, err)) ||
+        (rc = check_job(j, err)))
+        return rc;
+    fill_dims(d, sp, s, m);
     return PX_OK;
 }
 

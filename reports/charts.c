@@ -57,21 +57,8 @@ static int quotable(const char *s) { return strchr(s, '\'') == NULL; }
 
 int rpt_dir_make(const char *dir, PxError *err)
 {
-    char path[1024];
-    if (strlen(dir) >= sizeof path)
-        return px_fail(err, PX_EINPUT, "%s: path too long", dir);
-    px_strlcpy(path, dir, sizeof path);
-    for (char *p = path + 1; *p; p++) {
-        if (*p == '/') {
-            *p = '\0';
-            if (mkdir(path, 0755) != 0 && errno != EEXIST)
-                return px_fail(err, PX_ERUNTIME, "%s: cannot create: %s", path, strerror(errno));
-            *p = '/';
-        }
-    }
-    if (mkdir(path, 0755) != 0 && errno != EEXIST)
-        return px_fail(err, PX_ERUNTIME, "%s: cannot create: %s", path, strerror(errno));
-    return PX_OK;
+    /* a report directory that cannot be made fails the run (exit 1), as it always has */
+    return px_mkdir_p(dir, err) ? PX_ERUNTIME : PX_OK;
 }
 
 static int file_nonempty(const char *path)

@@ -58,19 +58,17 @@ static void html_text(FILE *f, const char *text)
 int rpt_page_write(const RptOutput *o, const char *title, const RptSection *sections, int n,
                    PxError *err)
 {
-    char md[1200], html[1200], tmp_md[1300], tmp_html[1300];
+    char md[1200], html[1200];
     snprintf(md, sizeof md, "%s/report.md", o->dir);
     snprintf(html, sizeof html, "%s/report.html", o->dir);
-    snprintf(tmp_md, sizeof tmp_md, "%s.tmp", md);
-    snprintf(tmp_html, sizeof tmp_html, "%s.tmp", html);
-    FILE *fm = fopen(tmp_md, "w"), *fh = fopen(tmp_html, "w");
-    if (!fm || !fh) {
-        if (fm)
-            fclose(fm);
-        if (fh)
-            fclose(fh);
+    PxAtomicFile page_md, page_html;
+    if (px_atomic_open(&page_md, md, err))
+        return px_fail(err, PX_ERUNTIME, "%s: cannot write the report pages", o->dir);
+    if (px_atomic_open(&page_html, html, err)) {
+        px_atomic_abort(&page_md);
         return px_fail(err, PX_ERUNTIME, "%s: cannot write the report pages", o->dir);
     }
+    FILE *fm = page_md.f, *fh = page_html.f;
     fprintf(fm, "# %s\n\n", title);
     fputs("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>", fh);
     html_escape(fh, title);
@@ -99,12 +97,8 @@ int rpt_page_write(const RptOutput *o, const char *title, const RptSection *sect
         }
     }
     fputs("</body></html>\n", fh);
-    int bad = ferror(fm) || ferror(fh);
-    bad |= fclose(fm) != 0;
-    bad |= fclose(fh) != 0;
-    if (bad || rename(tmp_md, md) != 0 || rename(tmp_html, html) != 0) {
-        remove(tmp_md);
-        remove(tmp_html);
+    if (px_atomic_commit(&page_md, err) || px_atomic_commit(&page_html, err)) {
+        px_atomic_abort(&page_html);
         return px_fail(err, PX_ERUNTIME, "%s: writing the report pages failed", o->dir);
     }
     return PX_OK;

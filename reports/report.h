@@ -135,26 +135,4 @@ typedef struct {
  * file written to `log` (NULL: quiet). */
 int rpt_build(const RptRequest *q, FILE *log, PxError *err);
 
-/* ---- validation: plan, run for real, compare ---- */
-
-typedef struct {
-    const char *parallax;    /* the parallax executable: runs are launched through `parallax run` */
-    const char *dir;         /* plans, runs, logs and the report */
-    ModelSpec base;          /* model and job */
-    const ProfCluster *cluster;
-    const char *cluster_ref; /* as the plans name it (a name or a path) */
-    int max_timing_ranks;    /* timing layouts use at most this many ranks (the cores) */
-    int max_ranks;           /* memory and communication layouts up to this many */
-    int steps;               /* steps per timing run (the median of those after the first) */
-    const int *scaling_gpus; /* scaling curves and landscape in the report (optional) */
-    int n_scaling_gpus;
-} RptValidate;
-
-/* Runs each layout of a fixed spread that the model takes (every kind of parallelism alone and
- * in pairs, each schedule, ZeRO stages, recompute modes), compares, and writes the report with
- * a validation chart. *json gets {model, cluster, layouts[] {layout, ranks, timing, predicted
- * {step_s}, measured {step_s}, step_error, ops_over_1pct, ops_within_15pct, memory_equal,
- * comm_equal, compare}}; `log` gets a line per layout as it finishes. */
-int rpt_validate(const RptValidate *q, cJSON **json, FILE *log, PxError *err);
-
 #endif

@@ -58,7 +58,9 @@ double sim_comm_exposed(const ModelOpGraph *g, const double *t, int i, const Mod
                         double slow);
 
 /* The stage whose tables and ops stand for `stage` (itself unless a compact simulation's
- * middle stage is like an earlier one). */
+ * middle stage is like an earlier one), for a layout (sim_stage_model_of: spec checked, d its
+ * dims) or a simulation's result (sim/stage.c). */
+int sim_stage_model_of(const ModelSpec *spec, const ModelDims *d, int compact, int stage);
 int sim_stage_model(const SimResult *r, int stage);
 
 /* Fills the time fields of r from its op graphs (sim/time.c): sim_time_costs times every op and

@@ -11,10 +11,8 @@
  * force that times every candidate exactly). */
 #include "sim/internal.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 typedef struct {
     short tp, pp, cp, vpp, zero, sp, mbs, rc, sched;
@@ -28,13 +26,6 @@ typedef struct {
     double bound;  /* lower bound of the objective */
     uint64_t peak; /* bytes */
 } Pending;
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 const char *sim_objective_name(SimObjective o)
 {
@@ -279,301 +270,444 @@ static int divisors(int n, int limit, int *out, int cap)
     return k;
 }
 
-int sim_plan(const SimPlanRequest *request, const ProfCluster *cl, SimPlanResult *res, PxError *err)
+/* One search: the request (its precision resolved), the cluster, and what the passes share. */
+typedef struct {
+    const SimPlanRequest *q;
+    const ProfCluster *cl;
+    SimPlanResult *res;
+    PxError *err;
+    int gpus, cap, node;
+    uint64_t rank_memory;
+    double usable; /* bytes a rank may fill: its memory less the headroom */
+    LayerCosts costs;
+    ModelTableCache *tables;
+    Knobs *kept;   /* the knobs of res->top, in its order */
+    Pending *pend; /* feasible layouts waiting for their exact timing */
+    size_t n_pend, pend_cap;
+    int counting;     /* this walk only counts the layouts (for the progress bar) */
+    long total, done; /* layouts in all, and walked so far */
+    uint64_t closest; /* peak bytes of the layout closest to fitting */
+    /* the degrees worth trying */
+    int tps[64], n_tp, pps[256], n_pp, cps[16], n_cp;
+} Search;
+
+/* The values of the other knobs for one (tp, pp, cp). */
+typedef struct {
+    int tp, pp, cp, dp;
+    int vpps[64], n_vpp;
+    int mbss[256], n_mbs;
+    int zs[4], n_z, ss[2], n_s, rs[3], n_r;
+} Grid;
+
+/* The request against the cluster: PX_EINPUT before anything is allocated. */
+static int check_size(const SimPlanRequest *q, const ProfCluster *cl, PxError *err)
 {
-    memset(res, 0, sizeof *res);
-    const double t0 = now_s();
-    /* the precision resolved once, as the simulation resolves it, before any rule is checked */
-    SimPlanRequest resolved = *request;
-    if (resolved.base.job.precision == PX_DTYPE_COUNT)
-        resolved.base.job.precision = sim_default_precision(&cl->device);
-    const SimPlanRequest *q = &resolved;
-    const int gpus = q->gpus, cap = q->top > 0 ? q->top : 1;
-    const ModelConfig *mc = &q->base.model;
-    const unsigned pin = q->pinned;
-    int rc = PX_OK;
-    LayerCosts costs = {0};
-    ModelTableCache *tables = NULL;
-    if (gpus < 1)
+    if (q->gpus < 1)
         return px_fail(err, PX_EINPUT, "--gpus must be at least 1");
-    if (cl->nodes > 0 && (double)gpus > (double)cl->nodes * cl->node_devices)
-        return px_fail(err, PX_EINPUT, "%d GPUs exceed cluster %s: %d nodes of %d", gpus, cl->name,
-                       cl->nodes, cl->node_devices);
-    int node = prof_node_size(cl, gpus);
-    if (node > gpus)
-        node = gpus;
-    const uint64_t rank_memory = prof_rank_memory(cl, node);
-    const double usable = (double)rank_memory * (1.0 - q->headroom);
-    tables = model_table_cache_new();
-    res->top = calloc((size_t)cap, sizeof *res->top);
-    Knobs *kept = calloc((size_t)cap, sizeof *kept);
-    size_t pend_cap = 4096, n_pend = 0;
-    Pending *pend = malloc(pend_cap * sizeof *pend);
-    if (!res->top || !kept || !pend || !tables) {
-        rc = px_fail(err, PX_ERUNTIME, "out of memory planning");
-        goto out;
-    }
+    if (cl->nodes > 0 && (double)q->gpus > (double)cl->nodes * cl->node_devices)
+        return px_fail(err, PX_EINPUT, "%d GPUs exceed cluster %s: %d nodes of %d", q->gpus,
+                       cl->name, cl->nodes, cl->node_devices);
+    return PX_OK;
+}
+
+/* tp divides the heads, pp the layers, cp the sequence (each of them the GPUs), unless pinned. */
+static void degree_choices(Search *s)
+{
+    const SimPlanRequest *q = s->q;
+    const ModelConfig *mc = &q->base.model;
     const ModelLayout *pl = &q->base.layout;
-    const ModelJob *pj = &q->base.job;
-    const int seq = pj->seq_len > 0 ? pj->seq_len : mc->seq_len;
-    int tps[64], pps[256], cps[16], dps[1], zeros[4] = {0, 1, 2, 3}, sps[2] = {0, 1};
-    int rcs[3] = {0, 1, 2}, n_tp, n_pp_all, n_cp;
+    const unsigned pin = q->pinned;
+    const int gpus = s->gpus;
+    const int seq = q->base.job.seq_len > 0 ? q->base.job.seq_len : mc->seq_len;
     int all_tp[64], all_pp[256];
-    n_tp = values(pin & SIM_PIN_TP, pl->tp, all_tp, divisors(gpus, mc->heads, all_tp, 64), tps);
-    n_pp_all = divisors(gpus, mc->layers, all_pp, 256);
+    const int n_tp_all = divisors(gpus, mc->heads, all_tp, 64);
+    s->n_tp = values(pin & SIM_PIN_TP, pl->tp, all_tp, n_tp_all, s->tps);
+    const int n_pp_all = divisors(gpus, mc->layers, all_pp, 256);
+    s->n_pp = values(pin & SIM_PIN_PP, pl->pp, all_pp, n_pp_all, s->pps);
     int cp_choices[6] = {1, 2, 4, 8, 16, 32}, n_cp_choices = 0;
     for (int i = 0; i < 6; i++)
         if (cp_choices[i] <= seq && gpus % cp_choices[i] == 0)
             cp_choices[n_cp_choices++] = cp_choices[i];
-    n_cp = values(pin & SIM_PIN_CP, pl->cp, cp_choices, n_cp_choices, cps);
-    (void)dps;
-    long total = 0, done = 0;
-    uint64_t closest = 0;
-    /* With a progress bar the loops run twice: first only counting the layouts, so that the bar
-     * shows a fraction of a known total. */
-    int counting = q->progress != NULL;
-count_again:
-    /* Pass 1: rules, memory, op costs and bounds for every candidate. */
-    for (int a = 0; a < n_tp; a++) {
-        const int tp = tps[a];
-        int n_pp = values(pin & SIM_PIN_PP, pl->pp, all_pp, n_pp_all, pps);
-        for (int b = 0; b < n_pp; b++) {
-            const int pp = pps[b];
-            for (int c = 0; c < n_cp; c++) {
-                const int cp = cps[c];
-                /* not a factorisation of the GPUs (with a pinned dp: not the one that uses them
-                 * all): nothing to count */
-                if (gpus % (tp * pp * cp) != 0 ||
-                    ((pin & SIM_PIN_DP) && (long)tp * pp * cp * pl->dp != gpus))
-                    continue;
-                const int dp = (pin & SIM_PIN_DP) ? pl->dp : gpus / (tp * pp * cp);
-                int vpps[64], n_vpp;
-                if (pin & SIM_PIN_VPP) {
-                    vpps[0] = pl->vpp;
-                    n_vpp = 1;
-                } else {
-                    /* an uneven split (pp not dividing the layers, or pinned) does not interleave */
-                    n_vpp = pp > 1 && mc->layers % pp == 0 && !(pin & SIM_PIN_PP_LAYERS)
-                                ? divisors(mc->layers / pp, 64, vpps, 64)
-                                : 1;
-                    if (n_vpp == 1)
-                        vpps[0] = 1;
-                    /* a pinned schedule pins interleaving: 1F1B over several chunks is the
-                     * interleaved schedule, so 1f1b and gpipe take one chunk per stage */
-                    if ((pin & SIM_PIN_SCHEDULE) && pl->schedule != MODEL_SCHED_INTERLEAVED)
-                        n_vpp = 1;
-                    else if ((pin & SIM_PIN_SCHEDULE) && n_vpp > 1)
-                        memmove(vpps, vpps + 1, (size_t)--n_vpp * sizeof *vpps);
-                }
-                int mbss[256], n_mbs;
-                if (pin & SIM_PIN_MBS) {
-                    mbss[0] = pj->micro_batch;
-                    n_mbs = 1;
-                } else if (pj->global_batch > 0 && pj->global_batch % dp == 0) {
-                    n_mbs = divisors(pj->global_batch / dp, 1 << 20, mbss, 256);
-                } else {
-                    mbss[0] = 1;
-                    n_mbs = 1;
-                }
-                /* ZeRO shards over dp x cp: with a group of one every stage is ZeRO-0 */
-                int zs[4], n_z = values(pin & SIM_PIN_ZERO, pl->zero, zeros, dp * cp > 1 ? 4 : 1, zs);
-                int ss[2], n_s = values(pin & SIM_PIN_SP, pl->sp, sps, tp > 1 ? 2 : 1, ss);
-                int rs[3], n_r = values(pin & SIM_PIN_RECOMPUTE, (int)pl->recompute, rcs, 3, rs);
-                for (int e = 0; e < n_vpp; e++) {
-                    const int vpp = vpps[e];
-                    int scheds[2], n_sched;
-                    if (pin & SIM_PIN_SCHEDULE) {
-                        scheds[0] = (int)pl->schedule;
-                        n_sched = 1;
-                    } else if (vpp > 1) {
-                        scheds[0] = MODEL_SCHED_INTERLEAVED;
-                        n_sched = 1;
-                    } else if (pp > 1) {
-                        scheds[0] = MODEL_SCHED_1F1B;
-                        scheds[1] = MODEL_SCHED_GPIPE;
-                        n_sched = 2;
-                    } else {
-                        scheds[0] = MODEL_SCHED_1F1B;
-                        n_sched = 1;
-                    }
-                    const int n_spill = spills(q, pp);
-                    if (counting) {
-                        int n_r_tried = n_r;
-                        for (int i = 0; i < n_r; i++) /* the selective twins skipped below */
-                            n_r_tried -= rs[i] == MODEL_RECOMPUTE_SELECTIVE && pj->flash_attn &&
-                                         !(pin & SIM_PIN_RECOMPUTE);
-                        total += (long)n_mbs * n_z * n_s * n_r_tried * n_sched * n_spill;
-                        continue;
-                    }
-                    for (int sp_end = 0; sp_end < n_spill; sp_end++)
-                    for (int f = 0; f < n_mbs; f++)
-                        for (int g = 0; g < n_z; g++)
-                            for (int h = 0; h < n_s; h++)
-                                for (int i = 0; i < n_r; i++)
-                                    for (int j = 0; j < n_sched; j++) {
-                                        /* with flash attention selective recompute changes
-                                         * nothing (FlashAttention recomputes the scores in its
-                                         * backward): one of the two twins is enough */
-                                        if (rs[i] == MODEL_RECOMPUTE_SELECTIVE && pj->flash_attn &&
-                                            !(pin & SIM_PIN_RECOMPUTE))
-                                            continue;
-                                        Knobs k = {(short)tp, (short)pp, (short)cp, (short)vpp, (short)zs[g],
-                                                   (short)ss[h], (short)mbss[f], (short)rs[i],
-                                                   (short)scheds[j], (short)sp_end, dp};
-                                        ModelSpec s;
-                                        apply(q, &k, &s);
-                                        res->considered++;
-                                        if (q->progress && (++done & 255) == 0)
-                                            q->progress(q->progress_ctx, done, total, 0);
-                                        /* the rule's message only for its first example */
-                                        PxError e2 = {.code_only = 1};
-                                        ModelDims d;
-                                        ModelSpec probe = s;
-                                        if (model_spec_check(&probe, gpus, &d, &e2)) {
-                                            int why = e2.code > 0 ? e2.code : MODEL_RULE_NONE;
-                                            if (res->rejected[why] == 0) {
-                                                e2.code_only = 0;
-                                                probe = s;
-                                                model_spec_check(&probe, gpus, &d, &e2);
-                                            }
-                                            reject(res, why, e2.msg);
-                                            continue;
-                                        }
-                                        if ((tp > node || node % tp != 0) && !q->allow_cross_node_tp) {
-                                            char msg[256];
-                                            snprintf(msg, sizeof msg, "tp %d spans nodes of %d devices", tp, node);
-                                            reject(res, SIM_REJECT_CROSS_NODE_TP, msg);
-                                            continue;
-                                        }
-                                        uint64_t peak;
-                                        int peak_stage;
-                                        if ((rc = sim_memory_peak(&probe, &d, cl, tables, &peak, &peak_stage, err)))
-                                            goto out;
-                                        res->evaluated++;
-                                        if ((double)peak > usable) {
-                                            /* the example is the layout closest to fitting */
-                                            if (res->rejected[SIM_REJECT_MEMORY]++ == 0 || peak < closest) {
-                                                closest = peak;
-                                                memory_example(res, &s, &k, dp, peak, peak_stage, usable);
-                                            }
-                                            continue;
-                                        }
-                                        res->feasible++;
-                                        res->rank_memory_bytes = rank_memory;
-                                        if (q->brute_force) {
-                                            SimResult r;
-                                            if ((rc = sim_run_cached(&s, cl, gpus, tables, SIM_FULL, &r, err)))
-                                                goto out;
-                                            SimCandidate cand;
-                                            candidate_from(&cand, &r, q->objective);
-                                            keep(res, kept, cap, &cand, &k);
-                                            res->timed++;
-                                            if (q->timed)
-                                                q->timed(q->timed_ctx, &cand);
-                                            sim_result_free(&r);
-                                            continue;
-                                        }
-                                        /* the cheap bound: one layer's compute, the same for
-                                         * every layout with these tp, cp, sp, micro-batch and
-                                         * recompute, over the stages and the pipeline's fill */
-                                        double layer_s[2];
-                                        if ((rc = layer_cost(&costs, &s, cl, gpus, tables, layer_s, err)))
-                                            goto out;
-                                        const double floor_s = sim_step_floor(&probe, &d, layer_s[0], layer_s[1]);
-                                        if (n_pend == pend_cap) {
-                                            Pending *np = realloc(pend, 2 * pend_cap * sizeof *pend);
-                                            if (!np) {
-                                                rc = px_fail(err, PX_ERUNTIME, "out of memory planning");
-                                                goto out;
-                                            }
-                                            pend = np;
-                                            pend_cap *= 2;
-                                        }
-                                        pend[n_pend].k = k;
-                                        pend[n_pend].bound = score(q->objective, floor_s, &d, probe.job.global_batch);
-                                        pend[n_pend].peak = peak;
-                                        n_pend++;
-                                    }
-                }
-            }
+    s->n_cp = values(pin & SIM_PIN_CP, pl->cp, cp_choices, n_cp_choices, s->cps);
+}
+
+/* Sizes the search on the cluster and allocates what it keeps. */
+static int search_open(Search *s, const SimPlanRequest *q, const ProfCluster *cl,
+                       SimPlanResult *res, PxError *err)
+{
+    memset(s, 0, sizeof *s);
+    s->q = q;
+    s->cl = cl;
+    s->res = res;
+    s->err = err;
+    s->gpus = q->gpus;
+    s->cap = q->top > 0 ? q->top : 1;
+    s->node = prof_node_size(cl, s->gpus);
+    if (s->node > s->gpus)
+        s->node = s->gpus;
+    s->rank_memory = prof_rank_memory(cl, s->node);
+    s->usable = (double)s->rank_memory * (1.0 - q->headroom);
+    s->tables = model_table_cache_new();
+    res->top = calloc((size_t)s->cap, sizeof *res->top);
+    s->kept = calloc((size_t)s->cap, sizeof *s->kept);
+    s->pend_cap = 4096;
+    s->pend = malloc(s->pend_cap * sizeof *s->pend);
+    if (!res->top || !s->kept || !s->pend || !s->tables)
+        return px_fail(err, PX_ERUNTIME, "out of memory planning");
+    degree_choices(s);
+    return PX_OK;
+}
+
+static void search_close(Search *s)
+{
+    free(s->costs.key);
+    free(s->costs.seconds);
+    model_table_cache_free(s->tables);
+    free(s->kept);
+    free(s->pend);
+}
+
+/* The other knobs' values for (tp, pp, cp); 0 when tp x pp x cp is not a factorisation of the
+ * GPUs (with a pinned dp: not the one that uses them all), leaving nothing to try. */
+static int grid_for(const Search *s, int tp, int pp, int cp, Grid *g)
+{
+    const SimPlanRequest *q = s->q;
+    const ModelConfig *mc = &q->base.model;
+    const ModelLayout *pl = &q->base.layout;
+    const ModelJob *pj = &q->base.job;
+    const unsigned pin = q->pinned;
+    static const int zeros[4] = {0, 1, 2, 3}, sps[2] = {0, 1}, rcs[3] = {0, 1, 2};
+    if (s->gpus % (tp * pp * cp) != 0 ||
+        ((pin & SIM_PIN_DP) && (long)tp * pp * cp * pl->dp != s->gpus))
+        return 0;
+    g->tp = tp, g->pp = pp, g->cp = cp;
+    g->dp = (pin & SIM_PIN_DP) ? pl->dp : s->gpus / (tp * pp * cp);
+    if (pin & SIM_PIN_VPP) {
+        g->vpps[0] = pl->vpp;
+        g->n_vpp = 1;
+    } else {
+        /* an uneven split (pp not dividing the layers, or pinned) does not interleave */
+        g->n_vpp = pp > 1 && mc->layers % pp == 0 && !(pin & SIM_PIN_PP_LAYERS)
+                       ? divisors(mc->layers / pp, 64, g->vpps, 64)
+                       : 1;
+        if (g->n_vpp == 1)
+            g->vpps[0] = 1;
+        /* a pinned schedule pins interleaving: 1F1B over several chunks is the interleaved
+         * schedule, so 1f1b and gpipe take one chunk per stage */
+        if ((pin & SIM_PIN_SCHEDULE) && pl->schedule != MODEL_SCHED_INTERLEAVED)
+            g->n_vpp = 1;
+        else if ((pin & SIM_PIN_SCHEDULE) && g->n_vpp > 1)
+            memmove(g->vpps, g->vpps + 1, (size_t)--g->n_vpp * sizeof *g->vpps);
+    }
+    if (pin & SIM_PIN_MBS) {
+        g->mbss[0] = pj->micro_batch;
+        g->n_mbs = 1;
+    } else if (pj->global_batch > 0 && pj->global_batch % g->dp == 0) {
+        g->n_mbs = divisors(pj->global_batch / g->dp, 1 << 20, g->mbss, 256);
+    } else {
+        g->mbss[0] = 1;
+        g->n_mbs = 1;
+    }
+    /* ZeRO shards over dp x cp: with a group of one every stage is ZeRO-0 */
+    g->n_z = values(pin & SIM_PIN_ZERO, pl->zero, zeros, g->dp * cp > 1 ? 4 : 1, g->zs);
+    g->n_s = values(pin & SIM_PIN_SP, pl->sp, sps, tp > 1 ? 2 : 1, g->ss);
+    g->n_r = values(pin & SIM_PIN_RECOMPUTE, (int)pl->recompute, rcs, 3, g->rs);
+    return 1;
+}
+
+/* Schedules worth trying for pp stages of vpp chunks: the pinned one; interleaved with
+ * several chunks; 1F1B and GPipe with a pipeline; 1F1B alone without one. */
+static int schedules_for(const SimPlanRequest *q, int pp, int vpp, int scheds[2])
+{
+    if (q->pinned & SIM_PIN_SCHEDULE) {
+        scheds[0] = (int)q->base.layout.schedule;
+        return 1;
+    }
+    if (vpp > 1) {
+        scheds[0] = MODEL_SCHED_INTERLEAVED;
+        return 1;
+    }
+    scheds[0] = MODEL_SCHED_1F1B;
+    if (pp > 1) {
+        scheds[1] = MODEL_SCHED_GPIPE;
+        return 2;
+    }
+    return 1;
+}
+
+/* With flash attention selective recompute changes nothing (FlashAttention recomputes the
+ * scores in its backward): unless recompute is pinned, one of the two twins is enough. */
+static int twin_skipped(const SimPlanRequest *q, int recompute)
+{
+    return recompute == MODEL_RECOMPUTE_SELECTIVE && q->base.job.flash_attn &&
+           !(q->pinned & SIM_PIN_RECOMPUTE);
+}
+
+/* The layout breaks one of model's rules, or spreads tp over nodes: counted under its reason
+ * (the first of each with its message), 1. *probe gets the normalised spec and *d its dims. */
+static int broken_rule(Search *s, const ModelSpec *spec, const Knobs *k, ModelSpec *probe,
+                       ModelDims *d)
+{
+    SimPlanResult *res = s->res;
+    /* the rule's message only for its first example */
+    PxError e2 = {.code_only = 1};
+    *probe = *spec;
+    if (model_spec_check(probe, s->gpus, d, &e2)) {
+        int why = e2.code > 0 ? e2.code : MODEL_RULE_NONE;
+        if (res->rejected[why] == 0) {
+            e2.code_only = 0;
+            *probe = *spec;
+            model_spec_check(probe, s->gpus, d, &e2);
         }
+        reject(res, why, e2.msg);
+        return 1;
     }
-    if (counting) {
-        counting = 0;
-        goto count_again;
+    if ((k->tp > s->node || s->node % k->tp != 0) && !s->q->allow_cross_node_tp) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "tp %d spans nodes of %d devices", k->tp, s->node);
+        reject(res, SIM_REJECT_CROSS_NODE_TP, msg);
+        return 1;
     }
-    /* Pass 2: exact pipelines in order of their bounds, until nothing left can enter the top k. */
-    qsort(pend, n_pend, sizeof *pend, by_bound);
-    for (size_t i = 0; i < n_pend; i++) {
-        if (res->n_top == cap && pend[i].bound > res->top[cap - 1].score)
+    return 0;
+}
+
+/* Brute force: the layout simulated in full and kept if it ranks. */
+static int time_exactly(Search *s, const ModelSpec *spec, const Knobs *k)
+{
+    SimResult r;
+    int rc = sim_run_cached(spec, s->cl, s->gpus, s->tables, SIM_FULL, &r, s->err);
+    if (rc)
+        return rc;
+    SimCandidate cand;
+    candidate_from(&cand, &r, s->q->objective);
+    keep(s->res, s->kept, s->cap, &cand, k);
+    s->res->timed++;
+    if (s->q->timed)
+        s->q->timed(s->q->timed_ctx, &cand);
+    sim_result_free(&r);
+    return PX_OK;
+}
+
+/* The cheap bound: one layer's compute, the same for every layout with these tp, cp, sp,
+ * micro-batch and recompute, over the stages and the pipeline's fill; the layout waits with
+ * it for pass 2. */
+static int add_pending(Search *s, const ModelSpec *spec, const Knobs *k, const ModelSpec *probe,
+                       const ModelDims *d, uint64_t peak)
+{
+    double layer_s[2];
+    int rc = layer_cost(&s->costs, spec, s->cl, s->gpus, s->tables, layer_s, s->err);
+    if (rc)
+        return rc;
+    const double floor_s = sim_step_floor(probe, d, layer_s[0], layer_s[1]);
+    if (s->n_pend == s->pend_cap) {
+        Pending *np = realloc(s->pend, 2 * s->pend_cap * sizeof *s->pend);
+        if (!np)
+            return px_fail(s->err, PX_ERUNTIME, "out of memory planning");
+        s->pend = np;
+        s->pend_cap *= 2;
+    }
+    Pending *p = &s->pend[s->n_pend++];
+    p->k = *k;
+    p->bound = score(s->q->objective, floor_s, d, probe->job.global_batch);
+    p->peak = peak;
+    return PX_OK;
+}
+
+/* Pass 1 for one layout: the rules, then its memory, then (when it fits) its exact timing
+ * under brute force or its bound for pass 2. */
+static int evaluate(Search *s, const Knobs *k)
+{
+    const SimPlanRequest *q = s->q;
+    SimPlanResult *res = s->res;
+    ModelSpec spec, probe;
+    ModelDims d;
+    apply(q, k, &spec);
+    res->considered++;
+    if (q->progress && (++s->done & 255) == 0)
+        q->progress(q->progress_ctx, s->done, s->total, 0);
+    if (broken_rule(s, &spec, k, &probe, &d))
+        return PX_OK;
+    uint64_t peak;
+    int peak_stage, rc;
+    if ((rc = sim_memory_peak(&probe, &d, s->cl, s->tables, &peak, &peak_stage, s->err)))
+        return rc;
+    res->evaluated++;
+    if ((double)peak > s->usable) {
+        /* the example is the layout closest to fitting */
+        if (res->rejected[SIM_REJECT_MEMORY]++ == 0 || peak < s->closest) {
+            s->closest = peak;
+            memory_example(res, &spec, k, k->dp, peak, peak_stage, s->usable);
+        }
+        return PX_OK;
+    }
+    res->feasible++;
+    res->rank_memory_bytes = s->rank_memory;
+    if (q->brute_force)
+        return time_exactly(s, &spec, k);
+    return add_pending(s, &spec, k, &probe, &d, peak);
+}
+
+/* Every layout of one grid: counted, or evaluated in the order the answer's ties expect. */
+static int walk_grid(Search *s, const Grid *g)
+{
+    for (int e = 0; e < g->n_vpp; e++) {
+        const int vpp = g->vpps[e];
+        int scheds[2];
+        const int n_sched = schedules_for(s->q, g->pp, vpp, scheds);
+        const int n_spill = spills(s->q, g->pp);
+        if (s->counting) {
+            int n_r_tried = g->n_r;
+            for (int i = 0; i < g->n_r; i++) /* the selective twins skipped below */
+                n_r_tried -= twin_skipped(s->q, g->rs[i]);
+            s->total += (long)g->n_mbs * g->n_z * g->n_s * n_r_tried * n_sched * n_spill;
+            continue;
+        }
+        for (int sp_end = 0; sp_end < n_spill; sp_end++)
+            for (int f = 0; f < g->n_mbs; f++)
+                for (int z = 0; z < g->n_z; z++)
+                    for (int h = 0; h < g->n_s; h++)
+                        for (int i = 0; i < g->n_r; i++)
+                            for (int j = 0; j < n_sched; j++) {
+                                if (twin_skipped(s->q, g->rs[i]))
+                                    continue;
+                                Knobs k = {(short)g->tp, (short)g->pp, (short)g->cp, (short)vpp,
+                                           (short)g->zs[z], (short)g->ss[h], (short)g->mbss[f],
+                                           (short)g->rs[i], (short)scheds[j], (short)sp_end, g->dp};
+                                int rc = evaluate(s, &k);
+                                if (rc)
+                                    return rc;
+                            }
+    }
+    return PX_OK;
+}
+
+/* Pass 1 over every (tp, pp, cp) and the grid of the other knobs. */
+static int walk(Search *s)
+{
+    Grid g;
+    for (int a = 0; a < s->n_tp; a++)
+        for (int b = 0; b < s->n_pp; b++)
+            for (int c = 0; c < s->n_cp; c++) {
+                if (!grid_for(s, s->tps[a], s->pps[b], s->cps[c], &g))
+                    continue;
+                int rc = walk_grid(s, &g);
+                if (rc)
+                    return rc;
+            }
+    return PX_OK;
+}
+
+/* Pass 2: exact pipelines in order of their bounds, until nothing left can enter the top k. */
+static int time_in_bound_order(Search *s)
+{
+    const SimPlanRequest *q = s->q;
+    SimPlanResult *res = s->res;
+    const int cap = s->cap;
+    qsort(s->pend, s->n_pend, sizeof *s->pend, by_bound);
+    for (size_t i = 0; i < s->n_pend; i++) {
+        if (res->n_top == cap && s->pend[i].bound > res->top[cap - 1].score)
             break;
-        ModelSpec s;
-        apply(q, &pend[i].k, &s);
+        ModelSpec spec;
+        apply(q, &s->pend[i].k, &spec);
         SimResult r;
-        if ((rc = sim_run_cached(&s, cl, gpus, tables, SIM_BOUND, &r, err)))
-            goto out;
+        int rc = sim_run_cached(&spec, s->cl, s->gpus, s->tables, SIM_BOUND, &r, s->err);
+        if (rc)
+            return rc;
         /* the exact bound (every op, no pipeline) before the pipeline itself */
-        if (res->n_top == cap &&
-            score(q->objective, r.bound_s, &r.dims, s.job.global_batch) > res->top[cap - 1].score) {
+        const double bound = score(q->objective, r.bound_s, &r.dims, spec.job.global_batch);
+        if (res->n_top == cap && bound > res->top[cap - 1].score) {
             sim_result_free(&r);
             continue;
         }
-        if ((rc = sim_continue(&r, SIM_FULL, err))) {
+        if ((rc = sim_continue(&r, SIM_FULL, s->err))) {
             sim_result_free(&r);
-            goto out;
+            return rc;
         }
         SimCandidate cand;
         candidate_from(&cand, &r, q->objective);
-        keep(res, kept, cap, &cand, &pend[i].k);
+        keep(res, s->kept, cap, &cand, &s->pend[i].k);
         res->timed++;
         if (q->timed)
             q->timed(q->timed_ctx, &cand);
         sim_result_free(&r);
         if (q->progress && (i & 63) == 0)
-            q->progress(q->progress_ctx, (long)i, (long)n_pend, 1);
+            q->progress(q->progress_ctx, (long)i, (long)s->n_pend, 1);
     }
-    if (q->progress)
-        q->progress(q->progress_ctx, 1, 1, 2);
-out:
-    free(costs.key);
-    free(costs.seconds);
-    model_table_cache_free(tables);
-    free(kept);
-    free(pend);
-    res->seconds = now_s() - t0;
+    return PX_OK;
+}
+
+/* Why no layout ranked: the pinned degrees when nothing was even enumerated; else memory when
+ * some layout got that far, else the commonest rule broken, with its example. */
+static int no_layout(const SimPlanRequest *q, const ProfCluster *cl, const SimPlanResult *res,
+                     PxError *err)
+{
+    const ModelConfig *mc = &q->base.model;
+    int worst = -1;
+    for (int i = 0; i < SIM_REJECT_COUNT; i++)
+        if (res->rejected[i] && (worst < 0 || res->rejected[i] > res->rejected[worst]))
+            worst = i;
+    if (res->rejected[SIM_REJECT_MEMORY])
+        worst = SIM_REJECT_MEMORY;
+    if (res->considered == 0) {
+        char pins[96] = "";
+        size_t n = 0;
+        const struct {
+            unsigned bit;
+            const char *name;
+            int value;
+        } deg[] = {{SIM_PIN_TP, "tp", q->base.layout.tp}, {SIM_PIN_PP, "pp", q->base.layout.pp},
+                   {SIM_PIN_CP, "cp", q->base.layout.cp}, {SIM_PIN_DP, "dp", q->base.layout.dp}};
+        for (size_t i = 0; i < sizeof deg / sizeof deg[0]; i++)
+            if ((q->pinned & deg[i].bit) && n < sizeof pins)
+                n += (size_t)snprintf(pins + n, sizeof pins - n, " %s %d", deg[i].name,
+                                      deg[i].value);
+        return px_fail(err, PX_EINPUT,
+                       "no layout of %s uses %d GPUs: the pinned degrees do not divide them "
+                       "(pinned:%s; tp x pp x cp x dp must equal the GPUs)",
+                       mc->name, q->gpus, n ? pins : " none");
+    }
+    return px_fail(err, PX_EINPUT,
+                   "no layout of %s works on %d GPUs of %s: %ld tried; %s (e.g. %s)", mc->name,
+                   q->gpus, cl->name, res->considered,
+                   worst >= 0 ? sim_reject_name(worst) : "rejected",
+                   worst >= 0 ? res->example[worst] : "");
+}
+
+int sim_plan(const SimPlanRequest *request, const ProfCluster *cl, SimPlanResult *res, PxError *err)
+{
+    memset(res, 0, sizeof *res);
+    const double t0 = px_now_s();
+    /* the precision resolved once, as the simulation resolves it, before any rule is checked */
+    SimPlanRequest resolved = *request;
+    if (resolved.base.job.precision == PX_DTYPE_COUNT)
+        resolved.base.job.precision = sim_default_precision(&cl->device);
+    int rc = check_size(&resolved, cl, err);
+    if (rc)
+        return rc;
+    Search s;
+    rc = search_open(&s, &resolved, cl, res, err);
+    /* with a progress bar the layouts are walked twice: first only counted, so that the bar
+     * shows a fraction of a known total */
+    if (!rc && resolved.progress) {
+        s.counting = 1;
+        rc = walk(&s);
+        s.counting = 0;
+    }
+    if (!rc)
+        rc = walk(&s);
+    if (!rc)
+        rc = time_in_bound_order(&s);
+    if (!rc && resolved.progress)
+        resolved.progress(resolved.progress_ctx, 1, 1, 2);
+    search_close(&s);
+    res->seconds = px_now_s() - t0;
     if (rc) {
         sim_plan_free(res);
         return rc;
     }
     if (res->n_top == 0) {
         sim_plan_free(res);
-        /* say why: memory when some layout got that far, else the commonest rule broken */
-        int worst = -1;
-        for (int i = 0; i < SIM_REJECT_COUNT; i++)
-            if (res->rejected[i] && (worst < 0 || res->rejected[i] > res->rejected[worst]))
-                worst = i;
-        if (res->rejected[SIM_REJECT_MEMORY])
-            worst = SIM_REJECT_MEMORY;
-        if (res->considered == 0) {
-            char pins[96] = "";
-            size_t n = 0;
-            const struct {
-                unsigned bit;
-                const char *name;
-                int value;
-            } deg[] = {{SIM_PIN_TP, "tp", q->base.layout.tp}, {SIM_PIN_PP, "pp", q->base.layout.pp},
-                       {SIM_PIN_CP, "cp", q->base.layout.cp}, {SIM_PIN_DP, "dp", q->base.layout.dp}};
-            for (size_t i = 0; i < sizeof deg / sizeof deg[0]; i++)
-                if ((pin & deg[i].bit) && n < sizeof pins)
-                    n += (size_t)snprintf(pins + n, sizeof pins - n, " %s %d", deg[i].name, deg[i].value);
-            return px_fail(err, PX_EINPUT,
-                           "no layout of %s uses %d GPUs: the pinned degrees do not divide them "
-                           "(pinned:%s; tp x pp x cp x dp must equal the GPUs)",
-                           mc->name, gpus, n ? pins : " none");
-        }
-        return px_fail(err, PX_EINPUT, "no layout of %s works on %d GPUs of %s: %ld tried; %s (e.g. %s)",
-                       mc->name, gpus, cl->name, res->considered,
-                       worst >= 0 ? sim_reject_name(worst) : "rejected", worst >= 0 ? res->example[worst] : "");
+        return no_layout(&resolved, cl, res, err);
     }
     return PX_OK;
 }
@@ -585,68 +719,4 @@ void sim_plan_free(SimPlanResult *r)
     free(r->top);
     r->top = NULL;
     r->n_top = 0;
-}
-
-/* GPU counts worth trying, in order: the node times 1, 2, 3, 4, 6, 8, 12, 16, ... (powers of two
- * and three times them), up to `limit`. */
-static int next_size(int node, int prev)
-{
-    long k = prev / node;
-    long next = k < 1 ? 1 : k < 2 ? 2 : k < 3 ? 3 : 0;
-    if (!next) {
-        long p2 = 1;
-        while (p2 * 2 <= k)
-            p2 *= 2;
-        next = k < p2 * 3 / 2 ? p2 * 3 / 2 : p2 * 2; /* 4 -> 6 -> 8 -> 12 -> 16 ... */
-        if (next <= k)
-            next = p2 * 2;
-    }
-    return (int)(next * node);
-}
-
-int sim_plan_min_gpus(const SimPlanRequest *q, const ProfCluster *cl, double max_step_s,
-                      double max_days, int limit, SimPlanResult *out, int *gpus_out,
-                      PxError *err)
-{
-    const int node = cl->node_devices > 0 ? cl->node_devices : 1;
-    if (cl->nodes > 0 && (long)cl->nodes * node < limit)
-        limit = cl->nodes * node;
-    char tried[256] = "", closest[160] = "";
-    size_t n = 0;
-    double closest_over = 0; /* how far the closest size missed the budget, as a ratio */
-    for (int g = node; g <= limit; g = next_size(node, g)) {
-        if (g < q->gpus) /* the smallest size to try */
-            continue;
-        SimPlanRequest r = *q;
-        r.gpus = g;
-        r.top = 1;
-        SimPlanResult res;
-        PxError e2 = {0};
-        int rc = sim_plan(&r, cl, &res, &e2);
-        if (rc == PX_ERUNTIME) {
-            *err = e2;
-            return rc;
-        }
-        if (rc == PX_OK) {
-            const SimCandidate *c = &res.top[0];
-            double days = max_days > 0 ? q->base.job.train_tokens / c->tokens_per_s / 86400.0 : 0;
-            if ((max_step_s <= 0 || c->step_s <= max_step_s) && (max_days <= 0 || days <= max_days)) {
-                *out = res;
-                *gpus_out = g;
-                return PX_OK;
-            }
-            double over = fmax(max_step_s > 0 ? c->step_s / max_step_s : 0, max_days > 0 ? days / max_days : 0);
-            if (!closest[0] || over < closest_over) {
-                closest_over = over;
-                snprintf(closest, sizeof closest, "; the closest, %d GPUs, takes %.3g s a step%s", g, c->step_s, "");
-                if (max_days > 0)
-                    snprintf(closest + strlen(closest), sizeof closest - strlen(closest), " and %.3g days", days);
-            }
-            sim_plan_free(&res);
-        }
-        if (n < sizeof tried - 16)
-            n += (size_t)snprintf(tried + n, sizeof tried - n, "%s%d", n ? "," : "", g);
-    }
-    return px_fail(err, PX_EINPUT, "no cluster size up to %d GPUs meets the budget (tried %s%s)",
-                   limit, tried[0] ? tried : "none", closest);
 }

@@ -1,5 +1,6 @@
 /* Rendering planner results: the ranked table with what makes each layout win, the rejection
- * summary, JSON, and the plan file of the winner. */
+ * summary, JSON, the plan file of the winner, sweeps and --min-gpus answers, and the progress
+ * bar of a long search. */
 #include "sim/internal.h"
 
 #include <stdlib.h>
@@ -155,6 +156,107 @@ cJSON *sim_plan_search_json(const SimPlanResult *r)
         cJSON_AddItemToArray(top, e);
     }
     return s;
+}
+
+cJSON *sim_plan_answer_json(const SimPlanResult *r, const ProfCluster *cl, int gpus,
+                            const ModelPlan *plan, const SimResult *full)
+{
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "cluster", cl->name);
+    cJSON_AddNumberToObject(j, "gpus", gpus);
+    cJSON_AddItemToObject(j, "model", model_config_to_json(&plan->spec.model));
+    cJSON_AddItemToObject(j, "training", model_job_to_json(&full->spec.job, &full->dims));
+    cJSON_AddItemToObject(j, "layout", model_layout_to_json(&plan->spec.layout));
+    cJSON_AddItemToObject(j, "prediction", cJSON_Duplicate(plan->prediction, 1));
+    cJSON_AddItemToObject(j, "search", sim_plan_search_json(r));
+    return j;
+}
+
+void sim_sweep_print(FILE *f, const SimPlanRequest *q, const SimSweep *s)
+{
+    const char *unit = sim_objective_unit(s->objective, s->priced);
+    fprintf(f, "%s, global batch %d: best layout per size; objective %s (%s)\n",
+            q->base.model.name, q->base.job.global_batch, sim_objective_name(s->objective), unit);
+    for (int i = 0; i < s->n_rows; i++) {
+        const SimSweepRow *row = &s->rows[i];
+        char line[1200], value[48] = "";
+        if (row->ok)
+            sim_plan_summary_line(line, sizeof line, &row->plan);
+        else
+            snprintf(line, sizeof line, "none: %s", row->error);
+        if (row->ok && s->objective == SIM_OBJ_COST)
+            snprintf(value, sizeof value, "  %10.4g", row->value);
+        else if (row->ok && s->objective == SIM_OBJ_TOKENS_PER_GPU)
+            snprintf(value, sizeof value, "  %10.0f", row->value);
+        fprintf(f, "%6d  %-10s %s%s%s\n", row->gpus, row->cluster->name, line, value,
+                i == s->best && s->n_rows > 1 ? "  <- best" : "");
+    }
+    if (s->best >= 0 && s->n_rows > 1) {
+        const SimSweepRow *b = &s->rows[s->best];
+        fprintf(f, "best by %s: %d GPUs of %s, %.5g %s\n", sim_objective_name(s->objective),
+                b->gpus, b->cluster->name, b->value, unit);
+    }
+}
+
+cJSON *sim_sweep_to_json(const SimSweep *s)
+{
+    cJSON *arr = cJSON_CreateArray();
+    for (int i = 0; i < s->n_rows; i++) {
+        const SimSweepRow *row = &s->rows[i];
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "cluster", row->cluster->name);
+        cJSON_AddNumberToObject(e, "gpus", row->gpus);
+        if (row->ok) {
+            cJSON_AddNumberToObject(e, "objective_value", row->value);
+            cJSON_AddItemToObject(e, "search", sim_plan_search_json(&row->plan));
+        } else {
+            cJSON_AddStringToObject(e, "error", row->error);
+        }
+        cJSON_AddBoolToObject(e, "best", i == s->best);
+        cJSON_AddItemToArray(arr, e);
+    }
+    return arr;
+}
+
+void sim_min_gpus_print(FILE *f, const ProfCluster *cl, int gpus, const SimPlanResult *r)
+{
+    char line[256];
+    sim_plan_summary_line(line, sizeof line, r);
+    fprintf(f, "%s: fewest GPUs meeting the budget: %d\n  %s\n", cl->name, gpus, line);
+}
+
+cJSON *sim_min_gpus_to_json(const ProfCluster *cl, int gpus, const SimPlanResult *r)
+{
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "cluster", cl->name);
+    cJSON_AddNumberToObject(e, "gpus", gpus);
+    cJSON_AddItemToObject(e, "search", sim_plan_search_json(r));
+    return e;
+}
+
+void sim_progress_bar(void *ctx, long done, long total, int phase)
+{
+    SimProgressBar *p = ctx;
+    const double t = px_now_s();
+    if (p->start_s == 0)
+        p->start_s = t;
+    if (phase == 2) {
+        if (p->shown)
+            fputs("\r\033[K", p->f);
+        p->start_s = p->drawn_s = 0;
+        p->shown = 0;
+        return;
+    }
+    if (t - p->start_s < 0.5 || t - p->drawn_s < 0.1)
+        return;
+    p->drawn_s = t;
+    p->shown = 1;
+    int width = 30, fill = total > 0 ? (int)(width * (double)done / (double)total) : 0;
+    if (fill > width)
+        fill = width;
+    fprintf(p->f, "\r%s [%.*s%*s] %ld/%ld", phase ? "timing   " : "searching", fill,
+            "##############################", width - fill, "", done, total);
+    fflush(p->f);
 }
 
 int sim_plan_best(const SimPlanResult *r, const ProfCluster *cl, const char *cluster_ref,

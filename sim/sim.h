@@ -193,12 +193,6 @@ void sim_plan_free(SimPlanResult *r);
 const char *sim_objective_name(SimObjective o);
 int sim_objective_from_name(const char *s);
 const char *sim_reject_name(int reason);
-/* The fewest GPUs (node multiples 1, 2, 3, 4, 6, 8, 12, ... up to limit and the cluster's
- * size) whose best layout meets a step-time budget (max_step_s > 0) and/or a days-to-train
- * budget (max_days > 0, for the job's train_tokens). */
-int sim_plan_min_gpus(const SimPlanRequest *q, const ProfCluster *cluster, double max_step_s,
-                      double max_days, int limit, SimPlanResult *out, int *gpus_out,
-                      PxError *err);
 /* The ranked table, what makes each layout win, and the rejections (examples with explain). */
 void sim_plan_print(FILE *f, const SimPlanRequest *q, const ProfCluster *cluster,
                     const SimPlanResult *r, int explain);
@@ -206,6 +200,20 @@ void sim_plan_print(FILE *f, const SimPlanRequest *q, const ProfCluster *cluster
 void sim_plan_summary_line(char *buf, size_t cap, const SimPlanResult *r);
 /* search {considered, evaluated, feasible, timed, seconds, rejected{}, top[]} */
 cJSON *sim_plan_search_json(const SimPlanResult *r);
+/* `parallax plan --json` for one size on one cluster: {cluster, gpus, model, training, layout,
+ * prediction, search}, from the search and its winner simulated in full (sim_plan_best). */
+cJSON *sim_plan_answer_json(const SimPlanResult *r, const ProfCluster *cluster, int gpus,
+                            const ModelPlan *plan, const SimResult *full);
+/* A progress bar for a long search, drawn on f (a terminal): give sim_progress_bar as the
+ * request's progress and a SimProgressBar with f set and the rest zero as its context. The bar
+ * appears once a search has run half a second (short ones stay silent), is redrawn at most
+ * ten times a second, and is erased when the search ends, ready for the next one. */
+typedef struct {
+    FILE *f;
+    double start_s, drawn_s; /* when the search began; when the bar was last drawn */
+    int shown;
+} SimProgressBar;
+void sim_progress_bar(void *ctx, long done, long total, int phase);
 /* The winner as a plan: simulated in full (every layer's ops), its prediction attached. The
  * caller frees plan (model_plan_free) and full (sim_result_free). */
 int sim_plan_best(const SimPlanResult *r, const ProfCluster *cluster, const char *cluster_ref,
@@ -218,6 +226,59 @@ int sim_plan_make(const SimResult *full, const char *cluster_ref, ModelPlan *pla
  * with `gpus` ranks (tests and tools/mkplan). */
 int sim_plan_for(const ModelSpec *spec, const char *cluster, int gpus, ModelPlan *out,
                  PxError *err);
+
+/* ---- sweeps (sim/sweep.c): the planner over several sizes and cluster profiles ---- */
+
+/* One (size, cluster) of a sweep: its best layout, or why none works there. */
+typedef struct {
+    int gpus;
+    const ProfCluster *cluster;
+    int ok;             /* a layout works: plan holds the best (top 1) */
+    SimPlanResult plan;
+    char error[1024];   /* not ok: why no layout works (sim_plan's message) */
+    double value, rank; /* ok: the objective's figure (sim_objective_unit); it, lower better */
+} SimSweepRow;
+
+typedef struct {
+    SimSweepRow *rows; /* size-major: rows[s * n_clusters + c] */
+    int n_rows, n_gpus, n_clusters;
+    int best;          /* the row the objective ranks first; -1 when no row works */
+    SimObjective objective;
+    int priced;        /* GPU-hour prices were given: cost is money, not GPU-hours */
+} SimSweep;
+
+/* The best layout of q's model and job (q->gpus and q->top are not read) at every size of gpus
+ * on every cluster, ranked across rows by the objective's figure: step seconds; GPU-hours per
+ * million tokens, times the cluster's price of a GPU-hour when prices are given; tokens per
+ * second per GPU. price holds none (n_price 0), one for every cluster, or one per cluster, each
+ * positive, and only for the cost objective: PX_EINPUT otherwise. A (size, cluster) where no
+ * layout works is a row with its reason, not an error; PX_ERUNTIME (out of memory, a
+ * simulation that failed) stops the sweep with out empty. The caller frees out (sim_sweep_free). */
+int sim_sweep(const SimPlanRequest *q, const ProfCluster *clusters, int n_clusters,
+              const int *gpus, int n_gpus, const double *price, int n_price, SimSweep *out,
+              PxError *err);
+void sim_sweep_free(SimSweep *s);
+/* What a sweep's objective figures measure: "step seconds", "GPU-hours per million tokens" (or
+ * money, when priced), "tokens per second per GPU". */
+const char *sim_objective_unit(SimObjective o, int priced);
+/* The sweep for people: a line per row (size, cluster, the best layout and its figures, the
+ * objective's figure where it is not the step time), the best marked and named under them. q
+ * is the sweep's request (its model and global batch head the table). */
+void sim_sweep_print(FILE *f, const SimPlanRequest *q, const SimSweep *s);
+/* [{cluster, gpus, objective_value and search | error, best}] */
+cJSON *sim_sweep_to_json(const SimSweep *s);
+
+/* The fewest GPUs (node multiples 1, 2, 3, 4, 6, 8, 12, ... from q->gpus up to limit and the
+ * cluster's size) whose best layout meets a step-time budget (max_step_s > 0) and/or a
+ * days-to-train budget (max_days > 0, for the job's train_tokens). PX_EINPUT when no size
+ * does, naming the sizes tried and the closest; the caller frees out (sim_plan_free). */
+int sim_plan_min_gpus(const SimPlanRequest *q, const ProfCluster *cluster, double max_step_s,
+                      double max_days, int limit, SimPlanResult *out, int *gpus_out,
+                      PxError *err);
+/* The answer of sim_plan_min_gpus on one cluster: for people, "<cluster>: fewest GPUs meeting
+ * the budget: N" and the best layout's line; for machines, {cluster, gpus, search}. */
+void sim_min_gpus_print(FILE *f, const ProfCluster *cluster, int gpus, const SimPlanResult *r);
+cJSON *sim_min_gpus_to_json(const ProfCluster *cluster, int gpus, const SimPlanResult *r);
 
 /* ---- exports (sim/export.c) ---- */
 

@@ -65,27 +65,6 @@ static int stage_memory(const ModelSpec *s, const ModelDims *d, uint64_t runtime
     return PX_OK;
 }
 
-/* Stages 1 .. p-2 hold neither the embedding nor the output layer: with compact tables those
- * with as many layers are identical but for their position, so the first of them stands for
- * all (every middle stage of an even split; a group per layer count of an uneven one). */
-static int stage_model_of(const ModelSpec *spec, const ModelDims *d, int compact, int stage)
-{
-    if (!compact || d->p < 3 || stage == 0 || stage == d->p - 1)
-        return stage;
-    if (!d->uneven)
-        return 1;
-    const int *n = spec->layout.stage_layers;
-    for (int s = 1; s < stage; s++)
-        if (n[s] == n[stage])
-            return s;
-    return stage;
-}
-
-int sim_stage_model(const SimResult *r, int stage)
-{
-    return stage_model_of(&r->spec, &r->dims, r->compact, stage);
-}
-
 int sim_memory_peak(const ModelSpec *spec, const ModelDims *d, const ProfCluster *cl,
                     ModelTableCache *cache, uint64_t *peak, int *peak_stage, PxError *err)
 {
@@ -95,7 +74,7 @@ int sim_memory_peak(const ModelSpec *spec, const ModelDims *d, const ProfCluster
     *peak = 0;
     *peak_stage = 0;
     for (int st = 0; st < d->p && !rc; st++) {
-        const int ms = stage_model_of(spec, d, 1, st);
+        const int ms = sim_stage_model_of(spec, d, 1, st);
         if (ms != have) {
             model_tensors_free(&tt);
             have = -1;

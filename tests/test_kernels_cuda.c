@@ -552,164 +552,227 @@ static void check_padding(const float *buf, int rows, int stride, int used)
                 CHECK(buf[(size_t)r * stride + i] == SENTINEL);
 }
 
-static void test_attention(AttnCase ac)
+/* One attention case: its dense inputs, their strided views on the host and the same views on
+ * the device, and what each phase leaves for the next (the fused phase reuses the unfused
+ * backward's views and gradient buffers). */
+typedef struct {
+    AttnCase ac;
+    size_t nq, nk, np, nl; /* elements of q, k, probabilities, rows */
+    int qs, ks, vs;        /* row strides of the q, k and v views */
+    size_t nbq, nbkv;      /* elements of the q (or packed qkv) buffer and of the kv buffer */
+    size_t koff, voff;     /* where k and v start in a row of their buffer */
+    float scale;
+    float *q, *k, *v, *dout;
+    float *bq, *bkv, *hk; /* host views; hk is the buffer that holds k and v */
+    void *gbq, *gbkv, *gq, *gk, *gv, *gdout;
+    /* unfused forward: expected (e*) and device (g*) outputs, the device's read back (h*) */
+    KernAttnFwd f, gf;
+    float *eo, *ep, *epd, *eds, *ho, *hp, *hpd;
+    uint8_t *em, *gm;
+    void *go, *gp, *gpd, *gds;
+    /* unfused backward: gradient views, expected and device gradients */
+    KernAttnBwd bw, gb;
+    float *dbq, *dbkv, *dhk, *eq, *ek, *ev, *gq_, *gk_, *gv_;
+    void *gdbq, *gdbkv;
+} Attn;
+
+enum { ATTN_ES = 2 }; /* act element bytes */
+
+/* Random inputs, laid out as packed qkv rows, or as q rows padded by 3 with k and v
+ * interleaved in one kv buffer; the padding holds the sentinel; the same views on the device. */
+static void attn_inputs(Attn *t, AttnCase ac)
 {
     const int B = ac.B, Tq = ac.Tq, Tk = ac.Tk, H = ac.H, KV = ac.KV, D = ac.D;
-    const size_t nq = (size_t)B * Tq * H * D, nk = (size_t)B * Tk * KV * D;
-    const size_t np = (size_t)B * H * Tq * Tk, nl = (size_t)B * H * Tq;
-    const float scale = 1.0f / sqrtf((float)D);
-    const uint64_t seed = 0xC0FFEE;
+    t->ac = ac;
+    t->nq = (size_t)B * Tq * H * D, t->nk = (size_t)B * Tk * KV * D;
+    t->np = (size_t)B * H * Tq * Tk, t->nl = (size_t)B * H * Tq;
+    t->scale = 1.0f / sqrtf((float)D);
     char what[96];
     snprintf(what, sizeof what, "B%d Tq%d Tk%d H%d KV%d D%d off%d%s p%.2g", B, Tq, Tk, H, KV, D,
              ac.q_offset, ac.packed ? " packed" : "", (double)ac.dropout);
     printf("  attention %s\n", what);
-    float *q = arand(nq, 1.5, 0), *k = arand(nk, 1.5, 0), *v = arand(nk, 1, 0);
-    float *dout = arand(nq, 1, 0);
+    t->q = arand(t->nq, 1.5, 0), t->k = arand(t->nk, 1.5, 0), t->v = arand(t->nk, 1, 0);
+    t->dout = arand(t->nq, 1, 0);
 
-    /* views: packed qkv rows, or q rows padded by 3 and k, v interleaved in one kv buffer */
-    int qs, ks, vs;
-    size_t nbq, nbkv;
     if (ac.packed) {
-        qs = ks = vs = (H + 2 * KV) * D;
-        nbq = (size_t)B * Tq * qs, nbkv = 0;
+        t->qs = t->ks = t->vs = (H + 2 * KV) * D;
+        t->nbq = (size_t)B * Tq * t->qs, t->nbkv = 0;
     } else {
-        qs = H * D + 3, ks = vs = 2 * KV * D;
-        nbq = (size_t)B * Tq * qs, nbkv = (size_t)B * Tk * ks;
+        t->qs = H * D + 3, t->ks = t->vs = 2 * KV * D;
+        t->nbq = (size_t)B * Tq * t->qs, t->nbkv = (size_t)B * Tk * t->ks;
     }
-    const size_t koff = ac.packed ? (size_t)H * D : 0;
-    const size_t voff = ac.packed ? (size_t)(H + KV) * D : (size_t)KV * D;
-    float *bq = fnew(nbq), *bkv = fnew(nbkv);
-    fill(bq, nbq, SENTINEL), fill(bkv, nbkv, SENTINEL);
-    float *hk = ac.packed ? bq : bkv;
-    to_view(bq, qs, q, B * Tq, H * D);
-    to_view(hk + koff, ks, k, B * Tk, KV * D);
-    to_view(hk + voff, vs, v, B * Tk, KV * D);
-    /* the same layout on the device */
-    void *gbq = up_act(bq, nbq), *gbkv = nbkv ? up_act(bkv, nbkv) : NULL;
-    void *gk_base = ac.packed ? gbq : gbkv;
-    const size_t es = 2; /* act element bytes */
-    void *gq = gbq, *gk = (char *)gk_base + koff * es, *gv = (char *)gk_base + voff * es;
-    void *gdout = up_act(dout, nq);
+    t->koff = ac.packed ? (size_t)H * D : 0;
+    t->voff = ac.packed ? (size_t)(H + KV) * D : (size_t)KV * D;
+    t->bq = fnew(t->nbq), t->bkv = fnew(t->nbkv);
+    fill(t->bq, t->nbq, SENTINEL), fill(t->bkv, t->nbkv, SENTINEL);
+    t->hk = ac.packed ? t->bq : t->bkv;
+    to_view(t->bq, t->qs, t->q, B * Tq, H * D);
+    to_view(t->hk + t->koff, t->ks, t->k, B * Tk, KV * D);
+    to_view(t->hk + t->voff, t->vs, t->v, B * Tk, KV * D);
+    t->gbq = up_act(t->bq, t->nbq), t->gbkv = t->nbkv ? up_act(t->bkv, t->nbkv) : NULL;
+    void *gk_base = ac.packed ? t->gbq : t->gbkv;
+    t->gq = t->gbq, t->gk = (char *)gk_base + t->koff * ATTN_ES;
+    t->gv = (char *)gk_base + t->voff * ATTN_ES;
+    t->gdout = up_act(t->dout, t->nq);
+}
 
-    /* ---- unfused ---- */
-    float *eo = fnew(nq), *ep = fnew(np), *epd = fnew(np), *eds = fnew(np);
-    uint8_t *em = xmalloc(np);
-    KernAttnFwd f = {.B = B, .Tq = Tq, .Tk = Tk, .H = H, .KV = KV, .D = D,
-                     .q_offset = ac.q_offset, .scale = scale, .q = bq, .k = hk + koff,
-                     .v = hk + voff, .q_stride = qs, .k_stride = ks, .v_stride = vs, .out = eo,
-                     .probs = ep, .dropout = ac.dropout, .seed = seed, .mask = em,
-                     .probs_drop = epd};
-    R->attention_fwd(&f);
-    void *go = dalloc(nq * es), *gp = dalloc(np * es), *gpd = dalloc(np * es);
-    void *gds = dalloc(np * es);
-    uint8_t *gm = dalloc(np);
-    KernAttnFwd gf = f;
-    gf.q = gq, gf.k = gk, gf.v = gv, gf.out = go, gf.probs = gp, gf.mask = gm, gf.probs_drop = gpd;
-    G->attention_fwd(&gf);
-    float *ho = down_act(go, nq), *hp = down_act(gp, np), *hpd = NULL;
-    COMPARE("attn unfused", "out", eo, ho, nq, T_ACT(12));
-    COMPARE("attn unfused", "probs", ep, hp, np, T_ACT(8));
+/* The unfused forward (scores, probabilities, dropout) on both backends. */
+static void attn_unfused_fwd(Attn *t)
+{
+    const AttnCase ac = t->ac;
+    const size_t nq = t->nq, np = t->np;
+    t->eo = fnew(nq), t->ep = fnew(np), t->epd = fnew(np), t->eds = fnew(np);
+    t->em = xmalloc(np);
+    t->f = (KernAttnFwd){.B = ac.B, .Tq = ac.Tq, .Tk = ac.Tk, .H = ac.H, .KV = ac.KV, .D = ac.D,
+                         .q_offset = ac.q_offset, .scale = t->scale, .q = t->bq,
+                         .k = t->hk + t->koff, .v = t->hk + t->voff, .q_stride = t->qs,
+                         .k_stride = t->ks, .v_stride = t->vs, .out = t->eo, .probs = t->ep,
+                         .dropout = ac.dropout, .seed = 0xC0FFEE, .mask = t->em,
+                         .probs_drop = t->epd};
+    R->attention_fwd(&t->f);
+    t->go = dalloc(nq * ATTN_ES), t->gp = dalloc(np * ATTN_ES), t->gpd = dalloc(np * ATTN_ES);
+    t->gds = dalloc(np * ATTN_ES);
+    t->gm = dalloc(np);
+    t->gf = t->f;
+    t->gf.q = t->gq, t->gf.k = t->gk, t->gf.v = t->gv, t->gf.out = t->go, t->gf.probs = t->gp;
+    t->gf.mask = t->gm, t->gf.probs_drop = t->gpd;
+    G->attention_fwd(&t->gf);
+    t->ho = down_act(t->go, nq), t->hp = down_act(t->gp, np), t->hpd = NULL;
+    COMPARE("attn unfused", "out", t->eo, t->ho, nq, T_ACT(12));
+    COMPARE("attn unfused", "probs", t->ep, t->hp, np, T_ACT(8));
     if (ac.dropout > 0) {
         uint8_t *hm = xmalloc(np);
-        G->to_host(hm, gm, np);
-        COMPARE_BYTES("attn unfused", "mask", em, hm, np);
-        hpd = down_act(gpd, np);
-        COMPARE("attn unfused", "probs_drop", epd, hpd, np, T_ACT(8));
+        G->to_host(hm, t->gm, np);
+        COMPARE_BYTES("attn unfused", "mask", t->em, hm, np);
+        t->hpd = down_act(t->gpd, np);
+        COMPARE("attn unfused", "probs_drop", t->epd, t->hpd, np, T_ACT(8));
         free(hm);
     }
+}
 
-    /* unfused backward into views prefilled with the sentinel (dq, dk, dv are overwritten).
-     * The reference differentiates the CUDA forward's own (rounded) probabilities, so that the
-     * comparison measures the backward alone. */
-    float *dbq = fnew(nbq), *dbkv = fnew(nbkv);
-    fill(dbq, nbq, SENTINEL), fill(dbkv, nbkv, SENTINEL);
-    float *dhk = ac.packed ? dbq : dbkv;
-    KernAttnBwd bw = {.B = B, .Tq = Tq, .Tk = Tk, .H = H, .KV = KV, .D = D,
-                      .q_offset = ac.q_offset, .scale = scale, .q = f.q, .k = f.k, .v = f.v,
-                      .q_stride = qs, .k_stride = ks, .v_stride = vs, .dout = dout, .dq = dbq,
-                      .dk = dhk + koff, .dv = dhk + voff, .dq_stride = qs, .dk_stride = ks,
-                      .dv_stride = vs, .probs = hp, .dropout = ac.dropout, .mask = em,
-                      .probs_drop = hpd, .dscores = eds};
-    R->attention_bwd(&bw);
-    float *eq = fnew(nq), *ek = fnew(nk), *ev = fnew(nk);
-    from_view(eq, dbq, qs, B * Tq, H * D);
-    from_view(ek, dhk + koff, ks, B * Tk, KV * D);
-    from_view(ev, dhk + voff, vs, B * Tk, KV * D);
-    void *gdbq = dalloc(nbq * es), *gdbkv = nbkv ? dalloc(nbkv * es) : NULL;
-    fill(dbq, nbq, SENTINEL), fill(dbkv, nbkv, SENTINEL);
-    set_act(gdbq, dbq, nbq);
-    if (nbkv)
-        set_act(gdbkv, dbkv, nbkv);
-    void *gdk_base = ac.packed ? gdbq : gdbkv;
-    KernAttnBwd gb = bw;
-    gb.q = gq, gb.k = gk, gb.v = gv, gb.dout = gdout, gb.dq = gdbq;
-    gb.dk = (char *)gdk_base + koff * es, gb.dv = (char *)gdk_base + voff * es;
-    gb.probs = gp, gb.mask = gm, gb.probs_drop = gpd, gb.dscores = gds;
-    G->attention_bwd(&gb);
-    float *hbq = down_act(gdbq, nbq), *hbkv = nbkv ? down_act(gdbkv, nbkv) : NULL;
-    float *hdk_base = ac.packed ? hbq : hbkv;
-    float *gq_ = fnew(nq), *gk_ = fnew(nk), *gv_ = fnew(nk);
-    from_view(gq_, hbq, qs, B * Tq, H * D);
-    from_view(gk_, hdk_base + koff, ks, B * Tk, KV * D);
-    from_view(gv_, hdk_base + voff, vs, B * Tk, KV * D);
-    COMPARE("attn unfused", "dq", eq, gq_, nq, T_ACT(24));
-    COMPARE("attn unfused", "dk", ek, gk_, nk, T_ACT(24));
-    COMPARE("attn unfused", "dv", ev, gv_, nk, T_ACT(12));
-    if (!ac.packed)
-        check_padding(hbq, B * Tq, qs, H * D);
+/* The device's gradients read back from its views against the expected ones, and the padding
+ * of a strided q view still the sentinel. */
+static void attn_compare_grads(Attn *t, const char *op, double tol_q, double tol_k, double tol_v)
+{
+    const int rq = t->ac.B * t->ac.Tq, rk = t->ac.B * t->ac.Tk;
+    const int wq = t->ac.H * t->ac.D, wk = t->ac.KV * t->ac.D;
+    float *hbq = down_act(t->gdbq, t->nbq), *hbkv = t->nbkv ? down_act(t->gdbkv, t->nbkv) : NULL;
+    float *hdk_base = t->ac.packed ? hbq : hbkv;
+    from_view(t->gq_, hbq, t->qs, rq, wq);
+    from_view(t->gk_, hdk_base + t->koff, t->ks, rk, wk);
+    from_view(t->gv_, hdk_base + t->voff, t->vs, rk, wk);
+    COMPARE(op, "dq", t->eq, t->gq_, t->nq, tol_q);
+    COMPARE(op, "dk", t->ek, t->gk_, t->nk, tol_k);
+    COMPARE(op, "dv", t->ev, t->gv_, t->nk, tol_v);
+    if (!t->ac.packed)
+        check_padding(hbq, rq, t->qs, wq);
     free(hbq), free(hbkv);
+}
 
-    if (ac.dropout == 0) {
-        /* ---- fused ---- */
-        float *eo2 = fnew(nq), *e_lse = fnew(nl), *edrow = fnew(nl);
-        KernAttnFwd ff = f;
-        ff.out = eo2, ff.probs = NULL, ff.mask = NULL, ff.probs_drop = NULL, ff.lse = e_lse;
-        R->attention_fwd(&ff);
-        void *go2 = dalloc(nq * es);
-        float *glse = dalloc(nl * sizeof(float)), *gdrow = dalloc(nl * sizeof(float));
-        KernAttnFwd gff = gf;
-        gff.out = go2, gff.probs = NULL, gff.mask = NULL, gff.probs_drop = NULL, gff.lse = glse;
-        G->attention_fwd(&gff);
-        float *ho2 = down_act(go2, nq), *hlse = down_f32(glse, nl);
-        COMPARE("attn fused", "out", eo2, ho2, nq, T_ACT(1.5));
-        COMPARE("attn fused", "lse", e_lse, hlse, nl, T_F32);
+/* The expected gradients read from the host views into eq, ek, ev. */
+static void attn_expected_grads(Attn *t)
+{
+    const int rq = t->ac.B * t->ac.Tq, rk = t->ac.B * t->ac.Tk;
+    const int wq = t->ac.H * t->ac.D, wk = t->ac.KV * t->ac.D;
+    from_view(t->eq, t->dbq, t->qs, rq, wq);
+    from_view(t->ek, t->dhk + t->koff, t->ks, rk, wk);
+    from_view(t->ev, t->dhk + t->voff, t->vs, rk, wk);
+}
 
-        fill(dbq, nbq, SENTINEL), fill(dbkv, nbkv, SENTINEL);
-        /* the reference differentiates the CUDA forward: its rounded out, its lse */
-        KernAttnBwd fb = bw;
-        fb.probs = NULL, fb.dscores = NULL, fb.mask = NULL, fb.probs_drop = NULL;
-        fb.out = ho2, fb.lse = hlse, fb.drow = edrow;
-        R->attention_bwd(&fb);
-        from_view(eq, dbq, qs, B * Tq, H * D);
-        from_view(ek, dhk + koff, ks, B * Tk, KV * D);
-        from_view(ev, dhk + voff, vs, B * Tk, KV * D);
-        set_act(gdbq, dbq, nbq); /* all sentinel again */
-        if (nbkv)
-            set_act(gdbkv, dbkv, nbkv);
-        KernAttnBwd gfb = gb;
-        gfb.probs = NULL, gfb.dscores = NULL, gfb.mask = NULL, gfb.probs_drop = NULL;
-        gfb.out = go2, gfb.lse = glse, gfb.drow = gdrow;
-        G->attention_bwd(&gfb);
-        hbq = down_act(gdbq, nbq), hbkv = nbkv ? down_act(gdbkv, nbkv) : NULL;
-        hdk_base = ac.packed ? hbq : hbkv;
-        from_view(gq_, hbq, qs, B * Tq, H * D);
-        from_view(gk_, hdk_base + koff, ks, B * Tk, KV * D);
-        from_view(gv_, hdk_base + voff, vs, B * Tk, KV * D);
-        COMPARE("attn fused", "dq", eq, gq_, nq, T_ACT(3));
-        COMPARE("attn fused", "dk", ek, gk_, nk, T_ACT(3));
-        COMPARE("attn fused", "dv", ev, gv_, nk, T_ACT(3));
-        if (!ac.packed)
-            check_padding(hbq, B * Tq, qs, H * D);
-        free(hbq), free(hbkv), free(eo2), free(e_lse), free(edrow), free(ho2), free(hlse);
-        G->free(go2), G->free(glse), G->free(gdrow);
-    }
+/* The unfused backward into views prefilled with the sentinel (dq, dk, dv are overwritten).
+ * The reference differentiates the CUDA forward's own (rounded) probabilities, so that the
+ * comparison measures the backward alone. */
+static void attn_unfused_bwd(Attn *t)
+{
+    const AttnCase ac = t->ac;
+    const size_t nq = t->nq, nk = t->nk;
+    t->dbq = fnew(t->nbq), t->dbkv = fnew(t->nbkv);
+    fill(t->dbq, t->nbq, SENTINEL), fill(t->dbkv, t->nbkv, SENTINEL);
+    t->dhk = ac.packed ? t->dbq : t->dbkv;
+    t->bw = (KernAttnBwd){.B = ac.B, .Tq = ac.Tq, .Tk = ac.Tk, .H = ac.H, .KV = ac.KV, .D = ac.D,
+                          .q_offset = ac.q_offset, .scale = t->scale, .q = t->f.q, .k = t->f.k,
+                          .v = t->f.v, .q_stride = t->qs, .k_stride = t->ks, .v_stride = t->vs,
+                          .dout = t->dout, .dq = t->dbq, .dk = t->dhk + t->koff,
+                          .dv = t->dhk + t->voff, .dq_stride = t->qs, .dk_stride = t->ks,
+                          .dv_stride = t->vs, .probs = t->hp, .dropout = ac.dropout,
+                          .mask = t->em, .probs_drop = t->hpd, .dscores = t->eds};
+    R->attention_bwd(&t->bw);
+    t->eq = fnew(nq), t->ek = fnew(nk), t->ev = fnew(nk);
+    attn_expected_grads(t);
+    t->gdbq = dalloc(t->nbq * ATTN_ES), t->gdbkv = t->nbkv ? dalloc(t->nbkv * ATTN_ES) : NULL;
+    fill(t->dbq, t->nbq, SENTINEL), fill(t->dbkv, t->nbkv, SENTINEL);
+    set_act(t->gdbq, t->dbq, t->nbq);
+    if (t->nbkv)
+        set_act(t->gdbkv, t->dbkv, t->nbkv);
+    void *gdk_base = ac.packed ? t->gdbq : t->gdbkv;
+    t->gb = t->bw;
+    t->gb.q = t->gq, t->gb.k = t->gk, t->gb.v = t->gv, t->gb.dout = t->gdout, t->gb.dq = t->gdbq;
+    t->gb.dk = (char *)gdk_base + t->koff * ATTN_ES;
+    t->gb.dv = (char *)gdk_base + t->voff * ATTN_ES;
+    t->gb.probs = t->gp, t->gb.mask = t->gm, t->gb.probs_drop = t->gpd, t->gb.dscores = t->gds;
+    G->attention_bwd(&t->gb);
+    t->gq_ = fnew(nq), t->gk_ = fnew(nk), t->gv_ = fnew(nk);
+    attn_compare_grads(t, "attn unfused", T_ACT(24), T_ACT(24), T_ACT(12));
+}
 
-    free(q), free(k), free(v), free(dout), free(bq), free(bkv), free(eo), free(ep), free(epd);
-    free(eds), free(em), free(ho), free(hp), free(hpd), free(dbq), free(dbkv), free(eq), free(ek);
-    free(ev);
-    free(gq_), free(gk_), free(gv_);
-    G->free(gbq), G->free(gbkv), G->free(gdout), G->free(go), G->free(gp), G->free(gpd);
-    G->free(gds), G->free(gm), G->free(gdbq), G->free(gdbkv);
+/* The fused forward (lse instead of probabilities) and backward, into the unfused backward's
+ * views reset to the sentinel; the reference differentiates the CUDA forward: its rounded out,
+ * its lse. */
+static void attn_fused(Attn *t)
+{
+    const size_t nq = t->nq, nl = t->nl;
+    float *eo2 = fnew(nq), *e_lse = fnew(nl), *edrow = fnew(nl);
+    KernAttnFwd ff = t->f;
+    ff.out = eo2, ff.probs = NULL, ff.mask = NULL, ff.probs_drop = NULL, ff.lse = e_lse;
+    R->attention_fwd(&ff);
+    void *go2 = dalloc(nq * ATTN_ES);
+    float *glse = dalloc(nl * sizeof(float)), *gdrow = dalloc(nl * sizeof(float));
+    KernAttnFwd gff = t->gf;
+    gff.out = go2, gff.probs = NULL, gff.mask = NULL, gff.probs_drop = NULL, gff.lse = glse;
+    G->attention_fwd(&gff);
+    float *ho2 = down_act(go2, nq), *hlse = down_f32(glse, nl);
+    COMPARE("attn fused", "out", eo2, ho2, nq, T_ACT(1.5));
+    COMPARE("attn fused", "lse", e_lse, hlse, nl, T_F32);
+
+    fill(t->dbq, t->nbq, SENTINEL), fill(t->dbkv, t->nbkv, SENTINEL);
+    KernAttnBwd fb = t->bw;
+    fb.probs = NULL, fb.dscores = NULL, fb.mask = NULL, fb.probs_drop = NULL;
+    fb.out = ho2, fb.lse = hlse, fb.drow = edrow;
+    R->attention_bwd(&fb);
+    attn_expected_grads(t);
+    set_act(t->gdbq, t->dbq, t->nbq); /* all sentinel again */
+    if (t->nbkv)
+        set_act(t->gdbkv, t->dbkv, t->nbkv);
+    KernAttnBwd gfb = t->gb;
+    gfb.probs = NULL, gfb.dscores = NULL, gfb.mask = NULL, gfb.probs_drop = NULL;
+    gfb.out = go2, gfb.lse = glse, gfb.drow = gdrow;
+    G->attention_bwd(&gfb);
+    attn_compare_grads(t, "attn fused", T_ACT(3), T_ACT(3), T_ACT(3));
+    free(eo2), free(e_lse), free(edrow), free(ho2), free(hlse);
+    G->free(go2), G->free(glse), G->free(gdrow);
+}
+
+static void attn_free(Attn *t)
+{
+    free(t->q), free(t->k), free(t->v), free(t->dout), free(t->bq), free(t->bkv), free(t->eo);
+    free(t->ep), free(t->epd), free(t->eds), free(t->em), free(t->ho), free(t->hp), free(t->hpd);
+    free(t->dbq), free(t->dbkv), free(t->eq), free(t->ek), free(t->ev);
+    free(t->gq_), free(t->gk_), free(t->gv_);
+    G->free(t->gbq), G->free(t->gbkv), G->free(t->gdout), G->free(t->go), G->free(t->gp);
+    G->free(t->gpd), G->free(t->gds), G->free(t->gm), G->free(t->gdbq), G->free(t->gdbkv);
+}
+
+/* The unfused path on both backends (forward, then backward into strided views), and the fused
+ * one where there is no dropout. */
+static void test_attention(AttnCase ac)
+{
+    Attn t = {0};
+    attn_inputs(&t, ac);
+    attn_unfused_fwd(&t);
+    attn_unfused_bwd(&t);
+    if (ac.dropout == 0)
+        attn_fused(&t);
+    attn_free(&t);
 }
 
 /* ---- embedding ---- */

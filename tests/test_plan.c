@@ -1,6 +1,6 @@
 /* The planner: pruning never changes the answer (pruned and brute-force top layouts agree),
  * ranking is deterministic, pins are respected, impossible requests say why, plans round-trip,
- * and exports carry a known plan's values. */
+ * exports carry a known plan's values, and sweeps rank each size's best by the objective. */
 #include "fixtures.h"
 #include "test.h"
 
@@ -402,6 +402,65 @@ static void test_exports_fsdp_gpipe(void)
     sim_plan_free(&r);
 }
 
+/* A sweep: every row is the planner's best at its size on its cluster, with the objective's
+ * figure recomputed from it (GPU-hours per million tokens times the cluster's price), the
+ * best row the lowest; a size no layout takes is a row with its reason; the prices are
+ * checked against the clusters and the objective. */
+static void test_sweep(void)
+{
+    PxError err = {0};
+    ProfCluster cl[2];
+    CHECK_OK(prof_cluster_load("dgx-a100", NULL, 0, &cl[0], &err), err);
+    CHECK_OK(prof_cluster_load("dgx-h100", NULL, 0, &cl[1], &err), err);
+    SimPlanRequest q = request("gpt3-1.3b", 0, 64);
+    q.objective = SIM_OBJ_COST;
+    const int gpus[3] = {8, 16, 1 << 20}; /* the last exceeds both clusters */
+    const double price[3] = {1.0, 3.0, 5.0};
+    SimSweep s;
+    CHECK_OK(sim_sweep(&q, cl, 2, gpus, 3, price, 2, &s, &err), err);
+    CHECK_EQ_INT(6, s.n_rows);
+    int best = -1;
+    for (int i = 0; i < s.n_rows; i++) {
+        const SimSweepRow *row = &s.rows[i];
+        CHECK_EQ_INT(gpus[i / 2], row->gpus);
+        CHECK(row->cluster == &cl[i % 2]);
+        CHECK_EQ_INT(i < 4, row->ok);
+        if (!row->ok) {
+            CHECK(strstr(row->error, "exceed cluster") != NULL);
+            continue;
+        }
+        SimPlanRequest one = q;
+        one.gpus = row->gpus;
+        one.top = 1;
+        SimPlanResult r;
+        CHECK_OK(sim_plan(&one, row->cluster, &r, &err), err);
+        same_top(&r, &row->plan);
+        const double want = row->gpus / 3600.0 / r.top[0].tokens_per_s * 1e6 * price[i % 2];
+        CHECK(fabs(row->value - want) <= 1e-12 * want);
+        CHECK(row->rank == row->value);
+        sim_plan_free(&r);
+        if (best < 0 || row->rank < s.rows[best].rank)
+            best = i;
+    }
+    CHECK_EQ_INT(best, s.best);
+    sim_sweep_free(&s);
+    /* one price for every cluster, or one each; positive; for the cost objective only */
+    CHECK_EQ_INT(PX_EINPUT, sim_sweep(&q, cl, 2, gpus, 2, price, 3, &s, &err));
+    const double negative = -1;
+    CHECK_EQ_INT(PX_EINPUT, sim_sweep(&q, cl, 2, gpus, 2, &negative, 1, &s, &err));
+    q.objective = SIM_OBJ_TIME;
+    CHECK_EQ_INT(PX_EINPUT, sim_sweep(&q, cl, 2, gpus, 2, price, 1, &s, &err));
+    /* without prices the time objective ranks by the step */
+    CHECK_OK(sim_sweep(&q, cl, 1, gpus, 2, NULL, 0, &s, &err), err);
+    CHECK_EQ_INT(2, s.n_rows);
+    CHECK(s.rows[0].ok && s.rows[1].ok);
+    CHECK(s.rows[0].value == s.rows[0].plan.top[0].step_s);
+    CHECK_EQ_INT(s.rows[1].value < s.rows[0].value ? 1 : 0, s.best);
+    sim_sweep_free(&s);
+    prof_cluster_free(&cl[0]);
+    prof_cluster_free(&cl[1]);
+}
+
 int main(void)
 {
     px_log_set_quiet(1);
@@ -415,5 +474,6 @@ int main(void)
     test_impossible();
     test_plan_and_exports();
     test_exports_fsdp_gpipe();
+    test_sweep();
     TEST_DONE("plan");
 }

@@ -4,17 +4,10 @@
 #include <cblas.h>
 #include <errno.h>
 #include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cpu/cpu.h"
-
-_Noreturn void kern_cpu_fatal(const char *file, int line, const char *what)
-{
-    fprintf(stderr, "parallax: %s:%d: kernel contract violated: %s\n", file, line, what);
-    abort();
-}
 
 /* 64-byte alignment (a cache line, an AVX-512 vector) and a size rounded up to it, so that a
  * vectorized loop may read a whole line at the tail of a buffer. */

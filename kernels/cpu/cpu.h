@@ -14,6 +14,7 @@
             kern_cpu_fatal(__FILE__, __LINE__, (what));                                           \
     } while (0)
 
+/* check.c */
 _Noreturn void kern_cpu_fatal(const char *file, int line, const char *what);
 
 /* matmul.c */

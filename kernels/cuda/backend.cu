@@ -1,57 +1,15 @@
-/* The CUDA backend's tables (bf16 and fp16 activations), its context and its memory
- * functions. kern_cuda() must never crash a CPU-only machine: without a driver or a device,
- * cudaGetDeviceCount fails (or counts 0) and the backend is simply absent (NULL). */
+/* The CUDA backend's tables (bf16 and fp16 activations) and its memory functions, on the
+ * context of context.cu. kern_cuda() must never crash a CPU-only machine: without a driver or a
+ * device, cudaGetDeviceCount fails (or counts 0) and the backend is simply absent (NULL). */
 #include <pthread.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cuda/common.cuh"
 
-[[noreturn]] void kern_cuda_fatal(const char *file, int line, const char *what)
-{
-    fprintf(stderr, "parallax: %s:%d: CUDA kernel contract violated: %s\n", file, line, what);
-    abort();
-}
-
-void kern_cuda_check(cudaError_t err, const char *file, int line)
-{
-    if (err == cudaSuccess)
-        return;
-    fprintf(stderr, "parallax: %s:%d: CUDA error %d: %s\n", file, line, (int)err,
-            cudaGetErrorString(err));
-    abort();
-}
-
-void kern_cublas_check(cublasStatus_t st, const char *file, int line)
-{
-    if (st == CUBLAS_STATUS_SUCCESS)
-        return;
-    fprintf(stderr, "parallax: %s:%d: cuBLAS error %d: %s\n", file, line, (int)st,
-            cublasGetStatusString(st));
-    abort();
-}
-
-static KernCudaCtx ctx;
 static KernBackend tables[2]; /* [0] bf16, [1] fp16 */
 static int ctx_ok;
 static pthread_once_t ctx_once = PTHREAD_ONCE_INIT; /* pthread, not std::call_once: no libstdc++ */
-
-const KernCudaCtx *kern_cuda_ctx(void) { return &ctx; }
-
-void kern_cuda_smem_optin(const void *kernel, size_t bytes, const char *what)
-{
-    if (bytes > ctx.smem_optin) {
-        char msg[256];
-        snprintf(msg, sizeof msg,
-                 "%s needs %zu bytes of shared memory per block; the device has %zu", what,
-                 bytes, ctx.smem_optin);
-        kern_cuda_fatal(__FILE__, __LINE__, msg);
-    }
-    if (bytes > ctx.smem_default)
-        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)bytes));
-}
 
 /* ---- memory ---- */
 
@@ -132,16 +90,20 @@ static void cuda_to_device_async(void *dst, const void *host, size_t bytes)
 {
     if (!bytes)
         return;
-    cudaCheck(cudaEventRecord(ctx.ev_compute, 0));
-    cudaCheck(cudaStreamWaitEvent(ctx.copy_stream, ctx.ev_compute, 0));
-    cudaCheck(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, ctx.copy_stream));
-    cudaCheck(cudaEventRecord(ctx.ev_copy, ctx.copy_stream));
+    const KernCudaCtx *ctx = kern_cuda_ctx();
+    cudaCheck(cudaEventRecord(ctx->ev_compute, 0));
+    cudaCheck(cudaStreamWaitEvent(ctx->copy_stream, ctx->ev_compute, 0));
+    cudaCheck(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, ctx->copy_stream));
+    cudaCheck(cudaEventRecord(ctx->ev_copy, ctx->copy_stream));
 }
 
 /* ev_copy is recorded after the last copy; waiting for an event never recorded returns at once */
-static void cuda_copy_wait(void) { cudaCheck(cudaStreamWaitEvent(0, ctx.ev_copy, 0)); }
+static void cuda_copy_wait(void)
+{
+    cudaCheck(cudaStreamWaitEvent(0, kern_cuda_ctx()->ev_copy, 0));
+}
 
-static void cuda_copy_sync(void) { cudaCheck(cudaEventSynchronize(ctx.ev_copy)); }
+static void cuda_copy_sync(void) { cudaCheck(cudaEventSynchronize(kern_cuda_ctx()->ev_copy)); }
 
 static int cuda_mem_info(size_t *free_bytes, size_t *total_bytes)
 {
@@ -185,27 +147,8 @@ static void table_fill(KernBackend *k, PxDtype act)
 
 static void ctx_init(void)
 {
-    int count = 0;
-    cudaError_t err = cudaGetDeviceCount(&count);
-    if (err != cudaSuccess || count <= 0) {
-        (void)cudaGetLastError(); /* no driver or no device: no backend, and no sticky error */
+    if (!kern_cuda_ctx_open())
         return;
-    }
-    cudaCheck(cudaGetDevice(&ctx.device));
-    cudaDeviceProp prop;
-    cudaCheck(cudaGetDeviceProperties(&prop, ctx.device));
-    ctx.sms = prop.multiProcessorCount > 0 ? prop.multiProcessorCount : 1;
-    ctx.smem_default = prop.sharedMemPerBlock;
-    ctx.smem_optin = prop.sharedMemPerBlockOptin > prop.sharedMemPerBlock
-                         ? prop.sharedMemPerBlockOptin
-                         : prop.sharedMemPerBlock;
-    cublasCheck(cublasCreate(&ctx.blas));
-    cublasCheck(cublasSetStream(ctx.blas, 0));
-    cudaCheck(cudaMalloc((void **)&ctx.sum, sizeof *ctx.sum));
-    cudaCheck(cudaMalloc((void **)&ctx.flag, sizeof *ctx.flag));
-    cudaCheck(cudaStreamCreateWithFlags(&ctx.copy_stream, cudaStreamNonBlocking));
-    cudaCheck(cudaEventCreateWithFlags(&ctx.ev_compute, cudaEventDisableTiming));
-    cudaCheck(cudaEventCreateWithFlags(&ctx.ev_copy, cudaEventDisableTiming));
     table_fill(&tables[0], PX_BF16);
     table_fill(&tables[1], PX_FP16);
     ctx_ok = 1;

@@ -47,7 +47,7 @@ void kern_cublas_check(cublasStatus_t st, const char *file, int line);
             kern_cuda_fatal(__FILE__, __LINE__, (what));                                          \
     } while (0)
 
-/* ---- the backend's context (backend.cu) ---- */
+/* ---- the backend's context (context.cu) ---- */
 
 typedef struct {
     int device;
@@ -65,12 +65,15 @@ typedef struct {
 } KernCudaCtx;
 
 const KernCudaCtx *kern_cuda_ctx(void);
+/* Fills the context for the current device, once (backend.cu calls it under pthread_once):
+ * 1 when there is a device, 0 when there is no driver or no device (no error left pending). */
+int kern_cuda_ctx_open(void);
 
 /* Raises kernel's dynamic shared memory limit when bytes need more than the default, and
  * aborts with the size when the device cannot give that much. */
 void kern_cuda_smem_optin(const void *kernel, size_t bytes, const char *what);
 
-/* Each file fills its entries of the table for the table's act dtype. */
+/* Each file fills its entries of the table for the table's act dtype (backend.cu gathers them). */
 void kern_cuda_table_matmul(KernBackend *k);
 void kern_cuda_table_norms(KernBackend *k);
 void kern_cuda_table_activations(KernBackend *k);

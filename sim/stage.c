@@ -1,0 +1,25 @@
+/* Which stage's tensor table and op graph stand for another's in a compact simulation. Both the
+ * simulation (sim/simulate.c: memory, FLOPs, bytes) and the time model (sim/time.c) ask, so the
+ * answer lives below them both. */
+#include "sim/internal.h"
+
+/* Stages 1 .. p-2 hold neither the embedding nor the output layer: with compact tables those
+ * with as many layers are identical but for their position, so the first of them stands for
+ * all (every middle stage of an even split; a group per layer count of an uneven one). */
+int sim_stage_model_of(const ModelSpec *spec, const ModelDims *d, int compact, int stage)
+{
+    if (!compact || d->p < 3 || stage == 0 || stage == d->p - 1)
+        return stage;
+    if (!d->uneven)
+        return 1;
+    const int *n = spec->layout.stage_layers;
+    for (int s = 1; s < stage; s++)
+        if (n[s] == n[stage])
+            return s;
+    return stage;
+}
+
+int sim_stage_model(const SimResult *r, int stage)
+{
+    return sim_stage_model_of(&r->spec, &r->dims, r->compact, stage);
+}

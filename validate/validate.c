@@ -1,0 +1,512 @@
+/* Validation: plan layouts of a model on this machine's (calibrated) profile, run them for real
+ * through `parallax run` (a subprocess, so the front end needs no MPI), compare prediction and
+ * measurement quantity by quantity, and draw the report. Timing layouts use no more ranks than
+ * cores; memory and communication are compared at any rank count. */
+#include "validate/validate.h"
+
+#include "reports/report.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+typedef struct {
+    int dp, tp, pp, vpp, zero, sp, mbs, recompute, schedule;
+} Layout;
+
+/* What is worth validating on a few CPU ranks besides the planner's best layouts (which come
+ * first): every kind of parallelism alone and in pairs, each schedule, ZeRO stages and
+ * recompute modes. */
+static const Layout spread[] = {
+    {1, 1, 1, 1, 0, 0, 4, MODEL_RECOMPUTE_NONE, MODEL_SCHED_1F1B},
+    {1, 1, 1, 1, 0, 0, 2, MODEL_RECOMPUTE_FULL, MODEL_SCHED_1F1B},
+    {1, 1, 1, 1, 0, 0, 8, MODEL_RECOMPUTE_SELECTIVE, MODEL_SCHED_1F1B},
+    {2, 1, 1, 1, 0, 0, 4, MODEL_RECOMPUTE_NONE, MODEL_SCHED_1F1B},
+    {2, 1, 1, 1, 1, 0, 2, MODEL_RECOMPUTE_NONE, MODEL_SCHED_1F1B},
+    {1, 2, 1, 1, 0, 0, 4, MODEL_RECOMPUTE_NONE, MODEL_SCHED_1F1B},
+    {1, 2, 1, 1, 0, 1, 4, MODEL_RECOMPUTE_NONE, MODEL_SCHED_1F1B},
+    {1, 1, 2, 1, 0, 0, 2, MODEL_RECOMPUTE_NONE, MODEL_SCHED_1F1B},
+    {1, 1, 2, 1, 0, 0, 2, MODEL_RECOMPUTE_NONE, MODEL_SCHED_GPIPE},
+    {1, 1, 2, 2, 0, 0, 2, MODEL_RECOMPUTE_NONE, MODEL_SCHED_INTERLEAVED},
+    {2, 1, 1, 1, 3, 0, 4, MODEL_RECOMPUTE_NONE, MODEL_SCHED_1F1B},
+    /* beyond the cores: memory and communication only */
+    {2, 2, 1, 1, 0, 0, 2, MODEL_RECOMPUTE_NONE, MODEL_SCHED_1F1B},
+    {1, 2, 2, 1, 0, 1, 2, MODEL_RECOMPUTE_SELECTIVE, MODEL_SCHED_1F1B},
+    {2, 1, 2, 1, 1, 0, 2, MODEL_RECOMPUTE_NONE, MODEL_SCHED_1F1B},
+    {2, 2, 2, 1, 1, 0, 2, MODEL_RECOMPUTE_NONE, MODEL_SCHED_1F1B},
+    {4, 1, 1, 1, 3, 0, 2, MODEL_RECOMPUTE_NONE, MODEL_SCHED_1F1B},
+};
+
+void val_request_defaults(ValRequest *q)
+{
+    memset(q, 0, sizeof *q);
+    q->dir = "validation";
+    q->steps = 20;
+    q->max_ranks = 8;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    q->max_timing_ranks = cores > 0 ? (int)cores : 1;
+}
+
+int val_request_resolve(ValRequest *q, const char *cluster_name, PxError *err)
+{
+    if (!q->parallax[0]) {
+        ssize_t n = readlink("/proc/self/exe", q->parallax, sizeof q->parallax - 1);
+        if (n <= 0)
+            return px_fail(err, PX_ERUNTIME,
+                           "cannot find the parallax executable (/proc/self/exe)");
+        q->parallax[n] = '\0';
+    }
+    /* scaling curves and the landscape on this machine's profile, up to the largest layout */
+    q->n_scaling_gpus = 0;
+    for (int g = 1; g <= 64 && g <= q->max_ranks; g *= 2)
+        q->scaling_gpus[q->n_scaling_gpus++] = g;
+    /* the plans name the calibrated profile by its path, so that runs read what was planned */
+    if (!(strcmp(cluster_name, "local") == 0 &&
+          prof_calibrated_path(q->cluster_ref, sizeof q->cluster_ref)))
+        px_strlcpy(q->cluster_ref, cluster_name, sizeof q->cluster_ref);
+    return PX_OK;
+}
+
+void val_print_header(FILE *f, const ValRequest *q)
+{
+    const ProfCluster *cl = q->cluster;
+    fprintf(f, "validating %s on %s (%s): %d cores, timing up to %d ranks, memory and "
+               "communication up to %d\n",
+            q->base.model.name, cl->name,
+            cl->measured ? "calibrated" : "not calibrated: run parallax calibrate",
+            q->max_timing_ranks, q->max_timing_ranks, q->max_ranks);
+}
+
+enum { PLAN_TOP = 3 };
+
+/* The planner's best layouts on the timing ranks (context parallelism pinned off: the
+ * executor does not run it), as Layout rows; fewer when fewer fit. */
+static int planned(const ValRequest *q, Layout *out, int *n_out, PxError *err)
+{
+    *n_out = 0;
+    SimPlanRequest pq;
+    memset(&pq, 0, sizeof pq);
+    pq.base = q->base;
+    pq.base.layout.cp = 1;
+    pq.pinned = SIM_PIN_CP;
+    pq.gpus = q->max_timing_ranks;
+    pq.objective = SIM_OBJ_TIME;
+    pq.top = PLAN_TOP;
+    SimPlanResult r;
+    memset(&r, 0, sizeof r);
+    int rc = sim_plan(&pq, q->cluster, &r, err);
+    if (rc == PX_EINPUT) /* nothing fits on so few ranks: the spread alone */
+        return PX_OK;
+    for (int i = 0; !rc && i < r.n_top && i < PLAN_TOP; i++) {
+        const ModelLayout *l = &r.top[i].spec.layout;
+        out[(*n_out)++] = (Layout){l->dp, l->tp, l->pp, l->vpp, l->zero, l->sp,
+                                   r.top[i].spec.job.micro_batch, (int)l->recompute,
+                                   (int)l->schedule};
+    }
+    sim_plan_free(&r);
+    return rc;
+}
+
+static int same_layout(const Layout *a, const Layout *b)
+{
+    return a->dp == b->dp && a->tp == b->tp && a->pp == b->pp && a->vpp == b->vpp &&
+           a->zero == b->zero && a->sp == b->sp && a->mbs == b->mbs &&
+           a->recompute == b->recompute && a->schedule == b->schedule;
+}
+
+static int run_child(char *const argv[], const char *log_path, PxError *err)
+{
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, log_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    pid_t pid;
+    int e = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (e)
+        return px_fail(err, PX_ERUNTIME, "cannot start %s: %s", argv[0], strerror(e));
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR)
+            return px_fail(err, PX_ERUNTIME, "waiting for %s: %s", argv[0], strerror(errno));
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        return px_fail(err, PX_ERUNTIME, "%s %s failed (exit %d): see %s", argv[0], argv[1],
+                       WIFEXITED(status) ? WEXITSTATUS(status) : -1, log_path);
+    return PX_OK;
+}
+
+enum { N_SPREAD = (int)(sizeof spread / sizeof spread[0]) };
+
+/* What a validation gathers over its layouts, for the table, the JSON, the chart and the
+ * report. */
+typedef struct {
+    const ValRequest *q;
+    FILE *log;
+    Layout rows[PLAN_TOP + N_SPREAD]; /* the planner's best first, then the spread */
+    int n_rows, n_top;
+    char (*labels)[96];       /* [n_rows] */
+    const char **timed_label; /* the timed layouts: their labels and step milliseconds */
+    double *pred_ms, *meas_ms;
+    int n_timed;
+    int pick, pick_pp;        /* the layout the report details (1-based), and its pp */
+    FILE *table;              /* the table as printed, for the report */
+    char *table_text;
+    size_t table_len;
+    cJSON *json, *layouts;
+    int n_loss, loss_steps;   /* the timed runs' first and last losses, their ranges */
+    double first_lo, first_hi, last_lo, last_hi;
+} Validation;
+
+/* One layout's run set against its prediction. */
+typedef struct {
+    int ranks, timing, n_steps;
+    double loss0, loss1;             /* first and last loss (NaN when the run has no steps) */
+    double step_p, step_m, step_err; /* predicted and measured step, relative error */
+    int mem_equal, comm_equal, ops, ops_ok;
+} Outcome;
+
+/* The planner's best layouts first, then the spread less what they already cover. */
+static int choose_layouts(Validation *v, PxError *err)
+{
+    int rc = planned(v->q, v->rows, &v->n_top, err);
+    if (rc)
+        return rc;
+    v->n_rows = v->n_top;
+    for (int i = 0; i < N_SPREAD; i++) {
+        int dup = 0;
+        for (int k = 0; k < v->n_top && !dup; k++)
+            dup = same_layout(&v->rows[k], &spread[i]);
+        if (!dup)
+            v->rows[v->n_rows++] = spread[i];
+    }
+    return PX_OK;
+}
+
+static int validation_open(Validation *v, const ValRequest *q, FILE *log, PxError *err)
+{
+    memset(v, 0, sizeof *v);
+    v->q = q;
+    v->log = log;
+    int rc = choose_layouts(v, err);
+    if (rc)
+        return rc;
+    const size_t n = (size_t)v->n_rows;
+    v->labels = calloc(n, sizeof *v->labels);
+    v->timed_label = calloc(n, sizeof *v->timed_label);
+    v->pred_ms = calloc(n, sizeof *v->pred_ms), v->meas_ms = calloc(n, sizeof *v->meas_ms);
+    v->table = open_memstream(&v->table_text, &v->table_len);
+    v->json = cJSON_CreateObject();
+    cJSON_AddStringToObject(v->json, "model", q->base.model.name);
+    cJSON_AddStringToObject(v->json, "cluster", q->cluster->name);
+    v->layouts = cJSON_AddArrayToObject(v->json, "layouts");
+    if (!v->labels || !v->timed_label || !v->pred_ms || !v->meas_ms || !v->table)
+        return px_fail(err, PX_ERUNTIME, "out of memory");
+    fprintf(v->table, "%3s %5s  %-50s %11s %11s %8s %9s %7s %7s\n", "#", "ranks", "layout",
+            "predicted", "measured", "error", "ops<15%", "memory", "comm");
+    if (log)
+        fprintf(log, "%3s %5s  %-50s %11s %11s %8s %9s %7s %7s\n", "#", "ranks", "layout",
+                "predicted", "measured", "error", "ops<15%", "memory", "comm");
+    return PX_OK;
+}
+
+static void validation_close(Validation *v)
+{
+    if (v->table)
+        fclose(v->table);
+    free(v->table_text);
+    free(v->labels);
+    free(v->timed_label);
+    free(v->pred_ms);
+    free(v->meas_ms);
+    cJSON_Delete(v->json);
+}
+
+/* The layout on the base model and job. */
+static ModelSpec layout_spec(const ValRequest *q, const Layout *L)
+{
+    ModelSpec s = q->base;
+    s.layout.dp = L->dp;
+    s.layout.tp = L->tp;
+    s.layout.pp = L->pp;
+    s.layout.vpp = L->vpp;
+    s.layout.zero = L->zero;
+    s.layout.sp = L->sp;
+    s.layout.recompute = (ModelRecompute)L->recompute;
+    s.layout.schedule = (ModelSchedule)L->schedule;
+    s.job.micro_batch = L->mbs;
+    return s;
+}
+
+/* "plan: dp2 tp1 pp1 zero2 mbs4 none 1f1b" */
+static void layout_label(char *buf, size_t cap, const Layout *L, int from_planner)
+{
+    char vpp[16] = "";
+    if (L->vpp > 1)
+        snprintf(vpp, sizeof vpp, " vpp%d", L->vpp);
+    snprintf(buf, cap, "%sdp%d tp%d pp%d%s%s zero%d mbs%d %s %s", from_planner ? "plan: " : "",
+             L->dp, L->tp, L->pp, vpp, L->sp ? " sp" : "", L->zero, L->mbs,
+             model_recompute_name((ModelRecompute)L->recompute),
+             model_schedule_name((ModelSchedule)L->schedule));
+}
+
+/* The layout simulated on the profile, as the plan `parallax run` trains. */
+static int predict(const ValRequest *q, const ModelSpec *s, int ranks, cJSON **plan_json,
+                   PxError *err)
+{
+    SimResult r;
+    int rc = sim_run(s, q->cluster, ranks, &r, err);
+    if (rc)
+        return rc;
+    ModelPlan plan;
+    rc = sim_plan_make(&r, q->cluster_ref, &plan, err);
+    sim_result_free(&r);
+    if (rc)
+        return rc;
+    *plan_json = model_plan_to_json(&plan);
+    model_plan_free(&plan);
+    return PX_OK;
+}
+
+/* Writes plan-NN.json, trains it through `parallax run` (its output in run-NN.log) and reads
+ * run-NN.json. */
+static int train(const ValRequest *q, int index, int timing, const cJSON *plan_json,
+                 cJSON **run, PxError *err)
+{
+    char plan_path[1200], run_path[1200], log_path[1200], steps[16];
+    snprintf(plan_path, sizeof plan_path, "%s/plan-%02d.json", q->dir, index);
+    snprintf(run_path, sizeof run_path, "%s/run-%02d.json", q->dir, index);
+    snprintf(log_path, sizeof log_path, "%s/run-%02d.log", q->dir, index);
+    snprintf(steps, sizeof steps, "%d", timing ? q->steps : 3);
+    char *argv[] = {(char *)q->parallax, "run", plan_path, "--steps", steps, "-o", run_path, NULL};
+    int rc;
+    if ((rc = px_json_write_file(plan_path, plan_json, err)) ||
+        (rc = run_child(argv, log_path, err)))
+        return rc;
+    return (*run = px_json_read_file(run_path, err)) ? PX_OK : PX_ERUNTIME;
+}
+
+/* The run trained for real: its first and last losses. */
+static void run_losses(const cJSON *run, Outcome *o)
+{
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(run, "steps");
+    o->n_steps = cJSON_GetArraySize(st);
+    o->loss0 = o->n_steps ? cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(
+                                cJSON_GetArrayItem(st, 0), "loss"))
+                          : NAN;
+    o->loss1 = o->n_steps ? cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(
+                                cJSON_GetArrayItem(st, o->n_steps - 1), "loss"))
+                          : NAN;
+}
+
+/* The comparison in a few figures: the step, whether memory and communication bytes are equal
+ * on every rank, and how many of the ops above 1% of the step are within 15%. */
+static void summarize(const RptCompare *c, Outcome *o)
+{
+    o->mem_equal = 1, o->comm_equal = 1, o->ops = 0, o->ops_ok = 0;
+    o->step_p = c->rows[0].predicted, o->step_m = c->rows[0].measured;
+    o->step_err = c->rows[0].rel_error;
+    for (int k = 0; k < c->count; k++) {
+        const RptDelta *dl = &c->rows[k];
+        if (strncmp(dl->quantity, "memory", 6) == 0 && dl->predicted != dl->measured)
+            o->mem_equal = 0;
+        if (strncmp(dl->quantity, "comm", 4) == 0 && dl->predicted != dl->measured)
+            o->comm_equal = 0;
+        if (strncmp(dl->quantity, "op ", 3) == 0 && dl->predicted >= 0.01 * o->step_p) {
+            o->ops++;
+            o->ops_ok += fabs(dl->rel_error) <= 0.15;
+        }
+    }
+}
+
+static void add_layout_json(Validation *v, int index, const char *label, const Outcome *o,
+                            const RptCompare *c)
+{
+    cJSON *lj = cJSON_CreateObject();
+    cJSON_AddNumberToObject(lj, "index", index);
+    cJSON_AddStringToObject(lj, "layout", label);
+    cJSON_AddNumberToObject(lj, "ranks", o->ranks);
+    cJSON_AddBoolToObject(lj, "timing", o->timing);
+    cJSON_AddNumberToObject(cJSON_AddObjectToObject(lj, "predicted"), "step_s", o->step_p);
+    cJSON_AddNumberToObject(cJSON_AddObjectToObject(lj, "measured"), "step_s", o->step_m);
+    if (o->timing) {
+        cJSON_AddNumberToObject(lj, "step_error", o->step_err);
+        cJSON_AddNumberToObject(lj, "ops_over_1pct", o->ops);
+        cJSON_AddNumberToObject(lj, "ops_within_15pct", o->ops_ok);
+    }
+    cJSON_AddNumberToObject(lj, "steps", o->n_steps);
+    if (isfinite(o->loss0) && isfinite(o->loss1)) {
+        cJSON_AddNumberToObject(lj, "loss_first", o->loss0);
+        cJSON_AddNumberToObject(lj, "loss_last", o->loss1);
+    }
+    cJSON_AddBoolToObject(lj, "memory_equal", o->mem_equal);
+    cJSON_AddBoolToObject(lj, "comm_equal", o->comm_equal);
+    cJSON_AddItemToObject(lj, "compare", rpt_compare_to_json(c));
+    cJSON_AddItemToArray(v->layouts, lj);
+}
+
+/* A timed layout: its losses into the ranges every timed run shares, its step into the chart,
+ * and whether it is the one the report details: the deepest pipeline that was timed (its
+ * timelines say the most), the first of them. */
+static void add_timed(Validation *v, int index, const Layout *L, const char *label,
+                      const Outcome *o)
+{
+    if (isfinite(o->loss0) && isfinite(o->loss1)) {
+        if (!v->n_loss++) {
+            v->loss_steps = o->n_steps;
+            v->first_lo = v->first_hi = o->loss0;
+            v->last_lo = v->last_hi = o->loss1;
+        }
+        v->first_lo = fmin(v->first_lo, o->loss0), v->first_hi = fmax(v->first_hi, o->loss0);
+        v->last_lo = fmin(v->last_lo, o->loss1), v->last_hi = fmax(v->last_hi, o->loss1);
+        v->loss_steps = o->n_steps < v->loss_steps ? o->n_steps : v->loss_steps;
+    }
+    v->timed_label[v->n_timed] = label;
+    v->pred_ms[v->n_timed] = 1e3 * o->step_p;
+    v->meas_ms[v->n_timed] = 1e3 * o->step_m;
+    v->n_timed++;
+    if (L->pp > v->pick_pp || !v->pick) {
+        v->pick = index;
+        v->pick_pp = L->pp;
+    }
+}
+
+/* The layout's row of the table (and the rest of its line in the log). */
+static void table_row(Validation *v, int index, const char *label, const Outcome *o)
+{
+    char es[32] = "-", os[32] = "-", ms[32] = "(not timed)";
+    if (o->timing) {
+        snprintf(es, sizeof es, "%+.1f%%", 100 * o->step_err);
+        snprintf(os, sizeof os, "%d/%d", o->ops_ok, o->ops);
+        snprintf(ms, sizeof ms, "%.4f", o->step_m);
+    }
+    char line[256];
+    snprintf(line, sizeof line, "%11.4f %11s %8s %9s %7s %7s\n", o->step_p, ms, es, os,
+             o->mem_equal ? "equal" : "DIFFER", o->comm_equal ? "equal" : "DIFFER");
+    fprintf(v->table, "%3d %5d  %-50s %s", index, o->ranks, label, line);
+    if (v->log)
+        fputs(line, v->log);
+}
+
+/* Row i (0-based) of the layouts: skipped when too large to run here or when the model does not
+ * take it; else predicted, trained, compared and recorded. */
+static int validate_layout(Validation *v, int i, PxError *err)
+{
+    const ValRequest *q = v->q;
+    const Layout *L = &v->rows[i];
+    Outcome o = {.ranks = L->dp * L->tp * L->pp};
+    o.timing = o.ranks <= q->max_timing_ranks;
+    if (!o.timing && o.ranks > q->max_ranks)
+        return PX_OK;
+    const ModelSpec s = layout_spec(q, L);
+    ModelSpec probe = s;
+    ModelDims d;
+    PxError e2 = {0};
+    if (model_spec_check(&probe, o.ranks, &d, &e2))
+        return PX_OK; /* the model does not take this layout */
+    cJSON *pj = NULL, *run = NULL;
+    int rc = predict(q, &s, o.ranks, &pj, err);
+    if (rc)
+        return rc;
+    char *label = v->labels[i];
+    layout_label(label, sizeof v->labels[i], L, i < v->n_top);
+    if (v->log)
+        fprintf(v->log, "%3d %5d  %-50s ", i + 1, o.ranks, label), fflush(v->log);
+    if ((rc = train(q, i + 1, o.timing, pj, &run, err))) {
+        cJSON_Delete(pj);
+        return rc;
+    }
+    run_losses(run, &o);
+    RptCompare c;
+    rc = rpt_compare(pj, run, &c, err);
+    cJSON_Delete(pj);
+    cJSON_Delete(run);
+    if (rc)
+        return rc;
+    summarize(&c, &o);
+    add_layout_json(v, i + 1, label, &o, &c);
+    rpt_compare_free(&c);
+    if (o.timing)
+        add_timed(v, i + 1, L, label, &o);
+    table_row(v, i + 1, label, &o);
+    return PX_OK;
+}
+
+/* Every layout trains the same trajectory: say where it went. */
+static void loss_summary(Validation *v)
+{
+    if (v->n_loss == 0)
+        return;
+    char first[48], last[48], line[192];
+    snprintf(first, sizeof first, v->first_hi - v->first_lo < 5e-5 ? "%.4f" : "%.4f to %.4f",
+             v->first_lo, v->first_hi);
+    snprintf(last, sizeof last, v->last_hi - v->last_lo < 5e-5 ? "%.4f" : "%.4f to %.4f",
+             v->last_lo, v->last_hi);
+    snprintf(line, sizeof line, "training: loss %s at step 1, %s at step %d, on each of the %d "
+             "timed layouts\n", first, last, v->loss_steps, v->n_loss);
+    fputs(line, v->table);
+    if (v->log)
+        fputs(line, v->log);
+}
+
+/* The report: the validation chart and table, then one layout's full comparison, the scaling
+ * curves and the landscape. */
+static int write_report(Validation *v, PxError *err)
+{
+    const ValRequest *q = v->q;
+    RptOutput o = {q->dir};
+    int rc;
+    if (v->n_timed > 0 &&
+        (rc = rpt_compare_bars(&o, "validation", "step time: predicted against measured",
+                               "milliseconds per step", v->timed_label, v->pred_ms, v->meas_ms,
+                               v->n_timed, err)))
+        return rc;
+    char plan_path[1200], run_path[1200];
+    snprintf(plan_path, sizeof plan_path, "%s/plan-%02d.json", q->dir, v->pick ? v->pick : 1);
+    snprintf(run_path, sizeof run_path, "%s/run-%02d.json", q->dir, v->pick ? v->pick : 1);
+    cJSON *pj = px_json_read_file(plan_path, err);
+    cJSON *rj = pj ? px_json_read_file(run_path, err) : NULL;
+    char *text = malloc(v->table_len + 64);
+    if (text)
+        snprintf(text, v->table_len + 64, "```\n%s```", v->table_text);
+    RptSection sec = {"Validation: predicted against measured",
+                      v->n_timed > 0 ? "validation" : NULL, text};
+    RptRequest rq = {.dir = q->dir, .title = "parallax validation", .plan = pj, .run = rj,
+                     .base = &q->base, .cluster = q->cluster, .gpus = q->scaling_gpus,
+                     .n_gpus = q->n_scaling_gpus, .landscape = q->n_scaling_gpus > 0,
+                     .extra = &sec, .n_extra = 1};
+    rc = pj && rj ? rpt_build(&rq, NULL, err) : PX_ERUNTIME;
+    free(text);
+    cJSON_Delete(pj);
+    cJSON_Delete(rj);
+    return rc;
+}
+
+int val_run(const ValRequest *q, cJSON **json_out, FILE *log, PxError *err)
+{
+    *json_out = NULL;
+    if (px_mkdir_p(q->dir, err))
+        return PX_ERUNTIME; /* as the report's charts do: the run fails (exit 1) */
+    Validation v;
+    int rc = validation_open(&v, q, log, err);
+    for (int i = 0; !rc && i < v.n_rows; i++)
+        rc = validate_layout(&v, i, err);
+    if (!rc) {
+        loss_summary(&v);
+        fclose(v.table); /* the table's text is complete for the report */
+        v.table = NULL;
+        rc = write_report(&v, err);
+    }
+    if (!rc) {
+        *json_out = v.json;
+        v.json = NULL;
+    }
+    validation_close(&v);
+    return rc;
+}

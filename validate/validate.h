@@ -1,0 +1,60 @@
+/* val — validation on the machine at hand: plan a spread of layouts of a model on this
+ * machine's (calibrated) profile, train each for real through `parallax run` (a subprocess, so
+ * the front end needs no MPI), set prediction against measurement quantity by quantity
+ * (rpt_compare) and write the report with its charts (reports/). Timing layouts use no more
+ * ranks than cores; memory and communication are compared at any rank count.
+ *
+ * Example:
+ *   ValRequest q;
+ *   val_request_defaults(&q);                  // 20 steps, up to 8 ranks, timing up to the cores
+ *   q.base = spec;                             // the model and the job
+ *   q.cluster = &cluster;                      // this machine's profile, loaded as "local"
+ *   cJSON *j = NULL;
+ *   if (val_request_resolve(&q, "local", &err) || val_run(&q, &j, stdout, &err))
+ *       fprintf(stderr, "parallax validate: %s\n", err.msg);
+ *   // validation/plan-NN.json, run-NN.json, run-NN.log, report.md, report.html
+ *   cJSON_Delete(j);
+ */
+#ifndef VAL_H
+#define VAL_H
+
+#include <stdio.h>
+
+#include "common/px.h"
+#include "sim/sim.h"
+
+typedef struct {
+    char parallax[1024];     /* the parallax executable: runs are launched through `parallax run` */
+    const char *dir;         /* plans, runs, logs and the report */
+    ModelSpec base;          /* model and job */
+    const ProfCluster *cluster;
+    char cluster_ref[1200];  /* the profile as the plans name it (a name or a path) */
+    int max_timing_ranks;    /* timing layouts use at most this many ranks (the cores) */
+    int max_ranks;           /* memory and communication layouts up to this many */
+    int steps;               /* steps per timing run (the median of those after the first) */
+    int scaling_gpus[8];     /* scaling curves and landscape in the report (none: no curves) */
+    int n_scaling_gpus;
+} ValRequest;
+
+/* Everything zero but the defaults: the report in "validation", 20 steps per timing run,
+ * layouts up to 8 ranks, timing up to as many ranks as this machine has cores. */
+void val_request_defaults(ValRequest *q);
+/* What follows from the request once its limits are set and its cluster loaded (as
+ * cluster_name): the scaling sizes 1, 2, 4, ... up to max_ranks; cluster_ref, the calibrated
+ * profile's path where cluster_name is "local" and this machine has one, else cluster_name;
+ * and, when parallax is empty, the running executable (the parallax program calls this).
+ * PX_ERUNTIME when the executable cannot be found. */
+int val_request_resolve(ValRequest *q, const char *cluster_name, PxError *err);
+/* "validating <model> on <cluster> (calibrated or not): N cores, timing up to ..." */
+void val_print_header(FILE *f, const ValRequest *q);
+
+/* Runs each layout of a fixed spread that the model takes (the planner's best on the timing
+ * ranks first, then every kind of parallelism alone and in pairs, each schedule, ZeRO stages,
+ * recompute modes), compares, and writes the report with a validation chart. *json gets {model,
+ * cluster, layouts[] {index, layout, ranks, timing, predicted {step_s}, measured {step_s},
+ * step_error, ops_over_1pct, ops_within_15pct, steps, loss_first, loss_last, memory_equal,
+ * comm_equal, compare}}; `log` (NULL: quiet) gets a line per layout as it finishes.
+ * PX_ERUNTIME names the run that failed and its log. */
+int val_run(const ValRequest *q, cJSON **json, FILE *log, PxError *err);
+
+#endif
