@@ -272,8 +272,8 @@ static void shard_header(const Exec *ex, int step, uint8_t h[CK_HEADER_BYTES])
     memcpy(h + H_MAGIC, ck_magic, sizeof ck_magic);
     put_u32(h + H_VERSION, CK_VERSION);
     put_u32(h + H_HEADER_BYTES, CK_HEADER_BYTES);
-    put_u32(h + H_RANK, (uint32_t)ex->comm->rank);
-    put_u32(h + H_WORLD, (uint32_t)ex->comm->world);
+    put_u32(h + H_RANK, (uint32_t)comm_rank(ex->comm));
+    put_u32(h + H_WORLD, (uint32_t)comm_world(ex->comm));
     put_u32(h + H_STAGE, (uint32_t)ex->stage);
     put_u32(h + H_DTYPE, (uint32_t)ex->act);
     put_u64(h + H_STEP, (uint64_t)step);
@@ -292,7 +292,7 @@ static int write_shard(Exec *ex, const char *sdir, int step, uint64_t *bytes, ui
 {
     ExecCkpt *c = &ex->ckpt;
     char path[EXEC_CKPT_PATH + 64], tmp[EXEC_CKPT_PATH + 96];
-    snprintf(path, sizeof path, "%s/rank-%05d.bin", sdir, ex->comm->rank);
+    snprintf(path, sizeof path, "%s/rank-%05d.bin", sdir, comm_rank(ex->comm));
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0)
@@ -379,7 +379,7 @@ static int load_shard(Exec *ex, const char *path, uint64_t bytes, uint32_t crc,
                       const CkState *s, PxError *err)
 {
     ExecCkpt *c = &ex->ckpt;
-    const int rank = ex->comm->rank;
+    const int rank = comm_rank(ex->comm);
     int fd = open(path, O_RDONLY);
     if (fd < 0)
         return px_fail(err, PX_EINPUT, "%s: cannot open the shard of rank %d: %s", path, rank,
@@ -416,7 +416,7 @@ static int load_shard(Exec *ex, const char *path, uint64_t bytes, uint32_t crc,
         goto done;
     }
     const char *what = NULL;
-    if (get_u32(h + H_RANK) != (uint32_t)rank || get_u32(h + H_WORLD) != (uint32_t)ex->comm->world ||
+    if (get_u32(h + H_RANK) != (uint32_t)rank || get_u32(h + H_WORLD) != (uint32_t)comm_world(ex->comm) ||
         get_u32(h + H_STAGE) != (uint32_t)ex->stage)
         what = "rank, world or stage";
     else if (get_u32(h + H_DTYPE) != (uint32_t)ex->act)
@@ -603,9 +603,9 @@ static int load(Exec *ex, int step, PxError *err)
     if ((rc = check_compat(ex, m, where, err)) ||
         (rc = px_json_int(m, where, "world", 1, 1, 1 << 30, &world, err)))
         goto done;
-    if (world != ex->comm->world) {
+    if (world != comm_world(ex->comm)) {
         rc = px_fail(err, PX_EINPUT, "%s world: the checkpoint has %d ranks, this run %d", where,
-                     world, ex->comm->world);
+                     world, comm_world(ex->comm));
         goto done;
     }
     s.step = mstep;
@@ -634,7 +634,7 @@ static int load(Exec *ex, int step, PxError *err)
         goto done;
     }
     {
-        const int rank = ex->comm->rank;
+        const int rank = comm_rank(ex->comm);
         const cJSON *e = cJSON_GetArrayItem(shards, rank);
         char ew[EXEC_CKPT_PATH + 96], file[128] = "";
         snprintf(ew, sizeof ew, "%s shards[%d]", where, rank);
@@ -746,10 +746,10 @@ void exec_ckpt_free(Exec *ex)
 static char *shard_entry(const Exec *ex, int ok, uint64_t bytes, uint32_t crc, const PxError *werr)
 {
     cJSON *e = cJSON_CreateObject();
-    cJSON_AddNumberToObject(e, "rank", ex->comm->rank);
+    cJSON_AddNumberToObject(e, "rank", comm_rank(ex->comm));
     if (ok) {
         char file[32];
-        snprintf(file, sizeof file, "rank-%05d.bin", ex->comm->rank);
+        snprintf(file, sizeof file, "rank-%05d.bin", comm_rank(ex->comm));
         cJSON_AddNumberToObject(e, "stage", ex->stage);
         cJSON_AddNumberToObject(e, "tp", ex->tp_rank);
         cJSON_AddNumberToObject(e, "dp", ex->dp_rank);
@@ -778,7 +778,7 @@ static int commit_manifest(Exec *ex, const char *sdir, int step, cJSON *shards, 
     cJSON_AddNumberToObject(m, "step", step);
     cJSON_AddNumberToObject(m, "every", c->every);
     cJSON_AddStringToObject(m, "plan_path", ex->plan_path);
-    cJSON_AddNumberToObject(m, "world", ex->comm->world);
+    cJSON_AddNumberToObject(m, "world", comm_world(ex->comm));
     cJSON_AddItemToObject(m, "model", model_config_to_json(&ex->spec.model));
     cJSON_AddItemToObject(m, "layout", model_layout_to_json(&ex->spec.layout));
     cJSON_AddItemToObject(m, "training", model_job_to_json(&ex->spec.job, &ex->d));
@@ -838,14 +838,14 @@ static int write_checkpoint(Exec *ex, int step, PxError *err)
                   ? px_fail(&werr, PX_ERUNTIME, "%s: cannot create the checkpoint's directory: %s",
                             sdir, strerror(errno))
                   : PX_OK;
-    if (!wrc && ex->comm->rank == 0 && fsync_dir(c->dir) != 0)
+    if (!wrc && comm_rank(ex->comm) == 0 && fsync_dir(c->dir) != 0)
         wrc = px_fail(&werr, PX_ERUNTIME, "%s: cannot sync the directory: %s", c->dir,
                       strerror(errno));
     if (!wrc)
         wrc = write_shard(ex, sdir, step, &bytes, &crc, &werr);
     char *entry = shard_entry(ex, !wrc, bytes, crc, &werr);
     char **all = NULL;
-    int rc = entry ? ex->comm->gather_text(ex->comm, entry, &all, err)
+    int rc = entry ? comm_gather_text(ex->comm, entry, &all, err)
                    : px_fail(err, PX_ERUNTIME, "out of memory");
     free(entry);
     if (rc)
@@ -853,7 +853,7 @@ static int write_checkpoint(Exec *ex, int step, PxError *err)
     uint64_t total = 0;
     int failed = wrc != PX_OK;
     if (all) { /* rank 0 */
-        const int W = ex->comm->world;
+        const int W = comm_world(ex->comm);
         cJSON *shards = cJSON_CreateArray();
         for (int r = 0; r < W; r++) {
             cJSON *e = cJSON_Parse(all[r]);
@@ -878,7 +878,7 @@ static int write_checkpoint(Exec *ex, int step, PxError *err)
             prune(c, step);
     }
     double v = failed ? 1.0 : 0.0;
-    if ((rc = ex->comm->control(ex->comm, &v, 1, EXEC_SUM, err)))
+    if ((rc = comm_control(ex->comm, &v, 1, COMM_SUM, err)))
         return rc;
     if (v > 0) {
         ex->collective_error = 1; /* every rank knows: the job ends normally, with status 1 */
@@ -886,7 +886,7 @@ static int write_checkpoint(Exec *ex, int step, PxError *err)
         const int last = c->n_written > 0 ? c->written[c->n_written - 1].step : c->resumed_from;
         if (last > 0)
             snprintf(prev, sizeof prev, "the checkpoint of step %d is kept", last);
-        if (ex->comm->rank == 0 || wrc)
+        if (comm_rank(ex->comm) == 0 || wrc)
             return px_fail(err, PX_ERUNTIME, "checkpoint of step %d not written: %s; %s", step,
                            werr.msg, prev);
         return px_fail(err, PX_ERUNTIME, "checkpoint of step %d not written by another rank; %s",
@@ -896,12 +896,12 @@ static int write_checkpoint(Exec *ex, int step, PxError *err)
     if (c->n_written < c->cap_written) {
         ExecCkptRecord *w = &c->written[c->n_written++];
         w->step = step;
-        w->bytes = ex->comm->rank == 0 ? total : bytes;
+        w->bytes = comm_rank(ex->comm) == 0 ? total : bytes;
         w->seconds = dt;
     }
     if (!ex->opt.quiet)
         printf("checkpoint step %d: %d shard%s, %.2f MiB in %.3f s (%.1f MB/s): %s\n", step,
-               ex->comm->world, ex->comm->world == 1 ? "" : "s", (double)total / (1 << 20), dt,
+               comm_world(ex->comm), comm_world(ex->comm) == 1 ? "" : "s", (double)total / (1 << 20), dt,
                dt > 0 ? (double)total / dt / 1e6 : 0.0, sdir);
     return PX_OK;
 }

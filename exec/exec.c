@@ -861,14 +861,14 @@ static int check_supported(const Exec *ex, const char *origin, PxError *err)
                        "%s: layout.cp %d: the executor does not run context parallelism (make the "
                        "plan with --cp 1)",
                        origin, d->c);
-    if (d->gpus != ex->comm->world) {
-        if (ex->comm->world == 1 && !exec_mpi_available())
+    if (d->gpus != comm_world(ex->comm)) {
+        if (comm_world(ex->comm) == 1 && !comm_mpi_available())
             return px_fail(err, PX_EINPUT,
                            "%s: the layout needs %d ranks (dp %d x tp %d x pp %d x cp %d) but this "
                            "parallax-worker was built without MPI: it runs single-rank plans only "
                            "(install libopenmpi-dev and rebuild)",
                            origin, d->gpus, d->dp, d->t, d->p, d->c);
-        if (ex->comm->world == 1)
+        if (comm_world(ex->comm) == 1)
             return px_fail(err, PX_EINPUT,
                            "%s: the layout needs %d ranks (dp %d x tp %d x pp %d x cp %d) but this "
                            "process runs alone: start it with parallax run (mpirun / srun)",
@@ -876,7 +876,7 @@ static int check_supported(const Exec *ex, const char *origin, PxError *err)
         return px_fail(err, PX_EINPUT,
                        "%s: the layout needs %d ranks (dp %d x tp %d x pp %d x cp %d) but the job "
                        "has %d",
-                       origin, d->gpus, d->dp, d->t, d->p, d->c, ex->comm->world);
+                       origin, d->gpus, d->dp, d->t, d->p, d->c, comm_world(ex->comm));
     }
     if (s->job.grad_dtype != PX_FP32)
         return px_fail(err, PX_EINPUT,
@@ -990,12 +990,12 @@ static int test_failure(Exec *ex, PxError *err)
         return PX_OK;
     int rank = -1, step = 0, n = 0;
     if (sscanf(s, "%d:init%n", &rank, &n) == 1 && n > 0 && s[n] == '\0') {
-        if (rank == ex->comm->rank)
+        if (rank == comm_rank(ex->comm))
             return px_fail(err, PX_ERUNTIME, "failing at start as PARALLAX_TEST_FAIL=%s asks", s);
         return PX_OK;
     }
     if (sscanf(s, "%d:step:%d", &rank, &step) == 2 && step >= 1) {
-        if (rank == ex->comm->rank)
+        if (rank == comm_rank(ex->comm))
             ex->fail_step = step - 1;
         return PX_OK;
     }
@@ -1035,13 +1035,13 @@ static int test_inf(Exec *ex, PxError *err)
  * rank 0's share of the loss of steps K is a NaN. */
 static int failure_options(Exec *ex, const ExecOptions *opt, PxError *err)
 {
-    const int world = ex->comm->world;
+    const int world = comm_world(ex->comm);
     ex->hang_step = -1;
     if (!(opt->comm_timeout_s >= 0))
         return px_fail(err, PX_EINPUT, "--comm-timeout: expected 0 (none) or a number of seconds, "
                                        "got %g", opt->comm_timeout_s);
-    ex->comm->timeout_s = opt->comm_timeout_s;
-    ex->comm->step = 0;
+    comm_set_timeout(ex->comm, opt->comm_timeout_s);
+    comm_set_step(ex->comm, 0);
     if (opt->fail_step < 0)
         return px_fail(err, PX_EINPUT, "--fail-step %d: expected a step from 1", opt->fail_step);
     if (opt->fail_step > 0 && (opt->fail_rank < 0 || opt->fail_rank >= world))
@@ -1052,7 +1052,7 @@ static int failure_options(Exec *ex, const ExecOptions *opt, PxError *err)
         int rank = -1, step = 0, n = 0;
         if (sscanf(s, "%d:step:%d%n", &rank, &step, &n) != 2 || s[n] != '\0' || step < 1)
             return px_fail(err, PX_EINPUT, "PARALLAX_TEST_HANG=%s: expected RANK:step:K", s);
-        if (rank == ex->comm->rank)
+        if (rank == comm_rank(ex->comm))
             ex->hang_step = step - 1;
     }
     return test_steps("PARALLAX_TEST_NAN_LOSS", &ex->nan_loss_steps, err);
@@ -1080,7 +1080,7 @@ int exec_init(Exec **out, const ModelPlan *plan, const ExecOptions *opt, PxError
     if (opt->comm) {
         ex->comm = opt->comm;
     } else {
-        ex->comm = exec_comm_single();
+        ex->comm = comm_single();
         ex->own_comm = 1;
         if (!ex->comm) {
             rc = px_fail(err, PX_ERUNTIME, "out of memory");
@@ -1088,7 +1088,7 @@ int exec_init(Exec **out, const ModelPlan *plan, const ExecOptions *opt, PxError
         }
     }
     /* only rank 0 writes run.json and the metrics log */
-    if (ex->comm->rank == 0) {
+    if (comm_rank(ex->comm) == 0) {
         if (opt->output)
             px_strlcpy(ex->output, opt->output, sizeof ex->output);
         if (opt->metrics)
@@ -1150,12 +1150,12 @@ int exec_init(Exec **out, const ModelPlan *plan, const ExecOptions *opt, PxError
     /* this rank's place: stage, shards, neighbours */
     const ModelDims *d = &ex->d;
     const ModelLayout *lay = &ex->spec.layout;
-    model_rank_coords(lay, ex->comm->rank, &ex->tp_rank, &ex->cp_rank, &ex->dp_rank, &ex->stage);
+    model_rank_coords(lay, comm_rank(ex->comm), &ex->tp_rank, &ex->cp_rank, &ex->dp_rank, &ex->stage);
     ex->zero_n = d->zero_group;
     ex->zero_rank = ex->cp_rank + lay->cp * ex->dp_rank;
-    if (ex->comm->group_size[MODEL_GROUP_DP] != ex->zero_n ||
-        ex->comm->group_rank[MODEL_GROUP_DP] != ex->zero_rank ||
-        ex->comm->group_size[MODEL_GROUP_TP] != d->t || ex->comm->group_rank[MODEL_GROUP_TP] != ex->tp_rank) {
+    if (comm_group_size(ex->comm, MODEL_GROUP_DP) != ex->zero_n ||
+        comm_group_rank(ex->comm, MODEL_GROUP_DP) != ex->zero_rank ||
+        comm_group_size(ex->comm, MODEL_GROUP_TP) != d->t || comm_group_rank(ex->comm, MODEL_GROUP_TP) != ex->tp_rank) {
         rc = px_fail(err, PX_ERUNTIME, "the communication layer's groups do not follow the layout");
         goto fail;
     }
@@ -1265,9 +1265,9 @@ int exec_init(Exec **out, const ModelPlan *plan, const ExecOptions *opt, PxError
     if ((rc = exec_ckpt_init(ex, err)))
         goto fail;
     /* memory the communication layer may be handed (the staged fallback mirrors it on the host) */
-    for (int c = 0; c < MODEL_CAT_COUNT && ex->comm->attach; c++)
+    for (int c = 0; c < MODEL_CAT_COUNT; c++)
         if (ex->arena[c].base && c != MODEL_OPTIMIZER && c != MODEL_MASTER &&
-            (rc = ex->comm->attach(ex->comm, ex->arena[c].base, ex->arena[c].cap, err)))
+            (rc = comm_attach(ex->comm, ex->arena[c].base, ex->arena[c].cap, err)))
             goto fail;
     exec_sample_device_memory(ex);
 
@@ -1328,7 +1328,7 @@ void exec_free(Exec *ex)
     free(ex->step_skipped);
     free(ex->step_scale);
     if (ex->comm && ex->own_comm)
-        ex->comm->free(ex->comm);
+        comm_free(ex->comm);
     model_predicted_free(&ex->pred);
     model_tensors_free(&ex->tt);
     model_tensors_free(&ex->twin);
@@ -1452,6 +1452,6 @@ uint64_t exec_activations_in_use_peak(const Exec *ex)
 
 int exec_stage(const Exec *ex) { return ex->stage; }
 
-const ExecComm *exec_comm(const Exec *ex) { return ex->comm; }
+const CommLayer *exec_comm(const Exec *ex) { return ex->comm; }
 
 int exec_error_is_collective(const Exec *ex) { return ex->collective_error; }

@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include "exec/comm/comm.h"
 #include "exec/exec.h"
 #include "kernels/kernels.h"
 
@@ -245,7 +246,7 @@ struct Exec {
     const KernBackend *k;
     PxDtype act;    /* the backend's activation (and weight) dtype */
     size_t ab;      /* its bytes */
-    ExecComm *comm;
+    CommLayer *comm;
     int own_comm; /* the single-rank table made here (freed with the executor) */
     ModelPlan plan; /* a copy: spec normalised by model_spec_check, its profile and prediction */
     ModelSpec spec;

@@ -187,7 +187,7 @@ double exec_bubble(const Exec *ex, double *busy_s, double *idle_s)
 static cJSON *rank_json(Exec *ex)
 {
     cJSON *r = cJSON_CreateObject();
-    cJSON_AddNumberToObject(r, "rank", ex->comm->rank);
+    cJSON_AddNumberToObject(r, "rank", comm_rank(ex->comm));
     cJSON_AddNumberToObject(r, "stage", ex->stage);
 
     uint64_t mem[MODEL_CAT_COUNT], total = 0;
@@ -195,7 +195,7 @@ static cJSON *rank_json(Exec *ex)
     for (int c = 0; c < MODEL_CAT_COUNT; c++)
         total += mem[c];
     cJSON *m = cJSON_AddObjectToObject(r, "memory");
-    cJSON_AddNumberToObject(m, "rank", ex->comm->rank);
+    cJSON_AddNumberToObject(m, "rank", comm_rank(ex->comm));
     cJSON_AddNumberToObject(m, "stage", ex->stage);
     cJSON_AddNumberToObject(m, "peak_bytes", (double)total);
     for (int c = 0; c < MODEL_CAT_COUNT; c++)
@@ -221,7 +221,7 @@ static cJSON *rank_json(Exec *ex)
     }
 
     cJSON *c0 = cJSON_AddObjectToObject(r, "comm");
-    cJSON_AddNumberToObject(c0, "rank", ex->comm->rank);
+    cJSON_AddNumberToObject(c0, "rank", comm_rank(ex->comm));
     cJSON_AddNumberToObject(c0, "stage", ex->stage);
     uint64_t ctot = 0;
     cJSON *kinds = cJSON_CreateObject();
@@ -247,7 +247,7 @@ static cJSON *rank_json(Exec *ex)
     }
 
     cJSON *tl = cJSON_AddObjectToObject(r, "timeline");
-    cJSON_AddNumberToObject(tl, "rank", ex->comm->rank);
+    cJSON_AddNumberToObject(tl, "rank", comm_rank(ex->comm));
     cJSON_AddNumberToObject(tl, "stage", ex->stage);
     double busy, idle, bubble = exec_bubble(ex, &busy, &idle);
     cJSON_AddNumberToObject(tl, "busy_s", busy);
@@ -289,10 +289,10 @@ static cJSON *run_json(Exec *ex, cJSON *const *ranks, int n)
     cJSON_AddStringToObject(be, "precision", px_dtype_name(ex->act));
     if (ex->device_name[0])
         cJSON_AddStringToObject(be, "device", ex->device_name);
-    cJSON_AddStringToObject(be, "comm", ex->comm->name);
+    cJSON_AddStringToObject(be, "comm", comm_name(ex->comm));
     if (ex->comm_note)
         cJSON_AddStringToObject(be, "comm_note", ex->comm_note);
-    cJSON_AddNumberToObject(be, "world", ex->comm->world);
+    cJSON_AddNumberToObject(be, "world", comm_world(ex->comm));
     cJSON_AddStringToObject(be, "host", host);
 
     cJSON *steps = cJSON_AddArrayToObject(j, "steps");
@@ -403,13 +403,13 @@ int exec_run_gather_json(Exec *ex, cJSON **out, PxError *err)
     char *text = cJSON_PrintUnformatted(r);
     cJSON_Delete(r);
     if (!text)
-        return px_fail(err, PX_ERUNTIME, "out of memory writing rank %d's figures", ex->comm->rank);
+        return px_fail(err, PX_ERUNTIME, "out of memory writing rank %d's figures", comm_rank(ex->comm));
     char **all = NULL;
-    int rc = ex->comm->gather_text(ex->comm, text, &all, err);
+    int rc = comm_gather_text(ex->comm, text, &all, err);
     free(text);
     if (rc || !all)
         return rc;
-    const int W = ex->comm->world;
+    const int W = comm_world(ex->comm);
     cJSON **ranks = calloc((size_t)W, sizeof *ranks);
     for (int i = 0; i < W; i++) {
         if (ranks && !(ranks[i] = cJSON_Parse(all[i])))

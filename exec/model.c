@@ -165,7 +165,7 @@ static int tp_allreduce(Exec *ex, int chunk, ModelPhase ph, const char *base, vo
     if (op < 0)
         return PX_ERUNTIME;
     exec_op_begin(ex, op);
-    int rc = ex->comm->allreduce(ex->comm, buf, n, ex->act, EXEC_SUM, MODEL_TP_ALLREDUCE, NULL, err);
+    int rc = comm_allreduce(ex->comm, buf, n, ex->act, COMM_SUM, MODEL_TP_ALLREDUCE, NULL, err);
     exec_op_end(ex);
     return rc;
 }
@@ -178,7 +178,7 @@ static int tp_all_gather(Exec *ex, int chunk, ModelPhase ph, const char *base, v
     if (op < 0)
         return PX_ERUNTIME;
     exec_op_begin(ex, op);
-    int rc = ex->comm->all_gather(ex->comm, out, in, n, ex->act, MODEL_TP_ALL_GATHER, NULL, err);
+    int rc = comm_all_gather(ex->comm, out, in, n, ex->act, MODEL_TP_ALL_GATHER, NULL, err);
     exec_op_end(ex);
     return rc;
 }
@@ -191,8 +191,8 @@ static int tp_reduce_scatter(Exec *ex, int chunk, ModelPhase ph, const char *bas
     if (op < 0)
         return PX_ERUNTIME;
     exec_op_begin(ex, op);
-    int rc = ex->comm->reduce_scatter(ex->comm, out, in, n, ex->act, MODEL_TP_REDUCE_SCATTER, NULL,
-                                      err);
+    int rc = comm_reduce_scatter(ex->comm, out, in, n, ex->act, MODEL_TP_REDUCE_SCATTER, NULL,
+                                 err);
     exec_op_end(ex);
     return rc;
 }
@@ -583,8 +583,8 @@ static int head_fwd(Exec *ex, int chunk, ExecHeadActs *x, const int32_t *tok, Px
     exec_op_end(ex);
     if (op_ar >= 0) {
         exec_op_begin(ex, op_ar);
-        int rc = ex->comm->allreduce(ex->comm, rowmax, (size_t)N, PX_FP32, EXEC_MAX,
-                                     MODEL_TP_ALLREDUCE, NULL, err);
+        int rc = comm_allreduce(ex->comm, rowmax, (size_t)N, PX_FP32, COMM_MAX,
+                                MODEL_TP_ALLREDUCE, NULL, err);
         exec_op_end(ex);
         TRY(rc);
     }
@@ -598,8 +598,8 @@ static int head_fwd(Exec *ex, int chunk, ExecHeadActs *x, const int32_t *tok, Px
     /* the op's calls are the communication calls, as the graph counts them (3 per pass) */
     for (int i = 0; i < 2 && op_ar >= 0; i++) {
         exec_op_begin(ex, op_ar);
-        int rc = ex->comm->allreduce(ex->comm, i == 0 ? rowsum : target, (size_t)N, PX_FP32,
-                                     EXEC_SUM, MODEL_TP_ALLREDUCE, NULL, err);
+        int rc = comm_allreduce(ex->comm, i == 0 ? rowsum : target, (size_t)N, PX_FP32,
+                                COMM_SUM, MODEL_TP_ALLREDUCE, NULL, err);
         exec_op_end(ex);
         TRY(rc);
     }

@@ -37,12 +37,12 @@ static void print_header(const Exec *ex)
     else
         snprintf(compute, sizeof compute, "%s compute", ex->k->name);
     if (ex->comm_note)
-        snprintf(comm, sizeof comm, "%s comm, %s", ex->comm->name, ex->comm_note);
+        snprintf(comm, sizeof comm, "%s comm, %s", comm_name(ex->comm), ex->comm_note);
     else
-        snprintf(comm, sizeof comm, "%s comm", ex->comm->name);
-    if (ex->comm->world > 1)
+        snprintf(comm, sizeof comm, "%s comm", comm_name(ex->comm));
+    if (comm_world(ex->comm) > 1)
         printf("parallax-worker: %s on %s, %d ranks: dp %d x tp %d x pp %d (%s, %s)\n",
-               s->model.name, ex->plan.profile.name, ex->comm->world, d->dp, d->t, d->p, compute, comm);
+               s->model.name, ex->plan.profile.name, comm_world(ex->comm), d->dp, d->t, d->p, compute, comm);
     else
         printf("parallax-worker: %s on %s, 1 rank (%s, %s)\n", s->model.name, ex->plan.profile.name,
                compute, comm);
@@ -244,7 +244,7 @@ int exec_run(Exec *ex, PxError *err)
     double elapsed = 0;
     for (int step = ex->first_step; step < ex->steps; step++) {
         /* every rank learnt at the end of the last step whether any was asked to stop */
-        if (ex->stop_agreed || (ex->comm->world == 1 && exec_stop_flag)) {
+        if (ex->stop_agreed || (comm_world(ex->comm) == 1 && exec_stop_flag)) {
             ex->interrupted = 1;
             break;
         }
@@ -292,7 +292,7 @@ int exec_run(Exec *ex, PxError *err)
     if (mf && fclose(mf) != 0 && !rc)
         rc = px_fail(err, PX_ERUNTIME, "%s: cannot write the metrics log", ex->metrics);
     /* a failure of this rank alone: the job is aborted, nothing is gathered */
-    if (rc && ex->comm->world > 1 && !ex->collective_error)
+    if (rc && comm_world(ex->comm) > 1 && !ex->collective_error)
         return rc;
     if (ex->interrupted && !ex->opt.quiet)
         printf("interrupted after %d steps\n", ex->first_step + ex->steps_done);
@@ -300,7 +300,7 @@ int exec_run(Exec *ex, PxError *err)
      * at its first step too: run.json says where it stopped) */
     cJSON *j = NULL;
     if (ex->steps_done > 0 || ex->stopped_step > 0) {
-        if (ex->comm->world > 1) {
+        if (comm_world(ex->comm) > 1) {
             PxError gerr = {0};
             int grc = exec_run_gather_json(ex, &j, &gerr);
             if (grc && !rc) {
@@ -314,9 +314,9 @@ int exec_run(Exec *ex, PxError *err)
     if (!ex->opt.quiet && ex->steps_done > 0 && !ex->pred.stages)
         printf("\nthe plan carries no prediction: nothing to set the measurements beside\n");
     else if (!ex->opt.quiet && ex->steps_done > 0) {
-        if (ex->comm->world > 1 && j)
+        if (comm_world(ex->comm) > 1 && j)
             print_summary_ranks(ex, j);
-        else if (ex->comm->world == 1)
+        else if (comm_world(ex->comm) == 1)
             print_summary_one(ex);
     }
     if (ex->output[0] && j) {

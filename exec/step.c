@@ -89,8 +89,8 @@ static int post_receive(Exec *ex, PxError *err)
     const ModelAction *a = &ex->recvs[ex->next_recv];
     const int g = ex->chunk_g[a->chunk];
     const int peer = a->backward ? ex->next_rank : ex->prev_rank;
-    return ex->comm->recv(ex->comm, ex->pp_recv, ex->pp_elems * ex->ab, peer,
-                          tag_of(ex, g, a->mb, a->backward), MODEL_PP_RECV, &ex->recv_req, err);
+    return comm_recv(ex->comm, ex->pp_recv, ex->pp_elems * ex->ab, peer,
+                     tag_of(ex, g, a->mb, a->backward), MODEL_PP_RECV, &ex->recv_req, err);
 }
 
 /* Waits for the input of (chunk, mb, direction) and moves it into dst: the whole activation
@@ -109,7 +109,7 @@ int exec_pp_take(Exec *ex, int chunk, int mb, int backward, void *dst, PxError *
     if (op < 0)
         return missing_op(ex, "pp.pp_recv", err);
     exec_op_begin(ex, op);
-    int rc = ex->comm->wait(ex->comm, &ex->recv_req, err);
+    int rc = comm_wait(ex->comm, &ex->recv_req, err);
     exec_op_end(ex);
     if (rc)
         return rc;
@@ -119,8 +119,8 @@ int exec_pp_take(Exec *ex, int chunk, int mb, int backward, void *dst, PxError *
         if (op < 0)
             return missing_op(ex, "pp.tp_all_gather", err);
         exec_op_begin(ex, op);
-        rc = ex->comm->all_gather(ex->comm, dst, ex->pp_recv, ex->pp_elems, ex->act,
-                                  MODEL_TP_ALL_GATHER, NULL, err);
+        rc = comm_all_gather(ex->comm, dst, ex->pp_recv, ex->pp_elems, ex->act,
+                             MODEL_TP_ALL_GATHER, NULL, err);
         exec_op_end(ex);
         if (rc)
             return rc;
@@ -143,15 +143,15 @@ int exec_pp_give(Exec *ex, int chunk, int mb, int backward, const void *src, PxE
     ex->pass_end = exec_now();
     exec_op_begin(ex, op);
     /* pp.send is one buffer: its previous message must have left */
-    int rc = ex->comm->wait(ex->comm, &ex->send_req, err);
+    int rc = comm_wait(ex->comm, &ex->send_req, err);
     if (!rc) {
         const void *from =
             ex->d.pp_split > 1 ? EXEC_AT(src, (size_t)ex->tp_rank * ex->pp_elems, ex->ab) : src;
         ex->k->copy(ex->pp_send, from, ex->pp_elems * ex->ab);
         const int peer = backward ? ex->prev_rank : ex->next_rank;
         const int to = backward ? g - 1 : g + 1;
-        rc = ex->comm->send(ex->comm, ex->pp_send, ex->pp_elems * ex->ab, peer,
-                            tag_of(ex, to, mb, backward), MODEL_PP_SEND, &ex->send_req, err);
+        rc = comm_send(ex->comm, ex->pp_send, ex->pp_elems * ex->ab, peer,
+                       tag_of(ex, to, mb, backward), MODEL_PP_SEND, &ex->send_req, err);
     }
     exec_op_end(ex);
     return rc;
@@ -185,8 +185,8 @@ static int sp_norm_grads(Exec *ex, int b, float *grads, ModelPhase phase, PxErro
                 return missing_op(ex, "a block's sp_grads.tp_allreduce", err);
         }
         exec_op_begin(ex, op); /* one call per norm, as the graph counts them */
-        rc = ex->comm->allreduce(ex->comm, grads + ex->params[i].off, n, PX_FP32, EXEC_SUM,
-                                 MODEL_TP_ALLREDUCE, NULL, err);
+        rc = comm_allreduce(ex->comm, grads + ex->params[i].off, n, PX_FP32, COMM_SUM,
+                            MODEL_TP_ALLREDUCE, NULL, err);
         exec_op_end(ex);
         i = k;
     }
@@ -210,11 +210,11 @@ static int start_reduce(Exec *ex, int b, PxError *err)
         return missing_op(ex, "a block's gradient reduction", err);
     exec_op_begin(ex, blk->op_dp);
     if (zero == 0)
-        rc = ex->comm->allreduce(ex->comm, blk->g, blk->numel, PX_FP32, EXEC_SUM, kind, &blk->dp_req,
-                                 err);
+        rc = comm_allreduce(ex->comm, blk->g, blk->numel, PX_FP32, COMM_SUM, kind, &blk->dp_req,
+                            err);
     else
-        rc = ex->comm->reduce_scatter_shard(ex->comm, blk->g, blk->numel, blk->shard, PX_FP32, kind,
-                                            &blk->dp_req, err);
+        rc = comm_reduce_scatter_shard(ex->comm, blk->g, blk->numel, blk->shard, PX_FP32, kind,
+                                       &blk->dp_req, err);
     exec_op_end(ex);
     return rc;
 }
@@ -226,7 +226,7 @@ int exec_block_done(Exec *ex, int b, PxError *err)
     if (ex->spec.layout.zero >= 2 || ex->blocks[b].tied || ex->blocks[b].reduced)
         return PX_OK;
     int rc = start_reduce(ex, b, err);
-    ex->comm->progress(ex->comm);
+    comm_progress(ex->comm);
     return rc;
 }
 
@@ -249,8 +249,8 @@ static int finish_reductions(Exec *ex, PxError *err)
         if (!p || op < 0)
             return missing_op(ex, "the tied embedding's embed_allreduce", err);
         exec_op_begin(ex, op);
-        rc = ex->comm->allreduce(ex->comm, p->g, p->numel, PX_FP32, EXEC_SUM, MODEL_EMBED_ALLREDUCE,
-                                 NULL, err);
+        rc = comm_allreduce(ex->comm, p->g, p->numel, PX_FP32, COMM_SUM, MODEL_EMBED_ALLREDUCE,
+                            NULL, err);
         exec_op_end(ex);
     }
     for (int b = 0; b < ex->n_blocks && !rc; b++)
@@ -261,7 +261,7 @@ static int finish_reductions(Exec *ex, PxError *err)
         if (blk->dp_req < 0)
             continue;
         exec_op_resume(ex, blk->op_dp);
-        rc = ex->comm->wait(ex->comm, &blk->dp_req, err);
+        rc = comm_wait(ex->comm, &blk->dp_req, err);
         exec_op_end(ex);
     }
     return rc;
@@ -282,8 +282,8 @@ int exec_gather_block(Exec *ex, int b, ModelPhase phase, int occurrence, PxError
         if (op < 0)
             return missing_op(ex, "a block's parameter all-gather", err);
         exec_op_begin(ex, op);
-        int rc = ex->comm->all_gather(ex->comm, slot, blk->w_shard, blk->shard, ex->act,
-                                      MODEL_DP_ALL_GATHER, NULL, err);
+        int rc = comm_all_gather(ex->comm, slot, blk->w_shard, blk->shard, ex->act,
+                                 MODEL_DP_ALL_GATHER, NULL, err);
         exec_op_end(ex);
         if (rc)
             return rc;
@@ -325,8 +325,8 @@ int exec_bucket_reduce(Exec *ex, int b, PxError *err)
             return missing_op(ex, "a block's gradient reduce-scatter", err);
         exec_op_begin(ex, op);
         /* in place: this rank's summed shard lands at the start of the bucket */
-        rc = ex->comm->reduce_scatter(ex->comm, ex->grad_bucket, ex->grad_bucket, blk->shard,
-                                      PX_FP32, MODEL_DP_REDUCE_SCATTER, NULL, err);
+        rc = comm_reduce_scatter(ex->comm, ex->grad_bucket, ex->grad_bucket, blk->shard,
+                                 PX_FP32, MODEL_DP_REDUCE_SCATTER, NULL, err);
         if (!rc)
             ex->k->add_f32(blk->g_shard, ex->grad_bucket, blk->shard);
         exec_op_end(ex);
@@ -407,7 +407,7 @@ static int run_schedule(Exec *ex, int step, int backward, PxError *err)
     const size_t mb_tokens = (size_t)d->b * (size_t)(d->s + 1);
     /* the stages start the schedule together, so that the timeline has one origin and a
      * stage's wait for its first input is its bubble, not rank 0 printing the last step */
-    if (d->p > 1 && (rc = ex->comm->barrier(ex->comm, err)))
+    if (d->p > 1 && (rc = comm_barrier(ex->comm, err)))
         return rc;
     ex->step_t0 = exec_now();
     for (int i = 0; i < ex->n_actions && !rc; i++) {
@@ -455,7 +455,7 @@ static int run_schedule(Exec *ex, int step, int backward, PxError *err)
     }
     /* the last message must have left before pp.send is written again */
     if (!rc && ex->send_req >= 0)
-        rc = ex->comm->wait(ex->comm, &ex->send_req, err);
+        rc = comm_wait(ex->comm, &ex->send_req, err);
     if (!rc && backward) {
         memcpy(ex->last_events, ex->events, (size_t)ex->n_actions * sizeof *ex->events);
         ex->have_events = 1;
@@ -469,7 +469,7 @@ static int run_schedule(Exec *ex, int step, int backward, PxError *err)
 static int global_loss(Exec *ex, double *loss, PxError *err)
 {
     double v = ex->loss_sum;
-    int rc = ex->comm->control(ex->comm, &v, 1, EXEC_SUM, err);
+    int rc = comm_control(ex->comm, &v, 1, COMM_SUM, err);
     *loss = v / ((double)ex->spec.job.global_batch * ex->d.s);
     return rc;
 }
@@ -566,7 +566,7 @@ static double local_sumsq(const Exec *ex)
  * the first element of every block's gradients, whatever the ZeRO stage). */
 static void inject_inf(Exec *ex, int step)
 {
-    if (step >= 64 || !(ex->inf_steps >> step & 1) || ex->comm->rank != 0 || ex->n_params == 0)
+    if (step >= 64 || !(ex->inf_steps >> step & 1) || comm_rank(ex->comm) != 0 || ex->n_params == 0)
         return;
     const ExecParam *p = &ex->params[0];
     const float inf = INFINITY;
@@ -584,9 +584,9 @@ static int optimizer_step(Exec *ex, int step, double *loss_out, double *lr_out, 
     /* one control reduction for the step: the loss, the squared gradient norm, and whether
      * any rank was asked to stop (so that all stop at the same step boundary) */
     double v[3] = {ex->loss_sum, local_sumsq(ex), exec_stop_flag ? 1.0 : 0.0};
-    if (step < 64 && (ex->nan_loss_steps >> step & 1) && ex->comm->rank == 0)
+    if (step < 64 && (ex->nan_loss_steps >> step & 1) && comm_rank(ex->comm) == 0)
         v[0] = NAN; /* PARALLAX_TEST_NAN_LOSS */
-    int rc = ex->comm->control(ex->comm, v, 3, EXEC_SUM, err);
+    int rc = comm_control(ex->comm, v, 3, COMM_SUM, err);
     if (rc) {
         exec_op_end(ex);
         return rc;
@@ -671,8 +671,8 @@ static int optimizer_step(Exec *ex, int step, double *loss_out, double *lr_out, 
         if (op < 0)
             return missing_op(ex, "a block's parameter all-gather", err);
         exec_op_begin(ex, op);
-        rc = ex->comm->all_gather_shard(ex->comm, blk->w, blk->numel, blk->shard, ex->act,
-                                        MODEL_DP_ALL_GATHER, NULL, err);
+        rc = comm_all_gather_shard(ex->comm, blk->w, blk->numel, blk->shard, ex->act,
+                                   MODEL_DP_ALL_GATHER, NULL, err);
         exec_op_end(ex);
     }
     return rc;
@@ -684,7 +684,7 @@ static int optimizer_step(Exec *ex, int step, double *loss_out, double *lr_out, 
  * rank stalls for good (signals included), so that only the others' timeout can end the job. */
 static void lose_rank(const Exec *ex, int step)
 {
-    const int rank = ex->comm->rank;
+    const int rank = comm_rank(ex->comm);
     if (ex->opt.fail_step == step + 1 && ex->opt.fail_rank == rank) {
         fprintf(stderr, "parallax-worker: rank %d: step %d: killed on purpose (--fail-rank %d "
                         "--fail-step %d), as a lost node\n", rank, step + 1, rank, step + 1);
@@ -703,13 +703,13 @@ static void lose_rank(const Exec *ex, int step)
 int exec_step(Exec *ex, int step, ExecStepStats *st, PxError *err)
 {
     double t0 = exec_now();
-    ex->comm->step = step + 1; /* for the communication timeout's message */
+    comm_set_step(ex->comm, step + 1); /* for the communication timeout's message */
     lose_rank(ex, step);
     if (step == ex->fail_step)
         return px_fail(err, PX_ERUNTIME, "failing at step %d as PARALLAX_TEST_FAIL asks", step + 1);
     exec_ops_step_begin(ex);
     for (int k = 0; k < MODEL_COMM_COUNT; k++)
-        ex->bytes_at_step[k] = ex->comm->bytes[k];
+        ex->bytes_at_step[k] = comm_bytes(ex->comm, k);
     double loss = 0, lr = 0, norm = 0;
     const double loss_scale = ex->scaler.scale;
     int skipped = 0;
@@ -733,7 +733,7 @@ int exec_step(Exec *ex, int step, ExecStepStats *st, PxError *err)
             ex->step_bubble[ex->n_bubbles++] = idle / busy;
     }
     for (int k = 0; k < MODEL_COMM_COUNT; k++)
-        ex->step_bytes[k] = ex->comm->bytes[k] - ex->bytes_at_step[k];
+        ex->step_bytes[k] = comm_bytes(ex->comm, k) - ex->bytes_at_step[k];
     if (rc)
         return rc;
     memset(st, 0, sizeof *st);
