@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "exec/exec.h"
+#include "exec/launch/launch.h"
 
 enum { RUN_STEPS = CLI_EXTRA, RUN_METRICS, RUN_DATA, RUN_QUIET, RUN_LAUNCHER, RUN_BACKEND,
        RUN_LOSS_SCALE, RUN_LOSS_SCALE_INTERVAL,
@@ -84,8 +85,8 @@ int cli_cmd_run(int argc, char **argv)
         fprintf(stderr, "parallax run: %s\n", err.msg);
         status = 2;
     }
-    ExecLauncher launcher = EXEC_LAUNCH_DEFAULT;
-    if (status < 0 && launcher_name && exec_launcher_parse(launcher_name, &launcher, &err)) {
+    LaunchKind launcher = LAUNCH_DEFAULT;
+    if (status < 0 && launcher_name && launch_kind_parse(launcher_name, &launcher, &err)) {
         fprintf(stderr, "parallax run: %s\n", err.msg);
         status = 2;
     }
@@ -214,8 +215,8 @@ int cli_cmd_run(int argc, char **argv)
     if (resume)
         wargv[n++] = "--resume";
     wargv[n] = NULL;
-    ExecLaunch l = {launcher, world, a.positional[0]};
-    int rc = exec_launch(&l, wargv, &status, &err);
+    LaunchJob l = {launcher, world, a.positional[0]};
+    int rc = launch_worker(&l, wargv, &status, &err);
     if (rc) {
         fprintf(stderr, "parallax run: %s\n", err.msg);
         status = rc == PX_EINPUT ? 2 : 1;

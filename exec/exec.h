@@ -53,6 +53,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "exec/launch/launch.h"
 #include "model/model.h"
 
 /* The communication layer (exec/comm/comm.h), which the executor is handed or makes. */
@@ -199,33 +200,6 @@ const CommLayer *exec_comm(const Exec *ex);
  * job can end normally; 0 when only this rank failed and the job must be aborted. */
 int exec_error_is_collective(const Exec *ex);
 
-/* ---- starting the worker (launch.c: no MPI library needed, only the launcher) ---- */
-
-typedef enum {
-    EXEC_LAUNCH_DEFAULT = 0, /* one rank: none; several: srun under Slurm, else mpirun */
-    EXEC_LAUNCH_NONE,        /* the worker directly (a job that is already one rank of a launch) */
-    EXEC_LAUNCH_MPIRUN,
-    EXEC_LAUNCH_SRUN
-} ExecLauncher;
-
-typedef struct {
-    ExecLauncher launcher;
-    int ranks;        /* processes to start */
-    const char *what; /* names the job in messages: the plan's path, "calibrate" */
-} ExecLaunch;
-
-/* "mpirun", "srun" or "none"; PX_EINPUT naming the value otherwise. */
-int exec_launcher_parse(const char *name, ExecLauncher *out, PxError *err);
-/* parallax-worker beside this executable, into out; PX_ERUNTIME when it is missing. */
-int exec_worker_path(char *out, size_t cap, PxError *err);
-/* Runs parallax-worker with args (NULL-terminated, after the program name) on l->ranks
- * processes, waiting for it with SIGINT / SIGTERM ignored here (the worker gets them and stops
- * at a step boundary). *exit_status gets the worker's (or launcher's) exit status. PX_EINPUT:
- * a Slurm allocation too small; PX_ERUNTIME: no worker, no launcher on PATH, or the job died
- * from a signal. mpirun gets --oversubscribe --bind-to none when the ranks outnumber the cores,
- * and --allow-run-as-root for root. */
-int exec_launch(const ExecLaunch *l, const char *const *args, int *exit_status, PxError *err);
-
 /* ---- calibration (calibrate.c, calibrate_job.c) ---- */
 
 /* `parallax-worker calibrate ...` on this rank of `world` (argv[0] is "calibrate"): one part of
@@ -240,13 +214,13 @@ typedef struct {
     const char *backend; /* "cpu" or "cuda"; NULL: "cpu" */
     int quick;           /* fewer shapes, sizes and repetitions: a rough profile in seconds */
     int quiet;
-    ExecLauncher launcher;
+    LaunchKind launcher;
 } ExecCalibrateJob;
 
 /* `parallax calibrate`: runs the worker's compute part on 1, 2, 4, ... up to j->ranks ranks at
  * once, the comm part on j->ranks ranks, then assembles the profile (a temporary folder holds
  * the parts; it is removed on success, kept and named on failure). *exit_status gets the
- * failing part's status; PX_EINPUT / PX_ERUNTIME as exec_launch. */
+ * failing part's status; PX_EINPUT / PX_ERUNTIME as launch_worker. */
 int exec_calibrate_job(const ExecCalibrateJob *j, int *exit_status, PxError *err);
 
 /* ---- layout-independent initialization and data ---- */
