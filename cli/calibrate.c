@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "exec/exec.h"
+#include "exec/launch/launch.h"
 
 enum { CAL_RANKS = CLI_EXTRA, CAL_MODELS, CAL_BASE, CAL_BACKEND, CAL_QUICK, CAL_QUIET, CAL_LAUNCHER };
 
@@ -53,7 +54,7 @@ int cli_cmd_calibrate(int argc, char **argv)
     if ((v = a.extra[CAL_RANKS - CLI_EXTRA]))
         rc = px_parse_int(v, "--ranks", 1, 4096, &j.ranks, &err);
     if (!rc && (v = a.extra[CAL_LAUNCHER - CLI_EXTRA]))
-        rc = exec_launcher_parse(v, &j.launcher, &err);
+        rc = launch_kind_parse(v, &j.launcher, &err);
     if (!rc && j.backend && strcmp(j.backend, "cpu") != 0 && strcmp(j.backend, "cuda") != 0)
         rc = px_fail(&err, PX_EINPUT, "--backend: expected cpu or cuda, got '%s'", j.backend);
     if (!rc) {

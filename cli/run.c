@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "exec/exec.h"
+#include "exec/launch/launch.h"
 
 enum { RUN_STEPS = CLI_EXTRA, RUN_METRICS, RUN_DATA, RUN_QUIET, RUN_LAUNCHER, RUN_BACKEND,
        RUN_LOSS_SCALE, RUN_LOSS_SCALE_INTERVAL,
@@ -62,7 +63,7 @@ typedef struct {
     const char *comm_timeout, *fail_rank, *fail_step; /* failures */
     const char *ck_dir, *ck_every;                    /* checkpoints */
     int quiet, resume;
-    ExecLauncher launcher;
+    LaunchKind launcher;
     int world; /* the plan's ranks */
 } RunArgs;
 
@@ -103,10 +104,10 @@ static int check_values(const CliArgs *a, RunArgs *r)
     double scale = 0;
     const char *launcher = a->extra[RUN_LAUNCHER - CLI_EXTRA];
     ExecBackend be = EXEC_BACKEND_AUTO;
-    r->launcher = EXEC_LAUNCH_DEFAULT;
+    r->launcher = LAUNCH_DEFAULT;
     if (r->steps && px_parse_int(r->steps, "--steps", 1, 1 << 30, &n_steps, &err))
         return bad(&err);
-    if (launcher && exec_launcher_parse(launcher, &r->launcher, &err))
+    if (launcher && launch_kind_parse(launcher, &r->launcher, &err))
         return bad(&err);
     if (r->backend && exec_backend_parse(r->backend, &be, &err))
         return bad(&err);
@@ -212,8 +213,8 @@ static int launch(const RunArgs *r)
     worker_args(r, wargv);
     PxError err = {0};
     int status = 0;
-    ExecLaunch l = {r->launcher, r->world, r->plan};
-    int rc = exec_launch(&l, wargv, &status, &err);
+    LaunchJob l = {r->launcher, r->world, r->plan};
+    int rc = launch_worker(&l, wargv, &status, &err);
     if (rc) {
         fprintf(stderr, "parallax run: %s\n", err.msg);
         status = rc == PX_EINPUT ? 2 : 1;

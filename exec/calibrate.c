@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "exec/comm/comm.h"
 #include "exec/exec.h"
 #include "exec/train/train.h"
 #include "kernels/kernels.h"
@@ -590,22 +591,22 @@ static const KernBackend *pick_backend(const Calib *cal, PxError *err)
 }
 
 /* Averages n doubles over the ranks (each rank passes its own; all get the mean). */
-static int average(ExecComm *c, double *v, int n, PxError *err)
+static int average(CommLayer *c, double *v, int n, PxError *err)
 {
-    if (c->world == 1 || n == 0)
+    if (comm_world(c) == 1 || n == 0)
         return PX_OK;
-    int rc = c->control(c, v, n, EXEC_SUM, err);
+    int rc = comm_control(c, v, n, COMM_SUM, err);
     for (int i = 0; i < n && !rc; i++)
-        v[i] /= c->world;
+        v[i] /= comm_world(c);
     return rc;
 }
 
 /* Averages one double field (at `offset` in records of `stride` bytes) of n records over the
  * ranks, as average does for an array. */
-static int average_field(ExecComm *c, void *records, size_t stride, size_t offset, int n,
+static int average_field(CommLayer *c, void *records, size_t stride, size_t offset, int n,
                          PxError *err)
 {
-    if (c->world == 1 || n == 0)
+    if (comm_world(c) == 1 || n == 0)
         return PX_OK;
     double *v = malloc((size_t)n * sizeof *v);
     if (!v)
@@ -620,12 +621,12 @@ static int average_field(ExecComm *c, void *records, size_t stride, size_t offse
     return rc;
 }
 
-static int part_compute(const Calib *cal, ExecComm *comm, PxError *err)
+static int part_compute(const Calib *cal, CommLayer *comm, PxError *err)
 {
     const KernBackend *k = pick_backend(cal, err);
     if (!k)
         return PX_EINPUT;
-    const int c = comm->world;
+    const int c = comm_world(comm);
     double t_start = px_now_s();
     Shapes sh = {0};
     Samples ss = {0};
@@ -636,12 +637,12 @@ static int part_compute(const Calib *cal, ExecComm *comm, PxError *err)
         goto out;
     SAY("calibrate: %d rank%s at once (%s backend): %d GEMM shapes of %s\n", c, c > 1 ? "s" : "",
         k->name, sh.n, cal->models);
-    if ((rc = comm->barrier(comm, err)) || (rc = time_shapes(cal, k, &sh, err)))
+    if ((rc = comm_barrier(comm, err)) || (rc = time_shapes(cal, k, &sh, err)))
         goto out;
     if ((rc = average_field(comm, sh.s, sizeof *sh.s, offsetof(Shape, seconds), sh.n, err)))
         goto out;
     double peak = 0, bw = 0;
-    if ((rc = comm->barrier(comm, err)))
+    if ((rc = comm_barrier(comm, err)))
         goto out;
     peak = measure_peak(cal, k);
     bw = measure_bandwidth(cal, k);
@@ -665,7 +666,7 @@ static int part_compute(const Calib *cal, ExecComm *comm, PxError *err)
             if (cal->quick && (mbss[bi] == 2 || mbss[bi] == 8))
                 continue;
             for (int flash = 1; flash >= 0 && !rc; flash--) {
-                if ((rc = comm->barrier(comm, err)))
+                if ((rc = comm_barrier(comm, err)))
                     break;
                 rc = run_config(cal, model, mbss[bi], flash, &sh, &ss, err);
                 configs++;
@@ -751,41 +752,41 @@ out:
 static const char *const coll_names[] = {"allreduce", "all_gather", "reduce_scatter", "sendrecv"};
 
 /* One collective at one size over this rank's group: seconds per call, the slowest rank's. */
-static int time_collective(ExecComm *c, int op, size_t bytes, int group, int peer, float *buf,
+static int time_collective(CommLayer *c, int op, size_t bytes, int group, int peer, float *buf,
                            const Calib *cal, double *seconds, PxError *err)
 {
     const size_t elems = bytes / sizeof(float);
-    const int stage0 = peer > c->rank;
+    const int stage0 = peer > comm_rank(c);
     int rc = PX_OK;
     int iters = 0;
     double t = 0, budget = cal->quick ? 0.005 : 0.05;
     for (int round = 0; round < 2 && !rc; round++) {
         /* round 0: two warm-up calls; round 1: as many as the budget allows, agreed by all */
         int n = round == 0 ? 2 : iters;
-        if ((rc = c->barrier(c, err)))
+        if ((rc = comm_barrier(c, err)))
             break;
         double t0 = px_now_s();
         for (int i = 0; i < n && !rc; i++) {
             switch (op) {
-            case 0: rc = c->allreduce(c, buf, elems, PX_FP32, EXEC_SUM, MODEL_TP_ALLREDUCE, NULL, err); break;
+            case 0: rc = comm_allreduce(c, buf, elems, PX_FP32, COMM_SUM, MODEL_TP_ALLREDUCE, NULL, err); break;
             case 1:
-                rc = c->all_gather(c, buf, buf + c->group_rank[MODEL_GROUP_TP] * (elems / group),
-                                   elems / group, PX_FP32, MODEL_TP_ALL_GATHER, NULL, err);
+                rc = comm_all_gather(c, buf, buf + comm_group_rank(c, MODEL_GROUP_TP) * (elems / group),
+                                     elems / group, PX_FP32, MODEL_TP_ALL_GATHER, NULL, err);
                 break;
             case 2:
-                rc = c->reduce_scatter(c, buf, buf, elems / group, PX_FP32, MODEL_TP_REDUCE_SCATTER,
-                                       NULL, err);
+                rc = comm_reduce_scatter(c, buf, buf, elems / group, PX_FP32, MODEL_TP_REDUCE_SCATTER,
+                                         NULL, err);
                 break;
             default:
-                rc = stage0 ? c->send(c, buf, bytes, peer, 7, MODEL_PP_SEND, NULL, err)
-                            : c->recv(c, buf, bytes, peer, 7, MODEL_PP_RECV, NULL, err);
+                rc = stage0 ? comm_send(c, buf, bytes, peer, 7, MODEL_PP_SEND, NULL, err)
+                            : comm_recv(c, buf, bytes, peer, 7, MODEL_PP_RECV, NULL, err);
                 break;
             }
         }
         double dt = px_now_s() - t0;
         double v[1] = {round == 0 ? dt / 2 : dt / n};
         if (!rc)
-            rc = c->control(c, v, 1, EXEC_MAX, err);
+            rc = comm_control(c, v, 1, COMM_MAX, err);
         if (round == 0) {
             iters = (int)(budget / (v[0] > 1e-7 ? v[0] : 1e-7));
             iters = iters < 3 ? 3 : iters > 1000 ? 1000 : iters;
@@ -830,10 +831,10 @@ static int part_comm(const Calib *cal, int world, int nodes, PxError *err)
             l.dp = op == 3 ? world / 2 : world / g;
             l.cp = 1;
             l.vpp = 1;
-            ExecComm *c = NULL;
-            if ((rc = exec_comm_mpi(&l, 0, &c, err)))
+            CommLayer *c = NULL;
+            if ((rc = comm_mpi(&l, 0, &c, err)))
                 break;
-            int peer = op == 3 ? (c->rank + world / 2) % world : -1;
+            int peer = op == 3 ? (comm_rank(c) + world / 2) % world : -1;
             int gnodes = nodes > 1 ? (g * nodes + world - 1) / world : 1; /* ranks fill nodes in order */
             if (gnodes < 1)
                 gnodes = 1;
@@ -862,7 +863,7 @@ static int part_comm(const Calib *cal, int world, int nodes, PxError *err)
                 double v[2] = {(double)bytes, t};
                 cJSON_AddItemToArray(pts, cJSON_CreateDoubleArray(v, 2));
             }
-            c->free(c);
+            comm_free(c);
         }
     }
     if (!rc && g_rank == 0) {
@@ -1061,16 +1062,16 @@ static const char *const calib_usage =
     "  --quiet                no progress lines\n"
     "  -h, --help             show this help\n";
 
-static int host_count(ExecComm *c, int *nodes, PxError *err)
+static int host_count(CommLayer *c, int *nodes, PxError *err)
 {
     char host[64] = "unknown";
     gethostname(host, sizeof host - 1);
     char **all = NULL;
-    int rc = c->gather_text(c, host, &all, err);
+    int rc = comm_gather_text(c, host, &all, err);
     double v[1] = {1};
-    if (!rc && c->rank == 0) {
+    if (!rc && comm_rank(c) == 0) {
         int n = 0;
-        for (int i = 0; i < c->world; i++) {
+        for (int i = 0; i < comm_world(c); i++) {
             int seen = 0;
             for (int j = 0; j < i && !seen; j++)
                 seen = !strcmp(all[i], all[j]);
@@ -1079,14 +1080,14 @@ static int host_count(ExecComm *c, int *nodes, PxError *err)
         v[0] = n;
     }
     if (all) {
-        for (int i = 0; i < c->world; i++)
+        for (int i = 0; i < comm_world(c); i++)
             free(all[i]);
         free(all);
     }
     if (!rc) {
-        if (c->rank != 0)
+        if (comm_rank(c) != 0)
             v[0] = 0;
-        rc = c->control(c, v, 1, EXEC_SUM, err);
+        rc = comm_control(c, v, 1, COMM_SUM, err);
     }
     *nodes = (int)v[0];
     return rc;
@@ -1162,10 +1163,10 @@ int exec_calibrate_main(int argc, char **argv, int rank, int world)
         memset(&l, 0, sizeof l);
         l.tp = l.pp = l.cp = l.vpp = 1;
         l.dp = world;
-        ExecComm *comm = NULL;
+        CommLayer *comm = NULL;
         if (world > 1)
-            rc = exec_comm_mpi(&l, 0, &comm, &err);
-        else if (!(comm = exec_comm_single()))
+            rc = comm_mpi(&l, 0, &comm, &err);
+        else if (!(comm = comm_single()))
             rc = px_fail(&err, PX_ERUNTIME, "out of memory");
         if (!rc && !strcmp(cal.part, "compute")) {
             rc = part_compute(&cal, comm, &err);
@@ -1177,12 +1178,12 @@ int exec_calibrate_main(int argc, char **argv, int rank, int world)
                 rc = part_comm(&cal, world, nodes, &err);
         }
         if (comm)
-            comm->free(comm);
+            comm_free(comm);
         if (rc && world > 1) {
             /* a rank failing alone must not leave the others in a collective */
             fprintf(stderr, "parallax-worker calibrate: rank %d of %d: %s\n", rank, world, err.msg);
             fflush(stderr);
-            exec_mpi_abort(rc == PX_EINPUT ? 2 : 1);
+            comm_mpi_abort(rc == PX_EINPUT ? 2 : 1);
         }
     }
     if (rc) {

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "exec/exec.h"
+#include "exec/launch/launch.h"
 #include "profiles/profile.h"
 
 /* Removes the parts' folder and what calibrate put in it (plain files only). */
@@ -43,10 +44,9 @@ static void end_args(const ExecCalibrateJob *j, const char **args, int n)
 static int run_part(const ExecCalibrateJob *j, int ranks, const char *const *args, int *status,
                     PxError *err)
 {
-    ExecLaunch l = {ranks == 1 && j->launcher == EXEC_LAUNCH_DEFAULT ? EXEC_LAUNCH_NONE
-                                                                       : j->launcher,
-                    ranks, "calibrate"};
-    int rc = exec_launch(&l, args, status, err);
+    LaunchJob l = {ranks == 1 && j->launcher == LAUNCH_DEFAULT ? LAUNCH_NONE : j->launcher,
+                   ranks, "calibrate"};
+    int rc = launch_worker(&l, args, status, err);
     if (!rc && *status != 0)
         rc = px_fail(err, *status == 2 ? PX_EINPUT : PX_ERUNTIME,
                      "the calibration part '%s' on %d rank%s failed (exit %d)", args[2], ranks,
@@ -127,8 +127,8 @@ int exec_calibrate_job(const ExecCalibrateJob *j, int *exit_status, PxError *err
         for (int i = 0; i < np; i++)
             args[n++] = part_args[i];
         args[n] = NULL;
-        ExecLaunch l = {EXEC_LAUNCH_NONE, 1, "calibrate"};
-        rc = exec_launch(&l, args, &status, err);
+        LaunchJob l = {LAUNCH_NONE, 1, "calibrate"};
+        rc = launch_worker(&l, args, &status, err);
         if (!rc && status != 0)
             rc = px_fail(err, status == 2 ? PX_EINPUT : PX_ERUNTIME,
                          "assembling the profile failed (exit %d)", status);

@@ -2,7 +2,7 @@
  * against a single-rank run of the same job on the same backend. Built twice:
  * - test_exec_cuda_mpi_emu_<layout> (label mpi): parallax-worker-emu, the CUDA sources on the
  *   CPU, two ranks sharing the one emulated GPU, so the communication goes over MPI staged
- *   through host memory (exec/comm_staged.c), with 16-bit reductions of the activations;
+ *   through host memory (exec/comm/staged.c), with 16-bit reductions of the activations;
  * - test_exec_cuda_mpi_<layout> (label gpu; exit 77 without a GPU): parallax-worker on the
  *   machine's GPUs: NCCL when every rank has its own GPU, else the staged layer.
  * For every layout:

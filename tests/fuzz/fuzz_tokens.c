@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "exec/internal.h"
+#include "exec/train/internal.h"
 #include "fuzz.h"
 
 enum { GLOBAL_BATCH = 2, SEQ = 8, WINDOW = SEQ + 1 };

@@ -1,5 +1,5 @@
 /* cuda_emu_runtime — the part of kernels/cuda/emu's CUDA runtime that C code calls as well:
- * types and functions with C linkage, so that exec/comm_nccl.c, which is C, compiles and runs
+ * types and functions with C linkage, so that exec/comm/nccl.c, which is C, compiles and runs
  * against the emulator (through kernels/cuda/emu/include's cuda_runtime_api.h) as it does
  * against CUDA. cuda_emu.h includes it for the kernels. */
 #ifndef KERN_CUDA_EMU_RUNTIME_H

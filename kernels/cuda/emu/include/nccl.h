@@ -1,5 +1,5 @@
 /* nccl_emu — NCCL's API for code built against kernels/cuda/emu: the collectives and the
- * point-to-point calls of exec/comm_nccl.c, carried out by MPI between the processes of an
+ * point-to-point calls of exec/comm/nccl.c, carried out by MPI between the processes of an
  * mpirun job (each rank its own "GPU"), so that the NCCL communication layer runs in CI. Every
  * call is an operation on its CUDA stream (kern_emu_enqueue_op): it starts when the stream gets
  * to it, as NCCL's kernel would, as a non-blocking MPI call on the communicator's own MPI

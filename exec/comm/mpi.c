@@ -1,6 +1,7 @@
 /* The MPI communication layer: the process grid of a layout in Megatron-Core's rank order
- * (rank = tp + TP*(cp + CP*(dp + DP*pp)), model_rank), one communicator per group, and the
- * ExecComm table over them, counting S bytes per call and kind as the op graph lists them.
+ * (rank = tp + TP*(cp + CP*(dp + DP*pp)), model_rank), one communicator per group, and the raw
+ * operations over them (comm.c counts them and decides the groups of one). The MPI process
+ * itself too: starting it, agreeing before the groups exist, aborting, finishing.
  *
  * Groups: tp (ranks of one stage and data-parallel replica), cp, dp x cp (the gradient
  * reduction and ZeRO group, ordered cp fastest so that its rank is the ZeRO shard index), the
@@ -13,28 +14,28 @@
  * (doubling from a few microseconds to a quarter of a millisecond); otherwise MPI's blocking
  * calls are used. PARALLAX_POLL=0/1 overrides the choice.
  *
- * Timeouts: with a communication timeout (ExecComm.timeout_s, --comm-timeout) every wait is a
+ * Timeouts: with a communication timeout (comm_set_timeout, --comm-timeout) every wait is a
  * loop of MPI_Test, blocking collectives included (started non-blocking), which reads the clock
  * every few dozen tests; a wait that outlasts the timeout names the rank, its step, the
  * operation and its group, and ends the job with MPI_Abort, so that a lost or stalled rank never
  * leaves the others waiting forever. MPI_Wait spins as much, so this costs nothing measurable.
  * Without MPI at build time the functions below are stubs that say so. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "exec/exec.h"
-#include "kernels/kernels.h"
+#include "exec/comm/backend.h"
 
-void exec_group_splits(const ModelLayout *l, int rank, int tied_pair, int undefined,
-                       ExecGroupSplit split[4])
+void comm_group_splits(const ModelLayout *l, int rank, int tied_pair, int undefined,
+                       CommGroupSplit split[4])
 {
     int tp, cp, dp, pp;
     model_rank_coords(l, rank, &tp, &cp, &dp, &pp);
-    split[0] = (ExecGroupSplit){MODEL_GROUP_TP, cp + l->cp * (dp + l->dp * pp), tp};
-    split[1] = (ExecGroupSplit){MODEL_GROUP_CP, tp + l->tp * (dp + l->dp * pp), cp};
-    split[2] = (ExecGroupSplit){MODEL_GROUP_DP, tp + l->tp * pp, cp + l->cp * dp};
-    split[3] = (ExecGroupSplit){MODEL_GROUP_EMBED, undefined, pp};
+    split[0] = (CommGroupSplit){MODEL_GROUP_TP, cp + l->cp * (dp + l->dp * pp), tp};
+    split[1] = (CommGroupSplit){MODEL_GROUP_CP, tp + l->tp * (dp + l->dp * pp), cp};
+    split[2] = (CommGroupSplit){MODEL_GROUP_DP, tp + l->tp * pp, cp + l->cp * dp};
+    split[3] = (CommGroupSplit){MODEL_GROUP_EMBED, undefined, pp};
     if (tied_pair && l->pp > 1 && (pp == 0 || pp == l->pp - 1))
         split[3].color = tp + l->tp * (cp + l->cp * dp);
 }
@@ -45,7 +46,7 @@ void exec_group_splits(const ModelLayout *l, int rank, int tied_pair, int undefi
 #include <time.h>
 #include <unistd.h>
 
-int exec_mpi_available(void) { return 1; }
+int comm_mpi_available(void) { return 1; }
 
 /* Launched as one rank of a job? OpenMPI's mpirun, PMIx (OpenMPI 4, srun --mpi=pmix), PMI-1/2
  * (MPICH's hydra, srun --mpi=pmi2); PARALLAX_MPI=1 forces it, =0 refuses it. */
@@ -61,7 +62,7 @@ static int launched(void)
     return 0;
 }
 
-int exec_mpi_start(int *argc, char ***argv, int *rank, int *world)
+int comm_mpi_start(int *argc, char ***argv, int *rank, int *world)
 {
     *rank = 0;
     *world = 1;
@@ -78,7 +79,7 @@ int exec_mpi_start(int *argc, char ***argv, int *rank, int *world)
     return 1;
 }
 
-void exec_mpi_abort(int code)
+void comm_mpi_abort(int code)
 {
     int init = 0, fin = 0;
     MPI_Initialized(&init);
@@ -87,7 +88,7 @@ void exec_mpi_abort(int code)
         MPI_Abort(MPI_COMM_WORLD, code);
 }
 
-void exec_mpi_finish(void)
+void comm_mpi_finish(void)
 {
     int init = 0, fin = 0;
     MPI_Initialized(&init);
@@ -96,7 +97,7 @@ void exec_mpi_finish(void)
         MPI_Finalize();
 }
 
-int exec_mpi_agree(int status, int *first_rank)
+int comm_mpi_agree(int status, int *first_rank)
 {
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -122,12 +123,12 @@ typedef struct {
     const char *move_src;
     size_t move_bytes;
     int *counts, *displs; /* [dp group] vector collectives read them until they complete */
-    int kind;             /* its communication kind, for the timeout's message */
+    ModelComm kind;       /* for the timeout's message */
 } Req;
 
 typedef struct {
-    ExecComm base; /* first: the table's functions cast back */
-    MPI_Comm group[5]; /* by ModelGroup; pp: the world (point to point) */
+    CommLayer base; /* first: the raw operations cast back */
+    MPI_Comm group[COMM_GROUPS]; /* by ModelGroup; pp: the world (point to point) */
     Req *reqs;
     int poll;
     int tag_ub;
@@ -148,6 +149,7 @@ typedef struct {
             b[i] = from_f(combine);                                                               \
         }                                                                                         \
     }
+/* common/px.h's conversions, by the CUDA intrinsics' (and kernels/cuda/emu's) rules */
 HALF_OP(bf16_sum, px_bf16_to_float, px_float_to_bf16, x + y)
 HALF_OP(fp16_sum, px_half_to_float, px_float_to_half, x + y)
 HALF_OP(bf16_max, px_bf16_to_float, px_float_to_bf16, x > y || y != y ? x : y)
@@ -180,13 +182,9 @@ typedef struct {
     const char *op, *group;
 } Waiting;
 
-static Waiting waiting_kind(int kind)
+static Waiting waiting_kind(ModelComm kind)
 {
-    Waiting w = {"a communication", "world"};
-    if (kind >= 0 && kind < MODEL_COMM_COUNT) {
-        w.op = model_comm_name((ModelComm)kind);
-        w.group = model_group_name(model_comm_group((ModelComm)kind));
-    }
+    Waiting w = {model_comm_name(kind), model_group_name(model_comm_group(kind))};
     return w;
 }
 
@@ -257,11 +255,11 @@ static int dtype_of(PxDtype t, MPI_Datatype *out, PxError *err)
     }
 }
 
-static MPI_Op op_of(const MpiComm *m, PxDtype t, ExecRedOp op)
+static MPI_Op op_of(const MpiComm *m, PxDtype t, CommRedOp op)
 {
     if (t == PX_BF16 || t == PX_FP16)
-        return op == EXEC_MAX ? m->max16[t == PX_FP16] : m->sum16[t == PX_FP16];
-    return op == EXEC_MAX ? MPI_MAX : MPI_SUM;
+        return op == COMM_MAX ? m->max16[t == PX_FP16] : m->sum16[t == PX_FP16];
+    return op == COMM_MAX ? MPI_MAX : MPI_SUM;
 }
 
 static int count_of(size_t n, int *out, PxError *err)
@@ -272,20 +270,7 @@ static int count_of(size_t n, int *out, PxError *err)
     return PX_OK;
 }
 
-static MPI_Comm comm_of(MpiComm *m, int kind) { return m->group[model_comm_group((ModelComm)kind)]; }
-
-static int size_of(MpiComm *m, int kind)
-{
-    return m->base.group_size[model_comm_group((ModelComm)kind)];
-}
-
-static void count_bytes(MpiComm *m, int kind, uint64_t bytes)
-{
-    if (kind >= 0 && kind < MODEL_COMM_COUNT) {
-        m->base.bytes[kind] += bytes;
-        m->base.calls[kind]++;
-    }
-}
+static MPI_Comm comm_of(MpiComm *m, ModelComm kind) { return m->group[model_comm_group(kind)]; }
 
 /* A free request slot for a non-blocking call (req != NULL), or NULL for a blocking one. */
 static Req *slot(MpiComm *m, int *req, int *idx, PxError *err)
@@ -318,10 +303,10 @@ static void finish_req(Req *q)
 
 /* After starting a call: a non-blocking one is handed out, a blocking one (in poll mode
  * started as non-blocking too) is completed here. */
-static int started(MpiComm *m, Req *q, int idx, int *req, MPI_Request *local, int e, int kind,
-                   PxError *err)
+static int started(MpiComm *m, Req *q, int idx, int *req, MPI_Request *local, int e,
+                   ModelComm kind, PxError *err)
 {
-    const char *what = model_comm_name((ModelComm)kind);
+    const char *what = model_comm_name(kind);
     if (e != MPI_SUCCESS) {
         if (q)
             q->active = 0;
@@ -340,14 +325,10 @@ static int started(MpiComm *m, Req *q, int idx, int *req, MPI_Request *local, in
     return PX_OK;
 }
 
-static int m_allreduce(ExecComm *c, void *buf, size_t count, PxDtype dtype, ExecRedOp op, int kind,
-                       int *req, PxError *err)
+static int m_allreduce(CommLayer *c, void *buf, size_t count, PxDtype dtype, CommRedOp op,
+                       ModelComm kind, int *req, PxError *err)
 {
     MpiComm *m = (MpiComm *)c;
-    if (req)
-        *req = -1;
-    if (size_of(m, kind) < 2 || count == 0)
-        return PX_OK;
     MPI_Datatype t = MPI_FLOAT;
     int n = 0, rc, idx;
     if ((rc = dtype_of(dtype, &t, err)) || (rc = count_of(count, &n, err)))
@@ -355,7 +336,6 @@ static int m_allreduce(ExecComm *c, void *buf, size_t count, PxDtype dtype, Exec
     Req *q = slot(m, req, &idx, err);
     if (idx == -2)
         return PX_ERUNTIME;
-    count_bytes(m, kind, (uint64_t)count * px_dtype_bytes(dtype));
     MPI_Op o = op_of(m, dtype, op);
     MPI_Request local;
     int e;
@@ -368,19 +348,11 @@ static int m_allreduce(ExecComm *c, void *buf, size_t count, PxDtype dtype, Exec
     return started(m, q, idx, req, !q && nonblocking(m) ? &local : NULL, e, kind, err);
 }
 
-static int m_all_gather(ExecComm *c, void *out, const void *in, size_t count, PxDtype dtype,
-                        int kind, int *req, PxError *err)
+static int m_all_gather(CommLayer *c, void *out, const void *in, size_t count, PxDtype dtype,
+                        ModelComm kind, int *req, PxError *err)
 {
     MpiComm *m = (MpiComm *)c;
-    if (req)
-        *req = -1;
-    const int g = size_of(m, kind);
     const size_t es = px_dtype_bytes(dtype);
-    if (g < 2) {
-        if (out != in && count > 0)
-            memmove(out, in, count * es);
-        return PX_OK;
-    }
     MPI_Datatype t = MPI_FLOAT;
     int n = 0, rc, idx;
     if ((rc = dtype_of(dtype, &t, err)) || (rc = count_of(count, &n, err)))
@@ -388,8 +360,7 @@ static int m_all_gather(ExecComm *c, void *out, const void *in, size_t count, Px
     Req *q = slot(m, req, &idx, err);
     if (idx == -2)
         return PX_ERUNTIME;
-    count_bytes(m, kind, (uint64_t)g * count * es);
-    const int me = c->group_rank[model_comm_group((ModelComm)kind)];
+    const int me = c->group_rank[model_comm_group(kind)];
     const void *src = in == (const char *)out + (size_t)me * count * es ? MPI_IN_PLACE : in;
     MPI_Request local;
     int e;
@@ -402,19 +373,10 @@ static int m_all_gather(ExecComm *c, void *out, const void *in, size_t count, Px
     return started(m, q, idx, req, !q && nonblocking(m) ? &local : NULL, e, kind, err);
 }
 
-static int m_reduce_scatter(ExecComm *c, void *out, const void *in, size_t count, PxDtype dtype,
-                            int kind, int *req, PxError *err)
+static int m_reduce_scatter(CommLayer *c, void *out, const void *in, size_t count, PxDtype dtype,
+                            ModelComm kind, int *req, PxError *err)
 {
     MpiComm *m = (MpiComm *)c;
-    if (req)
-        *req = -1;
-    const int g = size_of(m, kind);
-    const size_t es = px_dtype_bytes(dtype);
-    if (g < 2) {
-        if (out != in && count > 0)
-            memmove(out, in, count * es);
-        return PX_OK;
-    }
     MPI_Datatype t = MPI_FLOAT;
     int n = 0, rc, idx;
     if ((rc = dtype_of(dtype, &t, err)) || (rc = count_of(count, &n, err)))
@@ -422,12 +384,11 @@ static int m_reduce_scatter(ExecComm *c, void *out, const void *in, size_t count
     Req *q = slot(m, req, &idx, err);
     if (idx == -2)
         return PX_ERUNTIME;
-    count_bytes(m, kind, (uint64_t)g * count * es);
     /* in place (out == in): MPI leaves the sum at the start of the buffer, as promised */
     const void *src = out == in ? MPI_IN_PLACE : in;
     MPI_Request local;
     int e;
-    MPI_Op o = op_of(m, dtype, EXEC_SUM);
+    MPI_Op o = op_of(m, dtype, COMM_SUM);
     if (q)
         e = MPI_Ireduce_scatter_block(src, out, n, t, o, comm_of(m, kind), &q->r);
     else if (nonblocking(m))
@@ -448,18 +409,11 @@ static void shard_counts(int g, size_t numel, size_t shard, int *counts, int *di
     }
 }
 
-static int shard_call(ExecComm *c, void *buf, size_t numel, size_t shard, PxDtype dtype, int kind,
-                      int *req, int gather, PxError *err)
+static int shard_call(CommLayer *c, void *buf, size_t numel, size_t shard, PxDtype dtype,
+                      ModelComm kind, int *req, int gather, PxError *err)
 {
     MpiComm *m = (MpiComm *)c;
-    if (req)
-        *req = -1;
-    const int g = size_of(m, kind);
-    if (g < 2 || numel == 0)
-        return PX_OK;
-    if (model_comm_group((ModelComm)kind) != MODEL_GROUP_DP)
-        return px_fail(err, PX_ERUNTIME, "sharded %s over a group other than dp x cp",
-                       model_comm_name((ModelComm)kind));
+    const int g = c->group_size[MODEL_GROUP_DP];
     MPI_Datatype t = MPI_FLOAT;
     int n = 0, rc, idx;
     if ((rc = dtype_of(dtype, &t, err)) || (rc = count_of(shard * (size_t)g, &n, err)))
@@ -471,7 +425,6 @@ static int shard_call(ExecComm *c, void *buf, size_t numel, size_t shard, PxDtyp
     shard_counts(g, numel, shard, counts, displs);
     const size_t es = px_dtype_bytes(dtype);
     const int me = c->group_rank[MODEL_GROUP_DP];
-    count_bytes(m, kind, (uint64_t)g * shard * es);
     MPI_Comm comm = m->group[MODEL_GROUP_DP];
     MPI_Request local;
     MPI_Request *rp = q ? &q->r : &local;
@@ -483,10 +436,10 @@ static int shard_call(ExecComm *c, void *buf, size_t numel, size_t shard, PxDtyp
             e = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, t, comm);
     } else {
         if (q || nonblocking(m))
-            e = MPI_Ireduce_scatter(MPI_IN_PLACE, buf, counts, t, op_of(m, dtype, EXEC_SUM), comm,
+            e = MPI_Ireduce_scatter(MPI_IN_PLACE, buf, counts, t, op_of(m, dtype, COMM_SUM), comm,
                                     rp);
         else
-            e = MPI_Reduce_scatter(MPI_IN_PLACE, buf, counts, t, op_of(m, dtype, EXEC_SUM), comm);
+            e = MPI_Reduce_scatter(MPI_IN_PLACE, buf, counts, t, op_of(m, dtype, COMM_SUM), comm);
     }
     Req done = {0};
     Req *mv = q ? q : &done;
@@ -501,24 +454,22 @@ static int shard_call(ExecComm *c, void *buf, size_t numel, size_t shard, PxDtyp
     return rc;
 }
 
-static int m_reduce_scatter_shard(ExecComm *c, void *buf, size_t numel, size_t shard, PxDtype dtype,
-                                  int kind, int *req, PxError *err)
+static int m_reduce_scatter_shard(CommLayer *c, void *buf, size_t numel, size_t shard,
+                                  PxDtype dtype, ModelComm kind, int *req, PxError *err)
 {
     return shard_call(c, buf, numel, shard, dtype, kind, req, 0, err);
 }
 
-static int m_all_gather_shard(ExecComm *c, void *buf, size_t numel, size_t shard, PxDtype dtype,
-                              int kind, int *req, PxError *err)
+static int m_all_gather_shard(CommLayer *c, void *buf, size_t numel, size_t shard, PxDtype dtype,
+                              ModelComm kind, int *req, PxError *err)
 {
     return shard_call(c, buf, numel, shard, dtype, kind, req, 1, err);
 }
 
-static int p2p(ExecComm *c, void *buf, size_t bytes, int peer, int tag, int kind, int *req,
+static int p2p(CommLayer *c, void *buf, size_t bytes, int peer, int tag, ModelComm kind, int *req,
                int send, PxError *err)
 {
     MpiComm *m = (MpiComm *)c;
-    if (req)
-        *req = -1;
     int n = 0, rc, idx;
     if ((rc = count_of(bytes, &n, err)))
         return rc;
@@ -527,7 +478,6 @@ static int p2p(ExecComm *c, void *buf, size_t bytes, int peer, int tag, int kind
     Req *q = slot(m, req, &idx, err);
     if (idx == -2)
         return PX_ERUNTIME;
-    count_bytes(m, kind, bytes);
     MPI_Request local;
     MPI_Request *rp = q ? &q->r : &local;
     /* tags beyond MPI_TAG_UB wrap: messages of one pair still match in posting order */
@@ -550,19 +500,19 @@ static int p2p(ExecComm *c, void *buf, size_t bytes, int peer, int tag, int kind
     return e == MPI_SUCCESS ? PX_OK : mpi_fail(err, e, what);
 }
 
-static int m_send(ExecComm *c, const void *buf, size_t bytes, int peer, int tag, int kind, int *req,
-                  PxError *err)
+static int m_send(CommLayer *c, const void *buf, size_t bytes, int peer, int tag, ModelComm kind,
+                  int *req, PxError *err)
 {
     return p2p(c, (void *)buf, bytes, peer, tag, kind, req, 1, err);
 }
 
-static int m_recv(ExecComm *c, void *buf, size_t bytes, int peer, int tag, int kind, int *req,
-                  PxError *err)
+static int m_recv(CommLayer *c, void *buf, size_t bytes, int peer, int tag, ModelComm kind,
+                  int *req, PxError *err)
 {
     return p2p(c, buf, bytes, peer, tag, kind, req, 0, err);
 }
 
-static int m_wait(ExecComm *c, int *req, PxError *err)
+static int m_wait(CommLayer *c, int *req, PxError *err)
 {
     MpiComm *m = (MpiComm *)c;
     if (!req || *req < 0)
@@ -580,7 +530,7 @@ static int m_wait(ExecComm *c, int *req, PxError *err)
     return PX_OK;
 }
 
-static void m_progress(ExecComm *c)
+static void m_progress(CommLayer *c)
 {
     int flag = 0;
     (void)c;
@@ -588,10 +538,10 @@ static void m_progress(ExecComm *c)
     MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
 }
 
-static int m_control(ExecComm *c, double *vals, int n, ExecRedOp op, PxError *err)
+static int m_control(CommLayer *c, double *vals, int n, CommRedOp op, PxError *err)
 {
     MpiComm *m = (MpiComm *)c;
-    MPI_Op o = op == EXEC_MAX ? MPI_MAX : MPI_SUM;
+    MPI_Op o = op == COMM_MAX ? MPI_MAX : MPI_SUM;
     int e;
     if (nonblocking(m)) {
         MPI_Request r;
@@ -604,7 +554,7 @@ static int m_control(ExecComm *c, double *vals, int n, ExecRedOp op, PxError *er
     return e == MPI_SUCCESS ? PX_OK : mpi_fail(err, e, "control reduction");
 }
 
-static int m_gather_text(ExecComm *c, const char *text, char ***out, PxError *err)
+static int m_gather_text(CommLayer *c, const char *text, char ***out, PxError *err)
 {
     const int W = c->world, me = c->rank;
     *out = NULL;
@@ -682,7 +632,7 @@ static int m_gather_text(ExecComm *c, const char *text, char ***out, PxError *er
     return PX_OK;
 }
 
-static int m_barrier(ExecComm *c, PxError *err)
+static int m_barrier(CommLayer *c, PxError *err)
 {
     MpiComm *m = (MpiComm *)c;
     int e;
@@ -697,7 +647,7 @@ static int m_barrier(ExecComm *c, PxError *err)
     return e == MPI_SUCCESS ? PX_OK : mpi_fail(err, e, "barrier");
 }
 
-static void m_free(ExecComm *c)
+static void m_free(CommLayer *c)
 {
     MpiComm *m = (MpiComm *)c;
     if (!m)
@@ -716,7 +666,7 @@ static void m_free(ExecComm *c)
     }
     free(m->bcounts);
     free(m->bdispls);
-    for (int g = 0; g < 5; g++)
+    for (int g = 0; g < COMM_GROUPS; g++)
         if (m->group[g] != MPI_COMM_NULL && m->group[g] != MPI_COMM_WORLD)
             MPI_Comm_free(&m->group[g]);
     for (int i = 0; i < 2; i++) {
@@ -727,6 +677,22 @@ static void m_free(ExecComm *c)
     }
     free(m);
 }
+
+static const CommOps mpi_ops = {
+    .allreduce = m_allreduce,
+    .all_gather = m_all_gather,
+    .reduce_scatter = m_reduce_scatter,
+    .reduce_scatter_shard = m_reduce_scatter_shard,
+    .all_gather_shard = m_all_gather_shard,
+    .send = m_send,
+    .recv = m_recv,
+    .wait = m_wait,
+    .progress = m_progress,
+    .control = m_control,
+    .gather_text = m_gather_text,
+    .barrier = m_barrier,
+    .free = m_free,
+};
 
 /* Ranks on this node beyond its cores? Then waits poll and sleep. */
 static int oversubscribed(void)
@@ -741,7 +707,7 @@ static int oversubscribed(void)
     return local && cores > 0 && atol(local) > cores;
 }
 
-void exec_mpi_local(int *local_rank, int *local_size)
+void comm_mpi_local(int *local_rank, int *local_size)
 {
     MPI_Comm node;
     *local_rank = 0;
@@ -754,7 +720,7 @@ void exec_mpi_local(int *local_rank, int *local_size)
     MPI_Comm_free(&node);
 }
 
-int exec_comm_mpi(const ModelLayout *l, int tied_pair, ExecComm **out, PxError *err)
+int comm_mpi(const ModelLayout *l, int tied_pair, CommLayer **out, PxError *err)
 {
     *out = NULL;
     int rank = 0, world = 1;
@@ -783,19 +749,19 @@ int exec_comm_mpi(const ModelLayout *l, int tied_pair, ExecComm **out, PxError *
         reqs[i].counts = calloc((size_t)dpn, sizeof(int));
         reqs[i].displs = calloc((size_t)dpn, sizeof(int));
         if (!reqs[i].counts || !reqs[i].displs || !m->bcounts || !m->bdispls) {
-            for (int k = 0; k < 5; k++)
+            for (int k = 0; k < COMM_GROUPS; k++)
                 m->group[k] = MPI_COMM_NULL;
             m_free(&m->base);
             return px_fail(err, PX_ERUNTIME, "out of memory for the communication layer");
         }
     }
-    for (int g = 0; g < 5; g++)
+    for (int g = 0; g < COMM_GROUPS; g++)
         m->group[g] = MPI_COMM_NULL;
     int tp, cp, dp, pp;
     model_rank_coords(l, rank, &tp, &cp, &dp, &pp);
     /* one split per group; every rank takes part in every split (collective) */
-    ExecGroupSplit split[4];
-    exec_group_splits(l, rank, tied_pair, MPI_UNDEFINED, split);
+    CommGroupSplit split[4];
+    comm_group_splits(l, rank, tied_pair, MPI_UNDEFINED, split);
     int e = MPI_SUCCESS;
     for (int i = 0; i < 4 && e == MPI_SUCCESS; i++)
         e = MPI_Comm_split(MPI_COMM_WORLD, split[i].color, split[i].key, &m->group[split[i].group]);
@@ -816,13 +782,9 @@ int exec_comm_mpi(const ModelLayout *l, int tied_pair, ExecComm **out, PxError *
         m_free(&m->base);
         return mpi_fail(err, e, "creating the 16-bit reductions");
     }
-    ExecComm *c = &m->base;
-    c->name = "mpi";
-    c->rank = rank;
-    c->world = world;
-    for (int g = 0; g < 5; g++) {
-        c->group_size[g] = 1;
-        c->group_rank[g] = 0;
+    CommLayer *c = &m->base;
+    comm_layer_init(c, &mpi_ops, "mpi", rank, world);
+    for (int g = 0; g < COMM_GROUPS; g++) {
         if (g == MODEL_GROUP_PP || m->group[g] == MPI_COMM_NULL)
             continue;
         MPI_Comm_size(m->group[g], &c->group_size[g]);
@@ -836,28 +798,15 @@ int exec_comm_mpi(const ModelLayout *l, int tied_pair, ExecComm **out, PxError *
     MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
     m->tag_ub = flag && ub ? *(int *)ub : 32767;
     m->poll = oversubscribed();
-    c->allreduce = m_allreduce;
-    c->all_gather = m_all_gather;
-    c->reduce_scatter = m_reduce_scatter;
-    c->reduce_scatter_shard = m_reduce_scatter_shard;
-    c->all_gather_shard = m_all_gather_shard;
-    c->send = m_send;
-    c->recv = m_recv;
-    c->wait = m_wait;
-    c->progress = m_progress;
-    c->control = m_control;
-    c->gather_text = m_gather_text;
-    c->barrier = m_barrier;
-    c->free = m_free;
     *out = c;
     return PX_OK;
 }
 
 #else /* no MPI at build time */
 
-int exec_mpi_available(void) { return 0; }
+int comm_mpi_available(void) { return 0; }
 
-int exec_mpi_start(int *argc, char ***argv, int *rank, int *world)
+int comm_mpi_start(int *argc, char ***argv, int *rank, int *world)
 {
     (void)argc, (void)argv;
     /* started by a launcher all the same: each process runs alone and refuses a plan of
@@ -873,24 +822,24 @@ int exec_mpi_start(int *argc, char ***argv, int *rank, int *world)
     return 0;
 }
 
-void exec_mpi_abort(int code) { (void)code; }
+void comm_mpi_abort(int code) { (void)code; }
 
-void exec_mpi_finish(void) {}
+void comm_mpi_finish(void) {}
 
-void exec_mpi_local(int *local_rank, int *local_size)
+void comm_mpi_local(int *local_rank, int *local_size)
 {
     *local_rank = 0;
     *local_size = 1;
 }
 
-int exec_mpi_agree(int status, int *first_rank)
+int comm_mpi_agree(int status, int *first_rank)
 {
     if (first_rank)
         *first_rank = 0;
     return status;
 }
 
-int exec_comm_mpi(const ModelLayout *l, int tied_pair, ExecComm **out, PxError *err)
+int comm_mpi(const ModelLayout *l, int tied_pair, CommLayer **out, PxError *err)
 {
     (void)tied_pair;
     *out = NULL;

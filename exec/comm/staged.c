@@ -2,19 +2,20 @@
  * fallback when several ranks share one GPU (NCCL refuses two ranks on one device) or NCCL was
  * not built. Each arena the executor attaches gets a host mirror (page-locked, from the
  * backend's host_alloc) at the same offsets, so that a device pointer maps to its mirror and
- * the in-place and aliasing rules of the ExecComm table (an all-gather whose input is part of
- * its output, an in-place reduce-scatter) hold on the host as they did on the device. A call
+ * the in-place and aliasing rules of comm.h's calls (an all-gather whose input is part of its
+ * output, an in-place reduce-scatter) hold on the host as they did on the device. A call
  * copies its input from the device into the mirror, runs the MPI call on the mirror, and copies
  * its output back: at once for a blocking call, at the wait for a non-blocking one (the buffers
  * belong to the operation until then, so nothing else touches either copy meanwhile).
  *
  * Costs: two trips over PCIe per call and no overlap of a reduction with the kernels that
  * precede its start (the copy waits for them). Correctness, not speed: a GPU per rank and NCCL
- * are the fast path. Bytes are counted by the MPI layer, as the op graph lists them. */
+ * are the fast path. The inner layer's raw operations run on the mirrors: comm.c counts each call
+ * once, on this layer, and never hands it a group of one (whose copy stays on the device). */
 #include <stdlib.h>
 #include <string.h>
 
-#include "exec/exec.h"
+#include "exec/comm/backend.h"
 #include "kernels/kernels.h"
 
 enum { STAGED_MIRRORS = 16, STAGED_REQS = 1024 };
@@ -26,37 +27,19 @@ typedef struct {
 
 typedef struct {
     int active;
-    int inner;           /* the MPI layer's request */
+    int inner;           /* the inner layer's request */
     void *out_dev;       /* copied back at the wait (NULL: nothing to copy) */
     const void *out_host;
     size_t out_bytes;
 } StagedReq;
 
 typedef struct {
-    ExecComm base; /* first: the table's functions cast back */
-    ExecComm *inner;
+    CommLayer base; /* first: the raw operations cast back; base.inner runs the calls */
     const KernBackend *k;
     Mirror mirror[STAGED_MIRRORS];
     int n_mirrors;
     StagedReq *reqs;
 } StagedComm;
-
-/* The layer of a call, its timeout and step handed on to the MPI layer that waits. */
-static StagedComm *staged(ExecComm *c)
-{
-    StagedComm *s = (StagedComm *)c;
-    if (s && s->inner) {
-        s->inner->timeout_s = c->timeout_s;
-        s->inner->step = c->step;
-    }
-    return s;
-}
-
-static void sync_counts(StagedComm *s)
-{
-    memcpy(s->base.bytes, s->inner->bytes, sizeof s->base.bytes);
-    memcpy(s->base.calls, s->inner->calls, sizeof s->base.calls);
-}
 
 /* The host mirror of [p, p + bytes): NULL (with err filled) when no attached memory holds it. */
 static void *host_of(StagedComm *s, const void *p, size_t bytes, PxError *err)
@@ -74,9 +57,9 @@ static void *host_of(StagedComm *s, const void *p, size_t bytes, PxError *err)
     return NULL;
 }
 
-static size_t group_of(const StagedComm *s, int kind)
+static size_t group_of(const StagedComm *s, ModelComm kind)
 {
-    return (size_t)s->base.group_size[model_comm_group((ModelComm)kind)];
+    return (size_t)s->base.group_size[model_comm_group(kind)];
 }
 
 /* After the inner call: a blocking one copies its output back now, a non-blocking one keeps
@@ -84,7 +67,6 @@ static size_t group_of(const StagedComm *s, int kind)
 static int finish(StagedComm *s, int rc, int inner_req, int *req, void *out_dev,
                   const void *out_host, size_t out_bytes, PxError *err)
 {
-    sync_counts(s);
     if (rc)
         return rc;
     if (!req) {
@@ -104,185 +86,158 @@ static int finish(StagedComm *s, int rc, int inner_req, int *req, void *out_dev,
         *req = i;
         return PX_OK;
     }
-    /* cannot happen while the MPI layer has fewer slots; complete it rather than lose it */
-    int w = s->inner->wait(s->inner, &inner_req, err);
+    /* cannot happen while the inner layer has fewer slots; complete it rather than lose it */
+    CommLayer *in = s->base.inner;
+    int w = in->ops->wait(in, &inner_req, err);
     if (!w && out_dev && out_bytes)
         s->k->to_device(out_dev, out_host, out_bytes);
     *req = -1;
     return w;
 }
 
-static int st_allreduce(ExecComm *c, void *buf, size_t count, PxDtype dtype, ExecRedOp op,
-                        int kind, int *req, PxError *err)
+static int st_allreduce(CommLayer *c, void *buf, size_t count, PxDtype dtype, CommRedOp op,
+                        ModelComm kind, int *req, PxError *err)
 {
-    StagedComm *s = staged(c);
-    if (req)
-        *req = -1;
+    StagedComm *s = (StagedComm *)c;
     const size_t bytes = count * px_dtype_bytes(dtype);
-    if (group_of(s, kind) < 2 || count == 0)
-        return PX_OK;
     void *h = host_of(s, buf, bytes, err);
     if (!h)
         return PX_ERUNTIME;
     s->k->to_host(h, buf, bytes);
     int ir = -1;
-    int rc = s->inner->allreduce(s->inner, h, count, dtype, op, kind, req ? &ir : NULL, err);
+    int rc = c->inner->ops->allreduce(c->inner, h, count, dtype, op, kind, req ? &ir : NULL, err);
     return finish(s, rc, ir, req, buf, h, bytes, err);
 }
 
-static int st_all_gather(ExecComm *c, void *out, const void *in, size_t count, PxDtype dtype,
-                         int kind, int *req, PxError *err)
+static int st_all_gather(CommLayer *c, void *out, const void *in, size_t count, PxDtype dtype,
+                         ModelComm kind, int *req, PxError *err)
 {
-    StagedComm *s = staged(c);
-    if (req)
-        *req = -1;
+    StagedComm *s = (StagedComm *)c;
     const size_t es = px_dtype_bytes(dtype), g = group_of(s, kind);
-    if (g < 2) {
-        if (out != in)
-            s->k->copy(out, in, count * es);
-        return PX_OK;
-    }
     void *ho = host_of(s, out, g * count * es, err);
     void *hi = ho ? host_of(s, in, count * es, err) : NULL;
     if (!hi)
         return PX_ERUNTIME;
     s->k->to_host(hi, in, count * es);
     int ir = -1;
-    int rc = s->inner->all_gather(s->inner, ho, hi, count, dtype, kind, req ? &ir : NULL, err);
+    int rc = c->inner->ops->all_gather(c->inner, ho, hi, count, dtype, kind, req ? &ir : NULL,
+                                       err);
     return finish(s, rc, ir, req, out, ho, g * count * es, err);
 }
 
-static int st_reduce_scatter(ExecComm *c, void *out, const void *in, size_t count, PxDtype dtype,
-                             int kind, int *req, PxError *err)
+static int st_reduce_scatter(CommLayer *c, void *out, const void *in, size_t count, PxDtype dtype,
+                             ModelComm kind, int *req, PxError *err)
 {
-    StagedComm *s = staged(c);
-    if (req)
-        *req = -1;
+    StagedComm *s = (StagedComm *)c;
     const size_t es = px_dtype_bytes(dtype), g = group_of(s, kind);
-    if (g < 2) {
-        if (out != in)
-            s->k->copy(out, in, count * es);
-        return PX_OK;
-    }
     void *hi = host_of(s, in, g * count * es, err);
     void *ho = hi ? host_of(s, out, count * es, err) : NULL;
     if (!ho)
         return PX_ERUNTIME;
     s->k->to_host(hi, in, g * count * es);
     int ir = -1;
-    int rc = s->inner->reduce_scatter(s->inner, ho, hi, count, dtype, kind, req ? &ir : NULL, err);
+    int rc = c->inner->ops->reduce_scatter(c->inner, ho, hi, count, dtype, kind,
+                                           req ? &ir : NULL, err);
     return finish(s, rc, ir, req, out, ho, count * es, err);
 }
 
 /* The sharded calls work on the whole block in place: it goes over and comes back whole (the
  * parts that are not this rank's are undefined after a reduce-scatter anyway). */
-static int st_shard(ExecComm *c, void *buf, size_t numel, size_t shard, PxDtype dtype, int kind,
-                    int *req, int gather, PxError *err)
+static int st_shard(CommLayer *c, void *buf, size_t numel, size_t shard, PxDtype dtype,
+                    ModelComm kind, int *req, int gather, PxError *err)
 {
-    StagedComm *s = staged(c);
-    if (req)
-        *req = -1;
+    StagedComm *s = (StagedComm *)c;
     const size_t bytes = numel * px_dtype_bytes(dtype);
-    if (group_of(s, kind) < 2 || numel == 0)
-        return PX_OK;
     void *h = host_of(s, buf, bytes, err);
     if (!h)
         return PX_ERUNTIME;
     s->k->to_host(h, buf, bytes);
     int ir = -1;
-    int rc = gather ? s->inner->all_gather_shard(s->inner, h, numel, shard, dtype, kind,
-                                                 req ? &ir : NULL, err)
-                    : s->inner->reduce_scatter_shard(s->inner, h, numel, shard, dtype, kind,
-                                                     req ? &ir : NULL, err);
+    CommLayer *in = c->inner;
+    int rc = gather ? in->ops->all_gather_shard(in, h, numel, shard, dtype, kind,
+                                                req ? &ir : NULL, err)
+                    : in->ops->reduce_scatter_shard(in, h, numel, shard, dtype, kind,
+                                                    req ? &ir : NULL, err);
     return finish(s, rc, ir, req, buf, h, bytes, err);
 }
 
-static int st_reduce_scatter_shard(ExecComm *c, void *buf, size_t numel, size_t shard,
-                                   PxDtype dtype, int kind, int *req, PxError *err)
+static int st_reduce_scatter_shard(CommLayer *c, void *buf, size_t numel, size_t shard,
+                                   PxDtype dtype, ModelComm kind, int *req, PxError *err)
 {
     return st_shard(c, buf, numel, shard, dtype, kind, req, 0, err);
 }
 
-static int st_all_gather_shard(ExecComm *c, void *buf, size_t numel, size_t shard, PxDtype dtype,
-                               int kind, int *req, PxError *err)
+static int st_all_gather_shard(CommLayer *c, void *buf, size_t numel, size_t shard,
+                               PxDtype dtype, ModelComm kind, int *req, PxError *err)
 {
     return st_shard(c, buf, numel, shard, dtype, kind, req, 1, err);
 }
 
-static int st_send(ExecComm *c, const void *buf, size_t bytes, int peer, int tag, int kind,
+static int st_send(CommLayer *c, const void *buf, size_t bytes, int peer, int tag, ModelComm kind,
                    int *req, PxError *err)
 {
-    StagedComm *s = staged(c);
-    if (req)
-        *req = -1;
+    StagedComm *s = (StagedComm *)c;
     void *h = host_of(s, buf, bytes, err);
     if (!h)
         return PX_ERUNTIME;
     s->k->to_host(h, buf, bytes);
     int ir = -1;
-    int rc = s->inner->send(s->inner, h, bytes, peer, tag, kind, req ? &ir : NULL, err);
+    int rc = c->inner->ops->send(c->inner, h, bytes, peer, tag, kind, req ? &ir : NULL, err);
     return finish(s, rc, ir, req, NULL, NULL, 0, err);
 }
 
-static int st_recv(ExecComm *c, void *buf, size_t bytes, int peer, int tag, int kind, int *req,
-                   PxError *err)
+static int st_recv(CommLayer *c, void *buf, size_t bytes, int peer, int tag, ModelComm kind,
+                   int *req, PxError *err)
 {
-    StagedComm *s = staged(c);
-    if (req)
-        *req = -1;
+    StagedComm *s = (StagedComm *)c;
     void *h = host_of(s, buf, bytes, err);
     if (!h)
         return PX_ERUNTIME;
     int ir = -1;
-    int rc = s->inner->recv(s->inner, h, bytes, peer, tag, kind, req ? &ir : NULL, err);
+    int rc = c->inner->ops->recv(c->inner, h, bytes, peer, tag, kind, req ? &ir : NULL, err);
     return finish(s, rc, ir, req, buf, h, bytes, err);
 }
 
-static int st_wait(ExecComm *c, int *req, PxError *err)
+static int st_wait(CommLayer *c, int *req, PxError *err)
 {
-    StagedComm *s = staged(c);
-    if (!req || *req < 0)
-        return PX_OK;
+    StagedComm *s = (StagedComm *)c;
     StagedReq *q = &s->reqs[*req];
     *req = -1;
     if (!q->active)
         return PX_OK;
     q->active = 0;
-    int rc = s->inner->wait(s->inner, &q->inner, err);
+    int rc = c->inner->ops->wait(c->inner, &q->inner, err);
     if (!rc && q->out_dev && q->out_bytes)
         s->k->to_device(q->out_dev, q->out_host, q->out_bytes);
     return rc;
 }
 
-static void st_progress(ExecComm *c)
+static void st_progress(CommLayer *c)
 {
-    StagedComm *s = staged(c);
-    s->inner->progress(s->inner);
+    if (c->inner->ops->progress)
+        c->inner->ops->progress(c->inner);
 }
 
-static int st_control(ExecComm *c, double *vals, int n, ExecRedOp op, PxError *err)
+static int st_control(CommLayer *c, double *vals, int n, CommRedOp op, PxError *err)
 {
-    StagedComm *s = staged(c);
-    return s->inner->control(s->inner, vals, n, op, err);
+    return c->inner->ops->control(c->inner, vals, n, op, err);
 }
 
-static int st_gather_text(ExecComm *c, const char *text, char ***out, PxError *err)
+static int st_gather_text(CommLayer *c, const char *text, char ***out, PxError *err)
 {
-    StagedComm *s = staged(c);
-    return s->inner->gather_text(s->inner, text, out, err);
+    return c->inner->ops->gather_text(c->inner, text, out, err);
 }
 
-static int st_barrier(ExecComm *c, PxError *err)
+static int st_barrier(CommLayer *c, PxError *err)
 {
-    StagedComm *s = staged(c);
-    return s->inner->barrier(s->inner, err);
+    return c->inner->ops->barrier(c->inner, err);
 }
 
 /* A new mirror for [base, base + bytes); attaching the same base again replaces its mirror (an
  * executor made again on the same layer). */
-static int st_attach(ExecComm *c, void *base, size_t bytes, PxError *err)
+static int st_attach(CommLayer *c, void *base, size_t bytes, PxError *err)
 {
-    StagedComm *s = staged(c);
+    StagedComm *s = (StagedComm *)c;
     Mirror *m = NULL;
     for (int i = 0; i < s->n_mirrors && !m; i++)
         if (s->mirror[i].dev == base)
@@ -309,20 +264,43 @@ static int st_attach(ExecComm *c, void *base, size_t bytes, PxError *err)
     return PX_OK;
 }
 
-static void st_free(ExecComm *c)
+/* a group of one: this rank's part stays on the device */
+static int st_copy(CommLayer *c, void *dst, const void *src, size_t bytes, PxError *err)
 {
-    StagedComm *s = staged(c);
-    if (!s)
-        return;
+    (void)err;
+    ((StagedComm *)c)->k->copy(dst, src, bytes);
+    return PX_OK;
+}
+
+static void st_free(CommLayer *c)
+{
+    StagedComm *s = (StagedComm *)c;
     for (int i = 0; i < s->n_mirrors; i++)
         s->k->host_free(s->mirror[i].host);
-    if (s->inner)
-        s->inner->free(s->inner);
+    comm_free(c->inner);
     free(s->reqs);
     free(s);
 }
 
-int exec_comm_staged(ExecComm *inner, const struct KernBackend *k, ExecComm **out, PxError *err)
+static const CommOps staged_ops = {
+    .allreduce = st_allreduce,
+    .all_gather = st_all_gather,
+    .reduce_scatter = st_reduce_scatter,
+    .reduce_scatter_shard = st_reduce_scatter_shard,
+    .all_gather_shard = st_all_gather_shard,
+    .send = st_send,
+    .recv = st_recv,
+    .wait = st_wait,
+    .progress = st_progress,
+    .control = st_control,
+    .gather_text = st_gather_text,
+    .barrier = st_barrier,
+    .free = st_free,
+    .attach = st_attach,
+    .copy = st_copy,
+};
+
+int comm_staged(CommLayer *inner, const KernBackend *k, CommLayer **out, PxError *err)
 {
     *out = NULL;
     StagedComm *s = calloc(1, sizeof *s);
@@ -330,32 +308,19 @@ int exec_comm_staged(ExecComm *inner, const struct KernBackend *k, ExecComm **ou
     if (!s || !reqs) {
         free(s);
         free(reqs);
-        inner->free(inner);
+        comm_free(inner);
         return px_fail(err, PX_ERUNTIME, "out of memory for the communication layer");
     }
-    s->inner = inner;
-    s->k = k;
-    s->reqs = reqs;
-    ExecComm *c = &s->base;
-    c->name = inner->name; /* "mpi": the header says that it is staged */
-    c->rank = inner->rank;
-    c->world = inner->world;
+    CommLayer *c = &s->base;
+    /* the name stays the inner one's ("mpi"): the run's header says that it is staged */
+    comm_layer_init(c, &staged_ops, inner->name, inner->rank, inner->world);
     memcpy(c->group_size, inner->group_size, sizeof c->group_size);
     memcpy(c->group_rank, inner->group_rank, sizeof c->group_rank);
-    c->allreduce = st_allreduce;
-    c->all_gather = st_all_gather;
-    c->reduce_scatter = st_reduce_scatter;
-    c->reduce_scatter_shard = st_reduce_scatter_shard;
-    c->all_gather_shard = st_all_gather_shard;
-    c->send = st_send;
-    c->recv = st_recv;
-    c->wait = st_wait;
-    c->progress = st_progress;
-    c->control = st_control;
-    c->gather_text = st_gather_text;
-    c->barrier = st_barrier;
-    c->free = st_free;
-    c->attach = st_attach;
+    c->timeout_s = inner->timeout_s;
+    c->step = inner->step;
+    c->inner = inner;
+    s->k = k;
+    s->reqs = reqs;
     *out = c;
     return PX_OK;
 }

@@ -1,10 +1,11 @@
-/* The NCCL communication layer: the ExecComm table of comm_mpi.c for ranks that each have a GPU,
- * with every buffer in device memory. MPI stays underneath: it starts the job, carries each
+/* The NCCL communication layer: mpi.c's raw operations for ranks that each have a GPU, with
+ * every buffer in device memory (comm.c counts the calls and copies a group of one's part on
+ * the device, with this layer's copy). MPI stays underneath: it starts the job, carries each
  * NCCL communicator's unique id from the group's first rank to the others (MPI_Bcast over the
  * group's MPI communicator), and takes the control traffic (loss, norm, stop flag), the
  * gathered figures and the barrier, which live on the host.
  *
- * Groups are comm_mpi.c's: tp, cp, dp x cp (its rank is the ZeRO shard), the tied-embedding
+ * Groups are mpi.c's: tp, cp, dp x cp (its rank is the ZeRO shard), the tied-embedding
  * pair; one NCCL communicator each where the group has two ranks or more. The pipeline gets one
  * two-rank communicator per directed edge between neighbouring stages (s -> s+1 and s -> s-1,
  * ring included for interleaving): NCCL matches point-to-point messages in issue order, not by
@@ -30,7 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "exec/exec.h"
+#include "exec/comm/backend.h"
 
 #if defined(PX_HAVE_NCCL) && defined(PX_HAVE_MPI)
 
@@ -38,7 +39,7 @@
 #include <mpi.h>
 #include <nccl.h>
 
-int exec_nccl_available(void) { return 1; }
+int comm_nccl_available(void) { return 1; }
 
 enum { NCCL_REQS = 1024, NCCL_EDGES = 4 };
 
@@ -54,10 +55,10 @@ typedef struct {
 } NcclEdge;
 
 typedef struct {
-    ExecComm base; /* first: the table's functions cast back */
-    ExecComm *mpi; /* control, gather_text, barrier */
-    MPI_Comm group[5];
-    ncclComm_t nccl[5]; /* NULL where the group has one rank */
+    CommLayer base; /* first: the raw operations cast back; base.inner is the MPI layer (control,
+                       gather_text, barrier, and the host's waits with their timeout) */
+    MPI_Comm group[COMM_GROUPS];
+    ncclComm_t nccl[COMM_GROUPS]; /* NULL where the group has one rank */
     NcclEdge out[NCCL_EDGES], in[NCCL_EDGES];
     int n_out, n_in;
     cudaStream_t coll, send, recv;
@@ -86,15 +87,7 @@ static int nccl_type(PxDtype t, ncclDataType_t *out, PxError *err)
     }
 }
 
-static void count_bytes(NcclComm *n, int kind, uint64_t bytes)
-{
-    if (kind >= 0 && kind < MODEL_COMM_COUNT) {
-        n->base.bytes[kind] += bytes;
-        n->base.calls[kind]++;
-    }
-}
-
-static int gidx(int kind) { return (int)model_comm_group((ModelComm)kind); }
+static int gidx(ModelComm kind) { return (int)model_comm_group(kind); }
 
 /* The operation's stream waits for the compute stream's work issued so far. */
 static int begin(NcclComm *n, cudaStream_t st, PxError *err)
@@ -136,95 +129,71 @@ static int copy_d2d(void *dst, const void *src, size_t bytes, cudaStream_t st, P
     return e == cudaSuccess ? PX_OK : cuda_fail(err, e, "a device copy");
 }
 
-static int n_allreduce(ExecComm *c, void *buf, size_t count, PxDtype dtype, ExecRedOp op, int kind,
-                       int *req, PxError *err)
+static int n_allreduce(CommLayer *c, void *buf, size_t count, PxDtype dtype, CommRedOp op,
+                       ModelComm kind, int *req, PxError *err)
 {
     NcclComm *n = (NcclComm *)c;
-    if (req)
-        *req = -1;
     ncclComm_t comm = n->nccl[gidx(kind)];
-    if (!comm || count == 0)
-        return PX_OK;
     ncclDataType_t t;
     int rc = nccl_type(dtype, &t, err);
     if (rc || (rc = begin(n, n->coll, err)))
         return rc;
-    count_bytes(n, kind, (uint64_t)count * px_dtype_bytes(dtype));
-    ncclResult_t r = ncclAllReduce(buf, buf, count, t, op == EXEC_MAX ? ncclMax : ncclSum, comm,
+    ncclResult_t r = ncclAllReduce(buf, buf, count, t, op == COMM_MAX ? ncclMax : ncclSum, comm,
                                    n->coll);
     if (r != ncclSuccess)
-        return nccl_fail(err, r, model_comm_name((ModelComm)kind));
+        return nccl_fail(err, r, model_comm_name(kind));
     return end(n, n->coll, req, err);
 }
 
-static int n_all_gather(ExecComm *c, void *out, const void *in, size_t count, PxDtype dtype,
-                        int kind, int *req, PxError *err)
+static int n_all_gather(CommLayer *c, void *out, const void *in, size_t count, PxDtype dtype,
+                        ModelComm kind, int *req, PxError *err)
 {
     NcclComm *n = (NcclComm *)c;
-    if (req)
-        *req = -1;
     ncclComm_t comm = n->nccl[gidx(kind)];
-    const size_t es = px_dtype_bytes(dtype);
-    if (!comm)
-        return copy_d2d(out, in, count * es, 0, err);
     ncclDataType_t t;
     int rc = nccl_type(dtype, &t, err);
     if (rc || (rc = begin(n, n->coll, err)))
         return rc;
-    count_bytes(n, kind, (uint64_t)c->group_size[gidx(kind)] * count * es);
     ncclResult_t r = ncclAllGather(in, out, count, t, comm, n->coll); /* in place when in is
                                                                          out's own part */
     if (r != ncclSuccess)
-        return nccl_fail(err, r, model_comm_name((ModelComm)kind));
+        return nccl_fail(err, r, model_comm_name(kind));
     return end(n, n->coll, req, err);
 }
 
-static int n_reduce_scatter(ExecComm *c, void *out, const void *in, size_t count, PxDtype dtype,
-                            int kind, int *req, PxError *err)
+static int n_reduce_scatter(CommLayer *c, void *out, const void *in, size_t count,
+                            PxDtype dtype, ModelComm kind, int *req, PxError *err)
 {
     NcclComm *n = (NcclComm *)c;
-    if (req)
-        *req = -1;
     const int g = gidx(kind);
     ncclComm_t comm = n->nccl[g];
     const size_t es = px_dtype_bytes(dtype);
-    if (!comm)
-        return copy_d2d(out, in, count * es, 0, err);
     ncclDataType_t t;
     int rc = nccl_type(dtype, &t, err);
     if (rc || (rc = begin(n, n->coll, err)))
         return rc;
-    count_bytes(n, kind, (uint64_t)c->group_size[g] * count * es);
-    /* the table's in place (out == in) leaves the sum at the start of in; NCCL's leaves it at
+    /* comm.h's in place (out == in) leaves the sum at the start of in; NCCL's leaves it at
      * this rank's part, from where it moves on the same stream */
     char *dst = out == in ? (char *)out + (size_t)c->group_rank[g] * count * es : out;
     ncclResult_t r = ncclReduceScatter(in, dst, count, t, ncclSum, comm, n->coll);
     if (r != ncclSuccess)
-        return nccl_fail(err, r, model_comm_name((ModelComm)kind));
+        return nccl_fail(err, r, model_comm_name(kind));
     if ((rc = copy_d2d(out, dst, count * es, n->coll, err)))
         return rc;
     return end(n, n->coll, req, err);
 }
 
-static int shard_call(ExecComm *c, void *buf, size_t numel, size_t shard, PxDtype dtype, int kind,
-                      int *req, int gather, PxError *err)
+static int shard_call(CommLayer *c, void *buf, size_t numel, size_t shard, PxDtype dtype,
+                      ModelComm kind, int *req, int gather, PxError *err)
 {
     NcclComm *n = (NcclComm *)c;
-    if (req)
-        *req = -1;
-    const int g = gidx(kind), size = c->group_size[g], me = c->group_rank[g];
+    const int g = MODEL_GROUP_DP, size = c->group_size[g], me = c->group_rank[g];
     ncclComm_t comm = n->nccl[g];
-    if (!comm || numel == 0)
-        return PX_OK;
-    if (g != MODEL_GROUP_DP)
-        return px_fail(err, PX_ERUNTIME, "sharded %s over a group other than dp x cp",
-                       model_comm_name((ModelComm)kind));
     ncclDataType_t t;
     int rc = nccl_type(dtype, &t, err);
     if (rc || (rc = begin(n, n->coll, err)))
         return rc;
     const size_t es = px_dtype_bytes(dtype);
-    count_bytes(n, kind, (uint64_t)size * shard * es);
     char *b = buf;
     ncclResult_t r;
     if (numel == (size_t)size * shard) {
@@ -247,18 +216,18 @@ static int shard_call(ExecComm *c, void *buf, size_t numel, size_t shard, PxDtyp
             r = r2;
     }
     if (r != ncclSuccess)
-        return nccl_fail(err, r, model_comm_name((ModelComm)kind));
+        return nccl_fail(err, r, model_comm_name(kind));
     return end(n, n->coll, req, err);
 }
 
-static int n_reduce_scatter_shard(ExecComm *c, void *buf, size_t numel, size_t shard,
-                                  PxDtype dtype, int kind, int *req, PxError *err)
+static int n_reduce_scatter_shard(CommLayer *c, void *buf, size_t numel, size_t shard,
+                                  PxDtype dtype, ModelComm kind, int *req, PxError *err)
 {
     return shard_call(c, buf, numel, shard, dtype, kind, req, 0, err);
 }
 
-static int n_all_gather_shard(ExecComm *c, void *buf, size_t numel, size_t shard, PxDtype dtype,
-                              int kind, int *req, PxError *err)
+static int n_all_gather_shard(CommLayer *c, void *buf, size_t numel, size_t shard,
+                              PxDtype dtype, ModelComm kind, int *req, PxError *err)
 {
     return shard_call(c, buf, numel, shard, dtype, kind, req, 1, err);
 }
@@ -271,12 +240,9 @@ static const NcclEdge *edge(const NcclEdge *e, int n, int peer)
     return NULL;
 }
 
-static int p2p(ExecComm *c, void *buf, size_t bytes, int peer, int kind, int *req, int send,
-               PxError *err)
+static int p2p(CommLayer *c, void *buf, size_t bytes, int peer, int *req, int send, PxError *err)
 {
     NcclComm *n = (NcclComm *)c;
-    if (req)
-        *req = -1;
     const NcclEdge *e = send ? edge(n->out, n->n_out, peer) : edge(n->in, n->n_in, peer);
     if (!e)
         return px_fail(err, PX_ERUNTIME, "no pipeline link %s rank %d", send ? "to" : "from", peer);
@@ -284,7 +250,6 @@ static int p2p(ExecComm *c, void *buf, size_t bytes, int peer, int kind, int *re
     int rc = begin(n, st, err);
     if (rc)
         return rc;
-    count_bytes(n, kind, bytes);
     ncclResult_t r = send ? ncclSend(buf, bytes, ncclUint8, e->peer_index, e->comm, st)
                           : ncclRecv(buf, bytes, ncclUint8, e->peer_index, e->comm, st);
     if (r != ncclSuccess) {
@@ -297,25 +262,23 @@ static int p2p(ExecComm *c, void *buf, size_t bytes, int peer, int kind, int *re
 
 /* The tag is not needed: each directed edge has its own communicator, whose messages arrive in
  * the order they were sent, which is the order the receiver expects them (see the top). */
-static int n_send(ExecComm *c, const void *buf, size_t bytes, int peer, int tag, int kind,
+static int n_send(CommLayer *c, const void *buf, size_t bytes, int peer, int tag,
+                  ModelComm kind, int *req, PxError *err)
+{
+    (void)tag, (void)kind;
+    return p2p(c, (void *)buf, bytes, peer, req, 1, err);
+}
+
+static int n_recv(CommLayer *c, void *buf, size_t bytes, int peer, int tag, ModelComm kind,
                   int *req, PxError *err)
 {
-    (void)tag;
-    return p2p(c, (void *)buf, bytes, peer, kind, req, 1, err);
+    (void)tag, (void)kind;
+    return p2p(c, buf, bytes, peer, req, 0, err);
 }
 
-static int n_recv(ExecComm *c, void *buf, size_t bytes, int peer, int tag, int kind, int *req,
-                  PxError *err)
-{
-    (void)tag;
-    return p2p(c, buf, bytes, peer, kind, req, 0, err);
-}
-
-static int n_wait(ExecComm *c, int *req, PxError *err)
+static int n_wait(CommLayer *c, int *req, PxError *err)
 {
     NcclComm *n = (NcclComm *)c;
-    if (!req || *req < 0)
-        return PX_OK;
     NcclReq *q = &n->reqs[*req];
     *req = -1;
     if (!q->active)
@@ -325,45 +288,37 @@ static int n_wait(ExecComm *c, int *req, PxError *err)
     return e == cudaSuccess ? PX_OK : cuda_fail(err, e, "waiting for a communication");
 }
 
-/* The host's waits are the MPI layer's: it gets the timeout and the step for its message. */
-static void hand_on(NcclComm *n)
+/* The host's waits are the MPI layer's (base.inner: it has the timeout and the step, which
+ * comm.c hands on); NCCL progresses on the GPU, so there is no progress to make here. */
+static int n_control(CommLayer *c, double *vals, int cnt, CommRedOp op, PxError *err)
 {
-    n->mpi->timeout_s = n->base.timeout_s;
-    n->mpi->step = n->base.step;
+    return c->inner->ops->control(c->inner, vals, cnt, op, err);
 }
 
-static void n_progress(ExecComm *c) { (void)c; /* NCCL progresses on the GPU */ }
-
-static int n_control(ExecComm *c, double *vals, int cnt, ExecRedOp op, PxError *err)
+static int n_gather_text(CommLayer *c, const char *text, char ***out, PxError *err)
 {
-    NcclComm *n = (NcclComm *)c;
-    hand_on(n);
-    return n->mpi->control(n->mpi, vals, cnt, op, err);
+    return c->inner->ops->gather_text(c->inner, text, out, err);
 }
 
-static int n_gather_text(ExecComm *c, const char *text, char ***out, PxError *err)
+static int n_barrier(CommLayer *c, PxError *err)
 {
-    NcclComm *n = (NcclComm *)c;
-    hand_on(n);
-    return n->mpi->gather_text(n->mpi, text, out, err);
+    return c->inner->ops->barrier(c->inner, err);
 }
 
-static int n_barrier(ExecComm *c, PxError *err)
+/* a group of one: this rank's part stays on the device, ordered on the compute stream */
+static int n_copy(CommLayer *c, void *dst, const void *src, size_t bytes, PxError *err)
 {
-    NcclComm *n = (NcclComm *)c;
-    hand_on(n);
-    return n->mpi->barrier(n->mpi, err);
+    (void)c;
+    return copy_d2d(dst, src, bytes, 0, err);
 }
 
-static void n_free(ExecComm *c)
+static void n_free(CommLayer *c)
 {
     NcclComm *n = (NcclComm *)c;
-    if (!n)
-        return;
     /* queued operations finish first (an error path may leave some) */
     if (n->coll)
         cudaStreamSynchronize(n->coll);
-    for (int g = 0; g < 5; g++) {
+    for (int g = 0; g < COMM_GROUPS; g++) {
         if (n->nccl[g])
             ncclCommDestroy(n->nccl[g]);
         if (n->group[g] != MPI_COMM_NULL)
@@ -385,10 +340,25 @@ static void n_free(ExecComm *c)
         cudaStreamDestroy(n->send);
     if (n->recv)
         cudaStreamDestroy(n->recv);
-    if (n->mpi)
-        n->mpi->free(n->mpi);
+    comm_free(c->inner);
     free(n);
 }
+
+static const CommOps nccl_ops = {
+    .allreduce = n_allreduce,
+    .all_gather = n_all_gather,
+    .reduce_scatter = n_reduce_scatter,
+    .reduce_scatter_shard = n_reduce_scatter_shard,
+    .all_gather_shard = n_all_gather_shard,
+    .send = n_send,
+    .recv = n_recv,
+    .wait = n_wait,
+    .control = n_control,
+    .gather_text = n_gather_text,
+    .barrier = n_barrier,
+    .free = n_free,
+    .copy = n_copy,
+};
 
 /* One NCCL communicator over an MPI communicator: its rank 0 makes the id, MPI_Bcast carries
  * it. The members first agree that none has failed before (failed: this rank has, err holds
@@ -451,27 +421,25 @@ static int pipeline_edges(int p, Edge *e)
     return n;
 }
 
-int exec_comm_nccl(const ModelLayout *l, int tied_pair, ExecComm **out, PxError *err)
+int comm_nccl(const ModelLayout *l, int tied_pair, CommLayer **out, PxError *err)
 {
     *out = NULL;
-    ExecComm *mpi = NULL;
-    int rc = exec_comm_mpi(l, tied_pair, &mpi, err);
+    CommLayer *mpi = NULL;
+    int rc = comm_mpi(l, tied_pair, &mpi, err);
     if (rc)
         return rc;
     NcclComm *n = calloc(1, sizeof *n);
     if (!n) {
-        mpi->free(mpi);
+        comm_free(mpi);
         return px_fail(err, PX_ERUNTIME, "out of memory for the communication layer");
     }
-    n->mpi = mpi;
-    for (int g = 0; g < 5; g++)
+    for (int g = 0; g < COMM_GROUPS; g++)
         n->group[g] = MPI_COMM_NULL;
-    ExecComm *c = &n->base;
-    c->name = "nccl";
-    c->rank = mpi->rank;
-    c->world = mpi->world;
+    CommLayer *c = &n->base;
+    comm_layer_init(c, &nccl_ops, "nccl", mpi->rank, mpi->world);
     memcpy(c->group_size, mpi->group_size, sizeof c->group_size);
     memcpy(c->group_rank, mpi->group_rank, sizeof c->group_rank);
+    c->inner = mpi;
     cudaError_t e;
     int lo = 0, hi = 0;
     cudaDeviceGetStreamPriorityRange(&lo, &hi);
@@ -488,11 +456,11 @@ int exec_comm_nccl(const ModelLayout *l, int tied_pair, ExecComm **out, PxError 
             n_free(c);
             return cuda_fail(err, e, "creating the NCCL layer's events");
         }
-    /* the groups, split exactly as comm_mpi.c does, then one NCCL communicator each */
+    /* the groups, split exactly as mpi.c does, then one NCCL communicator each */
     int tp, cp, dp, pp;
     model_rank_coords(l, c->rank, &tp, &cp, &dp, &pp);
-    ExecGroupSplit split[4];
-    exec_group_splits(l, c->rank, tied_pair, MPI_UNDEFINED, split);
+    CommGroupSplit split[4];
+    comm_group_splits(l, c->rank, tied_pair, MPI_UNDEFINED, split);
     /* every rank takes part in every split and agreement, failed or not: nobody is left
      * waiting; the worker agrees on the status afterwards */
     rc = PX_OK;
@@ -558,28 +526,15 @@ int exec_comm_nccl(const ModelLayout *l, int tied_pair, ExecComm **out, PxError 
         n_free(c);
         return rc;
     }
-    c->allreduce = n_allreduce;
-    c->all_gather = n_all_gather;
-    c->reduce_scatter = n_reduce_scatter;
-    c->reduce_scatter_shard = n_reduce_scatter_shard;
-    c->all_gather_shard = n_all_gather_shard;
-    c->send = n_send;
-    c->recv = n_recv;
-    c->wait = n_wait;
-    c->progress = n_progress;
-    c->control = n_control;
-    c->gather_text = n_gather_text;
-    c->barrier = n_barrier;
-    c->free = n_free;
     *out = c;
     return PX_OK;
 }
 
 #else /* no NCCL (or no MPI) at build time */
 
-int exec_nccl_available(void) { return 0; }
+int comm_nccl_available(void) { return 0; }
 
-int exec_comm_nccl(const ModelLayout *l, int tied_pair, ExecComm **out, PxError *err)
+int comm_nccl(const ModelLayout *l, int tied_pair, CommLayer **out, PxError *err)
 {
     (void)l, (void)tied_pair;
     *out = NULL;

@@ -1,6 +1,5 @@
-/* Starting parallax-worker for a job: directly for one rank, through mpirun or, inside a Slurm
- * allocation, srun for several. The front end (`parallax run`, `parallax calibrate`) uses it; it
- * needs no MPI library itself, only the launcher program on PATH. */
+/* Starting parallax-worker for a job (launch.h): the launcher's command line, and waiting for it
+ * with the front end's own signals out of the way. */
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
@@ -11,18 +10,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "exec/exec.h"
+#include "exec/launch/launch.h"
 
 extern char **environ;
 
-int exec_launcher_parse(const char *name, ExecLauncher *out, PxError *err)
+int launch_kind_parse(const char *name, LaunchKind *out, PxError *err)
 {
     if (!strcmp(name, "mpirun"))
-        *out = EXEC_LAUNCH_MPIRUN;
+        *out = LAUNCH_MPIRUN;
     else if (!strcmp(name, "srun"))
-        *out = EXEC_LAUNCH_SRUN;
+        *out = LAUNCH_SRUN;
     else if (!strcmp(name, "none"))
-        *out = EXEC_LAUNCH_NONE;
+        *out = LAUNCH_NONE;
     else
         return px_fail(err, PX_EINPUT, "--launcher: expected mpirun, srun or none, got '%s'",
                        name);
@@ -46,7 +45,7 @@ static int find_on_path(const char *name, char *out, size_t cap)
     return -1;
 }
 
-int exec_worker_path(char *out, size_t cap, PxError *err)
+int launch_worker_path(char *out, size_t cap, PxError *err)
 {
     char self[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -69,34 +68,34 @@ int exec_worker_path(char *out, size_t cap, PxError *err)
     return PX_OK;
 }
 
-int exec_launch(const ExecLaunch *l, const char *const *args, int *exit_status, PxError *err)
+int launch_worker(const LaunchJob *j, const char *const *args, int *exit_status, PxError *err)
 {
-    const int world = l->ranks > 0 ? l->ranks : 1;
-    ExecLauncher launcher = l->launcher;
-    if (launcher == EXEC_LAUNCH_DEFAULT)
-        launcher = world == 1 ? EXEC_LAUNCH_NONE
-                   : getenv("SLURM_JOB_ID") ? EXEC_LAUNCH_SRUN
-                                            : EXEC_LAUNCH_MPIRUN;
-    if (launcher == EXEC_LAUNCH_SRUN) {
+    const int world = j->ranks > 0 ? j->ranks : 1;
+    LaunchKind launcher = j->kind;
+    if (launcher == LAUNCH_DEFAULT)
+        launcher = world == 1 ? LAUNCH_NONE
+                   : getenv("SLURM_JOB_ID") ? LAUNCH_SRUN
+                                            : LAUNCH_MPIRUN;
+    if (launcher == LAUNCH_SRUN) {
         const char *nt = getenv("SLURM_NTASKS");
         if (nt && atoi(nt) > 0 && atoi(nt) < world)
             return px_fail(err, PX_EINPUT,
                            "%s needs %d ranks but the Slurm allocation has %s tasks "
                            "(SLURM_NTASKS): allocate at least %d",
-                           l->what, world, nt, world);
+                           j->what, world, nt, world);
     }
     char worker[PATH_MAX + 32];
-    int rc = exec_worker_path(worker, sizeof worker, err);
+    int rc = launch_worker_path(worker, sizeof worker, err);
     if (rc)
         return rc;
     char tool[PATH_MAX + 32];
-    const char *tool_name = launcher == EXEC_LAUNCH_SRUN ? "srun" : "mpirun";
-    if (launcher != EXEC_LAUNCH_NONE && find_on_path(tool_name, tool, sizeof tool) != 0)
+    const char *tool_name = launcher == LAUNCH_SRUN ? "srun" : "mpirun";
+    if (launcher != LAUNCH_NONE && find_on_path(tool_name, tool, sizeof tool) != 0)
         return px_fail(err, PX_ERUNTIME,
                        "%s needs %d ranks but %s is not on PATH (install %s, or choose another "
                        "--launcher)",
-                       l->what, world, tool_name,
-                       launcher == EXEC_LAUNCH_SRUN ? "Slurm" : "openmpi-bin");
+                       j->what, world, tool_name,
+                       launcher == LAUNCH_SRUN ? "Slurm" : "openmpi-bin");
 
     int n_args = 0;
     while (args[n_args])
@@ -107,7 +106,7 @@ int exec_launch(const ExecLaunch *l, const char *const *args, int *exit_status, 
     char nbuf[32];
     int n = 0;
     snprintf(nbuf, sizeof nbuf, "%d", world);
-    if (launcher == EXEC_LAUNCH_MPIRUN) {
+    if (launcher == LAUNCH_MPIRUN) {
         argv[n++] = tool;
         argv[n++] = "-n";
         argv[n++] = nbuf;
@@ -126,12 +125,12 @@ int exec_launch(const ExecLaunch *l, const char *const *args, int *exit_status, 
             argv[n++] = "1";
         }
         argv[n++] = "--quiet";
-    } else if (launcher == EXEC_LAUNCH_SRUN) {
+    } else if (launcher == LAUNCH_SRUN) {
         argv[n++] = tool;
         argv[n++] = "-n";
         argv[n++] = nbuf;
     }
-    const char *exe = launcher == EXEC_LAUNCH_NONE ? worker : tool;
+    const char *exe = launcher == LAUNCH_NONE ? worker : tool;
     argv[n++] = worker;
     for (int i = 0; i < n_args; i++)
         argv[n++] = args[i];
@@ -169,7 +168,7 @@ int exec_launch(const ExecLaunch *l, const char *const *args, int *exit_status, 
             *exit_status = WEXITSTATUS(ws);
         else
             rc = px_fail(err, PX_ERUNTIME, "%s died from signal %d",
-                         launcher == EXEC_LAUNCH_NONE ? "the worker" : tool_name,
+                         launcher == LAUNCH_NONE ? "the worker" : tool_name,
                          WIFSIGNALED(ws) ? WTERMSIG(ws) : 0);
     }
     sigaction(SIGINT, &old_int, NULL);

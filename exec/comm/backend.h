@@ -1,0 +1,66 @@
+/* Private to exec/comm: the table of raw operations each backend fills, and the state every
+ * layer shares. comm.c's wrapper does what is the same for all of them (checks the kind, decides
+ * a group of one, counts bytes and calls, hands the timeout on) and calls a backend only for
+ * real communication, so that a backend never counts and never sees a collective over a group
+ * of fewer than two ranks, a send or receive over a group of one, an all-reduce of no elements
+ * or a sharded call on an empty block, or a world-wide call in a world of one. Backends put
+ * their layer's state after a CommLayer (the first member), which the raw operations cast
+ * back. */
+#ifndef COMM_BACKEND_H
+#define COMM_BACKEND_H
+
+#include "exec/comm/comm.h"
+
+enum { COMM_GROUPS = MODEL_GROUP_EMBED + 1 };
+
+/* Raw operations: the arguments as comm.h's calls, *req already -1 where req is given. An entry
+ * a backend never gets (see above) may be NULL: the one-rank layer has almost none. */
+typedef struct {
+    int (*allreduce)(CommLayer *c, void *buf, size_t count, PxDtype dtype, CommRedOp op,
+                     ModelComm kind, int *req, PxError *err);
+    int (*all_gather)(CommLayer *c, void *out, const void *in, size_t count, PxDtype dtype,
+                      ModelComm kind, int *req, PxError *err);
+    int (*reduce_scatter)(CommLayer *c, void *out, const void *in, size_t count, PxDtype dtype,
+                          ModelComm kind, int *req, PxError *err);
+    /* over MODEL_GROUP_DP only (the wrapper refuses other kinds), numel > 0 */
+    int (*reduce_scatter_shard)(CommLayer *c, void *buf, size_t numel, size_t shard,
+                                PxDtype dtype, ModelComm kind, int *req, PxError *err);
+    int (*all_gather_shard)(CommLayer *c, void *buf, size_t numel, size_t shard, PxDtype dtype,
+                            ModelComm kind, int *req, PxError *err);
+    int (*send)(CommLayer *c, const void *buf, size_t bytes, int peer, int tag, ModelComm kind,
+                int *req, PxError *err);
+    int (*recv)(CommLayer *c, void *buf, size_t bytes, int peer, int tag, ModelComm kind,
+                int *req, PxError *err);
+    /* *req >= 0: a handle this backend gave out */
+    int (*wait)(CommLayer *c, int *req, PxError *err);
+    void (*progress)(CommLayer *c); /* NULL: nothing to advance from the host */
+    int (*control)(CommLayer *c, double *vals, int n, CommRedOp op, PxError *err);
+    int (*gather_text)(CommLayer *c, const char *text, char ***out, PxError *err);
+    int (*barrier)(CommLayer *c, PxError *err);
+    /* frees the backend's state, the CommLayer in it and the layer it runs on */
+    void (*free)(CommLayer *c);
+    /* NULL: the layer takes any pointer */
+    int (*attach)(CommLayer *c, void *base, size_t bytes, PxError *err);
+    /* the copy of an all-gather or reduce-scatter over a group of one, out != in; NULL: host
+     * memmove. A layer for device memory gives its device copy. */
+    int (*copy)(CommLayer *c, void *dst, const void *src, size_t bytes, PxError *err);
+} CommOps;
+
+struct CommLayer {
+    const CommOps *ops;
+    const char *name;
+    int rank, world;
+    int group_size[COMM_GROUPS]; /* ranks in this rank's group, by ModelGroup */
+    int group_rank[COMM_GROUPS]; /* this rank's place in each group */
+    uint64_t bytes[MODEL_COMM_COUNT]; /* since creation, by kind: the wrapper's alone */
+    uint64_t calls[MODEL_COMM_COUNT];
+    double timeout_s; /* 0: none; read by the MPI backend's waits */
+    int step;         /* for the timeout's message */
+    CommLayer *inner; /* the layer this one runs on (the staged and NCCL layers' MPI): it gets
+                         the same timeout and step */
+};
+
+/* The shared state of a new layer: every group of one rank, nothing counted. */
+void comm_layer_init(CommLayer *c, const CommOps *ops, const char *name, int rank, int world);
+
+#endif
