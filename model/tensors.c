@@ -353,6 +353,260 @@ static void reuse_apply(Adder *a, const Replay *r, uint64_t *numel)
  * the activation half (saved activations, workspace, pipeline / SP / CP buffers). */
 enum { PART_PARAMS = 1, PART_ACTS = 2, PART_ALL = 3 };
 
+/* What the phases of tensors_build share: the spec, the stage, the adder and the sums a compact
+ * table replays for chunks alike. */
+typedef struct {
+    const ModelSpec *s;
+    const ModelDims *d;
+    int stage, compact;
+    ModelTensorTable *tt;
+    Adder a;
+    Reuse reuse;
+    int has_data, has_loss;
+} Build;
+
+/* A chunk's layer blocks: one per layer, or (compact) one standing for them all, its sums
+ * replayed from the chunk recorded before when the chunks hold as many layers. */
+static int add_layer_blocks(Build *B, int j, int g, PxError *err)
+{
+    Adder *a = &B->a;
+    ModelTensorTable *tt = B->tt;
+    char n[64];
+    int l0, nl = model_chunk_layers(B->s, B->d, g, &l0);
+    const int rep = B->compact ? nl : 1;
+    for (int l = l0; l < l0 + nl; l += rep) {
+        model_block_name(n, l); /* block names are always kept: ops find blocks by them */
+        int rc = add_block(tt, n, j, l, rep, err);
+        if (rc)
+            return rc;
+        a->block = tt->n_blocks - 1;
+        a->layer = l;
+        a->repeat = rep;
+        if (B->compact && B->reuse.nl == nl) {
+            reuse_apply(a, &B->reuse.params, &tt->blocks[a->block].numel);
+        } else {
+            Snapshot before;
+            snapshot(a, &before);
+            add_layer_params(a, B->s, B->d, l);
+            B->reuse.nl = nl;
+            reuse_record(a, &before, &B->reuse.params, tt->blocks[a->block].numel);
+        }
+        a->repeat = 1;
+    }
+    return PX_OK;
+}
+
+/* Parameters, block by block, chunk by chunk: the embedding on the first chunk, the layers,
+ * the final norm and output layer on the last. */
+static int add_parameters(Build *B, PxError *err)
+{
+    const ModelSpec *s = B->s;
+    const ModelDims *d = B->d;
+    const ModelConfig *c = &s->model;
+    const int64_t h = d->h;
+    Adder *a = &B->a;
+    ModelTensorTable *tt = B->tt;
+    int rc;
+    for (int j = 0; j < d->v; j++) {
+        int g = model_global_chunk(d, B->stage, j);
+        int first = g == 0, last = g == d->chunks - 1;
+        a->chunk = j;
+        if (first) {
+            if ((rc = add_block(tt, "embed", j, -1, 1, err)))
+                return rc;
+            a->block = tt->n_blocks - 1;
+            a->layer = -1;
+            add_param(a, s, d, MODEL_TR_WTE, "embed.wte", MODEL_SHARD_TP, 2, d->vocab_loc, h);
+            if (c->position == MODEL_POS_LEARNED)
+                add_param(a, s, d, MODEL_TR_WPE, "embed.wpe", 0, 2, c->seq_len, h);
+        }
+        if ((rc = add_layer_blocks(B, j, g, err)))
+            return rc;
+        if (last) {
+            if ((rc = add_block(tt, "final", j, -1, 1, err)))
+                return rc;
+            a->block = tt->n_blocks - 1;
+            a->layer = -1;
+            add_param(a, s, d, MODEL_TR_FINAL_LN_W, "final_ln.w", 0, 1, h, 0);
+            if (c->norm == MODEL_LAYERNORM && c->bias)
+                add_param(a, s, d, MODEL_TR_FINAL_LN_B, "final_ln.b", 0, 1, h, 0);
+            /* A tied output layer shares embed.wte when both live on this chunk; on another
+             * stage it is a copy whose gradient is all-reduced with the first stage's. */
+            if (!c->tied_embeddings || !first)
+                add_param(a, s, d, MODEL_TR_LOGITS_W, "logits.w", MODEL_SHARD_TP, 2, d->vocab_loc, h);
+        }
+    }
+    a->chunk = -1;
+    a->layer = -1;
+    return PX_OK;
+}
+
+/* Every block's sharded gradients, master weights and optimizer state (a compact table's
+ * layer blocks replayed when alike). */
+static void add_states(Build *B)
+{
+    Adder *a = &B->a;
+    Reuse *reuse = &B->reuse;
+    ModelTensorTable *tt = B->tt;
+    for (int i = 0; i < tt->n_blocks; i++) {
+        ModelBlock *blk = &tt->blocks[i];
+        a->block = i;
+        a->repeat = blk->repeat;
+        if (B->compact && blk->layer >= 0 && reuse->state_numel == blk->numel &&
+            reuse->state_repeat == blk->repeat) {
+            blk->shard_numel = reuse->state_shard;
+            reuse_apply(a, &reuse->states, NULL);
+        } else {
+            Snapshot before;
+            snapshot(a, &before);
+            add_block_states(a, B->s, B->d, blk);
+            if (B->compact && blk->layer >= 0) {
+                reuse->state_numel = blk->numel;
+                reuse->state_repeat = blk->repeat;
+                reuse->state_shard = blk->shard_numel;
+                reuse_record(a, &before, &reuse->states, 0);
+            }
+        }
+    }
+    a->block = -1;
+    a->repeat = 1;
+}
+
+/* Saved activations, one set per (chunk, micro-batch) in flight: the embedding's dropout mask,
+ * the layers' (model_layer_acts), the output layer's inputs and the fp32 probabilities. */
+static void add_activations(Build *B)
+{
+    const ModelSpec *s = B->s;
+    const ModelDims *d = B->d;
+    const int64_t h = d->h, b = d->b;
+    const int sp = s->layout.sp ? MODEL_SHARD_SP : 0;
+    Adder *a = &B->a;
+    ModelTensorTable *tt = B->tt;
+    a->per_mb = 1;
+    for (int j = 0; j < d->v; j++) {
+        int g = model_global_chunk(d, B->stage, j);
+        uint64_t before = a->sum;
+        a->chunk = j;
+        if (g == 0) {
+            B->has_data = 1;
+            if (s->job.dropout > 0.0)
+                add(a, MODEL_TR_EMBED_DROP_MASK, "embed.drop_mask", MODEL_ACTIVATIONS, PX_UINT8, sp, 3,
+                    b, d->s_sp, h, 0);
+        }
+        uint64_t before_layers = a->sum;
+        int l0, nl = model_chunk_layers(s, d, g, &l0);
+        const int rep = B->compact ? nl : 1;
+        for (int l = l0; l < l0 + nl; l += rep) {
+            a->layer = l;
+            a->repeat = rep;
+            if (B->compact && B->reuse.act_nl == nl) {
+                reuse_apply(a, &B->reuse.acts, NULL);
+            } else {
+                Snapshot snap;
+                snapshot(a, &snap);
+                layer_saved(a, s, d, s->layout.recompute, l);
+                B->reuse.act_nl = nl;
+                reuse_record(a, &snap, &B->reuse.acts, 0);
+            }
+            a->repeat = 1;
+        }
+        tt->act_layer_bytes[j] = a->sum - before_layers;
+        a->layer = -1;
+        if (g == d->chunks - 1) {
+            B->has_data = B->has_loss = 1;
+            add(a, MODEL_TR_FINAL_LN_IN, "final_ln.in", MODEL_ACTIVATIONS, d->act, sp, 3, b, d->s_sp, h, 0);
+            add(a, MODEL_TR_LOGITS_IN, "logits.in", MODEL_ACTIVATIONS, d->act, sp, 3, b, d->s_sp, h, 0);
+            /* Cross-entropy keeps fp32 probabilities (Korthikanti's 4*s*b*V/t). */
+            add(a, MODEL_TR_LOSS_PROBS, "loss.probs", MODEL_ACTIVATIONS, PX_FP32, MODEL_SHARD_TP, 3, b,
+                d->s_loc, d->vocab_loc, 0);
+        }
+        tt->act_chunk_bytes[j] = a->sum - before;
+    }
+    a->per_mb = 0;
+    a->chunk = -1;
+}
+
+/* Workspace: scratch reused by every layer of every chunk; the data and the loss's statistics
+ * where the stage reads tokens or computes the loss. */
+static void add_workspace(Build *B)
+{
+    const ModelSpec *s = B->s;
+    const ModelDims *d = B->d;
+    const int64_t h = d->h, b = d->b;
+    const int sp = s->layout.sp ? MODEL_SHARD_SP : 0;
+    const PxDtype e = d->act;
+    Adder *a = &B->a;
+    add(a, MODEL_TR_WS_OUT, "ws.out", MODEL_WORKSPACE, e, 0, 3, b, d->s_loc, h, 0);
+    add(a, MODEL_TR_WS_DX_A, "ws.dx_a", MODEL_WORKSPACE, e, sp, 3, b, d->s_sp, h, 0);
+    add(a, MODEL_TR_WS_DX_B, "ws.dx_b", MODEL_WORKSPACE, e, sp, 3, b, d->s_sp, h, 0);
+    add(a, MODEL_TR_WS_DHID, "ws.dhid", MODEL_WORKSPACE, e, 0, 3, b, d->s_loc, d->q_loc > h ? d->q_loc : h, 0);
+    add(a, MODEL_TR_WS_DQKV, "ws.dqkv", MODEL_WORKSPACE, e, MODEL_SHARD_TP, 3, b, d->s_loc,
+        d->q_loc + 2 * d->kv_width_loc, 0);
+    add(a, MODEL_TR_WS_DFFN, "ws.dffn", MODEL_WORKSPACE, e, MODEL_SHARD_TP, 3, b, d->s_loc, d->ffn_out_loc, 0);
+    if (s->model.mlp == MODEL_SWIGLU)
+        add(a, MODEL_TR_WS_DACT, "ws.dact", MODEL_WORKSPACE, e, MODEL_SHARD_TP, 3, b, d->s_loc, d->ffn_loc, 0);
+    if (s->job.flash_attn)
+        add(a, MODEL_TR_WS_FLASH_D, "ws.flash_d", MODEL_WORKSPACE, PX_FP32, MODEL_SHARD_TP, 3, b,
+            d->heads_loc, d->s_loc, 0);
+    else
+        add(a, MODEL_TR_WS_DSCORES, "ws.dscores", MODEL_WORKSPACE, e, MODEL_SHARD_TP, 4, b,
+            d->heads_loc, d->s_loc, d->s);
+    uint64_t re = recompute_bytes(s, d);
+    if (re > 0)
+        add(a, MODEL_TR_WS_RECOMPUTE, "ws.recompute", MODEL_WORKSPACE, PX_UINT8, 0, 1, (int64_t)re, 0, 0, 0);
+    if (B->has_data)
+        add(a, MODEL_TR_DATA_BATCH, "data.batch", MODEL_WORKSPACE, PX_INT32, MODEL_SHARD_CP, 4, 2, d->m,
+            b, d->s_loc + 1);
+    /* The cross-entropy's per-token row max, sum of exponentials, target logit and loss (fp32):
+     * the steps the vocabulary-parallel reductions separate (kernels.h's xent_*). */
+    if (B->has_loss)
+        add(a, MODEL_TR_WS_XENT, "ws.xent", MODEL_WORKSPACE, PX_FP32, MODEL_SHARD_CP, 2, 4, b * d->s_loc,
+            0, 0);
+}
+
+/* Communication buffers of the activations: the pipeline's, the sequence-parallel gather, the
+ * context-parallel K and V. */
+static void add_comm_buffers(Build *B)
+{
+    const ModelSpec *s = B->s;
+    const ModelDims *d = B->d;
+    const int64_t h = d->h, b = d->b;
+    const int sp = s->layout.sp ? MODEL_SHARD_SP : 0;
+    const PxDtype e = d->act;
+    Adder *a = &B->a;
+    if (d->p > 1) {
+        /* with the scatter/gather split each TP rank sends and receives its h/t slice */
+        int shard = sp | (d->pp_split > 1 ? MODEL_SHARD_TP : 0);
+        add(a, MODEL_TR_PP_SEND, "pp.send", MODEL_COMM_BUFFERS, e, shard, 3, b, d->s_sp, h / d->pp_split, 0);
+        add(a, MODEL_TR_PP_RECV, "pp.recv", MODEL_COMM_BUFFERS, e, shard, 3, b, d->s_sp, h / d->pp_split, 0);
+    }
+    if (s->layout.sp)
+        add(a, MODEL_TR_SP_GATHER, "sp.gather", MODEL_COMM_BUFFERS, e, 0, 3, b, d->s_loc, h, 0);
+    if (d->c > 1)
+        add(a, MODEL_TR_CP_KV, "cp.kv", MODEL_COMM_BUFFERS, e, MODEL_SHARD_TP, 3, b, d->s, 2 * d->kv_width_loc, 0);
+}
+
+/* ZeRO's buffers: the gradient bucket (ZeRO-2/3) and the two parameter-gather buffers
+ * (ZeRO-3), each as large as the largest block padded to a multiple of the group, as its
+ * shards are. */
+static void add_zero_buffers(Build *B)
+{
+    const ModelSpec *s = B->s;
+    const ModelDims *d = B->d;
+    const ModelTensorTable *tt = B->tt;
+    uint64_t max_block = 0;
+    for (int i = 0; i < tt->n_blocks; i++)
+        if (tt->blocks[i].numel > max_block)
+            max_block = tt->blocks[i].numel;
+    uint64_t padded = px_round_up(max_block, (uint64_t)d->zero_group);
+    if (s->layout.zero >= 2)
+        add(&B->a, MODEL_TR_ZERO_GRAD_BUCKET, "zero.grad_bucket", MODEL_COMM_BUFFERS, d->grad, 0, 1,
+            (int64_t)padded, 0, 0, 0);
+    if (s->layout.zero == 3)
+        add(&B->a, MODEL_TR_ZERO_PARAM_GATHER, "zero.param_gather", MODEL_COMM_BUFFERS, d->param, 0, 2,
+            2, (int64_t)padded, 0, 0);
+}
+
 static int tensors_build(const ModelSpec *s, const ModelDims *d, int stage, int compact,
                          int parts, ModelTensorTable *tt, PxError *err)
 {
@@ -365,186 +619,24 @@ static int tensors_build(const ModelSpec *s, const ModelDims *d, int stage, int 
     tt->act_layer_bytes = calloc((size_t)d->v, sizeof *tt->act_layer_bytes);
     if (!tt->act_chunk_bytes || !tt->act_layer_bytes)
         return px_fail(err, PX_ERUNTIME, "out of memory building the tensor table");
-    const ModelConfig *c = &s->model;
-    const int64_t h = d->h, b = d->b;
-    const int dropout = s->job.dropout > 0.0;
-    const int sp = s->layout.sp ? MODEL_SHARD_SP : 0;
-    Adder a = {.tt = tt, .err = err, .block = -1, .layer = -1, .chunk = -1, .repeat = 1,
-               .unnamed = compact};
-    Reuse reuse = {.nl = -1, .act_nl = -1};
-    int rc;
-    char n[64];
-
-    /* Parameters, block by block, chunk by chunk. */
-    for (int j = 0; j < d->v && (parts & PART_PARAMS); j++) {
-        int g = model_global_chunk(d, stage, j);
-        int first = g == 0, last = g == d->chunks - 1;
-        a.chunk = j;
-        if (first) {
-            if ((rc = add_block(tt, "embed", j, -1, 1, err)))
-                return rc;
-            a.block = tt->n_blocks - 1;
-            a.layer = -1;
-            add_param(&a, s, d, MODEL_TR_WTE, "embed.wte", MODEL_SHARD_TP, 2, d->vocab_loc, h);
-            if (c->position == MODEL_POS_LEARNED)
-                add_param(&a, s, d, MODEL_TR_WPE, "embed.wpe", 0, 2, c->seq_len, h);
-        }
-        int l0, nl = model_chunk_layers(s, d, g, &l0);
-        const int rep = compact ? nl : 1;
-        for (int l = l0; l < l0 + nl; l += rep) {
-            model_block_name(n, l); /* block names are always kept: ops find blocks by them */
-            if ((rc = add_block(tt, n, j, l, rep, err)))
-                return rc;
-            a.block = tt->n_blocks - 1;
-            a.layer = l;
-            a.repeat = rep;
-            if (compact && reuse.nl == nl) {
-                reuse_apply(&a, &reuse.params, &tt->blocks[a.block].numel);
-            } else {
-                Snapshot before;
-                snapshot(&a, &before);
-                add_layer_params(&a, s, d, l);
-                reuse.nl = nl;
-                reuse_record(&a, &before, &reuse.params, tt->blocks[a.block].numel);
-            }
-            a.repeat = 1;
-        }
-        if (last) {
-            if ((rc = add_block(tt, "final", j, -1, 1, err)))
-                return rc;
-            a.block = tt->n_blocks - 1;
-            a.layer = -1;
-            add_param(&a, s, d, MODEL_TR_FINAL_LN_W, "final_ln.w", 0, 1, h, 0);
-            if (c->norm == MODEL_LAYERNORM && c->bias)
-                add_param(&a, s, d, MODEL_TR_FINAL_LN_B, "final_ln.b", 0, 1, h, 0);
-            /* A tied output layer shares embed.wte when both live on this chunk; on another
-             * stage it is a copy whose gradient is all-reduced with the first stage's. */
-            if (!c->tied_embeddings || !first)
-                add_param(&a, s, d, MODEL_TR_LOGITS_W, "logits.w", MODEL_SHARD_TP, 2, d->vocab_loc, h);
-        }
+    Build B = {.s = s, .d = d, .stage = stage, .compact = compact, .tt = tt,
+               .a = {.tt = tt, .err = err, .block = -1, .layer = -1, .chunk = -1, .repeat = 1,
+                     .unnamed = compact},
+               .reuse = {.nl = -1, .act_nl = -1}};
+    if (parts & PART_PARAMS) {
+        int rc = add_parameters(&B, err);
+        if (rc)
+            return rc;
+        add_states(&B);
     }
-    a.chunk = -1;
-    a.layer = -1;
-    for (int i = 0; i < tt->n_blocks && (parts & PART_PARAMS); i++) {
-        ModelBlock *blk = &tt->blocks[i];
-        a.block = i;
-        a.repeat = blk->repeat;
-        if (compact && blk->layer >= 0 && reuse.state_numel == blk->numel &&
-            reuse.state_repeat == blk->repeat) {
-            blk->shard_numel = reuse.state_shard;
-            reuse_apply(&a, &reuse.states, NULL);
-        } else {
-            Snapshot before;
-            snapshot(&a, &before);
-            add_block_states(&a, s, d, blk);
-            if (compact && blk->layer >= 0) {
-                reuse.state_numel = blk->numel;
-                reuse.state_repeat = blk->repeat;
-                reuse.state_shard = blk->shard_numel;
-                reuse_record(&a, &before, &reuse.states, 0);
-            }
-        }
+    if (parts & PART_ACTS) {
+        add_activations(&B);
+        add_workspace(&B);
+        add_comm_buffers(&B);
     }
-    a.block = -1;
-    a.repeat = 1;
-
-    if (!(parts & PART_ACTS))
-        goto zero_buffers;
-    /* Saved activations, one set per (chunk, micro-batch) in flight. */
-    a.per_mb = 1;
-    int has_data = 0, has_loss = 0;
-    for (int j = 0; j < d->v; j++) {
-        int g = model_global_chunk(d, stage, j);
-        uint64_t before = a.sum;
-        a.chunk = j;
-        if (g == 0) {
-            has_data = 1;
-            if (dropout)
-                add(&a, MODEL_TR_EMBED_DROP_MASK, "embed.drop_mask", MODEL_ACTIVATIONS, PX_UINT8, sp, 3, b, d->s_sp, h, 0);
-        }
-        uint64_t before_layers = a.sum;
-        int l0, nl = model_chunk_layers(s, d, g, &l0);
-        const int rep = compact ? nl : 1;
-        for (int l = l0; l < l0 + nl; l += rep) {
-            a.layer = l;
-            a.repeat = rep;
-            if (compact && reuse.act_nl == nl) {
-                reuse_apply(&a, &reuse.acts, NULL);
-            } else {
-                Snapshot snap;
-                snapshot(&a, &snap);
-                layer_saved(&a, s, d, s->layout.recompute, l);
-                reuse.act_nl = nl;
-                reuse_record(&a, &snap, &reuse.acts, 0);
-            }
-            a.repeat = 1;
-        }
-        tt->act_layer_bytes[j] = a.sum - before_layers;
-        a.layer = -1;
-        if (g == d->chunks - 1) {
-            has_data = has_loss = 1;
-            add(&a, MODEL_TR_FINAL_LN_IN, "final_ln.in", MODEL_ACTIVATIONS, d->act, sp, 3, b, d->s_sp, h, 0);
-            add(&a, MODEL_TR_LOGITS_IN, "logits.in", MODEL_ACTIVATIONS, d->act, sp, 3, b, d->s_sp, h, 0);
-            /* Cross-entropy keeps fp32 probabilities (Korthikanti's 4*s*b*V/t). */
-            add(&a, MODEL_TR_LOSS_PROBS, "loss.probs", MODEL_ACTIVATIONS, PX_FP32, MODEL_SHARD_TP, 3, b, d->s_loc,
-                d->vocab_loc, 0);
-        }
-        tt->act_chunk_bytes[j] = a.sum - before;
-    }
-    a.per_mb = 0;
-    a.chunk = -1;
-
-    /* Workspace: scratch reused by every layer of every chunk. */
-    const PxDtype e = d->act;
-    add(&a, MODEL_TR_WS_OUT, "ws.out", MODEL_WORKSPACE, e, 0, 3, b, d->s_loc, h, 0);
-    add(&a, MODEL_TR_WS_DX_A, "ws.dx_a", MODEL_WORKSPACE, e, sp, 3, b, d->s_sp, h, 0);
-    add(&a, MODEL_TR_WS_DX_B, "ws.dx_b", MODEL_WORKSPACE, e, sp, 3, b, d->s_sp, h, 0);
-    add(&a, MODEL_TR_WS_DHID, "ws.dhid", MODEL_WORKSPACE, e, 0, 3, b, d->s_loc, d->q_loc > h ? d->q_loc : h, 0);
-    add(&a, MODEL_TR_WS_DQKV, "ws.dqkv", MODEL_WORKSPACE, e, MODEL_SHARD_TP, 3, b, d->s_loc,
-        d->q_loc + 2 * d->kv_width_loc, 0);
-    add(&a, MODEL_TR_WS_DFFN, "ws.dffn", MODEL_WORKSPACE, e, MODEL_SHARD_TP, 3, b, d->s_loc, d->ffn_out_loc, 0);
-    if (c->mlp == MODEL_SWIGLU)
-        add(&a, MODEL_TR_WS_DACT, "ws.dact", MODEL_WORKSPACE, e, MODEL_SHARD_TP, 3, b, d->s_loc, d->ffn_loc, 0);
-    if (s->job.flash_attn)
-        add(&a, MODEL_TR_WS_FLASH_D, "ws.flash_d", MODEL_WORKSPACE, PX_FP32, MODEL_SHARD_TP, 3, b, d->heads_loc, d->s_loc,
-            0);
-    else
-        add(&a, MODEL_TR_WS_DSCORES, "ws.dscores", MODEL_WORKSPACE, e, MODEL_SHARD_TP, 4, b, d->heads_loc, d->s_loc, d->s);
-    uint64_t re = recompute_bytes(s, d);
-    if (re > 0)
-        add(&a, MODEL_TR_WS_RECOMPUTE, "ws.recompute", MODEL_WORKSPACE, PX_UINT8, 0, 1, (int64_t)re, 0, 0, 0);
-    if (has_data)
-        add(&a, MODEL_TR_DATA_BATCH, "data.batch", MODEL_WORKSPACE, PX_INT32, MODEL_SHARD_CP, 4, 2, d->m, b, d->s_loc + 1);
-    /* The cross-entropy's per-token row max, sum of exponentials, target logit and loss (fp32):
-     * the steps the vocabulary-parallel reductions separate (kernels.h's xent_*). */
-    if (has_loss)
-        add(&a, MODEL_TR_WS_XENT, "ws.xent", MODEL_WORKSPACE, PX_FP32, MODEL_SHARD_CP, 2, 4, b * d->s_loc, 0, 0);
-
-    /* Communication buffers. */
-    if (d->p > 1) {
-        /* with the scatter/gather split each TP rank sends and receives its h/t slice */
-        int shard = sp | (d->pp_split > 1 ? MODEL_SHARD_TP : 0);
-        add(&a, MODEL_TR_PP_SEND, "pp.send", MODEL_COMM_BUFFERS, e, shard, 3, b, d->s_sp, h / d->pp_split, 0);
-        add(&a, MODEL_TR_PP_RECV, "pp.recv", MODEL_COMM_BUFFERS, e, shard, 3, b, d->s_sp, h / d->pp_split, 0);
-    }
-    if (s->layout.sp)
-        add(&a, MODEL_TR_SP_GATHER, "sp.gather", MODEL_COMM_BUFFERS, e, 0, 3, b, d->s_loc, h, 0);
-    if (d->c > 1)
-        add(&a, MODEL_TR_CP_KV, "cp.kv", MODEL_COMM_BUFFERS, e, MODEL_SHARD_TP, 3, b, d->s, 2 * d->kv_width_loc, 0);
-zero_buffers:
-    if (!(parts & PART_PARAMS))
-        return a.rc;
-    uint64_t max_block = 0;
-    for (int i = 0; i < tt->n_blocks; i++)
-        if (tt->blocks[i].numel > max_block)
-            max_block = tt->blocks[i].numel;
-    /* The gathered/unsharded block is padded to a multiple of the group, as its shards are. */
-    uint64_t padded = px_round_up(max_block, (uint64_t)d->zero_group);
-    if (s->layout.zero >= 2)
-        add(&a, MODEL_TR_ZERO_GRAD_BUCKET, "zero.grad_bucket", MODEL_COMM_BUFFERS, d->grad, 0, 1, (int64_t)padded, 0, 0, 0);
-    if (s->layout.zero == 3)
-        add(&a, MODEL_TR_ZERO_PARAM_GATHER, "zero.param_gather", MODEL_COMM_BUFFERS, d->param, 0, 2, 2, (int64_t)padded, 0, 0);
-    return a.rc;
+    if (parts & PART_PARAMS)
+        add_zero_buffers(&B);
+    return B.a.rc;
 }
 
 int model_tensors_build(const ModelSpec *s, const ModelDims *d, int stage, ModelTensorTable *tt,
