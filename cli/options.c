@@ -49,12 +49,19 @@ const CliOption cli_knob_options[] = {
 
 void cli_print_help(const char *cmd, const char *usage, const CliOption *const *tables)
 {
+    char prog[96];
+    snprintf(prog, sizeof prog, "parallax %s", cmd);
+    cli_print_help_as(prog, usage, tables);
+}
+
+void cli_print_help_as(const char *prog, const char *usage, const CliOption *const *tables)
+{
     char line[2048];
-    snprintf(line, sizeof line, "parallax %s %s", cmd, usage);
+    snprintf(line, sizeof line, "%s %s", prog, usage);
     px_opts_help(stdout, line, tables);
 }
 
-static int knob(const char *cmd, int id, const char *arg, CliArgs *a)
+static int knob(const char *prog, int id, const char *arg, CliArgs *a)
 {
     PxError err = {0};
     ModelLayout *l = &a->spec.layout;
@@ -157,7 +164,7 @@ static int knob(const char *cmd, int id, const char *arg, CliArgs *a)
     default: break;
     }
     if (rc) {
-        fprintf(stderr, "parallax %s: %s\n", cmd, err.msg);
+        fprintf(stderr, "%s: %s\n", prog, err.msg);
         return 2;
     }
     if (id < CLI_KNOB_COUNT)
@@ -168,24 +175,32 @@ static int knob(const char *cmd, int id, const char *arg, CliArgs *a)
 int cli_parse(const char *cmd, const char *usage, int argc, char **argv,
               const CliOption *const *tables, int max_positional, CliArgs *a)
 {
+    char prog[96];
+    snprintf(prog, sizeof prog, "parallax %s", cmd);
+    return cli_parse_as(prog, usage, argc, argv, tables, max_positional, a);
+}
+
+int cli_parse_as(const char *prog, const char *usage, int argc, char **argv,
+                 const CliOption *const *tables, int max_positional, CliArgs *a)
+{
     PxOpts *p = px_opts_new(tables);
     if (!p) {
-        fprintf(stderr, "parallax %s: out of memory\n", cmd);
+        fprintf(stderr, "%s: out of memory\n", prog);
         return 1;
     }
     char see[96];
-    snprintf(see, sizeof see, "(see 'parallax %s --help')", cmd);
+    snprintf(see, sizeof see, "(see '%s --help')", prog);
     int status = -1, id;
     const char *arg;
     PxError err = {0};
     while (status < 0 && (id = px_opts_next(p, argc, argv, &arg, see, &err)) != PX_OPTS_END) {
         switch (id) {
         case PX_OPTS_HELP:
-            cli_print_help(cmd, usage, tables);
+            cli_print_help_as(prog, usage, tables);
             status = 0;
             break;
         case PX_OPTS_BAD:
-            fprintf(stderr, "parallax %s: %s\n", cmd, err.msg);
+            fprintf(stderr, "%s: %s\n", prog, err.msg);
             status = 2;
             break;
         case CLI_MODEL: a->model = arg; break;
@@ -194,7 +209,7 @@ int cli_parse(const char *cmd, const char *usage, int argc, char **argv,
         case CLI_JSON: a->json = 1; break;
         case CLI_GPUS:
             if (px_parse_int(arg, "--gpus", 1, 1 << 24, &a->gpus, &err)) {
-                fprintf(stderr, "parallax %s: %s\n", cmd, err.msg);
+                fprintf(stderr, "%s: %s\n", prog, err.msg);
                 status = 2;
             }
             break;
@@ -202,14 +217,14 @@ int cli_parse(const char *cmd, const char *usage, int argc, char **argv,
             if (id >= CLI_EXTRA && id < CLI_EXTRA_MAX)
                 a->extra[id - CLI_EXTRA] = arg ? arg : "1";
             else
-                status = knob(cmd, id, arg, a);
+                status = knob(prog, id, arg, a);
             break;
         }
     }
     for (int i = px_opts_index(p); status < 0 && i < argc; i++) {
         if (a->n_positional >= max_positional || a->n_positional >= 8) {
-            fprintf(stderr, "parallax %s: unexpected argument '%s' (see 'parallax %s --help')\n",
-                    cmd, argv[i], cmd);
+            fprintf(stderr, "%s: unexpected argument '%s' (see '%s --help')\n", prog, argv[i],
+                    prog);
             status = 2;
         } else {
             a->positional[a->n_positional++] = argv[i];

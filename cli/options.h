@@ -49,5 +49,9 @@ extern const CliOption cli_knob_options[];
 int cli_parse(const char *cmd, const char *usage, int argc, char **argv,
               const CliOption *const *tables, int max_positional, CliArgs *args);
 void cli_print_help(const char *cmd, const char *usage, const CliOption *const *tables);
+/* The same for a program of its own: prog names it in --help and in messages ("exec_mkplan"). */
+int cli_parse_as(const char *prog, const char *usage, int argc, char **argv,
+                 const CliOption *const *tables, int max_positional, CliArgs *a);
+void cli_print_help_as(const char *prog, const char *usage, const CliOption *const *tables);
 
 #endif

@@ -20,7 +20,7 @@ int main(int argc, char **argv)
     const CliOption *const tables[] = {target, cli_knob_options, NULL};
     CliArgs a = {0};
     model_spec_defaults(&a.spec);
-    int st = cli_parse("mkplan", "--model M [--cluster C] [--gpus N] [knobs] [--output FILE]\n\n"
+    int st = cli_parse_as("exec_mkplan", "--model M [--cluster C] [--gpus N] [knobs] [--output FILE]\n\n"
                                  "Writes a plan (layout, training job, prediction) for parallax run.",
                        argc, argv, tables, 0, &a);
     if (st >= 0)
