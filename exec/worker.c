@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "exec/comm/comm.h"
 #include "exec/exec.h"
-#include "kernels/kernels.h"
 
 static const char *const usage_text =
     "usage: parallax-worker run PLAN.json [options]\n"
@@ -52,7 +52,7 @@ static int g_rank, g_world;
 static int agreed(int rc, const PxError *err)
 {
     int first = 0;
-    int worst = g_world > 1 ? exec_mpi_agree(rc, &first) : rc;
+    int worst = g_world > 1 ? comm_mpi_agree(rc, &first) : rc;
     if (worst && ((g_world == 1 && g_rank == 0) || (g_world > 1 && rc && first == g_rank))) {
         if (g_world > 1)
             fprintf(stderr, "parallax-worker run: rank %d of %d: %s\n", g_rank, g_world, err->msg);
@@ -60,37 +60,6 @@ static int agreed(int rc, const PxError *err)
             fprintf(stderr, "parallax-worker run: %s\n", err->msg);
     }
     return worst;
-}
-
-/* The communication layer of a multi-rank job. On the CPU: MPI. On GPUs: each rank of a node
- * takes the GPU of its local rank; with a GPU per rank, NCCL; when the node's ranks outnumber
- * its GPUs (NCCL refuses two ranks on one device) or NCCL was not built, MPI staged through
- * host memory, and *note says why for the header. */
-static int make_comm(const ModelSpec *s, int tied_pair, ExecBackend backend, ExecComm **comm,
-                     const char **note, PxError *err)
-{
-    static char why[128];
-    *note = NULL;
-    if (backend != EXEC_BACKEND_CUDA)
-        return exec_comm_mpi(&s->layout, tied_pair, comm, err);
-    int local = 0, per_node = 1;
-    exec_mpi_local(&local, &per_node);
-    const int gpus = kern_cuda_device_count();
-    if (gpus > 0 && kern_cuda_set_device(local % gpus) != PX_OK)
-        return px_fail(err, PX_ERUNTIME, "cannot use GPU %d of %d", local % gpus, gpus);
-    if (gpus >= per_node && exec_nccl_available())
-        return exec_comm_nccl(&s->layout, tied_pair, comm, err);
-    int rc = exec_comm_mpi(&s->layout, tied_pair, comm, err);
-    const KernBackend *k = kern_cuda_with(s->job.precision);
-    if (rc || !k)
-        return rc; /* no CUDA backend here: exec_init says so */
-    if (!exec_nccl_available())
-        snprintf(why, sizeof why, "staged through host memory: built without NCCL");
-    else
-        snprintf(why, sizeof why, "staged through host memory: %d ranks share %d GPU%s on this node",
-                 per_node, gpus, gpus == 1 ? "" : "s");
-    *note = why;
-    return exec_comm_staged(*comm, k, comm, err);
 }
 
 static int cmd_run(int argc, char **argv)
@@ -231,14 +200,15 @@ static int cmd_run(int argc, char **argv)
         model_plan_free(&plan);
         return exit_code(rc);
     }
-    ExecComm *comm = NULL;
+    CommLayer *comm = NULL;
     if (g_world > 1) {
         const ModelSpec *s = &plan.spec;
         int tied_pair = s->model.tied_embeddings && s->layout.pp * s->layout.vpp > 1;
-        rc = agreed(make_comm(s, tied_pair, backend, &comm, &opt.comm_note, &err), &err);
+        rc = agreed(comm_for_job(s, tied_pair, backend == EXEC_BACKEND_CUDA, &comm, &opt.comm_note,
+                                 &err),
+                    &err);
         if (rc) {
-            if (comm)
-                comm->free(comm);
+            comm_free(comm);
             model_plan_free(&plan);
             return exit_code(rc);
         }
@@ -253,14 +223,13 @@ static int cmd_run(int argc, char **argv)
             fprintf(stderr, "parallax-worker run: rank %d of %d: %s (ending the job)\n", g_rank,
                     g_world, err.msg);
             fflush(stderr);
-            exec_mpi_abort(exit_code(rc));
+            comm_mpi_abort(exit_code(rc));
         }
         if (rc && g_rank == 0)
             fprintf(stderr, "parallax-worker run: %s\n", err.msg);
     }
     exec_free(ex);
-    if (comm)
-        comm->free(comm);
+    comm_free(comm);
     model_plan_free(&plan);
     return exit_code(rc);
 }
@@ -268,7 +237,7 @@ static int cmd_run(int argc, char **argv)
 int main(int argc, char **argv)
 {
     /* one rank of an MPI job (mpirun, srun), or a process on its own */
-    int mpi = exec_mpi_start(&argc, &argv, &g_rank, &g_world);
+    int mpi = comm_mpi_start(&argc, &argv, &g_rank, &g_world);
     int status;
     if (argc >= 2 && !strcmp(argv[1], "run")) {
         status = cmd_run(argc - 1, argv + 1);
@@ -289,6 +258,6 @@ int main(int argc, char **argv)
         status = 2;
     }
     if (mpi)
-        exec_mpi_finish();
+        comm_mpi_finish();
     return status;
 }

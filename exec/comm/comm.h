@@ -19,6 +19,41 @@ static inline void comm_set_timeout(CommLayer *c, double s) { c->timeout_s = s; 
 static inline void comm_set_step(CommLayer *c, int step) { c->step = step; }
 static inline CommLayer *comm_single(void) { return exec_comm_single(); }
 static inline int comm_mpi_available(void) { return exec_mpi_available(); }
+static inline int comm_nccl_available(void) { return exec_nccl_available(); }
+static inline int comm_mpi(const ModelLayout *l, int tied_pair, CommLayer **out, PxError *err)
+{
+    return exec_comm_mpi(l, tied_pair, out, err);
+}
+static inline int comm_nccl(const ModelLayout *l, int tied_pair, CommLayer **out, PxError *err)
+{
+    return exec_comm_nccl(l, tied_pair, out, err);
+}
+static inline int comm_staged(CommLayer *inner, const struct KernBackend *k, CommLayer **out,
+                              PxError *err)
+{
+    return exec_comm_staged(inner, k, out, err);
+}
+/* The layer a multi-rank job uses (MPI must be running). gpu 0: MPI. gpu 1 (the job's kernels
+ * run on CUDA): each rank takes the GPU of its local rank on the node; NCCL with a GPU per rank,
+ * else (the node's ranks outnumber its GPUs: NCCL refuses two ranks on one device; or no NCCL in
+ * this build) MPI staged through host memory, and *note says why for the run's header (NULL
+ * otherwise). PX_ERUNTIME when the GPU cannot be made current. (for_job.c) */
+int comm_for_job(const ModelSpec *s, int tied_pair, int gpu, CommLayer **out, const char **note,
+                 PxError *err);
+static inline int comm_mpi_start(int *argc, char ***argv, int *rank, int *world)
+{
+    return exec_mpi_start(argc, argv, rank, world);
+}
+static inline void comm_mpi_abort(int code) { exec_mpi_abort(code); }
+static inline void comm_mpi_finish(void) { exec_mpi_finish(); }
+static inline int comm_mpi_agree(int status, int *first_rank)
+{
+    return exec_mpi_agree(status, first_rank);
+}
+static inline void comm_mpi_local(int *local_rank, int *local_size)
+{
+    exec_mpi_local(local_rank, local_size);
+}
 static inline void comm_free(CommLayer *c)
 {
     if (c)
