@@ -1,6 +1,7 @@
-/* The assemble part: the base cluster profile with the parts' measurements added (and the
- * device's peak and bandwidth replaced by the measured ones on the generic CPU device, or its
- * efficiencies set from them otherwise), checked to load as a profile and written atomically. */
+/* The assemble part: the base cluster profile with the parts' measurements as its `measured`
+ * section (and the device's peak and bandwidth replaced by the measured ones on the generic CPU
+ * device, or its efficiencies set from them otherwise), written through profiles/' own writer,
+ * checked to load as a profile and written atomically. */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -8,162 +9,210 @@
 
 #include "exec/calibrate/internal.h"
 
-/* Sets o[key] (o may be NULL: nothing to set). */
-static void set_item(cJSON *o, const char *key, cJSON *v)
+/* What the parts say. */
+typedef struct {
+    ProfMeasured *m;    /* the compute parts' GEMM points and op rates */
+    ProfMeasured *coll; /* the last comm part's collectives; NULL: none */
+    double peak, bw;    /* the device figures of the fewest ranks at once: a rank alone */
+    int max_c, min_c;   /* the most and fewest ranks at once */
+} Parts;
+
+/* Reads `key` of a part (a reference: the part keeps it) as a measured section whose entries
+ * ran `concurrency` ranks at once, so that profiles/ reads it as it reads a profile. */
+static int part_section(const cJSON *part, const char *path, const char *const *keys,
+                        int concurrency, ProfMeasured **out, PxError *err)
 {
-    if (!o) {
-        cJSON_Delete(v);
+    cJSON *me = cJSON_CreateObject();
+    if (!me)
+        return px_fail(err, PX_ERUNTIME, "out of memory reading %s", path);
+    if (concurrency > 0)
+        cJSON_AddNumberToObject(me, "ranks", concurrency);
+    for (const char *const *k = keys; *k; k++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(part, *k);
+        if (v)
+            cJSON_AddItemReferenceToObject(me, *k, (cJSON *)v);
+    }
+    char where[1100];
+    snprintf(where, sizeof where, "%s:", path);
+    int rc = prof_measured_from_json(me, where, out, err);
+    cJSON_Delete(me);
+    return rc;
+}
+
+/* A compute part: its GEMM rows and op rates, with its concurrency as theirs. */
+static int read_compute(const cJSON *part, const char *path, Parts *a, PxError *err)
+{
+    static const char *const keys[] = {"gemm", "ops", NULL};
+    int c = 1;
+    int rc = px_json_int(part, path, "concurrency", 1, 1, 1 << 20, &c, err);
+    if (rc)
+        return rc;
+    if (c > a->max_c)
+        a->max_c = c;
+    if (c < a->min_c) {
+        a->min_c = c;
+        a->peak = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(part, "peak_flops"));
+        a->bw = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(part, "memory_bandwidth"));
+    }
+    ProfMeasured *pm = NULL;
+    if (!(rc = part_section(part, path, keys, c, &pm, err)))
+        rc = prof_measured_append(a->m, pm, err);
+    prof_measured_free(pm);
+    return rc;
+}
+
+/* Every part's file into a; the last comm part's collectives count. */
+static int read_parts(const CalibOptions *o, Parts *a, PxError *err)
+{
+    static const char *const coll_keys[] = {"collectives", NULL};
+    int rc = PX_OK;
+    for (int i = 0; i < o->n_parts && !rc; i++) {
+        cJSON *p = px_json_read_file(o->parts[i], err);
+        if (!p)
+            return PX_EINPUT;
+        const cJSON *kind = cJSON_GetObjectItemCaseSensitive(p, "part");
+        if (cJSON_IsString(kind) && !strcmp(kind->valuestring, "compute")) {
+            rc = read_compute(p, o->parts[i], a, err);
+        } else if (cJSON_IsString(kind) && !strcmp(kind->valuestring, "comm")) {
+            prof_measured_free(a->coll);
+            a->coll = NULL;
+            rc = part_section(p, o->parts[i], coll_keys, 0, &a->coll, err);
+        } else {
+            rc = px_fail(err, PX_EINPUT, "%s: not a calibration part", o->parts[i]);
+        }
+        cJSON_Delete(p);
+    }
+    if (!rc && !(a->peak > 0 && a->bw > 0))
+        rc = px_fail(err, PX_EINPUT, "no compute part among the calibration parts");
+    return rc;
+}
+
+/* The measured device figures into the base profile's device, and the sources note that says
+ * so. */
+static void set_device(ProfCluster *base, const Parts *a, const char *host, const char *date,
+                       char *note, size_t cap)
+{
+    ProfDevice *d = &base->device;
+    if (!strcmp(d->name, "cpu")) {
+        /* a generic CPU profile has no data-sheet peak: the measured ones replace it */
+        d->peak_fp32 = a->peak;
+        d->memory_bandwidth = a->bw;
+        d->matmul_eff = 1.0;
+        d->memory_eff = 1.0;
+        snprintf(note, cap,
+                 "peak_flops.fp32 and memory_bandwidth: measured by parallax calibrate on %s "
+                 "(%s): a 1024^3 sgemm GEMM's best rate and a streaming add's bandwidth, one rank",
+                 host, date);
         return;
     }
+    /* a data-sheet device keeps its peak: the measurement sets the efficiencies */
+    const int bf16 = d->peak_bf16 > 0;
+    const double p0 = prof_peak_flops(d, bf16 ? PX_BF16 : PX_FP32);
+    if (p0 > 0)
+        d->matmul_eff = a->peak / p0 < 1 ? a->peak / p0 : 1;
+    if (d->memory_bandwidth > 0)
+        d->memory_eff = a->bw / d->memory_bandwidth < 1 ? a->bw / d->memory_bandwidth : 1;
+    snprintf(note, cap,
+             "efficiency.matmul and .memory: measured by parallax calibrate on %s (%s): "
+             "%.4g FLOP/s %s GEMM, %.4g B/s streaming, against the data sheet",
+             host, date, a->peak, bf16 ? "bf16" : "fp32", a->bw);
+}
+
+/* Sets o[key], replacing what is there. */
+static void set_item(cJSON *o, const char *key, cJSON *v)
+{
     if (cJSON_GetObjectItemCaseSensitive(o, key))
         cJSON_ReplaceItemInObjectCaseSensitive(o, key, v);
     else
         cJSON_AddItemToObject(o, key, v);
 }
 
-static void set_num(cJSON *o, const char *key, double v) { set_item(o, key, cJSON_CreateNumber(v)); }
+/* The profile's text (with its trailing newline) into *out once it loads as a profile:
+ * nothing is replaced by a file that would not. */
+static int checked_text(const cJSON *prof, const char *origin, char **out, PxError *err)
+{
+    char *text = cJSON_Print(prof);
+    if (!text)
+        return px_fail(err, PX_ERUNTIME, "out of memory");
+    ProfCluster check;
+    int rc = prof_cluster_parse(text, origin, &check, err);
+    if (rc) {
+        free(text);
+        return rc;
+    }
+    prof_cluster_free(&check);
+    size_t n = strlen(text);
+    char *t2 = realloc(text, n + 2);
+    if (t2) {
+        text = t2;
+        text[n] = '\n';
+        text[n + 1] = '\0';
+    }
+    *out = text;
+    return PX_OK;
+}
 
-int calib_assemble(const CalibOptions *cal, PxError *err)
+/* The profile: the base with the device figures and the measured section, its description
+ * and sources saying where and when. */
+static int write_profile(const CalibOptions *o, ProfCluster *base, const Parts *a,
+                         const char *host, const char *date, PxError *err)
+{
+    char desc[160], note[320];
+    set_device(base, a, host, date, note, sizeof note);
+    cJSON *prof = prof_cluster_to_json(base);
+    snprintf(desc, sizeof desc, "%s, calibrated on %s by parallax calibrate (%d rank%s at most)",
+             host, date, a->max_c, a->max_c > 1 ? "s" : "");
+    set_item(prof, "description", cJSON_CreateString(desc));
+    cJSON *sources = cJSON_GetObjectItemCaseSensitive(prof, "sources");
+    if (!sources)
+        sources = cJSON_AddObjectToObject(prof, "sources");
+    set_item(sources, "calibration", cJSON_CreateString(note));
+    char *text = NULL;
+    int rc = checked_text(prof, o->output, &text, err);
+    if (!rc)
+        rc = px_write_file_atomic(o->output, text, err);
+    free(text);
+    cJSON_Delete(prof);
+    return rc;
+}
+
+int calib_assemble(const CalibOptions *o, PxError *err)
 {
     ProfCluster base;
-    int rc = prof_cluster_load(cal->base, NULL, 0, &base, err);
+    int rc = prof_cluster_load(o->base, NULL, 0, &base, err);
     if (rc)
         return rc;
     prof_measured_free(base.measured);
     base.measured = NULL;
-    const int generic_cpu = !strcmp(base.device.name, "cpu");
-    cJSON *prof = prof_cluster_to_json(&base);
-    cJSON *gemm = cJSON_CreateArray(), *ops = cJSON_CreateArray(), *colls = NULL;
-    double peak = 0, bw = 0;
-    int max_c = 1, min_c = 1 << 30;
-    char host[64] = "unknown";
+    Parts a = {calloc(1, sizeof(ProfMeasured)), NULL, 0, 0, 1, 1 << 30};
+    if (!a.m)
+        rc = px_fail(err, PX_ERUNTIME, "out of memory");
+    if (!rc)
+        rc = read_parts(o, &a, err);
+    char host[64] = "unknown", date[32];
     gethostname(host, sizeof host - 1);
-    for (int i = 0; i < cal->n_parts && !rc; i++) {
-        cJSON *p = px_json_read_file(cal->parts[i], err);
-        if (!p) {
-            rc = PX_EINPUT;
-            break;
-        }
-        const cJSON *kind = cJSON_GetObjectItemCaseSensitive(p, "part");
-        if (cJSON_IsString(kind) && !strcmp(kind->valuestring, "compute")) {
-            int c = 1;
-            if ((rc = px_json_int(p, cal->parts[i], "concurrency", 1, 1, 1 << 20, &c, err))) {
-                cJSON_Delete(p);
-                break;
-            }
-            if (c > max_c)
-                max_c = c;
-            if (c < min_c) {
-                /* the device figures of the fewest ranks at once: a rank alone */
-                min_c = c;
-                peak = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(p, "peak_flops"));
-                bw = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(p, "memory_bandwidth"));
-            }
-            cJSON *g;
-            cJSON_ArrayForEach(g, cJSON_GetObjectItemCaseSensitive(p, "gemm"))
-            {
-                cJSON *e = cJSON_Duplicate(g, 1);
-                cJSON_AddItemToArray(e, cJSON_CreateNumber(c));
-                cJSON_AddItemToArray(gemm, e);
-            }
-            cJSON *o;
-            cJSON_ArrayForEach(o, cJSON_GetObjectItemCaseSensitive(p, "ops"))
-            {
-                cJSON *e = cJSON_Duplicate(o, 1);
-                cJSON_AddNumberToObject(e, "concurrency", c);
-                cJSON_AddItemToArray(ops, e);
-            }
-        } else if (cJSON_IsString(kind) && !strcmp(kind->valuestring, "comm")) {
-            cJSON_Delete(colls);
-            colls = cJSON_DetachItemFromObjectCaseSensitive(p, "collectives");
-        } else {
-            rc = px_fail(err, PX_EINPUT, "%s: not a calibration part", cal->parts[i]);
-        }
-        cJSON_Delete(p);
-    }
-    if (!rc && !(peak > 0 && bw > 0))
-        rc = px_fail(err, PX_EINPUT, "no compute part among the calibration parts");
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(date, sizeof date, "%Y-%m-%d", &tm);
     if (!rc) {
-        char date[32];
-        time_t now = time(NULL);
-        struct tm tm;
-        gmtime_r(&now, &tm);
-        strftime(date, sizeof date, "%Y-%m-%d", &tm);
-        cJSON *dev = cJSON_GetObjectItemCaseSensitive(prof, "device");
-        cJSON *eff = cJSON_GetObjectItemCaseSensitive(dev, "efficiency");
-        cJSON *sources = cJSON_GetObjectItemCaseSensitive(prof, "sources");
-        if (!sources)
-            sources = cJSON_AddObjectToObject(prof, "sources");
-        char desc[160], note[320];
-        snprintf(desc, sizeof desc, "%s, calibrated on %s by parallax calibrate (%d rank%s at most)",
-                 host, date, max_c, max_c > 1 ? "s" : "");
-        set_item(prof, "description", cJSON_CreateString(desc));
-        const char *dt = base.device.peak_bf16 > 0 && !generic_cpu ? "bf16" : "fp32";
-        if (generic_cpu) {
-            /* a generic CPU profile has no data-sheet peak: the measured ones replace it */
-            set_num(cJSON_GetObjectItemCaseSensitive(dev, "peak_flops"), "fp32", peak);
-            set_num(dev, "memory_bandwidth", bw);
-            set_num(eff, "matmul", 1.0);
-            set_num(eff, "memory", 1.0);
-            snprintf(note, sizeof note,
-                     "peak_flops.fp32 and memory_bandwidth: measured by parallax calibrate on %s "
-                     "(%s): a %s GEMM's best rate and a streaming add's bandwidth, one rank",
-                     host, date, generic_cpu ? "1024^3 sgemm" : "square");
-        } else {
-            /* a data-sheet device keeps its peak: the measurement sets the efficiencies */
-            double p0 = prof_peak_flops(&base.device, !strcmp(dt, "bf16") ? PX_BF16 : PX_FP32);
-            if (p0 > 0)
-                set_num(eff, "matmul", peak / p0 < 1 ? peak / p0 : 1);
-            if (base.device.memory_bandwidth > 0)
-                set_num(eff, "memory", bw / base.device.memory_bandwidth < 1
-                                           ? bw / base.device.memory_bandwidth
-                                           : 1);
-            snprintf(note, sizeof note,
-                     "efficiency.matmul and .memory: measured by parallax calibrate on %s (%s): "
-                     "%.4g FLOP/s %s GEMM, %.4g B/s streaming, against the data sheet",
-                     host, date, peak, dt, bw);
-        }
-        cJSON_DeleteItemFromObjectCaseSensitive(sources, "calibration");
-        cJSON_AddStringToObject(sources, "calibration", note);
-        cJSON *me = cJSON_AddObjectToObject(prof, "measured");
-        cJSON_AddStringToObject(me, "host", host);
-        cJSON_AddStringToObject(me, "date", date);
-        cJSON_AddNumberToObject(me, "ranks", max_c);
-        cJSON_AddItemToObject(me, "gemm", gemm);
-        cJSON_AddItemToObject(me, "ops", ops);
-        gemm = ops = NULL;
-        if (colls) {
-            cJSON_AddItemToObject(me, "collectives", colls);
-            colls = NULL;
-        }
-        /* the result must load as a profile before it replaces anything */
-        char *text = cJSON_Print(prof);
-        ProfCluster check;
-        if (!text) {
-            rc = px_fail(err, PX_ERUNTIME, "out of memory");
-        } else if ((rc = prof_cluster_parse(text, cal->output, &check, err)) == PX_OK) {
-            prof_cluster_free(&check);
-            size_t n = strlen(text);
-            char *t2 = realloc(text, n + 2);
-            if (t2) {
-                text = t2;
-                text[n] = '\n';
-                text[n + 1] = '\0';
-            }
-            rc = px_write_file_atomic(cal->output, text, err);
-        }
-        free(text);
-        if (!rc && !cal->quiet)
-            printf("calibrate: wrote %s (%s, %d GEMM shapes, %d op rates, %d collectives)\n",
-                   cal->output, host,
-                   cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(me, "gemm")),
-                   cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(me, "ops")),
-                   cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(me, "collectives")));
+        px_strlcpy(a.m->host, host, sizeof a.m->host);
+        px_strlcpy(a.m->date, date, sizeof a.m->date);
+        a.m->ranks = a.max_c;
+        if (a.coll)
+            rc = prof_measured_append(a.m, a.coll, err);
     }
-    cJSON_Delete(gemm);
-    cJSON_Delete(ops);
-    cJSON_Delete(colls);
-    cJSON_Delete(prof);
+    if (!rc) {
+        base.measured = a.m; /* the base owns it now */
+        a.m = NULL;
+        rc = write_profile(o, &base, &a, host, date, err);
+    }
+    if (!rc && !o->quiet)
+        printf("calibrate: wrote %s (%s, %d GEMM shapes, %d op rates, %d collectives)\n",
+               o->output, host, base.measured->n_gemm, base.measured->n_ops,
+               base.measured->n_coll);
+    prof_measured_free(a.m);
+    prof_measured_free(a.coll);
     prof_cluster_free(&base);
     return rc;
 }
