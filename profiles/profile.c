@@ -591,6 +591,26 @@ double prof_measured_gemm(const ProfMeasured *m, double M, double N, double K, d
     return p->seconds * (M * N * K * batch) / (p->m * p->n * p->k * p->batch);
 }
 
+/* The `key=value` overrides, in order, into the profile's JSON (its device resolved). */
+static int apply_sets(cJSON *j, const char *const *sets, int n_sets, PxError *err)
+{
+    for (int i = 0; i < n_sets; i++) {
+        const char *eq = strchr(sets[i], '=');
+        if (!eq || eq == sets[i])
+            return px_fail(err, PX_EINPUT, "--set '%s': expected key=value", sets[i]);
+        char key[256];
+        size_t kn = (size_t)(eq - sets[i]);
+        if (kn >= sizeof key)
+            return px_fail(err, PX_EINPUT, "--set '%s': key too long", sets[i]);
+        memcpy(key, sets[i], kn);
+        key[kn] = '\0';
+        int rc = px_json_set_path(j, key, eq + 1, err);
+        if (rc)
+            return rc;
+    }
+    return PX_OK;
+}
+
 /* Parses a cluster profile; resolves a device given by name in place. */
 static int cluster_from_json(cJSON *j, const char *origin, const char *const *sets, int n_sets,
                              ProfCluster *c, PxError *err)
@@ -627,23 +647,8 @@ static int cluster_from_json(cJSON *j, const char *origin, const char *const *se
         rc = px_fail(err, PX_EINPUT, "%s device: expected a device name or object", where);
         goto out;
     }
-    for (int i = 0; i < n_sets; i++) {
-        const char *eq = strchr(sets[i], '=');
-        if (!eq || eq == sets[i]) {
-            rc = px_fail(err, PX_EINPUT, "--set '%s': expected key=value", sets[i]);
-            goto out;
-        }
-        char key[256];
-        size_t kn = (size_t)(eq - sets[i]);
-        if (kn >= sizeof key) {
-            rc = px_fail(err, PX_EINPUT, "--set '%s': key too long", sets[i]);
-            goto out;
-        }
-        memcpy(key, sets[i], kn);
-        key[kn] = '\0';
-        if ((rc = px_json_set_path(j, key, eq + 1, err)))
-            goto out;
-    }
+    if ((rc = apply_sets(j, sets, n_sets, err)))
+        goto out;
     px_json_warn_unknown(j, where, known);
     int version = 1;
     const cJSON *node, *link, *net;
