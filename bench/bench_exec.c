@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "exec/exec.h"
+#include "exec/train/train.h"
 #include "kernels/kernels.h"
 #include "sim/sim.h"
 

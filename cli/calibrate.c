@@ -1,11 +1,11 @@
 /* parallax calibrate: measures this machine through the executor's kernels and communication
- * layer and writes a calibrated cluster profile (exec_calibrate_job does the work). */
+ * layer and writes a calibrated cluster profile (calib_job does the work). */
 #include <stdio.h>
 #include <string.h>
 
 #include "cli/commands.h"
 #include "cli/options.h"
-#include "exec/exec.h"
+#include "exec/calibrate/calibrate.h"
 #include "exec/launch/launch.h"
 
 enum { CAL_RANKS = CLI_EXTRA, CAL_MODELS, CAL_BASE, CAL_BACKEND, CAL_QUICK, CAL_QUIET, CAL_LAUNCHER };
@@ -42,7 +42,7 @@ int cli_cmd_calibrate(int argc, char **argv)
     if (status >= 0)
         return status;
     PxError err = {0};
-    ExecCalibrateJob j = {0};
+    CalibJob j = {0};
     j.output = a.output;
     j.models = a.extra[CAL_MODELS - CLI_EXTRA];
     j.base = a.extra[CAL_BASE - CLI_EXTRA];
@@ -59,7 +59,7 @@ int cli_cmd_calibrate(int argc, char **argv)
         rc = px_fail(&err, PX_EINPUT, "--backend: expected cpu or cuda, got '%s'", j.backend);
     if (!rc) {
         int exit_status = 0;
-        rc = exec_calibrate_job(&j, &exit_status, &err);
+        rc = calib_job(&j, &exit_status, &err);
         if (rc && exit_status == 2)
             rc = PX_EINPUT;
     }

@@ -276,7 +276,6 @@ int prof_cluster_copy(const ProfCluster *src, ProfCluster *out, PxError *err)
     return PX_OK;
 }
 
-/* Reads a non-negative finite number from a JSON array element. */
 /* The optional array `key` of the measured section: *n its entries (0 when absent) and *out a
  * zeroed list of that many elements of `size` bytes (at least one, so never NULL on success). */
 static int measured_list(const cJSON *me, const char *mw, const char *key, const char *shape,
@@ -296,6 +295,7 @@ static int measured_list(const cJSON *me, const char *mw, const char *key, const
     return PX_OK;
 }
 
+/* Reads a non-negative finite number from a JSON array element. */
 static int array_num(const cJSON *a, int i, double *out)
 {
     const cJSON *v = cJSON_GetArrayItem(a, i);
@@ -305,14 +305,120 @@ static int array_num(const cJSON *a, int i, double *out)
     return 1;
 }
 
-static int parse_measured(const cJSON *me, const char *where, ProfMeasured **out, PxError *err)
+/* The measured section's concurrency for entries that give none: the most ranks at once. */
+static int default_concurrency(const ProfMeasured *m) { return m->ranks > 0 ? m->ranks : 1; }
+
+/* measured.gemm: rows of [m, n, k, batch, seconds] with an optional concurrency. */
+static int measured_gemm(const cJSON *me, const char *mw, ProfMeasured *m, PxError *err)
 {
-    static const char *const known[] = {"host", "date", "ranks", "gemm", "ops", "collectives", NULL};
+    const cJSON *g = cJSON_GetObjectItemCaseSensitive(me, "gemm");
+    int n;
+    int rc = measured_list(me, mw, "gemm", " of [m, n, k, batch, seconds]", sizeof *m->gemm,
+                           (void **)&m->gemm, &n, err);
+    for (int i = 0; i < n && !rc; i++) {
+        const cJSON *e = cJSON_GetArrayItem(g, i);
+        ProfGemmPoint *p = &m->gemm[m->n_gemm];
+        const int len = cJSON_IsArray(e) ? cJSON_GetArraySize(e) : 0;
+        double conc = default_concurrency(m);
+        if ((len != 5 && len != 6) || !array_num(e, 0, &p->m) || !array_num(e, 1, &p->n) ||
+            !array_num(e, 2, &p->k) || !array_num(e, 3, &p->batch) ||
+            !array_num(e, 4, &p->seconds) || (len == 6 && !array_num(e, 5, &conc)) ||
+            p->m < 1 || p->n < 1 || p->k < 1 || p->batch < 1 || !(p->seconds > 0) ||
+            conc < 1 || conc > (1 << 20) || conc != floor(conc))
+            return px_fail(err, PX_EINPUT,
+                           "%s.gemm[%d]: expected [m, n, k, batch, seconds] or [m, n, k, batch, "
+                           "seconds, concurrency], all positive",
+                           mw, i);
+        p->concurrency = (int)conc;
+        m->n_gemm++;
+    }
+    return rc;
+}
+
+/* measured.ops: one fitted rate per kind, phase and variant at a concurrency. */
+static int measured_ops(const cJSON *me, const char *mw, ProfMeasured *m, PxError *err)
+{
     static const char *const known_op[] = {"kind",   "phase",       "flash",   "variant", "rate",
                                            "overhead_s", "points", "concurrency", NULL};
+    const cJSON *ops = cJSON_GetObjectItemCaseSensitive(me, "ops");
+    char w2[700];
+    int n;
+    int rc = measured_list(me, mw, "ops", "", sizeof *m->ops, (void **)&m->ops, &n, err);
+    for (int i = 0; i < n && !rc; i++) {
+        const cJSON *e = cJSON_GetArrayItem(ops, i);
+        ProfOpRate *o = &m->ops[m->n_ops];
+        snprintf(w2, sizeof w2, "%s.ops[%d]", mw, i);
+        if (!cJSON_IsObject(e))
+            return px_fail(err, PX_EINPUT, "%s: expected an object", w2);
+        px_json_warn_unknown(e, w2, known_op);
+        o->concurrency = default_concurrency(m);
+        if ((rc = px_json_string(e, w2, "kind", 1, o->kind, sizeof o->kind, err)) ||
+            (rc = px_json_string(e, w2, "phase", 1, o->phase, sizeof o->phase, err)) ||
+            (rc = px_json_bool(e, w2, "flash", 0, &o->flash, err)) ||
+            (rc = px_json_string(e, w2, "variant", 0, o->variant, sizeof o->variant, err)) ||
+            (rc = px_json_double(e, w2, "rate", 1, 1e-3, 1e18, &o->rate, err)) ||
+            (rc = px_json_double(e, w2, "overhead_s", 0, 0, 10, &o->overhead_s, err)) ||
+            (rc = px_json_int(e, w2, "points", 0, 0, 1 << 30, &o->points, err)) ||
+            (rc = px_json_int(e, w2, "concurrency", 0, 1, 1 << 20, &o->concurrency, err)))
+            return rc;
+        m->n_ops++;
+    }
+    return rc;
+}
+
+/* One collective's [bytes, seconds] points, bytes increasing. */
+static int collective_points(const cJSON *pts, const char *w2, ProfCollective *c, PxError *err)
+{
+    if (!cJSON_IsArray(pts) || cJSON_GetArraySize(pts) < 1 ||
+        cJSON_GetArraySize(pts) > PROF_MAX_POINTS)
+        return px_fail(err, PX_EINPUT, "%s.points: expected 1 to %d [bytes, seconds] pairs", w2,
+                       PROF_MAX_POINTS);
+    for (int k = 0; k < cJSON_GetArraySize(pts); k++) {
+        const cJSON *pt = cJSON_GetArrayItem(pts, k);
+        if (!cJSON_IsArray(pt) || cJSON_GetArraySize(pt) != 2 || !array_num(pt, 0, &c->bytes[k]) ||
+            !array_num(pt, 1, &c->seconds[k]) || !(c->bytes[k] > 0) || !(c->seconds[k] > 0) ||
+            (k > 0 && !(c->bytes[k] > c->bytes[k - 1])))
+            return px_fail(err, PX_EINPUT,
+                           "%s.points[%d]: expected [bytes, seconds], positive, bytes increasing",
+                           w2, k);
+        c->n++;
+    }
+    return PX_OK;
+}
+
+/* measured.collectives: times against message size per collective and group. */
+static int measured_collectives(const cJSON *me, const char *mw, ProfMeasured *m, PxError *err)
+{
     static const char *const known_coll[] = {"op", "ranks", "nodes", "points", NULL};
-    char mw[600], w2[700];
+    const cJSON *co = cJSON_GetObjectItemCaseSensitive(me, "collectives");
+    char w2[700];
+    int n;
+    int rc = measured_list(me, mw, "collectives", "", sizeof *m->coll, (void **)&m->coll, &n, err);
+    for (int i = 0; i < n && !rc; i++) {
+        const cJSON *e = cJSON_GetArrayItem(co, i);
+        ProfCollective *c = &m->coll[m->n_coll];
+        snprintf(w2, sizeof w2, "%s.collectives[%d]", mw, i);
+        if (!cJSON_IsObject(e))
+            return px_fail(err, PX_EINPUT, "%s: expected an object", w2);
+        px_json_warn_unknown(e, w2, known_coll);
+        c->nodes = 1;
+        if ((rc = px_json_string(e, w2, "op", 1, c->op, sizeof c->op, err)) ||
+            (rc = px_json_int(e, w2, "ranks", 1, 1, 1 << 24, &c->ranks, err)) ||
+            (rc = px_json_int(e, w2, "nodes", 0, 1, 1 << 24, &c->nodes, err)) ||
+            (rc = collective_points(cJSON_GetObjectItemCaseSensitive(e, "points"), w2, c, err)))
+            return rc;
+        m->n_coll++;
+    }
+    return rc;
+}
+
+int prof_measured_from_json(const cJSON *me, const char *where, ProfMeasured **out, PxError *err)
+{
+    static const char *const known[] = {"host",   "date",        "ranks",
+                                        "gemm",   "ops",         "collectives", NULL};
+    char mw[600];
     snprintf(mw, sizeof mw, "%s measured", where);
+    *out = NULL;
     px_json_warn_unknown(me, mw, known);
     ProfMeasured *m = calloc(1, sizeof *m);
     if (!m)
@@ -320,104 +426,45 @@ static int parse_measured(const cJSON *me, const char *where, ProfMeasured **out
     int rc;
     if ((rc = px_json_string(me, mw, "host", 0, m->host, sizeof m->host, err)) ||
         (rc = px_json_string(me, mw, "date", 0, m->date, sizeof m->date, err)) ||
-        (rc = px_json_int(me, mw, "ranks", 0, 1, 1 << 20, &m->ranks, err)))
-        goto fail;
-    const cJSON *g = cJSON_GetObjectItemCaseSensitive(me, "gemm");
-    int n;
-    if ((rc = measured_list(me, mw, "gemm", " of [m, n, k, batch, seconds]", sizeof *m->gemm,
-                            (void **)&m->gemm, &n, err)))
-        goto fail;
-    {
-        for (int i = 0; i < n; i++) {
-            const cJSON *e = cJSON_GetArrayItem(g, i);
-            ProfGemmPoint *p = &m->gemm[m->n_gemm];
-            const int len = cJSON_IsArray(e) ? cJSON_GetArraySize(e) : 0;
-            double conc = m->ranks > 0 ? m->ranks : 1;
-            if ((len != 5 && len != 6) || !array_num(e, 0, &p->m) || !array_num(e, 1, &p->n) ||
-                !array_num(e, 2, &p->k) || !array_num(e, 3, &p->batch) ||
-                !array_num(e, 4, &p->seconds) || (len == 6 && !array_num(e, 5, &conc)) ||
-                p->m < 1 || p->n < 1 || p->k < 1 || p->batch < 1 || !(p->seconds > 0) ||
-                conc < 1 || conc > (1 << 20) || conc != floor(conc)) {
-                rc = px_fail(err, PX_EINPUT,
-                             "%s.gemm[%d]: expected [m, n, k, batch, seconds] or [m, n, k, batch, "
-                             "seconds, concurrency], all positive",
-                             mw, i);
-                goto fail;
-            }
-            p->concurrency = (int)conc;
-            m->n_gemm++;
-        }
-    }
-    const cJSON *ops = cJSON_GetObjectItemCaseSensitive(me, "ops");
-    if ((rc = measured_list(me, mw, "ops", "", sizeof *m->ops, (void **)&m->ops, &n, err)))
-        goto fail;
-    {
-        for (int i = 0; i < n; i++) {
-            const cJSON *e = cJSON_GetArrayItem(ops, i);
-            ProfOpRate *o = &m->ops[m->n_ops];
-            snprintf(w2, sizeof w2, "%s.ops[%d]", mw, i);
-            if (!cJSON_IsObject(e)) {
-                rc = px_fail(err, PX_EINPUT, "%s: expected an object", w2);
-                goto fail;
-            }
-            px_json_warn_unknown(e, w2, known_op);
-            int points = 0;
-            if ((rc = px_json_string(e, w2, "kind", 1, o->kind, sizeof o->kind, err)) ||
-                (rc = px_json_string(e, w2, "phase", 1, o->phase, sizeof o->phase, err)) ||
-                (rc = px_json_bool(e, w2, "flash", 0, &o->flash, err)) ||
-                (rc = px_json_string(e, w2, "variant", 0, o->variant, sizeof o->variant, err)) ||
-                (rc = px_json_double(e, w2, "rate", 1, 1e-3, 1e18, &o->rate, err)) ||
-                (rc = px_json_double(e, w2, "overhead_s", 0, 0, 10, &o->overhead_s, err)) ||
-                (rc = px_json_int(e, w2, "points", 0, 0, 1 << 30, &points, err)))
-                goto fail;
-            o->concurrency = m->ranks > 0 ? m->ranks : 1;
-            if ((rc = px_json_int(e, w2, "concurrency", 0, 1, 1 << 20, &o->concurrency, err)))
-                goto fail;
-            m->n_ops++;
-        }
-    }
-    const cJSON *co = cJSON_GetObjectItemCaseSensitive(me, "collectives");
-    if ((rc = measured_list(me, mw, "collectives", "", sizeof *m->coll, (void **)&m->coll, &n,
-                            err)))
-        goto fail;
-    {
-        for (int i = 0; i < n; i++) {
-            const cJSON *e = cJSON_GetArrayItem(co, i);
-            ProfCollective *c = &m->coll[m->n_coll];
-            snprintf(w2, sizeof w2, "%s.collectives[%d]", mw, i);
-            if (!cJSON_IsObject(e)) {
-                rc = px_fail(err, PX_EINPUT, "%s: expected an object", w2);
-                goto fail;
-            }
-            px_json_warn_unknown(e, w2, known_coll);
-            c->nodes = 1;
-            if ((rc = px_json_string(e, w2, "op", 1, c->op, sizeof c->op, err)) ||
-                (rc = px_json_int(e, w2, "ranks", 1, 1, 1 << 24, &c->ranks, err)) ||
-                (rc = px_json_int(e, w2, "nodes", 0, 1, 1 << 24, &c->nodes, err)))
-                goto fail;
-            const cJSON *pts = cJSON_GetObjectItemCaseSensitive(e, "points");
-            if (!cJSON_IsArray(pts) || cJSON_GetArraySize(pts) < 1 || cJSON_GetArraySize(pts) > PROF_MAX_POINTS) {
-                rc = px_fail(err, PX_EINPUT, "%s.points: expected 1 to %d [bytes, seconds] pairs", w2, PROF_MAX_POINTS);
-                goto fail;
-            }
-            for (int k = 0; k < cJSON_GetArraySize(pts); k++) {
-                const cJSON *pt = cJSON_GetArrayItem(pts, k);
-                if (!cJSON_IsArray(pt) || cJSON_GetArraySize(pt) != 2 || !array_num(pt, 0, &c->bytes[k]) ||
-                    !array_num(pt, 1, &c->seconds[k]) || !(c->bytes[k] > 0) || !(c->seconds[k] > 0) ||
-                    (k > 0 && !(c->bytes[k] > c->bytes[k - 1]))) {
-                    rc = px_fail(err, PX_EINPUT, "%s.points[%d]: expected [bytes, seconds], positive, bytes increasing", w2, k);
-                    goto fail;
-                }
-                c->n++;
-            }
-            m->n_coll++;
-        }
+        (rc = px_json_int(me, mw, "ranks", 0, 1, 1 << 20, &m->ranks, err)) ||
+        (rc = measured_gemm(me, mw, m, err)) || (rc = measured_ops(me, mw, m, err)) ||
+        (rc = measured_collectives(me, mw, m, err))) {
+        prof_measured_free(m);
+        return rc;
     }
     *out = m;
     return PX_OK;
-fail:
-    prof_measured_free(m);
-    return rc;
+}
+
+/* Grows *list of *n elements of `size` bytes by the `add` elements of src. */
+static int append_array(void **list, int *n, const void *src, int add, size_t size)
+{
+    if (add <= 0)
+        return 0;
+    char *p = realloc(*list, (size_t)(*n + add) * size);
+    if (!p)
+        return -1;
+    memcpy(p + (size_t)*n * size, src, (size_t)add * size);
+    *list = p;
+    *n += add;
+    return 0;
+}
+
+int prof_measured_append(ProfMeasured *into, const ProfMeasured *from, PxError *err)
+{
+    const int n_gemm = into->n_gemm, n_ops = into->n_ops;
+    if (append_array((void **)&into->gemm, &into->n_gemm, from->gemm, from->n_gemm,
+                     sizeof *from->gemm) ||
+        append_array((void **)&into->ops, &into->n_ops, from->ops, from->n_ops,
+                     sizeof *from->ops) ||
+        append_array((void **)&into->coll, &into->n_coll, from->coll, from->n_coll,
+                     sizeof *from->coll)) {
+        /* the lists that grew keep their new room, but not the entries: into is unchanged */
+        into->n_gemm = n_gemm;
+        into->n_ops = n_ops;
+        return px_fail(err, PX_ERUNTIME, "out of memory adding measurements");
+    }
+    return PX_OK;
 }
 
 void prof_measured_free(ProfMeasured *m)
@@ -544,6 +591,26 @@ double prof_measured_gemm(const ProfMeasured *m, double M, double N, double K, d
     return p->seconds * (M * N * K * batch) / (p->m * p->n * p->k * p->batch);
 }
 
+/* The `key=value` overrides, in order, into the profile's JSON (its device resolved). */
+static int apply_sets(cJSON *j, const char *const *sets, int n_sets, PxError *err)
+{
+    for (int i = 0; i < n_sets; i++) {
+        const char *eq = strchr(sets[i], '=');
+        if (!eq || eq == sets[i])
+            return px_fail(err, PX_EINPUT, "--set '%s': expected key=value", sets[i]);
+        char key[256];
+        size_t kn = (size_t)(eq - sets[i]);
+        if (kn >= sizeof key)
+            return px_fail(err, PX_EINPUT, "--set '%s': key too long", sets[i]);
+        memcpy(key, sets[i], kn);
+        key[kn] = '\0';
+        int rc = px_json_set_path(j, key, eq + 1, err);
+        if (rc)
+            return rc;
+    }
+    return PX_OK;
+}
+
 /* Parses a cluster profile; resolves a device given by name in place. */
 static int cluster_from_json(cJSON *j, const char *origin, const char *const *sets, int n_sets,
                              ProfCluster *c, PxError *err)
@@ -580,23 +647,8 @@ static int cluster_from_json(cJSON *j, const char *origin, const char *const *se
         rc = px_fail(err, PX_EINPUT, "%s device: expected a device name or object", where);
         goto out;
     }
-    for (int i = 0; i < n_sets; i++) {
-        const char *eq = strchr(sets[i], '=');
-        if (!eq || eq == sets[i]) {
-            rc = px_fail(err, PX_EINPUT, "--set '%s': expected key=value", sets[i]);
-            goto out;
-        }
-        char key[256];
-        size_t kn = (size_t)(eq - sets[i]);
-        if (kn >= sizeof key) {
-            rc = px_fail(err, PX_EINPUT, "--set '%s': key too long", sets[i]);
-            goto out;
-        }
-        memcpy(key, sets[i], kn);
-        key[kn] = '\0';
-        if ((rc = px_json_set_path(j, key, eq + 1, err)))
-            goto out;
-    }
+    if ((rc = apply_sets(j, sets, n_sets, err)))
+        goto out;
     px_json_warn_unknown(j, where, known);
     int version = 1;
     const cJSON *node, *link, *net;
@@ -644,7 +696,7 @@ static int cluster_from_json(cJSON *j, const char *origin, const char *const *se
         const cJSON *me;
         if ((rc = px_json_object(j, where, "measured", 0, &me, err)))
             goto out;
-        if (me && (rc = parse_measured(me, where, &c->measured, err)))
+        if (me && (rc = prof_measured_from_json(me, where, &c->measured, err)))
             goto out;
     }
 out:
@@ -724,45 +776,52 @@ cJSON *prof_cluster_to_json(const ProfCluster *c)
         cJSON_AddNumberToObject(j, "nodes", c->nodes);
     if (c->shared_memory)
         cJSON_AddBoolToObject(j, "shared_memory", 1);
-    if (c->measured) {
-        const ProfMeasured *m = c->measured;
-        cJSON *me = cJSON_AddObjectToObject(j, "measured");
-        cJSON_AddStringToObject(me, "host", m->host);
-        cJSON_AddStringToObject(me, "date", m->date);
-        cJSON_AddNumberToObject(me, "ranks", m->ranks);
-        cJSON *g = cJSON_AddArrayToObject(me, "gemm");
-        for (int i = 0; i < m->n_gemm; i++) {
-            double v[6] = {m->gemm[i].m,     m->gemm[i].n,       m->gemm[i].k,
-                           m->gemm[i].batch, m->gemm[i].seconds, m->gemm[i].concurrency};
-            cJSON_AddItemToArray(g, cJSON_CreateDoubleArray(v, 6));
-        }
-        cJSON *ops = cJSON_AddArrayToObject(me, "ops");
-        for (int i = 0; i < m->n_ops; i++) {
-            cJSON *o = cJSON_CreateObject();
-            cJSON_AddStringToObject(o, "kind", m->ops[i].kind);
-            cJSON_AddStringToObject(o, "phase", m->ops[i].phase);
-            if (strcmp(m->ops[i].kind, "attention") == 0)
-                cJSON_AddBoolToObject(o, "flash", m->ops[i].flash);
-            if (m->ops[i].variant[0])
-                cJSON_AddStringToObject(o, "variant", m->ops[i].variant);
-            cJSON_AddNumberToObject(o, "rate", m->ops[i].rate);
-            cJSON_AddNumberToObject(o, "overhead_s", m->ops[i].overhead_s);
-            cJSON_AddNumberToObject(o, "concurrency", m->ops[i].concurrency);
-            cJSON_AddItemToArray(ops, o);
-        }
-        cJSON *co = cJSON_AddArrayToObject(me, "collectives");
-        for (int i = 0; i < m->n_coll; i++) {
-            cJSON *e = cJSON_CreateObject();
-            cJSON_AddStringToObject(e, "op", m->coll[i].op);
-            cJSON_AddNumberToObject(e, "ranks", m->coll[i].ranks);
-            cJSON_AddNumberToObject(e, "nodes", m->coll[i].nodes);
-            cJSON *pts = cJSON_AddArrayToObject(e, "points");
-            for (int k = 0; k < m->coll[i].n; k++) {
-                double v[2] = {m->coll[i].bytes[k], m->coll[i].seconds[k]};
-                cJSON_AddItemToArray(pts, cJSON_CreateDoubleArray(v, 2));
-            }
-            cJSON_AddItemToArray(co, e);
-        }
-    }
+    if (c->measured)
+        cJSON_AddItemToObject(j, "measured", prof_measured_to_json(c->measured));
     return j;
+}
+
+cJSON *prof_measured_to_json(const ProfMeasured *m)
+{
+    cJSON *me = cJSON_CreateObject();
+    cJSON_AddStringToObject(me, "host", m->host);
+    cJSON_AddStringToObject(me, "date", m->date);
+    cJSON_AddNumberToObject(me, "ranks", m->ranks);
+    cJSON *g = cJSON_AddArrayToObject(me, "gemm");
+    for (int i = 0; i < m->n_gemm; i++) {
+        double v[6] = {m->gemm[i].m,     m->gemm[i].n,       m->gemm[i].k,
+                       m->gemm[i].batch, m->gemm[i].seconds, m->gemm[i].concurrency};
+        cJSON_AddItemToArray(g, cJSON_CreateDoubleArray(v, 6));
+    }
+    cJSON *ops = cJSON_AddArrayToObject(me, "ops");
+    for (int i = 0; i < m->n_ops; i++) {
+        const ProfOpRate *r = &m->ops[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "kind", r->kind);
+        cJSON_AddStringToObject(o, "phase", r->phase);
+        if (strcmp(r->kind, "attention") == 0)
+            cJSON_AddBoolToObject(o, "flash", r->flash);
+        if (r->variant[0])
+            cJSON_AddStringToObject(o, "variant", r->variant);
+        cJSON_AddNumberToObject(o, "rate", r->rate);
+        cJSON_AddNumberToObject(o, "overhead_s", r->overhead_s);
+        if (r->points > 0)
+            cJSON_AddNumberToObject(o, "points", r->points);
+        cJSON_AddNumberToObject(o, "concurrency", r->concurrency);
+        cJSON_AddItemToArray(ops, o);
+    }
+    cJSON *co = cJSON_AddArrayToObject(me, "collectives");
+    for (int i = 0; i < m->n_coll; i++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "op", m->coll[i].op);
+        cJSON_AddNumberToObject(e, "ranks", m->coll[i].ranks);
+        cJSON_AddNumberToObject(e, "nodes", m->coll[i].nodes);
+        cJSON *pts = cJSON_AddArrayToObject(e, "points");
+        for (int k = 0; k < m->coll[i].n; k++) {
+            double v[2] = {m->coll[i].bytes[k], m->coll[i].seconds[k]};
+            cJSON_AddItemToArray(pts, cJSON_CreateDoubleArray(v, 2));
+        }
+        cJSON_AddItemToArray(co, e);
+    }
+    return me;
 }

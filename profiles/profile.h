@@ -57,6 +57,7 @@ typedef struct {
     double rate;    /* bytes/s, or FLOP/s for attention */
     double overhead_s;
     int concurrency;
+    int points;     /* samples the rate was fitted to (0: not recorded) */
 } ProfOpRate;
 
 #define PROF_MAX_POINTS 48
@@ -135,6 +136,18 @@ cJSON *prof_cluster_to_json(const ProfCluster *c);
 /* Frees what a loaded cluster owns (its measurements); accepts a cluster without any. */
 void prof_cluster_free(ProfCluster *c);
 void prof_measured_free(ProfMeasured *m);
+/* The `measured` section (docs/formats.md) from JSON; `where` names its object in messages
+ * ("p.json:" gives "p.json: measured.gemm[3]: ..."). A GEMM row or op rate without its own
+ * concurrency takes the section's `ranks` (1 when absent). *out is the caller's (free it with
+ * prof_measured_free); PX_EINPUT names the key at fault, and nothing is left allocated. */
+int prof_measured_from_json(const cJSON *me, const char *where, ProfMeasured **out,
+                            PxError *err);
+/* The section as JSON, every entry with its concurrency, numbers written so that they read
+ * back exactly (prof_cluster_to_json writes it so). Caller frees with cJSON_Delete. */
+cJSON *prof_measured_to_json(const ProfMeasured *m);
+/* Adds copies of from's GEMM points, op rates and collectives after into's own (host, date and
+ * ranks stay into's). PX_ERUNTIME when out of memory, into's entries unchanged. */
+int prof_measured_append(ProfMeasured *into, const ProfMeasured *from, PxError *err);
 /* A collective's measured time for `bytes` over `ranks` ranks on `nodes` nodes, interpolated
  * log-log between measured sizes; a negative value when nothing was measured for it. */
 double prof_measured_collective(const ProfMeasured *m, const char *op, int ranks, int nodes,

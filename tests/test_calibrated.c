@@ -99,6 +99,43 @@ static void check_levels(void)
     prof_cluster_free(&cl);
 }
 
+/* The measured section on its own: a compute part's rows read with its concurrency as their
+ * default, the fits' point counts kept, and two parts appended into one section. */
+static void check_section(void)
+{
+    PxError err = {0};
+    cJSON *part = cJSON_Parse(
+        "{\"ranks\": 4, \"gemm\": [[256, 192, 64, 1, 0.002]],"
+        " \"ops\": [{\"kind\": \"norm\", \"phase\": \"fwd\", \"rate\": 1e9, \"points\": 36}]}");
+    CHECK(part != NULL);
+    ProfMeasured *m = NULL, *all = NULL;
+    CHECK_OK(prof_measured_from_json(part, "part.json:", &m, &err), err);
+    CHECK_EQ_INT(4, m->gemm[0].concurrency);
+    CHECK_EQ_INT(4, m->ops[0].concurrency);
+    CHECK_EQ_INT(36, m->ops[0].points);
+    cJSON_Delete(part);
+    ProfCluster cl;
+    CHECK_OK(prof_cluster_parse(profile_text, "test", &cl, &err), err);
+    all = cl.measured;
+    CHECK_OK(prof_measured_append(all, m, &err), err);
+    CHECK_EQ_INT(2, all->n_gemm);
+    CHECK_EQ_INT(3, all->n_ops);
+    CHECK_EQ_INT(1, all->n_coll);
+    CHECK_EQ_INT(4, all->gemm[1].concurrency);
+    /* through JSON and back: the points and every concurrency survive */
+    cJSON *j = prof_measured_to_json(all);
+    ProfMeasured *back = NULL;
+    CHECK_OK(prof_measured_from_json(j, "back:", &back, &err), err);
+    CHECK_EQ_INT(36, back->ops[2].points);
+    CHECK_EQ_INT(4, back->ops[2].concurrency);
+    CHECK_EQ_INT(2, back->ops[0].concurrency);
+    CHECK(back->gemm[1].seconds == 0.002);
+    cJSON_Delete(j);
+    prof_measured_free(back);
+    prof_measured_free(m);
+    prof_cluster_free(&cl);
+}
+
 int main(void)
 {
     px_log_set_quiet(1);
@@ -187,5 +224,6 @@ int main(void)
         CHECK_INPUT_ERROR(prof_cluster_parse(t, "bad", &x, &err), err, bad[i][1]);
     }
     check_levels();
+    check_section();
     TEST_DONE("calibrated");
 }

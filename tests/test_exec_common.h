@@ -3,7 +3,7 @@
 #ifndef TEST_EXEC_COMMON_H
 #define TEST_EXEC_COMMON_H
 
-#include "exec/exec.h"
+#include "exec/train/train.h"
 #include "sim/sim.h"
 #include "tests/test.h"
 

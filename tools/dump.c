@@ -92,12 +92,57 @@ static int dump(Exec *ex, cJSON *j, const char *out, PxError *err)
     return rc ? rc : px_json_write_file(out, j, err);
 }
 
+/* No options of its own: the table gives -h, --help and the parsing of operands. */
+static const PxOption dump_options[] = {{NULL, 0, NULL, NULL, 0, 0}};
+
+static const char *const dump_usage = "exec_dump PLAN.json OUT.json";
+static const char *const dump_about =
+    "Writes a single-rank plan's initial weights, its first step's batch, and the loss and\n"
+    "gradients of that batch (before any update) as one JSON file, for an outside\n"
+    "implementation to check (scripts/pytorch_check.py).";
+
+/* The command line: *plan and *out from the operands; -1 to go on, else the exit status. */
+static int parse(int argc, char **argv, const char **plan, const char **out)
+{
+    const PxOption *const tables[] = {dump_options, NULL};
+    PxOpts *p = px_opts_new(tables);
+    if (!p) {
+        fprintf(stderr, "exec_dump: out of memory\n");
+        return 1;
+    }
+    PxError err = {0};
+    const char *arg;
+    int status = -1, id;
+    while (status < 0 && (id = px_opts_next(p, argc, argv, &arg, "(see 'exec_dump --help')",
+                                            &err)) != PX_OPTS_END) {
+        if (id == PX_OPTS_HELP) {
+            char usage[512];
+            snprintf(usage, sizeof usage, "%s\n\n%s", dump_usage, dump_about);
+            px_opts_help(stdout, usage, tables);
+            status = 0;
+        } else if (id == PX_OPTS_BAD) {
+            fprintf(stderr, "exec_dump: %s\n", err.msg);
+            status = 2;
+        }
+    }
+    const int first = px_opts_index(p);
+    px_opts_free(p);
+    if (status < 0 && argc - first != 2) {
+        fprintf(stderr, "usage: %s\n", dump_usage);
+        status = 2;
+    } else if (status < 0) {
+        *plan = argv[first];
+        *out = argv[first + 1];
+    }
+    return status;
+}
+
 int main(int argc, char **argv)
 {
-    if (argc != 3) {
-        fprintf(stderr, "usage: exec_dump PLAN.json OUT.json\n");
-        return 2;
-    }
+    const char *plan_path = NULL, *out = NULL;
+    int status = parse(argc, argv, &plan_path, &out);
+    if (status >= 0)
+        return status;
     PxError err = {0};
     ModelPlan plan;
     memset(&plan, 0, sizeof plan);
@@ -106,16 +151,16 @@ int main(int argc, char **argv)
     opt.quiet = 1;
     opt.prefetch = 0;
     opt.backend = EXEC_BACKEND_CPU;
-    opt.plan_path = argv[1];
+    opt.plan_path = plan_path;
     Exec *ex = NULL;
-    int rc = model_plan_read(argv[1], &plan, &err);
+    int rc = model_plan_read(plan_path, &plan, &err);
     if (!rc && plan.gpus != 1)
-        rc = px_fail(&err, PX_EINPUT, "%s: exec_dump takes single-rank plans", argv[1]);
+        rc = px_fail(&err, PX_EINPUT, "%s: exec_dump takes single-rank plans", plan_path);
     if (!rc)
         rc = exec_init(&ex, &plan, &opt, &err);
     cJSON *j = rc ? NULL : cJSON_CreateObject();
     if (j)
-        rc = dump(ex, j, argv[2], &err);
+        rc = dump(ex, j, out, &err);
     cJSON_Delete(j);
     exec_free(ex);
     model_plan_free(&plan);
@@ -123,6 +168,6 @@ int main(int argc, char **argv)
         fprintf(stderr, "exec_dump: %s\n", err.msg);
         return rc == PX_EINPUT ? 2 : 1;
     }
-    printf("wrote %s\n", argv[2]);
+    printf("wrote %s\n", out);
     return 0;
 }

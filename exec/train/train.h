@@ -50,7 +50,7 @@
 
 typedef struct CommLayer CommLayer; /* exec/comm/comm.h */
 
-/* ---- options ---- */
+/* ---- options (options.c: px_train_options, which the front end links without the trainer) ---- */
 
 /* Where the kernels run. AUTO follows the plan's cluster profile: a GPU device -> CUDA, cpu ->
  * CPU. */

@@ -10,13 +10,6 @@
 
 #include "exec/train/internal.h"
 
-void exec_options_defaults(ExecOptions *o)
-{
-    memset(o, 0, sizeof *o);
-    o->prefetch = 1;
-    o->comm_timeout_s = EXEC_COMM_TIMEOUT_S;
-}
-
 /* ---- the backend ---- */
 
 /* The CPU profile is named cpu (and a calibrated CPU profile keeps its device's name); a device

@@ -1,0 +1,181 @@
+/* `parallax calibrate`: the parts of a calibration, each its own launch of parallax-worker with
+ * as many ranks as it measures, then the profile assembled from them. The front end's part: it
+ * starts processes and names files, and needs neither MPI nor the kernels. */
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h> /* mkdtemp */
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "exec/calibrate/calibrate.h"
+#include "profiles/profile.h"
+
+enum { MAX_LEVELS = 32, MAX_PARTS = MAX_LEVELS + 2, PATH_CAP = 1300 };
+
+/* The parts' files in a temporary folder, in the order assemble reads them. */
+typedef struct {
+    const char *dir;
+    char path[MAX_PARTS][PATH_CAP];
+    int n;
+} Parts;
+
+/* Removes the parts' folder and what calibrate put in it (plain files only). */
+static void remove_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *e;
+        char path[1200];
+        while ((e = readdir(d)) != NULL) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+                continue;
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            unlink(path);
+        }
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
+/* The profile to write: -o, else prof_calibrated_path's, whose profiles/ folder is created when
+ * it is missing. */
+static int output_path(const CalibJob *j, char *output, size_t cap, PxError *err)
+{
+    if (j->output) {
+        px_strlcpy(output, j->output, cap);
+        return PX_OK;
+    }
+    prof_calibrated_path(output, cap);
+    char dir[1200];
+    px_strlcpy(dir, output, sizeof dir);
+    char *slash = strrchr(dir, '/');
+    if (slash) {
+        *slash = '\0';
+        if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+            return px_fail(err, PX_ERUNTIME, "%s: cannot create: %s", dir, strerror(errno));
+    }
+    return PX_OK;
+}
+
+/* The most ranks at once: --ranks, else the cores (a warning when it is more than them). */
+static int job_ranks(const CalibJob *j)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int ranks = j->ranks > 0 ? j->ranks : cores > 0 ? (int)cores : 1;
+    if (cores > 0 && ranks > cores)
+        px_warn("calibrate: %d ranks on %ld cores: ranks beyond the cores share them, and what "
+                "they measure describes no real job",
+                ranks, cores);
+    return ranks;
+}
+
+/* A part's arguments after its first n: the job's --quick and --quiet, then the end. */
+static void end_args(const CalibJob *j, const char **args, int n)
+{
+    if (j->quick)
+        args[n++] = "--quick";
+    if (j->quiet)
+        args[n++] = "--quiet";
+    args[n] = NULL;
+}
+
+/* One part: the worker with args on `ranks` ranks; PX_OK with *status 0, or the failure. */
+static int run_part(const CalibJob *j, int ranks, const char *const *args, int *status,
+                    PxError *err)
+{
+    LaunchJob l = {ranks == 1 && j->launcher == LAUNCH_DEFAULT ? LAUNCH_NONE
+                                                                       : j->launcher,
+                    ranks, "calibrate"};
+    int rc = launch_worker(&l, args, status, err);
+    if (!rc && *status != 0)
+        rc = px_fail(err, *status == 2 ? PX_EINPUT : PX_ERUNTIME,
+                     "the calibration part '%s' on %d rank%s failed (exit %d)", args[2], ranks,
+                     ranks > 1 ? "s" : "", *status);
+    return rc;
+}
+
+/* The compute part at concurrency 1, 2, 4, ... and `ranks`, then the comm part over `ranks`. */
+static int measure(const CalibJob *j, int ranks, Parts *p, int *status, PxError *err)
+{
+    int levels[MAX_LEVELS], nl = 0;
+    for (int c = 1; c < ranks && nl < MAX_LEVELS - 2; c *= 2)
+        levels[nl++] = c;
+    levels[nl++] = ranks;
+    const char *models = j->models ? j->models : "tiny,tiny-llama";
+    const char *base = j->base ? j->base : "local";
+    const char *backend = j->backend ? j->backend : "cpu";
+    int rc = PX_OK;
+    for (int i = 0; i < nl && !rc; i++) {
+        snprintf(p->path[p->n], PATH_CAP, "%s/compute-%d.json", p->dir, levels[i]);
+        const char *args[16] = {"calibrate", "--part", "compute", "-o", p->path[p->n++],
+                                "--models", models, "--base", base, "--backend", backend};
+        end_args(j, args, 11);
+        if (!j->quiet) {
+            printf("calibrate: part %d of %d: compute with %d rank%s at once\n", i + 1,
+                   nl + (ranks > 1) + 1, levels[i], levels[i] > 1 ? "s" : "");
+            fflush(stdout);
+        }
+        rc = run_part(j, levels[i], args, status, err);
+    }
+    if (!rc && ranks > 1) {
+        snprintf(p->path[p->n], PATH_CAP, "%s/comm.json", p->dir);
+        const char *args[10] = {"calibrate", "--part", "comm", "-o", p->path[p->n++]};
+        end_args(j, args, 5);
+        if (!j->quiet) {
+            printf("calibrate: part %d of %d: collectives over %d ranks\n", nl + 1, nl + 2, ranks);
+            fflush(stdout);
+        }
+        rc = run_part(j, ranks, args, status, err);
+    }
+    return rc;
+}
+
+/* The profile from the parts, on one process. */
+static int assemble(const CalibJob *j, const char *output, const Parts *p, int *status,
+                    PxError *err)
+{
+    const char *args[MAX_PARTS + 10] = {"calibrate", "--part", "assemble", "-o", output,
+                                        "--base", j->base ? j->base : "local"};
+    int n = 7;
+    if (j->quiet)
+        args[n++] = "--quiet";
+    for (int i = 0; i < p->n; i++)
+        args[n++] = p->path[i];
+    args[n] = NULL;
+    LaunchJob l = {LAUNCH_NONE, 1, "calibrate"};
+    int rc = launch_worker(&l, args, status, err);
+    if (!rc && *status != 0)
+        rc = px_fail(err, *status == 2 ? PX_EINPUT : PX_ERUNTIME,
+                     "assembling the profile failed (exit %d)", *status);
+    return rc;
+}
+
+int calib_job(const CalibJob *j, int *exit_status, PxError *err)
+{
+    *exit_status = 0;
+    char output[1200];
+    int rc = output_path(j, output, sizeof output, err);
+    if (rc)
+        return rc;
+    const int ranks = job_ranks(j);
+    char dir[] = "/tmp/parallax-calibrate-XXXXXX";
+    if (!mkdtemp(dir))
+        return px_fail(err, PX_ERUNTIME, "cannot create a temporary folder: %s", strerror(errno));
+    Parts p;
+    p.dir = dir;
+    p.n = 0;
+    int status = 0;
+    rc = measure(j, ranks, &p, &status, err);
+    if (!rc)
+        rc = assemble(j, output, &p, &status, err);
+    if (rc) {
+        *exit_status = status;
+        size_t n = strlen(err->msg);
+        snprintf(err->msg + n, sizeof err->msg - n, "; the parts measured so far are in %s", dir);
+    } else {
+        remove_dir(dir);
+    }
+    return rc;
+}

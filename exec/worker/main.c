@@ -1,0 +1,424 @@
+/* parallax-worker — the executor's program, one process per rank: `parallax-worker run PLAN.json`
+ * trains the plan on this process and writes run.json; `parallax-worker calibrate --part P` runs
+ * one part of a calibration. `parallax run` and `parallax calibrate` start it: directly for one
+ * rank, through mpirun or srun for several (rank 0 prints and writes).
+ *
+ * Failures: an error every rank meets before training (a bad plan, a world that does not match
+ * it, a bad data file) is agreed on, printed once by the first rank that had it, and every rank
+ * exits with its status. An error of one rank during training or a calibration part ends the
+ * whole job with MPI_Abort, its message naming the rank, so no rank is left waiting in a
+ * collective. Exit status 0 ok, 1 runtime failure, 2 bad input. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec/calibrate/calibrate.h"
+#include "exec/comm/comm.h"
+#include "exec/train/train.h"
+
+/* This process's place in the job: only rank 0 prints what every rank would say alike. */
+typedef struct {
+    int rank, world;
+} Job;
+
+static int exit_code(int status) { return status == PX_EINPUT ? 2 : status ? 1 : 0; }
+
+/* ---- the commands ---- */
+
+typedef struct {
+    const char *name, *usage, *help;
+} Command;
+
+static const Command commands[] = {
+    {"run", "run PLAN.json [options]", "train the plan on this process and write run.json"},
+    {"calibrate", "calibrate --part compute|comm|assemble -o FILE [options] [PARTS...]",
+     "one part of `parallax calibrate` (which runs them in turn)"},
+};
+enum { N_COMMANDS = sizeof commands / sizeof commands[0] };
+
+static void top_help(FILE *f)
+{
+    for (int i = 0; i < N_COMMANDS; i++)
+        fprintf(f, "%s parallax-worker %s\n", i == 0 ? "usage:" : "      ", commands[i].usage);
+    fprintf(f, "\nThe executor's program, one process per rank: `parallax run` and `parallax "
+               "calibrate`\nstart it.\n\ncommands:\n");
+    for (int i = 0; i < N_COMMANDS; i++)
+        fprintf(f, "  %-22s %s\n", commands[i].name, commands[i].help);
+    fprintf(f, "\n'parallax-worker COMMAND --help' lists a command's options.\n");
+}
+
+/* A command's --help from its option table: its usage line, what it does, its options. */
+static void command_help(const Command *c, const char *about, const PxOption *const *tables)
+{
+    char usage[1024];
+    snprintf(usage, sizeof usage, "parallax-worker %s\n\n%s", c->usage, about);
+    px_opts_help(stdout, usage, tables);
+}
+
+/* ---- run ---- */
+
+enum { RUN_STEPS, RUN_OUTPUT, RUN_METRICS, RUN_DATA, RUN_QUIET, RUN_NO_PREFETCH, RUN_BACKEND,
+       RUN_LOSS_SCALE, RUN_LOSS_SCALE_INTERVAL, RUN_COMM_TIMEOUT, RUN_FAIL_RANK, RUN_FAIL_STEP,
+       RUN_CHECKPOINT_DIR, RUN_CHECKPOINT_EVERY, RUN_RESUME };
+
+static const PxOption run_options[] = {
+    {"steps", 1, "N", "training steps (default: the plan's training.steps)", RUN_STEPS, 0},
+    {"output", 1, "FILE", "run.json to write (default run.json)", RUN_OUTPUT, 'o'},
+    {"metrics", 1, "FILE",
+     "JSON-lines log, one line per step (default: FILE of -o with .metrics.jsonl for .json)",
+     RUN_METRICS, 0},
+    {"data", 1, "FILE",
+     "training data: a text file (byte tokens) or an llm.c .bin token file (default: the plan's "
+     "training.data, else the built-in text)",
+     RUN_DATA, 0},
+    {"quiet", 0, NULL, "no progress lines", RUN_QUIET, 0},
+    {"no-prefetch", 0, NULL, "read each batch when it is needed (no loader thread)",
+     RUN_NO_PREFETCH, 0},
+    {"backend", 1, "B",
+     "cpu, cuda or auto (default auto: cuda when the plan's cluster has GPUs, cpu for the cpu "
+     "device)",
+     RUN_BACKEND, 0},
+    {"loss-scale", 1, "S", "fp16: the initial loss scale (default 65536)", RUN_LOSS_SCALE, 0},
+    {"loss-scale-interval", 1, "N", "fp16: clean steps before the scale doubles (default 2000)",
+     RUN_LOSS_SCALE_INTERVAL, 0},
+    {"comm-timeout", 1, "S",
+     "end the job when a communication waits longer than S seconds (default 600; 0: no limit)",
+     RUN_COMM_TIMEOUT, 0},
+    {"fail-rank", 1, "R", "with --fail-step: rank R dies (SIGKILL) as a lost node (tests)",
+     RUN_FAIL_RANK, 0},
+    {"fail-step", 1, "K", "the step at whose start --fail-rank dies", RUN_FAIL_STEP, 0},
+    {"checkpoint-dir", 1, "DIR", "where checkpoints are written (and resumed from)",
+     RUN_CHECKPOINT_DIR, 0},
+    {"checkpoint-every", 1, "N", "write a checkpoint every N steps", RUN_CHECKPOINT_EVERY, 0},
+    {"resume", 0, NULL, "continue from the latest complete checkpoint in DIR", RUN_RESUME, 0},
+    {NULL, 0, NULL, NULL, 0, 0}};
+
+static const char *const run_about =
+    "Trains the plan on this process and writes run.json: losses, memory per category,\n"
+    "FLOPs and time per op under the simulator's names.";
+
+/* What `run` was given: the trainer's options, and the failure options as text until they are
+ * checked together. */
+typedef struct {
+    ExecOptions opt;
+    const char *comm_timeout, *fail_rank, *fail_step;
+    char metrics[512];
+} RunArgs;
+
+/* One option of `run` into a; PX_EINPUT naming the option and the value. */
+static int run_option(int id, const char *arg, RunArgs *a, PxError *err)
+{
+    ExecOptions *o = &a->opt;
+    switch (id) {
+    case RUN_STEPS: return px_parse_int(arg, "--steps", 1, 1 << 30, &o->steps, err);
+    case RUN_OUTPUT: o->output = arg; break;
+    case RUN_METRICS: o->metrics = arg; break;
+    case RUN_DATA: o->data = arg; break;
+    case RUN_QUIET: o->quiet = 1; break;
+    case RUN_NO_PREFETCH: o->prefetch = 0; break;
+    case RUN_BACKEND: return exec_backend_parse(arg, &o->backend, err);
+    case RUN_LOSS_SCALE: {
+        char *end = NULL;
+        o->loss_scale = strtod(arg, &end);
+        if (end == arg || *end || !(o->loss_scale >= 1.0 && o->loss_scale <= 0x1p100))
+            return px_fail(err, PX_EINPUT,
+                           "--loss-scale: expected a number from 1 to 2^100, got '%s'", arg);
+        break;
+    }
+    case RUN_LOSS_SCALE_INTERVAL:
+        return px_parse_int(arg, "--loss-scale-interval", 1, 1 << 30, &o->loss_scale_interval, err);
+    case RUN_COMM_TIMEOUT: a->comm_timeout = arg; break;
+    case RUN_FAIL_RANK: a->fail_rank = arg; break;
+    case RUN_FAIL_STEP: a->fail_step = arg; break;
+    /* checkpoints: exec_init checks that they fit together */
+    case RUN_CHECKPOINT_DIR: o->checkpoint_dir = arg; break;
+    case RUN_CHECKPOINT_EVERY:
+        return px_parse_int(arg, "--checkpoint-every", 1, 1 << 30, &o->checkpoint_every, err);
+    case RUN_RESUME: o->resume = 1; break;
+    default: break;
+    }
+    return PX_OK;
+}
+
+/* The metrics log beside run.json when --metrics was not given: run.json's name with
+ * .metrics.jsonl for .json. */
+static void default_metrics(RunArgs *a)
+{
+    ExecOptions *o = &a->opt;
+    if (o->metrics || !o->output || !*o->output)
+        return;
+    size_t n = strlen(o->output);
+    int json = n > 5 && strcmp(o->output + n - 5, ".json") == 0;
+    snprintf(a->metrics, sizeof a->metrics, "%.*s.metrics.jsonl", (int)(json ? n - 5 : n),
+             o->output);
+    o->metrics = a->metrics;
+}
+
+/* `run`'s command line into a: -1 to go on, else the exit status (help: 0, bad input: 2; rank
+ * 0 says why). */
+static int run_parse(const Job *job, int argc, char **argv, RunArgs *a)
+{
+    static const PxOption *const tables[] = {run_options, NULL};
+    PxOpts *p = px_opts_new(tables);
+    if (!p) {
+        fprintf(stderr, "parallax-worker run: out of memory\n");
+        return 1;
+    }
+    PxError err = {0};
+    const char *arg;
+    int status = -1, id;
+    while (status < 0 &&
+           (id = px_opts_next(p, argc, argv, &arg, "(see --help)", &err)) != PX_OPTS_END) {
+        if (id == PX_OPTS_HELP) {
+            if (job->rank == 0)
+                command_help(&commands[0], run_about, tables);
+            status = 0;
+        } else if (id == PX_OPTS_BAD || run_option(id, arg, a, &err)) {
+            status = 2;
+        }
+    }
+    if (status < 0 && px_opts_index(p) != argc - 1) {
+        px_fail(&err, PX_EINPUT, "expected one plan file (see --help)");
+        status = 2;
+    }
+    if (status < 0 &&
+        exec_failure_parse(a->comm_timeout, a->fail_rank, a->fail_step, &a->opt, &err))
+        status = 2;
+    if (status < 0)
+        a->opt.plan_path = argv[px_opts_index(p)];
+    px_opts_free(p);
+    if (status == 2 && job->rank == 0)
+        fprintf(stderr, "parallax-worker run: %s\n", err.msg);
+    return status;
+}
+
+/* The message of an error all ranks agreed on: printed once, by the first rank that had it. */
+static int agreed(const Job *job, int rc, const PxError *err)
+{
+    int first = 0;
+    int worst = job->world > 1 ? comm_mpi_agree(rc, &first) : rc;
+    const int says = job->world == 1 ? job->rank == 0 : rc && first == job->rank;
+    if (worst && says) {
+        if (job->world > 1)
+            fprintf(stderr, "parallax-worker run: rank %d of %d: %s\n", job->rank, job->world,
+                    err->msg);
+        else
+            fprintf(stderr, "parallax-worker run: %s\n", err->msg);
+    }
+    return worst;
+}
+
+/* The plan, its backend and the job's communication layer, every rank agreeing on failures. */
+static int run_setup(const Job *job, ModelPlan *plan, ExecOptions *opt, CommLayer **comm,
+                     PxError *err)
+{
+    int rc = agreed(job, model_plan_read(opt->plan_path, plan, err), err);
+    if (rc)
+        return rc;
+    /* the backend decides the communication layer; exec_init resolves it again itself, so that
+     * its refusals say whether the backend was asked for or followed from the plan */
+    ExecBackend backend = opt->backend;
+    if ((rc = agreed(job, exec_backend_for_plan(plan, opt->backend, &backend, err), err)))
+        return rc;
+    if (job->world > 1) {
+        const ModelSpec *s = &plan->spec;
+        int tied_pair = s->model.tied_embeddings && s->layout.pp * s->layout.vpp > 1;
+        rc = agreed(job, comm_for_job(s, tied_pair, backend == EXEC_BACKEND_CUDA, comm,
+                                      &opt->comm_note, err),
+                    err);
+        opt->comm = *comm;
+    }
+    return rc;
+}
+
+static int cmd_run(const Job *job, int argc, char **argv)
+{
+    RunArgs a;
+    memset(&a, 0, sizeof a);
+    exec_options_defaults(&a.opt);
+    a.opt.output = "run.json";
+    int status = run_parse(job, argc, argv, &a);
+    if (status >= 0)
+        return status;
+    default_metrics(&a);
+    PxError err = {0};
+    ModelPlan plan;
+    memset(&plan, 0, sizeof plan);
+    CommLayer *comm = NULL;
+    Exec *ex = NULL;
+    int rc = run_setup(job, &plan, &a.opt, &comm, &err);
+    if (!rc && !(rc = agreed(job, exec_init(&ex, &plan, &a.opt, &err), &err))) {
+        rc = exec_run(ex, &err);
+        if (rc && job->world > 1 && !exec_error_is_collective(ex)) {
+            /* only this rank failed: the others may be waiting for it in a collective */
+            fprintf(stderr, "parallax-worker run: rank %d of %d: %s (ending the job)\n", job->rank,
+                    job->world, err.msg);
+            fflush(stderr);
+            comm_mpi_abort(exit_code(rc));
+        }
+        if (rc && job->rank == 0)
+            fprintf(stderr, "parallax-worker run: %s\n", err.msg);
+    }
+    exec_free(ex);
+    comm_free(comm);
+    model_plan_free(&plan);
+    return exit_code(rc);
+}
+
+/* ---- calibrate ---- */
+
+enum { CAL_PART, CAL_OUTPUT, CAL_MODELS, CAL_BASE, CAL_BACKEND, CAL_QUICK, CAL_SAMPLES,
+       CAL_QUIET };
+
+static const PxOption calibrate_options[] = {
+    {"part", 1, "P", "compute, comm or assemble (required)", CAL_PART, 0},
+    {"output", 1, "FILE", "the part's JSON, or the profile (assemble)", CAL_OUTPUT, 'o'},
+    {"models", 1, "LIST", "calibration models, comma-separated (default tiny,tiny-llama)",
+     CAL_MODELS, 0},
+    {"base", 1, "PROFILE", "cluster profile the measurements extend (default local)", CAL_BASE, 0},
+    {"backend", 1, "B", "cpu or cuda (default cpu)", CAL_BACKEND, 0},
+    {"quick", 0, NULL, "fewer shapes, sizes and repetitions", CAL_QUICK, 0},
+    {"samples", 1, "FILE",
+     "compute: write every op sample (seconds per call against its bytes or FLOPs) as CSV, to "
+     "look at the fits",
+     CAL_SAMPLES, 0},
+    {"quiet", 0, NULL, "no progress lines", CAL_QUIET, 0},
+    {NULL, 0, NULL, NULL, 0, 0}};
+
+static const char *const calibrate_about =
+    "One part of `parallax calibrate` (which runs them in turn; see its --help):\n"
+    "  compute   time GEMMs and train the calibration models on every rank at once\n"
+    "  comm      time collectives over the ranks through the MPI layer\n"
+    "  assemble  write the cluster profile from the parts' files (one rank)";
+
+static void calibrate_option(int id, const char *arg, CalibOptions *o, const char **part)
+{
+    switch (id) {
+    case CAL_PART: *part = arg; break;
+    case CAL_OUTPUT: o->output = arg; break;
+    case CAL_MODELS: o->models = arg; break;
+    case CAL_BASE: o->base = arg; break;
+    case CAL_BACKEND: o->backend = arg; break;
+    case CAL_QUICK: o->quick = 1; break;
+    case CAL_SAMPLES: o->samples = arg; break;
+    case CAL_QUIET: o->quiet = 1; break;
+    default: break;
+    }
+}
+
+/* The part files are the operands, after every option: getopt_long moved any that stood
+ * between the options to the end, which comparing with argv before parsing (orig) tells. */
+static int parts_last(char *const *orig, int argc, char *const *argv, int first)
+{
+    for (int i = first; i < argc; i++)
+        if (orig[i] != argv[i])
+            return 0;
+    return 1;
+}
+
+/* The part and the options together, once parsed. */
+static int calibrate_check(const Job *job, const char *part, CalibOptions *o, PxError *err)
+{
+    int rc = part ? calib_part_parse(part, &o->part, err)
+                  : px_fail(err, PX_EINPUT, "--part is required");
+    if (!rc)
+        rc = calib_options_check(o, job->world, err);
+    if (rc) {
+        size_t n = strlen(err->msg);
+        snprintf(err->msg + n, sizeof err->msg - n, " (see --help)");
+    }
+    return rc;
+}
+
+/* `calibrate`'s command line into o: -1 to go on, else the exit status (rank 0 says why). */
+static int calibrate_parse(const Job *job, int argc, char **argv, CalibOptions *o)
+{
+    static const PxOption *const tables[] = {calibrate_options, NULL};
+    PxOpts *p = px_opts_new(tables);
+    char **orig = calloc((size_t)argc + 1, sizeof *orig);
+    if (!p || !orig) {
+        px_opts_free(p);
+        free(orig);
+        fprintf(stderr, "parallax-worker calibrate: out of memory\n");
+        return 1;
+    }
+    memcpy(orig, argv, (size_t)argc * sizeof *orig);
+    PxError err = {0};
+    const char *arg, *part = NULL;
+    int status = -1, id;
+    while (status < 0 &&
+           (id = px_opts_next(p, argc, argv, &arg, "(see --help)", &err)) != PX_OPTS_END) {
+        if (id == PX_OPTS_HELP) {
+            if (job->rank == 0)
+                command_help(&commands[1], calibrate_about, tables);
+            status = 0;
+        } else if (id == PX_OPTS_BAD) {
+            status = 2;
+        } else {
+            calibrate_option(id, arg, o, &part);
+        }
+    }
+    const int first = px_opts_index(p);
+    o->parts = (const char *const *)argv + first;
+    o->n_parts = argc - first;
+    if (status < 0 && !parts_last(orig, argc, argv, first)) {
+        px_fail(&err, PX_EINPUT, "the part files go last");
+        status = 2;
+    } else if (status < 0 && calibrate_check(job, part, o, &err)) {
+        status = 2;
+    }
+    free(orig);
+    px_opts_free(p);
+    if (status == 2 && job->rank == 0)
+        fprintf(stderr, "parallax-worker calibrate: %s\n", err.msg);
+    return status;
+}
+
+static int cmd_calibrate(const Job *job, int argc, char **argv)
+{
+    CalibOptions o;
+    calib_options_defaults(&o);
+    int status = calibrate_parse(job, argc, argv, &o);
+    if (status >= 0)
+        return status;
+    PxError err = {0};
+    int rc = calib_part_run(&o, job->world, &err);
+    if (rc && job->world > 1) {
+        /* a rank failing alone must not leave the others in a collective */
+        fprintf(stderr, "parallax-worker calibrate: rank %d of %d: %s\n", job->rank, job->world,
+                err.msg);
+        fflush(stderr);
+        comm_mpi_abort(exit_code(rc));
+    }
+    if (rc)
+        fprintf(stderr, "parallax-worker calibrate: %s\n", err.msg);
+    return exit_code(rc);
+}
+
+int main(int argc, char **argv)
+{
+    /* one rank of an MPI job (mpirun, srun), or a process on its own */
+    Job job = {0, 1};
+    int mpi = comm_mpi_start(&argc, &argv, &job.rank, &job.world);
+    int status;
+    const char *cmd = argc >= 2 ? argv[1] : NULL;
+    if (cmd && !strcmp(cmd, "run")) {
+        status = cmd_run(&job, argc - 1, argv + 1);
+    } else if (cmd && !strcmp(cmd, "calibrate")) {
+        status = cmd_calibrate(&job, argc - 1, argv + 1);
+    } else if (cmd && (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help"))) {
+        if (job.rank == 0)
+            top_help(stdout);
+        status = 0;
+    } else {
+        if (job.rank == 0) {
+            if (cmd)
+                fprintf(stderr, "parallax-worker: unknown command '%s' (run or calibrate)\n", cmd);
+            top_help(stderr);
+        }
+        status = 2;
+    }
+    if (mpi)
+        comm_mpi_finish();
+    return status;
+}
