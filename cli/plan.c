@@ -28,7 +28,7 @@ static const CliOption plan_options[] = {
     {"max-days", 1, "D", "days-to-train budget for --min-gpus (needs --tokens)", OPT_MAX_DAYS, 0},
     {"max-gpus", 1, "N", "largest size --min-gpus tries (default: the cluster, or 65536)", OPT_LIMIT, 0},
     {"brute-force", 0, NULL, "time every feasible layout exactly (no pruning; slower, same answer)", OPT_BRUTE, 0},
-    {"output", 1, "FILE", "write the best layout as a plan (DESIGN.md's Plan format)", CLI_OUTPUT, 'o'},
+    {"output", 1, "FILE", "write the best layout as a plan (docs/formats.md's Plan)", CLI_OUTPUT, 'o'},
     {"json", 0, NULL, "machine-readable output", CLI_JSON, 0},
     {NULL, 0, NULL, NULL, 0, 0}};
 

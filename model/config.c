@@ -81,7 +81,7 @@ int model_config_check(const ModelConfig *c, const char *origin, PxError *err)
     return PX_OK;
 }
 
-/* The parallax format (DESIGN.md's Model). */
+/* The parallax format (docs/formats.md's Model). */
 static int parse_native(const cJSON *j, const char *origin, ModelConfig *c, PxError *err)
 {
     static const char *const known[] = {

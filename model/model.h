@@ -67,7 +67,7 @@ typedef struct {
 int model_config_load(const char *name_or_path, ModelConfig *out, PxError *err);
 /* Parses either JSON form; origin names the source in messages. */
 int model_config_from_json(const cJSON *j, const char *origin, ModelConfig *out, PxError *err);
-/* The parallax model JSON (DESIGN.md's Model format). Caller frees with cJSON_Delete. */
+/* The parallax model JSON (docs/formats.md's Model). Caller frees with cJSON_Delete. */
 cJSON *model_config_to_json(const ModelConfig *c);
 /* Checks internal consistency (positive sizes, heads divisible by kv_heads ...). */
 int model_config_check(const ModelConfig *c, const char *origin, PxError *err);

@@ -1,5 +1,5 @@
 /* Prediction against measurement: a plan's `prediction` and a run.json, quantity by quantity,
- * under the names both use (DESIGN.md's Prediction and Run formats). */
+ * under the names both use (docs/formats.md's Prediction and Run). */
 #include "reports/report.h"
 
 #include <math.h>

@@ -1,4 +1,4 @@
-/* Rendering a simulation: JSON with DESIGN.md's Prediction keys, and tables for people. */
+/* Rendering a simulation: JSON with the prediction's keys (docs/formats.md), and tables for people. */
 #include "sim/sim.h"
 
 #include <string.h>

@@ -7,7 +7,7 @@
  *   SimResult r;
  *   if (sim_run(&spec, &cluster, 1536, &r, &err) == PX_OK) {
  *       sim_result_print(stdout, &r);          // tables for people
- *       cJSON *j = sim_result_to_json(&r);     // DESIGN.md's Prediction keys
+ *       cJSON *j = sim_result_to_json(&r);     // the prediction's keys (docs/formats.md)
  *       ...
  *       sim_result_free(&r);
  *   }
@@ -62,7 +62,7 @@ typedef struct {
     double *p2p;                        /* [pp] transfer from each stage to the next */
     double bound_s;                     /* no schedule finishes a step sooner (SIM_BOUND) */
     int level;                          /* how far the simulation went (SIM_MEMORY ...) */
-    /* DESIGN.md's time and throughput, for the stage that ends the step last */
+    /* the prediction's time and throughput, for the stage that ends the step last */
     int critical_stage;
     double step_s, bubble_fraction, compute_s, tp_comm_s, pp_comm_s, dp_comm_exposed_s, optimizer_s;
     double tokens_per_s;
@@ -106,7 +106,7 @@ int sim_layer_seconds(const SimResult *r, double *fwd_s, double *bwd_s, PxError 
 double sim_step_floor(const ModelSpec *spec, const ModelDims *d, double layer_fwd_s,
                       double layer_bwd_s);
 void sim_result_free(SimResult *r);
-/* DESIGN.md's Prediction (memory, flops, comm, ops) plus model, layout and training. */
+/* The prediction (docs/formats.md: memory, flops, comm, ops) plus model, layout and training. */
 cJSON *sim_result_to_json(const SimResult *r);
 void sim_result_print(FILE *f, const SimResult *r);
 /* The Prediction object alone (memory, flops, comm, time, throughput, ops): a plan's

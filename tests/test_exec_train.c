@@ -1,6 +1,6 @@
 /* Training end to end on one rank:
  * - tiny learns the built-in text (the loss falls well below its start);
- * - exec_run writes run.json (DESIGN.md's Run keys) and a metrics log of one JSON line per step;
+ * - exec_run writes run.json (docs/formats.md's Run keys) and a metrics log of one JSON line per step;
  * - the loader thread gives the same batches as reading in place (bit-identical losses), and
  *   it is the one that reads: step k + 1's batch arrives while nobody asks for it after step k,
  *   and the main thread reads nothing;

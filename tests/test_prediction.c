@@ -115,7 +115,7 @@ int main(void)
     CHECK_REL(model, r.model_flops, 1e-12);
     CHECK_REL(model + 2 * B * S * S * L * H, r.hardware_flops, 1e-12);
 
-    /* The JSON carries DESIGN.md's Prediction keys and model.params. */
+    /* The JSON carries prediction's keys (docs/formats.md) and model.params. */
     cJSON *j = sim_result_to_json(&r);
     CHECK_EQ_U64(174604259328ull, (uint64_t)num(item(j, "model"), "params"));
     const cJSON *mem = item(j, "memory");

@@ -53,8 +53,8 @@ static int output_path(const CalibJob *j, char *output, size_t cap, PxError *err
     char *slash = strrchr(dir, '/');
     if (slash) {
         *slash = '\0';
-        if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-            return px_fail(err, PX_ERUNTIME, "%s: cannot create: %s", dir, strerror(errno));
+        if (px_mkdir_p(dir, err))
+            return PX_ERUNTIME;
     }
     return PX_OK;
 }

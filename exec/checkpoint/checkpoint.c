@@ -113,21 +113,6 @@ enum {
 
 /* ---- files and directories ---- */
 
-static int write_full(int fd, const void *buf, size_t n)
-{
-    const uint8_t *p = buf;
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 /* 0 when n bytes were read; 1 at a short file; -1 on an error (errno) */
 static int read_full(int fd, void *buf, size_t n)
 {
@@ -288,17 +273,17 @@ static void shard_header(const CkptState *st, int step, uint8_t h[CK_HEADER_BYTE
 static int write_shard(Ckpt *c, const CkptState *st, const char *sdir, int step, uint64_t *bytes,
                        uint32_t *crc_out, PxError *err)
 {
-    char path[CK_PATH + 64], tmp[CK_PATH + 96];
+    char path[CK_PATH + 64];
     snprintf(path, sizeof path, "%s/rank-%05d.bin", sdir, st->rank);
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0)
-        return px_fail(err, PX_ERUNTIME, "%s: cannot write the shard: %s", tmp, strerror(errno));
+    PxAtomicFile f;
+    PxError ferr = {0};
+    if (px_atomic_open(&f, path, &ferr))
+        return px_fail(err, PX_ERUNTIME, "%s: cannot write the shard: %s", path, ferr.msg);
     uint8_t h[CK_HEADER_BYTES];
     shard_header(st, step, h);
     uLong crc = crc32(0L, Z_NULL, 0);
     crc = crc32(crc, h, CK_HEADER_BYTES);
-    int bad = write_full(fd, h, CK_HEADER_BYTES);
+    int bad = fwrite(h, 1, CK_HEADER_BYTES, f.f) != CK_HEADER_BYTES;
     st->k->sync();
     for (int i = 0; i < CKPT_SECTIONS && !bad; i++) {
         const CkptRegion *a = &st->region[i];
@@ -306,28 +291,21 @@ static int write_shard(Ckpt *c, const CkptState *st, const char *sdir, int step,
             size_t n = (size_t)(a->bytes - off < CK_CHUNK ? a->bytes - off : CK_CHUNK);
             st->k->to_host(c->bounce, (const uint8_t *)a->base + off, n);
             crc = crc32(crc, c->bounce, (uInt)n);
-            bad = write_full(fd, c->bounce, n);
+            bad = fwrite(c->bounce, 1, n, f.f) != n;
         }
     }
     uint8_t t[CK_TRAILER_BYTES];
     put_u32(t, (uint32_t)crc);
     if (!bad)
-        bad = write_full(fd, t, sizeof t);
-    if (!bad)
-        bad = fsync(fd);
-    int e = errno;
-    if (close(fd) != 0 && !bad) {
-        bad = 1;
-        e = errno;
-    }
-    if (!bad && rename(tmp, path) != 0) {
-        bad = 1;
-        e = errno;
-    }
+        bad = fwrite(t, 1, sizeof t, f.f) != sizeof t;
     if (bad) {
-        unlink(tmp);
+        const int e = errno;
+        px_atomic_abort(&f);
         return px_fail(err, PX_ERUNTIME, "%s: cannot write the shard: %s", path, strerror(e));
     }
+    /* synced and renamed over the path, then the directory's entry made durable */
+    if (px_atomic_commit(&f, &ferr))
+        return px_fail(err, PX_ERUNTIME, "%s", ferr.msg);
     if (fsync_dir(sdir) != 0)
         return px_fail(err, PX_ERUNTIME, "%s: cannot sync the directory: %s", sdir, strerror(errno));
     *bytes = shard_bytes(st);

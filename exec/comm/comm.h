@@ -6,10 +6,10 @@
  * buffers in device memory when ranks share a GPU (comm_staged). comm_for_job picks the one a
  * multi-rank job uses. The MPI process itself (start, agreement, abort, finish) is here too.
  *
- * Groups (DESIGN.md's rank order, model_rank): tp, cp, dp x cp (gradients and ZeRO shards:
+ * Groups (Megatron-Core's rank order, model_rank): tp, cp, dp x cp (gradients and ZeRO shards:
  * model_comm_group's MODEL_GROUP_DP), the pipeline (point to point with world ranks) and the
  * tied-embedding pair (first and last stage). Every call names its communication kind
- * (DESIGN.md's names), which selects the group and the counter.
+ * (docs/formats.md's names), which selects the group and the counter.
  *
  * Counting, the same for every backend: a call's bytes are its buffer size S (nccl-tests' size:
  * the whole buffer of an all-reduce, the gathered output of an all-gather, the input of a
@@ -19,7 +19,7 @@
  * or reduce-scatter whose out is not in still copies this rank's part, through the layer's own
  * copy: device memory stays on the device); a send or receive there has no peer and fails. The
  * world-wide calls (control, gather_text, barrier) are not counted: scalar reductions (loss,
- * gradient norm, the stop flag) are DESIGN.md's control traffic.
+ * gradient norm, the stop flag) are control traffic (docs/formats.md).
  *
  * Calls with req == NULL block; with req they start a non-blocking operation and put its handle
  * in *req for comm_wait (the buffers belong to the operation until then), or -1 when there was

@@ -170,13 +170,6 @@ static void sleep_ns(long ns)
     nanosleep(&ts, NULL);
 }
 
-static double mono_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* What a wait is for: an operation of a kind (its group follows) or a world-wide one. */
 typedef struct {
     const char *op, *group;
@@ -229,7 +222,7 @@ static int complete(MpiComm *m, MPI_Request *r, Waiting w)
         if (e != MPI_SUCCESS || done)
             return e;
         if (limit > 0 && (spins % 64 == 0 || (m->poll && spins >= 16))) {
-            const double now = mono_s();
+            const double now = px_now_s();
             if (spins == 0)
                 t0 = now;
             else if (now - t0 > limit)

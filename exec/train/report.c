@@ -283,7 +283,7 @@ static cJSON *detach(cJSON *obj, const char *key)
     return cJSON_DetachItemFromObjectCaseSensitive(obj, key);
 }
 
-/* The run (DESIGN.md's Run) from every rank's figures, in rank order. */
+/* The run (docs/formats.md's Run) from every rank's figures, in rank order. */
 static cJSON *run_json(Exec *ex, cJSON *const *ranks, int n)
 {
     cJSON *j = cJSON_CreateObject();
