@@ -229,6 +229,13 @@ static const PxOption bench_options[] = {
     {"min-time", 1, "S", "time each figure for at least S seconds (default 0.3)", OPT_MIN_TIME, 0},
     {NULL, 0, NULL, NULL, 0, 0}};
 
+static int bench_option(void *ctx, int id, const char *arg, PxError *err)
+{
+    if (id == OPT_QUICK)
+        *(int *)ctx = 1;
+    return id == OPT_MIN_TIME ? px_parse_double(arg, "--min-time", &min_time, err) : PX_OK;
+}
+
 /* --quick and --min-time: -1 to go on, or the exit status (0 after --help, 2 after bad input). */
 static int parse_args(int argc, char **argv, int *quick)
 {
@@ -238,32 +245,16 @@ static int parse_args(int argc, char **argv, int *quick)
         "the fused and unfused attention, through the CUDA backend. Exits 77 when no GPU is\n"
         "visible.";
     const PxOption *const tables[] = {bench_options, NULL};
-    PxOpts *p = px_opts_new(tables);
-    if (!p)
-        return 1;
     PxError err = {0};
-    const char *arg;
-    int status = -1, id;
-    while (status < 0 &&
-           (id = px_opts_next(p, argc, argv, &arg, "(see --help)", &err)) != PX_OPTS_END) {
-        if (id == PX_OPTS_HELP) {
-            px_opts_help(stdout, usage, tables);
-            status = 0;
-        } else if (id == PX_OPTS_BAD ||
-                   (id == OPT_MIN_TIME && px_parse_double(arg, "--min-time", &min_time, &err))) {
-            status = 2;
-        } else if (id == OPT_QUICK) {
-            *quick = 1;
-        }
+    int first;
+    int rc = px_opts_parse(tables, argc, argv, "(see --help)", bench_option, quick, 0, &first, &err);
+    if (rc == PX_OPTS_HELP) {
+        px_opts_help(stdout, usage, tables);
+        return 0;
     }
-    if (status < 0 && px_opts_index(p) < argc) {
-        px_fail(&err, PX_EINPUT, "unexpected argument '%s' (see --help)", argv[px_opts_index(p)]);
-        status = 2;
-    }
-    if (status == 2)
+    if (rc)
         fprintf(stderr, "bench_kernels_cuda: %s\n", err.msg);
-    px_opts_free(p);
-    return status;
+    return rc ? rc : -1;
 }
 
 int main(int argc, char **argv)

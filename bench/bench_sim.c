@@ -80,30 +80,18 @@ static int parse_args(int argc, char **argv, double *budget_s)
         "path and through the full simulation, each for at most SECONDS (default 20).";
     static const PxOption none[] = {{NULL, 0, NULL, NULL, 0, 0}};
     const PxOption *const tables[] = {none, NULL};
-    PxOpts *p = px_opts_new(tables);
-    if (!p)
-        return 1;
     PxError err = {0};
-    const char *arg;
-    int status = -1, id;
-    while (status < 0 &&
-           (id = px_opts_next(p, argc, argv, &arg, "(see --help)", &err)) != PX_OPTS_END) {
-        if (id == PX_OPTS_HELP)
-            px_opts_help(stdout, usage, tables);
-        status = id == PX_OPTS_HELP ? 0 : 2;
+    int first;
+    int rc = px_opts_parse(tables, argc, argv, "(see --help)", NULL, NULL, 1, &first, &err);
+    if (rc == PX_OPTS_HELP) {
+        px_opts_help(stdout, usage, tables);
+        return 0;
     }
-    const int first = px_opts_index(p);
-    if (status < 0 && first + 1 < argc) {
-        px_fail(&err, PX_EINPUT, "unexpected argument '%s' (see --help)", argv[first + 1]);
-        status = 2;
-    } else if (status < 0 && first < argc &&
-               px_parse_double(argv[first], "SECONDS", budget_s, &err)) {
-        status = 2;
-    }
-    if (status == 2)
+    if (!rc && first < argc)
+        rc = px_parse_double(argv[first], "SECONDS", budget_s, &err);
+    if (rc)
         fprintf(stderr, "bench_sim: %s\n", err.msg);
-    px_opts_free(p);
-    return status;
+    return rc ? rc : -1;
 }
 
 int main(int argc, char **argv)

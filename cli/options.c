@@ -61,7 +61,8 @@ void cli_print_help_as(const char *prog, const char *usage, const CliOption *con
     px_opts_help(stdout, line, tables);
 }
 
-static int knob(const char *prog, int id, const char *arg, CliArgs *a)
+/* One knob of the spec into a: PX_OK, or PX_EINPUT naming the option and the value. */
+static int knob(int id, const char *arg, CliArgs *a, PxError *e)
 {
     PxError err = {0};
     ModelLayout *l = &a->spec.layout;
@@ -164,12 +165,12 @@ static int knob(const char *prog, int id, const char *arg, CliArgs *a)
     default: break;
     }
     if (rc) {
-        fprintf(stderr, "%s: %s\n", prog, err.msg);
-        return 2;
+        *e = err;
+        return rc;
     }
     if (id < CLI_KNOB_COUNT)
         a->given |= 1ull << id;
-    return -1;
+    return PX_OK;
 }
 
 int cli_parse(const char *cmd, const char *usage, int argc, char **argv,
@@ -180,56 +181,44 @@ int cli_parse(const char *cmd, const char *usage, int argc, char **argv,
     return cli_parse_as(prog, usage, argc, argv, tables, max_positional, a);
 }
 
+/* Any option of a command into ctx (a CliArgs). */
+static int cli_option(void *ctx, int id, const char *arg, PxError *err)
+{
+    CliArgs *a = ctx;
+    switch (id) {
+    case CLI_MODEL: a->model = arg; break;
+    case CLI_CLUSTER: a->cluster = arg; break;
+    case CLI_OUTPUT: a->output = arg; break;
+    case CLI_JSON: a->json = 1; break;
+    case CLI_GPUS: return px_parse_int(arg, "--gpus", 1, 1 << 24, &a->gpus, err);
+    default:
+        if (id >= CLI_EXTRA && id < CLI_EXTRA_MAX)
+            a->extra[id - CLI_EXTRA] = arg ? arg : "1";
+        else
+            return knob(id, arg, a, err);
+        break;
+    }
+    return PX_OK;
+}
+
 int cli_parse_as(const char *prog, const char *usage, int argc, char **argv,
                  const CliOption *const *tables, int max_positional, CliArgs *a)
 {
-    PxOpts *p = px_opts_new(tables);
-    if (!p) {
-        fprintf(stderr, "%s: out of memory\n", prog);
-        return 1;
-    }
     char see[96];
     snprintf(see, sizeof see, "(see '%s --help')", prog);
-    int status = -1, id;
-    const char *arg;
+    const int max = max_positional < 8 ? max_positional : 8;
     PxError err = {0};
-    while (status < 0 && (id = px_opts_next(p, argc, argv, &arg, see, &err)) != PX_OPTS_END) {
-        switch (id) {
-        case PX_OPTS_HELP:
-            cli_print_help_as(prog, usage, tables);
-            status = 0;
-            break;
-        case PX_OPTS_BAD:
-            fprintf(stderr, "%s: %s\n", prog, err.msg);
-            status = 2;
-            break;
-        case CLI_MODEL: a->model = arg; break;
-        case CLI_CLUSTER: a->cluster = arg; break;
-        case CLI_OUTPUT: a->output = arg; break;
-        case CLI_JSON: a->json = 1; break;
-        case CLI_GPUS:
-            if (px_parse_int(arg, "--gpus", 1, 1 << 24, &a->gpus, &err)) {
-                fprintf(stderr, "%s: %s\n", prog, err.msg);
-                status = 2;
-            }
-            break;
-        default:
-            if (id >= CLI_EXTRA && id < CLI_EXTRA_MAX)
-                a->extra[id - CLI_EXTRA] = arg ? arg : "1";
-            else
-                status = knob(prog, id, arg, a);
-            break;
-        }
+    int first;
+    int rc = px_opts_parse(tables, argc, argv, see, cli_option, a, max, &first, &err);
+    if (rc == PX_OPTS_HELP) {
+        cli_print_help_as(prog, usage, tables);
+        return 0;
     }
-    for (int i = px_opts_index(p); status < 0 && i < argc; i++) {
-        if (a->n_positional >= max_positional || a->n_positional >= 8) {
-            fprintf(stderr, "%s: unexpected argument '%s' (see '%s --help')\n", prog, argv[i],
-                    prog);
-            status = 2;
-        } else {
-            a->positional[a->n_positional++] = argv[i];
-        }
+    if (rc) {
+        fprintf(stderr, "%s: %s\n", prog, err.msg);
+        return rc;
     }
-    px_opts_free(p);
-    return status;
+    for (int i = first; i < argc; i++)
+        a->positional[a->n_positional++] = argv[i];
+    return -1;
 }

@@ -111,3 +111,27 @@ void px_opts_help(FILE *f, const char *usage, const PxOption *const *tables)
     }
     fprintf(f, "  %-22s %s\n", "-h, --help", "show this help");
 }
+
+int px_opts_parse(const PxOption *const *tables, int argc, char **argv, const char *see,
+                  PxOptFn on, void *ctx, int max_operands, int *first, PxError *err)
+{
+    PxOpts *p = px_opts_new(tables);
+    if (!p)
+        return px_fail(err, PX_ERUNTIME, "out of memory");
+    const char *arg;
+    int rc = PX_OK, id;
+    while (rc == PX_OK && (id = px_opts_next(p, argc, argv, &arg, see, err)) != PX_OPTS_END) {
+        if (id == PX_OPTS_HELP)
+            rc = PX_OPTS_HELP;
+        else if (id == PX_OPTS_BAD)
+            rc = PX_EINPUT;
+        else if (on)
+            rc = on(ctx, id, arg, err);
+    }
+    *first = px_opts_index(p);
+    px_opts_free(p);
+    if (rc == PX_OK && max_operands >= 0 && argc - *first > max_operands)
+        rc = px_fail(err, PX_EINPUT, "unexpected argument '%s'%s%s", argv[*first + max_operands],
+                     see ? " " : "", see ? see : "");
+    return rc;
+}

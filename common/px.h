@@ -192,6 +192,15 @@ int px_opts_index(const PxOpts *p);
 /* "usage: <usage>", a blank line, then "options:" and one aligned line per option of the
  * tables (short form first where there is one), and -h, --help last. */
 void px_opts_help(FILE *f, const char *usage, const PxOption *const *tables);
+/* What a program does with one of its options: PX_OK, or a status with err set (a bad value). */
+typedef int (*PxOptFn)(void *ctx, int id, const char *arg, PxError *err);
+/* The whole loop: every option of argv goes to on(ctx, ...) (on may be NULL when the tables
+ * are empty), then at most max_operands operands may follow (-1: any number). Returns PX_OK
+ * with *first the index of the first operand; PX_OPTS_HELP for -h or --help (nothing printed:
+ * the caller prints its help); else a status with err set: PX_EINPUT for an unknown option, a
+ * missing or bad value or one operand too many (`see` closes those messages). */
+int px_opts_parse(const PxOption *const *tables, int argc, char **argv, const char *see,
+                  PxOptFn on, void *ctx, int max_operands, int *first, PxError *err);
 
 /* ---- strict parsing of command-line values ---- */
 

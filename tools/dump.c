@@ -105,36 +105,25 @@ static const char *const dump_about =
 static int parse(int argc, char **argv, const char **plan, const char **out)
 {
     const PxOption *const tables[] = {dump_options, NULL};
-    PxOpts *p = px_opts_new(tables);
-    if (!p) {
-        fprintf(stderr, "exec_dump: out of memory\n");
-        return 1;
-    }
     PxError err = {0};
-    const char *arg;
-    int status = -1, id;
-    while (status < 0 && (id = px_opts_next(p, argc, argv, &arg, "(see 'exec_dump --help')",
-                                            &err)) != PX_OPTS_END) {
-        if (id == PX_OPTS_HELP) {
-            char usage[512];
-            snprintf(usage, sizeof usage, "%s\n\n%s", dump_usage, dump_about);
-            px_opts_help(stdout, usage, tables);
-            status = 0;
-        } else if (id == PX_OPTS_BAD) {
-            fprintf(stderr, "exec_dump: %s\n", err.msg);
-            status = 2;
-        }
+    int first;
+    int rc = px_opts_parse(tables, argc, argv, "(see 'exec_dump --help')", NULL, NULL, 2, &first,
+                           &err);
+    if (rc == PX_OPTS_HELP) {
+        char usage[512];
+        snprintf(usage, sizeof usage, "%s\n\n%s", dump_usage, dump_about);
+        px_opts_help(stdout, usage, tables);
+        return 0;
     }
-    const int first = px_opts_index(p);
-    px_opts_free(p);
-    if (status < 0 && argc - first != 2) {
-        fprintf(stderr, "usage: %s\n", dump_usage);
-        status = 2;
-    } else if (status < 0) {
-        *plan = argv[first];
-        *out = argv[first + 1];
+    if (!rc && argc - first != 2)
+        rc = px_fail(&err, PX_EINPUT, "expected PLAN.json and OUT.json (see 'exec_dump --help')");
+    if (rc) {
+        fprintf(stderr, "exec_dump: %s\n", err.msg);
+        return rc;
     }
-    return status;
+    *plan = argv[first];
+    *out = argv[first + 1];
+    return -1;
 }
 
 int main(int argc, char **argv)

@@ -106,8 +106,9 @@ typedef struct {
 } RunArgs;
 
 /* One option of `run` into a; PX_EINPUT naming the option and the value. */
-static int run_option(int id, const char *arg, RunArgs *a, PxError *err)
+static int run_option(void *ctx, int id, const char *arg, PxError *err)
 {
+    RunArgs *a = ctx;
     ExecOptions *o = &a->opt;
     switch (id) {
     case RUN_STEPS: return px_parse_int(arg, "--steps", 1, 1 << 30, &o->steps, err);
@@ -159,37 +160,25 @@ static void default_metrics(RunArgs *a)
 static int run_parse(const Job *job, int argc, char **argv, RunArgs *a)
 {
     static const PxOption *const tables[] = {run_options, NULL};
-    PxOpts *p = px_opts_new(tables);
-    if (!p) {
-        fprintf(stderr, "parallax-worker run: out of memory\n");
-        return 1;
-    }
     PxError err = {0};
-    const char *arg;
-    int status = -1, id;
-    while (status < 0 &&
-           (id = px_opts_next(p, argc, argv, &arg, "(see --help)", &err)) != PX_OPTS_END) {
-        if (id == PX_OPTS_HELP) {
-            if (job->rank == 0)
-                command_help(&commands[0], run_about, tables);
-            status = 0;
-        } else if (id == PX_OPTS_BAD || run_option(id, arg, a, &err)) {
-            status = 2;
-        }
+    int first;
+    int rc = px_opts_parse(tables, argc, argv, "(see --help)", run_option, a, 1, &first, &err);
+    if (rc == PX_OPTS_HELP) {
+        if (job->rank == 0)
+            command_help(&commands[0], run_about, tables);
+        return 0;
     }
-    if (status < 0 && px_opts_index(p) != argc - 1) {
-        px_fail(&err, PX_EINPUT, "expected one plan file (see --help)");
-        status = 2;
+    if (!rc && first != argc - 1)
+        rc = px_fail(&err, PX_EINPUT, "expected one plan file (see --help)");
+    if (!rc)
+        rc = exec_failure_parse(a->comm_timeout, a->fail_rank, a->fail_step, &a->opt, &err);
+    if (rc) {
+        if (job->rank == 0)
+            fprintf(stderr, "parallax-worker run: %s\n", err.msg);
+        return rc;
     }
-    if (status < 0 &&
-        exec_failure_parse(a->comm_timeout, a->fail_rank, a->fail_step, &a->opt, &err))
-        status = 2;
-    if (status < 0)
-        a->opt.plan_path = argv[px_opts_index(p)];
-    px_opts_free(p);
-    if (status == 2 && job->rank == 0)
-        fprintf(stderr, "parallax-worker run: %s\n", err.msg);
-    return status;
+    a->opt.plan_path = argv[first];
+    return -1;
 }
 
 /* The message of an error all ranks agreed on: printed once, by the first rank that had it. */
@@ -291,10 +280,19 @@ static const char *const calibrate_about =
     "  comm      time collectives over the ranks through the MPI layer\n"
     "  assemble  write the cluster profile from the parts' files (one rank)";
 
-static void calibrate_option(int id, const char *arg, CalibOptions *o, const char **part)
+/* What `calibrate` was given: the options, and --part as text until it is checked. */
+typedef struct {
+    CalibOptions *o;
+    const char *part;
+} CalibArgs;
+
+static int calibrate_option(void *ctx, int id, const char *arg, PxError *err)
 {
+    (void)err;
+    CalibArgs *a = ctx;
+    CalibOptions *o = a->o;
     switch (id) {
-    case CAL_PART: *part = arg; break;
+    case CAL_PART: a->part = arg; break;
     case CAL_OUTPUT: o->output = arg; break;
     case CAL_MODELS: o->models = arg; break;
     case CAL_BASE: o->base = arg; break;
@@ -304,6 +302,7 @@ static void calibrate_option(int id, const char *arg, CalibOptions *o, const cha
     case CAL_QUIET: o->quiet = 1; break;
     default: break;
     }
+    return PX_OK;
 }
 
 /* The part files are the operands, after every option: getopt_long moved any that stood
@@ -334,44 +333,33 @@ static int calibrate_check(const Job *job, const char *part, CalibOptions *o, Px
 static int calibrate_parse(const Job *job, int argc, char **argv, CalibOptions *o)
 {
     static const PxOption *const tables[] = {calibrate_options, NULL};
-    PxOpts *p = px_opts_new(tables);
     char **orig = calloc((size_t)argc + 1, sizeof *orig);
-    if (!p || !orig) {
-        px_opts_free(p);
-        free(orig);
+    if (!orig) {
         fprintf(stderr, "parallax-worker calibrate: out of memory\n");
         return 1;
     }
     memcpy(orig, argv, (size_t)argc * sizeof *orig);
     PxError err = {0};
-    const char *arg, *part = NULL;
-    int status = -1, id;
-    while (status < 0 &&
-           (id = px_opts_next(p, argc, argv, &arg, "(see --help)", &err)) != PX_OPTS_END) {
-        if (id == PX_OPTS_HELP) {
-            if (job->rank == 0)
-                command_help(&commands[1], calibrate_about, tables);
-            status = 0;
-        } else if (id == PX_OPTS_BAD) {
-            status = 2;
-        } else {
-            calibrate_option(id, arg, o, &part);
-        }
+    CalibArgs a = {o, NULL};
+    int first;
+    int rc = px_opts_parse(tables, argc, argv, "(see --help)", calibrate_option, &a, -1, &first,
+                           &err);
+    if (rc == PX_OPTS_HELP) {
+        free(orig);
+        if (job->rank == 0)
+            command_help(&commands[1], calibrate_about, tables);
+        return 0;
     }
-    const int first = px_opts_index(p);
     o->parts = (const char *const *)argv + first;
     o->n_parts = argc - first;
-    if (status < 0 && !parts_last(orig, argc, argv, first)) {
-        px_fail(&err, PX_EINPUT, "the part files go last");
-        status = 2;
-    } else if (status < 0 && calibrate_check(job, part, o, &err)) {
-        status = 2;
-    }
+    if (!rc && !parts_last(orig, argc, argv, first))
+        rc = px_fail(&err, PX_EINPUT, "the part files go last");
+    if (!rc)
+        rc = calibrate_check(job, a.part, o, &err);
     free(orig);
-    px_opts_free(p);
-    if (status == 2 && job->rank == 0)
+    if (rc && job->rank == 0)
         fprintf(stderr, "parallax-worker calibrate: %s\n", err.msg);
-    return status;
+    return rc ? rc : -1;
 }
 
 static int cmd_calibrate(const Job *job, int argc, char **argv)
