@@ -60,8 +60,10 @@ int px_opts_next(PxOpts *p, int argc, char **argv, const char **arg, const char 
                  PxError *err)
 {
     if (!p->started) {
+        /* 0, not 1: glibc then forgets all of an earlier scan (where it stopped inside a word
+         * of short options, which operands it had moved), so a second parse starts clean */
         opterr = 0;
-        optind = 1;
+        optind = 0;
         p->started = 1;
     }
     *arg = NULL;
