@@ -135,7 +135,10 @@ static int check_failures(const CliArgs *a, RunArgs *r)
     if (exec_failure_parse(r->comm_timeout, r->fail_rank, r->fail_step, &fo, &err))
         return bad(&err);
     ModelPlan plan = {0};
+    /* only the world size is wanted here: the worker reads the plan again and warns about it */
+    const int was_quiet = px_log_set_quiet(1);
     int rc = model_plan_read(r->plan, &plan, &err);
+    px_log_set_quiet(was_quiet);
     r->world = rc ? 1 : plan.gpus;
     model_plan_free(&plan);
     if (rc) {

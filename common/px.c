@@ -32,7 +32,12 @@ int px_fail(PxError *err, int status, const char *fmt, ...)
     return status;
 }
 
-void px_log_set_quiet(int quiet) { px_quiet = quiet; }
+int px_log_set_quiet(int quiet)
+{
+    const int was = px_quiet;
+    px_quiet = quiet;
+    return was;
+}
 
 void px_warn(const char *fmt, ...)
 {

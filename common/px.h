@@ -40,10 +40,11 @@ typedef struct {
  * so callers write `return px_fail(...)`. */
 int px_fail(PxError *err, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
-/* Logging to stderr. Warnings can be silenced (tests) with px_log_set_quiet(1). */
+/* Logging to stderr. Warnings can be silenced (tests, or a reader whose file another process
+ * reads and warns about too) with px_log_set_quiet(1), which returns the setting it replaced. */
 void px_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void px_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-void px_log_set_quiet(int quiet);
+int px_log_set_quiet(int quiet);
 
 /* Element types of tensors. Enums only grow at the end. */
 typedef enum {

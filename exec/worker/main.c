@@ -201,8 +201,12 @@ static int agreed(const Job *job, int rc, const PxError *err)
 static int run_setup(const Job *job, ModelPlan *plan, ExecOptions *opt, CommLayer **comm,
                      PxError *err)
 {
-    int rc = agreed(job, model_plan_read(opt->plan_path, plan, err), err);
-    if (rc)
+    /* every rank reads the same file: rank 0 alone warns about it */
+    const int was_quiet = job->rank != 0 ? px_log_set_quiet(1) : -1;
+    int rc = model_plan_read(opt->plan_path, plan, err);
+    if (was_quiet >= 0)
+        px_log_set_quiet(was_quiet);
+    if ((rc = agreed(job, rc, err)))
         return rc;
     /* the backend decides the communication layer; exec_init resolves it again itself, so that
      * its refusals say whether the backend was asked for or followed from the plan */
