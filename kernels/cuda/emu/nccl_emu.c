@@ -4,12 +4,12 @@
  * completed when MPI says so. Activations in bf16 and fp16 are reduced by MPI operations that
  * add (or compare) in fp32 and round back, as NCCL's kernels do. */
 #include <limits.h>
-#include <math.h>
 #include <mpi.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/px.h"
 #include "kernels/cuda/emu/include/nccl.h"
 
 struct ncclComm {
@@ -32,53 +32,8 @@ typedef struct {
     void *tmp;
 } Op;
 
-/* ---- 16-bit floats (round to nearest even, as the device intrinsics) ---- */
-
-static float bf16_f(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static uint16_t f_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-static float fp16_f(uint16_t h)
-{
-    const int e = (h >> 10) & 0x1f, m = h & 0x3ff;
-    float v = e == 0 ? ldexpf((float)m, -24)
-              : e == 31 ? (m ? NAN : INFINITY)
-                        : ldexpf((float)(m | 0x400), e - 25);
-    return (h & 0x8000) ? -v : v;
-}
-
-static uint16_t f_fp16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    const uint32_t sign = (u >> 16) & 0x8000u;
-    const float a = fabsf(f);
-    if (a != a)
-        return (uint16_t)(sign | 0x7e00u);
-    if (a >= 65520.0f)
-        return (uint16_t)(sign | 0x7c00u);
-    if (a < 6.103515625e-05f)
-        return (uint16_t)(sign | (uint32_t)nearbyintf(a * 16777216.0f));
-    uint32_t e = ((u >> 23) & 0xffu) - 127 + 15, m = u & 0x7fffffu;
-    uint32_t r = (e << 10) | (m >> 13), rest = m & 0x1fffu;
-    if (rest > 0x1000u || (rest == 0x1000u && (r & 1u)))
-        r++;
-    return (uint16_t)(sign | r);
-}
+/* ---- 16-bit floats: common/px.h's conversions, which round to nearest even as the device
+ * intrinsics do ---- */
 
 #define HALF_OP(name, to_f, from_f, combine)                                                      \
     static void name(void *in, void *inout, int *len, MPI_Datatype *dt)                            \
@@ -91,10 +46,10 @@ static uint16_t f_fp16(float f)
             b[i] = from_f(combine);                                                               \
         }                                                                                         \
     }
-HALF_OP(bf16_sum, bf16_f, f_bf16, x + y)
-HALF_OP(fp16_sum, fp16_f, f_fp16, x + y)
-HALF_OP(bf16_max, bf16_f, f_bf16, x > y || y != y ? x : y)
-HALF_OP(fp16_max, fp16_f, f_fp16, x > y || y != y ? x : y)
+HALF_OP(bf16_sum, px_bf16_to_float, px_float_to_bf16, x + y)
+HALF_OP(fp16_sum, px_half_to_float, px_float_to_half, x + y)
+HALF_OP(bf16_max, px_bf16_to_float, px_float_to_bf16, x > y || y != y ? x : y)
+HALF_OP(fp16_max, px_half_to_float, px_float_to_half, x > y || y != y ? x : y)
 
 static MPI_Op half_ops[4]; /* bf16 sum, fp16 sum, bf16 max, fp16 max; made once */
 static int half_ops_made;
