@@ -243,17 +243,6 @@ int prof_cluster_from_json(const cJSON *j, const char *origin, ProfCluster *c, P
     return rc;
 }
 
-/* n elements of size bytes, copied (NULL for none) */
-static void *dup_array(const void *src, int n, size_t size)
-{
-    if (!src || n <= 0)
-        return NULL;
-    void *p = malloc((size_t)n * size);
-    if (p)
-        memcpy(p, src, (size_t)n * size);
-    return p;
-}
-
 int prof_cluster_copy(const ProfCluster *src, ProfCluster *out, PxError *err)
 {
     *out = *src;
@@ -264,11 +253,11 @@ int prof_cluster_copy(const ProfCluster *src, ProfCluster *out, PxError *err)
     ProfMeasured *c = calloc(1, sizeof *c);
     if (!c)
         return px_fail(err, PX_ERUNTIME, "out of memory copying the profile %s", src->name);
-    *c = *m;
-    c->gemm = dup_array(m->gemm, m->n_gemm, sizeof *m->gemm);
-    c->ops = dup_array(m->ops, m->n_ops, sizeof *m->ops);
-    c->coll = dup_array(m->coll, m->n_coll, sizeof *m->coll);
-    if ((m->n_gemm > 0 && !c->gemm) || (m->n_ops > 0 && !c->ops) || (m->n_coll > 0 && !c->coll)) {
+    px_strlcpy(c->host, m->host, sizeof c->host);
+    px_strlcpy(c->date, m->date, sizeof c->date);
+    c->ranks = m->ranks;
+    /* appending to an empty section is a copy of the lists */
+    if (prof_measured_append(c, m, err)) {
         prof_measured_free(c);
         return px_fail(err, PX_ERUNTIME, "out of memory copying the profile %s", src->name);
     }
