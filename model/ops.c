@@ -174,6 +174,20 @@ static void comm(Emit *e, const char *base, ModelComm kind, int group_size, doub
     op->calls = calls;
 }
 
+/* A collective on block b of the tensor table at role r (params, grads, sp_grads), named
+ * "<block>.<role>.<kind>" and tagged with the block, which the executor reduces or gathers by;
+ * the ops emitted after it belong to no block. */
+static void block_comm(Emit *e, ModelOpRole r, const ModelTensorTable *tt, int b, ModelComm kind,
+                       int group_size, double bytes, int calls)
+{
+    char n[64];
+    e->role = r;
+    e->block = b;
+    name_join(n, sizeof n, tt->blocks[b].name, role_names[r]);
+    comm(e, n, kind, group_size, bytes, calls);
+    e->block = -1;
+}
+
 static ModelOp *simple(Emit *e, ModelOpKind kind, const char *base, double bytes)
 {
     ModelOp *op = op_new(e, kind, base);
@@ -295,17 +309,12 @@ static void zero_gather(Emit *e, const ModelTensorTable *tt, int block, ModelPha
     const ModelPhase keep = e->phase;
     const ModelOpRole keep_role = e->role;
     e->phase = phase;
-    e->role = MODEL_OPR_BLOCK_PARAMS;
-    e->block = block;
-    char n[64];
-    name_join(n, sizeof n, tt->blocks[block].name, role_names[e->role]);
-    comm(e, n, MODEL_DP_ALL_GATHER, d->zero_group,
-         (double)px_round_up(tt->blocks[block].numel, (uint64_t)d->zero_group) *
-             (double)px_dtype_bytes(d->param),
-         1);
+    block_comm(e, MODEL_OPR_BLOCK_PARAMS, tt, block, MODEL_DP_ALL_GATHER, d->zero_group,
+               (double)px_round_up(tt->blocks[block].numel, (uint64_t)d->zero_group) *
+                   (double)px_dtype_bytes(d->param),
+               1);
     e->phase = keep;
     e->role = keep_role;
-    e->block = -1;
 }
 
 static void zero_reduce(Emit *e, const ModelTensorTable *tt, int block)
@@ -313,15 +322,10 @@ static void zero_reduce(Emit *e, const ModelTensorTable *tt, int block)
     const ModelDims *d = e->d;
     if (e->s->layout.zero < 2)
         return;
-    char n[64];
-    e->role = MODEL_OPR_BLOCK_GRADS;
-    e->block = block;
-    name_join(n, sizeof n, tt->blocks[block].name, role_names[e->role]);
-    comm(e, n, MODEL_DP_REDUCE_SCATTER, d->zero_group,
-         (double)px_round_up(tt->blocks[block].numel, (uint64_t)d->zero_group) *
-             (double)px_dtype_bytes(d->grad),
-         1);
-    e->block = -1;
+    block_comm(e, MODEL_OPR_BLOCK_GRADS, tt, block, MODEL_DP_REDUCE_SCATTER, d->zero_group,
+               (double)px_round_up(tt->blocks[block].numel, (uint64_t)d->zero_group) *
+                   (double)px_dtype_bytes(d->grad),
+               1);
 }
 
 /* Sequence parallelism leaves the norms' parameters replicated over TP while each rank sees
@@ -338,13 +342,8 @@ static void sp_norm_grads(Emit *e, const ModelTensorTable *tt, int block, int no
     if (!s->layout.sp || d->t < 2 || block < 0 || norms < 1)
         return;
     const int norm_bias = s->model.norm == MODEL_LAYERNORM && s->model.bias;
-    char n[64];
-    e->role = MODEL_OPR_BLOCK_SP_GRADS;
-    e->block = block;
-    name_join(n, sizeof n, tt->blocks[block].name, role_names[e->role]);
-    comm(e, n, MODEL_TP_ALLREDUCE, d->t,
-         (double)d->h * (1 + norm_bias) * (double)px_dtype_bytes(d->grad), norms);
-    e->block = -1;
+    block_comm(e, MODEL_OPR_BLOCK_SP_GRADS, tt, block, MODEL_TP_ALLREDUCE, d->t,
+               (double)d->h * (1 + norm_bias) * (double)px_dtype_bytes(d->grad), norms);
 }
 
 static void layer_backward(Emit *e, const ModelTensorTable *tt, int block, int l)
@@ -566,17 +565,14 @@ static int ops_build(const ModelSpec *s, const ModelDims *d, int stage, int comp
         e.chunk = b->chunk;
         e.layer = b->layer;
         e.repeat = b->repeat;
-        char n[64];
         if (zero <= 1)
             sp_norm_grads(&e, &tt, i, b->layer >= 0 ? 2 : strcmp(b->name, "final") == 0 ? 1 : 0);
-        e.role = MODEL_OPR_BLOCK_GRADS;
-        e.block = i;
-        name_join(n, sizeof n, b->name, role_names[e.role]);
         if (zero == 0)
-            comm(&e, n, MODEL_DP_ALLREDUCE, zg, (double)b->numel * ge, 1);
+            block_comm(&e, MODEL_OPR_BLOCK_GRADS, &tt, i, MODEL_DP_ALLREDUCE, zg,
+                       (double)b->numel * ge, 1);
         else if (zero == 1)
-            comm(&e, n, MODEL_DP_REDUCE_SCATTER, zg, (double)px_round_up(b->numel, (uint64_t)zg) * ge, 1);
-        e.block = -1;
+            block_comm(&e, MODEL_OPR_BLOCK_GRADS, &tt, i, MODEL_DP_REDUCE_SCATTER, zg,
+                       (double)px_round_up(b->numel, (uint64_t)zg) * ge, 1);
     }
     e.repeat = 1;
     if (s->model.tied_embeddings && d->chunks > 1) {
@@ -585,11 +581,10 @@ static int ops_build(const ModelSpec *s, const ModelDims *d, int stage, int comp
             if (gc == 0 || gc == d->chunks - 1) {
                 e.chunk = j;
                 e.layer = -1;
-                e.role = MODEL_OPR_BLOCK_GRADS;
-                e.block = block_index(&tt, gc == 0 ? "embed" : "final", -1, j);
-                comm(&e, gc == 0 ? "embed.grads" : "final.grads", MODEL_EMBED_ALLREDUCE, 2,
-                     (double)d->vocab_loc * d->h * ge, 1);
-                e.block = -1;
+                /* found: the table gives the first chunk its embed block, the last its final */
+                block_comm(&e, MODEL_OPR_BLOCK_GRADS, &tt,
+                           block_index(&tt, gc == 0 ? "embed" : "final", -1, j),
+                           MODEL_EMBED_ALLREDUCE, 2, (double)d->vocab_loc * d->h * ge, 1);
             }
         }
     }
@@ -619,12 +614,8 @@ static int ops_build(const ModelSpec *s, const ModelDims *d, int stage, int comp
         e.chunk = b->chunk;
         e.layer = b->layer;
         e.repeat = b->repeat;
-        char n[64];
-        e.role = MODEL_OPR_BLOCK_PARAMS;
-        e.block = i;
-        name_join(n, sizeof n, b->name, role_names[e.role]);
-        comm(&e, n, MODEL_DP_ALL_GATHER, zg, (double)px_round_up(b->numel, (uint64_t)zg) * pe, 1);
-        e.block = -1;
+        block_comm(&e, MODEL_OPR_BLOCK_PARAMS, &tt, i, MODEL_DP_ALL_GATHER, zg,
+                   (double)px_round_up(b->numel, (uint64_t)zg) * pe, 1);
     }
     if (tp == &own)
         model_tensors_free(&own);
