@@ -268,7 +268,6 @@ int sim_plan_best(const SimPlanResult *r, const ProfCluster *cl, const char *clu
     int rc = sim_run(&r->top[0].spec, cl, gpus, full, err);
     if (rc)
         return rc;
-    (void)gpus; /* the full result's */
     if ((rc = sim_plan_make(full, cluster_ref, plan, err)))
         sim_result_free(full);
     return rc;

@@ -49,21 +49,32 @@ static int check_prices(SimObjective o, int n_clusters, const double *price, int
     return PX_OK;
 }
 
-/* One (size, cluster): its best layout and the objective's figure, or why none works. */
-static int sweep_row(const SimPlanRequest *q, const ProfCluster *cl, int gpus, double price,
-                     SimSweepRow *row, PxError *err)
+/* The best layout at `gpus` GPUs into *res. A size with none is not a failure of the search
+ * over sizes: its reason goes to *why, while PX_ERUNTIME (out of memory) is copied to err
+ * too, for the caller to stop on. */
+static int plan_size(const SimPlanRequest *q, const ProfCluster *cl, int gpus,
+                     SimPlanResult *res, PxError *why, PxError *err)
 {
     SimPlanRequest r = *q;
     r.gpus = gpus;
     r.top = 1;
+    *why = (PxError){0};
+    int rc = sim_plan(&r, cl, res, why);
+    if (rc == PX_ERUNTIME)
+        *err = *why;
+    return rc;
+}
+
+/* One (size, cluster): its best layout and the objective's figure, or why none works. */
+static int sweep_row(const SimPlanRequest *q, const ProfCluster *cl, int gpus, double price,
+                     SimSweepRow *row, PxError *err)
+{
     row->gpus = gpus;
     row->cluster = cl;
-    PxError e2 = {0};
-    int rc = sim_plan(&r, cl, &row->plan, &e2);
-    if (rc == PX_ERUNTIME) {
-        *err = e2;
+    PxError e2;
+    int rc = plan_size(q, cl, gpus, &row->plan, &e2, err);
+    if (rc == PX_ERUNTIME)
         return rc;
-    }
     row->ok = rc == PX_OK;
     if (row->ok)
         row->value = objective_value(q->objective, &row->plan.top[0], gpus, price, &row->rank);
@@ -146,16 +157,11 @@ int sim_plan_min_gpus(const SimPlanRequest *q, const ProfCluster *cl, double max
     for (int g = node; g <= limit; g = next_size(node, g)) {
         if (g < q->gpus) /* the smallest size to try */
             continue;
-        SimPlanRequest r = *q;
-        r.gpus = g;
-        r.top = 1;
         SimPlanResult res;
-        PxError e2 = {0};
-        int rc = sim_plan(&r, cl, &res, &e2);
-        if (rc == PX_ERUNTIME) {
-            *err = e2;
+        PxError why;
+        int rc = plan_size(q, cl, g, &res, &why, err);
+        if (rc == PX_ERUNTIME)
             return rc;
-        }
         if (rc == PX_OK) {
             const SimCandidate *c = &res.top[0];
             double days = max_days > 0 ? q->base.job.train_tokens / c->tokens_per_s / 86400.0 : 0;
