@@ -63,9 +63,5 @@ int cli_cmd_calibrate(int argc, char **argv)
         if (rc && exit_status == 2)
             rc = PX_EINPUT;
     }
-    if (rc) {
-        fprintf(stderr, "parallax calibrate: %s\n", err.msg);
-        return rc == PX_EINPUT ? 2 : 1;
-    }
-    return 0;
+    return rc ? cli_fail("calibrate", rc, &err) : 0;
 }

@@ -36,18 +36,15 @@ int cli_cmd_export(int argc, char **argv)
     PxError err = {0};
     ModelPlan plan;
     int rc = model_plan_read(a.positional[0], &plan, &err);
-    if (rc) {
-        fprintf(stderr, "parallax export: %s\n", err.msg);
-        return rc == PX_EINPUT ? 2 : 1;
-    }
+    if (rc)
+        return cli_fail("export", rc, &err);
     /* -o: a file that appears whole or not at all, left untouched when the export fails */
     PxAtomicFile file;
     FILE *out = stdout;
     if (a.output) {
         if (px_atomic_open(&file, a.output, &err)) {
-            fprintf(stderr, "parallax export: %s\n", err.msg);
             model_plan_free(&plan);
-            return 1;
+            return cli_fail("export", PX_ERUNTIME, &err); /* 1: the plan was good, -o was not */
         }
         out = file.f;
     }
@@ -56,12 +53,7 @@ int cli_cmd_export(int argc, char **argv)
     if (a.output && rc) {
         px_atomic_abort(&file);
     } else if (a.output && px_atomic_commit(&file, &err)) {
-        fprintf(stderr, "parallax export: %s\n", err.msg);
-        return 1;
+        return cli_fail("export", PX_ERUNTIME, &err);
     }
-    if (rc) {
-        fprintf(stderr, "parallax export: %s\n", err.msg);
-        return rc == PX_EINPUT ? 2 : 1;
-    }
-    return 0;
+    return rc ? cli_fail("export", rc, &err) : 0;
 }

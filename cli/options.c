@@ -47,14 +47,21 @@ const CliOption cli_knob_options[] = {
     {"set", 1, "KEY=V", "override a profile figure, e.g. network.bandwidth_per_device=100e9 (repeatable)", CLI_SET, 0},
     {NULL, 0, NULL, NULL, 0, 0}};
 
-void cli_print_help(const char *cmd, const char *usage, const CliOption *const *tables)
+int cli_fail(const char *cmd, int status, const PxError *err)
 {
-    char prog[96];
-    snprintf(prog, sizeof prog, "parallax %s", cmd);
-    cli_print_help_as(prog, usage, tables);
+    fprintf(stderr, "parallax %s: %s\n", cmd, err->msg);
+    return status == PX_EINPUT ? 2 : 1;
 }
 
-void cli_print_help_as(const char *prog, const char *usage, const CliOption *const *tables)
+void cli_print_json(cJSON *j)
+{
+    char *s = cJSON_Print(j);
+    printf("%s\n", s);
+    cJSON_free(s);
+    cJSON_Delete(j);
+}
+
+static void print_help_as(const char *prog, const char *usage, const CliOption *const *tables)
 {
     char line[2048];
     snprintf(line, sizeof line, "%s %s", prog, usage);
@@ -62,112 +69,109 @@ void cli_print_help_as(const char *prog, const char *usage, const CliOption *con
 }
 
 /* One knob of the spec into a: PX_OK, or PX_EINPUT naming the option and the value. */
-static int knob(int id, const char *arg, CliArgs *a, PxError *e)
+static int knob(int id, const char *arg, CliArgs *a, PxError *err)
 {
-    PxError err = {0};
     ModelLayout *l = &a->spec.layout;
     ModelJob *j = &a->spec.job;
     int rc = PX_OK, v;
     switch (id) {
-    case CLI_TP: rc = px_parse_int(arg, "--tp", 1, 1 << 16, &l->tp, &err); break;
-    case CLI_PP: rc = px_parse_int(arg, "--pp", 1, 1 << 16, &l->pp, &err); break;
+    case CLI_TP: rc = px_parse_int(arg, "--tp", 1, 1 << 16, &l->tp, err); break;
+    case CLI_PP: rc = px_parse_int(arg, "--pp", 1, 1 << 16, &l->pp, err); break;
     case CLI_PP_LAYERS:
         /* the stages are the entries, unless --pp says otherwise (the layout rules then
          * name the mismatch) */
-        if (!(rc = model_split_parse(arg, "--pp-layers", l, &err)) && !(a->given & (1ull << CLI_PP)))
+        if (!(rc = model_split_parse(arg, "--pp-layers", l, err)) && !(a->given & (1ull << CLI_PP)))
             l->pp = l->n_stage_layers;
         break;
-    case CLI_DP: rc = px_parse_int(arg, "--dp", 1, 1 << 24, &l->dp, &err); break;
-    case CLI_CP: rc = px_parse_int(arg, "--cp", 1, 1 << 16, &l->cp, &err); break;
-    case CLI_VPP: rc = px_parse_int(arg, "--vpp", 1, 1 << 16, &l->vpp, &err); break;
-    case CLI_ZERO: rc = px_parse_int(arg, "--zero", 0, 3, &l->zero, &err); break;
+    case CLI_DP: rc = px_parse_int(arg, "--dp", 1, 1 << 24, &l->dp, err); break;
+    case CLI_CP: rc = px_parse_int(arg, "--cp", 1, 1 << 16, &l->cp, err); break;
+    case CLI_VPP: rc = px_parse_int(arg, "--vpp", 1, 1 << 16, &l->vpp, err); break;
+    case CLI_ZERO: rc = px_parse_int(arg, "--zero", 0, 3, &l->zero, err); break;
     case CLI_SP: l->sp = 1; break;
     case CLI_NO_SP: l->sp = 0; break;
     case CLI_RECOMPUTE:
         if ((v = model_recompute_from_name(arg)) < 0)
-            rc = px_fail(&err, PX_EINPUT, "--recompute: expected none, selective or full, got '%s'", arg);
+            rc = px_fail(err, PX_EINPUT, "--recompute: expected none, selective or full, got '%s'", arg);
         else
             l->recompute = (ModelRecompute)v;
         break;
     case CLI_SCHEDULE:
         if ((v = model_schedule_from_name(arg)) < 0)
-            rc = px_fail(&err, PX_EINPUT, "--schedule: expected 1f1b, gpipe or interleaved, got '%s'", arg);
+            rc = px_fail(err, PX_EINPUT, "--schedule: expected 1f1b, gpipe or interleaved, got '%s'", arg);
         else
             l->schedule = (ModelSchedule)v;
         break;
-    case CLI_MBS: rc = px_parse_int(arg, "--mbs", 1, 1 << 24, &j->micro_batch, &err); break;
-    case CLI_GBS: rc = px_parse_int(arg, "--gbs", 1, 1 << 30, &j->global_batch, &err); break;
-    case CLI_SEQ: rc = px_parse_int(arg, "--seq", 1, 1 << 24, &j->seq_len, &err); break;
+    case CLI_MBS: rc = px_parse_int(arg, "--mbs", 1, 1 << 24, &j->micro_batch, err); break;
+    case CLI_GBS: rc = px_parse_int(arg, "--gbs", 1, 1 << 30, &j->global_batch, err); break;
+    case CLI_SEQ: rc = px_parse_int(arg, "--seq", 1, 1 << 24, &j->seq_len, err); break;
     case CLI_PRECISION:
         v = px_dtype_from_name(arg);
         if (v != PX_FP32 && v != PX_BF16 && v != PX_FP16)
-            rc = px_fail(&err, PX_EINPUT, "--precision: expected fp32, bf16 or fp16, got '%s'", arg);
+            rc = px_fail(err, PX_EINPUT, "--precision: expected fp32, bf16 or fp16, got '%s'", arg);
         else
             j->precision = (PxDtype)v;
         break;
     case CLI_GRAD_DTYPE:
         v = px_dtype_from_name(arg);
         if (v != PX_FP32 && v != PX_BF16 && v != PX_FP16)
-            rc = px_fail(&err, PX_EINPUT, "--grad-dtype: expected fp32, bf16 or fp16, got '%s'", arg);
+            rc = px_fail(err, PX_EINPUT, "--grad-dtype: expected fp32, bf16 or fp16, got '%s'", arg);
         else
             j->grad_dtype = (PxDtype)v;
         break;
     case CLI_OPTIMIZER:
         if ((v = model_optimizer_from_name(arg)) < 0)
-            rc = px_fail(&err, PX_EINPUT, "--optimizer: expected adamw, sgd-momentum or adam-8bit, got '%s'", arg);
+            rc = px_fail(err, PX_EINPUT, "--optimizer: expected adamw, sgd-momentum or adam-8bit, got '%s'", arg);
         else
             j->optimizer = (ModelOptimizer)v;
         break;
     case CLI_FLASH: j->flash_attn = 1; break;
     case CLI_NO_FLASH: j->flash_attn = 0; break;
     case CLI_DROPOUT:
-        rc = px_parse_double(arg, "--dropout", &j->dropout, &err);
+        rc = px_parse_double(arg, "--dropout", &j->dropout, err);
         if (!rc && !(j->dropout >= 0 && j->dropout < 1))
-            rc = px_fail(&err, PX_EINPUT, "--dropout: must be in [0, 1), got %s", arg);
+            rc = px_fail(err, PX_EINPUT, "--dropout: must be in [0, 1), got %s", arg);
         break;
     case CLI_OVERLAP_DP: l->overlap_dp = 1; break;
     case CLI_NO_OVERLAP_DP: l->overlap_dp = 0; break;
     case CLI_OVERLAP_TP: l->overlap_tp = 1; break;
     case CLI_NO_OVERLAP_TP: l->overlap_tp = 0; break;
-    case CLI_PAD_VOCAB: rc = px_parse_int(arg, "--pad-vocab", 1, 1 << 16, &j->pad_vocab, &err); break;
+    case CLI_PAD_VOCAB: rc = px_parse_int(arg, "--pad-vocab", 1, 1 << 16, &j->pad_vocab, err); break;
     case CLI_CAUSAL: j->causal_flops = 1; break;
-    case CLI_LR: rc = px_parse_double(arg, "--lr", &j->lr, &err); break;
-    case CLI_MIN_LR: rc = px_parse_double(arg, "--min-lr", &j->min_lr, &err); break;
-    case CLI_WARMUP: rc = px_parse_int(arg, "--warmup-steps", 0, 1 << 30, &j->warmup_steps, &err); break;
-    case CLI_STEPS: rc = px_parse_int(arg, "--steps", 1, 1 << 30, &j->steps, &err); break;
+    case CLI_LR: rc = px_parse_double(arg, "--lr", &j->lr, err); break;
+    case CLI_MIN_LR: rc = px_parse_double(arg, "--min-lr", &j->min_lr, err); break;
+    case CLI_WARMUP: rc = px_parse_int(arg, "--warmup-steps", 0, 1 << 30, &j->warmup_steps, err); break;
+    case CLI_STEPS: rc = px_parse_int(arg, "--steps", 1, 1 << 30, &j->steps, err); break;
     case CLI_SEED:
-        rc = px_parse_int(arg, "--seed", 0, 2147483647, &v, &err);
+        rc = px_parse_int(arg, "--seed", 0, 2147483647, &v, err);
         j->seed = (uint64_t)v;
         break;
-    case CLI_WD: rc = px_parse_double(arg, "--weight-decay", &j->weight_decay, &err); break;
-    case CLI_CLIP: rc = px_parse_double(arg, "--grad-clip", &j->grad_clip, &err); break;
+    case CLI_WD: rc = px_parse_double(arg, "--weight-decay", &j->weight_decay, err); break;
+    case CLI_CLIP: rc = px_parse_double(arg, "--grad-clip", &j->grad_clip, err); break;
     case CLI_DATA:
         if (strlen(arg) >= sizeof j->data)
-            rc = px_fail(&err, PX_EINPUT, "--data: path longer than %zu characters", sizeof j->data - 1);
+            rc = px_fail(err, PX_EINPUT, "--data: path longer than %zu characters", sizeof j->data - 1);
         else
             px_strlcpy(j->data, arg, sizeof j->data);
         break;
     case CLI_FUSED: j->fused_kernels = 1; break;
     case CLI_NO_FUSED: j->fused_kernels = 0; break;
     case CLI_TOKENS:
-        rc = px_parse_double(arg, "--tokens", &j->train_tokens, &err);
+        rc = px_parse_double(arg, "--tokens", &j->train_tokens, err);
         if (!rc && !(j->train_tokens > 0))
-            rc = px_fail(&err, PX_EINPUT, "--tokens: must be positive, got %s", arg);
+            rc = px_fail(err, PX_EINPUT, "--tokens: must be positive, got %s", arg);
         break;
     case CLI_SET:
         if (a->n_sets == CLI_MAX_SETS)
-            rc = px_fail(&err, PX_EINPUT, "--set: at most %d overrides", CLI_MAX_SETS);
+            rc = px_fail(err, PX_EINPUT, "--set: at most %d overrides", CLI_MAX_SETS);
         else if (!strchr(arg, '='))
-            rc = px_fail(&err, PX_EINPUT, "--set '%s': expected key=value", arg);
+            rc = px_fail(err, PX_EINPUT, "--set '%s': expected key=value", arg);
         else
             a->sets[a->n_sets++] = arg;
         break;
     default: break;
     }
-    if (rc) {
-        *e = err;
+    if (rc)
         return rc;
-    }
     if (id < CLI_KNOB_COUNT)
         a->given |= 1ull << id;
     return PX_OK;
@@ -211,7 +215,7 @@ int cli_parse_as(const char *prog, const char *usage, int argc, char **argv,
     int first;
     int rc = px_opts_parse(tables, argc, argv, see, cli_option, a, max, &first, &err);
     if (rc == PX_OPTS_HELP) {
-        cli_print_help_as(prog, usage, tables);
+        print_help_as(prog, usage, tables);
         return 0;
     }
     if (rc) {

@@ -48,10 +48,14 @@ extern const CliOption cli_knob_options[];
  * --help, 2 after a bad option or argument (message printed, naming it). */
 int cli_parse(const char *cmd, const char *usage, int argc, char **argv,
               const CliOption *const *tables, int max_positional, CliArgs *args);
-void cli_print_help(const char *cmd, const char *usage, const CliOption *const *tables);
 /* The same for a program of its own: prog names it in --help and in messages ("exec_mkplan"). */
 int cli_parse_as(const char *prog, const char *usage, int argc, char **argv,
                  const CliOption *const *tables, int max_positional, CliArgs *a);
-void cli_print_help_as(const char *prog, const char *usage, const CliOption *const *tables);
+
+/* "parallax <cmd>: <err->msg>" on stderr; returns the exit status for status (not PX_OK):
+ * 2 for PX_EINPUT, else 1. */
+int cli_fail(const char *cmd, int status, const PxError *err);
+/* j on stdout, indented, and a newline; then deletes j (callers build it only to print it). */
+void cli_print_json(cJSON *j);
 
 #endif

@@ -10,14 +10,6 @@
 
 #define PARALLAX_VERSION "0.1.0"
 
-static int exit_code(int status) { return status == PX_EINPUT ? 2 : status ? 1 : 0; }
-
-static int fail(const char *cmd, int status, const PxError *err)
-{
-    fprintf(stderr, "parallax %s: %s\n", cmd, err->msg);
-    return exit_code(status);
-}
-
 static const CliOption json_option[] = {
     {"json", 0, NULL, "machine-readable output", CLI_JSON, 0},
     {NULL, 0, NULL, NULL, 0, 0}};
@@ -37,7 +29,7 @@ static int cmd_models(int argc, char **argv)
         return st;
     PxError err = {0};
     int rc = sim_list_models(stdout, a.json, &err);
-    return rc ? fail("models", rc, &err) : 0;
+    return rc ? cli_fail("models", rc, &err) : 0;
 }
 
 static int cmd_profiles(int argc, char **argv)
@@ -50,7 +42,7 @@ static int cmd_profiles(int argc, char **argv)
         return st;
     PxError err = {0};
     int rc = sim_list_profiles(stdout, a.json, &err);
-    return rc ? fail("profiles", rc, &err) : 0;
+    return rc ? cli_fail("profiles", rc, &err) : 0;
 }
 
 static int cmd_simulate(int argc, char **argv)
@@ -72,24 +64,19 @@ static int cmd_simulate(int argc, char **argv)
     }
     int rc = model_config_load(a.model, &a.spec.model, &err);
     if (rc)
-        return fail("simulate", rc, &err);
+        return cli_fail("simulate", rc, &err);
     ProfCluster cl;
     if ((rc = prof_cluster_load(a.cluster, a.sets, a.n_sets, &cl, &err)))
-        return fail("simulate", rc, &err);
+        return cli_fail("simulate", rc, &err);
     SimResult r;
     if ((rc = sim_run(&a.spec, &cl, a.gpus, &r, &err))) {
         prof_cluster_free(&cl);
-        return fail("simulate", rc, &err);
+        return cli_fail("simulate", rc, &err);
     }
-    if (a.json) {
-        cJSON *j = sim_result_to_json(&r);
-        char *s = cJSON_Print(j);
-        printf("%s\n", s);
-        cJSON_free(s);
-        cJSON_Delete(j);
-    } else {
+    if (a.json)
+        cli_print_json(sim_result_to_json(&r));
+    else
         sim_result_print(stdout, &r);
-    }
     sim_result_free(&r);
     prof_cluster_free(&cl); /* after the result, which shares its measurements */
     return 0;

@@ -61,20 +61,6 @@ static int split_list(const char *text, const char *what, char items[][256], int
     return n;
 }
 
-static int fail(int status, const PxError *err)
-{
-    fprintf(stderr, "parallax plan: %s\n", err->msg);
-    return status == PX_EINPUT ? 2 : 1;
-}
-
-static void print_json(cJSON *j)
-{
-    char *s = cJSON_Print(j);
-    printf("%s\n", s);
-    cJSON_free(s);
-    cJSON_Delete(j);
-}
-
 /* The command line, parsed into the planner's request and what the command does with it. */
 typedef struct {
     CliArgs a;
@@ -106,10 +92,10 @@ static int parse_search(PlanArgs *p)
         q->objective = (SimObjective)o;
     }
     if ((v = a->extra[OPT_TOP - CLI_EXTRA]) && (rc = px_parse_int(v, "--top", 1, 1000, &q->top, &err)))
-        return fail(rc, &err);
+        return cli_fail("plan", rc, &err);
     if ((v = a->extra[OPT_HEADROOM - CLI_EXTRA])) {
         if ((rc = px_parse_double(v, "--headroom", &q->headroom, &err)))
-            return fail(rc, &err);
+            return cli_fail("plan", rc, &err);
         if (!(q->headroom >= 0 && q->headroom < 1)) {
             fprintf(stderr, "parallax plan: --headroom: must be in [0, 1), got %s\n", v);
             return 2;
@@ -130,11 +116,11 @@ static int parse_budget(PlanArgs *p)
     int rc;
     p->limit = 65536;
     if ((v = a->extra[OPT_MAX_STEP - CLI_EXTRA]) && (rc = px_parse_double(v, "--max-step-s", &p->max_step_s, &err)))
-        return fail(rc, &err);
+        return cli_fail("plan", rc, &err);
     if ((v = a->extra[OPT_MAX_DAYS - CLI_EXTRA]) && (rc = px_parse_double(v, "--max-days", &p->max_days, &err)))
-        return fail(rc, &err);
+        return cli_fail("plan", rc, &err);
     if ((v = a->extra[OPT_LIMIT - CLI_EXTRA]) && (rc = px_parse_int(v, "--max-gpus", 1, 1 << 24, &p->limit, &err)))
-        return fail(rc, &err);
+        return cli_fail("plan", rc, &err);
     if (p->min_gpus && p->max_step_s <= 0 && p->max_days <= 0) {
         fprintf(stderr, "parallax plan: --min-gpus needs --max-step-s and/or --max-days\n");
         return 2;
@@ -165,7 +151,7 @@ static int parse_prices(PlanArgs *p, const char *text)
     }
     for (int i = 0; i < p->n_price; i++) {
         if ((rc = px_parse_double(prices[i], "--gpu-hour-price", &p->price[i], &err)))
-            return fail(rc, &err);
+            return cli_fail("plan", rc, &err);
         if (!(p->price[i] > 0)) {
             fprintf(stderr, "parallax plan: --gpu-hour-price: must be positive, got %s\n", prices[i]);
             return 2;
@@ -186,7 +172,7 @@ static int parse_lists(PlanArgs *p, const char *gpus_text)
         return 2;
     for (int i = 0; i < p->n_gpus; i++)
         if ((rc = px_parse_int(sizes[i], "--gpus", 1, 1 << 24, &p->gpus[i], &err)))
-            return fail(rc, &err);
+            return cli_fail("plan", rc, &err);
     const char *v = p->a.extra[OPT_PRICE - CLI_EXTRA];
     return v ? parse_prices(p, v) : -1;
 }
@@ -226,7 +212,7 @@ static int parse_plan(int argc, char **argv, PlanArgs *p)
         return st;
     int rc;
     if ((rc = model_config_load(a->model, &q->base.model, &err)))
-        return fail(rc, &err);
+        return cli_fail("plan", rc, &err);
     if ((q->pinned & SIM_PIN_PP_LAYERS) && (rc = model_split_check(&q->base.layout, q->base.model.layers, &err))) {
         fprintf(stderr, "parallax plan: --pp-layers: %s (%s)\n", err.msg, q->base.model.name);
         return 2;
@@ -251,7 +237,7 @@ static int plan_min_gpus(const PlanArgs *p, const ProfCluster *cl)
         int rc = sim_plan_min_gpus(&q, &cl[c], p->max_step_s, p->max_days, p->limit, &res, &g, &err);
         if (rc) {
             cJSON_Delete(arr);
-            return fail(rc, &err);
+            return cli_fail("plan", rc, &err);
         }
         if (arr)
             cJSON_AddItemToArray(arr, sim_min_gpus_to_json(&cl[c], g, &res));
@@ -260,7 +246,7 @@ static int plan_min_gpus(const PlanArgs *p, const ProfCluster *cl)
         sim_plan_free(&res);
     }
     if (arr)
-        print_json(arr);
+        cli_print_json(arr);
     return 0;
 }
 
@@ -273,17 +259,17 @@ static int plan_one(const PlanArgs *p, const ProfCluster *cl)
     SimPlanResult res;
     int rc = sim_plan(&q, cl, &res, &err);
     if (rc)
-        return fail(rc, &err);
+        return cli_fail("plan", rc, &err);
     ModelPlan plan;
     SimResult full;
     const char *output = p->a.output;
     const int need_full = output || p->a.json;
     if (need_full && (rc = sim_plan_best(&res, cl, p->clusters[0], q.gpus, &plan, &full, &err))) {
         sim_plan_free(&res);
-        return fail(rc, &err);
+        return cli_fail("plan", rc, &err);
     }
     if (p->a.json)
-        print_json(sim_plan_answer_json(&res, cl, q.gpus, &plan, &full));
+        cli_print_json(sim_plan_answer_json(&res, cl, q.gpus, &plan, &full));
     else
         sim_plan_print(stdout, &q, cl, &res, p->explain);
     if (output) {
@@ -298,7 +284,7 @@ static int plan_one(const PlanArgs *p, const ProfCluster *cl)
         sim_result_free(&full);
     }
     sim_plan_free(&res);
-    return rc ? fail(rc, &err) : 0;
+    return rc ? cli_fail("plan", rc, &err) : 0;
 }
 
 /* Several sizes or clusters: the best layout of each, ranked by the objective. */
@@ -309,9 +295,9 @@ static int plan_sweep(const PlanArgs *p, const ProfCluster *cl)
     int rc = sim_sweep(&p->q, cl, p->n_clusters, p->gpus, p->n_gpus, p->price, p->n_price,
                        &sweep, &err);
     if (rc)
-        return fail(rc, &err);
+        return cli_fail("plan", rc, &err);
     if (p->a.json)
-        print_json(sim_sweep_to_json(&sweep));
+        cli_print_json(sim_sweep_to_json(&sweep));
     else
         sim_sweep_print(stdout, &p->q, &sweep);
     sim_sweep_free(&sweep);
@@ -330,7 +316,7 @@ int cli_cmd_plan(int argc, char **argv)
     for (int i = 0; i < p.n_clusters && status < 0; i++) {
         int rc = prof_cluster_load(p.clusters[i], p.a.sets, p.a.n_sets, &cl[i], &err);
         if (rc)
-            status = fail(rc, &err);
+            status = cli_fail("plan", rc, &err);
         else
             n_loaded++;
     }

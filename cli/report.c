@@ -9,12 +9,6 @@
 
 enum { OPT_PLAN = CLI_EXTRA, OPT_RUN, OPT_DIR, OPT_TITLE, OPT_GPUS, OPT_LANDSCAPE, OPT_ALL_OPS };
 
-static int fail(const char *cmd, int status, const PxError *err)
-{
-    fprintf(stderr, "parallax %s: %s\n", cmd, err->msg);
-    return status == PX_EINPUT ? 2 : 1;
-}
-
 static const CliOption report_options[] = {
     {"plan", 1, "FILE", "a plan (its prediction): memory per stage, simulated timeline and trace", OPT_PLAN, 0},
     {"run", 1, "FILE", "a run.json: measured timeline and trace; with --plan, predicted against measured", OPT_RUN, 0},
@@ -50,10 +44,10 @@ int cli_cmd_report(int argc, char **argv)
     memset(&cl, 0, sizeof cl);
     const char *v;
     if ((v = a.extra[OPT_PLAN - CLI_EXTRA]) && !(plan = px_json_read_file(v, &err)))
-        return fail("report", PX_EINPUT, &err);
+        return cli_fail("report", PX_EINPUT, &err);
     if ((v = a.extra[OPT_RUN - CLI_EXTRA]) && !(run = px_json_read_file(v, &err))) {
         cJSON_Delete(plan);
-        return fail("report", PX_EINPUT, &err);
+        return cli_fail("report", PX_EINPUT, &err);
     }
     q.plan = plan;
     q.run = run;
@@ -78,7 +72,7 @@ int cli_cmd_report(int argc, char **argv)
         }
         if ((rc = model_config_load(a.model, &a.spec.model, &err)) ||
             (rc = prof_cluster_load(a.cluster, a.sets, a.n_sets, &cl, &err))) {
-            rc = fail("report", rc, &err);
+            rc = cli_fail("report", rc, &err);
             goto out;
         }
         q.base = &a.spec;
@@ -87,7 +81,7 @@ int cli_cmd_report(int argc, char **argv)
         q.n_gpus = n_gpus;
     }
     if ((rc = rpt_build(&q, stdout, &err)))
-        rc = fail("report", rc, &err);
+        rc = cli_fail("report", rc, &err);
 out:
     prof_cluster_free(&cl);
     cJSON_Delete(plan);
@@ -119,23 +113,18 @@ int cli_cmd_compare(int argc, char **argv)
     cJSON *plan = px_json_read_file(a.positional[0], &err), *run = NULL;
     if (!plan || !(run = px_json_read_file(a.positional[1], &err))) {
         cJSON_Delete(plan);
-        return fail("compare", PX_EINPUT, &err);
+        return cli_fail("compare", PX_EINPUT, &err);
     }
     RptCompare c;
     int rc = rpt_compare(plan, run, &c, &err);
     cJSON_Delete(plan);
     cJSON_Delete(run);
     if (rc)
-        return fail("compare", rc, &err);
-    if (a.json) {
-        cJSON *j = rpt_compare_to_json(&c);
-        char *s = cJSON_Print(j);
-        printf("%s\n", s);
-        cJSON_free(s);
-        cJSON_Delete(j);
-    } else {
+        return cli_fail("compare", rc, &err);
+    if (a.json)
+        cli_print_json(rpt_compare_to_json(&c));
+    else
         rpt_compare_print(stdout, &c, a.extra[OPT_ALL_OPS - CLI_EXTRA] != NULL);
-    }
     rpt_compare_free(&c);
     return 0;
 }

@@ -67,12 +67,6 @@ typedef struct {
     int world; /* the plan's ranks */
 } RunArgs;
 
-static int bad(const PxError *err)
-{
-    fprintf(stderr, "parallax run: %s\n", err->msg);
-    return 2;
-}
-
 /* The options and the plan file: -1 to go on, or the exit status. */
 static int parse_run(int argc, char **argv, CliArgs *a, RunArgs *r)
 {
@@ -106,11 +100,11 @@ static int check_values(const CliArgs *a, RunArgs *r)
     ExecBackend be = EXEC_BACKEND_AUTO;
     r->launcher = LAUNCH_DEFAULT;
     if (r->steps && px_parse_int(r->steps, "--steps", 1, 1 << 30, &n_steps, &err))
-        return bad(&err);
+        return cli_fail("run", PX_EINPUT, &err);
     if (launcher && launch_kind_parse(launcher, &r->launcher, &err))
-        return bad(&err);
+        return cli_fail("run", PX_EINPUT, &err);
     if (r->backend && exec_backend_parse(r->backend, &be, &err))
-        return bad(&err);
+        return cli_fail("run", PX_EINPUT, &err);
     if (r->loss_scale && (px_parse_double(r->loss_scale, "--loss-scale", &scale, &err) ||
                           !(scale >= 1.0 && scale <= 0x1p100))) {
         fprintf(stderr, "parallax run: --loss-scale: expected a number from 1 to 2^100, got '%s'\n",
@@ -119,7 +113,7 @@ static int check_values(const CliArgs *a, RunArgs *r)
     }
     if (r->loss_interval &&
         px_parse_int(r->loss_interval, "--loss-scale-interval", 1, 1 << 30, &interval, &err))
-        return bad(&err);
+        return cli_fail("run", PX_EINPUT, &err);
     return -1;
 }
 
@@ -133,7 +127,7 @@ static int check_failures(const CliArgs *a, RunArgs *r)
     ExecOptions fo;
     memset(&fo, 0, sizeof fo);
     if (exec_failure_parse(r->comm_timeout, r->fail_rank, r->fail_step, &fo, &err))
-        return bad(&err);
+        return cli_fail("run", PX_EINPUT, &err);
     ModelPlan plan = {0};
     /* only the world size is wanted here: the worker reads the plan again and warns about it */
     const int was_quiet = px_log_set_quiet(1);
@@ -141,10 +135,8 @@ static int check_failures(const CliArgs *a, RunArgs *r)
     px_log_set_quiet(was_quiet);
     r->world = rc ? 1 : plan.gpus;
     model_plan_free(&plan);
-    if (rc) {
-        fprintf(stderr, "parallax run: %s\n", err.msg);
-        return rc == PX_EINPUT ? 2 : 1;
-    }
+    if (rc)
+        return cli_fail("run", rc, &err);
     if (r->fail_rank && fo.fail_rank >= r->world) {
         fprintf(stderr, "parallax run: --fail-rank %d: the plan has %d rank%s (0 to %d)\n",
                 fo.fail_rank, r->world, r->world == 1 ? "" : "s", r->world - 1);
@@ -162,7 +154,7 @@ static int check_checkpoints(const CliArgs *a, RunArgs *r)
     r->resume = a->extra[RUN_RESUME - CLI_EXTRA] != NULL;
     int every = 0;
     if (r->ck_every && px_parse_int(r->ck_every, "--checkpoint-every", 1, 1 << 30, &every, &err))
-        return bad(&err);
+        return cli_fail("run", PX_EINPUT, &err);
     if ((r->ck_every || r->resume) && !r->ck_dir) {
         fprintf(stderr, "parallax run: %s needs --checkpoint-dir DIR\n",
                 r->resume ? "--resume" : "--checkpoint-every");
@@ -219,8 +211,7 @@ static int launch(const RunArgs *r)
     LaunchJob l = {r->launcher, r->world, r->plan};
     int rc = launch_worker(&l, wargv, &status, &err);
     if (rc) {
-        fprintf(stderr, "parallax run: %s\n", err.msg);
-        status = rc == PX_EINPUT ? 2 : 1;
+        status = cli_fail("run", rc, &err);
     } else if (status > 2) {
         /* the launcher's own status when a rank died (mpirun: 128 + the signal): the job
          * failed, as the lines above say which rank and where */

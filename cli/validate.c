@@ -17,12 +17,6 @@ static const CliOption validate_options[] = {
     {"json", 0, NULL, "layouts[] with layout, predicted and measured figures", CLI_JSON, 0},
     {NULL, 0, NULL, NULL, 0, 0}};
 
-static int fail(int status, const PxError *err)
-{
-    fprintf(stderr, "parallax validate: %s\n", err->msg);
-    return status == PX_EINPUT ? 2 : 1;
-}
-
 int cli_cmd_validate(int argc, char **argv)
 {
     CliArgs a;
@@ -46,14 +40,14 @@ int cli_cmd_validate(int argc, char **argv)
     const char *v;
     int rc;
     if ((v = a.extra[OPT_VSTEPS - CLI_EXTRA]) && (rc = px_parse_int(v, "--steps", 2, 1 << 20, &q.steps, &err)))
-        return fail(rc, &err);
+        return cli_fail("validate", rc, &err);
     if ((v = a.extra[OPT_MAXRANKS - CLI_EXTRA]) && (rc = px_parse_int(v, "--max-ranks", 1, 64, &q.max_ranks, &err)))
-        return fail(rc, &err);
+        return cli_fail("validate", rc, &err);
     const char *cluster = a.cluster ? a.cluster : "local";
     ProfCluster cl;
     if ((rc = model_config_load(a.model ? a.model : "tiny", &q.base.model, &err)) ||
         (rc = prof_cluster_load(cluster, a.sets, a.n_sets, &cl, &err)))
-        return fail(rc, &err);
+        return cli_fail("validate", rc, &err);
     q.cluster = &cl;
     cJSON *j = NULL;
     if (!(rc = val_request_resolve(&q, cluster, &err))) {
@@ -63,14 +57,12 @@ int cli_cmd_validate(int argc, char **argv)
     }
     prof_cluster_free(&cl);
     if (rc)
-        return fail(rc, &err);
+        return cli_fail("validate", rc, &err);
     if (a.json) {
-        char *s = cJSON_Print(j);
-        printf("%s\n", s);
-        cJSON_free(s);
+        cli_print_json(j);
     } else {
         printf("report: %s/report.md, %s/report.html\n", q.dir, q.dir);
+        cJSON_Delete(j);
     }
-    cJSON_Delete(j);
     return 0;
 }

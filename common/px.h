@@ -163,33 +163,33 @@ double px_cpu_s(void);
  *                                   {"output", 1, "FILE", "run.json to write", OPT_OUT, 'o'},
  *                                   {NULL, 0, NULL, NULL, 0, 0}};
  *   const PxOption *const tables[] = {opts, NULL};
- *   PxOpts *p = px_opts_new(tables);
- *   const char *arg;
- *   for (int id; (id = px_opts_next(p, argc, argv, &arg, &err)) != PX_OPTS_END;) ...
- * Operands may stand between the options (getopt_long moves them to the end):
- * px_opts_index gives the first one once PX_OPTS_END is returned. */
+ *   static int on_option(void *ctx, int id, const char *arg, PxError *err)
+ *   {
+ *       Args *a = ctx;
+ *       if (id == OPT_STEPS)
+ *           return px_parse_int(arg, "--steps", 1, 1000000, &a->steps, err);
+ *       a->out = arg; // OPT_OUT
+ *       return PX_OK;
+ *   }
+ *   int first;
+ *   int rc = px_opts_parse(tables, argc, argv, "(see --help)", on_option, &a, 1, &first, &err);
+ *   if (rc == PX_OPTS_HELP)
+ *       px_opts_help(stdout, "prog [options] [FILE]", tables);
+ *   else if (rc)
+ *       fprintf(stderr, "prog: %s\n", err.msg);
+ * Operands may stand between the options (getopt_long moves them to the end): argv[first] is
+ * the first one. */
 typedef struct {
     const char *name; /* long option without dashes; NULL ends a table */
     int has_arg;      /* 0 or 1 */
     const char *arg;  /* metavariable shown in --help */
     const char *help; /* one line */
-    int id;           /* what px_opts_next returns for it (>= 0) */
+    int id;           /* what the PxOptFn is given for it (>= 0) */
     char short_name;  /* 'o' for -o; 0: none */
 } PxOption;
 
-typedef struct PxOpts PxOpts;
-enum { PX_OPTS_END = -1, PX_OPTS_HELP = -2, PX_OPTS_BAD = -3 };
-/* A parser over the NULL-terminated list of tables; -h and --help are implied. NULL when out of
- * memory. */
-PxOpts *px_opts_new(const PxOption *const *tables);
-void px_opts_free(PxOpts *p);
-/* The next option's id with *arg (NULL for a flag); PX_OPTS_HELP for -h or --help;
- * PX_OPTS_BAD for an unknown option or a missing value (err names it; `see` is appended as
- * the place to look: "(see 'parallax plan --help')"); PX_OPTS_END after the last option. */
-int px_opts_next(PxOpts *p, int argc, char **argv, const char **arg, const char *see,
-                 PxError *err);
-/* The index in argv of the first operand, once px_opts_next returned PX_OPTS_END. */
-int px_opts_index(const PxOpts *p);
+/* px_opts_parse's status for -h or --help; apart from PX_OK, PX_ERUNTIME and PX_EINPUT. */
+enum { PX_OPTS_HELP = -2 };
 /* "usage: <usage>", a blank line, then "options:" and one aligned line per option of the
  * tables (short form first where there is one), and -h, --help last. */
 void px_opts_help(FILE *f, const char *usage, const PxOption *const *tables);

@@ -5,6 +5,8 @@
  * thread able to run is a deadlock on a GPU too, and aborts with the states of the threads. */
 #include "kernels/cuda/emu/cuda_emu.h"
 
+#include "common/px.h"
+
 #include <deque>
 #include <map>
 #include <set>
@@ -42,14 +44,8 @@ emu_fail(const char *file, int line, const char *fmt, ...)
     abort();
 }
 
-/* ---- 16-bit floats ---- */
-
-static uint32_t f2u(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
+/* ---- 16-bit floats: common/px.h's conversions (the same bits for every input), except
+ * __half2float, which keeps a NaN's payload as the device does ---- */
 
 static float u2f(uint32_t u)
 {
@@ -58,20 +54,9 @@ static float u2f(uint32_t u)
     return f;
 }
 
-float __bfloat162float(__nv_bfloat16 h) { return u2f((uint32_t)h.x << 16); }
+float __bfloat162float(__nv_bfloat16 h) { return px_bf16_to_float(h.x); }
 
-__nv_bfloat16 __float2bfloat16(float f)
-{
-    uint32_t u = f2u(f);
-    __nv_bfloat16 h;
-    if ((u & 0x7fffffffu) > 0x7f800000u) { /* NaN stays a (quiet) NaN */
-        h.x = (uint16_t)((u >> 16) | 0x40);
-        return h;
-    }
-    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest, ties to even */
-    h.x = (uint16_t)(u >> 16);
-    return h;
-}
+__nv_bfloat16 __float2bfloat16(float f) { return __nv_bfloat16{px_float_to_bf16(f)}; }
 
 float __half2float(__half h)
 {
@@ -85,31 +70,7 @@ float __half2float(__half h)
     return u2f(sign | ((uint32_t)(exp - 15 + 127) << 23) | (man << 13));
 }
 
-__half __float2half(float f)
-{
-    const uint32_t u = f2u(f), sign = (u >> 16) & 0x8000u;
-    const float a = fabsf(f);
-    __half h;
-    if (a != a) {
-        h.x = (uint16_t)(sign | 0x7e00u);
-        return h;
-    }
-    if (a >= 65520.0f) { /* rounds to infinity */
-        h.x = (uint16_t)(sign | 0x7c00u);
-        return h;
-    }
-    if (a < 6.103515625e-05f) { /* subnormal half: a multiple of 2^-24, rounded to even */
-        h.x = (uint16_t)(sign | (uint32_t)nearbyintf(a * 16777216.0f));
-        return h;
-    }
-    /* normal: keep 10 of the 23 mantissa bits, round to nearest even on the 13 dropped */
-    uint32_t e = ((u >> 23) & 0xffu) - 127 + 15, m = u & 0x7fffffu;
-    uint32_t r = (e << 10) | (m >> 13), rest = m & 0x1fffu;
-    if (rest > 0x1000u || (rest == 0x1000u && (r & 1u)))
-        r++; /* a carry into the exponent is the correct next binade */
-    h.x = (uint16_t)(sign | r);
-    return h;
-}
+__half __float2half(float f) { return __half{px_float_to_half(f)}; }
 
 /* ---- memory: exact-size heap blocks, registered so that copies and GEMM operands can be
  * checked against them ---- */
