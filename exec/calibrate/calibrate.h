@@ -47,6 +47,12 @@
 #include "common/px.h"
 #include "exec/launch/launch.h"
 
+/* What a calibration measures and extends when not told: the job's and the part's defaults
+ * alike. */
+#define CALIB_DEFAULT_MODELS "tiny,tiny-llama"
+#define CALIB_DEFAULT_BASE "local"
+#define CALIB_DEFAULT_BACKEND "cpu"
+
 /* ---- one part (px_calib: the worker's, with the kernels, the trainer and exec/comm) ---- */
 
 typedef enum { CALIB_COMPUTE = 0, CALIB_COMM, CALIB_ASSEMBLE } CalibPart;
@@ -64,7 +70,7 @@ typedef struct {
     int n_parts;
 } CalibOptions;
 
-/* Compute, models "tiny,tiny-llama", base "local", backend "cpu"; no output, samples or parts. */
+/* Compute, the CALIB_DEFAULT_ models, base and backend; no output, samples or parts. */
 void calib_options_defaults(CalibOptions *o);
 /* "compute", "comm" or "assemble"; PX_EINPUT otherwise ("--part: expected ..."). */
 int calib_part_parse(const char *name, CalibPart *out, PxError *err);
@@ -84,9 +90,9 @@ int calib_part_run(const CalibOptions *o, int world, PxError *err);
 typedef struct {
     const char *output;  /* the profile to write; NULL: prof_calibrated_path's */
     int ranks;           /* the most ranks at once, and the collectives' world; 0: the cores */
-    const char *models;  /* calibration models, comma-separated; NULL: "tiny,tiny-llama" */
-    const char *base;    /* the cluster profile the measurements extend; NULL: "local" */
-    const char *backend; /* "cpu" or "cuda"; NULL: "cpu" */
+    const char *models;  /* calibration models, comma-separated; NULL: CALIB_DEFAULT_MODELS */
+    const char *base;    /* the cluster profile the measurements extend; NULL: CALIB_DEFAULT_BASE */
+    const char *backend; /* "cpu" or "cuda"; NULL: CALIB_DEFAULT_BACKEND */
     int quick;           /* fewer shapes, sizes and repetitions: a rough profile in seconds */
     int quiet;
     LaunchKind launcher;

@@ -103,6 +103,10 @@ static int measure_rates(const CalibOptions *o, CommLayer *c, Measured *me, PxEr
     const char *p = o->models;
     char model[128];
     int rc = PX_OK;
+    /* the base profile is read once, at the first configuration: a part that trains none
+     * never needs it */
+    ProfCluster base;
+    int have_base = 0;
     while (!rc && calib_next_model(&p, model, sizeof model))
         for (int bi = 0; bi < CALIB_SIZES && !rc; bi++) {
             const int mbs = calib_mbs_sizes[bi];
@@ -111,10 +115,15 @@ static int measure_rates(const CalibOptions *o, CommLayer *c, Measured *me, PxEr
             for (int flash = 1; flash >= 0 && !rc; flash--) {
                 if ((rc = comm_barrier(c, err)))
                     break;
-                rc = calib_config_samples(o, model, mbs, flash, &me->sh, &me->ss, err);
+                if (!have_base && !(rc = prof_cluster_load(o->base, NULL, 0, &base, err)))
+                    have_base = 1;
+                if (!rc)
+                    rc = calib_config_samples(o, &base, model, mbs, flash, &me->sh, &me->ss, err);
                 me->configs++;
             }
         }
+    if (have_base)
+        prof_cluster_free(&base);
     if (!rc)
         rc = average_field(c, me->ss.s, sizeof *me->ss.s, offsetof(CalibSample, y), me->ss.n,
                            err);

@@ -80,18 +80,6 @@ const CalibShape *calib_shape_find(const CalibShapes *sh, const ModelGemm *g)
     return NULL;
 }
 
-/* The median of five values, in place. */
-static double median5(double v[5])
-{
-    for (int i = 1; i < 5; i++) /* insertion sort: five values */
-        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
-            double t = v[j];
-            v[j] = v[j - 1];
-            v[j - 1] = t;
-        }
-    return v[2];
-}
-
 /* Seconds per call of one GEMM shape (batch calls): the median of five batches of calls, each
  * batch at least min_s / 5 long; one call for a shape that takes longer than that alone. */
 static double time_gemm(const KernBackend *k, const CalibShape *s, void *a, void *b, void *c,
@@ -120,7 +108,7 @@ static double time_gemm(const KernBackend *k, const CalibShape *s, void *a, void
         k->sync();
         batches[r] = (px_now_s() - t0) / reps;
     }
-    return median5(batches);
+    return px_median(batches, 5);
 }
 
 /* Uniform values in [-0.5, 0.5) into elems elements of the activation type at dst. */

@@ -99,10 +99,11 @@ typedef struct {
 } CalibFit;
 
 /* Trains one configuration (model, micro-batch, fused attention or not) for a few steps on this
- * rank alone and adds a sample per compute op: its seconds per call, less its timed GEMMs for
- * a matmul, against its size. */
-int calib_config_samples(const CalibOptions *o, const char *model, int mbs, int flash,
-                         const CalibShapes *sh, CalibSamples *ss, PxError *err);
+ * rank alone, planned on `base` (o->base's profile, loaded), and adds a sample per compute op:
+ * its seconds per call, less its timed GEMMs for a matmul, against its size. */
+int calib_config_samples(const CalibOptions *o, const ProfCluster *base, const char *model,
+                         int mbs, int flash, const CalibShapes *sh, CalibSamples *ss,
+                         PxError *err);
 /* One fit per kind, phase, flash and variant of the samples; *out is the caller's to free. */
 int calib_fit_all(const CalibSamples *ss, CalibFit **out, int *n_out, PxError *err);
 

@@ -96,21 +96,19 @@ static int run_part(const CalibJob *j, int ranks, const char *const *args, int *
     return rc;
 }
 
-/* The compute part at concurrency 1, 2, 4, ... and `ranks`, then the comm part over `ranks`. */
+/* The compute part at concurrency 1, 2, 4, ... and `ranks`, then the comm part over `ranks`
+ * (j: the defaults filled in). */
 static int measure(const CalibJob *j, int ranks, Parts *p, int *status, PxError *err)
 {
     int levels[MAX_LEVELS], nl = 0;
     for (int c = 1; c < ranks && nl < MAX_LEVELS - 2; c *= 2)
         levels[nl++] = c;
     levels[nl++] = ranks;
-    const char *models = j->models ? j->models : "tiny,tiny-llama";
-    const char *base = j->base ? j->base : "local";
-    const char *backend = j->backend ? j->backend : "cpu";
     int rc = PX_OK;
     for (int i = 0; i < nl && !rc; i++) {
         snprintf(p->path[p->n], PATH_CAP, "%s/compute-%d.json", p->dir, levels[i]);
         const char *args[16] = {"calibrate", "--part", "compute", "-o", p->path[p->n++],
-                                "--models", models, "--base", base, "--backend", backend};
+                                "--models", j->models, "--base", j->base, "--backend", j->backend};
         end_args(j, args, 11);
         if (!j->quiet) {
             printf("calibrate: part %d of %d: compute with %d rank%s at once\n", i + 1,
@@ -132,12 +130,12 @@ static int measure(const CalibJob *j, int ranks, Parts *p, int *status, PxError 
     return rc;
 }
 
-/* The profile from the parts, on one process. */
+/* The profile from the parts, on one process (j: the defaults filled in). */
 static int assemble(const CalibJob *j, const char *output, const Parts *p, int *status,
                     PxError *err)
 {
     const char *args[MAX_PARTS + 10] = {"calibrate", "--part", "assemble", "-o", output,
-                                        "--base", j->base ? j->base : "local"};
+                                        "--base", j->base};
     int n = 7;
     if (j->quiet)
         args[n++] = "--quiet";
@@ -152,9 +150,18 @@ static int assemble(const CalibJob *j, const char *output, const Parts *p, int *
     return rc;
 }
 
-int calib_job(const CalibJob *j, int *exit_status, PxError *err)
+int calib_job(const CalibJob *job, int *exit_status, PxError *err)
 {
     *exit_status = 0;
+    /* every part is told the models, base and backend: the defaults are filled in once here */
+    CalibJob filled = *job;
+    const CalibJob *j = &filled;
+    if (!filled.models)
+        filled.models = CALIB_DEFAULT_MODELS;
+    if (!filled.base)
+        filled.base = CALIB_DEFAULT_BASE;
+    if (!filled.backend)
+        filled.backend = CALIB_DEFAULT_BACKEND;
     char output[1200];
     int rc = output_path(j, output, sizeof output, err);
     if (rc)

@@ -9,9 +9,9 @@ void calib_options_defaults(CalibOptions *o)
 {
     memset(o, 0, sizeof *o);
     o->part = CALIB_COMPUTE;
-    o->models = "tiny,tiny-llama";
-    o->base = "local";
-    o->backend = "cpu";
+    o->models = CALIB_DEFAULT_MODELS;
+    o->base = CALIB_DEFAULT_BASE;
+    o->backend = CALIB_DEFAULT_BACKEND;
 }
 
 int calib_part_parse(const char *name, CalibPart *out, PxError *err)

@@ -23,10 +23,10 @@ static int samples_add(CalibSamples *ss, const CalibSample *s)
     return 0;
 }
 
-/* A plan of one configuration on the base profile, without a prediction: only the measurements
- * count. */
-static int config_plan(const CalibOptions *o, const char *model, int mbs, int flash, int steps,
-                       ModelPlan *plan, PxError *err)
+/* A plan of one configuration on the base profile (o->base's, loaded), without a prediction:
+ * only the measurements count. */
+static int config_plan(const CalibOptions *o, const ProfCluster *base, const char *model, int mbs,
+                       int flash, int steps, ModelPlan *plan, PxError *err)
 {
     ModelSpec s;
     ModelDims d;
@@ -34,16 +34,10 @@ static int config_plan(const CalibOptions *o, const char *model, int mbs, int fl
     if (rc)
         return rc;
     s.job.steps = steps;
-    ProfCluster base;
-    if ((rc = prof_cluster_load(o->base, NULL, 0, &base, err)))
-        return rc;
-    if (prof_peak_flops(&base.device, s.job.precision) <= 0)
-        rc = px_fail(err, PX_EINPUT, "device %s has no %s peak FLOP/s: choose another precision",
-                     base.device.name, px_dtype_name(s.job.precision));
-    else
-        rc = model_plan_init(plan, &s, o->base, &base, 1, NULL, err);
-    prof_cluster_free(&base);
-    return rc;
+    if (prof_peak_flops(&base->device, s.job.precision) <= 0)
+        return px_fail(err, PX_EINPUT, "device %s has no %s peak FLOP/s: choose another precision",
+                       base->device.name, px_dtype_name(s.job.precision));
+    return model_plan_init(plan, &s, o->base, base, 1, NULL, err);
 }
 
 /* Runs `steps` steps and leaves in per[o * (steps - 1) + t] op o's seconds in timed step t: every
@@ -105,12 +99,13 @@ static int op_sample(Exec *ex, int i, const ExecOpReport *rep, double y, const c
     return 1;
 }
 
-int calib_config_samples(const CalibOptions *o, const char *model, int mbs, int flash,
-                         const CalibShapes *sh, CalibSamples *ss, PxError *err)
+int calib_config_samples(const CalibOptions *o, const ProfCluster *base, const char *model,
+                         int mbs, int flash, const CalibShapes *sh, CalibSamples *ss,
+                         PxError *err)
 {
     const int steps = o->quick ? 4 : 10, timed = steps - 1;
     ModelPlan plan;
-    int rc = config_plan(o, model, mbs, flash, steps, &plan, err);
+    int rc = config_plan(o, base, model, mbs, flash, steps, &plan, err);
     if (rc)
         return rc;
     ExecOptions opt;

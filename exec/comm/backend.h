@@ -34,6 +34,7 @@ typedef struct {
     /* *req >= 0: a handle this backend gave out */
     int (*wait)(CommLayer *c, int *req, PxError *err);
     void (*progress)(CommLayer *c); /* NULL: nothing to advance from the host */
+    /* world-wide, on the host; NULL: the inner layer's (comm.c goes down to it) */
     int (*control)(CommLayer *c, double *vals, int n, CommRedOp op, PxError *err);
     int (*gather_text)(CommLayer *c, const char *text, char ***out, PxError *err);
     int (*barrier)(CommLayer *c, PxError *err);
@@ -62,5 +63,29 @@ struct CommLayer {
 
 /* The shared state of a new layer: every group of one rank, nothing counted. */
 void comm_layer_init(CommLayer *c, const CommOps *ops, const char *name, int rank, int world);
+/* The shared state of a layer that runs on `inner`: inner's rank, world and groups, nothing
+ * counted, c->inner = inner (the layer's free frees it too). */
+void comm_layer_wrap(CommLayer *c, const CommOps *ops, const char *name, CommLayer *inner);
+
+/* This rank's place on its node (MPI's shared-memory split): *local_rank of *local_size; 0
+ * and 1 without MPI. */
+void comm_mpi_local(int *local_rank, int *local_size);
+
+/* How every process group is split out of the world for `rank` of layout l (MPI_Comm_split's
+ * color and key), for the TP, CP, DP and EMBED groups in that order; color is `undefined`
+ * (MPI_UNDEFINED) where the rank belongs to no such group (EMBED off the first and last stages,
+ * or without a tied pair). The MPI and NCCL layers both split by it, so their groups agree. */
+typedef struct {
+    ModelGroup group;
+    int color, key;
+} CommGroupSplit;
+void comm_group_splits(const ModelLayout *l, int rank, int tied_pair, int undefined,
+                       CommGroupSplit split[4]);
+
+/* Ranks in the group of a valid kind. */
+static inline int comm_group_of(const CommLayer *c, ModelComm kind)
+{
+    return c->group_size[model_comm_group(kind)];
+}
 
 #endif

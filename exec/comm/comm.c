@@ -21,6 +21,14 @@ void comm_layer_init(CommLayer *c, const CommOps *ops, const char *name, int ran
         c->group_size[g] = 1;
 }
 
+void comm_layer_wrap(CommLayer *c, const CommOps *ops, const char *name, CommLayer *inner)
+{
+    comm_layer_init(c, ops, name, inner->rank, inner->world);
+    memcpy(c->group_size, inner->group_size, sizeof c->group_size);
+    memcpy(c->group_rank, inner->group_rank, sizeof c->group_rank);
+    c->inner = inner;
+}
+
 /* ---- what it is ---- */
 
 const char *comm_name(const CommLayer *c) { return c->name; }
@@ -74,12 +82,6 @@ static int bad_kind(ModelComm kind, PxError *err)
                    (int)kind);
 }
 
-/* Ranks in the group of a valid kind. */
-static int group_of(const CommLayer *c, ModelComm kind)
-{
-    return c->group_size[model_comm_group(kind)];
-}
-
 /* One call of S bytes, counted once it started. */
 static void tally(CommLayer *c, ModelComm kind, uint64_t bytes)
 {
@@ -105,7 +107,7 @@ int comm_allreduce(CommLayer *c, void *buf, size_t count, PxDtype dtype, CommRed
         *req = -1;
     if ((unsigned)kind >= MODEL_COMM_COUNT)
         return bad_kind(kind, err);
-    if (group_of(c, kind) < 2 || count == 0)
+    if (comm_group_of(c, kind) < 2 || count == 0)
         return PX_OK;
     int rc = c->ops->allreduce(c, buf, count, dtype, op, kind, req, err);
     if (!rc)
@@ -120,7 +122,7 @@ int comm_all_gather(CommLayer *c, void *out, const void *in, size_t count, PxDty
         *req = -1;
     if ((unsigned)kind >= MODEL_COMM_COUNT)
         return bad_kind(kind, err);
-    const int g = group_of(c, kind);
+    const int g = comm_group_of(c, kind);
     const size_t es = px_dtype_bytes(dtype);
     if (g < 2)
         return one_rank_copy(c, out, in, count * es, err);
@@ -137,7 +139,7 @@ int comm_reduce_scatter(CommLayer *c, void *out, const void *in, size_t count, P
         *req = -1;
     if ((unsigned)kind >= MODEL_COMM_COUNT)
         return bad_kind(kind, err);
-    const int g = group_of(c, kind);
+    const int g = comm_group_of(c, kind);
     const size_t es = px_dtype_bytes(dtype);
     if (g < 2)
         return one_rank_copy(c, out, in, count * es, err);
@@ -154,7 +156,7 @@ static int shard_call(CommLayer *c, void *buf, size_t numel, size_t shard, PxDty
         *req = -1;
     if ((unsigned)kind >= MODEL_COMM_COUNT)
         return bad_kind(kind, err);
-    const int g = group_of(c, kind);
+    const int g = comm_group_of(c, kind);
     if (g < 2 || numel == 0)
         return PX_OK; /* one shard holds the whole block */
     if (model_comm_group(kind) != MODEL_GROUP_DP)
@@ -192,7 +194,7 @@ static int p2p(CommLayer *c, void *buf, size_t bytes, int peer, int tag, ModelCo
         *req = -1;
     if ((unsigned)kind >= MODEL_COMM_COUNT)
         return bad_kind(kind, err);
-    if (group_of(c, kind) < 2)
+    if (comm_group_of(c, kind) < 2)
         return px_fail(err, PX_ERUNTIME, "%s rank %d: this rank's %s group has no other rank",
                        send ? "send to" : "receive from", peer,
                        model_group_name(model_comm_group(kind)));
@@ -228,19 +230,27 @@ void comm_progress(CommLayer *c)
         c->ops->progress(c);
 }
 
-/* ---- control traffic: in a world of one, the values are already everyone's ---- */
+/* ---- control traffic: in a world of one, the values are already everyone's ----
+ * It lives on the host: a layer that leaves these calls NULL (NCCL, staged) runs them on the
+ * layer underneath, which spans the same world. Nothing here is counted, so nothing is lost or
+ * counted twice on the way down. */
 
 int comm_control(CommLayer *c, double *vals, int n, CommRedOp op, PxError *err)
 {
     if (c->world < 2)
         return PX_OK;
+    while (!c->ops->control && c->inner)
+        c = c->inner;
     return c->ops->control(c, vals, n, op, err);
 }
 
 int comm_gather_text(CommLayer *c, const char *text, char ***out, PxError *err)
 {
-    if (c->world >= 2)
+    if (c->world >= 2) {
+        while (!c->ops->gather_text && c->inner)
+            c = c->inner;
         return c->ops->gather_text(c, text, out, err);
+    }
     char **a = malloc(sizeof *a);
     char *t = a ? malloc(strlen(text) + 1) : NULL;
     if (!t) {
@@ -258,6 +268,8 @@ int comm_barrier(CommLayer *c, PxError *err)
 {
     if (c->world < 2)
         return PX_OK;
+    while (!c->ops->barrier && c->inner)
+        c = c->inner;
     return c->ops->barrier(c, err);
 }
 

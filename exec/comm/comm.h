@@ -180,19 +180,5 @@ void comm_mpi_finish(void);
  * lowest rank that had it (*first_rank, optional). For errors found before the groups exist (a
  * plan one rank cannot read). */
 int comm_mpi_agree(int status, int *first_rank);
-/* This rank's place on its node (MPI's shared-memory split): *local_rank of *local_size; 0
- * and 1 without MPI. */
-void comm_mpi_local(int *local_rank, int *local_size);
-
-/* How every process group is split out of the world for `rank` of layout l (MPI_Comm_split's
- * color and key), for the TP, CP, DP and EMBED groups in that order; color is `undefined`
- * (MPI_UNDEFINED) where the rank belongs to no such group (EMBED off the first and last stages,
- * or without a tied pair). The MPI and NCCL layers both split by it, so their groups agree. */
-typedef struct {
-    ModelGroup group;
-    int color, key;
-} CommGroupSplit;
-void comm_group_splits(const ModelLayout *l, int rank, int tied_pair, int undefined,
-                       CommGroupSplit split[4]);
 
 #endif

@@ -4,7 +4,7 @@
  * chooses among them. */
 #include <stdio.h>
 
-#include "exec/comm/comm.h"
+#include "exec/comm/backend.h" /* comm_mpi_local */
 #include "kernels/kernels.h"
 
 int comm_for_job(const ModelSpec *s, int tied_pair, int gpu, CommLayer **out, const char **note,

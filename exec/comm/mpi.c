@@ -20,7 +20,6 @@
  * operation and its group, and ends the job with MPI_Abort, so that a lost or stalled rank never
  * leaves the others waiting forever. MPI_Wait spins as much, so this costs nothing measurable.
  * Without MPI at build time the functions below are stubs that say so. */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -508,8 +507,6 @@ static int m_recv(CommLayer *c, void *buf, size_t bytes, int peer, int tag, Mode
 static int m_wait(CommLayer *c, int *req, PxError *err)
 {
     MpiComm *m = (MpiComm *)c;
-    if (!req || *req < 0)
-        return PX_OK;
     Req *q = &m->reqs[*req];
     *req = -1;
     if (!q->active)

@@ -288,23 +288,6 @@ static int n_wait(CommLayer *c, int *req, PxError *err)
     return e == cudaSuccess ? PX_OK : cuda_fail(err, e, "waiting for a communication");
 }
 
-/* The host's waits are the MPI layer's (base.inner: it has the timeout and the step, which
- * comm.c hands on); NCCL progresses on the GPU, so there is no progress to make here. */
-static int n_control(CommLayer *c, double *vals, int cnt, CommRedOp op, PxError *err)
-{
-    return c->inner->ops->control(c->inner, vals, cnt, op, err);
-}
-
-static int n_gather_text(CommLayer *c, const char *text, char ***out, PxError *err)
-{
-    return c->inner->ops->gather_text(c->inner, text, out, err);
-}
-
-static int n_barrier(CommLayer *c, PxError *err)
-{
-    return c->inner->ops->barrier(c->inner, err);
-}
-
 /* a group of one: this rank's part stays on the device, ordered on the compute stream */
 static int n_copy(CommLayer *c, void *dst, const void *src, size_t bytes, PxError *err)
 {
@@ -353,9 +336,9 @@ static const CommOps nccl_ops = {
     .send = n_send,
     .recv = n_recv,
     .wait = n_wait,
-    .control = n_control,
-    .gather_text = n_gather_text,
-    .barrier = n_barrier,
+    /* no progress: NCCL progresses on the GPU. Control, gather_text and barrier are the MPI
+     * layer's (base.inner: the host's waits, with the timeout and step comm.c hands on), which
+     * comm.c calls when these are NULL. */
     .free = n_free,
     .copy = n_copy,
 };
@@ -436,10 +419,7 @@ int comm_nccl(const ModelLayout *l, int tied_pair, CommLayer **out, PxError *err
     for (int g = 0; g < COMM_GROUPS; g++)
         n->group[g] = MPI_COMM_NULL;
     CommLayer *c = &n->base;
-    comm_layer_init(c, &nccl_ops, "nccl", mpi->rank, mpi->world);
-    memcpy(c->group_size, mpi->group_size, sizeof c->group_size);
-    memcpy(c->group_rank, mpi->group_rank, sizeof c->group_rank);
-    c->inner = mpi;
+    comm_layer_wrap(c, &nccl_ops, "nccl", mpi);
     cudaError_t e;
     int lo = 0, hi = 0;
     cudaDeviceGetStreamPriorityRange(&lo, &hi);

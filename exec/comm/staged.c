@@ -13,7 +13,6 @@
  * are the fast path. The inner layer's raw operations run on the mirrors: comm.c counts each call
  * once, on this layer, and never hands it a group of one (whose copy stays on the device). */
 #include <stdlib.h>
-#include <string.h>
 
 #include "exec/comm/backend.h"
 #include "kernels/kernels.h"
@@ -55,11 +54,6 @@ static void *host_of(StagedComm *s, const void *p, size_t bytes, PxError *err)
             "executor attached",
             bytes, p);
     return NULL;
-}
-
-static size_t group_of(const StagedComm *s, ModelComm kind)
-{
-    return (size_t)s->base.group_size[model_comm_group(kind)];
 }
 
 /* After the inner call: a blocking one copies its output back now, a non-blocking one keeps
@@ -113,7 +107,7 @@ static int st_all_gather(CommLayer *c, void *out, const void *in, size_t count, 
                          ModelComm kind, int *req, PxError *err)
 {
     StagedComm *s = (StagedComm *)c;
-    const size_t es = px_dtype_bytes(dtype), g = group_of(s, kind);
+    const size_t es = px_dtype_bytes(dtype), g = (size_t)comm_group_of(c, kind);
     void *ho = host_of(s, out, g * count * es, err);
     void *hi = ho ? host_of(s, in, count * es, err) : NULL;
     if (!hi)
@@ -129,7 +123,7 @@ static int st_reduce_scatter(CommLayer *c, void *out, const void *in, size_t cou
                              ModelComm kind, int *req, PxError *err)
 {
     StagedComm *s = (StagedComm *)c;
-    const size_t es = px_dtype_bytes(dtype), g = group_of(s, kind);
+    const size_t es = px_dtype_bytes(dtype), g = (size_t)comm_group_of(c, kind);
     void *hi = host_of(s, in, g * count * es, err);
     void *ho = hi ? host_of(s, out, count * es, err) : NULL;
     if (!ho)
@@ -212,25 +206,12 @@ static int st_wait(CommLayer *c, int *req, PxError *err)
     return rc;
 }
 
+/* The inner layer holds this one's requests. Said here, not by comm.c going down a NULL entry:
+ * there NULL means nothing to advance (NCCL, whose MPI layer holds none). */
 static void st_progress(CommLayer *c)
 {
     if (c->inner->ops->progress)
         c->inner->ops->progress(c->inner);
-}
-
-static int st_control(CommLayer *c, double *vals, int n, CommRedOp op, PxError *err)
-{
-    return c->inner->ops->control(c->inner, vals, n, op, err);
-}
-
-static int st_gather_text(CommLayer *c, const char *text, char ***out, PxError *err)
-{
-    return c->inner->ops->gather_text(c->inner, text, out, err);
-}
-
-static int st_barrier(CommLayer *c, PxError *err)
-{
-    return c->inner->ops->barrier(c->inner, err);
 }
 
 /* A new mirror for [base, base + bytes); attaching the same base again replaces its mirror (an
@@ -291,10 +272,7 @@ static const CommOps staged_ops = {
     .send = st_send,
     .recv = st_recv,
     .wait = st_wait,
-    .progress = st_progress,
-    .control = st_control,
-    .gather_text = st_gather_text,
-    .barrier = st_barrier,
+    .progress = st_progress, /* control, gather_text, barrier: comm.c runs the inner layer's */
     .free = st_free,
     .attach = st_attach,
     .copy = st_copy,
@@ -313,12 +291,7 @@ int comm_staged(CommLayer *inner, const KernBackend *k, CommLayer **out, PxError
     }
     CommLayer *c = &s->base;
     /* the name stays the inner one's ("mpi"): the run's header says that it is staged */
-    comm_layer_init(c, &staged_ops, inner->name, inner->rank, inner->world);
-    memcpy(c->group_size, inner->group_size, sizeof c->group_size);
-    memcpy(c->group_rank, inner->group_rank, sizeof c->group_rank);
-    c->timeout_s = inner->timeout_s;
-    c->step = inner->step;
-    c->inner = inner;
+    comm_layer_wrap(c, &staged_ops, inner->name, inner);
     s->k = k;
     s->reqs = reqs;
     *out = c;

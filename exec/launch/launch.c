@@ -45,7 +45,8 @@ static int find_on_path(const char *name, char *out, size_t cap)
     return -1;
 }
 
-int launch_worker_path(char *out, size_t cap, PxError *err)
+/* parallax-worker beside this executable, into out; PX_ERUNTIME when it is missing. */
+static int worker_path(char *out, size_t cap, PxError *err)
 {
     char self[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -85,7 +86,7 @@ int launch_worker(const LaunchJob *j, const char *const *args, int *exit_status,
                            j->what, world, nt, world);
     }
     char worker[PATH_MAX + 32];
-    int rc = launch_worker_path(worker, sizeof worker, err);
+    int rc = worker_path(worker, sizeof worker, err);
     if (rc)
         return rc;
     char tool[PATH_MAX + 32];

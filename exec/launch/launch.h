@@ -39,9 +39,6 @@ typedef struct {
  * unchanged. */
 int launch_kind_parse(const char *name, LaunchKind *out, PxError *err);
 
-/* parallax-worker beside this executable, into out; PX_ERUNTIME when it is missing. */
-int launch_worker_path(char *out, size_t cap, PxError *err);
-
 /* Runs parallax-worker with args (NULL-terminated, after the program name) on j->ranks
  * processes, waiting for it with SIGINT / SIGTERM ignored here (the worker gets them and stops
  * at a step boundary). *exit_status gets the worker's (or launcher's) exit status. PX_EINPUT:
