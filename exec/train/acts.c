@@ -64,14 +64,6 @@ int exec_acts_region(ExecActs *X, const ExecCtx *c, uint8_t *base, uint64_t byte
     return PX_OK;
 }
 
-static int unknown_tensor(const ModelTensor *t, PxError *err)
-{
-    return px_fail(err, PX_ERUNTIME,
-                   "the trainer has no use for tensor %s (%s) of the tensor table: model/ and "
-                   "exec/ disagree",
-                   t->name, model_category_name(t->cat));
-}
-
 /* The dtype the extras keep each role in. */
 static PxDtype extra_dtype(const ExecCtx *c, ModelTensorRole r)
 {
@@ -97,14 +89,14 @@ int exec_acts_bind(ExecActs *X, const ExecCtx *c, const ModelTensorTable *tt, Ex
                 continue;
             const int j = t->chunk;
             if (j < 0 || j >= c->d.v)
-                return unknown_tensor(t, err);
+                return exec_bind_unused(t, err);
             const int layer_act = t->role >= MODEL_TR_LN1_IN && t->role <= MODEL_TR_MLP_DROP_MASK;
             const int extra = t->role >= MODEL_TR_EMBED_DROP_MASK && t->role <= MODEL_TR_LOSS_PROBS;
             const int fi = layer_act ? (int)(t->role - MODEL_TR_LN1_IN) : -1;
             const int li = t->layer - c->g.chunk_l0[j]; /* the layer's place in its chunk */
             if (layer_act) {
                 if (li < 0 || li >= cl || !f[fi].saved || f[fi].numel != t->numel)
-                    return unknown_tensor(t, err);
+                    return exec_bind_unused(t, err);
                 if (t->dtype != f[fi].dtype)
                     return px_fail(err, PX_ERUNTIME, "tensor %s is %s but model_layer_acts says %s",
                                    t->name, px_dtype_name(t->dtype), px_dtype_name(f[fi].dtype));
@@ -118,7 +110,7 @@ int exec_acts_bind(ExecActs *X, const ExecCtx *c, const ModelTensorTable *tt, Ex
                                    px_dtype_name(extra_dtype(c, t->role)));
                 X->xslot_bytes[j] += t->bytes;
             } else {
-                return unknown_tensor(t, err);
+                return exec_bind_unused(t, err);
             }
             const int copies = layer_act ? X->n_slots : X->n_xslots[j];
             for (int k = 0; k < copies; k++) {

@@ -112,6 +112,10 @@ int exec_bind_all(ExecArenas *A, const ModelTensorTable *tt, const struct ExecCt
                   struct ExecPipe *pipe, struct ExecZero *Z, struct ExecBatches *B,
                   PxError *err);
 void exec_arenas_free(ExecArenas *A, const KernBackend *k);
+/* arena.c: the binding's failures when model/ and exec/ disagree, one wording for every part: a
+ * tensor the part has no use for, one in another dtype than the part keeps it in. PX_ERUNTIME. */
+int exec_bind_unused(const ModelTensor *t, PxError *err);
+int exec_bind_wrong_dtype(const ModelTensor *t, PxDtype want, PxError *err);
 
 /* ---- params.c: parameters, blocks and their views ---- */
 
@@ -331,6 +335,13 @@ void exec_meter_free(ExecMeter *M);
  * op); occurrence k picks the k-th (0: the first); -1 when the graph has none. */
 int exec_meter_find(const ExecMeter *M, ModelOpRole role, int index, int chunk, ModelPhase phase,
                     int kind, int occurrence);
+/* The same op, which the trainer is about to run: PX_ERUNTIME when the graph has none, naming
+ * `what` (exec_meter_missing). */
+int exec_meter_need(const ExecMeter *M, const ExecCtx *c, ModelOpRole role, int index, int chunk,
+                    ModelPhase phase, int kind, int occurrence, const char *what, int *op,
+                    PxError *err);
+/* PX_ERUNTIME: the trainer makes a communication (`what`) that stage's op graph does not list. */
+int exec_meter_missing(const ExecCtx *c, const char *what, PxError *err);
 /* A layer's compute op, or one outside the layers (index -1). */
 int exec_meter_layer_op(const ExecMeter *M, int layer, ModelOpRole role, ModelPhase phase);
 int exec_meter_other_op(const ExecMeter *M, ModelOpRole role, ModelPhase phase);

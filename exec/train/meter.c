@@ -52,6 +52,20 @@ int exec_meter_find(const ExecMeter *M, ModelOpRole role, int index, int chunk, 
     }
 }
 
+int exec_meter_need(const ExecMeter *M, const ExecCtx *c, ModelOpRole role, int index, int chunk,
+                    ModelPhase phase, int kind, int occurrence, const char *what, int *op,
+                    PxError *err)
+{
+    *op = exec_meter_find(M, role, index, chunk, phase, kind, occurrence);
+    return *op < 0 ? exec_meter_missing(c, what, err) : PX_OK;
+}
+
+int exec_meter_missing(const ExecCtx *c, const char *what, PxError *err)
+{
+    return px_fail(err, PX_ERUNTIME, "stage %d: the op graph has no %s: model/ and exec/ disagree",
+                   c->g.stage, what);
+}
+
 static int phase_slot(ModelPhase p) { return p == MODEL_STEP ? 0 : (int)p; }
 
 int exec_meter_layer_op(const ExecMeter *M, int layer, ModelOpRole role, ModelPhase phase)

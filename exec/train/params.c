@@ -197,32 +197,16 @@ int exec_params_build(ExecParams *P, const ExecCtx *c, const ModelTensorTable *t
     return rc;
 }
 
-static int unknown_tensor(const ModelTensor *t, PxError *err)
-{
-    return px_fail(err, PX_ERUNTIME,
-                   "the trainer has no use for tensor %s (%s) of the tensor table: model/ and "
-                   "exec/ disagree",
-                   t->name, model_category_name(t->cat));
-}
-
-static int wrong_dtype(const ModelTensor *t, PxDtype want, PxError *err)
-{
-    return px_fail(err, PX_ERUNTIME,
-                   "tensor %s of the tensor table is %s but the trainer keeps it in %s: model/ and "
-                   "exec/ disagree",
-                   t->name, px_dtype_name(t->dtype), px_dtype_name(want));
-}
-
 int exec_params_bind(ExecParams *P, const ExecCtx *c, const ModelTensor *t, void *p, PxError *err)
 {
     if (t->cat == MODEL_WEIGHTS || t->cat == MODEL_GRADS) {
         const PxDtype want = t->cat == MODEL_WEIGHTS ? c->act : PX_FP32;
         if (t->dtype != want)
-            return wrong_dtype(t, want, err);
+            return exec_bind_wrong_dtype(t, want, err);
         if (t->role == MODEL_TR_W_SHARD || t->role == MODEL_TR_GRAD_SHARD) {
             if (t->block < 0 || t->block >= P->nb ||
                 (t->role == MODEL_TR_W_SHARD) != (t->cat == MODEL_WEIGHTS))
-                return unknown_tensor(t, err);
+                return exec_bind_unused(t, err);
             if (t->role == MODEL_TR_W_SHARD)
                 P->b[t->block].w_shard = p;
             else
@@ -231,7 +215,7 @@ int exec_params_bind(ExecParams *P, const ExecCtx *c, const ModelTensor *t, void
         }
         ExecParam *q = param_of(P, t->role, is_layer_param(t->role) ? t->layer : -1);
         if (!q || q->numel != t->numel)
-            return unknown_tensor(t, err);
+            return exec_bind_unused(t, err);
         if (t->cat == MODEL_GRADS)
             q->g = p;
         else
@@ -240,9 +224,9 @@ int exec_params_bind(ExecParams *P, const ExecCtx *c, const ModelTensor *t, void
     }
     if (t->cat == MODEL_MASTER || t->cat == MODEL_OPTIMIZER) {
         if (t->block < 0 || t->block >= P->nb)
-            return unknown_tensor(t, err);
+            return exec_bind_unused(t, err);
         if (t->dtype != PX_FP32)
-            return wrong_dtype(t, PX_FP32, err);
+            return exec_bind_wrong_dtype(t, PX_FP32, err);
         ExecBlock *blk = &P->b[t->block];
         if (t->cat == MODEL_MASTER && t->role == MODEL_TR_MASTER)
             blk->master = p;
@@ -252,10 +236,10 @@ int exec_params_bind(ExecParams *P, const ExecCtx *c, const ModelTensor *t, void
         else if (t->cat == MODEL_OPTIMIZER && t->role == MODEL_TR_ADAM_V)
             blk->v = p;
         else
-            return unknown_tensor(t, err);
+            return exec_bind_unused(t, err);
         return PX_OK;
     }
-    return unknown_tensor(t, err);
+    return exec_bind_unused(t, err);
 }
 
 int exec_params_finish(ExecParams *P, const ExecCtx *c, float *bucket, uint64_t bucket_elems,

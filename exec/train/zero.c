@@ -41,9 +41,7 @@ int exec_zero_bind(ExecZero *Z, const ExecCtx *c, const ModelTensor *t, void *p,
     const int bucket = t->role == MODEL_TR_ZERO_GRAD_BUCKET;
     const PxDtype want = bucket ? PX_FP32 : c->act;
     if (t->dtype != want)
-        return px_fail(err, PX_ERUNTIME, "tensor %s of the tensor table is %s but the trainer "
-                       "keeps it in %s: model/ and exec/ disagree",
-                       t->name, px_dtype_name(t->dtype), px_dtype_name(want));
+        return exec_bind_wrong_dtype(t, want, err);
     if (bucket) {
         Z->bucket = p;
         Z->bucket_elems = t->numel;
@@ -61,12 +59,6 @@ void exec_zero_step_begin(ExecZero *Z, int n_blocks)
         Z->reduced[b] = 0;
         Z->req[b] = -1;
     }
-}
-
-static int missing_op(const ExecCtx *c, const char *what, PxError *err)
-{
-    return px_fail(err, PX_ERUNTIME, "stage %d: the op graph has no %s: model/ and exec/ disagree",
-                   c->g.stage, what);
 }
 
 /* Sequence parallelism: the norms' replicated parameters saw only this rank's sequence shard,
@@ -89,12 +81,10 @@ static int sp_norm_grads(const ExecCtx *c, const ExecParams *P, ExecMeter *M, in
         uint64_t n = 0;
         while (k < end && P->p[k].norm && P->p[k].off == P->p[i].off + n)
             n += P->p[k++].numel;
-        if (op < 0) {
-            op = exec_meter_find(M, MODEL_OPR_BLOCK_SP_GRADS, b, blk->chunk, phase,
-                                 MODEL_TP_ALLREDUCE, 0);
-            if (op < 0)
-                return missing_op(c, "a block's sp_grads.tp_allreduce", err);
-        }
+        if (op < 0 && (rc = exec_meter_need(M, c, MODEL_OPR_BLOCK_SP_GRADS, b, blk->chunk, phase,
+                                            MODEL_TP_ALLREDUCE, 0,
+                                            "a block's sp_grads.tp_allreduce", &op, err)))
+            return rc;
         exec_meter_begin(M, c->k, op); /* one call per norm, as the graph counts them */
         rc = comm_allreduce(c->comm, grads + P->p[i].off, n, PX_FP32, COMM_SUM, MODEL_TP_ALLREDUCE,
                             NULL, err);
@@ -116,9 +106,9 @@ static int start_reduce(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter 
     if (rc || c->g.zero_n < 2)
         return rc;
     const ModelComm kind = zero == 0 ? MODEL_DP_ALLREDUCE : MODEL_DP_REDUCE_SCATTER;
-    Z->op[b] = exec_meter_find(M, MODEL_OPR_BLOCK_GRADS, b, blk->chunk, MODEL_STEP, kind, 0);
-    if (Z->op[b] < 0)
-        return missing_op(c, "a block's gradient reduction", err);
+    if ((rc = exec_meter_need(M, c, MODEL_OPR_BLOCK_GRADS, b, blk->chunk, MODEL_STEP, kind, 0,
+                              "a block's gradient reduction", &Z->op[b], err)))
+        return rc;
     exec_meter_begin(M, c->k, Z->op[b]);
     if (zero == 0)
         rc = comm_allreduce(c->comm, blk->g, blk->numel, PX_FP32, COMM_SUM, kind, &Z->req[b], err);
@@ -153,7 +143,7 @@ static int tied_sum(const ExecCtx *c, ExecParams *P, ExecMeter *M, int b, PxErro
     int op = exec_meter_find(M, MODEL_OPR_BLOCK_GRADS, b, blk->chunk, MODEL_STEP,
                              MODEL_EMBED_ALLREDUCE, 0);
     if (!p || op < 0)
-        return missing_op(c, "the tied embedding's embed_allreduce", err);
+        return exec_meter_missing(c, "the tied embedding's embed_allreduce", err);
     exec_meter_begin(M, c->k, op);
     int rc = comm_allreduce(c->comm, p->g, p->numel, PX_FP32, COMM_SUM, MODEL_EMBED_ALLREDUCE, NULL,
                             err);
@@ -190,13 +180,14 @@ int exec_zero_gather(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M,
     void *slot = Z->gather[Z->gather_next];
     Z->gather_next ^= 1;
     if (c->g.zero_n > 1) {
-        int op = exec_meter_find(M, MODEL_OPR_BLOCK_PARAMS, b, blk->chunk, phase,
-                                 MODEL_DP_ALL_GATHER, occurrence);
-        if (op < 0)
-            return missing_op(c, "a block's parameter all-gather", err);
+        int op, rc;
+        if ((rc = exec_meter_need(M, c, MODEL_OPR_BLOCK_PARAMS, b, blk->chunk, phase,
+                                  MODEL_DP_ALL_GATHER, occurrence,
+                                  "a block's parameter all-gather", &op, err)))
+            return rc;
         exec_meter_begin(M, c->k, op);
-        int rc = comm_all_gather(c->comm, slot, blk->w_shard, blk->shard, c->act,
-                                 MODEL_DP_ALL_GATHER, NULL, err);
+        rc = comm_all_gather(c->comm, slot, blk->w_shard, blk->shard, c->act, MODEL_DP_ALL_GATHER,
+                             NULL, err);
         exec_meter_end(M, c->k);
         if (rc)
             return rc;
@@ -226,10 +217,11 @@ int exec_zero_bucket_reduce(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMe
     if (rc)
         return rc;
     if (c->g.zero_n > 1) {
-        int op = exec_meter_find(M, MODEL_OPR_BLOCK_GRADS, b, blk->chunk, MODEL_BWD,
-                                 MODEL_DP_REDUCE_SCATTER, 0);
-        if (op < 0)
-            return missing_op(c, "a block's gradient reduce-scatter", err);
+        int op;
+        if ((rc = exec_meter_need(M, c, MODEL_OPR_BLOCK_GRADS, b, blk->chunk, MODEL_BWD,
+                                  MODEL_DP_REDUCE_SCATTER, 0, "a block's gradient reduce-scatter",
+                                  &op, err)))
+            return rc;
         exec_meter_begin(M, c->k, op);
         /* in place: this rank's summed shard lands at the start of the bucket */
         rc = comm_reduce_scatter(c->comm, Z->bucket, Z->bucket, blk->shard, PX_FP32,
@@ -251,10 +243,11 @@ int exec_zero_gather_updated(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecM
     int rc = PX_OK;
     for (int b = 0; b < P->nb && !rc && (zero == 1 || zero == 2) && c->g.zero_n > 1; b++) {
         ExecBlock *blk = &P->b[b];
-        int op = exec_meter_find(M, MODEL_OPR_BLOCK_PARAMS, b, blk->chunk, MODEL_STEP,
-                                 MODEL_DP_ALL_GATHER, 0);
-        if (op < 0)
-            return missing_op(c, "a block's parameter all-gather", err);
+        int op;
+        if ((rc = exec_meter_need(M, c, MODEL_OPR_BLOCK_PARAMS, b, blk->chunk, MODEL_STEP,
+                                  MODEL_DP_ALL_GATHER, 0, "a block's parameter all-gather", &op,
+                                  err)))
+            return rc;
         exec_meter_begin(M, c->k, op);
         rc = comm_all_gather_shard(c->comm, blk->w, blk->numel, blk->shard, c->act,
                                    MODEL_DP_ALL_GATHER, NULL, err);
