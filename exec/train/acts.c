@@ -59,8 +59,6 @@ int exec_acts_region(ExecActs *X, const ExecCtx *c, uint8_t *base, uint64_t byte
                        (unsigned long long)bytes, model_recompute_name(c->spec.layout.recompute),
                        (unsigned long long)r.used);
     X->region = view;
-    X->re_base = base;
-    X->re_bytes = bytes;
     return PX_OK;
 }
 

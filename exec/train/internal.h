@@ -155,7 +155,6 @@ typedef struct {
     int tied_copy;  /* the output layer's copy of embed.wte on the last stage: counted on the
                        first stage only */
     int norm;       /* a norm weight or bias (SP: its gradient is summed over TP) */
-    int bias;       /* a bias (initialized to 0) */
     ExecMap map;
 } ExecParam;
 
@@ -211,6 +210,14 @@ int exec_params_own(const ExecParams *P, const ExecParam *p, uint64_t *lo, uint6
 const ExecParam *exec_params_of(const ExecParams *P, ModelTensorRole role, int layer);
 void exec_params_free(ExecParams *P);
 
+/* A bias (of a layer or a norm): initialized to 0. */
+static inline int exec_is_bias(ModelTensorRole r)
+{
+    return r == MODEL_TR_LN1_B || r == MODEL_TR_QKV_B || r == MODEL_TR_PROJ_B ||
+           r == MODEL_TR_LN2_B || r == MODEL_TR_FC1_B || r == MODEL_TR_FC2_B ||
+           r == MODEL_TR_FINAL_LN_B;
+}
+
 /* init.c: the layout-independent initial value of every parameter (and its master copy),
  * through an fp32 scratch (bucket, ZeRO 2/3) that is zeroed again after. */
 int exec_params_init_values(ExecParams *P, const ExecCtx *c, ExecArenas *A, float *bucket,
@@ -250,8 +257,6 @@ typedef struct ExecActs {
     ExecLayerActs *acts;      /* [n_slots][cl] */
     ExecHeadActs *xacts[EXEC_MAX_CHUNKS]; /* [v][n_xslots[j]] */
     ExecLayerActs region;     /* the parts of a layer that live in ws.recompute */
-    uint8_t *re_base;         /* ws.recompute */
-    uint64_t re_bytes;
     uint64_t slot_bytes, xslot_bytes[EXEC_MAX_CHUNKS];
     int *slot_busy, *xslot_busy[EXEC_MAX_CHUNKS];
     int live, peak_live, xlive[EXEC_MAX_CHUNKS], peak_xlive[EXEC_MAX_CHUNKS];
@@ -444,7 +449,6 @@ typedef struct ExecZero {
     float *bucket;           /* zero.grad_bucket (ZeRO 2/3) */
     uint64_t bucket_elems;
     void *gather[2];         /* zero.param_gather's two halves (ZeRO 3) */
-    uint64_t gather_elems;
     int gather_next;         /* the half the next gather fills */
     int *req, *reduced, *op; /* [blocks]: the pending reduction, started this step, its op */
 } ExecZero;
@@ -466,8 +470,7 @@ int exec_zero_block_done(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter
 /* The end of the backward: the tied embedding's copies summed, every reduction complete. */
 int exec_zero_finish(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, PxError *err);
 /* ZeRO-1/2 after the update: every rank's shard of the weights gathered. */
-int exec_zero_gather_updated(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M,
-                             PxError *err);
+int exec_zero_gather_updated(const ExecCtx *c, ExecParams *P, ExecMeter *M, PxError *err);
 void exec_zero_free(ExecZero *Z);
 
 /* ---- data.c: data sources, the loader thread, the batches ---- */
@@ -598,11 +601,8 @@ typedef struct {
  * stop flag), the loss scaler's verdict, clipping, AdamW or SGD on this rank's shard, ZeRO-1/2's
  * gather of the updated weights. nan_loss: this rank's share of the loss is a NaN (tests);
  * stop: this rank was asked to stop. */
-int exec_optim_step(ExecOptim *O, const ExecCtx *c, ExecParams *P, ExecZero *Z, ExecMeter *M,
-                    int step, double loss_sum, int nan_loss, int stop, ExecUpdate *u,
-                    PxError *err);
-/* This rank's share of the global gradient norm (every element once in the job). */
-double exec_optim_local_sumsq(const ExecCtx *c, const ExecParams *P, const ExecZero *Z);
+int exec_optim_step(ExecOptim *O, const ExecCtx *c, ExecParams *P, ExecMeter *M, int step,
+                    double loss_sum, int nan_loss, int stop, ExecUpdate *u, PxError *err);
 /* The reduced gradient of block offset lo of p's block (where a fault test writes an Inf). */
 float *exec_optim_grad_at(const ExecCtx *c, const ExecParams *P, const ExecParam *p, uint64_t lo);
 

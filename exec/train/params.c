@@ -16,13 +16,6 @@ static int is_norm(ModelTensorRole r)
            r == MODEL_TR_LN2_B || r == MODEL_TR_FINAL_LN_W || r == MODEL_TR_FINAL_LN_B;
 }
 
-static int is_bias(ModelTensorRole r)
-{
-    return r == MODEL_TR_LN1_B || r == MODEL_TR_QKV_B || r == MODEL_TR_PROJ_B ||
-           r == MODEL_TR_LN2_B || r == MODEL_TR_FC1_B || r == MODEL_TR_FC2_B ||
-           r == MODEL_TR_FINAL_LN_B;
-}
-
 static int is_param(ModelTensorRole r) { return r >= MODEL_TR_WTE && r <= MODEL_TR_LOGITS_W; }
 
 /* The views of a parameter: where the layers read its weights and write its gradient. NULL
@@ -144,7 +137,6 @@ static int param_from(ExecParams *P, const ExecCtx *c, const ModelTensor *t, uin
     p->decay = t->ndim >= 2;
     p->replicated = !(t->shard & MODEL_SHARD_TP);
     p->norm = is_norm(t->role);
-    p->bias = is_bias(t->role);
     p->tied_copy = c->g.tied_pair && t->role == MODEL_TR_LOGITS_W;
     /* the output layer's copy starts as an exact copy of the embedding */
     px_strlcpy(p->init_name, p->tied_copy ? "embed.wte" : t->name, sizeof p->init_name);

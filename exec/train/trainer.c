@@ -505,8 +505,4 @@ double exec_unattributed_flops(const Exec *ex) { return ex->meter.unattributed_f
 
 const ExecOpReport *exec_ops(Exec *ex, int *n) { return exec_meter_ops(&ex->meter, n); }
 
-int exec_stage(const Exec *ex) { return ex->c.g.stage; }
-
-const CommLayer *exec_comm(const Exec *ex) { return ex->c.comm; }
-
 int exec_error_is_collective(const Exec *ex) { return ex->optim.collective || ex->hist.collective; }

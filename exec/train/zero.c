@@ -48,7 +48,6 @@ int exec_zero_bind(ExecZero *Z, const ExecCtx *c, const ModelTensor *t, void *p,
     } else {
         Z->gather[0] = p;
         Z->gather[1] = p ? EXEC_AT(p, t->numel / 2, c->ab) : NULL;
-        Z->gather_elems = t->numel / 2;
     }
     return PX_OK;
 }
@@ -235,10 +234,8 @@ int exec_zero_bucket_reduce(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMe
     return PX_OK;
 }
 
-int exec_zero_gather_updated(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M,
-                             PxError *err)
+int exec_zero_gather_updated(const ExecCtx *c, ExecParams *P, ExecMeter *M, PxError *err)
 {
-    (void)Z;
     const int zero = c->spec.layout.zero;
     int rc = PX_OK;
     for (int b = 0; b < P->nb && !rc && (zero == 1 || zero == 2) && c->g.zero_n > 1; b++) {
