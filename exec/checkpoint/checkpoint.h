@@ -37,14 +37,12 @@ typedef struct {
 
 typedef struct {
     int rank, world, stage, tp_rank, dp_rank;
-    PxDtype dtype; /* of the weights */
-    const struct KernBackend *k;
+    const struct KernBackend *k; /* its name and act dtype (the weights') are recorded */
     CommLayer *comm;
     const ModelSpec *spec;
     const ModelDims *d;
     const char *plan_path;
-    const char *backend; /* the kernels' name, for the manifest */
-    int steps;           /* the run's steps */
+    int steps; /* the run's steps */
     CkptRegion region[CKPT_SECTIONS];
     /* counters */
     int opt_steps;

@@ -88,13 +88,11 @@ void exec_ckpt_state(const Exec *ex, CkptState *st)
     st->stage = c->g.stage;
     st->tp_rank = c->g.tp_rank;
     st->dp_rank = c->g.dp_rank;
-    st->dtype = c->act;
     st->k = c->k;
     st->comm = c->comm;
     st->spec = &c->spec;
     st->d = &c->d;
     st->plan_path = ex->plan_path;
-    st->backend = c->k->name;
     st->steps = c->steps;
     for (int i = 0; i < CKPT_SECTIONS; i++) {
         st->region[i].base = ex->mem.a[cats[i]].base;
