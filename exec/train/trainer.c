@@ -37,9 +37,10 @@ static int choose_backend(Exec *ex, PxError *err)
     const char *origin = ex->plan_path;
     const PxDtype prec = c->spec.job.precision;
     const ProfDevice *dev = &ex->plan.profile.device;
-    ExecBackend b = ex->opt.backend;
-    if (b == EXEC_BACKEND_AUTO)
-        b = device_is_cpu(dev) ? EXEC_BACKEND_CPU : EXEC_BACKEND_CUDA;
+    ExecBackend b;
+    int rc = exec_backend_for_plan(&ex->plan, ex->opt.backend, &b, err);
+    if (rc)
+        return rc;
     if (b == EXEC_BACKEND_CPU) {
         if (prec != PX_FP32)
             return px_fail(err, PX_EINPUT,

@@ -134,11 +134,9 @@ int exec_zero_block_done(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter
 static int tied_sum(const ExecCtx *c, ExecParams *P, ExecMeter *M, int b, PxError *err)
 {
     const ExecBlock *blk = &P->b[b];
-    const ModelTensorRole role = b == P->embed_block ? MODEL_TR_WTE : MODEL_TR_LOGITS_W;
-    const ExecParam *p = NULL;
-    for (int i = blk->first_param; i < blk->first_param + blk->n_params; i++)
-        if (P->p[i].role == role)
-            p = &P->p[i];
+    /* a stage holds each at most once: the first chunk's embedding, the last chunk's copy */
+    const ExecParam *p =
+        exec_params_of(P, b == P->embed_block ? MODEL_TR_WTE : MODEL_TR_LOGITS_W, -1);
     int op = exec_meter_find(M, MODEL_OPR_BLOCK_GRADS, b, blk->chunk, MODEL_STEP,
                              MODEL_EMBED_ALLREDUCE, 0);
     if (!p || op < 0)
