@@ -198,9 +198,10 @@ int exec_params_build(ExecParams *P, const ExecCtx *c, const ModelTensorTable *t
 int exec_params_bind(ExecParams *P, const ExecCtx *c, const ModelTensor *t, void *p,
                      PxError *err);
 /* After binding: every parameter's views at its memory (ZeRO 2/3 gradients in the bucket of
- * bucket_elems elements), with the checks that its block is laid out as one flat buffer. */
+ * bucket_elems elements), with the checks that its block is laid out as one flat buffer and
+ * that ZeRO has its buffers (the bucket; ZeRO-3 the gather, which the views point into later). */
 int exec_params_finish(ExecParams *P, const ExecCtx *c, float *bucket, uint64_t bucket_elems,
-                       PxError *err);
+                       const void *gather, PxError *err);
 /* Points block b's weight views at base (ZeRO-3's gather buffer). */
 void exec_params_point(ExecParams *P, const ExecCtx *c, int b, void *base);
 /* The part of parameter p this rank owns (updates, counts in the norm): [*lo, *hi) in block

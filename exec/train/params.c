@@ -235,7 +235,7 @@ int exec_params_bind(ExecParams *P, const ExecCtx *c, const ModelTensor *t, void
 }
 
 int exec_params_finish(ExecParams *P, const ExecCtx *c, float *bucket, uint64_t bucket_elems,
-                       PxError *err)
+                       const void *gather, PxError *err)
 {
     const int zero = c->spec.layout.zero;
     for (int b = 0; b < P->nb; b++) {
@@ -253,6 +253,9 @@ int exec_params_finish(ExecParams *P, const ExecCtx *c, float *bucket, uint64_t 
     if (zero >= 2 && !bucket)
         return px_fail(err, PX_ERUNTIME, "ZeRO-%d without zero.grad_bucket: model/ and exec/ disagree",
                        zero);
+    if (zero == 3 && !gather)
+        return px_fail(err, PX_ERUNTIME,
+                       "ZeRO-3 without zero.param_gather: model/ and exec/ disagree");
     for (int i = 0; i < P->n; i++) {
         ExecParam *p = &P->p[i];
         const ExecBlock *blk = &P->b[p->block];

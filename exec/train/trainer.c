@@ -312,7 +312,8 @@ static int phase_memory(Exec *ex, PxError *err)
                        "model/ and exec/ disagree",
                        (unsigned long long)ex->mem.a[MODEL_ACTIVATIONS].cap,
                        (unsigned long long)want);
-    if ((rc = exec_params_finish(&ex->params, c, ex->zero.bucket, ex->zero.bucket_elems, err)) ||
+    if ((rc = exec_params_finish(&ex->params, c, ex->zero.bucket, ex->zero.bucket_elems,
+                                 ex->zero.gather[0], err)) ||
         (rc = exec_meter_init(&ex->meter, c, &ex->graph, ex->sched.n, err)))
         return rc;
     return exec_params_init_values(&ex->params, c, &ex->mem, ex->zero.bucket,
