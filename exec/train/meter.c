@@ -370,14 +370,17 @@ double exec_meter_bubble(const ExecMeter *M, double *busy_s, double *idle_s)
 void exec_meter_device_memory(ExecMeter *M, const KernBackend *k, int at_start)
 {
     size_t fb = 0, tb = 0;
-    if (!k->mem_info || !k->mem_info(&fb, &tb))
-        return;
     if (at_start) {
-        M->have_dev_mem = 1;
-        M->dev_total = tb;
-        M->dev_used_start = M->dev_used_peak = tb - fb;
+        if (k->mem_info && k->mem_info(&fb, &tb)) {
+            M->have_dev_mem = 1;
+            M->dev_total = tb;
+            M->dev_used_start = M->dev_used_peak = tb - fb;
+        }
         return;
     }
-    if (M->have_dev_mem && tb - fb > M->dev_used_peak)
+    /* every step samples it: a device without an account (the CPU) is not asked again */
+    if (!M->have_dev_mem || !k->mem_info(&fb, &tb))
+        return;
+    if (tb - fb > M->dev_used_peak)
         M->dev_used_peak = tb - fb;
 }
