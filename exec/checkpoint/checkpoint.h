@@ -14,7 +14,7 @@
  *   CkptState st;   // the regions and counters of this rank
  *   Ckpt *ck = NULL;
  *   CkptOptions o = {"ckpt", 10, 0};
- *   if (ckpt_open(&ck, &o, steps, &st, &err)) ...            // checks the directory
+ *   if (ckpt_open(&ck, &o, &st, &err)) ...   // checks the directory; resume: loads st
  *   ...after each step:  ckpt_after_step(ck, &st, step + 1, quiet, &collective, &err);
  *   ckpt_free(ck);
  */

@@ -9,20 +9,18 @@
 
 #include "exec/train/internal.h"
 
-static void *zalloc(size_t n, size_t size) { return calloc(n > 0 ? n : 1, size); }
-
 int exec_acts_init(ExecActs *X, const ExecCtx *c, const ModelAction *actions, int n, PxError *err)
 {
     memset(X, 0, sizeof *X);
     const int v = c->d.v;
     model_schedule_live(actions, n, v, &X->n_slots, X->n_xslots);
-    X->acts = zalloc((size_t)X->n_slots * (size_t)c->g.cl, sizeof *X->acts);
-    X->slot_busy = zalloc((size_t)X->n_slots, sizeof *X->slot_busy);
+    X->acts = exec_zalloc((size_t)X->n_slots * (size_t)c->g.cl, sizeof *X->acts);
+    X->slot_busy = exec_zalloc((size_t)X->n_slots, sizeof *X->slot_busy);
     if (!X->acts || !X->slot_busy)
         return px_fail(err, PX_ERUNTIME, "out of memory for the activation pools");
     for (int j = 0; j < v; j++) {
-        X->xacts[j] = zalloc((size_t)X->n_xslots[j], sizeof *X->xacts[j]);
-        X->xslot_busy[j] = zalloc((size_t)X->n_xslots[j], sizeof *X->xslot_busy[j]);
+        X->xacts[j] = exec_zalloc((size_t)X->n_xslots[j], sizeof *X->xacts[j]);
+        X->xslot_busy[j] = exec_zalloc((size_t)X->n_xslots[j], sizeof *X->xslot_busy[j]);
         if (!X->xacts[j] || !X->xslot_busy[j])
             return px_fail(err, PX_ERUNTIME, "out of memory for the activation pools");
     }

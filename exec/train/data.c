@@ -355,7 +355,6 @@ int exec_batches_bind(ExecBatches *B, const ModelTensor *t, void *p, PxError *er
 
 int exec_batches_open(ExecBatches *B, const ExecCtx *c, PxError *err)
 {
-    B->data.fd = -1;
     B->staged = -1;
     if (!c->g.has_data)
         return PX_OK;

@@ -29,6 +29,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <stdlib.h>
 
 #include "exec/checkpoint/checkpoint.h"
 #include "exec/comm/comm.h"
@@ -38,6 +39,10 @@
 /* Element i of a tensor whose elements take es bytes: the act-dtype tensors (weights,
  * activations, their gradients) are void * and indexed with the backend's act size. */
 #define EXEC_AT(p, i, es) ((void *)((char *)(p) + (size_t)(i) * (size_t)(es)))
+
+/* calloc of n elements, where n may be 0 (a stage without such sets): never NULL unless out of
+ * memory. */
+static inline void *exec_zalloc(size_t n, size_t size) { return calloc(n > 0 ? n : 1, size); }
 
 /* Chunks one stage may hold (interleaved schedules): checked at init. */
 enum { EXEC_MAX_CHUNKS = 64 };
