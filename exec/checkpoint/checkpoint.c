@@ -258,7 +258,7 @@ static void shard_header(const CkptState *st, int step, uint8_t h[CK_HEADER_BYTE
     put_u32(h + H_RANK, (uint32_t)st->rank);
     put_u32(h + H_WORLD, (uint32_t)st->world);
     put_u32(h + H_STAGE, (uint32_t)st->stage);
-    put_u32(h + H_DTYPE, (uint32_t)st->dtype);
+    put_u32(h + H_DTYPE, (uint32_t)st->k->act);
     put_u64(h + H_STEP, (uint64_t)step);
     put_u64(h + H_OPT_STEPS, (uint64_t)st->opt_steps);
     for (int i = 0; i < CKPT_SECTIONS; i++)
@@ -392,7 +392,7 @@ static int load_shard(Ckpt *c, const CkptState *st, const char *path, uint64_t b
     if (get_u32(h + H_RANK) != (uint32_t)rank || get_u32(h + H_WORLD) != (uint32_t)st->world ||
         get_u32(h + H_STAGE) != (uint32_t)st->stage)
         what = "rank, world or stage";
-    else if (get_u32(h + H_DTYPE) != (uint32_t)st->dtype)
+    else if (get_u32(h + H_DTYPE) != (uint32_t)st->k->act)
         what = "dtype of the weights";
     for (int i = 0; i < CKPT_SECTIONS && !what; i++)
         if (get_u64(h + H_SECTIONS + 8 * i) != st->region[i].bytes)
@@ -781,8 +781,8 @@ static int commit_manifest(const Ckpt *c, const CkptState *st, const char *sdir,
     cJSON_AddItemToObject(m, "layout", model_layout_to_json(&st->spec->layout));
     cJSON_AddItemToObject(m, "training", model_job_to_json(&st->spec->job, st->d));
     cJSON *be = cJSON_AddObjectToObject(m, "backend");
-    cJSON_AddStringToObject(be, "compute", st->backend);
-    cJSON_AddStringToObject(be, "precision", px_dtype_name(st->dtype));
+    cJSON_AddStringToObject(be, "compute", st->k->name);
+    cJSON_AddStringToObject(be, "precision", px_dtype_name(st->k->act));
     cJSON *sj = cJSON_AddObjectToObject(m, "state");
     cJSON_AddNumberToObject(sj, "optimizer_steps", st->opt_steps);
     cJSON_AddNumberToObject(sj, "loss_scale", st->loss_scale);

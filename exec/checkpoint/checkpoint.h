@@ -14,7 +14,7 @@
  *   CkptState st;   // the regions and counters of this rank
  *   Ckpt *ck = NULL;
  *   CkptOptions o = {"ckpt", 10, 0};
- *   if (ckpt_open(&ck, &o, steps, &st, &err)) ...            // checks the directory
+ *   if (ckpt_open(&ck, &o, &st, &err)) ...   // checks the directory; resume: loads st
  *   ...after each step:  ckpt_after_step(ck, &st, step + 1, quiet, &collective, &err);
  *   ckpt_free(ck);
  */
@@ -37,14 +37,12 @@ typedef struct {
 
 typedef struct {
     int rank, world, stage, tp_rank, dp_rank;
-    PxDtype dtype; /* of the weights */
-    const struct KernBackend *k;
+    const struct KernBackend *k; /* its name and act dtype (the weights') are recorded */
     CommLayer *comm;
     const ModelSpec *spec;
     const ModelDims *d;
     const char *plan_path;
-    const char *backend; /* the kernels' name, for the manifest */
-    int steps;           /* the run's steps */
+    int steps; /* the run's steps */
     CkptRegion region[CKPT_SECTIONS];
     /* counters */
     int opt_steps;

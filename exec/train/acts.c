@@ -9,20 +9,18 @@
 
 #include "exec/train/internal.h"
 
-static void *zalloc(size_t n, size_t size) { return calloc(n > 0 ? n : 1, size); }
-
 int exec_acts_init(ExecActs *X, const ExecCtx *c, const ModelAction *actions, int n, PxError *err)
 {
     memset(X, 0, sizeof *X);
     const int v = c->d.v;
     model_schedule_live(actions, n, v, &X->n_slots, X->n_xslots);
-    X->acts = zalloc((size_t)X->n_slots * (size_t)c->g.cl, sizeof *X->acts);
-    X->slot_busy = zalloc((size_t)X->n_slots, sizeof *X->slot_busy);
+    X->acts = exec_zalloc((size_t)X->n_slots * (size_t)c->g.cl, sizeof *X->acts);
+    X->slot_busy = exec_zalloc((size_t)X->n_slots, sizeof *X->slot_busy);
     if (!X->acts || !X->slot_busy)
         return px_fail(err, PX_ERUNTIME, "out of memory for the activation pools");
     for (int j = 0; j < v; j++) {
-        X->xacts[j] = zalloc((size_t)X->n_xslots[j], sizeof *X->xacts[j]);
-        X->xslot_busy[j] = zalloc((size_t)X->n_xslots[j], sizeof *X->xslot_busy[j]);
+        X->xacts[j] = exec_zalloc((size_t)X->n_xslots[j], sizeof *X->xacts[j]);
+        X->xslot_busy[j] = exec_zalloc((size_t)X->n_xslots[j], sizeof *X->xslot_busy[j]);
         if (!X->xacts[j] || !X->xslot_busy[j])
             return px_fail(err, PX_ERUNTIME, "out of memory for the activation pools");
     }
@@ -59,17 +57,7 @@ int exec_acts_region(ExecActs *X, const ExecCtx *c, uint8_t *base, uint64_t byte
                        (unsigned long long)bytes, model_recompute_name(c->spec.layout.recompute),
                        (unsigned long long)r.used);
     X->region = view;
-    X->re_base = base;
-    X->re_bytes = bytes;
     return PX_OK;
-}
-
-static int unknown_tensor(const ModelTensor *t, PxError *err)
-{
-    return px_fail(err, PX_ERUNTIME,
-                   "the trainer has no use for tensor %s (%s) of the tensor table: model/ and "
-                   "exec/ disagree",
-                   t->name, model_category_name(t->cat));
 }
 
 /* The dtype the extras keep each role in. */
@@ -97,14 +85,14 @@ int exec_acts_bind(ExecActs *X, const ExecCtx *c, const ModelTensorTable *tt, Ex
                 continue;
             const int j = t->chunk;
             if (j < 0 || j >= c->d.v)
-                return unknown_tensor(t, err);
+                return exec_bind_unused(t, err);
             const int layer_act = t->role >= MODEL_TR_LN1_IN && t->role <= MODEL_TR_MLP_DROP_MASK;
             const int extra = t->role >= MODEL_TR_EMBED_DROP_MASK && t->role <= MODEL_TR_LOSS_PROBS;
             const int fi = layer_act ? (int)(t->role - MODEL_TR_LN1_IN) : -1;
             const int li = t->layer - c->g.chunk_l0[j]; /* the layer's place in its chunk */
             if (layer_act) {
                 if (li < 0 || li >= cl || !f[fi].saved || f[fi].numel != t->numel)
-                    return unknown_tensor(t, err);
+                    return exec_bind_unused(t, err);
                 if (t->dtype != f[fi].dtype)
                     return px_fail(err, PX_ERUNTIME, "tensor %s is %s but model_layer_acts says %s",
                                    t->name, px_dtype_name(t->dtype), px_dtype_name(f[fi].dtype));
@@ -118,7 +106,7 @@ int exec_acts_bind(ExecActs *X, const ExecCtx *c, const ModelTensorTable *tt, Ex
                                    px_dtype_name(extra_dtype(c, t->role)));
                 X->xslot_bytes[j] += t->bytes;
             } else {
-                return unknown_tensor(t, err);
+                return exec_bind_unused(t, err);
             }
             const int copies = layer_act ? X->n_slots : X->n_xslots[j];
             for (int k = 0; k < copies; k++) {

@@ -42,7 +42,7 @@ static int comm_buffer(const Owners *o, const ModelTensor *t, void *p, PxError *
 static int bind_static(ExecArenas *A, const ModelTensorTable *tt, const Owners *o, int pass,
                        PxError *err)
 {
-    int rc = PX_OK;
+    int rc = PX_OK, region = 0; /* ws.recompute was bound */
     /* weights and gradients in table order, so that a block's parameters are contiguous */
     for (int i = 0; i < tt->count && !rc; i++) {
         const ModelTensor *t = &tt->t[i];
@@ -75,10 +75,12 @@ static int bind_static(ExecArenas *A, const ModelTensorTable *tt, const Owners *
                 continue;
             void *p = exec_arena_carve(&A->a[MODEL_WORKSPACE], t->bytes,
                                        re ? 4 : px_dtype_bytes(t->dtype));
-            if (re)
+            if (re) {
                 rc = pass ? exec_acts_region(o->X, o->c, p, t->bytes, err) : PX_OK;
-            else
+                region = pass;
+            } else {
                 rc = workspace(o, t, pass ? p : NULL, err);
+            }
         }
     }
     /* communication buffers: pipeline send and receive, the sequence-parallel gather (act),
@@ -90,6 +92,9 @@ static int bind_static(ExecArenas *A, const ModelTensorTable *tt, const Owners *
         void *p = exec_arena_carve(&A->a[MODEL_COMM_BUFFERS], t->bytes, px_dtype_bytes(t->dtype));
         rc = comm_buffer(o, t, pass ? p : NULL, err);
     }
+    /* a table without ws.recompute: nothing is recomputed, and the region says so */
+    if (!rc && pass && !region)
+        rc = exec_acts_region(o->X, o->c, NULL, 0, err);
     return rc;
 }
 
@@ -98,8 +103,6 @@ static int bind(ExecArenas *A, const ModelTensorTable *tt, const Owners *o, int 
     for (int c = 0; c < MODEL_CAT_COUNT; c++)
         A->a[c].used = 0;
     int rc = bind_static(A, tt, o, pass, err);
-    if (!rc && pass && !o->X->re_base && o->X->re_bytes == 0)
-        rc = exec_acts_region(o->X, o->c, NULL, 0, err); /* nothing recomputed */
     if (!rc)
         rc = exec_acts_bind(o->X, o->c, tt, &A->a[MODEL_ACTIVATIONS], pass, err);
     return rc;

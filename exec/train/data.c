@@ -347,9 +347,7 @@ void exec_loader_stop(ExecLoader *l)
 int exec_batches_bind(ExecBatches *B, const ModelTensor *t, void *p, PxError *err)
 {
     if (t->dtype != PX_INT32)
-        return px_fail(err, PX_ERUNTIME, "tensor %s of the tensor table is %s but the trainer "
-                       "keeps it in int32: model/ and exec/ disagree",
-                       t->name, px_dtype_name(t->dtype));
+        return exec_bind_wrong_dtype(t, PX_INT32, err);
     B->batch[0] = p;
     B->batch[1] = p ? (int32_t *)p + t->numel / 2 : NULL;
     return PX_OK;
@@ -357,7 +355,6 @@ int exec_batches_bind(ExecBatches *B, const ModelTensor *t, void *p, PxError *er
 
 int exec_batches_open(ExecBatches *B, const ExecCtx *c, PxError *err)
 {
-    B->data.fd = -1;
     B->staged = -1;
     if (!c->g.has_data)
         return PX_OK;

@@ -87,7 +87,7 @@ static int64_t full_row(const ExecCtx *x, const ExecParam *p, int64_t row)
 static void init_range(const ExecCtx *x, const ExecParam *p, uint64_t lo, uint64_t hi, float *dst)
 {
     const ModelConfig *c = &x->spec.model;
-    if (p->bias) {
+    if (exec_is_bias(p->role)) {
         memset(dst, 0, (size_t)(hi - lo) * sizeof *dst);
         return;
     }

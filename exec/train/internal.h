@@ -29,6 +29,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <stdlib.h>
 
 #include "exec/checkpoint/checkpoint.h"
 #include "exec/comm/comm.h"
@@ -38,6 +39,10 @@
 /* Element i of a tensor whose elements take es bytes: the act-dtype tensors (weights,
  * activations, their gradients) are void * and indexed with the backend's act size. */
 #define EXEC_AT(p, i, es) ((void *)((char *)(p) + (size_t)(i) * (size_t)(es)))
+
+/* calloc of n elements, where n may be 0 (a stage without such sets): never NULL unless out of
+ * memory. */
+static inline void *exec_zalloc(size_t n, size_t size) { return calloc(n > 0 ? n : 1, size); }
 
 /* Chunks one stage may hold (interleaved schedules): checked at init. */
 enum { EXEC_MAX_CHUNKS = 64 };
@@ -112,6 +117,10 @@ int exec_bind_all(ExecArenas *A, const ModelTensorTable *tt, const struct ExecCt
                   struct ExecPipe *pipe, struct ExecZero *Z, struct ExecBatches *B,
                   PxError *err);
 void exec_arenas_free(ExecArenas *A, const KernBackend *k);
+/* arena.c: the binding's failures when model/ and exec/ disagree, one wording for every part: a
+ * tensor the part has no use for, one in another dtype than the part keeps it in. PX_ERUNTIME. */
+int exec_bind_unused(const ModelTensor *t, PxError *err);
+int exec_bind_wrong_dtype(const ModelTensor *t, PxDtype want, PxError *err);
 
 /* ---- params.c: parameters, blocks and their views ---- */
 
@@ -151,7 +160,6 @@ typedef struct {
     int tied_copy;  /* the output layer's copy of embed.wte on the last stage: counted on the
                        first stage only */
     int norm;       /* a norm weight or bias (SP: its gradient is summed over TP) */
-    int bias;       /* a bias (initialized to 0) */
     ExecMap map;
 } ExecParam;
 
@@ -195,9 +203,10 @@ int exec_params_build(ExecParams *P, const ExecCtx *c, const ModelTensorTable *t
 int exec_params_bind(ExecParams *P, const ExecCtx *c, const ModelTensor *t, void *p,
                      PxError *err);
 /* After binding: every parameter's views at its memory (ZeRO 2/3 gradients in the bucket of
- * bucket_elems elements), with the checks that its block is laid out as one flat buffer. */
+ * bucket_elems elements), with the checks that its block is laid out as one flat buffer and
+ * that ZeRO has its buffers (the bucket; ZeRO-3 the gather, which the views point into later). */
 int exec_params_finish(ExecParams *P, const ExecCtx *c, float *bucket, uint64_t bucket_elems,
-                       PxError *err);
+                       const void *gather, PxError *err);
 /* Points block b's weight views at base (ZeRO-3's gather buffer). */
 void exec_params_point(ExecParams *P, const ExecCtx *c, int b, void *base);
 /* The part of parameter p this rank owns (updates, counts in the norm): [*lo, *hi) in block
@@ -206,6 +215,14 @@ int exec_params_own(const ExecParams *P, const ExecParam *p, uint64_t *lo, uint6
 /* The parameter of (role, layer) on this stage (layer ignored outside the layers), or NULL. */
 const ExecParam *exec_params_of(const ExecParams *P, ModelTensorRole role, int layer);
 void exec_params_free(ExecParams *P);
+
+/* A bias (of a layer or a norm): initialized to 0. */
+static inline int exec_is_bias(ModelTensorRole r)
+{
+    return r == MODEL_TR_LN1_B || r == MODEL_TR_QKV_B || r == MODEL_TR_PROJ_B ||
+           r == MODEL_TR_LN2_B || r == MODEL_TR_FC1_B || r == MODEL_TR_FC2_B ||
+           r == MODEL_TR_FINAL_LN_B;
+}
 
 /* init.c: the layout-independent initial value of every parameter (and its master copy),
  * through an fp32 scratch (bucket, ZeRO 2/3) that is zeroed again after. */
@@ -246,8 +263,6 @@ typedef struct ExecActs {
     ExecLayerActs *acts;      /* [n_slots][cl] */
     ExecHeadActs *xacts[EXEC_MAX_CHUNKS]; /* [v][n_xslots[j]] */
     ExecLayerActs region;     /* the parts of a layer that live in ws.recompute */
-    uint8_t *re_base;         /* ws.recompute */
-    uint64_t re_bytes;
     uint64_t slot_bytes, xslot_bytes[EXEC_MAX_CHUNKS];
     int *slot_busy, *xslot_busy[EXEC_MAX_CHUNKS];
     int live, peak_live, xlive[EXEC_MAX_CHUNKS], peak_xlive[EXEC_MAX_CHUNKS];
@@ -331,6 +346,13 @@ void exec_meter_free(ExecMeter *M);
  * op); occurrence k picks the k-th (0: the first); -1 when the graph has none. */
 int exec_meter_find(const ExecMeter *M, ModelOpRole role, int index, int chunk, ModelPhase phase,
                     int kind, int occurrence);
+/* The same op, which the trainer is about to run: PX_ERUNTIME when the graph has none, naming
+ * `what` (exec_meter_missing). */
+int exec_meter_need(const ExecMeter *M, const ExecCtx *c, ModelOpRole role, int index, int chunk,
+                    ModelPhase phase, int kind, int occurrence, const char *what, int *op,
+                    PxError *err);
+/* PX_ERUNTIME: the trainer makes a communication (`what`) that stage's op graph does not list. */
+int exec_meter_missing(const ExecCtx *c, const char *what, PxError *err);
 /* A layer's compute op, or one outside the layers (index -1). */
 int exec_meter_layer_op(const ExecMeter *M, int layer, ModelOpRole role, ModelPhase phase);
 int exec_meter_other_op(const ExecMeter *M, ModelOpRole role, ModelPhase phase);
@@ -433,7 +455,6 @@ typedef struct ExecZero {
     float *bucket;           /* zero.grad_bucket (ZeRO 2/3) */
     uint64_t bucket_elems;
     void *gather[2];         /* zero.param_gather's two halves (ZeRO 3) */
-    uint64_t gather_elems;
     int gather_next;         /* the half the next gather fills */
     int *req, *reduced, *op; /* [blocks]: the pending reduction, started this step, its op */
 } ExecZero;
@@ -455,8 +476,7 @@ int exec_zero_block_done(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter
 /* The end of the backward: the tied embedding's copies summed, every reduction complete. */
 int exec_zero_finish(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, PxError *err);
 /* ZeRO-1/2 after the update: every rank's shard of the weights gathered. */
-int exec_zero_gather_updated(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M,
-                             PxError *err);
+int exec_zero_gather_updated(const ExecCtx *c, ExecParams *P, ExecMeter *M, PxError *err);
 void exec_zero_free(ExecZero *Z);
 
 /* ---- data.c: data sources, the loader thread, the batches ---- */
@@ -587,11 +607,8 @@ typedef struct {
  * stop flag), the loss scaler's verdict, clipping, AdamW or SGD on this rank's shard, ZeRO-1/2's
  * gather of the updated weights. nan_loss: this rank's share of the loss is a NaN (tests);
  * stop: this rank was asked to stop. */
-int exec_optim_step(ExecOptim *O, const ExecCtx *c, ExecParams *P, ExecZero *Z, ExecMeter *M,
-                    int step, double loss_sum, int nan_loss, int stop, ExecUpdate *u,
-                    PxError *err);
-/* This rank's share of the global gradient norm (every element once in the job). */
-double exec_optim_local_sumsq(const ExecCtx *c, const ExecParams *P, const ExecZero *Z);
+int exec_optim_step(ExecOptim *O, const ExecCtx *c, ExecParams *P, ExecMeter *M, int step,
+                    double loss_sum, int nan_loss, int stop, ExecUpdate *u, PxError *err);
 /* The reduced gradient of block offset lo of p's block (where a fault test writes an Inf). */
 float *exec_optim_grad_at(const ExecCtx *c, const ExecParams *P, const ExecParam *p, uint64_t lo);
 

@@ -57,18 +57,11 @@ int exec_work_bind(ExecWork *W, const ExecCtx *c, const ModelTensor *t, void *p,
     case MODEL_TR_SP_GATHER: act = &W->sp_gather; break;
     case MODEL_TR_WS_FLASH_D: f32 = &W->flash_d; break;
     case MODEL_TR_WS_XENT: f32 = &W->xent; break;
-    default:
-        return px_fail(err, PX_ERUNTIME,
-                       "the trainer has no use for tensor %s (%s) of the tensor table: model/ and "
-                       "exec/ disagree",
-                       t->name, model_category_name(t->cat));
+    default: return exec_bind_unused(t, err);
     }
     const PxDtype want = act ? c->act : PX_FP32;
     if (t->dtype != want)
-        return px_fail(err, PX_ERUNTIME,
-                       "tensor %s of the tensor table is %s but the trainer keeps it in %s: "
-                       "model/ and exec/ disagree",
-                       t->name, px_dtype_name(t->dtype), px_dtype_name(want));
+        return exec_bind_wrong_dtype(t, want, err);
     if (act)
         *act = p;
     else
@@ -196,13 +189,14 @@ static int tp_op(const ExecLayerRun *r, ModelOpRole role, int layer, int chunk, 
 {
     int op = exec_meter_find(r->M, role, layer, chunk, ph, kind, 0);
     if (op < 0) {
-        char at[48];
+        /* the op's name is made only when it is missing: the lookup runs every pass */
+        char at[48], what[128];
         if (layer >= 0)
             snprintf(at, sizeof at, "layer.%d.%s", layer, model_op_role_name(role));
         else
             snprintf(at, sizeof at, "%s", model_op_role_name(role));
-        px_fail(err, PX_ERUNTIME, "stage %d: the op graph has no %s.%s.%s: model/ and exec/ "
-                "disagree", r->c->g.stage, at, model_comm_name(kind), model_phase_name(ph));
+        snprintf(what, sizeof what, "%s.%s.%s", at, model_comm_name(kind), model_phase_name(ph));
+        exec_meter_missing(r->c, what, err);
     }
     return op;
 }

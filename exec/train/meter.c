@@ -52,6 +52,20 @@ int exec_meter_find(const ExecMeter *M, ModelOpRole role, int index, int chunk, 
     }
 }
 
+int exec_meter_need(const ExecMeter *M, const ExecCtx *c, ModelOpRole role, int index, int chunk,
+                    ModelPhase phase, int kind, int occurrence, const char *what, int *op,
+                    PxError *err)
+{
+    *op = exec_meter_find(M, role, index, chunk, phase, kind, occurrence);
+    return *op < 0 ? exec_meter_missing(c, what, err) : PX_OK;
+}
+
+int exec_meter_missing(const ExecCtx *c, const char *what, PxError *err)
+{
+    return px_fail(err, PX_ERUNTIME, "stage %d: the op graph has no %s: model/ and exec/ disagree",
+                   c->g.stage, what);
+}
+
 static int phase_slot(ModelPhase p) { return p == MODEL_STEP ? 0 : (int)p; }
 
 int exec_meter_layer_op(const ExecMeter *M, int layer, ModelOpRole role, ModelPhase phase)
@@ -356,14 +370,17 @@ double exec_meter_bubble(const ExecMeter *M, double *busy_s, double *idle_s)
 void exec_meter_device_memory(ExecMeter *M, const KernBackend *k, int at_start)
 {
     size_t fb = 0, tb = 0;
-    if (!k->mem_info || !k->mem_info(&fb, &tb))
-        return;
     if (at_start) {
-        M->have_dev_mem = 1;
-        M->dev_total = tb;
-        M->dev_used_start = M->dev_used_peak = tb - fb;
+        if (k->mem_info && k->mem_info(&fb, &tb)) {
+            M->have_dev_mem = 1;
+            M->dev_total = tb;
+            M->dev_used_start = M->dev_used_peak = tb - fb;
+        }
         return;
     }
-    if (M->have_dev_mem && tb - fb > M->dev_used_peak)
+    /* every step samples it: a device without an account (the CPU) is not asked again */
+    if (!M->have_dev_mem || !k->mem_info(&fb, &tb))
+        return;
+    if (tb - fb > M->dev_used_peak)
         M->dev_used_peak = tb - fb;
 }

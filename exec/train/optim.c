@@ -31,9 +31,9 @@ float *exec_optim_grad_at(const ExecCtx *c, const ExecParams *P, const ExecParam
     return blk->g + lo; /* ZeRO-1's reduce-scatter left the shard in place */
 }
 
-double exec_optim_local_sumsq(const ExecCtx *c, const ExecParams *P, const ExecZero *Z)
+/* This rank's share of the global gradient norm (every element once in the job). */
+static double local_sumsq(const ExecCtx *c, const ExecParams *P)
 {
-    (void)Z;
     double s = 0;
     const int zero = c->spec.layout.zero;
     /* every element once in the job: TP-replicated parameters count on TP rank 0, data-parallel
@@ -95,16 +95,15 @@ static void update(ExecOptim *O, const ExecCtx *c, ExecParams *P, double lr, flo
     }
 }
 
-int exec_optim_step(ExecOptim *O, const ExecCtx *c, ExecParams *P, ExecZero *Z, ExecMeter *M,
-                    int step, double loss_sum, int nan_loss, int stop, ExecUpdate *u,
-                    PxError *err)
+int exec_optim_step(ExecOptim *O, const ExecCtx *c, ExecParams *P, ExecMeter *M, int step,
+                    double loss_sum, int nan_loss, int stop, ExecUpdate *u, PxError *err)
 {
     const ModelJob *j = &c->spec.job;
     u->skipped = 0;
     exec_meter_begin(M, c->k, exec_meter_other_op(M, MODEL_OPR_OPTIMIZER, MODEL_STEP));
     /* one control reduction for the step: the loss, the squared gradient norm, and whether
      * any rank was asked to stop (so that all stop at the same step boundary) */
-    double v[3] = {loss_sum, exec_optim_local_sumsq(c, P, Z), stop ? 1.0 : 0.0};
+    double v[3] = {loss_sum, local_sumsq(c, P), stop ? 1.0 : 0.0};
     if (nan_loss)
         v[0] = NAN;
     int rc = comm_control(c->comm, v, 3, COMM_SUM, err);
@@ -161,5 +160,5 @@ int exec_optim_step(ExecOptim *O, const ExecCtx *c, ExecParams *P, ExecZero *Z, 
     update(O, c, P, u->lr, (float)(clip / loss_scale));
     exec_meter_end(M, c->k);
     /* ZeRO-1/2: every rank updated its shard of the full weights; gather the others' */
-    return exec_zero_gather_updated(Z, c, P, M, err);
+    return exec_zero_gather_updated(c, P, M, err);
 }

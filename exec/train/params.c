@@ -16,13 +16,6 @@ static int is_norm(ModelTensorRole r)
            r == MODEL_TR_LN2_B || r == MODEL_TR_FINAL_LN_W || r == MODEL_TR_FINAL_LN_B;
 }
 
-static int is_bias(ModelTensorRole r)
-{
-    return r == MODEL_TR_LN1_B || r == MODEL_TR_QKV_B || r == MODEL_TR_PROJ_B ||
-           r == MODEL_TR_LN2_B || r == MODEL_TR_FC1_B || r == MODEL_TR_FC2_B ||
-           r == MODEL_TR_FINAL_LN_B;
-}
-
 static int is_param(ModelTensorRole r) { return r >= MODEL_TR_WTE && r <= MODEL_TR_LOGITS_W; }
 
 /* The views of a parameter: where the layers read its weights and write its gradient. NULL
@@ -144,7 +137,6 @@ static int param_from(ExecParams *P, const ExecCtx *c, const ModelTensor *t, uin
     p->decay = t->ndim >= 2;
     p->replicated = !(t->shard & MODEL_SHARD_TP);
     p->norm = is_norm(t->role);
-    p->bias = is_bias(t->role);
     p->tied_copy = c->g.tied_pair && t->role == MODEL_TR_LOGITS_W;
     /* the output layer's copy starts as an exact copy of the embedding */
     px_strlcpy(p->init_name, p->tied_copy ? "embed.wte" : t->name, sizeof p->init_name);
@@ -197,32 +189,16 @@ int exec_params_build(ExecParams *P, const ExecCtx *c, const ModelTensorTable *t
     return rc;
 }
 
-static int unknown_tensor(const ModelTensor *t, PxError *err)
-{
-    return px_fail(err, PX_ERUNTIME,
-                   "the trainer has no use for tensor %s (%s) of the tensor table: model/ and "
-                   "exec/ disagree",
-                   t->name, model_category_name(t->cat));
-}
-
-static int wrong_dtype(const ModelTensor *t, PxDtype want, PxError *err)
-{
-    return px_fail(err, PX_ERUNTIME,
-                   "tensor %s of the tensor table is %s but the trainer keeps it in %s: model/ and "
-                   "exec/ disagree",
-                   t->name, px_dtype_name(t->dtype), px_dtype_name(want));
-}
-
 int exec_params_bind(ExecParams *P, const ExecCtx *c, const ModelTensor *t, void *p, PxError *err)
 {
     if (t->cat == MODEL_WEIGHTS || t->cat == MODEL_GRADS) {
         const PxDtype want = t->cat == MODEL_WEIGHTS ? c->act : PX_FP32;
         if (t->dtype != want)
-            return wrong_dtype(t, want, err);
+            return exec_bind_wrong_dtype(t, want, err);
         if (t->role == MODEL_TR_W_SHARD || t->role == MODEL_TR_GRAD_SHARD) {
             if (t->block < 0 || t->block >= P->nb ||
                 (t->role == MODEL_TR_W_SHARD) != (t->cat == MODEL_WEIGHTS))
-                return unknown_tensor(t, err);
+                return exec_bind_unused(t, err);
             if (t->role == MODEL_TR_W_SHARD)
                 P->b[t->block].w_shard = p;
             else
@@ -231,7 +207,7 @@ int exec_params_bind(ExecParams *P, const ExecCtx *c, const ModelTensor *t, void
         }
         ExecParam *q = param_of(P, t->role, is_layer_param(t->role) ? t->layer : -1);
         if (!q || q->numel != t->numel)
-            return unknown_tensor(t, err);
+            return exec_bind_unused(t, err);
         if (t->cat == MODEL_GRADS)
             q->g = p;
         else
@@ -240,9 +216,9 @@ int exec_params_bind(ExecParams *P, const ExecCtx *c, const ModelTensor *t, void
     }
     if (t->cat == MODEL_MASTER || t->cat == MODEL_OPTIMIZER) {
         if (t->block < 0 || t->block >= P->nb)
-            return unknown_tensor(t, err);
+            return exec_bind_unused(t, err);
         if (t->dtype != PX_FP32)
-            return wrong_dtype(t, PX_FP32, err);
+            return exec_bind_wrong_dtype(t, PX_FP32, err);
         ExecBlock *blk = &P->b[t->block];
         if (t->cat == MODEL_MASTER && t->role == MODEL_TR_MASTER)
             blk->master = p;
@@ -252,14 +228,14 @@ int exec_params_bind(ExecParams *P, const ExecCtx *c, const ModelTensor *t, void
         else if (t->cat == MODEL_OPTIMIZER && t->role == MODEL_TR_ADAM_V)
             blk->v = p;
         else
-            return unknown_tensor(t, err);
+            return exec_bind_unused(t, err);
         return PX_OK;
     }
-    return unknown_tensor(t, err);
+    return exec_bind_unused(t, err);
 }
 
 int exec_params_finish(ExecParams *P, const ExecCtx *c, float *bucket, uint64_t bucket_elems,
-                       PxError *err)
+                       const void *gather, PxError *err)
 {
     const int zero = c->spec.layout.zero;
     for (int b = 0; b < P->nb; b++) {
@@ -277,6 +253,9 @@ int exec_params_finish(ExecParams *P, const ExecCtx *c, float *bucket, uint64_t 
     if (zero >= 2 && !bucket)
         return px_fail(err, PX_ERUNTIME, "ZeRO-%d without zero.grad_bucket: model/ and exec/ disagree",
                        zero);
+    if (zero == 3 && !gather)
+        return px_fail(err, PX_ERUNTIME,
+                       "ZeRO-3 without zero.param_gather: model/ and exec/ disagree");
     for (int i = 0; i < P->n; i++) {
         ExecParam *p = &P->p[i];
         const ExecBlock *blk = &P->b[p->block];

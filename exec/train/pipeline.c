@@ -52,13 +52,6 @@ static int tag_of(const ExecCtx *c, int g, int mb, int backward)
     return ((g * c->d.m) + mb) * 2 + backward;
 }
 
-/* A communication the trainer makes that the op graph does not list. */
-static int missing_op(const ExecCtx *c, const char *what, PxError *err)
-{
-    return px_fail(err, PX_ERUNTIME, "stage %d: the op graph has no %s: model/ and exec/ disagree",
-                   c->g.stage, what);
-}
-
 /* Posts the next expected receive into pp.recv (nothing when the step expects no more). */
 static int post_receive(ExecPipe *pp, const ExecCtx *c, PxError *err)
 {
@@ -97,19 +90,20 @@ int exec_pipe_take(ExecPipe *pp, const ExecCtx *c, ExecMeter *M, int chunk, int 
                        "stage %d: the pipeline expected another transfer than chunk %d "
                        "micro-batch %d %s",
                        c->g.stage, chunk, mb, backward ? "backward" : "forward");
-    int op = exec_meter_find(M, MODEL_OPR_PP, -1, chunk, ph, MODEL_PP_RECV, 0);
-    if (op < 0)
-        return missing_op(c, "pp.pp_recv", err);
+    int op, rc;
+    if ((rc = exec_meter_need(M, c, MODEL_OPR_PP, -1, chunk, ph, MODEL_PP_RECV, 0, "pp.pp_recv",
+                              &op, err)))
+        return rc;
     exec_meter_begin(M, c->k, op);
-    int rc = comm_wait(c->comm, &pp->recv_req, err);
+    rc = comm_wait(c->comm, &pp->recv_req, err);
     exec_meter_end(M, c->k);
     if (rc)
         return rc;
     pp->next_recv++;
     if (c->d.pp_split > 1) {
-        op = exec_meter_find(M, MODEL_OPR_PP, -1, chunk, ph, MODEL_TP_ALL_GATHER, 0);
-        if (op < 0)
-            return missing_op(c, "pp.tp_all_gather", err);
+        if ((rc = exec_meter_need(M, c, MODEL_OPR_PP, -1, chunk, ph, MODEL_TP_ALL_GATHER, 0,
+                                  "pp.tp_all_gather", &op, err)))
+            return rc;
         exec_meter_begin(M, c->k, op);
         rc = comm_all_gather(c->comm, dst, pp->recv, pp->elems, c->act, MODEL_TP_ALL_GATHER, NULL,
                              err);
@@ -127,14 +121,15 @@ int exec_pipe_give(ExecPipe *pp, const ExecCtx *c, ExecMeter *M, int chunk, int 
 {
     const ModelPhase ph = backward ? MODEL_BWD : MODEL_FWD;
     const int g = c->g.chunk_g[chunk];
-    int op = exec_meter_find(M, MODEL_OPR_PP, -1, chunk, ph, MODEL_PP_SEND, 0);
-    if (op < 0)
-        return missing_op(c, "pp.pp_send", err);
+    int op, rc;
+    if ((rc = exec_meter_need(M, c, MODEL_OPR_PP, -1, chunk, ph, MODEL_PP_SEND, 0, "pp.pp_send",
+                              &op, err)))
+        return rc;
     /* the pass is done: what follows, waiting for the send buffer, is the pipeline's idle */
     exec_meter_pass_output(M);
     exec_meter_begin(M, c->k, op);
     /* pp.send is one buffer: its previous message must have left */
-    int rc = comm_wait(c->comm, &pp->send_req, err);
+    rc = comm_wait(c->comm, &pp->send_req, err);
     if (!rc) {
         const void *from =
             c->d.pp_split > 1 ? EXEC_AT(src, (size_t)c->g.tp_rank * pp->elems, c->ab) : src;

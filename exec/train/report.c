@@ -68,11 +68,10 @@ static void print_device_memory(const Exec *ex, uint64_t arenas, uint64_t allowa
     uint64_t u0, up, ut;
     if (!exec_device_memory(ex, &u0, &up, &ut))
         return;
-    const double gib = 1024.0 * 1024.0 * 1024.0;
     printf("device    cudaMemGetInfo: %.3f GiB in use at the peak of %.2f GiB (%.3f GiB before "
            "the arenas); beyond the arenas %.3f GiB, against the runtime allowance of %.3f GiB\n",
-           (double)up / gib, (double)ut / gib, (double)u0 / gib,
-           (double)(up > arenas ? up - arenas : 0) / gib, (double)allowance / gib);
+           (double)up / PX_GIB, (double)ut / PX_GIB, (double)u0 / PX_GIB,
+           (double)(up > arenas ? up - arenas : 0) / PX_GIB, (double)allowance / PX_GIB);
 }
 
 static void print_loss_scale(const Exec *ex)
@@ -179,7 +178,7 @@ static void summary_ranks(Exec *ex, const cJSON *run)
         printf("device memory in use at the peak (cudaMemGetInfo, GiB):");
         for (int i = 0; i < W; i++)
             printf(" %d: %.3f", i,
-                   jnum(cJSON_GetArrayItem(mr, i), "device_used_peak_bytes") / (1024.0 * 1024.0 * 1024.0));
+                   jnum(cJSON_GetArrayItem(mr, i), "device_used_peak_bytes") / PX_GIB);
         printf("\n");
     }
     print_loss_scale(ex);

@@ -78,10 +78,13 @@ static int run_steps(Exec *ex, FILE *mf, PxError *err)
             log_step(mf, ex, &st);
         if (!ex->c.quiet)
             print_step(ex, &st, step, elapsed);
-        CkptState cs;
-        exec_ckpt_state(ex, &cs);
-        if ((rc = ckpt_after_step(ex->ckpt, &cs, step + 1, ex->c.quiet, &H->collective, err)))
-            break;
+        /* without checkpoints there is no state to describe every step */
+        if (ex->ckpt) {
+            CkptState cs;
+            exec_ckpt_state(ex, &cs);
+            if ((rc = ckpt_after_step(ex->ckpt, &cs, step + 1, ex->c.quiet, &H->collective, err)))
+                break;
+        }
     }
     if (!rc && ex->optim.stop_agreed && !H->interrupted && H->first_step + H->done < ex->c.steps)
         H->interrupted = 1;

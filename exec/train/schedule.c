@@ -8,16 +8,14 @@
 
 #include "exec/train/internal.h"
 
-static void *zalloc(size_t n, size_t size) { return calloc(n > 0 ? n : 1, size); }
-
 int exec_sched_init(ExecSched *S, const ExecCtx *c, PxError *err)
 {
     memset(S, 0, sizeof *S);
     const ModelDims *d = &c->d;
     const int nact = 2 * d->m * d->v;
-    S->actions = zalloc((size_t)nact, sizeof *S->actions);
-    S->mb_slot = zalloc((size_t)d->m * d->v, sizeof *S->mb_slot);
-    S->mb_xslot = zalloc((size_t)d->m * d->v, sizeof *S->mb_xslot);
+    S->actions = exec_zalloc((size_t)nact, sizeof *S->actions);
+    S->mb_slot = exec_zalloc((size_t)d->m * d->v, sizeof *S->mb_slot);
+    S->mb_xslot = exec_zalloc((size_t)d->m * d->v, sizeof *S->mb_xslot);
     if (!S->actions || !S->mb_slot || !S->mb_xslot)
         return px_fail(err, PX_ERUNTIME, "out of memory for the schedule");
     S->n = model_schedule_build(d, c->spec.layout.schedule, c->g.stage, S->actions);

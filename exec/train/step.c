@@ -65,8 +65,8 @@ int exec_step(Exec *ex, int step, ExecStepStats *st, PxError *err)
     if (!rc) {
         inject_inf(ex, step);
         exec_batches_stage_next(&ex->batches, c, step + 1);
-        rc = exec_optim_step(&ex->optim, c, &ex->params, &ex->zero, &ex->meter, step,
-                             ex->pass.loss_sum, exec_faults_nan_loss(&ex->faults, c->g.rank, step),
+        rc = exec_optim_step(&ex->optim, c, &ex->params, &ex->meter, step, ex->pass.loss_sum,
+                             exec_faults_nan_loss(&ex->faults, c->g.rank, step),
                              exec_stop_flag != 0, &u, err);
     }
     c->k->sync();

@@ -194,9 +194,6 @@ cJSON *exec_run_to_json(Exec *ex);
  * *out, the others NULL. */
 int exec_run_gather_json(Exec *ex, cJSON **out, PxError *err);
 
-/* This rank's pipeline stage and communication layer. */
-int exec_stage(const Exec *ex);
-const CommLayer *exec_comm(const Exec *ex);
 /* 1 when the last error was seen by every rank alike (a diverged loss, an agreed stop, a
  * checkpoint not written): the job can end normally; 0 when only this rank failed and the
  * job must be aborted. */

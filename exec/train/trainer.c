@@ -37,9 +37,10 @@ static int choose_backend(Exec *ex, PxError *err)
     const char *origin = ex->plan_path;
     const PxDtype prec = c->spec.job.precision;
     const ProfDevice *dev = &ex->plan.profile.device;
-    ExecBackend b = ex->opt.backend;
-    if (b == EXEC_BACKEND_AUTO)
-        b = device_is_cpu(dev) ? EXEC_BACKEND_CPU : EXEC_BACKEND_CUDA;
+    ExecBackend b;
+    int rc = exec_backend_for_plan(&ex->plan, ex->opt.backend, &b, err);
+    if (rc)
+        return rc;
     if (b == EXEC_BACKEND_CPU) {
         if (prec != PX_FP32)
             return px_fail(err, PX_EINPUT,
@@ -88,13 +89,11 @@ void exec_ckpt_state(const Exec *ex, CkptState *st)
     st->stage = c->g.stage;
     st->tp_rank = c->g.tp_rank;
     st->dp_rank = c->g.dp_rank;
-    st->dtype = c->act;
     st->k = c->k;
     st->comm = c->comm;
     st->spec = &c->spec;
     st->d = &c->d;
     st->plan_path = ex->plan_path;
-    st->backend = c->k->name;
     st->steps = c->steps;
     for (int i = 0; i < CKPT_SECTIONS; i++) {
         st->region[i].base = ex->mem.a[cats[i]].base;
@@ -313,7 +312,8 @@ static int phase_memory(Exec *ex, PxError *err)
                        "model/ and exec/ disagree",
                        (unsigned long long)ex->mem.a[MODEL_ACTIVATIONS].cap,
                        (unsigned long long)want);
-    if ((rc = exec_params_finish(&ex->params, c, ex->zero.bucket, ex->zero.bucket_elems, err)) ||
+    if ((rc = exec_params_finish(&ex->params, c, ex->zero.bucket, ex->zero.bucket_elems,
+                                 ex->zero.gather[0], err)) ||
         (rc = exec_meter_init(&ex->meter, c, &ex->graph, ex->sched.n, err)))
         return rc;
     return exec_params_init_values(&ex->params, c, &ex->mem, ex->zero.bucket,
@@ -361,6 +361,8 @@ int exec_init(Exec **out, const ModelPlan *plan, const ExecOptions *opt, PxError
         return px_fail(err, PX_ERUNTIME, "out of memory");
     ex->opt = *opt;
     ex->comm_note = opt->comm_note;
+    /* exec_free may follow a failure before the parts are opened, and a stage that reads no
+     * tokens never opens its data: no descriptor 0 to close, no op being timed */
     ex->batches.data.fd = -1;
     ex->meter.cur_op = -1;
     px_strlcpy(ex->plan_path, opt->plan_path ? opt->plan_path : "plan", sizeof ex->plan_path);
@@ -504,9 +506,5 @@ double exec_step_flops(const Exec *ex) { return exec_meter_step_flops(&ex->meter
 double exec_unattributed_flops(const Exec *ex) { return ex->meter.unattributed_flops; }
 
 const ExecOpReport *exec_ops(Exec *ex, int *n) { return exec_meter_ops(&ex->meter, n); }
-
-int exec_stage(const Exec *ex) { return ex->c.g.stage; }
-
-const CommLayer *exec_comm(const Exec *ex) { return ex->c.comm; }
 
 int exec_error_is_collective(const Exec *ex) { return ex->optim.collective || ex->hist.collective; }

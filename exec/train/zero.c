@@ -41,16 +41,13 @@ int exec_zero_bind(ExecZero *Z, const ExecCtx *c, const ModelTensor *t, void *p,
     const int bucket = t->role == MODEL_TR_ZERO_GRAD_BUCKET;
     const PxDtype want = bucket ? PX_FP32 : c->act;
     if (t->dtype != want)
-        return px_fail(err, PX_ERUNTIME, "tensor %s of the tensor table is %s but the trainer "
-                       "keeps it in %s: model/ and exec/ disagree",
-                       t->name, px_dtype_name(t->dtype), px_dtype_name(want));
+        return exec_bind_wrong_dtype(t, want, err);
     if (bucket) {
         Z->bucket = p;
         Z->bucket_elems = t->numel;
     } else {
         Z->gather[0] = p;
         Z->gather[1] = p ? EXEC_AT(p, t->numel / 2, c->ab) : NULL;
-        Z->gather_elems = t->numel / 2;
     }
     return PX_OK;
 }
@@ -61,12 +58,6 @@ void exec_zero_step_begin(ExecZero *Z, int n_blocks)
         Z->reduced[b] = 0;
         Z->req[b] = -1;
     }
-}
-
-static int missing_op(const ExecCtx *c, const char *what, PxError *err)
-{
-    return px_fail(err, PX_ERUNTIME, "stage %d: the op graph has no %s: model/ and exec/ disagree",
-                   c->g.stage, what);
 }
 
 /* Sequence parallelism: the norms' replicated parameters saw only this rank's sequence shard,
@@ -89,12 +80,10 @@ static int sp_norm_grads(const ExecCtx *c, const ExecParams *P, ExecMeter *M, in
         uint64_t n = 0;
         while (k < end && P->p[k].norm && P->p[k].off == P->p[i].off + n)
             n += P->p[k++].numel;
-        if (op < 0) {
-            op = exec_meter_find(M, MODEL_OPR_BLOCK_SP_GRADS, b, blk->chunk, phase,
-                                 MODEL_TP_ALLREDUCE, 0);
-            if (op < 0)
-                return missing_op(c, "a block's sp_grads.tp_allreduce", err);
-        }
+        if (op < 0 && (rc = exec_meter_need(M, c, MODEL_OPR_BLOCK_SP_GRADS, b, blk->chunk, phase,
+                                            MODEL_TP_ALLREDUCE, 0,
+                                            "a block's sp_grads.tp_allreduce", &op, err)))
+            return rc;
         exec_meter_begin(M, c->k, op); /* one call per norm, as the graph counts them */
         rc = comm_allreduce(c->comm, grads + P->p[i].off, n, PX_FP32, COMM_SUM, MODEL_TP_ALLREDUCE,
                             NULL, err);
@@ -116,9 +105,9 @@ static int start_reduce(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter 
     if (rc || c->g.zero_n < 2)
         return rc;
     const ModelComm kind = zero == 0 ? MODEL_DP_ALLREDUCE : MODEL_DP_REDUCE_SCATTER;
-    Z->op[b] = exec_meter_find(M, MODEL_OPR_BLOCK_GRADS, b, blk->chunk, MODEL_STEP, kind, 0);
-    if (Z->op[b] < 0)
-        return missing_op(c, "a block's gradient reduction", err);
+    if ((rc = exec_meter_need(M, c, MODEL_OPR_BLOCK_GRADS, b, blk->chunk, MODEL_STEP, kind, 0,
+                              "a block's gradient reduction", &Z->op[b], err)))
+        return rc;
     exec_meter_begin(M, c->k, Z->op[b]);
     if (zero == 0)
         rc = comm_allreduce(c->comm, blk->g, blk->numel, PX_FP32, COMM_SUM, kind, &Z->req[b], err);
@@ -145,15 +134,13 @@ int exec_zero_block_done(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter
 static int tied_sum(const ExecCtx *c, ExecParams *P, ExecMeter *M, int b, PxError *err)
 {
     const ExecBlock *blk = &P->b[b];
-    const ModelTensorRole role = b == P->embed_block ? MODEL_TR_WTE : MODEL_TR_LOGITS_W;
-    const ExecParam *p = NULL;
-    for (int i = blk->first_param; i < blk->first_param + blk->n_params; i++)
-        if (P->p[i].role == role)
-            p = &P->p[i];
+    /* a stage holds each at most once: the first chunk's embedding, the last chunk's copy */
+    const ExecParam *p =
+        exec_params_of(P, b == P->embed_block ? MODEL_TR_WTE : MODEL_TR_LOGITS_W, -1);
     int op = exec_meter_find(M, MODEL_OPR_BLOCK_GRADS, b, blk->chunk, MODEL_STEP,
                              MODEL_EMBED_ALLREDUCE, 0);
     if (!p || op < 0)
-        return missing_op(c, "the tied embedding's embed_allreduce", err);
+        return exec_meter_missing(c, "the tied embedding's embed_allreduce", err);
     exec_meter_begin(M, c->k, op);
     int rc = comm_allreduce(c->comm, p->g, p->numel, PX_FP32, COMM_SUM, MODEL_EMBED_ALLREDUCE, NULL,
                             err);
@@ -190,13 +177,14 @@ int exec_zero_gather(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M,
     void *slot = Z->gather[Z->gather_next];
     Z->gather_next ^= 1;
     if (c->g.zero_n > 1) {
-        int op = exec_meter_find(M, MODEL_OPR_BLOCK_PARAMS, b, blk->chunk, phase,
-                                 MODEL_DP_ALL_GATHER, occurrence);
-        if (op < 0)
-            return missing_op(c, "a block's parameter all-gather", err);
+        int op, rc;
+        if ((rc = exec_meter_need(M, c, MODEL_OPR_BLOCK_PARAMS, b, blk->chunk, phase,
+                                  MODEL_DP_ALL_GATHER, occurrence,
+                                  "a block's parameter all-gather", &op, err)))
+            return rc;
         exec_meter_begin(M, c->k, op);
-        int rc = comm_all_gather(c->comm, slot, blk->w_shard, blk->shard, c->act,
-                                 MODEL_DP_ALL_GATHER, NULL, err);
+        rc = comm_all_gather(c->comm, slot, blk->w_shard, blk->shard, c->act, MODEL_DP_ALL_GATHER,
+                             NULL, err);
         exec_meter_end(M, c->k);
         if (rc)
             return rc;
@@ -226,10 +214,11 @@ int exec_zero_bucket_reduce(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMe
     if (rc)
         return rc;
     if (c->g.zero_n > 1) {
-        int op = exec_meter_find(M, MODEL_OPR_BLOCK_GRADS, b, blk->chunk, MODEL_BWD,
-                                 MODEL_DP_REDUCE_SCATTER, 0);
-        if (op < 0)
-            return missing_op(c, "a block's gradient reduce-scatter", err);
+        int op;
+        if ((rc = exec_meter_need(M, c, MODEL_OPR_BLOCK_GRADS, b, blk->chunk, MODEL_BWD,
+                                  MODEL_DP_REDUCE_SCATTER, 0, "a block's gradient reduce-scatter",
+                                  &op, err)))
+            return rc;
         exec_meter_begin(M, c->k, op);
         /* in place: this rank's summed shard lands at the start of the bucket */
         rc = comm_reduce_scatter(c->comm, Z->bucket, Z->bucket, blk->shard, PX_FP32,
@@ -243,18 +232,17 @@ int exec_zero_bucket_reduce(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMe
     return PX_OK;
 }
 
-int exec_zero_gather_updated(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M,
-                             PxError *err)
+int exec_zero_gather_updated(const ExecCtx *c, ExecParams *P, ExecMeter *M, PxError *err)
 {
-    (void)Z;
     const int zero = c->spec.layout.zero;
     int rc = PX_OK;
     for (int b = 0; b < P->nb && !rc && (zero == 1 || zero == 2) && c->g.zero_n > 1; b++) {
         ExecBlock *blk = &P->b[b];
-        int op = exec_meter_find(M, MODEL_OPR_BLOCK_PARAMS, b, blk->chunk, MODEL_STEP,
-                                 MODEL_DP_ALL_GATHER, 0);
-        if (op < 0)
-            return missing_op(c, "a block's parameter all-gather", err);
+        int op;
+        if ((rc = exec_meter_need(M, c, MODEL_OPR_BLOCK_PARAMS, b, blk->chunk, MODEL_STEP,
+                                  MODEL_DP_ALL_GATHER, 0, "a block's parameter all-gather", &op,
+                                  err)))
+            return rc;
         exec_meter_begin(M, c->k, op);
         rc = comm_all_gather_shard(c->comm, blk->w, blk->numel, blk->shard, c->act,
                                    MODEL_DP_ALL_GATHER, NULL, err);
