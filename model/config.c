@@ -11,6 +11,7 @@ static const char *const family_names[] = {"gpt", "llama"};
 static const char *const norm_names[] = {"layernorm", "rmsnorm"};
 static const char *const mlp_names[] = {"gelu", "swiglu"};
 static const char *const position_names[] = {"learned", "rope"};
+static const char *const score_names[] = {"softmax", "sigmoid"};
 
 const char *model_family_name(ModelFamily f) { return f == MODEL_LLAMA ? "llama" : "gpt"; }
 
@@ -78,6 +79,100 @@ int model_config_check(const ModelConfig *c, const char *origin, PxError *err)
                        c->seq_len);
     if (!(c->norm_eps > 0))
         return px_fail(err, PX_EINPUT, "%s: norm_eps must be positive", origin);
+    const ModelMoe *m = &c->moe;
+    if (m->experts > 0) {
+        if (m->topk < 1 || m->topk > m->experts)
+            return px_fail(err, PX_EINPUT, "%s: moe.topk %d must be between 1 and the %d experts",
+                           origin, m->topk, m->experts);
+        if (m->expert_ffn < 1)
+            return px_fail(err, PX_EINPUT, "%s: moe.expert_ffn must be at least 1, got %d", origin,
+                           m->expert_ffn);
+        if (m->shared_ffn < 0 || m->first_dense < 0 || m->first_dense > c->layers ||
+            m->layer_freq < 1)
+            return px_fail(err, PX_EINPUT,
+                           "%s: moe.shared_ffn %d must be >= 0, moe.first_dense %d between 0 and "
+                           "the %d layers, moe.layer_freq %d at least 1",
+                           origin, m->shared_ffn, m->first_dense, c->layers, m->layer_freq);
+        if (m->groups > 0 && (m->experts % m->groups != 0 || m->topk_groups < 1 ||
+                              m->topk_groups > m->groups ||
+                              m->topk > m->topk_groups * (m->experts / m->groups)))
+            return px_fail(err, PX_EINPUT,
+                           "%s: moe.groups %d must divide the %d experts, with moe.topk_groups %d "
+                           "between 1 and it holding at least topk %d experts",
+                           origin, m->groups, m->experts, m->topk_groups, m->topk);
+        if (!(m->capacity_factor >= 0) || !(m->aux_loss_coeff >= 0))
+            return px_fail(err, PX_EINPUT,
+                           "%s: moe.capacity_factor and moe.aux_loss_coeff must be >= 0", origin);
+    } else if (m->experts < 0) {
+        return px_fail(err, PX_EINPUT, "%s: moe.experts must be >= 0, got %d", origin, m->experts);
+    }
+    const ModelMla *a = &c->mla;
+    if (a->kv_lora_rank > 0 &&
+        (a->q_lora_rank < 0 || a->qk_nope_dim < 1 || a->qk_rope_dim < 1 || a->v_dim < 1 ||
+         a->qk_rope_dim % 2 != 0 || c->kv_heads != c->heads))
+        return px_fail(err, PX_EINPUT,
+                       "%s: mla needs qk_nope_dim, qk_rope_dim (even), v_dim >= 1, q_lora_rank >= "
+                       "0 and kv_heads = heads",
+                       origin);
+    if (c->mtp_layers < 0 || c->mtp_layers > 16)
+        return px_fail(err, PX_EINPUT, "%s: mtp_layers must be between 0 and 16, got %d", origin,
+                       c->mtp_layers);
+    return PX_OK;
+}
+
+/* The "moe" and "mla" objects of the parallax format. */
+static int parse_native_moe(const cJSON *j, const char *where, ModelConfig *c, PxError *err)
+{
+    static const char *const moe_keys[] = {
+        "experts",   "topk",        "expert_ffn",  "shared_ffn",     "shared_gate",
+        "first_dense", "layer_freq", "score",      "groups",         "topk_groups",
+        "router_bias", "expert_bias", "norm_topk", "aux_loss_coeff", "capacity_factor", NULL};
+    static const char *const mla_keys[] = {"q_lora_rank", "kv_lora_rank", "qk_nope_dim",
+                                           "qk_rope_dim", "v_dim", NULL};
+    const cJSON *m = NULL, *a = NULL;
+    int rc;
+    char w[340];
+    if ((rc = px_json_object(j, where, "moe", 0, &m, err)) ||
+        (rc = px_json_object(j, where, "mla", 0, &a, err)) ||
+        (rc = px_json_int(j, where, "mtp_layers", 0, 0, 16, &c->mtp_layers, err)) ||
+        (rc = px_json_bool(j, where, "attn_sinks", 0, &c->attn_sinks, err)))
+        return rc;
+    if (m) {
+        ModelMoe *o = &c->moe;
+        snprintf(w, sizeof w, "%s moe", where);
+        px_json_warn_unknown(m, w, moe_keys);
+        o->layer_freq = 1;
+        o->norm_topk = 1;
+        int score = 0;
+        if ((rc = px_json_int(m, w, "experts", 1, 1, 1 << 20, &o->experts, err)) ||
+            (rc = px_json_int(m, w, "topk", 1, 1, 1 << 20, &o->topk, err)) ||
+            (rc = px_json_int(m, w, "expert_ffn", 1, 1, 1 << 24, &o->expert_ffn, err)) ||
+            (rc = px_json_int(m, w, "shared_ffn", 0, 0, 1 << 24, &o->shared_ffn, err)) ||
+            (rc = px_json_bool(m, w, "shared_gate", 0, &o->shared_gate, err)) ||
+            (rc = px_json_int(m, w, "first_dense", 0, 0, 100000, &o->first_dense, err)) ||
+            (rc = px_json_int(m, w, "layer_freq", 0, 1, 100000, &o->layer_freq, err)) ||
+            (rc = px_json_enum(m, w, "score", 0, score_names, 2, &score, err)) ||
+            (rc = px_json_int(m, w, "groups", 0, 0, 1 << 20, &o->groups, err)) ||
+            (rc = px_json_int(m, w, "topk_groups", 0, 0, 1 << 20, &o->topk_groups, err)) ||
+            (rc = px_json_bool(m, w, "router_bias", 0, &o->router_bias, err)) ||
+            (rc = px_json_bool(m, w, "expert_bias", 0, &o->expert_bias, err)) ||
+            (rc = px_json_bool(m, w, "norm_topk", 0, &o->norm_topk, err)) ||
+            (rc = px_json_double(m, w, "aux_loss_coeff", 0, 0, 1e3, &o->aux_loss_coeff, err)) ||
+            (rc = px_json_double(m, w, "capacity_factor", 0, 0, 1e3, &o->capacity_factor, err)))
+            return rc;
+        o->score = (ModelRouterScore)score;
+    }
+    if (a) {
+        ModelMla *o = &c->mla;
+        snprintf(w, sizeof w, "%s mla", where);
+        px_json_warn_unknown(a, w, mla_keys);
+        if ((rc = px_json_int(a, w, "q_lora_rank", 0, 0, 1 << 20, &o->q_lora_rank, err)) ||
+            (rc = px_json_int(a, w, "kv_lora_rank", 1, 1, 1 << 20, &o->kv_lora_rank, err)) ||
+            (rc = px_json_int(a, w, "qk_nope_dim", 1, 1, 1 << 16, &o->qk_nope_dim, err)) ||
+            (rc = px_json_int(a, w, "qk_rope_dim", 1, 1, 1 << 16, &o->qk_rope_dim, err)) ||
+            (rc = px_json_int(a, w, "v_dim", 1, 1, 1 << 16, &o->v_dim, err)))
+            return rc;
+    }
     return PX_OK;
 }
 
@@ -88,7 +183,8 @@ static int parse_native(const cJSON *j, const char *origin, ModelConfig *c, PxEr
         "schema_version", "name",     "family",          "layers",   "hidden",     "heads",
         "kv_heads",       "head_dim", "ffn_hidden",      "vocab",    "seq_len",    "norm",
         "mlp",            "position", "tied_embeddings", "bias",     "qkv_bias",   "norm_eps",
-        "rope_theta",     "source",   "description",     NULL};
+        "rope_theta",     "source",   "description",     "moe",      "mla",        "mtp_layers",
+        "attn_sinks",     NULL};
     char where[300];
     snprintf(where, sizeof where, "%s:", origin);
     int rc, version = 1, fam = 0;
@@ -142,6 +238,8 @@ static int parse_native(const cJSON *j, const char *origin, ModelConfig *c, PxEr
     c->norm = (ModelNorm)norm;
     c->mlp = (ModelMlp)mlp;
     c->position = (ModelPosition)pos;
+    if ((rc = parse_native_moe(j, where, c, err)))
+        return rc;
     return model_config_check(c, origin, err);
 }
 
@@ -334,6 +432,38 @@ cJSON *model_config_to_json(const ModelConfig *c)
     cJSON_AddBoolToObject(j, "qkv_bias", c->qkv_bias);
     cJSON_AddNumberToObject(j, "norm_eps", c->norm_eps);
     cJSON_AddNumberToObject(j, "rope_theta", c->rope_theta);
+    const ModelMoe *m = &c->moe;
+    if (m->experts > 0) {
+        cJSON *o = cJSON_AddObjectToObject(j, "moe");
+        cJSON_AddNumberToObject(o, "experts", m->experts);
+        cJSON_AddNumberToObject(o, "topk", m->topk);
+        cJSON_AddNumberToObject(o, "expert_ffn", m->expert_ffn);
+        cJSON_AddNumberToObject(o, "shared_ffn", m->shared_ffn);
+        cJSON_AddBoolToObject(o, "shared_gate", m->shared_gate);
+        cJSON_AddNumberToObject(o, "first_dense", m->first_dense);
+        cJSON_AddNumberToObject(o, "layer_freq", m->layer_freq);
+        cJSON_AddStringToObject(o, "score", score_names[m->score]);
+        cJSON_AddNumberToObject(o, "groups", m->groups);
+        cJSON_AddNumberToObject(o, "topk_groups", m->topk_groups);
+        cJSON_AddBoolToObject(o, "router_bias", m->router_bias);
+        cJSON_AddBoolToObject(o, "expert_bias", m->expert_bias);
+        cJSON_AddBoolToObject(o, "norm_topk", m->norm_topk);
+        cJSON_AddNumberToObject(o, "aux_loss_coeff", m->aux_loss_coeff);
+        cJSON_AddNumberToObject(o, "capacity_factor", m->capacity_factor);
+    }
+    const ModelMla *a = &c->mla;
+    if (a->kv_lora_rank > 0) {
+        cJSON *o = cJSON_AddObjectToObject(j, "mla");
+        cJSON_AddNumberToObject(o, "q_lora_rank", a->q_lora_rank);
+        cJSON_AddNumberToObject(o, "kv_lora_rank", a->kv_lora_rank);
+        cJSON_AddNumberToObject(o, "qk_nope_dim", a->qk_nope_dim);
+        cJSON_AddNumberToObject(o, "qk_rope_dim", a->qk_rope_dim);
+        cJSON_AddNumberToObject(o, "v_dim", a->v_dim);
+    }
+    if (c->mtp_layers > 0)
+        cJSON_AddNumberToObject(j, "mtp_layers", c->mtp_layers);
+    if (c->attn_sinks)
+        cJSON_AddBoolToObject(j, "attn_sinks", c->attn_sinks);
     return j;
 }
 

@@ -40,6 +40,38 @@ typedef enum { MODEL_GPT = 0, MODEL_LLAMA } ModelFamily;
 typedef enum { MODEL_LAYERNORM = 0, MODEL_RMSNORM } ModelNorm;
 typedef enum { MODEL_GELU = 0, MODEL_SWIGLU } ModelMlp;
 typedef enum { MODEL_POS_LEARNED = 0, MODEL_POS_ROPE } ModelPosition;
+typedef enum { MODEL_ROUTER_SOFTMAX = 0, MODEL_ROUTER_SIGMOID } ModelRouterScore;
+
+/* Mixture of experts (experts 0: a dense model). A MoE layer replaces the MLP by a router, the
+ * routed experts (SwiGLU, or the model's MLP kind) of width expert_ffn and, optionally, shared
+ * experts every token passes through (shared_ffn: their summed width, as Megatron's
+ * --moe-shared-expert-intermediate-size). Layers 0 .. first_dense-1 stay dense; after them every
+ * layer_freq-th layer is MoE (1: all). docs/moe.md. */
+typedef struct {
+    int experts;           /* routed experts per MoE layer */
+    int topk;              /* experts each token is routed to */
+    int expert_ffn;        /* each routed expert's inner width (per matrix for SwiGLU) */
+    int shared_ffn;        /* shared experts' summed inner width; 0: none */
+    int shared_gate;       /* a sigmoid gate on the shared experts' output (Qwen2-MoE) */
+    int first_dense;       /* leading dense layers (DeepSeek's first_k_dense_replace) */
+    int layer_freq;        /* every layer_freq-th layer after them is MoE; 1: every one */
+    ModelRouterScore score;
+    int groups, topk_groups; /* group-limited routing (DeepSeek-V3: 8 groups, 4 chosen); 0: none */
+    int router_bias;       /* the router's linear layer has a bias (GPT-OSS) */
+    int expert_bias;       /* the experts' linear layers have biases (GPT-OSS) */
+    int norm_topk;         /* top-k weights renormalised to sum to 1 */
+    double aux_loss_coeff; /* load-balancing loss weight (Switch / GShard); 0: none */
+    double capacity_factor; /* tokens an expert takes, as a multiple of its balanced share; 0: dropless */
+} ModelMoe;
+
+/* DeepSeek's multi-head latent attention (kv_lora_rank 0: ordinary attention). Queries go
+ * through a rank-q_lora_rank bottleneck (0: projected directly), keys and values through a
+ * shared rank-kv_lora_rank latent plus one rotary key of qk_rope_dim shared by the heads.
+ * Query/key heads are qk_nope_dim + qk_rope_dim wide, value heads v_dim. */
+typedef struct {
+    int q_lora_rank, kv_lora_rank;
+    int qk_nope_dim, qk_rope_dim, v_dim;
+} ModelMla;
 
 typedef struct {
     char name[64];
@@ -60,6 +92,10 @@ typedef struct {
     int qkv_bias;        /* biases on the QKV projection only (Qwen2); implied by bias */
     double norm_eps;
     double rope_theta;
+    ModelMoe moe;
+    ModelMla mla;
+    int mtp_layers; /* multi-token prediction modules after the last layer (DeepSeek-V3: 1) */
+    int attn_sinks; /* a learned sink logit per head (GPT-OSS) */
 } ModelConfig;
 
 /* Loads a zoo model by name ("gpt2-124m") or a file: parallax model JSON or a Hugging Face
@@ -71,8 +107,14 @@ int model_config_from_json(const cJSON *j, const char *origin, ModelConfig *out,
 cJSON *model_config_to_json(const ModelConfig *c);
 /* Checks internal consistency (positive sizes, heads divisible by kv_heads ...). */
 int model_config_check(const ModelConfig *c, const char *origin, PxError *err);
-/* Parameter count with the vocabulary as configured (no padding). */
+/* Parameter count with the vocabulary as configured (no padding), MTP modules included. */
 double model_config_params(const ModelConfig *c);
+/* Parameters one token passes through: the routed experts counted top-k times of experts. */
+double model_config_active_params(const ModelConfig *c);
+/* 1 when global layer l (0-based; the MTP modules' layers are layers + i) is a MoE layer. */
+int model_layer_is_moe(const ModelConfig *c, int l);
+/* MoE layers among layers [first, first + n). */
+int model_moe_layers_in(const ModelConfig *c, int first, int n);
 /* The zoo compiled into the binary. */
 int model_zoo_count(void);
 const char *model_zoo_name(int i);
@@ -97,6 +139,12 @@ typedef struct {
     ModelSchedule schedule;
     int overlap_dp; /* overlap DP reduction / ZeRO gathers with compute */
     int overlap_tp; /* overlap TP communication with compute */
+    /* Expert parallelism, as Megatron-Core folds it: the routed experts are split over ep
+     * ranks and each expert's matrices over etp ranks, inside the tp x cp x dp ranks of a
+     * pipeline stage; the remaining (tp x cp x dp) / (ep x etp) ranks replicate the experts
+     * (expert data parallelism). 0: 1 (etp 0: tp, Megatron's default). */
+    int ep, etp;
+    int overlap_ep; /* overlap the experts' all-to-all with compute (shared experts, other micro-batches) */
     /* Uneven pipeline split: the layers of each of the pp stages (vpp 1), summing to the
      * model's layers. 0 entries: the even split, layers / (pp * vpp) per chunk.
      * model_spec_check clears a split whose stages are all equal, so that it is the even one. */
@@ -117,6 +165,11 @@ typedef struct {
     int causal_flops;     /* count the causal half of attention scores (default: full, as Narayanan) */
     int fused_kernels;    /* fused elementwise kernels (bias-GeLU, bias-dropout-add, scale-mask-softmax) */
     double train_tokens;  /* tokens to train on, for days and GPU-hours; 0: not asked */
+    /* MoE routing: the busiest expert-parallel rank's tokens over the balanced share (1: the
+     * balance NVIDIA's benchmarks force); force_balance routes round-robin, ignoring the
+     * router's choice, as Megatron's --moe-router-force-load-balancing */
+    double moe_imbalance;
+    int moe_force_balance;
     /* training hyperparameters (the executor's): warm-up then cosine decay to min_lr */
     double lr, min_lr;
     int warmup_steps;
@@ -155,6 +208,19 @@ typedef struct {
     int zero_group; /* ranks that shard ZeRO state and reduce gradients: dp * cp */
     int pp_split;   /* TP ranks a pipeline transfer is split over and re-gathered by (Megatron's
                        scatter/gather: tp without SP when tp divides h; else 1) */
+    /* attention widths: query/key heads qk_hd wide, value heads v_hd (both hd but with MLA);
+     * o_loc = heads_loc * v_hd, the attention output per TP rank */
+    int qk_hd, v_hd, o_loc;
+    /* mixture of experts (0 when dense) */
+    int moe;            /* the model has MoE layers */
+    int ep, etp, edp;   /* expert parallel, expert tensor parallel, expert data parallel */
+    int experts_loc;    /* routed experts per rank: experts / ep */
+    int eff_loc;        /* a routed expert's inner width per rank: expert_ffn / etp */
+    int eff_out_loc;    /* its fc1 output: 2 * eff_loc (SwiGLU) or eff_loc */
+    int sff_loc, sff_out_loc; /* the shared experts' inner width / fc1 output per TP rank */
+    int64_t tokens;     /* tokens entering a MoE layer on this rank per micro-batch: b x s_sp */
+    int64_t routed;     /* token copies an expert rank's GEMMs process per micro-batch: tokens x
+                           topk x etp x the imbalance (capacity: the capacity's), rounded up */
     PxDtype param, act, grad;
     int master; /* 1 when an fp32 master copy exists (precision is not fp32) */
 } ModelDims;
@@ -175,6 +241,7 @@ typedef enum {
     MODEL_RULE_SEQUENCE,      /* cp (and tp with SP) against the sequence */
     MODEL_RULE_JOB,           /* precision, gradients, dropout, padding */
     MODEL_RULE_SPLIT,         /* an uneven split's stage layers: count, values, sum, vpp */
+    MODEL_RULE_EXPERTS,       /* ep / etp against the experts and the stage's ranks */
     MODEL_RULE_COUNT
 } ModelRule;
 
@@ -194,6 +261,9 @@ int model_optimizer_from_name(const char *s);
 /* Megatron-Core rank order: tp fastest, then cp, dp, pp. */
 int model_rank(const ModelLayout *l, int tp, int cp, int dp, int pp);
 void model_rank_coords(const ModelLayout *l, int rank, int *tp, int *cp, int *dp, int *pp);
+/* Megatron-Core's expert rank order inside a pipeline stage: etp fastest, then ep, then
+ * expert data parallel (the layout's ep and etp resolved: model_spec_check fills them). */
+void model_expert_coords(const ModelLayout *l, int rank, int *etp, int *ep, int *edp, int *pp);
 /* Global model chunk held as local chunk j by stage s (Megatron interleaving): j * p + s. */
 static inline int model_global_chunk(const ModelDims *d, int stage, int j) { return j * d->p + stage; }
 /* The layers of global model chunk gc: returns their count, *first gets the first (global)
@@ -281,11 +351,17 @@ typedef enum {
     MODEL_CP_ALL_GATHER,
     MODEL_CP_REDUCE_SCATTER,
     MODEL_EMBED_ALLREDUCE, /* tied embedding gradients between first and last stage */
+    MODEL_EP_ALL_TO_ALL,   /* MoE token dispatch and combine over the expert-parallel group */
+    MODEL_ETP_ALL_GATHER,  /* routed tokens gathered over the expert-tensor-parallel group */
+    MODEL_ETP_REDUCE_SCATTER,
+    MODEL_EDP_ALLREDUCE,   /* routed experts' gradients over the expert-data-parallel group */
+    MODEL_EDP_REDUCE_SCATTER,
+    MODEL_EDP_ALL_GATHER,
     MODEL_COMM_COUNT
 } ModelComm;
 
-typedef enum { MODEL_COLL_ALLREDUCE = 0, MODEL_COLL_ALL_GATHER, MODEL_COLL_REDUCE_SCATTER, MODEL_COLL_SEND, MODEL_COLL_RECV } ModelCollective;
-typedef enum { MODEL_GROUP_TP = 0, MODEL_GROUP_CP, MODEL_GROUP_DP, MODEL_GROUP_PP, MODEL_GROUP_EMBED } ModelGroup;
+typedef enum { MODEL_COLL_ALLREDUCE = 0, MODEL_COLL_ALL_GATHER, MODEL_COLL_REDUCE_SCATTER, MODEL_COLL_SEND, MODEL_COLL_RECV, MODEL_COLL_ALL_TO_ALL } ModelCollective;
+typedef enum { MODEL_GROUP_TP = 0, MODEL_GROUP_CP, MODEL_GROUP_DP, MODEL_GROUP_PP, MODEL_GROUP_EMBED, MODEL_GROUP_EP, MODEL_GROUP_ETP, MODEL_GROUP_EDP } ModelGroup;
 
 const char *model_category_name(ModelCategory c);
 const char *model_comm_name(ModelComm k);
@@ -346,11 +422,31 @@ typedef enum {
     /* communication buffers */
     MODEL_TR_PP_SEND, MODEL_TR_PP_RECV, MODEL_TR_SP_GATHER, MODEL_TR_CP_KV,
     MODEL_TR_ZERO_GRAD_BUCKET, MODEL_TR_ZERO_PARAM_GATHER,
+    /* a MoE layer's parameters (its shared experts are the layer's MLP: FC1_W, FC2_W) */
+    MODEL_TR_ROUTER_W, MODEL_TR_ROUTER_B, MODEL_TR_EXP_FC1_W, MODEL_TR_EXP_FC1_B,
+    MODEL_TR_EXP_FC2_W, MODEL_TR_EXP_FC2_B, MODEL_TR_SHARED_GATE_W,
+    /* multi-head latent attention's parameters (in place of QKV_W), attention sinks */
+    MODEL_TR_Q_A_W, MODEL_TR_Q_NORM_W, MODEL_TR_Q_B_W, MODEL_TR_KV_A_W, MODEL_TR_KV_NORM_W,
+    MODEL_TR_KV_B_W, MODEL_TR_SINKS,
+    /* a multi-token prediction module's own parameters (its layer is an ordinary layer) */
+    MODEL_TR_MTP_ENORM_W, MODEL_TR_MTP_HNORM_W, MODEL_TR_MTP_EH_W, MODEL_TR_MTP_NORM_W,
+    /* a MoE layer's saved activations (model_moe_acts), after the layer's */
+    MODEL_TR_ROUTER_PROBS, MODEL_TR_ROUTE_IDX, MODEL_TR_ROUTE_W, MODEL_TR_EXP_IN,
+    MODEL_TR_EXP_ACT_IN, MODEL_TR_EXP_FC2_IN, MODEL_TR_EXP_OUT,
+    /* multi-head latent attention's saved latents */
+    MODEL_TR_Q_LAT, MODEL_TR_KV_LAT,
+    /* a MoE layer's workspace and all-to-all buffers */
+    MODEL_TR_WS_EXP_DFFN, MODEL_TR_WS_EXP_DX, MODEL_TR_EP_SEND, MODEL_TR_EP_RECV,
+    /* a multi-token prediction module's saved activations: the shifted tokens' normed
+     * embedding and the normed hidden state, concatenated (eh_proj's input) */
+    MODEL_TR_MTP_EH_IN,
     MODEL_TR_COUNT
 } ModelTensorRole;
 
-/* A layer's saved activations: roles MODEL_TR_LN1_IN ... MODEL_TR_MLP_DROP_MASK. */
+/* A layer's saved activations: roles MODEL_TR_LN1_IN ... MODEL_TR_MLP_DROP_MASK; a MoE layer's
+ * add MODEL_TR_ROUTER_PROBS ... MODEL_TR_EXP_OUT. */
 enum { MODEL_LAYER_ACTS = MODEL_TR_MLP_DROP_MASK - MODEL_TR_LN1_IN + 1 };
+enum { MODEL_MOE_ACTS = MODEL_TR_EXP_OUT - MODEL_TR_ROUTER_PROBS + 1 };
 
 typedef struct {
     char name[56]; /* "layer.3.attn.qkv.w", "layer.3.attn.softmax", "zero.param_gather" */
@@ -378,6 +474,9 @@ typedef struct {
     uint64_t numel;       /* parameters in the block on this rank (after TP) */
     uint64_t shard_numel; /* ceil(numel / zero_group) */
     int repeat;           /* identical blocks it stands for (compact tables) */
+    int experts;          /* a MoE layer's routed experts ("layer.<l>.experts"): sharded and
+                             reduced over the expert-data-parallel group */
+    int group;            /* ranks that shard its ZeRO state and reduce its gradients */
 } ModelBlock;
 
 typedef struct {
@@ -438,10 +537,20 @@ typedef struct {
     int saved;   /* kept for the backward under the mode asked for; else recomputed */
 } ModelLayerAct;
 
-/* The MODEL_LAYER_ACTS activations of a layer in role order (out[i].role = MODEL_TR_LN1_IN +
- * i), `saved` under recompute mode `mode`. */
+/* The MODEL_LAYER_ACTS activations of a dense layer in role order (out[i].role =
+ * MODEL_TR_LN1_IN + i), `saved` under recompute mode `mode`. */
 void model_layer_acts(const ModelSpec *s, const ModelDims *d, ModelRecompute mode,
                       ModelLayerAct out[MODEL_LAYER_ACTS]);
+/* The same for global layer `layer`: in a MoE layer the MLP entries are its shared experts'
+ * (absent without them). */
+void model_layer_acts_at(const ModelSpec *s, const ModelDims *d, ModelRecompute mode, int layer,
+                         ModelLayerAct out[MODEL_LAYER_ACTS]);
+/* A MoE layer's MODEL_MOE_ACTS further activations (out[i].role = MODEL_TR_ROUTER_PROBS + i):
+ * the router's fp32 scores, the chosen experts and their weights, the routed tokens as the
+ * experts receive them, the experts' fc1 output and fc2 input, and their outputs back on the
+ * token's rank (the weights' gradient reads them). */
+void model_moe_acts(const ModelSpec *s, const ModelDims *d, ModelRecompute mode,
+                    ModelLayerAct out[MODEL_MOE_ACTS]);
 
 /* ---- op graph ---- */
 
@@ -470,6 +579,12 @@ typedef enum {
     MODEL_OPR_BLOCK_PARAMS,    /* a block's parameter all-gather (ZeRO): "<block>.params" */
     MODEL_OPR_BLOCK_GRADS,     /* a block's gradient reduction: "<block>.grads" */
     MODEL_OPR_BLOCK_SP_GRADS,  /* SP's norm-gradient all-reduce: "<block>.sp_grads" */
+    MODEL_OPR_ROUTER,          /* "moe.router": scores, top-k, permutation, aux loss */
+    MODEL_OPR_DISPATCH,        /* "moe.dispatch": the all-to-all of the routed tokens */
+    MODEL_OPR_EXP_FC1, MODEL_OPR_EXP_ACT, MODEL_OPR_EXP_FC2, /* "moe.experts.fc1" ... */
+    MODEL_OPR_COMBINE,         /* "moe.combine": the all-to-all back, weighted sum */
+    MODEL_OPR_Q_A, MODEL_OPR_Q_B, MODEL_OPR_KV_A, MODEL_OPR_KV_B, /* MLA's projections */
+    MODEL_OPR_MTP,             /* "mtp": a prediction module's norms and eh projection */
     MODEL_OPR_COUNT
 } ModelOpRole;
 

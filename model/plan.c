@@ -27,6 +27,12 @@ cJSON *model_layout_to_json(const ModelLayout *l)
     cJSON_AddBoolToObject(j, "overlap_tp", l->overlap_tp);
     if (l->n_stage_layers > 0)
         cJSON_AddItemToObject(j, "stage_layers", cJSON_CreateIntArray(l->stage_layers, l->n_stage_layers));
+    /* expert parallelism where it is not the default (ep 1, etp = tp) */
+    if (l->ep > 1 || (l->etp > 0 && l->etp != l->tp) || l->overlap_ep) {
+        cJSON_AddNumberToObject(j, "ep", l->ep > 0 ? l->ep : 1);
+        cJSON_AddNumberToObject(j, "etp", l->etp > 0 ? l->etp : l->tp);
+        cJSON_AddBoolToObject(j, "overlap_ep", l->overlap_ep);
+    }
     return j;
 }
 
@@ -76,7 +82,8 @@ static int stage_layers_from_json(const cJSON *j, const char *where, ModelLayout
 int model_layout_from_json(const cJSON *j, const char *where, ModelLayout *l, PxError *err)
 {
     static const char *const known[] = {"dp", "tp", "pp", "cp", "vpp", "zero", "sp", "recompute",
-                                        "schedule", "overlap_dp", "overlap_tp", "stage_layers", NULL};
+                                        "schedule", "overlap_dp", "overlap_tp", "stage_layers", "ep",
+                                        "etp", "overlap_ep", NULL};
     if (!cJSON_IsObject(j))
         return px_fail(err, PX_EINPUT, "%s expected an object", where);
     px_json_warn_unknown(j, where, known);
@@ -92,6 +99,9 @@ int model_layout_from_json(const cJSON *j, const char *where, ModelLayout *l, Px
         (rc = px_json_enum(j, where, "schedule", 0, schedule_names, 3, &sch, err)) ||
         (rc = px_json_bool(j, where, "overlap_dp", 0, &l->overlap_dp, err)) ||
         (rc = px_json_bool(j, where, "overlap_tp", 0, &l->overlap_tp, err)) ||
+        (rc = px_json_int(j, where, "ep", 0, 1, 1 << 16, &l->ep, err)) ||
+        (rc = px_json_int(j, where, "etp", 0, 1, 1 << 16, &l->etp, err)) ||
+        (rc = px_json_bool(j, where, "overlap_ep", 0, &l->overlap_ep, err)) ||
         (rc = stage_layers_from_json(j, where, l, err)))
         return rc;
     l->recompute = (ModelRecompute)rcm;
@@ -131,6 +141,10 @@ cJSON *model_job_to_json(const ModelJob *t, const ModelDims *d)
     cJSON_AddStringToObject(j, "attention_flops", t->causal_flops ? "causal" : "full");
     if (t->train_tokens > 0)
         cJSON_AddNumberToObject(j, "train_tokens", t->train_tokens);
+    if (t->moe_imbalance != 1.0 || t->moe_force_balance) {
+        cJSON_AddNumberToObject(j, "moe_imbalance", t->moe_imbalance);
+        cJSON_AddBoolToObject(j, "moe_force_balance", t->moe_force_balance);
+    }
     return j;
 }
 
@@ -140,7 +154,8 @@ int model_job_from_json(const cJSON *j, const char *where, ModelJob *t, PxError 
         "global_batch", "micro_batch", "micro_batches", "seq_len", "precision", "grad_dtype",
         "optimizer", "lr", "min_lr", "warmup_steps", "weight_decay", "grad_clip", "beta1", "beta2",
         "eps", "momentum", "steps", "seed", "data", "flash_attn", "dropout", "pad_vocab",
-        "vocab_padded", "fused_kernels", "attention_flops", "train_tokens", NULL};
+        "vocab_padded", "fused_kernels", "attention_flops", "train_tokens", "moe_imbalance",
+        "moe_force_balance", NULL};
     static const char *const flops_names[] = {"full", "causal"};
     if (!cJSON_IsObject(j))
         return px_fail(err, PX_EINPUT, "%s expected an object", where);
@@ -169,7 +184,9 @@ int model_job_from_json(const cJSON *j, const char *where, ModelJob *t, PxError 
         (rc = px_json_double(j, where, "dropout", 0, 0, 0.999, &t->dropout, err)) ||
         (rc = px_json_int(j, where, "pad_vocab", 0, 1, 1 << 16, &t->pad_vocab, err)) ||
         (rc = px_json_bool(j, where, "fused_kernels", 0, &t->fused_kernels, err)) ||
-        (rc = px_json_double(j, where, "train_tokens", 0, 0, 1e30, &t->train_tokens, err)))
+        (rc = px_json_double(j, where, "train_tokens", 0, 0, 1e30, &t->train_tokens, err)) ||
+        (rc = px_json_double(j, where, "moe_imbalance", 0, 1.0, 1 << 16, &t->moe_imbalance, err)) ||
+        (rc = px_json_bool(j, where, "moe_force_balance", 0, &t->moe_force_balance, err)))
         return rc;
     int af = t->causal_flops;
     if ((rc = px_json_enum(j, where, "attention_flops", 0, flops_names, 2, &af, err)))

@@ -15,8 +15,10 @@ static const char *const category_names[MODEL_CAT_COUNT] = {
 static const char *const comm_names[MODEL_COMM_COUNT] = {
     "dp_allreduce", "dp_reduce_scatter", "dp_all_gather", "tp_allreduce",
     "tp_all_gather", "tp_reduce_scatter", "pp_send",      "pp_recv",
-    "cp_all_gather", "cp_reduce_scatter", "embed_allreduce"};
-static const char *const group_names[] = {"tp", "cp", "dp", "pp", "embed"};
+    "cp_all_gather", "cp_reduce_scatter", "embed_allreduce", "ep_all_to_all",
+    "etp_all_gather", "etp_reduce_scatter", "edp_allreduce", "edp_reduce_scatter",
+    "edp_all_gather"};
+static const char *const group_names[] = {"tp", "cp", "dp", "pp", "embed", "ep", "etp", "edp"};
 
 static int name_index(const char *s, const char *const *names, int n)
 {
@@ -43,11 +45,17 @@ ModelCollective model_comm_collective(ModelComm k)
     case MODEL_DP_REDUCE_SCATTER:
     case MODEL_TP_REDUCE_SCATTER:
     case MODEL_CP_REDUCE_SCATTER:
+    case MODEL_ETP_REDUCE_SCATTER:
+    case MODEL_EDP_REDUCE_SCATTER:
         return MODEL_COLL_REDUCE_SCATTER;
     case MODEL_DP_ALL_GATHER:
     case MODEL_TP_ALL_GATHER:
     case MODEL_CP_ALL_GATHER:
+    case MODEL_ETP_ALL_GATHER:
+    case MODEL_EDP_ALL_GATHER:
         return MODEL_COLL_ALL_GATHER;
+    case MODEL_EP_ALL_TO_ALL:
+        return MODEL_COLL_ALL_TO_ALL;
     case MODEL_PP_SEND:
         return MODEL_COLL_SEND;
     case MODEL_PP_RECV:
@@ -73,6 +81,15 @@ ModelGroup model_comm_group(ModelComm k)
         return MODEL_GROUP_CP;
     case MODEL_EMBED_ALLREDUCE:
         return MODEL_GROUP_EMBED;
+    case MODEL_EP_ALL_TO_ALL:
+        return MODEL_GROUP_EP;
+    case MODEL_ETP_ALL_GATHER:
+    case MODEL_ETP_REDUCE_SCATTER:
+        return MODEL_GROUP_ETP;
+    case MODEL_EDP_ALLREDUCE:
+    case MODEL_EDP_REDUCE_SCATTER:
+    case MODEL_EDP_ALL_GATHER:
+        return MODEL_GROUP_EDP;
     default:
         return MODEL_GROUP_PP;
     }
@@ -94,7 +111,8 @@ const char *model_rule_name(ModelRule r)
         "interleaving needs a multiple of pp micro-batches",
         "cp or sp does not divide the sequence",
         "training job settings",
-        "bad split of the layers over the stages"};
+        "bad split of the layers over the stages",
+        "ep x etp does not divide the experts or the stage's ranks"};
     return (unsigned)r < MODEL_RULE_COUNT ? names[r] : "other";
 }
 
@@ -131,6 +149,7 @@ void model_spec_defaults(ModelSpec *s)
     j->flash_attn = 1;
     j->fused_kernels = 1;
     j->pad_vocab = 1;
+    j->moe_imbalance = 1.0;
     j->lr = 1e-3;
     j->min_lr = 1e-4;
     j->warmup_steps = 10;
@@ -157,6 +176,37 @@ void model_rank_coords(const ModelLayout *l, int rank, int *tp, int *cp, int *dp
     rank /= l->cp;
     *dp = rank % l->dp;
     *pp = rank / l->dp;
+}
+
+void model_expert_coords(const ModelLayout *l, int rank, int *etp, int *ep, int *edp, int *pp)
+{
+    const int stage_ranks = l->tp * l->cp * l->dp;
+    const int e = l->etp > 0 ? l->etp : l->tp, p = l->ep > 0 ? l->ep : 1;
+    int r = rank % stage_ranks;
+    *pp = rank / stage_ranks;
+    *etp = r % e;
+    r /= e;
+    *ep = r % p;
+    *edp = r / p;
+}
+
+int model_layer_is_moe(const ModelConfig *c, int l)
+{
+    const ModelMoe *m = &c->moe;
+    if (m->experts <= 0)
+        return 0;
+    if (l >= c->layers) /* a prediction module's layer is like the last layer (Megatron) */
+        l = c->layers - 1;
+    const int freq = m->layer_freq > 0 ? m->layer_freq : 1;
+    return l >= m->first_dense && (l - m->first_dense + 1) % freq == 0;
+}
+
+int model_moe_layers_in(const ModelConfig *c, int first, int n)
+{
+    int k = 0;
+    for (int l = first; l < first + n; l++)
+        k += model_layer_is_moe(c, l);
+    return k;
 }
 
 static int is_float_type(PxDtype t) { return t == PX_FP32 || t == PX_BF16 || t == PX_FP16; }
@@ -290,6 +340,56 @@ static int check_batch(ModelJob *j, const ModelLayout *l, int s, int *m, PxError
     return PX_OK;
 }
 
+/* Expert parallelism (ep 0 becomes 1, etp 0 becomes tp, Megatron's default): only with a MoE
+ * model; ep dividing the experts, etp their width, ep x etp the stage's tp x cp x dp ranks;
+ * tp > 1 with sequence parallelism, as Megatron-Core requires of MoE layers. */
+static int check_experts(const ModelConfig *c, ModelLayout *l, const ModelJob *j, PxError *err)
+{
+    const ModelMoe *m = &c->moe;
+    if (l->ep < 0 || l->etp < 0)
+        return rule_fail(err, MODEL_RULE_DEGREES, "ep and etp must be at least 1 (got ep %d etp %d)",
+                         l->ep, l->etp);
+    if (l->ep == 0)
+        l->ep = 1;
+    if (m->experts <= 0) {
+        if (l->ep > 1 || (l->etp > 0 && l->etp != l->tp))
+            return rule_fail(err, MODEL_RULE_EXPERTS,
+                             "ep %d / etp %d: model %s has no experts (expert parallelism needs a "
+                             "mixture-of-experts model)",
+                             l->ep, l->etp, c->name);
+        l->etp = l->tp;
+        return PX_OK;
+    }
+    if (l->etp == 0)
+        l->etp = l->tp;
+    if (m->experts % l->ep != 0)
+        return rule_fail(err, MODEL_RULE_EXPERTS, "ep %d must divide the %d experts", l->ep,
+                         m->experts);
+    if (m->expert_ffn % l->etp != 0)
+        return rule_fail(err, MODEL_RULE_EXPERTS, "etp %d must divide the experts' ffn %d", l->etp,
+                         m->expert_ffn);
+    if (m->shared_ffn % l->tp != 0)
+        return rule_fail(err, MODEL_RULE_HEADS, "tp %d must divide the shared experts' ffn %d",
+                         l->tp, m->shared_ffn);
+    const int ranks = l->tp * l->cp * l->dp;
+    if (ranks % (l->ep * l->etp) != 0)
+        return rule_fail(err, MODEL_RULE_EXPERTS,
+                         "ep %d x etp %d = %d must divide the %d ranks of a pipeline stage (tp %d x "
+                         "cp %d x dp %d)",
+                         l->ep, l->etp, l->ep * l->etp, ranks, l->tp, l->cp, l->dp);
+    if (l->tp > 1 && !l->sp)
+        return rule_fail(err, MODEL_RULE_SP_TP,
+                         "a mixture-of-experts model with tp %d needs sequence parallelism (--sp), "
+                         "as Megatron-Core requires",
+                         l->tp);
+    if (!(j->moe_imbalance >= 1.0 && j->moe_imbalance <= l->ep))
+        return rule_fail(err, MODEL_RULE_JOB,
+                         "moe imbalance %g must be between 1 (balanced) and ep %d (every token on "
+                         "one rank)",
+                         j->moe_imbalance, l->ep);
+    return PX_OK;
+}
+
 /* The training job's numbers: precisions (bf16 when none was resolved), dropout, padding. */
 static int check_job(ModelJob *j, PxError *err)
 {
@@ -348,6 +448,41 @@ static void fill_dims(ModelDims *d, const ModelSpec *sp, int s, int m)
     d->act = j->precision;
     d->grad = j->grad_dtype;
     d->master = j->precision != PX_FP32;
+    const ModelMla *mla = &c->mla;
+    d->qk_hd = mla->kv_lora_rank > 0 ? mla->qk_nope_dim + mla->qk_rope_dim : c->head_dim;
+    d->v_hd = mla->kv_lora_rank > 0 ? mla->v_dim : c->head_dim;
+    d->o_loc = d->heads_loc * d->v_hd;
+    if (mla->kv_lora_rank > 0) {
+        d->q_loc = d->heads_loc * d->qk_hd;
+        /* keys qk_hd and values v_hd wide: kv_width_loc is their mean, so that 2 x it is a
+         * token's key and value per TP rank as for ordinary attention */
+        d->kv_width_loc = d->heads_loc * (d->qk_hd + d->v_hd) / 2;
+    }
+    const ModelMoe *moe = &c->moe;
+    d->ep = l->ep > 0 ? l->ep : 1;
+    d->etp = l->etp > 0 ? l->etp : l->tp;
+    d->edp = l->tp * l->cp * l->dp / (d->ep * d->etp);
+    if (moe->experts > 0) {
+        d->moe = 1;
+        d->experts_loc = moe->experts / d->ep;
+        d->eff_loc = moe->expert_ffn / d->etp;
+        d->eff_out_loc = c->mlp == MODEL_SWIGLU ? 2 * d->eff_loc : d->eff_loc;
+        d->sff_loc = moe->shared_ffn / l->tp;
+        d->sff_out_loc = c->mlp == MODEL_SWIGLU ? 2 * d->sff_loc : d->sff_loc;
+        d->tokens = (int64_t)d->b * d->s_sp;
+        if (moe->capacity_factor > 0) {
+            /* Megatron's capacity: each rank sends an expert at most ceil(cf x its tokens x topk
+             * / experts) tokens, padded to it; an expert gets ep such shares, etp times over */
+            double cap = moe->capacity_factor * (double)d->tokens * moe->topk / moe->experts;
+            int64_t per = (int64_t)cap;
+            per += (double)per < cap;
+            d->routed = per * d->ep * d->experts_loc * d->etp;
+        } else {
+            double r = (double)d->tokens * moe->topk * d->etp * j->moe_imbalance;
+            d->routed = (int64_t)r;
+            d->routed += (double)d->routed < r;
+        }
+    }
 }
 
 int model_spec_check(ModelSpec *sp, int gpus, ModelDims *d, PxError *err)
@@ -363,7 +498,7 @@ int model_spec_check(ModelSpec *sp, int gpus, ModelDims *d, PxError *err)
     int m = 0;
     if ((rc = check_degrees(l, gpus, err)) || (rc = check_tensor_split(c, l, s, err)) ||
         (rc = check_pipeline(c, l, err)) || (rc = check_batch(j, l, s, &m, err)) ||
-        (rc = check_job(j, err)))
+        (rc = check_job(j, err)) || (rc = check_experts(c, l, j, err)))
         return rc;
     fill_dims(d, sp, s, m);
     return PX_OK;

@@ -172,6 +172,10 @@ double sim_comm_seconds(const SimCtx *c, const ModelOp *op, int stage)
     case MODEL_GROUP_TP: stride = 1; break;
     case MODEL_GROUP_CP: stride = t; break;
     case MODEL_GROUP_DP: stride = t; break; /* dp x cp: adjacent in rank order */
+    /* Megatron-Core's expert order inside a stage: etp fastest, then ep, then expert dp */
+    case MODEL_GROUP_ETP: stride = 1; break;
+    case MODEL_GROUP_EP: stride = d->etp; break;
+    case MODEL_GROUP_EDP: stride = d->etp * d->ep; break;
     case MODEL_GROUP_EMBED:
         base = 0;
         stride = t * cpd * dp * (p - 1);
@@ -193,7 +197,8 @@ double sim_comm_seconds(const SimCtx *c, const ModelOp *op, int stage)
     sim_group_path(c, base, stride, n, &alpha, &beta, &nodes);
     ModelCollective coll = model_comm_collective(op->comm);
     /* a calibrated profile measured this collective at this group size */
-    static const char *const names[] = {"allreduce", "all_gather", "reduce_scatter", "sendrecv", "sendrecv"};
+    static const char *const names[] = {"allreduce", "all_gather", "reduce_scatter", "sendrecv", "sendrecv",
+                                        "all_to_all"};
     double measured = prof_measured_collective(c->cl->measured, names[coll], n, nodes, (double)op->comm_bytes);
     if (measured > 0)
         return op->calls * measured;
