@@ -184,7 +184,7 @@ static int parse_native(const cJSON *j, const char *origin, ModelConfig *c, PxEr
         "kv_heads",       "head_dim", "ffn_hidden",      "vocab",    "seq_len",    "norm",
         "mlp",            "position", "tied_embeddings", "bias",     "qkv_bias",   "norm_eps",
         "rope_theta",     "source",   "description",     "moe",      "mla",        "mtp_layers",
-        "attn_sinks",     NULL};
+        "attn_sinks",     "proj_bias", NULL};
     char where[300];
     snprintf(where, sizeof where, "%s:", origin);
     int rc, version = 1, fam = 0;
@@ -232,6 +232,7 @@ static int parse_native(const cJSON *j, const char *origin, ModelConfig *c, PxEr
         (rc = px_json_bool(j, where, "tied_embeddings", 0, &c->tied_embeddings, err)) ||
         (rc = px_json_bool(j, where, "bias", 0, &c->bias, err)) ||
         (rc = px_json_bool(j, where, "qkv_bias", 0, &c->qkv_bias, err)) ||
+        (rc = px_json_bool(j, where, "proj_bias", 0, &c->proj_bias, err)) ||
         (rc = px_json_double(j, where, "norm_eps", 0, 1e-12, 1.0, &c->norm_eps, err)) ||
         (rc = px_json_double(j, where, "rope_theta", 0, 1.0, 1e12, &c->rope_theta, err)))
         return rc;
@@ -464,6 +465,8 @@ cJSON *model_config_to_json(const ModelConfig *c)
         cJSON_AddNumberToObject(j, "mtp_layers", c->mtp_layers);
     if (c->attn_sinks)
         cJSON_AddBoolToObject(j, "attn_sinks", c->attn_sinks);
+    if (c->proj_bias)
+        cJSON_AddBoolToObject(j, "proj_bias", c->proj_bias);
     return j;
 }
 

@@ -90,6 +90,7 @@ typedef struct {
     int tied_embeddings; /* output layer shares the word embedding */
     int bias;            /* biases on every linear layer and on the norms (GPT-2 style) */
     int qkv_bias;        /* biases on the QKV projection only (Qwen2); implied by bias */
+    int proj_bias;       /* a bias on the attention output projection (GPT-OSS); implied by bias */
     double norm_eps;
     double rope_theta;
     ModelMoe moe;
