@@ -272,6 +272,17 @@ static inline int model_global_chunk(const ModelDims *d, int stage, int j) { ret
  * layout.stage_layers[gc], after the stages before it. Every loop over a chunk's layers goes
  * through here. */
 int model_chunk_layers(const ModelSpec *s, const ModelDims *d, int gc, int *first);
+/* Layers of a chunk as the tables and graphs walk them: one run per layer, or (compact) one per
+ * kind, dense then MoE, each starting at the chunk's first layer of that kind with count =
+ * the chunk's layers of it; the last chunk ends with its prediction modules' layers (layers +
+ * i), one run each. */
+typedef struct {
+    int first, count, moe;
+} ModelLayerRun;
+/* Fills out (capacity cap: model_chunk_runs_count) and returns the runs of global chunk gc. */
+int model_chunk_runs(const ModelSpec *s, const ModelDims *d, int gc, int compact,
+                     ModelLayerRun *out, int cap);
+int model_chunk_runs_count(const ModelSpec *s, const ModelDims *d, int gc, int compact);
 /* The layers pipeline stage `stage` holds over all its chunks (*first: its first chunk's first
  * layer; contiguous only when vpp is 1). */
 int model_stage_layers(const ModelSpec *s, const ModelDims *d, int stage, int *first);
@@ -392,7 +403,7 @@ void model_predicted_free(ModelPredicted *m);
 
 /* ---- tensor table ---- */
 
-enum { MODEL_SHARD_TP = 1, MODEL_SHARD_SP = 2, MODEL_SHARD_CP = 4, MODEL_SHARD_DP = 8 };
+enum { MODEL_SHARD_TP = 1, MODEL_SHARD_SP = 2, MODEL_SHARD_CP = 4, MODEL_SHARD_DP = 8, MODEL_SHARD_EP = 16 };
 
 /* What a tensor of the table is. The executor binds its views by role (with the layer for a
  * layer's tensors and the block for a block's state), never by name: names are for people,
@@ -564,7 +575,8 @@ typedef enum {
     MODEL_OP_EMBEDDING,
     MODEL_OP_LOSS,
     MODEL_OP_OPTIMIZER,
-    MODEL_OP_COMM
+    MODEL_OP_COMM,
+    MODEL_OP_PERMUTE /* MoE: gathering token rows into expert order and back (memory-bound) */
 } ModelOpKind;
 
 /* Where in the model an op runs: the executor finds an op by (role, layer or block, chunk,
