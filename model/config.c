@@ -710,6 +710,25 @@ cJSON *model_config_to_json(const ModelConfig *c)
     return j;
 }
 
+int model_layer_is_moe(const ModelConfig *c, int l)
+{
+    const ModelMoe *m = &c->moe;
+    if (m->experts <= 0)
+        return 0;
+    if (l >= c->layers) /* a prediction module's layer is like the last layer (Megatron) */
+        l = c->layers - 1;
+    const int freq = m->layer_freq > 0 ? m->layer_freq : 1;
+    return l >= m->first_dense && (l - m->first_dense + 1) % freq == 0;
+}
+
+int model_moe_layers_in(const ModelConfig *c, int first, int n)
+{
+    int k = 0;
+    for (int l = first; l < first + n; l++)
+        k += model_layer_is_moe(c, l);
+    return k;
+}
+
 /* Parameters of one transformer layer, tensor by tensor as the tensor table holds them; with
  * active set, what one token passes through: topk of the routed experts instead of all.
  *   attention: qkv [(q + 2kv) x h], or MLA's q_a [q_lora x h], q_norm [q_lora],
