@@ -97,10 +97,12 @@ typedef struct {
     ModelMla mla;
     int mtp_layers; /* multi-token prediction modules after the last layer (DeepSeek-V3: 1) */
     int attn_sinks; /* a learned sink logit per head (GPT-OSS) */
+    int qk_norm;    /* RMSNorm over each query and key head, head_dim weights each (Qwen3) */
 } ModelConfig;
 
 /* Loads a zoo model by name ("gpt2-124m") or a file: parallax model JSON or a Hugging Face
- * config.json (gpt2, llama, mistral, qwen2). PX_EINPUT names the file and key at fault. */
+ * config.json (gpt2, llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, deepseek_v3,
+ * gpt_oss). PX_EINPUT names the file and key at fault. */
 int model_config_load(const char *name_or_path, ModelConfig *out, PxError *err);
 /* Parses either JSON form; origin names the source in messages. */
 int model_config_from_json(const cJSON *j, const char *origin, ModelConfig *out, PxError *err);
@@ -110,7 +112,9 @@ cJSON *model_config_to_json(const ModelConfig *c);
 int model_config_check(const ModelConfig *c, const char *origin, PxError *err);
 /* Parameter count with the vocabulary as configured (no padding), MTP modules included. */
 double model_config_params(const ModelConfig *c);
-/* Parameters one token passes through: the routed experts counted top-k times of experts. */
+/* Parameters one token passes through: every routed expert's share counted topk times instead of
+ * experts times; shared experts, routers, attention, norms, the embedding and the output layer in
+ * full, MTP modules included (as in model_config_params). */
 double model_config_active_params(const ModelConfig *c);
 /* 1 when global layer l (0-based; the MTP modules' layers are layers + i) is a MoE layer. */
 int model_layer_is_moe(const ModelConfig *c, int l);
