@@ -456,6 +456,8 @@ typedef enum {
     /* a multi-token prediction module's saved activations: the shifted tokens' normed
      * embedding and the normed hidden state, concatenated (eh_proj's input) */
     MODEL_TR_MTP_EH_IN,
+    /* per-head RMSNorm weights of the queries and keys (Qwen3's q_norm, k_norm) */
+    MODEL_TR_QN_W, MODEL_TR_KN_W,
     MODEL_TR_COUNT
 } ModelTensorRole;
 

@@ -295,7 +295,9 @@ static void qkv_forward(Emit *e, int l)
         at_layer(e, MODEL_OPR_QKV, l, n);
         if (sp)
             comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
-        linear(e, n, M, d->q_loc + 2.0 * d->kv_width_loc, h, 0);
+        /* Qwen3's per-head norms of the queries and keys: a read and a write of each */
+        linear(e, n, M, d->q_loc + 2.0 * d->kv_width_loc, h,
+               s->model.qk_norm ? 2.0 * M * (d->q_loc + d->kv_width_loc) * a : 0);
         return;
     }
     if (m->q_lora_rank > 0) {
@@ -458,6 +460,8 @@ static double sp_replicated(const ModelSpec *s, int l)
     if (l >= 0 && model_layer_is_moe(c, l))
         n += (double)c->moe.experts * c->hidden + (c->moe.router_bias ? c->moe.experts : 0) +
              (c->moe.shared_gate && c->moe.shared_ffn > 0 ? c->hidden : 0);
+    if (l >= 0 && c->qk_norm)
+        n += 2.0 * c->head_dim;
     const ModelMla *m = &c->mla;
     if (l >= 0 && m->kv_lora_rank > 0)
         n += (double)m->q_lora_rank * c->hidden + m->q_lora_rank +

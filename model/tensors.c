@@ -328,6 +328,12 @@ static void add_attention_params(Adder *a, const ModelSpec *s, const ModelDims *
             NAME(n, "layer.%d.attn.qkv.b", layer);
             add_param(a, s, d, MODEL_TR_QKV_B, n, MODEL_SHARD_TP, 1, qkv, 0);
         }
+        if (c->qk_norm) {
+            NAME(n, "layer.%d.attn.q_norm.w", layer);
+            add_param(a, s, d, MODEL_TR_QN_W, n, 0, 1, c->head_dim, 0);
+            NAME(n, "layer.%d.attn.k_norm.w", layer);
+            add_param(a, s, d, MODEL_TR_KN_W, n, 0, 1, c->head_dim, 0);
+        }
     }
     if (c->attn_sinks) {
         NAME(n, "layer.%d.attn.sinks", layer);

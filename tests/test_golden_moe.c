@@ -1,0 +1,164 @@
+/* Golden: mixture-of-experts models in the tensor table, the op graph and the simulator.
+ *   - the tables' parameters (tp 1, pp 1, ep 1) equal the configuration's count, MoE experts,
+ *     MLA and the prediction module included, for every MoE model of the zoo;
+ *   - model FLOPs equal Megatron-LM's num_floating_point_operations (megatron/training/
+ *     training.py, MoE and MLA terms) on DeepSeek-V3 and Qwen3-235B-A22B shapes, up to the two
+ *     terms the conventions differ by, written out below: the router's GEMM, which parallax
+ *     counts and Megatron leaves out, and MLA's "+1" per latent for its norms, which Megatron
+ *     counts as FLOPs and parallax as memory traffic;
+ *   - memory and all-to-all bytes of tiny-moe at ep 2 x dp 2, derived by hand;
+ *   - the expert-parallel rules. */
+#include "fixtures.h"
+#include "test.h"
+
+static void table_params(const char *zoo)
+{
+    PxError err = {0};
+    ModelSpec s;
+    model_spec_defaults(&s);
+    CHECK_OK(model_config_load(zoo, &s.model, &err), err);
+    s.job.global_batch = 1;
+    s.job.seq_len = 128;
+    ModelDims d;
+    CHECK_OK(model_spec_check(&s, 1, &d, &err), err);
+    ModelTensorTable tt;
+    CHECK_OK(model_tensors_build_compact(&s, &d, 0, &tt, &err), err);
+    printf("%-18s table %.0f  config %.0f\n", zoo, (double)tt.params, model_config_params(&s.model));
+    CHECK_EQ_U64((uint64_t)model_config_params(&s.model), tt.params);
+    model_tensors_free(&tt);
+}
+
+/* Megatron-LM's num_floating_point_operations for a MoE model with MLA or GQA (SwiGLU, causal
+ * attention), batch B of sequences s, no MTP, the vocabulary padded as given. */
+static double megatron_flops(const ModelConfig *c, double B, double s, double vpad)
+{
+    const ModelMoe *m = &c->moe;
+    const double h = c->hidden, L = c->layers, g = 1.5;
+    const double nm = model_moe_layers_in(c, 0, c->layers), nd = L - nm;
+    double attn;
+    if (c->mla.kv_lora_rank > 0) {
+        const ModelMla *a = &c->mla;
+        const double H = c->heads, qk = a->qk_nope_dim, rope = a->qk_rope_dim;
+        const double q_term = a->q_lora_rank * (h + H * (qk + rope) + 1);
+        attn = 6 * L *
+               (q_term + a->kv_lora_rank * (h + H * (qk + a->v_dim) + 1) + h * rope +
+                H * a->v_dim * h + s * H * (qk + rope) / 2 + s * H * a->v_dim / 2);
+    } else {
+        const double ratio = (double)c->heads * c->head_dim / h;
+        attn = 12 * L * h * h * ((1 + (double)c->kv_heads / c->heads + s / h / 2) * ratio);
+    }
+    const double mlp = 12 * L * h *
+                       (c->ffn_hidden * g * (nd / L) + m->expert_ffn * (double)m->topk * g * (nm / L) +
+                        m->shared_ffn * g * (nm / L));
+    return B * s * (mlp + attn + 6 * h * vpad);
+}
+
+static void flops_vs_megatron(const char *zoo, int gpus, int tp, int ep)
+{
+    PxError err = {0};
+    ProfCluster cl;
+    CHECK_OK(prof_cluster_load("dgx-h100", NULL, 0, &cl, &err), err);
+    ModelSpec s;
+    model_spec_defaults(&s);
+    CHECK_OK(model_config_load(zoo, &s.model, &err), err);
+    s.model.mtp_layers = 0; /* Megatron's MTP term is left out: the main model alone */
+    s.layout.tp = tp;
+    s.layout.sp = tp > 1;
+    s.layout.ep = ep;
+    s.job.seq_len = 4096;
+    s.job.global_batch = 2 * gpus / tp;
+    s.job.pad_vocab = 128; /* Megatron's --make-vocab-size-divisible-by */
+    s.job.causal_flops = 1;
+    s.job.precision = PX_BF16;
+    SimResult r;
+    CHECK_OK(sim_run(&s, &cl, gpus, &r, &err), err);
+    const ModelConfig *c = &s.model;
+    const double B = s.job.global_batch, S = 4096, h = c->hidden;
+    const double vpad = (double)px_round_up((uint64_t)c->vocab, 128u * (uint64_t)tp);
+    const double nm = model_moe_layers_in(c, 0, c->layers);
+    const double meg = megatron_flops(c, B, S, vpad);
+    const double router = 6.0 * B * S * nm * c->moe.experts * h;
+    const double norms = 6.0 * B * S * c->layers * (c->mla.q_lora_rank + c->mla.kv_lora_rank);
+    printf("%-18s megatron %.6e  + router %.4e  - mla norms %.4e  parallax %.6e\n", zoo, meg,
+           router, norms, r.model_flops);
+    CHECK_REL(meg + router - norms, r.model_flops, 1e-12);
+    sim_result_free(&r);
+    prof_cluster_free(&cl);
+}
+
+/* tiny-moe (4 layers, h 64, 8 heads of 8, 4 KV heads, ffn 176, vocab 256; layer 0 dense, layers
+ * 1-3 MoE: 8 experts of ffn 64, top-2, one shared expert of 64) on 4 ranks, ep 2: dp 4,
+ * expert dp 4 / 2 = 2, bf16, ZeRO-1, gbs 4, mbs 1, seq 64.
+ *   per layer: norms 2 x 64 = 128; attention qkv (64 + 2 x 32) x 64 = 8192, proj 4096
+ *   dense MLP (layer 0): fc1 2 x 176 x 64 = 22528, fc2 176 x 64 = 11264     -> 46208
+ *   MoE layer, dense part: 128 + 12288 + router 8 x 64 = 512 + shared 8192 + 4096 -> 25216
+ *   experts: 8 x (2 x 64 x 64 + 64 x 64) = 98304, 4 per rank: 49152
+ *   embed 256 x 64 = 16384; final: norm 64 + output 16384 = 16448
+ *   weights (bf16): 16384 + 46208 + 3 x 25216 + 16448 + 3 x 49152 = 302144 params, 604288 B
+ *   grads (fp32, ZeRO-1 keeps them whole): 1208576 B
+ *   master (fp32) over the blocks' groups: dense blocks / 4, experts / 2:
+ *     4096 + 11552 + 3 x 6304 + 4112 + 3 x 24576 = 112400 values, 449600 B; Adam m, v 899200 B
+ *   all-to-all: 64 tokens x top-2 = 128 rows of 64 x 2 B = 16384 B a call; dispatch and combine,
+ *     forward and backward: 4 calls x 3 MoE layers x 1 micro-batch = 196608 B a step
+ *   expert-dp gradient reduce-scatter: 3 blocks x 49152 x 4 B = 589824 B. */
+static void tiny_moe_ep2(void)
+{
+    PxError err = {0};
+    ProfCluster cl;
+    CHECK_OK(prof_cluster_load("dgx-h100", NULL, 0, &cl, &err), err);
+    ModelSpec s;
+    model_spec_defaults(&s);
+    CHECK_OK(model_config_load("tiny-moe", &s.model, &err), err);
+    s.layout.ep = 2;
+    s.layout.zero = 1;
+    s.job.global_batch = 4;
+    s.job.precision = PX_BF16;
+    SimResult r;
+    CHECK_OK(sim_run(&s, &cl, 4, &r, &err), err);
+    CHECK_EQ_U64(604288, r.mem[0].cat[MODEL_WEIGHTS]);
+    CHECK_EQ_U64(1208576, r.mem[0].cat[MODEL_GRADS]);
+    CHECK_EQ_U64(449600, r.mem[0].cat[MODEL_MASTER]);
+    CHECK_EQ_U64(899200, r.mem[0].cat[MODEL_OPTIMIZER]);
+    CHECK_EQ_U64(196608, r.comm[0][MODEL_EP_ALL_TO_ALL]);
+    CHECK_EQ_U64(3 * 49152 * 4, r.comm[0][MODEL_EDP_REDUCE_SCATTER]);
+    CHECK_EQ_U64(3 * 49152 * 2, r.comm[0][MODEL_EDP_ALL_GATHER]);
+    CHECK_EQ_U64(0, r.comm[0][MODEL_ETP_ALL_GATHER]);
+    sim_result_free(&r);
+    prof_cluster_free(&cl);
+}
+
+static void rule(const char *zoo, int gpus, int tp, int sp, int ep, int etp, ModelRule want,
+                 const char *words)
+{
+    PxError err = {0};
+    ModelSpec s;
+    model_spec_defaults(&s);
+    CHECK_OK(model_config_load(zoo, &s.model, &err), err);
+    s.layout.tp = tp;
+    s.layout.sp = sp;
+    s.layout.ep = ep;
+    s.layout.etp = etp;
+    ModelDims d;
+    CHECK_EQ_INT(PX_EINPUT, model_spec_check(&s, gpus, &d, &err));
+    printf("rule %-12s ep %d etp %d tp %d: %s\n", zoo, ep, etp, tp, err.msg);
+    CHECK_EQ_INT(want, err.code);
+    CHECK(strstr(err.msg, words) != NULL);
+}
+
+int main(void)
+{
+    px_log_set_quiet(1);
+    const char *zoo[] = {"tiny-moe", "mixtral-8x7b", "qwen3-30b-a3b", "qwen3-235b-a22b",
+                         "gpt-oss-120b", "deepseek-v3"};
+    for (int i = 0; i < 6; i++)
+        table_params(zoo[i]);
+    flops_vs_megatron("deepseek-v3", 256, 1, 64);
+    flops_vs_megatron("qwen3-235b-a22b", 64, 4, 8);
+    tiny_moe_ep2();
+    rule("tiny-moe", 6, 1, 0, 3, 0, MODEL_RULE_EXPERTS, "ep 3 must divide the 8 experts");
+    rule("tiny-moe", 4, 1, 0, 8, 0, MODEL_RULE_EXPERTS, "must divide the 4 ranks");
+    rule("tiny-moe", 4, 2, 0, 2, 1, MODEL_RULE_SP_TP, "needs sequence parallelism");
+    rule("tiny", 4, 1, 0, 2, 0, MODEL_RULE_EXPERTS, "has no experts");
+    printf("%d checks passed\n", px_test_checks);
+    return 0;
+}
