@@ -127,6 +127,42 @@ static void tiny_moe_ep2(void)
     prof_cluster_free(&cl);
 }
 
+/* DeepSeek-V3 as its report trains it (Sec. 3.2): 2048 GPUs, pp 16, ep 64, ZeRO-1, no TP;
+ * docs/moe.md derives a middle stage's model state by hand. */
+static void deepseek_v3_2048(void)
+{
+    PxError err = {0};
+    ProfCluster cl;
+    CHECK_OK(prof_cluster_load("dgx-h100", NULL, 0, &cl, &err), err);
+    ModelSpec s;
+    model_spec_defaults(&s);
+    CHECK_OK(model_config_load("deepseek-v3", &s.model, &err), err);
+    s.layout.pp = 16;
+    s.layout.ep = 64;
+    s.layout.zero = 1;
+    s.layout.recompute = MODEL_RECOMPUTE_FULL;
+    CHECK_OK(model_split_parse("3,4,4,4,4,4,4,4,4,4,4,4,4,4,4,2", "test", &s.layout, &err), err);
+    s.job.seq_len = 4096;
+    s.job.global_batch = 1024;
+    s.job.precision = PX_BF16;
+    SimResult r;
+    CHECK_OK(sim_run(&s, &cl, 2048, &r, &err), err);
+    const uint64_t params = 4ull * (232996864ull + 176160768ull);
+    CHECK_EQ_U64(1636630528ull, params);
+    CHECK_EQ_U64(params * 2, r.mem[1].cat[MODEL_WEIGHTS]);
+    CHECK_EQ_U64(params * 4, r.mem[1].cat[MODEL_GRADS]);
+    const uint64_t states = 4ull * (232996864ull / 128 + 176160768ull / 2);
+    CHECK_EQ_U64(states * 4, r.mem[1].cat[MODEL_MASTER]);
+    CHECK_EQ_U64(states * 8, r.mem[1].cat[MODEL_OPTIMIZER]);
+    printf("deepseek-v3 2048 pp16 ep64 stage 1: weights %.2f GiB grads %.2f master+adam %.2f "
+           "activations %.2f GiB\n",
+           r.mem[1].cat[MODEL_WEIGHTS] / 1073741824.0, r.mem[1].cat[MODEL_GRADS] / 1073741824.0,
+           (r.mem[1].cat[MODEL_MASTER] + r.mem[1].cat[MODEL_OPTIMIZER]) / 1073741824.0,
+           r.mem[1].cat[MODEL_ACTIVATIONS] / 1073741824.0);
+    sim_result_free(&r);
+    prof_cluster_free(&cl);
+}
+
 static void rule(const char *zoo, int gpus, int tp, int sp, int ep, int etp, ModelRule want,
                  const char *words)
 {
@@ -155,6 +191,7 @@ int main(void)
     flops_vs_megatron("deepseek-v3", 256, 1, 64);
     flops_vs_megatron("qwen3-235b-a22b", 64, 4, 8);
     tiny_moe_ep2();
+    deepseek_v3_2048();
     rule("tiny-moe", 6, 1, 0, 3, 0, MODEL_RULE_EXPERTS, "ep 3 must divide the 8 experts");
     rule("tiny-moe", 4, 1, 0, 8, 0, MODEL_RULE_EXPERTS, "must divide the 4 ranks");
     rule("tiny-moe", 4, 2, 0, 2, 1, MODEL_RULE_SP_TP, "needs sequence parallelism");
