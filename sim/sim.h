@@ -142,7 +142,9 @@ enum {
     SIM_PIN_MBS = 1 << 7,
     SIM_PIN_RECOMPUTE = 1 << 8,
     SIM_PIN_SCHEDULE = 1 << 9,
-    SIM_PIN_PP_LAYERS = 1 << 10 /* base.layout.stage_layers (pins pp too) */
+    SIM_PIN_PP_LAYERS = 1 << 10, /* base.layout.stage_layers (pins pp too) */
+    SIM_PIN_EP = 1 << 11,
+    SIM_PIN_ETP = 1 << 12
 };
 
 /* Why a layout was rejected: one of model's rules (ModelRule), or the planner's own. */
@@ -164,6 +166,10 @@ typedef struct {
     double headroom;         /* fraction of each rank's memory kept free */
     int allow_cross_node_tp; /* else tp must divide the node */
     int top;                 /* layouts to rank (>= 1) */
+    /* a MoE model's expert degrees to try when not pinned (n 0: every degree that divides the
+     * experts and the stage's ranks; etp: 1 and tp) */
+    int ep_values[16], n_ep_values;
+    int etp_values[16], n_etp_values;
     int brute_force;         /* time every feasible layout exactly (tests of the pruning) */
     /* each layout simulated in full (all feasible ones with brute_force), optional */
     void (*timed)(void *ctx, const SimCandidate *c);
