@@ -29,6 +29,7 @@ typedef struct {
 typedef struct {
     double compute_s;       /* compute per step on one rank of the stage */
     double tp_comm_s;       /* TP and CP communication the passes cannot hide, per step */
+    double ep_comm_s;       /* the experts' all-to-all and ETP gathers not hidden, per step */
     double pp_comm_s;       /* how much later the stage finishes because of p2p transfers */
     double dp_exposed_s;    /* DP / ZeRO communication not hidden, per step */
     double optimizer_s;
@@ -65,6 +66,7 @@ typedef struct {
     /* the prediction's time and throughput, for the stage that ends the step last */
     int critical_stage;
     double step_s, bubble_fraction, compute_s, tp_comm_s, pp_comm_s, dp_comm_exposed_s, optimizer_s;
+    double ep_comm_s; /* the experts' all-to-all and ETP gathers not hidden, per step */
     double tokens_per_s;
     double tflops_per_gpu; /* hardware FLOPs per second per GPU, in TFLOP/s (Narayanan's metric) */
     double mfu, hfu;       /* model / hardware FLOPs over the dense peak */

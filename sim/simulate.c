@@ -124,12 +124,39 @@ static int build_memory(SimResult *r, PxError *err)
     return PX_OK;
 }
 
+/* A routed expert's op: its GEMMs and activation run on the `routed` token copies the busiest
+ * rank receives. */
+static int routed_expert_op(const ModelOp *op)
+{
+    return op->role == MODEL_OPR_EXP_FC1 || op->role == MODEL_OPR_EXP_ACT ||
+           op->role == MODEL_OPR_EXP_FC2;
+}
+
+/* What the job's totals count of a routed expert op's FLOPs, which the op graph gives for the
+ * busiest expert-parallel rank (routed = tokens x topk x etp x imbalance, or the capacity):
+ * model FLOPs are the work the tokens ask for, tokens x topk x etp on every rank, padding and
+ * imbalance left out; hardware FLOPs what the ranks execute together, the capacity's padding
+ * included (each rank pads to it) but not the imbalance (the busiest rank's surplus is the
+ * others' shortfall: routing moves work, it does not make any). */
+static void routed_share(const ModelSpec *s, const ModelDims *d, double *model, double *hardware)
+{
+    *model = *hardware = 1.0;
+    if (!d->moe || d->routed <= 0)
+        return;
+    const double balanced = (double)d->tokens * s->model.moe.topk * d->etp;
+    *model = balanced / (double)d->routed;
+    *hardware = s->model.moe.capacity_factor > 0 ? 1.0 : *model;
+}
+
 /* Op graphs of every stage (compact: one per distinct stage, copied), FLOPs and bytes. */
 static int build_ops(SimResult *r, PxError *err)
 {
     const ModelDims *d = &r->dims;
-    /* Every TP, CP and DP rank of a stage does the same work on its shard. */
+    /* Every TP, CP and DP rank of a stage does the same work on its shard; a routed expert's
+     * op is the busiest rank's (routed_share) */
     const double replicas = (double)d->t * d->c * d->dp;
+    double exp_model, exp_hw;
+    routed_share(&r->spec, d, &exp_model, &exp_hw);
     for (int st = 0; st < d->p; st++) {
         int model_st = sim_stage_model(r, st);
         if (model_st != st) {
@@ -146,10 +173,12 @@ static int build_ops(SimResult *r, PxError *err)
         for (int i = 0; i < g->count; i++) {
             const ModelOp *op = &g->op[i];
             double times = (op->per_microbatch ? d->m : 1) * (double)op->repeat;
+            const int routed = routed_expert_op(op);
             r->rank_flops[st] += op->flops * times;
-            r->hardware_flops += op->flops * times * replicas;
+            r->hardware_flops += op->flops * times * replicas * (routed ? exp_hw : 1.0);
             if (op->phase == MODEL_FWD || op->phase == MODEL_BWD)
-                r->model_flops += (op->flops - op->recompute_flops) * times * replicas;
+                r->model_flops += (op->flops - op->recompute_flops) * times * replicas *
+                                  (routed ? exp_model : 1.0);
             if (op->kind == MODEL_OP_COMM)
                 r->comm[st][op->comm] += op->comm_bytes * (uint64_t)op->calls * (uint64_t)times;
         }
@@ -194,7 +223,7 @@ int sim_layer_seconds(const SimResult *r, double *fwd_s, double *bwd_s, PxError 
         if (op->kind == MODEL_OP_COMM) {
             if (model_comm_group(op->comm) != MODEL_GROUP_TP || !tp_alike)
                 continue;
-            share = sim_comm_exposed(&g, t, i, &r->spec.layout, r->cluster.overlap_slowdown);
+            share = sim_comm_exposed(&g, t, i, &r->spec.layout, r->dims.m, r->cluster.overlap_slowdown);
         }
         /* as the passes sum them: recompute belongs to the backward */
         if (op->phase == MODEL_FWD)
