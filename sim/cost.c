@@ -240,12 +240,11 @@ double sim_comm_seconds(const SimCtx *c, const ModelOp *op, int stage)
     int nodes;
     sim_group_path(c, base, stride, n, &alpha, &beta, &nodes);
     ModelCollective coll = model_comm_collective(op->comm);
-    double S = (double)op->comm_bytes;
+    const double S = (double)op->comm_bytes;
     if (coll == MODEL_COLL_ALL_TO_ALL) {
-        /* the busiest expert-parallel rank receives (dispatch) and sends back (combine)
-         * imbalance times its balanced share: the exchange ends when it is done */
-        if (op->comm == MODEL_EP_ALL_TO_ALL)
-            S *= sim_moe_imbalance(c->spec);
+        /* S is the busiest expert-parallel rank's buffer (model/ops.c sizes it from dims.routed,
+         * imbalance included): it receives (dispatch) and sends back (combine) the most, and
+         * the exchange ends when it is done */
         double measured = prof_measured_collective(c->cl->measured, "all_to_all", n, nodes, S);
         if (measured > 0)
             return op->calls * measured;

@@ -138,6 +138,8 @@ cJSON *sim_result_to_json(const SimResult *r)
     cJSON_AddNumberToObject(j, "schema_version", 1);
     cJSON *m = model_config_to_json(&r->spec.model);
     cJSON_AddNumberToObject(m, "params", r->params);
+    if (r->dims.moe)
+        cJSON_AddNumberToObject(m, "active_params", model_config_active_params(&r->spec.model));
     cJSON_AddItemToObject(j, "model", m);
     cJSON_AddStringToObject(j, "cluster", r->cluster.name);
     cJSON_AddNumberToObject(j, "gpus", r->dims.gpus);
@@ -185,6 +187,9 @@ void sim_result_print(FILE *f, const SimResult *r)
             px_dtype_name(t->grad_dtype), model_optimizer_name(t->optimizer),
             t->flash_attn ? "on" : "off", t->dropout);
     fprintf(f, "model     %s parameters", px_fmt_count(buf, sizeof buf, r->params));
+    if (d->moe)
+        fprintf(f, ", %s active per token (MFU counts their work only)",
+                px_fmt_count(buf, sizeof buf, model_config_active_params(&s->model)));
     if (d->vocab_pad != s->model.vocab)
         fprintf(f, ", vocabulary %d padded to %d", s->model.vocab, d->vocab_pad);
     double div;
