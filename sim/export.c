@@ -215,6 +215,9 @@ static void megatron(FILE *f, const ModelPlan *p, const ModelDims *d)
                     split, lay);
         }
     }
+    if (l->tp > 1 || l->cp > 1)
+        fprintf(f, "# with tp or cp > 1 Megatron-LM's validate_args asserts CUDA_DEVICE_MAX_CONNECTIONS=1 in the\n"
+                   "# environment (before Blackwell): export CUDA_DEVICE_MAX_CONNECTIONS=1\n");
     megatron_moe_notes(f, p);
     fprintf(f, "MEGATRON_ARGS=\\\n");
     flag(f, "--num-layers", "%d", c->layers);
