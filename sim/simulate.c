@@ -206,18 +206,24 @@ int sim_layer_seconds(const SimResult *r, double *fwd_s, double *bwd_s, PxError 
     /* TP groups sit alike on every stage when they stay inside a node: their exposed part
      * counts too (CP, DP and p2p transfers depend on where a stage's groups fall: left out) */
     const int tp_alike = r->node_size % r->dims.t == 0;
-    int layer = -1;
     for (int i = 0; i < g.count; i++)
         if (g.op[i].chunk == 0 && g.op[i].layer >= 0 && g.op[i].per_microbatch)
             t[i] = g.op[i].kind == MODEL_OP_COMM ? sim_comm_seconds(&c, &g.op[i], 0)
                                                  : sim_compute_seconds(&c, &g.op[i]);
+    /* The floor multiplies one layer by every layer of a stage, so it must be the cheapest
+     * kind: a MoE model's dense and MoE layers differ, and the chunk's first layer of each
+     * kind stands for its kind (a compact graph's runs). Where the chunk lacks a kind the model
+     * has, nothing here bounds it: the floor is 0, which prunes nothing but is never wrong. */
+    double kind_s[2][2] = {{0, 0}, {0, 0}};
+    int kind_layer[2] = {-1, -1};
     for (int i = 0; i < g.count; i++) {
         const ModelOp *op = &g.op[i];
         if (!op->per_microbatch || op->chunk != 0 || op->layer < 0)
             continue;
-        if (layer < 0)
-            layer = op->layer;
-        if (op->layer != layer) /* one layer: a compact graph's or the first of a full one's */
+        const int moe = model_layer_is_moe(&r->spec.model, op->layer);
+        if (kind_layer[moe] < 0)
+            kind_layer[moe] = op->layer;
+        if (op->layer != kind_layer[moe]) /* one layer of each kind */
             continue;
         double share = t[i];
         if (op->kind == MODEL_OP_COMM) {
@@ -226,10 +232,17 @@ int sim_layer_seconds(const SimResult *r, double *fwd_s, double *bwd_s, PxError 
             share = sim_comm_exposed(&g, t, i, &r->spec.layout, r->dims.m, r->cluster.overlap_slowdown);
         }
         /* as the passes sum them: recompute belongs to the backward */
-        if (op->phase == MODEL_FWD)
-            *fwd_s += share;
-        else
-            *bwd_s += share;
+        kind_s[moe][op->phase == MODEL_FWD ? 0 : 1] += share;
+    }
+    const int has_moe = r->dims.moe && model_moe_layers_in(&r->spec.model, 0, r->spec.model.layers) > 0;
+    const int has_dense = !r->dims.moe || model_moe_layers_in(&r->spec.model, 0, r->spec.model.layers) < r->spec.model.layers;
+    if ((has_moe && kind_layer[1] < 0) || (has_dense && kind_layer[0] < 0)) {
+        *fwd_s = *bwd_s = 0;
+    } else {
+        const int k = !has_dense ? 1 : !has_moe ? 0
+                      : kind_s[1][0] + kind_s[1][1] < kind_s[0][0] + kind_s[0][1] ? 1 : 0;
+        *fwd_s = kind_s[k][0];
+        *bwd_s = kind_s[k][1];
     }
     free(t);
     model_ops_free(&g);
