@@ -173,6 +173,34 @@ static void test_plan_rejects_ep(void)
     prof_cluster_free(&cl);
 }
 
+/* Pruning never changes the answer on a MoE model, whose dense and MoE layers cost apart: the
+ * top layouts equal the brute force's, which times every feasible layout. */
+static void test_plan_pruning(void)
+{
+    PxError err = {0};
+    ProfCluster cl;
+    CHECK_OK(prof_cluster_load("dgx-a100", NULL, 0, &cl, &err), err);
+    SimPlanRequest q;
+    memset(&q, 0, sizeof q);
+    moe_spec(&q.base, &err);
+    q.gpus = 16;
+    q.top = 5;
+    q.headroom = 0.05;
+    SimPlanResult a, b;
+    CHECK_OK(sim_plan(&q, &cl, &a, &err), err);
+    q.brute_force = 1;
+    CHECK_OK(sim_plan(&q, &cl, &b, &err), err);
+    CHECK_EQ_INT(b.n_top, a.n_top);
+    CHECK(b.timed > a.timed);
+    for (int i = 0; i < a.n_top; i++) {
+        CHECK_REL(b.top[i].score, a.top[i].score, 1e-12);
+        CHECK_EQ_INT(b.top[i].spec.layout.ep, a.top[i].spec.layout.ep);
+    }
+    sim_plan_free(&a);
+    sim_plan_free(&b);
+    prof_cluster_free(&cl);
+}
+
 /* The Megatron-LM flags of a MoE plan (tiny-moe: one dense layer, then MoE). */
 static void test_export_megatron(void)
 {
@@ -226,6 +254,7 @@ int main(void)
     test_overlap_ep();
     test_flops_imbalance();
     test_plan_rejects_ep();
+    test_plan_pruning();
     test_export_megatron();
     TEST_DONE("sim_moe");
 }
