@@ -31,6 +31,12 @@ const CliOption cli_knob_options[] = {
     {"no-overlap-dp", 0, NULL, "do not overlap DP communication (default)", CLI_NO_OVERLAP_DP, 0},
     {"overlap-tp", 0, NULL, "overlap TP communication with compute", CLI_OVERLAP_TP, 0},
     {"no-overlap-tp", 0, NULL, "do not overlap TP communication (default)", CLI_NO_OVERLAP_TP, 0},
+    {"ep", 1, "N|LIST|auto", "expert-parallel degree: routed experts split over N ranks (plan: a list like 1,2,4,8, or auto, to search)", CLI_EP, 0},
+    {"etp", 1, "N|LIST|auto", "expert tensor-parallel degree (default: tp, as Megatron-Core; plan: a list or auto)", CLI_ETP, 0},
+    {"overlap-ep", 0, NULL, "overlap the experts' all-to-all with the shared experts and another micro-batch", CLI_OVERLAP_EP, 0},
+    {"no-overlap-ep", 0, NULL, "do not overlap the experts' all-to-all (default)", CLI_NO_OVERLAP_EP, 0},
+    {"moe-imbalance", 1, "X", "busiest expert-parallel rank's tokens over the balanced share, >= 1 (default 1)", CLI_MOE_IMBALANCE, 0},
+    {"moe-force-balance", 0, NULL, "route tokens round-robin (Megatron's --moe-router-force-load-balancing): imbalance 1", CLI_MOE_FORCE_BALANCE, 0},
     {"pad-vocab", 1, "N", "pad the vocabulary to a multiple of N x tp (Megatron: 128; default 1)", CLI_PAD_VOCAB, 0},
     {"causal-flops", 0, NULL, "count only the causal half of attention FLOPs", CLI_CAUSAL, 0},
     {"fused-kernels", 0, NULL, "fused elementwise kernels: bias-GeLU, bias-dropout-add, softmax (default)", CLI_FUSED, 0},
@@ -66,6 +72,43 @@ static void print_help_as(const char *prog, const char *usage, const CliOption *
     char line[2048];
     snprintf(line, sizeof line, "%s %s", prog, usage);
     px_opts_help(stdout, line, tables);
+}
+
+/* --ep / --etp: one degree (into *one), a list of them (lists only when the command searches:
+ * the planner), or "auto" (search every degree; *n 0). */
+static int degree_list(const char *arg, const char *flag, int allow_lists, int *one, int *list,
+                       int *n, PxError *err)
+{
+    *n = 0;
+    if (!strcmp(arg, "auto")) {
+        if (!allow_lists)
+            return px_fail(err, PX_EINPUT, "%s auto: only parallax plan searches the degree; give one value", flag);
+        *one = 0;
+        return PX_OK;
+    }
+    const char *p = arg;
+    while (*p) {
+        const char *comma = strchr(p, ',');
+        char item[32];
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        if (len == 0 || len >= sizeof item)
+            return px_fail(err, PX_EINPUT, "%s: expected a degree, a list like 1,2,4,8 or auto, got '%s'", flag, arg);
+        if (*n == CLI_MAX_LIST)
+            return px_fail(err, PX_EINPUT, "%s: at most %d values, got '%s'", flag, CLI_MAX_LIST, arg);
+        memcpy(item, p, len);
+        item[len] = '\0';
+        int rc = px_parse_int(item, flag, 1, 1 << 16, &list[*n], err);
+        if (rc)
+            return rc;
+        (*n)++;
+        p = comma ? comma + 1 : p + len;
+        if (comma && !*p)
+            return px_fail(err, PX_EINPUT, "%s: expected a degree, a list like 1,2,4,8 or auto, got '%s'", flag, arg);
+    }
+    if (*n > 1 && !allow_lists)
+        return px_fail(err, PX_EINPUT, "%s %s: only parallax plan searches a list of degrees; give one value", flag, arg);
+    *one = *n == 1 ? list[0] : 0;
+    return PX_OK;
 }
 
 /* One knob of the spec into a: PX_OK, or PX_EINPUT naming the option and the value. */
@@ -135,6 +178,16 @@ static int knob(int id, const char *arg, CliArgs *a, PxError *err)
     case CLI_NO_OVERLAP_DP: l->overlap_dp = 0; break;
     case CLI_OVERLAP_TP: l->overlap_tp = 1; break;
     case CLI_NO_OVERLAP_TP: l->overlap_tp = 0; break;
+    case CLI_EP: rc = degree_list(arg, "--ep", a->allow_lists, &l->ep, a->ep_list, &a->n_ep, err); break;
+    case CLI_ETP: rc = degree_list(arg, "--etp", a->allow_lists, &l->etp, a->etp_list, &a->n_etp, err); break;
+    case CLI_OVERLAP_EP: l->overlap_ep = 1; break;
+    case CLI_NO_OVERLAP_EP: l->overlap_ep = 0; break;
+    case CLI_MOE_IMBALANCE:
+        rc = px_parse_double(arg, "--moe-imbalance", &j->moe_imbalance, err);
+        if (!rc && !(j->moe_imbalance >= 1.0 && j->moe_imbalance <= 1e6))
+            rc = px_fail(err, PX_EINPUT, "--moe-imbalance: must be at least 1 (1: balanced), got %s", arg);
+        break;
+    case CLI_MOE_FORCE_BALANCE: j->moe_force_balance = 1; break;
     case CLI_PAD_VOCAB: rc = px_parse_int(arg, "--pad-vocab", 1, 1 << 16, &j->pad_vocab, err); break;
     case CLI_CAUSAL: j->causal_flops = 1; break;
     case CLI_LR: rc = px_parse_double(arg, "--lr", &j->lr, err); break;
@@ -221,6 +274,11 @@ int cli_parse_as(const char *prog, const char *usage, int argc, char **argv,
     if (rc) {
         fprintf(stderr, "%s: %s\n", prog, err.msg);
         return rc;
+    }
+    if (a->spec.job.moe_force_balance && a->spec.job.moe_imbalance != 1.0) {
+        fprintf(stderr, "%s: --moe-force-balance routes tokens round-robin: --moe-imbalance %g cannot go with it\n",
+                prog, a->spec.job.moe_imbalance);
+        return 2;
     }
     for (int i = first; i < argc; i++)
         a->positional[a->n_positional++] = argv[i];

@@ -16,7 +16,8 @@ enum {
     CLI_FLASH, CLI_NO_FLASH, CLI_DROPOUT, CLI_OVERLAP_DP, CLI_NO_OVERLAP_DP, CLI_OVERLAP_TP,
     CLI_NO_OVERLAP_TP, CLI_PAD_VOCAB, CLI_CAUSAL, CLI_SET, CLI_FUSED, CLI_NO_FUSED, CLI_TOKENS,
     CLI_LR, CLI_MIN_LR, CLI_WARMUP, CLI_STEPS, CLI_SEED, CLI_WD, CLI_CLIP, CLI_DATA,
-    CLI_PP_LAYERS,
+    CLI_PP_LAYERS, CLI_EP, CLI_ETP, CLI_OVERLAP_EP, CLI_NO_OVERLAP_EP, CLI_MOE_IMBALANCE,
+    CLI_MOE_FORCE_BALANCE,
     CLI_KNOB_COUNT,
     /* not knobs */
     CLI_MODEL = 64, CLI_CLUSTER, CLI_GPUS, CLI_JSON, CLI_HELP, CLI_OUTPUT,
@@ -25,6 +26,8 @@ enum {
 };
 
 #define CLI_MAX_SETS 64
+/* values a searched knob may list (--ep 1,2,4,8) */
+#define CLI_MAX_LIST 16
 
 typedef struct {
     const char *model;
@@ -39,6 +42,11 @@ typedef struct {
     const char *positional[8];
     int n_positional;
     const char *extra[CLI_EXTRA_MAX - CLI_EXTRA]; /* value, or "1" for a flag; NULL when absent */
+    /* --ep and --etp: one value lands in spec.layout; a list ("1,2,4") or "auto" only here, for
+     * the planner to search (n 0: auto, all). Set allow_lists before parsing to accept them. */
+    int allow_lists;
+    int ep_list[CLI_MAX_LIST], n_ep;
+    int etp_list[CLI_MAX_LIST], n_etp;
 } CliArgs;
 
 extern const CliOption cli_knob_options[];

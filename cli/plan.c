@@ -75,6 +75,45 @@ typedef struct {
     int n_price;
 } PlanArgs;
 
+/* --ep and --etp: one value pins the degree, a list restricts the search to it, auto (or
+ * nothing) searches every degree that divides the experts and the stage's ranks. A dense model
+ * has no experts to split: a degree above 1 is bad input, named here rather than as every
+ * candidate's rejection. */
+static int expert_axes(PlanArgs *p)
+{
+    const CliArgs *a = &p->a;
+    SimPlanRequest *q = &p->q;
+    const ModelConfig *mc = &q->base.model;
+    const struct {
+        const char *flag;
+        const int *list;
+        int n;
+        int *out, *n_out;
+        unsigned pin;
+    } ax[2] = {{"--ep", a->ep_list, a->n_ep, q->ep_values, &q->n_ep_values, SIM_PIN_EP},
+               {"--etp", a->etp_list, a->n_etp, q->etp_values, &q->n_etp_values, SIM_PIN_ETP}};
+    for (int i = 0; i < 2; i++) {
+        if (ax[i].n == 0)
+            continue;
+        /* a dense model's only etp is tp (Megatron's default), its only ep 1 */
+        const int dense_ok = i == 1 && (a->given & (1ull << CLI_TP)) ? q->base.layout.tp : 1;
+        if (mc->moe.experts <= 0)
+            for (int k = 0; k < ax[i].n; k++)
+                if (ax[i].list[k] != dense_ok) {
+                    fprintf(stderr, "parallax plan: %s %d: model %s has no experts (expert parallelism needs a "
+                                    "mixture-of-experts model)\n", ax[i].flag, ax[i].list[k], mc->name);
+                    return 2;
+                }
+        if (ax[i].n == 1) {
+            q->pinned |= ax[i].pin;
+            continue;
+        }
+        memcpy(ax[i].out, ax[i].list, (size_t)ax[i].n * sizeof *ax[i].out);
+        *ax[i].n_out = ax[i].n;
+    }
+    return -1;
+}
+
 /* --objective, --top, --headroom and the search's flags into the request. */
 static int parse_search(PlanArgs *p)
 {
@@ -183,12 +222,14 @@ static int parse_plan(int argc, char **argv, PlanArgs *p)
     CliArgs *a = &p->a;
     memset(p, 0, sizeof *p);
     model_spec_defaults(&a->spec);
+    a->allow_lists = 1;
     const CliOption *const tables[] = {plan_options, cli_knob_options, NULL};
     int st = cli_parse("plan",
                        "--model M --cluster C --gpus N --gbs B [--seq S] [knobs to pin] [options]\n\n"
                        "Searches every layout (tp, pp, dp, cp, vpp, zero, sp, micro-batch, recompute,\n"
-                       "schedule), rejects what breaks a rule or does not fit, ranks the rest. Knobs\n"
-                       "given are pinned; the others are searched.",
+                       "schedule; ep and etp for mixture-of-experts models), rejects what breaks a rule\n"
+                       "or does not fit, ranks the rest. Knobs given are pinned; the others are\n"
+                       "searched (--ep and --etp also take a list to search, or auto).",
                        argc, argv, tables, 0, a);
     if (st >= 0)
         return st;
@@ -217,6 +258,8 @@ static int parse_plan(int argc, char **argv, PlanArgs *p)
         fprintf(stderr, "parallax plan: --pp-layers: %s (%s)\n", err.msg, q->base.model.name);
         return 2;
     }
+    if ((st = expert_axes(p)) >= 0)
+        return st;
     return parse_lists(p, gpus_text);
 }
 

@@ -163,6 +163,50 @@ void sim_group_path(const SimCtx *c, int base, int stride, int n, double *alpha,
         *nodes_out = nodes;
 }
 
+double sim_moe_imbalance(const ModelSpec *s)
+{
+    if (s->model.moe.experts <= 0 || s->job.moe_force_balance)
+        return 1.0;
+    return s->job.moe_imbalance >= 1.0 ? s->job.moe_imbalance : 1.0;
+}
+
+double sim_all_to_all_seconds(const SimCtx *c, int base, int stride, int n, double S, int *nodes_out)
+{
+    const ProfCluster *cl = c->cl;
+    const int N = c->node_size;
+    if (nodes_out)
+        *nodes_out = 1;
+    if (n < 2)
+        return 0.0;
+    /* the fewest group members any node holds: that node's ranks send the most off the node */
+    int nodes = 0, last = -1, here = 0, fewest = n;
+    for (int i = 0; i <= n; i++) {
+        int node = i < n ? (base + i * stride) / N : -1;
+        if (node != last) {
+            if (last >= 0) {
+                nodes++;
+                if (here < fewest)
+                    fewest = here;
+            }
+            last = node;
+            here = 0;
+        }
+        here++;
+    }
+    if (nodes_out)
+        *nodes_out = nodes;
+    const double link = cl->link_bandwidth * cl->link_eff;
+    const double k = fewest;
+    /* a rank sends S/n to each of the n - 1 others: k - 1 of them over the node's link, n - k
+     * over its share of the node's NICs, both at once (docs/time.md, "All-to-all") */
+    const double t_link = (k - 1.0) * S / (n * link);
+    if (nodes <= 1)
+        return cl->link_latency + t_link;
+    const double net = cl->net_bandwidth * cl->net_eff;
+    const double t_net = (n - k) * S / (n * net);
+    return cl->net_latency + (t_link > t_net ? t_link : t_net);
+}
+
 double sim_comm_seconds(const SimCtx *c, const ModelOp *op, int stage)
 {
     const ModelDims *d = c->d;
@@ -196,6 +240,16 @@ double sim_comm_seconds(const SimCtx *c, const ModelOp *op, int stage)
     int nodes;
     sim_group_path(c, base, stride, n, &alpha, &beta, &nodes);
     ModelCollective coll = model_comm_collective(op->comm);
+    const double S = (double)op->comm_bytes;
+    if (coll == MODEL_COLL_ALL_TO_ALL) {
+        /* S is the busiest expert-parallel rank's buffer (model/ops.c sizes it from dims.routed,
+         * imbalance included): it receives (dispatch) and sends back (combine) the most, and
+         * the exchange ends when it is done */
+        double measured = prof_measured_collective(c->cl->measured, "all_to_all", n, nodes, S);
+        if (measured > 0)
+            return op->calls * measured;
+        return op->calls * sim_all_to_all_seconds(c, base, stride, n, S, NULL);
+    }
     /* a calibrated profile measured this collective at this group size */
     static const char *const names[] = {"allreduce", "all_gather", "reduce_scatter", "sendrecv", "sendrecv",
                                         "all_to_all"};

@@ -81,6 +81,108 @@ static void megatron_layout(char *buf, size_t cap, const ModelLayout *l)
         snprintf(buf + n, cap - n, "L");
 }
 
+/* Megatron's --moe-layer-freq as its list form, run-length coded: "([0]*3+[1]*58)". Its int
+ * form N makes layer i MoE when i % N == 0 (moe_layer_freq in Megatron-Core's
+ * transformer_config.py), while parallax's first_dense and layer_freq follow Hugging Face
+ * (first_k_dense_replace, then every layer_freq-th layer): only the list says both. */
+static void megatron_moe_layers(char *buf, size_t cap, const ModelConfig *c)
+{
+    size_t n = (size_t)snprintf(buf, cap, "(");
+    for (int l = 0; l < c->layers && n < cap;) {
+        const int moe = model_layer_is_moe(c, l);
+        int run = 1;
+        while (l + run < c->layers && model_layer_is_moe(c, l + run) == moe)
+            run++;
+        n += (size_t)snprintf(buf + n, cap - n, "%s[%d]*%d", l ? "+" : "", moe, run);
+        l += run;
+    }
+    if (n < cap)
+        snprintf(buf + n, cap - n, ")");
+}
+
+/* Mixture of experts and multi-head latent attention (Megatron-Core's MoE and MLA arguments). */
+static void megatron_moe(FILE *f, const ModelPlan *p)
+{
+    const ModelConfig *c = &p->spec.model;
+    const ModelMoe *m = &c->moe;
+    const ModelLayout *l = &p->spec.layout;
+    const ModelJob *t = &p->spec.job;
+    if (m->experts > 0) {
+        char freq[4096];
+        megatron_moe_layers(freq, sizeof freq, c);
+        flag(f, "--num-experts", "%d", m->experts);
+        flag(f, "--moe-router-topk", "%d", m->topk);
+        flag(f, "--moe-ffn-hidden-size", "%d", m->expert_ffn);
+        if (m->shared_ffn > 0)
+            flag(f, "--moe-shared-expert-intermediate-size", "%d", m->shared_ffn);
+        if (m->shared_ffn > 0 && m->shared_gate)
+            flag(f, "--moe-shared-expert-gate", NULL);
+        flag(f, "--moe-layer-freq", "'%s'", freq);
+        flag(f, "--expert-model-parallel-size", "%d", l->ep);
+        flag(f, "--expert-tensor-parallel-size", "%d", l->etp);
+        flag(f, "--moe-router-score-function", "%s", m->score == MODEL_ROUTER_SIGMOID ? "sigmoid" : "softmax");
+        if (m->groups > 0) {
+            flag(f, "--moe-router-num-groups", "%d", m->groups);
+            flag(f, "--moe-router-group-topk", "%d", m->topk_groups);
+        }
+        if (m->aux_loss_coeff > 0) {
+            flag(f, "--moe-router-load-balancing-type", "aux_loss");
+            flag(f, "--moe-aux-loss-coeff", "%g", m->aux_loss_coeff);
+        } else {
+            flag(f, "--moe-router-load-balancing-type", "none");
+        }
+        if (m->capacity_factor > 0) {
+            /* parallax pads every expert's input to its capacity (dims.routed) */
+            flag(f, "--moe-expert-capacity-factor", "%g", m->capacity_factor);
+            flag(f, "--moe-pad-expert-input-to-capacity", NULL);
+        }
+        flag(f, "--moe-token-dispatcher-type", "alltoall");
+        flag(f, "--moe-grouped-gemm", NULL);
+        if (t->moe_force_balance)
+            flag(f, "--moe-router-force-load-balancing", NULL);
+        if (l->overlap_ep && m->shared_ffn > 0)
+            flag(f, "--moe-shared-expert-overlap", NULL);
+    }
+    if (c->mla.kv_lora_rank > 0) {
+        flag(f, "--multi-latent-attention", NULL);
+        if (c->mla.q_lora_rank > 0)
+            flag(f, "--q-lora-rank", "%d", c->mla.q_lora_rank);
+        flag(f, "--kv-lora-rank", "%d", c->mla.kv_lora_rank);
+        flag(f, "--qk-head-dim", "%d", c->mla.qk_nope_dim);
+        flag(f, "--qk-pos-emb-head-dim", "%d", c->mla.qk_rope_dim);
+        flag(f, "--v-head-dim", "%d", c->mla.v_dim);
+    }
+    if (c->mtp_layers > 0)
+        flag(f, "--mtp-num-layers", "%d", c->mtp_layers);
+}
+
+/* What the Megatron flags cannot carry of a MoE plan, as comments above them. */
+static void megatron_moe_notes(FILE *f, const ModelPlan *p)
+{
+    const ModelMoe *m = &p->spec.model.moe;
+    const ModelLayout *l = &p->spec.layout;
+    const ModelJob *t = &p->spec.job;
+    if (m->experts <= 0)
+        return;
+    fprintf(f, "# experts: %d routed (top %d) over ep %d x etp %d, expert data parallel %d; %s\n",
+            m->experts, m->topk, l->ep, l->etp, l->tp * l->cp * l->dp / (l->ep * l->etp),
+            m->capacity_factor > 0 ? "capacity padded" : "dropless (no capacity factor)");
+    if (t->moe_imbalance > 1.0 && !t->moe_force_balance)
+        fprintf(f, "# planned for a routing imbalance of %g (the busiest EP rank's tokens over the balanced\n"
+                   "# share): a planning assumption, not a Megatron setting\n", t->moe_imbalance);
+    if (l->overlap_ep)
+        fprintf(f, "# the plan overlaps the experts' all-to-all with compute%s; Megatron-Core versions\n"
+                   "# with it take --overlap-moe-expert-parallel-comm for the overlap across micro-batches\n",
+                m->shared_ffn > 0 ? " (--moe-shared-expert-overlap: under the shared experts)" : "");
+    if (m->score == MODEL_ROUTER_SIGMOID)
+        fprintf(f, "# parallax's model description has no routed scaling factor or bias-based balancing:\n"
+                   "# add --moe-router-topk-scaling-factor and --moe-router-enable-expert-bias from the\n"
+                   "# model's own config where it uses them (DeepSeek-V3: 2.5, and aux-loss-free balancing)\n");
+    if (m->router_bias || m->expert_bias)
+        fprintf(f, "# NOT EXPRESSIBLE: biases on the router or the experts (GPT-OSS): --disable-bias-linear\n"
+                   "# below turns every linear bias off, --add-bias-linear would turn them all on\n");
+}
+
 static void megatron(FILE *f, const ModelPlan *p, const ModelDims *d)
 {
     const ModelConfig *c = &p->spec.model;
@@ -113,6 +215,10 @@ static void megatron(FILE *f, const ModelPlan *p, const ModelDims *d)
                     split, lay);
         }
     }
+    if (l->tp > 1 || l->cp > 1)
+        fprintf(f, "# with tp or cp > 1 Megatron-LM's validate_args asserts CUDA_DEVICE_MAX_CONNECTIONS=1 in the\n"
+                   "# environment (before Blackwell): export CUDA_DEVICE_MAX_CONNECTIONS=1\n");
+    megatron_moe_notes(f, p);
     fprintf(f, "MEGATRON_ARGS=\\\n");
     flag(f, "--num-layers", "%d", c->layers);
     flag(f, "--hidden-size", "%d", c->hidden);
@@ -174,6 +280,7 @@ static void megatron(FILE *f, const ModelPlan *p, const ModelDims *d)
         flag(f, "--recompute-method", "uniform");
         flag(f, "--recompute-num-layers", "1");
     }
+    megatron_moe(f, p);
     flag(f, "--micro-batch-size", "%d", t->micro_batch);
     flag(f, "--global-batch-size", "%d", t->global_batch);
     if (t->precision == PX_BF16)
@@ -265,6 +372,61 @@ static void deepspeed(FILE *f, const ModelPlan *p, const ModelDims *d)
     cJSON_Delete(j);
 }
 
+/* A MoE plan's expert and MLA settings as overrides: NeMo 1.x's model.* keys and
+ * Megatron-Bridge's model provider (TransformerConfig's field names) share them, but for the
+ * layer pattern and the expert tensor degree, which NeMo 1.x does not take. */
+static void nemo_moe(FILE *f, const ModelPlan *p, int bridge)
+{
+    const ModelConfig *c = &p->spec.model;
+    const ModelMoe *m = &c->moe;
+    const ModelLayout *l = &p->spec.layout;
+    if (m->experts > 0) {
+        fprintf(f, "model.num_moe_experts=%d model.moe_router_topk=%d model.expert_model_parallel_size=%d",
+                m->experts, m->topk, l->ep);
+        if (bridge)
+            fprintf(f, " model.expert_tensor_parallel_size=%d", l->etp);
+        fprintf(f, "\nmodel.moe_ffn_hidden_size=%d", m->expert_ffn);
+        if (m->shared_ffn > 0)
+            fprintf(f, " model.moe_shared_expert_intermediate_size=%d", m->shared_ffn);
+        if (bridge) {
+            fprintf(f, " model.moe_layer_freq=[");
+            for (int i = 0; i < c->layers; i++)
+                fprintf(f, "%s%d", i ? "," : "", model_layer_is_moe(c, i));
+            fprintf(f, "]");
+        }
+        fprintf(f, "\nmodel.moe_router_score_function=%s", m->score == MODEL_ROUTER_SIGMOID ? "sigmoid" : "softmax");
+        if (m->groups > 0)
+            fprintf(f, " model.moe_router_num_groups=%d model.moe_router_group_topk=%d", m->groups, m->topk_groups);
+        fprintf(f, " model.moe_router_load_balancing_type=%s model.moe_aux_loss_coeff=%g",
+                m->aux_loss_coeff > 0 ? "aux_loss" : "none", m->aux_loss_coeff);
+        if (m->capacity_factor > 0)
+            fprintf(f, " model.moe_expert_capacity_factor=%g model.moe_pad_expert_input_to_capacity=true",
+                    m->capacity_factor);
+        fprintf(f, "\nmodel.moe_token_dispatcher_type=alltoall model.moe_grouped_gemm=true");
+        if (p->spec.job.moe_force_balance)
+            fprintf(f, " model.moe_router_force_load_balancing=true");
+        if (l->overlap_ep && m->shared_ffn > 0)
+            fprintf(f, " model.moe_shared_expert_overlap=true");
+        fprintf(f, "\n");
+        if (!bridge && m->first_dense + (m->layer_freq > 1) > 0)
+            fprintf(f, "# NOT EXPRESSIBLE in NeMo 1.x, which makes every layer MoE: this model's dense layers (the first %d;\n"
+                       "# after them every %d-th layer is MoE) need Megatron-Bridge's model.moe_layer_freq below\n",
+                    m->first_dense, m->layer_freq);
+        if (!bridge && l->etp != l->tp)
+            fprintf(f, "# NOT EXPRESSIBLE in NeMo 1.x: expert tensor parallel %d differs from tp %d (Megatron-Bridge's model.expert_tensor_parallel_size below)\n",
+                    l->etp, l->tp);
+    }
+    if (c->mla.kv_lora_rank > 0) {
+        fprintf(f, "model.multi_latent_attention=true");
+        if (c->mla.q_lora_rank > 0)
+            fprintf(f, " model.q_lora_rank=%d", c->mla.q_lora_rank);
+        fprintf(f, " model.kv_lora_rank=%d model.qk_head_dim=%d model.qk_pos_emb_head_dim=%d model.v_head_dim=%d\n",
+                c->mla.kv_lora_rank, c->mla.qk_nope_dim, c->mla.qk_rope_dim, c->mla.v_dim);
+    }
+    if (c->mtp_layers > 0)
+        fprintf(f, "model.mtp_num_layers=%d\n", c->mtp_layers);
+}
+
 static void nemo(FILE *f, const ModelPlan *p, const ModelDims *d)
 {
     const ModelConfig *c = &p->spec.model;
@@ -297,6 +459,7 @@ static void nemo(FILE *f, const ModelPlan *p, const ModelDims *d)
         fprintf(f, "# these NeMo 1.x overrides do not carry the uneven pipeline split %s%s\n", split,
                 split_ok ? " (the Megatron-Bridge ones below do)" : "");
     }
+    nemo_moe(f, p, 0);
     if (l->recompute == MODEL_RECOMPUTE_NONE)
         fprintf(f, "model.activations_checkpoint_granularity=null\n");
     else if (l->recompute == MODEL_RECOMPUTE_SELECTIVE)
@@ -327,6 +490,7 @@ static void nemo(FILE *f, const ModelPlan *p, const ModelDims *d)
                    "(num_layers_in_first/last_pipeline_stage leave the middle even)\n", split);
     }
     fprintf(f, "model.seq_length=%d dataset.sequence_length=%d\n", d->s, d->s);
+    nemo_moe(f, p, 1);
     if (l->recompute == MODEL_RECOMPUTE_SELECTIVE)
         fprintf(f, "model.recompute_granularity=selective\n");
     else if (l->recompute == MODEL_RECOMPUTE_FULL)
@@ -377,6 +541,16 @@ int sim_export(FILE *f, const ModelPlan *plan, SimExportFormat fmt, PxError *err
             px_warn("full recompute: the activation_checkpointing block configures DeepSpeed's "
                     "checkpointing; Megatron-DeepSpeed turns it on with --checkpoint-activations "
                     "--deepspeed-activation-checkpointing");
+        if (d.moe)
+            px_warn("NOT EXPRESSIBLE: the %d experts over ep %d are not a DeepSpeed config setting: DeepSpeed "
+                    "builds MoE in the model code (deepspeed.moe.layer.MoE(hidden_size, expert, num_experts=%d, "
+                    "ep_size=%d, k=%d%s)); expert tensor parallel %d has no DeepSpeed equivalent beyond 1",
+                    s.model.moe.experts, s.layout.ep, s.model.moe.experts, s.layout.ep, s.model.moe.topk,
+                    s.model.moe.capacity_factor > 0 ? ", capacity_factor=..." : ", drop_tokens=False",
+                    s.layout.etp);
+        if (s.model.mla.kv_lora_rank > 0 || s.model.mtp_layers > 0)
+            px_warn("NOT EXPRESSIBLE: multi-head latent attention and multi-token prediction are model code, "
+                    "not DeepSpeed config settings");
         deepspeed(f, &p, &d);
         break;
     case SIM_EXPORT_NEMO: nemo(f, &p, &d); break;

@@ -30,6 +30,15 @@ double sim_collective_seconds(ModelCollective coll, double bytes, int n, double 
  * network of the group's ranks on a node (each device brings its share of the node's NICs). */
 void sim_group_path(const SimCtx *c, int base, int stride, int n, double *alpha, double *beta,
                     int *nodes);
+/* An all-to-all of S bytes per rank (nccl-tests' size: S/n to each rank) over a group of n
+ * ranks `stride` apart from `base`: latency once (the n - 1 transfers run at once) plus the
+ * slower of the bytes staying on the node, (k-1)/n S over the link, and the bytes leaving it,
+ * (n-k)/n S over the rank's share of the NICs, k the fewest group members on a node.
+ * *nodes (optional) gets the nodes the group spans. docs/time.md derives it. */
+double sim_all_to_all_seconds(const SimCtx *c, int base, int stride, int n, double S, int *nodes);
+/* The busiest expert-parallel rank's tokens over the balanced share the time model uses: the
+ * job's moe_imbalance, 1 with forced balance or a dense model. */
+double sim_moe_imbalance(const ModelSpec *s);
 /* Seconds of a communication op (all its calls), for a rank of the given stage. */
 double sim_comm_seconds(const SimCtx *c, const ModelOp *op, int stage);
 
@@ -52,10 +61,12 @@ double sim_pipeline_pair(const ModelDims *d, ModelSchedule sched, const double *
 double sim_pipeline_uniform(const ModelDims *d, ModelSchedule sched, double fwd, double bwd);
 
 /* How much of communication op i (per micro-batch, not point-to-point) its pass cannot hide:
- * TP under overlap_tp and CP behind their partner compute op, DP under overlap_dp behind its
- * block's compute, each at the overlap slowdown; t holds every op's seconds. */
+ * TP (and ETP) under overlap_tp and CP behind their partner compute op, DP (and EDP) under
+ * overlap_dp behind its block's compute, the experts' all-to-all under overlap_ep behind the
+ * shared experts or, with m >= 2 micro-batches, the layer's compute of both passes; each at the
+ * overlap slowdown; t holds every op's seconds. */
 double sim_comm_exposed(const ModelOpGraph *g, const double *t, int i, const ModelLayout *l,
-                        double slow);
+                        int m, double slow);
 
 /* The stage whose tables and ops stand for `stage` (itself unless a compact simulation's
  * middle stage is like an earlier one), for a layout (sim_stage_model_of: spec checked, d its

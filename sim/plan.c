@@ -19,6 +19,7 @@ typedef struct {
     short spill; /* pp not dividing the layers: the balanced split's leftover layer on the
                     first (0) or last (1) stage (model_split_balanced) */
     int dp;
+    short ep, etp; /* expert degrees (1 and tp for a dense model) */
 } Knobs;
 
 typedef struct {
@@ -66,6 +67,7 @@ static double score(SimObjective o, double step_s, const ModelDims *d, int gbs)
  * builds a stage's graph, so each key is costed once. Open addressing on a packed key. */
 typedef struct {
     uint64_t *key; /* 0: empty */
+    uint64_t *key2; /* the expert degrees (a MoE layer's compute depends on them) */
     double (*seconds)[2]; /* forward, backward */
     size_t cap, n;
 } LayerCosts;
@@ -76,32 +78,37 @@ static int layer_cost(LayerCosts *m, const ModelSpec *s, const ProfCluster *cl, 
     const ModelLayout *l = &s->layout;
     const uint64_t key = 1 + ((uint64_t)l->tp | (uint64_t)l->cp << 12 | (uint64_t)l->sp << 24 |
                               (uint64_t)l->recompute << 25 | (uint64_t)s->job.micro_batch << 28);
+    const uint64_t key2 = (uint64_t)l->ep | (uint64_t)l->etp << 32;
     if (m->n * 2 >= m->cap) {
         size_t cap = m->cap ? 2 * m->cap : 1024;
-        uint64_t *k = calloc(cap, sizeof *k);
+        uint64_t *k = calloc(cap, sizeof *k), *k2 = calloc(cap, sizeof *k2);
         double(*v)[2] = calloc(cap, sizeof *v);
-        if (!k || !v) {
+        if (!k || !k2 || !v) {
             free(k);
+            free(k2);
             free(v);
             return px_fail(err, PX_ERUNTIME, "out of memory planning");
         }
         for (size_t i = 0; i < m->cap; i++)
             if (m->key[i]) {
-                size_t h = (size_t)(m->key[i] * 0x9E3779B97F4A7C15ull >> 20) & (cap - 1);
+                size_t h = (size_t)((m->key[i] ^ m->key2[i] * 31) * 0x9E3779B97F4A7C15ull >> 20) & (cap - 1);
                 while (k[h])
                     h = (h + 1) & (cap - 1);
                 k[h] = m->key[i];
+                k2[h] = m->key2[i];
                 v[h][0] = m->seconds[i][0];
                 v[h][1] = m->seconds[i][1];
             }
         free(m->key);
+        free(m->key2);
         free(m->seconds);
         m->key = k;
+        m->key2 = k2;
         m->seconds = v;
         m->cap = cap;
     }
-    size_t h = (size_t)(key * 0x9E3779B97F4A7C15ull >> 20) & (m->cap - 1);
-    while (m->key[h] && m->key[h] != key)
+    size_t h = (size_t)((key ^ key2 * 31) * 0x9E3779B97F4A7C15ull >> 20) & (m->cap - 1);
+    while (m->key[h] && (m->key[h] != key || m->key2[h] != key2))
         h = (h + 1) & (m->cap - 1);
     if (m->key[h] == key) {
         seconds[0] = m->seconds[h][0];
@@ -116,6 +123,7 @@ static int layer_cost(LayerCosts *m, const ModelSpec *s, const ProfCluster *cl, 
     if (rc)
         return rc;
     m->key[h] = key;
+    m->key2[h] = key2;
     m->seconds[h][0] = seconds[0];
     m->seconds[h][1] = seconds[1];
     m->n++;
@@ -132,11 +140,14 @@ static void memory_example(SimPlanResult *res, const ModelSpec *s, const Knobs *
         model_split_format(s->layout.stage_layers, s->layout.n_stage_layers, split + 2, sizeof split - 3);
         strcat(split, ")");
     }
+    char experts[40] = "";
+    if (s->model.moe.experts > 0)
+        snprintf(experts, sizeof experts, " ep %d etp %d", k->ep, k->etp);
     const double over = (double)peak - usable;
     snprintf(res->example[SIM_REJECT_MEMORY], sizeof res->example[SIM_REJECT_MEMORY],
-             "tp %d pp %d%s dp %d cp %d vpp %d zero %d sp %d mbs %d recompute %s %s: "
+             "tp %d pp %d%s dp %d cp %d%s vpp %d zero %d sp %d mbs %d recompute %s %s: "
              "peak %.2f GiB on stage %d, %.1f %s over the %.2f GiB usable",
-             k->tp, k->pp, split, dp, k->cp, k->vpp, k->zero, k->sp, k->mbs,
+             k->tp, k->pp, split, dp, k->cp, experts, k->vpp, k->zero, k->sp, k->mbs,
              model_recompute_name((ModelRecompute)k->rc), model_schedule_name((ModelSchedule)k->sched),
              (double)peak / PX_GIB, peak_stage,
              /* the closest can miss by less than the rounding */
@@ -157,6 +168,8 @@ static void apply(const SimPlanRequest *q, const Knobs *k, ModelSpec *s)
     s->layout.recompute = (ModelRecompute)k->rc;
     s->layout.schedule = (ModelSchedule)k->sched;
     s->job.micro_batch = k->mbs;
+    s->layout.ep = k->ep;
+    s->layout.etp = k->etp;
     /* a pinned split stays as given; else even where pp divides the layers, balanced where not */
     if (!(q->pinned & SIM_PIN_PP_LAYERS)) {
         s->layout.n_stage_layers = 0;
@@ -182,9 +195,9 @@ static int spills(const SimPlanRequest *q, int pp)
  * parallelism, no recompute, larger micro-batch), so results are deterministic. */
 static int cmp_knobs(const Knobs *a, const Knobs *b)
 {
-    const short ka[10] = {a->tp, a->pp, a->cp, a->vpp, a->zero, a->sp, a->rc, a->sched, (short)-a->mbs, a->spill};
-    const short kb[10] = {b->tp, b->pp, b->cp, b->vpp, b->zero, b->sp, b->rc, b->sched, (short)-b->mbs, b->spill};
-    for (int i = 0; i < 10; i++)
+    const short ka[12] = {a->tp, a->pp, a->cp, a->ep, a->etp, a->vpp, a->zero, a->sp, a->rc, a->sched, (short)-a->mbs, a->spill};
+    const short kb[12] = {b->tp, b->pp, b->cp, b->ep, b->etp, b->vpp, b->zero, b->sp, b->rc, b->sched, (short)-b->mbs, b->spill};
+    for (int i = 0; i < 12; i++)
         if (ka[i] != kb[i])
             return ka[i] < kb[i] ? -1 : 1;
     return 0;
@@ -297,6 +310,10 @@ typedef struct {
     int vpps[64], n_vpp;
     int mbss[256], n_mbs;
     int zs[4], n_z, ss[2], n_s, rs[3], n_r;
+    /* expert degrees: (ep, etp) pairs that divide the experts, their width and the stage's
+     * tp x cp x dp ranks (one pair, (1, tp), for a dense model) */
+    short eps[256], etps[256];
+    int n_e;
 } Grid;
 
 /* The request against the cluster: PX_EINPUT before anything is allocated. */
@@ -361,10 +378,64 @@ static int search_open(Search *s, const SimPlanRequest *q, const ProfCluster *cl
 static void search_close(Search *s)
 {
     free(s->costs.key);
+    free(s->costs.key2);
     free(s->costs.seconds);
     model_table_cache_free(s->tables);
     free(s->kept);
     free(s->pend);
+}
+
+/* The (ep, etp) pairs of a grid. A pinned degree is tried as given (the rules then name it if it
+ * breaks one: a rejection by MODEL_RULE_EXPERTS explains itself); a listed one over its values;
+ * otherwise ep over the divisors of the experts and etp over 1 and tp (Megatron-Core's default
+ * and the usual choice for fine-grained experts), both as far as ep x etp divides the stage's
+ * ranks. A dense model has the one pair (1, tp). */
+static void expert_pairs(const Search *s, Grid *g)
+{
+    const SimPlanRequest *q = s->q;
+    const ModelMoe *moe = &q->base.model.moe;
+    const ModelLayout *pl = &q->base.layout;
+    const unsigned pin = q->pinned;
+    g->n_e = 0;
+    if (moe->experts <= 0) {
+        g->eps[0] = 1;
+        g->etps[0] = (short)g->tp;
+        g->n_e = 1;
+        return;
+    }
+    int eps[256], n_ep, etps[16], n_etp;
+    if (pin & SIM_PIN_EP) {
+        eps[0] = pl->ep > 0 ? pl->ep : 1;
+        n_ep = 1;
+    } else if (q->n_ep_values > 0) {
+        n_ep = q->n_ep_values;
+        memcpy(eps, q->ep_values, (size_t)n_ep * sizeof *eps);
+    } else {
+        n_ep = divisors(moe->experts, 1 << 15, eps, 256);
+    }
+    if (pin & SIM_PIN_ETP) {
+        etps[0] = pl->etp > 0 ? pl->etp : g->tp;
+        n_etp = 1;
+    } else if (q->n_etp_values > 0) {
+        n_etp = q->n_etp_values;
+        memcpy(etps, q->etp_values, (size_t)n_etp * sizeof *etps);
+    } else {
+        etps[0] = 1;
+        etps[1] = g->tp;
+        n_etp = g->tp > 1 ? 2 : 1;
+    }
+    const long ranks = (long)g->tp * g->cp * g->dp;
+    const int given = (pin & (SIM_PIN_EP | SIM_PIN_ETP)) || q->n_ep_values || q->n_etp_values;
+    for (int i = 0; i < n_ep; i++)
+        for (int j = 0; j < n_etp && g->n_e < 256; j++) {
+            /* degrees the user named reach the rules, which say why they fail; the search's
+             * own only where they can work */
+            if (!given && ranks % ((long)eps[i] * etps[j]) != 0)
+                continue;
+            g->eps[g->n_e] = (short)eps[i];
+            g->etps[g->n_e] = (short)etps[j];
+            g->n_e++;
+        }
 }
 
 /* The other knobs' values for (tp, pp, cp); 0 when tp x pp x cp is not a factorisation of the
@@ -412,6 +483,7 @@ static int grid_for(const Search *s, int tp, int pp, int cp, Grid *g)
     g->n_z = values(pin & SIM_PIN_ZERO, pl->zero, zeros, g->dp * cp > 1 ? 4 : 1, g->zs);
     g->n_s = values(pin & SIM_PIN_SP, pl->sp, sps, tp > 1 ? 2 : 1, g->ss);
     g->n_r = values(pin & SIM_PIN_RECOMPUTE, (int)pl->recompute, rcs, 3, g->rs);
+    expert_pairs(s, g);
     return 1;
 }
 
@@ -559,7 +631,7 @@ static int walk_grid(Search *s, const Grid *g)
             int n_r_tried = g->n_r;
             for (int i = 0; i < g->n_r; i++) /* the selective twins skipped below */
                 n_r_tried -= twin_skipped(s->q, g->rs[i]);
-            s->total += (long)g->n_mbs * g->n_z * g->n_s * n_r_tried * n_sched * n_spill;
+            s->total += (long)g->n_mbs * g->n_z * g->n_s * n_r_tried * n_sched * n_spill * g->n_e;
             continue;
         }
         for (int sp_end = 0; sp_end < n_spill; sp_end++)
@@ -567,16 +639,18 @@ static int walk_grid(Search *s, const Grid *g)
                 for (int z = 0; z < g->n_z; z++)
                     for (int h = 0; h < g->n_s; h++)
                         for (int i = 0; i < g->n_r; i++)
-                            for (int j = 0; j < n_sched; j++) {
-                                if (twin_skipped(s->q, g->rs[i]))
-                                    continue;
-                                Knobs k = {(short)g->tp, (short)g->pp, (short)g->cp, (short)vpp,
-                                           (short)g->zs[z], (short)g->ss[h], (short)g->mbss[f],
-                                           (short)g->rs[i], (short)scheds[j], (short)sp_end, g->dp};
-                                int rc = evaluate(s, &k);
-                                if (rc)
-                                    return rc;
-                            }
+                            for (int j = 0; j < n_sched; j++)
+                                for (int x = 0; x < g->n_e; x++) {
+                                    if (twin_skipped(s->q, g->rs[i]))
+                                        continue;
+                                    Knobs k = {(short)g->tp, (short)g->pp, (short)g->cp, (short)vpp,
+                                               (short)g->zs[z], (short)g->ss[h], (short)g->mbss[f],
+                                               (short)g->rs[i], (short)scheds[j], (short)sp_end, g->dp,
+                                               g->eps[x], g->etps[x]};
+                                    int rc = evaluate(s, &k);
+                                    if (rc)
+                                        return rc;
+                                }
     }
     return PX_OK;
 }

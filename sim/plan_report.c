@@ -22,8 +22,11 @@ static void layout_text(char *buf, size_t cap, const ModelSpec *s)
     const ModelLayout *l = &s->layout;
     char split[80];
     split_text(split, sizeof split, l);
-    snprintf(buf, cap, "tp %d pp %d%s dp %d cp %d vpp %d zero %d sp %s mbs %d %s %s", l->tp, l->pp,
-             split, l->dp, l->cp, l->vpp, l->zero, l->sp ? "on" : "off", s->job.micro_batch,
+    char experts[40] = "";
+    if (s->model.moe.experts > 0)
+        snprintf(experts, sizeof experts, " ep %d etp %d", l->ep, l->etp);
+    snprintf(buf, cap, "tp %d pp %d%s dp %d cp %d%s vpp %d zero %d sp %s mbs %d %s %s", l->tp, l->pp,
+             split, l->dp, l->cp, experts, l->vpp, l->zero, l->sp ? "on" : "off", s->job.micro_batch,
              model_recompute_name(l->recompute), model_schedule_name(l->schedule));
 }
 
@@ -76,9 +79,12 @@ void sim_plan_print(FILE *f, const SimPlanRequest *q, const ProfCluster *cl,
             sim_objective_name(q->objective));
     fprintf(f, "searched %ld layouts in %.2f s: %ld feasible, %ld timed in full (the rest cannot beat them)\n\n",
             r->considered, r->seconds, r->feasible, r->timed);
-    fprintf(f, "%3s %3s %3s %4s %3s %3s %4s %3s %4s %-9s %-11s %8s %10s %6s %8s %7s  %s\n", "#", "tp",
-            "pp", "dp", "cp", "vpp", "zero", "sp", "mbs", "recompute", "schedule", "step s",
-            "tokens/s", "MFU", "mem GiB", "bubble", "why");
+    const int moe = b->model.moe.experts > 0;
+    fprintf(f, "%3s %3s %3s %4s %3s ", "#", "tp", "pp", "dp", "cp");
+    if (moe)
+        fprintf(f, "%4s %3s ", "ep", "etp");
+    fprintf(f, "%3s %4s %3s %4s %-9s %-11s %8s %10s %6s %8s %7s  %s\n", "vpp", "zero", "sp", "mbs",
+            "recompute", "schedule", "step s", "tokens/s", "MFU", "mem GiB", "bubble", "why");
     for (int i = 0; i < r->n_top; i++) {
         const SimCandidate *c = &r->top[i];
         const ModelLayout *l = &c->spec.layout;
@@ -86,8 +92,11 @@ void sim_plan_print(FILE *f, const SimPlanRequest *q, const ProfCluster *cl,
         why(w, sizeof w, r, i);
         /* the simulated bubble of a pipeline-less step can come out a rounding error below zero */
         const double bubble = c->bubble_fraction > 0 ? c->bubble_fraction : 0;
-        fprintf(f, "%3d %3d %3d %4d %3d %3d %4d %3s %4d %-9s %-11s %8.3f %10.0f %5.1f%% %8.2f %6.1f%%  %s\n",
-                i + 1, l->tp, l->pp, l->dp, l->cp, l->vpp, l->zero, l->sp ? "on" : "off",
+        fprintf(f, "%3d %3d %3d %4d %3d ", i + 1, l->tp, l->pp, l->dp, l->cp);
+        if (moe)
+            fprintf(f, "%4d %3d ", l->ep, l->etp);
+        fprintf(f, "%3d %4d %3s %4d %-9s %-11s %8.3f %10.0f %5.1f%% %8.2f %6.1f%%  %s\n",
+                l->vpp, l->zero, l->sp ? "on" : "off",
                 c->spec.job.micro_batch, model_recompute_name(l->recompute),
                 model_schedule_name(l->schedule), c->step_s, c->tokens_per_s, 100 * c->mfu,
                 (double)c->peak_bytes / PX_GIB, 100 * bubble, w);

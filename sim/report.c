@@ -1,5 +1,5 @@
 /* Rendering a simulation: JSON with the prediction's keys (docs/formats.md), and tables for people. */
-#include "sim/sim.h"
+#include "sim/internal.h"
 
 #include <string.h>
 
@@ -66,6 +66,8 @@ static void add_prediction(cJSON *j, const SimResult *r)
     cJSON_AddNumberToObject(tm, "tp_comm_s", r->tp_comm_s);
     cJSON_AddNumberToObject(tm, "pp_comm_s", r->pp_comm_s);
     cJSON_AddNumberToObject(tm, "dp_comm_exposed_s", r->dp_comm_exposed_s);
+    if (d->moe)
+        cJSON_AddNumberToObject(tm, "ep_comm_s", r->ep_comm_s);
     cJSON_AddNumberToObject(tm, "optimizer_s", r->optimizer_s);
     cJSON_AddNumberToObject(tm, "critical_stage", r->critical_stage);
     cJSON *tps = cJSON_AddArrayToObject(tm, "per_stage");
@@ -80,6 +82,8 @@ static void add_prediction(cJSON *j, const SimResult *r)
         cJSON_AddNumberToObject(e, "tp_comm_s", t->tp_comm_s);
         cJSON_AddNumberToObject(e, "pp_comm_s", t->pp_comm_s);
         cJSON_AddNumberToObject(e, "dp_comm_exposed_s", t->dp_exposed_s);
+        if (d->moe)
+            cJSON_AddNumberToObject(e, "ep_comm_s", t->ep_comm_s);
         cJSON_AddNumberToObject(e, "optimizer_s", t->optimizer_s);
         cJSON_AddItemToArray(tps, e);
     }
@@ -134,6 +138,8 @@ cJSON *sim_result_to_json(const SimResult *r)
     cJSON_AddNumberToObject(j, "schema_version", 1);
     cJSON *m = model_config_to_json(&r->spec.model);
     cJSON_AddNumberToObject(m, "params", r->params);
+    if (r->dims.moe)
+        cJSON_AddNumberToObject(m, "active_params", model_config_active_params(&r->spec.model));
     cJSON_AddItemToObject(j, "model", m);
     cJSON_AddStringToObject(j, "cluster", r->cluster.name);
     cJSON_AddNumberToObject(j, "gpus", r->dims.gpus);
@@ -181,6 +187,9 @@ void sim_result_print(FILE *f, const SimResult *r)
             px_dtype_name(t->grad_dtype), model_optimizer_name(t->optimizer),
             t->flash_attn ? "on" : "off", t->dropout);
     fprintf(f, "model     %s parameters", px_fmt_count(buf, sizeof buf, r->params));
+    if (d->moe)
+        fprintf(f, ", %s active per token (MFU counts their work only)",
+                px_fmt_count(buf, sizeof buf, model_config_active_params(&s->model)));
     if (d->vocab_pad != s->model.vocab)
         fprintf(f, ", vocabulary %d padded to %d", s->model.vocab, d->vocab_pad);
     double div;
@@ -215,6 +224,13 @@ void sim_result_print(FILE *f, const SimResult *r)
         fprintf(f, "%5d %10.3f %10.3f %10.3f %10.3f %7.1f%% %10.3f %10.3f %10.3f%s\n", st, y->compute_s,
                 y->tp_comm_s, y->pp_comm_s, y->pipeline_s, 100 * y->bubble_fraction, y->dp_exposed_s,
                 y->optimizer_s, y->step_s, st == r->critical_stage ? "  <- ends the step" : "");
+    }
+    if (d->moe) {
+        fprintf(f, "experts' all-to-all and ETP gathers not hidden (s per step):");
+        for (int st = 0; st < d->p; st++)
+            fprintf(f, " %.3f", r->stage_time[st].ep_comm_s);
+        fprintf(f, "  (ep %d etp %d edp %d, %d experts per rank, imbalance %g)\n", d->ep, d->etp, d->edp,
+                d->experts_loc, sim_moe_imbalance(&r->spec));
     }
     fprintf(f, "step %.3f s   %.0f tokens/s   %.1f TFLOP/s per GPU   MFU %.1f%%   HFU %.1f%%\n",
             r->step_s, r->tokens_per_s, r->tflops_per_gpu, 100 * r->mfu, 100 * r->hfu);

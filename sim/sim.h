@@ -29,6 +29,7 @@ typedef struct {
 typedef struct {
     double compute_s;       /* compute per step on one rank of the stage */
     double tp_comm_s;       /* TP and CP communication the passes cannot hide, per step */
+    double ep_comm_s;       /* the experts' all-to-all and ETP gathers not hidden, per step */
     double pp_comm_s;       /* how much later the stage finishes because of p2p transfers */
     double dp_exposed_s;    /* DP / ZeRO communication not hidden, per step */
     double optimizer_s;
@@ -65,6 +66,7 @@ typedef struct {
     /* the prediction's time and throughput, for the stage that ends the step last */
     int critical_stage;
     double step_s, bubble_fraction, compute_s, tp_comm_s, pp_comm_s, dp_comm_exposed_s, optimizer_s;
+    double ep_comm_s; /* the experts' all-to-all and ETP gathers not hidden, per step */
     double tokens_per_s;
     double tflops_per_gpu; /* hardware FLOPs per second per GPU, in TFLOP/s (Narayanan's metric) */
     double mfu, hfu;       /* model / hardware FLOPs over the dense peak */
@@ -142,7 +144,9 @@ enum {
     SIM_PIN_MBS = 1 << 7,
     SIM_PIN_RECOMPUTE = 1 << 8,
     SIM_PIN_SCHEDULE = 1 << 9,
-    SIM_PIN_PP_LAYERS = 1 << 10 /* base.layout.stage_layers (pins pp too) */
+    SIM_PIN_PP_LAYERS = 1 << 10, /* base.layout.stage_layers (pins pp too) */
+    SIM_PIN_EP = 1 << 11,
+    SIM_PIN_ETP = 1 << 12
 };
 
 /* Why a layout was rejected: one of model's rules (ModelRule), or the planner's own. */
@@ -164,6 +168,10 @@ typedef struct {
     double headroom;         /* fraction of each rank's memory kept free */
     int allow_cross_node_tp; /* else tp must divide the node */
     int top;                 /* layouts to rank (>= 1) */
+    /* a MoE model's expert degrees to try when not pinned (n 0: every degree that divides the
+     * experts and the stage's ranks; etp: 1 and tp) */
+    int ep_values[16], n_ep_values;
+    int etp_values[16], n_etp_values;
     int brute_force;         /* time every feasible layout exactly (tests of the pruning) */
     /* each layout simulated in full (all feasible ones with brute_force), optional */
     void (*timed)(void *ctx, const SimCandidate *c);

@@ -124,12 +124,39 @@ static int build_memory(SimResult *r, PxError *err)
     return PX_OK;
 }
 
+/* A routed expert's op: its GEMMs and activation run on the `routed` token copies the busiest
+ * rank receives. */
+static int routed_expert_op(const ModelOp *op)
+{
+    return op->role == MODEL_OPR_EXP_FC1 || op->role == MODEL_OPR_EXP_ACT ||
+           op->role == MODEL_OPR_EXP_FC2;
+}
+
+/* What the job's totals count of a routed expert op's FLOPs, which the op graph gives for the
+ * busiest expert-parallel rank (routed = tokens x topk x etp x imbalance, or the capacity):
+ * model FLOPs are the work the tokens ask for, tokens x topk x etp on every rank, padding and
+ * imbalance left out; hardware FLOPs what the ranks execute together, the capacity's padding
+ * included (each rank pads to it) but not the imbalance (the busiest rank's surplus is the
+ * others' shortfall: routing moves work, it does not make any). */
+static void routed_share(const ModelSpec *s, const ModelDims *d, double *model, double *hardware)
+{
+    *model = *hardware = 1.0;
+    if (!d->moe || d->routed <= 0)
+        return;
+    const double balanced = (double)d->tokens * s->model.moe.topk * d->etp;
+    *model = balanced / (double)d->routed;
+    *hardware = s->model.moe.capacity_factor > 0 ? 1.0 : *model;
+}
+
 /* Op graphs of every stage (compact: one per distinct stage, copied), FLOPs and bytes. */
 static int build_ops(SimResult *r, PxError *err)
 {
     const ModelDims *d = &r->dims;
-    /* Every TP, CP and DP rank of a stage does the same work on its shard. */
+    /* Every TP, CP and DP rank of a stage does the same work on its shard; a routed expert's
+     * op is the busiest rank's (routed_share) */
     const double replicas = (double)d->t * d->c * d->dp;
+    double exp_model, exp_hw;
+    routed_share(&r->spec, d, &exp_model, &exp_hw);
     for (int st = 0; st < d->p; st++) {
         int model_st = sim_stage_model(r, st);
         if (model_st != st) {
@@ -146,10 +173,12 @@ static int build_ops(SimResult *r, PxError *err)
         for (int i = 0; i < g->count; i++) {
             const ModelOp *op = &g->op[i];
             double times = (op->per_microbatch ? d->m : 1) * (double)op->repeat;
+            const int routed = routed_expert_op(op);
             r->rank_flops[st] += op->flops * times;
-            r->hardware_flops += op->flops * times * replicas;
+            r->hardware_flops += op->flops * times * replicas * (routed ? exp_hw : 1.0);
             if (op->phase == MODEL_FWD || op->phase == MODEL_BWD)
-                r->model_flops += (op->flops - op->recompute_flops) * times * replicas;
+                r->model_flops += (op->flops - op->recompute_flops) * times * replicas *
+                                  (routed ? exp_model : 1.0);
             if (op->kind == MODEL_OP_COMM)
                 r->comm[st][op->comm] += op->comm_bytes * (uint64_t)op->calls * (uint64_t)times;
         }
@@ -177,30 +206,43 @@ int sim_layer_seconds(const SimResult *r, double *fwd_s, double *bwd_s, PxError 
     /* TP groups sit alike on every stage when they stay inside a node: their exposed part
      * counts too (CP, DP and p2p transfers depend on where a stage's groups fall: left out) */
     const int tp_alike = r->node_size % r->dims.t == 0;
-    int layer = -1;
     for (int i = 0; i < g.count; i++)
         if (g.op[i].chunk == 0 && g.op[i].layer >= 0 && g.op[i].per_microbatch)
             t[i] = g.op[i].kind == MODEL_OP_COMM ? sim_comm_seconds(&c, &g.op[i], 0)
                                                  : sim_compute_seconds(&c, &g.op[i]);
+    /* The floor multiplies one layer by every layer of a stage, so it must be the cheapest
+     * kind: a MoE model's dense and MoE layers differ, and the chunk's first layer of each
+     * kind stands for its kind (a compact graph's runs). Where the chunk lacks a kind the model
+     * has, nothing here bounds it: the floor is 0, which prunes nothing but is never wrong. */
+    double kind_s[2][2] = {{0, 0}, {0, 0}};
+    int kind_layer[2] = {-1, -1};
     for (int i = 0; i < g.count; i++) {
         const ModelOp *op = &g.op[i];
         if (!op->per_microbatch || op->chunk != 0 || op->layer < 0)
             continue;
-        if (layer < 0)
-            layer = op->layer;
-        if (op->layer != layer) /* one layer: a compact graph's or the first of a full one's */
+        const int moe = model_layer_is_moe(&r->spec.model, op->layer);
+        if (kind_layer[moe] < 0)
+            kind_layer[moe] = op->layer;
+        if (op->layer != kind_layer[moe]) /* one layer of each kind */
             continue;
         double share = t[i];
         if (op->kind == MODEL_OP_COMM) {
             if (model_comm_group(op->comm) != MODEL_GROUP_TP || !tp_alike)
                 continue;
-            share = sim_comm_exposed(&g, t, i, &r->spec.layout, r->cluster.overlap_slowdown);
+            share = sim_comm_exposed(&g, t, i, &r->spec.layout, r->dims.m, r->cluster.overlap_slowdown);
         }
         /* as the passes sum them: recompute belongs to the backward */
-        if (op->phase == MODEL_FWD)
-            *fwd_s += share;
-        else
-            *bwd_s += share;
+        kind_s[moe][op->phase == MODEL_FWD ? 0 : 1] += share;
+    }
+    const int has_moe = r->dims.moe && model_moe_layers_in(&r->spec.model, 0, r->spec.model.layers) > 0;
+    const int has_dense = !r->dims.moe || model_moe_layers_in(&r->spec.model, 0, r->spec.model.layers) < r->spec.model.layers;
+    if ((has_moe && kind_layer[1] < 0) || (has_dense && kind_layer[0] < 0)) {
+        *fwd_s = *bwd_s = 0;
+    } else {
+        const int k = !has_dense ? 1 : !has_moe ? 0
+                      : kind_s[1][0] + kind_s[1][1] < kind_s[0][0] + kind_s[0][1] ? 1 : 0;
+        *fwd_s = kind_s[k][0];
+        *bwd_s = kind_s[k][1];
     }
     free(t);
     model_ops_free(&g);

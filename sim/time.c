@@ -31,17 +31,61 @@ static double overlap(double c, double g, double slowdown)
     return (c - hidden) + slowdown * hidden;
 }
 
+/* The shared experts' compute: a MoE layer's MLP ops (its shared experts are the layer's MLP). */
+static int shared_expert_op(const ModelOp *o)
+{
+    return o->kind != MODEL_OP_COMM &&
+           (o->role == MODEL_OPR_FC1 || o->role == MODEL_OPR_ACT || o->role == MODEL_OPR_FC2);
+}
+
+/* The experts' all-to-all under overlap_ep (docs/time.md, "Expert parallelism"): with one
+ * micro-batch in flight the only independent work is the shared experts' (Megatron-Core's
+ * --moe-shared-expert-overlap runs them beside the dispatch and the combine), so each pass's
+ * all-to-all hides under its own shared experts. With two or more, the schedule pairs one
+ * micro-batch's forward with another's backward (DeepSeek-V3's DualPipe, Megatron-Core's
+ * combined 1F1B all-to-all overlap), and the layer's all-to-all of both passes hides under all
+ * of the layer's compute in both passes. Either way op i gets its share of what is exposed. */
+static double ep_exposed(const ModelOpGraph *g, const double *t, int i, int m, double slow)
+{
+    const ModelOp *op = &g->op[i];
+    const int fwd = op->phase == MODEL_FWD;
+    double comm_same = 0, comm_other = 0, shared_same = 0, compute_all = 0;
+    for (int q = 0; q < g->count; q++) {
+        const ModelOp *o = &g->op[q];
+        if (o->layer != op->layer || o->chunk != op->chunk || !o->per_microbatch)
+            continue;
+        const int same = (o->phase == MODEL_FWD) == fwd;
+        if (o->kind == MODEL_OP_COMM) {
+            if (o->comm == MODEL_EP_ALL_TO_ALL)
+                *(same ? &comm_same : &comm_other) += t[q];
+            continue;
+        }
+        compute_all += t[q];
+        if (same && shared_expert_op(o))
+            shared_same += t[q];
+    }
+    double comm = comm_same, hide = shared_same;
+    if (m >= 2) {
+        comm = comm_same + comm_other;
+        hide = compute_all;
+    }
+    return comm > 0 ? t[i] / comm * overlap(comm, hide, slow) : 0.0;
+}
+
 double sim_comm_exposed(const ModelOpGraph *g, const double *t, int i, const ModelLayout *l,
-                        double slow)
+                        int m, double slow)
 {
     const ModelOp *op = &g->op[i];
     const ModelGroup grp = model_comm_group(op->comm);
+    if (op->comm == MODEL_EP_ALL_TO_ALL)
+        return l->overlap_ep ? ep_exposed(g, t, i, m, slow) : t[i];
     int k = partner(g, i);
-    if (grp == MODEL_GROUP_TP && l->overlap_tp && k >= 0)
+    /* the experts' tensor-parallel gathers feed and drain their GEMMs as TP's do */
+    if ((grp == MODEL_GROUP_TP || grp == MODEL_GROUP_ETP) && l->overlap_tp && k >= 0)
         return overlap(t[i], t[k], slow);
     if (grp == MODEL_GROUP_CP && k >= 0) /* ring attention overlaps its exchange */
         return overlap(t[i], t[k], slow);
-    if (grp == MODEL_GROUP_DP && l->overlap_dp) {
+    if ((grp == MODEL_GROUP_DP || grp == MODEL_GROUP_EDP) && l->overlap_dp) {
         /* ZeRO-2/3 prefetch and bucketed reduction hide behind the block's own pass */
         double block = 0;
         for (int q = 0; q < g->count; q++)
@@ -56,6 +100,14 @@ double sim_comm_exposed(const ModelOpGraph *g, const double *t, int i, const Mod
 typedef struct {
     double ready, seconds;
 } Pending;
+
+/* A block's per-step gradient reduction: over the data-parallel group, or for the routed
+ * experts over the expert-data-parallel group (each on its own ranks: sim_comm_seconds) */
+static int grad_reduction(ModelComm k)
+{
+    return k == MODEL_DP_ALLREDUCE || k == MODEL_DP_REDUCE_SCATTER || k == MODEL_EDP_ALLREDUCE ||
+           k == MODEL_EDP_REDUCE_SCATTER;
+}
 
 static int by_ready(const void *a, const void *b)
 {
@@ -177,10 +229,12 @@ int sim_time_costs(SimResult *r, PxError *err)
                     r->p2p[s] = t[i];
                 continue;
             }
-            const double exposed = sim_comm_exposed(g, t, i, l, slow);
+            const double exposed = sim_comm_exposed(g, t, i, l, m, slow);
             *pass += exposed * rep;
-            if (grp == MODEL_GROUP_DP)
+            if (grp == MODEL_GROUP_DP || grp == MODEL_GROUP_EDP)
                 st->dp_exposed_s += exposed * rep * m;
+            else if (grp == MODEL_GROUP_EP || grp == MODEL_GROUP_ETP)
+                st->ep_comm_s += exposed * rep * m;
             else
                 st->tp_comm_s += exposed * rep * m;
         }
@@ -236,14 +290,13 @@ int sim_time_finish(SimResult *r, PxError *err)
         int nq = 0;
         double grads = 0, embed = 0, gather = 0;
         for (int i = 0; i < g->count; i++)
-            if (!g->op[i].per_microbatch && g->op[i].kind == MODEL_OP_COMM &&
-                (g->op[i].comm == MODEL_DP_ALLREDUCE || g->op[i].comm == MODEL_DP_REDUCE_SCATTER))
+            if (!g->op[i].per_microbatch && g->op[i].kind == MODEL_OP_COMM && grad_reduction(g->op[i].comm))
                 count[g->op[i].chunk] += g->op[i].repeat;
         for (int i = 0; i < g->count; i++) {
             const ModelOp *op = &g->op[i];
             if (op->per_microbatch || op->kind != MODEL_OP_COMM)
                 continue;
-            if (op->comm == MODEL_DP_ALLREDUCE || op->comm == MODEL_DP_REDUCE_SCATTER) {
+            if (grad_reduction(op->comm)) {
                 for (int rpt = 0; rpt < op->repeat; rpt++) {
                     int j = op->chunk, k = order[j]++, n = count[j];
                     /* blocks are listed embed, layers ascending, final: backward finishes
@@ -257,7 +310,7 @@ int sim_time_finish(SimResult *r, PxError *err)
             } else if (op->comm == MODEL_EMBED_ALLREDUCE || op->comm == MODEL_TP_ALLREDUCE) {
                 /* the tied embedding's and, with SP, the norms' gradient all-reduces */
                 embed += t[i] * op->repeat;
-            } else if (op->comm == MODEL_DP_ALL_GATHER) {
+            } else if (op->comm == MODEL_DP_ALL_GATHER || op->comm == MODEL_EDP_ALL_GATHER) {
                 gather += t[i] * op->repeat;
             }
         }
@@ -299,6 +352,7 @@ int sim_time_finish(SimResult *r, PxError *err)
         const SimStageTime *cs = &r->stage_time[r->critical_stage];
         r->compute_s = cs->compute_s;
         r->tp_comm_s = cs->tp_comm_s;
+        r->ep_comm_s = cs->ep_comm_s;
         r->pp_comm_s = cs->pp_comm_s;
         r->dp_comm_exposed_s = cs->dp_exposed_s;
         r->optimizer_s = cs->optimizer_s;

@@ -241,5 +241,24 @@ expect 0 '"per_stage"' simulate --model tiny $ok --pp 2 --json
 expect 0 '"tp_allreduce"' simulate --model tiny $ok --tp 2 --json
 expect 0 "2 x cpu" simulate --model tiny --cluster local --gpus 2
 
+# expert parallelism: the degree, the experts it must divide, a model without experts, lists
+# and auto only where the planner searches them, the imbalance and forced balance
+moe="$(dirname "$0")/data/moe-small.json"
+expect 2 "--ep: must be between 1 and 65536, got 0" simulate --model "$moe" $ok --ep 0
+expect 2 "ep 3 must divide the 8 experts" simulate --model "$moe" $ok --ep 3
+expect 2 "model tiny has no experts" simulate --model tiny $ok --ep 2
+expect 2 "--ep 2,4: only parallax plan searches a list of degrees" simulate --model "$moe" $ok --ep 2,4
+expect 2 "--ep auto: only parallax plan searches the degree" simulate --model "$moe" $ok --ep auto
+expect 2 "--ep: expected a degree, a list like 1,2,4,8 or auto, got '2,'" plan --model "$moe" $ok --gbs 16 --ep 2,
+expect 2 "--etp: expected an integer, got 'x'" simulate --model "$moe" $ok --etp x
+expect 2 "--moe-imbalance: must be at least 1 (1: balanced), got 0.5" simulate --model "$moe" $ok --moe-imbalance 0.5
+expect 2 "moe imbalance 3 must be between 1 (balanced) and ep 2" simulate --model "$moe" $ok --ep 2 --moe-imbalance 3
+expect 2 "--moe-force-balance routes tokens round-robin: --moe-imbalance 2 cannot go with it" simulate --model "$moe" $ok --ep 4 --moe-imbalance 2 --moe-force-balance
+expect 2 "ep x etp does not divide the experts or the stage's ranks (e.g. ep 3 must divide the 8 experts)" plan --model "$moe" $ok --gbs 16 --ep 3
+expect 2 "parallax plan: --ep 2: model tiny has no experts" plan --model tiny $ok --gbs 16 --ep 2
+expect 2 "parallax plan: --ep 4: model tiny has no experts" plan --model tiny $ok --gbs 16 --ep 1,4
+expect 0 "ep 4 etp 1 edp 2" simulate --model "$moe" $ok --ep 4
+expect 0 "ep etp" plan --model "$moe" $ok --gbs 16 --ep 2,4
+
 echo "cli_bad_input: $((cases - fails)) of $cases cases passed"
 [ "$fails" -eq 0 ]
