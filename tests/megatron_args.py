@@ -103,6 +103,25 @@ def main():
           "moe_grouped_gemm": True, "tensor_model_parallel_size": 1,
           "pipeline_model_parallel_size": 2},
          [1] * 48, 64),
+        # the planner's first choices for these models on dgx-h100 (docs/moe.md)
+        ("deepseek-v3-planned",
+         ["--model", "deepseek-v3", "--cluster", "dgx-h100", "--gpus", "1024", "--gbs", "1024",
+          "--seq", "4096", "--tp", "4", "--sp", "--cp", "2", "--pp", "1", "--ep", "256", "--etp", "1",
+          "--zero", "1", "--mbs", "1", "--recompute", "none", "--vpp", "1"],
+         {"num_experts": 256, "expert_model_parallel_size": 256, "expert_tensor_parallel_size": 1,
+          "tensor_model_parallel_size": 4, "context_parallel_size": 2,
+          "pipeline_model_parallel_size": 1, "multi_latent_attention": True, "mtp_num_layers": 1},
+         [0] * 3 + [1] * 58, 1024),
+        ("qwen3-235b-a22b-planned",
+         ["--model", "qwen3-235b-a22b", "--cluster", "dgx-h100", "--gpus", "256", "--gbs", "1024",
+          "--seq", "4096", "--tp", "1", "--cp", "2", "--pp", "16",
+          "--pp-layers", "5,6,6,6,6,6,6,6,6,6,6,6,6,6,6,5", "--ep", "8", "--etp", "1", "--zero", "1",
+          "--mbs", "1", "--recompute", "none", "--vpp", "1"],
+         {"num_experts": 128, "moe_router_topk": 8, "expert_model_parallel_size": 8,
+          "expert_tensor_parallel_size": 1, "moe_ffn_hidden_size": 1536,
+          "context_parallel_size": 2, "pipeline_model_parallel_size": 16,
+          "decoder_first_pipeline_num_layers": 5, "decoder_last_pipeline_num_layers": 5},
+         [1] * 94, 256),
     ]
     with tempfile.TemporaryDirectory() as tmp:
         for name, plan_args, want, layers, world in cases:
@@ -134,7 +153,7 @@ def main():
             for k, v in want.items():
                 check(name, args, k, v)
             check(name, args, "moe_layer_freq", layers)
-    print("megatron_args: both exports parse and validate")
+    print("megatron_args: every export parses and validates")
     return 0
 
 
