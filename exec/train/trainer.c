@@ -122,6 +122,13 @@ static int check_supported(const Exec *ex, PxError *err)
                        "%s: layout.cp %d: the executor does not run context parallelism (make the "
                        "plan with --cp 1)",
                        origin, d->c);
+    /* Refused before the tables are built: a MoE layer has tensors and ops no part binds yet,
+     * and a plan that reached them would fail deep in bind.c with a message about model/. */
+    if (d->moe)
+        return px_fail(err, PX_EINPUT,
+                       "%s: model %s has %d experts: the executor does not run "
+                       "mixture-of-experts layers yet",
+                       origin, s->model.name, s->model.moe.experts);
     if (d->gpus != world) {
         if (world == 1 && !comm_mpi_available())
             return px_fail(err, PX_EINPUT,
