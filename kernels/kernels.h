@@ -236,12 +236,13 @@ struct KernBackend {
      * The permutation puts copy k of token n at row row(n, k) of the expert-grouped order:
      * by expert, then token, then k (a stable counting sort of idx, recomputed from idx by every
      * call, so only idx need be kept). */
-    /* probs[N,E] = scores of logits[N,E]; idx[N,topk] the chosen experts, w[N,topk] their
-     * weights */
+    /* probs[N,E] = scores of logits[N,E] (probs may be logits: in place); idx[N,topk] the
+     * chosen experts, w[N,topk] their weights */
     void (*moe_route_fwd)(float *probs, int32_t *idx, float *w, const float *logits,
                           const KernMoeRoute *r);
     /* dlogits[N,E] (overwritten) from the weights' gradient dw[N,topk] and a gradient of the
-     * scores themselves dprobs[N,E] (the auxiliary loss's; may be NULL). The choice is
+     * scores themselves dprobs[N,E] (the auxiliary loss's; may be NULL, or dlogits itself: in
+     * place). The choice is
      * piecewise constant: no gradient flows through it. */
     void (*moe_route_bwd)(float *dlogits, const float *dprobs, const float *dw, const float *probs,
                           const int32_t *idx, const KernMoeRoute *r);

@@ -422,6 +422,52 @@ int exec_layers_forward(const ExecLayerRun *r, int chunk, int mb, ExecLayerActs 
 int exec_layers_backward(const ExecLayerRun *r, int chunk, int mb, ExecLayerActs *A,
                          const ExecHeadActs *x, const int32_t *tokens, int last_mb, PxError *err);
 
+/* ---- moe.c: a MoE layer's routed experts (router, dispatch, experts, combine) ---- */
+
+/* One MoE layer's views for one micro-batch, bound by role: parameters (act) and their fp32
+ * gradients, the saved activations (model_moe_acts), the all-to-all buffers and scratch. */
+typedef struct {
+    const void *router_w, *fc1_w, *fc2_w; /* [E,h]; [L,eff_out,h]; [L,h,eff] */
+    float *g_router_w, *g_fc1_w, *g_fc2_w;
+    float *probs;  /* [tokens,E] fp32: the router's scores (its logits first) */
+    int32_t *idx;  /* [tokens,topk] */
+    float *w;      /* [tokens,topk] */
+    void *exp_in, *exp_act_in, *exp_fc2_in; /* [routed,h], [routed,eff_out], [routed,eff] */
+    void *exp_out;                          /* [tokens*topk,h] */
+    void *ep_send, *ep_recv;                /* [tokens*topk,h], [routed,h] */
+    void *ws_dx;                            /* [routed,h] */
+    float *dlogits, *dw;                    /* [tokens,E], [tokens,topk] scratch */
+    float *counts_f, *aux_dev;              /* [E], [1] */
+    int32_t *counts_i;                      /* [E] */
+} ExecMoeViews;
+
+/* The host side of the exchanges (sized at init) and the per-expert token counts of a step. */
+typedef struct {
+    int E, ep, L, layers;
+    int64_t *cnt;  /* [E] this rank's copies routed to each expert */
+    float *cntf;   /* [E] the same as the device counts them */
+    int64_t *send, *recv, *blk, *one_s, *one_r; /* [ep], [ep], [ep*L], [ep], [ep] */
+    double *tokens_per_expert; /* [layers][E]: copies this rank routed this step */
+} ExecMoe;
+
+int exec_moe_init(ExecMoe *M, const ExecCtx *c, int moe_layers, PxError *err);
+void exec_moe_free(ExecMoe *M);
+void exec_moe_step_begin(ExecMoe *M);
+/* The busiest expert's copies over the mean, for the MoE layer index i (0 before any). */
+double exec_moe_imbalance(const ExecMoe *M, int layer_index);
+/* y[tokens,h] = the routed experts' weighted sum for x[tokens,h] (the normed input); *aux_loss
+ * gets this micro-batch's load-balancing loss times loss_weight. first_seq: the global index of
+ * the micro-batch's first sequence (forced balance). PX_ERUNTIME when the routed rows exceed
+ * the plan's buffers. */
+int exec_moe_forward(ExecMoe *M, const ExecCtx *c, const ExecMoeViews *v, int layer_index,
+                     void *y, const void *x, long long first_seq, double loss_weight,
+                     double *aux_loss, PxError *err);
+/* dx[tokens,h] (overwritten) from dy; the experts' and router's gradients accumulated. The
+ * saved expert activations are spent (overwritten by their gradients). */
+int exec_moe_backward(ExecMoe *M, const ExecCtx *c, const ExecMoeViews *v, void *dx,
+                      const void *dy, const void *x, long long first_seq, double loss_weight,
+                      PxError *err);
+
 /* ---- pipeline.c: the pipeline's transfers ---- */
 
 typedef struct ExecPipe {

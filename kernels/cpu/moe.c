@@ -133,10 +133,10 @@ void kern_cpu_moe_route_bwd(float *dlogits, const float *dprobs, const float *dw
         const float *dwn = dw + (size_t)n * K;
         float *dl = dlogits + (size_t)n * E;
         /* dl holds d loss / d score first */
-        if (dprobs)
-            memcpy(dl, dprobs + (size_t)n * E, (size_t)E * sizeof *dl);
-        else
+        if (!dprobs)
             memset(dl, 0, (size_t)E * sizeof *dl);
+        else if (dprobs != dlogits) /* in place, dl already holds the scores' gradient */
+            memcpy(dl, dprobs + (size_t)n * E, (size_t)E * sizeof *dl);
         if (renormalised(r)) {
             /* w_k = p_k / S, S = sum_j p_j: dp_k = (dw_k - sum_j dw_j w_j) / S */
             double S = 0, dot = 0;
