@@ -135,7 +135,8 @@ static int parse_native_moe(const cJSON *j, const char *where, ModelConfig *c, P
     if ((rc = px_json_object(j, where, "moe", 0, &m, err)) ||
         (rc = px_json_object(j, where, "mla", 0, &a, err)) ||
         (rc = px_json_int(j, where, "mtp_layers", 0, 0, 16, &c->mtp_layers, err)) ||
-        (rc = px_json_bool(j, where, "attn_sinks", 0, &c->attn_sinks, err)))
+        (rc = px_json_bool(j, where, "attn_sinks", 0, &c->attn_sinks, err)) ||
+        (rc = px_json_bool(j, where, "qk_norm", 0, &c->qk_norm, err)))
         return rc;
     if (m) {
         ModelMoe *o = &c->moe;
@@ -184,7 +185,7 @@ static int parse_native(const cJSON *j, const char *origin, ModelConfig *c, PxEr
         "kv_heads",       "head_dim", "ffn_hidden",      "vocab",    "seq_len",    "norm",
         "mlp",            "position", "tied_embeddings", "bias",     "qkv_bias",   "norm_eps",
         "rope_theta",     "source",   "description",     "moe",      "mla",        "mtp_layers",
-        "attn_sinks",     "proj_bias", NULL};
+        "attn_sinks",     "proj_bias", "qk_norm",         NULL};
     char where[300];
     snprintf(where, sizeof where, "%s:", origin);
     int rc, version = 1, fam = 0;
@@ -251,8 +252,9 @@ static const cJSON *hf_item(const cJSON *j, const char *key)
     return v && !cJSON_IsNull(v) ? v : NULL;
 }
 
-static int hf_int(const cJSON *j, const char *where, const char *key, int required, int *out,
-                  PxError *err)
+/* An integer of at least lo (1 for sizes, 0 for counts that may be none). */
+static int hf_int_min(const cJSON *j, const char *where, const char *key, int required, int lo,
+                      int *out, PxError *err)
 {
     if (!hf_item(j, key)) {
         if (!required)
@@ -261,7 +263,18 @@ static int hf_int(const cJSON *j, const char *where, const char *key, int requir
         px_json_path(path, sizeof path, where, key);
         return px_fail(err, PX_EINPUT, "%s: missing required key", path);
     }
-    return px_json_int(j, where, key, 1, 1, 1 << 28, out, err);
+    return px_json_int(j, where, key, 1, lo, 1 << 28, out, err);
+}
+
+static int hf_int(const cJSON *j, const char *where, const char *key, int required, int *out,
+                  PxError *err)
+{
+    return hf_int_min(j, where, key, required, 1, out, err);
+}
+
+static int hf_bool(const cJSON *j, const char *where, const char *key, int *out, PxError *err)
+{
+    return hf_item(j, key) ? px_json_bool(j, where, key, 1, out, err) : PX_OK;
 }
 
 static void hf_name(const char *origin, const cJSON *j, char *out, size_t cap)
@@ -286,6 +299,219 @@ static void hf_name(const char *origin, const cJSON *j, char *out, size_t cap)
     if (dot && dot != out)
         *dot = '\0';
 }
+
+/* rope_theta at the top level (transformers 4), or inside rope_parameters (transformers 5),
+ * which models with per-layer-type rotary settings key by layer type: the full-attention
+ * layers' base is the model's. */
+static int hf_rope_theta(const cJSON *j, const char *where, double *theta, PxError *err)
+{
+    const cJSON *rp = hf_item(j, "rope_parameters");
+    if (rp) {
+        char w[340];
+        px_json_path(w, sizeof w, where, "rope_parameters");
+        if (!cJSON_IsObject(rp))
+            return px_fail(err, PX_EINPUT, "%s: expected an object", w);
+        const cJSON *full = hf_item(rp, "full_attention");
+        if (!hf_item(rp, "rope_theta") && cJSON_IsObject(full)) {
+            char wf[360];
+            px_json_path(wf, sizeof wf, w, "full_attention");
+            return hf_item(full, "rope_theta")
+                       ? px_json_double(full, wf, "rope_theta", 1, 1, 1e12, theta, err)
+                       : PX_OK;
+        }
+        if (hf_item(rp, "rope_theta"))
+            return px_json_double(rp, w, "rope_theta", 1, 1, 1e12, theta, err);
+    }
+    if (hf_item(j, "rope_theta"))
+        return px_json_double(j, where, "rope_theta", 1, 1, 1e12, theta, err);
+    return PX_OK;
+}
+
+/* Qwen's mlp_only_layers: dense layers named one by one. A leading run 0 .. k-1 with every
+ * other layer MoE is first_dense k; any other set has no parallax spelling. */
+static int hf_mlp_only_layers(const cJSON *j, const char *where, ModelMoe *m, PxError *err)
+{
+    const cJSON *a = hf_item(j, "mlp_only_layers");
+    if (!a)
+        return PX_OK;
+    char path[300];
+    px_json_path(path, sizeof path, where, "mlp_only_layers");
+    if (!cJSON_IsArray(a))
+        return px_fail(err, PX_EINPUT, "%s: expected an array of layer numbers", path);
+    int n = 0, prefix = 1;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, a)
+    {
+        if (!cJSON_IsNumber(e) || e->valuedouble != (int)e->valuedouble)
+            return px_fail(err, PX_EINPUT, "%s: expected an array of layer numbers", path);
+        prefix &= e->valueint == n;
+        n++;
+    }
+    if (n == 0)
+        return PX_OK;
+    if (prefix && m->layer_freq == 1)
+        m->first_dense = n;
+    else
+        px_warn("%s lists dense layers parallax cannot place (only a leading run with every "
+                "later layer MoE): modelled as MoE layers",
+                path);
+    return PX_OK;
+}
+
+/* The experts of a Hugging Face MoE config, each model type with its own spelling:
+ *   mixtral:    num_local_experts, num_experts_per_tok, intermediate_size (no dense MLP);
+ *   qwen2_moe:  num_experts, moe_intermediate_size, shared_expert_intermediate_size behind a
+ *               sigmoid gate, decoder_sparse_step, mlp_only_layers, norm_topk_prob;
+ *   qwen3_moe:  the same without shared experts;
+ *   deepseek_v3: n_routed_experts, moe_intermediate_size, n_shared_experts of that width,
+ *               first_k_dense_replace, moe_layer_freq, scoring_func, n_group, topk_group;
+ *   gpt_oss:    num_local_experts, experts_per_token, intermediate_size, biases on the router
+ *               and the experts.
+ * A dense model type returns with experts 0. ffn_hidden stays the dense MLP's width where the
+ * model has dense layers, else becomes the experts'. */
+static int parse_hf_moe(const cJSON *j, const char *where, const char *type, ModelConfig *c,
+                        PxError *err)
+{
+    const int mixtral = strcmp(type, "mixtral") == 0, gpt_oss = strcmp(type, "gpt_oss") == 0;
+    const int qwen2 = strcmp(type, "qwen2_moe") == 0, qwen3 = strcmp(type, "qwen3_moe") == 0;
+    const int deepseek = strcmp(type, "deepseek_v3") == 0;
+    if (!mixtral && !gpt_oss && !qwen2 && !qwen3 && !deepseek)
+        return PX_OK;
+    ModelMoe *m = &c->moe;
+    const char *k_experts = mixtral || gpt_oss ? "num_local_experts"
+                            : deepseek         ? "n_routed_experts"
+                                               : "num_experts";
+    const char *k_ffn = mixtral || gpt_oss ? "intermediate_size" : "moe_intermediate_size";
+    const char *k_topk =
+        gpt_oss && hf_item(j, "experts_per_token") ? "experts_per_token" : "num_experts_per_tok";
+    int rc;
+    if ((rc = hf_int(j, where, k_experts, 1, &m->experts, err)) ||
+        (rc = hf_int(j, where, k_topk, 1, &m->topk, err)) ||
+        (rc = hf_int(j, where, k_ffn, 1, &m->expert_ffn, err)))
+        return rc;
+    if (m->topk > m->experts)
+        return px_fail(err, PX_EINPUT, "%s %s %d exceeds %s %d", where, k_topk, m->topk, k_experts,
+                       m->experts);
+    m->layer_freq = 1;
+    /* Mixtral and GPT-OSS take the softmax over the chosen experts' logits: weights that sum
+     * to 1, as renormalised top-k of a softmax; DeepSeek-V3 renormalises by default;
+     * Qwen's norm_topk_prob defaults to false. */
+    m->norm_topk = mixtral || gpt_oss || deepseek;
+    if ((rc = hf_bool(j, where, "norm_topk_prob", &m->norm_topk, err)))
+        return rc;
+    const char *k_aux = deepseek ? "aux_loss_alpha" : "router_aux_loss_coef";
+    if (hf_item(j, k_aux) &&
+        (rc = px_json_double(j, where, k_aux, 1, 0, 1e3, &m->aux_loss_coeff, err)))
+        return rc;
+    if (gpt_oss)
+        m->router_bias = m->expert_bias = 1;
+    if (qwen2 || qwen3) {
+        if ((rc = hf_int(j, where, "decoder_sparse_step", 0, &m->layer_freq, err)))
+            return rc;
+        if (qwen2) {
+            if ((rc = hf_int_min(j, where, "shared_expert_intermediate_size", 0, 0,
+                                 &m->shared_ffn, err)))
+                return rc;
+            m->shared_gate = m->shared_ffn > 0;
+        }
+        if ((rc = hf_mlp_only_layers(j, where, m, err)))
+            return rc;
+    }
+    if (deepseek) {
+        int shared = 0, freq = 1, groups = 1, topk_groups = 1;
+        if ((rc = hf_int_min(j, where, "n_shared_experts", 0, 0, &shared, err)) ||
+            (rc = hf_int_min(j, where, "first_k_dense_replace", 0, 0, &m->first_dense, err)) ||
+            (rc = hf_int(j, where, "moe_layer_freq", 0, &freq, err)) ||
+            (rc = hf_int(j, where, "n_group", 0, &groups, err)) ||
+            (rc = hf_int(j, where, "topk_group", 0, &topk_groups, err)))
+            return rc;
+        m->shared_ffn = shared * m->expert_ffn;
+        m->score = MODEL_ROUTER_SIGMOID;
+        const cJSON *sf = hf_item(j, "scoring_func");
+        if (sf) {
+            char path[300];
+            px_json_path(path, sizeof path, where, "scoring_func");
+            if (cJSON_IsString(sf) && strcmp(sf->valuestring, "softmax") == 0)
+                m->score = MODEL_ROUTER_SOFTMAX;
+            else if (!cJSON_IsString(sf) || strcmp(sf->valuestring, "sigmoid") != 0)
+                return px_fail(err, PX_EINPUT,
+                               "%s: '%s' is not supported (softmax, sigmoid)", path,
+                               cJSON_IsString(sf) ? sf->valuestring : "not a string");
+        }
+        if (groups > 1) {
+            if (m->experts % groups != 0)
+                return px_fail(err, PX_EINPUT, "%s n_group %d must divide n_routed_experts %d",
+                               where, groups, m->experts);
+            if (topk_groups > groups)
+                return px_fail(err, PX_EINPUT, "%s topk_group %d exceeds n_group %d", where,
+                               topk_groups, groups);
+            m->groups = groups;
+            m->topk_groups = topk_groups;
+        }
+        /* DeepSeek's MoE layers are l >= first_k_dense_replace with l % moe_layer_freq == 0;
+         * parallax's every layer_freq-th layer from first_dense on. The first MoE layer l0
+         * fixes the latter: first_dense = l0 - freq + 1, when that is not negative. */
+        if (freq > 1) {
+            const int l0 = (m->first_dense + freq - 1) / freq * freq;
+            if (l0 - freq + 1 >= 0)
+                m->first_dense = l0 - freq + 1;
+            else
+                px_warn("%s moe_layer_freq %d with MoE layer 0 cannot be placed: modelled as "
+                        "every %d-th layer from layer %d",
+                        where, freq, freq, freq - 1);
+            m->layer_freq = freq;
+        }
+    }
+    if (model_moe_layers_in(c, 0, c->layers) == c->layers)
+        c->ffn_hidden = m->expert_ffn;
+    return PX_OK;
+}
+
+/* DeepSeek's multi-head latent attention and multi-token prediction. */
+static int parse_hf_mla(const cJSON *j, const char *where, ModelConfig *c, PxError *err)
+{
+    ModelMla *a = &c->mla;
+    int rc;
+    if ((rc = hf_int_min(j, where, "q_lora_rank", 0, 0, &a->q_lora_rank, err)) ||
+        (rc = hf_int(j, where, "kv_lora_rank", 1, &a->kv_lora_rank, err)) ||
+        (rc = hf_int(j, where, "qk_nope_head_dim", 1, &a->qk_nope_dim, err)) ||
+        (rc = hf_int(j, where, "qk_rope_head_dim", 1, &a->qk_rope_dim, err)) ||
+        (rc = hf_int(j, where, "v_head_dim", 1, &a->v_dim, err)) ||
+        (rc = hf_int_min(j, where, "num_nextn_predict_layers", 0, 0, &c->mtp_layers, err)))
+        return rc;
+    /* the query/key head width: what attention's scores contract over */
+    c->head_dim = a->qk_nope_dim + a->qk_rope_dim;
+    return PX_OK;
+}
+
+/* Sliding-window attention is modelled as full causal attention: say where it applies. */
+static void hf_warn_sliding(const cJSON *j, const char *where, const ModelConfig *c)
+{
+    const cJSON *sw = hf_item(j, "sliding_window"), *use = hf_item(j, "use_sliding_window");
+    if (!cJSON_IsNumber(sw) || sw->valuedouble >= c->seq_len || cJSON_IsFalse(use))
+        return;
+    const cJSON *types = hf_item(j, "layer_types"), *t;
+    int sliding = 0, n = 0;
+    if (cJSON_IsArray(types)) {
+        cJSON_ArrayForEach(t, types)
+        {
+            n++;
+            sliding += cJSON_IsString(t) && strcmp(t->valuestring, "sliding_attention") == 0;
+        }
+        if (sliding == 0)
+            return;
+        px_warn("%s sliding_window %.0f on the %d of %d layers layer_types marks "
+                "sliding_attention is modelled as full causal attention",
+                where, sw->valuedouble, sliding, n);
+        return;
+    }
+    px_warn("%s sliding_window %.0f is modelled as full causal attention", where,
+            sw->valuedouble);
+}
+
+static const char *const hf_types[] = {"gpt2",      "llama",     "mistral",     "qwen2",
+                                       "qwen3",     "mixtral",   "qwen2_moe",   "qwen3_moe",
+                                       "deepseek_v3", "gpt_oss", NULL};
 
 static int parse_hf(const cJSON *j, const char *origin, const char *type, ModelConfig *c,
                     PxError *err)
@@ -327,8 +553,9 @@ static int parse_hf(const cJSON *j, const char *origin, const char *type, ModelC
             (rc = hf_int(j, where, "vocab_size", 1, &c->vocab, err)) ||
             (rc = hf_int(j, where, "max_position_embeddings", 1, &c->seq_len, err)))
             return rc;
+        const int mla = strcmp(type, "deepseek_v3") == 0;
         c->kv_heads = c->heads;
-        if (c->hidden % c->heads == 0)
+        if (c->hidden % c->heads == 0 || mla)
             c->head_dim = c->hidden / c->heads;
         else if (!hf_item(j, "head_dim"))
             return px_fail(err, PX_EINPUT,
@@ -336,27 +563,32 @@ static int parse_hf(const cJSON *j, const char *origin, const char *type, ModelC
                            "there is no head_dim",
                            where, c->hidden, c->heads);
         if ((rc = hf_int(j, where, "num_key_value_heads", 0, &c->kv_heads, err)) ||
-            (rc = hf_int(j, where, "head_dim", c->head_dim == 0, &c->head_dim, err)))
+            (!mla && (rc = hf_int(j, where, "head_dim", c->head_dim == 0, &c->head_dim, err))))
             return rc;
         if (hf_item(j, "rms_norm_eps") &&
             (rc = px_json_double(j, where, "rms_norm_eps", 1, 1e-12, 1, &c->norm_eps, err)))
             return rc;
-        if (hf_item(j, "rope_theta") &&
-            (rc = px_json_double(j, where, "rope_theta", 1, 1, 1e12, &c->rope_theta, err)))
+        if ((rc = hf_rope_theta(j, where, &c->rope_theta, err)) ||
+            (rc = hf_bool(j, where, "attention_bias", &c->qkv_bias, err)))
             return rc;
-        if (hf_item(j, "attention_bias") &&
-            (rc = px_json_bool(j, where, "attention_bias", 1, &c->qkv_bias, err)))
-            return rc;
-        /* Qwen2 always carries q/k/v biases (and none elsewhere). */
-        if (strcmp(type, "qwen2") == 0)
+        /* Qwen2 and Qwen2-MoE always carry q/k/v biases (and none elsewhere); GPT-OSS's
+         * attention_bias covers the output projection too; Qwen3 normalises each query and
+         * key head. */
+        if (strcmp(type, "qwen2") == 0 || strcmp(type, "qwen2_moe") == 0)
             c->qkv_bias = 1;
+        if (strcmp(type, "gpt_oss") == 0) {
+            c->proj_bias = c->qkv_bias;
+            c->attn_sinks = 1;
+        }
+        c->qk_norm = strcmp(type, "qwen3") == 0 || strcmp(type, "qwen3_moe") == 0;
+        if (mla && (rc = parse_hf_mla(j, where, c, err)))
+            return rc;
+        if ((rc = parse_hf_moe(j, where, type, c, err)))
+            return rc;
         const cJSON *act = hf_item(j, "hidden_act");
         if (cJSON_IsString(act) && strcmp(act->valuestring, "silu") != 0)
             px_warn("%s hidden_act '%s' modelled as SwiGLU (silu)", where, act->valuestring);
-        const cJSON *sw = hf_item(j, "sliding_window");
-        if (cJSON_IsNumber(sw) && sw->valuedouble < c->seq_len)
-            px_warn("%s sliding_window %.0f is modelled as full causal attention", where,
-                    sw->valuedouble);
+        hf_warn_sliding(j, where, c);
     }
     tied = c->tied_embeddings;
     if (hf_item(j, "tie_word_embeddings") &&
@@ -375,11 +607,17 @@ int model_config_from_json(const cJSON *j, const char *origin, ModelConfig *out,
         if (!cJSON_IsString(type))
             return px_fail(err, PX_EINPUT, "%s: model_type: expected a string", origin);
         const char *t = type->valuestring;
-        if (strcmp(t, "gpt2") && strcmp(t, "llama") && strcmp(t, "mistral") && strcmp(t, "qwen2"))
-            return px_fail(err, PX_EINPUT,
-                           "%s: model_type '%s' is not supported (gpt2, llama, mistral, qwen2)",
-                           origin, t);
-        return parse_hf(j, origin, t, out, err);
+        char list[200] = "";
+        size_t n = 0;
+        for (int i = 0; hf_types[i]; i++) {
+            if (strcmp(t, hf_types[i]) == 0)
+                return parse_hf(j, origin, t, out, err);
+            if (n < sizeof list)
+                n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", i ? ", " : "",
+                                      hf_types[i]);
+        }
+        return px_fail(err, PX_EINPUT, "%s: model_type '%s' is not supported (%s)", origin, t,
+                       list);
     }
     return parse_native(j, origin, out, err);
 }
@@ -467,23 +705,96 @@ cJSON *model_config_to_json(const ModelConfig *c)
         cJSON_AddBoolToObject(j, "attn_sinks", c->attn_sinks);
     if (c->proj_bias)
         cJSON_AddBoolToObject(j, "proj_bias", c->proj_bias);
+    if (c->qk_norm)
+        cJSON_AddBoolToObject(j, "qk_norm", c->qk_norm);
     return j;
 }
 
-double model_config_params(const ModelConfig *c)
+int model_layer_is_moe(const ModelConfig *c, int l)
 {
-    double h = c->hidden, q = (double)c->heads * c->head_dim, kv = (double)c->kv_heads * c->head_dim;
-    double norm = c->norm == MODEL_LAYERNORM && c->bias ? 2 * h : h;
-    double fc1_out = c->mlp == MODEL_SWIGLU ? 2.0 * c->ffn_hidden : c->ffn_hidden;
-    double layer = 2 * norm + h * (q + 2 * kv) + q * h + h * fc1_out + c->ffn_hidden * h;
-    if (c->bias)
-        layer += (q + 2 * kv) + h + fc1_out + h;
-    else if (c->qkv_bias)
-        layer += q + 2 * kv;
-    double total = c->layers * layer + (double)c->vocab * h + norm;
+    const ModelMoe *m = &c->moe;
+    if (m->experts <= 0)
+        return 0;
+    if (l >= c->layers) /* a prediction module's layer is like the last layer (Megatron) */
+        l = c->layers - 1;
+    const int freq = m->layer_freq > 0 ? m->layer_freq : 1;
+    return l >= m->first_dense && (l - m->first_dense + 1) % freq == 0;
+}
+
+int model_moe_layers_in(const ModelConfig *c, int first, int n)
+{
+    int k = 0;
+    for (int l = first; l < first + n; l++)
+        k += model_layer_is_moe(c, l);
+    return k;
+}
+
+/* Parameters of one transformer layer, tensor by tensor as the tensor table holds them; with
+ * active set, what one token passes through: topk of the routed experts instead of all.
+ *   attention: qkv [(q + 2kv) x h], or MLA's q_a [q_lora x h], q_norm [q_lora],
+ *              q_b [heads (nope + rope) x q_lora] (q [heads (nope + rope) x h] without q_lora),
+ *              kv_a [(kv_lora + rope) x h], kv_norm [kv_lora], kv_b [heads (nope + v) x kv_lora];
+ *              proj [h x heads v_hd]; biases, sinks [heads], q/k norms [2 head_dim];
+ *   two norms [h] ([2h]: LayerNorm with bias);
+ *   dense MLP: fc1 [fc1_out x h], fc2 [h x ffn] (fc1_out 2 ffn for SwiGLU), biases;
+ *   MoE: router [E x h] (+ [E]), each routed expert fc1 [2 eff x h] + fc2 [h x eff]
+ *        (+ [2 eff] + [h]), shared experts fc1 [2 sff x h] + fc2 [h x sff], their gate [h]. */
+static double layer_params(const ModelConfig *c, int moe, int active)
+{
+    const double h = c->hidden, heads = c->heads;
+    const int bias = c->bias;
+    const ModelMla *a = &c->mla;
+    double p = 2 * (c->norm == MODEL_LAYERNORM && bias ? 2 * h : h), o_in;
+    if (a->kv_lora_rank > 0) {
+        const double qk = heads * (a->qk_nope_dim + a->qk_rope_dim), lq = a->q_lora_rank,
+                     lkv = a->kv_lora_rank;
+        p += lq > 0 ? lq * h + lq + qk * lq : qk * h;
+        p += (lkv + a->qk_rope_dim) * h + lkv + heads * (a->qk_nope_dim + a->v_dim) * lkv;
+        o_in = heads * a->v_dim;
+    } else {
+        const double q = heads * c->head_dim, kv = (double)c->kv_heads * c->head_dim;
+        p += (q + 2 * kv) * h + (bias || c->qkv_bias ? q + 2 * kv : 0);
+        o_in = q;
+    }
+    p += h * o_in + (bias || c->proj_bias ? h : 0);
+    if (c->attn_sinks)
+        p += heads;
+    if (c->qk_norm)
+        p += 2.0 * c->head_dim;
+    const int swiglu = c->mlp == MODEL_SWIGLU;
+    if (!moe) {
+        const double f = c->ffn_hidden, f1 = swiglu ? 2 * f : f;
+        return p + f1 * h + h * f + (bias ? f1 + h : 0);
+    }
+    const ModelMoe *m = &c->moe;
+    const double e = m->experts, eff = m->expert_ffn, e1 = swiglu ? 2 * eff : eff;
+    const double sff = m->shared_ffn, s1 = swiglu ? 2 * sff : sff;
+    p += e * h + (m->router_bias ? e : 0);
+    p += (active ? m->topk : e) * (e1 * h + h * eff + (m->expert_bias ? e1 + h : 0));
+    p += s1 * h + h * sff + (m->shared_gate ? h : 0);
+    return p;
+}
+
+/* The whole model: layers, embedding (and position table), final norm, output layer unless
+ * tied, and each MTP module (DeepSeek-V3 sec. 2.2): norms of the hidden state and of the next
+ * token's embedding, the projection of their concatenation [h x 2h], one layer like the last
+ * and its own final norm; the embedding and output layer are the main model's. */
+static double model_params(const ModelConfig *c, int active)
+{
+    const double h = c->hidden;
+    const double norm = c->norm == MODEL_LAYERNORM && c->bias ? 2 * h : h;
+    const int moe = model_moe_layers_in(c, 0, c->layers);
+    double total = moe * layer_params(c, 1, active) + (c->layers - moe) * layer_params(c, 0, active);
+    total += (double)c->vocab * h + norm;
     if (c->position == MODEL_POS_LEARNED)
         total += (double)c->seq_len * h;
     if (!c->tied_embeddings)
         total += (double)c->vocab * h;
+    for (int i = 0; i < c->mtp_layers; i++)
+        total += 3 * norm + 2 * h * h + layer_params(c, model_layer_is_moe(c, c->layers + i), active);
     return total;
 }
+
+double model_config_params(const ModelConfig *c) { return model_params(c, 0); }
+
+double model_config_active_params(const ModelConfig *c) { return model_params(c, 1); }

@@ -97,10 +97,12 @@ typedef struct {
     ModelMla mla;
     int mtp_layers; /* multi-token prediction modules after the last layer (DeepSeek-V3: 1) */
     int attn_sinks; /* a learned sink logit per head (GPT-OSS) */
+    int qk_norm;    /* RMSNorm over each query and key head, head_dim weights each (Qwen3) */
 } ModelConfig;
 
 /* Loads a zoo model by name ("gpt2-124m") or a file: parallax model JSON or a Hugging Face
- * config.json (gpt2, llama, mistral, qwen2). PX_EINPUT names the file and key at fault. */
+ * config.json (gpt2, llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, deepseek_v3,
+ * gpt_oss). PX_EINPUT names the file and key at fault. */
 int model_config_load(const char *name_or_path, ModelConfig *out, PxError *err);
 /* Parses either JSON form; origin names the source in messages. */
 int model_config_from_json(const cJSON *j, const char *origin, ModelConfig *out, PxError *err);
@@ -110,7 +112,9 @@ cJSON *model_config_to_json(const ModelConfig *c);
 int model_config_check(const ModelConfig *c, const char *origin, PxError *err);
 /* Parameter count with the vocabulary as configured (no padding), MTP modules included. */
 double model_config_params(const ModelConfig *c);
-/* Parameters one token passes through: the routed experts counted top-k times of experts. */
+/* Parameters one token passes through: every routed expert's share counted topk times instead of
+ * experts times; shared experts, routers, attention, norms, the embedding and the output layer in
+ * full, MTP modules included (as in model_config_params). */
 double model_config_active_params(const ModelConfig *c);
 /* 1 when global layer l (0-based; the MTP modules' layers are layers + i) is a MoE layer. */
 int model_layer_is_moe(const ModelConfig *c, int l);
@@ -272,6 +276,17 @@ static inline int model_global_chunk(const ModelDims *d, int stage, int j) { ret
  * layout.stage_layers[gc], after the stages before it. Every loop over a chunk's layers goes
  * through here. */
 int model_chunk_layers(const ModelSpec *s, const ModelDims *d, int gc, int *first);
+/* Layers of a chunk as the tables and graphs walk them: one run per layer, or (compact) one per
+ * kind, dense then MoE, each starting at the chunk's first layer of that kind with count =
+ * the chunk's layers of it; the last chunk ends with its prediction modules' layers (layers +
+ * i), one run each. */
+typedef struct {
+    int first, count, moe;
+} ModelLayerRun;
+/* Fills out (capacity cap: model_chunk_runs_count) and returns the runs of global chunk gc. */
+int model_chunk_runs(const ModelSpec *s, const ModelDims *d, int gc, int compact,
+                     ModelLayerRun *out, int cap);
+int model_chunk_runs_count(const ModelSpec *s, const ModelDims *d, int gc, int compact);
 /* The layers pipeline stage `stage` holds over all its chunks (*first: its first chunk's first
  * layer; contiguous only when vpp is 1). */
 int model_stage_layers(const ModelSpec *s, const ModelDims *d, int stage, int *first);
@@ -392,7 +407,7 @@ void model_predicted_free(ModelPredicted *m);
 
 /* ---- tensor table ---- */
 
-enum { MODEL_SHARD_TP = 1, MODEL_SHARD_SP = 2, MODEL_SHARD_CP = 4, MODEL_SHARD_DP = 8 };
+enum { MODEL_SHARD_TP = 1, MODEL_SHARD_SP = 2, MODEL_SHARD_CP = 4, MODEL_SHARD_DP = 8, MODEL_SHARD_EP = 16 };
 
 /* What a tensor of the table is. The executor binds its views by role (with the layer for a
  * layer's tensors and the block for a block's state), never by name: names are for people,
@@ -564,7 +579,8 @@ typedef enum {
     MODEL_OP_EMBEDDING,
     MODEL_OP_LOSS,
     MODEL_OP_OPTIMIZER,
-    MODEL_OP_COMM
+    MODEL_OP_COMM,
+    MODEL_OP_PERMUTE /* MoE: gathering token rows into expert order and back (memory-bound) */
 } ModelOpKind;
 
 /* Where in the model an op runs: the executor finds an op by (role, layer or block, chunk,

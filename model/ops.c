@@ -11,6 +11,7 @@
  * fc1 and the output layer for their weight gradients. docs/ops.md lists every op. */
 #include "model/model.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,6 +27,8 @@ typedef struct {
     PxError *err;
     int rc;
 } Emit;
+
+static int block_norms(const ModelSpec *s, const ModelBlock *b);
 
 /* Names are built by hand rather than with snprintf: the planner builds millions of them. */
 static void name_join(char *dst, size_t cap, const char *a, const char *b)
@@ -56,7 +59,9 @@ static void layer_name(char *n, int l, const char *suffix)
 static const char *const role_names[MODEL_OPR_COUNT] = {
     "",         "embed",    "ln1",    "attn.qkv", "attn.core", "attn.proj", "ln2",
     "mlp.fc1",  "mlp.act",  "mlp.fc2", "final_ln", "logits",    "loss",      "optimizer",
-    "pp",       "params",   "grads",  "sp_grads"};
+    "pp",       "params",   "grads",  "sp_grads", "moe.router", "moe.dispatch",
+    "moe.experts.fc1", "moe.experts.act", "moe.experts.fc2", "moe.combine", "attn.q_a",
+    "attn.q_b", "attn.kv_a", "attn.kv_b", "mtp"};
 
 const char *model_op_role_name(ModelOpRole r)
 {
@@ -123,26 +128,35 @@ static double passes(const Emit *e, double fused, double unfused)
 /* Y[M,N] = X[M,K] W[N,K]^T; backward computes dX (M,K,N) and dW (N,K,M). Weight gradients
  * accumulate into the gradient buffer (read and written in the gradient dtype). An epilogue
  * (bias, dropout, residual) adds extra_bytes in epi_kernels launches. */
-static void linear_k(Emit *e, const char *base, double M, double N, double K, double extra_bytes,
-                     int epi_kernels)
+/* `groups` weight matrices of N x K, each applied to its share of the M rows (a MoE layer's
+ * experts as one grouped GEMM; 1: an ordinary linear layer). */
+static void linear_g(Emit *e, const char *base, double M, double N, double K, double extra_bytes,
+                     int epi_kernels, int groups)
 {
     ModelOp *op = op_new(e, MODEL_OP_MATMUL, base);
-    double a = eb(e);
+    double a = eb(e), W = N * K * groups;
+    int64_t m = (int64_t)ceil(M / groups);
     if (e->phase == MODEL_BWD) {
         double g = (double)px_dtype_bytes(e->d->grad);
         op->flops = 4.0 * M * N * K;
-        op->bytes = (M * N + N * K + M * K) * a + (M * N + M * K) * a + 2.0 * N * K * g + extra_bytes;
+        op->bytes = (M * N + W + M * K) * a + (M * N + M * K) * a + 2.0 * W * g + extra_bytes;
         op->n_gemm = 2;
-        op->gemm[0] = (ModelGemm){(int64_t)M, (int64_t)K, (int64_t)N, 1};
-        op->gemm[1] = (ModelGemm){(int64_t)N, (int64_t)K, (int64_t)M, 1};
+        op->gemm[0] = (ModelGemm){m, (int64_t)K, (int64_t)N, groups};
+        op->gemm[1] = (ModelGemm){(int64_t)N, (int64_t)K, m, groups};
     } else {
         op->flops = 2.0 * M * N * K;
-        op->bytes = (M * K + N * K + M * N) * a + extra_bytes;
+        op->bytes = (M * K + W + M * N) * a + extra_bytes;
         op->n_gemm = 1;
-        op->gemm[0] = (ModelGemm){(int64_t)M, (int64_t)N, (int64_t)K, 1};
+        op->gemm[0] = (ModelGemm){m, (int64_t)N, (int64_t)K, groups};
     }
     op->kernels = op->n_gemm + (extra_bytes > 0 ? epi_kernels : 0);
     op->epilogue_bytes = extra_bytes;
+}
+
+static void linear_k(Emit *e, const char *base, double M, double N, double K, double extra_bytes,
+                     int epi_kernels)
+{
+    linear_g(e, base, M, N, K, extra_bytes, epi_kernels, 1);
 }
 
 static void linear(Emit *e, const char *base, double M, double N, double K, double extra_bytes)
@@ -206,15 +220,18 @@ static void attention_core(Emit *e, const char *base)
 {
     const ModelDims *d = e->d;
     const ModelSpec *s = e->s;
-    double bh = (double)d->b * d->heads_loc, sq = d->s_loc, sk = d->s, hd = d->hd, a = eb(e);
-    double fwd = model_attention_fwd_flops(s, bh, sq, sk, hd);
+    /* query/key heads qk_hd wide, value heads v_hd (equal but with MLA): the scores cost
+     * qk_hd and the context v_hd per pair, their mean in the FLOP count's d */
+    double bh = (double)d->b * d->heads_loc, sq = d->s_loc, sk = d->s, a = eb(e);
+    double hd = d->v_hd, qk = d->qk_hd;
+    double fwd = model_attention_fwd_flops(s, bh, sq, sk, 0.5 * (qk + hd));
     double qkv = (double)d->b * (sq * d->q_loc + 2.0 * sk * d->kv_width_loc) * a;
-    double out = (double)d->b * sq * d->q_loc * a;
+    double out = (double)d->b * sq * d->o_loc * a;
     double mat = bh * sq * sk * a; /* one s x s score matrix per head */
     int drop = s->job.dropout > 0.0;
     ModelOp *op = op_new(e, MODEL_OP_ATTENTION, base);
     op->n_gemm = 2;
-    op->gemm[0] = (ModelGemm){(int64_t)sq, (int64_t)sk, (int64_t)hd, (int64_t)bh};
+    op->gemm[0] = (ModelGemm){(int64_t)sq, (int64_t)sk, (int64_t)qk, (int64_t)bh};
     op->gemm[1] = (ModelGemm){(int64_t)sq, (int64_t)hd, (int64_t)sk, (int64_t)bh};
     /* Unfused attention: the score GEMM writes S; Megatron's fused scale-mask-softmax reads it
      * and writes P in one kernel (unfused: scale, mask and softmax are three passes of two);
@@ -224,7 +241,7 @@ static void attention_core(Emit *e, const char *base)
     if (e->phase == MODEL_BWD) {
         op->n_gemm = 4;
         op->gemm[2] = (ModelGemm){(int64_t)sk, (int64_t)hd, (int64_t)sq, (int64_t)bh};
-        op->gemm[3] = (ModelGemm){(int64_t)sq, (int64_t)hd, (int64_t)sk, (int64_t)bh};
+        op->gemm[3] = (ModelGemm){(int64_t)sq, (int64_t)qk, (int64_t)sk, (int64_t)bh};
         if (s->job.flash_attn) {
             /* FlashAttention's backward recomputes the scores: 2.5 x the forward (Dao 2023).
              * The extra half is recompute: it counts in hardware FLOPs, not model FLOPs. */
@@ -263,6 +280,97 @@ double model_attention_bwd_flops(double fwd_flops, int flash, double *recompute_
     return (flash ? 2.5 : 2.0) * fwd_flops;
 }
 
+/* The QKV projection, or multi-head latent attention's: the down-projections on the rank's
+ * (sequence-parallel) tokens, their norms, the latents gathered over TP, the up-projections by
+ * heads (Megatron-Core's MLA). */
+static void qkv_forward(Emit *e, int l)
+{
+    const ModelSpec *s = e->s;
+    const ModelDims *d = e->d;
+    const ModelMla *m = &s->model.mla;
+    const int t = d->t, sp = s->layout.sp;
+    const double M = (double)d->b * d->s_loc, Msp = (double)d->b * d->s_sp, h = d->h, a = eb(e);
+    char n[64];
+    if (m->kv_lora_rank <= 0) {
+        at_layer(e, MODEL_OPR_QKV, l, n);
+        if (sp)
+            comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
+        linear(e, n, M, d->q_loc + 2.0 * d->kv_width_loc, h, 0);
+        return;
+    }
+    if (m->q_lora_rank > 0) {
+        at_layer(e, MODEL_OPR_Q_A, l, n);
+        linear(e, n, Msp, m->q_lora_rank, h, 2.0 * Msp * m->q_lora_rank * a); /* + its norm */
+    }
+    at_layer(e, MODEL_OPR_KV_A, l, n);
+    linear(e, n, Msp, (double)m->kv_lora_rank + m->qk_rope_dim, h, 2.0 * Msp * m->kv_lora_rank * a);
+    if (sp)
+        comm(e, n, MODEL_TP_ALL_GATHER, t, M * (m->kv_lora_rank + m->qk_rope_dim) * a, 1);
+    at_layer(e, MODEL_OPR_Q_B, l, n);
+    if (sp)
+        comm(e, n, MODEL_TP_ALL_GATHER, t, M * (m->q_lora_rank > 0 ? m->q_lora_rank : h) * a, 1);
+    linear(e, n, M, d->q_loc, m->q_lora_rank > 0 ? m->q_lora_rank : h, 0);
+    at_layer(e, MODEL_OPR_KV_B, l, n);
+    linear(e, n, M, (double)d->heads_loc * (m->qk_nope_dim + m->v_dim), m->kv_lora_rank, 0);
+}
+
+/* The MLP of widths f_out (fc1's output) and f_in per TP rank: a dense layer's, or a MoE layer's
+ * shared experts. */
+static void mlp_forward(Emit *e, int l, double f_out, double f_in)
+{
+    const ModelSpec *s = e->s;
+    const ModelDims *d = e->d;
+    const int t = d->t, sp = s->layout.sp;
+    const double M = (double)d->b * d->s_loc, Msp = (double)d->b * d->s_sp, h = d->h, a = eb(e);
+    const double nb = Msp * h * a;
+    char n[64];
+    at_layer(e, MODEL_OPR_FC1, l, n);
+    if (sp)
+        comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
+    linear(e, n, M, f_out, h, 0);
+    at_layer(e, MODEL_OPR_ACT, l, n);
+    /* bias + GeLU fused (Megatron's bias_gelu): read fc1's output, write the activation;
+     * unfused: a bias-add pass first */
+    simple(e, MODEL_OP_ACTIVATION, n, M * (f_out + f_in + passes(e, 0.0, 2.0 * f_out)) * a)
+        ->kernels = s->job.fused_kernels ? 1 : 2;
+    at_layer(e, MODEL_OPR_FC2, l, n);
+    linear_epilogue(e, n, M, h, f_in, nb);
+    comm(e, n, sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, tp_act_bytes(e), 1);
+}
+
+/* A MoE layer's routed experts (forward): the router's scores over the rank's T tokens, top-k
+ * and the permutation of the T x k copies into expert order; the dispatch all-to-all over ep
+ * (each rank's buffer: the rows its experts take, routed / etp) and the gather over etp; the
+ * experts' grouped GEMMs on the routed rows; the reduce-scatter over etp and the all-to-all
+ * back; the weighted sum of each token's k outputs. */
+static void moe_forward(Emit *e, int l)
+{
+    const ModelSpec *s = e->s;
+    const ModelDims *d = e->d;
+    const ModelMoe *m = &s->model.moe;
+    const double T = (double)d->tokens, k = m->topk, E = m->experts, R = (double)d->routed;
+    const double h = d->h, a = eb(e), rows = R / d->etp;
+    char n[64];
+    at_layer(e, MODEL_OPR_ROUTER, l, n);
+    /* logits written and read in fp32, probabilities written; top-k indices and weights */
+    linear(e, n, T, E, h, T * E * 4.0 * 3.0 + T * k * 8.0);
+    simple(e, MODEL_OP_PERMUTE, n, T * h * a + T * k * h * a + T * k * 4.0);
+    at_layer(e, MODEL_OPR_DISPATCH, l, n);
+    comm(e, n, MODEL_EP_ALL_TO_ALL, d->ep, rows * h * a, 1);
+    comm(e, n, MODEL_ETP_ALL_GATHER, d->etp, R * h * a, 1);
+    at_layer(e, MODEL_OPR_EXP_FC1, l, n);
+    linear_g(e, n, R, d->eff_out_loc, h, 0, 1, d->experts_loc);
+    at_layer(e, MODEL_OPR_EXP_ACT, l, n);
+    simple(e, MODEL_OP_ACTIVATION, n, R * ((double)d->eff_out_loc + d->eff_loc) * a);
+    at_layer(e, MODEL_OPR_EXP_FC2, l, n);
+    linear_g(e, n, R, h, d->eff_loc, 0, 1, d->experts_loc);
+    at_layer(e, MODEL_OPR_COMBINE, l, n);
+    comm(e, n, MODEL_ETP_REDUCE_SCATTER, d->etp, R * h * a, 1);
+    comm(e, n, MODEL_EP_ALL_TO_ALL, d->ep, rows * h * a, 1);
+    /* read the k outputs and weights of each token, write the sum, add the residual */
+    simple(e, MODEL_OP_PERMUTE, n, T * k * h * a + T * k * 4.0 + 3.0 * T * h * a);
+}
+
 static void layer_forward(Emit *e, int l)
 {
     const ModelSpec *s = e->s;
@@ -270,35 +378,44 @@ static void layer_forward(Emit *e, int l)
     const int t = d->t, sp = s->layout.sp;
     const double M = (double)d->b * d->s_loc, Msp = (double)d->b * d->s_sp, h = d->h, a = eb(e);
     const double nb = Msp * h * a; /* one norm-region activation */
+    const int moe = model_layer_is_moe(&s->model, l);
     char n[64];
     e->layer = l;
     at_layer(e, MODEL_OPR_LN1, l, n);
     simple(e, MODEL_OP_NORM, n, 2.0 * nb);
-    at_layer(e, MODEL_OPR_QKV, l, n);
-    if (sp)
-        comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
-    linear(e, n, M, d->q_loc + 2.0 * d->kv_width_loc, h, 0);
+    qkv_forward(e, l);
     at_layer(e, MODEL_OPR_CORE, l, n);
     comm(e, n, MODEL_CP_ALL_GATHER, d->c, (double)d->b * d->s * 2.0 * d->kv_width_loc * a, 1);
     attention_core(e, n);
     at_layer(e, MODEL_OPR_PROJ, l, n);
-    linear_epilogue(e, n, M, h, d->q_loc, nb);
+    linear_epilogue(e, n, M, h, d->o_loc, nb);
     comm(e, n, sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, tp_act_bytes(e), 1);
     at_layer(e, MODEL_OPR_LN2, l, n);
     simple(e, MODEL_OP_NORM, n, 2.0 * nb);
-    at_layer(e, MODEL_OPR_FC1, l, n);
-    if (sp)
-        comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
-    linear(e, n, M, d->ffn_out_loc, h, 0);
-    at_layer(e, MODEL_OPR_ACT, l, n);
-    /* bias + GeLU fused (Megatron's bias_gelu): read fc1's output, write the activation;
-     * unfused: a bias-add pass first */
-    simple(e, MODEL_OP_ACTIVATION, n,
-           M * (d->ffn_out_loc + d->ffn_loc + passes(e, 0.0, 2.0 * d->ffn_out_loc)) * a)
-        ->kernels = s->job.fused_kernels ? 1 : 2;
-    at_layer(e, MODEL_OPR_FC2, l, n);
-    linear_epilogue(e, n, M, h, d->ffn_loc, nb);
-    comm(e, n, sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, tp_act_bytes(e), 1);
+    if (!moe) {
+        mlp_forward(e, l, d->ffn_out_loc, d->ffn_loc);
+        return;
+    }
+    if (d->sff_loc > 0)
+        mlp_forward(e, l, d->sff_out_loc, d->sff_loc);
+    moe_forward(e, l);
+}
+
+/* The data-parallel collective `kind` for block b: over the expert-data-parallel group for a
+ * MoE layer's experts, else over dp x cp. */
+static ModelComm block_kind(const ModelTensorTable *tt, int b, ModelComm kind)
+{
+    if (!tt->blocks[b].experts)
+        return kind;
+    return kind == MODEL_DP_ALLREDUCE        ? MODEL_EDP_ALLREDUCE
+           : kind == MODEL_DP_REDUCE_SCATTER ? MODEL_EDP_REDUCE_SCATTER
+                                             : MODEL_EDP_ALL_GATHER;
+}
+
+/* The ranks that share block b's ZeRO state and reduce its gradients. */
+static int block_group(const ModelDims *d, const ModelTensorTable *tt, int b)
+{
+    return tt->blocks[b].experts ? d->edp : d->zero_group;
 }
 
 static void zero_gather(Emit *e, const ModelTensorTable *tt, int block, ModelPhase phase)
@@ -308,9 +425,10 @@ static void zero_gather(Emit *e, const ModelTensorTable *tt, int block, ModelPha
         return;
     const ModelPhase keep = e->phase;
     const ModelOpRole keep_role = e->role;
+    const int g = block_group(d, tt, block);
     e->phase = phase;
-    block_comm(e, MODEL_OPR_BLOCK_PARAMS, tt, block, MODEL_DP_ALL_GATHER, d->zero_group,
-               (double)px_round_up(tt->blocks[block].numel, (uint64_t)d->zero_group) *
+    block_comm(e, MODEL_OPR_BLOCK_PARAMS, tt, block, block_kind(tt, block, MODEL_DP_ALL_GATHER), g,
+               (double)px_round_up(tt->blocks[block].numel, (uint64_t)g) *
                    (double)px_dtype_bytes(d->param),
                1);
     e->phase = keep;
@@ -322,10 +440,29 @@ static void zero_reduce(Emit *e, const ModelTensorTable *tt, int block)
     const ModelDims *d = e->d;
     if (e->s->layout.zero < 2)
         return;
-    block_comm(e, MODEL_OPR_BLOCK_GRADS, tt, block, MODEL_DP_REDUCE_SCATTER, d->zero_group,
-               (double)px_round_up(tt->blocks[block].numel, (uint64_t)d->zero_group) *
+    const int g = block_group(d, tt, block);
+    block_comm(e, MODEL_OPR_BLOCK_GRADS, tt, block, block_kind(tt, block, MODEL_DP_REDUCE_SCATTER), g,
+               (double)px_round_up(tt->blocks[block].numel, (uint64_t)g) *
                    (double)px_dtype_bytes(d->grad),
                1);
+}
+
+/* Parameters of layer l beyond its norms that TP ranks hold whole while each computes on its
+ * sequence shard: the router (and shared-expert gate), MLA's down-projections and their norms.
+ * Their gradients are partial sums over TP like the norms' (Megatron-Core marks them
+ * sequence_parallel). */
+static double sp_replicated(const ModelSpec *s, int l)
+{
+    const ModelConfig *c = &s->model;
+    double n = 0;
+    if (l >= 0 && model_layer_is_moe(c, l))
+        n += (double)c->moe.experts * c->hidden + (c->moe.router_bias ? c->moe.experts : 0) +
+             (c->moe.shared_gate && c->moe.shared_ffn > 0 ? c->hidden : 0);
+    const ModelMla *m = &c->mla;
+    if (l >= 0 && m->kv_lora_rank > 0)
+        n += (double)m->q_lora_rank * c->hidden + m->q_lora_rank +
+             ((double)m->kv_lora_rank + m->qk_rope_dim) * c->hidden + m->kv_lora_rank;
+    return n;
 }
 
 /* Sequence parallelism leaves the norms' parameters replicated over TP while each rank sees
@@ -342,11 +479,17 @@ static void sp_norm_grads(Emit *e, const ModelTensorTable *tt, int block, int no
     if (!s->layout.sp || d->t < 2 || block < 0 || norms < 1)
         return;
     const int norm_bias = s->model.norm == MODEL_LAYERNORM && s->model.bias;
-    block_comm(e, MODEL_OPR_BLOCK_SP_GRADS, tt, block, MODEL_TP_ALLREDUCE, d->t,
-               (double)d->h * (1 + norm_bias) * (double)px_dtype_bytes(d->grad), norms);
+    const double ge = (double)px_dtype_bytes(d->grad), per = (double)d->h * (1 + norm_bias);
+    const double extra = sp_replicated(s, tt->blocks[block].layer);
+    if (extra > 0) /* one call over the norms' and the other replicated parameters' gradients */
+        block_comm(e, MODEL_OPR_BLOCK_SP_GRADS, tt, block, MODEL_TP_ALLREDUCE, d->t,
+                   (per * norms + extra) * ge, 1);
+    else
+        block_comm(e, MODEL_OPR_BLOCK_SP_GRADS, tt, block, MODEL_TP_ALLREDUCE, d->t, per * ge, norms);
 }
 
-static void layer_backward(Emit *e, const ModelTensorTable *tt, int block, int l)
+/* The MLP's backward (widths as mlp_forward). */
+static void mlp_backward(Emit *e, int l, double f_out, double f_in)
 {
     const ModelSpec *s = e->s;
     const ModelDims *d = e->d;
@@ -354,31 +497,119 @@ static void layer_backward(Emit *e, const ModelTensorTable *tt, int block, int l
     const double M = (double)d->b * d->s_loc, Msp = (double)d->b * d->s_sp, h = d->h, a = eb(e);
     const double nb = Msp * h * a;
     char n[64];
+    at_layer(e, MODEL_OPR_FC2, l, n);
+    if (sp)
+        comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
+    linear(e, n, M, h, f_in, 2.0 * nb);
+    at_layer(e, MODEL_OPR_ACT, l, n);
+    simple(e, MODEL_OP_ACTIVATION, n, M * (2.0 * f_out + f_in) * a);
+    at_layer(e, MODEL_OPR_FC1, l, n);
+    if (sp)
+        comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
+    linear(e, n, M, f_out, h, 0);
+    comm(e, n, sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, tp_act_bytes(e), 1);
+}
+
+/* The routed experts' backward, moe_forward in reverse: the combine's gradient (to each copy's
+ * output and to its weight) sent back to the experts, their GEMMs' gradients, the dispatch's
+ * gradient returned to the tokens' ranks and summed per token, the router's gradient. */
+static void moe_backward(Emit *e, int l)
+{
+    const ModelSpec *s = e->s;
+    const ModelDims *d = e->d;
+    const ModelMoe *m = &s->model.moe;
+    const double T = (double)d->tokens, k = m->topk, E = m->experts, R = (double)d->routed;
+    const double h = d->h, a = eb(e), rows = R / d->etp;
+    char n[64];
+    at_layer(e, MODEL_OPR_COMBINE, l, n);
+    /* read the output gradient, the saved outputs and the weights; write each copy's gradient
+     * and the weights' */
+    simple(e, MODEL_OP_PERMUTE, n, T * h * a + 2.0 * T * k * h * a + T * k * 8.0);
+    comm(e, n, MODEL_EP_ALL_TO_ALL, d->ep, rows * h * a, 1);
+    comm(e, n, MODEL_ETP_ALL_GATHER, d->etp, R * h * a, 1);
+    at_layer(e, MODEL_OPR_EXP_FC2, l, n);
+    linear_g(e, n, R, h, d->eff_loc, 0, 1, d->experts_loc);
+    at_layer(e, MODEL_OPR_EXP_ACT, l, n);
+    simple(e, MODEL_OP_ACTIVATION, n, R * (2.0 * d->eff_out_loc + d->eff_loc) * a);
+    at_layer(e, MODEL_OPR_EXP_FC1, l, n);
+    linear_g(e, n, R, d->eff_out_loc, h, 0, 1, d->experts_loc);
+    at_layer(e, MODEL_OPR_DISPATCH, l, n);
+    comm(e, n, MODEL_ETP_REDUCE_SCATTER, d->etp, R * h * a, 1);
+    comm(e, n, MODEL_EP_ALL_TO_ALL, d->ep, rows * h * a, 1);
+    at_layer(e, MODEL_OPR_ROUTER, l, n);
+    /* un-permute: each token's k copy gradients summed into its input gradient */
+    simple(e, MODEL_OP_PERMUTE, n, T * k * h * a + 2.0 * T * h * a + T * k * 4.0);
+    /* the scores' gradient from the weights' (and the auxiliary loss), then the router's */
+    linear(e, n, T, E, h, T * E * 4.0 * 3.0 + T * k * 8.0);
+}
+
+/* MLA's projections' backward (qkv_forward in reverse); the latents' gradients, partial over
+ * the heads' TP ranks, reduce-scattered back to the sequence shards (or all-reduced). */
+static void qkv_backward(Emit *e, int l)
+{
+    const ModelSpec *s = e->s;
+    const ModelDims *d = e->d;
+    const ModelMla *m = &s->model.mla;
+    const int t = d->t, sp = s->layout.sp;
+    const double M = (double)d->b * d->s_loc, Msp = (double)d->b * d->s_sp, h = d->h, a = eb(e);
+    char n[64];
+    if (m->kv_lora_rank <= 0) {
+        at_layer(e, MODEL_OPR_QKV, l, n);
+        if (sp)
+            comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
+        linear(e, n, M, d->q_loc + 2.0 * d->kv_width_loc, h, 0);
+        comm(e, n, sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, tp_act_bytes(e), 1);
+        return;
+    }
+    const ModelComm back = sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE;
+    const double q_in = m->q_lora_rank > 0 ? m->q_lora_rank : h;
+    at_layer(e, MODEL_OPR_KV_B, l, n);
+    linear(e, n, M, (double)d->heads_loc * (m->qk_nope_dim + m->v_dim), m->kv_lora_rank, 0);
+    at_layer(e, MODEL_OPR_Q_B, l, n);
+    linear(e, n, M, d->q_loc, q_in, 0);
+    comm(e, n, back, t, M * q_in * a, 1);
+    at_layer(e, MODEL_OPR_KV_A, l, n);
+    comm(e, n, back, t, M * (m->kv_lora_rank + m->qk_rope_dim) * a, 1);
+    linear(e, n, Msp, (double)m->kv_lora_rank + m->qk_rope_dim, h, 3.0 * Msp * m->kv_lora_rank * a);
+    if (m->q_lora_rank > 0) {
+        at_layer(e, MODEL_OPR_Q_A, l, n);
+        linear(e, n, Msp, m->q_lora_rank, h, 3.0 * Msp * m->q_lora_rank * a);
+    }
+}
+
+/* A layer's backward; block is its table block, xblock its experts' (-1: a dense layer). */
+static void layer_backward(Emit *e, const ModelTensorTable *tt, int block, int xblock, int l)
+{
+    const ModelSpec *s = e->s;
+    const ModelDims *d = e->d;
+    const int t = d->t, sp = s->layout.sp;
+    const double M = (double)d->b * d->s_loc, Msp = (double)d->b * d->s_sp, h = d->h, a = eb(e);
+    const double nb = Msp * h * a;
+    const int moe = model_layer_is_moe(&s->model, l);
+    char n[64];
     e->layer = l;
     zero_gather(e, tt, block, MODEL_BWD);
+    if (xblock >= 0)
+        zero_gather(e, tt, xblock, MODEL_BWD);
     if (s->layout.recompute == MODEL_RECOMPUTE_FULL) {
         e->phase = MODEL_RECOMPUTE;
         layer_forward(e, l);
         e->phase = MODEL_BWD;
     }
     e->layer = l;
-    at_layer(e, MODEL_OPR_FC2, l, n);
-    if (sp)
-        comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
-    linear(e, n, M, h, d->ffn_loc, 2.0 * nb);
-    at_layer(e, MODEL_OPR_ACT, l, n);
-    simple(e, MODEL_OP_ACTIVATION, n, M * (2.0 * d->ffn_out_loc + d->ffn_loc) * a);
-    at_layer(e, MODEL_OPR_FC1, l, n);
-    if (sp)
-        comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
-    linear(e, n, M, d->ffn_out_loc, h, 0);
-    comm(e, n, sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, tp_act_bytes(e), 1);
+    if (!moe) {
+        mlp_backward(e, l, d->ffn_out_loc, d->ffn_loc);
+    } else {
+        moe_backward(e, l);
+        if (d->sff_loc > 0)
+            mlp_backward(e, l, d->sff_out_loc, d->sff_loc);
+    }
     at_layer(e, MODEL_OPR_LN2, l, n);
     simple(e, MODEL_OP_NORM, n, 4.0 * nb);
     at_layer(e, MODEL_OPR_PROJ, l, n);
     if (sp)
         comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
-    linear(e, n, M, h, d->q_loc, 2.0 * nb);
+    linear(e, n, M, h, d->o_loc, 2.0 * nb);
     at_layer(e, MODEL_OPR_CORE, l, n);
     double kv_full = (double)d->b * d->s * 2.0 * d->kv_width_loc * a;
     comm(e, n, MODEL_CP_ALL_GATHER, d->c, kv_full, 1);
@@ -389,16 +620,14 @@ static void layer_backward(Emit *e, const ModelTensorTable *tt, int block, int l
     }
     attention_core(e, n);
     comm(e, n, MODEL_CP_REDUCE_SCATTER, d->c, kv_full, 1);
-    at_layer(e, MODEL_OPR_QKV, l, n);
-    if (sp)
-        comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
-    linear(e, n, M, d->q_loc + 2.0 * d->kv_width_loc, h, 0);
-    comm(e, n, sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, tp_act_bytes(e), 1);
+    qkv_backward(e, l);
     at_layer(e, MODEL_OPR_LN1, l, n);
     simple(e, MODEL_OP_NORM, n, 5.0 * nb); /* + the residual gradient */
     if (s->layout.zero >= 2)
-        sp_norm_grads(e, tt, block, 2);
+        sp_norm_grads(e, tt, block, block_norms(s, &tt->blocks[block]));
     zero_reduce(e, tt, block);
+    if (xblock >= 0)
+        zero_reduce(e, tt, xblock);
 }
 
 static int block_index(const ModelTensorTable *tt, const char *name, int layer, int chunk)
@@ -409,6 +638,36 @@ static int block_index(const ModelTensorTable *tt, const char *name, int layer, 
             return i;
     }
     return -1;
+}
+
+/* Block of layer l on local chunk j: the layer's, or (experts) its routed experts'. */
+static int layer_block(const ModelTensorTable *tt, int l, int j, int experts)
+{
+    char bn[32];
+    if (experts)
+        snprintf(bn, sizeof bn, "layer.%d.experts", l);
+    else
+        layer_name(bn, l, NULL);
+    return block_index(tt, bn, l, j);
+}
+
+/* ZeRO-3's gathers before a layer's forward: its block and, in a MoE layer, its experts'. */
+static void run_gather(Emit *e, const ModelTensorTable *tt, int l, int j, int moe)
+{
+    zero_gather(e, tt, layer_block(tt, l, j, 0), MODEL_FWD);
+    if (moe)
+        zero_gather(e, tt, layer_block(tt, l, j, 1), MODEL_FWD);
+}
+
+/* The norms whose gradients SP all-reduces over TP: a layer's two (and a prediction module's
+ * three more), the final norm; none for a MoE layer's experts or the embedding. */
+static int block_norms(const ModelSpec *s, const ModelBlock *b)
+{
+    if (b->experts)
+        return 0;
+    if (b->layer >= 0)
+        return b->layer >= s->model.layers ? 5 : 2;
+    return strcmp(b->name, "final") == 0 ? 1 : 0;
 }
 
 static void embed_pass(Emit *e, const ModelTensorTable *tt, int j, int backward)
@@ -479,6 +738,65 @@ static void head_pass(Emit *e, const ModelTensorTable *tt, int j, int backward)
     }
 }
 
+/* A multi-token prediction module on layer l (DeepSeek-V3 Sec. 2.2; Megatron-Core's MTP): the
+ * next tokens' embedding and the hidden state, each normed, concatenated and projected (eh,
+ * column-parallel, its output gathered), the module's transformer layer, its final norm and the
+ * shared output layer with a loss of its own. */
+static void mtp_pass(Emit *e, const ModelTensorTable *tt, int j, int l, int backward)
+{
+    const ModelSpec *s = e->s;
+    const ModelDims *d = e->d;
+    const int t = d->t, sp = s->layout.sp;
+    const double M = (double)d->b * d->s_loc, Msp = (double)d->b * d->s_sp, h = d->h, a = eb(e);
+    const double V = d->vocab_loc, nb = Msp * h * a, hl = ceil(h / t);
+    const int moe = model_layer_is_moe(&s->model, l);
+    const int blk = layer_block(tt, l, j, 0), xblk = moe ? layer_block(tt, l, j, 1) : -1;
+    char n[64];
+    e->layer = l;
+    if (!backward) {
+        run_gather(e, tt, l, j, moe);
+        e->layer = l;
+        at_layer(e, MODEL_OPR_MTP, l, n);
+        simple(e, MODEL_OP_EMBEDDING, n, M * (2.0 * h * a + 4.0));
+        comm(e, n, sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, tp_act_bytes(e), 1);
+        simple(e, MODEL_OP_NORM, n, 4.0 * nb);
+        if (sp)
+            comm(e, n, MODEL_TP_ALL_GATHER, t, 2.0 * tp_act_bytes(e), 1);
+        linear(e, n, M, hl, 2.0 * h, 0);
+        comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
+        layer_forward(e, l);
+        e->layer = l;
+        at_layer(e, MODEL_OPR_FINAL_LN, l, n);
+        simple(e, MODEL_OP_NORM, n, 2.0 * nb);
+        at_layer(e, MODEL_OPR_LOGITS, l, n);
+        if (sp)
+            comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
+        linear(e, n, M, V, h, M * V * (4.0 - a));
+        at_layer(e, MODEL_OPR_LOSS, l, n);
+        simple(e, MODEL_OP_LOSS, n, 2.0 * M * V * 4.0);
+        comm(e, n, MODEL_TP_ALLREDUCE, t, M * 4.0, 3);
+        return;
+    }
+    at_layer(e, MODEL_OPR_LOSS, l, n);
+    simple(e, MODEL_OP_LOSS, n, 2.0 * M * V * 4.0);
+    at_layer(e, MODEL_OPR_LOGITS, l, n);
+    if (sp)
+        comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
+    linear(e, n, M, V, h, M * V * (4.0 - a));
+    comm(e, n, sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, tp_act_bytes(e), 1);
+    at_layer(e, MODEL_OPR_FINAL_LN, l, n);
+    simple(e, MODEL_OP_NORM, n, 4.0 * nb);
+    layer_backward(e, tt, blk, xblk, l);
+    e->layer = l;
+    at_layer(e, MODEL_OPR_MTP, l, n);
+    linear(e, n, M, hl, 2.0 * h, 0);
+    comm(e, n, sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, 2.0 * tp_act_bytes(e), 1);
+    simple(e, MODEL_OP_NORM, n, 8.0 * nb);
+    if (sp)
+        comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
+    simple(e, MODEL_OP_EMBEDDING, n, M * (h * a + 2.0 * h * (double)px_dtype_bytes(d->grad) + 4.0));
+}
+
 static int ops_build(const ModelSpec *s, const ModelDims *d, int stage, int compact,
                      const ModelTensorTable *given, ModelOpGraph *g, PxError *err)
 {
@@ -504,8 +822,6 @@ static int ops_build(const ModelSpec *s, const ModelDims *d, int stage, int comp
     for (int j = 0; j < d->v; j++) {
         int gc = model_global_chunk(d, stage, j);
         int first = gc == 0, last = gc == d->chunks - 1;
-        int l0, nl = model_chunk_layers(s, d, gc, &l0);
-        const int rep = compact ? nl : 1;
         e.chunk = j;
         e.layer = -1;
         /* forward */
@@ -517,20 +833,33 @@ static int ops_build(const ModelSpec *s, const ModelDims *d, int stage, int comp
         } else {
             embed_pass(&e, &tt, j, 0);
         }
-        for (int l = l0; l < l0 + nl; l += rep) {
-            char bn[32];
-            layer_name(bn, l, NULL);
-            e.repeat = rep;
+        const int cap = model_chunk_runs_count(s, d, gc, compact);
+        ModelLayerRun stack[8], *runs = cap <= 8 ? stack : malloc((size_t)cap * sizeof *runs);
+        if (!runs) {
+            e.rc = px_fail(err, PX_ERUNTIME, "out of memory building the op graph");
+            break;
+        }
+        int nr = model_chunk_runs(s, d, gc, compact, runs, cap), n_mtp = 0;
+        while (nr > 0 && runs[nr - 1].first >= s->model.layers) { /* the prediction modules' */
+            nr--;
+            n_mtp++;
+        }
+        for (int i = 0; i < nr; i++) {
+            const int l = runs[i].first;
+            e.repeat = runs[i].count;
             e.layer = l;
-            zero_gather(&e, &tt, block_index(&tt, bn, l, j), MODEL_FWD);
+            run_gather(&e, &tt, l, j, runs[i].moe);
             layer_forward(&e, l);
             e.repeat = 1;
         }
         e.layer = -1;
-        if (!last)
+        if (!last) {
             comm(&e, at(&e, MODEL_OPR_PP), MODEL_PP_SEND, 2, pp_bytes, 1);
-        else
+        } else {
             head_pass(&e, &tt, j, 0);
+            for (int i = 0; i < n_mtp; i++)
+                mtp_pass(&e, &tt, j, runs[nr + i].first, 0);
+        }
         /* backward */
         e.phase = MODEL_BWD;
         if (!last) {
@@ -538,16 +867,18 @@ static int ops_build(const ModelSpec *s, const ModelDims *d, int stage, int comp
             if (pp_gather > 0)
                 comm(&e, at(&e, MODEL_OPR_PP), MODEL_TP_ALL_GATHER, d->t, pp_gather, 1);
         } else {
+            for (int i = n_mtp - 1; i >= 0; i--)
+                mtp_pass(&e, &tt, j, runs[nr + i].first, 1);
             head_pass(&e, &tt, j, 1);
         }
-        for (int l = l0 + nl - 1; l >= l0; l -= rep) {
-            int first_l = compact ? l0 : l; /* the compact table's representative */
-            char bn[32];
-            layer_name(bn, first_l, NULL);
-            e.repeat = rep;
-            layer_backward(&e, &tt, block_index(&tt, bn, first_l, j), first_l);
+        for (int i = nr - 1; i >= 0; i--) {
+            const int l = runs[i].first;
+            e.repeat = runs[i].count;
+            layer_backward(&e, &tt, layer_block(&tt, l, j, 0), runs[i].moe ? layer_block(&tt, l, j, 1) : -1, l);
             e.repeat = 1;
         }
+        if (runs != stack)
+            free(runs);
         e.layer = -1;
         if (!first)
             comm(&e, at(&e, MODEL_OPR_PP), MODEL_PP_SEND, 2, pp_bytes, 1);
@@ -559,23 +890,26 @@ static int ops_build(const ModelSpec *s, const ModelDims *d, int stage, int comp
     e.per_mb = 0;
     e.phase = MODEL_STEP;
     const double ge = (double)px_dtype_bytes(d->grad), pe = (double)px_dtype_bytes(d->param);
-    const int zero = s->layout.zero, zg = d->zero_group;
+    const int zero = s->layout.zero;
     for (int i = 0; i < tt.n_blocks; i++) {
         const ModelBlock *b = &tt.blocks[i];
         e.chunk = b->chunk;
         e.layer = b->layer;
         e.repeat = b->repeat;
+        const int grp = block_group(d, &tt, i);
         if (zero <= 1)
-            sp_norm_grads(&e, &tt, i, b->layer >= 0 ? 2 : strcmp(b->name, "final") == 0 ? 1 : 0);
+            sp_norm_grads(&e, &tt, i, block_norms(s, b));
         if (zero == 0)
-            block_comm(&e, MODEL_OPR_BLOCK_GRADS, &tt, i, MODEL_DP_ALLREDUCE, zg,
+            block_comm(&e, MODEL_OPR_BLOCK_GRADS, &tt, i, block_kind(&tt, i, MODEL_DP_ALLREDUCE), grp,
                        (double)b->numel * ge, 1);
         else if (zero == 1)
-            block_comm(&e, MODEL_OPR_BLOCK_GRADS, &tt, i, MODEL_DP_REDUCE_SCATTER, zg,
-                       (double)px_round_up(b->numel, (uint64_t)zg) * ge, 1);
+            block_comm(&e, MODEL_OPR_BLOCK_GRADS, &tt, i, block_kind(&tt, i, MODEL_DP_REDUCE_SCATTER), grp,
+                       (double)px_round_up(b->numel, (uint64_t)grp) * ge, 1);
     }
     e.repeat = 1;
-    if (s->model.tied_embeddings && d->chunks > 1) {
+    /* the output layer's copy of a tied embedding, and a prediction module's copy of the
+     * embedding, on the last stage: their gradients summed with the first stage's */
+    if ((s->model.tied_embeddings || s->model.mtp_layers > 0) && d->chunks > 1) {
         for (int j = 0; j < d->v; j++) {
             int gc = model_global_chunk(d, stage, j);
             if (gc == 0 || gc == d->chunks - 1) {
@@ -614,8 +948,9 @@ static int ops_build(const ModelSpec *s, const ModelDims *d, int stage, int comp
         e.chunk = b->chunk;
         e.layer = b->layer;
         e.repeat = b->repeat;
-        block_comm(&e, MODEL_OPR_BLOCK_PARAMS, &tt, i, MODEL_DP_ALL_GATHER, zg,
-                   (double)px_round_up(b->numel, (uint64_t)zg) * pe, 1);
+        const int grp = block_group(d, &tt, i);
+        block_comm(&e, MODEL_OPR_BLOCK_PARAMS, &tt, i, block_kind(&tt, i, MODEL_DP_ALL_GATHER), grp,
+                   (double)px_round_up(b->numel, (uint64_t)grp) * pe, 1);
     }
     if (tp == &own)
         model_tensors_free(&own);
@@ -664,8 +999,8 @@ void model_op_fullname(const ModelOp *op, char *buf, size_t cap)
 static const char *kind_name(ModelOpKind k)
 {
     static const char *const names[] = {"matmul", "attention", "norm", "activation",
-                                        "embedding", "loss", "optimizer", "comm"};
-    return (unsigned)k < 8 ? names[k] : "?";
+                                        "embedding", "loss", "optimizer", "comm", "permute"};
+    return (unsigned)k < 9 ? names[k] : "?";
 }
 
 void model_op_key(const ModelSpec *s, const ModelDims *d, const ModelOp *op, ModelOpKey *key)

@@ -190,7 +190,12 @@ void model_schedule_live(const ModelAction *a, int n, int v, int *peak_live, int
 uint64_t model_activation_bytes(const ModelTensorTable *tt, int v, int peak_live,
                                 const int *max_live)
 {
-    uint64_t bytes = (uint64_t)peak_live * tt->act_layer_bytes[0];
+    /* a slot holds the largest chunk's layer set (chunks differ when some hold MoE layers) */
+    uint64_t slot = 0;
+    for (int j = 0; j < v; j++)
+        if (tt->act_layer_bytes[j] > slot)
+            slot = tt->act_layer_bytes[j];
+    uint64_t bytes = (uint64_t)peak_live * slot;
     for (int j = 0; j < v; j++)
         bytes += (uint64_t)max_live[j] * (tt->act_chunk_bytes[j] - tt->act_layer_bytes[j]);
     return bytes;

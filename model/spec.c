@@ -190,25 +190,6 @@ void model_expert_coords(const ModelLayout *l, int rank, int *etp, int *ep, int 
     *edp = r / p;
 }
 
-int model_layer_is_moe(const ModelConfig *c, int l)
-{
-    const ModelMoe *m = &c->moe;
-    if (m->experts <= 0)
-        return 0;
-    if (l >= c->layers) /* a prediction module's layer is like the last layer (Megatron) */
-        l = c->layers - 1;
-    const int freq = m->layer_freq > 0 ? m->layer_freq : 1;
-    return l >= m->first_dense && (l - m->first_dense + 1) % freq == 0;
-}
-
-int model_moe_layers_in(const ModelConfig *c, int first, int n)
-{
-    int k = 0;
-    for (int l = first; l < first + n; l++)
-        k += model_layer_is_moe(c, l);
-    return k;
-}
-
 static int is_float_type(PxDtype t) { return t == PX_FP32 || t == PX_BF16 || t == PX_FP16; }
 
 /* The degrees: each at least 1, a ZeRO stage, and dp (filled from the GPUs when 0) such that

@@ -72,39 +72,24 @@ static void add(Adder *a, ModelTensorRole role, const char *name, ModelCategory 
 void model_layer_acts(const ModelSpec *s, const ModelDims *d, ModelRecompute mode,
                       ModelLayerAct out[MODEL_LAYER_ACTS])
 {
-    const PxDtype e = d->act, f32 = PX_FP32, u8 = PX_UINT8;
-    const int64_t b = d->b, sl = d->s_loc, ss = d->s_sp, h = d->h, hl = d->heads_loc, sq = d->s;
-    const int sp = s->layout.sp ? MODEL_SHARD_SP : 0, tp = MODEL_SHARD_TP;
-    const int drop = s->job.dropout > 0.0, flash = s->job.flash_attn;
-    /* full recompute keeps only the layer's input; selective drops the attention core's
-     * s x s tensors (FlashAttention has none: its backward recomputes the scores itself) */
-    const int full = mode == MODEL_RECOMPUTE_FULL, none = mode == MODEL_RECOMPUTE_NONE;
-    const struct {
-        const char *suffix;
-        PxDtype dt;
-        int shard, ndim;
-        int64_t d0, d1, d2, d3;
-        int present, saved;
-    } t[MODEL_LAYER_ACTS] = {
-        {"ln1.in", e, sp, 3, b, ss, h, 1, 1, 1},
-        {"attn.qkv.in", e, sp, 3, b, ss, h, 1, 1, !full},
-        {"attn.qkv.out", e, tp, 3, b, sl, d->q_loc + 2 * d->kv_width_loc, 1, 1, !full},
-        {"attn.lse", f32, tp, 3, b, hl, sl, 1, flash, !full},
-        {"attn.softmax", e, tp, 4, b, hl, sl, sq, !flash, none},
-        {"attn.softmax_mask", u8, tp, 4, b, hl, sl, sq, !flash && drop, none},
-        {"attn.softmax_drop", e, tp, 4, b, hl, sl, sq, !flash && drop, none},
-        {"attn.proj.in", e, tp, 3, b, sl, d->q_loc, 1, 1, !full},
-        {"attn.drop_mask", u8, sp, 3, b, ss, h, 1, drop, !full},
-        {"ln2.in", e, sp, 3, b, ss, h, 1, 1, !full},
-        {"mlp.fc1.in", e, sp, 3, b, ss, h, 1, 1, !full},
-        {"mlp.act.in", e, tp, 3, b, sl, d->ffn_out_loc, 1, 1, !full},
-        {"mlp.fc2.in", e, tp, 3, b, sl, d->ffn_loc, 1, 1, !full},
-        {"mlp.drop_mask", u8, sp, 3, b, ss, h, 1, drop, !full},
-    };
-    for (int i = 0; i < MODEL_LAYER_ACTS; i++) {
+    model_layer_acts_at(s, d, mode, -1, out);
+}
+
+/* One activation of the tables below. */
+typedef struct {
+    const char *suffix;
+    PxDtype dt;
+    int shard, ndim;
+    int64_t d0, d1, d2, d3;
+    int present, saved;
+} ActRow;
+
+static void acts_fill(const ActRow *t, int n, ModelTensorRole first, ModelLayerAct *out)
+{
+    for (int i = 0; i < n; i++) {
         ModelLayerAct *o = &out[i];
         memset(o, 0, sizeof *o);
-        o->role = (ModelTensorRole)(MODEL_TR_LN1_IN + i);
+        o->role = (ModelTensorRole)(first + i);
         o->suffix = t[i].suffix;
         o->dtype = t[i].dt;
         o->shard = t[i].shard;
@@ -122,15 +107,95 @@ void model_layer_acts(const ModelSpec *s, const ModelDims *d, ModelRecompute mod
     }
 }
 
+void model_moe_acts(const ModelSpec *s, const ModelDims *d, ModelRecompute mode,
+                    ModelLayerAct out[MODEL_MOE_ACTS])
+{
+    const PxDtype e = d->act, f32 = PX_FP32;
+    const int64_t T = d->tokens, k = s->model.moe.topk, E = s->model.moe.experts, R = d->routed;
+    const int sv = mode != MODEL_RECOMPUTE_FULL, sp = s->layout.sp ? MODEL_SHARD_SP : 0;
+    const int on = d->moe;
+    const ActRow t[MODEL_MOE_ACTS] = {
+        {"moe.router.probs", f32, sp, 2, T, E, 1, 1, on, sv},
+        {"moe.route.idx", PX_INT32, sp, 2, T, k, 1, 1, on, sv},
+        {"moe.route.w", f32, sp, 2, T, k, 1, 1, on, sv},
+        {"moe.experts.fc1.in", e, MODEL_SHARD_EP, 2, R, d->h, 1, 1, on, sv},
+        {"moe.experts.act.in", e, MODEL_SHARD_EP, 2, R, d->eff_out_loc, 1, 1, on, sv},
+        {"moe.experts.fc2.in", e, MODEL_SHARD_EP, 2, R, d->eff_loc, 1, 1, on, sv},
+        {"moe.experts.out", e, sp, 2, T * k, d->h, 1, 1, on, sv},
+    };
+    acts_fill(t, MODEL_MOE_ACTS, MODEL_TR_ROUTER_PROBS, out);
+}
+
+void model_layer_acts_at(const ModelSpec *s, const ModelDims *d, ModelRecompute mode, int layer,
+                         ModelLayerAct out[MODEL_LAYER_ACTS])
+{
+    const PxDtype e = d->act, f32 = PX_FP32, u8 = PX_UINT8;
+    const int64_t b = d->b, sl = d->s_loc, ss = d->s_sp, h = d->h, hl = d->heads_loc, sq = d->s;
+    const int sp = s->layout.sp ? MODEL_SHARD_SP : 0, tp = MODEL_SHARD_TP;
+    const int drop = s->job.dropout > 0.0, flash = s->job.flash_attn;
+    /* full recompute keeps only the layer's input; selective drops the attention core's
+     * s x s tensors (FlashAttention has none: its backward recomputes the scores itself) */
+    const int full = mode == MODEL_RECOMPUTE_FULL, none = mode == MODEL_RECOMPUTE_NONE;
+    /* a MoE layer's MLP is its shared experts (if any); the router reads fc1.in as well */
+    const int moe = layer >= 0 && model_layer_is_moe(&s->model, layer);
+    const int mlp = !moe || d->sff_loc > 0;
+    const int64_t f_out = moe ? d->sff_out_loc : d->ffn_out_loc, f_in = moe ? d->sff_loc : d->ffn_loc;
+    const ActRow t[MODEL_LAYER_ACTS] = {
+        {"ln1.in", e, sp, 3, b, ss, h, 1, 1, 1},
+        {"attn.qkv.in", e, sp, 3, b, ss, h, 1, 1, !full},
+        {"attn.qkv.out", e, tp, 3, b, sl, d->q_loc + 2 * d->kv_width_loc, 1, 1, !full},
+        {"attn.lse", f32, tp, 3, b, hl, sl, 1, flash, !full},
+        {"attn.softmax", e, tp, 4, b, hl, sl, sq, !flash, none},
+        {"attn.softmax_mask", u8, tp, 4, b, hl, sl, sq, !flash && drop, none},
+        {"attn.softmax_drop", e, tp, 4, b, hl, sl, sq, !flash && drop, none},
+        {"attn.proj.in", e, tp, 3, b, sl, d->o_loc, 1, 1, !full},
+        {"attn.drop_mask", u8, sp, 3, b, ss, h, 1, drop, !full},
+        {"ln2.in", e, sp, 3, b, ss, h, 1, 1, !full},
+        {"mlp.fc1.in", e, sp, 3, b, ss, h, 1, 1, !full},
+        {"mlp.act.in", e, tp, 3, b, sl, f_out, 1, mlp, !full},
+        {"mlp.fc2.in", e, tp, 3, b, sl, f_in, 1, mlp, !full},
+        {"mlp.drop_mask", u8, sp, 3, b, ss, h, 1, drop, !full},
+    };
+    acts_fill(t, MODEL_LAYER_ACTS, MODEL_TR_LN1_IN, out);
+}
+
+enum { LAYER_ALL_ACTS = MODEL_LAYER_ACTS + MODEL_MOE_ACTS + 2 };
+
+/* Every activation layer `layer` computes: model_layer_acts_at's, a MoE layer's
+ * model_moe_acts, and multi-head latent attention's two latents (the query's and the keys' and
+ * values', normed: the up-projections' inputs). Returns their count. */
+static int layer_all_acts(const ModelSpec *s, const ModelDims *d, ModelRecompute mode, int layer,
+                          ModelLayerAct out[LAYER_ALL_ACTS])
+{
+    model_layer_acts_at(s, d, mode, layer, out);
+    int n = MODEL_LAYER_ACTS;
+    if (layer >= 0 && model_layer_is_moe(&s->model, layer)) {
+        model_moe_acts(s, d, mode, out + n);
+        n += MODEL_MOE_ACTS;
+    }
+    const ModelMla *mla = &s->model.mla;
+    if (mla->kv_lora_rank > 0) {
+        const int sv = mode != MODEL_RECOMPUTE_FULL;
+        const ActRow t[2] = {
+            {"attn.q_lat", d->act, 0, 3, d->b, d->s_loc, mla->q_lora_rank, 1, mla->q_lora_rank > 0, sv},
+            {"attn.kv_lat", d->act, 0, 3, d->b, d->s_loc, mla->kv_lora_rank + mla->qk_rope_dim, 1, 1, sv},
+        };
+        acts_fill(t, 2, MODEL_TR_Q_LAT, out + n);
+        n += 2;
+    }
+    return n;
+}
+
 /* Saved activations of one transformer layer for one micro-batch under recompute mode `mode`
- * (Korthikanti et al. 2022, Sec. 4, Table 2, term by term; docs/memory.md). */
+ * (Korthikanti et al. 2022, Sec. 4, Table 2, term by term; docs/memory.md; a MoE layer's and
+ * MLA's in docs/moe.md). */
 static void layer_saved(Adder *a, const ModelSpec *s, const ModelDims *d, ModelRecompute mode,
                         int layer)
 {
     char n[64];
-    ModelLayerAct t[MODEL_LAYER_ACTS];
-    model_layer_acts(s, d, mode, t);
-    for (int i = 0; i < MODEL_LAYER_ACTS; i++) {
+    ModelLayerAct t[LAYER_ALL_ACTS];
+    int count = layer_all_acts(s, d, mode, layer, t);
+    for (int i = 0; i < count; i++) {
         if (!t[i].saved)
             continue;
         NAME(n, "layer.%d.%s", layer, t[i].suffix);
@@ -148,16 +213,30 @@ uint64_t model_layer_activation_bytes(const ModelSpec *s, const ModelDims *d)
 
 /* Bytes that a recomputation re-creates for one layer in backward: what the layer computes and
  * the recompute mode does not save (the attention core's s x s tensors under selective
- * recompute, nothing with flash attention; all but the layer's input under full recompute). */
+ * recompute, nothing with flash attention; all but the layer's input under full recompute).
+ * A model with MoE layers sizes it for the larger of a dense and a MoE layer. */
 static uint64_t recompute_bytes(const ModelSpec *s, const ModelDims *d)
 {
-    ModelLayerAct t[MODEL_LAYER_ACTS];
-    model_layer_acts(s, d, s->layout.recompute, t);
-    uint64_t sum = 0;
-    for (int i = 0; i < MODEL_LAYER_ACTS; i++)
-        if (t[i].present && !t[i].saved)
-            sum += t[i].bytes;
-    return sum;
+    uint64_t most = 0;
+    int first_of[2] = {-1, -1}; /* the model's first dense and first MoE layer */
+    for (int l = 0; l < s->model.layers; l++) {
+        int k = model_layer_is_moe(&s->model, l);
+        if (first_of[k] < 0)
+            first_of[k] = l;
+    }
+    for (int kind = 0; kind < 2; kind++) {
+        ModelLayerAct t[LAYER_ALL_ACTS];
+        if (first_of[kind] < 0)
+            continue;
+        int count = layer_all_acts(s, d, s->layout.recompute, first_of[kind], t);
+        uint64_t sum = 0;
+        for (int i = 0; i < count; i++)
+            if (t[i].present && !t[i].saved)
+                sum += t[i].bytes;
+        if (sum > most)
+            most = sum;
+    }
+    return most;
 }
 
 void model_block_name(char *n, int layer)
@@ -213,49 +292,136 @@ static void add_param(Adder *a, const ModelSpec *s, const ModelDims *d, ModelTen
     }
 }
 
+/* Attention's parameters: the QKV projection (or multi-head latent attention's down- and
+ * up-projections with their norms), the sinks, the output projection. */
+static void add_attention_params(Adder *a, const ModelSpec *s, const ModelDims *d, int layer)
+{
+    const ModelConfig *c = &s->model;
+    const ModelMla *mla = &c->mla;
+    const int64_t h = d->h;
+    const int qkv_bias = c->bias || c->qkv_bias;
+    char n[64];
+    if (mla->kv_lora_rank > 0) {
+        /* Megatron-Core's MLA: the down-projections and their norms are replicated over TP,
+         * the up-projections split by heads */
+        const int64_t qr = mla->q_lora_rank, kr = mla->kv_lora_rank, rope = mla->qk_rope_dim;
+        if (qr > 0) {
+            NAME(n, "layer.%d.attn.q_a.w", layer);
+            add_param(a, s, d, MODEL_TR_Q_A_W, n, 0, 2, qr, h);
+            NAME(n, "layer.%d.attn.q_norm.w", layer);
+            add_param(a, s, d, MODEL_TR_Q_NORM_W, n, 0, 1, qr, 0);
+        }
+        NAME(n, "layer.%d.attn.q_b.w", layer);
+        add_param(a, s, d, MODEL_TR_Q_B_W, n, MODEL_SHARD_TP, 2, d->q_loc, qr > 0 ? qr : h);
+        NAME(n, "layer.%d.attn.kv_a.w", layer);
+        add_param(a, s, d, MODEL_TR_KV_A_W, n, 0, 2, kr + rope, h);
+        NAME(n, "layer.%d.attn.kv_norm.w", layer);
+        add_param(a, s, d, MODEL_TR_KV_NORM_W, n, 0, 1, kr, 0);
+        NAME(n, "layer.%d.attn.kv_b.w", layer);
+        add_param(a, s, d, MODEL_TR_KV_B_W, n, MODEL_SHARD_TP, 2,
+                  (int64_t)d->heads_loc * (mla->qk_nope_dim + mla->v_dim), kr);
+    } else {
+        int64_t qkv = d->q_loc + 2 * d->kv_width_loc;
+        NAME(n, "layer.%d.attn.qkv.w", layer);
+        add_param(a, s, d, MODEL_TR_QKV_W, n, MODEL_SHARD_TP, 2, qkv, h);
+        if (qkv_bias) {
+            NAME(n, "layer.%d.attn.qkv.b", layer);
+            add_param(a, s, d, MODEL_TR_QKV_B, n, MODEL_SHARD_TP, 1, qkv, 0);
+        }
+    }
+    if (c->attn_sinks) {
+        NAME(n, "layer.%d.attn.sinks", layer);
+        add_param(a, s, d, MODEL_TR_SINKS, n, MODEL_SHARD_TP, 1, d->heads_loc, 0);
+    }
+    NAME(n, "layer.%d.attn.proj.w", layer);
+    add_param(a, s, d, MODEL_TR_PROJ_W, n, MODEL_SHARD_TP, 2, h, d->o_loc);
+    if (c->bias || c->proj_bias) {
+        NAME(n, "layer.%d.attn.proj.b", layer);
+        add_param(a, s, d, MODEL_TR_PROJ_B, n, 0, 1, h, 0);
+    }
+}
+
+/* A layer's parameters but a MoE layer's routed experts (add_expert_params): norms, attention,
+ * and the MLP, which in a MoE layer is the router with the shared experts. A prediction
+ * module's layer (layer >= layers) also holds the module's norms and eh projection. */
 static void add_layer_params(Adder *a, const ModelSpec *s, const ModelDims *d, int layer)
 {
     const ModelConfig *c = &s->model;
     const int64_t h = d->h;
     const int norm_bias = c->norm == MODEL_LAYERNORM && c->bias;
-    const int qkv_bias = c->bias || c->qkv_bias;
+    const int moe = model_layer_is_moe(c, layer);
     char n[64];
+    if (layer >= c->layers) {
+        NAME(n, "layer.%d.mtp.enorm.w", layer);
+        add_param(a, s, d, MODEL_TR_MTP_ENORM_W, n, 0, 1, h, 0);
+        NAME(n, "layer.%d.mtp.hnorm.w", layer);
+        add_param(a, s, d, MODEL_TR_MTP_HNORM_W, n, 0, 1, h, 0);
+        NAME(n, "layer.%d.mtp.eh.w", layer);
+        add_param(a, s, d, MODEL_TR_MTP_EH_W, n, MODEL_SHARD_TP, 2, (h + d->t - 1) / d->t, 2 * h);
+        NAME(n, "layer.%d.mtp.norm.w", layer);
+        add_param(a, s, d, MODEL_TR_MTP_NORM_W, n, 0, 1, h, 0);
+    }
     NAME(n, "layer.%d.ln1.w", layer);
     add_param(a, s, d, MODEL_TR_LN1_W, n, 0, 1, h, 0);
     if (norm_bias) {
         NAME(n, "layer.%d.ln1.b", layer);
         add_param(a, s, d, MODEL_TR_LN1_B, n, 0, 1, h, 0);
     }
-    int64_t qkv = d->q_loc + 2 * d->kv_width_loc;
-    NAME(n, "layer.%d.attn.qkv.w", layer);
-    add_param(a, s, d, MODEL_TR_QKV_W, n, MODEL_SHARD_TP, 2, qkv, h);
-    if (qkv_bias) {
-        NAME(n, "layer.%d.attn.qkv.b", layer);
-        add_param(a, s, d, MODEL_TR_QKV_B, n, MODEL_SHARD_TP, 1, qkv, 0);
-    }
-    NAME(n, "layer.%d.attn.proj.w", layer);
-    add_param(a, s, d, MODEL_TR_PROJ_W, n, MODEL_SHARD_TP, 2, h, d->q_loc);
-    if (c->bias) {
-        NAME(n, "layer.%d.attn.proj.b", layer);
-        add_param(a, s, d, MODEL_TR_PROJ_B, n, 0, 1, h, 0);
-    }
+    add_attention_params(a, s, d, layer);
     NAME(n, "layer.%d.ln2.w", layer);
     add_param(a, s, d, MODEL_TR_LN2_W, n, 0, 1, h, 0);
     if (norm_bias) {
         NAME(n, "layer.%d.ln2.b", layer);
         add_param(a, s, d, MODEL_TR_LN2_B, n, 0, 1, h, 0);
     }
+    const int64_t f_out = moe ? d->sff_out_loc : d->ffn_out_loc, f_in = moe ? d->sff_loc : d->ffn_loc;
+    if (moe) {
+        const ModelMoe *m = &c->moe;
+        NAME(n, "layer.%d.moe.router.w", layer);
+        add_param(a, s, d, MODEL_TR_ROUTER_W, n, 0, 2, m->experts, h);
+        if (m->router_bias) {
+            NAME(n, "layer.%d.moe.router.b", layer);
+            add_param(a, s, d, MODEL_TR_ROUTER_B, n, 0, 1, m->experts, 0);
+        }
+        if (m->shared_gate && f_in > 0) {
+            NAME(n, "layer.%d.moe.shared_gate.w", layer);
+            add_param(a, s, d, MODEL_TR_SHARED_GATE_W, n, 0, 1, h, 0);
+        }
+    }
+    if (f_in == 0)
+        return;
     NAME(n, "layer.%d.mlp.fc1.w", layer);
-    add_param(a, s, d, MODEL_TR_FC1_W, n, MODEL_SHARD_TP, 2, d->ffn_out_loc, h);
+    add_param(a, s, d, MODEL_TR_FC1_W, n, MODEL_SHARD_TP, 2, f_out, h);
     if (c->bias) {
         NAME(n, "layer.%d.mlp.fc1.b", layer);
-        add_param(a, s, d, MODEL_TR_FC1_B, n, MODEL_SHARD_TP, 1, d->ffn_out_loc, 0);
+        add_param(a, s, d, MODEL_TR_FC1_B, n, MODEL_SHARD_TP, 1, f_out, 0);
     }
     NAME(n, "layer.%d.mlp.fc2.w", layer);
-    add_param(a, s, d, MODEL_TR_FC2_W, n, MODEL_SHARD_TP, 2, h, d->ffn_loc);
+    add_param(a, s, d, MODEL_TR_FC2_W, n, MODEL_SHARD_TP, 2, h, f_in);
     if (c->bias) {
         NAME(n, "layer.%d.mlp.fc2.b", layer);
         add_param(a, s, d, MODEL_TR_FC2_B, n, 0, 1, h, 0);
+    }
+}
+
+/* A MoE layer's routed experts on this rank: experts_loc experts, each's matrices split over
+ * etp ranks, held as [experts_loc x rows, cols] (block "layer.<l>.experts"). */
+static void add_expert_params(Adder *a, const ModelSpec *s, const ModelDims *d, int layer)
+{
+    const int64_t h = d->h, E = d->experts_loc;
+    const int shard = MODEL_SHARD_EP | (d->etp > 1 ? MODEL_SHARD_TP : 0);
+    char n[64];
+    NAME(n, "layer.%d.moe.experts.fc1.w", layer);
+    add_param(a, s, d, MODEL_TR_EXP_FC1_W, n, shard, 2, E * d->eff_out_loc, h);
+    if (s->model.moe.expert_bias) {
+        NAME(n, "layer.%d.moe.experts.fc1.b", layer);
+        add_param(a, s, d, MODEL_TR_EXP_FC1_B, n, shard, 1, E * d->eff_out_loc, 0);
+    }
+    NAME(n, "layer.%d.moe.experts.fc2.w", layer);
+    add_param(a, s, d, MODEL_TR_EXP_FC2_W, n, shard, 2, E * h, d->eff_loc);
+    if (s->model.moe.expert_bias) {
+        NAME(n, "layer.%d.moe.experts.fc2.b", layer);
+        add_param(a, s, d, MODEL_TR_EXP_FC2_B, n, MODEL_SHARD_EP, 1, E * h, 0);
     }
 }
 
@@ -264,7 +430,8 @@ static void add_block_states(Adder *a, const ModelSpec *s, const ModelDims *d, M
 {
     const int zero = s->layout.zero;
     const int dp_shard = zero >= 1 ? MODEL_SHARD_DP : 0;
-    blk->shard_numel = px_ceil_div(blk->numel, (uint64_t)d->zero_group);
+    blk->group = blk->experts ? d->edp : d->zero_group;
+    blk->shard_numel = px_ceil_div(blk->numel, (uint64_t)blk->group);
     int64_t n_state = (int64_t)(zero >= 1 ? blk->shard_numel : blk->numel);
     char n[64];
     if (zero == 3) {
@@ -304,9 +471,10 @@ static void add_block_states(Adder *a, const ModelSpec *s, const ModelDims *d, M
     }
 }
 
-/* A compact table's chunks of a stage hold as many layers each (all of them, or all but one
- * of an uneven split's single chunk), so their layer blocks add the same bytes: the first one
- * is added tensor by tensor and its sums are replayed for the others. */
+/* A compact table stands for a chunk's layers by kind: its dense layers as one block, its MoE
+ * layers as one (with one for their experts), each the first of its kind with repeat = their
+ * count; a prediction module's layer stands alone. Chunks with as many layers of a kind add
+ * the same bytes: the first one is added tensor by tensor and its sums are replayed. */
 typedef struct {
     uint64_t sum, cat[MODEL_CAT_COUNT], params;
 } Snapshot;
@@ -316,11 +484,13 @@ typedef struct {
     uint64_t numel; /* the block's own count (parameters) */
 } Replay;
 
+enum { KIND_DENSE = 0, KIND_MOE, KIND_EXPERTS, KIND_COUNT };
+
 typedef struct {
-    int nl, act_nl;                     /* layers of the chunk recorded, -1: none */
-    Replay params, states, acts;
+    int nl[KIND_COUNT], act_nl[KIND_COUNT]; /* layers of the kind recorded, -1: none */
+    Replay params[KIND_COUNT], acts[KIND_COUNT], states;
     uint64_t state_numel, state_shard; /* the layer block whose states are recorded */
-    int state_repeat;
+    int state_repeat, state_experts;
 } Reuse;
 
 static void snapshot(const Adder *a, Snapshot *s)
@@ -362,38 +532,99 @@ typedef struct {
     ModelTensorTable *tt;
     Adder a;
     Reuse reuse;
-    int has_data, has_loss;
+    int has_data, has_loss, has_moe;
 } Build;
 
-/* A chunk's layer blocks: one per layer, or (compact) one standing for them all, its sums
- * replayed from the chunk recorded before when the chunks hold as many layers. */
-static int add_layer_blocks(Build *B, int j, int g, PxError *err)
+int model_chunk_runs(const ModelSpec *s, const ModelDims *d, int gc, int compact,
+                     ModelLayerRun *out, int cap)
+{
+    int l0, nl = model_chunk_layers(s, d, gc, &l0);
+    int n = 0;
+    if (compact) {
+        int first[2] = {-1, -1}, count[2] = {0, 0};
+        for (int l = l0; l < l0 + nl; l++) {
+            int k = model_layer_is_moe(&s->model, l);
+            if (first[k] < 0)
+                first[k] = l;
+            count[k]++;
+        }
+        for (int k = 0; k < 2; k++)
+            if (count[k] > 0 && n < cap)
+                out[n++] = (ModelLayerRun){first[k], count[k], k};
+    } else {
+        for (int l = l0; l < l0 + nl && n < cap; l++)
+            out[n++] = (ModelLayerRun){l, 1, model_layer_is_moe(&s->model, l)};
+    }
+    if (gc == d->chunks - 1)
+        for (int i = 0; i < s->model.mtp_layers && n < cap; i++) {
+            int l = s->model.layers + i;
+            out[n++] = (ModelLayerRun){l, 1, model_layer_is_moe(&s->model, l)};
+        }
+    return n;
+}
+
+int model_chunk_runs_count(const ModelSpec *s, const ModelDims *d, int gc, int compact)
+{
+    int l0, nl = model_chunk_layers(s, d, gc, &l0);
+    int mtp = gc == d->chunks - 1 ? s->model.mtp_layers : 0;
+    return (compact ? 2 : nl) + mtp;
+}
+
+/* Adds one block of a kind standing for `rep` layers from layer l: replayed when the kind was
+ * recorded with as many layers (compact), else added tensor by tensor. */
+static int add_kind_block(Build *B, int j, int l, int rep, int kind, int mtp, PxError *err)
 {
     Adder *a = &B->a;
     ModelTensorTable *tt = B->tt;
-    char n[64];
-    int l0, nl = model_chunk_layers(B->s, B->d, g, &l0);
-    const int rep = B->compact ? nl : 1;
-    for (int l = l0; l < l0 + nl; l += rep) {
+    char n[32];
+    if (kind == KIND_EXPERTS)
+        snprintf(n, sizeof n, "layer.%d.experts", l);
+    else
         model_block_name(n, l); /* block names are always kept: ops find blocks by them */
-        int rc = add_block(tt, n, j, l, rep, err);
-        if (rc)
-            return rc;
-        a->block = tt->n_blocks - 1;
-        a->layer = l;
-        a->repeat = rep;
-        if (B->compact && B->reuse.nl == nl) {
-            reuse_apply(a, &B->reuse.params, &tt->blocks[a->block].numel);
-        } else {
-            Snapshot before;
-            snapshot(a, &before);
+    int rc = add_block(tt, n, j, l, rep, err);
+    if (rc)
+        return rc;
+    tt->blocks[tt->n_blocks - 1].experts = kind == KIND_EXPERTS;
+    a->block = tt->n_blocks - 1;
+    a->layer = l;
+    a->repeat = rep;
+    if (B->compact && !mtp && B->reuse.nl[kind] == rep) {
+        reuse_apply(a, &B->reuse.params[kind], &tt->blocks[a->block].numel);
+    } else {
+        Snapshot before;
+        snapshot(a, &before);
+        if (kind == KIND_EXPERTS)
+            add_expert_params(a, B->s, B->d, l);
+        else
             add_layer_params(a, B->s, B->d, l);
-            B->reuse.nl = nl;
-            reuse_record(a, &before, &B->reuse.params, tt->blocks[a->block].numel);
+        if (!mtp) {
+            B->reuse.nl[kind] = rep;
+            reuse_record(a, &before, &B->reuse.params[kind], tt->blocks[a->block].numel);
         }
-        a->repeat = 1;
     }
+    a->repeat = 1;
     return PX_OK;
+}
+
+/* A chunk's layer blocks: one per layer (and one per MoE layer's experts), or (compact) one per
+ * kind standing for the chunk's layers of that kind. */
+static int add_layer_blocks(Build *B, int j, int g, PxError *err)
+{
+    const int cap = model_chunk_runs_count(B->s, B->d, g, B->compact);
+    ModelLayerRun stack[8], *runs = cap <= 8 ? stack : malloc((size_t)cap * sizeof *runs);
+    if (!runs)
+        return px_fail(err, PX_ERUNTIME, "out of memory building the tensor table");
+    int n = model_chunk_runs(B->s, B->d, g, B->compact, runs, cap), rc = PX_OK;
+    for (int i = 0; i < n && !rc; i++) {
+        const int mtp = runs[i].first >= B->s->model.layers;
+        rc = add_kind_block(B, j, runs[i].first, runs[i].count, runs[i].moe ? KIND_MOE : KIND_DENSE,
+                            mtp, err);
+        if (!rc && runs[i].moe)
+            rc = add_kind_block(B, j, runs[i].first, runs[i].count, KIND_EXPERTS, mtp, err);
+    }
+    if (runs != stack)
+        free(runs);
+    return rc;
 }
 
 /* Parameters, block by block, chunk by chunk: the embedding on the first chunk, the layers,
@@ -434,6 +665,10 @@ static int add_parameters(Build *B, PxError *err)
              * stage it is a copy whose gradient is all-reduced with the first stage's. */
             if (!c->tied_embeddings || !first)
                 add_param(a, s, d, MODEL_TR_LOGITS_W, "logits.w", MODEL_SHARD_TP, 2, d->vocab_loc, h);
+            /* the prediction modules embed the next tokens: away from the first stage an untied
+             * model keeps a copy of the embedding (a tied one's output layer is that copy) */
+            if (c->mtp_layers > 0 && !first && !c->tied_embeddings)
+                add_param(a, s, d, MODEL_TR_WTE, "mtp.wte", MODEL_SHARD_TP, 2, d->vocab_loc, h);
         }
     }
     a->chunk = -1;
@@ -453,7 +688,8 @@ static void add_states(Build *B)
         a->block = i;
         a->repeat = blk->repeat;
         if (B->compact && blk->layer >= 0 && reuse->state_numel == blk->numel &&
-            reuse->state_repeat == blk->repeat) {
+            reuse->state_repeat == blk->repeat && reuse->state_experts == blk->experts) {
+            blk->group = blk->experts ? B->d->edp : B->d->zero_group;
             blk->shard_numel = reuse->state_shard;
             reuse_apply(a, &reuse->states, NULL);
         } else {
@@ -464,6 +700,7 @@ static void add_states(Build *B)
                 reuse->state_numel = blk->numel;
                 reuse->state_repeat = blk->repeat;
                 reuse->state_shard = blk->shard_numel;
+                reuse->state_experts = blk->experts;
                 reuse_record(a, &before, &reuse->states, 0);
             }
         }
@@ -494,22 +731,40 @@ static void add_activations(Build *B)
                     b, d->s_sp, h, 0);
         }
         uint64_t before_layers = a->sum;
-        int l0, nl = model_chunk_layers(s, d, g, &l0);
-        const int rep = B->compact ? nl : 1;
-        for (int l = l0; l < l0 + nl; l += rep) {
+        const int cap = model_chunk_runs_count(s, d, g, B->compact);
+        ModelLayerRun stack[8], *runs = cap <= 8 ? stack : malloc((size_t)cap * sizeof *runs);
+        if (!runs) {
+            a->rc = px_fail(a->err, PX_ERUNTIME, "out of memory building the tensor table");
+            break;
+        }
+        const int nr = model_chunk_runs(s, d, g, B->compact, runs, cap);
+        for (int i = 0; i < nr; i++) {
+            const int l = runs[i].first, rep = runs[i].count, k = runs[i].moe;
+            const int mtp = l >= s->model.layers;
+            B->has_moe |= k;
             a->layer = l;
             a->repeat = rep;
-            if (B->compact && B->reuse.act_nl == nl) {
-                reuse_apply(a, &B->reuse.acts, NULL);
+            if (B->compact && !mtp && B->reuse.act_nl[k] == rep) {
+                reuse_apply(a, &B->reuse.acts[k], NULL);
             } else {
                 Snapshot snap;
                 snapshot(a, &snap);
                 layer_saved(a, s, d, s->layout.recompute, l);
-                B->reuse.act_nl = nl;
-                reuse_record(a, &snap, &B->reuse.acts, 0);
+                if (mtp) {
+                    /* the module's input: the shifted tokens' normed embedding beside the
+                     * normed hidden state */
+                    char n[64];
+                    NAME(n, "layer.%d.mtp.eh.in", l);
+                    add(a, MODEL_TR_MTP_EH_IN, n, MODEL_ACTIVATIONS, d->act, sp, 3, b, d->s_sp, 2 * h, 0);
+                } else {
+                    B->reuse.act_nl[k] = rep;
+                    reuse_record(a, &snap, &B->reuse.acts[k], 0);
+                }
             }
             a->repeat = 1;
         }
+        if (runs != stack)
+            free(runs);
         tt->act_layer_bytes[j] = a->sum - before_layers;
         a->layer = -1;
         if (g == d->chunks - 1) {
@@ -519,6 +774,17 @@ static void add_activations(Build *B)
             /* Cross-entropy keeps fp32 probabilities (Korthikanti's 4*s*b*V/t). */
             add(a, MODEL_TR_LOSS_PROBS, "loss.probs", MODEL_ACTIVATIONS, PX_FP32, MODEL_SHARD_TP, 3, b,
                 d->s_loc, d->vocab_loc, 0);
+            /* each prediction module has an output layer of its own inputs and probabilities */
+            for (int i = 0; i < s->model.mtp_layers; i++) {
+                char n[64];
+                NAME(n, "mtp.%d.final_ln.in", i);
+                add(a, MODEL_TR_FINAL_LN_IN, n, MODEL_ACTIVATIONS, d->act, sp, 3, b, d->s_sp, h, 0);
+                NAME(n, "mtp.%d.logits.in", i);
+                add(a, MODEL_TR_LOGITS_IN, n, MODEL_ACTIVATIONS, d->act, sp, 3, b, d->s_sp, h, 0);
+                NAME(n, "mtp.%d.loss.probs", i);
+                add(a, MODEL_TR_LOSS_PROBS, n, MODEL_ACTIVATIONS, PX_FP32, MODEL_SHARD_TP, 3, b,
+                    d->s_loc, d->vocab_loc, 0);
+            }
         }
         tt->act_chunk_bytes[j] = a->sum - before;
     }
@@ -559,6 +825,12 @@ static void add_workspace(Build *B)
             b, d->s_loc + 1);
     /* The cross-entropy's per-token row max, sum of exponentials, target logit and loss (fp32):
      * the steps the vocabulary-parallel reductions separate (kernels.h's xent_*). */
+    if (B->has_moe) {
+        /* the experts' backward: the gradient of fc1's output and of their input rows */
+        add(a, MODEL_TR_WS_EXP_DFFN, "ws.exp_dffn", MODEL_WORKSPACE, e, MODEL_SHARD_EP, 2, d->routed,
+            d->eff_out_loc, 0, 0);
+        add(a, MODEL_TR_WS_EXP_DX, "ws.exp_dx", MODEL_WORKSPACE, e, MODEL_SHARD_EP, 2, d->routed, h, 0, 0);
+    }
     if (B->has_loss)
         add(a, MODEL_TR_WS_XENT, "ws.xent", MODEL_WORKSPACE, PX_FP32, MODEL_SHARD_CP, 2, 4, b * d->s_loc,
             0, 0);
@@ -584,6 +856,13 @@ static void add_comm_buffers(Build *B)
         add(a, MODEL_TR_SP_GATHER, "sp.gather", MODEL_COMM_BUFFERS, e, 0, 3, b, d->s_loc, h, 0);
     if (d->c > 1)
         add(a, MODEL_TR_CP_KV, "cp.kv", MODEL_COMM_BUFFERS, e, MODEL_SHARD_TP, 3, b, d->s, 2 * d->kv_width_loc, 0);
+    if (B->has_moe && d->ep * d->etp > 1) {
+        /* the all-to-all's send side (a token's topk copies, permuted) and receive side (the
+         * rows the rank's experts take, gathered over etp) */
+        add(a, MODEL_TR_EP_SEND, "ep.send", MODEL_COMM_BUFFERS, e, sp, 2,
+            d->tokens * s->model.moe.topk, h, 0, 0);
+        add(a, MODEL_TR_EP_RECV, "ep.recv", MODEL_COMM_BUFFERS, e, MODEL_SHARD_EP, 2, d->routed, h, 0, 0);
+    }
 }
 
 /* ZeRO's buffers: the gradient bucket (ZeRO-2/3) and the two parameter-gather buffers
@@ -594,11 +873,14 @@ static void add_zero_buffers(Build *B)
     const ModelSpec *s = B->s;
     const ModelDims *d = B->d;
     const ModelTensorTable *tt = B->tt;
-    uint64_t max_block = 0;
-    for (int i = 0; i < tt->n_blocks; i++)
-        if (tt->blocks[i].numel > max_block)
-            max_block = tt->blocks[i].numel;
-    uint64_t padded = px_round_up(max_block, (uint64_t)d->zero_group);
+    uint64_t padded = 0;
+    for (int i = 0; i < tt->n_blocks; i++) {
+        const ModelBlock *blk = &tt->blocks[i];
+        uint64_t g = (uint64_t)(blk->experts ? d->edp : d->zero_group);
+        uint64_t p = px_round_up(blk->numel, g);
+        if (p > padded)
+            padded = p;
+    }
     if (s->layout.zero >= 2)
         add(&B->a, MODEL_TR_ZERO_GRAD_BUCKET, "zero.grad_bucket", MODEL_COMM_BUFFERS, d->grad, 0, 1,
             (int64_t)padded, 0, 0, 0);
@@ -622,7 +904,7 @@ static int tensors_build(const ModelSpec *s, const ModelDims *d, int stage, int 
     Build B = {.s = s, .d = d, .stage = stage, .compact = compact, .tt = tt,
                .a = {.tt = tt, .err = err, .block = -1, .layer = -1, .chunk = -1, .repeat = 1,
                      .unnamed = compact},
-               .reuse = {.nl = -1, .act_nl = -1}};
+               .reuse = {.nl = {-1, -1, -1}, .act_nl = {-1, -1, -1}}};
     if (parts & PART_PARAMS) {
         int rc = add_parameters(&B, err);
         if (rc)
@@ -663,7 +945,7 @@ enum { CACHE_MAX_CHUNKS = 32 };
 
 typedef struct {
     int n;                               /* words in use */
-    uint64_t w[16 + CACHE_MAX_CHUNKS];   /* sizes, then one word per chunk */
+    uint64_t w[24 + CACHE_MAX_CHUNKS];   /* sizes, then one word per chunk */
 } CacheKey;
 
 typedef struct {
@@ -825,7 +1107,9 @@ int model_tensors_build_cached(ModelTableCache *c, const ModelSpec *s, const Mod
                            (uint64_t)d->v, (uint64_t)d->param, (uint64_t)d->grad,
                            (uint64_t)d->master, (uint64_t)d->vocab_loc, (uint64_t)d->q_loc,
                            (uint64_t)d->kv_width_loc, (uint64_t)d->ffn_out_loc,
-                           (uint64_t)d->ffn_loc, (uint64_t)d->h, (uint64_t)d->chunks};
+                           (uint64_t)d->ffn_loc, (uint64_t)d->h, (uint64_t)d->chunks,
+                           (uint64_t)d->edp, (uint64_t)d->experts_loc,
+                           (uint64_t)d->eff_loc | (uint64_t)d->sff_loc << 32, (uint64_t)d->o_loc};
     const uint64_t ak[] = {(uint64_t)d->act, (uint64_t)d->b, (uint64_t)d->s, (uint64_t)d->s_loc,
                            (uint64_t)d->s_sp, (uint64_t)d->h, (uint64_t)d->q_loc,
                            (uint64_t)d->kv_width_loc, (uint64_t)d->heads_loc,
@@ -833,7 +1117,10 @@ int model_tensors_build_cached(ModelTableCache *c, const ModelSpec *s, const Mod
                            (uint64_t)d->m, (uint64_t)d->c,
                            (uint64_t)(d->p > 1) | (uint64_t)d->pp_split << 1 | (uint64_t)(l->sp != 0) << 32 |
                                (uint64_t)l->recompute << 33,
-                           (uint64_t)d->v | (uint64_t)d->chunks << 32};
+                           (uint64_t)d->v | (uint64_t)d->chunks << 32,
+                           (uint64_t)d->tokens, (uint64_t)d->routed,
+                           (uint64_t)d->eff_loc | (uint64_t)d->sff_loc << 32,
+                           (uint64_t)(d->ep * d->etp) | (uint64_t)d->o_loc << 32};
     memcpy(kp.w, pk, sizeof pk);
     kp.n = (int)(sizeof pk / sizeof pk[0]);
     memcpy(ka.w, ak, sizeof ak);

@@ -148,7 +148,7 @@ hf hf_layers '{"model_type": "mistral", "hidden_size": 64, "intermediate_size": 
 hf hf_gpt2 '{"model_type": "gpt2", "n_embd": 65, "n_head": 4, "n_layer": 2, "vocab_size": 256}'
 hf hf_inner '{"model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": 2, "vocab_size": 256, "n_inner": "big"}'
 hf hf_trunc '{"model_type": "llama", "hidden_size": 64, "intermediate_'
-expect 2 "model_type 'bert' is not supported (gpt2, llama, mistral, qwen2)" simulate --model "$tmp/hf_type/config.json" $ok
+expect 2 "model_type 'bert' is not supported (gpt2, llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, deepseek_v3, gpt_oss)" simulate --model "$tmp/hf_type/config.json" $ok
 expect 2 "model_type: expected a string" simulate --model "$tmp/hf_notype/config.json" $ok
 hf hf_ctrl '{"model_type": "be\u001b[2Jrt\nx", "hidden_size": 64}'
 expect 2 "model_type 'be?[2Jrt?x' is not supported" simulate --model "$tmp/hf_ctrl/config.json" $ok
