@@ -8,18 +8,25 @@
  * Rows on an expert rank arrive from each source rank j as one block per local expert l
  * (source-major, [j][l]); the experts want them expert-major ([l][j]). Megatron-Core sorts the
  * chunks the same way (sort_chunks_by_idxs); here a device copy per block does it. */
+#include <stdio.h>
 #include <string.h>
 
 #include "exec/train/internal.h"
 
-int exec_moe_init(ExecMoe *M, const ExecCtx *c, int moe_layers, PxError *err)
+int exec_moe_init(ExecMoe *M, const ExecCtx *c, PxError *err)
 {
     memset(M, 0, sizeof *M);
-    const int E = c->spec.model.moe.experts, ep = c->d.ep > 0 ? c->d.ep : 1;
+    const ModelConfig *cfg = &c->spec.model;
+    const int E = cfg->moe.experts, ep = c->d.ep > 0 ? c->d.ep : 1;
     M->E = E;
     M->ep = ep;
     M->L = E / ep;
-    M->layers = moe_layers;
+    M->m = c->d.m;
+    M->index = exec_zalloc((size_t)cfg->layers, sizeof *M->index);
+    if (M->index)
+        for (int l = 0; l < cfg->layers; l++)
+            M->index[l] = model_layer_is_moe(cfg, l) ? M->layers++ : -1;
+    const size_t nl = (size_t)(M->layers > 0 ? M->layers : 1);
     M->cnt = exec_zalloc((size_t)E, sizeof *M->cnt);
     M->cntf = exec_zalloc((size_t)E, sizeof *M->cntf);
     M->send = exec_zalloc((size_t)ep, sizeof *M->send);
@@ -27,10 +34,10 @@ int exec_moe_init(ExecMoe *M, const ExecCtx *c, int moe_layers, PxError *err)
     M->blk = exec_zalloc((size_t)ep * (size_t)M->L, sizeof *M->blk);
     M->one_s = exec_zalloc((size_t)ep, sizeof *M->one_s);
     M->one_r = exec_zalloc((size_t)ep, sizeof *M->one_r);
-    M->tokens_per_expert = exec_zalloc((size_t)(moe_layers > 0 ? moe_layers : 1) * (size_t)E,
-                                       sizeof *M->tokens_per_expert);
-    if (!M->cnt || !M->cntf || !M->send || !M->recv || !M->blk || !M->one_s || !M->one_r ||
-        !M->tokens_per_expert) {
+    M->tokens_per_expert = exec_zalloc(nl * (size_t)E, sizeof *M->tokens_per_expert);
+    M->gcount = exec_zalloc(nl * (size_t)(M->m > 0 ? M->m : 1) * (size_t)E, sizeof *M->gcount);
+    if (!M->index || !M->cnt || !M->cntf || !M->send || !M->recv || !M->blk || !M->one_s ||
+        !M->one_r || !M->tokens_per_expert || !M->gcount) {
         exec_moe_free(M);
         return px_fail(err, PX_ERUNTIME, "out of memory");
     }
@@ -39,6 +46,7 @@ int exec_moe_init(ExecMoe *M, const ExecCtx *c, int moe_layers, PxError *err)
 
 void exec_moe_free(ExecMoe *M)
 {
+    free(M->index);
     free(M->cnt);
     free(M->cntf);
     free(M->send);
@@ -47,13 +55,17 @@ void exec_moe_free(ExecMoe *M)
     free(M->one_s);
     free(M->one_r);
     free(M->tokens_per_expert);
+    free(M->gcount);
     memset(M, 0, sizeof *M);
 }
 
 void exec_moe_step_begin(ExecMoe *M)
 {
+    if (!M->tokens_per_expert)
+        return;
     memset(M->tokens_per_expert, 0,
            (size_t)(M->layers > 0 ? M->layers : 1) * (size_t)M->E * sizeof *M->tokens_per_expert);
+    M->aux_sum = 0;
 }
 
 double exec_moe_imbalance(const ExecMoe *M, int layer_index)
@@ -89,27 +101,77 @@ static KernMoeRoute route_of(const ExecCtx *c, int N, long long first_seq)
     return r;
 }
 
-/* This rank's routed copies per expert (cnt, from the device) into the rows it sends each
- * expert rank, and the counts exchange: blk[j * L + l] the rows source j sends this rank's
- * expert l, recv[j] their sum. One exchange per local expert: the layer's counts call carries
- * one count per peer. PX_ERUNTIME when the rows exceed the plan's buffer (routed). */
-static int exchange_counts(ExecMoe *M, const ExecCtx *c, const float *cnt_dev, int64_t cap,
-                           int64_t *total_recv, PxError *err)
+static int sp_on(const ExecCtx *c) { return c->spec.layout.sp && c->d.t > 1; }
+
+/* The load-balancing loss's factor (Switch Transformer, Fedus et al. 2021, eq. 4, as
+ * Megatron-Core's switch_load_balancing_loss): coeff * E / (topk * T^2) over the T tokens of
+ * the whole micro-batch, so that every layout computes the same loss; times loss_weight. */
+static float aux_scale(const ExecCtx *c, double loss_weight)
 {
-    const int ep = M->ep, L = M->L;
+    const ModelMoe *mo = &c->spec.model.moe;
+    const double T = (double)c->d.tokens * (sp_on(c) ? c->d.t : 1);
+    return (float)(mo->aux_loss_coeff * mo->experts / (mo->topk * T * T) * loss_weight);
+}
+
+/* The op of (role, layer, phase) of the given compute kind (the router has a GEMM and a
+ * permutation under one role), or the communication `kind`. -1 when the graph has none. */
+static int moe_op(const ExecLayerRun *r, ModelOpRole role, int l, int chunk, ModelPhase ph,
+                  ModelOpKind want, int kind)
+{
+    for (int k = 0; k < 4; k++) {
+        int op = exec_meter_find(r->M, role, l, chunk, ph, kind, k);
+        if (op < 0)
+            return -1;
+        if (kind != MODEL_COMM_COUNT || r->M->graph->op[op].kind == want)
+            return op;
+    }
+    return -1;
+}
+
+static int need_op(const ExecLayerRun *r, ModelOpRole role, int l, int chunk, ModelPhase ph,
+                   ModelOpKind want, int kind, int *op, PxError *err)
+{
+    *op = moe_op(r, role, l, chunk, ph, want, kind);
+    if (*op >= 0)
+        return PX_OK;
+    char what[96];
+    snprintf(what, sizeof what, "layer.%d.%s.%s.%s", l, model_op_role_name(role),
+             kind == MODEL_COMM_COUNT ? "compute" : model_comm_name((ModelComm)kind),
+             model_phase_name(ph));
+    return exec_meter_missing(r->c, what, err);
+}
+
+static void begin(const ExecLayerRun *r, int op) { exec_meter_begin(r->M, r->c->k, op); }
+static void resume(const ExecLayerRun *r, int op) { exec_meter_resume(r->M, r->c->k, op); }
+static void end(const ExecLayerRun *r) { exec_meter_end(r->M, r->c->k); }
+
+/* This rank's routed copies per expert (from the device counts) into the rows it sends each
+ * expert rank, and (ep > 1) the counts exchange: blk[j * L + l] the rows source j sends this
+ * rank's expert l, recv[j] their sum. One exchange per local expert: the layer's counts call
+ * carries one count per peer. PX_ERUNTIME when the rows exceed the plan's buffer (routed). */
+static void local_counts(ExecMoe *M, const ExecCtx *c, const float *cnt_dev)
+{
     c->k->to_host(M->cntf, cnt_dev, (size_t)M->E * sizeof *M->cntf);
     for (int e = 0; e < M->E; e++)
         M->cnt[e] = (int64_t)M->cntf[e]; /* exact: counts stay below 2^24 */
-    for (int j = 0; j < ep; j++) {
+    for (int j = 0; j < M->ep; j++) {
         M->send[j] = 0;
-        for (int l = 0; l < L; l++)
-            M->send[j] += M->cnt[j * L + l];
-        M->recv[j] = 0;
+        for (int l = 0; l < M->L; l++)
+            M->send[j] += M->cnt[j * M->L + l];
     }
+}
+
+static int exchange_counts(ExecMoe *M, const ExecCtx *c, int64_t cap, PxError *err)
+{
+    const int ep = M->ep, L = M->L;
+    for (int j = 0; j < ep; j++)
+        M->recv[j] = 0;
     for (int l = 0; l < L; l++) {
         for (int j = 0; j < ep; j++)
             M->one_s[j] = M->cnt[j * L + l];
-        int rc = comm_all_to_all_counts(c->comm, M->one_s, M->one_r, MODEL_EP_ALL_TO_ALL, err);
+        int rc = ep > 1 ? comm_all_to_all_counts(c->comm, M->one_s, M->one_r,
+                                                  MODEL_EP_ALL_TO_ALL, err)
+                        : (M->one_r[0] = M->one_s[0], PX_OK);
         if (rc)
             return rc;
         for (int j = 0; j < ep; j++) {
@@ -125,7 +187,6 @@ static int exchange_counts(ExecMoe *M, const ExecCtx *c, const float *cnt_dev, i
                        "rank %d: its experts received %lld token copies but the plan sized them "
                        "for %lld (training.moe_imbalance): raise it, or force the balance",
                        c->g.rank, (long long)t, (long long)cap);
-    *total_recv = t;
     return PX_OK;
 }
 
@@ -172,139 +233,274 @@ static int64_t expert_rows(const ExecMoe *M, int l, int64_t *off)
     return n;
 }
 
-int exec_moe_forward(ExecMoe *M, const ExecCtx *c, const ExecMoeViews *v, int layer_index,
-                     void *y, const void *x, long long first_seq, double loss_weight,
-                     double *aux_loss, PxError *err)
+/* One all-to-all-v of rows of h elements, send and receive counts in rows (the exchange's). */
+static int rows_a2a(ExecMoe *M, const ExecCtx *c, void *out, const int64_t *recv_rows,
+                    const void *in, const int64_t *send_rows, PxError *err)
 {
+    for (int j = 0; j < M->ep; j++) {
+        M->one_s[j] = send_rows[j] * c->d.h;
+        M->one_r[j] = recv_rows[j] * c->d.h;
+    }
+    return comm_all_to_allv(c->comm, out, M->one_r, in, M->one_s, c->act, MODEL_EP_ALL_TO_ALL,
+                            err);
+}
+
+int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer,
+                     const ExecMoeViews *v, void *y, const void *x, long long first_seq, int mb,
+                     double loss_weight, PxError *err)
+{
+    const ExecCtx *c = r->c;
     const KernBackend *k = c->k;
     const ModelDims *d = &c->d;
     const ModelMoe *mo = &c->spec.model.moe;
     const int N = (int)d->tokens, h = d->h, E = mo->experts, K = mo->topk;
-    const int eff = d->eff_loc, eff_out = d->eff_out_loc;
-    const KernMoeRoute r = route_of(c, N, first_seq);
-    int rc;
-    /* router: fp32 logits into probs, scored in place */
-    k->matmul(v->probs, PX_FP32, x, v->router_w, N, E, h, 0, 1, 1.0f, 0.0f);
-    k->moe_route_fwd(v->probs, v->idx, v->w, v->probs, &r);
-    /* the load-balancing loss over this micro-batch's tokens (Switch: coeff * E * f . P) */
-    *aux_loss = 0;
-    k->moe_counts(v->counts_f, v->idx, N, K, E);
-    if (mo->aux_loss_coeff > 0) {
-        float aux = 0;
-        const double copies = (double)N * K;
-        const float scale = (float)(mo->aux_loss_coeff * E / (copies * N) * loss_weight);
-        k->moe_aux_fwd(v->aux_dev, v->probs, v->counts_f, N, E, scale);
-        k->to_host(&aux, v->aux_dev, sizeof aux);
-        *aux_loss = aux;
-    }
-    /* dispatch */
-    k->moe_permute(v->ep_send, v->counts_i, NULL, x, v->idx, N, h, K, E);
-    int64_t got = 0;
-    if ((rc = exchange_counts(M, c, v->counts_f, d->routed, &got, err)))
+    const int eff = d->eff_loc, eff_out = d->eff_out_loc, ep = M->ep;
+    const KernMoeRoute rt = route_of(c, N, first_seq);
+    const ModelPhase ph = MODEL_FWD;
+    int rc, op_mm, op_perm, op_comb, op_fc1, op_act, op_fc2, op_ar = -1, op_disp = -1,
+                                                             op_back = -1;
+    if ((rc = need_op(r, MODEL_OPR_ROUTER, layer, chunk, ph, MODEL_OP_MATMUL, MODEL_COMM_COUNT,
+                      &op_mm, err)) ||
+        (rc = need_op(r, MODEL_OPR_ROUTER, layer, chunk, ph, MODEL_OP_PERMUTE, MODEL_COMM_COUNT,
+                      &op_perm, err)) ||
+        (rc = need_op(r, MODEL_OPR_COMBINE, layer, chunk, ph, MODEL_OP_PERMUTE, MODEL_COMM_COUNT,
+                      &op_comb, err)) ||
+        (rc = need_op(r, MODEL_OPR_EXP_FC1, layer, chunk, ph, MODEL_OP_MATMUL, MODEL_COMM_COUNT,
+                      &op_fc1, err)) ||
+        (rc = need_op(r, MODEL_OPR_EXP_ACT, layer, chunk, ph, MODEL_OP_ACTIVATION,
+                      MODEL_COMM_COUNT, &op_act, err)) ||
+        (rc = need_op(r, MODEL_OPR_EXP_FC2, layer, chunk, ph, MODEL_OP_MATMUL, MODEL_COMM_COUNT,
+                      &op_fc2, err)) ||
+        (sp_on(c) && mo->aux_loss_coeff > 0 &&
+         (rc = need_op(r, MODEL_OPR_ROUTER, layer, chunk, ph, MODEL_OP_COMM, MODEL_TP_ALLREDUCE,
+                       &op_ar, err))) ||
+        (ep > 1 && ((rc = need_op(r, MODEL_OPR_DISPATCH, layer, chunk, ph, MODEL_OP_COMM,
+                                  MODEL_EP_ALL_TO_ALL, &op_disp, err)) ||
+                    (rc = need_op(r, MODEL_OPR_COMBINE, layer, chunk, ph, MODEL_OP_COMM,
+                                  MODEL_EP_ALL_TO_ALL, &op_back, err)))))
         return rc;
-    double *tpe = M->tokens_per_expert + (size_t)layer_index * (size_t)E;
+    /* router: fp32 logits into probs, scored in place */
+    begin(r, op_mm);
+    k->matmul(v->probs, PX_FP32, x, v->router_w, N, E, h, 0, 1, 1.0f, 0.0f);
+    exec_meter_flops(r->M, 2.0 * N * E * h);
+    k->moe_route_fwd(v->probs, v->idx, v->w, v->probs, &rt);
+    k->moe_counts(v->counts_f, v->idx, N, K, E);
+    end(r);
+    /* the copies in expert order: straight into the experts' input without ep */
+    void *send = ep > 1 ? v->ep_send : v->exp_in;
+    begin(r, op_perm);
+    k->moe_permute(send, v->counts_i, NULL, x, v->idx, N, h, K, E);
+    local_counts(M, c, v->counts_f);
+    end(r);
+    double *tpe = M->tokens_per_expert + (size_t)M->index[layer] * (size_t)E;
     for (int e = 0; e < E; e++)
         tpe[e] += (double)M->cnt[e];
-    for (int j = 0; j < M->ep; j++) {
-        M->send[j] *= h;
-        M->recv[j] *= h;
+    /* the load-balancing loss over the whole micro-batch: SP sums the counts over TP, each
+     * rank adds its tokens' probabilities (its share of the loss and of its gradient) */
+    if (mo->aux_loss_coeff > 0) {
+        if (op_ar >= 0) {
+            begin(r, op_ar);
+            rc = comm_allreduce(c->comm, v->counts_f, (size_t)E, PX_FP32, COMM_SUM,
+                                MODEL_TP_ALLREDUCE, NULL, err);
+            end(r);
+            if (rc)
+                return rc;
+        }
+        float aux = 0;
+        resume(r, op_mm);
+        k->moe_aux_fwd(v->aux_dev, v->probs, v->counts_f, N, E, aux_scale(c, loss_weight));
+        k->to_host(&aux, v->aux_dev, sizeof aux);
+        k->to_host(M->gcount + ((size_t)M->index[layer] * (size_t)M->m + (size_t)mb) * (size_t)E,
+                   v->counts_f, (size_t)E * sizeof(float));
+        end(r);
+        M->aux_sum += aux;
     }
-    if ((rc = comm_all_to_allv(c->comm, v->ep_recv, M->recv, v->ep_send, M->send, c->act,
-                               MODEL_EP_ALL_TO_ALL, err)))
+    /* dispatch */
+    if (ep > 1)
+        begin(r, op_disp);
+    rc = exchange_counts(M, c, d->routed, err);
+    if (!rc && ep > 1) {
+        rc = rows_a2a(M, c, v->ep_recv, M->recv, v->ep_send, M->send, err);
+        if (!rc)
+            sort_blocks(M, c, v->exp_in, v->ep_recv, h, 1);
+    }
+    if (ep > 1)
+        end(r);
+    if (rc)
         return rc;
-    sort_blocks(M, c, v->exp_in, v->ep_recv, h, 1);
-    /* the experts, one GEMM each on its rows: SwiGLU, out into ep_recv (expert-major) */
+    /* the experts, one GEMM each on its rows: SwiGLU; out in expert order (ep_recv, or without
+     * ep the combine's input itself) */
+    void *eout = ep > 1 ? v->ep_recv : v->exp_out;
+    begin(r, op_fc1);
+    for (int l = 0; l < M->L; l++) {
+        int64_t o = 0;
+        const int R = (int)expert_rows(M, l, &o);
+        if (R > 0) {
+            k->matmul(EXEC_AT(v->exp_act_in, o * eff_out, c->ab), c->act,
+                      EXEC_AT(v->exp_in, o * h, c->ab),
+                      EXEC_AT(v->fc1_w, (size_t)l * eff_out * h, c->ab), R, eff_out, h, 0, 1,
+                      1.0f, 0.0f);
+            exec_meter_flops(r->M, 2.0 * R * eff_out * h);
+        }
+    }
+    end(r);
+    begin(r, op_act);
+    for (int l = 0; l < M->L; l++) {
+        int64_t o = 0;
+        const int R = (int)expert_rows(M, l, &o);
+        if (R > 0)
+            k->swiglu_fwd(EXEC_AT(v->exp_fc2_in, o * eff, c->ab),
+                          EXEC_AT(v->exp_act_in, o * eff_out, c->ab), R, eff);
+    }
+    end(r);
+    begin(r, op_fc2);
+    for (int l = 0; l < M->L; l++) {
+        int64_t o = 0;
+        const int R = (int)expert_rows(M, l, &o);
+        if (R > 0) {
+            k->matmul(EXEC_AT(eout, o * h, c->ab), c->act, EXEC_AT(v->exp_fc2_in, o * eff, c->ab),
+                      EXEC_AT(v->fc2_w, (size_t)l * h * eff, c->ab), R, h, eff, 0, 1, 1.0f, 0.0f);
+            exec_meter_flops(r->M, 2.0 * R * h * eff);
+        }
+    }
+    end(r);
+    /* combine: back to source-major, home, and the weighted sum */
+    if (ep > 1) {
+        begin(r, op_back);
+        sort_blocks(M, c, v->ep_send, v->ep_recv, h, 0);
+        rc = rows_a2a(M, c, v->exp_out, M->send, v->ep_send, M->recv, err);
+        end(r);
+        if (rc)
+            return rc;
+    }
+    begin(r, op_comb);
+    k->moe_unpermute(y, v->exp_out, v->w, v->idx, N, h, K, E);
+    end(r);
+    return PX_OK;
+}
+
+int exec_moe_backward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer,
+                      const ExecMoeViews *v, void *dx, const void *dy, const void *x,
+                      long long first_seq, int mb, double loss_weight, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const KernBackend *k = c->k;
+    const ModelDims *d = &c->d;
+    const ModelMoe *mo = &c->spec.model.moe;
+    const int N = (int)d->tokens, h = d->h, E = mo->experts, K = mo->topk;
+    const int eff = d->eff_loc, eff_out = d->eff_out_loc, ep = M->ep;
+    const KernMoeRoute rt = route_of(c, N, first_seq);
+    const ModelPhase ph = MODEL_BWD;
+    int rc, op_mm, op_perm, op_comb, op_fc1, op_act, op_fc2, op_back = -1, op_disp = -1;
+    if ((rc = need_op(r, MODEL_OPR_ROUTER, layer, chunk, ph, MODEL_OP_MATMUL, MODEL_COMM_COUNT,
+                      &op_mm, err)) ||
+        (rc = need_op(r, MODEL_OPR_ROUTER, layer, chunk, ph, MODEL_OP_PERMUTE, MODEL_COMM_COUNT,
+                      &op_perm, err)) ||
+        (rc = need_op(r, MODEL_OPR_COMBINE, layer, chunk, ph, MODEL_OP_PERMUTE, MODEL_COMM_COUNT,
+                      &op_comb, err)) ||
+        (rc = need_op(r, MODEL_OPR_EXP_FC1, layer, chunk, ph, MODEL_OP_MATMUL, MODEL_COMM_COUNT,
+                      &op_fc1, err)) ||
+        (rc = need_op(r, MODEL_OPR_EXP_ACT, layer, chunk, ph, MODEL_OP_ACTIVATION,
+                      MODEL_COMM_COUNT, &op_act, err)) ||
+        (rc = need_op(r, MODEL_OPR_EXP_FC2, layer, chunk, ph, MODEL_OP_MATMUL, MODEL_COMM_COUNT,
+                      &op_fc2, err)) ||
+        (ep > 1 && ((rc = need_op(r, MODEL_OPR_COMBINE, layer, chunk, ph, MODEL_OP_COMM,
+                                  MODEL_EP_ALL_TO_ALL, &op_back, err)) ||
+                    (rc = need_op(r, MODEL_OPR_DISPATCH, layer, chunk, ph, MODEL_OP_COMM,
+                                  MODEL_EP_ALL_TO_ALL, &op_disp, err)))))
+        return rc;
+    /* combine's backward: each copy's gradient (in expert order) and the weights' */
+    void *dcopies = ep > 1 ? v->ep_send : v->ws_dx;
+    begin(r, op_comb);
+    k->moe_unpermute_bwd(dcopies, v->dw, dy, v->exp_out, v->w, v->idx, N, h, K, E);
+    /* the forward's counts again, from idx */
+    k->moe_counts(v->counts_f, v->idx, N, K, E);
+    local_counts(M, c, v->counts_f);
+    end(r);
+    if (ep > 1)
+        begin(r, op_back);
+    rc = exchange_counts(M, c, d->routed, err);
+    if (!rc && ep > 1) {
+        rc = rows_a2a(M, c, v->ep_recv, M->recv, v->ep_send, M->send, err);
+        if (!rc)
+            sort_blocks(M, c, v->ws_dx, v->ep_recv, h, 1);
+    }
+    if (ep > 1)
+        end(r);
+    if (rc)
+        return rc;
+    /* fc2: its weight gradient reads the saved input, which then takes its gradient */
+    begin(r, op_fc2);
     for (int l = 0; l < M->L; l++) {
         int64_t o = 0;
         const int R = (int)expert_rows(M, l, &o);
         if (R == 0)
             continue;
-        void *xin = EXEC_AT(v->exp_in, o * h, c->ab);
-        void *act = EXEC_AT(v->exp_act_in, o * eff_out, c->ab);
+        const void *dout = EXEC_AT(v->ws_dx, o * h, c->ab);
         void *hid = EXEC_AT(v->exp_fc2_in, o * eff, c->ab);
-        const void *w1 = EXEC_AT(v->fc1_w, (size_t)l * eff_out * h, c->ab);
-        const void *w2 = EXEC_AT(v->fc2_w, (size_t)l * h * eff, c->ab);
-        k->matmul(act, c->act, xin, w1, R, eff_out, h, 0, 1, 1.0f, 0.0f);
-        k->swiglu_fwd(hid, act, R, eff);
-        k->matmul(EXEC_AT(v->ep_recv, o * h, c->ab), c->act, hid, w2, R, h, eff, 0, 1, 1.0f,
-                  0.0f);
+        k->matmul(v->g_fc2_w + (size_t)l * h * eff, PX_FP32, dout, hid, h, eff, R, 1, 0, 1.0f,
+                  1.0f);
+        k->matmul(hid, c->act, dout, EXEC_AT(v->fc2_w, (size_t)l * h * eff, c->ab), R, eff, h, 0,
+                  0, 1.0f, 0.0f);
+        exec_meter_flops(r->M, 4.0 * R * h * eff);
     }
-    /* combine: back to source-major, home, and the weighted sum */
-    sort_blocks(M, c, v->ep_send, v->ep_recv, h, 0);
-    if ((rc = comm_all_to_allv(c->comm, v->exp_out, M->send, v->ep_send, M->recv, c->act,
-                               MODEL_EP_ALL_TO_ALL, err)))
-        return rc;
-    k->moe_unpermute(y, v->exp_out, v->w, v->idx, N, h, K, E);
-    (void)got;
-    return PX_OK;
-}
-
-int exec_moe_backward(ExecMoe *M, const ExecCtx *c, const ExecMoeViews *v, void *dx,
-                      const void *dy, const void *x, long long first_seq, double loss_weight,
-                      PxError *err)
-{
-    const KernBackend *k = c->k;
-    const ModelDims *d = &c->d;
-    const ModelMoe *mo = &c->spec.model.moe;
-    const int N = (int)d->tokens, h = d->h, E = mo->experts, K = mo->topk;
-    const int eff = d->eff_loc, eff_out = d->eff_out_loc;
-    const KernMoeRoute r = route_of(c, N, first_seq);
-    int rc;
-    /* combine's backward: each copy's gradient and the weights' */
-    k->moe_unpermute_bwd(v->ep_send, v->dw, dy, v->exp_out, v->w, v->idx, N, h, K, E);
-    /* the same counts as the forward's, recomputed from idx, then the rows out */
-    k->moe_counts(v->counts_f, v->idx, N, K, E);
-    int64_t got = 0;
-    if ((rc = exchange_counts(M, c, v->counts_f, d->routed, &got, err)))
-        return rc;
-    for (int j = 0; j < M->ep; j++) {
-        M->send[j] *= h;
-        M->recv[j] *= h;
+    end(r);
+    /* SwiGLU's backward in place over its saved input (kernels.h allows dinp == inp) */
+    begin(r, op_act);
+    for (int l = 0; l < M->L; l++) {
+        int64_t o = 0;
+        const int R = (int)expert_rows(M, l, &o);
+        if (R > 0) {
+            void *act = EXEC_AT(v->exp_act_in, o * eff_out, c->ab);
+            k->swiglu_bwd(act, act, EXEC_AT(v->exp_fc2_in, o * eff, c->ab), R, eff);
+        }
     }
-    if ((rc = comm_all_to_allv(c->comm, v->ep_recv, M->recv, v->ep_send, M->send, c->act,
-                               MODEL_EP_ALL_TO_ALL, err)))
-        return rc;
-    sort_blocks(M, c, v->ws_dx, v->ep_recv, h, 1);
+    end(r);
+    /* fc1: the rows' input gradient over their output gradient, which is spent */
+    begin(r, op_fc1);
     for (int l = 0; l < M->L; l++) {
         int64_t o = 0;
         const int R = (int)expert_rows(M, l, &o);
         if (R == 0)
             continue;
         void *dout = EXEC_AT(v->ws_dx, o * h, c->ab);
-        const void *xin = EXEC_AT(v->exp_in, o * h, c->ab);
-        void *act = EXEC_AT(v->exp_act_in, o * eff_out, c->ab);
-        void *hid = EXEC_AT(v->exp_fc2_in, o * eff, c->ab);
-        const void *w1 = EXEC_AT(v->fc1_w, (size_t)l * eff_out * h, c->ab);
-        const void *w2 = EXEC_AT(v->fc2_w, (size_t)l * h * eff, c->ab);
-        float *g1 = v->g_fc1_w + (size_t)l * eff_out * h;
-        float *g2 = v->g_fc2_w + (size_t)l * h * eff;
-        /* fc2: its weight gradient reads the saved input, which then takes its gradient */
-        k->matmul(g2, PX_FP32, dout, hid, h, eff, R, 1, 0, 1.0f, 1.0f);
-        k->matmul(hid, c->act, dout, w2, R, eff, h, 0, 0, 1.0f, 0.0f);
-        /* SwiGLU's backward in place over its saved input (kernels.h allows dinp == inp) */
-        k->swiglu_bwd(act, act, hid, R, eff);
-        k->matmul(g1, PX_FP32, act, xin, eff_out, h, R, 1, 0, 1.0f, 1.0f);
-        /* the rows' input gradient over their output gradient, which is spent */
-        k->matmul(dout, c->act, act, w1, R, h, eff_out, 0, 0, 1.0f, 0.0f);
+        const void *act = EXEC_AT(v->exp_act_in, o * eff_out, c->ab);
+        k->matmul(v->g_fc1_w + (size_t)l * eff_out * h, PX_FP32, act,
+                  EXEC_AT(v->exp_in, o * h, c->ab), eff_out, h, R, 1, 0, 1.0f, 1.0f);
+        k->matmul(dout, c->act, act, EXEC_AT(v->fc1_w, (size_t)l * eff_out * h, c->ab), R, h,
+                  eff_out, 0, 0, 1.0f, 0.0f);
+        exec_meter_flops(r->M, 4.0 * R * eff_out * h);
     }
-    sort_blocks(M, c, v->ep_recv, v->ws_dx, h, 0);
-    if ((rc = comm_all_to_allv(c->comm, v->ep_send, M->send, v->ep_recv, M->recv, c->act,
-                               MODEL_EP_ALL_TO_ALL, err)))
-        return rc;
-    k->moe_permute_bwd(dx, v->ep_send, v->idx, N, h, K, E);
+    end(r);
+    const void *back = v->ws_dx;
+    if (ep > 1) {
+        begin(r, op_disp);
+        sort_blocks(M, c, v->ep_recv, v->ws_dx, h, 0);
+        rc = rows_a2a(M, c, v->ep_send, M->send, v->ep_recv, M->recv, err);
+        end(r);
+        if (rc)
+            return rc;
+        back = v->ep_send;
+    }
+    begin(r, op_perm);
+    k->moe_permute_bwd(dx, back, v->idx, N, h, K, E);
+    end(r);
     /* the router: the weights' gradient and the load-balancing loss's, to the logits */
+    begin(r, op_mm);
     const float *dprobs = NULL;
     if (mo->aux_loss_coeff > 0) {
-        const double copies = (double)N * K;
-        const float scale = (float)(mo->aux_loss_coeff * E / (copies * N) * loss_weight);
-        k->moe_aux_bwd(v->dlogits, v->counts_f, N, E, scale);
+        k->to_device(v->counts_f,
+                     M->gcount + ((size_t)M->index[layer] * (size_t)M->m + (size_t)mb) * (size_t)E,
+                     (size_t)E * sizeof(float));
+        k->moe_aux_bwd(v->dlogits, v->counts_f, N, E, aux_scale(c, loss_weight));
         dprobs = v->dlogits;
     }
-    k->moe_route_bwd(v->dlogits, dprobs, v->dw, v->probs, v->idx, &r);
+    k->moe_route_bwd(v->dlogits, dprobs, v->dw, v->probs, v->idx, &rt);
     /* logits = x router_w^T in fp32: dx += dlogits router_w, g_router += dlogits^T x (the CPU
      * computes in fp32: act is fp32 there; a 16-bit backend narrows dlogits first) */
     k->matmul(dx, c->act, v->dlogits, v->router_w, N, h, E, 0, 0, 1.0f, 1.0f);
     k->matmul(v->g_router_w, PX_FP32, v->dlogits, x, E, h, N, 1, 0, 1.0f, 1.0f);
-    (void)got;
+    exec_meter_flops(r->M, 4.0 * N * E * h);
+    end(r);
     return PX_OK;
 }
