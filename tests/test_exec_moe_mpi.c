@@ -8,7 +8,8 @@
  * - forced balance with moe_imbalance 1: every rank's communication bytes per kind equal the
  *   prediction exactly (the all-to-all sends its whole buffer); with real routing every kind
  *   but the all-to-all does, and its measured bytes are printed beside the prediction (the
- *   buffer, routed rows, is the most a rank may send).
+ *   buffer, routed rows, is the most a rank may send);
+ * - run.json's per-expert counts of every MoE layer equal the single rank's (forced: even).
  * Usage: test_exec_moe_mpi PARALLAX LAYOUT (one ctest per layout; `list` prints them). */
 #include "tests/test.h"
 #include "tests/runs.h"
@@ -95,6 +96,24 @@ static void check_layout(const Layout *L)
         CHECK_REL(a, b, 1e-5);
         if (fabs(b - a) > worst)
             worst = fabs(b - a);
+    }
+    /* the copies routed per expert in the last step: every layout routes the same tokens the
+     * same way (forced: evenly); each layer's sum is every token of the step topk times */
+    const cJSON *rl = at(at(ref, "moe", NULL), "layers", NULL), *ml = at(at(run, "moe", NULL), "layers", NULL);
+    CHECK_EQ_INT(cJSON_GetArraySize(rl), cJSON_GetArraySize(ml));
+    CHECK(cJSON_GetArraySize(ml) == 3);
+    for (int l = 0; l < cJSON_GetArraySize(ml); l++) {
+        const cJSON *a = at(cJSON_GetArrayItem(rl, l), "tokens_per_expert", NULL);
+        const cJSON *b = at(cJSON_GetArrayItem(ml, l), "tokens_per_expert", NULL);
+        double total = 0;
+        for (int e = 0; e < cJSON_GetArraySize(b); e++) {
+            CHECK_EQ_INT((int)cJSON_GetArrayItem(a, e)->valuedouble,
+                         (int)cJSON_GetArrayItem(b, e)->valuedouble);
+            total += cJSON_GetArrayItem(b, e)->valuedouble;
+        }
+        CHECK_EQ_INT(s.job.global_batch * s.job.seq_len * s.model.moe.topk, (int)total);
+        if (L->force)
+            CHECK(num(cJSON_GetArrayItem(ml, l), "max_over_mean") == 1.0);
     }
     const cJSON *pred = at(plan, "prediction", NULL);
     const cJSON *mr = at(run, "memory", "per_rank"), *cr = at(run, "comm", "per_rank");
