@@ -86,6 +86,32 @@ typedef struct {
     float *drow;
 } KernAttnBwd;
 
+/* Mixture-of-experts routing of N token rows over E experts (docs/moe.md). Scores are fp32:
+ * softmax or sigmoid of the router's logits. Each token picks topk distinct experts by score;
+ * with groups > 0 (DeepSeek-V3's group-limited routing) the E experts form `groups` groups of
+ * E/groups, each scored by the sum of its two best scores (its best when it holds one), and
+ * only the topk_groups best groups are eligible. Ties go to the lower index. A chosen expert's
+ * weight is its score; softmax weights are renormalised over the chosen when norm_topk,
+ * sigmoid weights always (as Megatron-Core). With force_balance the choice ignores the scores:
+ * copy k of the token with global id g goes to expert (g * topk + k) % E (Megatron's
+ * --moe-router-force-load-balancing, made layout-independent); the weights are still the
+ * chosen scores. Row n's global id is first + (n / seq_rows) * seq_stride + n % seq_rows (a
+ * rank's rows are b sequences of seq_rows tokens out of seq_stride). */
+typedef enum { KERN_MOE_SOFTMAX = 0, KERN_MOE_SIGMOID } KernMoeScore;
+typedef struct {
+    int N, E, topk;
+    KernMoeScore score;
+    int groups, topk_groups; /* 0: every expert eligible */
+    int norm_topk;
+    int force_balance;
+    uint64_t first;
+    int seq_rows;
+    int64_t seq_stride;
+} KernMoeRoute;
+
+/* Experts one routing call can hold (the permutation's counting sort keeps them on the stack). */
+enum { KERN_MOE_MAX_EXPERTS = 1024 };
+
 typedef struct KernBackend KernBackend;
 struct KernBackend {
     const char *name; /* "cpu", "cuda" */
@@ -205,6 +231,45 @@ struct KernBackend {
     void (*copy_wait)(void);
     /* The host waits for every copy started so far: their host buffers may be reused. */
     void (*copy_sync)(void);
+
+    /* ---- mixture of experts: routing, auxiliary loss, permutation (KernMoeRoute above) ----
+     * The permutation puts copy k of token n at row row(n, k) of the expert-grouped order:
+     * by expert, then token, then k (a stable counting sort of idx, recomputed from idx by every
+     * call, so only idx need be kept). */
+    /* probs[N,E] = scores of logits[N,E] (probs may be logits: in place); idx[N,topk] the
+     * chosen experts, w[N,topk] their weights */
+    void (*moe_route_fwd)(float *probs, int32_t *idx, float *w, const float *logits,
+                          const KernMoeRoute *r);
+    /* dlogits[N,E] (overwritten) from the weights' gradient dw[N,topk] and a gradient of the
+     * scores themselves dprobs[N,E] (the auxiliary loss's; may be NULL, or dlogits itself: in
+     * place). The choice is
+     * piecewise constant: no gradient flows through it. */
+    void (*moe_route_bwd)(float *dlogits, const float *dprobs, const float *dw, const float *probs,
+                          const int32_t *idx, const KernMoeRoute *r);
+    /* counts[E] (overwritten): copies routed to each expert, as fp32 (to be summed over ranks) */
+    void (*moe_counts)(float *counts, const int32_t *idx, int N, int topk, int E);
+    /* The Switch / GShard load-balancing loss, coeff * E * sum_e f_e * P_e with f_e = counts_e /
+     * copies and P_e = sum_n probs[n,e] / tokens; the caller folds coeff * E / (copies * tokens)
+     * (and any loss weight) into scale: *loss (one fp32, overwritten) = scale * sum_e counts_e *
+     * sum_n probs[n,e]; its gradient dprobs[n,e] = scale * counts_e (overwritten; the counts are
+     * constants, as in Megatron-Core). */
+    void (*moe_aux_fwd)(float *loss, const float *probs, const float *counts, int N, int E,
+                        float scale);
+    void (*moe_aux_bwd)(float *dprobs, const float *counts, int N, int E, float scale);
+    /* out[row(n,k)] = x[n] for the N*topk copies (x[N,C], out[N*topk,C]); counts[E] (int32,
+     * overwritten) the rows of each expert; row_of[N*topk] (may be NULL) row(n, k) */
+    void (*moe_permute)(void *out, int32_t *counts, int32_t *row_of, const void *x,
+                        const int32_t *idx, int N, int C, int topk, int E);
+    /* dx[n] = sum_k dout[row(n,k)] (overwritten) */
+    void (*moe_permute_bwd)(void *dx, const void *dout, const int32_t *idx, int N, int C,
+                            int topk, int E);
+    /* y[n] = sum_k w[n,k] * eout[row(n,k)] (overwritten; eout[N*topk,C] expert-grouped) */
+    void (*moe_unpermute)(void *y, const void *eout, const float *w, const int32_t *idx, int N,
+                          int C, int topk, int E);
+    /* deout[row(n,k)] = w[n,k] * dy[n] (overwritten); dw[n,k] = dot(dy[n], eout[row(n,k)])
+     * (overwritten, fp32) */
+    void (*moe_unpermute_bwd)(void *deout, float *dw, const void *dy, const void *eout,
+                              const float *w, const int32_t *idx, int N, int C, int topk, int E);
 
     /* ---- small helpers of the executor ---- */
     void (*add_f32)(float *out, const float *a, size_t n); /* out += a in fp32 (gradients) */

@@ -357,6 +357,10 @@ static void moe_forward(Emit *e, int l)
     /* logits written and read in fp32, probabilities written; top-k indices and weights */
     linear(e, n, T, E, h, T * E * 4.0 * 3.0 + T * k * 8.0);
     simple(e, MODEL_OP_PERMUTE, n, T * h * a + T * k * h * a + T * k * 4.0);
+    /* SP: the load-balancing loss counts the copies per expert over the whole micro-batch,
+     * its TP shards' counts summed (Megatron-Core's sequence_partition_group) */
+    if (s->layout.sp && m->aux_loss_coeff > 0)
+        comm(e, n, MODEL_TP_ALLREDUCE, d->t, E * 4.0, 1);
     at_layer(e, MODEL_OPR_DISPATCH, l, n);
     comm(e, n, MODEL_EP_ALL_TO_ALL, d->ep, rows * h * a, 1);
     comm(e, n, MODEL_ETP_ALL_GATHER, d->etp, R * h * a, 1);

@@ -2,7 +2,8 @@
  * differences of its loss, for a sample of elements of every parameter tensor (embeddings,
  * norms, QKV, projection, MLP, biases, output layer), on tiny (GPT: LayerNorm, GeLU, learned
  * positions, tied embeddings, biases) and tiny-llama (RMSNorm, SwiGLU, RoPE, grouped-query
- * attention, untied output layer), with flash and unfused attention and with dropout (the same
+ * attention, untied output layer) and tiny-moe (router, routed and shared experts), with flash
+ * and unfused attention and with dropout (the same
  * step redraws the same masks, so the loss stays a deterministic function of the weights).
  *
  * fp32 forward passes make the difference quotient noisy, so the check samples the elements
@@ -123,6 +124,18 @@ int main(void)
     s.model.tied_embeddings = 0;
     s.job.pad_vocab = 64 + 256;
     check_model("tiny untied padded", s);
+    /* a MoE model (router, routed SwiGLU experts, a shared expert, a leading dense layer):
+     * the load-balancing loss is left out (the loss reported is the language model's) and the
+     * routing forced: a perturbation that flips a token's choice of expert makes the loss jump */
+    s = tx_spec("tiny-moe", 16, 2, 1);
+    s.model.moe.aux_loss_coeff = 0;
+    s.job.moe_force_balance = 1;
+    check_model("tiny-moe forced", s);
+    s.job.flash_attn = 0;
+    s.job.dropout = 0.1;
+    check_model("tiny-moe forced dropout", s);
+    s.model.moe.shared_ffn = 0;
+    check_model("tiny-moe forced without shared experts", s);
     printf("checked %d sampled elements; the worst used %.0f%% of its tolerance\n", worst_checked,
            100.0 * worst);
     TEST_DONE("test_exec_grad");

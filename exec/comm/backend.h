@@ -11,7 +11,7 @@
 
 #include "exec/comm/comm.h"
 
-enum { COMM_GROUPS = MODEL_GROUP_EMBED + 1 };
+enum { COMM_GROUPS = MODEL_GROUP_EDP + 1 };
 
 /* Raw operations: the arguments as comm.h's calls, *req already -1 where req is given. An entry
  * a backend never gets (see above) may be NULL: the one-rank layer has almost none. */
@@ -31,6 +31,12 @@ typedef struct {
                 int *req, PxError *err);
     int (*recv)(CommLayer *c, void *buf, size_t bytes, int peer, int tag, ModelComm kind,
                 int *req, PxError *err);
+    /* blocking only; counts in elements per peer of the kind's group, packed by peer */
+    int (*all_to_allv)(CommLayer *c, void *out, const int64_t *recv_counts, const void *in,
+                       const int64_t *send_counts, PxDtype dtype, ModelComm kind, PxError *err);
+    /* host memory, one int64 per peer of the kind's group; NULL: the inner layer's */
+    int (*all_to_all_counts)(CommLayer *c, const int64_t *send, int64_t *recv, ModelComm kind,
+                             PxError *err);
     /* *req >= 0: a handle this backend gave out */
     int (*wait)(CommLayer *c, int *req, PxError *err);
     void (*progress)(CommLayer *c); /* NULL: nothing to advance from the host */
@@ -72,15 +78,32 @@ void comm_layer_wrap(CommLayer *c, const CommOps *ops, const char *name, CommLay
 void comm_mpi_local(int *local_rank, int *local_size);
 
 /* How every process group is split out of the world for `rank` of layout l (MPI_Comm_split's
- * color and key), for the TP, CP, DP and EMBED groups in that order; color is `undefined`
- * (MPI_UNDEFINED) where the rank belongs to no such group (EMBED off the first and last stages,
- * or without a tied pair). The MPI and NCCL layers both split by it, so their groups agree. */
+ * color and key), for the TP, CP, DP, EMBED, EP, ETP and EDP groups in that order; color is
+ * `undefined` (MPI_UNDEFINED) where the rank belongs to no such group (EMBED off the first and
+ * last stages, or without a tied pair). The expert groups follow model_expert_coords (etp
+ * fastest, then ep, then expert data parallel, inside a stage). Returns the splits to make:
+ * all 7, or the first 4 when the experts are laid out as the dense layers (ep 1, etp tp): their
+ * ETP and EDP groups are then the TP and DP groups themselves (comm_group_alias) and EP a group
+ * of one, so a dense job makes no communicator more than it did. The MPI and NCCL layers both
+ * split by it, so their groups agree. */
+enum { COMM_SPLITS = 7 };
 typedef struct {
     ModelGroup group;
     int color, key;
 } CommGroupSplit;
-void comm_group_splits(const ModelLayout *l, int rank, int tied_pair, int undefined,
-                       CommGroupSplit split[4]);
+int comm_group_splits(const ModelLayout *l, int rank, int tied_pair, int undefined,
+                      CommGroupSplit split[COMM_SPLITS]);
+/* The group whose communicator g shares: TP for ETP and DP for EDP when the experts are laid out
+ * as the dense layers; g itself otherwise. */
+static inline ModelGroup comm_group_alias(const ModelLayout *l, ModelGroup g)
+{
+    const int dense = l->ep <= 1 && (l->etp == 0 || l->etp == l->tp);
+    if (dense && g == MODEL_GROUP_ETP)
+        return MODEL_GROUP_TP;
+    if (dense && g == MODEL_GROUP_EDP)
+        return MODEL_GROUP_DP;
+    return g;
+}
 
 /* Ranks in the group of a valid kind. */
 static inline int comm_group_of(const CommLayer *c, ModelComm kind)

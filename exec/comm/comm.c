@@ -185,6 +185,54 @@ int comm_all_gather_shard(CommLayer *c, void *buf, size_t numel, size_t shard, P
     return shard_call(c, buf, numel, shard, dtype, kind, req, 1, err);
 }
 
+static int not_all_to_all(ModelComm kind, PxError *err)
+{
+    if ((unsigned)kind >= MODEL_COMM_COUNT)
+        return bad_kind(kind, err);
+    if (model_comm_collective(kind) != MODEL_COLL_ALL_TO_ALL)
+        return px_fail(err, PX_ERUNTIME, "%s is not an all-to-all", model_comm_name(kind));
+    return PX_OK;
+}
+
+int comm_all_to_all_counts(CommLayer *c, const int64_t *send, int64_t *recv, ModelComm kind,
+                           PxError *err)
+{
+    int rc = not_all_to_all(kind, err);
+    if (rc)
+        return rc;
+    if (comm_group_of(c, kind) < 2) {
+        recv[0] = send[0];
+        return PX_OK;
+    }
+    while (!c->ops->all_to_all_counts && c->inner)
+        c = c->inner;
+    return c->ops->all_to_all_counts(c, send, recv, kind, err);
+}
+
+int comm_all_to_allv(CommLayer *c, void *out, const int64_t *recv_counts, const void *in,
+                     const int64_t *send_counts, PxDtype dtype, ModelComm kind, PxError *err)
+{
+    int rc = not_all_to_all(kind, err);
+    if (rc)
+        return rc;
+    const int g = comm_group_of(c, kind);
+    const size_t es = px_dtype_bytes(dtype);
+    if (g < 2) {
+        if (recv_counts[0] != send_counts[0])
+            return px_fail(err, PX_ERUNTIME, "%s over a group of one: %lld elements sent, %lld "
+                           "received", model_comm_name(kind), (long long)send_counts[0],
+                           (long long)recv_counts[0]);
+        return one_rank_copy(c, out, in, (size_t)send_counts[0] * es, err);
+    }
+    uint64_t sent = 0;
+    for (int i = 0; i < g; i++)
+        sent += (uint64_t)send_counts[i];
+    rc = c->ops->all_to_allv(c, out, recv_counts, in, send_counts, dtype, kind, err);
+    if (!rc)
+        tally(c, kind, sent * es);
+    return rc;
+}
+
 /* A message needs a peer in the kind's group: over a group of one there is none (a pipeline of
  * one stage sends nothing), which is a caller's error rather than nothing to do. */
 static int p2p(CommLayer *c, void *buf, size_t bytes, int peer, int tag, ModelComm kind,

@@ -7,8 +7,9 @@
  * multi-rank job uses. The MPI process itself (start, agreement, abort, finish) is here too.
  *
  * Groups (Megatron-Core's rank order, model_rank): tp, cp, dp x cp (gradients and ZeRO shards:
- * model_comm_group's MODEL_GROUP_DP), the pipeline (point to point with world ranks) and the
- * tied-embedding pair (first and last stage). Every call names its communication kind
+ * model_comm_group's MODEL_GROUP_DP), the pipeline (point to point with world ranks), the
+ * tied-embedding pair (first and last stage), and the expert groups of a MoE layout
+ * (model_expert_coords: ep, etp and the expert-data-parallel ranks that replicate experts). Every call names its communication kind
  * (docs/formats.md's names), which selects the group and the counter.
  *
  * Counting, the same for every backend: a call's bytes are its buffer size S (nccl-tests' size:
@@ -139,6 +140,19 @@ int comm_reduce_scatter_shard(CommLayer *c, void *buf, size_t numel, size_t shar
                               PxDtype dtype, ModelComm kind, int *req, PxError *err);
 int comm_all_gather_shard(CommLayer *c, void *buf, size_t numel, size_t shard, PxDtype dtype,
                           ModelComm kind, int *req, PxError *err);
+/* The all-to-all of a MoE layer's token rows over the kind's group (MODEL_EP_ALL_TO_ALL), in
+ * two calls as Megatron-Core's dispatcher makes them: first the counts, then the rows.
+ * comm_all_to_all_counts: send[i] (host memory, one per rank of the group, in group order) is
+ * what this rank will send to rank i; recv[i] gets what rank i will send here. Metadata: not
+ * counted. comm_all_to_allv (blocking): in holds send_counts[i] elements for rank i, packed in
+ * group order; out receives recv_counts[i] from rank i, packed likewise. Counted as the bytes
+ * this rank sends (nccl-tests' all-to-all size: the send buffer), whatever goes to itself
+ * included. Over a group of one, recv[0] = send[0] and out gets in (copied unless out == in),
+ * uncounted. Counts must agree pairwise between ranks (the counts call makes them so). */
+int comm_all_to_all_counts(CommLayer *c, const int64_t *send, int64_t *recv, ModelComm kind,
+                           PxError *err);
+int comm_all_to_allv(CommLayer *c, void *out, const int64_t *recv_counts, const void *in,
+                     const int64_t *send_counts, PxDtype dtype, ModelComm kind, PxError *err);
 /* point to point with a world rank; messages of one (peer, tag) arrive in order */
 int comm_send(CommLayer *c, const void *buf, size_t bytes, int peer, int tag, ModelComm kind,
               int *req, PxError *err);

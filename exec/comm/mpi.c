@@ -26,17 +26,25 @@
 
 #include "exec/comm/backend.h"
 
-void comm_group_splits(const ModelLayout *l, int rank, int tied_pair, int undefined,
-                       CommGroupSplit split[4])
+int comm_group_splits(const ModelLayout *l, int rank, int tied_pair, int undefined,
+                      CommGroupSplit split[COMM_SPLITS])
 {
     int tp, cp, dp, pp;
     model_rank_coords(l, rank, &tp, &cp, &dp, &pp);
+    int etp, ep, edp, epp;
+    model_expert_coords(l, rank, &etp, &ep, &edp, &epp);
+    const int n_etp = l->etp > 0 ? l->etp : l->tp, n_ep = l->ep > 0 ? l->ep : 1;
+    const int n_edp = l->tp * l->cp * l->dp / (n_etp * n_ep);
     split[0] = (CommGroupSplit){MODEL_GROUP_TP, cp + l->cp * (dp + l->dp * pp), tp};
     split[1] = (CommGroupSplit){MODEL_GROUP_CP, tp + l->tp * (dp + l->dp * pp), cp};
     split[2] = (CommGroupSplit){MODEL_GROUP_DP, tp + l->tp * pp, cp + l->cp * dp};
     split[3] = (CommGroupSplit){MODEL_GROUP_EMBED, undefined, pp};
     if (tied_pair && l->pp > 1 && (pp == 0 || pp == l->pp - 1))
         split[3].color = tp + l->tp * (cp + l->cp * dp);
+    split[4] = (CommGroupSplit){MODEL_GROUP_EP, etp + n_etp * (edp + n_edp * pp), ep};
+    split[5] = (CommGroupSplit){MODEL_GROUP_ETP, ep + n_ep * (edp + n_edp * pp), etp};
+    split[6] = (CommGroupSplit){MODEL_GROUP_EDP, etp + n_etp * (ep + n_ep * pp), edp};
+    return comm_group_alias(l, MODEL_GROUP_EDP) == MODEL_GROUP_EDP ? COMM_SPLITS : 4;
 }
 
 #ifdef PX_HAVE_MPI
@@ -132,6 +140,7 @@ typedef struct {
     int poll;
     int tag_ub;
     int *bcounts, *bdispls; /* the arrays of a blocking sharded call */
+    int *a2a; /* [4][world]: an all-to-all-v's send counts and offsets, receive counts and offsets */
     MPI_Op sum16[2], max16[2]; /* bf16, fp16: MPI has no 16-bit floats */
 } MpiComm;
 
@@ -656,8 +665,15 @@ static void m_free(CommLayer *c)
     }
     free(m->bcounts);
     free(m->bdispls);
+    free(m->a2a);
+    /* the expert groups may share the dense groups' communicators: each is freed once (a
+     * freed handle becomes MPI_COMM_NULL, so the sharing is found before any is freed) */
+    int alias[COMM_GROUPS] = {0};
     for (int g = 0; g < COMM_GROUPS; g++)
-        if (m->group[g] != MPI_COMM_NULL && m->group[g] != MPI_COMM_WORLD)
+        for (int h = 0; h < g; h++)
+            alias[g] |= m->group[g] != MPI_COMM_NULL && m->group[h] == m->group[g];
+    for (int g = 0; g < COMM_GROUPS; g++)
+        if (m->group[g] != MPI_COMM_NULL && m->group[g] != MPI_COMM_WORLD && !alias[g])
             MPI_Comm_free(&m->group[g]);
     for (int i = 0; i < 2; i++) {
         if (m->sum16[i] != MPI_OP_NULL)
@@ -668,7 +684,57 @@ static void m_free(CommLayer *c)
     free(m);
 }
 
+/* Counts of int64 elements per peer as MPI's int counts and packed offsets. */
+static int a2a_arrays(const int64_t *counts, int g, int *cnt, int *displs, PxError *err)
+{
+    int64_t off = 0;
+    for (int i = 0; i < g; i++) {
+        if (counts[i] < 0 || counts[i] > 0x7fffffff || off > 0x7fffffff)
+            return px_fail(err, PX_ERUNTIME, "all-to-all: %lld elements for rank %d of the group "
+                           "do not fit one MPI call", (long long)counts[i], i);
+        cnt[i] = (int)counts[i];
+        displs[i] = (int)off;
+        off += counts[i];
+    }
+    return PX_OK;
+}
+
+static int m_all_to_allv(CommLayer *c, void *out, const int64_t *recv_counts, const void *in,
+                         const int64_t *send_counts, PxDtype dtype, ModelComm kind, PxError *err)
+{
+    MpiComm *m = (MpiComm *)c;
+    const int g = comm_group_of(c, kind);
+    int *sc = m->a2a, *sd = sc + c->world, *rc_ = sd + c->world, *rd = rc_ + c->world;
+    MPI_Datatype t = MPI_FLOAT;
+    int rc;
+    if ((rc = dtype_of(dtype, &t, err)) || (rc = a2a_arrays(send_counts, g, sc, sd, err)) ||
+        (rc = a2a_arrays(recv_counts, g, rc_, rd, err)))
+        return rc;
+    MPI_Request local;
+    int e;
+    if (nonblocking(m))
+        e = MPI_Ialltoallv(in, sc, sd, t, out, rc_, rd, t, comm_of(m, kind), &local);
+    else
+        e = MPI_Alltoallv(in, sc, sd, t, out, rc_, rd, t, comm_of(m, kind));
+    return started(m, NULL, -1, NULL, nonblocking(m) ? &local : NULL, e, kind, err);
+}
+
+static int m_all_to_all_counts(CommLayer *c, const int64_t *send, int64_t *recv, ModelComm kind,
+                               PxError *err)
+{
+    MpiComm *m = (MpiComm *)c;
+    MPI_Request local;
+    int e;
+    if (nonblocking(m))
+        e = MPI_Ialltoall(send, 1, MPI_INT64_T, recv, 1, MPI_INT64_T, comm_of(m, kind), &local);
+    else
+        e = MPI_Alltoall(send, 1, MPI_INT64_T, recv, 1, MPI_INT64_T, comm_of(m, kind));
+    return started(m, NULL, -1, NULL, nonblocking(m) ? &local : NULL, e, kind, err);
+}
+
 static const CommOps mpi_ops = {
+    .all_to_allv = m_all_to_allv,
+    .all_to_all_counts = m_all_to_all_counts,
     .allreduce = m_allreduce,
     .all_gather = m_all_gather,
     .reduce_scatter = m_reduce_scatter,
@@ -735,10 +801,11 @@ int comm_mpi(const ModelLayout *l, int tied_pair, CommLayer **out, PxError *err)
     const int dpn = l->dp * l->cp;
     m->bcounts = calloc((size_t)dpn, sizeof(int));
     m->bdispls = calloc((size_t)dpn, sizeof(int));
+    m->a2a = calloc(4 * (size_t)world, sizeof(int));
     for (int i = 0; i < MPI_REQS; i++) {
         reqs[i].counts = calloc((size_t)dpn, sizeof(int));
         reqs[i].displs = calloc((size_t)dpn, sizeof(int));
-        if (!reqs[i].counts || !reqs[i].displs || !m->bcounts || !m->bdispls) {
+        if (!reqs[i].counts || !reqs[i].displs || !m->bcounts || !m->bdispls || !m->a2a) {
             for (int k = 0; k < COMM_GROUPS; k++)
                 m->group[k] = MPI_COMM_NULL;
             m_free(&m->base);
@@ -750,11 +817,14 @@ int comm_mpi(const ModelLayout *l, int tied_pair, CommLayer **out, PxError *err)
     int tp, cp, dp, pp;
     model_rank_coords(l, rank, &tp, &cp, &dp, &pp);
     /* one split per group; every rank takes part in every split (collective) */
-    CommGroupSplit split[4];
-    comm_group_splits(l, rank, tied_pair, MPI_UNDEFINED, split);
+    CommGroupSplit split[COMM_SPLITS];
+    const int n_split = comm_group_splits(l, rank, tied_pair, MPI_UNDEFINED, split);
     int e = MPI_SUCCESS;
-    for (int i = 0; i < 4 && e == MPI_SUCCESS; i++)
+    for (int i = 0; i < n_split && e == MPI_SUCCESS; i++)
         e = MPI_Comm_split(MPI_COMM_WORLD, split[i].color, split[i].key, &m->group[split[i].group]);
+    for (int g = MODEL_GROUP_ETP; g <= MODEL_GROUP_EDP; g++)
+        if (comm_group_alias(l, (ModelGroup)g) != (ModelGroup)g)
+            m->group[g] = m->group[comm_group_alias(l, (ModelGroup)g)];
     if (e != MPI_SUCCESS) {
         m_free(&m->base);
         return mpi_fail(err, e, "creating the process groups");

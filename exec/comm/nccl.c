@@ -302,7 +302,10 @@ static void n_free(CommLayer *c)
     if (n->coll)
         cudaStreamSynchronize(n->coll);
     for (int g = 0; g < COMM_GROUPS; g++) {
-        if (n->nccl[g])
+        int alias = 0;
+        for (int h = 0; h < g; h++)
+            alias |= n->nccl[g] && n->nccl[h] == n->nccl[g];
+        if (n->nccl[g] && !alias)
             ncclCommDestroy(n->nccl[g]);
         if (n->group[g] != MPI_COMM_NULL)
             MPI_Comm_free(&n->group[g]);
@@ -327,7 +330,55 @@ static void n_free(CommLayer *c)
     free(n);
 }
 
+/* NCCL has no all-to-all-v: one send and one receive per peer in an NCCL group (as
+ * Megatron-Core's and NCCL's own examples build it), this rank's own rows a device copy, all on
+ * the collective stream. Blocking: the compute stream waits for it. */
+static int n_all_to_allv(CommLayer *c, void *out, const int64_t *recv_counts, const void *in,
+                         const int64_t *send_counts, PxDtype dtype, ModelComm kind, PxError *err)
+{
+    NcclComm *n = (NcclComm *)c;
+    const int gi = gidx(kind), g = c->group_size[gi], me = c->group_rank[gi];
+    ncclComm_t comm = n->nccl[gi];
+    ncclDataType_t t;
+    int rc = nccl_type(dtype, &t, err);
+    if (rc || (rc = begin(n, n->coll, err)))
+        return rc;
+    const size_t es = px_dtype_bytes(dtype);
+    const char *src = in;
+    char *dst = out;
+    size_t so = 0, ro = 0, self_so = 0, self_ro = 0;
+    ncclResult_t r = ncclGroupStart();
+    for (int i = 0; i < g && r == ncclSuccess; i++) {
+        const size_t sc = (size_t)send_counts[i], rcnt = (size_t)recv_counts[i];
+        if (i == me) {
+            self_so = so;
+            self_ro = ro;
+        } else {
+            if (sc)
+                r = ncclSend(src + so * es, sc, t, i, comm, n->coll);
+            if (r == ncclSuccess && rcnt)
+                r = ncclRecv(dst + ro * es, rcnt, t, i, comm, n->coll);
+        }
+        so += sc;
+        ro += rcnt;
+    }
+    ncclResult_t r2 = ncclGroupEnd();
+    if (r == ncclSuccess)
+        r = r2;
+    if (r != ncclSuccess)
+        return nccl_fail(err, r, model_comm_name(kind));
+    if (send_counts[me] != recv_counts[me])
+        return px_fail(err, PX_ERUNTIME, "%s: %lld elements to itself but %lld from itself",
+                       model_comm_name(kind), (long long)send_counts[me],
+                       (long long)recv_counts[me]);
+    if ((rc = copy_d2d(dst + self_ro * es, src + self_so * es, (size_t)send_counts[me] * es,
+                       n->coll, err)))
+        return rc;
+    return end(n, n->coll, NULL, err);
+}
+
 static const CommOps nccl_ops = {
+    .all_to_allv = n_all_to_allv, /* all_to_all_counts: the MPI layer's, on the host */
     .allreduce = n_allreduce,
     .all_gather = n_all_gather,
     .reduce_scatter = n_reduce_scatter,
@@ -439,12 +490,12 @@ int comm_nccl(const ModelLayout *l, int tied_pair, CommLayer **out, PxError *err
     /* the groups, split exactly as mpi.c does, then one NCCL communicator each */
     int tp, cp, dp, pp;
     model_rank_coords(l, c->rank, &tp, &cp, &dp, &pp);
-    CommGroupSplit split[4];
-    comm_group_splits(l, c->rank, tied_pair, MPI_UNDEFINED, split);
+    CommGroupSplit split[COMM_SPLITS];
+    const int n_split = comm_group_splits(l, c->rank, tied_pair, MPI_UNDEFINED, split);
     /* every rank takes part in every split and agreement, failed or not: nobody is left
      * waiting; the worker agrees on the status afterwards */
     rc = PX_OK;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < n_split; i++) {
         MPI_Comm *mc = &n->group[split[i].group];
         if (MPI_Comm_split(MPI_COMM_WORLD, split[i].color, split[i].key, mc) != MPI_SUCCESS) {
             *mc = MPI_COMM_NULL;
@@ -458,6 +509,10 @@ int comm_nccl(const ModelLayout *l, int tied_pair, CommLayer **out, PxError *err
                 rc = r;
         }
     }
+    /* expert groups laid out as the dense ones share their communicators (n_free knows) */
+    for (int g = MODEL_GROUP_ETP; g <= MODEL_GROUP_EDP; g++)
+        if (comm_group_alias(l, (ModelGroup)g) != (ModelGroup)g)
+            n->nccl[g] = n->nccl[comm_group_alias(l, (ModelGroup)g)];
     /* the pipeline's edges, round by round */
     Edge *edges = l->pp > 1 ? calloc((size_t)(2 * l->pp), sizeof *edges) : NULL;
     if (l->pp > 1 && !edges && !rc)

@@ -263,7 +263,31 @@ static void st_free(CommLayer *c)
     free(s);
 }
 
+/* The rows sent and received: their totals over the group are the two buffers' sizes. */
+static int st_all_to_allv(CommLayer *c, void *out, const int64_t *recv_counts, const void *in,
+                          const int64_t *send_counts, PxDtype dtype, ModelComm kind, PxError *err)
+{
+    StagedComm *s = (StagedComm *)c;
+    const size_t es = px_dtype_bytes(dtype);
+    const int g = comm_group_of(c, kind);
+    size_t sent = 0, got = 0;
+    for (int i = 0; i < g; i++) {
+        sent += (size_t)send_counts[i];
+        got += (size_t)recv_counts[i];
+    }
+    void *hi = sent ? host_of(s, in, sent * es, err) : (void *)s;
+    void *ho = hi && got ? host_of(s, out, got * es, err) : (void *)s;
+    if (!hi || !ho)
+        return PX_ERUNTIME;
+    if (sent)
+        s->k->to_host(hi, in, sent * es);
+    int rc = c->inner->ops->all_to_allv(c->inner, ho, recv_counts, hi, send_counts, dtype, kind,
+                                        err);
+    return finish(s, rc, -1, NULL, got ? out : NULL, ho, got * es, err);
+}
+
 static const CommOps staged_ops = {
+    .all_to_allv = st_all_to_allv, /* all_to_all_counts: the inner layer's, on the host */
     .allreduce = st_allreduce,
     .all_gather = st_all_gather,
     .reduce_scatter = st_reduce_scatter,

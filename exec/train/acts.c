@@ -66,6 +66,17 @@ static PxDtype extra_dtype(const ExecCtx *c, ModelTensorRole r)
     return r == MODEL_TR_EMBED_DROP_MASK ? PX_UINT8 : r == MODEL_TR_LOSS_PROBS ? PX_FP32 : c->act;
 }
 
+/* The activations of global layer l: model_layer_acts_at's, and a MoE layer's model_moe_acts
+ * after them (absent in a dense layer). */
+static void layer_acts(const ExecCtx *c, int l, ModelLayerAct f[MODEL_LAYER_ACTS + MODEL_MOE_ACTS])
+{
+    model_layer_acts_at(&c->spec, &c->d, c->spec.layout.recompute, l, f);
+    model_moe_acts(&c->spec, &c->d, c->spec.layout.recompute, f + MODEL_LAYER_ACTS);
+    if (!(c->d.moe && model_layer_is_moe(&c->spec.model, l)))
+        for (int i = MODEL_LAYER_ACTS; i < MODEL_LAYER_ACTS + MODEL_MOE_ACTS; i++)
+            f[i].present = f[i].saved = 0;
+}
+
 /* Each tensor's copies side by side, larger elements first so that nothing needs padding. The
  * table lists every chunk's layers; chunks are alike, so the first chunk's tensors size the
  * shared slots and the others are only checked against them. */
@@ -73,8 +84,7 @@ int exec_acts_bind(ExecActs *X, const ExecCtx *c, const ModelTensorTable *tt, Ex
                    int pass, PxError *err)
 {
     const int cl = c->g.cl;
-    ModelLayerAct f[MODEL_LAYER_ACTS];
-    model_layer_acts(&c->spec, &c->d, c->spec.layout.recompute, f);
+    ModelLayerAct f[MODEL_LAYER_ACTS + MODEL_MOE_ACTS];
     X->slot_bytes = 0;
     for (int j = 0; j < c->d.v; j++)
         X->xslot_bytes[j] = 0;
@@ -86,11 +96,16 @@ int exec_acts_bind(ExecActs *X, const ExecCtx *c, const ModelTensorTable *tt, Ex
             const int j = t->chunk;
             if (j < 0 || j >= c->d.v)
                 return exec_bind_unused(t, err);
-            const int layer_act = t->role >= MODEL_TR_LN1_IN && t->role <= MODEL_TR_MLP_DROP_MASK;
+            const int moe_act = t->role >= MODEL_TR_ROUTER_PROBS && t->role <= MODEL_TR_EXP_OUT;
+            const int layer_act =
+                moe_act || (t->role >= MODEL_TR_LN1_IN && t->role <= MODEL_TR_MLP_DROP_MASK);
             const int extra = t->role >= MODEL_TR_EMBED_DROP_MASK && t->role <= MODEL_TR_LOSS_PROBS;
-            const int fi = layer_act ? (int)(t->role - MODEL_TR_LN1_IN) : -1;
+            const int fi = moe_act     ? MODEL_LAYER_ACTS + (int)(t->role - MODEL_TR_ROUTER_PROBS)
+                           : layer_act ? (int)(t->role - MODEL_TR_LN1_IN)
+                                       : -1;
             const int li = t->layer - c->g.chunk_l0[j]; /* the layer's place in its chunk */
             if (layer_act) {
+                layer_acts(c, t->layer, f);
                 if (li < 0 || li >= cl || !f[fi].saved || f[fi].numel != t->numel)
                     return exec_bind_unused(t, err);
                 if (t->dtype != f[fi].dtype)
@@ -124,17 +139,19 @@ int exec_acts_bind(ExecActs *X, const ExecCtx *c, const ModelTensorTable *tt, Ex
         return PX_OK;
     /* every slot's layers: what is not saved lives in ws.recompute */
     for (int k = 0; k < X->n_slots; k++)
-        for (int li = 0; li < cl; li++)
-            for (int i = 0; i < MODEL_LAYER_ACTS; i++) {
+        for (int li = 0; li < cl; li++) {
+            layer_acts(c, c->g.chunk_l0[0] + li, f);
+            for (int i = 0; i < MODEL_LAYER_ACTS + MODEL_MOE_ACTS; i++) {
                 ExecLayerActs *a = &X->acts[(size_t)k * cl + li];
                 if (f[i].present && !a->t[i]) {
-                    if (!(a->t[i] = X->region.t[i]))
+                    if (i >= MODEL_LAYER_ACTS || !(a->t[i] = X->region.t[i]))
                         return px_fail(err, PX_ERUNTIME,
                                        "a layer's %s is neither saved nor in ws.recompute: model/ "
                                        "and exec/ disagree",
                                        f[i].suffix);
                 }
             }
+        }
     for (int j = 0; j < c->d.v; j++) {
         const int g = c->g.chunk_g[j];
         for (int k = 0; k < X->n_xslots[j]; k++) {

@@ -14,6 +14,8 @@ void exec_grid_init(ExecGrid *g, const ModelSpec *s, const ModelDims *d, int ran
     g->world = world;
     model_rank_coords(l, rank, &g->tp_rank, &g->cp_rank, &g->dp_rank, &g->stage);
     g->zero_n = d->zero_group;
+    int etp_rank, pp_rank;
+    model_expert_coords(l, rank, &etp_rank, &g->ep_rank, &g->edp_rank, &pp_rank);
     g->zero_rank = g->cp_rank + l->cp * g->dp_rank;
     g->prev_rank = model_rank(l, g->tp_rank, g->cp_rank, g->dp_rank, (g->stage + d->p - 1) % d->p);
     g->next_rank = model_rank(l, g->tp_rank, g->cp_rank, g->dp_rank, (g->stage + 1) % d->p);

@@ -74,8 +74,14 @@ static int64_t full_row(const ExecCtx *x, const ExecParam *p, int64_t row)
             return qf + tp * kv + (row - q);
         return qf + kvf + tp * kv + (row - q - kv);
     }
-    case EXEC_MAP_SWIGLU:
-        return row < d->ffn_loc ? tp * d->ffn_loc + row : c->ffn_hidden + tp * d->ffn_loc + (row - d->ffn_loc);
+    case EXEC_MAP_SWIGLU: {
+        /* a MoE layer's MLP is its shared experts, shared_ffn wide */
+        const int moe = p->layer >= 0 && model_layer_is_moe(c, p->layer);
+        const int64_t f = moe ? d->sff_loc : d->ffn_loc, full = moe ? c->moe.shared_ffn : c->ffn_hidden;
+        return row < f ? tp * f + row : full + tp * f + (row - f);
+    }
+    case EXEC_MAP_EXPERTS:
+        return (int64_t)x->g.ep_rank * p->rows + row;
     case EXEC_MAP_ROWS:
         return tp * p->rows + row;
     default:
@@ -97,7 +103,8 @@ static void init_range(const ExecCtx *x, const ExecParam *p, uint64_t lo, uint64
         return;
     }
     const int vocab_rows = p->role == MODEL_TR_WTE || p->role == MODEL_TR_LOGITS_W;
-    const int out_proj = p->role == MODEL_TR_PROJ_W || p->role == MODEL_TR_FC2_W;
+    const int out_proj = p->role == MODEL_TR_PROJ_W || p->role == MODEL_TR_FC2_W ||
+                         p->role == MODEL_TR_EXP_FC2_W;
     const double std = out_proj ? 0.02 / sqrt(2.0 * c->layers) : 0.02;
     const uint64_t key = exec_hash_name(x->spec.job.seed, p->init_name);
     const uint64_t cols = (uint64_t)p->cols;

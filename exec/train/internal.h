@@ -52,6 +52,8 @@ enum { EXEC_MAX_CHUNKS = 64 };
 typedef struct {
     int rank, world;
     int stage, tp_rank, cp_rank, dp_rank;
+    int ep_rank, edp_rank;    /* place among the expert-parallel and expert-data-parallel ranks
+                                 (model_expert_coords) */
     int zero_rank, zero_n;    /* place in the dp x cp group that shards ZeRO state, its size */
     int prev_rank, next_rank; /* the world ranks of the neighbouring stages (a ring) */
     int chunk_g[EXEC_MAX_CHUNKS];  /* global chunk of each local chunk */
@@ -127,13 +129,19 @@ int exec_bind_wrong_dtype(const ModelTensor *t, PxDtype want, PxError *err);
 /* A layer's parameters (act dtype) or their gradients (fp32), by role: index r - MODEL_TR_LN1_W
  * for r in MODEL_TR_LN1_W ... MODEL_TR_FC2_B. */
 enum { EXEC_LAYER_PARAMS = MODEL_TR_FC2_B - MODEL_TR_LN1_W + 1 };
+/* A MoE layer's further parameters, by role: index r - MODEL_TR_ROUTER_W for r in
+ * MODEL_TR_ROUTER_W ... MODEL_TR_SHARED_GATE_W (the routed experts in their own block). */
+enum { EXEC_MOE_PARAMS = MODEL_TR_SHARED_GATE_W - MODEL_TR_ROUTER_W + 1 };
 typedef struct {
     void *t[EXEC_LAYER_PARAMS];
+    void *m[EXEC_MOE_PARAMS];
 } ExecLayerParams;
 typedef struct {
     float *t[EXEC_LAYER_PARAMS];
+    float *m[EXEC_MOE_PARAMS];
 } ExecLayerGrads;
 #define EXEC_LP(p, R) ((p)->t[MODEL_TR_##R - MODEL_TR_LN1_W])
+#define EXEC_LPM(p, R) ((p)->m[MODEL_TR_##R - MODEL_TR_ROUTER_W])
 
 /* How a parameter's local elements map to the full, unsharded tensor (initialization). */
 typedef enum {
@@ -141,7 +149,9 @@ typedef enum {
     EXEC_MAP_QKV,      /* rows: this rank's Q heads, then its K heads, then its V heads */
     EXEC_MAP_ROWS,     /* a row slice: rows tp * rows_local ... (fc1 of GeLU, vocabulary) */
     EXEC_MAP_SWIGLU,   /* rows [gate slice | up slice] */
-    EXEC_MAP_COLS      /* a column slice (row-parallel attention projection, fc2) */
+    EXEC_MAP_COLS,     /* a column slice (row-parallel attention projection, fc2) */
+    EXEC_MAP_EXPERTS   /* a MoE layer's routed experts: rows ep * rows_local ... (this rank's
+                          experts, whole: etp 1) */
 } ExecMap;
 
 /* One parameter: its place in its block, how it is initialized and counted, where it is. */
@@ -159,7 +169,9 @@ typedef struct {
     int replicated; /* the same on every TP rank: its gradient norm is counted on TP rank 0 */
     int tied_copy;  /* the output layer's copy of embed.wte on the last stage: counted on the
                        first stage only */
-    int norm;       /* a norm weight or bias (SP: its gradient is summed over TP) */
+    int norm;       /* a norm weight or bias */
+    int sp_sum;     /* replicated over TP while each rank sees its sequence shard (norms, a MoE
+                       layer's router): SP sums its gradient over TP */
     ExecMap map;
 } ExecParam;
 
@@ -177,6 +189,7 @@ typedef struct {
     float *m, *v;   /* optimizer state: numel (ZeRO 0) or shard elements */
     float *master;  /* fp32 master weights (act not fp32), laid out as m */
     int tied;       /* holds the tied embedding and must sum it with the other stage first */
+    int experts;    /* a MoE layer's routed experts: reduced over the expert-data-parallel group */
 } ExecBlock;
 
 typedef struct ExecParams {
@@ -186,6 +199,7 @@ typedef struct ExecParams {
     int nb;
     int embed_block, final_block; /* indices in b, or -1 */
     int *layer_block;             /* [layers]: the block of each layer of the stage, or -1 */
+    int *expert_block;            /* [layers]: a MoE layer's routed experts' block, or -1 */
     /* the named views the layers read (ZeRO-3: pointed into the gather buffer per block) */
     ExecLayerParams *lw; /* [layers] (this stage's layers bound) */
     ExecLayerGrads *lg;
@@ -243,9 +257,10 @@ static inline uint64_t exec_stream_at(uint64_t seed, uint64_t offset)
 /* One layer's activations for one micro-batch, by role: index r - MODEL_TR_LN1_IN (pointers into
  * a slot of the pool, or into ws.recompute for what the recompute mode re-creates). */
 typedef struct {
-    void *t[MODEL_LAYER_ACTS];
+    void *t[MODEL_LAYER_ACTS + MODEL_MOE_ACTS]; /* a MoE layer's (model_moe_acts) after them */
 } ExecLayerActs;
 #define EXEC_LA(a, R) ((a)->t[MODEL_TR_##R - MODEL_TR_LN1_IN])
+#define EXEC_LMA(a, R) ((a)->t[MODEL_LAYER_ACTS + MODEL_TR_##R - MODEL_TR_ROUTER_PROBS])
 
 /* The embedding's and output layer's saved tensors of one micro-batch, by role: index
  * r - MODEL_TR_EMBED_DROP_MASK. loss.probs holds the fp32 logits, then the probabilities,
@@ -309,8 +324,9 @@ typedef struct {
     double start_s, end_s;
 } ExecEvent;
 
-/* The ops a layer runs, by role (MODEL_OPR_LN1 ... MODEL_OPR_FC2). */
-enum { EXEC_LAYER_OPS = MODEL_OPR_FC2 - MODEL_OPR_LN1 + 1, EXEC_PHASES = 3 };
+/* The ops a layer runs, by role (MODEL_OPR_LN1 ... MODEL_OPR_COMBINE: a MoE layer's router,
+ * experts and combine among them; the roles between that no layer runs stay -1). */
+enum { EXEC_LAYER_OPS = MODEL_OPR_COMBINE - MODEL_OPR_LN1 + 1, EXEC_PHASES = 3 };
 
 typedef struct {
     const ModelOpGraph *graph;
@@ -387,6 +403,7 @@ void exec_meter_device_memory(ExecMeter *M, const KernBackend *k, int at_start);
 /* Workspace views the layers compute in (the table's ws.* tensors and sp.gather). */
 typedef struct ExecWork {
     void *out, *dx_a, *dx_b, *dhid, *dqkv, *dffn, *dact, *dscores, *sp_gather;
+    void *exp_dffn, *exp_dx, *ep_send, *ep_recv; /* a MoE layer's (ep.* only when ep > 1) */
     float *flash_d, *xent;
     float *host_loss; /* the micro-batch's per-token losses, read back (b * s floats) */
 } ExecWork;
@@ -415,12 +432,65 @@ typedef struct {
     struct ExecPipe *pipe;
     struct ExecZero *Z;
     ExecPass *pass;
+    struct ExecMoe *moe;
 } ExecLayerRun;
 
 int exec_layers_forward(const ExecLayerRun *r, int chunk, int mb, ExecLayerActs *A,
                         ExecHeadActs *x, const int32_t *tokens, PxError *err);
 int exec_layers_backward(const ExecLayerRun *r, int chunk, int mb, ExecLayerActs *A,
                          const ExecHeadActs *x, const int32_t *tokens, int last_mb, PxError *err);
+
+/* ---- moe.c: a MoE layer's routed experts (router, dispatch, experts, combine) ---- */
+
+/* One MoE layer's views for one micro-batch, bound by role: parameters (act) and their fp32
+ * gradients, the saved activations (model_moe_acts), the all-to-all buffers and scratch. With
+ * ep 1 there are no all-to-all buffers (ep_send, ep_recv NULL): the rows stay in place. */
+typedef struct {
+    const void *router_w, *fc1_w, *fc2_w; /* [E,h]; [L,eff_out,h]; [L,h,eff] */
+    float *g_router_w, *g_fc1_w, *g_fc2_w;
+    float *probs;  /* [tokens,E] fp32: the router's scores (its logits first) */
+    int32_t *idx;  /* [tokens,topk] */
+    float *w;      /* [tokens,topk] */
+    void *exp_in, *exp_act_in, *exp_fc2_in; /* [routed,h], [routed,eff_out], [routed,eff] */
+    void *exp_out;                          /* [tokens*topk,h] */
+    void *ep_send, *ep_recv;                /* [tokens*topk,h], [routed,h] (ep > 1) */
+    void *ws_dx;                            /* [routed,h] */
+    float *dlogits, *dw;                    /* [tokens,E], [tokens,topk] scratch */
+    float *counts_f, *aux_dev;              /* [E], [1] */
+    int32_t *counts_i;                      /* [E] */
+} ExecMoeViews;
+
+/* The host side of the exchanges (sized at init) and the per-expert token counts of a step. */
+typedef struct ExecMoe {
+    int E, ep, L, layers, m;
+    int *index;    /* [model layers]: a MoE layer's place among the model's MoE layers, or -1 */
+    int64_t *cnt;  /* [E] this rank's copies routed to each expert */
+    float *cntf;   /* [E] the same as the device counts them */
+    int64_t *send, *recv, *blk, *one_s, *one_r; /* [ep], [ep], [ep*L], [ep], [ep] */
+    double *tokens_per_expert; /* [layers][E]: copies this rank routed this step */
+    float *gcount; /* [layers][m][E]: the micro-batch's counts over its whole sequence (SP:
+                      summed over TP), kept from the forward for the aux loss's backward */
+    double aux_sum; /* this rank's share of the step's load-balancing loss */
+} ExecMoe;
+
+int exec_moe_init(ExecMoe *M, const ExecCtx *c, PxError *err);
+void exec_moe_free(ExecMoe *M);
+void exec_moe_step_begin(ExecMoe *M);
+/* The busiest expert's copies over the mean, for the MoE layer index i (0 before any). */
+double exec_moe_imbalance(const ExecMoe *M, int layer_index);
+/* y[tokens,h] = the routed experts' weighted sum for x[tokens,h] (the normed input); the
+ * micro-batch's load-balancing loss times loss_weight is added to M->aux_sum. first_seq: the
+ * global index of the micro-batch's first sequence (forced balance); mb its index in the step.
+ * Timed under the layer's ops (r's meter). PX_ERUNTIME when the routed rows exceed the plan's
+ * buffers. */
+int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer,
+                     const ExecMoeViews *v, void *y, const void *x, long long first_seq, int mb,
+                     double loss_weight, PxError *err);
+/* dx[tokens,h] (overwritten; may be v->exp_in, spent by then) from dy; the experts' and
+ * router's gradients accumulated. The saved expert activations are spent. */
+int exec_moe_backward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer,
+                      const ExecMoeViews *v, void *dx, const void *dy, const void *x,
+                      long long first_seq, int mb, double loss_weight, PxError *err);
 
 /* ---- pipeline.c: the pipeline's transfers ---- */
 
@@ -457,6 +527,9 @@ typedef struct ExecZero {
     void *gather[2];         /* zero.param_gather's two halves (ZeRO 3) */
     int gather_next;         /* the half the next gather fills */
     int *req, *reduced, *op; /* [blocks]: the pending reduction, started this step, its op */
+    float *scratch;          /* SP's packed replicated gradients of a MoE layer (ws.exp_dffn,
+                                free at the reduction), or NULL */
+    uint64_t scratch_elems;
 } ExecZero;
 
 int exec_zero_init(ExecZero *Z, int n_blocks, PxError *err);
@@ -681,6 +754,7 @@ struct Exec {
     ExecBatches batches;
     ExecHistory hist;
     ExecPass pass;
+    ExecMoe moe;
     Ckpt *ckpt;
 };
 

@@ -26,6 +26,7 @@
  * parallelism's sharded temporaries in ws.dx_a; sp.gather holds whatever was gathered. */
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "exec/train/internal.h"
 
@@ -57,7 +58,23 @@ int exec_work_bind(ExecWork *W, const ExecCtx *c, const ModelTensor *t, void *p,
     case MODEL_TR_SP_GATHER: act = &W->sp_gather; break;
     case MODEL_TR_WS_FLASH_D: f32 = &W->flash_d; break;
     case MODEL_TR_WS_XENT: f32 = &W->xent; break;
+    case MODEL_TR_WS_EXP_DFFN: act = &W->exp_dffn; break;
+    case MODEL_TR_WS_EXP_DX: act = &W->exp_dx; break;
+    case MODEL_TR_EP_SEND: act = &W->ep_send; break;
+    case MODEL_TR_EP_RECV: act = &W->ep_recv; break;
     default: return exec_bind_unused(t, err);
+    }
+    if (t->role == MODEL_TR_WS_EXP_DFFN) {
+        /* the router's scratch lives in it (moe_views): the logits' and weights' gradients,
+         * the counts and the loss, fp32 */
+        const ModelMoe *mo = &c->spec.model.moe;
+        const uint64_t need = ((uint64_t)c->d.tokens * (uint64_t)(mo->experts + mo->topk) +
+                               3u * (uint64_t)mo->experts + 1u) * sizeof(float);
+        if (t->bytes < need)
+            return px_fail(err, PX_ERUNTIME,
+                           "%s holds %llu bytes but the router's scratch needs %llu: model/ and "
+                           "exec/ disagree",
+                           t->name, (unsigned long long)t->bytes, (unsigned long long)need);
     }
     const PxDtype want = act ? c->act : PX_FP32;
     if (t->dtype != want)
@@ -181,6 +198,60 @@ static void dropout_region(const ExecLayerRun *r, void *out, uint8_t *mask, cons
     }
 }
 
+/* ---- a MoE layer's parts ---- */
+
+static int is_moe(const ExecCtx *c, int l) { return c->d.moe && model_layer_is_moe(&c->spec.model, l); }
+
+/* The MLP's widths of layer l: a MoE layer's MLP is its shared experts. */
+static void mlp_widths(const ExecCtx *c, int l, int *F, int *FO)
+{
+    const int moe = is_moe(c, l);
+    *F = moe ? c->d.sff_loc : c->d.ffn_loc;
+    *FO = moe ? c->d.sff_out_loc : c->d.ffn_out_loc;
+}
+
+/* The weight of a micro-batch's load-balancing loss in the step's objective: one micro-batch of
+ * global_batch / b (Megatron-Core averages it over the micro-batches and the data-parallel
+ * ranks), times the fp16 loss scale. The same on every layout with the same micro-batch. */
+static double aux_weight(const ExecLayerRun *r)
+{
+    return r->pass->loss_scale * (double)r->c->d.b / (double)r->c->spec.job.global_batch;
+}
+
+/* Layer l's MoE views over its saved activations a; the router's scratch in ws.exp_dffn (its
+ * size checked when bound). */
+static void moe_views(const ExecLayerRun *r, int l, const ExecLayerActs *a, ExecMoeViews *v)
+{
+    const ExecCtx *c = r->c;
+    const ModelMoe *mo = &c->spec.model.moe;
+    const ExecLayerParams *w = &r->P->lw[l];
+    const ExecLayerGrads *g = &r->P->lg[l];
+    const size_t N = (size_t)c->d.tokens, E = (size_t)mo->experts, K = (size_t)mo->topk;
+    memset(v, 0, sizeof *v);
+    v->router_w = EXEC_LPM(w, ROUTER_W);
+    v->fc1_w = EXEC_LPM(w, EXP_FC1_W);
+    v->fc2_w = EXEC_LPM(w, EXP_FC2_W);
+    v->g_router_w = EXEC_LPM(g, ROUTER_W);
+    v->g_fc1_w = EXEC_LPM(g, EXP_FC1_W);
+    v->g_fc2_w = EXEC_LPM(g, EXP_FC2_W);
+    v->probs = EXEC_LMA(a, ROUTER_PROBS);
+    v->idx = EXEC_LMA(a, ROUTE_IDX);
+    v->w = EXEC_LMA(a, ROUTE_W);
+    v->exp_in = EXEC_LMA(a, EXP_IN);
+    v->exp_act_in = EXEC_LMA(a, EXP_ACT_IN);
+    v->exp_fc2_in = EXEC_LMA(a, EXP_FC2_IN);
+    v->exp_out = EXEC_LMA(a, EXP_OUT);
+    v->ep_send = r->W->ep_send;
+    v->ep_recv = r->W->ep_recv;
+    v->ws_dx = r->W->exp_dx;
+    float *s = r->W->exp_dffn;
+    v->dlogits = s;
+    v->dw = s + N * E;
+    v->counts_f = v->dw + N * K;
+    v->aux_dev = v->counts_f + E;
+    v->counts_i = (int32_t *)(v->aux_dev + E); /* E floats after the loss: aligned, apart */
+}
+
 /* ---- tensor-parallel collectives, each timed under its op ---- */
 
 /* The graph's op for the TP collective `kind` at (role, layer; -1 outside the layers). */
@@ -289,7 +360,7 @@ static void attention_core_fwd(const ExecLayerRun *r, const ExecLayerActs *a, vo
  * region), then bias, dropout and the residual: out = res + dropout(y + bias). */
 static int row_parallel_out(const ExecLayerRun *r, int chunk, int l, ModelOpRole role,
                             ModelPhase ph, const void *bias, uint8_t *mask, int site,
-                            const void *res, void *out, int mb, PxError *err)
+                            const void *res, void *out, int mb, const void *extra, PxError *err)
 {
     const ExecCtx *c = r->c;
     const int R = c->d.b * c->d.s_sp, h = c->d.h;
@@ -302,6 +373,8 @@ static int row_parallel_out(const ExecLayerRun *r, int chunk, int l, ModelOpRole
         TRY(tp_allreduce(r, role, l, chunk, ph, y, (size_t)R * h, err));
     }
     resume(r, layer_op(r, l, role, ph));
+    if (extra) /* a MoE layer's routed experts beside its shared ones */
+        c->k->add(y, y, extra, (size_t)R * h);
     if (bias)
         c->k->add_bias(y, bias, R, h);
     if (c->dropout > 0)
@@ -352,12 +425,33 @@ static int layer_fwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
     mm_act(r, r->W->out, EXEC_LA(a, PROJ_IN), EXEC_LP(w, PROJ_W), N, h, d->q_loc, 0, 1);
     TRY(row_parallel_out(r, chunk, l, MODEL_OPR_PROJ, phase, EXEC_LP(w, PROJ_B),
                          EXEC_LA(a, ATTN_DROP_MASK), EXEC_SITE_ATTN_OUT, EXEC_LA(a, LN1_IN),
-                         EXEC_LA(a, LN2_IN), mb, err));
+                         EXEC_LA(a, LN2_IN), mb, NULL, err));
 
     begin(r, layer_op(r, l, MODEL_OPR_LN2, phase));
     norm_fwd(r, EXEC_LA(a, FC1_IN), EXEC_LA(a, LN2_IN), EXEC_LP(w, LN2_W), EXEC_LP(w, LN2_B), R);
     end(r);
 
+    /* a MoE layer: the routed experts' output first (ws.dhid, free in the forward), then the
+     * shared experts' beside it, or alone its dropout and residual */
+    const void *routed = NULL;
+    if (is_moe(c, l)) {
+        ExecMoeViews v;
+        moe_views(r, l, a, &v);
+        TRY(exec_moe_forward(r->moe, r, chunk, l, &v, r->W->dhid, EXEC_LA(a, FC1_IN),
+                             seq_index(r, mb, 0), mb, aux_weight(r), err));
+        routed = r->W->dhid;
+        if (d->sff_loc == 0) {
+            resume(r, exec_meter_find(r->M, MODEL_OPR_COMBINE, l, chunk, phase, MODEL_COMM_COUNT, 0));
+            if (c->dropout > 0) /* in place over ws.dhid */
+                dropout_region(r, r->W->dhid, EXEC_LA(a, MLP_DROP_MASK), routed, mb, l,
+                               EXEC_SITE_MLP_OUT);
+            k->add(out, EXEC_LA(a, LN2_IN), routed, (size_t)R * h);
+            end(r);
+            return PX_OK;
+        }
+    }
+    int F, FO;
+    mlp_widths(c, l, &F, &FO);
     x = EXEC_LA(a, FC1_IN);
     if (sp) {
         TRY(tp_all_gather(r, MODEL_OPR_FC1, l, chunk, phase, r->W->sp_gather, EXEC_LA(a, FC1_IN),
@@ -365,23 +459,23 @@ static int layer_fwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
         x = r->W->sp_gather;
     }
     begin(r, layer_op(r, l, MODEL_OPR_FC1, phase));
-    mm_act(r, EXEC_LA(a, ACT_IN), x, EXEC_LP(w, FC1_W), N, d->ffn_out_loc, h, 0, 1);
+    mm_act(r, EXEC_LA(a, ACT_IN), x, EXEC_LP(w, FC1_W), N, FO, h, 0, 1);
     if (EXEC_LP(w, FC1_B))
-        k->add_bias(EXEC_LA(a, ACT_IN), EXEC_LP(w, FC1_B), N, d->ffn_out_loc);
+        k->add_bias(EXEC_LA(a, ACT_IN), EXEC_LP(w, FC1_B), N, FO);
     end(r);
 
     begin(r, layer_op(r, l, MODEL_OPR_ACT, phase));
     if (cfg->mlp == MODEL_SWIGLU)
-        k->swiglu_fwd(EXEC_LA(a, FC2_IN), EXEC_LA(a, ACT_IN), N, d->ffn_loc);
+        k->swiglu_fwd(EXEC_LA(a, FC2_IN), EXEC_LA(a, ACT_IN), N, F);
     else
-        k->gelu_fwd(EXEC_LA(a, FC2_IN), EXEC_LA(a, ACT_IN), (size_t)N * d->ffn_loc);
+        k->gelu_fwd(EXEC_LA(a, FC2_IN), EXEC_LA(a, ACT_IN), (size_t)N * F);
     end(r);
 
     begin(r, layer_op(r, l, MODEL_OPR_FC2, phase));
-    mm_act(r, r->W->out, EXEC_LA(a, FC2_IN), EXEC_LP(w, FC2_W), N, h, d->ffn_loc, 0, 1);
+    mm_act(r, r->W->out, EXEC_LA(a, FC2_IN), EXEC_LP(w, FC2_W), N, h, F, 0, 1);
     return row_parallel_out(r, chunk, l, MODEL_OPR_FC2, phase, EXEC_LP(w, FC2_B),
                             EXEC_LA(a, MLP_DROP_MASK), EXEC_SITE_MLP_OUT, EXEC_LA(a, LN2_IN), out,
-                            mb, err);
+                            mb, routed, err);
 }
 
 /* The output gradient of a row-parallel layer over the full sequence: dropout's backward on
@@ -473,7 +567,8 @@ static int mlp_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerActs 
     const ExecLayerParams *w = &r->P->lw[l];
     const ExecLayerGrads *g = &r->P->lg[l];
     const int N = d->b * d->s_loc, R = d->b * d->s_sp, h = d->h;
-    const int F = d->ffn_loc, FO = d->ffn_out_loc;
+    int F, FO;
+    mlp_widths(c, l, &F, &FO);
 
     begin(r, layer_op(r, l, MODEL_OPR_FC2, MODEL_BWD));
     const void *dy;
@@ -507,6 +602,41 @@ static int mlp_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerActs 
     return column_parallel_dx(r, chunk, l, MODEL_OPR_FC1, dn, err);
 }
 
+/* A MoE layer's MLP backward: the routed experts' (over the region's output gradient, after
+ * dropout's backward), then the shared experts' as a dense MLP's; *dn gets the sum of their
+ * input gradients. The routed input gradient lands in the layer's saved experts' input, spent
+ * by then. */
+static int moe_mlp_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerActs *a,
+                       const void *dres, const void **dn, int mb, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const int R = c->d.b * c->d.s_sp, h = c->d.h;
+    const int op_comb = exec_meter_find(r->M, MODEL_OPR_COMBINE, l, chunk, MODEL_BWD,
+                                        MODEL_COMM_COUNT, 0);
+    const void *dy = dres;
+    if (c->dropout > 0) {
+        void *tmp = sp_on(c) ? r->W->dx_a : r->W->out;
+        resume(r, op_comb);
+        c->k->dropout_bwd(tmp, dres, EXEC_LA(a, MLP_DROP_MASK), (size_t)R * h, c->dropout);
+        end(r);
+        dy = tmp;
+    }
+    ExecMoeViews v;
+    moe_views(r, l, a, &v);
+    void *dxr = EXEC_LMA(a, EXP_IN);
+    TRY(exec_moe_backward(r->moe, r, chunk, l, &v, dxr, dy, EXEC_LA(a, FC1_IN),
+                          seq_index(r, mb, 0), mb, aux_weight(r), err));
+    if (c->d.sff_loc == 0) {
+        *dn = dxr;
+        return PX_OK;
+    }
+    TRY(mlp_bwd(r, chunk, l, a, dres, dn, err));
+    resume(r, op_comb);
+    c->k->add((void *)*dn, *dn, dxr, (size_t)R * h);
+    end(r);
+    return PX_OK;
+}
+
 /* Backward of layer l: dres holds the gradient of the layer's output (this rank's region) and
  * leaves with the gradient of its input. */
 static int layer_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerActs *a, void *dres,
@@ -526,7 +656,10 @@ static int layer_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
         TRY(layer_fwd(r, chunk, l, a, sp ? r->W->dx_a : r->W->out, MODEL_RECOMPUTE, mb, err));
 
     const void *dn;
-    TRY(mlp_bwd(r, chunk, l, a, dres, &dn, err));
+    if (is_moe(c, l))
+        TRY(moe_mlp_bwd(r, chunk, l, a, dres, &dn, mb, err));
+    else
+        TRY(mlp_bwd(r, chunk, l, a, dres, &dn, err));
 
     begin(r, layer_op(r, l, MODEL_OPR_LN2, MODEL_BWD));
     norm_bwd(r, dres, EXEC_LP(g, LN2_W), EXEC_LP(g, LN2_B), dn, EXEC_LA(a, LN2_IN),
@@ -880,6 +1013,10 @@ int exec_layers_backward(const ExecLayerRun *r, int j, int mb, ExecLayerActs *A,
         TRY(exec_zero_bucket_reduce(r->Z, c, r->P, r->M, blk, err));
         if (last_mb)
             TRY(exec_zero_block_done(r->Z, c, r->P, r->M, blk, err));
+        /* a MoE layer's routed experts: their own block, reduced over the expert-data-parallel
+         * group */
+        if (last_mb && r->P->expert_block[l] >= 0)
+            TRY(exec_zero_block_done(r->Z, c, r->P, r->M, r->P->expert_block[l], err));
     }
     if (g == 0)
         return embed_bwd(r, j, x, tok, dres, last_mb, err);

@@ -79,7 +79,10 @@ int exec_meter_other_op(const ExecMeter *M, ModelOpRole role, ModelPhase phase)
     return M->other_op[role][phase_slot(phase)];
 }
 
-static int is_layer_role(ModelOpRole r) { return r >= MODEL_OPR_LN1 && r <= MODEL_OPR_FC2; }
+static int is_layer_role(ModelOpRole r)
+{
+    return (r >= MODEL_OPR_LN1 && r <= MODEL_OPR_FC2) || (r >= MODEL_OPR_ROUTER && r <= MODEL_OPR_COMBINE);
+}
 
 /* Files op i under its key (repeats chain in graph order: ZeRO-3 gathers a tied embedding
  * twice per pass) and under the compute-op tables. */
@@ -105,8 +108,12 @@ static int index_op(ExecMeter *M, const ExecCtx *c, int i, PxError *err)
         return PX_OK;
     const int L = c->spec.model.layers;
     if (is_layer_role(op->role) && op->layer >= 0 && op->layer < L) {
-        M->layer_op[(op->layer * EXEC_LAYER_OPS + (op->role - MODEL_OPR_LN1)) * EXEC_PHASES +
-                    phase_slot(op->phase)] = i;
+        /* the first of a role's ops (the router's GEMM before its permutation; moe.c finds
+         * the others by kind) */
+        int *slot = &M->layer_op[(op->layer * EXEC_LAYER_OPS + (op->role - MODEL_OPR_LN1)) *
+                                     EXEC_PHASES + phase_slot(op->phase)];
+        if (*slot < 0)
+            *slot = i;
         return PX_OK;
     }
     if (op->role == MODEL_OPR_EMBED || op->role == MODEL_OPR_FINAL_LN ||
@@ -126,8 +133,15 @@ static int check_complete(const ExecMeter *M, const ExecCtx *c, PxError *err)
     const ModelRecompute rc = c->spec.layout.recompute;
     for (int j = 0; j < c->d.v; j++)
         for (int l = c->g.chunk_l0[j]; l < c->g.chunk_l0[j] + c->g.cl; l++)
-            for (int r = MODEL_OPR_LN1; r <= MODEL_OPR_FC2; r++)
+            for (int r = MODEL_OPR_LN1; r <= MODEL_OPR_COMBINE; r++)
                 for (int p = 0; p < EXEC_PHASES; p++) {
+                    /* a MoE layer runs its router, experts and combine (the dispatch is
+                     * communication only) and an MLP when it has shared experts */
+                    const int moe = c->d.moe && model_layer_is_moe(&c->spec.model, l);
+                    const int mlp = r >= MODEL_OPR_FC1 && r <= MODEL_OPR_FC2;
+                    if (!is_layer_role((ModelOpRole)r) || r == MODEL_OPR_DISPATCH ||
+                        (r >= MODEL_OPR_ROUTER && !moe) || (mlp && moe && c->d.sff_loc == 0))
+                        continue;
                     int want = p != MODEL_RECOMPUTE || rc == MODEL_RECOMPUTE_FULL ||
                                (r == MODEL_OPR_CORE && rc == MODEL_RECOMPUTE_SELECTIVE &&
                                 !c->spec.job.flash_attn);

@@ -39,16 +39,21 @@ static double local_sumsq(const ExecCtx *c, const ExecParams *P)
     /* every element once in the job: TP-replicated parameters count on TP rank 0, data-parallel
      * replicas (ZeRO 0) on ZeRO rank 0, ZeRO shards on their owner, the tied output layer's
      * copy on the first stage only */
-    if (zero == 0 && c->g.zero_rank != 0)
-        return 0;
+    /* a MoE layer's routed experts are this rank's (ep) and replicated over the
+     * expert-data-parallel ranks: counted on its first (etp 1) */
     /* one call per contiguous run of counted gradients (sumsq waits for the device) */
     const float *run = NULL;
     uint64_t run_n = 0;
     for (int i = 0; i < P->n; i++) {
         const ExecParam *p = &P->p[i];
         uint64_t lo, hi;
-        if ((p->replicated && c->g.tp_rank != 0) || p->tied_copy || !exec_params_own(P, p, &lo, &hi))
+        if (P->b[p->block].experts) {
+            if (c->g.edp_rank != 0 || !exec_params_own(P, p, &lo, &hi))
+                continue;
+        } else if ((zero == 0 && c->g.zero_rank != 0) || (p->replicated && c->g.tp_rank != 0) ||
+                   p->tied_copy || !exec_params_own(P, p, &lo, &hi)) {
             continue;
+        }
         const float *g = exec_optim_grad_at(c, P, p, lo);
         if (run && g == run + run_n) {
             run_n += hi - lo;

@@ -8,7 +8,20 @@
 
 #include "exec/train/internal.h"
 
-static int is_layer_param(ModelTensorRole r) { return r >= MODEL_TR_LN1_W && r <= MODEL_TR_FC2_B; }
+static int is_dense_param(ModelTensorRole r) { return r >= MODEL_TR_LN1_W && r <= MODEL_TR_FC2_B; }
+
+static int is_moe_param(ModelTensorRole r)
+{
+    return r >= MODEL_TR_ROUTER_W && r <= MODEL_TR_SHARED_GATE_W;
+}
+
+static int is_layer_param(ModelTensorRole r) { return is_dense_param(r) || is_moe_param(r); }
+
+static int is_expert_param(ModelTensorRole r)
+{
+    return r == MODEL_TR_EXP_FC1_W || r == MODEL_TR_EXP_FC1_B || r == MODEL_TR_EXP_FC2_W ||
+           r == MODEL_TR_EXP_FC2_B;
+}
 
 static int is_norm(ModelTensorRole r)
 {
@@ -16,14 +29,19 @@ static int is_norm(ModelTensorRole r)
            r == MODEL_TR_LN2_B || r == MODEL_TR_FINAL_LN_W || r == MODEL_TR_FINAL_LN_B;
 }
 
-static int is_param(ModelTensorRole r) { return r >= MODEL_TR_WTE && r <= MODEL_TR_LOGITS_W; }
+static int is_param(ModelTensorRole r)
+{
+    return (r >= MODEL_TR_WTE && r <= MODEL_TR_LOGITS_W) || is_moe_param(r);
+}
 
 /* The views of a parameter: where the layers read its weights and write its gradient. NULL
  * when the role is not a parameter's. */
 static void **weight_view(ExecParams *P, ModelTensorRole r, int layer)
 {
-    if (is_layer_param(r))
+    if (is_dense_param(r))
         return &P->lw[layer].t[r - MODEL_TR_LN1_W];
+    if (is_moe_param(r))
+        return &P->lw[layer].m[r - MODEL_TR_ROUTER_W];
     switch (r) {
     case MODEL_TR_WTE: return &P->wte;
     case MODEL_TR_WPE: return &P->wpe;
@@ -36,8 +54,10 @@ static void **weight_view(ExecParams *P, ModelTensorRole r, int layer)
 
 static float **grad_view(ExecParams *P, ModelTensorRole r, int layer)
 {
-    if (is_layer_param(r))
+    if (is_dense_param(r))
         return &P->lg[layer].t[r - MODEL_TR_LN1_W];
+    if (is_moe_param(r))
+        return &P->lg[layer].m[r - MODEL_TR_ROUTER_W];
     switch (r) {
     case MODEL_TR_WTE: return &P->g_wte;
     case MODEL_TR_WPE: return &P->g_wpe;
@@ -101,8 +121,9 @@ static int blocks_from(ExecParams *P, const ExecCtx *c, const ModelTensorTable *
             blk->own_off = 0;
             blk->own_n = blk->numel;
         }
+        blk->experts = mb->experts;
         if (mb->layer >= 0 && mb->layer < c->spec.model.layers)
-            P->layer_block[mb->layer] = b;
+            *(mb->experts ? &P->expert_block[mb->layer] : &P->layer_block[mb->layer]) = b;
     }
     return PX_OK;
 }
@@ -137,10 +158,14 @@ static int param_from(ExecParams *P, const ExecCtx *c, const ModelTensor *t, uin
     p->decay = t->ndim >= 2;
     p->replicated = !(t->shard & MODEL_SHARD_TP);
     p->norm = is_norm(t->role);
+    p->sp_sum = p->norm || t->role == MODEL_TR_ROUTER_W || t->role == MODEL_TR_ROUTER_B ||
+                t->role == MODEL_TR_SHARED_GATE_W;
     p->tied_copy = c->g.tied_pair && t->role == MODEL_TR_LOGITS_W;
     /* the output layer's copy starts as an exact copy of the embedding */
     px_strlcpy(p->init_name, p->tied_copy ? "embed.wte" : t->name, sizeof p->init_name);
     p->map = c->d.t > 1 ? tp_map(t->role, c->spec.model.mlp == MODEL_SWIGLU) : EXEC_MAP_FULL;
+    if (is_expert_param(t->role))
+        p->map = c->d.ep > 1 ? EXEC_MAP_EXPERTS : EXEC_MAP_FULL;
     if (t->role == MODEL_TR_WTE)
         P->embed_block = t->block;
     else if (t->role == MODEL_TR_FINAL_LN_W)
@@ -161,15 +186,16 @@ int exec_params_build(ExecParams *P, const ExecCtx *c, const ModelTensorTable *t
     P->p = calloc((size_t)(n > 0 ? n : 1), sizeof *P->p);
     P->b = calloc((size_t)(tt->n_blocks > 0 ? tt->n_blocks : 1), sizeof *P->b);
     P->layer_block = malloc((size_t)(L > 0 ? L : 1) * sizeof *P->layer_block);
+    P->expert_block = malloc((size_t)(L > 0 ? L : 1) * sizeof *P->expert_block);
     P->lw = calloc((size_t)(L > 0 ? L : 1), sizeof *P->lw);
     P->lg = calloc((size_t)(L > 0 ? L : 1), sizeof *P->lg);
     uint64_t *off = calloc((size_t)(tt->n_blocks > 0 ? tt->n_blocks : 1), sizeof *off);
-    if (!P->p || !P->b || !P->layer_block || !P->lw || !P->lg || !off) {
+    if (!P->p || !P->b || !P->layer_block || !P->expert_block || !P->lw || !P->lg || !off) {
         free(off);
         return px_fail(err, PX_ERUNTIME, "out of memory for the parameter table");
     }
     for (int l = 0; l < L; l++)
-        P->layer_block[l] = -1;
+        P->layer_block[l] = P->expert_block[l] = -1;
     int rc = blocks_from(P, c, tt, twin, err);
     /* the parameters from the table without ZeRO (ZeRO-3's holds only shards, not the
      * parameters inside them): names, shapes, offsets in the block */
@@ -315,6 +341,7 @@ void exec_params_free(ExecParams *P)
     free(P->p);
     free(P->b);
     free(P->layer_block);
+    free(P->expert_block);
     free(P->lw);
     free(P->lg);
     memset(P, 0, sizeof *P);

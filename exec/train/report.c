@@ -256,6 +256,18 @@ static cJSON *rank_json(Exec *ex)
         cJSON_AddItemToArray(oa, o);
     }
 
+    /* a MoE model: the copies this rank routed to each expert of each MoE layer in the last
+     * step; TP ranks without SP route the same tokens, so one of them tells */
+    const ExecMoe *mo = &ex->moe;
+    if (ex->c.d.moe && mo->tokens_per_expert && (ex->c.spec.layout.sp || ex->c.g.tp_rank == 0)) {
+        cJSON *ml = cJSON_AddArrayToObject(r, "moe_routed");
+        for (int i = 0; i < mo->layers; i++) {
+            cJSON *row = cJSON_CreateDoubleArray(mo->tokens_per_expert + (size_t)i * (size_t)mo->E,
+                                                 mo->E);
+            cJSON_AddItemToArray(ml, row);
+        }
+    }
+
     cJSON *tl = cJSON_AddObjectToObject(r, "timeline");
     cJSON_AddNumberToObject(tl, "rank", ex->c.g.rank);
     cJSON_AddNumberToObject(tl, "stage", ex->c.g.stage);
@@ -280,6 +292,50 @@ static cJSON *rank_json(Exec *ex)
 static cJSON *detach(cJSON *obj, const char *key)
 {
     return cJSON_DetachItemFromObjectCaseSensitive(obj, key);
+}
+
+/* "moe": per MoE layer, the token copies routed to each expert in the last step over the whole
+ * job (every rank's own tokens summed; a layer of another stage counts zero there), and the
+ * busiest expert's over the mean: 1 is perfect balance, E that every copy went to one expert. */
+static void moe_json(const Exec *ex, cJSON *j, cJSON *const *ranks, int n)
+{
+    const ExecMoe *mo = &ex->moe;
+    if (!ex->c.d.moe || mo->layers == 0)
+        return;
+    double *sum = calloc((size_t)mo->layers * (size_t)mo->E, sizeof *sum);
+    if (!sum)
+        return;
+    for (int i = 0; i < n; i++) {
+        const cJSON *ml = cJSON_GetObjectItemCaseSensitive(ranks[i], "moe_routed");
+        for (int l = 0; l < mo->layers && ml; l++) {
+            const cJSON *row = cJSON_GetArrayItem(ml, l);
+            for (int e = 0; e < mo->E && row; e++)
+                sum[(size_t)l * mo->E + e] += cJSON_GetNumberValue(cJSON_GetArrayItem(row, e));
+        }
+        cJSON_DeleteItemFromObjectCaseSensitive(ranks[i], "moe_routed");
+    }
+    cJSON *m = cJSON_AddObjectToObject(j, "moe");
+    cJSON_AddNumberToObject(m, "step", ex->hist.first_step + ex->hist.done);
+    cJSON_AddNumberToObject(m, "experts", mo->E);
+    cJSON_AddNumberToObject(m, "topk", ex->c.spec.model.moe.topk);
+    cJSON_AddBoolToObject(m, "force_balance", ex->c.spec.job.moe_force_balance);
+    cJSON *layers = cJSON_AddArrayToObject(m, "layers");
+    for (int l = 0, idx = 0; l < ex->c.spec.model.layers; l++) {
+        if (mo->index[l] < 0)
+            continue;
+        const double *t = sum + (size_t)idx++ * mo->E;
+        double mx = 0, tot = 0;
+        for (int e = 0; e < mo->E; e++) {
+            mx = t[e] > mx ? t[e] : mx;
+            tot += t[e];
+        }
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "layer", l);
+        cJSON_AddItemToObject(o, "tokens_per_expert", cJSON_CreateDoubleArray(t, mo->E));
+        cJSON_AddNumberToObject(o, "max_over_mean", tot > 0 ? mx / (tot / mo->E) : 0.0);
+        cJSON_AddItemToArray(layers, o);
+    }
+    free(sum);
 }
 
 /* The run (docs/formats.md's Run) from every rank's figures, in rank order. */
@@ -390,6 +446,8 @@ static cJSON *run_json(Exec *ex, cJSON *const *ranks, int n)
             cJSON_Delete(t);
     }
     free(stage_seen);
+
+    moe_json(ex, j, ranks, n);
 
     cJSON *tm = cJSON_AddObjectToObject(j, "time");
     cJSON_AddNumberToObject(tm, "step_s_median", exec_median_step_s(ex));

@@ -33,7 +33,8 @@ void exec_sched_free(ExecSched *S)
 ExecLayerRun exec_layer_run(Exec *ex)
 {
     return (ExecLayerRun){.c = &ex->c, .P = &ex->params, .W = &ex->work, .M = &ex->meter,
-                          .pipe = &ex->pipe, .Z = &ex->zero, .pass = &ex->pass};
+                          .pipe = &ex->pipe, .Z = &ex->zero, .pass = &ex->pass,
+                          .moe = &ex->moe};
 }
 
 /* One action of the schedule: a forward (backward 0: forward only, one slot serving every

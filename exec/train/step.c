@@ -59,6 +59,7 @@ int exec_step(Exec *ex, int step, ExecStepStats *st, PxError *err)
     if (rc)
         return rc;
     exec_meter_step_begin(&ex->meter, c->comm);
+    exec_moe_step_begin(&ex->moe);
     const double loss_scale = ex->optim.scaler.scale;
     ExecUpdate u = {0, 0, 0, 0};
     rc = exec_schedule_run(ex, step, 1, err);

@@ -122,6 +122,29 @@ static int check_supported(const Exec *ex, PxError *err)
                        "%s: layout.cp %d: the executor does not run context parallelism (make the "
                        "plan with --cp 1)",
                        origin, d->c);
+    /* What of mixture of experts this executor runs (docs/executor.md, "Mixture of experts"):
+     * refused before the tables are built, naming the setting. */
+    if (d->moe) {
+        const ModelMoe *mo = &s->model.moe;
+        const char *why = d->etp != 1                          ? "layout.etp must be 1"
+                          : s->layout.zero != 0                 ? "layout.zero must be 0"
+                          : d->v > 1                            ? "layout.vpp must be 1"
+                          : s->layout.recompute == MODEL_RECOMPUTE_FULL ? "recompute full is not supported"
+                          : mo->capacity_factor > 0             ? "moe.capacity_factor must be 0 (no token dropping)"
+                          : s->model.mlp != MODEL_SWIGLU        ? "the experts must be SwiGLU"
+                          : mo->expert_bias || mo->router_bias || mo->shared_gate
+                              ? "expert, router biases and the shared gate are not supported"
+                          : s->job.precision != PX_FP32         ? "precision must be fp32 (the router's backward)"
+                          : d->sff_out_loc > d->ffn_out_loc     ? "moe.shared_ffn must not exceed ffn_hidden"
+                          : s->model.mla.kv_lora_rank > 0 || s->model.mtp_layers > 0
+                              ? "MLA and multi-token prediction are not supported"
+                                                                : NULL;
+        if (why)
+            return px_fail(err, PX_EINPUT,
+                           "%s: model %s has %d experts: the executor runs mixture-of-experts "
+                           "layers with limits: %s",
+                           origin, s->model.name, mo->experts, why);
+    }
     if (d->gpus != world) {
         if (world == 1 && !comm_mpi_available())
             return px_fail(err, PX_EINPUT,
@@ -270,7 +293,10 @@ static int phase_grid(Exec *ex, PxError *err)
     if (comm_group_size(c->comm, MODEL_GROUP_DP) != c->g.zero_n ||
         comm_group_rank(c->comm, MODEL_GROUP_DP) != c->g.zero_rank ||
         comm_group_size(c->comm, MODEL_GROUP_TP) != c->d.t ||
-        comm_group_rank(c->comm, MODEL_GROUP_TP) != c->g.tp_rank)
+        comm_group_rank(c->comm, MODEL_GROUP_TP) != c->g.tp_rank ||
+        (c->d.moe && (comm_group_size(c->comm, MODEL_GROUP_EP) != c->d.ep ||
+                      comm_group_rank(c->comm, MODEL_GROUP_EP) != c->g.ep_rank ||
+                      comm_group_size(c->comm, MODEL_GROUP_EDP) != c->d.edp)))
         return px_fail(err, PX_ERUNTIME, "the communication layer's groups do not follow the layout");
     return PX_OK;
 }
@@ -286,6 +312,7 @@ static int phase_parts(Exec *ex, PxError *err)
         (rc = exec_pipe_init(&ex->pipe, ex->sched.n, err)) ||
         (rc = exec_zero_init(&ex->zero, ex->tt.n_blocks, err)) ||
         (rc = exec_history_init(&ex->hist, c->steps, err)) ||
+        (c->d.moe && (rc = exec_moe_init(&ex->moe, c, err))) ||
         (rc = exec_batches_open(&ex->batches, c, err)))
         return rc;
     if (c->g.has_loss &&
@@ -312,6 +339,12 @@ static int phase_memory(Exec *ex, PxError *err)
                        "model/ and exec/ disagree",
                        (unsigned long long)ex->mem.a[MODEL_ACTIVATIONS].cap,
                        (unsigned long long)want);
+    /* SP's packed replicated gradients of a MoE layer: the experts' workspace, free then */
+    ex->zero.scratch = ex->work.exp_dffn;
+    ex->zero.scratch_elems = 0;
+    for (int i = 0; i < ex->tt.count; i++)
+        if (ex->tt.t[i].role == MODEL_TR_WS_EXP_DFFN)
+            ex->zero.scratch_elems = ex->tt.t[i].bytes / sizeof(float);
     if ((rc = exec_params_finish(&ex->params, c, ex->zero.bucket, ex->zero.bucket_elems,
                                  ex->zero.gather[0], err)) ||
         (rc = exec_meter_init(&ex->meter, c, &ex->graph, ex->sched.n, err)))
@@ -397,6 +430,7 @@ void exec_free(Exec *ex)
     exec_sched_free(&ex->sched);
     exec_pipe_free(&ex->pipe);
     exec_zero_free(&ex->zero);
+    exec_moe_free(&ex->moe);
     exec_meter_free(&ex->meter);
     exec_history_free(&ex->hist);
     free(ex);

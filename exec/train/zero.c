@@ -62,15 +62,50 @@ void exec_zero_step_begin(ExecZero *Z, int n_blocks)
 
 /* Sequence parallelism: the norms' replicated parameters saw only this rank's sequence shard,
  * so their gradients are summed over TP, one call per norm (a contiguous run of norm
- * parameters in the block) as the op graph lists them. grads: the block's gradient buffer. */
-static int sp_norm_grads(const ExecCtx *c, const ExecParams *P, ExecMeter *M, int b, float *grads,
-                         ModelPhase phase, PxError *err)
+ * parameters in the block) as the op graph lists them. A MoE layer's router (replicated too)
+ * joins its norms in one call, packed through the scratch. grads: the block's gradient
+ * buffer. */
+static int sp_norm_grads(const ExecZero *Z, const ExecCtx *c, const ExecParams *P, ExecMeter *M,
+                         int b, float *grads, ModelPhase phase, PxError *err)
 {
     const ExecBlock *blk = &P->b[b];
     if (!c->spec.layout.sp || c->d.t < 2 || blk->n_params == 0)
         return PX_OK;
-    int op = -1, rc = PX_OK;
+    int op = -1, rc = PX_OK, packed = 0;
     const int end = blk->first_param + blk->n_params;
+    uint64_t total = 0;
+    for (int i = blk->first_param; i < end; i++) {
+        packed |= P->p[i].sp_sum && !P->p[i].norm;
+        total += P->p[i].sp_sum ? P->p[i].numel : 0;
+    }
+    if (total == 0)
+        return PX_OK;
+    if ((rc = exec_meter_need(M, c, MODEL_OPR_BLOCK_SP_GRADS, b, blk->chunk, phase,
+                              MODEL_TP_ALLREDUCE, 0, "a block's sp_grads.tp_allreduce", &op, err)))
+        return rc;
+    if (packed) {
+        if (!Z->scratch || total > Z->scratch_elems)
+            return px_fail(err, PX_ERUNTIME, "block %d: %llu replicated gradients to sum over TP "
+                           "but a scratch of %llu", b, (unsigned long long)total,
+                           (unsigned long long)Z->scratch_elems);
+        exec_meter_begin(M, c->k, op);
+        uint64_t o = 0;
+        for (int i = blk->first_param; i < end; i++)
+            if (P->p[i].sp_sum) {
+                c->k->copy(Z->scratch + o, grads + P->p[i].off, P->p[i].numel * sizeof(float));
+                o += P->p[i].numel;
+            }
+        rc = comm_allreduce(c->comm, Z->scratch, total, PX_FP32, COMM_SUM, MODEL_TP_ALLREDUCE,
+                            NULL, err);
+        o = 0;
+        for (int i = blk->first_param; i < end && !rc; i++)
+            if (P->p[i].sp_sum) {
+                c->k->copy(grads + P->p[i].off, Z->scratch + o, P->p[i].numel * sizeof(float));
+                o += P->p[i].numel;
+            }
+        exec_meter_end(M, c->k);
+        return rc;
+    }
     for (int i = blk->first_param; i < end && !rc;) {
         if (!P->p[i].norm) {
             i++;
@@ -80,10 +115,6 @@ static int sp_norm_grads(const ExecCtx *c, const ExecParams *P, ExecMeter *M, in
         uint64_t n = 0;
         while (k < end && P->p[k].norm && P->p[k].off == P->p[i].off + n)
             n += P->p[k++].numel;
-        if (op < 0 && (rc = exec_meter_need(M, c, MODEL_OPR_BLOCK_SP_GRADS, b, blk->chunk, phase,
-                                            MODEL_TP_ALLREDUCE, 0,
-                                            "a block's sp_grads.tp_allreduce", &op, err)))
-            return rc;
         exec_meter_begin(M, c->k, op); /* one call per norm, as the graph counts them */
         rc = comm_allreduce(c->comm, grads + P->p[i].off, n, PX_FP32, COMM_SUM, MODEL_TP_ALLREDUCE,
                             NULL, err);
@@ -100,16 +131,19 @@ static int start_reduce(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter 
 {
     ExecBlock *blk = &P->b[b];
     const int zero = c->spec.layout.zero;
-    int rc = sp_norm_grads(c, P, M, b, blk->g, MODEL_STEP, err);
+    int rc = sp_norm_grads(Z, c, P, M, b, blk->g, MODEL_STEP, err);
     Z->reduced[b] = 1;
-    if (rc || c->g.zero_n < 2)
+    /* a MoE layer's routed experts are replicated over the expert-data-parallel group only */
+    if (rc || (blk->experts ? c->d.edp : c->g.zero_n) < 2)
         return rc;
-    const ModelComm kind = zero == 0 ? MODEL_DP_ALLREDUCE : MODEL_DP_REDUCE_SCATTER;
+    const ModelComm kind = blk->experts ? MODEL_EDP_ALLREDUCE
+                           : zero == 0  ? MODEL_DP_ALLREDUCE
+                                        : MODEL_DP_REDUCE_SCATTER;
     if ((rc = exec_meter_need(M, c, MODEL_OPR_BLOCK_GRADS, b, blk->chunk, MODEL_STEP, kind, 0,
                               "a block's gradient reduction", &Z->op[b], err)))
         return rc;
     exec_meter_begin(M, c->k, Z->op[b]);
-    if (zero == 0)
+    if (zero == 0 || blk->experts) /* experts: ZeRO 0 only (check_supported) */
         rc = comm_allreduce(c->comm, blk->g, blk->numel, PX_FP32, COMM_SUM, kind, &Z->req[b], err);
     else
         rc = comm_reduce_scatter_shard(c->comm, blk->g, blk->numel, blk->shard, PX_FP32, kind,
@@ -210,7 +244,7 @@ int exec_zero_bucket_reduce(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMe
     if (c->spec.layout.zero < 2 || b < 0)
         return PX_OK;
     const ExecBlock *blk = &P->b[b];
-    int rc = sp_norm_grads(c, P, M, b, Z->bucket, MODEL_BWD, err);
+    int rc = sp_norm_grads(Z, c, P, M, b, Z->bucket, MODEL_BWD, err);
     if (rc)
         return rc;
     if (c->g.zero_n > 1) {

@@ -70,6 +70,25 @@ void kern_cpu_adamw(void *param, float *master, const float *grad, float *m, flo
 void kern_cpu_sgd_momentum(void *param, float *master, const float *grad, float *mom, size_t n,
                            float lr, float momentum, float weight_decay, float grad_scale);
 
+/* moe.c */
+void kern_cpu_moe_route_fwd(float *probs, int32_t *idx, float *w, const float *logits,
+                            const KernMoeRoute *r);
+void kern_cpu_moe_route_bwd(float *dlogits, const float *dprobs, const float *dw,
+                            const float *probs, const int32_t *idx, const KernMoeRoute *r);
+void kern_cpu_moe_counts(float *counts, const int32_t *idx, int N, int topk, int E);
+void kern_cpu_moe_aux_fwd(float *loss, const float *probs, const float *counts, int N, int E,
+                          float scale);
+void kern_cpu_moe_aux_bwd(float *dprobs, const float *counts, int N, int E, float scale);
+void kern_cpu_moe_permute(void *out, int32_t *counts, int32_t *row_of, const void *x,
+                          const int32_t *idx, int N, int C, int topk, int E);
+void kern_cpu_moe_permute_bwd(void *dx, const void *dout, const int32_t *idx, int N, int C,
+                              int topk, int E);
+void kern_cpu_moe_unpermute(void *y, const void *eout, const float *w, const int32_t *idx, int N,
+                            int C, int topk, int E);
+void kern_cpu_moe_unpermute_bwd(void *deout, float *dw, const void *dy, const void *eout,
+                                const float *w, const int32_t *idx, int N, int C, int topk,
+                                int E);
+
 /* misc.c */
 void kern_cpu_add(void *out, const void *a, const void *b, size_t n);
 void kern_cpu_add_inplace(void *out, const void *a, size_t n);

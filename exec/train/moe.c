@@ -1,0 +1,506 @@
+/* A MoE layer's routed experts on this rank's tokens, forward and backward (docs/moe.md):
+ * router -> top-k -> permutation into expert order -> counts exchanged -> all-to-all-v to the
+ * expert ranks -> rows sorted by local expert -> SwiGLU experts (one GEMM per expert on its rows)
+ * -> rows sorted back -> all-to-all-v home -> the weighted sum of each token's k outputs. The
+ * shared experts and the residual are the caller's (the layer's ordinary MLP path). Views are
+ * bound by role (ExecMoeViews); nothing here allocates after exec_moe_init.
+ *
+ * Rows on an expert rank arrive from each source rank j as one block per local expert l
+ * (source-major, [j][l]); the experts want them expert-major ([l][j]). Megatron-Core sorts the
+ * chunks the same way (sort_chunks_by_idxs); here a device copy per block does it. */
+#include <stdio.h>
+#include <string.h>
+
+#include "exec/train/internal.h"
+
+int exec_moe_init(ExecMoe *M, const ExecCtx *c, PxError *err)
+{
+    memset(M, 0, sizeof *M);
+    const ModelConfig *cfg = &c->spec.model;
+    const int E = cfg->moe.experts, ep = c->d.ep > 0 ? c->d.ep : 1;
+    M->E = E;
+    M->ep = ep;
+    M->L = E / ep;
+    M->m = c->d.m;
+    M->index = exec_zalloc((size_t)cfg->layers, sizeof *M->index);
+    if (M->index)
+        for (int l = 0; l < cfg->layers; l++)
+            M->index[l] = model_layer_is_moe(cfg, l) ? M->layers++ : -1;
+    const size_t nl = (size_t)(M->layers > 0 ? M->layers : 1);
+    M->cnt = exec_zalloc((size_t)E, sizeof *M->cnt);
+    M->cntf = exec_zalloc((size_t)E, sizeof *M->cntf);
+    M->send = exec_zalloc((size_t)ep, sizeof *M->send);
+    M->recv = exec_zalloc((size_t)ep, sizeof *M->recv);
+    M->blk = exec_zalloc((size_t)ep * (size_t)M->L, sizeof *M->blk);
+    M->one_s = exec_zalloc((size_t)ep, sizeof *M->one_s);
+    M->one_r = exec_zalloc((size_t)ep, sizeof *M->one_r);
+    M->tokens_per_expert = exec_zalloc(nl * (size_t)E, sizeof *M->tokens_per_expert);
+    M->gcount = exec_zalloc(nl * (size_t)(M->m > 0 ? M->m : 1) * (size_t)E, sizeof *M->gcount);
+    if (!M->index || !M->cnt || !M->cntf || !M->send || !M->recv || !M->blk || !M->one_s ||
+        !M->one_r || !M->tokens_per_expert || !M->gcount) {
+        exec_moe_free(M);
+        return px_fail(err, PX_ERUNTIME, "out of memory");
+    }
+    return PX_OK;
+}
+
+void exec_moe_free(ExecMoe *M)
+{
+    free(M->index);
+    free(M->cnt);
+    free(M->cntf);
+    free(M->send);
+    free(M->recv);
+    free(M->blk);
+    free(M->one_s);
+    free(M->one_r);
+    free(M->tokens_per_expert);
+    free(M->gcount);
+    memset(M, 0, sizeof *M);
+}
+
+void exec_moe_step_begin(ExecMoe *M)
+{
+    if (!M->tokens_per_expert)
+        return;
+    memset(M->tokens_per_expert, 0,
+           (size_t)(M->layers > 0 ? M->layers : 1) * (size_t)M->E * sizeof *M->tokens_per_expert);
+    M->aux_sum = 0;
+}
+
+double exec_moe_imbalance(const ExecMoe *M, int layer_index)
+{
+    const double *t = M->tokens_per_expert + (size_t)layer_index * (size_t)M->E;
+    double mx = 0, sum = 0;
+    for (int e = 0; e < M->E; e++) {
+        mx = t[e] > mx ? t[e] : mx;
+        sum += t[e];
+    }
+    return sum > 0 ? mx / (sum / M->E) : 0;
+}
+
+static KernMoeRoute route_of(const ExecCtx *c, int N, long long first_seq)
+{
+    const ModelMoe *m = &c->spec.model.moe;
+    KernMoeRoute r = {0};
+    r.N = N;
+    r.E = m->experts;
+    r.topk = m->topk;
+    r.score = m->score == MODEL_ROUTER_SIGMOID ? KERN_MOE_SIGMOID : KERN_MOE_SOFTMAX;
+    r.groups = m->groups;
+    r.topk_groups = m->topk_groups;
+    r.norm_topk = m->norm_topk;
+    r.force_balance = c->spec.job.moe_force_balance;
+    /* a row's global id: its sequence's, then its place in the sequence (SP: this rank's
+     * slice), so that forced routing is the same on every layout */
+    const int sp = c->spec.layout.sp && c->d.t > 1;
+    r.seq_rows = c->d.s_sp;
+    r.seq_stride = c->d.s;
+    r.first = (uint64_t)first_seq * (uint64_t)c->d.s +
+              (uint64_t)(sp ? c->g.tp_rank * c->d.s_sp : 0);
+    return r;
+}
+
+static int sp_on(const ExecCtx *c) { return c->spec.layout.sp && c->d.t > 1; }
+
+/* The load-balancing loss's factor (Switch Transformer, Fedus et al. 2021, eq. 4, as
+ * Megatron-Core's switch_load_balancing_loss): coeff * E / (topk * T^2) over the T tokens of
+ * the whole micro-batch, so that every layout computes the same loss; times loss_weight. */
+static float aux_scale(const ExecCtx *c, double loss_weight)
+{
+    const ModelMoe *mo = &c->spec.model.moe;
+    const double T = (double)c->d.tokens * (sp_on(c) ? c->d.t : 1);
+    return (float)(mo->aux_loss_coeff * mo->experts / (mo->topk * T * T) * loss_weight);
+}
+
+/* The op of (role, layer, phase) of the given compute kind (the router has a GEMM and a
+ * permutation under one role), or the communication `kind`. -1 when the graph has none. */
+static int moe_op(const ExecLayerRun *r, ModelOpRole role, int l, int chunk, ModelPhase ph,
+                  ModelOpKind want, int kind)
+{
+    for (int k = 0; k < 4; k++) {
+        int op = exec_meter_find(r->M, role, l, chunk, ph, kind, k);
+        if (op < 0)
+            return -1;
+        if (kind != MODEL_COMM_COUNT || r->M->graph->op[op].kind == want)
+            return op;
+    }
+    return -1;
+}
+
+static int need_op(const ExecLayerRun *r, ModelOpRole role, int l, int chunk, ModelPhase ph,
+                   ModelOpKind want, int kind, int *op, PxError *err)
+{
+    *op = moe_op(r, role, l, chunk, ph, want, kind);
+    if (*op >= 0)
+        return PX_OK;
+    char what[96];
+    snprintf(what, sizeof what, "layer.%d.%s.%s.%s", l, model_op_role_name(role),
+             kind == MODEL_COMM_COUNT ? "compute" : model_comm_name((ModelComm)kind),
+             model_phase_name(ph));
+    return exec_meter_missing(r->c, what, err);
+}
+
+static void begin(const ExecLayerRun *r, int op) { exec_meter_begin(r->M, r->c->k, op); }
+static void resume(const ExecLayerRun *r, int op) { exec_meter_resume(r->M, r->c->k, op); }
+static void end(const ExecLayerRun *r) { exec_meter_end(r->M, r->c->k); }
+
+/* This rank's routed copies per expert (from the device counts) into the rows it sends each
+ * expert rank, and (ep > 1) the counts exchange: blk[j * L + l] the rows source j sends this
+ * rank's expert l, recv[j] their sum. One exchange per local expert: the layer's counts call
+ * carries one count per peer. PX_ERUNTIME when the rows exceed the plan's buffer (routed). */
+static void local_counts(ExecMoe *M, const ExecCtx *c, const float *cnt_dev)
+{
+    c->k->to_host(M->cntf, cnt_dev, (size_t)M->E * sizeof *M->cntf);
+    for (int e = 0; e < M->E; e++)
+        M->cnt[e] = (int64_t)M->cntf[e]; /* exact: counts stay below 2^24 */
+    for (int j = 0; j < M->ep; j++) {
+        M->send[j] = 0;
+        for (int l = 0; l < M->L; l++)
+            M->send[j] += M->cnt[j * M->L + l];
+    }
+}
+
+static int exchange_counts(ExecMoe *M, const ExecCtx *c, int64_t cap, PxError *err)
+{
+    const int ep = M->ep, L = M->L;
+    for (int j = 0; j < ep; j++)
+        M->recv[j] = 0;
+    for (int l = 0; l < L; l++) {
+        for (int j = 0; j < ep; j++)
+            M->one_s[j] = M->cnt[j * L + l];
+        int rc = ep > 1 ? comm_all_to_all_counts(c->comm, M->one_s, M->one_r,
+                                                  MODEL_EP_ALL_TO_ALL, err)
+                        : (M->one_r[0] = M->one_s[0], PX_OK);
+        if (rc)
+            return rc;
+        for (int j = 0; j < ep; j++) {
+            M->blk[j * L + l] = M->one_r[j];
+            M->recv[j] += M->one_r[j];
+        }
+    }
+    int64_t t = 0;
+    for (int j = 0; j < ep; j++)
+        t += M->recv[j];
+    if (t > cap)
+        return px_fail(err, PX_ERUNTIME,
+                       "rank %d: its experts received %lld token copies but the plan sized them "
+                       "for %lld (training.moe_imbalance): raise it, or force the balance",
+                       c->g.rank, (long long)t, (long long)cap);
+    return PX_OK;
+}
+
+/* Rows of h elements between source-major ([j][l]) and expert-major ([l][j]) order. */
+static void sort_blocks(const ExecMoe *M, const ExecCtx *c, void *dst, const void *src, int h,
+                        int to_expert_major)
+{
+    const size_t row = (size_t)h * c->ab;
+    size_t so = 0;
+    for (int j = 0; j < M->ep; j++)
+        for (int l = 0; l < M->L; l++) {
+            const int64_t n = M->blk[j * M->L + l];
+            /* the block's place in expert-major order: the rows of experts before l, then of
+             * sources before j for expert l */
+            size_t eo = 0;
+            for (int l2 = 0; l2 < M->L; l2++)
+                for (int j2 = 0; j2 < M->ep; j2++)
+                    if (l2 < l || (l2 == l && j2 < j))
+                        eo += (size_t)M->blk[j2 * M->L + l2];
+            if (n > 0) {
+                if (to_expert_major)
+                    c->k->copy((char *)dst + eo * row, (const char *)src + so * row,
+                               (size_t)n * row);
+                else
+                    c->k->copy((char *)dst + so * row, (const char *)src + eo * row,
+                               (size_t)n * row);
+            }
+            so += (size_t)n;
+        }
+}
+
+/* The rows of local expert l in expert-major order: *off, returns the count. */
+static int64_t expert_rows(const ExecMoe *M, int l, int64_t *off)
+{
+    int64_t o = 0, n = 0;
+    for (int l2 = 0; l2 <= l; l2++)
+        for (int j = 0; j < M->ep; j++) {
+            if (l2 < l)
+                o += M->blk[j * M->L + l2];
+            else
+                n += M->blk[j * M->L + l2];
+        }
+    *off = o;
+    return n;
+}
+
+/* One all-to-all-v of rows of h elements, send and receive counts in rows (the exchange's). */
+static int rows_a2a(ExecMoe *M, const ExecCtx *c, void *out, const int64_t *recv_rows,
+                    const void *in, const int64_t *send_rows, PxError *err)
+{
+    for (int j = 0; j < M->ep; j++) {
+        M->one_s[j] = send_rows[j] * c->d.h;
+        M->one_r[j] = recv_rows[j] * c->d.h;
+    }
+    return comm_all_to_allv(c->comm, out, M->one_r, in, M->one_s, c->act, MODEL_EP_ALL_TO_ALL,
+                            err);
+}
+
+int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer,
+                     const ExecMoeViews *v, void *y, const void *x, long long first_seq, int mb,
+                     double loss_weight, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const KernBackend *k = c->k;
+    const ModelDims *d = &c->d;
+    const ModelMoe *mo = &c->spec.model.moe;
+    const int N = (int)d->tokens, h = d->h, E = mo->experts, K = mo->topk;
+    const int eff = d->eff_loc, eff_out = d->eff_out_loc, ep = M->ep;
+    const KernMoeRoute rt = route_of(c, N, first_seq);
+    const ModelPhase ph = MODEL_FWD;
+    int rc, op_mm, op_perm, op_comb, op_fc1, op_act, op_fc2, op_ar = -1, op_disp = -1,
+                                                             op_back = -1;
+    if ((rc = need_op(r, MODEL_OPR_ROUTER, layer, chunk, ph, MODEL_OP_MATMUL, MODEL_COMM_COUNT,
+                      &op_mm, err)) ||
+        (rc = need_op(r, MODEL_OPR_ROUTER, layer, chunk, ph, MODEL_OP_PERMUTE, MODEL_COMM_COUNT,
+                      &op_perm, err)) ||
+        (rc = need_op(r, MODEL_OPR_COMBINE, layer, chunk, ph, MODEL_OP_PERMUTE, MODEL_COMM_COUNT,
+                      &op_comb, err)) ||
+        (rc = need_op(r, MODEL_OPR_EXP_FC1, layer, chunk, ph, MODEL_OP_MATMUL, MODEL_COMM_COUNT,
+                      &op_fc1, err)) ||
+        (rc = need_op(r, MODEL_OPR_EXP_ACT, layer, chunk, ph, MODEL_OP_ACTIVATION,
+                      MODEL_COMM_COUNT, &op_act, err)) ||
+        (rc = need_op(r, MODEL_OPR_EXP_FC2, layer, chunk, ph, MODEL_OP_MATMUL, MODEL_COMM_COUNT,
+                      &op_fc2, err)) ||
+        (sp_on(c) && mo->aux_loss_coeff > 0 &&
+         (rc = need_op(r, MODEL_OPR_ROUTER, layer, chunk, ph, MODEL_OP_COMM, MODEL_TP_ALLREDUCE,
+                       &op_ar, err))) ||
+        (ep > 1 && ((rc = need_op(r, MODEL_OPR_DISPATCH, layer, chunk, ph, MODEL_OP_COMM,
+                                  MODEL_EP_ALL_TO_ALL, &op_disp, err)) ||
+                    (rc = need_op(r, MODEL_OPR_COMBINE, layer, chunk, ph, MODEL_OP_COMM,
+                                  MODEL_EP_ALL_TO_ALL, &op_back, err)))))
+        return rc;
+    /* router: fp32 logits into probs, scored in place */
+    begin(r, op_mm);
+    k->matmul(v->probs, PX_FP32, x, v->router_w, N, E, h, 0, 1, 1.0f, 0.0f);
+    exec_meter_flops(r->M, 2.0 * N * E * h);
+    k->moe_route_fwd(v->probs, v->idx, v->w, v->probs, &rt);
+    k->moe_counts(v->counts_f, v->idx, N, K, E);
+    end(r);
+    /* the copies in expert order: straight into the experts' input without ep */
+    void *send = ep > 1 ? v->ep_send : v->exp_in;
+    begin(r, op_perm);
+    k->moe_permute(send, v->counts_i, NULL, x, v->idx, N, h, K, E);
+    local_counts(M, c, v->counts_f);
+    end(r);
+    double *tpe = M->tokens_per_expert + (size_t)M->index[layer] * (size_t)E;
+    for (int e = 0; e < E; e++)
+        tpe[e] += (double)M->cnt[e];
+    /* the load-balancing loss over the whole micro-batch: SP sums the counts over TP, each
+     * rank adds its tokens' probabilities (its share of the loss and of its gradient) */
+    if (mo->aux_loss_coeff > 0) {
+        if (op_ar >= 0) {
+            begin(r, op_ar);
+            rc = comm_allreduce(c->comm, v->counts_f, (size_t)E, PX_FP32, COMM_SUM,
+                                MODEL_TP_ALLREDUCE, NULL, err);
+            end(r);
+            if (rc)
+                return rc;
+        }
+        float aux = 0;
+        resume(r, op_mm);
+        k->moe_aux_fwd(v->aux_dev, v->probs, v->counts_f, N, E, aux_scale(c, loss_weight));
+        k->to_host(&aux, v->aux_dev, sizeof aux);
+        k->to_host(M->gcount + ((size_t)M->index[layer] * (size_t)M->m + (size_t)mb) * (size_t)E,
+                   v->counts_f, (size_t)E * sizeof(float));
+        end(r);
+        M->aux_sum += aux;
+    }
+    /* dispatch */
+    if (ep > 1)
+        begin(r, op_disp);
+    rc = exchange_counts(M, c, d->routed, err);
+    if (!rc && ep > 1) {
+        rc = rows_a2a(M, c, v->ep_recv, M->recv, v->ep_send, M->send, err);
+        if (!rc)
+            sort_blocks(M, c, v->exp_in, v->ep_recv, h, 1);
+    }
+    if (ep > 1)
+        end(r);
+    if (rc)
+        return rc;
+    /* the experts, one GEMM each on its rows: SwiGLU; out in expert order (ep_recv, or without
+     * ep the combine's input itself) */
+    void *eout = ep > 1 ? v->ep_recv : v->exp_out;
+    begin(r, op_fc1);
+    for (int l = 0; l < M->L; l++) {
+        int64_t o = 0;
+        const int R = (int)expert_rows(M, l, &o);
+        if (R > 0) {
+            k->matmul(EXEC_AT(v->exp_act_in, o * eff_out, c->ab), c->act,
+                      EXEC_AT(v->exp_in, o * h, c->ab),
+                      EXEC_AT(v->fc1_w, (size_t)l * eff_out * h, c->ab), R, eff_out, h, 0, 1,
+                      1.0f, 0.0f);
+            exec_meter_flops(r->M, 2.0 * R * eff_out * h);
+        }
+    }
+    end(r);
+    begin(r, op_act);
+    for (int l = 0; l < M->L; l++) {
+        int64_t o = 0;
+        const int R = (int)expert_rows(M, l, &o);
+        if (R > 0)
+            k->swiglu_fwd(EXEC_AT(v->exp_fc2_in, o * eff, c->ab),
+                          EXEC_AT(v->exp_act_in, o * eff_out, c->ab), R, eff);
+    }
+    end(r);
+    begin(r, op_fc2);
+    for (int l = 0; l < M->L; l++) {
+        int64_t o = 0;
+        const int R = (int)expert_rows(M, l, &o);
+        if (R > 0) {
+            k->matmul(EXEC_AT(eout, o * h, c->ab), c->act, EXEC_AT(v->exp_fc2_in, o * eff, c->ab),
+                      EXEC_AT(v->fc2_w, (size_t)l * h * eff, c->ab), R, h, eff, 0, 1, 1.0f, 0.0f);
+            exec_meter_flops(r->M, 2.0 * R * h * eff);
+        }
+    }
+    end(r);
+    /* combine: back to source-major, home, and the weighted sum */
+    if (ep > 1) {
+        begin(r, op_back);
+        sort_blocks(M, c, v->ep_send, v->ep_recv, h, 0);
+        rc = rows_a2a(M, c, v->exp_out, M->send, v->ep_send, M->recv, err);
+        end(r);
+        if (rc)
+            return rc;
+    }
+    begin(r, op_comb);
+    k->moe_unpermute(y, v->exp_out, v->w, v->idx, N, h, K, E);
+    end(r);
+    return PX_OK;
+}
+
+int exec_moe_backward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer,
+                      const ExecMoeViews *v, void *dx, const void *dy, const void *x,
+                      long long first_seq, int mb, double loss_weight, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const KernBackend *k = c->k;
+    const ModelDims *d = &c->d;
+    const ModelMoe *mo = &c->spec.model.moe;
+    const int N = (int)d->tokens, h = d->h, E = mo->experts, K = mo->topk;
+    const int eff = d->eff_loc, eff_out = d->eff_out_loc, ep = M->ep;
+    const KernMoeRoute rt = route_of(c, N, first_seq);
+    const ModelPhase ph = MODEL_BWD;
+    int rc, op_mm, op_perm, op_comb, op_fc1, op_act, op_fc2, op_back = -1, op_disp = -1;
+    if ((rc = need_op(r, MODEL_OPR_ROUTER, layer, chunk, ph, MODEL_OP_MATMUL, MODEL_COMM_COUNT,
+                      &op_mm, err)) ||
+        (rc = need_op(r, MODEL_OPR_ROUTER, layer, chunk, ph, MODEL_OP_PERMUTE, MODEL_COMM_COUNT,
+                      &op_perm, err)) ||
+        (rc = need_op(r, MODEL_OPR_COMBINE, layer, chunk, ph, MODEL_OP_PERMUTE, MODEL_COMM_COUNT,
+                      &op_comb, err)) ||
+        (rc = need_op(r, MODEL_OPR_EXP_FC1, layer, chunk, ph, MODEL_OP_MATMUL, MODEL_COMM_COUNT,
+                      &op_fc1, err)) ||
+        (rc = need_op(r, MODEL_OPR_EXP_ACT, layer, chunk, ph, MODEL_OP_ACTIVATION,
+                      MODEL_COMM_COUNT, &op_act, err)) ||
+        (rc = need_op(r, MODEL_OPR_EXP_FC2, layer, chunk, ph, MODEL_OP_MATMUL, MODEL_COMM_COUNT,
+                      &op_fc2, err)) ||
+        (ep > 1 && ((rc = need_op(r, MODEL_OPR_COMBINE, layer, chunk, ph, MODEL_OP_COMM,
+                                  MODEL_EP_ALL_TO_ALL, &op_back, err)) ||
+                    (rc = need_op(r, MODEL_OPR_DISPATCH, layer, chunk, ph, MODEL_OP_COMM,
+                                  MODEL_EP_ALL_TO_ALL, &op_disp, err)))))
+        return rc;
+    /* combine's backward: each copy's gradient (in expert order) and the weights' */
+    void *dcopies = ep > 1 ? v->ep_send : v->ws_dx;
+    begin(r, op_comb);
+    k->moe_unpermute_bwd(dcopies, v->dw, dy, v->exp_out, v->w, v->idx, N, h, K, E);
+    /* the forward's counts again, from idx */
+    k->moe_counts(v->counts_f, v->idx, N, K, E);
+    local_counts(M, c, v->counts_f);
+    end(r);
+    if (ep > 1)
+        begin(r, op_back);
+    rc = exchange_counts(M, c, d->routed, err);
+    if (!rc && ep > 1) {
+        rc = rows_a2a(M, c, v->ep_recv, M->recv, v->ep_send, M->send, err);
+        if (!rc)
+            sort_blocks(M, c, v->ws_dx, v->ep_recv, h, 1);
+    }
+    if (ep > 1)
+        end(r);
+    if (rc)
+        return rc;
+    /* fc2: its weight gradient reads the saved input, which then takes its gradient */
+    begin(r, op_fc2);
+    for (int l = 0; l < M->L; l++) {
+        int64_t o = 0;
+        const int R = (int)expert_rows(M, l, &o);
+        if (R == 0)
+            continue;
+        const void *dout = EXEC_AT(v->ws_dx, o * h, c->ab);
+        void *hid = EXEC_AT(v->exp_fc2_in, o * eff, c->ab);
+        k->matmul(v->g_fc2_w + (size_t)l * h * eff, PX_FP32, dout, hid, h, eff, R, 1, 0, 1.0f,
+                  1.0f);
+        k->matmul(hid, c->act, dout, EXEC_AT(v->fc2_w, (size_t)l * h * eff, c->ab), R, eff, h, 0,
+                  0, 1.0f, 0.0f);
+        exec_meter_flops(r->M, 4.0 * R * h * eff);
+    }
+    end(r);
+    /* SwiGLU's backward in place over its saved input (kernels.h allows dinp == inp) */
+    begin(r, op_act);
+    for (int l = 0; l < M->L; l++) {
+        int64_t o = 0;
+        const int R = (int)expert_rows(M, l, &o);
+        if (R > 0) {
+            void *act = EXEC_AT(v->exp_act_in, o * eff_out, c->ab);
+            k->swiglu_bwd(act, act, EXEC_AT(v->exp_fc2_in, o * eff, c->ab), R, eff);
+        }
+    }
+    end(r);
+    /* fc1: the rows' input gradient over their output gradient, which is spent */
+    begin(r, op_fc1);
+    for (int l = 0; l < M->L; l++) {
+        int64_t o = 0;
+        const int R = (int)expert_rows(M, l, &o);
+        if (R == 0)
+            continue;
+        void *dout = EXEC_AT(v->ws_dx, o * h, c->ab);
+        const void *act = EXEC_AT(v->exp_act_in, o * eff_out, c->ab);
+        k->matmul(v->g_fc1_w + (size_t)l * eff_out * h, PX_FP32, act,
+                  EXEC_AT(v->exp_in, o * h, c->ab), eff_out, h, R, 1, 0, 1.0f, 1.0f);
+        k->matmul(dout, c->act, act, EXEC_AT(v->fc1_w, (size_t)l * eff_out * h, c->ab), R, h,
+                  eff_out, 0, 0, 1.0f, 0.0f);
+        exec_meter_flops(r->M, 4.0 * R * eff_out * h);
+    }
+    end(r);
+    const void *back = v->ws_dx;
+    if (ep > 1) {
+        begin(r, op_disp);
+        sort_blocks(M, c, v->ep_recv, v->ws_dx, h, 0);
+        rc = rows_a2a(M, c, v->ep_send, M->send, v->ep_recv, M->recv, err);
+        end(r);
+        if (rc)
+            return rc;
+        back = v->ep_send;
+    }
+    begin(r, op_perm);
+    k->moe_permute_bwd(dx, back, v->idx, N, h, K, E);
+    end(r);
+    /* the router: the weights' gradient and the load-balancing loss's, to the logits */
+    begin(r, op_mm);
+    const float *dprobs = NULL;
+    if (mo->aux_loss_coeff > 0) {
+        k->to_device(v->counts_f,
+                     M->gcount + ((size_t)M->index[layer] * (size_t)M->m + (size_t)mb) * (size_t)E,
+                     (size_t)E * sizeof(float));
+        k->moe_aux_bwd(v->dlogits, v->counts_f, N, E, aux_scale(c, loss_weight));
+        dprobs = v->dlogits;
+    }
+    k->moe_route_bwd(v->dlogits, dprobs, v->dw, v->probs, v->idx, &rt);
+    /* logits = x router_w^T in fp32: dx += dlogits router_w, g_router += dlogits^T x (the CPU
+     * computes in fp32: act is fp32 there; a 16-bit backend narrows dlogits first) */
+    k->matmul(dx, c->act, v->dlogits, v->router_w, N, h, E, 0, 0, 1.0f, 1.0f);
+    k->matmul(v->g_router_w, PX_FP32, v->dlogits, x, E, h, N, 1, 0, 1.0f, 1.0f);
+    exec_meter_flops(r->M, 4.0 * N * E * h);
+    end(r);
+    return PX_OK;
+}

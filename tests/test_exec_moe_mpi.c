@@ -1,0 +1,195 @@
+/* The executor's expert-parallel layouts over MPI, end to end: tiny-moe planned with the layout
+ * pinned (expert parallelism has no planner flags here: the plan is made in memory by
+ * sim_plan_for and written), trained by `parallax run` (mpirun), against a single-rank run of
+ * the same job:
+ * - the loss of every step equals the single-rank one within 1e-5 relative, with the routing
+ *   forced into balance and with the router's own choice;
+ * - every rank's memory per category equals its stage's prediction;
+ * - forced balance with moe_imbalance 1: every rank's communication bytes per kind equal the
+ *   prediction exactly (the all-to-all sends its whole buffer); with real routing every kind
+ *   but the all-to-all does, and its measured bytes are printed beside the prediction (the
+ *   buffer, routed rows, is the most a rank may send);
+ * - run.json's per-expert counts of every MoE layer equal the single rank's (forced: even).
+ * Usage: test_exec_moe_mpi PARALLAX LAYOUT (one ctest per layout; `list` prints them). */
+#include "tests/test.h"
+#include "tests/runs.h"
+#include "common/px.h"
+#include "model/model.h"
+#include "sim/sim.h"
+
+typedef struct {
+    const char *name;
+    int gpus, dp, tp, pp, ep, sp, force;
+} Layout;
+
+static const Layout layouts[] = {
+    {"ep2", 2, 2, 1, 1, 2, 0, 1},          {"ep2_real", 2, 2, 1, 1, 2, 0, 0},
+    {"ep2_dp2", 4, 4, 1, 1, 2, 0, 1},      {"ep2_dp2_real", 4, 4, 1, 1, 2, 0, 0},
+    {"ep2_tp2_sp", 2, 1, 2, 1, 2, 1, 1},   {"ep2_tp2_sp_real", 2, 1, 2, 1, 2, 1, 0},
+    {"ep2_pp2", 4, 2, 1, 2, 2, 0, 1},      {"ep2_pp2_real", 4, 2, 1, 2, 2, 0, 0},
+};
+enum { N_LAYOUTS = sizeof layouts / sizeof layouts[0], STEPS = 5 };
+
+static const char *px;
+
+static ModelSpec spec_of(const Layout *L)
+{
+    ModelSpec s;
+    PxError err = {0};
+    model_spec_defaults(&s);
+    CHECK_OK(model_config_load("tiny-moe", &s.model, &err), err);
+    s.job.seq_len = 32;
+    s.job.global_batch = 8;
+    s.job.micro_batch = 1;
+    s.job.precision = PX_FP32;
+    s.job.steps = STEPS;
+    s.job.moe_force_balance = L->force;
+    /* real routing: a rank may receive up to ep times its share */
+    s.job.moe_imbalance = L->force ? 1.0 : (double)L->ep;
+    s.layout.dp = L->dp;
+    s.layout.tp = L->tp;
+    s.layout.pp = L->pp;
+    s.layout.cp = 1;
+    s.layout.vpp = 1;
+    s.layout.zero = 0;
+    s.layout.sp = L->sp;
+    s.layout.ep = L->ep;
+    s.layout.etp = 1;
+    s.layout.schedule = MODEL_SCHED_1F1B;
+    s.layout.recompute = MODEL_RECOMPUTE_NONE;
+    return s;
+}
+
+static void write_plan(const ModelSpec *s, int gpus, const char *name)
+{
+    PxError err = {0};
+    ModelPlan plan;
+    CHECK_OK(sim_plan_for(s, "local", gpus, &plan, &err), err);
+    cJSON *j = model_plan_to_json(&plan);
+    char path[400];
+    snprintf(path, sizeof path, "%s/%s", tmp, name);
+    CHECK_OK(px_json_write_file(path, j, &err), err);
+    cJSON_Delete(j);
+    model_plan_free(&plan);
+}
+
+static void check_layout(const Layout *L)
+{
+    ModelSpec s = spec_of(L);
+    write_plan(&s, L->gpus, "plan.json");
+    ModelSpec one = s;
+    one.layout.dp = one.layout.tp = one.layout.pp = one.layout.ep = 1;
+    one.layout.sp = 0;
+    one.job.moe_imbalance = 1.0; /* one rank holds every expert: its buffers take every copy */
+    write_plan(&one, 1, "ref.json");
+    sh(0, "%s run %s/ref.json --quiet --launcher none -o %s/ref.run.json", px, tmp, tmp);
+    sh(0, "timeout 600 %s run %s/plan.json --quiet -o %s/run.json", px, tmp, tmp);
+    cJSON *ref = read_json("ref.run.json"), *run = read_json("run.json");
+    cJSON *plan = read_json("plan.json");
+
+    const cJSON *rs = at(ref, "steps", NULL), *ms = at(run, "steps", NULL);
+    CHECK_EQ_INT(STEPS, cJSON_GetArraySize(rs));
+    CHECK_EQ_INT(STEPS, cJSON_GetArraySize(ms));
+    double worst = 0;
+    for (int i = 0; i < STEPS; i++) {
+        double a = num(cJSON_GetArrayItem(rs, i), "loss"), b = num(cJSON_GetArrayItem(ms, i), "loss");
+        CHECK_REL(a, b, 1e-5);
+        if (fabs(b - a) > worst)
+            worst = fabs(b - a);
+    }
+    /* the copies routed per expert in the last step: every layout routes the same tokens the
+     * same way (forced: evenly); each layer's sum is every token of the step topk times */
+    const cJSON *rl = at(at(ref, "moe", NULL), "layers", NULL), *ml = at(at(run, "moe", NULL), "layers", NULL);
+    CHECK_EQ_INT(cJSON_GetArraySize(rl), cJSON_GetArraySize(ml));
+    CHECK(cJSON_GetArraySize(ml) == 3);
+    for (int l = 0; l < cJSON_GetArraySize(ml); l++) {
+        const cJSON *a = at(cJSON_GetArrayItem(rl, l), "tokens_per_expert", NULL);
+        const cJSON *b = at(cJSON_GetArrayItem(ml, l), "tokens_per_expert", NULL);
+        double total = 0;
+        for (int e = 0; e < cJSON_GetArraySize(b); e++) {
+            CHECK_EQ_INT((int)cJSON_GetArrayItem(a, e)->valuedouble,
+                         (int)cJSON_GetArrayItem(b, e)->valuedouble);
+            total += cJSON_GetArrayItem(b, e)->valuedouble;
+        }
+        CHECK_EQ_INT(s.job.global_batch * s.job.seq_len * s.model.moe.topk, (int)total);
+        if (L->force)
+            CHECK(num(cJSON_GetArrayItem(ml, l), "max_over_mean") == 1.0);
+    }
+    const cJSON *pred = at(plan, "prediction", NULL);
+    const cJSON *mr = at(run, "memory", "per_rank"), *cr = at(run, "comm", "per_rank");
+    CHECK_EQ_INT(L->gpus, cJSON_GetArraySize(mr));
+    for (int r = 0; r < L->gpus; r++) {
+        const cJSON *m = cJSON_GetArrayItem(mr, r), *c = cJSON_GetArrayItem(cr, r);
+        const int stage = (int)num(m, "stage");
+        const cJSON *pm = stage_entry(at(pred, "memory", "per_stage"), stage);
+        for (int k = 0; k < MODEL_RUNTIME; k++) {
+            const char *cat = model_category_name((ModelCategory)k);
+            if ((uint64_t)num(pm, cat) != (uint64_t)num(m, cat)) {
+                fprintf(stderr, "FAILED: %s rank %d (stage %d) %s: predicted %.0f, measured %.0f\n",
+                        L->name, r, stage, cat, num(pm, cat), num(m, cat));
+                exit(1);
+            }
+        }
+        const cJSON *pc = stage_entry(at(pred, "comm", "per_stage"), stage);
+        const cJSON *by = at(c, "by_kind", NULL);
+        for (int k = 0; k < MODEL_COMM_COUNT; k++) {
+            const char *kind = model_comm_name((ModelComm)k);
+            const double p = num(pc, kind), got = num(by, kind);
+            if (k == MODEL_EP_ALL_TO_ALL && (p > 0 || got > 0))
+                printf("%-16s rank %d (stage %d) %-16s predicted %10.0f bytes, measured %10.0f "
+                       "(%.3f)\n", L->name, r, stage, kind, p, got, p > 0 ? got / p : 0.0);
+            if (k == MODEL_EP_ALL_TO_ALL && !L->force) {
+                CHECK(got > 0 && got <= p); /* never more than the buffers */
+                continue;
+            }
+            if ((uint64_t)p != (uint64_t)got) {
+                fprintf(stderr, "FAILED: %s rank %d (stage %d) %s: predicted %.0f bytes, measured %.0f\n",
+                        L->name, r, stage, kind, p, got);
+                exit(1);
+            }
+        }
+    }
+    printf("%-16s %d ranks, %d steps: final loss %.6f (single rank %.6f), max |diff| %.2e\n",
+           L->name, L->gpus, STEPS, num(cJSON_GetArrayItem(ms, STEPS - 1), "loss"),
+           num(cJSON_GetArrayItem(rs, STEPS - 1), "loss"), worst);
+    cJSON_Delete(ref);
+    cJSON_Delete(run);
+    cJSON_Delete(plan);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 2 && !strcmp(argv[1], "list")) {
+        for (int i = 0; i < N_LAYOUTS; i++)
+            printf("%s\n", layouts[i].name);
+        return 0;
+    }
+    if (argc != 3) {
+        fprintf(stderr, "usage: test_exec_moe_mpi PARALLAX LAYOUT | list\n");
+        return 2;
+    }
+    px = argv[1];
+    const Layout *L = NULL;
+    for (int i = 0; i < N_LAYOUTS; i++)
+        if (!strcmp(layouts[i].name, argv[2]))
+            L = &layouts[i];
+    if (!L) {
+        fprintf(stderr, "test_exec_moe_mpi: no layout %s (see list)\n", argv[2]);
+        return 2;
+    }
+    if (system("command -v mpirun >/dev/null 2>&1") != 0) {
+        printf("test_exec_moe_mpi: mpirun is not installed: skipped\n");
+        return 77;
+    }
+    px_log_set_quiet(1);
+    char what[96];
+    snprintf(what, sizeof what, "moe-%s", L->name);
+    if (run_scratch(what))
+        return 1;
+    check_layout(L);
+    char rm[400];
+    snprintf(rm, sizeof rm, "rm -rf '%s'", tmp);
+    if (system(rm) != 0)
+        fprintf(stderr, "test_exec_moe_mpi: could not remove %s\n", tmp);
+    TEST_DONE(L->name);
+}
