@@ -2,10 +2,11 @@
  *   - the tables' parameters (tp 1, pp 1, ep 1) equal the configuration's count, MoE experts,
  *     MLA and the prediction module included, for every MoE model of the zoo;
  *   - model FLOPs equal Megatron-LM's num_floating_point_operations (megatron/training/
- *     training.py, MoE and MLA terms) on DeepSeek-V3 and Qwen3-235B-A22B shapes, up to the two
- *     terms the conventions differ by, written out below: the router's GEMM, which parallax
- *     counts and Megatron leaves out, and MLA's "+1" per latent for its norms, which Megatron
- *     counts as FLOPs and parallax as memory traffic;
+ *     training.py, MoE, MLA and MTP terms) on DeepSeek-V3 (with and without its prediction
+ *     module) and Qwen3-235B-A22B shapes, up to the terms the conventions differ by, written
+ *     out below: the router's GEMM, which parallax counts and Megatron leaves out, and norms
+ *     (MLA's "+1" per latent, a prediction module's three), which Megatron counts as FLOPs and
+ *     parallax as memory traffic;
  *   - memory and all-to-all bytes of tiny-moe at ep 2 x dp 2, derived by hand;
  *   - the expert-parallel rules. */
 #include "fixtures.h"
@@ -29,12 +30,14 @@ static void table_params(const char *zoo)
 }
 
 /* Megatron-LM's num_floating_point_operations for a MoE model with MLA or GQA (SwiGLU, causal
- * attention), batch B of sequences s, no MTP, the vocabulary padded as given. */
+ * attention), batch B of sequences s, the vocabulary padded as given. Its MTP modules count as
+ * layers of the last layer's kind, plus their norms and eh projection, 3h + 2h^2 per token,
+ * and one more output layer each (training.py at Megatron-LM d98e8a64). */
 static double megatron_flops(const ModelConfig *c, double B, double s, double vpad)
 {
     const ModelMoe *m = &c->moe;
-    const double h = c->hidden, L = c->layers, g = 1.5;
-    const double nm = model_moe_layers_in(c, 0, c->layers), nd = L - nm;
+    const double mtp = c->mtp_layers, h = c->hidden, L = c->layers + mtp, g = 1.5;
+    const double nm = model_moe_layers_in(c, 0, c->layers + c->mtp_layers), nd = L - nm;
     double attn;
     if (c->mla.kv_lora_rank > 0) {
         const ModelMla *a = &c->mla;
@@ -50,10 +53,10 @@ static double megatron_flops(const ModelConfig *c, double B, double s, double vp
     const double mlp = 12 * L * h *
                        (c->ffn_hidden * g * (nd / L) + m->expert_ffn * (double)m->topk * g * (nm / L) +
                         m->shared_ffn * g * (nm / L));
-    return B * s * (mlp + attn + 6 * h * vpad);
+    return B * s * (mlp + attn + 6 * mtp * (3 * h + 2 * h * h) + 6 * h * vpad * (mtp + 1));
 }
 
-static void flops_vs_megatron(const char *zoo, int gpus, int tp, int ep)
+static void flops_vs_megatron(const char *zoo, int gpus, int tp, int ep, int keep_mtp)
 {
     PxError err = {0};
     ProfCluster cl;
@@ -61,7 +64,8 @@ static void flops_vs_megatron(const char *zoo, int gpus, int tp, int ep)
     ModelSpec s;
     model_spec_defaults(&s);
     CHECK_OK(model_config_load(zoo, &s.model, &err), err);
-    s.model.mtp_layers = 0; /* Megatron's MTP term is left out: the main model alone */
+    if (!keep_mtp)
+        s.model.mtp_layers = 0; /* the main model alone */
     s.layout.tp = tp;
     s.layout.sp = tp > 1;
     s.layout.ep = ep;
@@ -75,10 +79,13 @@ static void flops_vs_megatron(const char *zoo, int gpus, int tp, int ep)
     const ModelConfig *c = &s.model;
     const double B = s.job.global_batch, S = 4096, h = c->hidden;
     const double vpad = (double)px_round_up((uint64_t)c->vocab, 128u * (uint64_t)tp);
-    const double nm = model_moe_layers_in(c, 0, c->layers);
+    const double nm = model_moe_layers_in(c, 0, c->layers + c->mtp_layers);
     const double meg = megatron_flops(c, B, S, vpad);
     const double router = 6.0 * B * S * nm * c->moe.experts * h;
-    const double norms = 6.0 * B * S * c->layers * (c->mla.q_lora_rank + c->mla.kv_lora_rank);
+    /* norms Megatron counts as FLOPs and parallax as traffic: MLA's two latent norms per layer,
+     * a prediction module's three */
+    const double norms = 6.0 * B * S * (c->layers + c->mtp_layers) * (c->mla.q_lora_rank + c->mla.kv_lora_rank) +
+                         6.0 * B * S * c->mtp_layers * 3.0 * h;
     printf("%-18s megatron %.6e  + router %.4e  - mla norms %.4e  parallax %.6e\n", zoo, meg,
            router, norms, r.model_flops);
     CHECK_REL(meg + router - norms, r.model_flops, 1e-12);
@@ -188,8 +195,9 @@ int main(void)
                          "gpt-oss-120b", "deepseek-v3"};
     for (int i = 0; i < 6; i++)
         table_params(zoo[i]);
-    flops_vs_megatron("deepseek-v3", 256, 1, 64);
-    flops_vs_megatron("qwen3-235b-a22b", 64, 4, 8);
+    flops_vs_megatron("deepseek-v3", 256, 1, 64, 0);
+    flops_vs_megatron("deepseek-v3", 256, 1, 64, 1);
+    flops_vs_megatron("qwen3-235b-a22b", 64, 4, 8, 0);
     tiny_moe_ep2();
     deepseek_v3_2048();
     rule("tiny-moe", 6, 1, 0, 3, 0, MODEL_RULE_EXPERTS, "ep 3 must divide the 8 experts");
