@@ -170,6 +170,28 @@ static void deepseek_v3_2048(void)
     prof_cluster_free(&cl);
 }
 
+/* Megatron-Core's expert groups (parallel_state's expert RankGenerator, order tp-cp-ep-dp-pp
+ * with tp = etp, cp = 1): 16 ranks, tp 2 x dp 4 x pp 2.
+ *   ep 4, etp 1: EP groups {0,1,2,3} {4,5,6,7} {8..11} {12..15}; EDP {0,4} {1,5} ...
+ *   ep 2, etp 2: ETP {0,1} {2,3} ...; EP {0,2} {1,3} {4,6} {5,7}; EDP {0,4} {1,5} {2,6} {3,7} */
+static void expert_ranks(void)
+{
+    ModelLayout l = {.tp = 2, .cp = 1, .dp = 4, .pp = 2, .ep = 4, .etp = 1};
+    int etp, ep, edp, pp;
+    model_expert_coords(&l, 5, &etp, &ep, &edp, &pp);
+    CHECK(etp == 0 && ep == 1 && edp == 1 && pp == 0);
+    model_expert_coords(&l, 14, &etp, &ep, &edp, &pp);
+    CHECK(etp == 0 && ep == 2 && edp == 1 && pp == 1);
+    l.ep = 2;
+    l.etp = 2;
+    model_expert_coords(&l, 5, &etp, &ep, &edp, &pp);
+    CHECK(etp == 1 && ep == 0 && edp == 1 && pp == 0);
+    model_expert_coords(&l, 3, &etp, &ep, &edp, &pp);
+    CHECK(etp == 1 && ep == 1 && edp == 0 && pp == 0);
+    model_expert_coords(&l, 11, &etp, &ep, &edp, &pp);
+    CHECK(etp == 1 && ep == 1 && edp == 0 && pp == 1);
+}
+
 static void rule(const char *zoo, int gpus, int tp, int sp, int ep, int etp, ModelRule want,
                  const char *words)
 {
@@ -200,6 +222,7 @@ int main(void)
     flops_vs_megatron("qwen3-235b-a22b", 64, 4, 8, 0);
     tiny_moe_ep2();
     deepseek_v3_2048();
+    expert_ranks();
     rule("tiny-moe", 6, 1, 0, 3, 0, MODEL_RULE_EXPERTS, "ep 3 must divide the 8 experts");
     rule("tiny-moe", 4, 1, 0, 8, 0, MODEL_RULE_EXPERTS, "must divide the 4 ranks");
     rule("tiny-moe", 4, 2, 0, 2, 1, MODEL_RULE_SP_TP, "needs sequence parallelism");
