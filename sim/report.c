@@ -272,8 +272,9 @@ int sim_list_models(FILE *f, int json, PxError *err)
 {
     cJSON *arr = json ? cJSON_CreateArray() : NULL;
     if (!json)
-        fprintf(f, "%-16s %-6s %6s %7s %6s %4s %7s %7s %6s %10s\n", "name", "family", "layers",
-                "hidden", "heads", "kv", "ffn", "vocab", "seq", "params");
+        fprintf(f, "%-16s %-6s %6s %7s %6s %4s %7s %7s %6s %10s %10s %s\n", "name", "family",
+                "layers", "hidden", "heads", "kv", "ffn", "vocab", "seq", "params", "active",
+                "experts");
     for (int i = 0; i < model_zoo_count(); i++) {
         ModelConfig c;
         int rc = model_config_load(model_zoo_name(i), &c, err);
@@ -281,16 +282,21 @@ int sim_list_models(FILE *f, int json, PxError *err)
             cJSON_Delete(arr);
             return rc;
         }
-        double p = model_config_params(&c);
+        double p = model_config_params(&c), act = model_config_active_params(&c);
         if (json) {
             cJSON *m = model_config_to_json(&c);
             cJSON_AddNumberToObject(m, "params", p);
+            cJSON_AddNumberToObject(m, "active_params", act);
             cJSON_AddItemToArray(arr, m);
         } else {
-            char buf[32];
-            fprintf(f, "%-16s %-6s %6d %7d %6d %4d %7d %7d %6d %10s\n", c.name,
+            char buf[32], abuf[32], ex[32] = "-";
+            if (c.moe.experts > 0) /* routed experts, top-k, shared width */
+                snprintf(ex, sizeof ex, "%d top-%d%s", c.moe.experts, c.moe.topk,
+                         c.moe.shared_ffn > 0 ? " +shared" : "");
+            fprintf(f, "%-16s %-6s %6d %7d %6d %4d %7d %7d %6d %10s %10s %s\n", c.name,
                     model_family_name(c.family), c.layers, c.hidden, c.heads, c.kv_heads,
-                    c.ffn_hidden, c.vocab, c.seq_len, px_fmt_count(buf, sizeof buf, p));
+                    c.ffn_hidden, c.vocab, c.seq_len, px_fmt_count(buf, sizeof buf, p),
+                    px_fmt_count(abuf, sizeof abuf, act), ex);
         }
     }
     if (json) {
