@@ -9,7 +9,9 @@
  *   prediction exactly (the all-to-all sends its whole buffer); with real routing every kind
  *   but the all-to-all does, and its measured bytes are printed beside the prediction (the
  *   buffer, routed rows, is the most a rank may send);
- * - run.json's per-expert counts of every MoE layer equal the single rank's (forced: even).
+ * - run.json's per-expert counts of every MoE layer equal the single rank's (forced: even);
+ * - `parallax compare` shows them per layer with their spread, and each rank's all-to-all bytes
+ *   beside the plan's (forced: ratio 1; real routing: within the buffers).
  * Usage: test_exec_moe_mpi PARALLAX LAYOUT (one ctest per layout; `list` prints them). */
 #include "tests/test.h"
 #include "tests/runs.h"
@@ -149,6 +151,46 @@ static void check_layout(const Layout *L)
             }
         }
     }
+    /* parallax compare: the same counts per layer, their spread, and each rank's all-to-all
+     * beside the plan's buffers (forced balance: equal) */
+    sh(0, "(%s compare %s/plan.json %s/run.json > %s/compare.txt)", px, tmp, tmp, tmp);
+    sh(0, "(%s compare %s/plan.json %s/run.json --json > %s/compare.json)", px, tmp, tmp, tmp);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "sed -n '/^MoE routing/,$p' %s/compare.txt", tmp);
+    fflush(stdout);
+    if (system(cmd) != 0)
+        fprintf(stderr, "test_exec_moe_mpi: could not print %s/compare.txt\n", tmp);
+    cJSON *cmp = read_json("compare.json");
+    const cJSON *cl = at(at(cmp, "moe", NULL), "layers", NULL);
+    CHECK_EQ_INT(cJSON_GetArraySize(ml), cJSON_GetArraySize(cl));
+    for (int l = 0; l < cJSON_GetArraySize(ml); l++) {
+        const cJSON *a = cJSON_GetArrayItem(ml, l), *b = cJSON_GetArrayItem(cl, l);
+        CHECK_EQ_INT((int)num(a, "layer"), (int)num(b, "layer"));
+        CHECK(num(a, "max_over_mean") == num(b, "max_over_mean"));
+        const cJSON *ta = at(a, "tokens_per_expert", NULL);
+        double mn = 1e300, mx = 0;
+        for (int e = 0; e < cJSON_GetArraySize(ta); e++) {
+            const double x = cJSON_GetArrayItem(ta, e)->valuedouble;
+            mn = x < mn ? x : mn;
+            mx = x > mx ? x : mx;
+        }
+        CHECK(num(b, "min") == mn && num(b, "max") == mx);
+        CHECK(num(b, "mean") == (double)s.job.global_batch * s.job.seq_len * s.model.moe.topk /
+                                     s.model.moe.experts);
+    }
+    const cJSON *ca = at(at(cmp, "moe", NULL), "ep_all_to_all", NULL);
+    CHECK_EQ_INT(L->gpus, cJSON_GetArraySize(ca));
+    for (int r = 0; r < L->gpus; r++) {
+        const cJSON *a = cJSON_GetArrayItem(ca, r);
+        const cJSON *by = at(cJSON_GetArrayItem(cr, r), "by_kind", NULL);
+        CHECK_EQ_INT(r, (int)num(a, "rank"));
+        CHECK(num(a, "measured_bytes") == num(by, "ep_all_to_all"));
+        if (L->force)
+            CHECK(num(a, "ratio") == 1.0);
+        else
+            CHECK(num(a, "ratio") > 0 && num(a, "ratio") <= 1.0);
+    }
+    cJSON_Delete(cmp);
     printf("%-16s %d ranks, %d steps: final loss %.6f (single rank %.6f), max |diff| %.2e\n",
            L->name, L->gpus, STEPS, num(cJSON_GetArrayItem(ms, STEPS - 1), "loss"),
            num(cJSON_GetArrayItem(rs, STEPS - 1), "loss"), worst);
