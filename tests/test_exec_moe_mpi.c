@@ -1,7 +1,8 @@
 /* The executor's expert-parallel layouts over MPI, end to end: tiny-moe planned with the layout
  * pinned (expert parallelism has no planner flags here: the plan is made in memory by
  * sim_plan_for and written), trained by `parallax run` (mpirun), against a single-rank run of
- * the same job:
+ * the same job (also with ZeRO-1/2/3, the experts' blocks sharded over the expert-data-parallel
+ * group):
  * - the loss of every step equals the single-rank one within 1e-5 relative, with the routing
  *   forced into balance and with the router's own choice;
  * - every rank's memory per category equals its stage's prediction;
@@ -21,14 +22,18 @@
 
 typedef struct {
     const char *name;
-    int gpus, dp, tp, pp, ep, sp, force;
+    int gpus, dp, tp, pp, ep, sp, force, zero;
 } Layout;
 
 static const Layout layouts[] = {
-    {"ep2", 2, 2, 1, 1, 2, 0, 1},          {"ep2_real", 2, 2, 1, 1, 2, 0, 0},
-    {"ep2_dp2", 4, 4, 1, 1, 2, 0, 1},      {"ep2_dp2_real", 4, 4, 1, 1, 2, 0, 0},
-    {"ep2_tp2_sp", 2, 1, 2, 1, 2, 1, 1},   {"ep2_tp2_sp_real", 2, 1, 2, 1, 2, 1, 0},
-    {"ep2_pp2", 4, 2, 1, 2, 2, 0, 1},      {"ep2_pp2_real", 4, 2, 1, 2, 2, 0, 0},
+    {"ep2", 2, 2, 1, 1, 2, 0, 1, 0},          {"ep2_real", 2, 2, 1, 1, 2, 0, 0, 0},
+    {"ep2_dp2", 4, 4, 1, 1, 2, 0, 1, 0},      {"ep2_dp2_real", 4, 4, 1, 1, 2, 0, 0, 0},
+    {"ep2_tp2_sp", 2, 1, 2, 1, 2, 1, 1, 0},   {"ep2_tp2_sp_real", 2, 1, 2, 1, 2, 1, 0, 0},
+    {"ep2_pp2", 4, 2, 1, 2, 2, 0, 1, 0},      {"ep2_pp2_real", 4, 2, 1, 2, 2, 0, 0, 0},
+    /* ZeRO: the experts' blocks sharded over edp 2, the dense ones over dp 4 */
+    {"ep2_dp2_zero1", 4, 4, 1, 1, 2, 0, 1, 1}, {"ep2_dp2_zero1_real", 4, 4, 1, 1, 2, 0, 0, 1},
+    {"ep2_dp2_zero2", 4, 4, 1, 1, 2, 0, 1, 2}, {"ep2_dp2_zero3", 4, 4, 1, 1, 2, 0, 1, 3},
+    {"ep2_pp2_zero1", 4, 2, 1, 2, 2, 0, 1, 1}, {"ep2_tp2_sp_zero1", 4, 2, 2, 1, 2, 1, 1, 1},
 };
 enum { N_LAYOUTS = sizeof layouts / sizeof layouts[0], STEPS = 5 };
 
@@ -53,7 +58,7 @@ static ModelSpec spec_of(const Layout *L)
     s.layout.pp = L->pp;
     s.layout.cp = 1;
     s.layout.vpp = 1;
-    s.layout.zero = 0;
+    s.layout.zero = L->zero;
     s.layout.sp = L->sp;
     s.layout.ep = L->ep;
     s.layout.etp = 1;
@@ -82,6 +87,7 @@ static void check_layout(const Layout *L)
     ModelSpec one = s;
     one.layout.dp = one.layout.tp = one.layout.pp = one.layout.ep = 1;
     one.layout.sp = 0;
+    one.layout.zero = 0;
     one.job.moe_imbalance = 1.0; /* one rank holds every expert: its buffers take every copy */
     write_plan(&one, 1, "ref.json");
     sh(0, "%s run %s/ref.json --quiet --launcher none -o %s/ref.run.json", px, tmp, tmp);

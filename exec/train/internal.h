@@ -190,6 +190,8 @@ typedef struct {
     float *master;  /* fp32 master weights (act not fp32), laid out as m */
     int tied;       /* holds the tied embedding and must sum it with the other stage first */
     int experts;    /* a MoE layer's routed experts: reduced over the expert-data-parallel group */
+    int group, group_rank; /* the ranks that shard its ZeRO state and reduce its gradients (dp x
+                              cp; edp for experts) and this rank's place among them: its shard */
 } ExecBlock;
 
 typedef struct ExecParams {

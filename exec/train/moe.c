@@ -409,6 +409,11 @@ int exec_moe_backward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer,
                     (rc = need_op(r, MODEL_OPR_DISPATCH, layer, chunk, ph, MODEL_OP_COMM,
                                   MODEL_EP_ALL_TO_ALL, &op_disp, err)))))
         return rc;
+    /* ZeRO-2/3: the experts' block has the gradient bucket first (the layer's block has
+     * written nothing yet this micro-batch), is reduced once its weight gradients are done, and
+     * hands the bucket back to the layer's block for the router's */
+    const int xb = r->P->expert_block[layer];
+    exec_zero_bucket_clear(r->Z, c, r->P, xb);
     /* combine's backward: each copy's gradient (in expert order) and the weights' */
     void *dcopies = ep > 1 ? v->ep_send : v->ws_dx;
     begin(r, op_comb);
@@ -472,6 +477,9 @@ int exec_moe_backward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer,
         exec_meter_flops(r->M, 4.0 * R * eff_out * h);
     }
     end(r);
+    if ((rc = exec_zero_bucket_reduce(r->Z, c, r->P, r->M, xb, err)))
+        return rc;
+    exec_zero_bucket_clear(r->Z, c, r->P, r->P->layer_block[layer]);
     const void *back = v->ws_dx;
     if (ep > 1) {
         begin(r, op_disp);
