@@ -2,7 +2,7 @@
  * pinned (expert parallelism has no planner flags here: the plan is made in memory by
  * sim_plan_for and written), trained by `parallax run` (mpirun), against a single-rank run of
  * the same job (also with ZeRO-1/2/3, the experts' blocks sharded over the expert-data-parallel
- * group):
+ * group, and with full recompute, whose all-to-alls count twice):
  * - the loss of every step equals the single-rank one within 1e-5 relative, with the routing
  *   forced into balance and with the router's own choice;
  * - every rank's memory per category equals its stage's prediction;
@@ -22,18 +22,22 @@
 
 typedef struct {
     const char *name;
-    int gpus, dp, tp, pp, ep, sp, force, zero;
+    int gpus, dp, tp, pp, ep, sp, force, zero, full; /* full: recompute full */
 } Layout;
 
 static const Layout layouts[] = {
-    {"ep2", 2, 2, 1, 1, 2, 0, 1, 0},          {"ep2_real", 2, 2, 1, 1, 2, 0, 0, 0},
-    {"ep2_dp2", 4, 4, 1, 1, 2, 0, 1, 0},      {"ep2_dp2_real", 4, 4, 1, 1, 2, 0, 0, 0},
-    {"ep2_tp2_sp", 2, 1, 2, 1, 2, 1, 1, 0},   {"ep2_tp2_sp_real", 2, 1, 2, 1, 2, 1, 0, 0},
-    {"ep2_pp2", 4, 2, 1, 2, 2, 0, 1, 0},      {"ep2_pp2_real", 4, 2, 1, 2, 2, 0, 0, 0},
+    {"ep2", 2, 2, 1, 1, 2, 0, 1, 0, 0},          {"ep2_real", 2, 2, 1, 1, 2, 0, 0, 0, 0},
+    {"ep2_dp2", 4, 4, 1, 1, 2, 0, 1, 0, 0},      {"ep2_dp2_real", 4, 4, 1, 1, 2, 0, 0, 0, 0},
+    {"ep2_tp2_sp", 2, 1, 2, 1, 2, 1, 1, 0, 0},   {"ep2_tp2_sp_real", 2, 1, 2, 1, 2, 1, 0, 0, 0},
+    {"ep2_pp2", 4, 2, 1, 2, 2, 0, 1, 0, 0},      {"ep2_pp2_real", 4, 2, 1, 2, 2, 0, 0, 0, 0},
     /* ZeRO: the experts' blocks sharded over edp 2, the dense ones over dp 4 */
-    {"ep2_dp2_zero1", 4, 4, 1, 1, 2, 0, 1, 1}, {"ep2_dp2_zero1_real", 4, 4, 1, 1, 2, 0, 0, 1},
-    {"ep2_dp2_zero2", 4, 4, 1, 1, 2, 0, 1, 2}, {"ep2_dp2_zero3", 4, 4, 1, 1, 2, 0, 1, 3},
-    {"ep2_pp2_zero1", 4, 2, 1, 2, 2, 0, 1, 1}, {"ep2_tp2_sp_zero1", 4, 2, 2, 1, 2, 1, 1, 1},
+    {"ep2_dp2_zero1", 4, 4, 1, 1, 2, 0, 1, 1, 0}, {"ep2_dp2_zero1_real", 4, 4, 1, 1, 2, 0, 0, 1, 0},
+    {"ep2_dp2_zero2", 4, 4, 1, 1, 2, 0, 1, 2, 0}, {"ep2_dp2_zero3", 4, 4, 1, 1, 2, 0, 1, 3, 0},
+    {"ep2_pp2_zero1", 4, 2, 1, 2, 2, 0, 1, 1, 0}, {"ep2_tp2_sp_zero1", 4, 2, 2, 1, 2, 1, 1, 1, 0},
+    /* full recompute: the router, the all-to-alls and the experts again before each backward */
+    {"ep2_dp2_full", 4, 4, 1, 1, 2, 0, 1, 0, 1},  {"ep2_dp2_full_real", 4, 4, 1, 1, 2, 0, 0, 0, 1},
+    {"ep2_tp2_sp_full", 2, 1, 2, 1, 2, 1, 1, 0, 1}, {"ep2_pp2_full", 4, 2, 1, 2, 2, 0, 1, 0, 1},
+    {"ep2_dp2_zero3_full", 4, 4, 1, 1, 2, 0, 1, 3, 1},
 };
 enum { N_LAYOUTS = sizeof layouts / sizeof layouts[0], STEPS = 5 };
 
@@ -63,7 +67,7 @@ static ModelSpec spec_of(const Layout *L)
     s.layout.ep = L->ep;
     s.layout.etp = 1;
     s.layout.schedule = MODEL_SCHED_1F1B;
-    s.layout.recompute = MODEL_RECOMPUTE_NONE;
+    s.layout.recompute = L->full ? MODEL_RECOMPUTE_FULL : MODEL_RECOMPUTE_NONE;
     return s;
 }
 
@@ -88,6 +92,7 @@ static void check_layout(const Layout *L)
     one.layout.dp = one.layout.tp = one.layout.pp = one.layout.ep = 1;
     one.layout.sp = 0;
     one.layout.zero = 0;
+    one.layout.recompute = MODEL_RECOMPUTE_NONE;
     one.job.moe_imbalance = 1.0; /* one rank holds every expert: its buffers take every copy */
     write_plan(&one, 1, "ref.json");
     sh(0, "%s run %s/ref.json --quiet --launcher none -o %s/ref.run.json", px, tmp, tmp);

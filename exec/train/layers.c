@@ -437,7 +437,7 @@ static int layer_fwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
     if (is_moe(c, l)) {
         ExecMoeViews v;
         moe_views(r, l, a, &v);
-        TRY(exec_moe_forward(r->moe, r, chunk, l, &v, r->W->dhid, EXEC_LA(a, FC1_IN),
+        TRY(exec_moe_forward(r->moe, r, chunk, l, phase, &v, r->W->dhid, EXEC_LA(a, FC1_IN),
                              seq_index(r, mb, 0), mb, aux_weight(r), err));
         routed = r->W->dhid;
         if (d->sff_loc == 0) {

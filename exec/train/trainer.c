@@ -128,7 +128,6 @@ static int check_supported(const Exec *ex, PxError *err)
         const ModelMoe *mo = &s->model.moe;
         const char *why = d->etp != 1                          ? "layout.etp must be 1"
                           : d->v > 1                            ? "layout.vpp must be 1"
-                          : s->layout.recompute == MODEL_RECOMPUTE_FULL ? "recompute full is not supported"
                           : mo->capacity_factor > 0             ? "moe.capacity_factor must be 0 (no token dropping)"
                           : s->model.mlp != MODEL_SWIGLU        ? "the experts must be SwiGLU"
                           : mo->expert_bias || mo->router_bias || mo->shared_gate
