@@ -49,6 +49,62 @@ static const cJSON *stage_entry(const cJSON *arr, int stage)
     return NULL;
 }
 
+static int add_a2a(RptCompare *c, int rank, double predicted, double measured, PxError *err)
+{
+    RptA2a *a = realloc(c->a2a, (size_t)(c->n_a2a + 1) * sizeof *a);
+    if (!a)
+        return px_fail(err, PX_ERUNTIME, "out of memory comparing");
+    c->a2a = a;
+    a[c->n_a2a++] = (RptA2a){rank, predicted, measured};
+    return PX_OK;
+}
+
+/* run.json's moe.layers[] (absent: a dense run, nothing to add): each layer's counts and their
+ * spread. PX_EINPUT names a malformed entry. */
+static int moe_layers(RptCompare *c, const cJSON *run, PxError *err)
+{
+    const cJSON *ls = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(run, "moe"), "layers");
+    if (!ls)
+        return PX_OK;
+    if (!cJSON_IsArray(ls))
+        return px_fail(err, PX_EINPUT, "run: moe.layers: expected an array");
+    const int n = cJSON_GetArraySize(ls);
+    c->moe = calloc((size_t)(n > 0 ? n : 1), sizeof *c->moe);
+    if (!c->moe)
+        return px_fail(err, PX_ERUNTIME, "out of memory comparing");
+    for (int i = 0; i < n; i++) {
+        const cJSON *e = cJSON_GetArrayItem(ls, i);
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(e, "tokens_per_expert");
+        const double layer = num(e, "layer", NULL);
+        const int E = cJSON_IsArray(t) ? cJSON_GetArraySize(t) : 0;
+        if (isnan(layer) || E == 0)
+            return px_fail(err, PX_EINPUT,
+                           "run: moe.layers[%d]: expected a layer and a non-empty "
+                           "tokens_per_expert array", i);
+        RptMoeLayer *L = &c->moe[c->n_moe++];
+        L->layer = (int)layer;
+        L->experts = E;
+        L->tokens = malloc((size_t)E * sizeof *L->tokens);
+        if (!L->tokens)
+            return px_fail(err, PX_ERUNTIME, "out of memory comparing");
+        double sum = 0;
+        for (int k = 0; k < E; k++) {
+            const cJSON *v = cJSON_GetArrayItem(t, k);
+            if (!cJSON_IsNumber(v) || v->valuedouble < 0)
+                return px_fail(err, PX_EINPUT,
+                               "run: moe.layers[%d].tokens_per_expert[%d]: expected a count", i, k);
+            const double x = v->valuedouble;
+            L->tokens[k] = x;
+            L->min = k == 0 || x < L->min ? x : L->min;
+            L->max = x > L->max ? x : L->max;
+            sum += x;
+        }
+        L->mean = sum / E;
+        L->max_over_mean = L->mean > 0 ? L->max / L->mean : 0;
+    }
+    return PX_OK;
+}
+
 /* The "rank" of run.json's entry i of `what`: an integer from 0 to world - 1, else an input error
  * naming the entry. */
 static int entry_rank(const cJSON *e, const char *what, int i, int world, int *rank, PxError *err)
@@ -139,10 +195,13 @@ int rpt_compare(const cJSON *plan_json, const cJSON *run, RptCompare *c, PxError
             if (isnan(p) || isnan(m) || (p == 0 && m == 0))
                 continue;
             snprintf(q, sizeof q, "comm rank %d %s bytes", rank, kind);
-            if ((rc = add_row(c, q, p, m, err)))
+            if ((rc = add_row(c, q, p, m, err)) ||
+                (k == MODEL_EP_ALL_TO_ALL && (rc = add_a2a(c, rank, p, m, err))))
                 goto out;
         }
     }
+    if ((rc = moe_layers(c, run, err)))
+        goto out;
     /* FLOPs per rank per step */
     const cJSON *fr = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(run, "flops"), "per_rank_per_step");
     const cJSON *fp = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(pred, "flops"), "per_rank_per_step");
@@ -200,8 +259,49 @@ void rpt_compare_free(RptCompare *c)
 {
     if (!c)
         return;
+    for (int i = 0; i < c->n_moe; i++)
+        free(c->moe[i].tokens);
+    free(c->moe);
+    free(c->a2a);
     free(c->rows);
     memset(c, 0, sizeof *c);
+}
+
+/* Experts up to this many are listed one by one; more only by their spread. */
+enum { MOE_LIST_MAX = 16 };
+
+/* The MoE layers' routing and the expert all-to-all per rank, after the quantity table. */
+static void print_moe(FILE *f, const RptCompare *c)
+{
+    if (c->n_moe > 0) {
+        fprintf(f, "\nMoE routing, last step (token copies per expert, every rank's tokens)\n");
+        fprintf(f, "%5s %7s %10s %10s %12s %9s  %s\n", "layer", "experts", "min", "max", "mean",
+                "max/mean", "per expert");
+        for (int i = 0; i < c->n_moe; i++) {
+            const RptMoeLayer *L = &c->moe[i];
+            fprintf(f, "%5d %7d %10.0f %10.0f %12.1f %9.3f ", L->layer, L->experts, L->min,
+                    L->max, L->mean, L->max_over_mean);
+            if (L->experts <= MOE_LIST_MAX)
+                for (int e = 0; e < L->experts; e++)
+                    fprintf(f, " %.0f", L->tokens[e]);
+            else
+                fprintf(f, " (%d experts: see run.json)", L->experts);
+            fprintf(f, "\n");
+        }
+    }
+    if (c->n_a2a > 0) {
+        fprintf(f, "\nexpert all-to-all per step (bytes)\n");
+        fprintf(f, "%5s %14s %14s %9s\n", "rank", "predicted", "measured", "ratio");
+        for (int i = 0; i < c->n_a2a; i++) {
+            const RptA2a *a = &c->a2a[i];
+            char ratio[32];
+            if (a->predicted > 0)
+                snprintf(ratio, sizeof ratio, "%.3f", a->measured / a->predicted);
+            else
+                snprintf(ratio, sizeof ratio, "n/a");
+            fprintf(f, "%5d %14.0f %14.0f %9s\n", a->rank, a->predicted, a->measured, ratio);
+        }
+    }
 }
 
 void rpt_compare_print(FILE *f, const RptCompare *c, int all_ops)
@@ -226,6 +326,7 @@ void rpt_compare_print(FILE *f, const RptCompare *c, int all_ops)
     }
     if (hidden)
         fprintf(f, "(%d ops under 1%% of the step not shown; --all-ops lists them)\n", hidden);
+    print_moe(f, c);
 }
 
 cJSON *rpt_compare_to_json(const RptCompare *c)
@@ -244,6 +345,35 @@ cJSON *rpt_compare_to_json(const RptCompare *c)
         else
             cJSON_AddNumberToObject(e, "rel_error", d->rel_error);
         cJSON_AddItemToArray(rows, e);
+    }
+    if (c->n_moe > 0 || c->n_a2a > 0) {
+        cJSON *m = cJSON_AddObjectToObject(j, "moe");
+        cJSON *ls = cJSON_AddArrayToObject(m, "layers");
+        for (int i = 0; i < c->n_moe; i++) {
+            const RptMoeLayer *L = &c->moe[i];
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddNumberToObject(e, "layer", L->layer);
+            cJSON_AddItemToObject(e, "tokens_per_expert",
+                                  cJSON_CreateDoubleArray(L->tokens, L->experts));
+            cJSON_AddNumberToObject(e, "min", L->min);
+            cJSON_AddNumberToObject(e, "max", L->max);
+            cJSON_AddNumberToObject(e, "mean", L->mean);
+            cJSON_AddNumberToObject(e, "max_over_mean", L->max_over_mean);
+            cJSON_AddItemToArray(ls, e);
+        }
+        cJSON *as = cJSON_AddArrayToObject(m, "ep_all_to_all");
+        for (int i = 0; i < c->n_a2a; i++) {
+            const RptA2a *a = &c->a2a[i];
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddNumberToObject(e, "rank", a->rank);
+            cJSON_AddNumberToObject(e, "predicted_bytes", a->predicted);
+            cJSON_AddNumberToObject(e, "measured_bytes", a->measured);
+            if (a->predicted > 0)
+                cJSON_AddNumberToObject(e, "ratio", a->measured / a->predicted);
+            else
+                cJSON_AddNullToObject(e, "ratio");
+            cJSON_AddItemToArray(as, e);
+        }
     }
     return j;
 }

@@ -98,14 +98,35 @@ typedef struct {
     double rel_error; /* (measured - predicted) / predicted; 0 when both are 0 */
 } RptDelta;
 
+/* A MoE layer's routing in the run's last step (run.json's moe.layers[]): the token copies each
+ * expert received over the whole job, their spread, and the busiest expert over the mean (1:
+ * perfect balance). */
+typedef struct {
+    int layer, experts;
+    double *tokens; /* [experts] */
+    double min, max, mean, max_over_mean;
+} RptMoeLayer;
+
+/* A rank's expert all-to-all bytes per step: the plan's buffers against what its routing sent
+ * (equal under forced balance; below them with real routing). */
+typedef struct {
+    int rank;
+    double predicted, measured;
+} RptA2a;
+
 typedef struct {
     RptDelta *rows;
     int count, cap;
     int steps; /* steps measured */
+    RptMoeLayer *moe; /* a MoE run's layers, else NULL */
+    int n_moe;
+    RptA2a *a2a;      /* every rank with expert all-to-all traffic, in rank order */
+    int n_a2a;
 } RptCompare;
 
 /* Compares a plan (its prediction) with a run (run.json): step time, bubble, per-op time per
- * step, memory per category per rank, communication bytes per kind per rank, FLOPs per rank.
+ * step, memory per category per rank, communication bytes per kind per rank, FLOPs per rank;
+ * for a MoE run also each MoE layer's tokens per expert and each rank's expert all-to-all.
  * PX_EINPUT names the file and key when either lacks what is compared. */
 int rpt_compare(const cJSON *plan, const cJSON *run, RptCompare *out, PxError *err);
 void rpt_compare_free(RptCompare *c);

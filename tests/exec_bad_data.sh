@@ -42,13 +42,14 @@ plan zero3 --zero 3 --recompute full
 plan dp2 --gpus 2
 plan tp2 --gpus 2 --tp 2
 plan cp2 --gpus 2 --cp 2
-# a mixture-of-experts model with a setting the executor does not run with experts (ZeRO 1)
+# a mixture-of-experts model with a setting the executor does not run with experts (a capacity
+# factor: token dropping)
 cat >"$tmp/moe-model.json" <<'EOF'
 {"schema_version": 1, "name": "moe-refused", "family": "llama", "layers": 2, "hidden": 64,
  "heads": 8, "kv_heads": 4, "ffn_hidden": 176, "vocab": 256, "seq_len": 64,
- "moe": {"experts": 4, "topk": 2, "expert_ffn": 32}}
+ "moe": {"experts": 4, "topk": 2, "expert_ffn": 32, "capacity_factor": 1.25}}
 EOF
-"$mkplan" --model "$tmp/moe-model.json" --seq 16 --gbs 4 --mbs 2 --zero 1 --output "$tmp/moe.json" >/dev/null ||
+"$mkplan" --model "$tmp/moe-model.json" --seq 16 --gbs 4 --mbs 2 --output "$tmp/moe.json" >/dev/null ||
   { echo "FAILED: exec_mkplan of a MoE model"; fails=$((fails + 1)); }
 
 # bad data: a message naming the file and the problem, exit 2
@@ -82,7 +83,7 @@ expect 2 "the training data is not a regular file" "$px" run "$tmp/good.json" --
 expect 2 "training.precision bf16: the CPU backend trains in fp32" "$px" run "$tmp/bf16.json"
 expect 2 "training.optimizer adam-8bit is not implemented" "$px" run "$tmp/adam8.json"
 expect 2 "layout.cp 2: the executor does not run context parallelism" "$px" run "$tmp/cp2.json" --launcher none
-expect 2 "model moe-refused has 4 experts: the executor runs mixture-of-experts layers with limits: layout.zero must be 0" "$px" run "$tmp/moe.json"
+expect 2 "model moe-refused has 4 experts: the executor runs mixture-of-experts layers with limits: moe.capacity_factor must be 0 (no token dropping)" "$px" run "$tmp/moe.json"
 expect 2 "needs 2 ranks (dp 2 x tp 1 x pp 1 x cp 1) but this" "$px" run "$tmp/dp2.json" --launcher none
 expect 2 "needs 2 ranks (dp 1 x tp 2 x pp 1 x cp 1) but this" "$px" run "$tmp/tp2.json" --launcher none
 expect 2 "the layout needs 2 ranks" "$worker" run "$tmp/dp2.json"

@@ -1,6 +1,7 @@
 /* Equivalences the executor promises:
  * - recompute none, selective and full give bit-identical losses and gradients (the recomputed
- *   tensors, dropout masks included, are the saved ones), and bit-identical training steps;
+ *   tensors, dropout masks included, are the saved ones; a MoE layer's routing too), and
+ *   bit-identical training steps;
  * - the same seed gives the same losses, another seed other ones;
  * - GPipe and 1F1B give bit-identical results (same micro-batch order of accumulation);
  * - the micro-batch size does not change the step's data or dropout masks: losses agree to
@@ -107,6 +108,15 @@ int main(void)
     s.job.dropout = 0.1;
     s.job.flash_attn = 1;
     check_recompute("tiny-llama flash dropout", s);
+    /* MoE layers re-run their router and experts (real and forced routing, the
+     * load-balancing loss on, dropout on the MLP's output) */
+    s = tx_spec("tiny-moe", 16, 4, 2);
+    s.job.dropout = 0.1;
+    s.model.moe.aux_loss_coeff = 0.01;
+    check_recompute("tiny-moe dropout", s);
+    s.job.moe_force_balance = 1;
+    s.model.moe.shared_ffn = 0;
+    check_recompute("tiny-moe forced without shared experts", s);
 
     /* seeds */
     double a[3], b[3], c[3];

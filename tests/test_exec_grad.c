@@ -11,12 +11,14 @@
  * and asks for agreement within 2% or an absolute 1e-4. */
 #include "tests/test_exec_common.h"
 
+/* The objective the gradients are of: the language model's loss plus the MoE load-balancing
+ * loss (0 without one). */
 static double loss_at(Exec *ex)
 {
     PxError err = {0};
     double loss = 0;
     CHECK_OK(exec_loss(ex, 0, &loss, &err), err);
-    return loss;
+    return loss + exec_aux_loss(ex);
 }
 
 static double worst; /* largest error over its tolerance */
@@ -40,8 +42,9 @@ static void check_model(const char *what, ModelSpec spec)
     PxError err = {0};
     double loss = 0, loss_fwd = loss_at(ex);
     CHECK_OK(exec_grads(ex, 0, &loss, &err), err);
-    CHECK(loss == loss_fwd); /* forward alone gives the training loss bit for bit */
     CHECK(loss > 4.0 && loss < 7.0); /* about ln(256) at initialization */
+    loss += exec_aux_loss(ex);
+    CHECK(loss == loss_fwd); /* forward alone gives the training loss bit for bit */
 
     /* the analytic gradient of every sampled element, before any perturbation */
     enum { SAMPLES = 4, MAX_T = 128 };
@@ -136,6 +139,29 @@ int main(void)
     check_model("tiny-moe forced dropout", s);
     s.model.moe.shared_ffn = 0;
     check_model("tiny-moe forced without shared experts", s);
+    /* the load-balancing loss's gradient (through the router's probabilities; the forced
+     * choice and counts do not move under a perturbation), with a coefficient large enough
+     * that its term dominates the router's gradient. With softmax scores and forced balance
+     * the loss is the constant coeff (each token's probabilities sum to 1) and its gradient 0,
+     * which the first check confirms; sigmoid scores do not sum to 1, so the second checks a
+     * gradient that is not zero (halving it fails the check at embed.wte) */
+    s = tx_spec("tiny-moe", 16, 2, 1);
+    s.job.moe_force_balance = 1;
+    s.model.moe.aux_loss_coeff = 1.0;
+    {
+        Exec *ex = tx_exec(&s);
+        PxError err = {0};
+        double loss = 0;
+        CHECK_OK(exec_loss(ex, 0, &loss, &err), err);
+        /* balanced counts: coeff * E / (k T^2) * sum_e (T k / E) * sum_t p_te = coeff per
+         * layer and micro-batch, times b / global_batch: the sum over the step is coeff times
+         * the MoE layers (3) */
+        CHECK_REL(3.0, exec_aux_loss(ex), 1e-5);
+        exec_free(ex);
+    }
+    check_model("tiny-moe forced with the load-balancing loss", s);
+    s.model.moe.score = MODEL_ROUTER_SIGMOID;
+    check_model("tiny-moe forced sigmoid with the load-balancing loss", s);
     printf("checked %d sampled elements; the worst used %.0f%% of its tolerance\n", worst_checked,
            100.0 * worst);
     TEST_DONE("test_exec_grad");

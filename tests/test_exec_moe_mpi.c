@@ -1,7 +1,8 @@
 /* The executor's expert-parallel layouts over MPI, end to end: tiny-moe planned with the layout
  * pinned (expert parallelism has no planner flags here: the plan is made in memory by
  * sim_plan_for and written), trained by `parallax run` (mpirun), against a single-rank run of
- * the same job:
+ * the same job (also with ZeRO-1/2/3, the experts' blocks sharded over the expert-data-parallel
+ * group, and with full recompute, whose all-to-alls count twice):
  * - the loss of every step equals the single-rank one within 1e-5 relative, with the routing
  *   forced into balance and with the router's own choice;
  * - every rank's memory per category equals its stage's prediction;
@@ -9,7 +10,9 @@
  *   prediction exactly (the all-to-all sends its whole buffer); with real routing every kind
  *   but the all-to-all does, and its measured bytes are printed beside the prediction (the
  *   buffer, routed rows, is the most a rank may send);
- * - run.json's per-expert counts of every MoE layer equal the single rank's (forced: even).
+ * - run.json's per-expert counts of every MoE layer equal the single rank's (forced: even);
+ * - `parallax compare` shows them per layer with their spread, and each rank's all-to-all bytes
+ *   beside the plan's (forced: ratio 1; real routing: within the buffers).
  * Usage: test_exec_moe_mpi PARALLAX LAYOUT (one ctest per layout; `list` prints them). */
 #include "tests/test.h"
 #include "tests/runs.h"
@@ -19,14 +22,22 @@
 
 typedef struct {
     const char *name;
-    int gpus, dp, tp, pp, ep, sp, force;
+    int gpus, dp, tp, pp, ep, sp, force, zero, full; /* full: recompute full */
 } Layout;
 
 static const Layout layouts[] = {
-    {"ep2", 2, 2, 1, 1, 2, 0, 1},          {"ep2_real", 2, 2, 1, 1, 2, 0, 0},
-    {"ep2_dp2", 4, 4, 1, 1, 2, 0, 1},      {"ep2_dp2_real", 4, 4, 1, 1, 2, 0, 0},
-    {"ep2_tp2_sp", 2, 1, 2, 1, 2, 1, 1},   {"ep2_tp2_sp_real", 2, 1, 2, 1, 2, 1, 0},
-    {"ep2_pp2", 4, 2, 1, 2, 2, 0, 1},      {"ep2_pp2_real", 4, 2, 1, 2, 2, 0, 0},
+    {"ep2", 2, 2, 1, 1, 2, 0, 1, 0, 0},          {"ep2_real", 2, 2, 1, 1, 2, 0, 0, 0, 0},
+    {"ep2_dp2", 4, 4, 1, 1, 2, 0, 1, 0, 0},      {"ep2_dp2_real", 4, 4, 1, 1, 2, 0, 0, 0, 0},
+    {"ep2_tp2_sp", 2, 1, 2, 1, 2, 1, 1, 0, 0},   {"ep2_tp2_sp_real", 2, 1, 2, 1, 2, 1, 0, 0, 0},
+    {"ep2_pp2", 4, 2, 1, 2, 2, 0, 1, 0, 0},      {"ep2_pp2_real", 4, 2, 1, 2, 2, 0, 0, 0, 0},
+    /* ZeRO: the experts' blocks sharded over edp 2, the dense ones over dp 4 */
+    {"ep2_dp2_zero1", 4, 4, 1, 1, 2, 0, 1, 1, 0}, {"ep2_dp2_zero1_real", 4, 4, 1, 1, 2, 0, 0, 1, 0},
+    {"ep2_dp2_zero2", 4, 4, 1, 1, 2, 0, 1, 2, 0}, {"ep2_dp2_zero3", 4, 4, 1, 1, 2, 0, 1, 3, 0},
+    {"ep2_pp2_zero1", 4, 2, 1, 2, 2, 0, 1, 1, 0}, {"ep2_tp2_sp_zero1", 4, 2, 2, 1, 2, 1, 1, 1, 0},
+    /* full recompute: the router, the all-to-alls and the experts again before each backward */
+    {"ep2_dp2_full", 4, 4, 1, 1, 2, 0, 1, 0, 1},  {"ep2_dp2_full_real", 4, 4, 1, 1, 2, 0, 0, 0, 1},
+    {"ep2_tp2_sp_full", 2, 1, 2, 1, 2, 1, 1, 0, 1}, {"ep2_pp2_full", 4, 2, 1, 2, 2, 0, 1, 0, 1},
+    {"ep2_dp2_zero3_full", 4, 4, 1, 1, 2, 0, 1, 3, 1},
 };
 enum { N_LAYOUTS = sizeof layouts / sizeof layouts[0], STEPS = 5 };
 
@@ -51,12 +62,12 @@ static ModelSpec spec_of(const Layout *L)
     s.layout.pp = L->pp;
     s.layout.cp = 1;
     s.layout.vpp = 1;
-    s.layout.zero = 0;
+    s.layout.zero = L->zero;
     s.layout.sp = L->sp;
     s.layout.ep = L->ep;
     s.layout.etp = 1;
     s.layout.schedule = MODEL_SCHED_1F1B;
-    s.layout.recompute = MODEL_RECOMPUTE_NONE;
+    s.layout.recompute = L->full ? MODEL_RECOMPUTE_FULL : MODEL_RECOMPUTE_NONE;
     return s;
 }
 
@@ -80,6 +91,8 @@ static void check_layout(const Layout *L)
     ModelSpec one = s;
     one.layout.dp = one.layout.tp = one.layout.pp = one.layout.ep = 1;
     one.layout.sp = 0;
+    one.layout.zero = 0;
+    one.layout.recompute = MODEL_RECOMPUTE_NONE;
     one.job.moe_imbalance = 1.0; /* one rank holds every expert: its buffers take every copy */
     write_plan(&one, 1, "ref.json");
     sh(0, "%s run %s/ref.json --quiet --launcher none -o %s/ref.run.json", px, tmp, tmp);
@@ -149,6 +162,46 @@ static void check_layout(const Layout *L)
             }
         }
     }
+    /* parallax compare: the same counts per layer, their spread, and each rank's all-to-all
+     * beside the plan's buffers (forced balance: equal) */
+    sh(0, "(%s compare %s/plan.json %s/run.json > %s/compare.txt)", px, tmp, tmp, tmp);
+    sh(0, "(%s compare %s/plan.json %s/run.json --json > %s/compare.json)", px, tmp, tmp, tmp);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "sed -n '/^MoE routing/,$p' %s/compare.txt", tmp);
+    fflush(stdout);
+    if (system(cmd) != 0)
+        fprintf(stderr, "test_exec_moe_mpi: could not print %s/compare.txt\n", tmp);
+    cJSON *cmp = read_json("compare.json");
+    const cJSON *cl = at(at(cmp, "moe", NULL), "layers", NULL);
+    CHECK_EQ_INT(cJSON_GetArraySize(ml), cJSON_GetArraySize(cl));
+    for (int l = 0; l < cJSON_GetArraySize(ml); l++) {
+        const cJSON *a = cJSON_GetArrayItem(ml, l), *b = cJSON_GetArrayItem(cl, l);
+        CHECK_EQ_INT((int)num(a, "layer"), (int)num(b, "layer"));
+        CHECK(num(a, "max_over_mean") == num(b, "max_over_mean"));
+        const cJSON *ta = at(a, "tokens_per_expert", NULL);
+        double mn = 1e300, mx = 0;
+        for (int e = 0; e < cJSON_GetArraySize(ta); e++) {
+            const double x = cJSON_GetArrayItem(ta, e)->valuedouble;
+            mn = x < mn ? x : mn;
+            mx = x > mx ? x : mx;
+        }
+        CHECK(num(b, "min") == mn && num(b, "max") == mx);
+        CHECK(num(b, "mean") == (double)s.job.global_batch * s.job.seq_len * s.model.moe.topk /
+                                     s.model.moe.experts);
+    }
+    const cJSON *ca = at(at(cmp, "moe", NULL), "ep_all_to_all", NULL);
+    CHECK_EQ_INT(L->gpus, cJSON_GetArraySize(ca));
+    for (int r = 0; r < L->gpus; r++) {
+        const cJSON *a = cJSON_GetArrayItem(ca, r);
+        const cJSON *by = at(cJSON_GetArrayItem(cr, r), "by_kind", NULL);
+        CHECK_EQ_INT(r, (int)num(a, "rank"));
+        CHECK(num(a, "measured_bytes") == num(by, "ep_all_to_all"));
+        if (L->force)
+            CHECK(num(a, "ratio") == 1.0);
+        else
+            CHECK(num(a, "ratio") > 0 && num(a, "ratio") <= 1.0);
+    }
+    cJSON_Delete(cmp);
     printf("%-16s %d ranks, %d steps: final loss %.6f (single rank %.6f), max |diff| %.2e\n",
            L->name, L->gpus, STEPS, num(cJSON_GetArrayItem(ms, STEPS - 1), "loss"),
            num(cJSON_GetArrayItem(rs, STEPS - 1), "loss"), worst);

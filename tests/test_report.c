@@ -67,6 +67,85 @@ static void test_compare_fixed(void)
     cJSON_Delete(run);
 }
 
+/* A MoE run: each layer's tokens per expert with their spread and the busiest over the mean
+ * (listed one by one up to 16 experts), each rank's expert all-to-all against the plan's
+ * buffers, in the table, the printout and the JSON; a malformed layer is an input error. */
+static void test_compare_moe(void)
+{
+    PxError err = {0};
+    const char *plan_text =
+        "{\"schema_version\": 1, \"cluster\": \"local\", \"gpus\": 1,"
+        " \"model\": {\"name\": \"m\", \"family\": \"gpt\", \"layers\": 2, \"hidden\": 64, \"heads\": 4, \"vocab\": 256, \"seq_len\": 64},"
+        " \"training\": {\"global_batch\": 4, \"micro_batch\": 4, \"seq_len\": 64, \"precision\": \"fp32\"},"
+        " \"layout\": {\"dp\": 1, \"tp\": 1, \"pp\": 1},"
+        " \"prediction\": {\"time\": {\"step_s\": 0.5},"
+        "   \"memory\": {\"per_stage\": [{\"stage\": 0, \"weights\": 1000}]},"
+        "   \"comm\": {\"per_stage\": [{\"stage\": 0, \"ep_all_to_all\": 4096, \"edp_allreduce\": 512}]}}}";
+    const char *run_text =
+        "{\"schema_version\": 1, \"steps\": [{\"step\": 1}],"
+        " \"time\": {\"step_s_median\": 0.5},"
+        " \"memory\": {\"per_rank\": [{\"rank\": 0, \"stage\": 0, \"weights\": 1000}]},"
+        " \"comm\": {\"per_rank\": [{\"rank\": 0, \"by_kind\": {\"ep_all_to_all\": 3072, \"edp_allreduce\": 512}}]},"
+        " \"moe\": {\"experts\": 4, \"topk\": 2, \"layers\": ["
+        "   {\"layer\": 1, \"tokens_per_expert\": [100, 60, 20, 20], \"max_over_mean\": 2},"
+        "   {\"layer\": 3, \"tokens_per_expert\": [5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,25]}]}}";
+    cJSON *plan = cJSON_Parse(plan_text), *run = cJSON_Parse(run_text);
+    CHECK(plan && run);
+    RptCompare c;
+    CHECK_OK(rpt_compare(plan, run, &c, &err), err);
+    CHECK_EQ_INT(2, c.n_moe);
+    CHECK_EQ_INT(1, c.moe[0].layer);
+    CHECK_EQ_INT(4, c.moe[0].experts);
+    CHECK(c.moe[0].min == 20 && c.moe[0].max == 100 && c.moe[0].mean == 50);
+    CHECK(c.moe[0].max_over_mean == 2.0);
+    CHECK_EQ_INT(3, c.moe[1].layer);
+    CHECK(c.moe[1].min == 5 && c.moe[1].max == 25 && c.moe[1].mean == 6);
+    CHECK_REL(25.0 / 6.0, c.moe[1].max_over_mean, 1e-15);
+    CHECK_EQ_INT(1, c.n_a2a);
+    CHECK(c.a2a[0].rank == 0 && c.a2a[0].predicted == 4096 && c.a2a[0].measured == 3072);
+    CHECK_REL(-0.25, row(&c, "comm rank 0 ep_all_to_all bytes")->rel_error, 1e-15);
+
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    CHECK(f != NULL);
+    rpt_compare_print(f, &c, 0);
+    fclose(f);
+    const char *want[] = {
+        "MoE routing, last step (token copies per expert, every rank's tokens)\n"
+        "layer experts        min        max         mean  max/mean  per expert\n"
+        "    1       4         20        100         50.0     2.000  100 60 20 20\n"
+        "    3      20          5         25          6.0     4.167  (20 experts: see run.json)\n",
+        "expert all-to-all per step (bytes)\n"
+        " rank      predicted       measured     ratio\n"
+        "    0           4096           3072     0.750\n"};
+    for (int i = 0; i < 2; i++)
+        if (!strstr(text, want[i])) {
+            fprintf(stderr, "FAILED: compare's printout lacks\n%s\nit reads\n%s\n", want[i], text);
+            exit(1);
+        }
+    free(text);
+
+    cJSON *j = rpt_compare_to_json(&c);
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, "moe");
+    const cJSON *l0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(m, "layers"), 0);
+    const cJSON *a0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(m, "ep_all_to_all"), 0);
+    CHECK(cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(l0, "max_over_mean")) == 2.0);
+    CHECK_EQ_INT(4, cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(l0, "tokens_per_expert")));
+    CHECK(cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(a0, "ratio")) == 0.75);
+    CHECK(cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(a0, "predicted_bytes")) == 4096);
+    cJSON_Delete(j);
+    rpt_compare_free(&c);
+
+    /* a layer without its counts */
+    cJSON *l1 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(run, "moe"), "layers"), 1);
+    cJSON_DeleteItemFromObject(l1, "tokens_per_expert");
+    CHECK_INPUT_ERROR(rpt_compare(plan, run, &c, &err), err,
+                      "run: moe.layers[1]: expected a layer and a non-empty tokens_per_expert");
+    cJSON_Delete(plan);
+    cJSON_Delete(run);
+}
+
 static void nonempty(const char *dir, const char *file)
 {
     char path[512];
@@ -173,6 +252,7 @@ int main(void)
 {
     px_log_set_quiet(1);
     test_compare_fixed();
+    test_compare_moe();
     test_full_report();
     TEST_DONE("report");
 }

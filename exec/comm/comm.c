@@ -159,8 +159,9 @@ static int shard_call(CommLayer *c, void *buf, size_t numel, size_t shard, PxDty
     const int g = comm_group_of(c, kind);
     if (g < 2 || numel == 0)
         return PX_OK; /* one shard holds the whole block */
-    if (model_comm_group(kind) != MODEL_GROUP_DP)
-        return px_fail(err, PX_ERUNTIME, "sharded %s over a group other than dp x cp",
+    if (model_comm_group(kind) != MODEL_GROUP_DP && model_comm_group(kind) != MODEL_GROUP_EDP)
+        return px_fail(err, PX_ERUNTIME,
+                       "sharded %s over a group other than dp x cp or expert data parallel",
                        model_comm_name(kind));
     if (shard == 0 || (numel - 1) / shard >= (size_t)g)
         return px_fail(err, PX_ERUNTIME,

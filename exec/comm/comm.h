@@ -131,7 +131,8 @@ int comm_all_gather(CommLayer *c, void *out, const void *in, size_t count, PxDty
  * the sum lands at the start of in. */
 int comm_reduce_scatter(CommLayer *c, void *out, const void *in, size_t count, PxDtype dtype,
                         ModelComm kind, int *req, PxError *err);
-/* ZeRO on a block that memory holds unpadded, over the dp x cp group only: numel elements cut
+/* ZeRO on a block that memory holds unpadded, over the dp x cp group (a MoE layer's experts:
+ * the expert-data-parallel group, EDP_* kinds): numel elements cut
  * into shards of `shard` (= ceil(numel / group)); the group's last ranks own fewer elements,
  * or none. Counted as the padded buffer of group * shard elements, as the op graph lists it.
  * In place: reduce_scatter_shard leaves this rank's summed shard at its own offset (the rest

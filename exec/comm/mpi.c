@@ -414,7 +414,8 @@ static int shard_call(CommLayer *c, void *buf, size_t numel, size_t shard, PxDty
                       ModelComm kind, int *req, int gather, PxError *err)
 {
     MpiComm *m = (MpiComm *)c;
-    const int g = c->group_size[MODEL_GROUP_DP];
+    const ModelGroup grp = model_comm_group(kind); /* dp x cp, or a MoE layer's experts' edp */
+    const int g = c->group_size[grp];
     MPI_Datatype t = MPI_FLOAT;
     int n = 0, rc, idx;
     if ((rc = dtype_of(dtype, &t, err)) || (rc = count_of(shard * (size_t)g, &n, err)))
@@ -425,8 +426,8 @@ static int shard_call(CommLayer *c, void *buf, size_t numel, size_t shard, PxDty
     int *counts = q ? q->counts : m->bcounts, *displs = q ? q->displs : m->bdispls;
     shard_counts(g, numel, shard, counts, displs);
     const size_t es = px_dtype_bytes(dtype);
-    const int me = c->group_rank[MODEL_GROUP_DP];
-    MPI_Comm comm = m->group[MODEL_GROUP_DP];
+    const int me = c->group_rank[grp];
+    MPI_Comm comm = m->group[grp];
     MPI_Request local;
     MPI_Request *rp = q ? &q->r : &local;
     int e;

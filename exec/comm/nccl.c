@@ -187,7 +187,7 @@ static int shard_call(CommLayer *c, void *buf, size_t numel, size_t shard, PxDty
                       ModelComm kind, int *req, int gather, PxError *err)
 {
     NcclComm *n = (NcclComm *)c;
-    const int g = MODEL_GROUP_DP, size = c->group_size[g], me = c->group_rank[g];
+    const int g = gidx(kind), size = c->group_size[g], me = c->group_rank[g];
     ncclComm_t comm = n->nccl[g];
     ncclDataType_t t;
     int rc = nccl_type(dtype, &t, err);

@@ -38,25 +38,47 @@ void exec_acts_free(ExecActs *X, const ExecCtx *c)
     memset(X, 0, sizeof *X);
 }
 
-int exec_acts_region(ExecActs *X, const ExecCtx *c, uint8_t *base, uint64_t bytes, PxError *err)
+static void layer_acts(const ExecCtx *c, int l, ModelLayerAct f[MODEL_LAYER_ACTS + MODEL_MOE_ACTS]);
+
+/* One layer's unsaved activations carved from base (f: its acts); the bytes used. */
+static uint64_t region_view(ExecLayerActs *view, uint8_t *base, uint64_t bytes,
+                            const ModelLayerAct *f)
 {
-    ModelLayerAct f[MODEL_LAYER_ACTS];
-    model_layer_acts(&c->spec, &c->d, c->spec.layout.recompute, f);
     ExecArena r = {.base = base, .cap = bytes};
-    ExecLayerActs view;
-    memset(&view, 0, sizeof view);
+    memset(view, 0, sizeof *view);
     /* larger elements first (fp32, then act, then masks): nothing needs padding */
     for (size_t es = 8; es >= 1; es /= 2)
-        for (int i = 0; i < MODEL_LAYER_ACTS; i++)
+        for (int i = 0; i < MODEL_LAYER_ACTS + MODEL_MOE_ACTS; i++)
             if (f[i].present && !f[i].saved && px_dtype_bytes(f[i].dtype) == es)
-                view.t[i] = exec_arena_carve(&r, f[i].bytes, es);
-    if (r.used != bytes)
+                view->t[i] = exec_arena_carve(&r, f[i].bytes, es);
+    return r.used;
+}
+
+int exec_acts_region(ExecActs *X, const ExecCtx *c, uint8_t *base, uint64_t bytes, PxError *err)
+{
+    /* the model's first dense and first MoE layer: a MoE layer (full recompute) re-creates its
+     * router's and experts' tensors too, and the region is the larger of the two layouts */
+    int first_of[2] = {-1, -1};
+    for (int l = 0; l < c->spec.model.layers; l++) {
+        const int k = c->d.moe && model_layer_is_moe(&c->spec.model, l);
+        if (first_of[k] < 0)
+            first_of[k] = l;
+    }
+    ModelLayerAct f[MODEL_LAYER_ACTS + MODEL_MOE_ACTS];
+    uint64_t most = 0;
+    for (int k = 0; k < 2; k++) {
+        if (first_of[k] < 0)
+            continue;
+        layer_acts(c, first_of[k], f);
+        const uint64_t used = region_view(k ? &X->region_moe : &X->region, base, bytes, f);
+        most = used > most ? used : most;
+    }
+    if (most != bytes)
         return px_fail(err, PX_ERUNTIME,
                        "ws.recompute holds %llu bytes but the %s recompute needs %llu: model/ and "
                        "exec/ disagree",
                        (unsigned long long)bytes, model_recompute_name(c->spec.layout.recompute),
-                       (unsigned long long)r.used);
-    X->region = view;
+                       (unsigned long long)most);
     return PX_OK;
 }
 
@@ -140,11 +162,14 @@ int exec_acts_bind(ExecActs *X, const ExecCtx *c, const ModelTensorTable *tt, Ex
     /* every slot's layers: what is not saved lives in ws.recompute */
     for (int k = 0; k < X->n_slots; k++)
         for (int li = 0; li < cl; li++) {
-            layer_acts(c, c->g.chunk_l0[0] + li, f);
+            const int l = c->g.chunk_l0[0] + li;
+            layer_acts(c, l, f);
+            const ExecLayerActs *region =
+                c->d.moe && model_layer_is_moe(&c->spec.model, l) ? &X->region_moe : &X->region;
             for (int i = 0; i < MODEL_LAYER_ACTS + MODEL_MOE_ACTS; i++) {
                 ExecLayerActs *a = &X->acts[(size_t)k * cl + li];
                 if (f[i].present && !a->t[i]) {
-                    if (i >= MODEL_LAYER_ACTS || !(a->t[i] = X->region.t[i]))
+                    if (!(a->t[i] = region->t[i]))
                         return px_fail(err, PX_ERUNTIME,
                                        "a layer's %s is neither saved nor in ws.recompute: model/ "
                                        "and exec/ disagree",

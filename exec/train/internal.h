@@ -190,6 +190,8 @@ typedef struct {
     float *master;  /* fp32 master weights (act not fp32), laid out as m */
     int tied;       /* holds the tied embedding and must sum it with the other stage first */
     int experts;    /* a MoE layer's routed experts: reduced over the expert-data-parallel group */
+    int group, group_rank; /* the ranks that shard its ZeRO state and reduce its gradients (dp x
+                              cp; edp for experts) and this rank's place among them: its shard */
 } ExecBlock;
 
 typedef struct ExecParams {
@@ -278,6 +280,7 @@ typedef struct ExecActs {
     ExecLayerActs *acts;      /* [n_slots][cl] */
     ExecHeadActs *xacts[EXEC_MAX_CHUNKS]; /* [v][n_xslots[j]] */
     ExecLayerActs region;     /* the parts of a layer that live in ws.recompute */
+    ExecLayerActs region_moe; /* a MoE layer's (its router's and experts' too: full recompute) */
     uint64_t slot_bytes, xslot_bytes[EXEC_MAX_CHUNKS];
     int *slot_busy, *xslot_busy[EXEC_MAX_CHUNKS];
     int live, peak_live, xlive[EXEC_MAX_CHUNKS], peak_xlive[EXEC_MAX_CHUNKS];
@@ -479,11 +482,13 @@ void exec_moe_step_begin(ExecMoe *M);
 /* The busiest expert's copies over the mean, for the MoE layer index i (0 before any). */
 double exec_moe_imbalance(const ExecMoe *M, int layer_index);
 /* y[tokens,h] = the routed experts' weighted sum for x[tokens,h] (the normed input); the
- * micro-batch's load-balancing loss times loss_weight is added to M->aux_sum. first_seq: the
+ * micro-batch's load-balancing loss times loss_weight is added to M->aux_sum. phase
+ * MODEL_RECOMPUTE (full recompute, in backward) re-creates the same tensors with the same
+ * communication under the recompute's ops, and counts neither tokens nor loss again. first_seq: the
  * global index of the micro-batch's first sequence (forced balance); mb its index in the step.
  * Timed under the layer's ops (r's meter). PX_ERUNTIME when the routed rows exceed the plan's
  * buffers. */
-int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer,
+int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer, ModelPhase phase,
                      const ExecMoeViews *v, void *y, const void *x, long long first_seq, int mb,
                      double loss_weight, PxError *err);
 /* dx[tokens,h] (overwritten; may be v->exp_in, spent by then) from dy; the experts' and

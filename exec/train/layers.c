@@ -437,7 +437,7 @@ static int layer_fwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
     if (is_moe(c, l)) {
         ExecMoeViews v;
         moe_views(r, l, a, &v);
-        TRY(exec_moe_forward(r->moe, r, chunk, l, &v, r->W->dhid, EXEC_LA(a, FC1_IN),
+        TRY(exec_moe_forward(r->moe, r, chunk, l, phase, &v, r->W->dhid, EXEC_LA(a, FC1_IN),
                              seq_index(r, mb, 0), mb, aux_weight(r), err));
         routed = r->W->dhid;
         if (d->sff_loc == 0) {
@@ -986,6 +986,7 @@ int exec_layers_forward(const ExecLayerRun *r, int j, int mb, ExecLayerActs *A, 
         const int l = l0 + li;
         void *out = li + 1 < cl ? EXEC_LA(&A[li + 1], LN1_IN) : last ? EXEC_HA(x, FINAL_LN_IN) : send;
         TRY(gather_block(r, r->P->layer_block[l], MODEL_FWD, 0, err));
+        TRY(gather_block(r, r->P->expert_block[l], MODEL_FWD, 0, err)); /* ZeRO-3, the other half */
         TRY(layer_fwd(r, j, l, &A[li], out, MODEL_FWD, mb, err));
     }
     if (last)
@@ -1009,6 +1010,7 @@ int exec_layers_backward(const ExecLayerRun *r, int j, int mb, ExecLayerActs *A,
         const int l = l0 + li, blk = r->P->layer_block[l];
         exec_zero_bucket_clear(r->Z, c, r->P, blk);
         TRY(gather_block(r, blk, MODEL_BWD, 0, err));
+        TRY(gather_block(r, r->P->expert_block[l], MODEL_BWD, 0, err));
         TRY(layer_bwd(r, j, l, &A[li], dres, mb, err));
         TRY(exec_zero_bucket_reduce(r->Z, c, r->P, r->M, blk, err));
         if (last_mb)

@@ -245,7 +245,7 @@ static int rows_a2a(ExecMoe *M, const ExecCtx *c, void *out, const int64_t *recv
                             err);
 }
 
-int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer,
+int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer, ModelPhase phase,
                      const ExecMoeViews *v, void *y, const void *x, long long first_seq, int mb,
                      double loss_weight, PxError *err)
 {
@@ -256,7 +256,8 @@ int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer,
     const int N = (int)d->tokens, h = d->h, E = mo->experts, K = mo->topk;
     const int eff = d->eff_loc, eff_out = d->eff_out_loc, ep = M->ep;
     const KernMoeRoute rt = route_of(c, N, first_seq);
-    const ModelPhase ph = MODEL_FWD;
+    const ModelPhase ph = phase;
+    const int again = phase == MODEL_RECOMPUTE; /* counted in the forward already */
     int rc, op_mm, op_perm, op_comb, op_fc1, op_act, op_fc2, op_ar = -1, op_disp = -1,
                                                              op_back = -1;
     if ((rc = need_op(r, MODEL_OPR_ROUTER, layer, chunk, ph, MODEL_OP_MATMUL, MODEL_COMM_COUNT,
@@ -293,7 +294,7 @@ int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer,
     local_counts(M, c, v->counts_f);
     end(r);
     double *tpe = M->tokens_per_expert + (size_t)M->index[layer] * (size_t)E;
-    for (int e = 0; e < E; e++)
+    for (int e = 0; e < E && !again; e++)
         tpe[e] += (double)M->cnt[e];
     /* the load-balancing loss over the whole micro-batch: SP sums the counts over TP, each
      * rank adds its tokens' probabilities (its share of the loss and of its gradient) */
@@ -313,7 +314,8 @@ int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer,
         k->to_host(M->gcount + ((size_t)M->index[layer] * (size_t)M->m + (size_t)mb) * (size_t)E,
                    v->counts_f, (size_t)E * sizeof(float));
         end(r);
-        M->aux_sum += aux;
+        if (!again)
+            M->aux_sum += aux;
     }
     /* dispatch */
     if (ep > 1)
@@ -409,6 +411,11 @@ int exec_moe_backward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer,
                     (rc = need_op(r, MODEL_OPR_DISPATCH, layer, chunk, ph, MODEL_OP_COMM,
                                   MODEL_EP_ALL_TO_ALL, &op_disp, err)))))
         return rc;
+    /* ZeRO-2/3: the experts' block has the gradient bucket first (the layer's block has
+     * written nothing yet this micro-batch), is reduced once its weight gradients are done, and
+     * hands the bucket back to the layer's block for the router's */
+    const int xb = r->P->expert_block[layer];
+    exec_zero_bucket_clear(r->Z, c, r->P, xb);
     /* combine's backward: each copy's gradient (in expert order) and the weights' */
     void *dcopies = ep > 1 ? v->ep_send : v->ws_dx;
     begin(r, op_comb);
@@ -472,6 +479,9 @@ int exec_moe_backward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer,
         exec_meter_flops(r->M, 4.0 * R * eff_out * h);
     }
     end(r);
+    if ((rc = exec_zero_bucket_reduce(r->Z, c, r->P, r->M, xb, err)))
+        return rc;
+    exec_zero_bucket_clear(r->Z, c, r->P, r->P->layer_block[layer]);
     const void *back = v->ws_dx;
     if (ep > 1) {
         begin(r, op_disp);

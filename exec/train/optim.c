@@ -40,7 +40,8 @@ static double local_sumsq(const ExecCtx *c, const ExecParams *P)
      * replicas (ZeRO 0) on ZeRO rank 0, ZeRO shards on their owner, the tied output layer's
      * copy on the first stage only */
     /* a MoE layer's routed experts are this rank's (ep) and replicated over the
-     * expert-data-parallel ranks: counted on its first (etp 1) */
+     * expert-data-parallel ranks: counted on its first (etp 1), or on each shard's owner with
+     * ZeRO */
     /* one call per contiguous run of counted gradients (sumsq waits for the device) */
     const float *run = NULL;
     uint64_t run_n = 0;
@@ -48,7 +49,7 @@ static double local_sumsq(const ExecCtx *c, const ExecParams *P)
         const ExecParam *p = &P->p[i];
         uint64_t lo, hi;
         if (P->b[p->block].experts) {
-            if (c->g.edp_rank != 0 || !exec_params_own(P, p, &lo, &hi))
+            if ((zero == 0 && c->g.edp_rank != 0) || !exec_params_own(P, p, &lo, &hi))
                 continue;
         } else if ((zero == 0 && c->g.zero_rank != 0) || (p->replicated && c->g.tp_rank != 0) ||
                    p->tied_copy || !exec_params_own(P, p, &lo, &hi)) {

@@ -112,8 +112,14 @@ static int blocks_from(ExecParams *P, const ExecCtx *c, const ModelTensorTable *
         blk->numel = mb->numel;
         blk->shard = zero >= 1 ? mb->shard_numel : mb->numel;
         blk->first_param = -1;
+        blk->experts = mb->experts;
+        blk->group = mb->experts ? c->d.edp : c->g.zero_n;
+        blk->group_rank = mb->experts ? c->g.edp_rank : c->g.zero_rank;
+        if (blk->group < 1 || (uint64_t)blk->group != (uint64_t)mb->group)
+            return px_fail(err, PX_ERUNTIME, "block %s: ZeRO group of %d ranks in the table, %d "
+                           "here: model/ and exec/ disagree", mb->name, mb->group, blk->group);
         if (zero >= 1) {
-            uint64_t lo = (uint64_t)c->g.zero_rank * blk->shard;
+            uint64_t lo = (uint64_t)blk->group_rank * blk->shard;
             blk->own_off = lo < blk->numel ? lo : blk->numel;
             uint64_t hi = lo + blk->shard < blk->numel ? lo + blk->shard : blk->numel;
             blk->own_n = hi > blk->own_off ? hi - blk->own_off : 0;
@@ -121,7 +127,6 @@ static int blocks_from(ExecParams *P, const ExecCtx *c, const ModelTensorTable *
             blk->own_off = 0;
             blk->own_n = blk->numel;
         }
-        blk->experts = mb->experts;
         if (mb->layer >= 0 && mb->layer < c->spec.model.layers)
             *(mb->experts ? &P->expert_block[mb->layer] : &P->layer_block[mb->layer]) = b;
     }
@@ -286,7 +291,7 @@ int exec_params_finish(ExecParams *P, const ExecCtx *c, float *bucket, uint64_t 
         ExecParam *p = &P->p[i];
         const ExecBlock *blk = &P->b[p->block];
         if (zero >= 2) {
-            if (px_round_up(blk->numel, (uint64_t)c->g.zero_n) > bucket_elems)
+            if (px_round_up(blk->numel, (uint64_t)blk->group) > bucket_elems)
                 return px_fail(err, PX_ERUNTIME, "block of %s exceeds the gradient bucket",
                                p->name);
             p->g = bucket + p->off;

@@ -22,6 +22,7 @@ static int global_loss(Exec *ex, double *loss, PxError *err)
 static int passes_only(Exec *ex, int step, int backward, double *loss, PxError *err)
 {
     exec_meter_step_begin(&ex->meter, NULL);
+    exec_moe_step_begin(&ex->moe); /* the passes' load-balancing loss alone */
     int rc = exec_schedule_run(ex, step, backward, err);
     if (!rc)
         rc = global_loss(ex, loss, err);
@@ -38,6 +39,8 @@ int exec_loss(Exec *ex, int step, double *loss, PxError *err)
 {
     return passes_only(ex, step, 0, loss, err);
 }
+
+double exec_aux_loss(const Exec *ex) { return ex->moe.aux_sum; }
 
 /* PARALLAX_TEST_INF: an overflow in this step's gradients, as fp16 would make one (rank 0 owns
  * the first element of every block's gradients, whatever the ZeRO stage). */

@@ -141,6 +141,10 @@ int exec_grads(Exec *ex, int step, double *loss, PxError *err);
 /* The same loss from the forward passes alone (gradients untouched): evaluation, and the
  * finite differences of a gradient check. */
 int exec_loss(Exec *ex, int step, double *loss, PxError *err);
+/* This rank's share of the MoE load-balancing loss of the last step or passes (0 without MoE
+ * layers or with a coefficient of 0): the gradients hold its derivative beside the language
+ * model's, which is the loss reported. On one rank the whole. */
+double exec_aux_loss(const Exec *ex);
 
 /* ---- what it holds and measured ---- */
 

@@ -127,9 +127,7 @@ static int check_supported(const Exec *ex, PxError *err)
     if (d->moe) {
         const ModelMoe *mo = &s->model.moe;
         const char *why = d->etp != 1                          ? "layout.etp must be 1"
-                          : s->layout.zero != 0                 ? "layout.zero must be 0"
                           : d->v > 1                            ? "layout.vpp must be 1"
-                          : s->layout.recompute == MODEL_RECOMPUTE_FULL ? "recompute full is not supported"
                           : mo->capacity_factor > 0             ? "moe.capacity_factor must be 0 (no token dropping)"
                           : s->model.mlp != MODEL_SWIGLU        ? "the experts must be SwiGLU"
                           : mo->expert_bias || mo->router_bias || mo->shared_gate
@@ -296,7 +294,8 @@ static int phase_grid(Exec *ex, PxError *err)
         comm_group_rank(c->comm, MODEL_GROUP_TP) != c->g.tp_rank ||
         (c->d.moe && (comm_group_size(c->comm, MODEL_GROUP_EP) != c->d.ep ||
                       comm_group_rank(c->comm, MODEL_GROUP_EP) != c->g.ep_rank ||
-                      comm_group_size(c->comm, MODEL_GROUP_EDP) != c->d.edp)))
+                      comm_group_size(c->comm, MODEL_GROUP_EDP) != c->d.edp ||
+                      comm_group_rank(c->comm, MODEL_GROUP_EDP) != c->g.edp_rank)))
         return px_fail(err, PX_ERUNTIME, "the communication layer's groups do not follow the layout");
     return PX_OK;
 }

@@ -60,6 +60,17 @@ void exec_zero_step_begin(ExecZero *Z, int n_blocks)
     }
 }
 
+/* The data-parallel collective `kind` (a DP_* kind) for a block: over the expert-data-parallel
+ * group for a MoE layer's experts (model/ops.c's block_kind). */
+static ModelComm block_kind(const ExecBlock *blk, ModelComm kind)
+{
+    if (!blk->experts)
+        return kind;
+    return kind == MODEL_DP_ALLREDUCE        ? MODEL_EDP_ALLREDUCE
+           : kind == MODEL_DP_REDUCE_SCATTER ? MODEL_EDP_REDUCE_SCATTER
+                                             : MODEL_EDP_ALL_GATHER;
+}
+
 /* Sequence parallelism: the norms' replicated parameters saw only this rank's sequence shard,
  * so their gradients are summed over TP, one call per norm (a contiguous run of norm
  * parameters in the block) as the op graph lists them. A MoE layer's router (replicated too)
@@ -133,17 +144,16 @@ static int start_reduce(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter 
     const int zero = c->spec.layout.zero;
     int rc = sp_norm_grads(Z, c, P, M, b, blk->g, MODEL_STEP, err);
     Z->reduced[b] = 1;
-    /* a MoE layer's routed experts are replicated over the expert-data-parallel group only */
-    if (rc || (blk->experts ? c->d.edp : c->g.zero_n) < 2)
+    /* a MoE layer's routed experts are replicated (and sharded) over the expert-data-parallel
+     * group only */
+    if (rc || blk->group < 2)
         return rc;
-    const ModelComm kind = blk->experts ? MODEL_EDP_ALLREDUCE
-                           : zero == 0  ? MODEL_DP_ALLREDUCE
-                                        : MODEL_DP_REDUCE_SCATTER;
+    const ModelComm kind = block_kind(blk, zero == 0 ? MODEL_DP_ALLREDUCE : MODEL_DP_REDUCE_SCATTER);
     if ((rc = exec_meter_need(M, c, MODEL_OPR_BLOCK_GRADS, b, blk->chunk, MODEL_STEP, kind, 0,
                               "a block's gradient reduction", &Z->op[b], err)))
         return rc;
     exec_meter_begin(M, c->k, Z->op[b]);
-    if (zero == 0 || blk->experts) /* experts: ZeRO 0 only (check_supported) */
+    if (zero == 0)
         rc = comm_allreduce(c->comm, blk->g, blk->numel, PX_FP32, COMM_SUM, kind, &Z->req[b], err);
     else
         rc = comm_reduce_scatter_shard(c->comm, blk->g, blk->numel, blk->shard, PX_FP32, kind,
@@ -210,15 +220,14 @@ int exec_zero_gather(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M,
     const ExecBlock *blk = &P->b[b];
     void *slot = Z->gather[Z->gather_next];
     Z->gather_next ^= 1;
-    if (c->g.zero_n > 1) {
+    if (blk->group > 1) {
         int op, rc;
-        if ((rc = exec_meter_need(M, c, MODEL_OPR_BLOCK_PARAMS, b, blk->chunk, phase,
-                                  MODEL_DP_ALL_GATHER, occurrence,
-                                  "a block's parameter all-gather", &op, err)))
+        const ModelComm kind = block_kind(blk, MODEL_DP_ALL_GATHER);
+        if ((rc = exec_meter_need(M, c, MODEL_OPR_BLOCK_PARAMS, b, blk->chunk, phase, kind,
+                                  occurrence, "a block's parameter all-gather", &op, err)))
             return rc;
         exec_meter_begin(M, c->k, op);
-        rc = comm_all_gather(c->comm, slot, blk->w_shard, blk->shard, c->act, MODEL_DP_ALL_GATHER,
-                             NULL, err);
+        rc = comm_all_gather(c->comm, slot, blk->w_shard, blk->shard, c->act, kind, NULL, err);
         exec_meter_end(M, c->k);
         if (rc)
             return rc;
@@ -233,7 +242,7 @@ void exec_zero_bucket_clear(ExecZero *Z, const ExecCtx *c, const ExecParams *P, 
 {
     if (c->spec.layout.zero < 2 || b < 0)
         return;
-    c->k->memset0(Z->bucket, (size_t)P->b[b].shard * (size_t)c->g.zero_n * sizeof(float));
+    c->k->memset0(Z->bucket, (size_t)P->b[b].shard * (size_t)P->b[b].group * sizeof(float));
 }
 
 /* The block's gradients of this micro-batch are in the bucket: summed over the group into
@@ -247,16 +256,16 @@ int exec_zero_bucket_reduce(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMe
     int rc = sp_norm_grads(Z, c, P, M, b, Z->bucket, MODEL_BWD, err);
     if (rc)
         return rc;
-    if (c->g.zero_n > 1) {
+    if (blk->group > 1) {
         int op;
-        if ((rc = exec_meter_need(M, c, MODEL_OPR_BLOCK_GRADS, b, blk->chunk, MODEL_BWD,
-                                  MODEL_DP_REDUCE_SCATTER, 0, "a block's gradient reduce-scatter",
-                                  &op, err)))
+        const ModelComm kind = block_kind(blk, MODEL_DP_REDUCE_SCATTER);
+        if ((rc = exec_meter_need(M, c, MODEL_OPR_BLOCK_GRADS, b, blk->chunk, MODEL_BWD, kind, 0,
+                                  "a block's gradient reduce-scatter", &op, err)))
             return rc;
         exec_meter_begin(M, c->k, op);
         /* in place: this rank's summed shard lands at the start of the bucket */
-        rc = comm_reduce_scatter(c->comm, Z->bucket, Z->bucket, blk->shard, PX_FP32,
-                                 MODEL_DP_REDUCE_SCATTER, NULL, err);
+        rc = comm_reduce_scatter(c->comm, Z->bucket, Z->bucket, blk->shard, PX_FP32, kind, NULL,
+                                 err);
         if (!rc)
             c->k->add_f32(blk->g_shard, Z->bucket, blk->shard);
         exec_meter_end(M, c->k);
@@ -270,16 +279,18 @@ int exec_zero_gather_updated(const ExecCtx *c, ExecParams *P, ExecMeter *M, PxEr
 {
     const int zero = c->spec.layout.zero;
     int rc = PX_OK;
-    for (int b = 0; b < P->nb && !rc && (zero == 1 || zero == 2) && c->g.zero_n > 1; b++) {
+    for (int b = 0; b < P->nb && !rc && (zero == 1 || zero == 2); b++) {
         ExecBlock *blk = &P->b[b];
+        if (blk->group < 2)
+            continue;
+        const ModelComm kind = block_kind(blk, MODEL_DP_ALL_GATHER);
         int op;
-        if ((rc = exec_meter_need(M, c, MODEL_OPR_BLOCK_PARAMS, b, blk->chunk, MODEL_STEP,
-                                  MODEL_DP_ALL_GATHER, 0, "a block's parameter all-gather", &op,
-                                  err)))
+        if ((rc = exec_meter_need(M, c, MODEL_OPR_BLOCK_PARAMS, b, blk->chunk, MODEL_STEP, kind,
+                                  0, "a block's parameter all-gather", &op, err)))
             return rc;
         exec_meter_begin(M, c->k, op);
-        rc = comm_all_gather_shard(c->comm, blk->w, blk->numel, blk->shard, c->act,
-                                   MODEL_DP_ALL_GATHER, NULL, err);
+        rc = comm_all_gather_shard(c->comm, blk->w, blk->numel, blk->shard, c->act, kind, NULL,
+                                   err);
         exec_meter_end(M, c->k);
     }
     return rc;
