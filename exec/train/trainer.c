@@ -29,6 +29,15 @@ int exec_backend_for_plan(const ModelPlan *plan, ExecBackend override, ExecBacke
     return PX_OK;
 }
 
+/* Whether k has every entry a MoE layer calls (a backend may leave them NULL until its kernels
+ * are written: refused at start rather than crashing in the first MoE layer). */
+static int backend_has_moe(const KernBackend *k)
+{
+    return k->moe_route_fwd && k->moe_route_bwd && k->moe_counts && k->moe_aux_fwd &&
+           k->moe_aux_bwd && k->moe_permute && k->moe_permute_bwd && k->moe_unpermute &&
+           k->moe_unpermute_bwd;
+}
+
 /* The kernels for the plan: its precision on the chosen backend. PX_EINPUT names what does not
  * fit (the CPU trains fp32; CUDA bf16 or fp16; no CUDA device here). */
 static int choose_backend(Exec *ex, PxError *err)
@@ -71,6 +80,12 @@ static int choose_backend(Exec *ex, PxError *err)
         }
         kern_cuda_device_name(ex->device_name, sizeof ex->device_name);
     }
+    if (c->d.moe && !backend_has_moe(c->k))
+        return px_fail(err, PX_EINPUT,
+                       "%s: model %s has %d experts, but the %s backend has no mixture-of-experts "
+                       "kernels (routing, permutation) in this build: make the plan with --precision "
+                       "fp32 and run it with --backend cpu",
+                       origin, c->spec.model.name, c->spec.model.moe.experts, c->k->name);
     c->act = c->k->act;
     c->ab = px_dtype_bytes(c->act);
     if (c->act != prec)
@@ -132,7 +147,6 @@ static int check_supported(const Exec *ex, PxError *err)
                           : s->model.mlp != MODEL_SWIGLU        ? "the experts must be SwiGLU"
                           : mo->expert_bias || mo->router_bias || mo->shared_gate
                               ? "expert, router biases and the shared gate are not supported"
-                          : s->job.precision != PX_FP32         ? "precision must be fp32 (the router's backward)"
                           : d->sff_out_loc > d->ffn_out_loc     ? "moe.shared_ffn must not exceed ffn_hidden"
                           : s->model.mla.kv_lora_rank > 0 || s->model.mtp_layers > 0
                               ? "MLA and multi-token prediction are not supported"
