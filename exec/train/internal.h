@@ -459,6 +459,7 @@ typedef struct {
     void *ep_send, *ep_recv;                /* [tokens*topk,h], [routed,h] (ep > 1) */
     void *ws_dx;                            /* [routed,h] */
     float *dlogits, *dw;                    /* [tokens,E], [tokens,topk] scratch */
+    void *dlogits_act; /* [tokens,E] act: dlogits narrowed for the GEMMs (dlogits on fp32) */
     float *counts_f, *aux_dev;              /* [E], [1] */
     int32_t *counts_i;                      /* [E] */
 } ExecMoeViews;

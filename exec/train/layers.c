@@ -66,10 +66,13 @@ int exec_work_bind(ExecWork *W, const ExecCtx *c, const ModelTensor *t, void *p,
     }
     if (t->role == MODEL_TR_WS_EXP_DFFN) {
         /* the router's scratch lives in it (moe_views): the logits' and weights' gradients,
-         * the counts and the loss, fp32 */
+         * the counts and the loss, fp32; on a 16-bit backend the logits' gradient narrowed
+         * to act after them */
         const ModelMoe *mo = &c->spec.model.moe;
+        const uint64_t NE = (uint64_t)c->d.tokens * (uint64_t)mo->experts;
         const uint64_t need = ((uint64_t)c->d.tokens * (uint64_t)(mo->experts + mo->topk) +
-                               3u * (uint64_t)mo->experts + 1u) * sizeof(float);
+                               3u * (uint64_t)mo->experts + 1u) * sizeof(float) +
+                              (c->act != PX_FP32 ? NE * c->ab : 0);
         if (t->bytes < need)
             return px_fail(err, PX_ERUNTIME,
                            "%s holds %llu bytes but the router's scratch needs %llu: model/ and "
@@ -250,6 +253,7 @@ static void moe_views(const ExecLayerRun *r, int l, const ExecLayerActs *a, Exec
     v->counts_f = v->dw + N * K;
     v->aux_dev = v->counts_f + E;
     v->counts_i = (int32_t *)(v->aux_dev + E); /* E floats after the loss: aligned, apart */
+    v->dlogits_act = c->act == PX_FP32 ? (void *)v->dlogits : (void *)(v->counts_i + E);
 }
 
 /* ---- tensor-parallel collectives, each timed under its op ---- */

@@ -506,10 +506,17 @@ int exec_moe_backward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer,
         dprobs = v->dlogits;
     }
     k->moe_route_bwd(v->dlogits, dprobs, v->dw, v->probs, v->idx, &rt);
-    /* logits = x router_w^T in fp32: dx += dlogits router_w, g_router += dlogits^T x (the CPU
-     * computes in fp32: act is fp32 there; a 16-bit backend narrows dlogits first) */
-    k->matmul(dx, c->act, v->dlogits, v->router_w, N, h, E, 0, 0, 1.0f, 1.0f);
-    k->matmul(v->g_router_w, PX_FP32, v->dlogits, x, E, h, N, 1, 0, 1.0f, 1.0f);
+    /* logits = x router_w^T, accumulated in fp32 from act inputs: dx += dlogits router_w,
+     * g_router += dlogits^T x. A GEMM's inputs are act, so a 16-bit backend narrows dlogits
+     * first (one rounding, as Megatron-Core's router under bf16 without its fp32 router
+     * option); on the CPU act is fp32 and dlogits is used as it is. */
+    const void *dl = v->dlogits;
+    if (c->act != PX_FP32) {
+        k->cast_to_act(v->dlogits_act, v->dlogits, (size_t)N * (size_t)E);
+        dl = v->dlogits_act;
+    }
+    k->matmul(dx, c->act, dl, v->router_w, N, h, E, 0, 0, 1.0f, 1.0f);
+    k->matmul(v->g_router_w, PX_FP32, dl, x, E, h, N, 1, 0, 1.0f, 1.0f);
     exec_meter_flops(r->M, 4.0 * N * E * h);
     end(r);
     return PX_OK;
