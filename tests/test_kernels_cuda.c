@@ -1039,26 +1039,80 @@ static void test_dropout(size_t n)
 
 /* ---- mixture of experts: fp32 router, act rows ---- */
 
-/* Router logits whose scores are far apart (a shuffled ladder of steps of 8/E, jittered by a
- * fifth of a step), so that no top-k hinges on a rounding; with ties, rows 0 .. 3 hold exact
- * ties instead, which both backends must break the same way: all equal; equal pairs; every
- * group of `per` experts alike; groups whose best score is the same and whose second best
- * equals it in the odd groups only (a group's score counts a repeated best twice, so the odd
- * groups win). */
-static float *moe_logits(int N, int E, int per, int ties)
+/* One row of router logits whose scores are far apart: a shuffled ladder of steps of 8/E,
+ * jittered by a fifth of a step. */
+static void moe_ladder_row(float *x, int E)
 {
-    float *x = fnew((size_t)N * E);
     int *perm = xmalloc((size_t)E * sizeof *perm);
     const double step = 8.0 / E;
+    for (int e = 0; e < E; e++)
+        perm[e] = e;
+    for (int e = E - 1; e > 0; e--) {
+        const int j = (int)((rnd() + 1.0) * 0.5 * (e + 1)) % (e + 1), t = perm[e];
+        perm[e] = perm[j], perm[j] = t;
+    }
+    for (int e = 0; e < E; e++)
+        x[e] = (float)(step * (perm[e] - E / 2) + 0.2 * step * rnd());
+    free(perm);
+}
+
+static int moe_desc(const void *a, const void *b)
+{
+    const float x = *(const float *)a, y = *(const float *)b;
+    return (x < y) - (x > y);
+}
+
+/* 1 when 0 < v[i] and every two of v[0..n) differ by more than 1e-5 of the larger: a GPU's
+ * expf (within 2 ulp of the host's) cannot reorder them */
+static int moe_separated(float *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, moe_desc);
+    for (int i = 0; i + 1 < n; i++)
+        if (!(v[i] - v[i + 1] > 1e-5f * v[i]))
+            return 0;
+    return n == 0 || v[n - 1] > 0.0f;
+}
+
+/* The reference's scores of row x, and its group scores, are all separated (moe_separated). */
+static int moe_row_separated(const float *x, const KernMoeRoute *r)
+{
+    KernMoeRoute one = *r;
+    one.N = 1, one.force_balance = 0, one.seq_rows = 1, one.seq_stride = 1, one.first = 0;
+    const int E = r->E, ng = r->groups;
+    float *p = fnew((size_t)E), *w = fnew((size_t)r->topk), *gs = fnew((size_t)(ng ? ng : 1));
+    int32_t *idx = xmalloc((size_t)r->topk * sizeof *idx);
+    R->moe_route_fwd(p, idx, w, x, &one);
+    for (int g = 0; g < ng; g++) { /* the best two of each group (sorted by moe_separated) */
+        const int per = E / ng;
+        float *v = fcopy(p + (size_t)g * per, (size_t)per);
+        qsort(v, (size_t)per, sizeof *v, moe_desc);
+        gs[g] = v[0] + (per >= 2 ? v[1] : 0.0f);
+        free(v);
+    }
+    const int ok = moe_separated(p, E) && moe_separated(gs, ng);
+    free(p), free(w), free(gs), free(idx);
+    return ok;
+}
+
+/* Router logits for r whose top-k never hinges on a rounding (moe_row_separated); with ties,
+ * rows 0 .. 3 hold exact ties instead, which both backends must break the same way: all
+ * equal; equal pairs; every group of `per` experts alike; groups whose best score is the same
+ * and whose second best equals it in the odd groups only (a group's score counts a repeated
+ * best twice, so the odd groups win). */
+static float *moe_logits(const KernMoeRoute *r, int ties)
+{
+    const int N = r->N, E = r->E, per = r->groups ? E / r->groups : E;
+    const double step = 8.0 / E;
+    float *x = fnew((size_t)N * E);
     for (int n = 0; n < N; n++) {
-        for (int e = 0; e < E; e++)
-            perm[e] = e;
-        for (int e = E - 1; e > 0; e--) {
-            const int j = (int)((rnd() + 1.0) * 0.5 * (e + 1)) % (e + 1), t = perm[e];
-            perm[e] = perm[j], perm[j] = t;
-        }
-        for (int e = 0; e < E; e++)
-            x[(size_t)n * E + e] = (float)(step * (perm[e] - E / 2) + 0.2 * step * rnd());
+        int tries = 0;
+        do {
+            moe_ladder_row(x + (size_t)n * E, E);
+            if (++tries == 100) {
+                fprintf(stderr, "test_kernels_cuda: no separated router logits for E %d\n", E);
+                exit(1);
+            }
+        } while (!moe_row_separated(x + (size_t)n * E, r));
     }
     for (int n = 0; ties && n < N && n < 4; n++)
         for (int e = 0; e < E; e++) {
@@ -1070,7 +1124,6 @@ static float *moe_logits(int N, int E, int per, int ties)
                                    : i == 1 ? (g % 2 ? 1.0f : 0.9f)
                                             : -1.0f;
         }
-    free(perm);
     return x;
 }
 
@@ -1089,7 +1142,7 @@ static void test_moe_route(KernMoeRoute r, int ties)
     const size_t ne = (size_t)N * E, nk = (size_t)N * K;
     char what[64];
     moe_route_name(what, sizeof what, &r);
-    float *logits = moe_logits(N, E, r.groups ? E / r.groups : E, ties);
+    float *logits = moe_logits(&r, ties);
     float *ep = fnew(ne), *ew = fnew(nk);
     int32_t *ei = xmalloc(nk * sizeof *ei), *hi = xmalloc(nk * sizeof *hi);
     R->moe_route_fwd(ep, ei, ew, logits, &r);
@@ -1183,7 +1236,7 @@ static void test_moe_permute(int N, int C, int topk, int E, int pattern)
     int32_t *idx = xmalloc((nk ? nk : 1) * sizeof *idx);
     if (pattern == 0) {
         KernMoeRoute r = moe_route(N, E, topk, KERN_MOE_SOFTMAX, 0);
-        float *logits = moe_logits(N, E, E, 0), *p = fnew((size_t)N * E), *w = fnew(nk);
+        float *logits = moe_logits(&r, 0), *p = fnew((size_t)N * E), *w = fnew(nk);
         R->moe_route_fwd(p, idx, w, logits, &r);
         free(logits), free(p), free(w);
     } else {
