@@ -291,6 +291,9 @@ static void test_table(void)
     HAS(embedding_fwd); HAS(embedding_bwd); HAS(xent_rowmax); HAS(xent_expsum);
     HAS(xent_finish); HAS(xent_bwd); HAS(adamw); HAS(sgd_momentum); HAS(sumsq); HAS(all_finite);
     HAS(scale_f32); HAS(cast_to_act); HAS(cast_to_f32); HAS(acc_to_f32);
+    HAS(moe_route_fwd); HAS(moe_route_bwd); HAS(moe_counts); HAS(moe_aux_fwd);
+    HAS(moe_aux_bwd); HAS(moe_permute); HAS(moe_permute_bwd); HAS(moe_unpermute);
+    HAS(moe_unpermute_bwd);
 #undef HAS
     CHECK(strncmp(G->name, "cuda", 4) == 0);
 }
@@ -1034,6 +1037,320 @@ static void test_dropout(size_t n)
     G->free(gx), G->free(gdy), G->free(go), G->free(gm);
 }
 
+/* ---- mixture of experts: fp32 router, act rows ---- */
+
+/* One row of router logits whose scores are far apart: a shuffled ladder of steps of 8/E,
+ * jittered by a fifth of a step. */
+static void moe_ladder_row(float *x, int E)
+{
+    int *perm = xmalloc((size_t)E * sizeof *perm);
+    const double step = 8.0 / E;
+    for (int e = 0; e < E; e++)
+        perm[e] = e;
+    for (int e = E - 1; e > 0; e--) {
+        const int j = (int)((rnd() + 1.0) * 0.5 * (e + 1)) % (e + 1), t = perm[e];
+        perm[e] = perm[j], perm[j] = t;
+    }
+    for (int e = 0; e < E; e++)
+        x[e] = (float)(step * (perm[e] - E / 2) + 0.2 * step * rnd());
+    free(perm);
+}
+
+static int moe_desc(const void *a, const void *b)
+{
+    const float x = *(const float *)a, y = *(const float *)b;
+    return (x < y) - (x > y);
+}
+
+/* 1 when 0 < v[i] and every two of v[0..n) differ by more than 1e-5 of the larger: a GPU's
+ * expf (within 2 ulp of the host's) cannot reorder them */
+static int moe_separated(float *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, moe_desc);
+    for (int i = 0; i + 1 < n; i++)
+        if (!(v[i] - v[i + 1] > 1e-5f * v[i]))
+            return 0;
+    return n == 0 || v[n - 1] > 0.0f;
+}
+
+/* The reference's scores of row x, and its group scores, are all separated (moe_separated). */
+static int moe_row_separated(const float *x, const KernMoeRoute *r)
+{
+    KernMoeRoute one = *r;
+    one.N = 1, one.force_balance = 0, one.seq_rows = 1, one.seq_stride = 1, one.first = 0;
+    const int E = r->E, ng = r->groups;
+    float *p = fnew((size_t)E), *w = fnew((size_t)r->topk), *gs = fnew((size_t)(ng ? ng : 1));
+    int32_t *idx = xmalloc((size_t)r->topk * sizeof *idx);
+    R->moe_route_fwd(p, idx, w, x, &one);
+    for (int g = 0; g < ng; g++) { /* the best two of each group (sorted by moe_separated) */
+        const int per = E / ng;
+        float *v = fcopy(p + (size_t)g * per, (size_t)per);
+        qsort(v, (size_t)per, sizeof *v, moe_desc);
+        gs[g] = v[0] + (per >= 2 ? v[1] : 0.0f);
+        free(v);
+    }
+    const int ok = moe_separated(p, E) && moe_separated(gs, ng);
+    free(p), free(w), free(gs), free(idx);
+    return ok;
+}
+
+/* Router logits for r whose top-k never hinges on a rounding (moe_row_separated); with ties,
+ * rows 0 .. 3 hold exact ties instead, which both backends must break the same way: all
+ * equal; equal pairs; every group of `per` experts alike; groups whose best score is the same
+ * and whose second best equals it in the odd groups only (a group's score counts a repeated
+ * best twice, so the odd groups win). */
+static float *moe_logits(const KernMoeRoute *r, int ties)
+{
+    const int N = r->N, E = r->E, per = r->groups ? E / r->groups : E;
+    const double step = 8.0 / E;
+    float *x = fnew((size_t)N * E);
+    for (int n = 0; n < N; n++) {
+        int tries = 0;
+        do {
+            moe_ladder_row(x + (size_t)n * E, E);
+            if (++tries == 100) {
+                fprintf(stderr, "test_kernels_cuda: no separated router logits for E %d\n", E);
+                exit(1);
+            }
+        } while (!moe_row_separated(x + (size_t)n * E, r));
+    }
+    for (int n = 0; ties && n < N && n < 4; n++)
+        for (int e = 0; e < E; e++) {
+            const int g = e / per, i = e % per;
+            x[(size_t)n * E + e] = n == 0   ? 0.5f
+                                   : n == 1 ? (float)(-step * (e / 2))
+                                   : n == 2 ? (float)(step * (i % 4))
+                                   : i == 0 ? 1.0f
+                                   : i == 1 ? (g % 2 ? 1.0f : 0.9f)
+                                            : -1.0f;
+        }
+    return x;
+}
+
+static void moe_route_name(char *buf, size_t cap, const KernMoeRoute *r)
+{
+    snprintf(buf, cap, "%s%s E%d k%d%s", r->score == KERN_MOE_SIGMOID ? "sig" : "smax",
+             r->norm_topk ? "+norm" : "", r->E, r->topk,
+             r->force_balance ? " force" : r->groups ? " grp" : "");
+}
+
+/* Routing forward (also in place), backward with and without the scores' own gradient (also in
+ * place), the counts and the auxiliary loss, each against kern_cpu on the same inputs. */
+static void test_moe_route(KernMoeRoute r, int ties)
+{
+    const int N = r.N, E = r.E, K = r.topk;
+    const size_t ne = (size_t)N * E, nk = (size_t)N * K;
+    char what[64];
+    moe_route_name(what, sizeof what, &r);
+    float *logits = moe_logits(&r, ties);
+    float *ep = fnew(ne), *ew = fnew(nk);
+    int32_t *ei = xmalloc(nk * sizeof *ei), *hi = xmalloc(nk * sizeof *hi);
+    R->moe_route_fwd(ep, ei, ew, logits, &r);
+    float *gl = up_f32(logits, ne), *gp = dalloc(ne * 4), *gw = dalloc(nk * 4);
+    int32_t *gi = dalloc(nk * sizeof *gi);
+    G->moe_route_fwd(gp, gi, gw, gl, &r);
+    float *h = down_f32(gp, ne);
+    COMPARE("moe_route_fwd", what, ep, h, ne, T_F32);
+    free(h), h = down_f32(gw, nk);
+    COMPARE("moe_route_fwd w", what, ew, h, nk, T_F32);
+    free(h);
+    G->to_host(hi, gi, nk * sizeof *hi);
+    COMPARE_BYTES("moe_route_fwd idx", what, ei, hi, nk * sizeof *hi);
+    G->memset0(gi, nk * sizeof *gi);
+    G->moe_route_fwd(gl, gi, gw, gl, &r); /* the executor scores its logits in place */
+    G->to_host(hi, gi, nk * sizeof *hi);
+    COMPARE_BYTES("moe_route_fwd idx", "in place", ei, hi, nk * sizeof *hi);
+    h = down_f32(gl, ne);
+    COMPARE("moe_route_fwd", "in place", ep, h, ne, T_F32);
+    free(h);
+
+    /* backward from the reference's probs and idx, so only the backward is measured */
+    float *dw = frand(nk, 1, 0), *dprobs = frand(ne, 1, 0), *edl = fnew(ne);
+    float *gdw = up_f32(dw, nk), *gdp = up_f32(dprobs, ne), *gdl = dalloc(ne * 4);
+    G->to_device(gp, ep, ne * 4);
+    G->to_device(gi, ei, nk * sizeof *gi);
+    R->moe_route_bwd(edl, NULL, dw, ep, ei, &r);
+    G->moe_route_bwd(gdl, NULL, gdw, gp, gi, &r);
+    h = down_f32(gdl, ne);
+    COMPARE("moe_route_bwd", "dw only", edl, h, ne, T_F32);
+    free(h);
+    R->moe_route_bwd(edl, dprobs, dw, ep, ei, &r);
+    G->moe_route_bwd(gdl, gdp, gdw, gp, gi, &r);
+    h = down_f32(gdl, ne);
+    COMPARE("moe_route_bwd", "dw+dprobs", edl, h, ne, T_F32);
+    free(h);
+    G->moe_route_bwd(gdp, gdp, gdw, gp, gi, &r); /* dprobs is dlogits */
+    h = down_f32(gdp, ne);
+    COMPARE("moe_route_bwd", "in place", edl, h, ne, T_F32);
+    free(h);
+
+    /* counts (exact: integers), the loss and its gradient (exact: one product each) */
+    float *ec = fnew(E), *gc = dalloc((size_t)E * 4), *edp = fnew(ne), el, hl;
+    float *gloss = dalloc(4);
+    R->moe_counts(ec, ei, N, K, E);
+    G->moe_counts(gc, gi, N, K, E);
+    h = down_f32(gc, E);
+    COMPARE("moe_counts", what, ec, h, E, 0.0);
+    free(h);
+    const float scale = (float)(0.01 * E / ((double)nk * (N > 0 ? N : 1)));
+    R->moe_aux_fwd(&el, ep, ec, N, E, scale);
+    G->moe_aux_fwd(gloss, gp, gc, N, E, scale);
+    G->to_host(&hl, gloss, sizeof hl);
+    COMPARE("moe_aux_fwd", what, &el, &hl, 1, T_F32);
+    R->moe_aux_bwd(edp, ec, N, E, scale);
+    G->moe_aux_bwd(gdp, gc, N, E, scale);
+    h = down_f32(gdp, ne);
+    COMPARE("moe_aux_bwd", what, edp, h, ne, 0.0);
+    free(h);
+
+    free(logits), free(ep), free(ew), free(ei), free(hi), free(dw), free(dprobs), free(edl);
+    free(ec), free(edp);
+    G->free(gl), G->free(gp), G->free(gw), G->free(gi), G->free(gdw), G->free(gdp);
+    G->free(gdl), G->free(gc), G->free(gloss);
+}
+
+static KernMoeRoute moe_route(int N, int E, int topk, KernMoeScore score, int norm_topk)
+{
+    KernMoeRoute r = {0};
+    r.N = N, r.E = E, r.topk = topk, r.score = score, r.norm_topk = norm_topk;
+    r.seq_rows = N > 0 ? N : 1;
+    r.seq_stride = r.seq_rows;
+    return r;
+}
+
+static KernMoeRoute moe_grouped(KernMoeRoute r, int groups, int topk_groups)
+{
+    r.groups = groups, r.topk_groups = topk_groups;
+    return r;
+}
+
+/* The permutation of N tokens' topk copies over E experts and its three partners: indices of
+ * pattern 0 from a softmax routing, 1 every copy to one of the first three experts (the others
+ * empty), 2 every copy to expert E-1. Permuted rows are moved, not computed: exact; sums over
+ * k are fp32 rounded once to act; dw is fp32. */
+static void test_moe_permute(int N, int C, int topk, int E, int pattern)
+{
+    const size_t nk = (size_t)N * topk, nc = (size_t)N * C, kc = nk * C;
+    char what[64];
+    snprintf(what, sizeof what, "%dx%d k%d E%d p%d", N, C, topk, E, pattern);
+    int32_t *idx = xmalloc((nk ? nk : 1) * sizeof *idx);
+    if (pattern == 0) {
+        KernMoeRoute r = moe_route(N, E, topk, KERN_MOE_SOFTMAX, 0);
+        float *logits = moe_logits(&r, 0), *p = fnew((size_t)N * E), *w = fnew(nk);
+        R->moe_route_fwd(p, idx, w, logits, &r);
+        free(logits), free(p), free(w);
+    } else {
+        for (size_t i = 0; i < nk; i++)
+            idx[i] = pattern == 1 ? (int32_t)((i * 7 + i / 5) % 3) : E - 1;
+    }
+    float *x = arand(nc, 1, 0), *dout = arand(kc, 1, 0), *eout = arand(kc, 1, 0);
+    float *dy = arand(nc, 1, 0), *w = frand(nk, 0.5, 0.5);
+    float *eo = fnew(kc), *edx = fnew(nc), *ey = fnew(nc), *ede = fnew(kc), *edw = fnew(nk);
+    int32_t *ecnt = xmalloc((size_t)E * 4), *erow = xmalloc((nk ? nk : 1) * 4);
+    int32_t *hcnt = xmalloc((size_t)E * 4), *hrow = xmalloc((nk ? nk : 1) * 4);
+    R->moe_permute(eo, ecnt, erow, x, idx, N, C, topk, E);
+    R->moe_permute_bwd(edx, dout, idx, N, C, topk, E);
+    R->moe_unpermute(ey, eout, w, idx, N, C, topk, E);
+    R->moe_unpermute_bwd(ede, edw, dy, eout, w, idx, N, C, topk, E);
+
+    int32_t *gidx = up_bytes(idx, (nk ? nk : 1) * sizeof *idx);
+    void *gx = up_act(x, nc), *gdout = up_act(dout, kc), *geout = up_act(eout, kc);
+    void *gdy = up_act(dy, nc), *go = dalloc(kc * 2), *gdx = dalloc(nc * 2);
+    void *gy = dalloc(nc * 2), *gde = dalloc(kc * 2);
+    float *gw = up_f32(w, nk), *gdw = dalloc(nk * 4);
+    int32_t *gcnt = dalloc((size_t)E * 4), *grow = dalloc((nk ? nk : 1) * 4);
+    int32_t junk[4] = {7, 7, 7, 7};
+    G->to_device(gcnt, junk, (size_t)(E < 4 ? E : 4) * 4); /* counts are overwritten */
+    G->moe_permute(go, gcnt, grow, gx, gidx, N, C, topk, E);
+    float *h = down_act(go, kc);
+    COMPARE("moe_permute", what, eo, h, kc, 0.0);
+    free(h);
+    G->to_host(hcnt, gcnt, (size_t)E * 4);
+    COMPARE_BYTES("moe_permute counts", what, ecnt, hcnt, (size_t)E * 4);
+    G->to_host(hrow, grow, nk * 4);
+    COMPARE_BYTES("moe_permute row_of", what, erow, hrow, nk * 4);
+    G->memset0(go, kc * 2);
+    G->moe_permute(go, gcnt, NULL, gx, gidx, N, C, topk, E);
+    h = down_act(go, kc);
+    COMPARE("moe_permute", "no row_of", eo, h, kc, 0.0);
+    free(h);
+
+    G->moe_permute_bwd(gdx, gdout, gidx, N, C, topk, E);
+    h = down_act(gdx, nc);
+    COMPARE("moe_permute_bwd", what, edx, h, nc, T_ACT(1.01));
+    free(h);
+    G->moe_unpermute(gy, geout, gw, gidx, N, C, topk, E);
+    h = down_act(gy, nc);
+    COMPARE("moe_unpermute", what, ey, h, nc, T_ACT(1.01));
+    free(h);
+    G->moe_unpermute_bwd(gde, gdw, gdy, geout, gw, gidx, N, C, topk, E);
+    h = down_act(gde, kc);
+    COMPARE("moe_unpermute_bwd", "deout", ede, h, kc, T_ACT(1.01));
+    free(h), h = down_f32(gdw, nk);
+    COMPARE("moe_unpermute_bwd", "dw", edw, h, nk, T_F32);
+    free(h);
+
+    free(idx), free(x), free(dout), free(eout), free(dy), free(w), free(eo), free(edx);
+    free(ey), free(ede), free(edw), free(ecnt), free(erow), free(hcnt), free(hrow);
+    G->free(gidx), G->free(gx), G->free(gdout), G->free(geout), G->free(gdy), G->free(go);
+    G->free(gdx), G->free(gy), G->free(gde), G->free(gw), G->free(gdw), G->free(gcnt);
+    G->free(grow);
+}
+
+/* No tokens: the counts are still overwritten with zeros, and nothing else is touched. */
+static void test_moe_empty(void)
+{
+    const int E = 5;
+    int32_t junk[5] = {1, 2, 3, 4, 5}, zero[5] = {0}, h[5];
+    int32_t *gcnt = up_bytes(junk, sizeof junk);
+    float *gc = up_f32((const float[5]){1, 2, 3, 4, 5}, E), hc[5], zf[5] = {0};
+    G->moe_permute(NULL, gcnt, NULL, NULL, NULL, 0, 8, 2, E);
+    G->to_host(h, gcnt, sizeof h);
+    COMPARE_BYTES("moe_permute counts", "no tokens", zero, h, sizeof h);
+    G->moe_counts(gc, NULL, 0, 2, E);
+    G->to_host(hc, gc, sizeof hc);
+    COMPARE_BYTES("moe_counts", "no tokens", zf, hc, sizeof hc);
+    G->free(gcnt), G->free(gc);
+}
+
+static void test_moe(void)
+{
+    /* softmax top-k, raw and renormalised; sigmoid (always renormalised); E beyond a warp's
+     * 32 lanes and not a multiple of them */
+    test_moe_route(moe_route(37, 16, 4, KERN_MOE_SOFTMAX, 0), 1);
+    test_moe_route(moe_route(37, 16, 4, KERN_MOE_SOFTMAX, 1), 1);
+    test_moe_route(moe_route(50, 64, 6, KERN_MOE_SOFTMAX, 1), 1);
+    test_moe_route(moe_route(50, 200, 8, KERN_MOE_SIGMOID, 0), 1);
+    test_moe_route(moe_route(9, 1, 1, KERN_MOE_SOFTMAX, 0), 0); /* one expert */
+    test_moe_route(moe_route(5, KERN_MOE_MAX_EXPERTS, 8, KERN_MOE_SIGMOID, 0), 1);
+    /* group-limited (DeepSeek-V3: 256 experts in 8 groups, 4 groups, top-8, sigmoid); groups
+     * of one expert; as many groups as lanes and more */
+    test_moe_route(moe_grouped(moe_route(21, 256, 8, KERN_MOE_SIGMOID, 0), 8, 4), 1);
+    test_moe_route(moe_grouped(moe_route(21, 64, 6, KERN_MOE_SOFTMAX, 1), 8, 3), 1);
+    test_moe_route(moe_grouped(moe_route(21, 64, 6, KERN_MOE_SOFTMAX, 0), 8, 3), 1);
+    test_moe_route(moe_grouped(moe_route(13, 8, 2, KERN_MOE_SOFTMAX, 0), 8, 4), 1);
+    test_moe_route(moe_grouped(moe_route(13, 128, 4, KERN_MOE_SIGMOID, 0), 64, 5), 1);
+    /* forced balance: two sequences of 20 of 30 tokens from global id 5 */
+    KernMoeRoute fb = moe_route(40, 16, 2, KERN_MOE_SOFTMAX, 0);
+    fb.force_balance = 1, fb.first = 5, fb.seq_rows = 20, fb.seq_stride = 30;
+    test_moe_route(fb, 0);
+    fb.score = KERN_MOE_SIGMOID;
+    test_moe_route(fb, 0);
+    test_moe_route(moe_route(0, 8, 2, KERN_MOE_SOFTMAX, 0), 0); /* no tokens */
+
+    test_moe_permute(37, 70, 4, 16, 0);
+    test_moe_permute(37, 70, 4, 16, 1); /* most experts empty */
+    test_moe_permute(600, 24, 4, 16, 0); /* several blocks (256 tokens each at topk 4) */
+    test_moe_permute(1500, 9, 1, 7, 0);  /* topk 1, E not a power of two */
+    test_moe_permute(300, 16, 8, 64, 2); /* every copy to the last expert */
+    test_moe_permute(3, 33, 10, 10, 0);  /* topk = E: every expert once per token */
+    test_moe_empty();
+    if (large) {
+        test_moe_route(moe_grouped(moe_route(4096, 256, 8, KERN_MOE_SIGMOID, 0), 8, 4), 1);
+        test_moe_permute(4096, 1024, 8, 64, 0);
+    }
+}
+
 /* ---- the suite, per act dtype ---- */
 
 static void run_suite(PxDtype act)
@@ -1098,7 +1415,7 @@ static void run_suite(PxDtype act)
         test_optim((size_t)1 << 20, 1);
         test_elementwise((size_t)1 << 22);
         test_dropout((size_t)1 << 22);
-    }
+    }    test_moe();
 }
 
 int main(void)

@@ -143,6 +143,7 @@ static void table_fill(KernBackend *k, PxDtype act)
     kern_cuda_table_xent(k);
     kern_cuda_table_optim(k);
     kern_cuda_table_misc(k);
+    kern_cuda_table_moe(k);
 }
 
 static void ctx_init(void)

@@ -83,6 +83,7 @@ void kern_cuda_table_embedding(KernBackend *k);
 void kern_cuda_table_xent(KernBackend *k);
 void kern_cuda_table_optim(KernBackend *k);
 void kern_cuda_table_misc(KernBackend *k);
+void kern_cuda_table_moe(KernBackend *k);
 
 /* ---- act dtype <-> fp32 ---- */
 

@@ -100,6 +100,12 @@ static inline double atomicAdd(double *p, double v)
     *p = old + v;
     return old;
 }
+static inline int atomicAdd(int *p, int v)
+{
+    int old = *p;
+    *p = old + v;
+    return old;
+}
 
 extern unsigned char *kern_emu_dyn_smem;
 template <typename T> static inline T *dyn_smem() { return (T *)kern_emu_dyn_smem; }
