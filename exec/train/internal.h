@@ -774,5 +774,8 @@ void exec_report_summary(Exec *ex, const cJSON *run);
 void exec_report_header(const Exec *ex);
 /* trainer.c: what a checkpoint holds of this rank */
 void exec_ckpt_state(const Exec *ex, CkptState *st);
+/* trainer.c: 1 when k has every entry a MoE layer calls (kernels.h's moe_*), 0 when one is
+ * NULL: exec_init then refuses a MoE plan on it, naming the backend (PX_EINPUT) */
+int exec_backend_has_moe(const KernBackend *k);
 
 #endif

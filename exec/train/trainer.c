@@ -29,9 +29,9 @@ int exec_backend_for_plan(const ModelPlan *plan, ExecBackend override, ExecBacke
     return PX_OK;
 }
 
-/* Whether k has every entry a MoE layer calls (a backend may leave them NULL until its kernels
- * are written: refused at start rather than crashing in the first MoE layer). */
-static int backend_has_moe(const KernBackend *k)
+/* A backend may leave the MoE entries NULL until its kernels are written: a MoE plan is then
+ * refused at start rather than crashing in the first MoE layer. */
+int exec_backend_has_moe(const KernBackend *k)
 {
     return k->moe_route_fwd && k->moe_route_bwd && k->moe_counts && k->moe_aux_fwd &&
            k->moe_aux_bwd && k->moe_permute && k->moe_permute_bwd && k->moe_unpermute &&
@@ -80,7 +80,7 @@ static int choose_backend(Exec *ex, PxError *err)
         }
         kern_cuda_device_name(ex->device_name, sizeof ex->device_name);
     }
-    if (c->d.moe && !backend_has_moe(c->k))
+    if (c->d.moe && !exec_backend_has_moe(c->k))
         return px_fail(err, PX_EINPUT,
                        "%s: model %s has %d experts, but the %s backend has no mixture-of-experts "
                        "kernels (routing, permutation) in this build: make the plan with --precision "
