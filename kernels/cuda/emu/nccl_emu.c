@@ -173,6 +173,62 @@ static void op_finish(void *arg)
     free(o);
 }
 
+/* The sends and receives of an ncclGroupStart/End pair, started together as one stream
+ * operation at ncclGroupEnd (as NCCL fuses them): one by one, two ranks that each send the other
+ * a message above MPI's eager limit would each wait at their send for a receive the other has
+ * not posted yet (an all-to-all-v deadlocked so). */
+typedef struct {
+    Op **op;
+    int n, cap;
+    cudaStream_t stream;
+} Group;
+
+static Group group; /* the open group's sends and receives */
+static int group_depth;
+
+static void group_start(void *arg)
+{
+    Group *g = arg;
+    for (int i = 0; i < g->n; i++)
+        op_start(g->op[i]);
+}
+
+static int group_test(void *arg)
+{
+    Group *g = arg;
+    int all = 1;
+    for (int i = 0; i < g->n; i++)
+        all &= op_test(g->op[i]);
+    return all;
+}
+
+static void group_finish(void *arg)
+{
+    Group *g = arg;
+    for (int i = 0; i < g->n; i++)
+        op_finish(g->op[i]);
+    free(g->op);
+    free(g);
+}
+
+/* o joins the open group; ncclInvalidUsage when the group's operations are on other streams */
+static ncclResult_t group_add(Op *o, cudaStream_t stream)
+{
+    if (group.n > 0 && group.stream != stream)
+        return ncclInvalidUsage;
+    if (group.n == group.cap) {
+        const int cap = group.cap ? 2 * group.cap : 16;
+        Op **p = realloc(group.op, (size_t)cap * sizeof *p);
+        if (!p)
+            return ncclSystemError;
+        group.op = p;
+        group.cap = cap;
+    }
+    group.stream = stream;
+    group.op[group.n++] = o;
+    return ncclSuccess;
+}
+
 static ncclResult_t enqueue(int kind, const void *send, void *recv, size_t count,
                             ncclDataType_t dt, ncclRedOp_t op, int root, ncclComm_t comm,
                             cudaStream_t stream)
@@ -190,6 +246,12 @@ static ncclResult_t enqueue(int kind, const void *send, void *recv, size_t count
     o->op = op;
     o->root = root;
     o->comm = comm;
+    if (group_depth > 0 && (kind == OP_SEND || kind == OP_RECV)) {
+        ncclResult_t r = group_add(o, stream);
+        if (r != ncclSuccess)
+            free(o);
+        return r;
+    }
     kern_emu_enqueue_op(stream, op_start, op_test, op_finish, o);
     return ncclSuccess;
 }
@@ -330,8 +392,6 @@ ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int
     return enqueue(OP_RECV, NULL, recvbuff, count, datatype, ncclSum, peer, comm, stream);
 }
 
-static int group_depth;
-
 ncclResult_t ncclGroupStart(void)
 {
     group_depth++;
@@ -340,5 +400,15 @@ ncclResult_t ncclGroupStart(void)
 
 ncclResult_t ncclGroupEnd(void)
 {
-    return group_depth-- > 0 ? ncclSuccess : ncclInvalidUsage;
+    if (group_depth <= 0)
+        return ncclInvalidUsage;
+    if (--group_depth > 0 || group.n == 0)
+        return ncclSuccess;
+    Group *g = malloc(sizeof *g);
+    if (!g)
+        return ncclSystemError;
+    *g = group;
+    memset(&group, 0, sizeof group);
+    kern_emu_enqueue_op(g->stream, group_start, group_test, group_finish, g);
+    return ncclSuccess;
 }
