@@ -7,7 +7,8 @@
  * judged on the scale of their tensor; a comparison fails above its tolerance, a multiple of
  * the act dtype's epsilon (2^-8 bf16, 2^-11 fp16) for act outputs and a small constant for
  * fp32 ones. Exact where the contract is exact: dropout masks (the counter-based stream draws
- * byte for byte the same), casts, scaling, and the preserved padding of strided views.
+ * byte for byte the same), casts, scaling, the preserved padding of strided views, and MoE's
+ * chosen experts, counts, row map and permuted rows.
  *
  * Exits 77 (ctest: skipped) when kern_cuda() is NULL: no GPU or no driver. Built against
  * kernels/cuda/emu instead (test_kernels_cuda_emu), the backend runs on the CPU and the test
