@@ -51,6 +51,10 @@ static const Layout layouts[] = {
     {"cuda_ep1", 1, 1, 1, 1, 1, 0, 1, 0, 0, 1},   {"cuda_ep1_real", 1, 1, 1, 1, 1, 0, 0, 0, 0, 1},
     {"cuda_ep2", 2, 2, 1, 1, 2, 0, 1, 0, 0, 1},   {"cuda_ep2_real", 2, 2, 1, 1, 2, 0, 0, 0, 0, 1},
     {"cuda_ep2_dp2", 4, 4, 1, 1, 2, 0, 1, 0, 0, 1},
+    {"cuda_ep2_dp2_zero1", 4, 4, 1, 1, 2, 0, 1, 1, 0, 1},
+    {"cuda_ep2_dp2_zero3_full", 4, 4, 1, 1, 2, 0, 1, 3, 1, 1},
+    {"cuda_ep2_pp2", 4, 2, 1, 2, 2, 0, 1, 0, 0, 1},
+    {"cuda_ep2_tp2_sp", 2, 1, 2, 1, 2, 1, 1, 0, 0, 1},
 };
 enum { N_LAYOUTS = sizeof layouts / sizeof layouts[0], STEPS = 5 };
 
