@@ -1,6 +1,7 @@
 /* bf16 and fp16 on the host: the MPI layer's reductions of activations (16-bit sums, as NCCL's
  * are) and reading act weights back. Conversions to fp32 are exact; to 16 bits round to
- * nearest, ties to even, as the CUDA intrinsics do (kernels/cuda/emu has the same rules). */
+ * nearest, ties to even, as the CUDA intrinsics do (kernels/cuda/emu has the same rules).
+ * FP8 (E4M3, E5M2) the same way, saturating at the format's largest value. */
 #include <math.h>
 #include <string.h>
 
@@ -56,3 +57,56 @@ uint16_t px_float_to_half(float f)
         r++; /* a carry into the exponent is the correct next binade */
     return (uint16_t)(sign | r);
 }
+
+/* An 8-bit float of `mbits` mantissa bits and exponent bias `bias` whose largest finite code
+ * (sign cleared) is `max_code`: decoded exactly. */
+static float fp8_decode(uint8_t q, int mbits, int bias)
+{
+    const int e = (q & 0x7f) >> mbits, m = q & ((1 << mbits) - 1);
+    float v = e == 0 ? ldexpf((float)m, 1 - bias - mbits)
+                     : ldexpf((float)(m | (1 << mbits)), e - bias - mbits);
+    return (q & 0x80) ? -v : v;
+}
+
+/* Rounds |f| to nearest, ties to even, onto the format's grid; saturates at max_code. */
+static uint8_t fp8_encode(float f, int mbits, int bias, uint8_t max_code, uint8_t nan_code)
+{
+    const uint8_t sign = (bits_of(f) >> 24) & 0x80u;
+    const float a = fabsf(f);
+    if (a != a)
+        return (uint8_t)(sign | nan_code);
+    const float largest = fp8_decode(max_code, mbits, bias);
+    if (a >= largest) /* the largest, or beyond it (infinity too): saturate */
+        return (uint8_t)(sign | max_code);
+    const int emin = 1 - bias; /* the smallest normal's exponent */
+    int e;
+    frexpf(a, &e);
+    e -= 1; /* a = m * 2^e with m in [1, 2) */
+    if (a == 0.0f || e < emin) /* subnormal: a multiple of 2^(emin - mbits) */
+        return (uint8_t)(sign | (uint32_t)nearbyintf(ldexpf(a, mbits - emin)));
+    uint32_t r = (uint32_t)nearbyintf(ldexpf(a, mbits - e)); /* in [2^mbits, 2^(mbits+1)] */
+    /* a carry to 2^(mbits+1) is the next binade's first value: the encoding below adds it */
+    uint32_t code = ((uint32_t)(e + bias) << mbits) + (r - (1u << mbits));
+    if (code > max_code)
+        code = max_code;
+    return (uint8_t)(sign | code);
+}
+
+float px_e4m3_to_float(uint8_t q)
+{
+    if ((q & 0x7f) == 0x7f)
+        return NAN;
+    return fp8_decode(q, 3, 7);
+}
+
+uint8_t px_float_to_e4m3(float f) { return fp8_encode(f, 3, 7, 0x7e, 0x7f); }
+
+float px_e5m2_to_float(uint8_t q)
+{
+    if ((q & 0x7c) == 0x7c)
+        return (q & 0x03) ? NAN : (q & 0x80) ? -INFINITY : INFINITY;
+    return fp8_decode(q, 2, 15);
+}
+
+uint8_t px_float_to_e5m2(float f) { return fp8_encode(f, 2, 15, 0x7b, 0x7f); }
+

@@ -69,6 +69,16 @@ uint16_t px_float_to_bf16(float f);
 float px_half_to_float(uint16_t h);
 uint16_t px_float_to_half(float f);
 
+/* 8-bit floats of the OCP FP8 formats (OCP 8-bit Floating Point Specification, 2023) on the host:
+ * E4M3 (bias 7, no infinities, NaN S.1111.111, largest 448) and E5M2 (bias 15, IEEE-like, largest
+ * 57344). To fp32 exactly; from fp32 to nearest, ties to even, saturating (NVIDIA's .satfinite,
+ * as FP8 training casts): values beyond the largest, infinities included, become the largest of
+ * their sign; NaN stays NaN (0x7f / 0xff). */
+float px_e4m3_to_float(uint8_t q);
+uint8_t px_float_to_e4m3(float f);
+float px_e5m2_to_float(uint8_t q);
+uint8_t px_float_to_e5m2(float f);
+
 /* A file compiled into a binary (model zoo, built-in profiles): name is the file's stem. */
 typedef struct {
     const char *name;

@@ -165,11 +165,64 @@ static void test_median_mix(void)
     CHECK_EQ_U64(0x6e789e6aa1b965f4ull, px_mix64(0x9E3779B97F4A7C15ull));
 }
 
+/* FP8 by hand (OCP FP8 spec). E4M3 = s eeee mmm, bias 7; E5M2 = s eeeee mm, bias 15.
+ *   1.0:    E4M3 0 0111 000 = 0x38;   E5M2 0 01111 00 = 0x3c
+ *   0.1 = 1.6 x 2^-4: E4M3 mantissa 0.6 x 8 = 4.8 -> 5: 0 0011 101 = 0x1d = 1.625/16 = 0.1015625;
+ *                     E5M2 0.6 x 4 = 2.4 -> 2: 0 01011 10 = 0x2e = 1.5/16 = 0.09375
+ *   ties to even: 1 + 1/16 lies between 1 (m 0) and 1.125 (m 1) -> 0x38; 1 + 3/16 -> m 2, 0x3a
+ *   largest: E4M3 0 1111 110 = 0x7e = 1.75 x 2^8 = 448 (1111 111 is NaN); E5M2 0 11110 11 = 0x7b
+ *     = 1.75 x 2^15 = 57344; beyond, and infinity, saturate to them
+ *   subnormals: E4M3 0x01 = 2^-9, 0x07 = 7 x 2^-9; half of 2^-9 ties to 0, 1.5 x 2^-9 to 2 (0x02);
+ *     7.5 x 2^-9 ties to 8 = 0x08, the smallest normal 2^-6; E5M2 0x01 = 2^-16 */
+static void test_fp8(void)
+{
+    CHECK(px_float_to_e4m3(1.0f) == 0x38);
+    CHECK(px_float_to_e5m2(1.0f) == 0x3c);
+    CHECK(px_float_to_e4m3(0.1f) == 0x1d);
+    CHECK(px_e4m3_to_float(0x1d) == 0.1015625f);
+    CHECK(px_float_to_e5m2(0.1f) == 0x2e);
+    CHECK(px_e5m2_to_float(0x2e) == 0.09375f);
+    CHECK(px_float_to_e4m3(1.0625f) == 0x38);
+    CHECK(px_float_to_e4m3(1.1875f) == 0x3a);
+    CHECK(px_float_to_e4m3(-1.1875f) == 0xba);
+    CHECK(px_float_to_e4m3(448.0f) == 0x7e);
+    CHECK(px_e4m3_to_float(0x7e) == 448.0f);
+    CHECK(px_float_to_e4m3(470.0f) == 0x7e);
+    CHECK(px_float_to_e4m3(1e9f) == 0x7e);
+    CHECK(px_float_to_e4m3(-INFINITY) == 0xfe);
+    CHECK(px_float_to_e5m2(57344.0f) == 0x7b);
+    CHECK(px_e5m2_to_float(0x7b) == 57344.0f);
+    CHECK(px_float_to_e5m2(INFINITY) == 0x7b);
+    CHECK(px_float_to_e5m2(-1e6f) == 0xfb);
+    CHECK(px_float_to_e4m3(NAN) == 0x7f);
+    CHECK(isnan(px_e4m3_to_float(0x7f)) && isnan(px_e4m3_to_float(0xff)));
+    CHECK(px_float_to_e5m2(NAN) == 0x7f);
+    CHECK(isnan(px_e5m2_to_float(0x7d)));
+    CHECK(isinf(px_e5m2_to_float(0x7c)) && px_e5m2_to_float(0xfc) < 0);
+    CHECK(px_float_to_e4m3(0.0f) == 0x00 && px_float_to_e4m3(-0.0f) == 0x80);
+    CHECK(px_float_to_e4m3(ldexpf(1, -9)) == 0x01);
+    CHECK(px_e4m3_to_float(0x07) == ldexpf(7, -9));
+    CHECK(px_float_to_e4m3(ldexpf(1, -10)) == 0x00);
+    CHECK(px_float_to_e4m3(ldexpf(3, -10)) == 0x02);
+    CHECK(px_float_to_e4m3(ldexpf(15, -10)) == 0x08);
+    CHECK(px_e4m3_to_float(0x08) == ldexpf(1, -6));
+    CHECK(px_float_to_e5m2(ldexpf(1, -16)) == 0x01);
+    /* every finite code decodes and encodes back to itself */
+    for (int q = 0; q < 256; q++) {
+        float v4 = px_e4m3_to_float((uint8_t)q), v5 = px_e5m2_to_float((uint8_t)q);
+        if (!isnan(v4))
+            CHECK(px_float_to_e4m3(v4) == q);
+        if (isfinite(v5))
+            CHECK(px_float_to_e5m2(v5) == q);
+    }
+}
+
 int main(void)
 {
     px_log_set_quiet(1);
     test_opts_parse();
     test_mkdir_p();
     test_median_mix();
+    test_fp8();
     TEST_DONE("common");
 }
