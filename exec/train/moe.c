@@ -141,6 +141,40 @@ static int need_op(const ExecLayerRun *r, ModelOpRole role, int l, int chunk, Mo
     return exec_meter_missing(r->c, what, err);
 }
 
+/* The ops a MoE layer's pass times, found once per pass by role, kind and phase: the router's
+ * GEMM and permutation, the combine's, the experts' three, and when they exist the SP count
+ * all-reduce (want_ar) and the dispatch and combine all-to-alls (ep > 1); -1 where absent. */
+typedef struct {
+    int mm, perm, comb, fc1, act, fc2, ar, disp, back;
+} MoeOps;
+
+static int find_ops(const ExecLayerRun *r, int l, int chunk, ModelPhase ph, int want_ar, int ep,
+                    MoeOps *o, PxError *err)
+{
+    o->ar = o->disp = o->back = -1;
+    int rc;
+    if ((rc = need_op(r, MODEL_OPR_ROUTER, l, chunk, ph, MODEL_OP_MATMUL, MODEL_COMM_COUNT, &o->mm,
+                      err)) ||
+        (rc = need_op(r, MODEL_OPR_ROUTER, l, chunk, ph, MODEL_OP_PERMUTE, MODEL_COMM_COUNT,
+                      &o->perm, err)) ||
+        (rc = need_op(r, MODEL_OPR_COMBINE, l, chunk, ph, MODEL_OP_PERMUTE, MODEL_COMM_COUNT,
+                      &o->comb, err)) ||
+        (rc = need_op(r, MODEL_OPR_EXP_FC1, l, chunk, ph, MODEL_OP_MATMUL, MODEL_COMM_COUNT,
+                      &o->fc1, err)) ||
+        (rc = need_op(r, MODEL_OPR_EXP_ACT, l, chunk, ph, MODEL_OP_ACTIVATION, MODEL_COMM_COUNT,
+                      &o->act, err)) ||
+        (rc = need_op(r, MODEL_OPR_EXP_FC2, l, chunk, ph, MODEL_OP_MATMUL, MODEL_COMM_COUNT,
+                      &o->fc2, err)) ||
+        (want_ar && (rc = need_op(r, MODEL_OPR_ROUTER, l, chunk, ph, MODEL_OP_COMM,
+                                  MODEL_TP_ALLREDUCE, &o->ar, err))) ||
+        (ep > 1 && ((rc = need_op(r, MODEL_OPR_DISPATCH, l, chunk, ph, MODEL_OP_COMM,
+                                  MODEL_EP_ALL_TO_ALL, &o->disp, err)) ||
+                    (rc = need_op(r, MODEL_OPR_COMBINE, l, chunk, ph, MODEL_OP_COMM,
+                                  MODEL_EP_ALL_TO_ALL, &o->back, err)))))
+        return rc;
+    return PX_OK;
+}
+
 static void begin(const ExecLayerRun *r, int op) { exec_meter_begin(r->M, r->c->k, op); }
 static void resume(const ExecLayerRun *r, int op) { exec_meter_resume(r->M, r->c->k, op); }
 static void end(const ExecLayerRun *r) { exec_meter_end(r->M, r->c->k); }
@@ -258,30 +292,12 @@ int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer, Mo
     const KernMoeRoute rt = route_of(c, N, first_seq);
     const ModelPhase ph = phase;
     const int again = phase == MODEL_RECOMPUTE; /* counted in the forward already */
-    int rc, op_mm, op_perm, op_comb, op_fc1, op_act, op_fc2, op_ar = -1, op_disp = -1,
-                                                             op_back = -1;
-    if ((rc = need_op(r, MODEL_OPR_ROUTER, layer, chunk, ph, MODEL_OP_MATMUL, MODEL_COMM_COUNT,
-                      &op_mm, err)) ||
-        (rc = need_op(r, MODEL_OPR_ROUTER, layer, chunk, ph, MODEL_OP_PERMUTE, MODEL_COMM_COUNT,
-                      &op_perm, err)) ||
-        (rc = need_op(r, MODEL_OPR_COMBINE, layer, chunk, ph, MODEL_OP_PERMUTE, MODEL_COMM_COUNT,
-                      &op_comb, err)) ||
-        (rc = need_op(r, MODEL_OPR_EXP_FC1, layer, chunk, ph, MODEL_OP_MATMUL, MODEL_COMM_COUNT,
-                      &op_fc1, err)) ||
-        (rc = need_op(r, MODEL_OPR_EXP_ACT, layer, chunk, ph, MODEL_OP_ACTIVATION,
-                      MODEL_COMM_COUNT, &op_act, err)) ||
-        (rc = need_op(r, MODEL_OPR_EXP_FC2, layer, chunk, ph, MODEL_OP_MATMUL, MODEL_COMM_COUNT,
-                      &op_fc2, err)) ||
-        (sp_on(c) && mo->aux_loss_coeff > 0 &&
-         (rc = need_op(r, MODEL_OPR_ROUTER, layer, chunk, ph, MODEL_OP_COMM, MODEL_TP_ALLREDUCE,
-                       &op_ar, err))) ||
-        (ep > 1 && ((rc = need_op(r, MODEL_OPR_DISPATCH, layer, chunk, ph, MODEL_OP_COMM,
-                                  MODEL_EP_ALL_TO_ALL, &op_disp, err)) ||
-                    (rc = need_op(r, MODEL_OPR_COMBINE, layer, chunk, ph, MODEL_OP_COMM,
-                                  MODEL_EP_ALL_TO_ALL, &op_back, err)))))
+    int rc;
+    MoeOps ops;
+    if ((rc = find_ops(r, layer, chunk, ph, sp_on(c) && mo->aux_loss_coeff > 0, ep, &ops, err)))
         return rc;
     /* router: fp32 logits into probs, scored in place */
-    begin(r, op_mm);
+    begin(r, ops.mm);
     k->matmul(v->probs, PX_FP32, x, v->router_w, N, E, h, 0, 1, 1.0f, 0.0f);
     exec_meter_flops(r->M, 2.0 * N * E * h);
     k->moe_route_fwd(v->probs, v->idx, v->w, v->probs, &rt);
@@ -289,7 +305,7 @@ int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer, Mo
     end(r);
     /* the copies in expert order: straight into the experts' input without ep */
     void *send = ep > 1 ? v->ep_send : v->exp_in;
-    begin(r, op_perm);
+    begin(r, ops.perm);
     k->moe_permute(send, v->counts_i, NULL, x, v->idx, N, h, K, E);
     local_counts(M, c, v->counts_f);
     end(r);
@@ -299,8 +315,8 @@ int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer, Mo
     /* the load-balancing loss over the whole micro-batch: SP sums the counts over TP, each
      * rank adds its tokens' probabilities (its share of the loss and of its gradient) */
     if (mo->aux_loss_coeff > 0) {
-        if (op_ar >= 0) {
-            begin(r, op_ar);
+        if (ops.ar >= 0) {
+            begin(r, ops.ar);
             rc = comm_allreduce(c->comm, v->counts_f, (size_t)E, PX_FP32, COMM_SUM,
                                 MODEL_TP_ALLREDUCE, NULL, err);
             end(r);
@@ -308,7 +324,7 @@ int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer, Mo
                 return rc;
         }
         float aux = 0;
-        resume(r, op_mm);
+        resume(r, ops.mm);
         k->moe_aux_fwd(v->aux_dev, v->probs, v->counts_f, N, E, aux_scale(c, loss_weight));
         k->to_host(&aux, v->aux_dev, sizeof aux);
         k->to_host(M->gcount + ((size_t)M->index[layer] * (size_t)M->m + (size_t)mb) * (size_t)E,
@@ -319,7 +335,7 @@ int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer, Mo
     }
     /* dispatch */
     if (ep > 1)
-        begin(r, op_disp);
+        begin(r, ops.disp);
     rc = exchange_counts(M, c, d->routed, err);
     if (!rc && ep > 1) {
         rc = rows_a2a(M, c, v->ep_recv, M->recv, v->ep_send, M->send, err);
@@ -333,7 +349,7 @@ int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer, Mo
     /* the experts, one GEMM each on its rows: SwiGLU; out in expert order (ep_recv, or without
      * ep the combine's input itself) */
     void *eout = ep > 1 ? v->ep_recv : v->exp_out;
-    begin(r, op_fc1);
+    begin(r, ops.fc1);
     for (int l = 0; l < M->L; l++) {
         int64_t o = 0;
         const int R = (int)expert_rows(M, l, &o);
@@ -346,7 +362,7 @@ int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer, Mo
         }
     }
     end(r);
-    begin(r, op_act);
+    begin(r, ops.act);
     for (int l = 0; l < M->L; l++) {
         int64_t o = 0;
         const int R = (int)expert_rows(M, l, &o);
@@ -355,7 +371,7 @@ int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer, Mo
                           EXEC_AT(v->exp_act_in, o * eff_out, c->ab), R, eff);
     }
     end(r);
-    begin(r, op_fc2);
+    begin(r, ops.fc2);
     for (int l = 0; l < M->L; l++) {
         int64_t o = 0;
         const int R = (int)expert_rows(M, l, &o);
@@ -368,14 +384,14 @@ int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer, Mo
     end(r);
     /* combine: back to source-major, home, and the weighted sum */
     if (ep > 1) {
-        begin(r, op_back);
+        begin(r, ops.back);
         sort_blocks(M, c, v->ep_send, v->ep_recv, h, 0);
         rc = rows_a2a(M, c, v->exp_out, M->send, v->ep_send, M->recv, err);
         end(r);
         if (rc)
             return rc;
     }
-    begin(r, op_comb);
+    begin(r, ops.comb);
     k->moe_unpermute(y, v->exp_out, v->w, v->idx, N, h, K, E);
     end(r);
     return PX_OK;
@@ -393,23 +409,9 @@ int exec_moe_backward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer,
     const int eff = d->eff_loc, eff_out = d->eff_out_loc, ep = M->ep;
     const KernMoeRoute rt = route_of(c, N, first_seq);
     const ModelPhase ph = MODEL_BWD;
-    int rc, op_mm, op_perm, op_comb, op_fc1, op_act, op_fc2, op_back = -1, op_disp = -1;
-    if ((rc = need_op(r, MODEL_OPR_ROUTER, layer, chunk, ph, MODEL_OP_MATMUL, MODEL_COMM_COUNT,
-                      &op_mm, err)) ||
-        (rc = need_op(r, MODEL_OPR_ROUTER, layer, chunk, ph, MODEL_OP_PERMUTE, MODEL_COMM_COUNT,
-                      &op_perm, err)) ||
-        (rc = need_op(r, MODEL_OPR_COMBINE, layer, chunk, ph, MODEL_OP_PERMUTE, MODEL_COMM_COUNT,
-                      &op_comb, err)) ||
-        (rc = need_op(r, MODEL_OPR_EXP_FC1, layer, chunk, ph, MODEL_OP_MATMUL, MODEL_COMM_COUNT,
-                      &op_fc1, err)) ||
-        (rc = need_op(r, MODEL_OPR_EXP_ACT, layer, chunk, ph, MODEL_OP_ACTIVATION,
-                      MODEL_COMM_COUNT, &op_act, err)) ||
-        (rc = need_op(r, MODEL_OPR_EXP_FC2, layer, chunk, ph, MODEL_OP_MATMUL, MODEL_COMM_COUNT,
-                      &op_fc2, err)) ||
-        (ep > 1 && ((rc = need_op(r, MODEL_OPR_COMBINE, layer, chunk, ph, MODEL_OP_COMM,
-                                  MODEL_EP_ALL_TO_ALL, &op_back, err)) ||
-                    (rc = need_op(r, MODEL_OPR_DISPATCH, layer, chunk, ph, MODEL_OP_COMM,
-                                  MODEL_EP_ALL_TO_ALL, &op_disp, err)))))
+    int rc;
+    MoeOps ops;
+    if ((rc = find_ops(r, layer, chunk, ph, 0, ep, &ops, err)))
         return rc;
     /* ZeRO-2/3: the experts' block has the gradient bucket first (the layer's block has
      * written nothing yet this micro-batch), is reduced once its weight gradients are done, and
@@ -418,14 +420,14 @@ int exec_moe_backward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer,
     exec_zero_bucket_clear(r->Z, c, r->P, xb);
     /* combine's backward: each copy's gradient (in expert order) and the weights' */
     void *dcopies = ep > 1 ? v->ep_send : v->ws_dx;
-    begin(r, op_comb);
+    begin(r, ops.comb);
     k->moe_unpermute_bwd(dcopies, v->dw, dy, v->exp_out, v->w, v->idx, N, h, K, E);
     /* the forward's counts again, from idx */
     k->moe_counts(v->counts_f, v->idx, N, K, E);
     local_counts(M, c, v->counts_f);
     end(r);
     if (ep > 1)
-        begin(r, op_back);
+        begin(r, ops.back);
     rc = exchange_counts(M, c, d->routed, err);
     if (!rc && ep > 1) {
         rc = rows_a2a(M, c, v->ep_recv, M->recv, v->ep_send, M->send, err);
@@ -437,7 +439,7 @@ int exec_moe_backward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer,
     if (rc)
         return rc;
     /* fc2: its weight gradient reads the saved input, which then takes its gradient */
-    begin(r, op_fc2);
+    begin(r, ops.fc2);
     for (int l = 0; l < M->L; l++) {
         int64_t o = 0;
         const int R = (int)expert_rows(M, l, &o);
@@ -453,7 +455,7 @@ int exec_moe_backward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer,
     }
     end(r);
     /* SwiGLU's backward in place over its saved input (kernels.h allows dinp == inp) */
-    begin(r, op_act);
+    begin(r, ops.act);
     for (int l = 0; l < M->L; l++) {
         int64_t o = 0;
         const int R = (int)expert_rows(M, l, &o);
@@ -464,7 +466,7 @@ int exec_moe_backward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer,
     }
     end(r);
     /* fc1: the rows' input gradient over their output gradient, which is spent */
-    begin(r, op_fc1);
+    begin(r, ops.fc1);
     for (int l = 0; l < M->L; l++) {
         int64_t o = 0;
         const int R = (int)expert_rows(M, l, &o);
@@ -484,7 +486,7 @@ int exec_moe_backward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer,
     exec_zero_bucket_clear(r->Z, c, r->P, r->P->layer_block[layer]);
     const void *back = v->ws_dx;
     if (ep > 1) {
-        begin(r, op_disp);
+        begin(r, ops.disp);
         sort_blocks(M, c, v->ep_recv, v->ws_dx, h, 0);
         rc = rows_a2a(M, c, v->ep_send, M->send, v->ep_recv, M->recv, err);
         end(r);
@@ -492,11 +494,11 @@ int exec_moe_backward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer,
             return rc;
         back = v->ep_send;
     }
-    begin(r, op_perm);
+    begin(r, ops.perm);
     k->moe_permute_bwd(dx, back, v->idx, N, h, K, E);
     end(r);
     /* the router: the weights' gradient and the load-balancing loss's, to the logits */
-    begin(r, op_mm);
+    begin(r, ops.mm);
     const float *dprobs = NULL;
     if (mo->aux_loss_coeff > 0) {
         k->to_device(v->counts_f,
