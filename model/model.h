@@ -224,8 +224,9 @@ typedef struct {
     int eff_out_loc;    /* its fc1 output: 2 * eff_loc (SwiGLU) or eff_loc */
     int sff_loc, sff_out_loc; /* the shared experts' inner width / fc1 output per TP rank */
     int64_t tokens;     /* tokens entering a MoE layer on this rank per micro-batch: b x s_sp */
+    double imbalance;   /* the job's moe_imbalance, 1 when it forces the balance (or no MoE) */
     int64_t routed;     /* token copies an expert rank's GEMMs process per micro-batch: tokens x
-                           topk x etp x the imbalance (capacity: the capacity's), rounded up */
+                           topk x etp x imbalance (capacity: the capacity's), rounded up */
     PxDtype param, act, grad;
     int master; /* 1 when an fp32 master copy exists (precision is not fp32) */
 } ModelDims;

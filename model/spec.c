@@ -443,8 +443,11 @@ static void fill_dims(ModelDims *d, const ModelSpec *sp, int s, int m)
     d->ep = l->ep > 0 ? l->ep : 1;
     d->etp = l->etp > 0 ? l->etp : l->tp;
     d->edp = l->tp * l->cp * l->dp / (d->ep * d->etp);
+    d->imbalance = 1.0;
     if (moe->experts > 0) {
         d->moe = 1;
+        /* forced balance routes every rank its share, whatever imbalance the job names */
+        d->imbalance = j->moe_force_balance ? 1.0 : j->moe_imbalance;
         d->experts_loc = moe->experts / d->ep;
         d->eff_loc = moe->expert_ffn / d->etp;
         d->eff_out_loc = c->mlp == MODEL_SWIGLU ? 2 * d->eff_loc : d->eff_loc;
@@ -459,7 +462,7 @@ static void fill_dims(ModelDims *d, const ModelSpec *sp, int s, int m)
             per += (double)per < cap;
             d->routed = per * d->ep * d->experts_loc * d->etp;
         } else {
-            double r = (double)d->tokens * moe->topk * d->etp * j->moe_imbalance;
+            double r = (double)d->tokens * moe->topk * d->etp * d->imbalance;
             d->routed = (int64_t)r;
             d->routed += (double)d->routed < r;
         }

@@ -163,13 +163,6 @@ void sim_group_path(const SimCtx *c, int base, int stride, int n, double *alpha,
         *nodes_out = nodes;
 }
 
-double sim_moe_imbalance(const ModelSpec *s)
-{
-    if (s->model.moe.experts <= 0 || s->job.moe_force_balance)
-        return 1.0;
-    return s->job.moe_imbalance >= 1.0 ? s->job.moe_imbalance : 1.0;
-}
-
 double sim_all_to_all_seconds(const SimCtx *c, int base, int stride, int n, double S, int *nodes_out)
 {
     const ProfCluster *cl = c->cl;

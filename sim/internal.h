@@ -36,9 +36,6 @@ void sim_group_path(const SimCtx *c, int base, int stride, int n, double *alpha,
  * (n-k)/n S over the rank's share of the NICs, k the fewest group members on a node.
  * *nodes (optional) gets the nodes the group spans. docs/time.md derives it. */
 double sim_all_to_all_seconds(const SimCtx *c, int base, int stride, int n, double S, int *nodes);
-/* The busiest expert-parallel rank's tokens over the balanced share the time model uses: the
- * job's moe_imbalance, 1 with forced balance or a dense model. */
-double sim_moe_imbalance(const ModelSpec *s);
 /* Seconds of a communication op (all its calls), for a rank of the given stage. */
 double sim_comm_seconds(const SimCtx *c, const ModelOp *op, int stage);
 

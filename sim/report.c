@@ -230,7 +230,7 @@ void sim_result_print(FILE *f, const SimResult *r)
         for (int st = 0; st < d->p; st++)
             fprintf(f, " %.3f", r->stage_time[st].ep_comm_s);
         fprintf(f, "  (ep %d etp %d edp %d, %d experts per rank, imbalance %g)\n", d->ep, d->etp, d->edp,
-                d->experts_loc, sim_moe_imbalance(&r->spec));
+                d->experts_loc, d->imbalance);
     }
     fprintf(f, "step %.3f s   %.0f tokens/s   %.1f TFLOP/s per GPU   MFU %.1f%%   HFU %.1f%%\n",
             r->step_s, r->tokens_per_s, r->tflops_per_gpu, 100 * r->mfu, 100 * r->hfu);
