@@ -112,6 +112,25 @@ typedef struct {
 /* Experts one routing call can hold (the permutation's counting sort keeps them on the stack). */
 enum { KERN_MOE_MAX_EXPERTS = 1024 };
 
+/* An FP8 tensor as parallax stores it (docs/fp8.md): rows x cols one-byte elements, row-major,
+ * then its scales, one per block_r x block_c block in row-major block order (the last blocks of
+ * a row or column may be partial). A scale is the decode factor (scale_inv in Transformer
+ * Engine's words): element value = fp8 value x scale. fp32 scales, or E8M0 (one byte, 2^(e -
+ * 127), 0xff NaN) for MXFP8. Per-tensor scaling is one block of rows x cols; DeepSeek-V3's
+ * blockwise scaling 128 x 128 for weights and 1 x 128 for activations; MXFP8 1 x 32 (or 32 x 1
+ * for a column-wise copy) with E8M0. */
+typedef struct {
+    int rows, cols;
+    int block_r, block_c; /* the scaling block; rows x cols (or more): one scale */
+    int e5m2;             /* elements are E5M2 (gradients of the hybrid format), else E4M3 */
+    int e8m0;             /* scales are E8M0, else fp32 */
+} KernFp8;
+
+/* Bytes of a KernFp8 tensor: rows x cols, then its scales. */
+size_t kern_fp8_bytes(const KernFp8 *f);
+/* Its scales: ceil(rows / block_r) x ceil(cols / block_c). */
+size_t kern_fp8_scales(const KernFp8 *f);
+
 typedef struct KernBackend KernBackend;
 struct KernBackend {
     const char *name; /* "cpu", "cuda" */
@@ -270,6 +289,31 @@ struct KernBackend {
      * (overwritten, fp32) */
     void (*moe_unpermute_bwd)(void *deout, float *dw, const void *dy, const void *eout,
                               const float *w, const int32_t *idx, int N, int C, int topk, int E);
+
+    /* ---- FP8 (KernFp8 above; docs/fp8.md) ---- */
+    /* q (a KernFp8 tensor of layout f) from x: x holds act elements [rows, cols], or [cols,
+     * rows] when trans (q is then x's transpose). Each block's scale: with scale == NULL the
+     * block's own (current scaling): amax / fmax (448 for E4M3, 57344 for E5M2), or for E8M0
+     * the power of two 2^(floor(log2 amax) - emax) (emax 8 for E4M3, 15 for E5M2: the OCP MX
+     * rule), 1 for an all-zero block; with scale != NULL (delayed scaling, one block only) the
+     * given decode factor *scale. Elements are x / scale rounded to nearest even, saturating.
+     * amax (may be NULL; one fp32) gets the largest |x| of the whole tensor. */
+    void (*fp8_quantize)(void *q, float *amax, const void *x, const KernFp8 *f, int trans,
+                         const float *scale);
+    /* x (act elements [rows, cols]) = the values of q. */
+    void (*fp8_dequantize)(void *x, const void *q, const KernFp8 *f);
+    /* The matmul above on FP8 operands: A is a KernFp8 tensor of layout fa, B of layout fb,
+     * with op(A) [m,k] and op(B) [k,n] as in matmul; products of the decoded values
+     * accumulated in fp32 into C (c_dtype act or PX_FP32). */
+    void (*matmul_fp8)(void *c, PxDtype c_dtype, const void *a, const KernFp8 *fa, const void *b,
+                       const KernFp8 *fb, int m, int n, int k, int trans_a, int trans_b,
+                       float alpha, float beta);
+    /* Delayed scaling's bookkeeping for n tensors (Transformer Engine's DelayedScaling with
+     * amax_compute_algo "max", margin 0): history [len, n] fp32, row 0 the newest. Rolls the
+     * history down one row, writes amax[i] into row 0, and sets scale[i] (a decode factor) to
+     * max over the history of column i / fmax[i] (1 when that max is 0). */
+    void (*fp8_amax_update)(float *history, float *scale, const float *amax, const float *fmax,
+                            int len, int n);
 
     /* ---- small helpers of the executor ---- */
     void (*add_f32)(float *out, const float *a, size_t n); /* out += a in fp32 (gradients) */
