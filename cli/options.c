@@ -21,7 +21,12 @@ const CliOption cli_knob_options[] = {
     {"mbs", 1, "N", "micro-batch size in sequences (default 1)", CLI_MBS, 0},
     {"gbs", 1, "N", "global batch size in sequences (default: mbs x dp)", CLI_GBS, 0},
     {"seq", 1, "N", "sequence length (default: the model's)", CLI_SEQ, 0},
-    {"precision", 1, "T", "fp32 | bf16 | fp16 (default: bf16 on GPUs, fp32 on CPUs)", CLI_PRECISION, 0},
+    {"precision", 1, "T", "fp32 | bf16 | fp16 | fp8 (bf16 with FP8 GEMMs; default: bf16 on GPUs, fp32 on CPUs)", CLI_PRECISION, 0},
+    {"fp8-recipe", 1, "R", "FP8 GEMMs scaled delayed | tensorwise | blockwise | mxfp8 (default with --precision fp8: delayed)", CLI_FP8_RECIPE, 0},
+    {"fp8-format", 1, "F", "hybrid (E4M3 forward, E5M2 gradients; default) | e4m3", CLI_FP8_FORMAT, 0},
+    {"fp8-param-gather", 0, NULL, "keep weights in FP8 only and gather them in FP8 (no bf16 copy)", CLI_FP8_PARAM_GATHER, 0},
+    {"fp8-amax-history", 1, "N", "delayed scaling's amax history length (default 1024)", CLI_FP8_AMAX_HISTORY, 0},
+    {"fp8-attention", 0, NULL, "the attention core in FP8 too (default: bf16)", CLI_FP8_ATTENTION, 0},
     {"grad-dtype", 1, "T", "gradient dtype: fp32 (default) | bf16 | fp16", CLI_GRAD_DTYPE, 0},
     {"optimizer", 1, "O", "adamw (default) | sgd-momentum | adam-8bit", CLI_OPTIMIZER, 0},
     {"flash-attn", 0, NULL, "flash attention: no s x s matrices saved (default)", CLI_FLASH, 0},
@@ -149,11 +154,32 @@ static int knob(int id, const char *arg, CliArgs *a, PxError *err)
     case CLI_SEQ: rc = px_parse_int(arg, "--seq", 1, 1 << 24, &j->seq_len, err); break;
     case CLI_PRECISION:
         v = px_dtype_from_name(arg);
-        if (v != PX_FP32 && v != PX_BF16 && v != PX_FP16)
-            rc = px_fail(err, PX_EINPUT, "--precision: expected fp32, bf16 or fp16, got '%s'", arg);
+        if (v == PX_FP8) {
+            /* FP8 GEMMs on bf16 weights and activations, as Megatron's --bf16 --fp8-format */
+            j->precision = PX_BF16;
+            if (j->fp8 == MODEL_FP8_NONE)
+                j->fp8 = MODEL_FP8_DELAYED;
+        } else if (v != PX_FP32 && v != PX_BF16 && v != PX_FP16)
+            rc = px_fail(err, PX_EINPUT, "--precision: expected fp32, bf16, fp16 or fp8, got '%s'", arg);
         else
             j->precision = (PxDtype)v;
         break;
+    case CLI_FP8_RECIPE:
+        if ((v = model_fp8_recipe_from_name(arg)) < 0)
+            rc = px_fail(err, PX_EINPUT,
+                         "--fp8-recipe: expected delayed, tensorwise, blockwise, mxfp8 or none, got '%s'", arg);
+        else
+            j->fp8 = (ModelFp8Recipe)v;
+        break;
+    case CLI_FP8_FORMAT:
+        if ((v = model_fp8_format_from_name(arg)) < 0)
+            rc = px_fail(err, PX_EINPUT, "--fp8-format: expected hybrid or e4m3, got '%s'", arg);
+        else
+            j->fp8_format = (ModelFp8Format)v;
+        break;
+    case CLI_FP8_PARAM_GATHER: j->fp8_param_gather = 1; break;
+    case CLI_FP8_AMAX_HISTORY: rc = px_parse_int(arg, "--fp8-amax-history", 1, 1 << 16, &j->fp8_amax_history, err); break;
+    case CLI_FP8_ATTENTION: j->fp8_attention = 1; break;
     case CLI_GRAD_DTYPE:
         v = px_dtype_from_name(arg);
         if (v != PX_FP32 && v != PX_BF16 && v != PX_FP16)

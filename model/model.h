@@ -157,6 +157,21 @@ typedef struct {
     int stage_layers[MODEL_MAX_STAGES];
 } ModelLayout;
 
+/* FP8 training (docs/fp8.md), Megatron's --fp8-recipe names: how the FP8 GEMMs' operands are
+ * scaled. delayed: one scale per tensor from an amax history (Transformer Engine's
+ * DelayedScaling); tensorwise: one per tensor from the tensor itself (current scaling);
+ * blockwise: DeepSeek-V3's 128 x 128 blocks for weights and 1 x 128 for activations and
+ * gradients, fp32 scales; mxfp8: OCP MX blocks of 1 x 32 with E8M0 (power-of-two) scales. */
+typedef enum {
+    MODEL_FP8_NONE = 0,
+    MODEL_FP8_DELAYED,
+    MODEL_FP8_TENSORWISE,
+    MODEL_FP8_BLOCKWISE,
+    MODEL_FP8_MXFP8
+} ModelFp8Recipe;
+/* hybrid: E4M3 in the forward, E5M2 for gradients (Megatron's default); e4m3: E4M3 throughout */
+typedef enum { MODEL_FP8_HYBRID = 0, MODEL_FP8_E4M3 } ModelFp8Format;
+
 typedef struct {
     int global_batch; /* sequences per step */
     int micro_batch;  /* sequences per micro-batch per data-parallel rank */
@@ -175,6 +190,18 @@ typedef struct {
      * router's choice, as Megatron's --moe-router-force-load-balancing */
     double moe_imbalance;
     int moe_force_balance;
+    /* FP8 GEMMs in the transformer layers' linear layers (not the embedding, the output layer,
+     * the router or the attention core unless fp8_attention), on top of `precision`, which
+     * stays the weights' and activations' type */
+    ModelFp8Recipe fp8;
+    ModelFp8Format fp8_format;
+    int fp8_param_gather; /* the FP8 copy is the only low-precision weight (Megatron's
+                             --fp8-param-gather): no bf16 weights, parameters gathered in FP8 */
+    int fp8_amax_history; /* delayed scaling's amax history length (Transformer Engine: 1024) */
+    int fp8_attention;    /* the attention core in FP8 too (--fp8-dot-product-attention) */
+    /* FP8 weights and saved inputs keep a transposed copy, as on devices whose FP8 GEMMs take
+     * only the TN layout (Hopper): -1 auto (the simulator sets it from the device), 0, 1 */
+    int fp8_transpose;
     /* training hyperparameters (the executor's): warm-up then cosine decay to min_lr */
     double lr, min_lr;
     int warmup_steps;
@@ -229,6 +256,9 @@ typedef struct {
                            topk x etp x imbalance (capacity: the capacity's), rounded up */
     PxDtype param, act, grad;
     int master; /* 1 when an fp32 master copy exists (precision is not fp32) */
+    int fp8;    /* the job's ModelFp8Recipe (MODEL_FP8_NONE: no FP8 GEMMs) */
+    int fp8_wt; /* FP8 weights keep a transposed copy: fp8_transpose, or MXFP8, whose scales run
+                   along the reduction dimension */
 } ModelDims;
 
 /* The rule a layout broke, in PxError.code after model_spec_check fails (0: not a rule). */
@@ -259,6 +289,23 @@ void model_spec_defaults(ModelSpec *s);
 int model_spec_check(ModelSpec *s, int gpus, ModelDims *dims, PxError *err);
 
 const char *model_recompute_name(ModelRecompute r);
+const char *model_fp8_recipe_name(ModelFp8Recipe r); /* "none", "delayed", ... "mxfp8" */
+int model_fp8_recipe_from_name(const char *s);       /* -1 when unknown */
+const char *model_fp8_format_name(ModelFp8Format f); /* "hybrid", "e4m3" */
+int model_fp8_format_from_name(const char *s);
+
+/* How recipe r scales an FP8 matrix stored rows x cols (quantized along its rows: the GEMM
+ * reduces over cols), kernels/kernels.h's KernFp8 layout: one scale per block_r x block_c
+ * block, fp32 or E8M0 (one byte). weight: a weight matrix (blockwise: 128 x 128) rather than an
+ * activation or gradient (1 x 128). */
+typedef struct {
+    int64_t block_r, block_c;
+    int e8m0;
+} ModelFp8Scaling;
+void model_fp8_scaling(ModelFp8Recipe r, int weight, int64_t rows, int64_t cols, ModelFp8Scaling *out);
+/* Bytes of the scales of such a matrix, and of the matrix with them (rows x cols + scales). */
+uint64_t model_fp8_scale_bytes(ModelFp8Recipe r, int weight, int64_t rows, int64_t cols);
+uint64_t model_fp8_bytes(ModelFp8Recipe r, int weight, int64_t rows, int64_t cols);
 const char *model_schedule_name(ModelSchedule s);
 const char *model_optimizer_name(ModelOptimizer o);
 int model_recompute_from_name(const char *s); /* -1 when unknown */
@@ -459,6 +506,10 @@ typedef enum {
     MODEL_TR_MTP_EH_IN,
     /* per-head RMSNorm weights of the queries and keys (Qwen3's q_norm, k_norm) */
     MODEL_TR_QN_W, MODEL_TR_KN_W,
+    /* FP8 training: a linear weight's FP8 copy (weights, `of` names the parameter), its
+     * transposed copy, delayed scaling's amax history and scales of the GEMMs that read it;
+     * the workspace FP8 GEMMs quantize their operands in */
+    MODEL_TR_FP8_W, MODEL_TR_FP8_WT, MODEL_TR_FP8_AMAX, MODEL_TR_WS_FP8,
     MODEL_TR_COUNT
 } ModelTensorRole;
 
@@ -483,6 +534,10 @@ typedef struct {
     int shard;          /* MODEL_SHARD_* flags */
     int repeat;         /* identical layers this entry stands for: 1, or a chunk's layers in a
                            compact table */
+    uint64_t scale_bytes; /* an FP8 tensor's scales, at the end of its bytes (KernFp8 layout) */
+    ModelTensorRole of;   /* an FP8 copy or amax history: the parameter's role */
+    int groups;           /* an FP8 tensor of a MoE layer's experts: one KernFp8 matrix per local
+                             expert, bytes / groups each; else 1 */
 } ModelTensor;
 
 /* A parameter block: the embedding, one layer, or the final norm with the output layer.
@@ -496,6 +551,8 @@ typedef struct {
     int experts;          /* a MoE layer's routed experts ("layer.<l>.experts"): sharded and
                              reduced over the expert-data-parallel group */
     int group;            /* ranks that shard its ZeRO state and reduce its gradients */
+    uint64_t fp8_numel;   /* of numel, the FP8 GEMMs' weights (model_fp8_weight): stored in FP8
+                             and gathered in FP8 with --fp8-param-gather */
 } ModelBlock;
 
 typedef struct {
@@ -537,6 +594,10 @@ int model_tensors_build_cached(ModelTableCache *c, const ModelSpec *s, const Mod
 void model_tensors_free(ModelTensorTable *tt);
 /* Bytes of one category, weighted by repeat (activations: one micro-batch of every chunk). */
 uint64_t model_tensors_bytes(const ModelTensorTable *tt, ModelCategory c);
+/* The FP8 GEMMs' workspace (ws.fp8, 0 without FP8): the largest operand but the weights in the
+ * activation dtype (the input of a GEMM before it is quantized), then room for two FP8 copies
+ * of it with scales (an output gradient row-wise and column-wise). */
+uint64_t model_fp8_workspace_bytes(const ModelSpec *s, const ModelDims *d);
 /* Saved activation bytes of one transformer layer and one micro-batch (the Korthikanti figure). */
 uint64_t model_layer_activation_bytes(const ModelSpec *s, const ModelDims *d);
 
@@ -547,7 +608,9 @@ uint64_t model_layer_activation_bytes(const ModelSpec *s, const ModelDims *d);
 typedef struct {
     ModelTensorRole role;
     const char *suffix; /* the tensor's name after "layer.<i>." */
-    PxDtype dtype;      /* the activation dtype, fp32 (lse) or uint8 (dropout masks) */
+    PxDtype dtype;      /* the activation dtype, fp32 (lse), uint8 (dropout masks), or FP8 (an
+                           FP8 GEMM's input under FP8 training: rows x last dimension with its
+                           scales, model_fp8_bytes) */
     int shard;          /* MODEL_SHARD_* */
     int ndim;
     int64_t shape[4];
@@ -611,6 +674,13 @@ typedef enum {
 /* The role's part of an op's name: "attn.qkv" (after "layer.<i>."), "embed", "grads" (after
  * the block's name). */
 const char *model_op_role_name(ModelOpRole r);
+/* 1 when the weight of role r is an FP8 GEMM's operand under the job (a linear layer of a
+ * transformer layer: QKV or MLA's projections, the output projection, the MLP's and the
+ * experts' matrices). */
+int model_fp8_weight(const ModelSpec *s, ModelTensorRole r);
+/* 1 when op role r's GEMMs run in FP8 under the job (the roles of model_fp8_weight's weights,
+ * and the attention core with fp8_attention). */
+int model_fp8_op(const ModelSpec *s, ModelOpRole r);
 
 /* Attention's matmul FLOPs, the op graph's convention (Narayanan et al. 2021): forward
  * 2 x 2 x BH x Tq x Tk x D for the scores and the context (halved when the job counts only the
@@ -645,6 +715,9 @@ typedef struct {
     int n_gemm;
     ModelGemm gemm[4];
     /* communication (kind MODEL_OP_COMM) */
+    int fp8;               /* its GEMMs run in FP8 (model_fp8_op) */
+    double fp8_cast_bytes; /* of bytes, the passes that quantize its operands to FP8 (the
+                              optimizer step's: the weights' FP8 copies) */
     ModelComm comm;
     int group_size;
     uint64_t comm_bytes; /* buffer size S of one call: nccl-tests' "size" */

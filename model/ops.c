@@ -125,6 +125,29 @@ static double passes(const Emit *e, double fused, double unfused)
     return e->s->job.fused_kernels ? fused : unfused;
 }
 
+/* An FP8 linear layer (docs/fp8.md): its GEMMs read one-byte operands, and it quantizes what
+ * they read but the weights (cast once per step, by the optimizer step): the forward its
+ * input, the backward the output gradient, each read in the activation dtype and written in
+ * FP8, twice where a transposed copy is kept (a TN-only device, or MXFP8's column-wise
+ * scales). A quantize is one kernel. */
+static void linear_fp8(Emit *e, ModelOp *op, double M, double N, double K, double W,
+                       double extra_bytes)
+{
+    const double a = eb(e), copies = 1.0 + (e->d->fp8_wt ? 1.0 : 0.0);
+    if (e->phase == MODEL_BWD) {
+        double g = (double)px_dtype_bytes(e->d->grad);
+        op->fp8_cast_bytes = M * N * (a + copies);
+        /* dgrad reads dY and W, writes dX; wgrad reads dY and X, accumulates dW */
+        op->bytes = (M * N + W + M * K * a) + (M * N + M * K) + 2.0 * W * g + extra_bytes +
+                    op->fp8_cast_bytes;
+    } else {
+        op->fp8_cast_bytes = M * K * (a + copies);
+        op->bytes = (M * K + W + M * N * a) + extra_bytes + op->fp8_cast_bytes;
+    }
+    op->fp8 = 1;
+    op->kernels += 1;
+}
+
 /* Y[M,N] = X[M,K] W[N,K]^T; backward computes dX (M,K,N) and dW (N,K,M). Weight gradients
  * accumulate into the gradient buffer (read and written in the gradient dtype). An epilogue
  * (bias, dropout, residual) adds extra_bytes in epi_kernels launches. */
@@ -151,6 +174,8 @@ static void linear_g(Emit *e, const char *base, double M, double N, double K, do
     }
     op->kernels = op->n_gemm + (extra_bytes > 0 ? epi_kernels : 0);
     op->epilogue_bytes = extra_bytes;
+    if (model_fp8_op(e->s, e->role))
+        linear_fp8(e, op, M, N, K, W, extra_bytes);
 }
 
 static void linear_k(Emit *e, const char *base, double M, double N, double K, double extra_bytes,
@@ -230,6 +255,7 @@ static void attention_core(Emit *e, const char *base)
     double mat = bh * sq * sk * a; /* one s x s score matrix per head */
     int drop = s->job.dropout > 0.0;
     ModelOp *op = op_new(e, MODEL_OP_ATTENTION, base);
+    op->fp8 = model_fp8_op(s, e->role);
     op->n_gemm = 2;
     op->gemm[0] = (ModelGemm){(int64_t)sq, (int64_t)sk, (int64_t)qk, (int64_t)bh};
     op->gemm[1] = (ModelGemm){(int64_t)sq, (int64_t)hd, (int64_t)sk, (int64_t)bh};
@@ -422,6 +448,16 @@ static ModelComm block_kind(const ModelTensorTable *tt, int b, ModelComm kind)
 static int block_group(const ModelDims *d, const ModelTensorTable *tt, int b)
 {
     return tt->blocks[b].experts ? d->edp : d->zero_group;
+}
+
+/* Bytes per parameter of block b as its parameters are gathered: the weights' dtype, one byte
+ * for the FP8 GEMMs' weights kept in FP8 (--fp8-param-gather; their scales are not counted). */
+static double block_param_bytes(const ModelSpec *s, const ModelDims *d, const ModelBlock *b)
+{
+    const double pe = (double)px_dtype_bytes(d->param);
+    if (!d->fp8 || !s->job.fp8_param_gather || b->numel == 0)
+        return pe;
+    return ((double)(b->numel - b->fp8_numel) * pe + (double)b->fp8_numel) / (double)b->numel;
 }
 
 static void zero_gather(Emit *e, const ModelTensorTable *tt, int block, ModelPhase phase)
@@ -948,8 +984,20 @@ static int ops_build(const ModelSpec *s, const ModelDims *d, int stage, int comp
         case MODEL_OPT_SGD_MOMENTUM: per = ge + 8.0 + 8.0 + (d->master ? pe : 0); break;
         case MODEL_OPT_ADAM_8BIT: per = ge + 8.0 + 4.0 + (d->master ? pe : 0); break;
         }
+        /* FP8 weights' copies: each step re-casts the FP8 GEMMs' weights (read in the
+         * weights' dtype, written once, twice with a transposed copy); FP8 parameters, which
+         * the update writes itself (counted as pe), only their transposed copy (read, write) */
+        double fp8_numel = 0;
+        for (int i = 0; i < tt.n_blocks; i++)
+            fp8_numel += (double)tt.blocks[i].fp8_numel * tt.blocks[i].repeat;
+        double cast = 0;
+        if (d->fp8 && zero < 3)
+            cast = s->job.fp8_param_gather ? fp8_numel * (d->fp8_wt ? 2.0 : 0.0)
+                                           : fp8_numel * (pe + 1.0 + (d->fp8_wt ? 1.0 : 0.0));
         /* + one read of every local gradient for the gradient norm */
-        simple(&e, MODEL_OP_OPTIMIZER, at(&e, MODEL_OPR_OPTIMIZER), elems * per + (zero >= 2 ? elems : total) * ge);
+        ModelOp *op = simple(&e, MODEL_OP_OPTIMIZER, at(&e, MODEL_OPR_OPTIMIZER),
+                             elems * per + (zero >= 2 ? elems : total) * ge + cast);
+        op->fp8_cast_bytes = cast;
     }
     for (int i = 0; i < tt.n_blocks && (zero == 1 || zero == 2); i++) {
         const ModelBlock *b = &tt.blocks[i];
@@ -958,7 +1006,7 @@ static int ops_build(const ModelSpec *s, const ModelDims *d, int stage, int comp
         e.repeat = b->repeat;
         const int grp = block_group(d, &tt, i);
         block_comm(&e, MODEL_OPR_BLOCK_PARAMS, &tt, i, block_kind(&tt, i, MODEL_DP_ALL_GATHER), grp,
-                   (double)px_round_up(b->numel, (uint64_t)grp) * pe, 1);
+                   (double)px_round_up(b->numel, (uint64_t)grp) * block_param_bytes(s, d, b), 1);
     }
     if (tp == &own)
         model_tensors_free(&own);

@@ -145,7 +145,37 @@ cJSON *model_job_to_json(const ModelJob *t, const ModelDims *d)
         cJSON_AddNumberToObject(j, "moe_imbalance", t->moe_imbalance);
         cJSON_AddBoolToObject(j, "moe_force_balance", t->moe_force_balance);
     }
+    if (t->fp8 != MODEL_FP8_NONE) {
+        cJSON_AddStringToObject(j, "fp8_recipe", model_fp8_recipe_name(t->fp8));
+        cJSON_AddStringToObject(j, "fp8_format", model_fp8_format_name(t->fp8_format));
+        cJSON_AddBoolToObject(j, "fp8_param_gather", t->fp8_param_gather);
+        cJSON_AddNumberToObject(j, "fp8_amax_history", t->fp8_amax_history);
+        cJSON_AddBoolToObject(j, "fp8_attention", t->fp8_attention);
+        if (t->fp8_transpose >= 0)
+            cJSON_AddBoolToObject(j, "fp8_transpose", t->fp8_transpose);
+    }
     return j;
+}
+
+/* The job's FP8 keys (all optional; none: no FP8). */
+static int fp8_from_json(const cJSON *j, const char *where, ModelJob *t, PxError *err)
+{
+    static const char *const recipes[] = {"none", "delayed", "tensorwise", "blockwise", "mxfp8"};
+    static const char *const formats[] = {"hybrid", "e4m3"};
+    int rc, recipe = (int)t->fp8, format = (int)t->fp8_format;
+    int tr = t->fp8_transpose > 0;
+    if ((rc = px_json_enum(j, where, "fp8_recipe", 0, recipes, 5, &recipe, err)) ||
+        (rc = px_json_enum(j, where, "fp8_format", 0, formats, 2, &format, err)) ||
+        (rc = px_json_bool(j, where, "fp8_param_gather", 0, &t->fp8_param_gather, err)) ||
+        (rc = px_json_int(j, where, "fp8_amax_history", 0, 1, 1 << 16, &t->fp8_amax_history, err)) ||
+        (rc = px_json_bool(j, where, "fp8_attention", 0, &t->fp8_attention, err)) ||
+        (rc = px_json_bool(j, where, "fp8_transpose", 0, &tr, err)))
+        return rc;
+    t->fp8 = (ModelFp8Recipe)recipe;
+    t->fp8_format = (ModelFp8Format)format;
+    if (cJSON_GetObjectItemCaseSensitive(j, "fp8_transpose"))
+        t->fp8_transpose = tr;
+    return PX_OK;
 }
 
 int model_job_from_json(const cJSON *j, const char *where, ModelJob *t, PxError *err)
@@ -155,7 +185,8 @@ int model_job_from_json(const cJSON *j, const char *where, ModelJob *t, PxError 
         "optimizer", "lr", "min_lr", "warmup_steps", "weight_decay", "grad_clip", "beta1", "beta2",
         "eps", "momentum", "steps", "seed", "data", "flash_attn", "dropout", "pad_vocab",
         "vocab_padded", "fused_kernels", "attention_flops", "train_tokens", "moe_imbalance",
-        "moe_force_balance", NULL};
+        "moe_force_balance", "fp8_recipe", "fp8_format", "fp8_param_gather", "fp8_amax_history",
+        "fp8_attention", "fp8_transpose", NULL};
     static const char *const flops_names[] = {"full", "causal"};
     if (!cJSON_IsObject(j))
         return px_fail(err, PX_EINPUT, "%s expected an object", where);
@@ -186,7 +217,8 @@ int model_job_from_json(const cJSON *j, const char *where, ModelJob *t, PxError 
         (rc = px_json_bool(j, where, "fused_kernels", 0, &t->fused_kernels, err)) ||
         (rc = px_json_double(j, where, "train_tokens", 0, 0, 1e30, &t->train_tokens, err)) ||
         (rc = px_json_double(j, where, "moe_imbalance", 0, 1.0, 1 << 16, &t->moe_imbalance, err)) ||
-        (rc = px_json_bool(j, where, "moe_force_balance", 0, &t->moe_force_balance, err)))
+        (rc = px_json_bool(j, where, "moe_force_balance", 0, &t->moe_force_balance, err)) ||
+        (rc = fp8_from_json(j, where, t, err)))
         return rc;
     int af = t->causal_flops;
     if ((rc = px_json_enum(j, where, "attention_flops", 0, flops_names, 2, &af, err)))

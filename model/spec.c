@@ -150,6 +150,8 @@ void model_spec_defaults(ModelSpec *s)
     j->fused_kernels = 1;
     j->pad_vocab = 1;
     j->moe_imbalance = 1.0;
+    j->fp8_amax_history = 1024;
+    j->fp8_transpose = -1;
     j->lr = 1e-3;
     j->min_lr = 1e-4;
     j->warmup_steps = 10;
@@ -371,8 +373,40 @@ static int check_experts(const ModelConfig *c, ModelLayout *l, const ModelJob *j
     return PX_OK;
 }
 
-/* The training job's numbers: precisions (bf16 when none was resolved), dropout, padding. */
-static int check_job(ModelJob *j, PxError *err)
+/* FP8 training's settings against the job and the layout. */
+static int check_fp8(ModelJob *j, const ModelLayout *l, PxError *err)
+{
+    if ((int)j->fp8 < MODEL_FP8_NONE || (int)j->fp8 > MODEL_FP8_MXFP8)
+        return rule_fail(err, MODEL_RULE_JOB, "unknown FP8 recipe %d", (int)j->fp8);
+    if (j->fp8 == MODEL_FP8_NONE) {
+        if (j->fp8_param_gather)
+            return rule_fail(err, MODEL_RULE_JOB,
+                             "FP8 parameter gathering needs an FP8 recipe (--precision fp8 or "
+                             "--fp8-recipe)");
+        if (j->fp8_attention)
+            return rule_fail(err, MODEL_RULE_JOB,
+                             "FP8 attention needs an FP8 recipe (--precision fp8 or --fp8-recipe)");
+        return PX_OK;
+    }
+    if (j->fp8_amax_history < 1 || j->fp8_amax_history > (1 << 16))
+        return rule_fail(err, MODEL_RULE_JOB, "FP8 amax history length must be 1 to 65536, got %d",
+                         j->fp8_amax_history);
+    if (j->fp8_param_gather && l->zero == 3)
+        return rule_fail(err, MODEL_RULE_JOB,
+                         "FP8 parameter gathering with ZeRO-3 is not modelled: use ZeRO 0-2 (the "
+                         "distributed optimizer is ZeRO-1)");
+    if (j->fp8_param_gather && j->precision == PX_FP32)
+        return rule_fail(err, MODEL_RULE_JOB,
+                         "FP8 parameter gathering replaces 16-bit weights: precision fp32 keeps "
+                         "no low-precision copy to replace (use bf16)");
+    if (j->fp8_transpose < -1 || j->fp8_transpose > 1)
+        return rule_fail(err, MODEL_RULE_JOB, "fp8_transpose must be -1 (auto), 0 or 1, got %d",
+                         j->fp8_transpose);
+    return PX_OK;
+}
+
+/* The training job's numbers: precisions (bf16 when none was resolved), dropout, padding, FP8. */
+static int check_job(ModelJob *j, const ModelLayout *l, PxError *err)
 {
     if (j->precision == PX_DTYPE_COUNT)
         j->precision = PX_BF16;
@@ -390,7 +424,7 @@ static int check_job(ModelJob *j, PxError *err)
     if (j->pad_vocab < 1)
         return rule_fail(err, MODEL_RULE_JOB, "vocabulary padding multiple must be at least 1, got %d",
                        j->pad_vocab);
-    return PX_OK;
+    return check_fp8(j, l, err);
 }
 
 /* The sizes every table and graph is built from, once the spec has passed every rule. */
@@ -429,6 +463,8 @@ static void fill_dims(ModelDims *d, const ModelSpec *sp, int s, int m)
     d->act = j->precision;
     d->grad = j->grad_dtype;
     d->master = j->precision != PX_FP32;
+    d->fp8 = (int)j->fp8;
+    d->fp8_wt = j->fp8 != MODEL_FP8_NONE && (j->fp8_transpose == 1 || j->fp8 == MODEL_FP8_MXFP8);
     const ModelMla *mla = &c->mla;
     d->qk_hd = mla->kv_lora_rank > 0 ? mla->qk_nope_dim + mla->qk_rope_dim : c->head_dim;
     d->v_hd = mla->kv_lora_rank > 0 ? mla->v_dim : c->head_dim;
@@ -482,7 +518,7 @@ int model_spec_check(ModelSpec *sp, int gpus, ModelDims *d, PxError *err)
     int m = 0;
     if ((rc = check_degrees(l, gpus, err)) || (rc = check_tensor_split(c, l, s, err)) ||
         (rc = check_pipeline(c, l, err)) || (rc = check_batch(j, l, s, &m, err)) ||
-        (rc = check_job(j, err)) || (rc = check_experts(c, l, j, err)))
+        (rc = check_job(j, l, err)) || (rc = check_experts(c, l, j, err)))
         return rc;
     fill_dims(d, sp, s, m);
     return PX_OK;

@@ -19,14 +19,23 @@ typedef struct {
     int rc;
 } Adder;
 
-static void add(Adder *a, ModelTensorRole role, const char *name, ModelCategory cat, PxDtype dt,
-                int shard, int ndim, int64_t d0, int64_t d1, int64_t d2, int64_t d3)
+/* What an FP8 tensor adds to add()'s: its scales' bytes, the parameter it copies, and its
+ * experts' matrices. */
+typedef struct {
+    uint64_t scale_bytes;
+    ModelTensorRole of;
+    int groups;
+} Fp8Extra;
+
+static void add_ex(Adder *a, ModelTensorRole role, const char *name, ModelCategory cat, PxDtype dt,
+                   int shard, int ndim, int64_t d0, int64_t d1, int64_t d2, int64_t d3,
+                   const Fp8Extra *x)
 {
     int64_t dims[4] = {d0, d1, d2, d3};
     uint64_t numel = 1;
     for (int i = 0; i < ndim; i++)
         numel *= (uint64_t)dims[i];
-    uint64_t bytes = numel * px_dtype_bytes(dt);
+    uint64_t bytes = numel * px_dtype_bytes(dt) + (x ? x->scale_bytes : 0);
     const uint64_t weighted = bytes * (uint64_t)(a->repeat > 0 ? a->repeat : 1);
     a->sum += weighted;
     if (!a->tt || a->rc)
@@ -62,6 +71,15 @@ static void add(Adder *a, ModelTensorRole role, const char *name, ModelCategory 
     t->per_microbatch = a->per_mb;
     t->shard = shard;
     t->repeat = a->repeat > 0 ? a->repeat : 1;
+    t->scale_bytes = x ? x->scale_bytes : 0;
+    t->of = x ? x->of : MODEL_TR_NONE;
+    t->groups = x && x->groups > 1 ? x->groups : 1;
+}
+
+static void add(Adder *a, ModelTensorRole role, const char *name, ModelCategory cat, PxDtype dt,
+                int shard, int ndim, int64_t d0, int64_t d1, int64_t d2, int64_t d3)
+{
+    add_ex(a, role, name, cat, dt, shard, ndim, d0, d1, d2, d3, NULL);
 }
 
 /* Formats a tensor's name unless nothing keeps it: a compact table, or a sum without a table
@@ -107,6 +125,25 @@ static void acts_fill(const ActRow *t, int n, ModelTensorRole first, ModelLayerA
     }
 }
 
+/* Under FP8 training the inputs of FP8 GEMMs are saved in FP8 (Transformer Engine keeps the
+ * quantized copy the weight gradient reads): entries of out whose role is listed become
+ * matrices of their rows x last dimension, one byte each, with their scales. */
+static void acts_fp8(const ModelSpec *s, ModelLayerAct *out, int n, const ModelTensorRole *roles,
+                     int n_roles)
+{
+    if (s->job.fp8 == MODEL_FP8_NONE)
+        return;
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < n_roles; k++) {
+            if (out[i].role != roles[k])
+                continue;
+            const int64_t cols = out[i].shape[out[i].ndim - 1];
+            const int64_t rows = (int64_t)(out[i].numel / (uint64_t)cols);
+            out[i].dtype = PX_FP8;
+            out[i].bytes = model_fp8_bytes(s->job.fp8, 0, rows, cols);
+        }
+}
+
 void model_moe_acts(const ModelSpec *s, const ModelDims *d, ModelRecompute mode,
                     ModelLayerAct out[MODEL_MOE_ACTS])
 {
@@ -124,6 +161,8 @@ void model_moe_acts(const ModelSpec *s, const ModelDims *d, ModelRecompute mode,
         {"moe.experts.out", e, sp, 2, T * k, d->h, 1, 1, on, sv},
     };
     acts_fill(t, MODEL_MOE_ACTS, MODEL_TR_ROUTER_PROBS, out);
+    static const ModelTensorRole fp8_in[] = {MODEL_TR_EXP_IN, MODEL_TR_EXP_FC2_IN};
+    acts_fp8(s, out, MODEL_MOE_ACTS, fp8_in, 2);
 }
 
 void model_layer_acts_at(const ModelSpec *s, const ModelDims *d, ModelRecompute mode, int layer,
@@ -157,6 +196,10 @@ void model_layer_acts_at(const ModelSpec *s, const ModelDims *d, ModelRecompute 
         {"mlp.drop_mask", u8, sp, 3, b, ss, h, 1, drop, !full},
     };
     acts_fill(t, MODEL_LAYER_ACTS, MODEL_TR_LN1_IN, out);
+    /* a MoE layer's router reads fc1.in too, in high precision */
+    static const ModelTensorRole fp8_in[] = {MODEL_TR_QKV_IN, MODEL_TR_PROJ_IN, MODEL_TR_FC2_IN,
+                                             MODEL_TR_FC1_IN};
+    acts_fp8(s, out, MODEL_LAYER_ACTS, fp8_in, moe ? 3 : 4);
 }
 
 enum { LAYER_ALL_ACTS = MODEL_LAYER_ACTS + MODEL_MOE_ACTS + 2 };
@@ -199,8 +242,9 @@ static void layer_saved(Adder *a, const ModelSpec *s, const ModelDims *d, ModelR
         if (!t[i].saved)
             continue;
         NAME(n, "layer.%d.%s", layer, t[i].suffix);
-        add(a, t[i].role, n, MODEL_ACTIVATIONS, t[i].dtype, t[i].shard, t[i].ndim, t[i].shape[0],
-            t[i].shape[1], t[i].shape[2], t[i].shape[3]);
+        const Fp8Extra x = {t[i].bytes - t[i].numel * px_dtype_bytes(t[i].dtype), MODEL_TR_NONE, 1};
+        add_ex(a, t[i].role, n, MODEL_ACTIVATIONS, t[i].dtype, t[i].shard, t[i].ndim, t[i].shape[0],
+               t[i].shape[1], t[i].shape[2], t[i].shape[3], &x);
     }
 }
 
@@ -275,21 +319,67 @@ static int add_block(ModelTensorTable *tt, const char *name, int chunk, int laye
     return PX_OK;
 }
 
-/* One parameter with its gradient (when gradients are not sharded). */
-static void add_param(Adder *a, const ModelSpec *s, const ModelDims *d, ModelTensorRole role,
-                      const char *name, int shard, int ndim, int64_t d0, int64_t d1)
+/* An FP8 GEMM's weight of `groups` matrices of d0 / groups x d1 under FP8 training: its FP8
+ * copy (unless it is the weight itself, --fp8-param-gather), the transposed copy where the
+ * device or the recipe needs one, and delayed scaling's amax history of the three tensors each
+ * of its GEMMs quantizes (input, weight, output gradient) with their scales as a last row.
+ * The weights' copies exist where the weights do (ZeRO-3 casts gathered weights per use). */
+static void add_fp8_copies(Adder *a, const ModelSpec *s, const ModelDims *d, ModelTensorRole role,
+                           const char *name, int shard, int64_t d0, int64_t d1, int groups)
+{
+    const ModelFp8Recipe r = s->job.fp8;
+    const int64_t rows = d0 / groups;
+    char n[64];
+    if (s->layout.zero < 3 && !s->job.fp8_param_gather) {
+        const Fp8Extra x = {(uint64_t)groups * model_fp8_scale_bytes(r, 1, rows, d1), role, groups};
+        NAME(n, "%s.fp8", name);
+        add_ex(a, MODEL_TR_FP8_W, n, MODEL_WEIGHTS, PX_FP8, shard, 2, d0, d1, 0, 0, &x);
+    }
+    if (s->layout.zero < 3 && d->fp8_wt) {
+        const Fp8Extra x = {(uint64_t)groups * model_fp8_scale_bytes(r, 1, d1, rows), role, groups};
+        NAME(n, "%s.fp8_t", name);
+        add_ex(a, MODEL_TR_FP8_WT, n, MODEL_WEIGHTS, PX_FP8, shard, 2, d1 * groups, rows, 0, 0, &x);
+    }
+    if (r == MODEL_FP8_DELAYED) {
+        const Fp8Extra x = {0, role, groups};
+        NAME(n, "%s.fp8_amax", name);
+        add_ex(a, MODEL_TR_FP8_AMAX, n, MODEL_WEIGHTS, PX_FP32, 0, 2, s->job.fp8_amax_history + 1,
+               3 * groups, 0, 0, &x);
+    }
+}
+
+/* One parameter with its gradient (when gradients are not sharded); an FP8 GEMM's weight of
+ * `groups` matrices (a MoE layer's experts) with its FP8 copies. */
+static void add_param_g(Adder *a, const ModelSpec *s, const ModelDims *d, ModelTensorRole role,
+                        const char *name, int shard, int ndim, int64_t d0, int64_t d1, int groups)
 {
     ModelTensorTable *tt = a->tt;
     uint64_t numel = (uint64_t)d0 * (uint64_t)(ndim > 1 ? d1 : 1);
+    const int fp8 = ndim == 2 && model_fp8_weight(s, role);
     tt->blocks[a->block].numel += numel;
+    if (fp8)
+        tt->blocks[a->block].fp8_numel += numel;
     tt->params += numel * (uint64_t)a->repeat;
-    if (s->layout.zero < 3)
+    if (s->layout.zero < 3 && fp8 && s->job.fp8_param_gather) {
+        const Fp8Extra x = {(uint64_t)groups * model_fp8_scale_bytes(s->job.fp8, 1, d0 / groups, d1),
+                            MODEL_TR_NONE, groups};
+        add_ex(a, role, name, MODEL_WEIGHTS, PX_FP8, shard, ndim, d0, d1, 0, 0, &x);
+    } else if (s->layout.zero < 3) {
         add(a, role, name, MODEL_WEIGHTS, d->param, shard, ndim, d0, d1, 0, 0);
+    }
+    if (fp8)
+        add_fp8_copies(a, s, d, role, name, shard, d0, d1, groups);
     if (s->layout.zero < 2) {
         char g[64];
         NAME(g, "%s.grad", name);
         add(a, role, g, MODEL_GRADS, d->grad, shard, ndim, d0, d1, 0, 0);
     }
+}
+
+static void add_param(Adder *a, const ModelSpec *s, const ModelDims *d, ModelTensorRole role,
+                      const char *name, int shard, int ndim, int64_t d0, int64_t d1)
+{
+    add_param_g(a, s, d, role, name, shard, ndim, d0, d1, 1);
 }
 
 /* Attention's parameters: the QKV projection (or multi-head latent attention's down- and
@@ -418,13 +508,13 @@ static void add_expert_params(Adder *a, const ModelSpec *s, const ModelDims *d, 
     const int shard = MODEL_SHARD_EP | (d->etp > 1 ? MODEL_SHARD_TP : 0);
     char n[64];
     NAME(n, "layer.%d.moe.experts.fc1.w", layer);
-    add_param(a, s, d, MODEL_TR_EXP_FC1_W, n, shard, 2, E * d->eff_out_loc, h);
+    add_param_g(a, s, d, MODEL_TR_EXP_FC1_W, n, shard, 2, E * d->eff_out_loc, h, (int)E);
     if (s->model.moe.expert_bias) {
         NAME(n, "layer.%d.moe.experts.fc1.b", layer);
         add_param(a, s, d, MODEL_TR_EXP_FC1_B, n, shard, 1, E * d->eff_out_loc, 0);
     }
     NAME(n, "layer.%d.moe.experts.fc2.w", layer);
-    add_param(a, s, d, MODEL_TR_EXP_FC2_W, n, shard, 2, E * h, d->eff_loc);
+    add_param_g(a, s, d, MODEL_TR_EXP_FC2_W, n, shard, 2, E * h, d->eff_loc, (int)E);
     if (s->model.moe.expert_bias) {
         NAME(n, "layer.%d.moe.experts.fc2.b", layer);
         add_param(a, s, d, MODEL_TR_EXP_FC2_B, n, MODEL_SHARD_EP, 1, E * h, 0);
@@ -487,7 +577,7 @@ typedef struct {
 
 typedef struct {
     Snapshot delta;
-    uint64_t numel; /* the block's own count (parameters) */
+    uint64_t numel, fp8_numel; /* the block's own counts (parameters, of them FP8 GEMMs') */
 } Replay;
 
 enum { KIND_DENSE = 0, KIND_MOE, KIND_EXPERTS, KIND_COUNT };
@@ -506,8 +596,10 @@ static void snapshot(const Adder *a, Snapshot *s)
     s->params = a->tt->params;
 }
 
-static void reuse_record(const Adder *a, const Snapshot *before, Replay *r, uint64_t numel)
+static void reuse_record(const Adder *a, const Snapshot *before, Replay *r, uint64_t numel,
+                         uint64_t fp8_numel)
 {
+    r->fp8_numel = fp8_numel;
     r->delta.sum = a->sum - before->sum;
     for (int c = 0; c < MODEL_CAT_COUNT; c++)
         r->delta.cat[c] = a->tt->cat_bytes[c] - before->cat[c];
@@ -515,8 +607,10 @@ static void reuse_record(const Adder *a, const Snapshot *before, Replay *r, uint
     r->numel = numel;
 }
 
-static void reuse_apply(Adder *a, const Replay *r, uint64_t *numel)
+static void reuse_apply(Adder *a, const Replay *r, uint64_t *numel, uint64_t *fp8_numel)
 {
+    if (fp8_numel)
+        *fp8_numel += r->fp8_numel;
     a->sum += r->delta.sum;
     for (int c = 0; c < MODEL_CAT_COUNT; c++)
         a->tt->cat_bytes[c] += r->delta.cat[c];
@@ -595,7 +689,8 @@ static int add_kind_block(Build *B, int j, int l, int rep, int kind, int mtp, Px
     a->layer = l;
     a->repeat = rep;
     if (B->compact && !mtp && B->reuse.nl[kind] == rep) {
-        reuse_apply(a, &B->reuse.params[kind], &tt->blocks[a->block].numel);
+        reuse_apply(a, &B->reuse.params[kind], &tt->blocks[a->block].numel,
+                    &tt->blocks[a->block].fp8_numel);
     } else {
         Snapshot before;
         snapshot(a, &before);
@@ -605,7 +700,8 @@ static int add_kind_block(Build *B, int j, int l, int rep, int kind, int mtp, Px
             add_layer_params(a, B->s, B->d, l);
         if (!mtp) {
             B->reuse.nl[kind] = rep;
-            reuse_record(a, &before, &B->reuse.params[kind], tt->blocks[a->block].numel);
+            reuse_record(a, &before, &B->reuse.params[kind], tt->blocks[a->block].numel,
+                         tt->blocks[a->block].fp8_numel);
         }
     }
     a->repeat = 1;
@@ -697,7 +793,7 @@ static void add_states(Build *B)
             reuse->state_repeat == blk->repeat && reuse->state_experts == blk->experts) {
             blk->group = blk->experts ? B->d->edp : B->d->zero_group;
             blk->shard_numel = reuse->state_shard;
-            reuse_apply(a, &reuse->states, NULL);
+            reuse_apply(a, &reuse->states, NULL, NULL);
         } else {
             Snapshot before;
             snapshot(a, &before);
@@ -707,7 +803,7 @@ static void add_states(Build *B)
                 reuse->state_repeat = blk->repeat;
                 reuse->state_shard = blk->shard_numel;
                 reuse->state_experts = blk->experts;
-                reuse_record(a, &before, &reuse->states, 0);
+                reuse_record(a, &before, &reuse->states, 0, 0);
             }
         }
     }
@@ -751,7 +847,7 @@ static void add_activations(Build *B)
             a->layer = l;
             a->repeat = rep;
             if (B->compact && !mtp && B->reuse.act_nl[k] == rep) {
-                reuse_apply(a, &B->reuse.acts[k], NULL);
+                reuse_apply(a, &B->reuse.acts[k], NULL, NULL);
             } else {
                 Snapshot snap;
                 snapshot(a, &snap);
@@ -764,7 +860,7 @@ static void add_activations(Build *B)
                     add(a, MODEL_TR_MTP_EH_IN, n, MODEL_ACTIVATIONS, d->act, sp, 3, b, d->s_sp, 2 * h, 0);
                 } else {
                     B->reuse.act_nl[k] = rep;
-                    reuse_record(a, &snap, &B->reuse.acts[k], 0);
+                    reuse_record(a, &snap, &B->reuse.acts[k], 0, 0);
                 }
             }
             a->repeat = 1;
@@ -796,6 +892,42 @@ static void add_activations(Build *B)
     }
     a->per_mb = 0;
     a->chunk = -1;
+}
+
+uint64_t model_fp8_workspace_bytes(const ModelSpec *s, const ModelDims *d)
+{
+    if (!d->fp8)
+        return 0;
+    const ModelMla *mla = &s->model.mla;
+    const int64_t M = (int64_t)d->b * d->s_loc, R = d->moe ? d->routed : 0;
+    /* every FP8 GEMM operand but the weights, rows x reduction: inputs and output gradients */
+    const int64_t shapes[][2] = {
+        {M, d->h},
+        {M, d->q_loc + 2 * d->kv_width_loc},
+        {M, d->o_loc},
+        {M, d->ffn_out_loc},
+        {M, d->ffn_loc},
+        {M, d->sff_out_loc},
+        {M, d->sff_loc},
+        {R, d->h},
+        {R, d->eff_out_loc},
+        {R, d->eff_loc},
+        {M, mla->q_lora_rank},
+        {M, mla->kv_lora_rank + mla->qk_rope_dim},
+        {M, (int64_t)d->heads_loc * (mla->qk_nope_dim + mla->v_dim)},
+    };
+    uint64_t most_numel = 0, most_q = 0;
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const int64_t r = shapes[i][0], c = shapes[i][1];
+        if (r <= 0 || c <= 0)
+            continue;
+        if ((uint64_t)(r * c) > most_numel)
+            most_numel = (uint64_t)(r * c);
+        uint64_t q = model_fp8_bytes(s->job.fp8, 0, r, c);
+        if (q > most_q)
+            most_q = q;
+    }
+    return most_numel * px_dtype_bytes(d->act) + 2 * most_q;
 }
 
 /* Workspace: scratch reused by every layer of every chunk; the data and the loss's statistics
@@ -837,6 +969,9 @@ static void add_workspace(Build *B)
             d->eff_out_loc, 0, 0);
         add(a, MODEL_TR_WS_EXP_DX, "ws.exp_dx", MODEL_WORKSPACE, e, MODEL_SHARD_EP, 2, d->routed, h, 0, 0);
     }
+    if (d->fp8)
+        add(a, MODEL_TR_WS_FP8, "ws.fp8", MODEL_WORKSPACE, PX_UINT8, 0, 1,
+            (int64_t)model_fp8_workspace_bytes(s, d), 0, 0, 0);
     if (B->has_loss)
         add(a, MODEL_TR_WS_XENT, "ws.xent", MODEL_WORKSPACE, PX_FP32, MODEL_SHARD_CP, 2, 4, b * d->s_loc,
             0, 0);

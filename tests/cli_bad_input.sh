@@ -50,8 +50,13 @@ expect 2 "option '--tp' needs a value" simulate --model tiny $ok --tp
 expect 2 "--tp: expected an integer, got 'two'" simulate --model tiny $ok --tp two
 expect 2 "--gpus: must be between 1" simulate --model tiny --cluster dgx-a100 --gpus 0
 expect 2 "--recompute: expected none, selective or full, got 'some'" simulate --model tiny $ok --recompute some
-expect 2 "--precision: expected fp32, bf16 or fp16, got 'fp64'" simulate --model tiny $ok --precision fp64
+expect 2 "--precision: expected fp32, bf16, fp16 or fp8, got 'fp64'" simulate --model tiny $ok --precision fp64
 expect 2 "--dropout: must be in [0, 1)" simulate --model tiny $ok --dropout 1.5
+expect 2 "--fp8-recipe: expected delayed, tensorwise, blockwise, mxfp8 or none, got 'fp4'" simulate --model tiny $ok --fp8-recipe fp4
+expect 2 "--fp8-format: expected hybrid or e4m3, got 'e5m2'" simulate --model tiny $ok --precision fp8 --fp8-format e5m2
+expect 2 "FP8 parameter gathering needs an FP8 recipe" simulate --model tiny $ok --fp8-param-gather
+expect 2 "FP8 parameter gathering with ZeRO-3 is not modelled" simulate --model tiny $ok --precision fp8 --fp8-param-gather --zero 3
+expect 2 "--fp8-amax-history: must be between 1" simulate --model tiny $ok --precision fp8 --fp8-amax-history 0
 expect 2 "unexpected argument 'extra'" simulate --model tiny $ok extra
 expect 2 "unexpected argument 'x'" models x
 

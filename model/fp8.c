@@ -1,0 +1,107 @@
+/* FP8 training's vocabulary: recipe and format names, how a recipe scales a matrix and what it
+ * costs in bytes, and which weights and ops run in FP8 (docs/fp8.md). */
+#include "model/model.h"
+
+#include <string.h>
+
+static const char *const recipe_names[] = {"none", "delayed", "tensorwise", "blockwise", "mxfp8"};
+static const char *const format_names[] = {"hybrid", "e4m3"};
+
+static int index_of(const char *s, const char *const *names, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (s && strcmp(s, names[i]) == 0)
+            return i;
+    return -1;
+}
+
+const char *model_fp8_recipe_name(ModelFp8Recipe r) { return recipe_names[r]; }
+int model_fp8_recipe_from_name(const char *s) { return index_of(s, recipe_names, 5); }
+const char *model_fp8_format_name(ModelFp8Format f) { return format_names[f]; }
+int model_fp8_format_from_name(const char *s) { return index_of(s, format_names, 2); }
+
+void model_fp8_scaling(ModelFp8Recipe r, int weight, int64_t rows, int64_t cols, ModelFp8Scaling *out)
+{
+    memset(out, 0, sizeof *out);
+    switch (r) {
+    case MODEL_FP8_BLOCKWISE:
+        /* DeepSeek-V3 (2024), Sec. 3.3.2: 128 x 128 blocks of weights, 1 x 128 tiles of
+         * activations and gradients */
+        out->block_r = weight ? 128 : 1;
+        out->block_c = 128;
+        break;
+    case MODEL_FP8_MXFP8:
+        /* OCP Microscaling Formats (MX) v1.0: 32 elements share one E8M0 scale */
+        out->block_r = 1;
+        out->block_c = 32;
+        out->e8m0 = 1;
+        break;
+    default:
+        /* one scale for the whole matrix */
+        out->block_r = rows > 0 ? rows : 1;
+        out->block_c = cols > 0 ? cols : 1;
+        break;
+    }
+}
+
+uint64_t model_fp8_scale_bytes(ModelFp8Recipe r, int weight, int64_t rows, int64_t cols)
+{
+    if (r == MODEL_FP8_NONE || rows <= 0 || cols <= 0)
+        return 0;
+    ModelFp8Scaling sc;
+    model_fp8_scaling(r, weight, rows, cols, &sc);
+    uint64_t n = px_ceil_div((uint64_t)rows, (uint64_t)sc.block_r) *
+                 px_ceil_div((uint64_t)cols, (uint64_t)sc.block_c);
+    return n * (sc.e8m0 ? 1u : 4u);
+}
+
+uint64_t model_fp8_bytes(ModelFp8Recipe r, int weight, int64_t rows, int64_t cols)
+{
+    if (rows <= 0 || cols <= 0)
+        return 0;
+    return (uint64_t)rows * (uint64_t)cols + model_fp8_scale_bytes(r, weight, rows, cols);
+}
+
+int model_fp8_weight(const ModelSpec *s, ModelTensorRole r)
+{
+    if (s->job.fp8 == MODEL_FP8_NONE)
+        return 0;
+    switch (r) {
+    case MODEL_TR_QKV_W:
+    case MODEL_TR_PROJ_W:
+    case MODEL_TR_FC1_W:
+    case MODEL_TR_FC2_W:
+    case MODEL_TR_EXP_FC1_W:
+    case MODEL_TR_EXP_FC2_W:
+    case MODEL_TR_Q_A_W:
+    case MODEL_TR_Q_B_W:
+    case MODEL_TR_KV_A_W:
+    case MODEL_TR_KV_B_W:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+int model_fp8_op(const ModelSpec *s, ModelOpRole r)
+{
+    if (s->job.fp8 == MODEL_FP8_NONE)
+        return 0;
+    switch (r) {
+    case MODEL_OPR_QKV:
+    case MODEL_OPR_PROJ:
+    case MODEL_OPR_FC1:
+    case MODEL_OPR_FC2:
+    case MODEL_OPR_EXP_FC1:
+    case MODEL_OPR_EXP_FC2:
+    case MODEL_OPR_Q_A:
+    case MODEL_OPR_Q_B:
+    case MODEL_OPR_KV_A:
+    case MODEL_OPR_KV_B:
+        return 1;
+    case MODEL_OPR_CORE:
+        return s->job.fp8_attention;
+    default:
+        return 0;
+    }
+}
