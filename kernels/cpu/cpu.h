@@ -89,6 +89,16 @@ void kern_cpu_moe_unpermute_bwd(void *deout, float *dw, const void *dy, const vo
                                 const float *w, const int32_t *idx, int N, int C, int topk,
                                 int E);
 
+/* fp8.c */
+void kern_cpu_fp8_quantize(void *q, float *amax, const void *x, const KernFp8 *f, int trans,
+                           const float *scale);
+void kern_cpu_fp8_dequantize(void *x, const void *q, const KernFp8 *f);
+void kern_cpu_matmul_fp8(void *c, PxDtype c_dtype, const void *a, const KernFp8 *fa,
+                         const void *b, const KernFp8 *fb, int m, int n, int k, int trans_a,
+                         int trans_b, float alpha, float beta);
+void kern_cpu_fp8_amax_update(float *history, float *scale, const float *amax,
+                              const float *fmax, int len, int n);
+
 /* misc.c */
 void kern_cpu_add(void *out, const void *a, const void *b, size_t n);
 void kern_cpu_add_inplace(void *out, const void *a, size_t n);
