@@ -72,10 +72,23 @@ __device__ __forceinline__ float e8m0_decode(uint8_t e)
     return e == 0xff ? __uint_as_float(0x7fc00000u) : ldexpf(1.0f, (int)e - 127);
 }
 
+/* fp32 scales follow the rows x cols bytes directly (kernels.h), so they are 4-byte aligned
+ * only when rows x cols is a multiple of 4: they are moved byte by byte (a misaligned float
+ * access faults on the GPU) */
+__device__ __forceinline__ float ld_f32(const void *p)
+{
+    float v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+__device__ __forceinline__ void st_f32(void *p, float v) { memcpy(p, &v, sizeof v); }
+
 /* The decode factor of block b, from q's tail */
 __device__ __forceinline__ float fp8_scale_of(const void *scales, const Fp8Geom &g, size_t b)
 {
-    return g.e8m0 ? e8m0_decode(((const uint8_t *)scales)[b]) : ((const float *)scales)[b];
+    return g.e8m0 ? e8m0_decode(((const uint8_t *)scales)[b])
+                  : ld_f32((const uint8_t *)scales + 4 * b);
 }
 
 __device__ __forceinline__ size_t fp8_block_of(const Fp8Geom &g, int r, int c)
@@ -119,7 +132,7 @@ __global__ void fp8_scales_kernel(void *scales, const unsigned *block_amax, cons
     GRID_STRIDE(b, g.nscales)
     {
         if (given) {
-            ((float *)scales)[b] = *given;
+            st_f32((uint8_t *)scales + 4 * b, *given);
             continue;
         }
         const float amax = __uint_as_float(block_amax[b]);
@@ -135,8 +148,7 @@ __global__ void fp8_scales_kernel(void *scales, const unsigned *block_amax, cons
             }
             ((uint8_t *)scales)[b] = (uint8_t)e8;
         } else {
-            ((float *)scales)[b] =
-                amax > 0.0f ? amax / fp8_max(g.e5m2) : 1.0f;
+            st_f32((uint8_t *)scales + 4 * b, amax > 0.0f ? amax / fp8_max(g.e5m2) : 1.0f);
         }
     }
 }
@@ -228,6 +240,7 @@ static int lt_applies(const void *c, const void *a, const KernFp8 *fa,
                       const void *b, const KernFp8 *fb, int m, int n, int k, int trans_a,
                       int trans_b)
 {
+    /* m k and n k multiples of 16: the scale pointers after the elements are aligned too */
     return kern_cuda_ctx()->cc >= 89 && !trans_a && trans_b && per_tensor_f32(fa) &&
            per_tensor_f32(fb) && !(fa->e5m2 && fb->e5m2) && m % 16 == 0 && n % 16 == 0 &&
            k % 16 == 0 && k > 0 && aligned16(a) && aligned16(b) && aligned16(c);
