@@ -294,7 +294,8 @@ static void test_table(void)
     HAS(scale_f32); HAS(cast_to_act); HAS(cast_to_f32); HAS(acc_to_f32);
     HAS(moe_route_fwd); HAS(moe_route_bwd); HAS(moe_counts); HAS(moe_aux_fwd);
     HAS(moe_aux_bwd); HAS(moe_permute); HAS(moe_permute_bwd); HAS(moe_unpermute);
-    HAS(moe_unpermute_bwd);
+    HAS(moe_unpermute_bwd); HAS(fp8_quantize); HAS(fp8_dequantize); HAS(matmul_fp8);
+    HAS(fp8_amax_update);
 #undef HAS
     CHECK(strncmp(G->name, "cuda", 4) == 0);
 }
@@ -1354,6 +1355,382 @@ static void test_moe(void)
 
 /* ---- the suite, per act dtype ---- */
 
+/* ---- FP8 (kernels.h's KernFp8): quantize and dequantize against bytes computed by hand and
+ * against a host quantizer written from kernels.h's words; matmul_fp8 against products of the
+ * decoded values; the amax history over three steps ---- */
+
+static float fp8_val(uint8_t q, int e5m2)
+{
+    return e5m2 ? px_e5m2_to_float(q) : px_e4m3_to_float(q);
+}
+
+static uint8_t fp8_enc(float v, int e5m2)
+{
+    return e5m2 ? px_float_to_e5m2(v) : px_float_to_e4m3(v);
+}
+
+static float e8m0_val(uint8_t e) { return e == 0xff ? NAN : ldexpf(1.0f, (int)e - 127); }
+
+static size_t fp8_block(const KernFp8 *f, int r, int c)
+{
+    const int nbc = (f->cols + f->block_c - 1) / f->block_c;
+    return (size_t)(r / f->block_r) * nbc + c / f->block_c;
+}
+
+/* scale i of q's tail, as a decode factor */
+static float fp8_scale(const uint8_t *q, const KernFp8 *f, size_t i)
+{
+    const uint8_t *tail = q + (size_t)f->rows * f->cols;
+    if (f->e8m0)
+        return e8m0_val(tail[i]);
+    float s;
+    memcpy(&s, tail + 4 * i, 4);
+    return s;
+}
+
+static void fp8_put_scale(uint8_t *q, const KernFp8 *f, size_t i, float s)
+{
+    memcpy(q + (size_t)f->rows * f->cols + 4 * i, &s, 4);
+}
+
+/* q's values [rows, cols] in fp32 */
+static float *fp8_values(const uint8_t *q, const KernFp8 *f)
+{
+    float *v = fnew((size_t)f->rows * f->cols);
+    for (int r = 0; r < f->rows; r++)
+        for (int c = 0; c < f->cols; c++) {
+            const size_t i = (size_t)r * f->cols + c;
+            v[i] = fp8_val(q[i], f->e5m2) * fp8_scale(q, f, fp8_block(f, r, c));
+        }
+    return v;
+}
+
+/* kernels.h's fp8_quantize with current scaling, on the host */
+static void fp8_ref_quantize(uint8_t *q, const float *x, const KernFp8 *f, int trans)
+{
+    const size_t ns = kern_fp8_scales(f);
+    float *amax = fnew(ns);
+    for (int r = 0; r < f->rows; r++)
+        for (int c = 0; c < f->cols; c++) {
+            const size_t b = fp8_block(f, r, c);
+            const float v = trans ? x[(size_t)c * f->rows + r] : x[(size_t)r * f->cols + c];
+            amax[b] = fmaxf(amax[b], fabsf(v));
+        }
+    for (size_t b = 0; b < ns; b++) {
+        if (f->e8m0) {
+            int e = 0;
+            frexpf(amax[b], &e);
+            q[(size_t)f->rows * f->cols + b] =
+                amax[b] == 0.0f ? 127 : (uint8_t)(e - 1 - (f->e5m2 ? 15 : 8) + 127);
+        } else {
+            const float fmax = f->e5m2 ? 57344.0f : 448.0f;
+            fp8_put_scale(q, f, b, amax[b] == 0.0f ? 1.0f : amax[b] / fmax);
+        }
+    }
+    for (int r = 0; r < f->rows; r++)
+        for (int c = 0; c < f->cols; c++) {
+            const float v = trans ? x[(size_t)c * f->rows + r] : x[(size_t)r * f->cols + c];
+            q[(size_t)r * f->cols + c] = fp8_enc(v / fp8_scale(q, f, fp8_block(f, r, c)), f->e5m2);
+        }
+    free(amax);
+}
+
+/* Quantizes x on the device (given: a delayed scale, or NULL), checks q byte for byte against
+ * expect and the amax against expect_amax, then dequantizes q on the device and checks each
+ * value against fp8 value x scale rounded to act (NaN for NaN). */
+static void fp8_check(const char *what, const KernFp8 *f, int trans, const float *given,
+                      const float *x, const uint8_t *expect, float expect_amax)
+{
+    const size_t n = (size_t)f->rows * f->cols, bytes = kern_fp8_bytes(f);
+    void *dx = up_act(x, n), *dq = dalloc(bytes);
+    float *damax = dalloc(sizeof(float)), *dscale = given ? up_f32(given, 1) : NULL;
+    G->fp8_quantize(dq, damax, dx, f, trans, dscale);
+    uint8_t *q = xmalloc(bytes);
+    G->to_host(q, dq, bytes);
+    COMPARE_BYTES("fp8_quantize", what, expect, q, bytes);
+    float amax;
+    G->to_host(&amax, damax, sizeof amax);
+    px_test_checks++;
+    if (amax != expect_amax) {
+        fprintf(stderr, "fp8_quantize %s (%s): amax\n  expected %.9g\n  actual   %.9g\n", what,
+                act_name(), (double)expect_amax, (double)amax);
+        exit(1);
+    }
+    void *dy = dalloc(n * 2);
+    G->fp8_dequantize(dy, dq, f);
+    uint16_t *y = down_bits(dy, n);
+    float *v = fp8_values(q, f);
+    for (size_t i = 0; i < n; i++) {
+        const float got = act_float(y[i]);
+        if (v[i] != v[i])
+            CHECK(got != got);
+        else if (act_bits(v[i]) != y[i]) {
+            fprintf(stderr, "fp8_dequantize %s (%s): element %zu: expected %.9g, got %.9g\n",
+                    what, act_name(), i, (double)act_round(v[i]), (double)got);
+            exit(1);
+        }
+    }
+    px_test_checks++;
+    printf("  %-6s %-16s %-12s %zu values exact\n", act_name(), "fp8_dequantize", what, n);
+    free(q), free(y), free(v);
+    G->free(dx), G->free(dq), G->free(damax), G->free(dscale), G->free(dy);
+}
+
+static void test_fp8_hand(void)
+{
+    const float nan = NAN;
+    /* per tensor, E4M3: amax 448, scale 1; 3.125 is a tie between 3 and 3.25: to even (3) */
+    {
+        const KernFp8 f = {2, 3, 2, 3, 0, 0};
+        const float x[] = {448, -1, 0.5f, 3.125f, 0, -448};
+        uint8_t e[6 + 4] = {0x7e, 0xb8, 0x30, 0x44, 0x00, 0xfe};
+        fp8_put_scale(e, &f, 0, 1.0f);
+        fp8_check("tensor", &f, 0, NULL, x, e, 448.0f);
+    }
+    /* trans: q [2,3] is x [3,2] transposed */
+    {
+        const KernFp8 f = {2, 3, 2, 3, 0, 0};
+        const float x[] = {1, 2, 3, 4, 5, 448};
+        uint8_t e[6 + 4] = {0x38, 0x44, 0x4a, 0x40, 0x48, 0x7e};
+        fp8_put_scale(e, &f, 0, 1.0f);
+        fp8_check("tensor T", &f, 1, NULL, x, e, 448.0f);
+    }
+    /* 1 x 128 over 2 x 130: a partial block of 2 columns per row; an all-zero block gets 1 */
+    {
+        const KernFp8 f = {2, 130, 1, 128, 0, 0};
+        float x[260] = {0};
+        x[0] = 7, x[1] = 1;                        /* scale 7/448 = 2^-6: 448, 64 */
+        x[129] = -0.5f;                            /* scale 0.5/448: -448 */
+        x[130 + 128] = 3, x[130 + 129] = 0.09375f; /* scale 3/448: 448, 14 */
+        uint8_t e[260 + 16] = {0};
+        e[0] = 0x7e, e[1] = 0x68, e[129] = 0xfe, e[130 + 128] = 0x7e, e[130 + 129] = 0x56;
+        fp8_put_scale(e, &f, 0, 7.0f / 448.0f);
+        fp8_put_scale(e, &f, 1, 0.5f / 448.0f);
+        fp8_put_scale(e, &f, 2, 1.0f);
+        fp8_put_scale(e, &f, 3, 3.0f / 448.0f);
+        fp8_check("1x128", &f, 0, NULL, x, e, 7.0f);
+    }
+    /* 128 x 128 over 130 x 129: partial blocks down and across */
+    {
+        const KernFp8 f = {130, 129, 128, 128, 0, 0};
+        const size_t n = 130 * 129;
+        float *x = fnew(n);
+        uint8_t *e = xmalloc(n + 16);
+        x[5 * 129 + 7] = 896, e[5 * 129 + 7] = 0x7e;          /* block (0,0): scale 2 */
+        x[127 * 129 + 127] = -2, e[127 * 129 + 127] = 0xb8;   /* -1 */
+        x[128] = 28, e[128] = 0x7e;                           /* block (0,1): scale 2^-4 */
+        x[100 * 129 + 128] = 1, e[100 * 129 + 128] = 0x58;    /* 16 */
+        x[129 * 129 + 128] = -5, e[129 * 129 + 128] = 0xfe;   /* block (1,1): 5/448 */
+        fp8_put_scale(e, &f, 0, 2.0f);
+        fp8_put_scale(e, &f, 1, 0.0625f);
+        fp8_put_scale(e, &f, 2, 1.0f); /* block (1,0): all zero */
+        fp8_put_scale(e, &f, 3, 5.0f / 448.0f);
+        fp8_check("128x128", &f, 0, NULL, x, e, 896.0f);
+        free(x), free(e);
+    }
+    /* MXFP8, 1 x 32 with E8M0 over 1 x 96: amax 3 -> 2^(1 - 8); amax 500 -> 2^(8 - 8) and 500
+     * saturates (the OCP rule's known clipping); an all-zero block gets 2^0 */
+    {
+        const KernFp8 f = {1, 96, 1, 32, 0, 1};
+        float x[96] = {0};
+        uint8_t e[96 + 3] = {0};
+        x[0] = 3, e[0] = 0x7c;      /* 384 */
+        x[1] = 1, e[1] = 0x70;      /* 128 */
+        x[2] = 0.01f, e[2] = 0x3a;  /* 1.28 -> 1.25 */
+        x[32] = 500, e[32] = 0x7e;  /* 448 */
+        x[33] = -0.001f, e[33] = 0x81; /* 0.51 of E4M3's smallest subnormal 2^-9: rounds up */
+        e[96] = 120, e[97] = 127, e[98] = 127;
+        fp8_check("1x32 e8m0", &f, 0, NULL, x, e, 500.0f);
+    }
+    /* E5M2: per tensor, amax 7 -> scale 7/57344 = 2^-13; MXFP8 E5M2: emax 15 */
+    {
+        const KernFp8 f = {1, 4, 1, 4, 1, 0};
+        const float x[] = {7, -1, 0, 3};
+        uint8_t e[4 + 4] = {0x7b, 0xf0, 0x00, 0x76};
+        fp8_put_scale(e, &f, 0, 7.0f / 57344.0f);
+        fp8_check("e5m2", &f, 0, NULL, x, e, 7.0f);
+        const KernFp8 g = {1, 32, 1, 32, 1, 1};
+        float y[32] = {0};
+        uint8_t eg[32 + 1] = {0};
+        y[31] = 1, eg[31] = 0x78; /* 2^15 */
+        eg[32] = 112;             /* 2^(0 - 15) */
+        fp8_check("e5m2 e8m0", &g, 0, NULL, y, eg, 1.0f);
+    }
+    /* delayed scaling (a given scale, 0.5): saturation of finite values and of infinity, NaN
+     * kept; amax still measured (NaN aside) */
+    {
+        const KernFp8 f = {1, 6, 1, 6, 0, 0};
+        const float x[] = {300, -1000, nan, INFINITY, 0.75f, -0.0f}, s = 0.5f;
+        uint8_t e[6 + 4] = {0x7e, 0xfe, 0x7f, 0x7e, 0x3c, 0x80};
+        fp8_put_scale(e, &f, 0, s);
+        fp8_check("delayed sat", &f, 0, &s, x, e, INFINITY);
+        const KernFp8 g = {1, 3, 1, 3, 1, 0};
+        const float y[] = {nan, 1e6f, -57344};
+        uint8_t eg[3 + 4] = {0x7f, 0x7b, 0xfb};
+        fp8_put_scale(eg, &g, 0, 1.0f);
+        const float one = 1.0f;
+        fp8_check("delayed e5m2", &g, 0, &one, y, eg, act_round(1e6f)); /* fp16: inf */
+    }
+    /* current scaling ignores a NaN: the others scale by the finite maximum */
+    {
+        const KernFp8 f = {1, 3, 1, 3, 0, 0};
+        const float x[] = {nan, 448, -2};
+        uint8_t e[3 + 4] = {0x7f, 0x7e, 0xc0};
+        fp8_put_scale(e, &f, 0, 1.0f);
+        fp8_check("nan", &f, 0, NULL, x, e, 448.0f);
+    }
+}
+
+/* random x, every layout, both orientations: q byte for byte as the host quantizer's */
+static void test_fp8_random(int rows, int cols, int br, int bc, int e5m2, int e8m0, int trans)
+{
+    const KernFp8 f = {rows, cols, br, bc, e5m2, e8m0};
+    const size_t n = (size_t)rows * cols, bytes = kern_fp8_bytes(&f);
+    float *x = arand(n, 2.0, 0.0);
+    for (size_t i = 0; i < n; i += 7)
+        x[i] = act_round(x[i] * (float)(1 << (i % 11))); /* blocks of different ranges */
+    float amax = 0.0f;
+    for (size_t i = 0; i < n; i++)
+        amax = fmaxf(amax, fabsf(x[i]));
+    uint8_t *e = xmalloc(bytes);
+    fp8_ref_quantize(e, x, &f, trans);
+    char what[64];
+    snprintf(what, sizeof what, "%dx%d/%dx%d%s%s%s", rows, cols, br, bc, e5m2 ? " e5m2" : "",
+             e8m0 ? " e8m0" : "", trans ? " T" : "");
+    fp8_check(what, &f, trans, NULL, x, e, amax);
+    free(x), free(e);
+}
+
+/* The host reference: alpha op(A) op(B) + beta C0 from A's and B's decoded values, in double. */
+static float *fp8_ref_matmul(const uint8_t *qa, const KernFp8 *fa, const uint8_t *qb,
+                             const KernFp8 *fb, const float *c0, int m, int n, int k, int ta,
+                             int tb, float alpha, float beta)
+{
+    float *va = fp8_values(qa, fa), *vb = fp8_values(qb, fb), *c = fnew((size_t)m * n);
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            double s = 0.0;
+            for (int l = 0; l < k; l++)
+                s += (double)va[ta ? (size_t)l * m + i : (size_t)i * k + l] *
+                     vb[tb ? (size_t)j * k + l : (size_t)l * n + j];
+            const double old = beta == 0.0f ? 0.0 : beta * c0[(size_t)i * n + j];
+            c[(size_t)i * n + j] = (float)(alpha * s + old);
+        }
+    free(va), free(vb);
+    return c;
+}
+
+/* Tolerances of matmul_fp8. cuBLASLt's path (per tensor, TN) multiplies the exact FP8 values:
+ * only the output's rounding to act, or on a GPU the FP8 tensor cores' accumulator, which
+ * keeps fewer bits than fp32 (about 14 on H800: DeepSeek-V3 report, section 3.3.2), hence a
+ * looser fp32 bound. The dequantizing path rounds each decoded value to act once more. */
+#define T_FP8_LT_F32 1e-3
+
+/* operands quantized on the device from random act data (a: layout la, b: lb) */
+static void test_fp8_matmul_case(int m, int n, int k, int ta, int tb, KernFp8 la, KernFp8 lb,
+                                 const char *name)
+{
+    la.rows = ta ? k : m, la.cols = ta ? m : k;
+    lb.rows = tb ? n : k, lb.cols = tb ? k : n;
+    const size_t na = (size_t)m * k, nb = (size_t)k * n, nc = (size_t)m * n;
+    float *a = arand(na, 1.0, 0.0), *b = arand(nb, 1.0, 0.0), *c0 = arand(nc, 1.0, 0.0);
+    void *dxa = up_act(a, na), *dxb = up_act(b, nb);
+    void *dqa = dalloc(kern_fp8_bytes(&la)), *dqb = dalloc(kern_fp8_bytes(&lb));
+    G->fp8_quantize(dqa, NULL, dxa, &la, 0, NULL);
+    G->fp8_quantize(dqb, NULL, dxb, &lb, 0, NULL);
+    uint8_t *qa = xmalloc(kern_fp8_bytes(&la)), *qb = xmalloc(kern_fp8_bytes(&lb));
+    G->to_host(qa, dqa, kern_fp8_bytes(&la));
+    G->to_host(qb, dqb, kern_fp8_bytes(&lb));
+    const int lt = !ta && tb && m % 16 == 0 && n % 16 == 0 && k % 16 == 0 && !la.e8m0 &&
+                   !lb.e8m0 && la.block_r >= la.rows && la.block_c >= la.cols &&
+                   lb.block_r >= lb.rows && lb.block_c >= lb.cols;
+    char what[80];
+    snprintf(what, sizeof what, "%dx%dx%d %c%c %s%s", m, n, k, ta ? 'T' : 'N', tb ? 'T' : 'N',
+             name, lt ? " lt" : "");
+    /* act output, alpha 0.75, beta 0.5 */
+    float *ec = fp8_ref_matmul(qa, &la, qb, &lb, c0, m, n, k, ta, tb, 0.75f, 0.5f);
+    void *dc = up_act(c0, nc);
+    G->matmul_fp8(dc, G->act, dqa, &la, dqb, &lb, m, n, k, ta, tb, 0.75f, 0.5f);
+    float *gc = down_act(dc, nc);
+    COMPARE("matmul_fp8 act", what, ec, gc, nc, lt ? T_ACT(1.5) : T_ACT(3));
+    free(ec), free(gc), G->free(dc);
+    /* fp32 output, beta 0 (c holds garbage that must not be read) */
+    float *junk = fnew(nc);
+    fill(junk, nc, NAN);
+    float *dcf = up_f32(junk, nc);
+    ec = fp8_ref_matmul(qa, &la, qb, &lb, junk, m, n, k, ta, tb, 1.0f, 0.0f);
+    G->matmul_fp8(dcf, PX_FP32, dqa, &la, dqb, &lb, m, n, k, ta, tb, 1.0f, 0.0f);
+    gc = down_f32(dcf, nc);
+    COMPARE("matmul_fp8 fp32", what, ec, gc, nc, lt ? T_FP8_LT_F32 : T_ACT(3));
+    free(ec), free(gc), free(junk), G->free(dcf);
+    free(a), free(b), free(c0), free(qa), free(qb);
+    G->free(dxa), G->free(dxb), G->free(dqa), G->free(dqb);
+}
+
+static void test_fp8_matmul(void)
+{
+    const KernFp8 tensor = {0, 0, 1 << 30, 1 << 30, 0, 0}, tensor5 = {0, 0, 1 << 30, 1 << 30, 1, 0};
+    const KernFp8 row128 = {0, 0, 1, 128, 0, 0}, blk128 = {0, 0, 128, 128, 0, 0};
+    const KernFp8 mx = {0, 0, 1, 32, 0, 1};
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            test_fp8_matmul_case(32, 48, 64, ta, tb, tensor, tensor, "tensor");
+            test_fp8_matmul_case(5, 7, 9, ta, tb, tensor, tensor, "tensor");
+            test_fp8_matmul_case(16, 32, 48, ta, tb, tensor, tensor5, "e4m3 x e5m2");
+            test_fp8_matmul_case(9, 20, 130, ta, tb, row128, blk128, "1x128 x 128x128");
+            test_fp8_matmul_case(6, 10, 96, ta, tb, mx, mx, "mxfp8");
+        }
+    if (large)
+        test_fp8_matmul_case(512, 768, 1024, 0, 1, tensor, tensor, "tensor");
+}
+
+static void test_fp8_amax_update(void)
+{
+    enum { LEN = 4, N = 3 };
+    const float fmax[N] = {448, 57344, 448};
+    const float steps[3][N] = {{2, 0, 10}, {5, 0, 1}, {1, 0, 3}};
+    /* the scale after each step: max over the history / fmax, 1 where it is all zero */
+    const float want[3][N] = {{2.0f / 448, 1, 10.0f / 448},
+                              {5.0f / 448, 1, 10.0f / 448},
+                              {5.0f / 448, 1, 10.0f / 448}};
+    float *dh = dalloc(LEN * N * sizeof(float)), *ds = dalloc(N * sizeof(float));
+    float *dfmax = up_f32(fmax, N), *damax = dalloc(N * sizeof(float));
+    for (int s = 0; s < 3; s++) {
+        G->to_device(damax, steps[s], sizeof steps[s]);
+        G->fp8_amax_update(dh, ds, damax, dfmax, LEN, N);
+        float *sc = down_f32(ds, N);
+        for (int i = 0; i < N; i++)
+            CHECK(sc[i] == want[s][i]);
+        free(sc);
+    }
+    /* rows, newest first: step 3, step 2, step 1, the initial zeros */
+    float *h = down_f32(dh, LEN * N);
+    for (int i = 0; i < N; i++) {
+        CHECK(h[0 * N + i] == steps[2][i]);
+        CHECK(h[1 * N + i] == steps[1][i]);
+        CHECK(h[2 * N + i] == steps[0][i]);
+        CHECK(h[3 * N + i] == 0.0f);
+    }
+    printf("  %-6s %-16s %-12s 3 steps exact\n", act_name(), "fp8_amax_update", "4x3");
+    free(h);
+    G->free(dh), G->free(ds), G->free(dfmax), G->free(damax);
+}
+
+static void test_fp8(void)
+{
+    test_fp8_hand();
+    test_fp8_random(3, 70, 3, 70, 0, 0, 0);
+    test_fp8_random(3, 70, 3, 70, 1, 0, 1);
+    test_fp8_random(5, 300, 1, 128, 0, 0, 0);
+    test_fp8_random(5, 300, 1, 128, 0, 0, 1);
+    test_fp8_random(200, 150, 128, 128, 0, 0, 1);
+    test_fp8_random(300, 260, 128, 128, 0, 0, 0); /* several thread blocks per scaling block */
+    test_fp8_random(4, 100, 1, 32, 0, 1, 0);
+    test_fp8_random(100, 4, 32, 1, 1, 1, 1);     /* MXFP8's column-wise copy */
+    test_fp8_matmul();
+    test_fp8_amax_update();
+}
+
 static void run_suite(PxDtype act)
 {
     G = kern_cuda_with(act);
@@ -1417,6 +1794,7 @@ static void run_suite(PxDtype act)
         test_elementwise((size_t)1 << 22);
         test_dropout((size_t)1 << 22);
     }    test_moe();
+    test_fp8();
 }
 
 int main(void)

@@ -144,6 +144,7 @@ static void table_fill(KernBackend *k, PxDtype act)
     kern_cuda_table_optim(k);
     kern_cuda_table_misc(k);
     kern_cuda_table_moe(k);
+    kern_cuda_table_fp8(k);
 }
 
 static void ctx_init(void)

@@ -25,6 +25,7 @@
 #ifdef PX_CUDA_EMU
 #include "kernels/cuda/emu/cuda_emu.h"
 #else
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -54,7 +55,9 @@ typedef struct {
     int sms;                /* multiprocessors: grid sizes of grid-stride kernels */
     size_t smem_default;    /* dynamic shared memory a block gets without opting in */
     size_t smem_optin;      /* the most a block may opt in to */
+    int cc;                 /* compute capability, major * 10 + minor (90: Hopper) */
     cublasHandle_t blas;
+    cublasLtHandle_t lt;    /* the FP8 GEMMs (fp8.cu): cuBLASLt takes their scale pointers */
     double *sum;            /* device scratch of sumsq */
     int *flag;              /* device scratch of all_finite */
     /* to_device_async: its own non-blocking stream (a blocking one would serialize with the
@@ -68,6 +71,13 @@ const KernCudaCtx *kern_cuda_ctx(void);
 /* Fills the context for the current device, once (backend.cu calls it under pthread_once):
  * 1 when there is a device, 0 when there is no driver or no device (no error left pending). */
 int kern_cuda_ctx_open(void);
+
+/* A device scratch of at least bytes (256-byte aligned), owned by the context and grown, never
+ * shrunk: the FP8 kernels' block maxima, dequantized GEMM operands and cuBLASLt workspace. Its
+ * contents last until the next call; growing frees the old one (cudaFree waits for the device,
+ * so no queued kernel still reads it). Once the step's largest request has been seen, later
+ * calls allocate nothing. */
+void *kern_cuda_workspace(size_t bytes);
 
 /* Raises kernel's dynamic shared memory limit when bytes need more than the default, and
  * aborts with the size when the device cannot give that much. */
@@ -84,6 +94,7 @@ void kern_cuda_table_xent(KernBackend *k);
 void kern_cuda_table_optim(KernBackend *k);
 void kern_cuda_table_misc(KernBackend *k);
 void kern_cuda_table_moe(KernBackend *k);
+void kern_cuda_table_fp8(KernBackend *k);
 
 /* ---- act dtype <-> fp32 ---- */
 

@@ -1,4 +1,4 @@
-/* The CUDA backend's context and its checks: the device's limits, one cuBLAS handle, the
+/* The CUDA backend's context and its checks: the device's limits, one cuBLAS and one cuBLASLt handle, a grow-only workspace, the
  * reduction scratch and the copy stream, which every kernel file and the table (backend.cu)
  * use. It sits below both, so that a kernel file depends on nothing that depends on it. */
 #include <stdio.h>
@@ -48,6 +48,21 @@ void kern_cuda_smem_optin(const void *kernel, size_t bytes, const char *what)
                                        (int)bytes));
 }
 
+static void *ws;
+static size_t ws_bytes;
+
+void *kern_cuda_workspace(size_t bytes)
+{
+    if (bytes <= ws_bytes)
+        return ws;
+    cudaCheck(cudaFree(ws));
+    ws = NULL;
+    ws_bytes = 0;
+    cudaCheck(cudaMalloc(&ws, bytes));
+    ws_bytes = bytes;
+    return ws;
+}
+
 int kern_cuda_ctx_open(void)
 {
     int count = 0;
@@ -59,6 +74,7 @@ int kern_cuda_ctx_open(void)
     cudaCheck(cudaGetDevice(&ctx.device));
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, ctx.device));
+    ctx.cc = prop.major * 10 + prop.minor;
     ctx.sms = prop.multiProcessorCount > 0 ? prop.multiProcessorCount : 1;
     ctx.smem_default = prop.sharedMemPerBlock;
     ctx.smem_optin = prop.sharedMemPerBlockOptin > prop.sharedMemPerBlock
@@ -66,6 +82,7 @@ int kern_cuda_ctx_open(void)
                          : prop.sharedMemPerBlock;
     cublasCheck(cublasCreate(&ctx.blas));
     cublasCheck(cublasSetStream(ctx.blas, 0));
+    cublasCheck(cublasLtCreate(&ctx.lt));
     cudaCheck(cudaMalloc((void **)&ctx.sum, sizeof *ctx.sum));
     cudaCheck(cudaMalloc((void **)&ctx.flag, sizeof *ctx.flag));
     cudaCheck(cudaStreamCreateWithFlags(&ctx.copy_stream, cudaStreamNonBlocking));

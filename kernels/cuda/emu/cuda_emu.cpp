@@ -72,6 +72,23 @@ float __half2float(__half h)
 
 __half __float2half(float f) { return __half{px_float_to_half(f)}; }
 
+__nv_fp8_storage_t __nv_cvt_float_to_fp8(float x, __nv_saturation_t sat,
+                                         __nv_fp8_interpretation_t fmt)
+{
+    if (sat != __NV_SATFINITE)
+        emu_fail(NULL, 0, "__nv_cvt_float_to_fp8: only __NV_SATFINITE is emulated");
+    if (x != x)
+        return 0x7f;
+    return fmt == __NV_E5M2 ? px_float_to_e5m2(x) : px_float_to_e4m3(x);
+}
+
+/* every E4M3 and E5M2 value is exact in fp16 */
+__half_raw __nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t x, __nv_fp8_interpretation_t fmt)
+{
+    const float f = fmt == __NV_E5M2 ? px_e5m2_to_float(x) : px_e4m3_to_float(x);
+    return __half_raw{px_float_to_half(f)};
+}
+
 /* ---- memory: exact-size heap blocks, registered so that copies and GEMM operands can be
  * checked against them ---- */
 
@@ -130,6 +147,8 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int device)
     (void)device;
     memset(prop, 0, sizeof *prop);
     snprintf(prop->name, sizeof prop->name, "cuda_emu");
+    prop->major = 9;
+    prop->minor = 0;
     prop->multiProcessorCount = 2; /* small grids: grid-stride loops run several rounds */
     prop->sharedMemPerBlock = 48 * 1024;
     prop->sharedMemPerBlockOptin = 227 * 1024;
@@ -905,4 +924,162 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
 {
     return cublasGemmStridedBatchedEx(handle, transa, transb, m, n, k, alpha, A, Atype, lda, 0, B,
                                       Btype, ldb, 0, beta, C, Ctype, ldc, 0, 1, compute, algo);
+}
+
+/* ---- cuBLASLt: the FP8 GEMM (cuda_emu.h lists what is checked) ---- */
+
+struct KernEmuLt {
+    int unused;
+};
+struct KernEmuLtDesc {
+    cublasOperation_t transa, transb;
+    const float *a_scale, *b_scale;
+};
+struct KernEmuLtLayout {
+    cudaDataType type;
+    uint64_t rows, cols;
+    int64_t ld;
+};
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *handle)
+{
+    static KernEmuLt h;
+    *handle = &h;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *desc, cublasComputeType_t compute,
+                                        cudaDataType scale_type)
+{
+    if (compute != CUBLAS_COMPUTE_32F || scale_type != CUDA_R_32F)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    *desc = new KernEmuLtDesc{CUBLAS_OP_N, CUBLAS_OP_N, NULL, NULL};
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc)
+{
+    delete desc;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
+                                              cublasLtMatmulDescAttributes_t attr,
+                                              const void *buf, size_t bytes)
+{
+    switch (attr) {
+    case CUBLASLT_MATMUL_DESC_TRANSA:
+    case CUBLASLT_MATMUL_DESC_TRANSB: {
+        /* cuBLASLt takes a cublasOperation_t (an int32) */
+        if (bytes != sizeof(int32_t))
+            return CUBLAS_STATUS_INVALID_VALUE;
+        int32_t op;
+        memcpy(&op, buf, sizeof op);
+        (attr == CUBLASLT_MATMUL_DESC_TRANSA ? desc->transa : desc->transb) =
+            (cublasOperation_t)op;
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    case CUBLASLT_MATMUL_DESC_A_SCALE_POINTER:
+    case CUBLASLT_MATMUL_DESC_B_SCALE_POINTER: {
+        if (bytes != sizeof(void *))
+            return CUBLAS_STATUS_INVALID_VALUE;
+        const float *p;
+        memcpy(&p, buf, sizeof p);
+        (attr == CUBLASLT_MATMUL_DESC_A_SCALE_POINTER ? desc->a_scale : desc->b_scale) = p;
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    }
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+}
+
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *layout, cudaDataType type,
+                                          uint64_t rows, uint64_t cols, int64_t ld)
+{
+    *layout = new KernEmuLtLayout{type, rows, cols, ld};
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout)
+{
+    delete layout;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+static int lt_fp8(cudaDataType t) { return t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2; }
+
+static float lt_load(const void *p, cudaDataType t, size_t i)
+{
+    const uint8_t q = ((const uint8_t *)p)[i];
+    if (t == CUDA_R_8F_E4M3)
+        return px_e4m3_to_float(q);
+    if (t == CUDA_R_8F_E5M2)
+        return px_e5m2_to_float(q);
+    return dt_load(p, t, i);
+}
+
+static size_t lt_span(const KernEmuLtLayout *l)
+{
+    if (l->rows == 0 || l->cols == 0)
+        return 0;
+    const size_t elem = lt_fp8(l->type) ? 1 : dt_bytes(l->type);
+    return ((size_t)(l->cols - 1) * (size_t)l->ld + l->rows) * elem;
+}
+
+static int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
+                              const void *alpha, const void *A, cublasLtMatrixLayout_t Adesc,
+                              const void *B, cublasLtMatrixLayout_t Bdesc, const void *beta,
+                              const void *C, cublasLtMatrixLayout_t Cdesc, void *D,
+                              cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t *algo,
+                              void *workspace, size_t workspace_bytes, cudaStream_t stream)
+{
+    (void)stream;
+    if (!handle || !desc)
+        return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (algo)
+        return CUBLAS_STATUS_NOT_SUPPORTED; /* only the implicit heuristic is emulated */
+    if (workspace_bytes)
+        emu_check_range(workspace, workspace_bytes, "cuBLASLt workspace");
+    /* sm_90's FP8 GEMMs: TN only, not both E5M2, C and D alike and not FP8 */
+    if (!lt_fp8(Adesc->type) || !lt_fp8(Bdesc->type) ||
+        (Adesc->type == CUDA_R_8F_E5M2 && Bdesc->type == CUDA_R_8F_E5M2) ||
+        desc->transa != CUBLAS_OP_T || desc->transb != CUBLAS_OP_N ||
+        Cdesc->type != Ddesc->type || lt_fp8(Cdesc->type))
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    /* op(A) = A^T is m x k, B is k x n, C and D m x n */
+    const uint64_t m = Adesc->cols, k = Adesc->rows, n = Bdesc->cols;
+    if (Bdesc->rows != k || Cdesc->rows != m || Cdesc->cols != n || Ddesc->rows != m ||
+        Ddesc->cols != n || Cdesc->ld != Ddesc->ld)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    if (Adesc->ld < (int64_t)k || Bdesc->ld < (int64_t)k || Ddesc->ld < (int64_t)m ||
+        Adesc->ld % 16 || Bdesc->ld % 16 || !aligned16(A) || !aligned16(B) || !aligned16(C) ||
+        !aligned16(D))
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    emu_check_range(A, lt_span(Adesc), "cuBLASLt operand A");
+    emu_check_range(B, lt_span(Bdesc), "cuBLASLt operand B");
+    emu_check_range(C, lt_span(Cdesc), "cuBLASLt operand C");
+    emu_check_range(D, lt_span(Ddesc), "cuBLASLt operand D");
+    float sa = 1.0f, sb = 1.0f;
+    if (desc->a_scale) {
+        emu_check_range(desc->a_scale, sizeof(float), "cuBLASLt A scale");
+        sa = *desc->a_scale;
+    }
+    if (desc->b_scale) {
+        emu_check_range(desc->b_scale, sizeof(float), "cuBLASLt B scale");
+        sb = *desc->b_scale;
+    }
+    const float al = *(const float *)alpha, be = *(const float *)beta;
+    for (uint64_t j = 0; j < n; j++)
+        for (uint64_t i = 0; i < m; i++) {
+            float acc = 0.0f;
+            for (uint64_t l = 0; l < k; l++)
+                acc += lt_load(A, Adesc->type, l + i * (size_t)Adesc->ld) *
+                       lt_load(B, Bdesc->type, l + j * (size_t)Bdesc->ld);
+            const size_t ic = i + j * (size_t)Cdesc->ld;
+            const float v = al * (sa * sb * acc) +
+                            (be == 0.0f ? 0.0f : be * dt_load(C, Cdesc->type, ic));
+            dt_store(D, Ddesc->type, ic, v);
+        }
+    return CUBLAS_STATUS_SUCCESS;
 }

@@ -1,5 +1,5 @@
-/* cuda_emu — just enough of the CUDA runtime, the device intrinsics and cuBLAS to run the
- * kernels of kernels/cuda on a CPU, so that their indexing, their barriers and shuffles, and the
+/* cuda_emu — just enough of the CUDA runtime, the device intrinsics, cuBLAS and cuBLASLt to run
+ * the kernels of kernels/cuda on a CPU, so that their indexing, their barriers and shuffles, and the
  * row-major-to-cuBLAS mapping are tested on machines without a GPU (CI). Not a simulator of
  * performance or of the memory model: blocks run one after another, and the threads of a block
  * run as fibers (ucontext) that switch only at __syncthreads, __syncwarp and shuffles, so a
@@ -55,6 +55,36 @@ __nv_bfloat16 __float2bfloat16(float f);
 float __half2float(__half h);
 __half __float2half(float f);
 
+/* ---- 8-bit floats (cuda_fp8.h): the two conversions the FP8 kernels use, on common/px.h's
+ * host codecs. __NV_SATFINITE only (what kernels/cuda asks for); a NaN becomes 0x7f whatever
+ * its sign, as the device's cvt.rn.satfinite does. The decode goes through __half_raw, so a
+ * kernel writes __half2float(__nv_cvt_fp8_to_halfraw(q, t)) under both compilers. ---- */
+
+typedef unsigned char __nv_fp8_storage_t;
+typedef enum { __NV_NOSAT = 0, __NV_SATFINITE = 1 } __nv_saturation_t;
+typedef enum { __NV_E4M3 = 0, __NV_E5M2 = 1 } __nv_fp8_interpretation_t;
+struct __half_raw {
+    unsigned short x;
+};
+__nv_fp8_storage_t __nv_cvt_float_to_fp8(float x, __nv_saturation_t sat,
+                                         __nv_fp8_interpretation_t fmt);
+__half_raw __nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t x, __nv_fp8_interpretation_t fmt);
+static inline float __half2float(__half_raw h) { return __half2float(__half{h.x}); }
+
+/* bit casts */
+static inline unsigned __float_as_uint(float f)
+{
+    unsigned u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+static inline float __uint_as_float(unsigned u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
 /* ---- runtime ---- */
 
 #include "kernels/cuda/emu/cuda_emu_runtime.h"
@@ -106,6 +136,12 @@ static inline int atomicAdd(int *p, int v)
     *p = old + v;
     return old;
 }
+static inline unsigned atomicMax(unsigned *p, unsigned v)
+{
+    unsigned old = *p;
+    *p = old > v ? old : v;
+    return old;
+}
 
 extern unsigned char *kern_emu_dyn_smem;
 template <typename T> static inline T *dyn_smem() { return (T *)kern_emu_dyn_smem; }
@@ -125,7 +161,13 @@ typedef enum {
     CUBLAS_STATUS_NOT_SUPPORTED = 15,
 } cublasStatus_t;
 typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 } cublasOperation_t;
-typedef enum { CUDA_R_32F = 0, CUDA_R_16F = 2, CUDA_R_16BF = 14 } cudaDataType;
+typedef enum {
+    CUDA_R_32F = 0,
+    CUDA_R_16F = 2,
+    CUDA_R_16BF = 14,
+    CUDA_R_8F_E4M3 = 28,
+    CUDA_R_8F_E5M2 = 29,
+} cudaDataType;
 typedef enum { CUBLAS_COMPUTE_32F = 68 } cublasComputeType_t;
 typedef enum { CUBLAS_GEMM_DEFAULT = -1 } cublasGemmAlgo_t;
 
@@ -144,5 +186,44 @@ cublasStatus_t cublasGemmStridedBatchedEx(
     const void *B, cudaDataType Btype, int ldb, long long strideB, const void *beta, void *C,
     cudaDataType Ctype, int ldc, long long strideC, int batchCount, cublasComputeType_t compute,
     cublasGemmAlgo_t algo);
+
+/* ---- cuBLASLt: the FP8 GEMM of kernels/cuda/fp8.cu and nothing more. One matmul descriptor
+ * (compute 32F, scale type 32F) with TRANSA, TRANSB and the A and B scale pointers (device
+ * fp32 decode factors); matrix layouts of type, rows, cols, ld (column-major, no batching);
+ * cublasLtMatmul with algo NULL, which computes D = alpha * scale_A * scale_B * op(A) op(B) +
+ * beta * C in fp32 from the decoded FP8 values. It rejects, as cuBLASLt on sm_90 does, what is
+ * not an FP8 "TN" GEMM (A transposed, B not), E5M2 x E5M2, leading dimensions that are not
+ * multiples of 16, and operands that are not 16-byte aligned; C and D must be the same matrix
+ * type (bf16, fp16 or fp32). ---- */
+
+typedef struct KernEmuLt *cublasLtHandle_t;
+typedef struct KernEmuLtDesc *cublasLtMatmulDesc_t;
+typedef struct KernEmuLtLayout *cublasLtMatrixLayout_t;
+typedef struct {
+    uint64_t data[8];
+} cublasLtMatmulAlgo_t;
+typedef enum {
+    CUBLASLT_MATMUL_DESC_TRANSA = 3,
+    CUBLASLT_MATMUL_DESC_TRANSB = 4,
+    CUBLASLT_MATMUL_DESC_A_SCALE_POINTER = 17,
+    CUBLASLT_MATMUL_DESC_B_SCALE_POINTER = 18,
+} cublasLtMatmulDescAttributes_t;
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *handle);
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *desc, cublasComputeType_t compute,
+                                        cudaDataType scale_type);
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc);
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
+                                              cublasLtMatmulDescAttributes_t attr,
+                                              const void *buf, size_t bytes);
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *layout, cudaDataType type,
+                                          uint64_t rows, uint64_t cols, int64_t ld);
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout);
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
+                              const void *alpha, const void *A, cublasLtMatrixLayout_t Adesc,
+                              const void *B, cublasLtMatrixLayout_t Bdesc, const void *beta,
+                              const void *C, cublasLtMatrixLayout_t Cdesc, void *D,
+                              cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t *algo,
+                              void *workspace, size_t workspace_bytes, cudaStream_t stream);
 
 #endif

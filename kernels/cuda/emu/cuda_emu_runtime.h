@@ -40,6 +40,7 @@ enum { cudaStreamDefault = 0, cudaStreamNonBlocking = 1 };
 enum { cudaEventDefault = 0, cudaEventDisableTiming = 2 };
 typedef struct {
     char name[256];
+    int major, minor; /* compute capability: the emulator plays 9.0 (Hopper) */
     int multiProcessorCount;
     size_t sharedMemPerBlock;
     size_t sharedMemPerBlockOptin;
