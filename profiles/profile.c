@@ -51,11 +51,13 @@ static int parse_device(const cJSON *j, const char *where, ProfDevice *d, PxErro
 {
     static const char *const known[] = {"schema_version", "name", "description", "memory_bytes",
                                         "peak_flops", "memory_bandwidth", "sm_count",
-                                        "runtime_bytes", "efficiency", "sources", NULL};
-    static const char *const known_eff[] = {"matmul", "matmul_k_half", "misaligned", "tiles",
-                                            "memory", "attention_fwd", "attention_bwd",
-                                            "kernel_overhead_s", NULL};
-    static const char *const known_peak[] = {"fp32", "tf32", "bf16", "fp16", "fp8", NULL};
+                                        "runtime_bytes", "fp8_tn_only", "efficiency",
+                                        "sources", NULL};
+    static const char *const known_eff[] = {"matmul", "matmul_fp8", "matmul_k_half",
+                                            "misaligned", "tiles", "memory", "attention_fwd",
+                                            "attention_bwd", "kernel_overhead_s", NULL};
+    static const char *const known_peak[] = {"fp32", "tf32", "bf16", "fp16", "fp8", "mxfp8",
+                                             NULL};
     memset(d, 0, sizeof *d);
     px_json_warn_unknown(j, where, known);
     int rc, version = 1;
@@ -68,6 +70,7 @@ static int parse_device(const cJSON *j, const char *where, ProfDevice *d, PxErro
         (rc = px_json_double(j, where, "memory_bandwidth", 1, 1e6, 1e15, &d->memory_bandwidth, err)) ||
         (rc = px_json_int(j, where, "sm_count", 0, 1, 1 << 20, &d->sm_count, err)) ||
         (rc = px_json_u64(j, where, "runtime_bytes", 0, &d->runtime_bytes, err)) ||
+        (rc = px_json_bool(j, where, "fp8_tn_only", 0, &d->fp8_transpose, err)) ||
         (rc = px_json_object(j, where, "peak_flops", 1, &peak, err)))
         return rc;
     px_json_path(pw, sizeof pw, where, "peak_flops");
@@ -76,7 +79,8 @@ static int parse_device(const cJSON *j, const char *where, ProfDevice *d, PxErro
         (rc = px_json_double(peak, pw, "tf32", 0, 0, 1e18, &d->peak_tf32, err)) ||
         (rc = px_json_double(peak, pw, "bf16", 0, 0, 1e18, &d->peak_bf16, err)) ||
         (rc = px_json_double(peak, pw, "fp16", 0, 0, 1e18, &d->peak_fp16, err)) ||
-        (rc = px_json_double(peak, pw, "fp8", 0, 0, 1e18, &d->peak_fp8, err)))
+        (rc = px_json_double(peak, pw, "fp8", 0, 0, 1e18, &d->peak_fp8, err)) ||
+        (rc = px_json_double(peak, pw, "mxfp8", 0, 0, 1e18, &d->peak_mxfp8, err)))
         return rc;
     /* Efficiency defaults: an ideal device; the built-in profiles all set them. */
     d->matmul_eff = 1.0;
@@ -85,6 +89,7 @@ static int parse_device(const cJSON *j, const char *where, ProfDevice *d, PxErro
     d->memory_eff = 1.0;
     d->attn_fwd_eff = 1.0;
     d->attn_bwd_eff = 1.0;
+    d->eff_matmul_fp8 = 1.0;
     const cJSON *eff;
     if ((rc = px_json_object(j, where, "efficiency", 0, &eff, err)))
         return rc;
@@ -99,6 +104,10 @@ static int parse_device(const cJSON *j, const char *where, ProfDevice *d, PxErro
             (rc = px_json_double(eff, ew, "attention_fwd", 0, 0.01, 1, &d->attn_fwd_eff, err)) ||
             (rc = px_json_double(eff, ew, "attention_bwd", 0, 0.01, 1, &d->attn_bwd_eff, err)) ||
             (rc = px_json_double(eff, ew, "kernel_overhead_s", 0, 0, 1, &d->kernel_overhead_s, err)))
+            return rc;
+        /* without its own figure an FP8 GEMM reaches the bf16 fraction of its peak */
+        d->eff_matmul_fp8 = d->matmul_eff;
+        if ((rc = px_json_double(eff, ew, "matmul_fp8", 0, 0.01, 1, &d->eff_matmul_fp8, err)))
             return rc;
         const cJSON *tiles = cJSON_GetObjectItemCaseSensitive(eff, "tiles");
         if (tiles) {
@@ -580,7 +589,35 @@ double prof_measured_gemm(const ProfMeasured *m, double M, double N, double K, d
     return p->seconds * (M * N * K * batch) / (p->m * p->n * p->k * p->batch);
 }
 
-/* The `key=value` overrides, in order, into the profile's JSON (its device resolved). */
+/* The value at a dotted path of the profile's JSON; NULL when a part is missing. */
+static cJSON *at_path(cJSON *j, const char *dotted)
+{
+    char buf[256];
+    if (strlen(dotted) >= sizeof buf)
+        return NULL;
+    px_strlcpy(buf, dotted, sizeof buf);
+    char *save = NULL;
+    for (char *part = strtok_r(buf, ".", &save); part && j; part = strtok_r(NULL, ".", &save))
+        j = cJSON_IsObject(j) ? cJSON_GetObjectItemCaseSensitive(j, part) : NULL;
+    return j;
+}
+
+/* A true/false switch of the profile (device.fp8_tn_only): true/false, or 1/0. */
+static int set_bool(cJSON *node, const char *key, const char *text, PxError *err)
+{
+    int v;
+    if (!strcmp(text, "true") || !strcmp(text, "1"))
+        v = 1;
+    else if (!strcmp(text, "false") || !strcmp(text, "0"))
+        v = 0;
+    else
+        return px_fail(err, PX_EINPUT, "--set %s: expected true or false, got '%s'", key, text);
+    node->type = (node->type & ~(cJSON_True | cJSON_False)) | (v ? cJSON_True : cJSON_False);
+    return PX_OK;
+}
+
+/* The `key=value` overrides, in order, into the profile's JSON (its device resolved): numbers,
+ * and the switches that are true or false. */
 static int apply_sets(cJSON *j, const char *const *sets, int n_sets, PxError *err)
 {
     for (int i = 0; i < n_sets; i++) {
@@ -593,7 +630,9 @@ static int apply_sets(cJSON *j, const char *const *sets, int n_sets, PxError *er
             return px_fail(err, PX_EINPUT, "--set '%s': key too long", sets[i]);
         memcpy(key, sets[i], kn);
         key[kn] = '\0';
-        int rc = px_json_set_path(j, key, eq + 1, err);
+        cJSON *node = at_path(j, key);
+        int rc = cJSON_IsBool(node) ? set_bool(node, key, eq + 1, err)
+                                    : px_json_set_path(j, key, eq + 1, err);
         if (rc)
             return rc;
     }
@@ -704,6 +743,13 @@ double prof_peak_flops(const ProfDevice *d, PxDtype t)
     }
 }
 
+double prof_peak_mxfp8(const ProfDevice *d) { return d->peak_mxfp8; }
+
+double prof_matmul_eff(const ProfDevice *d, PxDtype t)
+{
+    return t == PX_FP8 ? d->eff_matmul_fp8 : d->matmul_eff;
+}
+
 int prof_node_size(const ProfCluster *c, int gpus)
 {
     return c->node_devices > 0 ? c->node_devices : (gpus > 0 ? gpus : 1);
@@ -732,12 +778,15 @@ cJSON *prof_cluster_to_json(const ProfCluster *c)
     cJSON_AddNumberToObject(pk, "bf16", c->device.peak_bf16);
     cJSON_AddNumberToObject(pk, "fp16", c->device.peak_fp16);
     cJSON_AddNumberToObject(pk, "fp8", c->device.peak_fp8);
+    cJSON_AddNumberToObject(pk, "mxfp8", c->device.peak_mxfp8);
     cJSON_AddNumberToObject(d, "memory_bandwidth", c->device.memory_bandwidth);
     if (c->device.sm_count)
         cJSON_AddNumberToObject(d, "sm_count", c->device.sm_count);
     cJSON_AddNumberToObject(d, "runtime_bytes", (double)c->device.runtime_bytes);
+    cJSON_AddBoolToObject(d, "fp8_tn_only", c->device.fp8_transpose);
     cJSON *eff = cJSON_AddObjectToObject(d, "efficiency");
     cJSON_AddNumberToObject(eff, "matmul", c->device.matmul_eff);
+    cJSON_AddNumberToObject(eff, "matmul_fp8", c->device.eff_matmul_fp8);
     cJSON_AddNumberToObject(eff, "matmul_k_half", c->device.matmul_k_half);
     cJSON_AddNumberToObject(eff, "misaligned", c->device.misaligned_eff);
     cJSON *tiles = cJSON_AddArrayToObject(eff, "tiles");

@@ -35,6 +35,18 @@ typedef struct {
     double attn_fwd_eff;     /* fused (flash) attention: fraction of the dense peak, forward */
     double attn_bwd_eff;     /* and backward */
     double kernel_overhead_s; /* fixed cost of one kernel launch */
+    /* FP8 training (docs/profiles.md, "FP8 and MXFP8") */
+    double peak_mxfp8;       /* peak_flops.mxfp8: dense MXFP8 FLOP/s (FP8 elements, one E8M0
+                              * scale per 32); 0: no MXFP8 tensor cores (Hopper, Ada, Ampere) */
+    double eff_matmul_fp8;   /* efficiency.matmul_fp8: what matmul_eff is to the bf16 peak, for an
+                              * FP8 or MXFP8 GEMM against its own peak. It replaces matmul_eff
+                              * only; the shape terms stay shared: e = eff_matmul_fp8 x tile
+                              * utilisation (tiles) x k/(k + matmul_k_half) x misaligned.
+                              * Absent: matmul_eff */
+    int fp8_transpose;       /* fp8_tn_only: FP8 tensor-core GEMMs take only the TN layout (A
+                              * transposed, B not: cuBLASLt on Hopper and Ada), so FP8 training
+                              * keeps a transposed FP8 copy of the operands its backward GEMMs
+                              * read the other way; 0 on Blackwell, which takes any layout */
 } ProfDevice;
 
 /* What `parallax calibrate` measured on a machine: GEMM timings at the op graph's shapes, the
@@ -123,8 +135,15 @@ int prof_device_count(void);
 const char *prof_device_name(int i);
 int prof_cluster_count(void);
 const char *prof_cluster_name(int i);
-/* Dense peak FLOP/s for matmuls in dtype t (fp32 uses the fp32 figure, not TF32). */
+/* Dense peak FLOP/s for matmuls in dtype t (fp32 uses the fp32 figure, not TF32; PX_FP8 the
+ * per-tensor-scaled FP8 figure). */
 double prof_peak_flops(const ProfDevice *d, PxDtype t);
+/* Dense peak FLOP/s of MXFP8 GEMMs (PX_FP8 elements with block scales); 0 when the device has
+ * no MXFP8 tensor cores. MXFP8 is a scaling recipe, not a dtype: PxDtype stays as it is. */
+double prof_peak_mxfp8(const ProfDevice *d);
+/* The large-GEMM efficiency for dtype t before the shape terms: eff_matmul_fp8 for PX_FP8 (FP8
+ * or MXFP8), matmul_eff otherwise. */
+double prof_matmul_eff(const ProfDevice *d, PxDtype t);
 /* The memory one rank may use: memory_bytes, divided among ranks_per_node for shared memory. */
 uint64_t prof_rank_memory(const ProfCluster *c, int ranks_per_node);
 /* Devices per node for a job of `gpus` ranks (node_devices, or gpus when unbounded). */
