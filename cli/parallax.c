@@ -73,10 +73,21 @@ static int cmd_simulate(int argc, char **argv)
         prof_cluster_free(&cl);
         return cli_fail("simulate", rc, &err);
     }
-    if (a.json)
-        cli_print_json(sim_result_to_json(&r));
-    else
+    SimFp8Effect fp8;
+    if ((rc = sim_fp8_effect(&r, &fp8, &err))) {
+        sim_result_free(&r);
+        prof_cluster_free(&cl);
+        return cli_fail("simulate", rc, &err);
+    }
+    if (a.json) {
+        cJSON *j = sim_result_to_json(&r);
+        if (fp8.on)
+            cJSON_AddItemToObject(j, "fp8", sim_fp8_effect_to_json(&r, &fp8));
+        cli_print_json(j);
+    } else {
         sim_result_print(stdout, &r);
+        sim_fp8_effect_print(stdout, &r, &fp8);
+    }
     sim_result_free(&r);
     prof_cluster_free(&cl); /* after the result, which shares its measurements */
     return 0;

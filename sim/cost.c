@@ -14,6 +14,9 @@ void sim_ctx_init(SimCtx *c, const ProfCluster *cl, const ModelSpec *spec, const
     c->node_size = node_size;
     c->peak = prof_peak_flops(&cl->device, spec->job.precision);
     c->elem_bytes = (int)px_dtype_bytes(spec->job.precision);
+    c->peak_fp8 = spec->job.fp8 == MODEL_FP8_MXFP8 ? prof_peak_mxfp8(&cl->device)
+                  : spec->job.fp8 != MODEL_FP8_NONE ? prof_peak_flops(&cl->device, PX_FP8)
+                                                    : 0.0;
 }
 
 /* Tile and wave quantization (NVIDIA's Deep Learning Performance Guide, "Matrix
@@ -39,29 +42,41 @@ static double tile_utilization(const ProfDevice *dev, double m, double n, double
 
 double sim_gemm_seconds(const SimCtx *c, const ModelGemm *g, double *eff_out)
 {
+    return sim_gemm_seconds_as(c, g, 0, eff_out);
+}
+
+double sim_gemm_seconds_as(const SimCtx *c, const ModelGemm *g, int fp8, double *eff_out)
+{
     const ProfDevice *dev = &c->cl->device;
     double m = (double)g->m, n = (double)g->n, k = (double)g->k, batch = (double)g->batch;
     double flops = 2.0 * m * n * k * batch;
-    /* a calibrated profile measured GEMMs at the op graph's shapes */
+    const double peak = fp8 ? c->peak_fp8 : c->peak;
+    const double base_eff = fp8 ? prof_matmul_eff(dev, PX_FP8) : dev->matmul_eff;
+    /* a calibrated profile measured GEMMs at the op graph's shapes (in the job's precision: an
+     * FP8 GEMM takes that time scaled by the profile's FP8 over 16-bit rate) */
     double measured = prof_measured_gemm(c->cl->measured, m, n, k, batch, c->node_size);
     if (measured > 0) {
+        if (fp8)
+            measured *= (c->peak * dev->matmul_eff) / (peak * base_eff);
         if (eff_out)
-            *eff_out = flops / (c->peak * measured);
+            *eff_out = flops / (peak * measured);
         return measured;
     }
-    double eff = dev->matmul_eff * tile_utilization(dev, m, n, batch);
+    double eff = base_eff * tile_utilization(dev, m, n, batch);
     /* A short K leaves the main loop little to amortise its prologue and epilogue. */
     if (dev->matmul_k_half > 0)
         eff *= k / (k + dev->matmul_k_half);
-    /* Tensor cores need rows of 16 bytes: 8 half-precision elements (seed 003's checklist). */
-    int align = 16 / c->elem_bytes;
+    /* Tensor cores need rows of 16 bytes: 8 half-precision elements (seed 003's checklist),
+     * 16 FP8 ones. */
+    const int in_bytes = fp8 ? 1 : c->elem_bytes;
+    int align = 16 / in_bytes;
     if (((int64_t)g->n % align) != 0 || ((int64_t)g->k % align) != 0)
         eff *= dev->misaligned_eff;
-    double t_compute = flops / (c->peak * eff);
-    double io = (m * k + k * n + m * n) * batch * c->elem_bytes;
+    double t_compute = flops / (peak * eff);
+    double io = ((m * k + k * n) * in_bytes + m * n * c->elem_bytes) * batch;
     double t_memory = io / (dev->memory_bandwidth * dev->memory_eff);
     if (eff_out)
-        *eff_out = t_compute >= t_memory ? eff : flops / (c->peak * t_memory);
+        *eff_out = t_compute >= t_memory ? eff : flops / (peak * t_memory);
     return t_compute > t_memory ? t_compute : t_memory;
 }
 
@@ -82,7 +97,10 @@ static double measured_op_seconds(const SimCtx *c, const ModelOp *op)
         return -1.0;
     double t = r->overhead_s + key.x / r->rate;
     for (int i = 0; op->kind == MODEL_OP_MATMUL && i < op->n_gemm; i++)
-        t += sim_gemm_seconds(c, &op->gemm[i], NULL);
+        t += sim_gemm_seconds_as(c, &op->gemm[i], op->fp8, NULL);
+    /* FP8 quantization passes were not measured: they stream at the profile's bandwidth */
+    const ProfDevice *dev = &c->cl->device;
+    t += op->fp8_cast_bytes / (dev->memory_bandwidth * dev->memory_eff);
     return t;
 }
 
@@ -98,15 +116,17 @@ double sim_compute_seconds(const SimCtx *c, const ModelOp *op)
         /* a fused causal kernel skips the masked half, whatever half the FLOP count states */
         double work = c->spec->job.causal_flops ? op->flops : 0.5 * op->flops;
         double eff = op->phase == MODEL_BWD ? dev->attn_bwd_eff : dev->attn_fwd_eff;
-        double t_c = work / (c->peak * eff), t_m = op->bytes / bw;
+        double t_c = work / ((op->fp8 ? c->peak_fp8 : c->peak) * eff), t_m = op->bytes / bw;
         return (t_c > t_m ? t_c : t_m) + launch;
     }
     double t = 0.0, io = 0.0;
+    const int fp8 = op->fp8 && op->kind == MODEL_OP_MATMUL;
+    const double in_bytes = fp8 ? 1.0 : (double)c->elem_bytes;
     for (int i = 0; i < op->n_gemm; i++) {
         const ModelGemm *g = &op->gemm[i];
-        t += sim_gemm_seconds(c, g, NULL);
-        io += ((double)g->m * g->k + (double)g->k * g->n + (double)g->m * g->n) * (double)g->batch *
-              c->elem_bytes;
+        t += sim_gemm_seconds_as(c, g, fp8, NULL);
+        io += (((double)g->m * g->k + (double)g->k * g->n) * in_bytes +
+               (double)g->m * g->n * c->elem_bytes) * (double)g->batch;
     }
     double rest = op->bytes - io;
     if (rest > 0)

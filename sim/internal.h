@@ -12,6 +12,7 @@ typedef struct {
     int node_size;    /* ranks per node in this job */
     double peak;      /* dense matmul FLOP/s in the job's precision */
     int elem_bytes;   /* bytes of one activation element */
+    double peak_fp8;  /* dense FLOP/s of the job's FP8 GEMMs (MXFP8's or FP8's peak; 0: none) */
 } SimCtx;
 
 void sim_ctx_init(SimCtx *c, const ProfCluster *cl, const ModelSpec *spec, const ModelDims *d,
@@ -20,6 +21,9 @@ void sim_ctx_init(SimCtx *c, const ProfCluster *cl, const ModelSpec *spec, const
 /* One GEMM (batch products of [m,k] x [k,n]) on the device: the slower of its compute at the
  * efficiency the shape allows and its operand traffic. *eff (optional) gets that efficiency. */
 double sim_gemm_seconds(const SimCtx *c, const ModelGemm *g, double *eff);
+/* The same GEMM with FP8 operands (fp8 1): at the FP8 peak and FP8 efficiency, one-byte
+ * operands, the output in the activation dtype. */
+double sim_gemm_seconds_as(const SimCtx *c, const ModelGemm *g, int fp8, double *eff);
 /* A compute op: its GEMMs, the rest of its bytes at streaming bandwidth, its kernel launches. */
 double sim_compute_seconds(const SimCtx *c, const ModelOp *op);
 

@@ -753,9 +753,9 @@ int sim_plan(const SimPlanRequest *request, const ProfCluster *cl, SimPlanResult
     const double t0 = px_now_s();
     /* the precision resolved once, as the simulation resolves it, before any rule is checked */
     SimPlanRequest resolved = *request;
-    if (resolved.base.job.precision == PX_DTYPE_COUNT)
-        resolved.base.job.precision = sim_default_precision(&cl->device);
-    int rc = check_size(&resolved, cl, err);
+    int rc = sim_resolve_job(&resolved.base.job, &cl->device, err);
+    if (!rc)
+        rc = check_size(&resolved, cl, err);
     if (rc)
         return rc;
     Search s;

@@ -92,6 +92,8 @@ static void add_prediction(cJSON *j, const SimResult *r)
     cJSON_AddNumberToObject(tp, "tflops_per_gpu", r->tflops_per_gpu);
     cJSON_AddNumberToObject(tp, "mfu", r->mfu);
     cJSON_AddNumberToObject(tp, "hfu", r->hfu);
+    if (r->spec.job.fp8 != MODEL_FP8_NONE)
+        cJSON_AddNumberToObject(tp, "mfu_fp8_peak", r->mfu_fp8);
     if (r->spec.job.train_tokens > 0) {
         double days = r->spec.job.train_tokens / r->tokens_per_s / 86400.0;
         cJSON_AddNumberToObject(tp, "train_tokens", r->spec.job.train_tokens);
@@ -186,6 +188,11 @@ void sim_result_print(FILE *f, const SimResult *r)
             t->global_batch, t->micro_batch, d->s, d->m, px_dtype_name(t->precision),
             px_dtype_name(t->grad_dtype), model_optimizer_name(t->optimizer),
             t->flash_attn ? "on" : "off", t->dropout);
+    if (t->fp8 != MODEL_FP8_NONE)
+        fprintf(f, "fp8       recipe %s  format %s  transposed copies %s  param gather %s  attention %s  amax history %d\n",
+                model_fp8_recipe_name(t->fp8), model_fp8_format_name(t->fp8_format),
+                d->fp8_wt ? "yes" : "no", t->fp8_param_gather ? "on" : "off",
+                t->fp8_attention ? "fp8" : px_dtype_name(t->precision), t->fp8_amax_history);
     fprintf(f, "model     %s parameters", px_fmt_count(buf, sizeof buf, r->params));
     if (d->moe)
         fprintf(f, ", %s active per token (MFU counts their work only)",
@@ -232,8 +239,12 @@ void sim_result_print(FILE *f, const SimResult *r)
         fprintf(f, "  (ep %d etp %d edp %d, %d experts per rank, imbalance %g)\n", d->ep, d->etp, d->edp,
                 d->experts_loc, d->imbalance);
     }
-    fprintf(f, "step %.3f s   %.0f tokens/s   %.1f TFLOP/s per GPU   MFU %.1f%%   HFU %.1f%%\n",
+    fprintf(f, "step %.3f s   %.0f tokens/s   %.1f TFLOP/s per GPU   MFU %.1f%%   HFU %.1f%%",
             r->step_s, r->tokens_per_s, r->tflops_per_gpu, 100 * r->mfu, 100 * r->hfu);
+    if (t->fp8 != MODEL_FP8_NONE)
+        fprintf(f, " (of the %s peak; MFU %.1f%% of the %s peak)", px_dtype_name(t->precision),
+                100 * r->mfu_fp8, t->fp8 == MODEL_FP8_MXFP8 ? "MXFP8" : "FP8");
+    fprintf(f, "\n");
     if (t->train_tokens > 0) {
         double days = t->train_tokens / r->tokens_per_s / 86400.0;
         char hours[32];

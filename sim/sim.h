@@ -70,6 +70,7 @@ typedef struct {
     double tokens_per_s;
     double tflops_per_gpu; /* hardware FLOPs per second per GPU, in TFLOP/s (Narayanan's metric) */
     double mfu, hfu;       /* model / hardware FLOPs over the dense peak */
+    double mfu_fp8;        /* with an FP8 recipe: model FLOPs over the FP8 (MXFP8) peak */
 } SimResult;
 
 /* Simulates spec on cluster with `gpus` ranks (dp 0 in the spec: what the GPUs leave).
@@ -114,6 +115,24 @@ void sim_result_print(FILE *f, const SimResult *r);
 /* The Prediction object alone (memory, flops, comm, time, throughput, ops): a plan's
  * `prediction`. */
 cJSON *sim_prediction_to_json(const SimResult *r);
+/* What FP8 changes (docs/fp8.md): a simulation with an FP8 recipe set beside the same layout
+ * without one. Time on the stage that ends the step, memory on the peak stage; the FP8 tensors'
+ * bytes by kind from its full table (zero from a compact one). */
+typedef struct {
+    int on;                      /* the job has an FP8 recipe (else all zero) */
+    double step_s, base_step_s;  /* with FP8, and without */
+    double gemm_s, base_gemm_s;  /* ops whose GEMMs run in FP8, per step, and the same ops without */
+    double cast_s;               /* quantization passes per step (in gemm_s; the weights' casts too) */
+    int stage;                   /* the peak stage the memory figures are of */
+    uint64_t mem[MODEL_CAT_COUNT], base_mem[MODEL_CAT_COUNT];
+    uint64_t peak_bytes, base_peak_bytes;
+    uint64_t weight_copies, transposes, fp8_params, scales, amax, workspace;
+    uint64_t act_fp8, act_fp8_as_16; /* saved FP8 GEMM inputs at the peak, and in 16 bits */
+    double mfu, base_mfu, mfu_fp8;   /* over the 16-bit peak with and without FP8; over FP8's */
+} SimFp8Effect;
+int sim_fp8_effect(const SimResult *r, SimFp8Effect *e, PxError *err);
+void sim_fp8_effect_print(FILE *f, const SimResult *r, const SimFp8Effect *e);
+cJSON *sim_fp8_effect_to_json(const SimResult *r, const SimFp8Effect *e);
 /* The zoo and the built-in profiles, as tables or JSON. */
 int sim_list_models(FILE *f, int json, PxError *err);
 int sim_list_profiles(FILE *f, int json, PxError *err);
@@ -300,5 +319,9 @@ int sim_export_from_name(const char *s); /* -1 when unknown */
 /* The precision a job gets when none is given: bf16 where the device has bf16 tensor cores,
  * fp32 otherwise (CPU ranks). */
 PxDtype sim_default_precision(const ProfDevice *d);
+/* A job's settings that depend on the device, resolved (precision when auto; whether FP8 keeps
+ * transposed copies, from the device's TN-only rule) and checked: PX_EINPUT when the device has
+ * no tensor cores for the job's FP8 recipe. */
+int sim_resolve_job(ModelJob *j, const ProfDevice *dev, PxError *err);
 
 #endif

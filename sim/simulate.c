@@ -7,6 +7,27 @@
 
 PxDtype sim_default_precision(const ProfDevice *d) { return d->peak_bf16 > 0 ? PX_BF16 : PX_FP32; }
 
+int sim_resolve_job(ModelJob *j, const ProfDevice *dev, PxError *err)
+{
+    if (j->precision == PX_DTYPE_COUNT)
+        j->precision = sim_default_precision(dev);
+    if (j->fp8 == MODEL_FP8_NONE)
+        return PX_OK;
+    if (prof_peak_flops(dev, PX_FP8) <= 0)
+        return px_fail(err, PX_EINPUT,
+                       "device %s has no FP8 tensor cores: FP8 training (--precision fp8, "
+                       "--fp8-recipe %s) needs Hopper (H100, H200) or Blackwell (B200, GB200)",
+                       dev->name, model_fp8_recipe_name(j->fp8));
+    if (j->fp8 == MODEL_FP8_MXFP8 && prof_peak_mxfp8(dev) <= 0)
+        return px_fail(err, PX_EINPUT,
+                       "device %s has no MXFP8 tensor cores: the mxfp8 recipe needs Blackwell "
+                       "(B200, GB200); use delayed, tensorwise or blockwise",
+                       dev->name);
+    if (j->fp8_transpose < 0)
+        j->fp8_transpose = dev->fp8_transpose ? 1 : 0;
+    return PX_OK;
+}
+
 void sim_result_free(SimResult *r)
 {
     if (!r)
@@ -309,9 +330,9 @@ static int run(const ModelSpec *spec, const ProfCluster *cl, int gpus, int compa
     r->cache = cache;
     r->spec = *spec;
     r->cluster = *cl;
-    if (r->spec.job.precision == PX_DTYPE_COUNT)
-        r->spec.job.precision = sim_default_precision(&cl->device);
-    int rc = model_spec_check(&r->spec, gpus, &r->dims, err);
+    int rc = sim_resolve_job(&r->spec.job, &cl->device, err);
+    if (!rc)
+        rc = model_spec_check(&r->spec, gpus, &r->dims, err);
     if (rc)
         return rc;
     const ModelDims *d = &r->dims;

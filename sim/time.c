@@ -361,6 +361,7 @@ int sim_time_finish(SimResult *r, PxError *err)
         r->tflops_per_gpu = r->hardware_flops / (r->step_s * d->gpus) / 1e12;
         r->mfu = r->model_flops / (r->step_s * d->gpus * c.peak);
         r->hfu = r->hardware_flops / (r->step_s * d->gpus * c.peak);
+        r->mfu_fp8 = c.peak_fp8 > 0 ? r->model_flops / (r->step_s * d->gpus * c.peak_fp8) : 0.0;
     }
 out:
     free(block);
