@@ -297,6 +297,7 @@ static void matmul_fp8(void *c, PxDtype c_dtype, const void *a, const KernFp8 *f
                "matmul_fp8: A's layout is not op(A) [m,k]");
     KERN_CHECK(fb->rows == (trans_b ? n : k) && fb->cols == (trans_b ? k : n),
                "matmul_fp8: B's layout is not op(B) [k,n]");
+    KERN_CHECK(k > 0, "matmul_fp8: k must be positive (an FP8 operand has no empty layout)");
     if (m == 0 || n == 0)
         return;
     if (lt_applies(c, a, fa, b, fb, m, n, k, trans_a, trans_b)) {
@@ -309,8 +310,9 @@ static void matmul_fp8(void *c, PxDtype c_dtype, const void *a, const KernFp8 *f
     T *da = (T *)ws, *db = (T *)(ws + round256(na * sizeof(T)));
     fp8_dequantize<T>(da, a, fa);
     fp8_dequantize<T>(db, b, fb);
-    kern_cuda_with(ActTraits<T>::px)->matmul(c, c_dtype, da, db, m, n, k, trans_a, trans_b, alpha,
-                                            beta);
+    kern_cuda_gemm(c, c_dtype == PX_FP32 ? CUDA_R_32F : ActTraits<T>::blas, n, 0, da,
+                   trans_a ? m : k, 0, db, trans_b ? k : n, 0, ActTraits<T>::blas, m, n, k,
+                   trans_a, trans_b, alpha, beta, 1);
 }
 
 /* ---- delayed scaling ---- */
