@@ -450,14 +450,17 @@ static int block_group(const ModelDims *d, const ModelTensorTable *tt, int b)
     return tt->blocks[b].experts ? d->edp : d->zero_group;
 }
 
-/* Bytes per parameter of block b as its parameters are gathered: the weights' dtype, one byte
- * for the FP8 GEMMs' weights kept in FP8 (--fp8-param-gather; their scales are not counted). */
-static double block_param_bytes(const ModelSpec *s, const ModelDims *d, const ModelBlock *b)
+/* Bytes of block b's parameters gathered over `group` ranks (padded to a multiple of it): the
+ * weights' dtype, one byte for the FP8 GEMMs' weights kept in FP8 (--fp8-param-gather; their
+ * scales are not counted). */
+static double block_param_bytes(const ModelSpec *s, const ModelDims *d, const ModelBlock *b,
+                                int group)
 {
     const double pe = (double)px_dtype_bytes(d->param);
-    if (!d->fp8 || !s->job.fp8_param_gather || b->numel == 0)
-        return pe;
-    return ((double)(b->numel - b->fp8_numel) * pe + (double)b->fp8_numel) / (double)b->numel;
+    const double padded = (double)px_round_up(b->numel, (uint64_t)group);
+    if (!d->fp8 || !s->job.fp8_param_gather)
+        return padded * pe;
+    return (padded - (double)b->fp8_numel) * pe + (double)b->fp8_numel;
 }
 
 static void zero_gather(Emit *e, const ModelTensorTable *tt, int block, ModelPhase phase)
@@ -1006,7 +1009,7 @@ static int ops_build(const ModelSpec *s, const ModelDims *d, int stage, int comp
         e.repeat = b->repeat;
         const int grp = block_group(d, &tt, i);
         block_comm(&e, MODEL_OPR_BLOCK_PARAMS, &tt, i, block_kind(&tt, i, MODEL_DP_ALL_GATHER), grp,
-                   (double)px_round_up(b->numel, (uint64_t)grp) * block_param_bytes(s, d, b), 1);
+                   block_param_bytes(s, d, b, grp), 1);
     }
     if (tp == &own)
         model_tensors_free(&own);

@@ -1,0 +1,250 @@
+/* FP8 training in the model and the simulator: an FP8 matrix's bytes under each recipe (and
+ * the kernels' layout of the same matrix), the hand-computed Llama-3-70B memory of docs/fp8.md
+ * under every recipe, the devices that refuse a recipe, FP8 GEMM time against the 16-bit one,
+ * the quantization bytes of a linear op, FP8 parameter gathering's bytes, and the comparison
+ * with the same layout without FP8. */
+#include "fixtures.h"
+#include "kernels/kernels.h"
+#include "sim/internal.h"
+#include "test.h"
+
+/* rows x cols + scales: per tensor one fp32; blockwise weights 128 x 128 blocks, activations
+ * 1 x 128, fp32; MXFP8 1 x 32 blocks of one E8M0 byte. 130 x 200:
+ *   tensorwise 26000 + 4; blockwise weight 2 x 2 blocks: 26000 + 16; blockwise activation
+ *   130 x 2: 26000 + 1040; mxfp8 130 x 7: 26000 + 910. */
+static void test_fp8_bytes(void)
+{
+    CHECK_EQ_U64(26004, model_fp8_bytes(MODEL_FP8_TENSORWISE, 1, 130, 200));
+    CHECK_EQ_U64(26004, model_fp8_bytes(MODEL_FP8_DELAYED, 0, 130, 200));
+    CHECK_EQ_U64(26016, model_fp8_bytes(MODEL_FP8_BLOCKWISE, 1, 130, 200));
+    CHECK_EQ_U64(27040, model_fp8_bytes(MODEL_FP8_BLOCKWISE, 0, 130, 200));
+    CHECK_EQ_U64(26910, model_fp8_bytes(MODEL_FP8_MXFP8, 1, 130, 200));
+    CHECK_EQ_U64(910, model_fp8_scale_bytes(MODEL_FP8_MXFP8, 0, 130, 200));
+    /* the kernels' layout of the same matrices holds as many bytes */
+    const ModelFp8Recipe recipes[] = {MODEL_FP8_DELAYED, MODEL_FP8_TENSORWISE, MODEL_FP8_BLOCKWISE,
+                                      MODEL_FP8_MXFP8};
+    const int64_t shapes[][2] = {{130, 200}, {1, 1}, {4096, 14336}, {33, 31}};
+    for (int r = 0; r < 4; r++)
+        for (int w = 0; w < 2; w++)
+            for (int i = 0; i < 4; i++) {
+                ModelFp8Scaling sc;
+                model_fp8_scaling(recipes[r], w, shapes[i][0], shapes[i][1], &sc);
+                KernFp8 f = {(int)shapes[i][0], (int)shapes[i][1], (int)sc.block_r, (int)sc.block_c, 0,
+                             sc.e8m0};
+                CHECK_EQ_U64(kern_fp8_bytes(&f),
+                             model_fp8_bytes(recipes[r], w, shapes[i][0], shapes[i][1]));
+            }
+    CHECK_EQ_INT(MODEL_FP8_BLOCKWISE, model_fp8_recipe_from_name("blockwise"));
+    CHECK_EQ_INT(-1, model_fp8_recipe_from_name("fp4"));
+    CHECK_STR("mxfp8", model_fp8_recipe_name(MODEL_FP8_MXFP8));
+}
+
+/* Llama-3-70B, tp 4, pp 8, vpp 5, mbs 1, gbs 128, seq 8192 on 64 GPUs (docs/fp8.md works it by
+ * hand): stage 0 holds 10 layers and the embedding. */
+static ModelSpec llama70b(ModelFp8Recipe r, int transpose)
+{
+    PxError err = {0};
+    ModelSpec s;
+    model_spec_defaults(&s);
+    CHECK_OK(model_config_load("llama3-70b", &s.model, &err), err);
+    s.layout.tp = 4;
+    s.layout.pp = 8;
+    s.layout.vpp = 5;
+    s.layout.schedule = MODEL_SCHED_INTERLEAVED;
+    s.job.micro_batch = 1;
+    s.job.global_batch = 128;
+    s.job.seq_len = 8192;
+    s.job.precision = PX_BF16;
+    s.job.fp8 = r;
+    s.job.fp8_transpose = transpose;
+    return s;
+}
+
+static uint64_t stage0(ModelSpec s, ModelCategory cat, uint64_t *layer_acts)
+{
+    PxError err = {0};
+    ModelDims d;
+    CHECK_OK(model_spec_check(&s, 64, &d, &err), err);
+    ModelTensorTable tt;
+    CHECK_OK(model_tensors_build(&s, &d, 0, &tt, &err), err);
+    uint64_t b = model_tensors_bytes(&tt, cat);
+    if (layer_acts)
+        *layer_acts = model_layer_activation_bytes(&s, &d);
+    model_tensors_free(&tt);
+    return b;
+}
+
+static void test_llama70b_memory(void)
+{
+    /* bf16: 10 layers x 213,925,888 + embedding 32,064 x 8,192 = 2,401,927,168 parameters */
+    uint64_t acts = 0;
+    CHECK_EQ_U64(4803854336ull, stage0(llama70b(MODEL_FP8_NONE, -1), MODEL_WEIGHTS, &acts));
+    /* a layer's saved activations: 965,214,208 B in bf16 */
+    CHECK_EQ_U64(965214208ull, acts);
+    /* tensorwise on a TN-only device: + FP8 copies 2,139,095,040 + 40 scales of 4 B, and as
+     * much again transposed; the GEMM inputs qkv.in, proj.in, fc1.in, fc2.in in one byte and
+     * a scale: 755,499,024 B */
+    CHECK_EQ_U64(9082044736ull, stage0(llama70b(MODEL_FP8_TENSORWISE, 1), MODEL_WEIGHTS, &acts));
+    CHECK_EQ_U64(755499024ull, acts);
+    /* no transposes (Blackwell): the copies once */
+    CHECK_EQ_U64(4803854336ull + 2139095200ull, stage0(llama70b(MODEL_FP8_TENSORWISE, 0), MODEL_WEIGHTS, NULL));
+    /* delayed: + 40 amax histories of (1024 + 1) x 3 fp32 = 12,300 B each */
+    CHECK_EQ_U64(9082044736ull + 492000ull, stage0(llama70b(MODEL_FP8_DELAYED, 1), MODEL_WEIGHTS, NULL));
+    /* blockwise: 128 x 128 blocks, 52,224 B of scales per layer and direction */
+    CHECK_EQ_U64(9083088896ull, stage0(llama70b(MODEL_FP8_BLOCKWISE, 1), MODEL_WEIGHTS, NULL));
+    /* MXFP8: both directions always, one E8M0 byte per 32 */
+    CHECK_EQ_U64(9215737856ull, stage0(llama70b(MODEL_FP8_MXFP8, 0), MODEL_WEIGHTS, NULL));
+    /* FP8 parameters: the linear weights one byte (+ scales), the norms and embedding bf16, the
+     * transposed copies as before */
+    ModelSpec pg = llama70b(MODEL_FP8_TENSORWISE, 1);
+    pg.job.fp8_param_gather = 1;
+    pg.layout.zero = 1;
+    CHECK_EQ_U64(4803854656ull, stage0(pg, MODEL_WEIGHTS, NULL));
+    /* gradients, master and optimizer state do not change */
+    CHECK_EQ_U64(stage0(llama70b(MODEL_FP8_NONE, -1), MODEL_MASTER, NULL),
+                 stage0(llama70b(MODEL_FP8_MXFP8, 0), MODEL_MASTER, NULL));
+}
+
+static void test_devices(void)
+{
+    PxError err = {0};
+    ProfCluster a100, h100, b200;
+    CHECK_OK(prof_cluster_load("dgx-a100", NULL, 0, &a100, &err), err);
+    CHECK_OK(prof_cluster_load("dgx-h100", NULL, 0, &h100, &err), err);
+    CHECK_OK(prof_cluster_load("dgx-b200", NULL, 0, &b200, &err), err);
+    ModelJob j;
+    ModelSpec s;
+    model_spec_defaults(&s);
+    j = s.job;
+    j.fp8 = MODEL_FP8_TENSORWISE;
+    CHECK_INPUT_ERROR(sim_resolve_job(&j, &a100.device, &err), err, "has no FP8 tensor cores");
+    CHECK_OK(sim_resolve_job(&j, &h100.device, &err), err);
+    CHECK_EQ_INT(1, j.fp8_transpose);
+    CHECK_EQ_INT(PX_BF16, j.precision);
+    j = s.job;
+    j.fp8 = MODEL_FP8_MXFP8;
+    CHECK_INPUT_ERROR(sim_resolve_job(&j, &h100.device, &err), err, "has no MXFP8 tensor cores");
+    CHECK_OK(sim_resolve_job(&j, &b200.device, &err), err);
+    CHECK_EQ_INT(0, j.fp8_transpose);
+    /* a job that gives its own choice keeps it */
+    j = s.job;
+    j.fp8 = MODEL_FP8_DELAYED;
+    j.fp8_transpose = 0;
+    CHECK_OK(sim_resolve_job(&j, &h100.device, &err), err);
+    CHECK_EQ_INT(0, j.fp8_transpose);
+
+    /* an 8192^3 GEMM is compute-bound at both rates: FP8 takes the 16-bit time times the
+     * ratio of the rates (peak x large-GEMM efficiency), the shape terms being shared */
+    ModelSpec sp = llama70b(MODEL_FP8_TENSORWISE, 1);
+    ModelDims d;
+    CHECK_OK(model_spec_check(&sp, 64, &d, &err), err);
+    SimCtx c;
+    sim_ctx_init(&c, &h100, &sp, &d, 8);
+    const ModelGemm g = {8192, 8192, 8192, 1};
+    const ProfDevice *dv = &h100.device;
+    const double t16 = sim_gemm_seconds_as(&c, &g, 0, NULL), t8 = sim_gemm_seconds_as(&c, &g, 1, NULL);
+    CHECK_REL(t16 * (dv->peak_bf16 * dv->matmul_eff) / (dv->peak_fp8 * dv->eff_matmul_fp8), t8, 1e-12);
+    CHECK(t8 < t16);
+    prof_cluster_free(&a100);
+    prof_cluster_free(&h100);
+    prof_cluster_free(&b200);
+}
+
+/* The op graph: layer 0's QKV forward reads X [8192, 8192] in bf16 and writes it in FP8 twice
+ * (row- and column-wise): 8192 x 8192 x (2 + 2) B; its backward quantizes dY [8192, 2560]
+ * likewise. With FP8 parameters and ZeRO-1 a layer block's all-gather moves its linear
+ * weights in one byte and its 16,384 norm weights in two. */
+static void test_ops(void)
+{
+    PxError err = {0};
+    ModelSpec s = llama70b(MODEL_FP8_TENSORWISE, 1);
+    ModelDims d;
+    CHECK_OK(model_spec_check(&s, 64, &d, &err), err);
+    ModelOpGraph g;
+    CHECK_OK(model_ops_build(&s, &d, 0, &g, &err), err);
+    int seen = 0;
+    for (int i = 0; i < g.count; i++) {
+        const ModelOp *op = &g.op[i];
+        if (op->layer != 0 || op->role != MODEL_OPR_QKV || op->kind != MODEL_OP_MATMUL)
+            continue;
+        CHECK_EQ_INT(1, op->fp8);
+        if (op->phase == MODEL_FWD)
+            CHECK_REL(8192.0 * 8192 * 4, op->fp8_cast_bytes, 1e-15);
+        if (op->phase == MODEL_BWD)
+            CHECK_REL(8192.0 * 2560 * 4, op->fp8_cast_bytes, 1e-15);
+        seen++;
+    }
+    CHECK_EQ_INT(2, seen);
+    for (int i = 0; i < g.count; i++)
+        if (g.op[i].role == MODEL_OPR_CORE || g.op[i].role == MODEL_OPR_LOGITS)
+            CHECK_EQ_INT(0, g.op[i].fp8);
+    model_ops_free(&g);
+
+    s = llama70b(MODEL_FP8_TENSORWISE, 1);
+    s.layout.pp = 4;
+    s.layout.vpp = 1;
+    s.layout.schedule = MODEL_SCHED_1F1B;
+    s.layout.zero = 1;
+    s.job.fp8_param_gather = 1;
+    CHECK_OK(model_spec_check(&s, 32, &d, &err), err); /* dp 2 */
+    CHECK_OK(model_ops_build(&s, &d, 1, &g, &err), err);
+    seen = 0;
+    for (int i = 0; i < g.count; i++) {
+        const ModelOp *op = &g.op[i];
+        if (op->comm == MODEL_DP_ALL_GATHER && op->kind == MODEL_OP_COMM && op->layer == 20) {
+            CHECK_EQ_U64(213909504ull + 2 * 16384ull, op->comm_bytes);
+            seen++;
+        }
+    }
+    CHECK_EQ_INT(1, seen);
+    model_ops_free(&g);
+}
+
+/* FP8 against bf16 on the same layout: faster, by less than the peaks' ratio; the linear
+ * layers' ops account for the gain; stage 0's weights grow by the FP8 and transposed copies. */
+static void test_effect(void)
+{
+    PxError err = {0};
+    ProfCluster h100;
+    CHECK_OK(prof_cluster_load("dgx-h100", NULL, 0, &h100, &err), err);
+    ModelSpec s = llama70b(MODEL_FP8_TENSORWISE, -1);
+    SimResult r;
+    CHECK_OK(sim_run(&s, &h100, 64, &r, &err), err);
+    SimFp8Effect e;
+    CHECK_OK(sim_fp8_effect(&r, &e, &err), err);
+    CHECK_EQ_INT(1, e.on);
+    CHECK(e.step_s < e.base_step_s);
+    CHECK(e.base_step_s / e.step_s < 2.0);
+    CHECK(e.gemm_s < e.base_gemm_s);
+    CHECK(e.cast_s > 0 && e.cast_s < e.gemm_s);
+    /* what FP8 leaves alone takes about as long as before (within the pipeline's reshuffle) */
+    CHECK_REL(e.base_step_s - e.base_gemm_s, e.step_s - e.gemm_s, 0.05);
+    CHECK_EQ_INT(0, e.stage);
+    CHECK_EQ_U64(2139095040ull, e.weight_copies);
+    CHECK_EQ_U64(2139095040ull, e.transposes);
+    CHECK_EQ_U64(9082044736ull, e.mem[MODEL_WEIGHTS]);
+    CHECK_EQ_U64(4803854336ull, e.base_mem[MODEL_WEIGHTS]);
+    CHECK(e.mem[MODEL_ACTIVATIONS] < e.base_mem[MODEL_ACTIVATIONS]);
+    CHECK(e.act_fp8 * 2 > e.act_fp8_as_16 && e.act_fp8 * 2 < e.act_fp8_as_16 + e.act_fp8_as_16 / 1000);
+    CHECK_REL(r.mfu * h100.device.peak_bf16 / h100.device.peak_fp8, r.mfu_fp8, 1e-12);
+    sim_result_free(&r);
+    /* without FP8 there is nothing to compare */
+    s.job.fp8 = MODEL_FP8_NONE;
+    CHECK_OK(sim_run(&s, &h100, 64, &r, &err), err);
+    CHECK_OK(sim_fp8_effect(&r, &e, &err), err);
+    CHECK_EQ_INT(0, e.on);
+    CHECK(r.mfu_fp8 == 0.0);
+    sim_result_free(&r);
+    prof_cluster_free(&h100);
+}
+
+int main(void)
+{
+    px_log_set_quiet(1);
+    test_fp8_bytes();
+    test_llama70b_memory();
+    test_devices();
+    test_ops();
+    test_effect();
+    TEST_DONE("sim_fp8");
+}
