@@ -27,6 +27,7 @@ const CliOption cli_knob_options[] = {
     {"fp8-param-gather", 0, NULL, "keep weights in FP8 only and gather them in FP8 (no bf16 copy)", CLI_FP8_PARAM_GATHER, 0},
     {"fp8-amax-history", 1, "N", "delayed scaling's amax history length (default 1024)", CLI_FP8_AMAX_HISTORY, 0},
     {"fp8-attention", 0, NULL, "the attention core in FP8 too (default: bf16)", CLI_FP8_ATTENTION, 0},
+    {"fp8-dispatch", 0, NULL, "MoE tokens dispatched in FP8 with their scales, as DeepSeek-V3 (default: bf16)", CLI_FP8_DISPATCH, 0},
     {"grad-dtype", 1, "T", "gradient dtype: fp32 (default) | bf16 | fp16", CLI_GRAD_DTYPE, 0},
     {"optimizer", 1, "O", "adamw (default) | sgd-momentum | adam-8bit", CLI_OPTIMIZER, 0},
     {"flash-attn", 0, NULL, "flash attention: no s x s matrices saved (default)", CLI_FLASH, 0},
@@ -180,6 +181,7 @@ static int knob(int id, const char *arg, CliArgs *a, PxError *err)
     case CLI_FP8_PARAM_GATHER: j->fp8_param_gather = 1; break;
     case CLI_FP8_AMAX_HISTORY: rc = px_parse_int(arg, "--fp8-amax-history", 1, 1 << 16, &j->fp8_amax_history, err); break;
     case CLI_FP8_ATTENTION: j->fp8_attention = 1; break;
+    case CLI_FP8_DISPATCH: j->fp8_dispatch = 1; break;
     case CLI_GRAD_DTYPE:
         v = px_dtype_from_name(arg);
         if (v != PX_FP32 && v != PX_BF16 && v != PX_FP16)

@@ -199,6 +199,8 @@ typedef struct {
                              --fp8-param-gather): no bf16 weights, parameters gathered in FP8 */
     int fp8_amax_history; /* delayed scaling's amax history length (Transformer Engine: 1024) */
     int fp8_attention;    /* the attention core in FP8 too (--fp8-dot-product-attention) */
+    int fp8_dispatch;     /* MoE tokens dispatched to the experts in FP8 with their scales, as
+                             DeepSeek-V3 (the combine stays in the activation dtype) */
     /* FP8 weights and saved inputs keep a transposed copy, as on devices whose FP8 GEMMs take
      * only the TN layout (Hopper): -1 auto (the simulator sets it from the device), 0, 1 */
     int fp8_transpose;

@@ -388,8 +388,15 @@ static void moe_forward(Emit *e, int l)
     if (s->layout.sp && m->aux_loss_coeff > 0)
         comm(e, n, MODEL_TP_ALLREDUCE, d->t, E * 4.0, 1);
     at_layer(e, MODEL_OPR_DISPATCH, l, n);
-    comm(e, n, MODEL_EP_ALL_TO_ALL, d->ep, rows * h * a, 1);
-    comm(e, n, MODEL_ETP_ALL_GATHER, d->etp, R * h * a, 1);
+    /* FP8 dispatch (DeepSeek-V3): the rows quantized once before the all-to-all, one byte an
+     * element and the recipe's scales */
+    const int q = d->fp8 && s->job.fp8_dispatch;
+    const double rows_b = q ? (double)model_fp8_bytes(s->job.fp8, 0, (int64_t)rows, (int64_t)h) : rows * h * a;
+    const double all_b = q ? (double)model_fp8_bytes(s->job.fp8, 0, (int64_t)R, (int64_t)h) : R * h * a;
+    if (q)
+        simple(e, MODEL_OP_PERMUTE, n, T * k * h * (a + 1.0));
+    comm(e, n, MODEL_EP_ALL_TO_ALL, d->ep, rows_b, 1);
+    comm(e, n, MODEL_ETP_ALL_GATHER, d->etp, all_b, 1);
     at_layer(e, MODEL_OPR_EXP_FC1, l, n);
     linear_g(e, n, R, d->eff_out_loc, h, 0, 1, d->experts_loc);
     at_layer(e, MODEL_OPR_EXP_ACT, l, n);

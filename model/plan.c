@@ -151,6 +151,7 @@ cJSON *model_job_to_json(const ModelJob *t, const ModelDims *d)
         cJSON_AddBoolToObject(j, "fp8_param_gather", t->fp8_param_gather);
         cJSON_AddNumberToObject(j, "fp8_amax_history", t->fp8_amax_history);
         cJSON_AddBoolToObject(j, "fp8_attention", t->fp8_attention);
+        cJSON_AddBoolToObject(j, "fp8_dispatch", t->fp8_dispatch);
         if (t->fp8_transpose >= 0)
             cJSON_AddBoolToObject(j, "fp8_transpose", t->fp8_transpose);
     }
@@ -169,6 +170,7 @@ static int fp8_from_json(const cJSON *j, const char *where, ModelJob *t, PxError
         (rc = px_json_bool(j, where, "fp8_param_gather", 0, &t->fp8_param_gather, err)) ||
         (rc = px_json_int(j, where, "fp8_amax_history", 0, 1, 1 << 16, &t->fp8_amax_history, err)) ||
         (rc = px_json_bool(j, where, "fp8_attention", 0, &t->fp8_attention, err)) ||
+        (rc = px_json_bool(j, where, "fp8_dispatch", 0, &t->fp8_dispatch, err)) ||
         (rc = px_json_bool(j, where, "fp8_transpose", 0, &tr, err)))
         return rc;
     t->fp8 = (ModelFp8Recipe)recipe;
@@ -186,7 +188,7 @@ int model_job_from_json(const cJSON *j, const char *where, ModelJob *t, PxError 
         "eps", "momentum", "steps", "seed", "data", "flash_attn", "dropout", "pad_vocab",
         "vocab_padded", "fused_kernels", "attention_flops", "train_tokens", "moe_imbalance",
         "moe_force_balance", "fp8_recipe", "fp8_format", "fp8_param_gather", "fp8_amax_history",
-        "fp8_attention", "fp8_transpose", NULL};
+        "fp8_attention", "fp8_transpose", "fp8_dispatch", NULL};
     static const char *const flops_names[] = {"full", "causal"};
     if (!cJSON_IsObject(j))
         return px_fail(err, PX_EINPUT, "%s expected an object", where);

@@ -340,6 +340,9 @@ static int check_experts(const ModelConfig *c, ModelLayout *l, const ModelJob *j
                              "ep %d / etp %d: model %s has no experts (expert parallelism needs a "
                              "mixture-of-experts model)",
                              l->ep, l->etp, c->name);
+        if (j->fp8_dispatch)
+            return rule_fail(err, MODEL_RULE_EXPERTS,
+                             "FP8 dispatch: model %s has no experts to dispatch to", c->name);
         l->etp = l->tp;
         return PX_OK;
     }
@@ -386,6 +389,9 @@ static int check_fp8(ModelJob *j, const ModelLayout *l, PxError *err)
         if (j->fp8_attention)
             return rule_fail(err, MODEL_RULE_JOB,
                              "FP8 attention needs an FP8 recipe (--precision fp8 or --fp8-recipe)");
+        if (j->fp8_dispatch)
+            return rule_fail(err, MODEL_RULE_JOB,
+                             "FP8 dispatch needs an FP8 recipe (--precision fp8 or --fp8-recipe)");
         return PX_OK;
     }
     if (j->fp8_amax_history < 1 || j->fp8_amax_history > (1 << 16))

@@ -70,6 +70,7 @@ int sim_fp8_effect(const SimResult *r, SimFp8Effect *e, PxError *err)
     spec.job.fp8 = MODEL_FP8_NONE;
     spec.job.fp8_param_gather = 0;
     spec.job.fp8_attention = 0;
+    spec.job.fp8_dispatch = 0;
     SimResult base;
     int rc = sim_run_ex(&spec, &r->cluster, r->dims.gpus, r->compact, SIM_FULL, &base, err);
     if (rc)

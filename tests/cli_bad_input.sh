@@ -59,6 +59,8 @@ expect 2 "FP8 parameter gathering with ZeRO-3 is not modelled" simulate --model 
 expect 2 "--fp8-amax-history: must be between 1" simulate --model tiny $ok --precision fp8 --fp8-amax-history 0
 expect 2 "device a100-80gb has no FP8 tensor cores: FP8 training (--precision fp8, --fp8-recipe delayed) needs Hopper" simulate --model tiny $ok --precision fp8
 expect 2 "device h100-sxm has no MXFP8 tensor cores: the mxfp8 recipe needs Blackwell" simulate --model tiny --cluster dgx-h100 --gpus 8 --fp8-recipe mxfp8
+expect 2 "FP8 dispatch: model tiny has no experts" simulate --model tiny --cluster dgx-h100 --gpus 8 --precision fp8 --fp8-dispatch
+expect 2 "FP8 dispatch needs an FP8 recipe" simulate --model tiny-moe --cluster dgx-h100 --gpus 8 --fp8-dispatch
 expect 2 "device a100-80gb has no FP8 tensor cores" plan --model tiny $ok --gbs 8 --precision fp8 -o "$tmp/fp8.json"
 expect 2 "unexpected argument 'extra'" simulate --model tiny $ok extra
 expect 2 "unexpected argument 'x'" models x

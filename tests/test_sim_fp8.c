@@ -200,6 +200,42 @@ static void test_ops(void)
     model_ops_free(&g);
 }
 
+/* FP8 dispatch: the forward's all-to-all carries the routed rows in one byte with the
+ * recipe's 1 x 128 fp32 scales; the backward's stays bf16. tiny-moe on 4 ranks with ep 4. */
+static void test_dispatch(void)
+{
+    PxError err = {0};
+    ModelSpec s;
+    model_spec_defaults(&s);
+    CHECK_OK(model_config_load("tiny-moe", &s.model, &err), err);
+    s.layout.ep = 4;
+    s.job.global_batch = 4;
+    s.job.precision = PX_BF16;
+    s.job.fp8 = MODEL_FP8_BLOCKWISE;
+    s.job.fp8_transpose = 1;
+    s.job.fp8_dispatch = 1;
+    ModelDims d;
+    CHECK_OK(model_spec_check(&s, 4, &d, &err), err);
+    ModelOpGraph g;
+    CHECK_OK(model_ops_build(&s, &d, 0, &g, &err), err);
+    const int64_t rows = d.routed / d.etp, h = d.h;
+    int fwd = 0, bwd = 0;
+    for (int i = 0; i < g.count; i++) {
+        const ModelOp *op = &g.op[i];
+        if (op->kind != MODEL_OP_COMM || op->comm != MODEL_EP_ALL_TO_ALL)
+            continue;
+        if (op->phase == MODEL_FWD && op->role == MODEL_OPR_DISPATCH) {
+            CHECK_EQ_U64((uint64_t)(rows * h + rows * ((h + 127) / 128) * 4), op->comm_bytes);
+            fwd++;
+        } else if (op->phase == MODEL_BWD) {
+            CHECK_EQ_U64((uint64_t)(rows * h * 2), op->comm_bytes);
+            bwd++;
+        }
+    }
+    CHECK(fwd > 0 && bwd == 2 * fwd);
+    model_ops_free(&g);
+}
+
 /* FP8 against bf16 on the same layout: faster, by less than the peaks' ratio; the linear
  * layers' ops account for the gain; stage 0's weights grow by the FP8 and transposed copies. */
 static void test_effect(void)
@@ -245,6 +281,7 @@ int main(void)
     test_llama70b_memory();
     test_devices();
     test_ops();
+    test_dispatch();
     test_effect();
     TEST_DONE("sim_fp8");
 }
