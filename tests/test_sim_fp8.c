@@ -263,7 +263,35 @@ static void test_effect(void)
     CHECK(e.mem[MODEL_ACTIVATIONS] < e.base_mem[MODEL_ACTIVATIONS]);
     CHECK(e.act_fp8 * 2 > e.act_fp8_as_16 && e.act_fp8 * 2 < e.act_fp8_as_16 + e.act_fp8_as_16 / 1000);
     CHECK_REL(r.mfu * h100.device.peak_bf16 / h100.device.peak_fp8, r.mfu_fp8, 1e-12);
+    /* the planner's compact tables and graphs give the same memory and time */
+    SimResult cr;
+    CHECK_OK(sim_run_ex(&s, &h100, 64, 1, SIM_FULL, &cr, &err), err);
+    CHECK_EQ_U64(r.peak_bytes, cr.peak_bytes);
+    for (int c = 0; c < MODEL_CAT_COUNT; c++)
+        CHECK_EQ_U64(r.mem[0].cat[c], cr.mem[0].cat[c]);
+    CHECK_REL(r.step_s, cr.step_s, 1e-9);
+    sim_result_free(&cr);
+    ModelSpec dv = s;
+    CHECK_OK(model_config_load("deepseek-v3", &dv.model, &err), err);
+    dv.layout.tp = 2;
+    dv.layout.sp = 1;
+    dv.layout.pp = 4;
+    dv.layout.vpp = 1;
+    dv.layout.schedule = MODEL_SCHED_1F1B;
+    dv.layout.n_stage_layers = 0;
+    CHECK_OK(model_split_parse("15,16,16,14", "test", &dv.layout, &err), err);
+    dv.layout.ep = 8;
+    dv.layout.etp = 1;
+    dv.layout.recompute = MODEL_RECOMPUTE_FULL;
+    dv.job.seq_len = 4096;
+    dv.job.fp8 = MODEL_FP8_BLOCKWISE;
+    dv.job.fp8_dispatch = 1;
     sim_result_free(&r);
+    CHECK_OK(sim_run(&dv, &h100, 64, &r, &err), err);
+    CHECK_OK(sim_run_ex(&dv, &h100, 64, 1, SIM_FULL, &cr, &err), err);
+    CHECK_EQ_U64(r.peak_bytes, cr.peak_bytes);
+    CHECK_REL(r.step_s, cr.step_s, 1e-9);
+    sim_result_free(&cr);
     /* without FP8 there is nothing to compare */
     s.job.fp8 = MODEL_FP8_NONE;
     CHECK_OK(sim_run(&s, &h100, 64, &r, &err), err);
