@@ -292,6 +292,7 @@ static void test_effect(void)
     CHECK_EQ_U64(r.peak_bytes, cr.peak_bytes);
     CHECK_REL(r.step_s, cr.step_s, 1e-9);
     sim_result_free(&cr);
+    sim_result_free(&r);
     /* without FP8 there is nothing to compare */
     s.job.fp8 = MODEL_FP8_NONE;
     CHECK_OK(sim_run(&s, &h100, 64, &r, &err), err);
