@@ -1357,7 +1357,8 @@ static void test_moe(void)
 
 /* ---- FP8 (kernels.h's KernFp8): quantize and dequantize against bytes computed by hand and
  * against a host quantizer written from kernels.h's words; matmul_fp8 against products of the
- * decoded values; the amax history over three steps ---- */
+ * decoded values; the amax history over three steps; then all of them against the CPU
+ * backend on inputs with NaN, infinities and extreme ranges ---- */
 
 static float fp8_val(uint8_t q, int e5m2)
 {
@@ -1370,6 +1371,10 @@ static uint8_t fp8_enc(float v, int e5m2)
 }
 
 static float e8m0_val(uint8_t e) { return e == 0xff ? NAN : ldexpf(1.0f, (int)e - 127); }
+
+/* An amax as expected: the same bits, or NaN for NaN (its payload is no part of the contract:
+ * converting an act NaN to fp32 may give any NaN on a GPU) */
+static int fp8_amax_same(float e, float a) { return e != e ? a != a : f2u(e) == f2u(a); }
 
 static size_t fp8_block(const KernFp8 *f, int r, int c)
 {
@@ -1451,7 +1456,7 @@ static void fp8_check(const char *what, const KernFp8 *f, int trans, const float
     float amax;
     G->to_host(&amax, damax, sizeof amax);
     px_test_checks++;
-    if (amax != expect_amax) {
+    if (!fp8_amax_same(expect_amax, amax)) {
         fprintf(stderr, "fp8_quantize %s (%s): amax\n  expected %.9g\n  actual   %.9g\n", what,
                 act_name(), (double)expect_amax, (double)amax);
         exit(1);
@@ -1557,27 +1562,29 @@ static void test_fp8_hand(void)
         fp8_check("e5m2 e8m0", &g, 0, NULL, y, eg, 1.0f);
     }
     /* delayed scaling (a given scale, 0.5): saturation of finite values and of infinity, NaN
-     * kept; amax still measured (NaN aside) */
+     * kept; amax still measured, NaN propagating */
     {
         const KernFp8 f = {1, 6, 1, 6, 0, 0};
         const float x[] = {300, -1000, nan, INFINITY, 0.75f, -0.0f}, s = 0.5f;
         uint8_t e[6 + 4] = {0x7e, 0xfe, 0x7f, 0x7e, 0x3c, 0x80};
         fp8_put_scale(e, &f, 0, s);
-        fp8_check("delayed sat", &f, 0, &s, x, e, INFINITY);
+        fp8_check("delayed sat", &f, 0, &s, x, e, nan);
         const KernFp8 g = {1, 3, 1, 3, 1, 0};
         const float y[] = {nan, 1e6f, -57344};
         uint8_t eg[3 + 4] = {0x7f, 0x7b, 0xfb};
         fp8_put_scale(eg, &g, 0, 1.0f);
         const float one = 1.0f;
-        fp8_check("delayed e5m2", &g, 0, &one, y, eg, act_round(1e6f)); /* fp16: inf */
+        fp8_check("delayed e5m2", &g, 0, &one, y, eg, nan);
     }
-    /* current scaling ignores a NaN: the others scale by the finite maximum */
+    /* current scaling ignores a NaN and an infinity: the others scale by the finite maximum,
+     * the infinity saturates, -NaN keeps its sign (0xff, as px_float_to_e4m3); the amax output
+     * is NaN */
     {
-        const KernFp8 f = {1, 3, 1, 3, 0, 0};
-        const float x[] = {nan, 448, -2};
-        uint8_t e[3 + 4] = {0x7f, 0x7e, 0xc0};
+        const KernFp8 f = {1, 5, 1, 5, 0, 0};
+        const float x[] = {nan, 448, -2, -INFINITY, u2f(0xffc00000u)};
+        uint8_t e[5 + 4] = {0x7f, 0x7e, 0xc0, 0xfe, 0xff};
         fp8_put_scale(e, &f, 0, 1.0f);
-        fp8_check("nan", &f, 0, NULL, x, e, 448.0f);
+        fp8_check("nan", &f, 0, NULL, x, e, nan);
     }
 }
 
@@ -1716,6 +1723,218 @@ static void test_fp8_amax_update(void)
     G->free(dh), G->free(ds), G->free(dfmax), G->free(damax);
 }
 
+/* ---- FP8 against the CPU backend: both follow kernels/cpu/fp8.c's rules for NaN,
+ * infinities, scale underflow and E8M0 clamping, so quantize gives the same bytes and amax ---- */
+
+/* Inputs of a rows x cols FP8 tensor in x's order (x [cols, rows] when trans), rounded to act.
+ * Uniform values whose range depends on the row of q, so that a 1 x N block sees one range:
+ * ordinary ones of three scales, tiny ones (bf16's subnormal range; fp16 flushes them), huge
+ * ones (infinite in fp16), and a row of NaN and infinities only; then, anywhere, a few NaN of
+ * either sign, infinities and tiny and huge values. With tiny, every finite row is tiny (an
+ * E8M0 exponent below -127, an fp32 scale in the subnormal range). For a matmul operand
+ * (operand): no NaN (a NaN row of C says little), no row of infinities only (its block would
+ * decode to +-fmax, as would one of zeros and infinities: the tiny rows stay within fp16's
+ * range), and otherwise values of one size, as test_fp8_matmul_case's, for which its
+ * tolerances hold (they are relative to rms(C): rows of A or B of different sizes would need
+ * looser ones); the infinities left saturate to about their block's largest finite |x|. */
+static float *fp8_wild(int rows, int cols, int trans, int tiny, int operand)
+{
+    const size_t n = (size_t)rows * cols;
+    const float qnan = u2f(0x7fc00000u), qnan_neg = u2f(0xffc00000u);
+    const float big = operand ? 1.0f : 0x1p100f, small = operand ? 0x1p-12f : 0x1p-128f;
+    const float scales[6] = {1.0f, operand ? 1.0f : 0x1p-6f, operand ? 1.0f : 0x1p9f, small, big,
+                             1.0f};
+    const float special[6] = {operand ? INFINITY : qnan, operand ? -INFINITY : qnan_neg,
+                              INFINITY, -INFINITY, 0x1p-133f, operand ? 1.0f : 3e38f};
+    float *x = fnew(n);
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) {
+            const size_t i = trans ? (size_t)c * rows + r : (size_t)r * cols + c;
+            float v;
+            if (r % 6 == 5 && !operand)
+                v = special[(size_t)((rnd() + 1.0) * 2.0)]; /* NaN or infinity only */
+            else if (tiny)
+                v = (float)rnd() * ldexpf(1.0f, -120 - r % 8);
+            else
+                v = (float)rnd() * scales[r % 6];
+            if (rnd() > 0.97)
+                v = special[(size_t)((rnd() + 1.0) * 3.0)];
+            x[i] = act_round(v);
+        }
+    return x;
+}
+
+/* quantize, the amax and dequantize of G and of the CPU backend on the same act-rounded x:
+ * identical bytes, amax, and values (NaN for NaN) */
+static void fp8_vs_cpu(int rows, int cols, int br, int bc, int e5m2, int e8m0, int trans,
+                       int tiny)
+{
+    const KernFp8 f = {rows, cols, br, bc, e5m2, e8m0};
+    const size_t n = (size_t)rows * cols, bytes = kern_fp8_bytes(&f);
+    const int one_block = br >= rows && bc >= cols;
+    char what[64];
+    snprintf(what, sizeof what, "%dx%d/%dx%d%s%s%s%s", rows, cols, one_block ? rows : br,
+             one_block ? cols : bc, e5m2 ? " e5m2" : "", e8m0 ? " e8m0" : "", trans ? " T" : "",
+             tiny ? " tiny" : "");
+    float *x = fp8_wild(rows, cols, trans, tiny, 0);
+    void *dx = up_act(x, n), *dq = dalloc(bytes);
+    float *damax = dalloc(sizeof(float));
+    uint8_t *e = xmalloc(bytes), *q = xmalloc(bytes);
+    /* current scaling, then (one block only) delayed scaling with a given power of two */
+    for (int delayed = 0; delayed <= one_block; delayed++) {
+        const float given = 0.125f;
+        float *dgiven = delayed ? up_f32(&given, 1) : NULL;
+        float eamax, amax;
+        R->fp8_quantize(e, &eamax, x, &f, trans, delayed ? &given : NULL);
+        G->fp8_quantize(dq, damax, dx, &f, trans, dgiven);
+        G->to_host(q, dq, bytes);
+        G->to_host(&amax, damax, sizeof amax);
+        char tag[80];
+        snprintf(tag, sizeof tag, "%s%s", what, delayed ? " dl" : "");
+        COMPARE_BYTES("fp8_quantize cpu", tag, e, q, bytes);
+        px_test_checks++;
+        if (!fp8_amax_same(eamax, amax)) {
+            fprintf(stderr, "fp8_quantize cpu %s (%s): amax\n  expected %.9g (0x%08x)\n  actual   "
+                    "%.9g (0x%08x)\n", tag, act_name(), (double)eamax, f2u(eamax), (double)amax,
+                    f2u(amax));
+            exit(1);
+        }
+        G->free(dgiven);
+    }
+    /* dequantize: the CPU's fp32 values rounded to act */
+    float *ev = fnew(n);
+    R->fp8_dequantize(ev, e, &f);
+    void *dy = dalloc(n * 2);
+    G->fp8_dequantize(dy, dq, &f);
+    uint16_t *y = down_bits(dy, n);
+    for (size_t i = 0; i < n; i++) {
+        const float got = act_float(y[i]);
+        if (ev[i] != ev[i] ? got == got : act_bits(ev[i]) != y[i]) {
+            fprintf(stderr, "fp8_dequantize cpu %s (%s): element %zu: expected %.9g, got %.9g\n",
+                    what, act_name(), i, (double)act_round(ev[i]), (double)got);
+            exit(1);
+        }
+    }
+    px_test_checks++;
+    free(x), free(e), free(q), free(ev), free(y);
+    G->free(dx), G->free(dq), G->free(damax), G->free(dy);
+}
+
+/* matmul_fp8 of G and of the CPU backend on operands quantized by each from the same wild
+ * data (the same bytes), within test_fp8_matmul_case's tolerances */
+static void fp8_matmul_vs_cpu(int m, int n, int k, int ta, int tb, KernFp8 la, KernFp8 lb,
+                              const char *name)
+{
+    la.rows = ta ? k : m, la.cols = ta ? m : k;
+    lb.rows = tb ? n : k, lb.cols = tb ? k : n;
+    const size_t na = (size_t)m * k, nb = (size_t)k * n, nc = (size_t)m * n;
+    const size_t ba = kern_fp8_bytes(&la), bb = kern_fp8_bytes(&lb);
+    float *a = fp8_wild(la.rows, la.cols, 0, 0, 1), *b = fp8_wild(lb.rows, lb.cols, 0, 0, 1);
+    float *c0 = arand(nc, 1.0, 0.0);
+    uint8_t *qa = xmalloc(ba), *qb = xmalloc(bb), *ga = xmalloc(ba), *gb = xmalloc(bb);
+    R->fp8_quantize(qa, NULL, a, &la, 0, NULL);
+    R->fp8_quantize(qb, NULL, b, &lb, 0, NULL);
+    void *dxa = up_act(a, na), *dxb = up_act(b, nb), *dqa = dalloc(ba), *dqb = dalloc(bb);
+    G->fp8_quantize(dqa, NULL, dxa, &la, 0, NULL);
+    G->fp8_quantize(dqb, NULL, dxb, &lb, 0, NULL);
+    G->to_host(ga, dqa, ba);
+    G->to_host(gb, dqb, bb);
+    const int lt = !ta && tb && m % 16 == 0 && n % 16 == 0 && k % 16 == 0 && !la.e8m0 &&
+                   !lb.e8m0 && la.block_r >= la.rows && la.block_c >= la.cols &&
+                   lb.block_r >= lb.rows && lb.block_c >= lb.cols;
+    char what[80];
+    snprintf(what, sizeof what, "%dx%dx%d %c%c %s%s", m, n, k, ta ? 'T' : 'N', tb ? 'T' : 'N',
+             name, lt ? " lt" : "");
+    COMPARE_BYTES("fp8_quantize cpu", what, qa, ga, ba);
+    COMPARE_BYTES("fp8_quantize cpu", what, qb, gb, bb);
+    /* act output, alpha 0.75, beta 0.5 */
+    float *ec = fcopy(c0, nc);
+    R->matmul_fp8(ec, PX_FP32, qa, &la, qb, &lb, m, n, k, ta, tb, 0.75f, 0.5f);
+    void *dc = up_act(c0, nc);
+    G->matmul_fp8(dc, G->act, dqa, &la, dqb, &lb, m, n, k, ta, tb, 0.75f, 0.5f);
+    float *gc = down_act(dc, nc);
+    COMPARE("matmul_fp8 cpu act", what, ec, gc, nc, lt ? T_ACT(1.5) : T_ACT(3));
+    free(ec), free(gc), G->free(dc);
+    /* fp32 output, beta 0 */
+    ec = fnew(nc);
+    R->matmul_fp8(ec, PX_FP32, qa, &la, qb, &lb, m, n, k, ta, tb, 1.0f, 0.0f);
+    float *dcf = dalloc(nc * sizeof(float));
+    G->matmul_fp8(dcf, PX_FP32, dqa, &la, dqb, &lb, m, n, k, ta, tb, 1.0f, 0.0f);
+    gc = down_f32(dcf, nc);
+    COMPARE("matmul_fp8 cpu f32", what, ec, gc, nc, lt ? T_FP8_LT_F32 : T_ACT(3));
+    free(ec), free(gc), G->free(dcf);
+    free(a), free(b), free(c0), free(qa), free(qb), free(ga), free(gb);
+    G->free(dxa), G->free(dxb), G->free(dqa), G->free(dqb);
+}
+
+/* fp8_amax_update of G and of the CPU backend over five steps, history and scales bit for bit:
+ * a column with a NaN (its scale kept while the NaN is in the window, then updated), one with
+ * +inf and one with a -NaN and -inf, one whose max / fmax underflows (the smallest positive
+ * float), an all-zero one (1), an ordinary one */
+static void fp8_amax_update_vs_cpu(void)
+{
+    enum { LEN = 3, N = 6, STEPS = 5 };
+    const float qnan = u2f(0x7fc00000u), qnan_neg = u2f(0xffc00000u), tmin = u2f(1u);
+    const float fmax[N] = {448, 448, 57344, 448, 448, 57344};
+    const float steps[STEPS][N] = {{2, 1, INFINITY, tmin, 0, -INFINITY},
+                                   {5, qnan, 1, tmin, 0, -1},
+                                   {1, 7, 1, 0, 0, 3},
+                                   {3, 2, 1, tmin, 0, qnan_neg},
+                                   {0.5f, 1, 1, 0, 0, 2}};
+    float eh[LEN * N] = {0}, es[N], gs[N], gh[LEN * N];
+    fill(es, N, 0.25f);
+    float *dh = up_f32(eh, LEN * N), *ds = up_f32(es, N), *dfmax = up_f32(fmax, N);
+    float *damax = dalloc(N * sizeof(float));
+    for (int s = 0; s < STEPS; s++) {
+        R->fp8_amax_update(eh, es, steps[s], fmax, LEN, N);
+        G->to_device(damax, steps[s], sizeof steps[s]);
+        G->fp8_amax_update(dh, ds, damax, dfmax, LEN, N);
+        G->to_host(gs, ds, sizeof gs);
+        G->to_host(gh, dh, sizeof gh);
+        char what[32];
+        snprintf(what, sizeof what, "step %d", s + 1);
+        COMPARE_BYTES("fp8_amax_update cpu", what, es, gs, sizeof es);
+        COMPARE_BYTES("fp8_amax_update cpu", what, eh, gh, sizeof eh);
+    }
+    /* the rules themselves, after the last step: column 1's NaN out of the window (7 / 448),
+     * column 5's still in it (step 3's 3 / 57344 kept; -inf counts as nothing), column 2's
+     * infinity gone (1 / 57344), the underflow, the all-zero column */
+    CHECK(gs[1] == 7.0f / 448.0f && gs[5] == 3.0f / 57344.0f && gs[2] == 1.0f / 57344.0f &&
+          gs[3] == tmin && gs[4] == 1.0f);
+    G->free(dh), G->free(ds), G->free(dfmax), G->free(damax);
+}
+
+static void test_fp8_vs_cpu(void)
+{
+    static const int layouts[][5] = {
+        /* rows, cols, block_r, block_c, e8m0 */
+        {7, 70, 1 << 30, 1 << 30, 0}, /* per tensor */
+        {7, 70, 1 << 30, 1 << 30, 1}, /* per tensor, E8M0: delayed scaling's power of two */
+        {6, 300, 1, 128, 0},          /* 1 x 128, a partial block per row */
+        {130, 200, 128, 128, 0},      /* 128 x 128, partial down and across */
+        {6, 100, 1, 32, 1},           /* MXFP8 */
+        {100, 6, 32, 1, 1},           /* MXFP8's column-wise copy */
+    };
+    for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++)
+        for (int e5m2 = 0; e5m2 < 2; e5m2++)
+            for (int trans = 0; trans < 2; trans++)
+                for (int tiny = 0; tiny < 2; tiny++)
+                    fp8_vs_cpu(layouts[l][0], layouts[l][1], layouts[l][2], layouts[l][3], e5m2,
+                               layouts[l][4], trans, tiny);
+    const KernFp8 tensor = {0, 0, 1 << 30, 1 << 30, 0, 0}, tensor5 = {0, 0, 1 << 30, 1 << 30, 1, 0};
+    const KernFp8 row128 = {0, 0, 1, 128, 0, 0}, blk128 = {0, 0, 128, 128, 0, 0};
+    const KernFp8 mx = {0, 0, 1, 32, 0, 1}, mx5 = {0, 0, 1, 32, 1, 1};
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            fp8_matmul_vs_cpu(32, 48, 64, ta, tb, tensor, tensor, "tensor");
+            fp8_matmul_vs_cpu(5, 7, 9, ta, tb, tensor, tensor, "tensor");
+            fp8_matmul_vs_cpu(16, 32, 48, ta, tb, tensor, tensor5, "e4m3 x e5m2");
+            fp8_matmul_vs_cpu(9, 20, 130, ta, tb, row128, blk128, "1x128 x 128x128");
+            fp8_matmul_vs_cpu(6, 10, 96, ta, tb, mx, mx5, "e4m3 x e5m2 mx");
+        }
+    fp8_amax_update_vs_cpu();
+}
+
 static void test_fp8(void)
 {
     test_fp8_hand();
@@ -1729,6 +1948,7 @@ static void test_fp8(void)
     test_fp8_random(100, 4, 32, 1, 1, 1, 1);     /* MXFP8's column-wise copy */
     test_fp8_matmul();
     test_fp8_amax_update();
+    test_fp8_vs_cpu();
 }
 
 static void run_suite(PxDtype act)

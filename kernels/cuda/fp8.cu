@@ -1,17 +1,33 @@
 /* FP8 tensors (kernels.h's KernFp8) on the GPU: quantize with current or delayed scaling,
  * dequantize, the FP8 matmul, and delayed scaling's amax history.
  *
- * Casts are cuda_fp8.h's: __nv_cvt_float_to_fp8 with __NV_SATFINITE (cvt.rn.satfinite on
- * sm_89 and later: round to nearest even, saturating, NaN kept as NaN, 0x7f whatever its sign)
- * and __nv_cvt_fp8_to_halfraw to decode (exact: every E4M3 and E5M2 value is an fp16 value).
+ * The rules kernels.h leaves open are the CPU backend's (kernels/cpu/fp8.c, its header), so
+ * that both backends give the same bytes (tests/test_kernels_cuda.c checks it):
+ * - Elements are x / scale with an IEEE division (__fdiv_rn, whatever -prec-div says), the
+ *   scale being the very one a reader decodes from q's tail.
+ * - The amax output is the largest |x| with NaN propagating: atomicMax on the bits of |x|
+ *   (sign cleared), which order as +NaN > +inf > the finite values. A block's own scale
+ *   (current scaling) comes from its largest finite |x| instead, so that one NaN or infinity
+ *   does not poison the block: a NaN element stays NaN, an infinity saturates to +-fmax.
+ * - An fp32 scale amax / fmax that underflows to 0 becomes the smallest positive float.
+ * - An E8M0 exponent is clamped to -127..127 (a byte of 0..254); an all-zero (or all-NaN, all
+ *   infinite) block gets a scale of 1.
+ * - E8M0 delayed scaling takes the byte of the given power of two (the CPU backend checks that
+ *   it is one; here it lives on the device and is not read on the host).
+ * - fp8_amax_update leaves the scale of a column whose max is not finite unchanged.
  *
- * Quantizing takes three launches on the compute stream: the largest |x| of each scaling block
- * (several thread blocks per scaling block when it is large, meeting through atomicMax on the
- * bits of a non-negative float, which order as the floats do), the block scales written into q's
- * tail, then the elements, each divided by the very scale a reader decodes. Maxima use fmaxf, so
- * a NaN element does not poison its block's scale: it becomes an FP8 NaN and its neighbours
- * quantize as if it were absent. With trans, x is read column by column (strided, uncoalesced):
- * a tiled transpose through shared memory is what a faster version would do.
+ * Casts are cuda_fp8.h's: __nv_cvt_float_to_fp8 with __NV_SATFINITE (cvt.rn.satfinite on
+ * sm_89 and later: round to nearest even, saturating) and __nv_cvt_fp8_to_halfraw to decode
+ * (exact: every E4M3 and E5M2 value is an fp16 value). The cast turns a NaN into 0x7f whatever
+ * its sign, where the CPU's px_float_to_e4m3/e5m2 keep the sign (0xff for -NaN): the quantize
+ * kernel encodes a NaN itself, with the sign bit of the act value as stored (a NaN's sign may
+ * not survive the conversion to fp32: cuda_fp16.hpp's host twin of cvt.f32.f16 drops it).
+ *
+ * Quantizing takes three launches on the compute stream: the two maxima of each scaling block
+ * (several thread blocks per scaling block when it is large, meeting through atomicMax on
+ * float bits), the block scales written into q's tail, then the elements. With trans, x is
+ * read column by column (strided, uncoalesced): a tiled transpose through shared memory is
+ * what a faster version would do.
  *
  * matmul_fp8 takes cuBLASLt's FP8 GEMM where it applies (lt_applies below: per-tensor fp32
  * scales, passed as the A and B scale pointers, and the "TN" layout that sm_89/sm_90 FP8
@@ -24,6 +40,8 @@
  * than cudaMallocAsync because it allocates nothing once the largest GEMM has been seen
  * (STYLE.md: nothing allocates in the step loop), at the price of holding that much memory. */
 #include "kernels/cuda/common.cuh"
+
+#include <float.h>
 
 #ifndef PX_CUDA_EMU
 #include <cuda_fp8.h>
@@ -66,6 +84,24 @@ __device__ __forceinline__ uint8_t fp8_encode(float v, int e5m2)
     return __nv_cvt_float_to_fp8(v, __NV_SATFINITE, e5m2 ? __NV_E5M2 : __NV_E4M3);
 }
 
+/* The sign bit of an act value as stored (bit 15 of bf16 and fp16 alike) */
+template <typename T> __device__ __forceinline__ unsigned act_sign(T v)
+{
+    uint16_t u;
+    memcpy(&u, &v, sizeof u);
+    return u >> 15;
+}
+
+/* The fp32 decode factor of a block whose largest finite |x| is amax (>= 0): amax / fmax, the
+ * smallest positive float where that underflows, 1 for an all-zero block */
+__device__ __forceinline__ float fp8_scale_f32_of(float amax, float fmax)
+{
+    if (amax == 0.0f)
+        return 1.0f;
+    const float s = __fdiv_rn(amax, fmax);
+    return s > 0.0f ? s : FLT_TRUE_MIN;
+}
+
 /* E8M0: 2^(e - 127), 0xff NaN */
 __device__ __forceinline__ float e8m0_decode(uint8_t e)
 {
@@ -96,9 +132,33 @@ __device__ __forceinline__ size_t fp8_block_of(const Fp8Geom &g, int r, int c)
     return (size_t)(r / g.br) * g.nbc + c / g.bc;
 }
 
-/* The largest |x| of each scaling block into block_amax (and of the whole tensor into
- * tensor_amax when not NULL), as float bits; both start at 0. Thread block i works on part
- * i % splits of scaling block i / splits: chunk elements of its flattened block. */
+/* The largest of v over the thread block, returned to every thread (as block_max, on the bits
+ * of non-negative floats, which order as the floats do with NaN above +inf). blockDim.x is a
+ * multiple of 32; every thread must call it (it has barriers). */
+__device__ __forceinline__ unsigned block_max_bits(unsigned v)
+{
+    __shared__ unsigned partu[32];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    for (int o = 16; o > 0; o >>= 1) {
+        const unsigned w = __shfl_xor_sync(FULL_MASK, v, o);
+        v = w > v ? w : v;
+    }
+    __syncthreads(); /* partu may still be read by a previous call */
+    if (lane == 0)
+        partu[warp] = v;
+    __syncthreads();
+    v = lane < warps ? partu[lane] : 0u;
+    for (int o = 16; o > 0; o >>= 1) {
+        const unsigned w = __shfl_xor_sync(FULL_MASK, v, o);
+        v = w > v ? w : v;
+    }
+    return v;
+}
+
+/* Per scaling block, its largest finite |x| into block_amax (its scale's amax); the largest
+ * |x| of the whole tensor, NaN above +inf above the finite values, into tensor_amax when not
+ * NULL: both as float bits, starting at 0. Thread block i works on part i % splits of scaling
+ * block i / splits: chunk elements of its flattened block. */
 template <typename T>
 __global__ void fp8_amax_kernel(unsigned *block_amax, unsigned *tensor_amax, const T *x,
                                 Fp8Geom g, int trans, int splits, size_t chunk)
@@ -110,46 +170,54 @@ __global__ void fp8_amax_kernel(unsigned *block_amax, unsigned *tensor_amax, con
     const int w = g.cols - c0 < g.bc ? g.cols - c0 : g.bc;
     const size_t count = (size_t)h * w;
     const size_t end = (part + 1) * chunk < count ? (part + 1) * chunk : count;
-    float m = 0.0f;
+    unsigned fin = 0u, all = 0u; /* |x| as bits: the finite ones, and all */
     for (size_t e = part * chunk + threadIdx.x; e < end; e += blockDim.x) {
         const int r = r0 + (int)(e / w), c = c0 + (int)(e % w);
         const T v = trans ? x[(size_t)c * g.rows + r] : x[(size_t)r * g.cols + c];
-        m = fmaxf(m, fabsf(to_f(v))); /* fmaxf drops a NaN */
+        /* the sign cleared by hand: fabsf of a NaN may give any NaN */
+        const unsigned a = __float_as_uint(to_f(v)) & 0x7fffffffu;
+        all = a > all ? a : all;
+        if (a < 0x7f800000u && a > fin)
+            fin = a;
     }
-    m = block_max(m);
-    if (threadIdx.x == 0 && m > 0.0f) {
-        atomicMax(&block_amax[b], __float_as_uint(m));
-        if (tensor_amax)
-            atomicMax(tensor_amax, __float_as_uint(m));
+    fin = block_max_bits(fin);
+    all = block_max_bits(all);
+    if (threadIdx.x == 0) {
+        if (fin > 0u)
+            atomicMax(&block_amax[b], fin);
+        if (tensor_amax && all > 0u)
+            atomicMax(tensor_amax, all);
     }
 }
 
 /* Block scales into q's tail: the given decode factor (delayed scaling), or the block's own
- * from its amax (kernels.h: amax / fmax; E8M0 2^(floor(log2 amax) - emax); 1 for zero) */
+ * from its largest finite |x| (kernels.h: amax / fmax; E8M0 2^(floor(log2 amax) - emax); 1
+ * for zero) */
 __global__ void fp8_scales_kernel(void *scales, const unsigned *block_amax, const float *given,
                                   Fp8Geom g)
 {
     GRID_STRIDE(b, g.nscales)
     {
-        if (given) {
-            st_f32((uint8_t *)scales + 4 * b, *given);
+        if (!g.e8m0) {
+            const float s = given ? *given
+                                  : fp8_scale_f32_of(__uint_as_float(block_amax[b]),
+                                                     fp8_max(g.e5m2));
+            st_f32((uint8_t *)scales + 4 * b, s);
             continue;
         }
-        const float amax = __uint_as_float(block_amax[b]);
-        if (g.e8m0) {
-            int e8 = 127; /* 1 */
-            if (isinf(amax)) {
-                e8 = 0xff;
-            } else if (amax > 0.0f) {
-                int e;
-                frexpf(amax, &e); /* amax = f 2^e, f in [0.5, 1): floor(log2 amax) = e - 1 */
-                e8 = e - 1 - (g.e5m2 ? 15 : 8) + 127;
-                e8 = e8 < 0 ? 0 : e8 > 254 ? 254 : e8;
-            }
-            ((uint8_t *)scales)[b] = (uint8_t)e8;
+        int e = 0; /* the scale 2^e */
+        if (given) {
+            frexpf(*given, &e); /* a power of two 2^k = 0.5 2^(k + 1) */
+            e -= 1;
         } else {
-            st_f32((uint8_t *)scales + 4 * b, amax > 0.0f ? amax / fp8_max(g.e5m2) : 1.0f);
+            const float amax = __uint_as_float(block_amax[b]);
+            if (amax > 0.0f) {
+                frexpf(amax, &e); /* amax = f 2^e, f in [0.5, 1): floor(log2 amax) = e - 1 */
+                e = e - 1 - (g.e5m2 ? 15 : 8);
+            }
         }
+        e = e < -127 ? -127 : e > 127 ? 127 : e;
+        ((uint8_t *)scales)[b] = (uint8_t)(e + 127);
     }
 }
 
@@ -163,7 +231,12 @@ __global__ void fp8_quantize_kernel(uint8_t *q, const T *x, Fp8Geom g, int trans
     {
         const int r = (int)(i / g.cols), c = (int)(i % g.cols);
         const T v = trans ? x[(size_t)c * g.rows + r] : x[i];
-        q[i] = fp8_encode(to_f(v) / fp8_scale_of(scales, g, fp8_block_of(g, r, c)), g.e5m2);
+        const float f = to_f(v);
+        if (isnan(f))
+            q[i] = act_sign(v) ? 0xff : 0x7f; /* the CPU's NaN, sign kept */
+        else
+            q[i] = fp8_encode(__fdiv_rn(f, fp8_scale_of(scales, g, fp8_block_of(g, r, c))),
+                              g.e5m2);
     }
 }
 
@@ -188,7 +261,6 @@ static void fp8_quantize(void *q, float *amax, const void *x, const KernFp8 *f, 
 {
     const Fp8Geom g = fp8_geom(f, "fp8_quantize: bad layout");
     KERN_CHECK(!scale || g.nscales <= 1, "fp8_quantize: a given scale needs a one-block layout");
-    KERN_CHECK(!scale || !g.e8m0, "fp8_quantize: a given scale is fp32, not E8M0");
     if (amax)
         cudaCheck(cudaMemsetAsync(amax, 0, sizeof *amax, 0));
     const size_t n = (size_t)g.rows * g.cols;
@@ -321,16 +393,18 @@ __global__ void fp8_amax_update_kernel(float *history, float *scale, const float
                                        const float *fmax, int len, int n)
 {
     // history is (len, n), row 0 the newest
+    // A column whose max is not finite (a NaN or an infinity in the window) keeps its scale.
     GRID_STRIDE(i, (size_t)n)
     {
-        float m = amax[i];
-        for (int r = len - 1; r > 0; r--) {
-            const float h = history[(size_t)(r - 1) * n + i];
-            history[(size_t)r * n + i] = h;
-            m = fmaxf(m, h);
+        float m = 0.0f; /* the largest, NaN propagating */
+        for (int r = len; r > 0; r--) {
+            const float h = r > 1 ? history[(size_t)(r - 2) * n + i] : amax[i];
+            history[(size_t)(r - 1) * n + i] = h;
+            if (isnan(h) || h > m)
+                m = isnan(m) ? m : h;
         }
-        history[i] = amax[i];
-        scale[i] = m > 0.0f ? m / fmax[i] : 1.0f;
+        if (isfinite(m))
+            scale[i] = fp8_scale_f32_of(m, fmax[i]);
     }
 }
 

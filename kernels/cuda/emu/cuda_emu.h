@@ -85,6 +85,9 @@ static inline float __uint_as_float(unsigned u)
     return f;
 }
 
+/* IEEE division rounded to nearest even (the host's float division) */
+static inline float __fdiv_rn(float a, float b) { return a / b; }
+
 /* ---- runtime ---- */
 
 #include "kernels/cuda/emu/cuda_emu_runtime.h"
