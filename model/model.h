@@ -596,10 +596,20 @@ int model_tensors_build_cached(ModelTableCache *c, const ModelSpec *s, const Mod
 void model_tensors_free(ModelTensorTable *tt);
 /* Bytes of one category, weighted by repeat (activations: one micro-batch of every chunk). */
 uint64_t model_tensors_bytes(const ModelTensorTable *tt, ModelCategory c);
-/* The FP8 GEMMs' workspace (ws.fp8, 0 without FP8): the largest operand but the weights in the
- * activation dtype (the input of a GEMM before it is quantized), then room for two FP8 copies
- * of it with scales (an output gradient row-wise and column-wise). */
-uint64_t model_fp8_workspace_bytes(const ModelSpec *s, const ModelDims *d);
+/* The FP8 GEMMs' workspace (ws.fp8), where an operand is quantized before its GEMM: 16 bytes of
+ * fp32 scratch (delayed scaling's amax of the tensor being quantized, then E4M3's and E5M2's
+ * largest values), the largest operand but the weights in the activation dtype (a GEMM's input
+ * before it is quantized: a norm's or the attention core's output), then two FP8 copies of the
+ * largest operand with scales (an output gradient row-wise and column-wise, or a re-gathered
+ * input), each in the orientation that needs more scales when a transposed copy is kept; every
+ * part starts on a 16-byte boundary. Offsets in bytes from its start; total 0 without FP8. */
+typedef struct {
+    uint64_t scratch, act, q0, q1;
+    uint64_t act_bytes, q_bytes; /* the act part's and each FP8 copy's room */
+    uint64_t total;
+} ModelFp8Workspace;
+void model_fp8_workspace(const ModelSpec *s, const ModelDims *d, ModelFp8Workspace *out);
+uint64_t model_fp8_workspace_bytes(const ModelSpec *s, const ModelDims *d); /* its total */
 /* Saved activation bytes of one transformer layer and one micro-batch (the Korthikanti figure). */
 uint64_t model_layer_activation_bytes(const ModelSpec *s, const ModelDims *d);
 

@@ -135,9 +135,9 @@ static void acts_fp8(const ModelSpec *s, ModelLayerAct *out, int n, const ModelT
         return;
     for (int i = 0; i < n; i++)
         for (int k = 0; k < n_roles; k++) {
-            if (out[i].role != roles[k])
-                continue;
             const int64_t cols = out[i].shape[out[i].ndim - 1];
+            if (out[i].role != roles[k] || cols <= 0) /* a dense model's MoE entries are empty */
+                continue;
             const int64_t rows = (int64_t)(out[i].numel / (uint64_t)cols);
             out[i].dtype = PX_FP8;
             out[i].bytes = model_fp8_bytes(s->job.fp8, 0, rows, cols);
@@ -894,10 +894,13 @@ static void add_activations(Build *B)
     a->chunk = -1;
 }
 
-uint64_t model_fp8_workspace_bytes(const ModelSpec *s, const ModelDims *d)
+static uint64_t pad16(uint64_t n) { return (n + 15u) & ~(uint64_t)15u; }
+
+void model_fp8_workspace(const ModelSpec *s, const ModelDims *d, ModelFp8Workspace *out)
 {
+    memset(out, 0, sizeof *out);
     if (!d->fp8)
-        return 0;
+        return;
     const ModelMla *mla = &s->model.mla;
     const int64_t M = (int64_t)d->b * d->s_loc, R = d->moe ? d->routed : 0;
     /* every FP8 GEMM operand but the weights, rows x reduction: inputs and output gradients */
@@ -924,10 +927,26 @@ uint64_t model_fp8_workspace_bytes(const ModelSpec *s, const ModelDims *d)
         if ((uint64_t)(r * c) > most_numel)
             most_numel = (uint64_t)(r * c);
         uint64_t q = model_fp8_bytes(s->job.fp8, 0, r, c);
+        /* a column-wise copy (the transposed operand of a TN-only GEMM) scales along the rows */
+        const uint64_t qt = d->fp8_wt ? model_fp8_bytes(s->job.fp8, 0, c, r) : 0;
+        q = qt > q ? qt : q;
         if (q > most_q)
             most_q = q;
     }
-    return most_numel * px_dtype_bytes(d->act) + 2 * most_q;
+    out->act_bytes = most_numel * px_dtype_bytes(d->act);
+    out->q_bytes = most_q;
+    out->scratch = 0;
+    out->act = 16;
+    out->q0 = out->act + pad16(out->act_bytes);
+    out->q1 = out->q0 + pad16(most_q);
+    out->total = out->q1 + pad16(most_q);
+}
+
+uint64_t model_fp8_workspace_bytes(const ModelSpec *s, const ModelDims *d)
+{
+    ModelFp8Workspace w;
+    model_fp8_workspace(s, d, &w);
+    return w.total;
 }
 
 /* Workspace: scratch reused by every layer of every chunk; the data and the loss's statistics

@@ -18,12 +18,15 @@ typedef struct {
     ExecPipe *pipe;
     ExecZero *Z;
     ExecBatches *B;
+    ExecFp8 *F;
 } Owners;
 
 static int workspace(const Owners *o, const ModelTensor *t, void *p, PxError *err)
 {
     if (t->role == MODEL_TR_DATA_BATCH)
         return exec_batches_bind(o->B, t, p, err);
+    if (t->role == MODEL_TR_WS_FP8)
+        return exec_fp8_bind(o->F, o->c, o->P, t, p, err);
     return exec_work_bind(o->W, o->c, t, p, err);
 }
 
@@ -46,11 +49,22 @@ static int bind_static(ExecArenas *A, const ModelTensorTable *tt, const Owners *
     /* weights and gradients in table order, so that a block's parameters are contiguous */
     for (int i = 0; i < tt->count && !rc; i++) {
         const ModelTensor *t = &tt->t[i];
-        if (t->per_microbatch || (t->cat != MODEL_WEIGHTS && t->cat != MODEL_GRADS))
+        if (t->per_microbatch || (t->cat != MODEL_WEIGHTS && t->cat != MODEL_GRADS) ||
+            exec_is_fp8_copy(t->role))
             continue;
         void *p = exec_arena_carve(&A->a[t->cat], t->bytes, px_dtype_bytes(t->dtype));
         rc = exec_params_bind(o->P, o->c, t, pass ? p : NULL, err);
     }
+    /* then the FP8 weights' amax histories (fp32) and copies (bytes): after every parameter,
+     * so that nothing needs padding */
+    for (int k = 0; k < 2 && !rc; k++)
+        for (int i = 0; i < tt->count && !rc; i++) {
+            const ModelTensor *t = &tt->t[i];
+            if (!exec_is_fp8_copy(t->role) || (t->role == MODEL_TR_FP8_AMAX) != (k == 0))
+                continue;
+            void *p = exec_arena_carve(&A->a[t->cat], t->bytes, k == 0 ? sizeof(float) : 1);
+            rc = exec_fp8_bind(o->F, o->c, o->P, t, pass ? p : NULL, err);
+        }
     /* master weights and optimizer state (fp32): one flat buffer per block and kind (ZeRO >= 1:
      * the shard) */
     for (int i = 0; i < tt->count && !rc; i++) {
@@ -60,21 +74,24 @@ static int bind_static(ExecArenas *A, const ModelTensorTable *tt, const Owners *
         void *p = exec_arena_carve(&A->a[t->cat], t->bytes, px_dtype_bytes(t->dtype));
         rc = exec_params_bind(o->P, o->c, t, pass ? p : NULL, err);
     }
-    /* workspace: by element size, largest first, so that no tensor needs padding; ws.recompute
-     * (bytes that hold fp32 and act tensors and masks) after the 2-byte ones, at a 4-byte
-     * boundary: the 2-byte tensors end on one when their element counts are even, as in every
-     * model here (an odd one would show as padding, a workspace that differs from the table) */
-    static const int order[] = {8, 4, 2, 0, 1}; /* 0: ws.recompute */
+    /* workspace: ws.fp8 first (its parts start on 16-byte boundaries and its size is a
+     * multiple of 16: model_fp8_workspace), then by element size, largest first, so that no
+     * tensor needs padding; ws.recompute (bytes that hold fp32 and act tensors and masks) after
+     * the 2-byte ones, at a 4-byte boundary: the 2-byte tensors end on one when their element
+     * counts are even, as in every model here (an odd one would show as padding, a workspace
+     * that differs from the table) */
+    static const int order[] = {16, 8, 4, 2, 0, 1}; /* 0: ws.recompute; 16: ws.fp8 */
     for (size_t k = 0; k < sizeof order / sizeof order[0] && !rc; k++) {
         for (int i = 0; i < tt->count && !rc; i++) {
             const ModelTensor *t = &tt->t[i];
             if (t->per_microbatch || t->cat != MODEL_WORKSPACE)
                 continue;
-            const int re = t->role == MODEL_TR_WS_RECOMPUTE;
-            if (re ? order[k] != 0 : px_dtype_bytes(t->dtype) != (size_t)order[k])
+            const int re = t->role == MODEL_TR_WS_RECOMPUTE, f8 = t->role == MODEL_TR_WS_FP8;
+            if (re ? order[k] != 0
+                   : f8 ? order[k] != 16 : px_dtype_bytes(t->dtype) != (size_t)order[k])
                 continue;
             void *p = exec_arena_carve(&A->a[MODEL_WORKSPACE], t->bytes,
-                                       re ? 4 : px_dtype_bytes(t->dtype));
+                                       re ? 4 : f8 ? 16 : px_dtype_bytes(t->dtype));
             if (re) {
                 rc = pass ? exec_acts_region(o->X, o->c, p, t->bytes, err) : PX_OK;
                 region = pass;
@@ -110,9 +127,9 @@ static int bind(ExecArenas *A, const ModelTensorTable *tt, const Owners *o, int 
 
 int exec_bind_all(ExecArenas *A, const ModelTensorTable *tt, const ExecCtx *c, ExecParams *P,
                   ExecActs *X, ExecWork *W, ExecPipe *pipe, ExecZero *Z, ExecBatches *B,
-                  PxError *err)
+                  ExecFp8 *F, PxError *err)
 {
-    const Owners o = {c, P, X, W, pipe, Z, B};
+    const Owners o = {c, P, X, W, pipe, Z, B, F};
     int rc = bind(A, tt, &o, 0, err);
     if (rc)
         return rc;

@@ -111,13 +111,14 @@ struct ExecWork;
 struct ExecBatches;
 struct ExecActs;
 struct ExecParams;
+struct ExecFp8;
 
 /* Sizes the arenas from the table, allocates them and binds every tensor to the part that owns
  * it; PX_ERUNTIME naming a tensor no part takes, or when the two passes disagree. */
 int exec_bind_all(ExecArenas *A, const ModelTensorTable *tt, const struct ExecCtx *c,
                   struct ExecParams *P, struct ExecActs *X, struct ExecWork *W,
                   struct ExecPipe *pipe, struct ExecZero *Z, struct ExecBatches *B,
-                  PxError *err);
+                  struct ExecFp8 *F, PxError *err);
 void exec_arenas_free(ExecArenas *A, const KernBackend *k);
 /* arena.c: the binding's failures when model/ and exec/ disagree, one wording for every part: a
  * tensor the part has no use for, one in another dtype than the part keeps it in. PX_ERUNTIME. */
@@ -238,6 +239,12 @@ static inline int exec_is_bias(ModelTensorRole r)
     return r == MODEL_TR_LN1_B || r == MODEL_TR_QKV_B || r == MODEL_TR_PROJ_B ||
            r == MODEL_TR_LN2_B || r == MODEL_TR_FC1_B || r == MODEL_TR_FC2_B ||
            r == MODEL_TR_FINAL_LN_B;
+}
+
+/* An FP8 weight's copy, transposed copy or amax history (fp8.c's, not a parameter). */
+static inline int exec_is_fp8_copy(ModelTensorRole r)
+{
+    return r == MODEL_TR_FP8_W || r == MODEL_TR_FP8_WT || r == MODEL_TR_FP8_AMAX;
 }
 
 /* init.c: the layout-independent initial value of every parameter (and its master copy),
@@ -401,6 +408,76 @@ const ExecOpReport *exec_meter_ops(ExecMeter *M, int *n);
 /* Samples the device's memory in use (the peak). */
 void exec_meter_device_memory(ExecMeter *M, const KernBackend *k, int at_start);
 
+/* ---- fp8.c: FP8 training (docs/fp8.md) ---- */
+
+/* The three tensors each FP8 GEMM quantizes, as delayed scaling keeps their histories: the
+ * input, the weight, the output gradient. */
+enum { EXEC_FP8_X = 0, EXEC_FP8_W = 1, EXEC_FP8_DY = 2 };
+
+/* One FP8 GEMM's weight: its FP8 copy and transposed copy (KernFp8 tensors, `groups` of them
+ * for a MoE layer's experts, one per local expert), and delayed scaling's state. */
+typedef struct {
+    const ExecParam *p; /* the parameter (its act values are what is cast) */
+    void *q, *qt;       /* <w>.fp8 (NULL until bound) and <w>.fp8_t (NULL without copies) */
+    float *hist;        /* <w>.fp8_amax: column c of group g at (3g + c) * len, newest first */
+    float *scale;       /* then the decode factors delayed scaling quantizes with: [3 * groups] */
+    int groups, rows, cols; /* one group's [rows, cols] */
+} ExecFp8Weight;
+
+/* An FP8 operand on the device: its bytes (elements, then scales) and its layout. */
+typedef struct {
+    const void *q;
+    KernFp8 f;
+} ExecFp8Ref;
+
+typedef struct ExecFp8 {
+    int on;             /* the job has an FP8 recipe */
+    ModelFp8Recipe recipe;
+    int hybrid;         /* output gradients in E5M2 */
+    int wt;             /* transposed copies: the backward GEMMs take the TN layout */
+    int len;            /* delayed scaling's history length (0: another recipe) */
+    ExecFp8Weight *w;   /* [n], by parameter; p NULL where the parameter is not an FP8 GEMM's */
+    int n;
+    int *of_layer;      /* [layers][EXEC_FP8_ROLES]: index into w, or -1 */
+    ModelFp8Workspace lay;
+    uint8_t *ws;        /* ws.fp8 */
+    float *amax, *fmax; /* in its scratch: the amax of the tensor being quantized; E4M3's and
+                           E5M2's largest values */
+    void *act;          /* its act part: a GEMM input before it is quantized */
+    void *q0, *q1;      /* its FP8 copies */
+} ExecFp8;
+
+/* The weights whose GEMMs the executor runs in FP8, by role: index into of_layer's rows. */
+enum { EXEC_FP8_ROLES = 6 };
+int exec_fp8_role_index(ModelTensorRole r); /* 0 .. EXEC_FP8_ROLES - 1, or -1 */
+
+/* Sized for the stage's parameters (exec_params_build first). */
+int exec_fp8_init(ExecFp8 *F, const ExecCtx *c, const ExecParams *P, PxError *err);
+/* Binds <w>.fp8, <w>.fp8_t, <w>.fp8_amax and ws.fp8 (p NULL in the sizing pass): PX_ERUNTIME
+ * when their sizes are not what the executor computes in them (model/ and exec/ disagree). */
+int exec_fp8_bind(ExecFp8 *F, const ExecCtx *c, const ExecParams *P, const ModelTensor *t,
+                  void *p, PxError *err);
+/* After binding and the weights' initial values: every FP8 weight has its copies, delayed
+ * scaling starts from decode factors of 1, and the copies are cast. */
+int exec_fp8_start(ExecFp8 *F, const ExecCtx *c, PxError *err);
+/* Casts every FP8 weight's act values into its FP8 copies (after each update). */
+void exec_fp8_cast(ExecFp8 *F, const ExecCtx *c);
+/* The FP8 weight of (role, layer), or NULL when that weight's GEMMs are not FP8. */
+const ExecFp8Weight *exec_fp8_weight(const ExecFp8 *F, ModelTensorRole role, int layer);
+/* Group g of w's copy (transposed: its transposed copy, [cols, rows]). */
+ExecFp8Ref exec_fp8_weight_ref(const ExecFp8 *F, const ExecFp8Weight *w, int g, int transposed);
+/* The layout of an operand (not a weight) of rows x cols; grad: an output gradient (E5M2 in
+ * the hybrid format). */
+KernFp8 exec_fp8_desc(const ExecFp8 *F, int rows, int cols, int weight, int grad);
+/* q (a KernFp8 tensor of rows x cols) from x (act [rows, cols], or [cols, rows] when trans:
+ * q is then its transpose) as tensor `which` (EXEC_FP8_X or EXEC_FP8_DY) of group g of w's
+ * GEMMs: delayed scaling quantizes with that tensor's decode factor and, with record, rolls
+ * the tensor's amax into its history; the other recipes scale each block by its own amax. */
+ExecFp8Ref exec_fp8_quantize(ExecFp8 *F, const ExecCtx *c, void *q, const void *x, int rows,
+                             int cols, int trans, int which, const ExecFp8Weight *w, int g,
+                             int record);
+void exec_fp8_free(ExecFp8 *F);
+
 /* ---- layers.c: one chunk's passes of one micro-batch ---- */
 
 /* Workspace views the layers compute in (the table's ws.* tensors and sp.gather). */
@@ -436,6 +513,7 @@ typedef struct {
     struct ExecZero *Z;
     ExecPass *pass;
     struct ExecMoe *moe;
+    ExecFp8 *fp8;
 } ExecLayerRun;
 
 int exec_layers_forward(const ExecLayerRun *r, int chunk, int mb, ExecLayerActs *A,
@@ -761,6 +839,7 @@ struct Exec {
     ExecHistory hist;
     ExecPass pass;
     ExecMoe moe;
+    ExecFp8 fp8;
     Ckpt *ckpt;
 };
 

@@ -142,6 +142,57 @@ static void attn_bwd(const ExecLayerRun *r, const KernAttnBwd *a)
 
 static int sp_on(const ExecCtx *c) { return c->spec.layout.sp && c->d.t > 1; }
 
+/* ---- FP8 linear layers (fp8.c; docs/fp8.md) ---- */
+
+/* The kernels' FP8 GEMM, counted as the act one: 2*m*n*k FLOPs. */
+static void mm_fp8(const ExecLayerRun *r, void *c, PxDtype ct, ExecFp8Ref a, ExecFp8Ref b, int m,
+                   int n, int k, int ta, int tb, float beta)
+{
+    r->c->k->matmul_fp8(c, ct, a.q, &a.f, b.q, &b.f, m, n, k, ta, tb, 1.0f, beta);
+    exec_meter_flops(r->M, 2.0 * m * n * k);
+}
+
+/* y[N,O] (act) = x W^T on the FP8 input x and w's FP8 copy. */
+static void fp8_fwd(const ExecLayerRun *r, void *y, ExecFp8Ref x, const ExecFp8Weight *w, int N)
+{
+    mm_fp8(r, y, r->c->act, x, exec_fp8_weight_ref(r->fp8, w, 0, 0), N, w->rows, w->cols, 0, 1,
+           0.0f);
+}
+
+/* The backward of y = x W^T: dx[N,K] (act, overwritten) = dy W and dW[O,K] += dy^T x, with dy
+ * (act [N,O]) quantized as an output gradient into ws.fp8's first copy. x is the saved FP8
+ * input, or (x.q NULL) x_act [N,K], quantized after the input gradient's GEMM into the copy
+ * that leaves free. Where transposed copies are kept every GEMM takes the TN layout: the input
+ * gradient reads the weight's transposed copy, the weight gradient dy's column-wise copy. */
+static void fp8_bwd(const ExecLayerRun *r, void *dx, float *dw, const void *dy, ExecFp8Ref x,
+                    const void *x_act, const ExecFp8Weight *w, int N)
+{
+    ExecFp8 *F = r->fp8;
+    const ExecCtx *c = r->c;
+    const int O = w->rows, K = w->cols;
+    const ExecFp8Ref dyr = exec_fp8_quantize(F, c, F->q0, dy, N, O, 0, EXEC_FP8_DY, w, 0, 1);
+    ExecFp8Ref dyc = {NULL, {0}};
+    if (F->wt) {
+        dyc = exec_fp8_quantize(F, c, F->q1, dy, O, N, 1, EXEC_FP8_DY, w, 0, 0);
+        mm_fp8(r, dx, c->act, dyr, exec_fp8_weight_ref(F, w, 0, 1), N, K, O, 0, 1, 0.0f);
+    } else {
+        mm_fp8(r, dx, c->act, dyr, exec_fp8_weight_ref(F, w, 0, 0), N, K, O, 0, 0, 0.0f);
+    }
+    if (x_act)
+        x = exec_fp8_quantize(F, c, F->wt ? F->q0 : F->q1, x_act, N, K, 0, EXEC_FP8_X, w, 0, 0);
+    if (F->wt)
+        mm_fp8(r, dw, PX_FP32, dyc, x, O, K, N, 0, 0, 1.0f);
+    else
+        mm_fp8(r, dw, PX_FP32, dyr, x, O, K, N, 1, 0, 1.0f);
+}
+
+/* A saved FP8 activation of rows x cols as a GEMM operand. */
+static ExecFp8Ref fp8_saved(const ExecLayerRun *r, const void *q, int rows, int cols)
+{
+    const ExecFp8Ref x = {q, exec_fp8_desc(r->fp8, rows, cols, 0, 0)};
+    return x;
+}
+
 static void norm_fwd(const ExecLayerRun *r, void *out, const void *inp, const void *w,
                      const void *b, int N)
 {
@@ -323,6 +374,82 @@ static int gather_block(const ExecLayerRun *r, int b, ModelPhase ph, int occurre
     return exec_zero_gather(r->Z, r->c, r->P, r->M, b, ph, occurrence, err);
 }
 
+/* The input of a column-parallel layer (QKV, fc1) from x, this rank's region of it (act): with
+ * SP all-gathered into sp.gather (*xin). Under FP8 (w) the layer's saved input `saved` (when it
+ * is not x itself) is the region quantized, and the GEMM's input is the whole input quantized
+ * (*xq: the saved copy, or ws.fp8's first copy); a forward records its amax once. Returns with
+ * the layer's op running. */
+static int column_input(const ExecLayerRun *r, int chunk, int l, ModelOpRole role, ModelPhase ph,
+                        const ExecFp8Weight *w, void *saved, const void *x, const void **xin,
+                        ExecFp8Ref *xq, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    ExecFp8 *F = r->fp8;
+    const int R = c->d.b * c->d.s_sp, N = c->d.b * c->d.s_loc, h = c->d.h, sp = sp_on(c);
+    const int op = layer_op(r, l, role, ph), rec = ph == MODEL_FWD;
+    const int keep = w && saved != x; /* the saved input is x's FP8 copy */
+    if (keep) {
+        begin(r, op);
+        *xq = exec_fp8_quantize(F, c, saved, x, R, h, 0, EXEC_FP8_X, w, 0, rec && !sp);
+        *xin = x;
+        if (!sp)
+            return PX_OK;
+        end(r);
+    }
+    if (sp) {
+        TRY(tp_all_gather(r, role, l, chunk, ph, r->W->sp_gather, x, (size_t)R * h, err));
+        if (keep)
+            resume(r, op);
+        else
+            begin(r, op);
+        x = r->W->sp_gather;
+    } else {
+        begin(r, op);
+    }
+    *xin = x;
+    if (w)
+        *xq = exec_fp8_quantize(F, c, F->q0, x, N, h, 0, EXEC_FP8_X, w, 0, rec);
+    return PX_OK;
+}
+
+/* The input a column-parallel layer's weight gradient reads, from its saved input (an FP8 copy
+ * of this rank's region when fp8_saved): the saved FP8 copy itself (*xq) or an act input
+ * (*x_act), which SP all-gathers into sp.gather (an FP8 copy dequantized into ws.fp8 first).
+ * Returns with the layer's backward op running. */
+static int column_bwd_input(const ExecLayerRun *r, int chunk, int l, ModelOpRole role,
+                           const void *saved, int in_fp8, const void **x_act, ExecFp8Ref *xq,
+                           PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const int R = c->d.b * c->d.s_sp, N = c->d.b * c->d.s_loc, h = c->d.h;
+    const int op = layer_op(r, l, role, MODEL_BWD);
+    xq->q = NULL;
+    *x_act = NULL;
+    if (!sp_on(c)) {
+        begin(r, op);
+        if (in_fp8)
+            *xq = fp8_saved(r, saved, N, h);
+        else
+            *x_act = saved;
+        return PX_OK;
+    }
+    const void *region = saved;
+    if (in_fp8) {
+        const ExecFp8Ref q = fp8_saved(r, saved, R, h);
+        begin(r, op);
+        c->k->fp8_dequantize(r->fp8->act, q.q, &q.f);
+        end(r);
+        region = r->fp8->act;
+    }
+    TRY(tp_all_gather(r, role, l, chunk, MODEL_BWD, r->W->sp_gather, region, (size_t)R * h, err));
+    if (in_fp8)
+        resume(r, op);
+    else
+        begin(r, op);
+    *x_act = r->W->sp_gather;
+    return PX_OK;
+}
+
 static void attention_core_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *out, int mb,
                                int l)
 {
@@ -399,21 +526,28 @@ static int layer_fwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
     const ModelDims *d = &c->d;
     const ModelConfig *cfg = &c->spec.model;
     const ExecLayerParams *w = &r->P->lw[l];
+    ExecFp8 *F = r->fp8;
     const int N = d->b * d->s_loc, R = d->b * d->s_sp, h = d->h, qkv = d->q_loc + 2 * d->kv_width_loc;
-    const int sp = sp_on(c);
+    const int rec = phase == MODEL_FWD;
+    /* the weights whose GEMMs run in FP8 (NULL: act GEMMs); their inputs are saved in FP8, and
+     * what computes them writes ws.fp8's act part first */
+    const ExecFp8Weight *fq = exec_fp8_weight(F, MODEL_TR_QKV_W, l);
+    const ExecFp8Weight *fp = exec_fp8_weight(F, MODEL_TR_PROJ_W, l);
+    const ExecFp8Weight *f1 = exec_fp8_weight(F, MODEL_TR_FC1_W, l);
+    const ExecFp8Weight *f2 = exec_fp8_weight(F, MODEL_TR_FC2_W, l);
 
     begin(r, layer_op(r, l, MODEL_OPR_LN1, phase));
-    norm_fwd(r, EXEC_LA(a, QKV_IN), EXEC_LA(a, LN1_IN), EXEC_LP(w, LN1_W), EXEC_LP(w, LN1_B), R);
+    void *ln1 = fq ? F->act : EXEC_LA(a, QKV_IN);
+    norm_fwd(r, ln1, EXEC_LA(a, LN1_IN), EXEC_LP(w, LN1_W), EXEC_LP(w, LN1_B), R);
     end(r);
 
-    const void *x = EXEC_LA(a, QKV_IN);
-    if (sp) {
-        TRY(tp_all_gather(r, MODEL_OPR_QKV, l, chunk, phase, r->W->sp_gather, EXEC_LA(a, QKV_IN),
-                          (size_t)R * h, err));
-        x = r->W->sp_gather;
-    }
-    begin(r, layer_op(r, l, MODEL_OPR_QKV, phase));
-    mm_act(r, EXEC_LA(a, QKV_OUT), x, EXEC_LP(w, QKV_W), N, qkv, h, 0, 1);
+    const void *x;
+    ExecFp8Ref xq;
+    TRY(column_input(r, chunk, l, MODEL_OPR_QKV, phase, fq, EXEC_LA(a, QKV_IN), ln1, &x, &xq, err));
+    if (fq)
+        fp8_fwd(r, EXEC_LA(a, QKV_OUT), xq, fq, N);
+    else
+        mm_act(r, EXEC_LA(a, QKV_OUT), x, EXEC_LP(w, QKV_W), N, qkv, h, 0, 1);
     if (EXEC_LP(w, QKV_B))
         k->add_bias(EXEC_LA(a, QKV_OUT), EXEC_LP(w, QKV_B), N, qkv);
     if (cfg->position == MODEL_POS_ROPE)
@@ -422,23 +556,32 @@ static int layer_fwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
     end(r);
 
     begin(r, layer_op(r, l, MODEL_OPR_CORE, phase));
-    attention_core_fwd(r, a, EXEC_LA(a, PROJ_IN), mb, l);
+    attention_core_fwd(r, a, fp ? F->act : EXEC_LA(a, PROJ_IN), mb, l);
     end(r);
 
     begin(r, layer_op(r, l, MODEL_OPR_PROJ, phase));
-    mm_act(r, r->W->out, EXEC_LA(a, PROJ_IN), EXEC_LP(w, PROJ_W), N, h, d->q_loc, 0, 1);
+    if (fp)
+        fp8_fwd(r, r->W->out,
+                exec_fp8_quantize(F, c, EXEC_LA(a, PROJ_IN), F->act, N, d->q_loc, 0, EXEC_FP8_X, fp,
+                                  0, rec),
+                fp, N);
+    else
+        mm_act(r, r->W->out, EXEC_LA(a, PROJ_IN), EXEC_LP(w, PROJ_W), N, h, d->q_loc, 0, 1);
     TRY(row_parallel_out(r, chunk, l, MODEL_OPR_PROJ, phase, EXEC_LP(w, PROJ_B),
                          EXEC_LA(a, ATTN_DROP_MASK), EXEC_SITE_ATTN_OUT, EXEC_LA(a, LN1_IN),
                          EXEC_LA(a, LN2_IN), mb, NULL, err));
 
+    /* a MoE layer's fc1.in stays in the act dtype: the router reads it */
+    const int moe = is_moe(c, l);
     begin(r, layer_op(r, l, MODEL_OPR_LN2, phase));
-    norm_fwd(r, EXEC_LA(a, FC1_IN), EXEC_LA(a, LN2_IN), EXEC_LP(w, LN2_W), EXEC_LP(w, LN2_B), R);
+    void *ln2 = f1 && !moe ? F->act : EXEC_LA(a, FC1_IN);
+    norm_fwd(r, ln2, EXEC_LA(a, LN2_IN), EXEC_LP(w, LN2_W), EXEC_LP(w, LN2_B), R);
     end(r);
 
     /* a MoE layer: the routed experts' output first (ws.dhid, free in the forward), then the
      * shared experts' beside it, or alone its dropout and residual */
     const void *routed = NULL;
-    if (is_moe(c, l)) {
+    if (moe) {
         ExecMoeViews v;
         moe_views(r, l, a, &v);
         TRY(exec_moe_forward(r->moe, r, chunk, l, phase, &v, r->W->dhid, EXEC_LA(a, FC1_IN),
@@ -454,29 +597,32 @@ static int layer_fwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
             return PX_OK;
         }
     }
-    int F, FO;
-    mlp_widths(c, l, &F, &FO);
-    x = EXEC_LA(a, FC1_IN);
-    if (sp) {
-        TRY(tp_all_gather(r, MODEL_OPR_FC1, l, chunk, phase, r->W->sp_gather, EXEC_LA(a, FC1_IN),
-                          (size_t)R * h, err));
-        x = r->W->sp_gather;
-    }
-    begin(r, layer_op(r, l, MODEL_OPR_FC1, phase));
-    mm_act(r, EXEC_LA(a, ACT_IN), x, EXEC_LP(w, FC1_W), N, FO, h, 0, 1);
+    int Fw, FO;
+    mlp_widths(c, l, &Fw, &FO);
+    TRY(column_input(r, chunk, l, MODEL_OPR_FC1, phase, f1, EXEC_LA(a, FC1_IN), ln2, &x, &xq, err));
+    if (f1)
+        fp8_fwd(r, EXEC_LA(a, ACT_IN), xq, f1, N);
+    else
+        mm_act(r, EXEC_LA(a, ACT_IN), x, EXEC_LP(w, FC1_W), N, FO, h, 0, 1);
     if (EXEC_LP(w, FC1_B))
         k->add_bias(EXEC_LA(a, ACT_IN), EXEC_LP(w, FC1_B), N, FO);
     end(r);
 
     begin(r, layer_op(r, l, MODEL_OPR_ACT, phase));
+    void *hid = f2 ? F->act : EXEC_LA(a, FC2_IN);
     if (cfg->mlp == MODEL_SWIGLU)
-        k->swiglu_fwd(EXEC_LA(a, FC2_IN), EXEC_LA(a, ACT_IN), N, F);
+        k->swiglu_fwd(hid, EXEC_LA(a, ACT_IN), N, Fw);
     else
-        k->gelu_fwd(EXEC_LA(a, FC2_IN), EXEC_LA(a, ACT_IN), (size_t)N * F);
+        k->gelu_fwd(hid, EXEC_LA(a, ACT_IN), (size_t)N * Fw);
     end(r);
 
     begin(r, layer_op(r, l, MODEL_OPR_FC2, phase));
-    mm_act(r, r->W->out, EXEC_LA(a, FC2_IN), EXEC_LP(w, FC2_W), N, h, F, 0, 1);
+    if (f2)
+        fp8_fwd(r, r->W->out,
+                exec_fp8_quantize(F, c, EXEC_LA(a, FC2_IN), hid, N, Fw, 0, EXEC_FP8_X, f2, 0, rec),
+                f2, N);
+    else
+        mm_act(r, r->W->out, EXEC_LA(a, FC2_IN), EXEC_LP(w, FC2_W), N, h, Fw, 0, 1);
     return row_parallel_out(r, chunk, l, MODEL_OPR_FC2, phase, EXEC_LP(w, FC2_B),
                             EXEC_LA(a, MLP_DROP_MASK), EXEC_SITE_MLP_OUT, EXEC_LA(a, LN2_IN), out,
                             mb, routed, err);
@@ -524,8 +670,8 @@ static int column_parallel_dx(const ExecLayerRun *r, int chunk, int l, ModelOpRo
 }
 
 /* The attention core's backward, sequence by sequence (the fused path's or the unfused one's
- * saved tensors). */
-static void attention_core_bwd(const ExecLayerRun *r, const ExecLayerActs *a)
+ * saved tensors); out: its forward output (the fused path's). */
+static void attention_core_bwd(const ExecLayerRun *r, const ExecLayerActs *a, const void *out)
 {
     const ExecCtx *c = r->c;
     const ModelDims *d = &c->d;
@@ -544,7 +690,7 @@ static void attention_core_bwd(const ExecLayerRun *r, const ExecLayerActs *a)
             .dq_stride = qkv, .dk_stride = qkv, .dv_stride = qkv,
         };
         if (c->spec.job.flash_attn) {
-            b.out = AT(EXEC_LA(a, PROJ_IN), (size_t)q * s * d->q_loc);
+            b.out = AT(out, (size_t)q * s * d->q_loc);
             b.lse = (const float *)EXEC_LA(a, ATTN_LSE) + (size_t)q * H * s;
             b.drow = r->W->flash_d + (size_t)q * H * s;
         } else {
@@ -570,7 +716,9 @@ static int mlp_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerActs 
     const ModelDims *d = &c->d;
     const ExecLayerParams *w = &r->P->lw[l];
     const ExecLayerGrads *g = &r->P->lg[l];
-    const int N = d->b * d->s_loc, R = d->b * d->s_sp, h = d->h;
+    const ExecFp8Weight *f1 = exec_fp8_weight(r->fp8, MODEL_TR_FC1_W, l);
+    const ExecFp8Weight *f2 = exec_fp8_weight(r->fp8, MODEL_TR_FC2_W, l);
+    const int N = d->b * d->s_loc, h = d->h;
     int F, FO;
     mlp_widths(c, l, &F, &FO);
 
@@ -580,8 +728,13 @@ static int mlp_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerActs 
     if (EXEC_LP(g, FC2_B))
         k->bias_grad(EXEC_LP(g, FC2_B), dy, N, h);
     void *dact = c->spec.model.mlp == MODEL_SWIGLU ? r->W->dact : r->W->dffn;
-    mm_act(r, dact, dy, EXEC_LP(w, FC2_W), N, F, h, 0, 0);
-    mm_f32(r, EXEC_LP(g, FC2_W), dy, EXEC_LA(a, FC2_IN), h, F, N, 1, 0, 1);
+    if (f2) {
+        fp8_bwd(r, dact, EXEC_LP(g, FC2_W), dy, fp8_saved(r, EXEC_LA(a, FC2_IN), N, F), NULL, f2,
+                N);
+    } else {
+        mm_act(r, dact, dy, EXEC_LP(w, FC2_W), N, F, h, 0, 0);
+        mm_f32(r, EXEC_LP(g, FC2_W), dy, EXEC_LA(a, FC2_IN), h, F, N, 1, 0, 1);
+    }
     end(r);
 
     begin(r, layer_op(r, l, MODEL_OPR_ACT, MODEL_BWD));
@@ -591,17 +744,19 @@ static int mlp_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerActs 
         k->gelu_bwd(r->W->dffn, EXEC_LA(a, ACT_IN), r->W->dffn, (size_t)N * F);
     end(r);
 
-    const void *x = EXEC_LA(a, FC1_IN);
-    if (sp_on(c)) {
-        TRY(tp_all_gather(r, MODEL_OPR_FC1, l, chunk, MODEL_BWD, r->W->sp_gather,
-                          EXEC_LA(a, FC1_IN), (size_t)R * h, err));
-        x = r->W->sp_gather;
-    }
-    begin(r, layer_op(r, l, MODEL_OPR_FC1, MODEL_BWD));
+    /* a MoE layer's fc1.in is kept in the act dtype (the router reads it) */
+    const void *x;
+    ExecFp8Ref xq;
+    TRY(column_bwd_input(r, chunk, l, MODEL_OPR_FC1, EXEC_LA(a, FC1_IN), f1 && !is_moe(c, l), &x,
+                         &xq, err));
     if (EXEC_LP(g, FC1_B))
         k->bias_grad(EXEC_LP(g, FC1_B), r->W->dffn, N, FO);
-    mm_act(r, r->W->dhid, r->W->dffn, EXEC_LP(w, FC1_W), N, h, FO, 0, 0);
-    mm_f32(r, EXEC_LP(g, FC1_W), r->W->dffn, x, FO, h, N, 1, 0, 1);
+    if (f1) {
+        fp8_bwd(r, r->W->dhid, EXEC_LP(g, FC1_W), r->W->dffn, xq, x, f1, N);
+    } else {
+        mm_act(r, r->W->dhid, r->W->dffn, EXEC_LP(w, FC1_W), N, h, FO, 0, 0);
+        mm_f32(r, EXEC_LP(g, FC1_W), r->W->dffn, x, FO, h, N, 1, 0, 1);
+    }
     end(r);
     return column_parallel_dx(r, chunk, l, MODEL_OPR_FC1, dn, err);
 }
@@ -653,6 +808,8 @@ static int layer_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
     const ExecLayerGrads *g = &r->P->lg[l];
     const int N = d->b * d->s_loc, R = d->b * d->s_sp, h = d->h, qkv = d->q_loc + 2 * d->kv_width_loc;
     const int sp = sp_on(c);
+    const ExecFp8Weight *fq = exec_fp8_weight(r->fp8, MODEL_TR_QKV_W, l);
+    const ExecFp8Weight *fp = exec_fp8_weight(r->fp8, MODEL_TR_PROJ_W, l);
 
     /* the recomputed layer's output is scratch: ws.out, or with SP (where ws.out feeds the
      * reduce-scatter) ws.dx_a, free until this layer's backward uses it */
@@ -675,8 +832,13 @@ static int layer_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
     TRY(row_parallel_dy(r, chunk, l, MODEL_OPR_PROJ, dres, EXEC_LA(a, ATTN_DROP_MASK), &dy, err));
     if (EXEC_LP(g, PROJ_B))
         k->bias_grad(EXEC_LP(g, PROJ_B), dy, N, h);
-    mm_act(r, r->W->dhid, dy, EXEC_LP(w, PROJ_W), N, d->q_loc, h, 0, 0);
-    mm_f32(r, EXEC_LP(g, PROJ_W), dy, EXEC_LA(a, PROJ_IN), h, d->q_loc, N, 1, 0, 1);
+    const ExecFp8Ref pq = fp8_saved(r, EXEC_LA(a, PROJ_IN), N, d->q_loc);
+    if (fp) {
+        fp8_bwd(r, r->W->dhid, EXEC_LP(g, PROJ_W), dy, pq, NULL, fp, N);
+    } else {
+        mm_act(r, r->W->dhid, dy, EXEC_LP(w, PROJ_W), N, d->q_loc, h, 0, 0);
+        mm_f32(r, EXEC_LP(g, PROJ_W), dy, EXEC_LA(a, PROJ_IN), h, d->q_loc, N, 1, 0, 1);
+    }
     end(r);
 
     /* Selective recompute re-creates the softmax (and its dropout) just before the core's
@@ -688,24 +850,31 @@ static int layer_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
         end(r);
     }
 
+    /* the fused path's backward reads the forward's output: under FP8 its saved copy is the
+     * projection's FP8 input, dequantized into ws.fp8 */
     begin(r, layer_op(r, l, MODEL_OPR_CORE, MODEL_BWD));
-    attention_core_bwd(r, a);
+    const void *o = EXEC_LA(a, PROJ_IN);
+    if (fp && c->spec.job.flash_attn) {
+        k->fp8_dequantize(r->fp8->act, pq.q, &pq.f);
+        o = r->fp8->act;
+    }
+    attention_core_bwd(r, a, o);
     end(r);
 
-    const void *x = EXEC_LA(a, QKV_IN);
-    if (sp) {
-        TRY(tp_all_gather(r, MODEL_OPR_QKV, l, chunk, MODEL_BWD, r->W->sp_gather,
-                          EXEC_LA(a, QKV_IN), (size_t)R * h, err));
-        x = r->W->sp_gather;
-    }
-    begin(r, layer_op(r, l, MODEL_OPR_QKV, MODEL_BWD));
+    const void *x;
+    ExecFp8Ref xq;
+    TRY(column_bwd_input(r, chunk, l, MODEL_OPR_QKV, EXEC_LA(a, QKV_IN), fq != NULL, &x, &xq, err));
     if (c->spec.model.position == MODEL_POS_ROPE)
         k->rope_bwd(r->W->dqkv, d->b, d->s, d->heads_loc, d->kv_loc, d->hd, 0,
                     (float)c->spec.model.rope_theta);
     if (EXEC_LP(g, QKV_B))
         k->bias_grad(EXEC_LP(g, QKV_B), r->W->dqkv, N, qkv);
-    mm_act(r, r->W->dhid, r->W->dqkv, EXEC_LP(w, QKV_W), N, h, qkv, 0, 0);
-    mm_f32(r, EXEC_LP(g, QKV_W), r->W->dqkv, x, qkv, h, N, 1, 0, 1);
+    if (fq) {
+        fp8_bwd(r, r->W->dhid, EXEC_LP(g, QKV_W), r->W->dqkv, xq, x, fq, N);
+    } else {
+        mm_act(r, r->W->dhid, r->W->dqkv, EXEC_LP(w, QKV_W), N, h, qkv, 0, 0);
+        mm_f32(r, EXEC_LP(g, QKV_W), r->W->dqkv, x, qkv, h, N, 1, 0, 1);
+    }
     end(r);
     TRY(column_parallel_dx(r, chunk, l, MODEL_OPR_QKV, &dn, err));
 

@@ -187,7 +187,8 @@ int exec_params_build(ExecParams *P, const ExecCtx *c, const ModelTensorTable *t
     const int L = c->spec.model.layers;
     int n = 0;
     for (int i = 0; i < twin->count; i++)
-        n += twin->t[i].cat == MODEL_WEIGHTS && !twin->t[i].per_microbatch;
+        n += twin->t[i].cat == MODEL_WEIGHTS && !twin->t[i].per_microbatch &&
+             !exec_is_fp8_copy(twin->t[i].role);
     P->p = calloc((size_t)(n > 0 ? n : 1), sizeof *P->p);
     P->b = calloc((size_t)(tt->n_blocks > 0 ? tt->n_blocks : 1), sizeof *P->b);
     P->layer_block = malloc((size_t)(L > 0 ? L : 1) * sizeof *P->layer_block);
@@ -206,7 +207,7 @@ int exec_params_build(ExecParams *P, const ExecCtx *c, const ModelTensorTable *t
      * parameters inside them): names, shapes, offsets in the block */
     for (int i = 0; i < twin->count && !rc; i++) {
         const ModelTensor *t = &twin->t[i];
-        if (t->cat == MODEL_WEIGHTS && !t->per_microbatch)
+        if (t->cat == MODEL_WEIGHTS && !t->per_microbatch && !exec_is_fp8_copy(t->role))
             rc = param_from(P, c, t, off, err);
     }
     for (int b = 0; b < P->nb && !rc; b++)

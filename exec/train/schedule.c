@@ -34,7 +34,7 @@ ExecLayerRun exec_layer_run(Exec *ex)
 {
     return (ExecLayerRun){.c = &ex->c, .P = &ex->params, .W = &ex->work, .M = &ex->meter,
                           .pipe = &ex->pipe, .Z = &ex->zero, .pass = &ex->pass,
-                          .moe = &ex->moe};
+                          .moe = &ex->moe, .fp8 = &ex->fp8};
 }
 
 /* One action of the schedule: a forward (backward 0: forward only, one slot serving every

@@ -73,6 +73,14 @@ int exec_step(Exec *ex, int step, ExecStepStats *st, PxError *err)
                              exec_faults_nan_loss(&ex->faults, c->g.rank, step),
                              exec_stop_flag != 0, &u, err);
     }
+    if (!rc && !u.skipped && ex->fp8.on) {
+        /* the updated weights' FP8 copies, under the optimizer's op (the op graph counts the
+         * casts there) */
+        exec_meter_resume(&ex->meter, c->k,
+                          exec_meter_other_op(&ex->meter, MODEL_OPR_OPTIMIZER, MODEL_STEP));
+        exec_fp8_cast(&ex->fp8, c);
+        exec_meter_end(&ex->meter, c->k);
+    }
     c->k->sync();
     exec_meter_device_memory(&ex->meter, c->k, 0);
     double dt = px_now_s() - t0;

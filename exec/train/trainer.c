@@ -157,6 +157,21 @@ static int check_supported(const Exec *ex, PxError *err)
                            "layers with limits: %s",
                            origin, s->model.name, mo->experts, why);
     }
+    /* What of FP8 training this executor runs (docs/fp8.md, "The executor"). */
+    if (d->fp8 != MODEL_FP8_NONE) {
+        const ModelJob *j = &s->job;
+        const char *why = s->layout.zero == 3 ? "layout.zero must be 0, 1 or 2 (ZeRO-3's per-use "
+                                                "cast of gathered weights has no buffer yet)"
+                          : j->fp8_param_gather ? "fp8_param_gather is simulated only"
+                          : j->fp8_attention    ? "fp8_attention is simulated only"
+                          : j->fp8_dispatch     ? "fp8_dispatch is simulated only"
+                          : d->moe              ? "mixture-of-experts layers are not run in FP8 yet"
+                                                : NULL;
+        if (why)
+            return px_fail(err, PX_EINPUT,
+                           "%s: training.fp8 %s: the executor runs FP8 GEMMs with limits: %s",
+                           origin, model_fp8_recipe_name(j->fp8), why);
+    }
     if (d->gpus != world) {
         if (world == 1 && !comm_mpi_available())
             return px_fail(err, PX_EINPUT,
@@ -341,8 +356,9 @@ static int phase_memory(Exec *ex, PxError *err)
     ExecCtx *c = &ex->c;
     int rc;
     if ((rc = exec_params_build(&ex->params, c, &ex->tt, &ex->twin, err)) ||
+        (rc = exec_fp8_init(&ex->fp8, c, &ex->params, err)) ||
         (rc = exec_bind_all(&ex->mem, &ex->tt, c, &ex->params, &ex->acts, &ex->work, &ex->pipe,
-                            &ex->zero, &ex->batches, err)))
+                            &ex->zero, &ex->batches, &ex->fp8, err)))
         return rc;
     const uint64_t want = model_activation_bytes(&ex->tt, c->d.v, ex->acts.n_slots,
                                                  ex->acts.n_xslots);
@@ -362,8 +378,11 @@ static int phase_memory(Exec *ex, PxError *err)
                                  ex->zero.gather[0], err)) ||
         (rc = exec_meter_init(&ex->meter, c, &ex->graph, ex->sched.n, err)))
         return rc;
-    return exec_params_init_values(&ex->params, c, &ex->mem, ex->zero.bucket,
-                                   ex->zero.bucket_elems, err);
+    if ((rc = exec_params_init_values(&ex->params, c, &ex->mem, ex->zero.bucket,
+                                      ex->zero.bucket_elems, err)))
+        return rc;
+    /* the FP8 copies of the initial weights (a resumed checkpoint brings its own) */
+    return exec_fp8_start(&ex->fp8, c, err);
 }
 
 /* Checkpoints: the directory checked, and with --resume the state loaded over the initial one
@@ -444,6 +463,7 @@ void exec_free(Exec *ex)
     exec_pipe_free(&ex->pipe);
     exec_zero_free(&ex->zero);
     exec_moe_free(&ex->moe);
+    exec_fp8_free(&ex->fp8);
     exec_meter_free(&ex->meter);
     exec_history_free(&ex->hist);
     free(ex);

@@ -1,0 +1,265 @@
+/* FP8 training's state in the trainer (docs/fp8.md): the FP8 copies of the linear layers'
+ * weights, cast from their act values once per step; delayed scaling's amax histories and
+ * decode factors; ws.fp8, where a GEMM's operands are quantized; and the quantization of an
+ * operand with its recipe's scaling. The layers (layers.c, moe.c) call the kernels' FP8 GEMM
+ * on what these return.
+ *
+ * Delayed scaling follows Transformer Engine's DelayedScaling (amax_compute_algo "max",
+ * margin 0): a tensor is quantized with the decode factor that the largest amax of its history
+ * gives, and its own amax is then rolled into that history. Each of an FP8 GEMM's three tensors
+ * has its history: the input and the output gradient take one entry per micro-batch (as
+ * Transformer Engine updates after every forward and backward), the weight one per cast. A
+ * recomputed forward quantizes with the current factors and records nothing, so that the
+ * history counts each micro-batch once. <w>.fp8_amax holds, for group g and tensor c, the
+ * history at (3g + c) * len and then the 3 * groups decode factors, (len + 1) x 3 x groups fp32
+ * as the tensor table sizes it. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec/train/internal.h"
+
+static const ModelTensorRole fp8_roles[EXEC_FP8_ROLES] = {
+    MODEL_TR_QKV_W, MODEL_TR_PROJ_W, MODEL_TR_FC1_W, MODEL_TR_FC2_W, MODEL_TR_EXP_FC1_W,
+    MODEL_TR_EXP_FC2_W,
+};
+
+int exec_fp8_role_index(ModelTensorRole r)
+{
+    for (int i = 0; i < EXEC_FP8_ROLES; i++)
+        if (fp8_roles[i] == r)
+            return i;
+    return -1;
+}
+
+int exec_fp8_init(ExecFp8 *F, const ExecCtx *c, const ExecParams *P, PxError *err)
+{
+    memset(F, 0, sizeof *F);
+    const ModelJob *j = &c->spec.job;
+    F->on = c->d.fp8 != MODEL_FP8_NONE;
+    if (!F->on)
+        return PX_OK;
+    F->recipe = j->fp8;
+    F->hybrid = j->fp8_format == MODEL_FP8_HYBRID;
+    F->wt = c->d.fp8_wt;
+    F->len = j->fp8 == MODEL_FP8_DELAYED ? j->fp8_amax_history : 0;
+    model_fp8_workspace(&c->spec, &c->d, &F->lay);
+    const int layers = c->spec.model.layers;
+    F->n = P->n;
+    F->w = exec_zalloc((size_t)P->n, sizeof *F->w);
+    F->of_layer = exec_zalloc((size_t)layers * EXEC_FP8_ROLES, sizeof *F->of_layer);
+    if (!F->w || !F->of_layer)
+        return px_fail(err, PX_ERUNTIME, "out of memory for the FP8 weights");
+    for (int i = 0; i < layers * EXEC_FP8_ROLES; i++)
+        F->of_layer[i] = -1;
+    return PX_OK;
+}
+
+void exec_fp8_free(ExecFp8 *F)
+{
+    free(F->w);
+    free(F->of_layer);
+    memset(F, 0, sizeof *F);
+}
+
+KernFp8 exec_fp8_desc(const ExecFp8 *F, int rows, int cols, int weight, int grad)
+{
+    ModelFp8Scaling sc;
+    model_fp8_scaling(F->recipe, weight, rows, cols, &sc);
+    const KernFp8 f = {rows, cols, (int)sc.block_r, (int)sc.block_c, grad && F->hybrid, sc.e8m0};
+    return f;
+}
+
+/* The FP8 weight entry a table tensor (<w>.fp8, .fp8_t, .fp8_amax) belongs to: its parameter's
+ * index, or -1 (with err) when the stage has no such parameter or it is not an FP8 GEMM's. */
+static int weight_of(ExecFp8 *F, const ExecCtx *c, const ExecParams *P, const ModelTensor *t,
+                     PxError *err)
+{
+    const ExecParam *p = exec_params_of(P, t->of, t->layer);
+    const int ri = exec_fp8_role_index(t->of);
+    if (!p || ri < 0 || p->layer < 0) {
+        exec_bind_unused(t, err);
+        return -1;
+    }
+    const int i = (int)(p - P->p);
+    ExecFp8Weight *w = &F->w[i];
+    const int groups = t->groups > 0 ? t->groups : 1;
+    if (!w->p) {
+        w->p = p;
+        w->groups = groups;
+        w->rows = (int)(p->rows / groups);
+        w->cols = (int)p->cols;
+        F->of_layer[p->layer * EXEC_FP8_ROLES + ri] = i;
+    }
+    if (w->groups != groups || (int64_t)w->rows * groups != p->rows) {
+        px_fail(err, PX_ERUNTIME, "%s: %d FP8 matrices of %s's %lld rows: model/ and exec/ disagree",
+                t->name, groups, p->name, (long long)p->rows);
+        return -1;
+    }
+    (void)c;
+    return i;
+}
+
+static int check_bytes(const ModelTensor *t, uint64_t want, PxError *err)
+{
+    if (t->bytes == want)
+        return PX_OK;
+    return px_fail(err, PX_ERUNTIME,
+                   "%s holds %llu bytes but the executor computes %llu in it: model/ and exec/ "
+                   "disagree",
+                   t->name, (unsigned long long)t->bytes, (unsigned long long)want);
+}
+
+int exec_fp8_bind(ExecFp8 *F, const ExecCtx *c, const ExecParams *P, const ModelTensor *t,
+                  void *p, PxError *err)
+{
+    if (!F->on)
+        return exec_bind_unused(t, err);
+    if (t->role == MODEL_TR_WS_FP8) {
+        int rc = check_bytes(t, F->lay.total, err);
+        if (rc || !p)
+            return rc;
+        F->ws = p;
+        F->amax = (float *)(F->ws + F->lay.scratch);
+        F->fmax = F->amax + 1;
+        F->act = F->ws + F->lay.act;
+        F->q0 = F->ws + F->lay.q0;
+        F->q1 = F->ws + F->lay.q1;
+        return PX_OK;
+    }
+    const int i = weight_of(F, c, P, t, err);
+    if (i < 0)
+        return PX_ERUNTIME;
+    ExecFp8Weight *w = &F->w[i];
+    int rc;
+    switch (t->role) {
+    case MODEL_TR_FP8_W: {
+        const KernFp8 f = exec_fp8_desc(F, w->rows, w->cols, 1, 0);
+        if (!(rc = check_bytes(t, (uint64_t)w->groups * kern_fp8_bytes(&f), err)))
+            w->q = p;
+        return rc;
+    }
+    case MODEL_TR_FP8_WT: {
+        const KernFp8 f = exec_fp8_desc(F, w->cols, w->rows, 1, 0);
+        if (!F->wt)
+            return exec_bind_unused(t, err);
+        if (!(rc = check_bytes(t, (uint64_t)w->groups * kern_fp8_bytes(&f), err)))
+            w->qt = p;
+        return rc;
+    }
+    case MODEL_TR_FP8_AMAX:
+        if (!F->len)
+            return exec_bind_unused(t, err);
+        if (!(rc = check_bytes(t, (uint64_t)(F->len + 1) * 3u * (uint64_t)w->groups * sizeof(float),
+                               err)) &&
+            p) {
+            w->hist = p;
+            w->scale = w->hist + (size_t)3 * w->groups * F->len;
+        }
+        return rc;
+    default: return exec_bind_unused(t, err);
+    }
+}
+
+const ExecFp8Weight *exec_fp8_weight(const ExecFp8 *F, ModelTensorRole role, int layer)
+{
+    const int ri = exec_fp8_role_index(role);
+    if (!F->on || ri < 0 || layer < 0)
+        return NULL;
+    const int i = F->of_layer[layer * EXEC_FP8_ROLES + ri];
+    return i >= 0 ? &F->w[i] : NULL;
+}
+
+ExecFp8Ref exec_fp8_weight_ref(const ExecFp8 *F, const ExecFp8Weight *w, int g, int transposed)
+{
+    ExecFp8Ref r;
+    r.f = transposed ? exec_fp8_desc(F, w->cols, w->rows, 1, 0)
+                     : exec_fp8_desc(F, w->rows, w->cols, 1, 0);
+    r.q = (const uint8_t *)(transposed ? w->qt : w->q) + (size_t)g * kern_fp8_bytes(&r.f);
+    return r;
+}
+
+/* Delayed scaling's decode factor of tensor `which` of group g, and its history. */
+static float *scale_of(const ExecFp8 *F, const ExecFp8Weight *w, int g, int which)
+{
+    return F->len ? w->scale + 3 * g + which : NULL;
+}
+
+static void record(ExecFp8 *F, const ExecCtx *c, const ExecFp8Weight *w, int g, int which,
+                   int grad)
+{
+    c->k->fp8_amax_update(w->hist + (size_t)(3 * g + which) * (size_t)F->len,
+                          w->scale + 3 * g + which, F->amax, F->fmax + (grad && F->hybrid), F->len,
+                          1);
+}
+
+ExecFp8Ref exec_fp8_quantize(ExecFp8 *F, const ExecCtx *c, void *q, const void *x, int rows,
+                             int cols, int trans, int which, const ExecFp8Weight *w, int g,
+                             int rec)
+{
+    const int grad = which == EXEC_FP8_DY;
+    ExecFp8Ref r = {q, exec_fp8_desc(F, rows, cols, 0, grad)};
+    const float *scale = scale_of(F, w, g, which);
+    c->k->fp8_quantize(q, scale && rec ? F->amax : NULL, x, &r.f, trans, scale);
+    if (scale && rec)
+        record(F, c, w, g, which, grad);
+    return r;
+}
+
+/* Casts w's act values into its copies, group by group. */
+static void cast_weight(ExecFp8 *F, const ExecCtx *c, ExecFp8Weight *w)
+{
+    const KernFp8 f = exec_fp8_desc(F, w->rows, w->cols, 1, 0);
+    const KernFp8 ft = exec_fp8_desc(F, w->cols, w->rows, 1, 0);
+    for (int g = 0; g < w->groups; g++) {
+        const void *x = EXEC_AT(w->p->w, (size_t)g * w->rows * w->cols, c->ab);
+        const float *scale = scale_of(F, w, g, EXEC_FP8_W);
+        c->k->fp8_quantize((uint8_t *)w->q + (size_t)g * kern_fp8_bytes(&f), scale ? F->amax : NULL,
+                           x, &f, 0, scale);
+        if (w->qt)
+            c->k->fp8_quantize((uint8_t *)w->qt + (size_t)g * kern_fp8_bytes(&ft), NULL, x, &ft, 1,
+                               scale);
+        if (scale)
+            record(F, c, w, g, EXEC_FP8_W, 0);
+    }
+}
+
+void exec_fp8_cast(ExecFp8 *F, const ExecCtx *c)
+{
+    for (int i = 0; F->on && i < F->n; i++)
+        if (F->w[i].p)
+            cast_weight(F, c, &F->w[i]);
+}
+
+int exec_fp8_start(ExecFp8 *F, const ExecCtx *c, PxError *err)
+{
+    if (!F->on)
+        return PX_OK;
+    if (!F->ws)
+        return px_fail(err, PX_ERUNTIME, "an FP8 plan without ws.fp8: model/ and exec/ disagree");
+    const float fmax[2] = {448.0f, 57344.0f}; /* E4M3's and E5M2's largest finite values */
+    c->k->to_device(F->fmax, fmax, sizeof fmax);
+    int most = 0;
+    for (int i = 0; i < F->n; i++)
+        most = F->w[i].groups > most ? F->w[i].groups : most;
+    float *ones = exec_zalloc((size_t)3 * (size_t)most, sizeof *ones);
+    if (!ones)
+        return px_fail(err, PX_ERUNTIME, "out of memory");
+    for (int i = 0; i < 3 * most; i++)
+        ones[i] = 1.0f;
+    int rc = PX_OK;
+    for (int i = 0; i < F->n && !rc; i++) {
+        const ExecFp8Weight *w = &F->w[i];
+        if (!w->p)
+            continue;
+        if (!w->q || (F->wt && !w->qt) || (F->len && !w->hist))
+            rc = px_fail(err, PX_ERUNTIME,
+                         "%s has no FP8 copy%s in the tensor table: model/ and exec/ disagree",
+                         w->p->name, F->wt ? ", transposed copy" : F->len ? " or amax history" : "");
+        else if (F->len) /* delayed scaling starts from decode factors of 1, as Transformer Engine */
+            c->k->to_device(w->scale, ones, (size_t)3 * (size_t)w->groups * sizeof *ones);
+    }
+    free(ones);
+    if (!rc)
+        exec_fp8_cast(F, c);
+    return rc;
+}
