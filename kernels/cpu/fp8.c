@@ -16,6 +16,7 @@
  *   E8M0 byte); fp32 delayed scaling takes any positive finite decode factor. */
 #include <float.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -153,6 +154,19 @@ void kern_cpu_fp8_quantize(void *q, float *amax, const void *x, const KernFp8 *f
         *amax = total;
 }
 
+/* Every code's value, E4M3's then E5M2's: decoding is a lookup (the conversions of common/ are
+ * the definition, run once per code). */
+static float decode_lut[2][256];
+static pthread_once_t decode_once = PTHREAD_ONCE_INIT;
+
+static void decode_init(void)
+{
+    for (int i = 0; i < 256; i++) {
+        decode_lut[0][i] = px_e4m3_to_float((uint8_t)i);
+        decode_lut[1][i] = px_e5m2_to_float((uint8_t)i);
+    }
+}
+
 void kern_cpu_fp8_dequantize(void *x, const void *q, const KernFp8 *f)
 {
     // x is (rows,cols); q is (rows,cols) bytes then the scales
@@ -160,14 +174,20 @@ void kern_cpu_fp8_dequantize(void *x, const void *q, const KernFp8 *f)
     const int rows = f->rows, cols = f->cols, br = f->block_r, bc = f->block_c;
     const uint8_t *qb = q;
     const uint8_t *scales = qb + (size_t)rows * cols;
-    float (*decode)(uint8_t) = f->e5m2 ? px_e5m2_to_float : px_e4m3_to_float;
+    pthread_once(&decode_once, decode_init);
+    const float *decode = decode_lut[f->e5m2 ? 1 : 0];
     float *xf = x;
     int nbc = (cols + bc - 1) / bc;
     for (int r = 0; r < rows; r++) {
         const uint8_t *row = qb + (size_t)r * cols;
+        float *out = xf + (size_t)r * cols;
         size_t b0 = (size_t)(r / br) * nbc;
-        for (int c = 0; c < cols; c++)
-            xf[(size_t)r * cols + c] = decode(row[c]) * scale_load(scales, b0 + c / bc, f->e8m0);
+        for (int c0 = 0, c1; c0 < cols; c0 = c1) {
+            c1 = cols - c0 < bc ? cols : c0 + bc;
+            const float s = scale_load(scales, b0 + (size_t)(c0 / bc), f->e8m0);
+            for (int c = c0; c < c1; c++)
+                out[c] = decode[row[c]] * s;
+        }
     }
 }
 
