@@ -68,25 +68,26 @@ static float fp8_decode(uint8_t q, int mbits, int bias)
     return (q & 0x80) ? -v : v;
 }
 
-/* Rounds |f| to nearest, ties to even, onto the format's grid; saturates at max_code. */
+/* Rounds |f| to nearest, ties to even, onto the format's grid; saturates at max_code. Works on
+ * the bits, as px_float_to_half: the codes are the float's exponent rebiased and its top mbits
+ * mantissa bits, rounded on the rest (a carry is the next binade's first value). */
 static uint8_t fp8_encode(float f, int mbits, int bias, uint8_t max_code, uint8_t nan_code)
 {
-    const uint8_t sign = (bits_of(f) >> 24) & 0x80u;
-    const float a = fabsf(f);
-    if (a != a)
+    const uint32_t u = bits_of(f), ua = u & 0x7fffffffu;
+    const uint8_t sign = (uint8_t)((u >> 24) & 0x80u);
+    if (ua > 0x7f800000u)
         return (uint8_t)(sign | nan_code);
-    const float largest = fp8_decode(max_code, mbits, bias);
-    if (a >= largest) /* the largest, or beyond it (infinity too): saturate */
-        return (uint8_t)(sign | max_code);
     const int emin = 1 - bias; /* the smallest normal's exponent */
-    int e;
-    frexpf(a, &e);
-    e -= 1; /* a = m * 2^e with m in [1, 2) */
-    if (a == 0.0f || e < emin) /* subnormal: a multiple of 2^(emin - mbits) */
-        return (uint8_t)(sign | (uint32_t)nearbyintf(ldexpf(a, mbits - emin)));
-    uint32_t r = (uint32_t)nearbyintf(ldexpf(a, mbits - e)); /* in [2^mbits, 2^(mbits+1)] */
-    /* a carry to 2^(mbits+1) is the next binade's first value: the encoding below adds it */
-    uint32_t code = ((uint32_t)(e + bias) << mbits) + (r - (1u << mbits));
+    const int e = (int)(ua >> 23) - 127;
+    if (e < emin) /* subnormal or zero: a multiple of 2^(emin - mbits), scaled exactly */
+        return (uint8_t)(sign | (uint32_t)nearbyintf(fabsf(f) * ldexpf(1.0f, mbits - emin)));
+    if (e + bias > 0xff >> mbits) /* far beyond the largest (infinity too): saturate */
+        return (uint8_t)(sign | max_code);
+    const int shift = 23 - mbits;
+    const uint32_t m = ua & 0x7fffffu, rest = m & ((1u << shift) - 1u), half = 1u << (shift - 1);
+    uint32_t code = ((uint32_t)(e + bias) << mbits) | (m >> shift);
+    if (rest > half || (rest == half && (code & 1u)))
+        code++;
     if (code > max_code)
         code = max_code;
     return (uint8_t)(sign | code);
