@@ -7,12 +7,14 @@
  * - initial weights: the act copy is the fp32 initial value rounded to the act dtype (to
  *   nearest even), the fp32 master weights are the fp32 values exactly;
  * - training: tiny, tiny-llama and tiny-moe (the router's own choice) for 8 steps track the
- *   CPU's fp32 losses (tolerances below); the first step's gradients track the CPU's tensor by
- *   tensor (tiny-moe with forced routing);
+ *   CPU's fp32 losses (tolerances below), and so do FP8 GEMMs of every recipe against the
+ *   CPU's FP8; the first step's gradients track the CPU's tensor by tensor (tiny-moe with
+ *   forced routing);
  * - memory: every category the executor allocates equals sim_run's prediction for bf16 and
  *   fp16 byte for byte (runtime excepted, the profile's allowance), over recompute modes, flash
- *   attention, dropout, GPipe, ZeRO-1/2/3, SGD and experts; FLOPs too; and the device's own account
- *   (cudaMemGetInfo) grew by exactly the arenas on the emulator (at least by them on a GPU);
+ *   attention, dropout, GPipe, ZeRO-1/2/3, SGD, experts and FP8 recipes; FLOPs too; and the
+ *   device's own account (cudaMemGetInfo) grew by exactly the arenas on the emulator (at least
+ *   by them on a GPU);
  * - which backend a plan gets, and the plans each backend refuses;
  * - run.json and the metrics log name the backend, the precision and the device's memory;
  * - the assumption of the NCCL layer: on every directed edge of the pipeline the sender's
@@ -104,13 +106,20 @@ static ModelSpec spec_of(const char *model, int seq, int gbs, int mbs, PxDtype p
     return s;
 }
 
-/* An executor on the given backend: the CPU on the local cluster (fp32), CUDA on a one-GPU
- * dgx-h100 (bf16 or fp16). */
+/* The cluster a CUDA plan is made for: a one-GPU dgx-h100 (whose FP8 GEMMs take only the TN
+ * layout: transposed copies), or dgx-b200 for MXFP8, which Hopper has no tensor cores for. */
+static const char *gpu_cluster(const ModelSpec *s)
+{
+    return s->job.fp8 == MODEL_FP8_MXFP8 ? "dgx-b200" : "dgx-h100";
+}
+
+/* An executor on the given backend: the CPU on the local cluster (fp32), CUDA on gpu_cluster's
+ * (bf16 or fp16). */
 static Exec *exec_on(const ModelSpec *s, ExecBackend be, ExecOptions *o)
 {
     PxError err = {0};
     ModelPlan plan;
-    CHECK_OK(sim_plan_for(s, be == EXEC_BACKEND_CPU ? "local" : "dgx-h100", 1, &plan, &err), err);
+    CHECK_OK(sim_plan_for(s, be == EXEC_BACKEND_CPU ? "local" : gpu_cluster(s), 1, &plan, &err), err);
     ExecOptions opt;
     if (o) {
         opt = *o;
@@ -182,11 +191,13 @@ static void test_initial_weights(PxDtype act)
 /* ---- training against the CPU ---- */
 
 /* The worst relative difference of the losses of `steps` steps; every step must be within tol
- * and none skipped (the scale never overflows on these runs). */
-static double track(const char *model, PxDtype act, int steps, double tol)
+ * and none skipped (the scale never overflows on these runs). fp8: both runs' linear layers in
+ * FP8 with that recipe (MODEL_FP8_NONE: none). */
+static double track_fp8(const char *model, PxDtype act, ModelFp8Recipe fp8, int steps, double tol)
 {
     ModelSpec s32 = spec_of(model, 32, 4, 2, PX_FP32), s16 = spec_of(model, 32, 4, 2, act);
     s32.job.steps = s16.job.steps = steps;
+    s32.job.fp8 = s16.job.fp8 = fp8;
     Exec *cpu = exec_on(&s32, EXEC_BACKEND_CPU, NULL), *gpu = exec_on(&s16, EXEC_BACKEND_CUDA, NULL);
     PxError err = {0};
     double worst = 0;
@@ -205,11 +216,17 @@ static double track(const char *model, PxDtype act, int steps, double tol)
             exit(1);
         }
     }
-    printf("  %-10s %s: %d steps, losses within %.2e of the fp32 CPU run (tolerance %.0e)\n", model,
-           px_dtype_name(act), steps, worst, tol);
+    printf("  %-10s %s%s%s: %d steps, losses within %.2e of the fp32 CPU run%s (tolerance %.0e)\n",
+           model, px_dtype_name(act), fp8 ? " + FP8 " : "", fp8 ? model_fp8_recipe_name(fp8) : "",
+           steps, worst, fp8 ? " with the same FP8 GEMMs" : "", tol);
     exec_free(cpu);
     exec_free(gpu);
     return worst;
+}
+
+static double track(const char *model, PxDtype act, int steps, double tol)
+{
+    return track_fp8(model, act, MODEL_FP8_NONE, steps, tol);
 }
 
 /* The first step's gradients: each tensor's relative L2 difference from the CPU's (fp16's
@@ -275,7 +292,7 @@ static void memory_case(const char *what, ModelSpec s)
 {
     PxError err = {0};
     ProfCluster cl;
-    CHECK_OK(prof_cluster_load("dgx-h100", NULL, 0, &cl, &err), err);
+    CHECK_OK(prof_cluster_load(gpu_cluster(&s), NULL, 0, &cl, &err), err);
     SimResult r;
     CHECK_OK(sim_run(&s, &cl, 1, &r, &err), err);
     Exec *ex = exec_on(&s, EXEC_BACKEND_CUDA, NULL);
@@ -354,6 +371,19 @@ static void test_memory(PxDtype act)
     }
     if (act != PX_BF16)
         return;
+    /* FP8 GEMMs: the FP8 copies (transposed on dgx-h100 and for MXFP8), delayed scaling's
+     * histories, inputs saved in FP8, ws.fp8; with ZeRO-1/2, SP and full recompute too */
+    for (int r = MODEL_FP8_DELAYED; r <= MODEL_FP8_MXFP8; r++) {
+        ModelSpec s = spec_of(r % 2 ? "tiny" : "tiny-llama", 16, 4, 2, act);
+        s.job.fp8 = (ModelFp8Recipe)r;
+        s.job.fp8_amax_history = 8;
+        s.layout.zero = r == MODEL_FP8_TENSORWISE ? 1 : r == MODEL_FP8_BLOCKWISE ? 2 : 0;
+        s.layout.recompute = r == MODEL_FP8_MXFP8 ? MODEL_RECOMPUTE_FULL : MODEL_RECOMPUTE_NONE;
+        snprintf(what, sizeof what, "%s %s + FP8 %s zero %d recompute %s", s.model.name,
+                 px_dtype_name(act), model_fp8_recipe_name(s.job.fp8), s.layout.zero,
+                 model_recompute_name(s.layout.recompute));
+        memory_case(what, s);
+    }
     ModelSpec s = spec_of("tiny", 16, 4, 2, act);
     s.job.optimizer = MODEL_OPT_SGD_MOMENTUM;
     snprintf(what, sizeof what, "sgd %s", px_dtype_name(act));
@@ -564,6 +594,12 @@ int main(void)
     track("tiny", PX_FP16, 8, 1.2e-4);
     track("tiny-llama", PX_FP16, 8, 1.2e-4);
     track("tiny-moe", PX_FP16, 8, 1.2e-4);
+    /* FP8 GEMMs on both (the CPU's in fp32 around them, the CUDA path's with transposed
+     * copies on dgx-h100 and dgx-b200's MXFP8): both quantize the same values, and differ where
+     * bf16 moved an operand across an FP8 rounding boundary; measured on the emulator, within
+     * 2.5e-4 over 8 steps, as close as bf16 alone: bf16's tolerance holds */
+    for (int r = MODEL_FP8_DELAYED; r <= MODEL_FP8_MXFP8; r++)
+        track_fp8(r % 2 ? "tiny" : "tiny-llama", PX_BF16, (ModelFp8Recipe)r, 8, 1e-3);
     gradients("tiny", PX_BF16, 4.0 / 256);
     gradients("tiny-llama", PX_BF16, 4.0 / 256);
     gradients("tiny-moe", PX_BF16, 4.0 / 256);

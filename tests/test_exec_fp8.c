@@ -1,0 +1,230 @@
+/* FP8 training on the CPU executor (docs/fp8.md, "The executor"):
+ * - the weights' FP8 copies hold real one-byte codes with each recipe's scaling, recomputed
+ *   here from the recipe's definition over the weight's fp32 values: per tensor (amax / 448),
+ *   128 x 128 blocks, OCP MX 1 x 32 blocks with E8M0 powers of two (and the transposed copy
+ *   MXFP8 keeps), delayed scaling's decode factor from the amax history;
+ * - output gradients are quantized as E5M2 in the hybrid format and E4M3 in the e4m3 one;
+ * - delayed scaling keeps one history entry per micro-batch for a GEMM's input and output
+ *   gradient, one per cast for its weight;
+ * - the arenas hold the one-byte tensors: tiny's activations, by hand, 4 x 708,624 + 393,216
+ *   bytes with FP8 GEMM inputs against 4 x 1,052,672 + 393,216 without;
+ * - `curves`: 200 steps of tiny in FP8 follow the fp32 run (the CPU's reference precision;
+ *   bf16 on a GPU) within 1% at every step and 0.5% over the last 20, for every recipe, and
+ *   differ from it (the GEMMs really ran on FP8 values).
+ * Usage: test_exec_fp8 [curves] */
+#include "exec/train/internal.h"
+#include "tests/test_exec_common.h"
+
+static ModelSpec fp8_spec(ModelFp8Recipe r, ModelFp8Format fmt)
+{
+    ModelSpec s = tx_spec("tiny", 64, 8, 4);
+    s.job.fp8 = r;
+    s.job.fp8_format = fmt;
+    return s;
+}
+
+static float e8m0_scale(float amax)
+{
+    int e;
+    if (amax == 0.0f)
+        return 1.0f; /* an all-zero block */
+    frexpf(amax, &e);
+    return ldexpf(1.0f, e - 1 - 8); /* 2^(floor(log2 amax) - emax), emax 8 for E4M3 */
+}
+
+static float f32_at(const uint8_t *p)
+{
+    float f;
+    memcpy(&f, p, sizeof f);
+    return f;
+}
+
+/* The codes of q ([rows, cols] then its scales, block br x bc) against x ([rows, cols] with row
+ * stride xr and column stride xc), each block scaled by what `rule` gives its amax (E8M0: the
+ * scale is stored as a biased exponent byte). */
+static void check_codes(const uint8_t *q, const float *x, int rows, int cols, size_t xr, size_t xc,
+                        int br, int bc, int e8m0, float fixed_scale, int e5m2)
+{
+    const int nbc = (cols + bc - 1) / bc;
+    const uint8_t *scales = q + (size_t)rows * cols;
+    for (int r0 = 0; r0 < rows; r0 += br)
+        for (int c0 = 0; c0 < cols; c0 += bc) {
+            float amax = 0;
+            for (int r = r0; r < r0 + br && r < rows; r++)
+                for (int c = c0; c < c0 + bc && c < cols; c++)
+                    amax = fmaxf(amax, fabsf(x[r * xr + c * xc]));
+            const size_t b = (size_t)(r0 / br) * nbc + (size_t)(c0 / bc);
+            float s;
+            if (e8m0) {
+                s = e8m0_scale(amax);
+                int e;
+                frexpf(s, &e);
+                CHECK_EQ_INT(e - 1 + 127, scales[b]);
+            } else {
+                s = fixed_scale > 0 ? fixed_scale : amax / (e5m2 ? 57344.0f : 448.0f);
+                CHECK(f32_at(scales + 4 * b) == s);
+            }
+            for (int r = r0; r < r0 + br && r < rows; r++)
+                for (int c = c0; c < c0 + bc && c < cols; c++) {
+                    const float v = x[r * xr + c * xc] / s;
+                    CHECK_EQ_INT(e5m2 ? px_float_to_e5m2(v) : px_float_to_e4m3(v),
+                                 q[(size_t)r * cols + c]);
+                }
+        }
+}
+
+/* Every recipe's copy of layer 0's QKV weight ([192, 64] on tiny) after exec_init's cast. */
+static void weights_per_recipe(void)
+{
+    const ModelFp8Recipe rs[] = {MODEL_FP8_TENSORWISE, MODEL_FP8_BLOCKWISE, MODEL_FP8_MXFP8,
+                                 MODEL_FP8_DELAYED};
+    for (size_t i = 0; i < sizeof rs / sizeof rs[0]; i++) {
+        ModelSpec s = fp8_spec(rs[i], MODEL_FP8_HYBRID);
+        Exec *ex = tx_exec(&s);
+        const ExecFp8Weight *w = exec_fp8_weight(&ex->fp8, MODEL_TR_QKV_W, 0);
+        CHECK(w != NULL && w->q != NULL);
+        CHECK_EQ_INT(192, w->rows);
+        CHECK_EQ_INT(64, w->cols);
+        const float *x = w->p->w;
+        switch (rs[i]) {
+        case MODEL_FP8_TENSORWISE: check_codes(w->q, x, 192, 64, 64, 1, 192, 64, 0, 0, 0); break;
+        case MODEL_FP8_BLOCKWISE: check_codes(w->q, x, 192, 64, 64, 1, 128, 128, 0, 0, 0); break;
+        case MODEL_FP8_MXFP8:
+            check_codes(w->q, x, 192, 64, 64, 1, 1, 32, 1, 0, 0);
+            /* the transposed copy: [64, 192], its 1 x 32 blocks along the weight's rows */
+            CHECK(w->qt != NULL);
+            check_codes(w->qt, x, 64, 192, 1, 64, 1, 32, 1, 0, 0);
+            break;
+        default: {
+            /* delayed: the first cast quantizes with the initial decode factor 1, then the
+             * weight's amax enters its history and gives the next factor */
+            check_codes(w->q, x, 192, 64, 64, 1, 192, 64, 0, 1.0f, 0);
+            float amax = 0;
+            for (int k = 0; k < 192 * 64; k++)
+                amax = fmaxf(amax, fabsf(x[k]));
+            const int len = ex->fp8.len;
+            CHECK_EQ_INT(1024, len);
+            CHECK(w->hist[EXEC_FP8_W * len] == amax);
+            CHECK(w->hist[EXEC_FP8_W * len + 1] == 0.0f);
+            CHECK(w->scale[EXEC_FP8_W] == amax / 448.0f);
+            CHECK(w->scale[EXEC_FP8_X] == 1.0f && w->scale[EXEC_FP8_DY] == 1.0f);
+            /* one step of 2 micro-batches: two entries for the input and the output gradient,
+             * one more for the weight (its cast after the update) */
+            ExecStepStats st;
+            PxError err = {0};
+            CHECK_OK(exec_step(ex, 0, &st, &err), err);
+            for (int c = 0; c < 3; c++) {
+                const float *h = w->hist + (size_t)c * len;
+                CHECK(h[0] > 0 && h[1] > 0 && h[2] == 0.0f);
+                float most = fmaxf(h[0], h[1]);
+                CHECK(w->scale[c] == most / 448.0f || (c == EXEC_FP8_DY && w->scale[c] == most / 57344.0f));
+            }
+            CHECK(w->hist[EXEC_FP8_W * len + 1] == amax);
+            /* the copy after the update was cast with the factor of the weight's first amax */
+            check_codes(w->q, x, 192, 64, 64, 1, 192, 64, 0, amax / 448.0f, 0);
+            break;
+        }
+        }
+        printf("  %-10s layer.0.attn.qkv.w.fp8: 12,288 codes and their scales as the recipe "
+               "defines them\n",
+               model_fp8_recipe_name(rs[i]));
+        exec_free(ex);
+    }
+}
+
+/* The last FP8 GEMM of a backward (layer 0's QKV) leaves its output gradient's codes in ws.fp8:
+ * E5M2 scaled by amax / 57344 in the hybrid format, E4M3 by amax / 448 in the e4m3 one. */
+static void gradient_format(void)
+{
+    for (int f = 0; f < 2; f++) {
+        ModelSpec s = fp8_spec(MODEL_FP8_TENSORWISE, f ? MODEL_FP8_E4M3 : MODEL_FP8_HYBRID);
+        Exec *ex = tx_exec(&s);
+        double loss;
+        PxError err = {0};
+        CHECK_OK(exec_grads(ex, 0, &loss, &err), err);
+        const int N = 4 * 64, O = 192;
+        check_codes(ex->fp8.q0, (const float *)ex->work.dqkv, N, O, O, 1, N, O, 0, 0, !f);
+        printf("  %-6s format: the QKV output gradient as %d %s codes\n", f ? "e4m3" : "hybrid",
+               N * O, f ? "E4M3" : "E5M2");
+        exec_free(ex);
+    }
+}
+
+/* The arenas against the table and against tiny's figures by hand (docs/memory.md's terms;
+ * flash attention, no dropout, 1 micro-batch of 4 x 64 tokens alive on one stage). */
+static void memory(void)
+{
+    ModelSpec s = fp8_spec(MODEL_FP8_TENSORWISE, MODEL_FP8_HYBRID);
+    Exec *ex = tx_exec(&s);
+    /* per layer: ln1.in 65,536, attn.qkv.in 16,384 + 4, attn.qkv.out 196,608, attn.lse 4,096,
+     * attn.proj.in 16,388, ln2.in 65,536, mlp.fc1.in 16,388, mlp.act.in 262,144, mlp.fc2.in
+     * 65,536 + 4; the output layer's final_ln.in, logits.in 65,536 each and loss.probs 262,144 */
+    CHECK_EQ_U64(4u * 708624u + 393216u, ex->mem.a[MODEL_ACTIVATIONS].cap);
+    /* the weights: tiny's 220,544 fp32 parameters (GPT-2 style, 4 layers of 64) and per layer
+     * four FP8 copies of 12,288 + 4,096 + 16,384 + 16,384 codes with a 4-byte scale each */
+    CHECK_EQ_U64(4u * 220544u + 4u * (49152u + 16u), ex->mem.a[MODEL_WEIGHTS].cap);
+    for (int k = 0; k < MODEL_RUNTIME; k++)
+        CHECK_EQ_U64(model_tensors_bytes(&ex->tt, (ModelCategory)k), ex->mem.a[k].cap);
+    exec_free(ex);
+    ModelSpec b = tx_spec("tiny", 64, 8, 4);
+    ex = tx_exec(&b);
+    CHECK_EQ_U64(4u * 1052672u + 393216u, ex->mem.a[MODEL_ACTIVATIONS].cap);
+    CHECK_EQ_U64(4u * 220544u, ex->mem.a[MODEL_WEIGHTS].cap);
+    exec_free(ex);
+    printf("  tiny: activations 3,227,712 bytes in FP8 against 4,603,904 in fp32; weights "
+           "882,176 + 196,672 of FP8 copies\n");
+}
+
+enum { CURVE_STEPS = 200 };
+
+static void curve(const ModelSpec *s, double *loss)
+{
+    ModelSpec t = *s;
+    t.job.steps = CURVE_STEPS;
+    Exec *ex = tx_exec(&t);
+    for (int i = 0; i < CURVE_STEPS; i++) {
+        ExecStepStats st;
+        PxError err = {0};
+        CHECK_OK(exec_step(ex, i, &st, &err), err);
+        loss[i] = st.loss;
+    }
+    exec_free(ex);
+}
+
+static void curves(void)
+{
+    static double ref[CURVE_STEPS], got[CURVE_STEPS];
+    ModelSpec b = tx_spec("tiny", 64, 8, 4);
+    curve(&b, ref);
+    printf("  recipe       loss@1    loss@200  fp32@200  max |rel diff|  last-20 mean diff\n");
+    for (int r = MODEL_FP8_DELAYED; r <= MODEL_FP8_MXFP8; r++) {
+        ModelSpec s = fp8_spec((ModelFp8Recipe)r, MODEL_FP8_HYBRID);
+        curve(&s, got);
+        double worst = 0, m_ref = 0, m_got = 0;
+        for (int i = 0; i < CURVE_STEPS; i++) {
+            worst = fmax(worst, fabs(got[i] - ref[i]) / ref[i]);
+            if (i >= CURVE_STEPS - 20) {
+                m_ref += ref[i] / 20;
+                m_got += got[i] / 20;
+            }
+        }
+        printf("  %-10s  %8.4f  %8.4f  %8.4f  %12.2e  %+14.3f%%\n", model_fp8_recipe_name((ModelFp8Recipe)r),
+               got[0], got[CURVE_STEPS - 1], ref[CURVE_STEPS - 1], worst, 100 * (m_got - m_ref) / m_ref);
+        CHECK(worst <= 0.01);
+        CHECK(fabs(m_got - m_ref) <= 0.005 * m_ref);
+        CHECK(worst >= 1e-4); /* the FP8 GEMMs changed the numbers */
+        CHECK(got[CURVE_STEPS - 1] < 0.5 * got[0]); /* and it learned */
+    }
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && !strcmp(argv[1], "curves")) {
+        curves();
+        TEST_DONE("test_exec_fp8 curves");
+    }
+    weights_per_recipe();
+    gradient_format();
+    memory();
+    TEST_DONE("test_exec_fp8");
+}
