@@ -241,9 +241,11 @@ static void megatron(FILE *f, const ModelPlan *p, const ModelDims *d)
             c->name, p->gpus, p->cluster);
     fprintf(f, "# data-parallel size %d follows from the world size; %d micro-batches per step\n",
             l->dp, d->m);
+    /* the FSDP asserts: Megatron-LM since ab43d43f (2026-04), still at d98e8a64 */
     if (l->zero >= 2)
         fprintf(f, "# ZeRO-%d maps to Megatron FSDP (--use-megatron-fsdp and the sharding strategy below;\n"
-                   "# Megatron-LM versions before the rename call the first flag --use-custom-fsdp)\n",
+                   "# Megatron-LM versions before the rename call the first flag --use-custom-fsdp), whose\n"
+                   "# validate_args asserts --ckpt-format fsdp_dtensor and CUDA_DEVICE_MAX_CONNECTIONS unset or > 1\n",
                 l->zero);
     if (l->schedule == MODEL_SCHED_GPIPE && l->pp > 1)
         fprintf(f, "%s", gpipe_note);
@@ -264,7 +266,8 @@ static void megatron(FILE *f, const ModelPlan *p, const ModelDims *d)
                     split, lay);
         }
     }
-    if (l->tp > 1 || l->cp > 1)
+    /* Megatron FSDP only warns that tp or cp > 1 would rather have one connection */
+    if ((l->tp > 1 || l->cp > 1) && l->zero < 2)
         fprintf(f, "# with tp or cp > 1 Megatron-LM's validate_args asserts CUDA_DEVICE_MAX_CONNECTIONS=1 in the\n"
                    "# environment (before Blackwell): export CUDA_DEVICE_MAX_CONNECTIONS=1\n");
     megatron_moe_notes(f, p);
@@ -315,6 +318,7 @@ static void megatron(FILE *f, const ModelPlan *p, const ModelDims *d)
     if (l->zero >= 2) {
         flag(f, "--use-megatron-fsdp", NULL);
         flag(f, "--data-parallel-sharding-strategy", "%s", l->zero == 2 ? "optim_grads" : "optim_grads_params");
+        flag(f, "--ckpt-format", "fsdp_dtensor");
     }
     if (l->overlap_dp) {
         flag(f, "--overlap-grad-reduce", NULL);
@@ -633,7 +637,7 @@ static void nemo(FILE *f, const ModelPlan *p, const ModelDims *d)
             l->zero >= 1 ? "true" : "false", l->overlap_dp ? "true" : "false",
             l->overlap_dp && l->zero >= 1 ? "true" : "false");
     if (l->zero >= 2)
-        fprintf(f, "dist.use_megatron_fsdp=true ddp.use_megatron_fsdp=true ddp.data_parallel_sharding_strategy=%s\n",
+        fprintf(f, "dist.use_megatron_fsdp=true ddp.use_megatron_fsdp=true ddp.data_parallel_sharding_strategy=%s checkpoint.ckpt_format=fsdp_dtensor\n",
                 l->zero == 2 ? "optim_grads" : "optim_grads_params");
     fprintf(f, "scheduler.lr_warmup_iters=%d scheduler.lr_decay_style=cosine", t->warmup_steps);
     if (t->fp8 != MODEL_FP8_NONE) {
