@@ -645,7 +645,7 @@ static void nemo(FILE *f, const ModelPlan *p, const ModelDims *d)
         bridge_fp8(f, p);
     } else {
         fprintf(f, " mixed_precision=%s\n",
-                t->precision == PX_BF16 ? "bf16_mixed" : t->precision == PX_FP16 ? "16_mixed" : "null");
+                t->precision == PX_BF16 ? "bf16_mixed" : t->precision == PX_FP16 ? "fp16_mixed" : "null");
     }
 }
 

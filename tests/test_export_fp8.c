@@ -255,7 +255,7 @@ static void test_deepspeed(void)
     free(warned);
 }
 
-/* without FP8 nothing of it is written, and Megatron-Bridge's bf16 recipe stays */
+/* without FP8 nothing of it is written, and Megatron-Bridge's bf16 and fp16 recipes stay */
 static void test_no_fp8(void)
 {
     ModelSpec s = job("llama3-8b", MODEL_FP8_NONE, MODEL_FP8_HYBRID);
@@ -273,6 +273,12 @@ static void test_no_fp8(void)
         free(out);
         free(warned);
     }
+    /* Megatron-Bridge registers fp16_mixed (and fp16-mixed), not NeMo 2's 16-mixed */
+    s.job.precision = PX_FP16;
+    char *ne = export_of(&s, "dgx-h100", 8, SIM_EXPORT_NEMO, NULL);
+    const char *want16[] = {"scheduler.lr_warmup_iters=10 scheduler.lr_decay_style=cosine mixed_precision=fp16_mixed", NULL};
+    expect_lines("nemo export (fp16)", ne, want16, NULL);
+    free(ne);
 }
 
 int main(void)
