@@ -183,6 +183,55 @@ static void megatron_moe_notes(FILE *f, const ModelPlan *p)
                    "# below turns every linear bias off, --add-bias-linear would turn them all on\n");
 }
 
+/* FP8 training, checked against Megatron-LM d98e8a64 (megatron/training/arguments.py and
+ * megatron/core/transformer/transformer_config.py, whose fields become flags): --fp8-format
+ * (TransformerConfig.fp8: e4m3 | hybrid) turns FP8 on, --fp8-recipe takes parallax's recipe
+ * names, delayed scaling's history is --fp8-amax-history-len with --fp8-amax-compute-algo max
+ * (Megatron's defaults are 1 and most_recent; parallax plans Transformer Engine's 1024 and
+ * max). validate_args takes --fp8-param-gather only with the distributed optimizer or FSDP,
+ * which ZeRO 1 and 2 map to. fp8_dot_product_attention is a TransformerConfig field that
+ * arguments.py excludes from the flags, and Megatron-Core quantizes a MoE dispatch only on the
+ * ncclep flex dispatcher (moe_dispatch_fwd_dtype): both are said in comments. */
+static int fp8_param_gather_ok(const ModelPlan *p)
+{
+    return p->spec.job.fp8_param_gather && p->spec.layout.zero >= 1;
+}
+
+static void megatron_fp8_notes(FILE *f, const ModelPlan *p)
+{
+    const ModelJob *t = &p->spec.job;
+    if (t->fp8 == MODEL_FP8_NONE)
+        return;
+    if (t->fp8 == MODEL_FP8_MXFP8)
+        fprintf(f, "# --fp8-recipe mxfp8 runs on Blackwell only: Transformer Engine checks the device, validate_args does not\n");
+    if (t->fp8_param_gather && !fp8_param_gather_ok(p))
+        fprintf(f, "# NOT EXPRESSIBLE: FP8-only weights without the distributed optimizer (ZeRO-0): validate_args takes\n"
+                   "# --fp8-param-gather only with --use-distributed-optimizer or FSDP, so the flags below keep the 16-bit\n"
+                   "# weights beside their FP8 copies (plan with --zero 1 for the flag)\n");
+    if (t->fp8_attention)
+        fprintf(f, "# NOT EXPRESSIBLE: FP8 attention: Megatron-Core's TransformerConfig.fp8_dot_product_attention has\n"
+                   "# no pretrain_gpt.py flag (arguments.py leaves it out of the generated ones)%s\n",
+                t->fp8 == MODEL_FP8_BLOCKWISE ? "; the blockwise recipe\n# (Float8BlockScaling) does not take it either" : "");
+    if (t->fp8_dispatch && p->spec.model.moe.experts > 0)
+        fprintf(f, "# FP8 dispatch has no flag for the alltoall dispatcher below: Megatron-Core quantizes the dispatch\n"
+                   "# only on the ncclep flex dispatcher, in MXFP8 (--moe-dispatch-fwd-dtype mxfp8); these flags dispatch in bf16\n");
+}
+
+static void megatron_fp8(FILE *f, const ModelPlan *p)
+{
+    const ModelJob *t = &p->spec.job;
+    if (t->fp8 == MODEL_FP8_NONE)
+        return;
+    flag(f, "--fp8-format", "%s", model_fp8_format_name(t->fp8_format));
+    flag(f, "--fp8-recipe", "%s", model_fp8_recipe_name(t->fp8));
+    if (t->fp8 == MODEL_FP8_DELAYED) {
+        flag(f, "--fp8-amax-history-len", "%d", t->fp8_amax_history);
+        flag(f, "--fp8-amax-compute-algo", "max");
+    }
+    if (fp8_param_gather_ok(p))
+        flag(f, "--fp8-param-gather", NULL);
+}
+
 static void megatron(FILE *f, const ModelPlan *p, const ModelDims *d)
 {
     const ModelConfig *c = &p->spec.model;
@@ -192,9 +241,11 @@ static void megatron(FILE *f, const ModelPlan *p, const ModelDims *d)
             c->name, p->gpus, p->cluster);
     fprintf(f, "# data-parallel size %d follows from the world size; %d micro-batches per step\n",
             l->dp, d->m);
+    /* the FSDP asserts: Megatron-LM since ab43d43f (2026-04), still at d98e8a64 */
     if (l->zero >= 2)
         fprintf(f, "# ZeRO-%d maps to Megatron FSDP (--use-megatron-fsdp and the sharding strategy below;\n"
-                   "# Megatron-LM versions before the rename call the first flag --use-custom-fsdp)\n",
+                   "# Megatron-LM versions before the rename call the first flag --use-custom-fsdp), whose\n"
+                   "# validate_args asserts --ckpt-format fsdp_dtensor and CUDA_DEVICE_MAX_CONNECTIONS unset or > 1\n",
                 l->zero);
     if (l->schedule == MODEL_SCHED_GPIPE && l->pp > 1)
         fprintf(f, "%s", gpipe_note);
@@ -215,10 +266,12 @@ static void megatron(FILE *f, const ModelPlan *p, const ModelDims *d)
                     split, lay);
         }
     }
-    if (l->tp > 1 || l->cp > 1)
+    /* Megatron FSDP only warns that tp or cp > 1 would rather have one connection */
+    if ((l->tp > 1 || l->cp > 1) && l->zero < 2)
         fprintf(f, "# with tp or cp > 1 Megatron-LM's validate_args asserts CUDA_DEVICE_MAX_CONNECTIONS=1 in the\n"
                    "# environment (before Blackwell): export CUDA_DEVICE_MAX_CONNECTIONS=1\n");
     megatron_moe_notes(f, p);
+    megatron_fp8_notes(f, p);
     fprintf(f, "MEGATRON_ARGS=\\\n");
     flag(f, "--num-layers", "%d", c->layers);
     flag(f, "--hidden-size", "%d", c->hidden);
@@ -265,6 +318,7 @@ static void megatron(FILE *f, const ModelPlan *p, const ModelDims *d)
     if (l->zero >= 2) {
         flag(f, "--use-megatron-fsdp", NULL);
         flag(f, "--data-parallel-sharding-strategy", "%s", l->zero == 2 ? "optim_grads" : "optim_grads_params");
+        flag(f, "--ckpt-format", "fsdp_dtensor");
     }
     if (l->overlap_dp) {
         flag(f, "--overlap-grad-reduce", NULL);
@@ -289,6 +343,7 @@ static void megatron(FILE *f, const ModelPlan *p, const ModelDims *d)
         flag(f, "--fp16", NULL);
     if (t->precision != PX_FP32 && t->grad_dtype == PX_FP32)
         flag(f, "--accumulate-allreduce-grads-in-fp32", NULL);
+    megatron_fp8(f, p);
     if (t->flash_attn)
         flag(f, "--use-flash-attn", NULL);
     flag(f, "--attention-dropout", "%g", t->dropout);
@@ -427,6 +482,84 @@ static void nemo_moe(FILE *f, const ModelPlan *p, int bridge)
         fprintf(f, "model.mtp_num_layers=%d\n", c->mtp_layers);
 }
 
+/* NeMo 1.x's FP8 keys (NVIDIA/NeMo 8cfedd72, examples/nlp/language_modeling/conf/
+ * megatron_gpt_config.yaml and megatron_gpt_model.py): fp8 with fp8_e4m3 / fp8_hybrid,
+ * fp8_amax_history_len, fp8_amax_compute_algo, all for delayed scaling, and fp8_params, whose
+ * weights fp8_model_init builds under DelayedScaling. Other recipes and FP8 attention go
+ * through build_transformer_config, which hands Megatron-Core's TransformerConfig every model
+ * key named as one of its fields; those keys are not in the yaml, so Hydra needs the '+'. FP8
+ * needs the Transformer Engine layer spec (transformer_engine, false in the yaml). */
+static void nemo1_fp8(FILE *f, const ModelPlan *p)
+{
+    const ModelJob *t = &p->spec.job;
+    if (t->fp8 == MODEL_FP8_NONE)
+        return;
+    const int delayed = t->fp8 == MODEL_FP8_DELAYED, e4m3 = t->fp8_format == MODEL_FP8_E4M3;
+    if (!delayed || t->fp8_attention)
+        fprintf(f, "# NeMo 1.x's own FP8 keys are delayed scaling's; the '+' keys reach Megatron-Core's TransformerConfig\n");
+    fprintf(f, "model.transformer_engine=true model.fp8=true model.fp8_e4m3=%s model.fp8_hybrid=%s",
+            e4m3 ? "true" : "false", e4m3 ? "false" : "true");
+    if (delayed)
+        fprintf(f, " model.fp8_amax_history_len=%d model.fp8_amax_compute_algo=max", t->fp8_amax_history);
+    else
+        fprintf(f, " +model.fp8_recipe=%s", model_fp8_recipe_name(t->fp8));
+    if (delayed && fp8_param_gather_ok(p))
+        fprintf(f, " +model.fp8_params=true");
+    if (t->fp8_attention)
+        fprintf(f, " +model.fp8_dot_product_attention=true");
+    fprintf(f, "\n");
+    if (t->fp8_param_gather && !delayed)
+        fprintf(f, "# NOT EXPRESSIBLE in NeMo 1.x: FP8 parameters under the %s recipe (model.fp8_params builds them\n"
+                   "# under DelayedScaling); the weights stay 16-bit beside their FP8 copies\n",
+                model_fp8_recipe_name(t->fp8));
+    else if (t->fp8_param_gather && !fp8_param_gather_ok(p))
+        fprintf(f, "# NOT EXPRESSIBLE: FP8-only weights without the distributed optimizer (ZeRO-0); the weights stay\n"
+                   "# 16-bit beside their FP8 copies (plan with --zero 1 for model.fp8_params)\n");
+}
+
+/* Megatron-Bridge's mixed-precision recipe for an FP8 plan and where the plan differs from its
+ * defaults (NVIDIA-NeMo/Megatron-Bridge 067f987d, src/megatron/bridge/training/
+ * mixed_precision.py): delayed is *_with_fp8_delayed_scaling_mixed (hybrid, history 1024, max,
+ * FP8 parameters), tensorwise *_with_fp8_current_scaling_mixed (hybrid, FP8 parameters, the
+ * first and last layers in bf16, which parallax does not plan), blockwise
+ * *_with_fp8_subchannel_scaling_mixed (hybrid, no FP8 parameters), mxfp8 *_with_mxfp8_mixed
+ * (e4m3, FP8 parameters with reuse_grad_buf_for_mxfp8_param_ag, which Megatron-Core's DDP
+ * config allows only with them). The recipe's setup() copies its fields over the model's, so
+ * the differences go to mixed_precision.*: keys of a MixedPrecisionConfig, which a recipe
+ * that names its precision by string does not hold. */
+static void bridge_fp8(FILE *f, const ModelPlan *p)
+{
+    const ModelJob *t = &p->spec.job;
+    static const char *const names[] = {NULL, "fp8_delayed_scaling", "fp8_current_scaling",
+                                        "fp8_subchannel_scaling", "mxfp8"};
+    if (t->precision == PX_FP32) {
+        fprintf(f, "mixed_precision=null\n# NOT EXPRESSIBLE: FP8 GEMMs on fp32 weights (Megatron-Bridge's FP8 recipes are bf16_with_* and fp16_with_*)\n");
+        return;
+    }
+    fprintf(f, "mixed_precision=%s_with_%s_mixed\n", t->precision == PX_FP16 ? "fp16" : "bf16", names[t->fp8]);
+    const int want_e4m3 = t->fp8 == MODEL_FP8_MXFP8, want_pg = t->fp8 != MODEL_FP8_BLOCKWISE;
+    const int pg = fp8_param_gather_ok(p);
+    char diff[512] = "";
+    size_t n = 0;
+    if ((t->fp8_format == MODEL_FP8_E4M3) != want_e4m3)
+        n += (size_t)snprintf(diff + n, sizeof diff - n, " mixed_precision.fp8=%s", model_fp8_format_name(t->fp8_format));
+    if (t->fp8 == MODEL_FP8_DELAYED && t->fp8_amax_history != 1024)
+        n += (size_t)snprintf(diff + n, sizeof diff - n, " mixed_precision.fp8_amax_history_len=%d", t->fp8_amax_history);
+    if (pg != want_pg)
+        n += (size_t)snprintf(diff + n, sizeof diff - n, " mixed_precision.fp8_param_gather=%s", pg ? "true" : "false");
+    if (t->fp8 == MODEL_FP8_MXFP8 && !pg)
+        n += (size_t)snprintf(diff + n, sizeof diff - n, " mixed_precision.reuse_grad_buf_for_mxfp8_param_ag=false");
+    if (t->fp8 == MODEL_FP8_TENSORWISE)
+        n += (size_t)snprintf(diff + n, sizeof diff - n, " mixed_precision.first_last_layers_bf16=false");
+    if (t->fp8_attention)
+        n += (size_t)snprintf(diff + n, sizeof diff - n, " mixed_precision.fp8_dot_product_attention=true");
+    if (n > 0)
+        fprintf(f, "# the plan differs from that recipe in these MixedPrecisionConfig keys (overrides where the recipe\n"
+                   "# holds the object, not its name; else set them on it in Python):\n#%s\n", diff);
+    if (t->fp8_param_gather && !pg)
+        fprintf(f, "# NOT EXPRESSIBLE: FP8-only weights without the distributed optimizer (ZeRO-0): they stay 16-bit\n");
+}
+
 static void nemo(FILE *f, const ModelPlan *p, const ModelDims *d)
 {
     const ModelConfig *c = &p->spec.model;
@@ -472,6 +605,7 @@ static void nemo(FILE *f, const ModelPlan *p, const ModelDims *d)
             t->warmup_steps, t->min_lr);
     fprintf(f, "model.use_flash_attention=%s model.hidden_dropout=%g model.attention_dropout=%g\n",
             t->flash_attn ? "true" : "false", t->dropout, t->dropout);
+    nemo1_fp8(f, p);
     if (l->zero >= 2)
         fprintf(f, "# ZeRO-%d: NeMo 1.x shards optimizer state only (distributed_fused_adam)\n", l->zero);
 
@@ -503,10 +637,16 @@ static void nemo(FILE *f, const ModelPlan *p, const ModelDims *d)
             l->zero >= 1 ? "true" : "false", l->overlap_dp ? "true" : "false",
             l->overlap_dp && l->zero >= 1 ? "true" : "false");
     if (l->zero >= 2)
-        fprintf(f, "dist.use_megatron_fsdp=true ddp.use_megatron_fsdp=true ddp.data_parallel_sharding_strategy=%s\n",
+        fprintf(f, "dist.use_megatron_fsdp=true ddp.use_megatron_fsdp=true ddp.data_parallel_sharding_strategy=%s checkpoint.ckpt_format=fsdp_dtensor\n",
                 l->zero == 2 ? "optim_grads" : "optim_grads_params");
-    fprintf(f, "scheduler.lr_warmup_iters=%d scheduler.lr_decay_style=cosine mixed_precision=%s\n",
-            t->warmup_steps, t->precision == PX_BF16 ? "bf16_mixed" : t->precision == PX_FP16 ? "16_mixed" : "null");
+    fprintf(f, "scheduler.lr_warmup_iters=%d scheduler.lr_decay_style=cosine", t->warmup_steps);
+    if (t->fp8 != MODEL_FP8_NONE) {
+        fprintf(f, "\n");
+        bridge_fp8(f, p);
+    } else {
+        fprintf(f, " mixed_precision=%s\n",
+                t->precision == PX_BF16 ? "bf16_mixed" : t->precision == PX_FP16 ? "fp16_mixed" : "null");
+    }
 }
 
 int sim_export(FILE *f, const ModelPlan *plan, SimExportFormat fmt, PxError *err)
@@ -551,6 +691,15 @@ int sim_export(FILE *f, const ModelPlan *plan, SimExportFormat fmt, PxError *err
         if (s.model.mla.kv_lora_rank > 0 || s.model.mtp_layers > 0)
             px_warn("NOT EXPRESSIBLE: multi-head latent attention and multi-token prediction are model code, "
                     "not DeepSpeed config settings");
+        /* DeepSpeed's config has no FP8 training key (deepspeedai/DeepSpeed edaa7221: its fp8 code
+         * is quantized inference and OptimizedLinear's weight storage) */
+        if (s.job.fp8 != MODEL_FP8_NONE)
+            px_warn("NOT EXPRESSIBLE: FP8 training (recipe %s, format %s%s) is not a DeepSpeed config setting: "
+                    "Transformer Engine's layers and te.pytorch.fp8_autocast(fp8_recipe=...) go in the model "
+                    "code; the config written is the %s one",
+                    model_fp8_recipe_name(s.job.fp8), model_fp8_format_name(s.job.fp8_format),
+                    s.job.fp8_param_gather ? ", FP8 parameters" : "",
+                    s.job.precision == PX_FP16 ? "fp16" : s.job.precision == PX_BF16 ? "bf16" : "fp32");
         deepspeed(f, &p, &d);
         break;
     case SIM_EXPORT_NEMO: nemo(f, &p, &d); break;

@@ -4,9 +4,11 @@
 Usage: MEGATRON_LM=<Megatron-LM checkout> python3 tests/megatron_args.py PARALLAX [PYTHON]
 
 For a DeepSeek-V3-like and a Qwen3-MoE-like plan (zoo models deepseek-v3 and qwen3-30b-a3b,
-layouts written by exec_mkplan's sibling `parallax plan ... -o`), it exports the Megatron flags,
-runs megatron/training/arguments.py's parse_args on them, then validate_args with the plan's
-world size, and compares the parsed values with what the plan says. Exits 77 (skipped) with a
+layouts written by exec_mkplan's sibling `parallax plan ... -o`) and FP8 plans of Llama-3 under
+each recipe (blockwise, delayed with its amax history, mxfp8 on B200, FP8 parameters under the
+distributed optimizer and under Megatron FSDP), it exports the Megatron flags, runs
+megatron/training/arguments.py's parse_args on them, then validate_args with the plan's world
+size, and compares the parsed values with what the plan says. Exits 77 (skipped) with a
 message when MEGATRON_LM is not set or torch cannot be imported; 1 on the first mismatch or
 parser error.
 
@@ -16,9 +18,10 @@ What is stubbed, and nothing else:
   - the world size: validate_args reads args.world_size, which parse_args takes from the
     WORLD_SIZE environment variable that torchrun sets; it is set to the plan's GPUs here;
   - torch.cuda.get_device_capability, which validate_args calls for --moe-grouped-gemm (it
-    asserts compute capability >= 8) and which needs a GPU driver: it returns (9, 0), the
-    plans' H100; likewise arguments.get_device_arch_version (the device's major version,
-    read for tp > 1 to decide on CUDA_DEVICE_MAX_CONNECTIONS): 9.
+    asserts compute capability >= 8) and which needs a GPU driver: it returns the plan's
+    device, (9, 0) for H100 and (10, 0) for B200; likewise arguments.get_device_arch_version
+    (the device's major version, read for tp > 1 to decide on CUDA_DEVICE_MAX_CONNECTIONS):
+    9 or 10.
 No other GPU, NCCL or torch.distributed call is made.
 """
 import os
@@ -72,8 +75,6 @@ def main():
     warnings.filterwarnings("ignore")
     from megatron.training import arguments
     import torch
-    torch.cuda.get_device_capability = lambda device=None: (9, 0)  # see the docstring
-    arguments.get_device_arch_version = lambda: 9
 
     import tempfile
     cases = [
@@ -122,9 +123,49 @@ def main():
           "context_parallel_size": 2, "pipeline_model_parallel_size": 16,
           "decoder_first_pipeline_num_layers": 5, "decoder_last_pipeline_num_layers": 5},
          [1] * 94, 256),
+        # FP8: --precision fp8 is bf16 with FP8 GEMMs (recipe delayed unless --fp8-recipe);
+        # parallax's recipe and format names are Megatron's
+        ("llama3-8b-fp8-blockwise",
+         ["--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "16", "--gbs", "128",
+          "--seq", "8192", "--precision", "fp8", "--fp8-recipe", "blockwise", "--fp8-param-gather",
+          "--tp", "2", "--sp", "--pp", "1", "--cp", "1", "--zero", "1", "--mbs", "1",
+          "--recompute", "none", "--vpp", "1"],
+         {"bf16": True, "fp8": "hybrid", "fp8_recipe": "blockwise", "fp8_param_gather": True,
+          "use_distributed_optimizer": True, "tensor_model_parallel_size": 2},
+         None, 16),
+        ("llama3-70b-fp8-delayed",
+         ["--model", "llama3-70b", "--cluster", "dgx-h100", "--gpus", "64", "--gbs", "128",
+          "--seq", "8192", "--precision", "fp8", "--fp8-format", "e4m3", "--fp8-amax-history", "256",
+          "--tp", "4", "--sp", "--pp", "8", "--cp", "1", "--zero", "1", "--mbs", "1",
+          "--recompute", "selective", "--vpp", "5"],
+         {"bf16": True, "fp8": "e4m3", "fp8_recipe": "delayed", "fp8_param_gather": False,
+          "fp8_amax_history_len": 256, "fp8_amax_compute_algo": "max",
+          "pipeline_model_parallel_size": 8, "virtual_pipeline_model_parallel_size": 5},
+         None, 64),
+        ("llama3-70b-fp8-params-fsdp",
+         ["--model", "llama3-70b", "--cluster", "dgx-h100", "--gpus", "64", "--gbs", "128",
+          "--seq", "8192", "--precision", "fp8", "--fp8-param-gather",
+          "--tp", "8", "--sp", "--pp", "1", "--cp", "1", "--zero", "2", "--mbs", "1",
+          "--recompute", "selective", "--vpp", "1"],
+         {"bf16": True, "fp8": "hybrid", "fp8_recipe": "delayed", "fp8_param_gather": True,
+          "fp8_amax_history_len": 1024, "fp8_amax_compute_algo": "max", "use_megatron_fsdp": True,
+          "ckpt_format": "fsdp_dtensor"},
+         None, 64),
+        ("llama3-8b-mxfp8-b200",
+         ["--model", "llama3-8b", "--cluster", "dgx-b200", "--gpus", "16", "--gbs", "128",
+          "--seq", "8192", "--precision", "fp8", "--fp8-recipe", "mxfp8", "--fp8-param-gather",
+          "--tp", "1", "--pp", "1", "--cp", "1", "--zero", "1", "--mbs", "2",
+          "--recompute", "none", "--vpp", "1"],
+         {"bf16": True, "fp8": "hybrid", "fp8_recipe": "mxfp8", "fp8_param_gather": True,
+          "use_distributed_optimizer": True},
+         None, 16),
     ]
     with tempfile.TemporaryDirectory() as tmp:
         for name, plan_args, want, layers, world in cases:
+            # the plan's device (see the docstring): B200 is compute capability 10.0
+            arch = 10 if "dgx-b200" in plan_args else 9
+            torch.cuda.get_device_capability = lambda device=None, a=arch: (a, 0)
+            arguments.get_device_arch_version = lambda a=arch: a
             out, flags = export_flags(parallax, plan_args, tmp)
             print(f"{name}: {len(flags)} tokens of Megatron flags")
             print("\n".join("  " + l for l in out.splitlines() if l.startswith("#")))
@@ -152,7 +193,8 @@ def main():
                 return 1
             for k, v in want.items():
                 check(name, args, k, v)
-            check(name, args, "moe_layer_freq", layers)
+            if layers is not None:
+                check(name, args, "moe_layer_freq", layers)
     print("megatron_args: every export parses and validates")
     return 0
 

@@ -366,17 +366,33 @@ static void test_exports_fsdp_gpipe(void)
     SimResult full;
     CHECK_OK(sim_plan_best(&r, &cl, "leonardo", 16, &plan, &full, &err), err);
     char *mg = capture(&plan, SIM_EXPORT_MEGATRON);
-    const char *want_mg[] = {"--use-megatron-fsdp ", "--data-parallel-sharding-strategy optim_grads_params ", NULL};
+    const char *want_mg[] = {"--use-megatron-fsdp ", "--data-parallel-sharding-strategy optim_grads_params ",
+                             "    --ckpt-format fsdp_dtensor \\\n", NULL};
     const char *not_mg[] = {"--use-distributed-optimizer", "    --use-custom-fsdp", NULL};
     expect_in("megatron export (ZeRO-3)", mg, want_mg, not_mg);
     free(mg);
     char *ne = capture(&plan, SIM_EXPORT_NEMO);
     const char *want_ne[] = {"trainer.devices=4 trainer.num_nodes=4 ", "ddp.use_megatron_fsdp=true",
-                             "ddp.data_parallel_sharding_strategy=optim_grads_params", NULL};
+                             "ddp.data_parallel_sharding_strategy=optim_grads_params checkpoint.ckpt_format=fsdp_dtensor\n",
+                             NULL};
     expect_in("nemo export (ZeRO-3)", ne, want_ne, NULL);
     free(ne);
     model_plan_free(&plan);
     sim_result_free(&full);
+    /* with tp > 1 too: Megatron FSDP asserts CUDA_DEVICE_MAX_CONNECTIONS unset or > 1, so the
+     * export must not ask for the 1 that tp > 1 wants without it */
+    ModelSpec fs = q.base;
+    fs.layout.tp = 2;
+    fs.layout.zero = 2;
+    CHECK_OK(sim_plan_for(&fs, "leonardo", 16, &plan, &err), err);
+    mg = capture(&plan, SIM_EXPORT_MEGATRON);
+    const char *want_tp[] = {"    --tensor-model-parallel-size 2 \\\n", "    --ckpt-format fsdp_dtensor \\\n",
+                             "# validate_args asserts --ckpt-format fsdp_dtensor and CUDA_DEVICE_MAX_CONNECTIONS unset or > 1\n",
+                             NULL};
+    const char *not_tp[] = {"export CUDA_DEVICE_MAX_CONNECTIONS=1", NULL};
+    expect_in("megatron export (ZeRO-2, tp 2)", mg, want_tp, not_tp);
+    free(mg);
+    model_plan_free(&plan);
     sim_plan_free(&r);
     prof_cluster_free(&cl);
 
