@@ -129,7 +129,7 @@ static void acts_fill(const ActRow *t, int n, ModelTensorRole first, ModelLayerA
  * quantized copy the weight gradient reads): entries of out whose role is listed become
  * matrices of their rows x last dimension, one byte each, with their scales. */
 static void acts_fp8(const ModelSpec *s, ModelLayerAct *out, int n, const ModelTensorRole *roles,
-                     int n_roles)
+                     int n_roles, int groups)
 {
     if (s->job.fp8 == MODEL_FP8_NONE)
         return;
@@ -141,6 +141,10 @@ static void acts_fp8(const ModelSpec *s, ModelLayerAct *out, int n, const ModelT
             const int64_t rows = (int64_t)(out[i].numel / (uint64_t)cols);
             out[i].dtype = PX_FP8;
             out[i].bytes = model_fp8_bytes(s->job.fp8, 0, rows, cols);
+            /* one tensor per group: a scale of the whole tensor is one per group (row-wise
+             * blocks split between the groups as they are) */
+            if (groups > 1 && (s->job.fp8 == MODEL_FP8_DELAYED || s->job.fp8 == MODEL_FP8_TENSORWISE))
+                out[i].bytes += (uint64_t)(groups - 1) * model_fp8_scale_bytes(s->job.fp8, 0, rows, cols);
         }
 }
 
@@ -161,8 +165,10 @@ void model_moe_acts(const ModelSpec *s, const ModelDims *d, ModelRecompute mode,
         {"moe.experts.out", e, sp, 2, T * k, d->h, 1, 1, on, sv},
     };
     acts_fill(t, MODEL_MOE_ACTS, MODEL_TR_ROUTER_PROBS, out);
+    /* the experts' GEMMs quantize each local expert's rows as a tensor of its own (Transformer
+     * Engine's grouped GEMM: one scale per GEMM) */
     static const ModelTensorRole fp8_in[] = {MODEL_TR_EXP_IN, MODEL_TR_EXP_FC2_IN};
-    acts_fp8(s, out, MODEL_MOE_ACTS, fp8_in, 2);
+    acts_fp8(s, out, MODEL_MOE_ACTS, fp8_in, 2, d->experts_loc);
 }
 
 void model_layer_acts_at(const ModelSpec *s, const ModelDims *d, ModelRecompute mode, int layer,
@@ -199,7 +205,7 @@ void model_layer_acts_at(const ModelSpec *s, const ModelDims *d, ModelRecompute 
     /* a MoE layer's router reads fc1.in too, in high precision */
     static const ModelTensorRole fp8_in[] = {MODEL_TR_QKV_IN, MODEL_TR_PROJ_IN, MODEL_TR_FC2_IN,
                                              MODEL_TR_FC1_IN};
-    acts_fp8(s, out, MODEL_LAYER_ACTS, fp8_in, moe ? 3 : 4);
+    acts_fp8(s, out, MODEL_LAYER_ACTS, fp8_in, moe ? 3 : 4, 1);
 }
 
 enum { LAYER_ALL_ACTS = MODEL_LAYER_ACTS + MODEL_MOE_ACTS + 2 };

@@ -263,3 +263,44 @@ int exec_fp8_start(ExecFp8 *F, const ExecCtx *c, PxError *err)
         exec_fp8_cast(F, c);
     return rc;
 }
+
+ExecFp8Ref exec_fp8_saved(const ExecFp8 *F, const void *q, int rows, int cols)
+{
+    const ExecFp8Ref x = {q, exec_fp8_desc(F, rows, cols, 0, 0)};
+    return x;
+}
+
+void exec_fp8_mm(const ExecCtx *c, ExecMeter *M, void *out, PxDtype ct, ExecFp8Ref a,
+                 ExecFp8Ref b, int m, int n, int k, int ta, int tb, float beta)
+{
+    c->k->matmul_fp8(out, ct, a.q, &a.f, b.q, &b.f, m, n, k, ta, tb, 1.0f, beta);
+    exec_meter_flops(M, 2.0 * m * n * k);
+}
+
+void exec_fp8_linear_fwd(ExecFp8 *F, const ExecCtx *c, ExecMeter *M, void *y, ExecFp8Ref x,
+                         const ExecFp8Weight *w, int g, int N)
+{
+    exec_fp8_mm(c, M, y, c->act, x, exec_fp8_weight_ref(F, w, g, 0), N, w->rows, w->cols, 0, 1,
+                0.0f);
+}
+
+void exec_fp8_linear_bwd(ExecFp8 *F, const ExecCtx *c, ExecMeter *M, void *dx, float *dw,
+                         const void *dy, ExecFp8Ref x, const void *x_act, const ExecFp8Weight *w,
+                         int g, int N)
+{
+    const int O = w->rows, K = w->cols;
+    const ExecFp8Ref dyr = exec_fp8_quantize(F, c, F->q0, dy, N, O, 0, EXEC_FP8_DY, w, g, 1);
+    ExecFp8Ref dyc = {NULL, {0, 0, 0, 0, 0, 0}};
+    if (F->wt) {
+        dyc = exec_fp8_quantize(F, c, F->q1, dy, O, N, 1, EXEC_FP8_DY, w, g, 0);
+        exec_fp8_mm(c, M, dx, c->act, dyr, exec_fp8_weight_ref(F, w, g, 1), N, K, O, 0, 1, 0.0f);
+    } else {
+        exec_fp8_mm(c, M, dx, c->act, dyr, exec_fp8_weight_ref(F, w, g, 0), N, K, O, 0, 0, 0.0f);
+    }
+    if (x_act)
+        x = exec_fp8_quantize(F, c, F->wt ? F->q0 : F->q1, x_act, N, K, 0, EXEC_FP8_X, w, g, 0);
+    if (F->wt)
+        exec_fp8_mm(c, M, dw, PX_FP32, dyc, x, O, K, N, 0, 0, 1.0f);
+    else
+        exec_fp8_mm(c, M, dw, PX_FP32, dyr, x, O, K, N, 1, 0, 1.0f);
+}

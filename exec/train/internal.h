@@ -476,6 +476,24 @@ KernFp8 exec_fp8_desc(const ExecFp8 *F, int rows, int cols, int weight, int grad
 ExecFp8Ref exec_fp8_quantize(ExecFp8 *F, const ExecCtx *c, void *q, const void *x, int rows,
                              int cols, int trans, int which, const ExecFp8Weight *w, int g,
                              int record);
+/* A saved FP8 input of rows x cols (its layout as exec_fp8_quantize made it). */
+ExecFp8Ref exec_fp8_saved(const ExecFp8 *F, const void *q, int rows, int cols);
+/* The kernels' FP8 GEMM (kernels.h's matmul_fp8, alpha 1), its FLOPs counted as an act
+ * GEMM's: 2*m*n*k. */
+void exec_fp8_mm(const ExecCtx *c, ExecMeter *M, void *out, PxDtype ct, ExecFp8Ref a,
+                 ExecFp8Ref b, int m, int n, int k, int ta, int tb, float beta);
+/* A linear layer y[N,O] = x W^T on FP8: y (act) from the quantized input and group g of w's
+ * copy. */
+void exec_fp8_linear_fwd(ExecFp8 *F, const ExecCtx *c, ExecMeter *M, void *y, ExecFp8Ref x,
+                         const ExecFp8Weight *w, int g, int N);
+/* Its backward: dx[N,K] (act, overwritten) = dy W and dw[O,K] (fp32) += dy^T x, with dy (act
+ * [N,O]) quantized as an output gradient into ws.fp8's first copy. x is the saved FP8 input,
+ * or (x.q NULL) x_act [N,K] quantized after the input gradient's GEMM into the copy that
+ * leaves free. Where transposed copies are kept every GEMM takes the TN layout: the input
+ * gradient reads the weight's transposed copy, the weight gradient dy's column-wise copy. */
+void exec_fp8_linear_bwd(ExecFp8 *F, const ExecCtx *c, ExecMeter *M, void *dx, float *dw,
+                         const void *dy, ExecFp8Ref x, const void *x_act, const ExecFp8Weight *w,
+                         int g, int N);
 void exec_fp8_free(ExecFp8 *F);
 
 /* ---- layers.c: one chunk's passes of one micro-batch ---- */
@@ -540,6 +558,10 @@ typedef struct {
     void *dlogits_act; /* [tokens,E] act: dlogits narrowed for the GEMMs (dlogits on fp32) */
     float *counts_f, *aux_dev;              /* [E], [1] */
     int32_t *counts_i;                      /* [E] */
+    /* FP8 GEMMs (fp8.c): the experts' weights' FP8 copies (NULL without FP8); exp_in and
+     * exp_fc2_in then hold one FP8 tensor per local expert, expert after expert, and the rows
+     * pass through ws.fp8's act part on their way in */
+    const ExecFp8Weight *f1, *f2;
 } ExecMoeViews;
 
 /* The host side of the exchanges (sized at init) and the per-expert token counts of a step. */

@@ -144,53 +144,21 @@ static int sp_on(const ExecCtx *c) { return c->spec.layout.sp && c->d.t > 1; }
 
 /* ---- FP8 linear layers (fp8.c; docs/fp8.md) ---- */
 
-/* The kernels' FP8 GEMM, counted as the act one: 2*m*n*k FLOPs. */
-static void mm_fp8(const ExecLayerRun *r, void *c, PxDtype ct, ExecFp8Ref a, ExecFp8Ref b, int m,
-                   int n, int k, int ta, int tb, float beta)
-{
-    r->c->k->matmul_fp8(c, ct, a.q, &a.f, b.q, &b.f, m, n, k, ta, tb, 1.0f, beta);
-    exec_meter_flops(r->M, 2.0 * m * n * k);
-}
-
-/* y[N,O] (act) = x W^T on the FP8 input x and w's FP8 copy. */
 static void fp8_fwd(const ExecLayerRun *r, void *y, ExecFp8Ref x, const ExecFp8Weight *w, int N)
 {
-    mm_fp8(r, y, r->c->act, x, exec_fp8_weight_ref(r->fp8, w, 0, 0), N, w->rows, w->cols, 0, 1,
-           0.0f);
+    exec_fp8_linear_fwd(r->fp8, r->c, r->M, y, x, w, 0, N);
 }
 
-/* The backward of y = x W^T: dx[N,K] (act, overwritten) = dy W and dW[O,K] += dy^T x, with dy
- * (act [N,O]) quantized as an output gradient into ws.fp8's first copy. x is the saved FP8
- * input, or (x.q NULL) x_act [N,K], quantized after the input gradient's GEMM into the copy
- * that leaves free. Where transposed copies are kept every GEMM takes the TN layout: the input
- * gradient reads the weight's transposed copy, the weight gradient dy's column-wise copy. */
 static void fp8_bwd(const ExecLayerRun *r, void *dx, float *dw, const void *dy, ExecFp8Ref x,
                     const void *x_act, const ExecFp8Weight *w, int N)
 {
-    ExecFp8 *F = r->fp8;
-    const ExecCtx *c = r->c;
-    const int O = w->rows, K = w->cols;
-    const ExecFp8Ref dyr = exec_fp8_quantize(F, c, F->q0, dy, N, O, 0, EXEC_FP8_DY, w, 0, 1);
-    ExecFp8Ref dyc = {NULL, {0}};
-    if (F->wt) {
-        dyc = exec_fp8_quantize(F, c, F->q1, dy, O, N, 1, EXEC_FP8_DY, w, 0, 0);
-        mm_fp8(r, dx, c->act, dyr, exec_fp8_weight_ref(F, w, 0, 1), N, K, O, 0, 1, 0.0f);
-    } else {
-        mm_fp8(r, dx, c->act, dyr, exec_fp8_weight_ref(F, w, 0, 0), N, K, O, 0, 0, 0.0f);
-    }
-    if (x_act)
-        x = exec_fp8_quantize(F, c, F->wt ? F->q0 : F->q1, x_act, N, K, 0, EXEC_FP8_X, w, 0, 0);
-    if (F->wt)
-        mm_fp8(r, dw, PX_FP32, dyc, x, O, K, N, 0, 0, 1.0f);
-    else
-        mm_fp8(r, dw, PX_FP32, dyr, x, O, K, N, 1, 0, 1.0f);
+    exec_fp8_linear_bwd(r->fp8, r->c, r->M, dx, dw, dy, x, x_act, w, 0, N);
 }
 
 /* A saved FP8 activation of rows x cols as a GEMM operand. */
 static ExecFp8Ref fp8_saved(const ExecLayerRun *r, const void *q, int rows, int cols)
 {
-    const ExecFp8Ref x = {q, exec_fp8_desc(r->fp8, rows, cols, 0, 0)};
-    return x;
+    return exec_fp8_saved(r->fp8, q, rows, cols);
 }
 
 static void norm_fwd(const ExecLayerRun *r, void *out, const void *inp, const void *w,
@@ -305,6 +273,8 @@ static void moe_views(const ExecLayerRun *r, int l, const ExecLayerActs *a, Exec
     v->aux_dev = v->counts_f + E;
     v->counts_i = (int32_t *)(v->aux_dev + E); /* E floats after the loss: aligned, apart */
     v->dlogits_act = c->act == PX_FP32 ? (void *)v->dlogits : (void *)(v->counts_i + E);
+    v->f1 = exec_fp8_weight(r->fp8, MODEL_TR_EXP_FC1_W, l);
+    v->f2 = exec_fp8_weight(r->fp8, MODEL_TR_EXP_FC2_W, l);
 }
 
 /* ---- tensor-parallel collectives, each timed under its op ---- */
@@ -782,7 +752,9 @@ static int moe_mlp_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerA
     }
     ExecMoeViews v;
     moe_views(r, l, a, &v);
-    void *dxr = EXEC_LMA(a, EXP_IN);
+    /* under FP8 the experts' saved input is too small for it: ws.fp8's act part, which the
+     * shared experts' backward leaves alone */
+    void *dxr = r->fp8->on ? r->fp8->act : EXEC_LMA(a, EXP_IN);
     TRY(exec_moe_backward(r->moe, r, chunk, l, &v, dxr, dy, EXEC_LA(a, FC1_IN),
                           seq_index(r, mb, 0), mb, aux_weight(r), err));
     if (c->d.sff_loc == 0) {

@@ -267,6 +267,20 @@ static int64_t expert_rows(const ExecMoe *M, int l, int64_t *off)
     return n;
 }
 
+/* Under FP8 the experts' saved inputs hold one FP8 tensor of its rows x cols per local expert,
+ * expert after expert: where expert l's starts. */
+static uint8_t *fp8_expert(const ExecMoe *M, const ExecFp8 *F, void *base, int l, int cols)
+{
+    size_t off = 0;
+    for (int l2 = 0; l2 < l; l2++) {
+        int64_t o;
+        const int64_t n = expert_rows(M, l2, &o);
+        const KernFp8 f = exec_fp8_desc(F, (int)n, cols, 0, 0);
+        off += n > 0 ? kern_fp8_bytes(&f) : 0;
+    }
+    return (uint8_t *)base + off;
+}
+
 /* One all-to-all-v of rows of h elements, send and receive counts in rows (the exchange's). */
 static int rows_a2a(ExecMoe *M, const ExecCtx *c, void *out, const int64_t *recv_rows,
                     const void *in, const int64_t *send_rows, PxError *err)
@@ -303,8 +317,12 @@ int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer, Mo
     k->moe_route_fwd(v->probs, v->idx, v->w, v->probs, &rt);
     k->moe_counts(v->counts_f, v->idx, N, K, E);
     end(r);
-    /* the copies in expert order: straight into the experts' input without ep */
-    void *send = ep > 1 ? v->ep_send : v->exp_in;
+    /* the copies in expert order: straight into the experts' input without ep (under FP8 into
+     * ws.fp8, whence each expert's rows are quantized into the saved input) */
+    ExecFp8 *F = r->fp8;
+    const int rec = phase == MODEL_FWD;
+    void *rows_in = v->f1 ? F->act : v->exp_in;
+    void *send = ep > 1 ? v->ep_send : rows_in;
     begin(r, ops.perm);
     k->moe_permute(send, v->counts_i, NULL, x, v->idx, N, h, K, E);
     local_counts(M, c, v->counts_f);
@@ -340,7 +358,7 @@ int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer, Mo
     if (!rc && ep > 1) {
         rc = rows_a2a(M, c, v->ep_recv, M->recv, v->ep_send, M->send, err);
         if (!rc)
-            sort_blocks(M, c, v->exp_in, v->ep_recv, h, 1);
+            sort_blocks(M, c, rows_in, v->ep_recv, h, 1);
     }
     if (ep > 1)
         end(r);
@@ -353,7 +371,13 @@ int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer, Mo
     for (int l = 0; l < M->L; l++) {
         int64_t o = 0;
         const int R = (int)expert_rows(M, l, &o);
-        if (R > 0) {
+        if (R > 0 && v->f1) {
+            const ExecFp8Ref xq = exec_fp8_quantize(F, c, fp8_expert(M, F, v->exp_in, l, h),
+                                                    EXEC_AT(rows_in, o * h, c->ab), R, h, 0,
+                                                    EXEC_FP8_X, v->f1, l, rec);
+            exec_fp8_linear_fwd(F, c, r->M, EXEC_AT(v->exp_act_in, o * eff_out, c->ab), xq, v->f1,
+                                l, R);
+        } else if (R > 0) {
             k->matmul(EXEC_AT(v->exp_act_in, o * eff_out, c->ab), c->act,
                       EXEC_AT(v->exp_in, o * h, c->ab),
                       EXEC_AT(v->fc1_w, (size_t)l * eff_out * h, c->ab), R, eff_out, h, 0, 1,
@@ -362,20 +386,27 @@ int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer, Mo
         }
     }
     end(r);
+    /* SwiGLU's output: the fc2 input, saved as it is or (FP8) quantized from ws.fp8 */
+    void *hid = v->f2 ? F->act : v->exp_fc2_in;
     begin(r, ops.act);
     for (int l = 0; l < M->L; l++) {
         int64_t o = 0;
         const int R = (int)expert_rows(M, l, &o);
         if (R > 0)
-            k->swiglu_fwd(EXEC_AT(v->exp_fc2_in, o * eff, c->ab),
-                          EXEC_AT(v->exp_act_in, o * eff_out, c->ab), R, eff);
+            k->swiglu_fwd(EXEC_AT(hid, o * eff, c->ab), EXEC_AT(v->exp_act_in, o * eff_out, c->ab),
+                          R, eff);
     }
     end(r);
     begin(r, ops.fc2);
     for (int l = 0; l < M->L; l++) {
         int64_t o = 0;
         const int R = (int)expert_rows(M, l, &o);
-        if (R > 0) {
+        if (R > 0 && v->f2) {
+            const ExecFp8Ref xq = exec_fp8_quantize(F, c, fp8_expert(M, F, v->exp_fc2_in, l, eff),
+                                                    EXEC_AT(hid, o * eff, c->ab), R, eff, 0,
+                                                    EXEC_FP8_X, v->f2, l, rec);
+            exec_fp8_linear_fwd(F, c, r->M, EXEC_AT(eout, o * h, c->ab), xq, v->f2, l, R);
+        } else if (R > 0) {
             k->matmul(EXEC_AT(eout, o * h, c->ab), c->act, EXEC_AT(v->exp_fc2_in, o * eff, c->ab),
                       EXEC_AT(v->fc2_w, (size_t)l * h * eff, c->ab), R, h, eff, 0, 1, 1.0f, 0.0f);
             exec_meter_flops(r->M, 2.0 * R * h * eff);
@@ -438,7 +469,10 @@ int exec_moe_backward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer,
         end(r);
     if (rc)
         return rc;
-    /* fc2: its weight gradient reads the saved input, which then takes its gradient */
+    /* fc2: its weight gradient reads the saved input, which then takes its gradient (under FP8
+     * the gradient goes to ws.fp8's act part: the saved input is one byte an element) */
+    ExecFp8 *F = r->fp8;
+    void *dhid = v->f2 ? F->act : v->exp_fc2_in;
     begin(r, ops.fc2);
     for (int l = 0; l < M->L; l++) {
         int64_t o = 0;
@@ -446,6 +480,13 @@ int exec_moe_backward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer,
         if (R == 0)
             continue;
         const void *dout = EXEC_AT(v->ws_dx, o * h, c->ab);
+        if (v->f2) {
+            exec_fp8_linear_bwd(F, c, r->M, EXEC_AT(dhid, o * eff, c->ab),
+                                v->g_fc2_w + (size_t)l * h * eff, dout,
+                                exec_fp8_saved(F, fp8_expert(M, F, v->exp_fc2_in, l, eff), R, eff),
+                                NULL, v->f2, l, R);
+            continue;
+        }
         void *hid = EXEC_AT(v->exp_fc2_in, o * eff, c->ab);
         k->matmul(v->g_fc2_w + (size_t)l * h * eff, PX_FP32, dout, hid, h, eff, R, 1, 0, 1.0f,
                   1.0f);
@@ -461,7 +502,7 @@ int exec_moe_backward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer,
         const int R = (int)expert_rows(M, l, &o);
         if (R > 0) {
             void *act = EXEC_AT(v->exp_act_in, o * eff_out, c->ab);
-            k->swiglu_bwd(act, act, EXEC_AT(v->exp_fc2_in, o * eff, c->ab), R, eff);
+            k->swiglu_bwd(act, act, EXEC_AT(dhid, o * eff, c->ab), R, eff);
         }
     }
     end(r);
@@ -474,6 +515,12 @@ int exec_moe_backward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer,
             continue;
         void *dout = EXEC_AT(v->ws_dx, o * h, c->ab);
         const void *act = EXEC_AT(v->exp_act_in, o * eff_out, c->ab);
+        if (v->f1) {
+            exec_fp8_linear_bwd(F, c, r->M, dout, v->g_fc1_w + (size_t)l * eff_out * h, act,
+                                exec_fp8_saved(F, fp8_expert(M, F, v->exp_in, l, h), R, h), NULL,
+                                v->f1, l, R);
+            continue;
+        }
         k->matmul(v->g_fc1_w + (size_t)l * eff_out * h, PX_FP32, act,
                   EXEC_AT(v->exp_in, o * h, c->ab), eff_out, h, R, 1, 0, 1.0f, 1.0f);
         k->matmul(dout, c->act, act, EXEC_AT(v->fc1_w, (size_t)l * eff_out * h, c->ab), R, h,

@@ -165,7 +165,6 @@ static int check_supported(const Exec *ex, PxError *err)
                           : j->fp8_param_gather ? "fp8_param_gather is simulated only"
                           : j->fp8_attention    ? "fp8_attention is simulated only"
                           : j->fp8_dispatch     ? "fp8_dispatch is simulated only"
-                          : d->moe              ? "mixture-of-experts layers are not run in FP8 yet"
                                                 : NULL;
         if (why)
             return px_fail(err, PX_EINPUT,
