@@ -384,6 +384,13 @@ static void test_memory(PxDtype act)
                  model_recompute_name(s.layout.recompute));
         memory_case(what, s);
     }
+    for (int r = MODEL_FP8_TENSORWISE; r <= MODEL_FP8_BLOCKWISE; r++) {
+        ModelSpec s = spec_of("tiny-moe", 16, 4, 2, act);
+        s.job.fp8 = (ModelFp8Recipe)r;
+        snprintf(what, sizeof what, "tiny-moe %s + FP8 %s", px_dtype_name(act),
+                 model_fp8_recipe_name(s.job.fp8));
+        memory_case(what, s);
+    }
     ModelSpec s = spec_of("tiny", 16, 4, 2, act);
     s.job.optimizer = MODEL_OPT_SGD_MOMENTUM;
     snprintf(what, sizeof what, "sgd %s", px_dtype_name(act));
@@ -600,6 +607,7 @@ int main(void)
      * 2.5e-4 over 8 steps, as close as bf16 alone: bf16's tolerance holds */
     for (int r = MODEL_FP8_DELAYED; r <= MODEL_FP8_MXFP8; r++)
         track_fp8(r % 2 ? "tiny" : "tiny-llama", PX_BF16, (ModelFp8Recipe)r, 8, 1e-3);
+    track_fp8("tiny-moe", PX_BF16, MODEL_FP8_DELAYED, 8, 1e-3);
     gradients("tiny", PX_BF16, 4.0 / 256);
     gradients("tiny-llama", PX_BF16, 4.0 / 256);
     gradients("tiny-moe", PX_BF16, 4.0 / 256);

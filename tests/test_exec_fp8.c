@@ -8,10 +8,11 @@
  *   gradient, one per cast for its weight;
  * - the arenas hold the one-byte tensors: tiny's activations, by hand, 4 x 708,624 + 393,216
  *   bytes with FP8 GEMM inputs against 4 x 1,052,672 + 393,216 without;
- * - `curves`: 200 steps of tiny in FP8 follow the fp32 run (the CPU's reference precision;
- *   bf16 on a GPU) within 1% at every step and 0.5% over the last 20, for every recipe, and
- *   differ from it (the GEMMs really ran on FP8 values).
- * Usage: test_exec_fp8 [curves] */
+ * - `curves MODEL`: 200 steps of tiny or tiny-moe (the router's own choice) in FP8 follow the
+ *   fp32 run (the CPU's reference precision; bf16 on a GPU) within 1% at every step and 0.5%
+ *   over the last 20 (tiny-moe, whose router may choose differently on FP8 outputs: 2% and
+ *   1%), for every recipe, and differ from it (the GEMMs really ran on FP8 values).
+ * Usage: test_exec_fp8 [curves tiny|tiny-moe] */
 #include "exec/train/internal.h"
 #include "tests/test_exec_common.h"
 
@@ -191,14 +192,20 @@ static void curve(const ModelSpec *s, double *loss)
     exec_free(ex);
 }
 
-static void curves(void)
+static void curves(const char *model)
 {
     static double ref[CURVE_STEPS], got[CURVE_STEPS];
-    ModelSpec b = tx_spec("tiny", 64, 8, 4);
+    ModelSpec b = tx_spec(model, 64, 8, 4);
+    /* a MoE model's router chooses on FP8 outputs too: a token whose two best experts are
+     * nearly tied may go elsewhere, which moves a step's loss further than the GEMMs alone */
+    const int moe = b.model.moe.experts > 0;
+    const double step_tol = moe ? 0.02 : 0.01, mean_tol = moe ? 0.01 : 0.005;
     curve(&b, ref);
-    printf("  recipe       loss@1    loss@200  fp32@200  max |rel diff|  last-20 mean diff\n");
+    printf("  %-10s recipe       loss@1    loss@200  fp32@200  max |rel diff|  last-20 mean diff\n",
+           model);
     for (int r = MODEL_FP8_DELAYED; r <= MODEL_FP8_MXFP8; r++) {
-        ModelSpec s = fp8_spec((ModelFp8Recipe)r, MODEL_FP8_HYBRID);
+        ModelSpec s = b;
+        s.job.fp8 = (ModelFp8Recipe)r;
         curve(&s, got);
         double worst = 0, m_ref = 0, m_got = 0;
         for (int i = 0; i < CURVE_STEPS; i++) {
@@ -208,10 +215,11 @@ static void curves(void)
                 m_got += got[i] / 20;
             }
         }
-        printf("  %-10s  %8.4f  %8.4f  %8.4f  %12.2e  %+14.3f%%\n", model_fp8_recipe_name((ModelFp8Recipe)r),
+        printf("  %-10s %-10s  %8.4f  %8.4f  %8.4f  %12.2e  %+14.3f%%\n", "",
+               model_fp8_recipe_name((ModelFp8Recipe)r),
                got[0], got[CURVE_STEPS - 1], ref[CURVE_STEPS - 1], worst, 100 * (m_got - m_ref) / m_ref);
-        CHECK(worst <= 0.01);
-        CHECK(fabs(m_got - m_ref) <= 0.005 * m_ref);
+        CHECK(worst <= step_tol);
+        CHECK(fabs(m_got - m_ref) <= mean_tol * m_ref);
         CHECK(worst >= 1e-4); /* the FP8 GEMMs changed the numbers */
         CHECK(got[CURVE_STEPS - 1] < 0.5 * got[0]); /* and it learned */
     }
@@ -220,7 +228,7 @@ static void curves(void)
 int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "curves")) {
-        curves();
+        curves(argc > 2 ? argv[2] : "tiny");
         TEST_DONE("test_exec_fp8 curves");
     }
     weights_per_recipe();
