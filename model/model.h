@@ -198,7 +198,7 @@ typedef struct {
     int fp8_param_gather; /* the FP8 copy is the only low-precision weight (Megatron's
                              --fp8-param-gather): no bf16 weights, parameters gathered in FP8 */
     int fp8_amax_history; /* delayed scaling's amax history length (Transformer Engine: 1024) */
-    int fp8_attention;    /* the attention core in FP8 too (--fp8-dot-product-attention) */
+    int fp8_attention;    /* the attention core in FP8 too (Megatron-Core's fp8_dot_product_attention) */
     int fp8_dispatch;     /* MoE tokens dispatched to the experts in FP8 with their scales, as
                              DeepSeek-V3 (the combine stays in the activation dtype) */
     /* FP8 weights and saved inputs keep a transposed copy, as on devices whose FP8 GEMMs take
