@@ -1,24 +1,8 @@
-/* FP8 training's vocabulary: recipe and format names, how a recipe scales a matrix and what it
- * costs in bytes, and which weights and ops run in FP8 (docs/fp8.md). */
+/* FP8 training's rules: how a recipe scales a matrix and what it costs in bytes, and which
+ * weights and ops run in FP8 (docs/fp8.md). The recipes' and formats' names are spec.c's. */
 #include "model/model.h"
 
 #include <string.h>
-
-static const char *const recipe_names[] = {"none", "delayed", "tensorwise", "blockwise", "mxfp8"};
-static const char *const format_names[] = {"hybrid", "e4m3"};
-
-static int index_of(const char *s, const char *const *names, int n)
-{
-    for (int i = 0; i < n; i++)
-        if (s && strcmp(s, names[i]) == 0)
-            return i;
-    return -1;
-}
-
-const char *model_fp8_recipe_name(ModelFp8Recipe r) { return recipe_names[r]; }
-int model_fp8_recipe_from_name(const char *s) { return index_of(s, recipe_names, 5); }
-const char *model_fp8_format_name(ModelFp8Format f) { return format_names[f]; }
-int model_fp8_format_from_name(const char *s) { return index_of(s, format_names, 2); }
 
 void model_fp8_scaling(ModelFp8Recipe r, int weight, int64_t rows, int64_t cols, ModelFp8Scaling *out)
 {

@@ -28,6 +28,13 @@ static int name_index(const char *s, const char *const *names, int n)
     return -1;
 }
 
+static const char *const fp8_recipe_names[] = {"none", "delayed", "tensorwise", "blockwise", "mxfp8"};
+static const char *const fp8_format_names[] = {"hybrid", "e4m3"};
+
+const char *model_fp8_recipe_name(ModelFp8Recipe r) { return fp8_recipe_names[r]; }
+int model_fp8_recipe_from_name(const char *s) { return name_index(s, fp8_recipe_names, 5); }
+const char *model_fp8_format_name(ModelFp8Format f) { return fp8_format_names[f]; }
+int model_fp8_format_from_name(const char *s) { return name_index(s, fp8_format_names, 2); }
 const char *model_recompute_name(ModelRecompute r) { return recompute_names[r]; }
 const char *model_schedule_name(ModelSchedule s) { return schedule_names[s]; }
 const char *model_optimizer_name(ModelOptimizer o) { return optimizer_names[o]; }

@@ -188,11 +188,17 @@ void sim_result_print(FILE *f, const SimResult *r)
             t->global_batch, t->micro_batch, d->s, d->m, px_dtype_name(t->precision),
             px_dtype_name(t->grad_dtype), model_optimizer_name(t->optimizer),
             t->flash_attn ? "on" : "off", t->dropout);
-    if (t->fp8 != MODEL_FP8_NONE)
-        fprintf(f, "fp8       recipe %s  format %s  transposed copies %s  param gather %s  attention %s  amax history %d\n",
+    if (t->fp8 != MODEL_FP8_NONE) {
+        fprintf(f, "fp8       recipe %s  format %s  transposed copies %s  param gather %s  attention %s",
                 model_fp8_recipe_name(t->fp8), model_fp8_format_name(t->fp8_format),
                 d->fp8_wt ? "yes" : "no", t->fp8_param_gather ? "on" : "off",
-                t->fp8_attention ? "fp8" : px_dtype_name(t->precision), t->fp8_amax_history);
+                t->fp8_attention ? "fp8" : px_dtype_name(t->precision));
+        if (t->fp8 == MODEL_FP8_DELAYED) /* the only recipe that keeps a history */
+            fprintf(f, "  amax history %d", t->fp8_amax_history);
+        if (t->fp8_dispatch)
+            fprintf(f, "  dispatch fp8");
+        fprintf(f, "\n");
+    }
     fprintf(f, "model     %s parameters", px_fmt_count(buf, sizeof buf, r->params));
     if (d->moe)
         fprintf(f, ", %s active per token (MFU counts their work only)",
