@@ -601,11 +601,14 @@ uint64_t model_tensors_bytes(const ModelTensorTable *tt, ModelCategory c);
  * largest values), the largest operand but the weights in the activation dtype (a GEMM's input
  * before it is quantized: a norm's or the attention core's output), then two FP8 copies of the
  * largest operand with scales (an output gradient row-wise and column-wise, or a re-gathered
- * input), each in the orientation that needs more scales when a transposed copy is kept; every
+ * input), each in the orientation that needs more scales when a transposed copy is kept; under
+ * ZeRO-3, which keeps no FP8 copies of the weights, room for the largest weight matrix (one
+ * expert's) cast for the GEMM that reads it, and for its transpose where one is kept. Every
  * part starts on a 16-byte boundary. Offsets in bytes from its start; total 0 without FP8. */
 typedef struct {
-    uint64_t scratch, act, q0, q1;
+    uint64_t scratch, act, q0, q1, w, wt;
     uint64_t act_bytes, q_bytes; /* the act part's and each FP8 copy's room */
+    uint64_t w_bytes, wt_bytes;  /* ZeRO-3's weight casts (0 otherwise) */
     uint64_t total;
 } ModelFp8Workspace;
 void model_fp8_workspace(const ModelSpec *s, const ModelDims *d, ModelFp8Workspace *out);

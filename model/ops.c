@@ -134,18 +134,22 @@ static void linear_fp8(Emit *e, ModelOp *op, double M, double N, double K, doubl
                        double extra_bytes)
 {
     const double a = eb(e), copies = 1.0 + (e->d->fp8_wt ? 1.0 : 0.0);
+    /* ZeRO-3 keeps no FP8 copies: each use casts the gathered weight (read in the weights'
+     * dtype, written in FP8: the forward's copy, the backward's transposed one or again the
+     * copy) */
+    const double per_use = e->s->layout.zero == 3 ? W * ((double)px_dtype_bytes(e->d->param) + 1.0) : 0.0;
     if (e->phase == MODEL_BWD) {
         double g = (double)px_dtype_bytes(e->d->grad);
-        op->fp8_cast_bytes = M * N * (a + copies);
+        op->fp8_cast_bytes = M * N * (a + copies) + per_use;
         /* dgrad reads dY and W, writes dX; wgrad reads dY and X, accumulates dW */
         op->bytes = (M * N + W + M * K * a) + (M * N + M * K) + 2.0 * W * g + extra_bytes +
                     op->fp8_cast_bytes;
     } else {
-        op->fp8_cast_bytes = M * K * (a + copies);
+        op->fp8_cast_bytes = M * K * (a + copies) + per_use;
         op->bytes = (M * K + W + M * N * a) + extra_bytes + op->fp8_cast_bytes;
     }
     op->fp8 = 1;
-    op->kernels += 1;
+    op->kernels += per_use > 0 ? 2 : 1;
 }
 
 /* Y[M,N] = X[M,K] W[N,K]^T; backward computes dX (M,K,N) and dW (N,K,M). Weight gradients

@@ -945,7 +945,37 @@ void model_fp8_workspace(const ModelSpec *s, const ModelDims *d, ModelFp8Workspa
     out->act = 16;
     out->q0 = out->act + pad16(out->act_bytes);
     out->q1 = out->q0 + pad16(most_q);
-    out->total = out->q1 + pad16(most_q);
+    out->w = out->wt = out->total = out->q1 + pad16(most_q);
+    if (s->layout.zero < 3)
+        return;
+    /* the FP8 GEMMs' weights, one matrix (one expert's) each: rows x cols per rank */
+    const int64_t h = d->h, qr = mla->q_lora_rank, kr = mla->kv_lora_rank;
+    const int mla_on = kr > 0;
+    const int64_t weights[][2] = {
+        {mla_on ? 0 : d->q_loc + 2 * d->kv_width_loc, h},
+        {h, d->o_loc},
+        {d->ffn_out_loc, h},
+        {h, d->ffn_loc},
+        {d->sff_out_loc, h},
+        {h, d->sff_loc},
+        {d->moe ? d->eff_out_loc : 0, h},
+        {h, d->moe ? d->eff_loc : 0},
+        {mla_on ? qr : 0, h},
+        {mla_on ? d->q_loc : 0, qr > 0 ? qr : h},
+        {mla_on ? kr + mla->qk_rope_dim : 0, h},
+        {mla_on ? (int64_t)d->heads_loc * (mla->qk_nope_dim + mla->v_dim) : 0, kr},
+    };
+    for (size_t i = 0; i < sizeof weights / sizeof weights[0]; i++) {
+        const int64_t r = weights[i][0], c = weights[i][1];
+        if (r <= 0 || c <= 0)
+            continue;
+        const uint64_t q = model_fp8_bytes(s->job.fp8, 1, r, c);
+        const uint64_t qt = d->fp8_wt ? model_fp8_bytes(s->job.fp8, 1, c, r) : 0;
+        out->w_bytes = q > out->w_bytes ? q : out->w_bytes;
+        out->wt_bytes = qt > out->wt_bytes ? qt : out->wt_bytes;
+    }
+    out->wt = out->w + pad16(out->w_bytes);
+    out->total = out->wt + pad16(out->wt_bytes);
 }
 
 uint64_t model_fp8_workspace_bytes(const ModelSpec *s, const ModelDims *d)
