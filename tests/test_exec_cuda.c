@@ -372,12 +372,13 @@ static void test_memory(PxDtype act)
     if (act != PX_BF16)
         return;
     /* FP8 GEMMs: the FP8 copies (transposed on dgx-h100 and for MXFP8), delayed scaling's
-     * histories, inputs saved in FP8, ws.fp8; with ZeRO-1/2, SP and full recompute too */
+     * histories, inputs saved in FP8, ws.fp8; with ZeRO-1/2/3 (ZeRO-3: casts per use into
+     * ws.fp8) and full recompute too */
     for (int r = MODEL_FP8_DELAYED; r <= MODEL_FP8_MXFP8; r++) {
         ModelSpec s = spec_of(r % 2 ? "tiny" : "tiny-llama", 16, 4, 2, act);
         s.job.fp8 = (ModelFp8Recipe)r;
         s.job.fp8_amax_history = 8;
-        s.layout.zero = r == MODEL_FP8_TENSORWISE ? 1 : r == MODEL_FP8_BLOCKWISE ? 2 : 0;
+        s.layout.zero = r == MODEL_FP8_TENSORWISE ? 1 : r == MODEL_FP8_BLOCKWISE ? 2 : 3;
         s.layout.recompute = r == MODEL_FP8_MXFP8 ? MODEL_RECOMPUTE_FULL : MODEL_RECOMPUTE_NONE;
         snprintf(what, sizeof what, "%s %s + FP8 %s zero %d recompute %s", s.model.name,
                  px_dtype_name(act), model_fp8_recipe_name(s.job.fp8), s.layout.zero,

@@ -7,7 +7,8 @@
  * - delayed scaling keeps one history entry per micro-batch for a GEMM's input and output
  *   gradient, one per cast for its weight;
  * - the arenas hold the one-byte tensors: tiny's activations, by hand, 4 x 708,624 + 393,216
- *   bytes with FP8 GEMM inputs against 4 x 1,052,672 + 393,216 without;
+ *   bytes with FP8 GEMM inputs against 4 x 1,052,672 + 393,216 without; ws.fp8's parts by hand,
+ *   ZeRO-3's per-use weight casts included;
  * - `curves MODEL`: 200 steps of tiny or tiny-moe (the router's own choice) in FP8 follow the
  *   fp32 run (the CPU's reference precision; bf16 on a GPU) within 1% at every step and 0.5%
  *   over the last 20 (tiny-moe, whose router may choose differently on FP8 outputs: 2% and
@@ -176,6 +177,48 @@ static void memory(void)
            "882,176 + 196,672 of FP8 copies\n");
 }
 
+/* ws.fp8's parts for tiny (mbs 4 x seq 64 = 256 rows), by hand: 16 bytes of scratch; the act
+ * part, the largest operand in fp32, 256 x 256 x 4 = 262,144; two FP8 copies of the largest
+ * operand. tensorwise: 65,536 codes + one 4-byte scale = 65,540, padded to 65,552; mxfp8 (1 x 32
+ * E8M0 blocks, transposed copies, so the larger orientation counts): 65,536 + 256 x 8 = 67,584.
+ * ZeRO-3 adds room for the largest weight cast per use: tensorwise fc1 [256, 64] 16,388 -> 16,400;
+ * mxfp8 16,384 + 256 x 2 = 16,896, and as much again for its transpose. The executor carves
+ * exactly these, or ws.fp8's binding fails. */
+static void workspace(void)
+{
+    const struct {
+        ModelFp8Recipe r;
+        int zero;
+        uint64_t q, w, wt, total;
+    } cases[] = {
+        {MODEL_FP8_TENSORWISE, 0, 65540, 0, 0, 16 + 262144 + 2 * 65552},
+        {MODEL_FP8_TENSORWISE, 3, 65540, 16388, 0, 16 + 262144 + 2 * 65552 + 16400},
+        {MODEL_FP8_MXFP8, 3, 67584, 16896, 16896, 16 + 262144 + 2 * 67584 + 2 * 16896},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ModelSpec s = fp8_spec(cases[i].r, MODEL_FP8_HYBRID);
+        s.layout.zero = cases[i].zero;
+        s.layout.dp = 1;
+        ModelDims d;
+        PxError err = {0};
+        CHECK_OK(model_spec_check(&s, 1, &d, &err), err);
+        ModelFp8Workspace w;
+        model_fp8_workspace(&s, &d, &w);
+        CHECK_EQ_U64(262144, w.act_bytes);
+        CHECK_EQ_U64(cases[i].q, w.q_bytes);
+        CHECK_EQ_U64(cases[i].w, w.w_bytes);
+        CHECK_EQ_U64(cases[i].wt, w.wt_bytes);
+        CHECK_EQ_U64(cases[i].total, w.total);
+        CHECK_EQ_U64(w.total, model_fp8_workspace_bytes(&s, &d));
+        Exec *ex = tx_exec(&s); /* binds ws.fp8 part by part, and trains a step */
+        ExecStepStats st;
+        CHECK_OK(exec_step(ex, 0, &st, &err), err);
+        CHECK(isfinite(st.loss));
+        exec_free(ex);
+    }
+    printf("  ws.fp8: 393,264 bytes (tensorwise), 409,664 with ZeRO-3, 431,120 (mxfp8, ZeRO-3)\n");
+}
+
 enum { CURVE_STEPS = 200 };
 
 static void curve(const ModelSpec *s, double *loss)
@@ -234,5 +277,6 @@ int main(int argc, char **argv)
     weights_per_recipe();
     gradient_format();
     memory();
+    workspace();
     TEST_DONE("test_exec_fp8");
 }

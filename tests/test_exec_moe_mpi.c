@@ -66,6 +66,7 @@ static const Layout layouts[] = {
     {"ep2_dp2_real_fp8_mxfp8", 4, 4, 1, 1, 2, 0, 0, 0, 0, 0, MODEL_FP8_MXFP8},
     {"ep2_tp2_sp_fp8_tensorwise", 2, 1, 2, 1, 2, 1, 1, 0, 0, 0, MODEL_FP8_TENSORWISE},
     {"ep2_pp2_full_fp8_delayed", 4, 2, 1, 2, 2, 0, 1, 0, 1, 0, MODEL_FP8_DELAYED},
+    {"ep2_dp2_zero3_fp8_tensorwise", 4, 4, 1, 1, 2, 0, 1, 3, 0, 0, MODEL_FP8_TENSORWISE},
     {"cuda_ep2_fp8_blockwise", 2, 2, 1, 1, 2, 0, 1, 0, 0, 1, MODEL_FP8_BLOCKWISE},
 };
 enum { N_LAYOUTS = sizeof layouts / sizeof layouts[0], STEPS = 5 };

@@ -198,6 +198,30 @@ static void test_ops(void)
     }
     CHECK_EQ_INT(1, seen);
     model_ops_free(&g);
+
+    /* ZeRO-3 keeps no FP8 copies: each use casts the gathered QKV weight, 2560 x 8192 read in
+     * bf16 and written in FP8 (3 B an element), in the forward and in the backward, beside the
+     * input's and the gradient's quantization above; the optimizer step casts nothing */
+    s = llama70b(MODEL_FP8_TENSORWISE, 1);
+    s.layout.zero = 3;
+    s.layout.pp = s.layout.vpp = 1; /* ZeRO-3 takes no pipeline: tp 4 x dp 16 */
+    s.layout.schedule = MODEL_SCHED_1F1B;
+    CHECK_OK(model_spec_check(&s, 64, &d, &err), err);
+    CHECK_OK(model_ops_build(&s, &d, 0, &g, &err), err);
+    seen = 0;
+    for (int i = 0; i < g.count; i++) {
+        const ModelOp *op = &g.op[i];
+        if (op->kind == MODEL_OP_OPTIMIZER)
+            CHECK(op->fp8_cast_bytes == 0);
+        if (op->layer != 0 || op->role != MODEL_OPR_QKV || op->kind != MODEL_OP_MATMUL)
+            continue;
+        const double w = 2560.0 * 8192 * 3;
+        CHECK_REL((op->phase == MODEL_BWD ? 8192.0 * 2560 * 4 : 8192.0 * 8192 * 4) + w,
+                  op->fp8_cast_bytes, 1e-15);
+        seen++;
+    }
+    CHECK_EQ_INT(2, seen);
+    model_ops_free(&g);
 }
 
 /* FP8 dispatch: the forward's all-to-all carries the routed rows in one byte with the

@@ -26,7 +26,7 @@ static int workspace(const Owners *o, const ModelTensor *t, void *p, PxError *er
     if (t->role == MODEL_TR_DATA_BATCH)
         return exec_batches_bind(o->B, t, p, err);
     if (t->role == MODEL_TR_WS_FP8)
-        return exec_fp8_bind(o->F, o->c, o->P, t, p, err);
+        return exec_fp8_bind(o->F, o->P, t, p, err);
     return exec_work_bind(o->W, o->c, t, p, err);
 }
 
@@ -63,7 +63,7 @@ static int bind_static(ExecArenas *A, const ModelTensorTable *tt, const Owners *
             if (!exec_is_fp8_copy(t->role) || (t->role == MODEL_TR_FP8_AMAX) != (k == 0))
                 continue;
             void *p = exec_arena_carve(&A->a[t->cat], t->bytes, k == 0 ? sizeof(float) : 1);
-            rc = exec_fp8_bind(o->F, o->c, o->P, t, pass ? p : NULL, err);
+            rc = exec_fp8_bind(o->F, o->P, t, pass ? p : NULL, err);
         }
     /* master weights and optimizer state (fp32): one flat buffer per block and kind (ZeRO >= 1:
      * the shard) */

@@ -51,6 +51,20 @@ int exec_fp8_init(ExecFp8 *F, const ExecCtx *c, const ExecParams *P, PxError *er
         return px_fail(err, PX_ERUNTIME, "out of memory for the FP8 weights");
     for (int i = 0; i < layers * EXEC_FP8_ROLES; i++)
         F->of_layer[i] = -1;
+    /* the layers' FP8 GEMMs' weights, whatever the table keeps of them (ZeRO-3: no copies) */
+    for (int i = 0; i < P->n; i++) {
+        const ExecParam *p = &P->p[i];
+        const int ri = exec_fp8_role_index(p->role);
+        if (ri < 0 || p->layer < 0 || !model_fp8_weight(&c->spec, p->role))
+            continue;
+        const int experts = p->role == MODEL_TR_EXP_FC1_W || p->role == MODEL_TR_EXP_FC2_W;
+        ExecFp8Weight *w = &F->w[i];
+        w->p = p;
+        w->groups = experts ? c->d.experts_loc : 1;
+        w->rows = (int)(p->rows / w->groups);
+        w->cols = (int)p->cols;
+        F->of_layer[p->layer * EXEC_FP8_ROLES + ri] = i;
+    }
     return PX_OK;
 }
 
@@ -70,32 +84,21 @@ KernFp8 exec_fp8_desc(const ExecFp8 *F, int rows, int cols, int weight, int grad
 }
 
 /* The FP8 weight entry a table tensor (<w>.fp8, .fp8_t, .fp8_amax) belongs to: its parameter's
- * index, or -1 (with err) when the stage has no such parameter or it is not an FP8 GEMM's. */
-static int weight_of(ExecFp8 *F, const ExecCtx *c, const ExecParams *P, const ModelTensor *t,
-                     PxError *err)
+ * index, or -1 (with err) when the stage has no such FP8 GEMM weight or its matrices differ. */
+static int weight_of(const ExecFp8 *F, const ExecParams *P, const ModelTensor *t, PxError *err)
 {
     const ExecParam *p = exec_params_of(P, t->of, t->layer);
-    const int ri = exec_fp8_role_index(t->of);
-    if (!p || ri < 0 || p->layer < 0) {
+    const int i = p ? (int)(p - P->p) : -1;
+    if (i < 0 || !F->w[i].p) {
         exec_bind_unused(t, err);
         return -1;
     }
-    const int i = (int)(p - P->p);
-    ExecFp8Weight *w = &F->w[i];
-    const int groups = t->groups > 0 ? t->groups : 1;
-    if (!w->p) {
-        w->p = p;
-        w->groups = groups;
-        w->rows = (int)(p->rows / groups);
-        w->cols = (int)p->cols;
-        F->of_layer[p->layer * EXEC_FP8_ROLES + ri] = i;
-    }
-    if (w->groups != groups || (int64_t)w->rows * groups != p->rows) {
+    const ExecFp8Weight *w = &F->w[i];
+    if (w->groups != (t->groups > 0 ? t->groups : 1)) {
         px_fail(err, PX_ERUNTIME, "%s: %d FP8 matrices of %s's %lld rows: model/ and exec/ disagree",
-                t->name, groups, p->name, (long long)p->rows);
+                t->name, t->groups, p->name, (long long)p->rows);
         return -1;
     }
-    (void)c;
     return i;
 }
 
@@ -109,8 +112,7 @@ static int check_bytes(const ModelTensor *t, uint64_t want, PxError *err)
                    t->name, (unsigned long long)t->bytes, (unsigned long long)want);
 }
 
-int exec_fp8_bind(ExecFp8 *F, const ExecCtx *c, const ExecParams *P, const ModelTensor *t,
-                  void *p, PxError *err)
+int exec_fp8_bind(ExecFp8 *F, const ExecParams *P, const ModelTensor *t, void *p, PxError *err)
 {
     if (!F->on)
         return exec_bind_unused(t, err);
@@ -124,9 +126,11 @@ int exec_fp8_bind(ExecFp8 *F, const ExecCtx *c, const ExecParams *P, const Model
         F->act = F->ws + F->lay.act;
         F->q0 = F->ws + F->lay.q0;
         F->q1 = F->ws + F->lay.q1;
+        F->wq = F->lay.w_bytes ? F->ws + F->lay.w : NULL;
+        F->wqt = F->lay.wt_bytes ? F->ws + F->lay.wt : NULL;
         return PX_OK;
     }
-    const int i = weight_of(F, c, P, t, err);
+    const int i = weight_of(F, P, t, err);
     if (i < 0)
         return PX_ERUNTIME;
     ExecFp8Weight *w = &F->w[i];
@@ -226,7 +230,7 @@ static void cast_weight(ExecFp8 *F, const ExecCtx *c, ExecFp8Weight *w)
 void exec_fp8_cast(ExecFp8 *F, const ExecCtx *c)
 {
     for (int i = 0; F->on && i < F->n; i++)
-        if (F->w[i].p)
+        if (F->w[i].q) /* ZeRO-3 casts per use instead */
             cast_weight(F, c, &F->w[i]);
 }
 
@@ -251,10 +255,14 @@ int exec_fp8_start(ExecFp8 *F, const ExecCtx *c, PxError *err)
         const ExecFp8Weight *w = &F->w[i];
         if (!w->p)
             continue;
-        if (!w->q || (F->wt && !w->qt) || (F->len && !w->hist))
+        const int zero3 = c->spec.layout.zero == 3;
+        if ((!zero3 && (!w->q || (F->wt && !w->qt))) || (F->len && !w->hist))
             rc = px_fail(err, PX_ERUNTIME,
                          "%s has no FP8 copy%s in the tensor table: model/ and exec/ disagree",
                          w->p->name, F->wt ? ", transposed copy" : F->len ? " or amax history" : "");
+        else if (zero3 && (!F->wq || (F->wt && !F->wqt)))
+            rc = px_fail(err, PX_ERUNTIME,
+                         "ws.fp8 has no room for ZeRO-3's weight casts: model/ and exec/ disagree");
         else if (F->len) /* delayed scaling starts from decode factors of 1, as Transformer Engine */
             c->k->to_device(w->scale, ones, (size_t)3 * (size_t)w->groups * sizeof *ones);
     }
@@ -277,10 +285,31 @@ void exec_fp8_mm(const ExecCtx *c, ExecMeter *M, void *out, PxDtype ct, ExecFp8R
     exec_meter_flops(M, 2.0 * m * n * k);
 }
 
-void exec_fp8_linear_fwd(ExecFp8 *F, const ExecCtx *c, ExecMeter *M, void *y, ExecFp8Ref x,
-                         const ExecFp8Weight *w, int g, int N)
+/* Group g of w's FP8 copy (transposed: its transposed copy) for a GEMM: the copy cast after the
+ * update, or under ZeRO-3 the gathered weight cast now into ws.fp8 (a forward's cast records
+ * its amax under delayed scaling, as the cast after an update does). */
+static ExecFp8Ref weight_use(ExecFp8 *F, const ExecCtx *c, const ExecFp8Weight *w, int g,
+                             int transposed, int rec)
 {
-    exec_fp8_mm(c, M, y, c->act, x, exec_fp8_weight_ref(F, w, g, 0), N, w->rows, w->cols, 0, 1,
+    if (w->q)
+        return exec_fp8_weight_ref(F, w, g, transposed);
+    ExecFp8Ref r;
+    r.f = transposed ? exec_fp8_desc(F, w->cols, w->rows, 1, 0)
+                     : exec_fp8_desc(F, w->rows, w->cols, 1, 0);
+    r.q = transposed ? F->wqt : F->wq;
+    const float *scale = scale_of(F, w, g, EXEC_FP8_W);
+    c->k->fp8_quantize((void *)r.q, scale && rec ? F->amax : NULL,
+                       EXEC_AT(w->p->w, (size_t)g * w->rows * w->cols, c->ab), &r.f, transposed,
+                       scale);
+    if (scale && rec)
+        record(F, c, w, g, EXEC_FP8_W, 0);
+    return r;
+}
+
+void exec_fp8_linear_fwd(ExecFp8 *F, const ExecCtx *c, ExecMeter *M, void *y, ExecFp8Ref x,
+                         const ExecFp8Weight *w, int g, int N, int rec)
+{
+    exec_fp8_mm(c, M, y, c->act, x, weight_use(F, c, w, g, 0, rec), N, w->rows, w->cols, 0, 1,
                 0.0f);
 }
 
@@ -293,9 +322,9 @@ void exec_fp8_linear_bwd(ExecFp8 *F, const ExecCtx *c, ExecMeter *M, void *dx, f
     ExecFp8Ref dyc = {NULL, {0, 0, 0, 0, 0, 0}};
     if (F->wt) {
         dyc = exec_fp8_quantize(F, c, F->q1, dy, O, N, 1, EXEC_FP8_DY, w, g, 0);
-        exec_fp8_mm(c, M, dx, c->act, dyr, exec_fp8_weight_ref(F, w, g, 1), N, K, O, 0, 1, 0.0f);
+        exec_fp8_mm(c, M, dx, c->act, dyr, weight_use(F, c, w, g, 1, 0), N, K, O, 0, 1, 0.0f);
     } else {
-        exec_fp8_mm(c, M, dx, c->act, dyr, exec_fp8_weight_ref(F, w, g, 0), N, K, O, 0, 0, 0.0f);
+        exec_fp8_mm(c, M, dx, c->act, dyr, weight_use(F, c, w, g, 0, 0), N, K, O, 0, 0, 0.0f);
     }
     if (x_act)
         x = exec_fp8_quantize(F, c, F->wt ? F->q0 : F->q1, x_act, N, K, 0, EXEC_FP8_X, w, g, 0);

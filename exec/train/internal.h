@@ -436,7 +436,8 @@ typedef struct ExecFp8 {
     int hybrid;         /* output gradients in E5M2 */
     int wt;             /* transposed copies: the backward GEMMs take the TN layout */
     int len;            /* delayed scaling's history length (0: another recipe) */
-    ExecFp8Weight *w;   /* [n], by parameter; p NULL where the parameter is not an FP8 GEMM's */
+    ExecFp8Weight *w;   /* [n], by parameter; p NULL where the parameter is not an FP8 GEMM's
+                           weight; q NULL under ZeRO-3, which casts per use */
     int n;
     int *of_layer;      /* [layers][EXEC_FP8_ROLES]: index into w, or -1 */
     ModelFp8Workspace lay;
@@ -445,6 +446,7 @@ typedef struct ExecFp8 {
                            E5M2's largest values */
     void *act;          /* its act part: a GEMM input before it is quantized */
     void *q0, *q1;      /* its FP8 copies */
+    void *wq, *wqt;     /* ZeRO-3: a weight cast for its GEMM, its transpose (NULL otherwise) */
 } ExecFp8;
 
 /* The weights whose GEMMs the executor runs in FP8, by role: index into of_layer's rows. */
@@ -455,8 +457,7 @@ int exec_fp8_role_index(ModelTensorRole r); /* 0 .. EXEC_FP8_ROLES - 1, or -1 */
 int exec_fp8_init(ExecFp8 *F, const ExecCtx *c, const ExecParams *P, PxError *err);
 /* Binds <w>.fp8, <w>.fp8_t, <w>.fp8_amax and ws.fp8 (p NULL in the sizing pass): PX_ERUNTIME
  * when their sizes are not what the executor computes in them (model/ and exec/ disagree). */
-int exec_fp8_bind(ExecFp8 *F, const ExecCtx *c, const ExecParams *P, const ModelTensor *t,
-                  void *p, PxError *err);
+int exec_fp8_bind(ExecFp8 *F, const ExecParams *P, const ModelTensor *t, void *p, PxError *err);
 /* After binding and the weights' initial values: every FP8 weight has its copies, delayed
  * scaling starts from decode factors of 1, and the copies are cast. */
 int exec_fp8_start(ExecFp8 *F, const ExecCtx *c, PxError *err);
@@ -483,9 +484,10 @@ ExecFp8Ref exec_fp8_saved(const ExecFp8 *F, const void *q, int rows, int cols);
 void exec_fp8_mm(const ExecCtx *c, ExecMeter *M, void *out, PxDtype ct, ExecFp8Ref a,
                  ExecFp8Ref b, int m, int n, int k, int ta, int tb, float beta);
 /* A linear layer y[N,O] = x W^T on FP8: y (act) from the quantized input and group g of w's
- * copy. */
+ * copy (under ZeRO-3 the gathered weight cast now; rec: a forward, whose cast delayed scaling
+ * records). */
 void exec_fp8_linear_fwd(ExecFp8 *F, const ExecCtx *c, ExecMeter *M, void *y, ExecFp8Ref x,
-                         const ExecFp8Weight *w, int g, int N);
+                         const ExecFp8Weight *w, int g, int N, int rec);
 /* Its backward: dx[N,K] (act, overwritten) = dy W and dw[O,K] (fp32) += dy^T x, with dy (act
  * [N,O]) quantized as an output gradient into ws.fp8's first copy. x is the saved FP8 input,
  * or (x.q NULL) x_act [N,K] quantized after the input gradient's GEMM into the copy that

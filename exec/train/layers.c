@@ -144,9 +144,10 @@ static int sp_on(const ExecCtx *c) { return c->spec.layout.sp && c->d.t > 1; }
 
 /* ---- FP8 linear layers (fp8.c; docs/fp8.md) ---- */
 
-static void fp8_fwd(const ExecLayerRun *r, void *y, ExecFp8Ref x, const ExecFp8Weight *w, int N)
+static void fp8_fwd(const ExecLayerRun *r, void *y, ExecFp8Ref x, const ExecFp8Weight *w, int N,
+                    ModelPhase ph)
 {
-    exec_fp8_linear_fwd(r->fp8, r->c, r->M, y, x, w, 0, N);
+    exec_fp8_linear_fwd(r->fp8, r->c, r->M, y, x, w, 0, N, ph == MODEL_FWD);
 }
 
 static void fp8_bwd(const ExecLayerRun *r, void *dx, float *dw, const void *dy, ExecFp8Ref x,
@@ -515,7 +516,7 @@ static int layer_fwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
     ExecFp8Ref xq;
     TRY(column_input(r, chunk, l, MODEL_OPR_QKV, phase, fq, EXEC_LA(a, QKV_IN), ln1, &x, &xq, err));
     if (fq)
-        fp8_fwd(r, EXEC_LA(a, QKV_OUT), xq, fq, N);
+        fp8_fwd(r, EXEC_LA(a, QKV_OUT), xq, fq, N, phase);
     else
         mm_act(r, EXEC_LA(a, QKV_OUT), x, EXEC_LP(w, QKV_W), N, qkv, h, 0, 1);
     if (EXEC_LP(w, QKV_B))
@@ -534,7 +535,7 @@ static int layer_fwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
         fp8_fwd(r, r->W->out,
                 exec_fp8_quantize(F, c, EXEC_LA(a, PROJ_IN), F->act, N, d->q_loc, 0, EXEC_FP8_X, fp,
                                   0, rec),
-                fp, N);
+                fp, N, phase);
     else
         mm_act(r, r->W->out, EXEC_LA(a, PROJ_IN), EXEC_LP(w, PROJ_W), N, h, d->q_loc, 0, 1);
     TRY(row_parallel_out(r, chunk, l, MODEL_OPR_PROJ, phase, EXEC_LP(w, PROJ_B),
@@ -571,7 +572,7 @@ static int layer_fwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
     mlp_widths(c, l, &Fw, &FO);
     TRY(column_input(r, chunk, l, MODEL_OPR_FC1, phase, f1, EXEC_LA(a, FC1_IN), ln2, &x, &xq, err));
     if (f1)
-        fp8_fwd(r, EXEC_LA(a, ACT_IN), xq, f1, N);
+        fp8_fwd(r, EXEC_LA(a, ACT_IN), xq, f1, N, phase);
     else
         mm_act(r, EXEC_LA(a, ACT_IN), x, EXEC_LP(w, FC1_W), N, FO, h, 0, 1);
     if (EXEC_LP(w, FC1_B))
@@ -590,7 +591,7 @@ static int layer_fwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
     if (f2)
         fp8_fwd(r, r->W->out,
                 exec_fp8_quantize(F, c, EXEC_LA(a, FC2_IN), hid, N, Fw, 0, EXEC_FP8_X, f2, 0, rec),
-                f2, N);
+                f2, N, phase);
     else
         mm_act(r, r->W->out, EXEC_LA(a, FC2_IN), EXEC_LP(w, FC2_W), N, h, Fw, 0, 1);
     return row_parallel_out(r, chunk, l, MODEL_OPR_FC2, phase, EXEC_LP(w, FC2_B),

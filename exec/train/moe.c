@@ -376,7 +376,7 @@ int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer, Mo
                                                     EXEC_AT(rows_in, o * h, c->ab), R, h, 0,
                                                     EXEC_FP8_X, v->f1, l, rec);
             exec_fp8_linear_fwd(F, c, r->M, EXEC_AT(v->exp_act_in, o * eff_out, c->ab), xq, v->f1,
-                                l, R);
+                                l, R, rec);
         } else if (R > 0) {
             k->matmul(EXEC_AT(v->exp_act_in, o * eff_out, c->ab), c->act,
                       EXEC_AT(v->exp_in, o * h, c->ab),
@@ -405,7 +405,7 @@ int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer, Mo
             const ExecFp8Ref xq = exec_fp8_quantize(F, c, fp8_expert(M, F, v->exp_fc2_in, l, eff),
                                                     EXEC_AT(hid, o * eff, c->ab), R, eff, 0,
                                                     EXEC_FP8_X, v->f2, l, rec);
-            exec_fp8_linear_fwd(F, c, r->M, EXEC_AT(eout, o * h, c->ab), xq, v->f2, l, R);
+            exec_fp8_linear_fwd(F, c, r->M, EXEC_AT(eout, o * h, c->ab), xq, v->f2, l, R, rec);
         } else if (R > 0) {
             k->matmul(EXEC_AT(eout, o * h, c->ab), c->act, EXEC_AT(v->exp_fc2_in, o * eff, c->ab),
                       EXEC_AT(v->fc2_w, (size_t)l * h * eff, c->ab), R, h, eff, 0, 1, 1.0f, 0.0f);

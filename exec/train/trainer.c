@@ -160,9 +160,7 @@ static int check_supported(const Exec *ex, PxError *err)
     /* What of FP8 training this executor runs (docs/fp8.md, "The executor"). */
     if (d->fp8 != MODEL_FP8_NONE) {
         const ModelJob *j = &s->job;
-        const char *why = s->layout.zero == 3 ? "layout.zero must be 0, 1 or 2 (ZeRO-3's per-use "
-                                                "cast of gathered weights has no buffer yet)"
-                          : j->fp8_param_gather ? "fp8_param_gather is simulated only"
+        const char *why = j->fp8_param_gather ? "fp8_param_gather is simulated only"
                           : j->fp8_attention    ? "fp8_attention is simulated only"
                           : j->fp8_dispatch     ? "fp8_dispatch is simulated only"
                                                 : NULL;
