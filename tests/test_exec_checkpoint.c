@@ -8,7 +8,8 @@
  *   dropout streams all restored), the run records where it resumed from, goes on writing
  *   checkpoints at the checkpoint's interval and removes the older one once the new one is
  *   committed.
- * Cases: single (one rank, dropout), dp2_pp2_zero1 and dp2_zero3 (label mpi; dp2_zero3 also
+ * Cases: single (one rank, dropout), single_fp8_delayed (FP8 copies and amax histories),
+ * dp2_pp2_zero1 and dp2_zero3 (label mpi; dp2_zero3 also
  * tries its checkpoint on a ZeRO-1 layout, which must be refused naming layout.zero), and
  * emu_fp16 (the CUDA code path on the emulator in fp16, with an overflow at step 2 so that the
  * loss scaler's state and the skipped step's unchanged AdamW count must carry over too) and
@@ -38,6 +39,10 @@ static const Case cases[] = {
     {"single", 1, "local", "--dp 1 --tp 1 --pp 1 --zero 0 --mbs 4 --dropout 0.1 " PIN1, 0},
     {"dp2_pp2_zero1", 4, "local", "--dp 2 --tp 1 --pp 2 --zero 1 --mbs 1 --dropout 0.1 " PIN1, 0},
     {"dp2_zero3", 2, "local", "--dp 2 --tp 1 --pp 1 --zero 3 --mbs 2 --dropout 0.1 " PIN1, 0},
+    /* FP8 with delayed scaling: the weights' FP8 copies and the amax histories (4 entries, so
+     * that they roll over before the kill) must come back too */
+    {"single_fp8_delayed", 1, "local", "--dp 1 --tp 1 --pp 1 --zero 0 --mbs 4 --fp8-recipe delayed "
+     "--fp8-amax-history 4 " PIN1, 0},
     {"emu_fp16", 1, "dgx-h100", "--dp 1 --tp 1 --pp 1 --zero 0 --precision fp16 --seq 16 --mbs 4 "
      PIN1, 1},
     {"emu_dp2_zero1", 2, "dgx-h100", "--dp 2 --tp 1 --pp 1 --zero 1 --precision bf16 --seq 16 "
