@@ -89,3 +89,11 @@ int model_fp8_op(const ModelSpec *s, ModelOpRole r)
         return 0;
     }
 }
+
+ModelFp8ProjIn model_fp8_proj_in(const ModelSpec *s)
+{
+    if (!model_fp8_op(s, MODEL_OPR_PROJ) || s->job.fp8 != MODEL_FP8_DELAYED)
+        return MODEL_FP8_PROJ_ACT;
+    /* the unfused core's backward reads its probabilities and V, not its output */
+    return s->job.flash_attn ? MODEL_FP8_PROJ_BOTH : MODEL_FP8_PROJ_FP8;
+}

@@ -477,7 +477,8 @@ typedef enum {
     MODEL_TR_MOMENTUM, MODEL_TR_ADAM8_M, MODEL_TR_ADAM8_V, MODEL_TR_ADAM8_ABSMAX,
     /* a transformer layer's saved activations (model_layer_acts) */
     MODEL_TR_LN1_IN, MODEL_TR_QKV_IN, MODEL_TR_QKV_OUT, MODEL_TR_ATTN_LSE, MODEL_TR_SOFTMAX,
-    MODEL_TR_SOFTMAX_MASK, MODEL_TR_SOFTMAX_DROP, MODEL_TR_PROJ_IN, MODEL_TR_ATTN_DROP_MASK,
+    MODEL_TR_SOFTMAX_MASK, MODEL_TR_SOFTMAX_DROP, MODEL_TR_PROJ_IN, MODEL_TR_PROJ_IN_FP8,
+    MODEL_TR_ATTN_DROP_MASK,
     MODEL_TR_LN2_IN, MODEL_TR_FC1_IN, MODEL_TR_ACT_IN, MODEL_TR_FC2_IN, MODEL_TR_MLP_DROP_MASK,
     /* the embedding's and the output layer's saved activations */
     MODEL_TR_EMBED_DROP_MASK, MODEL_TR_FINAL_LN_IN, MODEL_TR_LOGITS_IN, MODEL_TR_LOSS_PROBS,
@@ -689,6 +690,15 @@ typedef enum {
 /* The role's part of an op's name: "attn.qkv" (after "layer.<i>."), "embed", "grads" (after
  * the block's name). */
 const char *model_op_role_name(ModelOpRole r);
+/* What an FP8 job's attention output projection saves of its input (the attention core's
+ * output) for its weight gradient, as Megatron-Core (attention.py, at d98e8a64) sets up
+ * Transformer Engine: with a recipe other than delayed, linear_proj saves the original 16-bit
+ * input, which the fused core saves anyway (save_original_input, TE >= 2.6), and quantizes it
+ * again in the backward; under delayed scaling it saves its quantized copy, beside the fused
+ * core's 16-bit output (attn.proj.in.fp8 then). ACT also without FP8. */
+typedef enum { MODEL_FP8_PROJ_ACT = 0, MODEL_FP8_PROJ_FP8, MODEL_FP8_PROJ_BOTH } ModelFp8ProjIn;
+ModelFp8ProjIn model_fp8_proj_in(const ModelSpec *s);
+
 /* 1 when the weight of role r is an FP8 GEMM's operand under the job (a linear layer of a
  * transformer layer: QKV or MLA's projections, the output projection, the MLP's and the
  * experts' matrices). */

@@ -138,9 +138,14 @@ static void linear_fp8(Emit *e, ModelOp *op, double M, double N, double K, doubl
      * dtype, written in FP8: the forward's copy, the backward's transposed one or again the
      * copy) */
     const double per_use = e->s->layout.zero == 3 ? W * ((double)px_dtype_bytes(e->d->param) + 1.0) : 0.0;
+    /* an attention projection that saved its 16-bit input quantizes it again for the weight
+     * gradient (model_fp8_proj_in) */
+    const double requant = e->role == MODEL_OPR_PROJ && model_fp8_proj_in(e->s) == MODEL_FP8_PROJ_ACT
+                               ? M * K * (a + 1.0)
+                               : 0.0;
     if (e->phase == MODEL_BWD) {
         double g = (double)px_dtype_bytes(e->d->grad);
-        op->fp8_cast_bytes = M * N * (a + copies) + per_use;
+        op->fp8_cast_bytes = M * N * (a + copies) + per_use + requant;
         /* dgrad reads dY and W, writes dX; wgrad reads dY and X, accumulates dW */
         op->bytes = (M * N + W + M * K * a) + (M * N + M * K) + 2.0 * W * g + extra_bytes +
                     op->fp8_cast_bytes;

@@ -194,6 +194,7 @@ void model_layer_acts_at(const ModelSpec *s, const ModelDims *d, ModelRecompute 
         {"attn.softmax_mask", u8, tp, 4, b, hl, sl, sq, !flash && drop, none},
         {"attn.softmax_drop", e, tp, 4, b, hl, sl, sq, !flash && drop, none},
         {"attn.proj.in", e, tp, 3, b, sl, d->o_loc, 1, 1, !full},
+        {"attn.proj.in.fp8", e, tp, 3, b, sl, d->o_loc, 1, model_fp8_proj_in(s) == MODEL_FP8_PROJ_BOTH, !full},
         {"attn.drop_mask", u8, sp, 3, b, ss, h, 1, drop, !full},
         {"ln2.in", e, sp, 3, b, ss, h, 1, 1, !full},
         {"mlp.fc1.in", e, sp, 3, b, ss, h, 1, 1, !full},
@@ -202,9 +203,14 @@ void model_layer_acts_at(const ModelSpec *s, const ModelDims *d, ModelRecompute 
         {"mlp.drop_mask", u8, sp, 3, b, ss, h, 1, drop, !full},
     };
     acts_fill(t, MODEL_LAYER_ACTS, MODEL_TR_LN1_IN, out);
-    /* a MoE layer's router reads fc1.in too, in high precision */
-    static const ModelTensorRole fp8_in[] = {MODEL_TR_QKV_IN, MODEL_TR_PROJ_IN, MODEL_TR_FC2_IN,
-                                             MODEL_TR_FC1_IN};
+    /* the attention projection's saved input as model_fp8_proj_in has it; a MoE layer's router
+     * reads fc1.in too, in high precision (last, left out for a MoE layer) */
+    const ModelFp8ProjIn pin = model_fp8_proj_in(s);
+    const ModelTensorRole fp8_in[] = {MODEL_TR_QKV_IN, MODEL_TR_FC2_IN,
+                                      pin == MODEL_FP8_PROJ_BOTH ? MODEL_TR_PROJ_IN_FP8
+                                      : pin == MODEL_FP8_PROJ_FP8 ? MODEL_TR_PROJ_IN
+                                                                  : MODEL_TR_NONE,
+                                      MODEL_TR_FC1_IN};
     acts_fp8(s, out, MODEL_LAYER_ACTS, fp8_in, moe ? 3 : 4, 1);
 }
 

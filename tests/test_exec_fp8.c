@@ -6,7 +6,7 @@
  * - output gradients are quantized as E5M2 in the hybrid format and E4M3 in the e4m3 one;
  * - delayed scaling keeps one history entry per micro-batch for a GEMM's input and output
  *   gradient, one per cast for its weight;
- * - the arenas hold the one-byte tensors: tiny's activations, by hand, 4 x 708,624 + 393,216
+ * - the arenas hold the one-byte tensors: tiny's activations, by hand, 4 x 757,772 + 393,216
  *   bytes with FP8 GEMM inputs against 4 x 1,052,672 + 393,216 without; ws.fp8's parts by hand,
  *   ZeRO-3's per-use weight casts included;
  * - `curves MODEL`: 200 steps of tiny or tiny-moe (the router's own choice) in FP8 follow the
@@ -159,22 +159,28 @@ static void memory(void)
     ModelSpec s = fp8_spec(MODEL_FP8_TENSORWISE, MODEL_FP8_HYBRID);
     Exec *ex = tx_exec(&s);
     /* per layer: ln1.in 65,536, attn.qkv.in 16,384 + 4, attn.qkv.out 196,608, attn.lse 4,096,
-     * attn.proj.in 16,388, ln2.in 65,536, mlp.fc1.in 16,388, mlp.act.in 262,144, mlp.fc2.in
+     * attn.proj.in 65,536 (the core's output in fp32: the projection quantizes it again for its
+     * weight gradient), ln2.in 65,536, mlp.fc1.in 16,388, mlp.act.in 262,144, mlp.fc2.in
      * 65,536 + 4; the output layer's final_ln.in, logits.in 65,536 each and loss.probs 262,144 */
-    CHECK_EQ_U64(4u * 708624u + 393216u, ex->mem.a[MODEL_ACTIVATIONS].cap);
+    CHECK_EQ_U64(4u * 757772u + 393216u, ex->mem.a[MODEL_ACTIVATIONS].cap);
     /* the weights: tiny's 220,544 fp32 parameters (GPT-2 style, 4 layers of 64) and per layer
      * four FP8 copies of 12,288 + 4,096 + 16,384 + 16,384 codes with a 4-byte scale each */
     CHECK_EQ_U64(4u * 220544u + 4u * (49152u + 16u), ex->mem.a[MODEL_WEIGHTS].cap);
     for (int k = 0; k < MODEL_RUNTIME; k++)
         CHECK_EQ_U64(model_tensors_bytes(&ex->tt, (ModelCategory)k), ex->mem.a[k].cap);
     exec_free(ex);
+    /* delayed scaling: the projection saves its FP8 copy (16,388) beside the core's output */
+    s = fp8_spec(MODEL_FP8_DELAYED, MODEL_FP8_HYBRID);
+    ex = tx_exec(&s);
+    CHECK_EQ_U64(4u * (757772u + 16388u) + 393216u, ex->mem.a[MODEL_ACTIVATIONS].cap);
+    exec_free(ex);
     ModelSpec b = tx_spec("tiny", 64, 8, 4);
     ex = tx_exec(&b);
     CHECK_EQ_U64(4u * 1052672u + 393216u, ex->mem.a[MODEL_ACTIVATIONS].cap);
     CHECK_EQ_U64(4u * 220544u, ex->mem.a[MODEL_WEIGHTS].cap);
     exec_free(ex);
-    printf("  tiny: activations 3,227,712 bytes in FP8 against 4,603,904 in fp32; weights "
-           "882,176 + 196,672 of FP8 copies\n");
+    printf("  tiny: activations 3,424,304 bytes in FP8 (3,489,856 delayed) against 4,603,904 in "
+           "fp32; weights 882,176 + 196,672 of FP8 copies\n");
 }
 
 /* ws.fp8's parts for tiny (mbs 4 x seq 64 = 256 rows), by hand: 16 bytes of scratch; the act

@@ -82,10 +82,14 @@ static void test_llama70b_memory(void)
     /* a layer's saved activations: 965,214,208 B in bf16 */
     CHECK_EQ_U64(965214208ull, acts);
     /* tensorwise on a TN-only device: + FP8 copies 2,139,095,040 + 40 scales of 4 B, and as
-     * much again transposed; the GEMM inputs qkv.in, proj.in, fc1.in, fc2.in in one byte and
-     * a scale: 755,499,024 B */
+     * much again transposed; the GEMM inputs qkv.in, fc1.in, fc2.in in one byte and a scale,
+     * proj.in in bf16 (Megatron-Core's linear_proj keeps the fused core's output):
+     * 772,276,236 B */
     CHECK_EQ_U64(9082044736ull, stage0(llama70b(MODEL_FP8_TENSORWISE, 1), MODEL_WEIGHTS, &acts));
-    CHECK_EQ_U64(755499024ull, acts);
+    CHECK_EQ_U64(772276236ull, acts);
+    /* delayed: proj.in's FP8 copy (16,777,220 B) beside the bf16 one */
+    stage0(llama70b(MODEL_FP8_DELAYED, 1), MODEL_WEIGHTS, &acts);
+    CHECK_EQ_U64(772276236ull + 16777220ull, acts);
     /* no transposes (Blackwell): the copies once */
     CHECK_EQ_U64(4803854336ull + 2139095200ull, stage0(llama70b(MODEL_FP8_TENSORWISE, 0), MODEL_WEIGHTS, NULL));
     /* delayed: + 40 amax histories of (1024 + 1) x 3 fp32 = 12,300 B each */

@@ -526,15 +526,22 @@ static int layer_fwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
                     (float)cfg->rope_theta);
     end(r);
 
+    /* the projection's input: saved in the act dtype and quantized for the GEMM alone, or its
+     * quantized copy saved (beside the act one, or alone: model_fp8_proj_in) */
+    const ModelFp8ProjIn pin = model_fp8_proj_in(&c->spec);
+    void *o = pin == MODEL_FP8_PROJ_FP8 ? F->act : EXEC_LA(a, PROJ_IN);
     begin(r, layer_op(r, l, MODEL_OPR_CORE, phase));
-    attention_core_fwd(r, a, fp ? F->act : EXEC_LA(a, PROJ_IN), mb, l);
+    attention_core_fwd(r, a, o, mb, l);
     end(r);
 
     begin(r, layer_op(r, l, MODEL_OPR_PROJ, phase));
     if (fp)
         fp8_fwd(r, r->W->out,
-                exec_fp8_quantize(F, c, EXEC_LA(a, PROJ_IN), F->act, N, d->q_loc, 0, EXEC_FP8_X, fp,
-                                  0, rec),
+                exec_fp8_quantize(F, c,
+                                  pin == MODEL_FP8_PROJ_BOTH  ? EXEC_LA(a, PROJ_IN_FP8)
+                                  : pin == MODEL_FP8_PROJ_FP8 ? EXEC_LA(a, PROJ_IN)
+                                                              : F->q0,
+                                  o, N, d->q_loc, 0, EXEC_FP8_X, fp, 0, rec),
                 fp, N, phase);
     else
         mm_act(r, r->W->out, EXEC_LA(a, PROJ_IN), EXEC_LP(w, PROJ_W), N, h, d->q_loc, 0, 1);
@@ -805,8 +812,15 @@ static int layer_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
     TRY(row_parallel_dy(r, chunk, l, MODEL_OPR_PROJ, dres, EXEC_LA(a, ATTN_DROP_MASK), &dy, err));
     if (EXEC_LP(g, PROJ_B))
         k->bias_grad(EXEC_LP(g, PROJ_B), dy, N, h);
-    const ExecFp8Ref pq = fp8_saved(r, EXEC_LA(a, PROJ_IN), N, d->q_loc);
-    if (fp) {
+    const ModelFp8ProjIn pin = model_fp8_proj_in(&c->spec);
+    const ExecFp8Ref pq = fp8_saved(r, pin == MODEL_FP8_PROJ_BOTH ? EXEC_LA(a, PROJ_IN_FP8)
+                                                                  : EXEC_LA(a, PROJ_IN),
+                                    N, d->q_loc);
+    if (fp && pin == MODEL_FP8_PROJ_ACT) {
+        /* the act input saved: quantized again for the weight gradient */
+        const ExecFp8Ref none = {NULL, {0, 0, 0, 0, 0, 0}};
+        fp8_bwd(r, r->W->dhid, EXEC_LP(g, PROJ_W), dy, none, EXEC_LA(a, PROJ_IN), fp, N);
+    } else if (fp) {
         fp8_bwd(r, r->W->dhid, EXEC_LP(g, PROJ_W), dy, pq, NULL, fp, N);
     } else {
         mm_act(r, r->W->dhid, dy, EXEC_LP(w, PROJ_W), N, d->q_loc, h, 0, 0);
@@ -823,15 +837,10 @@ static int layer_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
         end(r);
     }
 
-    /* the fused path's backward reads the forward's output: under FP8 its saved copy is the
-     * projection's FP8 input, dequantized into ws.fp8 */
+    /* the fused path's backward reads the forward's output, saved in the act dtype whenever the
+     * fused core runs (model_fp8_proj_in) */
     begin(r, layer_op(r, l, MODEL_OPR_CORE, MODEL_BWD));
-    const void *o = EXEC_LA(a, PROJ_IN);
-    if (fp && c->spec.job.flash_attn) {
-        k->fp8_dequantize(r->fp8->act, pq.q, &pq.f);
-        o = r->fp8->act;
-    }
-    attention_core_bwd(r, a, o);
+    attention_core_bwd(r, a, EXEC_LA(a, PROJ_IN));
     end(r);
 
     const void *x;
