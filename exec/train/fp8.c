@@ -1,18 +1,18 @@
 /* FP8 training's state in the trainer (docs/fp8.md): the FP8 copies of the linear layers'
- * weights, cast from their act values once per step; delayed scaling's amax histories and
- * decode factors; ws.fp8, where a GEMM's operands are quantized; and the quantization of an
- * operand with its recipe's scaling. The layers (layers.c, moe.c) call the kernels' FP8 GEMM
- * on what these return.
+ * weights, cast from their act values once per step (under ZeRO-3, which keeps no copies, by
+ * each GEMM into ws.fp8); delayed scaling's amax histories and decode factors; ws.fp8, where a
+ * GEMM's operands are quantized; the quantization of an operand with its recipe's scaling; and
+ * the FP8 linear layer's forward and backward, which layers.c and moe.c call.
  *
  * Delayed scaling follows Transformer Engine's DelayedScaling (amax_compute_algo "max",
  * margin 0): a tensor is quantized with the decode factor that the largest amax of its history
  * gives, and its own amax is then rolled into that history. Each of an FP8 GEMM's three tensors
  * has its history: the input and the output gradient take one entry per micro-batch (as
- * Transformer Engine updates after every forward and backward), the weight one per cast. A
- * recomputed forward quantizes with the current factors and records nothing, so that the
- * history counts each micro-batch once. <w>.fp8_amax holds, for group g and tensor c, the
- * history at (3g + c) * len and then the 3 * groups decode factors, (len + 1) x 3 x groups fp32
- * as the tensor table sizes it. */
+ * Transformer Engine updates after every forward and backward), the weight one per cast
+ * (under ZeRO-3 one per forward). A recomputed forward quantizes with the current factors and
+ * records nothing, so that the history counts each micro-batch once. <w>.fp8_amax holds, for
+ * group g and tensor c, the history at (3g + c) * len and then the 3 * groups decode factors,
+ * (len + 1) x 3 x groups fp32 as the tensor table sizes it. */
 #include <stdlib.h>
 #include <string.h>
 
