@@ -40,6 +40,15 @@ void exec_report_header(const Exec *ex)
     if (ex->c.d.master)
         printf("precision %s weights and activations, fp32 master weights, gradients and optimizer "
                "state\n", px_dtype_name(ex->c.act));
+    if (ex->fp8.on) {
+        const ModelJob *j = &s->job;
+        printf("fp8       %s GEMMs on one-byte operands: recipe %s, %s%s%s\n",
+               s->model.moe.experts > 0 ? "the linear layers' and experts'" : "the linear layers'",
+               model_fp8_recipe_name(j->fp8),
+               j->fp8_format == MODEL_FP8_HYBRID ? "E4M3 forward, E5M2 gradients" : "E4M3 throughout",
+               ex->fp8.wt ? ", transposed copies" : "",
+               s->layout.zero == 3 ? ", weights cast per use (ZeRO-3)" : "");
+    }
     if (ex->optim.scaler.enabled)
         printf("loss      dynamic fp16 loss scaling: scale %g, halved and the step skipped on an "
                "Inf or NaN gradient, doubled after %d clean steps\n",
