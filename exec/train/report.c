@@ -83,6 +83,15 @@ static void print_device_memory(const Exec *ex, uint64_t arenas, uint64_t allowa
            (double)(up > arenas ? up - arenas : 0) / PX_GIB, (double)allowance / PX_GIB);
 }
 
+/* The CPU's FP8 kernels are the reference, not the fast path: each GEMM decodes its operands
+ * and each quantize encodes element by element, which no profile of a GPU's FP8 rates times. */
+static void print_fp8_note(const Exec *ex)
+{
+    if (ex->fp8.on && strcmp(ex->c.k->name, "cpu") == 0)
+        printf("note: the CPU's FP8 kernels decode every operand before an fp32 GEMM (the "
+               "reference for the GPU's): their step time is not what the plan predicts\n");
+}
+
 static void print_loss_scale(const Exec *ex)
 {
     if (ex->optim.scaler.enabled)
@@ -149,6 +158,7 @@ static void summary_one(Exec *ex)
     printf("step time (s)             %14.4f %14.4f  (measured: median; predicted by the plan on its %s "
            "profile)\n",
            ex->pred.step_s[ex->c.g.stage], exec_median_step_s(ex), ex->plan.profile.name);
+    print_fp8_note(ex);
     print_loss_scale(ex);
     if (strcmp(fv, "bound") == 0)
         print_bound_note(ex);
@@ -213,6 +223,7 @@ static void summary_ranks(Exec *ex, const cJSON *run)
     }
     printf("step time (s)   %14.4f %14.4f  (measured: median; predicted by the plan on its %s profile)\n",
            ex->pred.job_step_s, exec_median_step_s(ex), ex->plan.profile.name);
+    print_fp8_note(ex);
     /* every rank's device peak, from the gathered run */
     int have_dev = 0;
     for (int i = 0; i < W; i++)
