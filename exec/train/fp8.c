@@ -209,21 +209,29 @@ ExecFp8Ref exec_fp8_quantize(ExecFp8 *F, const ExecCtx *c, void *q, const void *
     return r;
 }
 
-/* Casts w's act values into its copies, group by group. */
+/* Group g of w's act values cast into q, w's copy (transposed: its transpose), with the
+ * weight's decode factor under delayed scaling; rec rolls the weight's amax into its history. */
+static void cast_group(ExecFp8 *F, const ExecCtx *c, const ExecFp8Weight *w, int g, void *q,
+                       int transposed, int rec)
+{
+    const KernFp8 f = transposed ? exec_fp8_desc(F, w->cols, w->rows, 1, 0)
+                                 : exec_fp8_desc(F, w->rows, w->cols, 1, 0);
+    const float *scale = scale_of(F, w, g, EXEC_FP8_W);
+    c->k->fp8_quantize(q, scale && rec ? F->amax : NULL,
+                       EXEC_AT(w->p->w, (size_t)g * w->rows * w->cols, c->ab), &f, transposed,
+                       scale);
+    if (scale && rec)
+        record(F, c, w, g, EXEC_FP8_W, 0);
+}
+
+/* Casts w's act values into its copies, group by group (the weight's amax recorded once). */
 static void cast_weight(ExecFp8 *F, const ExecCtx *c, ExecFp8Weight *w)
 {
-    const KernFp8 f = exec_fp8_desc(F, w->rows, w->cols, 1, 0);
-    const KernFp8 ft = exec_fp8_desc(F, w->cols, w->rows, 1, 0);
     for (int g = 0; g < w->groups; g++) {
-        const void *x = EXEC_AT(w->p->w, (size_t)g * w->rows * w->cols, c->ab);
-        const float *scale = scale_of(F, w, g, EXEC_FP8_W);
-        c->k->fp8_quantize((uint8_t *)w->q + (size_t)g * kern_fp8_bytes(&f), scale ? F->amax : NULL,
-                           x, &f, 0, scale);
+        /* the transposed copy first: it quantizes with the factor the copy's record replaces */
         if (w->qt)
-            c->k->fp8_quantize((uint8_t *)w->qt + (size_t)g * kern_fp8_bytes(&ft), NULL, x, &ft, 1,
-                               scale);
-        if (scale)
-            record(F, c, w, g, EXEC_FP8_W, 0);
+            cast_group(F, c, w, g, (void *)exec_fp8_weight_ref(F, w, g, 1).q, 1, 0);
+        cast_group(F, c, w, g, (void *)exec_fp8_weight_ref(F, w, g, 0).q, 0, 1);
     }
 }
 
@@ -297,12 +305,7 @@ static ExecFp8Ref weight_use(ExecFp8 *F, const ExecCtx *c, const ExecFp8Weight *
     r.f = transposed ? exec_fp8_desc(F, w->cols, w->rows, 1, 0)
                      : exec_fp8_desc(F, w->rows, w->cols, 1, 0);
     r.q = transposed ? F->wqt : F->wq;
-    const float *scale = scale_of(F, w, g, EXEC_FP8_W);
-    c->k->fp8_quantize((void *)r.q, scale && rec ? F->amax : NULL,
-                       EXEC_AT(w->p->w, (size_t)g * w->rows * w->cols, c->ab), &r.f, transposed,
-                       scale);
-    if (scale && rec)
-        record(F, c, w, g, EXEC_FP8_W, 0);
+    cast_group(F, c, w, g, (void *)r.q, transposed, rec);
     return r;
 }
 

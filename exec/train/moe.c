@@ -268,17 +268,11 @@ static int64_t expert_rows(const ExecMoe *M, int l, int64_t *off)
 }
 
 /* Under FP8 the experts' saved inputs hold one FP8 tensor of its rows x cols per local expert,
- * expert after expert: where expert l's starts. */
-static uint8_t *fp8_expert(const ExecMoe *M, const ExecFp8 *F, void *base, int l, int cols)
+ * expert after expert (the loops over the experts keep the running offset): one's bytes. */
+static size_t fp8_rows_bytes(const ExecFp8 *F, int rows, int cols)
 {
-    size_t off = 0;
-    for (int l2 = 0; l2 < l; l2++) {
-        int64_t o;
-        const int64_t n = expert_rows(M, l2, &o);
-        const KernFp8 f = exec_fp8_desc(F, (int)n, cols, 0, 0);
-        off += n > 0 ? kern_fp8_bytes(&f) : 0;
-    }
-    return (uint8_t *)base + off;
+    const KernFp8 f = exec_fp8_desc(F, rows, cols, 0, 0);
+    return rows > 0 ? kern_fp8_bytes(&f) : 0;
 }
 
 /* One all-to-all-v of rows of h elements, send and receive counts in rows (the exchange's). */
@@ -368,13 +362,15 @@ int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer, Mo
      * ep the combine's input itself) */
     void *eout = ep > 1 ? v->ep_recv : v->exp_out;
     begin(r, ops.fc1);
+    size_t q = 0;
     for (int l = 0; l < M->L; l++) {
         int64_t o = 0;
         const int R = (int)expert_rows(M, l, &o);
         if (R > 0 && v->f1) {
-            const ExecFp8Ref xq = exec_fp8_quantize(F, c, fp8_expert(M, F, v->exp_in, l, h),
+            const ExecFp8Ref xq = exec_fp8_quantize(F, c, (uint8_t *)v->exp_in + q,
                                                     EXEC_AT(rows_in, o * h, c->ab), R, h, 0,
                                                     EXEC_FP8_X, v->f1, l, rec);
+            q += fp8_rows_bytes(F, R, h);
             exec_fp8_linear_fwd(F, c, r->M, EXEC_AT(v->exp_act_in, o * eff_out, c->ab), xq, v->f1,
                                 l, R, rec);
         } else if (R > 0) {
@@ -398,13 +394,15 @@ int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer, Mo
     }
     end(r);
     begin(r, ops.fc2);
+    q = 0;
     for (int l = 0; l < M->L; l++) {
         int64_t o = 0;
         const int R = (int)expert_rows(M, l, &o);
         if (R > 0 && v->f2) {
-            const ExecFp8Ref xq = exec_fp8_quantize(F, c, fp8_expert(M, F, v->exp_fc2_in, l, eff),
+            const ExecFp8Ref xq = exec_fp8_quantize(F, c, (uint8_t *)v->exp_fc2_in + q,
                                                     EXEC_AT(hid, o * eff, c->ab), R, eff, 0,
                                                     EXEC_FP8_X, v->f2, l, rec);
+            q += fp8_rows_bytes(F, R, eff);
             exec_fp8_linear_fwd(F, c, r->M, EXEC_AT(eout, o * h, c->ab), xq, v->f2, l, R, rec);
         } else if (R > 0) {
             k->matmul(EXEC_AT(eout, o * h, c->ab), c->act, EXEC_AT(v->exp_fc2_in, o * eff, c->ab),
@@ -474,6 +472,7 @@ int exec_moe_backward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer,
     ExecFp8 *F = r->fp8;
     void *dhid = v->f2 ? F->act : v->exp_fc2_in;
     begin(r, ops.fc2);
+    size_t q = 0;
     for (int l = 0; l < M->L; l++) {
         int64_t o = 0;
         const int R = (int)expert_rows(M, l, &o);
@@ -483,8 +482,9 @@ int exec_moe_backward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer,
         if (v->f2) {
             exec_fp8_linear_bwd(F, c, r->M, EXEC_AT(dhid, o * eff, c->ab),
                                 v->g_fc2_w + (size_t)l * h * eff, dout,
-                                exec_fp8_saved(F, fp8_expert(M, F, v->exp_fc2_in, l, eff), R, eff),
-                                NULL, v->f2, l, R);
+                                exec_fp8_saved(F, (uint8_t *)v->exp_fc2_in + q, R, eff), NULL,
+                                v->f2, l, R);
+            q += fp8_rows_bytes(F, R, eff);
             continue;
         }
         void *hid = EXEC_AT(v->exp_fc2_in, o * eff, c->ab);
@@ -508,6 +508,7 @@ int exec_moe_backward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer,
     end(r);
     /* fc1: the rows' input gradient over their output gradient, which is spent */
     begin(r, ops.fc1);
+    q = 0;
     for (int l = 0; l < M->L; l++) {
         int64_t o = 0;
         const int R = (int)expert_rows(M, l, &o);
@@ -517,8 +518,9 @@ int exec_moe_backward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer,
         const void *act = EXEC_AT(v->exp_act_in, o * eff_out, c->ab);
         if (v->f1) {
             exec_fp8_linear_bwd(F, c, r->M, dout, v->g_fc1_w + (size_t)l * eff_out * h, act,
-                                exec_fp8_saved(F, fp8_expert(M, F, v->exp_in, l, h), R, h), NULL,
-                                v->f1, l, R);
+                                exec_fp8_saved(F, (uint8_t *)v->exp_in + q, R, h), NULL, v->f1, l,
+                                R);
+            q += fp8_rows_bytes(F, R, h);
             continue;
         }
         k->matmul(v->g_fc1_w + (size_t)l * eff_out * h, PX_FP32, act,
