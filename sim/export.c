@@ -1,20 +1,21 @@
 /* Exports a plan to the frameworks that run it: Megatron-LM command-line flags, a DeepSpeed
- * config, NeMo (1.x Hydra) and Megatron-Bridge overrides. Flag names follow each framework's
+ * config; NeMo 1.x and Megatron-Bridge (export_nemo.c, export_bridge.c), torchtitan
+ * (export_titan.c) and a Slurm batch script (export_slurm.c) in files of their own. Flag names follow each framework's
  * documentation; what a framework cannot express is said in a comment, never dropped silently. */
-#include "sim/sim.h"
+#include "sim/internal.h"
 
 #include <stdarg.h>
 #include <string.h>
 
 const char *sim_export_name(SimExportFormat f)
 {
-    static const char *const names[] = {"megatron", "deepspeed", "nemo"};
-    return (unsigned)f < 3 ? names[f] : "?";
+    static const char *const names[] = {"megatron", "deepspeed", "nemo", "bridge", "torchtitan", "slurm"};
+    return (unsigned)f < SIM_EXPORT_COUNT ? names[f] : "?";
 }
 
 int sim_export_from_name(const char *s)
 {
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < SIM_EXPORT_COUNT; i++)
         if (s && strcmp(s, sim_export_name((SimExportFormat)i)) == 0)
             return i;
     return -1;
@@ -39,7 +40,7 @@ static void flag(FILE *f, const char *name, const char *fmt, ...)
  * (--decoder-first/last-pipeline-num-layers), the other stages sharing the rest evenly
  * (get_transformer_layer_offset). *first and *last get -1 when not needed. Returns 0 when the
  * split is not of that form: its middle stages differ. */
-static int megatron_split(const ModelLayout *l, int *first, int *last)
+int sim_export_megatron_split(const ModelLayout *l, int *first, int *last)
 {
     const int p = l->n_stage_layers, *n = l->stage_layers;
     *first = *last = -1;
@@ -60,12 +61,12 @@ static int megatron_split(const ModelLayout *l, int *first, int *last)
 
 /* GPipe (every forward, then every backward) is not a schedule Megatron-LM, NeMo or
  * Megatron-Bridge offer: their non-interleaved pipeline is 1F1B. */
-static const char *const gpipe_note =
+const char *const sim_export_gpipe_note =
     "# NOT EXPRESSIBLE: the plan's GPipe schedule; Megatron runs 1F1B here, with the same bubble and\n"
     "# fewer activations in flight (plan with --schedule 1f1b for its exact prediction)\n";
 
 /* Megatron-Core's experimental --pipeline-model-parallel-layout for a split: "Et*2|t*3|tL" */
-static void megatron_layout(char *buf, size_t cap, const ModelLayout *l)
+void sim_export_megatron_layout(char *buf, size_t cap, const ModelLayout *l)
 {
     size_t n = 0;
     for (int i = 0; i < l->n_stage_layers && n < cap; i++) {
@@ -192,7 +193,7 @@ static void megatron_moe_notes(FILE *f, const ModelPlan *p)
  * which ZeRO 1 and 2 map to. fp8_dot_product_attention is a TransformerConfig field that
  * arguments.py excludes from the flags, and Megatron-Core quantizes a MoE dispatch only on the
  * ncclep flex dispatcher (moe_dispatch_fwd_dtype): both are said in comments. */
-static int fp8_param_gather_ok(const ModelPlan *p)
+int sim_export_fp8_param_gather_ok(const ModelPlan *p)
 {
     return p->spec.job.fp8_param_gather && p->spec.layout.zero >= 1;
 }
@@ -204,7 +205,7 @@ static void megatron_fp8_notes(FILE *f, const ModelPlan *p)
         return;
     if (t->fp8 == MODEL_FP8_MXFP8)
         fprintf(f, "# --fp8-recipe mxfp8 runs on Blackwell only: Transformer Engine checks the device, validate_args does not\n");
-    if (t->fp8_param_gather && !fp8_param_gather_ok(p))
+    if (t->fp8_param_gather && !sim_export_fp8_param_gather_ok(p))
         fprintf(f, "# NOT EXPRESSIBLE: FP8-only weights without the distributed optimizer (ZeRO-0): validate_args takes\n"
                    "# --fp8-param-gather only with --use-distributed-optimizer or FSDP, so the flags below keep the 16-bit\n"
                    "# weights beside their FP8 copies (plan with --zero 1 for the flag)\n");
@@ -228,7 +229,7 @@ static void megatron_fp8(FILE *f, const ModelPlan *p)
         flag(f, "--fp8-amax-history-len", "%d", t->fp8_amax_history);
         flag(f, "--fp8-amax-compute-algo", "max");
     }
-    if (fp8_param_gather_ok(p))
+    if (sim_export_fp8_param_gather_ok(p))
         flag(f, "--fp8-param-gather", NULL);
 }
 
@@ -248,17 +249,17 @@ static void megatron(FILE *f, const ModelPlan *p, const ModelDims *d)
                    "# validate_args asserts --ckpt-format fsdp_dtensor and CUDA_DEVICE_MAX_CONNECTIONS unset or > 1\n",
                 l->zero);
     if (l->schedule == MODEL_SCHED_GPIPE && l->pp > 1)
-        fprintf(f, "%s", gpipe_note);
+        fprintf(f, "%s", sim_export_gpipe_note);
     int split_first = -1, split_last = -1, split_ok = 1;
     if (d->uneven) {
         char split[256];
         model_split_format(l->stage_layers, l->n_stage_layers, split, sizeof split);
-        split_ok = megatron_split(l, &split_first, &split_last);
+        split_ok = sim_export_megatron_split(l, &split_first, &split_last);
         if (split_ok) {
             fprintf(f, "# uneven pipeline split %s: the first/last stage's layers below, the rest even\n", split);
         } else {
             char lay[1024];
-            megatron_layout(lay, sizeof lay, l);
+            sim_export_megatron_layout(lay, sizeof lay, l);
             fprintf(f, "# NOT EXPRESSIBLE: the uneven pipeline split %s has middle stages of different sizes,\n"
                        "# which --decoder-first/last-pipeline-num-layers cannot say (Megatron splits the middle\n"
                        "# stages evenly), so the flags below do not carry it. Megatron-Core versions with the\n"
@@ -427,228 +428,6 @@ static void deepspeed(FILE *f, const ModelPlan *p, const ModelDims *d)
     cJSON_Delete(j);
 }
 
-/* A MoE plan's expert and MLA settings as overrides: NeMo 1.x's model.* keys and
- * Megatron-Bridge's model provider (TransformerConfig's field names) share them, but for the
- * layer pattern and the expert tensor degree, which NeMo 1.x does not take. */
-static void nemo_moe(FILE *f, const ModelPlan *p, int bridge)
-{
-    const ModelConfig *c = &p->spec.model;
-    const ModelMoe *m = &c->moe;
-    const ModelLayout *l = &p->spec.layout;
-    if (m->experts > 0) {
-        fprintf(f, "model.num_moe_experts=%d model.moe_router_topk=%d model.expert_model_parallel_size=%d",
-                m->experts, m->topk, l->ep);
-        if (bridge)
-            fprintf(f, " model.expert_tensor_parallel_size=%d", l->etp);
-        fprintf(f, "\nmodel.moe_ffn_hidden_size=%d", m->expert_ffn);
-        if (m->shared_ffn > 0)
-            fprintf(f, " model.moe_shared_expert_intermediate_size=%d", m->shared_ffn);
-        if (bridge) {
-            fprintf(f, " model.moe_layer_freq=[");
-            for (int i = 0; i < c->layers; i++)
-                fprintf(f, "%s%d", i ? "," : "", model_layer_is_moe(c, i));
-            fprintf(f, "]");
-        }
-        fprintf(f, "\nmodel.moe_router_score_function=%s", m->score == MODEL_ROUTER_SIGMOID ? "sigmoid" : "softmax");
-        if (m->groups > 0)
-            fprintf(f, " model.moe_router_num_groups=%d model.moe_router_group_topk=%d", m->groups, m->topk_groups);
-        fprintf(f, " model.moe_router_load_balancing_type=%s model.moe_aux_loss_coeff=%g",
-                m->aux_loss_coeff > 0 ? "aux_loss" : "none", m->aux_loss_coeff);
-        if (m->capacity_factor > 0)
-            fprintf(f, " model.moe_expert_capacity_factor=%g model.moe_pad_expert_input_to_capacity=true",
-                    m->capacity_factor);
-        fprintf(f, "\nmodel.moe_token_dispatcher_type=alltoall model.moe_grouped_gemm=true");
-        if (p->spec.job.moe_force_balance)
-            fprintf(f, " model.moe_router_force_load_balancing=true");
-        if (l->overlap_ep && m->shared_ffn > 0)
-            fprintf(f, " model.moe_shared_expert_overlap=true");
-        fprintf(f, "\n");
-        if (!bridge && m->first_dense + (m->layer_freq > 1) > 0)
-            fprintf(f, "# NOT EXPRESSIBLE in NeMo 1.x, which makes every layer MoE: this model's dense layers (the first %d;\n"
-                       "# after them every %d-th layer is MoE) need Megatron-Bridge's model.moe_layer_freq below\n",
-                    m->first_dense, m->layer_freq);
-        if (!bridge && l->etp != l->tp)
-            fprintf(f, "# NOT EXPRESSIBLE in NeMo 1.x: expert tensor parallel %d differs from tp %d (Megatron-Bridge's model.expert_tensor_parallel_size below)\n",
-                    l->etp, l->tp);
-    }
-    if (c->mla.kv_lora_rank > 0) {
-        fprintf(f, "model.multi_latent_attention=true");
-        if (c->mla.q_lora_rank > 0)
-            fprintf(f, " model.q_lora_rank=%d", c->mla.q_lora_rank);
-        fprintf(f, " model.kv_lora_rank=%d model.qk_head_dim=%d model.qk_pos_emb_head_dim=%d model.v_head_dim=%d\n",
-                c->mla.kv_lora_rank, c->mla.qk_nope_dim, c->mla.qk_rope_dim, c->mla.v_dim);
-    }
-    if (c->mtp_layers > 0)
-        fprintf(f, "model.mtp_num_layers=%d\n", c->mtp_layers);
-}
-
-/* NeMo 1.x's FP8 keys (NVIDIA/NeMo 8cfedd72, examples/nlp/language_modeling/conf/
- * megatron_gpt_config.yaml and megatron_gpt_model.py): fp8 with fp8_e4m3 / fp8_hybrid,
- * fp8_amax_history_len, fp8_amax_compute_algo, all for delayed scaling, and fp8_params, whose
- * weights fp8_model_init builds under DelayedScaling. Other recipes and FP8 attention go
- * through build_transformer_config, which hands Megatron-Core's TransformerConfig every model
- * key named as one of its fields; those keys are not in the yaml, so Hydra needs the '+'. FP8
- * needs the Transformer Engine layer spec (transformer_engine, false in the yaml). */
-static void nemo1_fp8(FILE *f, const ModelPlan *p)
-{
-    const ModelJob *t = &p->spec.job;
-    if (t->fp8 == MODEL_FP8_NONE)
-        return;
-    const int delayed = t->fp8 == MODEL_FP8_DELAYED, e4m3 = t->fp8_format == MODEL_FP8_E4M3;
-    if (!delayed || t->fp8_attention)
-        fprintf(f, "# NeMo 1.x's own FP8 keys are delayed scaling's; the '+' keys reach Megatron-Core's TransformerConfig\n");
-    fprintf(f, "model.transformer_engine=true model.fp8=true model.fp8_e4m3=%s model.fp8_hybrid=%s",
-            e4m3 ? "true" : "false", e4m3 ? "false" : "true");
-    if (delayed)
-        fprintf(f, " model.fp8_amax_history_len=%d model.fp8_amax_compute_algo=max", t->fp8_amax_history);
-    else
-        fprintf(f, " +model.fp8_recipe=%s", model_fp8_recipe_name(t->fp8));
-    if (delayed && fp8_param_gather_ok(p))
-        fprintf(f, " +model.fp8_params=true");
-    if (t->fp8_attention)
-        fprintf(f, " +model.fp8_dot_product_attention=true");
-    fprintf(f, "\n");
-    if (t->fp8_param_gather && !delayed)
-        fprintf(f, "# NOT EXPRESSIBLE in NeMo 1.x: FP8 parameters under the %s recipe (model.fp8_params builds them\n"
-                   "# under DelayedScaling); the weights stay 16-bit beside their FP8 copies\n",
-                model_fp8_recipe_name(t->fp8));
-    else if (t->fp8_param_gather && !fp8_param_gather_ok(p))
-        fprintf(f, "# NOT EXPRESSIBLE: FP8-only weights without the distributed optimizer (ZeRO-0); the weights stay\n"
-                   "# 16-bit beside their FP8 copies (plan with --zero 1 for model.fp8_params)\n");
-}
-
-/* Megatron-Bridge's mixed-precision recipe for an FP8 plan and where the plan differs from its
- * defaults (NVIDIA-NeMo/Megatron-Bridge 067f987d, src/megatron/bridge/training/
- * mixed_precision.py): delayed is *_with_fp8_delayed_scaling_mixed (hybrid, history 1024, max,
- * FP8 parameters), tensorwise *_with_fp8_current_scaling_mixed (hybrid, FP8 parameters, the
- * first and last layers in bf16, which parallax does not plan), blockwise
- * *_with_fp8_subchannel_scaling_mixed (hybrid, no FP8 parameters), mxfp8 *_with_mxfp8_mixed
- * (e4m3, FP8 parameters with reuse_grad_buf_for_mxfp8_param_ag, which Megatron-Core's DDP
- * config allows only with them). The recipe's setup() copies its fields over the model's, so
- * the differences go to mixed_precision.*: keys of a MixedPrecisionConfig, which a recipe
- * that names its precision by string does not hold. */
-static void bridge_fp8(FILE *f, const ModelPlan *p)
-{
-    const ModelJob *t = &p->spec.job;
-    static const char *const names[] = {NULL, "fp8_delayed_scaling", "fp8_current_scaling",
-                                        "fp8_subchannel_scaling", "mxfp8"};
-    if (t->precision == PX_FP32) {
-        fprintf(f, "mixed_precision=null\n# NOT EXPRESSIBLE: FP8 GEMMs on fp32 weights (Megatron-Bridge's FP8 recipes are bf16_with_* and fp16_with_*)\n");
-        return;
-    }
-    fprintf(f, "mixed_precision=%s_with_%s_mixed\n", t->precision == PX_FP16 ? "fp16" : "bf16", names[t->fp8]);
-    const int want_e4m3 = t->fp8 == MODEL_FP8_MXFP8, want_pg = t->fp8 != MODEL_FP8_BLOCKWISE;
-    const int pg = fp8_param_gather_ok(p);
-    char diff[512] = "";
-    size_t n = 0;
-    if ((t->fp8_format == MODEL_FP8_E4M3) != want_e4m3)
-        n += (size_t)snprintf(diff + n, sizeof diff - n, " mixed_precision.fp8=%s", model_fp8_format_name(t->fp8_format));
-    if (t->fp8 == MODEL_FP8_DELAYED && t->fp8_amax_history != 1024)
-        n += (size_t)snprintf(diff + n, sizeof diff - n, " mixed_precision.fp8_amax_history_len=%d", t->fp8_amax_history);
-    if (pg != want_pg)
-        n += (size_t)snprintf(diff + n, sizeof diff - n, " mixed_precision.fp8_param_gather=%s", pg ? "true" : "false");
-    if (t->fp8 == MODEL_FP8_MXFP8 && !pg)
-        n += (size_t)snprintf(diff + n, sizeof diff - n, " mixed_precision.reuse_grad_buf_for_mxfp8_param_ag=false");
-    if (t->fp8 == MODEL_FP8_TENSORWISE)
-        n += (size_t)snprintf(diff + n, sizeof diff - n, " mixed_precision.first_last_layers_bf16=false");
-    if (t->fp8_attention)
-        n += (size_t)snprintf(diff + n, sizeof diff - n, " mixed_precision.fp8_dot_product_attention=true");
-    if (n > 0)
-        fprintf(f, "# the plan differs from that recipe in these MixedPrecisionConfig keys (overrides where the recipe\n"
-                   "# holds the object, not its name; else set them on it in Python):\n#%s\n", diff);
-    if (t->fp8_param_gather && !pg)
-        fprintf(f, "# NOT EXPRESSIBLE: FP8-only weights without the distributed optimizer (ZeRO-0): they stay 16-bit\n");
-}
-
-static void nemo(FILE *f, const ModelPlan *p, const ModelDims *d)
-{
-    const ModelConfig *c = &p->spec.model;
-    const ModelLayout *l = &p->spec.layout;
-    const ModelJob *t = &p->spec.job;
-    /* devices per node from the plan's cluster profile */
-    int per_node = prof_node_size(&p->profile, p->gpus);
-    if (per_node > p->gpus)
-        per_node = p->gpus;
-    const char *prec = t->precision == PX_BF16 ? "bf16-mixed" : t->precision == PX_FP16 ? "16-mixed" : "32";
-    fprintf(f, "# NeMo 1.x (megatron_gpt_pretraining.py) Hydra overrides for %s on %d GPUs\n", c->name, p->gpus);
-    if (l->schedule == MODEL_SCHED_GPIPE && l->pp > 1)
-        fprintf(f, "%s", gpipe_note);
-    fprintf(f, "trainer.devices=%d trainer.num_nodes=%d trainer.precision=%s trainer.max_steps=%d\n",
-            per_node, (p->gpus + per_node - 1) / per_node, prec, t->steps);
-    fprintf(f, "model.tensor_model_parallel_size=%d model.pipeline_model_parallel_size=%d\n", l->tp, l->pp);
-    fprintf(f, "model.virtual_pipeline_model_parallel_size=%s", l->vpp > 1 ? "" : "null");
-    if (l->vpp > 1)
-        fprintf(f, "%d", l->vpp);
-    fprintf(f, " model.context_parallel_size=%d model.sequence_parallel=%s\n", l->cp, l->sp ? "true" : "false");
-    fprintf(f, "model.micro_batch_size=%d model.global_batch_size=%d model.encoder_seq_length=%d\n",
-            t->micro_batch, t->global_batch, d->s);
-    fprintf(f, "model.num_layers=%d model.hidden_size=%d model.ffn_hidden_size=%d model.num_attention_heads=%d model.num_query_groups=%d\n",
-            c->layers, c->hidden, c->ffn_hidden, c->heads, c->kv_heads);
-    char split[256] = "";
-    int split_first = -1, split_last = -1, split_ok = 1;
-    if (d->uneven) {
-        model_split_format(l->stage_layers, l->n_stage_layers, split, sizeof split);
-        split_ok = megatron_split(l, &split_first, &split_last);
-        fprintf(f, "# these NeMo 1.x overrides do not carry the uneven pipeline split %s%s\n", split,
-                split_ok ? " (the Megatron-Bridge ones below do)" : "");
-    }
-    nemo_moe(f, p, 0);
-    if (l->recompute == MODEL_RECOMPUTE_NONE)
-        fprintf(f, "model.activations_checkpoint_granularity=null\n");
-    else if (l->recompute == MODEL_RECOMPUTE_SELECTIVE)
-        fprintf(f, "model.activations_checkpoint_granularity=selective\n");
-    else
-        fprintf(f, "model.activations_checkpoint_granularity=full model.activations_checkpoint_method=uniform model.activations_checkpoint_num_layers=1\n");
-    fprintf(f, "model.optim.name=%s model.optim.lr=%g model.optim.weight_decay=%g model.optim.betas=[%g,%g]\n",
-            l->zero >= 1 ? "distributed_fused_adam" : "fused_adam", t->lr, t->weight_decay, t->beta1, t->beta2);
-    fprintf(f, "model.optim.sched.name=CosineAnnealing model.optim.sched.warmup_steps=%d model.optim.sched.min_lr=%g\n",
-            t->warmup_steps, t->min_lr);
-    fprintf(f, "model.use_flash_attention=%s model.hidden_dropout=%g model.attention_dropout=%g\n",
-            t->flash_attn ? "true" : "false", t->dropout, t->dropout);
-    nemo1_fp8(f, p);
-    if (l->zero >= 2)
-        fprintf(f, "# ZeRO-%d: NeMo 1.x shards optimizer state only (distributed_fused_adam)\n", l->zero);
-
-    fprintf(f, "\n# Megatron-Bridge (ConfigContainer) overrides\n");
-    fprintf(f, "model.tensor_model_parallel_size=%d model.pipeline_model_parallel_size=%d", l->tp, l->pp);
-    if (l->vpp > 1)
-        fprintf(f, " model.virtual_pipeline_model_parallel_size=%d", l->vpp);
-    fprintf(f, " model.context_parallel_size=%d model.sequence_parallel=%s\n", l->cp, l->sp ? "true" : "false");
-    if (d->uneven && split_ok) {
-        if (split_first >= 0)
-            fprintf(f, "model.num_layers_in_first_pipeline_stage=%d%s", split_first, split_last >= 0 ? " " : "\n");
-        if (split_last >= 0)
-            fprintf(f, "model.num_layers_in_last_pipeline_stage=%d\n", split_last);
-    } else if (d->uneven) {
-        fprintf(f, "# NOT EXPRESSIBLE: the uneven pipeline split %s has middle stages of different sizes "
-                   "(num_layers_in_first/last_pipeline_stage leave the middle even)\n", split);
-    }
-    fprintf(f, "model.seq_length=%d dataset.sequence_length=%d\n", d->s, d->s);
-    nemo_moe(f, p, 1);
-    if (l->recompute == MODEL_RECOMPUTE_SELECTIVE)
-        fprintf(f, "model.recompute_granularity=selective\n");
-    else if (l->recompute == MODEL_RECOMPUTE_FULL)
-        fprintf(f, "model.recompute_granularity=full model.recompute_method=uniform model.recompute_num_layers=1\n");
-    fprintf(f, "train.micro_batch_size=%d train.global_batch_size=%d train.train_iters=%d\n",
-            t->micro_batch, t->global_batch, t->steps);
-    fprintf(f, "optimizer.lr=%g optimizer.min_lr=%g optimizer.weight_decay=%g optimizer.clip_grad=%g optimizer.use_distributed_optimizer=%s\n",
-            t->lr, t->min_lr, t->weight_decay, t->grad_clip, l->zero >= 1 ? "true" : "false");
-    fprintf(f, "ddp.use_distributed_optimizer=%s ddp.overlap_grad_reduce=%s ddp.overlap_param_gather=%s\n",
-            l->zero >= 1 ? "true" : "false", l->overlap_dp ? "true" : "false",
-            l->overlap_dp && l->zero >= 1 ? "true" : "false");
-    if (l->zero >= 2)
-        fprintf(f, "dist.use_megatron_fsdp=true ddp.use_megatron_fsdp=true ddp.data_parallel_sharding_strategy=%s checkpoint.ckpt_format=fsdp_dtensor\n",
-                l->zero == 2 ? "optim_grads" : "optim_grads_params");
-    fprintf(f, "scheduler.lr_warmup_iters=%d scheduler.lr_decay_style=cosine", t->warmup_steps);
-    if (t->fp8 != MODEL_FP8_NONE) {
-        fprintf(f, "\n");
-        bridge_fp8(f, p);
-    } else {
-        fprintf(f, " mixed_precision=%s\n",
-                t->precision == PX_BF16 ? "bf16_mixed" : t->precision == PX_FP16 ? "fp16_mixed" : "null");
-    }
-}
-
 int sim_export(FILE *f, const ModelPlan *plan, SimExportFormat fmt, PxError *err)
 {
     ModelSpec s = plan->spec;
@@ -702,7 +481,13 @@ int sim_export(FILE *f, const ModelPlan *plan, SimExportFormat fmt, PxError *err
                     s.job.precision == PX_FP16 ? "fp16" : s.job.precision == PX_BF16 ? "bf16" : "fp32");
         deepspeed(f, &p, &d);
         break;
-    case SIM_EXPORT_NEMO: nemo(f, &p, &d); break;
+    case SIM_EXPORT_NEMO:
+        sim_export_nemo1(f, &p, &d);
+        sim_export_bridge(f, &p, &d);
+        break;
+    case SIM_EXPORT_BRIDGE: sim_export_bridge(f, &p, &d); break;
+    case SIM_EXPORT_TORCHTITAN: return sim_export_torchtitan(f, &p, &d, err);
+    case SIM_EXPORT_SLURM: return sim_export_slurm(f, &p, &d, err);
     default: return px_fail(err, PX_EINPUT, "unknown export format %d", (int)fmt);
     }
     return PX_OK;

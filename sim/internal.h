@@ -82,4 +82,18 @@ int sim_time_costs(SimResult *r, PxError *err);
 int sim_time_finish(SimResult *r, PxError *err);
 void sim_time_free(SimResult *r);
 
+/* Exports (export*.c). An uneven split as Megatron-Core's first/last stage counts: 0 when its
+ * middle stages differ; *first / *last are -1 where not needed. */
+int sim_export_megatron_split(const ModelLayout *l, int *first, int *last);
+/* The split as Megatron-Core's --pipeline-model-parallel-layout string: "Et*2|t*3|tL" */
+void sim_export_megatron_layout(char *buf, size_t cap, const ModelLayout *l);
+extern const char *const sim_export_gpipe_note;
+int sim_export_fp8_param_gather_ok(const ModelPlan *p);
+/* MoE and MLA overrides shared by NeMo 1.x (bridge 0) and Megatron-Bridge (bridge 1). */
+void sim_export_moe_overrides(FILE *f, const ModelPlan *p, int bridge);
+void sim_export_nemo1(FILE *f, const ModelPlan *p, const ModelDims *d);
+void sim_export_bridge(FILE *f, const ModelPlan *p, const ModelDims *d);
+int sim_export_torchtitan(FILE *f, const ModelPlan *p, const ModelDims *d, PxError *err);
+int sim_export_slurm(FILE *f, const ModelPlan *p, const ModelDims *d, PxError *err);
+
 #endif

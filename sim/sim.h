@@ -309,7 +309,15 @@ cJSON *sim_min_gpus_to_json(const ProfCluster *cluster, int gpus, const SimPlanR
 
 /* ---- exports (sim/export.c) ---- */
 
-typedef enum { SIM_EXPORT_MEGATRON = 0, SIM_EXPORT_DEEPSPEED, SIM_EXPORT_NEMO } SimExportFormat;
+typedef enum {
+    SIM_EXPORT_MEGATRON = 0,
+    SIM_EXPORT_DEEPSPEED,
+    SIM_EXPORT_NEMO,       /* NeMo 1.x Hydra overrides, then Megatron-Bridge's */
+    SIM_EXPORT_BRIDGE,     /* Megatron-Bridge ConfigContainer overrides */
+    SIM_EXPORT_TORCHTITAN, /* torchtitan's command line (or TOML) */
+    SIM_EXPORT_SLURM,      /* an sbatch script that runs the plan with parallax run */
+    SIM_EXPORT_COUNT
+} SimExportFormat;
 /* Writes the plan as Megatron-LM flags, a DeepSpeed config JSON, or NeMo / Megatron-Bridge
  * overrides; PX_EINPUT when the plan's layout breaks a rule. */
 int sim_export(FILE *f, const ModelPlan *plan, SimExportFormat fmt, PxError *err);

@@ -1,0 +1,145 @@
+/* NeMo 1.x export: Hydra overrides for megatron_gpt_pretraining.py (megatron_gpt_config.yaml),
+ * and the MoE / MLA overrides NeMo 1.x and Megatron-Bridge share. */
+#include "sim/internal.h"
+
+#include <stdio.h>
+
+/* A MoE plan's expert and MLA settings as overrides: NeMo 1.x's model.* keys and
+ * Megatron-Bridge's model provider (TransformerConfig's field names) share them, but for the
+ * layer pattern and the expert tensor degree, which NeMo 1.x does not take. */
+void sim_export_moe_overrides(FILE *f, const ModelPlan *p, int bridge)
+{
+    const ModelConfig *c = &p->spec.model;
+    const ModelMoe *m = &c->moe;
+    const ModelLayout *l = &p->spec.layout;
+    if (m->experts > 0) {
+        fprintf(f, "model.num_moe_experts=%d model.moe_router_topk=%d model.expert_model_parallel_size=%d",
+                m->experts, m->topk, l->ep);
+        if (bridge)
+            fprintf(f, " model.expert_tensor_parallel_size=%d", l->etp);
+        fprintf(f, "\nmodel.moe_ffn_hidden_size=%d", m->expert_ffn);
+        if (m->shared_ffn > 0)
+            fprintf(f, " model.moe_shared_expert_intermediate_size=%d", m->shared_ffn);
+        if (bridge) {
+            fprintf(f, " model.moe_layer_freq=[");
+            for (int i = 0; i < c->layers; i++)
+                fprintf(f, "%s%d", i ? "," : "", model_layer_is_moe(c, i));
+            fprintf(f, "]");
+        }
+        fprintf(f, "\nmodel.moe_router_score_function=%s", m->score == MODEL_ROUTER_SIGMOID ? "sigmoid" : "softmax");
+        if (m->groups > 0)
+            fprintf(f, " model.moe_router_num_groups=%d model.moe_router_group_topk=%d", m->groups, m->topk_groups);
+        fprintf(f, " model.moe_router_load_balancing_type=%s model.moe_aux_loss_coeff=%g",
+                m->aux_loss_coeff > 0 ? "aux_loss" : "none", m->aux_loss_coeff);
+        if (m->capacity_factor > 0)
+            fprintf(f, " model.moe_expert_capacity_factor=%g model.moe_pad_expert_input_to_capacity=true",
+                    m->capacity_factor);
+        fprintf(f, "\nmodel.moe_token_dispatcher_type=alltoall model.moe_grouped_gemm=true");
+        if (p->spec.job.moe_force_balance)
+            fprintf(f, " model.moe_router_force_load_balancing=true");
+        if (l->overlap_ep && m->shared_ffn > 0)
+            fprintf(f, " model.moe_shared_expert_overlap=true");
+        fprintf(f, "\n");
+        if (!bridge && m->first_dense + (m->layer_freq > 1) > 0)
+            fprintf(f, "# NOT EXPRESSIBLE in NeMo 1.x, which makes every layer MoE: this model's dense layers (the first %d;\n"
+                       "# after them every %d-th layer is MoE) need Megatron-Bridge's model.moe_layer_freq below\n",
+                    m->first_dense, m->layer_freq);
+        if (!bridge && l->etp != l->tp)
+            fprintf(f, "# NOT EXPRESSIBLE in NeMo 1.x: expert tensor parallel %d differs from tp %d (Megatron-Bridge's model.expert_tensor_parallel_size below)\n",
+                    l->etp, l->tp);
+    }
+    if (c->mla.kv_lora_rank > 0) {
+        fprintf(f, "model.multi_latent_attention=true");
+        if (c->mla.q_lora_rank > 0)
+            fprintf(f, " model.q_lora_rank=%d", c->mla.q_lora_rank);
+        fprintf(f, " model.kv_lora_rank=%d model.qk_head_dim=%d model.qk_pos_emb_head_dim=%d model.v_head_dim=%d\n",
+                c->mla.kv_lora_rank, c->mla.qk_nope_dim, c->mla.qk_rope_dim, c->mla.v_dim);
+    }
+    if (c->mtp_layers > 0)
+        fprintf(f, "model.mtp_num_layers=%d\n", c->mtp_layers);
+}
+
+/* NeMo 1.x's FP8 keys (NVIDIA/NeMo 8cfedd72, examples/nlp/language_modeling/conf/
+ * megatron_gpt_config.yaml and megatron_gpt_model.py): fp8 with fp8_e4m3 / fp8_hybrid,
+ * fp8_amax_history_len, fp8_amax_compute_algo, all for delayed scaling, and fp8_params, whose
+ * weights fp8_model_init builds under DelayedScaling. Other recipes and FP8 attention go
+ * through build_transformer_config, which hands Megatron-Core's TransformerConfig every model
+ * key named as one of its fields; those keys are not in the yaml, so Hydra needs the '+'. FP8
+ * needs the Transformer Engine layer spec (transformer_engine, false in the yaml). */
+static void nemo1_fp8(FILE *f, const ModelPlan *p)
+{
+    const ModelJob *t = &p->spec.job;
+    if (t->fp8 == MODEL_FP8_NONE)
+        return;
+    const int delayed = t->fp8 == MODEL_FP8_DELAYED, e4m3 = t->fp8_format == MODEL_FP8_E4M3;
+    if (!delayed || t->fp8_attention)
+        fprintf(f, "# NeMo 1.x's own FP8 keys are delayed scaling's; the '+' keys reach Megatron-Core's TransformerConfig\n");
+    fprintf(f, "model.transformer_engine=true model.fp8=true model.fp8_e4m3=%s model.fp8_hybrid=%s",
+            e4m3 ? "true" : "false", e4m3 ? "false" : "true");
+    if (delayed)
+        fprintf(f, " model.fp8_amax_history_len=%d model.fp8_amax_compute_algo=max", t->fp8_amax_history);
+    else
+        fprintf(f, " +model.fp8_recipe=%s", model_fp8_recipe_name(t->fp8));
+    if (delayed && sim_export_fp8_param_gather_ok(p))
+        fprintf(f, " +model.fp8_params=true");
+    if (t->fp8_attention)
+        fprintf(f, " +model.fp8_dot_product_attention=true");
+    fprintf(f, "\n");
+    if (t->fp8_param_gather && !delayed)
+        fprintf(f, "# NOT EXPRESSIBLE in NeMo 1.x: FP8 parameters under the %s recipe (model.fp8_params builds them\n"
+                   "# under DelayedScaling); the weights stay 16-bit beside their FP8 copies\n",
+                model_fp8_recipe_name(t->fp8));
+    else if (t->fp8_param_gather && !sim_export_fp8_param_gather_ok(p))
+        fprintf(f, "# NOT EXPRESSIBLE: FP8-only weights without the distributed optimizer (ZeRO-0); the weights stay\n"
+                   "# 16-bit beside their FP8 copies (plan with --zero 1 for model.fp8_params)\n");
+}
+
+void sim_export_nemo1(FILE *f, const ModelPlan *p, const ModelDims *d)
+{
+    const ModelConfig *c = &p->spec.model;
+    const ModelLayout *l = &p->spec.layout;
+    const ModelJob *t = &p->spec.job;
+    /* devices per node from the plan's cluster profile */
+    int per_node = prof_node_size(&p->profile, p->gpus);
+    if (per_node > p->gpus)
+        per_node = p->gpus;
+    const char *prec = t->precision == PX_BF16 ? "bf16-mixed" : t->precision == PX_FP16 ? "16-mixed" : "32";
+    fprintf(f, "# NeMo 1.x (megatron_gpt_pretraining.py) Hydra overrides for %s on %d GPUs\n", c->name, p->gpus);
+    if (l->schedule == MODEL_SCHED_GPIPE && l->pp > 1)
+        fprintf(f, "%s", sim_export_gpipe_note);
+    fprintf(f, "trainer.devices=%d trainer.num_nodes=%d trainer.precision=%s trainer.max_steps=%d\n",
+            per_node, (p->gpus + per_node - 1) / per_node, prec, t->steps);
+    fprintf(f, "model.tensor_model_parallel_size=%d model.pipeline_model_parallel_size=%d\n", l->tp, l->pp);
+    fprintf(f, "model.virtual_pipeline_model_parallel_size=%s", l->vpp > 1 ? "" : "null");
+    if (l->vpp > 1)
+        fprintf(f, "%d", l->vpp);
+    fprintf(f, " model.context_parallel_size=%d model.sequence_parallel=%s\n", l->cp, l->sp ? "true" : "false");
+    fprintf(f, "model.micro_batch_size=%d model.global_batch_size=%d model.encoder_seq_length=%d\n",
+            t->micro_batch, t->global_batch, d->s);
+    fprintf(f, "model.num_layers=%d model.hidden_size=%d model.ffn_hidden_size=%d model.num_attention_heads=%d model.num_query_groups=%d\n",
+            c->layers, c->hidden, c->ffn_hidden, c->heads, c->kv_heads);
+    char split[256] = "";
+    int split_first = -1, split_last = -1, split_ok = 1;
+    if (d->uneven) {
+        model_split_format(l->stage_layers, l->n_stage_layers, split, sizeof split);
+        split_ok = sim_export_megatron_split(l, &split_first, &split_last);
+        fprintf(f, "# these NeMo 1.x overrides do not carry the uneven pipeline split %s%s\n", split,
+                split_ok ? " (the Megatron-Bridge ones below do)" : "");
+    }
+    sim_export_moe_overrides(f, p, 0);
+    if (l->recompute == MODEL_RECOMPUTE_NONE)
+        fprintf(f, "model.activations_checkpoint_granularity=null\n");
+    else if (l->recompute == MODEL_RECOMPUTE_SELECTIVE)
+        fprintf(f, "model.activations_checkpoint_granularity=selective\n");
+    else
+        fprintf(f, "model.activations_checkpoint_granularity=full model.activations_checkpoint_method=uniform model.activations_checkpoint_num_layers=1\n");
+    fprintf(f, "model.optim.name=%s model.optim.lr=%g model.optim.weight_decay=%g model.optim.betas=[%g,%g]\n",
+            l->zero >= 1 ? "distributed_fused_adam" : "fused_adam", t->lr, t->weight_decay, t->beta1, t->beta2);
+    fprintf(f, "model.optim.sched.name=CosineAnnealing model.optim.sched.warmup_steps=%d model.optim.sched.min_lr=%g\n",
+            t->warmup_steps, t->min_lr);
+    fprintf(f, "model.use_flash_attention=%s model.hidden_dropout=%g model.attention_dropout=%g\n",
+            t->flash_attn ? "true" : "false", t->dropout, t->dropout);
+    nemo1_fp8(f, p);
+    if (l->zero >= 2)
+        fprintf(f, "# ZeRO-%d: NeMo 1.x shards optimizer state only (distributed_fused_adam)\n", l->zero);
+}
