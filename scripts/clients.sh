@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Prints the Python of a cached virtual environment that holds a real client of parallax's
+# exports (Megatron-LM, NeMo, Megatron-Bridge, DeepSpeed, torchtitan, transformers), creating
+# or updating it first from tests/clients/NAME.txt, pinned requirements from PyPI.
+#
+#   py=$(scripts/clients.sh deepspeed) && "$py" tests/clients/deepspeed_check.py ...
+#
+# A requirements file whose first line is "# needs: torch" shares one torch install
+# (tests/clients/torch.txt, a few GB) through a .pth file instead of downloading its own.
+# Environments live in $PARALLAX_CLIENTS_DIR (default ~/.cache/parallax/clients) and are
+# rebuilt when their requirements change. Exit 77 (ctest's "skipped") when PyPI cannot be
+# reached and nothing is cached; progress goes to standard error.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+name=${1:?usage: scripts/clients.sh NAME}
+req="$root/tests/clients/$name.txt"
+[ -f "$req" ] || { echo "clients.sh: no requirements file $req" >&2; exit 2; }
+dir=${PARALLAX_CLIENTS_DIR:-$HOME/.cache/parallax/clients}
+mkdir -p "$dir"
+python=${PARALLAX_PYTHON:-python3}
+
+# venv NAME REQ: the environment, (re)built when REQ's content differs from what built it
+venv() {
+    local n=$1 r=$2 v="$dir/$1" sum
+    sum=$(sha256sum "$r" | cut -d' ' -f1)
+    if [ -x "$v/bin/python" ] && [ "$(cat "$v/.requirements" 2>/dev/null)" = "$sum" ]; then
+        return 0
+    fi
+    echo "clients.sh: installing $n from $(basename "$r") into $v" >&2
+    rm -rf "$v.tmp"
+    "$python" -m venv "$v.tmp" >&2
+    if head -1 "$r" | grep -q '^# needs: torch'; then
+        venv torch "$root/tests/clients/torch.txt"
+        local site
+        site=$("$v.tmp/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+        "$dir/torch/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' >"$site/_parallax_torch.pth"
+    fi
+    if ! "$v.tmp/bin/pip" install --disable-pip-version-check -q -r "$r" >&2; then
+        rm -rf "$v.tmp"
+        echo "clients.sh: could not install $n (is PyPI reachable?)" >&2
+        exit 77
+    fi
+    echo "$sum" >"$v.tmp/.requirements"
+    rm -rf "$v"
+    mv "$v.tmp" "$v"
+    # the .pth and scripts name the temporary path: point them at the final one
+    grep -rlF "$v.tmp" "$v/bin" "$v/lib" 2>/dev/null | xargs -r sed -i "s|$v.tmp|$v|g"
+}
+venv "$name" "$req"
+echo "$dir/$name/bin/python"
