@@ -19,7 +19,8 @@ dir=${PARALLAX_CLIENTS_DIR:-$HOME/.cache/parallax/clients}
 mkdir -p "$dir"
 python=${PARALLAX_PYTHON:-python3}
 
-# venv NAME REQ: the environment, (re)built when REQ's content differs from what built it
+# venv NAME REQ: the environment, (re)built in place when REQ's content differs from what built
+# it; .requirements is written last, so an interrupted install is started over
 venv() {
     local n=$1 r=$2 v="$dir/$1" sum
     sum=$(sha256sum "$r" | cut -d' ' -f1)
@@ -27,24 +28,19 @@ venv() {
         return 0
     fi
     echo "clients.sh: installing $n from $(basename "$r") into $v" >&2
-    rm -rf "$v.tmp"
-    "$python" -m venv "$v.tmp" >&2
+    rm -rf "$v"
+    "$python" -m venv "$v" >&2
     if head -1 "$r" | grep -q '^# needs: torch'; then
         venv torch "$root/tests/clients/torch.txt"
         local site
-        site=$("$v.tmp/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+        site=$("$v/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
         "$dir/torch/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' >"$site/_parallax_torch.pth"
     fi
-    if ! "$v.tmp/bin/pip" install --disable-pip-version-check -q -r "$r" >&2; then
-        rm -rf "$v.tmp"
+    if ! "$v/bin/pip" install --disable-pip-version-check -q -r "$r" >&2; then
         echo "clients.sh: could not install $n (is PyPI reachable?)" >&2
         exit 77
     fi
-    echo "$sum" >"$v.tmp/.requirements"
-    rm -rf "$v"
-    mv "$v.tmp" "$v"
-    # the .pth and scripts name the temporary path: point them at the final one
-    grep -rlF "$v.tmp" "$v/bin" "$v/lib" 2>/dev/null | xargs -r sed -i "s|$v.tmp|$v|g"
+    echo "$sum" >"$v/.requirements"
 }
 venv "$name" "$req"
 echo "$dir/$name/bin/python"
