@@ -6,7 +6,7 @@
 #include "cli/options.h"
 #include "validate/validate.h"
 
-enum { OPT_VSTEPS = CLI_EXTRA, OPT_VREPORT, OPT_MAXRANKS };
+enum { OPT_VSTEPS = CLI_EXTRA, OPT_VREPORT, OPT_MAXRANKS, OPT_RECAL, OPT_NOCHECK, OPT_CHECKONLY };
 
 static const CliOption validate_options[] = {
     {"model", 1, "M", "the model to validate (default tiny)", CLI_MODEL, 0},
@@ -15,6 +15,9 @@ static const CliOption validate_options[] = {
     {"steps", 1, "N", "steps per timing run (default 20; the median after the first)", OPT_VSTEPS, 0},
     {"max-ranks", 1, "N", "largest layout for the memory and communication checks (default 8)", OPT_MAXRANKS, 0},
     {"json", 0, NULL, "layouts[] with layout, predicted and measured figures", CLI_JSON, 0},
+    {"recalibrate", 0, NULL, "when the host check finds this machine more than 10% faster or slower than when calibrated, calibrate it again in place first", OPT_RECAL, 0},
+    {"no-host-check", 0, NULL, "skip the host check (a second's probe of GEMM rate and memory bandwidth against the profile's)", OPT_NOCHECK, 0},
+    {"check-host", 0, NULL, "only the host check: print it and stop", OPT_CHECKONLY, 0},
     {NULL, 0, NULL, NULL, 0, 0}};
 
 int cli_cmd_validate(int argc, char **argv)
@@ -25,9 +28,11 @@ int cli_cmd_validate(int argc, char **argv)
     a.spec.job.global_batch = 8;
     const CliOption *const tables[] = {validate_options, cli_knob_options, NULL};
     int st = cli_parse("validate",
-                       "[--model M] [--cluster PROFILE] [--report DIR] [--steps N] [--json]\n\n"
-                       "Plans a spread of layouts on this machine's profile, runs them for real\n"
-                       "(timing layouts on no more ranks than cores), compares and writes a report.",
+                       "[--model M] [--cluster PROFILE] [--report DIR] [--steps N] [--json]\n"
+                       "       [--recalibrate | --no-host-check | --check-host]\n\n"
+                       "Checks that this machine runs as fast as when its profile was calibrated,\n"
+                       "plans a spread of layouts on that profile, runs them for real (timing\n"
+                       "layouts on no more ranks than cores), compares and writes a report.",
                        argc, argv, tables, 0, &a);
     if (st >= 0)
         return st;
@@ -50,11 +55,33 @@ int cli_cmd_validate(int argc, char **argv)
         return cli_fail("validate", rc, &err);
     q.cluster = &cl;
     cJSON *j = NULL;
+    FILE *log = a.json ? NULL : stdout;
+    const int check = !a.extra[OPT_NOCHECK - CLI_EXTRA], only = a.extra[OPT_CHECKONLY - CLI_EXTRA] != NULL;
     if (!(rc = val_request_resolve(&q, cluster, &err))) {
-        if (!a.json)
-            val_print_header(stdout, &q);
-        rc = val_run(&q, &j, a.json ? NULL : stdout, &err);
+        if (log)
+            val_print_header(log, &q);
+        if (check || only)
+            rc = val_host_check(&q, a.extra[OPT_RECAL - CLI_EXTRA] != NULL, a.json && only ? NULL : log, &err);
     }
+    if (!rc && q.host.recalibrated) {
+        /* the profile was written again: plan with what was measured now */
+        ValHostCheck h = q.host;
+        prof_cluster_free(&cl);
+        if (!(rc = prof_cluster_load(cluster, a.sets, a.n_sets, &cl, &err)) &&
+            !(rc = val_request_resolve(&q, cluster, &err)) && log)
+            val_print_header(log, &q);
+        q.host = h;
+    }
+    if (!rc && only) {
+        if (a.json)
+            cli_print_json(val_host_json(&q.host));
+        else if (!cl.measured)
+            printf("host check: none: the profile is not calibrated (run parallax calibrate)\n");
+        prof_cluster_free(&cl);
+        return 0;
+    }
+    if (!rc)
+        rc = val_run(&q, &j, log, &err);
     prof_cluster_free(&cl);
     if (rc)
         return cli_fail("validate", rc, &err);

@@ -265,6 +265,9 @@ int prof_cluster_copy(const ProfCluster *src, ProfCluster *out, PxError *err)
     px_strlcpy(c->host, m->host, sizeof c->host);
     px_strlcpy(c->date, m->date, sizeof c->date);
     c->ranks = m->ranks;
+    c->peak_flops = m->peak_flops;
+    c->memory_bandwidth = m->memory_bandwidth;
+    c->quick = m->quick;
     /* appending to an empty section is a copy of the lists */
     if (prof_measured_append(c, m, err)) {
         prof_measured_free(c);
@@ -412,8 +415,9 @@ static int measured_collectives(const cJSON *me, const char *mw, ProfMeasured *m
 
 int prof_measured_from_json(const cJSON *me, const char *where, ProfMeasured **out, PxError *err)
 {
-    static const char *const known[] = {"host",   "date",        "ranks",
-                                        "gemm",   "ops",         "collectives", NULL};
+    static const char *const known[] = {"host", "date",       "ranks",
+                                        "peak_flops", "memory_bandwidth", "quick", "gemm",
+                                        "ops",  "collectives", NULL};
     char mw[600];
     snprintf(mw, sizeof mw, "%s measured", where);
     *out = NULL;
@@ -425,6 +429,9 @@ int prof_measured_from_json(const cJSON *me, const char *where, ProfMeasured **o
     if ((rc = px_json_string(me, mw, "host", 0, m->host, sizeof m->host, err)) ||
         (rc = px_json_string(me, mw, "date", 0, m->date, sizeof m->date, err)) ||
         (rc = px_json_int(me, mw, "ranks", 0, 1, 1 << 20, &m->ranks, err)) ||
+        (rc = px_json_double(me, mw, "peak_flops", 0, 0, 1e20, &m->peak_flops, err)) ||
+        (rc = px_json_double(me, mw, "memory_bandwidth", 0, 0, 1e16, &m->memory_bandwidth, err)) ||
+        (rc = px_json_bool(me, mw, "quick", 0, &m->quick, err)) ||
         (rc = measured_gemm(me, mw, m, err)) || (rc = measured_ops(me, mw, m, err)) ||
         (rc = measured_collectives(me, mw, m, err))) {
         prof_measured_free(m);
@@ -825,6 +832,12 @@ cJSON *prof_measured_to_json(const ProfMeasured *m)
     cJSON_AddStringToObject(me, "host", m->host);
     cJSON_AddStringToObject(me, "date", m->date);
     cJSON_AddNumberToObject(me, "ranks", m->ranks);
+    if (m->peak_flops > 0)
+        cJSON_AddNumberToObject(me, "peak_flops", m->peak_flops);
+    if (m->memory_bandwidth > 0)
+        cJSON_AddNumberToObject(me, "memory_bandwidth", m->memory_bandwidth);
+    if (m->quick)
+        cJSON_AddBoolToObject(me, "quick", 1);
     cJSON *g = cJSON_AddArrayToObject(me, "gemm");
     for (int i = 0; i < m->n_gemm; i++) {
         double v[6] = {m->gemm[i].m,     m->gemm[i].n,       m->gemm[i].k,

@@ -84,6 +84,11 @@ typedef struct {
     char host[64];
     char date[32];
     int ranks; /* the most ranks that ran concurrently while measuring (the default concurrency) */
+    /* one rank alone: the best rate of a square GEMM and a streaming add's bandwidth, the
+     * figures `parallax validate` probes again to see whether the host still runs as fast
+     * (0: not recorded, profiles calibrated before they were) */
+    double peak_flops, memory_bandwidth;
+    int quick; /* measured by `calibrate --quick` (a smaller GEMM, fewer repetitions) */
     ProfGemmPoint *gemm;
     int n_gemm;
     ProfOpRate *ops;

@@ -4,6 +4,7 @@
  * cores; memory and communication are compared at any rank count. */
 #include "validate/validate.h"
 
+#include "exec/calibrate/calibrate.h"
 #include "reports/report.h"
 
 #include <errno.h>
@@ -205,6 +206,8 @@ static int validation_open(Validation *v, const ValRequest *q, FILE *log, PxErro
     v->json = cJSON_CreateObject();
     cJSON_AddStringToObject(v->json, "model", q->base.model.name);
     cJSON_AddStringToObject(v->json, "cluster", q->cluster->name);
+    if (q->host.probed)
+        cJSON_AddItemToObject(v->json, "host_check", val_host_json(&q->host));
     v->layouts = cJSON_AddArrayToObject(v->json, "layouts");
     if (!v->labels || !v->timed_label || !v->pred_ms || !v->meas_ms || !v->table)
         return px_fail(err, PX_ERUNTIME, "out of memory");
@@ -509,4 +512,96 @@ int val_run(const ValRequest *q, cJSON **json_out, FILE *log, PxError *err)
     }
     validation_close(&v);
     return rc;
+}
+
+void val_host_compare(const ProfMeasured *m, double peak, double bw, ValHostCheck *h)
+{
+    memset(h, 0, sizeof *h);
+    if (!m || !(m->peak_flops > 0 && m->memory_bandwidth > 0) || !(peak > 0 && bw > 0))
+        return;
+    h->probed = 1;
+    h->peak = peak;
+    h->bw = bw;
+    h->peak_ref = m->peak_flops;
+    h->bw_ref = m->memory_bandwidth;
+    h->peak_change = peak / m->peak_flops - 1;
+    h->bw_change = bw / m->memory_bandwidth - 1;
+    /* at the bar is within it: 110 against 100 is +10% though its double is a hair above */
+    const double bar = VAL_HOST_DRIFT + 1e-9;
+    h->drifted = fabs(h->peak_change) > bar || fabs(h->bw_change) > bar;
+}
+
+cJSON *val_host_json(const ValHostCheck *h)
+{
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddBoolToObject(j, "probed", h->probed);
+    cJSON_AddNumberToObject(j, "peak_flops", h->peak);
+    cJSON_AddNumberToObject(j, "peak_flops_calibrated", h->peak_ref);
+    cJSON_AddNumberToObject(j, "memory_bandwidth", h->bw);
+    cJSON_AddNumberToObject(j, "memory_bandwidth_calibrated", h->bw_ref);
+    cJSON_AddBoolToObject(j, "drifted", h->drifted);
+    cJSON_AddBoolToObject(j, "recalibrated", h->recalibrated);
+    return j;
+}
+
+void val_host_print(FILE *f, const ValHostCheck *h, const ProfMeasured *m)
+{
+    if (!h->probed)
+        return;
+    fprintf(f, "host check: GEMM %.1f GFLOP/s now, %.1f when calibrated on %s (%+.1f%%); "
+               "memory %.1f GB/s now, %.1f (%+.1f%%)",
+            h->peak / 1e9, h->peak_ref / 1e9, m && m->date[0] ? m->date : "?", 100 * h->peak_change,
+            h->bw / 1e9, h->bw_ref / 1e9, 100 * h->bw_change);
+    if (!h->drifted) {
+        fprintf(f, ": within %.0f%%\n", 100 * VAL_HOST_DRIFT);
+        return;
+    }
+    const int gemm = fabs(h->peak_change) >= fabs(h->bw_change);
+    const double c = gemm ? h->peak_change : h->bw_change;
+    fprintf(f, "\nhost check: this host runs %.0f%% %s than when it was calibrated (%s): predictions "
+               "made with its profile are off by about as much; run `parallax calibrate` (or "
+               "validate --recalibrate) to calibrate it again\n",
+            100 * fabs(c), c < 0 ? "slower" : "faster", gemm ? "GEMMs" : "memory bandwidth");
+}
+
+int val_host_check(ValRequest *q, int recalibrate, FILE *log, PxError *err)
+{
+    const ProfMeasured *m = q->cluster->measured;
+    memset(&q->host, 0, sizeof q->host);
+    if (!m)
+        return PX_OK;
+    if (!(m->peak_flops > 0 && m->memory_bandwidth > 0)) {
+        if (log)
+            fprintf(log, "host check: skipped: the profile was calibrated before it recorded its "
+                         "device figures (run parallax calibrate to add them)\n");
+        return PX_OK;
+    }
+    double peak = 0, bw = 0;
+    int rc = calib_probe(CALIB_DEFAULT_BACKEND, m->quick, &peak, &bw, err);
+    if (rc)
+        return rc;
+    val_host_compare(m, peak, bw, &q->host);
+    if (log)
+        val_host_print(log, &q->host, m);
+    if (!q->host.drifted || !recalibrate)
+        return PX_OK;
+    if (log) {
+        fprintf(log, "host check: --recalibrate: calibrating this machine again in place\n");
+        fflush(log);
+    }
+    CalibJob j;
+    memset(&j, 0, sizeof j);
+    j.ranks = m->ranks;
+    j.quick = m->quick;
+    j.quiet = log == NULL;
+    char path[1200];
+    if (strcmp(q->cluster_ref, "local") != 0 && strchr(q->cluster_ref, '/'))
+        j.output = q->cluster_ref; /* the calibrated profile the plans name */
+    else if (prof_calibrated_path(path, sizeof path))
+        j.output = path;
+    int status = 0;
+    if ((rc = calib_job(&j, &status, err)))
+        return rc == PX_EINPUT ? PX_ERUNTIME : rc;
+    q->host.recalibrated = 1;
+    return PX_OK;
 }

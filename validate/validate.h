@@ -23,6 +23,19 @@
 #include "common/px.h"
 #include "sim/sim.h"
 
+/* The host check: whether this machine still runs as fast as when its profile was calibrated
+ * (a short probe of the device's GEMM rate and streaming bandwidth, as calibrate measured
+ * them). Beyond VAL_HOST_DRIFT either way, the profile's predictions are off by about as much. */
+#define VAL_HOST_DRIFT 0.10
+typedef struct {
+    int probed;                    /* 0: not checked (no calibrated profile, or one without its figures) */
+    double peak, bw;               /* probed now: FLOP/s, B/s */
+    double peak_ref, bw_ref;       /* the profile's, from calibrate */
+    double peak_change, bw_change; /* now / then - 1 */
+    int drifted;                   /* either change beyond VAL_HOST_DRIFT */
+    int recalibrated;              /* val_host_check calibrated again: load the profile again */
+} ValHostCheck;
+
 typedef struct {
     char parallax[1024];     /* the parallax executable: runs are launched through `parallax run` */
     const char *dir;         /* plans, runs, logs and the report */
@@ -34,6 +47,7 @@ typedef struct {
     int steps;               /* steps per timing run (the median of those after the first) */
     int scaling_gpus[8];     /* scaling curves and landscape in the report (none: no curves) */
     int n_scaling_gpus;
+    ValHostCheck host;       /* val_host_check's result, in the JSON and the report */
 } ValRequest;
 
 /* Everything zero but the defaults: the report in "validation", 20 steps per timing run,
@@ -47,6 +61,22 @@ void val_request_defaults(ValRequest *q);
 int val_request_resolve(ValRequest *q, const char *cluster_name, PxError *err);
 /* "validating <model> on <cluster> (calibrated or not): N cores, timing up to ..." */
 void val_print_header(FILE *f, const ValRequest *q);
+
+/* The probe's figures (peak FLOP/s, bw B/s) against the calibrated profile's measured section:
+ * fills h (probed 0, and nothing else, where m has no figures). */
+void val_host_compare(const ProfMeasured *m, double peak, double bw, ValHostCheck *h);
+/* "host check: GEMM 52.3 GFLOP/s now, 51.9 when calibrated on <date> (+0.8%); ..." and, beyond
+ * VAL_HOST_DRIFT, by how much the host is faster or slower and what to run. */
+void val_host_print(FILE *f, const ValHostCheck *h, const ProfMeasured *m);
+/* {probed, peak_flops, peak_flops_calibrated, memory_bandwidth, memory_bandwidth_calibrated,
+ * drifted, recalibrated} (the caller's to free) */
+cJSON *val_host_json(const ValHostCheck *h);
+/* The host check of a calibrated q->cluster (nothing when it is not calibrated): probes this
+ * machine (calib_probe), compares, prints to log (NULL: quiet); with recalibrate, a drifted
+ * host is calibrated again in place (`parallax calibrate` with the profile's --quick and ranks)
+ * and q->host.recalibrated set: the caller loads the profile again. PX_ERUNTIME when the probe
+ * or the calibration fails. */
+int val_host_check(ValRequest *q, int recalibrate, FILE *log, PxError *err);
 
 /* Runs each layout of a fixed spread that the model takes (the planner's best on the timing
  * ranks first, then every kind of parallelism alone and in pairs, each schedule, ZeRO stages,

@@ -14,6 +14,7 @@ typedef struct {
     ProfMeasured *m;    /* the compute parts' GEMM points and op rates */
     ProfMeasured *coll; /* the last comm part's collectives; NULL: none */
     double peak, bw;    /* the device figures of the fewest ranks at once: a rank alone */
+    int quick;          /* they were measured by --quick */
     int max_c, min_c;   /* the most and fewest ranks at once */
 } Parts;
 
@@ -53,6 +54,7 @@ static int read_compute(const cJSON *part, const char *path, Parts *a, PxError *
         a->min_c = c;
         a->peak = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(part, "peak_flops"));
         a->bw = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(part, "memory_bandwidth"));
+        a->quick = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(part, "quick"));
     }
     ProfMeasured *pm = NULL;
     if (!(rc = part_section(part, path, keys, c, &pm, err)))
@@ -101,8 +103,8 @@ static void set_device(ProfCluster *base, const Parts *a, const char *host, cons
         d->memory_eff = 1.0;
         snprintf(note, cap,
                  "peak_flops.fp32 and memory_bandwidth: measured by parallax calibrate on %s "
-                 "(%s): a 1024^3 sgemm GEMM's best rate and a streaming add's bandwidth, one rank",
-                 host, date);
+                 "(%s): a %d^3 sgemm GEMM's best rate and a streaming add's bandwidth, one rank",
+                 host, date, a->quick ? 384 : 1024);
         return;
     }
     /* a data-sheet device keeps its peak: the measurement sets the efficiencies */
@@ -184,7 +186,7 @@ int calib_assemble(const CalibOptions *o, PxError *err)
         return rc;
     prof_measured_free(base.measured);
     base.measured = NULL;
-    Parts a = {calloc(1, sizeof(ProfMeasured)), NULL, 0, 0, 1, 1 << 30};
+    Parts a = {calloc(1, sizeof(ProfMeasured)), NULL, 0, 0, 0, 1, 1 << 30};
     if (!a.m)
         rc = px_fail(err, PX_ERUNTIME, "out of memory");
     if (!rc)
@@ -199,6 +201,9 @@ int calib_assemble(const CalibOptions *o, PxError *err)
         px_strlcpy(a.m->host, host, sizeof a.m->host);
         px_strlcpy(a.m->date, date, sizeof a.m->date);
         a.m->ranks = a.max_c;
+        a.m->peak_flops = a.peak;
+        a.m->memory_bandwidth = a.bw;
+        a.m->quick = a.quick;
         if (a.coll)
             rc = prof_measured_append(a.m, a.coll, err);
     }

@@ -55,7 +55,9 @@
 
 /* ---- one part (px_calib: the worker's, with the kernels, the trainer and exec/comm) ---- */
 
-typedef enum { CALIB_COMPUTE = 0, CALIB_COMM, CALIB_ASSEMBLE } CalibPart;
+/* probe: the compute part's device figures alone (a rank's GEMM peak and streaming bandwidth),
+ * which validate's host check sets against the profile's */
+typedef enum { CALIB_COMPUTE = 0, CALIB_COMM, CALIB_ASSEMBLE, CALIB_PROBE } CalibPart;
 
 typedef struct {
     CalibPart part;
@@ -103,5 +105,10 @@ typedef struct {
  * the parts; it is removed on success, kept and named in the message on failure). *exit_status
  * gets the failing part's status; PX_EINPUT / PX_ERUNTIME as exec_launch. */
 int calib_job(const CalibJob *j, int *exit_status, PxError *err);
+
+/* The probe part on one rank (parallax-worker, no launcher): the device's GEMM peak (*peak,
+ * FLOP/s) and streaming bandwidth (*bw, B/s) as the compute part measures them, with --quick's
+ * sizes when quick. About a second on a CPU. PX_ERUNTIME when the part fails. */
+int calib_probe(const char *backend, int quick, double *peak, double *bw, PxError *err);
 
 #endif

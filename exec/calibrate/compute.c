@@ -162,7 +162,7 @@ static void print_fits(const Measured *me, int loud)
 }
 
 /* The part's JSON: what assemble reads (gemm rows and ops in the measured section's form). */
-static cJSON *part_json(const Measured *me, const KernBackend *k, int ranks)
+static cJSON *part_json(const CalibOptions *o, const Measured *me, const KernBackend *k, int ranks)
 {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "part", "compute");
@@ -171,6 +171,7 @@ static cJSON *part_json(const Measured *me, const KernBackend *k, int ranks)
     cJSON_AddStringToObject(j, "dtype", px_dtype_name(k->act));
     cJSON_AddNumberToObject(j, "peak_flops", me->peak);
     cJSON_AddNumberToObject(j, "memory_bandwidth", me->bw);
+    cJSON_AddBoolToObject(j, "quick", o->quick);
     cJSON *g = cJSON_AddArrayToObject(j, "gemm");
     for (int i = 0; i < me->sh.n; i++) {
         const CalibShape *s = &me->sh.s[i];
@@ -217,12 +218,31 @@ int calib_compute(const CalibOptions *o, CommLayer *world, PxError *err)
         print_fits(&me, loud);
     }
     if (!rc && rank0) {
-        cJSON *j = part_json(&me, k, comm_world(world));
+        cJSON *j = part_json(o, &me, k, comm_world(world));
         rc = px_json_write_file(o->output, j, err);
         cJSON_Delete(j);
     }
     free(me.sh.s);
     free(me.ss.s);
     free(me.fits);
+    return rc;
+}
+
+int calib_probe_part(const CalibOptions *o, PxError *err)
+{
+    const KernBackend *k = pick_backend(o, err);
+    if (!k)
+        return PX_EINPUT;
+    const double peak = calib_peak_flops(o, k), bw = calib_bandwidth(o, k);
+    if (!(peak > 0 && bw > 0))
+        return px_fail(err, PX_ERUNTIME, "the probe's buffers could not be allocated");
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "part", "probe");
+    cJSON_AddStringToObject(j, "backend", k->name);
+    cJSON_AddNumberToObject(j, "peak_flops", peak);
+    cJSON_AddNumberToObject(j, "memory_bandwidth", bw);
+    cJSON_AddBoolToObject(j, "quick", o->quick);
+    int rc = px_json_write_file(o->output, j, err);
+    cJSON_Delete(j);
     return rc;
 }

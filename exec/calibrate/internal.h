@@ -113,5 +113,7 @@ int calib_fit_all(const CalibSamples *ss, CalibFit **out, int *n_out, PxError *e
 int calib_compute(const CalibOptions *o, CommLayer *world, PxError *err);
 int calib_collectives(const CalibOptions *o, CommLayer *world, PxError *err);
 int calib_assemble(const CalibOptions *o, PxError *err);
+/* one rank: the device's GEMM peak and bandwidth as the compute part measures them */
+int calib_probe_part(const CalibOptions *o, PxError *err);
 
 #endif

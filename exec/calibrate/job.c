@@ -186,3 +186,33 @@ int calib_job(const CalibJob *job, int *exit_status, PxError *err)
     }
     return rc;
 }
+
+int calib_probe(const char *backend, int quick, double *peak, double *bw, PxError *err)
+{
+    *peak = *bw = 0;
+    char dir[] = "/tmp/parallax-probe-XXXXXX";
+    if (!mkdtemp(dir))
+        return px_fail(err, PX_ERUNTIME, "cannot create a temporary folder: %s", strerror(errno));
+    char path[PATH_CAP];
+    snprintf(path, sizeof path, "%s/probe.json", dir);
+    const char *args[12] = {"calibrate", "--part", "probe", "-o", path, "--backend",
+                            backend ? backend : CALIB_DEFAULT_BACKEND, "--quiet"};
+    if (quick)
+        args[8] = "--quick";
+    LaunchJob l = {LAUNCH_NONE, 1, "calibrate"};
+    int status = 0;
+    int rc = launch_worker(&l, args, &status, err);
+    if (!rc && status != 0)
+        rc = px_fail(err, PX_ERUNTIME, "the host probe (parallax-worker calibrate --part probe) failed (exit %d)",
+                     status);
+    cJSON *j = rc ? NULL : px_json_read_file(path, err);
+    if (!rc && !j)
+        rc = PX_ERUNTIME;
+    if (!rc &&
+        ((rc = px_json_double(j, path, "peak_flops", 1, 1, 1e20, peak, err)) ||
+         (rc = px_json_double(j, path, "memory_bandwidth", 1, 1, 1e16, bw, err))))
+        rc = PX_ERUNTIME;
+    cJSON_Delete(j);
+    remove_dir(dir);
+    return rc;
+}

@@ -22,8 +22,10 @@ int calib_part_parse(const char *name, CalibPart *out, PxError *err)
         *out = CALIB_COMM;
     else if (!strcmp(name, "assemble"))
         *out = CALIB_ASSEMBLE;
+    else if (!strcmp(name, "probe"))
+        *out = CALIB_PROBE;
     else
-        return px_fail(err, PX_EINPUT, "--part: expected compute, comm or assemble");
+        return px_fail(err, PX_EINPUT, "--part: expected compute, comm, assemble or probe");
     return PX_OK;
 }
 
@@ -34,6 +36,7 @@ int calib_options_check(const CalibOptions *o, int world, PxError *err)
                       : assemble && o->n_parts == 0 ? "assemble needs the parts' files"
                       : !assemble && o->n_parts > 0 ? "only assemble takes files"
                       : assemble && world > 1       ? "assemble runs on one rank"
+                      : o->part == CALIB_PROBE && world > 1 ? "probe runs on one rank"
                                                     : NULL;
     return bad ? px_fail(err, PX_EINPUT, "%s", bad) : PX_OK;
 }
@@ -47,6 +50,8 @@ int calib_part_run(const CalibOptions *o, int world, PxError *err)
     setenv("PARALLAX_UNCALIBRATED", "1", 1);
     if (o->part == CALIB_ASSEMBLE)
         return calib_assemble(o, err);
+    if (o->part == CALIB_PROBE)
+        return calib_probe_part(o, err);
     /* every rank of the part in one data-parallel group: barriers and averages over them */
     ModelLayout l;
     memset(&l, 0, sizeof l);

@@ -31,7 +31,7 @@ typedef struct {
 
 static const Command commands[] = {
     {"run", "run PLAN.json [options]", "train the plan on this process and write run.json"},
-    {"calibrate", "calibrate --part compute|comm|assemble -o FILE [options] [PARTS...]",
+    {"calibrate", "calibrate --part compute|comm|assemble|probe -o FILE [options] [PARTS...]",
      "one part of `parallax calibrate` (which runs them in turn)"},
 };
 enum { N_COMMANDS = sizeof commands / sizeof commands[0] };
@@ -264,7 +264,7 @@ enum { CAL_PART, CAL_OUTPUT, CAL_MODELS, CAL_BASE, CAL_BACKEND, CAL_QUICK, CAL_S
        CAL_QUIET };
 
 static const PxOption calibrate_options[] = {
-    {"part", 1, "P", "compute, comm or assemble (required)", CAL_PART, 0},
+    {"part", 1, "P", "compute, comm, assemble or probe (required)", CAL_PART, 0},
     {"output", 1, "FILE", "the part's JSON, or the profile (assemble)", CAL_OUTPUT, 'o'},
     {"models", 1, "LIST", "calibration models, comma-separated (default tiny,tiny-llama)",
      CAL_MODELS, 0},
@@ -282,7 +282,9 @@ static const char *const calibrate_about =
     "One part of `parallax calibrate` (which runs them in turn; see its --help):\n"
     "  compute   time GEMMs and train the calibration models on every rank at once\n"
     "  comm      time collectives over the ranks through the MPI layer\n"
-    "  assemble  write the cluster profile from the parts' files (one rank)";
+    "  assemble  write the cluster profile from the parts' files (one rank)\n"
+    "  probe     the device's GEMM rate and streaming bandwidth alone, as compute measures them\n"
+    "            (one rank; `parallax validate` compares them with the profile's)";
 
 /* What `calibrate` was given: the options, and --part as text until it is checked. */
 typedef struct {
