@@ -1,0 +1,60 @@
+/* What several exports share: Megatron-Core's ways of saying an uneven pipeline split, the
+ * note for GPipe, and when FP8-only weights are expressible. Called by export.c (Megatron-LM),
+ * export_nemo.c and export_bridge.c; it calls none of them. */
+#include "sim/internal.h"
+
+#include <string.h>
+
+/* An uneven split as Megatron-Core takes it: the first and/or the last stage's layers given
+ * (--decoder-first/last-pipeline-num-layers), the other stages sharing the rest evenly
+ * (get_transformer_layer_offset). *first and *last get -1 when not needed. Returns 0 when the
+ * split is not of that form: its middle stages differ. */
+int sim_export_megatron_split(const ModelLayout *l, int *first, int *last)
+{
+    const int p = l->n_stage_layers, *n = l->stage_layers;
+    *first = *last = -1;
+    if (p == 2) {
+        *first = n[0];
+        *last = n[1];
+        return 1;
+    }
+    for (int i = 2; i < p - 1; i++)
+        if (n[i] != n[1])
+            return 0;
+    if (n[0] != n[1])
+        *first = n[0];
+    if (n[p - 1] != n[1])
+        *last = n[p - 1];
+    return 1;
+}
+
+/* GPipe (every forward, then every backward) is not a schedule Megatron-LM, NeMo or
+ * Megatron-Bridge offer: their non-interleaved pipeline is 1F1B. */
+const char *const sim_export_gpipe_note =
+    "# NOT EXPRESSIBLE: the plan's GPipe schedule; Megatron runs 1F1B here, with the same bubble and\n"
+    "# fewer activations in flight (plan with --schedule 1f1b for its exact prediction)\n";
+
+/* Megatron-Core's experimental --pipeline-model-parallel-layout for a split: "Et*2|t*3|tL" */
+void sim_export_megatron_layout(char *buf, size_t cap, const ModelLayout *l)
+{
+    size_t n = 0;
+    for (int i = 0; i < l->n_stage_layers && n < cap; i++) {
+        int k = l->stage_layers[i];
+        int w = snprintf(buf + n, cap - n, "%s%s%s", i ? "|" : "", i == 0 ? "E" : "", k > 1 ? "t*" : "t");
+        if (w < 0)
+            return;
+        n += (size_t)w;
+        if (k > 1 && n < cap)
+            n += (size_t)snprintf(buf + n, cap - n, "%d", k);
+    }
+    if (n < cap)
+        snprintf(buf + n, cap - n, "L");
+}
+
+/* --fp8-param-gather and its equivalents: FP8-only weights, which Megatron takes only with the
+ * distributed optimizer or FSDP (ZeRO 1 and up). */
+int sim_export_fp8_param_gather_ok(const ModelPlan *p)
+{
+    return p->spec.job.fp8_param_gather && p->spec.layout.zero >= 1;
+}
+
