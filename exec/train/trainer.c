@@ -12,20 +12,13 @@
 
 /* ---- the backend ---- */
 
-/* The CPU profile is named cpu (and a calibrated CPU profile keeps its device's name); a device
- * without 16-bit tensor throughput is a CPU too. */
-static int device_is_cpu(const ProfDevice *d)
-{
-    return !strncmp(d->name, "cpu", 3) || (d->peak_bf16 <= 0 && d->peak_fp16 <= 0);
-}
-
 int exec_backend_for_plan(const ModelPlan *plan, ExecBackend override, ExecBackend *out,
                           PxError *err)
 {
     (void)err;
     *out = override;
     if (override == EXEC_BACKEND_AUTO)
-        *out = device_is_cpu(&plan->profile.device) ? EXEC_BACKEND_CPU : EXEC_BACKEND_CUDA;
+        *out = prof_device_is_cpu(&plan->profile.device) ? EXEC_BACKEND_CPU : EXEC_BACKEND_CUDA;
     return PX_OK;
 }
 
