@@ -169,6 +169,15 @@ static int check_supported(const Exec *ex, PxError *err)
                            "parallax-worker was built without MPI: it runs single-rank plans only "
                            "(install libopenmpi-dev and rebuild)",
                            origin, d->gpus, d->dp, d->t, d->p, d->c);
+        /* srun started several tasks, but without the PMI this MPI speaks each is alone */
+        const char *step_tasks = getenv("SLURM_STEP_NUM_TASKS");
+        if (world == 1 && step_tasks && atoi(step_tasks) > 1)
+            return px_fail(err, PX_EINPUT,
+                           "%s: the layout needs %d ranks (dp %d x tp %d x pp %d x cp %d): srun "
+                           "started %s tasks but each runs alone, not joined by MPI: give srun "
+                           "--mpi=pmix (OpenMPI; SLURM_MPI_TYPE=pmix does the same), or start the "
+                           "job with parallax run --launcher srun",
+                           origin, d->gpus, d->dp, d->t, d->p, d->c, step_tasks);
         if (world == 1)
             return px_fail(err, PX_EINPUT,
                            "%s: the layout needs %d ranks (dp %d x tp %d x pp %d x cp %d) but this "
