@@ -9,7 +9,7 @@
 # up); stops every daemon it started, whatever happens.
 # Usage: slurm.sh PARALLAX
 set -u
-px=${1:?usage: slurm.sh path/to/parallax}
+px=$(realpath "${1:?usage: slurm.sh path/to/parallax}") # the runs below start in directories of their own
 skip() { echo "slurm: $*: skipped"; exit 77; }
 
 [ "$(id -u)" -eq 0 ] || skip "slurmd runs jobs as root here, and this is not root"

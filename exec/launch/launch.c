@@ -164,6 +164,9 @@ int launch_worker(const LaunchJob *j, const char *const *args, int *exit_status,
         const char *mpi_type = getenv("SLURM_MPI_TYPE");
         if (!mpi_type || !*mpi_type)
             argv[n++] = "--mpi=pmix";
+        /* every rank sees the node's GPUs and takes the one of its rank on the node, the rule
+         * the worker's NCCL choice rests on; --gpus-per-task alone would hide the others */
+        argv[n++] = "--gpu-bind=none";
     }
     const char *exe = launcher == LAUNCH_NONE ? worker : tool;
     argv[n++] = worker;

@@ -48,7 +48,7 @@ int launch_kind_parse(const char *name, LaunchKind *out, PxError *err);
  * from a signal; PX_EINPUT for a hostfile with another launcher than mpirun. mpirun gets
  * --hostfile when j has one, else --oversubscribe --bind-to none when the ranks outnumber the
  * cores; --allow-run-as-root for root; -x for each PARALLAX_* variable set, so that ranks on other
- * nodes see them. srun gets --mpi=pmix unless SLURM_MPI_TYPE chooses. */
+ * nodes see them. srun gets --mpi=pmix unless SLURM_MPI_TYPE chooses, and --gpu-bind=none. */
 int launch_worker(const LaunchJob *j, const char *const *args, int *exit_status, PxError *err);
 
 #endif
