@@ -4,8 +4,10 @@
  * worker directly whatever the plan, for a job that is already one rank of a launch
  * (mpirun -n 8 parallax run plan.json --launcher none). --backend and the fp16 loss-scale
  * options are checked here and passed through to the worker. */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/commands.h"
 #include "cli/options.h"
@@ -17,6 +19,8 @@ enum { RUN_STEPS = CLI_EXTRA, RUN_METRICS, RUN_DATA, RUN_QUIET, RUN_LAUNCHER, RU
        RUN_COMM_TIMEOUT, RUN_FAIL_RANK, RUN_FAIL_STEP };
 /* checkpoints (ids from the end of the extra range, apart from the options above) */
 enum { RUN_CHECKPOINT_DIR = CLI_EXTRA_MAX - 3, RUN_CHECKPOINT_EVERY, RUN_RESUME };
+/* launching across nodes (apart again) */
+enum { RUN_HOSTFILE = CLI_EXTRA_MAX - 4 };
 
 static const CliOption run_options[] = {
     {"steps", 1, "N", "training steps (default: the plan's training.steps)", RUN_STEPS, 0},
@@ -28,6 +32,8 @@ static const CliOption run_options[] = {
     {"quiet", 0, NULL, "no progress lines", RUN_QUIET, 0},
     {"launcher", 1, "L", "mpirun, srun or none (default: srun under Slurm, else mpirun; none for one rank)",
      RUN_LAUNCHER, 0},
+    {"hostfile", 1, "FILE", "mpirun's hostfile: the nodes the ranks run on and their slots (implies "
+     "--launcher mpirun)", RUN_HOSTFILE, 0},
     {"backend", 1, "B", "cpu, cuda or auto (default auto: cuda when the plan's cluster has GPUs)",
      RUN_BACKEND, 0},
     {"loss-scale", 1, "S", "fp16: the initial loss scale (default 65536)", RUN_LOSS_SCALE, 0},
@@ -48,20 +54,22 @@ static const CliOption run_options[] = {
 
 static const char *const run_usage =
     "PLAN.json [--steps N] [-o FILE] [--metrics FILE] [--data FILE] [--quiet] [--launcher L]\n"
+    "          [--hostfile FILE]\n"
     "          [--backend B] [--loss-scale S] [--loss-scale-interval N] [--comm-timeout S]\n"
     "          [--fail-rank R --fail-step K]\n"
     "          [--checkpoint-dir DIR [--checkpoint-every N] [--resume]]\n\n"
     "Trains the plan for real and measures it under the simulator's names: a progress line\n"
     "per step, a metrics log, and run.json with losses, memory, communication, FLOPs and time\n"
     "per op of every rank. A single-rank plan runs parallax-worker directly; a plan of several\n"
-    "ranks starts it with mpirun (--oversubscribe when the ranks outnumber the cores) or, inside\n"
-    "a Slurm allocation, srun.";
+    "ranks starts it with mpirun (--oversubscribe when the ranks outnumber the cores; across the\n"
+    "nodes of --hostfile) or, inside a Slurm allocation, srun.";
 
 /* The command line, checked: every value is passed through to the worker as given. */
 typedef struct {
     const char *plan, *output, *steps, *metrics, *data, *backend, *loss_scale, *loss_interval;
     const char *comm_timeout, *fail_rank, *fail_step; /* failures */
     const char *ck_dir, *ck_every;                    /* checkpoints */
+    const char *hostfile;                             /* mpirun's */
     int quiet, resume;
     LaunchKind launcher;
     int world; /* the plan's ranks */
@@ -103,6 +111,17 @@ static int check_values(const CliArgs *a, RunArgs *r)
         return cli_fail("run", PX_EINPUT, &err);
     if (launcher && launch_kind_parse(launcher, &r->launcher, &err))
         return cli_fail("run", PX_EINPUT, &err);
+    r->hostfile = a->extra[RUN_HOSTFILE - CLI_EXTRA];
+    if (r->hostfile && r->launcher != LAUNCH_DEFAULT && r->launcher != LAUNCH_MPIRUN) {
+        fprintf(stderr, "parallax run: --hostfile is for --launcher mpirun, not %s (srun runs on "
+                        "the nodes of its Slurm allocation)\n", launcher);
+        return 2;
+    }
+    if (r->hostfile && access(r->hostfile, R_OK) != 0) {
+        fprintf(stderr, "parallax run: --hostfile %s: cannot read it (%s)\n", r->hostfile,
+                strerror(errno));
+        return 2;
+    }
     if (r->backend && exec_backend_parse(r->backend, &be, &err))
         return cli_fail("run", PX_EINPUT, &err);
     if (r->loss_scale && (px_parse_double(r->loss_scale, "--loss-scale", &scale, &err) ||
@@ -208,7 +227,7 @@ static int launch(const RunArgs *r)
     worker_args(r, wargv);
     PxError err = {0};
     int status = 0;
-    LaunchJob l = {r->launcher, r->world, r->plan};
+    LaunchJob l = {r->launcher, r->world, r->plan, r->hostfile};
     int rc = launch_worker(&l, wargv, &status, &err);
     if (rc) {
         status = cli_fail("run", rc, &err);

@@ -762,6 +762,11 @@ int prof_node_size(const ProfCluster *c, int gpus)
     return c->node_devices > 0 ? c->node_devices : (gpus > 0 ? gpus : 1);
 }
 
+int prof_device_is_cpu(const ProfDevice *d)
+{
+    return !strncmp(d->name, "cpu", 3) || (d->peak_bf16 <= 0 && d->peak_fp16 <= 0);
+}
+
 uint64_t prof_rank_memory(const ProfCluster *c, int ranks_per_node)
 {
     if (c->shared_memory && ranks_per_node > 1)

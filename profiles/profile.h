@@ -153,6 +153,10 @@ double prof_matmul_eff(const ProfDevice *d, PxDtype t);
 uint64_t prof_rank_memory(const ProfCluster *c, int ranks_per_node);
 /* Devices per node for a job of `gpus` ranks (node_devices, or gpus when unbounded). */
 int prof_node_size(const ProfCluster *c, int gpus);
+/* 1 when the device is a CPU: the profile named cpu (a calibrated CPU profile keeps its device's
+ * name), or a device without 16-bit tensor throughput. The executor trains such a plan on the
+ * CPU backend, and its Slurm export asks for no GPUs. */
+int prof_device_is_cpu(const ProfDevice *d);
 /* Everything the simulator reads of the profile (the device inline, the measurements
  * included), numbers written so that they read back exactly: prof_cluster_from_json of it
  * gives the same predictions. */

@@ -1,10 +1,129 @@
-/* a Slurm batch script export. */
+/* A Slurm batch script export: the plan's ranks as nodes and tasks, and srun starting
+ * `parallax run PLAN --launcher none` once per rank (docs/exports.md, "Slurm"). */
 #include "sim/internal.h"
+
+#include <math.h>
+#include <string.h>
+
+/* A word for the shell: as it is when every character is safe, else in single quotes (a quote
+ * inside as '\''). */
+static void sh_word(FILE *f, const char *s)
+{
+    if (*s && strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./+:=,@%-") == strlen(s)) {
+        fputs(s, f);
+        return;
+    }
+    fputc('\'', f);
+    for (; *s; s++) {
+        if (*s == '\'')
+            fputs("'\\''", f);
+        else
+            fputc(*s, f);
+    }
+    fputc('\'', f);
+}
+
+/* Slurm's time format for whole minutes: HH:MM:00, or D-HH:MM:00 from a day on. */
+static void slurm_time(char *buf, size_t cap, long minutes)
+{
+    const long days = minutes / (24 * 60), hours = minutes / 60 % 24, mins = minutes % 60;
+    if (days > 0)
+        snprintf(buf, cap, "%ld-%02ld:%02ld:00", days, hours, mins);
+    else
+        snprintf(buf, cap, "%02ld:%02ld:00", hours, mins);
+}
+
+/* The job's name: parallax-<model>, what sacct and squeue show, in characters any site takes. */
+static void job_name(char *buf, size_t cap, const char *model)
+{
+    int n = snprintf(buf, cap, "parallax-");
+    for (const char *c = model; *c && (size_t)n + 1 < cap && n < 64; c++)
+        buf[n++] = strchr("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-", *c) ? *c : '_';
+    buf[n] = '\0';
+}
+
+int sim_export_slurm_job(FILE *f, const ModelPlan *p, const SimSlurmJob *job, PxError *err)
+{
+    ModelSpec s = p->spec;
+    ModelDims d;
+    int rc = model_spec_check(&s, p->gpus, &d, err);
+    if (rc)
+        return rc;
+    const SimSlurmJob none = {NULL, NULL, NULL};
+    if (!job)
+        job = &none;
+    /* the time limit from the prediction, checked before anything is written */
+    char limit[48] = "";
+    double step_s = 0;
+    if (p->prediction) {
+        ModelPredicted pred;
+        rc = model_predicted_read(p, &pred, err);
+        if (rc)
+            return rc;
+        step_s = pred.job_step_s;
+        model_predicted_free(&pred);
+    }
+    if (job->time) {
+        snprintf(limit, sizeof limit, "%s", job->time);
+    } else if (step_s > 0) {
+        /* twice the prediction, for a machine slower than its profile and the first steps'
+         * warm-up, and 10 minutes to start the ranks, read the plan and build the weights */
+        const double minutes = ceil((2.0 * step_s * s.job.steps + 600.0) / 60.0);
+        slurm_time(limit, sizeof limit, minutes < 1e9 ? (long)minutes : 1000000000L);
+    }
+    const int world = p->gpus, cpu = prof_device_is_cpu(&p->profile.device);
+    int per_node = prof_node_size(&p->profile, world);
+    if (per_node > world)
+        per_node = world;
+    const int nodes = (world + per_node - 1) / per_node;
+    /* CPU: one core per rank, as the local profile runs and calibrates them (the data loader's
+     * thread shares it). GPU: the thread that drives the rank's GPU, its data loader's and
+     * NCCL's proxy thread. */
+    const int cpus = cpu ? 1 : 3;
+    char name[80];
+    job_name(name, sizeof name, s.model.name);
+
+    fprintf(f, "#!/bin/bash\n");
+    fprintf(f, "# parallax run: %s on %s, %d rank%s (dp %d x tp %d x pp %d x cp %d) on %d node%s, %d steps",
+            s.model.name, p->cluster, world, world == 1 ? "" : "s", d.dp, d.t, d.p, d.c, nodes,
+            nodes == 1 ? "" : "s", s.job.steps);
+    if (step_s > 0)
+        fprintf(f, " (predicted %.4g s each)", step_s);
+    fprintf(f, "\n# sbatch this file; run.json and run.metrics.jsonl land in the directory it is submitted from\n");
+    fprintf(f, "#SBATCH --job-name=%s\n", name);
+    fprintf(f, "#SBATCH --nodes=%d\n", nodes);
+    fprintf(f, "#SBATCH --ntasks=%d\n", world);
+    fprintf(f, "#SBATCH --ntasks-per-node=%d\n", per_node);
+    fprintf(f, "#SBATCH --cpus-per-task=%d\n", cpus);
+    if (!cpu)
+        fprintf(f, "#SBATCH --gpus-per-task=1\n");
+    if (limit[0])
+        fprintf(f, "#SBATCH --time=%s\n", limit);
+    else
+        fprintf(f, "# no --time: the plan carries no prediction (export with --time)\n");
+    fprintf(f, "set -eu\n\n");
+    fprintf(f, "# the same parallax build (parallax-worker beside it) and the same plan on every node\n");
+    fprintf(f, "PARALLAX=");
+    sh_word(f, job->parallax ? job->parallax : "parallax");
+    fprintf(f, "\nPLAN=");
+    sh_word(f, job->plan_path ? job->plan_path : "plan.json");
+    fprintf(f, "\n\n");
+    if (cpu)
+        fprintf(f, "# one BLAS thread per rank, on its one core\n"
+                   "export PARALLAX_BLAS_THREADS=1 OMP_NUM_THREADS=1\n");
+    fprintf(f, "# the ranks join the MPI job through PMIx, which OpenMPI 4 speaks (srun's --mpi; submit with\n"
+               "# SLURM_MPI_TYPE set for another)\n"
+               "export SLURM_MPI_TYPE=${SLURM_MPI_TYPE:-pmix}\n\n");
+    fprintf(f, "# srun is given --cpus-per-task again: Slurm 22.05 does not pass sbatch's on");
+    if (!cpu)
+        fprintf(f, ". Every rank sees\n# the node's GPUs and takes the one of its rank on the node");
+    fprintf(f, "\nsrun --ntasks=%d --cpus-per-task=%d%s \"$PARALLAX\" run \"$PLAN\" --launcher none\n", world,
+            cpus, cpu ? "" : " --gpu-bind=none");
+    return PX_OK;
+}
 
 int sim_export_slurm(FILE *f, const ModelPlan *p, const ModelDims *d, PxError *err)
 {
-    (void)f;
-    (void)p;
     (void)d;
-    return px_fail(err, PX_EINPUT, "export --format slurm is not written yet");
+    return sim_export_slurm_job(f, p, NULL, err);
 }

@@ -144,6 +144,11 @@ expect 2 "stage_layers 1,1,2 has 3 entries: pp is 2" export "$tmp/u3.json" --for
 sed -E 's/"stage_layers":[[:space:]]*\[[^]]*\]/"stage_layers": [1, 2.5]/' "$tmp/u.json" >"$tmp/uf.json"
 expect 2 "layout.stage_layers[1]: expected an integer, got a fraction" export "$tmp/uf.json" --format megatron
 expect 0 "--decoder-last-pipeline-num-layers 3" export "$tmp/u.json" --format megatron
+# the sbatch script: its own options, checked, and refused with other formats
+expect 0 "#SBATCH --time=4:00:00" export "$tmp/p.json" --format slurm --time 4:00:00
+expect 2 "--time: expected minutes, HH:MM:SS, D-HH:MM:SS or UNLIMITED, got '4h'" export "$tmp/p.json" --format slurm --time 4h
+expect 2 "--time applies to --format slurm only" export "$tmp/p.json" --format megatron --time 10
+expect 2 "--plan-path applies to --format slurm only" export "$tmp/p.json" --format deepspeed --plan-path /x.json
 
 # Hugging Face config.json: the key at fault named, for simulate and plan alike
 hf() { # hf NAME JSON: a config.json in its own directory
@@ -208,6 +213,9 @@ then
 else
   echo "SKIPPED the .bin token files: python3 is needed to write them"
 fi
+# mpirun's hostfile: one that cannot be read, or given to another launcher
+expect 2 "--hostfile $tmp/nohosts: cannot read it (No such file or directory)" run "$tmp/run1.json" --hostfile "$tmp/nohosts"
+expect 2 "--hostfile is for --launcher mpirun, not srun" run "$tmp/run1.json" --hostfile "$tmp/run1.json" --launcher srun
 expect 2 "empty.bin: the training data is an empty file" run "$tmp/run1.json" --data "$tmp/empty.bin"
 expect 2 "empty.txt: the training data is an empty file" run "$tmp/run1.json" --data "$tmp/empty.txt"
 expect 2 "bytes.txt: token 255 at position 300 is beyond the model's vocabulary of 200" run "$tmp/run200.json" --data "$tmp/bytes.txt"

@@ -87,7 +87,7 @@ static int run_part(const CalibJob *j, int ranks, const char *const *args, int *
 {
     LaunchJob l = {ranks == 1 && j->launcher == LAUNCH_DEFAULT ? LAUNCH_NONE
                                                                        : j->launcher,
-                    ranks, "calibrate"};
+                    ranks, "calibrate", NULL};
     int rc = launch_worker(&l, args, status, err);
     if (!rc && *status != 0)
         rc = px_fail(err, *status == 2 ? PX_EINPUT : PX_ERUNTIME,
@@ -142,7 +142,7 @@ static int assemble(const CalibJob *j, const char *output, const Parts *p, int *
     for (int i = 0; i < p->n; i++)
         args[n++] = p->path[i];
     args[n] = NULL;
-    LaunchJob l = {LAUNCH_NONE, 1, "calibrate"};
+    LaunchJob l = {LAUNCH_NONE, 1, "calibrate", NULL};
     int rc = launch_worker(&l, args, status, err);
     if (!rc && *status != 0)
         rc = px_fail(err, *status == 2 ? PX_EINPUT : PX_ERUNTIME,

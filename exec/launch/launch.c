@@ -74,9 +74,13 @@ int launch_worker(const LaunchJob *j, const char *const *args, int *exit_status,
     const int world = j->ranks > 0 ? j->ranks : 1;
     LaunchKind launcher = j->kind;
     if (launcher == LAUNCH_DEFAULT)
-        launcher = world == 1 ? LAUNCH_NONE
+        launcher = j->hostfile ? LAUNCH_MPIRUN
+                   : world == 1 ? LAUNCH_NONE
                    : getenv("SLURM_JOB_ID") ? LAUNCH_SRUN
                                             : LAUNCH_MPIRUN;
+    if (j->hostfile && launcher != LAUNCH_MPIRUN)
+        return px_fail(err, PX_EINPUT, "--hostfile %s is for --launcher mpirun (srun takes the "
+                       "nodes of its Slurm allocation)", j->hostfile);
     if (launcher == LAUNCH_SRUN) {
         const char *nt = getenv("SLURM_NTASKS");
         if (nt && atoi(nt) > 0 && atoi(nt) < world)
@@ -98,12 +102,19 @@ int launch_worker(const LaunchJob *j, const char *const *args, int *exit_status,
                        j->what, world, tool_name,
                        launcher == LAUNCH_SRUN ? "Slurm" : "openmpi-bin");
 
-    int n_args = 0;
+    int n_args = 0, n_env = 0;
     while (args[n_args])
         n_args++;
-    const char **argv = calloc((size_t)n_args + 24, sizeof *argv);
-    if (!argv)
+    for (char **e = environ; *e; e++)
+        n_env += !strncmp(*e, "PARALLAX_", 9);
+    const char **argv = calloc((size_t)n_args + 2 * (size_t)n_env + 24, sizeof *argv);
+    /* the names of the PARALLAX_* variables, for mpirun's -x */
+    char *names = calloc(1, 1 + (size_t)n_env * 64);
+    if (!argv || !names) {
+        free(argv);
+        free(names);
         return px_fail(err, PX_ERUNTIME, "out of memory starting the worker");
+    }
     char nbuf[32];
     int n = 0;
     snprintf(nbuf, sizeof nbuf, "%d", world);
@@ -115,7 +126,11 @@ int launch_worker(const LaunchJob *j, const char *const *args, int *exit_status,
         if (geteuid() == 0)
             argv[n++] = "--allow-run-as-root";
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        if (cores > 0 && world > cores) {
+        if (j->hostfile) {
+            /* its nodes and slots decide where the ranks go */
+            argv[n++] = "--hostfile";
+            argv[n++] = j->hostfile;
+        } else if (cores > 0 && world > cores) {
             /* more ranks than cores: allow it, do not pin several ranks to one core, and let
              * waiting ranks yield (the worker's waits also sleep between polls then) */
             argv[n++] = "--oversubscribe";
@@ -125,11 +140,33 @@ int launch_worker(const LaunchJob *j, const char *const *args, int *exit_status,
             argv[n++] = "mpi_yield_when_idle";
             argv[n++] = "1";
         }
+        /* mpirun passes its environment to the ranks on this node only: name parallax's */
+        char *at = names;
+        for (char **e = environ; *e; e++) {
+            const char *eq = strchr(*e, '=');
+            size_t len = eq ? (size_t)(eq - *e) : 0;
+            if (strncmp(*e, "PARALLAX_", 9) != 0 || len == 0 || len > 63)
+                continue;
+            memcpy(at, *e, len);
+            at[len] = '\0';
+            argv[n++] = "-x";
+            argv[n++] = at;
+            at += len + 1;
+        }
         argv[n++] = "--quiet";
     } else if (launcher == LAUNCH_SRUN) {
         argv[n++] = tool;
         argv[n++] = "-n";
         argv[n++] = nbuf;
+        /* the ranks join the MPI job through PMIx, which OpenMPI 4 speaks (Debian's has no PMI-2);
+         * Slurm's own default is none, which would leave each rank alone. SLURM_MPI_TYPE, srun's
+         * variable for --mpi, chooses another. */
+        const char *mpi_type = getenv("SLURM_MPI_TYPE");
+        if (!mpi_type || !*mpi_type)
+            argv[n++] = "--mpi=pmix";
+        /* every rank sees the node's GPUs and takes the one of its rank on the node, the rule
+         * the worker's NCCL choice rests on; --gpus-per-task alone would hide the others */
+        argv[n++] = "--gpu-bind=none";
     }
     const char *exe = launcher == LAUNCH_NONE ? worker : tool;
     argv[n++] = worker;
@@ -159,6 +196,7 @@ int launch_worker(const LaunchJob *j, const char *const *args, int *exit_status,
     int e = posix_spawn(&pid, exe, NULL, &attr, (char *const *)argv, environ);
     posix_spawnattr_destroy(&attr);
     free(argv);
+    free(names);
     if (e != 0) {
         rc = px_fail(err, PX_ERUNTIME, "cannot start %s: %s", exe, strerror(e));
     } else {

@@ -23,7 +23,8 @@
 #include "common/px.h"
 
 typedef enum {
-    LAUNCH_DEFAULT = 0, /* one rank: none; several: srun under Slurm, else mpirun */
+    LAUNCH_DEFAULT = 0, /* one rank: none; several: srun under Slurm, else mpirun; mpirun with
+                         * a hostfile */
     LAUNCH_NONE,        /* the worker directly (a job that is already one rank of a launch) */
     LAUNCH_MPIRUN,
     LAUNCH_SRUN
@@ -31,8 +32,9 @@ typedef enum {
 
 typedef struct {
     LaunchKind kind;
-    int ranks;        /* processes to start */
-    const char *what; /* names the job in messages: the plan's path, "calibrate" */
+    int ranks;            /* processes to start */
+    const char *what;     /* names the job in messages: the plan's path, "calibrate" */
+    const char *hostfile; /* mpirun only: the nodes and their slots (NULL: this machine) */
 } LaunchJob;
 
 /* "mpirun", "srun" or "none" (--launcher's values); PX_EINPUT naming the value otherwise, *out
@@ -43,8 +45,10 @@ int launch_kind_parse(const char *name, LaunchKind *out, PxError *err);
  * processes, waiting for it with SIGINT / SIGTERM ignored here (the worker gets them and stops
  * at a step boundary). *exit_status gets the worker's (or launcher's) exit status. PX_EINPUT:
  * a Slurm allocation too small; PX_ERUNTIME: no worker, no launcher on PATH, or the job died
- * from a signal. mpirun gets --oversubscribe --bind-to none when the ranks outnumber the cores,
- * and --allow-run-as-root for root. */
+ * from a signal; PX_EINPUT for a hostfile with another launcher than mpirun. mpirun gets
+ * --hostfile when j has one, else --oversubscribe --bind-to none when the ranks outnumber the
+ * cores; --allow-run-as-root for root; -x for each PARALLAX_* variable set, so that ranks on other
+ * nodes see them. srun gets --mpi=pmix unless SLURM_MPI_TYPE chooses, and --gpu-bind=none. */
 int launch_worker(const LaunchJob *j, const char *const *args, int *exit_status, PxError *err);
 
 #endif

@@ -12,20 +12,13 @@
 
 /* ---- the backend ---- */
 
-/* The CPU profile is named cpu (and a calibrated CPU profile keeps its device's name); a device
- * without 16-bit tensor throughput is a CPU too. */
-static int device_is_cpu(const ProfDevice *d)
-{
-    return !strncmp(d->name, "cpu", 3) || (d->peak_bf16 <= 0 && d->peak_fp16 <= 0);
-}
-
 int exec_backend_for_plan(const ModelPlan *plan, ExecBackend override, ExecBackend *out,
                           PxError *err)
 {
     (void)err;
     *out = override;
     if (override == EXEC_BACKEND_AUTO)
-        *out = device_is_cpu(&plan->profile.device) ? EXEC_BACKEND_CPU : EXEC_BACKEND_CUDA;
+        *out = prof_device_is_cpu(&plan->profile.device) ? EXEC_BACKEND_CPU : EXEC_BACKEND_CUDA;
     return PX_OK;
 }
 
@@ -176,6 +169,15 @@ static int check_supported(const Exec *ex, PxError *err)
                            "parallax-worker was built without MPI: it runs single-rank plans only "
                            "(install libopenmpi-dev and rebuild)",
                            origin, d->gpus, d->dp, d->t, d->p, d->c);
+        /* srun started several tasks, but without the PMI this MPI speaks each is alone */
+        const char *step_tasks = getenv("SLURM_STEP_NUM_TASKS");
+        if (world == 1 && step_tasks && atoi(step_tasks) > 1)
+            return px_fail(err, PX_EINPUT,
+                           "%s: the layout needs %d ranks (dp %d x tp %d x pp %d x cp %d): srun "
+                           "started %s tasks but each runs alone, not joined by MPI: give srun "
+                           "--mpi=pmix (OpenMPI; SLURM_MPI_TYPE=pmix does the same), or start the "
+                           "job with parallax run --launcher srun",
+                           origin, d->gpus, d->dp, d->t, d->p, d->c, step_tasks);
         if (world == 1)
             return px_fail(err, PX_EINPUT,
                            "%s: the layout needs %d ranks (dp %d x tp %d x pp %d x cp %d) but this "
