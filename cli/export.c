@@ -9,7 +9,7 @@
 enum { OPT_FORMAT = CLI_EXTRA };
 
 static const CliOption export_options[] = {
-    {"format", 1, "F", "megatron (flags) | deepspeed (config JSON) | nemo (NeMo 1.x, then Megatron-Bridge overrides) | bridge (Megatron-Bridge) | torchtitan | slurm (sbatch script)", OPT_FORMAT, 0},
+    {"format", 1, "F", "megatron (flags) | deepspeed (config JSON) | nemo (NeMo 1.x, then Megatron-Bridge overrides) | bridge (Megatron-Bridge) | torchtitan (torchtitan 0.3 command line) | torchtitan-toml (torchtitan 0.2 job file) | slurm (sbatch script)", OPT_FORMAT, 0},
     {"output", 1, "FILE", "write to FILE instead of standard output", CLI_OUTPUT, 'o'},
     {NULL, 0, NULL, NULL, 0, 0}};
 
@@ -18,7 +18,7 @@ int cli_cmd_export(int argc, char **argv)
     CliArgs a;
     memset(&a, 0, sizeof a);
     const CliOption *const tables[] = {export_options, NULL};
-    int st = cli_parse("export", "PLAN.json --format megatron|deepspeed|nemo|bridge|torchtitan|slurm [-o FILE]\n\n"
+    int st = cli_parse("export", "PLAN.json --format megatron|deepspeed|nemo|bridge|torchtitan|torchtitan-toml|slurm [-o FILE]\n\n"
                                  "Writes a plan's layout and training settings for the framework that runs it.",
                        argc, argv, tables, 1, &a);
     if (st >= 0)
@@ -30,7 +30,7 @@ int cli_cmd_export(int argc, char **argv)
     }
     int fmt = sim_export_from_name(fmt_name);
     if (fmt < 0) {
-        fprintf(stderr, "parallax export: --format: expected megatron, deepspeed, nemo, bridge, torchtitan or slurm, got '%s'\n", fmt_name);
+        fprintf(stderr, "parallax export: --format: expected megatron, deepspeed, nemo, bridge, torchtitan, torchtitan-toml or slurm, got '%s'\n", fmt_name);
         return 2;
     }
     PxError err = {0};
