@@ -219,8 +219,9 @@ static void titan_dp_notes(FILE *f, const Titan *t, const ModelPlan *p, const Mo
                    "# always shards them over cp (FSDP; fsdp_reshard_after_forward never)\n",
                 l->cp);
     else if (l->zero == 0 && t->replicate == 1)
-        fprintf(f, "# NOT EXPRESSIBLE: plain data parallelism (ZeRO-0) here: %s; written as FSDP that\n"
-                   "# keeps the gathered parameters from forward to backward (fsdp_reshard_after_forward never)\n",
+        fprintf(f, "# NOT EXPRESSIBLE: plain data parallelism (ZeRO-0) here:\n# %s;\n"
+                   "# written as FSDP that keeps the gathered parameters from forward to backward\n"
+                   "# (fsdp_reshard_after_forward never)\n",
                 d->ep > 1 ? "expert parallelism borrows its ranks from the sharded data-parallel dimension"
                           : "torchtitan 0.2's DDP takes no other parallelism (\"DDP has not supported > 1D parallelism\")");
     else if (l->zero == 1 || l->zero == 2)

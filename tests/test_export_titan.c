@@ -49,7 +49,8 @@ static void expect_lines(const char *what, const char *text, const char *const *
 }
 
 /* llama3-8b on 16 H100s: dp 4 x tp 2 x cp 2, ZeRO-3, full recompute, 64 sequences of 8192 in
- * micro-batches of 1 (16 gradient accumulation steps), overlapped DP: nothing unexpressible */
+ * micro-batches of 1 (16 gradient accumulation steps), DP and TP overlapped (async TP, which
+ * needs torch.compile): nothing unexpressible */
 static void test_fsdp(void)
 {
     PxError err = {0};
@@ -61,6 +62,7 @@ static void test_fsdp(void)
     s.layout.sp = 1;
     s.layout.zero = 3;
     s.layout.overlap_dp = 1;
+    s.layout.overlap_tp = 1;
     s.layout.recompute = MODEL_RECOMPUTE_FULL;
     s.job.global_batch = 64;
     s.job.seq_len = 8192;
@@ -69,6 +71,7 @@ static void test_fsdp(void)
     const char *want_cli[] = {
         "# torchtitan 0.3 command line for llama3-8b on 16 GPUs (dgx-h100), written by parallax:",
         "# tensor parallelism with sequence parallelism: enable_sequence_parallel, torchtitan's default",
+        "# TP communication overlapped with the GEMMs: torchtitan's async TP, which needs torch.compile",
         "torchrun --nnodes 2 --nproc_per_node 8 -m torchtitan.train \\",
         "    --module llama3 \\",
         "    --config llama3_8b \\",
@@ -80,7 +83,8 @@ static void test_fsdp(void)
         "    --parallelism.context_parallel_degree 2 \\",
         "    --parallelism.pipeline_parallel_degree 1 \\",
         "    --parallelism.expert_parallel_degree 1 \\",
-        "    --compile.no_enable_async_tensor_parallel \\",
+        "    --compile.enable \\",
+        "    --compile.enable_async_tensor_parallel \\",
         "    --training.local_batch_size 1 \\",
         "    --training.global_batch_size 64 \\",
         "    --training.seq_len 8192 \\",
@@ -100,7 +104,8 @@ static void test_fsdp(void)
         "    --debug.seed 1234 \\",
         "    activation-checkpoint:full",
         NULL};
-    const char *not_cli[] = {"NOT EXPRESSIBLE", "pipeline_parallel_schedule", "disable_cuda_graphs", "MODULE", NULL};
+    const char *not_cli[] = {"NOT EXPRESSIBLE", "pipeline_parallel_schedule", "disable_cuda_graphs", "MODULE",
+                             "no_enable_async", NULL};
     expect_lines("torchtitan 0.3 export (FSDP)", cli, want_cli, not_cli);
     free(cli);
     char *toml = export_of(&s, "dgx-h100", 16, SIM_EXPORT_TORCHTITAN_TOML);
@@ -115,13 +120,14 @@ static void test_fsdp(void)
         "max_norm = 1.0", "mixed_precision_param = \"bfloat16\"", "mixed_precision_reduce = \"float32\"",
         "[parallelism]", "data_parallel_replicate_degree = 1", "data_parallel_shard_degree = 4",
         "fsdp_reshard_after_forward = \"always\"", "tensor_parallel_degree = 2",
-        "enable_async_tensor_parallel = false", "context_parallel_degree = 2", "pipeline_parallel_degree = 1",
+        "enable_async_tensor_parallel = true", "context_parallel_degree = 2", "pipeline_parallel_degree = 1",
         "context_parallel_rotate_method = \"allgather\"", "expert_parallel_degree = 1",
         "expert_tensor_parallel_degree = 1",
         "[activation_checkpoint]", "mode = \"full\"",
+        "[compile]", "enable = true", "components = [\"model\", \"loss\"]",
         "[debug]", "seed = 1234",
         NULL};
-    const char *not_toml[] = {"NOT EXPRESSIBLE", "converters", "pipeline_parallel_schedule", "[compile]", NULL};
+    const char *not_toml[] = {"NOT EXPRESSIBLE", "converters", "pipeline_parallel_schedule", NULL};
     expect_lines("torchtitan 0.2 export (FSDP)", toml, want_toml, not_toml);
     free(toml);
 }
@@ -177,6 +183,7 @@ static void test_unexpressible(void)
         "layers.4,layers.5,layers.6,layers.7,layers.8,layers.9 layers.10,layers.11,layers.12,layers.13,"
         "layers.14,layers.15,layers.16,layers.17,layers.18,layers.19,layers.20,layers.21,layers.22,"
         "layers.23,norm,lm_head \\",
+        "    --compile.no_enable_async_tensor_parallel \\",
         "    --training.local_batch_size 16 \\",
         "    --training.global_batch_size 32 \\",
         "    --training.seq_len 2048 \\",
@@ -185,14 +192,15 @@ static void test_unexpressible(void)
         "    --training.disable_cuda_graphs \\",
         "    activation-checkpoint:selective",
         NULL};
-    const char *not_cli[] = {"layers_per_stage", "ZeRO", "not overlapped", NULL};
+    const char *not_cli[] = {"layers_per_stage", "ZeRO", "not overlapped", "--compile.enable", NULL};
     expect_lines("torchtitan 0.3 export (GPT)", cli, want_cli, not_cli);
     free(cli);
     char *toml = export_of(&s, "dgx-a100", 8, SIM_EXPORT_TORCHTITAN_TOML);
     const char *want_toml[] = {
         "# Replace MODEL and FLAVOR with a TrainSpec of your own (register_train_spec) that builds it",
-        "# NOT EXPRESSIBLE: plain data parallelism (ZeRO-0) here: torchtitan 0.2's DDP takes no other "
-        "parallelism (\"DDP has not supported > 1D parallelism\"); written as FSDP that",
+        "# NOT EXPRESSIBLE: plain data parallelism (ZeRO-0) here:",
+        "# torchtitan 0.2's DDP takes no other parallelism (\"DDP has not supported > 1D parallelism\");",
+        "# (fsdp_reshard_after_forward never)",
         "# NOT EXPRESSIBLE: tensor parallelism without sequence parallelism: torchtitan 0.2's TP always",
         "# NOT EXPRESSIBLE: SGD with momentum 0.9: torchtitan's optimizers are Adam and AdamW; written as",
         "name = \"MODEL\"", "flavor = \"FLAVOR\"",
