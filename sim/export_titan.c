@@ -179,10 +179,13 @@ static void titan_model_notes(FILE *f, const Titan *t, const ModelPlan *p)
     if (!fl) {
         fprintf(f, "# NOT EXPRESSIBLE: the model %s: torchtitan builds only its own model families (llama3,\n"
                    "# llama4, qwen3, deepseek_v3, ...), none of this shape:\n"
-                   "# %s, %d layers, hidden %d, %s, %s%s%s.\n",
+                   "# %s, %d layers, hidden %d, %s, %s%s%s",
                 c->name, c->family == MODEL_GPT ? "GPT" : "Llama-like", c->layers, c->hidden,
                 c->norm == MODEL_RMSNORM ? "RMSNorm" : "LayerNorm", c->mlp == MODEL_SWIGLU ? "SwiGLU" : "GELU",
                 c->bias ? ", biases" : "", c->tied_embeddings ? ", tied embeddings" : "");
+        if (c->moe.experts > 0)
+            fprintf(f, ", %d experts (top %d)", c->moe.experts, c->moe.topk);
+        fprintf(f, ".\n");
         if (t->v03)
             fprintf(f, "# Replace MODULE and CONFIG with a config_registry module of your own that builds it\n");
         else
@@ -258,8 +261,8 @@ static void titan_fp8_notes(FILE *f, const Titan *t, const ModelPlan *p)
         return;
     }
     if (t->v03)
-        fprintf(f, "# FP8 GEMMs (%s) through the config function %s, which converts the linear layers to %s;\n"
-                   "# loading it needs torchao and a GPU that runs them (%s)\n",
+        fprintf(f, "# FP8 GEMMs (%s) through the config function %s, which converts the linear\n"
+                   "# layers to %s; loading it needs torchao and a GPU that runs them (%s)\n",
                 recipe, t->config, t->fp8_mx ? "MXFP8" : "float8 (rowwise)", t->fp8_mx ? "SM100" : "SM89 or later");
     if (j->fp8 == MODEL_FP8_DELAYED)
         fprintf(f, "# NOT EXPRESSIBLE: delayed scaling (an amax history of %d): torchtitan's float8 scales each\n"
@@ -268,16 +271,16 @@ static void titan_fp8_notes(FILE *f, const Titan *t, const ModelPlan *p)
     else if (j->fp8 == MODEL_FP8_TENSORWISE && t->v03)
         fprintf(f, "# NOT EXPRESSIBLE: tensorwise scaling: torchtitan 0.3's float8 converter is rowwise only\n");
     else if (j->fp8 == MODEL_FP8_BLOCKWISE)
-        fprintf(f, "# NOT EXPRESSIBLE: blockwise scaling (128 x 128 weights, 1 x 128 activations): torchtitan's float8\n"
-                   "# recipes are tensorwise and rowwise; written as rowwise, the nearer\n");
+        fprintf(f, "# NOT EXPRESSIBLE: blockwise scaling (128 x 128 weights, 1 x 128 activations): torchtitan's\n"
+                   "# float8 recipes are tensorwise and rowwise; written as rowwise, the nearer\n");
     if (!t->fp8_mx)
         fprintf(f, "# the FP8 format (%s) is torchao's recipe's own choice, not a torchtitan setting\n",
                 model_fp8_format_name(j->fp8_format));
     if (j->fp8_param_gather && !t->fp8_gather)
         fprintf(f, "# NOT EXPRESSIBLE: FP8 parameters gathered in FP8: torchtitan %s\n",
                 t->v03 ? "0.3 has no FSDP float8 all-gather setting"
-                       : "0.2 gathers float8 only for tensorwise scaling over a sharded data-parallel dimension\n"
-                         "# (quantize.linear.float8.enable_fsdp_float8_all_gather)");
+                       : "0.2 gathers float8 only\n# with tensorwise scaling over a sharded data-parallel dimension "
+                         "(enable_fsdp_float8_all_gather)");
     if (j->fp8_attention)
         fprintf(f, "# NOT EXPRESSIBLE: FP8 attention: torchtitan's converters replace linear layers only\n");
     if (j->fp8_dispatch && p->spec.model.moe.experts > 0)
@@ -368,7 +371,7 @@ static void titan_notes(FILE *f, const Titan *t, const ModelPlan *p, const Model
                 t->v03 ? "--dataloader.dataset" : "training.dataset");
     if (t->cuda_graphs_off)
         fprintf(f, "# torchtitan 0.3 captures CUDA graphs unless told not to, and refuses them with %s\n",
-                l->pp > 1 ? "pipeline parallelism" : "its standard expert-parallel dispatch");
+                l->pp > 1 ? "pipeline parallelism" : "its expert-parallel dispatch");
 }
 
 /* The modules of pipeline stage i of an uneven split (vpp 1) as module_fqns_per_model_part
