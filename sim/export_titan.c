@@ -196,7 +196,13 @@ static void titan_model_notes(FILE *f, const Titan *t, const ModelPlan *p)
         fprintf(f, "# NOT EXPRESSIBLE: torchtitan 0.3 has the %s flavor %s in its model registry but no config function\n"
                    "# for it: replace CONFIG with one of your own that builds model_registry(\"%s\")\n",
                 fl->module, fl->flavor, fl->flavor);
-    /* model settings are the flavor's: neither version takes them from a job's settings */
+    /* model settings are the flavor's: neither version takes them from a job's settings.
+     * torchtitan's llama3 flavors are Llama 3.1's: RoPE scaled (llama3, factor 8 over 8192
+     * positions: RoPEScalingArgs in 0.2.1, scaling="llama" in 0.3.0), which parallax's model
+     * description does not carry; it changes no cost parallax predicts. */
+    if (strcmp(fl->module, "llama3") == 0)
+        fprintf(f, "# torchtitan's llama3 %s is Llama 3.1's, RoPE scaled (factor 8 over 8192 positions)\n",
+                fl->flavor);
     if (c->rope_theta != fl->rope_theta)
         fprintf(f, "# NOT EXPRESSIBLE: the model's RoPE base %.0f: torchtitan's %s %s flavor has %.0f\n", c->rope_theta,
                 fl->module, fl->flavor, fl->rope_theta);

@@ -70,6 +70,7 @@ static void test_fsdp(void)
     char *cli = export_of(&s, "dgx-h100", 16, SIM_EXPORT_TORCHTITAN);
     const char *want_cli[] = {
         "# torchtitan 0.3 command line for llama3-8b on 16 GPUs (dgx-h100), written by parallax:",
+        "# torchtitan's llama3 8B is Llama 3.1's, RoPE scaled (factor 8 over 8192 positions)",
         "# tensor parallelism with sequence parallelism: enable_sequence_parallel, torchtitan's default",
         "# TP communication overlapped with the GEMMs: torchtitan's async TP, which needs torch.compile",
         "torchrun --nnodes 2 --nproc_per_node 8 -m torchtitan.train \\",
