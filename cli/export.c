@@ -16,7 +16,7 @@ enum { OPT_FORMAT = CLI_EXTRA };
 enum { OPT_PLAN_PATH = CLI_EXTRA_MAX - 3, OPT_PARALLAX, OPT_TIME };
 
 static const CliOption export_options[] = {
-    {"format", 1, "F", "megatron (flags) | deepspeed (config JSON) | nemo (NeMo 1.x, then Megatron-Bridge overrides) | bridge (Megatron-Bridge) | torchtitan | slurm (sbatch script)", OPT_FORMAT, 0},
+    {"format", 1, "F", "megatron (flags) | deepspeed (config JSON) | nemo (NeMo 1.x, then Megatron-Bridge overrides) | bridge (Megatron-Bridge) | torchtitan (torchtitan 0.3 command line) | torchtitan-toml (torchtitan 0.2 job file) | slurm (sbatch script)", OPT_FORMAT, 0},
     {"output", 1, "FILE", "write to FILE instead of standard output", CLI_OUTPUT, 'o'},
     {"plan-path", 1, "PATH", "slurm: the plan as the job's nodes read it (default: PLAN.json, absolute)", OPT_PLAN_PATH, 0},
     {"parallax", 1, "PATH", "slurm: the parallax executable on the nodes (default: this one, absolute)", OPT_PARALLAX, 0},
@@ -72,8 +72,8 @@ int cli_cmd_export(int argc, char **argv)
     CliArgs a;
     memset(&a, 0, sizeof a);
     const CliOption *const tables[] = {export_options, NULL};
-    int st = cli_parse("export", "PLAN.json --format megatron|deepspeed|nemo|bridge|torchtitan|slurm [-o FILE]\n"
-                                 "       [--plan-path PATH] [--parallax PATH] [--time T]   (slurm)\n\n"
+    int st = cli_parse("export", "PLAN.json --format megatron|deepspeed|nemo|bridge|torchtitan|torchtitan-toml|slurm\n"
+                                 "       [-o FILE] [--plan-path PATH] [--parallax PATH] [--time T]   (slurm)\n\n"
                                  "Writes a plan's layout and training settings for the framework that runs it.",
                        argc, argv, tables, 1, &a);
     if (st >= 0)
@@ -85,7 +85,7 @@ int cli_cmd_export(int argc, char **argv)
     }
     int fmt = sim_export_from_name(fmt_name);
     if (fmt < 0) {
-        fprintf(stderr, "parallax export: --format: expected megatron, deepspeed, nemo, bridge, torchtitan or slurm, got '%s'\n", fmt_name);
+        fprintf(stderr, "parallax export: --format: expected megatron, deepspeed, nemo, bridge, torchtitan, torchtitan-toml or slurm, got '%s'\n", fmt_name);
         return 2;
     }
     static const struct {

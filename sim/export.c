@@ -9,7 +9,7 @@
 
 const char *sim_export_name(SimExportFormat f)
 {
-    static const char *const names[] = {"megatron", "deepspeed", "nemo", "bridge", "torchtitan", "slurm"};
+    static const char *const names[] = {"megatron", "deepspeed", "nemo", "bridge", "torchtitan", "slurm", "torchtitan-toml"};
     return (unsigned)f < SIM_EXPORT_COUNT ? names[f] : "?";
 }
 
@@ -438,6 +438,7 @@ int sim_export(FILE *f, const ModelPlan *plan, SimExportFormat fmt, PxError *err
     case SIM_EXPORT_BRIDGE: sim_export_bridge(f, &p, &d); break;
     case SIM_EXPORT_TORCHTITAN: return sim_export_torchtitan(f, &p, &d, err);
     case SIM_EXPORT_SLURM: return sim_export_slurm(f, &p, &d, err);
+    case SIM_EXPORT_TORCHTITAN_TOML: return sim_export_torchtitan_toml(f, &p, &d, err);
     default: return px_fail(err, PX_EINPUT, "unknown export format %d", (int)fmt);
     }
     return PX_OK;

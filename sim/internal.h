@@ -94,6 +94,7 @@ void sim_export_moe_overrides(FILE *f, const ModelPlan *p, int bridge);
 void sim_export_nemo1(FILE *f, const ModelPlan *p, const ModelDims *d);
 void sim_export_bridge(FILE *f, const ModelPlan *p, const ModelDims *d);
 int sim_export_torchtitan(FILE *f, const ModelPlan *p, const ModelDims *d, PxError *err);
+int sim_export_torchtitan_toml(FILE *f, const ModelPlan *p, const ModelDims *d, PxError *err);
 int sim_export_slurm(FILE *f, const ModelPlan *p, const ModelDims *d, PxError *err);
 
 #endif

@@ -314,8 +314,9 @@ typedef enum {
     SIM_EXPORT_DEEPSPEED,
     SIM_EXPORT_NEMO,       /* NeMo 1.x Hydra overrides, then Megatron-Bridge's */
     SIM_EXPORT_BRIDGE,     /* Megatron-Bridge ConfigContainer overrides */
-    SIM_EXPORT_TORCHTITAN, /* torchtitan's command line (or TOML) */
+    SIM_EXPORT_TORCHTITAN, /* torchtitan 0.3's command line */
     SIM_EXPORT_SLURM,      /* an sbatch script that runs the plan with parallax run */
+    SIM_EXPORT_TORCHTITAN_TOML, /* torchtitan 0.2's TOML job file */
     SIM_EXPORT_COUNT
 } SimExportFormat;
 /* Writes the plan as Megatron-LM flags, a DeepSpeed config JSON, or NeMo / Megatron-Bridge

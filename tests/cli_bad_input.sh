@@ -117,7 +117,7 @@ expect 0 "--tensor-model-parallel-size" export "$tmp/p.json" --format megatron
 expect 0 '"zero_optimization"' export "$tmp/p.json" --format deepspeed
 expect 0 "model.tensor_model_parallel_size" export "$tmp/p.json" --format nemo
 expect 2 "a plan file and --format are required" export "$tmp/p.json"
-expect 2 "--format: expected megatron, deepspeed, nemo, bridge, torchtitan or slurm, got 'jax'" export "$tmp/p.json" --format jax
+expect 2 "--format: expected megatron, deepspeed, nemo, bridge, torchtitan, torchtitan-toml or slurm, got 'jax'" export "$tmp/p.json" --format jax
 expect 2 "cannot open" export "$tmp/none.json" --format megatron
 expect 2 "malformed JSON" export "$tmp/malformed.json" --format megatron
 grep -v '"layout"' "$tmp/p.json" | sed -E 's/^[[:space:]]*"(dp|tp|pp|cp|vpp|zero|sp|recompute|schedule|overlap_dp|overlap_tp)":.*$//' >"$tmp/nolayout.json"
