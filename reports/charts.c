@@ -325,20 +325,31 @@ int rpt_compare_bars(const RptOutput *o, const char *name, const char *title, co
     char t[256], yl[128];
     clean(t, sizeof t, title);
     clean(yl, sizeof yl, ylabel);
+    size_t longest = 0;
     for (int i = 0; i < n; i++) {
+        /* the label is one double-quoted field of the data file, spaces and all */
         char lab[96];
         clean(lab, sizeof lab, labels[i]);
         for (char *p = lab; *p; p++)
-            if (*p == ' ')
-                *p = '_';
+            if (*p == '"')
+                *p = '`';
+        if (strlen(lab) > longest)
+            longest = strlen(lab);
         double e = predicted[i] != 0 ? (measured[i] - predicted[i]) / predicted[i] : 0;
-        bput(&data, "%s %.10g %.10g %+.1f%%\n", lab, predicted[i], measured[i], 100 * e);
+        bput(&data, "\"%s\" %.10g %.10g %+.1f%%\n", lab, predicted[i], measured[i], 100 * e);
     }
-    bput(&body, "set title '%s'\nset ylabel '%s'\nset grid ytics\nset key top right\n", t, yl);
+    /* the key above the plot, where no bar's error label can lie under it */
+    bput(&body, "set title '%s'\nset ylabel '%s'\nset grid ytics\nset key above\n", t, yl);
     bput(&body, "set style data histograms\nset style histogram clustered gap 1\n");
     bput(&body, "set style fill solid 0.85 border -1\nset yrange [0:*]\nset offsets 0,0,graph 0.1,0\n");
-    if (n > 8)
-        bput(&body, "set xtics rotate by -40 font ',9'\nset bmargin 9\nset rmargin 8\n");
+    /* Labels lie flat while each fits under its own pair of bars (about 820 pixels of plot
+     * shared by n, some 7 pixels a character); else they stand upright, ending at their bar, and
+     * the bottom margin grows with the longest so that none is cut off at the edge of the image:
+     * a character of the 9-point labels is about 5.6 pixels, a line of the margin about 14, and
+     * two lines more hold the tics. */
+    if ((double)longest * 7.0 > 0.9 * 820.0 / (n > 0 ? n : 1))
+        bput(&body, "set xtics rotate by 90 right font ',9'\nset bmargin %d\n",
+             (int)(longest * 5 + 11) / 12 + 2);
     bput(&body, "plot datafile using 2:xtic(1) lt 1 title 'predicted', '' using 3 lt 2 title 'measured', "
                 "'' using 0:($2 > $3 ? $2 : $3):4 with labels offset 0,1 font ',%d' notitle\n",
          n > 10 ? 8 : 10);
