@@ -69,7 +69,7 @@ static int memory_chart(const RptRequest *q, Page *pg, FILE *log, PxError *err)
         return px_fail(err, PX_ERUNTIME, "out of memory");
     }
     char text[4096];
-    size_t tn = (size_t)snprintf(text, sizeof text, "| stage | total GiB | largest category |\n|---|---|---|\n");
+    size_t tn = (size_t)snprintf(text, sizeof text, "| stage | total GiB | largest category |\n|---:|---:|---|\n");
     for (int r = 0; r < rows; r++) {
         const cJSON *e = cJSON_GetArrayItem(ps, r);
         snprintf(labels[r], sizeof labels[r], "stage %d", r);
@@ -82,9 +82,10 @@ static int memory_chart(const RptRequest *q, Page *pg, FILE *log, PxError *err)
                 big = c;
         }
         const cJSON *tot = cJSON_GetObjectItemCaseSensitive(e, "total");
+        char gib[32];
+        rpt_fmt_sig(gib, sizeof gib, cJSON_IsNumber(tot) ? tot->valuedouble / PX_GIB : 0, 3);
         if (tn < sizeof text - 80 && (r < 8 || r == rows - 1))
-            tn += (size_t)snprintf(text + tn, sizeof text - tn, "| %d | %.2f | %s |\n", r,
-                                   cJSON_IsNumber(tot) ? tot->valuedouble / PX_GIB : 0, names[big]);
+            tn += (size_t)snprintf(text + tn, sizeof text - tn, "| %d | %s | %s |\n", r, gib, names[big]);
     }
     RptOutput o = {q->dir};
     int rc = rpt_stacked_bars(&o, "memory", "memory per GPU by pipeline stage (predicted)", "GiB", lp,
@@ -280,9 +281,7 @@ static int comparison(const RptRequest *q, Page *pg, FILE *log, PxError *err)
         size_t len = 0;
         FILE *f = open_memstream(&text, &len);
         if (f) {
-            fputs("```\n", f);
-            rpt_compare_print(f, &c, 0);
-            fputs("```", f);
+            rpt_compare_markdown(f, &c, 0);
             fclose(f);
         }
         section(pg, "Predicted against measured", n > 0 ? "compare" : NULL, text);
@@ -324,8 +323,15 @@ static int scaling(const RptRequest *q, Page *pg, FILE *log, PxError *err)
     char text[8192];
     size_t tn = (size_t)snprintf(text, sizeof text,
                                  "| GPUs | strong: best layout | TFLOP/s/GPU | MFU | weak: global batch | TFLOP/s/GPU | MFU |\n"
-                                 "|---|---|---|---|---|---|---|\n");
+                                 "|---:|---|---:|---:|---:|---:|---:|\n");
     for (int i = 0; xs && ts && ms && xw && tw && mw && i < n; i++) {
+        /* a row's cells, strong then weak: layout or global batch, TFLOP/s per GPU, MFU; a
+         * size without a feasible layout keeps its dashes, so every row has all its cells */
+        char cell[2][3][64];
+        for (int k = 0; k < 2; k++)
+            for (int j = 0; j < 3; j++)
+                snprintf(cell[k][j], sizeof cell[k][j], "-");
+        int found = 0;
         for (int weak = 0; weak <= 1; weak++) {
             SimPlanRequest r;
             memset(&r, 0, sizeof r);
@@ -344,26 +350,33 @@ static int scaling(const RptRequest *q, Page *pg, FILE *log, PxError *err)
             if (sim_plan(&r, q->cluster, &res, &e2) != PX_OK)
                 continue;
             const SimCandidate *c = &res.top[0];
+            found = 1;
             if (!weak) {
                 xs[ns] = q->gpus[i];
                 ts[ns] = c->tflops_per_gpu;
                 ms[ns] = 100 * c->mfu;
                 ns++;
-                if (tn < sizeof text - 200)
-                    tn += (size_t)snprintf(text + tn, sizeof text - tn, "| %d | tp %d pp %d dp %d cp %d | %.1f | %.1f%% |",
-                                           q->gpus[i], c->spec.layout.tp, c->spec.layout.pp,
-                                           c->spec.layout.dp, c->spec.layout.cp, c->tflops_per_gpu, 100 * c->mfu);
+                snprintf(cell[0][0], sizeof cell[0][0], "tp %d pp %d dp %d cp %d", c->spec.layout.tp,
+                         c->spec.layout.pp, c->spec.layout.dp, c->spec.layout.cp);
             } else {
                 xw[nw] = q->gpus[i];
                 tw[nw] = c->tflops_per_gpu;
                 mw[nw] = 100 * c->mfu;
                 nw++;
-                if (tn < sizeof text - 100)
-                    tn += (size_t)snprintf(text + tn, sizeof text - tn, " %d | %.1f | %.1f%% |\n",
-                                           r.base.job.global_batch, c->tflops_per_gpu, 100 * c->mfu);
+                snprintf(cell[1][0], sizeof cell[1][0], "%d", r.base.job.global_batch);
             }
+            /* TFLOP/s per GPU spans 0.01 (the tiny model on a CPU) to hundreds: significant
+             * digits, not a fixed count of decimals, keep it readable at every size */
+            rpt_fmt_sig(cell[weak][1], sizeof cell[weak][1], c->tflops_per_gpu, 3);
+            rpt_fmt_sig(cell[weak][2], sizeof cell[weak][2], 100 * c->mfu, 3);
+            if (isfinite(c->mfu))
+                strcat(cell[weak][2], "%");
             sim_plan_free(&res);
         }
+        if (found && tn < sizeof text - 400)
+            tn += (size_t)snprintf(text + tn, sizeof text - tn, "| %d | %s | %s | %s | %s | %s | %s |\n",
+                                   q->gpus[i], cell[0][0], cell[0][1], cell[0][2], cell[1][0],
+                                   cell[1][1], cell[1][2]);
     }
     if (ns + nw > 0) {
         RptSeries s[4] = {{"strong scaling: TFLOP/s per GPU", xs, ts, ns, 0},

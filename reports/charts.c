@@ -97,7 +97,7 @@ static int draw_ex(const RptOutput *o, const char *name, const Buf *data, const 
     bput(&script, "set linetype 7 lc rgb '#DA8BC3' lw 2\nset linetype 8 lc rgb '#8C8C8C' lw 2\n");
     bput(&script, "%s", body->s ? body->s : "");
     if (!own_svg)
-        bput(&script, "set terminal svg size 960,560 dynamic font 'sans,10' noenhanced\nset output '%s'\nreplot\n", svg);
+        bput(&script, "set terminal svg size 960,560 fixed font 'sans,10' noenhanced\nset output '%s'\nreplot\n", svg);
     if (script.oom) {
         free(script.s);
         return px_fail(err, PX_ERUNTIME, "%s: out of memory", name);
@@ -259,7 +259,7 @@ int rpt_timeline_chart(const RptOutput *o, const char *name, const char *title,
     /* replot does not repeat a multiplot: draw it again for the SVG */
     Buf svg_body = {0};
     bput(&svg_body, "%s", body.s ? body.s : "");
-    bput(&body, "set terminal svg size 960,560 dynamic font 'sans,10' noenhanced\n");
+    bput(&body, "set terminal svg size 960,560 fixed font 'sans,10' noenhanced\n");
     bput(&body, "set output '%s/%s.svg'\n%s", o->dir, name, svg_body.s ? svg_body.s : "");
     free(svg_body.s);
     int rc = draw_ex(o, name, &data, &body, 1, err);
@@ -325,20 +325,35 @@ int rpt_compare_bars(const RptOutput *o, const char *name, const char *title, co
     char t[256], yl[128];
     clean(t, sizeof t, title);
     clean(yl, sizeof yl, ylabel);
+    size_t longest = 0;
     for (int i = 0; i < n; i++) {
+        /* the label is one double-quoted field of the data file, spaces and all */
         char lab[96];
         clean(lab, sizeof lab, labels[i]);
         for (char *p = lab; *p; p++)
-            if (*p == ' ')
-                *p = '_';
+            if (*p == '"')
+                *p = '`';
+        if (strlen(lab) > longest)
+            longest = strlen(lab);
         double e = predicted[i] != 0 ? (measured[i] - predicted[i]) / predicted[i] : 0;
-        bput(&data, "%s %.10g %.10g %+.1f%%\n", lab, predicted[i], measured[i], 100 * e);
+        bput(&data, "\"%s\" %.10g %.10g %+.1f%%\n", lab, predicted[i], measured[i], 100 * e);
     }
-    bput(&body, "set title '%s'\nset ylabel '%s'\nset grid ytics\nset key top right\n", t, yl);
+    /* the key above the plot, where no bar's error label can lie under it */
+    bput(&body, "set title '%s'\nset ylabel '%s'\nset grid ytics\nset key above\n", t, yl);
     bput(&body, "set style data histograms\nset style histogram clustered gap 1\n");
     bput(&body, "set style fill solid 0.85 border -1\nset yrange [0:*]\nset offsets 0,0,graph 0.1,0\n");
-    if (n > 8)
-        bput(&body, "set xtics rotate by -40 font ',9'\nset bmargin 9\nset rmargin 8\n");
+    /* Labels lie flat while each fits under its own pair of bars (about 820 of the 960 pixels
+     * shared by n, some 7 pixels a character); else they stand upright, ending at their bar, and
+     * the plot's bottom edge rises with the longest so that none is cut off at the edge of the
+     * image. The edge is set as a fraction of the image, not in lines of text: the PNG's text is
+     * larger against its 560 pixels than the SVG's, and a margin of lines sized for one cuts
+     * the labels of the other. 7 pixels a character of the 9-point labels in the PNG, 30 for
+     * the tics and the gap under the labels; the SVG's labels are shorter. */
+    if ((double)longest * 7.0 > 0.9 * 820.0 / (n > 0 ? n : 1)) {
+        double bottom = (7.0 * (double)longest + 30.0) / 560.0;
+        bput(&body, "set xtics rotate by 90 right font ',9'\nset bmargin at screen %.3f\n",
+             bottom < 0.6 ? bottom : 0.6);
+    }
     bput(&body, "plot datafile using 2:xtic(1) lt 1 title 'predicted', '' using 3 lt 2 title 'measured', "
                 "'' using 0:($2 > $3 ? $2 : $3):4 with labels offset 0,1 font ',%d' notitle\n",
          n > 10 ? 8 : 10);

@@ -304,29 +304,71 @@ static void print_moe(FILE *f, const RptCompare *c)
     }
 }
 
-void rpt_compare_print(FILE *f, const RptCompare *c, int all_ops)
+/* Ops below 1% of the predicted step (both predicted and measured) are listed only on request. */
+static int shown(const RptCompare *c, int i, int all_ops)
 {
     double step = c->count > 0 ? c->rows[0].predicted : 0;
+    const RptDelta *d = &c->rows[i];
+    return all_ops || strncmp(d->quantity, "op ", 3) != 0 || d->predicted >= 0.01 * step ||
+           d->measured >= 0.01 * step;
+}
+
+static void rel_error_text(char *buf, size_t cap, const RptDelta *d)
+{
+    if (isinf(d->rel_error))
+        snprintf(buf, cap, "n/a");
+    else
+        snprintf(buf, cap, "%+.1f%%", 100 * d->rel_error);
+}
+
+void rpt_compare_print(FILE *f, const RptCompare *c, int all_ops)
+{
     int hidden = 0;
     fprintf(f, "%-48s %14s %14s %9s\n", "quantity", "predicted", "measured", "error");
     for (int i = 0; i < c->count; i++) {
         const RptDelta *d = &c->rows[i];
-        /* ops below 1% of the predicted step are listed only on request */
-        if (!all_ops && strncmp(d->quantity, "op ", 3) == 0 && d->predicted < 0.01 * step &&
-            d->measured < 0.01 * step) {
+        if (!shown(c, i, all_ops)) {
             hidden++;
             continue;
         }
         char e[32];
-        if (isinf(d->rel_error))
-            snprintf(e, sizeof e, "n/a");
-        else
-            snprintf(e, sizeof e, "%+.1f%%", 100 * d->rel_error);
+        rel_error_text(e, sizeof e, d);
         fprintf(f, "%-48s %14.6g %14.6g %9s\n", d->quantity, d->predicted, d->measured, e);
     }
     if (hidden)
         fprintf(f, "(%d ops under 1%% of the step not shown; --all-ops lists them)\n", hidden);
     print_moe(f, c);
+}
+
+void rpt_compare_markdown(FILE *f, const RptCompare *c, int all_ops)
+{
+    int hidden = 0;
+    fputs("| quantity | predicted | measured | error |\n|---|---:|---:|---:|\n", f);
+    for (int i = 0; i < c->count; i++) {
+        const RptDelta *d = &c->rows[i];
+        if (!shown(c, i, all_ops)) {
+            hidden++;
+            continue;
+        }
+        char e[32];
+        rel_error_text(e, sizeof e, d);
+        /* op names come from run.json: a '|' in one would end its cell */
+        fputs("| ", f);
+        for (const char *p = d->quantity; *p; p++) {
+            if (*p == '|' || *p == '\\')
+                fputc('\\', f);
+            fputc(*p, f);
+        }
+        fprintf(f, " | %.6g | %.6g | %s |\n", d->predicted, d->measured, e);
+    }
+    if (hidden)
+        fprintf(f, "\n%d ops under 1%% of the step not shown (`parallax compare --all-ops` lists them).\n",
+                hidden);
+    if (c->n_moe > 0 || c->n_a2a > 0) {
+        fputs("\n```", f);
+        print_moe(f, c); /* starts with its own blank line */
+        fputs("```\n", f);
+    }
 }
 
 cJSON *rpt_compare_to_json(const RptCompare *c)

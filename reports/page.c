@@ -1,10 +1,43 @@
 /* The report pages: report.md for reading in a repository, report.html for a browser, both
- * embedding the charts (PNG in Markdown, SVG in HTML). */
+ * embedding the charts (PNG in Markdown, SVG in HTML). The page is written once, in GitHub's
+ * Markdown; report.html is that Markdown rendered by cmark-gfm with its table extension, so the
+ * two pages cannot disagree and every table of report.md is a <table> in report.html. */
 #include "reports/report.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <cmark-gfm-core-extensions.h>
+#include <cmark-gfm.h>
+
+const char *rpt_fmt_sig(char *buf, size_t cap, double v, int digits)
+{
+    if (digits < 1)
+        digits = 1;
+    if (digits > 17)
+        digits = 17;
+    if (!isfinite(v)) {
+        snprintf(buf, cap, "n/a");
+        return buf;
+    }
+    if (v == 0) {
+        snprintf(buf, cap, "0");
+        return buf;
+    }
+    /* the exponent after rounding to `digits`: 9.996 rounds to 10.0, not to 10.00 */
+    char e[40];
+    snprintf(e, sizeof e, "%.*e", digits - 1, v);
+    const char *x = strchr(e, 'e');
+    int exp10 = x ? atoi(x + 1) : 0;
+    if (exp10 < -3 || exp10 >= 6)
+        snprintf(buf, cap, "%s", e);
+    else
+        snprintf(buf, cap, "%.*f", digits - 1 - exp10 > 0 ? digits - 1 - exp10 : 0, v);
+    return buf;
+}
+
+/* The <title>, the one piece of text that is not rendered from the Markdown. */
 static void html_escape(FILE *f, const char *s)
 {
     for (; *s; s++) {
@@ -18,88 +51,108 @@ static void html_escape(FILE *f, const char *s)
     }
 }
 
-/* A section's text: paragraphs, and blocks of lines starting with '|' or two spaces are kept
- * as preformatted tables. */
-static void html_text(FILE *f, const char *text)
+/* The whole page in Markdown, the charts embedded as `image` ("png" or "svg") and linked in
+ * the `other` format, named `other_name`; NULL when out of memory. */
+static char *page_markdown(const char *title, const RptSection *sections, int n, const char *image,
+                           const char *other, const char *other_name)
 {
-    const char *p = text;
-    int in_pre = 0;
-    while (*p) {
-        const char *nl = strchr(p, '\n');
-        size_t len = nl ? (size_t)(nl - p) : strlen(p);
-        int table = len > 0 && (p[0] == '|' || (len > 1 && p[0] == ' ' && p[1] == ' '));
-        if (table && !in_pre) {
-            fputs("<pre>", f);
-            in_pre = 1;
-        } else if (!table && in_pre) {
-            fputs("</pre>\n", f);
-            in_pre = 0;
-        }
-        char *line = malloc(len + 1);
-        if (line) {
-            memcpy(line, p, len);
-            line[len] = '\0';
-            if (in_pre) {
-                html_escape(f, line);
-                fputc('\n', f);
-            } else if (len) {
-                fputs("<p>", f);
-                html_escape(f, line);
-                fputs("</p>\n", f);
-            }
-            free(line);
-        }
-        p += len + (nl ? 1 : 0);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f)
+        return NULL;
+    fprintf(f, "# %s\n\n", title);
+    for (int i = 0; i < n; i++) {
+        const RptSection *s = &sections[i];
+        fprintf(f, "## %s\n\n", s->heading);
+        if (s->chart)
+            fprintf(f, "![%s](%s.%s)\n\n([%s](%s.%s), data in `%s.dat`, script `%s.gp`)\n\n",
+                    s->heading, s->chart, image, other_name, s->chart, other, s->chart, s->chart);
+        if (s->text)
+            fprintf(f, "%s\n\n", s->text);
     }
-    if (in_pre)
-        fputs("</pre>\n", f);
+    if (fclose(f) != 0) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
+/* Markdown to an HTML fragment through cmark-gfm (tables on; raw HTML, of which parallax writes
+ * none, left out); NULL when the library fails. Free with free(). */
+static char *render_html(const char *md)
+{
+    cmark_gfm_core_extensions_ensure_registered();
+    cmark_syntax_extension *table = cmark_find_syntax_extension("table");
+    cmark_parser *parser = cmark_parser_new(CMARK_OPT_DEFAULT);
+    if (!table || !parser) {
+        if (parser)
+            cmark_parser_free(parser);
+        return NULL;
+    }
+    char *out = NULL;
+    if (cmark_parser_attach_syntax_extension(parser, table)) {
+        cmark_parser_feed(parser, md, strlen(md));
+        cmark_node *doc = cmark_parser_finish(parser);
+        if (doc) {
+            char *html = cmark_render_html(doc, CMARK_OPT_DEFAULT,
+                                           cmark_parser_get_syntax_extensions(parser));
+            /* the library's own allocator frees what it allocated */
+            if (html) {
+                out = strdup(html);
+                cmark_get_default_mem_allocator()->free(html);
+            }
+            cmark_node_free(doc);
+        }
+    }
+    cmark_parser_free(parser);
+    return out;
 }
 
 int rpt_page_write(const RptOutput *o, const char *title, const RptSection *sections, int n,
                    PxError *err)
 {
-    char md[1200], html[1200];
-    snprintf(md, sizeof md, "%s/report.md", o->dir);
-    snprintf(html, sizeof html, "%s/report.html", o->dir);
-    PxAtomicFile page_md, page_html;
-    if (px_atomic_open(&page_md, md, err))
-        return px_fail(err, PX_ERUNTIME, "%s: cannot write the report pages", o->dir);
-    if (px_atomic_open(&page_html, html, err)) {
-        px_atomic_abort(&page_md);
-        return px_fail(err, PX_ERUNTIME, "%s: cannot write the report pages", o->dir);
+    char md_path[1200], html_path[1200];
+    snprintf(md_path, sizeof md_path, "%s/report.md", o->dir);
+    snprintf(html_path, sizeof html_path, "%s/report.html", o->dir);
+    char *md = page_markdown(title, sections, n, "png", "svg", "SVG");
+    char *md_svg = page_markdown(title, sections, n, "svg", "png", "PNG");
+    char *body = md_svg ? render_html(md_svg) : NULL;
+    free(md_svg);
+    if (!md || !body) {
+        free(md);
+        free(body);
+        return px_fail(err, PX_ERUNTIME, "%s: cannot render the report pages (%s)", o->dir,
+                       md ? "cmark-gfm failed" : "out of memory");
     }
-    FILE *fm = page_md.f, *fh = page_html.f;
-    fprintf(fm, "# %s\n\n", title);
+    PxAtomicFile page_md, page_html;
+    int rc = PX_OK;
+    if (px_atomic_open(&page_md, md_path, err)) {
+        rc = px_fail(err, PX_ERUNTIME, "%s: cannot write the report pages", o->dir);
+        goto out;
+    }
+    if (px_atomic_open(&page_html, html_path, err)) {
+        px_atomic_abort(&page_md);
+        rc = px_fail(err, PX_ERUNTIME, "%s: cannot write the report pages", o->dir);
+        goto out;
+    }
+    fputs(md, page_md.f);
+    FILE *fh = page_html.f;
     fputs("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>", fh);
     html_escape(fh, title);
     fputs("</title>\n<style>body{font-family:sans-serif;max-width:1000px;margin:2em auto;padding:0 1em}"
           "img{max-width:100%}pre{background:#f5f5f5;padding:.6em;overflow-x:auto}"
-          "h2{border-bottom:1px solid #ddd}</style></head><body>\n<h1>", fh);
-    html_escape(fh, title);
-    fputs("</h1>\n", fh);
-    for (int i = 0; i < n; i++) {
-        const RptSection *s = &sections[i];
-        fprintf(fm, "## %s\n\n", s->heading);
-        fputs("<h2>", fh);
-        html_escape(fh, s->heading);
-        fputs("</h2>\n", fh);
-        if (s->chart) {
-            fprintf(fm, "![%s](%s.png)\n\n([SVG](%s.svg), data in `%s.dat`, script `%s.gp`)\n\n",
-                    s->heading, s->chart, s->chart, s->chart, s->chart);
-            fprintf(fh, "<p><img src=\"%s.svg\" alt=\"", s->chart);
-            html_escape(fh, s->heading);
-            fprintf(fh, "\"></p>\n<p><small><a href=\"%s.png\">PNG</a> &middot; data %s.dat &middot; "
-                        "script %s.gp</small></p>\n", s->chart, s->chart, s->chart);
-        }
-        if (s->text) {
-            fprintf(fm, "%s\n\n", s->text);
-            html_text(fh, s->text);
-        }
-    }
+          "h2{border-bottom:1px solid #ddd}table{border-collapse:collapse;margin:1em 0}"
+          "th,td{border:1px solid #ccc;padding:.2em .6em}th{background:#f5f5f5}"
+          "td{font-variant-numeric:tabular-nums}</style></head><body>\n", fh);
+    fputs(body, fh);
     fputs("</body></html>\n", fh);
     if (px_atomic_commit(&page_md, err) || px_atomic_commit(&page_html, err)) {
         px_atomic_abort(&page_html);
-        return px_fail(err, PX_ERUNTIME, "%s: writing the report pages failed", o->dir);
+        rc = px_fail(err, PX_ERUNTIME, "%s: writing the report pages failed", o->dir);
     }
-    return PX_OK;
+out:
+    free(md);
+    free(body);
+    return rc;
 }

@@ -86,9 +86,16 @@ typedef struct {
     const char *text;    /* Markdown paragraph under it, or NULL */
 } RptSection;
 
-/* Writes <dir>/report.md and <dir>/report.html. */
+/* Writes <dir>/report.md and <dir>/report.html: the page is written once in Markdown (GitHub's
+ * dialect: its tables, fenced code) and report.html is that Markdown rendered by cmark-gfm, the
+ * charts embedded as SVG there and as PNG in report.md. */
 int rpt_page_write(const RptOutput *o, const char *title, const RptSection *sections, int n,
                    PxError *err);
+
+/* Formats v with `digits` significant digits (1 to 17) into buf and returns buf: fixed notation
+ * while the rounded value lies in [1e-3, 1e6), its integer digits all kept ("0.0128", "53.9",
+ * "1235"); an exponent outside it ("1.23e-05"); "0" for zero, "n/a" when not finite. */
+const char *rpt_fmt_sig(char *buf, size_t cap, double v, int digits);
 
 /* ---- prediction against measurement ---- */
 
@@ -131,6 +138,9 @@ typedef struct {
 int rpt_compare(const cJSON *plan, const cJSON *run, RptCompare *out, PxError *err);
 void rpt_compare_free(RptCompare *c);
 void rpt_compare_print(FILE *f, const RptCompare *c, int all_ops);
+/* The same rows as rpt_compare_print, as a Markdown table (header and delimiter row, one row per
+ * quantity shown), the ops left out said under it and the MoE figures in a fenced block. */
+void rpt_compare_markdown(FILE *f, const RptCompare *c, int all_ops);
 cJSON *rpt_compare_to_json(const RptCompare *c);
 
 /* ---- a whole report ---- */

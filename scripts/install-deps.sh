@@ -4,6 +4,10 @@
 set -euo pipefail
 pkgs=(cmake make gcc clang pkg-config libcjson-dev libopenmpi-dev openmpi-bin libopenblas-dev
       gnuplot-nox zlib1g-dev)
+# report.html: the report's Markdown rendered by cmark-gfm and its table extension
+pkgs+=(libcmark-gfm-dev libcmark-gfm-extensions-dev)
+# the report_browser test loads report.html in headless Chromium (the headless build: no GTK)
+pkgs+=(chromium-headless-shell)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

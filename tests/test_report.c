@@ -1,5 +1,7 @@
-/* Reports: the comparison gets the right errors on fixed inputs, and a full report writes
- * every chart (gnuplot exits 0, PNG and SVG not empty), both traces and both pages. */
+/* Reports: the comparison gets the right errors on fixed inputs and writes them as a Markdown
+ * table; the tables' numbers keep their significant digits; the page's Markdown renders to HTML
+ * tables and code blocks; a full report writes every chart (gnuplot exits 0, PNG and SVG not
+ * empty), both traces and both pages. */
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -59,6 +61,25 @@ static void test_compare_fixed(void)
         CHECK(strstr(c.rows[i].quantity, "runtime") == NULL); /* an allowance, not compared */
         CHECK(strstr(c.rows[i].quantity, "not.predicted") == NULL);
     }
+    /* the report's table: a header, a delimiter row and a row per quantity, in compare's order */
+    char *md = NULL;
+    size_t md_len = 0;
+    FILE *f = open_memstream(&md, &md_len);
+    CHECK(f != NULL);
+    rpt_compare_markdown(f, &c, 0);
+    fclose(f);
+    CHECK_STR("| quantity | predicted | measured | error |\n"
+              "|---|---:|---:|---:|\n"
+              "| step_s | 0.5 | 0.55 | +10.0% |\n"
+              "| bubble_fraction | 0 | 0 | +0.0% |\n"
+              "| memory rank 0 weights | 1000 | 1000 | +0.0% |\n"
+              "| memory rank 0 grads | 1000 | 1000 | +0.0% |\n"
+              "| memory rank 0 activations | 4000 | 3000 | -25.0% |\n"
+              "| flops rank 0 per step | 2e+09 | 2.2e+09 | +10.0% |\n"
+              "| op layer.0.attn.qkv.fwd | 0.12 | 0.1 | -16.7% |\n"
+              "| op loss.fwd | 0.05 | 0.04 | -20.0% |\n",
+              md);
+    free(md);
     /* a plan without a prediction cannot be compared */
     cJSON_DeleteItemFromObject(plan, "prediction");
     rpt_compare_free(&c);
@@ -144,6 +165,104 @@ static void test_compare_moe(void)
                       "run: moe.layers[1]: expected a layer and a non-empty tokens_per_expert");
     cJSON_Delete(plan);
     cJSON_Delete(run);
+}
+
+/* The tables' numbers: significant digits whatever the magnitude (the scaling table's TFLOP/s per
+ * GPU is 0.0128 for the tiny model on a CPU, and was printed 0.0 with one decimal). */
+static void test_fmt_sig(void)
+{
+    char b[32];
+    CHECK_STR("0.0128", rpt_fmt_sig(b, sizeof b, 0.0128, 3));
+    CHECK_STR("0.0146", rpt_fmt_sig(b, sizeof b, 0.014567, 3));
+    CHECK_STR("-0.0128", rpt_fmt_sig(b, sizeof b, -0.0128, 3));
+    CHECK_STR("53.9", rpt_fmt_sig(b, sizeof b, 53.94, 3));
+    CHECK_STR("2.00", rpt_fmt_sig(b, sizeof b, 2.0, 3));
+    CHECK_STR("146", rpt_fmt_sig(b, sizeof b, 145.67, 3));
+    CHECK_STR("1234", rpt_fmt_sig(b, sizeof b, 1234.4, 3));     /* integer digits all kept */
+    CHECK_STR("10.0", rpt_fmt_sig(b, sizeof b, 9.996, 3));      /* rounding moves the exponent */
+    CHECK_STR("0.00100", rpt_fmt_sig(b, sizeof b, 0.00099996, 3));
+    CHECK_STR("1.23e-05", rpt_fmt_sig(b, sizeof b, 1.2345e-5, 3));
+    CHECK_STR("4.57e+07", rpt_fmt_sig(b, sizeof b, 4.5678e7, 3));
+    CHECK_STR("1.00e+06", rpt_fmt_sig(b, sizeof b, 999999.7, 3));
+    CHECK_STR("0.01", rpt_fmt_sig(b, sizeof b, 0.0128, 1));
+    CHECK_STR("0", rpt_fmt_sig(b, sizeof b, 0.0, 3));
+    CHECK_STR("n/a", rpt_fmt_sig(b, sizeof b, NAN, 3));
+    CHECK_STR("n/a", rpt_fmt_sig(b, sizeof b, INFINITY, 3));
+}
+
+static char *slurp(const char *dir, const char *file)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    FILE *f = fopen(path, "rb");
+    CHECK(f != NULL);
+    char *s = calloc(1 << 16, 1);
+    CHECK(s != NULL);
+    size_t n = fread(s, 1, (1 << 16) - 1, f);
+    fclose(f);
+    CHECK(n > 0);
+    return s;
+}
+
+static int count(const char *s, const char *needle)
+{
+    int n = 0;
+    for (const char *p = strstr(s, needle); p; p = strstr(p + 1, needle))
+        n++;
+    return n;
+}
+
+static void contains(const char *what, const char *text, const char *needle)
+{
+    px_test_checks++;
+    if (!strstr(text, needle)) {
+        fprintf(stderr, "FAILED: %s lacks\n%s\nit reads\n%s\n", what, needle, text);
+        exit(1);
+    }
+}
+
+/* The page: report.md is the Markdown as written (PNG charts), report.html that Markdown
+ * rendered (SVG charts), its GFM table a <table> with a row per row and its fence a code block. */
+static void test_page(void)
+{
+    PxError err = {0};
+    char dir[] = "/tmp/px_test_page_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    const RptSection sec[2] = {
+        {"Numbers <&>", "chart", "| a | b |\n|---|---:|\n| 1 | 2 |\n| 3 | 4 |\n\nafter the table"},
+        {"Code", NULL, "```\nx = 1 | 2\n```"}};
+    RptOutput o = {dir};
+    CHECK_OK(rpt_page_write(&o, "t <1>", sec, 2, &err), err);
+    char *md = slurp(dir, "report.md"), *html = slurp(dir, "report.html");
+    CHECK_STR("# t <1>\n\n"
+              "## Numbers <&>\n\n"
+              "![Numbers <&>](chart.png)\n\n"
+              "([SVG](chart.svg), data in `chart.dat`, script `chart.gp`)\n\n"
+              "| a | b |\n|---|---:|\n| 1 | 2 |\n| 3 | 4 |\n\nafter the table\n\n"
+              "## Code\n\n"
+              "```\nx = 1 | 2\n```\n\n",
+              md);
+    contains("report.html", html, "<title>t &lt;1&gt;</title>");
+    contains("report.html", html, "<h2>Numbers &lt;&amp;&gt;</h2>\n"
+                                  "<p><img src=\"chart.svg\" alt=\"Numbers &lt;&amp;&gt;\" /></p>\n"
+                                  "<p>(<a href=\"chart.png\">PNG</a>, data in <code>chart.dat</code>, "
+                                  "script <code>chart.gp</code>)</p>\n");
+    contains("report.html", html, "<table>\n<thead>\n<tr>\n<th>a</th>\n<th align=\"right\">b</th>\n"
+                                  "</tr>\n</thead>\n<tbody>\n"
+                                  "<tr>\n<td>1</td>\n<td align=\"right\">2</td>\n</tr>\n"
+                                  "<tr>\n<td>3</td>\n<td align=\"right\">4</td>\n</tr>\n"
+                                  "</tbody>\n</table>\n<p>after the table</p>\n");
+    contains("report.html", html, "<pre><code>x = 1 | 2\n</code></pre>\n");
+    CHECK_EQ_INT(1, count(html, "<table>"));
+    CHECK_EQ_INT(3, count(html, "<tr>"));
+    CHECK_EQ_INT(0, count(html, "<p>|"));
+    CHECK_EQ_INT(0, count(html, "```"));
+    free(md);
+    free(html);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
 }
 
 static void nonempty(const char *dir, const char *file)
@@ -253,6 +372,8 @@ int main(void)
     px_log_set_quiet(1);
     test_compare_fixed();
     test_compare_moe();
+    test_fmt_sig();
+    test_page();
     test_full_report();
     TEST_DONE("report");
 }

@@ -153,11 +153,12 @@ typedef struct {
     Layout rows[PLAN_TOP + N_SPREAD]; /* the planner's best first, then the spread */
     int n_rows, n_top;
     char (*labels)[96];       /* [n_rows] */
-    const char **timed_label; /* the timed layouts: their labels and step milliseconds */
+    char (*short_labels)[48]; /* [n_rows]: the chart's, "1: dp2 zero2 mbs4" */
+    const char **timed_label; /* the timed layouts: their short labels and step milliseconds */
     double *pred_ms, *meas_ms;
     int n_timed;
     int pick, pick_pp;        /* the layout the report details (1-based), and its pp */
-    FILE *table;              /* the table as printed, for the report */
+    FILE *table;              /* the table in Markdown, for the report */
     char *table_text;
     size_t table_len;
     cJSON *json, *layouts;
@@ -200,6 +201,7 @@ static int validation_open(Validation *v, const ValRequest *q, FILE *log, PxErro
         return rc;
     const size_t n = (size_t)v->n_rows;
     v->labels = calloc(n, sizeof *v->labels);
+    v->short_labels = calloc(n, sizeof *v->short_labels);
     v->timed_label = calloc(n, sizeof *v->timed_label);
     v->pred_ms = calloc(n, sizeof *v->pred_ms), v->meas_ms = calloc(n, sizeof *v->meas_ms);
     v->table = open_memstream(&v->table_text, &v->table_len);
@@ -209,10 +211,10 @@ static int validation_open(Validation *v, const ValRequest *q, FILE *log, PxErro
     if (q->host.probed)
         cJSON_AddItemToObject(v->json, "host_check", val_host_json(&q->host));
     v->layouts = cJSON_AddArrayToObject(v->json, "layouts");
-    if (!v->labels || !v->timed_label || !v->pred_ms || !v->meas_ms || !v->table)
+    if (!v->labels || !v->short_labels || !v->timed_label || !v->pred_ms || !v->meas_ms || !v->table)
         return px_fail(err, PX_ERUNTIME, "out of memory");
-    fprintf(v->table, "%3s %5s  %-50s %11s %11s %8s %9s %7s %7s\n", "#", "ranks", "layout",
-            "predicted", "measured", "error", "ops<15%", "memory", "comm");
+    fputs("| # | ranks | layout | predicted s | measured s | error | ops within 15% | memory | comm |\n"
+          "|---:|---:|---|---:|---:|---:|---:|---|---|\n", v->table);
     if (log)
         fprintf(log, "%3s %5s  %-50s %11s %11s %8s %9s %7s %7s\n", "#", "ranks", "layout",
                 "predicted", "measured", "error", "ops<15%", "memory", "comm");
@@ -225,10 +227,35 @@ static void validation_close(Validation *v)
         fclose(v->table);
     free(v->table_text);
     free(v->labels);
+    free(v->short_labels);
     free(v->timed_label);
     free(v->pred_ms);
     free(v->meas_ms);
     cJSON_Delete(v->json);
+}
+
+/* The chart's label: the row's number and what differs from one rank, no recompute and 1F1B (the
+ * table beside the chart has the whole layout), short enough that every bar's label shows. */
+static void short_label(char *buf, size_t cap, int index, const Layout *L)
+{
+    size_t n = (size_t)snprintf(buf, cap, "%d:", index);
+    const int dims[4] = {L->dp, L->tp, L->pp, L->vpp};
+    const char *const names[4] = {"dp", "tp", "pp", "vpp"};
+    for (int k = 0; k < 4 && n < cap; k++)
+        if (dims[k] > 1)
+            n += (size_t)snprintf(buf + n, cap - n, " %s%d", names[k], dims[k]);
+    if (L->sp && n < cap)
+        n += (size_t)snprintf(buf + n, cap - n, " sp");
+    if (L->zero && n < cap)
+        n += (size_t)snprintf(buf + n, cap - n, " zero%d", L->zero);
+    if (n < cap)
+        n += (size_t)snprintf(buf + n, cap - n, " mbs%d", L->mbs);
+    if (L->recompute != MODEL_RECOMPUTE_NONE && n < cap)
+        n += (size_t)snprintf(buf + n, cap - n, " %s", model_recompute_name((ModelRecompute)L->recompute));
+    /* vpp > 1 already says interleaved */
+    if (L->schedule != MODEL_SCHED_1F1B && !(L->schedule == MODEL_SCHED_INTERLEAVED && L->vpp > 1) &&
+        n < cap)
+        snprintf(buf + n, cap - n, " %s", model_schedule_name((ModelSchedule)L->schedule));
 }
 
 /* The layout on the base model and job. */
@@ -357,8 +384,7 @@ static void add_layout_json(Validation *v, int index, const char *label, const O
 /* A timed layout: its losses into the ranges every timed run shares, its step into the chart,
  * and whether it is the one the report details: the deepest pipeline that was timed (its
  * timelines say the most), the first of them. */
-static void add_timed(Validation *v, int index, const Layout *L, const char *label,
-                      const Outcome *o)
+static void add_timed(Validation *v, int index, const Layout *L, const Outcome *o)
 {
     if (isfinite(o->loss0) && isfinite(o->loss1)) {
         if (!v->n_loss++) {
@@ -370,7 +396,7 @@ static void add_timed(Validation *v, int index, const Layout *L, const char *lab
         v->last_lo = fmin(v->last_lo, o->loss1), v->last_hi = fmax(v->last_hi, o->loss1);
         v->loss_steps = o->n_steps < v->loss_steps ? o->n_steps : v->loss_steps;
     }
-    v->timed_label[v->n_timed] = label;
+    v->timed_label[v->n_timed] = v->short_labels[index - 1];
     v->pred_ms[v->n_timed] = 1e3 * o->step_p;
     v->meas_ms[v->n_timed] = 1e3 * o->step_m;
     v->n_timed++;
@@ -392,9 +418,11 @@ static void table_row(Validation *v, int index, const char *label, const Outcome
     char line[256];
     snprintf(line, sizeof line, "%11.4f %11s %8s %9s %7s %7s\n", o->step_p, ms, es, os,
              o->mem_equal ? "equal" : "DIFFER", o->comm_equal ? "equal" : "DIFFER");
-    fprintf(v->table, "%3d %5d  %-50s %s", index, o->ranks, label, line);
     if (v->log)
         fputs(line, v->log);
+    fprintf(v->table, "| %d | %d | %s | %.4f | %s | %s | %s | %s | %s |\n", index, o->ranks, label,
+            o->step_p, o->timing ? ms : "not timed", es, os, o->mem_equal ? "equal" : "DIFFER",
+            o->comm_equal ? "equal" : "DIFFER");
 }
 
 /* Row i (0-based) of the layouts: skipped when too large to run here or when the model does not
@@ -419,6 +447,7 @@ static int validate_layout(Validation *v, int i, PxError *err)
         return rc;
     char *label = v->labels[i];
     layout_label(label, sizeof v->labels[i], L, i < v->n_top);
+    short_label(v->short_labels[i], sizeof v->short_labels[i], i + 1, L);
     if (v->log)
         fprintf(v->log, "%3d %5d  %-50s ", i + 1, o.ranks, label), fflush(v->log);
     if ((rc = train(q, i + 1, o.timing, pj, &run, err))) {
@@ -436,7 +465,7 @@ static int validate_layout(Validation *v, int i, PxError *err)
     add_layout_json(v, i + 1, label, &o, &c);
     rpt_compare_free(&c);
     if (o.timing)
-        add_timed(v, i + 1, L, label, &o);
+        add_timed(v, i + 1, L, &o);
     table_row(v, i + 1, label, &o);
     return PX_OK;
 }
@@ -453,7 +482,7 @@ static void loss_summary(Validation *v)
              v->last_lo, v->last_hi);
     snprintf(line, sizeof line, "training: loss %s at step 1, %s at step %d, on each of the %d "
              "timed layouts\n", first, last, v->loss_steps, v->n_loss);
-    fputs(line, v->table);
+    fprintf(v->table, "\n%s", line); /* a paragraph under the table */
     if (v->log)
         fputs(line, v->log);
 }
@@ -475,9 +504,7 @@ static int write_report(Validation *v, PxError *err)
     snprintf(run_path, sizeof run_path, "%s/run-%02d.json", q->dir, v->pick ? v->pick : 1);
     cJSON *pj = px_json_read_file(plan_path, err);
     cJSON *rj = pj ? px_json_read_file(run_path, err) : NULL;
-    char *text = malloc(v->table_len + 64);
-    if (text)
-        snprintf(text, v->table_len + 64, "```\n%s```", v->table_text);
+    char *text = v->table_text ? strdup(v->table_text) : NULL;
     RptSection sec = {"Validation: predicted against measured",
                       v->n_timed > 0 ? "validation" : NULL, text};
     RptRequest rq = {.dir = q->dir, .title = "parallax validation", .plan = pj, .run = rj,
