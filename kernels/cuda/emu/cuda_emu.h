@@ -173,9 +173,19 @@ typedef enum {
 } cudaDataType;
 typedef enum { CUBLAS_COMPUTE_32F = 68 } cublasComputeType_t;
 typedef enum { CUBLAS_GEMM_DEFAULT = -1 } cublasGemmAlgo_t;
+typedef enum {
+    CUBLAS_DEFAULT_MATH = 0,
+    CUBLAS_PEDANTIC_MATH = 2,
+    CUBLAS_TF32_TENSOR_OP_MATH = 3,
+    CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION = 16,
+} cublasMath_t;
 
 cublasStatus_t cublasCreate(cublasHandle_t *handle);
 cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream);
+/* Kept per handle: a GEMM with a bf16 or fp16 output on a handle without
+ * CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION aborts, since cuBLAS may then add split-K
+ * partial sums in the output type, which no emulated GEMM (one fp32 sum) would show. */
+cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode);
 const char *cublasGetStatusString(cublasStatus_t st);
 cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
                             cublasOperation_t transb, int m, int n, int k, const void *alpha,
