@@ -19,6 +19,7 @@
  *   GPU by at least the arenas less a page per arena;
  * - which backend a plan gets, and the plans each backend refuses;
  * - run.json and the metrics log name the backend, the precision and the device's memory;
+ *   step timing (one wait per step) trains the same and keeps no op seconds;
  * - the assumption of the NCCL layer: on every directed edge of the pipeline the sender's
  *   messages come in the order the receiver expects them (NCCL matches by order, not tag). */
 #include <signal.h>
@@ -533,6 +534,52 @@ static void test_backends(void)
     CHECK_STR("cpu", exec_backend_name(EXEC_BACKEND_CPU));
 }
 
+/* ---- step timing ---- */
+
+/* --timing step: the same training (losses bit for bit), the ops' calls and FLOPs as with op
+ * timing, no op seconds, and run.json says which timing it was. */
+static void test_step_timing(void)
+{
+    ModelSpec s = spec_of("tiny", 16, 4, 2, PX_BF16);
+    double loss[2][2], flops[2];
+    int n[2];
+    for (int mode = 0; mode < 2; mode++) {
+        ExecOptions opt;
+        exec_options_defaults(&opt);
+        opt.quiet = 1;
+        opt.prefetch = 0;
+        opt.step_timing = mode;
+        Exec *ex = exec_on(&s, EXEC_BACKEND_CUDA, &opt);
+        PxError err = {0};
+        for (int k = 0; k < 2; k++) {
+            ExecStepStats st;
+            CHECK_OK(exec_step(ex, k, &st, &err), err);
+            loss[mode][k] = st.loss;
+            CHECK(st.time_s > 0);
+        }
+        flops[mode] = exec_step_flops(ex);
+        const ExecOpReport *ops = exec_ops(ex, &n[mode]);
+        double seconds = 0, calls = 0;
+        for (int i = 0; i < n[mode]; i++) {
+            seconds += ops[i].seconds;
+            calls += ops[i].calls;
+        }
+        CHECK(calls > 0);
+        CHECK(mode ? seconds == 0 : seconds > 0);
+        cJSON *j = exec_run_to_json(ex);
+        const cJSON *tm = cJSON_GetObjectItemCaseSensitive(j, "time");
+        CHECK_STR(mode ? "step" : "op",
+                  cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(tm, "timing")));
+        cJSON_Delete(j);
+        exec_free(ex);
+    }
+    CHECK_EQ_INT(n[0], n[1]);
+    CHECK(flops[0] == flops[1] && flops[0] > 0);
+    for (int k = 0; k < 2; k++)
+        CHECK(loss[0][k] == loss[1][k]);
+    printf("  step timing: the same losses and FLOPs as op timing, no op seconds\n");
+}
+
 /* ---- run.json and the metrics log ---- */
 
 static void test_run_files(void)
@@ -696,6 +743,7 @@ int main(void)
     test_memory(PX_BF16);
     test_memory(PX_FP16);
     printf("memory and FLOPs equal the prediction in %d cases\n", mem_cases);
+    test_step_timing();
     test_run_files();
     TEST_DONE("exec_cuda");
 }
