@@ -11,8 +11,8 @@
  * launch latency of the last one does not count). Bandwidth counts the bytes a kernel must read
  * and write (GB = 1e9); GEMM FLOPs are 2mnk; causal attention counts half of the square.
  *
- * Usage: bench_kernels_cuda [--quick] [--min-time S] [--warmup S] (--help lists them); exits 77 when no GPU
- * is visible. */
+ * Usage: bench_kernels_cuda [--quick] [--min-time S] [--warmup S] (--help lists them); exits
+ * 77 when no GPU * is visible. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -28,7 +28,8 @@ int comm_for_job(const ModelSpec *s, int tied_pair, int gpu, CommLayer **out, co
     char bus[64] = "";
     int failed = 0;
     if (gpus > 0)
-        failed = kern_cuda_set_device(dev) != PX_OK || kern_cuda_device_bus_id(bus, sizeof bus) != PX_OK;
+        failed = kern_cuda_set_device(dev) != PX_OK ||
+                 kern_cuda_device_bus_id(bus, sizeof bus) != PX_OK;
     /* collective: every rank takes part, failed or not, so that none is left waiting */
     int sharing = 1;
     const int any_failed = comm_mpi_node_sharing(bus, failed, &sharing);
@@ -37,8 +38,9 @@ int comm_for_job(const ModelSpec *s, int tied_pair, int gpu, CommLayer **out, co
     if (any_failed)
         return px_fail(err, PX_ERUNTIME, "another rank could not take its GPU");
     if (gpus > 0 && sharing == 1 && comm_nccl_available()) {
-        snprintf(why, sizeof why, "one GPU per rank (local rank %d: GPU %d of the %d it sees, PCI %s)",
-                 local, dev, gpus, bus);
+        snprintf(why, sizeof why,
+                 "one GPU per rank (local rank %d: GPU %d of the %d it sees, PCI %s)", local, dev,
+                 gpus, bus);
         *note = why;
         return comm_nccl(&s->layout, tied_pair, out, err);
     }

@@ -86,8 +86,8 @@ int kern_cuda_ctx_open(void)
      * type, a rounding per split: beyond the one rounding of an fp32 accumulation that the
      * backend promises (docs/gpu.md) and its tests allow (1.5 u). Disallowed: the partial sums
      * stay in fp32 (split-K, if chosen, reduces in the compute type). */
-    cublasCheck(cublasSetMathMode(
-        ctx.blas, (cublasMath_t)(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
+    const int math = CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION;
+    cublasCheck(cublasSetMathMode(ctx.blas, (cublasMath_t)math));
     cublasCheck(cublasLtCreate(&ctx.lt));
     cudaCheck(cudaMalloc((void **)&ctx.sum, sizeof *ctx.sum));
     cudaCheck(cudaMalloc((void **)&ctx.flag, sizeof *ctx.flag));

@@ -205,6 +205,7 @@ enum { OPEN_BYTES = 64 * 1024, OPEN_MAX = 1 << 16 };
 static std::map<uintptr_t, EmuAlloc> allocs; /* by the pointer cudaMalloc returned */
 static EmuOpen opened[OPEN_MAX];             /* the window's; fixed: the handler never allocates */
 static size_t n_opened;
+static int all_opened; /* the table overflowed: whole allocations were opened too */
 /* volatile, with signal fences below: the compiler must not move the window's count across a
  * memset or memmove of device memory, which it knows touch nothing else */
 static thread_local volatile int window_depth;
@@ -273,22 +274,24 @@ static void on_segv(int sig, siginfo_t *si, void *uc)
         sigaction(sig, &prev_segv, NULL);
         return;
     }
-    const uintptr_t lo = (uintptr_t)m->map + page_bytes, hi = (uintptr_t)m->map + m->map_bytes - page_bytes;
+    const uintptr_t lo = (uintptr_t)m->map + page_bytes;
+    const uintptr_t hi = (uintptr_t)m->map + m->map_bytes - page_bytes;
     if (window_depth > 0 && a >= lo && a < hi) {
-        /* the OPEN_BYTES-aligned part around the fault; the whole rest of the data when the
-         * table is nearly full (its last entry is kept for that) */
+        /* the OPEN_BYTES-aligned part around the fault; when the table is full (a window that
+         * touched gigabytes), the whole allocation, and the window's end closes every one */
         uintptr_t plo = a & ~(uintptr_t)(OPEN_BYTES - 1), phi = plo + OPEN_BYTES;
-        if (n_opened + 1 >= OPEN_MAX)
-            plo = a & ~(uintptr_t)(page_bytes - 1), phi = hi;
         if (plo < lo)
             plo = lo;
         if (phi > hi)
             phi = hi;
-        if (n_opened < OPEN_MAX &&
-            mprotect((void *)plo, phi - plo, PROT_READ | PROT_WRITE) == 0) {
+        if (n_opened < OPEN_MAX && mprotect((void *)plo, phi - plo, PROT_READ | PROT_WRITE) == 0) {
             opened[n_opened].lo = (unsigned char *)plo;
             opened[n_opened].bytes = phi - plo;
             n_opened++;
+            return;
+        }
+        if (n_opened == OPEN_MAX && mprotect((void *)lo, hi - lo, PROT_READ | PROT_WRITE) == 0) {
+            all_opened = 1;
             return;
         }
     }
@@ -336,6 +339,11 @@ static void close_opened(void)
             emu_fail(NULL, 0, "mprotect: cannot close the device memory at %p",
                      (void *)opened[i].lo);
     n_opened = 0;
+    for (auto &a : allocs)
+        if (all_opened &&
+            mprotect(a.second.map + page_bytes, a.second.map_bytes - 2 * page_bytes, PROT_NONE) != 0)
+            emu_fail(NULL, 0, "mprotect: cannot close the device memory at %p", (void *)a.first);
+    all_opened = 0;
 }
 
 struct EmuWindow {
@@ -348,7 +356,7 @@ struct EmuWindow {
     {
         std::atomic_signal_fence(std::memory_order_seq_cst);
         window_depth = window_depth - 1;
-        if (window_depth == 0 && n_opened)
+        if (window_depth == 0 && (n_opened || all_opened))
             close_opened();
     }
     EmuWindow(const EmuWindow &) = delete;
@@ -366,7 +374,8 @@ cudaError_t cudaMalloc(void **p, size_t bytes)
     const size_t rounded = (bytes + 255) & ~(size_t)255;
     const size_t data = (rounded + page_bytes - 1) / page_bytes * page_bytes;
     const size_t map_bytes = data + 2 * page_bytes;
-    void *map = mmap(NULL, map_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void *map =
+        mmap(NULL, map_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (map == MAP_FAILED)
         return last_error = cudaErrorMemoryAllocation;
     unsigned char *q = (unsigned char *)map + page_bytes + (data - rounded);
