@@ -134,7 +134,8 @@ static int under_mpirun(const char *mode)
     CHECK(n > 0);
     self[n] = '\0';
     /* the emulator's GPUs: two per node; which each rank sees is the mode's */
-    const char *visible = !strcmp(mode, "visible") ? "CUDA_VISIBLE_DEVICES=$OMPI_COMM_WORLD_LOCAL_RANK"
+    const char *visible = !strcmp(mode, "visible")
+                              ? "CUDA_VISIBLE_DEVICES=${OMPI_COMM_WORLD_LOCAL_RANK:-$MPI_LOCALRANKID}"
                           : !strcmp(mode, "shared") ? "CUDA_VISIBLE_DEVICES=1"
                                                     : "";
     char cmd[1600];

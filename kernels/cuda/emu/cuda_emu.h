@@ -8,9 +8,10 @@
  * dynamic shared memory beyond 48 KiB without cudaFuncSetAttribute), __syncthreads reached by
  * only part of a block or after some of its threads returned, shuffles and __syncwarp with
  * lanes missing (divergence), cuBLAS arguments that cuBLAS would reject (leading dimensions,
- * types) and GEMM operands outside their allocations, and copies between the wrong kinds of
- * memory. Device allocations are plain heap blocks of the exact size, so a build with
- * AddressSanitizer catches a kernel's out-of-bounds access.
+ * types) and GEMM operands outside their allocations, copies between the wrong kinds of memory,
+ * and host code touching device memory: each allocation is a mapping closed to the host outside
+ * the emulator's own kernels, copies and GEMMs, between guard pages, its slack poisoned for
+ * AddressSanitizer, which so catches a kernel's out-of-bounds access (cuda_emu.cpp).
  *
  * Compiled in by kernels/cuda/common.cuh when PX_CUDA_EMU is defined (kernels/CMakeLists.txt
  * builds px_kernels_emu and test_kernels_cuda_emu that way). */
