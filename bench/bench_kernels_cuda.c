@@ -3,13 +3,16 @@
  * bandwidth of copy / cast / add / layernorm, and the fused and unfused attention. Not a test:
  * timings on a shared machine are noisy, and nothing here passes or fails on a number.
  *
- * Timing: a few untimed calls, then calls until at least --min-time seconds have passed,
+ * Timing: first --warmup seconds of square GEMMs, so that the clocks have left their idle
+ * frequency (a GPU idles at a few hundred MHz and boosts under load, over a fraction of a
+ * second) before the first figure; then, per figure, a few untimed calls and calls until at
+ * least --min-time seconds have passed,
  * bracketed by sync() and a monotonic host clock (each timed block holds many calls, so the
  * launch latency of the last one does not count). Bandwidth counts the bytes a kernel must read
  * and write (GB = 1e9); GEMM FLOPs are 2mnk; causal attention counts half of the square.
  *
- * Usage: bench_kernels_cuda [--quick] [--min-time S] (--help lists them); exits 77 when no GPU
- * is visible. */
+ * Usage: bench_kernels_cuda [--quick] [--min-time S] [--warmup S] (--help lists them); exits
+ * 77 when no GPU * is visible. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +22,7 @@
 
 static const KernBackend *K;
 static double min_time = 0.3;
+static double warmup_s = 2.0;
 
 static void *dalloc(size_t bytes)
 {
@@ -104,6 +108,32 @@ static void bench_gemm(int m, int n, int k, int ta, int tb, PxDtype c_dtype, flo
     printf("gemm  %-28s %6d %6d %6d  %c%c  C %-4s  %9.3f ms  %7.1f TFLOP/s\n", what, m, n, k,
            ta ? 'T' : 'N', tb ? 'T' : 'N', px_dtype_name(c_dtype), s * 1e3,
            2.0 * m * n * (double)k / s / 1e12);
+    K->free(g.a), K->free(g.b), K->free(g.c);
+}
+
+/* Square GEMMs for warmup_s seconds: the clocks up before the first figure. */
+static void warm_up(void)
+{
+    if (!(warmup_s > 0))
+        return;
+    const int n = 4096;
+    const size_t es = px_dtype_bytes(K->act);
+    Gemm g = {n, n, n, 0, 1, K->act, 0.0f, NULL, NULL, NULL, "warm-up"};
+    g.a = dalloc((size_t)n * n * es);
+    g.b = dalloc((size_t)n * n * es);
+    g.c = dalloc((size_t)n * n * es);
+    fill_random_act(g.a, (size_t)n * n);
+    fill_random_act(g.b, (size_t)n * n);
+    long calls = 0;
+    const double t0 = px_now_s();
+    while (px_now_s() - t0 < warmup_s) {
+        for (int i = 0; i < 10; i++)
+            gemm_run(&g);
+        K->sync();
+        calls += 10;
+    }
+    printf("warm-up   %ld GEMMs of %d^3 in %.1f s before the first figure\n", calls, n,
+           px_now_s() - t0);
     K->free(g.a), K->free(g.b), K->free(g.c);
 }
 
@@ -222,17 +252,26 @@ static void bench_attention(int B, int T, int H, int KV, int D, int fused)
     K->free(lse), K->free(drow);
 }
 
-enum { OPT_QUICK, OPT_MIN_TIME };
+enum { OPT_QUICK, OPT_MIN_TIME, OPT_WARMUP };
 
 static const PxOption bench_options[] = {
     {"quick", 0, NULL, "fewer and smaller shapes", OPT_QUICK, 0},
     {"min-time", 1, "S", "time each figure for at least S seconds (default 0.3)", OPT_MIN_TIME, 0},
+    {"warmup", 1, "S", "run GEMMs for S seconds before the first figure (default 2; 0: none)",
+     OPT_WARMUP, 0},
     {NULL, 0, NULL, NULL, 0, 0}};
 
 static int bench_option(void *ctx, int id, const char *arg, PxError *err)
 {
     if (id == OPT_QUICK)
         *(int *)ctx = 1;
+    if (id == OPT_WARMUP) {
+        if (px_parse_double(arg, "--warmup", &warmup_s, err))
+            return PX_EINPUT;
+        if (!(warmup_s >= 0 && warmup_s <= 600))
+            return px_fail(err, PX_EINPUT, "--warmup: expected seconds from 0 to 600, got '%s'", arg);
+        return PX_OK;
+    }
     return id == OPT_MIN_TIME ? px_parse_double(arg, "--min-time", &min_time, err) : PX_OK;
 }
 
@@ -240,7 +279,7 @@ static int bench_option(void *ctx, int id, const char *arg, PxError *err)
 static int parse_args(int argc, char **argv, int *quick)
 {
     static const char *const usage =
-        "bench_kernels_cuda [--quick] [--min-time S]\n\n"
+        "bench_kernels_cuda [--quick] [--min-time S] [--warmup S]\n\n"
         "GEMM TFLOP/s for transformer shapes, the bandwidth of copy, cast, add and layernorm, and\n"
         "the fused and unfused attention, through the CUDA backend. Exits 77 when no GPU is\n"
         "visible.";
@@ -269,6 +308,7 @@ int main(int argc, char **argv)
         return 77;
     }
     printf("backend %s, act %s\n", K->name, px_dtype_name(K->act));
+    warm_up();
     /* GPT-2 124M-like shapes at 8192 tokens (B*T), a Llama-8B-like layer, and a square */
     bench_gemm(4096, 4096, 4096, 0, 1, K->act, 0.0f, "square");
     if (!quick)

@@ -21,6 +21,7 @@ enum { RUN_STEPS = CLI_EXTRA, RUN_METRICS, RUN_DATA, RUN_QUIET, RUN_LAUNCHER, RU
 enum { RUN_CHECKPOINT_DIR = CLI_EXTRA_MAX - 3, RUN_CHECKPOINT_EVERY, RUN_RESUME };
 /* launching across nodes (apart again) */
 enum { RUN_HOSTFILE = CLI_EXTRA_MAX - 4 };
+enum { RUN_TIMING = RUN_FAIL_STEP + 1 };
 
 static const CliOption run_options[] = {
     {"steps", 1, "N", "training steps (default: the plan's training.steps)", RUN_STEPS, 0},
@@ -50,6 +51,8 @@ static const CliOption run_options[] = {
      RUN_CHECKPOINT_EVERY, 0},
     {"resume", 0, NULL, "continue from the latest complete checkpoint in --checkpoint-dir",
      RUN_RESUME, 0},
+    {"timing", 1, "T", "op (default: every op timed) or step (one wait for the device per step)",
+     RUN_TIMING, 0},
     {NULL, 0, NULL, NULL, 0, 0}};
 
 static const char *const run_usage =
@@ -57,7 +60,7 @@ static const char *const run_usage =
     "          [--hostfile FILE]\n"
     "          [--backend B] [--loss-scale S] [--loss-scale-interval N] [--comm-timeout S]\n"
     "          [--fail-rank R --fail-step K]\n"
-    "          [--checkpoint-dir DIR [--checkpoint-every N] [--resume]]\n\n"
+    "          [--checkpoint-dir DIR [--checkpoint-every N] [--resume]] [--timing op|step]\n\n"
     "Trains the plan for real and measures it under the simulator's names: a progress line\n"
     "per step, a metrics log, and run.json with losses, memory, communication, FLOPs and time\n"
     "per op of every rank. A single-rank plan runs parallax-worker directly; a plan of several\n"
@@ -70,6 +73,7 @@ typedef struct {
     const char *comm_timeout, *fail_rank, *fail_step; /* failures */
     const char *ck_dir, *ck_every;                    /* checkpoints */
     const char *hostfile;                             /* mpirun's */
+    const char *timing;
     int quiet, resume;
     LaunchKind launcher;
     int world; /* the plan's ranks */
@@ -91,6 +95,7 @@ static int parse_run(int argc, char **argv, CliArgs *a, RunArgs *r)
     r->backend = a->extra[RUN_BACKEND - CLI_EXTRA];
     r->loss_scale = a->extra[RUN_LOSS_SCALE - CLI_EXTRA];
     r->loss_interval = a->extra[RUN_LOSS_SCALE_INTERVAL - CLI_EXTRA];
+    r->timing = a->extra[RUN_TIMING - CLI_EXTRA];
     if (a->n_positional != 1) {
         fprintf(stderr, "parallax run: expected one plan file (see 'parallax run --help')\n");
         return 2;
@@ -133,6 +138,10 @@ static int check_values(const CliArgs *a, RunArgs *r)
     if (r->loss_interval &&
         px_parse_int(r->loss_interval, "--loss-scale-interval", 1, 1 << 30, &interval, &err))
         return cli_fail("run", PX_EINPUT, &err);
+    if (r->timing && strcmp(r->timing, "op") && strcmp(r->timing, "step")) {
+        fprintf(stderr, "parallax run: --timing: expected op or step, got '%s'\n", r->timing);
+        return 2;
+    }
     return -1;
 }
 
@@ -206,7 +215,8 @@ static void worker_args(const RunArgs *r, const char *wargv[32])
                 {"--fail-step", r->fail_step, r->fail_rank != NULL},
                 {"--checkpoint-dir", r->ck_dir, r->ck_dir != NULL},
                 {"--checkpoint-every", r->ck_every, r->ck_every != NULL},
-                {"--resume", NULL, r->resume}};
+                {"--resume", NULL, r->resume},
+                {"--timing", r->timing, r->timing != NULL}};
     int n = 0;
     wargv[n++] = "run";
     wargv[n++] = r->plan;

@@ -24,3 +24,8 @@ int kern_cuda_device_name(char *buf, size_t cap)
         buf[0] = '\0';
     return PX_ERUNTIME;
 }
+
+int kern_cuda_device_bus_id(char *buf, size_t cap)
+{
+    return kern_cuda_device_name(buf, cap);
+}

@@ -340,6 +340,10 @@ int kern_cuda_device_count(void);
 int kern_cuda_set_device(int device);
 /* The current device's name ("NVIDIA H100 80GB HBM3") into buf; PX_ERUNTIME without one. */
 int kern_cuda_device_name(char *buf, size_t cap);
+/* The current device's PCI bus id ("0000:18:00.0") into buf: the same physical GPU gives the
+ * same id in every process, whatever index CUDA_VISIBLE_DEVICES gives it there. PX_ERUNTIME
+ * without a device. */
+int kern_cuda_device_bus_id(char *buf, size_t cap);
 
 /* nvcc compiles the dropout stream for the device too, so that both backends draw from this one
  * definition. */

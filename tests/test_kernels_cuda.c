@@ -10,6 +10,9 @@
  * byte for byte the same), casts, scaling, the preserved padding of strided views, and MoE's
  * chosen experts, counts, row map and permuted rows.
  *
+ * Every failed comparison is reported and the run goes on, so that one run on a GPU shows every
+ * kernel that disagrees; it exits 1 at the end, counting them.
+ *
  * Exits 77 (ctest: skipped) when kern_cuda() is NULL: no GPU or no driver. Built against
  * kernels/cuda/emu instead (test_kernels_cuda_emu), the backend runs on the CPU and the test
  * uses small shapes only; on a GPU it adds larger ones (PARALLAX_TEST_LARGE=1 or 0 says
@@ -19,6 +22,78 @@
 
 #include "kernels/kernels.h"
 #include "test.h"
+
+/* ---- failures: reported, counted, and the run goes on ----
+ * One run on a GPU (a scarce machine) must show every kernel that disagrees, not the first. A
+ * failed comparison prints its line and counts; the checks of test.h are redefined here to do
+ * the same (a check inside a loop prints at its first failure only and counts the others);
+ * main exits 1 at the end. REQUIRE stays fatal, for what the rest of a test cannot go without
+ * (an allocation, the backend). A CUDA error or a broken contract still aborts inside the
+ * backend: a device error is sticky, and nothing after it could be trusted. */
+
+enum { FAIL_SITES = 256 };
+static struct {
+    const char *file;
+    int line;
+    long count;
+} fail_site[FAIL_SITES];
+static int n_fail_sites;
+static long failures;
+
+/* Counts a failure at file:line: 1 when it is the first there (say it), 0 after. */
+static int failed_at(const char *file, int line)
+{
+    failures++;
+    for (int i = 0; i < n_fail_sites; i++)
+        if (fail_site[i].line == line && !strcmp(fail_site[i].file, file)) {
+            fail_site[i].count++;
+            return 0;
+        }
+    if (n_fail_sites < FAIL_SITES) {
+        fail_site[n_fail_sites].file = file;
+        fail_site[n_fail_sites].line = line;
+        fail_site[n_fail_sites].count = 1;
+        n_fail_sites++;
+    }
+    return 1;
+}
+
+#define REQUIRE(cond)                                                                             \
+    do {                                                                                          \
+        px_test_checks++;                                                                         \
+        if (!(cond)) {                                                                            \
+            fprintf(stderr, "%s:%d: FAILED (cannot go on): %s\n", __FILE__, __LINE__, #cond);     \
+            exit(1);                                                                              \
+        }                                                                                         \
+    } while (0)
+
+#undef CHECK
+#define CHECK(cond)                                                                               \
+    do {                                                                                          \
+        px_test_checks++;                                                                         \
+        if (!(cond) && failed_at(__FILE__, __LINE__))                                             \
+            fprintf(stderr, "%s:%d: FAILED: %s\n", __FILE__, __LINE__, #cond);                    \
+    } while (0)
+
+#undef CHECK_EQ_INT
+#define CHECK_EQ_INT(expected, actual)                                                            \
+    do {                                                                                          \
+        long long e_ = (long long)(expected), a_ = (long long)(actual);                           \
+        px_test_checks++;                                                                         \
+        if (e_ != a_ && failed_at(__FILE__, __LINE__))                                            \
+            fprintf(stderr, "%s:%d: FAILED: %s\n  expected %lld\n  actual   %lld\n", __FILE__,     \
+                    __LINE__, #actual, e_, a_);                                                   \
+    } while (0)
+
+#undef CHECK_REL
+#define CHECK_REL(expected, actual, rel)                                                          \
+    do {                                                                                          \
+        double e_ = (double)(expected), a_ = (double)(actual);                                    \
+        px_test_checks++;                                                                         \
+        if (!(fabs(a_ - e_) <= (rel) * fabs(e_)) && failed_at(__FILE__, __LINE__))                \
+            fprintf(stderr, "%s:%d: FAILED: %s\n  expected %.9g (within %g relative)\n  actual   " \
+                    "%.9g\n", __FILE__, __LINE__, #actual, e_, (double)(rel), a_);                \
+    } while (0)
 
 static const KernBackend *G; /* under test */
 static const KernBackend *R; /* the reference: kern_cpu() */
@@ -248,7 +323,7 @@ static void compare(const char *file, int line, const char *op, const char *what
                 "%s:%d: FAILED: %s %s (%s): element %zu\n  expected %.9g\n  actual   %.9g "
                 "(%.3g relative to |expected| + rms %.3g; tolerance %.3g)\n",
                 file, line, op, what, act_name(), worst, e[worst], a[worst], max_rel, floor, tol);
-        exit(1);
+        failures++;
     }
 }
 #define COMPARE(op, what, e, a, n, tol)                                                           \
@@ -259,12 +334,17 @@ static void compare_bytes(const char *file, int line, const char *op, const char
 {
     px_test_checks++;
     const unsigned char *x = e, *y = a;
+    size_t differ = 0, first = 0;
     for (size_t i = 0; i < bytes; i++)
-        if (x[i] != y[i]) {
-            fprintf(stderr, "%s:%d: FAILED: %s %s (%s): byte %zu\n  expected %d\n  actual   %d\n",
-                    file, line, op, what, act_name(), i, x[i], y[i]);
-            exit(1);
-        }
+        if (x[i] != y[i] && differ++ == 0)
+            first = i;
+    if (differ) {
+        fprintf(stderr, "%s:%d: FAILED: %s %s (%s): %zu of %zu bytes differ, the first byte %zu\n"
+                "  expected %d\n  actual   %d\n", file, line, op, what, act_name(), differ, bytes,
+                first, x[first], y[first]);
+        failures++;
+        return;
+    }
     printf("  %-6s %-16s %-12s %zu bytes identical\n", act_name(), op, what, bytes);
 }
 #define COMPARE_BYTES(op, what, e, a, bytes)                                                      \
@@ -305,7 +385,7 @@ static void test_memory(void)
     const size_t n = 1000;
     unsigned char host[1000], back[1000];
     unsigned char *p = G->alloc(n);
-    CHECK(p != NULL);
+    REQUIRE(p != NULL);
     G->to_host(back, p, n);
     for (size_t i = 0; i < n; i++)
         if (back[i] != 0)
@@ -327,7 +407,7 @@ static void test_memory(void)
     G->memset0(q, 0);
     G->sync();
     void *z = G->alloc(0);
-    CHECK(z != NULL);
+    REQUIRE(z != NULL);
     G->free(z);
     G->free(p);
     G->free(q);
@@ -959,10 +1039,11 @@ static void test_elementwise(size_t n)
     if (bad != n) {
         fprintf(stderr, "%s:%d: FAILED: cast_to_act(%.9g): expected bits 0x%04x, actual 0x%04x\n",
                 __FILE__, __LINE__, x[bad], act_bits(x[bad]), bits[bad]);
-        exit(1);
+        failures++;
+    } else {
+        printf("  %-6s %-16s %-12s n=%-8zu bit-exact round to nearest even\n", act_name(),
+               "cast_to_act", "bits", n);
     }
-    printf("  %-6s %-16s %-12s n=%-8zu bit-exact round to nearest even\n", act_name(),
-           "cast_to_act", "bits", n);
     for (size_t i = 0; i < n; i++)
         ex[i] = act_float(bits[i]);
     G->memset0(go, n * 2);
@@ -1457,9 +1538,9 @@ static void fp8_check(const char *what, const KernFp8 *f, int trans, const float
     G->to_host(&amax, damax, sizeof amax);
     px_test_checks++;
     if (!fp8_amax_same(expect_amax, amax)) {
-        fprintf(stderr, "fp8_quantize %s (%s): amax\n  expected %.9g\n  actual   %.9g\n", what,
-                act_name(), (double)expect_amax, (double)amax);
-        exit(1);
+        fprintf(stderr, "%s:%d: FAILED: fp8_quantize %s (%s): amax\n  expected %.9g\n  actual   "
+                "%.9g\n", __FILE__, __LINE__, what, act_name(), (double)expect_amax, (double)amax);
+        failures++;
     }
     void *dy = dalloc(n * 2);
     G->fp8_dequantize(dy, dq, f);
@@ -1470,9 +1551,11 @@ static void fp8_check(const char *what, const KernFp8 *f, int trans, const float
         if (v[i] != v[i])
             CHECK(got != got);
         else if (act_bits(v[i]) != y[i]) {
-            fprintf(stderr, "fp8_dequantize %s (%s): element %zu: expected %.9g, got %.9g\n",
-                    what, act_name(), i, (double)act_round(v[i]), (double)got);
-            exit(1);
+            fprintf(stderr, "%s:%d: FAILED: fp8_dequantize %s (%s): element %zu: expected %.9g, "
+                    "got %.9g\n", __FILE__, __LINE__, what, act_name(), i,
+                    (double)act_round(v[i]), (double)got);
+            failures++;
+            break;
         }
     }
     px_test_checks++;
@@ -1794,10 +1877,10 @@ static void fp8_vs_cpu(int rows, int cols, int br, int bc, int e5m2, int e8m0, i
         COMPARE_BYTES("fp8_quantize cpu", tag, e, q, bytes);
         px_test_checks++;
         if (!fp8_amax_same(eamax, amax)) {
-            fprintf(stderr, "fp8_quantize cpu %s (%s): amax\n  expected %.9g (0x%08x)\n  actual   "
-                    "%.9g (0x%08x)\n", tag, act_name(), (double)eamax, f2u(eamax), (double)amax,
-                    f2u(amax));
-            exit(1);
+            fprintf(stderr, "%s:%d: FAILED: fp8_quantize cpu %s (%s): amax\n  expected %.9g "
+                    "(0x%08x)\n  actual   %.9g (0x%08x)\n", __FILE__, __LINE__, tag, act_name(),
+                    (double)eamax, f2u(eamax), (double)amax, f2u(amax));
+            failures++;
         }
         G->free(dgiven);
     }
@@ -1810,9 +1893,11 @@ static void fp8_vs_cpu(int rows, int cols, int br, int bc, int e5m2, int e8m0, i
     for (size_t i = 0; i < n; i++) {
         const float got = act_float(y[i]);
         if (ev[i] != ev[i] ? got == got : act_bits(ev[i]) != y[i]) {
-            fprintf(stderr, "fp8_dequantize cpu %s (%s): element %zu: expected %.9g, got %.9g\n",
-                    what, act_name(), i, (double)act_round(ev[i]), (double)got);
-            exit(1);
+            fprintf(stderr, "%s:%d: FAILED: fp8_dequantize cpu %s (%s): element %zu: expected "
+                    "%.9g, got %.9g\n", __FILE__, __LINE__, what, act_name(), i,
+                    (double)act_round(ev[i]), (double)got);
+            failures++;
+            break;
         }
     }
     px_test_checks++;
@@ -1954,8 +2039,8 @@ static void test_fp8(void)
 static void run_suite(PxDtype act)
 {
     G = kern_cuda_with(act);
-    CHECK(G != NULL);
-    CHECK_EQ_INT(act, G->act);
+    REQUIRE(G != NULL);
+    REQUIRE(G->act == act);
     CHECK(kern_cuda_with(act) == G); /* one table */
     EPS = act == PX_BF16 ? 1.0 / 256.0 : 1.0 / 2048.0;
     printf("== %s backend, %s activations\n", G->name, act_name());
@@ -2036,5 +2121,14 @@ int main(void)
     large = env && *env ? strcmp(env, "0") != 0 : strcmp(cuda->name, "cuda") == 0;
     run_suite(PX_BF16);
     run_suite(PX_FP16);
+    if (failures) {
+        fprintf(stderr, "kernels_cuda: %ld failures in %d checks:\n", failures, px_test_checks);
+        for (int i = 0; i < n_fail_sites; i++)
+            if (fail_site[i].count > 1)
+                fprintf(stderr, "  %s:%d failed %ld times\n", fail_site[i].file, fail_site[i].line,
+                        fail_site[i].count);
+        fprintf(stderr, "kernels_cuda: FAILED (every failed comparison is above, with its line)\n");
+        return 1;
+    }
     TEST_DONE("kernels_cuda");
 }

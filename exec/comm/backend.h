@@ -77,6 +77,12 @@ void comm_layer_wrap(CommLayer *c, const CommOps *ops, const char *name, CommLay
  * and 1 without MPI. */
 void comm_mpi_local(int *local_rank, int *local_size);
 
+/* Collective over the world: *sharing gets the most ranks of one node that hold the same id
+ * (a GPU's PCI bus id; "" counts as an id of its own), over every node, and the result is 1
+ * when any rank passed failed != 0 (0 otherwise), so that all ranks take the same path. 1 and
+ * failed without MPI. */
+int comm_mpi_node_sharing(const char *id, int failed, int *sharing);
+
 /* How every process group is split out of the world for `rank` of layout l (MPI_Comm_split's
  * color and key), for the TP, CP, DP, EMBED, EP, ETP and EDP groups in that order; color is
  * `undefined` (MPI_UNDEFINED) where the rank belongs to no such group (EMBED off the first and

@@ -89,10 +89,12 @@ int comm_nccl(const ModelLayout *l, int tied_pair, CommLayer **out, PxError *err
 int comm_staged(CommLayer *inner, const KernBackend *k, CommLayer **out, PxError *err);
 
 /* The layer a multi-rank job uses (MPI must be running). gpu 0: MPI. gpu 1 (the job's kernels
- * run on CUDA): each rank takes the GPU of its local rank on the node; NCCL with a GPU per rank,
- * else (the node's ranks outnumber its GPUs: NCCL refuses two ranks on one device; or no NCCL in
- * this build) MPI staged through host memory, and *note says why for the run's header (NULL
- * otherwise; static text). PX_ERUNTIME when the GPU cannot be made current. */
+ * run on CUDA): each rank takes GPU (local rank mod the GPUs it sees), and the ranks of each
+ * node compare their GPUs' PCI bus ids (collective): NCCL when no two hold the same GPU (a GPU
+ * per rank, whether each sees all of the node's or only its own through CUDA_VISIBLE_DEVICES),
+ * else (two ranks on one GPU: NCCL refuses them; or no NCCL in this build) MPI staged through
+ * host memory. *note says which and why, for the run's header (static text; NULL on the CPU).
+ * PX_ERUNTIME when a rank cannot take its GPU (on every rank). */
 int comm_for_job(const ModelSpec *s, int tied_pair, int gpu, CommLayer **out, const char **note,
                  PxError *err);
 

@@ -777,6 +777,38 @@ void comm_mpi_local(int *local_rank, int *local_size)
     MPI_Comm_free(&node);
 }
 
+enum { NODE_ID_BYTES = 64 };
+
+int comm_mpi_node_sharing(const char *id, int failed, int *sharing)
+{
+    int local = 0, n = 1, mine[2] = {1, failed != 0}, all[2] = {1, failed != 0};
+    MPI_Comm node;
+    char me[NODE_ID_BYTES];
+    snprintf(me, sizeof me, "%s", id);
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) ==
+        MPI_SUCCESS) {
+        MPI_Comm_rank(node, &local);
+        MPI_Comm_size(node, &n);
+        char *ids = calloc((size_t)n, NODE_ID_BYTES);
+        if (!ids) {
+            /* the others wait in the gather below: end the job */
+            fprintf(stderr, "parallax: out of memory comparing the GPUs of %d ranks\n", n);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+        if (MPI_Allgather(me, NODE_ID_BYTES, MPI_CHAR, ids, NODE_ID_BYTES, MPI_CHAR, node) !=
+            MPI_SUCCESS)
+            mine[1] = 1;
+        for (int i = 0; me[0] && i < n; i++)
+            mine[0] += i != local && strncmp(ids + (size_t)i * NODE_ID_BYTES, me, NODE_ID_BYTES) == 0;
+        free(ids);
+        MPI_Comm_free(&node);
+    }
+    if (MPI_Allreduce(mine, all, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD) != MPI_SUCCESS)
+        all[1] = 1;
+    *sharing = all[0];
+    return all[1];
+}
+
 int comm_mpi(const ModelLayout *l, int tied_pair, CommLayer **out, PxError *err)
 {
     *out = NULL;
@@ -891,6 +923,13 @@ void comm_mpi_local(int *local_rank, int *local_size)
 {
     *local_rank = 0;
     *local_size = 1;
+}
+
+int comm_mpi_node_sharing(const char *id, int failed, int *sharing)
+{
+    (void)id;
+    *sharing = 1;
+    return failed != 0;
 }
 
 int comm_mpi_agree(int status, int *first_rank)

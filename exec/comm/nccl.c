@@ -12,7 +12,9 @@
  * tag, and on every edge the sender's order equals the receiver's for every schedule of
  * model_schedule_build (test_exec_emu_nccl checks it, pp 2-8, vpp 1-4, up to 24 micro-batches),
  * so the executor's tags are not needed. The edges are created in rounds in which each rank
- * takes part in at most one, so that no two ranks wait for each other's ncclCommInitRank.
+ * takes part in at most one, so that no two ranks wait for each other's ncclCommInitRank, and
+ * each is connected in its round by a byte each way (warm_link: NCCL would otherwise connect
+ * it at the pipeline's first receive, which blocks the host until the peer's first call).
  *
  * Streams and events: collectives run on one non-blocking stream, sends on a second and
  * receives on a third (the posted receive of the pipeline waits there without holding up the
@@ -421,6 +423,29 @@ static int nccl_over(MPI_Comm mc, int failed, ncclComm_t *out, PxError *err)
     return r == ncclSuccess ? PX_OK : nccl_fail(err, r, "ncclCommInitRank");
 }
 
+/* NCCL connects two ranks for point-to-point at their first send or receive to each other,
+ * and that call blocks the host until the peer makes its own on the same communicator. The
+ * pipeline posts each stage's first receive before any send, each direction on its own
+ * communicator: left to connect lazily, stage 0 would wait in its receive on one edge for stage
+ * 1, which waits in its receive on the other (a deadlock at step 1). So each edge is connected
+ * in its round, where both ends meet anyway: one byte each way in a group, then waited for. */
+static int warm_link(NcclComm *n, ncclComm_t comm, int peer, unsigned char *scratch,
+                     PxError *err)
+{
+    ncclResult_t r = ncclGroupStart();
+    if (r == ncclSuccess)
+        r = ncclSend(scratch, 1, ncclUint8, peer, comm, n->coll);
+    if (r == ncclSuccess)
+        r = ncclRecv(scratch + 1, 1, ncclUint8, peer, comm, n->coll);
+    ncclResult_t r2 = ncclGroupEnd();
+    if (r == ncclSuccess)
+        r = r2;
+    if (r != ncclSuccess)
+        return nccl_fail(err, r, "connecting a pipeline link");
+    cudaError_t e = cudaStreamSynchronize(n->coll);
+    return e == cudaSuccess ? PX_OK : cuda_fail(err, e, "connecting a pipeline link");
+}
+
 /* The pipeline's directed edges (s -> s+1, s -> s-1 on the ring of p stages, duplicates
  * dropped), each given the first round in which neither end has one yet: every rank computes
  * the same rounds, and takes part in at most one edge per round. */
@@ -523,6 +548,9 @@ int comm_nccl(const ModelLayout *l, int tied_pair, CommLayer **out, PxError *err
     for (int i = 0; i < ne; i++)
         if (edges[i].round + 1 > rounds)
             rounds = edges[i].round + 1;
+    unsigned char *scratch = NULL; /* the bytes that connect the links */
+    if (ne > 0 && (e = cudaMalloc((void **)&scratch, 2)) != cudaSuccess && !rc)
+        rc = cuda_fail(err, e, "a scratch for connecting the pipeline's links");
     for (int r = 0; r < rounds; r++) {
         int color = MPI_UNDEFINED, key = 0, mine = -1;
         for (int i = 0; i < ne; i++)
@@ -549,12 +577,17 @@ int comm_nccl(const ModelLayout *l, int tied_pair, CommLayer **out, PxError *err
         }
         const int src = edges[mine].src, dst = edges[mine].dst;
         NcclEdge ed = {model_rank(l, tp, cp, dp, src == pp ? dst : src), nc, src == pp ? 1 : 0};
+        int wr = warm_link(n, nc, ed.peer_index, scratch, err);
+        if (wr && !rc)
+            rc = wr;
         if (src == pp && n->n_out < NCCL_EDGES)
             n->out[n->n_out++] = ed;
         else if (dst == pp && n->n_in < NCCL_EDGES)
             n->in[n->n_in++] = ed;
     }
     free(edges);
+    if (scratch)
+        cudaFree(scratch);
     if (rc) {
         /* a rank that failed here alone leaves the others in MPI or NCCL calls: the worker
          * agrees on the status and the job ends (every rank reaches the agreement or aborts) */

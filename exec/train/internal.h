@@ -348,6 +348,7 @@ typedef struct {
     int *slots;
     int cap;
     int cur_op, cur_counts;   /* the running op; it counts a call when it ends */
+    int step_timing;          /* no wait for the device around ops, no op seconds */
     double op_t0;
     double unattributed_flops;
     int timed_steps;

@@ -236,7 +236,8 @@ void exec_meter_begin(ExecMeter *M, const KernBackend *k, int op)
 {
     M->cur_op = op;
     M->cur_counts = 1;
-    k->sync();
+    if (!M->step_timing)
+        k->sync();
     M->op_t0 = px_now_s();
 }
 
@@ -246,10 +247,13 @@ void exec_meter_resume(ExecMeter *M, const KernBackend *k, int op)
     M->cur_counts = 0;
 }
 
+/* Step timing: the kernels of an op are only queued when it ends, so the host's clock would
+ * time the queueing, not the op; no seconds are kept. */
 void exec_meter_end(ExecMeter *M, const KernBackend *k)
 {
-    k->sync();
-    double dt = px_now_s() - M->op_t0;
+    if (!M->step_timing)
+        k->sync();
+    double dt = M->step_timing ? 0.0 : px_now_s() - M->op_t0;
     if (M->cur_op >= 0) {
         ExecOpStat *o = &M->ops[M->cur_op];
         o->step_s += dt;

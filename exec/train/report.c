@@ -67,6 +67,8 @@ void exec_report_header(const Exec *ex)
     if (ex->c.dropout > 0 && !ex->c.attn_dropout)
         printf("note      flash attention has no attention-probability dropout on the CPU; the "
                "embedding and residual dropouts apply\n");
+    if (ex->meter.step_timing)
+        printf("timing    per step (one wait for the device per step): no time per op\n");
     fflush(stdout);
 }
 
@@ -511,6 +513,9 @@ static cJSON *run_json(Exec *ex, cJSON *const *ranks, int n)
     /* one stage: no pipeline, no bubble */
     cJSON_AddNumberToObject(tm, "bubble_fraction", ex->c.d.p > 1 ? crit_bubble : 0.0);
     cJSON_AddNumberToObject(tm, "timed_steps", ex->meter.timed_steps);
+    /* "op": every op timed (the device waited for at its start and end); "step": once per
+     * step, the ops' seconds 0 */
+    cJSON_AddStringToObject(tm, "timing", ex->meter.step_timing ? "step" : "op");
     return j;
 }
 

@@ -76,6 +76,9 @@ typedef struct {
     double loss_scale;   /* fp16: the initial loss scale; 0: 65536 (PyTorch's GradScaler) */
     int loss_scale_interval; /* fp16: clean steps before the scale doubles; 0: 2000 */
     const char *comm_note;   /* said after the comm layer's name in the header (why this one) */
+    int step_timing;         /* 1: the device is waited for once per step, not at every op's
+                                start and end (op timing, the default, costs a GPU a few percent
+                                of its step time); ops keep their calls and FLOPs, not seconds */
     /* ---- failures (docs/executor.md, "Failures") ---- */
     double comm_timeout_s; /* a communication wait longer than this ends the job; 0: none
                               (default EXEC_COMM_TIMEOUT_S) */

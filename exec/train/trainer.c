@@ -429,6 +429,7 @@ int exec_init(Exec **out, const ModelPlan *plan, const ExecOptions *opt, PxError
      * tokens never opens its data: no descriptor 0 to close, no op being timed */
     ex->batches.data.fd = -1;
     ex->meter.cur_op = -1;
+    ex->meter.step_timing = opt->step_timing;
     px_strlcpy(ex->plan_path, opt->plan_path ? opt->plan_path : "plan", sizeof ex->plan_path);
     int rc;
     if ((rc = phase_plan(ex, plan, opt, err)) || (rc = phase_backend(ex, err)) ||

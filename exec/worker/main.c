@@ -59,7 +59,7 @@ static void command_help(const Command *c, const char *about, const PxOption *co
 
 enum { RUN_STEPS, RUN_OUTPUT, RUN_METRICS, RUN_DATA, RUN_QUIET, RUN_NO_PREFETCH, RUN_BACKEND,
        RUN_LOSS_SCALE, RUN_LOSS_SCALE_INTERVAL, RUN_COMM_TIMEOUT, RUN_FAIL_RANK, RUN_FAIL_STEP,
-       RUN_CHECKPOINT_DIR, RUN_CHECKPOINT_EVERY, RUN_RESUME };
+       RUN_CHECKPOINT_DIR, RUN_CHECKPOINT_EVERY, RUN_RESUME, RUN_TIMING };
 
 static const PxOption run_options[] = {
     {"steps", 1, "N", "training steps (default: the plan's training.steps)", RUN_STEPS, 0},
@@ -91,6 +91,10 @@ static const PxOption run_options[] = {
      RUN_CHECKPOINT_DIR, 0},
     {"checkpoint-every", 1, "N", "write a checkpoint every N steps", RUN_CHECKPOINT_EVERY, 0},
     {"resume", 0, NULL, "continue from the latest complete checkpoint in DIR", RUN_RESUME, 0},
+    {"timing", 1, "T",
+     "op (default): every op timed, the device waited for at its start and end; step: one wait "
+     "per step, the step time of a plain training run, no time per op",
+     RUN_TIMING, 0},
     {NULL, 0, NULL, NULL, 0, 0}};
 
 static const char *const run_about =
@@ -136,6 +140,11 @@ static int run_option(void *ctx, int id, const char *arg, PxError *err)
     case RUN_CHECKPOINT_EVERY:
         return px_parse_int(arg, "--checkpoint-every", 1, 1 << 30, &o->checkpoint_every, err);
     case RUN_RESUME: o->resume = 1; break;
+    case RUN_TIMING:
+        if (strcmp(arg, "op") && strcmp(arg, "step"))
+            return px_fail(err, PX_EINPUT, "--timing: expected op or step, got '%s'", arg);
+        o->step_timing = !strcmp(arg, "step");
+        break;
     default: break;
     }
     return PX_OK;

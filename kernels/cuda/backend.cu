@@ -187,6 +187,21 @@ extern "C" int kern_cuda_set_device(int device)
     return PX_OK;
 }
 
+extern "C" int kern_cuda_device_bus_id(char *buf, size_t cap)
+{
+    int dev = 0;
+    if (cap == 0)
+        return PX_ERUNTIME;
+    buf[0] = '\0';
+    if (kern_cuda_device_count() == 0 || cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetPCIBusId(buf, cap > 64 ? 64 : (int)cap, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        buf[0] = '\0';
+        return PX_ERUNTIME;
+    }
+    return PX_OK;
+}
+
 extern "C" int kern_cuda_device_name(char *buf, size_t cap)
 {
     int dev = 0;

@@ -7,14 +7,17 @@
 
 #include "common/px.h"
 
+#include <atomic>
 #include <deque>
 #include <map>
 #include <set>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <ucontext.h>
+#include <unistd.h>
 
 #if defined(__SANITIZE_ADDRESS__)
 #define EMU_ASAN 1
@@ -89,42 +92,47 @@ __half_raw __nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t x, __nv_fp8_interpretation
     return __half_raw{px_float_to_half(f)};
 }
 
-/* ---- memory: exact-size heap blocks, registered so that copies and GEMM operands can be
- * checked against them ---- */
-
-static std::map<uintptr_t, size_t> allocs;
 static cudaError_t last_error = cudaSuccess;
 
-static int is_device(const void *p, size_t bytes)
-{
-    uintptr_t a = (uintptr_t)p;
-    auto it = allocs.upper_bound(a);
-    if (it == allocs.begin())
-        return 0;
-    --it;
-    return a >= it->first && a - it->first + bytes <= it->second;
-}
-
-static void emu_check_range(const void *p, size_t bytes, const char *what)
-{
-    if (bytes && !is_device(p, bytes))
-        emu_fail(NULL, 0, "%s: %zu bytes at %p are not inside one device allocation", what, bytes,
-                 p);
-}
+/* ---- devices: PX_CUDA_EMU_DEVICES physical GPUs (1 by default), of which CUDA_VISIBLE_DEVICES
+ * shows some, in its order, as the CUDA runtime does: device i of this process is physical GPU
+ * visible[i], and cudaDeviceGetPCIBusId names the physical one, so that processes which see
+ * the same GPU under different indices (or each its own under index 0) can tell. ---- */
 
 static int current_device;
 
+/* The physical index of visible device `device`, or -1 (no such device). */
+static int physical_device(int device)
+{
+    const char *none = getenv("PX_CUDA_EMU_NO_DEVICE");
+    if (none && *none && *none != '0')
+        return -1;
+    const char *n = getenv("PX_CUDA_EMU_DEVICES");
+    const int phys = n && atoi(n) > 0 ? atoi(n) : 1;
+    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+    if (!vis)
+        return device >= 0 && device < phys ? device : -1;
+    /* a comma-separated list, read up to its first entry that names no device (as CUDA does) */
+    int i = 0;
+    for (const char *s = vis; *s;) {
+        char *end = NULL;
+        const long v = strtol(s, &end, 10);
+        if (end == s || v < 0 || v >= phys || (*end && *end != ','))
+            break;
+        if (i++ == device)
+            return (int)v;
+        s = *end ? end + 1 : end;
+    }
+    return -1;
+}
+
 cudaError_t cudaGetDeviceCount(int *count)
 {
-    /* PX_CUDA_EMU_NO_DEVICE=1 plays a machine without a GPU, PX_CUDA_EMU_DEVICES=N one with N */
-    const char *none = getenv("PX_CUDA_EMU_NO_DEVICE");
-    if (none && *none && *none != '0') {
-        *count = 0;
-        return last_error = cudaErrorNoDevice;
-    }
-    const char *n = getenv("PX_CUDA_EMU_DEVICES");
-    *count = n && atoi(n) > 0 ? atoi(n) : 1;
-    return cudaSuccess;
+    int n = 0;
+    while (physical_device(n) >= 0)
+        n++;
+    *count = n;
+    return n ? cudaSuccess : (last_error = cudaErrorNoDevice);
 }
 
 cudaError_t cudaGetDevice(int *device)
@@ -135,10 +143,18 @@ cudaError_t cudaGetDevice(int *device)
 
 cudaError_t cudaSetDevice(int device)
 {
-    int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess || device < 0 || device >= count)
+    if (physical_device(device) < 0)
         return last_error = cudaErrorInvalidDevice;
     current_device = device;
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetPCIBusId(char *bus_id, int len, int device)
+{
+    const int p = physical_device(device);
+    if (p < 0 || len <= 0)
+        return last_error = cudaErrorInvalidDevice;
+    snprintf(bus_id, (size_t)len, "0000:%02x:00.0", 0x18 + p);
     return cudaSuccess;
 }
 
@@ -155,16 +171,224 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int device)
     return cudaSuccess;
 }
 
+/* ---- device memory: pages the host cannot touch ----
+ *
+ * On a GPU, host code that dereferences a device pointer faults. So here: each allocation is a
+ * mapping of its own, inaccessible (PROT_NONE) while host code runs. The emulator's own work --
+ * a kernel, a copy, a memset, a GEMM, a communication library's operation -- runs inside a
+ * "device window" (EmuWindow), and its first access to a part of an allocation faults into
+ * on_segv, which opens that part (OPEN_BYTES around the fault, within the allocation) until the
+ * outermost window closes: opening and closing cost in proportion to what the work touched,
+ * not to the allocation (an arena of hundreds of MiB). A fault on device memory
+ * outside a window is host code reading or writing it: reported with the allocation, and the
+ * process aborts. The data ends where its pages end, 256-byte aligned (cudaMalloc's alignment),
+ * between two guard pages that are never opened, so that an access beyond the rounded size
+ * faults too, inside a window or not; under AddressSanitizer the slack between the data and
+ * the guards is poisoned, which makes the bounds exact. A window belongs to one host thread
+ * (thread_local): another thread's access faults and is reported, unless the allocation
+ * happens to be open for the window at that moment. ---- */
+
+struct EmuAlloc {
+    size_t bytes;
+    unsigned char *map; /* the mapping: guard page, data pages, guard page */
+    size_t map_bytes;
+};
+
+/* a part of an allocation that a window opened */
+struct EmuOpen {
+    unsigned char *lo;
+    size_t bytes;
+};
+
+enum { OPEN_BYTES = 64 * 1024, OPEN_MAX = 1 << 16 };
+
+static std::map<uintptr_t, EmuAlloc> allocs; /* by the pointer cudaMalloc returned */
+static EmuOpen opened[OPEN_MAX];             /* the window's; fixed: the handler never allocates */
+static size_t n_opened;
+static int all_opened; /* the table overflowed: whole allocations were opened too */
+/* volatile, with signal fences below: the compiler must not move the window's count across a
+ * memset or memmove of device memory, which it knows touch nothing else */
+static thread_local volatile int window_depth;
+static size_t page_bytes;
+static struct sigaction prev_segv;
+static const char *kernel_file; /* the kernel running, for a fault's message */
+static int kernel_line;
+
+static int is_device(const void *p, size_t bytes)
+{
+    uintptr_t a = (uintptr_t)p;
+    auto it = allocs.upper_bound(a);
+    if (it == allocs.begin())
+        return 0;
+    --it;
+    return a >= it->first && a - it->first + bytes <= it->second.bytes;
+}
+
+static void emu_check_range(const void *p, size_t bytes, const char *what)
+{
+    if (bytes && !is_device(p, bytes))
+        emu_fail(NULL, 0, "%s: %zu bytes at %p are not inside one device allocation", what, bytes,
+                 p);
+}
+
+/* The allocation whose mapping holds address a (its guards included), or NULL; *ptr gets the
+ * pointer cudaMalloc returned for it. */
+static EmuAlloc *mapping_of(uintptr_t a, uintptr_t *ptr)
+{
+    auto it = allocs.upper_bound(a);
+    for (int k = 0; k < 2; k++) {
+        if (it != allocs.end()) {
+            EmuAlloc &m = it->second;
+            if (a >= (uintptr_t)m.map && a < (uintptr_t)m.map + m.map_bytes) {
+                *ptr = it->first;
+                return &m;
+            }
+        }
+        if (it == allocs.begin())
+            break;
+        --it;
+    }
+    return NULL;
+}
+
+/* write(2) rather than stdio: the fault may have happened inside stdio */
+__attribute__((format(printf, 1, 2))) static void segv_say(const char *fmt, ...)
+{
+    char buf[640];
+    va_list ap;
+    va_start(ap, fmt);
+    const int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (n > 0 && write(2, buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1) < 0)
+        _exit(134);
+}
+
+static void on_segv(int sig, siginfo_t *si, void *uc)
+{
+    (void)uc;
+    const uintptr_t a = (uintptr_t)si->si_addr;
+    uintptr_t ptr = 0;
+    EmuAlloc *m = mapping_of(a, &ptr);
+    if (!m) {
+        /* not device memory: whoever handled it before (by default a core dump) */
+        sigaction(sig, &prev_segv, NULL);
+        return;
+    }
+    const uintptr_t lo = (uintptr_t)m->map + page_bytes;
+    const uintptr_t hi = (uintptr_t)m->map + m->map_bytes - page_bytes;
+    if (window_depth > 0 && a >= lo && a < hi) {
+        /* the OPEN_BYTES-aligned part around the fault; when the table is full (a window that
+         * touched gigabytes), the whole allocation, and the window's end closes every one */
+        uintptr_t plo = a & ~(uintptr_t)(OPEN_BYTES - 1), phi = plo + OPEN_BYTES;
+        if (plo < lo)
+            plo = lo;
+        if (phi > hi)
+            phi = hi;
+        if (n_opened < OPEN_MAX && mprotect((void *)plo, phi - plo, PROT_READ | PROT_WRITE) == 0) {
+            opened[n_opened].lo = (unsigned char *)plo;
+            opened[n_opened].bytes = phi - plo;
+            n_opened++;
+            return;
+        }
+        if (n_opened == OPEN_MAX && mprotect((void *)lo, hi - lo, PROT_READ | PROT_WRITE) == 0) {
+            all_opened = 1;
+            return;
+        }
+    }
+    if (window_depth > 0 && kernel_file)
+        segv_say("parallax: cuda_emu: %s:%d: the kernel launched here ", kernel_file, kernel_line);
+    else if (window_depth > 0)
+        segv_say("parallax: cuda_emu: a copy, memset, GEMM or communication ");
+    else
+        segv_say("parallax: cuda_emu: host code (not a kernel, copy or memset) ");
+    if (a < ptr)
+        segv_say("touched %p, %zu bytes before the device allocation of %zu bytes at %p\n",
+                 (void *)a, (size_t)(ptr - a), m->bytes, (void *)ptr);
+    else if (a >= ptr + m->bytes)
+        segv_say("touched %p, %zu bytes past the end of the device allocation of %zu bytes at "
+                 "%p\n", (void *)a, (size_t)(a - ptr - m->bytes), m->bytes, (void *)ptr);
+    else
+        segv_say("touched %p, byte %zu of the device allocation of %zu bytes at %p: on a GPU "
+                 "host code cannot read or write device memory; copy it (cudaMemcpy, kernels.h's "
+                 "to_host and to_device)\n", (void *)a, (size_t)(a - ptr), m->bytes, (void *)ptr);
+    signal(SIGABRT, SIG_DFL);
+    abort();
+}
+
+/* Makes on_segv the SIGSEGV handler; again after someone else took it over (MPI installs its
+ * own at MPI_Init), keeping theirs for the faults that are not on device memory. */
+static void install_segv(void)
+{
+    struct sigaction cur;
+    if (sigaction(SIGSEGV, NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO) &&
+        cur.sa_sigaction == on_segv)
+        return;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_segv;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, &prev_segv);
+}
+
+/* Closes what the window opened (the outermost one, on its way out). */
+static void close_opened(void)
+{
+    for (size_t i = 0; i < n_opened; i++)
+        if (mprotect(opened[i].lo, opened[i].bytes, PROT_NONE) != 0)
+            emu_fail(NULL, 0, "mprotect: cannot close the device memory at %p",
+                     (void *)opened[i].lo);
+    n_opened = 0;
+    for (auto &a : allocs)
+        if (all_opened &&
+            mprotect(a.second.map + page_bytes, a.second.map_bytes - 2 * page_bytes, PROT_NONE) != 0)
+            emu_fail(NULL, 0, "mprotect: cannot close the device memory at %p", (void *)a.first);
+    all_opened = 0;
+}
+
+struct EmuWindow {
+    EmuWindow()
+    {
+        window_depth = window_depth + 1;
+        std::atomic_signal_fence(std::memory_order_seq_cst);
+    }
+    ~EmuWindow()
+    {
+        std::atomic_signal_fence(std::memory_order_seq_cst);
+        window_depth = window_depth - 1;
+        if (window_depth == 0 && (n_opened || all_opened))
+            close_opened();
+    }
+    EmuWindow(const EmuWindow &) = delete;
+    EmuWindow &operator=(const EmuWindow &) = delete;
+};
+
 cudaError_t cudaMalloc(void **p, size_t bytes)
 {
     *p = NULL;
     if (bytes == 0)
         return cudaSuccess; /* as CUDA: success and a NULL pointer */
-    void *q = malloc(bytes);
-    if (!q)
+    if (!page_bytes)
+        page_bytes = (size_t)sysconf(_SC_PAGESIZE);
+    install_segv();
+    const size_t rounded = (bytes + 255) & ~(size_t)255;
+    const size_t data = (rounded + page_bytes - 1) / page_bytes * page_bytes;
+    const size_t map_bytes = data + 2 * page_bytes;
+    void *map =
+        mmap(NULL, map_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (map == MAP_FAILED)
         return last_error = cudaErrorMemoryAllocation;
+    unsigned char *q = (unsigned char *)map + page_bytes + (data - rounded);
+#ifdef EMU_ASAN
+    ASAN_POISON_MEMORY_REGION((unsigned char *)map + page_bytes, data - rounded);
+    ASAN_POISON_MEMORY_REGION(q + bytes, rounded - bytes);
+#endif
+    EmuAlloc &m = allocs[(uintptr_t)q];
+    m.bytes = bytes;
+    m.map = (unsigned char *)map;
+    m.map_bytes = map_bytes;
+    EmuWindow w;
     memset(q, 0xA5, bytes); /* cudaMalloc does not zero: let a missing memset show */
-    allocs[(uintptr_t)q] = bytes;
     *p = q;
     return cudaSuccess;
 }
@@ -176,14 +400,25 @@ cudaError_t cudaFree(void *p)
     auto it = allocs.find((uintptr_t)p);
     if (it == allocs.end())
         emu_fail(NULL, 0, "cudaFree(%p): not a pointer that cudaMalloc returned", p);
+    const EmuAlloc m = it->second;
+    for (size_t i = 0; i < n_opened;) /* (freed inside a window: not by parallax) */
+        if (opened[i].lo >= m.map && opened[i].lo < m.map + m.map_bytes)
+            opened[i] = opened[--n_opened];
+        else
+            i++;
     allocs.erase(it);
-    free(p);
+#ifdef EMU_ASAN
+    /* the shadow outlives the mapping: a later mapping here must not start poisoned */
+    ASAN_UNPOISON_MEMORY_REGION(m.map + page_bytes, m.map_bytes - 2 * page_bytes);
+#endif
+    munmap(m.map, m.map_bytes);
     return cudaSuccess;
 }
 
 cudaError_t cudaMemset(void *p, int value, size_t bytes)
 {
     emu_check_range(p, bytes, "cudaMemset");
+    EmuWindow w;
     if (bytes)
         memset(p, value, bytes);
     return cudaSuccess;
@@ -237,6 +472,7 @@ static void stream_progress(cudaStream_t s)
 
 static void progress_all(void)
 {
+    EmuWindow w;
     for (cudaStream_t s : streams)
         stream_progress(s);
 }
@@ -246,6 +482,7 @@ static void progress_all(void)
  * waits for may need one of them). */
 static void stream_flush(cudaStream_t s, unsigned long long upto)
 {
+    EmuWindow w;
     while (s && s->done < upto && !s->pending.empty()) {
         EmuItem &w = s->pending.front();
         if (!w.start) {
@@ -281,6 +518,7 @@ static void enqueue_item(cudaStream_t stream, const EmuItem &item)
 void kern_emu_enqueue(cudaStream_t stream, const std::function<void()> &work)
 {
     if (!stream) {
+        EmuWindow w;
         work();
         return;
     }
@@ -293,6 +531,7 @@ void kern_emu_enqueue_op(cudaStream_t stream, void (*start)(void *), int (*test)
 {
     EmuItem item = {std::function<void()>(), start, test, finish, arg, 0};
     if (!stream) {
+        EmuWindow w;
         start(arg);
         while (!test(arg))
             progress_all();
@@ -301,6 +540,8 @@ void kern_emu_enqueue_op(cudaStream_t stream, void (*start)(void *), int (*test)
     }
     enqueue_item(stream, item);
 }
+
+void kern_emu_progress(void) { progress_all(); }
 
 cudaError_t cudaStreamCreateWithPriority(cudaStream_t *stream, unsigned flags, int priority)
 {
@@ -436,13 +677,20 @@ static int is_pinned(const void *p, size_t bytes)
 }
 
 /* An 80 GiB device (an H100's), less what is allocated: what cudaMemGetInfo would say beyond
- * the context's own memory. PX_CUDA_EMU_MEMORY=BYTES plays another size. */
+ * the context's own memory. PX_CUDA_EMU_MEMORY=BYTES plays another size. The driver maps device
+ * memory in 2 MiB pages and packs small allocations into pages it holds already, so on a GPU
+ * free memory moves in steps of 2 MiB and a small allocation may not move it at all: played here
+ * by counting what is allocated in whole 2 MiB pages (PX_CUDA_EMU_PAGE_BYTES=N counts in pages
+ * of N bytes; 1 counts bytes exactly). */
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes)
 {
-    const char *m = getenv("PX_CUDA_EMU_MEMORY");
-    size_t total = m && atoll(m) > 0 ? (size_t)atoll(m) : (size_t)80 << 30, used = 0;
+    const char *m = getenv("PX_CUDA_EMU_MEMORY"), *pg = getenv("PX_CUDA_EMU_PAGE_BYTES");
+    const size_t total = m && atoll(m) > 0 ? (size_t)atoll(m) : (size_t)80 << 30;
+    const size_t page = pg && atoll(pg) > 0 ? (size_t)atoll(pg) : (size_t)2 << 20;
+    size_t used = 0;
     for (auto &a : allocs)
-        used += a.second;
+        used += a.second.bytes;
+    used = (used + page - 1) / page * page;
     *total_bytes = total;
     *free_bytes = used < total ? total - used : 0;
     return cudaSuccess;
@@ -460,6 +708,7 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind 
                  "cudaMemcpy kind %d, but the destination is %sdevice memory and the source "
                  "%sdevice memory",
                  (int)kind, dd ? "" : "not ", sd ? "" : "not ");
+    EmuWindow w;
     memmove(dst, src, bytes);
     return cudaSuccess;
 }
@@ -794,6 +1043,9 @@ void kern_emu_launch(const char *file, int line, const void *kernel, dim3 grid, 
     body = &fn;
     launch_file = file;
     launch_line = line;
+    EmuWindow w;
+    kernel_file = file;
+    kernel_line = line;
     nthreads = (int)threads;
     blockDim = block;
     gridDim = grid;
@@ -807,18 +1059,28 @@ void kern_emu_launch(const char *file, int line, const void *kernel, dim3 grid, 
             }
     free(dyn);
     kern_emu_dyn_smem = NULL;
+    kernel_file = NULL;
 }
 
 /* ---- cuBLAS: a plain column-major GEMM with cuBLAS's argument rules ---- */
 
 struct KernEmuBlas {
-    int unused;
+    int math_mode;
 };
 
 cublasStatus_t cublasCreate(cublasHandle_t *handle)
 {
     static KernEmuBlas h;
+    h.math_mode = CUBLAS_DEFAULT_MATH;
     *handle = &h;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode)
+{
+    if (!handle)
+        return CUBLAS_STATUS_NOT_INITIALIZED;
+    handle->math_mode = (int)mode;
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -886,6 +1148,12 @@ cublasStatus_t cublasGemmStridedBatchedEx(
     if (compute != CUBLAS_COMPUTE_32F || Atype != Btype ||
         (Atype != CUDA_R_16BF && Atype != CUDA_R_16F) || (Ctype != Atype && Ctype != CUDA_R_32F))
         return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (Ctype != CUDA_R_32F && !(handle->math_mode & CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION))
+        emu_fail(NULL, 0, "cuBLAS GEMM with a %s output on a handle that allows reduced-precision "
+                          "reductions: cuBLAS may add split-K partial sums in the output type "
+                          "(cublasSetMathMode with CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION "
+                          "keeps them in fp32)", Ctype == CUDA_R_16BF ? "bf16" : "fp16");
+    EmuWindow w;
     const float al = *(const float *)alpha, be = *(const float *)beta;
     for (int b = 0; b < batchCount; b++) {
         const unsigned char *Ab = (const unsigned char *)A + (size_t)b * strideA * dt_bytes(Atype);
@@ -1060,6 +1328,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     emu_check_range(B, lt_span(Bdesc), "cuBLASLt operand B");
     emu_check_range(C, lt_span(Cdesc), "cuBLASLt operand C");
     emu_check_range(D, lt_span(Ddesc), "cuBLASLt operand D");
+    EmuWindow w;
     float sa = 1.0f, sb = 1.0f;
     if (desc->a_scale) {
         emu_check_range(desc->a_scale, sizeof(float), "cuBLASLt A scale");

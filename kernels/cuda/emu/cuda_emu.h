@@ -8,9 +8,10 @@
  * dynamic shared memory beyond 48 KiB without cudaFuncSetAttribute), __syncthreads reached by
  * only part of a block or after some of its threads returned, shuffles and __syncwarp with
  * lanes missing (divergence), cuBLAS arguments that cuBLAS would reject (leading dimensions,
- * types) and GEMM operands outside their allocations, and copies between the wrong kinds of
- * memory. Device allocations are plain heap blocks of the exact size, so a build with
- * AddressSanitizer catches a kernel's out-of-bounds access.
+ * types) and GEMM operands outside their allocations, copies between the wrong kinds of memory,
+ * and host code touching device memory: each allocation is a mapping closed to the host outside
+ * the emulator's own kernels, copies and GEMMs, between guard pages, its slack poisoned for
+ * AddressSanitizer, which so catches a kernel's out-of-bounds access (cuda_emu.cpp).
  *
  * Compiled in by kernels/cuda/common.cuh when PX_CUDA_EMU is defined (kernels/CMakeLists.txt
  * builds px_kernels_emu and test_kernels_cuda_emu that way). */
@@ -173,9 +174,19 @@ typedef enum {
 } cudaDataType;
 typedef enum { CUBLAS_COMPUTE_32F = 68 } cublasComputeType_t;
 typedef enum { CUBLAS_GEMM_DEFAULT = -1 } cublasGemmAlgo_t;
+typedef enum {
+    CUBLAS_DEFAULT_MATH = 0,
+    CUBLAS_PEDANTIC_MATH = 2,
+    CUBLAS_TF32_TENSOR_OP_MATH = 3,
+    CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION = 16,
+} cublasMath_t;
 
 cublasStatus_t cublasCreate(cublasHandle_t *handle);
 cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream);
+/* Kept per handle: a GEMM with a bf16 or fp16 output on a handle without
+ * CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION aborts, since cuBLAS may then add split-K
+ * partial sums in the output type, which no emulated GEMM (one fp32 sum) would show. */
+cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode);
 const char *cublasGetStatusString(cublasStatus_t st);
 cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
                             cublasOperation_t transb, int m, int n, int k, const void *alpha,

@@ -58,6 +58,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpy
                             cudaStream_t stream);
 cudaError_t cudaDeviceSynchronize(void);
 cudaError_t cudaSetDevice(int device);
+cudaError_t cudaDeviceGetPCIBusId(char *bus_id, int len, int device);
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes);
 cudaError_t cudaMallocHost(void **p, size_t bytes);
 cudaError_t cudaFreeHost(void *p);
@@ -84,6 +85,9 @@ cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest);
  * wait of the emulator keeps all such operations moving while it waits. */
 void kern_emu_enqueue_op(cudaStream_t stream, void (*start)(void *), int (*test)(void *),
                          void (*finish)(void *), void *arg);
+/* Moves every stream's operations along without waiting for any: what a GPU keeps doing while
+ * the host waits in a library call (the emulated NCCL's connection of a pair, for one). */
+void kern_emu_progress(void);
 
 #ifdef __cplusplus
 }

@@ -6,8 +6,10 @@
 #include <limits.h>
 #include <mpi.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/px.h"
 #include "kernels/cuda/emu/include/nccl.h"
@@ -15,7 +17,11 @@
 struct ncclComm {
     MPI_Comm comm;
     int rank, nranks;
+    unsigned char *connected; /* per peer: point-to-point set up (connect_peers) */
 };
+
+/* message tags on a communicator's MPI communicator: data, and the pairs' connections */
+enum { TAG_DATA = 0, TAG_CONNECT = 1, GROUP_PEERS = 1024 };
 
 enum { OP_ALLREDUCE, OP_ALLGATHER, OP_REDUCESCATTER, OP_REDUCE, OP_BCAST, OP_SEND, OP_RECV };
 
@@ -104,56 +110,65 @@ static MPI_Op mpi_op(ncclDataType_t t, ncclRedOp_t op)
     }
 }
 
-/* ---- operations on streams ---- */
+/* ---- operations on streams ----
+ *
+ * MPI never sees device memory: an operation copies its input into host buffers when it
+ * starts and its result out of them when it completes, both inside the emulator's device
+ * window (kernels/cuda/emu: device memory is closed to the host otherwise). MPI may progress a
+ * request during any MPI call of the host, and a peer on the same machine may read or write a
+ * buffer through the kernel (single-copy transports): only host buffers can be handed to it. */
+
+static void *host_copy(const void *src, size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "parallax: nccl_emu: out of memory for %zu bytes\n", bytes);
+        abort();
+    }
+    if (src && bytes)
+        memcpy(p, src, bytes);
+    return p;
+}
 
 static void op_start(void *arg)
 {
     Op *o = arg;
     const MPI_Comm c = o->comm->comm;
     const int n = (int)o->count, me = o->comm->rank, size = o->comm->nranks;
-    const size_t es = type_bytes(o->dt);
+    const size_t es = type_bytes(o->dt), bytes = o->count * es;
     const MPI_Datatype t = mpi_type(o->dt);
     switch (o->kind) {
     case OP_ALLREDUCE:
-        MPI_Iallreduce(o->send == o->recv ? MPI_IN_PLACE : o->send, o->recv, n, t,
-                       mpi_op(o->dt, o->op), c, &o->req);
+        o->tmp = host_copy(o->send, bytes);
+        MPI_Iallreduce(MPI_IN_PLACE, o->tmp, n, t, mpi_op(o->dt, o->op), c, &o->req);
         break;
     case OP_ALLGATHER:
-        MPI_Iallgather((const char *)o->send == (char *)o->recv + (size_t)me * o->count * es
-                           ? MPI_IN_PLACE
-                           : o->send,
-                       n, t, o->recv, n, t, c, &o->req);
+        /* in place when send is recv's own part: copied first, so that is no case here */
+        o->tmp = host_copy(NULL, (size_t)size * bytes);
+        memcpy((char *)o->tmp + (size_t)me * bytes, o->send, bytes);
+        MPI_Iallgather(MPI_IN_PLACE, n, t, o->tmp, n, t, c, &o->req);
         break;
-    case OP_REDUCESCATTER: {
-        /* NCCL's in place (recv is this rank's part of send) is not MPI's: reduce a copy */
-        const void *in = o->send;
-        const size_t bytes = (size_t)size * o->count * es;
-        const char *r = o->recv, *s = o->send;
-        if (r + o->count * es > s && r < s + bytes) {
-            o->tmp = malloc(bytes ? bytes : 1);
-            memcpy(o->tmp, o->send, bytes);
-            in = o->tmp;
-        }
-        MPI_Ireduce_scatter_block(in, o->recv, n, t, mpi_op(o->dt, o->op), c, &o->req);
+    case OP_REDUCESCATTER:
+        /* the whole input, then this rank's part of the sum at its start */
+        o->tmp = host_copy(o->send, (size_t)size * bytes);
+        MPI_Ireduce_scatter_block(MPI_IN_PLACE, o->tmp, n, t, mpi_op(o->dt, o->op), c, &o->req);
         break;
-    }
     case OP_REDUCE:
-        if (me == o->root)
-            MPI_Ireduce(o->send == o->recv ? MPI_IN_PLACE : o->send, o->recv, n, t,
-                        mpi_op(o->dt, o->op), o->root, c, &o->req);
-        else
-            MPI_Ireduce(o->send, NULL, n, t, mpi_op(o->dt, o->op), o->root, c, &o->req);
+        o->tmp = host_copy(o->send, bytes);
+        MPI_Ireduce(me == o->root ? MPI_IN_PLACE : o->tmp, me == o->root ? o->tmp : NULL, n, t,
+                    mpi_op(o->dt, o->op), o->root, c, &o->req);
         break;
     case OP_BCAST:
-        if (me == o->root && o->send != o->recv)
-            memmove(o->recv, o->send, o->count * es);
-        MPI_Ibcast(o->recv, n, t, o->root, c, &o->req);
+        o->tmp = host_copy(me == o->root ? o->send : NULL, bytes);
+        MPI_Ibcast(o->tmp, n, t, o->root, c, &o->req);
         break;
     case OP_SEND:
-        MPI_Isend(o->send, (int)(o->count * es), MPI_BYTE, o->root, 0, c, &o->req);
+        o->tmp = host_copy(o->send, bytes);
+        MPI_Isend(o->tmp, (int)bytes, MPI_BYTE, o->root, TAG_DATA, c, &o->req);
         break;
     default:
-        MPI_Irecv(o->recv, (int)(o->count * es), MPI_BYTE, o->root, 0, c, &o->req);
+        o->tmp = host_copy(NULL, bytes);
+        MPI_Irecv(o->tmp, (int)bytes, MPI_BYTE, o->root, TAG_DATA, c, &o->req);
         break;
     }
 }
@@ -166,11 +181,106 @@ static int op_test(void *arg)
     return done;
 }
 
+/* Complete: the result into device memory (the emulator calls this inside its window). */
 static void op_finish(void *arg)
 {
     Op *o = arg;
+    const size_t bytes = o->count * type_bytes(o->dt);
+    switch (o->kind) {
+    case OP_ALLGATHER: memcpy(o->recv, o->tmp, (size_t)o->comm->nranks * bytes); break;
+    case OP_REDUCE:
+        if (o->comm->rank == o->root)
+            memcpy(o->recv, o->tmp, bytes);
+        break;
+    case OP_SEND: break;
+    default: memcpy(o->recv, o->tmp, bytes); break;
+    }
     free(o->tmp);
     free(o);
+}
+
+/* ---- connecting a pair: NCCL's lazy point-to-point setup ----
+ *
+ * NCCL connects two ranks of a communicator for point-to-point at their first ncclSend or
+ * ncclRecv to each other (at ncclGroupEnd inside a group), on the host: the call does not
+ * return before the peer has made its own first call to this rank on the same communicator.
+ * So a pipeline whose stages each post their first receive before any send, each direction on
+ * its own communicator, deadlocks on a GPU at step 1: stage 0 waits in its receive on one
+ * communicator for stage 1, which waits in its receive on the other. Played here: the first
+ * point-to-point call between a pair exchanges a message with the peer on the host, and a wait
+ * longer than PX_NCCL_EMU_CONNECT_S seconds (60 by default) is that deadlock, reported and
+ * aborted. The GPU goes on meanwhile (every stream's operations keep moving). */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Connects each send's and receive's pair (n operations, on any communicators) that is not
+ * connected yet, all at once, as ncclGroupEnd does. */
+static void connect_ops(Op *const *op, int n, const char *call)
+{
+    MPI_Request req[2 * GROUP_PEERS];
+    Op *fresh[GROUP_PEERS];
+    int nf = 0, nr = 0;
+    static const char hello = 1;
+    char back[GROUP_PEERS];
+    for (int i = 0; i < n; i++) {
+        Op *o = op[i];
+        if ((o->kind != OP_SEND && o->kind != OP_RECV) || o->comm->connected[o->root])
+            continue;
+        int dup = 0;
+        for (int j = 0; j < nf && !dup; j++)
+            dup = fresh[j]->comm == o->comm && fresh[j]->root == o->root;
+        if (dup)
+            continue;
+        if (nf == GROUP_PEERS) {
+            fprintf(stderr, "parallax: nccl_emu: more than %d new pairs in one group\n",
+                    GROUP_PEERS);
+            abort();
+        }
+        fresh[nf] = o;
+        MPI_Isend(&hello, 1, MPI_CHAR, o->root, TAG_CONNECT, o->comm->comm, &req[nr++]);
+        MPI_Irecv(&back[nf], 1, MPI_CHAR, o->root, TAG_CONNECT, o->comm->comm, &req[nr++]);
+        nf++;
+    }
+    if (nf == 0)
+        return;
+    const char *lim = getenv("PX_NCCL_EMU_CONNECT_S");
+    const double limit_s = lim && atof(lim) > 0 ? atof(lim) : 60.0, t0 = now_s();
+    for (;;) {
+        int done = 0;
+        MPI_Testall(nr, req, &done, MPI_STATUSES_IGNORE);
+        if (done)
+            break;
+        kern_emu_progress();
+        if (now_s() - t0 > limit_s) {
+            int world = 0, peer = fresh[0]->root, peer_world = -1;
+            MPI_Comm_rank(MPI_COMM_WORLD, &world);
+            MPI_Group g, wg;
+            MPI_Comm_group(fresh[0]->comm->comm, &g);
+            MPI_Comm_group(MPI_COMM_WORLD, &wg);
+            MPI_Group_translate_ranks(g, 1, &peer, wg, &peer_world);
+            MPI_Group_free(&g);
+            MPI_Group_free(&wg);
+            fprintf(stderr,
+                    "parallax: nccl_emu: world rank %d (rank %d of a communicator of %d) has "
+                    "waited %.0f s in its first %s with world rank %d: NCCL connects a pair at its "
+                    "first point-to-point call and blocks the host until the peer makes its own "
+                    "on the same communicator, so a peer that waits elsewhere (in its own first "
+                    "receive on another communicator, say) deadlocks both on a GPU; connect the "
+                    "pair first (a small send and receive in a group after ncclCommInitRank)\n",
+                    world, fresh[0]->comm->rank, fresh[0]->comm->nranks, limit_s, call,
+                    peer_world);
+            abort();
+        }
+        const struct timespec pause = {0, 100000};
+        nanosleep(&pause, NULL);
+    }
+    for (int j = 0; j < nf; j++)
+        fresh[j]->comm->connected[fresh[j]->root] = 1;
 }
 
 /* The sends and receives of an ncclGroupStart/End pair, started together as one stream
@@ -246,12 +356,18 @@ static ncclResult_t enqueue(int kind, const void *send, void *recv, size_t count
     o->op = op;
     o->root = root;
     o->comm = comm;
+    if ((kind == OP_SEND || kind == OP_RECV) && (root < 0 || root >= comm->nranks)) {
+        free(o);
+        return ncclInvalidArgument;
+    }
     if (group_depth > 0 && (kind == OP_SEND || kind == OP_RECV)) {
         ncclResult_t r = group_add(o, stream);
         if (r != ncclSuccess)
             free(o);
         return r;
     }
+    if (kind == OP_SEND || kind == OP_RECV)
+        connect_ops(&o, 1, kind == OP_SEND ? "ncclSend" : "ncclRecv");
     kern_emu_enqueue_op(stream, op_start, op_test, op_finish, o);
     return ncclSuccess;
 }
@@ -321,6 +437,12 @@ ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId id, int 
     }
     MPI_Comm_rank(c->comm, &c->rank);
     MPI_Comm_size(c->comm, &c->nranks);
+    c->connected = calloc((size_t)c->nranks, 1);
+    if (!c->connected) {
+        MPI_Comm_free(&c->comm);
+        free(c);
+        return ncclSystemError;
+    }
     *out = c;
     return c->rank == rank ? ncclSuccess : ncclInternalError;
 }
@@ -329,6 +451,7 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm)
 {
     if (comm) {
         MPI_Comm_free(&comm->comm);
+        free(comm->connected);
         free(comm);
     }
     return ncclSuccess;
@@ -409,6 +532,7 @@ ncclResult_t ncclGroupEnd(void)
         return ncclSystemError;
     *g = group;
     memset(&group, 0, sizeof group);
+    connect_ops(g->op, g->n, "ncclSend/ncclRecv (ncclGroupEnd)");
     kern_emu_enqueue_op(g->stream, group_start, group_test, group_finish, g);
     return ncclSuccess;
 }

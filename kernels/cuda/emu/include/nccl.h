@@ -3,11 +3,15 @@
  * mpirun job (each rank its own "GPU"), so that the NCCL communication layer runs in CI. Every
  * call is an operation on its CUDA stream (kern_emu_enqueue_op): it starts when the stream gets
  * to it, as NCCL's kernel would, as a non-blocking MPI call on the communicator's own MPI
- * communicator, and the stream goes on once it completes. Point-to-point messages match in
- * order per pair, as NCCL's do (one tag). Groups (ncclGroupStart/End) only nest: their
- * operations start one after another, which is enough for collectives (every rank issues them
- * in the same order) but not for a group of sends and receives that must run together (the
- * layer uses none). Not emulated: anything else of NCCL, its performance, its topology. */
+ * communicator, over host copies of its buffers (MPI never touches the emulator's device
+ * memory), and the stream goes on once it completes. Point-to-point messages match in order
+ * per pair, as NCCL's do (one tag). The sends and receives of a group (ncclGroupStart/End)
+ * start together at ncclGroupEnd; collectives inside a group start one after another, which is
+ * enough when every rank issues them in the same order. As NCCL, the first send or receive
+ * between two ranks of a communicator connects them on the host and blocks until the peer makes
+ * its own (nccl_emu.c: a wait beyond PX_NCCL_EMU_CONNECT_S seconds, 60 by default, is reported
+ * as the deadlock it would be on a GPU). Not emulated: anything else of NCCL, its performance,
+ * its topology. */
 #ifndef KERN_NCCL_EMU_H
 #define KERN_NCCL_EMU_H
 
