@@ -52,7 +52,11 @@ enum { BRIDGE_LLAMA3_8B = 0, BRIDGE_QWEN3_30B = 3, BRIDGE_DEEPSEEK_V3 = 4, BRIDG
 static int recipe_matches(const BridgeRecipe *r, const ModelConfig *c)
 {
     const int rope = c->position == MODEL_POS_ROPE;
-    const double llama3 = c->rope_scaling.type == MODEL_ROPE_SCALING_LLAMA3 ? c->rope_scaling.factor : 0;
+    /* Llama 3.1's recipes carry Meta's frequency factors and 8192-token original context, which
+     * Megatron-Core fixes: a scaling with others is not theirs */
+    const double llama3 = c->rope_scaling.type != MODEL_ROPE_SCALING_LLAMA3 ? 0
+                          : model_rope_scaling_megatron(c)                 ? c->rope_scaling.factor
+                                                                          : -1;
     return r->layers == c->layers && r->hidden == c->hidden && r->heads == c->heads &&
            r->kv_heads == c->kv_heads && (r->vocab == 0 || r->vocab == c->vocab) &&
            r->rope_theta == (rope ? c->rope_theta : 0) && r->llama3 == llama3 &&
