@@ -525,9 +525,12 @@ static int parse_hf_moe(const cJSON *j, const char *where, const char *type, Mod
     if (!mixtral && !gpt_oss && !qwen2 && !qwen3 && !deepseek)
         return PX_OK;
     ModelMoe *m = &c->moe;
+    /* transformers 5 writes Qwen3-MoE's num_experts as num_local_experts */
     const char *k_experts = mixtral || gpt_oss ? "num_local_experts"
                             : deepseek         ? "n_routed_experts"
-                                               : "num_experts";
+                            : qwen3 && !hf_item(j, "num_experts") && hf_item(j, "num_local_experts")
+                                ? "num_local_experts"
+                                : "num_experts";
     const char *k_ffn = mixtral || gpt_oss ? "intermediate_size" : "moe_intermediate_size";
     const char *k_topk =
         gpt_oss && hf_item(j, "experts_per_token") ? "experts_per_token" : "num_experts_per_tok";

@@ -172,6 +172,33 @@ static void test_errors(void)
                       err, "rope_scaling needs rotary positions");
 }
 
+/* transformers 5 saves Qwen3-MoE's expert count as num_local_experts, and its rotary base in
+ * rope_parameters: the model is the same (Qwen3-30B-A3B, 30532122624 parameters as transformers
+ * counts them on the meta device) */
+static void test_qwen3_moe_transformers5(void)
+{
+    PxError err = {0};
+    ModelConfig c;
+#define QWEN3_30B                                                                                 \
+    "\"model_type\": \"qwen3_moe\", \"decoder_sparse_step\": 1, \"head_dim\": 128,"           \
+    " \"hidden_size\": 2048, \"intermediate_size\": 6144, \"max_position_embeddings\": 40960,"  \
+    " \"mlp_only_layers\": [], \"moe_intermediate_size\": 768, \"norm_topk_prob\": true,"       \
+    " \"num_attention_heads\": 32, \"num_experts_per_tok\": 8, \"num_hidden_layers\": 48,"     \
+    " \"num_key_value_heads\": 4, \"rms_norm_eps\": 1e-06, \"router_aux_loss_coef\": 0.001,"   \
+    " \"tie_word_embeddings\": false, \"vocab_size\": 151936"
+    CHECK_OK(parse("{" QWEN3_30B ", \"num_local_experts\": 128, \"rope_parameters\":"
+                   " {\"rope_theta\": 1000000.0, \"rope_type\": \"default\"}}",
+                   &c, &err),
+             err);
+    CHECK_EQ_INT(128, c.moe.experts);
+    CHECK(c.rope_theta == 1e6);
+    CHECK_EQ_U64(30532122624ull, (uint64_t)model_config_params(&c));
+    /* transformers 4's name wins where both are there */
+    CHECK_OK(parse("{" QWEN3_30B ", \"num_experts\": 64, \"num_local_experts\": 128}", &c, &err), err);
+    CHECK_EQ_INT(64, c.moe.experts);
+    CHECK_INPUT_ERROR(parse("{" QWEN3_30B "}", &c, &err), err, "num_experts: missing required key");
+}
+
 /* The parallax JSON carries the scaling (plans embed their model this way) and reads it back. */
 static void test_round_trip(void)
 {
@@ -211,6 +238,7 @@ int main(void)
     test_transformers5();
     test_other_scalings();
     test_errors();
+    test_qwen3_moe_transformers5();
     test_round_trip();
     TEST_DONE("test_model_hf");
 }
