@@ -12,8 +12,21 @@ static const char *const norm_names[] = {"layernorm", "rmsnorm"};
 static const char *const mlp_names[] = {"gelu", "swiglu"};
 static const char *const position_names[] = {"learned", "rope"};
 static const char *const score_names[] = {"softmax", "sigmoid"};
+static const char *const rope_scaling_names[] = {"none", "llama3"};
 
 const char *model_family_name(ModelFamily f) { return f == MODEL_LLAMA ? "llama" : "gpt"; }
+
+const char *model_rope_scaling_name(ModelRopeScalingType t)
+{
+    return (unsigned)t < 2 ? rope_scaling_names[t] : "?";
+}
+
+int model_rope_scaling_megatron(const ModelConfig *c)
+{
+    const ModelRopeScaling *r = &c->rope_scaling;
+    return r->type == MODEL_ROPE_SCALING_LLAMA3 && r->low_freq_factor == 1.0 &&
+           r->high_freq_factor == 4.0 && r->original_context == 8192;
+}
 
 int model_zoo_count(void) { return model_zoo_data_count; }
 
@@ -117,6 +130,20 @@ int model_config_check(const ModelConfig *c, const char *origin, PxError *err)
     if (c->mtp_layers < 0 || c->mtp_layers > 16)
         return px_fail(err, PX_EINPUT, "%s: mtp_layers must be between 0 and 16, got %d", origin,
                        c->mtp_layers);
+    const ModelRopeScaling *r = &c->rope_scaling;
+    if (r->type != MODEL_ROPE_SCALING_NONE && c->position != MODEL_POS_ROPE)
+        return px_fail(err, PX_EINPUT, "%s: rope_scaling needs rotary positions (position \"rope\")",
+                       origin);
+    /* transformers' _validate_llama3_parameters: a factor of at least 1, low below high */
+    if (r->type == MODEL_ROPE_SCALING_LLAMA3 &&
+        (!(r->factor >= 1.0) || !(r->low_freq_factor > 0) ||
+         !(r->high_freq_factor > r->low_freq_factor) || r->original_context < 1))
+        return px_fail(err, PX_EINPUT,
+                       "%s: rope_scaling (llama3) needs factor >= 1, 0 < low_freq_factor < "
+                       "high_freq_factor and original_max_position_embeddings >= 1, got factor %g, "
+                       "low %g, high %g, original %d",
+                       origin, r->factor, r->low_freq_factor, r->high_freq_factor,
+                       r->original_context);
     return PX_OK;
 }
 
@@ -177,6 +204,38 @@ static int parse_native_moe(const cJSON *j, const char *where, ModelConfig *c, P
     return PX_OK;
 }
 
+/* The "rope_scaling" object of the parallax format, in Hugging Face's key names. */
+static int parse_native_rope_scaling(const cJSON *j, const char *where, ModelConfig *c,
+                                     PxError *err)
+{
+    static const char *const keys[] = {"rope_type", "factor", "low_freq_factor",
+                                       "high_freq_factor", "original_max_position_embeddings",
+                                       NULL};
+    const cJSON *o = NULL;
+    int rc = px_json_object(j, where, "rope_scaling", 0, &o, err);
+    if (rc || !o)
+        return rc;
+    char w[340];
+    snprintf(w, sizeof w, "%s rope_scaling", where);
+    px_json_warn_unknown(o, w, keys);
+    ModelRopeScaling *r = &c->rope_scaling;
+    int type = 0;
+    if ((rc = px_json_enum(o, w, "rope_type", 1, rope_scaling_names, 2, &type, err)))
+        return rc;
+    r->type = (ModelRopeScalingType)type;
+    if (r->type == MODEL_ROPE_SCALING_NONE)
+        return PX_OK;
+    return (rc = px_json_double(o, w, "factor", 1, 1.0, 1e6, &r->factor, err)) ||
+                   (rc = px_json_double(o, w, "low_freq_factor", 1, 1e-6, 1e6, &r->low_freq_factor,
+                                        err)) ||
+                   (rc = px_json_double(o, w, "high_freq_factor", 1, 1e-6, 1e6,
+                                        &r->high_freq_factor, err)) ||
+                   (rc = px_json_int(o, w, "original_max_position_embeddings", 1, 1, 1 << 24,
+                                     &r->original_context, err))
+               ? rc
+               : PX_OK;
+}
+
 /* The parallax format (docs/formats.md's Model). */
 static int parse_native(const cJSON *j, const char *origin, ModelConfig *c, PxError *err)
 {
@@ -185,7 +244,7 @@ static int parse_native(const cJSON *j, const char *origin, ModelConfig *c, PxEr
         "kv_heads",       "head_dim", "ffn_hidden",      "vocab",    "seq_len",    "norm",
         "mlp",            "position", "tied_embeddings", "bias",     "qkv_bias",   "norm_eps",
         "rope_theta",     "source",   "description",     "moe",      "mla",        "mtp_layers",
-        "attn_sinks",     "proj_bias", "qk_norm",         NULL};
+        "attn_sinks",     "proj_bias", "qk_norm",         "rope_scaling", NULL};
     char where[300];
     snprintf(where, sizeof where, "%s:", origin);
     int rc, version = 1, fam = 0;
@@ -240,7 +299,8 @@ static int parse_native(const cJSON *j, const char *origin, ModelConfig *c, PxEr
     c->norm = (ModelNorm)norm;
     c->mlp = (ModelMlp)mlp;
     c->position = (ModelPosition)pos;
-    if ((rc = parse_native_moe(j, where, c, err)))
+    if ((rc = parse_native_moe(j, where, c, err)) ||
+        (rc = parse_native_rope_scaling(j, where, c, err)))
         return rc;
     return model_config_check(c, origin, err);
 }
@@ -327,6 +387,93 @@ static int hf_rope_theta(const cJSON *j, const char *where, double *theta, PxErr
     return PX_OK;
 }
 
+/* The rotary scaling of a long-context config: transformers 4's rope_scaling, or transformers 5's
+ * rope_parameters (its full_attention entry where keyed by layer type), whose type is rope_type
+ * (older configs: type). Llama 3.1's llama3 is carried; any other is warned about and planned as
+ * plain RoPE. It also sets the planning sequence (seq_len, the default --seq): the pre-training
+ * length, not max_position_embeddings, which for such a config is the context the scaling
+ * extends to. That is original_max_position_embeddings (in the scaling object, or at the top
+ * level as some configs keep it); else max_position_embeddings / factor for linear scaling
+ * (positions divided by the factor: the trained length stretched); else max_position_embeddings
+ * (dynamic and YaRN scaling take it as the original length in transformers). A note on stderr
+ * says which was taken when it is not max_position_embeddings. */
+static int hf_rope_scaling(const cJSON *j, const char *where, ModelConfig *c, PxError *err)
+{
+    const char *key = "rope_parameters";
+    const cJSON *rs = hf_item(j, key);
+    if (!rs) {
+        key = "rope_scaling";
+        rs = hf_item(j, key);
+    }
+    char w[340];
+    px_json_path(w, sizeof w, where, key);
+    if (rs && !cJSON_IsObject(rs))
+        return px_fail(err, PX_EINPUT, "%s: expected an object", w);
+    const cJSON *full = rs ? hf_item(rs, "full_attention") : NULL;
+    if (cJSON_IsObject(full)) {
+        rs = full;
+        px_json_path(w, sizeof w, w, "full_attention");
+    }
+    const char *tkey = rs && hf_item(rs, "rope_type") ? "rope_type" : "type";
+    const cJSON *type = rs ? hf_item(rs, tkey) : NULL;
+    if (type && !cJSON_IsString(type)) {
+        char wt[360];
+        px_json_path(wt, sizeof wt, w, tkey);
+        return px_fail(err, PX_EINPUT, "%s: expected a string", wt);
+    }
+    const char *t = type ? type->valuestring : "default";
+    int rc, original = 0;
+    double factor = 1.0;
+    char from[120] = "original_max_position_embeddings";
+    if (rs && (rc = px_json_double(rs, w, "factor", 0, 1e-6, 1e6, &factor, err)))
+        return rc;
+    if (rs && hf_item(rs, "original_max_position_embeddings")) {
+        if ((rc = px_json_int(rs, w, "original_max_position_embeddings", 1, 1, 1 << 24, &original,
+                              err)))
+            return rc;
+        snprintf(from, sizeof from, "%s.%soriginal_max_position_embeddings", key,
+                 cJSON_IsObject(full) ? "full_attention." : "");
+    } else if (hf_item(j, "original_max_position_embeddings") &&
+               (rc = px_json_int(j, where, "original_max_position_embeddings", 1, 1, 1 << 24,
+                                 &original, err))) {
+        return rc;
+    }
+    if (strcmp(t, "llama3") == 0) {
+        ModelRopeScaling *r = &c->rope_scaling;
+        r->type = MODEL_ROPE_SCALING_LLAMA3;
+        r->factor = factor;
+        if ((rc = px_json_double(rs, w, "factor", 1, 1.0, 1e6, &r->factor, err)) ||
+            (rc = px_json_double(rs, w, "low_freq_factor", 1, 1e-6, 1e6, &r->low_freq_factor,
+                                 err)) ||
+            (rc = px_json_double(rs, w, "high_freq_factor", 1, 1e-6, 1e6, &r->high_freq_factor,
+                                 err)))
+            return rc;
+        if (!original) {
+            char wo[360];
+            px_json_path(wo, sizeof wo, w, "original_max_position_embeddings");
+            return px_fail(err, PX_EINPUT, "%s: missing required key (llama3 scaling)", wo);
+        }
+        r->original_context = original;
+    } else if (strcmp(t, "default") != 0) {
+        px_warn("%s %s '%s' (factor %g) is not carried: parallax plans and exports plain RoPE "
+                "with base %g",
+                w, tkey, t, factor, c->rope_theta);
+    }
+    const int max_pos = c->seq_len;
+    if (!original && strcmp(t, "linear") == 0 && factor > 1) {
+        original = (int)(max_pos / factor);
+        snprintf(from, sizeof from, "max_position_embeddings / %s.factor", key);
+    }
+    if (original > 0 && original != max_pos) {
+        c->seq_len = original;
+        px_info("%s planning sequence %d from %s (the pre-training length), not "
+                "max_position_embeddings %d (the context %s rope scaling reaches); --seq sets "
+                "another",
+                where, original, from, max_pos, t);
+    }
+    return PX_OK;
+}
+
 /* Qwen's mlp_only_layers: dense layers named one by one. A leading run 0 .. k-1 with every
  * other layer MoE is first_dense k; any other set has no parallax spelling. */
 static int hf_mlp_only_layers(const cJSON *j, const char *where, ModelMoe *m, PxError *err)
@@ -378,9 +525,12 @@ static int parse_hf_moe(const cJSON *j, const char *where, const char *type, Mod
     if (!mixtral && !gpt_oss && !qwen2 && !qwen3 && !deepseek)
         return PX_OK;
     ModelMoe *m = &c->moe;
+    /* transformers 5 writes Qwen3-MoE's num_experts as num_local_experts */
     const char *k_experts = mixtral || gpt_oss ? "num_local_experts"
                             : deepseek         ? "n_routed_experts"
-                                               : "num_experts";
+                            : qwen3 && !hf_item(j, "num_experts") && hf_item(j, "num_local_experts")
+                                ? "num_local_experts"
+                                : "num_experts";
     const char *k_ffn = mixtral || gpt_oss ? "intermediate_size" : "moe_intermediate_size";
     const char *k_topk =
         gpt_oss && hf_item(j, "experts_per_token") ? "experts_per_token" : "num_experts_per_tok";
@@ -569,6 +719,7 @@ static int parse_hf(const cJSON *j, const char *origin, const char *type, ModelC
             (rc = px_json_double(j, where, "rms_norm_eps", 1, 1e-12, 1, &c->norm_eps, err)))
             return rc;
         if ((rc = hf_rope_theta(j, where, &c->rope_theta, err)) ||
+            (rc = hf_rope_scaling(j, where, c, err)) ||
             (rc = hf_bool(j, where, "attention_bias", &c->qkv_bias, err)))
             return rc;
         /* Qwen2 and Qwen2-MoE always carry q/k/v biases (and none elsewhere); GPT-OSS's
@@ -707,6 +858,15 @@ cJSON *model_config_to_json(const ModelConfig *c)
         cJSON_AddBoolToObject(j, "proj_bias", c->proj_bias);
     if (c->qk_norm)
         cJSON_AddBoolToObject(j, "qk_norm", c->qk_norm);
+    const ModelRopeScaling *r = &c->rope_scaling;
+    if (r->type != MODEL_ROPE_SCALING_NONE) {
+        cJSON *o = cJSON_AddObjectToObject(j, "rope_scaling");
+        cJSON_AddStringToObject(o, "rope_type", model_rope_scaling_name(r->type));
+        cJSON_AddNumberToObject(o, "factor", r->factor);
+        cJSON_AddNumberToObject(o, "low_freq_factor", r->low_freq_factor);
+        cJSON_AddNumberToObject(o, "high_freq_factor", r->high_freq_factor);
+        cJSON_AddNumberToObject(o, "original_max_position_embeddings", r->original_context);
+    }
     return j;
 }
 

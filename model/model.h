@@ -73,6 +73,21 @@ typedef struct {
     int qk_nope_dim, qk_rope_dim, v_dim;
 } ModelMla;
 
+/* Rotary scaling for a long context (Hugging Face's rope_scaling / rope_parameters): Llama 3.1's
+ * "llama3" rescales each rotary frequency by how its wavelength compares with the pre-training
+ * context, original_context: wavelengths shorter than original_context / high_freq_factor keep
+ * their frequency, those longer than original_context / low_freq_factor are divided by factor,
+ * the band between is interpolated (Meta's llama-models, apply_scaling; transformers'
+ * _compute_llama3_parameters). It adds no parameters and no work: the exports carry it. */
+typedef enum { MODEL_ROPE_SCALING_NONE = 0, MODEL_ROPE_SCALING_LLAMA3 } ModelRopeScalingType;
+
+typedef struct {
+    ModelRopeScalingType type;
+    double factor;
+    double low_freq_factor, high_freq_factor;
+    int original_context; /* original_max_position_embeddings: the pre-training length */
+} ModelRopeScaling;
+
 typedef struct {
     char name[64];
     ModelFamily family;
@@ -98,6 +113,7 @@ typedef struct {
     int mtp_layers; /* multi-token prediction modules after the last layer (DeepSeek-V3: 1) */
     int attn_sinks; /* a learned sink logit per head (GPT-OSS) */
     int qk_norm;    /* RMSNorm over each query and key head, head_dim weights each (Qwen3) */
+    ModelRopeScaling rope_scaling; /* type NONE: plain RoPE (or none: learned positions) */
 } ModelConfig;
 
 /* Loads a zoo model by name ("gpt2-124m") or a file: parallax model JSON or a Hugging Face
@@ -125,6 +141,14 @@ int model_zoo_count(void);
 const char *model_zoo_name(int i);
 
 const char *model_family_name(ModelFamily f);
+/* "none" or "llama3": the rope_type a config names the scaling by. */
+const char *model_rope_scaling_name(ModelRopeScalingType t);
+/* 1 when c's rotary scaling is Llama 3.1's as Megatron-Core fixes it: llama3 with low_freq_factor
+ * 1, high_freq_factor 4 and an 8192-token original context (RotaryEmbedding._apply_scaling's
+ * defaults, which --use-rope-scaling and Megatron-Bridge's rope_scaling take, leaving only the
+ * factor to --rope-scaling-factor / rope_scaling_factor). 0 for any other llama3 scaling, which
+ * those frameworks cannot express, and for none. */
+int model_rope_scaling_megatron(const ModelConfig *c);
 
 /* ---- layout and training job ---- */
 

@@ -6,7 +6,9 @@
 #   py=$(scripts/clients.sh deepspeed) && "$py" tests/clients/deepspeed_check.py ...
 #
 # A requirements file whose first line is "# needs: torch" shares one torch install
-# (tests/clients/torch.txt, a few GB) through a .pth file instead of downloading its own.
+# (tests/clients/torch.txt, a few GB) through a .pth file instead of downloading its own. One
+# with a line "# no-deps" is installed with pip --no-deps: it pins every package the client
+# needs, for a client whose declared dependencies include GPU builds that do not install here.
 # Environments live in $PARALLAX_CLIENTS_DIR (default ~/.cache/parallax/clients) and are
 # rebuilt when their requirements change. Exit 77 (ctest's "skipped") when PyPI cannot be
 # reached and nothing is cached; progress goes to standard error.
@@ -36,7 +38,9 @@ venv() {
         site=$("$v/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
         "$dir/torch/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' >"$site/_parallax_torch.pth"
     fi
-    if ! "$v/bin/pip" install --disable-pip-version-check -q -r "$r" >&2; then
+    local nodeps=
+    if grep -qx '# no-deps' "$r"; then nodeps=--no-deps; fi
+    if ! "$v/bin/pip" install --disable-pip-version-check -q $nodeps -r "$r" >&2; then
         echo "clients.sh: could not install $n (is PyPI reachable?)" >&2
         exit 77
     fi

@@ -337,7 +337,19 @@ static void deepspeed(FILE *f, const ModelPlan *p, const ModelDims *d)
         cJSON *h = cJSON_AddObjectToObject(j, "fp16");
         cJSON_AddBoolToObject(h, "enabled", 1);
         cJSON_AddNumberToObject(h, "loss_scale", 0); /* dynamic */
+        /* parallax's scaler (exec/train/scale.c, torch.amp.GradScaler's): 2^16 at first,
+         * halved at every overflow (DeepSpeed waits for `hysteresis` of them), doubled after
+         * 2000 clean steps (DeepSpeed's window defaults to 1000) */
         cJSON_AddNumberToObject(h, "initial_scale_power", 16);
+        cJSON_AddNumberToObject(h, "loss_scale_window", 2000);
+        cJSON_AddNumberToObject(h, "hysteresis", 1);
+    }
+    /* DeepSpeed accumulates gradients in the model's dtype unless data_types.grad_accum_dtype
+     * says otherwise, which its ZeRO optimizers take; without ZeRO the engine refuses 16-bit
+     * weights with fp32 gradients (sim_export warns) */
+    if (t->precision != PX_FP32 && (l->zero >= 1 || t->grad_dtype == t->precision)) {
+        cJSON *dt = cJSON_AddObjectToObject(j, "data_types");
+        cJSON_AddStringToObject(dt, "grad_accum_dtype", px_dtype_name(t->grad_dtype));
     }
     cJSON *z = cJSON_AddObjectToObject(j, "zero_optimization");
     cJSON_AddNumberToObject(z, "stage", l->zero);
@@ -365,6 +377,8 @@ static void deepspeed(FILE *f, const ModelPlan *p, const ModelDims *d)
     cJSON_AddNumberToObject(sp, "total_num_steps", t->steps);
     cJSON_AddNumberToObject(sp, "warmup_num_steps", t->warmup_steps);
     cJSON_AddNumberToObject(sp, "cos_min_ratio", t->lr > 0 ? t->min_lr / t->lr : 0);
+    /* parallax warms up linearly (DeepSpeed's default is logarithmic) */
+    cJSON_AddStringToObject(sp, "warmup_type", "linear");
     /* DeepSpeed's checkpointing recomputes whole layers: the block is for full recompute only */
     if (l->recompute == MODEL_RECOMPUTE_FULL) {
         cJSON *ac = cJSON_AddObjectToObject(j, "activation_checkpointing");
@@ -420,6 +434,12 @@ int sim_export(FILE *f, const ModelPlan *plan, SimExportFormat fmt, PxError *err
         if (s.model.mla.kv_lora_rank > 0 || s.model.mtp_layers > 0)
             px_warn("NOT EXPRESSIBLE: multi-head latent attention and multi-token prediction are model code, "
                     "not DeepSpeed config settings");
+        if (s.job.precision != PX_FP32 && s.layout.zero == 0 && s.job.grad_dtype != s.job.precision)
+            px_warn("NOT EXPRESSIBLE: %s gradients of %s weights without ZeRO: DeepSpeed's engine accumulates them "
+                    "in the weights' dtype there (data_types.grad_accum_dtype %s is for its ZeRO optimizers); "
+                    "plan with --zero 1 or --grad-dtype %s",
+                    px_dtype_name(s.job.grad_dtype), px_dtype_name(s.job.precision),
+                    px_dtype_name(s.job.grad_dtype), px_dtype_name(s.job.precision));
         /* DeepSpeed's config has no FP8 training key (deepspeedai/DeepSpeed edaa7221: its fp8 code
          * is quantized inference and OptimizedLinear's weight storage) */
         if (s.job.fp8 != MODEL_FP8_NONE)

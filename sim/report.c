@@ -205,6 +205,11 @@ void sim_result_print(FILE *f, const SimResult *r)
                 px_fmt_count(buf, sizeof buf, model_config_active_params(&s->model)));
     if (d->vocab_pad != s->model.vocab)
         fprintf(f, ", vocabulary %d padded to %d", s->model.vocab, d->vocab_pad);
+    const ModelRopeScaling *rs = &s->model.rope_scaling;
+    if (rs->type != MODEL_ROPE_SCALING_NONE)
+        fprintf(f, ", RoPE base %g with %s scaling x%g (low/high frequency factors %g/%g, original context %d)",
+                s->model.rope_theta, model_rope_scaling_name(rs->type), rs->factor,
+                rs->low_freq_factor, rs->high_freq_factor, rs->original_context);
     double div;
     const char *unit;
     mem_unit(r->peak_bytes, &div, &unit);

@@ -1,8 +1,14 @@
 /* FP8 in the exports, line by line: Megatron-LM's --fp8-* flags for every recipe and format,
  * FP8 parameters where validate_args takes them, what has no flag said in a comment; NeMo 1.x's
- * fp8 keys; Megatron-Bridge's mixed-precision recipe and where the plan differs from it; the
- * DeepSpeed export's NOT EXPRESSIBLE warning. The names are Megatron-LM d98e8a64's,
- * Megatron-Bridge 067f987d's and NeMo 8cfedd72's (sim/export.c cites the files). */
+ * fp8 keys; Megatron-Bridge's mixed-precision recipe, replaced by a copy that differs where the
+ * plan does; the DeepSpeed export's NOT EXPRESSIBLE warning. The names are Megatron-LM
+ * d98e8a64's, Megatron-Bridge 0.3.1's and NeMo 8cfedd72's (sim/export*.c cite the files). */
+
+/* Megatron-Bridge's override that replaces the recipe's precision by `name` with `diff`: the
+ * recipe may hold a name or a MixedPrecisionConfig, so it is deleted and added again */
+#define BRIDGE_MP(name, diff)                                                                     \
+    "'~mixed_precision' '+mixed_precision={_target_:dataclasses.replace,_args_:[{_target_:"       \
+    "megatron.bridge.training.mixed_precision." name "}]," diff "}'"
 #include "fixtures.h"
 #include "test.h"
 
@@ -108,9 +114,8 @@ static void test_delayed(void)
     const char *want_ne[] = {
         "model.transformer_engine=true model.fp8=true model.fp8_e4m3=false model.fp8_hybrid=true "
         "model.fp8_amax_history_len=512 model.fp8_amax_compute_algo=max",
-        "scheduler.lr_warmup_iters=10 scheduler.lr_decay_style=cosine",
-        "mixed_precision=bf16_with_fp8_delayed_scaling_mixed",
-        "# mixed_precision.fp8_amax_history_len=512 mixed_precision.fp8_param_gather=false", NULL};
+        "scheduler.lr_decay_style=cosine scheduler.lr_warmup_iters=10 scheduler.lr_decay_iters=100",
+        BRIDGE_MP("bf16_with_fp8_delayed_scaling_mixed", "fp8_amax_history_len:512,fp8_param_gather:false"), NULL};
     const char *not_ne[] = {"+model.", "bf16_mixed\n", NULL};
     expect_lines("nemo export (delayed)", ne, want_ne, not_ne);
     free(ne);
@@ -133,8 +138,9 @@ static void test_tensorwise(void)
         "model.transformer_engine=true model.fp8=true model.fp8_e4m3=true model.fp8_hybrid=false "
         "+model.fp8_recipe=tensorwise",
         "# NOT EXPRESSIBLE in NeMo 1.x: FP8 parameters under the tensorwise recipe (model.fp8_params builds them",
-        "mixed_precision=bf16_with_fp8_current_scaling_mixed",
-        "# mixed_precision.fp8=e4m3 mixed_precision.first_last_layers_bf16=false", NULL};
+        BRIDGE_MP("bf16_with_fp8_current_scaling_mixed",
+                  "fp8:e4m3,first_last_layers_bf16:false,num_layers_at_start_in_bf16:0,num_layers_at_end_in_bf16:0"),
+        NULL};
     const char *not_ne[] = {"fp8_amax", "+model.fp8_params", NULL};
     expect_lines("nemo export (tensorwise)", ne, want_ne, not_ne);
     free(ne);
@@ -158,8 +164,8 @@ static void test_blockwise(void)
     const char *want_ne[] = {
         "model.transformer_engine=true model.fp8=true model.fp8_e4m3=false model.fp8_hybrid=true "
         "+model.fp8_recipe=blockwise +model.fp8_dot_product_attention=true",
-        "mixed_precision=bf16_with_fp8_subchannel_scaling_mixed",
-        "# mixed_precision.fp8_param_gather=true mixed_precision.fp8_dot_product_attention=true", NULL};
+        BRIDGE_MP("bf16_with_fp8_subchannel_scaling_mixed", "fp8_param_gather:true,fp8_dot_product_attention:true"),
+        NULL};
     expect_lines("nemo export (blockwise)", ne, want_ne, NULL);
     free(ne);
 }
@@ -177,10 +183,9 @@ static void test_mxfp8(void)
     expect_lines("megatron export (mxfp8)", mg, want_mg, not_mg);
     free(mg);
     char *ne = export_of(&s, "dgx-b200", 8, SIM_EXPORT_NEMO, NULL);
-    const char *want_ne[] = {"mixed_precision=bf16_with_mxfp8_mixed",
-                             "# mixed_precision.fp8=hybrid mixed_precision.fp8_param_gather=false "
-                             "mixed_precision.reuse_grad_buf_for_mxfp8_param_ag=false",
-                             NULL};
+    const char *want_ne[] = {BRIDGE_MP("bf16_with_mxfp8_mixed",
+                                       "fp8:hybrid,fp8_param_gather:false,reuse_grad_buf_for_mxfp8_param_ag:false"),
+                             "# the mxfp8 recipe runs on Blackwell only", NULL};
     expect_lines("nemo export (mxfp8)", ne, want_ne, NULL);
     free(ne);
 }
@@ -205,7 +210,8 @@ static void test_zero0_fp16(void)
         "model.transformer_engine=true model.fp8=true model.fp8_e4m3=false model.fp8_hybrid=true "
         "model.fp8_amax_history_len=1024 model.fp8_amax_compute_algo=max",
         "# NOT EXPRESSIBLE: FP8-only weights without the distributed optimizer (ZeRO-0); the weights stay",
-        "mixed_precision=fp16_with_fp8_delayed_scaling_mixed", "# mixed_precision.fp8_param_gather=false",
+        /* fp16_mixed reduces gradients in fp16, the plan in fp32 */
+        BRIDGE_MP("fp16_with_fp8_delayed_scaling_mixed", "grad_reduce_in_fp32:true,fp8_param_gather:false"),
         "# NOT EXPRESSIBLE: FP8-only weights without the distributed optimizer (ZeRO-0): they stay 16-bit", NULL};
     const char *not_ne[] = {"+model.fp8_params", NULL};
     expect_lines("nemo export (ZeRO-0)", ne, want_ne, not_ne);
@@ -267,16 +273,17 @@ static void test_no_fp8(void)
         expect_lines(sim_export_name(fmts[i]), out, NULL, not_fp8);
         expect_lines("warnings", warned, NULL, not_fp8);
         if (fmts[i] == SIM_EXPORT_NEMO) {
-            const char *want[] = {"scheduler.lr_warmup_iters=10 scheduler.lr_decay_style=cosine mixed_precision=bf16_mixed", NULL};
+            const char *want[] = {"mixed_precision=bf16_mixed", NULL};
             expect_lines("nemo export (bf16)", out, want, NULL);
         }
         free(out);
         free(warned);
     }
-    /* Megatron-Bridge registers fp16_mixed (and fp16-mixed), not NeMo 2's 16-mixed */
+    /* Megatron-Bridge registers fp16_mixed (and fp16-mixed), not NeMo 2's 16-mixed; it reduces
+     * gradients in fp16, the plan in fp32 */
     s.job.precision = PX_FP16;
     char *ne = export_of(&s, "dgx-h100", 8, SIM_EXPORT_NEMO, NULL);
-    const char *want16[] = {"scheduler.lr_warmup_iters=10 scheduler.lr_decay_style=cosine mixed_precision=fp16_mixed", NULL};
+    const char *want16[] = {BRIDGE_MP("fp16_mixed", "grad_reduce_in_fp32:true"), NULL};
     expect_lines("nemo export (fp16)", ne, want16, NULL);
     free(ne);
 }
