@@ -199,7 +199,7 @@ int calib_probe(const char *backend, int quick, double *peak, double *bw, PxErro
                             backend ? backend : CALIB_DEFAULT_BACKEND, "--quiet"};
     if (quick)
         args[8] = "--quick";
-    LaunchJob l = {LAUNCH_NONE, 1, "calibrate"};
+    LaunchJob l = {LAUNCH_NONE, 1, "calibrate", NULL};
     int status = 0;
     int rc = launch_worker(&l, args, &status, err);
     if (!rc && status != 0)
