@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks parallax's Megatron-LM export with Megatron-LM's own argument parser.
 
-Usage: MEGATRON_LM=<Megatron-LM checkout> PYTHON tests/clients/megatron_args.py PARALLAX [NAME...]
+Usage: [MEGATRON_LM=<Megatron-LM checkout>] PYTHON tests/clients/megatron_args.py PARALLAX [NAME...]
 
 For every plan of tests/clients/plans.txt and the MoE and FP8 layouts of megatron_expect.EXTRA,
 it exports the plan with `parallax export --format megatron`, sources the export in a clean
@@ -13,10 +13,13 @@ the values Megatron-LM ends up with against the plan (megatron_expect.py); first
 exports in the ways of megatron_expect.BREAKAGES, each of which Megatron-LM must reject (the
 rules megatron_fixture.py mirrors, shown by Megatron-LM itself). One line per plan:
 "ok NAME" or "FAILED NAME: ..." with Megatron-LM's own message; exit 1 when any failed, 77
-(skipped) when MEGATRON_LM is not set or torch cannot be imported. NAMEs limit the plans.
+(skipped) when torch cannot be imported or no Megatron-LM can be had. NAMEs limit the plans.
 
-The Python is scripts/clients.sh megatron's (torch and packaging; tests/clients/megatron.txt).
-Checked against Megatron-LM d98e8a64 (NVIDIA/Megatron-LM, 2026-08-22).
+Which Megatron-LM: the checkout MEGATRON_LM names, else the megatron-core wheel of PyPI
+(MEGATRON_CORE below), which carries megatron/training since core_v0.17.0, downloaded with pip
+once into the clients' cache. The Python is scripts/clients.sh megatron's (torch and packaging;
+tests/clients/megatron.txt). Checked against Megatron-LM d98e8a64 (NVIDIA/Megatron-LM,
+2026-08-22) and megatron-core 0.19.2.
 
 What is stubbed, and nothing else:
   - typing.override, when the Python is older than 3.12 (Megatron-LM imports it from typing;
@@ -88,6 +91,41 @@ def check_one(arguments, torch, name, plan, text, extra):
     return problems
 
 
+# The megatron-core release whose wheel carries megatron/training (since Megatron-LM 9088d4fb,
+# core_v0.17.0): the Megatron-LM the check runs when MEGATRON_LM names no checkout.
+MEGATRON_CORE = "0.19.2"
+
+
+def megatron_core_from_pypi():
+    """The megatron-core wheel from PyPI, unpacked once into the clients' cache; its folder, or
+    None (with a message) when it cannot be had. The wheel is built for Python 3.12 (its one
+    compiled module, the dataset helpers, is never imported here) and megatron-core asks for
+    3.12, so pip downloads it for that version and the check runs its Python files on the
+    clients' Python with typing.override stubbed (see the docstring)."""
+    import subprocess
+    import zipfile
+    cache = os.environ.get("PARALLAX_CLIENTS_DIR") or os.path.expanduser("~/.cache/parallax/clients")
+    root = os.path.join(cache, f"megatron-core-{MEGATRON_CORE}")
+    done = os.path.join(root, ".unpacked")
+    if os.path.isfile(done):
+        return root
+    wheels = os.path.join(cache, "wheels")
+    os.makedirs(wheels, exist_ok=True)
+    r = subprocess.run([sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "-q",
+                        "--no-deps", "--only-binary", ":all:", "--python-version", "3.12",
+                        "-d", wheels, f"megatron-core=={MEGATRON_CORE}"],
+                       capture_output=True, text=True)
+    found = [w for w in os.listdir(wheels) if w.startswith(f"megatron_core-{MEGATRON_CORE}-")]
+    if r.returncode != 0 or not found:
+        print(f"megatron_args: skipped: no MEGATRON_LM checkout, and megatron-core=={MEGATRON_CORE} "
+              f"cannot be downloaded: {r.stderr.strip().splitlines()[-1:] or r.returncode}")
+        return None
+    with zipfile.ZipFile(os.path.join(wheels, found[0])) as z:
+        z.extractall(root)
+    open(done, "w").close()  # last, so that an interrupted unpacking is started over
+    return root
+
+
 def quiet(f, *args):
     """f(*args) with standard output discarded: validate_args prints every argument."""
     with open(os.devnull, "w") as null:
@@ -105,10 +143,14 @@ def main():
     parallax = os.path.abspath(sys.argv[1])
     only = set(sys.argv[2:])
     root = os.environ.get("MEGATRON_LM")
-    if not root or not os.path.isfile(os.path.join(root, "megatron/training/arguments.py")):
-        print("megatron_args: skipped: set MEGATRON_LM to a Megatron-LM checkout "
-              "(megatron/training/arguments.py not found)")
-        return 77
+    if root and not os.path.isfile(os.path.join(root, "megatron/training/arguments.py")):
+        print(f"megatron_args: MEGATRON_LM={root} has no megatron/training/arguments.py")
+        return 2
+    if not root:
+        root = megatron_core_from_pypi()
+        if not root:
+            return 77
+    print(f"megatron_args: Megatron-LM from {root}")
     try:
         import torch
     except ImportError as e:
