@@ -41,6 +41,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import megatron_expect  # noqa: E402
 
+
 def check_one(arguments, torch, name, plan, text, extra):
     """The problems Megatron-LM finds with one export (an empty list: none)."""
     arch = megatron_expect.device_arch(plan)
