@@ -28,6 +28,7 @@ import os
 import sys
 import tempfile
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree for the helpers below
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import megatron_expect  # noqa: E402
 

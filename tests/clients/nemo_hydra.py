@@ -25,6 +25,7 @@ import shlex
 import sys
 import tempfile
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree for the helpers below
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import plan_exports  # noqa: E402
 
