@@ -23,6 +23,7 @@ int sim_export_from_name(const char *s)
 
 static void flag(FILE *f, const char *name, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* One element of the MEGATRON_ARGS array: a flag and, with fmt, its value. */
 static void flag(FILE *f, const char *name, const char *fmt, ...)
 {
     fprintf(f, "    %s", name);
@@ -33,7 +34,7 @@ static void flag(FILE *f, const char *name, const char *fmt, ...)
         vfprintf(f, fmt, ap);
         va_end(ap);
     }
-    fputs(" \\\n", f);
+    fputc('\n', f);
 }
 
 /* Megatron's --moe-layer-freq as its list form, run-length coded: "([0]*3+[1]*58)". Its int
@@ -183,24 +184,70 @@ static void megatron_fp8(FILE *f, const ModelPlan *p)
         flag(f, "--fp8-param-gather", NULL);
 }
 
+/* The launch environment validate_args checks (Megatron-LM d98e8a64, megatron/training/
+ * arguments.py): with tp or cp > 1 it asserts CUDA_DEVICE_MAX_CONNECTIONS=1 before Blackwell
+ * (get_device_arch_version() < 10; a device with MXFP8 tensor cores is Blackwell), so that
+ * the kernels of tensor-parallel communication and compute queue in issue order; Megatron FSDP
+ * instead asserts the variable is not 1 (unset or > 1, for its overlapped collectives) and only
+ * warns about tp or cp. Written as lines a shell sources, not only said. */
+static void megatron_env(FILE *f, const ModelPlan *p)
+{
+    const ModelLayout *l = &p->spec.layout;
+    const ProfDevice *dev = &p->profile.device;
+    const int blackwell = dev->peak_mxfp8 > 0 && !prof_device_is_cpu(dev);
+    if (l->zero >= 2) {
+        fprintf(f, "# Megatron FSDP asserts CUDA_DEVICE_MAX_CONNECTIONS unset or > 1 (validate_args)%s\n",
+                l->tp > 1 || l->cp > 1 ? "; with tp or cp > 1\n# it only warns that tensor parallelism would rather have one connection" : "");
+        fprintf(f, "unset CUDA_DEVICE_MAX_CONNECTIONS\n");
+    } else if ((l->tp > 1 || l->cp > 1) && !blackwell) {
+        fprintf(f, "# with tp or cp > 1 before Blackwell validate_args asserts one hardware queue per device\n");
+        fprintf(f, "export CUDA_DEVICE_MAX_CONNECTIONS=1\n");
+    } else if (l->tp > 1 || l->cp > 1) {
+        fprintf(f, "# on Blackwell validate_args no longer asks for CUDA_DEVICE_MAX_CONNECTIONS=1 with tp or cp > 1\n");
+    }
+}
+
+/* --pipeline-model-parallel-layout for a split whose middle stages differ: the stages' decoder
+ * layers ('t'), the embedding first ('E'), the loss last ('L') and the multi-token prediction
+ * modules, which parallax places on the last stage, just before the loss ('m' each:
+ * PipelineParallelLayerLayout.validate_layer_layout counts them against --mtp-num-layers). */
+static void megatron_layout(char *buf, size_t cap, const ModelPlan *p)
+{
+    sim_export_megatron_layout(buf, cap, &p->spec.layout);
+    size_t n = strlen(buf);
+    if (n == 0 || buf[n - 1] != 'L')
+        return;
+    n--;
+    for (int i = 0; i < p->spec.model.mtp_layers && n + 2 < cap; i++)
+        buf[n++] = 'm';
+    snprintf(buf + n, cap - n, "L");
+}
+
 static void megatron(FILE *f, const ModelPlan *p, const ModelDims *d)
 {
     const ModelConfig *c = &p->spec.model;
     const ModelLayout *l = &p->spec.layout;
     const ModelJob *t = &p->spec.job;
+    int per_node = prof_node_size(&p->profile, p->gpus);
+    if (per_node > p->gpus)
+        per_node = p->gpus;
     fprintf(f, "# Megatron-LM (pretrain_gpt.py) flags for %s on %d GPUs (%s), written by parallax\n",
             c->name, p->gpus, p->cluster);
-    fprintf(f, "# data-parallel size %d follows from the world size; %d micro-batches per step\n",
-            l->dp, d->m);
+    fprintf(f, "# data-parallel size %d follows from the world size; %d micro-batch%s per step\n",
+            l->dp, d->m, d->m == 1 ? "" : "es");
+    fprintf(f, "# source this file, then on each node:\n"
+               "#   torchrun --nnodes %d --nproc-per-node %d ... pretrain_gpt.py \"${MEGATRON_ARGS[@]}\" --data-path ... (or --mock-data)\n",
+            (p->gpus + per_node - 1) / per_node, per_node);
     /* the FSDP asserts: Megatron-LM since ab43d43f (2026-04), still at d98e8a64 */
     if (l->zero >= 2)
         fprintf(f, "# ZeRO-%d maps to Megatron FSDP (--use-megatron-fsdp and the sharding strategy below;\n"
                    "# Megatron-LM versions before the rename call the first flag --use-custom-fsdp), whose\n"
-                   "# validate_args asserts --ckpt-format fsdp_dtensor and CUDA_DEVICE_MAX_CONNECTIONS unset or > 1\n",
+                   "# validate_args asserts --ckpt-format fsdp_dtensor\n",
                 l->zero);
     if (l->schedule == MODEL_SCHED_GPIPE && l->pp > 1)
         fprintf(f, "%s", sim_export_gpipe_note);
     int split_first = -1, split_last = -1, split_ok = 1;
+    char layout[1024] = "";
     if (d->uneven) {
         char split[256];
         model_split_format(l->stage_layers, l->n_stage_layers, split, sizeof split);
@@ -208,22 +255,28 @@ static void megatron(FILE *f, const ModelPlan *p, const ModelDims *d)
         if (split_ok) {
             fprintf(f, "# uneven pipeline split %s: the first/last stage's layers below, the rest even\n", split);
         } else {
-            char lay[1024];
-            sim_export_megatron_layout(lay, sizeof lay, l);
-            fprintf(f, "# NOT EXPRESSIBLE: the uneven pipeline split %s has middle stages of different sizes,\n"
-                       "# which --decoder-first/last-pipeline-num-layers cannot say (Megatron splits the middle\n"
-                       "# stages evenly), so the flags below do not carry it. Megatron-Core versions with the\n"
-                       "# experimental layout flag take it as --pipeline-model-parallel-layout '%s'\n",
-                    split, lay);
+            megatron_layout(layout, sizeof layout, p);
+            fprintf(f, "# uneven pipeline split %s: its middle stages differ, which --decoder-first/last-pipeline-num-layers\n"
+                       "# cannot say, so it goes as --pipeline-model-parallel-layout (Megatron-LM since 77732c36, core_v0.13.0;\n"
+                       "# NOT EXPRESSIBLE in earlier versions, which split the middle stages evenly)\n",
+                    split);
         }
     }
-    /* Megatron FSDP only warns that tp or cp > 1 would rather have one connection */
-    if ((l->tp > 1 || l->cp > 1) && l->zero < 2)
-        fprintf(f, "# with tp or cp > 1 Megatron-LM's validate_args asserts CUDA_DEVICE_MAX_CONNECTIONS=1 in the\n"
-                   "# environment (before Blackwell): export CUDA_DEVICE_MAX_CONNECTIONS=1\n");
+    /* parallax sizes the embedding and output layer for this vocabulary, padded to a multiple
+     * of pad_vocab x tp as Megatron pads it (--make-vocab-size-divisible-by). NullTokenizer
+     * takes the size alone: no tokenizer files or downloads, and it is what --mock-data runs
+     * with; a real data set needs its own tokenizer, with the same vocabulary size. */
+    fprintf(f, "# NullTokenizer with --vocab-size %d sizes the embeddings as planned; for real data use the\n"
+               "# model's tokenizer instead (--tokenizer-type HuggingFaceTokenizer --tokenizer-model NAME_OR_PATH)\n",
+            c->vocab);
+    if (c->rope_scaling.type != MODEL_ROPE_SCALING_NONE && !model_rope_scaling_megatron(c))
+        fprintf(f, "# NOT EXPRESSIBLE: this %s rotary scaling (factor %g) differs from Llama 3.1's frequency factors\n"
+                   "# or original context, which --use-rope-scaling fixes; the flags below leave RoPE unscaled\n",
+                model_rope_scaling_name(c->rope_scaling.type), c->rope_scaling.factor);
     megatron_moe_notes(f, p);
     megatron_fp8_notes(f, p);
-    fprintf(f, "MEGATRON_ARGS=\\\n");
+    megatron_env(f, p);
+    fprintf(f, "MEGATRON_ARGS=(\n");
     flag(f, "--num-layers", "%d", c->layers);
     flag(f, "--hidden-size", "%d", c->hidden);
     flag(f, "--ffn-hidden-size", "%d", c->ffn_hidden);
@@ -244,6 +297,10 @@ static void megatron(FILE *f, const ModelPlan *p, const ModelDims *d)
     if (c->position == MODEL_POS_ROPE) {
         flag(f, "--position-embedding-type", "rope");
         flag(f, "--rotary-base", "%.0f", c->rope_theta);
+        if (model_rope_scaling_megatron(c)) {
+            flag(f, "--use-rope-scaling", NULL);
+            flag(f, "--rope-scaling-factor", "%g", c->rope_scaling.factor);
+        }
     }
     if (!c->tied_embeddings)
         flag(f, "--untie-embeddings-and-output-weights", NULL);
@@ -251,6 +308,12 @@ static void megatron(FILE *f, const ModelPlan *p, const ModelDims *d)
         flag(f, "--disable-bias-linear", NULL);
     if (!c->bias && c->qkv_bias)
         flag(f, "--add-qkv-bias", NULL);
+    if (c->qk_norm)
+        flag(f, "--qk-layernorm", NULL); /* the model's normalization, over each head */
+    if (c->attn_sinks)
+        flag(f, "--softmax-type", "learnable"); /* a learned sink logit per head */
+    flag(f, "--tokenizer-type", "NullTokenizer");
+    flag(f, "--vocab-size", "%d", c->vocab);
     flag(f, "--make-vocab-size-divisible-by", "%d", t->pad_vocab);
     flag(f, "--tensor-model-parallel-size", "%d", l->tp);
     flag(f, "--pipeline-model-parallel-size", "%d", l->pp);
@@ -258,6 +321,8 @@ static void megatron(FILE *f, const ModelPlan *p, const ModelDims *d)
         flag(f, "--decoder-first-pipeline-num-layers", "%d", split_first);
     if (split_last >= 0)
         flag(f, "--decoder-last-pipeline-num-layers", "%d", split_last);
+    if (layout[0])
+        flag(f, "--pipeline-model-parallel-layout", "'%s'", layout);
     if (l->vpp > 1)
         flag(f, "--num-layers-per-virtual-pipeline-stage", "%d", c->layers / (l->pp * l->vpp));
     if (l->cp > 1)
@@ -315,7 +380,8 @@ static void megatron(FILE *f, const ModelPlan *p, const ModelDims *d)
     flag(f, "--train-iters", "%d", t->steps);
     flag(f, "--weight-decay", "%g", t->weight_decay);
     flag(f, "--clip-grad", "%g", t->grad_clip);
-    fprintf(f, "    --seed %llu\n", (unsigned long long)t->seed);
+    flag(f, "--seed", "%llu", (unsigned long long)t->seed);
+    fprintf(f, ")\n");
     if (t->optimizer == MODEL_OPT_ADAM_8BIT)
         fprintf(f, "# 8-bit Adam has no Megatron-LM flag: its memory was planned, the flags use Adam\n");
 }

@@ -220,21 +220,21 @@ static void test_export_megatron(void)
     CHECK_OK(sim_export(f, &plan, SIM_EXPORT_MEGATRON, &err), err);
     fclose(f);
     static const char *const want[] = {
-        "    --tensor-model-parallel-size 2 \\\n",
-        "    --sequence-parallel \\\n",
-        "    --num-experts 8 \\\n",
-        "    --moe-router-topk 2 \\\n",
-        "    --moe-ffn-hidden-size 64 \\\n",
-        "    --moe-shared-expert-intermediate-size 64 \\\n",
-        "    --moe-layer-freq '([0]*1+[1]*3)' \\\n",
-        "    --expert-model-parallel-size 4 \\\n",
-        "    --expert-tensor-parallel-size 1 \\\n",
-        "    --moe-router-score-function softmax \\\n",
-        "    --moe-router-load-balancing-type aux_loss \\\n",
-        "    --moe-aux-loss-coeff 0.01 \\\n",
-        "    --moe-token-dispatcher-type alltoall \\\n",
-        "    --moe-grouped-gemm \\\n",
-        "    --moe-router-force-load-balancing \\\n",
+        "    --tensor-model-parallel-size 2\n",
+        "    --sequence-parallel\n",
+        "    --num-experts 8\n",
+        "    --moe-router-topk 2\n",
+        "    --moe-ffn-hidden-size 64\n",
+        "    --moe-shared-expert-intermediate-size 64\n",
+        "    --moe-layer-freq '([0]*1+[1]*3)'\n",
+        "    --expert-model-parallel-size 4\n",
+        "    --expert-tensor-parallel-size 1\n",
+        "    --moe-router-score-function softmax\n",
+        "    --moe-router-load-balancing-type aux_loss\n",
+        "    --moe-aux-loss-coeff 0.01\n",
+        "    --moe-token-dispatcher-type alltoall\n",
+        "    --moe-grouped-gemm\n",
+        "    --moe-router-force-load-balancing\n",
         "# experts: 8 routed (top 2) over ep 4 x etp 1, expert data parallel 2; dropless (no capacity factor)\n"};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         if (!strstr(buf, want[i])) {

@@ -1,0 +1,209 @@
+/* The Megatron-LM and NeMo 1.x exports, line by line, where the real clients (tests/clients,
+ * label clients) found them wanting: the launch environment as lines a shell sources
+ * (CUDA_DEVICE_MAX_CONNECTIONS=1 for tp or cp > 1 before Blackwell, unset for Megatron FSDP),
+ * MEGATRON_ARGS as a bash array, the tokenizer and vocabulary, an uneven split with unequal
+ * middle stages as --pipeline-model-parallel-layout (MTP modules included), QK norms; NeMo 1.x's
+ * '+' on keys megatron_gpt_config.yaml lacks and the architecture its defaults would replace. */
+#include "fixtures.h"
+#include "test.h"
+
+static ModelSpec job(const char *model, int tp, int cp, int pp, int zero, int gbs, int seq)
+{
+    PxError err = {0};
+    ModelSpec s;
+    model_spec_defaults(&s);
+    CHECK_OK(model_config_load(model, &s.model, &err), err);
+    s.layout.tp = tp;
+    s.layout.cp = cp;
+    s.layout.pp = pp;
+    s.layout.sp = tp > 1;
+    s.layout.zero = zero;
+    s.job.micro_batch = 1;
+    s.job.global_batch = gbs;
+    s.job.seq_len = seq;
+    s.job.precision = PX_BF16;
+    return s;
+}
+
+static char *export_of(const ModelSpec *s, const char *cluster, int gpus, SimExportFormat fmt)
+{
+    PxError err = {0};
+    ModelPlan plan;
+    CHECK_OK(sim_plan_for(s, cluster, gpus, &plan, &err), err);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    CHECK(f != NULL);
+    CHECK_OK(sim_export(f, &plan, fmt, &err), err);
+    fclose(f);
+    model_plan_free(&plan);
+    /* --format nemo writes the Megatron-Bridge overrides after NeMo 1.x's: keep NeMo 1.x's */
+    char *bridge = fmt == SIM_EXPORT_NEMO ? strstr(buf, "\n# Megatron-Bridge") : NULL;
+    if (fmt == SIM_EXPORT_NEMO)
+        CHECK(bridge != NULL);
+    if (bridge)
+        bridge[1] = '\0';
+    return buf;
+}
+
+/* Every line of want is a whole line of text; no line of text contains a string of not_want. */
+static void expect_lines(const char *what, const char *text, const char *const *want, const char *const *not_want)
+{
+    for (const char *const *w = want; w && *w; w++) {
+        px_test_checks++;
+        const size_t n = strlen(*w);
+        const char *at = text;
+        int found = 0;
+        while (!found && (at = strstr(at, *w)) != NULL) {
+            found = (at == text || at[-1] == '\n') && (at[n] == '\n' || at[n] == '\0');
+            at++;
+        }
+        if (!found) {
+            fprintf(stderr, "FAILED: %s lacks the line\n%s\n--- got:\n%s", what, *w, text);
+            exit(1);
+        }
+    }
+    for (const char *const *w = not_want; w && *w; w++) {
+        px_test_checks++;
+        if (strstr(text, *w)) {
+            fprintf(stderr, "FAILED: %s has '%s':\n%s", what, *w, text);
+            exit(1);
+        }
+    }
+}
+
+/* llama3-8b, tp 2 cp 2 on 16 H100s: dp 4, 64 / (1 x 4) = 16 micro-batches */
+static void test_env_tp(void)
+{
+    ModelSpec s = job("llama3-8b", 2, 2, 1, 1, 64, 8192);
+    char *mg = export_of(&s, "dgx-h100", 16, SIM_EXPORT_MEGATRON);
+    const char *want[] = {
+        "# data-parallel size 4 follows from the world size; 16 micro-batches per step",
+        "#   torchrun --nnodes 2 --nproc-per-node 8 ... pretrain_gpt.py \"${MEGATRON_ARGS[@]}\" --data-path ... (or --mock-data)",
+        "export CUDA_DEVICE_MAX_CONNECTIONS=1", "MEGATRON_ARGS=(", "    --tokenizer-type NullTokenizer",
+        "    --vocab-size 128256", "    --make-vocab-size-divisible-by 1", "    --context-parallel-size 2",
+        "    --seed 1234", ")", NULL};
+    const char *not_want[] = {"unset", " \\\n", "--pipeline-model-parallel-layout", "--qk-layernorm", NULL};
+    expect_lines("megatron export (tp 2, cp 2)", mg, want, not_want);
+    free(mg);
+
+    char *ne = export_of(&s, "dgx-h100", 16, SIM_EXPORT_NEMO);
+    const char *want_ne[] = {
+        "trainer.devices=8 trainer.num_nodes=2 trainer.precision=bf16-mixed trainer.max_steps=100",
+        "model.mcore_gpt=true model.megatron_amp_O2=true",
+        "model.virtual_pipeline_model_parallel_size=null +model.context_parallel_size=2 model.sequence_parallel=true",
+        "model.micro_batch_size=1 model.global_batch_size=64 model.encoder_seq_length=8192 model.max_position_embeddings=8192",
+        "model.num_query_groups=8 model.kv_channels=128 model.normalization=rmsnorm model.layernorm_epsilon=1e-05",
+        "model.activation=fast-swiglu model.bias=false model.share_embeddings_and_output_weights=false",
+        "model.position_embedding_type=rope +model.rotary_base=500000 model.make_vocab_size_divisible_by=1",
+        "# the vocabulary (128256, padded to 128256) comes from model.tokenizer.*, the data's tokenizer", NULL};
+    const char *not_ne[] = {" model.context_parallel_size", "decoder_block_gpt", "+model.qk_layernorm", NULL};
+    expect_lines("nemo export (tp 2, cp 2)", ne, want_ne, not_ne);
+    free(ne);
+}
+
+/* ZeRO-2 is Megatron FSDP, which wants CUDA_DEVICE_MAX_CONNECTIONS unset or > 1; one micro-batch */
+static void test_env_fsdp(void)
+{
+    ModelSpec s = job("llama3-8b", 2, 1, 1, 2, 4, 4096);
+    char *mg = export_of(&s, "dgx-h100", 8, SIM_EXPORT_MEGATRON);
+    const char *want[] = {"# data-parallel size 4 follows from the world size; 1 micro-batch per step",
+                          "unset CUDA_DEVICE_MAX_CONNECTIONS", "    --use-megatron-fsdp",
+                          "    --ckpt-format fsdp_dtensor", NULL};
+    const char *not_want[] = {"export CUDA_DEVICE_MAX_CONNECTIONS", "micro-batches", NULL};
+    expect_lines("megatron export (FSDP)", mg, want, not_want);
+    free(mg);
+}
+
+/* Blackwell: validate_args asks nothing of the environment for tp > 1 */
+static void test_env_blackwell(void)
+{
+    ModelSpec s = job("llama3-8b", 2, 1, 1, 1, 64, 4096);
+    char *mg = export_of(&s, "dgx-b200", 8, SIM_EXPORT_MEGATRON);
+    const char *want[] = {
+        "# on Blackwell validate_args no longer asks for CUDA_DEVICE_MAX_CONNECTIONS=1 with tp or cp > 1", NULL};
+    const char *not_want[] = {"export CUDA_DEVICE_MAX_CONNECTIONS", "unset", NULL};
+    expect_lines("megatron export (B200)", mg, want, not_want);
+    free(mg);
+}
+
+/* GPT-3 1.3B: the GPT architecture, learned positions of the model's 2048 */
+static void test_gpt(void)
+{
+    ModelSpec s = job("gpt3-1.3b", 1, 1, 1, 1, 64, 1024);
+    char *ne = export_of(&s, "dgx-a100", 8, SIM_EXPORT_NEMO);
+    const char *want[] = {
+        "model.micro_batch_size=1 model.global_batch_size=64 model.encoder_seq_length=1024 model.max_position_embeddings=2048",
+        "model.activation=gelu model.bias=true model.share_embeddings_and_output_weights=true",
+        "model.position_embedding_type=learned_absolute model.make_vocab_size_divisible_by=1", NULL};
+    const char *not_want[] = {"rotary_base", "export CUDA", NULL};
+    expect_lines("nemo export (GPT-3)", ne, want, not_want);
+    free(ne);
+}
+
+/* DeepSeek-V3 on 4 stages of 15,16,14,16 layers: unequal middle stages go as Megatron-Core's
+ * layout, its MTP module on the last stage before the loss; NeMo 1.x cannot say the split */
+static void test_layout(void)
+{
+    ModelSpec s = job("deepseek-v3", 1, 1, 4, 1, 256, 4096);
+    s.layout.ep = 8;
+    s.layout.etp = 1;
+    const int split[] = {15, 16, 14, 16};
+    s.layout.n_stage_layers = 4;
+    memcpy(s.layout.stage_layers, split, sizeof split);
+    char *mg = export_of(&s, "dgx-h100", 32, SIM_EXPORT_MEGATRON);
+    const char *want[] = {"    --pipeline-model-parallel-layout 'Et*15|t*16|t*14|t*16mL'", "    --mtp-num-layers 1",
+                          "    --kv-channels 192", NULL};
+    const char *not_want[] = {"--decoder-first-pipeline-num-layers", "NOT EXPRESSIBLE: the uneven", NULL};
+    expect_lines("megatron export (layout)", mg, want, not_want);
+    free(mg);
+
+    char *ne = export_of(&s, "dgx-h100", 32, SIM_EXPORT_NEMO);
+    const char *want_ne[] = {
+        "# NOT EXPRESSIBLE in NeMo 1.x: the uneven pipeline split 15,16,14,16 has middle stages of different",
+        "+model.name=decoder_block_gpt",
+        "+model.num_moe_experts=256 +model.moe_router_topk=8 ++model.expert_model_parallel_size=8 +model.expert_tensor_parallel_size=1",
+        "+model.moe_token_dispatcher_type=alltoall +model.moe_grouped_gemm=true",
+        "# NOT EXPRESSIBLE in NeMo 1.x: 1 multi-token prediction module (MegatronGPTModel builds", NULL};
+    const char *not_ne[] = {"num_layers_in_first_pipeline_stage", "mtp_num_layers", NULL};
+    expect_lines("nemo export (layout)", ne, want_ne, not_ne);
+    free(ne);
+}
+
+/* An uneven split of the first/last form: NeMo 2.3.0 on takes it; Qwen3's QK norms */
+static void test_first_last(void)
+{
+    ModelSpec s = job("qwen3-30b-a3b", 1, 1, 4, 1, 256, 4096);
+    s.layout.ep = 8;
+    s.layout.etp = 1;
+    const int split[] = {11, 13, 13, 11};
+    s.layout.n_stage_layers = 4;
+    memcpy(s.layout.stage_layers, split, sizeof split);
+    char *mg = export_of(&s, "dgx-h100", 32, SIM_EXPORT_MEGATRON);
+    const char *want[] = {"    --decoder-first-pipeline-num-layers 11", "    --decoder-last-pipeline-num-layers 11",
+                          "    --qk-layernorm", NULL};
+    const char *not_want[] = {"--pipeline-model-parallel-layout", NULL};
+    expect_lines("megatron export (first/last)", mg, want, not_want);
+    free(mg);
+
+    char *ne = export_of(&s, "dgx-h100", 32, SIM_EXPORT_NEMO);
+    const char *want_ne[] = {
+        "+model.num_layers_in_first_pipeline_stage=11 +model.num_layers_in_last_pipeline_stage=11",
+        "# the uneven pipeline split 11,13,13,11: NeMo 2.3.0 on; 1.23.0 splits evenly", "+model.qk_layernorm=true",
+        "+model.name=decoder_block_gpt", NULL};
+    const char *not_ne[] = {"NOT EXPRESSIBLE in NeMo 1.x: the uneven", "moe_layer_freq=[", NULL};
+    expect_lines("nemo export (first/last)", ne, want_ne, not_ne);
+    free(ne);
+}
+
+int main(void)
+{
+    px_log_set_quiet(1);
+    test_env_tp();
+    test_env_fsdp();
+    test_env_blackwell();
+    test_gpt();
+    test_layout();
+    test_first_last();
+    TEST_DONE("export_megatron");
+}
