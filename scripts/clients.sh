@@ -11,7 +11,9 @@
 # needs, for a client whose declared dependencies include GPU builds that do not install here.
 # Environments live in $PARALLAX_CLIENTS_DIR (default ~/.cache/parallax/clients) and are
 # rebuilt when their requirements change. Exit 77 (ctest's "skipped") when PyPI cannot be
-# reached and nothing is cached; progress goes to standard error.
+# reached and nothing is cached, 1 when it can and the install still fails; progress goes to
+# standard error. Installs run one at a time (a lock in the folder): tests started together
+# would otherwise build the shared torch environment over each other.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 name=${1:?usage: scripts/clients.sh NAME}
@@ -20,6 +22,8 @@ req="$root/tests/clients/$name.txt"
 dir=${PARALLAX_CLIENTS_DIR:-$HOME/.cache/parallax/clients}
 mkdir -p "$dir"
 python=${PARALLAX_PYTHON:-python3}
+exec 9>"$dir/.lock"
+flock 9
 
 # venv NAME REQ: the environment, (re)built in place when REQ's content differs from what built
 # it; .requirements is written last, so an interrupted install is started over
@@ -41,8 +45,12 @@ venv() {
     local nodeps=
     if grep -qx '# no-deps' "$r"; then nodeps=--no-deps; fi
     if ! "$v/bin/pip" install --disable-pip-version-check -q $nodeps -r "$r" >&2; then
-        echo "clients.sh: could not install $n (is PyPI reachable?)" >&2
-        exit 77
+        if ! "$python" -c 'import urllib.request; urllib.request.urlopen("https://pypi.org/simple/pip/", timeout=20)' 2>/dev/null; then
+            echo "clients.sh: could not install $n: PyPI cannot be reached" >&2
+            exit 77
+        fi
+        echo "clients.sh: could not install $n from $r (PyPI answers: see pip's message above)" >&2
+        exit 1
     fi
     echo "$sum" >"$v/.requirements"
 }
