@@ -189,12 +189,19 @@ int prof_calibrated_path(char *buf, size_t cap)
     char *slash = strrchr(exe, '/');
     if (slash)
         *slash = '\0';
-    /* $PARALLAX_PROFILE_DIR, ./profiles, then the profiles/ beside the build directory */
-    const char *dirs[3] = {env, "profiles", NULL};
+    /* $PARALLAX_PROFILE_DIR alone when it is set (a calibration there must not read or
+     * overwrite another folder's profile); else ./profiles, then the profiles/ beside the build
+     * directory */
+    char abs[PATH_MAX];
+    if (env && *env) {
+        const char *dir = realpath(env, abs) ? abs : env;
+        snprintf(buf, cap, "%s/local-%s.json", dir, host);
+        return px_file_exists(buf);
+    }
+    const char *dirs[3] = {NULL, "profiles", NULL};
     char beside[1100];
     snprintf(beside, sizeof beside, "%s/../profiles", exe);
     dirs[2] = n > 0 ? beside : NULL;
-    char abs[PATH_MAX];
     for (int i = 0; i < 3; i++) {
         if (!dirs[i] || !*dirs[i])
             continue;
@@ -204,9 +211,9 @@ int prof_calibrated_path(char *buf, size_t cap)
         if (px_file_exists(buf))
             return 1;
     }
-    /* where calibrate writes it: $PARALLAX_PROFILE_DIR, else the profiles/ of the source tree
-     * beside the build directory, else ./profiles */
-    const char *dir = env && *env ? env : n > 0 && realpath(beside, abs) ? abs : "profiles";
+    /* where calibrate writes it: the profiles/ of the source tree beside the build directory,
+     * else ./profiles */
+    const char *dir = n > 0 && realpath(beside, abs) ? abs : "profiles";
     if (dir != abs && realpath(dir, abs))
         dir = abs;
     snprintf(buf, cap, "%s/local-%s.json", dir, host);
