@@ -46,32 +46,6 @@ static char *export_of(const ModelSpec *s, const char *cluster, int gpus, SimExp
     return buf;
 }
 
-/* Every line of want is a whole line of text; no line of text contains a string of not_want. */
-static void expect_lines(const char *what, const char *text, const char *const *want, const char *const *not_want)
-{
-    for (const char *const *w = want; w && *w; w++) {
-        px_test_checks++;
-        const size_t n = strlen(*w);
-        const char *at = text;
-        int found = 0;
-        while (!found && (at = strstr(at, *w)) != NULL) {
-            found = (at == text || at[-1] == '\n') && (at[n] == '\n' || at[n] == '\0');
-            at++;
-        }
-        if (!found) {
-            fprintf(stderr, "FAILED: %s lacks the line\n%s\n--- got:\n%s", what, *w, text);
-            exit(1);
-        }
-    }
-    for (const char *const *w = not_want; w && *w; w++) {
-        px_test_checks++;
-        if (strstr(text, *w)) {
-            fprintf(stderr, "FAILED: %s has '%s':\n%s", what, *w, text);
-            exit(1);
-        }
-    }
-}
-
 /* llama3-8b, tp 2 cp 2 on 16 H100s: dp 4, 64 / (1 x 4) = 16 micro-batches */
 static void test_env_tp(void)
 {
