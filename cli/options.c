@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+_Static_assert(CLI_KNOB_COUNT <= 64, "knob ids are bits of CliArgs.given");
+
 const CliOption cli_knob_options[] = {
     {"tp", 1, "N", "tensor-parallel degree", CLI_TP, 0},
     {"pp", 1, "N", "pipeline-parallel degree (stages)", CLI_PP, 0},
@@ -14,6 +16,15 @@ const CliOption cli_knob_options[] = {
     {"cp", 1, "N", "context-parallel degree", CLI_CP, 0},
     {"vpp", 1, "N", "model chunks per pipeline rank (>1: interleaved schedule)", CLI_VPP, 0},
     {"zero", 1, "0-3", "ZeRO stage: 1 optimizer+master, 2 +grads, 3 +params sharded", CLI_ZERO, 0},
+    {"fsdp", 0, NULL, "FSDP2 / Megatron-FSDP sharding: zero 3 whose backward gather also serves the recompute", CLI_FSDP, 0},
+    {"no-reshard-after-forward", 0, NULL, "zero 3: keep each layer's gathered parameters from its forward to its backward", CLI_KEEP_GATHERED, 0},
+    {"reshard-after-forward", 0, NULL, "zero 3: free them after the forward, gather again in the backward (default)", CLI_RESHARD, 0},
+    {"fsdp-prefetch", 1, "N", "zero 3: layers whose parameter gathers run ahead of the compute (default 1; 0: none)", CLI_PREFETCH, 0},
+    {"zero-bucket-bytes", 1, "B", "ZeRO gathers and gradient reductions in calls of at most B bytes, e.g. 5e8 (default: one per layer)", CLI_BUCKET, 0},
+    {"dp-shard", 1, "N", "HSDP: data-parallel ranks that shard the ZeRO state (default: dp)", CLI_DP_SHARD, 0},
+    {"dp-replicate", 1, "N", "HSDP: replicas of the sharded state; dp = dp-shard x dp-replicate (default 1)", CLI_DP_REPLICATE, 0},
+    {"offload-optimizer", 0, NULL, "master weights and optimizer state in host memory, the optimizer step on the host", CLI_OFFLOAD_OPT, 0},
+    {"offload-activations", 0, NULL, "saved activations to host memory in the forward, back before the backward", CLI_OFFLOAD_ACT, 0},
     {"sp", 0, NULL, "sequence parallelism (needs tp > 1)", CLI_SP, 0},
     {"no-sp", 0, NULL, "no sequence parallelism (default)", CLI_NO_SP, 0},
     {"recompute", 1, "MODE", "activation recompute: none | selective | full", CLI_RECOMPUTE, 0},
@@ -136,6 +147,25 @@ static int knob(int id, const char *arg, CliArgs *a, PxError *err)
     case CLI_CP: rc = px_parse_int(arg, "--cp", 1, 1 << 16, &l->cp, err); break;
     case CLI_VPP: rc = px_parse_int(arg, "--vpp", 1, 1 << 16, &l->vpp, err); break;
     case CLI_ZERO: rc = px_parse_int(arg, "--zero", 0, 3, &l->zero, err); break;
+    case CLI_FSDP:
+        l->fsdp = 1;
+        l->zero = 3;
+        break;
+    case CLI_KEEP_GATHERED: l->keep_gathered = 1; break;
+    case CLI_RESHARD: l->keep_gathered = 0; break;
+    case CLI_PREFETCH:
+        if (!(rc = px_parse_int(arg, "--fsdp-prefetch", 0, 16, &v, err)))
+            l->prefetch = v == 0 ? -1 : v;
+        break;
+    case CLI_BUCKET:
+        rc = px_parse_double(arg, "--zero-bucket-bytes", &l->bucket_bytes, err);
+        if (!rc && !(l->bucket_bytes >= 1 && l->bucket_bytes <= 1e15))
+            rc = px_fail(err, PX_EINPUT, "--zero-bucket-bytes: expected a positive number of bytes, e.g. 5e8, got %s", arg);
+        break;
+    case CLI_DP_SHARD: rc = px_parse_int(arg, "--dp-shard", 1, 1 << 24, &l->dp_shard, err); break;
+    case CLI_DP_REPLICATE: rc = px_parse_int(arg, "--dp-replicate", 1, 1 << 24, &l->dp_replicate, err); break;
+    case CLI_OFFLOAD_OPT: l->offload_optimizer = 1; break;
+    case CLI_OFFLOAD_ACT: l->offload_activations = 1; break;
     case CLI_SP: l->sp = 1; break;
     case CLI_NO_SP: l->sp = 0; break;
     case CLI_RECOMPUTE:

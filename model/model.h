@@ -179,6 +179,24 @@ typedef struct {
      * model_spec_check clears a split whose stages are all equal, so that it is the even one. */
     int n_stage_layers;
     int stage_layers[MODEL_MAX_STAGES];
+    /* Sharded data parallelism (zero 3; docs/time.md, "Sharded data parallelism"). fsdp: the
+     * gathers of PyTorch FSDP2 and Megatron-FSDP, whose backward gather also serves a layer's
+     * recomputed forward; 0: DeepSpeed ZeRO-3's, where the recomputed forward gathers again.
+     * keep_gathered: a layer's gathered parameters stay from its forward to its backward
+     * (FSDP2's reshard_after_forward=False); 0: freed after the forward, gathered again.
+     * prefetch: layers whose gathers run ahead of the compute; 0: the default, 1; -1: none.
+     * bucket_bytes: a block's gathers and gradient reductions in calls of at most this many
+     * bytes; 0: one call per block. */
+    int fsdp, keep_gathered, prefetch;
+    double bucket_bytes;
+    /* HSDP: the data-parallel ranks as dp_shard x dp_replicate (torchtitan's names); the ZeRO
+     * state is sharded over dp_shard x cp ranks and replicated dp_replicate times, and each
+     * gradient shard is all-reduced over its replicas. 0: dp_shard = dp, dp_replicate = 1. */
+    int dp_shard, dp_replicate;
+    /* Offload (ZeRO-Offload, FSDP's CPU offload): master weights and optimizer state in host
+     * memory with the optimizer step on the host; saved activations to host memory in the
+     * forward and back before the backward. */
+    int offload_optimizer, offload_activations;
 } ModelLayout;
 
 /* FP8 training (docs/fp8.md), Megatron's --fp8-recipe names: how the FP8 GEMMs' operands are
@@ -263,7 +281,8 @@ typedef struct {
     int ffn_loc;             /* ffn / tp */
     int ffn_out_loc;         /* fc1 output width per TP rank: ffn_loc (GELU) or 2*ffn_loc (SwiGLU) */
     int vocab_pad, vocab_loc;
-    int zero_group; /* ranks that shard ZeRO state and reduce gradients: dp * cp */
+    int zero_group; /* ranks that shard ZeRO state and reduce gradients: dp_shard * cp */
+    int dp_shard, dp_rep; /* HSDP: dp = dp_shard x dp_rep (dp, 1 without it) */
     int pp_split;   /* TP ranks a pipeline transfer is split over and re-gathered by (Megatron's
                        scatter/gather: tp without SP when tp divides h; else 1) */
     /* attention widths: query/key heads qk_hd wide, value heads v_hd (both hd but with MLA);
@@ -447,11 +466,12 @@ typedef enum {
     MODEL_EDP_ALLREDUCE,   /* routed experts' gradients over the expert-data-parallel group */
     MODEL_EDP_REDUCE_SCATTER,
     MODEL_EDP_ALL_GATHER,
+    MODEL_DPR_ALLREDUCE,   /* HSDP: each gradient shard over its dp_replicate replicas */
     MODEL_COMM_COUNT
 } ModelComm;
 
 typedef enum { MODEL_COLL_ALLREDUCE = 0, MODEL_COLL_ALL_GATHER, MODEL_COLL_REDUCE_SCATTER, MODEL_COLL_SEND, MODEL_COLL_RECV, MODEL_COLL_ALL_TO_ALL } ModelCollective;
-typedef enum { MODEL_GROUP_TP = 0, MODEL_GROUP_CP, MODEL_GROUP_DP, MODEL_GROUP_PP, MODEL_GROUP_EMBED, MODEL_GROUP_EP, MODEL_GROUP_ETP, MODEL_GROUP_EDP } ModelGroup;
+typedef enum { MODEL_GROUP_TP = 0, MODEL_GROUP_CP, MODEL_GROUP_DP, MODEL_GROUP_PP, MODEL_GROUP_EMBED, MODEL_GROUP_EP, MODEL_GROUP_ETP, MODEL_GROUP_EDP, MODEL_GROUP_DPR } ModelGroup;
 
 const char *model_category_name(ModelCategory c);
 const char *model_comm_name(ModelComm k);

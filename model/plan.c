@@ -33,6 +33,23 @@ cJSON *model_layout_to_json(const ModelLayout *l)
         cJSON_AddNumberToObject(j, "etp", l->etp > 0 ? l->etp : l->tp);
         cJSON_AddBoolToObject(j, "overlap_ep", l->overlap_ep);
     }
+    /* sharded data parallelism, HSDP and offload where they are not the defaults */
+    if (l->fsdp)
+        cJSON_AddBoolToObject(j, "fsdp", 1);
+    if (l->keep_gathered)
+        cJSON_AddBoolToObject(j, "keep_gathered", 1);
+    if (l->prefetch)
+        cJSON_AddNumberToObject(j, "prefetch", l->prefetch);
+    if (l->bucket_bytes > 0)
+        cJSON_AddNumberToObject(j, "bucket_bytes", l->bucket_bytes);
+    if (l->dp_replicate > 1) {
+        cJSON_AddNumberToObject(j, "dp_shard", l->dp_shard);
+        cJSON_AddNumberToObject(j, "dp_replicate", l->dp_replicate);
+    }
+    if (l->offload_optimizer)
+        cJSON_AddBoolToObject(j, "offload_optimizer", 1);
+    if (l->offload_activations)
+        cJSON_AddBoolToObject(j, "offload_activations", 1);
     return j;
 }
 
@@ -83,7 +100,9 @@ int model_layout_from_json(const cJSON *j, const char *where, ModelLayout *l, Px
 {
     static const char *const known[] = {"dp", "tp", "pp", "cp", "vpp", "zero", "sp", "recompute",
                                         "schedule", "overlap_dp", "overlap_tp", "stage_layers", "ep",
-                                        "etp", "overlap_ep", NULL};
+                                        "etp", "overlap_ep", "fsdp", "keep_gathered", "prefetch",
+                                        "bucket_bytes", "dp_shard", "dp_replicate",
+                                        "offload_optimizer", "offload_activations", NULL};
     if (!cJSON_IsObject(j))
         return px_fail(err, PX_EINPUT, "%s expected an object", where);
     px_json_warn_unknown(j, where, known);
@@ -102,6 +121,14 @@ int model_layout_from_json(const cJSON *j, const char *where, ModelLayout *l, Px
         (rc = px_json_int(j, where, "ep", 0, 1, 1 << 16, &l->ep, err)) ||
         (rc = px_json_int(j, where, "etp", 0, 1, 1 << 16, &l->etp, err)) ||
         (rc = px_json_bool(j, where, "overlap_ep", 0, &l->overlap_ep, err)) ||
+        (rc = px_json_bool(j, where, "fsdp", 0, &l->fsdp, err)) ||
+        (rc = px_json_bool(j, where, "keep_gathered", 0, &l->keep_gathered, err)) ||
+        (rc = px_json_int(j, where, "prefetch", 0, -1, 16, &l->prefetch, err)) ||
+        (rc = px_json_int(j, where, "dp_shard", 0, 1, 1 << 24, &l->dp_shard, err)) ||
+        (rc = px_json_int(j, where, "dp_replicate", 0, 1, 1 << 24, &l->dp_replicate, err)) ||
+        (rc = px_json_bool(j, where, "offload_optimizer", 0, &l->offload_optimizer, err)) ||
+        (rc = px_json_bool(j, where, "offload_activations", 0, &l->offload_activations, err)) ||
+        (rc = px_json_double(j, where, "bucket_bytes", 0, 0, 1e15, &l->bucket_bytes, err)) ||
         (rc = stage_layers_from_json(j, where, l, err)))
         return rc;
     l->recompute = (ModelRecompute)rcm;

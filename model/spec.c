@@ -17,8 +17,8 @@ static const char *const comm_names[MODEL_COMM_COUNT] = {
     "tp_all_gather", "tp_reduce_scatter", "pp_send",      "pp_recv",
     "cp_all_gather", "cp_reduce_scatter", "embed_allreduce", "ep_all_to_all",
     "etp_all_gather", "etp_reduce_scatter", "edp_allreduce", "edp_reduce_scatter",
-    "edp_all_gather"};
-static const char *const group_names[] = {"tp", "cp", "dp", "pp", "embed", "ep", "etp", "edp"};
+    "edp_all_gather", "dpr_allreduce"};
+static const char *const group_names[] = {"tp", "cp", "dp", "pp", "embed", "ep", "etp", "edp", "dpr"};
 
 static int name_index(const char *s, const char *const *names, int n)
 {
@@ -97,6 +97,8 @@ ModelGroup model_comm_group(ModelComm k)
     case MODEL_EDP_REDUCE_SCATTER:
     case MODEL_EDP_ALL_GATHER:
         return MODEL_GROUP_EDP;
+    case MODEL_DPR_ALLREDUCE:
+        return MODEL_GROUP_DPR;
     default:
         return MODEL_GROUP_PP;
     }
@@ -201,8 +203,55 @@ void model_expert_coords(const ModelLayout *l, int rank, int *etp, int *ep, int 
 
 static int is_float_type(PxDtype t) { return t == PX_FP32 || t == PX_BF16 || t == PX_FP16; }
 
+/* HSDP's split of dp (either part filled from the other, both from dp), then the sharded data
+ * parallelism and offload knobs against the ZeRO stage. */
+static int check_sharding(ModelLayout *l, PxError *err)
+{
+    if (l->dp_shard < 0 || l->dp_replicate < 0)
+        return rule_fail(err, MODEL_RULE_DEGREES, "dp_shard and dp_replicate must be at least 1 (got %d, %d)",
+                         l->dp_shard, l->dp_replicate);
+    if (l->dp_shard == 0 && l->dp_replicate == 0) {
+        l->dp_shard = l->dp;
+        l->dp_replicate = 1;
+    } else if (l->dp_shard == 0 || l->dp_replicate == 0) {
+        const int given = l->dp_shard ? l->dp_shard : l->dp_replicate;
+        if (l->dp % given != 0)
+            return rule_fail(err, MODEL_RULE_DEGREES, "%s %d must divide dp %d",
+                             l->dp_shard ? "dp_shard" : "dp_replicate", given, l->dp);
+        if (l->dp_shard)
+            l->dp_replicate = l->dp / l->dp_shard;
+        else
+            l->dp_shard = l->dp / l->dp_replicate;
+    } else if (l->dp_shard * l->dp_replicate != l->dp) {
+        return rule_fail(err, MODEL_RULE_DEGREES, "dp_shard %d x dp_replicate %d = %d does not equal dp %d",
+                         l->dp_shard, l->dp_replicate, l->dp_shard * l->dp_replicate, l->dp);
+    }
+    if (l->dp_replicate > 1 && l->zero < 1)
+        return rule_fail(err, MODEL_RULE_DEGREES,
+                         "dp_replicate %d needs a ZeRO stage (zero 1-3, or fsdp): with zero 0 every "
+                         "data-parallel rank is a replica already, so use dp",
+                         l->dp_replicate);
+    if (l->fsdp && l->zero != 3)
+        return rule_fail(err, MODEL_RULE_DEGREES, "fsdp shards the parameters: it needs zero 3, got zero %d", l->zero);
+    if (l->keep_gathered && l->zero != 3)
+        return rule_fail(err, MODEL_RULE_DEGREES,
+                         "keeping gathered parameters from forward to backward (no reshard after "
+                         "forward) needs zero 3, got zero %d", l->zero);
+    if (l->prefetch < -1 || l->prefetch > 16)
+        return rule_fail(err, MODEL_RULE_DEGREES, "prefetch must be -1 (none), 0 (default) or 1 to 16 layers, got %d",
+                         l->prefetch);
+    if (!(l->bucket_bytes >= 0 && l->bucket_bytes <= 1e15))
+        return rule_fail(err, MODEL_RULE_DEGREES, "bucket_bytes must be 0 (one call per block) or positive, got %g",
+                         l->bucket_bytes);
+    if (l->offload_optimizer && l->zero < 1)
+        return rule_fail(err, MODEL_RULE_DEGREES,
+                         "optimizer offload moves each rank's optimizer shard to the host: it needs zero 1-3 "
+                         "(as DeepSpeed's offload_optimizer), got zero 0");
+    return PX_OK;
+}
+
 /* The degrees: each at least 1, a ZeRO stage, and dp (filled from the GPUs when 0) such that
- * tp x pp x cp x dp uses every GPU. */
+ * tp x pp x cp x dp uses every GPU; then HSDP and the sharding knobs (check_sharding). */
 static int check_degrees(ModelLayout *l, int gpus, PxError *err)
 {
     if (l->tp < 1 || l->pp < 1 || l->cp < 1 || l->vpp < 1 || l->dp < 0)
@@ -224,7 +273,7 @@ static int check_degrees(ModelLayout *l, int gpus, PxError *err)
     if (gpus > 0 && mp * l->dp != gpus)
         return rule_fail(err, MODEL_RULE_GPUS, "tp %d x pp %d x cp %d x dp %d = %d does not equal the %d GPUs",
                        l->tp, l->pp, l->cp, l->dp, mp * l->dp, gpus);
-    return PX_OK;
+    return check_sharding(l, err);
 }
 
 /* Tensor parallelism against the model: the sequence within its positions, tp dividing the
@@ -470,7 +519,9 @@ static void fill_dims(ModelDims *d, const ModelSpec *sp, int s, int m)
     d->ffn_out_loc = c->mlp == MODEL_SWIGLU ? 2 * d->ffn_loc : d->ffn_loc;
     d->vocab_pad = (int)px_round_up((uint64_t)c->vocab, (uint64_t)j->pad_vocab * (uint64_t)l->tp);
     d->vocab_loc = d->vocab_pad / l->tp;
-    d->zero_group = l->dp * l->cp;
+    d->dp_shard = l->dp_shard > 0 ? l->dp_shard : l->dp;
+    d->dp_rep = l->dp / d->dp_shard;
+    d->zero_group = d->dp_shard * l->cp;
     d->pp_split = (l->tp > 1 && !l->sp && c->hidden % l->tp == 0) ? l->tp : 1;
     d->param = j->precision;
     d->act = j->precision;

@@ -233,6 +233,9 @@ double sim_comm_seconds(const SimCtx *c, const ModelOp *op, int stage)
     case MODEL_GROUP_ETP: stride = 1; break;
     case MODEL_GROUP_EP: stride = d->etp; break;
     case MODEL_GROUP_EDP: stride = d->etp * d->ep; break;
+    /* HSDP's replicas of a shard: dp ranks are shard-fastest, so one replica group strides
+     * over a whole shard group (dp_shard x cp ranks of tp) */
+    case MODEL_GROUP_DPR: stride = t * cpd * d->dp_shard; break;
     case MODEL_GROUP_EMBED:
         base = 0;
         stride = t * cpd * dp * (p - 1);
