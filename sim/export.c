@@ -4,6 +4,7 @@
  * documentation; what a framework cannot express is said in a comment, never dropped silently. */
 #include "sim/internal.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <string.h>
 
@@ -223,6 +224,49 @@ static void megatron_layout(char *buf, size_t cap, const ModelPlan *p)
     snprintf(buf + n, cap - n, "L");
 }
 
+/* HSDP, buckets and offload as Megatron-LM's flags. HSDP is the distributed optimizer's (and
+ * Megatron-FSDP's) instances: each shards over dp / instances ranks and the instances all-reduce
+ * their shards. --ddp-bucket-size counts parameters (DistributedDataParallelConfig.bucket_size).
+ * Megatron's activation offload (Transformer Engine's, --cpu-offloading-num-layers) keeps the
+ * last layer on the device and refuses pipeline parallelism and recompute (TransformerConfig's
+ * __post_init__). */
+static void megatron_sharding(FILE *f, const ModelPlan *p, const ModelDims *d)
+{
+    const ModelLayout *l = &p->spec.layout;
+    const ModelJob *j = &p->spec.job;
+    if (l->dp_replicate > 1)
+        flag(f, "--num-distributed-optimizer-instances", "%d", l->dp_replicate);
+    if (l->bucket_bytes > 0)
+        flag(f, "--ddp-bucket-size", "%.0f", floor(l->bucket_bytes / (double)px_dtype_bytes(d->param)));
+    if (l->offload_optimizer) {
+        /* the hybrid device optimizer runs on the precision-aware optimizer's code path */
+        flag(f, "--optimizer-cpu-offload", NULL);
+        flag(f, "--optimizer-offload-fraction", "1.0");
+        flag(f, "--use-precision-aware-optimizer", NULL);
+        if (j->fp8_param_gather && j->fp8 != MODEL_FP8_DELAYED)
+            fprintf(f, "# NOT EXPRESSIBLE: optimizer offload with --fp8-param-gather: validate_args asks for "
+                       "--fp8-recipe delayed\n");
+    }
+    if (l->offload_activations) {
+        if (l->pp > 1 || l->recompute != MODEL_RECOMPUTE_NONE || p->spec.model.layers < 2)
+            fprintf(f, "# NOT EXPRESSIBLE: activation offload with %s: Megatron-Core's CPU offloading "
+                       "(--cpu-offloading-num-layers) refuses pipeline parallelism and recompute\n",
+                    l->pp > 1 ? "pipeline parallelism" : l->recompute != MODEL_RECOMPUTE_NONE ? "recompute" : "one layer");
+        else
+            flag(f, "--cpu-offloading-num-layers", "%d", p->spec.model.layers - 1);
+    }
+    if (l->zero == 3 && l->keep_gathered)
+        fprintf(f, "# NOT EXPRESSIBLE: parameters kept gathered from forward to backward: Megatron-FSDP "
+                   "reshards after every forward (--torch-fsdp2-no-reshard-after-forward is torch FSDP2's, "
+                   "--use-torch-fsdp2)\n");
+    if (l->zero == 3 && !l->fsdp && l->recompute == MODEL_RECOMPUTE_FULL && !l->keep_gathered)
+        fprintf(f, "# the plan predicts DeepSpeed ZeRO-3's gathers (a recomputed forward gathers again);\n"
+                   "# Megatron-FSDP's backward gather serves the recompute: plan with --fsdp for its figures\n");
+    if (l->zero == 3 && l->prefetch > 1)
+        fprintf(f, "# NOT EXPRESSIBLE: prefetch of %d layers: Megatron-FSDP prefetches the next module's "
+                   "parameters only\n", l->prefetch);
+}
+
 static void megatron(FILE *f, const ModelPlan *p, const ModelDims *d)
 {
     const ModelConfig *c = &p->spec.model;
@@ -336,6 +380,7 @@ static void megatron(FILE *f, const ModelPlan *p, const ModelDims *d)
         flag(f, "--data-parallel-sharding-strategy", "%s", l->zero == 2 ? "optim_grads" : "optim_grads_params");
         flag(f, "--ckpt-format", "fsdp_dtensor");
     }
+    megatron_sharding(f, p, d);
     if (l->overlap_dp) {
         flag(f, "--overlap-grad-reduce", NULL);
         if (l->zero >= 1)
@@ -386,6 +431,55 @@ static void megatron(FILE *f, const ModelPlan *p, const ModelDims *d)
         fprintf(f, "# 8-bit Adam has no Megatron-LM flag: its memory was planned, the flags use Adam\n");
 }
 
+/* zero_optimization's buckets, ZeRO-3's gathering limits and the optimizer offload. DeepSpeed
+ * counts its buckets and limits in elements (runtime/zero/config.py): the gradients' for the
+ * reduction bucket, the parameters' for the gathers. */
+static void deepspeed_sharding(cJSON *z, const ModelPlan *p, const ModelDims *d)
+{
+    const ModelLayout *l = &p->spec.layout;
+    const double pe = (double)px_dtype_bytes(d->param), ge = (double)px_dtype_bytes(d->grad);
+    const double params = model_config_params(&p->spec.model);
+    if (l->bucket_bytes > 0) {
+        cJSON_AddNumberToObject(z, "reduce_bucket_size", floor(l->bucket_bytes / ge));
+        cJSON_AddNumberToObject(z, l->zero == 3 ? "stage3_prefetch_bucket_size" : "allgather_bucket_size",
+                                floor(l->bucket_bytes / pe));
+    } else if (l->zero == 3 && l->prefetch > 1) {
+        /* prefetch depth in layers: that many layers' parameters in the prefetch bucket */
+        cJSON_AddNumberToObject(z, "stage3_prefetch_bucket_size",
+                                floor(l->prefetch * params / p->spec.model.layers));
+    }
+    if (l->zero == 3 && l->keep_gathered) {
+        /* a layer's gathered parameters stay until its backward: DeepSpeed releases none while
+         * the live parameters and the reuse distance stay under these limits */
+        cJSON_AddNumberToObject(z, "stage3_max_live_parameters", ceil(params));
+        cJSON_AddNumberToObject(z, "stage3_max_reuse_distance", ceil(params));
+    }
+    if (l->offload_optimizer) {
+        cJSON *o = cJSON_AddObjectToObject(z, "offload_optimizer");
+        cJSON_AddStringToObject(o, "device", "cpu");
+        cJSON_AddBoolToObject(o, "pin_memory", 1);
+    }
+}
+
+/* What DeepSpeed's config cannot say of the plan's sharding and offload (on stderr). */
+static void deepspeed_sharding_notes(const ModelPlan *p)
+{
+    const ModelLayout *l = &p->spec.layout;
+    if (l->dp_replicate > 1)
+        px_warn("NOT EXPRESSIBLE: HSDP (dp_shard %d x dp_replicate %d): DeepSpeed 0.19.8 removed MiCS "
+                "(mics_shard_size), and zero_hpz_partition_size keeps a second copy of the parameters "
+                "for the backward's gathers while the optimizer state stays sharded over all %d ranks; "
+                "the config written shards over the whole data-parallel group",
+                l->dp_shard, l->dp_replicate, l->dp);
+    if (l->zero == 3 && l->fsdp && l->recompute == MODEL_RECOMPUTE_FULL && !l->keep_gathered)
+        px_warn("the plan predicts FSDP's gathers (one per layer in the backward serves the recomputed "
+                "forward too); DeepSpeed's ZeRO-3 gathers again for the recomputed forward once a layer "
+                "is larger than stage3_max_reuse_distance: plan without --fsdp for DeepSpeed's figures");
+    if (l->offload_activations && l->recompute != MODEL_RECOMPUTE_FULL)
+        px_warn("NOT EXPRESSIBLE: activation offload without full recompute: DeepSpeed moves only the "
+                "checkpointed layer inputs to the host (activation_checkpointing.cpu_checkpointing)");
+}
+
 static void deepspeed(FILE *f, const ModelPlan *p, const ModelDims *d)
 {
     const ModelLayout *l = &p->spec.layout;
@@ -421,6 +515,7 @@ static void deepspeed(FILE *f, const ModelPlan *p, const ModelDims *d)
     cJSON_AddNumberToObject(z, "stage", l->zero);
     cJSON_AddBoolToObject(z, "overlap_comm", l->overlap_dp);
     cJSON_AddBoolToObject(z, "contiguous_gradients", 1);
+    deepspeed_sharding(z, p, d);
     cJSON *o = cJSON_AddObjectToObject(j, "optimizer");
     cJSON *op = cJSON_CreateObject();
     if (t->optimizer == MODEL_OPT_SGD_MOMENTUM) {
@@ -450,7 +545,7 @@ static void deepspeed(FILE *f, const ModelPlan *p, const ModelDims *d)
         cJSON *ac = cJSON_AddObjectToObject(j, "activation_checkpointing");
         cJSON_AddBoolToObject(ac, "partition_activations", l->sp);
         cJSON_AddBoolToObject(ac, "contiguous_memory_optimization", 0);
-        cJSON_AddBoolToObject(ac, "cpu_checkpointing", 0);
+        cJSON_AddBoolToObject(ac, "cpu_checkpointing", l->offload_activations);
     }
     char *s = cJSON_Print(j);
     fprintf(f, "%s\n", s);
@@ -515,6 +610,7 @@ int sim_export(FILE *f, const ModelPlan *plan, SimExportFormat fmt, PxError *err
                     model_fp8_recipe_name(s.job.fp8), model_fp8_format_name(s.job.fp8_format),
                     s.job.fp8_param_gather ? ", FP8 parameters" : "",
                     s.job.precision == PX_FP16 ? "fp16" : s.job.precision == PX_BF16 ? "bf16" : "fp32");
+        deepspeed_sharding_notes(&p);
         deepspeed(f, &p, &d);
         break;
     case SIM_EXPORT_NEMO:

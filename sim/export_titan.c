@@ -125,6 +125,7 @@ typedef struct {
     int fp8_rowwise;       /* 0.2's float8 recipe_name rowwise (else tensorwise: no recipe_name) */
     int fp8_gather;        /* 0.2's enable_fsdp_float8_all_gather */
     int cuda_graphs_off;   /* 0.3: --training.disable_cuda_graphs (pipeline or expert parallel) */
+    int cpu_offload;       /* training.enable_cpu_offload (FSDP2's CPUOffloadPolicy) */
 } Titan;
 
 static void titan_resolve(Titan *t, const ModelPlan *p, const ModelDims *d, int v03)
@@ -147,7 +148,14 @@ static void titan_resolve(Titan *t, const ModelPlan *p, const ModelDims *d, int 
         t->replicate = l->dp;
         t->shard = 1;
     }
-    t->reshard = l->zero == 3 ? "always" : t->shard * l->cp > 1 ? "never" : "default";
+    if (l->dp_replicate > 1) {
+        /* HSDP: torchtitan's own two dimensions (its dp_replicate mesh outermost, as parallax's
+         * replicas stride over whole shard groups) */
+        t->replicate = l->dp_replicate;
+        t->shard = l->dp_shard;
+    }
+    t->reshard = l->zero == 3 ? (l->keep_gathered ? "never" : "always") : t->shard * l->cp > 1 ? "never" : "default";
+    t->cpu_offload = l->offload_optimizer;
     t->fsdp = v03 || t->shard > 1 || l->cp > 1;
     if (l->pp > 1)
         t->schedule = l->vpp > 1 ? "Interleaved1F1B" : l->schedule == MODEL_SCHED_GPIPE ? "GPipe" : "1F1B";
@@ -324,6 +332,29 @@ static void titan_moe_notes(FILE *f, const Titan *t, const ModelPlan *p, const M
                    "# only in its DualPipeV pipeline schedule\n");
 }
 
+/* HSDP, FSDP2's gathers, prefetch, buckets and offload against the plan's. */
+static void titan_sharding_notes(FILE *f, const Titan *t, const ModelPlan *p)
+{
+    const ModelLayout *l = &p->spec.layout;
+    if (l->dp_replicate > 1)
+        fprintf(f, "# HSDP: parameters sharded over %d ranks (x cp %d), replicated %d times\n", l->dp_shard, l->cp,
+                l->dp_replicate);
+    if (l->zero == 3 && !l->fsdp && l->recompute == MODEL_RECOMPUTE_FULL && !l->keep_gathered)
+        fprintf(f, "# the plan predicts DeepSpeed ZeRO-3's gathers (a recomputed forward gathers again); FSDP2's\n"
+                   "# pre-backward gather serves the recompute: plan with --fsdp for torchtitan's figures\n");
+    if (l->zero == 3 && l->prefetch > 1)
+        fprintf(f, "# NOT EXPRESSIBLE: prefetch of %d layers: FSDP2 prefetches the next block only (torchtitan\n"
+                   "# sets no explicit prefetch)\n", l->prefetch);
+    if (l->bucket_bytes > 0)
+        fprintf(f, "# NOT EXPRESSIBLE: buckets of %.0f bytes: FSDP2 gathers and reduces one transformer block\n"
+                   "# (one fully_shard unit) per call\n", l->bucket_bytes);
+    if (t->cpu_offload)
+        fprintf(f, "# optimizer offload as FSDP2's CPU offload (enable_cpu_offload), which keeps the sharded\n"
+                   "# parameters and gradients on the host too: device memory below the plan's, more PCIe traffic\n");
+    if (l->offload_activations)
+        fprintf(f, "# NOT EXPRESSIBLE: activation offload: torchtitan has no setting for it\n");
+}
+
 static void titan_notes(FILE *f, const Titan *t, const ModelPlan *p, const ModelDims *d)
 {
     const ModelLayout *l = &p->spec.layout;
@@ -340,6 +371,7 @@ static void titan_notes(FILE *f, const Titan *t, const ModelPlan *p, const Model
                    "# applies SequenceParallel\n");
     if (d->uneven)
         fprintf(f, "# uneven pipeline split: each stage's modules listed in module_fqns_per_model_part\n");
+    titan_sharding_notes(f, t, p);
     if (l->recompute == MODEL_RECOMPUTE_SELECTIVE)
         fprintf(f, "# NOT EXPRESSIBLE: selective recompute of the attention core: torchtitan's selective policy\n"
                    "# works per op (saves matmul outputs but every second one, attention and reduce-scatter\n"
@@ -477,6 +509,8 @@ int sim_export_torchtitan(FILE *f, const ModelPlan *p, const ModelDims *d, PxErr
     arg(f, "--training.mixed_precision_reduce", "float32");
     if (t.cuda_graphs_off)
         arg(f, "--training.disable_cuda_graphs", NULL);
+    if (t.cpu_offload)
+        arg(f, "--training.enable_cpu_offload", NULL);
     arg(f, "--optimizer.param_groups.0.optimizer_name", "AdamW");
     num(x, sizeof x, j->lr);
     arg(f, "--optimizer.param_groups.0.optimizer_kwargs.lr", "%s", x);
@@ -544,6 +578,8 @@ int sim_export_torchtitan_toml(FILE *f, const ModelPlan *p, const ModelDims *d, 
             t.local_batch, j->global_batch, d->s, j->steps);
     toml_float(x, sizeof x, j->grad_clip > 0 ? j->grad_clip : INFINITY);
     fprintf(f, "max_norm = %s\nmixed_precision_param = \"%s\"\nmixed_precision_reduce = \"float32\"\n", x, t.param_dtype);
+    if (t.cpu_offload)
+        fprintf(f, "enable_cpu_offload = true\n");
     fprintf(f, "\n[parallelism]\ndata_parallel_replicate_degree = %d\ndata_parallel_shard_degree = %d\n"
                "fsdp_reshard_after_forward = \"%s\"\ntensor_parallel_degree = %d\nenable_async_tensor_parallel = %s\n"
                "context_parallel_degree = %d\npipeline_parallel_degree = %d\n",

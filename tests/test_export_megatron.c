@@ -170,9 +170,58 @@ static void test_first_last(void)
     free(ne);
 }
 
+/* Sharded data parallelism and offload (docs/exports.md): llama3-8b on 32 H100s, dp 32 as HSDP
+ * 8 x 4, FSDP, full recompute, optimizer offload, buckets of 5e8 bytes (2.5e8 bf16 parameters,
+ * 1.25e8 fp32 gradients); then the same without HSDP but with the parameters kept gathered. */
+static void test_sharding(void)
+{
+    ModelSpec s = job("llama3-8b", 1, 1, 1, 3, 64, 8192);
+    s.layout.fsdp = 1;
+    s.layout.dp_shard = 8;
+    s.layout.recompute = MODEL_RECOMPUTE_FULL;
+    s.layout.offload_optimizer = 1;
+    s.layout.bucket_bytes = 5e8;
+    char *mg = export_of(&s, "dgx-h100", 32, SIM_EXPORT_MEGATRON);
+    const char *want[] = {"    --use-megatron-fsdp", "    --data-parallel-sharding-strategy optim_grads_params",
+                          "    --num-distributed-optimizer-instances 4", "    --ddp-bucket-size 250000000",
+                          "    --optimizer-cpu-offload", "    --optimizer-offload-fraction 1.0",
+                          "    --use-precision-aware-optimizer", NULL};
+    const char *not_want[] = {"NOT EXPRESSIBLE", "DeepSpeed ZeRO-3's gathers", "--cpu-offloading-num-layers", NULL};
+    expect_lines("megatron export (HSDP, offload)", mg, want, not_want);
+    free(mg);
+    char *ds = export_of(&s, "dgx-h100", 32, SIM_EXPORT_DEEPSPEED);
+    const char *want_ds[] = {"\t\t\"stage\":\t3,", "\t\t\"reduce_bucket_size\":\t125000000,",
+                             "\t\t\"stage3_prefetch_bucket_size\":\t250000000,", "\t\t\"offload_optimizer\":\t{",
+                             "\t\t\t\"device\":\t\"cpu\",", "\t\t\"cpu_checkpointing\":\tfalse", NULL};
+    expect_lines("deepspeed export (HSDP, offload)", ds, want_ds, (const char *const[]){"stage3_max_live_parameters", NULL});
+    free(ds);
+
+    s.layout.fsdp = 0;
+    s.layout.dp_shard = 0;
+    s.layout.offload_optimizer = 0;
+    s.layout.bucket_bytes = 0;
+    s.layout.keep_gathered = 1;
+    s.layout.offload_activations = 1;
+    mg = export_of(&s, "dgx-h100", 32, SIM_EXPORT_MEGATRON);
+    const char *want2[] = {
+        "# NOT EXPRESSIBLE: activation offload with recompute: Megatron-Core's CPU offloading (--cpu-offloading-num-layers) refuses pipeline parallelism and recompute",
+        "# NOT EXPRESSIBLE: parameters kept gathered from forward to backward: Megatron-FSDP reshards after every forward (--torch-fsdp2-no-reshard-after-forward is torch FSDP2's, --use-torch-fsdp2)",
+        NULL};
+    expect_lines("megatron export (kept gathered)", mg, want2,
+                 (const char *const[]){"    --num-distributed-optimizer-instances", "    --optimizer-cpu-offload", NULL});
+    free(mg);
+    ds = export_of(&s, "dgx-h100", 32, SIM_EXPORT_DEEPSPEED);
+    /* llama3-8b's 8,030,261,248 parameters: nothing released below them */
+    const char *want_ds2[] = {"\t\t\"stage3_max_live_parameters\":\t8030261248,",
+                              "\t\t\"stage3_max_reuse_distance\":\t8030261248", "\t\t\"cpu_checkpointing\":\ttrue", NULL};
+    expect_lines("deepspeed export (kept gathered)", ds, want_ds2, (const char *const[]){"offload_optimizer", NULL});
+    free(ds);
+}
+
 int main(void)
 {
     px_log_set_quiet(1);
+    test_sharding();
     test_env_tp();
     test_env_fsdp();
     test_env_blackwell();

@@ -198,9 +198,57 @@ static void test_unexpressible(void)
     free(toml);
 }
 
+/* HSDP (8 x 4), FSDP, the parameters kept gathered, optimizer offload, buckets and activation
+ * offload on 32 H100s: torchtitan's two data-parallel degrees, reshard never, its CPU offload,
+ * and the notes for what it cannot say. */
+static void test_hsdp(void)
+{
+    PxError err = {0};
+    ModelSpec s;
+    model_spec_defaults(&s);
+    CHECK_OK(model_config_load("llama3-8b", &s.model, &err), err);
+    s.layout.zero = 3;
+    s.layout.fsdp = 1;
+    s.layout.dp_shard = 8;
+    s.layout.keep_gathered = 1;
+    s.layout.offload_optimizer = 1;
+    s.layout.offload_activations = 1;
+    s.layout.bucket_bytes = 5e8;
+    s.layout.overlap_dp = 1;
+    s.job.global_batch = 64;
+    s.job.seq_len = 8192;
+    s.job.precision = PX_BF16;
+    char *cli = export_of(&s, "dgx-h100", 32, SIM_EXPORT_TORCHTITAN);
+    const char *want_cli[] = {
+        "    --parallelism.data_parallel_replicate_degree 4 \\", "    --parallelism.data_parallel_shard_degree 8 \\",
+        "    --parallelism.fsdp_reshard_after_forward never \\", "    --training.enable_cpu_offload \\",
+        "# HSDP: parameters sharded over 8 ranks (x cp 1), replicated 4 times",
+        "# NOT EXPRESSIBLE: buckets of 500000000 bytes: FSDP2 gathers and reduces one transformer block",
+        "# NOT EXPRESSIBLE: activation offload: torchtitan has no setting for it", NULL};
+    expect_lines("torchtitan 0.3 (HSDP)", cli, want_cli, (const char *const[]){"# the plan predicts DeepSpeed", NULL});
+    free(cli);
+    char *toml = export_of(&s, "dgx-h100", 32, SIM_EXPORT_TORCHTITAN_TOML);
+    const char *want_toml[] = {"data_parallel_replicate_degree = 4", "data_parallel_shard_degree = 8",
+                               "fsdp_reshard_after_forward = \"never\"", "enable_cpu_offload = true", NULL};
+    expect_lines("torchtitan 0.2 (HSDP)", toml, want_toml, NULL);
+    free(toml);
+
+    /* DeepSpeed's gathers with full recompute: the plan's figures are not FSDP2's */
+    s.layout.fsdp = 0;
+    s.layout.keep_gathered = 0;
+    s.layout.offload_optimizer = 0;
+    s.layout.recompute = MODEL_RECOMPUTE_FULL;
+    toml = export_of(&s, "dgx-h100", 32, SIM_EXPORT_TORCHTITAN_TOML);
+    const char *want2[] = {"fsdp_reshard_after_forward = \"always\"",
+                           "# the plan predicts DeepSpeed ZeRO-3's gathers (a recomputed forward gathers again); FSDP2's", NULL};
+    expect_lines("torchtitan 0.2 (ZeRO-3, full recompute)", toml, want2, (const char *const[]){"enable_cpu_offload", NULL});
+    free(toml);
+}
+
 int main(void)
 {
     px_log_set_quiet(1);
+    test_hsdp();
     test_fsdp();
     test_unexpressible();
     TEST_DONE("export_titan");

@@ -165,6 +165,24 @@ def check(parallax, name, args, tmp):
                  ("activation_checkpointing in the JSON", True, "activation_checkpointing" in json.loads(text))]
     else:
         want.append(("activation_checkpointing in the JSON", False, "activation_checkpointing" in json.loads(text)))
+    # sharding and offload: the offload block, the buckets (elements of the gradients' and the
+    # parameters' dtype), ZeRO-3's limits when parameters stay gathered, HSDP said on stderr
+    zc = cfg.zero_config
+    off = zc.offload_optimizer
+    want.append(("zero_config.offload_optimizer.device", "cpu" if l.get("offload_optimizer") else "none",
+                 "none" if off is None else str(getattr(off.device, "value", off.device))))
+    size = {"fp32": 4, "bf16": 2, "fp16": 2}
+    if l.get("bucket_bytes"):
+        want.append(("reduce_bucket_size", int(l["bucket_bytes"] // size[t["grad_dtype"]]), zc.reduce_bucket_size))
+        gather = zc.prefetch_bucket_size if l["zero"] == 3 else zc.allgather_bucket_size
+        want.append(("gather bucket size", int(l["bucket_bytes"] // size[prec]), gather))
+    if l["zero"] == 3 and l.get("keep_gathered"):
+        m = plan["model"]
+        least = m["layers"] * 12 * m["hidden"] ** 2  # a transformer's 12 l h^2 (Narayanan 2021)
+        want += [("stage3_max_live_parameters >= 12 l h^2", True, zc.max_live_parameters >= least),
+                 ("stage3_max_reuse_distance >= 12 l h^2", True, zc.max_reuse_distance >= least)]
+    if l.get("dp_replicate", 1) > 1:
+        want.append(("warned: HSDP", True, "NOT EXPRESSIBLE: HSDP" in warned))
     # what the JSON cannot hold is said on stderr, with the plan's degrees
     if l["tp"] > 1 or l["pp"] > 1 or l["cp"] > 1:
         want.append(("warned: tp/pp/cp", True,

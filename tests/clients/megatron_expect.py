@@ -268,6 +268,15 @@ def expected(plan):
     if zero >= 2:
         want["data_parallel_sharding_strategy"] = "optim_grads" if zero == 2 else "optim_grads_params"
         want["ckpt_format"] = "fsdp_dtensor"
+    # HSDP as the distributed optimizer's instances; buckets in parameters; offload
+    want["num_distributed_optimizer_instances"] = lay.get("dp_replicate", 1)
+    if lay.get("bucket_bytes"):
+        width = 4 if t["precision"] == "fp32" else 2
+        want["ddp_bucket_size"] = int(lay["bucket_bytes"] // width)
+    off = bool(lay.get("offload_optimizer"))
+    want.update(optimizer_cpu_offload=off)
+    if off:
+        want.update(optimizer_offload_fraction=1.0, use_precision_aware_optimizer=True)
     if lay["recompute"] == "full":
         want.update(recompute_method="uniform", recompute_num_layers=1)
     if t["optimizer"] in ("adam", "adamw", "adam8bit"):

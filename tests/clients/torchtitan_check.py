@@ -83,7 +83,10 @@ def expected_dp(version, lay, ep):
     dp, tp, pp, cp, zero = lay["dp"], lay["tp"], lay["pp"], lay["cp"], lay["zero"]
     ddp_ok = ep <= 1 and dp > 1 and (version == "0.3" or cp > 1 or (tp == 1 and pp == 1))
     rep, shard = (dp, 1) if zero == 0 and ddp_ok else (1, dp)
-    reshard = "always" if zero == 3 else "never" if shard * cp > 1 else "default"
+    if lay.get("dp_replicate", 1) > 1:  # HSDP: the plan's own split
+        rep, shard = lay["dp_replicate"], lay["dp_shard"]
+    reshard = ("never" if lay.get("keep_gathered") else "always") if zero == 3 else \
+        "never" if shard * cp > 1 else "default"
     return rep, shard, reshard
 
 
@@ -201,6 +204,7 @@ def check(version, cfg, plan, text, args):
     c.eq("context_parallel_degree", par.context_parallel_degree, lay["cp"])
     c.eq("pipeline_parallel_degree", par.pipeline_parallel_degree, lay["pp"])
     c.eq("expert_parallel_degree", par.expert_parallel_degree, ep)
+    c.eq("enable_cpu_offload", training.enable_cpu_offload, bool(lay.get("offload_optimizer")))
     if version == "0.3":
         from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
         from torchtitan.distributed.parallel_dims import ParallelDims
