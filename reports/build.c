@@ -406,6 +406,106 @@ static int scaling(const RptRequest *q, Page *pg, FILE *log, PxError *err)
     return rc;
 }
 
+/* The planner's best layout at one size with the layout's family pinned: sharded data
+ * parallelism alone (tp, pp, cp 1, ZeRO-3 with the base's sharding knobs) or 3D parallelism
+ * (ZeRO-1, every tp x pp x dp). 0 when nothing of that family fits. */
+static int best_of(const RptRequest *q, int gpus, int sharded, SimCandidate *out)
+{
+    SimPlanRequest r;
+    memset(&r, 0, sizeof r);
+    r.base = *q->base;
+    r.gpus = gpus;
+    r.top = 1;
+    r.headroom = 0.05;
+    r.pinned = SIM_PIN_ZERO;
+    r.base.layout.zero = sharded ? 3 : 1;
+    if (sharded) {
+        r.pinned |= SIM_PIN_TP | SIM_PIN_PP | SIM_PIN_CP;
+        r.base.layout.tp = r.base.layout.pp = r.base.layout.cp = 1;
+    } else {
+        r.base.layout.fsdp = r.base.layout.keep_gathered = 0;
+    }
+    SimPlanResult res;
+    PxError e2 = {0};
+    if (sim_plan(&r, q->cluster, &res, &e2) != PX_OK)
+        return 0;
+    *out = res.top[0];
+    sim_plan_free(&res);
+    return 1;
+}
+
+/* TFLOP/s per GPU of the best ZeRO-3 / FSDP layout against the best 3D one at each size, the
+ * global batch held (docs/time.md, "Sharded data parallelism"). */
+static int sharded_scaling(const RptRequest *q, Page *pg, FILE *log, PxError *err)
+{
+    const int n = q->n_gpus;
+    double *x[2], *y[2];
+    int k[2] = {0, 0}, rc = PX_OK;
+    for (int f = 0; f < 2; f++) {
+        x[f] = calloc((size_t)n, sizeof(double));
+        y[f] = calloc((size_t)n, sizeof(double));
+    }
+    char text[8192];
+    size_t tn = (size_t)snprintf(text, sizeof text,
+                                 "| GPUs | ZeRO-3: layout | step (s) | exposed DP (s) | TFLOP/s/GPU | 3D: layout | step (s) | TFLOP/s/GPU |\n"
+                                 "|---:|---|---:|---:|---:|---|---:|---:|\n");
+    for (int i = 0; x[0] && y[0] && x[1] && y[1] && i < n; i++) {
+        char cell[2][3][64];
+        double dp_s = NAN;
+        for (int f = 0; f < 2; f++) {
+            SimCandidate c;
+            for (int j = 0; j < 3; j++)
+                snprintf(cell[f][j], sizeof cell[f][j], "-");
+            if (!best_of(q, q->gpus[i], f == 0, &c))
+                continue;
+            x[f][k[f]] = q->gpus[i];
+            y[f][k[f]] = c.tflops_per_gpu;
+            k[f]++;
+            const ModelLayout *l = &c.spec.layout;
+            if (f == 0) {
+                snprintf(cell[f][0], sizeof cell[f][0], "dp %d mbs %d %s", l->dp, c.spec.job.micro_batch,
+                         model_recompute_name(l->recompute));
+                dp_s = c.dp_comm_exposed_s;
+            } else {
+                snprintf(cell[f][0], sizeof cell[f][0], "tp %d pp %d dp %d mbs %d", l->tp, l->pp, l->dp,
+                         c.spec.job.micro_batch);
+            }
+            rpt_fmt_sig(cell[f][1], sizeof cell[f][1], c.step_s, 3);
+            rpt_fmt_sig(cell[f][2], sizeof cell[f][2], c.tflops_per_gpu, 3);
+        }
+        char dp[32] = "-";
+        if (isfinite(dp_s))
+            rpt_fmt_sig(dp, sizeof dp, dp_s, 3);
+        if (tn < sizeof text - 400)
+            tn += (size_t)snprintf(text + tn, sizeof text - tn, "| %d | %s | %s | %s | %s | %s | %s | %s |\n",
+                                   q->gpus[i], cell[0][0], cell[0][1], dp, cell[0][2], cell[1][0], cell[1][1],
+                                   cell[1][2]);
+    }
+    if (k[0] + k[1] > 0) {
+        RptSeries s[2] = {{q->base->layout.fsdp ? "FSDP (tp 1, pp 1)" : "ZeRO-3 (tp 1, pp 1)", x[0], y[0], k[0], 0},
+                          {"3D (tp x pp x dp, ZeRO-1)", x[1], y[1], k[1], 0}};
+        RptOutput o = {q->dir};
+        char title[256];
+        snprintf(title, sizeof title, "%s on %s: sharded data parallelism against 3D, global batch %d",
+                 q->base->model.name, q->cluster->name, q->base->job.global_batch);
+        if ((rc = rpt_line_chart(&o, "scaling_sharded", title, "GPUs", "TFLOP/s per GPU", NULL, 1, s, 2, err)) ==
+            PX_OK) {
+            logf_(log, q->dir, "scaling_sharded.png, scaling_sharded.svg");
+            section(pg, "Sharded data parallelism against 3D", "scaling_sharded",
+                    fmt("The planner's best layout of each family at each size, the global batch of %d held: "
+                        "ZeRO-3 gathers every layer's parameters from all data-parallel ranks while each "
+                        "rank's share of the batch shrinks, so its exposed communication grows with the GPUs "
+                        "(docs/time.md, \"Sharded data parallelism\").\n\n%s",
+                        q->base->job.global_batch, text));
+        }
+    }
+    for (int f = 0; f < 2; f++) {
+        free(x[f]);
+        free(y[f]);
+    }
+    return rc;
+}
+
 static int landscape(const RptRequest *q, Page *pg, FILE *log, PxError *err)
 {
     Points pt = {0};
@@ -478,7 +578,7 @@ int rpt_build(const RptRequest *q, FILE *log, PxError *err)
     if (q->plan && q->run && (rc = comparison(q, &pg, log, err)))
         goto out;
     if (q->base && q->cluster && q->n_gpus > 0) {
-        if ((rc = scaling(q, &pg, log, err)))
+        if ((rc = scaling(q, &pg, log, err)) || (rc = sharded_scaling(q, &pg, log, err)))
             goto out;
         if (q->landscape && (rc = landscape(q, &pg, log, err)))
             goto out;

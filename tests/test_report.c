@@ -333,8 +333,8 @@ static void test_full_report(void)
     rq.base = &q.base;
     q.pinned = 0;
     CHECK_OK(rpt_build(&rq, NULL, &err), err);
-    const char *charts[5] = {"memory", "timeline", "compare", "scaling", "landscape"};
-    for (int i = 0; i < 5; i++) {
+    const char *charts[6] = {"memory", "timeline", "compare", "scaling", "scaling_sharded", "landscape"};
+    for (int i = 0; i < 6; i++) {
         char f[64];
         snprintf(f, sizeof f, "%s.png", charts[i]);
         nonempty(dir, f);
@@ -343,6 +343,17 @@ static void test_full_report(void)
     }
     nonempty(dir, "report.md");
     nonempty(dir, "report.html");
+    /* the ZeRO-3 family holds tp, pp and cp at 1: all its ranks are data-parallel */
+    {
+        char *text = slurp(dir, "report.md");
+        CHECK(strstr(text, "## Sharded data parallelism against 3D") != NULL);
+        for (int i = 0; i < 3; i++) {
+            char row[64];
+            snprintf(row, sizeof row, "\n| %d | dp %d mbs ", gpus[i], gpus[i]);
+            CHECK(strstr(text, row) != NULL);
+        }
+        free(text);
+    }
     nonempty(dir, "trace_simulated.json");
     nonempty(dir, "trace_measured.json");
     /* the simulated trace parses and has a complete event per action */
