@@ -243,6 +243,9 @@ static void megatron_sharding(FILE *f, const ModelPlan *p, const ModelDims *d)
         flag(f, "--optimizer-cpu-offload", NULL);
         flag(f, "--optimizer-offload-fraction", "1.0");
         flag(f, "--use-precision-aware-optimizer", NULL);
+        if (j->optimizer != MODEL_OPT_ADAMW)
+            fprintf(f, "# NOT EXPRESSIBLE: optimizer offload of %s: Megatron-Core's precision-aware optimizer "
+                       "(which the offload needs) is Adam only\n", model_optimizer_name(j->optimizer));
         if (j->fp8_param_gather && j->fp8 != MODEL_FP8_DELAYED)
             fprintf(f, "# NOT EXPRESSIBLE: optimizer offload with --fp8-param-gather: validate_args asks for "
                        "--fp8-recipe delayed\n");

@@ -23,6 +23,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <math.h>
 #include <string.h>
 
 /* A recipe and the model it builds (from the Hugging Face config it loads: facts of those
@@ -425,10 +426,23 @@ void sim_export_bridge(FILE *f, const ModelPlan *p, const ModelDims *d)
     ov_end(&o);
     /* fp32 master weights, gradients and Adam moments, as parallax plans them (a recipe may
      * keep them in bf16 through the precision-aware optimizer) */
-    ov(&o, "optimizer.use_precision_aware_optimizer=false optimizer.main_grads_dtype=torch.float32 "
+    ov(&o, "optimizer.use_precision_aware_optimizer=%s optimizer.main_grads_dtype=torch.float32 "
            "optimizer.main_params_dtype=torch.float32 optimizer.exp_avg_dtype=torch.float32 "
-           "optimizer.exp_avg_sq_dtype=torch.float32");
+           "optimizer.exp_avg_sq_dtype=torch.float32", tf(l->offload_optimizer));
     ov_end(&o);
+    /* optimizer offload: the hybrid device optimizer, on the precision-aware optimizer's path
+     * (OptimizerConfig); HSDP as the distributed optimizer's instances; buckets in parameters */
+    if (l->offload_optimizer) {
+        ov(&o, "optimizer.optimizer_cpu_offload=true optimizer.optimizer_offload_fraction=1.0");
+        ov_end(&o);
+    }
+    if (l->dp_replicate > 1 || l->bucket_bytes > 0) {
+        if (l->dp_replicate > 1)
+            ov(&o, "ddp.num_distributed_optimizer_instances=%d", l->dp_replicate);
+        if (l->bucket_bytes > 0)
+            ov(&o, "ddp.bucket_size=%.0f", floor(l->bucket_bytes / (double)px_dtype_bytes(d->param)));
+        ov_end(&o);
+    }
     ov(&o, "scheduler.lr_decay_style=cosine scheduler.lr_warmup_iters=%d scheduler.lr_decay_iters=%d",
        t->warmup_steps, t->steps);
     ov_end(&o);

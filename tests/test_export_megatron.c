@@ -195,6 +195,11 @@ static void test_sharding(void)
                              "\t\t\t\"device\":\t\"cpu\",", "\t\t\"cpu_checkpointing\":\tfalse", NULL};
     expect_lines("deepspeed export (HSDP, offload)", ds, want_ds, (const char *const[]){"stage3_max_live_parameters", NULL});
     free(ds);
+    char *br = export_of(&s, "dgx-h100", 32, SIM_EXPORT_BRIDGE);
+    const char *want_br[] = {"optimizer.optimizer_cpu_offload=true optimizer.optimizer_offload_fraction=1.0",
+                             "ddp.num_distributed_optimizer_instances=4 ddp.bucket_size=250000000", NULL};
+    expect_lines("bridge export (HSDP, offload)", br, want_br, (const char *const[]){"optimizer.use_precision_aware_optimizer=false", NULL});
+    free(br);
 
     s.layout.fsdp = 0;
     s.layout.dp_shard = 0;

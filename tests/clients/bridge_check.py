@@ -231,6 +231,11 @@ def expected(plan):
     else:
         e += [("optimizer.optimizer", "adam"), ("optimizer.adam_beta1", t["beta1"]),
               ("optimizer.adam_beta2", t["beta2"]), ("optimizer.adam_eps", t["eps"])]
+    e += [("ddp.num_distributed_optimizer_instances", l.get("dp_replicate", 1)),
+          ("optimizer.optimizer_cpu_offload", bool(l.get("offload_optimizer"))),
+          ("optimizer.use_precision_aware_optimizer", bool(l.get("offload_optimizer")))]
+    if l.get("bucket_bytes"):
+        e.append(("ddp.bucket_size", int(l["bucket_bytes"] // (4 if t["precision"] == "fp32" else 2))))
     if l["zero"] >= 2:
         e += [("ddp.data_parallel_sharding_strategy",
                "optim_grads" if l["zero"] == 2 else "optim_grads_params"),
