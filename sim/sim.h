@@ -188,7 +188,7 @@ enum {
 };
 
 /* Why a layout was rejected: one of model's rules (ModelRule), or the planner's own. */
-enum { SIM_REJECT_CROSS_NODE_TP = MODEL_RULE_COUNT, SIM_REJECT_MEMORY, SIM_REJECT_COUNT };
+enum { SIM_REJECT_CROSS_NODE_TP = MODEL_RULE_COUNT, SIM_REJECT_MEMORY, SIM_REJECT_HOST_MEMORY, SIM_REJECT_COUNT };
 
 typedef struct {
     ModelSpec spec; /* the layout, normalised */
@@ -196,6 +196,7 @@ typedef struct {
     double step_s, tokens_per_s, mfu, bubble_fraction, tflops_per_gpu;
     double compute_s, tp_comm_s, pp_comm_s, dp_comm_exposed_s, optimizer_s;
     uint64_t peak_bytes;
+    uint64_t host_peak_bytes; /* offload's host bytes per rank (0 without offload) */
 } SimCandidate;
 
 typedef struct {
