@@ -45,7 +45,7 @@ const char *model_category_name(ModelCategory c) { return category_names[c]; }
 
 int model_category_on_host(const ModelLayout *l, ModelCategory c)
 {
-    /* ZeRO-Offload's split (Ren et al. 2021, Sec. 4.1): fp32 master weights and optimizer state
+    /* ZeRO-Offload's split (Ren et al. 2021): fp32 master weights and optimizer state
      * on the host; the device keeps the low-precision parameters and gradients (docs/memory.md) */
     return l->offload_optimizer && (c == MODEL_MASTER || c == MODEL_OPTIMIZER);
 }
