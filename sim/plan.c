@@ -703,6 +703,9 @@ static int evaluate(Search *s, const Knobs *k)
             return PX_OK;
         }
         k = &ko;
+        apply(q, k, &spec);
+        probe.layout.offload_optimizer = spec.layout.offload_optimizer;
+        probe.layout.offload_activations = spec.layout.offload_activations;
     }
     res->feasible++;
     res->rank_memory_bytes = s->rank_memory;

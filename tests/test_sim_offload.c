@@ -189,6 +189,73 @@ static void test_plan(void)
     sim_result_free(&opt);
 }
 
+/* The offload search prunes as the plain one does: the brute force that times every layout
+ * agrees with it, where only offloaded layouts fit (micro-batch and recompute searched). */
+static void test_plan_pruning(void)
+{
+    PxError err = {0};
+    ProfCluster cl;
+    load(&cl);
+    cl.device.runtime_bytes = 0;
+    ModelSpec s0 = small(0, 0), s1 = small(1, 0);
+    s0.layout.recompute = s1.layout.recompute = MODEL_RECOMPUTE_FULL;
+    s0.job.global_batch = s1.job.global_batch = 16;
+    SimResult off, opt;
+    CHECK_OK(sim_run(&s0, &cl, 4, &off, &err), err);
+    CHECK_OK(sim_run(&s1, &cl, 4, &opt, &err), err);
+    cl.device.memory_bytes = (uint64_t)((double)(off.peak_bytes + opt.peak_bytes) / 2 / 0.95);
+    SimPlanRequest q = pinned();
+    q.base.job.global_batch = 16;
+    q.pinned &= ~(unsigned)(SIM_PIN_MBS | SIM_PIN_RECOMPUTE);
+    SimPlanResult pruned, brute;
+    CHECK_OK(sim_plan(&q, &cl, &pruned, &err), err);
+    q.brute_force = 1;
+    CHECK_OK(sim_plan(&q, &cl, &brute, &err), err);
+    CHECK(pruned.n_top >= 1);
+    CHECK_EQ_INT(brute.n_top, pruned.n_top);
+    for (int i = 0; i < pruned.n_top; i++) {
+        const ModelLayout *a = &pruned.top[i].spec.layout, *b = &brute.top[i].spec.layout;
+        CHECK(a->offload_optimizer || a->offload_activations);
+        CHECK_EQ_INT(b->offload_optimizer, a->offload_optimizer);
+        CHECK_EQ_INT(b->offload_activations, a->offload_activations);
+        CHECK_EQ_INT(b->recompute, a->recompute);
+        CHECK_EQ_INT(brute.top[i].spec.job.micro_batch, pruned.top[i].spec.job.micro_batch);
+        CHECK(brute.top[i].score == pruned.top[i].score);
+    }
+    sim_plan_free(&pruned);
+    sim_plan_free(&brute);
+    sim_result_free(&off);
+    sim_result_free(&opt);
+    prof_cluster_free(&cl);
+}
+
+/* The planner's compact tables give the full tables' device and host bytes (pp 2, both kinds
+ * of offload, interleaved stages with uneven activation sets). */
+static void test_compact(void)
+{
+    PxError err = {0};
+    ProfCluster cl;
+    load(&cl);
+    ModelSpec s = small(1, 1);
+    s.layout.pp = 2;
+    s.layout.dp = 2;
+    s.job.global_batch = 8;
+    SimResult full, compact;
+    CHECK_OK(sim_run(&s, &cl, 4, &full, &err), err);
+    CHECK_OK(sim_run_ex(&s, &cl, 4, 1, SIM_FULL, &compact, &err), err);
+    for (int st = 0; st < 2; st++) {
+        CHECK(full.mem[st].host_total > 0);
+        CHECK_EQ_U64(full.mem[st].host_total, compact.mem[st].host_total);
+        CHECK_EQ_U64(full.mem[st].total, compact.mem[st].total);
+        for (int c = 0; c < MODEL_CAT_COUNT; c++)
+            CHECK_EQ_U64(full.mem[st].host[c], compact.mem[st].host[c]);
+    }
+    CHECK_REL(full.step_s, compact.step_s, 1e-12);
+    sim_result_free(&full);
+    sim_result_free(&compact);
+    prof_cluster_free(&cl);
+}
+
 /* Offload needs ZeRO for the optimizer, and a profile that describes the host. */
 static void test_rules(void)
 {
@@ -224,6 +291,8 @@ int main(void)
     test_memory();
     test_time();
     test_plan();
+    test_plan_pruning();
+    test_compact();
     test_rules();
     TEST_DONE("sim_offload");
 }
