@@ -312,6 +312,7 @@ typedef struct {
     int counting;     /* this walk only counts the layouts (for the progress bar) */
     long total, done; /* layouts in all, and walked so far */
     uint64_t closest; /* peak bytes of the layout closest to fitting */
+    uint64_t closest_host; /* host bytes of the offloaded layout closest to fitting the host */
     /* the degrees worth trying */
     int tps[64], n_tp, pps[256], n_pp, cps[16], n_cp;
 } Search;
@@ -692,7 +693,11 @@ static int evaluate(Search *s, const Knobs *k)
                          "offload, which needs %.2f GiB of host memory per rank of the %.2f GiB usable",
                          k->tp, k->pp, k->dp, k->zero, k->mbs, model_recompute_name((ModelRecompute)k->rc),
                          (double)need / PX_GIB, s->host_usable / PX_GIB);
-                reject(res, SIM_REJECT_HOST_MEMORY, msg);
+                /* the example is the layout whose offload comes closest to fitting the host */
+                if (res->rejected[SIM_REJECT_HOST_MEMORY]++ == 0 || need < s->closest_host) {
+                    s->closest_host = need;
+                    px_strlcpy(res->example[SIM_REJECT_HOST_MEMORY], msg, sizeof res->example[SIM_REJECT_HOST_MEMORY]);
+                }
                 return PX_OK;
             }
             /* the example is the layout closest to fitting */
@@ -835,11 +840,17 @@ static int no_layout(const SimPlanRequest *q, const ProfCluster *cl, const SimPl
                        "(pinned:%s; tp x pp x cp x dp must equal the GPUs)",
                        mc->name, q->gpus, n ? pins : " none");
     }
+    /* offload would have made some fit the device: say what the host lacked as well */
+    char host[400] = "";
+    const long host_n = res->rejected[SIM_REJECT_HOST_MEMORY];
+    if (host_n && worst != SIM_REJECT_HOST_MEMORY)
+        snprintf(host, sizeof host, "; %ld fit the device only with offload, which does not fit in "
+                 "host memory (e.g. %s)", host_n, res->example[SIM_REJECT_HOST_MEMORY]);
     return px_fail(err, PX_EINPUT,
-                   "no layout of %s works on %d GPUs of %s: %ld tried; %s (e.g. %s)", mc->name,
+                   "no layout of %s works on %d GPUs of %s: %ld tried; %s (e.g. %s)%s", mc->name,
                    q->gpus, cl->name, res->considered,
                    worst >= 0 ? sim_reject_name(worst) : "rejected",
-                   worst >= 0 ? res->example[worst] : "");
+                   worst >= 0 ? res->example[worst] : "", host);
 }
 
 int sim_plan(const SimPlanRequest *request, const ProfCluster *cl, SimPlanResult *res, PxError *err)
@@ -873,7 +884,7 @@ int sim_plan(const SimPlanRequest *request, const ProfCluster *cl, SimPlanResult
         res->considered = res->evaluated = res->feasible = res->timed = 0;
         memset(res->rejected, 0, sizeof res->rejected);
         memset(res->example, 0, sizeof res->example);
-        s.closest = 0;
+        s.closest = s.closest_host = 0;
         s.n_pend = 0;
         s.done = 0;
         s.offload = 1;
