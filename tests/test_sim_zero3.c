@@ -168,9 +168,138 @@ static void test_hsdp(void)
     CHECK_EQ_U64(12496, c.dpr_bytes);
     CHECK_EQ_U64(99968, c.gather_bytes);
 
+    /* its cost on dgx-a100: 2 ranks 8 apart sit on 2 nodes, a NIC share each (25 GB/s x 0.85
+     * = 21.25 GB/s) at 5 us: ring 2 x (5 us + 6,248 B / 21.25 GB/s) = 10.588047 us, below the
+     * tree's 2 x 5 us + 2 x 12,496 B / 21.25 GB/s = 11.176094 us */
+    PxError err = {0};
+    ProfCluster cl;
+    CHECK_OK(prof_cluster_load("dgx-a100", NULL, 0, &cl, &err), err);
+    SimCtx sc;
+    sim_ctx_init(&sc, &cl, &s, &d, 8);
+    ModelOp op;
+    memset(&op, 0, sizeof op);
+    op.kind = MODEL_OP_COMM;
+    op.comm = MODEL_DPR_ALLREDUCE;
+    op.group_size = 2;
+    op.comm_bytes = 12496;
+    op.calls = 1;
+    CHECK_REL(2.0 * (5e-6 + 6248.0 / 21.25e9), sim_comm_seconds(&sc, &op, 0), 1e-12);
+    /* dp 8 as dp_shard 1 x dp_replicate 8: the replicas are neighbours on one node (NVLink,
+     * 240 GB/s at 3 us): the tree's 2 x 3 x 3 us + 2 x 12,496 B / 240 GB/s = 18.104133 us beats
+     * the ring's 14 x (3 us + 1,562 B / 240 GB/s) */
+    ModelSpec s1 = spec(8, MODEL_RECOMPUTE_FULL);
+    s1.layout.dp_shard = 1;
+    ModelDims d1;
+    CHECK_OK(model_spec_check(&s1, 8, &d1, &err), err);
+    CHECK_EQ_INT(8, d1.dp_rep);
+    sim_ctx_init(&sc, &cl, &s1, &d1, 8);
+    op.group_size = 8;
+    CHECK_REL(18e-6 + 2.0 * 12496.0 / 240e9, sim_comm_seconds(&sc, &op, 0), 1e-12);
+    prof_cluster_free(&cl);
+
     /* without HSDP: none */
     c = count(spec(16, MODEL_RECOMPUTE_FULL), 16, NULL);
     CHECK_EQ_INT(0, c.dpr);
+}
+
+
+/* A graph of hand-made ops: kind (0 compute, 1 gather, 2 reduce-scatter), phase, layer,
+ * seconds; one chunk, per micro-batch. */
+typedef struct {
+    int kind;
+    ModelPhase phase;
+    int layer, repeat;
+    double s;
+} HandOp;
+
+static void hand_exposed(const HandOp *h, int n, int prefetch, double slow, double *out)
+{
+    ModelOp ops[16];
+    double t[16];
+    memset(ops, 0, sizeof ops);
+    for (int i = 0; i < n; i++) {
+        ops[i].kind = h[i].kind ? MODEL_OP_COMM : MODEL_OP_MATMUL;
+        ops[i].comm = h[i].kind == 1 ? MODEL_DP_ALL_GATHER : MODEL_DP_REDUCE_SCATTER;
+        ops[i].phase = h[i].phase;
+        ops[i].layer = h[i].layer;
+        ops[i].repeat = h[i].repeat ? h[i].repeat : 1;
+        ops[i].per_microbatch = 1;
+        ops[i].calls = 1;
+        t[i] = h[i].s;
+        out[i] = -1;
+    }
+    ModelOpGraph g = {.op = ops, .count = n, .cap = n};
+    ModelLayout l;
+    memset(&l, 0, sizeof l);
+    l.overlap_dp = 1;
+    l.prefetch = prefetch;
+    CHECK(sim_dp_exposed(&g, t, &l, 1, slow, out) == 0);
+}
+
+/* The two streams by hand (no slowdown unless said):
+ *  - forward, gathers of 2 s, layers of 3 s: layer 0's gather waits in full (2 s), layer 1's
+ *    runs 2-4 s under layer 0 (2-5 s): hidden. Slowdown 0.1: 2 and 0.2.
+ *  - gathers of 4 s: 0-4 s exposed, the next 4-8 s under compute 4-7 s: 1 s exposed; with
+ *    prefetch none it starts at 7 s: 4 s.
+ *  - a compact run of the same two layers (repeat 2): each op's average, (2 + 0) / 2 = 1.
+ *  - backward, gathers 2 s, layers 4 s, reduce-scatters 3 s: gather 1 0-2 s (exposed), gather
+ *    0 2-4 s under layer 1 (2-6 s), reduce-scatter 1 6-9 s under layer 0 (6-10 s), reduce-
+ *    scatter 0 10-13 s after the compute: 3 s exposed.
+ *  - the same with gathers of 3 s: gather 0 runs 3-6 s first, reduce-scatter 1 at 7-10 s
+ *    under layer 0 (7-11 s), reduce-scatter 0 11-14 s: 3 s.
+ *  - and reduce-scatters of 5 s with gathers of 2 s: reduce-scatter 1 6-11 s, layer 0 6-10 s,
+ *    reduce-scatter 0 11-16 s: the pass waits 10-16 s, 1 s charged to reduce-scatter 1 and 5
+ *    s to reduce-scatter 0 (the capacity of layer 0's compute is shared, not granted twice).
+ *  - DeepSpeed's layer with full recompute: gather 2 s, recompute 2 s, gather 2 s, backward
+ *    4 s, reduce-scatter 3 s: the first gather waits (2 s), the second runs 2-4 s under the
+ *    recompute, the reduce-scatter after the backward, 8-11 s: exposed 2, 0, 3. */
+static void test_two_streams(void)
+{
+    double x[16];
+    HandOp fwd[4] = {{1, MODEL_FWD, 0, 0, 2}, {0, MODEL_FWD, 0, 0, 3}, {1, MODEL_FWD, 1, 0, 2}, {0, MODEL_FWD, 1, 0, 3}};
+    hand_exposed(fwd, 4, 0, 0.0, x);
+    CHECK_REL(2.0, x[0], 1e-12);
+    CHECK(x[2] == 0.0);
+    CHECK(x[1] == -1); /* compute ops untouched */
+    hand_exposed(fwd, 4, 0, 0.1, x);
+    CHECK_REL(2.0, x[0], 1e-12);
+    CHECK_REL(0.2, x[2], 1e-12);
+    fwd[0].s = fwd[2].s = 4;
+    hand_exposed(fwd, 4, 1, 0.0, x);
+    CHECK_REL(4.0, x[0], 1e-12);
+    CHECK_REL(1.0, x[2], 1e-12);
+    hand_exposed(fwd, 4, -1, 0.0, x);
+    CHECK_REL(4.0, x[2], 1e-12);
+
+    HandOp run[2] = {{1, MODEL_FWD, 0, 2, 2}, {0, MODEL_FWD, 0, 2, 3}};
+    hand_exposed(run, 2, 0, 0.0, x);
+    CHECK_REL(1.0, x[0], 1e-12);
+
+    HandOp bwd[6] = {{1, MODEL_BWD, 1, 0, 2}, {0, MODEL_BWD, 1, 0, 4}, {2, MODEL_BWD, 1, 0, 3},
+                     {1, MODEL_BWD, 0, 0, 2}, {0, MODEL_BWD, 0, 0, 4}, {2, MODEL_BWD, 0, 0, 3}};
+    hand_exposed(bwd, 6, 0, 0.0, x);
+    CHECK_REL(2.0, x[0], 1e-12);
+    CHECK(x[2] == 0.0);
+    CHECK(x[3] == 0.0);
+    CHECK_REL(3.0, x[5], 1e-12);
+    bwd[0].s = bwd[3].s = 3;
+    hand_exposed(bwd, 6, 0, 0.0, x);
+    CHECK_REL(3.0, x[0], 1e-12);
+    CHECK(x[2] == 0.0);
+    CHECK(x[3] == 0.0);
+    CHECK_REL(3.0, x[5], 1e-12);
+    bwd[0].s = bwd[3].s = 2;
+    bwd[2].s = bwd[5].s = 5;
+    hand_exposed(bwd, 6, 0, 0.0, x);
+    CHECK_REL(1.0, x[2], 1e-12);
+    CHECK_REL(5.0, x[5], 1e-12);
+
+    HandOp ds[5] = {{1, MODEL_RECOMPUTE, 0, 0, 2}, {0, MODEL_RECOMPUTE, 0, 0, 2}, {1, MODEL_BWD, 0, 0, 2},
+                    {0, MODEL_BWD, 0, 0, 4}, {2, MODEL_BWD, 0, 0, 3}};
+    hand_exposed(ds, 5, 0, 0.0, x);
+    CHECK_REL(2.0, x[0], 1e-12);
+    CHECK(x[2] == 0.0);
+    CHECK_REL(3.0, x[4], 1e-12);
 }
 
 int main(void)
@@ -179,6 +308,7 @@ int main(void)
     test_gathers();
     test_buckets();
     test_hsdp();
+    test_two_streams();
     printf("test_sim_zero3: %d checks passed\n", px_test_checks);
     return 0;
 }
