@@ -302,6 +302,39 @@ static void test_two_streams(void)
     CHECK_REL(3.0, x[4], 1e-12);
 }
 
+/* The ZeRO group's latency: a gather over 16 ranks, tp 1 on dgx-a100 (8 a node), crosses 2
+ * nodes: alpha is the network's 5 us, beta 8 NIC shares of 21.25 GB/s = 170 GB/s; 16 MiB:
+ * 15 x (5 us + 1 MiB / 170 GB/s) = 167.52141 us a call, and a bucketed op pays it per call
+ * (4 calls of 4 MiB: 4 x 15 x (5 us + 256 KiB / 170 GB/s) = 392.52141 us). On one node (8
+ * ranks): NVLink's 3 us and 240 GB/s. */
+static void test_latency(void)
+{
+    PxError err = {0};
+    ProfCluster cl;
+    CHECK_OK(prof_cluster_load("dgx-a100", NULL, 0, &cl, &err), err);
+    ModelSpec s = spec(16, MODEL_RECOMPUTE_FULL);
+    ModelDims d;
+    CHECK_OK(model_spec_check(&s, 16, &d, &err), err);
+    SimCtx sc;
+    sim_ctx_init(&sc, &cl, &s, &d, 8);
+    ModelOp op;
+    memset(&op, 0, sizeof op);
+    op.kind = MODEL_OP_COMM;
+    op.comm = MODEL_DP_ALL_GATHER;
+    op.group_size = 16;
+    op.comm_bytes = 16777216;
+    op.calls = 1;
+    CHECK_REL(167.52141e-6, sim_comm_seconds(&sc, &op, 0), 1e-7);
+    op.comm_bytes = 4194304;
+    op.calls = 4;
+    CHECK_REL(392.52141e-6, sim_comm_seconds(&sc, &op, 0), 1e-7);
+    op.calls = 1;
+    op.group_size = 8;
+    op.comm_bytes = 16777216;
+    CHECK_REL(7.0 * (3e-6 + 2097152.0 / 240e9), sim_comm_seconds(&sc, &op, 0), 1e-12);
+    prof_cluster_free(&cl);
+}
+
 int main(void)
 {
     px_log_set_quiet(1);
@@ -309,6 +342,7 @@ int main(void)
     test_buckets();
     test_hsdp();
     test_two_streams();
+    test_latency();
     printf("test_sim_zero3: %d checks passed\n", px_test_checks);
     return 0;
 }
