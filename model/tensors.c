@@ -1067,28 +1067,44 @@ static void add_comm_buffers(Build *B)
     }
 }
 
-/* ZeRO's buffers: the gradient bucket (ZeRO-2/3) and the two parameter-gather buffers
- * (ZeRO-3), each as large as the largest block padded to a multiple of the group, as its
- * shards are. */
+/* ZeRO's buffers (docs/memory.md, "ZeRO-3's gathered parameters"): the gradient bucket
+ * (ZeRO-2/3), one block's unsharded gradients while they are reduced, and ZeRO-3's
+ * parameter-gather buffer, each block-sized part as large as the largest block padded to a
+ * multiple of its group, as its shards are. Streaming, the gather buffer holds the layer being
+ * computed and the `prefetch` layers gathered ahead (a MoE layer: its block and its experts'),
+ * at least the two blocks the executor alternates; with the gathered parameters kept from
+ * forward to backward, every block of the stage, whole. */
 static void add_zero_buffers(Build *B)
 {
     const ModelSpec *s = B->s;
     const ModelDims *d = B->d;
     const ModelTensorTable *tt = B->tt;
-    uint64_t padded = 0;
+    uint64_t padded = 0, all = 0;
+    int experts = 0;
     for (int i = 0; i < tt->n_blocks; i++) {
         const ModelBlock *blk = &tt->blocks[i];
         uint64_t g = (uint64_t)(blk->experts ? d->edp : d->zero_group);
         uint64_t p = px_round_up(blk->numel, g);
         if (p > padded)
             padded = p;
+        all += p * (uint64_t)(blk->repeat > 0 ? blk->repeat : 1);
+        experts |= blk->experts;
     }
     if (s->layout.zero >= 2)
         add(&B->a, MODEL_TR_ZERO_GRAD_BUCKET, "zero.grad_bucket", MODEL_COMM_BUFFERS, d->grad, 0, 1,
             (int64_t)padded, 0, 0, 0);
-    if (s->layout.zero == 3)
+    if (s->layout.zero == 3) {
+        const int ahead = s->layout.prefetch < 0 ? 0 : s->layout.prefetch == 0 ? 1 : s->layout.prefetch;
+        int64_t parts = (int64_t)(1 + ahead) * (experts ? 2 : 1);
+        if (parts < 2)
+            parts = 2;
+        uint64_t elems = (uint64_t)parts * padded;
+        if (s->layout.keep_gathered && all > elems)
+            elems = all;
+        elems = (elems + 1) / 2 * 2; /* two equal halves */
         add(&B->a, MODEL_TR_ZERO_PARAM_GATHER, "zero.param_gather", MODEL_COMM_BUFFERS, d->param, 0, 2,
-            2, (int64_t)padded, 0, 0);
+            2, (int64_t)(elems / 2), 0, 0);
+    }
 }
 
 static int tensors_build(const ModelSpec *s, const ModelDims *d, int stage, int compact,

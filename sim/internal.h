@@ -61,13 +61,26 @@ double sim_pipeline_pair(const ModelDims *d, ModelSchedule sched, const double *
  * when every stage and chunk takes the same time and transfers are free. */
 double sim_pipeline_uniform(const ModelDims *d, ModelSchedule sched, double fwd, double bwd);
 
-/* How much of communication op i (per micro-batch, not point-to-point) its pass cannot hide:
- * TP (and ETP) under overlap_tp and CP behind their partner compute op, DP (and EDP) under
- * overlap_dp behind its block's compute, the experts' all-to-all under overlap_ep behind the
- * shared experts or, with m >= 2 micro-batches, the layer's compute of both passes; each at the
- * overlap slowdown; t holds every op's seconds. */
+/* How much of communication op i (per micro-batch, not point-to-point, not data-parallel) its
+ * pass cannot hide: TP (and ETP) under overlap_tp and CP behind their partner compute op, the
+ * experts' all-to-all under overlap_ep behind the shared experts or, with m >= 2
+ * micro-batches, the layer's compute of both passes; each at the overlap slowdown; t holds
+ * every op's seconds. A DP op (and EDP) is exposed whole here: sim_dp_exposed times them. */
 double sim_comm_exposed(const ModelOpGraph *g, const double *t, int i, const ModelLayout *l,
                         int m, double slow);
+
+/* The per-micro-batch DP (and EDP) collectives of every pass of g (docs/time.md, "Sharded data
+ * parallelism"): out[i] is the exposed seconds of one execution of op i (its repeats'
+ * average), the others left alone. Without overlap_dp each is exposed whole; with it each pass
+ * runs as a compute stream and one network stream that carries the DP collectives in the
+ * order they are issued: the gathers of a unit (the blocks gathered at one point of the pass)
+ * `prefetch` units ahead of the compute that needs them (none ahead with prefetch -1), the
+ * gradients' reduce-scatters when their block's backward ends; compute waits for its gathers
+ * and the pass for its last reduce-scatter. A wait is charged to the collectives on the
+ * network while it lasts, the hidden rest at the overlap slowdown. Returns 0, or -1 out of
+ * memory. */
+int sim_dp_exposed(const ModelOpGraph *g, const double *t, const ModelLayout *l, int m,
+                   double slow, double *out);
 
 /* The stage whose tables and ops stand for `stage` (itself unless a compact simulation's
  * middle stage is like an earlier one), for a layout (sim_stage_model_of: spec checked, d its

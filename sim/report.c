@@ -105,6 +105,17 @@ static void add_prediction(cJSON *j, const SimResult *r)
         }
         if (r->spec.layout.offload_activations)
             cJSON_AddNumberToObject(e, "offload_activations_s", t->offload_act_s);
+        if (r->spec.layout.zero >= 2) {
+            /* ZeRO's per-micro-batch collectives (docs/time.md, "Sharded data parallelism") */
+            static const char *const zn[4] = {"gather_fwd", "gather_recompute", "gather_bwd", "reduce_scatter"};
+            cJSON *z = cJSON_AddObjectToObject(e, "zero");
+            for (int k = 0; k < 4; k++) {
+                cJSON *zk = cJSON_AddObjectToObject(z, zn[k]);
+                cJSON_AddNumberToObject(zk, "comm_s", t->zero_s[k]);
+                cJSON_AddNumberToObject(zk, "latency_s", t->zero_latency_s[k]);
+                cJSON_AddNumberToObject(zk, "exposed_s", t->zero_exposed_s[k]);
+            }
+        }
         cJSON_AddItemToArray(tps, e);
     }
     cJSON *tp = cJSON_AddObjectToObject(j, "throughput");
@@ -296,6 +307,17 @@ void sim_result_print(FILE *f, const SimResult *r)
         fprintf(f, "activation copies to and from the host not hidden (s per step, in the pipeline):");
         for (int st = 0; st < d->p; st++)
             fprintf(f, " %.3f", r->stage_time[st].offload_act_s);
+        fprintf(f, "\n");
+    }
+    if (r->spec.layout.zero >= 2) {
+        /* the critical stage's ZeRO collectives per micro-batch: time (of it latency) exposed */
+        const SimStageTime *y = &r->stage_time[r->critical_stage];
+        static const char *const zn[4] = {"gather fwd", "recompute", "bwd", "reduce-scatter"};
+        fprintf(f, "zero per step (s, stage %d): time (latency) exposed:", r->critical_stage);
+        for (int k = 0; k < 4; k++)
+            if (y->zero_s[k] > 0)
+                fprintf(f, "%s %s %.3f (%.3f) %.3f", k ? "  " : "", zn[k], y->zero_s[k],
+                        y->zero_latency_s[k], y->zero_exposed_s[k]);
         fprintf(f, "\n");
     }
     if (d->moe) {

@@ -46,7 +46,15 @@ typedef struct {
     double pipeline_s;      /* when the stage finishes its last backward */
     double bubble_fraction; /* idle over busy time of the stage without transfers */
     double step_s;          /* the stage's step: pipeline, then reduction, optimizer, gathers */
+    /* ZeRO-2/3's per-micro-batch collectives per step (docs/time.md, "Sharded data
+     * parallelism"), by SIM_ZERO_*: their time, of it the latency part (calls x (n - 1) x
+     * alpha), and what the passes could not hide (of dp_exposed_s) */
+    double zero_s[4], zero_latency_s[4], zero_exposed_s[4];
 } SimStageTime;
+
+/* ZeRO's per-micro-batch collectives in SimStageTime: the gathers before the forward, before
+ * DeepSpeed's recomputed forward, before the backward; the gradients' reduce-scatters. */
+enum { SIM_ZERO_GATHER_FWD = 0, SIM_ZERO_GATHER_RECOMPUTE, SIM_ZERO_GATHER_BWD, SIM_ZERO_REDUCE };
 
 typedef struct {
     int compact;    /* built with compact tables and graphs (sim_run_ex) */

@@ -85,28 +85,251 @@ double sim_comm_exposed(const ModelOpGraph *g, const double *t, int i, const Mod
         return overlap(t[i], t[k], slow);
     if (grp == MODEL_GROUP_CP && k >= 0) /* ring attention overlaps its exchange */
         return overlap(t[i], t[k], slow);
-    if ((grp == MODEL_GROUP_DP || grp == MODEL_GROUP_EDP) && l->overlap_dp) {
-        /* ZeRO-2/3 prefetch and bucketed reduction hide behind the block's own pass */
-        double block = 0;
-        for (int q = 0; q < g->count; q++)
-            if (g->op[q].kind != MODEL_OP_COMM && g->op[q].layer == op->layer &&
-                g->op[q].chunk == op->chunk && g->op[q].phase == op->phase)
-                block += t[q];
-        return overlap(t[i], block, slow);
-    }
     return t[i];
+}
+
+static int dp_op(const ModelOp *o)
+{
+    const ModelGroup grp = model_comm_group(o->comm);
+    return o->kind == MODEL_OP_COMM && o->per_microbatch &&
+           (grp == MODEL_GROUP_DP || grp == MODEL_GROUP_EDP);
+}
+
+static int dp_gather(const ModelOp *o)
+{
+    return dp_op(o) && (o->comm == MODEL_DP_ALL_GATHER || o->comm == MODEL_EDP_ALL_GATHER);
+}
+
+/* A collective's time on the DP network: when it runs, and the op it is. */
+typedef struct {
+    double start, end;
+    int op;
+} NetSlot;
+
+typedef struct {
+    NetSlot *slot;
+    int n, cap;
+} Slots;
+
+static int slots_add(Slots *q, double start, double end, int op)
+{
+    if (q->n == q->cap) {
+        int cap = q->cap ? 2 * q->cap : 64;
+        NetSlot *s = realloc(q->slot, (size_t)cap * sizeof *s);
+        if (!s)
+            return -1;
+        q->slot = s;
+        q->cap = cap;
+    }
+    q->slot[q->n++] = (NetSlot){start, end, op};
+    return 0;
+}
+
+/* Compute waits from a to b: each collective on the network meanwhile takes its part of the
+ * wait (slots sorted, from *first on; waits come in time order). */
+static void slots_wait(const Slots *q, int *first, double a, double b, double *stall)
+{
+    if (!(b > a))
+        return;
+    while (*first < q->n && q->slot[*first].end <= a)
+        (*first)++;
+    for (int k = *first; k < q->n && q->slot[k].start < b; k++) {
+        const double lo = q->slot[k].start > a ? q->slot[k].start : a;
+        const double hi = q->slot[k].end < b ? q->slot[k].end : b;
+        if (hi > lo)
+            stall[q->slot[k].op] += hi - lo;
+    }
+}
+
+typedef struct {
+    Slots gather, reduce, pending; /* pending: reduce-scatters as issued (start: when) */
+    double *stall;                 /* [op] waits charged to each op, summed over its repeats */
+} Net;
+
+/* One pass (ops P[0..np) of one chunk, in graph order) through the two streams. The pass is
+ * expanded first: a compact graph's run of identical layers (its ops carry repeat r and one
+ * layer) plays r times, so that a compact graph times like the full one. Units are the runs
+ * of gathers, each with the layer instance it belongs to; the gathers that gate compute go
+ * first on the network and the reduce-scatters, which nothing in the pass waits for, take the
+ * time the gathers leave (the next layer's all-gather issued before this layer's
+ * reduce-scatter, as FSDP's backward prefetch does). */
+static int dp_pass(const ModelOpGraph *g, const double *t, const ModelLayout *l, int m,
+                   double slow, const int *P, int np, Net *nt)
+{
+    int ne = 0;
+    for (int k = 0; k < np; k++)
+        ne += g->op[P[k]].repeat;
+    /* E: the expanded ops; inst: their layer instance; unit: where each unit starts */
+    int *E = malloc((size_t)(3 * ne + 2) * sizeof *E), *inst = E + ne, *unit = inst + ne;
+    double *uend = malloc((size_t)(ne + 1) * sizeof *uend); /* when a unit's gathers end */
+    if (!E || !uend) {
+        free(E);
+        free(uend);
+        return -1;
+    }
+    int n = 0, id = 0;
+    for (int k = 0; k < np;) {
+        const ModelOp *o = &g->op[P[k]];
+        int e = k + 1;
+        if (o->repeat > 1)
+            while (e < np && g->op[P[e]].repeat == o->repeat && g->op[P[e]].layer == o->layer)
+                e++;
+        for (int r = 0; r < o->repeat; r++) {
+            for (int q = k; q < e; q++) {
+                if (n > 0 && ((q == k && r > 0) || g->op[P[q]].layer != g->op[E[n - 1]].layer))
+                    id++;
+                inst[n] = id;
+                E[n++] = P[q];
+            }
+        }
+        k = e;
+    }
+    int nu = 0;
+    for (int k = 0; k < n; k++)
+        if (dp_gather(&g->op[E[k]]) && (k == 0 || !dp_gather(&g->op[E[k - 1]])))
+            unit[nu++] = k;
+    unit[nu] = n;
+    const int ahead = l->prefetch < 0 ? 0 : l->prefetch == 0 ? 1 : l->prefetch;
+    char *done = calloc((size_t)nu + 1, 1);
+    int rc = done ? 0 : -1, u = 0, first = 0;
+    double T = 0, gfree = 0;
+    for (int k = 0; k < n && !rc;) {
+        if (u < nu && k == unit[u]) {
+            /* the unit's gathers, issued now unless prefetched; its compute waits for them,
+             * then starts and issues the prefetched ones: the rest of its own layer's next
+             * unit (DeepSpeed's backward gather, after the recomputed forward frees the
+             * parameters) and the first unit of each of the next `ahead` layers */
+            for (int pass = 0; pass < 2 && !rc; pass++) {
+                for (int v = u; v < nu && !rc; v++) {
+                    const int d = inst[unit[v]] - inst[unit[u]];
+                    const int want = pass == 0 ? v == u
+                                     : ahead > 0 && ((v == u + 1 && d == 0) ||
+                                                     (d > 0 && d <= ahead &&
+                                                      inst[unit[v - 1]] != inst[unit[v]]));
+                    if (d > ahead)
+                        break;
+                    if (!want || done[v])
+                        continue;
+                    done[v] = 1;
+                    uend[v] = T;
+                    for (int q = unit[v]; q < n && dp_gather(&g->op[E[q]]) && !rc; q++) {
+                        const double start = T > gfree ? T : gfree;
+                        gfree = start + t[E[q]];
+                        uend[v] = gfree;
+                        rc = slots_add(&nt->gather, start, gfree, E[q]);
+                    }
+                }
+                if (pass == 0 && !rc) {
+                    slots_wait(&nt->gather, &first, T, uend[u], nt->stall);
+                    if (uend[u] > T)
+                        T = uend[u];
+                }
+            }
+            while (k < n && dp_gather(&g->op[E[k]]))
+                k++;
+            u++;
+            continue;
+        }
+        const int i = E[k++];
+        const ModelOp *o = &g->op[i];
+        if (o->kind != MODEL_OP_COMM)
+            T += t[i];
+        else if (dp_op(o)) /* a reduce-scatter: the compute goes on */
+            rc = slots_add(&nt->pending, T, T + t[i], i);
+        else if (model_comm_group(o->comm) != MODEL_GROUP_PP)
+            T += sim_comm_exposed(g, t, i, l, m, slow);
+    }
+    /* the reduce-scatters in issue order, in the time the gathers leave free */
+    double x = 0;
+    int k = 0;
+    for (int q = 0; q < nt->pending.n && !rc; q++) {
+        const NetSlot *p = &nt->pending.slot[q];
+        double left = p->end - p->start;
+        if (p->start > x)
+            x = p->start;
+        while (left > 0 && !rc) {
+            while (k < nt->gather.n && nt->gather.slot[k].end <= x)
+                k++;
+            if (k < nt->gather.n && nt->gather.slot[k].start <= x) {
+                x = nt->gather.slot[k].end;
+                continue;
+            }
+            const double gap = k < nt->gather.n ? nt->gather.slot[k].start - x : left;
+            const double run = left < gap ? left : gap;
+            rc = slots_add(&nt->reduce, x, x + run, p->op);
+            x += run;
+            left -= run;
+        }
+    }
+    /* the backward ends when its gradients are reduced */
+    first = 0;
+    if (!rc)
+        slots_wait(&nt->reduce, &first, T, x, nt->stall);
+    free(done);
+    free(uend);
+    free(E);
+    return rc;
+}
+
+int sim_dp_exposed(const ModelOpGraph *g, const double *t, const ModelLayout *l, int m,
+                   double slow, double *out)
+{
+    int any = 0, chunks = 0;
+    for (int i = 0; i < g->count; i++) {
+        if (dp_op(&g->op[i])) {
+            out[i] = t[i];
+            any = 1;
+        }
+        if (g->op[i].chunk + 1 > chunks)
+            chunks = g->op[i].chunk + 1;
+    }
+    if (!any || !l->overlap_dp)
+        return 0;
+    Net nt = {0};
+    int *P = malloc((size_t)g->count * sizeof *P);
+    nt.stall = calloc((size_t)g->count, sizeof *nt.stall);
+    int rc = P && nt.stall ? 0 : -1;
+    for (int j = 0; j < chunks && !rc; j++)
+        for (int bwd = 0; bwd < 2 && !rc; bwd++) {
+            int np = 0, has = 0;
+            for (int i = 0; i < g->count; i++) {
+                const ModelOp *o = &g->op[i];
+                if (o->per_microbatch && o->chunk == j && (o->phase != MODEL_FWD) == bwd) {
+                    P[np++] = i;
+                    has |= dp_op(o);
+                }
+            }
+            if (!has)
+                continue;
+            nt.gather.n = nt.reduce.n = nt.pending.n = 0;
+            rc = dp_pass(g, t, l, m, slow, P, np, &nt);
+        }
+    for (int i = 0; i < g->count && !rc; i++) {
+        if (!dp_op(&g->op[i]))
+            continue;
+        const double r = g->op[i].repeat, stall = nt.stall[i];
+        const double hidden = t[i] * r - stall;
+        out[i] = (stall + slow * (hidden > 0 ? hidden : 0)) / r;
+    }
+    free(P);
+    free(nt.stall);
+    free(nt.gather.slot);
+    free(nt.reduce.slot);
+    free(nt.pending.slot);
+    return rc;
 }
 
 typedef struct {
     double ready, seconds;
 } Pending;
 
-/* A block's per-step gradient reduction: over the data-parallel group, or for the routed
- * experts over the expert-data-parallel group (each on its own ranks: sim_comm_seconds) */
+/* A block's per-step gradient reduction: over the data-parallel group, for the routed experts
+ * over the expert-data-parallel group, with HSDP its shard's all-reduce over the replicas
+ * (each on its own ranks: sim_comm_seconds) */
 static int grad_reduction(ModelComm k)
 {
     return k == MODEL_DP_ALLREDUCE || k == MODEL_DP_REDUCE_SCATTER || k == MODEL_EDP_ALLREDUCE ||
-           k == MODEL_EDP_REDUCE_SCATTER;
+           k == MODEL_EDP_REDUCE_SCATTER || k == MODEL_DPR_ALLREDUCE;
 }
 
 static int by_ready(const void *a, const void *b)
@@ -232,6 +455,11 @@ int sim_time_costs(SimResult *r, PxError *err)
         for (int i = 0; i < g->count; i++)
             t[i] = g->op[i].kind == MODEL_OP_COMM ? sim_comm_seconds(&c, &g->op[i], s)
                                                   : sim_compute_seconds(&c, &g->op[i]);
+        double *dpx = malloc(((size_t)g->count + 1) * sizeof *dpx);
+        if (!dpx || sim_dp_exposed(g, t, l, m, slow, dpx)) {
+            free(dpx);
+            return px_fail(err, PX_ERUNTIME, "out of memory timing stage %d", s);
+        }
         for (int i = 0; i < g->count; i++) {
             const ModelOp *op = &g->op[i];
             if (!op->per_microbatch) {
@@ -252,15 +480,27 @@ int sim_time_costs(SimResult *r, PxError *err)
                     r->p2p[s] = t[i];
                 continue;
             }
-            const double exposed = sim_comm_exposed(g, t, i, l, m, slow);
+            const int dp = grp == MODEL_GROUP_DP || grp == MODEL_GROUP_EDP;
+            const double exposed = dp ? dpx[i] : sim_comm_exposed(g, t, i, l, m, slow);
             *pass += exposed * rep;
-            if (grp == MODEL_GROUP_DP || grp == MODEL_GROUP_EDP)
+            if (dp) {
                 st->dp_exposed_s += exposed * rep * m;
-            else if (grp == MODEL_GROUP_EP || grp == MODEL_GROUP_ETP)
+                const int gather = op->comm == MODEL_DP_ALL_GATHER || op->comm == MODEL_EDP_ALL_GATHER;
+                const int z = !gather                        ? SIM_ZERO_REDUCE
+                              : op->phase == MODEL_FWD       ? SIM_ZERO_GATHER_FWD
+                              : op->phase == MODEL_RECOMPUTE ? SIM_ZERO_GATHER_RECOMPUTE
+                                                             : SIM_ZERO_GATHER_BWD;
+                ModelOp bare = *op; /* its latency: the same calls of nothing */
+                bare.comm_bytes = 0;
+                st->zero_s[z] += t[i] * rep * m;
+                st->zero_latency_s[z] += sim_comm_seconds(&c, &bare, s) * rep * m;
+                st->zero_exposed_s[z] += exposed * rep * m;
+            } else if (grp == MODEL_GROUP_EP || grp == MODEL_GROUP_ETP)
                 st->ep_comm_s += exposed * rep * m;
             else
                 st->tp_comm_s += exposed * rep * m;
         }
+        free(dpx);
         if (l->offload_optimizer) {
             /* the step itself runs on the host; its copies are placed in sim_time_finish */
             double down, up, touch;

@@ -101,6 +101,8 @@ static ModelSpec spec_of(const Layout *L)
     s.layout.etp = 1;
     s.layout.schedule = MODEL_SCHED_1F1B;
     s.layout.recompute = L->full ? MODEL_RECOMPUTE_FULL : MODEL_RECOMPUTE_NONE;
+    /* the executor gathers once for the recomputed forward and the backward (FSDP's) */
+    s.layout.fsdp = L->zero == 3 && L->full;
     s.job.fp8 = (ModelFp8Recipe)L->fp8;
     s.job.fp8_amax_history = 16;
     return s;
@@ -127,6 +129,7 @@ static void check_layout(const Layout *L)
     one.layout.dp = one.layout.tp = one.layout.pp = one.layout.ep = 1;
     one.layout.sp = 0;
     one.layout.zero = 0;
+    one.layout.fsdp = 0;
     one.layout.recompute = MODEL_RECOMPUTE_NONE;
     one.job.moe_imbalance = 1.0; /* one rank holds every expert: its buffers take every copy */
     one.job.precision = PX_FP32;
