@@ -54,7 +54,9 @@ typedef struct {
     int stage, tp_rank, cp_rank, dp_rank;
     int ep_rank, edp_rank;    /* place among the expert-parallel and expert-data-parallel ranks
                                  (model_expert_coords) */
-    int zero_rank, zero_n;    /* place in the dp x cp group that shards ZeRO state, its size */
+    int zero_rank, zero_n;    /* place in the dp_shard x cp group that shards ZeRO state, its size */
+    int dp_replica;           /* HSDP: which of the dp_replicate replicas of the ZeRO state (0
+                                 without it) */
     int prev_rank, next_rank; /* the world ranks of the neighbouring stages (a ring) */
     int chunk_g[EXEC_MAX_CHUNKS];  /* global chunk of each local chunk */
     int chunk_l0[EXEC_MAX_CHUNKS]; /* its first (global) layer */

@@ -37,8 +37,8 @@ static double local_sumsq(const ExecCtx *c, const ExecParams *P)
     double s = 0;
     const int zero = c->spec.layout.zero;
     /* every element once in the job: TP-replicated parameters count on TP rank 0, data-parallel
-     * replicas (ZeRO 0) on ZeRO rank 0, ZeRO shards on their owner, the tied output layer's
-     * copy on the first stage only */
+     * replicas (ZeRO 0) on ZeRO rank 0, ZeRO shards on their owner of HSDP's first replica, the
+     * tied output layer's copy on the first stage only */
     /* a MoE layer's routed experts are this rank's (ep) and replicated over the
      * expert-data-parallel ranks: counted on its first (etp 1), or on each shard's owner with
      * ZeRO */
@@ -51,7 +51,8 @@ static double local_sumsq(const ExecCtx *c, const ExecParams *P)
         if (P->b[p->block].experts) {
             if ((zero == 0 && c->g.edp_rank != 0) || !exec_params_own(P, p, &lo, &hi))
                 continue;
-        } else if ((zero == 0 && c->g.zero_rank != 0) || (p->replicated && c->g.tp_rank != 0) ||
+        } else if ((zero == 0 && c->g.zero_rank != 0) || c->g.dp_replica != 0 ||
+                   (p->replicated && c->g.tp_rank != 0) ||
                    p->tied_copy || !exec_params_own(P, p, &lo, &hi)) {
             continue;
         }

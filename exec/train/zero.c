@@ -192,6 +192,31 @@ static int tied_sum(const ExecCtx *c, ExecParams *P, ExecMeter *M, int b, PxErro
     return rc;
 }
 
+/* HSDP: block b's gradient shard, reduced over its shard group, summed over the dp_replicate
+ * replicas of that shard (one call of the padded shard, as the graph counts it); the routed
+ * experts' blocks are reduced over their whole expert-data-parallel group already. */
+static int replicas_allreduce(const ExecCtx *c, ExecParams *P, ExecMeter *M, int b, PxError *err)
+{
+    ExecBlock *blk = &P->b[b];
+    if (blk->experts)
+        return PX_OK;
+    float *shard = c->spec.layout.zero >= 2 ? blk->g_shard : blk->g + blk->own_off;
+    /* ZeRO-1 keeps the shard inside the unpadded gradients: the last shard must be whole */
+    if (c->spec.layout.zero < 2 && blk->own_n != blk->shard)
+        return px_fail(err, PX_ERUNTIME, "HSDP with ZeRO-1: block %d's %llu elements do not split "
+                       "evenly over the %d ranks of its shard group; use ZeRO-2 or 3", b,
+                       (unsigned long long)blk->numel, blk->group);
+    int op, rc;
+    if ((rc = exec_meter_need(M, c, MODEL_OPR_BLOCK_GRADS, b, blk->chunk, MODEL_STEP,
+                              MODEL_DPR_ALLREDUCE, 0, "a block's dpr_allreduce", &op, err)))
+        return rc;
+    exec_meter_begin(M, c->k, op);
+    rc = comm_allreduce(c->comm, shard, blk->shard, PX_FP32, COMM_SUM, MODEL_DPR_ALLREDUCE, NULL,
+                        err);
+    exec_meter_end(M, c->k);
+    return rc;
+}
+
 int exec_zero_finish(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, PxError *err)
 {
     int rc = PX_OK;
@@ -209,6 +234,8 @@ int exec_zero_finish(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M,
         rc = comm_wait(c->comm, &Z->req[b], err);
         exec_meter_end(M, c->k);
     }
+    for (int b = 0; b < P->nb && !rc && c->d.dp_rep > 1; b++)
+        rc = replicas_allreduce(c, P, M, b, err);
     return rc;
 }
 
