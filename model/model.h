@@ -474,6 +474,11 @@ typedef enum { MODEL_COLL_ALLREDUCE = 0, MODEL_COLL_ALL_GATHER, MODEL_COLL_REDUC
 typedef enum { MODEL_GROUP_TP = 0, MODEL_GROUP_CP, MODEL_GROUP_DP, MODEL_GROUP_PP, MODEL_GROUP_EMBED, MODEL_GROUP_EP, MODEL_GROUP_ETP, MODEL_GROUP_EDP, MODEL_GROUP_DPR } ModelGroup;
 
 const char *model_category_name(ModelCategory c);
+/* 1 when the layout keeps category c in host memory rather than on the device: master and
+ * optimizer with offload_optimizer (docs/memory.md, "Offload"). The tensor table lists such
+ * tensors as usual; the device arenas leave them out. Saved activations with
+ * offload_activations move between the two during the step and are not reported here. */
+int model_category_on_host(const ModelLayout *l, ModelCategory c);
 const char *model_comm_name(ModelComm k);
 int model_comm_from_name(const char *s);
 ModelCollective model_comm_collective(ModelComm k);

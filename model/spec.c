@@ -42,6 +42,13 @@ int model_recompute_from_name(const char *s) { return name_index(s, recompute_na
 int model_schedule_from_name(const char *s) { return name_index(s, schedule_names, 3); }
 int model_optimizer_from_name(const char *s) { return name_index(s, optimizer_names, 3); }
 const char *model_category_name(ModelCategory c) { return category_names[c]; }
+
+int model_category_on_host(const ModelLayout *l, ModelCategory c)
+{
+    /* ZeRO-Offload's split (Ren et al. 2021): fp32 master weights and optimizer state
+     * on the host; the device keeps the low-precision parameters and gradients (docs/memory.md) */
+    return l->offload_optimizer && (c == MODEL_MASTER || c == MODEL_OPTIMIZER);
+}
 const char *model_comm_name(ModelComm k) { return comm_names[k]; }
 int model_comm_from_name(const char *s) { return name_index(s, comm_names, MODEL_COMM_COUNT); }
 const char *model_group_name(ModelGroup g) { return group_names[g]; }

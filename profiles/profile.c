@@ -659,11 +659,13 @@ static int cluster_from_json(cJSON *j, const char *origin, const char *const *se
 {
     static const char *const known[] = {"schema_version", "name", "description", "device", "node",
                                         "network", "nodes", "shared_memory", "overlap", "measured",
-                                        "sources", NULL};
+                                        "host", "sources", NULL};
     static const char *const known_node[] = {"devices", "link", NULL};
     static const char *const known_link[] = {"bandwidth", "latency", "efficiency", NULL};
     static const char *const known_net[] = {"bandwidth_per_device", "latency", "efficiency", NULL};
     static const char *const known_overlap[] = {"compute_slowdown", NULL};
+    static const char *const known_host[] = {"memory_bytes", "pcie_bandwidth", "memory_bandwidth",
+                                             "cores", NULL};
     char where[520], w2[600];
     snprintf(where, sizeof where, "%s:", origin);
     int rc = PX_OK;
@@ -735,6 +737,20 @@ static int cluster_from_json(cJSON *j, const char *origin, const char *const *se
         }
     }
     {
+        const cJSON *ho;
+        if ((rc = px_json_object(j, where, "host", 0, &ho, err)))
+            goto out;
+        if (ho) {
+            snprintf(w2, sizeof w2, "%s host", where);
+            px_json_warn_unknown(ho, w2, known_host);
+            if ((rc = px_json_double(ho, w2, "memory_bytes", 1, 1e6, 1e18, &c->host_memory_bytes, err)) ||
+                (rc = px_json_double(ho, w2, "pcie_bandwidth", 1, 1e6, 1e15, &c->host_pcie_bandwidth, err)) ||
+                (rc = px_json_double(ho, w2, "memory_bandwidth", 1, 1e6, 1e15, &c->host_memory_bandwidth, err)) ||
+                (rc = px_json_int(ho, w2, "cores", 0, 0, 1 << 20, &c->host_cores, err)))
+                goto out;
+        }
+    }
+    {
         const cJSON *me;
         if ((rc = px_json_object(j, where, "measured", 0, &me, err)))
             goto out;
@@ -762,6 +778,11 @@ double prof_peak_mxfp8(const ProfDevice *d) { return d->peak_mxfp8; }
 double prof_matmul_eff(const ProfDevice *d, PxDtype t)
 {
     return t == PX_FP8 ? d->eff_matmul_fp8 : d->matmul_eff;
+}
+
+uint64_t prof_host_rank_memory(const ProfCluster *c, int ranks_per_node)
+{
+    return (uint64_t)(c->host_memory_bytes / (ranks_per_node > 1 ? ranks_per_node : 1));
 }
 
 int prof_node_size(const ProfCluster *c, int gpus)
@@ -833,6 +854,14 @@ cJSON *prof_cluster_to_json(const ProfCluster *c)
         cJSON_AddNumberToObject(j, "nodes", c->nodes);
     if (c->shared_memory)
         cJSON_AddBoolToObject(j, "shared_memory", 1);
+    if (c->host_memory_bytes > 0) {
+        cJSON *ho = cJSON_AddObjectToObject(j, "host");
+        cJSON_AddNumberToObject(ho, "memory_bytes", c->host_memory_bytes);
+        cJSON_AddNumberToObject(ho, "pcie_bandwidth", c->host_pcie_bandwidth);
+        cJSON_AddNumberToObject(ho, "memory_bandwidth", c->host_memory_bandwidth);
+        if (c->host_cores)
+            cJSON_AddNumberToObject(ho, "cores", c->host_cores);
+    }
     if (c->measured)
         cJSON_AddItemToObject(j, "measured", prof_measured_to_json(c->measured));
     return j;

@@ -111,6 +111,12 @@ typedef struct {
     double overlap_slowdown; /* compute slowdown while communication overlaps it (shared SMs and memory) */
     int nodes;         /* nodes in the cluster; 0: no limit */
     int shared_memory; /* ranks of a node share one memory (CPU ranks): memory_bytes is per node */
+    /* The host side of a node, for optimizer and activation offload (docs/profiles.md, "Host");
+     * 0: not described, offload is refused */
+    double host_memory_bytes;     /* host.memory_bytes: the node's host memory */
+    double host_pcie_bandwidth;   /* host.pcie_bandwidth: bytes/s per device per direction */
+    double host_memory_bandwidth; /* host.memory_bandwidth: the node's bytes/s, shared by its ranks */
+    int host_cores;               /* host.cores: CPU cores of the node (reported) */
     ProfMeasured *measured; /* calibrated profiles only (owned; copies share it read-only) */
 } ProfCluster;
 
@@ -151,6 +157,9 @@ double prof_peak_mxfp8(const ProfDevice *d);
 double prof_matmul_eff(const ProfDevice *d, PxDtype t);
 /* The memory one rank may use: memory_bytes, divided among ranks_per_node for shared memory. */
 uint64_t prof_rank_memory(const ProfCluster *c, int ranks_per_node);
+/* Host memory one rank may use for offload: host.memory_bytes over the ranks of a node
+ * (ranks_per_node); 0 when the profile describes no host. */
+uint64_t prof_host_rank_memory(const ProfCluster *c, int ranks_per_node);
 /* Devices per node for a job of `gpus` ranks (node_devices, or gpus when unbounded). */
 int prof_node_size(const ProfCluster *c, int gpus);
 /* 1 when the device is a CPU: the profile named cpu (a calibrated CPU profile keeps its device's

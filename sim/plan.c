@@ -20,7 +20,11 @@ typedef struct {
                     first (0) or last (1) stage (model_split_balanced) */
     int dp;
     short ep, etp; /* expert degrees (1 and tp for a dense model) */
+    short off;     /* offload the planner turned on to make the layout fit: OFF_* */
 } Knobs;
+
+/* What the planner may offload when a layout does not fit on the device (docs/planner.md) */
+enum { OFF_OPTIMIZER = 1, OFF_ACTIVATIONS = 2 };
 
 typedef struct {
     Knobs k;
@@ -47,6 +51,7 @@ const char *sim_reject_name(int reason)
     switch (reason) {
     case SIM_REJECT_CROSS_NODE_TP: return "tp spans nodes (--allow-cross-node-tp to allow)";
     case SIM_REJECT_MEMORY: return "does not fit in device memory";
+    case SIM_REJECT_HOST_MEMORY: return "fits the device only with offload, which does not fit in host memory";
     default: return model_rule_name((ModelRule)reason);
     }
 }
@@ -170,6 +175,10 @@ static void apply(const SimPlanRequest *q, const Knobs *k, ModelSpec *s)
     s->job.micro_batch = k->mbs;
     s->layout.ep = k->ep;
     s->layout.etp = k->etp;
+    if (k->off & OFF_OPTIMIZER)
+        s->layout.offload_optimizer = 1;
+    if (k->off & OFF_ACTIVATIONS)
+        s->layout.offload_activations = 1;
     /* a pinned split stays as given; else even where pp divides the layers, balanced where not */
     if (!(q->pinned & SIM_PIN_PP_LAYERS)) {
         s->layout.n_stage_layers = 0;
@@ -195,9 +204,9 @@ static int spills(const SimPlanRequest *q, int pp)
  * parallelism, no recompute, larger micro-batch), so results are deterministic. */
 static int cmp_knobs(const Knobs *a, const Knobs *b)
 {
-    const short ka[12] = {a->tp, a->pp, a->cp, a->ep, a->etp, a->vpp, a->zero, a->sp, a->rc, a->sched, (short)-a->mbs, a->spill};
-    const short kb[12] = {b->tp, b->pp, b->cp, b->ep, b->etp, b->vpp, b->zero, b->sp, b->rc, b->sched, (short)-b->mbs, b->spill};
-    for (int i = 0; i < 12; i++)
+    const short ka[13] = {a->tp, a->pp, a->cp, a->ep, a->etp, a->vpp, a->zero, a->sp, a->rc, a->sched, (short)-a->mbs, a->spill, a->off};
+    const short kb[13] = {b->tp, b->pp, b->cp, b->ep, b->etp, b->vpp, b->zero, b->sp, b->rc, b->sched, (short)-b->mbs, b->spill, b->off};
+    for (int i = 0; i < 13; i++)
         if (ka[i] != kb[i])
             return ka[i] < kb[i] ? -1 : 1;
     return 0;
@@ -238,6 +247,7 @@ static void candidate_from(SimCandidate *c, const SimResult *r, SimObjective o)
     c->dp_comm_exposed_s = r->dp_comm_exposed_s;
     c->optimizer_s = r->optimizer_s;
     c->peak_bytes = r->peak_bytes;
+    c->host_peak_bytes = r->host_peak_bytes;
 }
 
 /* Keeps the best `cap` candidates sorted, best first. */
@@ -292,6 +302,8 @@ typedef struct {
     int gpus, cap, node;
     uint64_t rank_memory;
     double usable; /* bytes a rank may fill: its memory less the headroom */
+    double host_usable; /* host bytes a rank may fill for offload, less the headroom (0: none) */
+    int offload;        /* the second search, when nothing fit: offload tried where needed */
     LayerCosts costs;
     ModelTableCache *tables;
     Knobs *kept;   /* the knobs of res->top, in its order */
@@ -300,6 +312,7 @@ typedef struct {
     int counting;     /* this walk only counts the layouts (for the progress bar) */
     long total, done; /* layouts in all, and walked so far */
     uint64_t closest; /* peak bytes of the layout closest to fitting */
+    uint64_t closest_host; /* host bytes of the offloaded layout closest to fitting the host */
     /* the degrees worth trying */
     int tps[64], n_tp, pps[256], n_pp, cps[16], n_cp;
 } Search;
@@ -364,6 +377,7 @@ static int search_open(Search *s, const SimPlanRequest *q, const ProfCluster *cl
         s->node = s->gpus;
     s->rank_memory = prof_rank_memory(cl, s->node);
     s->usable = (double)s->rank_memory * (1.0 - q->headroom);
+    s->host_usable = (double)prof_host_rank_memory(cl, s->node) * (1.0 - q->headroom);
     s->tables = model_table_cache_new();
     res->top = calloc((size_t)s->cap, sizeof *res->top);
     s->kept = calloc((size_t)s->cap, sizeof *s->kept);
@@ -585,6 +599,67 @@ static int add_pending(Search *s, const ModelSpec *spec, const Knobs *k, const M
     return PX_OK;
 }
 
+/* The offload that makes a layout fit (docs/planner.md, "Offload"): optimizer offload where
+ * ZeRO allows it, else activation offload, else both, the first whose device peak fits and
+ * whose host bytes fit too; the layout asked for stays as it is when the request set them.
+ * k->off gets the choice (0: none fits), *peak and *peak_stage its device figures;
+ * *host_over is 1 when some choice fit the device but not the host. */
+static int try_offload(Search *s, const ModelSpec *probe, const ModelDims *d,
+                       Knobs *k, uint64_t *peak, int *peak_stage, int *host_over)
+{
+    static const short tries[] = {OFF_OPTIMIZER, OFF_ACTIVATIONS, OFF_OPTIMIZER | OFF_ACTIVATIONS};
+    *host_over = 0;
+    k->off = 0;
+    if (s->host_usable <= 0 ||
+        s->cl->host_pcie_bandwidth <= 0 || s->cl->host_memory_bandwidth <= 0)
+        return PX_OK;
+    for (size_t i = 0; i < sizeof tries / sizeof *tries; i++) {
+        const short off = tries[i];
+        if ((off & OFF_OPTIMIZER) && (probe->layout.zero < 1 || probe->layout.offload_optimizer))
+            continue;
+        if ((off & OFF_ACTIVATIONS) && probe->layout.offload_activations)
+            continue;
+        ModelSpec with = *probe;
+        with.layout.offload_optimizer |= (off & OFF_OPTIMIZER) != 0;
+        with.layout.offload_activations |= (off & OFF_ACTIVATIONS) != 0;
+        uint64_t p, h;
+        int ps, rc = sim_memory_peaks(&with, d, s->cl, s->tables, &p, &ps, &h, s->err);
+        if (rc)
+            return rc;
+        if ((double)p > s->usable)
+            continue;
+        if ((double)h > s->host_usable) {
+            *host_over = 1;
+            continue;
+        }
+        k->off = off;
+        *peak = p;
+        *peak_stage = ps;
+        return PX_OK;
+    }
+    return PX_OK;
+}
+
+/* The host bytes of the smallest offload that fits the device (for the rejection's example). */
+static uint64_t host_over_bytes(Search *s, const ModelSpec *probe, const ModelDims *d)
+{
+    uint64_t best = 0;
+    static const short tries[] = {OFF_OPTIMIZER, OFF_ACTIVATIONS, OFF_OPTIMIZER | OFF_ACTIVATIONS};
+    for (size_t i = 0; i < sizeof tries / sizeof *tries; i++) {
+        if ((tries[i] & OFF_OPTIMIZER) && probe->layout.zero < 1)
+            continue;
+        ModelSpec with = *probe;
+        with.layout.offload_optimizer |= (tries[i] & OFF_OPTIMIZER) != 0;
+        with.layout.offload_activations |= (tries[i] & OFF_ACTIVATIONS) != 0;
+        uint64_t p, h;
+        int ps;
+        if (sim_memory_peaks(&with, d, s->cl, s->tables, &p, &ps, &h, s->err) == PX_OK &&
+            (double)p <= s->usable && (best == 0 || h < best))
+            best = h;
+    }
+    return best;
+}
+
 /* Pass 1 for one layout: the rules, then its memory, then (when it fits) its exact timing
  * under brute force or its bound for pass 2. */
 static int evaluate(Search *s, const Knobs *k)
@@ -599,18 +674,43 @@ static int evaluate(Search *s, const Knobs *k)
         q->progress(q->progress_ctx, s->done, s->total, 0);
     if (broken_rule(s, &spec, k, &probe, &d))
         return PX_OK;
-    uint64_t peak;
+    uint64_t peak, host;
     int peak_stage, rc;
-    if ((rc = sim_memory_peak(&probe, &d, s->cl, s->tables, &peak, &peak_stage, s->err)))
+    if ((rc = sim_memory_peaks(&probe, &d, s->cl, s->tables, &peak, &peak_stage, &host, s->err)))
         return rc;
     res->evaluated++;
-    if ((double)peak > s->usable) {
-        /* the example is the layout closest to fitting */
-        if (res->rejected[SIM_REJECT_MEMORY]++ == 0 || peak < s->closest) {
-            s->closest = peak;
-            memory_example(res, &spec, k, k->dp, peak, peak_stage, s->usable);
+    Knobs ko = *k;
+    if ((double)peak > s->usable || (double)host > s->host_usable) {
+        int host_over = 0;
+        if (s->offload && (rc = try_offload(s, &probe, &d, &ko, &peak, &peak_stage, &host_over)))
+            return rc;
+        if (!ko.off) {
+            if (host_over || (double)peak <= s->usable) {
+                /* the device would hold it; the host cannot hold what moved there */
+                char msg[320];
+                const uint64_t need = host_over ? host_over_bytes(s, &probe, &d) : host;
+                snprintf(msg, sizeof msg, "tp %d pp %d dp %d zero %d mbs %d %s: fits the device with "
+                         "offload, which needs %.2f GiB of host memory per rank of the %.2f GiB usable",
+                         k->tp, k->pp, k->dp, k->zero, k->mbs, model_recompute_name((ModelRecompute)k->rc),
+                         (double)need / PX_GIB, s->host_usable / PX_GIB);
+                /* the example is the layout whose offload comes closest to fitting the host */
+                if (res->rejected[SIM_REJECT_HOST_MEMORY]++ == 0 || need < s->closest_host) {
+                    s->closest_host = need;
+                    px_strlcpy(res->example[SIM_REJECT_HOST_MEMORY], msg, sizeof res->example[SIM_REJECT_HOST_MEMORY]);
+                }
+                return PX_OK;
+            }
+            /* the example is the layout closest to fitting */
+            if (res->rejected[SIM_REJECT_MEMORY]++ == 0 || peak < s->closest) {
+                s->closest = peak;
+                memory_example(res, &spec, k, k->dp, peak, peak_stage, s->usable);
+            }
+            return PX_OK;
         }
-        return PX_OK;
+        k = &ko;
+        apply(q, k, &spec);
+        probe.layout.offload_optimizer = spec.layout.offload_optimizer;
+        probe.layout.offload_activations = spec.layout.offload_activations;
     }
     res->feasible++;
     res->rank_memory_bytes = s->rank_memory;
@@ -646,7 +746,7 @@ static int walk_grid(Search *s, const Grid *g)
                                     Knobs k = {(short)g->tp, (short)g->pp, (short)g->cp, (short)vpp,
                                                (short)g->zs[z], (short)g->ss[h], (short)g->mbss[f],
                                                (short)g->rs[i], (short)scheds[j], (short)sp_end, g->dp,
-                                               g->eps[x], g->etps[x]};
+                                               g->eps[x], g->etps[x], 0};
                                     int rc = evaluate(s, &k);
                                     if (rc)
                                         return rc;
@@ -740,11 +840,17 @@ static int no_layout(const SimPlanRequest *q, const ProfCluster *cl, const SimPl
                        "(pinned:%s; tp x pp x cp x dp must equal the GPUs)",
                        mc->name, q->gpus, n ? pins : " none");
     }
+    /* offload would have made some fit the device: say what the host lacked as well */
+    char host[400] = "";
+    const long host_n = res->rejected[SIM_REJECT_HOST_MEMORY];
+    if (host_n && worst != SIM_REJECT_HOST_MEMORY)
+        snprintf(host, sizeof host, "; %ld fit the device only with offload, which does not fit in "
+                 "host memory (e.g. %s)", host_n, res->example[SIM_REJECT_HOST_MEMORY]);
     return px_fail(err, PX_EINPUT,
-                   "no layout of %s works on %d GPUs of %s: %ld tried; %s (e.g. %s)", mc->name,
+                   "no layout of %s works on %d GPUs of %s: %ld tried; %s (e.g. %s)%s", mc->name,
                    q->gpus, cl->name, res->considered,
                    worst >= 0 ? sim_reject_name(worst) : "rejected",
-                   worst >= 0 ? res->example[worst] : "");
+                   worst >= 0 ? res->example[worst] : "", host);
 }
 
 int sim_plan(const SimPlanRequest *request, const ProfCluster *cl, SimPlanResult *res, PxError *err)
@@ -771,6 +877,21 @@ int sim_plan(const SimPlanRequest *request, const ProfCluster *cl, SimPlanResult
         rc = walk(&s);
     if (!rc)
         rc = time_in_bound_order(&s);
+    if (!rc && res->n_top == 0 && s.host_usable > 0) {
+        /* Nothing fits the device: search again, offloading what a layout needs to fit
+         * (docs/planner.md, "Offload"). Layouts that fit without it never reach here, so
+         * their plans stay what they were. */
+        res->considered = res->evaluated = res->feasible = res->timed = 0;
+        memset(res->rejected, 0, sizeof res->rejected);
+        memset(res->example, 0, sizeof res->example);
+        s.closest = s.closest_host = 0;
+        s.n_pend = 0;
+        s.done = 0;
+        s.offload = 1;
+        rc = walk(&s);
+        if (!rc)
+            rc = time_in_bound_order(&s);
+    }
     if (!rc && resolved.progress)
         resolved.progress(resolved.progress_ctx, 1, 1, 2);
     search_close(&s);

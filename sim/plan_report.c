@@ -25,9 +25,10 @@ static void layout_text(char *buf, size_t cap, const ModelSpec *s)
     char experts[40] = "";
     if (s->model.moe.experts > 0)
         snprintf(experts, sizeof experts, " ep %d etp %d", l->ep, l->etp);
-    snprintf(buf, cap, "tp %d pp %d%s dp %d cp %d%s vpp %d zero %d sp %s mbs %d %s %s", l->tp, l->pp,
+    snprintf(buf, cap, "tp %d pp %d%s dp %d cp %d%s vpp %d zero %d sp %s mbs %d %s %s%s%s", l->tp, l->pp,
              split, l->dp, l->cp, experts, l->vpp, l->zero, l->sp ? "on" : "off", s->job.micro_batch,
-             model_recompute_name(l->recompute), model_schedule_name(l->schedule));
+             model_recompute_name(l->recompute), model_schedule_name(l->schedule),
+             l->offload_optimizer ? " offload-opt" : "", l->offload_activations ? " offload-act" : "");
 }
 
 /* What sets a layout apart within the top k: the parts of the step where it is the best of
@@ -59,6 +60,11 @@ static void why(char *buf, size_t cap, const SimPlanResult *r, int i)
         n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, "%sno recompute", n ? "; " : "");
     else if (l->recompute == MODEL_RECOMPUTE_SELECTIVE)
         n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, "%sselective recompute fits", n ? "; " : "");
+    if (l->offload_optimizer || l->offload_activations)
+        n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, "%soffload %s%s%s to fit", n ? "; " : "",
+                              l->offload_optimizer ? "optimizer" : "",
+                              l->offload_optimizer && l->offload_activations ? " and " : "",
+                              l->offload_activations ? "activations" : "");
     if (l->n_stage_layers > 0) {
         char split[64];
         model_split_format(l->stage_layers, l->n_stage_layers, split, sizeof split);
@@ -161,6 +167,8 @@ cJSON *sim_plan_search_json(const SimPlanResult *r)
         cJSON_AddNumberToObject(e, "tokens_per_s", c->tokens_per_s);
         cJSON_AddNumberToObject(e, "mfu", c->mfu);
         cJSON_AddNumberToObject(e, "peak_bytes", (double)c->peak_bytes);
+        if (c->spec.layout.offload_optimizer || c->spec.layout.offload_activations)
+            cJSON_AddNumberToObject(e, "host_peak_bytes", (double)c->host_peak_bytes);
         cJSON_AddNumberToObject(e, "bubble_fraction", c->bubble_fraction);
         cJSON_AddItemToArray(top, e);
     }

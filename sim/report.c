@@ -11,6 +11,12 @@ static void add_prediction(cJSON *j, const SimResult *r)
     cJSON_AddNumberToObject(mem, "peak_stage", r->peak_stage);
     cJSON_AddNumberToObject(mem, "rank_memory_bytes", (double)r->rank_memory_bytes);
     cJSON_AddBoolToObject(mem, "fits", r->peak_bytes <= r->rank_memory_bytes);
+    const int offload = r->spec.layout.offload_optimizer || r->spec.layout.offload_activations;
+    if (offload) {
+        cJSON_AddNumberToObject(mem, "host_peak_bytes", (double)r->host_peak_bytes);
+        cJSON_AddNumberToObject(mem, "host_rank_memory_bytes", (double)r->host_rank_memory_bytes);
+        cJSON_AddBoolToObject(mem, "host_fits", r->host_peak_bytes <= r->host_rank_memory_bytes);
+    }
     cJSON *ps = cJSON_AddArrayToObject(mem, "per_stage");
     for (int st = 0; st < d->p; st++) {
         cJSON *e = cJSON_CreateObject();
@@ -21,6 +27,13 @@ static void add_prediction(cJSON *j, const SimResult *r)
             cJSON_AddNumberToObject(e, model_category_name((ModelCategory)c), (double)r->mem[st].cat[c]);
         cJSON_AddNumberToObject(e, "total", (double)r->mem[st].total);
         cJSON_AddNumberToObject(e, "activation_sets", r->mem[st].peak_live);
+        if (offload) {
+            cJSON *h = cJSON_AddObjectToObject(e, "host");
+            for (int c = 0; c < MODEL_CAT_COUNT; c++)
+                if (r->mem[st].host[c])
+                    cJSON_AddNumberToObject(h, model_category_name((ModelCategory)c), (double)r->mem[st].host[c]);
+            cJSON_AddNumberToObject(h, "total", (double)r->mem[st].host_total);
+        }
         cJSON_AddItemToArray(ps, e);
     }
     cJSON *fl = cJSON_AddObjectToObject(j, "flops");
@@ -85,6 +98,13 @@ static void add_prediction(cJSON *j, const SimResult *r)
         if (d->moe)
             cJSON_AddNumberToObject(e, "ep_comm_s", t->ep_comm_s);
         cJSON_AddNumberToObject(e, "optimizer_s", t->optimizer_s);
+        if (r->spec.layout.offload_optimizer) {
+            cJSON_AddNumberToObject(e, "offload_host_s", t->offload_host_s);
+            cJSON_AddNumberToObject(e, "offload_down_s", t->offload_down_s);
+            cJSON_AddNumberToObject(e, "offload_up_s", t->offload_up_s);
+        }
+        if (r->spec.layout.offload_activations)
+            cJSON_AddNumberToObject(e, "offload_activations_s", t->offload_act_s);
         cJSON_AddItemToArray(tps, e);
     }
     cJSON *tp = cJSON_AddObjectToObject(j, "throughput");
@@ -217,20 +237,41 @@ void sim_result_print(FILE *f, const SimResult *r)
     fprintf(f, "%5s", "stage");
     static const char *const head[MODEL_CAT_COUNT] = {"weights", "grads", "master", "optimizer",
                                                       "activations", "comm_bufs", "workspace", "runtime"};
+    const int offload = s->layout.offload_optimizer || s->layout.offload_activations;
     for (int c = 0; c < MODEL_CAT_COUNT; c++)
         fprintf(f, " %11s", head[c]);
-    fprintf(f, " %9s %8s\n", "total", "in-flight");
+    fprintf(f, " %9s %8s", "total", "in-flight");
+    fprintf(f, offload ? " %9s\n" : "\n", "host");
     for (int st = 0; st < d->p; st++) {
         fprintf(f, "%5d", st);
         for (int c = 0; c < MODEL_CAT_COUNT; c++)
             fprintf(f, " %11.2f", (double)r->mem[st].cat[c] / div);
-        fprintf(f, " %9.2f %8d\n", (double)r->mem[st].total / div, r->mem[st].peak_live);
+        fprintf(f, " %9.2f %8d", (double)r->mem[st].total / div, r->mem[st].peak_live);
+        if (offload)
+            fprintf(f, " %9.2f", (double)r->mem[st].host_total / div);
+        fprintf(f, "\n");
     }
     int fits = r->peak_bytes <= r->rank_memory_bytes;
     fprintf(f, "peak %.2f %s on stage %d of %.2f GiB per rank: %s (%.0f%%)\n",
             (double)r->peak_bytes / div, unit, r->peak_stage,
             (double)r->rank_memory_bytes / PX_GIB, fits ? "fits" : "DOES NOT FIT",
             100.0 * (double)r->peak_bytes / (double)r->rank_memory_bytes);
+    if (offload) {
+        /* the host column by what moved there (docs/memory.md, "Offload") */
+        const SimStageMemory *hm = &r->mem[r->peak_stage];
+        for (int st = 0; st < d->p; st++)
+            if (r->mem[st].host_total > hm->host_total)
+                hm = &r->mem[st];
+        fprintf(f, "host (%s per rank):", unit);
+        for (int c = 0; c < MODEL_CAT_COUNT; c++)
+            if (hm->host[c])
+                fprintf(f, " %s %.2f", head[c], (double)hm->host[c] / div);
+        const int hfits = r->host_peak_bytes <= r->host_rank_memory_bytes;
+        fprintf(f, "; peak %.2f of %.2f GiB per rank (host memory over %d ranks per node): %s (%.0f%%)\n",
+                (double)r->host_peak_bytes / div, (double)r->host_rank_memory_bytes / PX_GIB,
+                r->node_size, hfits ? "fits" : "DOES NOT FIT",
+                r->host_rank_memory_bytes ? 100.0 * (double)r->host_peak_bytes / (double)r->host_rank_memory_bytes : 0.0);
+    }
 
     fprintf(f, "\nFLOPs per step   model %.4g   hardware %.4g   (per rank: %.4g on stage 0)\n",
             r->model_flops, r->hardware_flops, r->rank_flops[0]);
@@ -242,6 +283,20 @@ void sim_result_print(FILE *f, const SimResult *r)
         fprintf(f, "%5d %10.3f %10.3f %10.3f %10.3f %7.1f%% %10.3f %10.3f %10.3f%s\n", st, y->compute_s,
                 y->tp_comm_s, y->pp_comm_s, y->pipeline_s, 100 * y->bubble_fraction, y->dp_exposed_s,
                 y->optimizer_s, y->step_s, st == r->critical_stage ? "  <- ends the step" : "");
+    }
+    if (s->layout.offload_optimizer) {
+        const SimStageTime *y = &r->stage_time[r->critical_stage];
+        fprintf(f, "optimizer on the host (stage %d, s per step): step %.3f + gradients down %.3f + "
+                "parameters up %.3f not hidden (PCIe %.1f GB/s, host memory %.1f GB/s over %d ranks)\n",
+                r->critical_stage, y->offload_host_s, y->offload_down_s, y->offload_up_s,
+                r->cluster.host_pcie_bandwidth / PX_GB, r->cluster.host_memory_bandwidth / PX_GB,
+                r->node_size);
+    }
+    if (s->layout.offload_activations) {
+        fprintf(f, "activation copies to and from the host not hidden (s per step, in the pipeline):");
+        for (int st = 0; st < d->p; st++)
+            fprintf(f, " %.3f", r->stage_time[st].offload_act_s);
+        fprintf(f, "\n");
     }
     if (d->moe) {
         fprintf(f, "experts' all-to-all and ETP gathers not hidden (s per step):");

@@ -24,6 +24,11 @@ typedef struct {
     uint64_t cat[MODEL_CAT_COUNT]; /* bytes per memory category, activations at their peak */
     uint64_t total;
     int peak_live; /* (chunk, micro-batch) activation sets alive at the activation peak */
+    /* offload (docs/memory.md, "Offload"): host bytes per rank by the category they hold
+     * (grads: the host gradient shard; master, optimizer; activations: the offloaded layer
+     * sets), not counted in cat[] or total */
+    uint64_t host[MODEL_CAT_COUNT];
+    uint64_t host_total;
 } SimStageMemory;
 
 typedef struct {
@@ -32,7 +37,12 @@ typedef struct {
     double ep_comm_s;       /* the experts' all-to-all and ETP gathers not hidden, per step */
     double pp_comm_s;       /* how much later the stage finishes because of p2p transfers */
     double dp_exposed_s;    /* DP / ZeRO communication not hidden, per step */
-    double optimizer_s;
+    double optimizer_s;     /* with offload_optimizer: the host's step and the PCIe copies not
+                               hidden (offload_*_s below) */
+    double offload_act_s;   /* activation offload's PCIe copies not hidden, per step (in the
+                               passes, so in pipeline_s) */
+    double offload_down_s, offload_up_s, offload_host_s; /* offload_optimizer: gradients down
+                               and parameters up, not hidden, and the host optimizer step */
     double pipeline_s;      /* when the stage finishes its last backward */
     double bubble_fraction; /* idle over busy time of the stage without transfers */
     double step_s;          /* the stage's step: pipeline, then reduction, optimizer, gathers */
@@ -47,9 +57,11 @@ typedef struct {
     double params; /* parameters of the model as configured (no vocabulary padding) */
     int node_size; /* ranks per node in this job */
     uint64_t rank_memory_bytes; /* memory a rank may use on this cluster */
+    uint64_t host_rank_memory_bytes; /* host memory a rank may use (0: the profile has none) */
     SimStageMemory *mem;        /* [pp] */
     uint64_t peak_bytes;
     int peak_stage;
+    uint64_t host_peak_bytes; /* the largest host_total of any stage (0 without offload) */
     double model_flops;    /* per step, whole job: forward + backward, no recompute */
     double hardware_flops; /* per step, whole job: recompute included */
     double *rank_flops;    /* [pp] hardware FLOPs of one rank of each stage per step */
@@ -99,6 +111,13 @@ int sim_continue(SimResult *r, int level, PxError *err);
  * peak_bytes and peak_stage. */
 int sim_memory_peak(const ModelSpec *spec, const ModelDims *d, const ProfCluster *cluster,
                     ModelTableCache *cache, uint64_t *peak, int *peak_stage, PxError *err);
+/* sim_memory_peak with the largest host bytes of any stage (offload; host_peak may be NULL). */
+int sim_memory_peaks(const ModelSpec *spec, const ModelDims *d, const ProfCluster *cluster,
+                     ModelTableCache *cache, uint64_t *peak, int *peak_stage, uint64_t *host_peak,
+                     PxError *err);
+/* PX_EINPUT when the layout offloads (optimizer or activations) to a cluster whose profile
+ * describes no host (host.memory_bytes, host.pcie_bandwidth, host.memory_bandwidth). */
+int sim_offload_check(const ModelSpec *spec, const ProfCluster *cluster, PxError *err);
 /* Seconds one rank spends on one layer and one micro-batch, forward and backward (recompute
  * included): its compute and the TP communication it cannot hide when TP stays inside a node
  * (other communication left out). A result of sim_run_ex at SIM_MEMORY or beyond. */
@@ -169,7 +188,7 @@ enum {
 };
 
 /* Why a layout was rejected: one of model's rules (ModelRule), or the planner's own. */
-enum { SIM_REJECT_CROSS_NODE_TP = MODEL_RULE_COUNT, SIM_REJECT_MEMORY, SIM_REJECT_COUNT };
+enum { SIM_REJECT_CROSS_NODE_TP = MODEL_RULE_COUNT, SIM_REJECT_MEMORY, SIM_REJECT_HOST_MEMORY, SIM_REJECT_COUNT };
 
 typedef struct {
     ModelSpec spec; /* the layout, normalised */
@@ -177,6 +196,7 @@ typedef struct {
     double step_s, tokens_per_s, mfu, bubble_fraction, tflops_per_gpu;
     double compute_s, tp_comm_s, pp_comm_s, dp_comm_exposed_s, optimizer_s;
     uint64_t peak_bytes;
+    uint64_t host_peak_bytes; /* offload's host bytes per rank (0 without offload) */
 } SimCandidate;
 
 typedef struct {

@@ -56,6 +56,58 @@ static int live_sets(const ModelDims *d, ModelSchedule sched, int stage)
     return warm + 1 < total ? warm + 1 : total;
 }
 
+int sim_offload_check(const ModelSpec *s, const ProfCluster *cl, PxError *err)
+{
+    const ModelLayout *l = &s->layout;
+    if (!l->offload_optimizer && !l->offload_activations)
+        return PX_OK;
+    if (cl->host_pcie_bandwidth <= 0 || cl->host_memory_bandwidth <= 0 || cl->host_memory_bytes <= 0)
+        return px_fail(err, PX_EINPUT,
+                       "cluster %s describes no host (host.memory_bytes, host.pcie_bandwidth, "
+                       "host.memory_bandwidth): %s needs them; give a cluster file with a \"host\" "
+                       "object (docs/profiles.md, \"Host\")",
+                       cl->name, l->offload_optimizer ? "--offload-optimizer" : "--offload-activations");
+    return PX_OK;
+}
+
+/* What offload moves to the host (docs/memory.md, "Offload"): the categories
+ * model_category_on_host names and a gradient shard per block to copy the reduced gradients
+ * into; with activation offload, the live layer sets, of which the device keeps two layers'
+ * worth in flight. m->cat holds the device figures before, and after. */
+static void stage_offload(const ModelSpec *s, const ModelDims *d, const ModelTensorTable *tt,
+                          int stage, SimStageMemory *m)
+{
+    const ModelLayout *l = &s->layout;
+    if (l->offload_optimizer) {
+        for (int c = 0; c < MODEL_CAT_COUNT; c++)
+            if (model_category_on_host(l, (ModelCategory)c)) {
+                m->host[c] = m->cat[c];
+                m->cat[c] = 0;
+            }
+        uint64_t shard = 0;
+        for (int b = 0; b < tt->n_blocks; b++)
+            shard += tt->blocks[b].shard_numel * (uint64_t)(tt->blocks[b].repeat > 0 ? tt->blocks[b].repeat : 1);
+        m->host[MODEL_GRADS] = shard * (uint64_t)px_dtype_bytes(d->grad);
+    }
+    if (l->offload_activations) {
+        uint64_t slot = 0, layer = 0;
+        for (int j = 0; j < d->v; j++) {
+            int first;
+            const int n = model_chunk_layers(s, d, model_global_chunk(d, stage, j), &first);
+            if (tt->act_layer_bytes[j] > slot)
+                slot = tt->act_layer_bytes[j];
+            if (n > 0 && px_ceil_div(tt->act_layer_bytes[j], (uint64_t)n) > layer)
+                layer = px_ceil_div(tt->act_layer_bytes[j], (uint64_t)n);
+        }
+        const uint64_t sets = (uint64_t)m->peak_live * slot;
+        const uint64_t keep = 2 * layer < sets ? 2 * layer : sets;
+        m->host[MODEL_ACTIVATIONS] = sets;
+        m->cat[MODEL_ACTIVATIONS] -= sets - keep;
+    }
+    for (int c = 0; c < MODEL_CAT_COUNT; c++)
+        m->host_total += m->host[c];
+}
+
 /* Memory of a stage from its (full or compact) tensor table: every rank-wide tensor, and the
  * activation peak of the stage's schedule. */
 static int stage_memory(const ModelSpec *s, const ModelDims *d, uint64_t runtime_bytes,
@@ -81,19 +133,23 @@ static int stage_memory(const ModelSpec *s, const ModelDims *d, uint64_t runtime
     }
     m->cat[MODEL_ACTIVATIONS] = model_activation_bytes(tt, d->v, m->peak_live, max_live);
     m->cat[MODEL_RUNTIME] = runtime_bytes;
+    stage_offload(s, d, tt, stage, m);
     for (int c = 0; c < MODEL_CAT_COUNT; c++)
         m->total += m->cat[c];
     return PX_OK;
 }
 
-int sim_memory_peak(const ModelSpec *spec, const ModelDims *d, const ProfCluster *cl,
-                    ModelTableCache *cache, uint64_t *peak, int *peak_stage, PxError *err)
+int sim_memory_peaks(const ModelSpec *spec, const ModelDims *d, const ProfCluster *cl,
+                     ModelTableCache *cache, uint64_t *peak, int *peak_stage, uint64_t *host_peak,
+                     PxError *err)
 {
     ModelTensorTable tt;
     int have = -1, rc = PX_OK;
     memset(&tt, 0, sizeof tt);
     *peak = 0;
     *peak_stage = 0;
+    if (host_peak)
+        *host_peak = 0;
     for (int st = 0; st < d->p && !rc; st++) {
         const int ms = sim_stage_model_of(spec, d, 1, st);
         if (ms != have) {
@@ -110,9 +166,17 @@ int sim_memory_peak(const ModelSpec *spec, const ModelDims *d, const ProfCluster
             *peak = m.total;
             *peak_stage = st;
         }
+        if (host_peak && m.host_total > *host_peak)
+            *host_peak = m.host_total;
     }
     model_tensors_free(&tt);
     return rc;
+}
+
+int sim_memory_peak(const ModelSpec *spec, const ModelDims *d, const ProfCluster *cl,
+                    ModelTableCache *cache, uint64_t *peak, int *peak_stage, PxError *err)
+{
+    return sim_memory_peaks(spec, d, cl, cache, peak, peak_stage, NULL, err);
 }
 
 int sim_run(const ModelSpec *spec, const ProfCluster *cl, int gpus, SimResult *r, PxError *err)
@@ -141,6 +205,8 @@ static int build_memory(SimResult *r, PxError *err)
             r->peak_bytes = r->mem[st].total;
             r->peak_stage = st;
         }
+        if (r->mem[st].host_total > r->host_peak_bytes)
+            r->host_peak_bytes = r->mem[st].host_total;
     }
     return PX_OK;
 }
@@ -343,6 +409,9 @@ static int run(const ModelSpec *spec, const ProfCluster *cl, int gpus, int compa
         return px_fail(err, PX_EINPUT, "%d GPUs exceed cluster %s: %d nodes of %d", d->gpus,
                        cl->name, cl->nodes, cl->node_devices);
     r->rank_memory_bytes = prof_rank_memory(cl, r->node_size);
+    r->host_rank_memory_bytes = prof_host_rank_memory(cl, r->node_size);
+    if ((rc = sim_offload_check(&r->spec, cl, err)))
+        return rc;
     r->params = model_config_params(&r->spec.model);
 
     /* the per-stage arrays in one block (each element a multiple of 8 bytes) */

@@ -115,6 +115,29 @@ static int by_ready(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* Optimizer offload's traffic of one stage (docs/time.md, "Offload"): the gradient shards
+ * copied down and the updated parameters copied up over PCIe (bytes), and the bytes the host's
+ * optimizer step touches: the gradients read, master and state read and written, the
+ * parameters written (the device optimizer's own count, ops.c). */
+static void offload_bytes(const SimResult *r, int s, double *down, double *up, double *touch)
+{
+    const ModelTensorTable *tt = &r->tables[sim_stage_model(r, s)];
+    double elems = 0;
+    for (int b = 0; b < tt->n_blocks; b++)
+        elems += (double)tt->blocks[b].shard_numel * (tt->blocks[b].repeat > 0 ? tt->blocks[b].repeat : 1);
+    const SimStageMemory *m = &r->mem[s];
+    *down = elems * (double)px_dtype_bytes(r->dims.grad);
+    *up = elems * (double)px_dtype_bytes(r->dims.param);
+    *touch = *down + 2.0 * (double)(m->host[MODEL_MASTER] + m->host[MODEL_OPTIMIZER]) + *up;
+}
+
+/* The host's share of its node's memory bandwidth: the ranks of a node run their optimizer
+ * steps at once. */
+static double host_rank_bandwidth(const SimResult *r)
+{
+    return r->cluster.host_memory_bandwidth / (r->node_size > 1 ? r->node_size : 1);
+}
+
 void sim_time_free(SimResult *r)
 {
     if (r->op_seconds)
@@ -212,7 +235,7 @@ int sim_time_costs(SimResult *r, PxError *err)
         for (int i = 0; i < g->count; i++) {
             const ModelOp *op = &g->op[i];
             if (!op->per_microbatch) {
-                if (op->kind == MODEL_OP_OPTIMIZER)
+                if (op->kind == MODEL_OP_OPTIMIZER && !l->offload_optimizer)
                     st->optimizer_s += t[i];
                 continue;
             }
@@ -237,6 +260,25 @@ int sim_time_costs(SimResult *r, PxError *err)
                 st->ep_comm_s += exposed * rep * m;
             else
                 st->tp_comm_s += exposed * rep * m;
+        }
+        if (l->offload_optimizer) {
+            /* the step itself runs on the host; its copies are placed in sim_time_finish */
+            double down, up, touch;
+            offload_bytes(r, s, &down, &up, &touch);
+            st->offload_host_s = touch / host_rank_bandwidth(r);
+            st->optimizer_s = st->offload_host_s;
+        }
+        if (l->offload_activations) {
+            /* each layer's saved activations go down after its forward and come back before
+             * its backward, under the pass's own compute (docs/time.md, "Offload") */
+            const ModelTensorTable *tt = &r->tables[ms];
+            for (int j = 0; j < v; j++) {
+                const double x = (double)tt->act_layer_bytes[j] / r->cluster.host_pcie_bandwidth;
+                const double ef = overlap(x, fwd[s * v + j], slow), eb = overlap(x, bwd[s * v + j], slow);
+                fwd[s * v + j] += ef;
+                bwd[s * v + j] += eb;
+                st->offload_act_s += (ef + eb) * m;
+            }
         }
         /* A stage runs its actions one at a time and the optimizer after them: no schedule
          * can finish the step sooner than the busiest stage's passes plus its optimizer. */
@@ -329,6 +371,21 @@ int sim_time_finish(SimResult *r, PxError *err)
         double gather_exposed = gather;
         if (l->overlap_dp && gather > 0)
             gather_exposed = overlap(gather, fwd[s * v], slow); /* under the next step's first forward */
+        if (l->offload_optimizer) {
+            /* ZeRO-Offload without the delayed update: the gradient shards go down under the
+             * last backward of each chunk, the host steps once all have arrived, the updated
+             * shard comes up under the next step's first forward, ahead of the gathers that
+             * share that forward (docs/time.md, "Offload") */
+            double down, up, touch, last_bwd = 0;
+            offload_bytes(r, s, &down, &up, &touch);
+            const double pcie = r->cluster.host_pcie_bandwidth;
+            for (int j = 0; j < v; j++)
+                last_bwd += lbe[s * v + j] - lbs[s * v + j];
+            st->offload_down_s = l->overlap_dp ? overlap(down / pcie, last_bwd, slow) : down / pcie;
+            st->offload_up_s = l->overlap_dp ? overlap(up / pcie + gather, fwd[s * v], slow) - gather_exposed
+                                             : up / pcie;
+            st->optimizer_s = st->offload_host_s + st->offload_down_s + st->offload_up_s;
+        }
         st->dp_exposed_s += exposed + embed + gather_exposed;
         st->pipeline_s = T;
         st->pp_comm_s = fin[s] - fin0[s];

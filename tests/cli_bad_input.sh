@@ -275,6 +275,11 @@ expect 2 "--moe-force-balance routes tokens round-robin: --moe-imbalance 2 canno
 expect 2 "ep x etp does not divide the experts or the stage's ranks (e.g. ep 3 must divide the 8 experts)" plan --model "$moe" $ok --gbs 16 --ep 3
 expect 2 "parallax plan: --ep 2: model tiny has no experts" plan --model tiny $ok --gbs 16 --ep 2
 expect 2 "parallax plan: --ep 4: model tiny has no experts" plan --model tiny $ok --gbs 16 --ep 1,4
+# offload: the optimizer's needs ZeRO; a cluster without a host description cannot offload
+expect 2 "optimizer offload moves each rank's optimizer shard to the host: it needs zero 1-3" simulate --model tiny $ok --offload-optimizer
+expect 2 "optimizer offload moves each rank's optimizer shard to the host: it needs zero 1-3" plan --model tiny $ok --gbs 16 --zero 0 --offload-optimizer
+expect 2 "cluster local describes no host" simulate --model tiny --cluster local --gpus 2 --zero 1 --offload-optimizer
+expect 0 "host (" simulate --model tiny $ok --zero 1 --offload-optimizer
 expect 0 "ep 4 etp 1 edp 2" simulate --model "$moe" $ok --ep 4
 expect 0 "ep etp" plan --model "$moe" $ok --gbs 16 --ep 2,4
 
