@@ -98,6 +98,7 @@ typedef struct {
     uint8_t *base;
     uint64_t cap;  /* bytes allocated */
     uint64_t used; /* bytes carved */
+    int host;      /* in host memory, not the backend's (optimizer offload: master, optimizer) */
 } ExecArena;
 
 typedef struct {
@@ -780,7 +781,21 @@ typedef struct {
     int stop_agreed;   /* every rank was asked to stop (SIGINT/SIGTERM on any) */
     int diverged_at;   /* the step at which a non-finite loss or gradient stopped the run */
     int collective;    /* the last error was every rank's */
+    /* optimizer offload (docs/memory.md, "Offload"): per block, offsets into the host buffers
+     * of the gradient shard copied out of the device each step and, without an fp32 master
+     * table (fp32 weights), the fp32 copy of the weight shard the host step updates; the
+     * seconds spent copying and stepping on the host, summed over the run */
+    float *host_g, *host_w;
+    uint64_t *host_off, host_elems;
+    int host_w_ready;
+    double d2h_s, h2d_s, host_step_s;
+    long host_steps;
 } ExecOptim;
+
+/* Optimizer offload's host buffers, sized by the blocks' shards (nothing when the layout does
+ * not offload). */
+int exec_optim_offload_init(ExecOptim *O, const ExecCtx *c, const ExecParams *P, PxError *err);
+void exec_optim_offload_free(ExecOptim *O);
 
 typedef struct {
     double loss, lr, norm;
