@@ -479,6 +479,27 @@ static double block_param_bytes(const ModelSpec *s, const ModelDims *d, const Mo
     return (padded - (double)b->fp8_numel) * pe + (double)b->fp8_numel;
 }
 
+/* A block's ZeRO collective of `numel` elements over `group` ranks in `elem` bytes each, in
+ * buckets of at most layout.bucket_bytes (docs/time.md, "Sharded data parallelism"): calls =
+ * ceil(bytes / bucket_bytes) of equal size, each rank's shard split evenly among them (the
+ * last call padded like the block's flat buffer is padded to the group). One call of the whole
+ * padded block without buckets. */
+static void zero_comm(Emit *e, ModelOpRole r, const ModelTensorTable *tt, int block, ModelComm kind,
+                      int group, double elem)
+{
+    const uint64_t shard = px_round_up(tt->blocks[block].numel, (uint64_t)group) / (uint64_t)group;
+    const double total = (double)shard * group * elem, bucket = e->s->layout.bucket_bytes;
+    int calls = 1;
+    if (bucket > 0 && total > bucket) {
+        const double c = ceil(total / bucket);
+        calls = c < (double)shard ? (int)c : (int)shard; /* at least one element a call */
+    }
+    const uint64_t per = (shard + (uint64_t)calls - 1) / (uint64_t)calls;
+    block_comm(e, r, tt, block, kind, group, (double)per * group * elem, calls);
+}
+
+/* ZeRO-3's gather of block b's parameters before a pass that reads them (`phase`: the
+ * forward, the backward, or DeepSpeed's recomputed forward). */
 static void zero_gather(Emit *e, const ModelTensorTable *tt, int block, ModelPhase phase)
 {
     const ModelDims *d = e->d;
@@ -486,14 +507,19 @@ static void zero_gather(Emit *e, const ModelTensorTable *tt, int block, ModelPha
         return;
     const ModelPhase keep = e->phase;
     const ModelOpRole keep_role = e->role;
-    const int g = block_group(d, tt, block);
     e->phase = phase;
-    block_comm(e, MODEL_OPR_BLOCK_PARAMS, tt, block, block_kind(tt, block, MODEL_DP_ALL_GATHER), g,
-               (double)px_round_up(tt->blocks[block].numel, (uint64_t)g) *
-                   (double)px_dtype_bytes(d->param),
-               1);
+    zero_comm(e, MODEL_OPR_BLOCK_PARAMS, tt, block, block_kind(tt, block, MODEL_DP_ALL_GATHER),
+              block_group(d, tt, block), (double)px_dtype_bytes(d->param));
     e->phase = keep;
     e->role = keep_role;
+}
+
+/* The backward's gather of a block outside the layers (embedding, output layer): none when the
+ * forward's gathered parameters are kept. */
+static void zero_gather_bwd(Emit *e, const ModelTensorTable *tt, int block)
+{
+    if (!e->s->layout.keep_gathered)
+        zero_gather(e, tt, block, MODEL_BWD);
 }
 
 static void zero_reduce(Emit *e, const ModelTensorTable *tt, int block)
@@ -501,11 +527,8 @@ static void zero_reduce(Emit *e, const ModelTensorTable *tt, int block)
     const ModelDims *d = e->d;
     if (e->s->layout.zero < 2)
         return;
-    const int g = block_group(d, tt, block);
-    block_comm(e, MODEL_OPR_BLOCK_GRADS, tt, block, block_kind(tt, block, MODEL_DP_REDUCE_SCATTER), g,
-               (double)px_round_up(tt->blocks[block].numel, (uint64_t)g) *
-                   (double)px_dtype_bytes(d->grad),
-               1);
+    zero_comm(e, MODEL_OPR_BLOCK_GRADS, tt, block, block_kind(tt, block, MODEL_DP_REDUCE_SCATTER),
+              block_group(d, tt, block), (double)px_dtype_bytes(d->grad));
 }
 
 /* Parameters of layer l beyond its norms that TP ranks hold whole while each computes on its
@@ -651,13 +674,27 @@ static void layer_backward(Emit *e, const ModelTensorTable *tt, int block, int x
     const int moe = model_layer_is_moe(&s->model, l);
     char n[64];
     e->layer = l;
-    zero_gather(e, tt, block, MODEL_BWD);
-    if (xblock >= 0)
-        zero_gather(e, tt, xblock, MODEL_BWD);
-    if (s->layout.recompute == MODEL_RECOMPUTE_FULL) {
+    /* ZeRO-3's gathers (docs/time.md, "Sharded data parallelism"): none with the forward's
+     * parameters kept; with full recompute FSDP's one gather serves the recomputed forward and
+     * the backward, while DeepSpeed's ZeRO-3 frees the parameters after the recomputed forward
+     * too and gathers before each */
+    const int full = s->layout.recompute == MODEL_RECOMPUTE_FULL, keep = s->layout.keep_gathered;
+    const int twice = full && !s->layout.fsdp;
+    if (!keep) {
+        zero_gather(e, tt, block, twice ? MODEL_RECOMPUTE : MODEL_BWD);
+        if (xblock >= 0)
+            zero_gather(e, tt, xblock, twice ? MODEL_RECOMPUTE : MODEL_BWD);
+    }
+    if (full) {
         e->phase = MODEL_RECOMPUTE;
         layer_forward(e, l);
         e->phase = MODEL_BWD;
+    }
+    e->layer = l;
+    if (twice && !keep) {
+        zero_gather(e, tt, block, MODEL_BWD);
+        if (xblock >= 0)
+            zero_gather(e, tt, xblock, MODEL_BWD);
     }
     e->layer = l;
     if (!moe) {
@@ -751,7 +788,7 @@ static void embed_pass(Emit *e, const ModelTensorTable *tt, int j, int backward)
         const char *n = at(e, MODEL_OPR_EMBED);
         if (sp)
             comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
-        zero_gather(e, tt, blk, MODEL_BWD);
+        zero_gather_bwd(e, tt, blk);
         /* scatter-add the output gradient into the embedding gradient rows */
         simple(e, MODEL_OP_EMBEDDING, n,
                M * (h * a + 2.0 * h * (double)px_dtype_bytes(d->grad) + 4.0));
@@ -785,9 +822,9 @@ static void head_pass(Emit *e, const ModelTensorTable *tt, int j, int backward)
         simple(e, MODEL_OP_LOSS, n, 2.0 * M * V * 4.0);
         comm(e, n, MODEL_TP_ALLREDUCE, t, M * 4.0, 3); /* max, sum of exp, target logit */
     } else {
-        zero_gather(e, tt, blk, MODEL_BWD);
+        zero_gather_bwd(e, tt, blk);
         if (eblk >= 0)
-            zero_gather(e, tt, eblk, MODEL_BWD);
+            zero_gather_bwd(e, tt, eblk);
         simple(e, MODEL_OP_LOSS, at(e, MODEL_OPR_LOSS), 2.0 * M * V * 4.0);
         const char *n = at(e, MODEL_OPR_LOGITS);
         if (sp)
@@ -968,6 +1005,12 @@ static int ops_build(const ModelSpec *s, const ModelDims *d, int stage, int comp
         else if (zero == 1)
             block_comm(&e, MODEL_OPR_BLOCK_GRADS, &tt, i, block_kind(&tt, i, MODEL_DP_REDUCE_SCATTER), grp,
                        (double)px_round_up(b->numel, (uint64_t)grp) * ge, 1);
+        /* HSDP: the block's gradient shard, reduced over its shard group (above, or each
+         * micro-batch with ZeRO-2/3), all-reduced over its dp_replicate replicas; the routed
+         * experts keep their expert-data-parallel group whole */
+        if (d->dp_rep > 1 && !b->experts)
+            block_comm(&e, MODEL_OPR_BLOCK_GRADS, &tt, i, MODEL_DPR_ALLREDUCE, d->dp_rep,
+                       (double)(px_round_up(b->numel, (uint64_t)grp) / (uint64_t)grp) * ge, 1);
     }
     e.repeat = 1;
     /* the output layer's copy of a tied embedding, and a prediction module's copy of the

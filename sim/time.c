@@ -101,12 +101,13 @@ typedef struct {
     double ready, seconds;
 } Pending;
 
-/* A block's per-step gradient reduction: over the data-parallel group, or for the routed
- * experts over the expert-data-parallel group (each on its own ranks: sim_comm_seconds) */
+/* A block's per-step gradient reduction: over the data-parallel group, for the routed experts
+ * over the expert-data-parallel group, with HSDP its shard's all-reduce over the replicas
+ * (each on its own ranks: sim_comm_seconds) */
 static int grad_reduction(ModelComm k)
 {
     return k == MODEL_DP_ALLREDUCE || k == MODEL_DP_REDUCE_SCATTER || k == MODEL_EDP_ALLREDUCE ||
-           k == MODEL_EDP_REDUCE_SCATTER;
+           k == MODEL_EDP_REDUCE_SCATTER || k == MODEL_DPR_ALLREDUCE;
 }
 
 static int by_ready(const void *a, const void *b)
