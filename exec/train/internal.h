@@ -633,11 +633,28 @@ void exec_pipe_free(ExecPipe *pp);
 
 /* ---- zero.c: data-parallel reduction and ZeRO ---- */
 
+enum { EXEC_MAX_RING = 18 };
+
 typedef struct ExecZero {
     float *bucket;           /* zero.grad_bucket (ZeRO 2/3) */
     uint64_t bucket_elems;
     void *gather[2];         /* zero.param_gather's two halves (ZeRO 3) */
-    int gather_next;         /* the half the next gather fills */
+    /* ZeRO-3's gathers (docs/executor.md, "Sharded data parallelism"): a ring of n_ring slots
+     * (the two halves, and prefetch's further slots in `extra`), filled in the order the
+     * gathers are issued; with keep_gathered a buffer per block instead (kept[b]); the staging
+     * of bucketed calls. ahead: layers gathered ahead of the compute (0: none). */
+    void *ring[EXEC_MAX_RING];
+    int n_ring, ring_next, ahead;
+    void **kept;             /* [blocks], keep_gathered only */
+    void **slot_of;          /* [blocks]: the buffer the block's last gather filled */
+    int *gather_req;         /* [blocks]: a prefetched gather in flight (-1: none) */
+    int *gather_op;          /* [blocks]: its op */
+    int *gather_phase;       /* [blocks]: the phase it was issued for + 1, negated once used
+                                (0: never gathered) */
+    void *stage;             /* bucketed calls' staging: one call's send and receive sides */
+    void *extra;             /* what the three above take beside the arenas (the memory table
+                                sizes zero.param_gather's two halves only) */
+    uint64_t extra_bytes;
     int *req, *reduced, *op; /* [blocks]: the pending reduction, started this step, its op */
     float *scratch;          /* SP's packed replicated gradients of a MoE layer (ws.exp_dffn,
                                 free at the reduction), or NULL */
@@ -645,6 +662,12 @@ typedef struct ExecZero {
 } ExecZero;
 
 int exec_zero_init(ExecZero *Z, int n_blocks, PxError *err);
+/* ZeRO-3's ring, kept buffers and bucket staging, once the blocks and the arenas are known. */
+int exec_zero_buffers(ExecZero *Z, const ExecCtx *c, const ExecParams *P, PxError *err);
+/* Issues block b's gather for `phase` ahead of its use (non-blocking where the layer can; the
+ * wait is exec_zero_gather's); nothing when it is issued already or needs none. */
+int exec_zero_prefetch(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, int b,
+                       ModelPhase phase, PxError *err);
 int exec_zero_bind(ExecZero *Z, const ExecCtx *c, const ModelTensor *t, void *p, PxError *err);
 /* A backward step begins: no block reduced yet. */
 void exec_zero_step_begin(ExecZero *Z, int n_blocks);
@@ -662,7 +685,7 @@ int exec_zero_block_done(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter
 int exec_zero_finish(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, PxError *err);
 /* ZeRO-1/2 after the update: every rank's shard of the weights gathered. */
 int exec_zero_gather_updated(const ExecCtx *c, ExecParams *P, ExecMeter *M, PxError *err);
-void exec_zero_free(ExecZero *Z);
+void exec_zero_free(ExecZero *Z, const KernBackend *k);
 
 /* ---- data.c: data sources, the loader thread, the batches ---- */
 

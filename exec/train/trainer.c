@@ -382,6 +382,7 @@ static int phase_memory(Exec *ex, PxError *err)
     if ((rc = exec_params_finish(&ex->params, c, ex->zero.bucket, ex->zero.bucket_elems,
                                  ex->zero.gather[0], err)) ||
         (rc = exec_meter_init(&ex->meter, c, &ex->graph, ex->sched.n, err)) ||
+        (rc = exec_zero_buffers(&ex->zero, c, &ex->params, err)) ||
         (rc = exec_optim_offload_init(&ex->optim, c, &ex->params, err)))
         return rc;
     if ((rc = exec_params_init_values(&ex->params, c, &ex->mem, ex->zero.bucket,
@@ -468,7 +469,7 @@ void exec_free(Exec *ex)
     exec_acts_free(&ex->acts, &ex->c);
     exec_sched_free(&ex->sched);
     exec_pipe_free(&ex->pipe);
-    exec_zero_free(&ex->zero);
+    exec_zero_free(&ex->zero, ex->c.k);
     exec_optim_offload_free(&ex->optim);
     exec_moe_free(&ex->moe);
     exec_fp8_free(&ex->fp8);
