@@ -299,6 +299,11 @@ static cJSON *rank_json(Exec *ex)
         cJSON_AddNumberToObject(o, "host_optimizer_s_per_step", ot.host_step_s / n);
         cJSON_AddNumberToObject(o, "weights_to_device_s_per_step", ot.h2d_s / n);
     }
+    /* ZeRO-3's further gather slots (prefetch beyond one layer), kept gathers and bucket
+     * staging: beside the arenas, since the memory table sizes the two param_gather halves
+     * only */
+    if (ex->zero.extra_bytes)
+        cJSON_AddNumberToObject(m, "zero_gather_extra_bytes", (double)ex->zero.extra_bytes);
     cJSON_AddNumberToObject(m, "activation_sets", ex->acts.peak_live);
     cJSON_AddNumberToObject(m, "activations_in_use_peak", (double)exec_activations_in_use_peak(ex));
     /* the peak two ways: the arenas (every category but runtime, allocated once) and the

@@ -419,6 +419,9 @@ static int phase_ready(Exec *ex, PxError *err)
     for (int c = 0; c < MODEL_CAT_COUNT && !rc; c++)
         if (ex->mem.a[c].base && c != MODEL_OPTIMIZER && c != MODEL_MASTER)
             rc = comm_attach(ex->c.comm, ex->mem.a[c].base, ex->mem.a[c].cap, err);
+    /* ZeRO-3's further gather slots, kept gathers and bucket staging (zero.c) */
+    if (!rc && ex->zero.extra_bytes)
+        rc = comm_attach(ex->c.comm, ex->zero.extra, ex->zero.extra_bytes, err);
     if (rc)
         return rc;
     exec_meter_device_memory(&ex->meter, ex->c.k, 0);
