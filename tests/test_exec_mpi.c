@@ -88,6 +88,16 @@ static const Layout layouts[] = {
      0},
     {"dp4_hsdp_zero1", 4, "--dp 4 --dp-shard 2 --dp-replicate 2 --tp 1 --pp 1 --zero 1 --no-sp " PIN1, "", 5, 0, NULL,
      0},
+    /* tiny-llama (RoPE, SwiGLU, GQA; the later --model wins): HSDP with DeepSpeed's recompute
+     * gathers, two layers prefetched; keep_gathered with buckets; offload with ZeRO-2 */
+    {"llama_dp4_hsdp_zero3_full_prefetch2", 4,
+     "--dp 4 --dp-shard 2 --dp-replicate 2 --tp 1 --pp 1 --zero 3 --fsdp-prefetch 2 --no-sp " PIN1,
+     "--model tiny-llama --recompute full", 5, 0, NULL, 0},
+    {"llama_dp2_zero3_keep_buckets", 2,
+     "--dp 2 --tp 1 --pp 1 --zero 3 --no-reshard-after-forward --zero-bucket-bytes 30000 --no-sp " PIN1,
+     "--model tiny-llama", 5, 0, NULL, 0},
+    {"llama_dp2_zero2_offload", 2, "--dp 2 --tp 1 --pp 1 --zero 2 --offload-optimizer --no-sp " PIN1,
+     "--model tiny-llama", 5, 0, NULL, 0},
     {"dp2_zero1_offload", 2, "--dp 2 --tp 1 --pp 1 --zero 1 --offload-optimizer --no-sp " PIN1, "", 5, 0, NULL, 0},
     {"dp2_zero3_offload", 2, "--dp 2 --tp 1 --pp 1 --zero 3 --fsdp --offload-optimizer --no-sp " PIN1,
      "--recompute full", 5, 0, NULL, 0},
