@@ -375,6 +375,17 @@ static void check_layout(const Layout *L)
             }
         }
         comm_total += (uint64_t)num(c, "total_bytes");
+        /* ZeRO-3's prefetch: each layer's gather but a chunk's first issued while the layer
+         * before it computes, forward and (without kept gathers) backward, every micro-batch */
+        if ((int)num(lay, "zero") == 3) {
+            const cJSON *pf = cJSON_GetObjectItemCaseSensitive(lay, "prefetch");
+            const int ahead = pf && pf->valueint < 0 ? 0 : 1;
+            const int passes = cJSON_IsTrue(at(lay, "keep_gathered", NULL)) ? 1 : 2;
+            const int layers = (int)num(at(plan, "model", NULL), "layers");
+            const int mbs = (int)num(at(plan, "training", NULL), "micro_batches");
+            CHECK_EQ_INT(ahead * L->steps * mbs * passes * (layers - 1),
+                         (int)num(c, "zero3_gathers_prefetched"));
+        }
         double pf = cJSON_GetArrayItem(at(pred, "flops", "per_rank_per_step"), stage)->valuedouble;
         CHECK_REL(pf, cJSON_GetArrayItem(fr, r)->valuedouble, 1e-12);
         const cJSON *ro = cJSON_GetArrayItem(opr, r);

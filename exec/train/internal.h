@@ -655,6 +655,7 @@ typedef struct ExecZero {
     void *extra;             /* what the three above take beside the arenas (the memory table
                                 sizes zero.param_gather's two halves only) */
     uint64_t extra_bytes;
+    long prefetched;         /* gathers issued ahead of their layer, over the run */
     int *req, *reduced, *op; /* [blocks]: the pending reduction, started this step, its op */
     float *scratch;          /* SP's packed replicated gradients of a MoE layer (ws.exp_dffn,
                                 free at the reduction), or NULL */

@@ -329,6 +329,9 @@ static cJSON *rank_json(Exec *ex)
     }
     cJSON_AddNumberToObject(c0, "total_bytes", (double)ctot);
     cJSON_AddItemToObject(c0, "by_kind", kinds);
+    /* ZeRO-3's prefetch: gathers issued before the layer ahead of them computed (the run's) */
+    if (ex->c.spec.layout.zero == 3)
+        cJSON_AddNumberToObject(c0, "zero3_gathers_prefetched", (double)ex->zero.prefetched);
 
     cJSON_AddNumberToObject(r, "flops", exec_step_flops(ex));
     int n = 0;

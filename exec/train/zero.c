@@ -398,7 +398,9 @@ int exec_zero_prefetch(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *
         return PX_OK;
     if (Z->kept && phase != MODEL_FWD)
         return PX_OK; /* the forward's gather is kept */
-    return issue_gather(Z, c, P, M, b, phase, 0, 1, err);
+    int rc = issue_gather(Z, c, P, M, b, phase, 0, 1, err);
+    Z->prefetched += rc == PX_OK;
+    return rc;
 }
 
 int exec_zero_gather(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, int b,
