@@ -7,7 +7,10 @@
  * ZeRO-1's shards of the embedding block and of the final block differ, so the sum must come
  * first. ZeRO-2/3 reduce every micro-batch through one gradient bucket into this rank's
  * accumulating shard; ZeRO-3 gathers each block's parameters before its forward and backward
- * into one of two gather buffers. Sequence parallelism's norm gradients are summed over TP
+ * (DeepSpeed's once more for a recomputed forward; none after the forward when they are kept)
+ * into a ring of gather buffers, the next layers' ahead of the compute (prefetch). Buckets cut
+ * a block's gather and reduce-scatter into calls. HSDP all-reduces each reduced gradient shard
+ * over its replicas at the step. Sequence parallelism's norm gradients are summed over TP
  * first (Korthikanti et al. 2022, Sec. 4.2.2). Every call is timed under its op of the graph. */
 #include <math.h>
 #include <stdlib.h>
@@ -51,6 +54,13 @@ static void bucket_calls(const ExecCtx *c, const ExecBlock *blk, size_t elem, in
 int exec_zero_buffers(ExecZero *Z, const ExecCtx *c, const ExecParams *P, PxError *err)
 {
     const ModelLayout *l = &c->spec.layout;
+    /* HSDP with ZeRO-1 all-reduces each shard where the reduce-scatter left it, inside the
+     * block's unpadded gradients: every shard must be whole (the same verdict on every rank) */
+    for (int b = 0; b < P->nb && l->zero == 1 && c->d.dp_rep > 1; b++)
+        if (!P->b[b].experts && P->b[b].numel % (uint64_t)P->b[b].group != 0)
+            return px_fail(err, PX_EINPUT, "HSDP with ZeRO-1: block %d's %llu elements do not split "
+                           "evenly over the %d ranks of its shard group; use ZeRO-2 or 3", b,
+                           (unsigned long long)P->b[b].numel, P->b[b].group);
     if (l->zero < 2)
         return PX_OK;
     /* the largest block padded to its group (zero.param_gather's half), and the largest
@@ -283,11 +293,6 @@ static int replicas_allreduce(const ExecCtx *c, ExecParams *P, ExecMeter *M, int
     if (blk->experts)
         return PX_OK;
     float *shard = c->spec.layout.zero >= 2 ? blk->g_shard : blk->g + blk->own_off;
-    /* ZeRO-1 keeps the shard inside the unpadded gradients: the last shard must be whole */
-    if (c->spec.layout.zero < 2 && blk->own_n != blk->shard)
-        return px_fail(err, PX_ERUNTIME, "HSDP with ZeRO-1: block %d's %llu elements do not split "
-                       "evenly over the %d ranks of its shard group; use ZeRO-2 or 3", b,
-                       (unsigned long long)blk->numel, blk->group);
     int op, rc;
     if ((rc = exec_meter_need(M, c, MODEL_OPR_BLOCK_GRADS, b, blk->chunk, MODEL_STEP,
                               MODEL_DPR_ALLREDUCE, 0, "a block's dpr_allreduce", &op, err)))
