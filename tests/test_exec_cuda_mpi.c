@@ -43,6 +43,11 @@ static const Layout layouts[] = {
     {"tp2_pp2", 4, "--dp 1 --tp 2 --pp 2 --zero 0 --no-sp " PIN1, "--dropout 0.1"},
     {"pp4", 4, "--dp 1 --tp 1 --pp 4 --zero 0 --no-sp " PIN1, ""},
     {"dp2_pp2_zero1", 4, "--dp 2 --tp 1 --pp 2 --zero 1 --no-sp " PIN1, ""},
+    /* DeepSpeed's ZeRO-3 gathers with two layers prefetched (non-blocking on the NCCL layer's
+     * collective stream) and bucketed calls; HSDP 2 x 2 over NCCL */
+    {"dp2_zero3_ds_prefetch2_buckets", 2,
+     "--dp 2 --tp 1 --pp 1 --zero 3 --fsdp-prefetch 2 --zero-bucket-bytes 20000 --no-sp " PIN1, "--recompute full"},
+    {"dp4_hsdp_zero3", 4, "--dp 4 --dp-shard 2 --dp-replicate 2 --tp 1 --pp 1 --zero 3 --no-sp " PIN1, ""},
 };
 enum { N_LAYOUTS = sizeof layouts / sizeof layouts[0], STEPS = 4 };
 

@@ -69,6 +69,38 @@ static const Layout layouts[] = {
      NULL, 1e-3},
     {"dp2_zero3_fp8_mxfp8", 2, "--dp 2 --tp 1 --pp 1 --zero 3 --fsdp --no-sp " PIN1,
      "--fp8-recipe mxfp8 --recompute full --mbs 1", 5, 0, NULL, 1e-3},
+    /* sharded data parallelism (docs/executor.md, "Sharded data parallelism"): DeepSpeed's
+     * ZeRO-3 gathers each layer again for its recomputed forward (dp2_zero3 runs --fsdp's one
+     * gather); the forward's gathers kept for the backward; two layers prefetched with the
+     * gathers and reduce-scatters cut into buckets of 40 kB; HSDP's 2 x 2 with its replicas'
+     * all-reduce; the optimizer offloaded to host memory (a cluster that describes the host) */
+    {"dp2_zero3_full_deepspeed", 2, "--dp 2 --tp 1 --pp 1 --zero 3 --no-sp " PIN1, "--recompute full", 5, 0, NULL, 0},
+    {"dp2_zero3_keep", 2, "--dp 2 --tp 1 --pp 1 --zero 3 --no-reshard-after-forward --no-sp " PIN1, "--dropout 0.1", 5, 0,
+     NULL, 0},
+    {"dp2_zero3_keep_full", 2, "--dp 2 --tp 1 --pp 1 --zero 3 --no-reshard-after-forward --no-sp " PIN1,
+     "--recompute full", 5, 0, NULL, 0},
+    {"dp2_zero3_prefetch2_buckets", 2,
+     "--dp 2 --tp 1 --pp 1 --zero 3 --fsdp --fsdp-prefetch 2 --zero-bucket-bytes 40000 --no-sp " PIN1,
+     "--recompute selective", 5, 0, NULL, 0},
+    {"dp2_zero2_buckets", 2, "--dp 2 --tp 1 --pp 1 --zero 2 --zero-bucket-bytes 30000 --no-sp " PIN1, "", 5, 0, NULL,
+     0},
+    {"dp4_hsdp_zero3", 4, "--dp 4 --dp-shard 2 --dp-replicate 2 --tp 1 --pp 1 --zero 3 --no-sp " PIN1, "", 5, 0, NULL,
+     0},
+    {"dp4_hsdp_zero1", 4, "--dp 4 --dp-shard 2 --dp-replicate 2 --tp 1 --pp 1 --zero 1 --no-sp " PIN1, "", 5, 0, NULL,
+     0},
+    /* tiny-llama (RoPE, SwiGLU, GQA; the later --model wins): HSDP with DeepSpeed's recompute
+     * gathers, two layers prefetched; keep_gathered with buckets; offload with ZeRO-2 */
+    {"llama_dp4_hsdp_zero3_full_prefetch2", 4,
+     "--dp 4 --dp-shard 2 --dp-replicate 2 --tp 1 --pp 1 --zero 3 --fsdp-prefetch 2 --no-sp " PIN1,
+     "--model tiny-llama --recompute full", 5, 0, NULL, 0},
+    {"llama_dp2_zero3_keep_buckets", 2,
+     "--dp 2 --tp 1 --pp 1 --zero 3 --no-reshard-after-forward --zero-bucket-bytes 30000 --no-sp " PIN1,
+     "--model tiny-llama", 5, 0, NULL, 0},
+    {"llama_dp2_zero2_offload", 2, "--dp 2 --tp 1 --pp 1 --zero 2 --offload-optimizer --no-sp " PIN1,
+     "--model tiny-llama", 5, 0, NULL, 0},
+    {"dp2_zero1_offload", 2, "--dp 2 --tp 1 --pp 1 --zero 1 --offload-optimizer --no-sp " PIN1, "", 5, 0, NULL, 0},
+    {"dp2_zero3_offload", 2, "--dp 2 --tp 1 --pp 1 --zero 3 --fsdp --offload-optimizer --no-sp " PIN1,
+     "--recompute full", 5, 0, NULL, 0},
     {"dp2_tp2_pp2_zero1_fp8_delayed", 8, "--dp 2 --tp 2 --pp 2 --zero 1 --sp " PIN1,
      "--fp8-recipe delayed --fp8-format e4m3 --recompute full --set device.fp8_tn_only=1", 5, 0, NULL, 3e-3},
 };
@@ -89,10 +121,32 @@ static double predicted_calls(const cJSON *pops, int stage, const char *name)
     return c;
 }
 
+/* Optimizer offload needs a cluster that describes the host (docs/memory.md): the local one
+ * with a host of its own, written into the scratch. */
+static const char *cluster_for(const Layout *L)
+{
+    static char path[600];
+    if (!strstr(L->layout, "--offload-optimizer"))
+        return "local";
+    snprintf(path, sizeof path, "%s/local-host.json", tmp);
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    fprintf(f, "{\"schema_version\": 1, \"name\": \"local-host\", \"description\": \"this machine with "
+               "a host description\", \"device\": \"cpu\",\n"
+               " \"node\": {\"devices\": 0, \"link\": {\"bandwidth\": 5e9, \"latency\": 1e-6, "
+               "\"efficiency\": 0.8}},\n"
+               " \"network\": {\"bandwidth_per_device\": 5e9, \"latency\": 1e-6, \"efficiency\": 0.8},\n"
+               " \"shared_memory\": true, \"overlap\": {\"compute_slowdown\": 0.1},\n"
+               " \"host\": {\"memory_bytes\": 8e9, \"pcie_bandwidth\": 1e10, \"memory_bandwidth\": 1e10, "
+               "\"cores\": 2}}\n");
+    CHECK(fclose(f) == 0);
+    return path;
+}
+
 static void trained(const Layout *L, cJSON **plan, cJSON **run)
 {
-    sh(0, "%s plan --model tiny --cluster local --gpus %d --gbs 8 --steps %d %s %s -o %s/plan.json",
-       px, L->gpus, L->steps, L->layout, L->job, tmp);
+    sh(0, "%s plan --model tiny --cluster %s --gpus %d --gbs 8 --steps %d %s %s -o %s/plan.json",
+       px, cluster_for(L), L->gpus, L->steps, L->layout, L->job, tmp);
     sh(0, "timeout 600 %s run %s/plan.json --quiet -o %s/run.json", px, tmp, tmp);
     *plan = read_json("plan.json");
     *run = read_json("run.json");
@@ -290,6 +344,24 @@ static void check_layout(const Layout *L)
                 exit(1);
             }
         }
+        /* optimizer offload: the host's bytes per category as the plan's host column, the
+         * host's updates made every step */
+        const cJSON *ph = cJSON_GetObjectItemCaseSensitive(pm, "host");
+        if (ph) {
+            const cJSON *mh = at(m, "host", NULL), *e;
+            cJSON_ArrayForEach(e, ph)
+            {
+                if ((uint64_t)e->valuedouble != (uint64_t)num(mh, e->string)) {
+                    fprintf(stderr, "FAILED: %s rank %d host %s: predicted %.0f, measured %.0f\n",
+                            L->name, r, e->string, e->valuedouble, num(mh, e->string));
+                    exit(1);
+                }
+            }
+            const cJSON *of = cJSON_GetArrayItem(at(run, "offload", "per_rank"), r);
+            CHECK_EQ_INT(L->steps, (int)num(of, "host_updates"));
+            CHECK(num(of, "host_optimizer_s") > 0 && num(of, "grads_to_host_s") > 0 &&
+                  num(of, "weights_to_device_s") > 0);
+        }
         /* the activation pools were full at the schedule's peak */
         CHECK_EQ_U64((uint64_t)num(m, "activations"), (uint64_t)num(m, "activations_in_use_peak"));
         const cJSON *pc = stage_entry(at(pred, "comm", "per_stage"), stage);
@@ -303,6 +375,17 @@ static void check_layout(const Layout *L)
             }
         }
         comm_total += (uint64_t)num(c, "total_bytes");
+        /* ZeRO-3's prefetch: each layer's gather but a chunk's first issued while the layer
+         * before it computes, forward and (without kept gathers) backward, every micro-batch */
+        if ((int)num(lay, "zero") == 3) {
+            const cJSON *pf = cJSON_GetObjectItemCaseSensitive(lay, "prefetch");
+            const int ahead = pf && pf->valueint < 0 ? 0 : 1;
+            const int passes = cJSON_IsTrue(at(lay, "keep_gathered", NULL)) ? 1 : 2;
+            const int layers = (int)num(at(plan, "model", NULL), "layers");
+            const int mbs = (int)num(at(plan, "training", NULL), "micro_batches");
+            CHECK_EQ_INT(ahead * L->steps * mbs * passes * (layers - 1),
+                         (int)num(c, "zero3_gathers_prefetched"));
+        }
         double pf = cJSON_GetArrayItem(at(pred, "flops", "per_rank_per_step"), stage)->valuedouble;
         CHECK_REL(pf, cJSON_GetArrayItem(fr, r)->valuedouble, 1e-12);
         const cJSON *ro = cJSON_GetArrayItem(opr, r);

@@ -11,7 +11,7 @@
 
 #include "exec/comm/comm.h"
 
-enum { COMM_GROUPS = MODEL_GROUP_EDP + 1 };
+enum { COMM_GROUPS = MODEL_GROUP_DPR + 1 };
 
 /* Raw operations: the arguments as comm.h's calls, *req already -1 where req is given. An entry
  * a backend never gets (see above) may be NULL: the one-rank layer has almost none. */
@@ -84,15 +84,17 @@ void comm_mpi_local(int *local_rank, int *local_size);
 int comm_mpi_node_sharing(const char *id, int failed, int *sharing);
 
 /* How every process group is split out of the world for `rank` of layout l (MPI_Comm_split's
- * color and key), for the TP, CP, DP, EMBED, EP, ETP and EDP groups in that order; color is
+ * color and key), for the TP, CP, DP, EMBED, (HSDP's DPR), EP, ETP and EDP groups in that order;
+ * the DP group is the ZeRO group, dp_shard x cp ranks (dp rank = shard + dp_shard x replica),
+ * and DPR, made only when dp_replicate > 1, holds the dp_replicate replicas of one shard; color is
  * `undefined` (MPI_UNDEFINED) where the rank belongs to no such group (EMBED off the first and
  * last stages, or without a tied pair). The expert groups follow model_expert_coords (etp
  * fastest, then ep, then expert data parallel, inside a stage). Returns the splits to make:
- * all 7, or the first 4 when the experts are laid out as the dense layers (ep 1, etp tp): their
+ * all, or none of the expert ones when the experts are laid out as the dense layers (ep 1, etp tp): their
  * ETP and EDP groups are then the TP and DP groups themselves (comm_group_alias) and EP a group
  * of one, so a dense job makes no communicator more than it did. The MPI and NCCL layers both
  * split by it, so their groups agree. */
-enum { COMM_SPLITS = 7 };
+enum { COMM_SPLITS = 8 };
 typedef struct {
     ModelGroup group;
     int color, key;
@@ -103,7 +105,9 @@ int comm_group_splits(const ModelLayout *l, int rank, int tied_pair, int undefin
  * as the dense layers; g itself otherwise. */
 static inline ModelGroup comm_group_alias(const ModelLayout *l, ModelGroup g)
 {
-    const int dense = l->ep <= 1 && (l->etp == 0 || l->etp == l->tp);
+    /* with HSDP the DP group is a shard group, while routed experts keep the whole expert-data-
+     * parallel group */
+    const int dense = l->ep <= 1 && (l->etp == 0 || l->etp == l->tp) && l->dp_replicate <= 1;
     if (dense && g == MODEL_GROUP_ETP)
         return MODEL_GROUP_TP;
     if (dense && g == MODEL_GROUP_EDP)

@@ -35,16 +35,25 @@ int comm_group_splits(const ModelLayout *l, int rank, int tied_pair, int undefin
     model_expert_coords(l, rank, &etp, &ep, &edp, &epp);
     const int n_etp = l->etp > 0 ? l->etp : l->tp, n_ep = l->ep > 0 ? l->ep : 1;
     const int n_edp = l->tp * l->cp * l->dp / (n_etp * n_ep);
-    split[0] = (CommGroupSplit){MODEL_GROUP_TP, cp + l->cp * (dp + l->dp * pp), tp};
-    split[1] = (CommGroupSplit){MODEL_GROUP_CP, tp + l->tp * (dp + l->dp * pp), cp};
-    split[2] = (CommGroupSplit){MODEL_GROUP_DP, tp + l->tp * pp, cp + l->cp * dp};
-    split[3] = (CommGroupSplit){MODEL_GROUP_EMBED, undefined, pp};
+    /* HSDP: dp = shard + dp_shard x replica; without it one replica of dp shards */
+    const int n_shard = l->dp_shard > 0 ? l->dp_shard : l->dp, n_rep = l->dp / n_shard;
+    const int shard = dp % n_shard, rep = dp / n_shard;
+    int n = 0;
+    split[n++] = (CommGroupSplit){MODEL_GROUP_TP, cp + l->cp * (dp + l->dp * pp), tp};
+    split[n++] = (CommGroupSplit){MODEL_GROUP_CP, tp + l->tp * (dp + l->dp * pp), cp};
+    split[n++] = (CommGroupSplit){MODEL_GROUP_DP, tp + l->tp * (pp + l->pp * rep), cp + l->cp * shard};
+    split[n] = (CommGroupSplit){MODEL_GROUP_EMBED, undefined, pp};
     if (tied_pair && l->pp > 1 && (pp == 0 || pp == l->pp - 1))
-        split[3].color = tp + l->tp * (cp + l->cp * dp);
-    split[4] = (CommGroupSplit){MODEL_GROUP_EP, etp + n_etp * (edp + n_edp * pp), ep};
-    split[5] = (CommGroupSplit){MODEL_GROUP_ETP, ep + n_ep * (edp + n_edp * pp), etp};
-    split[6] = (CommGroupSplit){MODEL_GROUP_EDP, etp + n_etp * (ep + n_ep * pp), edp};
-    return comm_group_alias(l, MODEL_GROUP_EDP) == MODEL_GROUP_EDP ? COMM_SPLITS : 4;
+        split[n].color = tp + l->tp * (cp + l->cp * dp);
+    n++;
+    if (n_rep > 1)
+        split[n++] = (CommGroupSplit){MODEL_GROUP_DPR, tp + l->tp * (cp + l->cp * (shard + n_shard * pp)), rep};
+    if (comm_group_alias(l, MODEL_GROUP_EDP) != MODEL_GROUP_EDP)
+        return n;
+    split[n++] = (CommGroupSplit){MODEL_GROUP_EP, etp + n_etp * (edp + n_edp * pp), ep};
+    split[n++] = (CommGroupSplit){MODEL_GROUP_ETP, ep + n_ep * (edp + n_edp * pp), etp};
+    split[n++] = (CommGroupSplit){MODEL_GROUP_EDP, etp + n_etp * (ep + n_ep * pp), edp};
+    return n;
 }
 
 #ifdef PX_HAVE_MPI

@@ -2,6 +2,7 @@
  * category arenas (bind.c) and the activation pools (acts.c) are carved with it. Also the
  * binding's failures, which every part that takes tensors reports (below them all, so that
  * no part calls back into bind.c). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "exec/train/internal.h"
@@ -18,7 +19,9 @@ void *exec_arena_carve(ExecArena *a, uint64_t bytes, size_t align)
 void exec_arenas_free(ExecArenas *A, const KernBackend *k)
 {
     for (int c = 0; c < MODEL_CAT_COUNT; c++)
-        if (k && A->a[c].base)
+        if (A->a[c].host)
+            free(A->a[c].base);
+        else if (k && A->a[c].base)
             k->free(A->a[c].base);
     memset(A, 0, sizeof *A);
 }

@@ -5,6 +5,7 @@
  * and the saved activations (acts.c). Two passes: one sizes the arenas (nothing allocated),
  * the other carves them; they carve in the same order, so the sizes are exactly what the second
  * pass uses, and the measured bytes per category equal the table's. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "exec/train/internal.h"
@@ -138,7 +139,11 @@ int exec_bind_all(ExecArenas *A, const ModelTensorTable *tt, const ExecCtx *c, E
         a->cap = a->used;
         if (a->cap == 0)
             continue;
-        a->base = c->k->alloc(a->cap);
+        /* optimizer offload: master and optimizer state in host memory, not the device's */
+        a->host = model_category_on_host(&c->spec.layout, (ModelCategory)k);
+        a->base = a->host ? aligned_alloc(64, px_round_up(a->cap, 64)) : c->k->alloc(a->cap);
+        if (a->host && a->base)
+            memset(a->base, 0, a->cap);
         if (!a->base)
             return px_fail(err, PX_ERUNTIME, "out of memory: %.3f GiB of %s",
                            (double)a->cap / PX_GIB, model_category_name((ModelCategory)k));

@@ -54,7 +54,9 @@ typedef struct {
     int stage, tp_rank, cp_rank, dp_rank;
     int ep_rank, edp_rank;    /* place among the expert-parallel and expert-data-parallel ranks
                                  (model_expert_coords) */
-    int zero_rank, zero_n;    /* place in the dp x cp group that shards ZeRO state, its size */
+    int zero_rank, zero_n;    /* place in the dp_shard x cp group that shards ZeRO state, its size */
+    int dp_replica;           /* HSDP: which of the dp_replicate replicas of the ZeRO state (0
+                                 without it) */
     int prev_rank, next_rank; /* the world ranks of the neighbouring stages (a ring) */
     int chunk_g[EXEC_MAX_CHUNKS];  /* global chunk of each local chunk */
     int chunk_l0[EXEC_MAX_CHUNKS]; /* its first (global) layer */
@@ -96,6 +98,7 @@ typedef struct {
     uint8_t *base;
     uint64_t cap;  /* bytes allocated */
     uint64_t used; /* bytes carved */
+    int host;      /* in host memory, not the backend's (optimizer offload: master, optimizer) */
 } ExecArena;
 
 typedef struct {
@@ -630,11 +633,29 @@ void exec_pipe_free(ExecPipe *pp);
 
 /* ---- zero.c: data-parallel reduction and ZeRO ---- */
 
+enum { EXEC_MAX_RING = 18 };
+
 typedef struct ExecZero {
     float *bucket;           /* zero.grad_bucket (ZeRO 2/3) */
     uint64_t bucket_elems;
     void *gather[2];         /* zero.param_gather's two halves (ZeRO 3) */
-    int gather_next;         /* the half the next gather fills */
+    /* ZeRO-3's gathers (docs/executor.md, "Sharded data parallelism"): a ring of n_ring slots
+     * (the two halves, and prefetch's further slots in `extra`), filled in the order the
+     * gathers are issued; with keep_gathered a buffer per block instead (kept[b]); the staging
+     * of bucketed calls. ahead: layers gathered ahead of the compute (0: none). */
+    void *ring[EXEC_MAX_RING];
+    int n_ring, ring_next, ahead;
+    void **kept;             /* [blocks], keep_gathered only */
+    void **slot_of;          /* [blocks]: the buffer the block's last gather filled */
+    int *gather_req;         /* [blocks]: a prefetched gather in flight (-1: none) */
+    int *gather_op;          /* [blocks]: its op */
+    int *gather_phase;       /* [blocks]: the phase it was issued for + 1, negated once used
+                                (0: never gathered) */
+    void *stage;             /* bucketed calls' staging: one call's send and receive sides */
+    void *extra;             /* what the three above take beside the arenas (the memory table
+                                sizes zero.param_gather's two halves only) */
+    uint64_t extra_bytes;
+    long prefetched;         /* gathers issued ahead of their layer, over the run */
     int *req, *reduced, *op; /* [blocks]: the pending reduction, started this step, its op */
     float *scratch;          /* SP's packed replicated gradients of a MoE layer (ws.exp_dffn,
                                 free at the reduction), or NULL */
@@ -642,6 +663,12 @@ typedef struct ExecZero {
 } ExecZero;
 
 int exec_zero_init(ExecZero *Z, int n_blocks, PxError *err);
+/* ZeRO-3's ring, kept buffers and bucket staging, once the blocks and the arenas are known. */
+int exec_zero_buffers(ExecZero *Z, const ExecCtx *c, const ExecParams *P, PxError *err);
+/* Issues block b's gather for `phase` ahead of its use (non-blocking where the layer can; the
+ * wait is exec_zero_gather's); nothing when it is issued already or needs none. */
+int exec_zero_prefetch(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, int b,
+                       ModelPhase phase, PxError *err);
 int exec_zero_bind(ExecZero *Z, const ExecCtx *c, const ModelTensor *t, void *p, PxError *err);
 /* A backward step begins: no block reduced yet. */
 void exec_zero_step_begin(ExecZero *Z, int n_blocks);
@@ -659,7 +686,7 @@ int exec_zero_block_done(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter
 int exec_zero_finish(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, PxError *err);
 /* ZeRO-1/2 after the update: every rank's shard of the weights gathered. */
 int exec_zero_gather_updated(const ExecCtx *c, ExecParams *P, ExecMeter *M, PxError *err);
-void exec_zero_free(ExecZero *Z);
+void exec_zero_free(ExecZero *Z, const KernBackend *k);
 
 /* ---- data.c: data sources, the loader thread, the batches ---- */
 
@@ -778,7 +805,21 @@ typedef struct {
     int stop_agreed;   /* every rank was asked to stop (SIGINT/SIGTERM on any) */
     int diverged_at;   /* the step at which a non-finite loss or gradient stopped the run */
     int collective;    /* the last error was every rank's */
+    /* optimizer offload (docs/memory.md, "Offload"): per block, offsets into the host buffers
+     * of the gradient shard copied out of the device each step and, without an fp32 master
+     * table (fp32 weights), the fp32 copy of the weight shard the host step updates; the
+     * seconds spent copying and stepping on the host, summed over the run */
+    float *host_g, *host_w;
+    uint64_t *host_off, host_elems;
+    int host_w_ready;
+    double d2h_s, h2d_s, host_step_s;
+    long host_steps;
 } ExecOptim;
+
+/* Optimizer offload's host buffers, sized by the blocks' shards (nothing when the layout does
+ * not offload). */
+int exec_optim_offload_init(ExecOptim *O, const ExecCtx *c, const ExecParams *P, PxError *err);
+void exec_optim_offload_free(ExecOptim *O);
 
 typedef struct {
     double loss, lr, norm;

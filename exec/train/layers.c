@@ -340,6 +340,15 @@ static int tp_reduce_scatter(const ExecLayerRun *r, ModelOpRole role, int layer,
     return rc;
 }
 
+/* ZeRO-3 with full recompute without --fsdp (DeepSpeed's): a layer is gathered for its
+ * recomputed forward and again for its backward (docs/time.md's contract); none with
+ * keep_gathered, whose forward's parameters serve both. */
+static int twice_gathered(const ExecCtx *c)
+{
+    const ModelLayout *l = &c->spec.layout;
+    return l->zero == 3 && l->recompute == MODEL_RECOMPUTE_FULL && !l->fsdp && !l->keep_gathered;
+}
+
 static int gather_block(const ExecLayerRun *r, int b, ModelPhase ph, int occurrence, PxError *err)
 {
     return exec_zero_gather(r->Z, r->c, r->P, r->M, b, ph, occurrence, err);
@@ -795,6 +804,11 @@ static int layer_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
      * reduce-scatter) ws.dx_a, free until this layer's backward uses it */
     if (c->spec.layout.recompute == MODEL_RECOMPUTE_FULL)
         TRY(layer_fwd(r, chunk, l, a, sp ? r->W->dx_a : r->W->out, MODEL_RECOMPUTE, mb, err));
+    /* DeepSpeed's ZeRO-3 freed the parameters after the recomputed forward: gathered again */
+    if (twice_gathered(c)) {
+        TRY(gather_block(r, r->P->layer_block[l], MODEL_BWD, 0, err));
+        TRY(gather_block(r, r->P->expert_block[l], MODEL_BWD, 0, err));
+    }
 
     const void *dn;
     if (is_moe(c, l))
@@ -1142,6 +1156,9 @@ int exec_layers_forward(const ExecLayerRun *r, int j, int mb, ExecLayerActs *A, 
         void *out = li + 1 < cl ? EXEC_LA(&A[li + 1], LN1_IN) : last ? EXEC_HA(x, FINAL_LN_IN) : send;
         TRY(gather_block(r, r->P->layer_block[l], MODEL_FWD, 0, err));
         TRY(gather_block(r, r->P->expert_block[l], MODEL_FWD, 0, err)); /* ZeRO-3, the other half */
+        /* ZeRO-3's prefetch: the next layers' gathers issued before this one computes */
+        for (int a = 1; a <= r->Z->ahead && li + a < cl; a++)
+            TRY(exec_zero_prefetch(r->Z, c, r->P, r->M, r->P->layer_block[l + a], MODEL_FWD, err));
         TRY(layer_fwd(r, j, l, &A[li], out, MODEL_FWD, mb, err));
     }
     if (last)
@@ -1164,8 +1181,13 @@ int exec_layers_backward(const ExecLayerRun *r, int j, int mb, ExecLayerActs *A,
     for (int li = cl - 1; li >= 0; li--) {
         const int l = l0 + li, blk = r->P->layer_block[l];
         exec_zero_bucket_clear(r->Z, c, r->P, blk);
-        TRY(gather_block(r, blk, MODEL_BWD, 0, err));
-        TRY(gather_block(r, r->P->expert_block[l], MODEL_BWD, 0, err));
+        /* ZeRO-3: DeepSpeed's gather for the recomputed forward, else the backward's (which
+         * with --fsdp serves the recomputed forward too); then the earlier layers' prefetched */
+        const ModelPhase first = twice_gathered(c) ? MODEL_RECOMPUTE : MODEL_BWD;
+        TRY(gather_block(r, blk, first, 0, err));
+        TRY(gather_block(r, r->P->expert_block[l], first, 0, err));
+        for (int a = 1; a <= r->Z->ahead && li - a >= 0; a++)
+            TRY(exec_zero_prefetch(r->Z, c, r->P, r->M, r->P->layer_block[l - a], first, err));
         TRY(layer_bwd(r, j, l, &A[li], dres, mb, err));
         TRY(exec_zero_bucket_reduce(r->Z, c, r->P, r->M, blk, err));
         if (last_mb)

@@ -4,6 +4,7 @@
  * momentum on this rank's shard (the fp32 master when the weights are 16-bit); and ZeRO-1/2's
  * gather of the updated weights. The learning rate warms up linearly, then decays as a cosine. */
 #include <math.h>
+#include <stdlib.h>
 
 #include "exec/train/internal.h"
 
@@ -37,8 +38,8 @@ static double local_sumsq(const ExecCtx *c, const ExecParams *P)
     double s = 0;
     const int zero = c->spec.layout.zero;
     /* every element once in the job: TP-replicated parameters count on TP rank 0, data-parallel
-     * replicas (ZeRO 0) on ZeRO rank 0, ZeRO shards on their owner, the tied output layer's
-     * copy on the first stage only */
+     * replicas (ZeRO 0) on ZeRO rank 0, ZeRO shards on their owner of HSDP's first replica, the
+     * tied output layer's copy on the first stage only */
     /* a MoE layer's routed experts are this rank's (ep) and replicated over the
      * expert-data-parallel ranks: counted on its first (etp 1), or on each shard's owner with
      * ZeRO */
@@ -51,7 +52,8 @@ static double local_sumsq(const ExecCtx *c, const ExecParams *P)
         if (P->b[p->block].experts) {
             if ((zero == 0 && c->g.edp_rank != 0) || !exec_params_own(P, p, &lo, &hi))
                 continue;
-        } else if ((zero == 0 && c->g.zero_rank != 0) || (p->replicated && c->g.tp_rank != 0) ||
+        } else if ((zero == 0 && c->g.zero_rank != 0) || c->g.dp_replica != 0 ||
+                   (p->replicated && c->g.tp_rank != 0) ||
                    p->tied_copy || !exec_params_own(P, p, &lo, &hi)) {
             continue;
         }
@@ -99,6 +101,90 @@ static void update(ExecOptim *O, const ExecCtx *c, ExecParams *P, double lr, flo
             k->sgd_momentum(param, master, g, blk->m + st, n, (float)lr, (float)j->momentum, wd,
                             scale);
     }
+}
+
+int exec_optim_offload_init(ExecOptim *O, const ExecCtx *c, const ExecParams *P, PxError *err)
+{
+    if (!c->spec.layout.offload_optimizer)
+        return PX_OK;
+    if (!(O->host_off = calloc((size_t)P->nb + 1, sizeof *O->host_off)))
+        return px_fail(err, PX_ERUNTIME, "out of memory for the offloaded optimizer");
+    for (int b = 0; b < P->nb; b++)
+        O->host_off[b + 1] = O->host_off[b] + P->b[b].shard;
+    O->host_elems = O->host_off[P->nb];
+    /* one gradient shard per block (docs/memory.md), and the fp32 weights the host step
+     * updates: the CPU trains fp32 weights, which have no master copy of their own */
+    O->host_g = calloc(O->host_elems ? O->host_elems : 1, sizeof(float));
+    O->host_w = calloc(O->host_elems ? O->host_elems : 1, sizeof(float));
+    if (!O->host_g || !O->host_w)
+        return px_fail(err, PX_ERUNTIME, "out of memory for the offloaded optimizer: %.3f GiB",
+                       2.0 * (double)O->host_elems * sizeof(float) / PX_GIB);
+    return PX_OK;
+}
+
+void exec_optim_offload_free(ExecOptim *O)
+{
+    free(O->host_g);
+    free(O->host_w);
+    free(O->host_off);
+    O->host_g = O->host_w = NULL;
+    O->host_off = NULL;
+}
+
+/* This rank's weight shard of block b on the device: ZeRO-3's w_shard, else its slice of w. */
+static void *device_w_shard(const ExecCtx *c, const ExecBlock *blk)
+{
+    return c->spec.layout.zero == 3 ? blk->w_shard : EXEC_AT(blk->w, blk->own_off, c->ab);
+}
+
+/* ZeRO-Offload's step (Ren et al. 2021): each block's reduced gradient shard copied device ->
+ * host, AdamW or SGD over the host's weights, master and optimizer state, the updated weight
+ * shard copied host -> device (where ZeRO-1/2 then gather it as usual). The device arenas hold
+ * no master or optimizer state (bind.c puts them in host memory). */
+static void update_offloaded(ExecOptim *O, const ExecCtx *c, ExecParams *P, double lr, float scale)
+{
+    const ModelJob *j = &c->spec.job;
+    const KernBackend *k = c->k;
+    double t0 = px_now_s();
+    for (int b = 0; b < P->nb; b++) {
+        const ExecBlock *blk = &P->b[b];
+        if (blk->own_n == 0)
+            continue;
+        const float *g = c->spec.layout.zero >= 2 ? blk->g_shard : blk->g + blk->own_off;
+        k->to_host(O->host_g + O->host_off[b], g, blk->own_n * sizeof(float));
+        /* the weights once (after initialization or a resumed checkpoint): the host's copy is
+         * the one the steps update from then on */
+        if (!O->host_w_ready)
+            k->to_host(O->host_w + O->host_off[b], device_w_shard(c, blk), blk->own_n * c->ab);
+    }
+    O->host_w_ready = 1;
+    double t1 = px_now_s();
+    O->d2h_s += t1 - t0;
+    const int t = ++O->opt_steps;
+    for (int i = 0; i < P->n; i++) {
+        const ExecParam *p = &P->p[i];
+        const ExecBlock *blk = &P->b[p->block];
+        uint64_t lo, hi;
+        if (!exec_params_own(P, p, &lo, &hi))
+            continue;
+        const uint64_t n = hi - lo, st = lo - blk->own_off, h = O->host_off[p->block] + st;
+        float wd = p->decay ? (float)j->weight_decay : 0.0f;
+        if (j->optimizer == MODEL_OPT_ADAMW)
+            k->adamw(NULL, O->host_w + h, O->host_g + h, blk->m + st, blk->v + st, n, (float)lr,
+                     (float)j->beta1, (float)j->beta2, (float)j->adam_eps, wd, t, scale);
+        else
+            k->sgd_momentum(NULL, O->host_w + h, O->host_g + h, blk->m + st, n, (float)lr,
+                            (float)j->momentum, wd, scale);
+    }
+    double t2 = px_now_s();
+    O->host_step_s += t2 - t1;
+    for (int b = 0; b < P->nb; b++) {
+        const ExecBlock *blk = &P->b[b];
+        if (blk->own_n)
+            k->to_device(device_w_shard(c, blk), O->host_w + O->host_off[b], blk->own_n * c->ab);
+    }
+    O->h2d_s += px_now_s() - t2;
+    O->host_steps++;
 }
 
 int exec_optim_step(ExecOptim *O, const ExecCtx *c, ExecParams *P, ExecMeter *M, int step,
@@ -163,7 +249,10 @@ int exec_optim_step(ExecOptim *O, const ExecCtx *c, ExecParams *P, ExecMeter *M,
                        step + 1, u->loss, norm);
     }
     const double clip = j->grad_clip > 0 && norm > j->grad_clip ? j->grad_clip / norm : 1.0;
-    update(O, c, P, u->lr, (float)(clip / loss_scale));
+    if (c->spec.layout.offload_optimizer)
+        update_offloaded(O, c, P, u->lr, (float)(clip / loss_scale));
+    else
+        update(O, c, P, u->lr, (float)(clip / loss_scale));
     exec_meter_end(M, c->k);
     /* ZeRO-1/2: every rank updated its shard of the full weights; gather the others' */
     return exec_zero_gather_updated(c, P, M, err);

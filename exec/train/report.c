@@ -275,6 +275,35 @@ static cJSON *rank_json(Exec *ex)
     struct rusage ru;
     if (getrusage(RUSAGE_SELF, &ru) == 0)
         cJSON_AddNumberToObject(m, "process_peak_rss_bytes", (double)ru.ru_maxrss * 1024.0);
+    uint64_t host[MODEL_CAT_COUNT], host_w;
+    ExecOffloadTimes ot;
+    if (exec_host_memory(ex, host, &host_w, &ot)) {
+        /* optimizer offload: what lives in host memory, by category as the plan's host column,
+         * the weight copy the host step updates beside it, and the step's host-side seconds */
+        cJSON *h = cJSON_AddObjectToObject(m, "host");
+        uint64_t sum = 0;
+        for (int c = 0; c < MODEL_CAT_COUNT; c++)
+            if (host[c]) {
+                cJSON_AddNumberToObject(h, model_category_name((ModelCategory)c), (double)host[c]);
+                sum += host[c];
+            }
+        cJSON_AddNumberToObject(h, "total", (double)sum);
+        cJSON_AddNumberToObject(h, "weights_fp32_copy", (double)host_w);
+        cJSON *o = cJSON_AddObjectToObject(r, "offload");
+        cJSON_AddNumberToObject(o, "host_updates", (double)ot.steps);
+        cJSON_AddNumberToObject(o, "grads_to_host_s", ot.d2h_s);
+        cJSON_AddNumberToObject(o, "host_optimizer_s", ot.host_step_s);
+        cJSON_AddNumberToObject(o, "weights_to_device_s", ot.h2d_s);
+        const double n = ot.steps > 0 ? (double)ot.steps : 1.0;
+        cJSON_AddNumberToObject(o, "grads_to_host_s_per_step", ot.d2h_s / n);
+        cJSON_AddNumberToObject(o, "host_optimizer_s_per_step", ot.host_step_s / n);
+        cJSON_AddNumberToObject(o, "weights_to_device_s_per_step", ot.h2d_s / n);
+    }
+    /* ZeRO-3's further gather slots (prefetch beyond one layer), kept gathers and bucket
+     * staging: beside the arenas, since the memory table sizes the two param_gather halves
+     * only */
+    if (ex->zero.extra_bytes)
+        cJSON_AddNumberToObject(m, "zero_gather_extra_bytes", (double)ex->zero.extra_bytes);
     cJSON_AddNumberToObject(m, "activation_sets", ex->acts.peak_live);
     cJSON_AddNumberToObject(m, "activations_in_use_peak", (double)exec_activations_in_use_peak(ex));
     /* the peak two ways: the arenas (every category but runtime, allocated once) and the
@@ -300,6 +329,9 @@ static cJSON *rank_json(Exec *ex)
     }
     cJSON_AddNumberToObject(c0, "total_bytes", (double)ctot);
     cJSON_AddItemToObject(c0, "by_kind", kinds);
+    /* ZeRO-3's prefetch: gathers issued before the layer ahead of them computed (the run's) */
+    if (ex->c.spec.layout.zero == 3)
+        cJSON_AddNumberToObject(c0, "zero3_gathers_prefetched", (double)ex->zero.prefetched);
 
     cJSON_AddNumberToObject(r, "flops", exec_step_flops(ex));
     int n = 0;
@@ -452,6 +484,10 @@ static cJSON *run_json(Exec *ex, cJSON *const *ranks, int n)
     cJSON *opr = n > 1 ? cJSON_AddArrayToObject(j, "ops_per_rank") : NULL;
     cJSON *fr = cJSON_AddArrayToObject(cJSON_AddObjectToObject(j, "flops"), "per_rank_per_step");
     cJSON *tl = ex->c.d.p > 1 ? cJSON_AddArrayToObject(j, "timeline") : NULL;
+    /* optimizer offload: each rank's copy and host-step seconds */
+    cJSON *ofr = ex->c.spec.layout.offload_optimizer
+                     ? cJSON_AddArrayToObject(cJSON_AddObjectToObject(j, "offload"), "per_rank")
+                     : NULL;
     double crit_end = -1, crit_bubble = 0;
     int *stage_seen = calloc((size_t)ex->c.d.p, sizeof *stage_seen);
     for (int i = 0; i < n; i++) {
@@ -461,6 +497,13 @@ static cJSON *run_json(Exec *ex, cJSON *const *ranks, int n)
         cJSON_AddItemToArray(mr, detach(r, "memory"));
         cJSON_AddItemToArray(cr, detach(r, "comm"));
         cJSON_AddItemToArray(fr, detach(r, "flops"));
+        cJSON *off = detach(r, "offload");
+        if (ofr && off) {
+            cJSON_AddNumberToObject(off, "rank", rank);
+            cJSON_AddItemToArray(ofr, off);
+        } else {
+            cJSON_Delete(off);
+        }
         cJSON *ops = detach(r, "ops");
         /* ops[]: one rank per stage (the stage's first), so that the names compare with the
          * prediction's ops of that stage; ops_per_rank[]: all of them */

@@ -172,6 +172,16 @@ int exec_batch(Exec *ex, long step, const int32_t **batch, PxError *err);
 /* Measured memory: the bytes each category's arena holds (allocated at init, never grown);
  * runtime is the profile's allowance, not a measurement. */
 void exec_memory(const Exec *ex, uint64_t bytes[MODEL_CAT_COUNT]);
+/* Optimizer offload (docs/memory.md, "Offload"): 0 without it; else 1 with the host bytes per
+ * category (master and optimizer: their arenas, which exec_memory counts as 0 on the device;
+ * grads: the gradient shards copied out each step), the host's fp32 copy of the weight shards
+ * the host step updates (*weights), and the seconds spent copying and stepping on the host. */
+typedef struct {
+    double d2h_s, h2d_s, host_step_s; /* summed over the run's updates */
+    long steps;                       /* updates made on the host */
+} ExecOffloadTimes;
+int exec_host_memory(const Exec *ex, uint64_t bytes[MODEL_CAT_COUNT], uint64_t *weights,
+                     ExecOffloadTimes *t);
 /* The device's own account (cudaMemGetInfo: total less free), sampled before the arenas, after
  * them and after every step: 0 where the backend has no device memory (the CPU), else 1 with
  * the bytes in use before the arenas, at the peak, and the device's total. */

@@ -72,6 +72,12 @@ static int choose_backend(Exec *ex, PxError *err)
                            origin);
         }
         kern_cuda_device_name(ex->device_name, sizeof ex->device_name);
+        if (c->spec.layout.offload_optimizer)
+            return px_fail(err, PX_EINPUT,
+                           "%s: layout.offload_optimizer: the executor offloads the optimizer on "
+                           "the CPU backend only (--backend cpu with --precision fp32); on CUDA it "
+                           "is a prediction only",
+                           origin);
     }
     if (c->d.moe && !exec_backend_has_moe(c->k))
         return px_fail(err, PX_EINPUT,
@@ -375,7 +381,9 @@ static int phase_memory(Exec *ex, PxError *err)
             ex->zero.scratch_elems = ex->tt.t[i].bytes / sizeof(float);
     if ((rc = exec_params_finish(&ex->params, c, ex->zero.bucket, ex->zero.bucket_elems,
                                  ex->zero.gather[0], err)) ||
-        (rc = exec_meter_init(&ex->meter, c, &ex->graph, ex->sched.n, err)))
+        (rc = exec_meter_init(&ex->meter, c, &ex->graph, ex->sched.n, err)) ||
+        (rc = exec_zero_buffers(&ex->zero, c, &ex->params, err)) ||
+        (rc = exec_optim_offload_init(&ex->optim, c, &ex->params, err)))
         return rc;
     if ((rc = exec_params_init_values(&ex->params, c, &ex->mem, ex->zero.bucket,
                                       ex->zero.bucket_elems, err)))
@@ -411,6 +419,9 @@ static int phase_ready(Exec *ex, PxError *err)
     for (int c = 0; c < MODEL_CAT_COUNT && !rc; c++)
         if (ex->mem.a[c].base && c != MODEL_OPTIMIZER && c != MODEL_MASTER)
             rc = comm_attach(ex->c.comm, ex->mem.a[c].base, ex->mem.a[c].cap, err);
+    /* ZeRO-3's further gather slots, kept gathers and bucket staging (zero.c) */
+    if (!rc && ex->zero.extra_bytes)
+        rc = comm_attach(ex->c.comm, ex->zero.extra, ex->zero.extra_bytes, err);
     if (rc)
         return rc;
     exec_meter_device_memory(&ex->meter, ex->c.k, 0);
@@ -461,7 +472,8 @@ void exec_free(Exec *ex)
     exec_acts_free(&ex->acts, &ex->c);
     exec_sched_free(&ex->sched);
     exec_pipe_free(&ex->pipe);
-    exec_zero_free(&ex->zero);
+    exec_zero_free(&ex->zero, ex->c.k);
+    exec_optim_offload_free(&ex->optim);
     exec_moe_free(&ex->moe);
     exec_fp8_free(&ex->fp8);
     exec_meter_free(&ex->meter);
@@ -543,8 +555,27 @@ int exec_batch(Exec *ex, long step, const int32_t **batch, PxError *err)
 void exec_memory(const Exec *ex, uint64_t bytes[MODEL_CAT_COUNT])
 {
     for (int c = 0; c < MODEL_CAT_COUNT; c++)
-        bytes[c] = ex->mem.a[c].cap;
+        bytes[c] = ex->mem.a[c].host ? 0 : ex->mem.a[c].cap;
     bytes[MODEL_RUNTIME] = ex->plan.profile.device.runtime_bytes;
+}
+
+int exec_host_memory(const Exec *ex, uint64_t bytes[MODEL_CAT_COUNT], uint64_t *weights,
+                     ExecOffloadTimes *t)
+{
+    memset(bytes, 0, MODEL_CAT_COUNT * sizeof *bytes);
+    *weights = 0;
+    memset(t, 0, sizeof *t);
+    if (!ex->c.spec.layout.offload_optimizer)
+        return 0;
+    for (int c = 0; c < MODEL_CAT_COUNT; c++)
+        bytes[c] = ex->mem.a[c].host ? ex->mem.a[c].cap : 0;
+    bytes[MODEL_GRADS] = ex->optim.host_elems * sizeof(float);
+    *weights = ex->optim.host_elems * sizeof(float);
+    t->d2h_s = ex->optim.d2h_s;
+    t->h2d_s = ex->optim.h2d_s;
+    t->host_step_s = ex->optim.host_step_s;
+    t->steps = ex->optim.host_steps;
+    return 1;
 }
 
 int exec_device_memory(const Exec *ex, uint64_t *used_start, uint64_t *used_peak, uint64_t *total)

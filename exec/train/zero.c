@@ -7,8 +7,12 @@
  * ZeRO-1's shards of the embedding block and of the final block differ, so the sum must come
  * first. ZeRO-2/3 reduce every micro-batch through one gradient bucket into this rank's
  * accumulating shard; ZeRO-3 gathers each block's parameters before its forward and backward
- * into one of two gather buffers. Sequence parallelism's norm gradients are summed over TP
+ * (DeepSpeed's once more for a recomputed forward; none after the forward when they are kept)
+ * into a ring of gather buffers, the next layers' ahead of the compute (prefetch). Buckets cut
+ * a block's gather and reduce-scatter into calls. HSDP all-reduces each reduced gradient shard
+ * over its replicas at the step. Sequence parallelism's norm gradients are summed over TP
  * first (Korthikanti et al. 2022, Sec. 4.2.2). Every call is timed under its op of the graph. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,15 +25,103 @@ int exec_zero_init(ExecZero *Z, int n_blocks, PxError *err)
     Z->req = malloc(n * sizeof *Z->req);
     Z->reduced = calloc(n, sizeof *Z->reduced);
     Z->op = calloc(n, sizeof *Z->op);
-    if (!Z->req || !Z->reduced || !Z->op)
+    Z->slot_of = calloc(n, sizeof *Z->slot_of);
+    Z->gather_req = malloc(n * sizeof *Z->gather_req);
+    Z->gather_op = calloc(n, sizeof *Z->gather_op);
+    Z->gather_phase = calloc(n, sizeof *Z->gather_phase);
+    if (!Z->req || !Z->reduced || !Z->op || !Z->slot_of || !Z->gather_req || !Z->gather_op ||
+        !Z->gather_phase)
         return px_fail(err, PX_ERUNTIME, "out of memory for the reductions");
     for (int b = 0; b < n_blocks; b++)
-        Z->req[b] = -1;
+        Z->req[b] = Z->gather_req[b] = -1;
     return PX_OK;
 }
 
-void exec_zero_free(ExecZero *Z)
+/* A block's ZeRO collective in buckets (model/ops.c's zero_comm, docs/time.md): `calls` calls
+ * of `per` elements of each rank's shard; one call of the whole shard without buckets. */
+static void bucket_calls(const ExecCtx *c, const ExecBlock *blk, size_t elem, int *calls, uint64_t *per)
 {
+    const double total = (double)blk->shard * blk->group * (double)elem;
+    const double bucket = c->spec.layout.bucket_bytes;
+    *calls = 1;
+    if (bucket > 0 && total > bucket) {
+        const double n = ceil(total / bucket);
+        *calls = n < (double)blk->shard ? (int)n : (int)blk->shard;
+    }
+    *per = (blk->shard + (uint64_t)*calls - 1) / (uint64_t)*calls;
+}
+
+int exec_zero_buffers(ExecZero *Z, const ExecCtx *c, const ExecParams *P, PxError *err)
+{
+    const ModelLayout *l = &c->spec.layout;
+    /* HSDP with ZeRO-1 all-reduces each shard where the reduce-scatter left it, inside the
+     * block's unpadded gradients: every shard must be whole (the same verdict on every rank) */
+    for (int b = 0; b < P->nb && l->zero == 1 && c->d.dp_rep > 1; b++)
+        if (!P->b[b].experts && P->b[b].numel % (uint64_t)P->b[b].group != 0)
+            return px_fail(err, PX_EINPUT, "HSDP with ZeRO-1: block %d's %llu elements do not split "
+                           "evenly over the %d ranks of its shard group; use ZeRO-2 or 3", b,
+                           (unsigned long long)P->b[b].numel, P->b[b].group);
+    if (l->zero < 2)
+        return PX_OK;
+    /* the largest block padded to its group (zero.param_gather's half), and the largest
+     * bucketed call with its send side */
+    uint64_t slot = 0, stage = 0, kept = 0;
+    int experts = 0;
+    for (int b = 0; b < P->nb; b++) {
+        const ExecBlock *blk = &P->b[b];
+        const uint64_t padded = blk->shard * (uint64_t)blk->group;
+        slot = padded > slot ? padded : slot;
+        kept += padded;
+        experts |= blk->experts;
+        /* the gathers' pieces (parameter dtype) and the reductions' (fp32) */
+        for (int k = 0; k < 2; k++) {
+            int calls;
+            uint64_t per;
+            bucket_calls(c, blk, k ? sizeof(float) : c->ab, &calls, &per);
+            if (calls > 1 && per * (uint64_t)(blk->group + 1) > stage)
+                stage = per * (uint64_t)(blk->group + 1);
+        }
+    }
+    const size_t eb = c->ab > 4 ? c->ab : 4;
+    /* prefetch: the layer being computed and `ahead` more in flight, a slot each; a MoE layer
+     * gathers two blocks (the layer's and its experts'), which the ring of the two halves
+     * holds only without prefetch */
+    Z->ahead = l->zero == 3 && !experts ? (l->prefetch < 0 ? 0 : l->prefetch == 0 ? 1 : l->prefetch) : 0;
+    Z->n_ring = Z->ahead + 1 > 2 ? Z->ahead + 1 : 2;
+    const uint64_t slot_bytes = px_round_up(slot * c->ab, 64);
+    const uint64_t extra_ring = l->zero == 3 ? (uint64_t)(Z->n_ring - 2) * slot_bytes : 0;
+    const uint64_t keep_bytes = l->zero == 3 && l->keep_gathered ? kept * c->ab + 64 * (uint64_t)P->nb : 0;
+    const uint64_t stage_bytes = px_round_up(stage * eb, 64);
+    Z->extra_bytes = extra_ring + keep_bytes + stage_bytes;
+    if (Z->extra_bytes && !(Z->extra = c->k->alloc(Z->extra_bytes)))
+        return px_fail(err, PX_ERUNTIME, "out of memory: %.3f GiB for ZeRO's prefetched, kept and "
+                       "bucketed gathers", (double)Z->extra_bytes / PX_GIB);
+    uint8_t *at = Z->extra;
+    Z->ring[0] = Z->gather[0];
+    Z->ring[1] = Z->gather[1];
+    for (int i = 2; i < Z->n_ring; i++, at += slot_bytes)
+        Z->ring[i] = at;
+    if (keep_bytes) {
+        if (!(Z->kept = calloc((size_t)P->nb, sizeof *Z->kept)))
+            return px_fail(err, PX_ERUNTIME, "out of memory for the kept gathers");
+        for (int b = 0; b < P->nb; b++) {
+            Z->kept[b] = at;
+            at += px_round_up(P->b[b].shard * (uint64_t)P->b[b].group * c->ab, 64);
+        }
+    }
+    Z->stage = stage_bytes ? at : NULL;
+    return PX_OK;
+}
+
+void exec_zero_free(ExecZero *Z, const KernBackend *k)
+{
+    if (k && Z->extra)
+        k->free(Z->extra);
+    free(Z->kept);
+    free(Z->slot_of);
+    free(Z->gather_req);
+    free(Z->gather_op);
+    free(Z->gather_phase);
     free(Z->req);
     free(Z->reduced);
     free(Z->op);
@@ -192,6 +284,26 @@ static int tied_sum(const ExecCtx *c, ExecParams *P, ExecMeter *M, int b, PxErro
     return rc;
 }
 
+/* HSDP: block b's gradient shard, reduced over its shard group, summed over the dp_replicate
+ * replicas of that shard (one call of the padded shard, as the graph counts it); the routed
+ * experts' blocks are reduced over their whole expert-data-parallel group already. */
+static int replicas_allreduce(const ExecCtx *c, ExecParams *P, ExecMeter *M, int b, PxError *err)
+{
+    ExecBlock *blk = &P->b[b];
+    if (blk->experts)
+        return PX_OK;
+    float *shard = c->spec.layout.zero >= 2 ? blk->g_shard : blk->g + blk->own_off;
+    int op, rc;
+    if ((rc = exec_meter_need(M, c, MODEL_OPR_BLOCK_GRADS, b, blk->chunk, MODEL_STEP,
+                              MODEL_DPR_ALLREDUCE, 0, "a block's dpr_allreduce", &op, err)))
+        return rc;
+    exec_meter_begin(M, c->k, op);
+    rc = comm_allreduce(c->comm, shard, blk->shard, PX_FP32, COMM_SUM, MODEL_DPR_ALLREDUCE, NULL,
+                        err);
+    exec_meter_end(M, c->k);
+    return rc;
+}
+
 int exec_zero_finish(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, PxError *err)
 {
     int rc = PX_OK;
@@ -209,6 +321,90 @@ int exec_zero_finish(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M,
         rc = comm_wait(c->comm, &Z->req[b], err);
         exec_meter_end(M, c->k);
     }
+    for (int b = 0; b < P->nb && !rc && c->d.dp_rep > 1; b++)
+        rc = replicas_allreduce(c, P, M, b, err);
+    return rc;
+}
+
+/* A bucketed all-gather of block b into dst, call by call through the staging: each rank's
+ * piece of its shard (zero-padded past the shard's end) gathered, then each rank's piece moved
+ * to its place in the block. */
+static int gather_buckets(ExecZero *Z, const ExecCtx *c, const ExecBlock *blk, ModelComm kind,
+                          void *dst, int calls, uint64_t per, ExecMeter *M, int op, PxError *err)
+{
+    const size_t ab = c->ab;
+    void *send = Z->stage, *recv = EXEC_AT(Z->stage, per, ab);
+    int rc = PX_OK;
+    for (int j = 0; j < calls && !rc; j++) {
+        const uint64_t lo = (uint64_t)j * per, n = lo >= blk->shard ? 0 : (blk->shard - lo < per ? blk->shard - lo : per);
+        exec_meter_begin(M, c->k, op);
+        if (n < per)
+            c->k->memset0(send, per * ab);
+        if (n)
+            c->k->copy(send, EXEC_AT(blk->w_shard, lo, ab), n * ab);
+        rc = comm_all_gather(c->comm, recv, send, per, c->act, kind, NULL, err);
+        for (int r = 0; r < blk->group && !rc && n; r++)
+            c->k->copy(EXEC_AT(dst, (uint64_t)r * blk->shard + lo, ab),
+                       EXEC_AT(recv, (uint64_t)r * per, ab), n * ab);
+        exec_meter_end(M, c->k);
+    }
+    return rc;
+}
+
+/* Issues block b's gather for (phase, occurrence) into its buffer: non-blocking when `async`
+ * and the call is one (the wait is exec_zero_gather's), else complete on return. */
+static int issue_gather(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, int b,
+                        ModelPhase phase, int occurrence, int async, PxError *err)
+{
+    const ExecBlock *blk = &P->b[b];
+    void *dst;
+    if (Z->kept) {
+        dst = Z->kept[b];
+    } else if (phase == MODEL_BWD && Z->gather_phase[b] == -((int)MODEL_RECOMPUTE + 1)) {
+        /* DeepSpeed's gather after the recomputed forward: into the slot that forward read, so
+         * that the ring's order (and what is prefetched in it) stays the issue order */
+        dst = Z->slot_of[b];
+    } else {
+        dst = Z->ring[Z->ring_next];
+        Z->ring_next = (Z->ring_next + 1) % Z->n_ring;
+    }
+    Z->slot_of[b] = dst;
+    Z->gather_phase[b] = (int)phase + 1;
+    if (blk->group < 2) {
+        c->k->copy(dst, blk->w_shard, blk->numel * c->ab);
+        exec_params_point(P, c, b, dst);
+        return PX_OK;
+    }
+    int op, rc, calls;
+    uint64_t per;
+    const ModelComm kind = block_kind(blk, MODEL_DP_ALL_GATHER);
+    if ((rc = exec_meter_need(M, c, MODEL_OPR_BLOCK_PARAMS, b, blk->chunk, phase, kind,
+                              occurrence, "a block's parameter all-gather", &op, err)))
+        return rc;
+    bucket_calls(c, blk, c->ab, &calls, &per);
+    if (calls > 1) {
+        rc = gather_buckets(Z, c, blk, kind, dst, calls, per, M, op, err);
+    } else {
+        exec_meter_begin(M, c->k, op);
+        rc = comm_all_gather(c->comm, dst, blk->w_shard, blk->shard, c->act, kind,
+                             async ? &Z->gather_req[b] : NULL, err);
+        exec_meter_end(M, c->k);
+        Z->gather_op[b] = op;
+    }
+    if (!rc)
+        exec_params_point(P, c, b, dst);
+    return rc;
+}
+
+int exec_zero_prefetch(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, int b,
+                       ModelPhase phase, PxError *err)
+{
+    if (c->spec.layout.zero != 3 || b < 0 || Z->gather_phase[b] == (int)phase + 1)
+        return PX_OK;
+    if (Z->kept && phase != MODEL_FWD)
+        return PX_OK; /* the forward's gather is kept */
+    int rc = issue_gather(Z, c, P, M, b, phase, 0, 1, err);
+    Z->prefetched += rc == PX_OK;
     return rc;
 }
 
@@ -217,25 +413,23 @@ int exec_zero_gather(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M,
 {
     if (c->spec.layout.zero != 3 || b < 0)
         return PX_OK;
-    const ExecBlock *blk = &P->b[b];
-    void *slot = Z->gather[Z->gather_next];
-    Z->gather_next ^= 1;
-    if (blk->group > 1) {
-        int op, rc;
-        const ModelComm kind = block_kind(blk, MODEL_DP_ALL_GATHER);
-        if ((rc = exec_meter_need(M, c, MODEL_OPR_BLOCK_PARAMS, b, blk->chunk, phase, kind,
-                                  occurrence, "a block's parameter all-gather", &op, err)))
-            return rc;
-        exec_meter_begin(M, c->k, op);
-        rc = comm_all_gather(c->comm, slot, blk->w_shard, blk->shard, c->act, kind, NULL, err);
-        exec_meter_end(M, c->k);
-        if (rc)
-            return rc;
+    int rc = PX_OK;
+    if (Z->kept && phase != MODEL_FWD) {
+        /* keep_gathered: the forward's gathered parameters serve the backward */
+        exec_params_point(P, c, b, Z->kept[b]);
+    } else if (Z->gather_phase[b] == (int)phase + 1 && occurrence == 0) {
+        /* prefetched: wait for it (timed under its op again, as a reduction's wait is) */
+        if (Z->gather_req[b] >= 0) {
+            exec_meter_resume(M, c->k, Z->gather_op[b]);
+            rc = comm_wait(c->comm, &Z->gather_req[b], err);
+            exec_meter_end(M, c->k);
+        }
+        exec_params_point(P, c, b, Z->slot_of[b]);
     } else {
-        c->k->copy(slot, blk->w_shard, blk->numel * c->ab);
+        rc = issue_gather(Z, c, P, M, b, phase, occurrence, 0, err);
     }
-    exec_params_point(P, c, b, slot);
-    return PX_OK;
+    Z->gather_phase[b] = -((int)phase + 1); /* consumed: the next pass gathers again */
+    return rc;
 }
 
 void exec_zero_bucket_clear(ExecZero *Z, const ExecCtx *c, const ExecParams *P, int b)
@@ -243,6 +437,30 @@ void exec_zero_bucket_clear(ExecZero *Z, const ExecCtx *c, const ExecParams *P, 
     if (c->spec.layout.zero < 2 || b < 0)
         return;
     c->k->memset0(Z->bucket, (size_t)P->b[b].shard * (size_t)P->b[b].group * sizeof(float));
+}
+
+/* A bucketed reduce-scatter of the bucket (block blk's gradients, rank-major shards), call by
+ * call through the staging: piece j of every rank's shard packed (zero-padded past the
+ * shard's end), reduce-scattered, and this rank's summed piece added to its shard. */
+static int reduce_buckets(ExecZero *Z, const ExecCtx *c, const ExecBlock *blk, ModelComm kind,
+                          int calls, uint64_t per, ExecMeter *M, int op, PxError *err)
+{
+    float *send = Z->stage, *recv = (float *)Z->stage + per * (uint64_t)blk->group;
+    int rc = PX_OK;
+    for (int j = 0; j < calls && !rc; j++) {
+        const uint64_t lo = (uint64_t)j * per, n = lo >= blk->shard ? 0 : (blk->shard - lo < per ? blk->shard - lo : per);
+        exec_meter_begin(M, c->k, op);
+        if (n < per)
+            c->k->memset0(send, per * (uint64_t)blk->group * sizeof(float));
+        for (int r = 0; r < blk->group && n; r++)
+            c->k->copy(send + (uint64_t)r * per, Z->bucket + (uint64_t)r * blk->shard + lo,
+                       n * sizeof(float));
+        rc = comm_reduce_scatter(c->comm, recv, send, per, PX_FP32, kind, NULL, err);
+        if (!rc && n)
+            c->k->add_f32(blk->g_shard + lo, recv, n);
+        exec_meter_end(M, c->k);
+    }
+    return rc;
 }
 
 /* The block's gradients of this micro-batch are in the bucket: summed over the group into
@@ -262,6 +480,11 @@ int exec_zero_bucket_reduce(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMe
         if ((rc = exec_meter_need(M, c, MODEL_OPR_BLOCK_GRADS, b, blk->chunk, MODEL_BWD, kind, 0,
                                   "a block's gradient reduce-scatter", &op, err)))
             return rc;
+        int calls;
+        uint64_t per;
+        bucket_calls(c, blk, sizeof(float), &calls, &per);
+        if (calls > 1)
+            return reduce_buckets(Z, c, blk, kind, calls, per, M, op, err);
         exec_meter_begin(M, c->k, op);
         /* in place: this rank's summed shard lands at the start of the bucket */
         rc = comm_reduce_scatter(c->comm, Z->bucket, Z->bucket, blk->shard, PX_FP32, kind, NULL,
