@@ -88,6 +88,10 @@ static void stage_offload(const ModelSpec *s, const ModelDims *d, const ModelTen
         for (int b = 0; b < tt->n_blocks; b++)
             shard += tt->blocks[b].shard_numel * (uint64_t)(tt->blocks[b].repeat > 0 ? tt->blocks[b].repeat : 1);
         m->host[MODEL_GRADS] = shard * (uint64_t)px_dtype_bytes(d->grad);
+        /* without a master copy (fp32 training) the host step updates a copy of the weight
+         * shard of its own, which it sends back: the master's place on the host */
+        if (!d->master)
+            m->host[MODEL_MASTER] = shard * (uint64_t)px_dtype_bytes(d->param);
     }
     if (l->offload_activations) {
         uint64_t slot = 0, layer = 0;

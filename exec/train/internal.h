@@ -639,10 +639,12 @@ typedef struct ExecZero {
     float *bucket;           /* zero.grad_bucket (ZeRO 2/3) */
     uint64_t bucket_elems;
     void *gather[2];         /* zero.param_gather's two halves (ZeRO 3) */
+    uint64_t gather_elems;   /* zero.param_gather's elements, both halves */
     /* ZeRO-3's gathers (docs/executor.md, "Sharded data parallelism"): a ring of n_ring slots
-     * (the two halves, and prefetch's further slots in `extra`), filled in the order the
-     * gathers are issued; with keep_gathered a buffer per block instead (kept[b]); the staging
-     * of bucketed calls. ahead: layers gathered ahead of the compute (0: none). */
+     * of the largest padded block, filled in the order the gathers are issued, or with
+     * keep_gathered a buffer per block (kept[b]), all carved from zero.param_gather, which the
+     * memory table sizes for them (model/tensors.c); the staging of bucketed calls in `extra`.
+     * ahead: layers gathered ahead of the compute (0: none). */
     void *ring[EXEC_MAX_RING];
     int n_ring, ring_next, ahead;
     void **kept;             /* [blocks], keep_gathered only */

@@ -571,6 +571,10 @@ int exec_host_memory(const Exec *ex, uint64_t bytes[MODEL_CAT_COUNT], uint64_t *
         bytes[c] = ex->mem.a[c].host ? ex->mem.a[c].cap : 0;
     bytes[MODEL_GRADS] = ex->optim.host_elems * sizeof(float);
     *weights = ex->optim.host_elems * sizeof(float);
+    /* fp32 training has no master: the host's fp32 weight copy stands in its place, as the
+     * plan's host column counts it (sim/simulate.c) */
+    if (!ex->c.d.master)
+        bytes[MODEL_MASTER] = *weights;
     t->d2h_s = ex->optim.d2h_s;
     t->h2d_s = ex->optim.h2d_s;
     t->host_step_s = ex->optim.host_step_s;

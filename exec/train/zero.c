@@ -88,28 +88,32 @@ int exec_zero_buffers(ExecZero *Z, const ExecCtx *c, const ExecParams *P, PxErro
      * holds only without prefetch */
     Z->ahead = l->zero == 3 && !experts ? (l->prefetch < 0 ? 0 : l->prefetch == 0 ? 1 : l->prefetch) : 0;
     Z->n_ring = Z->ahead + 1 > 2 ? Z->ahead + 1 : 2;
-    const uint64_t slot_bytes = px_round_up(slot * c->ab, 64);
-    const uint64_t extra_ring = l->zero == 3 ? (uint64_t)(Z->n_ring - 2) * slot_bytes : 0;
-    const uint64_t keep_bytes = l->zero == 3 && l->keep_gathered ? kept * c->ab + 64 * (uint64_t)P->nb : 0;
     const uint64_t stage_bytes = px_round_up(stage * eb, 64);
-    Z->extra_bytes = extra_ring + keep_bytes + stage_bytes;
+    Z->extra_bytes = stage_bytes;
     if (Z->extra_bytes && !(Z->extra = c->k->alloc(Z->extra_bytes)))
-        return px_fail(err, PX_ERUNTIME, "out of memory: %.3f GiB for ZeRO's prefetched, kept and "
-                       "bucketed gathers", (double)Z->extra_bytes / PX_GIB);
-    uint8_t *at = Z->extra;
-    Z->ring[0] = Z->gather[0];
-    Z->ring[1] = Z->gather[1];
-    for (int i = 2; i < Z->n_ring; i++, at += slot_bytes)
-        Z->ring[i] = at;
-    if (keep_bytes) {
+        return px_fail(err, PX_ERUNTIME, "out of memory: %.3f GiB for ZeRO's bucketed gathers",
+                       (double)Z->extra_bytes / PX_GIB);
+    Z->stage = stage_bytes ? Z->extra : NULL;
+    if (l->zero < 3)
+        return PX_OK;
+    /* the ring's slots, or the kept blocks, one after another in zero.param_gather */
+    const uint64_t need = l->keep_gathered ? kept : (uint64_t)Z->n_ring * slot;
+    if (need > Z->gather_elems)
+        return px_fail(err, PX_ERUNTIME, "zero.param_gather holds %llu elements, the %s need %llu "
+                       "(the memory table and the executor disagree)",
+                       (unsigned long long)Z->gather_elems,
+                       l->keep_gathered ? "kept blocks" : "prefetch ring's slots", (unsigned long long)need);
+    for (int i = 0; i < Z->n_ring; i++)
+        Z->ring[i] = EXEC_AT(Z->gather[0], (uint64_t)i * slot, c->ab);
+    if (l->keep_gathered) {
         if (!(Z->kept = calloc((size_t)P->nb, sizeof *Z->kept)))
             return px_fail(err, PX_ERUNTIME, "out of memory for the kept gathers");
+        uint64_t at = 0;
         for (int b = 0; b < P->nb; b++) {
-            Z->kept[b] = at;
-            at += px_round_up(P->b[b].shard * (uint64_t)P->b[b].group * c->ab, 64);
+            Z->kept[b] = EXEC_AT(Z->gather[0], at, c->ab);
+            at += P->b[b].shard * (uint64_t)P->b[b].group;
         }
     }
-    Z->stage = stage_bytes ? at : NULL;
     return PX_OK;
 }
 
@@ -140,6 +144,7 @@ int exec_zero_bind(ExecZero *Z, const ExecCtx *c, const ModelTensor *t, void *p,
     } else {
         Z->gather[0] = p;
         Z->gather[1] = p ? EXEC_AT(p, t->numel / 2, c->ab) : NULL;
+        Z->gather_elems = (uint64_t)t->numel;
     }
     return PX_OK;
 }
