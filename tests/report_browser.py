@@ -2,8 +2,8 @@
 """report.html as a browser sees it: a validation of the tiny model writes a report, headless
 Chromium loads it, and through the DOM every table must be a <table> with one row per row of
 data parallax wrote (the layouts of validate --json, the quantities of compare --json under the
-report's 1% rule, the plan's pipeline stages, the sizes of scaling.dat), the scaling table's
-TFLOP/s per GPU must match scaling.dat to its three significant digits, every <img> must have
+report's 1% rule, the plan's pipeline stages, the sizes of scaling.dat and scaling_sharded.dat), the scaling tables'
+TFLOP/s per GPU must match their .dat files to three significant digits, every <img> must have
 loaded (naturalWidth > 0), and in each chart's SVG every text (tic labels included) must lie
 inside the image.
 
@@ -249,6 +249,8 @@ def check(px, max_ranks, exe, tmp):
     stages = len(json.load(open(plan_path))["prediction"]["memory"]["per_stage"])
     blocks = scaling_dat(os.path.join(rdir, "scaling.dat"))
     sizes = sorted(set(blocks[0]) | set(blocks[1]))
+    sharded = scaling_dat(os.path.join(rdir, "scaling_sharded.dat"))
+    sharded_sizes = sorted(set(sharded[0]) | set(sharded[1]))
     charts = re.findall(r"^!\[[^]]*\]\(([^)]+)\.png\)$", open(os.path.join(rdir, "report.md")).read(), re.M)
 
     b = Browser(exe, tmp)
@@ -285,8 +287,19 @@ def check(px, max_ranks, exe, tmp):
                     fail(f"scaling table, {r[0]} GPUs: TFLOP/s per GPU {r[col]}, scaling.dat {want}")
         print(f"  scaling: TFLOP/s per GPU {[r[2] for r in t['rows']]} (strong) "
               f"{[r[5] for r in t['rows']]} (weak) agree with scaling.dat")
-        if len(page["tables"]) != 4:
-            fail(f"{len(page['tables'])} tables in the page, 4 expected")
+        t = table(page["tables"], "Sharded data parallelism against 3D")
+        expect_rows("sharded", t, len(sharded_sizes), f"{len(sharded_sizes)} GPU counts in scaling_sharded.dat")
+        for r in t["rows"]:
+            for col, block in ((4, sharded[0]), (7, sharded[1])):
+                want = block.get(int(r[0]))
+                if want is None:
+                    continue
+                if abs(float(r[col]) - want) > 0.005 * abs(want):
+                    fail(f"sharded table, {r[0]} GPUs: TFLOP/s per GPU {r[col]}, scaling_sharded.dat {want}")
+        print(f"  sharded: TFLOP/s per GPU {[r[4] for r in t['rows']]} (ZeRO-3) "
+              f"{[r[7] for r in t['rows']]} (3D) agree with scaling_sharded.dat")
+        if len(page["tables"]) != 5:
+            fail(f"{len(page['tables'])} tables in the page, 5 expected")
         if sorted(i["src"] for i in page["images"]) != sorted(c + ".svg" for c in charts):
             fail(f"images {[i['src'] for i in page['images']]} != the charts of report.md {charts}")
         for i in page["images"]:
