@@ -98,7 +98,8 @@ static int measure_gemms(const CalibOptions *o, const KernBackend *k, CommLayer 
 
 /* Training steps of each calibration configuration, every rank its own, and the fits of their
  * samples averaged over the ranks (every rank ran the same ops in the same order). */
-static int measure_rates(const CalibOptions *o, CommLayer *c, Measured *me, PxError *err)
+static int measure_rates(const CalibOptions *o, CommLayer *c, int loud, Measured *me,
+                         PxError *err)
 {
     const char *p = o->models;
     char model[128];
@@ -117,9 +118,14 @@ static int measure_rates(const CalibOptions *o, CommLayer *c, Measured *me, PxEr
                     break;
                 if (!have_base && !(rc = prof_cluster_load(o->base, NULL, 0, &base, err)))
                     have_base = 1;
+                const double t0 = px_now_s();
                 if (!rc)
                     rc = calib_config_samples(o, &base, model, mbs, flash, &me->sh, &me->ss, err);
                 me->configs++;
+                /* a configuration of a large model takes seconds to minutes: say each one */
+                if (!rc)
+                    calib_say(loud, "  trained %s, micro-batch %d, %s attention: %.1f s\n", model,
+                              mbs, flash ? "fused" : "unfused", px_now_s() - t0);
             }
         }
     if (have_base)
@@ -209,7 +215,7 @@ int calib_compute(const CalibOptions *o, CommLayer *world, PxError *err)
     int rc = measure_gemms(o, k, world, loud, &me, err);
     const double t_ops = px_now_s();
     if (!rc)
-        rc = measure_rates(o, world, &me, err);
+        rc = measure_rates(o, world, loud, &me, err);
     if (!rc && rank0 && o->samples)
         rc = write_samples(o->samples, &me.ss, err);
     if (!rc) {
