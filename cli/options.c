@@ -6,14 +6,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-_Static_assert(CLI_KNOB_COUNT <= 64, "knob ids are bits of CliArgs.given");
+_Static_assert(CLI_KNOB_COUNT <= CLI_MODEL, "knob ids come before the other options'");
 
 const CliOption cli_knob_options[] = {
     {"tp", 1, "N", "tensor-parallel degree", CLI_TP, 0},
     {"pp", 1, "N", "pipeline-parallel degree (stages)", CLI_PP, 0},
     {"pp-layers", 1, "N,N...", "layers of each pipeline stage, e.g. 1,3 (sets pp; default: even)", CLI_PP_LAYERS, 0},
+    {"account-for-embedding-in-pipeline-split", 0, NULL, "the input embedding counts as one layer in the pipeline split", CLI_EMBED_SPLIT, 0},
+    {"account-for-loss-in-pipeline-split", 0, NULL, "the output layer and loss count as one layer in the pipeline split", CLI_LOSS_SPLIT, 0},
+    {"decoder-first-pipeline-num-layers", 1, "N", "layers of the first pipeline stage, the rest even", CLI_FIRST_LAYERS, 0},
+    {"decoder-last-pipeline-num-layers", 1, "N", "layers of the last pipeline stage, the rest even", CLI_LAST_LAYERS, 0},
+    {"pipeline-model-parallel-layout", 1, "S", "Megatron layout string of the pp x vpp stages, e.g. \"Et*3|(t*4|)*14,t*2L\"", CLI_PP_LAYOUT, 0},
     {"dp", 1, "N", "data-parallel degree (default: what the GPUs leave)", CLI_DP, 0},
     {"cp", 1, "N", "context-parallel degree", CLI_CP, 0},
+    {"cp-comm-type", 1, "T", "context-parallel attention: p2p (K/V ring, default) | allgather | a2a (Ulysses)", CLI_CP_COMM, 0},
     {"vpp", 1, "N", "model chunks per pipeline rank (>1: interleaved schedule)", CLI_VPP, 0},
     {"zero", 1, "0-3", "ZeRO stage: 1 optimizer+master, 2 +grads, 3 +params sharded", CLI_ZERO, 0},
     {"fsdp", 0, NULL, "FSDP2 / Megatron-FSDP sharding: zero 3 whose backward gather also serves the recompute", CLI_FSDP, 0},
@@ -140,7 +146,7 @@ static int knob(int id, const char *arg, CliArgs *a, PxError *err)
     case CLI_PP_LAYERS:
         /* the stages are the entries, unless --pp says otherwise (the layout rules then
          * name the mismatch) */
-        if (!(rc = model_split_parse(arg, "--pp-layers", l, err)) && !(a->given & (1ull << CLI_PP)))
+        if (!(rc = model_split_parse(arg, "--pp-layers", l, err)) && !cli_given(a, CLI_PP))
             l->pp = l->n_stage_layers;
         break;
     case CLI_DP: rc = px_parse_int(arg, "--dp", 1, 1 << 24, &l->dp, err); break;
@@ -166,6 +172,27 @@ static int knob(int id, const char *arg, CliArgs *a, PxError *err)
     case CLI_DP_REPLICATE: rc = px_parse_int(arg, "--dp-replicate", 1, 1 << 24, &l->dp_replicate, err); break;
     case CLI_OFFLOAD_OPT: l->offload_optimizer = 1; break;
     case CLI_OFFLOAD_ACT: l->offload_activations = 1; break;
+    case CLI_CP_COMM:
+        if ((v = model_cp_comm_from_name(arg)) < 0)
+            rc = px_fail(err, PX_EINPUT, "--cp-comm-type: expected p2p, allgather or a2a, got '%s'", arg);
+        else
+            l->cp_comm = (ModelCpComm)v;
+        break;
+    case CLI_EMBED_SPLIT: l->embed_in_split = 1; break;
+    case CLI_LOSS_SPLIT: l->loss_in_split = 1; break;
+    case CLI_FIRST_LAYERS:
+        rc = px_parse_int(arg, "--decoder-first-pipeline-num-layers", 1, 100000, &l->first_stage_layers, err);
+        break;
+    case CLI_LAST_LAYERS:
+        rc = px_parse_int(arg, "--decoder-last-pipeline-num-layers", 1, 100000, &l->last_stage_layers, err);
+        break;
+    case CLI_PP_LAYOUT:
+        if (strlen(arg) >= sizeof l->pp_layout)
+            rc = px_fail(err, PX_EINPUT, "--pipeline-model-parallel-layout: at most %zu characters, got %zu",
+                         sizeof l->pp_layout - 1, strlen(arg));
+        else
+            snprintf(l->pp_layout, sizeof l->pp_layout, "%s", arg);
+        break;
     case CLI_SP: l->sp = 1; break;
     case CLI_NO_SP: l->sp = 0; break;
     case CLI_RECOMPUTE:
@@ -284,7 +311,7 @@ static int knob(int id, const char *arg, CliArgs *a, PxError *err)
     if (rc)
         return rc;
     if (id < CLI_KNOB_COUNT)
-        a->given |= 1ull << id;
+        a->given[id] = 1;
     return PX_OK;
 }
 

@@ -20,10 +20,11 @@ enum {
     CLI_MOE_FORCE_BALANCE, CLI_FP8_RECIPE, CLI_FP8_FORMAT, CLI_FP8_PARAM_GATHER,
     CLI_FP8_AMAX_HISTORY, CLI_FP8_ATTENTION, CLI_FP8_DISPATCH, CLI_FSDP, CLI_KEEP_GATHERED,
     CLI_RESHARD, CLI_PREFETCH, CLI_BUCKET, CLI_DP_SHARD, CLI_DP_REPLICATE, CLI_OFFLOAD_OPT,
-    CLI_OFFLOAD_ACT,
-    CLI_KNOB_COUNT, /* at most 64: bits of CliArgs.given */
+    CLI_OFFLOAD_ACT, CLI_CP_COMM, CLI_EMBED_SPLIT, CLI_LOSS_SPLIT, CLI_FIRST_LAYERS,
+    CLI_LAST_LAYERS, CLI_PP_LAYOUT,
+    CLI_KNOB_COUNT, /* at most CLI_MODEL */
     /* not knobs */
-    CLI_MODEL = 64, CLI_CLUSTER, CLI_GPUS, CLI_JSON, CLI_HELP, CLI_OUTPUT,
+    CLI_MODEL = 80, CLI_CLUSTER, CLI_GPUS, CLI_JSON, CLI_HELP, CLI_OUTPUT,
     /* command-specific options: their raw values land in CliArgs.extra[id - CLI_EXTRA] */
     CLI_EXTRA = 100, CLI_EXTRA_MAX = 140
 };
@@ -41,7 +42,7 @@ typedef struct {
     ModelSpec spec;
     const char *sets[CLI_MAX_SETS];
     int n_sets;
-    unsigned long long given; /* 1ull << knob id for each knob on the command line */
+    unsigned char given[CLI_KNOB_COUNT]; /* 1 for each knob on the command line: cli_given */
     const char *positional[8];
     int n_positional;
     const char *extra[CLI_EXTRA_MAX - CLI_EXTRA]; /* value, or "1" for a flag; NULL when absent */
@@ -53,6 +54,9 @@ typedef struct {
 } CliArgs;
 
 extern const CliOption cli_knob_options[];
+
+/* 1 when knob id was on the command line */
+static inline int cli_given(const CliArgs *a, int id) { return id >= 0 && id < CLI_KNOB_COUNT && a->given[id]; }
 
 /* Parses argv against the NULL-terminated list of tables, filling args; up to max_positional
  * bare arguments land in args->positional. Returns -1 to go on, or an exit status: 0 after

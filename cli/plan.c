@@ -96,7 +96,7 @@ static int expert_axes(PlanArgs *p)
         if (ax[i].n == 0)
             continue;
         /* a dense model's only etp is tp (Megatron's default), its only ep 1 */
-        const int dense_ok = i == 1 && (a->given & (1ull << CLI_TP)) ? q->base.layout.tp : 1;
+        const int dense_ok = i == 1 && cli_given(a, CLI_TP) ? q->base.layout.tp : 1;
         if (mc->moe.experts <= 0)
             for (int k = 0; k < ax[i].n; k++)
                 if (ax[i].list[k] != dense_ok) {
@@ -236,7 +236,7 @@ static int parse_plan(int argc, char **argv, PlanArgs *p)
     PxError err = {0};
     const char *gpus_text = a->extra[OPT_GPUS - CLI_EXTRA];
     p->min_gpus = a->extra[OPT_MIN_GPUS - CLI_EXTRA] != NULL;
-    if (!a->model || !a->cluster || (!gpus_text && !p->min_gpus) || !(a->given & (1ull << CLI_GBS))) {
+    if (!a->model || !a->cluster || (!gpus_text && !p->min_gpus) || !cli_given(a, CLI_GBS)) {
         fprintf(stderr, "parallax plan: --model, --cluster, --gpus and --gbs are required (see --help)\n");
         return 2;
     }
@@ -247,7 +247,7 @@ static int parse_plan(int argc, char **argv, PlanArgs *p)
     q->top = 5;
     q->headroom = 0.05;
     for (size_t i = 0; i < sizeof pins / sizeof pins[0]; i++)
-        if (a->given & (1ull << pins[i].knob))
+        if (cli_given(a, pins[i].knob))
             q->pinned |= pins[i].pin;
     if ((st = parse_search(p)) >= 0 || (st = parse_budget(p)) >= 0)
         return st;

@@ -52,7 +52,7 @@ int cli_cmd_report(int argc, char **argv)
     q.plan = plan;
     q.run = run;
     if (a.model || a.cluster || a.extra[OPT_GPUS - CLI_EXTRA]) {
-        if (!a.model || !a.cluster || !a.extra[OPT_GPUS - CLI_EXTRA] || !(a.given & (1ull << CLI_GBS))) {
+        if (!a.model || !a.cluster || !a.extra[OPT_GPUS - CLI_EXTRA] || !cli_given(&a, CLI_GBS)) {
             fprintf(stderr, "parallax report: scaling curves need --model, --cluster, --gpus and --gbs\n");
             rc = 2;
             goto out;

@@ -155,6 +155,12 @@ int model_rope_scaling_megatron(const ModelConfig *c);
 typedef enum { MODEL_RECOMPUTE_NONE = 0, MODEL_RECOMPUTE_SELECTIVE, MODEL_RECOMPUTE_FULL } ModelRecompute;
 typedef enum { MODEL_SCHED_1F1B = 0, MODEL_SCHED_GPIPE, MODEL_SCHED_INTERLEAVED } ModelSchedule;
 typedef enum { MODEL_OPT_ADAMW = 0, MODEL_OPT_SGD_MOMENTUM, MODEL_OPT_ADAM_8BIT } ModelOptimizer;
+/* How context-parallel attention reaches the other ranks' keys and values, Megatron-Core's
+ * --cp-comm-type: p2p, a ring passing K and V (and in the backward their gradients) a chunk at
+ * a time, overlapped with the attention of the chunk at hand (Megatron's default); allgather,
+ * the whole sequence's K and V gathered before attention and their gradients reduce-scattered
+ * after; a2a, DeepSpeed-Ulysses' all-to-all from a sequence split to a head split and back. */
+typedef enum { MODEL_CP_COMM_P2P = 0, MODEL_CP_COMM_ALLGATHER, MODEL_CP_COMM_A2A } ModelCpComm;
 
 /* Stages an uneven split can name (an even split has no limit). */
 enum { MODEL_MAX_STAGES = 256 };
@@ -179,6 +185,16 @@ typedef struct {
      * model_spec_check clears a split whose stages are all equal, so that it is the even one. */
     int n_stage_layers;
     int stage_layers[MODEL_MAX_STAGES];
+    /* Megatron-Core's other ways to split the layers over the pipeline (docs/pipeline.md):
+     * embed_in_split / loss_in_split count the input embedding / the output layer with its loss
+     * as one layer each (--account-for-embedding/loss-in-pipeline-split); first_stage_layers /
+     * last_stage_layers give the first / last pipeline stage's layers, the others sharing the
+     * rest evenly (--decoder-first/last-pipeline-num-layers; 0: not given); pp_layout is the
+     * layout string (--pipeline-model-parallel-layout; empty: none). model_spec_check resolves
+     * whichever is given into stage_layers. */
+    int embed_in_split, loss_in_split, first_stage_layers, last_stage_layers;
+    char pp_layout[512];
+    ModelCpComm cp_comm;
     /* Sharded data parallelism (zero 3; docs/time.md, "Sharded data parallelism"). fsdp: the
      * gathers of PyTorch FSDP2 and Megatron-FSDP, whose backward gather also serves a layer's
      * recomputed forward; 0: DeepSpeed ZeRO-3's, where the recomputed forward gathers again.
@@ -356,6 +372,8 @@ const char *model_optimizer_name(ModelOptimizer o);
 int model_recompute_from_name(const char *s); /* -1 when unknown */
 int model_schedule_from_name(const char *s);
 int model_optimizer_from_name(const char *s);
+const char *model_cp_comm_name(ModelCpComm c); /* "p2p", "allgather", "a2a" */
+int model_cp_comm_from_name(const char *s);    /* -1 when unknown */
 /* Megatron-Core rank order: tp fastest, then cp, dp, pp. */
 int model_rank(const ModelLayout *l, int tp, int cp, int dp, int pp);
 void model_rank_coords(const ModelLayout *l, int rank, int *tp, int *cp, int *dp, int *pp);
@@ -467,6 +485,8 @@ typedef enum {
     MODEL_EDP_REDUCE_SCATTER,
     MODEL_EDP_ALL_GATHER,
     MODEL_DPR_ALLREDUCE,   /* HSDP: each gradient shard over its dp_replicate replicas */
+    MODEL_CP_P2P,          /* cp_comm p2p: K, V (and their gradients) sent around the CP ring */
+    MODEL_CP_ALL_TO_ALL,   /* cp_comm a2a: Q, K, V and the output between sequence and head splits */
     MODEL_COMM_COUNT
 } ModelComm;
 

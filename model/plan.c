@@ -27,6 +27,19 @@ cJSON *model_layout_to_json(const ModelLayout *l)
     cJSON_AddBoolToObject(j, "overlap_tp", l->overlap_tp);
     if (l->n_stage_layers > 0)
         cJSON_AddItemToObject(j, "stage_layers", cJSON_CreateIntArray(l->stage_layers, l->n_stage_layers));
+    /* how the split was said, for the exports to say it the same way */
+    if (l->embed_in_split)
+        cJSON_AddBoolToObject(j, "embed_in_split", 1);
+    if (l->loss_in_split)
+        cJSON_AddBoolToObject(j, "loss_in_split", 1);
+    if (l->first_stage_layers > 0)
+        cJSON_AddNumberToObject(j, "first_stage_layers", l->first_stage_layers);
+    if (l->last_stage_layers > 0)
+        cJSON_AddNumberToObject(j, "last_stage_layers", l->last_stage_layers);
+    if (l->pp_layout[0])
+        cJSON_AddStringToObject(j, "pp_layout", l->pp_layout);
+    if (l->cp > 1)
+        cJSON_AddStringToObject(j, "cp_comm_type", model_cp_comm_name(l->cp_comm));
     /* expert parallelism where it is not the default (ep 1, etp = tp) */
     if (l->ep > 1 || (l->etp > 0 && l->etp != l->tp) || l->overlap_ep) {
         cJSON_AddNumberToObject(j, "ep", l->ep > 0 ? l->ep : 1);
@@ -63,7 +76,7 @@ static const char *json_kind(const cJSON *v)
                                : "null";
 }
 
-/* layout.stage_layers: an array of one positive integer per stage. Its length and sum are the
+/* layout.stage_layers: an array of one integer per (virtual) stage. Its length and sum are the
  * layout rules' to check (model_spec_check), against pp and the model. */
 static int stage_layers_from_json(const cJSON *j, const char *where, ModelLayout *l, PxError *err)
 {
@@ -87,9 +100,9 @@ static int stage_layers_from_json(const cJSON *j, const char *where, ModelLayout
         if (!cJSON_IsNumber(e) || !isfinite(e->valuedouble) || e->valuedouble != floor(e->valuedouble))
             return px_fail(err, PX_EINPUT, "%s[%d]: expected an integer, got %s", path, i,
                            json_kind(e));
-        if (e->valuedouble < 1 || e->valuedouble > 100000)
-            return px_fail(err, PX_EINPUT, "%s[%d]: every stage needs 1 to 100000 layers, got %.0f",
-                           path, i, e->valuedouble);
+        if (e->valuedouble < 0 || e->valuedouble > 100000)
+            return px_fail(err, PX_EINPUT, "%s[%d]: expected 0 to 100000 layers, got %.0f", path, i,
+                           e->valuedouble);
         l->stage_layers[i++] = (int)e->valuedouble;
     }
     l->n_stage_layers = n;
@@ -102,11 +115,14 @@ int model_layout_from_json(const cJSON *j, const char *where, ModelLayout *l, Px
                                         "schedule", "overlap_dp", "overlap_tp", "stage_layers", "ep",
                                         "etp", "overlap_ep", "fsdp", "keep_gathered", "prefetch",
                                         "bucket_bytes", "dp_shard", "dp_replicate",
-                                        "offload_optimizer", "offload_activations", NULL};
+                                        "offload_optimizer", "offload_activations",
+                                        "embed_in_split", "loss_in_split", "first_stage_layers",
+                                        "last_stage_layers", "pp_layout", "cp_comm_type", NULL};
     if (!cJSON_IsObject(j))
         return px_fail(err, PX_EINPUT, "%s expected an object", where);
     px_json_warn_unknown(j, where, known);
-    int rc, rcm = (int)l->recompute, sch = (int)l->schedule;
+    int rc, rcm = (int)l->recompute, sch = (int)l->schedule, cpc = (int)l->cp_comm;
+    static const char *const cp_comm_names[] = {"p2p", "allgather", "a2a"};
     if ((rc = px_json_int(j, where, "dp", 1, 1, 1 << 24, &l->dp, err)) ||
         (rc = px_json_int(j, where, "tp", 1, 1, 1 << 16, &l->tp, err)) ||
         (rc = px_json_int(j, where, "pp", 1, 1, 1 << 16, &l->pp, err)) ||
@@ -129,8 +145,23 @@ int model_layout_from_json(const cJSON *j, const char *where, ModelLayout *l, Px
         (rc = px_json_bool(j, where, "offload_optimizer", 0, &l->offload_optimizer, err)) ||
         (rc = px_json_bool(j, where, "offload_activations", 0, &l->offload_activations, err)) ||
         (rc = px_json_double(j, where, "bucket_bytes", 0, 0, 1e15, &l->bucket_bytes, err)) ||
+        (rc = px_json_bool(j, where, "embed_in_split", 0, &l->embed_in_split, err)) ||
+        (rc = px_json_bool(j, where, "loss_in_split", 0, &l->loss_in_split, err)) ||
+        (rc = px_json_int(j, where, "first_stage_layers", 0, 0, 100000, &l->first_stage_layers, err)) ||
+        (rc = px_json_int(j, where, "last_stage_layers", 0, 0, 100000, &l->last_stage_layers, err)) ||
+        (rc = px_json_enum(j, where, "cp_comm_type", 0, cp_comm_names, 3, &cpc, err)) ||
         (rc = stage_layers_from_json(j, where, l, err)))
         return rc;
+    l->cp_comm = (ModelCpComm)cpc;
+    const cJSON *lay = cJSON_GetObjectItemCaseSensitive(j, "pp_layout");
+    if (lay && !cJSON_IsNull(lay)) {
+        char path[640];
+        px_json_path(path, sizeof path, where, "pp_layout");
+        if (!cJSON_IsString(lay) || strlen(lay->valuestring) >= sizeof l->pp_layout)
+            return px_fail(err, PX_EINPUT, "%s: expected a layout string of at most %zu characters", path,
+                           sizeof l->pp_layout - 1);
+        snprintf(l->pp_layout, sizeof l->pp_layout, "%s", lay->valuestring);
+    }
     l->recompute = (ModelRecompute)rcm;
     l->schedule = (ModelSchedule)sch;
     return PX_OK;

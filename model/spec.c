@@ -17,7 +17,7 @@ static const char *const comm_names[MODEL_COMM_COUNT] = {
     "tp_all_gather", "tp_reduce_scatter", "pp_send",      "pp_recv",
     "cp_all_gather", "cp_reduce_scatter", "embed_allreduce", "ep_all_to_all",
     "etp_all_gather", "etp_reduce_scatter", "edp_allreduce", "edp_reduce_scatter",
-    "edp_all_gather", "dpr_allreduce"};
+    "edp_all_gather", "dpr_allreduce", "cp_p2p", "cp_all_to_all"};
 static const char *const group_names[] = {"tp", "cp", "dp", "pp", "embed", "ep", "etp", "edp", "dpr"};
 
 static int name_index(const char *s, const char *const *names, int n)
@@ -27,6 +27,10 @@ static int name_index(const char *s, const char *const *names, int n)
             return i;
     return -1;
 }
+
+static const char *const cp_comm_names[] = {"p2p", "allgather", "a2a"};
+const char *model_cp_comm_name(ModelCpComm c) { return cp_comm_names[c]; }
+int model_cp_comm_from_name(const char *s) { return name_index(s, cp_comm_names, 3); }
 
 static const char *const fp8_recipe_names[] = {"none", "delayed", "tensorwise", "blockwise", "mxfp8"};
 static const char *const fp8_format_names[] = {"hybrid", "e4m3"};
@@ -69,8 +73,10 @@ ModelCollective model_comm_collective(ModelComm k)
     case MODEL_EDP_ALL_GATHER:
         return MODEL_COLL_ALL_GATHER;
     case MODEL_EP_ALL_TO_ALL:
+    case MODEL_CP_ALL_TO_ALL:
         return MODEL_COLL_ALL_TO_ALL;
     case MODEL_PP_SEND:
+    case MODEL_CP_P2P:
         return MODEL_COLL_SEND;
     case MODEL_PP_RECV:
         return MODEL_COLL_RECV;
@@ -92,6 +98,8 @@ ModelGroup model_comm_group(ModelComm k)
         return MODEL_GROUP_TP;
     case MODEL_CP_ALL_GATHER:
     case MODEL_CP_REDUCE_SCATTER:
+    case MODEL_CP_P2P:
+    case MODEL_CP_ALL_TO_ALL:
         return MODEL_GROUP_CP;
     case MODEL_EMBED_ALLREDUCE:
         return MODEL_GROUP_EMBED;

@@ -137,8 +137,8 @@ expect 2 "stage_layers 1,3 has 2 entries: pp is 4" simulate --model tiny --clust
 expect 2 "an uneven split cannot be interleaved (vpp 2)" simulate --model tiny --cluster local --gpus 2 --gbs 8 --pp-layers 1,3 --vpp 2
 expect 2 "pp 3 x vpp 1 = 3 must divide the 4 layers, or give each stage its layers" simulate --model tiny --cluster local --gpus 3 --pp 3
 "$px" plan --model tiny --cluster local --gpus 2 --gbs 8 --pp-layers 1,3 -o "$tmp/u.json" >/dev/null 2>&1
-sed -E 's/"stage_layers":[[:space:]]*\[[^]]*\]/"stage_layers": [1, 0]/' "$tmp/u.json" >"$tmp/u0.json"
-expect 2 "u0.json: layout.stage_layers[1]: every stage needs 1 to 100000 layers, got 0" export "$tmp/u0.json" --format megatron
+sed -E 's/"stage_layers":[[:space:]]*\[[^]]*\]/"stage_layers": [1, -1]/' "$tmp/u.json" >"$tmp/u0.json"
+expect 2 "u0.json: layout.stage_layers[1]: expected 0 to 100000 layers, got -1" export "$tmp/u0.json" --format megatron
 sed -E 's/"stage_layers":[[:space:]]*\[[^]]*\]/"stage_layers": [1, 1, 2]/' "$tmp/u.json" >"$tmp/u3.json"
 expect 2 "stage_layers 1,1,2 has 3 entries: pp is 2" export "$tmp/u3.json" --format megatron
 sed -E 's/"stage_layers":[[:space:]]*\[[^]]*\]/"stage_layers": [1, 2.5]/' "$tmp/u.json" >"$tmp/uf.json"

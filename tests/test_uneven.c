@@ -354,9 +354,9 @@ static void test_planner(void)
     CHECK_OK(sim_plan_best(&res, &cl, "local", 2, &plan, &full, &err), err);
     pj = model_plan_to_json(&plan);
     cJSON *lay = cJSON_GetObjectItemCaseSensitive(pj, "layout");
-    cJSON_ReplaceItemInObject(lay, "stage_layers", cJSON_CreateIntArray((const int[]){2, 0}, 2));
+    cJSON_ReplaceItemInObject(lay, "stage_layers", cJSON_CreateIntArray((const int[]){2, -1}, 2));
     CHECK_INPUT_ERROR(model_plan_from_json(pj, "p.json", &back, &err), err,
-                      "p.json: layout.stage_layers[1]: every stage needs 1 to 100000 layers, got 0");
+                      "p.json: layout.stage_layers[1]: expected 0 to 100000 layers, got -1");
     model_plan_free(&back);
     cJSON_ReplaceItemInObject(lay, "stage_layers", cJSON_CreateIntArray((const int[]){2, 1}, 2));
     CHECK_INPUT_ERROR(model_plan_from_json(pj, "p.json", &back, &err), err,
