@@ -40,7 +40,11 @@ static const struct {
             {CLI_VPP, SIM_PIN_VPP},       {CLI_ZERO, SIM_PIN_ZERO},
             {CLI_SP, SIM_PIN_SP},         {CLI_NO_SP, SIM_PIN_SP},
             {CLI_MBS, SIM_PIN_MBS},       {CLI_RECOMPUTE, SIM_PIN_RECOMPUTE},
-            {CLI_SCHEDULE, SIM_PIN_SCHEDULE}, {CLI_PP_LAYERS, SIM_PIN_PP | SIM_PIN_PP_LAYERS}};
+            {CLI_SCHEDULE, SIM_PIN_SCHEDULE}, {CLI_PP_LAYERS, SIM_PIN_PP | SIM_PIN_PP_LAYERS},
+            /* Megatron-Core's forms of the split pin it, and the layout string the pipeline */
+            {CLI_EMBED_SPLIT, SIM_PIN_PP_LAYERS}, {CLI_LOSS_SPLIT, SIM_PIN_PP_LAYERS},
+            {CLI_FIRST_LAYERS, SIM_PIN_PP_LAYERS}, {CLI_LAST_LAYERS, SIM_PIN_PP_LAYERS},
+            {CLI_PP_LAYOUT, SIM_PIN_PP | SIM_PIN_VPP | SIM_PIN_PP_LAYERS}};
 
 static int split_list(const char *text, const char *what, char items[][256], int cap)
 {
@@ -254,9 +258,19 @@ static int parse_plan(int argc, char **argv, PlanArgs *p)
     int rc;
     if ((rc = model_config_load(a->model, &q->base.model, &err)))
         return cli_fail("plan", rc, &err);
-    if ((q->pinned & SIM_PIN_PP_LAYERS) && (rc = model_split_check(&q->base.layout, q->base.model.layers, &err))) {
-        fprintf(stderr, "parallax plan: --pp-layers: %s (%s)\n", err.msg, q->base.model.name);
-        return 2;
+    if (q->pinned & SIM_PIN_PP_LAYERS) {
+        /* a Megatron-Core form needs pp (and the layout string sets vpp): checked per layout */
+        ModelLayout l = q->base.layout;
+        const int form = l.embed_in_split || l.loss_in_split || l.first_stage_layers || l.last_stage_layers || l.pp_layout[0];
+        if (l.pp_layout[0] && !(rc = model_split_resolve(&q->base.model, &l, &err)))
+            q->base.layout.vpp = l.vpp;
+        else if (!form)
+            rc = model_split_check(&l, q->base.model.layers, &err);
+        if (rc) {
+            fprintf(stderr, "parallax plan: %s: %s (%s)\n", form ? "the pipeline split" : "--pp-layers", err.msg,
+                    q->base.model.name);
+            return 2;
+        }
     }
     if ((st = expert_axes(p)) >= 0)
         return st;

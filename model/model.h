@@ -401,9 +401,19 @@ int model_chunk_runs_count(const ModelSpec *s, const ModelDims *d, int gc, int c
 /* The layers pipeline stage `stage` holds over all its chunks (*first: its first chunk's first
  * layer; contiguous only when vpp is 1). */
 int model_stage_layers(const ModelSpec *s, const ModelDims *d, int stage, int *first);
-/* Checks a split of `layers` over pp stages (layout.stage_layers when n_stage_layers > 0):
- * pp entries, each at least 1, summing to the layers. PX_EINPUT names the value at fault. */
+/* Checks a split of `layers` over the pp x vpp virtual stages (layout.stage_layers when
+ * n_stage_layers > 0, in Megatron-Core's virtual-stage order: global chunk j * pp + s):
+ * one entry per virtual stage, at least 1 but in the first (embedding) and last (loss) ones,
+ * summing to the layers. PX_EINPUT names the value at fault. */
 int model_split_check(const ModelLayout *l, int layers, PxError *err);
+/* Resolves the layout's Megatron-Core form (embed/loss_in_split, first/last_stage_layers or
+ * pp_layout; at most one) into stage_layers, and vpp from a layout string when vpp is 1.
+ * A stage_layers already there (a plan read back) must agree. PX_EINPUT names the fault. */
+int model_split_resolve(const ModelConfig *c, ModelLayout *l, PxError *err);
+/* Parses Megatron-Core's layout string ("Et*3|(tt|)*2,t*2mL"; `what` names it in messages,
+ * which point at the offending character) into l->stage_layers (and l->vpp when 1). */
+int model_layout_string_parse(const char *text, const char *what, const ModelConfig *c,
+                              ModelLayout *l, PxError *err);
 /* The planner's balanced split of `layers` over `pp` stages (out: pp entries): every stage
  * gets layers / pp, and the remaining layers go one each to the middle stages, the last
  * middle stage first (it holds the fewest activation sets in flight under 1F1B, p - s on
@@ -411,6 +421,9 @@ int model_split_check(const ModelLayout *l, int layers, PxError *err);
  * the middle stages, to one end: the first stage (spill_last 0) or the last (1). docs/planner.md
  * gives the reasoning. */
 void model_split_balanced(int layers, int pp, int spill_last, int *out);
+/* The split and how it was said, for people: "embedding and loss each counted as a layer:
+ * 1,2*62,1" (runs of three or more as N*k), "layout Et*3|...", or "1,2,1". */
+void model_split_describe(const ModelLayout *l, char *buf, size_t cap);
 /* "1,2,1" into buf. */
 void model_split_format(const int *stage_layers, int n, char *buf, size_t cap);
 /* Parses "1,2,1" (what names the flag or key in messages) into l->stage_layers. */

@@ -315,6 +315,12 @@ static int check_tensor_split(const ModelConfig *c, const ModelLayout *l, int s,
  * of the layers (an even explicit split becomes the implicit one), ZeRO-2/3 without pp. */
 static int check_pipeline(const ModelConfig *c, ModelLayout *l, PxError *err)
 {
+    {
+        /* Megatron-Core's forms first: a layout string may set vpp */
+        PxError e2 = {0};
+        if (model_split_resolve(c, l, &e2))
+            return rule_fail(err, MODEL_RULE_SPLIT, "%s", e2.msg);
+    }
     if (l->vpp > 1) {
         if (l->pp < 2)
             return rule_fail(err, MODEL_RULE_VPP, "virtual pipeline stages (vpp %d) need pp > 1", l->vpp);
@@ -333,29 +339,35 @@ static int check_pipeline(const ModelConfig *c, ModelLayout *l, PxError *err)
         int equal = 1;
         for (int i = 1; i < l->n_stage_layers; i++)
             equal &= l->stage_layers[i] == l->stage_layers[0];
-        if (equal) {
+        if (equal)
             l->n_stage_layers = 0; /* the even split, checked below as one */
-        } else if (l->vpp > 1) {
-            char split[64];
-            model_split_format(l->stage_layers, l->n_stage_layers, split, sizeof split);
-            return rule_fail(err, MODEL_RULE_SPLIT,
-                             "stage_layers %s: an uneven split cannot be interleaved (vpp %d): use "
-                             "vpp 1, or an even split",
-                             split, l->vpp);
-        }
     }
     if (l->n_stage_layers == 0 && c->layers % (l->pp * l->vpp) != 0) {
+        const int chunks = l->pp * l->vpp;
+        /* Megatron-Core's count of the embedding and the loss as layers, where it divides */
+        char counted[200] = "";
+        if ((c->layers + 2) % chunks == 0 || (c->layers + 1) % chunks == 0) {
+            const int both = (c->layers + 2) % chunks == 0;
+            snprintf(counted, sizeof counted,
+                     ", or count %s as a layer (%s: %d + %d = %d)",
+                     both ? "the embedding and the loss each" : "the embedding",
+                     both ? "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split"
+                          : "--account-for-embedding-in-pipeline-split",
+                     c->layers, both ? 2 : 1, c->layers + (both ? 2 : 1));
+        }
         if (l->vpp > 1 || l->pp > c->layers || l->pp > MODEL_MAX_STAGES)
-            return rule_fail(err, MODEL_RULE_LAYERS, "pp %d x vpp %d = %d must divide the %d layers",
-                             l->pp, l->vpp, l->pp * l->vpp, c->layers);
+            return rule_fail(err, MODEL_RULE_LAYERS,
+                             "pp %d x vpp %d = %d must divide the %d layers%s, or give each stage its "
+                             "layers (--pp-layers, --pipeline-model-parallel-layout)",
+                             l->pp, l->vpp, chunks, c->layers, counted);
         int split[MODEL_MAX_STAGES];
         char text[64];
         model_split_balanced(c->layers, l->pp, 0, split);
         model_split_format(split, l->pp, text, sizeof text);
         return rule_fail(err, MODEL_RULE_LAYERS,
                          "pp %d x vpp %d = %d must divide the %d layers, or give each stage its "
-                         "layers (--pp-layers, layout.stage_layers; e.g. %s)",
-                         l->pp, l->vpp, l->pp * l->vpp, c->layers, text);
+                         "layers (--pp-layers, layout.stage_layers; e.g. %s)%s",
+                         l->pp, l->vpp, chunks, c->layers, text, counted);
     }
     if (l->zero >= 2 && l->pp > 1)
         return rule_fail(err, MODEL_RULE_ZERO_PP,
@@ -651,25 +663,34 @@ void model_split_format(const int *n, int count, char *buf, size_t cap)
 
 int model_split_check(const ModelLayout *l, int layers, PxError *err)
 {
-    const int n = l->n_stage_layers;
+    const int n = l->n_stage_layers, chunks = l->pp * l->vpp;
     char text[64];
     long long sum = 0;
     int bad = -1;
+    /* the first stage also holds the embedding and the last the output layer: either may hold
+     * no layer (Megatron-Core's "E|..." and "...|L"); any other stage needs one */
     for (int i = 0; i < n && bad < 0; i++) {
-        if (l->stage_layers[i] < 1)
+        const int floor = i == 0 || i == n - 1 ? 0 : 1;
+        if (l->stage_layers[i] < floor)
             bad = i;
         sum += l->stage_layers[i];
     }
-    if (n == l->pp && bad < 0 && sum == layers)
+    if (n == chunks && bad < 0 && sum == layers)
         return PX_OK;
     model_split_format(l->stage_layers, n, text, sizeof text); /* for the message only */
-    if (n != l->pp)
-        return px_fail(err, PX_EINPUT, "stage_layers %s has %d entries: pp is %d (one entry per stage)",
-                       text, n, l->pp);
+    if (n != chunks)
+        return l->vpp > 1 ? px_fail(err, PX_EINPUT,
+                                    "stage_layers %s has %d entries: pp %d x vpp %d = %d (one entry per "
+                                    "virtual stage, in Megatron-Core's order)",
+                                    text, n, l->pp, l->vpp, chunks)
+                          : px_fail(err, PX_EINPUT, "stage_layers %s has %d entries: pp is %d (one entry per stage)",
+                                    text, n, l->pp);
     if (bad >= 0)
         return px_fail(err, PX_EINPUT,
-                       "stage_layers %s: entry %d (stage %d) is %d: every stage needs at least one layer",
-                       text, bad + 1, bad, l->stage_layers[bad]);
+                       "stage_layers %s: entry %d (stage %d) is %d: %s", text, bad + 1, bad,
+                       l->stage_layers[bad],
+                       l->stage_layers[bad] < 0 ? "layers cannot be negative"
+                                                : "a stage with neither the embedding nor the loss needs at least one layer");
     return px_fail(err, PX_EINPUT, "stage_layers %s sums to %lld layers: the model has %d", text, sum,
                    layers);
 }

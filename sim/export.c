@@ -212,18 +212,6 @@ static void megatron_env(FILE *f, const ModelPlan *p)
  * layers ('t'), the embedding first ('E'), the loss last ('L') and the multi-token prediction
  * modules, which parallax places on the last stage, just before the loss ('m' each:
  * PipelineParallelLayerLayout.validate_layer_layout counts them against --mtp-num-layers). */
-static void megatron_layout(char *buf, size_t cap, const ModelPlan *p)
-{
-    sim_export_megatron_layout(buf, cap, &p->spec.layout);
-    size_t n = strlen(buf);
-    if (n == 0 || buf[n - 1] != 'L')
-        return;
-    n--;
-    for (int i = 0; i < p->spec.model.mtp_layers && n + 2 < cap; i++)
-        buf[n++] = 'm';
-    snprintf(buf + n, cap - n, "L");
-}
-
 /* HSDP, buckets and offload as Megatron-LM's flags. HSDP is the distributed optimizer's (and
  * Megatron-FSDP's) instances: each shards over dp / instances ranks and the instances all-reduce
  * their shards. --ddp-bucket-size counts parameters (DistributedDataParallelConfig.bucket_size).
@@ -293,21 +281,23 @@ static void megatron(FILE *f, const ModelPlan *p, const ModelDims *d)
                 l->zero);
     if (l->schedule == MODEL_SCHED_GPIPE && l->pp > 1)
         fprintf(f, "%s", sim_export_gpipe_note);
-    int split_first = -1, split_last = -1, split_ok = 1;
-    char layout[1024] = "";
-    if (d->uneven) {
+    SimMegatronSplit ms;
+    const int split_said = sim_export_megatron_pipeline(p, d, &ms);
+    if (split_said) {
         char split[256];
         model_split_format(l->stage_layers, l->n_stage_layers, split, sizeof split);
-        split_ok = sim_export_megatron_split(l, &split_first, &split_last);
-        if (split_ok) {
+        if (ms.embed || ms.loss)
+            fprintf(f, "# pipeline split %s: the %s counted as a layer, as Megatron-Core's flags below do\n", split,
+                    ms.embed && ms.loss ? "embedding and the loss each" : ms.embed ? "embedding" : "loss");
+        else if (!ms.layout[0])
             fprintf(f, "# uneven pipeline split %s: the first/last stage's layers below, the rest even\n", split);
-        } else {
-            megatron_layout(layout, sizeof layout, p);
-            fprintf(f, "# uneven pipeline split %s: its middle stages differ, which --decoder-first/last-pipeline-num-layers\n"
+        else if (l->pp_layout[0])
+            fprintf(f, "# pipeline split %s: the plan's layout string (Megatron-LM since 77732c36, core_v0.13.0)\n", split);
+        else
+            fprintf(f, "# uneven pipeline split %s: %s, which --decoder-first/last-pipeline-num-layers\n"
                        "# cannot say, so it goes as --pipeline-model-parallel-layout (Megatron-LM since 77732c36, core_v0.13.0;\n"
                        "# NOT EXPRESSIBLE in earlier versions, which split the middle stages evenly)\n",
-                    split);
-        }
+                    split, l->vpp > 1 ? "its virtual stages differ" : "its middle stages differ");
     }
     /* parallax sizes the embedding and output layer for this vocabulary, padded to a multiple
      * of pad_vocab x tp as Megatron pads it (--make-vocab-size-divisible-by). NullTokenizer
@@ -364,13 +354,20 @@ static void megatron(FILE *f, const ModelPlan *p, const ModelDims *d)
     flag(f, "--make-vocab-size-divisible-by", "%d", t->pad_vocab);
     flag(f, "--tensor-model-parallel-size", "%d", l->tp);
     flag(f, "--pipeline-model-parallel-size", "%d", l->pp);
-    if (split_first >= 0)
-        flag(f, "--decoder-first-pipeline-num-layers", "%d", split_first);
-    if (split_last >= 0)
-        flag(f, "--decoder-last-pipeline-num-layers", "%d", split_last);
-    if (layout[0])
-        flag(f, "--pipeline-model-parallel-layout", "'%s'", layout);
-    if (l->vpp > 1)
+    if (ms.embed)
+        flag(f, "--account-for-embedding-in-pipeline-split", NULL);
+    if (ms.loss)
+        flag(f, "--account-for-loss-in-pipeline-split", NULL);
+    if (ms.first >= 0)
+        flag(f, "--decoder-first-pipeline-num-layers", "%d", ms.first);
+    if (ms.last >= 0)
+        flag(f, "--decoder-last-pipeline-num-layers", "%d", ms.last);
+    if (ms.layout[0])
+        flag(f, "--pipeline-model-parallel-layout", "'%s'", ms.layout);
+    /* the layout string gives the chunks itself (arguments.py allows one of the three) */
+    else if (l->vpp > 1 && split_said)
+        flag(f, "--num-virtual-stages-per-pipeline-rank", "%d", l->vpp);
+    else if (l->vpp > 1)
         flag(f, "--num-layers-per-virtual-pipeline-stage", "%d", c->layers / (l->pp * l->vpp));
     if (l->cp > 1)
         flag(f, "--context-parallel-size", "%d", l->cp);

@@ -134,30 +134,17 @@ static void ov_int_or_null(BridgeOut *o, const char *key, int v, int is_null)
  * prediction module, L the loss), which overrides whatever split the recipe holds. */
 static void bridge_split(BridgeOut *o, const ModelPlan *p, const ModelDims *d)
 {
-    const ModelLayout *l = &p->spec.layout;
-    const ModelConfig *c = &p->spec.model;
-    int first = -1, last = -1;
-    const int simple = !d->uneven || sim_export_megatron_split(l, &first, &last);
-    if (simple) {
+    SimMegatronSplit ms;
+    sim_export_megatron_pipeline(p, d, &ms);
+    /* quoted for Hydra too: unquoted, its ',' would make a list and its '(' a syntax error */
+    if (ms.layout[0])
+        ov(o, "model.pipeline_model_parallel_layout=\"%s\"", ms.layout);
+    else
         ov(o, "model.pipeline_model_parallel_layout=null");
-    } else {
-        char lay[4096];
-        size_t n = 0;
-        for (int i = 0; i < l->n_stage_layers && n < sizeof lay; i++) {
-            const int k = l->stage_layers[i];
-            n += (size_t)snprintf(lay + n, sizeof lay - n, "%s%s", i ? "|" : "E", k > 1 ? "t*" : k ? "t" : "");
-            if (k > 1 && n < sizeof lay)
-                n += (size_t)snprintf(lay + n, sizeof lay - n, "%d", k);
-        }
-        for (int i = 0; i < c->mtp_layers && n < sizeof lay; i++)
-            n += (size_t)snprintf(lay + n, sizeof lay - n, "m");
-        if (n < sizeof lay)
-            snprintf(lay + n, sizeof lay - n, "L");
-        ov(o, "model.pipeline_model_parallel_layout=%s", lay);
-    }
-    ov_int_or_null(o, "model.num_layers_in_first_pipeline_stage", first, first < 0);
-    ov_int_or_null(o, "model.num_layers_in_last_pipeline_stage", last, last < 0);
-    ov(o, "model.account_for_embedding_in_pipeline_split=false model.account_for_loss_in_pipeline_split=false");
+    ov_int_or_null(o, "model.num_layers_in_first_pipeline_stage", ms.first, ms.first < 0);
+    ov_int_or_null(o, "model.num_layers_in_last_pipeline_stage", ms.last, ms.last < 0);
+    ov(o, "model.account_for_embedding_in_pipeline_split=%s model.account_for_loss_in_pipeline_split=%s",
+       ms.embed ? "true" : "false", ms.loss ? "true" : "false");
     ov_end(o);
 }
 

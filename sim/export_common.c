@@ -13,6 +13,10 @@ int sim_export_megatron_split(const ModelLayout *l, int *first, int *last)
 {
     const int p = l->n_stage_layers, *n = l->stage_layers;
     *first = *last = -1;
+    /* with chunks, the first/last counts split each end stage's chunks evenly: a layout string
+     * says the rest */
+    if (l->vpp > 1 || p < 2)
+        return 0;
     if (p == 2) {
         *first = n[0];
         *last = n[1];
@@ -35,20 +39,50 @@ const char *const sim_export_gpipe_note =
     "# fewer activations in flight (plan with --schedule 1f1b for its exact prediction)\n";
 
 /* Megatron-Core's experimental --pipeline-model-parallel-layout for a split: "Et*2|t*3|tL" */
-void sim_export_megatron_layout(char *buf, size_t cap, const ModelLayout *l)
+void sim_export_megatron_layout(char *buf, size_t cap, const ModelLayout *l, int mtp)
 {
     size_t n = 0;
+    buf[0] = '\0';
     for (int i = 0; i < l->n_stage_layers && n < cap; i++) {
-        int k = l->stage_layers[i];
-        int w = snprintf(buf + n, cap - n, "%s%s%s", i ? "|" : "", i == 0 ? "E" : "", k > 1 ? "t*" : "t");
+        const int k = l->stage_layers[i];
+        int w = snprintf(buf + n, cap - n, "%s%s%s", i ? "|" : "", i == 0 ? "E" : "",
+                         k > 1 ? "t*" : k == 1 ? "t" : "");
         if (w < 0)
             return;
         n += (size_t)w;
         if (k > 1 && n < cap)
             n += (size_t)snprintf(buf + n, cap - n, "%d", k);
     }
+    for (int i = 0; i < mtp && n + 1 < cap; i++)
+        buf[n++] = 'm';
     if (n < cap)
         snprintf(buf + n, cap - n, "L");
+}
+
+int sim_export_megatron_pipeline(const ModelPlan *p, const ModelDims *d, SimMegatronSplit *out)
+{
+    const ModelLayout *l = &p->spec.layout;
+    memset(out, 0, sizeof *out);
+    out->first = out->last = -1;
+    if (l->pp_layout[0]) {
+        snprintf(out->layout, sizeof out->layout, "%s", l->pp_layout);
+        return 1;
+    }
+    if (l->embed_in_split || l->loss_in_split) {
+        out->embed = l->embed_in_split;
+        out->loss = l->loss_in_split;
+        return 1;
+    }
+    if (l->first_stage_layers || l->last_stage_layers) {
+        out->first = l->first_stage_layers > 0 ? l->first_stage_layers : -1;
+        out->last = l->last_stage_layers > 0 ? l->last_stage_layers : -1;
+        return 1;
+    }
+    if (!d->uneven)
+        return 0;
+    if (!sim_export_megatron_split(l, &out->first, &out->last))
+        sim_export_megatron_layout(out->layout, sizeof out->layout, l, p->spec.model.mtp_layers);
+    return 1;
 }
 
 /* --fp8-param-gather and its equivalents: FP8-only weights, which Megatron takes only with the

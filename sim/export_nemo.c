@@ -226,10 +226,9 @@ void sim_export_nemo1(FILE *f, const ModelPlan *p, const ModelDims *d)
                 fprintf(f, "+model.num_layers_in_last_pipeline_stage=%d", last);
             fprintf(f, "\n# the uneven pipeline split %s: NeMo 2.3.0 on; 1.23.0 splits evenly\n", split);
         } else {
-            fprintf(f, "# NOT EXPRESSIBLE in NeMo 1.x: the uneven pipeline split %s has middle stages of different\n"
-                       "# sizes (num_layers_in_first/last_pipeline_stage leave the middle even, and build_transformer_config\n"
-                       "# requires the middle stages' layers to divide evenly)\n",
-                    split);
+            fprintf(f, "# NOT EXPRESSIBLE in NeMo 1.x: the uneven pipeline split %s %s (num_layers_in_first/last_pipeline_stage\n"
+                       "# leave the middle even, and build_transformer_config requires the middle stages' layers to divide evenly)\n",
+                    split, l->vpp > 1 ? "splits the virtual stages unevenly" : "has middle stages of different sizes");
         }
     }
     nemo1_moe(f, p);

@@ -16,12 +16,19 @@
 
 typedef struct {
     short tp, pp, cp, vpp, zero, sp, mbs, rc, sched;
-    short spill; /* pp not dividing the layers: the balanced split's leftover layer on the
-                    first (0) or last (1) stage (model_split_balanced) */
+    short spill; /* how the layers split over the stages: SPLIT_* */
     int dp;
     short ep, etp; /* expert degrees (1 and tp for a dense model) */
     short off;     /* offload the planner turned on to make the layout fit: OFF_* */
 } Knobs;
+
+/* The pipeline splits the planner tries (docs/planner.md, "Uneven pipeline splits"): even or,
+ * where pp does not divide the layers, balanced with the leftover layer on the first stage
+ * (model_split_balanced); balanced with it on the last; Megatron-Core's embedding and loss
+ * (or one of them) counted as layers; the even split with the last stage a layer lighter,
+ * its layer on the last middle stage (a large output layer makes the last stage the slowest). */
+enum { SPLIT_EVEN = 0, SPLIT_SPILL_LAST, SPLIT_ACCOUNT_BOTH, SPLIT_ACCOUNT_LOSS, SPLIT_ACCOUNT_EMBED,
+       SPLIT_LIGHT_LAST, SPLIT_KINDS };
 
 /* What the planner may offload when a layout does not fit on the device (docs/planner.md) */
 enum { OFF_OPTIMIZER = 1, OFF_ACTIVATIONS = 2 };
@@ -179,25 +186,73 @@ static void apply(const SimPlanRequest *q, const Knobs *k, ModelSpec *s)
         s->layout.offload_optimizer = 1;
     if (k->off & OFF_ACTIVATIONS)
         s->layout.offload_activations = 1;
-    /* a pinned split stays as given; else even where pp divides the layers, balanced where not */
+    /* a pinned split stays as given; else the kind the knob names */
     if (!(q->pinned & SIM_PIN_PP_LAYERS)) {
-        s->layout.n_stage_layers = 0;
-        if (k->pp > 1 && k->pp <= MODEL_MAX_STAGES && s->model.layers % k->pp != 0) {
-            s->layout.n_stage_layers = k->pp;
-            model_split_balanced(s->model.layers, k->pp, k->spill, s->layout.stage_layers);
+        ModelLayout *l = &s->layout;
+        const int L = s->model.layers;
+        l->n_stage_layers = 0;
+        l->embed_in_split = k->spill == SPLIT_ACCOUNT_BOTH || k->spill == SPLIT_ACCOUNT_EMBED;
+        l->loss_in_split = k->spill == SPLIT_ACCOUNT_BOTH || k->spill == SPLIT_ACCOUNT_LOSS;
+        l->first_stage_layers = l->last_stage_layers = 0;
+        l->pp_layout[0] = '\0';
+        if (k->spill == SPLIT_LIGHT_LAST) {
+            for (int i = 0; i < k->pp; i++)
+                l->stage_layers[i] = L / k->pp;
+            l->stage_layers[k->pp - 1]--;
+            l->stage_layers[k->pp > 2 ? k->pp - 2 : 0]++;
+            l->n_stage_layers = k->pp;
+        } else if (k->spill <= SPLIT_SPILL_LAST && k->pp > 1 && k->pp <= MODEL_MAX_STAGES && L % k->pp != 0) {
+            l->n_stage_layers = k->pp;
+            model_split_balanced(L, k->pp, k->spill, l->stage_layers);
         }
     }
+}
+
+/* The output layer is a layer's worth of work or more: its GEMM, 2·V·h per token, against a
+ * layer's 24·h² (the attention's s-terms aside), i.e. V >= 12 h. */
+static int big_output(const ModelConfig *c)
+{
+    return (double)c->vocab >= 12.0 * c->hidden;
 }
 
 /* Balanced splits worth trying for pp stages: one, unless the leftover layers outnumber the
  * middle stages, when the last one goes to either end (the output layer's cost against the
  * first stage's activations in flight: the simulator tells which is faster). */
-static int spills(const SimPlanRequest *q, int pp)
+static int spills(const SimPlanRequest *q, int pp, int vpp, int out[SPLIT_KINDS])
 {
-    const int layers = q->base.model.layers;
-    if ((q->pinned & SIM_PIN_PP_LAYERS) || pp < 2 || layers % pp == 0)
+    const int L = q->base.model.layers, n = pp * vpp;
+    int k = 0;
+    if ((q->pinned & SIM_PIN_PP_LAYERS) || pp < 2) {
+        out[0] = SPLIT_EVEN;
         return 1;
-    return layers % pp > pp - 2 ? 2 : 1;
+    }
+    if (L % n == 0) {
+        out[k++] = SPLIT_EVEN;
+        if (vpp == 1 && L / pp >= 2 && big_output(&q->base.model))
+            out[k++] = SPLIT_LIGHT_LAST;
+    } else if (vpp == 1 && pp <= L) {
+        out[k++] = SPLIT_EVEN; /* balanced, leftover first */
+        if (L % pp > pp - 2)
+            out[k++] = SPLIT_SPILL_LAST;
+    }
+    if (n <= MODEL_MAX_STAGES) {
+        /* counting both can give the balanced split itself (126 + 2 over 8: 15,16*6,15) */
+        int same = 0;
+        if ((L + 2) % n == 0 && vpp == 1 && L % pp != 0) {
+            int bal[MODEL_MAX_STAGES];
+            model_split_balanced(L, pp, 0, bal);
+            same = bal[0] == (L + 2) / n - 1 && bal[pp - 1] == (L + 2) / n - 1;
+            for (int i = 1; i < pp - 1; i++)
+                same &= bal[i] == (L + 2) / n;
+        }
+        if ((L + 2) % n == 0 && !same)
+            out[k++] = SPLIT_ACCOUNT_BOTH;
+        if ((L + 1) % n == 0) {
+            out[k++] = SPLIT_ACCOUNT_LOSS;
+            out[k++] = SPLIT_ACCOUNT_EMBED;
+        }
+    }
+    return k;
 }
 
 /* A total order: objective, then less memory, then the simpler layout (fewer ways of
@@ -471,12 +526,37 @@ static int grid_for(const Search *s, int tp, int pp, int cp, Grid *g)
         g->vpps[0] = pl->vpp;
         g->n_vpp = 1;
     } else {
-        /* an uneven split (pp not dividing the layers, or pinned) does not interleave */
-        g->n_vpp = pp > 1 && mc->layers % pp == 0 && !(pin & SIM_PIN_PP_LAYERS)
-                       ? divisors(mc->layers / pp, 64, g->vpps, 64)
-                       : 1;
-        if (g->n_vpp == 1)
+        /* interleaving divides the stage's layers into chunks: of an even split, or of one
+         * counting the embedding and/or the loss as layers (a pinned split keeps its own) */
+        g->n_vpp = 0;
+        if (pp > 1 && !(pin & SIM_PIN_PP_LAYERS))
+            for (int extra = 0; extra <= 2; extra++) {
+                if ((mc->layers + extra) % pp)
+                    continue;
+                int dv[64];
+                const int nd = divisors((mc->layers + extra) / pp, 64, dv, 64);
+                for (int i = 0; i < nd; i++) {
+                    int seen = 0;
+                    for (int k = 0; k < g->n_vpp; k++)
+                        seen |= g->vpps[k] == dv[i];
+                    if (!seen && g->n_vpp < 64)
+                        g->vpps[g->n_vpp++] = dv[i];
+                }
+            }
+        if (pp > 1 && (pin & SIM_PIN_PP_LAYERS) && pl->vpp > 1) {
+            g->vpps[0] = pl->vpp;
+            g->n_vpp = 1;
+        }
+        if (g->n_vpp == 0) {
             g->vpps[0] = 1;
+            g->n_vpp = 1;
+        }
+        for (int i = 1; i < g->n_vpp; i++) /* ascending, as before */
+            for (int k = i; k > 0 && g->vpps[k] < g->vpps[k - 1]; k--) {
+                int t = g->vpps[k];
+                g->vpps[k] = g->vpps[k - 1];
+                g->vpps[k - 1] = t;
+            }
         /* a pinned schedule pins interleaving: 1F1B over several chunks is the interleaved
          * schedule, so 1f1b and gpipe take one chunk per stage */
         if ((pin & SIM_PIN_SCHEDULE) && pl->schedule != MODEL_SCHED_INTERLEAVED)
@@ -726,7 +806,8 @@ static int walk_grid(Search *s, const Grid *g)
         const int vpp = g->vpps[e];
         int scheds[2];
         const int n_sched = schedules_for(s->q, g->pp, vpp, scheds);
-        const int n_spill = spills(s->q, g->pp);
+        int spl[SPLIT_KINDS];
+        const int n_spill = spills(s->q, g->pp, vpp, spl);
         if (s->counting) {
             int n_r_tried = g->n_r;
             for (int i = 0; i < g->n_r; i++) /* the selective twins skipped below */
@@ -745,7 +826,7 @@ static int walk_grid(Search *s, const Grid *g)
                                         continue;
                                     Knobs k = {(short)g->tp, (short)g->pp, (short)g->cp, (short)vpp,
                                                (short)g->zs[z], (short)g->ss[h], (short)g->mbss[f],
-                                               (short)g->rs[i], (short)scheds[j], (short)sp_end, g->dp,
+                                               (short)g->rs[i], (short)scheds[j], (short)spl[sp_end], g->dp,
                                                g->eps[x], g->etps[x], 0};
                                     int rc = evaluate(s, &k);
                                     if (rc)

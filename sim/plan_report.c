@@ -12,7 +12,7 @@ static void split_text(char *buf, size_t cap, const ModelLayout *l)
     buf[0] = '\0';
     if (l->n_stage_layers > 0 && cap > 12) {
         snprintf(buf, cap, " (layers ");
-        model_split_format(l->stage_layers, l->n_stage_layers, buf + 9, cap - 10);
+        model_split_describe(l, buf + 9, cap - 10);
         strcat(buf, ")");
     }
 }
@@ -66,8 +66,8 @@ static void why(char *buf, size_t cap, const SimPlanResult *r, int i)
                               l->offload_optimizer && l->offload_activations ? " and " : "",
                               l->offload_activations ? "activations" : "");
     if (l->n_stage_layers > 0) {
-        char split[64];
-        model_split_format(l->stage_layers, l->n_stage_layers, split, sizeof split);
+        char split[160];
+        model_split_describe(l, split, sizeof split);
         n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, "%sstage layers %s", n ? "; " : "", split);
     }
     if (i > 0 && r->top[0].step_s > 0)

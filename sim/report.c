@@ -212,8 +212,8 @@ void sim_result_print(FILE *f, const SimResult *r)
             model_recompute_name(l->recompute), model_schedule_name(l->schedule));
     if (d->uneven) {
         char split[256];
-        model_split_format(l->stage_layers, l->n_stage_layers, split, sizeof split);
-        fprintf(f, "split     layers per stage %s (uneven)\n", split);
+        model_split_describe(l, split, sizeof split);
+        fprintf(f, "split     layers per %sstage %s\n", l->vpp > 1 ? "virtual " : "", split);
     }
     fprintf(f, "training  gbs %d  mbs %d  seq %d  micro-batches %d  %s  grads %s  %s  flash-attn %s  dropout %g\n",
             t->global_batch, t->micro_batch, d->s, d->m, px_dtype_name(t->precision),

@@ -12,10 +12,16 @@ int sim_stage_model_of(const ModelSpec *spec, const ModelDims *d, int compact, i
         return stage;
     if (!d->uneven)
         return 1;
+    /* a stage like another holds as many layers in each of its chunks (the chunk at j is the
+     * virtual stage j * p + s); the embedding and the loss sit on the end stages only */
     const int *n = spec->layout.stage_layers;
-    for (int s = 1; s < stage; s++)
-        if (n[s] == n[stage])
+    for (int s = 1; s < stage; s++) {
+        int same = 1;
+        for (int j = 0; j < d->v && same; j++)
+            same = n[j * d->p + s] == n[j * d->p + stage];
+        if (same)
             return s;
+    }
     return stage;
 }
 

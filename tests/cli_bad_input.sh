@@ -134,7 +134,11 @@ expect 2 "entry 2 is -2" plan --model tiny --cluster local --gpus 2 --gbs 8 --pp
 expect 2 "stage_layers 2,3 sums to 5 layers: the model has 4" simulate --model tiny --cluster local --gpus 2 --pp-layers 2,3
 expect 2 "--pp-layers: stage_layers 2,3 sums to 5 layers: the model has 4" plan --model tiny --cluster local --gpus 2 --gbs 8 --pp-layers 2,3
 expect 2 "stage_layers 1,3 has 2 entries: pp is 4" simulate --model tiny --cluster local --gpus 4 --pp 4 --pp-layers 1,3
-expect 2 "an uneven split cannot be interleaved (vpp 2)" simulate --model tiny --cluster local --gpus 2 --gbs 8 --pp-layers 1,3 --vpp 2
+expect 2 "stage_layers 1,3 has 2 entries: pp 2 x vpp 2 = 4" simulate --model tiny --cluster local --gpus 2 --gbs 8 --pp-layers 1,3 --vpp 2
+expect 2 "pipeline layout 'Et|tq|t*2L': character 5 ('q')" simulate --model tiny --cluster local --gpus 2 --gbs 8 --pp 2 --pipeline-model-parallel-layout 'Et|tq|t*2L'
+expect 2 "give one way to split the pipeline" simulate --model tiny --cluster local --gpus 2 --gbs 8 --pp 2 --pipeline-model-parallel-layout 'Et|t*3L' --account-for-loss-in-pipeline-split
+expect 2 "--decoder-first-pipeline-num-layers: expected" simulate --model tiny --cluster local --gpus 2 --pp 2 --decoder-first-pipeline-num-layers x
+expect 2 "--cp-comm-type: expected p2p, allgather or a2a, got 'ring'" simulate --model tiny --cluster local --gpus 2 --cp 2 --cp-comm-type ring
 expect 2 "pp 3 x vpp 1 = 3 must divide the 4 layers, or give each stage its layers" simulate --model tiny --cluster local --gpus 3 --pp 3
 "$px" plan --model tiny --cluster local --gpus 2 --gbs 8 --pp-layers 1,3 -o "$tmp/u.json" >/dev/null 2>&1
 sed -E 's/"stage_layers":[[:space:]]*\[[^]]*\]/"stage_layers": [1, -1]/' "$tmp/u.json" >"$tmp/u0.json"
@@ -245,8 +249,8 @@ expect 0 "fewest GPUs meeting the budget" plan --model gpt3-1.3b --cluster dgx-a
 expect 0 "dgx-a100: fewest GPUs meeting the budget: 8" plan --model gpt3-1.3b --cluster dgx-a100 --gbs 64 --min-gpus --max-step-s 5
 expect 0 "dgx-a100: fewest GPUs meeting the budget: 24" plan --model gpt3-1.3b --cluster dgx-a100 --gpus 20 --gbs 64 --min-gpus --max-step-s 5
 expect 0 "best by time: 64 GPUs of dgx-h100" plan --model llama3-8b --cluster dgx-h100 --gpus 8,16,64 --gbs 512
-expect 0 "best by cost: 16 GPUs of dgx-h100" plan --model llama3-8b --cluster dgx-h100 --gpus 8,16,64 --gbs 512 --objective cost
-expect 0 "best by tokens-per-gpu: 16 GPUs of dgx-h100" plan --model llama3-8b --cluster dgx-h100 --gpus 8,16,64 --gbs 512 --objective tokens-per-gpu
+expect 0 "best by cost: 8 GPUs of dgx-h100" plan --model llama3-8b --cluster dgx-h100 --gpus 8,16,64 --gbs 512 --objective cost
+expect 0 "best by tokens-per-gpu: 8 GPUs of dgx-h100" plan --model llama3-8b --cluster dgx-h100 --gpus 8,16,64 --gbs 512 --objective tokens-per-gpu
 expect 0 "best by cost: 64 GPUs of dgx-a100" plan --model llama3-8b --cluster dgx-a100,dgx-h100 --gpus 64 --gbs 512 --objective cost --gpu-hour-price 1,4
 expect 0 '"evaluated"' plan --model tiny --cluster local --gpus 2 --gbs 8 --json
 expect 0 "1e+09 tokens with layout 1:" plan --model gpt3-1.3b --cluster dgx-a100 --gpus 8 --gbs 64 --tokens 1e9

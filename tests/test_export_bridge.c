@@ -156,7 +156,7 @@ static void test_deepseek_split(void)
     char *out = bridge_of(&s, "dgx-h100", 1024);
     const char *want[] = {
         "# recipe: deepseek_v3_pretrain_config (the model's own)",
-        "'model.pipeline_model_parallel_layout=Et*3|t*3|t*4|t*4|t*4|t*4|t*4|t*4|t*4|t*4|t*4|t*4|t*4|t*4|t*4|t*3mL' "
+        "'model.pipeline_model_parallel_layout=\"Et*3|t*3|t*4|t*4|t*4|t*4|t*4|t*4|t*4|t*4|t*4|t*4|t*4|t*4|t*4|t*3mL\"' "
         "model.num_layers_in_first_pipeline_stage=null model.num_layers_in_last_pipeline_stage=null "
         "model.account_for_embedding_in_pipeline_split=false model.account_for_loss_in_pipeline_split=false",
         "model.num_moe_experts=256 model.moe_router_topk=8 model.expert_model_parallel_size=64 "

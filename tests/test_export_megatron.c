@@ -134,7 +134,7 @@ static void test_layout(void)
 
     char *ne = export_of(&s, "dgx-h100", 32, SIM_EXPORT_NEMO);
     const char *want_ne[] = {
-        "# NOT EXPRESSIBLE in NeMo 1.x: the uneven pipeline split 15,16,14,16 has middle stages of different",
+        "# NOT EXPRESSIBLE in NeMo 1.x: the uneven pipeline split 15,16,14,16 has middle stages of different sizes (num_layers_in_first/last_pipeline_stage",
         "+model.name=decoder_block_gpt",
         "+model.num_moe_experts=256 +model.moe_router_topk=8 ++model.expert_model_parallel_size=8 +model.expert_tensor_parallel_size=1",
         "+model.moe_token_dispatcher_type=alltoall +model.moe_grouped_gemm=true",

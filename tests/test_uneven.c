@@ -74,11 +74,13 @@ static void test_rules(void)
     expect_split_error(tiny_split(3, s111, 3, 8), 3, "stage_layers 1,1,1 sums to 3 layers: the model has 4");
     s = tiny_split(2, s13, 2, 8);
     s.layout.vpp = 2;
-    expect_split_error(s, 2, "stage_layers 1,3: an uneven split cannot be interleaved (vpp 2)");
+    expect_split_error(s, 2, "stage_layers 1,3 has 2 entries: pp 2 x vpp 2 = 4 (one entry per virtual stage");
     /* no split: pp must divide the layers, and the message offers the planner's split */
     expect_split_error(tiny_split(3, NULL, 0, 8), 3,
                        "pp 3 x vpp 1 = 3 must divide the 4 layers, or give each stage its layers "
-                       "(--pp-layers, layout.stage_layers; e.g. 1,2,1)");
+                       "(--pp-layers, layout.stage_layers; e.g. 1,2,1), or count the embedding and the "
+                       "loss each as a layer (--account-for-embedding-in-pipeline-split "
+                       "--account-for-loss-in-pipeline-split: 4 + 2 = 6)");
 
     /* the balanced split: leftovers on the middle stages, the last middle one first, then the
      * chosen end */

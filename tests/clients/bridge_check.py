@@ -336,37 +336,45 @@ def expected(plan):
     # the pipeline split: parallax's stage layers, as Megatron-Core assigns them
     stages = l.get("stage_layers")
     if stages:
+        chunks = l["pp"] * l["vpp"]
+        if len(stages) != chunks:  # one entry per stage (vpp 1)
+            stages = [stages[g % l["pp"]] for g in range(chunks)]
         e.append(("stage_layers", stages))
     return e
 
 
 def stage_layers(cfg):
-    """Transformer layers per pipeline stage as Megatron-Core will place them."""
+    """Transformer layers per virtual pipeline stage (virtual stage j * pp + rank) as
+    Megatron-Core will place them: its parsed layout's decoder layers, else each rank's share
+    (first/last stage counts, or the embedding and/or the loss counted as layers) divided over
+    its chunks, less the embedding's and the loss's places."""
     mc = cfg.model
     pp = mc.pipeline_model_parallel_size
+    vpp = mc.virtual_pipeline_model_parallel_size or 1
     layout = getattr(mc, "pipeline_model_parallel_layout", None)
     if layout is not None:
         from megatron.core.transformer.pipeline_parallel_layer_layout import PipelineParallelLayerLayout
 
         if isinstance(layout, str):
             layout = PipelineParallelLayerLayout.from_str(layout, pp)
-        vpp = mc.virtual_pipeline_model_parallel_size or 1
-        counts = []
-        for stage in range(pp):
-            n = 0
-            for chunk in range(vpp):
-                n += sum(1 for x in layout.layout[stage][chunk] if str(x).endswith("decoder"))
-            counts.append(n)
-        return counts
+        chunks = layout.virtual_pipeline_model_parallel_size
+        return [sum(1 for x in layout.layout[g % pp][g // pp] if str(x).endswith("decoder"))
+                for g in range(pp * chunks)]
     first = mc.num_layers_in_first_pipeline_stage
     last = mc.num_layers_in_last_pipeline_stage
-    rest, middle = mc.num_layers, pp
+    embed = bool(getattr(mc, "account_for_embedding_in_pipeline_split", False))
+    loss = bool(getattr(mc, "account_for_loss_in_pipeline_split", False))
+    rest, middle = mc.num_layers + embed + loss, pp
     if first is not None:
         rest, middle = rest - first, middle - 1
     if last is not None:
         rest, middle = rest - last, middle - 1
     mid = [rest // middle] * middle if middle > 0 else []
-    return ([first] if first is not None else []) + mid + ([last] if last is not None else [])
+    per_rank = ([first] if first is not None else []) + mid + ([last] if last is not None else [])
+    out = [per_rank[g % pp] // vpp for g in range(pp * vpp)]
+    out[0] -= embed
+    out[-1] -= loss
+    return out
 
 
 def actual(cfg, path):

@@ -92,6 +92,9 @@ BREAKAGES = [
     ("gpt3-13b-pp2-sel", "    --seed 1234\n", "    --seed 1234\n    --no-overlap-p2p-communication\n",
      "should be greater than 2"),
     ("llama3-8b-tp2-cp2", "--vocab-size 128256\n", "--vocab-size 128000\n", "vocab"),
+    ("llama31-405b-emb-loss", "    --account-for-embedding-in-pipeline-split\n", "", "layers per pipeline stage"),
+    ("llama3-8b-first-last", "--decoder-first-pipeline-num-layers 6\n", "--decoder-first-pipeline-num-layers 8\n",
+     "layers per pipeline stage"),
 ]
 
 
@@ -184,25 +187,33 @@ def moe_layers(model):
 
 
 def stage_layers(args):
-    """The decoder layers on each pipeline stage as Megatron-Core places them for these
-    arguments: --pipeline-model-parallel-layout's 't' per stage (over the virtual stages),
-    else --decoder-first/last-pipeline-num-layers with the rest even
-    (get_transformer_layer_offset), else an even split."""
+    """The decoder layers on each virtual pipeline stage (pp x vpp of them, virtual stage
+    j * pp + rank) as Megatron-Core places them for these arguments: the 't' of each stage of
+    --pipeline-model-parallel-layout; else --decoder-first/last-pipeline-num-layers with the
+    rest even, or the layers with the embedding and/or the loss counted
+    (--account-for-*-in-pipeline-split), each rank's divided over its chunks
+    (get_num_layers_to_build); else an even split."""
     pp, n = args.pipeline_model_parallel_size, args.num_layers
     layout = getattr(args, "pipeline_model_parallel_layout", None)
     if layout:
-        stages = parse_layout(layout)
-        return [sum(stages[v * pp + r].count("t") for v in range(len(stages) // pp))
-                for r in range(pp)]
+        return [stage.count("t") for stage in parse_layout(layout)]
+    vpp = getattr(args, "virtual_pipeline_model_parallel_size", None) or 1
     first = args.decoder_first_pipeline_num_layers
     last = args.decoder_last_pipeline_num_layers
+    embed = bool(getattr(args, "account_for_embedding_in_pipeline_split", False))
+    loss = bool(getattr(args, "account_for_loss_in_pipeline_split", False))
     if first is None and last is None:
-        return [n // pp] * pp
-    middle = pp - (first is not None) - (last is not None)
-    rest = n - (first or 0) - (last or 0)
-    each = rest // middle if middle else 0
-    return ([first] if first is not None else []) + [each] * middle + \
-        ([last] if last is not None else [])
+        per_rank = [(n + embed + loss) // pp] * pp
+    else:
+        middle = pp - (first is not None) - (last is not None)
+        rest = n - (first or 0) - (last or 0)
+        each = rest // middle if middle else 0
+        per_rank = ([first] if first is not None else []) + [each] * middle + \
+            ([last] if last is not None else [])
+    out = [per_rank[g % pp] // vpp for g in range(pp * vpp)]
+    out[0] -= embed
+    out[-1] -= loss
+    return out
 
 
 def parse_layout(text):
@@ -329,7 +340,10 @@ def compare(args, plan, extra=None):
         if not same:
             out.append(f"args.{key} = {got!r}, expected {want!r}")
     lay = plan["layout"]
-    want_split = lay.get("stage_layers") or [plan["model"]["layers"] // lay["pp"]] * lay["pp"]
+    chunks = lay["pp"] * lay["vpp"]
+    want_split = lay.get("stage_layers") or [plan["model"]["layers"] // chunks] * chunks
+    if len(want_split) != chunks:  # one entry per stage (vpp 1)
+        want_split = [want_split[g % lay["pp"]] for g in range(chunks)]
     try:
         got_split = stage_layers(args)
     except (AttributeError, TypeError, ZeroDivisionError) as e:

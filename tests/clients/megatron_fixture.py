@@ -150,6 +150,10 @@ def validate(a, env, world, arch):
              f"Number of decoder layers {flat.count('t')} must match num_layers {a.num_layers}")
         need(flat.count("m") == (a.mtp_num_layers or 0),
              "Number of mtp layers in layout must match mtp_num_layers")
+    elif a.num_virtual_stages_per_pipeline_rank is not None:                  # line 978
+        a.virtual_pipeline_model_parallel_size = a.num_virtual_stages_per_pipeline_rank
+        if a.virtual_pipeline_model_parallel_size == 1:
+            a.virtual_pipeline_model_parallel_size = None
     elif a.num_layers_per_virtual_pipeline_stage is not None:
         need(a.decoder_first_pipeline_num_layers is None and a.decoder_last_pipeline_num_layers is None,
              "please use --num-virtual-stages-per-pipeline-rank to specify virtual pipeline "
@@ -162,9 +166,16 @@ def validate(a, env, world, arch):
              "virtual pipeline stage")
         vpp = per_stage // a.num_layers_per_virtual_pipeline_stage             # line 974
         a.virtual_pipeline_model_parallel_size = vpp if vpp > 1 else None
-    elif a.decoder_first_pipeline_num_layers is None and a.decoder_last_pipeline_num_layers is None:
-        need(a.num_layers % pp == 0,                                           # line 998
+    if (a.pipeline_model_parallel_layout is None and a.num_virtual_stages_per_pipeline_rank is None
+            and a.num_layers_per_virtual_pipeline_stage is None
+            and a.decoder_first_pipeline_num_layers is None and a.decoder_last_pipeline_num_layers is None):
+        counted = a.num_layers + bool(a.account_for_embedding_in_pipeline_split) \
+            + bool(a.account_for_loss_in_pipeline_split)
+        need(counted % pp == 0,                                                # line 998
              "Number of layers should be divisible by the pipeline-model-parallel size")
+    elif (a.pipeline_model_parallel_layout is not None or a.num_virtual_stages_per_pipeline_rank is not None
+          or a.num_layers_per_virtual_pipeline_stage is not None):
+        pass
     else:
         # TransformerConfig.__post_init__, "Uneven PP" (Megatron-Core transformer_config.py)
         rest, middle = a.num_layers, pp

@@ -1,0 +1,240 @@
+/* Megatron-Core's forms of the pipeline split (model/split.c): the embedding and the loss
+ * counted as layers, first/last stage layers, the layout string; what the simulator costs on
+ * each virtual stage, what the planner tries, and what the exports say.
+ *
+ * The tiny model (tests/test_uneven.c derives its figures): 4 layers of 49984 parameters, the
+ * embedding 20480, the final block (LayerNorm and the tied output layer's copy) 16512; a
+ * micro-batch's FLOPs 22544384 per layer and 6291456 for the output layer. */
+#include "fixtures.h"
+#include "sim/internal.h"
+#include "test.h"
+
+enum { LAYER_PARAMS = 49984, EMBED_PARAMS = 20480, FINAL_PARAMS = 16512 };
+static const double layer_flops = 22544384.0, head_flops = 6291456.0;
+
+static ModelSpec spec_of(const char *model, int pp, int vpp)
+{
+    PxError err = {0};
+    ModelSpec s;
+    model_spec_defaults(&s);
+    CHECK_OK(model_config_load(model, &s.model, &err), err);
+    s.layout.pp = pp;
+    s.layout.vpp = vpp;
+    s.job.global_batch = 4 * pp; /* interleaving needs micro-batches in multiples of pp */
+    return s;
+}
+
+static void expect_split(ModelSpec s, int gpus, const int *want, int n, int vpp)
+{
+    PxError err = {0};
+    ModelDims d;
+    CHECK_OK(model_spec_check(&s, gpus, &d, &err), err);
+    CHECK_EQ_INT(vpp, s.layout.vpp);
+    CHECK_EQ_INT(n, s.layout.n_stage_layers);
+    for (int i = 0; i < n && i < s.layout.n_stage_layers; i++)
+        CHECK_EQ_INT(want[i], s.layout.stage_layers[i]);
+}
+
+static void expect_error(ModelSpec s, int gpus, const char *needle)
+{
+    PxError err = {0};
+    ModelDims d;
+    CHECK_INPUT_ERROR(model_spec_check(&s, gpus, &d, &err), err, needle);
+}
+
+static void test_accounting(void)
+{
+    /* Llama 3.1 405B in NVIDIA's recipes: 126 + 2 over pp 8 x vpp 8 = 64 chunks of 2, the
+     * first holding the embedding and one layer, the last one layer and the loss */
+    ModelSpec s = spec_of("llama3-405b", 8, 8);
+    s.layout.tp = 8;
+    s.layout.embed_in_split = s.layout.loss_in_split = 1;
+    int want[64];
+    for (int i = 0; i < 64; i++)
+        want[i] = 2;
+    want[0] = want[63] = 1;
+    expect_split(s, 64, want, 64, 8);
+    /* the embedding alone: 127 over 64 does not divide */
+    s.layout.loss_in_split = 0;
+    expect_error(s, 64, "126 layers + 1 counted for the embedding and the loss = 127 must divide into pp 8 x vpp 8 = 64 stages");
+    /* without either, the rule says how Megatron-Core would split it */
+    s.layout.embed_in_split = 0;
+    expect_error(s, 64, "pp 8 x vpp 8 = 64 must divide the 126 layers, or count the embedding and the loss each as a "
+                        "layer (--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split: "
+                        "126 + 2 = 128), or give each stage its layers");
+    /* tiny on pp 2 x vpp 3: (4 + 2) / 6 = 1, so the first and last chunks hold no layer */
+    ModelSpec t = spec_of("tiny", 2, 3);
+    t.layout.embed_in_split = t.layout.loss_in_split = 1;
+    expect_split(t, 2, (const int[]){0, 1, 1, 1, 1, 0}, 6, 3);
+}
+
+static void test_first_last(void)
+{
+    /* llama3-8b, 32 layers on pp 4 x vpp 2: 6 on the first and the last rank (3 a chunk),
+     * the 20 others 10 a middle rank (5 a chunk); virtual stage j * 4 + rank */
+    ModelSpec s = spec_of("llama3-8b", 4, 2);
+    s.layout.first_stage_layers = s.layout.last_stage_layers = 6;
+    expect_split(s, 4, (const int[]){3, 5, 5, 3, 3, 5, 5, 3}, 8, 2);
+    s.layout.first_stage_layers = 5;
+    expect_error(s, 4, "first/last pipeline stage layers 5/6 must divide by vpp 2");
+    s.layout.first_stage_layers = 8;
+    expect_error(s, 4, "first/last pipeline stage layers 8/6 leave 18 layers, which 2 middle stages x vpp 2 cannot share evenly");
+    s.layout.embed_in_split = 1;
+    expect_error(s, 4, "give one way to split the pipeline");
+}
+
+static void test_layout_string(void)
+{
+    /* DeepSeek-V3 on 16 stages: 61 layers, the prediction module with the loss */
+    ModelSpec s = spec_of("deepseek-v3", 16, 1);
+    snprintf(s.layout.pp_layout, sizeof s.layout.pp_layout, "Et*3|(t*4|)*14,t*2mL");
+    int want[16];
+    for (int i = 0; i < 16; i++)
+        want[i] = 4;
+    want[0] = 3;
+    want[15] = 2;
+    expect_split(s, 16, want, 16, 1);
+    /* vpp from the string: tiny on pp 2 as 4 stages, a chunk of one layer each, i.e. even */
+    ModelSpec t = spec_of("tiny", 2, 1);
+    snprintf(t.layout.pp_layout, sizeof t.layout.pp_layout, "Et|t|t|tL");
+    expect_split(t, 2, NULL, 0, 2);
+    snprintf(t.layout.pp_layout, sizeof t.layout.pp_layout, "E|t*2|t*2|L");
+    expect_split(t, 2, (const int[]){0, 2, 2, 0}, 4, 2);
+    /* errors point at the character */
+    const struct {
+        const char *text, *needle;
+    } bad[] = {
+        {"Et|tx|tL", "'Et|tx|tL': character 5 ('x'): expected E (embedding), t (layer)"},
+        {"tE|t*3L", "character 2 ('E'): the embedding E comes first"},
+        {"Et|t*3Lt", "character 8 ('t'): nothing may follow the loss L"},
+        {"Et|(t*3L", "character 4 ('('): a '(' without its ')'"},
+        {"Et|t*0L", "character 5 ('*'): a repeat needs a count from 1 to 100000"},
+        {"Et|(tt)L", "character 7 (')'): a group needs a repeat count after it"},
+        {"*3Et|t*4L", "character 1 ('*'): a repeat needs something before it"},
+        {"Et|t|t|t|tL", "has 5 stages: it needs pp 2 x vpp 1 = 2"},
+        {"Et|t*2L", "has 3 layers t: model tiny has 4"},
+        {"Et|t*3", "no loss L: the last stage ends with it"},
+        {"t|t*3L", "no embedding E"},
+        {"Et|t*3mL", "has 1 prediction modules m: model tiny has 0"},
+        {"Ett|t|tt||L", "has 5 stages: it needs pp 2 x vpp 1 = 2"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        ModelSpec b = spec_of("tiny", 2, 1);
+        snprintf(b.layout.pp_layout, sizeof b.layout.pp_layout, "%s", bad[i].text);
+        expect_error(b, 2, bad[i].needle);
+    }
+    /* an empty middle stage holds nothing at all */
+    ModelSpec e = spec_of("tiny", 2, 2);
+    snprintf(e.layout.pp_layout, sizeof e.layout.pp_layout, "Et*2||t*2|L");
+    expect_error(e, 2, "entry 2 (stage 1) is 0: a stage with neither the embedding nor the loss needs at least one layer");
+    /* the prediction module away from the loss */
+    ModelSpec m = spec_of("deepseek-v3", 16, 2);
+    snprintf(m.layout.pp_layout, sizeof m.layout.pp_layout, "Et*3|(tt|)*29,m|L");
+    expect_error(m, 16, "character 15 ('m'): parallax places the prediction modules in the last stage");
+}
+
+/* Each virtual stage costed as what it holds: tiny on pp 2 x vpp 3 with the embedding and the
+ * loss counted, chunks 0,1,1,1,1,0: stage 0 the embedding and two layers, stage 1 two layers
+ * and the output layer; FLOPs per micro-batch as their layers and the output layer. */
+static void test_costs(void)
+{
+    PxError err = {0};
+    ProfCluster cl;
+    CHECK_OK(prof_cluster_load("local", NULL, 0, &cl, &err), err);
+    ModelSpec s = spec_of("tiny", 2, 3);
+    s.job.precision = PX_FP32;
+    s.job.global_batch = 8;
+    s.layout.embed_in_split = s.layout.loss_in_split = 1;
+    SimResult r;
+    CHECK_OK(sim_run(&s, &cl, 2, &r, &err), err);
+    CHECK_EQ_U64(4ull * (EMBED_PARAMS + 2 * LAYER_PARAMS), r.mem[0].cat[MODEL_WEIGHTS]);
+    CHECK_EQ_U64(4ull * (2 * LAYER_PARAMS + FINAL_PARAMS), r.mem[1].cat[MODEL_WEIGHTS]);
+    CHECK_REL(8 * 2 * layer_flops, r.rank_flops[0], 1e-12);
+    CHECK_REL(8 * (2 * layer_flops + head_flops), r.rank_flops[1], 1e-12);
+    /* the output layer makes stage 1's chunk 5 (no layer) heavier than stage 0's chunk 0 */
+    CHECK(r.pass_fwd[1] > r.pass_fwd[0]);
+    sim_result_free(&r);
+    prof_cluster_free(&cl);
+}
+
+/* The planner tries the forms where they divide: tiny on pp 3 counts the embedding and loss
+ * with vpp 2 (6 chunks of one layer, the end ones empty), and skips the count that gives the
+ * balanced split itself (1,2,1). */
+static void test_planner(void)
+{
+    PxError err = {0};
+    ProfCluster cl;
+    CHECK_OK(prof_cluster_load("local", NULL, 0, &cl, &err), err);
+    SimPlanRequest q;
+    memset(&q, 0, sizeof q);
+    model_spec_defaults(&q.base);
+    CHECK_OK(model_config_load("tiny", &q.base.model, &err), err);
+    q.base.job.precision = PX_FP32;
+    q.base.job.global_batch = 6; /* interleaving needs micro-batches in multiples of pp */
+    q.base.layout.pp = 3;
+    q.base.job.micro_batch = 1;
+    q.base.layout.recompute = MODEL_RECOMPUTE_NONE;
+    q.pinned = SIM_PIN_PP | SIM_PIN_MBS | SIM_PIN_RECOMPUTE;
+    q.gpus = 3;
+    q.top = 50;
+    q.headroom = 0.05;
+    SimPlanResult res;
+    CHECK_OK(sim_plan(&q, &cl, &res, &err), err);
+    int counted = 0, balanced = 0;
+    for (int i = 0; i < res.n_top; i++) {
+        const ModelLayout *l = &res.top[i].spec.layout;
+        if (l->embed_in_split && l->loss_in_split) {
+            counted++;
+            CHECK_EQ_INT(2, l->vpp);
+            CHECK_EQ_INT(6, l->n_stage_layers);
+            CHECK(l->stage_layers[0] == 0 && l->stage_layers[1] == 1 && l->stage_layers[5] == 0);
+        } else if (l->n_stage_layers == 3) {
+            balanced++;
+            CHECK(l->stage_layers[0] == 1 && l->stage_layers[1] == 2 && l->stage_layers[2] == 1);
+        }
+    }
+    /* vpp 2 interleaved; vpp 1 under 1F1B and GPipe, balanced */
+    CHECK_EQ_INT(1, counted);
+    CHECK_EQ_INT(2, balanced);
+    sim_plan_free(&res);
+    prof_cluster_free(&cl);
+}
+
+/* The exports say the split the way the plan says it. */
+static void test_exports(void)
+{
+    PxError err = {0};
+    ModelPlan p;
+    memset(&p, 0, sizeof p);
+    p.spec = spec_of("llama3-405b", 8, 8);
+    p.spec.layout.tp = 8;
+    p.spec.layout.embed_in_split = p.spec.layout.loss_in_split = 1;
+    ModelDims d;
+    CHECK_OK(model_spec_check(&p.spec, 64, &d, &err), err);
+    SimMegatronSplit ms;
+    CHECK_EQ_INT(1, sim_export_megatron_pipeline(&p, &d, &ms));
+    CHECK(ms.embed == 1 && ms.loss == 1 && ms.first == -1 && ms.last == -1 && !ms.layout[0]);
+    /* a split given per virtual stage goes as a layout string */
+    ModelPlan q;
+    memset(&q, 0, sizeof q);
+    q.spec = spec_of("tiny", 2, 2);
+    q.spec.layout.n_stage_layers = 4;
+    memcpy(q.spec.layout.stage_layers, (const int[]){0, 2, 1, 1}, sizeof(int) * 4);
+    CHECK_OK(model_spec_check(&q.spec, 2, &d, &err), err);
+    CHECK_EQ_INT(1, sim_export_megatron_pipeline(&q, &d, &ms));
+    CHECK_STR("E|t*2|t|tL", ms.layout);
+    char text[160];
+    model_split_describe(&p.spec.layout, text, sizeof text);
+    CHECK_STR("embedding and loss each counted as a layer: 1,2*62,1", text);
+}
+
+int main(void)
+{
+    test_accounting();
+    test_first_last();
+    test_layout_string();
+    test_costs();
+    test_planner();
+    test_exports();
+    TEST_DONE("pp_layout");
+}
