@@ -422,7 +422,8 @@ int model_layout_string_parse(const char *text, const char *what, const ModelCon
  * gives the reasoning. */
 void model_split_balanced(int layers, int pp, int spill_last, int *out);
 /* The split and how it was said, for people: "embedding and loss each counted as a layer:
- * 1,2*62,1" (runs of three or more as N*k), "layout Et*3|...", or "1,2,1". */
+ * 1,2*62,1" (runs of three or more as N*k), "layout Et*3|(t*4|)*14,t*2mL: 3,4*14,2", or
+ * "1,2,1". */
 void model_split_describe(const ModelLayout *l, char *buf, size_t cap);
 /* "1,2,1" into buf. */
 void model_split_format(const int *stage_layers, int n, char *buf, size_t cap);

@@ -300,11 +300,9 @@ void model_split_describe(const ModelLayout *l, char *buf, size_t cap)
     if (cap == 0)
         return;
     buf[0] = '\0';
-    if (l->pp_layout[0]) {
-        snprintf(buf, cap, "layout %s", l->pp_layout);
-        return;
-    }
-    if (l->embed_in_split || l->loss_in_split)
+    if (l->pp_layout[0])
+        n = (size_t)snprintf(buf, cap, "layout %s: ", l->pp_layout);
+    else if (l->embed_in_split || l->loss_in_split)
         n = (size_t)snprintf(buf, cap, "%s counted as a layer: ",
                              l->embed_in_split && l->loss_in_split ? "embedding and loss each"
                              : l->embed_in_split                   ? "embedding"
@@ -312,6 +310,8 @@ void model_split_describe(const ModelLayout *l, char *buf, size_t cap)
     else if (l->first_stage_layers || l->last_stage_layers)
         n = (size_t)snprintf(buf, cap, "first/last stage %d/%d layers: ", l->first_stage_layers,
                              l->last_stage_layers);
+    if (n >= cap)
+        return;
     /* runs of three or more as N*k: 1,2*62,1 */
     for (int i = 0; i < l->n_stage_layers && n < cap;) {
         int k = i;

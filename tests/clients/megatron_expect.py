@@ -92,7 +92,7 @@ BREAKAGES = [
     ("gpt3-13b-pp2-sel", "    --seed 1234\n", "    --seed 1234\n    --no-overlap-p2p-communication\n",
      "should be greater than 2"),
     ("llama3-8b-tp2-cp2", "--vocab-size 128256\n", "--vocab-size 128000\n", "vocab"),
-    ("llama31-405b-emb-loss", "    --account-for-embedding-in-pipeline-split\n", "", "layers per pipeline stage"),
+    ("llama2-13b-emb-loss", "    --account-for-embedding-in-pipeline-split\n", "", "layers per pipeline stage"),
     ("llama3-8b-first-last", "--decoder-first-pipeline-num-layers 6\n", "--decoder-first-pipeline-num-layers 8\n",
      "layers per pipeline stage"),
 ]
