@@ -159,7 +159,7 @@ static int layout_parse(LayoutParse *p)
 int model_layout_string_parse(const char *text, const char *what, const ModelConfig *c,
                               ModelLayout *l, PxError *err)
 {
-    static LayoutParse p; /* 256 stages: not on the stack of every caller */
+    LayoutParse p; /* about 5 KB: 256 stages */
     memset(&p, 0, sizeof p);
     p.text = text;
     p.what = what;
