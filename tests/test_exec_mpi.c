@@ -67,6 +67,14 @@ static const Layout layouts[] = {
      "--dp 1 --tp 1 --pp 2 --zero 0 --no-sp --schedule interleaved --mbs 1 "
      "--pipeline-model-parallel-layout 'Et|t|t*2|L'",
      "", 6, 0, "1,1,2,0", 0},
+    /* the same with tensor and sequence parallelism and dropout (the embedding-only chunk's
+     * reduce-scatter and mask), and a stage of the embedding only without interleaving */
+    {"tp2_sp_pp2_vpp3_embed_loss", 4,
+     "--dp 1 --tp 2 --pp 2 --zero 0 --sp --vpp 3 --schedule interleaved --mbs 1 "
+     "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split",
+     "--dropout 0.1 --recompute selective", 5, 0, "0,1,1,1,1,0", 0},
+    {"pp2_embed_stage", 2, "--dp 1 --tp 1 --pp 2 --zero 0 --no-sp " PIN1 " --pipeline-model-parallel-layout 'E|t*4L'",
+     "--dropout 0.1", 6, 0, "0,4", 0},
     /* FP8 GEMMs (docs/fp8.md): layouts that keep each GEMM whole (dp, pp, ZeRO; ZeRO-3 casts
      * each gathered weight per use) quantize the same micro-batches alike, but their gradients'
      * sums round differently (reduction order), and a weight that moves across an FP8 rounding
