@@ -890,7 +890,7 @@ void model_schedule_live(const ModelAction *a, int n, int v, int *peak_live, int
 void model_schedule_peak(const ModelDims *d, ModelSchedule sched, int stage, int *peak_live,
                          int *max_live);
 /* Activation memory of a stage as parallax's executor allocates it: one pool of peak_live slots
- * for the layers' sets (equal in every chunk), and for each chunk's extras (the embedding's
+ * for the layers' sets (each the largest chunk's), and for each chunk's extras (the embedding's
  * dropout mask, the output layer's tensors) a pool of that chunk's max_live. */
 uint64_t model_activation_bytes(const ModelTensorTable *tt, int v, int peak_live,
                                 const int *max_live);

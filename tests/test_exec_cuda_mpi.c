@@ -37,6 +37,12 @@ static const Layout layouts[] = {
     {"tp2", 2, "--dp 1 --tp 2 --pp 1 --zero 0 --no-sp " PIN1, "--dropout 0.1 --no-flash-attn"},
     {"pp2", 2, "--dp 1 --tp 1 --pp 2 --zero 0 --no-sp " PIN1, ""},
     {"pp2_vpp2", 2, "--dp 1 --tp 1 --pp 2 --zero 0 --no-sp --vpp 2 --schedule interleaved --mbs 1", ""},
+    /* uneven virtual stages: the embedding and the loss counted as layers leave the first and
+     * the last chunk without one (chunks 0,1,1,1,1,0) */
+    {"pp2_vpp3_embed_loss", 2,
+     "--dp 1 --tp 1 --pp 2 --zero 0 --no-sp --vpp 3 --schedule interleaved --mbs 1 "
+     "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split",
+     "--dropout 0.1"},
     {"dp2_zero1", 2, "--dp 2 --tp 1 --pp 1 --zero 1 --no-sp " PIN1, "--recompute selective --no-flash-attn"},
     {"dp2_zero3", 2, "--dp 2 --tp 1 --pp 1 --zero 3 --fsdp --no-sp " PIN1, "--recompute full"},
     {"tp2_sp", 2, "--dp 1 --tp 2 --pp 1 --zero 0 --sp " PIN1, "--dropout 0.1"},

@@ -52,6 +52,29 @@ static const Layout layouts[] = {
     /* uneven splits: the planner's for 3 stages of 4 layers, and one pinned */
     {"pp3_uneven", 3, "--dp 1 --tp 1 --pp 3 --zero 0 --no-sp " PIN1, "", 6, 0, "1,2,1", 0},
     {"pp2_split13", 2, "--dp 1 --tp 1 --pp-layers 1,3 --zero 0 --no-sp " PIN1, "--dropout 0.1", 6, 0, "1,3", 0},
+    /* uneven virtual stages (Megatron-Core's forms): the embedding and the loss counted as
+     * layers leave the first and the last chunk without one (tiny on pp 2 x vpp 3, tiny-llama
+     * on pp 3 x vpp 2 over 6 micro-batches), and a layout string gives chunks of 1, 1, 2 and 0 */
+    {"pp2_vpp3_embed_loss", 2,
+     "--dp 1 --tp 1 --pp 2 --zero 0 --no-sp --vpp 3 --schedule interleaved --mbs 1 "
+     "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split",
+     "--dropout 0.1", 20, 1, "0,1,1,1,1,0", 0},
+    {"llama_pp3_vpp2_embed_loss", 3,
+     "--dp 1 --tp 1 --pp 3 --zero 0 --no-sp --vpp 2 --schedule interleaved --mbs 1 "
+     "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split",
+     "--model tiny-llama --gbs 6", 6, 0, "0,1,1,1,1,0", 0},
+    {"pp2_layout_string", 2,
+     "--dp 1 --tp 1 --pp 2 --zero 0 --no-sp --schedule interleaved --mbs 1 "
+     "--pipeline-model-parallel-layout 'Et|t|t*2|L'",
+     "", 6, 0, "1,1,2,0", 0},
+    /* the same with tensor and sequence parallelism and dropout (the embedding-only chunk's
+     * reduce-scatter and mask), and a stage of the embedding only without interleaving */
+    {"tp2_sp_pp2_vpp3_embed_loss", 4,
+     "--dp 1 --tp 2 --pp 2 --zero 0 --sp --vpp 3 --schedule interleaved --mbs 1 "
+     "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split",
+     "--dropout 0.1 --recompute selective", 5, 0, "0,1,1,1,1,0", 0},
+    {"pp2_embed_stage", 2, "--dp 1 --tp 1 --pp 2 --zero 0 --no-sp " PIN1 " --pipeline-model-parallel-layout 'E|t*4L'",
+     "--dropout 0.1", 6, 0, "0,4", 0},
     /* FP8 GEMMs (docs/fp8.md): layouts that keep each GEMM whole (dp, pp, ZeRO; ZeRO-3 casts
      * each gathered weight per use) quantize the same micro-batches alike, but their gradients'
      * sums round differently (reduction order), and a weight that moves across an FP8 rounding

@@ -1,5 +1,6 @@
-/* Saved activations: a pool of layer sets (one set: the cl layers of a chunk, whichever chunk
- * runs) and per chunk a pool of its extras (the embedding's dropout mask, the output layer's
+/* Saved activations: a pool of layer sets (one set: the layers of the stage's largest chunk;
+ * a chunk of fewer layers, as an uneven split over virtual stages gives, uses the set's first
+ * ones) and per chunk a pool of its extras (the embedding's dropout mask, the output layer's
  * tensors), each as many as the schedule keeps alive at once (model_schedule_live), which is
  * what model_activation_bytes counts. What the recompute mode does not save lives in
  * ws.recompute, one layer's worth reused by every layer. Tensors are found by role; their sizes
@@ -99,14 +100,30 @@ static void layer_acts(const ExecCtx *c, int l, ModelLayerAct f[MODEL_LAYER_ACTS
             f[i].present = f[i].saved = 0;
 }
 
+/* The local chunk whose layer set sizes the shared slots: the one saving the most bytes per
+ * micro-batch, as model_activation_bytes counts a slot (the first of equals). */
+static int sizing_chunk(const ExecCtx *c, const ModelTensorTable *tt)
+{
+    int sz = 0;
+    for (int j = 1; j < c->d.v; j++)
+        if (tt->act_layer_bytes[j] > tt->act_layer_bytes[sz])
+            sz = j;
+    return sz;
+}
+
 /* Each tensor's copies side by side, larger elements first so that nothing needs padding. The
- * table lists every chunk's layers; chunks are alike, so the first chunk's tensors size the
- * shared slots and the others are only checked against them. */
+ * table lists every chunk's layers; the sizing chunk's tensors size the shared slots and the
+ * other chunks' (as many layers or fewer) are only checked against the model's. */
 int exec_acts_bind(ExecActs *X, const ExecCtx *c, const ModelTensorTable *tt, ExecArena *arena,
                    int pass, PxError *err)
 {
-    const int cl = c->g.cl;
+    const int cl = c->g.cl, sz = sizing_chunk(c, tt);
     ModelLayerAct f[MODEL_LAYER_ACTS + MODEL_MOE_ACTS];
+    if (c->g.chunk_cl[sz] != cl)
+        return px_fail(err, PX_ERUNTIME,
+                       "local chunk %d saves the most activations but holds %d layers, another "
+                       "%d: model/ and exec/ disagree on the activation slots",
+                       sz, c->g.chunk_cl[sz], cl);
     X->slot_bytes = 0;
     for (int j = 0; j < c->d.v; j++)
         X->xslot_bytes[j] = 0;
@@ -128,13 +145,13 @@ int exec_acts_bind(ExecActs *X, const ExecCtx *c, const ModelTensorTable *tt, Ex
             const int li = t->layer - c->g.chunk_l0[j]; /* the layer's place in its chunk */
             if (layer_act) {
                 layer_acts(c, t->layer, f);
-                if (li < 0 || li >= cl || !f[fi].saved || f[fi].numel != t->numel)
+                if (li < 0 || li >= c->g.chunk_cl[j] || !f[fi].saved || f[fi].numel != t->numel)
                     return exec_bind_unused(t, err);
                 if (t->dtype != f[fi].dtype)
                     return px_fail(err, PX_ERUNTIME, "tensor %s is %s but model_layer_acts says %s",
                                    t->name, px_dtype_name(t->dtype), px_dtype_name(f[fi].dtype));
-                if (j != 0)
-                    continue; /* the first chunk's layers size the shared slots */
+                if (j != sz)
+                    continue; /* the sizing chunk's layers size the shared slots */
                 X->slot_bytes += t->bytes;
             } else if (extra) {
                 if (t->dtype != extra_dtype(c, t->role))
@@ -162,7 +179,7 @@ int exec_acts_bind(ExecActs *X, const ExecCtx *c, const ModelTensorTable *tt, Ex
     /* every slot's layers: what is not saved lives in ws.recompute */
     for (int k = 0; k < X->n_slots; k++)
         for (int li = 0; li < cl; li++) {
-            const int l = c->g.chunk_l0[0] + li;
+            const int l = c->g.chunk_l0[sz] + li;
             layer_acts(c, l, f);
             const ExecLayerActs *region =
                 c->d.moe && model_layer_is_moe(&c->spec.model, l) ? &X->region_moe : &X->region;

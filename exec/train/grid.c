@@ -21,11 +21,14 @@ void exec_grid_init(ExecGrid *g, const ModelSpec *s, const ModelDims *d, int ran
     g->zero_rank = g->cp_rank + l->cp * (g->dp_rank % d->dp_shard);
     g->prev_rank = model_rank(l, g->tp_rank, g->cp_rank, g->dp_rank, (g->stage + d->p - 1) % d->p);
     g->next_rank = model_rank(l, g->tp_rank, g->cp_rank, g->dp_rank, (g->stage + 1) % d->p);
-    /* the stage's chunks hold equally many layers (an uneven split has one chunk per stage),
-     * so one slot of layer sets fits whichever chunk runs */
+    /* an uneven split over virtual stages gives each chunk its own count (the first and the
+     * last chunk may hold none: only the embedding, only the output layer and loss); a slot of
+     * layer sets is sized by the largest (acts.c) */
     for (int j = 0; j < d->v && j < EXEC_MAX_CHUNKS; j++) {
         g->chunk_g[j] = model_global_chunk(d, g->stage, j);
-        g->cl = model_chunk_layers(s, d, g->chunk_g[j], &g->chunk_l0[j]);
+        g->chunk_cl[j] = model_chunk_layers(s, d, g->chunk_g[j], &g->chunk_l0[j]);
+        if (g->chunk_cl[j] > g->cl)
+            g->cl = g->chunk_cl[j];
     }
     g->tied_here = s->model.tied_embeddings && d->chunks == 1;
     g->tied_pair = s->model.tied_embeddings && d->chunks > 1;

@@ -60,7 +60,10 @@ typedef struct {
     int prev_rank, next_rank; /* the world ranks of the neighbouring stages (a ring) */
     int chunk_g[EXEC_MAX_CHUNKS];  /* global chunk of each local chunk */
     int chunk_l0[EXEC_MAX_CHUNKS]; /* its first (global) layer */
-    int cl;                   /* layers per chunk of this stage (equal in its chunks) */
+    int chunk_cl[EXEC_MAX_CHUNKS]; /* its layers (0: a first chunk of the embedding only, a
+                                      last chunk of the output layer and loss only) */
+    int cl;                   /* the most layers a chunk of this stage holds (an activation
+                                 slot's layer sets) */
     int has_data, has_loss;   /* the stage reads tokens; computes the loss */
     int tied_here;            /* the output layer reads embed.wte on this chunk */
     int tied_pair;            /* the output layer is a copy on the last stage: embed_allreduce */

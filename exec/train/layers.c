@@ -1141,16 +1141,20 @@ int exec_layers_forward(const ExecLayerRun *r, int j, int mb, ExecLayerActs *A, 
                         const int32_t *tok, PxError *err)
 {
     const ExecCtx *c = r->c;
-    const int g = c->g.chunk_g[j], cl = c->g.cl, l0 = c->g.chunk_l0[j], last = g == c->d.chunks - 1;
+    const int g = c->g.chunk_g[j], cl = c->g.chunk_cl[j], l0 = c->g.chunk_l0[j];
+    const int last = g == c->d.chunks - 1;
+    /* the chunk's output: the output layer's input, or a scratch that is sent on (with SP
+     * ws.out feeds the last reduce-scatter, so ws.dx_a holds the region; a chunk of the
+     * embedding only sends from ws.dx_a too, as its dropout reads ws.out) */
+    void *send = sp_on(c) || cl == 0 ? r->W->dx_a : r->W->out;
+    /* the chunk's input: its first layer's, or (a chunk without layers) its output */
+    void *in = cl > 0 ? EXEC_LA(&A[0], LN1_IN) : last ? EXEC_HA(x, FINAL_LN_IN) : send;
     if (g == 0) {
-        TRY(embed_fwd(r, j, mb, x, EXEC_LA(&A[0], LN1_IN), tok, err));
+        TRY(embed_fwd(r, j, mb, x, in, tok, err));
     } else {
-        TRY(exec_pipe_take(r->pipe, c, r->M, j, mb, 0, EXEC_LA(&A[0], LN1_IN), err));
+        TRY(exec_pipe_take(r->pipe, c, r->M, j, mb, 0, in, err));
         exec_meter_pass_input(r->M);
     }
-    /* the chunk's output: the output layer's input, or a scratch that is sent on (with SP
-     * ws.out feeds the last reduce-scatter, so ws.dx_a holds the region) */
-    void *send = sp_on(c) ? r->W->dx_a : r->W->out;
     for (int li = 0; li < cl; li++) {
         const int l = l0 + li;
         void *out = li + 1 < cl ? EXEC_LA(&A[li + 1], LN1_IN) : last ? EXEC_HA(x, FINAL_LN_IN) : send;
@@ -1170,7 +1174,7 @@ int exec_layers_backward(const ExecLayerRun *r, int j, int mb, ExecLayerActs *A,
                          const ExecHeadActs *x, const int32_t *tok, int last_mb, PxError *err)
 {
     const ExecCtx *c = r->c;
-    const int g = c->g.chunk_g[j], cl = c->g.cl, l0 = c->g.chunk_l0[j];
+    const int g = c->g.chunk_g[j], cl = c->g.chunk_cl[j], l0 = c->g.chunk_l0[j];
     void *dres = r->W->dx_b;
     if (g == c->d.chunks - 1) {
         TRY(head_bwd(r, j, x, tok, dres, last_mb, err));

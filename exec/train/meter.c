@@ -132,7 +132,7 @@ static int check_complete(const ExecMeter *M, const ExecCtx *c, PxError *err)
 {
     const ModelRecompute rc = c->spec.layout.recompute;
     for (int j = 0; j < c->d.v; j++)
-        for (int l = c->g.chunk_l0[j]; l < c->g.chunk_l0[j] + c->g.cl; l++)
+        for (int l = c->g.chunk_l0[j]; l < c->g.chunk_l0[j] + c->g.chunk_cl[j]; l++)
             for (int r = MODEL_OPR_LN1; r <= MODEL_OPR_COMBINE; r++)
                 for (int p = 0; p < EXEC_PHASES; p++) {
                     /* a MoE layer runs its router, experts and combine (the dispatch is
