@@ -582,6 +582,9 @@ typedef enum {
      * transposed copy, delayed scaling's amax history and scales of the GEMMs that read it;
      * the workspace FP8 GEMMs quantize their operands in */
     MODEL_TR_FP8_W, MODEL_TR_FP8_WT, MODEL_TR_FP8_AMAX, MODEL_TR_WS_FP8,
+    /* context parallelism's all-gather: the gathered K and V in global token order, the
+     * gradient of the full sequence's K and V (cp.kv holds them in cp rank order) */
+    MODEL_TR_CP_KV_FULL, MODEL_TR_CP_DKV,
     MODEL_TR_COUNT
 } ModelTensorRole;
 

@@ -62,6 +62,9 @@ int exec_work_bind(ExecWork *W, const ExecCtx *c, const ModelTensor *t, void *p,
     case MODEL_TR_WS_EXP_DX: act = &W->exp_dx; break;
     case MODEL_TR_EP_SEND: act = &W->ep_send; break;
     case MODEL_TR_EP_RECV: act = &W->ep_recv; break;
+    case MODEL_TR_CP_KV: act = &W->cp_kv; break;
+    case MODEL_TR_CP_KV_FULL: act = &W->cp_kv_full; break;
+    case MODEL_TR_CP_DKV: act = &W->cp_dkv; break;
     default: return exec_bind_unused(t, err);
     }
     if (t->role == MODEL_TR_WS_EXP_DFFN) {
@@ -120,22 +123,6 @@ static void mm_f32(const ExecLayerRun *r, float *c, const void *a, const void *b
 {
     r->c->k->matmul(c, PX_FP32, a, b, m, n, k, ta, tb, 1.0f, accumulate ? 1.0f : 0.0f);
     exec_meter_flops(r->M, 2.0 * m * n * k);
-}
-
-/* Attention counted as the op graph counts it (model_attention_*_flops: one rule for both). */
-static void attn_fwd(const ExecLayerRun *r, const KernAttnFwd *a)
-{
-    r->c->k->attention_fwd(a);
-    exec_meter_flops(r->M, model_attention_fwd_flops(&r->c->spec, (double)a->B * a->H, a->Tq,
-                                                     a->Tk, a->D));
-}
-
-static void attn_bwd(const ExecLayerRun *r, const KernAttnBwd *a)
-{
-    r->c->k->attention_bwd(a);
-    const double fwd = model_attention_fwd_flops(&r->c->spec, (double)a->B * a->H, a->Tq, a->Tk,
-                                                 a->D);
-    exec_meter_flops(r->M, model_attention_bwd_flops(fwd, a->probs == NULL, NULL));
 }
 
 /* ---- helpers ---- */
@@ -430,41 +417,166 @@ static int column_bwd_input(const ExecLayerRun *r, int chunk, int l, ModelOpRole
     return PX_OK;
 }
 
-static void attention_core_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *out, int mb,
-                               int l)
+/* ---- context parallelism (docs/executor.md, "Context parallelism") ---- */
+
+static int cp_op(const ExecLayerRun *r, int l, int chunk, ModelPhase ph, ModelComm kind,
+                 PxError *err)
+{
+    return tp_op(r, MODEL_OPR_CORE, l, chunk, ph, kind, err);
+}
+
+/* The all-gather of K and V over the cp group into cp.kv_full, in global token order: this
+ * rank's K, V columns of attn.qkv.out packed into its slot of cp.kv, gathered there in cp rank
+ * order, then each part copied to its place. Returns with the core's op `op` not running. */
+static int cp_gather_kv(const ExecLayerRun *r, const ExecLayerActs *a, int chunk, int l,
+                        ModelPhase ph, int op, PxError *err)
 {
     const ExecCtx *c = r->c;
     const ModelDims *d = &c->d;
-    const int s = d->s, H = d->heads_loc, qkv = d->q_loc + 2 * d->kv_width_loc;
-    const size_t tile = (size_t)H * s * s;
-    for (int q = 0; q < d->b; q++) {
-        const void *base = AT(EXEC_LA(a, QKV_OUT), (size_t)q * s * qkv);
-        KernAttnFwd f = {
-            .B = 1, .Tq = s, .Tk = s, .H = H, .KV = d->kv_loc, .D = d->hd,
-            .scale = (float)(1.0 / sqrt((double)d->hd)),
-            .q = base, .k = AT(base, d->q_loc), .v = AT(base, d->q_loc + d->kv_width_loc),
-            .q_stride = qkv, .k_stride = qkv, .v_stride = qkv,
-            .out = AT(out, (size_t)q * s * d->q_loc),
-        };
-        if (c->spec.job.flash_attn) {
-            f.lse = (float *)EXEC_LA(a, ATTN_LSE) + (size_t)q * H * s;
-        } else {
-            f.probs = AT(EXEC_LA(a, SOFTMAX), q * tile);
-            if (c->attn_dropout) {
-                f.dropout = c->dropout;
-                /* the stream of the whole layer's heads: this rank's first head is global
-                 * head tp * H, whose entries start tp * H * s * s into it */
-                f.seed = exec_stream_at(drop_seed(r, seq_index(r, mb, q), l, EXEC_SITE_ATTN),
-                                        (uint64_t)c->g.tp_rank * tile);
-                f.mask = (uint8_t *)EXEC_LA(a, SOFTMAX_MASK) + q * tile;
-                f.probs_drop = AT(EXEC_LA(a, SOFTMAX_DROP), q * tile);
-            }
-        }
-        attn_fwd(r, &f);
+    const int b = d->b, sl = d->s_loc, qkv = d->q_loc + 2 * d->kv_width_loc;
+    const int kv2 = 2 * d->kv_width_loc, C = exec_cp_part_len(c);
+    const size_t row = (size_t)kv2 * c->ab, count = (size_t)b * sl * kv2;
+    void *mine = AT(r->W->cp_kv, (size_t)c->g.cp_rank * count);
+    resume(r, op);
+    for (size_t n = 0; n < (size_t)b * sl; n++)
+        c->k->copy(AT(mine, n * kv2), AT(EXEC_LA(a, QKV_OUT), n * qkv + d->q_loc), row);
+    end(r);
+    const int g = cp_op(r, l, chunk, ph, MODEL_CP_ALL_GATHER, err);
+    if (g < 0)
+        return PX_ERUNTIME;
+    begin(r, g);
+    int rc = comm_all_gather(c->comm, r->W->cp_kv, mine, count, c->act, MODEL_CP_ALL_GATHER, NULL,
+                             err);
+    end(r);
+    TRY(rc);
+    resume(r, op);
+    for (int src = 0; src < d->c; src++)
+        for (int q = 0; q < b; q++)
+            for (int j = 0; j < 2; j++)
+                c->k->copy(AT(r->W->cp_kv_full, ((size_t)q * d->s + exec_cp_part_pos(c, src, j)) * kv2),
+                           AT(r->W->cp_kv, (size_t)src * count + ((size_t)q * sl + (size_t)j * C) * kv2),
+                           (size_t)C * row);
+    end(r);
+    return PX_OK;
+}
+
+/* The K, V gradient of the full sequence (cp.dkv, global order) back to its owners: put in
+ * cp rank order into cp.kv, reduce-scattered there, and this rank's sum unpacked into the K, V
+ * columns of ws.dqkv. Returns with the core's op `op` not running. */
+static int cp_scatter_dkv(const ExecLayerRun *r, int chunk, int l, int op, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const ModelDims *d = &c->d;
+    const int b = d->b, sl = d->s_loc, qkv = d->q_loc + 2 * d->kv_width_loc;
+    const int kv2 = 2 * d->kv_width_loc, C = exec_cp_part_len(c);
+    const size_t row = (size_t)kv2 * c->ab, count = (size_t)b * sl * kv2;
+    resume(r, op);
+    for (int dst = 0; dst < d->c; dst++)
+        for (int q = 0; q < b; q++)
+            for (int j = 0; j < 2; j++)
+                c->k->copy(AT(r->W->cp_kv, (size_t)dst * count + ((size_t)q * sl + (size_t)j * C) * kv2),
+                           AT(r->W->cp_dkv, ((size_t)q * d->s + exec_cp_part_pos(c, dst, j)) * kv2),
+                           (size_t)C * row);
+    end(r);
+    const int g = cp_op(r, l, chunk, MODEL_BWD, MODEL_CP_REDUCE_SCATTER, err);
+    if (g < 0)
+        return PX_ERUNTIME;
+    begin(r, g);
+    int rc = comm_reduce_scatter(c->comm, r->W->cp_kv, r->W->cp_kv, count, c->act,
+                                 MODEL_CP_REDUCE_SCATTER, NULL, err);
+    end(r);
+    TRY(rc);
+    resume(r, op);
+    for (size_t n = 0; n < (size_t)b * sl; n++)
+        c->k->copy(AT(r->W->dqkv, n * qkv + d->q_loc), AT(r->W->cp_kv, n * kv2), row);
+    end(r);
+    return PX_OK;
+}
+
+/* Where part j's keys are: the sequence's own K, V columns (cp 1) or cp.kv_full; part j's
+ * queries see keys 0 .. its last position: *tk of them, the first at *q_offset. */
+static void cp_part_keys(const ExecCtx *c, int j, int *q_offset, int *tk)
+{
+    *q_offset = exec_cp_part_pos(c, c->g.cp_rank, j);
+    *tk = *q_offset + exec_cp_part_len(c);
+}
+
+/* The attention core's forward, sequence by sequence and (context parallelism) part by part:
+ * each part's queries against the keys up to its last position. The saved softmax (unfused)
+ * or log-sum-exp (fused) of a sequence holds its parts one after the other. Runs within op
+ * `op`; with cp > 1 and `gather` gathers K and V first (the forward's, or a full recompute's,
+ * all-gather), else finds them in cp.kv_full. */
+static int attention_core_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *out, int mb,
+                              int l, int chunk, ModelPhase ph, int op, int gather, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const ModelDims *d = &c->d;
+    const int sl = d->s_loc, H = d->heads_loc, qkv = d->q_loc + 2 * d->kv_width_loc;
+    const int cp = d->c > 1, kvs = cp ? 2 * d->kv_width_loc : qkv, P = exec_cp_parts(c);
+    const int C = exec_cp_part_len(c);
+    const size_t tile = (size_t)H * sl * d->s;
+    if (cp && gather) {
+        end(r);
+        TRY(cp_gather_kv(r, a, chunk, l, ph, op, err));
+        resume(r, op);
     }
+    for (int q = 0; q < d->b; q++) {
+        const void *base = AT(EXEC_LA(a, QKV_OUT), (size_t)q * sl * qkv);
+        const void *kb = cp ? AT(r->W->cp_kv_full, (size_t)q * d->s * kvs) : AT(base, d->q_loc);
+        size_t at = 0; /* the part's place in the sequence's softmax */
+        for (int j = 0; j < P; j++) {
+            int q0, tk;
+            cp_part_keys(c, j, &q0, &tk);
+            KernAttnFwd f = {
+                .B = 1, .Tq = C, .Tk = tk, .H = H, .KV = d->kv_loc, .D = d->hd, .q_offset = q0,
+                .scale = (float)(1.0 / sqrt((double)d->hd)),
+                .q = AT(base, (size_t)j * C * qkv), .k = kb, .v = AT(kb, d->kv_width_loc),
+                .q_stride = qkv, .k_stride = kvs, .v_stride = kvs,
+                .out = AT(out, ((size_t)q * sl + (size_t)j * C) * d->q_loc),
+            };
+            if (c->spec.job.flash_attn) {
+                f.lse = (float *)EXEC_LA(a, ATTN_LSE) + (size_t)q * H * sl + (size_t)j * H * C;
+            } else {
+                f.probs = AT(EXEC_LA(a, SOFTMAX), q * tile + at);
+                if (c->attn_dropout) { /* cp > 1 refuses dropout (exec_init) */
+                    f.dropout = c->dropout;
+                    /* the stream of the whole layer's heads: this rank's first head is global
+                     * head tp * H, whose entries start tp * H * s * s into it */
+                    f.seed = exec_stream_at(drop_seed(r, seq_index(r, mb, q), l, EXEC_SITE_ATTN),
+                                            (uint64_t)c->g.tp_rank * tile);
+                    f.mask = (uint8_t *)EXEC_LA(a, SOFTMAX_MASK) + q * tile;
+                    f.probs_drop = AT(EXEC_LA(a, SOFTMAX_DROP), q * tile);
+                }
+            }
+            at += (size_t)H * C * tk;
+            c->k->attention_fwd(&f);
+        }
+        /* counted as the op graph counts a sequence's core: s_loc queries against s keys */
+        exec_meter_flops(r->M, model_attention_fwd_flops(&c->spec, (double)H, sl, d->s, d->hd));
+    }
+    return PX_OK;
 }
 
 /* ---- a transformer layer ---- */
+
+/* Rotary embedding (backward: its inverse) over packed QKV rows (attn.qkv.out's layout), each
+ * part of each sequence at its global positions. */
+static void rope(const ExecLayerRun *r, void *qkv_rows, int backward)
+{
+    const ExecCtx *c = r->c;
+    const ModelDims *d = &c->d;
+    const int qkv = d->q_loc + 2 * d->kv_width_loc, C = exec_cp_part_len(c);
+    const float theta = (float)c->spec.model.rope_theta;
+    for (int q = 0; q < d->b; q++)
+        for (int j = 0; j < exec_cp_parts(c); j++) {
+            void *x = AT(qkv_rows, ((size_t)q * d->s_loc + (size_t)j * C) * qkv);
+            const int p0 = exec_cp_part_pos(c, c->g.cp_rank, j);
+            if (backward)
+                c->k->rope_bwd(x, 1, C, d->heads_loc, d->kv_loc, d->hd, p0, theta);
+            else
+                c->k->rope_fwd(x, 1, C, d->heads_loc, d->kv_loc, d->hd, p0, theta);
+        }
+}
 
 /* The epilogue of a row-parallel layer (attention projection, fc2): ws.out holds this rank's
  * partial product over the full sequence; reduce it (all-reduce, or reduce-scatter into y's
@@ -531,16 +643,16 @@ static int layer_fwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
     if (EXEC_LP(w, QKV_B))
         k->add_bias(EXEC_LA(a, QKV_OUT), EXEC_LP(w, QKV_B), N, qkv);
     if (cfg->position == MODEL_POS_ROPE)
-        k->rope_fwd(EXEC_LA(a, QKV_OUT), d->b, d->s, d->heads_loc, d->kv_loc, d->hd, 0,
-                    (float)cfg->rope_theta);
+        rope(r, EXEC_LA(a, QKV_OUT), 0);
     end(r);
 
     /* the projection's input: saved in the act dtype and quantized for the GEMM alone, or its
      * quantized copy saved (beside the act one, or alone: model_fp8_proj_in) */
     const ModelFp8ProjIn pin = model_fp8_proj_in(&c->spec);
     void *o = pin == MODEL_FP8_PROJ_FP8 ? F->act : EXEC_LA(a, PROJ_IN);
-    begin(r, layer_op(r, l, MODEL_OPR_CORE, phase));
-    attention_core_fwd(r, a, o, mb, l);
+    const int op_core = layer_op(r, l, MODEL_OPR_CORE, phase);
+    begin(r, op_core);
+    TRY(attention_core_fwd(r, a, o, mb, l, chunk, phase, op_core, 1, err));
     end(r);
 
     begin(r, layer_op(r, l, MODEL_OPR_PROJ, phase));
@@ -656,40 +768,59 @@ static int column_parallel_dx(const ExecLayerRun *r, int chunk, int l, ModelOpRo
     return PX_OK;
 }
 
-/* The attention core's backward, sequence by sequence (the fused path's or the unfused one's
- * saved tensors); out: its forward output (the fused path's). */
+/* The attention core's backward, sequence by sequence and part by part (the fused path's or
+ * the unfused one's saved tensors); out: its forward output (the fused path's). With context
+ * parallelism the K, V gradients of each part land in cp.kv (free once cp.kv_full holds the
+ * keys) and add up in cp.dkv, which cp_scatter_dkv hands back to their owners. */
 static void attention_core_bwd(const ExecLayerRun *r, const ExecLayerActs *a, const void *out)
 {
     const ExecCtx *c = r->c;
     const ModelDims *d = &c->d;
-    const int s = d->s, H = d->heads_loc, qkv = d->q_loc + 2 * d->kv_width_loc;
-    const size_t tile = (size_t)H * s * s;
+    const int sl = d->s_loc, H = d->heads_loc, qkv = d->q_loc + 2 * d->kv_width_loc;
+    const int cp = d->c > 1, kvs = cp ? 2 * d->kv_width_loc : qkv, P = exec_cp_parts(c);
+    const int C = exec_cp_part_len(c);
+    const size_t tile = (size_t)H * sl * d->s;
+    if (cp)
+        c->k->memset0(r->W->cp_dkv, (size_t)d->b * d->s * kvs * c->ab);
     for (int q = 0; q < d->b; q++) {
-        const void *qb = AT(EXEC_LA(a, QKV_OUT), (size_t)q * s * qkv);
-        void *dbase = AT(r->W->dqkv, (size_t)q * s * qkv);
-        KernAttnBwd b = {
-            .B = 1, .Tq = s, .Tk = s, .H = H, .KV = d->kv_loc, .D = d->hd,
-            .scale = (float)(1.0 / sqrt((double)d->hd)),
-            .q = qb, .k = AT(qb, d->q_loc), .v = AT(qb, d->q_loc + d->kv_width_loc),
-            .q_stride = qkv, .k_stride = qkv, .v_stride = qkv,
-            .dout = AT(r->W->dhid, (size_t)q * s * d->q_loc),
-            .dq = dbase, .dk = AT(dbase, d->q_loc), .dv = AT(dbase, d->q_loc + d->kv_width_loc),
-            .dq_stride = qkv, .dk_stride = qkv, .dv_stride = qkv,
-        };
-        if (c->spec.job.flash_attn) {
-            b.out = AT(out, (size_t)q * s * d->q_loc);
-            b.lse = (const float *)EXEC_LA(a, ATTN_LSE) + (size_t)q * H * s;
-            b.drow = r->W->flash_d + (size_t)q * H * s;
-        } else {
-            b.probs = AT(EXEC_LA(a, SOFTMAX), q * tile);
-            b.dscores = AT(r->W->dscores, q * tile);
-            if (c->attn_dropout) {
-                b.dropout = c->dropout;
-                b.mask = (const uint8_t *)EXEC_LA(a, SOFTMAX_MASK) + q * tile;
-                b.probs_drop = AT(EXEC_LA(a, SOFTMAX_DROP), q * tile);
+        const void *qb = AT(EXEC_LA(a, QKV_OUT), (size_t)q * sl * qkv);
+        const void *kb = cp ? AT(r->W->cp_kv_full, (size_t)q * d->s * kvs) : AT(qb, d->q_loc);
+        void *dbase = AT(r->W->dqkv, (size_t)q * sl * qkv);
+        void *dkb = cp ? r->W->cp_kv : AT(dbase, d->q_loc);
+        size_t at = 0;
+        for (int j = 0; j < P; j++) {
+            int q0, tk;
+            cp_part_keys(c, j, &q0, &tk);
+            const size_t rows = (size_t)q * sl + (size_t)j * C;
+            KernAttnBwd b = {
+                .B = 1, .Tq = C, .Tk = tk, .H = H, .KV = d->kv_loc, .D = d->hd, .q_offset = q0,
+                .scale = (float)(1.0 / sqrt((double)d->hd)),
+                .q = AT(qb, (size_t)j * C * qkv), .k = kb, .v = AT(kb, d->kv_width_loc),
+                .q_stride = qkv, .k_stride = kvs, .v_stride = kvs,
+                .dout = AT(r->W->dhid, rows * d->q_loc),
+                .dq = AT(dbase, (size_t)j * C * qkv), .dk = dkb, .dv = AT(dkb, d->kv_width_loc),
+                .dq_stride = qkv, .dk_stride = kvs, .dv_stride = kvs,
+            };
+            if (c->spec.job.flash_attn) {
+                b.out = AT(out, rows * d->q_loc);
+                b.lse = (const float *)EXEC_LA(a, ATTN_LSE) + (size_t)q * H * sl + (size_t)j * H * C;
+                b.drow = r->W->flash_d + (size_t)q * H * sl + (size_t)j * H * C;
+            } else {
+                b.probs = AT(EXEC_LA(a, SOFTMAX), q * tile + at);
+                b.dscores = AT(r->W->dscores, q * tile + at);
+                if (c->attn_dropout) {
+                    b.dropout = c->dropout;
+                    b.mask = (const uint8_t *)EXEC_LA(a, SOFTMAX_MASK) + q * tile;
+                    b.probs_drop = AT(EXEC_LA(a, SOFTMAX_DROP), q * tile);
+                }
             }
+            at += (size_t)H * C * tk;
+            c->k->attention_bwd(&b);
+            if (cp)
+                c->k->add_inplace(AT(r->W->cp_dkv, (size_t)q * d->s * kvs), dkb, (size_t)tk * kvs);
         }
-        attn_bwd(r, &b);
+        const double fwd = model_attention_fwd_flops(&c->spec, (double)H, sl, d->s, d->hd);
+        exec_meter_flops(r->M, model_attention_bwd_flops(fwd, !!c->spec.job.flash_attn, NULL));
     }
 }
 
@@ -845,24 +976,34 @@ static int layer_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
     /* Selective recompute re-creates the softmax (and its dropout) just before the core's
      * backward; the output it recomputes is not needed and lands in ws.dqkv, which the
      * backward then overwrites. */
-    if (c->spec.layout.recompute == MODEL_RECOMPUTE_SELECTIVE && !c->spec.job.flash_attn) {
-        begin(r, layer_op(r, l, MODEL_OPR_CORE, MODEL_RECOMPUTE));
-        attention_core_fwd(r, a, r->W->dqkv, mb, l);
+    const int op_core = layer_op(r, l, MODEL_OPR_CORE, MODEL_BWD);
+    const int cp = d->c > 1, rec_core = c->spec.layout.recompute == MODEL_RECOMPUTE_SELECTIVE &&
+                                        !c->spec.job.flash_attn;
+    /* context parallelism gathers K and V again for the backward (the op graph's backward
+     * all-gather), which the selective recompute below reads too */
+    if (cp)
+        TRY(cp_gather_kv(r, a, chunk, l, MODEL_BWD, op_core, err));
+    if (rec_core) {
+        const int op_rec = layer_op(r, l, MODEL_OPR_CORE, MODEL_RECOMPUTE);
+        begin(r, op_rec);
+        /* with cp the keys are in cp.kv_full already: gathered once, for both */
+        TRY(attention_core_fwd(r, a, r->W->dqkv, mb, l, chunk, MODEL_RECOMPUTE, op_rec, 0, err));
         end(r);
     }
 
     /* the fused path's backward reads the forward's output, saved in the act dtype whenever the
      * fused core runs (model_fp8_proj_in) */
-    begin(r, layer_op(r, l, MODEL_OPR_CORE, MODEL_BWD));
+    begin(r, op_core);
     attention_core_bwd(r, a, EXEC_LA(a, PROJ_IN));
     end(r);
+    if (cp)
+        TRY(cp_scatter_dkv(r, chunk, l, op_core, err));
 
     const void *x;
     ExecFp8Ref xq;
     TRY(column_bwd_input(r, chunk, l, MODEL_OPR_QKV, EXEC_LA(a, QKV_IN), fq != NULL, &x, &xq, err));
     if (c->spec.model.position == MODEL_POS_ROPE)
-        k->rope_bwd(r->W->dqkv, d->b, d->s, d->heads_loc, d->kv_loc, d->hd, 0,
-                    (float)c->spec.model.rope_theta);
+        rope(r, r->W->dqkv, 1);
     if (EXEC_LP(g, QKV_B))
         k->bias_grad(EXEC_LP(g, QKV_B), r->W->dqkv, N, qkv);
     if (fq) {
@@ -883,6 +1024,13 @@ static int layer_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
 
 /* ---- the embedding and the output layer ---- */
 
+/* Sequence q's part j in the micro-batch's token rows (exec_tok_row); its targets follow
+ * one token on. */
+static const int32_t *tok_part(const ExecCtx *c, const int32_t *tok, int q, int j)
+{
+    return tok + (size_t)q * exec_tok_row(c) + (size_t)j * (exec_cp_part_len(c) + 1);
+}
+
 static int embed_fwd(const ExecLayerRun *r, int chunk, int mb, ExecHeadActs *x, void *x0,
                      const int32_t *tok, PxError *err)
 {
@@ -890,8 +1038,7 @@ static int embed_fwd(const ExecLayerRun *r, int chunk, int mb, ExecHeadActs *x, 
     const KernBackend *k = c->k;
     const ModelDims *d = &c->d;
     const ExecParams *P = r->P;
-    const int b = d->b, s = d->s, h = d->h, row = s + 1, V = d->vocab_loc, R = b * d->s_sp;
-    const size_t sh = (size_t)s * h;
+    const int b = d->b, h = d->h, V = d->vocab_loc, R = b * d->s_sp;
     const int sp = sp_on(c);
     TRY(gather_block(r, P->embed_block, MODEL_FWD, 0, err));
     /* vocabulary-parallel: this rank's rows give a partial embedding, summed over TP; the
@@ -901,8 +1048,12 @@ static int embed_fwd(const ExecLayerRun *r, int chunk, int mb, ExecHeadActs *x, 
     const int op = other_op(r, MODEL_OPR_EMBED, MODEL_FWD);
     begin(r, op);
     for (int q = 0; q < b; q++)
-        k->embedding_fwd(AT(emb, q * sh), tok + (size_t)q * row, P->wte, wpe, s, s, 0, h,
-                         c->g.tp_rank * V, V);
+        for (int j = 0; j < exec_cp_parts(c); j++) {
+            const int C = exec_cp_part_len(c);
+            k->embedding_fwd(AT(emb, ((size_t)q * d->s_loc + (size_t)j * C) * h),
+                             tok_part(c, tok, q, j), P->wte, wpe, C, C,
+                             exec_cp_part_pos(c, c->g.cp_rank, j), h, c->g.tp_rank * V, V);
+        }
     end(r);
     if (sp) {
         TRY(tp_reduce_scatter(r, MODEL_OPR_EMBED, -1, chunk, MODEL_FWD, x0, emb, (size_t)R * h, err));
@@ -927,8 +1078,8 @@ static int cross_entropy(const ExecLayerRun *r, int chunk, ExecHeadActs *x, cons
     const ExecCtx *c = r->c;
     const KernBackend *k = c->k;
     const ModelDims *d = &c->d;
-    const int b = d->b, s = d->s, row = s + 1, V = d->vocab_loc, N = b * d->s_loc;
-    const int v0 = c->g.tp_rank * V;
+    const int b = d->b, V = d->vocab_loc, N = b * d->s_loc, P = exec_cp_parts(c);
+    const int C = exec_cp_part_len(c), v0 = c->g.tp_rank * V;
     float *probs = EXEC_HA(x, LOSS_PROBS);
     const int op_loss = other_op(r, MODEL_OPR_LOSS, MODEL_FWD);
     int op_ar = -1;
@@ -937,8 +1088,7 @@ static int cross_entropy(const ExecLayerRun *r, int chunk, ExecHeadActs *x, cons
         return PX_ERUNTIME;
     float *rowmax = r->W->xent, *rowsum = rowmax + N, *target = rowsum + N, *loss = target + N;
     begin(r, op_loss);
-    for (int q = 0; q < b; q++)
-        k->xent_rowmax(rowmax + (size_t)q * s, probs + (size_t)q * s * V, s, V);
+    k->xent_rowmax(rowmax, probs, N, V);
     end(r);
     if (op_ar >= 0) {
         begin(r, op_ar);
@@ -948,11 +1098,12 @@ static int cross_entropy(const ExecLayerRun *r, int chunk, ExecHeadActs *x, cons
         TRY(rc);
     }
     resume(r, op_loss);
-    for (int q = 0; q < b; q++) {
-        const size_t o = (size_t)q * s;
-        k->xent_expsum(rowsum + o, target + o, probs + o * V, rowmax + o, tok + (size_t)q * row + 1,
-                       s, V, v0);
-    }
+    for (int q = 0; q < b; q++)
+        for (int j = 0; j < P; j++) {
+            const size_t o = (size_t)q * d->s_loc + (size_t)j * C;
+            k->xent_expsum(rowsum + o, target + o, probs + o * V, rowmax + o,
+                           tok_part(c, tok, q, j) + 1, C, V, v0);
+        }
     end(r);
     /* the op's calls are the communication calls, as the graph counts them (3 per pass) */
     for (int i = 0; i < 2 && op_ar >= 0; i++) {
@@ -963,12 +1114,9 @@ static int cross_entropy(const ExecLayerRun *r, int chunk, ExecHeadActs *x, cons
         TRY(rc);
     }
     resume(r, op_loss);
-    for (int q = 0; q < b; q++) {
-        const size_t o = (size_t)q * s;
-        k->xent_finish(loss + o, probs + o * V, rowsum + o, rowmax + o, target + o, s, V);
-    }
-    /* every TP rank has the same losses: one of them reports them */
-    if (c->g.tp_rank == 0 && c->g.cp_rank == 0) {
+    k->xent_finish(loss, probs, rowsum, rowmax, target, N, V);
+    /* every TP rank has the same losses: one of them reports them (each cp rank its tokens') */
+    if (c->g.tp_rank == 0) {
         k->to_host(r->W->host_loss, loss, (size_t)N * sizeof *loss);
         double sum = 0.0;
         for (int n = 0; n < N; n++)
@@ -1055,10 +1203,11 @@ static int head_bwd(const ExecLayerRun *r, int chunk, const ExecHeadActs *x, con
     const KernBackend *k = c->k;
     const ModelDims *d = &c->d;
     ExecParams *P = r->P;
-    const int b = d->b, s = d->s, h = d->h, row = s + 1, V = d->vocab_loc;
+    const int b = d->b, h = d->h, V = d->vocab_loc, C = exec_cp_part_len(c);
     const int N = b * d->s_loc, R = b * d->s_sp;
-    /* the loss is the mean over every token of the global batch, times the fp16 loss scale */
-    const float dloss = (float)(r->pass->loss_scale / ((double)c->spec.job.global_batch * s));
+    /* the loss is the mean over every token of the global batch (of every cp rank's), times
+     * the fp16 loss scale */
+    const float dloss = (float)(r->pass->loss_scale / ((double)c->spec.job.global_batch * d->s));
     float *probs = EXEC_HA(x, LOSS_PROBS);
     exec_zero_bucket_clear(r->Z, c, P, P->final_block);
     TRY(gather_block(r, P->final_block, MODEL_BWD, 0, err));
@@ -1067,8 +1216,9 @@ static int head_bwd(const ExecLayerRun *r, int chunk, const ExecHeadActs *x, con
 
     begin(r, other_op(r, MODEL_OPR_LOSS, MODEL_BWD));
     for (int q = 0; q < b; q++)
-        k->xent_bwd(probs + (size_t)q * s * V, tok + (size_t)q * row + 1, s, V, c->g.tp_rank * V,
-                    dloss);
+        for (int j = 0; j < exec_cp_parts(c); j++)
+            k->xent_bwd(probs + ((size_t)q * d->s_loc + (size_t)j * C) * V,
+                        tok_part(c, tok, q, j) + 1, C, V, c->g.tp_rank * V, dloss);
     const void *dlogits = dlogits_act(r, probs, (size_t)N * V);
     end(r);
 
@@ -1104,8 +1254,7 @@ static int embed_bwd(const ExecLayerRun *r, int chunk, const ExecHeadActs *x, co
     const KernBackend *k = c->k;
     const ModelDims *d = &c->d;
     ExecParams *P = r->P;
-    const int b = d->b, s = d->s, h = d->h, row = s + 1, V = d->vocab_loc, R = b * d->s_sp;
-    const size_t sh = (size_t)s * h;
+    const int b = d->b, h = d->h, V = d->vocab_loc, R = b * d->s_sp, C = exec_cp_part_len(c);
     exec_zero_bucket_clear(r->Z, c, P, P->embed_block);
     if (c->g.defer_logits_wgrad)
         TRY(logits_wgrad(r, chunk, x, err));
@@ -1126,8 +1275,10 @@ static int embed_bwd(const ExecLayerRun *r, int chunk, const ExecHeadActs *x, co
     TRY(gather_block(r, P->embed_block, MODEL_BWD, c->g.tied_here ? 1 : 0, err));
     resume(r, op);
     for (int q = 0; q < b; q++)
-        k->embedding_bwd(P->g_wte, P->g_wpe, AT(dy, q * sh), tok + (size_t)q * row, s, s, 0, h,
-                         c->g.tp_rank * V, V);
+        for (int j = 0; j < exec_cp_parts(c); j++)
+            k->embedding_bwd(P->g_wte, P->g_wpe, AT(dy, ((size_t)q * d->s_loc + (size_t)j * C) * h),
+                             tok_part(c, tok, q, j), C, C, exec_cp_part_pos(c, c->g.cp_rank, j), h,
+                             c->g.tp_rank * V, V);
     end(r);
     TRY(exec_zero_bucket_reduce(r->Z, c, P, r->M, P->embed_block, err));
     if (last_mb)
