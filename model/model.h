@@ -585,6 +585,8 @@ typedef enum {
     /* context parallelism's all-gather: the gathered K and V in global token order, the
      * gradient of the full sequence's K and V (cp.kv holds them in cp rank order) */
     MODEL_TR_CP_KV_FULL, MODEL_TR_CP_DKV,
+    /* context parallelism's all-to-all (Ulysses): what a rank sends and what it receives */
+    MODEL_TR_CP_A2A_SEND, MODEL_TR_CP_A2A_RECV,
     MODEL_TR_COUNT
 } ModelTensorRole;
 

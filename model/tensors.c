@@ -1058,7 +1058,16 @@ static void add_comm_buffers(Build *B)
     }
     if (s->layout.sp)
         add(a, MODEL_TR_SP_GATHER, "sp.gather", MODEL_COMM_BUFFERS, e, 0, 3, b, d->s_loc, h, 0);
-    if (d->c > 1) {
+    if (d->c > 1 && s->layout.cp_comm == MODEL_CP_COMM_A2A) {
+        /* Ulysses' all-to-alls: the rank's Q, K, V (or output, or their gradients) packed by
+         * destination, and what it receives, then reordered by the executor into the head
+         * split over the whole sequence, which takes attn.qkv.out's place (docs/memory.md) */
+        const int64_t w = d->q_loc + 2 * (int64_t)d->kv_width_loc;
+        add(a, MODEL_TR_CP_A2A_SEND, "cp.a2a_send", MODEL_COMM_BUFFERS, e, MODEL_SHARD_TP, 3, b,
+            d->s_loc, w, 0);
+        add(a, MODEL_TR_CP_A2A_RECV, "cp.a2a_recv", MODEL_COMM_BUFFERS, e, MODEL_SHARD_TP, 3, b,
+            d->s_loc, w, 0);
+    } else if (d->c > 1) {
         /* the gathered K and V (with the all-gather: in cp rank order, and backward the K, V
          * gradient reduce-scattered from it), and for the all-gather the same in global token
          * order (attention's keys) and the gradient of the full sequence's K and V

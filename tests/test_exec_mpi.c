@@ -118,6 +118,17 @@ static const Layout layouts[] = {
     {"llama_cp2_dp2_zero1_allgather", 4,
      "--dp 2 --tp 1 --pp 1 --cp 2 --cp-comm-type allgather --zero 1 --no-sp " PIN1,
      "--model tiny-llama --seq 256 --recompute full", 5, 0, NULL, 0},
+    /* Ulysses' all-to-alls (the unfused core: the fused one is refused with a2a) */
+    {"llama_cp2_a2a", 2, "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type a2a --zero 0 --no-sp " PIN1,
+     "--model tiny-llama --seq 256 --no-flash-attn", 5, 0, NULL, 0},
+    {"llama_cp4_a2a_selective", 4, "--dp 1 --tp 1 --pp 1 --cp 4 --cp-comm-type a2a --zero 0 --no-sp " PIN1,
+     "--model tiny-llama --seq 256 --no-flash-attn --recompute selective", 5, 0, NULL, 0},
+    {"llama_cp2_tp2_a2a", 4, "--dp 1 --tp 2 --pp 1 --cp 2 --cp-comm-type a2a --zero 0 --no-sp " PIN1,
+     "--model tiny-llama --seq 256 --no-flash-attn", 5, 0, NULL, 0},
+    {"llama_cp2_pp2_a2a", 4, "--dp 1 --tp 1 --pp 2 --cp 2 --cp-comm-type a2a --zero 0 --no-sp " PIN1,
+     "--model tiny-llama --seq 256 --no-flash-attn", 5, 0, NULL, 0},
+    {"llama_cp2_dp2_zero1_a2a", 4, "--dp 2 --tp 1 --pp 1 --cp 2 --cp-comm-type a2a --zero 1 --no-sp " PIN1,
+     "--model tiny-llama --seq 256 --no-flash-attn --recompute full", 5, 0, NULL, 0},
     {"dp2_tp2_pp2_zero1_fp8_delayed", 8, "--dp 2 --tp 2 --pp 2 --zero 1 --sp " PIN1,
      "--fp8-recipe delayed --fp8-format e4m3 --recompute full --set device.fp8_tn_only=1", 5, 0, NULL, 3e-3},
 };

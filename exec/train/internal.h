@@ -508,7 +508,8 @@ void exec_fp8_free(ExecFp8 *F);
 typedef struct ExecWork {
     void *out, *dx_a, *dx_b, *dhid, *dqkv, *dffn, *dact, *dscores, *sp_gather;
     void *exp_dffn, *exp_dx, *ep_send, *ep_recv; /* a MoE layer's (ep.* only when ep > 1) */
-    void *cp_kv, *cp_kv_full, *cp_dkv;           /* context parallelism's (cp > 1) */
+    void *cp_kv, *cp_kv_full, *cp_dkv;           /* context parallelism's all-gather */
+    void *cp_send, *cp_recv;                     /* and its all-to-all */
     float *flash_d, *xent;
     float *host_loss; /* the micro-batch's per-token losses, read back (b * s floats) */
 } ExecWork;
@@ -760,6 +761,7 @@ int exec_batches_bind(ExecBatches *B, const ModelTensor *t, void *p, PxError *er
  * exec_cp_part_len tokens and cp rank i holds chunks i and 2 cp - 1 - i, its parts 0 and 1
  * (cp 1: one part, the sequence). A sequence's row in data.batch holds each part's tokens and
  * the token after its last (exec_tok_row ints; part j's at j x (part length + 1)). */
+enum { EXEC_CP_MAX = 64 }; /* the largest cp group the all-to-all's counts hold */
 int exec_cp_parts(const ExecCtx *c);
 int exec_cp_part_len(const ExecCtx *c);
 /* the global position of part j's first token on cp rank `cp_rank` */

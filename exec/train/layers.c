@@ -65,6 +65,8 @@ int exec_work_bind(ExecWork *W, const ExecCtx *c, const ModelTensor *t, void *p,
     case MODEL_TR_CP_KV: act = &W->cp_kv; break;
     case MODEL_TR_CP_KV_FULL: act = &W->cp_kv_full; break;
     case MODEL_TR_CP_DKV: act = &W->cp_dkv; break;
+    case MODEL_TR_CP_A2A_SEND: act = &W->cp_send; break;
+    case MODEL_TR_CP_A2A_RECV: act = &W->cp_recv; break;
     default: return exec_bind_unused(t, err);
     }
     if (t->role == MODEL_TR_WS_EXP_DFFN) {
@@ -493,6 +495,220 @@ static int cp_scatter_dkv(const ExecLayerRun *r, int chunk, int l, int op, PxErr
     return PX_OK;
 }
 
+/* Ulysses (Jacobs et al. 2023), cp_comm a2a: rank r of the cp group attends with heads
+ * r H/cp ... and KV groups r KV/cp ... of this TP rank's over the whole sequence. A rank's
+ * head-split rows are W = (H + 2 KV)/cp x hd wide (its Q heads, K heads, V heads), held in
+ * global token order: attn.qkv.out takes them in place of its own (the same size). */
+typedef struct {
+    int wq, wk, W;   /* a rank's Q, K (and V) and row widths in the head split */
+    size_t rows;     /* this rank's token rows: b x s_loc */
+    int64_t cnt[EXEC_CP_MAX]; /* elements to and from each rank of the group (a2a_width) */
+} CpA2a;
+
+static void a2a_dims(const ExecCtx *c, CpA2a *x)
+{
+    const ModelDims *d = &c->d;
+    x->wq = d->heads_loc / d->c * d->hd;
+    x->wk = d->kv_loc / d->c * d->hd;
+    x->W = x->wq + 2 * x->wk;
+    x->rows = (size_t)d->b * d->s_loc;
+}
+
+/* every rank sends every other this rank's rows, `width` wide */
+static void a2a_width(const ExecCtx *c, CpA2a *x, int width)
+{
+    for (int i = 0; i < c->d.c; i++)
+        x->cnt[i] = (int64_t)(x->rows * (size_t)width);
+}
+
+/* Moves the rows of part j of sequence q of rank `rank` (C rows, `width` wide) between the
+ * packed buffer `pk` (rank-major: each rank's b x s_loc local rows) and the global-order
+ * buffer `gl`; to_global says which way. */
+static void a2a_move(const ExecCtx *c, void *pk, void *gl, int width, int to_global)
+{
+    const ModelDims *d = &c->d;
+    const int C = exec_cp_part_len(c);
+    const size_t rows = (size_t)d->b * d->s_loc, bytes = (size_t)C * width * c->ab;
+    for (int rk = 0; rk < d->c; rk++)
+        for (int q = 0; q < d->b; q++)
+            for (int j = 0; j < 2; j++) {
+                void *p = EXEC_AT(pk, (rk * rows + (size_t)q * d->s_loc + (size_t)j * C) * width, c->ab);
+                void *g = EXEC_AT(gl, ((size_t)q * d->s + exec_cp_part_pos(c, rk, j)) * width, c->ab);
+                c->k->copy(to_global ? g : p, to_global ? p : g, bytes);
+            }
+}
+
+/* One counted all-to-all of cp.a2a_send into cp.a2a_recv, timed under its op (the graph's
+ * first or second of the core in phase ph). */
+static int a2a_call(const ExecLayerRun *r, int l, int chunk, ModelPhase ph, int occurrence,
+                    const CpA2a *x, PxError *err)
+{
+    const int g = exec_meter_find(r->M, MODEL_OPR_CORE, l, chunk, ph, MODEL_CP_ALL_TO_ALL,
+                                  occurrence);
+    if (g < 0) {
+        char what[128];
+        snprintf(what, sizeof what, "layer.%d.%s.%s.%s (call %d)", l,
+                 model_op_role_name(MODEL_OPR_CORE), model_comm_name(MODEL_CP_ALL_TO_ALL),
+                 model_phase_name(ph), occurrence + 1);
+        return exec_meter_missing(r->c, what, err);
+    }
+    begin(r, g);
+    int rc = comm_all_to_allv(r->c->comm, r->W->cp_recv, x->cnt, r->W->cp_send, x->cnt, r->c->act,
+                              MODEL_CP_ALL_TO_ALL, err);
+    end(r);
+    return rc;
+}
+
+/* Q, K, V from the sequence split (attn.qkv.out, this rank's rows) to the head split over the
+ * whole sequence (attn.qkv.out again, W wide). Returns with op `op` not running. */
+static int a2a_qkv(const ExecLayerRun *r, const ExecLayerActs *a, int chunk, int l, ModelPhase ph,
+                   int op, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const ModelDims *d = &c->d;
+    const int qkv = d->q_loc + 2 * d->kv_width_loc;
+    CpA2a x;
+    a2a_dims(c, &x);
+    a2a_width(c, &x, x.W);
+    void *src = EXEC_LA(a, QKV_OUT);
+    resume(r, op);
+    for (int rk = 0; rk < d->c; rk++)
+        for (size_t n = 0; n < x.rows; n++) {
+            void *o = AT(r->W->cp_send, (rk * x.rows + n) * x.W);
+            const void *row = AT(src, n * qkv);
+            c->k->copy(o, AT(row, (size_t)rk * x.wq), (size_t)x.wq * c->ab);
+            c->k->copy(AT(o, x.wq), AT(row, d->q_loc + (size_t)rk * x.wk), (size_t)x.wk * c->ab);
+            c->k->copy(AT(o, x.wq + x.wk), AT(row, d->q_loc + d->kv_width_loc + (size_t)rk * x.wk),
+                       (size_t)x.wk * c->ab);
+        }
+    end(r);
+    TRY(a2a_call(r, l, chunk, ph, 0, &x, err));
+    resume(r, op);
+    a2a_move(c, r->W->cp_recv, src, x.W, 1);
+    end(r);
+    return PX_OK;
+}
+
+/* The head-split output (cp.a2a_recv, global order, wq wide) back to the sequence split: this
+ * rank's rows of every head into out. Returns with op `op` not running. */
+static int a2a_out(const ExecLayerRun *r, void *out, int chunk, int l, ModelPhase ph, int op,
+                   PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const ModelDims *d = &c->d;
+    CpA2a x;
+    a2a_dims(c, &x);
+    a2a_width(c, &x, x.wq);
+    resume(r, op);
+    a2a_move(c, r->W->cp_send, r->W->cp_recv, x.wq, 0);
+    end(r);
+    TRY(a2a_call(r, l, chunk, ph, 1, &x, err));
+    resume(r, op);
+    for (int rk = 0; rk < d->c; rk++)
+        for (size_t n = 0; n < x.rows; n++)
+            c->k->copy(AT(out, n * d->q_loc + (size_t)rk * x.wq),
+                       AT(r->W->cp_recv, (rk * x.rows + n) * x.wq), (size_t)x.wq * c->ab);
+    end(r);
+    return PX_OK;
+}
+
+/* Ulysses' core, forward: with `comm` Q, K, V to the head split first and the output back
+ * after (the forward's, a full recompute's), else (selective recompute) over the head split
+ * attn.qkv.out already holds, into out. Sequence by sequence, causal over the whole one. */
+static int attention_a2a_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *out, int l,
+                             int chunk, ModelPhase ph, int op, int comm, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const ModelDims *d = &c->d;
+    CpA2a x;
+    a2a_dims(c, &x);
+    if (comm) {
+        end(r);
+        TRY(a2a_qkv(r, a, chunk, l, ph, op, err));
+        resume(r, op);
+    }
+    void *oh = comm ? r->W->cp_recv : out;
+    const int Hc = d->heads_loc / d->c, s = d->s;
+    const size_t tile = (size_t)Hc * s * s;
+    for (int q = 0; q < d->b; q++) {
+        const void *base = AT(EXEC_LA(a, QKV_OUT), (size_t)q * s * x.W);
+        KernAttnFwd f = {
+            .B = 1, .Tq = s, .Tk = s, .H = Hc, .KV = d->kv_loc / d->c, .D = d->hd,
+            .scale = (float)(1.0 / sqrt((double)d->hd)),
+            .q = base, .k = AT(base, x.wq), .v = AT(base, x.wq + x.wk),
+            .q_stride = x.W, .k_stride = x.W, .v_stride = x.W,
+            .out = AT(oh, (size_t)q * s * x.wq),
+            .probs = AT(EXEC_LA(a, SOFTMAX), q * tile),
+        };
+        c->k->attention_fwd(&f);
+        exec_meter_flops(r->M, model_attention_fwd_flops(&c->spec, (double)Hc, s, s, d->hd));
+    }
+    if (comm) {
+        end(r);
+        TRY(a2a_out(r, out, chunk, l, ph, op, err));
+        resume(r, op);
+    }
+    return PX_OK;
+}
+
+/* Ulysses' core, backward: the output's gradient (ws.dhid) to the head split, the attention's
+ * backward there, and Q's, K's and V's gradients back to this rank's rows of ws.dqkv. Returns
+ * with op `op` not running. */
+static int attention_a2a_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int chunk, int l,
+                             int op, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const ModelDims *d = &c->d;
+    const int qkv = d->q_loc + 2 * d->kv_width_loc, Hc = d->heads_loc / d->c, s = d->s;
+    CpA2a x;
+    a2a_dims(c, &x);
+    a2a_width(c, &x, x.wq);
+    begin(r, op);
+    for (int rk = 0; rk < d->c; rk++)
+        for (size_t n = 0; n < x.rows; n++)
+            c->k->copy(AT(r->W->cp_send, (rk * x.rows + n) * x.wq),
+                       AT(r->W->dhid, n * d->q_loc + (size_t)rk * x.wq), (size_t)x.wq * c->ab);
+    end(r);
+    TRY(a2a_call(r, l, chunk, MODEL_BWD, 0, &x, err));
+    resume(r, op);
+    a2a_move(c, r->W->cp_recv, r->W->cp_send, x.wq, 1); /* dO, head split, in cp.a2a_send */
+    const size_t tile = (size_t)Hc * s * s;
+    for (int q = 0; q < d->b; q++) {
+        const void *base = AT(EXEC_LA(a, QKV_OUT), (size_t)q * s * x.W);
+        void *db = AT(r->W->cp_recv, (size_t)q * s * x.W);
+        KernAttnBwd b = {
+            .B = 1, .Tq = s, .Tk = s, .H = Hc, .KV = d->kv_loc / d->c, .D = d->hd,
+            .scale = (float)(1.0 / sqrt((double)d->hd)),
+            .q = base, .k = AT(base, x.wq), .v = AT(base, x.wq + x.wk),
+            .q_stride = x.W, .k_stride = x.W, .v_stride = x.W,
+            .dout = AT(r->W->cp_send, (size_t)q * s * x.wq),
+            .dq = db, .dk = AT(db, x.wq), .dv = AT(db, x.wq + x.wk),
+            .dq_stride = x.W, .dk_stride = x.W, .dv_stride = x.W,
+            .probs = AT(EXEC_LA(a, SOFTMAX), q * tile),
+            .dscores = AT(r->W->dscores, q * tile),
+        };
+        c->k->attention_bwd(&b);
+        const double fwd = model_attention_fwd_flops(&c->spec, (double)Hc, s, s, d->hd);
+        exec_meter_flops(r->M, model_attention_bwd_flops(fwd, 0, NULL));
+    }
+    a2a_width(c, &x, x.W);
+    a2a_move(c, r->W->cp_send, r->W->cp_recv, x.W, 0);
+    end(r);
+    TRY(a2a_call(r, l, chunk, MODEL_BWD, 1, &x, err));
+    resume(r, op);
+    for (int rk = 0; rk < d->c; rk++)
+        for (size_t n = 0; n < x.rows; n++) {
+            const void *i = AT(r->W->cp_recv, (rk * x.rows + n) * x.W);
+            void *row = AT(r->W->dqkv, n * qkv);
+            c->k->copy(AT(row, (size_t)rk * x.wq), i, (size_t)x.wq * c->ab);
+            c->k->copy(AT(row, d->q_loc + (size_t)rk * x.wk), AT(i, x.wq), (size_t)x.wk * c->ab);
+            c->k->copy(AT(row, d->q_loc + d->kv_width_loc + (size_t)rk * x.wk), AT(i, x.wq + x.wk),
+                       (size_t)x.wk * c->ab);
+        }
+    end(r);
+    return PX_OK;
+}
+
 /* Where part j's keys are: the sequence's own K, V columns (cp 1) or cp.kv_full; part j's
  * queries see keys 0 .. its last position: *tk of them, the first at *q_offset. */
 static void cp_part_keys(const ExecCtx *c, int j, int *q_offset, int *tk)
@@ -515,6 +731,8 @@ static int attention_core_fwd(const ExecLayerRun *r, const ExecLayerActs *a, voi
     const int cp = d->c > 1, kvs = cp ? 2 * d->kv_width_loc : qkv, P = exec_cp_parts(c);
     const int C = exec_cp_part_len(c);
     const size_t tile = (size_t)H * sl * d->s;
+    if (cp && c->spec.layout.cp_comm == MODEL_CP_COMM_A2A)
+        return attention_a2a_fwd(r, a, out, l, chunk, ph, op, gather, err);
     if (cp && gather) {
         end(r);
         TRY(cp_gather_kv(r, a, chunk, l, ph, op, err));
@@ -977,8 +1195,9 @@ static int layer_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
      * backward; the output it recomputes is not needed and lands in ws.dqkv, which the
      * backward then overwrites. */
     const int op_core = layer_op(r, l, MODEL_OPR_CORE, MODEL_BWD);
-    const int cp = d->c > 1, rec_core = c->spec.layout.recompute == MODEL_RECOMPUTE_SELECTIVE &&
-                                        !c->spec.job.flash_attn;
+    const int rec_core = c->spec.layout.recompute == MODEL_RECOMPUTE_SELECTIVE &&
+                         !c->spec.job.flash_attn;
+    const int a2a = d->c > 1 && c->spec.layout.cp_comm == MODEL_CP_COMM_A2A, cp = d->c > 1 && !a2a;
     /* context parallelism gathers K and V again for the backward (the op graph's backward
      * all-gather), which the selective recompute below reads too */
     if (cp)
@@ -993,9 +1212,13 @@ static int layer_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
 
     /* the fused path's backward reads the forward's output, saved in the act dtype whenever the
      * fused core runs (model_fp8_proj_in) */
-    begin(r, op_core);
-    attention_core_bwd(r, a, EXEC_LA(a, PROJ_IN));
-    end(r);
+    if (a2a) {
+        TRY(attention_a2a_bwd(r, a, chunk, l, op_core, err));
+    } else {
+        begin(r, op_core);
+        attention_core_bwd(r, a, EXEC_LA(a, PROJ_IN));
+        end(r);
+    }
     if (cp)
         TRY(cp_scatter_dkv(r, chunk, l, op_core, err));
 
