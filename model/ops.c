@@ -420,7 +420,7 @@ static void moe_forward(Emit *e, int l)
 }
 
 /* The context-parallel communication around the attention core, before it (after == 0) and
- * after it: Ulysses' all-to-alls (cp_comm a2a) of Q, K, V and of the output (backward: of the
+ * after it (the ring's messages, which run beside it, are listed after it): Ulysses' all-to-alls (cp_comm a2a) of Q, K, V and of the output (backward: of the
  * output's gradient, then of Q's, K's and V's), each the rank's local buffer; else K and V
  * all-gathered over the whole sequence, and backward gathered again and their gradients
  * reduce-scattered. */
@@ -432,6 +432,21 @@ static void cp_core_comm(Emit *e, const char *n, int after)
         const double qkv = rows * (d->q_loc + 2.0 * d->kv_width_loc) * a, out = rows * d->o_loc * a;
         const int bwd = e->phase == MODEL_BWD;
         comm(e, n, MODEL_CP_ALL_TO_ALL, d->c, after != bwd ? out : qkv, 1);
+        return;
+    }
+    if (e->s->layout.cp_comm == MODEL_CP_COMM_P2P) {
+        /* the K, V ring: each of cp - 1 steps sends the block at hand (KVb, this rank's b x
+         * s/cp tokens' K and V) on; backward each step sends K, V and the gradient accumulated
+         * for them, and a last message returns each gradient to its owner */
+        const double kvb = rows * 2.0 * d->kv_width_loc * a;
+        if (!after)
+            return;
+        if (e->phase == MODEL_BWD) {
+            comm(e, n, MODEL_CP_P2P, d->c, 2.0 * kvb, d->c - 1);
+            comm(e, n, MODEL_CP_P2P, d->c, kvb, 1);
+        } else {
+            comm(e, n, MODEL_CP_P2P, d->c, kvb, d->c - 1);
+        }
         return;
     }
     const double kv_full = (double)d->b * d->s * 2.0 * d->kv_width_loc * a;
