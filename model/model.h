@@ -587,6 +587,9 @@ typedef enum {
     MODEL_TR_CP_KV_FULL, MODEL_TR_CP_DKV,
     /* context parallelism's all-to-all (Ulysses): what a rank sends and what it receives */
     MODEL_TR_CP_A2A_SEND, MODEL_TR_CP_A2A_RECV,
+    /* context parallelism's K, V ring (p2p): a block's partial attention output and
+     * log-sum-exp, its K, V gradient */
+    MODEL_TR_CP_OUT_PART, MODEL_TR_CP_LSE_PART, MODEL_TR_CP_DKV_PART,
     MODEL_TR_COUNT
 } ModelTensorRole;
 

@@ -51,11 +51,11 @@ plan() { # plan NAME GPUS KNOBS...
 plan dp2 2 --dp 2 --tp 1 --pp 1
 plan pp8 8 --dp 2 --tp 2 --pp 2
 # context parallelism the executor does not run: refused on every rank, printed once
-plan cp2_p2p 2 --dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type p2p --model tiny-llama --seq 256
+plan cp2_p2p 2 --dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type p2p --model tiny-llama --seq 256 --no-flash-attn
 plan cp2_a2a_flash 2 --dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type a2a --model tiny-llama --seq 256 --flash-attn
 plan cp4_tp2_a2a 8 --dp 1 --tp 2 --pp 1 --cp 4 --cp-comm-type a2a --model tiny-llama --seq 256 --no-flash-attn
 plan cp2_drop 2 --dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type allgather --model tiny-llama --seq 256 --dropout 0.1
-ONCE=1 expect 2 "layout.cp 2 (cp_comm_type p2p, sequence 256): the executor runs context parallelism with limits: cp_comm_type p2p is simulated only" \
+ONCE=1 expect 2 "layout.cp 2 (cp_comm_type p2p, sequence 256): the executor runs context parallelism with limits: p2p runs the fused attention core (make the plan with --flash-attn)" \
   "$px" run "$tmp/cp2_p2p.json" -o "$tmp/x.json"
 ONCE=1 expect 2 "a2a runs the unfused attention core (make the plan with --no-flash-attn)" \
   "$px" run "$tmp/cp2_a2a_flash.json" -o "$tmp/x.json"

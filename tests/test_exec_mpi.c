@@ -118,6 +118,17 @@ static const Layout layouts[] = {
     {"llama_cp2_dp2_zero1_allgather", 4,
      "--dp 2 --tp 1 --pp 1 --cp 2 --cp-comm-type allgather --zero 1 --no-sp " PIN1,
      "--model tiny-llama --seq 256 --recompute full", 5, 0, NULL, 0},
+    /* the K, V ring (the fused core: the unfused one is refused with p2p) */
+    {"llama_cp2_p2p", 2, "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type p2p --zero 0 --no-sp " PIN1,
+     "--model tiny-llama --seq 256", 5, 0, NULL, 0},
+    {"llama_cp4_p2p", 4, "--dp 1 --tp 1 --pp 1 --cp 4 --cp-comm-type p2p --zero 0 --no-sp " PIN1,
+     "--model tiny-llama --seq 256", 5, 0, NULL, 0},
+    {"llama_cp2_tp2_sp_p2p", 4, "--dp 1 --tp 2 --pp 1 --cp 2 --cp-comm-type p2p --zero 0 --sp " PIN1,
+     "--model tiny-llama --seq 256", 5, 0, NULL, 0},
+    {"llama_cp2_pp2_p2p", 4, "--dp 1 --tp 1 --pp 2 --cp 2 --cp-comm-type p2p --zero 0 --no-sp " PIN1,
+     "--model tiny-llama --seq 256", 5, 0, NULL, 0},
+    {"llama_cp2_dp2_zero1_p2p", 4, "--dp 2 --tp 1 --pp 1 --cp 2 --cp-comm-type p2p --zero 1 --no-sp " PIN1,
+     "--model tiny-llama --seq 256 --recompute full", 5, 0, NULL, 0},
     /* Ulysses' all-to-alls (the unfused core: the fused one is refused with a2a) */
     {"llama_cp2_a2a", 2, "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type a2a --zero 0 --no-sp " PIN1,
      "--model tiny-llama --seq 256 --no-flash-attn", 5, 0, NULL, 0},

@@ -510,6 +510,8 @@ typedef struct ExecWork {
     void *exp_dffn, *exp_dx, *ep_send, *ep_recv; /* a MoE layer's (ep.* only when ep > 1) */
     void *cp_kv, *cp_kv_full, *cp_dkv;           /* context parallelism's all-gather */
     void *cp_send, *cp_recv;                     /* and its all-to-all */
+    void *cp_out_part, *cp_dkv_part;             /* and its ring, with cp_kv */
+    float *cp_lse_part;
     float *flash_d, *xent;
     float *host_loss; /* the micro-batch's per-token losses, read back (b * s floats) */
 } ExecWork;

@@ -67,6 +67,9 @@ int exec_work_bind(ExecWork *W, const ExecCtx *c, const ModelTensor *t, void *p,
     case MODEL_TR_CP_DKV: act = &W->cp_dkv; break;
     case MODEL_TR_CP_A2A_SEND: act = &W->cp_send; break;
     case MODEL_TR_CP_A2A_RECV: act = &W->cp_recv; break;
+    case MODEL_TR_CP_OUT_PART: act = &W->cp_out_part; break;
+    case MODEL_TR_CP_DKV_PART: act = &W->cp_dkv_part; break;
+    case MODEL_TR_CP_LSE_PART: f32 = &W->cp_lse_part; break;
     default: return exec_bind_unused(t, err);
     }
     if (t->role == MODEL_TR_WS_EXP_DFFN) {
@@ -709,6 +712,186 @@ static int attention_a2a_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int 
     return PX_OK;
 }
 
+/* The K, V ring (cp_comm p2p; Liu et al. 2023's ring attention with Megatron-LM's chunks):
+ * cp.kv holds two slots, each a block (a rank's K and V, b x s_loc rows of 2 kv, its parts in
+ * order) followed by the K, V gradient accumulated for it. Step k holds the block of cp rank
+ * (this - k) mod cp while the next arrives from the previous rank. */
+enum { CP_RING_TAG = 0x70000 }; /* apart from the pipeline's tags; its peers are other ranks */
+
+static size_t ring_block(const ExecCtx *c) { return (size_t)c->d.b * c->d.s_loc * 2 * c->d.kv_width_loc; }
+
+static void *ring_slot(const ExecLayerRun *r, int i, int grad)
+{
+    return AT(r->W->cp_kv, ((size_t)2 * i + (size_t)grad) * ring_block(r->c));
+}
+
+static int ring_peer(const ExecCtx *c, int delta)
+{
+    return model_rank(&c->spec.layout, c->g.tp_rank, (c->g.cp_rank + delta + c->d.c) % c->d.c,
+                      c->g.dp_rank, c->g.stage);
+}
+
+/* Sends `bytes` of slot `from` (from its block, or its gradient) to the next rank while
+ * receiving as much into slot `into` from the previous one, timed under the graph's p2p op
+ * (occurrence: the backward's ring steps 0, its last message 1). */
+static int ring_pass(const ExecLayerRun *r, int l, int chunk, ModelPhase ph, int occurrence,
+                     const void *from, void *into, size_t bytes, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const int g = exec_meter_find(r->M, MODEL_OPR_CORE, l, chunk, ph, MODEL_CP_P2P, occurrence);
+    if (g < 0) {
+        char what[128];
+        snprintf(what, sizeof what, "layer.%d.%s.%s.%s (op %d)", l,
+                 model_op_role_name(MODEL_OPR_CORE), model_comm_name(MODEL_CP_P2P),
+                 model_phase_name(ph), occurrence + 1);
+        return exec_meter_missing(c, what, err);
+    }
+    const int tag = CP_RING_TAG + (ph == MODEL_BWD);
+    int rq = -1, sq = -1;
+    begin(r, g);
+    int rc = comm_recv(c->comm, into, bytes, ring_peer(c, -1), tag, MODEL_CP_P2P, &rq, err);
+    if (!rc)
+        rc = comm_send(c->comm, from, bytes, ring_peer(c, 1), tag, MODEL_CP_P2P, &sq, err);
+    if (!rc)
+        rc = comm_wait(c->comm, &rq, err);
+    if (!rc)
+        rc = comm_wait(c->comm, &sq, err);
+    end(r);
+    return rc;
+}
+
+/* Whether query part j of this rank sees key part jj of cp rank src, and the query offset
+ * that masks it: an earlier chunk whole (every key visible), the same chunk causally. */
+static int ring_visible(const ExecCtx *c, int j, int src, int jj, int *q_offset)
+{
+    const int qp = exec_cp_part_pos(c, c->g.cp_rank, j), kp = exec_cp_part_pos(c, src, jj);
+    *q_offset = kp < qp ? exec_cp_part_len(c) - 1 : 0;
+    return kp <= qp;
+}
+
+/* The ring's forward: each query part's output and log-sum-exp (attn.proj.in's rows and
+ * attn.lse's) over every block, merged block by block (the online softmax). The fused core
+ * only. Returns with op `op` running. */
+static int attention_ring_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *out, int l,
+                              int chunk, ModelPhase ph, int op, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const ModelDims *d = &c->d;
+    const int sl = d->s_loc, H = d->heads_loc, qkv = d->q_loc + 2 * d->kv_width_loc;
+    const int kv2 = 2 * d->kv_width_loc, C = exec_cp_part_len(c), me = c->g.cp_rank;
+    const size_t row = (size_t)kv2 * c->ab;
+    for (size_t n = 0; n < (size_t)d->b * sl; n++)
+        c->k->copy(AT(ring_slot(r, 0, 0), n * kv2), AT(EXEC_LA(a, QKV_OUT), n * qkv + d->q_loc), row);
+    for (int step = 0, cur = 0; step < d->c; step++, cur ^= 1) {
+        const int src = (me - step + d->c) % d->c;
+        const void *blk = ring_slot(r, cur, 0);
+        for (int q = 0; q < d->b; q++)
+            for (int j = 0; j < 2; j++)
+                for (int jj = 0; jj < 2; jj++) {
+                    int q0;
+                    if (!ring_visible(c, j, src, jj, &q0))
+                        continue;
+                    const int first = step == 0 && jj == 0; /* the own block's first part */
+                    const size_t rows = (size_t)q * sl + (size_t)j * C;
+                    float *lse = (float *)EXEC_LA(a, ATTN_LSE) + (size_t)q * H * sl + (size_t)j * H * C;
+                    const void *kb = AT(blk, ((size_t)q * sl + (size_t)jj * C) * kv2);
+                    KernAttnFwd f = {
+                        .B = 1, .Tq = C, .Tk = C, .H = H, .KV = d->kv_loc, .D = d->hd,
+                        .q_offset = q0, .scale = (float)(1.0 / sqrt((double)d->hd)),
+                        .q = AT(EXEC_LA(a, QKV_OUT), rows * qkv), .k = kb,
+                        .v = AT(kb, d->kv_width_loc), .q_stride = qkv, .k_stride = kv2,
+                        .v_stride = kv2,
+                        .out = first ? AT(out, rows * d->q_loc) : r->W->cp_out_part,
+                        .lse = first ? lse : r->W->cp_lse_part,
+                    };
+                    c->k->attention_fwd(&f);
+                    if (!first)
+                        c->k->attention_merge(AT(out, rows * d->q_loc), lse, r->W->cp_out_part,
+                                              r->W->cp_lse_part, C, H, d->hd);
+                }
+        if (step + 1 < d->c) {
+            end(r);
+            TRY(ring_pass(r, l, chunk, ph, 0, blk, ring_slot(r, cur ^ 1, 0), ring_block(c) * c->ab,
+                          err));
+            resume(r, op);
+        }
+    }
+    for (int q = 0; q < d->b; q++)
+        exec_meter_flops(r->M, model_attention_fwd_flops(&c->spec, (double)H, sl, d->s, d->hd));
+    return PX_OK;
+}
+
+/* The ring's backward: each block's part of every gradient, with the forward's output and
+ * log-sum-exp over all blocks (so each block's probabilities are the softmax's own): Q's added
+ * into ws.dqkv, K's and V's into the block's gradient, which travels with it; a last message
+ * takes each gradient to its owner. Returns with op `op` not running. */
+static int attention_ring_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int l, int chunk,
+                              int op, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const ModelDims *d = &c->d;
+    const int sl = d->s_loc, H = d->heads_loc, qkv = d->q_loc + 2 * d->kv_width_loc;
+    const int kv2 = 2 * d->kv_width_loc, C = exec_cp_part_len(c), me = c->g.cp_rank;
+    const size_t row = (size_t)kv2 * c->ab, blk_bytes = ring_block(c) * c->ab;
+    begin(r, op);
+    for (size_t n = 0; n < (size_t)d->b * sl; n++)
+        c->k->copy(AT(ring_slot(r, 0, 0), n * kv2), AT(EXEC_LA(a, QKV_OUT), n * qkv + d->q_loc), row);
+    c->k->memset0(ring_slot(r, 0, 1), blk_bytes);
+    c->k->memset0(r->W->dqkv, (size_t)d->b * sl * qkv * c->ab);
+    int cur = 0;
+    for (int step = 0; step < d->c; step++) {
+        const int src = (me - step + d->c) % d->c;
+        const void *blk = ring_slot(r, cur, 0);
+        void *dblk = ring_slot(r, cur, 1);
+        for (int q = 0; q < d->b; q++)
+            for (int j = 0; j < 2; j++)
+                for (int jj = 0; jj < 2; jj++) {
+                    int q0;
+                    if (!ring_visible(c, j, src, jj, &q0))
+                        continue;
+                    const size_t rows = (size_t)q * sl + (size_t)j * C;
+                    const size_t krows = (size_t)q * sl + (size_t)jj * C;
+                    const size_t lo = (size_t)q * H * sl + (size_t)j * H * C;
+                    const void *kb = AT(blk, krows * kv2);
+                    KernAttnBwd b = {
+                        .B = 1, .Tq = C, .Tk = C, .H = H, .KV = d->kv_loc, .D = d->hd,
+                        .q_offset = q0, .scale = (float)(1.0 / sqrt((double)d->hd)),
+                        .q = AT(EXEC_LA(a, QKV_OUT), rows * qkv), .k = kb,
+                        .v = AT(kb, d->kv_width_loc), .q_stride = qkv, .k_stride = kv2,
+                        .v_stride = kv2,
+                        .out = AT(EXEC_LA(a, PROJ_IN), rows * d->q_loc),
+                        .dout = AT(r->W->dhid, rows * d->q_loc),
+                        .dq = r->W->cp_out_part, .dk = r->W->cp_dkv_part,
+                        .dv = AT(r->W->cp_dkv_part, d->kv_width_loc), .dq_stride = d->q_loc,
+                        .dk_stride = kv2, .dv_stride = kv2,
+                        .lse = (const float *)EXEC_LA(a, ATTN_LSE) + lo, .drow = r->W->flash_d + lo,
+                    };
+                    c->k->attention_bwd(&b);
+                    for (int t = 0; t < C; t++)
+                        c->k->add_inplace(AT(r->W->dqkv, (rows + t) * qkv),
+                                          AT(r->W->cp_out_part, (size_t)t * d->q_loc), d->q_loc);
+                    c->k->add_inplace(AT(dblk, krows * kv2), r->W->cp_dkv_part, (size_t)C * kv2);
+                }
+        end(r);
+        if (step + 1 < d->c) /* the block and its gradient on */
+            TRY(ring_pass(r, l, chunk, MODEL_BWD, 0, blk, ring_slot(r, cur ^ 1, 0), 2 * blk_bytes,
+                          err));
+        else /* the gradient home: the next rank's block; this rank's from the previous one */
+            TRY(ring_pass(r, l, chunk, MODEL_BWD, 1, dblk, ring_slot(r, cur ^ 1, 1), blk_bytes,
+                          err));
+        resume(r, op);
+        cur ^= 1;
+    }
+    for (size_t n = 0; n < (size_t)d->b * sl; n++)
+        c->k->copy(AT(r->W->dqkv, n * qkv + d->q_loc), AT(ring_slot(r, cur, 1), n * kv2), row);
+    for (int q = 0; q < d->b; q++) {
+        const double fwd = model_attention_fwd_flops(&c->spec, (double)H, sl, d->s, d->hd);
+        exec_meter_flops(r->M, model_attention_bwd_flops(fwd, 1, NULL));
+    }
+    end(r);
+    return PX_OK;
+}
+
 /* Where part j's keys are: the sequence's own K, V columns (cp 1) or cp.kv_full; part j's
  * queries see keys 0 .. its last position: *tk of them, the first at *q_offset. */
 static void cp_part_keys(const ExecCtx *c, int j, int *q_offset, int *tk)
@@ -733,6 +916,8 @@ static int attention_core_fwd(const ExecLayerRun *r, const ExecLayerActs *a, voi
     const size_t tile = (size_t)H * sl * d->s;
     if (cp && c->spec.layout.cp_comm == MODEL_CP_COMM_A2A)
         return attention_a2a_fwd(r, a, out, l, chunk, ph, op, gather, err);
+    if (cp && c->spec.layout.cp_comm == MODEL_CP_COMM_P2P)
+        return attention_ring_fwd(r, a, out, l, chunk, ph, op, err);
     if (cp && gather) {
         end(r);
         TRY(cp_gather_kv(r, a, chunk, l, ph, op, err));
@@ -1197,7 +1382,9 @@ static int layer_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
     const int op_core = layer_op(r, l, MODEL_OPR_CORE, MODEL_BWD);
     const int rec_core = c->spec.layout.recompute == MODEL_RECOMPUTE_SELECTIVE &&
                          !c->spec.job.flash_attn;
-    const int a2a = d->c > 1 && c->spec.layout.cp_comm == MODEL_CP_COMM_A2A, cp = d->c > 1 && !a2a;
+    const int a2a = d->c > 1 && c->spec.layout.cp_comm == MODEL_CP_COMM_A2A;
+    const int ring = d->c > 1 && c->spec.layout.cp_comm == MODEL_CP_COMM_P2P;
+    const int cp = d->c > 1 && !a2a && !ring; /* the all-gather */
     /* context parallelism gathers K and V again for the backward (the op graph's backward
      * all-gather), which the selective recompute below reads too */
     if (cp)
@@ -1214,6 +1401,8 @@ static int layer_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
      * fused core runs (model_fp8_proj_in) */
     if (a2a) {
         TRY(attention_a2a_bwd(r, a, chunk, l, op_core, err));
+    } else if (ring) {
+        TRY(attention_ring_bwd(r, a, l, chunk, op_core, err));
     } else {
         begin(r, op_core);
         attention_core_bwd(r, a, EXEC_LA(a, PROJ_IN));

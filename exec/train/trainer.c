@@ -143,8 +143,9 @@ static int check_supported(const Exec *ex, PxError *err)
                            "splits them over the cp ranks): choose a cp that divides both, or "
                            "--cp-comm-type allgather",
                            origin, d->c, d->heads_loc, d->kv_loc, d->c);
-        const char *why = s->layout.cp_comm == MODEL_CP_COMM_P2P
-                              ? "cp_comm_type p2p is simulated only (run allgather or a2a)"
+        const char *why = s->layout.cp_comm == MODEL_CP_COMM_P2P && !s->job.flash_attn
+                              ? "p2p runs the fused attention core (make the plan with "
+                                "--flash-attn)"
                           : d->c > EXEC_CP_MAX ? "cp must be at most 64"
                           : a2a && s->job.flash_attn
                               ? "a2a runs the unfused attention core (make the plan with "
