@@ -156,10 +156,12 @@ static int check_supported(const Exec *ex, PxError *err)
                               ? "MLA and multi-token prediction are not supported"
                           : d->fp8 != MODEL_FP8_NONE ? "FP8 training is not supported"
                           : d->s % (2 * d->c) != 0   ? "the sequence must split into 2 x cp chunks"
-                          : ex->opt.backend == EXEC_BACKEND_CUDA ||
-                                  (ex->opt.backend == EXEC_BACKEND_AUTO &&
-                                   !prof_device_is_cpu(&ex->plan.profile.device))
-                              ? "it runs on the CPU backend only (--backend cpu, --precision fp32)"
+                          : s->layout.cp_comm == MODEL_CP_COMM_P2P &&
+                                  (ex->opt.backend == EXEC_BACKEND_CUDA ||
+                                   (ex->opt.backend == EXEC_BACKEND_AUTO &&
+                                    !prof_device_is_cpu(&ex->plan.profile.device)))
+                              ? "p2p runs on the CPU backend only (--backend cpu, --precision "
+                                "fp32; allgather and a2a run on CUDA too)"
                               : NULL;
         if (why)
             return px_fail(err, PX_EINPUT,
