@@ -18,6 +18,12 @@
  * gradients. Dropout draws every token's mask from its sequence's stream at the token's place,
  * so any sharding draws what one rank would.
  *
+ * Context parallelism (docs/executor.md, "Context parallelism"): a rank's b*s_loc rows are two
+ * chunks of each sequence (Megatron-LM's load balancing), embedded, rotated and scored at their
+ * global positions; only the attention core talks to the other cp ranks: K and V all-gathered
+ * (allgather), passed around a ring with the partial results merged by their log-sum-exp (p2p),
+ * or Q, K, V and the output moved between the sequence and a head split (a2a, Ulysses).
+ *
  * Buffers (docs/memory.md): a layer reads its input from its slot's ln1.in and writes the next
  * layer's ln1.in (the chunk's last one final_ln.in, or a scratch that is sent on); row-parallel
  * outputs pass through ws.out (the full sequence) before the reduction; backward keeps the
