@@ -721,7 +721,8 @@ static int attention_a2a_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int 
 /* The K, V ring (cp_comm p2p; Liu et al. 2023's ring attention with Megatron-LM's chunks):
  * cp.kv holds two slots, each a block (a rank's K and V, b x s_loc rows of 2 kv, its parts in
  * order) followed by the K, V gradient accumulated for it. Step k holds the block of cp rank
- * (this - k) mod cp while the next arrives from the previous rank. */
+ * (this - k) mod cp; after its attention the block goes to the next rank and the previous
+ * rank's arrives (in sequence: the messages do not overlap the attention yet). */
 enum { CP_RING_TAG = 0x70000 }; /* apart from the pipeline's tags; its peers are other ranks */
 
 static size_t ring_block(const ExecCtx *c) { return (size_t)c->d.b * c->d.s_loc * 2 * c->d.kv_width_loc; }
