@@ -183,6 +183,12 @@ struct KernBackend {
     /* ---- attention ---- */
     void (*attention_fwd)(const KernAttnFwd *a);
     void (*attention_bwd)(const KernAttnBwd *a);
+    /* The online softmax's merge of two fused-path results for the same T queries over two
+     * disjoint sets of keys (context parallelism's K, V ring): out [T, H*D] and lse [H, T] hold
+     * the first and get the result over both, L = log(e^lse + e^lse_b), out = out e^(lse - L)
+     * + out_b e^(lse_b - L). NULL in a backend without it (the ring is refused there). */
+    void (*attention_merge)(void *out, float *lse, const void *out_b, const float *lse_b, int T,
+                            int H, int D);
 
     /* ---- elementwise ---- */
     void (*add)(void *out, const void *a, const void *b, size_t n); /* out = a + b (out may alias) */

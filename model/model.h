@@ -596,6 +596,14 @@ typedef enum {
      * transposed copy, delayed scaling's amax history and scales of the GEMMs that read it;
      * the workspace FP8 GEMMs quantize their operands in */
     MODEL_TR_FP8_W, MODEL_TR_FP8_WT, MODEL_TR_FP8_AMAX, MODEL_TR_WS_FP8,
+    /* context parallelism's all-gather: the gathered K and V in global token order, the
+     * gradient of the full sequence's K and V (cp.kv holds them in cp rank order) */
+    MODEL_TR_CP_KV_FULL, MODEL_TR_CP_DKV,
+    /* context parallelism's all-to-all (Ulysses): what a rank sends and what it receives */
+    MODEL_TR_CP_A2A_SEND, MODEL_TR_CP_A2A_RECV,
+    /* context parallelism's K, V ring (p2p): a block's partial attention output and
+     * log-sum-exp, its K, V gradient */
+    MODEL_TR_CP_OUT_PART, MODEL_TR_CP_LSE_PART, MODEL_TR_CP_DKV_PART,
     MODEL_TR_COUNT
 } ModelTensorRole;
 

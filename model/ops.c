@@ -419,6 +419,43 @@ static void moe_forward(Emit *e, int l)
     simple(e, MODEL_OP_PERMUTE, n, T * k * h * a + T * k * 4.0 + 3.0 * T * h * a);
 }
 
+/* The context-parallel communication around the attention core, before it (after == 0) and
+ * after it (the ring's messages, which run beside it, are listed after it): Ulysses' all-to-alls (cp_comm a2a) of Q, K, V and of the output (backward: of the
+ * output's gradient, then of Q's, K's and V's), each the rank's local buffer; else K and V
+ * all-gathered over the whole sequence, and backward gathered again and their gradients
+ * reduce-scattered. */
+static void cp_core_comm(Emit *e, const char *n, int after)
+{
+    const ModelDims *d = e->d;
+    const double a = eb(e), rows = (double)d->b * d->s_loc;
+    if (e->s->layout.cp_comm == MODEL_CP_COMM_A2A) {
+        const double qkv = rows * (d->q_loc + 2.0 * d->kv_width_loc) * a, out = rows * d->o_loc * a;
+        const int bwd = e->phase == MODEL_BWD;
+        comm(e, n, MODEL_CP_ALL_TO_ALL, d->c, after != bwd ? out : qkv, 1);
+        return;
+    }
+    if (e->s->layout.cp_comm == MODEL_CP_COMM_P2P) {
+        /* the K, V ring: each of cp - 1 steps sends the block at hand (KVb, this rank's b x
+         * s/cp tokens' K and V) on; backward each step sends K, V and the gradient accumulated
+         * for them, and a last message returns each gradient to its owner */
+        const double kvb = rows * 2.0 * d->kv_width_loc * a;
+        if (!after)
+            return;
+        if (e->phase == MODEL_BWD) {
+            comm(e, n, MODEL_CP_P2P, d->c, 2.0 * kvb, d->c - 1);
+            comm(e, n, MODEL_CP_P2P, d->c, kvb, 1);
+        } else {
+            comm(e, n, MODEL_CP_P2P, d->c, kvb, d->c - 1);
+        }
+        return;
+    }
+    const double kv_full = (double)d->b * d->s * 2.0 * d->kv_width_loc * a;
+    if (!after)
+        comm(e, n, MODEL_CP_ALL_GATHER, d->c, kv_full, 1);
+    else if (e->phase == MODEL_BWD)
+        comm(e, n, MODEL_CP_REDUCE_SCATTER, d->c, kv_full, 1);
+}
+
 static void layer_forward(Emit *e, int l)
 {
     const ModelSpec *s = e->s;
@@ -433,8 +470,9 @@ static void layer_forward(Emit *e, int l)
     simple(e, MODEL_OP_NORM, n, 2.0 * nb);
     qkv_forward(e, l);
     at_layer(e, MODEL_OPR_CORE, l, n);
-    comm(e, n, MODEL_CP_ALL_GATHER, d->c, (double)d->b * d->s * 2.0 * d->kv_width_loc * a, 1);
+    cp_core_comm(e, n, 0);
     attention_core(e, n);
+    cp_core_comm(e, n, 1);
     at_layer(e, MODEL_OPR_PROJ, l, n);
     linear_epilogue(e, n, M, h, d->o_loc, nb);
     comm(e, n, sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, tp_act_bytes(e), 1);
@@ -711,15 +749,14 @@ static void layer_backward(Emit *e, const ModelTensorTable *tt, int block, int x
         comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
     linear(e, n, M, h, d->o_loc, 2.0 * nb);
     at_layer(e, MODEL_OPR_CORE, l, n);
-    double kv_full = (double)d->b * d->s * 2.0 * d->kv_width_loc * a;
-    comm(e, n, MODEL_CP_ALL_GATHER, d->c, kv_full, 1);
+    cp_core_comm(e, n, 0);
     if (s->layout.recompute == MODEL_RECOMPUTE_SELECTIVE && !s->job.flash_attn) {
         e->phase = MODEL_RECOMPUTE;
         attention_core(e, n);
         e->phase = MODEL_BWD;
     }
     attention_core(e, n);
-    comm(e, n, MODEL_CP_REDUCE_SCATTER, d->c, kv_full, 1);
+    cp_core_comm(e, n, 1);
     qkv_backward(e, l);
     at_layer(e, MODEL_OPR_LN1, l, n);
     simple(e, MODEL_OP_NORM, n, 5.0 * nb); /* + the residual gradient */

@@ -1020,8 +1020,10 @@ static void add_workspace(Build *B)
     if (re > 0)
         add(a, MODEL_TR_WS_RECOMPUTE, "ws.recompute", MODEL_WORKSPACE, PX_UINT8, 0, 1, (int64_t)re, 0, 0, 0);
     if (B->has_data)
+        /* a sequence's tokens and the next ones: with context parallelism each of the rank's
+         * two chunks with its own next token (exec/train/data.c) */
         add(a, MODEL_TR_DATA_BATCH, "data.batch", MODEL_WORKSPACE, PX_INT32, MODEL_SHARD_CP, 4, 2, d->m,
-            b, d->s_loc + 1);
+            b, d->s_loc + (d->c > 1 ? 2 : 1));
     /* The cross-entropy's per-token row max, sum of exponentials, target logit and loss (fp32):
      * the steps the vocabulary-parallel reductions separate (kernels.h's xent_*). */
     if (B->has_moe) {
@@ -1056,8 +1058,42 @@ static void add_comm_buffers(Build *B)
     }
     if (s->layout.sp)
         add(a, MODEL_TR_SP_GATHER, "sp.gather", MODEL_COMM_BUFFERS, e, 0, 3, b, d->s_loc, h, 0);
-    if (d->c > 1)
-        add(a, MODEL_TR_CP_KV, "cp.kv", MODEL_COMM_BUFFERS, e, MODEL_SHARD_TP, 3, b, d->s, 2 * d->kv_width_loc, 0);
+    if (d->c > 1 && s->layout.cp_comm == MODEL_CP_COMM_A2A) {
+        /* Ulysses' all-to-alls: the rank's Q, K, V (or output, or their gradients) packed by
+         * destination, and what it receives, then reordered by the executor into the head
+         * split over the whole sequence, which takes attn.qkv.out's place (docs/memory.md) */
+        const int64_t w = d->q_loc + 2 * (int64_t)d->kv_width_loc;
+        add(a, MODEL_TR_CP_A2A_SEND, "cp.a2a_send", MODEL_COMM_BUFFERS, e, MODEL_SHARD_TP, 3, b,
+            d->s_loc, w, 0);
+        add(a, MODEL_TR_CP_A2A_RECV, "cp.a2a_recv", MODEL_COMM_BUFFERS, e, MODEL_SHARD_TP, 3, b,
+            d->s_loc, w, 0);
+    } else if (d->c > 1 && s->layout.cp_comm == MODEL_CP_COMM_P2P) {
+        /* the ring: two slots (the block at hand, the one arriving), each a block's K and V
+         * and the gradient of K and V accumulated for it; one chunk's partial output, its
+         * log-sum-exp and its K, V gradient (docs/memory.md) */
+        const int64_t kv2 = 2 * (int64_t)d->kv_width_loc, C = d->s_loc / 2;
+        add(a, MODEL_TR_CP_KV, "cp.kv", MODEL_COMM_BUFFERS, e, MODEL_SHARD_TP, 4, 4, b, d->s_loc,
+            kv2);
+        add(a, MODEL_TR_CP_OUT_PART, "cp.out_part", MODEL_COMM_BUFFERS, e, MODEL_SHARD_TP, 2, C,
+            d->q_loc, 0, 0);
+        add(a, MODEL_TR_CP_LSE_PART, "cp.lse_part", MODEL_COMM_BUFFERS, PX_FP32, MODEL_SHARD_TP, 2,
+            d->heads_loc, C, 0, 0);
+        add(a, MODEL_TR_CP_DKV_PART, "cp.dkv_part", MODEL_COMM_BUFFERS, e, MODEL_SHARD_TP, 2, C,
+            kv2, 0, 0);
+    } else if (d->c > 1) {
+        /* the gathered K and V (with the all-gather: in cp rank order, and backward the K, V
+         * gradient reduce-scattered from it), and for the all-gather the same in global token
+         * order (attention's keys) and the gradient of the full sequence's K and V
+         * (docs/memory.md, "Context parallelism") */
+        const int64_t kv2 = 2 * (int64_t)d->kv_width_loc;
+        add(a, MODEL_TR_CP_KV, "cp.kv", MODEL_COMM_BUFFERS, e, MODEL_SHARD_TP, 3, b, d->s, kv2, 0);
+        if (s->layout.cp_comm == MODEL_CP_COMM_ALLGATHER) {
+            add(a, MODEL_TR_CP_KV_FULL, "cp.kv_full", MODEL_COMM_BUFFERS, e, MODEL_SHARD_TP, 3, b,
+                d->s, kv2, 0);
+            add(a, MODEL_TR_CP_DKV, "cp.dkv", MODEL_COMM_BUFFERS, e, MODEL_SHARD_TP, 3, b, d->s,
+                kv2, 0);
+        }
+    }
     if (B->has_moe && d->ep * d->etp > 1) {
         /* the all-to-all's send side (a token's topk copies, permuted) and receive side (the
          * rows the rank's experts take, gathered over etp) */

@@ -144,19 +144,36 @@ int main(void)
     CHECK_EQ_U64(3 * m * bsh2, r.comm[0][MODEL_PP_RECV]);
     sim_result_free(&r);
 
-    /* CP 2 x tp 2: per layer per micro-batch K and V (2 * kv width) of the full sequence are
-     * gathered in forward and again in backward, their gradients reduce-scattered; gradients
-     * reduce over dp x cp. */
+    /* CP 2 x tp 2, all-gather: per layer per micro-batch K and V (2 * kv width) of the full
+     * sequence are gathered in forward and again in backward, their gradients reduce-scattered;
+     * gradients reduce over dp x cp. */
     sp = base;
     sp.layout.tp = 2;
     sp.layout.cp = 2;
+    sp.layout.cp_comm = MODEL_CP_COMM_ALLGATHER;
     sp.job.global_batch = 4;
     r = run(sp, 4);
     const uint64_t kv = b * s * 2 * (h / 2) * 2;
     CHECK_EQ_U64(4 * L * 2 * kv, r.comm[0][MODEL_CP_ALL_GATHER]); /* m 4, 2 per layer */
     CHECK_EQ_U64(4 * L * kv, r.comm[0][MODEL_CP_REDUCE_SCATTER]);
+    CHECK_EQ_U64(0, r.comm[0][MODEL_CP_P2P]);
     CHECK_EQ_U64(rank_params(&r, 0) * 4, r.comm[0][MODEL_DP_ALLREDUCE]);
     CHECK_EQ_INT(2, r.dims.zero_group);
+    sim_result_free(&r);
+    /* the K, V ring: this rank's block KVb = kv / cp sent cp - 1 times forward; backward K, V
+     * and their gradient cp - 1 times and the gradient once more (home): 4 KVb = 2 kv */
+    sp.layout.cp_comm = MODEL_CP_COMM_P2P;
+    r = run(sp, 4);
+    CHECK_EQ_U64(4 * L * 2 * kv, r.comm[0][MODEL_CP_P2P]);
+    CHECK_EQ_U64(0, r.comm[0][MODEL_CP_ALL_GATHER]);
+    sim_result_free(&r);
+    /* Ulysses: this rank's Q, K, V (q + 2 kv wide, q = h / 2) and output (q) forward, the same
+     * backward */
+    sp.layout.cp_comm = MODEL_CP_COMM_A2A;
+    r = run(sp, 4);
+    const uint64_t rows = b * (s / 2), q = h / 2;
+    CHECK_EQ_U64(4 * L * 2 * rows * (q + 2 * (h / 2) + q) * 2, r.comm[0][MODEL_CP_ALL_TO_ALL]);
+    CHECK_EQ_U64(0, r.comm[0][MODEL_CP_ALL_GATHER]);
     sim_result_free(&r);
     TEST_DONE("comm");
 }

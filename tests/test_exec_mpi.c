@@ -124,6 +124,45 @@ static const Layout layouts[] = {
     {"dp2_zero1_offload", 2, "--dp 2 --tp 1 --pp 1 --zero 1 --offload-optimizer --no-sp " PIN1, "", 5, 0, NULL, 0},
     {"dp2_zero3_offload", 2, "--dp 2 --tp 1 --pp 1 --zero 3 --fsdp --offload-optimizer --no-sp " PIN1,
      "--recompute full", 5, 0, NULL, 0},
+    /* context parallelism (docs/executor.md, "Context parallelism"): tiny-llama (GQA, RoPE) at
+     * sequence 256, K and V all-gathered; the fused and the unfused attention, selective and
+     * full recompute, combined with TP and SP, the pipeline, and data parallelism with ZeRO-1 */
+    {"llama_cp2_allgather", 2, "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type allgather --zero 0 --no-sp " PIN1,
+     "--model tiny-llama --seq 256", 5, 0, NULL, 0},
+    {"llama_cp2_allgather_selective", 2,
+     "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type allgather --zero 0 --no-sp " PIN1,
+     "--model tiny-llama --seq 256 --no-flash-attn --recompute selective", 5, 0, NULL, 0},
+    {"llama_cp4_allgather", 4, "--dp 1 --tp 1 --pp 1 --cp 4 --cp-comm-type allgather --zero 0 --no-sp " PIN1,
+     "--model tiny-llama --seq 256", 5, 0, NULL, 0},
+    {"llama_cp2_tp2_sp_allgather", 4, "--dp 1 --tp 2 --pp 1 --cp 2 --cp-comm-type allgather --zero 0 --sp " PIN1,
+     "--model tiny-llama --seq 256 --no-flash-attn", 5, 0, NULL, 0},
+    {"llama_cp2_pp2_allgather", 4, "--dp 1 --tp 1 --pp 2 --cp 2 --cp-comm-type allgather --zero 0 --no-sp " PIN1,
+     "--model tiny-llama --seq 256", 5, 0, NULL, 0},
+    {"llama_cp2_dp2_zero1_allgather", 4,
+     "--dp 2 --tp 1 --pp 1 --cp 2 --cp-comm-type allgather --zero 1 --no-sp " PIN1,
+     "--model tiny-llama --seq 256 --recompute full", 5, 0, NULL, 0},
+    /* the K, V ring (the fused core: the unfused one is refused with p2p) */
+    {"llama_cp2_p2p", 2, "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type p2p --zero 0 --no-sp " PIN1,
+     "--model tiny-llama --seq 256", 5, 0, NULL, 0},
+    {"llama_cp4_p2p", 4, "--dp 1 --tp 1 --pp 1 --cp 4 --cp-comm-type p2p --zero 0 --no-sp " PIN1,
+     "--model tiny-llama --seq 256", 5, 0, NULL, 0},
+    {"llama_cp2_tp2_sp_p2p", 4, "--dp 1 --tp 2 --pp 1 --cp 2 --cp-comm-type p2p --zero 0 --sp " PIN1,
+     "--model tiny-llama --seq 256", 5, 0, NULL, 0},
+    {"llama_cp2_pp2_p2p", 4, "--dp 1 --tp 1 --pp 2 --cp 2 --cp-comm-type p2p --zero 0 --no-sp " PIN1,
+     "--model tiny-llama --seq 256", 5, 0, NULL, 0},
+    {"llama_cp2_dp2_zero1_p2p", 4, "--dp 2 --tp 1 --pp 1 --cp 2 --cp-comm-type p2p --zero 1 --no-sp " PIN1,
+     "--model tiny-llama --seq 256 --recompute full", 5, 0, NULL, 0},
+    /* Ulysses' all-to-alls (the unfused core: the fused one is refused with a2a) */
+    {"llama_cp2_a2a", 2, "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type a2a --zero 0 --no-sp " PIN1,
+     "--model tiny-llama --seq 256 --no-flash-attn", 5, 0, NULL, 0},
+    {"llama_cp4_a2a_selective", 4, "--dp 1 --tp 1 --pp 1 --cp 4 --cp-comm-type a2a --zero 0 --no-sp " PIN1,
+     "--model tiny-llama --seq 256 --no-flash-attn --recompute selective", 5, 0, NULL, 0},
+    {"llama_cp2_tp2_a2a", 4, "--dp 1 --tp 2 --pp 1 --cp 2 --cp-comm-type a2a --zero 0 --no-sp " PIN1,
+     "--model tiny-llama --seq 256 --no-flash-attn", 5, 0, NULL, 0},
+    {"llama_cp2_pp2_a2a", 4, "--dp 1 --tp 1 --pp 2 --cp 2 --cp-comm-type a2a --zero 0 --no-sp " PIN1,
+     "--model tiny-llama --seq 256 --no-flash-attn", 5, 0, NULL, 0},
+    {"llama_cp2_dp2_zero1_a2a", 4, "--dp 2 --tp 1 --pp 1 --cp 2 --cp-comm-type a2a --zero 1 --no-sp " PIN1,
+     "--model tiny-llama --seq 256 --no-flash-attn --recompute full", 5, 0, NULL, 0},
     {"dp2_tp2_pp2_zero1_fp8_delayed", 8, "--dp 2 --tp 2 --pp 2 --zero 1 --sp " PIN1,
      "--fp8-recipe delayed --fp8-format e4m3 --recompute full --set device.fp8_tn_only=1", 5, 0, NULL, 3e-3},
 };
@@ -316,7 +355,7 @@ static void check_layout(const Layout *L)
     trained(L, &plan, &run);
 
     const cJSON *lay = at(plan, "layout", NULL);
-    CHECK_EQ_INT(L->gpus, (int)(num(lay, "dp") * num(lay, "tp") * num(lay, "pp")));
+    CHECK_EQ_INT(L->gpus, (int)(num(lay, "dp") * num(lay, "tp") * num(lay, "pp") * num(lay, "cp")));
     if (L->split) {
         /* the plan carries the split and every rank ran its stage's layers (the ops below) */
         const cJSON *sl = at(lay, "stage_layers", NULL), *e;

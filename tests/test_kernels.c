@@ -770,6 +770,35 @@ static double emb_loss(void *ctx)
     return dot(c->y, c->wy, (size_t)c->N * c->C);
 }
 
+/* The online softmax's merge: attention over 7 keys (every one visible) equals the merge of
+ * the results over keys 0-2 and 3-6, output and log-sum-exp; and merging with a block whose
+ * lse is -inf-like (no weight) leaves the first as it was. */
+static void test_attention_merge(void)
+{
+    enum { T = 3, H = 4, KV = 2, D = 5, TK = 7, TA = 3 };
+    float *q = frand((size_t)T * H * D, 1, 0), *kv = frand((size_t)TK * 2 * KV * D, 1, 0);
+    float *o = fnew((size_t)T * H * D), *oa = fnew((size_t)T * H * D), *ob = fnew((size_t)T * H * D);
+    float *lse = fnew((size_t)H * T), *la = fnew((size_t)H * T), *lb = fnew((size_t)H * T);
+    const float scale = 0.5f;
+    KernAttnFwd f = {.B = 1, .Tq = T, .Tk = TK, .H = H, .KV = KV, .D = D, .q_offset = TK - 1,
+                     .scale = scale, .q = q, .k = kv, .v = kv + KV * D, .q_stride = H * D,
+                     .k_stride = 2 * KV * D, .v_stride = 2 * KV * D, .out = o, .lse = lse};
+    K->attention_fwd(&f);
+    f.Tk = TA, f.q_offset = TA - 1, f.out = oa, f.lse = la;
+    K->attention_fwd(&f);
+    f.Tk = TK - TA, f.q_offset = TK - TA - 1, f.k = kv + (size_t)TA * 2 * KV * D;
+    f.v = kv + (size_t)TA * 2 * KV * D + KV * D, f.out = ob, f.lse = lb;
+    K->attention_fwd(&f);
+    K->attention_merge(oa, la, ob, lb, T, H, D);
+    CHECK_SAME(o, oa, (size_t)T * H * D, FWD_REL, FWD_ABS);
+    CHECK_SAME(lse, la, (size_t)H * T, FWD_REL, FWD_ABS);
+    float *keep = fcopy(o, (size_t)T * H * D);
+    fill(lb, (size_t)H * T, -1e30f);
+    K->attention_merge(o, lse, ob, lb, T, H, D);
+    CHECK_SAME(keep, o, (size_t)T * H * D, 0, 0);
+    free(q), free(kv), free(o), free(oa), free(ob), free(lse), free(la), free(lb), free(keep);
+}
+
 static void test_embedding(int with_wpe)
 {
     /* shard rows 5..9 of a vocabulary of 15; tokens inside and outside it, one repeated */
@@ -1101,6 +1130,7 @@ int main(void)
                               .q_offset = 80});
     test_attention((AttnCase){.B = 1, .Tq = 130, .Tk = 130, .H = 2, .KV = 1, .D = 3,
                               .packed = 1});
+    test_attention_merge();
     test_embedding(1);
     test_embedding(0);
     test_xent();

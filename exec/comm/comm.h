@@ -15,7 +15,8 @@
  * Counting, the same for every backend: a call's bytes are its buffer size S (nccl-tests' size:
  * the whole buffer of an all-reduce, the gathered output of an all-gather, the input of a
  * reduce-scatter, the padded group * shard buffer of the sharded calls, the message of a send or
- * receive), one call and S bytes for its kind. A collective over a group of one rank is no
+ * receive), one call and S bytes for its kind; a receive under a kind that is a send
+ * (MODEL_CP_P2P: the ring counts what each rank sends) counts nothing. A collective over a group of one rank is no
  * communication: it moves and counts nothing, as the op graph lists no op for it (an all-gather
  * or reduce-scatter whose out is not in still copies this rank's part, through the layer's own
  * copy: device memory stays on the device); a send or receive there has no peer and fails. The

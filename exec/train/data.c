@@ -353,6 +353,17 @@ int exec_batches_bind(ExecBatches *B, const ModelTensor *t, void *p, PxError *er
     return PX_OK;
 }
 
+int exec_cp_parts(const ExecCtx *c) { return c->d.c > 1 ? 2 : 1; }
+
+int exec_cp_part_len(const ExecCtx *c) { return c->d.s_loc / exec_cp_parts(c); }
+
+int exec_cp_part_pos(const ExecCtx *c, int cp_rank, int j)
+{
+    return exec_cp_part_len(c) * (j == 0 ? cp_rank : 2 * c->d.c - 1 - cp_rank);
+}
+
+int exec_tok_row(const ExecCtx *c) { return c->d.s_loc + exec_cp_parts(c); }
+
 int exec_batches_open(ExecBatches *B, const ExecCtx *c, PxError *err)
 {
     B->staged = -1;
@@ -362,20 +373,47 @@ int exec_batches_open(ExecBatches *B, const ExecCtx *c, PxError *err)
                           c->spec.job.global_batch, c->d.s, err);
 }
 
+/* the loader's rows: whole sequences and their next tokens */
 static size_t batch_bytes(const ExecCtx *c)
 {
     return (size_t)c->d.m * c->d.b * (size_t)(c->d.s + 1) * sizeof(int32_t);
+}
+
+/* data.batch's rows (exec_tok_row) */
+static size_t local_bytes(const ExecCtx *c)
+{
+    return (size_t)c->d.m * c->d.b * (size_t)exec_tok_row(c) * sizeof(int32_t);
+}
+
+/* The step's rows from the loader's host buffer to data.batch's buffer dst; with context
+ * parallelism this rank's parts of each sequence first, picked into pick[i]. */
+static void put_batch(ExecBatches *B, const ExecCtx *c, int32_t *dst, const int32_t *host, int i)
+{
+    if (c->d.c == 1) {
+        c->k->to_device_async(dst, host, batch_bytes(c));
+        return;
+    }
+    const int rows = c->d.m * c->d.b, row = exec_tok_row(c), C = exec_cp_part_len(c);
+    for (int n = 0; n < rows; n++)
+        for (int j = 0; j < 2; j++)
+            memcpy(B->pick[i] + (size_t)n * row + (size_t)j * (C + 1),
+                   host + (size_t)n * (c->d.s + 1) + exec_cp_part_pos(c, c->g.cp_rank, j),
+                   (size_t)(C + 1) * sizeof(int32_t));
+    c->k->to_device_async(dst, B->pick[i], local_bytes(c));
 }
 
 int exec_batches_start(ExecBatches *B, const ExecCtx *c, PxError *err)
 {
     ExecLoader *ld = &B->loader;
     const ModelDims *d = &c->d;
-    const int direct = c->k == kern_cpu();
+    /* the loader writes whole rows: straight into data.batch on the CPU without context
+     * parallelism, else into host staging */
+    const int direct = c->k == kern_cpu() && d->c == 1;
     if (c->g.has_data && !direct) {
         const size_t bytes = batch_bytes(c);
         for (int i = 0; i < 2; i++)
-            if (!(B->stage_buf[i] = c->k->host_alloc(bytes)))
+            if (!(B->stage_buf[i] = c->k->host_alloc(bytes)) ||
+                (d->c > 1 && !(B->pick[i] = c->k->host_alloc(local_bytes(c)))))
                 return px_fail(err, PX_ERUNTIME, "out of host memory for the batches (%zu bytes)",
                                bytes);
     }
@@ -422,7 +460,7 @@ int exec_batches_get(ExecBatches *B, const ExecCtx *c, int step, const int32_t *
         return rc;
     if (B->staged != step) {
         if (host != B->batch[b]) /* else the loader wrote it in place (the CPU) */
-            c->k->to_device_async(B->batch[b], host, batch_bytes(c));
+            put_batch(B, c, B->batch[b], host, b);
         if (B->staged >= 0 && B->staged % 2 == b)
             B->staged = -1; /* its device buffer now holds this step */
     }
@@ -437,7 +475,7 @@ void exec_batches_stage_next(ExecBatches *B, const ExecCtx *c, int next)
     if (!c->g.has_data || next >= c->steps || B->staged == next ||
         !exec_loader_ready(&B->loader, next, &host) || host == B->batch[next % 2])
         return;
-    c->k->to_device_async(B->batch[next % 2], host, batch_bytes(c));
+    put_batch(B, c, B->batch[next % 2], host, next % 2);
     B->staged = next;
 }
 
@@ -449,6 +487,8 @@ void exec_batches_free(ExecBatches *B, const ExecCtx *c)
         if (c->k && B->stage_buf[i]) {
             c->k->copy_sync(); /* no copy may still read it */
             c->k->host_free(B->stage_buf[i]);
+            c->k->host_free(B->pick[i]);
             B->stage_buf[i] = NULL;
+            B->pick[i] = NULL;
         }
 }

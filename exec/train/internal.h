@@ -511,6 +511,10 @@ void exec_fp8_free(ExecFp8 *F);
 typedef struct ExecWork {
     void *out, *dx_a, *dx_b, *dhid, *dqkv, *dffn, *dact, *dscores, *sp_gather;
     void *exp_dffn, *exp_dx, *ep_send, *ep_recv; /* a MoE layer's (ep.* only when ep > 1) */
+    void *cp_kv, *cp_kv_full, *cp_dkv;           /* context parallelism's all-gather */
+    void *cp_send, *cp_recv;                     /* and its all-to-all */
+    void *cp_out_part, *cp_dkv_part;             /* and its ring, with cp_kv */
+    float *cp_lse_part;
     float *flash_d, *xent;
     float *host_loss; /* the micro-batch's per-token losses, read back (b * s floats) */
 } ExecWork;
@@ -753,10 +757,21 @@ typedef struct ExecBatches {
     int loader_started;
     int32_t *batch[2];     /* data.batch on the device, one per step in flight */
     int32_t *stage_buf[2]; /* the loader's host staging (backend host_alloc) */
+    int32_t *pick[2];      /* context parallelism: this rank's chunks of the staged rows */
     long staged;           /* the step whose batch was copied ahead (-1: none) */
 } ExecBatches;
 
 int exec_batches_bind(ExecBatches *B, const ModelTensor *t, void *p, PxError *err);
+/* Context parallelism's load balancing (Megatron-LM): a sequence is cut into 2 cp chunks of
+ * exec_cp_part_len tokens and cp rank i holds chunks i and 2 cp - 1 - i, its parts 0 and 1
+ * (cp 1: one part, the sequence). A sequence's row in data.batch holds each part's tokens and
+ * the token after its last (exec_tok_row ints; part j's at j x (part length + 1)). */
+enum { EXEC_CP_MAX = 64 }; /* the largest cp group the all-to-all's counts hold */
+int exec_cp_parts(const ExecCtx *c);
+int exec_cp_part_len(const ExecCtx *c);
+/* the global position of part j's first token on cp rank `cp_rank` */
+int exec_cp_part_pos(const ExecCtx *c, int cp_rank, int j);
+int exec_tok_row(const ExecCtx *c);
 /* Opens the source (the stage reads tokens) before anything is allocated: a bad file fails
  * fast. */
 int exec_batches_open(ExecBatches *B, const ExecCtx *c, PxError *err);

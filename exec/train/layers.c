@@ -18,6 +18,12 @@
  * gradients. Dropout draws every token's mask from its sequence's stream at the token's place,
  * so any sharding draws what one rank would.
  *
+ * Context parallelism (docs/executor.md, "Context parallelism"): a rank's b*s_loc rows are two
+ * chunks of each sequence (Megatron-LM's load balancing), embedded, rotated and scored at their
+ * global positions; only the attention core talks to the other cp ranks: K and V all-gathered
+ * (allgather), passed around a ring with the partial results merged by their log-sum-exp (p2p),
+ * or Q, K, V and the output moved between the sequence and a head split (a2a, Ulysses).
+ *
  * Buffers (docs/memory.md): a layer reads its input from its slot's ln1.in and writes the next
  * layer's ln1.in (the chunk's last one final_ln.in, or a scratch that is sent on); row-parallel
  * outputs pass through ws.out (the full sequence) before the reduction; backward keeps the
@@ -62,6 +68,14 @@ int exec_work_bind(ExecWork *W, const ExecCtx *c, const ModelTensor *t, void *p,
     case MODEL_TR_WS_EXP_DX: act = &W->exp_dx; break;
     case MODEL_TR_EP_SEND: act = &W->ep_send; break;
     case MODEL_TR_EP_RECV: act = &W->ep_recv; break;
+    case MODEL_TR_CP_KV: act = &W->cp_kv; break;
+    case MODEL_TR_CP_KV_FULL: act = &W->cp_kv_full; break;
+    case MODEL_TR_CP_DKV: act = &W->cp_dkv; break;
+    case MODEL_TR_CP_A2A_SEND: act = &W->cp_send; break;
+    case MODEL_TR_CP_A2A_RECV: act = &W->cp_recv; break;
+    case MODEL_TR_CP_OUT_PART: act = &W->cp_out_part; break;
+    case MODEL_TR_CP_DKV_PART: act = &W->cp_dkv_part; break;
+    case MODEL_TR_CP_LSE_PART: f32 = &W->cp_lse_part; break;
     default: return exec_bind_unused(t, err);
     }
     if (t->role == MODEL_TR_WS_EXP_DFFN) {
@@ -120,22 +134,6 @@ static void mm_f32(const ExecLayerRun *r, float *c, const void *a, const void *b
 {
     r->c->k->matmul(c, PX_FP32, a, b, m, n, k, ta, tb, 1.0f, accumulate ? 1.0f : 0.0f);
     exec_meter_flops(r->M, 2.0 * m * n * k);
-}
-
-/* Attention counted as the op graph counts it (model_attention_*_flops: one rule for both). */
-static void attn_fwd(const ExecLayerRun *r, const KernAttnFwd *a)
-{
-    r->c->k->attention_fwd(a);
-    exec_meter_flops(r->M, model_attention_fwd_flops(&r->c->spec, (double)a->B * a->H, a->Tq,
-                                                     a->Tk, a->D));
-}
-
-static void attn_bwd(const ExecLayerRun *r, const KernAttnBwd *a)
-{
-    r->c->k->attention_bwd(a);
-    const double fwd = model_attention_fwd_flops(&r->c->spec, (double)a->B * a->H, a->Tq, a->Tk,
-                                                 a->D);
-    exec_meter_flops(r->M, model_attention_bwd_flops(fwd, a->probs == NULL, NULL));
 }
 
 /* ---- helpers ---- */
@@ -430,41 +428,565 @@ static int column_bwd_input(const ExecLayerRun *r, int chunk, int l, ModelOpRole
     return PX_OK;
 }
 
-static void attention_core_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *out, int mb,
-                               int l)
+/* ---- context parallelism (docs/executor.md, "Context parallelism") ---- */
+
+static int cp_op(const ExecLayerRun *r, int l, int chunk, ModelPhase ph, ModelComm kind,
+                 PxError *err)
+{
+    return tp_op(r, MODEL_OPR_CORE, l, chunk, ph, kind, err);
+}
+
+/* The all-gather of K and V over the cp group into cp.kv_full, in global token order: this
+ * rank's K, V columns of attn.qkv.out packed into its slot of cp.kv, gathered there in cp rank
+ * order, then each part copied to its place. Returns with the core's op `op` not running. */
+static int cp_gather_kv(const ExecLayerRun *r, const ExecLayerActs *a, int chunk, int l,
+                        ModelPhase ph, int op, PxError *err)
 {
     const ExecCtx *c = r->c;
     const ModelDims *d = &c->d;
-    const int s = d->s, H = d->heads_loc, qkv = d->q_loc + 2 * d->kv_width_loc;
-    const size_t tile = (size_t)H * s * s;
-    for (int q = 0; q < d->b; q++) {
-        const void *base = AT(EXEC_LA(a, QKV_OUT), (size_t)q * s * qkv);
-        KernAttnFwd f = {
-            .B = 1, .Tq = s, .Tk = s, .H = H, .KV = d->kv_loc, .D = d->hd,
-            .scale = (float)(1.0 / sqrt((double)d->hd)),
-            .q = base, .k = AT(base, d->q_loc), .v = AT(base, d->q_loc + d->kv_width_loc),
-            .q_stride = qkv, .k_stride = qkv, .v_stride = qkv,
-            .out = AT(out, (size_t)q * s * d->q_loc),
-        };
-        if (c->spec.job.flash_attn) {
-            f.lse = (float *)EXEC_LA(a, ATTN_LSE) + (size_t)q * H * s;
-        } else {
-            f.probs = AT(EXEC_LA(a, SOFTMAX), q * tile);
-            if (c->attn_dropout) {
-                f.dropout = c->dropout;
-                /* the stream of the whole layer's heads: this rank's first head is global
-                 * head tp * H, whose entries start tp * H * s * s into it */
-                f.seed = exec_stream_at(drop_seed(r, seq_index(r, mb, q), l, EXEC_SITE_ATTN),
-                                        (uint64_t)c->g.tp_rank * tile);
-                f.mask = (uint8_t *)EXEC_LA(a, SOFTMAX_MASK) + q * tile;
-                f.probs_drop = AT(EXEC_LA(a, SOFTMAX_DROP), q * tile);
+    const int b = d->b, sl = d->s_loc, qkv = d->q_loc + 2 * d->kv_width_loc;
+    const int kv2 = 2 * d->kv_width_loc, C = exec_cp_part_len(c);
+    const size_t row = (size_t)kv2 * c->ab, count = (size_t)b * sl * kv2;
+    void *mine = AT(r->W->cp_kv, (size_t)c->g.cp_rank * count);
+    resume(r, op);
+    for (size_t n = 0; n < (size_t)b * sl; n++)
+        c->k->copy(AT(mine, n * kv2), AT(EXEC_LA(a, QKV_OUT), n * qkv + d->q_loc), row);
+    end(r);
+    const int g = cp_op(r, l, chunk, ph, MODEL_CP_ALL_GATHER, err);
+    if (g < 0)
+        return PX_ERUNTIME;
+    begin(r, g);
+    int rc = comm_all_gather(c->comm, r->W->cp_kv, mine, count, c->act, MODEL_CP_ALL_GATHER, NULL,
+                             err);
+    end(r);
+    TRY(rc);
+    resume(r, op);
+    for (int src = 0; src < d->c; src++)
+        for (int q = 0; q < b; q++)
+            for (int j = 0; j < 2; j++)
+                c->k->copy(AT(r->W->cp_kv_full, ((size_t)q * d->s + exec_cp_part_pos(c, src, j)) * kv2),
+                           AT(r->W->cp_kv, (size_t)src * count + ((size_t)q * sl + (size_t)j * C) * kv2),
+                           (size_t)C * row);
+    end(r);
+    return PX_OK;
+}
+
+/* The K, V gradient of the full sequence (cp.dkv, global order) back to its owners: put in
+ * cp rank order into cp.kv, reduce-scattered there, and this rank's sum unpacked into the K, V
+ * columns of ws.dqkv. Returns with the core's op `op` not running. */
+static int cp_scatter_dkv(const ExecLayerRun *r, int chunk, int l, int op, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const ModelDims *d = &c->d;
+    const int b = d->b, sl = d->s_loc, qkv = d->q_loc + 2 * d->kv_width_loc;
+    const int kv2 = 2 * d->kv_width_loc, C = exec_cp_part_len(c);
+    const size_t row = (size_t)kv2 * c->ab, count = (size_t)b * sl * kv2;
+    resume(r, op);
+    for (int dst = 0; dst < d->c; dst++)
+        for (int q = 0; q < b; q++)
+            for (int j = 0; j < 2; j++)
+                c->k->copy(AT(r->W->cp_kv, (size_t)dst * count + ((size_t)q * sl + (size_t)j * C) * kv2),
+                           AT(r->W->cp_dkv, ((size_t)q * d->s + exec_cp_part_pos(c, dst, j)) * kv2),
+                           (size_t)C * row);
+    end(r);
+    const int g = cp_op(r, l, chunk, MODEL_BWD, MODEL_CP_REDUCE_SCATTER, err);
+    if (g < 0)
+        return PX_ERUNTIME;
+    begin(r, g);
+    int rc = comm_reduce_scatter(c->comm, r->W->cp_kv, r->W->cp_kv, count, c->act,
+                                 MODEL_CP_REDUCE_SCATTER, NULL, err);
+    end(r);
+    TRY(rc);
+    resume(r, op);
+    for (size_t n = 0; n < (size_t)b * sl; n++)
+        c->k->copy(AT(r->W->dqkv, n * qkv + d->q_loc), AT(r->W->cp_kv, n * kv2), row);
+    end(r);
+    return PX_OK;
+}
+
+/* Ulysses (Jacobs et al. 2023), cp_comm a2a: rank r of the cp group attends with heads
+ * r H/cp ... and KV groups r KV/cp ... of this TP rank's over the whole sequence. A rank's
+ * head-split rows are W = (H + 2 KV)/cp x hd wide (its Q heads, K heads, V heads), held in
+ * global token order: attn.qkv.out takes them in place of its own (the same size). */
+typedef struct {
+    int wq, wk, W;   /* a rank's Q, K (and V) and row widths in the head split */
+    size_t rows;     /* this rank's token rows: b x s_loc */
+    int64_t cnt[EXEC_CP_MAX]; /* elements to and from each rank of the group (a2a_width) */
+} CpA2a;
+
+static void a2a_dims(const ExecCtx *c, CpA2a *x)
+{
+    const ModelDims *d = &c->d;
+    x->wq = d->heads_loc / d->c * d->hd;
+    x->wk = d->kv_loc / d->c * d->hd;
+    x->W = x->wq + 2 * x->wk;
+    x->rows = (size_t)d->b * d->s_loc;
+}
+
+/* every rank sends every other this rank's rows, `width` wide */
+static void a2a_width(const ExecCtx *c, CpA2a *x, int width)
+{
+    for (int i = 0; i < c->d.c; i++)
+        x->cnt[i] = (int64_t)(x->rows * (size_t)width);
+}
+
+/* Moves the rows of part j of sequence q of rank `rank` (C rows, `width` wide) between the
+ * packed buffer `pk` (rank-major: each rank's b x s_loc local rows) and the global-order
+ * buffer `gl`; to_global says which way. */
+static void a2a_move(const ExecCtx *c, void *pk, void *gl, int width, int to_global)
+{
+    const ModelDims *d = &c->d;
+    const int C = exec_cp_part_len(c);
+    const size_t rows = (size_t)d->b * d->s_loc, bytes = (size_t)C * width * c->ab;
+    for (int rk = 0; rk < d->c; rk++)
+        for (int q = 0; q < d->b; q++)
+            for (int j = 0; j < 2; j++) {
+                void *p = EXEC_AT(pk, (rk * rows + (size_t)q * d->s_loc + (size_t)j * C) * width, c->ab);
+                void *g = EXEC_AT(gl, ((size_t)q * d->s + exec_cp_part_pos(c, rk, j)) * width, c->ab);
+                c->k->copy(to_global ? g : p, to_global ? p : g, bytes);
             }
-        }
-        attn_fwd(r, &f);
+}
+
+/* One counted all-to-all of cp.a2a_send into cp.a2a_recv, timed under its op (the graph's
+ * first or second of the core in phase ph). */
+static int a2a_call(const ExecLayerRun *r, int l, int chunk, ModelPhase ph, int occurrence,
+                    const CpA2a *x, PxError *err)
+{
+    const int g = exec_meter_find(r->M, MODEL_OPR_CORE, l, chunk, ph, MODEL_CP_ALL_TO_ALL,
+                                  occurrence);
+    if (g < 0) {
+        char what[128];
+        snprintf(what, sizeof what, "layer.%d.%s.%s.%s (call %d)", l,
+                 model_op_role_name(MODEL_OPR_CORE), model_comm_name(MODEL_CP_ALL_TO_ALL),
+                 model_phase_name(ph), occurrence + 1);
+        return exec_meter_missing(r->c, what, err);
     }
+    begin(r, g);
+    int rc = comm_all_to_allv(r->c->comm, r->W->cp_recv, x->cnt, r->W->cp_send, x->cnt, r->c->act,
+                              MODEL_CP_ALL_TO_ALL, err);
+    end(r);
+    return rc;
+}
+
+/* Q, K, V from the sequence split (attn.qkv.out, this rank's rows) to the head split over the
+ * whole sequence (attn.qkv.out again, W wide). Returns with op `op` not running. */
+static int a2a_qkv(const ExecLayerRun *r, const ExecLayerActs *a, int chunk, int l, ModelPhase ph,
+                   int op, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const ModelDims *d = &c->d;
+    const int qkv = d->q_loc + 2 * d->kv_width_loc;
+    CpA2a x;
+    a2a_dims(c, &x);
+    a2a_width(c, &x, x.W);
+    void *src = EXEC_LA(a, QKV_OUT);
+    resume(r, op);
+    for (int rk = 0; rk < d->c; rk++)
+        for (size_t n = 0; n < x.rows; n++) {
+            void *o = AT(r->W->cp_send, (rk * x.rows + n) * x.W);
+            const void *row = AT(src, n * qkv);
+            c->k->copy(o, AT(row, (size_t)rk * x.wq), (size_t)x.wq * c->ab);
+            c->k->copy(AT(o, x.wq), AT(row, d->q_loc + (size_t)rk * x.wk), (size_t)x.wk * c->ab);
+            c->k->copy(AT(o, x.wq + x.wk), AT(row, d->q_loc + d->kv_width_loc + (size_t)rk * x.wk),
+                       (size_t)x.wk * c->ab);
+        }
+    end(r);
+    TRY(a2a_call(r, l, chunk, ph, 0, &x, err));
+    resume(r, op);
+    a2a_move(c, r->W->cp_recv, src, x.W, 1);
+    end(r);
+    return PX_OK;
+}
+
+/* The head-split output (cp.a2a_recv, global order, wq wide) back to the sequence split: this
+ * rank's rows of every head into out. Returns with op `op` not running. */
+static int a2a_out(const ExecLayerRun *r, void *out, int chunk, int l, ModelPhase ph, int op,
+                   PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const ModelDims *d = &c->d;
+    CpA2a x;
+    a2a_dims(c, &x);
+    a2a_width(c, &x, x.wq);
+    resume(r, op);
+    a2a_move(c, r->W->cp_send, r->W->cp_recv, x.wq, 0);
+    end(r);
+    TRY(a2a_call(r, l, chunk, ph, 1, &x, err));
+    resume(r, op);
+    for (int rk = 0; rk < d->c; rk++)
+        for (size_t n = 0; n < x.rows; n++)
+            c->k->copy(AT(out, n * d->q_loc + (size_t)rk * x.wq),
+                       AT(r->W->cp_recv, (rk * x.rows + n) * x.wq), (size_t)x.wq * c->ab);
+    end(r);
+    return PX_OK;
+}
+
+/* Ulysses' core, forward: with `comm` Q, K, V to the head split first and the output back
+ * after (the forward's, a full recompute's), else (selective recompute) over the head split
+ * attn.qkv.out already holds, into out. Sequence by sequence, causal over the whole one. */
+static int attention_a2a_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *out, int l,
+                             int chunk, ModelPhase ph, int op, int comm, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const ModelDims *d = &c->d;
+    CpA2a x;
+    a2a_dims(c, &x);
+    if (comm) {
+        end(r);
+        TRY(a2a_qkv(r, a, chunk, l, ph, op, err));
+        resume(r, op);
+    }
+    void *oh = comm ? r->W->cp_recv : out;
+    const int Hc = d->heads_loc / d->c, s = d->s;
+    const size_t tile = (size_t)Hc * s * s;
+    for (int q = 0; q < d->b; q++) {
+        const void *base = AT(EXEC_LA(a, QKV_OUT), (size_t)q * s * x.W);
+        KernAttnFwd f = {
+            .B = 1, .Tq = s, .Tk = s, .H = Hc, .KV = d->kv_loc / d->c, .D = d->hd,
+            .scale = (float)(1.0 / sqrt((double)d->hd)),
+            .q = base, .k = AT(base, x.wq), .v = AT(base, x.wq + x.wk),
+            .q_stride = x.W, .k_stride = x.W, .v_stride = x.W,
+            .out = AT(oh, (size_t)q * s * x.wq),
+            .probs = AT(EXEC_LA(a, SOFTMAX), q * tile),
+        };
+        c->k->attention_fwd(&f);
+        exec_meter_flops(r->M, model_attention_fwd_flops(&c->spec, (double)Hc, s, s, d->hd));
+    }
+    if (comm) {
+        end(r);
+        TRY(a2a_out(r, out, chunk, l, ph, op, err));
+        resume(r, op);
+    }
+    return PX_OK;
+}
+
+/* Ulysses' core, backward: the output's gradient (ws.dhid) to the head split, the attention's
+ * backward there, and Q's, K's and V's gradients back to this rank's rows of ws.dqkv. Returns
+ * with op `op` not running. */
+static int attention_a2a_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int chunk, int l,
+                             int op, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const ModelDims *d = &c->d;
+    const int qkv = d->q_loc + 2 * d->kv_width_loc, Hc = d->heads_loc / d->c, s = d->s;
+    CpA2a x;
+    a2a_dims(c, &x);
+    a2a_width(c, &x, x.wq);
+    begin(r, op);
+    for (int rk = 0; rk < d->c; rk++)
+        for (size_t n = 0; n < x.rows; n++)
+            c->k->copy(AT(r->W->cp_send, (rk * x.rows + n) * x.wq),
+                       AT(r->W->dhid, n * d->q_loc + (size_t)rk * x.wq), (size_t)x.wq * c->ab);
+    end(r);
+    TRY(a2a_call(r, l, chunk, MODEL_BWD, 0, &x, err));
+    resume(r, op);
+    a2a_move(c, r->W->cp_recv, r->W->cp_send, x.wq, 1); /* dO, head split, in cp.a2a_send */
+    const size_t tile = (size_t)Hc * s * s;
+    for (int q = 0; q < d->b; q++) {
+        const void *base = AT(EXEC_LA(a, QKV_OUT), (size_t)q * s * x.W);
+        void *db = AT(r->W->cp_recv, (size_t)q * s * x.W);
+        KernAttnBwd b = {
+            .B = 1, .Tq = s, .Tk = s, .H = Hc, .KV = d->kv_loc / d->c, .D = d->hd,
+            .scale = (float)(1.0 / sqrt((double)d->hd)),
+            .q = base, .k = AT(base, x.wq), .v = AT(base, x.wq + x.wk),
+            .q_stride = x.W, .k_stride = x.W, .v_stride = x.W,
+            .dout = AT(r->W->cp_send, (size_t)q * s * x.wq),
+            .dq = db, .dk = AT(db, x.wq), .dv = AT(db, x.wq + x.wk),
+            .dq_stride = x.W, .dk_stride = x.W, .dv_stride = x.W,
+            .probs = AT(EXEC_LA(a, SOFTMAX), q * tile),
+            .dscores = AT(r->W->dscores, q * tile),
+        };
+        c->k->attention_bwd(&b);
+        const double fwd = model_attention_fwd_flops(&c->spec, (double)Hc, s, s, d->hd);
+        exec_meter_flops(r->M, model_attention_bwd_flops(fwd, 0, NULL));
+    }
+    a2a_width(c, &x, x.W);
+    a2a_move(c, r->W->cp_send, r->W->cp_recv, x.W, 0);
+    end(r);
+    TRY(a2a_call(r, l, chunk, MODEL_BWD, 1, &x, err));
+    resume(r, op);
+    for (int rk = 0; rk < d->c; rk++)
+        for (size_t n = 0; n < x.rows; n++) {
+            const void *i = AT(r->W->cp_recv, (rk * x.rows + n) * x.W);
+            void *row = AT(r->W->dqkv, n * qkv);
+            c->k->copy(AT(row, (size_t)rk * x.wq), i, (size_t)x.wq * c->ab);
+            c->k->copy(AT(row, d->q_loc + (size_t)rk * x.wk), AT(i, x.wq), (size_t)x.wk * c->ab);
+            c->k->copy(AT(row, d->q_loc + d->kv_width_loc + (size_t)rk * x.wk), AT(i, x.wq + x.wk),
+                       (size_t)x.wk * c->ab);
+        }
+    end(r);
+    return PX_OK;
+}
+
+/* The K, V ring (cp_comm p2p; Liu et al. 2023's ring attention with Megatron-LM's chunks):
+ * cp.kv holds two slots, each a block (a rank's K and V, b x s_loc rows of 2 kv, its parts in
+ * order) followed by the K, V gradient accumulated for it. Step k holds the block of cp rank
+ * (this - k) mod cp; after its attention the block goes to the next rank and the previous
+ * rank's arrives (in sequence: the messages do not overlap the attention yet). */
+enum { CP_RING_TAG = 0x70000 }; /* apart from the pipeline's tags; its peers are other ranks */
+
+static size_t ring_block(const ExecCtx *c) { return (size_t)c->d.b * c->d.s_loc * 2 * c->d.kv_width_loc; }
+
+static void *ring_slot(const ExecLayerRun *r, int i, int grad)
+{
+    return AT(r->W->cp_kv, ((size_t)2 * i + (size_t)grad) * ring_block(r->c));
+}
+
+static int ring_peer(const ExecCtx *c, int delta)
+{
+    return model_rank(&c->spec.layout, c->g.tp_rank, (c->g.cp_rank + delta + c->d.c) % c->d.c,
+                      c->g.dp_rank, c->g.stage);
+}
+
+/* Sends `bytes` of slot `from` (from its block, or its gradient) to the next rank while
+ * receiving as much into slot `into` from the previous one, timed under the graph's p2p op
+ * (occurrence: the backward's ring steps 0, its last message 1). */
+static int ring_pass(const ExecLayerRun *r, int l, int chunk, ModelPhase ph, int occurrence,
+                     const void *from, void *into, size_t bytes, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const int g = exec_meter_find(r->M, MODEL_OPR_CORE, l, chunk, ph, MODEL_CP_P2P, occurrence);
+    if (g < 0) {
+        char what[128];
+        snprintf(what, sizeof what, "layer.%d.%s.%s.%s (op %d)", l,
+                 model_op_role_name(MODEL_OPR_CORE), model_comm_name(MODEL_CP_P2P),
+                 model_phase_name(ph), occurrence + 1);
+        return exec_meter_missing(c, what, err);
+    }
+    const int tag = CP_RING_TAG + (ph == MODEL_BWD);
+    int rq = -1, sq = -1;
+    begin(r, g);
+    int rc = comm_recv(c->comm, into, bytes, ring_peer(c, -1), tag, MODEL_CP_P2P, &rq, err);
+    if (!rc)
+        rc = comm_send(c->comm, from, bytes, ring_peer(c, 1), tag, MODEL_CP_P2P, &sq, err);
+    if (!rc)
+        rc = comm_wait(c->comm, &rq, err);
+    if (!rc)
+        rc = comm_wait(c->comm, &sq, err);
+    end(r);
+    return rc;
+}
+
+/* Whether query part j of this rank sees key part jj of cp rank src, and the query offset
+ * that masks it: an earlier chunk whole (every key visible), the same chunk causally. */
+static int ring_visible(const ExecCtx *c, int j, int src, int jj, int *q_offset)
+{
+    const int qp = exec_cp_part_pos(c, c->g.cp_rank, j), kp = exec_cp_part_pos(c, src, jj);
+    *q_offset = kp < qp ? exec_cp_part_len(c) - 1 : 0;
+    return kp <= qp;
+}
+
+/* The ring's forward: each query part's output and log-sum-exp (attn.proj.in's rows and
+ * attn.lse's) over every block, merged block by block (the online softmax). The fused core
+ * only. Returns with op `op` running. */
+static int attention_ring_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *out, int l,
+                              int chunk, ModelPhase ph, int op, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const ModelDims *d = &c->d;
+    const int sl = d->s_loc, H = d->heads_loc, qkv = d->q_loc + 2 * d->kv_width_loc;
+    const int kv2 = 2 * d->kv_width_loc, C = exec_cp_part_len(c), me = c->g.cp_rank;
+    const size_t row = (size_t)kv2 * c->ab;
+    for (size_t n = 0; n < (size_t)d->b * sl; n++)
+        c->k->copy(AT(ring_slot(r, 0, 0), n * kv2), AT(EXEC_LA(a, QKV_OUT), n * qkv + d->q_loc), row);
+    for (int step = 0, cur = 0; step < d->c; step++, cur ^= 1) {
+        const int src = (me - step + d->c) % d->c;
+        const void *blk = ring_slot(r, cur, 0);
+        for (int q = 0; q < d->b; q++)
+            for (int j = 0; j < 2; j++)
+                for (int jj = 0; jj < 2; jj++) {
+                    int q0;
+                    if (!ring_visible(c, j, src, jj, &q0))
+                        continue;
+                    const int first = step == 0 && jj == 0; /* the own block's first part */
+                    const size_t rows = (size_t)q * sl + (size_t)j * C;
+                    float *lse = (float *)EXEC_LA(a, ATTN_LSE) + (size_t)q * H * sl + (size_t)j * H * C;
+                    const void *kb = AT(blk, ((size_t)q * sl + (size_t)jj * C) * kv2);
+                    KernAttnFwd f = {
+                        .B = 1, .Tq = C, .Tk = C, .H = H, .KV = d->kv_loc, .D = d->hd,
+                        .q_offset = q0, .scale = (float)(1.0 / sqrt((double)d->hd)),
+                        .q = AT(EXEC_LA(a, QKV_OUT), rows * qkv), .k = kb,
+                        .v = AT(kb, d->kv_width_loc), .q_stride = qkv, .k_stride = kv2,
+                        .v_stride = kv2,
+                        .out = first ? AT(out, rows * d->q_loc) : r->W->cp_out_part,
+                        .lse = first ? lse : r->W->cp_lse_part,
+                    };
+                    c->k->attention_fwd(&f);
+                    if (!first)
+                        c->k->attention_merge(AT(out, rows * d->q_loc), lse, r->W->cp_out_part,
+                                              r->W->cp_lse_part, C, H, d->hd);
+                }
+        if (step + 1 < d->c) {
+            end(r);
+            TRY(ring_pass(r, l, chunk, ph, 0, blk, ring_slot(r, cur ^ 1, 0), ring_block(c) * c->ab,
+                          err));
+            resume(r, op);
+        }
+    }
+    for (int q = 0; q < d->b; q++)
+        exec_meter_flops(r->M, model_attention_fwd_flops(&c->spec, (double)H, sl, d->s, d->hd));
+    return PX_OK;
+}
+
+/* The ring's backward: each block's part of every gradient, with the forward's output and
+ * log-sum-exp over all blocks (so each block's probabilities are the softmax's own): Q's added
+ * into ws.dqkv, K's and V's into the block's gradient, which travels with it; a last message
+ * takes each gradient to its owner. Returns with op `op` not running. */
+static int attention_ring_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int l, int chunk,
+                              int op, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const ModelDims *d = &c->d;
+    const int sl = d->s_loc, H = d->heads_loc, qkv = d->q_loc + 2 * d->kv_width_loc;
+    const int kv2 = 2 * d->kv_width_loc, C = exec_cp_part_len(c), me = c->g.cp_rank;
+    const size_t row = (size_t)kv2 * c->ab, blk_bytes = ring_block(c) * c->ab;
+    begin(r, op);
+    for (size_t n = 0; n < (size_t)d->b * sl; n++)
+        c->k->copy(AT(ring_slot(r, 0, 0), n * kv2), AT(EXEC_LA(a, QKV_OUT), n * qkv + d->q_loc), row);
+    c->k->memset0(ring_slot(r, 0, 1), blk_bytes);
+    c->k->memset0(r->W->dqkv, (size_t)d->b * sl * qkv * c->ab);
+    int cur = 0;
+    for (int step = 0; step < d->c; step++) {
+        const int src = (me - step + d->c) % d->c;
+        const void *blk = ring_slot(r, cur, 0);
+        void *dblk = ring_slot(r, cur, 1);
+        for (int q = 0; q < d->b; q++)
+            for (int j = 0; j < 2; j++)
+                for (int jj = 0; jj < 2; jj++) {
+                    int q0;
+                    if (!ring_visible(c, j, src, jj, &q0))
+                        continue;
+                    const size_t rows = (size_t)q * sl + (size_t)j * C;
+                    const size_t krows = (size_t)q * sl + (size_t)jj * C;
+                    const size_t lo = (size_t)q * H * sl + (size_t)j * H * C;
+                    const void *kb = AT(blk, krows * kv2);
+                    KernAttnBwd b = {
+                        .B = 1, .Tq = C, .Tk = C, .H = H, .KV = d->kv_loc, .D = d->hd,
+                        .q_offset = q0, .scale = (float)(1.0 / sqrt((double)d->hd)),
+                        .q = AT(EXEC_LA(a, QKV_OUT), rows * qkv), .k = kb,
+                        .v = AT(kb, d->kv_width_loc), .q_stride = qkv, .k_stride = kv2,
+                        .v_stride = kv2,
+                        .out = AT(EXEC_LA(a, PROJ_IN), rows * d->q_loc),
+                        .dout = AT(r->W->dhid, rows * d->q_loc),
+                        .dq = r->W->cp_out_part, .dk = r->W->cp_dkv_part,
+                        .dv = AT(r->W->cp_dkv_part, d->kv_width_loc), .dq_stride = d->q_loc,
+                        .dk_stride = kv2, .dv_stride = kv2,
+                        .lse = (const float *)EXEC_LA(a, ATTN_LSE) + lo, .drow = r->W->flash_d + lo,
+                    };
+                    c->k->attention_bwd(&b);
+                    for (int t = 0; t < C; t++)
+                        c->k->add_inplace(AT(r->W->dqkv, (rows + t) * qkv),
+                                          AT(r->W->cp_out_part, (size_t)t * d->q_loc), d->q_loc);
+                    c->k->add_inplace(AT(dblk, krows * kv2), r->W->cp_dkv_part, (size_t)C * kv2);
+                }
+        end(r);
+        if (step + 1 < d->c) /* the block and its gradient on */
+            TRY(ring_pass(r, l, chunk, MODEL_BWD, 0, blk, ring_slot(r, cur ^ 1, 0), 2 * blk_bytes,
+                          err));
+        else /* the gradient home: the next rank's block; this rank's from the previous one */
+            TRY(ring_pass(r, l, chunk, MODEL_BWD, 1, dblk, ring_slot(r, cur ^ 1, 1), blk_bytes,
+                          err));
+        resume(r, op);
+        cur ^= 1;
+    }
+    for (size_t n = 0; n < (size_t)d->b * sl; n++)
+        c->k->copy(AT(r->W->dqkv, n * qkv + d->q_loc), AT(ring_slot(r, cur, 1), n * kv2), row);
+    for (int q = 0; q < d->b; q++) {
+        const double fwd = model_attention_fwd_flops(&c->spec, (double)H, sl, d->s, d->hd);
+        exec_meter_flops(r->M, model_attention_bwd_flops(fwd, 1, NULL));
+    }
+    end(r);
+    return PX_OK;
+}
+
+/* Where part j's keys are: the sequence's own K, V columns (cp 1) or cp.kv_full; part j's
+ * queries see keys 0 .. its last position: *tk of them, the first at *q_offset. */
+static void cp_part_keys(const ExecCtx *c, int j, int *q_offset, int *tk)
+{
+    *q_offset = exec_cp_part_pos(c, c->g.cp_rank, j);
+    *tk = *q_offset + exec_cp_part_len(c);
+}
+
+/* The attention core's forward, sequence by sequence and (context parallelism) part by part:
+ * each part's queries against the keys up to its last position. The saved softmax (unfused)
+ * or log-sum-exp (fused) of a sequence holds its parts one after the other. Runs within op
+ * `op`; with cp > 1 and `gather` gathers K and V first (the forward's, or a full recompute's,
+ * all-gather), else finds them in cp.kv_full. */
+static int attention_core_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *out, int mb,
+                              int l, int chunk, ModelPhase ph, int op, int gather, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const ModelDims *d = &c->d;
+    const int sl = d->s_loc, H = d->heads_loc, qkv = d->q_loc + 2 * d->kv_width_loc;
+    const int cp = d->c > 1, kvs = cp ? 2 * d->kv_width_loc : qkv, P = exec_cp_parts(c);
+    const int C = exec_cp_part_len(c);
+    const size_t tile = (size_t)H * sl * d->s;
+    if (cp && c->spec.layout.cp_comm == MODEL_CP_COMM_A2A)
+        return attention_a2a_fwd(r, a, out, l, chunk, ph, op, gather, err);
+    if (cp && c->spec.layout.cp_comm == MODEL_CP_COMM_P2P)
+        return attention_ring_fwd(r, a, out, l, chunk, ph, op, err);
+    if (cp && gather) {
+        end(r);
+        TRY(cp_gather_kv(r, a, chunk, l, ph, op, err));
+        resume(r, op);
+    }
+    for (int q = 0; q < d->b; q++) {
+        const void *base = AT(EXEC_LA(a, QKV_OUT), (size_t)q * sl * qkv);
+        const void *kb = cp ? AT(r->W->cp_kv_full, (size_t)q * d->s * kvs) : AT(base, d->q_loc);
+        size_t at = 0; /* the part's place in the sequence's softmax */
+        for (int j = 0; j < P; j++) {
+            int q0, tk;
+            cp_part_keys(c, j, &q0, &tk);
+            KernAttnFwd f = {
+                .B = 1, .Tq = C, .Tk = tk, .H = H, .KV = d->kv_loc, .D = d->hd, .q_offset = q0,
+                .scale = (float)(1.0 / sqrt((double)d->hd)),
+                .q = AT(base, (size_t)j * C * qkv), .k = kb, .v = AT(kb, d->kv_width_loc),
+                .q_stride = qkv, .k_stride = kvs, .v_stride = kvs,
+                .out = AT(out, ((size_t)q * sl + (size_t)j * C) * d->q_loc),
+            };
+            if (c->spec.job.flash_attn) {
+                f.lse = (float *)EXEC_LA(a, ATTN_LSE) + (size_t)q * H * sl + (size_t)j * H * C;
+            } else {
+                f.probs = AT(EXEC_LA(a, SOFTMAX), q * tile + at);
+                if (c->attn_dropout) { /* cp > 1 refuses dropout (exec_init) */
+                    f.dropout = c->dropout;
+                    /* the stream of the whole layer's heads: this rank's first head is global
+                     * head tp * H, whose entries start tp * H * s * s into it */
+                    f.seed = exec_stream_at(drop_seed(r, seq_index(r, mb, q), l, EXEC_SITE_ATTN),
+                                            (uint64_t)c->g.tp_rank * tile);
+                    f.mask = (uint8_t *)EXEC_LA(a, SOFTMAX_MASK) + q * tile;
+                    f.probs_drop = AT(EXEC_LA(a, SOFTMAX_DROP), q * tile);
+                }
+            }
+            at += (size_t)H * C * tk;
+            c->k->attention_fwd(&f);
+        }
+        /* counted as the op graph counts a sequence's core: s_loc queries against s keys */
+        exec_meter_flops(r->M, model_attention_fwd_flops(&c->spec, (double)H, sl, d->s, d->hd));
+    }
+    return PX_OK;
 }
 
 /* ---- a transformer layer ---- */
+
+/* Rotary embedding (backward: its inverse) over packed QKV rows (attn.qkv.out's layout), each
+ * part of each sequence at its global positions. */
+static void rope(const ExecLayerRun *r, void *qkv_rows, int backward)
+{
+    const ExecCtx *c = r->c;
+    const ModelDims *d = &c->d;
+    const int qkv = d->q_loc + 2 * d->kv_width_loc, C = exec_cp_part_len(c);
+    const float theta = (float)c->spec.model.rope_theta;
+    for (int q = 0; q < d->b; q++)
+        for (int j = 0; j < exec_cp_parts(c); j++) {
+            void *x = AT(qkv_rows, ((size_t)q * d->s_loc + (size_t)j * C) * qkv);
+            const int p0 = exec_cp_part_pos(c, c->g.cp_rank, j);
+            if (backward)
+                c->k->rope_bwd(x, 1, C, d->heads_loc, d->kv_loc, d->hd, p0, theta);
+            else
+                c->k->rope_fwd(x, 1, C, d->heads_loc, d->kv_loc, d->hd, p0, theta);
+        }
+}
 
 /* The epilogue of a row-parallel layer (attention projection, fc2): ws.out holds this rank's
  * partial product over the full sequence; reduce it (all-reduce, or reduce-scatter into y's
@@ -531,16 +1053,16 @@ static int layer_fwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
     if (EXEC_LP(w, QKV_B))
         k->add_bias(EXEC_LA(a, QKV_OUT), EXEC_LP(w, QKV_B), N, qkv);
     if (cfg->position == MODEL_POS_ROPE)
-        k->rope_fwd(EXEC_LA(a, QKV_OUT), d->b, d->s, d->heads_loc, d->kv_loc, d->hd, 0,
-                    (float)cfg->rope_theta);
+        rope(r, EXEC_LA(a, QKV_OUT), 0);
     end(r);
 
     /* the projection's input: saved in the act dtype and quantized for the GEMM alone, or its
      * quantized copy saved (beside the act one, or alone: model_fp8_proj_in) */
     const ModelFp8ProjIn pin = model_fp8_proj_in(&c->spec);
     void *o = pin == MODEL_FP8_PROJ_FP8 ? F->act : EXEC_LA(a, PROJ_IN);
-    begin(r, layer_op(r, l, MODEL_OPR_CORE, phase));
-    attention_core_fwd(r, a, o, mb, l);
+    const int op_core = layer_op(r, l, MODEL_OPR_CORE, phase);
+    begin(r, op_core);
+    TRY(attention_core_fwd(r, a, o, mb, l, chunk, phase, op_core, 1, err));
     end(r);
 
     begin(r, layer_op(r, l, MODEL_OPR_PROJ, phase));
@@ -656,40 +1178,59 @@ static int column_parallel_dx(const ExecLayerRun *r, int chunk, int l, ModelOpRo
     return PX_OK;
 }
 
-/* The attention core's backward, sequence by sequence (the fused path's or the unfused one's
- * saved tensors); out: its forward output (the fused path's). */
+/* The attention core's backward, sequence by sequence and part by part (the fused path's or
+ * the unfused one's saved tensors); out: its forward output (the fused path's). With context
+ * parallelism the K, V gradients of each part land in cp.kv (free once cp.kv_full holds the
+ * keys) and add up in cp.dkv, which cp_scatter_dkv hands back to their owners. */
 static void attention_core_bwd(const ExecLayerRun *r, const ExecLayerActs *a, const void *out)
 {
     const ExecCtx *c = r->c;
     const ModelDims *d = &c->d;
-    const int s = d->s, H = d->heads_loc, qkv = d->q_loc + 2 * d->kv_width_loc;
-    const size_t tile = (size_t)H * s * s;
+    const int sl = d->s_loc, H = d->heads_loc, qkv = d->q_loc + 2 * d->kv_width_loc;
+    const int cp = d->c > 1, kvs = cp ? 2 * d->kv_width_loc : qkv, P = exec_cp_parts(c);
+    const int C = exec_cp_part_len(c);
+    const size_t tile = (size_t)H * sl * d->s;
+    if (cp)
+        c->k->memset0(r->W->cp_dkv, (size_t)d->b * d->s * kvs * c->ab);
     for (int q = 0; q < d->b; q++) {
-        const void *qb = AT(EXEC_LA(a, QKV_OUT), (size_t)q * s * qkv);
-        void *dbase = AT(r->W->dqkv, (size_t)q * s * qkv);
-        KernAttnBwd b = {
-            .B = 1, .Tq = s, .Tk = s, .H = H, .KV = d->kv_loc, .D = d->hd,
-            .scale = (float)(1.0 / sqrt((double)d->hd)),
-            .q = qb, .k = AT(qb, d->q_loc), .v = AT(qb, d->q_loc + d->kv_width_loc),
-            .q_stride = qkv, .k_stride = qkv, .v_stride = qkv,
-            .dout = AT(r->W->dhid, (size_t)q * s * d->q_loc),
-            .dq = dbase, .dk = AT(dbase, d->q_loc), .dv = AT(dbase, d->q_loc + d->kv_width_loc),
-            .dq_stride = qkv, .dk_stride = qkv, .dv_stride = qkv,
-        };
-        if (c->spec.job.flash_attn) {
-            b.out = AT(out, (size_t)q * s * d->q_loc);
-            b.lse = (const float *)EXEC_LA(a, ATTN_LSE) + (size_t)q * H * s;
-            b.drow = r->W->flash_d + (size_t)q * H * s;
-        } else {
-            b.probs = AT(EXEC_LA(a, SOFTMAX), q * tile);
-            b.dscores = AT(r->W->dscores, q * tile);
-            if (c->attn_dropout) {
-                b.dropout = c->dropout;
-                b.mask = (const uint8_t *)EXEC_LA(a, SOFTMAX_MASK) + q * tile;
-                b.probs_drop = AT(EXEC_LA(a, SOFTMAX_DROP), q * tile);
+        const void *qb = AT(EXEC_LA(a, QKV_OUT), (size_t)q * sl * qkv);
+        const void *kb = cp ? AT(r->W->cp_kv_full, (size_t)q * d->s * kvs) : AT(qb, d->q_loc);
+        void *dbase = AT(r->W->dqkv, (size_t)q * sl * qkv);
+        void *dkb = cp ? r->W->cp_kv : AT(dbase, d->q_loc);
+        size_t at = 0;
+        for (int j = 0; j < P; j++) {
+            int q0, tk;
+            cp_part_keys(c, j, &q0, &tk);
+            const size_t rows = (size_t)q * sl + (size_t)j * C;
+            KernAttnBwd b = {
+                .B = 1, .Tq = C, .Tk = tk, .H = H, .KV = d->kv_loc, .D = d->hd, .q_offset = q0,
+                .scale = (float)(1.0 / sqrt((double)d->hd)),
+                .q = AT(qb, (size_t)j * C * qkv), .k = kb, .v = AT(kb, d->kv_width_loc),
+                .q_stride = qkv, .k_stride = kvs, .v_stride = kvs,
+                .dout = AT(r->W->dhid, rows * d->q_loc),
+                .dq = AT(dbase, (size_t)j * C * qkv), .dk = dkb, .dv = AT(dkb, d->kv_width_loc),
+                .dq_stride = qkv, .dk_stride = kvs, .dv_stride = kvs,
+            };
+            if (c->spec.job.flash_attn) {
+                b.out = AT(out, rows * d->q_loc);
+                b.lse = (const float *)EXEC_LA(a, ATTN_LSE) + (size_t)q * H * sl + (size_t)j * H * C;
+                b.drow = r->W->flash_d + (size_t)q * H * sl + (size_t)j * H * C;
+            } else {
+                b.probs = AT(EXEC_LA(a, SOFTMAX), q * tile + at);
+                b.dscores = AT(r->W->dscores, q * tile + at);
+                if (c->attn_dropout) {
+                    b.dropout = c->dropout;
+                    b.mask = (const uint8_t *)EXEC_LA(a, SOFTMAX_MASK) + q * tile;
+                    b.probs_drop = AT(EXEC_LA(a, SOFTMAX_DROP), q * tile);
+                }
             }
+            at += (size_t)H * C * tk;
+            c->k->attention_bwd(&b);
+            if (cp)
+                c->k->add_inplace(AT(r->W->cp_dkv, (size_t)q * d->s * kvs), dkb, (size_t)tk * kvs);
         }
-        attn_bwd(r, &b);
+        const double fwd = model_attention_fwd_flops(&c->spec, (double)H, sl, d->s, d->hd);
+        exec_meter_flops(r->M, model_attention_bwd_flops(fwd, !!c->spec.job.flash_attn, NULL));
     }
 }
 
@@ -845,24 +1386,43 @@ static int layer_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
     /* Selective recompute re-creates the softmax (and its dropout) just before the core's
      * backward; the output it recomputes is not needed and lands in ws.dqkv, which the
      * backward then overwrites. */
-    if (c->spec.layout.recompute == MODEL_RECOMPUTE_SELECTIVE && !c->spec.job.flash_attn) {
-        begin(r, layer_op(r, l, MODEL_OPR_CORE, MODEL_RECOMPUTE));
-        attention_core_fwd(r, a, r->W->dqkv, mb, l);
+    const int op_core = layer_op(r, l, MODEL_OPR_CORE, MODEL_BWD);
+    const int rec_core = c->spec.layout.recompute == MODEL_RECOMPUTE_SELECTIVE &&
+                         !c->spec.job.flash_attn;
+    const int a2a = d->c > 1 && c->spec.layout.cp_comm == MODEL_CP_COMM_A2A;
+    const int ring = d->c > 1 && c->spec.layout.cp_comm == MODEL_CP_COMM_P2P;
+    const int cp = d->c > 1 && !a2a && !ring; /* the all-gather */
+    /* context parallelism gathers K and V again for the backward (the op graph's backward
+     * all-gather), which the selective recompute below reads too */
+    if (cp)
+        TRY(cp_gather_kv(r, a, chunk, l, MODEL_BWD, op_core, err));
+    if (rec_core) {
+        const int op_rec = layer_op(r, l, MODEL_OPR_CORE, MODEL_RECOMPUTE);
+        begin(r, op_rec);
+        /* with cp the keys are in cp.kv_full already: gathered once, for both */
+        TRY(attention_core_fwd(r, a, r->W->dqkv, mb, l, chunk, MODEL_RECOMPUTE, op_rec, 0, err));
         end(r);
     }
 
     /* the fused path's backward reads the forward's output, saved in the act dtype whenever the
      * fused core runs (model_fp8_proj_in) */
-    begin(r, layer_op(r, l, MODEL_OPR_CORE, MODEL_BWD));
-    attention_core_bwd(r, a, EXEC_LA(a, PROJ_IN));
-    end(r);
+    if (a2a) {
+        TRY(attention_a2a_bwd(r, a, chunk, l, op_core, err));
+    } else if (ring) {
+        TRY(attention_ring_bwd(r, a, l, chunk, op_core, err));
+    } else {
+        begin(r, op_core);
+        attention_core_bwd(r, a, EXEC_LA(a, PROJ_IN));
+        end(r);
+    }
+    if (cp)
+        TRY(cp_scatter_dkv(r, chunk, l, op_core, err));
 
     const void *x;
     ExecFp8Ref xq;
     TRY(column_bwd_input(r, chunk, l, MODEL_OPR_QKV, EXEC_LA(a, QKV_IN), fq != NULL, &x, &xq, err));
     if (c->spec.model.position == MODEL_POS_ROPE)
-        k->rope_bwd(r->W->dqkv, d->b, d->s, d->heads_loc, d->kv_loc, d->hd, 0,
-                    (float)c->spec.model.rope_theta);
+        rope(r, r->W->dqkv, 1);
     if (EXEC_LP(g, QKV_B))
         k->bias_grad(EXEC_LP(g, QKV_B), r->W->dqkv, N, qkv);
     if (fq) {
@@ -883,6 +1443,13 @@ static int layer_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
 
 /* ---- the embedding and the output layer ---- */
 
+/* Sequence q's part j in the micro-batch's token rows (exec_tok_row); its targets follow
+ * one token on. */
+static const int32_t *tok_part(const ExecCtx *c, const int32_t *tok, int q, int j)
+{
+    return tok + (size_t)q * exec_tok_row(c) + (size_t)j * (exec_cp_part_len(c) + 1);
+}
+
 static int embed_fwd(const ExecLayerRun *r, int chunk, int mb, ExecHeadActs *x, void *x0,
                      const int32_t *tok, PxError *err)
 {
@@ -890,8 +1457,7 @@ static int embed_fwd(const ExecLayerRun *r, int chunk, int mb, ExecHeadActs *x, 
     const KernBackend *k = c->k;
     const ModelDims *d = &c->d;
     const ExecParams *P = r->P;
-    const int b = d->b, s = d->s, h = d->h, row = s + 1, V = d->vocab_loc, R = b * d->s_sp;
-    const size_t sh = (size_t)s * h;
+    const int b = d->b, h = d->h, V = d->vocab_loc, R = b * d->s_sp;
     const int sp = sp_on(c);
     TRY(gather_block(r, P->embed_block, MODEL_FWD, 0, err));
     /* vocabulary-parallel: this rank's rows give a partial embedding, summed over TP; the
@@ -901,8 +1467,12 @@ static int embed_fwd(const ExecLayerRun *r, int chunk, int mb, ExecHeadActs *x, 
     const int op = other_op(r, MODEL_OPR_EMBED, MODEL_FWD);
     begin(r, op);
     for (int q = 0; q < b; q++)
-        k->embedding_fwd(AT(emb, q * sh), tok + (size_t)q * row, P->wte, wpe, s, s, 0, h,
-                         c->g.tp_rank * V, V);
+        for (int j = 0; j < exec_cp_parts(c); j++) {
+            const int C = exec_cp_part_len(c);
+            k->embedding_fwd(AT(emb, ((size_t)q * d->s_loc + (size_t)j * C) * h),
+                             tok_part(c, tok, q, j), P->wte, wpe, C, C,
+                             exec_cp_part_pos(c, c->g.cp_rank, j), h, c->g.tp_rank * V, V);
+        }
     end(r);
     if (sp) {
         TRY(tp_reduce_scatter(r, MODEL_OPR_EMBED, -1, chunk, MODEL_FWD, x0, emb, (size_t)R * h, err));
@@ -927,8 +1497,8 @@ static int cross_entropy(const ExecLayerRun *r, int chunk, ExecHeadActs *x, cons
     const ExecCtx *c = r->c;
     const KernBackend *k = c->k;
     const ModelDims *d = &c->d;
-    const int b = d->b, s = d->s, row = s + 1, V = d->vocab_loc, N = b * d->s_loc;
-    const int v0 = c->g.tp_rank * V;
+    const int b = d->b, V = d->vocab_loc, N = b * d->s_loc, P = exec_cp_parts(c);
+    const int C = exec_cp_part_len(c), v0 = c->g.tp_rank * V;
     float *probs = EXEC_HA(x, LOSS_PROBS);
     const int op_loss = other_op(r, MODEL_OPR_LOSS, MODEL_FWD);
     int op_ar = -1;
@@ -937,8 +1507,7 @@ static int cross_entropy(const ExecLayerRun *r, int chunk, ExecHeadActs *x, cons
         return PX_ERUNTIME;
     float *rowmax = r->W->xent, *rowsum = rowmax + N, *target = rowsum + N, *loss = target + N;
     begin(r, op_loss);
-    for (int q = 0; q < b; q++)
-        k->xent_rowmax(rowmax + (size_t)q * s, probs + (size_t)q * s * V, s, V);
+    k->xent_rowmax(rowmax, probs, N, V);
     end(r);
     if (op_ar >= 0) {
         begin(r, op_ar);
@@ -948,11 +1517,12 @@ static int cross_entropy(const ExecLayerRun *r, int chunk, ExecHeadActs *x, cons
         TRY(rc);
     }
     resume(r, op_loss);
-    for (int q = 0; q < b; q++) {
-        const size_t o = (size_t)q * s;
-        k->xent_expsum(rowsum + o, target + o, probs + o * V, rowmax + o, tok + (size_t)q * row + 1,
-                       s, V, v0);
-    }
+    for (int q = 0; q < b; q++)
+        for (int j = 0; j < P; j++) {
+            const size_t o = (size_t)q * d->s_loc + (size_t)j * C;
+            k->xent_expsum(rowsum + o, target + o, probs + o * V, rowmax + o,
+                           tok_part(c, tok, q, j) + 1, C, V, v0);
+        }
     end(r);
     /* the op's calls are the communication calls, as the graph counts them (3 per pass) */
     for (int i = 0; i < 2 && op_ar >= 0; i++) {
@@ -963,12 +1533,9 @@ static int cross_entropy(const ExecLayerRun *r, int chunk, ExecHeadActs *x, cons
         TRY(rc);
     }
     resume(r, op_loss);
-    for (int q = 0; q < b; q++) {
-        const size_t o = (size_t)q * s;
-        k->xent_finish(loss + o, probs + o * V, rowsum + o, rowmax + o, target + o, s, V);
-    }
-    /* every TP rank has the same losses: one of them reports them */
-    if (c->g.tp_rank == 0 && c->g.cp_rank == 0) {
+    k->xent_finish(loss, probs, rowsum, rowmax, target, N, V);
+    /* every TP rank has the same losses: one of them reports them (each cp rank its tokens') */
+    if (c->g.tp_rank == 0) {
         k->to_host(r->W->host_loss, loss, (size_t)N * sizeof *loss);
         double sum = 0.0;
         for (int n = 0; n < N; n++)
@@ -1055,10 +1622,11 @@ static int head_bwd(const ExecLayerRun *r, int chunk, const ExecHeadActs *x, con
     const KernBackend *k = c->k;
     const ModelDims *d = &c->d;
     ExecParams *P = r->P;
-    const int b = d->b, s = d->s, h = d->h, row = s + 1, V = d->vocab_loc;
+    const int b = d->b, h = d->h, V = d->vocab_loc, C = exec_cp_part_len(c);
     const int N = b * d->s_loc, R = b * d->s_sp;
-    /* the loss is the mean over every token of the global batch, times the fp16 loss scale */
-    const float dloss = (float)(r->pass->loss_scale / ((double)c->spec.job.global_batch * s));
+    /* the loss is the mean over every token of the global batch (of every cp rank's), times
+     * the fp16 loss scale */
+    const float dloss = (float)(r->pass->loss_scale / ((double)c->spec.job.global_batch * d->s));
     float *probs = EXEC_HA(x, LOSS_PROBS);
     exec_zero_bucket_clear(r->Z, c, P, P->final_block);
     TRY(gather_block(r, P->final_block, MODEL_BWD, 0, err));
@@ -1067,8 +1635,9 @@ static int head_bwd(const ExecLayerRun *r, int chunk, const ExecHeadActs *x, con
 
     begin(r, other_op(r, MODEL_OPR_LOSS, MODEL_BWD));
     for (int q = 0; q < b; q++)
-        k->xent_bwd(probs + (size_t)q * s * V, tok + (size_t)q * row + 1, s, V, c->g.tp_rank * V,
-                    dloss);
+        for (int j = 0; j < exec_cp_parts(c); j++)
+            k->xent_bwd(probs + ((size_t)q * d->s_loc + (size_t)j * C) * V,
+                        tok_part(c, tok, q, j) + 1, C, V, c->g.tp_rank * V, dloss);
     const void *dlogits = dlogits_act(r, probs, (size_t)N * V);
     end(r);
 
@@ -1104,8 +1673,7 @@ static int embed_bwd(const ExecLayerRun *r, int chunk, const ExecHeadActs *x, co
     const KernBackend *k = c->k;
     const ModelDims *d = &c->d;
     ExecParams *P = r->P;
-    const int b = d->b, s = d->s, h = d->h, row = s + 1, V = d->vocab_loc, R = b * d->s_sp;
-    const size_t sh = (size_t)s * h;
+    const int b = d->b, h = d->h, V = d->vocab_loc, R = b * d->s_sp, C = exec_cp_part_len(c);
     exec_zero_bucket_clear(r->Z, c, P, P->embed_block);
     if (c->g.defer_logits_wgrad)
         TRY(logits_wgrad(r, chunk, x, err));
@@ -1126,8 +1694,10 @@ static int embed_bwd(const ExecLayerRun *r, int chunk, const ExecHeadActs *x, co
     TRY(gather_block(r, P->embed_block, MODEL_BWD, c->g.tied_here ? 1 : 0, err));
     resume(r, op);
     for (int q = 0; q < b; q++)
-        k->embedding_bwd(P->g_wte, P->g_wpe, AT(dy, q * sh), tok + (size_t)q * row, s, s, 0, h,
-                         c->g.tp_rank * V, V);
+        for (int j = 0; j < exec_cp_parts(c); j++)
+            k->embedding_bwd(P->g_wte, P->g_wpe, AT(dy, ((size_t)q * d->s_loc + (size_t)j * C) * h),
+                             tok_part(c, tok, q, j), C, C, exec_cp_part_pos(c, c->g.cp_rank, j), h,
+                             c->g.tp_rank * V, V);
     end(r);
     TRY(exec_zero_bucket_reduce(r->Z, c, P, r->M, P->embed_block, err));
     if (last_mb)

@@ -131,11 +131,44 @@ static int check_supported(const Exec *ex, PxError *err)
     const ModelDims *d = &ex->c.d;
     const char *origin = ex->plan_path;
     const int world = comm_world(ex->c.comm);
-    if (d->c > 1)
-        return px_fail(err, PX_EINPUT,
-                       "%s: layout.cp %d: the executor does not run context parallelism (make the "
-                       "plan with --cp 1)",
-                       origin, d->c);
+    /* What of context parallelism this executor runs (docs/executor.md, "Context
+     * parallelism"): refused before the tables are built, naming the setting. */
+    if (d->c > 1) {
+        const ModelConfig *m = &s->model;
+        const int a2a = s->layout.cp_comm == MODEL_CP_COMM_A2A;
+        if (a2a && (d->heads_loc % d->c || d->kv_loc % d->c))
+            return px_fail(err, PX_EINPUT,
+                           "%s: layout.cp %d with cp_comm_type a2a: the %d heads and %d KV heads "
+                           "per tensor-parallel rank must both be divisible by cp %d (Ulysses "
+                           "splits them over the cp ranks): choose a cp that divides both, or "
+                           "--cp-comm-type allgather",
+                           origin, d->c, d->heads_loc, d->kv_loc, d->c);
+        const char *why = s->layout.cp_comm == MODEL_CP_COMM_P2P && !s->job.flash_attn
+                              ? "p2p runs the fused attention core (make the plan with "
+                                "--flash-attn)"
+                          : d->c > EXEC_CP_MAX ? "cp must be at most 64"
+                          : a2a && s->job.flash_attn
+                              ? "a2a runs the unfused attention core (make the plan with "
+                                "--no-flash-attn)"
+                          : s->job.dropout > 0.0 ? "dropout must be 0"
+                          : d->moe               ? "mixture-of-experts layers are not supported"
+                          : m->mla.kv_lora_rank > 0 || m->mtp_layers > 0
+                              ? "MLA and multi-token prediction are not supported"
+                          : d->fp8 != MODEL_FP8_NONE ? "FP8 training is not supported"
+                          : d->s % (2 * d->c) != 0   ? "the sequence must split into 2 x cp chunks"
+                          : s->layout.cp_comm == MODEL_CP_COMM_P2P &&
+                                  (ex->opt.backend == EXEC_BACKEND_CUDA ||
+                                   (ex->opt.backend == EXEC_BACKEND_AUTO &&
+                                    !prof_device_is_cpu(&ex->plan.profile.device)))
+                              ? "p2p runs on the CPU backend only (--backend cpu, --precision "
+                                "fp32; allgather and a2a run on CUDA too)"
+                              : NULL;
+        if (why)
+            return px_fail(err, PX_EINPUT,
+                           "%s: layout.cp %d (cp_comm_type %s, sequence %d): the executor runs "
+                           "context parallelism with limits: %s",
+                           origin, d->c, model_cp_comm_name(s->layout.cp_comm), d->s, why);
+    }
     /* What of mixture of experts this executor runs (docs/executor.md, "Mixture of experts"):
      * refused before the tables are built, naming the setting. */
     if (d->moe) {

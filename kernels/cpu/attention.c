@@ -308,3 +308,26 @@ void kern_cpu_attention_bwd(const KernAttnBwd *a)
     else
         attn_bwd_fused(a);
 }
+
+/* Milakov & Gimelshein 2018's online softmax, two blocks at a time: each side's output is
+ * normalised by its own sum of exponentials e^lse, so the merged one weighs them by their
+ * share of the total. */
+void kern_cpu_attention_merge(void *out, float *lse, const void *out_b, const float *lse_b, int T,
+                              int H, int D)
+{
+    float *o = out;
+    const float *ob = out_b;
+    KERN_CHECK(T >= 0 && H > 0 && D > 0, "attention_merge: bad shape");
+    for (int h = 0; h < H; h++)
+        for (int t = 0; t < T; t++) {
+            const size_t i = (size_t)h * T + t;
+            const double a = lse[i], b = lse_b[i], m = a > b ? a : b;
+            const double L = m + log(exp(a - m) + exp(b - m));
+            const float wa = (float)exp(a - L), wb = (float)exp(b - L);
+            float *row = o + (size_t)t * H * D + (size_t)h * D;
+            const float *rb = ob + (size_t)t * H * D + (size_t)h * D;
+            for (int d = 0; d < D; d++)
+                row[d] = wa * row[d] + wb * rb[d];
+            lse[i] = (float)L;
+        }
+}

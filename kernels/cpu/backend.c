@@ -91,6 +91,7 @@ static const KernBackend kern_cpu_backend = {
     .rope_bwd = kern_cpu_rope_bwd,
     .attention_fwd = kern_cpu_attention_fwd,
     .attention_bwd = kern_cpu_attention_bwd,
+    .attention_merge = kern_cpu_attention_merge,
     .add = kern_cpu_add,
     .add_inplace = kern_cpu_add_inplace,
     .dropout_fwd = kern_cpu_dropout_fwd,

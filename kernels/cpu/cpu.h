@@ -47,6 +47,8 @@ void kern_cpu_rope_bwd(void *dqkv, int B, int T, int H, int KV, int D, int pos_o
 /* attention.c */
 void kern_cpu_attention_fwd(const KernAttnFwd *a);
 void kern_cpu_attention_bwd(const KernAttnBwd *a);
+void kern_cpu_attention_merge(void *out, float *lse, const void *out_b, const float *lse_b, int T,
+                              int H, int D);
 
 /* embedding.c */
 void kern_cpu_embedding_fwd(void *out, const int32_t *tokens, const void *wte, const void *wpe,
