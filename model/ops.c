@@ -419,6 +419,60 @@ static void moe_forward(Emit *e, int l)
     simple(e, MODEL_OP_PERMUTE, n, T * k * h * a + T * k * 4.0 + 3.0 * T * h * a);
 }
 
+/* Context parallelism's exchange for the attention core, per comm type (docs/time.md,
+ * "Context parallelism"); KVb is the rank's own keys and values, b x s/cp x 2 kv_width_loc.
+ * allgather: the whole sequence's K, V gathered before the core, their gradients
+ * reduce-scattered after its backward. p2p (ring attention, Megatron's default): K, V go round
+ * the ring in cp - 1 steps of KVb each, one step under each block of the core; the backward
+ * sends them round again and passes dK, dV along with them, cp steps back to their owner.
+ * a2a (DeepSpeed-Ulysses): Q, K, V turned from the sequence split to a head split before the
+ * core and the output back after it, each all-to-all sized by the rank's buffer as the
+ * experts' are. `before` says which side of the core the ops emitted now sit on. */
+static double cp_kv_bytes(const Emit *e)
+{
+    const ModelDims *d = e->d;
+    return (double)d->b * d->s_loc * 2.0 * d->kv_width_loc * eb(e);
+}
+
+static void cp_forward(Emit *e, const char *n, int before)
+{
+    const ModelDims *d = e->d;
+    const double a = eb(e), M = (double)d->b * d->s_loc;
+    switch (e->s->layout.cp_comm) {
+    case MODEL_CP_COMM_ALLGATHER:
+        if (before)
+            comm(e, n, MODEL_CP_ALL_GATHER, d->c, (double)d->b * d->s * 2.0 * d->kv_width_loc * a, 1);
+        break;
+    case MODEL_CP_COMM_A2A:
+        comm(e, n, MODEL_CP_ALL_TO_ALL, d->c, before ? M * (d->q_loc + 2.0 * d->kv_width_loc) * a : M * d->o_loc * a, 1);
+        break;
+    default:
+        if (before)
+            comm(e, n, MODEL_CP_P2P, d->c, cp_kv_bytes(e), d->c - 1);
+        break;
+    }
+}
+
+/* The backward's: `before` the core's backward (the output gradient's side) or after it. */
+static void cp_backward(Emit *e, const char *n, int before)
+{
+    const ModelDims *d = e->d;
+    const double a = eb(e), M = (double)d->b * d->s_loc;
+    const double kv_full = (double)d->b * d->s * 2.0 * d->kv_width_loc * a;
+    switch (e->s->layout.cp_comm) {
+    case MODEL_CP_COMM_ALLGATHER:
+        comm(e, n, before ? MODEL_CP_ALL_GATHER : MODEL_CP_REDUCE_SCATTER, d->c, kv_full, 1);
+        break;
+    case MODEL_CP_COMM_A2A:
+        comm(e, n, MODEL_CP_ALL_TO_ALL, d->c, before ? M * d->o_loc * a : M * (d->q_loc + 2.0 * d->kv_width_loc) * a, 1);
+        break;
+    default:
+        if (!before) /* K, V cp - 1 times and dK, dV cp times, KVb a call */
+            comm(e, n, MODEL_CP_P2P, d->c, cp_kv_bytes(e), 2 * d->c - 1);
+        break;
+    }
+}
+
 static void layer_forward(Emit *e, int l)
 {
     const ModelSpec *s = e->s;
@@ -433,9 +487,10 @@ static void layer_forward(Emit *e, int l)
     simple(e, MODEL_OP_NORM, n, 2.0 * nb);
     qkv_forward(e, l);
     at_layer(e, MODEL_OPR_CORE, l, n);
-    comm(e, n, MODEL_CP_ALL_GATHER, d->c, (double)d->b * d->s * 2.0 * d->kv_width_loc * a, 1);
+    cp_forward(e, n, 1);
     attention_core(e, n);
     at_layer(e, MODEL_OPR_PROJ, l, n);
+    cp_forward(e, n, 0);
     linear_epilogue(e, n, M, h, d->o_loc, nb);
     comm(e, n, sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, tp_act_bytes(e), 1);
     at_layer(e, MODEL_OPR_LN2, l, n);
@@ -710,16 +765,18 @@ static void layer_backward(Emit *e, const ModelTensorTable *tt, int block, int x
     if (sp)
         comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
     linear(e, n, M, h, d->o_loc, 2.0 * nb);
+    if (s->layout.cp_comm == MODEL_CP_COMM_A2A)
+        cp_backward(e, n, 1);
     at_layer(e, MODEL_OPR_CORE, l, n);
-    double kv_full = (double)d->b * d->s * 2.0 * d->kv_width_loc * a;
-    comm(e, n, MODEL_CP_ALL_GATHER, d->c, kv_full, 1);
+    if (s->layout.cp_comm == MODEL_CP_COMM_ALLGATHER)
+        cp_backward(e, n, 1);
     if (s->layout.recompute == MODEL_RECOMPUTE_SELECTIVE && !s->job.flash_attn) {
         e->phase = MODEL_RECOMPUTE;
         attention_core(e, n);
         e->phase = MODEL_BWD;
     }
     attention_core(e, n);
-    comm(e, n, MODEL_CP_REDUCE_SCATTER, d->c, kv_full, 1);
+    cp_backward(e, n, 0);
     qkv_backward(e, l);
     at_layer(e, MODEL_OPR_LN1, l, n);
     simple(e, MODEL_OP_NORM, n, 5.0 * nb); /* + the residual gradient */
