@@ -101,6 +101,9 @@ int sim_export_megatron_split(const ModelLayout *l, int *first, int *last);
 /* The split as Megatron-Core's --pipeline-model-parallel-layout string: "Et*2|t*3|tL" */
 void sim_export_megatron_layout(char *buf, size_t cap, const ModelLayout *l);
 extern const char *const sim_export_gpipe_note;
+/* The context-parallel comm type as Megatron-Core's cp_comm_type spells it: "p2p",
+ * "all_gather", "a2a" (TransformerConfig, Transformer Engine's attention). */
+const char *sim_export_cp_comm_name(ModelCpComm c);
 int sim_export_fp8_param_gather_ok(const ModelPlan *p);
 /* MoE and MLA overrides shared by NeMo 1.x (bridge 0) and Megatron-Bridge (bridge 1). */
 void sim_export_moe_overrides(FILE *f, const ModelPlan *p, int bridge);
