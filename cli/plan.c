@@ -40,7 +40,8 @@ static const struct {
             {CLI_VPP, SIM_PIN_VPP},       {CLI_ZERO, SIM_PIN_ZERO},
             {CLI_SP, SIM_PIN_SP},         {CLI_NO_SP, SIM_PIN_SP},
             {CLI_MBS, SIM_PIN_MBS},       {CLI_RECOMPUTE, SIM_PIN_RECOMPUTE},
-            {CLI_SCHEDULE, SIM_PIN_SCHEDULE}, {CLI_PP_LAYERS, SIM_PIN_PP | SIM_PIN_PP_LAYERS}};
+            {CLI_SCHEDULE, SIM_PIN_SCHEDULE}, {CLI_PP_LAYERS, SIM_PIN_PP | SIM_PIN_PP_LAYERS},
+            {CLI_CP_COMM, SIM_PIN_CP_COMM}};
 
 static int split_list(const char *text, const char *what, char items[][256], int cap)
 {

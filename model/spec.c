@@ -126,7 +126,7 @@ const char *model_rule_name(ModelRule r)
         "degrees out of range",
         "tp x pp x cp x dp does not match the GPUs",
         "sequence longer than the learned positions",
-        "tp does not divide heads, kv heads or ffn",
+        "tp (a2a: tp x cp) does not divide heads, kv heads or ffn",
         "sequence parallelism without tp",
         "virtual stages need pp > 1 and the interleaved schedule",
         "pp x vpp does not divide the layers",

@@ -192,7 +192,8 @@ enum {
     SIM_PIN_SCHEDULE = 1 << 9,
     SIM_PIN_PP_LAYERS = 1 << 10, /* base.layout.stage_layers (pins pp too) */
     SIM_PIN_EP = 1 << 11,
-    SIM_PIN_ETP = 1 << 12
+    SIM_PIN_ETP = 1 << 12,
+    SIM_PIN_CP_COMM = 1 << 13
 };
 
 /* Why a layout was rejected: one of model's rules (ModelRule), or the planner's own. */
