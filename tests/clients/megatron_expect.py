@@ -92,6 +92,7 @@ BREAKAGES = [
     ("gpt3-13b-pp2-sel", "    --seed 1234\n", "    --seed 1234\n    --no-overlap-p2p-communication\n",
      "should be greater than 2"),
     ("llama3-8b-tp2-cp2", "--vocab-size 128256\n", "--vocab-size 128000\n", "vocab"),
+    ("llama3-8b-cp4-a2a", "--cp-comm-type a2a\n", "--cp-comm-type allgather\n", "cp_comm_type"),
 ]
 
 
@@ -216,6 +217,9 @@ def parse_layout(text):
     return [list(stage) for stage in text.split("|")]
 
 
+CP_COMM = {"p2p": "p2p", "allgather": "all_gather", "a2a": "a2a"}
+
+
 def expected(plan):
     """{dest: value} that the validated arguments must hold for the plan."""
     m, lay, t = plan["model"], plan["layout"], plan["training"]
@@ -239,6 +243,8 @@ def expected(plan):
         "make_vocab_size_divisible_by": t["pad_vocab"],
         "tensor_model_parallel_size": tp, "pipeline_model_parallel_size": pp,
         "context_parallel_size": cp,
+        # parallax's allgather is Megatron-Core's all_gather; p2p is the default, left unsaid
+        "cp_comm_type": [CP_COMM.get(lay.get("cp_comm_type", "p2p"))],
         "virtual_pipeline_model_parallel_size": vpp if vpp > 1 else None,
         # validate_args turns sequence parallelism off at tp 1
         "sequence_parallel": bool(lay["sp"]) and tp > 1,
