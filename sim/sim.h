@@ -50,6 +50,9 @@ typedef struct {
      * parallelism"), by SIM_ZERO_*: their time, of it the latency part (calls x (n - 1) x
      * alpha), and what the passes could not hide (of dp_exposed_s) */
     double zero_s[4], zero_latency_s[4], zero_exposed_s[4];
+    /* context parallelism's exchange per step (docs/time.md, "Context parallelism"): its
+     * time and what the passes could not hide (of tp_comm_s) */
+    double cp_comm_s, cp_exposed_s;
 } SimStageTime;
 
 /* ZeRO's per-micro-batch collectives in SimStageTime: the gathers before the forward, before

@@ -514,10 +514,15 @@ int sim_time_costs(SimResult *r, PxError *err)
                 st->zero_s[z] += t[i] * rep * m;
                 st->zero_latency_s[z] += sim_comm_seconds(&c, &bare, s) * rep * m;
                 st->zero_exposed_s[z] += exposed * rep * m;
-            } else if (grp == MODEL_GROUP_EP || grp == MODEL_GROUP_ETP)
+            } else if (grp == MODEL_GROUP_EP || grp == MODEL_GROUP_ETP) {
                 st->ep_comm_s += exposed * rep * m;
-            else
+            } else {
                 st->tp_comm_s += exposed * rep * m;
+                if (grp == MODEL_GROUP_CP) {
+                    st->cp_comm_s += t[i] * rep * m;
+                    st->cp_exposed_s += exposed * rep * m;
+                }
+            }
         }
         free(dpx);
         if (l->offload_optimizer) {
