@@ -44,7 +44,9 @@ static const struct {
             /* Megatron-Core's forms of the split pin it, and the layout string the pipeline */
             {CLI_EMBED_SPLIT, SIM_PIN_PP_LAYERS}, {CLI_LOSS_SPLIT, SIM_PIN_PP_LAYERS},
             {CLI_FIRST_LAYERS, SIM_PIN_PP_LAYERS}, {CLI_LAST_LAYERS, SIM_PIN_PP_LAYERS},
-            {CLI_PP_LAYOUT, SIM_PIN_PP | SIM_PIN_VPP | SIM_PIN_PP_LAYERS}};
+            {CLI_PP_LAYOUT, SIM_PIN_PP | SIM_PIN_VPP | SIM_PIN_PP_LAYERS},
+
+            {CLI_CP_COMM, SIM_PIN_CP_COMM}};
 
 static int split_list(const char *text, const char *what, char items[][256], int cap)
 {

@@ -419,41 +419,58 @@ static void moe_forward(Emit *e, int l)
     simple(e, MODEL_OP_PERMUTE, n, T * k * h * a + T * k * 4.0 + 3.0 * T * h * a);
 }
 
-/* The context-parallel communication around the attention core, before it (after == 0) and
- * after it (the ring's messages, which run beside it, are listed after it): Ulysses' all-to-alls (cp_comm a2a) of Q, K, V and of the output (backward: of the
- * output's gradient, then of Q's, K's and V's), each the rank's local buffer; else K and V
- * all-gathered over the whole sequence, and backward gathered again and their gradients
- * reduce-scattered. */
-static void cp_core_comm(Emit *e, const char *n, int after)
+/* Context parallelism's exchange for the attention core, per comm type (docs/time.md,
+ * "Context parallelism"); KVb is the rank's own keys and values, b x s/cp x 2 kv_width_loc.
+ * allgather: the whole sequence's K, V gathered before the core, their gradients
+ * reduce-scattered after its backward. p2p (ring attention, Megatron's default): K, V go round
+ * the ring in cp - 1 steps of KVb each, one step under each block of the core; the backward
+ * sends them round again and passes dK, dV along with them, cp steps back to their owner.
+ * a2a (DeepSpeed-Ulysses): Q, K, V turned from the sequence split to a head split before the
+ * core and the output back after it, each all-to-all sized by the rank's buffer as the
+ * experts' are. `before` says which side of the core the ops emitted now sit on. */
+static double cp_kv_bytes(const Emit *e)
 {
     const ModelDims *d = e->d;
-    const double a = eb(e), rows = (double)d->b * d->s_loc;
-    if (e->s->layout.cp_comm == MODEL_CP_COMM_A2A) {
-        const double qkv = rows * (d->q_loc + 2.0 * d->kv_width_loc) * a, out = rows * d->o_loc * a;
-        const int bwd = e->phase == MODEL_BWD;
-        comm(e, n, MODEL_CP_ALL_TO_ALL, d->c, after != bwd ? out : qkv, 1);
-        return;
+    return (double)d->b * d->s_loc * 2.0 * d->kv_width_loc * eb(e);
+}
+
+static void cp_forward(Emit *e, const char *n, int before)
+{
+    const ModelDims *d = e->d;
+    const double a = eb(e), M = (double)d->b * d->s_loc;
+    switch (e->s->layout.cp_comm) {
+    case MODEL_CP_COMM_ALLGATHER:
+        if (before)
+            comm(e, n, MODEL_CP_ALL_GATHER, d->c, (double)d->b * d->s * 2.0 * d->kv_width_loc * a, 1);
+        break;
+    case MODEL_CP_COMM_A2A:
+        comm(e, n, MODEL_CP_ALL_TO_ALL, d->c, before ? M * (d->q_loc + 2.0 * d->kv_width_loc) * a : M * d->o_loc * a, 1);
+        break;
+    default:
+        if (before)
+            comm(e, n, MODEL_CP_P2P, d->c, cp_kv_bytes(e), d->c - 1);
+        break;
     }
-    if (e->s->layout.cp_comm == MODEL_CP_COMM_P2P) {
-        /* the K, V ring: each of cp - 1 steps sends the block at hand (KVb, this rank's b x
-         * s/cp tokens' K and V) on; backward each step sends K, V and the gradient accumulated
-         * for them, and a last message returns each gradient to its owner */
-        const double kvb = rows * 2.0 * d->kv_width_loc * a;
-        if (!after)
-            return;
-        if (e->phase == MODEL_BWD) {
-            comm(e, n, MODEL_CP_P2P, d->c, 2.0 * kvb, d->c - 1);
-            comm(e, n, MODEL_CP_P2P, d->c, kvb, 1);
-        } else {
-            comm(e, n, MODEL_CP_P2P, d->c, kvb, d->c - 1);
-        }
-        return;
-    }
+}
+
+/* The backward's: `before` the core's backward (the output gradient's side) or after it. */
+static void cp_backward(Emit *e, const char *n, int before)
+{
+    const ModelDims *d = e->d;
+    const double a = eb(e), M = (double)d->b * d->s_loc;
     const double kv_full = (double)d->b * d->s * 2.0 * d->kv_width_loc * a;
-    if (!after)
-        comm(e, n, MODEL_CP_ALL_GATHER, d->c, kv_full, 1);
-    else if (e->phase == MODEL_BWD)
-        comm(e, n, MODEL_CP_REDUCE_SCATTER, d->c, kv_full, 1);
+    switch (e->s->layout.cp_comm) {
+    case MODEL_CP_COMM_ALLGATHER:
+        comm(e, n, before ? MODEL_CP_ALL_GATHER : MODEL_CP_REDUCE_SCATTER, d->c, kv_full, 1);
+        break;
+    case MODEL_CP_COMM_A2A:
+        comm(e, n, MODEL_CP_ALL_TO_ALL, d->c, before ? M * d->o_loc * a : M * (d->q_loc + 2.0 * d->kv_width_loc) * a, 1);
+        break;
+    default:
+        if (!before) /* K, V cp - 1 times and dK, dV cp times, KVb a call */
+            comm(e, n, MODEL_CP_P2P, d->c, cp_kv_bytes(e), 2 * d->c - 1);
+        break;
+    }
 }
 
 static void layer_forward(Emit *e, int l)
@@ -470,10 +487,10 @@ static void layer_forward(Emit *e, int l)
     simple(e, MODEL_OP_NORM, n, 2.0 * nb);
     qkv_forward(e, l);
     at_layer(e, MODEL_OPR_CORE, l, n);
-    cp_core_comm(e, n, 0);
+    cp_forward(e, n, 1);
     attention_core(e, n);
-    cp_core_comm(e, n, 1);
     at_layer(e, MODEL_OPR_PROJ, l, n);
+    cp_forward(e, n, 0);
     linear_epilogue(e, n, M, h, d->o_loc, nb);
     comm(e, n, sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, tp_act_bytes(e), 1);
     at_layer(e, MODEL_OPR_LN2, l, n);
@@ -748,15 +765,18 @@ static void layer_backward(Emit *e, const ModelTensorTable *tt, int block, int x
     if (sp)
         comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
     linear(e, n, M, h, d->o_loc, 2.0 * nb);
+    if (s->layout.cp_comm == MODEL_CP_COMM_A2A)
+        cp_backward(e, n, 1);
     at_layer(e, MODEL_OPR_CORE, l, n);
-    cp_core_comm(e, n, 0);
+    if (s->layout.cp_comm == MODEL_CP_COMM_ALLGATHER)
+        cp_backward(e, n, 1);
     if (s->layout.recompute == MODEL_RECOMPUTE_SELECTIVE && !s->job.flash_attn) {
         e->phase = MODEL_RECOMPUTE;
         attention_core(e, n);
         e->phase = MODEL_BWD;
     }
     attention_core(e, n);
-    cp_core_comm(e, n, 1);
+    cp_backward(e, n, 0);
     qkv_backward(e, l);
     at_layer(e, MODEL_OPR_LN1, l, n);
     simple(e, MODEL_OP_NORM, n, 5.0 * nb); /* + the residual gradient */

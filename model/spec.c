@@ -126,7 +126,7 @@ const char *model_rule_name(ModelRule r)
         "degrees out of range",
         "tp x pp x cp x dp does not match the GPUs",
         "sequence longer than the learned positions",
-        "tp does not divide heads, kv heads or ffn",
+        "tp (a2a: tp x cp) does not divide heads, kv heads or ffn",
         "sequence parallelism without tp",
         "virtual stages need pp > 1 and the interleaved schedule",
         "pp x vpp does not divide the layers",
@@ -308,6 +308,18 @@ static int check_tensor_split(const ModelConfig *c, const ModelLayout *l, int s,
         return rule_fail(err, MODEL_RULE_HEADS, "tp %d must divide ffn_hidden %d", l->tp, c->ffn_hidden);
     if (l->sp && l->tp < 2)
         return rule_fail(err, MODEL_RULE_SP_TP, "sequence parallelism needs tp > 1");
+    /* Ulysses turns the sequence split into a head split: each cp rank takes whole heads of
+     * its tp rank's share, query and key/value alike */
+    if (l->cp > 1 && l->cp_comm == MODEL_CP_COMM_A2A) {
+        if ((c->heads / l->tp) % l->cp != 0)
+            return rule_fail(err, MODEL_RULE_HEADS,
+                           "cp comm type a2a needs cp %d to divide the %d attention heads per tp rank "
+                           "(%d heads / tp %d)", l->cp, c->heads / l->tp, c->heads, l->tp);
+        if ((c->kv_heads / l->tp) % l->cp != 0)
+            return rule_fail(err, MODEL_RULE_HEADS,
+                           "cp comm type a2a needs cp %d to divide the %d key/value heads per tp rank "
+                           "(%d key/value heads / tp %d)", l->cp, c->kv_heads / l->tp, c->kv_heads, l->tp);
+    }
     return PX_OK;
 }
 

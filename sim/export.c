@@ -371,6 +371,8 @@ static void megatron(FILE *f, const ModelPlan *p, const ModelDims *d)
         flag(f, "--num-layers-per-virtual-pipeline-stage", "%d", c->layers / (l->pp * l->vpp));
     if (l->cp > 1)
         flag(f, "--context-parallel-size", "%d", l->cp);
+    if (l->cp > 1 && l->cp_comm != MODEL_CP_COMM_P2P) /* p2p is Megatron-LM's default */
+        flag(f, "--cp-comm-type", "%s", sim_export_cp_comm_name(l->cp_comm));
     if (l->sp)
         flag(f, "--sequence-parallel", NULL);
     if (l->zero == 1)

@@ -382,6 +382,8 @@ void sim_export_bridge(FILE *f, const ModelPlan *p, const ModelDims *d)
     ov(&o, "model.tensor_model_parallel_size=%d model.pipeline_model_parallel_size=%d", l->tp, l->pp);
     ov_int_or_null(&o, "model.virtual_pipeline_model_parallel_size", l->vpp, l->vpp <= 1);
     ov(&o, "model.context_parallel_size=%d model.sequence_parallel=%s", l->cp, tf(l->sp));
+    if (l->cp > 1)
+        ov(&o, "model.cp_comm_type=%s", sim_export_cp_comm_name(l->cp_comm));
     ov_end(&o);
     bridge_split(&o, p, d);
     bridge_model(&o, p, d);

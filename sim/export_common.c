@@ -5,6 +5,12 @@
 
 #include <string.h>
 
+const char *sim_export_cp_comm_name(ModelCpComm c)
+{
+    static const char *const names[] = {"p2p", "all_gather", "a2a"};
+    return (unsigned)c < 3 ? names[c] : "p2p";
+}
+
 /* An uneven split as Megatron-Core takes it: the first and/or the last stage's layers given
  * (--decoder-first/last-pipeline-num-layers), the other stages sharing the rest evenly
  * (get_transformer_layer_offset). *first and *last get -1 when not needed. Returns 0 when the

@@ -188,6 +188,9 @@ void sim_export_nemo1(FILE *f, const ModelPlan *p, const ModelDims *d)
     if (l->vpp > 1)
         fprintf(f, "%d", l->vpp);
     fprintf(f, " +model.context_parallel_size=%d model.sequence_parallel=%s\n", l->cp, l->sp ? "true" : "false");
+    /* NeMo 1.x hands model.* keys named as TransformerConfig's fields on to it; p2p is its default */
+    if (l->cp > 1 && l->cp_comm != MODEL_CP_COMM_P2P)
+        fprintf(f, "+model.cp_comm_type=%s\n", sim_export_cp_comm_name(l->cp_comm));
     fprintf(f, "model.micro_batch_size=%d model.global_batch_size=%d model.encoder_seq_length=%d model.max_position_embeddings=%d\n",
             t->micro_batch, t->global_batch, d->s, rope ? d->s : c->seq_len);
     fprintf(f, "model.num_layers=%d model.hidden_size=%d model.ffn_hidden_size=%d model.num_attention_heads=%d\n",

@@ -225,6 +225,27 @@ static void titan_model_notes(FILE *f, const Titan *t, const ModelPlan *p)
                        : "torchtitan 0.2's\n# deepseek_v3 has none");
 }
 
+/* torchtitan's context parallelism is PyTorch's, which passes K, V shards round the cp ranks:
+ * all-gathered after the first block ("allgather") or rotated one rank a step ("alltoall", the
+ * ring); 0.2 names the method, 0.3 keeps PyTorch's default, allgather. Neither splits heads. */
+static const char *titan_rotate(const ModelLayout *l)
+{
+    return l->cp_comm == MODEL_CP_COMM_ALLGATHER ? "allgather" : "alltoall";
+}
+
+static void titan_cp_notes(FILE *f, const Titan *t, const ModelLayout *l)
+{
+    if (l->cp < 2)
+        return;
+    if (l->cp_comm == MODEL_CP_COMM_A2A)
+        fprintf(f, "# NOT EXPRESSIBLE: Ulysses context parallelism (cp comm type a2a): torchtitan passes K and V\n"
+                   "# shards round the cp ranks and never splits the heads; %s\n",
+                t->v03 ? "0.3 gathers them" : "written as the ring (context_parallel_rotate_method alltoall)");
+    else if (t->v03 && l->cp_comm == MODEL_CP_COMM_P2P)
+        fprintf(f, "# NOT EXPRESSIBLE: the K/V ring (cp comm type p2p): torchtitan 0.3 has no rotate method and\n"
+                   "# gathers K and V (parallax's allgather); torchtitan 0.2 rotates them\n");
+}
+
 /* Data parallelism and ZeRO (titan_resolve's mapping). */
 static void titan_dp_notes(FILE *f, const Titan *t, const ModelPlan *p, const ModelDims *d)
 {
@@ -361,6 +382,7 @@ static void titan_notes(FILE *f, const Titan *t, const ModelPlan *p, const Model
     const ModelJob *j = &p->spec.job;
     titan_model_notes(f, t, p);
     titan_dp_notes(f, t, p, d);
+    titan_cp_notes(f, t, &p->spec.layout);
     if (l->tp > 1 && l->sp)
         fprintf(f, "# tensor parallelism with sequence parallelism: %s\n",
                 t->v03 ? "enable_sequence_parallel, torchtitan's default" : "torchtitan 0.2's TP always applies it");
@@ -585,7 +607,7 @@ int sim_export_torchtitan_toml(FILE *f, const ModelPlan *p, const ModelDims *d, 
                "context_parallel_degree = %d\npipeline_parallel_degree = %d\n",
             t.replicate, t.shard, t.reshard, l->tp, t.async_tp ? "true" : "false", l->cp, l->pp);
     if (l->cp > 1)
-        fprintf(f, "context_parallel_rotate_method = \"allgather\"\n");
+        fprintf(f, "context_parallel_rotate_method = \"%s\"\n", titan_rotate(l));
     if (l->pp > 1) {
         fprintf(f, "pipeline_parallel_schedule = \"%s\"\npipeline_parallel_microbatch_size = %d\n", t.schedule,
                 j->micro_batch);

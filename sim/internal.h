@@ -112,6 +112,9 @@ typedef struct {
 /* 0 when the split is the even one (nothing to say) */
 int sim_export_megatron_pipeline(const ModelPlan *p, const ModelDims *d, SimMegatronSplit *out);
 extern const char *const sim_export_gpipe_note;
+/* The context-parallel comm type as Megatron-Core's cp_comm_type spells it: "p2p",
+ * "all_gather", "a2a" (TransformerConfig, Transformer Engine's attention). */
+const char *sim_export_cp_comm_name(ModelCpComm c);
 int sim_export_fp8_param_gather_ok(const ModelPlan *p);
 /* MoE and MLA overrides shared by NeMo 1.x (bridge 0) and Megatron-Bridge (bridge 1). */
 void sim_export_moe_overrides(FILE *f, const ModelPlan *p, int bridge);

@@ -20,6 +20,7 @@ typedef struct {
     int dp;
     short ep, etp; /* expert degrees (1 and tp for a dense model) */
     short off;     /* offload the planner turned on to make the layout fit: OFF_* */
+    short cpc;     /* context-parallel comm type (ModelCpComm); p2p without cp */
 } Knobs;
 
 /* The pipeline splits the planner tries (docs/planner.md, "Uneven pipeline splits"): even or,
@@ -182,6 +183,7 @@ static void apply(const SimPlanRequest *q, const Knobs *k, ModelSpec *s)
     s->job.micro_batch = k->mbs;
     s->layout.ep = k->ep;
     s->layout.etp = k->etp;
+    s->layout.cp_comm = (ModelCpComm)k->cpc;
     if (k->off & OFF_OPTIMIZER)
         s->layout.offload_optimizer = 1;
     if (k->off & OFF_ACTIVATIONS)
@@ -259,9 +261,9 @@ static int spills(const SimPlanRequest *q, int pp, int vpp, int out[SPLIT_KINDS]
  * parallelism, no recompute, larger micro-batch), so results are deterministic. */
 static int cmp_knobs(const Knobs *a, const Knobs *b)
 {
-    const short ka[13] = {a->tp, a->pp, a->cp, a->ep, a->etp, a->vpp, a->zero, a->sp, a->rc, a->sched, (short)-a->mbs, a->spill, a->off};
-    const short kb[13] = {b->tp, b->pp, b->cp, b->ep, b->etp, b->vpp, b->zero, b->sp, b->rc, b->sched, (short)-b->mbs, b->spill, b->off};
-    for (int i = 0; i < 13; i++)
+    const short ka[14] = {a->tp, a->pp, a->cp, a->cpc, a->ep, a->etp, a->vpp, a->zero, a->sp, a->rc, a->sched, (short)-a->mbs, a->spill, a->off};
+    const short kb[14] = {b->tp, b->pp, b->cp, b->cpc, b->ep, b->etp, b->vpp, b->zero, b->sp, b->rc, b->sched, (short)-b->mbs, b->spill, b->off};
+    for (int i = 0; i < 14; i++)
         if (ka[i] != kb[i])
             return ka[i] < kb[i] ? -1 : 1;
     return 0;
@@ -378,6 +380,7 @@ typedef struct {
     int vpps[64], n_vpp;
     int mbss[256], n_mbs;
     int zs[4], n_z, ss[2], n_s, rs[3], n_r;
+    int cpcs[3], n_cpc; /* context-parallel comm types (p2p alone without cp) */
     /* expert degrees: (ep, etp) pairs that divide the experts, their width and the stage's
      * tp x cp x dp ranks (one pair, (1, tp), for a dense model) */
     short eps[256], etps[256];
@@ -577,6 +580,12 @@ static int grid_for(const Search *s, int tp, int pp, int cp, Grid *g)
     g->n_z = values(pin & SIM_PIN_ZERO, pl->zero, zeros, g->dp * cp > 1 ? 4 : 1, g->zs);
     g->n_s = values(pin & SIM_PIN_SP, pl->sp, sps, tp > 1 ? 2 : 1, g->ss);
     g->n_r = values(pin & SIM_PIN_RECOMPUTE, (int)pl->recompute, rcs, 3, g->rs);
+    /* every comm type where there is context parallelism: the ring hides behind long
+     * sequences' attention, Ulysses' all-to-alls move less across many ranks */
+    static const int cpcs[3] = {MODEL_CP_COMM_P2P, MODEL_CP_COMM_ALLGATHER, MODEL_CP_COMM_A2A};
+    g->n_cpc = cp > 1 ? values(pin & SIM_PIN_CP_COMM, (int)pl->cp_comm, cpcs, 3, g->cpcs) : 1;
+    if (cp == 1)
+        g->cpcs[0] = MODEL_CP_COMM_P2P;
     expert_pairs(s, g);
     return 1;
 }
@@ -812,7 +821,7 @@ static int walk_grid(Search *s, const Grid *g)
             int n_r_tried = g->n_r;
             for (int i = 0; i < g->n_r; i++) /* the selective twins skipped below */
                 n_r_tried -= twin_skipped(s->q, g->rs[i]);
-            s->total += (long)g->n_mbs * g->n_z * g->n_s * n_r_tried * n_sched * n_spill * g->n_e;
+            s->total += (long)g->n_mbs * g->n_z * g->n_s * n_r_tried * n_sched * n_spill * g->n_e * g->n_cpc;
             continue;
         }
         for (int sp_end = 0; sp_end < n_spill; sp_end++)
@@ -821,17 +830,18 @@ static int walk_grid(Search *s, const Grid *g)
                     for (int h = 0; h < g->n_s; h++)
                         for (int i = 0; i < g->n_r; i++)
                             for (int j = 0; j < n_sched; j++)
-                                for (int x = 0; x < g->n_e; x++) {
-                                    if (twin_skipped(s->q, g->rs[i]))
-                                        continue;
-                                    Knobs k = {(short)g->tp, (short)g->pp, (short)g->cp, (short)vpp,
-                                               (short)g->zs[z], (short)g->ss[h], (short)g->mbss[f],
-                                               (short)g->rs[i], (short)scheds[j], (short)spl[sp_end], g->dp,
-                                               g->eps[x], g->etps[x], 0};
-                                    int rc = evaluate(s, &k);
-                                    if (rc)
-                                        return rc;
-                                }
+                                for (int x = 0; x < g->n_e; x++)
+                                    for (int y = 0; y < g->n_cpc; y++) {
+                                        if (twin_skipped(s->q, g->rs[i]))
+                                            continue;
+                                        Knobs k = {(short)g->tp, (short)g->pp, (short)g->cp, (short)vpp,
+                                                   (short)g->zs[z], (short)g->ss[h], (short)g->mbss[f],
+                                                   (short)g->rs[i], (short)scheds[j], (short)spl[sp_end], g->dp,
+                                                   g->eps[x], g->etps[x], 0, (short)g->cpcs[y]};
+                                        int rc = evaluate(s, &k);
+                                        if (rc)
+                                            return rc;
+                                    }
     }
     return PX_OK;
 }

@@ -86,7 +86,12 @@ void sim_plan_print(FILE *f, const SimPlanRequest *q, const ProfCluster *cl,
     fprintf(f, "searched %ld layouts in %.2f s: %ld feasible, %ld timed in full (the rest cannot beat them)\n\n",
             r->considered, r->seconds, r->feasible, r->timed);
     const int moe = b->model.moe.experts > 0;
+    int cp = 0; /* the context-parallel comm type's column, where a layout has cp */
+    for (int i = 0; i < r->n_top; i++)
+        cp |= r->top[i].spec.layout.cp > 1;
     fprintf(f, "%3s %3s %3s %4s %3s ", "#", "tp", "pp", "dp", "cp");
+    if (cp)
+        fprintf(f, "%-9s ", "cp comm");
     if (moe)
         fprintf(f, "%4s %3s ", "ep", "etp");
     fprintf(f, "%3s %4s %3s %4s %-9s %-11s %8s %10s %6s %8s %7s  %s\n", "vpp", "zero", "sp", "mbs",
@@ -99,6 +104,8 @@ void sim_plan_print(FILE *f, const SimPlanRequest *q, const ProfCluster *cl,
         /* the simulated bubble of a pipeline-less step can come out a rounding error below zero */
         const double bubble = c->bubble_fraction > 0 ? c->bubble_fraction : 0;
         fprintf(f, "%3d %3d %3d %4d %3d ", i + 1, l->tp, l->pp, l->dp, l->cp);
+        if (cp)
+            fprintf(f, "%-9s ", l->cp > 1 ? model_cp_comm_name(l->cp_comm) : "-");
         if (moe)
             fprintf(f, "%4d %3d ", l->ep, l->etp);
         fprintf(f, "%3d %4d %3s %4d %-9s %-11s %8.3f %10.0f %5.1f%% %8.2f %6.1f%%  %s\n",

@@ -97,6 +97,10 @@ static void add_prediction(cJSON *j, const SimResult *r)
         cJSON_AddNumberToObject(e, "dp_comm_exposed_s", t->dp_exposed_s);
         if (d->moe)
             cJSON_AddNumberToObject(e, "ep_comm_s", t->ep_comm_s);
+        if (d->c > 1) {
+            cJSON_AddNumberToObject(e, "cp_comm_s", t->cp_comm_s);
+            cJSON_AddNumberToObject(e, "cp_comm_exposed_s", t->cp_exposed_s);
+        }
         cJSON_AddNumberToObject(e, "optimizer_s", t->optimizer_s);
         if (r->spec.layout.offload_optimizer) {
             cJSON_AddNumberToObject(e, "offload_host_s", t->offload_host_s);
@@ -307,6 +311,12 @@ void sim_result_print(FILE *f, const SimResult *r)
         fprintf(f, "activation copies to and from the host not hidden (s per step, in the pipeline):");
         for (int st = 0; st < d->p; st++)
             fprintf(f, " %.3f", r->stage_time[st].offload_act_s);
+        fprintf(f, "\n");
+    }
+    if (d->c > 1) {
+        fprintf(f, "cp %s exchange per step (s): time exposed:", model_cp_comm_name(s->layout.cp_comm));
+        for (int st = 0; st < d->p; st++)
+            fprintf(f, "  %.3f %.3f", r->stage_time[st].cp_comm_s, r->stage_time[st].cp_exposed_s);
         fprintf(f, "\n");
     }
     if (r->spec.layout.zero >= 2) {

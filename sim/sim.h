@@ -50,6 +50,9 @@ typedef struct {
      * parallelism"), by SIM_ZERO_*: their time, of it the latency part (calls x (n - 1) x
      * alpha), and what the passes could not hide (of dp_exposed_s) */
     double zero_s[4], zero_latency_s[4], zero_exposed_s[4];
+    /* context parallelism's exchange per step (docs/time.md, "Context parallelism"): its
+     * time and what the passes could not hide (of tp_comm_s) */
+    double cp_comm_s, cp_exposed_s;
 } SimStageTime;
 
 /* ZeRO's per-micro-batch collectives in SimStageTime: the gathers before the forward, before
@@ -192,7 +195,8 @@ enum {
     SIM_PIN_SCHEDULE = 1 << 9,
     SIM_PIN_PP_LAYERS = 1 << 10, /* base.layout.stage_layers (pins pp too) */
     SIM_PIN_EP = 1 << 11,
-    SIM_PIN_ETP = 1 << 12
+    SIM_PIN_ETP = 1 << 12,
+    SIM_PIN_CP_COMM = 1 << 13
 };
 
 /* Why a layout was rejected: one of model's rules (ModelRule), or the planner's own. */

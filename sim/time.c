@@ -72,6 +72,25 @@ static double ep_exposed(const ModelOpGraph *g, const double *t, int i, int m, d
     return comm > 0 ? t[i] / comm * overlap(comm, hide, slow) : 0.0;
 }
 
+/* Context parallelism's exchange (docs/time.md, "Context parallelism"). The all-gather, its
+ * reduce-scatter and Ulysses' all-to-alls block the core: exposed whole. The ring (p2p) splits
+ * the core into cp blocks, one per rank's K, V, and sends the next block's K, V while the
+ * current one computes: the forward's cp - 1 transfers each hide under one block, the first
+ * block being the rank's own. The backward sends K, V and the gradients dK, dV of the block
+ * just done together, cp - 1 steps of two transfers each under a block, and returns the last
+ * dK, dV to their owner after the last block, with nothing left to hide under. */
+static double cp_exposed(const ModelOpGraph *g, const double *t, int i, double slow)
+{
+    const ModelOp *op = &g->op[i];
+    const int k = partner(g, i);
+    if (op->comm != MODEL_CP_P2P || k < 0 || op->calls < 1)
+        return t[i];
+    const double n = op->group_size, block = t[k] / n, call = t[i] / op->calls;
+    if (op->phase != MODEL_BWD)
+        return (n - 1.0) * overlap(call, block, slow);
+    return (n - 1.0) * overlap(2.0 * call, block, slow) + call;
+}
+
 double sim_comm_exposed(const ModelOpGraph *g, const double *t, int i, const ModelLayout *l,
                         int m, double slow)
 {
@@ -83,8 +102,8 @@ double sim_comm_exposed(const ModelOpGraph *g, const double *t, int i, const Mod
     /* the experts' tensor-parallel gathers feed and drain their GEMMs as TP's do */
     if ((grp == MODEL_GROUP_TP || grp == MODEL_GROUP_ETP) && l->overlap_tp && k >= 0)
         return overlap(t[i], t[k], slow);
-    if (grp == MODEL_GROUP_CP && k >= 0) /* ring attention overlaps its exchange */
-        return overlap(t[i], t[k], slow);
+    if (grp == MODEL_GROUP_CP)
+        return cp_exposed(g, t, i, slow);
     return t[i];
 }
 
@@ -495,10 +514,15 @@ int sim_time_costs(SimResult *r, PxError *err)
                 st->zero_s[z] += t[i] * rep * m;
                 st->zero_latency_s[z] += sim_comm_seconds(&c, &bare, s) * rep * m;
                 st->zero_exposed_s[z] += exposed * rep * m;
-            } else if (grp == MODEL_GROUP_EP || grp == MODEL_GROUP_ETP)
+            } else if (grp == MODEL_GROUP_EP || grp == MODEL_GROUP_ETP) {
                 st->ep_comm_s += exposed * rep * m;
-            else
+            } else {
                 st->tp_comm_s += exposed * rep * m;
+                if (grp == MODEL_GROUP_CP) {
+                    st->cp_comm_s += t[i] * rep * m;
+                    st->cp_exposed_s += exposed * rep * m;
+                }
+            }
         }
         free(dpx);
         if (l->offload_optimizer) {

@@ -87,6 +87,11 @@ expect 2 "exceed cluster dgx-a100: 560 nodes of 8" simulate --model gpt3-175b --
 
 # impossible layouts: one line naming the rule
 expect 2 "tp 3 must divide the 4 attention heads" simulate --model tiny --cluster dgx-a100 --gpus 3 --tp 3
+expect 2 "--cp-comm-type: expected p2p, allgather or a2a, got 'ring'" simulate --model tiny $ok --cp 2 --cp-comm-type ring
+expect 2 "cp comm type a2a needs cp 8 to divide the 4 attention heads per tp rank (4 heads / tp 1)" \
+  simulate --model tiny $ok --cp 8 --cp-comm-type a2a
+expect 2 "cp comm type a2a needs cp 4 to divide the 2 key/value heads per tp rank (4 key/value heads / tp 2)" \
+  simulate --model tiny-llama $ok --tp 2 --cp 4 --cp-comm-type a2a
 expect 2 "pp 3 x vpp 1 = 3 must divide the 4 layers" simulate --model tiny --cluster dgx-a100 --gpus 3 --pp 3
 expect 2 "= 8 does not equal the 6 GPUs" simulate --model tiny --cluster dgx-a100 --gpus 6 --tp 2 --dp 4
 expect 2 "does not divide the 6 GPUs" simulate --model tiny --cluster dgx-a100 --gpus 6 --tp 4

@@ -144,36 +144,54 @@ int main(void)
     CHECK_EQ_U64(3 * m * bsh2, r.comm[0][MODEL_PP_RECV]);
     sim_result_free(&r);
 
-    /* CP 2 x tp 2, all-gather: per layer per micro-batch K and V (2 * kv width) of the full
-     * sequence are gathered in forward and again in backward, their gradients reduce-scattered;
-     * gradients reduce over dp x cp. */
+    /* CP 2 x tp 2 (docs/time.md, "Context parallelism"): per layer per micro-batch the rank's
+     * own K and V, kvb = b x s/2 x 2 kv width / tp in bf16. The ring (p2p, the default) sends
+     * them cp - 1 = 1 time forward; backward 1 time again and dK, dV cp = 2 times; gradients
+     * reduce over dp x cp. */
     sp = base;
     sp.layout.tp = 2;
     sp.layout.cp = 2;
-    sp.layout.cp_comm = MODEL_CP_COMM_ALLGATHER;
     sp.job.global_batch = 4;
     r = run(sp, 4);
-    const uint64_t kv = b * s * 2 * (h / 2) * 2;
-    CHECK_EQ_U64(4 * L * 2 * kv, r.comm[0][MODEL_CP_ALL_GATHER]); /* m 4, 2 per layer */
-    CHECK_EQ_U64(4 * L * kv, r.comm[0][MODEL_CP_REDUCE_SCATTER]);
-    CHECK_EQ_U64(0, r.comm[0][MODEL_CP_P2P]);
+    const uint64_t kv = b * s * 2 * (h / 2) * 2, kvb = kv / 2;
+    CHECK_EQ_U64(4 * L * (1 + 3) * kvb, r.comm[0][MODEL_CP_P2P]); /* m 4 */
+    CHECK_EQ_U64(0, r.comm[0][MODEL_CP_ALL_GATHER]);
     CHECK_EQ_U64(rank_params(&r, 0) * 4, r.comm[0][MODEL_DP_ALLREDUCE]);
     CHECK_EQ_INT(2, r.dims.zero_group);
     sim_result_free(&r);
-    /* the K, V ring: this rank's block KVb = kv / cp sent cp - 1 times forward; backward K, V
-     * and their gradient cp - 1 times and the gradient once more (home): 4 KVb = 2 kv */
-    sp.layout.cp_comm = MODEL_CP_COMM_P2P;
+
+    /* full recompute repeats the forward's exchange before the backward */
+    sp.layout.recompute = MODEL_RECOMPUTE_FULL;
     r = run(sp, 4);
-    CHECK_EQ_U64(4 * L * 2 * kv, r.comm[0][MODEL_CP_P2P]);
-    CHECK_EQ_U64(0, r.comm[0][MODEL_CP_ALL_GATHER]);
+    CHECK_EQ_U64(4 * L * (1 + 1 + 3) * kvb, r.comm[0][MODEL_CP_P2P]);
     sim_result_free(&r);
-    /* Ulysses: this rank's Q, K, V (q + 2 kv wide, q = h / 2) and output (q) forward, the same
-     * backward */
+    sp.layout.recompute = MODEL_RECOMPUTE_NONE;
+
+    /* allgather: K and V of the full sequence gathered in forward and again in backward,
+     * their gradients reduce-scattered */
+    sp.layout.cp_comm = MODEL_CP_COMM_ALLGATHER;
+    r = run(sp, 4);
+    CHECK_EQ_U64(4 * L * 2 * kv, r.comm[0][MODEL_CP_ALL_GATHER]); /* m 4, 2 per layer */
+    CHECK_EQ_U64(4 * L * kv, r.comm[0][MODEL_CP_REDUCE_SCATTER]);
+    CHECK_EQ_U64(0, r.comm[0][MODEL_CP_P2P]);
+    sim_result_free(&r);
+
+    /* a2a (Ulysses): each pass moves the rank's Q, K, V (3 x h/2 wide) and its output (h/2),
+     * b x s/2 tokens, in bf16 */
     sp.layout.cp_comm = MODEL_CP_COMM_A2A;
     r = run(sp, 4);
-    const uint64_t rows = b * (s / 2), q = h / 2;
-    CHECK_EQ_U64(4 * L * 2 * rows * (q + 2 * (h / 2) + q) * 2, r.comm[0][MODEL_CP_ALL_TO_ALL]);
-    CHECK_EQ_U64(0, r.comm[0][MODEL_CP_ALL_GATHER]);
+    const uint64_t qkv = b * (s / 2) * 3 * (h / 2) * 2, out = b * (s / 2) * (h / 2) * 2;
+    CHECK_EQ_U64(4 * L * 2 * (qkv + out), r.comm[0][MODEL_CP_ALL_TO_ALL]);
+    CHECK_EQ_U64(0, r.comm[0][MODEL_CP_P2P]);
+    sim_result_free(&r);
+
+    /* cp 4, tp 1: kvb = b x s/4 x 2h; the ring's 3 steps forward, 3 + 4 backward */
+    sp = base;
+    sp.layout.cp = 4;
+    sp.job.global_batch = 4;
+    r = run(sp, 4);
+    const uint64_t kvb4 = b * (s / 4) * 2 * h * 2;
+    CHECK_EQ_U64(4 * L * (3 + 7) * kvb4, r.comm[0][MODEL_CP_P2P]);
     sim_result_free(&r);
     TEST_DONE("comm");
 }

@@ -49,7 +49,8 @@ static void test_own_recipe(void)
         "# recipe: llama3_8b_pretrain_config (the model's own)",
         "# run: torchrun --nnodes 2 --nproc-per-node 8 scripts/training/run_recipe.py --recipe llama3_8b_pretrain_config \\",
         "model.tensor_model_parallel_size=2 model.pipeline_model_parallel_size=1 "
-        "model.virtual_pipeline_model_parallel_size=null model.context_parallel_size=2 model.sequence_parallel=true",
+        "model.virtual_pipeline_model_parallel_size=null model.context_parallel_size=2 model.sequence_parallel=true "
+        "model.cp_comm_type=p2p",
         "model.num_layers=32 model.hidden_size=4096 model.ffn_hidden_size=14336 model.num_attention_heads=32 "
         "model.num_query_groups=8 model.kv_channels=128",
         "model.vocab_size=128256 tokenizer.vocab_size=128256 model.seq_length=8192 dataset.sequence_length=8192",

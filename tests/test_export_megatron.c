@@ -57,7 +57,9 @@ static void test_env_tp(void)
         "export CUDA_DEVICE_MAX_CONNECTIONS=1", "MEGATRON_ARGS=(", "    --tokenizer-type NullTokenizer",
         "    --vocab-size 128256", "    --make-vocab-size-divisible-by 1", "    --context-parallel-size 2",
         "    --seed 1234", ")", NULL};
-    const char *not_want[] = {"unset", " \\\n", "--pipeline-model-parallel-layout", "--qk-layernorm", NULL};
+    /* p2p is Megatron-LM's default: said by leaving the flag out */
+    const char *not_want[] = {"unset", " \\\n", "--pipeline-model-parallel-layout", "--qk-layernorm",
+                              "--cp-comm-type", NULL};
     expect_lines("megatron export (tp 2, cp 2)", mg, want, not_want);
     free(mg);
 
@@ -71,9 +73,30 @@ static void test_env_tp(void)
         "model.activation=fast-swiglu model.bias=false model.share_embeddings_and_output_weights=false",
         "model.position_embedding_type=rope +model.rotary_base=500000 model.make_vocab_size_divisible_by=1",
         "# the vocabulary (128256, padded to 128256) comes from model.tokenizer.*, the data's tokenizer", NULL};
-    const char *not_ne[] = {" model.context_parallel_size", "decoder_block_gpt", "+model.qk_layernorm", NULL};
+    const char *not_ne[] = {" model.context_parallel_size", "decoder_block_gpt", "+model.qk_layernorm",
+                            "cp_comm_type", NULL};
     expect_lines("nemo export (tp 2, cp 2)", ne, want_ne, not_ne);
     free(ne);
+}
+
+/* The context-parallel comm types in Megatron-Core's spelling, cp 4 at 32k tokens */
+static void test_cp_comm(void)
+{
+    static const char *const mg_want[] = {"    --cp-comm-type all_gather", "    --cp-comm-type a2a"};
+    static const char *const ne_want[] = {"+model.cp_comm_type=all_gather", "+model.cp_comm_type=a2a"};
+    for (int i = 0; i < 2; i++) {
+        ModelSpec s = job("llama3-8b", 2, 4, 1, 1, 64, 32768);
+        s.layout.cp_comm = i == 0 ? MODEL_CP_COMM_ALLGATHER : MODEL_CP_COMM_A2A;
+        char *mg = export_of(&s, "dgx-h100", 16, SIM_EXPORT_MEGATRON);
+        const char *want[] = {"    --context-parallel-size 4", mg_want[i], NULL};
+        const char *not_want[] = {"allgather", NULL};
+        expect_lines("megatron export (cp 4, cp comm type)", mg, want, not_want);
+        free(mg);
+        char *ne = export_of(&s, "dgx-h100", 16, SIM_EXPORT_NEMO);
+        const char *want_ne[] = {ne_want[i], NULL};
+        expect_lines("nemo export (cp 4, cp comm type)", ne, want_ne, not_want);
+        free(ne);
+    }
 }
 
 /* ZeRO-2 is Megatron FSDP, which wants CUDA_DEVICE_MAX_CONNECTIONS unset or > 1; one micro-batch */
@@ -228,6 +251,7 @@ int main(void)
     px_log_set_quiet(1);
     test_sharding();
     test_env_tp();
+    test_cp_comm();
     test_env_fsdp();
     test_env_blackwell();
     test_gpt();

@@ -33,6 +33,7 @@ static void test_fsdp(void)
     CHECK_OK(model_config_load("llama3-8b", &s.model, &err), err);
     s.layout.tp = 2;
     s.layout.cp = 2;
+    s.layout.cp_comm = MODEL_CP_COMM_ALLGATHER; /* torchtitan 0.3's only way */
     s.layout.sp = 1;
     s.layout.zero = 3;
     s.layout.overlap_dp = 1;
@@ -104,6 +105,27 @@ static void test_fsdp(void)
         NULL};
     const char *not_toml[] = {"NOT EXPRESSIBLE", "converters", "pipeline_parallel_schedule", NULL};
     expect_lines("torchtitan 0.2 export (FSDP)", toml, want_toml, not_toml);
+    free(toml);
+
+    /* the ring: 0.2 rotates K and V one rank a step (alltoall); 0.3 cannot, and says so.
+     * Ulysses: neither can */
+    s.layout.cp_comm = MODEL_CP_COMM_P2P;
+    toml = export_of(&s, "dgx-h100", 16, SIM_EXPORT_TORCHTITAN_TOML);
+    const char *want_ring[] = {"context_parallel_rotate_method = \"alltoall\"", NULL};
+    expect_lines("torchtitan 0.2 export (cp p2p)", toml, want_ring, not_toml);
+    free(toml);
+    cli = export_of(&s, "dgx-h100", 16, SIM_EXPORT_TORCHTITAN);
+    const char *want_ring03[] = {
+        "# NOT EXPRESSIBLE: the K/V ring (cp comm type p2p): torchtitan 0.3 has no rotate method and", NULL};
+    expect_lines("torchtitan 0.3 export (cp p2p)", cli, want_ring03, NULL);
+    free(cli);
+    s.layout.cp_comm = MODEL_CP_COMM_A2A;
+    toml = export_of(&s, "dgx-h100", 16, SIM_EXPORT_TORCHTITAN_TOML);
+    const char *want_a2a[] = {
+        "# NOT EXPRESSIBLE: Ulysses context parallelism (cp comm type a2a): torchtitan passes K and V",
+        "# shards round the cp ranks and never splits the heads; written as the ring (context_parallel_rotate_method alltoall)",
+        "context_parallel_rotate_method = \"alltoall\"", NULL};
+    expect_lines("torchtitan 0.2 export (cp a2a)", toml, want_a2a, NULL);
     free(toml);
 }
 

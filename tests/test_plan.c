@@ -230,6 +230,49 @@ static char *capture(const ModelPlan *p, SimExportFormat fmt)
     return buf;
 }
 
+/* cp 8 at 32k tokens: every comm type is searched, three layouts where one was; the ring
+ * wins (its exchange hides behind the attention); pinned, a2a is kept and its plan file says so */
+static void test_cp_comm(void)
+{
+    PxError err = {0};
+    ProfCluster cl;
+    CHECK_OK(prof_cluster_load("dgx-h100", NULL, 0, &cl, &err), err);
+    SimPlanRequest q = request("llama3-8b", 16, 64);
+    q.base.job.seq_len = 32768;
+    q.base.layout.tp = 1;
+    q.base.layout.cp = 8;
+    q.pinned = SIM_PIN_TP | SIM_PIN_CP;
+    q.top = 10;
+    SimPlanResult free_r, pinned;
+    CHECK_OK(sim_plan(&q, &cl, &free_r, &err), err);
+    CHECK(free_r.n_top > 0);
+    CHECK_EQ_INT(MODEL_CP_COMM_P2P, free_r.top[0].spec.layout.cp_comm);
+    int a2a = 0;
+    for (int i = 0; i < free_r.n_top; i++)
+        a2a |= free_r.top[i].spec.layout.cp_comm == MODEL_CP_COMM_A2A;
+    CHECK(a2a);
+    q.base.layout.cp_comm = MODEL_CP_COMM_A2A;
+    q.pinned |= SIM_PIN_CP_COMM;
+    q.top = 1;
+    CHECK_OK(sim_plan(&q, &cl, &pinned, &err), err);
+    CHECK_EQ_INT(3 * pinned.considered, free_r.considered);
+    CHECK_EQ_INT(MODEL_CP_COMM_A2A, pinned.top[0].spec.layout.cp_comm);
+    ModelPlan plan, back;
+    SimResult full;
+    CHECK_OK(sim_plan_best(&pinned, &cl, "dgx-h100", 16, &plan, &full, &err), err);
+    cJSON *j = model_plan_to_json(&plan);
+    const cJSON *lay = cJSON_GetObjectItemCaseSensitive(j, "layout");
+    CHECK(strcmp(cJSON_GetObjectItemCaseSensitive(lay, "cp_comm_type")->valuestring, "a2a") == 0);
+    CHECK_OK(model_plan_from_json(j, "plan", &back, &err), err);
+    cJSON_Delete(j);
+    CHECK_EQ_INT(MODEL_CP_COMM_A2A, back.spec.layout.cp_comm);
+    model_plan_free(&back);
+    model_plan_free(&plan);
+    sim_result_free(&full);
+    sim_plan_free(&free_r);
+    sim_plan_free(&pinned);
+}
+
 static void test_plan_and_exports(void)
 {
     PxError err = {0};
@@ -487,6 +530,7 @@ int main(void)
     test_schedule_and_dp_pins();
     test_no_zero_twins();
     test_impossible();
+    test_cp_comm();
     test_plan_and_exports();
     test_exports_fsdp_gpipe();
     test_sweep();

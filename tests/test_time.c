@@ -163,6 +163,46 @@ static void test_overlap_bounds(void)
     }
 }
 
+/* Context parallelism's exposed exchange (docs/time.md, "Context parallelism"), cp 4, slowdown
+ * 0.1. The ring forward: 3 steps of 1 ms each under a 2 ms core's 0.5 ms blocks: 3 x (0.5 ms
+ * exposed + 0.1 x 0.5 ms hidden) = 1.65 ms. Its backward: 7 calls of 1 ms, 3 steps of K, V and
+ * dK, dV (2 ms) under an 8 ms core's 2 ms blocks: 3 x 0.1 x 2 ms, plus the last dK, dV's
+ * 1 ms: 1.6 ms. The all-gather and the all-to-all are exposed whole. */
+static void test_cp_exposed(void)
+{
+    ModelOp ops[2];
+    memset(ops, 0, sizeof ops);
+    ModelOpGraph g = {.op = ops, .count = 2, .cap = 2};
+    ModelLayout l;
+    memset(&l, 0, sizeof l);
+    for (int i = 0; i < 2; i++) {
+        ops[i].phase = MODEL_FWD;
+        ops[i].role = MODEL_OPR_CORE;
+        ops[i].layer = 3;
+    }
+    ops[0].kind = MODEL_OP_COMM;
+    ops[0].comm = MODEL_CP_P2P;
+    ops[0].group_size = 4;
+    ops[0].calls = 3;
+    ops[1].kind = MODEL_OP_ATTENTION;
+    double t[2] = {3e-3, 2e-3};
+    CHECK_REL(1.65e-3, sim_comm_exposed(&g, t, 0, &l, 8, 0.1), 1e-12);
+    /* the backward's op follows the core's backward */
+    ops[0] = ops[1];
+    ops[0].phase = ops[1].phase = MODEL_BWD;
+    ops[1].kind = MODEL_OP_COMM;
+    ops[1].comm = MODEL_CP_P2P;
+    ops[1].group_size = 4;
+    ops[1].calls = 7;
+    double tb[2] = {8e-3, 7e-3};
+    CHECK_REL(1.6e-3, sim_comm_exposed(&g, tb, 1, &l, 8, 0.1), 1e-12);
+    ops[1].comm = MODEL_CP_REDUCE_SCATTER;
+    ops[1].calls = 1;
+    CHECK_REL(7e-3, sim_comm_exposed(&g, tb, 1, &l, 8, 0.1), 1e-12);
+    ops[1].comm = MODEL_CP_ALL_TO_ALL;
+    CHECK_REL(7e-3, sim_comm_exposed(&g, tb, 1, &l, 8, 0.1), 1e-12);
+}
+
 int main(void)
 {
     px_log_set_quiet(1);
@@ -171,5 +211,6 @@ int main(void)
     test_placement();
     test_gemm_quantization();
     test_overlap_bounds();
+    test_cp_exposed();
     TEST_DONE("time");
 }

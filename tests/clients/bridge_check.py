@@ -234,6 +234,9 @@ def expected(plan):
     e += [("ddp.num_distributed_optimizer_instances", l.get("dp_replicate", 1)),
           ("optimizer.optimizer_cpu_offload", bool(l.get("offload_optimizer"))),
           ("optimizer.use_precision_aware_optimizer", bool(l.get("offload_optimizer")))]
+    if l["cp"] > 1:  # in Megatron-Core's spelling, always given: a recipe may set its own
+        e.append(("model.cp_comm_type", {"p2p": "p2p", "allgather": "all_gather", "a2a": "a2a"}[
+            l.get("cp_comm_type", "p2p")]))
     if l.get("bucket_bytes"):
         e.append(("ddp.bucket_size", int(l["bucket_bytes"] // (4 if t["precision"] == "fp32" else 2))))
     if l["zero"] >= 2:

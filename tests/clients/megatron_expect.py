@@ -95,6 +95,7 @@ BREAKAGES = [
     ("llama2-13b-emb-loss", "    --account-for-embedding-in-pipeline-split\n", "", "layers per pipeline stage"),
     ("llama3-8b-first-last", "--decoder-first-pipeline-num-layers 6\n", "--decoder-first-pipeline-num-layers 8\n",
      "layers per pipeline stage"),
+    ("llama3-8b-cp4-a2a", "--cp-comm-type a2a\n", "--cp-comm-type allgather\n", "cp_comm_type"),
 ]
 
 
@@ -227,6 +228,9 @@ def parse_layout(text):
     return [list(stage) for stage in text.split("|")]
 
 
+CP_COMM = {"p2p": "p2p", "allgather": "all_gather", "a2a": "a2a"}
+
+
 def expected(plan):
     """{dest: value} that the validated arguments must hold for the plan."""
     m, lay, t = plan["model"], plan["layout"], plan["training"]
@@ -250,6 +254,8 @@ def expected(plan):
         "make_vocab_size_divisible_by": t["pad_vocab"],
         "tensor_model_parallel_size": tp, "pipeline_model_parallel_size": pp,
         "context_parallel_size": cp,
+        # parallax's allgather is Megatron-Core's all_gather; p2p is the default, left unsaid
+        "cp_comm_type": [CP_COMM.get(lay.get("cp_comm_type", "p2p"))],
         "virtual_pipeline_model_parallel_size": vpp if vpp > 1 else None,
         # validate_args turns sequence parallelism off at tp 1
         "sequence_parallel": bool(lay["sp"]) and tp > 1,

@@ -61,6 +61,9 @@ def expected(plan):
         "model.pipeline_model_parallel_size": lay["pp"],
         "model.virtual_pipeline_model_parallel_size": lay["vpp"] if lay["vpp"] > 1 else None,
         "model.context_parallel_size": lay["cp"],
+        # appended where not p2p (TransformerConfig's default), in Megatron-Core's spelling
+        "model.cp_comm_type": {"p2p": "<absent>", "allgather": "all_gather", "a2a": "a2a"}[
+            lay.get("cp_comm_type", "p2p") if lay["cp"] > 1 else "p2p"],
         "model.sequence_parallel": bool(lay["sp"]),
         "model.micro_batch_size": t["micro_batch"],
         "model.global_batch_size": t["global_batch"],
@@ -243,6 +246,7 @@ BREAKAGES = [
     ("gpt3-175b-vpp", "model.max_position_embeddings=2048", "model.max_position_embeddings=1024",
      "model.max_position_embeddings"),
     ("llama3-8b-fp8-delayed", " +model.fp8_params=true", "", "model.fp8_params"),
+    ("llama3-8b-cp4-a2a", "+model.cp_comm_type=a2a", "+model.cp_comm_type=p2p", "model.cp_comm_type"),
 ]
 
 

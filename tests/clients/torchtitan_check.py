@@ -102,6 +102,11 @@ def notes_expected(version, plan, text, c):
         want.append("NOT EXPRESSIBLE: selective recompute")
     if tr["precision"] == "fp16":
         want.append("NOT EXPRESSIBLE: fp16 mixed precision")
+    cpc = lay.get("cp_comm_type", "p2p")
+    if lay["cp"] > 1 and cpc == "a2a":
+        want.append("NOT EXPRESSIBLE: Ulysses context parallelism")
+    if lay["cp"] > 1 and cpc == "p2p" and version == "0.3":
+        want.append("NOT EXPRESSIBLE: the K/V ring")
     if model.get("mtp_layers", 0) > 0:
         want.append("NOT EXPRESSIBLE: the model's %d multi-token prediction" % model["mtp_layers"])
     recipe = tr.get("fp8_recipe", "none")
@@ -205,6 +210,9 @@ def check(version, cfg, plan, text, args):
     c.eq("pipeline_parallel_degree", par.pipeline_parallel_degree, lay["pp"])
     c.eq("expert_parallel_degree", par.expert_parallel_degree, ep)
     c.eq("enable_cpu_offload", training.enable_cpu_offload, bool(lay.get("offload_optimizer")))
+    if version == "0.2" and lay["cp"] > 1:  # the ring is PyTorch's alltoall rotation
+        c.eq("context_parallel_rotate_method", par.context_parallel_rotate_method,
+             "allgather" if lay.get("cp_comm_type") == "allgather" else "alltoall")
     if version == "0.3":
         from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
         from torchtitan.distributed.parallel_dims import ParallelDims
