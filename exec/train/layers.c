@@ -547,18 +547,20 @@ static void a2a_move(const ExecCtx *c, void *pk, void *gl, int width, int to_glo
             }
 }
 
-/* One counted all-to-all of cp.a2a_send into cp.a2a_recv, timed under its op (the graph's
- * first or second of the core in phase ph). */
+/* One counted all-to-all of cp.a2a_send into cp.a2a_recv, timed under its op: the pass's
+ * first (occurrence 0) or second. The graph lists Q, K, V's under the core and the output's
+ * under the projection (forward: Q, K, V then the output; backward: the output's gradient
+ * then Q's, K's and V's). */
 static int a2a_call(const ExecLayerRun *r, int l, int chunk, ModelPhase ph, int occurrence,
                     const CpA2a *x, PxError *err)
 {
-    const int g = exec_meter_find(r->M, MODEL_OPR_CORE, l, chunk, ph, MODEL_CP_ALL_TO_ALL,
-                                  occurrence);
+    const int out = (occurrence == 1) != (ph == MODEL_BWD);
+    const ModelOpRole role = out ? MODEL_OPR_PROJ : MODEL_OPR_CORE;
+    const int g = exec_meter_find(r->M, role, l, chunk, ph, MODEL_CP_ALL_TO_ALL, 0);
     if (g < 0) {
         char what[128];
-        snprintf(what, sizeof what, "layer.%d.%s.%s.%s (call %d)", l,
-                 model_op_role_name(MODEL_OPR_CORE), model_comm_name(MODEL_CP_ALL_TO_ALL),
-                 model_phase_name(ph), occurrence + 1);
+        snprintf(what, sizeof what, "layer.%d.%s.%s.%s", l, model_op_role_name(role),
+                 model_comm_name(MODEL_CP_ALL_TO_ALL), model_phase_name(ph));
         return exec_meter_missing(r->c, what, err);
     }
     begin(r, g);
@@ -739,8 +741,8 @@ static int ring_peer(const ExecCtx *c, int delta)
 }
 
 /* Sends `bytes` of slot `from` (from its block, or its gradient) to the next rank while
- * receiving as much into slot `into` from the previous one, timed under the graph's p2p op
- * (occurrence: the backward's ring steps 0, its last message 1). */
+ * receiving as much into slot `into` from the previous one, timed under the graph's p2p op of
+ * the pass (one op a pass: the backward's ring steps and its last message share it). */
 static int ring_pass(const ExecLayerRun *r, int l, int chunk, ModelPhase ph, int occurrence,
                      const void *from, void *into, size_t bytes, PxError *err)
 {
@@ -880,11 +882,11 @@ static int attention_ring_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int
                     c->k->add_inplace(AT(dblk, krows * kv2), r->W->cp_dkv_part, (size_t)C * kv2);
                 }
         end(r);
-        if (step + 1 < d->c) /* the block and its gradient on */
-            TRY(ring_pass(r, l, chunk, MODEL_BWD, 0, blk, ring_slot(r, cur ^ 1, 0), 2 * blk_bytes,
-                          err));
-        else /* the gradient home: the next rank's block; this rank's from the previous one */
-            TRY(ring_pass(r, l, chunk, MODEL_BWD, 1, dblk, ring_slot(r, cur ^ 1, 1), blk_bytes,
+        if (step + 1 < d->c) { /* the block and its gradient on, a message each (the graph's calls) */
+            TRY(ring_pass(r, l, chunk, MODEL_BWD, 0, blk, ring_slot(r, cur ^ 1, 0), blk_bytes, err));
+            TRY(ring_pass(r, l, chunk, MODEL_BWD, 0, dblk, ring_slot(r, cur ^ 1, 1), blk_bytes, err));
+        } else /* the gradient home: the next rank's block; this rank's from the previous one */
+            TRY(ring_pass(r, l, chunk, MODEL_BWD, 0, dblk, ring_slot(r, cur ^ 1, 1), blk_bytes,
                           err));
         resume(r, op);
         cur ^= 1;
