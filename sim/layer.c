@@ -62,8 +62,9 @@ int sim_layer_time(const SimResult *r, SimLayerTime *out, PxError *err)
             out->bwd.recompute_s += t[i];
         if (op->kind == MODEL_OP_ATTENTION) {
             p->attn_core_s += t[i];
-            /* an unfused core's batched GEMMs (QK^T and PV), the rest its softmax and dropout */
-            for (int k = 0; k < op->n_gemm; k++)
+            /* an unfused core's batched GEMMs (QK^T and PV), the rest its softmax and dropout;
+             * a fused (flash) kernel is one piece */
+            for (int k = 0; !r->spec.job.flash_attn && k < op->n_gemm; k++)
                 p->attn_gemm_s += sim_gemm_seconds_as(&c, &op->gemm[k], op->fp8, NULL);
         } else if (op->kind == MODEL_OP_MATMUL) {
             /* the GEMMs; a fused epilogue (bias, dropout, residual) is elementwise work */

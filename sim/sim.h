@@ -145,7 +145,7 @@ cJSON *sim_prediction_to_json(const SimResult *r);
 /* One transformer layer's time (docs/cli.md, --layer-time): the model's middle layer (layers / 2)
  * on the stage that holds it, one micro-batch, each pass by kind of work as the passes sum it.
  * total = gemm + attention core + elementwise + comm exposed; attention_gemm is the core's own
- * batched GEMMs (in attn_core), comm_hidden the overlapped part of the layer's TP, CP and EP
+ * batched GEMMs (in attn_core; 0 with flash attention, one fused kernel), comm_hidden the overlapped part of the layer's TP, CP and EP
  * collectives (ZeRO's and the pipeline's are not a layer's). The backward includes the
  * recomputed forward (recompute_s of it). */
 typedef struct {

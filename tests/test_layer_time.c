@@ -111,6 +111,19 @@ int main(void)
         CHECK(lt.bwd.comm_hidden_s == 0);
         CHECK_REL(lt.fwd.comm_exposed_s, lt.bwd.comm_exposed_s, 1e-12);
         sim_result_free(&r);
+        /* a fused (flash) core has no batched GEMMs of its own; with pp 2 x vpp 2 the middle
+         * layer is the first of stage 0's second chunk */
+        s.layout.tp_bwd_exposed = 0;
+        s.layout.pp = 2;
+        s.layout.vpp = 2;
+        s.job.flash_attn = 1;
+        s.job.global_batch = 64;
+        CHECK_OK(sim_run(&s, &cl, 16, &r, &err), err);
+        CHECK_OK(sim_layer_time(&r, &lt, &err), err);
+        CHECK_EQ_INT(0, lt.stage);
+        CHECK_EQ_INT(1, lt.chunk);
+        CHECK(lt.fwd.attn_core_s > 0 && lt.fwd.attn_gemm_s == 0 && lt.bwd.attn_gemm_s == 0);
+        sim_result_free(&r);
     }
     prof_cluster_free(&cl);
     TEST_DONE("layer_time");
