@@ -64,6 +64,8 @@ const CliOption cli_knob_options[] = {
     {"causal-flops", 0, NULL, "count only the causal half of attention FLOPs", CLI_CAUSAL, 0},
     {"fused-kernels", 0, NULL, "fused elementwise kernels: bias-GeLU, bias-dropout-add, softmax (default)", CLI_FUSED, 0},
     {"no-fused-kernels", 0, NULL, "one kernel per elementwise step", CLI_NO_FUSED, 0},
+    {"async-tp-grad", 0, NULL, "QKV's and fc1's backward TP collectives under their own GEMMs (Megatron since late 2021; default)", CLI_ASYNC_TP, 0},
+    {"no-async-tp-grad", 0, NULL, "their backward TP collectives exposed, as Megatron of early 2021 (Narayanan et al.)", CLI_NO_ASYNC_TP, 0},
     {"tokens", 1, "N", "tokens to train on: report days and GPU-hours (e.g. 300e9)", CLI_TOKENS, 0},
     {"lr", 1, "X", "peak learning rate (default 1e-3)", CLI_LR, 0},
     {"min-lr", 1, "X", "learning rate at the end of the cosine decay (default 1e-4)", CLI_MIN_LR, 0},
@@ -263,6 +265,8 @@ static int knob(int id, const char *arg, CliArgs *a, PxError *err)
     case CLI_NO_OVERLAP_DP: l->overlap_dp = 0; break;
     case CLI_OVERLAP_TP: l->overlap_tp = 1; break;
     case CLI_NO_OVERLAP_TP: l->overlap_tp = 0; break;
+    case CLI_ASYNC_TP: l->tp_bwd_exposed = 0; break;
+    case CLI_NO_ASYNC_TP: l->tp_bwd_exposed = 1; break;
     case CLI_EP: rc = degree_list(arg, "--ep", a->allow_lists, &l->ep, a->ep_list, &a->n_ep, err); break;
     case CLI_ETP: rc = degree_list(arg, "--etp", a->allow_lists, &l->etp, a->etp_list, &a->n_etp, err); break;
     case CLI_OVERLAP_EP: l->overlap_ep = 1; break;

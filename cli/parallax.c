@@ -45,11 +45,17 @@ static int cmd_profiles(int argc, char **argv)
     return rc ? cli_fail("profiles", rc, &err) : 0;
 }
 
+enum { OPT_LAYER_TIME = CLI_EXTRA };
+
+static const CliOption simulate_options[] = {
+    {"layer-time", 0, NULL, "one transformer layer's forward and backward by kind of work", OPT_LAYER_TIME, 0},
+    {NULL, 0, NULL, NULL, 0, 0}};
+
 static int cmd_simulate(int argc, char **argv)
 {
     CliArgs a = {0};
     model_spec_defaults(&a.spec);
-    const CliOption *const tables[] = {target_options, cli_knob_options, json_option, NULL};
+    const CliOption *const tables[] = {target_options, cli_knob_options, simulate_options, json_option, NULL};
     int st = cli_parse("simulate",
                        "--model M --cluster C --gpus N [knobs] [--json]\n\n"
                        "Predicts memory per GPU by category and pipeline stage, FLOPs and\n"
@@ -79,14 +85,25 @@ static int cmd_simulate(int argc, char **argv)
         prof_cluster_free(&cl);
         return cli_fail("simulate", rc, &err);
     }
+    SimLayerTime lt;
+    const int layer_time = a.extra[OPT_LAYER_TIME - CLI_EXTRA] != NULL;
+    if (layer_time && (rc = sim_layer_time(&r, &lt, &err))) {
+        sim_result_free(&r);
+        prof_cluster_free(&cl);
+        return cli_fail("simulate", rc, &err);
+    }
     if (a.json) {
         cJSON *j = sim_result_to_json(&r);
         if (fp8.on)
             cJSON_AddItemToObject(j, "fp8", sim_fp8_effect_to_json(&r, &fp8));
+        if (layer_time)
+            cJSON_AddItemToObject(j, "layer_time", sim_layer_time_to_json(&lt));
         cli_print_json(j);
     } else {
         sim_result_print(stdout, &r);
         sim_fp8_effect_print(stdout, &r, &fp8);
+        if (layer_time)
+            sim_layer_time_print(stdout, &r, &lt);
     }
     sim_result_free(&r);
     prof_cluster_free(&cl); /* after the result, which shares its measurements */

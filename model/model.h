@@ -174,6 +174,9 @@ typedef struct {
     ModelSchedule schedule;
     int overlap_dp; /* overlap DP reduction / ZeRO gathers with compute */
     int overlap_tp; /* overlap TP communication with compute */
+    int tp_bwd_exposed; /* 1: QKV's and fc1's backward TP collectives exposed too, as Megatron-LM
+                           before its asynchronous gradient all-reduce (late 2021); 0: they run
+                           under the layer's own GEMMs (docs/time.md) */
     /* Expert parallelism, as Megatron-Core folds it: the routed experts are split over ep
      * ranks and each expert's matrices over etp ranks, inside the tp x cp x dp ranks of a
      * pipeline stage; the remaining (tp x cp x dp) / (ep x etp) ranks replicate the experts

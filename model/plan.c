@@ -25,6 +25,8 @@ cJSON *model_layout_to_json(const ModelLayout *l)
     cJSON_AddStringToObject(j, "schedule", model_schedule_name(l->schedule));
     cJSON_AddBoolToObject(j, "overlap_dp", l->overlap_dp);
     cJSON_AddBoolToObject(j, "overlap_tp", l->overlap_tp);
+    if (l->tp_bwd_exposed) /* said only when set */
+        cJSON_AddBoolToObject(j, "tp_bwd_exposed", 1);
     if (l->n_stage_layers > 0)
         cJSON_AddItemToObject(j, "stage_layers", cJSON_CreateIntArray(l->stage_layers, l->n_stage_layers));
     /* how the split was said, for the exports to say it the same way */
@@ -112,7 +114,7 @@ static int stage_layers_from_json(const cJSON *j, const char *where, ModelLayout
 int model_layout_from_json(const cJSON *j, const char *where, ModelLayout *l, PxError *err)
 {
     static const char *const known[] = {"dp", "tp", "pp", "cp", "vpp", "zero", "sp", "recompute",
-                                        "schedule", "overlap_dp", "overlap_tp", "stage_layers", "ep",
+                                        "schedule", "overlap_dp", "overlap_tp", "tp_bwd_exposed", "stage_layers", "ep",
                                         "etp", "overlap_ep", "fsdp", "keep_gathered", "prefetch",
                                         "bucket_bytes", "dp_shard", "dp_replicate",
                                         "offload_optimizer", "offload_activations",
@@ -134,6 +136,7 @@ int model_layout_from_json(const cJSON *j, const char *where, ModelLayout *l, Px
         (rc = px_json_enum(j, where, "schedule", 0, schedule_names, 3, &sch, err)) ||
         (rc = px_json_bool(j, where, "overlap_dp", 0, &l->overlap_dp, err)) ||
         (rc = px_json_bool(j, where, "overlap_tp", 0, &l->overlap_tp, err)) ||
+        (rc = px_json_bool(j, where, "tp_bwd_exposed", 0, &l->tp_bwd_exposed, err)) ||
         (rc = px_json_int(j, where, "ep", 0, 1, 1 << 16, &l->ep, err)) ||
         (rc = px_json_int(j, where, "etp", 0, 1, 1 << 16, &l->etp, err)) ||
         (rc = px_json_bool(j, where, "overlap_ep", 0, &l->overlap_ep, err)) ||

@@ -145,6 +145,24 @@ void sim_result_print(FILE *f, const SimResult *r);
 /* The Prediction object alone (memory, flops, comm, time, throughput, ops): a plan's
  * `prediction`. */
 cJSON *sim_prediction_to_json(const SimResult *r);
+/* One transformer layer's time (docs/cli.md, --layer-time): the model's middle layer (layers / 2)
+ * on the stage that holds it, one micro-batch, each pass by kind of work as the passes sum it.
+ * total = gemm + attention core + elementwise + comm exposed; attention_gemm is the core's own
+ * batched GEMMs (in attn_core; 0 with flash attention, one fused kernel), comm_hidden the overlapped part of the layer's TP, CP and EP
+ * collectives (ZeRO's and the pipeline's are not a layer's). The backward includes the
+ * recomputed forward (recompute_s of it). */
+typedef struct {
+    double total_s, gemm_s, attn_core_s, attn_gemm_s, elementwise_s, comm_exposed_s, comm_hidden_s;
+    double recompute_s;
+} SimPassTime;
+typedef struct {
+    int layer, stage, chunk;
+    SimPassTime fwd, bwd;
+} SimLayerTime;
+/* PX_ERUNTIME when r is not a full simulation; nothing is allocated. */
+int sim_layer_time(const SimResult *r, SimLayerTime *out, PxError *err);
+void sim_layer_time_print(FILE *f, const SimResult *r, const SimLayerTime *lt);
+cJSON *sim_layer_time_to_json(const SimLayerTime *lt);
 /* What FP8 changes (docs/fp8.md): a simulation with an FP8 recipe set beside the same layout
  * without one. Time on the stage that ends the step, memory on the peak stage; the FP8 tensors'
  * bytes by kind from its full table (zero from a compact one). */

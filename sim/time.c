@@ -102,6 +102,15 @@ double sim_comm_exposed(const ModelOpGraph *g, const double *t, int i, const Mod
     /* the experts' tensor-parallel gathers feed and drain their GEMMs as TP's do */
     if ((grp == MODEL_GROUP_TP || grp == MODEL_GROUP_ETP) && l->overlap_tp && k >= 0)
         return overlap(t[i], t[k], slow);
+    /* Megatron's column-parallel linear (QKV, fc1) overlaps its backward collectives with its
+     * own GEMMs even without TP overlap (LinearWithGradAccumulationAndAsyncCommunication, since
+     * 2022): the input gradient's all-reduce, or SP's reduce-scatter, runs under the weight
+     * gradient's GEMM, and SP's re-gather of the input under the input gradient's. The two
+     * GEMMs do the same FLOPs: each collective gets half of the op (docs/time.md, "One layer
+     * against Korthikanti Table 4"). layout.tp_bwd_exposed is Megatron before it. */
+    if (grp == MODEL_GROUP_TP && op->phase == MODEL_BWD && k >= 0 && !l->tp_bwd_exposed &&
+        (op->role == MODEL_OPR_QKV || op->role == MODEL_OPR_FC1))
+        return overlap(t[i], 0.5 * t[k], slow);
     if (grp == MODEL_GROUP_CP)
         return cp_exposed(g, t, i, slow);
     return t[i];
