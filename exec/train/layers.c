@@ -925,7 +925,8 @@ static int attention_ring_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int
         /* the gradient on, a message of its own (the graph's calls); after the last step it goes
          * home: the next rank's block, this rank's from the previous one */
         TRY(ring_post(r, g, MODEL_BWD, dblk, ring_slot(r, cur ^ 1, 1), blk_bytes, &drq, &dsq, err));
-        TRY(ring_wait(r, g, &rq, &sq, err));
+        if (more)
+            TRY(ring_wait(r, g, &rq, &sq, err));
         TRY(ring_wait(r, g, &drq, &dsq, err));
         resume(r, op);
         cur ^= 1;
