@@ -54,11 +54,15 @@ static const Layout layouts[] = {
     {"dp2_zero3_ds_prefetch2_buckets", 2,
      "--dp 2 --tp 1 --pp 1 --zero 3 --fsdp-prefetch 2 --zero-bucket-bytes 20000 --no-sp " PIN1, "--recompute full"},
     {"dp4_hsdp_zero3", 4, "--dp 4 --dp-shard 2 --dp-replicate 2 --tp 1 --pp 1 --zero 3 --no-sp " PIN1, ""},
-    /* context parallelism (tiny-llama: GQA, RoPE): K and V all-gathered; Ulysses' all-to-alls */
+    /* context parallelism (tiny-llama: GQA, RoPE): K and V all-gathered; Ulysses' all-to-alls;
+     * the ring below */
     {"llama_cp2_allgather", 2, "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type allgather --zero 0 --no-sp " PIN1,
      "--model tiny-llama --seq 64"},
     {"llama_cp2_a2a", 2, "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type a2a --zero 0 --no-sp " PIN1,
      "--model tiny-llama --seq 64 --no-flash-attn"},
+    /* the K, V ring: the fused core with a query offset, the merge kernel, the ring's messages */
+    {"llama_cp2_p2p", 2, "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type p2p --zero 0 --no-sp " PIN1,
+     "--model tiny-llama --seq 64"},
 };
 enum { N_LAYOUTS = sizeof layouts / sizeof layouts[0], STEPS = 4 };
 

@@ -368,7 +368,7 @@ static void test_table(void)
     HAS(sync); HAS(matmul); HAS(add_bias); HAS(bias_grad); HAS(layernorm_fwd);
     HAS(layernorm_bwd); HAS(rmsnorm_fwd); HAS(rmsnorm_bwd); HAS(gelu_fwd); HAS(gelu_bwd);
     HAS(swiglu_fwd); HAS(swiglu_bwd); HAS(rope_fwd); HAS(rope_bwd); HAS(attention_fwd);
-    HAS(attention_bwd); HAS(add); HAS(add_inplace); HAS(dropout_fwd); HAS(dropout_bwd);
+    HAS(attention_bwd); HAS(attention_merge); HAS(add); HAS(add_inplace); HAS(dropout_fwd); HAS(dropout_bwd);
     HAS(embedding_fwd); HAS(embedding_bwd); HAS(xent_rowmax); HAS(xent_expsum);
     HAS(xent_finish); HAS(xent_bwd); HAS(adamw); HAS(sgd_momentum); HAS(sumsq); HAS(all_finite);
     HAS(scale_f32); HAS(cast_to_act); HAS(cast_to_f32); HAS(acc_to_f32);
@@ -861,6 +861,26 @@ static void test_attention(AttnCase ac)
 }
 
 /* ---- embedding ---- */
+
+/* The ring's merge of two partial results: lse spread over +-lse_scale, so that with a wide
+ * spread one side's weight underflows to 0 (exp of the gap) and the sum must not overflow. */
+static void test_attention_merge(int T, int H, int D, double lse_scale)
+{
+    const size_t no = (size_t)T * H * D, nl = (size_t)T * H;
+    float *o = arand(no, 1, 0), *ob = arand(no, 1, 0), *l = frand(nl, lse_scale, 0);
+    float *lb = frand(nl, lse_scale, 0), *eo = fcopy(o, no), *el = fcopy(l, nl);
+    R->attention_merge(eo, el, ob, lb, T, H, D);
+    void *dout = up_act(o, no), *dob = up_act(ob, no);
+    float *dl = up_f32(l, nl), *dlb = up_f32(lb, nl);
+    G->attention_merge(dout, dl, dob, dlb, T, H, D);
+    float *go = down_act(dout, no), *gl = down_f32(dl, nl);
+    char what[64];
+    snprintf(what, sizeof what, "T%d H%d D%d lse +-%g", T, H, D, lse_scale);
+    COMPARE("attn_merge out", what, eo, go, no, T_ACT(1.5));
+    COMPARE("attn_merge lse", what, el, gl, nl, T_F32);
+    free(o), free(ob), free(l), free(lb), free(eo), free(el), free(go), free(gl);
+    G->free(dout), G->free(dob), G->free(dl), G->free(dlb);
+}
 
 static void test_embedding(int with_wpe)
 {
@@ -2062,6 +2082,8 @@ static void run_suite(PxDtype act)
     test_rope_case(1, 3, 2, 1, 16, 100000); /* a long context: the angle needs double */
     /* GQA (4 heads on 2 KV groups), a packed qkv buffer, plain causal */
     test_attention((AttnCase){.B = 2, .Tq = 4, .Tk = 4, .H = 4, .KV = 2, .D = 4, .packed = 1});
+    test_attention_merge(37, 3, 40, 2.0);
+    test_attention_merge(5, 2, 7, 60.0); /* the widest gaps: one weight underflows to 0 */
     /* context parallel, a middle rank: queries at 1..3 of 6 keys */
     test_attention((AttnCase){.B = 2, .Tq = 3, .Tk = 6, .H = 4, .KV = 2, .D = 4, .q_offset = 1});
     /* with dropout on the probabilities: the mask byte for byte */

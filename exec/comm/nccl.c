@@ -18,7 +18,8 @@
  *
  * Streams and events: collectives run on one non-blocking stream, sends on a second and
  * receives on a third (the posted receive of the pipeline waits there without holding up the
- * rest; step.c keeps at most one receive and one send pending). Each operation first waits for
+ * rest; step.c keeps at most one receive and one send pending), the context-parallel ring's
+ * receive and send, as one group, on a fourth (ring_recv). Each operation first waits for
  * an event recorded on the compute stream (the legacy default stream the kernels run on), so it
  * sees every kernel issued before it and no kernel issued before it still reads its buffer; its
  * completion is an event the compute stream waits for at `wait` (or at once for a blocking
@@ -56,6 +57,14 @@ typedef struct {
     int peer_index; /* the peer's rank in the two-rank communicator */
 } NcclEdge;
 
+/* The context-parallel ring's receive (MODEL_CP_P2P), held until the send that follows it. */
+typedef struct {
+    int req; /* its handle (-1: none held) */
+    void *buf;
+    size_t bytes;
+    int peer; /* its rank in the cp group */
+} NcclHeld;
+
 typedef struct {
     CommLayer base; /* first: the raw operations cast back; base.inner is the MPI layer (control,
                        gather_text, barrier, and the host's waits with their timeout) */
@@ -63,9 +72,11 @@ typedef struct {
     ncclComm_t nccl[COMM_GROUPS]; /* NULL where the group has one rank */
     NcclEdge out[NCCL_EDGES], in[NCCL_EDGES];
     int n_out, n_in;
-    cudaStream_t coll, send, recv;
+    cudaStream_t coll, send, recv, ring;
     cudaEvent_t compute;
     NcclReq reqs[NCCL_REQS];
+    ModelLayout layout; /* a world rank's cp coordinate: its rank in the cp group */
+    NcclHeld held;
 } NcclComm;
 
 static int cuda_fail(PxError *err, cudaError_t e, const char *what)
@@ -262,25 +273,89 @@ static int p2p(CommLayer *c, void *buf, size_t bytes, int peer, int *req, int se
     return end(n, st, req, err);
 }
 
+/* The context-parallel ring (MODEL_CP_P2P, exec/train/layers.c): each rank receives from one
+ * cp neighbour while it sends to the other, over the cp group's communicator. NCCL orders the
+ * operations of a communicator, so a receive and a send launched apart would deadlock: every
+ * rank's send would queue behind its receive, which waits for the other rank's send. So the
+ * ring's receive is held (its handle given, nothing launched) until the send that follows it,
+ * as the ring posts them, and both go as one NCCL group on the ring's own stream (beside the
+ * collectives, which the ring must not wait behind); a request of either completes with both. */
+static int ring_recv(NcclComm *n, void *buf, size_t bytes, int peer, int *req, PxError *err)
+{
+    if (!req)
+        return px_fail(err, PX_ERUNTIME, "%s: the ring's receive must be non-blocking",
+                       model_comm_name(MODEL_CP_P2P));
+    if (n->held.req >= 0)
+        return px_fail(err, PX_ERUNTIME, "%s: two receives without a send between them",
+                       model_comm_name(MODEL_CP_P2P));
+    for (int i = 0; i < NCCL_REQS; i++)
+        if (!n->reqs[i].active) {
+            int tp, cp, dp, pp;
+            model_rank_coords(&n->layout, peer, &tp, &cp, &dp, &pp);
+            n->reqs[i].active = 1;
+            n->held = (NcclHeld){i, buf, bytes, cp};
+            *req = i;
+            return PX_OK;
+        }
+    return px_fail(err, PX_ERUNTIME, "more than %d communication operations pending at once",
+                   NCCL_REQS);
+}
+
+static int ring_send(NcclComm *n, const void *buf, size_t bytes, int peer, int *req, PxError *err)
+{
+    const NcclHeld h = n->held;
+    if (h.req < 0)
+        return px_fail(err, PX_ERUNTIME, "%s: a send without the receive posted before it",
+                       model_comm_name(MODEL_CP_P2P));
+    n->held.req = -1;
+    ncclComm_t comm = n->nccl[gidx(MODEL_CP_P2P)];
+    int tp, cp, dp, pp;
+    model_rank_coords(&n->layout, peer, &tp, &cp, &dp, &pp);
+    int rc = begin(n, n->ring, err);
+    if (rc)
+        return rc;
+    ncclResult_t r = ncclGroupStart();
+    if (r == ncclSuccess)
+        r = ncclRecv(h.buf, h.bytes, ncclUint8, h.peer, comm, n->ring);
+    if (r == ncclSuccess)
+        r = ncclSend(buf, bytes, ncclUint8, cp, comm, n->ring);
+    ncclResult_t r2 = ncclGroupEnd();
+    if (r == ncclSuccess)
+        r = r2;
+    if (r != ncclSuccess)
+        return nccl_fail(err, r, model_comm_name(MODEL_CP_P2P));
+    cudaError_t e = cudaEventRecord(n->reqs[h.req].done, n->ring);
+    if (e != cudaSuccess)
+        return cuda_fail(err, e, "recording a communication's completion");
+    return end(n, n->ring, req, err);
+}
+
 /* The tag is not needed: each directed edge has its own communicator, whose messages arrive in
  * the order they were sent, which is the order the receiver expects them (see the top). */
 static int n_send(CommLayer *c, const void *buf, size_t bytes, int peer, int tag,
                   ModelComm kind, int *req, PxError *err)
 {
-    (void)tag, (void)kind;
+    (void)tag;
+    if (kind == MODEL_CP_P2P)
+        return ring_send((NcclComm *)c, buf, bytes, peer, req, err);
     return p2p(c, (void *)buf, bytes, peer, req, 1, err);
 }
 
 static int n_recv(CommLayer *c, void *buf, size_t bytes, int peer, int tag, ModelComm kind,
                   int *req, PxError *err)
 {
-    (void)tag, (void)kind;
+    (void)tag;
+    if (kind == MODEL_CP_P2P)
+        return ring_recv((NcclComm *)c, buf, bytes, peer, req, err);
     return p2p(c, buf, bytes, peer, req, 0, err);
 }
 
 static int n_wait(CommLayer *c, int *req, PxError *err)
 {
     NcclComm *n = (NcclComm *)c;
+    if (*req >= 0 && *req == n->held.req)
+        return px_fail(err, PX_ERUNTIME, "%s: a receive waited for before its send was posted",
+                       model_comm_name(MODEL_CP_P2P));
     NcclReq *q = &n->reqs[*req];
     *req = -1;
     if (!q->active)
@@ -328,6 +403,8 @@ static void n_free(CommLayer *c)
         cudaStreamDestroy(n->send);
     if (n->recv)
         cudaStreamDestroy(n->recv);
+    if (n->ring)
+        cudaStreamDestroy(n->ring);
     comm_free(c->inner);
     free(n);
 }
@@ -494,6 +571,8 @@ int comm_nccl(const ModelLayout *l, int tied_pair, CommLayer **out, PxError *err
     }
     for (int g = 0; g < COMM_GROUPS; g++)
         n->group[g] = MPI_COMM_NULL;
+    n->layout = *l;
+    n->held.req = -1;
     CommLayer *c = &n->base;
     comm_layer_wrap(c, &nccl_ops, "nccl", mpi);
     cudaError_t e;
@@ -503,6 +582,7 @@ int comm_nccl(const ModelLayout *l, int tied_pair, CommLayer **out, PxError *err
     if ((e = cudaStreamCreateWithPriority(&n->coll, cudaStreamNonBlocking, hi)) != cudaSuccess ||
         (e = cudaStreamCreateWithPriority(&n->send, cudaStreamNonBlocking, hi)) != cudaSuccess ||
         (e = cudaStreamCreateWithPriority(&n->recv, cudaStreamNonBlocking, hi)) != cudaSuccess ||
+        (e = cudaStreamCreateWithPriority(&n->ring, cudaStreamNonBlocking, hi)) != cudaSuccess ||
         (e = cudaEventCreateWithFlags(&n->compute, cudaEventDisableTiming)) != cudaSuccess) {
         n_free(c);
         return cuda_fail(err, e, "creating the NCCL layer's streams");

@@ -723,8 +723,10 @@ static int attention_a2a_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int 
 /* The K, V ring (cp_comm p2p; Liu et al. 2023's ring attention with Megatron-LM's chunks):
  * cp.kv holds two slots, each a block (a rank's K and V, b x s_loc rows of 2 kv, its parts in
  * order) followed by the K, V gradient accumulated for it. Step k holds the block of cp rank
- * (this - k) mod cp; after its attention the block goes to the next rank and the previous
- * rank's arrives (in sequence: the messages do not overlap the attention yet). */
+ * (this - k) mod cp. The block goes on to the next rank, and the previous rank's arrives in the
+ * other slot, while the attention computes on it: the messages are posted before the block's
+ * attention and waited for after it (the backward's gradient of a block goes after its
+ * attention, which accumulates it). */
 enum { CP_RING_TAG = 0x70000 }; /* apart from the pipeline's tags; its peers are other ranks */
 
 static size_t ring_block(const ExecCtx *c) { return (size_t)c->d.b * c->d.s_loc * 2 * c->d.kv_width_loc; }
@@ -740,31 +742,45 @@ static int ring_peer(const ExecCtx *c, int delta)
                       c->g.dp_rank, c->g.stage);
 }
 
-/* Sends `bytes` of slot `from` (from its block, or its gradient) to the next rank while
- * receiving as much into slot `into` from the previous one, timed under the graph's p2p op of
- * the pass (one op a pass: the backward's ring steps and its last message share it). */
-static int ring_pass(const ExecLayerRun *r, int l, int chunk, ModelPhase ph, int occurrence,
-                     const void *from, void *into, size_t bytes, PxError *err)
+/* The graph's p2p op of the pass (one op a pass: the backward's ring steps and its last
+ * message share it); -1 with err filled when the graph lists none. */
+static int ring_op(const ExecLayerRun *r, int l, int chunk, ModelPhase ph, PxError *err)
 {
-    const ExecCtx *c = r->c;
-    const int g = exec_meter_find(r->M, MODEL_OPR_CORE, l, chunk, ph, MODEL_CP_P2P, occurrence);
+    const int g = exec_meter_find(r->M, MODEL_OPR_CORE, l, chunk, ph, MODEL_CP_P2P, 0);
     if (g < 0) {
         char what[128];
-        snprintf(what, sizeof what, "layer.%d.%s.%s.%s (op %d)", l,
-                 model_op_role_name(MODEL_OPR_CORE), model_comm_name(MODEL_CP_P2P),
-                 model_phase_name(ph), occurrence + 1);
-        return exec_meter_missing(c, what, err);
+        snprintf(what, sizeof what, "layer.%d.%s.%s.%s", l, model_op_role_name(MODEL_OPR_CORE),
+                 model_comm_name(MODEL_CP_P2P), model_phase_name(ph));
+        exec_meter_missing(r->c, what, err);
     }
+    return g;
+}
+
+/* One message of the ring, started: `bytes` of slot `from` (its block, or its gradient) to the
+ * next rank, as much from the previous one into slot `into`, their handles in rq and sq (both
+ * slots belong to the transfer until ring_wait). Counted as a call of the op g; the time it
+ * takes to post them is the op's. */
+static int ring_post(const ExecLayerRun *r, int g, ModelPhase ph, const void *from, void *into,
+                     size_t bytes, int *rq, int *sq, PxError *err)
+{
+    const ExecCtx *c = r->c;
     const int tag = CP_RING_TAG + (ph == MODEL_BWD);
-    int rq = -1, sq = -1;
     begin(r, g);
-    int rc = comm_recv(c->comm, into, bytes, ring_peer(c, -1), tag, MODEL_CP_P2P, &rq, err);
+    int rc = comm_recv(c->comm, into, bytes, ring_peer(c, -1), tag, MODEL_CP_P2P, rq, err);
     if (!rc)
-        rc = comm_send(c->comm, from, bytes, ring_peer(c, 1), tag, MODEL_CP_P2P, &sq, err);
+        rc = comm_send(c->comm, from, bytes, ring_peer(c, 1), tag, MODEL_CP_P2P, sq, err);
+    end(r);
+    return rc;
+}
+
+/* Completes the messages of ring_post; the time the rank waits for them (what the attention
+ * beside them did not hide) is op g's. */
+static int ring_wait(const ExecLayerRun *r, int g, int *rq, int *sq, PxError *err)
+{
+    resume(r, g);
+    int rc = comm_wait(r->c->comm, rq, err);
     if (!rc)
-        rc = comm_wait(c->comm, &rq, err);
-    if (!rc)
-        rc = comm_wait(c->comm, &sq, err);
+        rc = comm_wait(r->c->comm, sq, err);
     end(r);
     return rc;
 }
@@ -791,9 +807,19 @@ static int attention_ring_fwd(const ExecLayerRun *r, const ExecLayerActs *a, voi
     const size_t row = (size_t)kv2 * c->ab;
     for (size_t n = 0; n < (size_t)d->b * sl; n++)
         c->k->copy(AT(ring_slot(r, 0, 0), n * kv2), AT(EXEC_LA(a, QKV_OUT), n * qkv + d->q_loc), row);
+    const int g = ring_op(r, l, chunk, ph, err);
+    if (g < 0)
+        return PX_ERUNTIME;
     for (int step = 0, cur = 0; step < d->c; step++, cur ^= 1) {
-        const int src = (me - step + d->c) % d->c;
+        const int src = (me - step + d->c) % d->c, more = step + 1 < d->c;
         const void *blk = ring_slot(r, cur, 0);
+        int rq = -1, sq = -1;
+        if (more) {
+            end(r);
+            TRY(ring_post(r, g, ph, blk, ring_slot(r, cur ^ 1, 0), ring_block(c) * c->ab, &rq, &sq,
+                          err));
+            resume(r, op);
+        }
         for (int q = 0; q < d->b; q++)
             for (int j = 0; j < 2; j++)
                 for (int jj = 0; jj < 2; jj++) {
@@ -817,11 +843,12 @@ static int attention_ring_fwd(const ExecLayerRun *r, const ExecLayerActs *a, voi
                     if (!first)
                         c->k->attention_merge(AT(out, rows * d->q_loc), lse, r->W->cp_out_part,
                                               r->W->cp_lse_part, C, H, d->hd);
+                    if (more)
+                        comm_progress(c->comm); /* MPI moves the messages inside its calls */
                 }
-        if (step + 1 < d->c) {
+        if (more) {
             end(r);
-            TRY(ring_pass(r, l, chunk, ph, 0, blk, ring_slot(r, cur ^ 1, 0), ring_block(c) * c->ab,
-                          err));
+            TRY(ring_wait(r, g, &rq, &sq, err));
             resume(r, op);
         }
     }
@@ -847,11 +874,22 @@ static int attention_ring_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int
         c->k->copy(AT(ring_slot(r, 0, 0), n * kv2), AT(EXEC_LA(a, QKV_OUT), n * qkv + d->q_loc), row);
     c->k->memset0(ring_slot(r, 0, 1), blk_bytes);
     c->k->memset0(r->W->dqkv, (size_t)d->b * sl * qkv * c->ab);
+    const int g = ring_op(r, l, chunk, MODEL_BWD, err);
+    if (g < 0) {
+        end(r);
+        return PX_ERUNTIME;
+    }
     int cur = 0;
     for (int step = 0; step < d->c; step++) {
-        const int src = (me - step + d->c) % d->c;
+        const int src = (me - step + d->c) % d->c, more = step + 1 < d->c;
         const void *blk = ring_slot(r, cur, 0);
         void *dblk = ring_slot(r, cur, 1);
+        int rq = -1, sq = -1, drq = -1, dsq = -1;
+        if (more) { /* the block on beside its attention; its gradient must wait for it */
+            end(r);
+            TRY(ring_post(r, g, MODEL_BWD, blk, ring_slot(r, cur ^ 1, 0), blk_bytes, &rq, &sq, err));
+            resume(r, op);
+        }
         for (int q = 0; q < d->b; q++)
             for (int j = 0; j < 2; j++)
                 for (int jj = 0; jj < 2; jj++) {
@@ -880,14 +918,16 @@ static int attention_ring_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int
                         c->k->add_inplace(AT(r->W->dqkv, (rows + t) * qkv),
                                           AT(r->W->cp_out_part, (size_t)t * d->q_loc), d->q_loc);
                     c->k->add_inplace(AT(dblk, krows * kv2), r->W->cp_dkv_part, (size_t)C * kv2);
+                    if (more)
+                        comm_progress(c->comm);
                 }
         end(r);
-        if (step + 1 < d->c) { /* the block and its gradient on, a message each (the graph's calls) */
-            TRY(ring_pass(r, l, chunk, MODEL_BWD, 0, blk, ring_slot(r, cur ^ 1, 0), blk_bytes, err));
-            TRY(ring_pass(r, l, chunk, MODEL_BWD, 0, dblk, ring_slot(r, cur ^ 1, 1), blk_bytes, err));
-        } else /* the gradient home: the next rank's block; this rank's from the previous one */
-            TRY(ring_pass(r, l, chunk, MODEL_BWD, 0, dblk, ring_slot(r, cur ^ 1, 1), blk_bytes,
-                          err));
+        /* the gradient on, a message of its own (the graph's calls); after the last step it goes
+         * home: the next rank's block, this rank's from the previous one */
+        TRY(ring_post(r, g, MODEL_BWD, dblk, ring_slot(r, cur ^ 1, 1), blk_bytes, &drq, &dsq, err));
+        if (more)
+            TRY(ring_wait(r, g, &rq, &sq, err));
+        TRY(ring_wait(r, g, &drq, &dsq, err));
         resume(r, op);
         cur ^= 1;
     }

@@ -156,13 +156,7 @@ static int check_supported(const Exec *ex, PxError *err)
                               ? "MLA and multi-token prediction are not supported"
                           : d->fp8 != MODEL_FP8_NONE ? "FP8 training is not supported"
                           : d->s % (2 * d->c) != 0   ? "the sequence must split into 2 x cp chunks"
-                          : s->layout.cp_comm == MODEL_CP_COMM_P2P &&
-                                  (ex->opt.backend == EXEC_BACKEND_CUDA ||
-                                   (ex->opt.backend == EXEC_BACKEND_AUTO &&
-                                    !prof_device_is_cpu(&ex->plan.profile.device)))
-                              ? "p2p runs on the CPU backend only (--backend cpu, --precision "
-                                "fp32; allgather and a2a run on CUDA too)"
-                              : NULL;
+                                                     : NULL;
         if (why)
             return px_fail(err, PX_EINPUT,
                            "%s: layout.cp %d (cp_comm_type %s, sequence %d): the executor runs "

@@ -537,10 +537,43 @@ template <typename T> static void attention_bwd(const KernAttnBwd *a)
     }
 }
 
+/* Milakov & Gimelshein 2018's online softmax for context parallelism's ring, as the CPU's
+ * kern_cpu_attention_merge: a thread per (head, query), which reads both log-sum-exps, weighs
+ * the row's D values and writes the merged log-sum-exp (no other thread reads it). fp32
+ * arithmetic; the merged row is rounded once to the act type. */
+template <typename T>
+__global__ void attention_merge_kernel(T *out, float *lse, const T *out_b, const float *lse_b,
+                                       int Tq, int H, int D)
+{
+    const size_t n = (size_t)Tq * H;
+    GRID_STRIDE(i, n) {
+        const int h = (int)(i / (size_t)Tq), t = (int)(i % (size_t)Tq);
+        const float a = lse[i], b = lse_b[i], m = fmaxf(a, b);
+        const float L = m + logf(expf(a - m) + expf(b - m));
+        const float wa = expf(a - L), wb = expf(b - L);
+        T *row = out + ((size_t)t * H + h) * D;
+        const T *rb = out_b + ((size_t)t * H + h) * D;
+        for (int d = 0; d < D; d++)
+            row[d] = from_f<T>(wa * to_f(row[d]) + wb * to_f(rb[d]));
+        lse[i] = L;
+    }
+}
+
+template <typename T>
+static void attention_merge(void *out, float *lse, const void *out_b, const float *lse_b, int Tq,
+                            int H, int D)
+{
+    KERN_CHECK(Tq >= 0 && H > 0 && D > 0, "attention_merge: bad shape");
+    const size_t n = (size_t)Tq * H;
+    if (n)
+        KLAUNCH_N(attention_merge_kernel<T>, n, (T *)out, lse, (const T *)out_b, lse_b, Tq, H, D);
+}
+
 template <typename T> static void fill(KernBackend *k)
 {
     k->attention_fwd = attention_fwd<T>;
     k->attention_bwd = attention_bwd<T>;
+    k->attention_merge = attention_merge<T>;
 }
 
 void kern_cuda_table_attention(KernBackend *k)
