@@ -1,9 +1,13 @@
-/* The pipeline split's Megatron-Core forms resolved into layout.stage_layers: the embedding
- * and the loss counted as layers, the first and last stages' layer counts, and the layout
- * string. docs/pipeline.md describes each form and the checks. */
+/* The split of the layers over the pipeline's (virtual) stages: its checks, the planner's
+ * balanced split, its text forms, and Megatron-Core's forms resolved into layout.stage_layers
+ * (the embedding and the loss counted as layers, the first and last stages' layer counts, the
+ * layout string). docs/pipeline.md describes each form and the checks. model/spec.c calls in
+ * here; nothing here calls back. */
 #include "model/model.h"
 
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* One virtual stage of a layout string, counted. */
@@ -324,4 +328,103 @@ void model_split_describe(const ModelLayout *l, char *buf, size_t cap)
             n += (size_t)snprintf(buf + n, cap - n, "*%d", run);
         i = k;
     }
+}
+
+void model_split_format(const int *n, int count, char *buf, size_t cap)
+{
+    size_t at = 0;
+    if (cap == 0)
+        return;
+    buf[0] = '\0';
+    for (int i = 0; i < count && at < cap; i++) {
+        int w = snprintf(buf + at, cap - at, "%s%d", i ? "," : "", n[i]);
+        if (w < 0 || (size_t)w >= cap - at) {
+            /* too long for buf: end it with an ellipsis */
+            if (cap >= 4)
+                memcpy(buf + cap - 4, "...", 4);
+            return;
+        }
+        at += (size_t)w;
+    }
+}
+
+int model_split_check(const ModelLayout *l, int layers, PxError *err)
+{
+    const int n = l->n_stage_layers, chunks = l->pp * l->vpp;
+    char text[64];
+    long long sum = 0;
+    int bad = -1;
+    /* the first stage also holds the embedding and the last the output layer: either may hold
+     * no layer (Megatron-Core's "E|..." and "...|L"); any other stage needs one */
+    for (int i = 0; i < n && bad < 0; i++) {
+        const int floor = i == 0 || i == n - 1 ? 0 : 1;
+        if (l->stage_layers[i] < floor)
+            bad = i;
+        sum += l->stage_layers[i];
+    }
+    if (n == chunks && bad < 0 && sum == layers)
+        return PX_OK;
+    model_split_format(l->stage_layers, n, text, sizeof text); /* for the message only */
+    if (n != chunks)
+        return l->vpp > 1 ? px_fail(err, PX_EINPUT,
+                                    "stage_layers %s has %d entries: pp %d x vpp %d = %d (one entry per "
+                                    "virtual stage, in Megatron-Core's order)",
+                                    text, n, l->pp, l->vpp, chunks)
+                          : px_fail(err, PX_EINPUT, "stage_layers %s has %d entries: pp is %d (one entry per stage)",
+                                    text, n, l->pp);
+    if (bad >= 0)
+        return px_fail(err, PX_EINPUT,
+                       "stage_layers %s: entry %d (stage %d) is %d: %s", text, bad + 1, bad,
+                       l->stage_layers[bad],
+                       l->stage_layers[bad] < 0 ? "layers cannot be negative"
+                                                : "a stage with neither the embedding nor the loss needs at least one layer");
+    return px_fail(err, PX_EINPUT, "stage_layers %s sums to %lld layers: the model has %d", text, sum,
+                   layers);
+}
+
+void model_split_balanced(int layers, int pp, int spill_last, int *out)
+{
+    const int base = layers / pp;
+    int extra = layers % pp;
+    for (int i = 0; i < pp; i++)
+        out[i] = base;
+    /* the middle stages, last first: no embedding or output layer, and under 1F1B stage s
+     * keeps p - s activation sets in flight, so later stages pay least for a layer */
+    for (int i = pp - 2; i >= 1 && extra > 0; i--, extra--)
+        out[i]++;
+    /* then one end: extra <= 1 here (it is below pp) */
+    if (extra > 0)
+        out[spill_last ? pp - 1 : 0]++;
+}
+
+int model_split_parse(const char *text, const char *what, ModelLayout *l, PxError *err)
+{
+    int n = 0;
+    const char *p = text;
+    if (!text || !*text)
+        return px_fail(err, PX_EINPUT, "%s: expected layers per stage such as 1,3, got nothing", what);
+    for (;;) {
+        char *end = NULL;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || (*end && *end != ','))
+            return px_fail(err, PX_EINPUT, "%s: expected layers per stage such as 1,3, got '%s'",
+                           what, text);
+        if (n == MODEL_MAX_STAGES)
+            return px_fail(err, PX_EINPUT, "%s: at most %d stages, got more in '%s'", what,
+                           MODEL_MAX_STAGES, text);
+        if (v < 1)
+            return px_fail(err, PX_EINPUT,
+                           "%s '%s': entry %d is %ld: every stage needs at least one layer", what,
+                           text, n + 1, v);
+        if (v > 100000)
+            return px_fail(err, PX_EINPUT, "%s '%s': entry %d is %ld: more than a model's 100000 layers",
+                           what, text, n + 1, v);
+        l->stage_layers[n++] = (int)v;
+        if (!*end)
+            break;
+        p = end + 1;
+    }
+    l->n_stage_layers = n;
+    return PX_OK;
 }
