@@ -54,8 +54,9 @@ static int parse_device(const cJSON *j, const char *where, ProfDevice *d, PxErro
                                         "runtime_bytes", "fp8_tn_only", "efficiency",
                                         "sources", NULL};
     static const char *const known_eff[] = {"matmul", "matmul_fp8", "matmul_k_half",
-                                            "misaligned", "tiles", "memory", "attention_fwd",
-                                            "attention_bwd", "kernel_overhead_s", NULL};
+                                            "misaligned", "tiles", "clock_headroom", "memory",
+                                            "memory_attention", "attention_fwd", "attention_bwd",
+                                            "kernel_overhead_s", NULL};
     static const char *const known_peak[] = {"fp32", "tf32", "bf16", "fp16", "fp8", "mxfp8",
                                              NULL};
     memset(d, 0, sizeof *d);
@@ -86,7 +87,9 @@ static int parse_device(const cJSON *j, const char *where, ProfDevice *d, PxErro
     d->matmul_eff = 1.0;
     d->matmul_k_half = 0;
     d->misaligned_eff = 1.0;
+    d->clock_headroom = 1.0;
     d->memory_eff = 1.0;
+    d->memory_attn_eff = 1.0;
     d->attn_fwd_eff = 1.0;
     d->attn_bwd_eff = 1.0;
     d->eff_matmul_fp8 = 1.0;
@@ -100,10 +103,14 @@ static int parse_device(const cJSON *j, const char *where, ProfDevice *d, PxErro
         if ((rc = px_json_double(eff, ew, "matmul", 0, 0.01, 1, &d->matmul_eff, err)) ||
             (rc = px_json_double(eff, ew, "matmul_k_half", 0, 0, 1e6, &d->matmul_k_half, err)) ||
             (rc = px_json_double(eff, ew, "misaligned", 0, 0.01, 1, &d->misaligned_eff, err)) ||
+            (rc = px_json_double(eff, ew, "clock_headroom", 0, 1, 4, &d->clock_headroom, err)) ||
             (rc = px_json_double(eff, ew, "memory", 0, 0.01, 1, &d->memory_eff, err)) ||
             (rc = px_json_double(eff, ew, "attention_fwd", 0, 0.01, 1, &d->attn_fwd_eff, err)) ||
             (rc = px_json_double(eff, ew, "attention_bwd", 0, 0.01, 1, &d->attn_bwd_eff, err)) ||
             (rc = px_json_double(eff, ew, "kernel_overhead_s", 0, 0, 1, &d->kernel_overhead_s, err)))
+            return rc;
+        d->memory_attn_eff = d->memory_eff;
+        if ((rc = px_json_double(eff, ew, "memory_attention", 0, 0.01, 1, &d->memory_attn_eff, err)))
             return rc;
         /* without its own figure an FP8 GEMM reaches the bf16 fraction of its peak */
         d->eff_matmul_fp8 = d->matmul_eff;
@@ -834,7 +841,9 @@ cJSON *prof_cluster_to_json(const ProfCluster *c)
         double t[3] = {c->device.tile_m[i], c->device.tile_n[i], c->device.tile_eff[i]};
         cJSON_AddItemToArray(tiles, cJSON_CreateDoubleArray(t, 3));
     }
+    cJSON_AddNumberToObject(eff, "clock_headroom", c->device.clock_headroom);
     cJSON_AddNumberToObject(eff, "memory", c->device.memory_eff);
+    cJSON_AddNumberToObject(eff, "memory_attention", c->device.memory_attn_eff);
     cJSON_AddNumberToObject(eff, "attention_fwd", c->device.attn_fwd_eff);
     cJSON_AddNumberToObject(eff, "attention_bwd", c->device.attn_bwd_eff);
     cJSON_AddNumberToObject(eff, "kernel_overhead_s", c->device.kernel_overhead_s);

@@ -31,7 +31,12 @@ typedef struct {
     double misaligned_eff;   /* factor when n or k is not a multiple of 16 bytes of elements */
     int n_tiles;             /* output tile shapes the GEMM library chooses among */
     double tile_m[8], tile_n[8], tile_eff[8];
+    double clock_headroom;   /* boost over the sustained GEMM clock: how much faster the busy SMs
+                              * of a partial wave may run on the power the idle ones leave; 1:
+                              * none, every partial wave costs a full one (docs/time.md) */
     double memory_eff;       /* fraction of memory_bandwidth streaming kernels reach */
+    double memory_attn_eff;  /* memory_attention: what the unfused attention core's softmax and
+                              * dropout over the s x s scores reach; absent: memory_eff */
     double attn_fwd_eff;     /* fused (flash) attention: fraction of the dense peak, forward */
     double attn_bwd_eff;     /* and backward */
     double kernel_overhead_s; /* fixed cost of one kernel launch */

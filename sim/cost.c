@@ -21,19 +21,25 @@ void sim_ctx_init(SimCtx *c, const ProfCluster *cl, const ModelSpec *spec, const
 
 /* Tile and wave quantization (NVIDIA's Deep Learning Performance Guide, "Matrix
  * Multiplication Background", quoted in seed 003): the library covers the m x n output with
- * tiles, runs them in waves of one tile per SM, and pays for every partial tile and partial
- * wave. It picks the tile shape that wastes least; smaller tiles reuse less data (their
- * efficiency in the profile). */
+ * tiles and runs them in waves of one tile per SM. Every tile computes in full, its padding
+ * included; a partial last wave leaves SMs idle. A GPU at its power limit runs GEMMs at the
+ * clock that power allows, not its boost clock, and idle SMs leave their power to the busy
+ * ones, which then run faster, by up to clock_headroom: a GEMM takes the longer of its tiles'
+ * work at the sustained rate and its waves at clock_headroom times that rate. Without headroom
+ * (1) every partial wave costs a full one. The library picks the tile shape that wastes least;
+ * smaller tiles reuse less data (their efficiency in the profile). */
 static double tile_utilization(const ProfDevice *dev, double m, double n, double batch)
 {
     if (dev->n_tiles == 0 || dev->sm_count <= 0)
         return 1.0;
+    const double headroom = dev->clock_headroom > 1.0 ? dev->clock_headroom : 1.0;
     double best = 0.0;
     for (int i = 0; i < dev->n_tiles; i++) {
         double tm = dev->tile_m[i], tn = dev->tile_n[i];
         double tiles = ceil(m / tm) * ceil(n / tn) * batch;
         double waves = ceil(tiles / dev->sm_count);
-        double util = (m * n * batch) / (waves * dev->sm_count * tm * tn) * dev->tile_eff[i];
+        double slots = fmax(tiles, waves * dev->sm_count / headroom);
+        double util = (m * n * batch) / (slots * tm * tn) * dev->tile_eff[i];
         if (util > best)
             best = util;
     }
@@ -128,9 +134,13 @@ double sim_compute_seconds(const SimCtx *c, const ModelOp *op)
         io += (((double)g->m * g->k + (double)g->k * g->n) * in_bytes +
                (double)g->m * g->n * c->elem_bytes) * (double)g->batch;
     }
+    /* the unfused attention core streams its s x s scores through softmax and dropout at the
+     * rate of those kernels (memory_attention), the rest at the streaming kernels' */
     double rest = op->bytes - io;
     if (rest > 0)
-        t += rest / bw;
+        t += rest / (op->kind == MODEL_OP_ATTENTION
+                         ? dev->memory_bandwidth * dev->memory_attn_eff
+                         : bw);
     return t + launch;
 }
 

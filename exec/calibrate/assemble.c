@@ -100,7 +100,7 @@ static void set_device(ProfCluster *base, const Parts *a, const char *host, cons
         d->peak_fp32 = a->peak;
         d->memory_bandwidth = a->bw;
         d->matmul_eff = 1.0;
-        d->memory_eff = 1.0;
+        d->memory_eff = d->memory_attn_eff = 1.0;
         snprintf(note, cap,
                  "peak_flops.fp32 and memory_bandwidth: measured by parallax calibrate on %s "
                  "(%s): a %d^3 sgemm GEMM's best rate and a streaming add's bandwidth, one rank",
@@ -114,6 +114,8 @@ static void set_device(ProfCluster *base, const Parts *a, const char *host, cons
         d->matmul_eff = a->peak / p0 < 1 ? a->peak / p0 : 1;
     if (d->memory_bandwidth > 0)
         d->memory_eff = a->bw / d->memory_bandwidth < 1 ? a->bw / d->memory_bandwidth : 1;
+    /* one streaming measurement: the attention core's streams are timed as ops of their own */
+    d->memory_attn_eff = d->memory_eff;
     snprintf(note, cap,
              "efficiency.matmul and .memory: measured by parallax calibrate on %s (%s): "
              "%.4g FLOP/s %s GEMM, %.4g B/s streaming, against the data sheet",
