@@ -127,10 +127,51 @@ static void test_layout_string(void)
     ModelSpec e = spec_of("tiny", 2, 2);
     snprintf(e.layout.pp_layout, sizeof e.layout.pp_layout, "Et*2||t*2|L");
     expect_error(e, 2, "entry 2 (stage 1) is 0: a stage with neither the embedding nor the loss needs at least one layer");
-    /* the prediction module away from the loss */
+    /* Megatron-LM's DeepSeek-V3 example: the prediction module on a stage of its own, the 31st
+     * of 32, between the last layers and the loss; the resolved split counts layers t only */
     ModelSpec m = spec_of("deepseek-v3", 16, 2);
     snprintf(m.layout.pp_layout, sizeof m.layout.pp_layout, "Et*3|(tt|)*29,m|L");
-    expect_error(m, 16, "character 15 ('m'): parallax places the prediction modules in the last stage");
+    int want32[32];
+    for (int i = 0; i < 32; i++)
+        want32[i] = i == 0 ? 3 : i < 30 ? 2 : 0;
+    expect_split(m, 16, want32, 32, 2);
+    {
+        PxError err = {0};
+        ModelDims d;
+        CHECK_OK(model_spec_check(&m, 16, &d, &err), err);
+        CHECK_EQ_INT(1, m.layout.mtp_from_last);
+        CHECK_EQ_INT(30, d.mtp_chunk);
+        /* resolved again from the string alone (a plan read back), it lands the same */
+        ModelSpec again = spec_of("deepseek-v3", 16, 1);
+        snprintf(again.layout.pp_layout, sizeof again.layout.pp_layout, "%s", m.layout.pp_layout);
+        CHECK_OK(model_spec_check(&again, 16, &d, &err), err);
+        CHECK_EQ_INT(2, again.layout.vpp);
+        CHECK_EQ_INT(30, d.mtp_chunk);
+        /* with the loss, as parallax placed it before */
+        ModelSpec with_loss = spec_of("deepseek-v3", 16, 1);
+        snprintf(with_loss.layout.pp_layout, sizeof with_loss.layout.pp_layout, "Et*3|(t*4|)*14,t*2mL");
+        CHECK_OK(model_spec_check(&with_loss, 16, &d, &err), err);
+        CHECK_EQ_INT(0, with_loss.layout.mtp_from_last);
+        CHECK_EQ_INT(15, d.mtp_chunk);
+    }
+    /* where the prediction modules may not go: the 15th stage (index 14), after every layer, is
+     * pp rank 14's first virtual stage; a module split over two stages (two m for DeepSeek-V3's
+     * one: the count would fail later, the split first); an m before a t */
+    const struct {
+        const char *text, *needle;
+    } bad_m[] = {
+        {"Et*3|(tt|)*13,t*32m|(|)*16,L",
+         "character 19 ('m'): a prediction module sits on the last virtual stage of its pipeline rank "
+         "(Megatron-Core asserts it): stage 14 is virtual stage 0 of pp rank 14"},
+        {"Et*3|(tt|)*29,m|mL", "character 17 ('m'): the prediction modules sit together in one stage: "
+                               "stage 30 holds some already"},
+        {"Et*3|(tt|)*28,tm|t|L", "character 18 ('t'): a layer after a prediction module"},
+    };
+    for (size_t i = 0; i < sizeof bad_m / sizeof *bad_m; i++) {
+        ModelSpec b = spec_of("deepseek-v3", 16, 2);
+        snprintf(b.layout.pp_layout, sizeof b.layout.pp_layout, "%s", bad_m[i].text);
+        expect_error(b, 16, bad_m[i].needle);
+    }
 }
 
 /* Each virtual stage costed as what it holds: tiny on pp 2 x vpp 3 with the embedding and the
