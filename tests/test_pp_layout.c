@@ -198,6 +198,74 @@ static void test_costs(void)
     prof_cluster_free(&cl);
 }
 
+/* The first op of a stage's graph on local chunk j in phase ph of communication kind k (NULL:
+ * none). */
+static const ModelOp *find_comm(const ModelOpGraph *g, int j, ModelPhase ph, ModelComm k)
+{
+    for (int i = 0; i < g->count; i++)
+        if (g->op[i].kind == MODEL_OP_COMM && g->op[i].chunk == j && g->op[i].phase == ph &&
+            g->op[i].comm == k)
+            return &g->op[i];
+    return NULL;
+}
+
+/* DeepSeek-V3 as 'Et*3|(tt|)*29,m|L' on pp 16 x vpp 2, tp 2 with SP, bf16, no recompute, 64
+ * micro-batches of one 4096-token sequence. Pp rank 13 holds virtual stages 13 and 29, four MoE
+ * layers; rank 14 stages 14 (two MoE layers) and 30 (the prediction module: a MoE layer with
+ * its enorm, hnorm, final norm and the eh projection, and a copy of the embedding); rank 15
+ * stages 15 (two MoE layers) and 31 (the final norm, the untied output layer and two losses:
+ * the main model's and the module's). So, from the model's dimensions alone (h 7168, vocab
+ * 129280 = 505 x 256: 64640 rows per tp rank, eh 2h in, h / 2 out per rank):
+ *   weights(14) - 3/4 weights(13) = 2 B x (3h + h/2 x 2h + 64640 h)
+ *   weights(15) - 1/2 weights(13) = 2 B x (h + 64640 h)
+ *   FLOPs(14) - 3/4 FLOPs(13) = 64 x 6 x 4096 x (h/2) x 2h       (the eh GEMM, fwd + bwd)
+ *   FLOPs(15) - 1/2 FLOPs(13) = 64 x 2 x 6 x 4096 x 64640 x h    (two output layers)
+ * and the transfer from stage 30 to 31 holds the main hidden states and the module's, each
+ * b x s / tp x h x 2 B = 4096 / 2 x 7168 x 2 B, twice the 29,360,128 B of any other. */
+static void test_mtp_stage(void)
+{
+    PxError err = {0};
+    ProfCluster cl;
+    CHECK_OK(prof_cluster_load("dgx-h100", NULL, 0, &cl, &err), err);
+    ModelSpec s = spec_of("deepseek-v3", 16, 1);
+    snprintf(s.layout.pp_layout, sizeof s.layout.pp_layout, "Et*3|(tt|)*29,m|L");
+    s.layout.tp = 2;
+    s.layout.sp = 1;
+    s.layout.recompute = MODEL_RECOMPUTE_NONE;
+    s.job.precision = PX_BF16;
+    s.job.micro_batch = 1;
+    const double h = 7168, vloc = 64640, tokens = 4096, mb = 64;
+    const uint64_t act = 4096 / 2 * 7168 * 2; /* one transfer: b x s/tp x h, bf16 */
+    SimResult r;
+    CHECK_OK(sim_run(&s, &cl, 32, &r, &err), err);
+    CHECK_EQ_INT(30, r.dims.mtp_chunk);
+    CHECK_EQ_INT(64, r.dims.m);
+    const double w13 = (double)r.mem[13].cat[MODEL_WEIGHTS], w14 = (double)r.mem[14].cat[MODEL_WEIGHTS],
+                 w15 = (double)r.mem[15].cat[MODEL_WEIGHTS];
+    CHECK_REL(2.0 * (3 * h + h / 2 * 2 * h + vloc * h), w14 - 0.75 * w13, 1e-12);
+    CHECK_REL(2.0 * (h + vloc * h), w15 - 0.5 * w13, 1e-12);
+    const double f13 = r.rank_flops[13], f14 = r.rank_flops[14], f15 = r.rank_flops[15];
+    CHECK_REL(mb * 6 * tokens * (h / 2) * 2 * h, f14 - 0.75 * f13, 1e-9);
+    CHECK_REL(mb * 2 * 6 * tokens * vloc * h, f15 - 0.5 * f13, 1e-9);
+    /* the transfers: rank 14's from stage 30 (its chunk 1) doubled, from stage 14 not; rank 15
+     * receives stage 30's doubled and sends its gradient back doubled */
+    const ModelOp *o;
+    CHECK((o = find_comm(&r.ops[14], 1, MODEL_FWD, MODEL_PP_SEND)) && o->comm_bytes == 2 * act);
+    CHECK((o = find_comm(&r.ops[14], 1, MODEL_BWD, MODEL_PP_RECV)) && o->comm_bytes == 2 * act);
+    CHECK((o = find_comm(&r.ops[14], 0, MODEL_FWD, MODEL_PP_SEND)) && o->comm_bytes == act);
+    CHECK((o = find_comm(&r.ops[15], 1, MODEL_FWD, MODEL_PP_RECV)) && o->comm_bytes == 2 * act);
+    CHECK((o = find_comm(&r.ops[15], 1, MODEL_BWD, MODEL_PP_SEND)) && o->comm_bytes == 2 * act);
+    CHECK((o = find_comm(&r.ops[15], 0, MODEL_FWD, MODEL_PP_SEND)) && o->comm_bytes == act);
+    /* the MTP stage's copy of the embedding sums its gradient with the first stage's; the loss
+     * stage of this untied model holds none */
+    CHECK((o = find_comm(&r.ops[14], 1, MODEL_STEP, MODEL_EMBED_ALLREDUCE)) &&
+          o->comm_bytes == (uint64_t)(4 * vloc * h)); /* fp32 gradients, Megatron's default */
+    CHECK(!find_comm(&r.ops[15], 0, MODEL_STEP, MODEL_EMBED_ALLREDUCE) &&
+          !find_comm(&r.ops[15], 1, MODEL_STEP, MODEL_EMBED_ALLREDUCE));
+    sim_result_free(&r);
+    prof_cluster_free(&cl);
+}
+
 /* The planner tries the forms where they divide: tiny on pp 3 counts the embedding and loss
  * with vpp 2 (6 chunks of one layer, the end ones empty), and skips the count that gives the
  * balanced split itself (1,2,1). */
@@ -275,6 +343,7 @@ int main(void)
     test_first_last();
     test_layout_string();
     test_costs();
+    test_mtp_stage();
     test_planner();
     test_exports();
     TEST_DONE("pp_layout");
