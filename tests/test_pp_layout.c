@@ -263,6 +263,20 @@ static void test_mtp_stage(void)
     CHECK(!find_comm(&r.ops[15], 0, MODEL_STEP, MODEL_EMBED_ALLREDUCE) &&
           !find_comm(&r.ops[15], 1, MODEL_STEP, MODEL_EMBED_ALLREDUCE));
     sim_result_free(&r);
+    /* a plan keeps the string alone: read back, it puts the module on stage 30 again */
+    ModelPlan plan, back;
+    CHECK_OK(sim_plan_for(&s, "dgx-h100", 32, &plan, &err), err);
+    cJSON *j = model_plan_to_json(&plan);
+    CHECK(j != NULL);
+    CHECK_OK(model_plan_from_json(j, "round trip", &back, &err), err);
+    cJSON_Delete(j);
+    ModelDims d;
+    back.spec.layout.mtp_from_last = 0; /* nothing but the string may say it */
+    CHECK_OK(model_spec_check(&back.spec, 32, &d, &err), err);
+    CHECK_EQ_INT(1, back.spec.layout.mtp_from_last);
+    CHECK_EQ_INT(30, d.mtp_chunk);
+    model_plan_free(&plan);
+    model_plan_free(&back);
     prof_cluster_free(&cl);
 }
 
