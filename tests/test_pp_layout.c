@@ -280,6 +280,35 @@ static void test_mtp_stage(void)
     prof_cluster_free(&cl);
 }
 
+/* A tied model's standalone MTP stage: tiny with one prediction module as 'Et*2|t*2m|L' on pp
+ * 3, fp32. Stage 1 holds two layers, the module (a layer, enorm, hnorm and its final norm of h
+ * each, eh of 2h x h) and a copy of the embedding (vocab x h); stage 2 the final block alone,
+ * the LayerNorm and the output layer's copy. The three copies each join the embedding's
+ * gradient all-reduce. */
+static void test_mtp_stage_tied(void)
+{
+    PxError err = {0};
+    ProfCluster cl;
+    CHECK_OK(prof_cluster_load("local", NULL, 0, &cl, &err), err);
+    ModelSpec s = spec_of("tiny", 3, 1);
+    s.model.mtp_layers = 1;
+    s.job.precision = PX_FP32;
+    snprintf(s.layout.pp_layout, sizeof s.layout.pp_layout, "Et*2|t*2m|L");
+    SimResult r;
+    CHECK_OK(sim_run(&s, &cl, 3, &r, &err), err);
+    CHECK_EQ_INT(1, r.dims.mtp_chunk);
+    const uint64_t h = 64, module = LAYER_PARAMS + 3 * h + 2 * h * h, wte = 256 * h;
+    CHECK_EQ_U64(4ull * (EMBED_PARAMS + 2 * LAYER_PARAMS), r.mem[0].cat[MODEL_WEIGHTS]);
+    CHECK_EQ_U64(4ull * (2 * LAYER_PARAMS + module + wte), r.mem[1].cat[MODEL_WEIGHTS]);
+    CHECK_EQ_U64(4ull * FINAL_PARAMS, r.mem[2].cat[MODEL_WEIGHTS]);
+    for (int st = 0; st < 3; st++) {
+        const ModelOp *o = find_comm(&r.ops[st], 0, MODEL_STEP, MODEL_EMBED_ALLREDUCE);
+        CHECK(o != NULL && o->comm_bytes == 4 * wte);
+    }
+    sim_result_free(&r);
+    prof_cluster_free(&cl);
+}
+
 /* The planner tries the forms where they divide: tiny on pp 3 counts the embedding and loss
  * with vpp 2 (6 chunks of one layer, the end ones empty), and skips the count that gives the
  * balanced split itself (1,2,1). */
@@ -358,6 +387,7 @@ int main(void)
     test_layout_string();
     test_costs();
     test_mtp_stage();
+    test_mtp_stage_tied();
     test_planner();
     test_exports();
     TEST_DONE("pp_layout");
