@@ -422,7 +422,8 @@ int model_split_check(const ModelLayout *l, int layers, PxError *err);
  * A stage_layers already there (a plan read back) must agree. PX_EINPUT names the fault. */
 int model_split_resolve(const ModelConfig *c, ModelLayout *l, PxError *err);
 /* Parses Megatron-Core's layout string ("Et*3|(tt|)*2,t*2mL"; `what` names it in messages,
- * which point at the offending character) into l->stage_layers (and l->vpp when 1). */
+ * which point at the offending character) into l->stage_layers (and l->vpp when 1), and
+ * l->mtp_from_last from the stage of its prediction modules ("...,m|L": 1). */
 int model_layout_string_parse(const char *text, const char *what, const ModelConfig *c,
                               ModelLayout *l, PxError *err);
 /* The planner's balanced split of `layers` over `pp` stages (out: pp entries): every stage
