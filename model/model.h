@@ -197,6 +197,10 @@ typedef struct {
      * whichever is given into stage_layers. */
     int embed_in_split, loss_in_split, first_stage_layers, last_stage_layers;
     char pp_layout[512];
+    /* Where the prediction modules sit, which only a layout string moves: the virtual stages
+     * after theirs, 0 for the last stage (every other form, and "...tmL"), 1 for a standalone
+     * stage before the loss's ("...,m|L"). model_split_resolve sets it from pp_layout. */
+    int mtp_from_last;
     ModelCpComm cp_comm;
     /* Sharded data parallelism (zero 3; docs/time.md, "Sharded data parallelism"). fsdp: the
      * gathers of PyTorch FSDP2 and Megatron-FSDP, whose backward gather also serves a layer's
@@ -323,6 +327,10 @@ typedef struct {
     int fp8;    /* the job's ModelFp8Recipe (MODEL_FP8_NONE: no FP8 GEMMs) */
     int fp8_wt; /* FP8 weights keep a transposed copy: fp8_transpose, or MXFP8, whose scales run
                    along the reduction dimension */
+    /* the global chunk holding the prediction modules (chunks - 1 but with a standalone MTP
+     * stage); the chunks after it, up to the last, pass the main hidden states and each
+     * module's output on: 1 + mtp_layers times a layer's activation per transfer */
+    int mtp_chunk;
 } ModelDims;
 
 /* The rule a layout broke, in PxError.code after model_spec_check fails (0: not a rule). */
@@ -414,7 +422,8 @@ int model_split_check(const ModelLayout *l, int layers, PxError *err);
  * A stage_layers already there (a plan read back) must agree. PX_EINPUT names the fault. */
 int model_split_resolve(const ModelConfig *c, ModelLayout *l, PxError *err);
 /* Parses Megatron-Core's layout string ("Et*3|(tt|)*2,t*2mL"; `what` names it in messages,
- * which point at the offending character) into l->stage_layers (and l->vpp when 1). */
+ * which point at the offending character) into l->stage_layers (and l->vpp when 1), and
+ * l->mtp_from_last from the stage of its prediction modules ("...,m|L": 1). */
 int model_layout_string_parse(const char *text, const char *what, const ModelConfig *c,
                               ModelLayout *l, PxError *err);
 /* The planner's balanced split of `layers` over `pp` stages (out: pp entries): every stage

@@ -897,15 +897,15 @@ static void head_pass(Emit *e, const ModelTensorTable *tt, int j, int backward)
 
 /* A multi-token prediction module on layer l (DeepSeek-V3 Sec. 2.2; Megatron-Core's MTP): the
  * next tokens' embedding and the hidden state, each normed, concatenated and projected (eh,
- * column-parallel, its output gathered), the module's transformer layer, its final norm and the
- * shared output layer with a loss of its own. */
-static void mtp_pass(Emit *e, const ModelTensorTable *tt, int j, int l, int backward)
+ * column-parallel, its output gathered), the module's transformer layer and its final norm.
+ * It runs on the MTP chunk (d->mtp_chunk), after that chunk's layers. */
+static void mtp_module_pass(Emit *e, const ModelTensorTable *tt, int j, int l, int backward)
 {
     const ModelSpec *s = e->s;
     const ModelDims *d = e->d;
     const int t = d->t, sp = s->layout.sp;
     const double M = (double)d->b * d->s_loc, Msp = (double)d->b * d->s_sp, h = d->h, a = eb(e);
-    const double V = d->vocab_loc, nb = Msp * h * a, hl = ceil(h / t);
+    const double nb = Msp * h * a, hl = ceil(h / t);
     const int moe = model_layer_is_moe(&s->model, l);
     const int blk = layer_block(tt, l, j, 0), xblk = moe ? layer_block(tt, l, j, 1) : -1;
     char n[64];
@@ -925,6 +925,32 @@ static void mtp_pass(Emit *e, const ModelTensorTable *tt, int j, int l, int back
         e->layer = l;
         at_layer(e, MODEL_OPR_FINAL_LN, l, n);
         simple(e, MODEL_OP_NORM, n, 2.0 * nb);
+        return;
+    }
+    at_layer(e, MODEL_OPR_FINAL_LN, l, n);
+    simple(e, MODEL_OP_NORM, n, 4.0 * nb);
+    layer_backward(e, tt, blk, xblk, l);
+    e->layer = l;
+    at_layer(e, MODEL_OPR_MTP, l, n);
+    linear(e, n, M, hl, 2.0 * h, 0);
+    comm(e, n, sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, 2.0 * tp_act_bytes(e), 1);
+    simple(e, MODEL_OP_NORM, n, 8.0 * nb);
+    if (sp)
+        comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
+    simple(e, MODEL_OP_EMBEDDING, n, M * (h * a + 2.0 * h * (double)px_dtype_bytes(d->grad) + 4.0));
+}
+
+/* A prediction module's output: the shared output layer over its part of the hidden states
+ * and a loss of its own, on the last chunk with the output layer. */
+static void mtp_head_pass(Emit *e, int l, int backward)
+{
+    const ModelSpec *s = e->s;
+    const ModelDims *d = e->d;
+    const int t = d->t, sp = s->layout.sp;
+    const double M = (double)d->b * d->s_loc, h = d->h, a = eb(e), V = d->vocab_loc;
+    char n[64];
+    e->layer = l;
+    if (!backward) {
         at_layer(e, MODEL_OPR_LOGITS, l, n);
         if (sp)
             comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
@@ -941,17 +967,6 @@ static void mtp_pass(Emit *e, const ModelTensorTable *tt, int j, int l, int back
         comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
     linear(e, n, M, V, h, M * V * (4.0 - a));
     comm(e, n, sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, tp_act_bytes(e), 1);
-    at_layer(e, MODEL_OPR_FINAL_LN, l, n);
-    simple(e, MODEL_OP_NORM, n, 4.0 * nb);
-    layer_backward(e, tt, blk, xblk, l);
-    e->layer = l;
-    at_layer(e, MODEL_OPR_MTP, l, n);
-    linear(e, n, M, hl, 2.0 * h, 0);
-    comm(e, n, sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, 2.0 * tp_act_bytes(e), 1);
-    simple(e, MODEL_OP_NORM, n, 8.0 * nb);
-    if (sp)
-        comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
-    simple(e, MODEL_OP_EMBEDDING, n, M * (h * a + 2.0 * h * (double)px_dtype_bytes(d->grad) + 4.0));
 }
 
 static int ops_build(const ModelSpec *s, const ModelDims *d, int stage, int compact,
@@ -976,17 +991,23 @@ static int ops_build(const ModelSpec *s, const ModelDims *d, int stage, int comp
      * activation and the receivers all-gather it over the node's links (Narayanan 2021 Sec. 4.1) */
     const double pp_bytes = (double)d->b * d->s_sp * d->h * eb(&e) / d->pp_split;
     const double pp_gather = d->pp_split > 1 ? (double)d->b * d->s_sp * d->h * eb(&e) : 0;
+    /* from a standalone MTP stage to the loss's, a transfer carries the main hidden states and
+     * each module's output, concatenated along the sequence (Megatron-Core's MTP block):
+     * xin for the transfer into this chunk, xout for the one out of it */
+    const int mtp_stage = s->model.mtp_layers > 0 && d->mtp_chunk < d->chunks - 1;
     for (int j = 0; j < d->v; j++) {
         int gc = model_global_chunk(d, stage, j);
         int first = gc == 0, last = gc == d->chunks - 1;
+        const double xin = mtp_stage && gc > d->mtp_chunk ? 1.0 + s->model.mtp_layers : 1.0;
+        const double xout = mtp_stage && gc >= d->mtp_chunk ? 1.0 + s->model.mtp_layers : 1.0;
         e.chunk = j;
         e.layer = -1;
         /* forward */
         e.phase = MODEL_FWD;
         if (!first) {
-            comm(&e, at(&e, MODEL_OPR_PP), MODEL_PP_RECV, 2, pp_bytes, 1);
+            comm(&e, at(&e, MODEL_OPR_PP), MODEL_PP_RECV, 2, xin * pp_bytes, 1);
             if (pp_gather > 0)
-                comm(&e, at(&e, MODEL_OPR_PP), MODEL_TP_ALL_GATHER, d->t, pp_gather, 1);
+                comm(&e, at(&e, MODEL_OPR_PP), MODEL_TP_ALL_GATHER, d->t, xin * pp_gather, 1);
         } else {
             embed_pass(&e, &tt, j, 0);
         }
@@ -1010,22 +1031,35 @@ static int ops_build(const ModelSpec *s, const ModelDims *d, int stage, int comp
             e.repeat = 1;
         }
         e.layer = -1;
+        const int l_mtp = s->model.layers; /* the first prediction module's layer */
         if (!last) {
-            comm(&e, at(&e, MODEL_OPR_PP), MODEL_PP_SEND, 2, pp_bytes, 1);
+            for (int i = 0; i < n_mtp; i++)
+                mtp_module_pass(&e, &tt, j, runs[nr + i].first, 0);
+            e.layer = -1;
+            comm(&e, at(&e, MODEL_OPR_PP), MODEL_PP_SEND, 2, xout * pp_bytes, 1);
         } else {
             head_pass(&e, &tt, j, 0);
-            for (int i = 0; i < n_mtp; i++)
-                mtp_pass(&e, &tt, j, runs[nr + i].first, 0);
+            for (int i = 0; i < s->model.mtp_layers; i++) {
+                if (n_mtp)
+                    mtp_module_pass(&e, &tt, j, runs[nr + i].first, 0);
+                mtp_head_pass(&e, l_mtp + i, 0);
+            }
         }
         /* backward */
         e.phase = MODEL_BWD;
+        e.layer = -1;
         if (!last) {
-            comm(&e, at(&e, MODEL_OPR_PP), MODEL_PP_RECV, 2, pp_bytes, 1);
+            comm(&e, at(&e, MODEL_OPR_PP), MODEL_PP_RECV, 2, xout * pp_bytes, 1);
             if (pp_gather > 0)
-                comm(&e, at(&e, MODEL_OPR_PP), MODEL_TP_ALL_GATHER, d->t, pp_gather, 1);
-        } else {
+                comm(&e, at(&e, MODEL_OPR_PP), MODEL_TP_ALL_GATHER, d->t, xout * pp_gather, 1);
             for (int i = n_mtp - 1; i >= 0; i--)
-                mtp_pass(&e, &tt, j, runs[nr + i].first, 1);
+                mtp_module_pass(&e, &tt, j, runs[nr + i].first, 1);
+        } else {
+            for (int i = s->model.mtp_layers - 1; i >= 0; i--) {
+                mtp_head_pass(&e, l_mtp + i, 1);
+                if (n_mtp)
+                    mtp_module_pass(&e, &tt, j, runs[nr + i].first, 1);
+            }
             head_pass(&e, &tt, j, 1);
         }
         for (int i = nr - 1; i >= 0; i--) {
@@ -1038,7 +1072,7 @@ static int ops_build(const ModelSpec *s, const ModelDims *d, int stage, int comp
             free(runs);
         e.layer = -1;
         if (!first)
-            comm(&e, at(&e, MODEL_OPR_PP), MODEL_PP_SEND, 2, pp_bytes, 1);
+            comm(&e, at(&e, MODEL_OPR_PP), MODEL_PP_SEND, 2, xin * pp_bytes, 1);
         else
             embed_pass(&e, &tt, j, 1);
     }
@@ -1070,17 +1104,26 @@ static int ops_build(const ModelSpec *s, const ModelDims *d, int stage, int comp
                        (double)(px_round_up(b->numel, (uint64_t)grp) / (uint64_t)grp) * ge, 1);
     }
     e.repeat = 1;
-    /* the output layer's copy of a tied embedding, and a prediction module's copy of the
-     * embedding, on the last stage: their gradients summed with the first stage's */
-    if ((s->model.tied_embeddings || s->model.mtp_layers > 0) && d->chunks > 1) {
+    /* the output layer's copy of a tied embedding, and the prediction modules' copy of the
+     * embedding (in the last stage's final block, or a standalone MTP stage's mtp.embed):
+     * their gradients summed with the first stage's. A tied model with a standalone MTP stage
+     * holds three copies; each stage's sum is costed as a pair's, the first with the last. */
+    const int mtp_n = s->model.mtp_layers;
+    const int copy_last = s->model.tied_embeddings || (mtp_n > 0 && d->mtp_chunk == d->chunks - 1);
+    const int copy_mtp = mtp_n > 0 && d->mtp_chunk != d->chunks - 1 && d->mtp_chunk != 0;
+    if ((copy_last || copy_mtp) && d->chunks > 1) {
         for (int j = 0; j < d->v; j++) {
             int gc = model_global_chunk(d, stage, j);
-            if (gc == 0 || gc == d->chunks - 1) {
+            const char *bn = gc == 0                                   ? "embed"
+                             : gc == d->chunks - 1 && copy_last        ? "final"
+                             : gc == d->mtp_chunk && copy_mtp ? "mtp.embed"
+                                                                       : NULL;
+            if (bn) {
                 e.chunk = j;
                 e.layer = -1;
-                /* found: the table gives the first chunk its embed block, the last its final */
-                block_comm(&e, MODEL_OPR_BLOCK_GRADS, &tt,
-                           block_index(&tt, gc == 0 ? "embed" : "final", -1, j),
+                /* found: the table gives the first chunk its embed block, the last its final
+                 * and the MTP chunk its mtp.embed */
+                block_comm(&e, MODEL_OPR_BLOCK_GRADS, &tt, block_index(&tt, bn, -1, j),
                            MODEL_EMBED_ALLREDUCE, 2, (double)d->vocab_loc * d->h * ge, 1);
             }
         }

@@ -333,6 +333,12 @@ static int check_pipeline(const ModelConfig *c, ModelLayout *l, PxError *err)
         if (model_split_resolve(c, l, &e2))
             return rule_fail(err, MODEL_RULE_SPLIT, "%s", e2.msg);
     }
+    if (l->mtp_from_last < 0 || l->mtp_from_last >= l->pp * l->vpp ||
+        (l->mtp_from_last > 0 && c->mtp_layers == 0))
+        return rule_fail(err, MODEL_RULE_SPLIT,
+                         "the prediction modules' stage, %d before the last, needs a model with them and "
+                         "one of the pp %d x vpp %d stages",
+                         l->mtp_from_last, l->pp, l->vpp);
     if (l->vpp > 1) {
         if (l->pp < 2)
             return rule_fail(err, MODEL_RULE_VPP, "virtual pipeline stages (vpp %d) need pp > 1", l->vpp);
@@ -561,6 +567,7 @@ static void fill_dims(ModelDims *d, const ModelSpec *sp, int s, int m)
     d->dp_shard = l->dp_shard > 0 ? l->dp_shard : l->dp;
     d->dp_rep = l->dp / d->dp_shard;
     d->zero_group = d->dp_shard * l->cp;
+    d->mtp_chunk = d->chunks - 1 - l->mtp_from_last;
     d->pp_split = (l->tp > 1 && !l->sp && c->hidden % l->tp == 0) ? l->tp : 1;
     d->param = j->precision;
     d->act = j->precision;

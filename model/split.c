@@ -191,13 +191,31 @@ int model_layout_string_parse(const char *text, const char *what, const ModelCon
         return layout_fail(&p, p.pos_l, "the loss L must be in the last stage");
     if (p.pos_t_after_m)
         return layout_fail(&p, p.pos_t_after_m, "a layer after a prediction module: the m come after every t");
-    int n_t = 0, n_m = 0;
+    /* the prediction modules: together in one stage (parallax builds them as one run), which
+     * Megatron-Core's MultiTokenPredictionBlock asserts is the last virtual stage of its
+     * pipeline rank; any stage with vpp 1, the loss's own or one before it */
+    int n_t = 0, n_m = 0, mtp = -1;
+    const int vpp = p.n / l->pp;
     for (int i = 0; i < p.n; i++) {
         n_t += p.st[i].t;
         n_m += p.st[i].m;
-        if (p.st[i].m && i != p.n - 1)
-            return layout_fail(&p, p.st[i].pos_m,
-                               "parallax places the prediction modules in the last stage, with the loss");
+        if (!p.st[i].m)
+            continue;
+        if (mtp >= 0) {
+            char why[160];
+            snprintf(why, sizeof why,
+                     "the prediction modules sit together in one stage: stage %d holds some already", mtp);
+            return layout_fail(&p, p.st[i].pos_m, why);
+        }
+        mtp = i;
+        if (i / l->pp != vpp - 1) {
+            char why[200];
+            snprintf(why, sizeof why,
+                     "a prediction module sits on the last virtual stage of its pipeline rank "
+                     "(Megatron-Core asserts it): stage %d is virtual stage %d of pp rank %d",
+                     i, i / l->pp, i % l->pp);
+            return layout_fail(&p, p.st[i].pos_m, why);
+        }
     }
     if (n_t != c->layers)
         return px_fail(err, PX_EINPUT, "%s '%s' has %d layers t: model %s has %d", what, text, n_t,
@@ -210,6 +228,7 @@ int model_layout_string_parse(const char *text, const char *what, const ModelCon
     for (int i = 0; i < p.n; i++)
         l->stage_layers[i] = p.st[i].t;
     l->n_stage_layers = p.n;
+    l->mtp_from_last = mtp >= 0 ? p.n - 1 - mtp : 0;
     return PX_OK;
 }
 
@@ -263,14 +282,17 @@ int model_split_resolve(const ModelConfig *c, ModelLayout *l, PxError *err)
     const int acc = l->embed_in_split || l->loss_in_split;
     const int fl = l->first_stage_layers > 0 || l->last_stage_layers > 0;
     const int str = l->pp_layout[0] != '\0';
-    if (!acc && !fl && !str)
+    if (!acc && !fl && !str) {
+        l->mtp_from_last = 0;
         return PX_OK;
+    }
     if (str + fl + acc > 1)
         return px_fail(err, PX_EINPUT,
                        "give one way to split the pipeline: the layout string, first/last stage "
                        "layers, or the embedding/loss counted in the split (as Megatron-Core takes one)");
     ModelLayout r = *l;
     int rc;
+    r.mtp_from_last = 0; /* only a layout string moves the prediction modules */
     if (str) {
         rc = model_layout_string_parse(l->pp_layout, "pipeline layout", c, &r, err);
     } else {
@@ -293,6 +315,7 @@ int model_split_resolve(const ModelConfig *c, ModelLayout *l, PxError *err)
         return px_fail(err, PX_EINPUT, "stage_layers %s disagrees with the split its pipeline form gives, %s", a, b);
     }
     l->vpp = r.vpp;
+    l->mtp_from_last = r.mtp_from_last;
     l->n_stage_layers = r.n_stage_layers;
     memcpy(l->stage_layers, r.stage_layers, sizeof(int) * (size_t)r.n_stage_layers);
     return PX_OK;
@@ -354,10 +377,11 @@ int model_split_check(const ModelLayout *l, int layers, PxError *err)
     char text[64];
     long long sum = 0;
     int bad = -1;
-    /* the first stage also holds the embedding and the last the output layer: either may hold
-     * no layer (Megatron-Core's "E|..." and "...|L"); any other stage needs one */
+    /* the first stage also holds the embedding, the last the output layer and a standalone MTP
+     * stage the prediction modules: each may hold no layer (Megatron-Core's "E|...", "...|L"
+     * and "...,m|L"); any other stage needs one */
     for (int i = 0; i < n && bad < 0; i++) {
-        const int floor = i == 0 || i == n - 1 ? 0 : 1;
+        const int floor = i == 0 || i == n - 1 || i == n - 1 - l->mtp_from_last ? 0 : 1;
         if (l->stage_layers[i] < floor)
             bad = i;
         sum += l->stage_layers[i];

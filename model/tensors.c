@@ -667,7 +667,7 @@ int model_chunk_runs(const ModelSpec *s, const ModelDims *d, int gc, int compact
         for (int l = l0; l < l0 + nl && n < cap; l++)
             out[n++] = (ModelLayerRun){l, 1, model_layer_is_moe(&s->model, l)};
     }
-    if (gc == d->chunks - 1)
+    if (gc == d->mtp_chunk)
         for (int i = 0; i < s->model.mtp_layers && n < cap; i++) {
             int l = s->model.layers + i;
             out[n++] = (ModelLayerRun){l, 1, model_layer_is_moe(&s->model, l)};
@@ -678,7 +678,7 @@ int model_chunk_runs(const ModelSpec *s, const ModelDims *d, int gc, int compact
 int model_chunk_runs_count(const ModelSpec *s, const ModelDims *d, int gc, int compact)
 {
     int l0, nl = model_chunk_layers(s, d, gc, &l0);
-    int mtp = gc == d->chunks - 1 ? s->model.mtp_layers : 0;
+    int mtp = gc == d->mtp_chunk ? s->model.mtp_layers : 0;
     return (compact ? 2 : nl) + mtp;
 }
 
@@ -781,8 +781,16 @@ static int add_parameters(Build *B, PxError *err)
                 add_param(a, s, d, MODEL_TR_LOGITS_W, "logits.w", MODEL_SHARD_TP, 2, d->vocab_loc, h);
             /* the prediction modules embed the next tokens: away from the first stage an untied
              * model keeps a copy of the embedding (a tied one's output layer is that copy) */
-            if (c->mtp_layers > 0 && !first && !c->tied_embeddings)
+            if (c->mtp_layers > 0 && g == d->mtp_chunk && !first && !c->tied_embeddings)
                 add_param(a, s, d, MODEL_TR_WTE, "mtp.wte", MODEL_SHARD_TP, 2, d->vocab_loc, h);
+        } else if (c->mtp_layers > 0 && g == d->mtp_chunk && !first) {
+            /* a standalone MTP stage: its own copy of the embedding, tied or not, whose gradient
+             * is summed with the first stage's as the output layer's copy is */
+            if ((rc = add_block(tt, "mtp.embed", j, -1, 1, err)))
+                return rc;
+            a->block = tt->n_blocks - 1;
+            a->layer = -1;
+            add_param(a, s, d, MODEL_TR_WTE, "mtp.wte", MODEL_SHARD_TP, 2, d->vocab_loc, h);
         }
     }
     a->chunk = -1;
@@ -881,6 +889,14 @@ static void add_activations(Build *B)
             free(runs);
         tt->act_layer_bytes[j] = a->sum - before_layers;
         a->layer = -1;
+        const int mtp_alone = g == d->mtp_chunk && g != d->chunks - 1;
+        for (int i = 0; i < s->model.mtp_layers && mtp_alone; i++) {
+            /* a standalone MTP stage keeps each module's final norm input; its output layer's
+             * inputs and probabilities are the loss stage's (below) */
+            char n[64];
+            NAME(n, "mtp.%d.final_ln.in", i);
+            add(a, MODEL_TR_FINAL_LN_IN, n, MODEL_ACTIVATIONS, d->act, sp, 3, b, d->s_sp, h, 0);
+        }
         if (g == d->chunks - 1) {
             B->has_data = B->has_loss = 1;
             add(a, MODEL_TR_FINAL_LN_IN, "final_ln.in", MODEL_ACTIVATIONS, d->act, sp, 3, b, d->s_sp, h, 0);
@@ -891,8 +907,10 @@ static void add_activations(Build *B)
             /* each prediction module has an output layer of its own inputs and probabilities */
             for (int i = 0; i < s->model.mtp_layers; i++) {
                 char n[64];
-                NAME(n, "mtp.%d.final_ln.in", i);
-                add(a, MODEL_TR_FINAL_LN_IN, n, MODEL_ACTIVATIONS, d->act, sp, 3, b, d->s_sp, h, 0);
+                if (d->mtp_chunk == g) {
+                    NAME(n, "mtp.%d.final_ln.in", i);
+                    add(a, MODEL_TR_FINAL_LN_IN, n, MODEL_ACTIVATIONS, d->act, sp, 3, b, d->s_sp, h, 0);
+                }
                 NAME(n, "mtp.%d.logits.in", i);
                 add(a, MODEL_TR_LOGITS_IN, n, MODEL_ACTIVATIONS, d->act, sp, 3, b, d->s_sp, h, 0);
                 NAME(n, "mtp.%d.loss.probs", i);
@@ -1051,10 +1069,22 @@ static void add_comm_buffers(Build *B)
     const PxDtype e = d->act;
     Adder *a = &B->a;
     if (d->p > 1) {
-        /* with the scatter/gather split each TP rank sends and receives its h/t slice */
+        /* with the scatter/gather split each TP rank sends and receives its h/t slice; from a
+         * standalone MTP stage on, a transfer holds 1 + mtp_layers of them (model/ops.c), and
+         * a stage's buffers fit its largest */
         int shard = sp | (d->pp_split > 1 ? MODEL_SHARD_TP : 0);
-        add(a, MODEL_TR_PP_SEND, "pp.send", MODEL_COMM_BUFFERS, e, shard, 3, b, d->s_sp, h / d->pp_split, 0);
-        add(a, MODEL_TR_PP_RECV, "pp.recv", MODEL_COMM_BUFFERS, e, shard, 3, b, d->s_sp, h / d->pp_split, 0);
+        int64_t xs = 1, xr = 1;
+        for (int j = 0; j < d->v && s->model.mtp_layers > 0 && d->mtp_chunk < d->chunks - 1; j++) {
+            const int g = model_global_chunk(d, B->stage, j);
+            if (g >= d->mtp_chunk && g < d->chunks - 1)
+                xs = 1 + s->model.mtp_layers;
+            if (g > d->mtp_chunk)
+                xr = 1 + s->model.mtp_layers;
+        }
+        /* a stage sends and receives either way (forward activations, backward gradients) */
+        const int64_t x = xs > xr ? xs : xr;
+        add(a, MODEL_TR_PP_SEND, "pp.send", MODEL_COMM_BUFFERS, e, shard, 3, b, x * d->s_sp, h / d->pp_split, 0);
+        add(a, MODEL_TR_PP_RECV, "pp.recv", MODEL_COMM_BUFFERS, e, shard, 3, b, x * d->s_sp, h / d->pp_split, 0);
     }
     if (s->layout.sp)
         add(a, MODEL_TR_SP_GATHER, "sp.gather", MODEL_COMM_BUFFERS, e, 0, 3, b, d->s_loc, h, 0);
@@ -1333,7 +1363,9 @@ static void key_chunks(CacheKey *k, const ModelSpec *s, const ModelDims *d, int 
     for (int j = 0; j < d->v; j++) {
         int g = model_global_chunk(d, stage, j);
         int l0, nl = model_chunk_layers(s, d, g, &l0);
+        /* and where the chunk sits against the prediction modules' (theirs, or after it) */
         k->w[k->n++] = (uint64_t)(g == 0) << 63 | (uint64_t)(g == d->chunks - 1) << 62 |
+                       (uint64_t)(g == d->mtp_chunk) << 61 | (uint64_t)(g > d->mtp_chunk) << 60 |
                        (uint64_t)(uint32_t)l0 << 24 | (uint64_t)(uint32_t)nl;
     }
 }

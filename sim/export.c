@@ -210,8 +210,9 @@ static void megatron_env(FILE *f, const ModelPlan *p)
 
 /* --pipeline-model-parallel-layout for a split whose middle stages differ: the stages' decoder
  * layers ('t'), the embedding first ('E'), the loss last ('L') and the multi-token prediction
- * modules, which parallax places on the last stage, just before the loss ('m' each:
- * PipelineParallelLayerLayout.validate_layer_layout counts them against --mtp-num-layers). */
+ * modules, which a split given as layers per stage places on the last stage, just before the
+ * loss ('m' each: PipelineParallelLayerLayout.validate_layer_layout counts them against
+ * --mtp-num-layers). A plan's own layout string goes as given, a standalone "m|L" included. */
 /* HSDP, buckets and offload as Megatron-LM's flags. HSDP is the distributed optimizer's (and
  * Megatron-FSDP's) instances: each shards over dp / instances ranks and the instances all-reduce
  * their shards. --ddp-bucket-size counts parameters (DistributedDataParallelConfig.bucket_size).

@@ -197,6 +197,7 @@ static void apply(const SimPlanRequest *q, const Knobs *k, ModelSpec *s)
         l->loss_in_split = k->spill == SPLIT_ACCOUNT_BOTH || k->spill == SPLIT_ACCOUNT_LOSS;
         l->first_stage_layers = l->last_stage_layers = 0;
         l->pp_layout[0] = '\0';
+        l->mtp_from_last = 0;
         if (k->spill == SPLIT_LIGHT_LAST) {
             for (int i = 0; i < k->pp; i++)
                 l->stage_layers[i] = L / k->pp;

@@ -8,16 +8,19 @@
  * all (every middle stage of an even split; a group per layer count of an uneven one). */
 int sim_stage_model_of(const ModelSpec *spec, const ModelDims *d, int compact, int stage)
 {
-    if (!compact || d->p < 3 || stage == 0 || stage == d->p - 1)
+    /* a standalone MTP stage's pipeline rank is like no other */
+    const int mtp_rank = spec->model.mtp_layers > 0 ? d->mtp_chunk % d->p : -1;
+    if (!compact || d->p < 3 || stage == 0 || stage == d->p - 1 || stage == mtp_rank)
         return stage;
-    if (!d->uneven)
-        return 1;
     /* a stage like another holds as many layers in each of its chunks (the chunk at j is the
-     * virtual stage j * p + s); the embedding and the loss sit on the end stages only */
+     * virtual stage j * p + s); the embedding, the loss and the prediction modules sit on
+     * their stages only */
     const int *n = spec->layout.stage_layers;
     for (int s = 1; s < stage; s++) {
+        if (s == mtp_rank)
+            continue;
         int same = 1;
-        for (int j = 0; j < d->v && same; j++)
+        for (int j = 0; j < d->v && same && d->uneven; j++)
             same = n[j * d->p + s] == n[j * d->p + stage];
         if (same)
             return s;

@@ -504,7 +504,9 @@ int sim_time_costs(SimResult *r, PxError *err)
             }
             ModelGroup grp = model_comm_group(op->comm);
             if (grp == MODEL_GROUP_PP) {
-                if (op->comm == MODEL_PP_SEND && op->phase == MODEL_FWD)
+                /* a stage's transfers are costed alike: its largest (a standalone MTP
+                 * stage's carries 1 + mtp_layers activations) */
+                if (op->comm == MODEL_PP_SEND && op->phase == MODEL_FWD && t[i] > r->p2p[s])
                     r->p2p[s] = t[i];
                 continue;
             }

@@ -222,6 +222,15 @@ then
 else
   echo "SKIPPED the .bin token files: python3 is needed to write them"
 fi
+# multi-token prediction is simulated and exported, not run: refused before anything is built,
+# with the modules beside the loss and on a stage of their own ('Et*4m|L' on pp 2, one rank alone)
+printf '{"name": "m", "family": "gpt", "layers": 4, "hidden": 64, "heads": 4, "vocab": 256, "seq_len": 64, "mtp_layers": 1}\n' >"$tmp/mtp.json"
+"$px" plan --model "$tmp/mtp.json" --cluster local --gpus 1 --gbs 4 --mbs 2 --seq 16 --steps 1 -o "$tmp/mtp1.json" >/dev/null
+"$px" plan --model "$tmp/mtp.json" --cluster local --gpus 2 --pp 2 --gbs 4 --mbs 2 --seq 16 --steps 1 \
+  --pipeline-model-parallel-layout 'Et*4m|L' -o "$tmp/mtp2.json" >/dev/null
+expect 2 "mtp1.json: model m has 1 multi-token prediction module: the executor does not run them" run "$tmp/mtp1.json"
+expect 2 "mtp2.json: model m has 1 multi-token prediction module: the executor does not run them" run "$tmp/mtp2.json" --launcher none
+
 # mpirun's hostfile: one that cannot be read, or given to another launcher
 expect 2 "--hostfile $tmp/nohosts: cannot read it (No such file or directory)" run "$tmp/run1.json" --hostfile "$tmp/nohosts"
 expect 2 "--hostfile is for --launcher mpirun, not srun" run "$tmp/run1.json" --hostfile "$tmp/run1.json" --launcher srun

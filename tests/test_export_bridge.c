@@ -173,6 +173,24 @@ static void test_deepseek_split(void)
     expect_lines("bridge (deepseek-v3)", out, want, not_want);
     CHECK(strstr(out, "'model.moe_layer_freq=[0,0,0,1,1,") != NULL);
     free(out);
+    /* Megatron-LM's own string with the module on a stage of its own, 32 virtual stages: as
+     * given */
+    s = spec("deepseek-v3", 2, 16);
+    s.layout.cp = 2;
+    s.layout.ep = 64;
+    s.layout.etp = 1;
+    s.layout.recompute = MODEL_RECOMPUTE_FULL;
+    s.job.global_batch = 4096;
+    snprintf(s.layout.pp_layout, sizeof s.layout.pp_layout, "Et*3|(tt|)*29,m|L");
+    out = bridge_of(&s, "dgx-h100", 1024);
+    const char *want_m[] = {
+        "'model.pipeline_model_parallel_layout=\"Et*3|(tt|)*29,m|L\"' "
+        "model.num_layers_in_first_pipeline_stage=null model.num_layers_in_last_pipeline_stage=null "
+        "model.account_for_embedding_in_pipeline_split=false model.account_for_loss_in_pipeline_split=false",
+        "model.rope_type=rope model.apply_rope_fusion=false model.mtp_num_layers=1", NULL};
+    expect_lines("bridge (deepseek-v3, standalone MTP stage)", out, want_m,
+                 (const char *const[]){"NOT EXPRESSIBLE", NULL});
+    free(out);
     /* first and last alone: counts, no layout */
     s = spec("llama3-70b", 8, 4);
     const int split4[4] = {19, 20, 20, 21};

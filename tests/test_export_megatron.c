@@ -165,6 +165,19 @@ static void test_layout(void)
     const char *not_ne[] = {"num_layers_in_first_pipeline_stage", "mtp_num_layers", NULL};
     expect_lines("nemo export (layout)", ne, want_ne, not_ne);
     free(ne);
+    /* Megatron-LM's DeepSeek-V3 example, the module on a stage of its own: the string as given,
+     * which says the 32 virtual stages itself */
+    ModelSpec m = job("deepseek-v3", 2, 1, 16, 1, 256, 4096);
+    m.layout.ep = 8;
+    m.layout.etp = 1;
+    snprintf(m.layout.pp_layout, sizeof m.layout.pp_layout, "Et*3|(tt|)*29,m|L");
+    mg = export_of(&m, "dgx-h100", 256, SIM_EXPORT_MEGATRON);
+    const char *want_m[] = {"    --pipeline-model-parallel-layout 'Et*3|(tt|)*29,m|L'", "    --mtp-num-layers 1",
+                            "    --pipeline-model-parallel-size 16", NULL};
+    const char *not_m[] = {"--num-virtual-stages-per-pipeline-rank", "--num-layers-per-virtual-pipeline-stage",
+                           "--decoder-first-pipeline-num-layers", NULL};
+    expect_lines("megatron export (standalone MTP stage)", mg, want_m, not_m);
+    free(mg);
 }
 
 /* An uneven split of the first/last form: NeMo 2.3.0 on takes it; Qwen3's QK norms */

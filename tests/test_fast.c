@@ -159,6 +159,43 @@ static void test_uneven_placement(void)
     CHECK(compared - before > 20);
 }
 
+/* A standalone MTP stage (docs/pipeline.md): its pp rank is like no middle one, and the
+ * transfers from it to the loss's stage carry the module's output too. DeepSeek-V3 on pp 16 x
+ * vpp 2 as Megatron-LM's layout string but for a MoE layer in the first stage (where the
+ * planner's floor takes its layer costs from); on pp 4 with the module on stage 2; on pp 4 x
+ * vpp 2 with the module on pp rank 2, whose chunks hold as many layers as rank 1's. */
+static void test_mtp_stage(void)
+{
+    PxError err = {0};
+    ProfCluster cl;
+    CHECK_OK(prof_cluster_load("dgx-h100", NULL, 0, &cl, &err), err);
+    const int before = compared;
+    const struct {
+        const char *layout;
+        int pp, gpus;
+    } cases[] = {{"Et*4|(tt|)*28,t|m|L", 16, 512},
+                 {"Et*20|t*20|t*21m|L", 4, 128},
+                 {"Et*7|t*9|t*9|t*9|t*9|t*9|t*9m|L", 4, 128}};
+    for (int ci = 0; ci < 3; ci++)
+        for (int variant = 0; variant < 3; variant++) {
+            ModelSpec s;
+            model_spec_defaults(&s);
+            CHECK_OK(model_config_load("deepseek-v3", &s.model, &err), err);
+            snprintf(s.layout.pp_layout, sizeof s.layout.pp_layout, "%s", cases[ci].layout);
+            s.layout.tp = 2;
+            s.layout.pp = cases[ci].pp;
+            s.layout.ep = 8;
+            s.layout.etp = 1;
+            s.layout.zero = variant == 2;
+            s.layout.sp = 1; /* Megatron-Core's MoE with tp needs it */
+            s.layout.recompute = (ModelRecompute)variant;
+            s.layout.overlap_dp = variant >= 1;
+            s.job.global_batch = 256;
+            compare(s, &cl, cases[ci].gpus);
+        }
+    CHECK_EQ_INT(9, compared - before);
+}
+
 int main(void)
 {
     px_log_set_quiet(1);
@@ -166,6 +203,7 @@ int main(void)
     CHECK(cache != NULL);
     test_layouts();
     test_uneven_placement();
+    test_mtp_stage();
     model_table_cache_free(cache);
     printf("compared %d layouts, the planner's memory verdict on %d, floors up to %.3f of the step\n",
            compared, peaks, worst_floor);

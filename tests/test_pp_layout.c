@@ -127,10 +127,51 @@ static void test_layout_string(void)
     ModelSpec e = spec_of("tiny", 2, 2);
     snprintf(e.layout.pp_layout, sizeof e.layout.pp_layout, "Et*2||t*2|L");
     expect_error(e, 2, "entry 2 (stage 1) is 0: a stage with neither the embedding nor the loss needs at least one layer");
-    /* the prediction module away from the loss */
+    /* Megatron-LM's DeepSeek-V3 example: the prediction module on a stage of its own, the 31st
+     * of 32, between the last layers and the loss; the resolved split counts layers t only */
     ModelSpec m = spec_of("deepseek-v3", 16, 2);
     snprintf(m.layout.pp_layout, sizeof m.layout.pp_layout, "Et*3|(tt|)*29,m|L");
-    expect_error(m, 16, "character 15 ('m'): parallax places the prediction modules in the last stage");
+    int want32[32];
+    for (int i = 0; i < 32; i++)
+        want32[i] = i == 0 ? 3 : i < 30 ? 2 : 0;
+    expect_split(m, 16, want32, 32, 2);
+    {
+        PxError err = {0};
+        ModelDims d;
+        CHECK_OK(model_spec_check(&m, 16, &d, &err), err);
+        CHECK_EQ_INT(1, m.layout.mtp_from_last);
+        CHECK_EQ_INT(30, d.mtp_chunk);
+        /* resolved again from the string alone (a plan read back), it lands the same */
+        ModelSpec again = spec_of("deepseek-v3", 16, 1);
+        snprintf(again.layout.pp_layout, sizeof again.layout.pp_layout, "%s", m.layout.pp_layout);
+        CHECK_OK(model_spec_check(&again, 16, &d, &err), err);
+        CHECK_EQ_INT(2, again.layout.vpp);
+        CHECK_EQ_INT(30, d.mtp_chunk);
+        /* with the loss, as parallax placed it before */
+        ModelSpec with_loss = spec_of("deepseek-v3", 16, 1);
+        snprintf(with_loss.layout.pp_layout, sizeof with_loss.layout.pp_layout, "Et*3|(t*4|)*14,t*2mL");
+        CHECK_OK(model_spec_check(&with_loss, 16, &d, &err), err);
+        CHECK_EQ_INT(0, with_loss.layout.mtp_from_last);
+        CHECK_EQ_INT(15, d.mtp_chunk);
+    }
+    /* where the prediction modules may not go: the 15th stage (index 14), after every layer, is
+     * pp rank 14's first virtual stage; a module split over two stages (two m for DeepSeek-V3's
+     * one: the count would fail later, the split first); an m before a t */
+    const struct {
+        const char *text, *needle;
+    } bad_m[] = {
+        {"Et*3|(tt|)*13,t*32m|(|)*16,L",
+         "character 19 ('m'): a prediction module sits on the last virtual stage of its pipeline rank "
+         "(Megatron-Core asserts it): stage 14 is virtual stage 0 of pp rank 14"},
+        {"Et*3|(tt|)*29,m|mL", "character 17 ('m'): the prediction modules sit together in one stage: "
+                               "stage 30 holds some already"},
+        {"Et*3|(tt|)*28,tm|t|L", "character 18 ('t'): a layer after a prediction module"},
+    };
+    for (size_t i = 0; i < sizeof bad_m / sizeof *bad_m; i++) {
+        ModelSpec b = spec_of("deepseek-v3", 16, 2);
+        snprintf(b.layout.pp_layout, sizeof b.layout.pp_layout, "%s", bad_m[i].text);
+        expect_error(b, 16, bad_m[i].needle);
+    }
 }
 
 /* Each virtual stage costed as what it holds: tiny on pp 2 x vpp 3 with the embedding and the
@@ -153,6 +194,117 @@ static void test_costs(void)
     CHECK_REL(8 * (2 * layer_flops + head_flops), r.rank_flops[1], 1e-12);
     /* the output layer makes stage 1's chunk 5 (no layer) heavier than stage 0's chunk 0 */
     CHECK(r.pass_fwd[1] > r.pass_fwd[0]);
+    sim_result_free(&r);
+    prof_cluster_free(&cl);
+}
+
+/* The first op of a stage's graph on local chunk j in phase ph of communication kind k (NULL:
+ * none). */
+static const ModelOp *find_comm(const ModelOpGraph *g, int j, ModelPhase ph, ModelComm k)
+{
+    for (int i = 0; i < g->count; i++)
+        if (g->op[i].kind == MODEL_OP_COMM && g->op[i].chunk == j && g->op[i].phase == ph &&
+            g->op[i].comm == k)
+            return &g->op[i];
+    return NULL;
+}
+
+/* DeepSeek-V3 as 'Et*3|(tt|)*29,m|L' on pp 16 x vpp 2, tp 2 with SP, bf16, no recompute, 64
+ * micro-batches of one 4096-token sequence. Pp rank 13 holds virtual stages 13 and 29, four MoE
+ * layers; rank 14 stages 14 (two MoE layers) and 30 (the prediction module: a MoE layer with
+ * its enorm, hnorm, final norm and the eh projection, and a copy of the embedding); rank 15
+ * stages 15 (two MoE layers) and 31 (the final norm, the untied output layer and two losses:
+ * the main model's and the module's). So, from the model's dimensions alone (h 7168, vocab
+ * 129280 = 505 x 256: 64640 rows per tp rank, eh 2h in, h / 2 out per rank):
+ *   weights(14) - 3/4 weights(13) = 2 B x (3h + h/2 x 2h + 64640 h)
+ *   weights(15) - 1/2 weights(13) = 2 B x (h + 64640 h)
+ *   FLOPs(14) - 3/4 FLOPs(13) = 64 x 6 x 4096 x (h/2) x 2h       (the eh GEMM, fwd + bwd)
+ *   FLOPs(15) - 1/2 FLOPs(13) = 64 x 2 x 6 x 4096 x 64640 x h    (two output layers)
+ * and the transfer from stage 30 to 31 holds the main hidden states and the module's, each
+ * b x s / tp x h x 2 B = 4096 / 2 x 7168 x 2 B, twice the 29,360,128 B of any other. */
+static void test_mtp_stage(void)
+{
+    PxError err = {0};
+    ProfCluster cl;
+    CHECK_OK(prof_cluster_load("dgx-h100", NULL, 0, &cl, &err), err);
+    ModelSpec s = spec_of("deepseek-v3", 16, 1);
+    snprintf(s.layout.pp_layout, sizeof s.layout.pp_layout, "Et*3|(tt|)*29,m|L");
+    s.layout.tp = 2;
+    s.layout.sp = 1;
+    s.layout.recompute = MODEL_RECOMPUTE_NONE;
+    s.job.precision = PX_BF16;
+    s.job.micro_batch = 1;
+    const double h = 7168, vloc = 64640, tokens = 4096, mb = 64;
+    const uint64_t act = 4096 / 2 * 7168 * 2; /* one transfer: b x s/tp x h, bf16 */
+    SimResult r;
+    CHECK_OK(sim_run(&s, &cl, 32, &r, &err), err);
+    CHECK_EQ_INT(30, r.dims.mtp_chunk);
+    CHECK_EQ_INT(64, r.dims.m);
+    const double w13 = (double)r.mem[13].cat[MODEL_WEIGHTS], w14 = (double)r.mem[14].cat[MODEL_WEIGHTS],
+                 w15 = (double)r.mem[15].cat[MODEL_WEIGHTS];
+    CHECK_REL(2.0 * (3 * h + h / 2 * 2 * h + vloc * h), w14 - 0.75 * w13, 1e-12);
+    CHECK_REL(2.0 * (h + vloc * h), w15 - 0.5 * w13, 1e-12);
+    const double f13 = r.rank_flops[13], f14 = r.rank_flops[14], f15 = r.rank_flops[15];
+    CHECK_REL(mb * 6 * tokens * (h / 2) * 2 * h, f14 - 0.75 * f13, 1e-9);
+    CHECK_REL(mb * 2 * 6 * tokens * vloc * h, f15 - 0.5 * f13, 1e-9);
+    /* the transfers: rank 14's from stage 30 (its chunk 1) doubled, from stage 14 not; rank 15
+     * receives stage 30's doubled and sends its gradient back doubled */
+    const ModelOp *o;
+    CHECK((o = find_comm(&r.ops[14], 1, MODEL_FWD, MODEL_PP_SEND)) && o->comm_bytes == 2 * act);
+    CHECK((o = find_comm(&r.ops[14], 1, MODEL_BWD, MODEL_PP_RECV)) && o->comm_bytes == 2 * act);
+    CHECK((o = find_comm(&r.ops[14], 0, MODEL_FWD, MODEL_PP_SEND)) && o->comm_bytes == act);
+    CHECK((o = find_comm(&r.ops[15], 1, MODEL_FWD, MODEL_PP_RECV)) && o->comm_bytes == 2 * act);
+    CHECK((o = find_comm(&r.ops[15], 1, MODEL_BWD, MODEL_PP_SEND)) && o->comm_bytes == 2 * act);
+    CHECK((o = find_comm(&r.ops[15], 0, MODEL_FWD, MODEL_PP_SEND)) && o->comm_bytes == act);
+    /* the MTP stage's copy of the embedding sums its gradient with the first stage's; the loss
+     * stage of this untied model holds none */
+    CHECK((o = find_comm(&r.ops[14], 1, MODEL_STEP, MODEL_EMBED_ALLREDUCE)) &&
+          o->comm_bytes == (uint64_t)(4 * vloc * h)); /* fp32 gradients, Megatron's default */
+    CHECK(!find_comm(&r.ops[15], 0, MODEL_STEP, MODEL_EMBED_ALLREDUCE) &&
+          !find_comm(&r.ops[15], 1, MODEL_STEP, MODEL_EMBED_ALLREDUCE));
+    sim_result_free(&r);
+    /* a plan keeps the string alone: read back, it puts the module on stage 30 again */
+    ModelPlan plan, back;
+    CHECK_OK(sim_plan_for(&s, "dgx-h100", 32, &plan, &err), err);
+    cJSON *j = model_plan_to_json(&plan);
+    CHECK(j != NULL);
+    CHECK_OK(model_plan_from_json(j, "round trip", &back, &err), err);
+    cJSON_Delete(j);
+    ModelDims d;
+    back.spec.layout.mtp_from_last = 0; /* nothing but the string may say it */
+    CHECK_OK(model_spec_check(&back.spec, 32, &d, &err), err);
+    CHECK_EQ_INT(1, back.spec.layout.mtp_from_last);
+    CHECK_EQ_INT(30, d.mtp_chunk);
+    model_plan_free(&plan);
+    model_plan_free(&back);
+    prof_cluster_free(&cl);
+}
+
+/* A tied model's standalone MTP stage: tiny with one prediction module as 'Et*2|t*2m|L' on pp
+ * 3, fp32. Stage 1 holds two layers, the module (a layer, enorm, hnorm and its final norm of h
+ * each, eh of 2h x h) and a copy of the embedding (vocab x h); stage 2 the final block alone,
+ * the LayerNorm and the output layer's copy. The three copies each join the embedding's
+ * gradient all-reduce. */
+static void test_mtp_stage_tied(void)
+{
+    PxError err = {0};
+    ProfCluster cl;
+    CHECK_OK(prof_cluster_load("local", NULL, 0, &cl, &err), err);
+    ModelSpec s = spec_of("tiny", 3, 1);
+    s.model.mtp_layers = 1;
+    s.job.precision = PX_FP32;
+    snprintf(s.layout.pp_layout, sizeof s.layout.pp_layout, "Et*2|t*2m|L");
+    SimResult r;
+    CHECK_OK(sim_run(&s, &cl, 3, &r, &err), err);
+    CHECK_EQ_INT(1, r.dims.mtp_chunk);
+    const uint64_t h = 64, module = LAYER_PARAMS + 3 * h + 2 * h * h, wte = 256 * h;
+    CHECK_EQ_U64(4ull * (EMBED_PARAMS + 2 * LAYER_PARAMS), r.mem[0].cat[MODEL_WEIGHTS]);
+    CHECK_EQ_U64(4ull * (2 * LAYER_PARAMS + module + wte), r.mem[1].cat[MODEL_WEIGHTS]);
+    CHECK_EQ_U64(4ull * FINAL_PARAMS, r.mem[2].cat[MODEL_WEIGHTS]);
+    for (int st = 0; st < 3; st++) {
+        const ModelOp *o = find_comm(&r.ops[st], 0, MODEL_STEP, MODEL_EMBED_ALLREDUCE);
+        CHECK(o != NULL && o->comm_bytes == 4 * wte);
+    }
     sim_result_free(&r);
     prof_cluster_free(&cl);
 }
@@ -234,6 +386,8 @@ int main(void)
     test_first_last();
     test_layout_string();
     test_costs();
+    test_mtp_stage();
+    test_mtp_stage_tied();
     test_planner();
     test_exports();
     TEST_DONE("pp_layout");

@@ -183,6 +183,15 @@ static int check_supported(const Exec *ex, PxError *err)
                            "layers with limits: %s",
                            origin, s->model.name, mo->experts, why);
     }
+    /* Multi-token prediction is simulated and exported only: refused here, before the tables
+     * are built (whose prediction modules the trainer has no kernels for), wherever the
+     * layout puts the modules. */
+    if (s->model.mtp_layers > 0)
+        return px_fail(err, PX_EINPUT,
+                       "%s: model %s has %d multi-token prediction module%s: the executor does not "
+                       "run them (simulate and export such plans, or train the model with "
+                       "mtp_layers 0)",
+                       origin, s->model.name, s->model.mtp_layers, s->model.mtp_layers > 1 ? "s" : "");
     /* What of FP8 training this executor runs (docs/fp8.md, "The executor"). */
     if (d->fp8 != MODEL_FP8_NONE) {
         const ModelJob *j = &s->job;
