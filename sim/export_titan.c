@@ -223,6 +223,13 @@ static void titan_model_notes(FILE *f, const Titan *t, const ModelPlan *p)
                 t->v03 ? "torchtitan 0.3's\n# model_registry takes num_mtp_layers, but its config functions build "
                          "none and the command\n# line cannot change the model"
                        : "torchtitan 0.2's\n# deepseek_v3 has none");
+    /* a layout string's stage of prediction modules alone keeps no module torchtitan builds */
+    const ModelLayout *l = &p->spec.layout;
+    for (int i = 1; i + 1 < l->n_stage_layers; i++)
+        if (l->stage_layers[i] == 0)
+            fprintf(f, "# NOT EXPRESSIBLE: pipeline stage %d of the layout string, which holds only the prediction\n"
+                       "# module%s: torchtitan builds none, and module_fqns_per_model_part has no stage of no module\n",
+                    i, c->mtp_layers > 1 ? "s" : "");
 }
 
 /* torchtitan's context parallelism is PyTorch's, which passes K, V shards round the cp ranks:
