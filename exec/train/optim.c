@@ -72,12 +72,25 @@ static double local_sumsq(const ExecCtx *c, const ExecParams *P)
     return s;
 }
 
+/* The optimizer's step on n elements of one parameter: its fp32 master (or the weights
+ * themselves), their gradient and state m, v; param, when not NULL, gets the updated weights in
+ * the activation dtype. */
+static void step_range(const ExecCtx *c, const ExecParam *p, void *param, float *master,
+                       const float *g, float *m, float *v, uint64_t n, double lr, int t, float scale)
+{
+    const ModelJob *j = &c->spec.job;
+    const float wd = p->decay ? (float)j->weight_decay : 0.0f;
+    if (j->optimizer == MODEL_OPT_ADAMW)
+        c->k->adamw(param, master, g, m, v, n, (float)lr, (float)j->beta1, (float)j->beta2,
+                    (float)j->adam_eps, wd, t, scale);
+    else
+        c->k->sgd_momentum(param, master, g, m, n, (float)lr, (float)j->momentum, wd, scale);
+}
+
 /* AdamW or SGD on this rank's part of every parameter, the clip and the loss scale's removal
  * folded into one multiplication of each gradient. */
 static void update(ExecOptim *O, const ExecCtx *c, ExecParams *P, double lr, float scale)
 {
-    const ModelJob *j = &c->spec.job;
-    const KernBackend *k = c->k;
     const int zero = c->spec.layout.zero;
     const int t = ++O->opt_steps;
     for (int i = 0; i < P->n; i++) {
@@ -92,14 +105,8 @@ static void update(ExecOptim *O, const ExecCtx *c, ExecParams *P, double lr, flo
         /* mixed precision: the update runs on the fp32 master, which refreshes the act copy */
         void *param = blk->master ? w : NULL;
         float *master = blk->master ? blk->master + st : (float *)w;
-        const float *g = exec_optim_grad_at(c, P, p, lo);
-        float wd = p->decay ? (float)j->weight_decay : 0.0f;
-        if (j->optimizer == MODEL_OPT_ADAMW)
-            k->adamw(param, master, g, blk->m + st, blk->v + st, n, (float)lr, (float)j->beta1,
-                     (float)j->beta2, (float)j->adam_eps, wd, t, scale);
-        else
-            k->sgd_momentum(param, master, g, blk->m + st, n, (float)lr, (float)j->momentum, wd,
-                            scale);
+        step_range(c, p, param, master, exec_optim_grad_at(c, P, p, lo), blk->m + st,
+                   blk->v ? blk->v + st : NULL, n, lr, t, scale);
     }
 }
 
@@ -143,7 +150,6 @@ static void *device_w_shard(const ExecCtx *c, const ExecBlock *blk)
  * no master or optimizer state (bind.c puts them in host memory). */
 static void update_offloaded(ExecOptim *O, const ExecCtx *c, ExecParams *P, double lr, float scale)
 {
-    const ModelJob *j = &c->spec.job;
     const KernBackend *k = c->k;
     double t0 = px_now_s();
     for (int b = 0; b < P->nb; b++) {
@@ -168,13 +174,8 @@ static void update_offloaded(ExecOptim *O, const ExecCtx *c, ExecParams *P, doub
         if (!exec_params_own(P, p, &lo, &hi))
             continue;
         const uint64_t n = hi - lo, st = lo - blk->own_off, h = O->host_off[p->block] + st;
-        float wd = p->decay ? (float)j->weight_decay : 0.0f;
-        if (j->optimizer == MODEL_OPT_ADAMW)
-            k->adamw(NULL, O->host_w + h, O->host_g + h, blk->m + st, blk->v + st, n, (float)lr,
-                     (float)j->beta1, (float)j->beta2, (float)j->adam_eps, wd, t, scale);
-        else
-            k->sgd_momentum(NULL, O->host_w + h, O->host_g + h, blk->m + st, n, (float)lr,
-                            (float)j->momentum, wd, scale);
+        step_range(c, p, NULL, O->host_w + h, O->host_g + h, blk->m + st,
+                   blk->v ? blk->v + st : NULL, n, lr, t, scale);
     }
     double t2 = px_now_s();
     O->host_step_s += t2 - t1;
