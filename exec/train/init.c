@@ -4,7 +4,10 @@
  * as a single rank. GPT-2's scheme (Radford et al. 2019, as nanoGPT and llm.c apply it):
  * normal(0, 0.02) for matrices and embeddings, the residual output projections (attn.proj.w,
  * mlp.fc2.w) scaled by 1/sqrt(2 * layers), biases 0, norm weights 1. */
+#define _GNU_SOURCE /* sched_getaffinity: the cores this rank may run on */
 #include <math.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -130,16 +133,78 @@ static void init_range(const ExecCtx *x, const ExecParam *p, uint64_t lo, uint64
     }
 }
 
+/* The host threads that draw the initial values: the cores this rank may run on (one where
+ * the launcher binds each rank to a core, as mpirun does on the CPU), at most 32. */
+enum { INIT_MAX_THREADS = 32, INIT_MIN_PER_THREAD = 1 << 20 };
+
+static int init_threads(void)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) != 0)
+        return 1;
+    const int n = CPU_COUNT(&set);
+    return n < 1 ? 1 : n > INIT_MAX_THREADS ? INIT_MAX_THREADS : n;
+}
+
+typedef struct {
+    const ExecCtx *x;
+    const ExecParam *p;
+    uint64_t lo, hi;
+    float *dst;
+} InitPart;
+
+static void *init_part(void *arg)
+{
+    const InitPart *a = arg;
+    init_range(a->x, a->p, a->lo, a->hi, a->dst);
+    return NULL;
+}
+
+/* init_range over [lo, hi) cut into one part per thread: every element is a function of its
+ * own index, so the values are the same however the range is cut (a thread that cannot be
+ * started draws its part here). A large model's weights took a minute on one core. */
+static void init_range_threads(const ExecCtx *x, const ExecParam *p, uint64_t lo, uint64_t hi,
+                               float *dst, int threads)
+{
+    const uint64_t n = hi - lo;
+    int parts = threads;
+    if ((uint64_t)parts > n / INIT_MIN_PER_THREAD)
+        parts = (int)(n / INIT_MIN_PER_THREAD);
+    if (parts <= 1) {
+        init_range(x, p, lo, hi, dst);
+        return;
+    }
+    InitPart a[INIT_MAX_THREADS];
+    pthread_t th[INIT_MAX_THREADS];
+    int started[INIT_MAX_THREADS] = {0};
+    for (int i = 0; i < parts; i++) {
+        const uint64_t b = lo + n * (uint64_t)i / (uint64_t)parts;
+        const uint64_t e = lo + n * (uint64_t)(i + 1) / (uint64_t)parts;
+        a[i] = (InitPart){x, p, b, e, dst + (b - lo)};
+    }
+    for (int i = 1; i < parts; i++)
+        started[i] = pthread_create(&th[i], NULL, init_part, &a[i]) == 0;
+    init_part(&a[0]);
+    for (int i = 1; i < parts; i++) {
+        if (started[i])
+            pthread_join(th[i], NULL);
+        else
+            init_part(&a[i]);
+    }
+}
+
 /* Every parameter's initial values are computed on the host in fp32 and go to the device through
  * an fp32 scratch (the parameter's own gradient buffer, or ZeRO-2/3's gradient bucket, both
  * zeroed again at the end): from there they are narrowed into the act weights and copied into
  * the fp32 master weights of this rank's shard. On the CPU (fp32, no master) they go straight
  * into the weights. */
 int exec_params_init_values(ExecParams *P, const ExecCtx *x, ExecArenas *A, float *bucket,
-                            uint64_t bucket_elems, PxError *err)
+                            uint64_t bucket_elems, int *threads_out, PxError *err)
 {
     const KernBackend *k = x->k;
-    const int zero = x->spec.layout.zero, master = x->d.master;
+    const int zero = x->spec.layout.zero, master = x->d.master, threads = init_threads();
+    *threads_out = threads;
     uint64_t most = 1;
     for (int i = 0; i < P->n; i++)
         if (P->p[i].numel > most)
@@ -157,7 +222,7 @@ int exec_params_init_values(ExecParams *P, const ExecCtx *x, ExecArenas *A, floa
         /* the master (and optimizer state) index of block offset o */
         const uint64_t moff = zero == 0 ? 0 : blk->own_off;
         if (zero < 3) {
-            init_range(x, p, 0, p->numel, host);
+            init_range_threads(x, p, 0, p->numel, host, threads);
             if (!master) {
                 k->to_device(p->w, host, (size_t)p->numel * sizeof *host);
                 continue;
@@ -172,7 +237,7 @@ int exec_params_init_values(ExecParams *P, const ExecCtx *x, ExecArenas *A, floa
         /* ZeRO-3: only this rank's shard of the block exists */
         if (!has_shard)
             continue;
-        init_range(x, p, lo - p->off, hi - p->off, host);
+        init_range_threads(x, p, lo - p->off, hi - p->off, host, threads);
         void *w = EXEC_AT(blk->w_shard, lo - blk->own_off, x->ab);
         if (!master) {
             k->to_device(w, host, (size_t)(hi - lo) * sizeof *host);

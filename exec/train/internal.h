@@ -254,9 +254,10 @@ static inline int exec_is_fp8_copy(ModelTensorRole r)
 }
 
 /* init.c: the layout-independent initial value of every parameter (and its master copy),
- * through an fp32 scratch (bucket, ZeRO 2/3) that is zeroed again after. */
+ * through an fp32 scratch (bucket, ZeRO 2/3) that is zeroed again after, drawn on *threads
+ * host threads (the cores this rank may run on). */
 int exec_params_init_values(ExecParams *P, const ExecCtx *c, ExecArenas *A, float *bucket,
-                            uint64_t bucket_elems, PxError *err);
+                            uint64_t bucket_elems, int *threads, PxError *err);
 /* seeds of the dropout streams */
 enum { EXEC_SITE_EMBED = 1, EXEC_SITE_ATTN = 2, EXEC_SITE_ATTN_OUT = 3, EXEC_SITE_MLP_OUT = 4 };
 uint64_t exec_hash_name(uint64_t seed, const char *name);
@@ -904,6 +905,8 @@ struct Exec {
     ExecOptions opt;
     char plan_path[256], output[256], metrics[256];
     const char *comm_note; /* why this comm layer (the staged fallback), for the header */
+    double init_s;         /* drawing the initial weights, and on how many host threads */
+    int init_threads;
     char device_name[96];
     CommLayer *own_comm;   /* the one-rank layer made here, or NULL */
 

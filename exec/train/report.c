@@ -64,6 +64,9 @@ void exec_report_header(const Exec *ex)
     else
         printf("data      %s (%llu %s)\n", data->path, (unsigned long long)data->ntok,
                data->kind == EXEC_DATA_TOKENS ? "tokens" : "byte tokens");
+    if (ex->init_s > 0)
+        printf("weights   initial values drawn on %d host thread%s in %.2f s\n", ex->init_threads,
+               ex->init_threads == 1 ? "" : "s", ex->init_s);
     if (ex->c.dropout > 0 && !ex->c.attn_dropout)
         printf("note      flash attention has no attention-probability dropout on the CPU; the "
                "embedding and residual dropouts apply\n");

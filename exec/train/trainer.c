@@ -421,9 +421,11 @@ static int phase_memory(Exec *ex, PxError *err)
         (rc = exec_zero_buffers(&ex->zero, c, &ex->params, err)) ||
         (rc = exec_optim_offload_init(&ex->optim, c, &ex->params, err)))
         return rc;
+    const double t0 = px_now_s();
     if ((rc = exec_params_init_values(&ex->params, c, &ex->mem, ex->zero.bucket,
-                                      ex->zero.bucket_elems, err)))
+                                      ex->zero.bucket_elems, &ex->init_threads, err)))
         return rc;
+    ex->init_s = px_now_s() - t0;
     /* the FP8 copies of the initial weights (a resumed checkpoint brings its own) */
     return exec_fp8_start(&ex->fp8, c, err);
 }
