@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # parallax validate trains every layout it times for real: each run's loss falls, every layout
 # follows the same trajectory (the single-rank one), and the table says so in its last line.
+# Every layout's memory per rank and category and communication bytes per rank and kind equal
+# the prediction, and the context-parallel rows (cp 2 with each comm type, and cp 2 x dp 2 and
+# cp 2 x tp 2 beyond the cores) move the bytes worked out by hand below. At a sequence that does
+# not split into 2 x cp chunks the cp rows are skipped, each saying why.
 # Usage: validate_trains.sh PARALLAX   (two-rank layouts: needs mpirun)
 set -u
 px=${1:?usage: validate_trains.sh path/to/parallax}
@@ -10,13 +14,22 @@ trap 'rm -rf "$tmp"' EXIT
 # the generic local profile: this machine's calibration must not change what is checked
 export PARALLAX_UNCALIBRATED=1 PARALLAX_PROFILE_DIR=$tmp/none
 if ! "$px" validate --model tiny --steps 5 --max-ranks 2 --report "$tmp/v" >"$tmp/out" 2>&1 ||
-  ! "$px" validate --model tiny --steps 5 --max-ranks 2 --report "$tmp/j" --json >"$tmp/v.json" 2>"$tmp/err"; then
+  ! "$px" validate --model tiny --steps 5 --max-ranks 4 --report "$tmp/j" --json >"$tmp/v.json" 2>"$tmp/err" ||
+  ! "$px" validate --model tiny --seq 34 --steps 3 --max-ranks 2 --report "$tmp/s" >"$tmp/s.out" 2>&1; then
   echo "FAILED: parallax validate"
-  cat "$tmp/out" "$tmp/err"
+  cat "$tmp/out" "$tmp/err" "$tmp/s.out"
   exit 1
 fi
 grep -Eq '^training: loss [0-9.]+ at step 1, [0-9.]+ at step 5, on each of the [0-9]+ timed layouts$' "$tmp/out" ||
   { echo "FAILED: no training line in:"; cat "$tmp/out"; exit 1; }
+# the cp rows in the table, the comm type after the degree and a2a's unfused attention core
+for row in 'cp2 p2p zero0 mbs4 none 1f1b' 'cp2 allgather zero0 mbs4 none 1f1b' \
+           'cp2 a2a zero0 mbs4 none 1f1b unfused'; do
+  grep -Eq "^ +[0-9]+ +2  dp1 tp1 pp1 $row +[0-9.]+ +[0-9.]+ +[-+0-9.]+% +[0-9]+/[0-9]+ +equal +equal$" "$tmp/out" ||
+    { echo "FAILED: no row 'dp1 tp1 pp1 $row' with equal memory and comm in:"; cat "$tmp/out"; exit 1; }
+  grep -Eq "^ +[0-9]+ +2  dp1 tp1 pp1 $row +skipped: the executor does not run it: the sequence must split into 2 x cp chunks$" "$tmp/s.out" ||
+    { echo "FAILED: at sequence 34, no skipped row 'dp1 tp1 pp1 $row' in:"; cat "$tmp/s.out"; exit 1; }
+done
 python3 - "$tmp/v.json" <<'PY'
 import json, sys
 layouts = json.load(open(sys.argv[1]))["layouts"]
@@ -31,5 +44,51 @@ for l in timed:
     for k in ("loss_first", "loss_last"):
         assert abs(l[k] - ref[k]) <= 1e-6 * ref[k], (l["layout"], k, l[k], ref[k])
     assert l["loss_last"] < l["loss_first"] - 0.2, (l["layout"], l["loss_first"], l["loss_last"])
-print(f"validate_trains: {len(timed)} timed layouts, loss {ref['loss_first']:.4f} -> {ref['loss_last']:.4f} in 5 steps")
+
+def rows(l, prefix):
+    return {r["quantity"]: r for r in l["compare"]["rows"] if r["quantity"].startswith(prefix)}
+
+# memory and communication: predicted equals measured, byte for byte, on every layout
+for l in layouts:
+    mem, comm = rows(l, "memory rank "), rows(l, "comm rank ")
+    assert len(mem) == 7 * l["ranks"], (l["layout"], sorted(mem))
+    for q, r in list(mem.items()) + list(comm.items()):
+        assert r["predicted"] == r["measured"], (l["layout"], q, r["predicted"], r["measured"])
+    assert l["memory_equal"] and l["comm_equal"], l["layout"]
+
+# tiny (4 layers, hidden 64, 4 heads of 16, sequence 64, fp32 on the CPU, global batch 8):
+# 220,544 parameters, 882,176 bytes of weights on every rank without TP. Per layer and
+# micro-batch of b sequences, with kv = q = 64 per rank (32 with tp 2) and a = 4 bytes:
+#   allgather  cp_all_gather b*s*2kv*a forward and again backward, cp_reduce_scatter b*s*2kv*a
+#              backward: b 4, 2 micro-batches: 131,072 x 2 x 4 x 2 = 2,097,152 and 1,048,576
+#   p2p        cp_p2p KVb = b*(s/cp)*2kv*a, (cp-1) KVb forward, (cp-1) KVb + cp KVb backward:
+#              b 4: 65,536 x 4 x 4 x 2 = 2,097,152; cp 2 x dp 2, b 2: 32,768 x 4 x 4 x 2 = 1,048,576
+#   a2a        cp_all_to_all b*(s/cp)*(q+2kv)*a + b*(s/cp)*q*a forward and the same backward:
+#              b 4: 131,072 x 2 x 4 x 2 = 2,097,152; cp 2 x tp 2 (q = kv = 32), b 2, 4 micro-
+#              batches: 32,768 x 2 x 4 x 4 = 1,048,576
+want = {
+    ("p2p", 2): ({"cp_p2p": 2097152}, True, 882176),
+    ("allgather", 2): ({"cp_all_gather": 2097152, "cp_reduce_scatter": 1048576}, True, 882176),
+    ("a2a", 2): ({"cp_all_to_all": 2097152}, False, 882176),
+    ("p2p", 4): ({"cp_p2p": 1048576}, True, 882176),
+    ("a2a", 4): ({"cp_all_to_all": 1048576}, False, None),
+}
+cps = [l for l in layouts if l["cp"] > 1]
+got = sorted((l["cp_comm_type"], l["ranks"]) for l in cps)
+assert got == sorted(want), f"cp rows {got} != {sorted(want)}"
+for l in cps:
+    kinds, flash, weights = want[(l["cp_comm_type"], l["ranks"])]
+    assert l["cp"] == 2 and l["flash_attn"] == flash, (l["layout"], l["cp"], l["flash_attn"])
+    assert l["timing"] == (l["ranks"] == 2), (l["layout"], l["timing"])
+    assert f"cp2 {l['cp_comm_type']}" in l["layout"], l["layout"]
+    comm, mem = rows(l, "comm rank "), rows(l, "memory rank ")
+    for rank in range(l["ranks"]):
+        for kind, n in kinds.items():
+            r = comm.get(f"comm rank {rank} {kind} bytes")
+            assert r and r["predicted"] == n and r["measured"] == n, (l["layout"], rank, kind, r, n)
+        if weights is not None:
+            r = mem[f"memory rank {rank} weights"]
+            assert r["predicted"] == weights and r["measured"] == weights, (l["layout"], rank, r)
+print(f"validate_trains: {len(timed)} timed layouts, loss {ref['loss_first']:.4f} -> {ref['loss_last']:.4f} in 5 steps; "
+      f"{len(layouts)} layouts with memory and bytes as predicted, {len(cps)} with cp 2")
 PY

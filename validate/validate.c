@@ -5,6 +5,7 @@
 #include "validate/validate.h"
 
 #include "exec/calibrate/calibrate.h"
+#include "exec/train/train.h"
 #include "reports/report.h"
 
 #include <errno.h>
@@ -18,32 +19,49 @@
 
 extern char **environ;
 
+/* A layout and what of the job goes with it: cp_comm counts where cp > 1; flash is the
+ * attention core, 1 fused (--flash-attn), 0 unfused, and in the spread FLASH_JOB for the
+ * job's own (the planner's rows and the rows to validate hold 0 or 1). */
 typedef struct {
-    int dp, tp, pp, vpp, zero, sp, mbs, recompute, schedule;
+    int dp, tp, pp, cp, vpp, zero, sp, mbs, recompute, schedule, cp_comm, flash;
 } Layout;
 
+enum { FLASH_JOB = -1 };
+
+#define NONE MODEL_RECOMPUTE_NONE
+#define F1B MODEL_SCHED_1F1B
+#define P2P MODEL_CP_COMM_P2P
 /* What is worth validating on a few CPU ranks besides the planner's best layouts (which come
- * first): every kind of parallelism alone and in pairs, each schedule, ZeRO stages and
- * recompute modes. */
+ * first): every kind of parallelism alone and in pairs, each schedule, ZeRO stages, recompute
+ * modes, and context parallelism with each comm type on the attention core the executor runs
+ * it with (p2p the fused one, a2a the unfused one, allgather the job's). */
 static const Layout spread[] = {
-    {1, 1, 1, 1, 0, 0, 4, MODEL_RECOMPUTE_NONE, MODEL_SCHED_1F1B},
-    {1, 1, 1, 1, 0, 0, 2, MODEL_RECOMPUTE_FULL, MODEL_SCHED_1F1B},
-    {1, 1, 1, 1, 0, 0, 8, MODEL_RECOMPUTE_SELECTIVE, MODEL_SCHED_1F1B},
-    {2, 1, 1, 1, 0, 0, 4, MODEL_RECOMPUTE_NONE, MODEL_SCHED_1F1B},
-    {2, 1, 1, 1, 1, 0, 2, MODEL_RECOMPUTE_NONE, MODEL_SCHED_1F1B},
-    {1, 2, 1, 1, 0, 0, 4, MODEL_RECOMPUTE_NONE, MODEL_SCHED_1F1B},
-    {1, 2, 1, 1, 0, 1, 4, MODEL_RECOMPUTE_NONE, MODEL_SCHED_1F1B},
-    {1, 1, 2, 1, 0, 0, 2, MODEL_RECOMPUTE_NONE, MODEL_SCHED_1F1B},
-    {1, 1, 2, 1, 0, 0, 2, MODEL_RECOMPUTE_NONE, MODEL_SCHED_GPIPE},
-    {1, 1, 2, 2, 0, 0, 2, MODEL_RECOMPUTE_NONE, MODEL_SCHED_INTERLEAVED},
-    {2, 1, 1, 1, 3, 0, 4, MODEL_RECOMPUTE_NONE, MODEL_SCHED_1F1B},
+    {1, 1, 1, 1, 1, 0, 0, 4, NONE, F1B, P2P, FLASH_JOB},
+    {1, 1, 1, 1, 1, 0, 0, 2, MODEL_RECOMPUTE_FULL, F1B, P2P, FLASH_JOB},
+    {1, 1, 1, 1, 1, 0, 0, 8, MODEL_RECOMPUTE_SELECTIVE, F1B, P2P, FLASH_JOB},
+    {2, 1, 1, 1, 1, 0, 0, 4, NONE, F1B, P2P, FLASH_JOB},
+    {2, 1, 1, 1, 1, 1, 0, 2, NONE, F1B, P2P, FLASH_JOB},
+    {1, 2, 1, 1, 1, 0, 0, 4, NONE, F1B, P2P, FLASH_JOB},
+    {1, 2, 1, 1, 1, 0, 1, 4, NONE, F1B, P2P, FLASH_JOB},
+    {1, 1, 2, 1, 1, 0, 0, 2, NONE, F1B, P2P, FLASH_JOB},
+    {1, 1, 2, 1, 1, 0, 0, 2, NONE, MODEL_SCHED_GPIPE, P2P, FLASH_JOB},
+    {1, 1, 2, 1, 2, 0, 0, 2, NONE, MODEL_SCHED_INTERLEAVED, P2P, FLASH_JOB},
+    {2, 1, 1, 1, 1, 3, 0, 4, NONE, F1B, P2P, FLASH_JOB},
+    {1, 1, 1, 2, 1, 0, 0, 4, NONE, F1B, P2P, 1},
+    {1, 1, 1, 2, 1, 0, 0, 4, NONE, F1B, MODEL_CP_COMM_ALLGATHER, FLASH_JOB},
+    {1, 1, 1, 2, 1, 0, 0, 4, NONE, F1B, MODEL_CP_COMM_A2A, 0},
     /* beyond the cores: memory and communication only */
-    {2, 2, 1, 1, 0, 0, 2, MODEL_RECOMPUTE_NONE, MODEL_SCHED_1F1B},
-    {1, 2, 2, 1, 0, 1, 2, MODEL_RECOMPUTE_SELECTIVE, MODEL_SCHED_1F1B},
-    {2, 1, 2, 1, 1, 0, 2, MODEL_RECOMPUTE_NONE, MODEL_SCHED_1F1B},
-    {2, 2, 2, 1, 1, 0, 2, MODEL_RECOMPUTE_NONE, MODEL_SCHED_1F1B},
-    {4, 1, 1, 1, 3, 0, 2, MODEL_RECOMPUTE_NONE, MODEL_SCHED_1F1B},
+    {2, 2, 1, 1, 1, 0, 0, 2, NONE, F1B, P2P, FLASH_JOB},
+    {1, 2, 2, 1, 1, 0, 1, 2, MODEL_RECOMPUTE_SELECTIVE, F1B, P2P, FLASH_JOB},
+    {2, 1, 2, 1, 1, 1, 0, 2, NONE, F1B, P2P, FLASH_JOB},
+    {2, 2, 2, 1, 1, 1, 0, 2, NONE, F1B, P2P, FLASH_JOB},
+    {4, 1, 1, 1, 1, 3, 0, 2, NONE, F1B, P2P, FLASH_JOB},
+    {2, 1, 1, 2, 1, 1, 0, 2, NONE, F1B, P2P, 1},
+    {1, 2, 1, 2, 1, 0, 1, 2, NONE, F1B, MODEL_CP_COMM_A2A, 0},
 };
+#undef NONE
+#undef F1B
+#undef P2P
 
 void val_request_defaults(ValRequest *q)
 {
@@ -85,31 +103,51 @@ void val_print_header(FILE *f, const ValRequest *q)
             q->max_timing_ranks, q->max_timing_ranks, q->max_ranks);
 }
 
-enum { PLAN_TOP = 3 };
+/* The planner's best layouts kept, and how many it is asked for: its best on two ranks are
+ * often the same layout with each cp comm type, and those the executor refuses are passed over. */
+enum { PLAN_TOP = 3, PLAN_ASK = 24 };
 
-/* The planner's best layouts on the timing ranks (context parallelism pinned off: the
- * executor does not run it), as Layout rows; fewer when fewer fit. */
+/* Why spec s on ranks ranks cannot be validated, or NULL: *whose says "the model does not take
+ * it" when it breaks one of the model's rules (the message in e2), "the executor does not run
+ * it" when the executor's context-parallel limits refuse it. */
+static const char *refusal(const ModelSpec *s, int ranks, PxError *e2, const char **whose)
+{
+    ModelSpec probe = *s;
+    ModelDims d;
+    *whose = "the model does not take it";
+    if (model_spec_check(&probe, ranks, &d, e2))
+        return e2->msg;
+    *whose = "the executor does not run it";
+    return exec_cp_limit(&probe, &d);
+}
+
+/* The planner's best layouts on the timing ranks that the executor runs (context parallelism
+ * with the comm types the job's attention core takes), as Layout rows; fewer when fewer fit. */
 static int planned(const ValRequest *q, Layout *out, int *n_out, PxError *err)
 {
     *n_out = 0;
     SimPlanRequest pq;
     memset(&pq, 0, sizeof pq);
     pq.base = q->base;
-    pq.base.layout.cp = 1;
-    pq.pinned = SIM_PIN_CP;
     pq.gpus = q->max_timing_ranks;
     pq.objective = SIM_OBJ_TIME;
-    pq.top = PLAN_TOP;
+    pq.top = PLAN_ASK;
     SimPlanResult r;
     memset(&r, 0, sizeof r);
     int rc = sim_plan(&pq, q->cluster, &r, err);
     if (rc == PX_EINPUT) /* nothing fits on so few ranks: the spread alone */
         return PX_OK;
-    for (int i = 0; !rc && i < r.n_top && i < PLAN_TOP; i++) {
-        const ModelLayout *l = &r.top[i].spec.layout;
-        out[(*n_out)++] = (Layout){l->dp, l->tp, l->pp, l->vpp, l->zero, l->sp,
-                                   r.top[i].spec.job.micro_batch, (int)l->recompute,
-                                   (int)l->schedule};
+    for (int i = 0; !rc && i < r.n_top && *n_out < PLAN_TOP; i++) {
+        const ModelSpec *s = &r.top[i].spec;
+        const ModelLayout *l = &s->layout;
+        PxError e2 = {0};
+        const char *whose;
+        if (refusal(s, l->dp * l->tp * l->pp * l->cp, &e2, &whose))
+            continue;
+        out[(*n_out)++] = (Layout){l->dp, l->tp, l->pp, l->cp, l->vpp, l->zero, l->sp,
+                                   s->job.micro_batch, (int)l->recompute, (int)l->schedule,
+                                   l->cp > 1 ? (int)l->cp_comm : MODEL_CP_COMM_P2P,
+                                   s->job.flash_attn};
     }
     sim_plan_free(&r);
     return rc;
@@ -117,9 +155,10 @@ static int planned(const ValRequest *q, Layout *out, int *n_out, PxError *err)
 
 static int same_layout(const Layout *a, const Layout *b)
 {
-    return a->dp == b->dp && a->tp == b->tp && a->pp == b->pp && a->vpp == b->vpp &&
-           a->zero == b->zero && a->sp == b->sp && a->mbs == b->mbs &&
-           a->recompute == b->recompute && a->schedule == b->schedule;
+    return a->dp == b->dp && a->tp == b->tp && a->pp == b->pp && a->cp == b->cp &&
+           a->vpp == b->vpp && a->zero == b->zero && a->sp == b->sp && a->mbs == b->mbs &&
+           a->recompute == b->recompute && a->schedule == b->schedule &&
+           (a->cp == 1 || a->cp_comm == b->cp_comm) && a->flash == b->flash;
 }
 
 static int run_child(char *const argv[], const char *log_path, PxError *err)
@@ -182,11 +221,14 @@ static int choose_layouts(Validation *v, PxError *err)
         return rc;
     v->n_rows = v->n_top;
     for (int i = 0; i < N_SPREAD; i++) {
+        Layout L = spread[i];
+        if (L.flash == FLASH_JOB)
+            L.flash = v->q->base.job.flash_attn;
         int dup = 0;
         for (int k = 0; k < v->n_top && !dup; k++)
-            dup = same_layout(&v->rows[k], &spread[i]);
+            dup = same_layout(&v->rows[k], &L);
         if (!dup)
-            v->rows[v->n_rows++] = spread[i];
+            v->rows[v->n_rows++] = L;
     }
     return PX_OK;
 }
@@ -216,7 +258,7 @@ static int validation_open(Validation *v, const ValRequest *q, FILE *log, PxErro
     fputs("| # | ranks | layout | predicted s | measured s | error | ops within 15% | memory | comm |\n"
           "|---:|---:|---|---:|---:|---:|---:|---|---|\n", v->table);
     if (log)
-        fprintf(log, "%3s %5s  %-50s %11s %11s %8s %9s %7s %7s\n", "#", "ranks", "layout",
+        fprintf(log, "%3s %5s  %-54s %11s %11s %8s %9s %7s %7s\n", "#", "ranks", "layout",
                 "predicted", "measured", "error", "ops<15%", "memory", "comm");
     return PX_OK;
 }
@@ -239,11 +281,13 @@ static void validation_close(Validation *v)
 static void short_label(char *buf, size_t cap, int index, const Layout *L)
 {
     size_t n = (size_t)snprintf(buf, cap, "%d:", index);
-    const int dims[4] = {L->dp, L->tp, L->pp, L->vpp};
-    const char *const names[4] = {"dp", "tp", "pp", "vpp"};
-    for (int k = 0; k < 4 && n < cap; k++)
+    const int dims[5] = {L->dp, L->tp, L->pp, L->cp, L->vpp};
+    const char *const names[5] = {"dp", "tp", "pp", "cp", "vpp"};
+    for (int k = 0; k < 5 && n < cap; k++)
         if (dims[k] > 1)
             n += (size_t)snprintf(buf + n, cap - n, " %s%d", names[k], dims[k]);
+    if (L->cp > 1 && n < cap)
+        n += (size_t)snprintf(buf + n, cap - n, " %s", model_cp_comm_name((ModelCpComm)L->cp_comm));
     if (L->sp && n < cap)
         n += (size_t)snprintf(buf + n, cap - n, " sp");
     if (L->zero && n < cap)
@@ -265,6 +309,9 @@ static ModelSpec layout_spec(const ValRequest *q, const Layout *L)
     s.layout.dp = L->dp;
     s.layout.tp = L->tp;
     s.layout.pp = L->pp;
+    s.layout.cp = L->cp;
+    s.layout.cp_comm = (ModelCpComm)L->cp_comm;
+    s.job.flash_attn = L->flash;
     s.layout.vpp = L->vpp;
     s.layout.zero = L->zero;
     s.layout.sp = L->sp;
@@ -274,16 +321,20 @@ static ModelSpec layout_spec(const ValRequest *q, const Layout *L)
     return s;
 }
 
-/* "plan: dp2 tp1 pp1 zero2 mbs4 none 1f1b" */
-static void layout_label(char *buf, size_t cap, const Layout *L, int from_planner)
+/* "plan: dp2 tp1 pp1 zero2 mbs4 none 1f1b"; with context parallelism its degree and comm type
+ * after pp ("cp2 a2a"), and the attention core last where it is not the job's ("unfused"). */
+static void layout_label(char *buf, size_t cap, const Layout *L, int from_planner, int job_flash)
 {
-    char vpp[16] = "";
+    char vpp[16] = "", cp[32] = "";
     if (L->vpp > 1)
         snprintf(vpp, sizeof vpp, " vpp%d", L->vpp);
-    snprintf(buf, cap, "%sdp%d tp%d pp%d%s%s zero%d mbs%d %s %s", from_planner ? "plan: " : "",
-             L->dp, L->tp, L->pp, vpp, L->sp ? " sp" : "", L->zero, L->mbs,
+    if (L->cp > 1)
+        snprintf(cp, sizeof cp, " cp%d %s", L->cp, model_cp_comm_name((ModelCpComm)L->cp_comm));
+    snprintf(buf, cap, "%sdp%d tp%d pp%d%s%s%s zero%d mbs%d %s %s%s", from_planner ? "plan: " : "",
+             L->dp, L->tp, L->pp, cp, vpp, L->sp ? " sp" : "", L->zero, L->mbs,
              model_recompute_name((ModelRecompute)L->recompute),
-             model_schedule_name((ModelSchedule)L->schedule));
+             model_schedule_name((ModelSchedule)L->schedule),
+             L->flash == job_flash ? "" : L->flash ? " fused" : " unfused");
 }
 
 /* The layout simulated on the profile, as the plan `parallax run` trains. */
@@ -355,13 +406,17 @@ static void summarize(const RptCompare *c, Outcome *o)
     }
 }
 
-static void add_layout_json(Validation *v, int index, const char *label, const Outcome *o,
-                            const RptCompare *c)
+static void add_layout_json(Validation *v, int index, const Layout *L, const char *label,
+                            const Outcome *o, const RptCompare *c)
 {
     cJSON *lj = cJSON_CreateObject();
     cJSON_AddNumberToObject(lj, "index", index);
     cJSON_AddStringToObject(lj, "layout", label);
     cJSON_AddNumberToObject(lj, "ranks", o->ranks);
+    cJSON_AddNumberToObject(lj, "cp", L->cp);
+    if (L->cp > 1)
+        cJSON_AddStringToObject(lj, "cp_comm_type", model_cp_comm_name((ModelCpComm)L->cp_comm));
+    cJSON_AddBoolToObject(lj, "flash_attn", L->flash);
     cJSON_AddBoolToObject(lj, "timing", o->timing);
     cJSON_AddNumberToObject(cJSON_AddObjectToObject(lj, "predicted"), "step_s", o->step_p);
     cJSON_AddNumberToObject(cJSON_AddObjectToObject(lj, "measured"), "step_s", o->step_m);
@@ -431,25 +486,27 @@ static int validate_layout(Validation *v, int i, PxError *err)
 {
     const ValRequest *q = v->q;
     const Layout *L = &v->rows[i];
-    Outcome o = {.ranks = L->dp * L->tp * L->pp};
+    Outcome o = {.ranks = L->dp * L->tp * L->pp * L->cp};
     o.timing = o.ranks <= q->max_timing_ranks;
     if (!o.timing && o.ranks > q->max_ranks)
         return PX_OK;
     const ModelSpec s = layout_spec(q, L);
-    ModelSpec probe = s;
-    ModelDims d;
+    char *label = v->labels[i];
+    layout_label(label, sizeof v->labels[i], L, i < v->n_top, q->base.job.flash_attn);
     PxError e2 = {0};
-    if (model_spec_check(&probe, o.ranks, &d, &e2))
-        return PX_OK; /* the model does not take this layout */
+    const char *whose, *why = refusal(&s, o.ranks, &e2, &whose);
+    if (why) { /* the model does not take this layout, or the executor does not run it */
+        if (v->log)
+            fprintf(v->log, "%3d %5d  %-54s skipped: %s: %s\n", i + 1, o.ranks, label, whose, why);
+        return PX_OK;
+    }
     cJSON *pj = NULL, *run = NULL;
     int rc = predict(q, &s, o.ranks, &pj, err);
     if (rc)
         return rc;
-    char *label = v->labels[i];
-    layout_label(label, sizeof v->labels[i], L, i < v->n_top);
     short_label(v->short_labels[i], sizeof v->short_labels[i], i + 1, L);
     if (v->log)
-        fprintf(v->log, "%3d %5d  %-50s ", i + 1, o.ranks, label), fflush(v->log);
+        fprintf(v->log, "%3d %5d  %-54s ", i + 1, o.ranks, label), fflush(v->log);
     if ((rc = train(q, i + 1, o.timing, pj, &run, err))) {
         cJSON_Delete(pj);
         return rc;
@@ -462,7 +519,7 @@ static int validate_layout(Validation *v, int i, PxError *err)
     if (rc)
         return rc;
     summarize(&c, &o);
-    add_layout_json(v, i + 1, label, &o, &c);
+    add_layout_json(v, i + 1, L, label, &o, &c);
     rpt_compare_free(&c);
     if (o.timing)
         add_timed(v, i + 1, L, &o);

@@ -767,7 +767,6 @@ int exec_batches_bind(ExecBatches *B, const ModelTensor *t, void *p, PxError *er
  * exec_cp_part_len tokens and cp rank i holds chunks i and 2 cp - 1 - i, its parts 0 and 1
  * (cp 1: one part, the sequence). A sequence's row in data.batch holds each part's tokens and
  * the token after its last (exec_tok_row ints; part j's at j x (part length + 1)). */
-enum { EXEC_CP_MAX = 64 }; /* the largest cp group the all-to-all's counts hold */
 int exec_cp_parts(const ExecCtx *c);
 int exec_cp_part_len(const ExecCtx *c);
 /* the global position of part j's first token on cp rank `cp_rank` */

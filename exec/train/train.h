@@ -14,9 +14,9 @@
  * prediction too. The prediction is the plan's own (exec/ never runs the simulator).
  *
  * Parallel layouts: data parallelism with ZeRO 0-3, Megatron's tensor parallelism with
- * vocabulary-parallel embedding and cross-entropy, sequence parallelism, and pipeline
- * parallelism (GPipe, 1F1B, interleaved 1F1B, in model_schedule_build's order), in any
- * combination; context parallelism is refused.
+ * vocabulary-parallel embedding and cross-entropy, sequence parallelism, pipeline parallelism
+ * (GPipe, 1F1B, interleaved 1F1B, in model_schedule_build's order) and context parallelism
+ * within its limits (exec_cp_limit), in any combination.
  *
  * Training semantics, independent of the layout so that a sharded run can reproduce a
  * single-rank one: weights are a function of (seed, the full parameter's name, the element's
@@ -94,6 +94,12 @@ typedef struct {
 enum { EXEC_COMM_TIMEOUT_S = 600 };
 
 void exec_options_defaults(ExecOptions *o);
+/* Why the executor refuses to run the context parallelism of spec s (its dims d, from
+ * model_spec_check), or NULL when it runs it (also NULL without context parallelism): a
+ * sentence naming the limit (docs/executor.md, "Context parallelism"). exec_init refuses the
+ * plan with it; validate skips such layouts with it. */
+const char *exec_cp_limit(const ModelSpec *s, const ModelDims *d);
+enum { EXEC_CP_MAX = 64 }; /* the largest cp group the all-to-all's counts hold */
 /* The failure options as given on a command line (NULL: not given) into o: --comm-timeout
  * seconds from 0 (no limit) to 1e7; --fail-rank R >= 0 and --fail-step K >= 1, both or neither.
  * PX_EINPUT naming the flag; R against the job's world is exec_init's check. */
@@ -105,10 +111,10 @@ int exec_failure_parse(const char *comm_timeout, const char *fail_rank, const ch
 typedef struct Exec Exec;
 
 /* Checks that the plan can run on this job (the world of opt->comm equals the layout's ranks,
- * fp32 on the CPU, a supported optimizer, no context parallelism), places this rank in the
- * grid (its stage, TP, DP and ZeRO shard), opens the data when its stage reads tokens,
- * allocates every tensor of its stage's table through the category arenas and initializes its
- * shard of the weights. No communication: a rank may fail here alone. PX_EINPUT names the
+ * fp32 on the CPU, a supported optimizer, context parallelism within exec_cp_limit), places
+ * this rank in the grid (its stage, TP, DP and ZeRO shard), opens the data when its stage
+ * reads tokens, allocates every tensor of its stage's table through the category arenas and
+ * initializes its shard of the weights. No communication: a rank may fail here alone. PX_EINPUT names the
  * plan setting or the data file at fault; nothing is left allocated on failure (*out NULL).
  * With opt->checkpoint_dir it checks the directory, and with opt->resume loads this rank's
  * shard of the latest complete checkpoint over the initial state (PX_EINPUT naming the file

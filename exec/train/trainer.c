@@ -134,29 +134,15 @@ static int check_supported(const Exec *ex, PxError *err)
     /* What of context parallelism this executor runs (docs/executor.md, "Context
      * parallelism"): refused before the tables are built, naming the setting. */
     if (d->c > 1) {
-        const ModelConfig *m = &s->model;
-        const int a2a = s->layout.cp_comm == MODEL_CP_COMM_A2A;
-        if (a2a && (d->heads_loc % d->c || d->kv_loc % d->c))
+        /* the a2a heads rule with its figures; the other limits as exec_cp_limit says them */
+        if (s->layout.cp_comm == MODEL_CP_COMM_A2A && (d->heads_loc % d->c || d->kv_loc % d->c))
             return px_fail(err, PX_EINPUT,
                            "%s: layout.cp %d with cp_comm_type a2a: the %d heads and %d KV heads "
                            "per tensor-parallel rank must both be divisible by cp %d (Ulysses "
                            "splits them over the cp ranks): choose a cp that divides both, or "
                            "--cp-comm-type allgather",
                            origin, d->c, d->heads_loc, d->kv_loc, d->c);
-        const char *why = s->layout.cp_comm == MODEL_CP_COMM_P2P && !s->job.flash_attn
-                              ? "p2p runs the fused attention core (make the plan with "
-                                "--flash-attn)"
-                          : d->c > EXEC_CP_MAX ? "cp must be at most 64"
-                          : a2a && s->job.flash_attn
-                              ? "a2a runs the unfused attention core (make the plan with "
-                                "--no-flash-attn)"
-                          : s->job.dropout > 0.0 ? "dropout must be 0"
-                          : d->moe               ? "mixture-of-experts layers are not supported"
-                          : m->mla.kv_lora_rank > 0 || m->mtp_layers > 0
-                              ? "MLA and multi-token prediction are not supported"
-                          : d->fp8 != MODEL_FP8_NONE ? "FP8 training is not supported"
-                          : d->s % (2 * d->c) != 0   ? "the sequence must split into 2 x cp chunks"
-                                                     : NULL;
+        const char *why = exec_cp_limit(s, d);
         if (why)
             return px_fail(err, PX_EINPUT,
                            "%s: layout.cp %d (cp_comm_type %s, sequence %d): the executor runs "
