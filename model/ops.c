@@ -969,6 +969,255 @@ static void mtp_head_pass(Emit *e, int l, int backward)
     comm(e, n, sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, tp_act_bytes(e), 1);
 }
 
+/* What a chunk's passes need to know beyond the emitter: its place in the model, what its
+ * transfers carry, and its layer runs. */
+typedef struct {
+    int j, first, last; /* local chunk; it holds the model's first or last global chunk */
+    /* Megatron's scatter/gather: without SP each TP rank sends 1/t of the (replicated)
+     * activation and the receivers all-gather it over the node's links (Narayanan 2021 Sec. 4.1) */
+    double pp_bytes, pp_gather;
+    /* from a standalone MTP stage to the loss's, a transfer carries the main hidden states and
+     * each module's output, concatenated along the sequence (Megatron-Core's MTP block):
+     * xin for the transfer into this chunk, xout for the one out of it */
+    double xin, xout;
+    const ModelLayerRun *runs; /* the model's layers [0, nr), the prediction modules' after */
+    int nr, n_mtp;
+} ChunkPasses;
+
+/* A chunk's forward: its input (received, or the embedding), its runs of layers, then its
+ * output sent on, or the output layer and the prediction modules. */
+static void chunk_forward(Emit *e, const ModelTensorTable *tt, const ChunkPasses *c)
+{
+    const ModelSpec *s = e->s;
+    const int j = c->j;
+    e->phase = MODEL_FWD;
+    e->layer = -1;
+    if (!c->first) {
+        comm(e, at(e, MODEL_OPR_PP), MODEL_PP_RECV, 2, c->xin * c->pp_bytes, 1);
+        if (c->pp_gather > 0)
+            comm(e, at(e, MODEL_OPR_PP), MODEL_TP_ALL_GATHER, e->d->t, c->xin * c->pp_gather, 1);
+    } else {
+        embed_pass(e, tt, j, 0);
+    }
+    for (int i = 0; i < c->nr; i++) {
+        const int l = c->runs[i].first;
+        e->repeat = c->runs[i].count;
+        e->layer = l;
+        run_gather(e, tt, l, j, c->runs[i].moe);
+        layer_forward(e, l);
+        e->repeat = 1;
+    }
+    e->layer = -1;
+    const int l_mtp = s->model.layers; /* the first prediction module's layer */
+    if (!c->last) {
+        for (int i = 0; i < c->n_mtp; i++)
+            mtp_module_pass(e, tt, j, c->runs[c->nr + i].first, 0);
+        e->layer = -1;
+        comm(e, at(e, MODEL_OPR_PP), MODEL_PP_SEND, 2, c->xout * c->pp_bytes, 1);
+        return;
+    }
+    head_pass(e, tt, j, 0);
+    for (int i = 0; i < s->model.mtp_layers; i++) {
+        if (c->n_mtp)
+            mtp_module_pass(e, tt, j, c->runs[c->nr + i].first, 0);
+        mtp_head_pass(e, l_mtp + i, 0);
+    }
+}
+
+/* A chunk's backward, the forward in reverse: the output's gradient (received, or from the
+ * loss and the prediction modules' heads), the runs of layers last to first, then the input's
+ * gradient sent back, or the embedding's. */
+static void chunk_backward(Emit *e, const ModelTensorTable *tt, const ChunkPasses *c)
+{
+    const ModelSpec *s = e->s;
+    const int j = c->j;
+    e->phase = MODEL_BWD;
+    e->layer = -1;
+    if (!c->last) {
+        comm(e, at(e, MODEL_OPR_PP), MODEL_PP_RECV, 2, c->xout * c->pp_bytes, 1);
+        if (c->pp_gather > 0)
+            comm(e, at(e, MODEL_OPR_PP), MODEL_TP_ALL_GATHER, e->d->t, c->xout * c->pp_gather, 1);
+        for (int i = c->n_mtp - 1; i >= 0; i--)
+            mtp_module_pass(e, tt, j, c->runs[c->nr + i].first, 1);
+    } else {
+        const int l_mtp = s->model.layers;
+        for (int i = s->model.mtp_layers - 1; i >= 0; i--) {
+            mtp_head_pass(e, l_mtp + i, 1);
+            if (c->n_mtp)
+                mtp_module_pass(e, tt, j, c->runs[c->nr + i].first, 1);
+        }
+        head_pass(e, tt, j, 1);
+    }
+    for (int i = c->nr - 1; i >= 0; i--) {
+        const int l = c->runs[i].first;
+        e->repeat = c->runs[i].count;
+        layer_backward(e, tt, layer_block(tt, l, j, 0), c->runs[i].moe ? layer_block(tt, l, j, 1) : -1, l);
+        e->repeat = 1;
+    }
+    e->layer = -1;
+    if (!c->first)
+        comm(e, at(e, MODEL_OPR_PP), MODEL_PP_SEND, 2, c->xin * c->pp_bytes, 1);
+    else
+        embed_pass(e, tt, j, 1);
+}
+
+/* One micro-batch's forward and backward of local chunk j (compact: a run of like layers
+ * emitted once, with its repeat). -1 (e->rc set) when out of memory. */
+static int chunk_passes(Emit *e, const ModelTensorTable *tt, int stage, int j, int compact)
+{
+    const ModelSpec *s = e->s;
+    const ModelDims *d = e->d;
+    const int gc = model_global_chunk(d, stage, j);
+    const int mtp_stage = s->model.mtp_layers > 0 && d->mtp_chunk < d->chunks - 1;
+    ChunkPasses c = {
+        .j = j,
+        .first = gc == 0,
+        .last = gc == d->chunks - 1,
+        .pp_bytes = (double)d->b * d->s_sp * d->h * eb(e) / d->pp_split,
+        .pp_gather = d->pp_split > 1 ? (double)d->b * d->s_sp * d->h * eb(e) : 0,
+        .xin = mtp_stage && gc > d->mtp_chunk ? 1.0 + s->model.mtp_layers : 1.0,
+        .xout = mtp_stage && gc >= d->mtp_chunk ? 1.0 + s->model.mtp_layers : 1.0,
+    };
+    e->chunk = j;
+    const int cap = model_chunk_runs_count(s, d, gc, compact);
+    ModelLayerRun stack[8], *runs = cap <= 8 ? stack : malloc((size_t)cap * sizeof *runs);
+    if (!runs) {
+        e->rc = px_fail(e->err, PX_ERUNTIME, "out of memory building the op graph");
+        return -1;
+    }
+    c.runs = runs;
+    c.nr = model_chunk_runs(s, d, gc, compact, runs, cap);
+    while (c.nr > 0 && runs[c.nr - 1].first >= s->model.layers) { /* the prediction modules' */
+        c.nr--;
+        c.n_mtp++;
+    }
+    chunk_forward(e, tt, &c);
+    chunk_backward(e, tt, &c);
+    if (runs != stack)
+        free(runs);
+    return 0;
+}
+
+/* Per step, each block's gradient reduction: all-reduce (no ZeRO) or reduce-scatter (ZeRO-1)
+ * over its data-parallel group, SP's norm gradients first; with HSDP its shard's all-reduce
+ * over the replicas. */
+static void step_grad_reductions(Emit *e, const ModelTensorTable *tt)
+{
+    const ModelSpec *s = e->s;
+    const ModelDims *d = e->d;
+    const double ge = (double)px_dtype_bytes(d->grad);
+    const int zero = s->layout.zero;
+    for (int i = 0; i < tt->n_blocks; i++) {
+        const ModelBlock *b = &tt->blocks[i];
+        e->chunk = b->chunk;
+        e->layer = b->layer;
+        e->repeat = b->repeat;
+        const int grp = block_group(d, tt, i);
+        if (zero <= 1)
+            sp_norm_grads(e, tt, i, block_norms(s, b));
+        if (zero == 0)
+            block_comm(e, MODEL_OPR_BLOCK_GRADS, tt, i, block_kind(tt, i, MODEL_DP_ALLREDUCE), grp,
+                       (double)b->numel * ge, 1);
+        else if (zero == 1)
+            block_comm(e, MODEL_OPR_BLOCK_GRADS, tt, i, block_kind(tt, i, MODEL_DP_REDUCE_SCATTER), grp,
+                       (double)px_round_up(b->numel, (uint64_t)grp) * ge, 1);
+        /* HSDP: the block's gradient shard, reduced over its shard group (above, or each
+         * micro-batch with ZeRO-2/3), all-reduced over its dp_replicate replicas; the routed
+         * experts keep their expert-data-parallel group whole */
+        if (d->dp_rep > 1 && !b->experts)
+            block_comm(e, MODEL_OPR_BLOCK_GRADS, tt, i, MODEL_DPR_ALLREDUCE, d->dp_rep,
+                       (double)(px_round_up(b->numel, (uint64_t)grp) / (uint64_t)grp) * ge, 1);
+    }
+    e->repeat = 1;
+}
+
+/* The output layer's copy of a tied embedding, and the prediction modules' copy of the
+ * embedding (in the last stage's final block, or a standalone MTP stage's mtp.embed): their
+ * gradients summed with the first stage's. A tied model with a standalone MTP stage holds
+ * three copies; each stage's sum is costed as a pair's, the first with the last. */
+static void step_embedding_sync(Emit *e, const ModelTensorTable *tt, int stage)
+{
+    const ModelSpec *s = e->s;
+    const ModelDims *d = e->d;
+    const int mtp_n = s->model.mtp_layers;
+    const int copy_last = s->model.tied_embeddings || (mtp_n > 0 && d->mtp_chunk == d->chunks - 1);
+    const int copy_mtp = mtp_n > 0 && d->mtp_chunk != d->chunks - 1 && d->mtp_chunk != 0;
+    const double ge = (double)px_dtype_bytes(d->grad);
+    if (!(copy_last || copy_mtp) || d->chunks <= 1)
+        return;
+    for (int j = 0; j < d->v; j++) {
+        int gc = model_global_chunk(d, stage, j);
+        const char *bn = gc == 0                            ? "embed"
+                         : gc == d->chunks - 1 && copy_last ? "final"
+                         : gc == d->mtp_chunk && copy_mtp   ? "mtp.embed"
+                                                            : NULL;
+        if (bn) {
+            e->chunk = j;
+            e->layer = -1;
+            /* found: the table gives the first chunk its embed block, the last its final
+             * and the MTP chunk its mtp.embed */
+            block_comm(e, MODEL_OPR_BLOCK_GRADS, tt, block_index(tt, bn, -1, j),
+                       MODEL_EMBED_ALLREDUCE, 2, (double)d->vocab_loc * d->h * ge, 1);
+        }
+    }
+}
+
+/* The optimizer step over the rank's parameters (its shard with ZeRO), the FP8 weights' casts
+ * and the gradient norm's read. */
+static void step_optimizer(Emit *e, const ModelTensorTable *tt)
+{
+    const ModelSpec *s = e->s;
+    const ModelDims *d = e->d;
+    const double ge = (double)px_dtype_bytes(d->grad), pe = (double)px_dtype_bytes(d->param);
+    const int zero = s->layout.zero;
+    e->chunk = -1;
+    e->layer = -1;
+    e->repeat = 1;
+    /* AdamW per state element: read the gradient, read+write master (or the fp32 weight),
+     * m and v, write the low-precision weight; SGD: gradient, weight, momentum. */
+    double elems = 0, total = 0;
+    for (int i = 0; i < tt->n_blocks; i++) {
+        total += (double)tt->blocks[i].numel * tt->blocks[i].repeat;
+        elems += (double)(zero >= 1 ? tt->blocks[i].shard_numel : tt->blocks[i].numel) *
+                 tt->blocks[i].repeat;
+    }
+    double per = 0;
+    switch (s->job.optimizer) {
+    case MODEL_OPT_ADAMW: per = ge + 8.0 + 16.0 + (d->master ? pe : 0); break;
+    case MODEL_OPT_SGD_MOMENTUM: per = ge + 8.0 + 8.0 + (d->master ? pe : 0); break;
+    case MODEL_OPT_ADAM_8BIT: per = ge + 8.0 + 4.0 + (d->master ? pe : 0); break;
+    }
+    /* FP8 weights' copies: each step re-casts the FP8 GEMMs' weights (read in the
+     * weights' dtype, written once, twice with a transposed copy); FP8 parameters, which
+     * the update writes itself (counted as pe), only their transposed copy (read, write) */
+    double fp8_numel = 0;
+    for (int i = 0; i < tt->n_blocks; i++)
+        fp8_numel += (double)tt->blocks[i].fp8_numel * tt->blocks[i].repeat;
+    double cast = 0;
+    if (d->fp8 && zero < 3)
+        cast = s->job.fp8_param_gather ? fp8_numel * (d->fp8_wt ? 2.0 : 0.0)
+                                       : fp8_numel * (pe + 1.0 + (d->fp8_wt ? 1.0 : 0.0));
+    /* + one read of every local gradient for the gradient norm */
+    ModelOp *op = simple(e, MODEL_OP_OPTIMIZER, at(e, MODEL_OPR_OPTIMIZER),
+                         elems * per + (zero >= 2 ? elems : total) * ge + cast);
+    op->fp8_cast_bytes = cast;
+}
+
+/* ZeRO-1/2: every block's updated parameter shards gathered after the step. */
+static void step_param_gathers(Emit *e, const ModelTensorTable *tt)
+{
+    const int zero = e->s->layout.zero;
+    for (int i = 0; i < tt->n_blocks && (zero == 1 || zero == 2); i++) {
+        const ModelBlock *b = &tt->blocks[i];
+        e->chunk = b->chunk;
+        e->layer = b->layer;
+        e->repeat = b->repeat;
+        const int grp = block_group(e->d, tt, i);
+        block_comm(e, MODEL_OPR_BLOCK_PARAMS, tt, i, block_kind(tt, i, MODEL_DP_ALL_GATHER), grp,
+                   block_param_bytes(e->s, e->d, b, grp), 1);
+    }
+}
+
 static int ops_build(const ModelSpec *s, const ModelDims *d, int stage, int compact,
                      const ModelTensorTable *given, ModelOpGraph *g, PxError *err)
 {
@@ -987,189 +1236,17 @@ static int ops_build(const ModelSpec *s, const ModelDims *d, int stage, int comp
     }
     const ModelTensorTable tt = *tp;
     Emit e = {.g = g, .s = s, .d = d, .err = err, .per_mb = 1, .repeat = 1, .block = -1};
-    /* Megatron's scatter/gather: without SP each TP rank sends 1/t of the (replicated)
-     * activation and the receivers all-gather it over the node's links (Narayanan 2021 Sec. 4.1) */
-    const double pp_bytes = (double)d->b * d->s_sp * d->h * eb(&e) / d->pp_split;
-    const double pp_gather = d->pp_split > 1 ? (double)d->b * d->s_sp * d->h * eb(&e) : 0;
-    /* from a standalone MTP stage to the loss's, a transfer carries the main hidden states and
-     * each module's output, concatenated along the sequence (Megatron-Core's MTP block):
-     * xin for the transfer into this chunk, xout for the one out of it */
-    const int mtp_stage = s->model.mtp_layers > 0 && d->mtp_chunk < d->chunks - 1;
-    for (int j = 0; j < d->v; j++) {
-        int gc = model_global_chunk(d, stage, j);
-        int first = gc == 0, last = gc == d->chunks - 1;
-        const double xin = mtp_stage && gc > d->mtp_chunk ? 1.0 + s->model.mtp_layers : 1.0;
-        const double xout = mtp_stage && gc >= d->mtp_chunk ? 1.0 + s->model.mtp_layers : 1.0;
-        e.chunk = j;
-        e.layer = -1;
-        /* forward */
-        e.phase = MODEL_FWD;
-        if (!first) {
-            comm(&e, at(&e, MODEL_OPR_PP), MODEL_PP_RECV, 2, xin * pp_bytes, 1);
-            if (pp_gather > 0)
-                comm(&e, at(&e, MODEL_OPR_PP), MODEL_TP_ALL_GATHER, d->t, xin * pp_gather, 1);
-        } else {
-            embed_pass(&e, &tt, j, 0);
-        }
-        const int cap = model_chunk_runs_count(s, d, gc, compact);
-        ModelLayerRun stack[8], *runs = cap <= 8 ? stack : malloc((size_t)cap * sizeof *runs);
-        if (!runs) {
-            e.rc = px_fail(err, PX_ERUNTIME, "out of memory building the op graph");
+    /* each chunk's forward and backward of one micro-batch */
+    for (int j = 0; j < d->v; j++)
+        if (chunk_passes(&e, &tt, stage, j, compact) < 0)
             break;
-        }
-        int nr = model_chunk_runs(s, d, gc, compact, runs, cap), n_mtp = 0;
-        while (nr > 0 && runs[nr - 1].first >= s->model.layers) { /* the prediction modules' */
-            nr--;
-            n_mtp++;
-        }
-        for (int i = 0; i < nr; i++) {
-            const int l = runs[i].first;
-            e.repeat = runs[i].count;
-            e.layer = l;
-            run_gather(&e, &tt, l, j, runs[i].moe);
-            layer_forward(&e, l);
-            e.repeat = 1;
-        }
-        e.layer = -1;
-        const int l_mtp = s->model.layers; /* the first prediction module's layer */
-        if (!last) {
-            for (int i = 0; i < n_mtp; i++)
-                mtp_module_pass(&e, &tt, j, runs[nr + i].first, 0);
-            e.layer = -1;
-            comm(&e, at(&e, MODEL_OPR_PP), MODEL_PP_SEND, 2, xout * pp_bytes, 1);
-        } else {
-            head_pass(&e, &tt, j, 0);
-            for (int i = 0; i < s->model.mtp_layers; i++) {
-                if (n_mtp)
-                    mtp_module_pass(&e, &tt, j, runs[nr + i].first, 0);
-                mtp_head_pass(&e, l_mtp + i, 0);
-            }
-        }
-        /* backward */
-        e.phase = MODEL_BWD;
-        e.layer = -1;
-        if (!last) {
-            comm(&e, at(&e, MODEL_OPR_PP), MODEL_PP_RECV, 2, xout * pp_bytes, 1);
-            if (pp_gather > 0)
-                comm(&e, at(&e, MODEL_OPR_PP), MODEL_TP_ALL_GATHER, d->t, xout * pp_gather, 1);
-            for (int i = n_mtp - 1; i >= 0; i--)
-                mtp_module_pass(&e, &tt, j, runs[nr + i].first, 1);
-        } else {
-            for (int i = s->model.mtp_layers - 1; i >= 0; i--) {
-                mtp_head_pass(&e, l_mtp + i, 1);
-                if (n_mtp)
-                    mtp_module_pass(&e, &tt, j, runs[nr + i].first, 1);
-            }
-            head_pass(&e, &tt, j, 1);
-        }
-        for (int i = nr - 1; i >= 0; i--) {
-            const int l = runs[i].first;
-            e.repeat = runs[i].count;
-            layer_backward(&e, &tt, layer_block(&tt, l, j, 0), runs[i].moe ? layer_block(&tt, l, j, 1) : -1, l);
-            e.repeat = 1;
-        }
-        if (runs != stack)
-            free(runs);
-        e.layer = -1;
-        if (!first)
-            comm(&e, at(&e, MODEL_OPR_PP), MODEL_PP_SEND, 2, xin * pp_bytes, 1);
-        else
-            embed_pass(&e, &tt, j, 1);
-    }
-
-    /* Per-step ops: gradient reduction by block, tied-embedding sync, optimizer, gathers. */
+    /* per-step ops: gradient reduction by block, tied-embedding sync, optimizer, gathers */
     e.per_mb = 0;
     e.phase = MODEL_STEP;
-    const double ge = (double)px_dtype_bytes(d->grad), pe = (double)px_dtype_bytes(d->param);
-    const int zero = s->layout.zero;
-    for (int i = 0; i < tt.n_blocks; i++) {
-        const ModelBlock *b = &tt.blocks[i];
-        e.chunk = b->chunk;
-        e.layer = b->layer;
-        e.repeat = b->repeat;
-        const int grp = block_group(d, &tt, i);
-        if (zero <= 1)
-            sp_norm_grads(&e, &tt, i, block_norms(s, b));
-        if (zero == 0)
-            block_comm(&e, MODEL_OPR_BLOCK_GRADS, &tt, i, block_kind(&tt, i, MODEL_DP_ALLREDUCE), grp,
-                       (double)b->numel * ge, 1);
-        else if (zero == 1)
-            block_comm(&e, MODEL_OPR_BLOCK_GRADS, &tt, i, block_kind(&tt, i, MODEL_DP_REDUCE_SCATTER), grp,
-                       (double)px_round_up(b->numel, (uint64_t)grp) * ge, 1);
-        /* HSDP: the block's gradient shard, reduced over its shard group (above, or each
-         * micro-batch with ZeRO-2/3), all-reduced over its dp_replicate replicas; the routed
-         * experts keep their expert-data-parallel group whole */
-        if (d->dp_rep > 1 && !b->experts)
-            block_comm(&e, MODEL_OPR_BLOCK_GRADS, &tt, i, MODEL_DPR_ALLREDUCE, d->dp_rep,
-                       (double)(px_round_up(b->numel, (uint64_t)grp) / (uint64_t)grp) * ge, 1);
-    }
-    e.repeat = 1;
-    /* the output layer's copy of a tied embedding, and the prediction modules' copy of the
-     * embedding (in the last stage's final block, or a standalone MTP stage's mtp.embed):
-     * their gradients summed with the first stage's. A tied model with a standalone MTP stage
-     * holds three copies; each stage's sum is costed as a pair's, the first with the last. */
-    const int mtp_n = s->model.mtp_layers;
-    const int copy_last = s->model.tied_embeddings || (mtp_n > 0 && d->mtp_chunk == d->chunks - 1);
-    const int copy_mtp = mtp_n > 0 && d->mtp_chunk != d->chunks - 1 && d->mtp_chunk != 0;
-    if ((copy_last || copy_mtp) && d->chunks > 1) {
-        for (int j = 0; j < d->v; j++) {
-            int gc = model_global_chunk(d, stage, j);
-            const char *bn = gc == 0                                   ? "embed"
-                             : gc == d->chunks - 1 && copy_last        ? "final"
-                             : gc == d->mtp_chunk && copy_mtp ? "mtp.embed"
-                                                                       : NULL;
-            if (bn) {
-                e.chunk = j;
-                e.layer = -1;
-                /* found: the table gives the first chunk its embed block, the last its final
-                 * and the MTP chunk its mtp.embed */
-                block_comm(&e, MODEL_OPR_BLOCK_GRADS, &tt, block_index(&tt, bn, -1, j),
-                           MODEL_EMBED_ALLREDUCE, 2, (double)d->vocab_loc * d->h * ge, 1);
-            }
-        }
-    }
-    e.chunk = -1;
-    e.layer = -1;
-    e.repeat = 1;
-    {
-        /* AdamW per state element: read the gradient, read+write master (or the fp32 weight),
-         * m and v, write the low-precision weight; SGD: gradient, weight, momentum. */
-        double elems = 0, total = 0;
-        for (int i = 0; i < tt.n_blocks; i++) {
-            total += (double)tt.blocks[i].numel * tt.blocks[i].repeat;
-            elems += (double)(zero >= 1 ? tt.blocks[i].shard_numel : tt.blocks[i].numel) *
-                     tt.blocks[i].repeat;
-        }
-        double per = 0;
-        switch (s->job.optimizer) {
-        case MODEL_OPT_ADAMW: per = ge + 8.0 + 16.0 + (d->master ? pe : 0); break;
-        case MODEL_OPT_SGD_MOMENTUM: per = ge + 8.0 + 8.0 + (d->master ? pe : 0); break;
-        case MODEL_OPT_ADAM_8BIT: per = ge + 8.0 + 4.0 + (d->master ? pe : 0); break;
-        }
-        /* FP8 weights' copies: each step re-casts the FP8 GEMMs' weights (read in the
-         * weights' dtype, written once, twice with a transposed copy); FP8 parameters, which
-         * the update writes itself (counted as pe), only their transposed copy (read, write) */
-        double fp8_numel = 0;
-        for (int i = 0; i < tt.n_blocks; i++)
-            fp8_numel += (double)tt.blocks[i].fp8_numel * tt.blocks[i].repeat;
-        double cast = 0;
-        if (d->fp8 && zero < 3)
-            cast = s->job.fp8_param_gather ? fp8_numel * (d->fp8_wt ? 2.0 : 0.0)
-                                           : fp8_numel * (pe + 1.0 + (d->fp8_wt ? 1.0 : 0.0));
-        /* + one read of every local gradient for the gradient norm */
-        ModelOp *op = simple(&e, MODEL_OP_OPTIMIZER, at(&e, MODEL_OPR_OPTIMIZER),
-                             elems * per + (zero >= 2 ? elems : total) * ge + cast);
-        op->fp8_cast_bytes = cast;
-    }
-    for (int i = 0; i < tt.n_blocks && (zero == 1 || zero == 2); i++) {
-        const ModelBlock *b = &tt.blocks[i];
-        e.chunk = b->chunk;
-        e.layer = b->layer;
-        e.repeat = b->repeat;
-        const int grp = block_group(d, &tt, i);
-        block_comm(&e, MODEL_OPR_BLOCK_PARAMS, &tt, i, block_kind(&tt, i, MODEL_DP_ALL_GATHER), grp,
-                   block_param_bytes(s, d, b, grp), 1);
-    }
+    step_grad_reductions(&e, &tt);
+    step_embedding_sync(&e, &tt, stage);
+    step_optimizer(&e, &tt);
+    step_param_gathers(&e, &tt);
     if (tp == &own)
         model_tensors_free(&own);
     return e.rc;
