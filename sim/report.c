@@ -3,7 +3,9 @@
 
 #include <string.h>
 
-static void add_prediction(cJSON *j, const SimResult *r)
+/* memory: the peak against the rank's memory (and the host's, with offload), then per stage
+ * by category. */
+static void add_memory(cJSON *j, const SimResult *r)
 {
     const ModelDims *d = &r->dims;
     cJSON *mem = cJSON_AddObjectToObject(j, "memory");
@@ -36,6 +38,13 @@ static void add_prediction(cJSON *j, const SimResult *r)
         }
         cJSON_AddItemToArray(ps, e);
     }
+}
+
+/* flops and comm: the job's FLOPs per step and each stage's rank's; the busiest stage's bytes
+ * by kind, then every stage's. */
+static void add_flops_comm(cJSON *j, const SimResult *r)
+{
+    const ModelDims *d = &r->dims;
     cJSON *fl = cJSON_AddObjectToObject(j, "flops");
     cJSON_AddNumberToObject(fl, "model_per_step", r->model_flops);
     cJSON_AddNumberToObject(fl, "hardware_per_step", r->hardware_flops);
@@ -71,7 +80,56 @@ static void add_prediction(cJSON *j, const SimResult *r)
         cJSON_AddNumberToObject(e, "total_bytes", (double)tot);
         cJSON_AddItemToArray(cs, e);
     }
+}
 
+/* One stage's entry of time.per_stage: its step and its parts, with the keys only some layouts
+ * have (MoE, CP, offload, ZeRO-2/3) where they apply. */
+static cJSON *stage_time_json(const SimResult *r, int st)
+{
+    const ModelDims *d = &r->dims;
+    const SimStageTime *t = &r->stage_time[st];
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddNumberToObject(e, "stage", st);
+    cJSON_AddNumberToObject(e, "step_s", t->step_s);
+    cJSON_AddNumberToObject(e, "pipeline_s", t->pipeline_s);
+    cJSON_AddNumberToObject(e, "bubble_fraction", t->bubble_fraction);
+    cJSON_AddNumberToObject(e, "compute_s", t->compute_s);
+    cJSON_AddNumberToObject(e, "tp_comm_s", t->tp_comm_s);
+    cJSON_AddNumberToObject(e, "pp_comm_s", t->pp_comm_s);
+    cJSON_AddNumberToObject(e, "dp_comm_exposed_s", t->dp_exposed_s);
+    if (d->moe)
+        cJSON_AddNumberToObject(e, "ep_comm_s", t->ep_comm_s);
+    if (d->c > 1) {
+        cJSON_AddNumberToObject(e, "cp_comm_s", t->cp_comm_s);
+        cJSON_AddNumberToObject(e, "cp_comm_exposed_s", t->cp_exposed_s);
+    }
+    cJSON_AddNumberToObject(e, "optimizer_s", t->optimizer_s);
+    if (r->spec.layout.offload_optimizer) {
+        cJSON_AddNumberToObject(e, "offload_host_s", t->offload_host_s);
+        cJSON_AddNumberToObject(e, "offload_down_s", t->offload_down_s);
+        cJSON_AddNumberToObject(e, "offload_up_s", t->offload_up_s);
+    }
+    if (r->spec.layout.offload_activations)
+        cJSON_AddNumberToObject(e, "offload_activations_s", t->offload_act_s);
+    if (r->spec.layout.zero >= 2) {
+        /* ZeRO's per-micro-batch collectives (docs/time.md, "Sharded data parallelism") */
+        static const char *const zn[4] = {"gather_fwd", "gather_recompute", "gather_bwd", "reduce_scatter"};
+        cJSON *z = cJSON_AddObjectToObject(e, "zero");
+        for (int k = 0; k < 4; k++) {
+            cJSON *zk = cJSON_AddObjectToObject(z, zn[k]);
+            cJSON_AddNumberToObject(zk, "comm_s", t->zero_s[k]);
+            cJSON_AddNumberToObject(zk, "latency_s", t->zero_latency_s[k]);
+            cJSON_AddNumberToObject(zk, "exposed_s", t->zero_exposed_s[k]);
+        }
+    }
+    return e;
+}
+
+/* time and throughput: the step of the stage that ends it last, every stage's, and what the
+ * step gives (tokens, FLOP/s, MFU; days and GPU-hours for a token budget). */
+static void add_time(cJSON *j, const SimResult *r)
+{
+    const ModelDims *d = &r->dims;
     cJSON *tm = cJSON_AddObjectToObject(j, "time");
     cJSON_AddNumberToObject(tm, "step_s", r->step_s);
     cJSON_AddNumberToObject(tm, "bubble_fraction", r->bubble_fraction);
@@ -84,44 +142,8 @@ static void add_prediction(cJSON *j, const SimResult *r)
     cJSON_AddNumberToObject(tm, "optimizer_s", r->optimizer_s);
     cJSON_AddNumberToObject(tm, "critical_stage", r->critical_stage);
     cJSON *tps = cJSON_AddArrayToObject(tm, "per_stage");
-    for (int st = 0; st < d->p; st++) {
-        const SimStageTime *t = &r->stage_time[st];
-        cJSON *e = cJSON_CreateObject();
-        cJSON_AddNumberToObject(e, "stage", st);
-        cJSON_AddNumberToObject(e, "step_s", t->step_s);
-        cJSON_AddNumberToObject(e, "pipeline_s", t->pipeline_s);
-        cJSON_AddNumberToObject(e, "bubble_fraction", t->bubble_fraction);
-        cJSON_AddNumberToObject(e, "compute_s", t->compute_s);
-        cJSON_AddNumberToObject(e, "tp_comm_s", t->tp_comm_s);
-        cJSON_AddNumberToObject(e, "pp_comm_s", t->pp_comm_s);
-        cJSON_AddNumberToObject(e, "dp_comm_exposed_s", t->dp_exposed_s);
-        if (d->moe)
-            cJSON_AddNumberToObject(e, "ep_comm_s", t->ep_comm_s);
-        if (d->c > 1) {
-            cJSON_AddNumberToObject(e, "cp_comm_s", t->cp_comm_s);
-            cJSON_AddNumberToObject(e, "cp_comm_exposed_s", t->cp_exposed_s);
-        }
-        cJSON_AddNumberToObject(e, "optimizer_s", t->optimizer_s);
-        if (r->spec.layout.offload_optimizer) {
-            cJSON_AddNumberToObject(e, "offload_host_s", t->offload_host_s);
-            cJSON_AddNumberToObject(e, "offload_down_s", t->offload_down_s);
-            cJSON_AddNumberToObject(e, "offload_up_s", t->offload_up_s);
-        }
-        if (r->spec.layout.offload_activations)
-            cJSON_AddNumberToObject(e, "offload_activations_s", t->offload_act_s);
-        if (r->spec.layout.zero >= 2) {
-            /* ZeRO's per-micro-batch collectives (docs/time.md, "Sharded data parallelism") */
-            static const char *const zn[4] = {"gather_fwd", "gather_recompute", "gather_bwd", "reduce_scatter"};
-            cJSON *z = cJSON_AddObjectToObject(e, "zero");
-            for (int k = 0; k < 4; k++) {
-                cJSON *zk = cJSON_AddObjectToObject(z, zn[k]);
-                cJSON_AddNumberToObject(zk, "comm_s", t->zero_s[k]);
-                cJSON_AddNumberToObject(zk, "latency_s", t->zero_latency_s[k]);
-                cJSON_AddNumberToObject(zk, "exposed_s", t->zero_exposed_s[k]);
-            }
-        }
-        cJSON_AddItemToArray(tps, e);
-    }
+    for (int st = 0; st < d->p; st++)
+        cJSON_AddItemToArray(tps, stage_time_json(r, st));
     cJSON *tp = cJSON_AddObjectToObject(j, "throughput");
     cJSON_AddNumberToObject(tp, "tokens_per_s", r->tokens_per_s);
     cJSON_AddNumberToObject(tp, "tflops_per_gpu", r->tflops_per_gpu);
@@ -135,7 +157,13 @@ static void add_prediction(cJSON *j, const SimResult *r)
         cJSON_AddNumberToObject(tp, "days_to_train", days);
         cJSON_AddNumberToObject(tp, "gpu_hours", days * 24.0 * d->gpus);
     }
+}
 
+/* ops: every op of every stage per step (its calls, seconds, FLOPs and bytes over the step's
+ * micro-batches and repeats). */
+static void add_ops(cJSON *j, const SimResult *r)
+{
+    const ModelDims *d = &r->dims;
     cJSON *ops = cJSON_AddArrayToObject(j, "ops");
     for (int st = 0; st < d->p; st++) {
         const ModelOpGraph *g = &r->ops[st];
@@ -160,6 +188,15 @@ static void add_prediction(cJSON *j, const SimResult *r)
             cJSON_AddItemToArray(ops, e);
         }
     }
+}
+
+/* The prediction's keys in docs/formats.md's order. */
+static void add_prediction(cJSON *j, const SimResult *r)
+{
+    add_memory(j, r);
+    add_flops_comm(j, r);
+    add_time(j, r);
+    add_ops(j, r);
 }
 
 cJSON *sim_prediction_to_json(const SimResult *r)
@@ -201,7 +238,12 @@ static void mem_unit(uint64_t peak, double *div, const char **name)
     }
 }
 
-void sim_result_print(FILE *f, const SimResult *r)
+/* The memory categories' column heads. */
+static const char *const cat_head[MODEL_CAT_COUNT] = {"weights", "grads", "master", "optimizer",
+                                                      "activations", "comm_bufs", "workspace", "runtime"};
+
+/* What was simulated: the model on the cluster, the layout, the training job, the model's size. */
+static void print_setup(FILE *f, const SimResult *r)
 {
     const ModelSpec *s = &r->spec;
     const ModelLayout *l = &s->layout;
@@ -245,16 +287,21 @@ void sim_result_print(FILE *f, const SimResult *r)
         fprintf(f, ", RoPE base %g with %s scaling x%g (low/high frequency factors %g/%g, original context %d)",
                 s->model.rope_theta, model_rope_scaling_name(rs->type), rs->factor,
                 rs->low_freq_factor, rs->high_freq_factor, rs->original_context);
+}
+
+/* Memory per rank: a row per stage by category, the peak against the rank's memory and, with
+ * offload, what the host holds. */
+static void print_memory(FILE *f, const SimResult *r)
+{
+    const ModelDims *d = &r->dims;
     double div;
     const char *unit;
     mem_unit(r->peak_bytes, &div, &unit);
     fprintf(f, "\n\nmemory per rank (%s)\n", unit);
     fprintf(f, "%5s", "stage");
-    static const char *const head[MODEL_CAT_COUNT] = {"weights", "grads", "master", "optimizer",
-                                                      "activations", "comm_bufs", "workspace", "runtime"};
-    const int offload = s->layout.offload_optimizer || s->layout.offload_activations;
+    const int offload = r->spec.layout.offload_optimizer || r->spec.layout.offload_activations;
     for (int c = 0; c < MODEL_CAT_COUNT; c++)
-        fprintf(f, " %11s", head[c]);
+        fprintf(f, " %11s", cat_head[c]);
     fprintf(f, " %9s %8s", "total", "in-flight");
     fprintf(f, offload ? " %9s\n" : "\n", "host");
     for (int st = 0; st < d->p; st++) {
@@ -271,34 +318,29 @@ void sim_result_print(FILE *f, const SimResult *r)
             (double)r->peak_bytes / div, unit, r->peak_stage,
             (double)r->rank_memory_bytes / PX_GIB, fits ? "fits" : "DOES NOT FIT",
             100.0 * (double)r->peak_bytes / (double)r->rank_memory_bytes);
-    if (offload) {
-        /* the host column by what moved there (docs/memory.md, "Offload") */
-        const SimStageMemory *hm = &r->mem[r->peak_stage];
-        for (int st = 0; st < d->p; st++)
-            if (r->mem[st].host_total > hm->host_total)
-                hm = &r->mem[st];
-        fprintf(f, "host (%s per rank):", unit);
-        for (int c = 0; c < MODEL_CAT_COUNT; c++)
-            if (hm->host[c])
-                fprintf(f, " %s %.2f", head[c], (double)hm->host[c] / div);
-        const int hfits = r->host_peak_bytes <= r->host_rank_memory_bytes;
-        fprintf(f, "; peak %.2f of %.2f GiB per rank (host memory over %d ranks per node): %s (%.0f%%)\n",
-                (double)r->host_peak_bytes / div, (double)r->host_rank_memory_bytes / PX_GIB,
-                r->node_size, hfits ? "fits" : "DOES NOT FIT",
-                r->host_rank_memory_bytes ? 100.0 * (double)r->host_peak_bytes / (double)r->host_rank_memory_bytes : 0.0);
-    }
+    if (!offload)
+        return;
+    /* the host column by what moved there (docs/memory.md, "Offload") */
+    const SimStageMemory *hm = &r->mem[r->peak_stage];
+    for (int st = 0; st < d->p; st++)
+        if (r->mem[st].host_total > hm->host_total)
+            hm = &r->mem[st];
+    fprintf(f, "host (%s per rank):", unit);
+    for (int c = 0; c < MODEL_CAT_COUNT; c++)
+        if (hm->host[c])
+            fprintf(f, " %s %.2f", cat_head[c], (double)hm->host[c] / div);
+    const int hfits = r->host_peak_bytes <= r->host_rank_memory_bytes;
+    fprintf(f, "; peak %.2f of %.2f GiB per rank (host memory over %d ranks per node): %s (%.0f%%)\n",
+            (double)r->host_peak_bytes / div, (double)r->host_rank_memory_bytes / PX_GIB,
+            r->node_size, hfits ? "fits" : "DOES NOT FIT",
+            r->host_rank_memory_bytes ? 100.0 * (double)r->host_peak_bytes / (double)r->host_rank_memory_bytes : 0.0);
+}
 
-    fprintf(f, "\nFLOPs per step   model %.4g   hardware %.4g   (per rank: %.4g on stage 0)\n",
-            r->model_flops, r->hardware_flops, r->rank_flops[0]);
-
-    fprintf(f, "\ntime per step (s)\n%5s %10s %10s %10s %10s %8s %10s %10s %10s\n", "stage", "compute",
-            "tp+cp comm", "pp comm", "pipeline", "bubble", "dp exposed", "optimizer", "step");
-    for (int st = 0; st < d->p; st++) {
-        const SimStageTime *y = &r->stage_time[st];
-        fprintf(f, "%5d %10.3f %10.3f %10.3f %10.3f %7.1f%% %10.3f %10.3f %10.3f%s\n", st, y->compute_s,
-                y->tp_comm_s, y->pp_comm_s, y->pipeline_s, 100 * y->bubble_fraction, y->dp_exposed_s,
-                y->optimizer_s, y->step_s, st == r->critical_stage ? "  <- ends the step" : "");
-    }
+/* The lines under the time table for what only some layouts have: offload, CP, ZeRO-2/3, MoE. */
+static void print_time_extras(FILE *f, const SimResult *r)
+{
+    const ModelSpec *s = &r->spec;
+    const ModelDims *d = &r->dims;
     if (s->layout.offload_optimizer) {
         const SimStageTime *y = &r->stage_time[r->critical_stage];
         fprintf(f, "optimizer on the host (stage %d, s per step): step %.3f + gradients down %.3f + "
@@ -319,7 +361,7 @@ void sim_result_print(FILE *f, const SimResult *r)
             fprintf(f, "  %.3f %.3f", r->stage_time[st].cp_comm_s, r->stage_time[st].cp_exposed_s);
         fprintf(f, "\n");
     }
-    if (r->spec.layout.zero >= 2) {
+    if (s->layout.zero >= 2) {
         /* the critical stage's ZeRO collectives per micro-batch: time (of it latency) exposed */
         const SimStageTime *y = &r->stage_time[r->critical_stage];
         static const char *const zn[4] = {"gather fwd", "recompute", "bwd", "reduce-scatter"};
@@ -337,6 +379,25 @@ void sim_result_print(FILE *f, const SimResult *r)
         fprintf(f, "  (ep %d etp %d edp %d, %d experts per rank, imbalance %g)\n", d->ep, d->etp, d->edp,
                 d->experts_loc, d->imbalance);
     }
+}
+
+/* FLOPs, then time: a row per stage, the layout's extras, the step and what it gives. */
+static void print_time(FILE *f, const SimResult *r)
+{
+    const ModelJob *t = &r->spec.job;
+    const ModelDims *d = &r->dims;
+    fprintf(f, "\nFLOPs per step   model %.4g   hardware %.4g   (per rank: %.4g on stage 0)\n",
+            r->model_flops, r->hardware_flops, r->rank_flops[0]);
+
+    fprintf(f, "\ntime per step (s)\n%5s %10s %10s %10s %10s %8s %10s %10s %10s\n", "stage", "compute",
+            "tp+cp comm", "pp comm", "pipeline", "bubble", "dp exposed", "optimizer", "step");
+    for (int st = 0; st < d->p; st++) {
+        const SimStageTime *y = &r->stage_time[st];
+        fprintf(f, "%5d %10.3f %10.3f %10.3f %10.3f %7.1f%% %10.3f %10.3f %10.3f%s\n", st, y->compute_s,
+                y->tp_comm_s, y->pp_comm_s, y->pipeline_s, 100 * y->bubble_fraction, y->dp_exposed_s,
+                y->optimizer_s, y->step_s, st == r->critical_stage ? "  <- ends the step" : "");
+    }
+    print_time_extras(f, r);
     fprintf(f, "step %.3f s   %.0f tokens/s   %.1f TFLOP/s per GPU   MFU %.1f%%   HFU %.1f%%",
             r->step_s, r->tokens_per_s, r->tflops_per_gpu, 100 * r->mfu, 100 * r->hfu);
     if (t->fp8 != MODEL_FP8_NONE)
@@ -345,12 +406,17 @@ void sim_result_print(FILE *f, const SimResult *r)
     fprintf(f, "\n");
     if (t->train_tokens > 0) {
         double days = t->train_tokens / r->tokens_per_s / 86400.0;
-        char hours[32];
+        char buf[32], hours[32];
         fprintf(f, "training on %s tokens: %.1f days, %s GPU-hours\n",
                 px_fmt_count(buf, sizeof buf, t->train_tokens), days,
                 px_fmt_count(hours, sizeof hours, days * 24 * d->gpus));
     }
+}
 
+/* Communication per rank: a row per stage, a column per kind any stage moves. */
+static void print_comm(FILE *f, const SimResult *r)
+{
+    const ModelDims *d = &r->dims;
     int used[MODEL_COMM_COUNT] = {0}, any = 0;
     for (int st = 0; st < d->p; st++)
         for (int k = 0; k < MODEL_COMM_COUNT; k++)
@@ -375,6 +441,14 @@ void sim_result_print(FILE *f, const SimResult *r)
                 fprintf(f, " %17.3f", (double)r->comm[st][k] / PX_GB);
         fprintf(f, "\n");
     }
+}
+
+void sim_result_print(FILE *f, const SimResult *r)
+{
+    print_setup(f, r);
+    print_memory(f, r);
+    print_time(f, r);
+    print_comm(f, r);
 }
 
 int sim_list_models(FILE *f, int json, PxError *err)
