@@ -28,7 +28,7 @@ static void fp8_ops_seconds(const SimResult *r, const SimResult *base, int stage
 /* The FP8 tensors of the stage's table by kind (full tables only: a compact one lists none). */
 static void fp8_memory(const SimResult *r, int stage, SimFp8Effect *e)
 {
-    const ModelTensorTable *tt = &r->tables[sim_stage_model(r, stage)];
+    const ModelTensorTable *tt = &r->work->tables[sim_stage_model(r, stage)];
     /* the table lists one set of every chunk; the peak holds peak_live sets of one chunk's */
     const uint64_t live = (uint64_t)r->mem[stage].peak_live, v = (uint64_t)r->dims.v;
     for (int i = 0; i < tt->count; i++) {
@@ -64,7 +64,7 @@ int sim_fp8_effect(const SimResult *r, SimFp8Effect *e, PxError *err)
     memset(e, 0, sizeof *e);
     if (r->spec.job.fp8 == MODEL_FP8_NONE)
         return PX_OK;
-    if (r->level < SIM_FULL)
+    if (sim_level(r) < SIM_FULL)
         return px_fail(err, PX_ERUNTIME, "the FP8 comparison needs a full simulation");
     ModelSpec spec = r->spec;
     spec.job.fp8 = MODEL_FP8_NONE;
@@ -72,7 +72,7 @@ int sim_fp8_effect(const SimResult *r, SimFp8Effect *e, PxError *err)
     spec.job.fp8_attention = 0;
     spec.job.fp8_dispatch = 0;
     SimResult base;
-    int rc = sim_run_ex(&spec, &r->cluster, r->dims.gpus, r->compact, SIM_FULL, &base, err);
+    int rc = sim_run_ex(&spec, &r->cluster, r->dims.gpus, r->work->compact, SIM_FULL, &base, err);
     if (rc)
         return rc;
     e->on = 1;

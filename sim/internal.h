@@ -88,12 +88,30 @@ int sim_dp_exposed(const ModelOpGraph *g, const double *t, const ModelLayout *l,
 int sim_stage_model_of(const ModelSpec *spec, const ModelDims *d, int compact, int stage);
 int sim_stage_model(const SimResult *r, int stage);
 
-/* Fills the time fields of r from its op graphs (sim/time.c): sim_time_costs times every op and
- * sums each chunk's passes (setting bound_s), sim_time_finish runs the pipeline and the step. */
-int sim_time(SimResult *r, PxError *err);
+/* A simulation's workspace (sim.h tells the answer from it): what sim/ builds on the way to a
+ * SimResult and reads between the phases of sim_run_ex and sim_continue. One block owned by
+ * the result: this struct, then tables, then the doubles of the passes and transfers. */
+struct SimWork {
+    int compact;            /* built with compact tables and graphs (sim_run_ex) */
+    ModelTableCache *cache; /* the caller's, tables come from it (sim_run_cached); not owned */
+    int level;              /* how far the simulation went (SIM_MEMORY ...) */
+    ModelTensorTable *tables; /* [pp] tensor table of each distinct stage (compact: a middle
+                                 stage's stands for those like it); the op graphs' source */
+    /* what sim_time_costs leaves sim_time_finish and sim_timeline */
+    double *pass_fwd, *pass_bwd; /* [pp * vpp] one micro-batch's passes per chunk */
+    double *p2p;                 /* [pp] transfer from each stage to the next */
+    double bound_s;              /* no schedule finishes a step sooner (SIM_BOUND; the planner
+                                    prunes with it before sim_continue) */
+};
+
+/* How far r went (SIM_MEMORY ...; 0: nothing, a result freed or failed). */
+static inline int sim_level(const SimResult *r) { return r->work ? r->work->level : 0; }
+
+/* Fills the time of r from its op graphs (sim/time.c): sim_time_costs times every op, sums
+ * each chunk's passes and sets the bound (SIM_BOUND); sim_time_finish runs the pipeline and
+ * the step (SIM_FULL). */
 int sim_time_costs(SimResult *r, PxError *err);
 int sim_time_finish(SimResult *r, PxError *err);
-void sim_time_free(SimResult *r);
 
 /* Exports (export*.c). An uneven split as Megatron-Core's first/last stage counts: 0 when its
  * middle stages differ; *first / *last are -1 where not needed. */

@@ -15,7 +15,7 @@ static int holds(const ModelOp *op, int layer)
 int sim_layer_time(const SimResult *r, SimLayerTime *out, PxError *err)
 {
     memset(out, 0, sizeof *out);
-    if (r->level < SIM_FULL || !r->op_seconds)
+    if (sim_level(r) < SIM_FULL)
         return px_fail(err, PX_ERUNTIME, "the layer's time needs a full simulation");
     const int layer = r->spec.model.layers / 2;
     int stage = -1;

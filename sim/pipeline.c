@@ -181,7 +181,7 @@ int sim_timeline(const SimResult *r, SimEvent **events, int *count, PxError *err
     const ModelDims *d = &r->dims;
     *events = NULL;
     *count = 0;
-    if (r->level < SIM_FULL)
+    if (sim_level(r) < SIM_FULL)
         return px_fail(err, PX_ERUNTIME, "the timeline needs a full simulation");
     const int p = d->p, v = d->v, n = 2 * d->m * v * p;
     SimEvent *ev = calloc((size_t)n, sizeof *ev);
@@ -190,7 +190,7 @@ int sim_timeline(const SimResult *r, SimEvent **events, int *count, PxError *err
     int rc = PX_OK;
     Pipe w = {0};
     if (!ev || !fin || !ls || !le || pipe_init(&w, d, r->spec.layout.schedule) < 0 ||
-        pipeline(d, &w, r->pass_fwd, r->pass_bwd, r->p2p, fin, ls, le, ev) < 0) {
+        pipeline(d, &w, r->work->pass_fwd, r->work->pass_bwd, r->work->p2p, fin, ls, le, ev) < 0) {
         free(ev);
         rc = px_fail(err, PX_ERUNTIME, "out of memory recording the pipeline timeline");
     } else {

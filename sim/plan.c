@@ -880,7 +880,7 @@ static int time_in_bound_order(Search *s)
         if (rc)
             return rc;
         /* the exact bound (every op, no pipeline) before the pipeline itself */
-        const double bound = score(q->objective, r.bound_s, &r.dims, spec.job.global_batch);
+        const double bound = score(q->objective, r.work->bound_s, &r.dims, spec.job.global_batch);
         if (res->n_top == cap && bound > res->top[cap - 1].score) {
             sim_result_free(&r);
             continue;

@@ -59,9 +59,27 @@ typedef struct {
  * DeepSpeed's recomputed forward, before the backward; the gradients' reduce-scatters. */
 enum { SIM_ZERO_GATHER_FWD = 0, SIM_ZERO_GATHER_RECOMPUTE, SIM_ZERO_GATHER_BWD, SIM_ZERO_REDUCE };
 
+/* A simulation is an answer and the workspace it was worked out in, kept apart.
+ *
+ * SimResult is the answer, what reports, validate, the CLI, the planner's ranking and the
+ * tests read: the question as normalised (spec, dims, cluster and what the cluster gives a
+ * rank), then the prediction: memory per stage and category with its peaks, FLOPs, bytes per
+ * stage and kind, time per stage and of the step, throughput; and the op list every figure was
+ * summed from (each stage's op graph and the seconds of each of its ops).
+ *
+ * SimWork (sim/internal.h) is the workspace, read by sim/ alone: how the simulation was built
+ * (compact graphs, the caller's table cache), how far it went (the levels of sim_run_ex and
+ * sim_continue), the stages' tensor tables the graphs were built on, and what one phase leaves
+ * the next: one micro-batch's passes per chunk, the transfers between stages, the planner's
+ * bound on the step. The result owns it and sim_result_free frees both; no caller outside sim/
+ * needs it (white-box tests include sim/internal.h to look in).
+ *
+ * How far sim_run_ex went decides what the answer holds: SIM_MEMORY the question and memory;
+ * SIM_BOUND also FLOPs, bytes, the op list and its seconds; SIM_FULL also the time. */
+typedef struct SimWork SimWork;
+
 typedef struct {
-    int compact;    /* built with compact tables and graphs (sim_run_ex) */
-    ModelTableCache *cache; /* the caller's, tables come from it (sim_run_cached); not owned */
+    /* the question, as normalised */
     ModelSpec spec; /* as normalised by model_spec_check (dp, schedule, global batch filled) */
     ModelDims dims;
     ProfCluster cluster;
@@ -69,24 +87,23 @@ typedef struct {
     int node_size; /* ranks per node in this job */
     uint64_t rank_memory_bytes; /* memory a rank may use on this cluster */
     uint64_t host_rank_memory_bytes; /* host memory a rank may use (0: the profile has none) */
+    /* memory */
     SimStageMemory *mem;        /* [pp] */
     uint64_t peak_bytes;
     int peak_stage;
     uint64_t host_peak_bytes; /* the largest host_total of any stage (0 without offload) */
+    /* FLOPs and bytes */
     double model_flops;    /* per step, whole job: forward + backward, no recompute */
     double hardware_flops; /* per step, whole job: recompute included */
     double *rank_flops;    /* [pp] hardware FLOPs of one rank of each stage per step */
     uint64_t (*comm)[MODEL_COMM_COUNT]; /* [pp][kind] bytes one rank moves per step */
-    ModelTensorTable *tables;           /* [pp] tensor table of each distinct stage (compact:
-                                           a middle stage's stands for those like it) */
+    /* the op list: each stage's ops (compact: one layer per chunk standing for its run; a
+     * middle stage's graph may be its model stage's, sim_stage_model) and their seconds */
     ModelOpGraph *ops;                  /* [pp] op graph of each stage */
     double **op_seconds;                /* [pp][op] seconds of one execution of each op */
+    /* time: each stage's, then the prediction's time and throughput, for the stage that ends
+     * the step last */
     SimStageTime *stage_time;           /* [pp] */
-    double *pass_fwd, *pass_bwd;        /* [pp * vpp] one micro-batch's passes per chunk */
-    double *p2p;                        /* [pp] transfer from each stage to the next */
-    double bound_s;                     /* no schedule finishes a step sooner (SIM_BOUND) */
-    int level;                          /* how far the simulation went (SIM_MEMORY ...) */
-    /* the prediction's time and throughput, for the stage that ends the step last */
     int critical_stage;
     double step_s, bubble_fraction, compute_s, tp_comm_s, pp_comm_s, dp_comm_exposed_s, optimizer_s;
     double ep_comm_s; /* the experts' all-to-all and ETP gathers not hidden, per step */
@@ -94,14 +111,15 @@ typedef struct {
     double tflops_per_gpu; /* hardware FLOPs per second per GPU, in TFLOP/s (Narayanan's metric) */
     double mfu, hfu;       /* model / hardware FLOPs over the dense peak */
     double mfu_fp8;        /* with an FP8 recipe: model FLOPs over the FP8 (MXFP8) peak */
+    SimWork *work;         /* the workspace (owned; sim/ only) */
 } SimResult;
 
 /* Simulates spec on cluster with `gpus` ranks (dp 0 in the spec: what the GPUs leave).
  * PX_EINPUT names the layout rule or the cluster limit that is broken; nothing is allocated. */
 int sim_run(const ModelSpec *spec, const ProfCluster *cluster, int gpus, SimResult *out,
             PxError *err);
-/* How far sim_run_ex goes: memory, FLOPs and bytes; + every op's time and a lower bound on
- * the step; + the pipeline and the step itself. */
+/* How far sim_run_ex goes: memory; + FLOPs, bytes and every op's time (and, in the workspace,
+ * the planner's lower bound on the step); + the pipeline and the step itself. */
 enum { SIM_MEMORY = 1, SIM_BOUND = 2, SIM_FULL = 3 };
 
 /* The planner's fast path: compact tables and graphs (one layer per chunk standing for all

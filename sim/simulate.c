@@ -32,15 +32,21 @@ void sim_result_free(SimResult *r)
 {
     if (!r)
         return;
-    sim_time_free(r);
-    if (r->ops)
-        for (int i = 0; i < r->dims.p; i++)
-            if (r->ops[i].cap > 0) /* a middle stage borrows its model stage's ops (cap 0) */
-                model_ops_free(&r->ops[i]);
-    if (r->tables)
-        for (int i = 0; i < r->dims.p; i++)
-            model_tensors_free(&r->tables[i]);
-    free(r->mem); /* one block: mem, rank_flops, comm, ops, tables */
+    /* the answer's per-stage arrays and the workspace are allocated together (run) */
+    if (r->work) {
+        for (int s = 0; s < r->dims.p; s++) {
+            /* a middle stage borrows its model stage's ops (cap 0) and, placed alike, their
+             * seconds */
+            const int ms = sim_stage_model(r, s);
+            if (ms == s || r->op_seconds[s] != r->op_seconds[ms])
+                free(r->op_seconds[s]);
+            if (r->ops[s].cap > 0)
+                model_ops_free(&r->ops[s]);
+            model_tensors_free(&r->work->tables[s]);
+        }
+    }
+    free(r->mem); /* one block: mem, rank_flops, comm, ops, op_seconds, stage_time */
+    free(r->work); /* one block: the workspace, its tables, passes and transfers */
     memset(r, 0, sizeof *r);
 }
 
@@ -193,15 +199,16 @@ int sim_run(const ModelSpec *spec, const ProfCluster *cl, int gpus, SimResult *r
 static int build_memory(SimResult *r, PxError *err)
 {
     const ModelDims *d = &r->dims;
+    SimWork *w = r->work;
     for (int st = 0; st < d->p; st++) {
         const int model_st = sim_stage_model(r, st);
         int rc = PX_OK;
         if (model_st == st)
-            rc = r->cache     ? model_tensors_build_cached(r->cache, &r->spec, d, st, &r->tables[st], err)
-                 : r->compact ? model_tensors_build_compact(&r->spec, d, st, &r->tables[st], err)
-                              : model_tensors_build(&r->spec, d, st, &r->tables[st], err);
+            rc = w->cache     ? model_tensors_build_cached(w->cache, &r->spec, d, st, &w->tables[st], err)
+                 : w->compact ? model_tensors_build_compact(&r->spec, d, st, &w->tables[st], err)
+                              : model_tensors_build(&r->spec, d, st, &w->tables[st], err);
         if (!rc)
-            rc = stage_memory(&r->spec, d, r->cluster.device.runtime_bytes, &r->tables[model_st], st,
+            rc = stage_memory(&r->spec, d, r->cluster.device.runtime_bytes, &w->tables[model_st], st,
                               &r->mem[st], err);
         if (rc)
             return rc;
@@ -256,7 +263,7 @@ static int build_ops(SimResult *r, PxError *err)
             r->ops[st].stage = st;
             r->ops[st].cap = 0;
         } else {
-            int rc = model_ops_build_with(&r->spec, d, st, &r->tables[st], &r->ops[st], err);
+            int rc = model_ops_build_with(&r->spec, d, st, &r->work->tables[st], &r->ops[st], err);
             if (rc)
                 return rc;
         }
@@ -280,11 +287,11 @@ static int build_ops(SimResult *r, PxError *err)
 int sim_layer_seconds(const SimResult *r, double *fwd_s, double *bwd_s, PxError *err)
 {
     *fwd_s = *bwd_s = 0;
-    if (r->level < SIM_MEMORY || !r->tables)
+    if (sim_level(r) < SIM_MEMORY)
         return px_fail(err, PX_ERUNTIME, "the layer's cost needs the stage's tables");
     /* stage 0's first chunk holds at least one layer of every layout */
     ModelOpGraph g;
-    int rc = model_ops_build_with(&r->spec, &r->dims, 0, &r->tables[0], &g, err);
+    int rc = model_ops_build_with(&r->spec, &r->dims, 0, &r->work->tables[0], &g, err);
     if (rc)
         return rc;
     SimCtx c;
@@ -363,16 +370,17 @@ double sim_step_floor(const ModelSpec *spec, const ModelDims *d, double layer_fw
 
 int sim_continue(SimResult *r, int level, PxError *err)
 {
+    SimWork *w = r->work;
     int rc = PX_OK;
-    if (r->level < SIM_BOUND && level >= SIM_BOUND) {
+    if (w->level < SIM_BOUND && level >= SIM_BOUND) {
         if ((rc = build_ops(r, err)) || (rc = sim_time_costs(r, err)))
             return rc;
-        r->level = SIM_BOUND;
+        w->level = SIM_BOUND;
     }
-    if (r->level < SIM_FULL && level >= SIM_FULL) {
+    if (w->level < SIM_FULL && level >= SIM_FULL) {
         if ((rc = sim_time_finish(r, err)))
             return rc;
-        r->level = SIM_FULL;
+        w->level = SIM_FULL;
     }
     return PX_OK;
 }
@@ -392,12 +400,39 @@ int sim_run_cached(const ModelSpec *spec, const ProfCluster *cl, int gpus, Model
     return run(spec, cl, gpus, 1, cache, level, r, err);
 }
 
+/* The answer's per-stage arrays in one block and the workspace in another (each element a
+ * multiple of 8 bytes), zeroed: the passes are sums. NULL-free on failure. */
+static int alloc_stages(SimResult *r, int compact, ModelTableCache *cache)
+{
+    const size_t p = (size_t)r->dims.p, pv = p * (size_t)r->dims.v;
+    char *block = calloc(1, p * (sizeof *r->mem + sizeof *r->rank_flops + sizeof *r->comm +
+                                 sizeof *r->ops + sizeof *r->op_seconds + sizeof *r->stage_time));
+    SimWork *w = calloc(1, sizeof *w + p * sizeof *w->tables + (2 * pv + p) * sizeof(double));
+    if (!block || !w) {
+        free(block);
+        free(w);
+        return -1;
+    }
+    r->mem = (SimStageMemory *)block;
+    r->rank_flops = (double *)(r->mem + p);
+    r->comm = (uint64_t(*)[MODEL_COMM_COUNT])(r->rank_flops + p);
+    r->ops = (ModelOpGraph *)(r->comm + p);
+    r->op_seconds = (double **)(r->ops + p);
+    r->stage_time = (SimStageTime *)(r->op_seconds + p);
+    w->compact = compact;
+    w->cache = cache;
+    w->tables = (ModelTensorTable *)(w + 1);
+    w->pass_fwd = (double *)(w->tables + p);
+    w->pass_bwd = w->pass_fwd + pv;
+    w->p2p = w->pass_bwd + pv;
+    r->work = w;
+    return 0;
+}
+
 static int run(const ModelSpec *spec, const ProfCluster *cl, int gpus, int compact,
                ModelTableCache *cache, int level, SimResult *r, PxError *err)
 {
     memset(r, 0, sizeof *r);
-    r->compact = compact;
-    r->cache = cache;
     r->spec = *spec;
     r->cluster = *cl;
     int rc = sim_resolve_job(&r->spec.job, &cl->device, err);
@@ -417,27 +452,16 @@ static int run(const ModelSpec *spec, const ProfCluster *cl, int gpus, int compa
     if ((rc = sim_offload_check(&r->spec, cl, err)))
         return rc;
     r->params = model_config_params(&r->spec.model);
-
-    /* the per-stage arrays in one block (each element a multiple of 8 bytes) */
-    const size_t p = (size_t)d->p;
-    char *block = calloc(1, p * (sizeof *r->mem + sizeof *r->rank_flops + sizeof *r->comm +
-                                 sizeof *r->ops + sizeof *r->tables));
-    if (block) {
-        r->mem = (SimStageMemory *)block;
-        r->rank_flops = (double *)(r->mem + p);
-        r->comm = (uint64_t(*)[MODEL_COMM_COUNT])(r->rank_flops + p);
-        r->ops = (ModelOpGraph *)(r->comm + p);
-        r->tables = (ModelTensorTable *)(r->ops + p);
-    }
-    if (!block) {
+    if (alloc_stages(r, compact, cache) < 0) {
+        rc = px_fail(err, PX_ERUNTIME, "out of memory for %d pipeline stages", d->p);
         sim_result_free(r);
-        return px_fail(err, PX_ERUNTIME, "out of memory for %d pipeline stages", d->p);
+        return rc;
     }
     if ((rc = build_memory(r, err))) {
         sim_result_free(r);
         return rc;
     }
-    r->level = SIM_MEMORY;
+    r->work->level = SIM_MEMORY;
     if ((rc = sim_continue(r, level, err))) {
         sim_result_free(r);
         return rc;

@@ -30,5 +30,5 @@ int sim_stage_model_of(const ModelSpec *spec, const ModelDims *d, int compact, i
 
 int sim_stage_model(const SimResult *r, int stage)
 {
-    return sim_stage_model_of(&r->spec, &r->dims, r->compact, stage);
+    return sim_stage_model_of(&r->spec, &r->dims, r->work->compact, stage);
 }

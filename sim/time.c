@@ -372,7 +372,7 @@ static int by_ready(const void *a, const void *b)
  * parameters written (the device optimizer's own count, ops.c). */
 static void offload_bytes(const SimResult *r, int s, double *down, double *up, double *touch)
 {
-    const ModelTensorTable *tt = &r->tables[sim_stage_model(r, s)];
+    const ModelTensorTable *tt = &r->work->tables[sim_stage_model(r, s)];
     double elems = 0;
     for (int b = 0; b < tt->n_blocks; b++)
         elems += (double)tt->blocks[b].shard_numel * (tt->blocks[b].repeat > 0 ? tt->blocks[b].repeat : 1);
@@ -387,22 +387,6 @@ static void offload_bytes(const SimResult *r, int s, double *down, double *up, d
 static double host_rank_bandwidth(const SimResult *r)
 {
     return r->cluster.host_memory_bandwidth / (r->node_size > 1 ? r->node_size : 1);
-}
-
-void sim_time_free(SimResult *r)
-{
-    if (r->op_seconds)
-        for (int s = 0; s < r->dims.p; s++)
-            if (sim_stage_model(r, s) == s || r->op_seconds[s] != r->op_seconds[sim_stage_model(r, s)])
-                free(r->op_seconds[s]); /* not one borrowed from its model stage */
-    free(r->op_seconds);
-    free(r->stage_time);
-    free(r->pass_fwd);
-    free(r->pass_bwd);
-    free(r->p2p);
-    r->op_seconds = NULL;
-    r->stage_time = NULL;
-    r->pass_fwd = r->pass_bwd = r->p2p = NULL;
 }
 
 /* Where a stage's groups sit: latency, bandwidth and nodes spanned of its TP, CP, DP / ZeRO
@@ -431,32 +415,136 @@ static void placement(const SimCtx *c, int stage, Placement *pl)
     }
 }
 
+/* Communication op `op` of a stage in its sums per step (rep executions a micro-batch, m
+ * micro-batches): t the seconds of one execution, exposed what the pass cannot hide of it. DP
+ * and EDP count as ZeRO's collectives too (their time, latency and exposed part); the rest
+ * by group: EP and ETP, else TP with CP's exchange. */
+static void add_comm_time(const SimCtx *c, const ModelOp *op, int s, double t, double exposed,
+                          double rep, int m, SimStageTime *st)
+{
+    const ModelGroup grp = model_comm_group(op->comm);
+    if (grp == MODEL_GROUP_DP || grp == MODEL_GROUP_EDP) {
+        st->dp_exposed_s += exposed * rep * m;
+        const int gather = op->comm == MODEL_DP_ALL_GATHER || op->comm == MODEL_EDP_ALL_GATHER;
+        const int z = !gather                        ? SIM_ZERO_REDUCE
+                      : op->phase == MODEL_FWD       ? SIM_ZERO_GATHER_FWD
+                      : op->phase == MODEL_RECOMPUTE ? SIM_ZERO_GATHER_RECOMPUTE
+                                                     : SIM_ZERO_GATHER_BWD;
+        ModelOp bare = *op; /* its latency: the same calls of nothing */
+        bare.comm_bytes = 0;
+        st->zero_s[z] += t * rep * m;
+        st->zero_latency_s[z] += sim_comm_seconds(c, &bare, s) * rep * m;
+        st->zero_exposed_s[z] += exposed * rep * m;
+    } else if (grp == MODEL_GROUP_EP || grp == MODEL_GROUP_ETP) {
+        st->ep_comm_s += exposed * rep * m;
+    } else {
+        st->tp_comm_s += exposed * rep * m;
+        if (grp == MODEL_GROUP_CP) {
+            st->cp_comm_s += t * rep * m;
+            st->cp_exposed_s += exposed * rep * m;
+        }
+    }
+}
+
+/* What offload adds to a stage's costs (docs/time.md, "Offload"): with the optimizer on the
+ * host, the host's step itself (its copies are placed in sim_time_finish); with activations
+ * on the host, each layer's saved activations going down after its forward and coming back
+ * before its backward, under the pass's own compute. */
+static void stage_offload_costs(SimResult *r, int s)
+{
+    const ModelLayout *l = &r->spec.layout;
+    const int v = r->dims.v, m = r->dims.m;
+    SimStageTime *st = &r->stage_time[s];
+    if (l->offload_optimizer) {
+        double down, up, touch;
+        offload_bytes(r, s, &down, &up, &touch);
+        st->offload_host_s = touch / host_rank_bandwidth(r);
+        st->optimizer_s = st->offload_host_s;
+    }
+    if (l->offload_activations) {
+        const ModelTensorTable *tt = &r->work->tables[sim_stage_model(r, s)];
+        const double slow = r->cluster.overlap_slowdown;
+        double *fwd = r->work->pass_fwd + s * v, *bwd = r->work->pass_bwd + s * v;
+        for (int j = 0; j < v; j++) {
+            const double x = (double)tt->act_layer_bytes[j] / r->cluster.host_pcie_bandwidth;
+            const double ef = overlap(x, fwd[j], slow), eb = overlap(x, bwd[j], slow);
+            fwd[j] += ef;
+            bwd[j] += eb;
+            st->offload_act_s += (ef + eb) * m;
+        }
+    }
+}
+
+/* Every op of stage s timed (r->op_seconds[s]), summed into one micro-batch's forward and
+ * backward per chunk with the communication each cannot hide, the stage's sums per step and
+ * its transfer to the next stage. */
+static int stage_costs(SimResult *r, const SimCtx *c, int s, PxError *err)
+{
+    const ModelLayout *l = &r->spec.layout;
+    const int v = r->dims.v, m = r->dims.m;
+    const double slow = r->cluster.overlap_slowdown;
+    const ModelOpGraph *g = &r->ops[s];
+    SimStageTime *st = &r->stage_time[s];
+    double *fwd = r->work->pass_fwd + s * v, *bwd = r->work->pass_bwd + s * v;
+    double *t = r->op_seconds[s] = calloc((size_t)g->count + 1, sizeof(double));
+    if (!t)
+        return px_fail(err, PX_ERUNTIME, "out of memory timing stage %d", s);
+    for (int i = 0; i < g->count; i++)
+        t[i] = g->op[i].kind == MODEL_OP_COMM ? sim_comm_seconds(c, &g->op[i], s)
+                                              : sim_compute_seconds(c, &g->op[i]);
+    double *dpx = malloc(((size_t)g->count + 1) * sizeof *dpx);
+    if (!dpx || sim_dp_exposed(g, t, l, m, slow, dpx)) {
+        free(dpx);
+        return px_fail(err, PX_ERUNTIME, "out of memory timing stage %d", s);
+    }
+    for (int i = 0; i < g->count; i++) {
+        const ModelOp *op = &g->op[i];
+        if (!op->per_microbatch) {
+            if (op->kind == MODEL_OP_OPTIMIZER && !l->offload_optimizer)
+                st->optimizer_s += t[i];
+            continue;
+        }
+        double *pass = op->phase == MODEL_FWD ? &fwd[op->chunk] : &bwd[op->chunk];
+        const double rep = op->repeat;
+        if (op->kind != MODEL_OP_COMM) {
+            *pass += t[i] * rep;
+            st->compute_s += t[i] * rep * m;
+            continue;
+        }
+        ModelGroup grp = model_comm_group(op->comm);
+        if (grp == MODEL_GROUP_PP) {
+            /* a stage's transfers are costed alike: its largest (a standalone MTP
+             * stage's carries 1 + mtp_layers activations) */
+            if (op->comm == MODEL_PP_SEND && op->phase == MODEL_FWD && t[i] > r->work->p2p[s])
+                r->work->p2p[s] = t[i];
+            continue;
+        }
+        const int dp = grp == MODEL_GROUP_DP || grp == MODEL_GROUP_EDP;
+        const double exposed = dp ? dpx[i] : sim_comm_exposed(g, t, i, l, m, slow);
+        *pass += exposed * rep;
+        add_comm_time(c, op, s, t[i], exposed, rep, m, st);
+    }
+    free(dpx);
+    stage_offload_costs(r, s);
+    return PX_OK;
+}
+
 int sim_time_costs(SimResult *r, PxError *err)
 {
     const ModelDims *d = &r->dims;
-    const ModelLayout *l = &r->spec.layout;
     const int p = d->p, v = d->v, m = d->m;
-    const double slow = r->cluster.overlap_slowdown;
+    SimWork *w = r->work;
     SimCtx c;
     sim_ctx_init(&c, &r->cluster, &r->spec, d, r->node_size);
     if (!(c.peak > 0))
         return px_fail(err, PX_EINPUT, "device %s has no %s peak FLOP/s: choose another precision",
                        r->cluster.device.name, px_dtype_name(r->spec.job.precision));
-    r->op_seconds = calloc((size_t)p, sizeof *r->op_seconds);
-    r->stage_time = calloc((size_t)p, sizeof *r->stage_time);
-    r->pass_fwd = calloc((size_t)(p * v), sizeof(double));
-    r->pass_bwd = calloc((size_t)(p * v), sizeof(double));
-    r->p2p = calloc((size_t)p, sizeof(double));
-    if (!r->op_seconds || !r->stage_time || !r->pass_fwd || !r->pass_bwd || !r->p2p)
-        return px_fail(err, PX_ERUNTIME, "out of memory timing %d stages", p);
-    double *fwd = r->pass_fwd, *bwd = r->pass_bwd;
-    r->bound_s = 0;
+    double *fwd = w->pass_fwd, *bwd = w->pass_bwd;
+    w->bound_s = 0;
     /* every op of every stage, one micro-batch's forward and backward per chunk, the optimizer */
     Placement model_pl = {0};
     int model_pl_stage = -1;
     for (int s = 0; s < p; s++) {
-        const ModelOpGraph *g = &r->ops[s];
-        SimStageTime *st = &r->stage_time[s];
         const int ms = sim_stage_model(r, s);
         if (ms != s) {
             /* a middle stage like an earlier one: the same costs when its groups sit alike */
@@ -468,8 +556,8 @@ int sim_time_costs(SimResult *r, PxError *err)
             placement(&c, s, &pl);
             if (memcmp(&pl, &model_pl, sizeof pl) == 0) {
                 r->op_seconds[s] = r->op_seconds[ms];
-                *st = r->stage_time[ms];
-                r->p2p[s] = r->p2p[ms];
+                r->stage_time[s] = r->stage_time[ms];
+                w->p2p[s] = w->p2p[ms];
                 for (int j = 0; j < v; j++) {
                     fwd[s * v + j] = fwd[ms * v + j];
                     bwd[s * v + j] = bwd[ms * v + j];
@@ -477,102 +565,162 @@ int sim_time_costs(SimResult *r, PxError *err)
                 continue; /* its bound is its model stage's */
             }
         }
-        double *t = r->op_seconds[s] = calloc((size_t)g->count + 1, sizeof(double));
-        if (!t)
-            return px_fail(err, PX_ERUNTIME, "out of memory timing stage %d", s);
-        for (int i = 0; i < g->count; i++)
-            t[i] = g->op[i].kind == MODEL_OP_COMM ? sim_comm_seconds(&c, &g->op[i], s)
-                                                  : sim_compute_seconds(&c, &g->op[i]);
-        double *dpx = malloc(((size_t)g->count + 1) * sizeof *dpx);
-        if (!dpx || sim_dp_exposed(g, t, l, m, slow, dpx)) {
-            free(dpx);
-            return px_fail(err, PX_ERUNTIME, "out of memory timing stage %d", s);
-        }
-        for (int i = 0; i < g->count; i++) {
-            const ModelOp *op = &g->op[i];
-            if (!op->per_microbatch) {
-                if (op->kind == MODEL_OP_OPTIMIZER && !l->offload_optimizer)
-                    st->optimizer_s += t[i];
-                continue;
-            }
-            double *pass = op->phase == MODEL_FWD ? &fwd[s * v + op->chunk] : &bwd[s * v + op->chunk];
-            const double rep = op->repeat;
-            if (op->kind != MODEL_OP_COMM) {
-                *pass += t[i] * rep;
-                st->compute_s += t[i] * rep * m;
-                continue;
-            }
-            ModelGroup grp = model_comm_group(op->comm);
-            if (grp == MODEL_GROUP_PP) {
-                /* a stage's transfers are costed alike: its largest (a standalone MTP
-                 * stage's carries 1 + mtp_layers activations) */
-                if (op->comm == MODEL_PP_SEND && op->phase == MODEL_FWD && t[i] > r->p2p[s])
-                    r->p2p[s] = t[i];
-                continue;
-            }
-            const int dp = grp == MODEL_GROUP_DP || grp == MODEL_GROUP_EDP;
-            const double exposed = dp ? dpx[i] : sim_comm_exposed(g, t, i, l, m, slow);
-            *pass += exposed * rep;
-            if (dp) {
-                st->dp_exposed_s += exposed * rep * m;
-                const int gather = op->comm == MODEL_DP_ALL_GATHER || op->comm == MODEL_EDP_ALL_GATHER;
-                const int z = !gather                        ? SIM_ZERO_REDUCE
-                              : op->phase == MODEL_FWD       ? SIM_ZERO_GATHER_FWD
-                              : op->phase == MODEL_RECOMPUTE ? SIM_ZERO_GATHER_RECOMPUTE
-                                                             : SIM_ZERO_GATHER_BWD;
-                ModelOp bare = *op; /* its latency: the same calls of nothing */
-                bare.comm_bytes = 0;
-                st->zero_s[z] += t[i] * rep * m;
-                st->zero_latency_s[z] += sim_comm_seconds(&c, &bare, s) * rep * m;
-                st->zero_exposed_s[z] += exposed * rep * m;
-            } else if (grp == MODEL_GROUP_EP || grp == MODEL_GROUP_ETP) {
-                st->ep_comm_s += exposed * rep * m;
-            } else {
-                st->tp_comm_s += exposed * rep * m;
-                if (grp == MODEL_GROUP_CP) {
-                    st->cp_comm_s += t[i] * rep * m;
-                    st->cp_exposed_s += exposed * rep * m;
-                }
-            }
-        }
-        free(dpx);
-        if (l->offload_optimizer) {
-            /* the step itself runs on the host; its copies are placed in sim_time_finish */
-            double down, up, touch;
-            offload_bytes(r, s, &down, &up, &touch);
-            st->offload_host_s = touch / host_rank_bandwidth(r);
-            st->optimizer_s = st->offload_host_s;
-        }
-        if (l->offload_activations) {
-            /* each layer's saved activations go down after its forward and come back before
-             * its backward, under the pass's own compute (docs/time.md, "Offload") */
-            const ModelTensorTable *tt = &r->tables[ms];
-            for (int j = 0; j < v; j++) {
-                const double x = (double)tt->act_layer_bytes[j] / r->cluster.host_pcie_bandwidth;
-                const double ef = overlap(x, fwd[s * v + j], slow), eb = overlap(x, bwd[s * v + j], slow);
-                fwd[s * v + j] += ef;
-                bwd[s * v + j] += eb;
-                st->offload_act_s += (ef + eb) * m;
-            }
-        }
+        int rc = stage_costs(r, &c, s, err);
+        if (rc)
+            return rc;
         /* A stage runs its actions one at a time and the optimizer after them: no schedule
          * can finish the step sooner than the busiest stage's passes plus its optimizer. */
+        const SimStageTime *st = &r->stage_time[s];
         double busy = 0;
         for (int j = 0; j < v; j++)
             busy += m * (fwd[s * v + j] + bwd[s * v + j]);
-        if (busy + st->optimizer_s > r->bound_s)
-            r->bound_s = busy + st->optimizer_s;
+        if (busy + st->optimizer_s > w->bound_s)
+            w->bound_s = busy + st->optimizer_s;
     }
     return PX_OK;
+}
+
+/* A stage's per-step collectives after its pipeline ends at T: the gradient reduction's
+ * exposed part (overlapped with each chunk's last backward, between lbs and lbe, when asked),
+ * the tied-embedding and SP norm-gradient all-reduces (embed) and ZeRO-1/2's parameter
+ * all-gather (gather), the last two whole. */
+static int step_collectives(const SimResult *r, int s, const double *lbs, const double *lbe,
+                            double T, double *exposed_out, double *embed_out, double *gather_out,
+                            PxError *err)
+{
+    const ModelLayout *l = &r->spec.layout;
+    const int v = r->dims.v;
+    const double slow = r->cluster.overlap_slowdown;
+    const ModelOpGraph *g = &r->ops[s];
+    const double *t = r->op_seconds[s];
+    int slots = 1;
+    for (int i = 0; i < g->count; i++)
+        slots += g->op[i].repeat;
+    Pending *q = calloc((size_t)slots, sizeof *q);
+    int *order = calloc((size_t)v, sizeof(int)), *count = calloc((size_t)v, sizeof(int));
+    if (!q || !order || !count) {
+        free(q);
+        free(order);
+        free(count);
+        return px_fail(err, PX_ERUNTIME, "out of memory timing stage %d", s);
+    }
+    int nq = 0;
+    double grads = 0, embed = 0, gather = 0;
+    for (int i = 0; i < g->count; i++)
+        if (!g->op[i].per_microbatch && g->op[i].kind == MODEL_OP_COMM && grad_reduction(g->op[i].comm))
+            count[g->op[i].chunk] += g->op[i].repeat;
+    for (int i = 0; i < g->count; i++) {
+        const ModelOp *op = &g->op[i];
+        if (op->per_microbatch || op->kind != MODEL_OP_COMM)
+            continue;
+        if (grad_reduction(op->comm)) {
+            for (int rpt = 0; rpt < op->repeat; rpt++) {
+                int j = op->chunk, k = order[j]++, n = count[j];
+                /* blocks are listed embed, layers ascending, final: backward finishes
+                 * them in reverse over the chunk's last backward */
+                double frac = (double)(n - k) / n;
+                q[nq].ready = lbs[s * v + j] + frac * (lbe[s * v + j] - lbs[s * v + j]);
+                q[nq].seconds = t[i];
+                nq++;
+                grads += t[i];
+            }
+        } else if (op->comm == MODEL_EMBED_ALLREDUCE || op->comm == MODEL_TP_ALLREDUCE) {
+            /* the tied embedding's and, with SP, the norms' gradient all-reduces */
+            embed += t[i] * op->repeat;
+        } else if (op->comm == MODEL_DP_ALL_GATHER || op->comm == MODEL_EDP_ALL_GATHER) {
+            gather += t[i] * op->repeat;
+        }
+    }
+    free(order);
+    free(count);
+    double exposed = grads;
+    if (l->overlap_dp && nq > 0) {
+        qsort(q, (size_t)nq, sizeof *q, by_ready);
+        double f = 0;
+        for (int i = 0; i < nq; i++)
+            f = (q[i].ready > f ? q[i].ready : f) + q[i].seconds;
+        exposed = f > T ? f - T : 0;
+        exposed += slow * (grads - exposed > 0 ? grads - exposed : 0);
+    }
+    free(q);
+    *exposed_out = exposed;
+    *embed_out = embed;
+    *gather_out = gather;
+    return PX_OK;
+}
+
+/* Stage s's step from the pipeline's finish with (fin) and without (fin0) transfers and each
+ * chunk's last backward (lbs, lbe): the per-step collectives, the optimizer (with offload its
+ * copies), the bubble. */
+static int stage_finish(SimResult *r, int s, const double *fin, const double *fin0,
+                        const double *lbs, const double *lbe, PxError *err)
+{
+    const ModelLayout *l = &r->spec.layout;
+    const int v = r->dims.v, m = r->dims.m;
+    const double slow = r->cluster.overlap_slowdown;
+    const double *fwd = r->work->pass_fwd, *bwd = r->work->pass_bwd;
+    SimStageTime *st = &r->stage_time[s];
+    double T = fin[s], exposed = 0, embed = 0, gather = 0;
+    int rc = step_collectives(r, s, lbs, lbe, T, &exposed, &embed, &gather, err);
+    if (rc)
+        return rc;
+    double gather_exposed = gather;
+    if (l->overlap_dp && gather > 0)
+        gather_exposed = overlap(gather, fwd[s * v], slow); /* under the next step's first forward */
+    if (l->offload_optimizer) {
+        /* ZeRO-Offload without the delayed update: the gradient shards go down under the
+         * last backward of each chunk, the host steps once all have arrived, the updated
+         * shard comes up under the next step's first forward, ahead of the gathers that
+         * share that forward (docs/time.md, "Offload") */
+        double down, up, touch, last_bwd = 0;
+        offload_bytes(r, s, &down, &up, &touch);
+        const double pcie = r->cluster.host_pcie_bandwidth;
+        for (int j = 0; j < v; j++)
+            last_bwd += lbe[s * v + j] - lbs[s * v + j];
+        st->offload_down_s = l->overlap_dp ? overlap(down / pcie, last_bwd, slow) : down / pcie;
+        st->offload_up_s = l->overlap_dp ? overlap(up / pcie + gather, fwd[s * v], slow) - gather_exposed
+                                         : up / pcie;
+        st->optimizer_s = st->offload_host_s + st->offload_down_s + st->offload_up_s;
+    }
+    st->dp_exposed_s += exposed + embed + gather_exposed;
+    st->pipeline_s = T;
+    st->pp_comm_s = fin[s] - fin0[s];
+    double ideal = 0;
+    for (int j = 0; j < v; j++)
+        ideal += m * (fwd[s * v + j] + bwd[s * v + j]);
+    st->bubble_fraction = ideal > 0 ? fin0[s] / ideal - 1.0 : 0.0;
+    if (st->bubble_fraction < 0.0) /* rounding: no pipeline beats its ideal */
+        st->bubble_fraction = 0.0;
+    st->step_s = T + exposed + embed + st->optimizer_s + gather_exposed;
+    return PX_OK;
+}
+
+/* The prediction's time and throughput: the critical stage's figures and what its step gives. */
+static void step_summary(SimResult *r)
+{
+    const ModelDims *d = &r->dims;
+    SimCtx c;
+    sim_ctx_init(&c, &r->cluster, &r->spec, d, r->node_size);
+    const SimStageTime *cs = &r->stage_time[r->critical_stage];
+    r->compute_s = cs->compute_s;
+    r->tp_comm_s = cs->tp_comm_s;
+    r->ep_comm_s = cs->ep_comm_s;
+    r->pp_comm_s = cs->pp_comm_s;
+    r->dp_comm_exposed_s = cs->dp_exposed_s;
+    r->optimizer_s = cs->optimizer_s;
+    r->bubble_fraction = cs->bubble_fraction;
+    r->tokens_per_s = (double)r->spec.job.global_batch * d->s / r->step_s;
+    r->tflops_per_gpu = r->hardware_flops / (r->step_s * d->gpus) / 1e12;
+    r->mfu = r->model_flops / (r->step_s * d->gpus * c.peak);
+    r->hfu = r->hardware_flops / (r->step_s * d->gpus * c.peak);
+    r->mfu_fp8 = c.peak_fp8 > 0 ? r->model_flops / (r->step_s * d->gpus * c.peak_fp8) : 0.0;
 }
 
 int sim_time_finish(SimResult *r, PxError *err)
 {
     const ModelDims *d = &r->dims;
-    const ModelLayout *l = &r->spec.layout;
-    const int p = d->p, v = d->v, m = d->m;
-    const double slow = r->cluster.overlap_slowdown;
-    const double *fwd = r->pass_fwd, *bwd = r->pass_bwd;
+    const int p = d->p, v = d->v;
+    const SimWork *w = r->work;
     /* one block: finish with and without transfers, each chunk's last backward, scratch */
     double *block = calloc((size_t)(3 * p + 4 * p * v), sizeof(double));
     double *fin = block, *fin0 = fin + p, *lbs = fin0 + p, *lbe = lbs + p * v;
@@ -581,127 +729,24 @@ int sim_time_finish(SimResult *r, PxError *err)
     if (!block)
         return px_fail(err, PX_ERUNTIME, "out of memory timing %d stages", p);
     /* the pipeline, with and without its transfers */
-    if (sim_pipeline_pair(d, l->schedule, fwd, bwd, r->p2p, fin, lbs, lbe, fin0, scratch) < 0) {
-        rc = px_fail(err, PX_ERUNTIME, "pipeline simulation failed (out of memory)");
-        goto out;
+    if (sim_pipeline_pair(d, r->spec.layout.schedule, w->pass_fwd, w->pass_bwd, w->p2p, fin, lbs,
+                          lbe, fin0, scratch) < 0) {
+        free(block);
+        return px_fail(err, PX_ERUNTIME, "pipeline simulation failed (out of memory)");
     }
     /* per step: gradient reduction (overlapped with the last backward when asked), the
      * tied-embedding and SP norm-gradient all-reduces, ZeRO-1/2's parameter all-gather */
     r->step_s = 0;
     for (int s = 0; s < p && !rc; s++) {
-        const ModelOpGraph *g = &r->ops[s];
-        const double *t = r->op_seconds[s];
-        SimStageTime *st = &r->stage_time[s];
-        int slots = 1;
-        for (int i = 0; i < g->count; i++)
-            slots += g->op[i].repeat;
-        Pending *q = calloc((size_t)slots, sizeof *q);
-        int *order = calloc((size_t)v, sizeof(int)), *count = calloc((size_t)v, sizeof(int));
-        if (!q || !order || !count) {
-            free(q);
-            free(order);
-            free(count);
-            rc = px_fail(err, PX_ERUNTIME, "out of memory timing stage %d", s);
+        if ((rc = stage_finish(r, s, fin, fin0, lbs, lbe, err)))
             break;
-        }
-        int nq = 0;
-        double grads = 0, embed = 0, gather = 0;
-        for (int i = 0; i < g->count; i++)
-            if (!g->op[i].per_microbatch && g->op[i].kind == MODEL_OP_COMM && grad_reduction(g->op[i].comm))
-                count[g->op[i].chunk] += g->op[i].repeat;
-        for (int i = 0; i < g->count; i++) {
-            const ModelOp *op = &g->op[i];
-            if (op->per_microbatch || op->kind != MODEL_OP_COMM)
-                continue;
-            if (grad_reduction(op->comm)) {
-                for (int rpt = 0; rpt < op->repeat; rpt++) {
-                    int j = op->chunk, k = order[j]++, n = count[j];
-                    /* blocks are listed embed, layers ascending, final: backward finishes
-                     * them in reverse over the chunk's last backward */
-                    double frac = (double)(n - k) / n;
-                    q[nq].ready = lbs[s * v + j] + frac * (lbe[s * v + j] - lbs[s * v + j]);
-                    q[nq].seconds = t[i];
-                    nq++;
-                    grads += t[i];
-                }
-            } else if (op->comm == MODEL_EMBED_ALLREDUCE || op->comm == MODEL_TP_ALLREDUCE) {
-                /* the tied embedding's and, with SP, the norms' gradient all-reduces */
-                embed += t[i] * op->repeat;
-            } else if (op->comm == MODEL_DP_ALL_GATHER || op->comm == MODEL_EDP_ALL_GATHER) {
-                gather += t[i] * op->repeat;
-            }
-        }
-        free(order);
-        free(count);
-        double T = fin[s], exposed = grads;
-        if (l->overlap_dp && nq > 0) {
-            qsort(q, (size_t)nq, sizeof *q, by_ready);
-            double f = 0;
-            for (int i = 0; i < nq; i++)
-                f = (q[i].ready > f ? q[i].ready : f) + q[i].seconds;
-            exposed = f > T ? f - T : 0;
-            exposed += slow * (grads - exposed > 0 ? grads - exposed : 0);
-        }
-        free(q);
-        double gather_exposed = gather;
-        if (l->overlap_dp && gather > 0)
-            gather_exposed = overlap(gather, fwd[s * v], slow); /* under the next step's first forward */
-        if (l->offload_optimizer) {
-            /* ZeRO-Offload without the delayed update: the gradient shards go down under the
-             * last backward of each chunk, the host steps once all have arrived, the updated
-             * shard comes up under the next step's first forward, ahead of the gathers that
-             * share that forward (docs/time.md, "Offload") */
-            double down, up, touch, last_bwd = 0;
-            offload_bytes(r, s, &down, &up, &touch);
-            const double pcie = r->cluster.host_pcie_bandwidth;
-            for (int j = 0; j < v; j++)
-                last_bwd += lbe[s * v + j] - lbs[s * v + j];
-            st->offload_down_s = l->overlap_dp ? overlap(down / pcie, last_bwd, slow) : down / pcie;
-            st->offload_up_s = l->overlap_dp ? overlap(up / pcie + gather, fwd[s * v], slow) - gather_exposed
-                                             : up / pcie;
-            st->optimizer_s = st->offload_host_s + st->offload_down_s + st->offload_up_s;
-        }
-        st->dp_exposed_s += exposed + embed + gather_exposed;
-        st->pipeline_s = T;
-        st->pp_comm_s = fin[s] - fin0[s];
-        double ideal = 0;
-        for (int j = 0; j < v; j++)
-            ideal += m * (fwd[s * v + j] + bwd[s * v + j]);
-        st->bubble_fraction = ideal > 0 ? fin0[s] / ideal - 1.0 : 0.0;
-        if (st->bubble_fraction < 0.0) /* rounding: no pipeline beats its ideal */
-            st->bubble_fraction = 0.0;
-        st->step_s = T + exposed + embed + st->optimizer_s + gather_exposed;
-        if (st->step_s > r->step_s) {
-            r->step_s = st->step_s;
+        if (r->stage_time[s].step_s > r->step_s) {
+            r->step_s = r->stage_time[s].step_s;
             r->critical_stage = s;
         }
     }
-    if (rc)
-        goto out;
-    {
-        SimCtx c;
-        sim_ctx_init(&c, &r->cluster, &r->spec, d, r->node_size);
-        const SimStageTime *cs = &r->stage_time[r->critical_stage];
-        r->compute_s = cs->compute_s;
-        r->tp_comm_s = cs->tp_comm_s;
-        r->ep_comm_s = cs->ep_comm_s;
-        r->pp_comm_s = cs->pp_comm_s;
-        r->dp_comm_exposed_s = cs->dp_exposed_s;
-        r->optimizer_s = cs->optimizer_s;
-        r->bubble_fraction = cs->bubble_fraction;
-        r->tokens_per_s = (double)r->spec.job.global_batch * d->s / r->step_s;
-        r->tflops_per_gpu = r->hardware_flops / (r->step_s * d->gpus) / 1e12;
-        r->mfu = r->model_flops / (r->step_s * d->gpus * c.peak);
-        r->hfu = r->hardware_flops / (r->step_s * d->gpus * c.peak);
-        r->mfu_fp8 = c.peak_fp8 > 0 ? r->model_flops / (r->step_s * d->gpus * c.peak_fp8) : 0.0;
-    }
-out:
+    if (!rc)
+        step_summary(r);
     free(block);
     return rc;
-}
-
-int sim_time(SimResult *r, PxError *err)
-{
-    int rc = sim_time_costs(r, err);
-    return rc ? rc : sim_time_finish(r, err);
 }

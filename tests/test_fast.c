@@ -53,7 +53,7 @@ static void compare(ModelSpec s, const ProfCluster *cl, int gpus)
                 CHECK_EQ_U64(fast.comm[st][k], cached.comm[st][k]);
             CHECK(fast.stage_time[st].step_s == cached.stage_time[st].step_s);
         }
-        CHECK(fast.step_s == cached.step_s && fast.bound_s == cached.bound_s);
+        CHECK(fast.step_s == cached.step_s && fast.work->bound_s == cached.work->bound_s);
         sim_result_free(&cached);
     }
     /* the planner's memory verdict, without a result, from its cache and without one */
@@ -78,7 +78,7 @@ static void compare(ModelSpec s, const ProfCluster *cl, int gpus)
     CHECK(fabs(full.dp_comm_exposed_s - fast.dp_comm_exposed_s) <= 1e-9 * full.step_s);
     CHECK_EQ_INT(full.critical_stage, fast.critical_stage);
     /* the planner's bound never exceeds the step it bounds */
-    CHECK(fast.bound_s > 0 && fast.bound_s <= fast.step_s * (1 + 1e-12));
+    CHECK(fast.work->bound_s > 0 && fast.work->bound_s <= fast.step_s * (1 + 1e-12));
     /* nor does its cheaper floor (the layers' compute, the pipeline's fill and drain) exceed
      * the step, and it takes the same layer costs from either simulation */
     double lf = 0, lb = 0, full_lf = 0, full_lb = 0;

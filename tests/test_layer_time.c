@@ -7,6 +7,7 @@
  * breakdown must add up to the total, and the recompute figures must be what each recompute
  * re-runs. */
 #include "fixtures.h"
+#include "sim/internal.h" /* the passes the layer is held against: the workspace's */
 #include "test.h"
 
 typedef struct {
@@ -78,8 +79,8 @@ int main(void)
             CHECK_REL(p[k]->total_s, p[k]->gemm_s + p[k]->attn_core_s + p[k]->elementwise_s + p[k]->comm_exposed_s, 1e-12);
         /* ... and the layer's passes are what the pipeline runs: one of 48 identical layers
          * plus the embedding, the output layer and the loss */
-        CHECK(48 * lt.fwd.total_s < r.pass_fwd[0] && r.pass_fwd[0] < 48 * lt.fwd.total_s * 1.1);
-        CHECK(48 * lt.bwd.total_s < r.pass_bwd[0] && r.pass_bwd[0] < 48 * lt.bwd.total_s * 1.1);
+        CHECK(48 * lt.fwd.total_s < r.work->pass_fwd[0] && r.work->pass_fwd[0] < 48 * lt.fwd.total_s * 1.1);
+        CHECK(48 * lt.bwd.total_s < r.work->pass_bwd[0] && r.work->pass_bwd[0] < 48 * lt.bwd.total_s * 1.1);
         if (i == 0)
             base = lt;
         /* what recompute re-runs: full, the layer's forward (its all-reduces too); selective,

@@ -2,6 +2,7 @@
  * ranking is deterministic, pins are respected, impossible requests say why, plans round-trip,
  * exports carry a known plan's values, and sweeps rank each size's best by the objective. */
 #include "fixtures.h"
+#include "sim/internal.h" /* the planner's bound on the step: the workspace's */
 #include "test.h"
 
 static SimPlanRequest request(const char *model, int gpus, int gbs)
@@ -44,16 +45,16 @@ static void check_bound(void *ctx, const SimCandidate *c)
     PxError err = {0};
     SimResult r;
     CHECK_OK(sim_run_ex(&c->spec, b->cl, b->gpus, 1, SIM_BOUND, &r, &err), err);
-    if (!(r.bound_s <= c->step_s * (1 + 1e-12))) {
+    if (!(r.work->bound_s <= c->step_s * (1 + 1e-12))) {
         fprintf(stderr, "FAILED: bound %.9g s above the exact step %.9g s for tp %d pp %d dp %d cp %d vpp %d\n",
-                r.bound_s, c->step_s, c->spec.layout.tp, c->spec.layout.pp, c->spec.layout.dp,
+                r.work->bound_s, c->step_s, c->spec.layout.tp, c->spec.layout.pp, c->spec.layout.dp,
                 c->spec.layout.cp, c->spec.layout.vpp);
         exit(1);
     }
     px_test_checks++;
     b->checked++;
-    if (b->tightest == 0 || c->step_s / r.bound_s < b->tightest)
-        b->tightest = c->step_s / r.bound_s;
+    if (b->tightest == 0 || c->step_s / r.work->bound_s < b->tightest)
+        b->tightest = c->step_s / r.work->bound_s;
     sim_result_free(&r);
 }
 

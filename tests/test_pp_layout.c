@@ -193,7 +193,7 @@ static void test_costs(void)
     CHECK_REL(8 * 2 * layer_flops, r.rank_flops[0], 1e-12);
     CHECK_REL(8 * (2 * layer_flops + head_flops), r.rank_flops[1], 1e-12);
     /* the output layer makes stage 1's chunk 5 (no layer) heavier than stage 0's chunk 0 */
-    CHECK(r.pass_fwd[1] > r.pass_fwd[0]);
+    CHECK(r.work->pass_fwd[1] > r.work->pass_fwd[0]);
     sim_result_free(&r);
     prof_cluster_free(&cl);
 }

@@ -231,11 +231,11 @@ static void test_sim(void)
         CHECK_EQ_INT(0, r.critical_stage);
         CHECK_REL(slowest, r.step_s, 1e-15);
         const int h = cases[c].heaviest;
-        double bound = 8 * (r.pass_fwd[h] + r.pass_bwd[h]);
+        double bound = 8 * (r.work->pass_fwd[h] + r.work->pass_bwd[h]);
         for (int st = 0; st < h; st++)
-            bound += r.pass_fwd[st] + r.pass_bwd[st];
+            bound += r.work->pass_fwd[st] + r.work->pass_bwd[st];
         for (int st = 0; st < p; st++)
-            CHECK(st == h || r.pass_fwd[st] + r.pass_bwd[st] < r.pass_fwd[h] + r.pass_bwd[h]);
+            CHECK(st == h || r.work->pass_fwd[st] + r.work->pass_bwd[st] < r.work->pass_fwd[h] + r.work->pass_bwd[h]);
         CHECK(r.step_s >= bound);
         /* a stage with fewer layers idles more: stage 0 waits on the heavier stages after it */
         CHECK(r.stage_time[0].bubble_fraction > r.stage_time[p - 1].bubble_fraction);
