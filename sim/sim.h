@@ -75,7 +75,8 @@ enum { SIM_ZERO_GATHER_FWD = 0, SIM_ZERO_GATHER_RECOMPUTE, SIM_ZERO_GATHER_BWD, 
  * needs it (white-box tests include sim/internal.h to look in).
  *
  * How far sim_run_ex went decides what the answer holds: SIM_MEMORY the question and memory;
- * SIM_BOUND also FLOPs, bytes, the op list and its seconds; SIM_FULL also the time. */
+ * SIM_BOUND also FLOPs, bytes, the op list and its seconds (and stage_time's sums over the
+ * passes); SIM_FULL also the rest of the time. */
 typedef struct SimWork SimWork;
 
 typedef struct {
@@ -97,8 +98,8 @@ typedef struct {
     double hardware_flops; /* per step, whole job: recompute included */
     double *rank_flops;    /* [pp] hardware FLOPs of one rank of each stage per step */
     uint64_t (*comm)[MODEL_COMM_COUNT]; /* [pp][kind] bytes one rank moves per step */
-    /* the op list: each stage's ops (compact: one layer per chunk standing for its run; a
-     * middle stage's graph may be its model stage's, sim_stage_model) and their seconds */
+    /* the op list: each stage's ops (compact: one layer per chunk standing for its run, and a
+     * middle stage may share an earlier one's graph and seconds) and their seconds */
     ModelOpGraph *ops;                  /* [pp] op graph of each stage */
     double **op_seconds;                /* [pp][op] seconds of one execution of each op */
     /* time: each stage's, then the prediction's time and throughput, for the stage that ends
