@@ -10,7 +10,7 @@
  * param_groups (components/optimizer/optimizer.py, default_adamw) and the config functions of
  * models/<module>/config_registry.py. What torchtitan cannot say is a "# NOT EXPRESSIBLE:"
  * line, never dropped silently (docs/exports.md#torchtitan---format-torchtitan). */
-#include "sim/internal.h"
+#include "export/internal.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -478,7 +478,7 @@ static void arg(FILE *f, const char *name, const char *fmt, ...)
 
 /* torchtitan 0.3's command line. tyro takes both spellings of a key; parallax writes the
  * underscore one, and the activation-checkpoint policy last, as the subcommand it is. */
-int sim_export_torchtitan(FILE *f, const ModelPlan *p, const ModelDims *d, PxError *err)
+int export_torchtitan(FILE *f, const ModelPlan *p, const ModelDims *d, PxError *err)
 {
     (void)err;
     const ModelConfig *c = &p->spec.model;
@@ -564,7 +564,7 @@ int sim_export_torchtitan(FILE *f, const ModelPlan *p, const ModelDims *d, PxErr
 }
 
 /* torchtitan 0.2's TOML job file: JobConfig's sections as tables. */
-int sim_export_torchtitan_toml(FILE *f, const ModelPlan *p, const ModelDims *d, PxError *err)
+int export_torchtitan_toml(FILE *f, const ModelPlan *p, const ModelDims *d, PxError *err)
 {
     (void)err;
     const ModelConfig *c = &p->spec.model;

@@ -19,7 +19,7 @@
  *     (instantiated by apply_overrides' _target_ handling);
  *   - a recipe's CommOverlapConfig turns data-parallel overlap on by itself whenever dp > 1, so
  *     comm_overlap is null and the plan's overlaps are the DDP and model keys. */
-#include "sim/internal.h"
+#include "export/internal.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -134,8 +134,8 @@ static void ov_int_or_null(BridgeOut *o, const char *key, int v, int is_null)
  * prediction module, L the loss), which overrides whatever split the recipe holds. */
 static void bridge_split(BridgeOut *o, const ModelPlan *p, const ModelDims *d)
 {
-    SimMegatronSplit ms;
-    sim_export_megatron_pipeline(p, d, &ms);
+    ExportMegatronSplit ms;
+    export_megatron_pipeline(p, d, &ms);
     /* quoted for Hydra too: unquoted, its ',' would make a list and its '(' a syntax error */
     if (ms.layout[0])
         ov(o, "model.pipeline_model_parallel_layout=\"%s\"", ms.layout);
@@ -302,7 +302,7 @@ static void bridge_precision(BridgeOut *o, const ModelPlan *p)
         DIFF(",grad_reduce_in_fp32:%s", tf(grad32));
     if (fp8) {
         const int e4m3 = t->fp8_format == MODEL_FP8_E4M3, mx = t->fp8 == MODEL_FP8_MXFP8;
-        const int pg = sim_export_fp8_param_gather_ok(p);
+        const int pg = export_fp8_param_gather_ok(p);
         if (e4m3 != mx)
             DIFF(",fp8:%s", model_fp8_format_name(t->fp8_format));
         if (t->fp8 == MODEL_FP8_DELAYED && t->fp8_amax_history != 1024)
@@ -335,7 +335,7 @@ static void bridge_precision_notes(FILE *f, const ModelPlan *p)
     if (t->precision == PX_FP32)
         fprintf(f, "# NOT EXPRESSIBLE: FP8 GEMMs on fp32 weights (Megatron-Bridge's FP8 recipes are bf16_with_* and\n"
                    "# fp16_with_*): the precision below is fp32 alone\n");
-    if (t->fp8_param_gather && !sim_export_fp8_param_gather_ok(p))
+    if (t->fp8_param_gather && !export_fp8_param_gather_ok(p))
         fprintf(f, "# NOT EXPRESSIBLE: FP8-only weights without the distributed optimizer (ZeRO-0): they stay 16-bit\n");
     if (t->fp8 == MODEL_FP8_MXFP8)
         fprintf(f, "# the mxfp8 recipe runs on Blackwell only\n");
@@ -344,7 +344,7 @@ static void bridge_precision_notes(FILE *f, const ModelPlan *p)
                    "# one below, which dispatches in bf16)\n");
 }
 
-void sim_export_bridge(FILE *f, const ModelPlan *p, const ModelDims *d)
+void export_bridge(FILE *f, const ModelPlan *p, const ModelDims *d)
 {
     const ModelConfig *c = &p->spec.model;
     const ModelLayout *l = &p->spec.layout;
@@ -372,7 +372,7 @@ void sim_export_bridge(FILE *f, const ModelPlan *p, const ModelDims *d)
     if (!own)
         fprintf(f, "# its tokenizer is replaced by a NullTokenizer of the model's vocabulary: set your own\n");
     if (l->schedule == MODEL_SCHED_GPIPE && l->pp > 1)
-        fprintf(f, "%s", sim_export_gpipe_note);
+        fprintf(f, "%s", export_gpipe_note);
     bridge_model_notes(f, p, r);
     bridge_precision_notes(f, p);
     if (t->optimizer == MODEL_OPT_ADAM_8BIT)
@@ -383,7 +383,7 @@ void sim_export_bridge(FILE *f, const ModelPlan *p, const ModelDims *d)
     ov_int_or_null(&o, "model.virtual_pipeline_model_parallel_size", l->vpp, l->vpp <= 1);
     ov(&o, "model.context_parallel_size=%d model.sequence_parallel=%s", l->cp, tf(l->sp));
     if (l->cp > 1)
-        ov(&o, "model.cp_comm_type=%s", sim_export_cp_comm_name(l->cp_comm));
+        ov(&o, "model.cp_comm_type=%s", export_cp_comm_name(l->cp_comm));
     ov_end(&o);
     bridge_split(&o, p, d);
     bridge_model(&o, p, d);

@@ -1,13 +1,13 @@
 /* NeMo 1.x export: Hydra overrides for megatron_gpt_pretraining.py (megatron_gpt_config.yaml),
  * and the MoE / MLA overrides NeMo 1.x and Megatron-Bridge share. */
-#include "sim/internal.h"
+#include "export/internal.h"
 
 #include <stdio.h>
 
 /* A MoE plan's expert and MLA settings as overrides: NeMo 1.x's model.* keys and
  * Megatron-Bridge's model provider (TransformerConfig's field names) share them, but for the
  * layer pattern and the expert tensor degree, which NeMo 1.x does not take. */
-void sim_export_moe_overrides(FILE *f, const ModelPlan *p, int bridge)
+void export_moe_overrides(FILE *f, const ModelPlan *p, int bridge)
 {
     const ModelConfig *c = &p->spec.model;
     const ModelMoe *m = &c->moe;
@@ -80,7 +80,7 @@ static void nemo1_fp8(FILE *f, const ModelPlan *p)
         fprintf(f, " model.fp8_amax_history_len=%d model.fp8_amax_compute_algo=max", t->fp8_amax_history);
     else
         fprintf(f, " +model.fp8_recipe=%s", model_fp8_recipe_name(t->fp8));
-    if (delayed && sim_export_fp8_param_gather_ok(p))
+    if (delayed && export_fp8_param_gather_ok(p))
         fprintf(f, " +model.fp8_params=true");
     if (t->fp8_attention)
         fprintf(f, " +model.fp8_dot_product_attention=true");
@@ -89,7 +89,7 @@ static void nemo1_fp8(FILE *f, const ModelPlan *p)
         fprintf(f, "# NOT EXPRESSIBLE in NeMo 1.x: FP8 parameters under the %s recipe (model.fp8_params builds them\n"
                    "# under DelayedScaling); the weights stay 16-bit beside their FP8 copies\n",
                 model_fp8_recipe_name(t->fp8));
-    else if (t->fp8_param_gather && !sim_export_fp8_param_gather_ok(p))
+    else if (t->fp8_param_gather && !export_fp8_param_gather_ok(p))
         fprintf(f, "# NOT EXPRESSIBLE: FP8-only weights without the distributed optimizer (ZeRO-0); the weights stay\n"
                    "# 16-bit beside their FP8 copies (plan with --zero 1 for model.fp8_params)\n");
 }
@@ -158,7 +158,7 @@ static void nemo1_moe(FILE *f, const ModelPlan *p)
  * 10000), bias, share_embeddings_and_output_weights, layernorm_epsilon, kv_channels,
  * num_query_groups, make_vocab_size_divisible_by, max_position_embeddings. Keys that NeMo 1.23.0
  * composes but does not read are said in comments. */
-void sim_export_nemo1(FILE *f, const ModelPlan *p, const ModelDims *d)
+void export_nemo1(FILE *f, const ModelPlan *p, const ModelDims *d)
 {
     const ModelConfig *c = &p->spec.model;
     const ModelLayout *l = &p->spec.layout;
@@ -176,7 +176,7 @@ void sim_export_nemo1(FILE *f, const ModelPlan *p, const ModelDims *d)
     fprintf(f, "# for megatron_gpt_config.yaml as NeMo 8cfedd72 ships it: '+' adds a key that file lacks, '++' one\n"
                "# that NeMo 1.23.0's lacks; Megatron-Core reads the added keys through build_transformer_config\n");
     if (l->schedule == MODEL_SCHED_GPIPE && l->pp > 1)
-        fprintf(f, "%s", sim_export_gpipe_note);
+        fprintf(f, "%s", export_gpipe_note);
     fprintf(f, "trainer.devices=%d trainer.num_nodes=%d trainer.precision=%s trainer.max_steps=%d\n",
             per_node, (p->gpus + per_node - 1) / per_node, prec, t->steps);
     /* Megatron-Core's GPT (the default from NeMo 2.0, not in 1.23.0) carries context parallelism,
@@ -190,7 +190,7 @@ void sim_export_nemo1(FILE *f, const ModelPlan *p, const ModelDims *d)
     fprintf(f, " +model.context_parallel_size=%d model.sequence_parallel=%s\n", l->cp, l->sp ? "true" : "false");
     /* NeMo 1.x hands model.* keys named as TransformerConfig's fields on to it; p2p is its default */
     if (l->cp > 1 && l->cp_comm != MODEL_CP_COMM_P2P)
-        fprintf(f, "+model.cp_comm_type=%s\n", sim_export_cp_comm_name(l->cp_comm));
+        fprintf(f, "+model.cp_comm_type=%s\n", export_cp_comm_name(l->cp_comm));
     fprintf(f, "model.micro_batch_size=%d model.global_batch_size=%d model.encoder_seq_length=%d model.max_position_embeddings=%d\n",
             t->micro_batch, t->global_batch, d->s, rope ? d->s : c->seq_len);
     fprintf(f, "model.num_layers=%d model.hidden_size=%d model.ffn_hidden_size=%d model.num_attention_heads=%d\n",
@@ -221,7 +221,7 @@ void sim_export_nemo1(FILE *f, const ModelPlan *p, const ModelDims *d)
         char split[256];
         int first = -1, last = -1;
         model_split_format(l->stage_layers, l->n_stage_layers, split, sizeof split);
-        if (sim_export_megatron_split(l, &first, &last)) {
+        if (export_megatron_split(l, &first, &last)) {
             /* build_transformer_config checks and passes them on (NeMo 2.3.0 on) */
             if (first >= 0)
                 fprintf(f, "+model.num_layers_in_first_pipeline_stage=%d ", first);

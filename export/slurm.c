@@ -1,6 +1,6 @@
 /* A Slurm batch script export: the plan's ranks as nodes and tasks, and srun starting
  * `parallax run PLAN --launcher none` once per rank (docs/exports.md, "Slurm"). */
-#include "sim/internal.h"
+#include "export/internal.h"
 
 #include <math.h>
 #include <string.h>
@@ -42,14 +42,14 @@ static void job_name(char *buf, size_t cap, const char *model)
     buf[n] = '\0';
 }
 
-int sim_export_slurm_job(FILE *f, const ModelPlan *p, const SimSlurmJob *job, PxError *err)
+int export_slurm_job(FILE *f, const ModelPlan *p, const ExportSlurmJob *job, PxError *err)
 {
     ModelSpec s = p->spec;
     ModelDims d;
     int rc = model_spec_check(&s, p->gpus, &d, err);
     if (rc)
         return rc;
-    const SimSlurmJob none = {NULL, NULL, NULL};
+    const ExportSlurmJob none = {NULL, NULL, NULL};
     if (!job)
         job = &none;
     /* the time limit from the prediction, checked before anything is written */
@@ -122,8 +122,8 @@ int sim_export_slurm_job(FILE *f, const ModelPlan *p, const SimSlurmJob *job, Px
     return PX_OK;
 }
 
-int sim_export_slurm(FILE *f, const ModelPlan *p, const ModelDims *d, PxError *err)
+int export_slurm(FILE *f, const ModelPlan *p, const ModelDims *d, PxError *err)
 {
     (void)d;
-    return sim_export_slurm_job(f, p, NULL, err);
+    return export_slurm_job(f, p, NULL, err);
 }

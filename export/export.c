@@ -1,23 +1,23 @@
 /* Exports a plan to the frameworks that run it: Megatron-LM command-line flags, a DeepSpeed
- * config; NeMo 1.x and Megatron-Bridge (export_nemo.c, export_bridge.c), torchtitan
- * (export_titan.c) and a Slurm batch script (export_slurm.c) in files of their own. Flag names follow each framework's
+ * config; NeMo 1.x and Megatron-Bridge (nemo.c, bridge.c), torchtitan (titan.c) and a Slurm
+ * batch script (slurm.c) in files of their own. Flag names follow each framework's
  * documentation; what a framework cannot express is said in a comment, never dropped silently. */
-#include "sim/internal.h"
+#include "export/internal.h"
 
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>
 
-const char *sim_export_name(SimExportFormat f)
+const char *export_format_name(ExportFormat f)
 {
     static const char *const names[] = {"megatron", "deepspeed", "nemo", "bridge", "torchtitan", "slurm", "torchtitan-toml"};
-    return (unsigned)f < SIM_EXPORT_COUNT ? names[f] : "?";
+    return (unsigned)f < EXPORT_COUNT ? names[f] : "?";
 }
 
-int sim_export_from_name(const char *s)
+int export_format_from_name(const char *s)
 {
-    for (int i = 0; i < SIM_EXPORT_COUNT; i++)
-        if (s && strcmp(s, sim_export_name((SimExportFormat)i)) == 0)
+    for (int i = 0; i < EXPORT_COUNT; i++)
+        if (s && strcmp(s, export_format_name((ExportFormat)i)) == 0)
             return i;
     return -1;
 }
@@ -149,7 +149,7 @@ static void megatron_moe_notes(FILE *f, const ModelPlan *p)
  * which ZeRO 1 and 2 map to. fp8_dot_product_attention is a TransformerConfig field that
  * arguments.py excludes from the flags, and Megatron-Core quantizes a MoE dispatch only on the
  * ncclep flex dispatcher (moe_dispatch_fwd_dtype): both are said in comments.
- * (sim_export_fp8_param_gather_ok in export_common.c says when the flag applies.) */
+ * (export_fp8_param_gather_ok in common.c says when the flag applies.) */
 static void megatron_fp8_notes(FILE *f, const ModelPlan *p)
 {
     const ModelJob *t = &p->spec.job;
@@ -157,7 +157,7 @@ static void megatron_fp8_notes(FILE *f, const ModelPlan *p)
         return;
     if (t->fp8 == MODEL_FP8_MXFP8)
         fprintf(f, "# --fp8-recipe mxfp8 runs on Blackwell only: Transformer Engine checks the device, validate_args does not\n");
-    if (t->fp8_param_gather && !sim_export_fp8_param_gather_ok(p))
+    if (t->fp8_param_gather && !export_fp8_param_gather_ok(p))
         fprintf(f, "# NOT EXPRESSIBLE: FP8-only weights without the distributed optimizer (ZeRO-0): validate_args takes\n"
                    "# --fp8-param-gather only with --use-distributed-optimizer or FSDP, so the flags below keep the 16-bit\n"
                    "# weights beside their FP8 copies (plan with --zero 1 for the flag)\n");
@@ -181,7 +181,7 @@ static void megatron_fp8(FILE *f, const ModelPlan *p)
         flag(f, "--fp8-amax-history-len", "%d", t->fp8_amax_history);
         flag(f, "--fp8-amax-compute-algo", "max");
     }
-    if (sim_export_fp8_param_gather_ok(p))
+    if (export_fp8_param_gather_ok(p))
         flag(f, "--fp8-param-gather", NULL);
 }
 
@@ -281,9 +281,9 @@ static void megatron(FILE *f, const ModelPlan *p, const ModelDims *d)
                    "# validate_args asserts --ckpt-format fsdp_dtensor\n",
                 l->zero);
     if (l->schedule == MODEL_SCHED_GPIPE && l->pp > 1)
-        fprintf(f, "%s", sim_export_gpipe_note);
-    SimMegatronSplit ms;
-    const int split_said = sim_export_megatron_pipeline(p, d, &ms);
+        fprintf(f, "%s", export_gpipe_note);
+    ExportMegatronSplit ms;
+    const int split_said = export_megatron_pipeline(p, d, &ms);
     if (split_said) {
         char split[256];
         model_split_format(l->stage_layers, l->n_stage_layers, split, sizeof split);
@@ -373,7 +373,7 @@ static void megatron(FILE *f, const ModelPlan *p, const ModelDims *d)
     if (l->cp > 1)
         flag(f, "--context-parallel-size", "%d", l->cp);
     if (l->cp > 1 && l->cp_comm != MODEL_CP_COMM_P2P) /* p2p is Megatron-LM's default */
-        flag(f, "--cp-comm-type", "%s", sim_export_cp_comm_name(l->cp_comm));
+        flag(f, "--cp-comm-type", "%s", export_cp_comm_name(l->cp_comm));
     if (l->sp)
         flag(f, "--sequence-parallel", NULL);
     if (l->zero == 1)
@@ -509,7 +509,7 @@ static void deepspeed(FILE *f, const ModelPlan *p, const ModelDims *d)
     }
     /* DeepSpeed accumulates gradients in the model's dtype unless data_types.grad_accum_dtype
      * says otherwise, which its ZeRO optimizers take; without ZeRO the engine refuses 16-bit
-     * weights with fp32 gradients (sim_export warns) */
+     * weights with fp32 gradients (export_plan warns) */
     if (t->precision != PX_FP32 && (l->zero >= 1 || t->grad_dtype == t->precision)) {
         cJSON *dt = cJSON_AddObjectToObject(j, "data_types");
         cJSON_AddStringToObject(dt, "grad_accum_dtype", px_dtype_name(t->grad_dtype));
@@ -556,7 +556,7 @@ static void deepspeed(FILE *f, const ModelPlan *p, const ModelDims *d)
     cJSON_Delete(j);
 }
 
-int sim_export(FILE *f, const ModelPlan *plan, SimExportFormat fmt, PxError *err)
+int export_plan(FILE *f, const ModelPlan *plan, ExportFormat fmt, PxError *err)
 {
     ModelSpec s = plan->spec;
     ModelDims d;
@@ -566,8 +566,8 @@ int sim_export(FILE *f, const ModelPlan *plan, SimExportFormat fmt, PxError *err
     ModelPlan p = *plan;
     p.spec = s;
     switch (fmt) {
-    case SIM_EXPORT_MEGATRON: megatron(f, &p, &d); break;
-    case SIM_EXPORT_DEEPSPEED:
+    case EXPORT_MEGATRON: megatron(f, &p, &d); break;
+    case EXPORT_DEEPSPEED:
         if (s.layout.tp > 1 || s.layout.pp > 1 || s.layout.cp > 1)
             px_warn("DeepSpeed's config has no tensor, pipeline or context degrees: set tp %d, pp %d, "
                     "cp %d in Megatron-DeepSpeed's arguments",
@@ -616,14 +616,14 @@ int sim_export(FILE *f, const ModelPlan *plan, SimExportFormat fmt, PxError *err
         deepspeed_sharding_notes(&p);
         deepspeed(f, &p, &d);
         break;
-    case SIM_EXPORT_NEMO:
-        sim_export_nemo1(f, &p, &d);
-        sim_export_bridge(f, &p, &d);
+    case EXPORT_NEMO:
+        export_nemo1(f, &p, &d);
+        export_bridge(f, &p, &d);
         break;
-    case SIM_EXPORT_BRIDGE: sim_export_bridge(f, &p, &d); break;
-    case SIM_EXPORT_TORCHTITAN: return sim_export_torchtitan(f, &p, &d, err);
-    case SIM_EXPORT_SLURM: return sim_export_slurm(f, &p, &d, err);
-    case SIM_EXPORT_TORCHTITAN_TOML: return sim_export_torchtitan_toml(f, &p, &d, err);
+    case EXPORT_BRIDGE: export_bridge(f, &p, &d); break;
+    case EXPORT_TORCHTITAN: return export_torchtitan(f, &p, &d, err);
+    case EXPORT_SLURM: return export_slurm(f, &p, &d, err);
+    case EXPORT_TORCHTITAN_TOML: return export_torchtitan_toml(f, &p, &d, err);
     default: return px_fail(err, PX_EINPUT, "unknown export format %d", (int)fmt);
     }
     return PX_OK;

@@ -1,11 +1,11 @@
 /* What several exports share: Megatron-Core's ways of saying an uneven pipeline split, the
  * note for GPipe, and when FP8-only weights are expressible. Called by export.c (Megatron-LM),
- * export_nemo.c and export_bridge.c; it calls none of them. */
-#include "sim/internal.h"
+ * nemo.c and bridge.c; it calls none of them. */
+#include "export/internal.h"
 
 #include <string.h>
 
-const char *sim_export_cp_comm_name(ModelCpComm c)
+const char *export_cp_comm_name(ModelCpComm c)
 {
     static const char *const names[] = {"p2p", "all_gather", "a2a"};
     return (unsigned)c < 3 ? names[c] : "p2p";
@@ -15,7 +15,7 @@ const char *sim_export_cp_comm_name(ModelCpComm c)
  * (--decoder-first/last-pipeline-num-layers), the other stages sharing the rest evenly
  * (get_transformer_layer_offset). *first and *last get -1 when not needed. Returns 0 when the
  * split is not of that form: its middle stages differ. */
-int sim_export_megatron_split(const ModelLayout *l, int *first, int *last)
+int export_megatron_split(const ModelLayout *l, int *first, int *last)
 {
     const int p = l->n_stage_layers, *n = l->stage_layers;
     *first = *last = -1;
@@ -40,12 +40,12 @@ int sim_export_megatron_split(const ModelLayout *l, int *first, int *last)
 
 /* GPipe (every forward, then every backward) is not a schedule Megatron-LM, NeMo or
  * Megatron-Bridge offer: their non-interleaved pipeline is 1F1B. */
-const char *const sim_export_gpipe_note =
+const char *const export_gpipe_note =
     "# NOT EXPRESSIBLE: the plan's GPipe schedule; Megatron runs 1F1B here, with the same bubble and\n"
     "# fewer activations in flight (plan with --schedule 1f1b for its exact prediction)\n";
 
 /* Megatron-Core's experimental --pipeline-model-parallel-layout for a split: "Et*2|t*3|tL" */
-void sim_export_megatron_layout(char *buf, size_t cap, const ModelLayout *l, int mtp)
+void export_megatron_layout(char *buf, size_t cap, const ModelLayout *l, int mtp)
 {
     size_t n = 0;
     buf[0] = '\0';
@@ -65,7 +65,7 @@ void sim_export_megatron_layout(char *buf, size_t cap, const ModelLayout *l, int
         snprintf(buf + n, cap - n, "L");
 }
 
-int sim_export_megatron_pipeline(const ModelPlan *p, const ModelDims *d, SimMegatronSplit *out)
+int export_megatron_pipeline(const ModelPlan *p, const ModelDims *d, ExportMegatronSplit *out)
 {
     const ModelLayout *l = &p->spec.layout;
     memset(out, 0, sizeof *out);
@@ -86,14 +86,14 @@ int sim_export_megatron_pipeline(const ModelPlan *p, const ModelDims *d, SimMega
     }
     if (!d->uneven)
         return 0;
-    if (!sim_export_megatron_split(l, &out->first, &out->last))
-        sim_export_megatron_layout(out->layout, sizeof out->layout, l, p->spec.model.mtp_layers);
+    if (!export_megatron_split(l, &out->first, &out->last))
+        export_megatron_layout(out->layout, sizeof out->layout, l, p->spec.model.mtp_layers);
     return 1;
 }
 
 /* --fp8-param-gather and its equivalents: FP8-only weights, which Megatron takes only with the
  * distributed optimizer or FSDP (ZeRO 1 and up). */
-int sim_export_fp8_param_gather_ok(const ModelPlan *p)
+int export_fp8_param_gather_ok(const ModelPlan *p)
 {
     return p->spec.job.fp8_param_gather && p->spec.layout.zero >= 1;
 }
