@@ -1,9 +1,46 @@
-/* What several exports share: Megatron-Core's ways of saying an uneven pipeline split, the
- * note for GPipe, and when FP8-only weights are expressible. Called by export.c (Megatron-LM),
- * nemo.c and bridge.c; it calls none of them. */
+/* What several exports share: the command-line printer, the job's nodes, Megatron-Core's ways
+ * of saying an uneven pipeline split, the notes that read alike in every format (GPipe, a
+ * routing imbalance) and when FP8-only weights are expressible. Called by the format files
+ * (megatron.c, nemo.c, bridge.c, titan.c, ...); it calls none of them. */
 #include "export/internal.h"
 
+#include <stdarg.h>
 #include <string.h>
+
+void export_vflag(FILE *f, const char *end, const char *name, const char *fmt, va_list ap)
+{
+    fprintf(f, "    %s", name);
+    if (fmt) {
+        fputc(' ', f);
+        vfprintf(f, fmt, ap);
+    }
+    fputs(end, f);
+}
+
+int export_node_size(const ModelPlan *p, int *nodes)
+{
+    int per_node = prof_node_size(&p->profile, p->gpus);
+    if (per_node > p->gpus)
+        per_node = p->gpus;
+    *nodes = (p->gpus + per_node - 1) / per_node;
+    return per_node;
+}
+
+const char *export_bool(int b) { return b ? "true" : "false"; }
+
+const char *export_router_score(const ModelMoe *m)
+{
+    return m->score == MODEL_ROUTER_SIGMOID ? "sigmoid" : "softmax";
+}
+
+void export_imbalance_note(FILE *f, const ModelPlan *p, const char *what)
+{
+    const ModelJob *j = &p->spec.job;
+    if (p->spec.model.moe.experts > 0 && j->moe_imbalance > 1.0 && !j->moe_force_balance)
+        fprintf(f, "# planned for a routing imbalance of %g (the busiest EP rank's tokens over the balanced\n"
+                   "# share): a planning assumption, not a %s\n",
+                j->moe_imbalance, what);
+}
 
 const char *export_cp_comm_name(ModelCpComm c)
 {
@@ -40,11 +77,19 @@ int export_megatron_split(const ModelLayout *l, int *first, int *last)
 
 /* GPipe (every forward, then every backward) is not a schedule Megatron-LM, NeMo or
  * Megatron-Bridge offer: their non-interleaved pipeline is 1F1B. */
-const char *const export_gpipe_note =
-    "# NOT EXPRESSIBLE: the plan's GPipe schedule; Megatron runs 1F1B here, with the same bubble and\n"
-    "# fewer activations in flight (plan with --schedule 1f1b for its exact prediction)\n";
+void export_gpipe_note(FILE *f, const ModelLayout *l)
+{
+    if (l->schedule == MODEL_SCHED_GPIPE && l->pp > 1)
+        fprintf(f, "# NOT EXPRESSIBLE: the plan's GPipe schedule; Megatron runs 1F1B here, with the same bubble and\n"
+                   "# fewer activations in flight (plan with --schedule 1f1b for its exact prediction)\n");
+}
 
-/* Megatron-Core's experimental --pipeline-model-parallel-layout for a split: "Et*2|t*3|tL" */
+/* Megatron-Core's experimental --pipeline-model-parallel-layout for a split whose middle stages
+ * differ: "Et*2|t*3|tL", the stages' decoder layers ('t'), the embedding first ('E'), the loss
+ * last ('L') and the multi-token prediction modules, which a split given as layers per stage
+ * places on the last stage, just before the loss ('m' each: PipelineParallelLayerLayout.
+ * validate_layer_layout counts them against --mtp-num-layers). A plan's own layout string goes
+ * as given (export_megatron_pipeline), a standalone "m|L" included. */
 void export_megatron_layout(char *buf, size_t cap, const ModelLayout *l, int mtp)
 {
     size_t n = 0;
