@@ -9,7 +9,7 @@
 
 #include "cli/commands.h"
 #include "cli/options.h"
-#include "sim/sim.h"
+#include "export/export.h"
 
 enum { OPT_FORMAT = CLI_EXTRA };
 /* --format slurm's (ids from the end of the extra range, apart from the options above) */
@@ -36,7 +36,7 @@ static int slurm_time_ok(const char *t)
 
 /* The job's view of the files for --format slurm: the options, or the plan's and this
  * executable's absolute paths. -1 to go on, or the exit status. */
-static int slurm_job(const CliArgs *a, SimSlurmJob *job, char *plan_abs, char *self, size_t cap)
+static int slurm_job(const CliArgs *a, ExportSlurmJob *job, char *plan_abs, char *self, size_t cap)
 {
     job->plan_path = a->extra[OPT_PLAN_PATH - CLI_EXTRA];
     job->parallax = a->extra[OPT_PARALLAX - CLI_EXTRA];
@@ -83,7 +83,7 @@ int cli_cmd_export(int argc, char **argv)
         fprintf(stderr, "parallax export: a plan file and --format are required (see --help)\n");
         return 2;
     }
-    int fmt = sim_export_from_name(fmt_name);
+    int fmt = export_format_from_name(fmt_name);
     if (fmt < 0) {
         fprintf(stderr, "parallax export: --format: expected megatron, deepspeed, nemo, bridge, torchtitan, torchtitan-toml or slurm, got '%s'\n", fmt_name);
         return 2;
@@ -92,7 +92,7 @@ int cli_cmd_export(int argc, char **argv)
         int id;
         const char *flag;
     } slurm_only[] = {{OPT_PLAN_PATH, "--plan-path"}, {OPT_PARALLAX, "--parallax"}, {OPT_TIME, "--time"}};
-    for (size_t i = 0; fmt != SIM_EXPORT_SLURM && i < sizeof slurm_only / sizeof slurm_only[0]; i++)
+    for (size_t i = 0; fmt != EXPORT_SLURM && i < sizeof slurm_only / sizeof slurm_only[0]; i++)
         if (a.extra[slurm_only[i].id - CLI_EXTRA]) {
             fprintf(stderr, "parallax export: %s applies to --format slurm only\n", slurm_only[i].flag);
             return 2;
@@ -102,9 +102,9 @@ int cli_cmd_export(int argc, char **argv)
     int rc = model_plan_read(a.positional[0], &plan, &err);
     if (rc)
         return cli_fail("export", rc, &err);
-    SimSlurmJob job = {0};
+    ExportSlurmJob job = {0};
     char plan_abs[PATH_MAX], self[PATH_MAX];
-    if (fmt == SIM_EXPORT_SLURM) {
+    if (fmt == EXPORT_SLURM) {
         int st2 = slurm_job(&a, &job, plan_abs, self, sizeof self);
         if (st2 >= 0) {
             model_plan_free(&plan);
@@ -121,8 +121,8 @@ int cli_cmd_export(int argc, char **argv)
         }
         out = file.f;
     }
-    rc = fmt == SIM_EXPORT_SLURM ? sim_export_slurm_job(out, &plan, &job, &err)
-                                 : sim_export(out, &plan, (SimExportFormat)fmt, &err);
+    rc = fmt == EXPORT_SLURM ? export_slurm_job(out, &plan, &job, &err)
+                             : export_plan(out, &plan, (ExportFormat)fmt, &err);
     model_plan_free(&plan);
     if (a.output && rc) {
         px_atomic_abort(&file);

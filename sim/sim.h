@@ -376,38 +376,6 @@ int sim_plan_min_gpus(const SimPlanRequest *q, const ProfCluster *cluster, doubl
 void sim_min_gpus_print(FILE *f, const ProfCluster *cluster, int gpus, const SimPlanResult *r);
 cJSON *sim_min_gpus_to_json(const ProfCluster *cluster, int gpus, const SimPlanResult *r);
 
-/* ---- exports (sim/export.c) ---- */
-
-typedef enum {
-    SIM_EXPORT_MEGATRON = 0,
-    SIM_EXPORT_DEEPSPEED,
-    SIM_EXPORT_NEMO,       /* NeMo 1.x Hydra overrides, then Megatron-Bridge's */
-    SIM_EXPORT_BRIDGE,     /* Megatron-Bridge ConfigContainer overrides */
-    SIM_EXPORT_TORCHTITAN, /* torchtitan 0.3's command line */
-    SIM_EXPORT_SLURM,      /* an sbatch script that runs the plan with parallax run */
-    SIM_EXPORT_TORCHTITAN_TOML, /* torchtitan 0.2's TOML job file */
-    SIM_EXPORT_COUNT
-} SimExportFormat;
-/* Writes the plan as Megatron-LM flags, a DeepSpeed config JSON, or NeMo / Megatron-Bridge
- * overrides; PX_EINPUT when the plan's layout breaks a rule. */
-int sim_export(FILE *f, const ModelPlan *plan, SimExportFormat fmt, PxError *err);
-const char *sim_export_name(SimExportFormat f);
-int sim_export_from_name(const char *s); /* -1 when unknown */
-
-/* What an sbatch script needs beyond the plan: where the job finds things. */
-typedef struct {
-    const char *plan_path; /* the plan as every node of the job reads it (NULL: plan.json) */
-    const char *parallax;  /* the parallax executable on every node (NULL: parallax, on PATH) */
-    const char *time;      /* #SBATCH --time as given (NULL: from the plan's prediction) */
-} SimSlurmJob;
-/* The plan as an sbatch script (docs/exports.md, "Slurm"): nodes and tasks from the plan's
- * cluster profile, a GPU per task unless its device is a CPU, the environment, and srun starting
- * `parallax run PLAN --launcher none` once per rank. --time is twice the predicted time of the
- * plan's steps plus 10 minutes, rounded up to a minute, when job->time is NULL and the plan
- * carries a prediction. PX_EINPUT when the plan's layout breaks a rule or its prediction cannot
- * be read; nothing is written then. */
-int sim_export_slurm_job(FILE *f, const ModelPlan *plan, const SimSlurmJob *job, PxError *err);
-
 /* The precision a job gets when none is given: bf16 where the device has bf16 tensor cores,
  * fp32 otherwise (CPU ranks). */
 PxDtype sim_default_precision(const ProfDevice *d);

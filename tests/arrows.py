@@ -6,8 +6,9 @@ Two checks (docs/architecture.md, "Dependencies"):
   file B when A's undefined symbols are defined in B (nm); the graph must have no cycle, so
   that each file can be read knowing only the files below it;
 - module arrows: no file of exec/ (the executor) calls into sim/, cli/, reports/ or validate/;
-  no file of model/ or profiles/ calls into sim/, exec/, cli/ or reports/; common/ calls into no
-  other module; sim/ calls into neither exec/ nor cli/.
+  no file of model/ or profiles/ calls into sim/, export/, exec/, cli/ or reports/; common/ calls
+  into no other module; sim/ calls into neither export/, exec/ nor cli/; export/ (which reads
+  plans) calls into none of sim/, exec/, cli/, reports/ or validate/.
 Prints each violation and exits 1; 77 (skip) without nm or objects."""
 import collections
 import glob
@@ -19,11 +20,12 @@ import sys
 
 FORBIDDEN = [
     ("exec/", ("sim/", "cli/", "reports/", "validate/")),
-    ("model/", ("sim/", "exec/", "cli/", "reports/")),
-    ("profiles/", ("model/", "sim/", "exec/", "cli/", "reports/")),
-    ("common/", ("model/", "profiles/", "sim/", "exec/", "cli/", "reports/", "kernels/")),
-    ("sim/", ("exec/", "cli/")),
-    ("kernels/", ("model/", "sim/", "exec/", "cli/", "reports/")),
+    ("model/", ("sim/", "export/", "exec/", "cli/", "reports/")),
+    ("profiles/", ("model/", "sim/", "export/", "exec/", "cli/", "reports/")),
+    ("common/", ("model/", "profiles/", "sim/", "export/", "exec/", "cli/", "reports/", "kernels/")),
+    ("sim/", ("export/", "exec/", "cli/")),
+    ("export/", ("sim/", "exec/", "cli/", "reports/", "validate/")),
+    ("kernels/", ("model/", "sim/", "export/", "exec/", "cli/", "reports/")),
 ]
 
 

@@ -1,8 +1,9 @@
 /* The Megatron-Bridge export line by line: which recipe it names for which model (Megatron-Bridge
- * 0.3.1's, sim/export_bridge.c lists them), the architecture a borrowed recipe's model is given,
+ * 0.3.1's, export/bridge.c lists them), the architecture a borrowed recipe's model is given,
  * the pipeline split as first/last counts or as Megatron-Core's layout string, the keys a
  * recipe sets that the plan resets, and the shell quoting of the override words. The real client
  * takes every plan of tests/clients/plans.txt in tests/clients/bridge_check.py. */
+#include "export/export.h"
 #include "fixtures.h"
 #include "test.h"
 
@@ -31,7 +32,7 @@ static char *bridge_of(const ModelSpec *s, const char *cluster, int gpus)
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     CHECK(f != NULL);
-    CHECK_OK(sim_export(f, &plan, SIM_EXPORT_BRIDGE, &err), err);
+    CHECK_OK(export_plan(f, &plan, EXPORT_BRIDGE, &err), err);
     fclose(f);
     model_plan_free(&plan);
     return buf;

@@ -2,13 +2,14 @@
  * FP8 parameters where validate_args takes them, what has no flag said in a comment; NeMo 1.x's
  * fp8 keys; Megatron-Bridge's mixed-precision recipe, replaced by a copy that differs where the
  * plan does; the DeepSpeed export's NOT EXPRESSIBLE warning. The names are Megatron-LM
- * d98e8a64's, Megatron-Bridge 0.3.1's and NeMo 8cfedd72's (sim/export*.c cite the files). */
+ * d98e8a64's, Megatron-Bridge 0.3.1's and NeMo 8cfedd72's (the files of export/ cite them). */
 
 /* Megatron-Bridge's override that replaces the recipe's precision by `name` with `diff`: the
  * recipe may hold a name or a MixedPrecisionConfig, so it is deleted and added again */
 #define BRIDGE_MP(name, diff)                                                                     \
     "'~mixed_precision' '+mixed_precision={_target_:dataclasses.replace,_args_:[{_target_:"       \
     "megatron.bridge.training.mixed_precision." name "}]," diff "}'"
+#include "export/export.h"
 #include "fixtures.h"
 #include "test.h"
 
@@ -34,7 +35,7 @@ static ModelSpec job(const char *model, ModelFp8Recipe r, ModelFp8Format fmt)
 
 /* The export of spec on `gpus` GPUs of `cluster` in format fmt; what it warns goes to *warned
  * (NULL: warnings silenced). */
-static char *export_of(const ModelSpec *s, const char *cluster, int gpus, SimExportFormat fmt, char **warned)
+static char *export_of(const ModelSpec *s, const char *cluster, int gpus, ExportFormat fmt, char **warned)
 {
     PxError err = {0};
     ModelPlan plan;
@@ -54,7 +55,7 @@ static char *export_of(const ModelSpec *s, const char *cluster, int gpus, SimExp
         CHECK(saved >= 0 && dup2(fileno(tmp), 2) >= 0);
         px_log_set_quiet(0);
     }
-    CHECK_OK(sim_export(f, &plan, fmt, &err), err);
+    CHECK_OK(export_plan(f, &plan, fmt, &err), err);
     fclose(f);
     if (warned) {
         fflush(stderr);
@@ -78,13 +79,13 @@ static void test_delayed(void)
 {
     ModelSpec s = job("llama3-8b", MODEL_FP8_DELAYED, MODEL_FP8_HYBRID);
     s.job.fp8_amax_history = 512;
-    char *mg = export_of(&s, "dgx-h100", 8, SIM_EXPORT_MEGATRON, NULL);
+    char *mg = export_of(&s, "dgx-h100", 8, EXPORT_MEGATRON, NULL);
     const char *want_mg[] = {"    --bf16", "    --fp8-format hybrid", "    --fp8-recipe delayed",
                              "    --fp8-amax-history-len 512", "    --fp8-amax-compute-algo max", NULL};
     const char *not_mg[] = {"--fp8-param-gather", "NOT EXPRESSIBLE", "fp8-dot-product", "mxfp8", NULL};
     expect_lines("megatron export (delayed)", mg, want_mg, not_mg);
     free(mg);
-    char *ne = export_of(&s, "dgx-h100", 8, SIM_EXPORT_NEMO, NULL);
+    char *ne = export_of(&s, "dgx-h100", 8, EXPORT_NEMO, NULL);
     const char *want_ne[] = {
         "model.transformer_engine=true model.fp8=true model.fp8_e4m3=false model.fp8_hybrid=true "
         "model.fp8_amax_history_len=512 model.fp8_amax_compute_algo=max",
@@ -100,13 +101,13 @@ static void test_tensorwise(void)
 {
     ModelSpec s = job("llama3-8b", MODEL_FP8_TENSORWISE, MODEL_FP8_E4M3);
     s.job.fp8_param_gather = 1;
-    char *mg = export_of(&s, "dgx-h100", 8, SIM_EXPORT_MEGATRON, NULL);
+    char *mg = export_of(&s, "dgx-h100", 8, EXPORT_MEGATRON, NULL);
     const char *want_mg[] = {"    --use-distributed-optimizer", "    --fp8-format e4m3",
                              "    --fp8-recipe tensorwise", "    --fp8-param-gather", NULL};
     const char *not_mg[] = {"--fp8-amax", "NOT EXPRESSIBLE", NULL};
     expect_lines("megatron export (tensorwise)", mg, want_mg, not_mg);
     free(mg);
-    char *ne = export_of(&s, "dgx-h100", 8, SIM_EXPORT_NEMO, NULL);
+    char *ne = export_of(&s, "dgx-h100", 8, EXPORT_NEMO, NULL);
     const char *want_ne[] = {
         "# NeMo 1.x's own FP8 keys are delayed scaling's; the '+' keys reach Megatron-Core's TransformerConfig",
         "model.transformer_engine=true model.fp8=true model.fp8_e4m3=true model.fp8_hybrid=false "
@@ -126,7 +127,7 @@ static void test_blockwise(void)
     ModelSpec s = job("llama3-8b", MODEL_FP8_BLOCKWISE, MODEL_FP8_HYBRID);
     s.job.fp8_param_gather = 1;
     s.job.fp8_attention = 1;
-    char *mg = export_of(&s, "dgx-h100", 8, SIM_EXPORT_MEGATRON, NULL);
+    char *mg = export_of(&s, "dgx-h100", 8, EXPORT_MEGATRON, NULL);
     const char *want_mg[] = {
         "# NOT EXPRESSIBLE: FP8 attention: Megatron-Core's TransformerConfig.fp8_dot_product_attention has",
         "# (Float8BlockScaling) does not take it either", "    --fp8-format hybrid",
@@ -134,7 +135,7 @@ static void test_blockwise(void)
     const char *not_mg[] = {"--fp8-amax", "--fp8-dot-product-attention", NULL};
     expect_lines("megatron export (blockwise)", mg, want_mg, not_mg);
     free(mg);
-    char *ne = export_of(&s, "dgx-h100", 8, SIM_EXPORT_NEMO, NULL);
+    char *ne = export_of(&s, "dgx-h100", 8, EXPORT_NEMO, NULL);
     const char *want_ne[] = {
         "model.transformer_engine=true model.fp8=true model.fp8_e4m3=false model.fp8_hybrid=true "
         "+model.fp8_recipe=blockwise +model.fp8_dot_product_attention=true",
@@ -149,14 +150,14 @@ static void test_blockwise(void)
 static void test_mxfp8(void)
 {
     ModelSpec s = job("llama3-8b", MODEL_FP8_MXFP8, MODEL_FP8_HYBRID);
-    char *mg = export_of(&s, "dgx-b200", 8, SIM_EXPORT_MEGATRON, NULL);
+    char *mg = export_of(&s, "dgx-b200", 8, EXPORT_MEGATRON, NULL);
     const char *want_mg[] = {
         "# --fp8-recipe mxfp8 runs on Blackwell only: Transformer Engine checks the device, validate_args does not",
         "    --fp8-format hybrid", "    --fp8-recipe mxfp8", NULL};
     const char *not_mg[] = {"--fp8-param-gather", "--fp8-amax", NULL};
     expect_lines("megatron export (mxfp8)", mg, want_mg, not_mg);
     free(mg);
-    char *ne = export_of(&s, "dgx-b200", 8, SIM_EXPORT_NEMO, NULL);
+    char *ne = export_of(&s, "dgx-b200", 8, EXPORT_NEMO, NULL);
     const char *want_ne[] = {BRIDGE_MP("bf16_with_mxfp8_mixed",
                                        "fp8:hybrid,fp8_param_gather:false,reuse_grad_buf_for_mxfp8_param_ag:false"),
                              "# the mxfp8 recipe runs on Blackwell only", NULL};
@@ -172,14 +173,14 @@ static void test_zero0_fp16(void)
     s.layout.zero = 0;
     s.job.fp8_param_gather = 1;
     s.job.precision = PX_FP16;
-    char *mg = export_of(&s, "dgx-h100", 8, SIM_EXPORT_MEGATRON, NULL);
+    char *mg = export_of(&s, "dgx-h100", 8, EXPORT_MEGATRON, NULL);
     const char *want_mg[] = {
         "# NOT EXPRESSIBLE: FP8-only weights without the distributed optimizer (ZeRO-0): validate_args takes",
         "    --fp16", "    --fp8-recipe delayed", "    --fp8-amax-history-len 1024", NULL};
     const char *not_mg[] = {"    --fp8-param-gather", "    --use-distributed-optimizer", NULL};
     expect_lines("megatron export (ZeRO-0)", mg, want_mg, not_mg);
     free(mg);
-    char *ne = export_of(&s, "dgx-h100", 8, SIM_EXPORT_NEMO, NULL);
+    char *ne = export_of(&s, "dgx-h100", 8, EXPORT_NEMO, NULL);
     const char *want_ne[] = {
         "model.transformer_engine=true model.fp8=true model.fp8_e4m3=false model.fp8_hybrid=true "
         "model.fp8_amax_history_len=1024 model.fp8_amax_compute_algo=max",
@@ -203,7 +204,7 @@ static void test_dispatch(void)
     s.job.seq_len = 0;
     s.job.global_batch = 8;
     s.job.fp8_dispatch = 1;
-    char *mg = export_of(&s, "dgx-h100", 8, SIM_EXPORT_MEGATRON, NULL);
+    char *mg = export_of(&s, "dgx-h100", 8, EXPORT_MEGATRON, NULL);
     const char *want_mg[] = {
         "# FP8 dispatch has no flag for the alltoall dispatcher below: Megatron-Core quantizes the dispatch",
         "# only on the ncclep flex dispatcher, in MXFP8 (--moe-dispatch-fwd-dtype mxfp8); these flags dispatch in bf16",
@@ -220,7 +221,7 @@ static void test_deepspeed(void)
     s.layout.sp = 0;
     s.job.fp8_param_gather = 1;
     char *warned = NULL;
-    char *ds = export_of(&s, "dgx-h100", 8, SIM_EXPORT_DEEPSPEED, &warned);
+    char *ds = export_of(&s, "dgx-h100", 8, EXPORT_DEEPSPEED, &warned);
     const char *want_w[] = {
         "parallax: warning: NOT EXPRESSIBLE: FP8 training (recipe blockwise, format hybrid, FP8 parameters) is "
         "not a DeepSpeed config setting: Transformer Engine's layers and te.pytorch.fp8_autocast(fp8_recipe=...) "
@@ -239,14 +240,14 @@ static void test_deepspeed(void)
 static void test_no_fp8(void)
 {
     ModelSpec s = job("llama3-8b", MODEL_FP8_NONE, MODEL_FP8_HYBRID);
-    const SimExportFormat fmts[] = {SIM_EXPORT_MEGATRON, SIM_EXPORT_NEMO, SIM_EXPORT_DEEPSPEED};
+    const ExportFormat fmts[] = {EXPORT_MEGATRON, EXPORT_NEMO, EXPORT_DEEPSPEED};
     for (int i = 0; i < 3; i++) {
         char *warned = NULL;
         char *out = export_of(&s, "dgx-h100", 8, fmts[i], &warned);
         const char *not_fp8[] = {"fp8", "FP8", NULL};
-        expect_lines(sim_export_name(fmts[i]), out, NULL, not_fp8);
+        expect_lines(export_format_name(fmts[i]), out, NULL, not_fp8);
         expect_lines("warnings", warned, NULL, not_fp8);
-        if (fmts[i] == SIM_EXPORT_NEMO) {
+        if (fmts[i] == EXPORT_NEMO) {
             const char *want[] = {"mixed_precision=bf16_mixed", NULL};
             expect_lines("nemo export (bf16)", out, want, NULL);
         }
@@ -256,7 +257,7 @@ static void test_no_fp8(void)
     /* Megatron-Bridge registers fp16_mixed (and fp16-mixed), not NeMo 2's 16-mixed; it reduces
      * gradients in fp16, the plan in fp32 */
     s.job.precision = PX_FP16;
-    char *ne = export_of(&s, "dgx-h100", 8, SIM_EXPORT_NEMO, NULL);
+    char *ne = export_of(&s, "dgx-h100", 8, EXPORT_NEMO, NULL);
     const char *want16[] = {BRIDGE_MP("fp16_mixed", "grad_reduce_in_fp32:true"), NULL};
     expect_lines("nemo export (fp16)", ne, want16, NULL);
     free(ne);

@@ -4,6 +4,7 @@
  * MEGATRON_ARGS as a bash array, the tokenizer and vocabulary, an uneven split with unequal
  * middle stages as --pipeline-model-parallel-layout (MTP modules included), QK norms; NeMo 1.x's
  * '+' on keys megatron_gpt_config.yaml lacks and the architecture its defaults would replace. */
+#include "export/export.h"
 #include "fixtures.h"
 #include "test.h"
 
@@ -25,7 +26,7 @@ static ModelSpec job(const char *model, int tp, int cp, int pp, int zero, int gb
     return s;
 }
 
-static char *export_of(const ModelSpec *s, const char *cluster, int gpus, SimExportFormat fmt)
+static char *export_of(const ModelSpec *s, const char *cluster, int gpus, ExportFormat fmt)
 {
     PxError err = {0};
     ModelPlan plan;
@@ -34,12 +35,12 @@ static char *export_of(const ModelSpec *s, const char *cluster, int gpus, SimExp
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     CHECK(f != NULL);
-    CHECK_OK(sim_export(f, &plan, fmt, &err), err);
+    CHECK_OK(export_plan(f, &plan, fmt, &err), err);
     fclose(f);
     model_plan_free(&plan);
     /* --format nemo writes the Megatron-Bridge overrides after NeMo 1.x's: keep NeMo 1.x's */
-    char *bridge = fmt == SIM_EXPORT_NEMO ? strstr(buf, "\n# Megatron-Bridge") : NULL;
-    if (fmt == SIM_EXPORT_NEMO)
+    char *bridge = fmt == EXPORT_NEMO ? strstr(buf, "\n# Megatron-Bridge") : NULL;
+    if (fmt == EXPORT_NEMO)
         CHECK(bridge != NULL);
     if (bridge)
         bridge[1] = '\0';
@@ -50,7 +51,7 @@ static char *export_of(const ModelSpec *s, const char *cluster, int gpus, SimExp
 static void test_env_tp(void)
 {
     ModelSpec s = job("llama3-8b", 2, 2, 1, 1, 64, 8192);
-    char *mg = export_of(&s, "dgx-h100", 16, SIM_EXPORT_MEGATRON);
+    char *mg = export_of(&s, "dgx-h100", 16, EXPORT_MEGATRON);
     const char *want[] = {
         "# data-parallel size 4 follows from the world size; 16 micro-batches per step",
         "#   torchrun --nnodes 2 --nproc-per-node 8 ... pretrain_gpt.py \"${MEGATRON_ARGS[@]}\" --data-path ... (or --mock-data)",
@@ -63,7 +64,7 @@ static void test_env_tp(void)
     expect_lines("megatron export (tp 2, cp 2)", mg, want, not_want);
     free(mg);
 
-    char *ne = export_of(&s, "dgx-h100", 16, SIM_EXPORT_NEMO);
+    char *ne = export_of(&s, "dgx-h100", 16, EXPORT_NEMO);
     const char *want_ne[] = {
         "trainer.devices=8 trainer.num_nodes=2 trainer.precision=bf16-mixed trainer.max_steps=100",
         "model.mcore_gpt=true model.megatron_amp_O2=true",
@@ -87,12 +88,12 @@ static void test_cp_comm(void)
     for (int i = 0; i < 2; i++) {
         ModelSpec s = job("llama3-8b", 2, 4, 1, 1, 64, 32768);
         s.layout.cp_comm = i == 0 ? MODEL_CP_COMM_ALLGATHER : MODEL_CP_COMM_A2A;
-        char *mg = export_of(&s, "dgx-h100", 16, SIM_EXPORT_MEGATRON);
+        char *mg = export_of(&s, "dgx-h100", 16, EXPORT_MEGATRON);
         const char *want[] = {"    --context-parallel-size 4", mg_want[i], NULL};
         const char *not_want[] = {"allgather", NULL};
         expect_lines("megatron export (cp 4, cp comm type)", mg, want, not_want);
         free(mg);
-        char *ne = export_of(&s, "dgx-h100", 16, SIM_EXPORT_NEMO);
+        char *ne = export_of(&s, "dgx-h100", 16, EXPORT_NEMO);
         const char *want_ne[] = {ne_want[i], NULL};
         expect_lines("nemo export (cp 4, cp comm type)", ne, want_ne, not_want);
         free(ne);
@@ -103,7 +104,7 @@ static void test_cp_comm(void)
 static void test_env_fsdp(void)
 {
     ModelSpec s = job("llama3-8b", 2, 1, 1, 2, 4, 4096);
-    char *mg = export_of(&s, "dgx-h100", 8, SIM_EXPORT_MEGATRON);
+    char *mg = export_of(&s, "dgx-h100", 8, EXPORT_MEGATRON);
     const char *want[] = {"# data-parallel size 4 follows from the world size; 1 micro-batch per step",
                           "unset CUDA_DEVICE_MAX_CONNECTIONS", "    --use-megatron-fsdp",
                           "    --ckpt-format fsdp_dtensor", NULL};
@@ -116,7 +117,7 @@ static void test_env_fsdp(void)
 static void test_env_blackwell(void)
 {
     ModelSpec s = job("llama3-8b", 2, 1, 1, 1, 64, 4096);
-    char *mg = export_of(&s, "dgx-b200", 8, SIM_EXPORT_MEGATRON);
+    char *mg = export_of(&s, "dgx-b200", 8, EXPORT_MEGATRON);
     const char *want[] = {
         "# on Blackwell validate_args no longer asks for CUDA_DEVICE_MAX_CONNECTIONS=1 with tp or cp > 1", NULL};
     const char *not_want[] = {"export CUDA_DEVICE_MAX_CONNECTIONS", "unset", NULL};
@@ -128,7 +129,7 @@ static void test_env_blackwell(void)
 static void test_gpt(void)
 {
     ModelSpec s = job("gpt3-1.3b", 1, 1, 1, 1, 64, 1024);
-    char *ne = export_of(&s, "dgx-a100", 8, SIM_EXPORT_NEMO);
+    char *ne = export_of(&s, "dgx-a100", 8, EXPORT_NEMO);
     const char *want[] = {
         "model.micro_batch_size=1 model.global_batch_size=64 model.encoder_seq_length=1024 model.max_position_embeddings=2048",
         "model.activation=gelu model.bias=true model.share_embeddings_and_output_weights=true",
@@ -148,14 +149,14 @@ static void test_layout(void)
     const int split[] = {15, 16, 14, 16};
     s.layout.n_stage_layers = 4;
     memcpy(s.layout.stage_layers, split, sizeof split);
-    char *mg = export_of(&s, "dgx-h100", 32, SIM_EXPORT_MEGATRON);
+    char *mg = export_of(&s, "dgx-h100", 32, EXPORT_MEGATRON);
     const char *want[] = {"    --pipeline-model-parallel-layout 'Et*15|t*16|t*14|t*16mL'", "    --mtp-num-layers 1",
                           "    --kv-channels 192", NULL};
     const char *not_want[] = {"--decoder-first-pipeline-num-layers", "NOT EXPRESSIBLE: the uneven", NULL};
     expect_lines("megatron export (layout)", mg, want, not_want);
     free(mg);
 
-    char *ne = export_of(&s, "dgx-h100", 32, SIM_EXPORT_NEMO);
+    char *ne = export_of(&s, "dgx-h100", 32, EXPORT_NEMO);
     const char *want_ne[] = {
         "# NOT EXPRESSIBLE in NeMo 1.x: the uneven pipeline split 15,16,14,16 has middle stages of different sizes (num_layers_in_first/last_pipeline_stage",
         "+model.name=decoder_block_gpt",
@@ -171,7 +172,7 @@ static void test_layout(void)
     m.layout.ep = 8;
     m.layout.etp = 1;
     snprintf(m.layout.pp_layout, sizeof m.layout.pp_layout, "Et*3|(tt|)*29,m|L");
-    mg = export_of(&m, "dgx-h100", 256, SIM_EXPORT_MEGATRON);
+    mg = export_of(&m, "dgx-h100", 256, EXPORT_MEGATRON);
     const char *want_m[] = {"    --pipeline-model-parallel-layout 'Et*3|(tt|)*29,m|L'", "    --mtp-num-layers 1",
                             "    --pipeline-model-parallel-size 16", NULL};
     const char *not_m[] = {"--num-virtual-stages-per-pipeline-rank", "--num-layers-per-virtual-pipeline-stage",
@@ -189,14 +190,14 @@ static void test_first_last(void)
     const int split[] = {11, 13, 13, 11};
     s.layout.n_stage_layers = 4;
     memcpy(s.layout.stage_layers, split, sizeof split);
-    char *mg = export_of(&s, "dgx-h100", 32, SIM_EXPORT_MEGATRON);
+    char *mg = export_of(&s, "dgx-h100", 32, EXPORT_MEGATRON);
     const char *want[] = {"    --decoder-first-pipeline-num-layers 11", "    --decoder-last-pipeline-num-layers 11",
                           "    --qk-layernorm", NULL};
     const char *not_want[] = {"--pipeline-model-parallel-layout", NULL};
     expect_lines("megatron export (first/last)", mg, want, not_want);
     free(mg);
 
-    char *ne = export_of(&s, "dgx-h100", 32, SIM_EXPORT_NEMO);
+    char *ne = export_of(&s, "dgx-h100", 32, EXPORT_NEMO);
     const char *want_ne[] = {
         "+model.num_layers_in_first_pipeline_stage=11 +model.num_layers_in_last_pipeline_stage=11",
         "# the uneven pipeline split 11,13,13,11: NeMo 2.3.0 on; 1.23.0 splits evenly", "+model.qk_layernorm=true",
@@ -217,7 +218,7 @@ static void test_sharding(void)
     s.layout.recompute = MODEL_RECOMPUTE_FULL;
     s.layout.offload_optimizer = 1;
     s.layout.bucket_bytes = 5e8;
-    char *mg = export_of(&s, "dgx-h100", 32, SIM_EXPORT_MEGATRON);
+    char *mg = export_of(&s, "dgx-h100", 32, EXPORT_MEGATRON);
     const char *want[] = {"    --use-megatron-fsdp", "    --data-parallel-sharding-strategy optim_grads_params",
                           "    --num-distributed-optimizer-instances 4", "    --ddp-bucket-size 250000000",
                           "    --optimizer-cpu-offload", "    --optimizer-offload-fraction 1.0",
@@ -225,13 +226,13 @@ static void test_sharding(void)
     const char *not_want[] = {"NOT EXPRESSIBLE", "DeepSpeed ZeRO-3's gathers", "--cpu-offloading-num-layers", NULL};
     expect_lines("megatron export (HSDP, offload)", mg, want, not_want);
     free(mg);
-    char *ds = export_of(&s, "dgx-h100", 32, SIM_EXPORT_DEEPSPEED);
+    char *ds = export_of(&s, "dgx-h100", 32, EXPORT_DEEPSPEED);
     const char *want_ds[] = {"\t\t\"stage\":\t3,", "\t\t\"reduce_bucket_size\":\t125000000,",
                              "\t\t\"stage3_prefetch_bucket_size\":\t250000000,", "\t\t\"offload_optimizer\":\t{",
                              "\t\t\t\"device\":\t\"cpu\",", "\t\t\"cpu_checkpointing\":\tfalse", NULL};
     expect_lines("deepspeed export (HSDP, offload)", ds, want_ds, (const char *const[]){"stage3_max_live_parameters", NULL});
     free(ds);
-    char *br = export_of(&s, "dgx-h100", 32, SIM_EXPORT_BRIDGE);
+    char *br = export_of(&s, "dgx-h100", 32, EXPORT_BRIDGE);
     const char *want_br[] = {"optimizer.optimizer_cpu_offload=true optimizer.optimizer_offload_fraction=1.0",
                              "ddp.num_distributed_optimizer_instances=4 ddp.bucket_size=250000000", NULL};
     expect_lines("bridge export (HSDP, offload)", br, want_br, (const char *const[]){"optimizer.use_precision_aware_optimizer=false", NULL});
@@ -243,7 +244,7 @@ static void test_sharding(void)
     s.layout.bucket_bytes = 0;
     s.layout.keep_gathered = 1;
     s.layout.offload_activations = 1;
-    mg = export_of(&s, "dgx-h100", 32, SIM_EXPORT_MEGATRON);
+    mg = export_of(&s, "dgx-h100", 32, EXPORT_MEGATRON);
     const char *want2[] = {
         "# NOT EXPRESSIBLE: activation offload with recompute: Megatron-Core's CPU offloading (--cpu-offloading-num-layers) refuses pipeline parallelism and recompute",
         "# NOT EXPRESSIBLE: parameters kept gathered from forward to backward: Megatron-FSDP reshards after every forward (--torch-fsdp2-no-reshard-after-forward is torch FSDP2's, --use-torch-fsdp2)",
@@ -251,7 +252,7 @@ static void test_sharding(void)
     expect_lines("megatron export (kept gathered)", mg, want2,
                  (const char *const[]){"    --num-distributed-optimizer-instances", "    --optimizer-cpu-offload", NULL});
     free(mg);
-    ds = export_of(&s, "dgx-h100", 32, SIM_EXPORT_DEEPSPEED);
+    ds = export_of(&s, "dgx-h100", 32, EXPORT_DEEPSPEED);
     /* llama3-8b's 8,030,261,248 parameters: nothing released below them */
     const char *want_ds2[] = {"\t\t\"stage3_max_live_parameters\":\t8030261248,",
                               "\t\t\"stage3_max_reuse_distance\":\t8030261248", "\t\t\"cpu_checkpointing\":\ttrue", NULL};

@@ -3,6 +3,7 @@
  * change with the plan: a job that does not fill its last node, no prediction, a time limit
  * given, paths the shell must have quoted. The predictions' step times are set by hand, so
  * that --time can be recomputed: twice steps x step_s, plus 600 s, rounded up to a minute. */
+#include "export/export.h"
 #include "fixtures.h"
 #include "test.h"
 
@@ -39,14 +40,14 @@ static void plan_of(const ModelSpec *s, const char *cluster, int gpus, double st
     }
 }
 
-static char *script_of(const ModelPlan *plan, const SimSlurmJob *job)
+static char *script_of(const ModelPlan *plan, const ExportSlurmJob *job)
 {
     PxError err = {0};
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     CHECK(f != NULL);
-    CHECK_OK(sim_export_slurm_job(f, plan, job, &err), err);
+    CHECK_OK(export_slurm_job(f, plan, job, &err), err);
     fclose(f);
     return buf;
 }
@@ -88,7 +89,7 @@ static void test_cpu(void)
     ModelSpec s = spec("tiny", 1, 1, 400);
     ModelPlan plan;
     plan_of(&s, "local", 2, 0.75, &plan);
-    const SimSlurmJob job = {"/shared/plans/tiny.json", "/opt/parallax/bin/parallax", NULL};
+    const ExportSlurmJob job = {"/shared/plans/tiny.json", "/opt/parallax/bin/parallax", NULL};
     char *got = script_of(&plan, &job);
     expect_script("the CPU plan's script",
                   "#!/bin/bash\n"
@@ -126,7 +127,7 @@ static void test_gpu(void)
     ModelSpec s = spec("llama3-8b", 2, 2, 1000);
     ModelPlan plan;
     plan_of(&s, "dgx-h100", 16, 43.2, &plan);
-    const SimSlurmJob job = {"plans/llama.json", "parallax", NULL};
+    const ExportSlurmJob job = {"plans/llama.json", "parallax", NULL};
     char *got = script_of(&plan, &job);
     expect_script("the GPU plan's script",
                   "#!/bin/bash\n"
@@ -166,7 +167,7 @@ static void test_parts(void)
     s.job.global_batch = 48; /* dp 3 */
     ModelPlan plan;
     plan_of(&s, "dgx-h100", 12, 0, &plan);
-    const SimSlurmJob quoted = {"/data/my plans/it's.json", "/opt/p x/parallax", NULL};
+    const ExportSlurmJob quoted = {"/data/my plans/it's.json", "/opt/p x/parallax", NULL};
     char *got = script_of(&plan, &quoted);
     expect_line("12 GPUs", got, "#SBATCH --nodes=2");
     expect_line("12 GPUs", got, "#SBATCH --ntasks=12");
@@ -178,7 +179,7 @@ static void test_parts(void)
     CHECK(strstr(got, "#SBATCH --time") == NULL);
     CHECK(strstr(got, "predicted") == NULL);
     free(got);
-    const SimSlurmJob timed = {NULL, NULL, "2-00:00:00"};
+    const ExportSlurmJob timed = {NULL, NULL, "2-00:00:00"};
     got = script_of(&plan, &timed);
     expect_line("a time given", got, "#SBATCH --time=2-00:00:00");
     expect_line("no paths given", got, "PARALLAX=parallax");

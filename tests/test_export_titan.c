@@ -2,12 +2,13 @@
  * expresses whole (FSDP, TP with SP, CP, full recompute), and a GPT-3 layout with what
  * torchtitan cannot say (not a torchtitan model, fp16, plain DP beside TP, TP without SP, an
  * uneven GPipe split, selective recompute, SGD, dropout, no clipping). The keys are torchtitan
- * 0.3.0's command line and 0.2.1's TOML job file (sim/export_titan.c cites the files);
+ * 0.3.0's command line and 0.2.1's TOML job file (export/titan.c cites the files);
  * tests/clients/torchtitan_check.py loads every export with torchtitan's own config manager. */
+#include "export/export.h"
 #include "fixtures.h"
 #include "test.h"
 
-static char *export_of(const ModelSpec *s, const char *cluster, int gpus, SimExportFormat fmt)
+static char *export_of(const ModelSpec *s, const char *cluster, int gpus, ExportFormat fmt)
 {
     PxError err = {0};
     ModelPlan plan;
@@ -16,7 +17,7 @@ static char *export_of(const ModelSpec *s, const char *cluster, int gpus, SimExp
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     CHECK(f != NULL);
-    CHECK_OK(sim_export(f, &plan, fmt, &err), err);
+    CHECK_OK(export_plan(f, &plan, fmt, &err), err);
     fclose(f);
     model_plan_free(&plan);
     return buf;
@@ -42,7 +43,7 @@ static void test_fsdp(void)
     s.job.global_batch = 64;
     s.job.seq_len = 8192;
     s.job.precision = PX_BF16;
-    char *cli = export_of(&s, "dgx-h100", 16, SIM_EXPORT_TORCHTITAN);
+    char *cli = export_of(&s, "dgx-h100", 16, EXPORT_TORCHTITAN);
     const char *want_cli[] = {
         "# torchtitan 0.3 command line for llama3-8b on 16 GPUs (dgx-h100), written by parallax:",
         "# torchtitan's llama3 8B is Llama 3.1's, RoPE scaled (factor 8 over 8192 positions)",
@@ -84,7 +85,7 @@ static void test_fsdp(void)
                              "no_enable_async", NULL};
     expect_lines("torchtitan 0.3 export (FSDP)", cli, want_cli, not_cli);
     free(cli);
-    char *toml = export_of(&s, "dgx-h100", 16, SIM_EXPORT_TORCHTITAN_TOML);
+    char *toml = export_of(&s, "dgx-h100", 16, EXPORT_TORCHTITAN_TOML);
     const char *want_toml[] = {
         "# torchtitan 0.2 job file for llama3-8b on 16 GPUs (dgx-h100), written by parallax; run it as",
         "# torchrun --nnodes 2 --nproc_per_node 8 -m torchtitan.train --job.config_file FILE",
@@ -110,17 +111,17 @@ static void test_fsdp(void)
     /* the ring: 0.2 rotates K and V one rank a step (alltoall); 0.3 cannot, and says so.
      * Ulysses: neither can */
     s.layout.cp_comm = MODEL_CP_COMM_P2P;
-    toml = export_of(&s, "dgx-h100", 16, SIM_EXPORT_TORCHTITAN_TOML);
+    toml = export_of(&s, "dgx-h100", 16, EXPORT_TORCHTITAN_TOML);
     const char *want_ring[] = {"context_parallel_rotate_method = \"alltoall\"", NULL};
     expect_lines("torchtitan 0.2 export (cp p2p)", toml, want_ring, not_toml);
     free(toml);
-    cli = export_of(&s, "dgx-h100", 16, SIM_EXPORT_TORCHTITAN);
+    cli = export_of(&s, "dgx-h100", 16, EXPORT_TORCHTITAN);
     const char *want_ring03[] = {
         "# NOT EXPRESSIBLE: the K/V ring (cp comm type p2p): torchtitan 0.3 has no rotate method and", NULL};
     expect_lines("torchtitan 0.3 export (cp p2p)", cli, want_ring03, NULL);
     free(cli);
     s.layout.cp_comm = MODEL_CP_COMM_A2A;
-    toml = export_of(&s, "dgx-h100", 16, SIM_EXPORT_TORCHTITAN_TOML);
+    toml = export_of(&s, "dgx-h100", 16, EXPORT_TORCHTITAN_TOML);
     const char *want_a2a[] = {
         "# NOT EXPRESSIBLE: Ulysses context parallelism (cp comm type a2a): torchtitan passes K and V",
         "# shards round the cp ranks and never splits the heads; written as the ring (context_parallel_rotate_method alltoall)",
@@ -153,7 +154,7 @@ static void test_unexpressible(void)
     s.job.optimizer = MODEL_OPT_SGD_MOMENTUM;
     s.job.dropout = 0.1;
     s.job.grad_clip = 0;
-    char *cli = export_of(&s, "dgx-a100", 8, SIM_EXPORT_TORCHTITAN);
+    char *cli = export_of(&s, "dgx-a100", 8, EXPORT_TORCHTITAN);
     const char *want_cli[] = {
         "# NOT EXPRESSIBLE: the model gpt3-1.3b: torchtitan builds only its own model families (llama3,",
         "# GPT, 24 layers, hidden 2048, LayerNorm, GELU, biases, tied embeddings.",
@@ -192,7 +193,7 @@ static void test_unexpressible(void)
     const char *not_cli[] = {"layers_per_stage", "ZeRO", "not overlapped", "--compile.enable", NULL};
     expect_lines("torchtitan 0.3 export (GPT)", cli, want_cli, not_cli);
     free(cli);
-    char *toml = export_of(&s, "dgx-a100", 8, SIM_EXPORT_TORCHTITAN_TOML);
+    char *toml = export_of(&s, "dgx-a100", 8, EXPORT_TORCHTITAN_TOML);
     const char *want_toml[] = {
         "# Replace MODEL and FLAVOR with a TrainSpec of your own (register_train_spec) that builds it",
         "# NOT EXPRESSIBLE: plain data parallelism (ZeRO-0) here:",
@@ -240,7 +241,7 @@ static void test_hsdp(void)
     s.job.global_batch = 64;
     s.job.seq_len = 8192;
     s.job.precision = PX_BF16;
-    char *cli = export_of(&s, "dgx-h100", 32, SIM_EXPORT_TORCHTITAN);
+    char *cli = export_of(&s, "dgx-h100", 32, EXPORT_TORCHTITAN);
     const char *want_cli[] = {
         "    --parallelism.data_parallel_replicate_degree 4 \\", "    --parallelism.data_parallel_shard_degree 8 \\",
         "    --parallelism.fsdp_reshard_after_forward never \\", "    --training.enable_cpu_offload \\",
@@ -249,7 +250,7 @@ static void test_hsdp(void)
         "# NOT EXPRESSIBLE: activation offload: torchtitan has no setting for it", NULL};
     expect_lines("torchtitan 0.3 (HSDP)", cli, want_cli, (const char *const[]){"# the plan predicts DeepSpeed", NULL});
     free(cli);
-    char *toml = export_of(&s, "dgx-h100", 32, SIM_EXPORT_TORCHTITAN_TOML);
+    char *toml = export_of(&s, "dgx-h100", 32, EXPORT_TORCHTITAN_TOML);
     const char *want_toml[] = {"data_parallel_replicate_degree = 4", "data_parallel_shard_degree = 8",
                                "fsdp_reshard_after_forward = \"never\"", "enable_cpu_offload = true", NULL};
     expect_lines("torchtitan 0.2 (HSDP)", toml, want_toml, NULL);
@@ -260,7 +261,7 @@ static void test_hsdp(void)
     s.layout.keep_gathered = 0;
     s.layout.offload_optimizer = 0;
     s.layout.recompute = MODEL_RECOMPUTE_FULL;
-    toml = export_of(&s, "dgx-h100", 32, SIM_EXPORT_TORCHTITAN_TOML);
+    toml = export_of(&s, "dgx-h100", 32, EXPORT_TORCHTITAN_TOML);
     const char *want2[] = {"fsdp_reshard_after_forward = \"always\"",
                            "# the plan predicts DeepSpeed ZeRO-3's gathers (a recomputed forward gathers again); FSDP2's", NULL};
     expect_lines("torchtitan 0.2 (ZeRO-3, full recompute)", toml, want2, (const char *const[]){"enable_cpu_offload", NULL});

@@ -1,6 +1,7 @@
 /* The planner: pruning never changes the answer (pruned and brute-force top layouts agree),
  * ranking is deterministic, pins are respected, impossible requests say why, plans round-trip,
  * exports carry a known plan's values, and sweeps rank each size's best by the objective. */
+#include "export/export.h"
 #include "fixtures.h"
 #include "sim/internal.h" /* the planner's bound on the step: the workspace's */
 #include "test.h"
@@ -219,14 +220,14 @@ static void test_impossible(void)
     CHECK_INPUT_ERROR(sim_plan(&q, &cl, &r, &err), err, "exceed cluster dgx-a100");
 }
 
-static char *capture(const ModelPlan *p, SimExportFormat fmt)
+static char *capture(const ModelPlan *p, ExportFormat fmt)
 {
     PxError err = {0};
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     CHECK(f != NULL);
-    CHECK_OK(sim_export(f, p, fmt, &err), err);
+    CHECK_OK(export_plan(f, p, fmt, &err), err);
     fclose(f);
     return buf;
 }
@@ -313,7 +314,7 @@ static void test_plan_and_exports(void)
     CHECK_EQ_U64(full.peak_bytes, (uint64_t)cJSON_GetObjectItemCaseSensitive(mem, "peak_bytes")->valuedouble);
     model_plan_free(&back);
 
-    char *mg = capture(&plan, SIM_EXPORT_MEGATRON);
+    char *mg = capture(&plan, EXPORT_MEGATRON);
     const char *want_mg[] = {"--tensor-model-parallel-size 2\n", "--pipeline-model-parallel-size 2\n",
                              "--num-layers-per-virtual-pipeline-stage 8\n", "--sequence-parallel\n",
                              "--use-distributed-optimizer\n", "--recompute-granularity full\n",
@@ -332,7 +333,7 @@ static void test_plan_and_exports(void)
     CHECK(!strstr(mg, "--context-parallel-size"));
     free(mg);
 
-    char *ds = capture(&plan, SIM_EXPORT_DEEPSPEED);
+    char *ds = capture(&plan, EXPORT_DEEPSPEED);
     cJSON *d = cJSON_Parse(ds);
     CHECK(d != NULL);
     CHECK_EQ_INT(64, cJSON_GetObjectItem(d, "train_batch_size")->valueint);
@@ -345,7 +346,7 @@ static void test_plan_and_exports(void)
     free(ds);
     /* selective recompute has no DeepSpeed block: its checkpointing recomputes whole layers */
     plan.spec.layout.recompute = MODEL_RECOMPUTE_SELECTIVE;
-    ds = capture(&plan, SIM_EXPORT_DEEPSPEED);
+    ds = capture(&plan, EXPORT_DEEPSPEED);
     d = cJSON_Parse(ds);
     CHECK(d != NULL);
     CHECK(cJSON_GetObjectItem(d, "activation_checkpointing") == NULL);
@@ -354,7 +355,7 @@ static void test_plan_and_exports(void)
     free(ds);
     plan.spec.layout.recompute = MODEL_RECOMPUTE_FULL;
 
-    char *ne = capture(&plan, SIM_EXPORT_NEMO);
+    char *ne = capture(&plan, EXPORT_NEMO);
     const char *want_ne[] = {"model.tensor_model_parallel_size=2", "model.pipeline_model_parallel_size=2",
                              "model.virtual_pipeline_model_parallel_size=2", "model.sequence_parallel=true",
                              "model.micro_batch_size=2", "model.global_batch_size=64",
@@ -409,13 +410,13 @@ static void test_exports_fsdp_gpipe(void)
     ModelPlan plan;
     SimResult full;
     CHECK_OK(sim_plan_best(&r, &cl, "leonardo", 16, &plan, &full, &err), err);
-    char *mg = capture(&plan, SIM_EXPORT_MEGATRON);
+    char *mg = capture(&plan, EXPORT_MEGATRON);
     const char *want_mg[] = {"--use-megatron-fsdp\n", "--data-parallel-sharding-strategy optim_grads_params\n",
                              "    --ckpt-format fsdp_dtensor\n", NULL};
     const char *not_mg[] = {"--use-distributed-optimizer", "    --use-custom-fsdp", NULL};
     expect_in("megatron export (ZeRO-3)", mg, want_mg, not_mg);
     free(mg);
-    char *ne = capture(&plan, SIM_EXPORT_NEMO);
+    char *ne = capture(&plan, EXPORT_NEMO);
     const char *want_ne[] = {"trainer.devices=4 trainer.num_nodes=4 ", "ddp.use_megatron_fsdp=true",
                              "ddp.data_parallel_sharding_strategy=optim_grads_params checkpoint.ckpt_format=fsdp_dtensor\n",
                              NULL};
@@ -429,7 +430,7 @@ static void test_exports_fsdp_gpipe(void)
     fs.layout.tp = 2;
     fs.layout.zero = 2;
     CHECK_OK(sim_plan_for(&fs, "leonardo", 16, &plan, &err), err);
-    mg = capture(&plan, SIM_EXPORT_MEGATRON);
+    mg = capture(&plan, EXPORT_MEGATRON);
     const char *want_tp[] = {"    --tensor-model-parallel-size 2\n", "    --ckpt-format fsdp_dtensor\n",
                              "unset CUDA_DEVICE_MAX_CONNECTIONS\n", NULL};
     const char *not_tp[] = {"export CUDA_DEVICE_MAX_CONNECTIONS=1", NULL};
@@ -449,10 +450,10 @@ static void test_exports_fsdp_gpipe(void)
     CHECK_OK(sim_plan_best(&r, &cl, "dgx-a100", 16, &plan, &full, &err), err);
     CHECK_EQ_INT(MODEL_SCHED_GPIPE, plan.spec.layout.schedule);
     const char *want_gp[] = {"# NOT EXPRESSIBLE: the plan's GPipe schedule; Megatron runs 1F1B", NULL};
-    mg = capture(&plan, SIM_EXPORT_MEGATRON);
+    mg = capture(&plan, EXPORT_MEGATRON);
     expect_in("megatron export (GPipe)", mg, want_gp, NULL);
     free(mg);
-    ne = capture(&plan, SIM_EXPORT_NEMO);
+    ne = capture(&plan, EXPORT_NEMO);
     const char *want_ne8[] = {"# NOT EXPRESSIBLE: the plan's GPipe schedule", "trainer.devices=8 trainer.num_nodes=2 ", NULL};
     expect_in("nemo export (GPipe)", ne, want_ne8, NULL);
     free(ne);

@@ -6,7 +6,7 @@
  * embedding 20480, the final block (LayerNorm and the tied output layer's copy) 16512; a
  * micro-batch's FLOPs 22544384 per layer and 6291456 for the output layer. */
 #include "fixtures.h"
-#include "sim/internal.h"
+#include "export/internal.h"
 #include "test.h"
 
 enum { LAYER_PARAMS = 49984, EMBED_PARAMS = 20480, FINAL_PARAMS = 16512 };
@@ -363,8 +363,8 @@ static void test_exports(void)
     p.spec.layout.embed_in_split = p.spec.layout.loss_in_split = 1;
     ModelDims d;
     CHECK_OK(model_spec_check(&p.spec, 64, &d, &err), err);
-    SimMegatronSplit ms;
-    CHECK_EQ_INT(1, sim_export_megatron_pipeline(&p, &d, &ms));
+    ExportMegatronSplit ms;
+    CHECK_EQ_INT(1, export_megatron_pipeline(&p, &d, &ms));
     CHECK(ms.embed == 1 && ms.loss == 1 && ms.first == -1 && ms.last == -1 && !ms.layout[0]);
     /* a split given per virtual stage goes as a layout string */
     ModelPlan q;
@@ -373,7 +373,7 @@ static void test_exports(void)
     q.spec.layout.n_stage_layers = 4;
     memcpy(q.spec.layout.stage_layers, (const int[]){0, 2, 1, 1}, sizeof(int) * 4);
     CHECK_OK(model_spec_check(&q.spec, 2, &d, &err), err);
-    CHECK_EQ_INT(1, sim_export_megatron_pipeline(&q, &d, &ms));
+    CHECK_EQ_INT(1, export_megatron_pipeline(&q, &d, &ms));
     CHECK_STR("E|t*2|t|tL", ms.layout);
     char text[160];
     model_split_describe(&p.spec.layout, text, sizeof text);

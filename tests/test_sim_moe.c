@@ -3,6 +3,7 @@
  * imbalance, the planner's rejection of an ep that does not divide the experts (by the rule's
  * name), and the Megatron-LM flags of a MoE plan. */
 #include "fixtures.h"
+#include "export/export.h"
 #include "sim/internal.h"
 #include "test.h"
 
@@ -217,7 +218,7 @@ static void test_export_megatron(void)
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
-    CHECK_OK(sim_export(f, &plan, SIM_EXPORT_MEGATRON, &err), err);
+    CHECK_OK(export_plan(f, &plan, EXPORT_MEGATRON, &err), err);
     fclose(f);
     static const char *const want[] = {
         "    --tensor-model-parallel-size 2\n",

@@ -15,7 +15,7 @@
  *     4 b s^2 h x (1 + 2.5) (attention, FlashAttention's backward) = 22544384; the output
  *     layer 3 x 2 b s h V = 6291456. */
 #include "fixtures.h"
-#include "sim/internal.h"
+#include "export/export.h"
 #include "test.h"
 
 enum { LAYER_PARAMS = 49984, EMBED_PARAMS = 20480, FINAL_PARAMS = 16512 };
@@ -331,7 +331,7 @@ static void test_planner(void)
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
     CHECK(f != NULL);
-    CHECK_OK(sim_export(f, &back, SIM_EXPORT_MEGATRON, &err), err);
+    CHECK_OK(export_plan(f, &back, EXPORT_MEGATRON, &err), err);
     fclose(f);
     CHECK(strstr(text, "    --decoder-first-pipeline-num-layers 1\n") != NULL);
     CHECK(strstr(text, "    --decoder-last-pipeline-num-layers 1\n") != NULL);
@@ -385,7 +385,7 @@ static void test_planner(void)
     odd.gpus = 4;
     px_strlcpy(odd.cluster, "local", sizeof odd.cluster);
     f = open_memstream(&text, &len);
-    CHECK_OK(sim_export(f, &odd, SIM_EXPORT_MEGATRON, &err), err);
+    CHECK_OK(export_plan(f, &odd, EXPORT_MEGATRON, &err), err);
     fclose(f);
     CHECK(strstr(text, "# uneven pipeline split 1,3,2,2: its middle stages differ") != NULL);
     CHECK(strstr(text, "    --pipeline-model-parallel-layout 'Et|t*3|t*2|t*2L'\n") != NULL);

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "fuzz.h"
-#include "sim/sim.h"
+#include "export/export.h"
 
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 {
@@ -22,7 +22,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
         FILE *sink = fopen("/dev/null", "w");
         if (sink) {
             for (int f = 0; f < 3; f++)
-                (void)sim_export(sink, &p, (SimExportFormat)f, &err);
+                (void)export_plan(sink, &p, (ExportFormat)f, &err);
             fclose(sink);
         }
     }

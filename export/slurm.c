@@ -1,6 +1,6 @@
 /* A Slurm batch script export: the plan's ranks as nodes and tasks, and srun starting
  * `parallax run PLAN --launcher none` once per rank (docs/exports.md, "Slurm"). */
-#include "sim/internal.h"
+#include "export/internal.h"
 
 #include <math.h>
 #include <string.h>
@@ -42,51 +42,58 @@ static void job_name(char *buf, size_t cap, const char *model)
     buf[n] = '\0';
 }
 
-int sim_export_slurm_job(FILE *f, const ModelPlan *p, const SimSlurmJob *job, PxError *err)
+/* The job's time limit in limit[cap] ("" for none): as given, else from the plan's predicted
+ * step time (*step_s; 0 without a prediction). PX_EINPUT when the prediction cannot be read. */
+static int slurm_limit(const ModelPlan *p, const char *given, char *limit, size_t cap, double *step_s,
+                       PxError *err)
 {
-    ModelSpec s = p->spec;
-    ModelDims d;
-    int rc = model_spec_check(&s, p->gpus, &d, err);
-    if (rc)
-        return rc;
-    const SimSlurmJob none = {NULL, NULL, NULL};
-    if (!job)
-        job = &none;
-    /* the time limit from the prediction, checked before anything is written */
-    char limit[48] = "";
-    double step_s = 0;
+    limit[0] = '\0';
+    *step_s = 0;
     if (p->prediction) {
         ModelPredicted pred;
-        rc = model_predicted_read(p, &pred, err);
+        int rc = model_predicted_read(p, &pred, err);
         if (rc)
             return rc;
-        step_s = pred.job_step_s;
+        *step_s = pred.job_step_s;
         model_predicted_free(&pred);
     }
-    if (job->time) {
-        snprintf(limit, sizeof limit, "%s", job->time);
-    } else if (step_s > 0) {
+    if (given) {
+        snprintf(limit, cap, "%s", given);
+    } else if (*step_s > 0) {
         /* twice the prediction, for a machine slower than its profile and the first steps'
          * warm-up, and 10 minutes to start the ranks, read the plan and build the weights */
-        const double minutes = ceil((2.0 * step_s * s.job.steps + 600.0) / 60.0);
-        slurm_time(limit, sizeof limit, minutes < 1e9 ? (long)minutes : 1000000000L);
+        const double minutes = ceil((2.0 * *step_s * p->spec.job.steps + 600.0) / 60.0);
+        slurm_time(limit, cap, minutes < 1e9 ? (long)minutes : 1000000000L);
     }
+    return PX_OK;
+}
+
+int export_slurm(FILE *f, const ModelPlan *p, const ModelDims *d, const ExportSlurmJob *job, PxError *err)
+{
+    const ModelSpec *s = &p->spec;
+    const ExportSlurmJob none = {NULL, NULL, NULL};
+    if (!job)
+        job = &none;
+    /* the time limit, checked before anything is written */
+    char limit[48];
+    double step_s;
+    int rc = slurm_limit(p, job->time, limit, sizeof limit, &step_s, err);
+    if (rc)
+        return rc;
     const int world = p->gpus, cpu = prof_device_is_cpu(&p->profile.device);
-    int per_node = prof_node_size(&p->profile, world);
-    if (per_node > world)
-        per_node = world;
-    const int nodes = (world + per_node - 1) / per_node;
+    int nodes;
+    const int per_node = export_node_size(p, &nodes);
     /* CPU: one core per rank, as the local profile runs and calibrates them (the data loader's
      * thread shares it). GPU: the thread that drives the rank's GPU, its data loader's and
      * NCCL's proxy thread. */
     const int cpus = cpu ? 1 : 3;
     char name[80];
-    job_name(name, sizeof name, s.model.name);
+    job_name(name, sizeof name, s->model.name);
 
     fprintf(f, "#!/bin/bash\n");
     fprintf(f, "# parallax run: %s on %s, %d rank%s (dp %d x tp %d x pp %d x cp %d) on %d node%s, %d steps",
-            s.model.name, p->cluster, world, world == 1 ? "" : "s", d.dp, d.t, d.p, d.c, nodes,
-            nodes == 1 ? "" : "s", s.job.steps);
+            s->model.name, p->cluster, world, world == 1 ? "" : "s", d->dp, d->t, d->p, d->c, nodes,
+            nodes == 1 ? "" : "s", s->job.steps);
     if (step_s > 0)
         fprintf(f, " (predicted %.4g s each)", step_s);
     fprintf(f, "\n# sbatch this file; run.json and run.metrics.jsonl land in the directory it is submitted from\n");
@@ -120,10 +127,4 @@ int sim_export_slurm_job(FILE *f, const ModelPlan *p, const SimSlurmJob *job, Px
     fprintf(f, "\nsrun --ntasks=%d --cpus-per-task=%d%s \"$PARALLAX\" run \"$PLAN\" --launcher none\n", world,
             cpus, cpu ? "" : " --gpu-bind=none");
     return PX_OK;
-}
-
-int sim_export_slurm(FILE *f, const ModelPlan *p, const ModelDims *d, PxError *err)
-{
-    (void)d;
-    return sim_export_slurm_job(f, p, NULL, err);
 }

@@ -19,7 +19,7 @@
  *     (instantiated by apply_overrides' _target_ handling);
  *   - a recipe's CommOverlapConfig turns data-parallel overlap on by itself whenever dp > 1, so
  *     comm_overlap is null and the plan's overlaps are the DDP and model keys. */
-#include "sim/internal.h"
+#include "export/internal.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -118,8 +118,6 @@ static void ov_end(BridgeOut *o)
     o->words = 0;
 }
 
-static const char *tf(int b) { return b ? "true" : "false"; }
-
 /* An int key, null where Megatron-Core says "none" by None. */
 static void ov_int_or_null(BridgeOut *o, const char *key, int v, int is_null)
 {
@@ -134,8 +132,8 @@ static void ov_int_or_null(BridgeOut *o, const char *key, int v, int is_null)
  * prediction module, L the loss), which overrides whatever split the recipe holds. */
 static void bridge_split(BridgeOut *o, const ModelPlan *p, const ModelDims *d)
 {
-    SimMegatronSplit ms;
-    sim_export_megatron_pipeline(p, d, &ms);
+    ExportMegatronSplit ms;
+    export_megatron_pipeline(p, d, &ms);
     /* quoted for Hydra too: unquoted, its ',' would make a list and its '(' a syntax error */
     if (ms.layout[0])
         ov(o, "model.pipeline_model_parallel_layout=\"%s\"", ms.layout);
@@ -170,11 +168,11 @@ static void bridge_model(BridgeOut *o, const ModelPlan *p, const ModelDims *d)
     ov(o, "model.normalization=%s", c->norm == MODEL_RMSNORM ? "RMSNorm" : "LayerNorm");
     ov(o, "model.layernorm_epsilon=%g", c->norm_eps);
     ov(o, "model.layernorm_zero_centered_gamma=false");
-    ov(o, "model.gated_linear_unit=%s", tf(c->mlp == MODEL_SWIGLU));
-    ov(o, "model.add_bias_linear=%s", tf(c->bias));
-    ov(o, "model.add_qkv_bias=%s", tf(c->bias || c->qkv_bias));
-    ov(o, "model.qk_layernorm=%s", tf(c->qk_norm));
-    ov(o, "model.share_embeddings_and_output_weights=%s", tf(c->tied_embeddings));
+    ov(o, "model.gated_linear_unit=%s", export_bool(c->mlp == MODEL_SWIGLU));
+    ov(o, "model.add_bias_linear=%s", export_bool(c->bias));
+    ov(o, "model.add_qkv_bias=%s", export_bool(c->bias || c->qkv_bias));
+    ov(o, "model.qk_layernorm=%s", export_bool(c->qk_norm));
+    ov(o, "model.share_embeddings_and_output_weights=%s", export_bool(c->tied_embeddings));
     ov_end(o);
     if (c->position == MODEL_POS_ROPE) {
         ov(o, "model.position_embedding_type=rope model.rotary_base=%.0f", c->rope_theta);
@@ -203,7 +201,7 @@ static void bridge_moe(BridgeOut *o, const ModelPlan *p)
         ov_end(o);
         ov(o, "model.moe_ffn_hidden_size=%d", m->expert_ffn);
         ov_int_or_null(o, "model.moe_shared_expert_intermediate_size", m->shared_ffn, m->shared_ffn == 0);
-        ov(o, "model.moe_shared_expert_gate=%s", tf(m->shared_ffn > 0 && m->shared_gate));
+        ov(o, "model.moe_shared_expert_gate=%s", export_bool(m->shared_ffn > 0 && m->shared_gate));
         ov_end(o);
         char freq[4 * 4096];
         size_t n = (size_t)snprintf(freq, sizeof freq, "[");
@@ -211,7 +209,7 @@ static void bridge_moe(BridgeOut *o, const ModelPlan *p)
             n += (size_t)snprintf(freq + n, sizeof freq - n, "%s%d", i ? "," : "", model_layer_is_moe(c, i));
         ov(o, "model.moe_layer_freq=%s]", freq);
         ov_end(o);
-        ov(o, "model.moe_router_score_function=%s", m->score == MODEL_ROUTER_SIGMOID ? "sigmoid" : "softmax");
+        ov(o, "model.moe_router_score_function=%s", export_router_score(m));
         ov_int_or_null(o, "model.moe_router_num_groups", m->groups, m->groups == 0);
         ov_int_or_null(o, "model.moe_router_group_topk", m->topk_groups, m->groups == 0);
         /* a positive coefficient keeps the recipe's kind of auxiliary loss (DeepSeek-V3's is
@@ -227,8 +225,8 @@ static void bridge_moe(BridgeOut *o, const ModelPlan *p)
             ov(o, "model.moe_expert_capacity_factor=null model.moe_pad_expert_input_to_capacity=false");
         /* the dispatcher parallax costs (a recipe may pick the flex one for the device) */
         ov(o, "model.moe_token_dispatcher_type=alltoall model.moe_grouped_gemm=true");
-        ov(o, "model.moe_router_force_load_balancing=%s", tf(p->spec.job.moe_force_balance));
-        ov(o, "model.moe_shared_expert_overlap=%s", tf(l->overlap_ep && m->shared_ffn > 0));
+        ov(o, "model.moe_router_force_load_balancing=%s", export_bool(p->spec.job.moe_force_balance));
+        ov(o, "model.moe_shared_expert_overlap=%s", export_bool(l->overlap_ep && m->shared_ffn > 0));
         ov_end(o);
     } else {
         ov(o, "model.num_moe_experts=null");
@@ -267,10 +265,7 @@ static void bridge_model_notes(FILE *f, const ModelPlan *p, const BridgeRecipe *
     if (m->experts > 0 && c->mlp == MODEL_GELU)
         fprintf(f, "# NOT EXPRESSIBLE: GELU experts on %s, whose activation is SiLU (a callable no override sets)\n",
                 r->recipe);
-    if (m->experts > 0 && p->spec.job.moe_imbalance > 1.0 && !p->spec.job.moe_force_balance)
-        fprintf(f, "# planned for a routing imbalance of %g (the busiest EP rank's tokens over the balanced\n"
-                   "# share): a planning assumption, not a setting\n",
-                p->spec.job.moe_imbalance);
+    export_imbalance_note(f, p, "setting");
 }
 
 /* Megatron-Bridge's mixed-precision recipe for the plan (training/mixed_precision.py), and the
@@ -299,16 +294,16 @@ static void bridge_precision(BridgeOut *o, const ModelPlan *p)
              "pipeline_dtype:{_target_:torch.float32,_call_:false}");
     const int grad32 = t->grad_dtype == PX_FP32;
     if (grad32 != !fp16)
-        DIFF(",grad_reduce_in_fp32:%s", tf(grad32));
+        DIFF(",grad_reduce_in_fp32:%s", export_bool(grad32));
     if (fp8) {
         const int e4m3 = t->fp8_format == MODEL_FP8_E4M3, mx = t->fp8 == MODEL_FP8_MXFP8;
-        const int pg = sim_export_fp8_param_gather_ok(p);
+        const int pg = export_fp8_param_gather_ok(p);
         if (e4m3 != mx)
             DIFF(",fp8:%s", model_fp8_format_name(t->fp8_format));
         if (t->fp8 == MODEL_FP8_DELAYED && t->fp8_amax_history != 1024)
             DIFF(",fp8_amax_history_len:%d", t->fp8_amax_history);
         if (pg != (t->fp8 != MODEL_FP8_BLOCKWISE))
-            DIFF(",fp8_param_gather:%s", tf(pg));
+            DIFF(",fp8_param_gather:%s", export_bool(pg));
         if (mx && !pg)
             DIFF(",reuse_grad_buf_for_mxfp8_param_ag:false");
         if (t->fp8 == MODEL_FP8_TENSORWISE)
@@ -335,7 +330,7 @@ static void bridge_precision_notes(FILE *f, const ModelPlan *p)
     if (t->precision == PX_FP32)
         fprintf(f, "# NOT EXPRESSIBLE: FP8 GEMMs on fp32 weights (Megatron-Bridge's FP8 recipes are bf16_with_* and\n"
                    "# fp16_with_*): the precision below is fp32 alone\n");
-    if (t->fp8_param_gather && !sim_export_fp8_param_gather_ok(p))
+    if (t->fp8_param_gather && !export_fp8_param_gather_ok(p))
         fprintf(f, "# NOT EXPRESSIBLE: FP8-only weights without the distributed optimizer (ZeRO-0): they stay 16-bit\n");
     if (t->fp8 == MODEL_FP8_MXFP8)
         fprintf(f, "# the mxfp8 recipe runs on Blackwell only\n");
@@ -344,20 +339,15 @@ static void bridge_precision_notes(FILE *f, const ModelPlan *p)
                    "# one below, which dispatches in bf16)\n");
 }
 
-void sim_export_bridge(FILE *f, const ModelPlan *p, const ModelDims *d)
+/* The comments that open the overrides: the recipe, the command that runs it, and what the plan
+ * has that the keys below cannot say. */
+static void bridge_header(FILE *f, const ModelPlan *p, const BridgeRecipe *r, int own)
 {
-    const ModelConfig *c = &p->spec.model;
-    const ModelLayout *l = &p->spec.layout;
-    const ModelJob *t = &p->spec.job;
-    int own = 0;
-    const BridgeRecipe *r = pick_recipe(c, &own);
-    int per_node = prof_node_size(&p->profile, p->gpus);
-    if (per_node > p->gpus)
-        per_node = p->gpus;
-    const int nodes = (p->gpus + per_node - 1) / per_node;
+    int nodes;
+    const int per_node = export_node_size(p, &nodes);
     const int listed = strchr(r->recipe, '.') == NULL;
-    fprintf(f, "\n# Megatron-Bridge (ConfigContainer) overrides for %s on %d GPUs, written by parallax\n", c->name,
-            p->gpus);
+    fprintf(f, "\n# Megatron-Bridge (ConfigContainer) overrides for %s on %d GPUs, written by parallax\n",
+            p->spec.model.name, p->gpus);
     fprintf(f, "# recipe: %s (%s)\n", r->recipe,
             own ? "the model's own" : "the nearest: the architecture below replaces its model's");
     if (listed)
@@ -371,19 +361,81 @@ void sim_export_bridge(FILE *f, const ModelPlan *p, const ModelDims *d)
                 nodes, per_node);
     if (!own)
         fprintf(f, "# its tokenizer is replaced by a NullTokenizer of the model's vocabulary: set your own\n");
-    if (l->schedule == MODEL_SCHED_GPIPE && l->pp > 1)
-        fprintf(f, "%s", sim_export_gpipe_note);
+    export_gpipe_note(f, &p->spec.layout);
     bridge_model_notes(f, p, r);
     bridge_precision_notes(f, p);
-    if (t->optimizer == MODEL_OPT_ADAM_8BIT)
+    if (p->spec.job.optimizer == MODEL_OPT_ADAM_8BIT)
         fprintf(f, "# 8-bit Adam has no Megatron-Bridge key: its memory was planned, the keys below use Adam\n");
+}
+
+/* The training loop, the optimizer and its schedule, and data parallelism (the distributed
+ * optimizer, Megatron FSDP, buckets, overlap). */
+static void bridge_training(BridgeOut *o, const ModelPlan *p, const ModelDims *d)
+{
+    const ModelLayout *l = &p->spec.layout;
+    const ModelJob *t = &p->spec.job;
+    ov(o, "train.micro_batch_size=%d train.global_batch_size=%d train.train_iters=%d", t->micro_batch,
+       t->global_batch, t->steps);
+    ov(o, "rng.seed=%llu", (unsigned long long)t->seed);
+    ov_end(o);
+    if (t->optimizer == MODEL_OPT_SGD_MOMENTUM)
+        ov(o, "optimizer.optimizer=sgd optimizer.sgd_momentum=%g", t->momentum);
+    else
+        ov(o, "optimizer.optimizer=adam optimizer.adam_beta1=%g optimizer.adam_beta2=%g optimizer.adam_eps=%g",
+           t->beta1, t->beta2, t->adam_eps);
+    ov_end(o);
+    ov(o, "optimizer.lr=%g optimizer.min_lr=%g optimizer.weight_decay=%g optimizer.clip_grad=%g", t->lr, t->min_lr,
+       t->weight_decay, t->grad_clip);
+    ov_end(o);
+    /* fp32 master weights, gradients and Adam moments, as parallax plans them (a recipe may
+     * keep them in bf16 through the precision-aware optimizer) */
+    ov(o, "optimizer.use_precision_aware_optimizer=%s optimizer.main_grads_dtype=torch.float32 "
+          "optimizer.main_params_dtype=torch.float32 optimizer.exp_avg_dtype=torch.float32 "
+          "optimizer.exp_avg_sq_dtype=torch.float32", export_bool(l->offload_optimizer));
+    ov_end(o);
+    /* optimizer offload: the hybrid device optimizer, on the precision-aware optimizer's path
+     * (OptimizerConfig); HSDP as the distributed optimizer's instances; buckets in parameters */
+    if (l->offload_optimizer) {
+        ov(o, "optimizer.optimizer_cpu_offload=true optimizer.optimizer_offload_fraction=1.0");
+        ov_end(o);
+    }
+    if (l->dp_replicate > 1 || l->bucket_bytes > 0) {
+        if (l->dp_replicate > 1)
+            ov(o, "ddp.num_distributed_optimizer_instances=%d", l->dp_replicate);
+        if (l->bucket_bytes > 0)
+            ov(o, "ddp.bucket_size=%.0f", floor(l->bucket_bytes / (double)px_dtype_bytes(d->param)));
+        ov_end(o);
+    }
+    ov(o, "scheduler.lr_decay_style=cosine scheduler.lr_warmup_iters=%d scheduler.lr_decay_iters=%d",
+       t->warmup_steps, t->steps);
+    ov_end(o);
+    ov(o, "optimizer.use_distributed_optimizer=%s ddp.use_distributed_optimizer=%s", export_bool(l->zero >= 1),
+       export_bool(l->zero >= 1));
+    ov(o, "ddp.overlap_grad_reduce=%s ddp.overlap_param_gather=%s", export_bool(l->overlap_dp),
+       export_bool(l->overlap_dp && l->zero >= 1));
+    ov_end(o);
+    if (l->zero >= 2)
+        ov(o, "dist.use_megatron_fsdp=true ddp.use_megatron_fsdp=true ddp.data_parallel_sharding_strategy=%s "
+              "checkpoint.ckpt_format=fsdp_dtensor",
+           l->zero == 2 ? "optim_grads" : "optim_grads_params");
+    else
+        ov(o, "dist.use_megatron_fsdp=false ddp.use_megatron_fsdp=false ddp.data_parallel_sharding_strategy=no_shard");
+    ov_end(o);
+}
+
+void export_bridge(FILE *f, const ModelPlan *p, const ModelDims *d)
+{
+    const ModelLayout *l = &p->spec.layout;
+    int own = 0;
+    const BridgeRecipe *r = pick_recipe(&p->spec.model, &own);
+    bridge_header(f, p, r, own);
 
     BridgeOut o = {f, 0};
     ov(&o, "model.tensor_model_parallel_size=%d model.pipeline_model_parallel_size=%d", l->tp, l->pp);
     ov_int_or_null(&o, "model.virtual_pipeline_model_parallel_size", l->vpp, l->vpp <= 1);
-    ov(&o, "model.context_parallel_size=%d model.sequence_parallel=%s", l->cp, tf(l->sp));
+    ov(&o, "model.context_parallel_size=%d model.sequence_parallel=%s", l->cp, export_bool(l->sp));
     if (l->cp > 1)
-        ov(&o, "model.cp_comm_type=%s", sim_export_cp_comm_name(l->cp_comm));
+        ov(&o, "model.cp_comm_type=%s", export_cp_comm_name(l->cp_comm));
     ov_end(&o);
     bridge_split(&o, p, d);
     bridge_model(&o, p, d);
@@ -400,54 +452,8 @@ void sim_export_bridge(FILE *f, const ModelPlan *p, const ModelDims *d)
     else
         ov(&o, "model.recompute_granularity=null model.recompute_method=null model.recompute_num_layers=null");
     ov_end(&o);
-    ov(&o, "train.micro_batch_size=%d train.global_batch_size=%d train.train_iters=%d", t->micro_batch,
-       t->global_batch, t->steps);
-    ov(&o, "rng.seed=%llu", (unsigned long long)t->seed);
-    ov_end(&o);
-    if (t->optimizer == MODEL_OPT_SGD_MOMENTUM)
-        ov(&o, "optimizer.optimizer=sgd optimizer.sgd_momentum=%g", t->momentum);
-    else
-        ov(&o, "optimizer.optimizer=adam optimizer.adam_beta1=%g optimizer.adam_beta2=%g optimizer.adam_eps=%g",
-           t->beta1, t->beta2, t->adam_eps);
-    ov_end(&o);
-    ov(&o, "optimizer.lr=%g optimizer.min_lr=%g optimizer.weight_decay=%g optimizer.clip_grad=%g", t->lr, t->min_lr,
-       t->weight_decay, t->grad_clip);
-    ov_end(&o);
-    /* fp32 master weights, gradients and Adam moments, as parallax plans them (a recipe may
-     * keep them in bf16 through the precision-aware optimizer) */
-    ov(&o, "optimizer.use_precision_aware_optimizer=%s optimizer.main_grads_dtype=torch.float32 "
-           "optimizer.main_params_dtype=torch.float32 optimizer.exp_avg_dtype=torch.float32 "
-           "optimizer.exp_avg_sq_dtype=torch.float32", tf(l->offload_optimizer));
-    ov_end(&o);
-    /* optimizer offload: the hybrid device optimizer, on the precision-aware optimizer's path
-     * (OptimizerConfig); HSDP as the distributed optimizer's instances; buckets in parameters */
-    if (l->offload_optimizer) {
-        ov(&o, "optimizer.optimizer_cpu_offload=true optimizer.optimizer_offload_fraction=1.0");
-        ov_end(&o);
-    }
-    if (l->dp_replicate > 1 || l->bucket_bytes > 0) {
-        if (l->dp_replicate > 1)
-            ov(&o, "ddp.num_distributed_optimizer_instances=%d", l->dp_replicate);
-        if (l->bucket_bytes > 0)
-            ov(&o, "ddp.bucket_size=%.0f", floor(l->bucket_bytes / (double)px_dtype_bytes(d->param)));
-        ov_end(&o);
-    }
-    ov(&o, "scheduler.lr_decay_style=cosine scheduler.lr_warmup_iters=%d scheduler.lr_decay_iters=%d",
-       t->warmup_steps, t->steps);
-    ov_end(&o);
-    ov(&o, "optimizer.use_distributed_optimizer=%s ddp.use_distributed_optimizer=%s", tf(l->zero >= 1),
-       tf(l->zero >= 1));
-    ov(&o, "ddp.overlap_grad_reduce=%s ddp.overlap_param_gather=%s", tf(l->overlap_dp),
-       tf(l->overlap_dp && l->zero >= 1));
-    ov_end(&o);
-    if (l->zero >= 2)
-        ov(&o, "dist.use_megatron_fsdp=true ddp.use_megatron_fsdp=true ddp.data_parallel_sharding_strategy=%s "
-               "checkpoint.ckpt_format=fsdp_dtensor",
-           l->zero == 2 ? "optim_grads" : "optim_grads_params");
-    else
-        ov(&o, "dist.use_megatron_fsdp=false ddp.use_megatron_fsdp=false ddp.data_parallel_sharding_strategy=no_shard");
-    ov_end(&o);
-    ov(&o, "comm_overlap=null model.tp_comm_overlap=%s", tf(l->overlap_tp));
+    bridge_training(&o, p, d);
+    ov(&o, "comm_overlap=null model.tp_comm_overlap=%s", export_bool(l->overlap_tp));
     ov_end(&o);
     bridge_precision(&o, p);
 }

@@ -10,7 +10,7 @@
  * param_groups (components/optimizer/optimizer.py, default_adamw) and the config functions of
  * models/<module>/config_registry.py. What torchtitan cannot say is a "# NOT EXPRESSIBLE:"
  * line, never dropped silently (docs/exports.md#torchtitan---format-torchtitan). */
-#include "sim/internal.h"
+#include "export/internal.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -333,7 +333,6 @@ static void titan_moe_notes(FILE *f, const Titan *t, const ModelPlan *p, const M
 {
     const ModelMoe *m = &p->spec.model.moe;
     const ModelLayout *l = &p->spec.layout;
-    const ModelJob *j = &p->spec.job;
     if (m->experts <= 0)
         return;
     fprintf(f, "# experts: %d routed (top %d) over ep %d x etp %d; routing and balancing are the model's own\n",
@@ -351,10 +350,7 @@ static void titan_moe_notes(FILE *f, const Titan *t, const ModelPlan *p, const M
     if (m->capacity_factor > 0)
         fprintf(f, "# NOT EXPRESSIBLE: capacity factor %g: torchtitan's token-choice experts drop no tokens\n",
                 m->capacity_factor);
-    if (j->moe_imbalance > 1.0 && !j->moe_force_balance)
-        fprintf(f, "# planned for a routing imbalance of %g (the busiest EP rank's tokens over the balanced\n"
-                   "# share): a planning assumption, not a torchtitan setting\n",
-                j->moe_imbalance);
+    export_imbalance_note(f, p, "torchtitan setting");
     if (l->overlap_ep)
         fprintf(f, "# NOT EXPRESSIBLE: the experts' all-to-all overlapped with compute: torchtitan overlaps it\n"
                    "# only in its DualPipeV pipeline schedule\n");
@@ -463,40 +459,33 @@ static void titan_stage_fqns(FILE *f, const ModelLayout *l, int i, int v03, int 
 
 static void arg(FILE *f, const char *name, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* One word of the torchrun command, continued on the next line: a flag and, with fmt, its value. */
 static void arg(FILE *f, const char *name, const char *fmt, ...)
 {
-    fprintf(f, "    %s", name);
-    if (fmt) {
-        va_list ap;
-        va_start(ap, fmt);
-        fputc(' ', f);
-        vfprintf(f, fmt, ap);
-        va_end(ap);
-    }
-    fputs(" \\\n", f);
+    va_list ap;
+    va_start(ap, fmt);
+    export_vflag(f, " \\\n", name, fmt, ap);
+    va_end(ap);
 }
 
 /* torchtitan 0.3's command line. tyro takes both spellings of a key; parallax writes the
  * underscore one, and the activation-checkpoint policy last, as the subcommand it is. */
-int sim_export_torchtitan(FILE *f, const ModelPlan *p, const ModelDims *d, PxError *err)
+void export_torchtitan(FILE *f, const ModelPlan *p, const ModelDims *d)
 {
-    (void)err;
     const ModelConfig *c = &p->spec.model;
     const ModelLayout *l = &p->spec.layout;
     const ModelJob *j = &p->spec.job;
     Titan t;
     titan_resolve(&t, p, d, 1);
-    int per_node = prof_node_size(&p->profile, p->gpus);
-    if (per_node > p->gpus)
-        per_node = p->gpus;
+    int nodes;
+    const int per_node = export_node_size(p, &nodes);
     fprintf(f, "# torchtitan 0.3 command line for %s on %d GPUs (%s), written by parallax:\n"
                "# --module and --config name torchtitan's config function, the flags after them override it.\n"
                "# torchtitan 0.2 reads a TOML job file instead: parallax export PLAN --format torchtitan-toml\n",
             c->name, p->gpus, p->cluster);
     titan_notes(f, &t, p, d);
     char x[32];
-    fprintf(f, "torchrun --nnodes %d --nproc_per_node %d -m torchtitan.train \\\n", (p->gpus + per_node - 1) / per_node,
-            per_node);
+    fprintf(f, "torchrun --nnodes %d --nproc_per_node %d -m torchtitan.train \\\n", nodes, per_node);
     arg(f, "--module", "%s", t.fl ? t.fl->module : "MODULE");
     arg(f, "--config", "%s", t.config ? t.config : "CONFIG");
     arg(f, "--parallelism.data_parallel_replicate_degree", "%d", t.replicate);
@@ -560,35 +549,12 @@ int sim_export_torchtitan(FILE *f, const ModelPlan *p, const ModelDims *d, PxErr
         arg(f, "--debug.moe_force_load_balance", NULL);
     arg(f, "--debug.seed", "%llu", (unsigned long long)j->seed);
     fprintf(f, "    activation-checkpoint:%s\n", t.ac);
-    return PX_OK;
 }
 
-/* torchtitan 0.2's TOML job file: JobConfig's sections as tables. */
-int sim_export_torchtitan_toml(FILE *f, const ModelPlan *p, const ModelDims *d, PxError *err)
+/* 0.2's [optimizer] and [lr_scheduler] tables: AdamW, warmed up linearly, then cosine. */
+static void titan_toml_optimizer(FILE *f, const ModelJob *j)
 {
-    (void)err;
-    const ModelConfig *c = &p->spec.model;
-    const ModelLayout *l = &p->spec.layout;
-    const ModelJob *j = &p->spec.job;
-    Titan t;
-    titan_resolve(&t, p, d, 0);
-    int per_node = prof_node_size(&p->profile, p->gpus);
-    if (per_node > p->gpus)
-        per_node = p->gpus;
-    fprintf(f, "# torchtitan 0.2 job file for %s on %d GPUs (%s), written by parallax; run it as\n"
-               "# torchrun --nnodes %d --nproc_per_node %d -m torchtitan.train --job.config_file FILE\n"
-               "# torchtitan 0.3 takes no job file: parallax export PLAN --format torchtitan\n",
-            c->name, p->gpus, p->cluster, (p->gpus + per_node - 1) / per_node, per_node);
-    titan_notes(f, &t, p, d);
     char x[32];
-    fprintf(f, "\n[job]\ndescription = \"%s on %d GPUs (%s), planned by parallax\"\n", c->name, p->gpus, p->cluster);
-    fprintf(f, "\n[model]\nname = \"%s\"\nflavor = \"%s\"\n", t.fl ? t.fl->module : "MODEL", t.fl ? t.fl->flavor : "FLAVOR");
-    const int moe = c->moe.experts > 0;
-    if (t.fp8) {
-        const char *kind = t.fp8_mx ? "mx" : "float8";
-        fprintf(f, "converters = [\"quantize.linear.%s\"%s%s%s]\n", kind, moe ? ", \"quantize.grouped_mm." : "",
-                moe ? kind : "", moe ? "\"" : "");
-    }
     fprintf(f, "\n[optimizer]\nname = \"AdamW\"\n");
     toml_float(x, sizeof x, j->lr);
     fprintf(f, "lr = %s\n", x);
@@ -603,6 +569,54 @@ int sim_export_torchtitan_toml(FILE *f, const ModelPlan *p, const ModelDims *d, 
     fprintf(f, "\n[lr_scheduler]\nwarmup_steps = %d\ndecay_type = \"cosine\"\n", j->warmup_steps);
     toml_float(x, sizeof x, j->lr > 0 ? j->min_lr / j->lr : 0);
     fprintf(f, "min_lr_factor = %s\n", x);
+}
+
+/* 0.2's quantize tables for the FP8 converters of [model]: float8 (tensorwise or rowwise, FP8
+ * gathers where FSDP takes them) or MXFP8, on the linear layers and the experts' grouped GEMMs. */
+static void titan_toml_fp8(FILE *f, const Titan *t, int moe)
+{
+    if (t->fp8 && !t->fp8_mx) {
+        /* the output layer and the router stay in high precision, as in the plan */
+        fprintf(f, "\n[quantize.linear.float8]\nfilter_fqns = [\"output\"%s]\n", moe ? ", \"router.gate\"" : "");
+        if (t->fp8_rowwise)
+            fprintf(f, "recipe_name = \"rowwise\"\n");
+        if (t->fp8_gather)
+            fprintf(f, "enable_fsdp_float8_all_gather = true\nprecompute_float8_dynamic_scale_for_fsdp = true\n");
+        if (moe)
+            fprintf(f, "\n[quantize.grouped_mm.float8]\nfqns = [\"experts\"]\n");
+    } else if (t->fp8) {
+        fprintf(f, "\n[quantize.linear.mx]\nrecipe_name = \"mxfp8_cublas\"\nfilter_fqns = [\"output\"%s]\n",
+                moe ? ", \"router.gate\"" : "");
+        if (moe)
+            fprintf(f, "\n[quantize.grouped_mm.mx]\nrecipe_name = \"mxfp8\"\nfqns = [\"experts\"]\n");
+    }
+}
+
+/* torchtitan 0.2's TOML job file: JobConfig's sections as tables. */
+void export_torchtitan_toml(FILE *f, const ModelPlan *p, const ModelDims *d)
+{
+    const ModelConfig *c = &p->spec.model;
+    const ModelLayout *l = &p->spec.layout;
+    const ModelJob *j = &p->spec.job;
+    Titan t;
+    titan_resolve(&t, p, d, 0);
+    int nodes;
+    const int per_node = export_node_size(p, &nodes);
+    fprintf(f, "# torchtitan 0.2 job file for %s on %d GPUs (%s), written by parallax; run it as\n"
+               "# torchrun --nnodes %d --nproc_per_node %d -m torchtitan.train --job.config_file FILE\n"
+               "# torchtitan 0.3 takes no job file: parallax export PLAN --format torchtitan\n",
+            c->name, p->gpus, p->cluster, nodes, per_node);
+    titan_notes(f, &t, p, d);
+    char x[32];
+    fprintf(f, "\n[job]\ndescription = \"%s on %d GPUs (%s), planned by parallax\"\n", c->name, p->gpus, p->cluster);
+    fprintf(f, "\n[model]\nname = \"%s\"\nflavor = \"%s\"\n", t.fl ? t.fl->module : "MODEL", t.fl ? t.fl->flavor : "FLAVOR");
+    const int moe = c->moe.experts > 0;
+    if (t.fp8) {
+        const char *kind = t.fp8_mx ? "mx" : "float8";
+        fprintf(f, "converters = [\"quantize.linear.%s\"%s%s%s]\n", kind, moe ? ", \"quantize.grouped_mm." : "",
+                moe ? kind : "", moe ? "\"" : "");
+    }
+    titan_toml_optimizer(f, j);
     fprintf(f, "\n[training]\nlocal_batch_size = %d\nglobal_batch_size = %d\nseq_len = %d\nsteps = %d\n",
             t.local_batch, j->global_batch, d->s, j->steps);
     toml_float(x, sizeof x, j->grad_clip > 0 ? j->grad_clip : INFINITY);
@@ -612,7 +626,7 @@ int sim_export_torchtitan_toml(FILE *f, const ModelPlan *p, const ModelDims *d, 
     fprintf(f, "\n[parallelism]\ndata_parallel_replicate_degree = %d\ndata_parallel_shard_degree = %d\n"
                "fsdp_reshard_after_forward = \"%s\"\ntensor_parallel_degree = %d\nenable_async_tensor_parallel = %s\n"
                "context_parallel_degree = %d\npipeline_parallel_degree = %d\n",
-            t.replicate, t.shard, t.reshard, l->tp, t.async_tp ? "true" : "false", l->cp, l->pp);
+            t.replicate, t.shard, t.reshard, l->tp, export_bool(t.async_tp), l->cp, l->pp);
     if (l->cp > 1)
         fprintf(f, "context_parallel_rotate_method = \"%s\"\n", titan_rotate(l));
     if (l->pp > 1) {
@@ -635,23 +649,8 @@ int sim_export_torchtitan_toml(FILE *f, const ModelPlan *p, const ModelDims *d, 
         fprintf(f, "selective_ac_option = \"op\"\n");
     if (t.async_tp)
         fprintf(f, "\n[compile]\nenable = true\ncomponents = [\"model\", \"loss\"]\n");
-    if (t.fp8 && !t.fp8_mx) {
-        /* the output layer and the router stay in high precision, as in the plan */
-        fprintf(f, "\n[quantize.linear.float8]\nfilter_fqns = [\"output\"%s]\n", moe ? ", \"router.gate\"" : "");
-        if (t.fp8_rowwise)
-            fprintf(f, "recipe_name = \"rowwise\"\n");
-        if (t.fp8_gather)
-            fprintf(f, "enable_fsdp_float8_all_gather = true\nprecompute_float8_dynamic_scale_for_fsdp = true\n");
-        if (moe)
-            fprintf(f, "\n[quantize.grouped_mm.float8]\nfqns = [\"experts\"]\n");
-    } else if (t.fp8) {
-        fprintf(f, "\n[quantize.linear.mx]\nrecipe_name = \"mxfp8_cublas\"\nfilter_fqns = [\"output\"%s]\n",
-                moe ? ", \"router.gate\"" : "");
-        if (moe)
-            fprintf(f, "\n[quantize.grouped_mm.mx]\nrecipe_name = \"mxfp8\"\nfqns = [\"experts\"]\n");
-    }
+    titan_toml_fp8(f, &t, moe);
     fprintf(f, "\n[debug]\nseed = %llu\n", (unsigned long long)j->seed);
     if (j->moe_force_balance && moe)
         fprintf(f, "moe_force_load_balance = true\n");
-    return PX_OK;
 }

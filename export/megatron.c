@@ -1,41 +1,21 @@
-/* Exports a plan to the frameworks that run it: Megatron-LM command-line flags, a DeepSpeed
- * config; NeMo 1.x and Megatron-Bridge (export_nemo.c, export_bridge.c), torchtitan
- * (export_titan.c) and a Slurm batch script (export_slurm.c) in files of their own. Flag names follow each framework's
- * documentation; what a framework cannot express is said in a comment, never dropped silently. */
-#include "sim/internal.h"
+/* Megatron-LM export: a bash fragment to source (the launch environment validate_args checks and
+ * the MEGATRON_ARGS array of pretrain_gpt.py's flags), names checked against Megatron-LM
+ * d98e8a64 (megatron/training/arguments.py and the TransformerConfig fields it turns into
+ * flags). What the flags cannot carry is a comment above them, never dropped silently. */
+#include "export/internal.h"
 
 #include <math.h>
 #include <stdarg.h>
-#include <string.h>
-
-const char *sim_export_name(SimExportFormat f)
-{
-    static const char *const names[] = {"megatron", "deepspeed", "nemo", "bridge", "torchtitan", "slurm", "torchtitan-toml"};
-    return (unsigned)f < SIM_EXPORT_COUNT ? names[f] : "?";
-}
-
-int sim_export_from_name(const char *s)
-{
-    for (int i = 0; i < SIM_EXPORT_COUNT; i++)
-        if (s && strcmp(s, sim_export_name((SimExportFormat)i)) == 0)
-            return i;
-    return -1;
-}
 
 static void flag(FILE *f, const char *name, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
-/* One element of the MEGATRON_ARGS array: a flag and, with fmt, its value. */
+/* One element of the MEGATRON_ARGS array, one to a line: a flag and, with fmt, its value. */
 static void flag(FILE *f, const char *name, const char *fmt, ...)
 {
-    fprintf(f, "    %s", name);
-    if (fmt) {
-        va_list ap;
-        va_start(ap, fmt);
-        fputc(' ', f);
-        vfprintf(f, fmt, ap);
-        va_end(ap);
-    }
-    fputc('\n', f);
+    va_list ap;
+    va_start(ap, fmt);
+    export_vflag(f, "\n", name, fmt, ap);
+    va_end(ap);
 }
 
 /* Megatron's --moe-layer-freq as its list form, run-length coded: "([0]*3+[1]*58)". Its int
@@ -77,7 +57,7 @@ static void megatron_moe(FILE *f, const ModelPlan *p)
         flag(f, "--moe-layer-freq", "'%s'", freq);
         flag(f, "--expert-model-parallel-size", "%d", l->ep);
         flag(f, "--expert-tensor-parallel-size", "%d", l->etp);
-        flag(f, "--moe-router-score-function", "%s", m->score == MODEL_ROUTER_SIGMOID ? "sigmoid" : "softmax");
+        flag(f, "--moe-router-score-function", "%s", export_router_score(m));
         if (m->groups > 0) {
             flag(f, "--moe-router-num-groups", "%d", m->groups);
             flag(f, "--moe-router-group-topk", "%d", m->topk_groups);
@@ -118,15 +98,12 @@ static void megatron_moe_notes(FILE *f, const ModelPlan *p)
 {
     const ModelMoe *m = &p->spec.model.moe;
     const ModelLayout *l = &p->spec.layout;
-    const ModelJob *t = &p->spec.job;
     if (m->experts <= 0)
         return;
     fprintf(f, "# experts: %d routed (top %d) over ep %d x etp %d, expert data parallel %d; %s\n",
             m->experts, m->topk, l->ep, l->etp, l->tp * l->cp * l->dp / (l->ep * l->etp),
             m->capacity_factor > 0 ? "capacity padded" : "dropless (no capacity factor)");
-    if (t->moe_imbalance > 1.0 && !t->moe_force_balance)
-        fprintf(f, "# planned for a routing imbalance of %g (the busiest EP rank's tokens over the balanced\n"
-                   "# share): a planning assumption, not a Megatron setting\n", t->moe_imbalance);
+    export_imbalance_note(f, p, "Megatron setting");
     if (l->overlap_ep)
         fprintf(f, "# the plan overlaps the experts' all-to-all with compute%s; Megatron-Core versions\n"
                    "# with it take --overlap-moe-expert-parallel-comm for the overlap across micro-batches\n",
@@ -149,7 +126,7 @@ static void megatron_moe_notes(FILE *f, const ModelPlan *p)
  * which ZeRO 1 and 2 map to. fp8_dot_product_attention is a TransformerConfig field that
  * arguments.py excludes from the flags, and Megatron-Core quantizes a MoE dispatch only on the
  * ncclep flex dispatcher (moe_dispatch_fwd_dtype): both are said in comments.
- * (sim_export_fp8_param_gather_ok in export_common.c says when the flag applies.) */
+ * (export_fp8_param_gather_ok in common.c says when the flag applies.) */
 static void megatron_fp8_notes(FILE *f, const ModelPlan *p)
 {
     const ModelJob *t = &p->spec.job;
@@ -157,7 +134,7 @@ static void megatron_fp8_notes(FILE *f, const ModelPlan *p)
         return;
     if (t->fp8 == MODEL_FP8_MXFP8)
         fprintf(f, "# --fp8-recipe mxfp8 runs on Blackwell only: Transformer Engine checks the device, validate_args does not\n");
-    if (t->fp8_param_gather && !sim_export_fp8_param_gather_ok(p))
+    if (t->fp8_param_gather && !export_fp8_param_gather_ok(p))
         fprintf(f, "# NOT EXPRESSIBLE: FP8-only weights without the distributed optimizer (ZeRO-0): validate_args takes\n"
                    "# --fp8-param-gather only with --use-distributed-optimizer or FSDP, so the flags below keep the 16-bit\n"
                    "# weights beside their FP8 copies (plan with --zero 1 for the flag)\n");
@@ -181,7 +158,7 @@ static void megatron_fp8(FILE *f, const ModelPlan *p)
         flag(f, "--fp8-amax-history-len", "%d", t->fp8_amax_history);
         flag(f, "--fp8-amax-compute-algo", "max");
     }
-    if (sim_export_fp8_param_gather_ok(p))
+    if (export_fp8_param_gather_ok(p))
         flag(f, "--fp8-param-gather", NULL);
 }
 
@@ -208,11 +185,6 @@ static void megatron_env(FILE *f, const ModelPlan *p)
     }
 }
 
-/* --pipeline-model-parallel-layout for a split whose middle stages differ: the stages' decoder
- * layers ('t'), the embedding first ('E'), the loss last ('L') and the multi-token prediction
- * modules, which a split given as layers per stage places on the last stage, just before the
- * loss ('m' each: PipelineParallelLayerLayout.validate_layer_layout counts them against
- * --mtp-num-layers). A plan's own layout string goes as given, a standalone "m|L" included. */
 /* HSDP, buckets and offload as Megatron-LM's flags. HSDP is the distributed optimizer's (and
  * Megatron-FSDP's) instances: each shards over dp / instances ranks and the instances all-reduce
  * their shards. --ddp-bucket-size counts parameters (DistributedDataParallelConfig.bucket_size).
@@ -259,47 +231,54 @@ static void megatron_sharding(FILE *f, const ModelPlan *p, const ModelDims *d)
                    "parameters only\n", l->prefetch);
 }
 
-static void megatron(FILE *f, const ModelPlan *p, const ModelDims *d)
+/* The comments that open the fragment: the model, GPUs and cluster, the data-parallel size, the
+ * torchrun line, and ZeRO 2-3 as Megatron FSDP. */
+static void megatron_launch_notes(FILE *f, const ModelPlan *p, const ModelDims *d)
 {
-    const ModelConfig *c = &p->spec.model;
     const ModelLayout *l = &p->spec.layout;
-    const ModelJob *t = &p->spec.job;
-    int per_node = prof_node_size(&p->profile, p->gpus);
-    if (per_node > p->gpus)
-        per_node = p->gpus;
+    int nodes;
+    const int per_node = export_node_size(p, &nodes);
     fprintf(f, "# Megatron-LM (pretrain_gpt.py) flags for %s on %d GPUs (%s), written by parallax\n",
-            c->name, p->gpus, p->cluster);
+            p->spec.model.name, p->gpus, p->cluster);
     fprintf(f, "# data-parallel size %d follows from the world size; %d micro-batch%s per step\n",
             l->dp, d->m, d->m == 1 ? "" : "es");
     fprintf(f, "# source this file, then on each node:\n"
                "#   torchrun --nnodes %d --nproc-per-node %d ... pretrain_gpt.py \"${MEGATRON_ARGS[@]}\" --data-path ... (or --mock-data)\n",
-            (p->gpus + per_node - 1) / per_node, per_node);
+            nodes, per_node);
     /* the FSDP asserts: Megatron-LM since ab43d43f (2026-04), still at d98e8a64 */
     if (l->zero >= 2)
         fprintf(f, "# ZeRO-%d maps to Megatron FSDP (--use-megatron-fsdp and the sharding strategy below;\n"
                    "# Megatron-LM versions before the rename call the first flag --use-custom-fsdp), whose\n"
                    "# validate_args asserts --ckpt-format fsdp_dtensor\n",
                 l->zero);
-    if (l->schedule == MODEL_SCHED_GPIPE && l->pp > 1)
-        fprintf(f, "%s", sim_export_gpipe_note);
-    SimMegatronSplit ms;
-    const int split_said = sim_export_megatron_pipeline(p, d, &ms);
-    if (split_said) {
-        char split[256];
-        model_split_format(l->stage_layers, l->n_stage_layers, split, sizeof split);
-        if (ms.embed || ms.loss)
-            fprintf(f, "# pipeline split %s: the %s counted as a layer, as Megatron-Core's flags below do\n", split,
-                    ms.embed && ms.loss ? "embedding and the loss each" : ms.embed ? "embedding" : "loss");
-        else if (!ms.layout[0])
-            fprintf(f, "# uneven pipeline split %s: the first/last stage's layers below, the rest even\n", split);
-        else if (l->pp_layout[0])
-            fprintf(f, "# pipeline split %s: the plan's layout string (Megatron-LM since 77732c36, core_v0.13.0)\n", split);
-        else
-            fprintf(f, "# uneven pipeline split %s: %s, which --decoder-first/last-pipeline-num-layers\n"
-                       "# cannot say, so it goes as --pipeline-model-parallel-layout (Megatron-LM since 77732c36, core_v0.13.0;\n"
-                       "# NOT EXPRESSIBLE in earlier versions, which split the middle stages evenly)\n",
-                    split, l->vpp > 1 ? "its virtual stages differ" : "its middle stages differ");
-    }
+    export_gpipe_note(f, l);
+}
+
+/* How the flags below say the plan's pipeline split (split_said: export_megatron_pipeline's
+ * answer, 0 for the even split, which needs no word). */
+static void megatron_split_notes(FILE *f, const ModelLayout *l, const ExportMegatronSplit *ms, int split_said)
+{
+    if (!split_said)
+        return;
+    char split[256];
+    model_split_format(l->stage_layers, l->n_stage_layers, split, sizeof split);
+    if (ms->embed || ms->loss)
+        fprintf(f, "# pipeline split %s: the %s counted as a layer, as Megatron-Core's flags below do\n", split,
+                ms->embed && ms->loss ? "embedding and the loss each" : ms->embed ? "embedding" : "loss");
+    else if (!ms->layout[0])
+        fprintf(f, "# uneven pipeline split %s: the first/last stage's layers below, the rest even\n", split);
+    else if (l->pp_layout[0])
+        fprintf(f, "# pipeline split %s: the plan's layout string (Megatron-LM since 77732c36, core_v0.13.0)\n", split);
+    else
+        fprintf(f, "# uneven pipeline split %s: %s, which --decoder-first/last-pipeline-num-layers\n"
+                   "# cannot say, so it goes as --pipeline-model-parallel-layout (Megatron-LM since 77732c36, core_v0.13.0;\n"
+                   "# NOT EXPRESSIBLE in earlier versions, which split the middle stages evenly)\n",
+                split, l->vpp > 1 ? "its virtual stages differ" : "its middle stages differ");
+}
+
+/* The tokenizer that sizes the embeddings, and a rotary scaling the flags cannot carry. */
+static void megatron_model_notes(FILE *f, const ModelConfig *c)
+{
     /* parallax sizes the embedding and output layer for this vocabulary, padded to a multiple
      * of pad_vocab x tp as Megatron pads it (--make-vocab-size-divisible-by). NullTokenizer
      * takes the size alone: no tokenizer files or downloads, and it is what --mock-data runs
@@ -311,10 +290,12 @@ static void megatron(FILE *f, const ModelPlan *p, const ModelDims *d)
         fprintf(f, "# NOT EXPRESSIBLE: this %s rotary scaling (factor %g) differs from Llama 3.1's frequency factors\n"
                    "# or original context, which --use-rope-scaling fixes; the flags below leave RoPE unscaled\n",
                 model_rope_scaling_name(c->rope_scaling.type), c->rope_scaling.factor);
-    megatron_moe_notes(f, p);
-    megatron_fp8_notes(f, p);
-    megatron_env(f, p);
-    fprintf(f, "MEGATRON_ARGS=(\n");
+}
+
+/* The model's architecture and vocabulary. */
+static void megatron_model(FILE *f, const ModelPlan *p, const ModelDims *d)
+{
+    const ModelConfig *c = &p->spec.model;
     flag(f, "--num-layers", "%d", c->layers);
     flag(f, "--hidden-size", "%d", c->hidden);
     flag(f, "--ffn-hidden-size", "%d", c->ffn_hidden);
@@ -352,28 +333,36 @@ static void megatron(FILE *f, const ModelPlan *p, const ModelDims *d)
         flag(f, "--softmax-type", "learnable"); /* a learned sink logit per head */
     flag(f, "--tokenizer-type", "NullTokenizer");
     flag(f, "--vocab-size", "%d", c->vocab);
-    flag(f, "--make-vocab-size-divisible-by", "%d", t->pad_vocab);
+    flag(f, "--make-vocab-size-divisible-by", "%d", p->spec.job.pad_vocab);
+}
+
+/* Tensor, pipeline (the split as export_megatron_pipeline says it) and context parallelism,
+ * then data parallelism, its sharding and overlap, and recompute. */
+static void megatron_parallel(FILE *f, const ModelPlan *p, const ModelDims *d, const ExportMegatronSplit *ms,
+                              int split_said)
+{
+    const ModelLayout *l = &p->spec.layout;
     flag(f, "--tensor-model-parallel-size", "%d", l->tp);
     flag(f, "--pipeline-model-parallel-size", "%d", l->pp);
-    if (ms.embed)
+    if (ms->embed)
         flag(f, "--account-for-embedding-in-pipeline-split", NULL);
-    if (ms.loss)
+    if (ms->loss)
         flag(f, "--account-for-loss-in-pipeline-split", NULL);
-    if (ms.first >= 0)
-        flag(f, "--decoder-first-pipeline-num-layers", "%d", ms.first);
-    if (ms.last >= 0)
-        flag(f, "--decoder-last-pipeline-num-layers", "%d", ms.last);
-    if (ms.layout[0])
-        flag(f, "--pipeline-model-parallel-layout", "'%s'", ms.layout);
+    if (ms->first >= 0)
+        flag(f, "--decoder-first-pipeline-num-layers", "%d", ms->first);
+    if (ms->last >= 0)
+        flag(f, "--decoder-last-pipeline-num-layers", "%d", ms->last);
+    if (ms->layout[0])
+        flag(f, "--pipeline-model-parallel-layout", "'%s'", ms->layout);
     /* the layout string gives the chunks itself (arguments.py allows one of the three) */
     else if (l->vpp > 1 && split_said)
         flag(f, "--num-virtual-stages-per-pipeline-rank", "%d", l->vpp);
     else if (l->vpp > 1)
-        flag(f, "--num-layers-per-virtual-pipeline-stage", "%d", c->layers / (l->pp * l->vpp));
+        flag(f, "--num-layers-per-virtual-pipeline-stage", "%d", p->spec.model.layers / (l->pp * l->vpp));
     if (l->cp > 1)
         flag(f, "--context-parallel-size", "%d", l->cp);
     if (l->cp > 1 && l->cp_comm != MODEL_CP_COMM_P2P) /* p2p is Megatron-LM's default */
-        flag(f, "--cp-comm-type", "%s", sim_export_cp_comm_name(l->cp_comm));
+        flag(f, "--cp-comm-type", "%s", export_cp_comm_name(l->cp_comm));
     if (l->sp)
         flag(f, "--sequence-parallel", NULL);
     if (l->zero == 1)
@@ -398,7 +387,12 @@ static void megatron(FILE *f, const ModelPlan *p, const ModelDims *d)
         flag(f, "--recompute-method", "uniform");
         flag(f, "--recompute-num-layers", "1");
     }
-    megatron_moe(f, p);
+}
+
+/* Batch, precision (FP8 included), attention, the optimizer and its schedule. */
+static void megatron_training(FILE *f, const ModelPlan *p)
+{
+    const ModelJob *t = &p->spec.job;
     flag(f, "--micro-batch-size", "%d", t->micro_batch);
     flag(f, "--global-batch-size", "%d", t->global_batch);
     if (t->precision == PX_BF16)
@@ -429,202 +423,24 @@ static void megatron(FILE *f, const ModelPlan *p, const ModelDims *d)
     flag(f, "--weight-decay", "%g", t->weight_decay);
     flag(f, "--clip-grad", "%g", t->grad_clip);
     flag(f, "--seed", "%llu", (unsigned long long)t->seed);
+}
+
+void export_megatron(FILE *f, const ModelPlan *p, const ModelDims *d)
+{
+    ExportMegatronSplit ms;
+    const int split_said = export_megatron_pipeline(p, d, &ms);
+    megatron_launch_notes(f, p, d);
+    megatron_split_notes(f, &p->spec.layout, &ms, split_said);
+    megatron_model_notes(f, &p->spec.model);
+    megatron_moe_notes(f, p);
+    megatron_fp8_notes(f, p);
+    megatron_env(f, p);
+    fprintf(f, "MEGATRON_ARGS=(\n");
+    megatron_model(f, p, d);
+    megatron_parallel(f, p, d, &ms, split_said);
+    megatron_moe(f, p);
+    megatron_training(f, p);
     fprintf(f, ")\n");
-    if (t->optimizer == MODEL_OPT_ADAM_8BIT)
+    if (p->spec.job.optimizer == MODEL_OPT_ADAM_8BIT)
         fprintf(f, "# 8-bit Adam has no Megatron-LM flag: its memory was planned, the flags use Adam\n");
-}
-
-/* zero_optimization's buckets, ZeRO-3's gathering limits and the optimizer offload. DeepSpeed
- * counts its buckets and limits in elements (runtime/zero/config.py): the gradients' for the
- * reduction bucket, the parameters' for the gathers. */
-static void deepspeed_sharding(cJSON *z, const ModelPlan *p, const ModelDims *d)
-{
-    const ModelLayout *l = &p->spec.layout;
-    const double pe = (double)px_dtype_bytes(d->param), ge = (double)px_dtype_bytes(d->grad);
-    const double params = model_config_params(&p->spec.model);
-    if (l->bucket_bytes > 0) {
-        cJSON_AddNumberToObject(z, "reduce_bucket_size", floor(l->bucket_bytes / ge));
-        cJSON_AddNumberToObject(z, l->zero == 3 ? "stage3_prefetch_bucket_size" : "allgather_bucket_size",
-                                floor(l->bucket_bytes / pe));
-    } else if (l->zero == 3 && l->prefetch > 1) {
-        /* prefetch depth in layers: that many layers' parameters in the prefetch bucket */
-        cJSON_AddNumberToObject(z, "stage3_prefetch_bucket_size",
-                                floor(l->prefetch * params / p->spec.model.layers));
-    }
-    if (l->zero == 3 && l->keep_gathered) {
-        /* a layer's gathered parameters stay until its backward: DeepSpeed releases none while
-         * the live parameters and the reuse distance stay under these limits */
-        cJSON_AddNumberToObject(z, "stage3_max_live_parameters", ceil(params));
-        cJSON_AddNumberToObject(z, "stage3_max_reuse_distance", ceil(params));
-    }
-    if (l->offload_optimizer) {
-        cJSON *o = cJSON_AddObjectToObject(z, "offload_optimizer");
-        cJSON_AddStringToObject(o, "device", "cpu");
-        cJSON_AddBoolToObject(o, "pin_memory", 1);
-    }
-}
-
-/* What DeepSpeed's config cannot say of the plan's sharding and offload (on stderr). */
-static void deepspeed_sharding_notes(const ModelPlan *p)
-{
-    const ModelLayout *l = &p->spec.layout;
-    if (l->dp_replicate > 1)
-        px_warn("NOT EXPRESSIBLE: HSDP (dp_shard %d x dp_replicate %d): DeepSpeed 0.19.8 removed MiCS "
-                "(mics_shard_size), and zero_hpz_partition_size keeps a second copy of the parameters "
-                "for the backward's gathers while the optimizer state stays sharded over all %d ranks; "
-                "the config written shards over the whole data-parallel group",
-                l->dp_shard, l->dp_replicate, l->dp);
-    if (l->zero == 3 && l->fsdp && l->recompute == MODEL_RECOMPUTE_FULL && !l->keep_gathered)
-        px_warn("the plan predicts FSDP's gathers (one per layer in the backward serves the recomputed "
-                "forward too); DeepSpeed's ZeRO-3 gathers again for the recomputed forward once a layer "
-                "is larger than stage3_max_reuse_distance: plan without --fsdp for DeepSpeed's figures");
-    if (l->offload_activations && l->recompute != MODEL_RECOMPUTE_FULL)
-        px_warn("NOT EXPRESSIBLE: activation offload without full recompute: DeepSpeed moves only the "
-                "checkpointed layer inputs to the host (activation_checkpointing.cpu_checkpointing)");
-}
-
-static void deepspeed(FILE *f, const ModelPlan *p, const ModelDims *d)
-{
-    const ModelLayout *l = &p->spec.layout;
-    const ModelJob *t = &p->spec.job;
-    cJSON *j = cJSON_CreateObject();
-    cJSON_AddNumberToObject(j, "train_batch_size", t->global_batch);
-    cJSON_AddNumberToObject(j, "train_micro_batch_size_per_gpu", t->micro_batch);
-    cJSON_AddNumberToObject(j, "gradient_accumulation_steps", d->m);
-    cJSON_AddNumberToObject(j, "gradient_clipping", t->grad_clip);
-    cJSON_AddNumberToObject(j, "steps_per_print", 10);
-    if (t->precision == PX_BF16) {
-        cJSON *b = cJSON_AddObjectToObject(j, "bf16");
-        cJSON_AddBoolToObject(b, "enabled", 1);
-    } else if (t->precision == PX_FP16) {
-        cJSON *h = cJSON_AddObjectToObject(j, "fp16");
-        cJSON_AddBoolToObject(h, "enabled", 1);
-        cJSON_AddNumberToObject(h, "loss_scale", 0); /* dynamic */
-        /* parallax's scaler (exec/train/scale.c, torch.amp.GradScaler's): 2^16 at first,
-         * halved at every overflow (DeepSpeed waits for `hysteresis` of them), doubled after
-         * 2000 clean steps (DeepSpeed's window defaults to 1000) */
-        cJSON_AddNumberToObject(h, "initial_scale_power", 16);
-        cJSON_AddNumberToObject(h, "loss_scale_window", 2000);
-        cJSON_AddNumberToObject(h, "hysteresis", 1);
-    }
-    /* DeepSpeed accumulates gradients in the model's dtype unless data_types.grad_accum_dtype
-     * says otherwise, which its ZeRO optimizers take; without ZeRO the engine refuses 16-bit
-     * weights with fp32 gradients (sim_export warns) */
-    if (t->precision != PX_FP32 && (l->zero >= 1 || t->grad_dtype == t->precision)) {
-        cJSON *dt = cJSON_AddObjectToObject(j, "data_types");
-        cJSON_AddStringToObject(dt, "grad_accum_dtype", px_dtype_name(t->grad_dtype));
-    }
-    cJSON *z = cJSON_AddObjectToObject(j, "zero_optimization");
-    cJSON_AddNumberToObject(z, "stage", l->zero);
-    cJSON_AddBoolToObject(z, "overlap_comm", l->overlap_dp);
-    cJSON_AddBoolToObject(z, "contiguous_gradients", 1);
-    deepspeed_sharding(z, p, d);
-    cJSON *o = cJSON_AddObjectToObject(j, "optimizer");
-    cJSON *op = cJSON_CreateObject();
-    if (t->optimizer == MODEL_OPT_SGD_MOMENTUM) {
-        cJSON_AddStringToObject(o, "type", "SGD");
-        cJSON_AddNumberToObject(op, "lr", t->lr);
-        cJSON_AddNumberToObject(op, "momentum", t->momentum);
-        cJSON_AddNumberToObject(op, "weight_decay", t->weight_decay);
-    } else {
-        cJSON_AddStringToObject(o, "type", "AdamW");
-        cJSON_AddNumberToObject(op, "lr", t->lr);
-        double betas[2] = {t->beta1, t->beta2};
-        cJSON_AddItemToObject(op, "betas", cJSON_CreateDoubleArray(betas, 2));
-        cJSON_AddNumberToObject(op, "eps", t->adam_eps);
-        cJSON_AddNumberToObject(op, "weight_decay", t->weight_decay);
-    }
-    cJSON_AddItemToObject(o, "params", op);
-    cJSON *sch = cJSON_AddObjectToObject(j, "scheduler");
-    cJSON_AddStringToObject(sch, "type", "WarmupCosineLR");
-    cJSON *sp = cJSON_AddObjectToObject(sch, "params");
-    cJSON_AddNumberToObject(sp, "total_num_steps", t->steps);
-    cJSON_AddNumberToObject(sp, "warmup_num_steps", t->warmup_steps);
-    cJSON_AddNumberToObject(sp, "cos_min_ratio", t->lr > 0 ? t->min_lr / t->lr : 0);
-    /* parallax warms up linearly (DeepSpeed's default is logarithmic) */
-    cJSON_AddStringToObject(sp, "warmup_type", "linear");
-    /* DeepSpeed's checkpointing recomputes whole layers: the block is for full recompute only */
-    if (l->recompute == MODEL_RECOMPUTE_FULL) {
-        cJSON *ac = cJSON_AddObjectToObject(j, "activation_checkpointing");
-        cJSON_AddBoolToObject(ac, "partition_activations", l->sp);
-        cJSON_AddBoolToObject(ac, "contiguous_memory_optimization", 0);
-        cJSON_AddBoolToObject(ac, "cpu_checkpointing", l->offload_activations);
-    }
-    char *s = cJSON_Print(j);
-    fprintf(f, "%s\n", s);
-    cJSON_free(s);
-    cJSON_Delete(j);
-}
-
-int sim_export(FILE *f, const ModelPlan *plan, SimExportFormat fmt, PxError *err)
-{
-    ModelSpec s = plan->spec;
-    ModelDims d;
-    int rc = model_spec_check(&s, plan->gpus, &d, err);
-    if (rc)
-        return rc;
-    ModelPlan p = *plan;
-    p.spec = s;
-    switch (fmt) {
-    case SIM_EXPORT_MEGATRON: megatron(f, &p, &d); break;
-    case SIM_EXPORT_DEEPSPEED:
-        if (s.layout.tp > 1 || s.layout.pp > 1 || s.layout.cp > 1)
-            px_warn("DeepSpeed's config has no tensor, pipeline or context degrees: set tp %d, pp %d, "
-                    "cp %d in Megatron-DeepSpeed's arguments",
-                    s.layout.tp, s.layout.pp, s.layout.cp);
-        if (d.uneven) {
-            char split[256];
-            model_split_format(s.layout.stage_layers, s.layout.n_stage_layers, split, sizeof split);
-            px_warn("the uneven pipeline split %s is not expressible in DeepSpeed: its config has no "
-                    "pipeline settings, and PipelineModule's partition_method balances by 'uniform', "
-                    "'parameters' or 'type:' only; Megatron-DeepSpeed needs its layers placed by hand",
-                    split);
-        }
-        if (s.layout.recompute == MODEL_RECOMPUTE_SELECTIVE)
-            px_warn("selective recompute is not a DeepSpeed config setting (its checkpointing recomputes "
-                    "whole layers): Megatron-DeepSpeed versions with Megatron-LM's recompute arguments "
-                    "take it as --recompute-granularity selective");
-        else if (s.layout.recompute == MODEL_RECOMPUTE_FULL)
-            px_warn("full recompute: the activation_checkpointing block configures DeepSpeed's "
-                    "checkpointing; Megatron-DeepSpeed turns it on with --checkpoint-activations "
-                    "--deepspeed-activation-checkpointing");
-        if (d.moe)
-            px_warn("NOT EXPRESSIBLE: the %d experts over ep %d are not a DeepSpeed config setting: DeepSpeed "
-                    "builds MoE in the model code (deepspeed.moe.layer.MoE(hidden_size, expert, num_experts=%d, "
-                    "ep_size=%d, k=%d%s)); expert tensor parallel %d has no DeepSpeed equivalent beyond 1",
-                    s.model.moe.experts, s.layout.ep, s.model.moe.experts, s.layout.ep, s.model.moe.topk,
-                    s.model.moe.capacity_factor > 0 ? ", capacity_factor=..." : ", drop_tokens=False",
-                    s.layout.etp);
-        if (s.model.mla.kv_lora_rank > 0 || s.model.mtp_layers > 0)
-            px_warn("NOT EXPRESSIBLE: multi-head latent attention and multi-token prediction are model code, "
-                    "not DeepSpeed config settings");
-        if (s.job.precision != PX_FP32 && s.layout.zero == 0 && s.job.grad_dtype != s.job.precision)
-            px_warn("NOT EXPRESSIBLE: %s gradients of %s weights without ZeRO: DeepSpeed's engine accumulates them "
-                    "in the weights' dtype there (data_types.grad_accum_dtype %s is for its ZeRO optimizers); "
-                    "plan with --zero 1 or --grad-dtype %s",
-                    px_dtype_name(s.job.grad_dtype), px_dtype_name(s.job.precision),
-                    px_dtype_name(s.job.grad_dtype), px_dtype_name(s.job.precision));
-        /* DeepSpeed's config has no FP8 training key (deepspeedai/DeepSpeed edaa7221: its fp8 code
-         * is quantized inference and OptimizedLinear's weight storage) */
-        if (s.job.fp8 != MODEL_FP8_NONE)
-            px_warn("NOT EXPRESSIBLE: FP8 training (recipe %s, format %s%s) is not a DeepSpeed config setting: "
-                    "Transformer Engine's layers and te.pytorch.fp8_autocast(fp8_recipe=...) go in the model "
-                    "code; the config written is the %s one",
-                    model_fp8_recipe_name(s.job.fp8), model_fp8_format_name(s.job.fp8_format),
-                    s.job.fp8_param_gather ? ", FP8 parameters" : "",
-                    s.job.precision == PX_FP16 ? "fp16" : s.job.precision == PX_BF16 ? "bf16" : "fp32");
-        deepspeed_sharding_notes(&p);
-        deepspeed(f, &p, &d);
-        break;
-    case SIM_EXPORT_NEMO:
-        sim_export_nemo1(f, &p, &d);
-        sim_export_bridge(f, &p, &d);
-        break;
-    case SIM_EXPORT_BRIDGE: sim_export_bridge(f, &p, &d); break;
-    case SIM_EXPORT_TORCHTITAN: return sim_export_torchtitan(f, &p, &d, err);
-    case SIM_EXPORT_SLURM: return sim_export_slurm(f, &p, &d, err);
-    case SIM_EXPORT_TORCHTITAN_TOML: return sim_export_torchtitan_toml(f, &p, &d, err);
-    default: return px_fail(err, PX_EINPUT, "unknown export format %d", (int)fmt);
-    }
-    return PX_OK;
 }

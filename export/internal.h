@@ -1,0 +1,69 @@
+/* Private interfaces between the export files (not part of export.h's public contract): what
+ * several formats share (export/common.c) and each format's writer, which export_plan and
+ * export_slurm_job call with the plan's spec checked (model_spec_check) and its dims. */
+#ifndef EXPORT_INTERNAL_H
+#define EXPORT_INTERNAL_H
+
+#include <stdarg.h>
+
+#include "export/export.h"
+
+/* ---- common.c ---- */
+
+/* One word of a command line, on a line of its own four spaces in: the flag `name` and, with
+ * fmt, its value, then `end` ("\n" for an element of a bash array, " \\\n" for a command that
+ * goes on on the next line). Each format wraps it as its own printer (flag, arg). */
+void export_vflag(FILE *f, const char *end, const char *name, const char *fmt, va_list ap)
+    __attribute__((format(printf, 4, 0)));
+/* Ranks per node of the plan's job (the cluster profile's node size, the whole job when it is
+ * smaller), and in *nodes the nodes they take. */
+int export_node_size(const ModelPlan *p, int *nodes);
+const char *export_bool(int b); /* "true" / "false", as Hydra, TOML and tyro take them */
+/* The router's score function as Megatron-Core and NeMo name it: "softmax", "sigmoid". */
+const char *export_router_score(const ModelMoe *m);
+
+/* Notes that read alike in every format */
+/* The routing imbalance a MoE plan assumes, which no framework takes: "...not a <what>". */
+void export_imbalance_note(FILE *f, const ModelPlan *p, const char *what);
+/* GPipe, which Megatron-LM, NeMo and Megatron-Bridge do not offer: NOT EXPRESSIBLE when the plan
+ * pipelines with it. */
+void export_gpipe_note(FILE *f, const ModelLayout *l);
+
+/* Megatron-Core's pipeline split, which Megatron-LM, NeMo and Megatron-Bridge share */
+/* An uneven split as Megatron-Core's first/last stage counts: 0 when its middle stages differ;
+ * *first / *last are -1 where not needed. */
+int export_megatron_split(const ModelLayout *l, int *first, int *last);
+/* The split as Megatron-Core's --pipeline-model-parallel-layout string: "Et*2|t*3|tmL" (mtp:
+ * the model's prediction modules, in the last stage) */
+void export_megatron_layout(char *buf, size_t cap, const ModelLayout *l, int mtp);
+/* The pipeline split in Megatron-Core's terms, said the way the plan says it: the layout
+ * string as given, the embedding/loss counted, the first/last stage layers (given, or of a
+ * split whose middle stages are even, vpp 1), else the split as a layout string. */
+typedef struct {
+    int embed, loss;   /* --account-for-embedding/loss-in-pipeline-split */
+    int first, last;   /* --decoder-first/last-pipeline-num-layers; -1: not given */
+    char layout[4096]; /* --pipeline-model-parallel-layout; "": none */
+} ExportMegatronSplit;
+/* 0 when the split is the even one (nothing to say) */
+int export_megatron_pipeline(const ModelPlan *p, const ModelDims *d, ExportMegatronSplit *out);
+/* The context-parallel comm type as Megatron-Core's cp_comm_type spells it: "p2p",
+ * "all_gather", "a2a" (TransformerConfig, Transformer Engine's attention). */
+const char *export_cp_comm_name(ModelCpComm c);
+/* Whether FP8-only weights are expressible: Megatron takes them only with the distributed
+ * optimizer or FSDP (ZeRO 1 and up). */
+int export_fp8_param_gather_ok(const ModelPlan *p);
+
+/* ---- the formats, one file each ---- */
+
+void export_megatron(FILE *f, const ModelPlan *p, const ModelDims *d);  /* megatron.c */
+void export_deepspeed(FILE *f, const ModelPlan *p, const ModelDims *d); /* deepspeed.c */
+void export_nemo1(FILE *f, const ModelPlan *p, const ModelDims *d);     /* nemo.c */
+void export_bridge(FILE *f, const ModelPlan *p, const ModelDims *d);    /* bridge.c */
+/* titan.c: torchtitan 0.3's command line, 0.2's TOML job file */
+void export_torchtitan(FILE *f, const ModelPlan *p, const ModelDims *d);
+void export_torchtitan_toml(FILE *f, const ModelPlan *p, const ModelDims *d);
+/* slurm.c: export_slurm_job's script (job NULL: every default); PX_EINPUT when the prediction
+ * cannot be read, nothing written then */
+int export_slurm(FILE *f, const ModelPlan *p, const ModelDims *d, const ExportSlurmJob *job, PxError *err);
+
+#endif
