@@ -104,6 +104,8 @@ static int knob(int id, const char *arg, CliArgs *a, PxError *err)
 {
     const int no = id >= CLI_KNOB_NO;
     const ModelField *f = model_field((ModelFieldId)(no ? id - CLI_KNOB_NO : id));
+    if (!f)
+        return px_fail(err, PX_ERUNTIME, "option id %d is no field's", id);
     int rc = -1;
     for (size_t i = 0; i < sizeof cli_hooks / sizeof cli_hooks[0] && rc < 0; i++)
         if (cli_hooks[i].id == f->id)
