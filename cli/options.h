@@ -1,6 +1,7 @@
 /* cli — option tables shared by the subcommands: each command lists its options once, and
  * getopt_long's table and --help are generated from that list. The layout and training knobs
- * (--tp ... --set) parse into a ModelSpec plus the set of knobs the user gave. */
+ * (--tp ... --set) come from model/fields.c's rows and parse into a ModelSpec plus the set of
+ * fields the user gave. */
 #ifndef CLI_OPTIONS_H
 #define CLI_OPTIONS_H
 
@@ -9,24 +10,14 @@
 /* common/px.h's option table entry; CLI_OUTPUT's entries carry the short form 'o' */
 typedef PxOption CliOption;
 
-/* Knob identifiers (also bits of CliArgs.given). */
+/* Option ids. The knobs are model/fields.c's rows: a field's flag has the field's id
+ * (ModelFieldId), its --no- flag CLI_KNOB_NO + the id. */
 enum {
-    CLI_TP = 0, CLI_PP, CLI_DP, CLI_CP, CLI_VPP, CLI_ZERO, CLI_SP, CLI_NO_SP, CLI_RECOMPUTE,
-    CLI_SCHEDULE, CLI_MBS, CLI_GBS, CLI_SEQ, CLI_PRECISION, CLI_GRAD_DTYPE, CLI_OPTIMIZER,
-    CLI_FLASH, CLI_NO_FLASH, CLI_DROPOUT, CLI_OVERLAP_DP, CLI_NO_OVERLAP_DP, CLI_OVERLAP_TP,
-    CLI_NO_OVERLAP_TP, CLI_PAD_VOCAB, CLI_CAUSAL, CLI_SET, CLI_FUSED, CLI_NO_FUSED, CLI_TOKENS,
-    CLI_LR, CLI_MIN_LR, CLI_WARMUP, CLI_STEPS, CLI_SEED, CLI_WD, CLI_CLIP, CLI_DATA,
-    CLI_PP_LAYERS, CLI_EP, CLI_ETP, CLI_OVERLAP_EP, CLI_NO_OVERLAP_EP, CLI_MOE_IMBALANCE,
-    CLI_MOE_FORCE_BALANCE, CLI_FP8_RECIPE, CLI_FP8_FORMAT, CLI_FP8_PARAM_GATHER,
-    CLI_FP8_AMAX_HISTORY, CLI_FP8_ATTENTION, CLI_FP8_DISPATCH, CLI_FSDP, CLI_KEEP_GATHERED,
-    CLI_RESHARD, CLI_PREFETCH, CLI_BUCKET, CLI_DP_SHARD, CLI_DP_REPLICATE, CLI_OFFLOAD_OPT,
-    CLI_OFFLOAD_ACT, CLI_CP_COMM, CLI_EMBED_SPLIT, CLI_LOSS_SPLIT, CLI_FIRST_LAYERS,
-    CLI_LAST_LAYERS, CLI_PP_LAYOUT, CLI_ASYNC_TP, CLI_NO_ASYNC_TP,
-    CLI_KNOB_COUNT, /* at most CLI_MODEL */
-    /* not knobs */
-    CLI_MODEL = 80, CLI_CLUSTER, CLI_GPUS, CLI_JSON, CLI_HELP, CLI_OUTPUT,
+    CLI_KNOB_NO = 100,
+    /* not fields */
+    CLI_MODEL = 200, CLI_CLUSTER, CLI_GPUS, CLI_JSON, CLI_HELP, CLI_OUTPUT, CLI_SET,
     /* command-specific options: their raw values land in CliArgs.extra[id - CLI_EXTRA] */
-    CLI_EXTRA = 100, CLI_EXTRA_MAX = 140
+    CLI_EXTRA = 300, CLI_EXTRA_MAX = 340
 };
 
 #define CLI_MAX_SETS 64
@@ -42,7 +33,8 @@ typedef struct {
     ModelSpec spec;
     const char *sets[CLI_MAX_SETS];
     int n_sets;
-    unsigned char given[CLI_KNOB_COUNT]; /* 1 for each knob on the command line: cli_given */
+    unsigned char given[MODEL_FIELD_COUNT]; /* 1 for each field whose flag (or --no- flag) was
+                                               on the command line: cli_given */
     const char *positional[8];
     int n_positional;
     const char *extra[CLI_EXTRA_MAX - CLI_EXTRA]; /* value, or "1" for a flag; NULL when absent */
@@ -53,10 +45,15 @@ typedef struct {
     int etp_list[CLI_MAX_LIST], n_etp;
 } CliArgs;
 
-extern const CliOption cli_knob_options[];
+/* The knobs' option rows, made from model/fields.c's (each field with a flag, in its order, then
+ * --set): the table the commands that take a layout and a job list among theirs. */
+const CliOption *cli_knob_options(void);
 
-/* 1 when knob id was on the command line */
-static inline int cli_given(const CliArgs *a, int id) { return id >= 0 && id < CLI_KNOB_COUNT && a->given[id]; }
+/* 1 when field id's flag was on the command line */
+static inline int cli_given(const CliArgs *a, ModelFieldId id)
+{
+    return (int)id >= 0 && id < MODEL_FIELD_COUNT && a->given[id];
+}
 
 /* Parses argv against the NULL-terminated list of tables, filling args; up to max_positional
  * bare arguments land in args->positional. Returns -1 to go on, or an exit status: 0 after
@@ -66,6 +63,12 @@ int cli_parse(const char *cmd, const char *usage, int argc, char **argv,
 /* The same for a program of its own: prog names it in --help and in messages ("exec_mkplan"). */
 int cli_parse_as(const char *prog, const char *usage, int argc, char **argv,
                  const CliOption *const *tables, int max_positional, CliArgs *a);
+/* The loop under both, for a command with its own option handler: each option of argv goes to
+ * on(ctx, ...), then at most max_operands operands follow, argv[*first] the first (getopt_long
+ * moves them after the options). -1 to go on, or an exit status as cli_parse's. */
+int cli_parse_with(const char *prog, const char *usage, int argc, char **argv,
+                   const CliOption *const *tables, int max_operands, PxOptFn on, void *ctx,
+                   int *first);
 
 /* "parallax <cmd>: <err->msg>" on stderr; returns the exit status for status (not PX_OK):
  * 2 for PX_EINPUT, else 1. */

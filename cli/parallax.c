@@ -55,7 +55,7 @@ static int cmd_simulate(int argc, char **argv)
 {
     CliArgs a = {0};
     model_spec_defaults(&a.spec);
-    const CliOption *const tables[] = {target_options, cli_knob_options, simulate_options, json_option, NULL};
+    const CliOption *const tables[] = {target_options, cli_knob_options(), simulate_options, json_option, NULL};
     int st = cli_parse("simulate",
                        "--model M --cluster C --gpus N [knobs] [--json]\n\n"
                        "Predicts memory per GPU by category and pipeline stage, FLOPs and\n"

@@ -32,21 +32,23 @@ static const CliOption plan_options[] = {
     {"json", 0, NULL, "machine-readable output", CLI_JSON, 0},
     {NULL, 0, NULL, NULL, 0, 0}};
 
+/* The fields whose flags pin a dimension of the search. */
 static const struct {
-    int knob;
+    ModelFieldId knob;
     unsigned pin;
-} pins[] = {{CLI_TP, SIM_PIN_TP},         {CLI_PP, SIM_PIN_PP},
-            {CLI_DP, SIM_PIN_DP},         {CLI_CP, SIM_PIN_CP},
-            {CLI_VPP, SIM_PIN_VPP},       {CLI_ZERO, SIM_PIN_ZERO},
-            {CLI_SP, SIM_PIN_SP},         {CLI_NO_SP, SIM_PIN_SP},
-            {CLI_MBS, SIM_PIN_MBS},       {CLI_RECOMPUTE, SIM_PIN_RECOMPUTE},
-            {CLI_SCHEDULE, SIM_PIN_SCHEDULE}, {CLI_PP_LAYERS, SIM_PIN_PP | SIM_PIN_PP_LAYERS},
+} pins[] = {{MODEL_FIELD_TP, SIM_PIN_TP},         {MODEL_FIELD_PP, SIM_PIN_PP},
+            {MODEL_FIELD_DP, SIM_PIN_DP},         {MODEL_FIELD_CP, SIM_PIN_CP},
+            {MODEL_FIELD_VPP, SIM_PIN_VPP},       {MODEL_FIELD_ZERO, SIM_PIN_ZERO},
+            {MODEL_FIELD_SP, SIM_PIN_SP},         /* --sp and --no-sp */
+            {MODEL_FIELD_MICRO_BATCH, SIM_PIN_MBS}, {MODEL_FIELD_RECOMPUTE, SIM_PIN_RECOMPUTE},
+            {MODEL_FIELD_SCHEDULE, SIM_PIN_SCHEDULE},
+            {MODEL_FIELD_STAGE_LAYERS, SIM_PIN_PP | SIM_PIN_PP_LAYERS},
             /* Megatron-Core's forms of the split pin it, and the layout string the pipeline */
-            {CLI_EMBED_SPLIT, SIM_PIN_PP_LAYERS}, {CLI_LOSS_SPLIT, SIM_PIN_PP_LAYERS},
-            {CLI_FIRST_LAYERS, SIM_PIN_PP_LAYERS}, {CLI_LAST_LAYERS, SIM_PIN_PP_LAYERS},
-            {CLI_PP_LAYOUT, SIM_PIN_PP | SIM_PIN_VPP | SIM_PIN_PP_LAYERS},
-
-            {CLI_CP_COMM, SIM_PIN_CP_COMM}};
+            {MODEL_FIELD_EMBED_IN_SPLIT, SIM_PIN_PP_LAYERS}, {MODEL_FIELD_LOSS_IN_SPLIT, SIM_PIN_PP_LAYERS},
+            {MODEL_FIELD_FIRST_STAGE_LAYERS, SIM_PIN_PP_LAYERS},
+            {MODEL_FIELD_LAST_STAGE_LAYERS, SIM_PIN_PP_LAYERS},
+            {MODEL_FIELD_PP_LAYOUT, SIM_PIN_PP | SIM_PIN_VPP | SIM_PIN_PP_LAYERS},
+            {MODEL_FIELD_CP_COMM, SIM_PIN_CP_COMM}};
 
 static int split_list(const char *text, const char *what, char items[][256], int cap)
 {
@@ -102,7 +104,7 @@ static int expert_axes(PlanArgs *p)
         if (ax[i].n == 0)
             continue;
         /* a dense model's only etp is tp (Megatron's default), its only ep 1 */
-        const int dense_ok = i == 1 && cli_given(a, CLI_TP) ? q->base.layout.tp : 1;
+        const int dense_ok = i == 1 && cli_given(a, MODEL_FIELD_TP) ? q->base.layout.tp : 1;
         if (mc->moe.experts <= 0)
             for (int k = 0; k < ax[i].n; k++)
                 if (ax[i].list[k] != dense_ok) {
@@ -229,7 +231,7 @@ static int parse_plan(int argc, char **argv, PlanArgs *p)
     memset(p, 0, sizeof *p);
     model_spec_defaults(&a->spec);
     a->allow_lists = 1;
-    const CliOption *const tables[] = {plan_options, cli_knob_options, NULL};
+    const CliOption *const tables[] = {plan_options, cli_knob_options(), NULL};
     int st = cli_parse("plan",
                        "--model M --cluster C --gpus N --gbs B [--seq S] [knobs to pin] [options]\n\n"
                        "Searches every layout (tp, pp, dp, cp, vpp, zero, sp, micro-batch, recompute,\n"
@@ -242,7 +244,7 @@ static int parse_plan(int argc, char **argv, PlanArgs *p)
     PxError err = {0};
     const char *gpus_text = a->extra[OPT_GPUS - CLI_EXTRA];
     p->min_gpus = a->extra[OPT_MIN_GPUS - CLI_EXTRA] != NULL;
-    if (!a->model || !a->cluster || (!gpus_text && !p->min_gpus) || !cli_given(a, CLI_GBS)) {
+    if (!a->model || !a->cluster || (!gpus_text && !p->min_gpus) || !cli_given(a, MODEL_FIELD_GLOBAL_BATCH)) {
         fprintf(stderr, "parallax plan: --model, --cluster, --gpus and --gbs are required (see --help)\n");
         return 2;
     }

@@ -25,7 +25,7 @@ int cli_cmd_report(int argc, char **argv)
     CliArgs a;
     memset(&a, 0, sizeof a);
     model_spec_defaults(&a.spec);
-    const CliOption *const tables[] = {report_options, cli_knob_options, NULL};
+    const CliOption *const tables[] = {report_options, cli_knob_options(), NULL};
     int st = cli_parse("report",
                        "[--plan P] [--run R] [--model M --cluster C --gpus N,... --gbs B [--landscape]] [--dir DIR]\n\n"
                        "Draws charts with gnuplot (PNG and SVG), Perfetto traces, and report.md / report.html.",
@@ -52,7 +52,7 @@ int cli_cmd_report(int argc, char **argv)
     q.plan = plan;
     q.run = run;
     if (a.model || a.cluster || a.extra[OPT_GPUS - CLI_EXTRA]) {
-        if (!a.model || !a.cluster || !a.extra[OPT_GPUS - CLI_EXTRA] || !cli_given(&a, CLI_GBS)) {
+        if (!a.model || !a.cluster || !a.extra[OPT_GPUS - CLI_EXTRA] || !cli_given(&a, MODEL_FIELD_GLOBAL_BATCH)) {
             fprintf(stderr, "parallax report: scaling curves need --model, --cluster, --gpus and --gbs\n");
             rc = 2;
             goto out;

@@ -2,10 +2,12 @@
  * executable, runs once per rank: directly for a one-rank plan, through mpirun (or srun inside
  * a Slurm allocation) with the plan's world size for several. --launcher chooses: none runs the
  * worker directly whatever the plan, for a job that is already one rank of a launch
- * (mpirun -n 8 parallax run plan.json --launcher none). --backend and the fp16 loss-scale
- * options are checked here and passed through to the worker. */
+ * (mpirun -n 8 parallax run plan.json --launcher none). The trainer's options are checked
+ * here with the worker's own table and parser (exec_run_options) and handed to it as given. */
 #include <errno.h>
+#include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -14,45 +16,14 @@
 #include "exec/train/train.h"
 #include "exec/launch/launch.h"
 
-enum { RUN_STEPS = CLI_EXTRA, RUN_METRICS, RUN_DATA, RUN_QUIET, RUN_LAUNCHER, RUN_BACKEND,
-       RUN_LOSS_SCALE, RUN_LOSS_SCALE_INTERVAL,
-       RUN_COMM_TIMEOUT, RUN_FAIL_RANK, RUN_FAIL_STEP };
-/* checkpoints (ids from the end of the extra range, apart from the options above) */
-enum { RUN_CHECKPOINT_DIR = CLI_EXTRA_MAX - 3, RUN_CHECKPOINT_EVERY, RUN_RESUME };
-/* launching across nodes (apart again) */
-enum { RUN_HOSTFILE = CLI_EXTRA_MAX - 4 };
-enum { RUN_TIMING = RUN_FAIL_STEP + 1 };
+/* the launcher's own options, which stay here; every other is the trainer's (exec_run_options) */
+enum { RUN_LAUNCHER = EXEC_RUN_OPTION_IDS, RUN_HOSTFILE };
 
-static const CliOption run_options[] = {
-    {"steps", 1, "N", "training steps (default: the plan's training.steps)", RUN_STEPS, 0},
-    {"output", 1, "FILE", "run.json to write (default run.json)", CLI_OUTPUT, 'o'},
-    {"metrics", 1, "FILE", "JSON-lines log of every step (default: run.metrics.jsonl beside -o)",
-     RUN_METRICS, 0},
-    {"data", 1, "FILE", "text file (byte tokens) or llm.c .bin tokens (default: the built-in text)",
-     RUN_DATA, 0},
-    {"quiet", 0, NULL, "no progress lines", RUN_QUIET, 0},
+static const CliOption launch_options[] = {
     {"launcher", 1, "L", "mpirun, srun or none (default: srun under Slurm, else mpirun; none for one rank)",
      RUN_LAUNCHER, 0},
     {"hostfile", 1, "FILE", "mpirun's hostfile: the nodes the ranks run on and their slots (implies "
      "--launcher mpirun)", RUN_HOSTFILE, 0},
-    {"backend", 1, "B", "cpu, cuda or auto (default auto: cuda when the plan's cluster has GPUs)",
-     RUN_BACKEND, 0},
-    {"loss-scale", 1, "S", "fp16: the initial loss scale (default 65536)", RUN_LOSS_SCALE, 0},
-    {"loss-scale-interval", 1, "N", "fp16: clean steps before the loss scale doubles (default 2000)",
-     RUN_LOSS_SCALE_INTERVAL, 0},
-    {"comm-timeout", 1, "S", "end the job when a communication waits longer than S seconds "
-     "(default 600; 0: no limit)", RUN_COMM_TIMEOUT, 0},
-    {"fail-rank", 1, "R", "with --fail-step: rank R dies (SIGKILL) as a lost node (tests)",
-     RUN_FAIL_RANK, 0},
-    {"fail-step", 1, "K", "the step at whose start --fail-rank dies", RUN_FAIL_STEP, 0},
-    /* checkpoints */
-    {"checkpoint-dir", 1, "DIR", "where checkpoints are written and resumed from", RUN_CHECKPOINT_DIR, 0},
-    {"checkpoint-every", 1, "N", "write a checkpoint every N steps (needs --checkpoint-dir)",
-     RUN_CHECKPOINT_EVERY, 0},
-    {"resume", 0, NULL, "continue from the latest complete checkpoint in --checkpoint-dir",
-     RUN_RESUME, 0},
-    {"timing", 1, "T", "op (default: every op timed) or step (one wait for the device per step)",
-     RUN_TIMING, 0},
     {NULL, 0, NULL, NULL, 0, 0}};
 
 static const char *const run_usage =
@@ -67,59 +38,52 @@ static const char *const run_usage =
     "ranks starts it with mpirun (--oversubscribe when the ranks outnumber the cores; across the\n"
     "nodes of --hostfile) or, inside a Slurm allocation, srun.";
 
-/* The command line, checked: every value is passed through to the worker as given. */
+/* The command line: the trainer's options checked as the worker checks them, the launcher's. */
 typedef struct {
-    const char *plan, *output, *steps, *metrics, *data, *backend, *loss_scale, *loss_interval;
-    const char *comm_timeout, *fail_rank, *fail_step; /* failures */
-    const char *ck_dir, *ck_every;                    /* checkpoints */
-    const char *hostfile;                             /* mpirun's */
-    const char *timing;
-    int quiet, resume;
+    ExecRunArgs run;
+    const char *plan;
+    const char *launcher_name, *hostfile;
     LaunchKind launcher;
     int world; /* the plan's ranks */
 } RunArgs;
 
-/* The options and the plan file: -1 to go on, or the exit status. */
-static int parse_run(int argc, char **argv, CliArgs *a, RunArgs *r)
+static int run_option(void *ctx, int id, const char *arg, PxError *err)
 {
-    const CliOption *const tables[] = {run_options, NULL};
-    int status = cli_parse("run", run_usage, argc, argv, tables, 1, a);
+    RunArgs *r = ctx;
+    switch (id) {
+    case RUN_LAUNCHER: r->launcher_name = arg; return launch_kind_parse(arg, &r->launcher, err);
+    case RUN_HOSTFILE: r->hostfile = arg; return PX_OK;
+    default: return exec_run_option(&r->run, id, arg, err);
+    }
+}
+
+/* The options and the plan file: -1 to go on, or the exit status. */
+static int parse_run(int argc, char **argv, RunArgs *r)
+{
+    const CliOption *const tables[] = {exec_run_options, launch_options, NULL};
+    exec_run_args_init(&r->run);
+    r->launcher = LAUNCH_DEFAULT;
+    int first;
+    int status = cli_parse_with("parallax run", run_usage, argc, argv, tables, 1, run_option, r, &first);
     if (status >= 0)
         return status;
-    r->plan = a->positional[0];
-    r->output = a->output;
-    r->steps = a->extra[RUN_STEPS - CLI_EXTRA];
-    r->metrics = a->extra[RUN_METRICS - CLI_EXTRA];
-    r->data = a->extra[RUN_DATA - CLI_EXTRA];
-    r->quiet = a->extra[RUN_QUIET - CLI_EXTRA] != NULL;
-    r->backend = a->extra[RUN_BACKEND - CLI_EXTRA];
-    r->loss_scale = a->extra[RUN_LOSS_SCALE - CLI_EXTRA];
-    r->loss_interval = a->extra[RUN_LOSS_SCALE_INTERVAL - CLI_EXTRA];
-    r->timing = a->extra[RUN_TIMING - CLI_EXTRA];
-    if (a->n_positional != 1) {
+    if (first != argc - 1) {
         fprintf(stderr, "parallax run: expected one plan file (see 'parallax run --help')\n");
         return 2;
     }
+    r->plan = argv[first];
+    PxError err = {0};
+    if (exec_run_args_check(&r->run, &err))
+        return cli_fail("run", PX_EINPUT, &err);
     return -1;
 }
 
-/* --steps, --launcher, --backend and the fp16 loss-scale options. */
-static int check_values(const CliArgs *a, RunArgs *r)
+/* --hostfile: readable, and for mpirun. */
+static int check_hostfile(const RunArgs *r)
 {
-    PxError err = {0};
-    int n_steps = 0, interval = 0;
-    double scale = 0;
-    const char *launcher = a->extra[RUN_LAUNCHER - CLI_EXTRA];
-    ExecBackend be = EXEC_BACKEND_AUTO;
-    r->launcher = LAUNCH_DEFAULT;
-    if (r->steps && px_parse_int(r->steps, "--steps", 1, 1 << 30, &n_steps, &err))
-        return cli_fail("run", PX_EINPUT, &err);
-    if (launcher && launch_kind_parse(launcher, &r->launcher, &err))
-        return cli_fail("run", PX_EINPUT, &err);
-    r->hostfile = a->extra[RUN_HOSTFILE - CLI_EXTRA];
     if (r->hostfile && r->launcher != LAUNCH_DEFAULT && r->launcher != LAUNCH_MPIRUN) {
         fprintf(stderr, "parallax run: --hostfile is for --launcher mpirun, not %s (srun runs on "
-                        "the nodes of its Slurm allocation)\n", launcher);
+                        "the nodes of its Slurm allocation)\n", r->launcher_name);
         return 2;
     }
     if (r->hostfile && access(r->hostfile, R_OK) != 0) {
@@ -127,35 +91,13 @@ static int check_values(const CliArgs *a, RunArgs *r)
                 strerror(errno));
         return 2;
     }
-    if (r->backend && exec_backend_parse(r->backend, &be, &err))
-        return cli_fail("run", PX_EINPUT, &err);
-    if (r->loss_scale && (px_parse_double(r->loss_scale, "--loss-scale", &scale, &err) ||
-                          !(scale >= 1.0 && scale <= 0x1p100))) {
-        fprintf(stderr, "parallax run: --loss-scale: expected a number from 1 to 2^100, got '%s'\n",
-                r->loss_scale);
-        return 2;
-    }
-    if (r->loss_interval &&
-        px_parse_int(r->loss_interval, "--loss-scale-interval", 1, 1 << 30, &interval, &err))
-        return cli_fail("run", PX_EINPUT, &err);
-    if (r->timing && strcmp(r->timing, "op") && strcmp(r->timing, "step")) {
-        fprintf(stderr, "parallax run: --timing: expected op or step, got '%s'\n", r->timing);
-        return 2;
-    }
     return -1;
 }
 
-/* The failure options, the rank against the plan's world too (which is read here). */
-static int check_failures(const CliArgs *a, RunArgs *r)
+/* The plan's world (the plan is read here for it), and --fail-rank within it. */
+static int check_world(RunArgs *r)
 {
     PxError err = {0};
-    r->comm_timeout = a->extra[RUN_COMM_TIMEOUT - CLI_EXTRA];
-    r->fail_rank = a->extra[RUN_FAIL_RANK - CLI_EXTRA];
-    r->fail_step = a->extra[RUN_FAIL_STEP - CLI_EXTRA];
-    ExecOptions fo;
-    memset(&fo, 0, sizeof fo);
-    if (exec_failure_parse(r->comm_timeout, r->fail_rank, r->fail_step, &fo, &err))
-        return cli_fail("run", PX_EINPUT, &err);
     ModelPlan plan = {0};
     /* only the world size is wanted here: the worker reads the plan again and warns about it */
     const int was_quiet = px_log_set_quiet(1);
@@ -165,80 +107,61 @@ static int check_failures(const CliArgs *a, RunArgs *r)
     model_plan_free(&plan);
     if (rc)
         return cli_fail("run", rc, &err);
-    if (r->fail_rank && fo.fail_rank >= r->world) {
+    const int fail_rank = r->run.opt.fail_rank;
+    if (r->run.fail_rank && fail_rank >= r->world) {
         fprintf(stderr, "parallax run: --fail-rank %d: the plan has %d rank%s (0 to %d)\n",
-                fo.fail_rank, r->world, r->world == 1 ? "" : "s", r->world - 1);
+                fail_rank, r->world, r->world == 1 ? "" : "s", r->world - 1);
         return 2;
     }
     return -1;
 }
 
-/* --checkpoint-dir with --checkpoint-every N or --resume, and neither without it. */
-static int check_checkpoints(const CliArgs *a, RunArgs *r)
+/* The worker's command line: `run`, then the user's arguments as given but the launcher's own
+ * options. getopt_long has put the options first (the plan file after them), so a second scan
+ * of argv sees each option's words end at optind and keeps those of the trainer's. */
+typedef struct {
+    char **argv;
+    int next; /* the first word not yet kept or dropped */
+    const char **out;
+    int n;
+} WorkerArgs;
+
+static int keep_option(void *ctx, int id, const char *arg, PxError *err)
 {
+    (void)arg, (void)err;
+    WorkerArgs *w = ctx;
+    for (; w->next < optind; w->next++)
+        if (id != RUN_LAUNCHER && id != RUN_HOSTFILE)
+            w->out[w->n++] = w->argv[w->next];
+    return PX_OK;
+}
+
+static int worker_args(int argc, char **argv, const char **wargv)
+{
+    const CliOption *const tables[] = {exec_run_options, launch_options, NULL};
+    WorkerArgs w = {argv, 1, wargv, 0};
     PxError err = {0};
-    r->ck_dir = a->extra[RUN_CHECKPOINT_DIR - CLI_EXTRA];
-    r->ck_every = a->extra[RUN_CHECKPOINT_EVERY - CLI_EXTRA];
-    r->resume = a->extra[RUN_RESUME - CLI_EXTRA] != NULL;
-    int every = 0;
-    if (r->ck_every && px_parse_int(r->ck_every, "--checkpoint-every", 1, 1 << 30, &every, &err))
-        return cli_fail("run", PX_EINPUT, &err);
-    if ((r->ck_every || r->resume) && !r->ck_dir) {
-        fprintf(stderr, "parallax run: %s needs --checkpoint-dir DIR\n",
-                r->resume ? "--resume" : "--checkpoint-every");
-        return 2;
-    }
-    if (r->ck_dir && !r->ck_every && !r->resume) {
-        fprintf(stderr, "parallax run: --checkpoint-dir %s: give --checkpoint-every N to write "
-                        "checkpoints, or --resume to continue from one\n", r->ck_dir);
-        return 2;
-    }
-    return -1;
+    int first;
+    w.out[w.n++] = "run";
+    int rc = px_opts_parse(tables, argc, argv, NULL, keep_option, &w, 1, &first, &err);
+    for (; w.next < argc; w.next++) /* a "--" that ended the options, and the plan */
+        w.out[w.n++] = argv[w.next];
+    w.out[w.n] = NULL;
+    return rc;
 }
 
-/* The worker's command line: `run PLAN` and every option given, as given. */
-static void worker_args(const RunArgs *r, const char *wargv[32])
+/* Starts the worker on the plan's ranks with argv's options: its exit status, or 1 when the
+ * job died. */
+static int launch(const RunArgs *r, int argc, char **argv)
 {
-    const struct {
-        const char *flag, *value;
-        int given; /* a flag without a value (value NULL) when given */
-    } pass[] = {{"--steps", r->steps, r->steps != NULL},
-                {"--output", r->output, r->output != NULL},
-                {"--metrics", r->metrics, r->metrics != NULL},
-                {"--data", r->data, r->data != NULL},
-                {"--quiet", NULL, r->quiet},
-                {"--backend", r->backend, r->backend != NULL},
-                {"--loss-scale", r->loss_scale, r->loss_scale != NULL},
-                {"--loss-scale-interval", r->loss_interval, r->loss_interval != NULL},
-                {"--comm-timeout", r->comm_timeout, r->comm_timeout != NULL},
-                {"--fail-rank", r->fail_rank, r->fail_rank != NULL},
-                {"--fail-step", r->fail_step, r->fail_rank != NULL},
-                {"--checkpoint-dir", r->ck_dir, r->ck_dir != NULL},
-                {"--checkpoint-every", r->ck_every, r->ck_every != NULL},
-                {"--resume", NULL, r->resume},
-                {"--timing", r->timing, r->timing != NULL}};
-    int n = 0;
-    wargv[n++] = "run";
-    wargv[n++] = r->plan;
-    for (size_t i = 0; i < sizeof pass / sizeof pass[0]; i++) {
-        if (!pass[i].given)
-            continue;
-        wargv[n++] = pass[i].flag;
-        if (pass[i].value)
-            wargv[n++] = pass[i].value;
-    }
-    wargv[n] = NULL;
-}
-
-/* Starts the worker on the plan's ranks: its exit status, or 1 when the job died. */
-static int launch(const RunArgs *r)
-{
-    const char *wargv[32];
-    worker_args(r, wargv);
+    const char **wargv = calloc((size_t)argc + 2, sizeof *wargv);
     PxError err = {0};
     int status = 0;
+    int rc = wargv ? worker_args(argc, argv, wargv) : px_fail(&err, PX_ERUNTIME, "out of memory");
     LaunchJob l = {r->launcher, r->world, r->plan, r->hostfile};
-    int rc = launch_worker(&l, wargv, &status, &err);
+    if (!rc)
+        rc = launch_worker(&l, wargv, &status, &err);
+    free(wargv);
     if (rc) {
         status = cli_fail("run", rc, &err);
     } else if (status > 2) {
@@ -253,14 +176,11 @@ static int launch(const RunArgs *r)
 
 int cli_cmd_run(int argc, char **argv)
 {
-    CliArgs a = {0};
     RunArgs r = {0};
-    int status = parse_run(argc, argv, &a, &r);
+    int status = parse_run(argc, argv, &r);
     if (status < 0)
-        status = check_values(&a, &r);
+        status = check_hostfile(&r);
     if (status < 0)
-        status = check_failures(&a, &r);
-    if (status < 0)
-        status = check_checkpoints(&a, &r);
-    return status >= 0 ? status : launch(&r);
+        status = check_world(&r);
+    return status >= 0 ? status : launch(&r, argc, argv);
 }

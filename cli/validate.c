@@ -26,7 +26,7 @@ int cli_cmd_validate(int argc, char **argv)
     memset(&a, 0, sizeof a);
     model_spec_defaults(&a.spec);
     a.spec.job.global_batch = 8;
-    const CliOption *const tables[] = {validate_options, cli_knob_options, NULL};
+    const CliOption *const tables[] = {validate_options, cli_knob_options(), NULL};
     int st = cli_parse("validate",
                        "[--model M] [--cluster PROFILE] [--report DIR] [--steps N] [--json]\n"
                        "       [--recalibrate | --no-host-check | --check-host]\n\n"

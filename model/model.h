@@ -355,7 +355,6 @@ typedef enum {
 
 const char *model_rule_name(ModelRule r);
 
-void model_spec_defaults(ModelSpec *s);
 /* Validates the layout against the model, job and GPU count (gpus 0: not checked; dp 0: filled
  * from the GPUs) and fills dims. PX_EINPUT with one line naming the rule that is broken. */
 int model_spec_check(ModelSpec *s, int gpus, ModelDims *dims, PxError *err);
@@ -442,6 +441,113 @@ void model_split_format(const int *stage_layers, int n, char *buf, size_t cap);
 /* Parses "1,2,1" (what names the flag or key in messages) into l->stage_layers. */
 int model_split_parse(const char *text, const char *what, ModelLayout *l, PxError *err);
 
+/* ---- the fields of the layout and the job, described once (fields.c) ----
+ * One row per field of ModelLayout and ModelJob: its JSON key, type, range and default, and its
+ * command-line flag with metavar and help. The rows drive the layout's and the job's JSON (read
+ * and written), model_spec_defaults, and the front end's knobs (cli/options.c makes its option
+ * rows, --help and parsing from them), so a new field is its member in the struct and its row.
+ * What a field does beyond its type's handling is a hook of its row (--fsdp also sets zero 3,
+ * --precision fp8 the FP8 recipe); docs/formats.md lists the keys.
+ *
+ * Example:
+ *   const ModelField *f = model_field(MODEL_FIELD_TP);
+ *   model_field_parse(f, "8", 0, &spec, &err);          // --tp 8: spec.layout.tp = 8
+ *   cJSON *j = model_layout_to_json(&spec.layout);      // {"dp": ..., "tp": 8, ...}
+ */
+
+/* The fields: the layout's, then the job's, each in the order their JSON writes them. */
+typedef enum {
+    MODEL_FIELD_DP = 0, MODEL_FIELD_TP, MODEL_FIELD_PP, MODEL_FIELD_CP, MODEL_FIELD_VPP,
+    MODEL_FIELD_ZERO, MODEL_FIELD_SP, MODEL_FIELD_RECOMPUTE, MODEL_FIELD_SCHEDULE,
+    MODEL_FIELD_OVERLAP_DP, MODEL_FIELD_OVERLAP_TP, MODEL_FIELD_TP_BWD_EXPOSED,
+    MODEL_FIELD_STAGE_LAYERS, MODEL_FIELD_EMBED_IN_SPLIT, MODEL_FIELD_LOSS_IN_SPLIT,
+    MODEL_FIELD_FIRST_STAGE_LAYERS, MODEL_FIELD_LAST_STAGE_LAYERS, MODEL_FIELD_PP_LAYOUT,
+    MODEL_FIELD_CP_COMM, MODEL_FIELD_EP, MODEL_FIELD_ETP, MODEL_FIELD_OVERLAP_EP, MODEL_FIELD_FSDP,
+    MODEL_FIELD_KEEP_GATHERED, MODEL_FIELD_PREFETCH, MODEL_FIELD_BUCKET_BYTES,
+    MODEL_FIELD_DP_SHARD, MODEL_FIELD_DP_REPLICATE, MODEL_FIELD_OFFLOAD_OPTIMIZER,
+    MODEL_FIELD_OFFLOAD_ACTIVATIONS,
+    MODEL_FIELD_LAYOUT_END, /* the job's from here */
+    MODEL_FIELD_GLOBAL_BATCH = MODEL_FIELD_LAYOUT_END, MODEL_FIELD_MICRO_BATCH,
+    MODEL_FIELD_MICRO_BATCHES, MODEL_FIELD_SEQ_LEN, MODEL_FIELD_PRECISION, MODEL_FIELD_GRAD_DTYPE,
+    MODEL_FIELD_OPTIMIZER, MODEL_FIELD_LR, MODEL_FIELD_MIN_LR, MODEL_FIELD_WARMUP_STEPS,
+    MODEL_FIELD_WEIGHT_DECAY, MODEL_FIELD_GRAD_CLIP, MODEL_FIELD_BETA1, MODEL_FIELD_BETA2,
+    MODEL_FIELD_ADAM_EPS, MODEL_FIELD_MOMENTUM, MODEL_FIELD_STEPS, MODEL_FIELD_SEED,
+    MODEL_FIELD_DATA, MODEL_FIELD_FLASH_ATTN, MODEL_FIELD_DROPOUT, MODEL_FIELD_PAD_VOCAB,
+    MODEL_FIELD_VOCAB_PADDED, MODEL_FIELD_FUSED_KERNELS, MODEL_FIELD_CAUSAL_FLOPS,
+    MODEL_FIELD_TRAIN_TOKENS, MODEL_FIELD_MOE_IMBALANCE, MODEL_FIELD_MOE_FORCE_BALANCE,
+    MODEL_FIELD_FP8, MODEL_FIELD_FP8_FORMAT, MODEL_FIELD_FP8_PARAM_GATHER,
+    MODEL_FIELD_FP8_AMAX_HISTORY, MODEL_FIELD_FP8_ATTENTION, MODEL_FIELD_FP8_DISPATCH,
+    MODEL_FIELD_FP8_TRANSPOSE,
+    MODEL_FIELD_COUNT
+} ModelFieldId;
+
+typedef enum {
+    MODEL_FT_INT = 0, /* int */
+    MODEL_FT_BOOL,    /* int, 0 or 1: JSON false or true */
+    MODEL_FT_DOUBLE,
+    MODEL_FT_U64,     /* uint64_t: a JSON integer up to 2^53 */
+    MODEL_FT_ENUM,    /* an enum, by its names (names[value]) */
+    MODEL_FT_DTYPE,   /* a PxDtype among names (fp32, bf16, fp16: PxDtype's first three) */
+    MODEL_FT_STRING,  /* char[size] */
+    MODEL_FT_INT_LIST, /* int[], its count at count_at */
+    MODEL_FT_DERIVED  /* no member: a figure of ModelDims the JSON carries beside the fields */
+} ModelFieldType;
+
+typedef struct ModelField ModelField;
+struct ModelField {
+    ModelFieldId id;
+    const char *key; /* the JSON key */
+    ModelFieldType type;
+    size_t at, size; /* the member's offset in ModelLayout (the layout's ids) or ModelJob, size */
+    size_t count_at; /* INT_LIST: its count's offset */
+    const char *const *names; /* ENUM, DTYPE: the values' names */
+    int n_names;
+    int required;  /* the JSON must have the key */
+    double lo, hi; /* the JSON's range (INT, DOUBLE) */
+    double def;    /* model_spec_defaults' value (STRING and INT_LIST: empty) */
+    /* when the JSON writer writes the key (NULL: always), and the number it writes when that is
+     * not the member's (NULL: the member) */
+    int (*shown)(const ModelField *f, const void *obj, const ModelDims *d);
+    double (*value)(const void *obj, const ModelDims *d);
+    /* the command line: --flag METAVAR; a row without a metavar is a switch that sets the field
+     * to 1 (to 0 when invert), and --no_flag (if any) sets it the other way */
+    const char *flag, *metavar, *help;
+    const char *no_flag, *no_help;
+    int invert;
+    /* the flag's own range, when not the JSON's (cli_range 1) */
+    int cli_range;
+    double cli_lo, cli_hi;
+    /* DOUBLE: why a value outside the flag's range is refused ("must be in [0, 1)"; NULL: any
+     * number); STRING: what the value is, when too long ("path") */
+    const char *cli_msg;
+    const char *cli_names; /* ENUM, DTYPE: the names an unknown value's message lists, when not
+                              names[] ("fp32, bf16, fp16 or fp8") */
+    /* hooks for what the type's handling does not do (NULL: the type's): the flag's value into
+     * s (flag: "--pp-layers"; arg NULL for a switch, then on: the value it sets), and the key
+     * read from j into obj (the ModelLayout or ModelJob) */
+    int (*parse)(const ModelField *f, const char *flag, const char *arg, int on, ModelSpec *s,
+                 PxError *err);
+    int (*read)(const ModelField *f, const cJSON *j, const char *where, void *obj, PxError *err);
+};
+
+/* The rows in the order --help lists them (all MODEL_FIELD_COUNT of them), and one by id. */
+int model_field_count(void);
+const ModelField *model_field_at(int i);
+const ModelField *model_field(ModelFieldId id);
+/* The field's command-line value arg (NULL for a switch; no: its --no_flag was given) into s:
+ * PX_EINPUT naming the flag and the value. */
+int model_field_parse(const ModelField *f, const char *arg, int no, ModelSpec *s, PxError *err);
+
+/* Every field at its default (model configuration zeroed). */
+void model_spec_defaults(ModelSpec *s);
+/* The layout's and the job's JSON (docs/formats.md). Reading warns about unknown keys and
+ * names the key path at fault (PX_EINPUT); missing optional keys keep out's values. */
+cJSON *model_layout_to_json(const ModelLayout *l);
+int model_layout_from_json(const cJSON *j, const char *where, ModelLayout *out, PxError *err);
+/* training: the job; dims (optional) adds derived figures (micro-batches, padded vocabulary) */
+cJSON *model_job_to_json(const ModelJob *t, const ModelDims *dims);
+int model_job_from_json(const cJSON *j, const char *where, ModelJob *out, PxError *err);
+
 /* ---- plan: the hand-off from the planner to the executor (docs/formats.md's Plan) ----
  * A plan is self-contained: besides the layout and the job it carries the cluster profile the
  * planner resolved (every --set applied, measurements included) and the prediction made on it,
@@ -459,11 +565,6 @@ typedef struct {
     int schema_version;  /* as read (2 when made here) */
 } ModelPlan;
 
-cJSON *model_layout_to_json(const ModelLayout *l);
-int model_layout_from_json(const cJSON *j, const char *where, ModelLayout *out, PxError *err);
-/* training: the job; dims (optional) adds derived figures (micro-batches, padded vocabulary) */
-cJSON *model_job_to_json(const ModelJob *t, const ModelDims *dims);
-int model_job_from_json(const cJSON *j, const char *where, ModelJob *out, PxError *err);
 /* Reads and validates a plan (the layout against its world size, the inline profile).
  * PX_EINPUT names the key. */
 int model_plan_read(const char *path, ModelPlan *out, PxError *err);

@@ -1,4 +1,5 @@
-/* Layouts and training jobs: defaults, the divisibility rules, derived sizes, rank order. */
+/* Layouts and training jobs: the divisibility rules, derived sizes, rank order (their fields
+ * and defaults are fields.c's). */
 #include "model/model.h"
 
 #include <errno.h>
@@ -7,9 +8,6 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char *const recompute_names[] = {"none", "selective", "full"};
-static const char *const schedule_names[] = {"1f1b", "gpipe", "interleaved"};
-static const char *const optimizer_names[] = {"adamw", "sgd-momentum", "adam-8bit"};
 static const char *const category_names[MODEL_CAT_COUNT] = {
     "weights", "grads", "master", "optimizer", "activations", "comm_buffers", "workspace", "runtime"};
 static const char *const comm_names[MODEL_COMM_COUNT] = {
@@ -28,23 +26,6 @@ static int name_index(const char *s, const char *const *names, int n)
     return -1;
 }
 
-static const char *const cp_comm_names[] = {"p2p", "allgather", "a2a"};
-const char *model_cp_comm_name(ModelCpComm c) { return cp_comm_names[c]; }
-int model_cp_comm_from_name(const char *s) { return name_index(s, cp_comm_names, 3); }
-
-static const char *const fp8_recipe_names[] = {"none", "delayed", "tensorwise", "blockwise", "mxfp8"};
-static const char *const fp8_format_names[] = {"hybrid", "e4m3"};
-
-const char *model_fp8_recipe_name(ModelFp8Recipe r) { return fp8_recipe_names[r]; }
-int model_fp8_recipe_from_name(const char *s) { return name_index(s, fp8_recipe_names, 5); }
-const char *model_fp8_format_name(ModelFp8Format f) { return fp8_format_names[f]; }
-int model_fp8_format_from_name(const char *s) { return name_index(s, fp8_format_names, 2); }
-const char *model_recompute_name(ModelRecompute r) { return recompute_names[r]; }
-const char *model_schedule_name(ModelSchedule s) { return schedule_names[s]; }
-const char *model_optimizer_name(ModelOptimizer o) { return optimizer_names[o]; }
-int model_recompute_from_name(const char *s) { return name_index(s, recompute_names, 3); }
-int model_schedule_from_name(const char *s) { return name_index(s, schedule_names, 3); }
-int model_optimizer_from_name(const char *s) { return name_index(s, optimizer_names, 3); }
 const char *model_category_name(ModelCategory c) { return category_names[c]; }
 
 int model_category_on_host(const ModelLayout *l, ModelCategory c)
@@ -155,38 +136,6 @@ static int rule_fail(PxError *err, ModelRule code, const char *fmt, ...)
         err->code = code;
     }
     return PX_EINPUT;
-}
-
-void model_spec_defaults(ModelSpec *s)
-{
-    memset(s, 0, sizeof *s);
-    ModelLayout *l = &s->layout;
-    l->dp = 0; /* filled from --gpus */
-    l->tp = l->pp = l->cp = l->vpp = 1;
-    l->schedule = MODEL_SCHED_1F1B;
-    l->recompute = MODEL_RECOMPUTE_NONE;
-    ModelJob *j = &s->job;
-    j->micro_batch = 1;
-    j->precision = PX_DTYPE_COUNT; /* auto: the simulator picks by device, else bf16 */
-    j->grad_dtype = PX_FP32;
-    j->optimizer = MODEL_OPT_ADAMW;
-    j->flash_attn = 1;
-    j->fused_kernels = 1;
-    j->pad_vocab = 1;
-    j->moe_imbalance = 1.0;
-    j->fp8_amax_history = 1024;
-    j->fp8_transpose = -1;
-    j->lr = 1e-3;
-    j->min_lr = 1e-4;
-    j->warmup_steps = 10;
-    j->weight_decay = 0.1;
-    j->grad_clip = 1.0;
-    j->beta1 = 0.9;
-    j->beta2 = 0.95;
-    j->adam_eps = 1e-8;
-    j->momentum = 0.9;
-    j->steps = 100;
-    j->seed = 1234;
 }
 
 int model_rank(const ModelLayout *l, int tp, int cp, int dp, int pp)

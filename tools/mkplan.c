@@ -17,7 +17,7 @@ int main(int argc, char **argv)
         {"gpus", 1, "N", "ranks (default 1)", CLI_GPUS, 0},
         {"output", 1, "FILE", "plan to write (default plan.json)", CLI_OUTPUT, 'o'},
         {NULL, 0, NULL, NULL, 0, 0}};
-    const CliOption *const tables[] = {target, cli_knob_options, NULL};
+    const CliOption *const tables[] = {target, cli_knob_options(), NULL};
     CliArgs a = {0};
     model_spec_defaults(&a.spec);
     int st = cli_parse_as("exec_mkplan", "--model M [--cluster C] [--gpus N] [knobs] [--output FILE]\n\n"

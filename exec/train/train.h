@@ -100,11 +100,38 @@ void exec_options_defaults(ExecOptions *o);
  * plan with it; validate skips such layouts with it. */
 const char *exec_cp_limit(const ModelSpec *s, const ModelDims *d);
 enum { EXEC_CP_MAX = 64 }; /* the largest cp group the all-to-all's counts hold */
-/* The failure options as given on a command line (NULL: not given) into o: --comm-timeout
- * seconds from 0 (no limit) to 1e7; --fail-rank R >= 0 and --fail-step K >= 1, both or neither.
- * PX_EINPUT naming the flag; R against the job's world is exec_init's check. */
-int exec_failure_parse(const char *comm_timeout, const char *fail_rank, const char *fail_step,
-                       ExecOptions *o, PxError *err);
+
+/* The run options (--steps, -o, --metrics ... --timing), one table that `parallax run` and
+ * `parallax-worker run` both parse with and print in --help: the front end checks the user's
+ * options with it and hands them to the worker as given, keeping only its launcher's own.
+ *   ExecRunArgs a;
+ *   exec_run_args_init(&a);
+ *   const PxOption *const tables[] = {exec_run_options, NULL};
+ *   int rc = px_opts_parse(tables, argc, argv, see, exec_run_option, &a, 1, &first, &err);
+ *   if (!rc)
+ *       rc = exec_run_args_check(&a, &err);     // then a.opt is the trainer's options
+ * Its ids are below EXEC_RUN_OPTION_IDS, so a program may add options of its own above. */
+extern const PxOption exec_run_options[];
+enum { EXEC_RUN_OPTION_IDS = 32 };
+
+typedef struct {
+    ExecOptions opt;
+    /* the failure options as given (NULL: not), checked together */
+    const char *comm_timeout, *fail_rank, *fail_step;
+    char metrics[512]; /* the metrics log's default name, beside opt.output */
+} ExecRunArgs;
+
+/* The defaults (exec_options_defaults, run.json for -o). */
+void exec_run_args_init(ExecRunArgs *a);
+/* One option of exec_run_options into a (an ExecRunArgs; a PxOptFn): PX_EINPUT naming the
+ * option and the value. */
+int exec_run_option(void *a, int id, const char *arg, PxError *err);
+/* The options together, once parsed: --comm-timeout seconds from 0 (no limit) to 1e7;
+ * --fail-rank R >= 0 and --fail-step K >= 1, both or neither; --checkpoint-every and --resume
+ * need --checkpoint-dir, which needs one of them. Then the metrics log beside -o when --metrics
+ * is not given. PX_EINPUT naming the flags; R against the job's world is the caller's check
+ * (exec_init's, and `parallax run`'s against the plan). */
+int exec_run_args_check(ExecRunArgs *a, PxError *err);
 
 /* ---- the trainer ---- */
 

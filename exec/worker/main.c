@@ -57,121 +57,19 @@ static void command_help(const Command *c, const char *about, const PxOption *co
 
 /* ---- run ---- */
 
-enum { RUN_STEPS, RUN_OUTPUT, RUN_METRICS, RUN_DATA, RUN_QUIET, RUN_NO_PREFETCH, RUN_BACKEND,
-       RUN_LOSS_SCALE, RUN_LOSS_SCALE_INTERVAL, RUN_COMM_TIMEOUT, RUN_FAIL_RANK, RUN_FAIL_STEP,
-       RUN_CHECKPOINT_DIR, RUN_CHECKPOINT_EVERY, RUN_RESUME, RUN_TIMING };
-
-static const PxOption run_options[] = {
-    {"steps", 1, "N", "training steps (default: the plan's training.steps)", RUN_STEPS, 0},
-    {"output", 1, "FILE", "run.json to write (default run.json)", RUN_OUTPUT, 'o'},
-    {"metrics", 1, "FILE",
-     "JSON-lines log, one line per step (default: FILE of -o with .metrics.jsonl for .json)",
-     RUN_METRICS, 0},
-    {"data", 1, "FILE",
-     "training data: a text file (byte tokens) or an llm.c .bin token file (default: the plan's "
-     "training.data, else the built-in text)",
-     RUN_DATA, 0},
-    {"quiet", 0, NULL, "no progress lines", RUN_QUIET, 0},
-    {"no-prefetch", 0, NULL, "read each batch when it is needed (no loader thread)",
-     RUN_NO_PREFETCH, 0},
-    {"backend", 1, "B",
-     "cpu, cuda or auto (default auto: cuda when the plan's cluster has GPUs, cpu for the cpu "
-     "device)",
-     RUN_BACKEND, 0},
-    {"loss-scale", 1, "S", "fp16: the initial loss scale (default 65536)", RUN_LOSS_SCALE, 0},
-    {"loss-scale-interval", 1, "N", "fp16: clean steps before the scale doubles (default 2000)",
-     RUN_LOSS_SCALE_INTERVAL, 0},
-    {"comm-timeout", 1, "S",
-     "end the job when a communication waits longer than S seconds (default 600; 0: no limit)",
-     RUN_COMM_TIMEOUT, 0},
-    {"fail-rank", 1, "R", "with --fail-step: rank R dies (SIGKILL) as a lost node (tests)",
-     RUN_FAIL_RANK, 0},
-    {"fail-step", 1, "K", "the step at whose start --fail-rank dies", RUN_FAIL_STEP, 0},
-    {"checkpoint-dir", 1, "DIR", "where checkpoints are written (and resumed from)",
-     RUN_CHECKPOINT_DIR, 0},
-    {"checkpoint-every", 1, "N", "write a checkpoint every N steps", RUN_CHECKPOINT_EVERY, 0},
-    {"resume", 0, NULL, "continue from the latest complete checkpoint in DIR", RUN_RESUME, 0},
-    {"timing", 1, "T",
-     "op (default): every op timed, the device waited for at its start and end; step: one wait "
-     "per step, the step time of a plain training run, no time per op",
-     RUN_TIMING, 0},
-    {NULL, 0, NULL, NULL, 0, 0}};
-
 static const char *const run_about =
     "Trains the plan on this process and writes run.json: losses, memory per category,\n"
     "FLOPs and time per op under the simulator's names.";
 
-/* What `run` was given: the trainer's options, and the failure options as text until they are
- * checked together. */
-typedef struct {
-    ExecOptions opt;
-    const char *comm_timeout, *fail_rank, *fail_step;
-    char metrics[512];
-} RunArgs;
-
-/* One option of `run` into a; PX_EINPUT naming the option and the value. */
-static int run_option(void *ctx, int id, const char *arg, PxError *err)
+/* `run`'s command line into a, with the run options' table and parser (`parallax run` checked
+ * the same before it started this): -1 to go on, else the exit status (help: 0, bad input: 2;
+ * rank 0 says why). */
+static int run_parse(const Job *job, int argc, char **argv, ExecRunArgs *a)
 {
-    RunArgs *a = ctx;
-    ExecOptions *o = &a->opt;
-    switch (id) {
-    case RUN_STEPS: return px_parse_int(arg, "--steps", 1, 1 << 30, &o->steps, err);
-    case RUN_OUTPUT: o->output = arg; break;
-    case RUN_METRICS: o->metrics = arg; break;
-    case RUN_DATA: o->data = arg; break;
-    case RUN_QUIET: o->quiet = 1; break;
-    case RUN_NO_PREFETCH: o->prefetch = 0; break;
-    case RUN_BACKEND: return exec_backend_parse(arg, &o->backend, err);
-    case RUN_LOSS_SCALE: {
-        char *end = NULL;
-        o->loss_scale = strtod(arg, &end);
-        if (end == arg || *end || !(o->loss_scale >= 1.0 && o->loss_scale <= 0x1p100))
-            return px_fail(err, PX_EINPUT,
-                           "--loss-scale: expected a number from 1 to 2^100, got '%s'", arg);
-        break;
-    }
-    case RUN_LOSS_SCALE_INTERVAL:
-        return px_parse_int(arg, "--loss-scale-interval", 1, 1 << 30, &o->loss_scale_interval, err);
-    case RUN_COMM_TIMEOUT: a->comm_timeout = arg; break;
-    case RUN_FAIL_RANK: a->fail_rank = arg; break;
-    case RUN_FAIL_STEP: a->fail_step = arg; break;
-    /* checkpoints: exec_init checks that they fit together */
-    case RUN_CHECKPOINT_DIR: o->checkpoint_dir = arg; break;
-    case RUN_CHECKPOINT_EVERY:
-        return px_parse_int(arg, "--checkpoint-every", 1, 1 << 30, &o->checkpoint_every, err);
-    case RUN_RESUME: o->resume = 1; break;
-    case RUN_TIMING:
-        if (strcmp(arg, "op") && strcmp(arg, "step"))
-            return px_fail(err, PX_EINPUT, "--timing: expected op or step, got '%s'", arg);
-        o->step_timing = !strcmp(arg, "step");
-        break;
-    default: break;
-    }
-    return PX_OK;
-}
-
-/* The metrics log beside run.json when --metrics was not given: run.json's name with
- * .metrics.jsonl for .json. */
-static void default_metrics(RunArgs *a)
-{
-    ExecOptions *o = &a->opt;
-    if (o->metrics || !o->output || !*o->output)
-        return;
-    size_t n = strlen(o->output);
-    int json = n > 5 && strcmp(o->output + n - 5, ".json") == 0;
-    snprintf(a->metrics, sizeof a->metrics, "%.*s.metrics.jsonl", (int)(json ? n - 5 : n),
-             o->output);
-    o->metrics = a->metrics;
-}
-
-/* `run`'s command line into a: -1 to go on, else the exit status (help: 0, bad input: 2; rank
- * 0 says why). */
-static int run_parse(const Job *job, int argc, char **argv, RunArgs *a)
-{
-    static const PxOption *const tables[] = {run_options, NULL};
+    static const PxOption *const tables[] = {exec_run_options, NULL};
     PxError err = {0};
     int first;
-    int rc = px_opts_parse(tables, argc, argv, "(see --help)", run_option, a, 1, &first, &err);
+    int rc = px_opts_parse(tables, argc, argv, "(see --help)", exec_run_option, a, 1, &first, &err);
     if (rc == PX_OPTS_HELP) {
         if (job->rank == 0)
             command_help(&commands[0], run_about, tables);
@@ -180,7 +78,7 @@ static int run_parse(const Job *job, int argc, char **argv, RunArgs *a)
     if (!rc && first != argc - 1)
         rc = px_fail(&err, PX_EINPUT, "expected one plan file (see --help)");
     if (!rc)
-        rc = exec_failure_parse(a->comm_timeout, a->fail_rank, a->fail_step, &a->opt, &err);
+        rc = exec_run_args_check(a, &err);
     if (rc) {
         if (job->rank == 0)
             fprintf(stderr, "parallax-worker run: %s\n", err.msg);
@@ -235,14 +133,11 @@ static int run_setup(const Job *job, ModelPlan *plan, ExecOptions *opt, CommLaye
 
 static int cmd_run(const Job *job, int argc, char **argv)
 {
-    RunArgs a;
-    memset(&a, 0, sizeof a);
-    exec_options_defaults(&a.opt);
-    a.opt.output = "run.json";
+    ExecRunArgs a;
+    exec_run_args_init(&a);
     int status = run_parse(job, argc, argv, &a);
     if (status >= 0)
         return status;
-    default_metrics(&a);
     PxError err = {0};
     ModelPlan plan;
     memset(&plan, 0, sizeof plan);
