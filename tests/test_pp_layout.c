@@ -7,6 +7,7 @@
  * micro-batch's FLOPs 22544384 per layer and 6291456 for the output layer. */
 #include "fixtures.h"
 #include "export/internal.h"
+#include "sim/internal.h"
 #include "test.h"
 
 enum { LAYER_PARAMS = 49984, EMBED_PARAMS = 20480, FINAL_PARAMS = 16512 };

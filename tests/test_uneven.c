@@ -16,6 +16,7 @@
  *     layer 3 x 2 b s h V = 6291456. */
 #include "fixtures.h"
 #include "export/export.h"
+#include "sim/internal.h"
 #include "test.h"
 
 enum { LAYER_PARAMS = 49984, EMBED_PARAMS = 20480, FINAL_PARAMS = 16512 };
