@@ -200,6 +200,18 @@ static void dropout_region(const ExecLayerRun *r, void *out, uint8_t *mask, cons
     }
 }
 
+/* dropout's backward over this rank's region of dres, into ws.dx_a with SP (ws.out feeds the
+ * reduce-scatter there) or ws.out; dres itself without dropout. */
+static const void *dropout_bwd(const ExecLayerRun *r, const void *dres, const uint8_t *mask)
+{
+    const ExecCtx *c = r->c;
+    if (c->dropout <= 0)
+        return dres;
+    void *tmp = exec_sp_on(c) ? r->W->dx_a : r->W->out;
+    c->k->dropout_bwd(tmp, dres, mask, (size_t)c->d.b * c->d.s_sp * c->d.h, c->dropout);
+    return tmp;
+}
+
 /* ---- a MoE layer's parts ---- */
 
 static int is_moe(const ExecCtx *c, int l) { return c->d.moe && model_layer_is_moe(&c->spec.model, l); }
@@ -257,17 +269,7 @@ static void moe_views(const ExecLayerRun *r, int l, const ExecLayerActs *a, Exec
     v->f2 = exec_fp8_weight(r->fp8, MODEL_TR_EXP_FC2_W, l);
 }
 
-/* dropout's backward over this rank's region of dres, into ws.dx_a with SP (ws.out feeds the
- * reduce-scatter there) or ws.out; dres itself without dropout. */
-static const void *dropout_bwd(const ExecLayerRun *r, const void *dres, const uint8_t *mask)
-{
-    const ExecCtx *c = r->c;
-    if (c->dropout <= 0)
-        return dres;
-    void *tmp = exec_sp_on(c) ? r->W->dx_a : r->W->out;
-    c->k->dropout_bwd(tmp, dres, mask, (size_t)c->d.b * c->d.s_sp * c->d.h, c->dropout);
-    return tmp;
-}
+/* ---- ZeRO-3's gathers (zero.c) ---- */
 
 /* ZeRO-3 with full recompute without --fsdp (DeepSpeed's): a layer is gathered for its
  * recomputed forward and again for its backward (docs/time.md's contract); none with
