@@ -353,17 +353,6 @@ int exec_batches_bind(ExecBatches *B, const ModelTensor *t, void *p, PxError *er
     return PX_OK;
 }
 
-int exec_cp_parts(const ExecCtx *c) { return c->d.c > 1 ? 2 : 1; }
-
-int exec_cp_part_len(const ExecCtx *c) { return c->d.s_loc / exec_cp_parts(c); }
-
-int exec_cp_part_pos(const ExecCtx *c, int cp_rank, int j)
-{
-    return exec_cp_part_len(c) * (j == 0 ? cp_rank : 2 * c->d.c - 1 - cp_rank);
-}
-
-int exec_tok_row(const ExecCtx *c) { return c->d.s_loc + exec_cp_parts(c); }
-
 int exec_batches_open(ExecBatches *B, const ExecCtx *c, PxError *err)
 {
     B->staged = -1;
@@ -379,10 +368,10 @@ static size_t batch_bytes(const ExecCtx *c)
     return (size_t)c->d.m * c->d.b * (size_t)(c->d.s + 1) * sizeof(int32_t);
 }
 
-/* data.batch's rows (exec_tok_row) */
+/* data.batch's rows (exec_cp_tok_row) */
 static size_t local_bytes(const ExecCtx *c)
 {
-    return (size_t)c->d.m * c->d.b * (size_t)exec_tok_row(c) * sizeof(int32_t);
+    return (size_t)c->d.m * c->d.b * (size_t)exec_cp_tok_row(c) * sizeof(int32_t);
 }
 
 /* The step's rows from the loader's host buffer to data.batch's buffer dst; with context
@@ -393,12 +382,7 @@ static void put_batch(ExecBatches *B, const ExecCtx *c, int32_t *dst, const int3
         c->k->to_device_async(dst, host, batch_bytes(c));
         return;
     }
-    const int rows = c->d.m * c->d.b, row = exec_tok_row(c), C = exec_cp_part_len(c);
-    for (int n = 0; n < rows; n++)
-        for (int j = 0; j < 2; j++)
-            memcpy(B->pick[i] + (size_t)n * row + (size_t)j * (C + 1),
-                   host + (size_t)n * (c->d.s + 1) + exec_cp_part_pos(c, c->g.cp_rank, j),
-                   (size_t)(C + 1) * sizeof(int32_t));
+    exec_cp_pick_rows(c, B->pick[i], host, c->d.m * c->d.b);
     c->k->to_device_async(dst, B->pick[i], local_bytes(c));
 }
 

@@ -11,19 +11,23 @@
  *   ExecArenas    bind.c      one allocation per memory category, carved by the tensor table
  *   ExecParams    params.c    parameters and blocks, the named weight and gradient views
  *   ExecActs      acts.c      saved activations: pools of the schedule's live sets
- *   ExecWork      layers.c    workspace views the layers compute in
+ *   ExecWork      layers.c    workspace views the layers compute in; layers.c runs a chunk's
+ *                             passes op by op, calling tp.c (tensor and sequence parallelism)
+ *                             and cp.c (context parallelism, the sequence split) for theirs
  *   ExecPipe      pipeline.c  the pipeline's send and receive buffers and posted requests
  *   ExecZero      zero.c      data-parallel reductions, ZeRO's gathers and gradient bucket
  *   ExecSched     schedule.c  the stage's actions and which slot holds which micro-batch
  *   ExecOptim     optim.c     the optimizer step, learning rate, gradient norm, loss scaler
- *   ExecMeter     meter.c     op timing, FLOP counting, the pipeline's events, device memory
+ *   ExecMeter     meter.c     op timing (one scope an op), FLOP counting, the pipeline's
+ *                             events, device memory
  *   ExecFaults    faults.c    failures on purpose (tests): kill, hang, Inf, NaN
  *   ExecBatches   data.c      the data source, its loader thread and the batches on the device
  *   ExecHistory   run.c       the run's per-step record, interruption
  *
  * Adding a parallel dimension touches model/ (layout, roles, op graph), grid.c (the rank's
- * place), the parts whose tensors it shards, layers.c or zero.c (its communication), and the
- * communication layer's groups (exec/comm); docs/architecture.md has the list. */
+ * place), the parts whose tensors it shards, a file of its own for its communication (as tp.c,
+ * cp.c, moe.c and zero.c are), and the communication layer's groups (exec/comm);
+ * docs/architecture.md has the list. */
 #ifndef EXEC_TRAIN_INTERNAL_H
 #define EXEC_TRAIN_INTERNAL_H
 
@@ -344,6 +348,8 @@ typedef struct {
 /* The ops a layer runs, by role (MODEL_OPR_LN1 ... MODEL_OPR_COMBINE: a MoE layer's router,
  * experts and combine among them; the roles between that no layer runs stay -1). */
 enum { EXEC_LAYER_OPS = MODEL_OPR_COMBINE - MODEL_OPR_LN1 + 1, EXEC_PHASES = 3 };
+/* The most ops open at once (an op, the communication within it, a wait within that). */
+enum { EXEC_METER_DEPTH = 8 };
 
 typedef struct {
     const ModelOpGraph *graph;
@@ -354,9 +360,11 @@ typedef struct {
     uint64_t *keys;           /* open addressing: every op's key, and its first op */
     int *slots;
     int cap;
-    int cur_op, cur_counts;   /* the running op; it counts a call when it ends */
+    int open[EXEC_METER_DEPTH]; /* the ops open, innermost last: it runs, the others wait */
+    int depth;
+    int misused, misuse_op, misuse_top; /* the first scope that did not pair (meter.c) */
     int step_timing;          /* no wait for the device around ops, no op seconds */
-    double op_t0;
+    double op_t0;             /* when the innermost open op started or resumed */
     double unattributed_flops;
     int timed_steps;
     /* the pipeline's passes of the current and the last finished step */
@@ -390,10 +398,26 @@ int exec_meter_missing(const ExecCtx *c, const char *what, PxError *err);
 /* A layer's compute op, or one outside the layers (index -1). */
 int exec_meter_layer_op(const ExecMeter *M, int layer, ModelOpRole role, ModelPhase phase);
 int exec_meter_other_op(const ExecMeter *M, ModelOpRole role, ModelPhase phase);
-void exec_meter_begin(ExecMeter *M, const KernBackend *k, int op);
-/* continues timing an op that a communication interrupted, without counting another call */
-void exec_meter_resume(ExecMeter *M, const KernBackend *k, int op);
-void exec_meter_end(ExecMeter *M, const KernBackend *k);
+/* The op of communication `kind` at (role, layer: -1 outside the layers, chunk, phase): -1 with
+ * err filled (exec_meter_missing, naming it as the graph does) when the graph has none. */
+int exec_meter_comm_op(const ExecMeter *M, const ExecCtx *c, ModelOpRole role, int layer,
+                       int chunk, ModelPhase phase, ModelComm kind, PxError *err);
+
+/* Op timing: one scope an op, exec_meter_open where it starts and exec_meter_close (naming the
+ * same op) where it ends, both in the function that runs it. Scopes nest: an op opened within
+ * another (the TP all-gather within QKV's op, a CP ring's messages within the attention core)
+ * pauses it until it closes, so that each second of the step and each FLOP counted
+ * (exec_meter_flops) goes to the innermost op open. Opening counts a call of the op;
+ * exec_meter_open_again times more of a call already counted (the wait for a non-blocking
+ * communication posted earlier, a MoE layer's router and combine whose work lies on both sides
+ * of another op). An error return may leave scopes open: the step fails, and the next one
+ * starts with none (exec_meter_step_begin). */
+void exec_meter_open(ExecMeter *M, const KernBackend *k, int op);
+void exec_meter_open_again(ExecMeter *M, const KernBackend *k, int op);
+void exec_meter_close(ExecMeter *M, const KernBackend *k, int op);
+/* At the end of a step that succeeded: PX_ERUNTIME naming the op when its scopes did not pair
+ * (an op closed that was not the innermost open, or left open). */
+int exec_meter_scopes_check(const ExecMeter *M, PxError *err);
 void exec_meter_flops(ExecMeter *M, double flops);
 void exec_meter_step_begin(ExecMeter *M, const CommLayer *comm);
 /* Timed steps exclude the first of a run (page faults, BLAS warm-up) unless it is the only one. */
@@ -506,7 +530,7 @@ void exec_fp8_linear_bwd(ExecFp8 *F, const ExecCtx *c, ExecMeter *M, void *dx, f
                          int g, int N);
 void exec_fp8_free(ExecFp8 *F);
 
-/* ---- layers.c: one chunk's passes of one micro-batch ---- */
+/* ---- layers.c: one chunk's passes of one micro-batch, op by op ---- */
 
 /* Workspace views the layers compute in (the table's ws.* tensors and sp.gather). */
 typedef struct ExecWork {
@@ -552,6 +576,89 @@ int exec_layers_forward(const ExecLayerRun *r, int chunk, int mb, ExecLayerActs 
                         ExecHeadActs *x, const int32_t *tokens, PxError *err);
 int exec_layers_backward(const ExecLayerRun *r, int chunk, int mb, ExecLayerActs *A,
                          const ExecHeadActs *x, const int32_t *tokens, int last_mb, PxError *err);
+
+/* ---- tp.c: tensor and sequence parallelism (Megatron-LM) ----
+ *
+ * Each collective is timed under its op of the graph (role, layer: -1 outside the layers,
+ * chunk, phase), opened within the layer's op that the caller has open. */
+
+/* Sequence parallelism runs: the layout asks for it and TP shards the layer. */
+static inline int exec_sp_on(const ExecCtx *c) { return c->spec.layout.sp && c->d.t > 1; }
+/* In-place sum of n act elements over TP (nothing without TP). */
+int exec_tp_allreduce(const ExecLayerRun *r, ModelOpRole role, int layer, int chunk,
+                      ModelPhase ph, void *buf, size_t n, PxError *err);
+/* The same on fp32 values, summed or their maximum taken (the vocabulary-parallel loss). */
+int exec_tp_allreduce_f32(const ExecLayerRun *r, ModelOpRole role, int layer, int chunk,
+                          ModelPhase ph, float *buf, size_t n, CommRedOp how, PxError *err);
+/* out[t * n] = every TP rank's n elements of in */
+int exec_tp_all_gather(const ExecLayerRun *r, ModelOpRole role, int layer, int chunk,
+                       ModelPhase ph, void *out, const void *in, size_t n, PxError *err);
+/* out[n] = this rank's n of the sum of in[t * n] */
+int exec_tp_reduce_scatter(const ExecLayerRun *r, ModelOpRole role, int layer, int chunk,
+                           ModelPhase ph, void *out, const void *in, size_t n, PxError *err);
+/* The input of a column-parallel layer (QKV, fc1) from x, this rank's region of it (act): with
+ * SP all-gathered into sp.gather (*xin; x itself without SP). Under FP8 (w) the layer's saved
+ * input `saved` (when it is not x itself) is the region quantized, and the GEMM's input is the
+ * whole input quantized (*xq: the saved copy, or ws.fp8's first copy); a forward records its
+ * amax once. */
+int exec_tp_column_input(const ExecLayerRun *r, int chunk, int l, ModelOpRole role, ModelPhase ph,
+                         const ExecFp8Weight *w, void *saved, const void *x, const void **xin,
+                         ExecFp8Ref *xq, PxError *err);
+/* The input a column-parallel layer's weight gradient reads, from its saved input (an FP8 copy
+ * of this rank's region when in_fp8): the saved FP8 copy itself (*xq) or an act input
+ * (*x_act), which SP all-gathers into sp.gather (an FP8 copy dequantized into ws.fp8 first). */
+int exec_tp_column_bwd_input(const ExecLayerRun *r, int chunk, int l, ModelOpRole role,
+                             const void *saved, int in_fp8, const void **x_act, ExecFp8Ref *xq,
+                             PxError *err);
+/* The g operator of a row-parallel layer (attention projection, fc2): ws.out holds this rank's
+ * partial product over the full sequence; summed over TP in place (*y = ws.out), or with SP
+ * reduce-scattered into `region`, this rank's rows (*y = region). */
+int exec_tp_row_reduce(const ExecLayerRun *r, int chunk, int l, ModelOpRole role, ModelPhase ph,
+                       void *region, void **y, PxError *err);
+/* The output gradient of a row-parallel layer over the full sequence from this rank's region
+ * of it (dres): with SP all-gathered into sp.gather, else dres itself. */
+int exec_tp_row_dy(const ExecLayerRun *r, int chunk, int l, ModelOpRole role, const void *dres,
+                   const void **dy, PxError *err);
+/* The f operator: the input gradient of a column-parallel layer in ws.dhid is partial; summed
+ * over TP in place, or with SP reduce-scattered into ws.dx_a's region. *dn gets where it is. */
+int exec_tp_column_dx(const ExecLayerRun *r, int chunk, int l, ModelOpRole role, const void **dn,
+                      PxError *err);
+
+/* ---- cp.c: context parallelism ----
+ *
+ * The split (Megatron-LM's load balancing): a sequence is cut into 2 cp chunks of
+ * exec_cp_part_len tokens and cp rank i holds chunks i and 2 cp - 1 - i, its parts 0 and 1
+ * (cp 1: one part, the sequence). A sequence's row in data.batch holds each part's tokens and
+ * the token after its last (exec_cp_tok_row ints; part j's at j x (part length + 1)). */
+int exec_cp_parts(const ExecCtx *c);
+int exec_cp_part_len(const ExecCtx *c);
+/* the global position of part j's first token on cp rank `cp_rank` */
+int exec_cp_part_pos(const ExecCtx *c, int cp_rank, int j);
+int exec_cp_tok_row(const ExecCtx *c);
+/* This rank's parts of `rows` whole sequences (s + 1 tokens each, from src) into dst's rows. */
+void exec_cp_pick_rows(const ExecCtx *c, int32_t *dst, const int32_t *src, int rows);
+/* Part j's queries see keys 0 .. its last position: *tk of them, the first at *q_offset. */
+void exec_cp_part_keys(const ExecCtx *c, int j, int *q_offset, int *tk);
+/* The attention core talks to the other cp ranks itself (p2p, a2a): exec_cp_attention_* runs
+ * it. Otherwise (cp 1, allgather) the layers' core runs, over cp.kv_full's keys with cp > 1. */
+int exec_cp_owns_core(const ExecCtx *c);
+/* allgather: K and V of every cp rank into cp.kv_full in global token order (before the core's
+ * forward, and again before its backward); and back, the K, V gradient of the full sequence
+ * (cp.dkv) reduce-scattered to its owners, this rank's into the K, V columns of ws.dqkv. Within
+ * the core's op, each collective under its own. */
+int exec_cp_gather_kv(const ExecLayerRun *r, const ExecLayerActs *a, int l, int chunk,
+                      ModelPhase ph, PxError *err);
+int exec_cp_scatter_dkv(const ExecLayerRun *r, int l, int chunk, PxError *err);
+/* The core of p2p (the ring: the fused core) and a2a (Ulysses: the unfused one), within the
+ * core's op, each message or collective under its own. Forward: out (attn.proj.in) and the
+ * saved softmax or log-sum-exp; a2a with `comm` moves Q, K, V to the head split first and the
+ * output back after (the forward's, a full recompute's), without (selective recompute) it
+ * scores the head split attn.qkv.out already holds. Backward: ws.dhid's output gradient into
+ * ws.dqkv. */
+int exec_cp_attention_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *out, int l,
+                          int chunk, ModelPhase ph, int comm, PxError *err);
+int exec_cp_attention_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int l, int chunk,
+                          PxError *err);
 
 /* ---- moe.c: a MoE layer's routed experts (router, dispatch, experts, combine) ---- */
 
@@ -763,15 +870,6 @@ typedef struct ExecBatches {
 } ExecBatches;
 
 int exec_batches_bind(ExecBatches *B, const ModelTensor *t, void *p, PxError *err);
-/* Context parallelism's load balancing (Megatron-LM): a sequence is cut into 2 cp chunks of
- * exec_cp_part_len tokens and cp rank i holds chunks i and 2 cp - 1 - i, its parts 0 and 1
- * (cp 1: one part, the sequence). A sequence's row in data.batch holds each part's tokens and
- * the token after its last (exec_tok_row ints; part j's at j x (part length + 1)). */
-int exec_cp_parts(const ExecCtx *c);
-int exec_cp_part_len(const ExecCtx *c);
-/* the global position of part j's first token on cp rank `cp_rank` */
-int exec_cp_part_pos(const ExecCtx *c, int cp_rank, int j);
-int exec_tok_row(const ExecCtx *c);
 /* Opens the source (the stage reads tokens) before anything is allocated: a bad file fails
  * fast. */
 int exec_batches_open(ExecBatches *B, const ExecCtx *c, PxError *err);
@@ -848,8 +946,9 @@ typedef struct {
 
 /* The step's end on every rank alike: one control reduction of (loss, squared gradient norm,
  * stop flag), the loss scaler's verdict, clipping, AdamW or SGD on this rank's shard, ZeRO-1/2's
- * gather of the updated weights. nan_loss: this rank's share of the loss is a NaN (tests);
- * stop: this rank was asked to stop. */
+ * gather of the updated weights (under its own op). Runs within the optimizer's op, which the
+ * step opens. nan_loss: this rank's share of the loss is a NaN (tests); stop: this rank was asked
+ * to stop. */
 int exec_optim_step(ExecOptim *O, const ExecCtx *c, ExecParams *P, ExecMeter *M, int step,
                     double loss_sum, int nan_loss, int stop, ExecUpdate *u, PxError *err);
 /* The reduced gradient of block offset lo of p's block (where a fault test writes an Inf). */

@@ -2,6 +2,7 @@
  * counted from the kernel calls made inside it, the communication bytes of each step, the
  * pipeline's passes as they ran (the measured bubble), and the device's own account of its
  * memory. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,6 +65,24 @@ int exec_meter_missing(const ExecCtx *c, const char *what, PxError *err)
 {
     return px_fail(err, PX_ERUNTIME, "stage %d: the op graph has no %s: model/ and exec/ disagree",
                    c->g.stage, what);
+}
+
+int exec_meter_comm_op(const ExecMeter *M, const ExecCtx *c, ModelOpRole role, int layer,
+                       int chunk, ModelPhase phase, ModelComm kind, PxError *err)
+{
+    const int op = exec_meter_find(M, role, layer, chunk, phase, (int)kind, 0);
+    if (op < 0) {
+        /* the op's name is made only when it is missing: the lookup runs every pass */
+        char at[48], what[128];
+        if (layer >= 0)
+            snprintf(at, sizeof at, "layer.%d.%s", layer, model_op_role_name(role));
+        else
+            snprintf(at, sizeof at, "%s", model_op_role_name(role));
+        snprintf(what, sizeof what, "%s.%s.%s", at, model_comm_name(kind),
+                 model_phase_name(phase));
+        exec_meter_missing(c, what, err);
+    }
+    return op;
 }
 
 static int phase_slot(ModelPhase p) { return p == MODEL_STEP ? 0 : (int)p; }
@@ -173,7 +192,6 @@ int exec_meter_init(ExecMeter *M, const ExecCtx *c, const ModelOpGraph *g, int n
 {
     /* the device's memory was sampled before the arenas: the rest starts from zero (calloc) */
     M->graph = g;
-    M->cur_op = -1;
     M->pass_end = -1;
     const int L = c->spec.model.layers, n = g->count > 0 ? g->count : 1;
     int cap = 16;
@@ -227,45 +245,102 @@ void exec_meter_free(ExecMeter *M)
     free(M->last_events);
     free(M->step_bubble);
     memset(M, 0, sizeof *M);
-    M->cur_op = -1;
 }
 
-/* ---- timing ---- */
+/* ---- op scopes ---- */
 
-void exec_meter_begin(ExecMeter *M, const KernBackend *k, int op)
-{
-    M->cur_op = op;
-    M->cur_counts = 1;
-    if (!M->step_timing)
-        k->sync();
-    M->op_t0 = px_now_s();
-}
-
-void exec_meter_resume(ExecMeter *M, const KernBackend *k, int op)
-{
-    exec_meter_begin(M, k, op);
-    M->cur_counts = 0;
-}
-
-/* Step timing: the kernels of an op are only queued when it ends, so the host's clock would
- * time the queueing, not the op; no seconds are kept. */
-void exec_meter_end(ExecMeter *M, const KernBackend *k)
+/* The clock at an op's boundary: with op timing the device is waited for first, so that the
+ * kernels queued so far are the time of the op that queued them. */
+static double boundary(const ExecMeter *M, const KernBackend *k)
 {
     if (!M->step_timing)
         k->sync();
-    double dt = M->step_timing ? 0.0 : px_now_s() - M->op_t0;
-    if (M->cur_op >= 0) {
-        ExecOpStat *o = &M->ops[M->cur_op];
-        o->step_s += dt;
-        o->step_calls += M->cur_counts;
+    return px_now_s();
+}
+
+/* The innermost open op's seconds since it last started or resumed. Step timing keeps none:
+ * an op's kernels are only queued when it ends, so the host's clock would time the queueing. */
+static void charge(ExecMeter *M, double now)
+{
+    if (M->depth == 0 || M->step_timing)
+        return;
+    const int op = M->open[M->depth - 1];
+    if (op >= 0)
+        M->ops[op].step_s += now - M->op_t0;
+}
+
+/* The first scope that did not pair, for exec_meter_scopes_check: op, and the op open at the
+ * time (or none open, or too many). */
+enum { TOP_NONE = -2, TOP_FULL = -3 };
+
+static void misuse(ExecMeter *M, int op, int top)
+{
+    if (M->misused)
+        return;
+    M->misused = 1;
+    M->misuse_op = op;
+    M->misuse_top = top;
+}
+
+static void open_op(ExecMeter *M, const KernBackend *k, int op, int call)
+{
+    const double now = boundary(M, k);
+    charge(M, now); /* the op below pauses */
+    if (M->depth == EXEC_METER_DEPTH) {
+        misuse(M, op, TOP_FULL);
+        return;
     }
-    M->cur_op = -1;
+    M->open[M->depth++] = op;
+    if (call && op >= 0)
+        M->ops[op].step_calls += 1;
+    M->op_t0 = now;
+}
+
+void exec_meter_open(ExecMeter *M, const KernBackend *k, int op) { open_op(M, k, op, 1); }
+
+void exec_meter_open_again(ExecMeter *M, const KernBackend *k, int op) { open_op(M, k, op, 0); }
+
+void exec_meter_close(ExecMeter *M, const KernBackend *k, int op)
+{
+    const double now = boundary(M, k);
+    charge(M, now);
+    if (M->depth == 0) {
+        misuse(M, op, TOP_NONE);
+        return;
+    }
+    if (M->open[M->depth - 1] != op)
+        misuse(M, op, M->open[M->depth - 1]);
+    M->depth--;
+    M->op_t0 = now; /* the op below resumes */
+}
+
+static const char *op_name(const ExecMeter *M, int op)
+{
+    return op >= 0 ? M->ops[op].name : "one the graph lacks";
+}
+
+int exec_meter_scopes_check(const ExecMeter *M, PxError *err)
+{
+    if (M->misused && M->misuse_top == TOP_FULL)
+        return px_fail(err, PX_ERUNTIME, "the trainer opened op %s within %d open ops",
+                       op_name(M, M->misuse_op), EXEC_METER_DEPTH);
+    if (M->misused && M->misuse_top == TOP_NONE)
+        return px_fail(err, PX_ERUNTIME, "the trainer closed op %s, which was not open",
+                       op_name(M, M->misuse_op));
+    if (M->misused)
+        return px_fail(err, PX_ERUNTIME, "the trainer closed op %s while op %s was open within it",
+                       op_name(M, M->misuse_op), op_name(M, M->misuse_top));
+    if (M->depth > 0)
+        return px_fail(err, PX_ERUNTIME, "the step ended with op %s open",
+                       op_name(M, M->open[M->depth - 1]));
+    return PX_OK;
 }
 
 void exec_meter_flops(ExecMeter *M, double flops)
 {
-    if (M->cur_op >= 0)
-        M->ops[M->cur_op].step_flops += flops;
+    const int op = M->depth > 0 ? M->open[M->depth - 1] : -1;
+    if (op >= 0)
+        M->ops[op].step_flops += flops;
     else
         M->unattributed_flops += flops;
 }
@@ -277,6 +352,9 @@ void exec_meter_step_begin(ExecMeter *M, const CommLayer *comm)
         o->step_calls = o->step_flops = o->step_s = 0;
     }
     M->unattributed_flops = 0;
+    /* a failed step may have returned from within scopes: this one starts with none open */
+    M->depth = 0;
+    M->misused = 0;
     for (int k = 0; comm && k < MODEL_COMM_COUNT; k++)
         M->bytes_at_step[k] = comm_bytes(comm, (ModelComm)k);
 }

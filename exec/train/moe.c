@@ -101,7 +101,6 @@ static KernMoeRoute route_of(const ExecCtx *c, int N, long long first_seq)
     return r;
 }
 
-static int sp_on(const ExecCtx *c) { return c->spec.layout.sp && c->d.t > 1; }
 
 /* The load-balancing loss's factor (Switch Transformer, Fedus et al. 2021, eq. 4, as
  * Megatron-Core's switch_load_balancing_loss): coeff * E / (topk * T^2) over the T tokens of
@@ -109,7 +108,7 @@ static int sp_on(const ExecCtx *c) { return c->spec.layout.sp && c->d.t > 1; }
 static float aux_scale(const ExecCtx *c, double loss_weight)
 {
     const ModelMoe *mo = &c->spec.model.moe;
-    const double T = (double)c->d.tokens * (sp_on(c) ? c->d.t : 1);
+    const double T = (double)c->d.tokens * (exec_sp_on(c) ? c->d.t : 1);
     return (float)(mo->aux_loss_coeff * mo->experts / (mo->topk * T * T) * loss_weight);
 }
 
@@ -175,9 +174,10 @@ static int find_ops(const ExecLayerRun *r, int l, int chunk, ModelPhase ph, int 
     return PX_OK;
 }
 
-static void begin(const ExecLayerRun *r, int op) { exec_meter_begin(r->M, r->c->k, op); }
-static void resume(const ExecLayerRun *r, int op) { exec_meter_resume(r->M, r->c->k, op); }
-static void end(const ExecLayerRun *r) { exec_meter_end(r->M, r->c->k); }
+/* op scopes (exec_meter_open) */
+static void op_open(const ExecLayerRun *r, int op) { exec_meter_open(r->M, r->c->k, op); }
+static void op_again(const ExecLayerRun *r, int op) { exec_meter_open_again(r->M, r->c->k, op); }
+static void op_close(const ExecLayerRun *r, int op) { exec_meter_close(r->M, r->c->k, op); }
 
 /* This rank's routed copies per expert (from the device counts) into the rows it sends each
  * expert rank, and (ep > 1) the counts exchange: blk[j * L + l] the rows source j sends this
@@ -287,81 +287,17 @@ static int rows_a2a(ExecMoe *M, const ExecCtx *c, void *out, const int64_t *recv
                             err);
 }
 
-int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer, ModelPhase phase,
-                     const ExecMoeViews *v, void *y, const void *x, long long first_seq, int mb,
-                     double loss_weight, PxError *err)
+/* The experts' forward, one GEMM each on its rows (expert-major, in rows_in): fc1, SwiGLU,
+ * fc2 into eout, each under its op; under FP8 each expert's rows are quantized into the saved
+ * input first (rec: a forward, whose casts delayed scaling records). */
+static void experts_fwd(const ExecMoe *M, const ExecLayerRun *r, const MoeOps *ops,
+                        const ExecMoeViews *v, const void *rows_in, void *eout, int rec)
 {
     const ExecCtx *c = r->c;
     const KernBackend *k = c->k;
-    const ModelDims *d = &c->d;
-    const ModelMoe *mo = &c->spec.model.moe;
-    const int N = (int)d->tokens, h = d->h, E = mo->experts, K = mo->topk;
-    const int eff = d->eff_loc, eff_out = d->eff_out_loc, ep = M->ep;
-    const KernMoeRoute rt = route_of(c, N, first_seq);
-    const ModelPhase ph = phase;
-    const int again = phase == MODEL_RECOMPUTE; /* counted in the forward already */
-    int rc;
-    MoeOps ops;
-    if ((rc = find_ops(r, layer, chunk, ph, sp_on(c) && mo->aux_loss_coeff > 0, ep, &ops, err)))
-        return rc;
-    /* router: fp32 logits into probs, scored in place */
-    begin(r, ops.mm);
-    k->matmul(v->probs, PX_FP32, x, v->router_w, N, E, h, 0, 1, 1.0f, 0.0f);
-    exec_meter_flops(r->M, 2.0 * N * E * h);
-    k->moe_route_fwd(v->probs, v->idx, v->w, v->probs, &rt);
-    k->moe_counts(v->counts_f, v->idx, N, K, E);
-    end(r);
-    /* the copies in expert order: straight into the experts' input without ep (under FP8 into
-     * ws.fp8, whence each expert's rows are quantized into the saved input) */
+    const int h = c->d.h, eff = c->d.eff_loc, eff_out = c->d.eff_out_loc;
     ExecFp8 *F = r->fp8;
-    const int rec = phase == MODEL_FWD;
-    void *rows_in = v->f1 ? F->act : v->exp_in;
-    void *send = ep > 1 ? v->ep_send : rows_in;
-    begin(r, ops.perm);
-    k->moe_permute(send, v->counts_i, NULL, x, v->idx, N, h, K, E);
-    local_counts(M, c, v->counts_f);
-    end(r);
-    double *tpe = M->tokens_per_expert + (size_t)M->index[layer] * (size_t)E;
-    for (int e = 0; e < E && !again; e++)
-        tpe[e] += (double)M->cnt[e];
-    /* the load-balancing loss over the whole micro-batch: SP sums the counts over TP, each
-     * rank adds its tokens' probabilities (its share of the loss and of its gradient) */
-    if (mo->aux_loss_coeff > 0) {
-        if (ops.ar >= 0) {
-            begin(r, ops.ar);
-            rc = comm_allreduce(c->comm, v->counts_f, (size_t)E, PX_FP32, COMM_SUM,
-                                MODEL_TP_ALLREDUCE, NULL, err);
-            end(r);
-            if (rc)
-                return rc;
-        }
-        float aux = 0;
-        resume(r, ops.mm);
-        k->moe_aux_fwd(v->aux_dev, v->probs, v->counts_f, N, E, aux_scale(c, loss_weight));
-        k->to_host(&aux, v->aux_dev, sizeof aux);
-        k->to_host(M->gcount + ((size_t)M->index[layer] * (size_t)M->m + (size_t)mb) * (size_t)E,
-                   v->counts_f, (size_t)E * sizeof(float));
-        end(r);
-        if (!again)
-            M->aux_sum += aux;
-    }
-    /* dispatch */
-    if (ep > 1)
-        begin(r, ops.disp);
-    rc = exchange_counts(M, c, d->routed, err);
-    if (!rc && ep > 1) {
-        rc = rows_a2a(M, c, v->ep_recv, M->recv, v->ep_send, M->send, err);
-        if (!rc)
-            sort_blocks(M, c, rows_in, v->ep_recv, h, 1);
-    }
-    if (ep > 1)
-        end(r);
-    if (rc)
-        return rc;
-    /* the experts, one GEMM each on its rows: SwiGLU; out in expert order (ep_recv, or without
-     * ep the combine's input itself) */
-    void *eout = ep > 1 ? v->ep_recv : v->exp_out;
-    begin(r, ops.fc1);
+    op_open(r, ops->fc1);
     size_t q = 0;
     for (int l = 0; l < M->L; l++) {
         int64_t o = 0;
@@ -381,10 +317,10 @@ int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer, Mo
             exec_meter_flops(r->M, 2.0 * R * eff_out * h);
         }
     }
-    end(r);
+    op_close(r, ops->fc1);
     /* SwiGLU's output: the fc2 input, saved as it is or (FP8) quantized from ws.fp8 */
     void *hid = v->f2 ? F->act : v->exp_fc2_in;
-    begin(r, ops.act);
+    op_open(r, ops->act);
     for (int l = 0; l < M->L; l++) {
         int64_t o = 0;
         const int R = (int)expert_rows(M, l, &o);
@@ -392,8 +328,8 @@ int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer, Mo
             k->swiglu_fwd(EXEC_AT(hid, o * eff, c->ab), EXEC_AT(v->exp_act_in, o * eff_out, c->ab),
                           R, eff);
     }
-    end(r);
-    begin(r, ops.fc2);
+    op_close(r, ops->act);
+    op_open(r, ops->fc2);
     q = 0;
     for (int l = 0; l < M->L; l++) {
         int64_t o = 0;
@@ -410,68 +346,22 @@ int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer, Mo
             exec_meter_flops(r->M, 2.0 * R * h * eff);
         }
     }
-    end(r);
-    /* combine: back to source-major, home, and the weighted sum */
-    if (ep > 1) {
-        begin(r, ops.back);
-        sort_blocks(M, c, v->ep_send, v->ep_recv, h, 0);
-        rc = rows_a2a(M, c, v->exp_out, M->send, v->ep_send, M->recv, err);
-        end(r);
-        if (rc)
-            return rc;
-    }
-    begin(r, ops.comb);
-    k->moe_unpermute(y, v->exp_out, v->w, v->idx, N, h, K, E);
-    end(r);
-    return PX_OK;
+    op_close(r, ops->fc2);
 }
 
-int exec_moe_backward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer,
-                      const ExecMoeViews *v, void *dx, const void *dy, const void *x,
-                      long long first_seq, int mb, double loss_weight, PxError *err)
+/* The experts' backward over their rows' output gradients (ws_dx, expert-major): fc2, SwiGLU,
+ * fc1, each under its op. fc2's weight gradient reads the saved input, which then takes its
+ * gradient (under FP8 the gradient goes to ws.fp8's act part: the saved input is one byte an
+ * element). */
+static void experts_bwd(const ExecMoe *M, const ExecLayerRun *r, const MoeOps *ops,
+                        const ExecMoeViews *v)
 {
     const ExecCtx *c = r->c;
     const KernBackend *k = c->k;
-    const ModelDims *d = &c->d;
-    const ModelMoe *mo = &c->spec.model.moe;
-    const int N = (int)d->tokens, h = d->h, E = mo->experts, K = mo->topk;
-    const int eff = d->eff_loc, eff_out = d->eff_out_loc, ep = M->ep;
-    const KernMoeRoute rt = route_of(c, N, first_seq);
-    const ModelPhase ph = MODEL_BWD;
-    int rc;
-    MoeOps ops;
-    if ((rc = find_ops(r, layer, chunk, ph, 0, ep, &ops, err)))
-        return rc;
-    /* ZeRO-2/3: the experts' block has the gradient bucket first (the layer's block has
-     * written nothing yet this micro-batch), is reduced once its weight gradients are done, and
-     * hands the bucket back to the layer's block for the router's */
-    const int xb = r->P->expert_block[layer];
-    exec_zero_bucket_clear(r->Z, c, r->P, xb);
-    /* combine's backward: each copy's gradient (in expert order) and the weights' */
-    void *dcopies = ep > 1 ? v->ep_send : v->ws_dx;
-    begin(r, ops.comb);
-    k->moe_unpermute_bwd(dcopies, v->dw, dy, v->exp_out, v->w, v->idx, N, h, K, E);
-    /* the forward's counts again, from idx */
-    k->moe_counts(v->counts_f, v->idx, N, K, E);
-    local_counts(M, c, v->counts_f);
-    end(r);
-    if (ep > 1)
-        begin(r, ops.back);
-    rc = exchange_counts(M, c, d->routed, err);
-    if (!rc && ep > 1) {
-        rc = rows_a2a(M, c, v->ep_recv, M->recv, v->ep_send, M->send, err);
-        if (!rc)
-            sort_blocks(M, c, v->ws_dx, v->ep_recv, h, 1);
-    }
-    if (ep > 1)
-        end(r);
-    if (rc)
-        return rc;
-    /* fc2: its weight gradient reads the saved input, which then takes its gradient (under FP8
-     * the gradient goes to ws.fp8's act part: the saved input is one byte an element) */
+    const int h = c->d.h, eff = c->d.eff_loc, eff_out = c->d.eff_out_loc;
     ExecFp8 *F = r->fp8;
     void *dhid = v->f2 ? F->act : v->exp_fc2_in;
-    begin(r, ops.fc2);
+    op_open(r, ops->fc2);
     size_t q = 0;
     for (int l = 0; l < M->L; l++) {
         int64_t o = 0;
@@ -494,9 +384,9 @@ int exec_moe_backward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer,
                   0, 1.0f, 0.0f);
         exec_meter_flops(r->M, 4.0 * R * h * eff);
     }
-    end(r);
+    op_close(r, ops->fc2);
     /* SwiGLU's backward in place over its saved input (kernels.h allows dinp == inp) */
-    begin(r, ops.act);
+    op_open(r, ops->act);
     for (int l = 0; l < M->L; l++) {
         int64_t o = 0;
         const int R = (int)expert_rows(M, l, &o);
@@ -505,9 +395,9 @@ int exec_moe_backward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer,
             k->swiglu_bwd(act, act, EXEC_AT(dhid, o * eff, c->ab), R, eff);
         }
     }
-    end(r);
+    op_close(r, ops->act);
     /* fc1: the rows' input gradient over their output gradient, which is spent */
-    begin(r, ops.fc1);
+    op_open(r, ops->fc1);
     q = 0;
     for (int l = 0; l < M->L; l++) {
         int64_t o = 0;
@@ -529,25 +419,159 @@ int exec_moe_backward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer,
                   eff_out, 0, 0, 1.0f, 0.0f);
         exec_meter_flops(r->M, 4.0 * R * eff_out * h);
     }
-    end(r);
+    op_close(r, ops->fc1);
+}
+
+int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer, ModelPhase phase,
+                     const ExecMoeViews *v, void *y, const void *x, long long first_seq, int mb,
+                     double loss_weight, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const KernBackend *k = c->k;
+    const ModelDims *d = &c->d;
+    const ModelMoe *mo = &c->spec.model.moe;
+    const int N = (int)d->tokens, h = d->h, E = mo->experts, K = mo->topk;
+    const int ep = M->ep;
+    const KernMoeRoute rt = route_of(c, N, first_seq);
+    const ModelPhase ph = phase;
+    const int again = phase == MODEL_RECOMPUTE; /* counted in the forward already */
+    int rc;
+    MoeOps ops;
+    if ((rc = find_ops(r, layer, chunk, ph, exec_sp_on(c) && mo->aux_loss_coeff > 0, ep, &ops, err)))
+        return rc;
+    /* router: fp32 logits into probs, scored in place */
+    op_open(r, ops.mm);
+    k->matmul(v->probs, PX_FP32, x, v->router_w, N, E, h, 0, 1, 1.0f, 0.0f);
+    exec_meter_flops(r->M, 2.0 * N * E * h);
+    k->moe_route_fwd(v->probs, v->idx, v->w, v->probs, &rt);
+    k->moe_counts(v->counts_f, v->idx, N, K, E);
+    op_close(r, ops.mm);
+    /* the copies in expert order: straight into the experts' input without ep (under FP8 into
+     * ws.fp8, whence each expert's rows are quantized into the saved input) */
+    ExecFp8 *F = r->fp8;
+    void *rows_in = v->f1 ? F->act : v->exp_in;
+    void *send = ep > 1 ? v->ep_send : rows_in;
+    op_open(r, ops.perm);
+    k->moe_permute(send, v->counts_i, NULL, x, v->idx, N, h, K, E);
+    local_counts(M, c, v->counts_f);
+    op_close(r, ops.perm);
+    double *tpe = M->tokens_per_expert + (size_t)M->index[layer] * (size_t)E;
+    for (int e = 0; e < E && !again; e++)
+        tpe[e] += (double)M->cnt[e];
+    /* the load-balancing loss over the whole micro-batch: SP sums the counts over TP, each
+     * rank adds its tokens' probabilities (its share of the loss and of its gradient) */
+    if (mo->aux_loss_coeff > 0) {
+        if (ops.ar >= 0) {
+            op_open(r, ops.ar);
+            rc = comm_allreduce(c->comm, v->counts_f, (size_t)E, PX_FP32, COMM_SUM,
+                                MODEL_TP_ALLREDUCE, NULL, err);
+            op_close(r, ops.ar);
+            if (rc)
+                return rc;
+        }
+        /* the router's op again (its call is counted): the loss needs the counts summed over
+         * TP, which the permutation read before as this rank's */
+        float aux = 0;
+        op_again(r, ops.mm);
+        k->moe_aux_fwd(v->aux_dev, v->probs, v->counts_f, N, E, aux_scale(c, loss_weight));
+        k->to_host(&aux, v->aux_dev, sizeof aux);
+        k->to_host(M->gcount + ((size_t)M->index[layer] * (size_t)M->m + (size_t)mb) * (size_t)E,
+                   v->counts_f, (size_t)E * sizeof(float));
+        op_close(r, ops.mm);
+        if (!again)
+            M->aux_sum += aux;
+    }
+    /* dispatch */
+    if (ep > 1)
+        op_open(r, ops.disp);
+    rc = exchange_counts(M, c, d->routed, err);
+    if (!rc && ep > 1) {
+        rc = rows_a2a(M, c, v->ep_recv, M->recv, v->ep_send, M->send, err);
+        if (!rc)
+            sort_blocks(M, c, rows_in, v->ep_recv, h, 1);
+    }
+    if (ep > 1)
+        op_close(r, ops.disp);
+    if (rc)
+        return rc;
+    /* the experts, out in expert order (ep_recv, or without ep the combine's input itself) */
+    void *eout = ep > 1 ? v->ep_recv : v->exp_out;
+    experts_fwd(M, r, &ops, v, rows_in, eout, phase == MODEL_FWD);
+    /* combine: back to source-major, home, and the weighted sum */
+    if (ep > 1) {
+        op_open(r, ops.back);
+        sort_blocks(M, c, v->ep_send, v->ep_recv, h, 0);
+        rc = rows_a2a(M, c, v->exp_out, M->send, v->ep_send, M->recv, err);
+        op_close(r, ops.back);
+        if (rc)
+            return rc;
+    }
+    op_open(r, ops.comb);
+    k->moe_unpermute(y, v->exp_out, v->w, v->idx, N, h, K, E);
+    op_close(r, ops.comb);
+    return PX_OK;
+}
+
+int exec_moe_backward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer,
+                      const ExecMoeViews *v, void *dx, const void *dy, const void *x,
+                      long long first_seq, int mb, double loss_weight, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const KernBackend *k = c->k;
+    const ModelDims *d = &c->d;
+    const ModelMoe *mo = &c->spec.model.moe;
+    const int N = (int)d->tokens, h = d->h, E = mo->experts, K = mo->topk;
+    const int ep = M->ep;
+    const KernMoeRoute rt = route_of(c, N, first_seq);
+    const ModelPhase ph = MODEL_BWD;
+    int rc;
+    MoeOps ops;
+    if ((rc = find_ops(r, layer, chunk, ph, 0, ep, &ops, err)))
+        return rc;
+    /* ZeRO-2/3: the experts' block has the gradient bucket first (the layer's block has
+     * written nothing yet this micro-batch), is reduced once its weight gradients are done, and
+     * hands the bucket back to the layer's block for the router's */
+    const int xb = r->P->expert_block[layer];
+    exec_zero_bucket_clear(r->Z, c, r->P, xb);
+    /* combine's backward: each copy's gradient (in expert order) and the weights' */
+    void *dcopies = ep > 1 ? v->ep_send : v->ws_dx;
+    op_open(r, ops.comb);
+    k->moe_unpermute_bwd(dcopies, v->dw, dy, v->exp_out, v->w, v->idx, N, h, K, E);
+    /* the forward's counts again, from idx */
+    k->moe_counts(v->counts_f, v->idx, N, K, E);
+    local_counts(M, c, v->counts_f);
+    op_close(r, ops.comb);
+    if (ep > 1)
+        op_open(r, ops.back);
+    rc = exchange_counts(M, c, d->routed, err);
+    if (!rc && ep > 1) {
+        rc = rows_a2a(M, c, v->ep_recv, M->recv, v->ep_send, M->send, err);
+        if (!rc)
+            sort_blocks(M, c, v->ws_dx, v->ep_recv, h, 1);
+    }
+    if (ep > 1)
+        op_close(r, ops.back);
+    if (rc)
+        return rc;
+    experts_bwd(M, r, &ops, v);
     if ((rc = exec_zero_bucket_reduce(r->Z, c, r->P, r->M, xb, err)))
         return rc;
     exec_zero_bucket_clear(r->Z, c, r->P, r->P->layer_block[layer]);
     const void *back = v->ws_dx;
     if (ep > 1) {
-        begin(r, ops.disp);
+        op_open(r, ops.disp);
         sort_blocks(M, c, v->ep_recv, v->ws_dx, h, 0);
         rc = rows_a2a(M, c, v->ep_send, M->send, v->ep_recv, M->recv, err);
-        end(r);
+        op_close(r, ops.disp);
         if (rc)
             return rc;
         back = v->ep_send;
     }
-    begin(r, ops.perm);
+    op_open(r, ops.perm);
     k->moe_permute_bwd(dx, back, v->idx, N, h, K, E);
-    end(r);
+    op_close(r, ops.perm);
     /* the router: the weights' gradient and the load-balancing loss's, to the logits */
-    begin(r, ops.mm);
+    op_open(r, ops.mm);
     const float *dprobs = NULL;
     if (mo->aux_loss_coeff > 0) {
         k->to_device(v->counts_f,
@@ -569,6 +593,6 @@ int exec_moe_backward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer,
     k->matmul(dx, c->act, dl, v->router_w, N, h, E, 0, 0, 1.0f, 1.0f);
     k->matmul(v->g_router_w, PX_FP32, dl, x, E, h, N, 1, 0, 1.0f, 1.0f);
     exec_meter_flops(r->M, 4.0 * N * E * h);
-    end(r);
+    op_close(r, ops.mm);
     return PX_OK;
 }

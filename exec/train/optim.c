@@ -193,17 +193,14 @@ int exec_optim_step(ExecOptim *O, const ExecCtx *c, ExecParams *P, ExecMeter *M,
 {
     const ModelJob *j = &c->spec.job;
     u->skipped = 0;
-    exec_meter_begin(M, c->k, exec_meter_other_op(M, MODEL_OPR_OPTIMIZER, MODEL_STEP));
     /* one control reduction for the step: the loss, the squared gradient norm, and whether
      * any rank was asked to stop (so that all stop at the same step boundary) */
     double v[3] = {loss_sum, local_sumsq(c, P), stop ? 1.0 : 0.0};
     if (nan_loss)
         v[0] = NAN;
     int rc = comm_control(c->comm, v, 3, COMM_SUM, err);
-    if (rc) {
-        exec_meter_end(M, c->k);
+    if (rc)
         return rc;
-    }
     u->loss = v[0] / ((double)j->global_batch * c->d.s);
     O->stop_agreed = v[2] > 0;
     /* the norm of the scaled gradients: not finite on every rank alike when any rank's are not
@@ -215,7 +212,6 @@ int exec_optim_step(ExecOptim *O, const ExecCtx *c, ExecParams *P, ExecMeter *M,
     if (O->scaler.enabled) {
         if (exec_scaler_update(&O->scaler, found_inf)) {
             /* AMP: no update at all (AdamW's step count does not advance), a smaller scale */
-            exec_meter_end(M, c->k);
             u->norm = norm;
             u->skipped = 1;
             if (O->scaler.scale < 0x1p-24) {
@@ -236,7 +232,6 @@ int exec_optim_step(ExecOptim *O, const ExecCtx *c, ExecParams *P, ExecMeter *M,
      * its gradients overflowed (the scaler's verdict, as PyTorch's GradScaler's); a loss that is
      * not finite beside finite gradients stops it here too. */
     if (found_inf || !isfinite(u->loss)) {
-        exec_meter_end(M, c->k);
         O->collective = 1;
         O->diverged_at = step + 1;
         if (found_inf)
@@ -254,7 +249,6 @@ int exec_optim_step(ExecOptim *O, const ExecCtx *c, ExecParams *P, ExecMeter *M,
         update_offloaded(O, c, P, u->lr, (float)(clip / loss_scale));
     else
         update(O, c, P, u->lr, (float)(clip / loss_scale));
-    exec_meter_end(M, c->k);
     /* ZeRO-1/2: every rank updated its shard of the full weights; gather the others' */
     return exec_zero_gather_updated(c, P, M, err);
 }

@@ -94,9 +94,9 @@ int exec_pipe_take(ExecPipe *pp, const ExecCtx *c, ExecMeter *M, int chunk, int 
     if ((rc = exec_meter_need(M, c, MODEL_OPR_PP, -1, chunk, ph, MODEL_PP_RECV, 0, "pp.pp_recv",
                               &op, err)))
         return rc;
-    exec_meter_begin(M, c->k, op);
+    exec_meter_open(M, c->k, op);
     rc = comm_wait(c->comm, &pp->recv_req, err);
-    exec_meter_end(M, c->k);
+    exec_meter_close(M, c->k, op);
     if (rc)
         return rc;
     pp->next_recv++;
@@ -104,10 +104,10 @@ int exec_pipe_take(ExecPipe *pp, const ExecCtx *c, ExecMeter *M, int chunk, int 
         if ((rc = exec_meter_need(M, c, MODEL_OPR_PP, -1, chunk, ph, MODEL_TP_ALL_GATHER, 0,
                                   "pp.tp_all_gather", &op, err)))
             return rc;
-        exec_meter_begin(M, c->k, op);
+        exec_meter_open(M, c->k, op);
         rc = comm_all_gather(c->comm, dst, pp->recv, pp->elems, c->act, MODEL_TP_ALL_GATHER, NULL,
                              err);
-        exec_meter_end(M, c->k);
+        exec_meter_close(M, c->k, op);
         if (rc)
             return rc;
     } else {
@@ -127,7 +127,7 @@ int exec_pipe_give(ExecPipe *pp, const ExecCtx *c, ExecMeter *M, int chunk, int 
         return rc;
     /* the pass is done: what follows, waiting for the send buffer, is the pipeline's idle */
     exec_meter_pass_output(M);
-    exec_meter_begin(M, c->k, op);
+    exec_meter_open(M, c->k, op);
     /* pp.send is one buffer: its previous message must have left */
     rc = comm_wait(c->comm, &pp->send_req, err);
     if (!rc) {
@@ -139,7 +139,7 @@ int exec_pipe_give(ExecPipe *pp, const ExecCtx *c, ExecMeter *M, int chunk, int 
         rc = comm_send(c->comm, pp->send, pp->elems * c->ab, peer, tag_of(c, to, mb, backward),
                        MODEL_PP_SEND, &pp->send_req, err);
     }
-    exec_meter_end(M, c->k);
+    exec_meter_close(M, c->k, op);
     return rc;
 }
 

@@ -94,7 +94,7 @@ int exec_schedule_run(Exec *ex, int step, int backward, PxError *err)
         S->bwd_done[j] = 0;
     if ((rc = exec_pipe_start(&ex->pipe, c, S->actions, S->n, backward, err)))
         return rc;
-    const size_t mb_tokens = (size_t)d->b * (size_t)exec_tok_row(c);
+    const size_t mb_tokens = (size_t)d->b * (size_t)exec_cp_tok_row(c);
     /* the stages start the schedule together, so that the timeline has one origin and a
      * stage's wait for its first input is its bubble, not rank 0 printing the last step */
     if (d->p > 1 && (rc = comm_barrier(c->comm, err)))

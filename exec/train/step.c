@@ -25,6 +25,8 @@ static int passes_only(Exec *ex, int step, int backward, double *loss, PxError *
     exec_moe_step_begin(&ex->moe); /* the passes' load-balancing loss alone */
     int rc = exec_schedule_run(ex, step, backward, err);
     if (!rc)
+        rc = exec_meter_scopes_check(&ex->meter, err);
+    if (!rc)
         rc = global_loss(ex, loss, err);
     exec_meter_step_end(&ex->meter, NULL, 0);
     return rc;
@@ -53,6 +55,24 @@ static void inject_inf(Exec *ex, int step)
     ex->c.k->to_device(exec_optim_grad_at(&ex->c, &ex->params, p, p->off), &inf, sizeof inf);
 }
 
+/* The update, timed under the optimizer's op: the control reduction, the optimizer step, ZeRO's
+ * gather of the updated weights (its own op within it) and the updated weights' FP8 copies (the
+ * op graph counts the casts under the optimizer). */
+static int update(Exec *ex, int step, ExecUpdate *u, PxError *err)
+{
+    ExecCtx *c = &ex->c;
+    ExecMeter *M = &ex->meter;
+    const int op = exec_meter_other_op(M, MODEL_OPR_OPTIMIZER, MODEL_STEP);
+    exec_meter_open(M, c->k, op);
+    int rc = exec_optim_step(&ex->optim, c, &ex->params, M, step, ex->pass.loss_sum,
+                             exec_faults_nan_loss(&ex->faults, c->g.rank, step),
+                             exec_stop_flag != 0, u, err);
+    if (!rc && !u->skipped && ex->fp8.on)
+        exec_fp8_cast(&ex->fp8, c);
+    exec_meter_close(M, c->k, op);
+    return rc;
+}
+
 int exec_step(Exec *ex, int step, ExecStepStats *st, PxError *err)
 {
     ExecCtx *c = &ex->c;
@@ -69,18 +89,10 @@ int exec_step(Exec *ex, int step, ExecStepStats *st, PxError *err)
     if (!rc) {
         inject_inf(ex, step);
         exec_batches_stage_next(&ex->batches, c, step + 1);
-        rc = exec_optim_step(&ex->optim, c, &ex->params, &ex->meter, step, ex->pass.loss_sum,
-                             exec_faults_nan_loss(&ex->faults, c->g.rank, step),
-                             exec_stop_flag != 0, &u, err);
+        rc = update(ex, step, &u, err);
     }
-    if (!rc && !u.skipped && ex->fp8.on) {
-        /* the updated weights' FP8 copies, under the optimizer's op (the op graph counts the
-         * casts there) */
-        exec_meter_resume(&ex->meter, c->k,
-                          exec_meter_other_op(&ex->meter, MODEL_OPR_OPTIMIZER, MODEL_STEP));
-        exec_fp8_cast(&ex->fp8, c);
-        exec_meter_end(&ex->meter, c->k);
-    }
+    if (!rc)
+        rc = exec_meter_scopes_check(&ex->meter, err);
     c->k->sync();
     exec_meter_device_memory(&ex->meter, c->k, 0);
     double dt = px_now_s() - t0;

@@ -461,9 +461,8 @@ int exec_init(Exec **out, const ModelPlan *plan, const ExecOptions *opt, PxError
     ex->opt = *opt;
     ex->comm_note = opt->comm_note;
     /* exec_free may follow a failure before the parts are opened, and a stage that reads no
-     * tokens never opens its data: no descriptor 0 to close, no op being timed */
+     * tokens never opens its data: no descriptor 0 to close */
     ex->batches.data.fd = -1;
-    ex->meter.cur_op = -1;
     ex->meter.step_timing = opt->step_timing;
     px_strlcpy(ex->plan_path, opt->plan_path ? opt->plan_path : "plan", sizeof ex->plan_path);
     int rc;

@@ -196,7 +196,7 @@ static int sp_norm_grads(const ExecZero *Z, const ExecCtx *c, const ExecParams *
             return px_fail(err, PX_ERUNTIME, "block %d: %llu replicated gradients to sum over TP "
                            "but a scratch of %llu", b, (unsigned long long)total,
                            (unsigned long long)Z->scratch_elems);
-        exec_meter_begin(M, c->k, op);
+        exec_meter_open(M, c->k, op);
         uint64_t o = 0;
         for (int i = blk->first_param; i < end; i++)
             if (P->p[i].sp_sum) {
@@ -211,7 +211,7 @@ static int sp_norm_grads(const ExecZero *Z, const ExecCtx *c, const ExecParams *
                 c->k->copy(grads + P->p[i].off, Z->scratch + o, P->p[i].numel * sizeof(float));
                 o += P->p[i].numel;
             }
-        exec_meter_end(M, c->k);
+        exec_meter_close(M, c->k, op);
         return rc;
     }
     for (int i = blk->first_param; i < end && !rc;) {
@@ -223,10 +223,10 @@ static int sp_norm_grads(const ExecZero *Z, const ExecCtx *c, const ExecParams *
         uint64_t n = 0;
         while (k < end && P->p[k].norm && P->p[k].off == P->p[i].off + n)
             n += P->p[k++].numel;
-        exec_meter_begin(M, c->k, op); /* one call per norm, as the graph counts them */
+        exec_meter_open(M, c->k, op); /* one call per norm, as the graph counts them */
         rc = comm_allreduce(c->comm, grads + P->p[i].off, n, PX_FP32, COMM_SUM, MODEL_TP_ALLREDUCE,
                             NULL, err);
-        exec_meter_end(M, c->k);
+        exec_meter_close(M, c->k, op);
         i = k;
     }
     return rc;
@@ -249,13 +249,13 @@ static int start_reduce(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter 
     if ((rc = exec_meter_need(M, c, MODEL_OPR_BLOCK_GRADS, b, blk->chunk, MODEL_STEP, kind, 0,
                               "a block's gradient reduction", &Z->op[b], err)))
         return rc;
-    exec_meter_begin(M, c->k, Z->op[b]);
+    exec_meter_open(M, c->k, Z->op[b]);
     if (zero == 0)
         rc = comm_allreduce(c->comm, blk->g, blk->numel, PX_FP32, COMM_SUM, kind, &Z->req[b], err);
     else
         rc = comm_reduce_scatter_shard(c->comm, blk->g, blk->numel, blk->shard, PX_FP32, kind,
                                        &Z->req[b], err);
-    exec_meter_end(M, c->k);
+    exec_meter_close(M, c->k, Z->op[b]);
     return rc;
 }
 
@@ -282,10 +282,10 @@ static int tied_sum(const ExecCtx *c, ExecParams *P, ExecMeter *M, int b, PxErro
                              MODEL_EMBED_ALLREDUCE, 0);
     if (!p || op < 0)
         return exec_meter_missing(c, "the tied embedding's embed_allreduce", err);
-    exec_meter_begin(M, c->k, op);
+    exec_meter_open(M, c->k, op);
     int rc = comm_allreduce(c->comm, p->g, p->numel, PX_FP32, COMM_SUM, MODEL_EMBED_ALLREDUCE, NULL,
                             err);
-    exec_meter_end(M, c->k);
+    exec_meter_close(M, c->k, op);
     return rc;
 }
 
@@ -302,10 +302,10 @@ static int replicas_allreduce(const ExecCtx *c, ExecParams *P, ExecMeter *M, int
     if ((rc = exec_meter_need(M, c, MODEL_OPR_BLOCK_GRADS, b, blk->chunk, MODEL_STEP,
                               MODEL_DPR_ALLREDUCE, 0, "a block's dpr_allreduce", &op, err)))
         return rc;
-    exec_meter_begin(M, c->k, op);
+    exec_meter_open(M, c->k, op);
     rc = comm_allreduce(c->comm, shard, blk->shard, PX_FP32, COMM_SUM, MODEL_DPR_ALLREDUCE, NULL,
                         err);
-    exec_meter_end(M, c->k);
+    exec_meter_close(M, c->k, op);
     return rc;
 }
 
@@ -322,9 +322,9 @@ int exec_zero_finish(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M,
     for (int b = 0; b < P->nb && !rc; b++) {
         if (Z->req[b] < 0)
             continue;
-        exec_meter_resume(M, c->k, Z->op[b]);
+        exec_meter_open_again(M, c->k, Z->op[b]);
         rc = comm_wait(c->comm, &Z->req[b], err);
-        exec_meter_end(M, c->k);
+        exec_meter_close(M, c->k, Z->op[b]);
     }
     for (int b = 0; b < P->nb && !rc && c->d.dp_rep > 1; b++)
         rc = replicas_allreduce(c, P, M, b, err);
@@ -342,7 +342,7 @@ static int gather_buckets(ExecZero *Z, const ExecCtx *c, const ExecBlock *blk, M
     int rc = PX_OK;
     for (int j = 0; j < calls && !rc; j++) {
         const uint64_t lo = (uint64_t)j * per, n = lo >= blk->shard ? 0 : (blk->shard - lo < per ? blk->shard - lo : per);
-        exec_meter_begin(M, c->k, op);
+        exec_meter_open(M, c->k, op);
         if (n < per)
             c->k->memset0(send, per * ab);
         if (n)
@@ -351,7 +351,7 @@ static int gather_buckets(ExecZero *Z, const ExecCtx *c, const ExecBlock *blk, M
         for (int r = 0; r < blk->group && !rc && n; r++)
             c->k->copy(EXEC_AT(dst, (uint64_t)r * blk->shard + lo, ab),
                        EXEC_AT(recv, (uint64_t)r * per, ab), n * ab);
-        exec_meter_end(M, c->k);
+        exec_meter_close(M, c->k, op);
     }
     return rc;
 }
@@ -390,10 +390,10 @@ static int issue_gather(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter 
     if (calls > 1) {
         rc = gather_buckets(Z, c, blk, kind, dst, calls, per, M, op, err);
     } else {
-        exec_meter_begin(M, c->k, op);
+        exec_meter_open(M, c->k, op);
         rc = comm_all_gather(c->comm, dst, blk->w_shard, blk->shard, c->act, kind,
                              async ? &Z->gather_req[b] : NULL, err);
-        exec_meter_end(M, c->k);
+        exec_meter_close(M, c->k, op);
         Z->gather_op[b] = op;
     }
     if (!rc)
@@ -425,9 +425,9 @@ int exec_zero_gather(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M,
     } else if (Z->gather_phase[b] == (int)phase + 1 && occurrence == 0) {
         /* prefetched: wait for it (timed under its op again, as a reduction's wait is) */
         if (Z->gather_req[b] >= 0) {
-            exec_meter_resume(M, c->k, Z->gather_op[b]);
+            exec_meter_open_again(M, c->k, Z->gather_op[b]);
             rc = comm_wait(c->comm, &Z->gather_req[b], err);
-            exec_meter_end(M, c->k);
+            exec_meter_close(M, c->k, Z->gather_op[b]);
         }
         exec_params_point(P, c, b, Z->slot_of[b]);
     } else {
@@ -454,7 +454,7 @@ static int reduce_buckets(ExecZero *Z, const ExecCtx *c, const ExecBlock *blk, M
     int rc = PX_OK;
     for (int j = 0; j < calls && !rc; j++) {
         const uint64_t lo = (uint64_t)j * per, n = lo >= blk->shard ? 0 : (blk->shard - lo < per ? blk->shard - lo : per);
-        exec_meter_begin(M, c->k, op);
+        exec_meter_open(M, c->k, op);
         if (n < per)
             c->k->memset0(send, per * (uint64_t)blk->group * sizeof(float));
         for (int r = 0; r < blk->group && n; r++)
@@ -463,7 +463,7 @@ static int reduce_buckets(ExecZero *Z, const ExecCtx *c, const ExecBlock *blk, M
         rc = comm_reduce_scatter(c->comm, recv, send, per, PX_FP32, kind, NULL, err);
         if (!rc && n)
             c->k->add_f32(blk->g_shard + lo, recv, n);
-        exec_meter_end(M, c->k);
+        exec_meter_close(M, c->k, op);
     }
     return rc;
 }
@@ -490,13 +490,13 @@ int exec_zero_bucket_reduce(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMe
         bucket_calls(c, blk, sizeof(float), &calls, &per);
         if (calls > 1)
             return reduce_buckets(Z, c, blk, kind, calls, per, M, op, err);
-        exec_meter_begin(M, c->k, op);
+        exec_meter_open(M, c->k, op);
         /* in place: this rank's summed shard lands at the start of the bucket */
         rc = comm_reduce_scatter(c->comm, Z->bucket, Z->bucket, blk->shard, PX_FP32, kind, NULL,
                                  err);
         if (!rc)
             c->k->add_f32(blk->g_shard, Z->bucket, blk->shard);
-        exec_meter_end(M, c->k);
+        exec_meter_close(M, c->k, op);
         return rc;
     }
     c->k->add_f32(blk->g_shard, Z->bucket, blk->numel);
@@ -516,10 +516,10 @@ int exec_zero_gather_updated(const ExecCtx *c, ExecParams *P, ExecMeter *M, PxEr
         if ((rc = exec_meter_need(M, c, MODEL_OPR_BLOCK_PARAMS, b, blk->chunk, MODEL_STEP, kind,
                                   0, "a block's parameter all-gather", &op, err)))
             return rc;
-        exec_meter_begin(M, c->k, op);
+        exec_meter_open(M, c->k, op);
         rc = comm_all_gather_shard(c->comm, blk->w, blk->numel, blk->shard, c->act, kind, NULL,
                                    err);
-        exec_meter_end(M, c->k);
+        exec_meter_close(M, c->k, op);
     }
     return rc;
 }

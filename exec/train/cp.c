@@ -1,0 +1,560 @@
+/* Context parallelism (docs/executor.md, "Parallel layouts"): the split of each sequence over
+ * the cp ranks, and the attention core's communication with the other cp ranks, each
+ * collective or message timed under its own op of the graph within the core's op that the
+ * caller has open (exec_meter_open nests it).
+ *
+ * The split (Megatron-LM's load balancing): a sequence is cut into 2 cp chunks and cp rank i
+ * holds chunks i and 2 cp - 1 - i, its parts 0 and 1, embedded, rotated and scored at their
+ * global positions. Only the attention core talks to the other cp ranks: K and V all-gathered
+ * (allgather, whose core is the layers' own over the gathered keys), passed around a ring with
+ * the partial results merged by their log-sum-exp (p2p), or Q, K, V and the output moved
+ * between the sequence and a head split (a2a, Ulysses). */
+#include <math.h>
+#include <string.h>
+
+#include "exec/train/internal.h"
+
+/* element i of an act-dtype tensor (c in scope) */
+#define AT(p, i) EXEC_AT(p, i, c->ab)
+
+/* ---- the split ---- */
+
+int exec_cp_parts(const ExecCtx *c) { return c->d.c > 1 ? 2 : 1; }
+
+int exec_cp_part_len(const ExecCtx *c) { return c->d.s_loc / exec_cp_parts(c); }
+
+int exec_cp_part_pos(const ExecCtx *c, int cp_rank, int j)
+{
+    return exec_cp_part_len(c) * (j == 0 ? cp_rank : 2 * c->d.c - 1 - cp_rank);
+}
+
+int exec_cp_tok_row(const ExecCtx *c) { return c->d.s_loc + exec_cp_parts(c); }
+
+void exec_cp_pick_rows(const ExecCtx *c, int32_t *dst, const int32_t *src, int rows)
+{
+    const int row = exec_cp_tok_row(c), C = exec_cp_part_len(c);
+    for (int n = 0; n < rows; n++)
+        for (int j = 0; j < 2; j++)
+            memcpy(dst + (size_t)n * row + (size_t)j * (C + 1),
+                   src + (size_t)n * (c->d.s + 1) + exec_cp_part_pos(c, c->g.cp_rank, j),
+                   (size_t)(C + 1) * sizeof(int32_t));
+}
+
+void exec_cp_part_keys(const ExecCtx *c, int j, int *q_offset, int *tk)
+{
+    *q_offset = exec_cp_part_pos(c, c->g.cp_rank, j);
+    *tk = *q_offset + exec_cp_part_len(c);
+}
+
+int exec_cp_owns_core(const ExecCtx *c)
+{
+    return c->d.c > 1 && c->spec.layout.cp_comm != MODEL_CP_COMM_ALLGATHER;
+}
+
+/* One collective over the cp group under its op (role, layer l, chunk, phase): an all-gather of
+ * every rank's n elements of send into recv, a reduce-scatter of recv in place (this rank's n
+ * of the sum at its start), or an all-to-all of send into recv, cnt elements with each rank. */
+static int collective(const ExecLayerRun *r, ModelOpRole role, int l, int chunk, ModelPhase ph,
+                      ModelComm kind, void *recv, const void *send, size_t n, const int64_t *cnt,
+                      PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const int op = exec_meter_comm_op(r->M, c, role, l, chunk, ph, kind, err);
+    if (op < 0)
+        return PX_ERUNTIME;
+    int rc;
+    exec_meter_open(r->M, c->k, op);
+    if (kind == MODEL_CP_ALL_GATHER)
+        rc = comm_all_gather(c->comm, recv, send, n, c->act, kind, NULL, err);
+    else if (kind == MODEL_CP_REDUCE_SCATTER)
+        rc = comm_reduce_scatter(c->comm, recv, recv, n, c->act, kind, NULL, err);
+    else
+        rc = comm_all_to_allv(c->comm, recv, cnt, send, cnt, c->act, kind, err);
+    exec_meter_close(r->M, c->k, op);
+    return rc;
+}
+
+/* ---- allgather ---- */
+
+int exec_cp_gather_kv(const ExecLayerRun *r, const ExecLayerActs *a, int l, int chunk,
+                      ModelPhase ph, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const ModelDims *d = &c->d;
+    const int b = d->b, sl = d->s_loc, qkv = d->q_loc + 2 * d->kv_width_loc;
+    const int kv2 = 2 * d->kv_width_loc, C = exec_cp_part_len(c);
+    const size_t row = (size_t)kv2 * c->ab, count = (size_t)b * sl * kv2;
+    void *mine = AT(r->W->cp_kv, (size_t)c->g.cp_rank * count);
+    for (size_t n = 0; n < (size_t)b * sl; n++)
+        c->k->copy(AT(mine, n * kv2), AT(EXEC_LA(a, QKV_OUT), n * qkv + d->q_loc), row);
+    int rc = collective(r, MODEL_OPR_CORE, l, chunk, ph, MODEL_CP_ALL_GATHER, r->W->cp_kv, mine,
+                        count, NULL, err);
+    if (rc)
+        return rc;
+    for (int src = 0; src < d->c; src++)
+        for (int q = 0; q < b; q++)
+            for (int j = 0; j < 2; j++)
+                c->k->copy(AT(r->W->cp_kv_full, ((size_t)q * d->s + exec_cp_part_pos(c, src, j)) * kv2),
+                           AT(r->W->cp_kv, (size_t)src * count + ((size_t)q * sl + (size_t)j * C) * kv2),
+                           (size_t)C * row);
+    return PX_OK;
+}
+
+int exec_cp_scatter_dkv(const ExecLayerRun *r, int l, int chunk, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const ModelDims *d = &c->d;
+    const int b = d->b, sl = d->s_loc, qkv = d->q_loc + 2 * d->kv_width_loc;
+    const int kv2 = 2 * d->kv_width_loc, C = exec_cp_part_len(c);
+    const size_t row = (size_t)kv2 * c->ab, count = (size_t)b * sl * kv2;
+    for (int dst = 0; dst < d->c; dst++)
+        for (int q = 0; q < b; q++)
+            for (int j = 0; j < 2; j++)
+                c->k->copy(AT(r->W->cp_kv, (size_t)dst * count + ((size_t)q * sl + (size_t)j * C) * kv2),
+                           AT(r->W->cp_dkv, ((size_t)q * d->s + exec_cp_part_pos(c, dst, j)) * kv2),
+                           (size_t)C * row);
+    int rc = collective(r, MODEL_OPR_CORE, l, chunk, MODEL_BWD, MODEL_CP_REDUCE_SCATTER,
+                        r->W->cp_kv, NULL, count, NULL, err);
+    if (rc)
+        return rc;
+    for (size_t n = 0; n < (size_t)b * sl; n++)
+        c->k->copy(AT(r->W->dqkv, n * qkv + d->q_loc), AT(r->W->cp_kv, n * kv2), row);
+    return PX_OK;
+}
+
+/* ---- a2a: Ulysses ---- */
+
+/* Ulysses (Jacobs et al. 2023), cp_comm a2a: rank r of the cp group attends with heads
+ * r H/cp ... and KV groups r KV/cp ... of this TP rank's over the whole sequence. A rank's
+ * head-split rows are W = (H + 2 KV)/cp x hd wide (its Q heads, K heads, V heads), held in
+ * global token order: attn.qkv.out takes them in place of its own (the same size). */
+typedef struct {
+    int wq, wk, W;   /* a rank's Q, K (and V) and row widths in the head split */
+    size_t rows;     /* this rank's token rows: b x s_loc */
+    int64_t cnt[EXEC_CP_MAX]; /* elements to and from each rank of the group (a2a_width) */
+} CpA2a;
+
+static void a2a_dims(const ExecCtx *c, CpA2a *x)
+{
+    const ModelDims *d = &c->d;
+    x->wq = d->heads_loc / d->c * d->hd;
+    x->wk = d->kv_loc / d->c * d->hd;
+    x->W = x->wq + 2 * x->wk;
+    x->rows = (size_t)d->b * d->s_loc;
+}
+
+/* every rank sends every other this rank's rows, `width` wide */
+static void a2a_width(const ExecCtx *c, CpA2a *x, int width)
+{
+    for (int i = 0; i < c->d.c; i++)
+        x->cnt[i] = (int64_t)(x->rows * (size_t)width);
+}
+
+/* Moves the rows of part j of sequence q of rank `rank` (C rows, `width` wide) between the
+ * packed buffer `pk` (rank-major: each rank's b x s_loc local rows) and the global-order
+ * buffer `gl`; to_global says which way. */
+static void a2a_move(const ExecCtx *c, void *pk, void *gl, int width, int to_global)
+{
+    const ModelDims *d = &c->d;
+    const int C = exec_cp_part_len(c);
+    const size_t rows = (size_t)d->b * d->s_loc, bytes = (size_t)C * width * c->ab;
+    for (int rk = 0; rk < d->c; rk++)
+        for (int q = 0; q < d->b; q++)
+            for (int j = 0; j < 2; j++) {
+                void *p = AT(pk, (rk * rows + (size_t)q * d->s_loc + (size_t)j * C) * width);
+                void *g = AT(gl, ((size_t)q * d->s + exec_cp_part_pos(c, rk, j)) * width);
+                c->k->copy(to_global ? g : p, to_global ? p : g, bytes);
+            }
+}
+
+/* One all-to-all of cp.a2a_send into cp.a2a_recv: the pass's first (occurrence 0) or second.
+ * The graph lists Q, K, V's under the core and the output's under the projection (forward: Q,
+ * K, V then the output; backward: the output's gradient then Q's, K's and V's). */
+static int a2a_call(const ExecLayerRun *r, int l, int chunk, ModelPhase ph, int occurrence,
+                    const CpA2a *x, PxError *err)
+{
+    const int out = (occurrence == 1) != (ph == MODEL_BWD);
+    return collective(r, out ? MODEL_OPR_PROJ : MODEL_OPR_CORE, l, chunk, ph, MODEL_CP_ALL_TO_ALL,
+                      r->W->cp_recv, r->W->cp_send, 0, x->cnt, err);
+}
+
+/* Q, K, V from the sequence split (attn.qkv.out, this rank's rows) to the head split over the
+ * whole sequence (attn.qkv.out again, W wide). */
+static int a2a_qkv(const ExecLayerRun *r, const ExecLayerActs *a, int chunk, int l, ModelPhase ph,
+                   PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const ModelDims *d = &c->d;
+    const int qkv = d->q_loc + 2 * d->kv_width_loc;
+    CpA2a x;
+    a2a_dims(c, &x);
+    a2a_width(c, &x, x.W);
+    void *src = EXEC_LA(a, QKV_OUT);
+    for (int rk = 0; rk < d->c; rk++)
+        for (size_t n = 0; n < x.rows; n++) {
+            void *o = AT(r->W->cp_send, (rk * x.rows + n) * x.W);
+            const void *row = AT(src, n * qkv);
+            c->k->copy(o, AT(row, (size_t)rk * x.wq), (size_t)x.wq * c->ab);
+            c->k->copy(AT(o, x.wq), AT(row, d->q_loc + (size_t)rk * x.wk), (size_t)x.wk * c->ab);
+            c->k->copy(AT(o, x.wq + x.wk), AT(row, d->q_loc + d->kv_width_loc + (size_t)rk * x.wk),
+                       (size_t)x.wk * c->ab);
+        }
+    int rc = a2a_call(r, l, chunk, ph, 0, &x, err);
+    if (rc)
+        return rc;
+    a2a_move(c, r->W->cp_recv, src, x.W, 1);
+    return PX_OK;
+}
+
+/* The head-split output (cp.a2a_recv, global order, wq wide) back to the sequence split: this
+ * rank's rows of every head into out. */
+static int a2a_out(const ExecLayerRun *r, void *out, int chunk, int l, ModelPhase ph,
+                   PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const ModelDims *d = &c->d;
+    CpA2a x;
+    a2a_dims(c, &x);
+    a2a_width(c, &x, x.wq);
+    a2a_move(c, r->W->cp_send, r->W->cp_recv, x.wq, 0);
+    int rc = a2a_call(r, l, chunk, ph, 1, &x, err);
+    if (rc)
+        return rc;
+    for (int rk = 0; rk < d->c; rk++)
+        for (size_t n = 0; n < x.rows; n++)
+            c->k->copy(AT(out, n * d->q_loc + (size_t)rk * x.wq),
+                       AT(r->W->cp_recv, (rk * x.rows + n) * x.wq), (size_t)x.wq * c->ab);
+    return PX_OK;
+}
+
+/* Ulysses' core, forward: with `comm` Q, K, V to the head split first and the output back
+ * after (the forward's, a full recompute's), else (selective recompute) over the head split
+ * attn.qkv.out already holds, into out. Sequence by sequence, causal over the whole one. */
+static int a2a_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *out, int l, int chunk,
+                   ModelPhase ph, int comm, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const ModelDims *d = &c->d;
+    CpA2a x;
+    a2a_dims(c, &x);
+    int rc;
+    if (comm && (rc = a2a_qkv(r, a, chunk, l, ph, err)))
+        return rc;
+    void *oh = comm ? r->W->cp_recv : out;
+    const int Hc = d->heads_loc / d->c, s = d->s;
+    const size_t tile = (size_t)Hc * s * s;
+    for (int q = 0; q < d->b; q++) {
+        const void *base = AT(EXEC_LA(a, QKV_OUT), (size_t)q * s * x.W);
+        KernAttnFwd f = {
+            .B = 1, .Tq = s, .Tk = s, .H = Hc, .KV = d->kv_loc / d->c, .D = d->hd,
+            .scale = (float)(1.0 / sqrt((double)d->hd)),
+            .q = base, .k = AT(base, x.wq), .v = AT(base, x.wq + x.wk),
+            .q_stride = x.W, .k_stride = x.W, .v_stride = x.W,
+            .out = AT(oh, (size_t)q * s * x.wq),
+            .probs = AT(EXEC_LA(a, SOFTMAX), q * tile),
+        };
+        c->k->attention_fwd(&f);
+        exec_meter_flops(r->M, model_attention_fwd_flops(&c->spec, (double)Hc, s, s, d->hd));
+    }
+    return comm ? a2a_out(r, out, chunk, l, ph, err) : PX_OK;
+}
+
+/* Ulysses' core, backward: the output's gradient (ws.dhid) to the head split, the attention's
+ * backward there, and Q's, K's and V's gradients back to this rank's rows of ws.dqkv. */
+static int a2a_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int chunk, int l, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const ModelDims *d = &c->d;
+    const int qkv = d->q_loc + 2 * d->kv_width_loc, Hc = d->heads_loc / d->c, s = d->s;
+    CpA2a x;
+    a2a_dims(c, &x);
+    a2a_width(c, &x, x.wq);
+    for (int rk = 0; rk < d->c; rk++)
+        for (size_t n = 0; n < x.rows; n++)
+            c->k->copy(AT(r->W->cp_send, (rk * x.rows + n) * x.wq),
+                       AT(r->W->dhid, n * d->q_loc + (size_t)rk * x.wq), (size_t)x.wq * c->ab);
+    int rc = a2a_call(r, l, chunk, MODEL_BWD, 0, &x, err);
+    if (rc)
+        return rc;
+    a2a_move(c, r->W->cp_recv, r->W->cp_send, x.wq, 1); /* dO, head split, in cp.a2a_send */
+    const size_t tile = (size_t)Hc * s * s;
+    for (int q = 0; q < d->b; q++) {
+        const void *base = AT(EXEC_LA(a, QKV_OUT), (size_t)q * s * x.W);
+        void *db = AT(r->W->cp_recv, (size_t)q * s * x.W);
+        KernAttnBwd b = {
+            .B = 1, .Tq = s, .Tk = s, .H = Hc, .KV = d->kv_loc / d->c, .D = d->hd,
+            .scale = (float)(1.0 / sqrt((double)d->hd)),
+            .q = base, .k = AT(base, x.wq), .v = AT(base, x.wq + x.wk),
+            .q_stride = x.W, .k_stride = x.W, .v_stride = x.W,
+            .dout = AT(r->W->cp_send, (size_t)q * s * x.wq),
+            .dq = db, .dk = AT(db, x.wq), .dv = AT(db, x.wq + x.wk),
+            .dq_stride = x.W, .dk_stride = x.W, .dv_stride = x.W,
+            .probs = AT(EXEC_LA(a, SOFTMAX), q * tile),
+            .dscores = AT(r->W->dscores, q * tile),
+        };
+        c->k->attention_bwd(&b);
+        const double fwd = model_attention_fwd_flops(&c->spec, (double)Hc, s, s, d->hd);
+        exec_meter_flops(r->M, model_attention_bwd_flops(fwd, 0, NULL));
+    }
+    a2a_width(c, &x, x.W);
+    a2a_move(c, r->W->cp_send, r->W->cp_recv, x.W, 0);
+    if ((rc = a2a_call(r, l, chunk, MODEL_BWD, 1, &x, err)))
+        return rc;
+    for (int rk = 0; rk < d->c; rk++)
+        for (size_t n = 0; n < x.rows; n++) {
+            const void *i = AT(r->W->cp_recv, (rk * x.rows + n) * x.W);
+            void *row = AT(r->W->dqkv, n * qkv);
+            c->k->copy(AT(row, (size_t)rk * x.wq), i, (size_t)x.wq * c->ab);
+            c->k->copy(AT(row, d->q_loc + (size_t)rk * x.wk), AT(i, x.wq), (size_t)x.wk * c->ab);
+            c->k->copy(AT(row, d->q_loc + d->kv_width_loc + (size_t)rk * x.wk), AT(i, x.wq + x.wk),
+                       (size_t)x.wk * c->ab);
+        }
+    return PX_OK;
+}
+
+/* ---- p2p: the ring ---- */
+
+/* The K, V ring (cp_comm p2p; Liu et al. 2023's ring attention with Megatron-LM's chunks):
+ * cp.kv holds two slots, each a block (a rank's K and V, b x s_loc rows of 2 kv, its parts in
+ * order) followed by the K, V gradient accumulated for it. Step k holds the block of cp rank
+ * (this - k) mod cp. The block goes on to the next rank, and the previous rank's arrives in the
+ * other slot, while the attention computes on it: the messages are posted before the block's
+ * attention and waited for after it (the backward's gradient of a block goes after its
+ * attention, which accumulates it). The pass's messages are one op of the graph (the
+ * backward's ring steps and its last message share it). */
+enum { CP_RING_TAG = 0x70000 }; /* apart from the pipeline's tags; its peers are other ranks */
+
+static size_t ring_block(const ExecCtx *c) { return (size_t)c->d.b * c->d.s_loc * 2 * c->d.kv_width_loc; }
+
+static void *ring_slot(const ExecLayerRun *r, int i, int grad)
+{
+    const ExecCtx *c = r->c;
+    return AT(r->W->cp_kv, ((size_t)2 * i + (size_t)grad) * ring_block(c));
+}
+
+static int ring_peer(const ExecCtx *c, int delta)
+{
+    return model_rank(&c->spec.layout, c->g.tp_rank, (c->g.cp_rank + delta + c->d.c) % c->d.c,
+                      c->g.dp_rank, c->g.stage);
+}
+
+/* One message of the ring, started: `bytes` of slot `from` (its block, or its gradient) to the
+ * next rank, as much from the previous one into slot `into`, their handles in rq and sq (both
+ * slots belong to the transfer until ring_wait). Counted as a call of the op g; the time it
+ * takes to post them is the op's. */
+static int ring_post(const ExecLayerRun *r, int g, ModelPhase ph, const void *from, void *into,
+                     size_t bytes, int *rq, int *sq, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const int tag = CP_RING_TAG + (ph == MODEL_BWD);
+    exec_meter_open(r->M, c->k, g);
+    int rc = comm_recv(c->comm, into, bytes, ring_peer(c, -1), tag, MODEL_CP_P2P, rq, err);
+    if (!rc)
+        rc = comm_send(c->comm, from, bytes, ring_peer(c, 1), tag, MODEL_CP_P2P, sq, err);
+    exec_meter_close(r->M, c->k, g);
+    return rc;
+}
+
+/* Completes the messages of ring_post; the time the rank waits for them (what the attention
+ * beside them did not hide) is op g's, more of the call that posted them. */
+static int ring_wait(const ExecLayerRun *r, int g, int *rq, int *sq, PxError *err)
+{
+    exec_meter_open_again(r->M, r->c->k, g);
+    int rc = comm_wait(r->c->comm, rq, err);
+    if (!rc)
+        rc = comm_wait(r->c->comm, sq, err);
+    exec_meter_close(r->M, r->c->k, g);
+    return rc;
+}
+
+/* Whether query part j of this rank sees key part jj of cp rank src, and the query offset
+ * that masks it: an earlier chunk whole (every key visible), the same chunk causally. */
+static int ring_visible(const ExecCtx *c, int j, int src, int jj, int *q_offset)
+{
+    const int qp = exec_cp_part_pos(c, c->g.cp_rank, j), kp = exec_cp_part_pos(c, src, jj);
+    *q_offset = kp < qp ? exec_cp_part_len(c) - 1 : 0;
+    return kp <= qp;
+}
+
+/* This rank's K, V columns of attn.qkv.out into the ring's slot 0. */
+static void ring_own_block(const ExecLayerRun *r, const ExecLayerActs *a)
+{
+    const ExecCtx *c = r->c;
+    const ModelDims *d = &c->d;
+    const int qkv = d->q_loc + 2 * d->kv_width_loc, kv2 = 2 * d->kv_width_loc;
+    for (size_t n = 0; n < (size_t)d->b * d->s_loc; n++)
+        c->k->copy(AT(ring_slot(r, 0, 0), n * kv2), AT(EXEC_LA(a, QKV_OUT), n * qkv + d->q_loc),
+                   (size_t)kv2 * c->ab);
+}
+
+/* One block's attention (the forward's): each query part's output and log-sum-exp over the
+ * block's visible key parts, merged into what the earlier blocks gave. */
+static void ring_block_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *out,
+                           const void *blk, int step, int src, int more)
+{
+    const ExecCtx *c = r->c;
+    const ModelDims *d = &c->d;
+    const int sl = d->s_loc, H = d->heads_loc, qkv = d->q_loc + 2 * d->kv_width_loc;
+    const int kv2 = 2 * d->kv_width_loc, C = exec_cp_part_len(c);
+    for (int q = 0; q < d->b; q++)
+        for (int j = 0; j < 2; j++)
+            for (int jj = 0; jj < 2; jj++) {
+                int q0;
+                if (!ring_visible(c, j, src, jj, &q0))
+                    continue;
+                const int first = step == 0 && jj == 0; /* the own block's first part */
+                const size_t rows = (size_t)q * sl + (size_t)j * C;
+                float *lse = (float *)EXEC_LA(a, ATTN_LSE) + (size_t)q * H * sl + (size_t)j * H * C;
+                const void *kb = AT(blk, ((size_t)q * sl + (size_t)jj * C) * kv2);
+                KernAttnFwd f = {
+                    .B = 1, .Tq = C, .Tk = C, .H = H, .KV = d->kv_loc, .D = d->hd,
+                    .q_offset = q0, .scale = (float)(1.0 / sqrt((double)d->hd)),
+                    .q = AT(EXEC_LA(a, QKV_OUT), rows * qkv), .k = kb,
+                    .v = AT(kb, d->kv_width_loc), .q_stride = qkv, .k_stride = kv2,
+                    .v_stride = kv2,
+                    .out = first ? AT(out, rows * d->q_loc) : r->W->cp_out_part,
+                    .lse = first ? lse : r->W->cp_lse_part,
+                };
+                c->k->attention_fwd(&f);
+                if (!first)
+                    c->k->attention_merge(AT(out, rows * d->q_loc), lse, r->W->cp_out_part,
+                                          r->W->cp_lse_part, C, H, d->hd);
+                if (more)
+                    comm_progress(c->comm); /* MPI moves the messages inside its calls */
+            }
+}
+
+/* The ring's forward: each query part's output and log-sum-exp (attn.proj.in's rows and
+ * attn.lse's) over every block, merged block by block (the online softmax). The fused core
+ * only. */
+static int ring_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *out, int l, int chunk,
+                    ModelPhase ph, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const ModelDims *d = &c->d;
+    ring_own_block(r, a);
+    const int g = exec_meter_comm_op(r->M, c, MODEL_OPR_CORE, l, chunk, ph, MODEL_CP_P2P, err);
+    if (g < 0)
+        return PX_ERUNTIME;
+    int rc;
+    for (int step = 0, cur = 0; step < d->c; step++, cur ^= 1) {
+        const int src = (c->g.cp_rank - step + d->c) % d->c, more = step + 1 < d->c;
+        int rq = -1, sq = -1;
+        if (more && (rc = ring_post(r, g, ph, ring_slot(r, cur, 0), ring_slot(r, cur ^ 1, 0),
+                                    ring_block(c) * c->ab, &rq, &sq, err)))
+            return rc;
+        ring_block_fwd(r, a, out, ring_slot(r, cur, 0), step, src, more);
+        if (more && (rc = ring_wait(r, g, &rq, &sq, err)))
+            return rc;
+    }
+    for (int q = 0; q < d->b; q++)
+        exec_meter_flops(r->M,
+                         model_attention_fwd_flops(&c->spec, (double)d->heads_loc, d->s_loc, d->s,
+                                                   d->hd));
+    return PX_OK;
+}
+
+/* One block's part of every gradient (the backward's), with the forward's output and
+ * log-sum-exp over all blocks (so each block's probabilities are the softmax's own): Q's added
+ * into ws.dqkv, K's and V's into the block's gradient dblk. */
+static void ring_block_bwd(const ExecLayerRun *r, const ExecLayerActs *a, const void *blk,
+                           void *dblk, int src, int more)
+{
+    const ExecCtx *c = r->c;
+    const ModelDims *d = &c->d;
+    const int sl = d->s_loc, H = d->heads_loc, qkv = d->q_loc + 2 * d->kv_width_loc;
+    const int kv2 = 2 * d->kv_width_loc, C = exec_cp_part_len(c);
+    for (int q = 0; q < d->b; q++)
+        for (int j = 0; j < 2; j++)
+            for (int jj = 0; jj < 2; jj++) {
+                int q0;
+                if (!ring_visible(c, j, src, jj, &q0))
+                    continue;
+                const size_t rows = (size_t)q * sl + (size_t)j * C;
+                const size_t krows = (size_t)q * sl + (size_t)jj * C;
+                const size_t lo = (size_t)q * H * sl + (size_t)j * H * C;
+                const void *kb = AT(blk, krows * kv2);
+                KernAttnBwd b = {
+                    .B = 1, .Tq = C, .Tk = C, .H = H, .KV = d->kv_loc, .D = d->hd,
+                    .q_offset = q0, .scale = (float)(1.0 / sqrt((double)d->hd)),
+                    .q = AT(EXEC_LA(a, QKV_OUT), rows * qkv), .k = kb,
+                    .v = AT(kb, d->kv_width_loc), .q_stride = qkv, .k_stride = kv2,
+                    .v_stride = kv2,
+                    .out = AT(EXEC_LA(a, PROJ_IN), rows * d->q_loc),
+                    .dout = AT(r->W->dhid, rows * d->q_loc),
+                    .dq = r->W->cp_out_part, .dk = r->W->cp_dkv_part,
+                    .dv = AT(r->W->cp_dkv_part, d->kv_width_loc), .dq_stride = d->q_loc,
+                    .dk_stride = kv2, .dv_stride = kv2,
+                    .lse = (const float *)EXEC_LA(a, ATTN_LSE) + lo, .drow = r->W->flash_d + lo,
+                };
+                c->k->attention_bwd(&b);
+                for (int t = 0; t < C; t++)
+                    c->k->add_inplace(AT(r->W->dqkv, (rows + t) * qkv),
+                                      AT(r->W->cp_out_part, (size_t)t * d->q_loc), d->q_loc);
+                c->k->add_inplace(AT(dblk, krows * kv2), r->W->cp_dkv_part, (size_t)C * kv2);
+                if (more)
+                    comm_progress(c->comm);
+            }
+}
+
+/* The ring's backward: each block's part of every gradient, K's and V's in the block's gradient,
+ * which travels with it; a last message takes each gradient to its owner. */
+static int ring_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int l, int chunk, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const ModelDims *d = &c->d;
+    const int qkv = d->q_loc + 2 * d->kv_width_loc, kv2 = 2 * d->kv_width_loc;
+    const size_t blk_bytes = ring_block(c) * c->ab;
+    ring_own_block(r, a);
+    c->k->memset0(ring_slot(r, 0, 1), blk_bytes);
+    c->k->memset0(r->W->dqkv, (size_t)d->b * d->s_loc * qkv * c->ab);
+    const int g = exec_meter_comm_op(r->M, c, MODEL_OPR_CORE, l, chunk, MODEL_BWD, MODEL_CP_P2P,
+                                     err);
+    if (g < 0)
+        return PX_ERUNTIME;
+    int cur = 0, rc;
+    for (int step = 0; step < d->c; step++, cur ^= 1) {
+        const int src = (c->g.cp_rank - step + d->c) % d->c, more = step + 1 < d->c;
+        void *dblk = ring_slot(r, cur, 1);
+        int rq = -1, sq = -1, drq = -1, dsq = -1;
+        /* the block on beside its attention; its gradient must wait for it */
+        if (more && (rc = ring_post(r, g, MODEL_BWD, ring_slot(r, cur, 0),
+                                    ring_slot(r, cur ^ 1, 0), blk_bytes, &rq, &sq, err)))
+            return rc;
+        ring_block_bwd(r, a, ring_slot(r, cur, 0), dblk, src, more);
+        /* the gradient on, a message of its own (the graph's calls); after the last step it goes
+         * home: the next rank's block, this rank's from the previous one */
+        if ((rc = ring_post(r, g, MODEL_BWD, dblk, ring_slot(r, cur ^ 1, 1), blk_bytes, &drq,
+                            &dsq, err)) ||
+            (more && (rc = ring_wait(r, g, &rq, &sq, err))) ||
+            (rc = ring_wait(r, g, &drq, &dsq, err)))
+            return rc;
+    }
+    for (size_t n = 0; n < (size_t)d->b * d->s_loc; n++)
+        c->k->copy(AT(r->W->dqkv, n * qkv + d->q_loc), AT(ring_slot(r, cur, 1), n * kv2),
+                   (size_t)kv2 * c->ab);
+    for (int q = 0; q < d->b; q++) {
+        const double fwd = model_attention_fwd_flops(&c->spec, (double)d->heads_loc, d->s_loc,
+                                                     d->s, d->hd);
+        exec_meter_flops(r->M, model_attention_bwd_flops(fwd, 1, NULL));
+    }
+    return PX_OK;
+}
+
+/* ---- the core's entries ---- */
+
+int exec_cp_attention_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *out, int l,
+                          int chunk, ModelPhase ph, int comm, PxError *err)
+{
+    if (r->c->spec.layout.cp_comm == MODEL_CP_COMM_A2A)
+        return a2a_fwd(r, a, out, l, chunk, ph, comm, err);
+    return ring_fwd(r, a, out, l, chunk, ph, err);
+}
+
+int exec_cp_attention_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int l, int chunk,
+                          PxError *err)
+{
+    if (r->c->spec.layout.cp_comm == MODEL_CP_COMM_A2A)
+        return a2a_bwd(r, a, chunk, l, err);
+    return ring_bwd(r, a, l, chunk, err);
+}
