@@ -141,7 +141,7 @@ void sim_plan_summary_line(char *buf, size_t cap, const SimPlanResult *r)
         return;
     }
     const SimCandidate *c = &r->top[0];
-    char lay[160];
+    char lay[384]; /* room for every figure at its widest: nothing is cut */
     layout_text(lay, sizeof lay, &c->spec);
     snprintf(buf, cap, "%-62s %8.3f s %10.0f tok/s %5.1f%% MFU %7.2f GiB", lay, c->step_s,
              c->tokens_per_s, 100 * c->mfu, (double)c->peak_bytes / PX_GIB);

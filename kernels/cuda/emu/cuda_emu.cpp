@@ -11,6 +11,7 @@
 #include <deque>
 #include <map>
 #include <set>
+#include <vector>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -783,12 +784,19 @@ cudaError_t cudaFuncSetAttribute(const void *func, cudaFuncAttribute attr, int v
 
 enum { F_READY, F_BLOCK_BAR, F_WARP_BAR, F_DONE };
 enum { MAX_THREADS = 1024, STACK_BYTES = 256 * 1024 };
+/* Where in its stack a fiber starts: up to 32 KiB below the top, 128 bytes more for each
+ * thread. Stacks a power of two apart would put every fiber's frames in the same cache sets,
+ * so that each switch missed the caches; staggered, a block's fibers share them. */
+#define STACK_COLOR(i) ((size_t)((i) % 256) * 128)
 
 /* Switching between fibers. glibc's swapcontext saves and restores the signal mask with a
  * system call each time, which made it most of the emulator's run time (the executor's tests
  * train whole models through it); on x86-64 a switch is instead the dozen instructions below,
- * which save the callee-saved registers (and the SSE and x87 control words) on the running
- * stack, store its pointer and load the other's. Elsewhere ucontext does the work. */
+ * which save the callee-saved registers on the running stack, store its pointer and load the
+ * other's. The SSE and x87 control words are not switched: nothing in the emulator or the
+ * kernels changes the rounding mode or the exception masks, so every fiber runs with the
+ * process's, and loading them (ldmxcsr, fldcw) made four fifths of a switch's time. The slot
+ * they took stays, so that the stack keeps its alignment. Elsewhere ucontext does the work. */
 #if defined(__x86_64__)
 #define EMU_FAST_SWITCH 1
 extern "C" void kern_emu_switch(void **save_sp, void *load_sp);
@@ -803,12 +811,8 @@ __asm__(".text\n"
         "  pushq %r14\n"
         "  pushq %r15\n"
         "  subq $8, %rsp\n"
-        "  stmxcsr (%rsp)\n"
-        "  fnstcw 4(%rsp)\n"
         "  movq %rsp, (%rdi)\n"
         "  movq %rsi, %rsp\n"
-        "  ldmxcsr (%rsp)\n"
-        "  fldcw 4(%rsp)\n"
         "  addq $8, %rsp\n"
         "  popq %r15\n"
         "  popq %r14\n"
@@ -942,14 +946,16 @@ static void run_block(void)
     for (int i = 0; i < nthreads; i++) {
         Fiber *f = &fibers[i];
 #ifdef EMU_FAST_SWITCH
-        /* the frame kern_emu_switch pops: control words, six registers, then a return into the
-         * trampoline, which starts as if called (its stack pointer 8 past a 16-byte boundary) */
-        uint64_t *top = (uint64_t *)(void *)(stacks + (size_t)(i + 1) * STACK_BYTES);
+        /* the frame kern_emu_switch pops: a slot it skips, six registers, then a return into
+         * the trampoline, which starts as if called (its stack pointer 8 past a 16-byte
+         * boundary) */
+        uint64_t *top = (uint64_t *)(void *)(stacks + (size_t)(i + 1) * STACK_BYTES -
+                                             STACK_COLOR(i));
         top[-1] = 0;                                   /* the trampoline's return address: none */
         top[-2] = (uint64_t)(uintptr_t)&trampoline;    /* where the first switch returns to */
         for (int r = 3; r <= 8; r++)
             top[-r] = 0;                               /* rbp, rbx, r12-r15 */
-        top[-9] = 0x1f80u | ((uint64_t)0x037fu << 32); /* MXCSR and x87 control word: defaults */
+        top[-9] = 0;                                   /* the skipped slot */
         f->sp = &top[-9];
 #else
         getcontext(&f->ctx);
@@ -1122,6 +1128,20 @@ static void dt_store(void *p, cudaDataType t, size_t i, float v)
         ((__half *)p)[i] = __float2half(v);
 }
 
+/* The rows x k matrix op(M) of a GEMM operand as fp32 rows of k: M is column-major with leading
+ * dimension ld, and row r's element l sits at M[r + l * ld] when `strided` (A untransposed, B
+ * transposed), else at M[l + r * ld]. */
+static void gemm_pack(std::vector<float> *out, const void *M, cudaDataType t, int strided,
+                      int rows, int k, int ld)
+{
+    out->resize((size_t)rows * (size_t)(k > 0 ? k : 1));
+    float *o = out->data();
+    for (int r = 0; r < rows; r++)
+        for (int l = 0; l < k; l++)
+            o[(size_t)r * k + l] = dt_load(M, t, strided ? (size_t)r + (size_t)l * ld
+                                                         : (size_t)l + (size_t)r * ld);
+}
+
 /* bytes spanned by a column-major rows x cols matrix with leading dimension ld */
 static size_t span(int rows, int cols, int ld, cudaDataType t)
 {
@@ -1155,6 +1175,7 @@ cublasStatus_t cublasGemmStridedBatchedEx(
                           "keeps them in fp32)", Ctype == CUDA_R_16BF ? "bf16" : "fp16");
     EmuWindow w;
     const float al = *(const float *)alpha, be = *(const float *)beta;
+    static thread_local std::vector<float> a_rows, b_cols;
     for (int b = 0; b < batchCount; b++) {
         const unsigned char *Ab = (const unsigned char *)A + (size_t)b * strideA * dt_bytes(Atype);
         const unsigned char *Bb = (const unsigned char *)B + (size_t)b * strideB * dt_bytes(Btype);
@@ -1164,16 +1185,18 @@ cublasStatus_t cublasGemmStridedBatchedEx(
             emu_check_range(Bb, span(br, bc, ldb, Btype), "cuBLAS GEMM operand B");
         }
         emu_check_range(Cb, span(m, n, ldc, Ctype), "cuBLAS GEMM operand C");
+        /* op(A)'s rows and op(B)'s columns widened to fp32 once, each k contiguous, so that the
+         * loop below adds the same products in the same order as one element at a time would
+         * (the results are bit for bit those of the plain triple loop), without converting
+         * every operand m or n times */
+        gemm_pack(&a_rows, Ab, Atype, transa == CUBLAS_OP_N, m, k, lda);
+        gemm_pack(&b_cols, Bb, Btype, transb != CUBLAS_OP_N, n, k, ldb);
         for (int j = 0; j < n; j++)
             for (int i = 0; i < m; i++) {
+                const float *ar_ = a_rows.data() + (size_t)i * k, *bc_ = b_cols.data() + (size_t)j * k;
                 float acc = 0.0f;
-                for (int l = 0; l < k; l++) {
-                    const size_t ia = transa == CUBLAS_OP_N ? (size_t)i + (size_t)l * lda
-                                                             : (size_t)l + (size_t)i * lda;
-                    const size_t ib = transb == CUBLAS_OP_N ? (size_t)l + (size_t)j * ldb
-                                                             : (size_t)j + (size_t)l * ldb;
-                    acc += dt_load(Ab, Atype, ia) * dt_load(Bb, Btype, ib);
-                }
+                for (int l = 0; l < k; l++)
+                    acc += ar_[l] * bc_[l];
                 const size_t ic = (size_t)i + (size_t)j * ldc;
                 /* beta = 0: C is not read (it may hold NaN), as cuBLAS documents */
                 const float v = al * acc + (be == 0.0f ? 0.0f : be * dt_load(Cb, Ctype, ic));
