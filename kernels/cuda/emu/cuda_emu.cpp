@@ -872,12 +872,28 @@ static void switch_to_fiber(int i)
 #endif
 }
 
+#ifdef EMU_ASAN
+/* How deep below its starting point a fiber has been when it switched away, the deepest of
+ * all: the frames a switch leaves behind lie above it. */
+static size_t switch_depth;
+
+static void note_depth(void)
+{
+    unsigned char here;
+    const unsigned char *top = stacks + (size_t)(cur + 1) * STACK_BYTES - STACK_COLOR(cur);
+    const size_t depth = (size_t)(top - &here);
+    if (depth > switch_depth)
+        switch_depth = depth;
+}
+#endif
+
 /* from a fiber back to the scheduler; it resumes here when released */
 static void yield_state(int state)
 {
     Fiber *f = &fibers[cur];
     f->state = state;
 #ifdef EMU_ASAN
+    note_depth();
     __sanitizer_start_switch_fiber(&f->fake_stack, main_stack_bottom, main_stack_size);
 #endif
 #ifdef EMU_FAST_SWITCH
@@ -898,6 +914,7 @@ static void trampoline(void)
     (*body)();
     fibers[cur].state = F_DONE;
 #ifdef EMU_ASAN
+    note_depth();
     __sanitizer_start_switch_fiber(NULL, main_stack_bottom, main_stack_size);
 #endif
 #ifdef EMU_FAST_SWITCH
@@ -1040,8 +1057,16 @@ void kern_emu_launch(const char *file, int line, const void *kernel, dim3 grid, 
             emu_fail(file, line, "no memory for fiber stacks");
     }
 #ifdef EMU_ASAN
-    /* frames that a fiber left by switching away, not by returning, are still poisoned */
-    ASAN_UNPOISON_MEMORY_REGION(stacks, (size_t)MAX_THREADS * STACK_BYTES);
+    /* frames that a fiber left by switching away, not by returning, are still poisoned: they
+     * lie at most switch_depth below the top of each stack this launch uses (unpoisoning every
+     * stack whole, 256 MiB, cleared 32 MiB of shadow per launch: most of a sanitized run) */
+    for (unsigned i = 0; i < threads; i++) {
+        unsigned char *lo = stacks + (size_t)i * STACK_BYTES, *hi = lo + STACK_BYTES;
+        const size_t keep = STACK_COLOR(i) + switch_depth + 4096;
+        if (keep < STACK_BYTES)
+            lo = hi - keep;
+        ASAN_UNPOISON_MEMORY_REGION(lo, (size_t)(hi - lo));
+    }
 #endif
     /* a fresh, exact-size buffer per block: ASan sees overruns, and no block sees another's
      * leftovers (0xA5 rather than zeros, so a read before write shows) */
