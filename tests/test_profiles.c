@@ -177,7 +177,9 @@ int main(void)
         double bf16, hbm;
     } devices[] = {{"a100-40gb", 312e12, 1555e9}, {"a100-80gb", 312e12, 2039e9},
                    {"h100-sxm", 989.4e12, 3.35e12}, {"h200", 989.4e12, 4.8e12},
-                   {"b200", 2250e12, 8e12}, {"gb200", 2500e12, 8e12}};
+                   {"b200", 2250e12, 8e12}, {"gb200", 2500e12, 8e12},
+                   {"h800", 989.4e12, 3.35e12}, {"h20", 148e12, 4.0e12},
+                   {"l40s", 362.05e12, 864e9}, {"mi300x", 1307.4e12, 5.3e12}};
     for (size_t i = 0; i < sizeof devices / sizeof *devices; i++) {
         ProfDevice d;
         CHECK_OK(prof_device_load(devices[i].name, &d, &err), err);
@@ -191,7 +193,9 @@ int main(void)
     } clusters[] = {{"dgx-a100", "a100-80gb", 8}, {"dgx-h100", "h100-sxm", 8},
                     {"dgx-h200", "h200", 8},      {"dgx-b200", "b200", 8},
                     {"leonardo", "a100-64gb", 4}, {"local", "cpu", 0},
-                    {"gb200-nvl72", "gb200", 72}};
+                    {"gb200-nvl72", "gb200", 72}, {"deepseek-h800", "h800", 8},
+                    {"hgx-h20", "h20", 8},        {"l40s-pcie", "l40s", 8},
+                    {"mi300x-platform", "mi300x", 8}};
     for (size_t i = 0; i < sizeof clusters / sizeof *clusters; i++) {
         ProfCluster c;
         CHECK_OK(prof_cluster_load(clusters[i].name, NULL, 0, &c, &err), err);
@@ -207,7 +211,9 @@ int main(void)
     } fp8[] = {{"a100-40gb", 0, 0, 0},       {"a100-64gb", 0, 0, 0},
                {"a100-80gb", 0, 0, 0},       {"h100-sxm", 1978.9e12, 0, 1},
                {"h200", 1978.9e12, 0, 1},    {"b200", 4.5e15, 4.5e15, 0},
-               {"gb200", 5e15, 5e15, 0},     {"cpu", 50e9, 50e9, 0}};
+               {"gb200", 5e15, 5e15, 0},     {"cpu", 50e9, 50e9, 0},
+               {"h800", 1978.9e12, 0, 1},    {"h20", 296e12, 0, 1},
+               {"l40s", 733e12, 0, 1},       {"mi300x", 2614.9e12, 0, 0}};
     for (size_t i = 0; i < sizeof fp8 / sizeof *fp8; i++) {
         ProfDevice d;
         CHECK_OK(prof_device_load(fp8[i].name, &d, &err), err);
@@ -235,6 +241,17 @@ int main(void)
         CHECK_EQ_INT(72, prof_node_size(&c, 1024));
         CHECK_REL(900e9, c.link_bandwidth, 0);
         CHECK_REL(50e9, c.net_bandwidth, 0);
+        prof_cluster_free(&c);
+    }
+    {
+        /* DeepSeek-V3's cluster (arXiv:2412.19437 section 3.1): 2,048 H800 in nodes of 8, NVLink
+         * 400 GB/s both ways (200 each way, 160 measured = 0.8), 50 GB/s of InfiniBand per GPU */
+        ProfCluster c;
+        CHECK_OK(prof_cluster_load("deepseek-h800", NULL, 0, &c, &err), err);
+        CHECK_EQ_INT(256, c.nodes);
+        CHECK_REL(200e9, c.link_bandwidth, 0);
+        CHECK_REL(50e9, c.net_bandwidth, 0);
+        CHECK_EQ_U64(80ull << 30, c.device.memory_bytes);
         prof_cluster_free(&c);
     }
     check_fp8_keys();
