@@ -8,7 +8,7 @@
 #include "exec/calibrate/calibrate.h"
 #include "exec/launch/launch.h"
 
-enum { CAL_RANKS = CLI_EXTRA, CAL_MODELS, CAL_BASE, CAL_BACKEND, CAL_QUICK, CAL_QUIET, CAL_LAUNCHER };
+enum { CAL_RANKS = CLI_EXTRA, CAL_MODELS, CAL_BASE, CAL_BACKEND, CAL_QUICK, CAL_QUIET, CAL_LAUNCHER, CAL_LOG };
 
 static const CliOption calibrate_options[] = {
     {"output", 1, "FILE",
@@ -22,17 +22,22 @@ static const CliOption calibrate_options[] = {
     {"backend", 1, "B", "cpu or cuda (default cpu)", CAL_BACKEND, 0},
     {"quick", 0, NULL, "fewer shapes, sizes and repetitions: a rough profile in seconds", CAL_QUICK, 0},
     {"quiet", 0, NULL, "no progress lines", CAL_QUIET, 0},
+    {"log", 1, "FILE",
+     "the measurements' tables (default: beside the profile, p.json's in p.calibration.txt; - for "
+     "the terminal)",
+     CAL_LOG, 0},
     {"launcher", 1, "L", "mpirun, srun or none (default: srun under Slurm, else mpirun)",
      CAL_LAUNCHER, 0},
     {NULL, 0, NULL, NULL, 0, 0}};
 
 static const char *const calibrate_usage =
-    "[-o FILE] [--ranks N] [--models LIST] [--base PROFILE] [--backend B] [--quick]\n\n"
+    "[-o FILE] [--ranks N] [--models LIST] [--base PROFILE] [--backend B] [--quick] [--log FILE]\n\n"
     "Measures this machine and writes a cluster profile the simulator reads: GEMM times at the\n"
     "op graphs' shapes and per-kind op rates from real training steps, with 1, 2, 4, ... ranks\n"
     "running at once (they share caches and memory bandwidth), the device's GEMM peak and\n"
     "stream bandwidth, and all-reduce, all-gather, reduce-scatter and send/recv times over\n"
-    "message and group sizes (printed with nccl-tests' algbw and busbw).";
+    "message and group sizes (tabled with nccl-tests' algbw and busbw in the log, which\n"
+    "validate names).";
 
 int cli_cmd_calibrate(int argc, char **argv)
 {
@@ -49,6 +54,7 @@ int cli_cmd_calibrate(int argc, char **argv)
     j.backend = a.extra[CAL_BACKEND - CLI_EXTRA];
     j.quick = a.extra[CAL_QUICK - CLI_EXTRA] != NULL;
     j.quiet = a.extra[CAL_QUIET - CLI_EXTRA] != NULL;
+    j.log = a.extra[CAL_LOG - CLI_EXTRA];
     const char *v;
     int rc = PX_OK;
     if ((v = a.extra[CAL_RANKS - CLI_EXTRA]))

@@ -98,7 +98,13 @@ typedef struct {
     int quick;           /* fewer shapes, sizes and repetitions: a rough profile in seconds */
     int quiet;
     LaunchKind launcher;
+    const char *log;     /* the parts' tables: this file; NULL: beside the profile
+                          * (calib_log_path); "-": the terminal. Progress lines stay on stdout. */
 } CalibJob;
+
+/* Where a calibration writing `profile` puts its tables when not told: "p.json" ->
+ * "p.calibration.txt" (validate names it, and copies it beside its report). */
+void calib_log_path(const char *profile, char *out, size_t cap);
 
 /* `parallax calibrate`: runs the worker's compute part on 1, 2, 4, ... up to j->ranks ranks at
  * once, the comm part on j->ranks ranks, then assembles the profile (a temporary folder holds

@@ -3,6 +3,7 @@
  * starts processes and names files, and needs neither MPI nor the kernels. */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h> /* mkdtemp */
 #include <string.h>
@@ -96,9 +97,61 @@ static int run_part(const CalibJob *j, int ranks, const char *const *args, int *
     return rc;
 }
 
+void calib_log_path(const char *profile, char *out, size_t cap)
+{
+    px_strlcpy(out, profile, cap);
+    size_t n = strlen(out);
+    if (n >= 5 && strcmp(out + n - 5, ".json") == 0)
+        out[n - 5] = '\0';
+    n = strlen(out);
+    snprintf(out + n, cap > n ? cap - n : 0, ".calibration.txt");
+}
+
+/* The parts print their tables on their stdout, which they inherit: pointed at the log for the
+ * measurement (*saved: the terminal's descriptor, to put back; -1: nothing redirected). The
+ * progress lines are printed here, between parts, on the terminal. */
+static int log_open(const char *log, int *saved, PxError *err)
+{
+    *saved = -1;
+    if (!strcmp(log, "-"))
+        return PX_OK;
+    int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0)
+        return px_fail(err, PX_ERUNTIME, "--log %s: %s", log, strerror(errno));
+    fflush(stdout);
+    *saved = dup(STDOUT_FILENO);
+    if (*saved < 0 || dup2(fd, STDOUT_FILENO) < 0) {
+        close(fd);
+        return px_fail(err, PX_ERUNTIME, "--log %s: %s", log, strerror(errno));
+    }
+    close(fd);
+    return PX_OK;
+}
+
+static void log_close(int saved)
+{
+    if (saved < 0)
+        return;
+    fflush(stdout);
+    dup2(saved, STDOUT_FILENO);
+    close(saved);
+}
+
+/* A progress line on the terminal while the parts' output goes to the log. */
+static void progress(int saved, const char *line)
+{
+    if (saved < 0) {
+        fputs(line, stdout);
+        fflush(stdout);
+        return;
+    }
+    ssize_t n = write(saved, line, strlen(line));
+    (void)n; /* a lost progress line is not worth failing a calibration for */
+}
+
 /* The compute part at concurrency 1, 2, 4, ... and `ranks`, then the comm part over `ranks`
- * (j: the defaults filled in). */
-static int measure(const CalibJob *j, int ranks, Parts *p, int *status, PxError *err)
+ * (j: the defaults filled in; term: the terminal's descriptor while stdout is the log, else -1). */
+static int measure(const CalibJob *j, int ranks, int term, Parts *p, int *status, PxError *err)
 {
     int levels[MAX_LEVELS], nl = 0;
     for (int c = 1; c < ranks && nl < MAX_LEVELS - 2; c *= 2)
@@ -111,9 +164,10 @@ static int measure(const CalibJob *j, int ranks, Parts *p, int *status, PxError 
                                 "--models", j->models, "--base", j->base, "--backend", j->backend};
         end_args(j, args, 11);
         if (!j->quiet) {
-            printf("calibrate: part %d of %d: compute with %d rank%s at once\n", i + 1,
-                   nl + (ranks > 1) + 1, levels[i], levels[i] > 1 ? "s" : "");
-            fflush(stdout);
+            char line[128];
+            snprintf(line, sizeof line, "calibrate: part %d of %d: compute with %d rank%s at once\n",
+                     i + 1, nl + (ranks > 1) + 1, levels[i], levels[i] > 1 ? "s" : "");
+            progress(term, line);
         }
         rc = run_part(j, levels[i], args, status, err);
     }
@@ -122,8 +176,10 @@ static int measure(const CalibJob *j, int ranks, Parts *p, int *status, PxError 
         const char *args[10] = {"calibrate", "--part", "comm", "-o", p->path[p->n++]};
         end_args(j, args, 5);
         if (!j->quiet) {
-            printf("calibrate: part %d of %d: collectives over %d ranks\n", nl + 1, nl + 2, ranks);
-            fflush(stdout);
+            char line[128];
+            snprintf(line, sizeof line, "calibrate: part %d of %d: collectives over %d ranks\n",
+                     nl + 1, nl + 2, ranks);
+            progress(term, line);
         }
         rc = run_part(j, ranks, args, status, err);
     }
@@ -174,7 +230,20 @@ int calib_job(const CalibJob *job, int *exit_status, PxError *err)
     p.dir = dir;
     p.n = 0;
     int status = 0;
-    rc = measure(j, ranks, &p, &status, err);
+    char log[1300];
+    if (filled.log)
+        px_strlcpy(log, filled.log, sizeof log);
+    else
+        calib_log_path(output, log, sizeof log);
+    int saved = -1;
+    if ((rc = log_open(log, &saved, err))) {
+        remove_dir(dir);
+        return rc;
+    }
+    rc = measure(j, ranks, saved, &p, &status, err);
+    log_close(saved);
+    if (!rc && !j->quiet && saved >= 0)
+        printf("calibrate: the measurements' tables are in %s\n", log);
     if (!rc)
         rc = assemble(j, output, &p, &status, err);
     if (rc) {
