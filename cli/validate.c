@@ -6,7 +6,7 @@
 #include "cli/options.h"
 #include "validate/validate.h"
 
-enum { OPT_VSTEPS = CLI_EXTRA, OPT_VREPORT, OPT_MAXRANKS, OPT_RECAL, OPT_NOCHECK, OPT_CHECKONLY };
+enum { OPT_VSTEPS = CLI_EXTRA, OPT_VREPORT, OPT_MAXRANKS, OPT_RECAL, OPT_NOCHECK, OPT_CHECKONLY, OPT_LAYOUTS };
 
 static const CliOption validate_options[] = {
     {"model", 1, "M", "the model to validate (default tiny)", CLI_MODEL, 0},
@@ -14,6 +14,7 @@ static const CliOption validate_options[] = {
     {"report", 1, "DIR", "plans, runs, logs and the report (default validation)", OPT_VREPORT, 0},
     {"steps", 1, "N", "steps per timing run (default 20; the median after the first)", OPT_VSTEPS, 0},
     {"max-ranks", 1, "N", "largest layout for the memory and communication checks (default 8)", OPT_MAXRANKS, 0},
+    {"layouts", 1, "N", "only the first N layouts, the planner's best first (default: all)", OPT_LAYOUTS, 0},
     {"json", 0, NULL, "layouts[] with layout, predicted and measured figures", CLI_JSON, 0},
     {"recalibrate", 0, NULL, "when the host check finds this machine more than 10% faster or slower than when calibrated, calibrate it again in place first", OPT_RECAL, 0},
     {"no-host-check", 0, NULL, "skip the host check (a second's probe of GEMM rate and memory bandwidth against the profile's)", OPT_NOCHECK, 0},
@@ -28,7 +29,7 @@ int cli_cmd_validate(int argc, char **argv)
     a.spec.job.global_batch = 8;
     const CliOption *const tables[] = {validate_options, cli_knob_options(), NULL};
     int st = cli_parse("validate",
-                       "[--model M] [--cluster PROFILE] [--report DIR] [--steps N] [--json]\n"
+                       "[--model M] [--cluster PROFILE] [--report DIR] [--steps N] [--layouts N] [--json]\n"
                        "       [--recalibrate | --no-host-check | --check-host]\n\n"
                        "Checks that this machine runs as fast as when its profile was calibrated,\n"
                        "plans a spread of layouts on that profile, runs them for real (timing\n"
@@ -39,20 +40,29 @@ int cli_cmd_validate(int argc, char **argv)
     PxError err = {0};
     ValRequest q;
     val_request_defaults(&q);
+    /* the host from now on: the window before the timed runs (host check and planning) */
+    val_host_snap(&q.start);
     q.base = a.spec;
     if (a.extra[OPT_VREPORT - CLI_EXTRA])
         q.dir = a.extra[OPT_VREPORT - CLI_EXTRA];
     const char *v;
-    int rc;
-    if ((v = a.extra[OPT_VSTEPS - CLI_EXTRA]) && (rc = px_parse_int(v, "--steps", 2, 1 << 20, &q.steps, &err)))
+    int rc = 0;
+    if (((v = a.extra[OPT_VSTEPS - CLI_EXTRA]) &&
+         (rc = px_parse_int(v, "--steps", 2, 1 << 20, &q.steps, &err))) ||
+        ((v = a.extra[OPT_MAXRANKS - CLI_EXTRA]) &&
+         (rc = px_parse_int(v, "--max-ranks", 1, 64, &q.max_ranks, &err))) ||
+        ((v = a.extra[OPT_LAYOUTS - CLI_EXTRA]) &&
+         (rc = px_parse_int(v, "--layouts", 1, 1000, &q.max_layouts, &err)))) {
+        val_host_snap_free(&q.start);
         return cli_fail("validate", rc, &err);
-    if ((v = a.extra[OPT_MAXRANKS - CLI_EXTRA]) && (rc = px_parse_int(v, "--max-ranks", 1, 64, &q.max_ranks, &err)))
-        return cli_fail("validate", rc, &err);
+    }
     const char *cluster = a.cluster ? a.cluster : "local";
     ProfCluster cl;
     if ((rc = model_config_load(a.model ? a.model : "tiny", &q.base.model, &err)) ||
-        (rc = prof_cluster_load(cluster, a.sets, a.n_sets, &cl, &err)))
+        (rc = prof_cluster_load(cluster, a.sets, a.n_sets, &cl, &err))) {
+        val_host_snap_free(&q.start);
         return cli_fail("validate", rc, &err);
+    }
     q.cluster = &cl;
     cJSON *j = NULL;
     FILE *log = a.json ? NULL : stdout;
@@ -78,17 +88,20 @@ int cli_cmd_validate(int argc, char **argv)
         else if (!cl.measured)
             printf("host check: none: the profile is not calibrated (run parallax calibrate)\n");
         prof_cluster_free(&cl);
+        val_host_snap_free(&q.start);
         return 0;
     }
     if (!rc)
         rc = val_run(&q, &j, log, &err);
     prof_cluster_free(&cl);
+    val_host_snap_free(&q.start);
     if (rc)
         return cli_fail("validate", rc, &err);
     if (a.json) {
         cli_print_json(j);
     } else {
-        printf("report: %s/report.md, %s/report.html\n", q.dir, q.dir);
+        printf("report: %s/report.md, %s/report.html; figures in %s/validation.json\n", q.dir,
+               q.dir, q.dir);
         cJSON_Delete(j);
     }
     return 0;

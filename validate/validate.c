@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 extern char **environ;
@@ -90,6 +91,13 @@ int val_request_resolve(ValRequest *q, const char *cluster_name, PxError *err)
     if (!(strcmp(cluster_name, "local") == 0 &&
           prof_calibrated_path(q->cluster_ref, sizeof q->cluster_ref)))
         px_strlcpy(q->cluster_ref, cluster_name, sizeof q->cluster_ref);
+    /* a calibrated profile's tables, where calibrate left them */
+    q->calibration_log[0] = '\0';
+    if (q->cluster->measured && strchr(q->cluster_ref, '/')) {
+        calib_log_path(q->cluster_ref, q->calibration_log, sizeof q->calibration_log);
+        if (access(q->calibration_log, R_OK) != 0)
+            q->calibration_log[0] = '\0';
+    }
     return PX_OK;
 }
 
@@ -203,15 +211,28 @@ typedef struct {
     cJSON *json, *layouts;
     int n_loss, loss_steps;   /* the timed runs' first and last losses, their ranges */
     double first_lo, first_hi, last_lo, last_hi;
+    /* the machine: the host when the first timed run starts and after the latest one ended, and
+     * the windows before the timed runs (from validate's start) and during them */
+    ValHostSnap first, last, run_start;
+    ValQuiet before, during;
+    int timed_started;
+    struct Outcome *outs;     /* [n_rows]: what each row came to, tabled once the runs end */
+    char (*why)[320];         /* [n_rows]: a skipped row's reason */
+    char (*grade)[16];        /* [n_rows]: "pass", "FAIL", "not graded" or "" */
 } Validation;
 
 /* One layout's run set against its prediction. */
-typedef struct {
+typedef struct Outcome {
+    int state;                       /* ROW_* */
     int ranks, timing, n_steps;
     double loss0, loss1;             /* first and last loss (NaN when the run has no steps) */
     double step_p, step_m, step_err; /* predicted and measured step, relative error */
     int mem_equal, comm_equal, ops, ops_ok;
+    ValQuiet machine;                /* timed runs: the host during this run */
 } Outcome;
+
+/* What became of a row: beyond the largest layout (not run), refused, or compared. */
+enum { ROW_OUT = 0, ROW_SKIPPED, ROW_RAN };
 
 /* The planner's best layouts first, then the spread less what they already cover. */
 static int choose_layouts(Validation *v, PxError *err)
@@ -241,11 +262,16 @@ static int validation_open(Validation *v, const ValRequest *q, FILE *log, PxErro
     int rc = choose_layouts(v, err);
     if (rc)
         return rc;
+    if (q->max_layouts > 0 && v->n_rows > q->max_layouts)
+        v->n_rows = q->max_layouts;
     const size_t n = (size_t)v->n_rows;
     v->labels = calloc(n, sizeof *v->labels);
     v->short_labels = calloc(n, sizeof *v->short_labels);
     v->timed_label = calloc(n, sizeof *v->timed_label);
     v->pred_ms = calloc(n, sizeof *v->pred_ms), v->meas_ms = calloc(n, sizeof *v->meas_ms);
+    v->outs = calloc(n, sizeof *v->outs);
+    v->why = calloc(n, sizeof *v->why);
+    v->grade = calloc(n, sizeof *v->grade);
     v->table = open_memstream(&v->table_text, &v->table_len);
     v->json = cJSON_CreateObject();
     cJSON_AddStringToObject(v->json, "model", q->base.model.name);
@@ -253,13 +279,9 @@ static int validation_open(Validation *v, const ValRequest *q, FILE *log, PxErro
     if (q->host.probed)
         cJSON_AddItemToObject(v->json, "host_check", val_host_json(&q->host));
     v->layouts = cJSON_AddArrayToObject(v->json, "layouts");
-    if (!v->labels || !v->short_labels || !v->timed_label || !v->pred_ms || !v->meas_ms || !v->table)
+    if (!v->labels || !v->short_labels || !v->timed_label || !v->pred_ms || !v->meas_ms ||
+        !v->outs || !v->why || !v->grade || !v->table)
         return px_fail(err, PX_ERUNTIME, "out of memory");
-    fputs("| # | ranks | layout | predicted s | measured s | error | ops within 15% | memory | comm |\n"
-          "|---:|---:|---|---:|---:|---:|---:|---|---|\n", v->table);
-    if (log)
-        fprintf(log, "%3s %5s  %-54s %11s %11s %8s %9s %7s %7s\n", "#", "ranks", "layout",
-                "predicted", "measured", "error", "ops<15%", "memory", "comm");
     return PX_OK;
 }
 
@@ -273,6 +295,12 @@ static void validation_close(Validation *v)
     free(v->timed_label);
     free(v->pred_ms);
     free(v->meas_ms);
+    free(v->outs);
+    free(v->why);
+    free(v->grade);
+    val_host_snap_free(&v->first);
+    val_host_snap_free(&v->last);
+    val_host_snap_free(&v->run_start);
     cJSON_Delete(v->json);
 }
 
@@ -424,6 +452,7 @@ static void add_layout_json(Validation *v, int index, const Layout *L, const cha
         cJSON_AddNumberToObject(lj, "step_error", o->step_err);
         cJSON_AddNumberToObject(lj, "ops_over_1pct", o->ops);
         cJSON_AddNumberToObject(lj, "ops_within_15pct", o->ops_ok);
+        cJSON_AddItemToObject(lj, "machine", val_quiet_json(&o->machine, NULL));
     }
     cJSON_AddNumberToObject(lj, "steps", o->n_steps);
     if (isfinite(o->loss0) && isfinite(o->loss1)) {
@@ -461,23 +490,79 @@ static void add_timed(Validation *v, int index, const Layout *L, const Outcome *
     }
 }
 
-/* The layout's row of the table (and the rest of its line in the log). */
-static void table_row(Validation *v, int index, const char *label, const Outcome *o)
+/* Row i's line of the terminal's table and of the report's, once every run has ended and the
+ * rows are graded. */
+static void table_row(Validation *v, FILE *term, int i)
 {
+    const Outcome *o = &v->outs[i];
+    const char *label = v->labels[i];
+    if (o->state == ROW_SKIPPED) {
+        if (term)
+            fprintf(term, "%3d %5d  %-54s skipped: %s\n", i + 1, o->ranks, label, v->why[i]);
+        return;
+    }
     char es[32] = "-", os[32] = "-", ms[32] = "(not timed)";
     if (o->timing) {
         snprintf(es, sizeof es, "%+.1f%%", 100 * o->step_err);
         snprintf(os, sizeof os, "%d/%d", o->ops_ok, o->ops);
         snprintf(ms, sizeof ms, "%.4f", o->step_m);
     }
-    char line[256];
-    snprintf(line, sizeof line, "%11.4f %11s %8s %9s %7s %7s\n", o->step_p, ms, es, os,
-             o->mem_equal ? "equal" : "DIFFER", o->comm_equal ? "equal" : "DIFFER");
-    if (v->log)
-        fputs(line, v->log);
-    fprintf(v->table, "| %d | %d | %s | %.4f | %s | %s | %s | %s | %s |\n", index, o->ranks, label,
-            o->step_p, o->timing ? ms : "not timed", es, os, o->mem_equal ? "equal" : "DIFFER",
-            o->comm_equal ? "equal" : "DIFFER");
+    const char *grade = v->grade[i][0] ? v->grade[i] : "-";
+    if (term)
+        fprintf(term, "%3d %5d  %-54s %11.4f %11s %8s %9s %7s %7s  %s\n", i + 1, o->ranks, label,
+            o->step_p, ms, es, os, o->mem_equal ? "equal" : "DIFFER",
+            o->comm_equal ? "equal" : "DIFFER", grade);
+    fprintf(v->table, "| %d | %d | %s | %.4f | %s | %s | %s | %s | %s | %s |\n", i + 1, o->ranks,
+            label, o->step_p, o->timing ? ms : "not timed", es, os,
+            o->mem_equal ? "equal" : "DIFFER", o->comm_equal ? "equal" : "DIFFER", grade);
+}
+
+/* Before the first timed run: the host since validate began (q->start), said at once when it
+ * was busy; then the window of the timed runs opens. Before every timed run: its own window. */
+static void timed_open(Validation *v)
+{
+    if (!v->timed_started) {
+        v->timed_started = 1;
+        val_host_snap(&v->first);
+        /* a window of a few milliseconds says nothing: the before window lasts a second at least */
+        const double wait_s = VAL_QUIET_BEFORE_S - (v->first.t_s - v->q->start.t_s);
+        if (v->q->start.t_s > 0 && wait_s > 0) {
+            struct timespec ts = {(time_t)wait_s, (long)(1e9 * (wait_s - (double)(time_t)wait_s))};
+            nanosleep(&ts, NULL);
+            val_host_snap(&v->first);
+        }
+        if (v->q->start.t_s > 0) {
+            val_quiet_judge(&v->q->start, &v->first, &v->before);
+            if (v->log && v->before.measured && !v->before.quiet)
+                fprintf(v->log, "machine before the timed runs: %s: their step times will "
+                                "probably not be graded\n",
+                        v->before.verdict);
+        }
+    }
+    val_host_snap(&v->run_start);
+}
+
+/* After a timed run: the host during it, into o->machine, and into its run-NN.json. */
+static void timed_close(Validation *v, int index, Outcome *o, cJSON *run)
+{
+    val_host_snap(&v->last);
+    val_quiet_judge(&v->run_start, &v->last, &o->machine);
+    char path[1200];
+    snprintf(path, sizeof path, "%s/run-%02d.json", v->q->dir, index);
+    cJSON_AddItemToObject(run, "machine", val_quiet_json(&o->machine, NULL));
+    PxError e2 = {0};
+    px_json_write_file(path, run, &e2); /* the run's own record; the validation's JSON has it too */
+}
+
+/* "[ 3/18] dp2 tp1 ... (2 ranks)": on a terminal one line rewritten, else a line per layout. */
+static void progress(Validation *v, int i, int ranks)
+{
+    if (!v->log)
+        return;
+    const int tty = isatty(fileno(v->log));
+    fprintf(v->log, "%s[%2d/%d] running %s (%d rank%s)%s", tty ? "\r\033[K" : "", i + 1,
+            v->n_rows, v->labels[i], ranks, ranks > 1 ? "s" : "", tty ? "" : "\n");
+    fflush(v->log);
 }
 
 /* Row i (0-based) of the layouts: skipped when too large to run here or when the model does not
@@ -496,8 +581,9 @@ static int validate_layout(Validation *v, int i, PxError *err)
     PxError e2 = {0};
     const char *whose, *why = refusal(&s, o.ranks, &e2, &whose);
     if (why) { /* the model does not take this layout, or the executor does not run it */
-        if (v->log)
-            fprintf(v->log, "%3d %5d  %-54s skipped: %s: %s\n", i + 1, o.ranks, label, whose, why);
+        o.state = ROW_SKIPPED;
+        v->outs[i] = o;
+        snprintf(v->why[i], sizeof v->why[i], "%s: %s", whose, why);
         return PX_OK;
     }
     cJSON *pj = NULL, *run = NULL;
@@ -505,12 +591,15 @@ static int validate_layout(Validation *v, int i, PxError *err)
     if (rc)
         return rc;
     short_label(v->short_labels[i], sizeof v->short_labels[i], i + 1, L);
-    if (v->log)
-        fprintf(v->log, "%3d %5d  %-54s ", i + 1, o.ranks, label), fflush(v->log);
+    if (o.timing)
+        timed_open(v);
+    progress(v, i, o.ranks);
     if ((rc = train(q, i + 1, o.timing, pj, &run, err))) {
         cJSON_Delete(pj);
         return rc;
     }
+    if (o.timing)
+        timed_close(v, i + 1, &o, run);
     run_losses(run, &o);
     RptCompare c;
     rc = rpt_compare(pj, run, &c, err);
@@ -523,12 +612,13 @@ static int validate_layout(Validation *v, int i, PxError *err)
     rpt_compare_free(&c);
     if (o.timing)
         add_timed(v, i + 1, L, &o);
-    table_row(v, i + 1, label, &o);
+    o.state = ROW_RAN;
+    v->outs[i] = o;
     return PX_OK;
 }
 
-/* Every layout trains the same trajectory: say where it went. */
-static void loss_summary(Validation *v)
+/* Every layout trains the same trajectory: say where it went (term: the terminal's table). */
+static void loss_summary(Validation *v, FILE *term)
 {
     if (v->n_loss == 0)
         return;
@@ -540,8 +630,132 @@ static void loss_summary(Validation *v)
     snprintf(line, sizeof line, "training: loss %s at step 1, %s at step %d, on each of the %d "
              "timed layouts\n", first, last, v->loss_steps, v->n_loss);
     fprintf(v->table, "\n%s", line); /* a paragraph under the table */
-    if (v->log)
-        fputs(line, v->log);
+    if (term)
+        fputs(line, term);
+}
+
+static int by_value(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The rows graded, or not when the machine was busy (or its load unknown), and the verdict in
+ * a sentence: into v->grade, the JSON and *verdict. */
+static void grade_rows(Validation *v, char *verdict, size_t cap)
+{
+    const ValQuiet *m = &v->during;
+    const int graded = m->measured && m->quiet;
+    double *abs_err = calloc((size_t)v->n_rows + 1, sizeof *abs_err);
+    int n = 0, pass = 0, worst = -1;
+    for (int i = 0; i < v->n_rows; i++) {
+        const Outcome *o = &v->outs[i];
+        if (o->state != ROW_RAN || !o->timing)
+            continue;
+        const double e = fabs(o->step_err);
+        const int ok = e <= VAL_PASS_ERROR + 1e-9;
+        px_strlcpy(v->grade[i], graded ? ok ? "pass" : "FAIL" : "not graded", sizeof v->grade[i]);
+        if (abs_err)
+            abs_err[n] = e;
+        n++, pass += ok;
+        if (worst < 0 || e > fabs(v->outs[worst].step_err))
+            worst = i;
+    }
+    double median = 0;
+    if (abs_err && n > 0) {
+        qsort(abs_err, (size_t)n, sizeof *abs_err, by_value);
+        median = n % 2 ? abs_err[n / 2] : 0.5 * (abs_err[n / 2 - 1] + abs_err[n / 2]);
+    }
+    free(abs_err);
+    if (n == 0)
+        snprintf(verdict, cap, "nothing graded: no layout was timed");
+    else if (!m->measured)
+        snprintf(verdict, cap, "not graded: whether the machine was quiet is unknown (%s)",
+                 m->verdict);
+    else if (!graded)
+        snprintf(verdict, cap, "not graded: machine busy: other processes took %.0f%% of the "
+                 "cores' time during the timed runs (quiet is under %.0f%%), so their step errors "
+                 "describe the load, not the model; run again on a quiet machine",
+                 100 * m->other_share, 100 * VAL_QUIET_OTHER);
+    else
+        snprintf(verdict, cap, "%s: %d of %d timed layouts within %.0f%% of the predicted step "
+                 "(median |error| %.1f%%, largest %+.1f%% on #%d)",
+                 pass == n ? "pass" : "FAIL", pass, n, 100 * VAL_PASS_ERROR, 100 * median,
+                 100 * v->outs[worst].step_err, worst + 1);
+    cJSON_AddItemToObject(v->json, "machine", val_quiet_json(m, &v->before));
+    cJSON_AddBoolToObject(v->json, "graded", graded && n > 0);
+    cJSON_AddStringToObject(v->json, "verdict", verdict);
+    cJSON_AddNumberToObject(v->json, "pass_error", VAL_PASS_ERROR);
+    if (n > 0) {
+        cJSON_AddNumberToObject(v->json, "median_abs_error", median);
+        cJSON_AddNumberToObject(v->json, "max_abs_error", fabs(v->outs[worst].step_err));
+    }
+    const cJSON *lj;
+    cJSON_ArrayForEach(lj, v->layouts)
+    {
+        int i = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(lj, "index")) - 1;
+        if (i >= 0 && i < v->n_rows && v->grade[i][0])
+            cJSON_AddStringToObject((cJSON *)lj, "grade", v->grade[i]);
+    }
+}
+
+/* The calibration's tables (the log beside the calibrated profile) copied beside the report,
+ * named in the JSON ("calibration_log": null when there is none) and into *shown. */
+static void calibration_log(Validation *v, char *shown, size_t cap)
+{
+    const ValRequest *q = v->q;
+    snprintf(shown, cap, "none (the profile is not calibrated, or was before calibrate kept its tables)");
+    FILE *in = q->calibration_log[0] ? fopen(q->calibration_log, "rb") : NULL;
+    char path[1200];
+    snprintf(path, sizeof path, "%s/calibration.txt", q->dir);
+    FILE *out = in ? fopen(path, "wb") : NULL;
+    if (out) {
+        char buf[8192];
+        size_t n;
+        while ((n = fread(buf, 1, sizeof buf, in)) > 0)
+            fwrite(buf, 1, n, out);
+        snprintf(shown, cap, "%s", path);
+        fclose(out);
+    }
+    if (in)
+        fclose(in);
+    if (out)
+        cJSON_AddStringToObject(v->json, "calibration_log", path);
+    else
+        cJSON_AddNullToObject(v->json, "calibration_log");
+}
+
+/* The answer, once every run has ended: the machine, the verdict, the table, the training line,
+ * where the calibration's tables are; the report's table gets the same rows. */
+static void answer(Validation *v)
+{
+    const int timed = v->timed_started;
+    if (!timed) /* nothing timed: the machine as it was when the runs began */
+        val_quiet_judge(&v->q->start, &v->q->start, &v->during);
+    else
+        val_quiet_judge(&v->first, &v->last, &v->during);
+    char verdict[600], cal[1300];
+    grade_rows(v, verdict, sizeof verdict);
+    calibration_log(v, cal, sizeof cal);
+    FILE *term = v->log;
+    if (term) {
+        if (isatty(fileno(term)))
+            fputs("\r\033[K", term);
+        fprintf(term, "machine during the timed runs: %s\n", v->during.verdict);
+        fprintf(term, "validation: %s\n", verdict);
+        fprintf(term, "%3s %5s  %-54s %11s %11s %8s %9s %7s %7s  %s\n", "#", "ranks", "layout",
+                "predicted", "measured", "error", "ops<15%", "memory", "comm", "grade");
+    }
+    fprintf(v->table, "**Machine during the timed runs**: %s.\n\n**Validation**: %s.\n\n",
+            v->during.verdict, verdict);
+    fputs("| # | ranks | layout | predicted s | measured s | error | ops within 15% | memory | comm | grade |\n"
+          "|---:|---:|---|---:|---:|---:|---:|---|---|---|\n", v->table);
+    for (int i = 0; i < v->n_rows; i++)
+        if (v->outs[i].state != ROW_OUT)
+            table_row(v, term, i);
+    loss_summary(v, term);
+    if (term)
+        fprintf(term, "calibration tables: %s\n", cal);
 }
 
 /* The report: the validation chart and table, then one layout's full comparison, the scaling
@@ -585,10 +799,15 @@ int val_run(const ValRequest *q, cJSON **json_out, FILE *log, PxError *err)
     for (int i = 0; !rc && i < v.n_rows; i++)
         rc = validate_layout(&v, i, err);
     if (!rc) {
-        loss_summary(&v);
+        answer(&v);
         fclose(v.table); /* the table's text is complete for the report */
         v.table = NULL;
         rc = write_report(&v, err);
+    }
+    if (!rc) {
+        char path[1200];
+        snprintf(path, sizeof path, "%s/validation.json", q->dir);
+        rc = px_json_write_file(path, v.json, err);
     }
     if (!rc) {
         *json_out = v.json;

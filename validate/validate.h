@@ -36,6 +36,73 @@ typedef struct {
     int recalibrated;              /* val_host_check calibrated again: load the profile again */
 } ValHostCheck;
 
+/* Is the machine quiet? Step times measured while other work shares the CPUs say how busy the
+ * host was, not how good the prediction is, so validate measures the host before and during its
+ * timed runs and grades them only on a quiet machine: other processes under VAL_QUIET_OTHER of
+ * the cores' time and steal (a virtual machine's CPUs taken by its host) under VAL_QUIET_STEAL.
+ * Other processes' time is the CPUs' busy time (/proc/stat) less the validation's own tree's
+ * (getrusage of validate and the runs it waited for). */
+#define VAL_QUIET_OTHER 0.05
+#define VAL_QUIET_STEAL 0.01
+/* the window before the timed runs lasts this long at least (validate waits out the rest) */
+#define VAL_QUIET_BEFORE_S 1.0
+/* a timed layout passes when its step is within this of the prediction */
+#define VAL_PASS_ERROR 0.10
+enum { VAL_QUIET_NAMED = 3 }; /* the busiest other processes named in the verdict */
+
+/* /proc/stat's first line in jiffies: every field, the busy ones (user, nice, system, irq,
+ * softirq), steal (-1: not reported); cpus: its cpuN lines */
+typedef struct {
+    long long total, busy, steal;
+    int cpus;
+} ValCpuTimes;
+
+/* A process from /proc/[pid]/stat: utime + stime in ticks, its start (ticks after boot) */
+typedef struct {
+    int pid;
+    char comm[32];
+    long long ticks, start;
+} ValProc;
+
+typedef struct {
+    double t_s;        /* monotonic clock */
+    int have_stat;     /* /proc/stat was read */
+    ValCpuTimes cpu;
+    double load1;      /* /proc/loadavg's 1-minute figure (-1: unread) */
+    double own_cpu_s;  /* this process and its reaped children */
+    long clk_tck;
+    ValProc *procs;    /* every other process, by pid */
+    int n_procs, cap_procs;
+} ValHostSnap;
+
+typedef struct {
+    int measured;               /* 0: /proc/stat unreadable: quiet unknown, not graded */
+    int quiet;
+    double window_s, cpu_s;     /* the window, and the CPUs' time in it */
+    int cores;
+    double load;                /* the higher 1-minute load of the window's two ends */
+    double own_cpu_s, other_cpu_s, other_share;
+    double steal_s, steal_share; /* steal_s NaN where the kernel does not report it */
+    char busiest[VAL_QUIET_NAMED][32];
+    double busiest_s[VAL_QUIET_NAMED];
+    int n_busiest;
+    char verdict[400];          /* "busy: other processes used 48.0% of the 2 cores' time ..." */
+} ValQuiet;
+
+/* /proc/stat's text into *out; PX_EINPUT when its first line is not "cpu" with 4+ figures. */
+int val_proc_stat_parse(const char *text, ValCpuTimes *out);
+/* /proc/[pid]/stat's text into *out; PX_EINPUT when malformed. */
+int val_proc_pid_stat_parse(const char *text, ValProc *out);
+/* The host now (s: zeroed before the first call; val_host_snap_free after the last). */
+void val_host_snap(ValHostSnap *s);
+void val_host_snap_free(ValHostSnap *s);
+/* The window from a to b judged against the bars, the verdict written. */
+void val_quiet_judge(const ValHostSnap *a, const ValHostSnap *b, ValQuiet *q);
+/* {quiet (null: not measured), load, other_cpu_s, steal_s (null: not reported), verdict,
+ * window_s, cores, cpu_s, other_share, other_share_max, steal_share_max, before {window_s, load,
+ * other_cpu_s, other_share} (before: NULL or unmeasured: none)} */
+cJSON *val_quiet_json(const ValQuiet *q, const ValQuiet *before);
+
 typedef struct {
     char parallax[1024];     /* the parallax executable: runs are launched through `parallax run` */
     const char *dir;         /* plans, runs, logs and the report */
@@ -45,9 +112,12 @@ typedef struct {
     int max_timing_ranks;    /* timing layouts use at most this many ranks (the cores) */
     int max_ranks;           /* memory and communication layouts up to this many */
     int steps;               /* steps per timing run (the median of those after the first) */
+    int max_layouts;         /* only the first this many rows (the planner's first); 0: all */
     int scaling_gpus[8];     /* scaling curves and landscape in the report (none: no curves) */
     int n_scaling_gpus;
     ValHostCheck host;       /* val_host_check's result, in the JSON and the report */
+    ValHostSnap start;       /* the host when validate began (val_host_snap; none: t_s 0) */
+    char calibration_log[1300]; /* the calibrated profile's tables (val_request_resolve; "": none) */
 } ValRequest;
 
 /* Everything zero but the defaults: the report in "validation", 20 steps per timing run,
