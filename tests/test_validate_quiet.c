@@ -74,11 +74,15 @@ static void test_judge(void)
                     proc("1500 (idle) S 1 1 1 0 -1 0 0 0 0 0 70 0 0 0 20 0 1 0 400 0 0"),
                     /* pid 1600 ended and was reused within the window: its 20 ticks count */
                     proc("1600 (sh) S 1 1 1 0 -1 0 0 0 0 0 15 5 0 0 20 0 1 0 9100 0 0"),
-                    proc("2000 (cc1) R 1 1 1 0 -1 0 0 0 0 0 40 10 0 0 20 0 1 0 9000 0 0")};
+                    proc("2000 (cc1) R 1 1 1 0 -1 0 0 0 0 0 40 10 0 0 20 0 1 0 9000 0 0"),
+                    /* a second compiler: summed with the first under its name */
+                    proc("2001 (cc1) R 1 1 1 0 -1 0 0 0 0 0 8 2 0 0 20 0 1 0 9050 0 0"),
+                    /* 4 ticks: 0.04 s would print as 0.0 s and is not named */
+                    proc("2002 (ls) R 1 1 1 0 -1 0 0 0 0 0 4 0 0 0 20 0 1 0 9060 0 0")};
     ValHostSnap a, b;
     /* validate's own tree used 4.0 of the 5.1 busy CPU-s: others 1.1 of 7.2, 15.3% */
     snap(&a, stat_a, 10.0, 2.0, 1.5, pa, 3);
-    snap(&b, stat_b, 13.6, 3.5, 5.5, pb, 4);
+    snap(&b, stat_b, 13.6, 3.5, 5.5, pb, 6);
     ValQuiet q;
     val_quiet_judge(&a, &b, &q);
     CHECK_EQ_INT(1, q.measured);
@@ -93,7 +97,7 @@ static void test_judge(void)
     CHECK_REL(3.5, q.load, 0);
     CHECK_EQ_INT(3, q.n_busiest);
     CHECK_STR("busy: other processes used 15.3% of the 2 cores' time (1.1 of 7.2 CPU-s; bar 5%), "
-              "steal 1.4% (bar 1%), load 3.50; busiest: yes (x) 2.3 s, cc1 0.5 s, sh 0.2 s",
+              "steal 1.4% (bar 1%), load 3.50; busiest: yes (x) 2.3 s, cc1 0.6 s, sh 0.2 s",
               q.verdict);
     /* the JSON's shape: the five keys the report reads, then what they are out of */
     cJSON *j = val_quiet_json(&q, NULL);
@@ -114,21 +118,21 @@ static void test_judge(void)
     cJSON_Delete(j);
 
     /* own tree 5.0 of 5.1: others 0.1 (1.4%) are under 5%, but steal's 1.4% is over 1% */
-    snap(&b, stat_b, 13.6, 3.5, 6.5, pb, 4);
+    snap(&b, stat_b, 13.6, 3.5, 6.5, pb, 6);
     val_quiet_judge(&a, &b, &q);
     CHECK_REL(0.1, q.other_cpu_s, 1e-9);
     CHECK_EQ_INT(0, q.quiet);
     /* without steal in the window: quiet */
     const char *stat_c = "cpu  1400 10 300 5210 50 5 25 20 0 0\ncpu0 1 0 0 0\ncpu1 1 0 0 0\n";
-    snap(&b, stat_c, 13.6, 0.7, 6.5, pb, 4);
+    snap(&b, stat_c, 13.6, 0.7, 6.5, pb, 6);
     val_quiet_judge(&a, &b, &q);
     CHECK_EQ_INT(1, q.quiet);
     CHECK_REL(0, q.steal_s, 0);
     CHECK_STR("quiet: other processes used 1.4% of the 2 cores' time (0.1 of 7.2 CPU-s; bar 5%), "
-              "steal 0.0% (bar 1%), load 2.00; busiest: yes (x) 2.3 s, cc1 0.5 s, sh 0.2 s",
+              "steal 0.0% (bar 1%), load 2.00; busiest: yes (x) 2.3 s, cc1 0.6 s, sh 0.2 s",
               q.verdict);
     /* own time above the busy time (counters' rounding) is no negative load */
-    snap(&b, stat_c, 13.6, 0.7, 9.0, pb, 4);
+    snap(&b, stat_c, 13.6, 0.7, 9.0, pb, 6);
     val_quiet_judge(&a, &b, &q);
     CHECK_REL(0, q.other_cpu_s, 0);
     /* no /proc/stat: not measured, quiet null in the JSON, steal null */

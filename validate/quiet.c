@@ -143,29 +143,41 @@ void val_host_snap_free(ValHostSnap *s)
     s->n_procs = s->cap_procs = 0;
 }
 
-/* The busiest other processes between a and b: ticks used in the window by each process alive at
- * b (those started within it count whole), the top VAL_QUIET_NAMED, into q->busiest. */
+/* The busiest other programs between a and b: the ticks each process alive at b used in the
+ * window (one started within it, or under a reused pid, counts whole), summed by name (a build's
+ * many compilers are one "cc1"), the top VAL_QUIET_NAMED into q->busiest. */
 static void name_busiest(const ValHostSnap *a, const ValHostSnap *b, ValQuiet *q)
 {
     q->n_busiest = 0;
-    for (int i = 0; i < b->n_procs; i++) {
+    ValProc *by_name = calloc((size_t)b->n_procs + 1, sizeof *by_name); /* ticks: used in the window */
+    int n = 0;
+    for (int i = 0; by_name && i < b->n_procs; i++) {
         const ValProc *p = &b->procs[i];
         const ValProc *was = a->n_procs ? bsearch(p, a->procs, (size_t)a->n_procs, sizeof *p, by_pid)
                                         : NULL;
-        double s = (double)(p->ticks - (was && was->start == p->start ? was->ticks : 0)) /
-                   (double)b->clk_tck;
-        if (!(s >= 0.05)) /* what prints as 0.0 s names nothing */
+        const long long used = p->ticks - (was && was->start == p->start ? was->ticks : 0);
+        if (used <= 0)
             continue;
-        if (q->n_busiest == VAL_QUIET_NAMED && s <= q->busiest_s[VAL_QUIET_NAMED - 1])
-            continue;
-        int k = q->n_busiest < VAL_QUIET_NAMED ? q->n_busiest++ : VAL_QUIET_NAMED - 1;
-        for (; k > 0 && q->busiest_s[k - 1] < s; k--) { /* insertion, largest first */
-            q->busiest_s[k] = q->busiest_s[k - 1];
-            memcpy(q->busiest[k], q->busiest[k - 1], sizeof q->busiest[k]);
-        }
-        q->busiest_s[k] = s;
-        px_strlcpy(q->busiest[k], p->comm, sizeof q->busiest[k]);
+        int k = 0;
+        while (k < n && strcmp(by_name[k].comm, p->comm) != 0)
+            k++;
+        if (k == n) /* a new name (the array is zeroed) */
+            memcpy(by_name[n++].comm, p->comm, sizeof p->comm);
+        by_name[k].ticks += used;
     }
+    for (int pick = 0; pick < VAL_QUIET_NAMED; pick++) {
+        int best = -1;
+        for (int k = 0; k < n; k++)
+            if (by_name[k].ticks > 0 && (best < 0 || by_name[k].ticks > by_name[best].ticks))
+                best = k;
+        const double s = best < 0 ? 0 : (double)by_name[best].ticks / (double)b->clk_tck;
+        if (!(s >= 0.05)) /* what prints as 0.0 s names nothing */
+            break;
+        q->busiest_s[q->n_busiest] = s;
+        px_strlcpy(q->busiest[q->n_busiest++], by_name[best].comm, sizeof q->busiest[0]);
+        by_name[best].ticks = 0;
+    }
+    free(by_name);
 }
 
 void val_quiet_judge(const ValHostSnap *a, const ValHostSnap *b, ValQuiet *q)

@@ -12,7 +12,8 @@
  *   cJSON *j = NULL;
  *   if (val_request_resolve(&q, "local", &err) || val_run(&q, &j, stdout, &err))
  *       fprintf(stderr, "parallax validate: %s\n", err.msg);
- *   // validation/plan-NN.json, run-NN.json, run-NN.log, report.md, report.html
+ *   // validation/plan-NN.json, run-NN.json, run-NN.log, validation.json, calibration.txt,
+ *   // report.md, report.html
  *   cJSON_Delete(j);
  */
 #ifndef VAL_H
@@ -150,11 +151,18 @@ int val_host_check(ValRequest *q, int recalibrate, FILE *log, PxError *err);
 
 /* Runs each layout of a fixed spread that the model takes (the planner's best on the timing
  * ranks first, then every kind of parallelism alone and in pairs, each schedule, ZeRO stages,
- * recompute modes), compares, and writes the report with a validation chart. *json gets {model,
- * cluster, layouts[] {index, layout, ranks, timing, predicted {step_s}, measured {step_s},
- * step_error, ops_over_1pct, ops_within_15pct, steps, loss_first, loss_last, memory_equal,
- * comm_equal, compare}}; `log` (NULL: quiet) gets a line per layout as it finishes.
- * PX_ERUNTIME names the run that failed and its log. */
+ * recompute modes), compares, and writes the report with a validation chart. The host is
+ * measured from q->start to the first timed run (a second at least) and over the timed runs
+ * (val_quiet_judge); the timed rows are graded (within VAL_PASS_ERROR) only on a quiet machine.
+ * *json, also written to DIR/validation.json, gets {model, cluster, layouts[] {index, layout,
+ * ranks, timing, predicted {step_s}, measured {step_s}, step_error, ops_over_1pct,
+ * ops_within_15pct, machine (the run's own window), grade ("pass", "FAIL", "not graded"), steps,
+ * loss_first, loss_last, memory_equal, comm_equal, compare}, machine (val_quiet_json of the
+ * timed runs, with before), graded, verdict, pass_error, median_abs_error, max_abs_error,
+ * calibration_log (DIR/calibration.txt, or null)}; each timed run-NN.json gets its machine too.
+ * `log` (NULL: quiet) gets a progress line per layout, the busy warning before the runs when the
+ * machine was busy, then the answer: the machine, the verdict, the table, the losses and where
+ * the calibration's tables are. PX_ERUNTIME names the run that failed and its log. */
 int val_run(const ValRequest *q, cJSON **json, FILE *log, PxError *err);
 
 #endif
