@@ -7,6 +7,7 @@
 #include "cli/options.h"
 #include "exec/calibrate/calibrate.h"
 #include "exec/launch/launch.h"
+#include "validate/validate.h"
 
 enum { CAL_RANKS = CLI_EXTRA, CAL_MODELS, CAL_BASE, CAL_BACKEND, CAL_QUICK, CAL_QUIET, CAL_LAUNCHER, CAL_LOG };
 
@@ -64,10 +65,22 @@ int cli_cmd_calibrate(int argc, char **argv)
     if (!rc && j.backend && strcmp(j.backend, "cpu") != 0 && strcmp(j.backend, "cuda") != 0)
         rc = px_fail(&err, PX_EINPUT, "--backend: expected cpu or cuda, got '%s'", j.backend);
     if (!rc) {
+        /* a profile measured while other work shared the CPUs describes the load: say so */
+        ValHostSnap before = {0}, after = {0};
+        val_host_snap(&before);
         int exit_status = 0;
         rc = calib_job(&j, &exit_status, &err);
         if (rc && exit_status == 2)
             rc = PX_EINPUT;
+        val_host_snap(&after);
+        ValQuiet m;
+        val_quiet_judge(&before, &after, &m);
+        if (!rc && !j.quiet && m.measured)
+            printf("calibrate: machine during the measurements: %s%s\n", m.verdict,
+                   m.quiet ? "" : ": the profile describes this load as much as the machine; "
+                                  "calibrate again on a quiet machine");
+        val_host_snap_free(&before);
+        val_host_snap_free(&after);
     }
     return rc ? cli_fail("calibrate", rc, &err) : 0;
 }

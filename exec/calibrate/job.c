@@ -242,8 +242,10 @@ int calib_job(const CalibJob *job, int *exit_status, PxError *err)
     }
     rc = measure(j, ranks, saved, &p, &status, err);
     log_close(saved);
-    if (!rc && !j->quiet && saved >= 0)
+    if (!rc && !j->quiet && saved >= 0) {
         printf("calibrate: the measurements' tables are in %s\n", log);
+        fflush(stdout); /* before the assemble part's own line */
+    }
     if (!rc)
         rc = assemble(j, output, &p, &status, err);
     if (rc) {
