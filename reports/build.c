@@ -902,6 +902,8 @@ int rpt_build(const RptRequest *q, FILE *log, PxError *err)
     int rc = PX_OK;
     if (log)
         fprintf(log, "writing %s:\n", q->dir);
+    /* whether the validation's errors can be read as parallax's comes before them */
+    host_section(q, &pg);
     for (int i = 0; i < q->n_extra && pg.n < MAX_SECTIONS; i++) {
         pg.sec[pg.n] = q->extra[i];
         pg.texts[pg.n] = NULL; /* the caller's */
@@ -915,7 +917,6 @@ int rpt_build(const RptRequest *q, FILE *log, PxError *err)
     /* the traces are written before any chart would create the directory */
     if ((q->plan || q->run || q->n_extra) && (rc = rpt_dir_make(q->dir, err)))
         goto out;
-    host_section(q, &pg);
     if (q->plan) {
         phase(q, "memory per pipeline stage (the plan's prediction)");
         if ((rc = memory_chart(q, &pg, log, err)))
