@@ -915,7 +915,7 @@ int rpt_build(const RptRequest *q, FILE *log, PxError *err)
             px_warn("report: the header names no layout: %s", e2.msg);
     }
     /* the traces are written before any chart would create the directory */
-    if ((q->plan || q->run || q->n_extra) && (rc = rpt_dir_make(q->dir, err)))
+    if ((q->plan || q->run || q->n_extra || q->validation) && (rc = rpt_dir_make(q->dir, err)))
         goto out;
     if (q->plan) {
         phase(q, "memory per pipeline stage (the plan's prediction)");
