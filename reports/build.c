@@ -389,7 +389,7 @@ static int timelines(const RptRequest *q, Page *pg, FILE *log, PxError *err)
                     "warm-up and the first %d passes of the steady phase, where forwards and backwards "
                     "alternate, so that each bar stays readable at any pp x vpp; every pass of the step is "
                     "in trace_simulated.json%s (ui.perfetto.dev or chrome://tracing).%s",
-                    sim.vpp > 1 || meas.vpp > 1 ? " and, after the dot, the model chunk" : "", TIMELINE_STEADY,
+                    sim.vpp > 1 || meas.vpp > 1 ? " and, where the bar has room, after the dot, the model chunk" : "", TIMELINE_STEADY,
                     meas.n ? " and trace_measured.json" : "", bubble));
     }
 out:
