@@ -378,10 +378,19 @@ def check_header(page, what, plan, run_json, tokens, price):
     for k, v in want.items():
         if rows[k] != v:
             fail(f"{what}: header '{k}' is '{rows[k]}', expected '{v}'")
-    desc = subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(__file__)), "describe", "--always",
-                           "--tags"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True).stdout.strip()
-    if desc and rows["parallax"].replace("-dirty", "") != desc:
-        fail(f"{what}: header's commit '{rows['parallax']}' is not this checkout's '{desc}' (rebuild?)")
+    # the build's git describe: a commit of this checkout's history, HEAD or before it (the binary
+    # may predate the last commit); "unknown" outside a git checkout
+    src = os.path.dirname(os.path.abspath(__file__))
+    head = subprocess.run(["git", "-C", src, "rev-parse", "HEAD"], stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL, text=True)
+    commit = rows["parallax"].replace("-dirty", "").rsplit("-g", 1)[-1]
+    if head.returncode != 0:
+        if rows["parallax"] != "unknown":
+            fail(f"{what}: header's commit '{rows['parallax']}' outside a git checkout")
+    elif not re.fullmatch(r"[0-9a-f]{7,40}", commit) or subprocess.run(
+            ["git", "-C", src, "merge-base", "--is-ancestor", commit, "HEAD"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode != 0:
+        fail(f"{what}: header's commit '{rows['parallax']}' is not in this checkout's history")
     if not re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", rows["date"]):
         fail(f"{what}: header's date '{rows['date']}'")
     print(f"  {what} header: {len(keys)} figures; step {rows['step time']}; {rows['days to train']}; "
