@@ -162,8 +162,9 @@ char *rpt_header_markdown(const RptHeader *h, double price, const char *date, co
         fprintf(f, "| GPUs | %d |\n", h->gpus);
     if (lay[0])
         fprintf(f, "| layout | %s |\n", lay);
-    fprintf(f, "| framework | %s (`parallax export` writes its settings, and those of the others) |\n",
-            h->framework);
+    if (h->have_layout) /* a run alone names no layout to export */
+        fprintf(f, "| framework | %s (`parallax export` writes its settings, and those of the others) |\n",
+                h->framework);
     if (isfinite(h->step_s)) {
         fprintf(f, "| step time | %s s predicted", rpt_fmt_sig(a, sizeof a, h->step_s, 3));
         if (isfinite(h->measured_step_s))

@@ -273,10 +273,7 @@ static void test_header(void)
     RptHeader h;
     rpt_header_init(&h);
     char *md = rpt_header_markdown(&h, 0, "2026-11-28 20:00 UTC", "v1-2-gabc");
-    CHECK_STR("| figure | value |\n|---|---|\n"
-              "| framework | Megatron-LM (`parallax export` writes its settings, and those of the others) |\n"
-              "| date | 2026-11-28 20:00 UTC |\n| parallax | v1-2-gabc |\n",
-              md);
+    CHECK_STR("| figure | value |\n|---|---|\n| date | 2026-11-28 20:00 UTC |\n| parallax | v1-2-gabc |\n", md);
     free(md);
     snprintf(h.model, sizeof h.model, "llama3-70b");
     snprintf(h.cluster, sizeof h.cluster, "dgx-h100");
