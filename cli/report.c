@@ -1,4 +1,5 @@
 /* parallax report and parallax compare: parse, load the JSON, hand it to reports/. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,7 +8,7 @@
 #include "cli/options.h"
 #include "reports/report.h"
 
-enum { OPT_PLAN = CLI_EXTRA, OPT_RUN, OPT_DIR, OPT_TITLE, OPT_GPUS, OPT_LANDSCAPE, OPT_ALL_OPS };
+enum { OPT_PLAN = CLI_EXTRA, OPT_RUN, OPT_DIR, OPT_TITLE, OPT_GPUS, OPT_LANDSCAPE, OPT_ALL_OPS, OPT_PRICE, OPT_VALIDATION };
 
 static const CliOption report_options[] = {
     {"plan", 1, "FILE", "a plan (its prediction): memory per stage, simulated timeline and trace", OPT_PLAN, 0},
@@ -18,6 +19,8 @@ static const CliOption report_options[] = {
     {"landscape", 0, NULL, "also every feasible layout at the first size: step time against memory", OPT_LANDSCAPE, 0},
     {"dir", 1, "DIR", "where to write (default: report)", OPT_DIR, 0},
     {"title", 1, "T", "the pages' title", OPT_TITLE, 0},
+    {"gpu-hour-price", 1, "USD", "price of a GPU-hour: the header's cost to train (with --tokens)", OPT_PRICE, 0},
+    {"validation", 1, "FILE", "a validation's JSON (validate --json): its host and quiet checks on the page", OPT_VALIDATION, 0},
     {NULL, 0, NULL, NULL, 0, 0}};
 
 int cli_cmd_report(int argc, char **argv)
@@ -28,7 +31,9 @@ int cli_cmd_report(int argc, char **argv)
     const CliOption *const tables[] = {report_options, cli_knob_options(), NULL};
     int st = cli_parse("report",
                        "[--plan P] [--run R] [--model M --cluster C --gpus N,... --gbs B [--landscape]] [--dir DIR]\n\n"
-                       "Draws charts with gnuplot (PNG and SVG), Perfetto traces, and report.md / report.html.",
+                       "Draws charts with gnuplot (PNG and SVG), Perfetto traces, and report.md / report.html\n"
+                       "(one self-contained file, the charts inline) under a header of the plan's figures.\n"
+                       "A line per phase goes to standard error.",
                        argc, argv, tables, 0, &a);
     if (st >= 0)
         return st;
@@ -38,19 +43,35 @@ int cli_cmd_report(int argc, char **argv)
     q.dir = a.extra[OPT_DIR - CLI_EXTRA] ? a.extra[OPT_DIR - CLI_EXTRA] : "report";
     q.title = a.extra[OPT_TITLE - CLI_EXTRA];
     q.landscape = a.extra[OPT_LANDSCAPE - CLI_EXTRA] != NULL;
-    cJSON *plan = NULL, *run = NULL;
+    q.progress = stderr;
+    if (cli_given(&a, MODEL_FIELD_TRAIN_TOKENS))
+        q.train_tokens = a.spec.job.train_tokens;
+    const char *v;
+    if ((v = a.extra[OPT_PRICE - CLI_EXTRA])) {
+        int prc = px_parse_double(v, "--gpu-hour-price", &q.gpu_hour_price, &err);
+        if (prc || !(q.gpu_hour_price > 0) || !isfinite(q.gpu_hour_price)) {
+            fprintf(stderr, "parallax report: --gpu-hour-price: expected a positive price in USD, got '%s'\n", v);
+            return 2;
+        }
+    }
+    cJSON *plan = NULL, *run = NULL, *val = NULL;
     int rc = 0, gpus[64], n_gpus = 0;
     ProfCluster cl;
     memset(&cl, 0, sizeof cl);
-    const char *v;
     if ((v = a.extra[OPT_PLAN - CLI_EXTRA]) && !(plan = px_json_read_file(v, &err)))
         return cli_fail("report", PX_EINPUT, &err);
     if ((v = a.extra[OPT_RUN - CLI_EXTRA]) && !(run = px_json_read_file(v, &err))) {
         cJSON_Delete(plan);
         return cli_fail("report", PX_EINPUT, &err);
     }
+    if ((v = a.extra[OPT_VALIDATION - CLI_EXTRA]) && !(val = px_json_read_file(v, &err))) {
+        cJSON_Delete(plan);
+        cJSON_Delete(run);
+        return cli_fail("report", PX_EINPUT, &err);
+    }
     q.plan = plan;
     q.run = run;
+    q.validation = val;
     if (a.model || a.cluster || a.extra[OPT_GPUS - CLI_EXTRA]) {
         if (!a.model || !a.cluster || !a.extra[OPT_GPUS - CLI_EXTRA] || !cli_given(&a, MODEL_FIELD_GLOBAL_BATCH)) {
             fprintf(stderr, "parallax report: scaling curves need --model, --cluster, --gpus and --gbs\n");
@@ -86,6 +107,7 @@ out:
     prof_cluster_free(&cl);
     cJSON_Delete(plan);
     cJSON_Delete(run);
+    cJSON_Delete(val);
     return rc;
 }
 

@@ -12,6 +12,7 @@ typedef struct {
     RptSection sec[MAX_SECTIONS];
     char *texts[MAX_SECTIONS];
     int n;
+    RptHeader hdr; /* the plan's, else the best layout at the scaling's first size */
 } Page;
 
 static void section(Page *p, const char *heading, const char *chart, char *text)
@@ -48,6 +49,23 @@ static void logf_(FILE *log, const char *dir, const char *name)
         fprintf(log, "  %s/%s\n", dir, name);
 }
 
+static void phase(const RptRequest *q, const char *f, ...) __attribute__((format(printf, 2, 3)));
+
+/* A line of progress per phase, to q->progress: a report with a landscape takes seconds, and a
+ * silent terminal (or log) reads as a hang. */
+static void phase(const RptRequest *q, const char *f, ...)
+{
+    if (!q->progress)
+        return;
+    va_list ap;
+    va_start(ap, f);
+    fputs("report: ", q->progress);
+    vfprintf(q->progress, f, ap);
+    fputc('\n', q->progress);
+    fflush(q->progress);
+    va_end(ap);
+}
+
 /* Memory per stage, stacked by category, from the prediction. */
 static int memory_chart(const RptRequest *q, Page *pg, FILE *log, PxError *err)
 {
@@ -69,7 +87,7 @@ static int memory_chart(const RptRequest *q, Page *pg, FILE *log, PxError *err)
         return px_fail(err, PX_ERUNTIME, "out of memory");
     }
     char text[4096];
-    size_t tn = (size_t)snprintf(text, sizeof text, "| stage | total GiB | largest category |\n|---:|---:|---|\n");
+    size_t tn = (size_t)snprintf(text, sizeof text, "| stage | total (GiB per GPU) | largest category |\n|---:|---:|---|\n");
     for (int r = 0; r < rows; r++) {
         const cJSON *e = cJSON_GetArrayItem(ps, r);
         snprintf(labels[r], sizeof labels[r], "stage %d", r);
@@ -100,6 +118,71 @@ static int memory_chart(const RptRequest *q, Page *pg, FILE *log, PxError *err)
     return PX_OK;
 }
 
+/* A timeline of many passes (a 70B plan: 8 stages x 5 chunks x 2 passes x 32 micro-batches)
+ * is a barcode at full length. The chart shows a window from the step's start: the warm-up
+ * and the first TIMELINE_STEADY passes of the steady phase, counted on the row whose first
+ * backward comes first (the last stage's), where forwards and backwards alternate; the whole
+ * step stays in the trace. Without backwards, the first TIMELINE_STEADY passes of the row
+ * that starts first. */
+enum { TIMELINE_STEADY = 8 };
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The window's end: see TIMELINE_STEADY. */
+static double window_end(const RptSpan *s, int n, double t_full)
+{
+    int track = -1;
+    double from = 0;
+    for (int i = 0; i < n; i++)
+        if (s[i].kind == 1 && (track < 0 || s[i].start_s < from))
+            track = s[i].track, from = s[i].start_s;
+    if (track < 0) {
+        for (int i = 0; i < n; i++)
+            if (track < 0 || s[i].start_s < from)
+                track = s[i].track, from = s[i].start_s;
+    }
+    double *ends = malloc((size_t)(n > 0 ? n : 1) * sizeof *ends);
+    if (!ends || track < 0) {
+        free(ends);
+        return t_full;
+    }
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (s[i].track == track && s[i].start_s >= from)
+            ends[k++] = s[i].end_s;
+    qsort(ends, (size_t)k, sizeof *ends, cmp_double);
+    const double t_end = k > TIMELINE_STEADY ? ends[TIMELINE_STEADY - 1] : t_full;
+    free(ends);
+    return t_end;
+}
+
+/* Keeps the spans that start before the window's end, clipped to it, and returns their count;
+ * *t_end the window's end, *t_full the step's, *mb_hi the last micro-batch started inside. */
+static int window_spans(RptSpan *s, int n, double *t_end, double *t_full, int *mb_hi, const int *mb)
+{
+    *t_full = 0;
+    for (int i = 0; i < n; i++)
+        *t_full = s[i].end_s > *t_full ? s[i].end_s : *t_full;
+    *t_end = window_end(s, n, *t_full);
+    int kept = 0;
+    *mb_hi = 0;
+    for (int i = 0; i < n; i++) {
+        if (s[i].start_s >= *t_end)
+            continue;
+        if (mb[i] > *mb_hi)
+            *mb_hi = mb[i];
+        s[kept] = s[i];
+        if (s[kept].end_s > *t_end)
+            s[kept].end_s = *t_end;
+        kept++;
+    }
+    return kept;
+}
+
 static const char *stage_names[256];
 static char stage_name_buf[256][16];
 
@@ -111,120 +194,207 @@ static void name_tracks(const char *prefix, int n)
     }
 }
 
+/* A timeline's spans and what its title says. */
+typedef struct {
+    RptSpan *spans;
+    int *mb; /* [n] each span's micro-batch */
+    int n, tracks, micro_batches, vpp;
+    double bubble; /* the simulated one; NAN for a measured timeline */
+    char title[200];
+} Timeline;
+
+static void timeline_free(Timeline *t)
+{
+    free(t->spans);
+    free(t->mb);
+}
+
+static void span_tag(RptSpan *s, int mb, int chunk, int vpp)
+{
+    if (vpp > 1)
+        snprintf(s->tag, sizeof s->tag, "%d.%d", mb % 1000, chunk % 100);
+    else
+        snprintf(s->tag, sizeof s->tag, "%d", mb % 100000);
+}
+
+/* The plan's schedule, re-simulated on the plan's own profile (on which its prediction was made). */
+static void simulated_timeline(const RptRequest *q, Timeline *t)
+{
+    ModelPlan plan;
+    PxError e2 = {0};
+    if (model_plan_from_json(q->plan, "plan", &plan, &e2) != PX_OK) {
+        px_warn("report: no simulated timeline: %s", e2.msg);
+        return;
+    }
+    SimResult r;
+    if (sim_run(&plan.spec, &plan.profile, plan.gpus, &r, &e2) == PX_OK) {
+        SimEvent *ev;
+        int n;
+        if (sim_timeline(&r, &ev, &n, &e2) == PX_OK) {
+            t->spans = calloc((size_t)(n > 0 ? n : 1), sizeof *t->spans);
+            t->mb = calloc((size_t)(n > 0 ? n : 1), sizeof *t->mb);
+            const int vpp = r.spec.layout.vpp > 1 ? r.spec.layout.vpp : 1;
+            for (int i = 0; t->spans && t->mb && i < n; i++) {
+                RptSpan *s = &t->spans[i];
+                s->track = ev[i].stage;
+                s->kind = ev[i].backward;
+                s->start_s = ev[i].start_s;
+                s->end_s = ev[i].end_s;
+                snprintf(s->label, sizeof s->label, "%c c%d mb%d", ev[i].backward ? 'B' : 'F', ev[i].chunk,
+                         ev[i].mb);
+                span_tag(s, ev[i].mb, ev[i].chunk, vpp);
+                t->mb[i] = ev[i].mb;
+            }
+            t->n = t->spans && t->mb ? n : 0;
+            t->tracks = r.dims.p;
+            t->micro_batches = r.dims.m;
+            t->vpp = vpp;
+            t->bubble = r.bubble_fraction;
+            free(ev);
+            snprintf(t->title, sizeof t->title, "simulated: pp %d, %d micro-batches, %s", r.dims.p, r.dims.m,
+                     model_schedule_name(r.spec.layout.schedule));
+            if (vpp > 1) {
+                char v[40];
+                snprintf(v, sizeof v, " (vpp %d)", vpp);
+                px_strlcpy(t->title + strlen(t->title), v, sizeof t->title - strlen(t->title));
+            }
+        }
+        sim_result_free(&r);
+    }
+    model_plan_free(&plan);
+}
+
+/* run.json's timeline (absent: n 0). */
+static void measured_timeline(const RptRequest *q, Timeline *t)
+{
+    const cJSON *tl = cJSON_GetObjectItemCaseSensitive(q->run, "timeline");
+    int total = 0;
+    const cJSON *rk, *ev;
+    cJSON_ArrayForEach(rk, tl) total += cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(rk, "events"));
+    if (total == 0)
+        return;
+    t->spans = calloc((size_t)total, sizeof *t->spans);
+    t->mb = calloc((size_t)total, sizeof *t->mb);
+    if (!t->spans || !t->mb)
+        return;
+    t->vpp = 1;
+    cJSON_ArrayForEach(rk, tl)
+    cJSON_ArrayForEach(ev, cJSON_GetObjectItemCaseSensitive(rk, "events"))
+    {
+        const cJSON *c = cJSON_GetObjectItemCaseSensitive(ev, "chunk");
+        if (cJSON_IsNumber(c) && c->valueint + 1 > t->vpp)
+            t->vpp = c->valueint + 1;
+    }
+    cJSON_ArrayForEach(rk, tl)
+    {
+        const cJSON *rr = cJSON_GetObjectItemCaseSensitive(rk, "rank");
+        int rank = cJSON_IsNumber(rr) ? rr->valueint : 0;
+        if (rank + 1 > t->tracks)
+            t->tracks = rank + 1;
+        cJSON_ArrayForEach(ev, cJSON_GetObjectItemCaseSensitive(rk, "events"))
+        {
+            if (t->n >= total)
+                break;
+            RptSpan *s = &t->spans[t->n];
+            const cJSON *b = cJSON_GetObjectItemCaseSensitive(ev, "backward");
+            const cJSON *c = cJSON_GetObjectItemCaseSensitive(ev, "chunk");
+            const cJSON *m = cJSON_GetObjectItemCaseSensitive(ev, "mb");
+            const cJSON *s0 = cJSON_GetObjectItemCaseSensitive(ev, "start_s");
+            const cJSON *s1 = cJSON_GetObjectItemCaseSensitive(ev, "end_s");
+            const int chunk = cJSON_IsNumber(c) ? c->valueint : 0, mb = cJSON_IsNumber(m) ? m->valueint : 0;
+            s->track = rank;
+            s->kind = cJSON_IsTrue(b) || (cJSON_IsNumber(b) && b->valueint) ? 1 : 0;
+            s->start_s = cJSON_IsNumber(s0) ? s0->valuedouble : 0;
+            s->end_s = cJSON_IsNumber(s1) ? s1->valuedouble : 0;
+            snprintf(s->label, sizeof s->label, "%c c%d mb%d", s->kind ? 'B' : 'F', chunk, mb);
+            span_tag(s, mb, chunk, t->vpp);
+            t->mb[t->n++] = mb;
+            if (mb + 1 > t->micro_batches)
+                t->micro_batches = mb + 1;
+        }
+    }
+    t->bubble = NAN;
+    snprintf(t->title, sizeof t->title, "measured: %d ranks, %d micro-batches", t->tracks, t->micro_batches);
+}
+
+/* Narrows t to its window and says which part of the step the title shows. */
+static void timeline_window(Timeline *t)
+{
+    double t_end, t_full;
+    int mb_hi;
+    t->n = window_spans(t->spans, t->n, &t_end, &t_full, &mb_hi, t->mb);
+    const size_t len = strlen(t->title);
+    if (t_end < t_full)
+        snprintf(t->title + len, sizeof t->title - len, "; the first %.3g s of the %.3g s step (micro-batches 0-%d)",
+                 t_end, t_full, mb_hi);
+    else
+        snprintf(t->title + len, sizeof t->title - len, "; the whole step, %.3g s", t_full);
+}
+
 /* The simulated schedule (re-simulated from the plan) and the measured one (run.json's
- * timeline, when it has one): a chart with both and a trace each. */
+ * timeline, when it has one): a trace each with every pass, and a chart of a window of each. */
 static int timelines(const RptRequest *q, Page *pg, FILE *log, PxError *err)
 {
-    RptSpan *spans[2] = {NULL, NULL};
-    int counts[2] = {0, 0}, panels = 0, rc = PX_OK, tracks_sim = 0, tracks_run = 0;
-    const char *titles[2];
-    char sim_title[128] = "", run_title[128] = "";
-    RptSpan *sim = NULL, *meas = NULL;
-    int n_sim = 0, n_meas = 0;
-    if (q->plan) {
-        ModelPlan plan;
-        PxError e2 = {0};
-        if (model_plan_from_json(q->plan, "plan", &plan, &e2) == PX_OK) {
-            SimResult r;
-            /* the timeline of the plan's own profile, on which its prediction was made */
-            if (sim_run(&plan.spec, &plan.profile, plan.gpus, &r, &e2) == PX_OK) {
-                SimEvent *ev;
-                int n;
-                if (sim_timeline(&r, &ev, &n, &e2) == PX_OK) {
-                    sim = calloc((size_t)(n > 0 ? n : 1), sizeof *sim);
-                    for (int i = 0; sim && i < n; i++) {
-                        sim[i].track = ev[i].stage;
-                        sim[i].kind = ev[i].backward;
-                        sim[i].start_s = ev[i].start_s;
-                        sim[i].end_s = ev[i].end_s;
-                        snprintf(sim[i].label, sizeof sim[i].label, "%c c%d mb%d", ev[i].backward ? 'B' : 'F',
-                                 ev[i].chunk, ev[i].mb);
-                    }
-                    n_sim = sim ? n : 0;
-                    tracks_sim = r.dims.p;
-                    free(ev);
-                    snprintf(sim_title, sizeof sim_title, "simulated: pp %d, %d micro-batches, %s, bubble %.1f%%",
-                             r.dims.p, r.dims.m, model_schedule_name(r.spec.layout.schedule),
-                             100 * r.bubble_fraction);
-                }
-                sim_result_free(&r);
-            }
-            model_plan_free(&plan);
-        } else {
-            px_warn("report: no simulated timeline: %s", e2.msg);
-        }
-    }
-    if (q->run) {
-        const cJSON *tl = cJSON_GetObjectItemCaseSensitive(q->run, "timeline");
-        int total = 0;
-        const cJSON *rk, *ev;
-        cJSON_ArrayForEach(rk, tl) total += cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(rk, "events"));
-        if (total > 0) {
-            meas = calloc((size_t)total, sizeof *meas);
-            cJSON_ArrayForEach(rk, tl)
-            {
-                const cJSON *rr = cJSON_GetObjectItemCaseSensitive(rk, "rank");
-                int rank = cJSON_IsNumber(rr) ? rr->valueint : 0;
-                if (rank + 1 > tracks_run)
-                    tracks_run = rank + 1;
-                cJSON_ArrayForEach(ev, cJSON_GetObjectItemCaseSensitive(rk, "events"))
-                {
-                    if (!meas || n_meas >= total)
-                        break;
-                    RptSpan *s = &meas[n_meas++];
-                    const cJSON *b = cJSON_GetObjectItemCaseSensitive(ev, "backward");
-                    const cJSON *c = cJSON_GetObjectItemCaseSensitive(ev, "chunk");
-                    const cJSON *m = cJSON_GetObjectItemCaseSensitive(ev, "mb");
-                    const cJSON *s0 = cJSON_GetObjectItemCaseSensitive(ev, "start_s");
-                    const cJSON *s1 = cJSON_GetObjectItemCaseSensitive(ev, "end_s");
-                    s->track = rank;
-                    s->kind = cJSON_IsTrue(b) || (cJSON_IsNumber(b) && b->valueint) ? 1 : 0;
-                    s->start_s = cJSON_IsNumber(s0) ? s0->valuedouble : 0;
-                    s->end_s = cJSON_IsNumber(s1) ? s1->valuedouble : 0;
-                    snprintf(s->label, sizeof s->label, "%c c%d mb%d", s->kind ? 'B' : 'F',
-                             cJSON_IsNumber(c) ? c->valueint : 0, cJSON_IsNumber(m) ? m->valueint : 0);
-                }
-            }
-            snprintf(run_title, sizeof run_title, "measured: %d ranks, one step", tracks_run);
-        }
-    }
-    RptOutput o = {q->dir};
+    Timeline sim = {0}, meas = {0};
+    sim.bubble = meas.bubble = NAN;
+    int rc = PX_OK, panels = 0;
+    if (q->plan)
+        simulated_timeline(q, &sim);
+    if (q->run)
+        measured_timeline(q, &meas);
     char path[1200];
-    if (n_sim > 0) {
-        spans[panels] = sim;
-        counts[panels] = n_sim;
-        titles[panels++] = sim_title;
+    if (sim.n > 0) {
         snprintf(path, sizeof path, "%s/trace_simulated.json", q->dir);
-        name_tracks("stage", tracks_sim);
-        if ((rc = rpt_trace_write(path, "parallax simulated schedule", sim, n_sim, stage_names, tracks_sim, err)))
+        name_tracks("stage", sim.tracks);
+        if ((rc = rpt_trace_write(path, "parallax simulated schedule", sim.spans, sim.n, stage_names, sim.tracks, err)))
             goto out;
         logf_(log, q->dir, "trace_simulated.json");
     }
-    if (n_meas > 0) {
-        spans[panels] = meas;
-        counts[panels] = n_meas;
-        titles[panels++] = run_title;
+    if (meas.n > 0) {
         snprintf(path, sizeof path, "%s/trace_measured.json", q->dir);
-        name_tracks("rank", tracks_run);
-        if ((rc = rpt_trace_write(path, "parallax measured run", meas, n_meas, stage_names, tracks_run, err)))
+        name_tracks("rank", meas.tracks);
+        if ((rc = rpt_trace_write(path, "parallax measured run", meas.spans, meas.n, stage_names, meas.tracks, err)))
             goto out;
         logf_(log, q->dir, "trace_measured.json");
     }
+    const RptSpan *spans[2];
+    int counts[2];
+    const char *titles[2];
+    Timeline *tl[2] = {&sim, &meas};
+    for (int k = 0; k < 2; k++) {
+        if (tl[k]->n == 0)
+            continue;
+        timeline_window(tl[k]);
+        spans[panels] = tl[k]->spans;
+        counts[panels] = tl[k]->n;
+        titles[panels++] = tl[k]->title;
+    }
     if (panels > 0) {
-        if ((rc = rpt_timeline_chart(&o, "timeline", "pipeline timeline of one step", (const RptSpan *const *)spans,
+        RptOutput o = {q->dir};
+        if ((rc = rpt_timeline_chart(&o, "timeline", "pipeline timeline (blue forward, orange backward)", spans,
                                      counts, titles, panels, err)))
             goto out;
         logf_(log, q->dir, "timeline.png, timeline.svg");
+        char bubble[400] = "";
+        if (isfinite(sim.bubble))
+            snprintf(bubble, sizeof bubble,
+                     " The simulated bubble is %.1f%%: the busiest stage's idle time inside the pipeline over "
+                     "its compute time, which exceeds 100%% when a stage waits longer than it works; as a "
+                     "share of that stage's pipeline time, %.1f%% is idle.",
+                     100 * sim.bubble, 100 * sim.bubble / (1 + sim.bubble));
         section(pg, "Pipeline timeline", "timeline",
-                fmt("Each bar is one forward (blue) or backward (orange) pass of a model chunk for one "
-                    "micro-batch. %s%s%s Open trace_simulated.json%s in ui.perfetto.dev or "
-                    "chrome://tracing to zoom in.",
-                    n_sim ? "Simulated from the plan: " : "", n_sim ? sim_title : "", n_sim ? "." : "",
-                    n_meas ? " and trace_measured.json" : ""));
+                fmt("One row per pipeline stage (simulated) or rank (measured). Each bar is one forward "
+                    "(blue) or backward (orange) pass of a model chunk for one micro-batch; the number on "
+                    "it is the micro-batch%s. The chart shows a window from the start of the step: the "
+                    "warm-up and the first %d passes of the steady phase, where forwards and backwards "
+                    "alternate, so that each bar stays readable at any pp x vpp; every pass of the step is "
+                    "in trace_simulated.json%s (ui.perfetto.dev or chrome://tracing).%s",
+                    sim.vpp > 1 || meas.vpp > 1 ? " and, where the bar has room, after the dot, the model chunk" : "", TIMELINE_STEADY,
+                    meas.n ? " and trace_measured.json" : "", bubble));
     }
 out:
-    free(sim);
-    free(meas);
+    timeline_free(&sim);
+    timeline_free(&meas);
     return rc;
 }
 
@@ -293,6 +463,8 @@ static int comparison(const RptRequest *q, Page *pg, FILE *log, PxError *err)
 typedef struct {
     double *x, *y;
     int n, cap;
+    const RptRequest *q;
+    double t0, said; /* when the landscape began, and last said how far it was */
 } Points;
 
 static void collect(void *ctx, const SimCandidate *c)
@@ -312,6 +484,38 @@ static void collect(void *ctx, const SimCandidate *c)
     pt->x[pt->n] = (double)c->peak_bytes / PX_GIB;
     pt->y[pt->n] = c->step_s;
     pt->n++;
+    const double now = px_now_s();
+    if (now - pt->said >= 2.0) {
+        phase(pt->q, "landscape: %d layouts timed in %.0f s", pt->n, now - pt->t0);
+        pt->said = now;
+    }
+}
+
+/* What the tables' two FLOP rates count, said under each table that prints them. */
+#define FLOPS_CONVENTION                                                                                \
+    "Hardware TFLOP/s per GPU counts every FLOP the GPU executes, recompute included (Narayanan et "  \
+    "al. 2021's convention), so a layout that recomputes shows more of them for the same work; MFU "  \
+    "counts the model's FLOPs only (forward and backward, no recompute) over the dense 16-bit peak, " \
+    "and ranks layouts as their step times do."
+
+/* The header of a report without a plan: the planner's best layout at the first size. */
+static void header_from_candidate(RptHeader *h, const RptRequest *q, const SimCandidate *c, int gpus)
+{
+    px_strlcpy(h->model, q->base->model.name, sizeof h->model);
+    px_strlcpy(h->cluster, q->cluster->name, sizeof h->cluster);
+    px_strlcpy(h->device, q->cluster->device.name, sizeof h->device);
+    h->gpus = gpus;
+    h->node_devices = q->cluster->node_devices;
+    h->spec = c->spec;
+    h->have_layout = 1;
+    h->step_s = c->step_s;
+    h->tokens_per_s = c->tokens_per_s;
+    h->mfu = c->mfu;
+    h->tflops_per_gpu = c->tflops_per_gpu;
+    h->bubble_fraction = c->bubble_fraction;
+    h->train_tokens = q->base->job.train_tokens;
+    snprintf(h->basis, sizeof h->basis, "the planner's best layout at %d GPUs (the scaling's first size)", gpus);
+    snprintf(h->title, sizeof h->title, "%s on %s, %d GPU%s", h->model, h->cluster, gpus, gpus == 1 ? "" : "s");
 }
 
 static int scaling(const RptRequest *q, Page *pg, FILE *log, PxError *err)
@@ -322,7 +526,8 @@ static int scaling(const RptRequest *q, Page *pg, FILE *log, PxError *err)
     int ns = 0, nw = 0, rc = PX_OK;
     char text[8192];
     size_t tn = (size_t)snprintf(text, sizeof text,
-                                 "| GPUs | strong: best layout | TFLOP/s/GPU | MFU | weak: global batch | TFLOP/s/GPU | MFU |\n"
+                                 "| GPUs | strong: best layout | hardware TFLOP/s per GPU | MFU | weak: global batch (sequences) | "
+                                 "hardware TFLOP/s per GPU | MFU |\n"
                                  "|---:|---|---:|---:|---:|---:|---:|\n");
     for (int i = 0; xs && ts && ms && xw && tw && mw && i < n; i++) {
         /* a row's cells, strong then weak: layout or global batch, TFLOP/s per GPU, MFU; a
@@ -351,6 +556,8 @@ static int scaling(const RptRequest *q, Page *pg, FILE *log, PxError *err)
                 continue;
             const SimCandidate *c = &res.top[0];
             found = 1;
+            if (!weak && i == 0 && !pg->hdr.have_layout)
+                header_from_candidate(&pg->hdr, q, c, q->gpus[i]);
             if (!weak) {
                 xs[ns] = q->gpus[i];
                 ts[ns] = c->tflops_per_gpu;
@@ -389,12 +596,13 @@ static int scaling(const RptRequest *q, Page *pg, FILE *log, PxError *err)
                  "%s on %s: best layout per size (strong: global batch %d; weak: %d per %d GPU%s)",
                  q->base->model.name, q->cluster->name, q->base->job.global_batch,
                  q->base->job.global_batch, q->gpus[0], q->gpus[0] > 1 ? "s" : "");
-        if ((rc = rpt_line_chart(&o, "scaling", title, "GPUs", "TFLOP/s per GPU", "MFU (%)", 1, s, 4, err)) == PX_OK) {
+        if ((rc = rpt_line_chart(&o, "scaling", title, "GPUs", "hardware TFLOP/s per GPU (recompute counted)",
+                                 "MFU (%, model FLOPs)", 1, s, 4, err)) == PX_OK) {
             logf_(log, q->dir, "scaling.png, scaling.svg");
             section(pg, "Scaling", "scaling",
                     fmt("Strong scaling keeps the global batch of %d; weak scaling grows it with the GPUs. "
-                        "Each point is the planner's best layout at that size.\n\n%s",
-                        q->base->job.global_batch, text));
+                        "Each point is the planner's best layout at that size. %s\n\n%s",
+                        q->base->job.global_batch, FLOPS_CONVENTION, text));
         }
     }
     free(xs);
@@ -447,14 +655,15 @@ static int sharded_scaling(const RptRequest *q, Page *pg, FILE *log, PxError *er
     }
     char text[8192];
     size_t tn = (size_t)snprintf(text, sizeof text,
-                                 "| GPUs | ZeRO-3: layout | step (s) | exposed DP (s) | TFLOP/s/GPU | 3D: layout | step (s) | TFLOP/s/GPU |\n"
-                                 "|---:|---|---:|---:|---:|---|---:|---:|\n");
+                                 "| GPUs | ZeRO-3: layout | step (s) | exposed data-parallel comm. (s per step) | "
+                                 "hardware TFLOP/s per GPU | MFU | 3D: layout | step (s) | hardware TFLOP/s per GPU | MFU |\n"
+                                 "|---:|---|---:|---:|---:|---:|---|---:|---:|---:|\n");
     for (int i = 0; x[0] && y[0] && x[1] && y[1] && i < n; i++) {
-        char cell[2][3][64];
+        char cell[2][4][64];
         double dp_s = NAN;
         for (int f = 0; f < 2; f++) {
             SimCandidate c;
-            for (int j = 0; j < 3; j++)
+            for (int j = 0; j < 4; j++)
                 snprintf(cell[f][j], sizeof cell[f][j], "-");
             if (!best_of(q, q->gpus[i], f == 0, &c))
                 continue;
@@ -472,14 +681,15 @@ static int sharded_scaling(const RptRequest *q, Page *pg, FILE *log, PxError *er
             }
             rpt_fmt_sig(cell[f][1], sizeof cell[f][1], c.step_s, 3);
             rpt_fmt_sig(cell[f][2], sizeof cell[f][2], c.tflops_per_gpu, 3);
+            snprintf(cell[f][3], sizeof cell[f][3], "%.1f%%", 100 * c.mfu);
         }
         char dp[32] = "-";
         if (isfinite(dp_s))
             rpt_fmt_sig(dp, sizeof dp, dp_s, 3);
         if (tn < sizeof text - 400)
-            tn += (size_t)snprintf(text + tn, sizeof text - tn, "| %d | %s | %s | %s | %s | %s | %s | %s |\n",
-                                   q->gpus[i], cell[0][0], cell[0][1], dp, cell[0][2], cell[1][0], cell[1][1],
-                                   cell[1][2]);
+            tn += (size_t)snprintf(text + tn, sizeof text - tn, "| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+                                   q->gpus[i], cell[0][0], cell[0][1], dp, cell[0][2], cell[0][3], cell[1][0],
+                                   cell[1][1], cell[1][2], cell[1][3]);
     }
     if (k[0] + k[1] > 0) {
         RptSeries s[2] = {{q->base->layout.fsdp ? "FSDP (tp 1, pp 1)" : "ZeRO-3 (tp 1, pp 1)", x[0], y[0], k[0], 0},
@@ -488,15 +698,18 @@ static int sharded_scaling(const RptRequest *q, Page *pg, FILE *log, PxError *er
         char title[256];
         snprintf(title, sizeof title, "%s on %s: sharded data parallelism against 3D, global batch %d",
                  q->base->model.name, q->cluster->name, q->base->job.global_batch);
-        if ((rc = rpt_line_chart(&o, "scaling_sharded", title, "GPUs", "TFLOP/s per GPU", NULL, 1, s, 2, err)) ==
+        if ((rc = rpt_line_chart(&o, "scaling_sharded", title, "GPUs", "hardware TFLOP/s per GPU (recompute counted)",
+                                 NULL, 1, s, 2, err)) ==
             PX_OK) {
             logf_(log, q->dir, "scaling_sharded.png, scaling_sharded.svg");
             section(pg, "Sharded data parallelism against 3D", "scaling_sharded",
                     fmt("The planner's best layout of each family at each size, the global batch of %d held: "
                         "ZeRO-3 gathers every layer's parameters from all data-parallel ranks while each "
                         "rank's share of the batch shrinks, so its exposed communication grows with the GPUs "
-                        "(docs/time.md, \"Sharded data parallelism\").\n\n%s",
-                        q->base->job.global_batch, text));
+                        "(docs/time.md, \"Sharded data parallelism\"). %s A ZeRO-3 layout that needs "
+                        "recompute to fit can thus show more TFLOP/s per GPU than the 3D one and still take "
+                        "the longer step: compare the steps or the MFU.\n\n%s",
+                        q->base->job.global_batch, FLOPS_CONVENTION, text));
         }
     }
     for (int f = 0; f < 2; f++) {
@@ -509,6 +722,9 @@ static int sharded_scaling(const RptRequest *q, Page *pg, FILE *log, PxError *er
 static int landscape(const RptRequest *q, Page *pg, FILE *log, PxError *err)
 {
     Points pt = {0};
+    pt.q = q;
+    pt.t0 = pt.said = px_now_s();
+    phase(q, "landscape: simulating every feasible layout at %d GPUs in full (this takes the longest)", q->gpus[0]);
     SimPlanRequest r;
     memset(&r, 0, sizeof r);
     r.base = *q->base;
@@ -542,11 +758,15 @@ static int landscape(const RptRequest *q, Page *pg, FILE *log, PxError *err)
              q->cluster->device.name);
     rc = rpt_scatter_pareto(&o, "landscape", title, "peak memory per GPU (GiB)", "step time (s)", pt.x,
                             pt.y, front, pt.n, err);
+    phase(q, "landscape: %d feasible layouts timed of %ld considered, in %.1f s", pt.n, res.considered,
+          px_now_s() - pt.t0);
     if (!rc) {
         logf_(log, q->dir, "landscape.png, landscape.svg");
         section(pg, "The planner's landscape", "landscape",
                 fmt("%d feasible layouts of %ld considered; %d lie on the Pareto front (no other layout is "
-                    "both faster and smaller). The fastest takes %.3f s per step.",
+                    "both faster and smaller). The fastest takes %.3f s per step. Step time is in seconds "
+                    "per optimizer step, peak memory in GiB per GPU; the step axis is logarithmic when the "
+                    "layouts' steps span more than a decade, so that the fast ones are not flattened.",
                     pt.n, res.considered, nf, res.top[0].step_s));
     }
     free(front);
@@ -556,29 +776,168 @@ static int landscape(const RptRequest *q, Page *pg, FILE *log, PxError *err)
     return rc;
 }
 
+/* One probe of the host check: now against when calibrated, in `unit` (scale: bytes to it). */
+static void host_row(FILE *f, const char *what, const cJSON *h, const char *now_key, const char *ref_key,
+                     double scale)
+{
+    const cJSON *now = cJSON_GetObjectItemCaseSensitive(h, now_key), *ref = cJSON_GetObjectItemCaseSensitive(h, ref_key);
+    if (!cJSON_IsNumber(now) || !cJSON_IsNumber(ref))
+        return;
+    char a[32], b[32];
+    fprintf(f, "| %s | %s | %s | ", what, rpt_fmt_sig(a, sizeof a, now->valuedouble / scale, 3),
+            rpt_fmt_sig(b, sizeof b, ref->valuedouble / scale, 3));
+    if (ref->valuedouble > 0)
+        fprintf(f, "%+.1f%% |\n", 100 * (now->valuedouble - ref->valuedouble) / ref->valuedouble);
+    else
+        fputs("n/a |\n", f);
+}
+
+/* The validation's host check (host_check: this host's GEMM rate and memory bandwidth against
+ * the calibration's) and quiet check (load and other processes' CPU time during the timed runs):
+ * whether the measured column can be read as parallax's error at all. Either may be absent. */
+static char *host_text(const cJSON *v)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f)
+        return NULL;
+    const cJSON *h = cJSON_GetObjectItemCaseSensitive(v, "host_check");
+    if (cJSON_IsObject(h) && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(h, "probed"))) {
+        fputs("| probe | now | when calibrated | change |\n|---|---:|---:|---:|\n", f);
+        host_row(f, "GEMM (GFLOP/s)", h, "peak_flops", "peak_flops_calibrated", 1e9);
+        host_row(f, "memory bandwidth (GB/s)", h, "memory_bandwidth", "memory_bandwidth_calibrated", 1e9);
+        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(h, "recalibrated")))
+            fputs("\nThe host had drifted from its calibration; it was calibrated again before the runs.\n", f);
+        else if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(h, "drifted")))
+            fputs("\n**The host drifted from its calibration**: the predictions use the calibrated rates, so "
+                  "the errors below include the drift (`parallax validate --recalibrate` calibrates again "
+                  "first).\n",
+                  f);
+        else
+            fputs("\nThe host runs as when it was calibrated: the predictions' rates hold here.\n", f);
+    } else {
+        fputs("No host check was made (`--no-host-check`, or the profile is not calibrated): nothing says "
+              "whether this host still runs at its calibrated rates.\n",
+              f);
+    }
+    const cJSON *qt = cJSON_GetObjectItemCaseSensitive(v, "quiet");
+    if (cJSON_IsObject(qt)) {
+        const cJSON *quiet = cJSON_GetObjectItemCaseSensitive(qt, "quiet");
+        const cJSON *verdict = cJSON_GetObjectItemCaseSensitive(qt, "verdict");
+        const char *keys[3] = {"load", "other_cpu_s", "steal_s"};
+        const char *names[3] = {"load (1-minute average)", "other processes' CPU time during the timed runs (s)",
+                                "steal time (s)"};
+        fputs("\n| quiet check | value |\n|---|---:|\n", f);
+        for (int k = 0; k < 3; k++) {
+            const cJSON *x = cJSON_GetObjectItemCaseSensitive(qt, keys[k]);
+            char b[32];
+            fprintf(f, "| %s | %s |\n", names[k],
+                    cJSON_IsNumber(x) ? rpt_fmt_sig(b, sizeof b, x->valuedouble, 3) : "not reported");
+        }
+        if (cJSON_IsFalse(quiet))
+            fprintf(f, "\n**Not graded: the machine was not quiet.** %s The measured times include the other "
+                       "load, so the rows' errors are not parallax's.\n",
+                    cJSON_IsString(verdict) ? verdict->valuestring : "");
+        else if (cJSON_IsString(verdict))
+            fprintf(f, "\n%s\n", verdict->valuestring);
+    } else {
+        fputs("\nNo quiet check was recorded: nothing says whether other processes shared the machine "
+              "during the timed runs.\n",
+              f);
+    }
+    if (fclose(f) != 0) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
+/* The host check section, from q->validation or <dir>/validation.json; none without either. */
+static void host_section(const RptRequest *q, Page *pg)
+{
+    cJSON *owned = NULL;
+    const cJSON *v = q->validation;
+    if (!v) {
+        char path[1200];
+        snprintf(path, sizeof path, "%s/validation.json", q->dir);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            return;
+        fclose(f);
+        PxError e = {0};
+        if (!(owned = px_json_read_file(path, &e))) {
+            px_warn("report: %s", e.msg);
+            return;
+        }
+        v = owned;
+    }
+    section(pg, "Host check", NULL, host_text(v));
+    cJSON_Delete(owned);
+}
+
+/* The header first, then the page's sections. */
+static void put_header(const RptRequest *q, Page *pg)
+{
+    if (q->train_tokens > 0)
+        pg->hdr.train_tokens = q->train_tokens;
+    char *text = rpt_header_markdown(&pg->hdr, q->gpu_hour_price, NULL, NULL);
+    if (!text)
+        return;
+    if (pg->n == MAX_SECTIONS) {
+        free(pg->texts[--pg->n]);
+    }
+    memmove(&pg->sec[1], &pg->sec[0], (size_t)pg->n * sizeof pg->sec[0]);
+    memmove(&pg->texts[1], &pg->texts[0], (size_t)pg->n * sizeof pg->texts[0]);
+    pg->sec[0] = (RptSection){NULL, NULL, text};
+    pg->texts[0] = text;
+    pg->n++;
+}
+
 int rpt_build(const RptRequest *q, FILE *log, PxError *err)
 {
     Page pg;
     memset(&pg, 0, sizeof pg);
+    rpt_header_init(&pg.hdr);
     int rc = PX_OK;
     if (log)
         fprintf(log, "writing %s:\n", q->dir);
+    /* whether the validation's errors can be read as parallax's comes before them */
+    host_section(q, &pg);
     for (int i = 0; i < q->n_extra && pg.n < MAX_SECTIONS; i++) {
         pg.sec[pg.n] = q->extra[i];
         pg.texts[pg.n] = NULL; /* the caller's */
         pg.n++;
     }
+    if (q->plan) {
+        PxError e2 = {0};
+        if (rpt_header_from_plan(&pg.hdr, q->plan, q->run, &e2) != PX_OK)
+            px_warn("report: the header names no layout: %s", e2.msg);
+    }
     /* the traces are written before any chart would create the directory */
-    if ((q->plan || q->run) && (rc = rpt_dir_make(q->dir, err)))
+    if ((q->plan || q->run || q->n_extra || q->validation) && (rc = rpt_dir_make(q->dir, err)))
         goto out;
-    if (q->plan && (rc = memory_chart(q, &pg, log, err)))
-        goto out;
-    if ((q->plan || q->run) && (rc = timelines(q, &pg, log, err)))
-        goto out;
-    if (q->plan && q->run && (rc = comparison(q, &pg, log, err)))
-        goto out;
+    if (q->plan) {
+        phase(q, "memory per pipeline stage (the plan's prediction)");
+        if ((rc = memory_chart(q, &pg, log, err)))
+            goto out;
+    }
+    if (q->plan || q->run) {
+        phase(q, "pipeline timeline (%s)", q->plan ? "re-simulating the plan" : "the run's");
+        if ((rc = timelines(q, &pg, log, err)))
+            goto out;
+    }
+    if (q->plan && q->run) {
+        phase(q, "predicted against measured");
+        if ((rc = comparison(q, &pg, log, err)))
+            goto out;
+    }
     if (q->base && q->cluster && q->n_gpus > 0) {
-        if ((rc = scaling(q, &pg, log, err)) || (rc = sharded_scaling(q, &pg, log, err)))
+        phase(q, "scaling: the planner's best layout at %d size%s, strong and weak", q->n_gpus, q->n_gpus > 1 ? "s" : "");
+        if ((rc = scaling(q, &pg, log, err)))
+            goto out;
+        phase(q, "sharded data parallelism against 3D at %d size%s", q->n_gpus, q->n_gpus > 1 ? "s" : "");
+        if ((rc = sharded_scaling(q, &pg, log, err)))
             goto out;
         if (q->landscape && (rc = landscape(q, &pg, log, err)))
             goto out;
@@ -587,8 +946,16 @@ int rpt_build(const RptRequest *q, FILE *log, PxError *err)
         rc = px_fail(err, PX_EINPUT, "nothing to report: give a plan, a run, or a model with --gpus");
         goto out;
     }
+    put_header(q, &pg);
+    phase(q, "pages: report.md and report.html (charts inline)");
+    char title[320];
+    const char *t = q->title ? q->title : "parallax report";
+    if (pg.hdr.title[0])
+        snprintf(title, sizeof title, "%s: %s", t, pg.hdr.title);
+    else
+        px_strlcpy(title, t, sizeof title);
     RptOutput o = {q->dir};
-    if ((rc = rpt_page_write(&o, q->title ? q->title : "parallax report", pg.sec, pg.n, err)))
+    if ((rc = rpt_page_write(&o, title, pg.sec, pg.n, err)))
         goto out;
     logf_(log, q->dir, "report.md, report.html");
 out:

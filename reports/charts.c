@@ -71,7 +71,7 @@ static int file_nonempty(const char *path)
  * is `plot`; this adds the terminals around it (own_svg: the body draws the SVG itself, as a
  * multiplot must, since `replot` repeats only its last panel). */
 static int draw_ex(const RptOutput *o, const char *name, const Buf *data, const Buf *body,
-                   int own_svg, PxError *err)
+                   int own_svg, int height, PxError *err)
 {
     int rc;
     if (data->oom || body->oom)
@@ -89,7 +89,7 @@ static int draw_ex(const RptOutput *o, const char *name, const Buf *data, const 
         return rc;
     Buf script = {0};
     bput(&script, "# drawn by parallax report: gnuplot %s.gp\n", name);
-    bput(&script, "set terminal pngcairo size 960,560 font 'sans,10' noenhanced\nset output '%s'\n", png);
+    bput(&script, "set terminal pngcairo size 960,%d font 'sans,10' noenhanced\nset output '%s'\n", height, png);
     bput(&script, "datafile = '%s'\n", dat);
     bput(&script, "set linetype 1 lc rgb '#4C72B0' lw 2 pt 7\nset linetype 2 lc rgb '#DD8452' lw 2 pt 5\n");
     bput(&script, "set linetype 3 lc rgb '#55A868' lw 2 pt 9\nset linetype 4 lc rgb '#C44E52' lw 2 pt 11\n");
@@ -97,7 +97,8 @@ static int draw_ex(const RptOutput *o, const char *name, const Buf *data, const 
     bput(&script, "set linetype 7 lc rgb '#DA8BC3' lw 2\nset linetype 8 lc rgb '#8C8C8C' lw 2\n");
     bput(&script, "%s", body->s ? body->s : "");
     if (!own_svg)
-        bput(&script, "set terminal svg size 960,560 fixed font 'sans,10' noenhanced\nset output '%s'\nreplot\n", svg);
+        bput(&script, "set terminal svg size 960,%d fixed font 'sans,10' noenhanced\nset output '%s'\nreplot\n", height,
+             svg);
     if (script.oom) {
         free(script.s);
         return px_fail(err, PX_ERUNTIME, "%s: out of memory", name);
@@ -138,7 +139,7 @@ static int draw_ex(const RptOutput *o, const char *name, const Buf *data, const 
 
 static int draw(const RptOutput *o, const char *name, const Buf *data, const Buf *body, PxError *err)
 {
-    return draw_ex(o, name, data, body, 0, err);
+    return draw_ex(o, name, data, body, 0, 560, err);
 }
 
 /* Titles and labels go into single-quoted gnuplot strings: quotes become back-quotes. */
@@ -226,6 +227,10 @@ int rpt_stacked_bars(const RptOutput *o, const char *name, const char *title, co
     return rc;
 }
 
+/* Pixels of the plot area across the 960-pixel image, and of a character of the 8-point tags:
+ * a tag is drawn only inside a bar wide enough to hold it. */
+enum { TIMELINE_PLOT_PX = 820, TIMELINE_CHAR_PX = 6 };
+
 int rpt_timeline_chart(const RptOutput *o, const char *name, const char *title,
                        const RptSpan *const *spans, const int *counts, const char *const *titles,
                        int panels, PxError *err)
@@ -234,35 +239,63 @@ int rpt_timeline_chart(const RptOutput *o, const char *name, const char *title,
     char t[256];
     clean(t, sizeof t, title);
     int tracks = 1;
+    for (int p = 0; p < panels; p++)
+        for (int i = 0; i < counts[p]; i++)
+            if (spans[p][i].track + 1 > tracks)
+                tracks = spans[p][i].track + 1;
     for (int p = 0; p < panels; p++) {
+        double t0 = 0, t1 = 0;
+        for (int i = 0; i < counts[p]; i++) {
+            t0 = i == 0 || spans[p][i].start_s < t0 ? spans[p][i].start_s : t0;
+            t1 = i == 0 || spans[p][i].end_s > t1 ? spans[p][i].end_s : t1;
+        }
+        const double px_per_s = t1 > t0 ? TIMELINE_PLOT_PX / (t1 - t0) : 0;
         for (int i = 0; i < counts[p]; i++) {
             const RptSpan *s = &spans[p][i];
-            if (s->track + 1 > tracks)
-                tracks = s->track + 1;
-            bput(&data, "%d %d %.9g %.9g\n", s->track, s->kind, s->start_s, s->end_s);
+            char tag[sizeof s->tag];
+            clean(tag, sizeof tag, s->tag);
+            for (char *c = tag; *c; c++)
+                if (*c == '"' || *c == ' ')
+                    *c = '_';
+            /* the whole tag, else its micro-batch alone (before the dot), else none */
+            const double px = (s->end_s - s->start_s) * px_per_s;
+            if (px < (double)(strlen(tag) + 1) * TIMELINE_CHAR_PX) {
+                char *dot = strchr(tag, '.');
+                if (dot)
+                    *dot = 0;
+                if (px < (double)(strlen(tag) + 1) * TIMELINE_CHAR_PX)
+                    tag[0] = 0;
+            }
+            bput(&data, "%d %d %.9g %.9g \"%s\"\n", s->track, s->kind, s->start_s, s->end_s, tag);
         }
         if (counts[p] == 0)
-            bput(&data, "0 2 0 0\n"); /* an empty panel still needs a block */
+            bput(&data, "0 2 0 0 \"\"\n"); /* an empty panel still needs a block */
         bput(&data, "\n\n");
     }
+    /* a row of at least 14 pixels per track in every panel: 32 stages stay legible */
+    int height = 120 + panels * (90 + 14 * tracks);
+    height = height < 560 ? 560 : height;
     bput(&body, "set multiplot layout %d,1 title '%s'\n", panels, t);
-    bput(&body, "set ylabel 'rank / stage'\nset xlabel 'seconds'\nset yrange [%d.6:-0.6]\n", tracks - 1);
-    bput(&body, "set ytics 1\nset grid xtics\nset style fill solid 0.9 noborder\nset key off\n");
+    bput(&body, "set ylabel 'rank / stage'\nset xlabel 'seconds from the start of the step'\nset yrange [%d.6:-0.6]\n",
+         tracks - 1);
+    bput(&body, "set ytics 1\nset grid xtics\nset style fill solid 0.9 border rgb 'white'\nset key off\n");
     bput(&body, "set linetype 1 lc rgb '#4C72B0'\nset linetype 2 lc rgb '#DD8452'\nset linetype 3 lc rgb '#9A9A9A'\n");
     for (int p = 0; p < panels; p++) {
         char pt[256];
         clean(pt, sizeof pt, titles[p]);
-        bput(&body, "set title '%s (blue forward, orange backward)'\n", pt);
-        bput(&body, "plot datafile index %d using (($3+$4)/2):1:(($4-$3)/2):(0.38):($2+1) with boxxyerror lc variable\n", p);
+        bput(&body, "set title '%s'\n", pt);
+        bput(&body, "plot datafile index %d using (($3+$4)/2):1:(($4-$3)/2):(0.38):($2+1) with boxxyerror lc variable, "
+                    "'' index %d using (($3+$4)/2):1:5 with labels font ',8' tc rgb 'white'\n",
+             p, p);
     }
     bput(&body, "unset multiplot\n");
     /* replot does not repeat a multiplot: draw it again for the SVG */
     Buf svg_body = {0};
     bput(&svg_body, "%s", body.s ? body.s : "");
-    bput(&body, "set terminal svg size 960,560 fixed font 'sans,10' noenhanced\n");
+    bput(&body, "set terminal svg size 960,%d fixed font 'sans,10' noenhanced\n", height);
     bput(&body, "set output '%s/%s.svg'\n%s", o->dir, name, svg_body.s ? svg_body.s : "");
     free(svg_body.s);
-    int rc = draw_ex(o, name, &data, &body, 1, err);
+    int rc = draw_ex(o, name, &data, &body, 1, height, err);
     free(data.s);
     free(body.s);
     return rc;
@@ -308,7 +341,19 @@ int rpt_scatter_pareto(const RptOutput *o, const char *name, const char *title, 
     if (m == 0)
         bput(&data, "0 0\n");
     free(idx);
-    bput(&body, "set title '%s'\nset xlabel '%s'\nset ylabel '%s'\nset grid\nset key top right\n", t, xl, yl);
+    /* step times spanning more than a decade (a landscape from 60 s to 4,500 s) on a log axis,
+     * where the fast layouts that matter are not flattened against the bottom */
+    double lo = 0, hi = 0;
+    for (int i = 0; i < n; i++)
+        if (y[i] > 0) {
+            lo = lo == 0 || y[i] < lo ? y[i] : lo;
+            hi = y[i] > hi ? y[i] : hi;
+        }
+    const int logy = lo > 0 && hi / lo > 10;
+    bput(&body, "set title '%s'\nset xlabel '%s'\nset ylabel '%s%s'\nset grid\nset key top right\n", t, xl, yl,
+         logy ? ", log scale" : "");
+    if (logy)
+        bput(&body, "set logscale y 10\nset mytics 10\nset grid mytics\n");
     bput(&body, "plot datafile index 0 using 1:2 with points pt 7 ps 0.5 lc rgb '#8FA9CF' title 'feasible layouts', "
                 "'' index 1 using 1:2 with linespoints lt 4 pt 7 ps 1.2 title 'Pareto front'\n");
     int rc = draw(o, name, &data, &body, err);

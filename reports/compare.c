@@ -340,10 +340,29 @@ void rpt_compare_print(FILE *f, const RptCompare *c, int all_ops)
     print_moe(f, c);
 }
 
+/* The unit of a quantity of the table, by its name's form. */
+static const char *quantity_unit(const char *q)
+{
+    if (strcmp(q, "step_s") == 0)
+        return "s";
+    if (strcmp(q, "bubble_fraction") == 0)
+        return "idle / compute time";
+    if (strncmp(q, "memory ", 7) == 0)
+        return "bytes";
+    if (strncmp(q, "comm ", 5) == 0)
+        return "bytes per step";
+    if (strncmp(q, "flops ", 6) == 0)
+        return "FLOPs per step";
+    if (strncmp(q, "op ", 3) == 0)
+        return "s per step";
+    return "";
+}
+
 void rpt_compare_markdown(FILE *f, const RptCompare *c, int all_ops)
 {
     int hidden = 0;
-    fputs("| quantity | predicted | measured | error |\n|---|---:|---:|---:|\n", f);
+    fputs("| quantity | unit | predicted | measured | error: (measured - predicted) / predicted |\n"
+          "|---|---|---:|---:|---:|\n", f);
     for (int i = 0; i < c->count; i++) {
         const RptDelta *d = &c->rows[i];
         if (!shown(c, i, all_ops)) {
@@ -359,7 +378,7 @@ void rpt_compare_markdown(FILE *f, const RptCompare *c, int all_ops)
                 fputc('\\', f);
             fputc(*p, f);
         }
-        fprintf(f, " | %.6g | %.6g | %s |\n", d->predicted, d->measured, e);
+        fprintf(f, " | %s | %.6g | %.6g | %s |\n", quantity_unit(d->quantity), d->predicted, d->measured, e);
     }
     if (hidden)
         fprintf(f, "\n%d ops under 1%% of the step not shown (`parallax compare --all-ops` lists them).\n",

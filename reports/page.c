@@ -1,5 +1,6 @@
 /* The report pages: report.md for reading in a repository, report.html for a browser, both
- * embedding the charts (PNG in Markdown, SVG in HTML). The page is written once, in GitHub's
+ * embedding the charts (PNG linked from the Markdown, SVG inlined in the HTML, so that the HTML
+ * page is one file that shows its charts wherever it is sent). The page is written once, in GitHub's
  * Markdown; report.html is that Markdown rendered by cmark-gfm with its table extension, so the
  * two pages cannot disagree and every table of report.md is a <table> in report.html. */
 #include "reports/report.h"
@@ -64,7 +65,8 @@ static char *page_markdown(const char *title, const RptSection *sections, int n,
     fprintf(f, "# %s\n\n", title);
     for (int i = 0; i < n; i++) {
         const RptSection *s = &sections[i];
-        fprintf(f, "## %s\n\n", s->heading);
+        if (s->heading) /* none: text under the title (the header) */
+            fprintf(f, "## %s\n\n", s->heading);
         if (s->chart)
             fprintf(f, "![%s](%s.%s)\n\n([%s](%s.%s), data in `%s.dat`, script `%s.gp`)\n\n",
                     s->heading, s->chart, image, other_name, s->chart, other, s->chart, s->chart);
@@ -109,6 +111,85 @@ static char *render_html(const char *md)
     return out;
 }
 
+/* Writes s with every id and reference to one (id='x', href='#x', url(#x)) prefixed by
+ * `prefix`: gnuplot names its markers gpPt0... in every chart, and charts inlined in one page
+ * would otherwise take each other's. */
+static void put_prefixed_ids(FILE *f, const char *s, const char *prefix)
+{
+    static const char *const keys[] = {"id='", "id=\"", "href='#", "href=\"#", "url(#"};
+    while (*s) {
+        size_t skip = 0;
+        for (size_t k = 0; k < sizeof keys / sizeof keys[0] && !skip; k++)
+            if (strncmp(s, keys[k], strlen(keys[k])) == 0)
+                skip = strlen(keys[k]);
+        if (skip) {
+            fwrite(s, 1, skip, f);
+            fprintf(f, "%s-", prefix);
+            s += skip;
+        } else {
+            fputc(*s++, f);
+        }
+    }
+}
+
+/* The chart `name`'s SVG from dir, from its <svg> element on (the XML declaration left out),
+ * its ids prefixed by the chart's name; 0 when it cannot be read. */
+static int put_inline_svg(FILE *f, const char *dir, const char *name)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    PxError e = {0};
+    char *svg = px_read_file(path, NULL, &e);
+    const char *start = svg ? strstr(svg, "<svg") : NULL;
+    if (!start) {
+        free(svg);
+        return 0;
+    }
+    char prefix[128];
+    px_strlcpy(prefix, name, sizeof prefix);
+    char *ext = strrchr(prefix, '.');
+    if (ext)
+        *ext = 0;
+    for (char *p = prefix; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9')))
+            *p = '_';
+    fprintf(f, "<span class=\"chart\" data-chart=\"%s\">", prefix);
+    put_prefixed_ids(f, start, prefix);
+    fputs("</span>", f);
+    free(svg);
+    return 1;
+}
+
+/* The rendered body with each chart's <img src="NAME.svg" ... /> replaced by the SVG itself,
+ * so that report.html is one self-contained file: mailed alone, it still shows its charts. An
+ * image whose file cannot be read stays a link (and the browser test finds it missing). */
+static void put_body_inlined(FILE *f, const char *body, const char *dir)
+{
+    static const char img[] = "<img src=\"";
+    const char *p = body;
+    for (;;) {
+        const char *at = strstr(p, img);
+        if (!at) {
+            fputs(p, f);
+            return;
+        }
+        fwrite(p, 1, (size_t)(at - p), f);
+        const char *src = at + strlen(img), *q = strchr(src, '"'), *end = strstr(src, "/>");
+        char name[256] = "";
+        if (q && end && (size_t)(q - src) < sizeof name && (size_t)(q - src) > 4 &&
+            strncmp(q - 4, ".svg", 4) == 0) {
+            memcpy(name, src, (size_t)(q - src));
+            name[q - src] = 0;
+        }
+        if (name[0] && !strchr(name, '/') && put_inline_svg(f, dir, name)) {
+            p = end + 2;
+        } else {
+            fwrite(at, 1, strlen(img), f);
+            p = src;
+        }
+    }
+}
+
 int rpt_page_write(const RptOutput *o, const char *title, const RptSection *sections, int n,
                    PxError *err)
 {
@@ -144,8 +225,9 @@ int rpt_page_write(const RptOutput *o, const char *title, const RptSection *sect
           "img{max-width:100%}pre{background:#f5f5f5;padding:.6em;overflow-x:auto}"
           "h2{border-bottom:1px solid #ddd}table{border-collapse:collapse;margin:1em 0}"
           "th,td{border:1px solid #ccc;padding:.2em .6em}th{background:#f5f5f5}"
-          "td{font-variant-numeric:tabular-nums}</style></head><body>\n", fh);
-    fputs(body, fh);
+          "td{font-variant-numeric:tabular-nums}"
+          ".chart svg{display:block;max-width:100%;height:auto}</style></head><body>\n", fh);
+    put_body_inlined(fh, body, o->dir);
     fputs("</body></html>\n", fh);
     if (px_atomic_commit(&page_md, err) || px_atomic_commit(&page_html, err)) {
         px_atomic_abort(&page_html);

@@ -51,15 +51,18 @@ typedef struct {
     int kind;
     double start_s, end_s;
     char label[32];
+    char tag[12]; /* drawn on the bar when it fits: the micro-batch, "3" or "3.1" (chunk 1) */
 } RptSpan;
 
-/* Gantt chart of spans: panels side by side when there are several timelines (simulated and
- * measured), each with its own title. */
+/* Gantt chart of spans, one row per track: panels one above the other when there are several
+ * timelines (simulated and measured), each with its own title; the image grows with the
+ * tracks, and each bar wide enough carries its tag. The caller picks the window of time. */
 int rpt_timeline_chart(const RptOutput *o, const char *name, const char *title,
                        const RptSpan *const *spans, const int *counts, const char *const *titles,
                        int panels, PxError *err);
 
-/* Scatter of (x, y) points; those flagged in front[] joined as the Pareto front. */
+/* Scatter of (x, y) points; those flagged in front[] joined as the Pareto front. The y axis is
+ * logarithmic when the values span more than a decade (the label says so). */
 int rpt_scatter_pareto(const RptOutput *o, const char *name, const char *title, const char *xlabel,
                        const char *ylabel, const double *x, const double *y, const int *front,
                        int n, PxError *err);
@@ -143,6 +146,37 @@ void rpt_compare_print(FILE *f, const RptCompare *c, int all_ops);
 void rpt_compare_markdown(FILE *f, const RptCompare *c, int all_ops);
 cJSON *rpt_compare_to_json(const RptCompare *c);
 
+/* ---- the page's header: what a team reads first ---- */
+
+typedef struct {
+    char title[160];     /* "llama3-70b on dgx-h100, 1024 GPUs" (empty: nothing known) */
+    char model[64], cluster[64], device[64];
+    int gpus, node_devices;
+    int have_layout;     /* spec holds the layout and the job */
+    ModelSpec spec;
+    char framework[48];  /* the plan's "framework" when it names one, else Megatron-LM */
+    /* the prediction's figures, NAN when unknown */
+    double step_s, tokens_per_s, mfu, tflops_per_gpu, bubble_fraction;
+    double measured_step_s; /* the run's median step, NAN without a run */
+    double train_tokens;    /* the token budget, 0: none given */
+    char basis[160];        /* where the figures come from */
+} RptHeader;
+
+/* Nothing known: every figure NAN, the framework Megatron-LM. */
+void rpt_header_init(RptHeader *h);
+/* The model, cluster, layout and figures of a plan's own prediction, and the run's measured
+ * median step when run is given; PX_EINPUT names what the plan lacks. */
+int rpt_header_from_plan(RptHeader *h, const cJSON *plan, const cJSON *run, PxError *err);
+/* The header as Markdown: a line of the key figures, then a table of figure and value (model,
+ * cluster, GPUs, layout, framework, step, tokens/s, MFU, hardware TFLOP/s, bubble, days and
+ * cost to train, date, commit). gpu_hour_price <= 0: the cost is left out with how to ask for it;
+ * no token budget: the days likewise. date (NULL: now, UTC) and commit (NULL: rpt_commit())
+ * are for tests. Free with free(); NULL when out of memory. */
+char *rpt_header_markdown(const RptHeader *h, double gpu_hour_price, const char *date,
+                          const char *commit);
+/* The parallax build's `git describe` ("unknown" outside a git checkout). */
+const char *rpt_commit(void);
+
 /* ---- a whole report ---- */
 
 typedef struct {
@@ -160,6 +194,12 @@ typedef struct {
     /* sections placed first on the page (validation), optional */
     const RptSection *extra;
     int n_extra;
+    /* a validation's JSON (validate --json): its host_check and quiet objects become the
+     * page's host check; NULL: <dir>/validation.json when there is one */
+    const cJSON *validation;
+    double gpu_hour_price; /* $ per GPU-hour for the header's cost; 0: not priced */
+    double train_tokens;   /* > 0: the header's token budget, over the plan's */
+    FILE *progress;        /* a line per phase (NULL: silent) */
 } RptRequest;
 
 /* Draws every chart the inputs allow, the traces, and report.md / report.html; prints each

@@ -68,16 +68,16 @@ static void test_compare_fixed(void)
     CHECK(f != NULL);
     rpt_compare_markdown(f, &c, 0);
     fclose(f);
-    CHECK_STR("| quantity | predicted | measured | error |\n"
-              "|---|---:|---:|---:|\n"
-              "| step_s | 0.5 | 0.55 | +10.0% |\n"
-              "| bubble_fraction | 0 | 0 | +0.0% |\n"
-              "| memory rank 0 weights | 1000 | 1000 | +0.0% |\n"
-              "| memory rank 0 grads | 1000 | 1000 | +0.0% |\n"
-              "| memory rank 0 activations | 4000 | 3000 | -25.0% |\n"
-              "| flops rank 0 per step | 2e+09 | 2.2e+09 | +10.0% |\n"
-              "| op layer.0.attn.qkv.fwd | 0.12 | 0.1 | -16.7% |\n"
-              "| op loss.fwd | 0.05 | 0.04 | -20.0% |\n",
+    CHECK_STR("| quantity | unit | predicted | measured | error: (measured - predicted) / predicted |\n"
+              "|---|---|---:|---:|---:|\n"
+              "| step_s | s | 0.5 | 0.55 | +10.0% |\n"
+              "| bubble_fraction | idle / compute time | 0 | 0 | +0.0% |\n"
+              "| memory rank 0 weights | bytes | 1000 | 1000 | +0.0% |\n"
+              "| memory rank 0 grads | bytes | 1000 | 1000 | +0.0% |\n"
+              "| memory rank 0 activations | bytes | 4000 | 3000 | -25.0% |\n"
+              "| flops rank 0 per step | FLOPs per step | 2e+09 | 2.2e+09 | +10.0% |\n"
+              "| op layer.0.attn.qkv.fwd | s per step | 0.12 | 0.1 | -16.7% |\n"
+              "| op loss.fwd | s per step | 0.05 | 0.04 | -20.0% |\n",
               md);
     free(md);
     /* a plan without a prediction cannot be compared */
@@ -265,6 +265,217 @@ static void test_page(void)
         fprintf(stderr, "could not remove %s\n", dir);
 }
 
+/* The header by hand: 1024 GPUs at 8,388,608 tokens a step of 8.388608 s make 1.00M tokens/s;
+ * 15T tokens take 15e12 / 1e6 / 86400 = 173.6 days, x 24 x 1024 = 4.27M GPU-hours, $10.7M at
+ * $2.50; a bubble of 14.9% of the compute time is 0.149 / 1.149 = 13.0% of the pipeline's. */
+static void test_header(void)
+{
+    RptHeader h;
+    rpt_header_init(&h);
+    char *md = rpt_header_markdown(&h, 0, "2026-11-28 20:00 UTC", "v1-2-gabc");
+    CHECK_STR("| figure | value |\n|---|---|\n| date | 2026-11-28 20:00 UTC |\n| parallax | v1-2-gabc |\n", md);
+    free(md);
+    snprintf(h.model, sizeof h.model, "llama3-70b");
+    snprintf(h.cluster, sizeof h.cluster, "dgx-h100");
+    snprintf(h.device, sizeof h.device, "h100-sxm");
+    snprintf(h.basis, sizeof h.basis, "test");
+    h.gpus = 1024;
+    h.node_devices = 8;
+    h.have_layout = 1;
+    model_spec_defaults(&h.spec);
+    h.spec.layout.tp = 4, h.spec.layout.pp = 8, h.spec.layout.dp = 32, h.spec.layout.vpp = 5;
+    h.spec.layout.schedule = MODEL_SCHED_INTERLEAVED;
+    h.spec.layout.sp = 1, h.spec.layout.zero = 1, h.spec.layout.recompute = MODEL_RECOMPUTE_NONE;
+    h.spec.job.micro_batch = 1, h.spec.job.global_batch = 1024, h.spec.job.seq_len = 8192;
+    h.step_s = 8.388608;
+    h.measured_step_s = 1.05 * 8.388608;
+    h.tokens_per_s = 1024.0 * 8192 / 8.388608;
+    h.mfu = 0.47;
+    h.tflops_per_gpu = 475;
+    h.bubble_fraction = 0.149;
+    h.train_tokens = 15e12;
+    md = rpt_header_markdown(&h, 2.5, "2026-11-28 20:00 UTC", "v1-2-gabc");
+    const char *table =
+        "| figure | value |\n|---|---|\n"
+        "| model | llama3-70b |\n"
+        "| cluster | dgx-h100: h100-sxm, 8 per node |\n"
+        "| GPUs | 1024 |\n"
+        "| layout | tp 4 × pp 8 × dp 32; interleaved schedule, 5 model chunks per rank (vpp); sequence "
+        "parallel; ZeRO-1; recompute none; micro-batch 1, global batch 1024 sequences of 8192 tokens |\n"
+        "| framework | Megatron-LM (`parallax export` writes its settings, and those of the others) |\n"
+        "| step time | 8.39 s predicted, 8.81 s measured (+5.0%) |\n"
+        "| tokens/s | 1.00M (the whole job; 977 per GPU) |\n"
+        "| MFU | 47.0% (model FLOPs, recompute not counted, over the dense 16-bit peak) |\n"
+        "| hardware TFLOP/s per GPU | 475 (recompute counted) |\n"
+        "| pipeline bubble | 14.9% of the busiest stage's compute time; 13.0% of its pipeline time idle |\n"
+        "| days to train | 174 days for 15.0T tokens (4.27M GPU-hours) |\n"
+        "| cost to train | $10.7M at $2.50 per GPU-hour |\n"
+        "| date | 2026-11-28 20:00 UTC |\n| parallax | v1-2-gabc |\n| figures from | test |\n";
+    char want[4096];
+    snprintf(want, sizeof want,
+             "**tp 4 × pp 8 × dp 32 (vpp 5) · step 8.39 s · 1.00M tokens/s · MFU 47.0%% · 174 days, $10.7M to "
+             "train**\n\n%s",
+             table);
+    CHECK_STR(want, md);
+    free(md);
+    /* unpriced and without a budget: each row says how to ask for it */
+    h.train_tokens = 0;
+    md = rpt_header_markdown(&h, 0, "d", "c");
+    contains("header", md, "| days to train | not asked: give the token budget (`parallax plan --tokens 15T`, "
+                           "or `parallax report --tokens 15T`) |\n"
+                           "| cost to train | not priced: no cluster profile carries a price; give "
+                           "`parallax report --gpu-hour-price USD` |\n");
+    contains("header", md, "· MFU 47.0%**\n\n");
+    free(md);
+    /* the build's commit: git describe's form, never empty */
+    CHECK(strlen(rpt_commit()) > 0);
+}
+
+/* report.html carries each chart's SVG inline, its ids prefixed by the chart's name (gnuplot's
+ * gpPt0 markers would otherwise collide between charts), and no <img>. */
+static void test_page_inline(void)
+{
+    PxError err = {0};
+    char dir[] = "/tmp/px_test_inline_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char path[512];
+    snprintf(path, sizeof path, "%s/a.svg", dir);
+    CHECK_OK(px_write_file_atomic(path, "<?xml version=\"1.0\"?>\n<svg width=\"960\"><defs><path id='gpPt0'/>"
+                                        "</defs><use xlink:href='#gpPt0'/><g id=\"x\" fill=\"url(#grad)\"/></svg>\n",
+                                  &err),
+             err);
+    const RptSection sec[2] = {{NULL, NULL, "header text"}, {"A", "a", NULL}};
+    RptOutput o = {dir};
+    CHECK_OK(rpt_page_write(&o, "t", sec, 2, &err), err);
+    char *html = slurp(dir, "report.html"), *md = slurp(dir, "report.md");
+    CHECK_STR("# t\n\nheader text\n\n## A\n\n![A](a.png)\n\n([SVG](a.svg), data in `a.dat`, script `a.gp`)\n\n", md);
+    contains("report.html", html, "<h1>t</h1>\n<p>header text</p>\n<h2>A</h2>\n"
+                                  "<p><span class=\"chart\" data-chart=\"a\"><svg width=\"960\"><defs>"
+                                  "<path id='a-gpPt0'/></defs><use xlink:href='#a-gpPt0'/>"
+                                  "<g id=\"a-x\" fill=\"url(#a-grad)\"/></svg>\n</span></p>\n");
+    CHECK_EQ_INT(0, count(html, "<img"));
+    CHECK_EQ_INT(0, count(html, "<?xml"));
+    free(html);
+    free(md);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+}
+
+/* The landscape's step axis is logarithmic when the steps span more than a decade (60 s to
+ * 4,500 s), linear when they do not (60 s to 100 s). */
+static void test_landscape_axis(void)
+{
+    PxError err = {0};
+    char dir[] = "/tmp/px_test_axis_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    RptOutput o = {dir};
+    const double x[3] = {10, 20, 30}, wide[3] = {60, 100, 4500}, narrow[3] = {60, 80, 100};
+    const int front[3] = {1, 1, 0};
+    CHECK_OK(rpt_scatter_pareto(&o, "wide", "t", "GiB", "step (s)", x, wide, front, 3, &err), err);
+    CHECK_OK(rpt_scatter_pareto(&o, "narrow", "t", "GiB", "step (s)", x, narrow, front, 3, &err), err);
+    char *w = slurp(dir, "wide.gp"), *n = slurp(dir, "narrow.gp");
+    CHECK_EQ_INT(1, count(w, "set logscale y 10\n"));
+    CHECK_EQ_INT(1, count(w, "set ylabel 'step (s), log scale'\n"));
+    CHECK_EQ_INT(0, count(n, "set logscale"));
+    CHECK_EQ_INT(1, count(n, "set ylabel 'step (s)'\n"));
+    free(w);
+    free(n);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+}
+
+/* A 70B plan with interleaving (tp 4, pp 8, vpp 5, 32 micro-batches: 2,560 passes) charts a
+ * window, not a barcode: eight rows, each at most the warm-up and eight more passes, the last
+ * stage's backwards in it, the window shorter than the step; the trace keeps every pass. The
+ * report says each phase on its progress stream. */
+static void test_timeline_window(void)
+{
+    PxError err = {0};
+    ProfCluster cl;
+    CHECK_OK(prof_cluster_load("dgx-h100", NULL, 0, &cl, &err), err);
+    SimPlanRequest q;
+    memset(&q, 0, sizeof q);
+    model_spec_defaults(&q.base);
+    CHECK_OK(model_config_load("llama3-70b", &q.base.model, &err), err);
+    q.base.job.global_batch = 1024;
+    q.base.job.micro_batch = 1;
+    q.base.job.seq_len = 8192;
+    q.base.layout.tp = 4, q.base.layout.pp = 8, q.base.layout.vpp = 5, q.base.layout.cp = 1;
+    q.base.layout.schedule = MODEL_SCHED_INTERLEAVED;
+    q.pinned = SIM_PIN_TP | SIM_PIN_PP | SIM_PIN_VPP | SIM_PIN_CP | SIM_PIN_MBS | SIM_PIN_SCHEDULE;
+    q.gpus = 1024;
+    q.top = 1;
+    SimPlanResult res;
+    CHECK_OK(sim_plan(&q, &cl, &res, &err), err);
+    ModelPlan plan;
+    SimResult full;
+    CHECK_OK(sim_plan_best(&res, &cl, "dgx-h100", 1024, &plan, &full, &err), err);
+    CHECK_EQ_INT(8, full.dims.p);
+    CHECK_EQ_INT(32, full.dims.m);
+    cJSON *pj = model_plan_to_json(&plan);
+    char dir[] = "/tmp/px_test_window_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char *prog = NULL;
+    size_t prog_len = 0;
+    FILE *pf = open_memstream(&prog, &prog_len);
+    CHECK(pf != NULL);
+    RptRequest rq = {.dir = dir, .plan = pj, .progress = pf};
+    CHECK_OK(rpt_build(&rq, NULL, &err), err);
+    fclose(pf);
+    CHECK_STR("report: memory per pipeline stage (the plan's prediction)\n"
+              "report: pipeline timeline (re-simulating the plan)\n"
+              "report: pages: report.md and report.html (charts inline)\n",
+              prog);
+    free(prog);
+    char *dat = slurp(dir, "timeline.dat");
+    int per_track[8] = {0}, backward_last = 0, lines = 0;
+    double end = 0;
+    for (char *line = strtok(dat, "\n"); line; line = strtok(NULL, "\n")) {
+        int track, kind;
+        double t0, t1;
+        CHECK(sscanf(line, "%d %d %lf %lf", &track, &kind, &t0, &t1) == 4);
+        CHECK(track >= 0 && track < 8);
+        per_track[track]++;
+        backward_last += track == 7 && kind == 1;
+        end = t1 > end ? t1 : end;
+        lines++;
+    }
+    free(dat);
+    for (int t = 0; t < 8; t++) {
+        CHECK(per_track[t] >= 8);
+        CHECK(per_track[t] <= 64); /* the full step has 2 x 5 x 32 = 320 a row */
+    }
+    CHECK(backward_last >= 4);   /* the steady phase: forwards and backwards alternate */
+    CHECK(end < 0.25 * full.step_s);
+    char *md = slurp(dir, "report.md");
+    contains("report.md", md, "# parallax report: llama3-70b on dgx-h100, 1024 GPUs\n\n");
+    contains("report.md", md, "the first ");
+    free(md);
+    char path[512];
+    snprintf(path, sizeof path, "%s/trace_simulated.json", dir);
+    cJSON *tr = px_json_read_file(path, &err);
+    CHECK(tr != NULL);
+    int complete = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(tr, "traceEvents"))
+        complete += strcmp(cJSON_GetObjectItem(e, "ph")->valuestring, "X") == 0;
+    CHECK_EQ_INT(8 * 2 * 5 * 32, complete);
+    cJSON_Delete(tr);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+    cJSON_Delete(pj);
+    model_plan_free(&plan);
+    sim_result_free(&full);
+    sim_plan_free(&res);
+    prof_cluster_free(&cl);
+}
+
 static void nonempty(const char *dir, const char *file)
 {
     char path[512];
@@ -385,6 +596,10 @@ int main(void)
     test_compare_moe();
     test_fmt_sig();
     test_page();
+    test_header();
+    test_page_inline();
+    test_landscape_axis();
+    test_timeline_window();
     test_full_report();
     TEST_DONE("report");
 }

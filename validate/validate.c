@@ -781,7 +781,7 @@ static int write_report(Validation *v, PxError *err)
     RptRequest rq = {.dir = q->dir, .title = "parallax validation", .plan = pj, .run = rj,
                      .base = &q->base, .cluster = q->cluster, .gpus = q->scaling_gpus,
                      .n_gpus = q->n_scaling_gpus, .landscape = q->n_scaling_gpus > 0,
-                     .extra = &sec, .n_extra = 1};
+                     .extra = &sec, .n_extra = 1, .validation = v->json};
     rc = pj && rj ? rpt_build(&rq, NULL, err) : PX_ERUNTIME;
     free(text);
     cJSON_Delete(pj);
