@@ -821,7 +821,7 @@ static char *host_text(const cJSON *v)
               "whether this host still runs at its calibrated rates.\n",
               f);
     }
-    const cJSON *qt = cJSON_GetObjectItemCaseSensitive(v, "quiet");
+    const cJSON *qt = cJSON_GetObjectItemCaseSensitive(v, "machine");
     if (cJSON_IsObject(qt)) {
         const cJSON *quiet = cJSON_GetObjectItemCaseSensitive(qt, "quiet");
         const cJSON *verdict = cJSON_GetObjectItemCaseSensitive(qt, "verdict");

@@ -590,7 +590,7 @@ step_calibrate() {
   # and a Llama-shaped model (Llama 3 8B's layers, four of them) instead. One rank on the one
   # GPU: GEMMs, op rates, peak and bandwidth; the collectives keep the base profile's figures
   # (calibrate's comm part measures the MPI layer, not NCCL)
-  x run_px "$(lim 560)" "$PX" calibrate --backend cuda --base "$(gpu_cluster)" --ranks 1 --launcher none \
+  x run_px "$(lim 560)" "$PX" calibrate --backend cuda --base "$(gpu_cluster)" --ranks 1 --launcher none --log - \
       --models "${CALIB_MODELS:-gpt2-124m,$ROOT/bench/models/llama3-8b-4l.json}" -o "$file" >"$out" 2>&1 || {
     echo "gpu.sh: parallax calibrate failed; see $out" >&2
     return 1

@@ -401,7 +401,7 @@ def check_host(page, what, validation):
     """The Host check section as validation (its host_check and quiet objects) says, or says absent."""
     paras = page["paragraphs"].get("Host check", [])
     tables = [t for t in page["tables"] if t["heading"] == "Host check"]
-    h, q = validation.get("host_check"), validation.get("quiet")
+    h, q = validation.get("host_check"), validation.get("machine")
     want_tables = []
     if h and h.get("probed"):
         def row(name, now, ref):
@@ -464,7 +464,7 @@ def check(px, max_ranks, exe, tmp):
     fixture = {"host_check": {"probed": True, "peak_flops": 1.2e11, "peak_flops_calibrated": 1e11,
                               "memory_bandwidth": 9.5e9, "memory_bandwidth_calibrated": 1e10,
                               "drifted": True, "recalibrated": False},
-               "quiet": {"quiet": False, "load": 3.2, "other_cpu_s": 41.0, "steal_s": None,
+               "machine": {"quiet": False, "load": 3.2, "other_cpu_s": 41.0, "steal_s": None,
                          "verdict": "another process used 41 s of CPU during the timed runs."}}
     fix_path = os.path.join(tmp, "validation.json")
     json.dump(fixture, open(fix_path, "w"))
@@ -545,7 +545,7 @@ def check(px, max_ranks, exe, tmp):
         if len(bubble) != 1 or "exceeds 100%" not in bubble[0]:
             fail(f"the timeline does not define the bubble it prints: {page['paragraphs']['Pipeline timeline']}")
         n_tables = 6 + (1 if validation.get("host_check", {}).get("probed") else 0) + \
-            (1 if validation.get("quiet") else 0)
+            (1 if validation.get("machine") else 0)
         if len(page["tables"]) != n_tables:
             fail(f"{len(page['tables'])} tables in the page, {n_tables} expected")
 
