@@ -444,9 +444,8 @@ static int run(const ModelSpec *spec, const ProfCluster *cl, int gpus, int compa
     r->node_size = prof_node_size(cl, d->gpus);
     if (r->node_size > d->gpus)
         r->node_size = d->gpus;
-    if (cl->nodes > 0 && (double)d->gpus > (double)cl->nodes * cl->node_devices)
-        return px_fail(err, PX_EINPUT, "%d GPUs exceed cluster %s: %d nodes of %d", d->gpus,
-                       cl->name, cl->nodes, cl->node_devices);
+    if ((rc = sim_cluster_holds(cl, d->gpus, err)))
+        return rc;
     r->rank_memory_bytes = prof_rank_memory(cl, r->node_size);
     r->host_rank_memory_bytes = prof_host_rank_memory(cl, r->node_size);
     if ((rc = sim_offload_check(&r->spec, cl, err)))
