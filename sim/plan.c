@@ -369,6 +369,7 @@ typedef struct {
     size_t n_pend, pend_cap;
     int counting;     /* this walk only counts the layouts (for the progress bar) */
     long total, done; /* layouts in all, and walked so far */
+    long grids;       /* (tp, pp, cp) that factor the GPUs: none means the degrees are at fault */
     uint64_t closest; /* peak bytes of the layout closest to fitting */
     uint64_t closest_host; /* host bytes of the offloaded layout closest to fitting the host */
     /* the degrees worth trying */
@@ -865,6 +866,7 @@ static int walk(Search *s)
             for (int c = 0; c < s->n_cp; c++) {
                 if (!grid_for(s, s->tps[a], s->pps[b], s->cps[c], &g))
                     continue;
+                s->grids += !s->counting;
                 int rc = walk_grid(s, &g);
                 if (rc)
                     return rc;
@@ -911,10 +913,41 @@ static int time_in_bound_order(Search *s)
     return PX_OK;
 }
 
+/* The degrees factor the GPUs, yet nothing was tried: no split of the layers over the pinned
+ * pp x vpp virtual stages is one the planner makes (an even one, or one counting the embedding
+ * and/or the loss as layers). Names the stages and the layers, the vpp that split them, and a
+ * layout string that does. */
+static int no_split(const SimPlanRequest *q, PxError *err)
+{
+    const ModelConfig *mc = &q->base.model;
+    const ModelLayout *pl = &q->base.layout;
+    const int L = mc->layers, pp = pl->pp, vpp = pl->vpp > 0 ? pl->vpp : 1;
+    if (!(q->pinned & SIM_PIN_PP) || !(q->pinned & SIM_PIN_VPP))
+        return px_fail(err, PX_EINPUT, "no layout of %s uses %d GPUs: no pipeline split of its %d layers "
+                       "fits the pinned degrees", mc->name, q->gpus, L);
+    char ok[160] = "1 (an uneven split, balanced)";
+    size_t n = strlen(ok);
+    for (int v = 2; v <= 64 && n < sizeof ok; v++)
+        for (int e = 0; e <= 2; e++)
+            if ((L + e) % (pp * v) == 0 && (e == 0 || pp * v <= MODEL_MAX_STAGES)) {
+                n += (size_t)snprintf(ok + n, sizeof ok - n, ", %d", v);
+                break;
+            }
+    char example[512], with[600] = "";
+    if (model_split_layout_example(mc, pp, vpp, example, sizeof example))
+        snprintf(with, sizeof with, "; or give each virtual stage its layers, e.g. "
+                 "--pipeline-model-parallel-layout '%s'", example);
+    return px_fail(err, PX_EINPUT,
+                   "no layout of %s on %d GPUs: pp %d x vpp %d = %d virtual stages cannot split its %d "
+                   "layers evenly (nor %d or %d with the embedding and/or the loss counted as layers); "
+                   "a vpp that can with pp %d: %s%s",
+                   mc->name, q->gpus, pp, vpp, pp * vpp, L, L + 1, L + 2, pp, ok, with);
+}
+
 /* Why no layout ranked: the pinned degrees when nothing was even enumerated; else memory when
  * some layout got that far, else the commonest rule broken, with its example. */
 static int no_layout(const SimPlanRequest *q, const ProfCluster *cl, const SimPlanResult *res,
-                     PxError *err)
+                     long grids, PxError *err)
 {
     const ModelConfig *mc = &q->base.model;
     int worst = -1;
@@ -923,6 +956,8 @@ static int no_layout(const SimPlanRequest *q, const ProfCluster *cl, const SimPl
             worst = i;
     if (res->rejected[SIM_REJECT_MEMORY])
         worst = SIM_REJECT_MEMORY;
+    if (res->considered == 0 && grids > 0)
+        return no_split(q, err);
     if (res->considered == 0) {
         char pins[96] = "";
         size_t n = 0;
@@ -995,6 +1030,7 @@ int sim_plan(const SimPlanRequest *request, const ProfCluster *cl, SimPlanResult
     }
     if (!rc && resolved.progress)
         resolved.progress(resolved.progress_ctx, 1, 1, 2);
+    const long grids = s.grids;
     search_close(&s);
     res->seconds = px_now_s() - t0;
     if (rc) {
@@ -1003,7 +1039,7 @@ int sim_plan(const SimPlanRequest *request, const ProfCluster *cl, SimPlanResult
     }
     if (res->n_top == 0) {
         sim_plan_free(res);
-        return no_layout(&resolved, cl, res, err);
+        return no_layout(&resolved, cl, res, grids, err);
     }
     return PX_OK;
 }
