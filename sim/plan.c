@@ -941,6 +941,8 @@ static int time_in_bound_order(Search *s)
     for (size_t i = 0; i < s->n_pend; i++) {
         if (res->n_top == cap && s->pend[i].bound > res->top[cap - 1].score)
             break;
+        if (q->progress) /* a clock read: cheap beside a timing, and a timing can take 50 ms */
+            q->progress(q->progress_ctx, (long)i, (long)s->n_pend, 1);
         ModelSpec spec;
         apply(q, &s->pend[i].k, &spec);
         SimResult r;
@@ -964,8 +966,6 @@ static int time_in_bound_order(Search *s)
         if (q->timed)
             q->timed(q->timed_ctx, &cand);
         sim_result_free(&r);
-        if (q->progress && (i & 63) == 0)
-            q->progress(q->progress_ctx, (long)i, (long)s->n_pend, 1);
     }
     return PX_OK;
 }

@@ -297,12 +297,43 @@ cJSON *sim_min_gpus_to_json(const ProfCluster *cl, int gpus, const SimPlanResult
     return e;
 }
 
+/* sim_progress_bar's lines: a search that outlasts 2 s says what it is doing as each phase
+ * begins and every 10 s, and how long it took. */
+static void progress_lines(SimProgressBar *p, double t, long done, long total, int phase)
+{
+    const char *what = p->what ? p->what : "search";
+    if (phase == 2) {
+        if (p->shown)
+            fprintf(p->f, "%s: search done in %.1f s\n", what, t - p->start_s);
+        p->start_s = p->drawn_s = 0;
+        p->shown = p->phase = 0;
+        fflush(p->f);
+        return;
+    }
+    if (t - p->start_s < 2.0 || (p->phase == phase + 1 && t - p->drawn_s < 10.0))
+        return;
+    p->phase = phase + 1;
+    p->drawn_s = t;
+    p->shown = 1;
+    if (phase == 0)
+        fprintf(p->f, "%s: %ld of %ld layouts checked against the rules and memory (%.1f s)\n", what, done,
+                total, t - p->start_s);
+    else
+        fprintf(p->f, "%s: %ld of at most %ld feasible layouts bounded exactly or timed, best first (%.1f s)\n",
+                what, done, total, t - p->start_s);
+    fflush(p->f);
+}
+
 void sim_progress_bar(void *ctx, long done, long total, int phase)
 {
     SimProgressBar *p = ctx;
     const double t = px_now_s();
     if (p->start_s == 0)
         p->start_s = t;
+    if (p->lines) {
+        progress_lines(p, t, done, total, phase);
+        return;
+    }
     if (phase == 2) {
         if (p->shown)
             fputs("\r\033[K", p->f);
