@@ -105,7 +105,7 @@ struct SimWork {
 };
 
 /* PX_OK when the cluster has the GPUs; else PX_EINPUT naming the --set nodes=N that would
- * (sim/plan.c; the simulation and the planner say it alike). */
+ * (sim/simulate.c; the simulation and the planner say it alike). */
 int sim_cluster_holds(const ProfCluster *cl, int gpus, PxError *err);
 
 /* How far r went (SIM_MEMORY ...; 0: nothing, a result freed or failed). */

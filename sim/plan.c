@@ -454,18 +454,6 @@ static int check_size(const SimPlanRequest *q, const ProfCluster *cl, PxError *e
     return sim_cluster_holds(cl, q->gpus, err);
 }
 
-int sim_cluster_holds(const ProfCluster *cl, int gpus, PxError *err)
-{
-    if (cl->nodes <= 0 || (double)gpus <= (double)cl->nodes * cl->node_devices)
-        return PX_OK;
-    /* the profile's "nodes" is the one figure to raise: name it with the count that fits */
-    const long need = ((long)gpus + cl->node_devices - 1) / (cl->node_devices > 0 ? cl->node_devices : 1);
-    return px_fail(err, PX_EINPUT,
-                   "%d GPUs exceed cluster %s: %d nodes of %d (%ld GPUs); for a larger cluster of "
-                   "these nodes add --set nodes=%ld",
-                   gpus, cl->name, cl->nodes, cl->node_devices, (long)cl->nodes * cl->node_devices, need);
-}
-
 /* tp divides the heads, pp the layers, cp the sequence (each of them the GPUs), unless pinned. */
 static void degree_choices(Search *s)
 {
