@@ -302,6 +302,21 @@ cJSON *sim_min_gpus_to_json(const ProfCluster *cl, int gpus, const SimPlanResult
 static void progress_lines(SimProgressBar *p, double t, long done, long total, int phase)
 {
     const char *what = p->what ? p->what : "search";
+    if (p->first_s == 0)
+        p->first_s = t;
+    if (phase >= 3) {
+        /* many short searches: a line every 2 s once the whole has run 2 s */
+        if (t - p->first_s < 2.0 || t - p->told_s < 2.0)
+            return;
+        p->told_s = t;
+        if (phase == 3)
+            fprintf(p->f, "%s: %ld of %ld sizes and clusters planned (%.1f s)\n", what, done, total, t - p->first_s);
+        else
+            fprintf(p->f, "%s: %ld GPUs tried of at most %ld for the budget (%.1f s)\n", what, done, total,
+                    t - p->first_s);
+        fflush(p->f);
+        return;
+    }
     if (phase == 2) {
         if (p->shown)
             fprintf(p->f, "%s: search done in %.1f s\n", what, t - p->start_s);
@@ -334,6 +349,8 @@ void sim_progress_bar(void *ctx, long done, long total, int phase)
         progress_lines(p, t, done, total, phase);
         return;
     }
+    if (phase >= 3) /* the bar follows each search of a sweep on its own */
+        return;
     if (phase == 2) {
         if (p->shown)
             fputs("\r\033[K", p->f);

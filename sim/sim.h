@@ -264,7 +264,9 @@ typedef struct {
     /* each layout simulated in full (all feasible ones with brute_force), optional */
     void (*timed)(void *ctx, const SimCandidate *c);
     void *timed_ctx;
-    /* progress (optional): phase 0 rules and memory, 1 exact timing, 2 done */
+    /* progress (optional): phase 0 rules and memory, 1 exact timing, 2 done; over several
+     * searches also 3, a sweep's (size, cluster) done (done of total), and 4, --min-gpus's size
+     * tried (done GPUs of at most total) */
     void (*progress)(void *ctx, long done, long total, int phase);
     void *progress_ctx;
 } SimPlanRequest;
@@ -314,6 +316,7 @@ typedef struct {
     double start_s, drawn_s; /* when the search began; when the bar was last drawn */
     int shown;
     int phase; /* lines: the phase of the last line, plus one (0: none yet) */
+    double first_s, told_s; /* lines: when the first search began; the last line over searches */
 } SimProgressBar;
 void sim_progress_bar(void *ctx, long done, long total, int phase);
 /* The winner as a plan: simulated in full (every layer's ops), its prediction attached. The
