@@ -2,6 +2,9 @@
  * options (common/px.h's option tables) into CliArgs. */
 #include "cli/options.h"
 
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,13 +93,42 @@ static int parse_pp_layers(CliArgs *a, const ModelField *f, const char *arg, PxE
     return rc;
 }
 
+/* --tokens: a count as people write training budgets, 15T, 300B, 2.5m or 1.5e12 (K, M, B, T:
+ * thousand, million, billion, trillion; either case), handed on as a plain number. */
+static int parse_tokens(CliArgs *a, const ModelField *f, const char *arg, PxError *err)
+{
+    static const struct {
+        char suffix;
+        double scale;
+    } units[] = {{'k', 1e3}, {'m', 1e6}, {'b', 1e9}, {'t', 1e12}};
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(arg, &end);
+    double scale = 1.0;
+    if (end != arg && *end && !end[1])
+        for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+            if (tolower((unsigned char)*end) == units[i].suffix) {
+                scale = units[i].scale;
+                end++;
+            }
+    if (end == arg || *end || errno || !isfinite(v * scale))
+        return px_fail(err, PX_EINPUT,
+                       "--tokens: expected a count such as 15T, 300B, 2.5M or 1.5e12 (K, M, B, T: "
+                       "thousand to trillion), got '%s'", arg);
+    if (v < 0)
+        return px_fail(err, PX_EINPUT, "--tokens: must be positive, got '%s'", arg);
+    char plain[64];
+    snprintf(plain, sizeof plain, "%.17g", v * scale);
+    return model_field_parse(f, plain, 0, &a->spec, err);
+}
+
 /* The knobs whose flags need more of the command line than their field (fields.c parses the
  * others, and the field-level extras: --fsdp's zero 3, --precision fp8's recipe ...). */
 static const struct {
     ModelFieldId id;
     int (*parse)(CliArgs *a, const ModelField *f, const char *arg, PxError *err);
 } cli_hooks[] = {{MODEL_FIELD_EP, parse_ep}, {MODEL_FIELD_ETP, parse_etp},
-                 {MODEL_FIELD_STAGE_LAYERS, parse_pp_layers}};
+                 {MODEL_FIELD_STAGE_LAYERS, parse_pp_layers}, {MODEL_FIELD_TRAIN_TOKENS, parse_tokens}};
 
 /* One knob into a (id: a field's, or CLI_KNOB_NO + it for its --no- flag): PX_OK, or
  * PX_EINPUT naming the option and the value. */

@@ -386,11 +386,11 @@ int cli_cmd_plan(int argc, char **argv)
         fprintf(stderr, "parallax plan: -o writes one plan: give one cluster and one GPU count\n");
         status = 2;
     }
-    SimProgressBar bar = {.f = stderr};
-    if (!p.a.json && isatty(STDERR_FILENO)) {
-        p.q.progress = sim_progress_bar;
-        p.q.progress_ctx = &bar;
-    }
+    /* progress on stderr, stdout (and --json) untouched: a bar on a terminal, else a line per
+     * phase of a search that outlasts 2 s (a log or CI shows the run is alive and where) */
+    SimProgressBar bar = {.f = stderr, .lines = !isatty(STDERR_FILENO), .what = "parallax plan"};
+    p.q.progress = sim_progress_bar;
+    p.q.progress_ctx = &bar;
     if (status < 0)
         status = p.min_gpus ? plan_min_gpus(&p, cl) : single ? plan_one(&p, cl) : plan_sweep(&p, cl);
     /* after every result, which share the clusters' measurements */

@@ -437,7 +437,7 @@ static const ModelField fields[] = {
      .no_help = "their backward TP collectives exposed, as Megatron of early 2021 (Narayanan et al.)"},
     {.id = MODEL_FIELD_TRAIN_TOKENS, .key = "train_tokens", .type = MODEL_FT_DOUBLE, JOB(train_tokens), .lo = 0,
      .hi = 1e30, .shown = shown_if_set, .flag = "tokens", .metavar = "N",
-     .help = "tokens to train on: report days and GPU-hours (e.g. 300e9)", .cli_range = 1,
+     .help = "tokens to train on: report days and GPU-hours (e.g. 15T, 300B or 1.5e12)", .cli_range = 1,
      .cli_lo = DBL_TRUE_MIN /* above 0 */, .cli_hi = DBL_MAX, .cli_msg = "must be positive"},
     /* the executor's training hyperparameters */
     {.id = MODEL_FIELD_LR, .key = "lr", .type = MODEL_FT_DOUBLE, JOB(lr), .lo = 0, .hi = 10, .def = 1e-3,

@@ -432,6 +432,10 @@ int model_layout_string_parse(const char *text, const char *what, const ModelCon
  * the middle stages, to one end: the first stage (spill_last 0) or the last (1). docs/planner.md
  * gives the reasoning. */
 void model_split_balanced(int layers, int pp, int spill_last, int *out);
+/* A Megatron-Core layout string that splits c's layers over pp x vpp virtual stages when no
+ * even split does (the embedding and the loss each weighed as a layer, the rest balanced:
+ * DeepSeek-V3 on pp 8 x vpp 4 "Et|(tt|)*30,mL"), into buf: 1, or 0 when there is none. */
+int model_split_layout_example(const ModelConfig *c, int pp, int vpp, char *buf, size_t cap);
 /* The split and how it was said, for people: "embedding and loss each counted as a layer:
  * 1,2*62,1" (runs of three or more as N*k), "layout Et*3|(t*4|)*14,t*2mL: 3,4*14,2", or
  * "1,2,1". */

@@ -452,3 +452,54 @@ int model_split_parse(const char *text, const char *what, ModelLayout *l, PxErro
     l->n_stage_layers = n;
     return PX_OK;
 }
+
+/* "t", "tt" or "t*k" (nothing for 0) at buf + *n. */
+static void layers_run(char *buf, size_t cap, size_t *n, int k)
+{
+    if (*n >= cap || k <= 0)
+        return;
+    *n += (size_t)snprintf(buf + *n, cap - *n, k == 1 ? "t" : k == 2 ? "tt" : "t*%d", k);
+}
+
+int model_split_layout_example(const ModelConfig *c, int pp, int vpp, char *buf, size_t cap)
+{
+    const int n = pp * vpp, total = c->layers + 2;
+    if (cap == 0 || n < 2 || n > MODEL_MAX_STAGES || total < n)
+        return 0;
+    /* Megatron-Core's accounting made flexible: the embedding and the loss each a layer's
+     * worth, the remainder on the middle stages, so every virtual stage has work */
+    int cnt[MODEL_MAX_STAGES];
+    model_split_balanced(total, n, 0, cnt);
+    cnt[0]--;
+    cnt[n - 1]--;
+    /* every stage but the last ends in a bar; runs of like middle stages as "(tt|)*30," */
+    size_t at = (size_t)snprintf(buf, cap, "E");
+    layers_run(buf, cap, &at, cnt[0]);
+    if (at < cap)
+        at += (size_t)snprintf(buf + at, cap - at, "|");
+    for (int i = 1; i < n - 1 && at < cap;) {
+        int k = i;
+        while (k < n - 1 && cnt[k] == cnt[i])
+            k++;
+        if (k - i >= 2 && at < cap)
+            at += (size_t)snprintf(buf + at, cap - at, "(");
+        layers_run(buf, cap, &at, cnt[i]);
+        if (at < cap)
+            at += (size_t)snprintf(buf + at, cap - at, k - i >= 2 ? "|)*%d," : "|", k - i);
+        i = k;
+    }
+    layers_run(buf, cap, &at, cnt[n - 1]);
+    for (int m = 0; m < c->mtp_layers && at < cap; m++)
+        at += (size_t)snprintf(buf + at, cap - at, "m");
+    if (at < cap)
+        at += (size_t)snprintf(buf + at, cap - at, "L");
+    if (at >= cap)
+        return 0;
+    /* only a string the parser takes is offered */
+    ModelLayout l;
+    memset(&l, 0, sizeof l);
+    l.pp = pp;
+    l.vpp = vpp;
+    PxError e = {0};
+    return model_layout_string_parse(buf, "example", c, &l, &e) == PX_OK;
+}

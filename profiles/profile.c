@@ -637,6 +637,74 @@ static int set_bool(cJSON *node, const char *key, const char *text, PxError *err
     return PX_OK;
 }
 
+/* Whether a member can be overridden: a number, a switch, or an object holding one (the
+ * sources and descriptions are text, which --set does not take). */
+static int settable(const cJSON *v)
+{
+    if (v->string && !strcmp(v->string, "schema_version"))
+        return 0;
+    if (cJSON_IsNumber(v) || cJSON_IsBool(v))
+        return 1;
+    if (!cJSON_IsObject(v))
+        return 0;
+    for (const cJSON *c = v->child; c; c = c->next)
+        if (settable(c))
+            return 1;
+    return 0;
+}
+
+/* The dotted path of the first settable member named `name` below j (prefix: j's own path), into
+ * buf; 0 when there is none. */
+static int find_member(const cJSON *j, const char *name, const char *prefix, char *buf, size_t cap)
+{
+    for (const cJSON *c = j->child; c; c = c->next) {
+        if (!c->string || !settable(c))
+            continue;
+        char path[256];
+        snprintf(path, sizeof path, "%s%s%s", prefix, *prefix ? "." : "", c->string);
+        if (!strcmp(c->string, name) && !cJSON_IsObject(c)) {
+            px_strlcpy(buf, path, cap);
+            return 1;
+        }
+        if (cJSON_IsObject(c) && find_member(c, name, path, buf, cap))
+            return 1;
+    }
+    return 0;
+}
+
+/* A --set key that names nothing: PX_EINPUT listing the keys the level it broke at has
+ * ("node.*" for an object), and the key it may have meant when a member of that name exists
+ * elsewhere ("cluster.nodes": the profile is the cluster, so "nodes"). */
+static int unknown_key(const cJSON *root, const char *key, PxError *err)
+{
+    char buf[256];
+    px_strlcpy(buf, key, sizeof buf);
+    const cJSON *at = root;
+    char where[256] = "", *save = NULL, *part;
+    for (part = strtok_r(buf, ".", &save); part; part = strtok_r(NULL, ".", &save)) {
+        const cJSON *next = cJSON_IsObject(at) ? cJSON_GetObjectItemCaseSensitive(at, part) : NULL;
+        if (!next || !settable(next))
+            break;
+        size_t w = strlen(where);
+        snprintf(where + w, sizeof where - w, "%s%s", w ? "." : "", part);
+        at = next;
+    }
+    if (!part || !cJSON_IsObject(at))
+        return PX_OK; /* the path is there: px_json_set_path says what else is wrong */
+    char keys[600] = "";
+    size_t n = 0;
+    for (const cJSON *c = at->child; c && n < sizeof keys; c = c->next)
+        if (c->string && settable(c))
+            n += (size_t)snprintf(keys + n, sizeof keys - n, "%s%s%s%s%s", n ? ", " : "", where,
+                                  *where ? "." : "", c->string, cJSON_IsObject(c) ? ".*" : "");
+    char guess[300] = "", found[256];
+    const char *dot = strrchr(key, '.');
+    if (find_member(root, dot ? dot + 1 : key, "", found, sizeof found))
+        snprintf(guess, sizeof guess, "; did you mean %s?", found);
+    return px_fail(err, PX_EINPUT, "--set %s: no key '%s' in %s%s; its keys: %s%s", key, part,
+                   *where ? "the profile's " : "the profile", where, keys, guess);
+}
+
 /* The `key=value` overrides, in order, into the profile's JSON (its device resolved): numbers,
  * and the switches that are true or false. */
 static int apply_sets(cJSON *j, const char *const *sets, int n_sets, PxError *err)
@@ -652,7 +720,10 @@ static int apply_sets(cJSON *j, const char *const *sets, int n_sets, PxError *er
         memcpy(key, sets[i], kn);
         key[kn] = '\0';
         cJSON *node = at_path(j, key);
-        int rc = cJSON_IsBool(node) ? set_bool(node, key, eq + 1, err)
+        int rc = node ? PX_OK : unknown_key(j, key, err);
+        if (rc)
+            return rc;
+        rc = cJSON_IsBool(node) ? set_bool(node, key, eq + 1, err)
                                     : px_json_set_path(j, key, eq + 1, err);
         if (rc)
             return rc;

@@ -104,6 +104,10 @@ struct SimWork {
                                     prunes with it before sim_continue) */
 };
 
+/* PX_OK when the cluster has the GPUs; else PX_EINPUT naming the --set nodes=N that would
+ * (sim/simulate.c; the simulation and the planner say it alike). */
+int sim_cluster_holds(const ProfCluster *cl, int gpus, PxError *err);
+
 /* How far r went (SIM_MEMORY ...; 0: nothing, a result freed or failed). */
 static inline int sim_level(const SimResult *r) { return r->work ? r->work->level : 0; }
 

@@ -27,9 +27,13 @@ typedef struct {
  * where pp does not divide the layers, balanced with the leftover layer on the first stage
  * (model_split_balanced); balanced with it on the last; Megatron-Core's embedding and loss
  * (or one of them) counted as layers; the even split with the last stage a layer lighter,
- * its layer on the last middle stage (a large output layer makes the last stage the slowest). */
+ * its layer on the last middle stage (a large output layer makes the last stage the slowest);
+ * where pp does not divide the layers, every stage but the last (or the first) full at
+ * ceil(layers / pp) and that one the rest: DeepSeek-V3's 61 over 16 as 4*15,1, which leaves
+ * the stage with the output layer and the prediction module one layer. Kinds that come to the
+ * same split as an earlier one are not tried (spills). */
 enum { SPLIT_EVEN = 0, SPLIT_SPILL_LAST, SPLIT_ACCOUNT_BOTH, SPLIT_ACCOUNT_LOSS, SPLIT_ACCOUNT_EMBED,
-       SPLIT_LIGHT_LAST, SPLIT_KINDS };
+       SPLIT_LIGHT_LAST, SPLIT_REST_LAST, SPLIT_REST_FIRST, SPLIT_KINDS };
 
 /* What the planner may offload when a layout does not fit on the device (docs/planner.md) */
 enum { OFF_OPTIMIZER = 1, OFF_ACTIVATIONS = 2 };
@@ -168,6 +172,60 @@ static void memory_example(SimPlanResult *res, const ModelSpec *s, const Knobs *
              usable / PX_GIB);
 }
 
+/* The layers of each of the pp x vpp virtual stages that split kind `kind` gives `layers`
+ * (the Megatron-Core forms as model_split_resolve resolves them): their count, or 0 when the
+ * kind does not apply (a remainder it cannot place, a stage left with none). */
+static int split_counts(int layers, int kind, int pp, int vpp, int *out)
+{
+    const int n = pp * vpp, L = layers;
+    if (n > MODEL_MAX_STAGES || n < 1)
+        return 0;
+    switch (kind) {
+    case SPLIT_EVEN:
+    case SPLIT_SPILL_LAST:
+        if (L % n == 0) {
+            for (int i = 0; i < n; i++)
+                out[i] = L / n;
+            return kind == SPLIT_EVEN ? n : 0;
+        }
+        if (vpp != 1 || pp > L)
+            return 0;
+        model_split_balanced(L, pp, kind == SPLIT_SPILL_LAST, out);
+        return n;
+    case SPLIT_ACCOUNT_BOTH:
+    case SPLIT_ACCOUNT_LOSS:
+    case SPLIT_ACCOUNT_EMBED: {
+        const int e = kind != SPLIT_ACCOUNT_LOSS, l = kind != SPLIT_ACCOUNT_EMBED;
+        if ((L + e + l) % n != 0)
+            return 0;
+        for (int i = 0; i < n; i++)
+            out[i] = (L + e + l) / n;
+        out[0] -= e;
+        out[n - 1] -= l;
+        return n;
+    }
+    case SPLIT_LIGHT_LAST:
+        if (vpp != 1 || pp < 2 || L % pp != 0 || L / pp < 2)
+            return 0;
+        for (int i = 0; i < pp; i++)
+            out[i] = L / pp;
+        out[pp - 1]--;
+        out[pp > 2 ? pp - 2 : 0]++;
+        return n;
+    case SPLIT_REST_LAST:
+    case SPLIT_REST_FIRST: {
+        const int full = (L + pp - 1) / pp, rest = L - (pp - 1) * full;
+        if (vpp != 1 || pp < 2 || L % pp == 0 || rest < 1)
+            return 0;
+        for (int i = 0; i < pp; i++)
+            out[i] = full;
+        out[kind == SPLIT_REST_LAST ? pp - 1 : 0] = rest;
+        return n;
+    }
+    default: return 0;
+    }
+}
+
 static void apply(const SimPlanRequest *q, const Knobs *k, ModelSpec *s)
 {
     *s = q->base;
@@ -198,16 +256,11 @@ static void apply(const SimPlanRequest *q, const Knobs *k, ModelSpec *s)
         l->first_stage_layers = l->last_stage_layers = 0;
         l->pp_layout[0] = '\0';
         l->mtp_from_last = 0;
-        if (k->spill == SPLIT_LIGHT_LAST) {
-            for (int i = 0; i < k->pp; i++)
-                l->stage_layers[i] = L / k->pp;
-            l->stage_layers[k->pp - 1]--;
-            l->stage_layers[k->pp > 2 ? k->pp - 2 : 0]++;
-            l->n_stage_layers = k->pp;
-        } else if (k->spill <= SPLIT_SPILL_LAST && k->pp > 1 && k->pp <= MODEL_MAX_STAGES && L % k->pp != 0) {
-            l->n_stage_layers = k->pp;
-            model_split_balanced(L, k->pp, k->spill, l->stage_layers);
-        }
+        const int explicit_kind = k->spill == SPLIT_LIGHT_LAST || k->spill == SPLIT_REST_LAST ||
+                                  k->spill == SPLIT_REST_FIRST ||
+                                  (k->spill <= SPLIT_SPILL_LAST && L % k->pp != 0);
+        if (explicit_kind && k->pp > 1 && k->pp <= MODEL_MAX_STAGES)
+            l->n_stage_layers = split_counts(L, k->spill, k->pp, 1, l->stage_layers);
     }
 }
 
@@ -218,42 +271,46 @@ static int big_output(const ModelConfig *c)
     return (double)c->vocab >= 12.0 * c->hidden;
 }
 
-/* Balanced splits worth trying for pp stages: one, unless the leftover layers outnumber the
- * middle stages, when the last one goes to either end (the output layer's cost against the
- * first stage's activations in flight: the simulator tells which is faster). */
+/* Splits worth trying for pp stages of vpp chunks, each a different split of the layers
+ * (two kinds that come to the same counts would list one layout twice: the first kind keeps
+ * it). Balanced: one, unless the leftover layers outnumber the middle stages, when the last
+ * one goes to either end (the output layer's cost against the first stage's activations in
+ * flight: the simulator tells which is faster). The even split with the last stage lighter
+ * where the output layer is large; the Megatron-Core forms; the remainder on one end. */
 static int spills(const SimPlanRequest *q, int pp, int vpp, int out[SPLIT_KINDS])
 {
     const int L = q->base.model.layers, n = pp * vpp;
-    int k = 0;
     if ((q->pinned & SIM_PIN_PP_LAYERS) || pp < 2) {
         out[0] = SPLIT_EVEN;
         return 1;
     }
-    if (L % n == 0) {
-        out[k++] = SPLIT_EVEN;
-        if (vpp == 1 && L / pp >= 2 && big_output(&q->base.model))
-            out[k++] = SPLIT_LIGHT_LAST;
-    } else if (vpp == 1 && pp <= L) {
-        out[k++] = SPLIT_EVEN; /* balanced, leftover first */
-        if (L % pp > pp - 2)
-            out[k++] = SPLIT_SPILL_LAST;
+    int wanted[SPLIT_KINDS], n_wanted = 0;
+    if (L % n == 0 || (vpp == 1 && pp <= L)) {
+        wanted[n_wanted++] = SPLIT_EVEN;
+        if (L % n != 0 && L % pp > pp - 2)
+            wanted[n_wanted++] = SPLIT_SPILL_LAST;
     }
-    if (n <= MODEL_MAX_STAGES) {
-        /* counting both can give the balanced split itself (126 + 2 over 8: 15,16*6,15) */
-        int same = 0;
-        if ((L + 2) % n == 0 && vpp == 1 && L % pp != 0) {
-            int bal[MODEL_MAX_STAGES];
-            model_split_balanced(L, pp, 0, bal);
-            same = bal[0] == (L + 2) / n - 1 && bal[pp - 1] == (L + 2) / n - 1;
-            for (int i = 1; i < pp - 1; i++)
-                same &= bal[i] == (L + 2) / n;
-        }
-        if ((L + 2) % n == 0 && !same)
-            out[k++] = SPLIT_ACCOUNT_BOTH;
-        if ((L + 1) % n == 0) {
-            out[k++] = SPLIT_ACCOUNT_LOSS;
-            out[k++] = SPLIT_ACCOUNT_EMBED;
-        }
+    if (L % n == 0 && big_output(&q->base.model))
+        wanted[n_wanted++] = SPLIT_LIGHT_LAST;
+    wanted[n_wanted++] = SPLIT_ACCOUNT_BOTH;
+    wanted[n_wanted++] = SPLIT_ACCOUNT_LOSS;
+    wanted[n_wanted++] = SPLIT_ACCOUNT_EMBED;
+    wanted[n_wanted++] = SPLIT_REST_LAST;
+    wanted[n_wanted++] = SPLIT_REST_FIRST;
+    int k = 0;
+    int counts[SPLIT_KINDS][MODEL_MAX_STAGES]; /* 8 KiB at 256 stages */
+    int n_counts[SPLIT_KINDS];
+    for (int w = 0; w < n_wanted; w++) {
+        const int got = split_counts(L, wanted[w], pp, vpp, counts[k]);
+        if (got == 0)
+            continue;
+        int seen = 0;
+        for (int i = 0; i < k && !seen; i++)
+            seen = n_counts[i] == got && !memcmp(counts[i], counts[k], sizeof(int) * (size_t)got);
+        if (seen)
+            continue;
+        n_counts[k] = got;
+        out[k++] = wanted[w];
     }
     return k;
 }
@@ -369,6 +426,7 @@ typedef struct {
     size_t n_pend, pend_cap;
     int counting;     /* this walk only counts the layouts (for the progress bar) */
     long total, done; /* layouts in all, and walked so far */
+    long grids;       /* (tp, pp, cp) that factor the GPUs: none means the degrees are at fault */
     uint64_t closest; /* peak bytes of the layout closest to fitting */
     uint64_t closest_host; /* host bytes of the offloaded layout closest to fitting the host */
     /* the degrees worth trying */
@@ -393,10 +451,7 @@ static int check_size(const SimPlanRequest *q, const ProfCluster *cl, PxError *e
 {
     if (q->gpus < 1)
         return px_fail(err, PX_EINPUT, "--gpus must be at least 1");
-    if (cl->nodes > 0 && (double)q->gpus > (double)cl->nodes * cl->node_devices)
-        return px_fail(err, PX_EINPUT, "%d GPUs exceed cluster %s: %d nodes of %d", q->gpus,
-                       cl->name, cl->nodes, cl->node_devices);
-    return PX_OK;
+    return sim_cluster_holds(cl, q->gpus, err);
 }
 
 /* tp divides the heads, pp the layers, cp the sequence (each of them the GPUs), unless pinned. */
@@ -856,6 +911,7 @@ static int walk(Search *s)
             for (int c = 0; c < s->n_cp; c++) {
                 if (!grid_for(s, s->tps[a], s->pps[b], s->cps[c], &g))
                     continue;
+                s->grids += !s->counting;
                 int rc = walk_grid(s, &g);
                 if (rc)
                     return rc;
@@ -873,6 +929,8 @@ static int time_in_bound_order(Search *s)
     for (size_t i = 0; i < s->n_pend; i++) {
         if (res->n_top == cap && s->pend[i].bound > res->top[cap - 1].score)
             break;
+        if (q->progress) /* a clock read: cheap beside a timing, and a timing can take 50 ms */
+            q->progress(q->progress_ctx, (long)i, (long)s->n_pend, 1);
         ModelSpec spec;
         apply(q, &s->pend[i].k, &spec);
         SimResult r;
@@ -896,16 +954,45 @@ static int time_in_bound_order(Search *s)
         if (q->timed)
             q->timed(q->timed_ctx, &cand);
         sim_result_free(&r);
-        if (q->progress && (i & 63) == 0)
-            q->progress(q->progress_ctx, (long)i, (long)s->n_pend, 1);
     }
     return PX_OK;
+}
+
+/* The degrees factor the GPUs, yet nothing was tried: no split of the layers over the pinned
+ * pp x vpp virtual stages is one the planner makes (an even one, or one counting the embedding
+ * and/or the loss as layers). Names the stages and the layers, the vpp that split them, and a
+ * layout string that does. */
+static int no_split(const SimPlanRequest *q, PxError *err)
+{
+    const ModelConfig *mc = &q->base.model;
+    const ModelLayout *pl = &q->base.layout;
+    const int L = mc->layers, pp = pl->pp, vpp = pl->vpp > 0 ? pl->vpp : 1;
+    if (!(q->pinned & SIM_PIN_PP) || !(q->pinned & SIM_PIN_VPP))
+        return px_fail(err, PX_EINPUT, "no layout of %s uses %d GPUs: no pipeline split of its %d layers "
+                       "fits the pinned degrees", mc->name, q->gpus, L);
+    char ok[160] = "1 (an uneven split, balanced)";
+    size_t n = strlen(ok);
+    for (int v = 2; v <= 64 && n < sizeof ok; v++)
+        for (int e = 0; e <= 2; e++)
+            if ((L + e) % (pp * v) == 0 && (e == 0 || pp * v <= MODEL_MAX_STAGES)) {
+                n += (size_t)snprintf(ok + n, sizeof ok - n, ", %d", v);
+                break;
+            }
+    char example[512], with[600] = "";
+    if (model_split_layout_example(mc, pp, vpp, example, sizeof example))
+        snprintf(with, sizeof with, "; or give each virtual stage its layers, e.g. "
+                 "--pipeline-model-parallel-layout '%s'", example);
+    return px_fail(err, PX_EINPUT,
+                   "no layout of %s on %d GPUs: pp %d x vpp %d = %d virtual stages cannot split its %d "
+                   "layers evenly (nor %d or %d with the embedding and/or the loss counted as layers); "
+                   "a vpp that can with pp %d: %s%s",
+                   mc->name, q->gpus, pp, vpp, pp * vpp, L, L + 1, L + 2, pp, ok, with);
 }
 
 /* Why no layout ranked: the pinned degrees when nothing was even enumerated; else memory when
  * some layout got that far, else the commonest rule broken, with its example. */
 static int no_layout(const SimPlanRequest *q, const ProfCluster *cl, const SimPlanResult *res,
-                     PxError *err)
+                     long grids, PxError *err)
 {
     const ModelConfig *mc = &q->base.model;
     int worst = -1;
@@ -914,6 +1001,8 @@ static int no_layout(const SimPlanRequest *q, const ProfCluster *cl, const SimPl
             worst = i;
     if (res->rejected[SIM_REJECT_MEMORY])
         worst = SIM_REJECT_MEMORY;
+    if (res->considered == 0 && grids > 0)
+        return no_split(q, err);
     if (res->considered == 0) {
         char pins[96] = "";
         size_t n = 0;
@@ -986,6 +1075,7 @@ int sim_plan(const SimPlanRequest *request, const ProfCluster *cl, SimPlanResult
     }
     if (!rc && resolved.progress)
         resolved.progress(resolved.progress_ctx, 1, 1, 2);
+    const long grids = s.grids;
     search_close(&s);
     res->seconds = px_now_s() - t0;
     if (rc) {
@@ -994,7 +1084,7 @@ int sim_plan(const SimPlanRequest *request, const ProfCluster *cl, SimPlanResult
     }
     if (res->n_top == 0) {
         sim_plan_free(res);
-        return no_layout(&resolved, cl, res, err);
+        return no_layout(&resolved, cl, res, grids, err);
     }
     return PX_OK;
 }

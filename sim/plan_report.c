@@ -75,6 +75,31 @@ static void why(char *buf, size_t cap, const SimPlanResult *r, int i)
                  100.0 * (c->step_s / r->top[0].step_s - 1.0));
 }
 
+/* Days and GPU-hours to train on the job's tokens (--tokens) at c's pace on `gpus` GPUs:
+ * "  53.1 days, 1.30 M GPU-hours", or "" without a token budget. */
+static void train_text(char *buf, size_t cap, const SimCandidate *c, int gpus)
+{
+    buf[0] = '\0';
+    const double tokens = c->spec.job.train_tokens;
+    if (!(tokens > 0) || !(c->tokens_per_s > 0))
+        return;
+    const double days = tokens / c->tokens_per_s / 86400.0;
+    char hours[32];
+    snprintf(buf, cap, "  %.1f days, %s GPU-hours", days, px_fmt_count(hours, sizeof hours, days * 24.0 * gpus));
+}
+
+/* The candidate's days and GPU-hours for the job's tokens into a JSON row (none without). */
+static void train_json(cJSON *e, const SimCandidate *c, int gpus)
+{
+    const double tokens = c->spec.job.train_tokens;
+    if (!(tokens > 0) || !(c->tokens_per_s > 0))
+        return;
+    const double days = tokens / c->tokens_per_s / 86400.0;
+    cJSON_AddNumberToObject(e, "train_tokens", tokens);
+    cJSON_AddNumberToObject(e, "days", days);
+    cJSON_AddNumberToObject(e, "gpu_hours", days * 24.0 * gpus);
+}
+
 void sim_plan_print(FILE *f, const SimPlanRequest *q, const ProfCluster *cl,
                     const SimPlanResult *r, int explain)
 {
@@ -115,9 +140,10 @@ void sim_plan_print(FILE *f, const SimPlanRequest *q, const ProfCluster *cl,
                 (double)c->peak_bytes / PX_GIB, 100 * bubble, w);
     }
     if (b->job.train_tokens > 0 && r->n_top > 0 && r->top[0].tokens_per_s > 0) {
-        const double days = b->job.train_tokens / r->top[0].tokens_per_s / 86400.0;
-        fprintf(f, "\n%.3g tokens with layout 1: %.1f days, %.0f GPU-hours\n", b->job.train_tokens, days,
-                days * 24.0 * q->gpus);
+        char tokens[32], train[80];
+        train_text(train, sizeof train, &r->top[0], q->gpus);
+        fprintf(f, "\n%s tokens with layout 1:%s\n", px_fmt_count(tokens, sizeof tokens, b->job.train_tokens),
+                train + 1);
     }
     long rejected = 0;
     for (int i = 0; i < SIM_REJECT_COUNT; i++)
@@ -177,6 +203,8 @@ cJSON *sim_plan_search_json(const SimPlanResult *r)
         if (c->spec.layout.offload_optimizer || c->spec.layout.offload_activations)
             cJSON_AddNumberToObject(e, "host_peak_bytes", (double)c->host_peak_bytes);
         cJSON_AddNumberToObject(e, "bubble_fraction", c->bubble_fraction);
+        const ModelLayout *l = &c->spec.layout;
+        train_json(e, c, l->tp * l->pp * l->cp * l->dp);
         cJSON_AddItemToArray(top, e);
     }
     return s;
@@ -199,11 +227,15 @@ cJSON *sim_plan_answer_json(const SimPlanResult *r, const ProfCluster *cl, int g
 void sim_sweep_print(FILE *f, const SimPlanRequest *q, const SimSweep *s)
 {
     const char *unit = sim_objective_unit(s->objective, s->priced);
-    fprintf(f, "%s, global batch %d: best layout per size; objective %s (%s)\n",
-            q->base.model.name, q->base.job.global_batch, sim_objective_name(s->objective), unit);
+    char tokens[32] = "";
+    if (q->base.job.train_tokens > 0)
+        px_fmt_count(tokens, sizeof tokens, q->base.job.train_tokens);
+    fprintf(f, "%s, global batch %d: best layout per size; objective %s (%s)%s%s%s\n",
+            q->base.model.name, q->base.job.global_batch, sim_objective_name(s->objective), unit,
+            tokens[0] ? "; days and GPU-hours to train on " : "", tokens, tokens[0] ? " tokens" : "");
     for (int i = 0; i < s->n_rows; i++) {
         const SimSweepRow *row = &s->rows[i];
-        char line[1200], value[48] = "";
+        char line[1200], value[48] = "", train[80] = "";
         if (row->ok)
             sim_plan_summary_line(line, sizeof line, &row->plan);
         else
@@ -212,7 +244,9 @@ void sim_sweep_print(FILE *f, const SimPlanRequest *q, const SimSweep *s)
             snprintf(value, sizeof value, "  %10.4g", row->value);
         else if (row->ok && s->objective == SIM_OBJ_TOKENS_PER_GPU)
             snprintf(value, sizeof value, "  %10.0f", row->value);
-        fprintf(f, "%6d  %-10s %s%s%s\n", row->gpus, row->cluster->name, line, value,
+        if (row->ok)
+            train_text(train, sizeof train, &row->plan.top[0], row->gpus);
+        fprintf(f, "%6d  %-10s %s%s%s%s\n", row->gpus, row->cluster->name, line, value, train,
                 i == s->best && s->n_rows > 1 ? "  <- best" : "");
     }
     if (s->best >= 0 && s->n_rows > 1) {
@@ -232,6 +266,7 @@ cJSON *sim_sweep_to_json(const SimSweep *s)
         cJSON_AddNumberToObject(e, "gpus", row->gpus);
         if (row->ok) {
             cJSON_AddNumberToObject(e, "objective_value", row->value);
+            train_json(e, &row->plan.top[0], row->gpus);
             cJSON_AddItemToObject(e, "search", sim_plan_search_json(&row->plan));
         } else {
             cJSON_AddStringToObject(e, "error", row->error);
@@ -244,9 +279,11 @@ cJSON *sim_sweep_to_json(const SimSweep *s)
 
 void sim_min_gpus_print(FILE *f, const ProfCluster *cl, int gpus, const SimPlanResult *r)
 {
-    char line[256];
+    char line[256], train[80] = "";
     sim_plan_summary_line(line, sizeof line, r);
-    fprintf(f, "%s: fewest GPUs meeting the budget: %d\n  %s\n", cl->name, gpus, line);
+    if (r->n_top > 0)
+        train_text(train, sizeof train, &r->top[0], gpus);
+    fprintf(f, "%s: fewest GPUs meeting the budget: %d\n  %s%s\n", cl->name, gpus, line, train);
 }
 
 cJSON *sim_min_gpus_to_json(const ProfCluster *cl, int gpus, const SimPlanResult *r)
@@ -254,8 +291,52 @@ cJSON *sim_min_gpus_to_json(const ProfCluster *cl, int gpus, const SimPlanResult
     cJSON *e = cJSON_CreateObject();
     cJSON_AddStringToObject(e, "cluster", cl->name);
     cJSON_AddNumberToObject(e, "gpus", gpus);
+    if (r->n_top > 0)
+        train_json(e, &r->top[0], gpus);
     cJSON_AddItemToObject(e, "search", sim_plan_search_json(r));
     return e;
+}
+
+/* sim_progress_bar's lines: a search that outlasts 2 s says what it is doing as each phase
+ * begins and every 10 s, and how long it took. */
+static void progress_lines(SimProgressBar *p, double t, long done, long total, int phase)
+{
+    const char *what = p->what ? p->what : "search";
+    if (p->first_s == 0)
+        p->first_s = t;
+    if (phase >= 3) {
+        /* many short searches: a line every 2 s once the whole has run 2 s */
+        if (t - p->first_s < 2.0 || t - p->told_s < 2.0)
+            return;
+        p->told_s = t;
+        if (phase == 3)
+            fprintf(p->f, "%s: %ld of %ld sizes and clusters planned (%.1f s)\n", what, done, total, t - p->first_s);
+        else
+            fprintf(p->f, "%s: %ld GPUs tried of at most %ld for the budget (%.1f s)\n", what, done, total,
+                    t - p->first_s);
+        fflush(p->f);
+        return;
+    }
+    if (phase == 2) {
+        if (p->shown)
+            fprintf(p->f, "%s: search done in %.1f s\n", what, t - p->start_s);
+        p->start_s = p->drawn_s = 0;
+        p->shown = p->phase = 0;
+        fflush(p->f);
+        return;
+    }
+    if (t - p->start_s < 2.0 || (p->phase == phase + 1 && t - p->drawn_s < 10.0))
+        return;
+    p->phase = phase + 1;
+    p->drawn_s = t;
+    p->shown = 1;
+    if (phase == 0)
+        fprintf(p->f, "%s: %ld of %ld layouts checked against the rules and memory (%.1f s)\n", what, done,
+                total, t - p->start_s);
+    else
+        fprintf(p->f, "%s: %ld of at most %ld feasible layouts bounded exactly or timed, best first (%.1f s)\n",
+                what, done, total, t - p->start_s);
+    fflush(p->f);
 }
 
 void sim_progress_bar(void *ctx, long done, long total, int phase)
@@ -264,6 +345,12 @@ void sim_progress_bar(void *ctx, long done, long total, int phase)
     const double t = px_now_s();
     if (p->start_s == 0)
         p->start_s = t;
+    if (p->lines) {
+        progress_lines(p, t, done, total, phase);
+        return;
+    }
+    if (phase >= 3) /* the bar follows each search of a sweep on its own */
+        return;
     if (phase == 2) {
         if (p->shown)
             fputs("\r\033[K", p->f);

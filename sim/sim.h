@@ -264,7 +264,9 @@ typedef struct {
     /* each layout simulated in full (all feasible ones with brute_force), optional */
     void (*timed)(void *ctx, const SimCandidate *c);
     void *timed_ctx;
-    /* progress (optional): phase 0 rules and memory, 1 exact timing, 2 done */
+    /* progress (optional): phase 0 rules and memory, 1 exact timing, 2 done; over several
+     * searches also 3, a sweep's (size, cluster) done (done of total), and 4, --min-gpus's size
+     * tried (done GPUs of at most total) */
     void (*progress)(void *ctx, long done, long total, int phase);
     void *progress_ctx;
 } SimPlanRequest;
@@ -303,11 +305,18 @@ cJSON *sim_plan_answer_json(const SimPlanResult *r, const ProfCluster *cluster, 
 /* A progress bar for a long search, drawn on f (a terminal): give sim_progress_bar as the
  * request's progress and a SimProgressBar with f set and the rest zero as its context. The bar
  * appears once a search has run half a second (short ones stay silent), is redrawn at most
- * ten times a second, and is erased when the search ends, ready for the next one. */
+ * ten times a second, and is erased when the search ends, ready for the next one. With lines
+ * set (f a file or a pipe, where a redrawn bar is noise) it writes whole lines instead, once a
+ * search has run 2 s: one as each phase begins, one every 10 s within it, one at the end
+ * ("plan: 1234567 of 5667264 layouts checked against the rules and memory (2.0 s)"). */
 typedef struct {
     FILE *f;
+    int lines;   /* a line per phase instead of a redrawn bar */
+    const char *what; /* the lines' first word: the command ("plan") */
     double start_s, drawn_s; /* when the search began; when the bar was last drawn */
     int shown;
+    int phase; /* lines: the phase of the last line, plus one (0: none yet) */
+    double first_s, told_s; /* lines: when the first search began; the last line over searches */
 } SimProgressBar;
 void sim_progress_bar(void *ctx, long done, long total, int phase);
 /* The winner as a plan: simulated in full (every layer's ops), its prediction attached. The

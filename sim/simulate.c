@@ -347,6 +347,18 @@ int sim_layer_seconds(const SimResult *r, double *fwd_s, double *bwd_s, PxError 
     return PX_OK;
 }
 
+int sim_cluster_holds(const ProfCluster *cl, int gpus, PxError *err)
+{
+    if (cl->nodes <= 0 || (double)gpus <= (double)cl->nodes * cl->node_devices)
+        return PX_OK;
+    /* the profile's "nodes" is the one figure to raise: name it with the count that fits */
+    const long need = ((long)gpus + cl->node_devices - 1) / (cl->node_devices > 0 ? cl->node_devices : 1);
+    return px_fail(err, PX_EINPUT,
+                   "%d GPUs exceed cluster %s: %d nodes of %d (%ld GPUs); for a larger cluster of "
+                   "these nodes add --set nodes=%ld",
+                   gpus, cl->name, cl->nodes, cl->node_devices, (long)cl->nodes * cl->node_devices, need);
+}
+
 double sim_step_floor(const ModelSpec *spec, const ModelDims *d, double layer_fwd_s,
                       double layer_bwd_s)
 {
@@ -444,9 +456,8 @@ static int run(const ModelSpec *spec, const ProfCluster *cl, int gpus, int compa
     r->node_size = prof_node_size(cl, d->gpus);
     if (r->node_size > d->gpus)
         r->node_size = d->gpus;
-    if (cl->nodes > 0 && (double)d->gpus > (double)cl->nodes * cl->node_devices)
-        return px_fail(err, PX_EINPUT, "%d GPUs exceed cluster %s: %d nodes of %d", d->gpus,
-                       cl->name, cl->nodes, cl->node_devices);
+    if ((rc = sim_cluster_holds(cl, d->gpus, err)))
+        return rc;
     r->rank_memory_bytes = prof_rank_memory(cl, r->node_size);
     r->host_rank_memory_bytes = prof_host_rank_memory(cl, r->node_size);
     if ((rc = sim_offload_check(&r->spec, cl, err)))

@@ -111,6 +111,8 @@ int sim_sweep(const SimPlanRequest *q, const ProfCluster *clusters, int n_cluste
             }
             if (row->ok && (out->best < 0 || row->rank < out->rows[out->best].rank))
                 out->best = (int)(row - out->rows);
+            if (q->progress)
+                q->progress(q->progress_ctx, out->n_rows, (long)n_gpus * n_clusters, 3);
         }
     }
     return PX_OK;
@@ -149,8 +151,12 @@ int sim_plan_min_gpus(const SimPlanRequest *q, const ProfCluster *cl, double max
                       PxError *err)
 {
     const int node = cl->node_devices > 0 ? cl->node_devices : 1;
-    if (cl->nodes > 0 && (long)cl->nodes * node < limit)
+    char more[160] = ""; /* when the cluster, not --max-gpus, ended the scan: how to go on */
+    if (cl->nodes > 0 && (long)cl->nodes * node < limit) {
         limit = cl->nodes * node;
+        snprintf(more, sizeof more, "; cluster %s ends there (%d nodes of %d): --set nodes=N for more",
+                 cl->name, cl->nodes, node);
+    }
     char tried[256] = "", closest[160] = "";
     size_t n = 0;
     double closest_over = 0; /* how far the closest size missed the budget, as a ratio */
@@ -185,7 +191,9 @@ int sim_plan_min_gpus(const SimPlanRequest *q, const ProfCluster *cl, double max
         }
         if (n < sizeof tried - 16)
             n += (size_t)snprintf(tried + n, sizeof tried - n, "%s%d", n ? "," : "", g);
+        if (q->progress)
+            q->progress(q->progress_ctx, g, limit, 4);
     }
-    return px_fail(err, PX_EINPUT, "no cluster size up to %d GPUs meets the budget (tried %s%s)",
-                   limit, tried[0] ? tried : "none", closest);
+    return px_fail(err, PX_EINPUT, "no cluster size up to %d GPUs meets the budget (tried %s%s)%s",
+                   limit, tried[0] ? tried : "none", closest, more);
 }

@@ -81,9 +81,13 @@ expect 2 "unknown cluster 'dgx-z100'" simulate --model tiny --cluster dgx-z100 -
 expect 2 "network.bandwidth_per_device: expected a number, got a string" simulate --model tiny --cluster "$tmp/cl_type.json" --gpus 8
 expect 2 "node: missing required key" simulate --model tiny --cluster "$tmp/cl_missing.json" --gpus 8
 expect 2 "unknown device 'no-such-gpu'" simulate --model tiny --cluster "$tmp/cl_device.json" --gpus 8
-expect 2 "--set network.speed: no key 'speed'" simulate --model tiny $ok --set network.speed=1
+expect 2 "--set network.speed: no key 'speed' in the profile's network; its keys: network.bandwidth_per_device, network.latency, network.efficiency" simulate --model tiny $ok --set network.speed=1
+expect 2 "--set cluster.bw: no key 'cluster' in the profile; its keys: device.*, node.*, network.*, nodes, overlap.*, host.*" plan --model tiny --cluster dgx-h100 --gpus 8 --gbs 64 --set cluster.bw=1
+expect 2 "--set cluster.nodes: no key 'cluster' in the profile; its keys: device.*, node.*, network.*, nodes, overlap.*, host.*; did you mean nodes?" simulate --model tiny $ok --set cluster.nodes=2048
 expect 2 "--set 'network.latency': expected key=value" simulate --model tiny $ok --set network.latency
-expect 2 "exceed cluster dgx-a100: 560 nodes of 8" simulate --model gpt3-175b --cluster dgx-a100 --gpus 8192 --tp 8
+expect 2 "8192 GPUs exceed cluster dgx-a100: 560 nodes of 8 (4480 GPUs); for a larger cluster of these nodes add --set nodes=1024" simulate --model gpt3-175b --cluster dgx-a100 --gpus 8192 --tp 8
+expect 2 "16384 GPUs exceed cluster dgx-h100: 576 nodes of 8 (4608 GPUs); for a larger cluster of these nodes add --set nodes=2048" plan --model llama3-405b --cluster dgx-h100 --gpus 16384 --gbs 2048
+expect 0 "llama3-405b on dgx-h100: 16384 x h100-sxm" plan --model llama3-405b --cluster dgx-h100 --gpus 16384 --gbs 2048 --tp 8 --pp 16 --top 1 --set nodes=2048
 
 # impossible layouts: one line naming the rule
 expect 2 "tp 3 must divide the 4 attention heads" simulate --model tiny --cluster dgx-a100 --gpus 3 --tp 3
@@ -108,6 +112,18 @@ expect 2 "--objective: expected time, cost or tokens-per-gpu, got 'speed'" plan 
 expect 2 "--headroom: must be in [0, 1)" plan --model tiny --cluster local --gpus 2 --gbs 8 --headroom 1.5
 expect 2 "does not fit in device memory" plan --model gpt3-175b --cluster dgx-a100 --gpus 8 --gbs 8
 expect 2 "pinned degrees do not divide" plan --model tiny --cluster local --gpus 4 --gbs 8 --tp 3
+# the degrees divide the GPUs: the layers do not split over pp x vpp
+expect 2 "no layout of deepseek-v3 on 2048 GPUs: pp 8 x vpp 4 = 32 virtual stages cannot split its 61 layers evenly (nor 62 or 63 with the embedding and/or the loss counted as layers); a vpp that can with pp 8: 1 (an uneven split, balanced); or give each virtual stage its layers, e.g. --pipeline-model-parallel-layout 'Et|(tt|)*30,mL'" plan --model deepseek-v3 --cluster dgx-h100 --gpus 2048 --gbs 4096 --pp 8 --vpp 4
+expect 2 "a vpp that can with pp 16: 1 (an uneven split, balanced), 2, 4, 8; or give each virtual stage its layers, e.g. --pipeline-model-parallel-layout 'Et|(tt|)*14,(t*3|)*32,tL'" plan --model llama3-405b --cluster dgx-h100 --gpus 2048 --gbs 4096 --pp 16 --vpp 3
+# --tokens: counts as people write them; anything else named
+expect 2 "--tokens: expected a count such as 15T, 300B, 2.5M or 1.5e12 (K, M, B, T: thousand to trillion), got '15X'" simulate --model tiny $ok --tokens 15X
+expect 2 "--tokens: expected a count such as 15T, 300B, 2.5M or 1.5e12 (K, M, B, T: thousand to trillion), got '15TB'" plan --model tiny --cluster local --gpus 2 --gbs 8 --tokens 15TB
+expect 2 "--tokens: must be positive, got '-5T'" simulate --model tiny $ok --tokens -5T
+expect 0 "training on 15.0 T tokens" simulate --model tiny $ok --tokens 15T
+expect 0 "training on 300.0 B tokens" simulate --model tiny $ok --tokens 300b
+expect 0 "training on 1.50 T tokens" simulate --model tiny $ok --tokens 1.5e12
+expect 0 "training on 2.50 M tokens" simulate --model tiny $ok --tokens 2.5M
+expect 0 "training on 7.00 K tokens" simulate --model tiny $ok --tokens 7k
 expect 2 "-o writes one plan" plan --model tiny --cluster local --gpus 2,4 --gbs 8 -o "$tmp/p.json"
 expect 2 "--min-gpus needs --max-step-s and/or --max-days" plan --model tiny --cluster local --gpus 2 --gbs 8 --min-gpus
 expect 2 "--max-days needs --tokens" plan --model tiny --cluster local --gpus 2 --gbs 8 --min-gpus --max-days 3
@@ -267,7 +283,13 @@ expect 0 "best by cost: 8 GPUs of dgx-h100" plan --model llama3-8b --cluster dgx
 expect 0 "best by tokens-per-gpu: 8 GPUs of dgx-h100" plan --model llama3-8b --cluster dgx-h100 --gpus 8,16,64 --gbs 512 --objective tokens-per-gpu
 expect 0 "best by cost: 64 GPUs of dgx-a100" plan --model llama3-8b --cluster dgx-a100,dgx-h100 --gpus 64 --gbs 512 --objective cost --gpu-hour-price 1,4
 expect 0 '"evaluated"' plan --model tiny --cluster local --gpus 2 --gbs 8 --json
-expect 0 "1e+09 tokens with layout 1:" plan --model gpt3-1.3b --cluster dgx-a100 --gpus 8 --gbs 64 --tokens 1e9
+expect 0 "1.00 B tokens with layout 1: 0.1 days, 14 GPU-hours" plan --model gpt3-1.3b --cluster dgx-a100 --gpus 8 --gbs 64 --tokens 1e9
+# a sweep, a comparison of clusters and --min-gpus keep the token budget
+expect 0 "days and GPU-hours to train on 15.0 T tokens" plan --model llama3-8b --cluster dgx-h100,dgx-a100 --gpus 64,128 --gbs 512 --tokens 15T
+expect 0 "67.90 GiB  277.3 days, 425.9 K GPU-hours" plan --model llama3-8b --cluster dgx-h100 --gpus 64,128 --gbs 512 --tokens 15T
+expect 0 "31.97 GiB  25.2 days, 619.2 K GPU-hours" plan --model llama3-8b --cluster dgx-h100 --gpus 64 --gbs 512 --tokens 15T --min-gpus --max-days 30
+expect 2 "no cluster size up to 16 GPUs meets the budget (tried 8,16; the closest, 8 GPUs, takes 0.000327 s a step); cluster dgx-a100 ends there (2 nodes of 8): --set nodes=N for more" plan --model tiny --cluster dgx-a100 --gbs 8 --min-gpus --max-step-s 1e-9 --set nodes=2
+expect 0 '"gpu_hours":' plan --model llama3-8b --cluster dgx-h100,dgx-a100 --gpus 64 --gbs 512 --tokens 15T --json
 expect 0 "commands:" help
 expect 0 "tiny-llama" models
 expect 0 "dgx-h100" profiles
