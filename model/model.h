@@ -952,6 +952,8 @@ typedef struct {
     uint64_t comm_bytes; /* buffer size S of one call: nccl-tests' "size" */
     int calls;           /* calls of comm_bytes each per execution (1 for most) */
     int repeat;          /* identical layers it stands for: 1, or a chunk's layers (compact) */
+    int host_syncs;      /* device-to-host synchronisations per execution: the host waits for
+                            the device (a MoE dispatcher's token counts), docs/time.md */
 } ModelOp;
 
 typedef struct {
