@@ -86,6 +86,18 @@ double sim_gemm_seconds_as(const SimCtx *c, const ModelGemm *g, int fp8, double 
     return t_compute > t_memory ? t_compute : t_memory;
 }
 
+double sim_op_gemm_seconds(const SimCtx *c, const ModelOp *op, int i, int fp8)
+{
+    ModelGemm four, rest;
+    const int64_t rounds = sim_moe_gemm_split(op, i, &four, &rest);
+    if (rounds == 0)
+        return sim_gemm_seconds_as(c, &op->gemm[i], fp8, NULL);
+    double t = (double)rounds * sim_gemm_seconds_as(c, &four, fp8, NULL);
+    if (rest.batch > 0)
+        t += sim_gemm_seconds_as(c, &rest, fp8, NULL);
+    return t;
+}
+
 /* An op's time from the rate calibrate fitted for its kind, phase and variant: its fixed cost
  * plus its size at that rate, a matmul's GEMMs timed as measured. Negative when the profile
  * has no such rate. */

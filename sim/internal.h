@@ -28,6 +28,9 @@ double sim_gemm_seconds_as(const SimCtx *c, const ModelGemm *g, int fp8, double 
  * local experts, run as Transformer Engine's grouped GEMM does, 4 at a time on its streams,
  * each group quantized into waves on its own (sim/moe.c). */
 int sim_is_expert_gemm(const ModelOp *op);
+/* GEMM i of op as the grouped GEMM runs it: the rounds of 4 experts (returned; 0: not an
+ * expert GEMM of more than 4, run as one), each *four, then *rest (batch 0: none). */
+int64_t sim_moe_gemm_split(const ModelOp *op, int i, ModelGemm *four, ModelGemm *rest);
 /* Seconds of GEMM i of a matmul op: an expert GEMM as above, any other as sim_gemm_seconds_as. */
 double sim_op_gemm_seconds(const SimCtx *c, const ModelOp *op, int i, int fp8);
 /* What op's device-to-host syncs cost: host_syncs x the device's host_sync_s. */

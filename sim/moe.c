@@ -18,20 +18,17 @@ int sim_is_expert_gemm(const ModelOp *op)
            (op->role == MODEL_OPR_EXP_FC1 || op->role == MODEL_OPR_EXP_FC2);
 }
 
-double sim_op_gemm_seconds(const SimCtx *c, const ModelOp *op, int i, int fp8)
+int64_t sim_moe_gemm_split(const ModelOp *op, int i, ModelGemm *four, ModelGemm *rest)
 {
     const ModelGemm *g = &op->gemm[i];
     if (!sim_is_expert_gemm(op) || g->batch <= SIM_MOE_GEMM_STREAMS)
-        return sim_gemm_seconds_as(c, g, fp8, NULL);
+        return 0;
     /* batch experts of m x n x k each: full rounds of 4 concurrent GEMMs, then the rest */
-    const int64_t rounds = g->batch / SIM_MOE_GEMM_STREAMS, rest = g->batch % SIM_MOE_GEMM_STREAMS;
-    ModelGemm four = *g, last = *g;
-    four.batch = SIM_MOE_GEMM_STREAMS;
-    last.batch = rest;
-    double t = (double)rounds * sim_gemm_seconds_as(c, &four, fp8, NULL);
-    if (rest > 0)
-        t += sim_gemm_seconds_as(c, &last, fp8, NULL);
-    return t;
+    *four = *g;
+    *rest = *g;
+    four->batch = SIM_MOE_GEMM_STREAMS;
+    rest->batch = g->batch % SIM_MOE_GEMM_STREAMS;
+    return g->batch / SIM_MOE_GEMM_STREAMS;
 }
 
 double sim_host_sync_seconds(const SimCtx *c, const ModelOp *op)
