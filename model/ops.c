@@ -413,6 +413,84 @@ static void moe_sort(Emit *e, int l, double R)
     simple(e, MODEL_OP_PERMUTE, n, 2.0 * R * d->h * eb(e));
 }
 
+/* The routed experts' GEMMs and activation on the R rows of the rank's local experts
+ * (forward, or backward in reverse order). */
+static void experts_pass(Emit *e, int l, double R)
+{
+    const ModelDims *d = e->d;
+    const double h = d->h, a = eb(e);
+    char n[64];
+    if (e->phase == MODEL_BWD) {
+        at_layer(e, MODEL_OPR_EXP_FC2, l, n);
+        linear_g(e, n, R, h, d->eff_loc, 0, 1, d->experts_loc);
+        at_layer(e, MODEL_OPR_EXP_ACT, l, n);
+        simple(e, MODEL_OP_ACTIVATION, n, R * (2.0 * d->eff_out_loc + d->eff_loc) * a);
+        at_layer(e, MODEL_OPR_EXP_FC1, l, n);
+        linear_g(e, n, R, d->eff_out_loc, h, 0, 1, d->experts_loc);
+        return;
+    }
+    at_layer(e, MODEL_OPR_EXP_FC1, l, n);
+    linear_g(e, n, R, d->eff_out_loc, h, 0, 1, d->experts_loc);
+    at_layer(e, MODEL_OPR_EXP_ACT, l, n);
+    simple(e, MODEL_OP_ACTIVATION, n, R * ((double)d->eff_out_loc + d->eff_loc) * a);
+    at_layer(e, MODEL_OPR_EXP_FC2, l, n);
+    linear_g(e, n, R, h, d->eff_loc, 0, 1, d->experts_loc);
+}
+
+/* The token counts of the rank's experts copied to the host, which sizes the permuted buffers
+ * and the grouped GEMM's splits (and the all-to-all's) from them: `bytes` read, one launch, one
+ * host sync (Megatron-Core's dispatchers, tokens_per_expert moved to the CPU). */
+static void moe_counts(Emit *e, int l, double bytes)
+{
+    char n[64];
+    at_layer(e, MODEL_OPR_DISPATCH, l, n);
+    name_join(n, sizeof n, n, "counts");
+    simple(e, MODEL_OP_PERMUTE, n, bytes)->host_syncs = 1;
+}
+
+/* The all-gather dispatcher (Megatron-Core's MoEAllGatherTokenDispatcher), forward or backward:
+ * over the etp x ep ranks (n of them, T tokens each) every token, its scores and its routing
+ * map are gathered; each rank permutes out the R rows of its local experts, and after them
+ * scales each by its weight and scatter-adds it into a zeroed [n T, h] buffer, which is
+ * reduce-scattered back to the tokens' ranks. The backward gathers the output gradient,
+ * gathers the R rows' gradients from it, and after the experts scatter-adds them back for the
+ * reduce-scatter; the scores' gradient is reduce-scattered too. No all-to-all, no sort: the
+ * rows come out of the permutation in expert order. */
+static void moe_allgather(Emit *e, int l, int before)
+{
+    const ModelSpec *s = e->s;
+    const ModelDims *d = e->d;
+    const double T = (double)d->tokens, E = s->model.moe.experts, R = (double)d->routed;
+    const double h = d->h, a = eb(e), g = (double)d->ep * d->etp, Tn = g * T;
+    const int bwd = e->phase == MODEL_BWD;
+    char n[64];
+    if (before && !bwd) {
+        at_layer(e, MODEL_OPR_DISPATCH, l, n);
+        comm(e, n, MODEL_EP_ALL_GATHER, (int)g, Tn * E * 5.0, 1);
+        comm(e, n, MODEL_EP_ALL_GATHER, (int)g, Tn * h * a, 1);
+        moe_counts(e, l, Tn * d->experts_loc + d->experts_loc * 8.0);
+        /* the local map's rows gathered: read and write R rows, their indices */
+        simple(e, MODEL_OP_PERMUTE, n, 2.0 * R * h * a + R * 4.0 + Tn * d->experts_loc);
+    } else if (!before && !bwd) {
+        at_layer(e, MODEL_OPR_COMBINE, l, n);
+        /* scale (R rows in and out), zero the [n T, h] buffer, scatter-add the rows into it */
+        simple(e, MODEL_OP_PERMUTE, n, 2.0 * R * h * a + Tn * h * a + 2.0 * R * h * a + R * 4.0)
+            ->kernels = 3;
+        comm(e, n, MODEL_EP_REDUCE_SCATTER, (int)g, Tn * h * a, 1);
+        simple(e, MODEL_OP_PERMUTE, n, 3.0 * T * h * a); /* the residual add */
+    } else if (before) {
+        at_layer(e, MODEL_OPR_COMBINE, l, n);
+        comm(e, n, MODEL_EP_ALL_GATHER, (int)g, Tn * h * a, 1);
+        /* gather R rows' gradients, then the scale's: the rows' and the weights' gradients */
+        simple(e, MODEL_OP_PERMUTE, n, 2.0 * R * h * a + 3.0 * R * h * a + R * 8.0)->kernels = 2;
+        comm(e, n, MODEL_EP_REDUCE_SCATTER, (int)g, Tn * E * 4.0, 1);
+    } else {
+        at_layer(e, MODEL_OPR_DISPATCH, l, n);
+        simple(e, MODEL_OP_PERMUTE, n, Tn * h * a + 2.0 * R * h * a + R * 4.0)->kernels = 2;
+        comm(e, n, MODEL_EP_REDUCE_SCATTER, (int)g, Tn * h * a, 1);
+    }
+}
+
 /* A MoE layer's routed experts (forward): the router's logits GEMM, its score function, top-k
  * and auxiliary loss, and the permutation of the T x k copies into expert order; the
  * dispatcher's device-to-host copy of the token counts, which the host waits for; the dispatch
@@ -431,20 +509,22 @@ static void moe_forward(Emit *e, int l)
     at_layer(e, MODEL_OPR_ROUTER, l, n);
     linear(e, n, T, E, h, 0);
     router_routing(e, n, T, E, k, m->aux_loss_coeff > 0);
-    simple(e, MODEL_OP_PERMUTE, n, T * h * a + T * k * h * a + T * k * 4.0);
+    const int ag = s->job.moe_dispatcher == MODEL_MOE_DISPATCH_ALLGATHER;
+    if (!ag)
+        simple(e, MODEL_OP_PERMUTE, n, T * h * a + T * k * h * a + T * k * 4.0);
     /* SP: the load-balancing loss counts the copies per expert over the whole micro-batch,
      * its TP shards' counts summed (Megatron-Core's sequence_partition_group) */
     if (s->layout.sp && m->aux_loss_coeff > 0)
         comm(e, n, MODEL_TP_ALLREDUCE, d->t, E * 4.0, 1);
-    at_layer(e, MODEL_OPR_DISPATCH, l, n);
-    /* the counts per expert copied to the host, which sizes the all-to-all's splits and the
-     * permuted buffers from them (MoEAlltoAllTokenDispatcher's preprocess): one launch */
-    {
-        char sn[64];
-        name_join(sn, sizeof sn, n, "counts");
-        ModelOp *sync = simple(e, MODEL_OP_PERMUTE, sn, E * 8.0);
-        sync->host_syncs = 1;
+    if (ag) {
+        moe_allgather(e, l, 1);
+        experts_pass(e, l, R);
+        moe_allgather(e, l, 0);
+        return;
     }
+    /* the counts per expert (MoEAlltoAllTokenDispatcher's preprocess) */
+    moe_counts(e, l, E * 8.0);
+    at_layer(e, MODEL_OPR_DISPATCH, l, n);
     /* FP8 dispatch (DeepSeek-V3): the rows quantized once before the all-to-all, one byte an
      * element and the recipe's scales */
     const int q = d->fp8 && s->job.fp8_dispatch;
@@ -455,12 +535,7 @@ static void moe_forward(Emit *e, int l)
     comm(e, n, MODEL_EP_ALL_TO_ALL, d->ep, rows_b, 1);
     comm(e, n, MODEL_ETP_ALL_GATHER, d->etp, all_b, 1);
     moe_sort(e, l, R);
-    at_layer(e, MODEL_OPR_EXP_FC1, l, n);
-    linear_g(e, n, R, d->eff_out_loc, h, 0, 1, d->experts_loc);
-    at_layer(e, MODEL_OPR_EXP_ACT, l, n);
-    simple(e, MODEL_OP_ACTIVATION, n, R * ((double)d->eff_out_loc + d->eff_loc) * a);
-    at_layer(e, MODEL_OPR_EXP_FC2, l, n);
-    linear_g(e, n, R, h, d->eff_loc, 0, 1, d->experts_loc);
+    experts_pass(e, l, R);
     moe_sort(e, l, R);
     at_layer(e, MODEL_OPR_COMBINE, l, n);
     comm(e, n, MODEL_ETP_REDUCE_SCATTER, d->etp, R * h * a, 1);
@@ -718,6 +793,15 @@ static void moe_backward(Emit *e, int l)
     const double T = (double)d->tokens, k = m->topk, E = m->experts, R = (double)d->routed;
     const double h = d->h, a = eb(e), rows = R / d->etp;
     char n[64];
+    if (s->job.moe_dispatcher == MODEL_MOE_DISPATCH_ALLGATHER) {
+        moe_allgather(e, l, 1);
+        experts_pass(e, l, R);
+        moe_allgather(e, l, 0);
+        at_layer(e, MODEL_OPR_ROUTER, l, n);
+        router_routing(e, n, T, E, k, m->aux_loss_coeff > 0);
+        linear(e, n, T, E, h, 0);
+        return;
+    }
     at_layer(e, MODEL_OPR_COMBINE, l, n);
     /* gather: read the output gradient, write each copy's; scale: read those and the saved
      * outputs, write the copies' gradients and the weights' */
@@ -726,12 +810,7 @@ static void moe_backward(Emit *e, int l)
     comm(e, n, MODEL_EP_ALL_TO_ALL, d->ep, rows * h * a, 1);
     comm(e, n, MODEL_ETP_ALL_GATHER, d->etp, R * h * a, 1);
     moe_sort(e, l, R);
-    at_layer(e, MODEL_OPR_EXP_FC2, l, n);
-    linear_g(e, n, R, h, d->eff_loc, 0, 1, d->experts_loc);
-    at_layer(e, MODEL_OPR_EXP_ACT, l, n);
-    simple(e, MODEL_OP_ACTIVATION, n, R * (2.0 * d->eff_out_loc + d->eff_loc) * a);
-    at_layer(e, MODEL_OPR_EXP_FC1, l, n);
-    linear_g(e, n, R, d->eff_out_loc, h, 0, 1, d->experts_loc);
+    experts_pass(e, l, R);
     moe_sort(e, l, R);
     at_layer(e, MODEL_OPR_DISPATCH, l, n);
     comm(e, n, MODEL_ETP_REDUCE_SCATTER, d->etp, R * h * a, 1);

@@ -257,6 +257,9 @@ double sim_comm_seconds(const SimCtx *c, const ModelOp *op, int stage)
     /* Megatron-Core's expert order inside a stage: etp fastest, then ep, then expert dp */
     case MODEL_GROUP_ETP: stride = 1; break;
     case MODEL_GROUP_EP: stride = d->etp; break;
+    /* the all-gather dispatcher's group: etp x ep consecutive ranks (Megatron-Core's
+     * expert-tensor-and-model-parallel group) */
+    case MODEL_GROUP_ETP_EP: stride = 1; break;
     case MODEL_GROUP_EDP: stride = d->etp * d->ep; break;
     /* HSDP's replicas of a shard: dp ranks are shard-fastest, so one replica group strides
      * over a whole shard group (dp_shard x cp ranks of tp) */

@@ -88,6 +88,70 @@ static void test_op_graph_terms(void)
     model_ops_free(&g);
 }
 
+/* The all-gather dispatcher on the same case: n = etp x ep = 2 ranks gather T n = 128 tokens.
+ * Forward: the scores and map, 128 x 8 x (4 + 1) = 5,120 B, and the rows, 128 x 64 x 2 = 16,384
+ * B, over the 2 ranks; the counts (128 x 4 map entries + 4 x 8) = 544 B with its host sync; the
+ * local rows permuted out: 2 R h a + R 4 + T n 4 = 32,768 + 512 + 512 = 33,792 B. Combine: scale
+ * (2 R h a), zero the [T n, h] buffer (16,384), scatter-add (2 R h a + R 4): 82,432 B in 3
+ * kernels, then the reduce-scatter of 16,384 B. No all-to-all, no sort. */
+static void test_allgather_dispatcher(void)
+{
+    PxError err = {0};
+    ModelSpec s;
+    ModelDims d;
+    ModelOpGraph g;
+    model_spec_defaults(&s);
+    CHECK_OK(model_config_load("tiny-moe", &s.model, &err), err);
+    s.job.global_batch = 2;
+    s.job.micro_batch = 1;
+    s.job.seq_len = 64;
+    s.job.precision = PX_BF16;
+    s.job.moe_dispatcher = MODEL_MOE_DISPATCH_ALLGATHER;
+    s.layout.dp = 2;
+    s.layout.ep = 2;
+    CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+    CHECK_OK(model_ops_build(&s, &d, 0, &g, &err), err);
+    const ModelOp *o = find(&g, "layer.1.moe.dispatch.ep_all_gather", MODEL_FWD, 0);
+    CHECK(o != NULL && o->group_size == 2);
+    CHECK_EQ_U64(5120, o->comm_bytes);
+    o = find(&g, "layer.1.moe.dispatch.ep_all_gather", MODEL_FWD, 1);
+    CHECK(o != NULL);
+    CHECK_EQ_U64(16384, o->comm_bytes);
+    o = find(&g, "layer.1.moe.dispatch.counts", MODEL_FWD, 0);
+    CHECK(o != NULL && o->host_syncs == 1);
+    CHECK_REL(544.0, o->bytes, 1e-12);
+    o = find(&g, "layer.1.moe.dispatch", MODEL_FWD, 0);
+    CHECK(o != NULL && o->kind == MODEL_OP_PERMUTE);
+    CHECK_REL(33792.0, o->bytes, 1e-12);
+    o = find(&g, "layer.1.moe.combine", MODEL_FWD, 0);
+    CHECK(o != NULL && o->kind == MODEL_OP_PERMUTE);
+    CHECK_REL(82432.0, o->bytes, 1e-12);
+    CHECK_EQ_INT(3, o->kernels);
+    o = find(&g, "layer.1.moe.combine.ep_reduce_scatter", MODEL_FWD, 0);
+    CHECK(o != NULL);
+    CHECK_EQ_U64(16384, o->comm_bytes);
+    for (int i = 0; i < g.count; i++)
+        CHECK(g.op[i].comm != MODEL_EP_ALL_TO_ALL || g.op[i].kind != MODEL_OP_COMM);
+    CHECK(find(&g, "layer.1.moe.dispatch.sort", MODEL_FWD, 0) == NULL);
+    /* the backward: the output gradient gathered, the rows' and the scores' gradients
+     * reduce-scattered */
+    o = find(&g, "layer.1.moe.combine.ep_all_gather", MODEL_BWD, 0);
+    CHECK(o != NULL);
+    CHECK_EQ_U64(16384, o->comm_bytes);
+    o = find(&g, "layer.1.moe.combine.ep_reduce_scatter", MODEL_BWD, 0);
+    CHECK(o != NULL);
+    CHECK_EQ_U64(128 * 8 * 4, o->comm_bytes);
+    o = find(&g, "layer.1.moe.dispatch.ep_reduce_scatter", MODEL_BWD, 0);
+    CHECK(o != NULL);
+    CHECK_EQ_U64(16384, o->comm_bytes);
+    model_ops_free(&g);
+    /* FP8 dispatch is the all-to-all's */
+    s.job.fp8 = MODEL_FP8_BLOCKWISE;
+    s.job.fp8_dispatch = 1;
+    CHECK_EQ_INT(PX_EINPUT, model_spec_check(&s, 2, &d, &err));
+    CHECK(strstr(err.msg, "FP8 dispatch needs the alltoall dispatcher, not moe_dispatcher allgather") != NULL);
+}
+
 /* H100 (989.4 TFLOP/s, matmul 0.66, 132 SMs, K half 64): 6 experts' GEMMs of 128 x 128 x 4096
  * take the 64 x 64 tiles (0.75; 4 an expert), which waste least of a wave this small. Pooled in
  * one batch their 24 tiles run in one wave; Transformer Engine runs 4 experts then 2, two
@@ -171,6 +235,7 @@ int main(void)
 {
     px_log_set_quiet(1);
     test_op_graph_terms();
+    test_allgather_dispatcher();
     test_expert_gemm_streams();
     test_host_sync();
     test_step_has_syncs();
