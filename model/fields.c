@@ -14,7 +14,7 @@
 _Static_assert(sizeof(ModelRecompute) == sizeof(int) && sizeof(ModelSchedule) == sizeof(int) &&
                    sizeof(ModelOptimizer) == sizeof(int) && sizeof(ModelCpComm) == sizeof(int) &&
                    sizeof(ModelFp8Recipe) == sizeof(int) && sizeof(ModelFp8Format) == sizeof(int) &&
-                   sizeof(PxDtype) == sizeof(int),
+                   sizeof(PxDtype) == sizeof(int) && sizeof(ModelMoeDispatcher) == sizeof(int),
                "the fields' enums are int-sized");
 
 /* ---- the names of the layout's and the job's enums ---- */
@@ -27,6 +27,7 @@ static const char *const fp8_recipe_names[] = {"none", "delayed", "tensorwise", 
 static const char *const fp8_format_names[] = {"hybrid", "e4m3"};
 static const char *const float_names[] = {"fp32", "bf16", "fp16"}; /* PxDtype's first three */
 static const char *const flops_names[] = {"full", "causal"};      /* causal_flops 0, 1 */
+static const char *const moe_dispatcher_names[] = {"alltoall", "allgather"}; /* Megatron's names */
 
 static int name_index(const char *s, const char *const *names, int n)
 {
@@ -40,6 +41,7 @@ const char *model_recompute_name(ModelRecompute r) { return recompute_names[r]; 
 const char *model_schedule_name(ModelSchedule s) { return schedule_names[s]; }
 const char *model_optimizer_name(ModelOptimizer o) { return optimizer_names[o]; }
 const char *model_cp_comm_name(ModelCpComm c) { return cp_comm_names[c]; }
+const char *model_moe_dispatcher_name(ModelMoeDispatcher k) { return moe_dispatcher_names[k]; }
 const char *model_fp8_recipe_name(ModelFp8Recipe r) { return fp8_recipe_names[r]; }
 const char *model_fp8_format_name(ModelFp8Format f) { return fp8_format_names[f]; }
 int model_recompute_from_name(const char *s) { return name_index(s, recompute_names, 3); }
@@ -421,6 +423,9 @@ static const ModelField fields[] = {
     {.id = MODEL_FIELD_MOE_FORCE_BALANCE, .key = "moe_force_balance", .type = MODEL_FT_BOOL,
      JOB(moe_force_balance), .shown = shown_with_moe, .flag = "moe-force-balance",
      .help = "route tokens round-robin (Megatron's --moe-router-force-load-balancing): imbalance 1"},
+    {.id = MODEL_FIELD_MOE_DISPATCHER, .key = "moe_dispatcher", .type = MODEL_FT_ENUM, JOB(moe_dispatcher),
+     NAMES(moe_dispatcher_names), .shown = shown_if_set, .flag = "moe-dispatcher", .metavar = "D",
+     .help = "MoE token dispatcher: alltoall (default) | allgather (Megatron's --moe-token-dispatcher-type; simulator only)"},
     /* how the work is counted and run */
     {.id = MODEL_FIELD_PAD_VOCAB, .key = "pad_vocab", .type = MODEL_FT_INT, JOB(pad_vocab), .lo = 1, .hi = 1 << 16,
      .def = 1, .flag = "pad-vocab", .metavar = "N",

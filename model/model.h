@@ -161,6 +161,10 @@ typedef enum { MODEL_OPT_ADAMW = 0, MODEL_OPT_SGD_MOMENTUM, MODEL_OPT_ADAM_8BIT 
  * the whole sequence's K and V gathered before attention and their gradients reduce-scattered
  * after; a2a, DeepSpeed-Ulysses' all-to-all from a sequence split to a head split and back. */
 typedef enum { MODEL_CP_COMM_P2P = 0, MODEL_CP_COMM_ALLGATHER, MODEL_CP_COMM_A2A } ModelCpComm;
+/* How a MoE layer's tokens reach their experts (Megatron-Core's --moe-token-dispatcher-type):
+ * all-to-all over ep (default), or every token all-gathered over the etp x ep ranks and the
+ * outputs reduce-scattered back (docs/time.md, "MoE as it runs"). */
+typedef enum { MODEL_MOE_DISPATCH_ALLTOALL = 0, MODEL_MOE_DISPATCH_ALLGATHER } ModelMoeDispatcher;
 
 /* Stages an uneven split can name (an even split has no limit). */
 enum { MODEL_MAX_STAGES = 256 };
@@ -255,6 +259,7 @@ typedef struct {
      * router's choice, as Megatron's --moe-router-force-load-balancing */
     double moe_imbalance;
     int moe_force_balance;
+    ModelMoeDispatcher moe_dispatcher;
     /* FP8 GEMMs in the transformer layers' linear layers (not the embedding, the output layer,
      * the router or the attention core unless fp8_attention), on top of `precision`, which
      * stays the weights' and activations' type */
@@ -384,6 +389,7 @@ int model_schedule_from_name(const char *s);
 int model_optimizer_from_name(const char *s);
 const char *model_cp_comm_name(ModelCpComm c); /* "p2p", "allgather", "a2a" */
 int model_cp_comm_from_name(const char *s);    /* -1 when unknown */
+const char *model_moe_dispatcher_name(ModelMoeDispatcher k); /* "alltoall", "allgather" */
 /* Megatron-Core rank order: tp fastest, then cp, dp, pp. */
 int model_rank(const ModelLayout *l, int tp, int cp, int dp, int pp);
 void model_rank_coords(const ModelLayout *l, int rank, int *tp, int *cp, int *dp, int *pp);
@@ -481,7 +487,7 @@ typedef enum {
     MODEL_FIELD_TRAIN_TOKENS, MODEL_FIELD_MOE_IMBALANCE, MODEL_FIELD_MOE_FORCE_BALANCE,
     MODEL_FIELD_FP8, MODEL_FIELD_FP8_FORMAT, MODEL_FIELD_FP8_PARAM_GATHER,
     MODEL_FIELD_FP8_AMAX_HISTORY, MODEL_FIELD_FP8_ATTENTION, MODEL_FIELD_FP8_DISPATCH,
-    MODEL_FIELD_FP8_TRANSPOSE,
+    MODEL_FIELD_FP8_TRANSPOSE, MODEL_FIELD_MOE_DISPATCHER,
     MODEL_FIELD_COUNT
 } ModelFieldId;
 
@@ -618,11 +624,13 @@ typedef enum {
     MODEL_DPR_ALLREDUCE,   /* HSDP: each gradient shard over its dp_replicate replicas */
     MODEL_CP_P2P,          /* cp_comm p2p: K, V (and their gradients) sent around the CP ring */
     MODEL_CP_ALL_TO_ALL,   /* cp_comm a2a: Q, K, V and the output between sequence and head splits */
+    MODEL_EP_ALL_GATHER,   /* the all-gather dispatcher: every token gathered over etp x ep */
+    MODEL_EP_REDUCE_SCATTER, /* and the experts' outputs reduce-scattered back */
     MODEL_COMM_COUNT
 } ModelComm;
 
 typedef enum { MODEL_COLL_ALLREDUCE = 0, MODEL_COLL_ALL_GATHER, MODEL_COLL_REDUCE_SCATTER, MODEL_COLL_SEND, MODEL_COLL_RECV, MODEL_COLL_ALL_TO_ALL } ModelCollective;
-typedef enum { MODEL_GROUP_TP = 0, MODEL_GROUP_CP, MODEL_GROUP_DP, MODEL_GROUP_PP, MODEL_GROUP_EMBED, MODEL_GROUP_EP, MODEL_GROUP_ETP, MODEL_GROUP_EDP, MODEL_GROUP_DPR } ModelGroup;
+typedef enum { MODEL_GROUP_TP = 0, MODEL_GROUP_CP, MODEL_GROUP_DP, MODEL_GROUP_PP, MODEL_GROUP_EMBED, MODEL_GROUP_EP, MODEL_GROUP_ETP, MODEL_GROUP_EDP, MODEL_GROUP_DPR, MODEL_GROUP_ETP_EP } ModelGroup;
 
 const char *model_category_name(ModelCategory c);
 /* 1 when the layout keeps category c in host memory rather than on the device: master and
@@ -956,6 +964,8 @@ typedef struct {
     uint64_t comm_bytes; /* buffer size S of one call: nccl-tests' "size" */
     int calls;           /* calls of comm_bytes each per execution (1 for most) */
     int repeat;          /* identical layers it stands for: 1, or a chunk's layers (compact) */
+    int host_syncs;      /* device-to-host synchronisations per execution: the host waits for
+                            the device (a MoE dispatcher's token counts), docs/time.md */
 } ModelOp;
 
 typedef struct {

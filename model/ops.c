@@ -181,7 +181,9 @@ static void linear_g(Emit *e, const char *base, double M, double N, double K, do
         op->n_gemm = 1;
         op->gemm[0] = (ModelGemm){m, (int64_t)N, (int64_t)K, groups};
     }
-    op->kernels = op->n_gemm + (extra_bytes > 0 ? epi_kernels : 0);
+    /* a MoE layer's grouped GEMM launches one GEMM per expert (Transformer Engine's
+     * general_grouped_gemm) */
+    op->kernels = op->n_gemm * groups + (extra_bytes > 0 ? epi_kernels : 0);
     op->epilogue_bytes = extra_bytes;
     if (model_fp8_op(e->s, e->role))
         linear_fp8(e, op, M, N, K, W, extra_bytes);
@@ -375,11 +377,127 @@ static void mlp_forward(Emit *e, int l, double f_out, double f_in)
     comm(e, n, sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, tp_act_bytes(e), 1);
 }
 
-/* A MoE layer's routed experts (forward): the router's scores over the rank's T tokens, top-k
- * and the permutation of the T x k copies into expert order; the dispatch all-to-all over ep
- * (each rank's buffer: the rows its experts take, routed / etp) and the gather over etp; the
- * experts' grouped GEMMs on the routed rows; the reduce-scatter over etp and the all-to-all
- * back; the weighted sum of each token's k outputs. */
+/* The router's work beside its GEMM (docs/time.md, "MoE as it runs"), after Megatron-Core's
+ * TopKRouter and topk_softmax_with_capacity: the logits cast to fp32, the score function
+ * (softmax or sigmoid), top-k (values and int64 indices), the routing map (a [T, E] boolean
+ * zeroed and scattered) and the tokens per expert summed from it; with an auxiliary loss the
+ * scores' sum over the tokens and the loss's scalar arithmetic. Forward: one kernel a pass,
+ * the loss's scalar ops counted as 3. Backward: the top-k gradient scattered into [T, E], the
+ * score function's backward, the auxiliary loss's gradient added, the cast back. */
+static void router_routing(Emit *e, const char *n, double T, double E, double k, int aux)
+{
+    const double a = eb(e), f = 4.0;
+    ModelOp *op = simple(e, MODEL_OP_ACTIVATION, n, 0);
+    if (e->phase == MODEL_BWD) {
+        op->bytes = T * E * f * 2.0 + T * k * 12.0 + T * E * f * 3.0 + T * E * (f + a) +
+                    (aux ? 2.0 * T * E * f : 0.0);
+        op->kernels = 4 + (aux ? 2 : 0);
+    } else {
+        op->bytes = T * E * (a + f) + 2.0 * T * E * f + T * E * f + T * k * 12.0 + 2.0 * T * E +
+                    T * k * 8.0 + (aux ? T * E * f : 0.0);
+        op->kernels = 5 + (aux ? 4 : 0);
+    }
+}
+
+/* Megatron-Core's all-to-all dispatcher sorts the received rows by local expert after the
+ * dispatch (sort_chunks_by_idxs: they arrive grouped by source rank) and back before the
+ * combine, when a rank holds more than one expert: a pass over the R rows in and out. */
+static void moe_sort(Emit *e, int l, double R)
+{
+    const ModelDims *d = e->d;
+    if (d->ep < 2 || d->experts_loc < 2)
+        return;
+    char n[64];
+    at_layer(e, MODEL_OPR_DISPATCH, l, n);
+    name_join(n, sizeof n, n, "sort");
+    simple(e, MODEL_OP_PERMUTE, n, 2.0 * R * d->h * eb(e));
+}
+
+/* The routed experts' GEMMs and activation on the R rows of the rank's local experts
+ * (forward, or backward in reverse order). */
+static void experts_pass(Emit *e, int l, double R)
+{
+    const ModelDims *d = e->d;
+    const double h = d->h, a = eb(e);
+    char n[64];
+    if (e->phase == MODEL_BWD) {
+        at_layer(e, MODEL_OPR_EXP_FC2, l, n);
+        linear_g(e, n, R, h, d->eff_loc, 0, 1, d->experts_loc);
+        at_layer(e, MODEL_OPR_EXP_ACT, l, n);
+        simple(e, MODEL_OP_ACTIVATION, n, R * (2.0 * d->eff_out_loc + d->eff_loc) * a);
+        at_layer(e, MODEL_OPR_EXP_FC1, l, n);
+        linear_g(e, n, R, d->eff_out_loc, h, 0, 1, d->experts_loc);
+        return;
+    }
+    at_layer(e, MODEL_OPR_EXP_FC1, l, n);
+    linear_g(e, n, R, d->eff_out_loc, h, 0, 1, d->experts_loc);
+    at_layer(e, MODEL_OPR_EXP_ACT, l, n);
+    simple(e, MODEL_OP_ACTIVATION, n, R * ((double)d->eff_out_loc + d->eff_loc) * a);
+    at_layer(e, MODEL_OPR_EXP_FC2, l, n);
+    linear_g(e, n, R, h, d->eff_loc, 0, 1, d->experts_loc);
+}
+
+/* The token counts of the rank's experts copied to the host, which sizes the permuted buffers
+ * and the grouped GEMM's splits (and the all-to-all's) from them: `bytes` read, one launch, one
+ * host sync (Megatron-Core's dispatchers, tokens_per_expert moved to the CPU). */
+static void moe_counts(Emit *e, int l, double bytes)
+{
+    char n[64];
+    at_layer(e, MODEL_OPR_DISPATCH, l, n);
+    name_join(n, sizeof n, n, "counts");
+    simple(e, MODEL_OP_PERMUTE, n, bytes)->host_syncs = 1;
+}
+
+/* The all-gather dispatcher (Megatron-Core's MoEAllGatherTokenDispatcher), forward or backward:
+ * over the etp x ep ranks (n of them, T tokens each) every token, its scores and its routing
+ * map are gathered; each rank permutes out the R rows of its local experts, and after them
+ * scales each by its weight and scatter-adds it into a zeroed [n T, h] buffer, which is
+ * reduce-scattered back to the tokens' ranks. The backward gathers the output gradient,
+ * gathers the R rows' gradients from it, and after the experts scatter-adds them back for the
+ * reduce-scatter; the scores' gradient is reduce-scattered too. No all-to-all, no sort: the
+ * rows come out of the permutation in expert order. */
+static void moe_allgather(Emit *e, int l, int before)
+{
+    const ModelSpec *s = e->s;
+    const ModelDims *d = e->d;
+    const double T = (double)d->tokens, E = s->model.moe.experts, R = (double)d->routed;
+    const double h = d->h, a = eb(e), g = (double)d->ep * d->etp, Tn = g * T;
+    const int bwd = e->phase == MODEL_BWD;
+    char n[64];
+    if (before && !bwd) {
+        at_layer(e, MODEL_OPR_DISPATCH, l, n);
+        comm(e, n, MODEL_EP_ALL_GATHER, (int)g, Tn * E * 5.0, 1);
+        comm(e, n, MODEL_EP_ALL_GATHER, (int)g, Tn * h * a, 1);
+        moe_counts(e, l, Tn * d->experts_loc + d->experts_loc * 8.0);
+        /* the local map's rows gathered: read and write R rows, their indices */
+        simple(e, MODEL_OP_PERMUTE, n, 2.0 * R * h * a + R * 4.0 + Tn * d->experts_loc);
+    } else if (!before && !bwd) {
+        at_layer(e, MODEL_OPR_COMBINE, l, n);
+        /* scale (R rows in and out), zero the [n T, h] buffer, scatter-add the rows into it */
+        simple(e, MODEL_OP_PERMUTE, n, 2.0 * R * h * a + Tn * h * a + 2.0 * R * h * a + R * 4.0)
+            ->kernels = 3;
+        comm(e, n, MODEL_EP_REDUCE_SCATTER, (int)g, Tn * h * a, 1);
+        simple(e, MODEL_OP_PERMUTE, n, 3.0 * T * h * a); /* the residual add */
+    } else if (before) {
+        at_layer(e, MODEL_OPR_COMBINE, l, n);
+        comm(e, n, MODEL_EP_ALL_GATHER, (int)g, Tn * h * a, 1);
+        /* gather R rows' gradients, then the scale's: the rows' and the weights' gradients */
+        simple(e, MODEL_OP_PERMUTE, n, 2.0 * R * h * a + 3.0 * R * h * a + R * 8.0)->kernels = 2;
+        comm(e, n, MODEL_EP_REDUCE_SCATTER, (int)g, Tn * E * 4.0, 1);
+    } else {
+        at_layer(e, MODEL_OPR_DISPATCH, l, n);
+        simple(e, MODEL_OP_PERMUTE, n, Tn * h * a + 2.0 * R * h * a + R * 4.0)->kernels = 2;
+        comm(e, n, MODEL_EP_REDUCE_SCATTER, (int)g, Tn * h * a, 1);
+    }
+}
+
+/* A MoE layer's routed experts (forward): the router's logits GEMM, its score function, top-k
+ * and auxiliary loss, and the permutation of the T x k copies into expert order; the
+ * dispatcher's device-to-host copy of the token counts, which the host waits for; the dispatch
+ * all-to-all over ep (each rank's buffer: the rows its experts take, routed / etp), the gather
+ * over etp and the sort by local expert; the experts' grouped GEMMs on the routed rows; the
+ * sort back, the reduce-scatter over etp and the all-to-all back; each copy scaled by its
+ * weight and the k copies of a token summed. */
 static void moe_forward(Emit *e, int l)
 {
     const ModelSpec *s = e->s;
@@ -389,13 +507,23 @@ static void moe_forward(Emit *e, int l)
     const double h = d->h, a = eb(e), rows = R / d->etp;
     char n[64];
     at_layer(e, MODEL_OPR_ROUTER, l, n);
-    /* logits written and read in fp32, probabilities written; top-k indices and weights */
-    linear(e, n, T, E, h, T * E * 4.0 * 3.0 + T * k * 8.0);
-    simple(e, MODEL_OP_PERMUTE, n, T * h * a + T * k * h * a + T * k * 4.0);
+    linear(e, n, T, E, h, 0);
+    router_routing(e, n, T, E, k, m->aux_loss_coeff > 0);
+    const int ag = s->job.moe_dispatcher == MODEL_MOE_DISPATCH_ALLGATHER;
+    if (!ag)
+        simple(e, MODEL_OP_PERMUTE, n, T * h * a + T * k * h * a + T * k * 4.0);
     /* SP: the load-balancing loss counts the copies per expert over the whole micro-batch,
      * its TP shards' counts summed (Megatron-Core's sequence_partition_group) */
     if (s->layout.sp && m->aux_loss_coeff > 0)
         comm(e, n, MODEL_TP_ALLREDUCE, d->t, E * 4.0, 1);
+    if (ag) {
+        moe_allgather(e, l, 1);
+        experts_pass(e, l, R);
+        moe_allgather(e, l, 0);
+        return;
+    }
+    /* the counts per expert (MoEAlltoAllTokenDispatcher's preprocess) */
+    moe_counts(e, l, E * 8.0);
     at_layer(e, MODEL_OPR_DISPATCH, l, n);
     /* FP8 dispatch (DeepSeek-V3): the rows quantized once before the all-to-all, one byte an
      * element and the recipe's scales */
@@ -406,17 +534,17 @@ static void moe_forward(Emit *e, int l)
         simple(e, MODEL_OP_PERMUTE, n, T * k * h * (a + 1.0));
     comm(e, n, MODEL_EP_ALL_TO_ALL, d->ep, rows_b, 1);
     comm(e, n, MODEL_ETP_ALL_GATHER, d->etp, all_b, 1);
-    at_layer(e, MODEL_OPR_EXP_FC1, l, n);
-    linear_g(e, n, R, d->eff_out_loc, h, 0, 1, d->experts_loc);
-    at_layer(e, MODEL_OPR_EXP_ACT, l, n);
-    simple(e, MODEL_OP_ACTIVATION, n, R * ((double)d->eff_out_loc + d->eff_loc) * a);
-    at_layer(e, MODEL_OPR_EXP_FC2, l, n);
-    linear_g(e, n, R, h, d->eff_loc, 0, 1, d->experts_loc);
+    moe_sort(e, l, R);
+    experts_pass(e, l, R);
+    moe_sort(e, l, R);
     at_layer(e, MODEL_OPR_COMBINE, l, n);
     comm(e, n, MODEL_ETP_REDUCE_SCATTER, d->etp, R * h * a, 1);
     comm(e, n, MODEL_EP_ALL_TO_ALL, d->ep, rows * h * a, 1);
-    /* read the k outputs and weights of each token, write the sum, add the residual */
-    simple(e, MODEL_OP_PERMUTE, n, T * k * h * a + T * k * 4.0 + 3.0 * T * h * a);
+    /* un-permute (Megatron-Core's unpermute): each copy scaled by its weight (read and write
+     * the T x k rows), then scatter-added into its token (read the rows and the weights, write
+     * the sum, add the residual): two kernels */
+    simple(e, MODEL_OP_PERMUTE, n, 2.0 * T * k * h * a + T * k * h * a + T * k * 4.0 + 3.0 * T * h * a)
+        ->kernels = 2;
 }
 
 /* Context parallelism's exchange for the attention core, per comm type (docs/time.md,
@@ -652,8 +780,11 @@ static void mlp_backward(Emit *e, int l, double f_out, double f_in)
 }
 
 /* The routed experts' backward, moe_forward in reverse: the combine's gradient (to each copy's
- * output and to its weight) sent back to the experts, their GEMMs' gradients, the dispatch's
- * gradient returned to the tokens' ranks and summed per token, the router's gradient. */
+ * output and to its weight: the scatter-add's gradient gathers the token's gradient to its k
+ * copies, the scaling's reads the saved outputs) sent back to the experts and sorted by
+ * expert, their GEMMs' gradients, sorted back, the dispatch's gradient returned to the tokens'
+ * ranks and summed per token, the router's score function, top-k and auxiliary loss
+ * gradients, its GEMM's. No host sync: the backward reuses the forward's counts. */
 static void moe_backward(Emit *e, int l)
 {
     const ModelSpec *s = e->s;
@@ -662,26 +793,33 @@ static void moe_backward(Emit *e, int l)
     const double T = (double)d->tokens, k = m->topk, E = m->experts, R = (double)d->routed;
     const double h = d->h, a = eb(e), rows = R / d->etp;
     char n[64];
+    if (s->job.moe_dispatcher == MODEL_MOE_DISPATCH_ALLGATHER) {
+        moe_allgather(e, l, 1);
+        experts_pass(e, l, R);
+        moe_allgather(e, l, 0);
+        at_layer(e, MODEL_OPR_ROUTER, l, n);
+        router_routing(e, n, T, E, k, m->aux_loss_coeff > 0);
+        linear(e, n, T, E, h, 0);
+        return;
+    }
     at_layer(e, MODEL_OPR_COMBINE, l, n);
-    /* read the output gradient, the saved outputs and the weights; write each copy's gradient
-     * and the weights' */
-    simple(e, MODEL_OP_PERMUTE, n, T * h * a + 2.0 * T * k * h * a + T * k * 8.0);
+    /* gather: read the output gradient, write each copy's; scale: read those and the saved
+     * outputs, write the copies' gradients and the weights' */
+    simple(e, MODEL_OP_PERMUTE, n, T * h * a + 2.0 * T * k * h * a + 2.0 * T * k * h * a + T * k * 8.0)
+        ->kernels = 2;
     comm(e, n, MODEL_EP_ALL_TO_ALL, d->ep, rows * h * a, 1);
     comm(e, n, MODEL_ETP_ALL_GATHER, d->etp, R * h * a, 1);
-    at_layer(e, MODEL_OPR_EXP_FC2, l, n);
-    linear_g(e, n, R, h, d->eff_loc, 0, 1, d->experts_loc);
-    at_layer(e, MODEL_OPR_EXP_ACT, l, n);
-    simple(e, MODEL_OP_ACTIVATION, n, R * (2.0 * d->eff_out_loc + d->eff_loc) * a);
-    at_layer(e, MODEL_OPR_EXP_FC1, l, n);
-    linear_g(e, n, R, d->eff_out_loc, h, 0, 1, d->experts_loc);
+    moe_sort(e, l, R);
+    experts_pass(e, l, R);
+    moe_sort(e, l, R);
     at_layer(e, MODEL_OPR_DISPATCH, l, n);
     comm(e, n, MODEL_ETP_REDUCE_SCATTER, d->etp, R * h * a, 1);
     comm(e, n, MODEL_EP_ALL_TO_ALL, d->ep, rows * h * a, 1);
     at_layer(e, MODEL_OPR_ROUTER, l, n);
     /* un-permute: each token's k copy gradients summed into its input gradient */
     simple(e, MODEL_OP_PERMUTE, n, T * k * h * a + 2.0 * T * h * a + T * k * 4.0);
-    /* the scores' gradient from the weights' (and the auxiliary loss), then the router's */
-    linear(e, n, T, E, h, T * E * 4.0 * 3.0 + T * k * 8.0);
+    router_routing(e, n, T, E, k, m->aux_loss_coeff > 0);
+    linear(e, n, T, E, h, 0);
 }
 
 /* MLA's projections' backward (qkv_forward in reverse); the latents' gradients, partial over

@@ -15,8 +15,9 @@ static const char *const comm_names[MODEL_COMM_COUNT] = {
     "tp_all_gather", "tp_reduce_scatter", "pp_send",      "pp_recv",
     "cp_all_gather", "cp_reduce_scatter", "embed_allreduce", "ep_all_to_all",
     "etp_all_gather", "etp_reduce_scatter", "edp_allreduce", "edp_reduce_scatter",
-    "edp_all_gather", "dpr_allreduce", "cp_p2p", "cp_all_to_all"};
-static const char *const group_names[] = {"tp", "cp", "dp", "pp", "embed", "ep", "etp", "edp", "dpr"};
+    "edp_all_gather", "dpr_allreduce", "cp_p2p", "cp_all_to_all", "ep_all_gather",
+    "ep_reduce_scatter"};
+static const char *const group_names[] = {"tp", "cp", "dp", "pp", "embed", "ep", "etp", "edp", "dpr", "etp_ep"};
 
 static int name_index(const char *s, const char *const *names, int n)
 {
@@ -46,12 +47,14 @@ ModelCollective model_comm_collective(ModelComm k)
     case MODEL_CP_REDUCE_SCATTER:
     case MODEL_ETP_REDUCE_SCATTER:
     case MODEL_EDP_REDUCE_SCATTER:
+    case MODEL_EP_REDUCE_SCATTER:
         return MODEL_COLL_REDUCE_SCATTER;
     case MODEL_DP_ALL_GATHER:
     case MODEL_TP_ALL_GATHER:
     case MODEL_CP_ALL_GATHER:
     case MODEL_ETP_ALL_GATHER:
     case MODEL_EDP_ALL_GATHER:
+    case MODEL_EP_ALL_GATHER:
         return MODEL_COLL_ALL_GATHER;
     case MODEL_EP_ALL_TO_ALL:
     case MODEL_CP_ALL_TO_ALL:
@@ -95,6 +98,9 @@ ModelGroup model_comm_group(ModelComm k)
         return MODEL_GROUP_EDP;
     case MODEL_DPR_ALLREDUCE:
         return MODEL_GROUP_DPR;
+    case MODEL_EP_ALL_GATHER:
+    case MODEL_EP_REDUCE_SCATTER:
+        return MODEL_GROUP_ETP_EP;
     default:
         return MODEL_GROUP_PP;
     }
@@ -393,11 +399,19 @@ static int check_experts(const ModelConfig *c, ModelLayout *l, const ModelJob *j
         if (j->fp8_dispatch)
             return rule_fail(err, MODEL_RULE_EXPERTS,
                              "FP8 dispatch: model %s has no experts to dispatch to", c->name);
+        if (j->moe_dispatcher != MODEL_MOE_DISPATCH_ALLTOALL)
+            return rule_fail(err, MODEL_RULE_EXPERTS,
+                             "moe_dispatcher %s: model %s has no experts to dispatch to",
+                             model_moe_dispatcher_name(j->moe_dispatcher), c->name);
         l->etp = l->tp;
         return PX_OK;
     }
     if (l->etp == 0)
         l->etp = l->tp;
+    if (j->fp8_dispatch && j->moe_dispatcher != MODEL_MOE_DISPATCH_ALLTOALL)
+        return rule_fail(err, MODEL_RULE_JOB,
+                         "FP8 dispatch needs the alltoall dispatcher, not moe_dispatcher %s",
+                         model_moe_dispatcher_name(j->moe_dispatcher));
     if (m->experts % l->ep != 0)
         return rule_fail(err, MODEL_RULE_EXPERTS, "ep %d must divide the %d experts", l->ep,
                          m->experts);

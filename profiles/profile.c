@@ -56,7 +56,7 @@ static int parse_device(const cJSON *j, const char *where, ProfDevice *d, PxErro
     static const char *const known_eff[] = {"matmul", "matmul_fp8", "matmul_k_half",
                                             "misaligned", "tiles", "clock_headroom", "memory",
                                             "memory_attention", "attention_fwd", "attention_bwd",
-                                            "kernel_overhead_s", NULL};
+                                            "kernel_overhead_s", "host_sync_s", NULL};
     static const char *const known_peak[] = {"fp32", "tf32", "bf16", "fp16", "fp8", "mxfp8",
                                              NULL};
     memset(d, 0, sizeof *d);
@@ -107,7 +107,8 @@ static int parse_device(const cJSON *j, const char *where, ProfDevice *d, PxErro
             (rc = px_json_double(eff, ew, "memory", 0, 0.01, 1, &d->memory_eff, err)) ||
             (rc = px_json_double(eff, ew, "attention_fwd", 0, 0.01, 1, &d->attn_fwd_eff, err)) ||
             (rc = px_json_double(eff, ew, "attention_bwd", 0, 0.01, 1, &d->attn_bwd_eff, err)) ||
-            (rc = px_json_double(eff, ew, "kernel_overhead_s", 0, 0, 1, &d->kernel_overhead_s, err)))
+            (rc = px_json_double(eff, ew, "kernel_overhead_s", 0, 0, 1, &d->kernel_overhead_s, err)) ||
+            (rc = px_json_double(eff, ew, "host_sync_s", 0, 0, 1, &d->host_sync_s, err)))
             return rc;
         d->memory_attn_eff = d->memory_eff;
         if ((rc = px_json_double(eff, ew, "memory_attention", 0, 0.01, 1, &d->memory_attn_eff, err)))
@@ -918,6 +919,7 @@ cJSON *prof_cluster_to_json(const ProfCluster *c)
     cJSON_AddNumberToObject(eff, "attention_fwd", c->device.attn_fwd_eff);
     cJSON_AddNumberToObject(eff, "attention_bwd", c->device.attn_bwd_eff);
     cJSON_AddNumberToObject(eff, "kernel_overhead_s", c->device.kernel_overhead_s);
+    cJSON_AddNumberToObject(eff, "host_sync_s", c->device.host_sync_s);
     cJSON *node = cJSON_AddObjectToObject(j, "node");
     cJSON_AddNumberToObject(node, "devices", c->node_devices);
     cJSON *link = cJSON_AddObjectToObject(node, "link");

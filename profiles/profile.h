@@ -40,6 +40,9 @@ typedef struct {
     double attn_fwd_eff;     /* fused (flash) attention: fraction of the dense peak, forward */
     double attn_bwd_eff;     /* and backward */
     double kernel_overhead_s; /* fixed cost of one kernel launch */
+    double host_sync_s;      /* a device-to-host copy the host waits for (a MoE dispatcher's
+                              * token counts): the copy, the wait and the launch after it while
+                              * the drained device idles; absent: 0 (docs/time.md) */
     /* FP8 training (docs/profiles.md, "FP8 and MXFP8") */
     double peak_mxfp8;       /* peak_flops.mxfp8: dense MXFP8 FLOP/s (FP8 elements, one E8M0
                               * scale per 32); 0: no MXFP8 tensor cores (Hopper, Ada, Ampere) */

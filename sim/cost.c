@@ -86,6 +86,18 @@ double sim_gemm_seconds_as(const SimCtx *c, const ModelGemm *g, int fp8, double 
     return t_compute > t_memory ? t_compute : t_memory;
 }
 
+double sim_op_gemm_seconds(const SimCtx *c, const ModelOp *op, int i, int fp8)
+{
+    ModelGemm four, rest;
+    const int64_t rounds = sim_moe_gemm_split(op, i, &four, &rest);
+    if (rounds == 0)
+        return sim_gemm_seconds_as(c, &op->gemm[i], fp8, NULL);
+    double t = (double)rounds * sim_gemm_seconds_as(c, &four, fp8, NULL);
+    if (rest.batch > 0)
+        t += sim_gemm_seconds_as(c, &rest, fp8, NULL);
+    return t;
+}
+
 /* An op's time from the rate calibrate fitted for its kind, phase and variant: its fixed cost
  * plus its size at that rate, a matmul's GEMMs timed as measured. Negative when the profile
  * has no such rate. */
@@ -103,7 +115,8 @@ static double measured_op_seconds(const SimCtx *c, const ModelOp *op)
         return -1.0;
     double t = r->overhead_s + key.x / r->rate;
     for (int i = 0; op->kind == MODEL_OP_MATMUL && i < op->n_gemm; i++)
-        t += sim_gemm_seconds_as(c, &op->gemm[i], op->fp8, NULL);
+        t += sim_op_gemm_seconds(c, op, i, op->fp8);
+    t += sim_host_sync_seconds(c, op);
     /* FP8 quantization passes were not measured: they stream at the profile's bandwidth */
     const ProfDevice *dev = &c->cl->device;
     t += op->fp8_cast_bytes / (dev->memory_bandwidth * dev->memory_eff);
@@ -130,7 +143,7 @@ double sim_compute_seconds(const SimCtx *c, const ModelOp *op)
     const double in_bytes = fp8 ? 1.0 : (double)c->elem_bytes;
     for (int i = 0; i < op->n_gemm; i++) {
         const ModelGemm *g = &op->gemm[i];
-        t += sim_gemm_seconds_as(c, g, fp8, NULL);
+        t += sim_op_gemm_seconds(c, op, i, fp8);
         io += (((double)g->m * g->k + (double)g->k * g->n) * in_bytes +
                (double)g->m * g->n * c->elem_bytes) * (double)g->batch;
     }
@@ -141,7 +154,7 @@ double sim_compute_seconds(const SimCtx *c, const ModelOp *op)
         t += rest / (op->kind == MODEL_OP_ATTENTION
                          ? dev->memory_bandwidth * dev->memory_attn_eff
                          : bw);
-    return t + launch;
+    return t + launch + sim_host_sync_seconds(c, op);
 }
 
 double sim_collective_seconds(ModelCollective coll, double S, int n, double alpha, double beta)
@@ -220,14 +233,16 @@ double sim_all_to_all_seconds(const SimCtx *c, int base, int stride, int n, doub
         *nodes_out = nodes;
     const double link = cl->link_bandwidth * cl->link_eff;
     const double k = fewest;
-    /* a rank sends S/n to each of the n - 1 others: k - 1 of them over the node's link, n - k
-     * over its share of the node's NICs, both at once (docs/time.md, "All-to-all") */
-    const double t_link = (k - 1.0) * S / (n * link);
+    /* a rank sends S/n to each of the n - 1 others, one send per peer: k - 1 of them over the
+     * node's link, n - k over its share of the node's NICs, both paths at once; each path pays
+     * a latency per peer (NCCL's grouped point-to-point operations, docs/time.md,
+     * "All-to-all") */
+    const double t_link = (k - 1.0) * (cl->link_latency + S / (n * link));
     if (nodes <= 1)
-        return cl->link_latency + t_link;
+        return t_link;
     const double net = cl->net_bandwidth * cl->net_eff;
-    const double t_net = (n - k) * S / (n * net);
-    return cl->net_latency + (t_link > t_net ? t_link : t_net);
+    const double t_net = (n - k) * (cl->net_latency + S / (n * net));
+    return t_link > t_net ? t_link : t_net;
 }
 
 double sim_comm_seconds(const SimCtx *c, const ModelOp *op, int stage)
@@ -242,6 +257,9 @@ double sim_comm_seconds(const SimCtx *c, const ModelOp *op, int stage)
     /* Megatron-Core's expert order inside a stage: etp fastest, then ep, then expert dp */
     case MODEL_GROUP_ETP: stride = 1; break;
     case MODEL_GROUP_EP: stride = d->etp; break;
+    /* the all-gather dispatcher's group: etp x ep consecutive ranks (Megatron-Core's
+     * expert-tensor-and-model-parallel group) */
+    case MODEL_GROUP_ETP_EP: stride = 1; break;
     case MODEL_GROUP_EDP: stride = d->etp * d->ep; break;
     /* HSDP's replicas of a shard: dp ranks are shard-fastest, so one replica group strides
      * over a whole shard group (dp_shard x cp ranks of tp) */

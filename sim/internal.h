@@ -24,6 +24,17 @@ double sim_gemm_seconds(const SimCtx *c, const ModelGemm *g, double *eff);
 /* The same GEMM with FP8 operands (fp8 1): at the FP8 peak and FP8 efficiency, one-byte
  * operands, the output in the activation dtype. */
 double sim_gemm_seconds_as(const SimCtx *c, const ModelGemm *g, int fp8, double *eff);
+/* A MoE layer's routed experts' GEMM (an op of role moe.experts.fc1/fc2): its batch is the
+ * local experts, run as Transformer Engine's grouped GEMM does, 4 at a time on its streams,
+ * each group quantized into waves on its own (sim/moe.c). */
+int sim_is_expert_gemm(const ModelOp *op);
+/* GEMM i of op as the grouped GEMM runs it: the rounds of 4 experts (returned; 0: not an
+ * expert GEMM of more than 4, run as one), each *four, then *rest (batch 0: none). */
+int64_t sim_moe_gemm_split(const ModelOp *op, int i, ModelGemm *four, ModelGemm *rest);
+/* Seconds of GEMM i of a matmul op: an expert GEMM as above, any other as sim_gemm_seconds_as. */
+double sim_op_gemm_seconds(const SimCtx *c, const ModelOp *op, int i, int fp8);
+/* What op's device-to-host syncs cost: host_syncs x the device's host_sync_s. */
+double sim_host_sync_seconds(const SimCtx *c, const ModelOp *op);
 /* A compute op: its GEMMs, the rest of its bytes at streaming bandwidth, its kernel launches. */
 double sim_compute_seconds(const SimCtx *c, const ModelOp *op);
 
@@ -35,9 +46,10 @@ double sim_collective_seconds(ModelCollective coll, double bytes, int n, double 
 void sim_group_path(const SimCtx *c, int base, int stride, int n, double *alpha, double *beta,
                     int *nodes);
 /* An all-to-all of S bytes per rank (nccl-tests' size: S/n to each rank) over a group of n
- * ranks `stride` apart from `base`: latency once (the n - 1 transfers run at once) plus the
- * slower of the bytes staying on the node, (k-1)/n S over the link, and the bytes leaving it,
- * (n-k)/n S over the rank's share of the NICs, k the fewest group members on a node.
+ * ranks `stride` apart from `base`: the slower of the k - 1 peers on the node, each a latency
+ * of the link and (k-1)/n S over it, and the n - k peers off it, each a latency of the network
+ * and (n-k)/n S over the rank's share of the NICs (the two paths at once), k the fewest group
+ * members on a node.
  * *nodes (optional) gets the nodes the group spans. docs/time.md derives it. */
 double sim_all_to_all_seconds(const SimCtx *c, int base, int stride, int n, double S, int *nodes);
 /* Seconds of a communication op (all its calls), for a rank of the given stage. */

@@ -70,7 +70,7 @@ int sim_layer_time(const SimResult *r, SimLayerTime *out, PxError *err)
             /* the GEMMs; a fused epilogue (bias, dropout, residual) is elementwise work */
             double gemm = 0;
             for (int k = 0; k < op->n_gemm; k++)
-                gemm += sim_gemm_seconds_as(&c, &op->gemm[k], op->fp8, NULL);
+                gemm += sim_op_gemm_seconds(&c, op, k, op->fp8);
             if (gemm > t[i])
                 gemm = t[i];
             p->gemm_s += gemm;

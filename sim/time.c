@@ -435,7 +435,7 @@ static void add_comm_time(const SimCtx *c, const ModelOp *op, int s, double t, d
         st->zero_s[z] += t * rep * m;
         st->zero_latency_s[z] += sim_comm_seconds(c, &bare, s) * rep * m;
         st->zero_exposed_s[z] += exposed * rep * m;
-    } else if (grp == MODEL_GROUP_EP || grp == MODEL_GROUP_ETP) {
+    } else if (grp == MODEL_GROUP_EP || grp == MODEL_GROUP_ETP || grp == MODEL_GROUP_ETP_EP) {
         st->ep_comm_s += exposed * rep * m;
     } else {
         st->tp_comm_s += exposed * rep * m;

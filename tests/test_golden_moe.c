@@ -214,8 +214,9 @@ int main(void)
 {
     px_log_set_quiet(1);
     const char *zoo[] = {"tiny-moe", "mixtral-8x7b", "qwen3-30b-a3b", "qwen3-235b-a22b",
-                         "gpt-oss-120b", "deepseek-v3"};
-    for (int i = 0; i < 6; i++)
+                         "gpt-oss-120b", "deepseek-v3", "mixtral-8x22b", "mixtral-8x22b-g8t8",
+                         "qwen2-57b-a14b"};
+    for (int i = 0; i < 9; i++)
         table_params(zoo[i]);
     flops_vs_megatron("deepseek-v3", 256, 1, 64, 0);
     flops_vs_megatron("deepseek-v3", 256, 1, 64, 1);

@@ -116,6 +116,38 @@ static void test_counts(void)
     CHECK_EQ_INT(467, round_to(model_config_params(&c), 1e8));
     CHECK_EQ_INT(129, round_to(model_config_active_params(&c), 1e8));
 
+    /* Mixtral 8x22B: h 6144, 48 query heads and 8 KV heads of 128, V 32000, 56 MoE layers.
+     * Attention: qkv 8192 x 6144 = 50,331,648; proj 37,748,736; norms 12,288: 88,092,672.
+     * MoE: router 8 x 6144 = 49,152; an expert 3 x 6144 x 16384 = 301,989,888, 8 of them
+     *   2,415,919,104: a layer 2,504,060,928.
+     * Total 56 x 2,504,060,928 + 2 x 196,608,000 + 6,144 = 140,620,634,112 (Mistral's 141B).
+     * Active: 88,092,672 + 49,152 + 2 x 301,989,888 = 692,121,600 a layer;
+     *   56 x 692,121,600 + 393,222,144 = 39,152,031,744 (Mistral's 39B). */
+    c = zoo("mixtral-8x22b");
+    CHECK_EQ_U64(140620634112ull, (uint64_t)model_config_params(&c));
+    CHECK_EQ_U64(39152031744ull, (uint64_t)model_config_active_params(&c));
+
+    /* Mixtral-8x22B-G8T8 (Liu et al. 2025): each expert cut into 8, 64 of 2048, top-8. The same
+     * experts' parameters, a router of 64 x 6144 = 393,216: a layer 2,504,404,992; total
+     * 56 x 2,504,404,992 + 393,222,144 = 140,639,901,696. Active: 88,092,672 + 393,216 +
+     * 8 x 37,748,736 = 390,475,776 a layer; 56 x 390,475,776 + 393,222,144 = 22,259,865,600. */
+    c = zoo("mixtral-8x22b-g8t8");
+    CHECK_EQ_U64(140639901696ull, (uint64_t)model_config_params(&c));
+    CHECK_EQ_U64(22259865600ull, (uint64_t)model_config_active_params(&c));
+
+    /* Qwen2-57B-A14B: h 3584, 28 query heads and 4 KV heads of 128, V 151936, 28 MoE layers.
+     * Attention: qkv 4608 x 3584 = 16,515,072 + bias 4,608; proj 12,845,056; norms 7,168:
+     *   29,371,904.
+     * MoE: router 64 x 3584 = 229,376; an expert 3 x 3584 x 2560 = 27,525,120, 64 of them
+     *   1,761,607,680; the shared experts 3 x 3584 x 20480 = 220,200,960 and their gate 3,584:
+     *   a layer 2,011,413,504.
+     * Total 28 x 2,011,413,504 + 2 x 544,538,624 + 3,584 = 57,408,658,944 (Qwen's 57B).
+     * Active: 29,371,904 + 229,376 + 8 x 27,525,120 + 220,200,960 + 3,584 = 470,006,784 a layer;
+     *   28 x 470,006,784 + 1,089,080,832 = 14,249,270,784 (Qwen's A14B). */
+    c = zoo("qwen2-57b-a14b");
+    CHECK_EQ_U64(57408658944ull, (uint64_t)model_config_params(&c));
+    CHECK_EQ_U64(14249270784ull, (uint64_t)model_config_active_params(&c));
+
     /* tiny-moe: h 64, 8 heads and 4 KV heads of 8, V 256, layer 0 dense, layers 1-3 MoE.
      * Attention: qkv 128 x 64 = 8,192; proj 4,096; norms 128: 12,416.
      * Dense MLP 3 x 64 x 176 = 33,792: 46,208. MoE: router 512; an expert 3 x 64 x 64 = 12,288,

@@ -8,15 +8,14 @@
 #include "test.h"
 
 /* dgx-a100: NVLink 300 GB/s x 0.8 = 240 GB/s at 3 us; a NIC share of 25 GB/s x 0.85 = 21.25 GB/s
- * at 5 us; 8 devices a node. An all-to-all of S = 8 MiB per rank:
- *  - 8 ranks on one node: each sends 7/8 S = 7,340,032 B over NVLink: 3 us + 30.583467 us;
- *  - 16 ranks on two nodes (8 on each): 7/16 S = 3,670,016 B stay on the node (15.291733 us
- *    over NVLink), 8/16 S = 4,194,304 B leave it over the NIC share (197.379012 us), at the
- *    same time: 5 us + 197.379012 us;
- *  - 16 ranks 8 apart (one per node): 15/16 S = 7,864,320 B over the NIC share: 5 us +
- *    370.085647 us.
- * An all-gather's ring, which the all-to-all was timed as before, pays 7 latencies on the node
- * (7 x (3 us + S/8 / 240 GB/s) = 51.583467 us) and fails the first. */
+ * at 5 us; 8 devices a node. An all-to-all of S = 8 MiB per rank, S/n to each peer, a latency
+ * per peer (docs/time.md, "All-to-all"):
+ *  - 8 ranks on one node: 7 peers of 3 us + 1 MiB / 240 GB/s = 7 x 7.369067 = 51.583467 us;
+ *  - 16 ranks on two nodes (8 on each): 7 peers on the node, 7 x (3 us + 512 KiB / 240 GB/s)
+ *    = 36.291733 us, while 8 off it take 8 x (5 us + 512 KiB / 21.25 GB/s) = 237.379012 us;
+ *  - 16 ranks 8 apart (one per node): 15 x (5 us + 512 KiB / 21.25 GB/s) = 445.085647 us.
+ * One latency for all the peers (parallax before it priced each peer's send) gives 33.583 us
+ * and fails the first. */
 static void test_all_to_all(void)
 {
     PxError err = {0};
@@ -29,20 +28,20 @@ static void test_all_to_all(void)
     sim_ctx_init(&c, &cl, &s, &d, 8);
     const double S = 8388608.0;
     int nodes = 0;
-    CHECK_REL(3e-6 + 7340032.0 / 240e9, sim_all_to_all_seconds(&c, 0, 1, 8, S, &nodes), 1e-12);
-    CHECK_REL(33.58346667e-6, sim_all_to_all_seconds(&c, 0, 1, 8, S, NULL), 1e-9);
+    CHECK_REL(7.0 * (3e-6 + 1048576.0 / 240e9), sim_all_to_all_seconds(&c, 0, 1, 8, S, &nodes), 1e-12);
+    CHECK_REL(51.58346667e-6, sim_all_to_all_seconds(&c, 0, 1, 8, S, NULL), 1e-9);
     CHECK_EQ_INT(1, nodes);
-    CHECK_REL(202.3790118e-6, sim_all_to_all_seconds(&c, 0, 1, 16, S, &nodes), 1e-9);
+    CHECK_REL(237.3790118e-6, sim_all_to_all_seconds(&c, 0, 1, 16, S, &nodes), 1e-9);
     CHECK_EQ_INT(2, nodes);
-    CHECK_REL(375.0856471e-6, sim_all_to_all_seconds(&c, 0, 8, 16, S, &nodes), 1e-9);
+    CHECK_REL(445.0856471e-6, sim_all_to_all_seconds(&c, 0, 8, 16, S, &nodes), 1e-9);
     CHECK_EQ_INT(16, nodes);
     /* a group of one moves nothing */
     CHECK(sim_all_to_all_seconds(&c, 0, 1, 1, S, NULL) == 0.0);
 
     /* through sim_comm_seconds: an EP group of 16 ranks 2 apart (etp 2 is fastest in the
      * expert order) in a stage of tp 2 x dp 16 = 32 ranks: ranks 0, 2, ..., 30 put 4 members on
-     * each of 4 nodes: 3/16 S over NVLink (6.5536 us), 12/16 S over the NIC share
-     * (296.068518 us), 5 us of latency */
+     * each of 4 nodes: 3 peers over NVLink (3 x 3 us + 3/16 S / 240 GB/s = 15.5536 us), 12
+     * over the NIC share (12 x 5 us + 12/16 S / 21.25 GB/s = 356.068518 us) */
     d.t = 2;
     d.c = 1;
     d.dp = 16;
@@ -55,7 +54,7 @@ static void test_all_to_all(void)
     op.group_size = 16;
     op.comm_bytes = (uint64_t)S;
     op.calls = 1;
-    CHECK_REL(5e-6 + 12.0 / 16.0 * S / 21.25e9, sim_comm_seconds(&c, &op, 0), 1e-12);
+    CHECK_REL(12.0 * 5e-6 + 12.0 / 16.0 * S / 21.25e9, sim_comm_seconds(&c, &op, 0), 1e-12);
     prof_cluster_free(&cl);
 }
 
