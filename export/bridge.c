@@ -341,7 +341,7 @@ static void bridge_precision_notes(FILE *f, const ModelPlan *p)
 
 /* The comments that open the overrides: the recipe, the command that runs it, and what the plan
  * has that the keys below cannot say. */
-static void bridge_header(FILE *f, const ModelPlan *p, const BridgeRecipe *r, int own)
+static void bridge_header(FILE *f, const ModelPlan *p, const ModelDims *d, const BridgeRecipe *r, int own)
 {
     int nodes;
     const int per_node = export_node_size(p, &nodes);
@@ -364,6 +364,10 @@ static void bridge_header(FILE *f, const ModelPlan *p, const BridgeRecipe *r, in
     export_gpipe_note(f, &p->spec.layout);
     bridge_model_notes(f, p, r);
     bridge_precision_notes(f, p);
+    ExportTrain tr;
+    PxError err;
+    (void)export_train(p, d, &tr, &err); /* export_plan checked it */
+    export_train_comments(f, &tr);
     if (p->spec.job.optimizer == MODEL_OPT_ADAM_8BIT)
         fprintf(f, "# 8-bit Adam has no Megatron-Bridge key: its memory was planned, the keys below use Adam\n");
 }
@@ -374,8 +378,11 @@ static void bridge_training(BridgeOut *o, const ModelPlan *p, const ModelDims *d
 {
     const ModelLayout *l = &p->spec.layout;
     const ModelJob *t = &p->spec.job;
+    ExportTrain tr;
+    PxError err;
+    (void)export_train(p, d, &tr, &err); /* export_plan checked it */
     ov(o, "train.micro_batch_size=%d train.global_batch_size=%d train.train_iters=%d", t->micro_batch,
-       t->global_batch, t->steps);
+       t->global_batch, tr.iters);
     ov(o, "rng.seed=%llu", (unsigned long long)t->seed);
     ov_end(o);
     if (t->optimizer == MODEL_OPT_SGD_MOMENTUM)
@@ -384,7 +391,7 @@ static void bridge_training(BridgeOut *o, const ModelPlan *p, const ModelDims *d
         ov(o, "optimizer.optimizer=adam optimizer.adam_beta1=%g optimizer.adam_beta2=%g optimizer.adam_eps=%g",
            t->beta1, t->beta2, t->adam_eps);
     ov_end(o);
-    ov(o, "optimizer.lr=%g optimizer.min_lr=%g optimizer.weight_decay=%g optimizer.clip_grad=%g", t->lr, t->min_lr,
+    ov(o, "optimizer.lr=%g optimizer.min_lr=%g optimizer.weight_decay=%g optimizer.clip_grad=%g", tr.lr, tr.min_lr,
        t->weight_decay, t->grad_clip);
     ov_end(o);
     /* fp32 master weights, gradients and Adam moments, as parallax plans them (a recipe may
@@ -406,8 +413,11 @@ static void bridge_training(BridgeOut *o, const ModelPlan *p, const ModelDims *d
             ov(o, "ddp.bucket_size=%.0f", floor(l->bucket_bytes / (double)px_dtype_bytes(d->param)));
         ov_end(o);
     }
-    ov(o, "scheduler.lr_decay_style=cosine scheduler.lr_warmup_iters=%d scheduler.lr_decay_iters=%d",
-       t->warmup_steps, t->steps);
+    /* SchedulerConfig: Megatron-Core's OptimizerParamScheduler, as Megatron-LM's flags */
+    ov(o, "scheduler.lr_decay_style=%s scheduler.lr_warmup_iters=%d scheduler.lr_decay_iters=%d", tr.wsd ? "WSD" : "cosine",
+       tr.warmup, tr.decay_iters);
+    if (tr.wsd)
+        ov(o, "scheduler.lr_wsd_decay_style=cosine scheduler.lr_wsd_decay_iters=%d", tr.wsd_iters);
     ov_end(o);
     ov(o, "optimizer.use_distributed_optimizer=%s ddp.use_distributed_optimizer=%s", export_bool(l->zero >= 1),
        export_bool(l->zero >= 1));
@@ -428,7 +438,7 @@ void export_bridge(FILE *f, const ModelPlan *p, const ModelDims *d)
     const ModelLayout *l = &p->spec.layout;
     int own = 0;
     const BridgeRecipe *r = pick_recipe(&p->spec.model, &own);
-    bridge_header(f, p, r, own);
+    bridge_header(f, p, d, r, own);
 
     BridgeOut o = {f, 0};
     ov(&o, "model.tensor_model_parallel_size=%d model.pipeline_model_parallel_size=%d", l->tp, l->pp);
