@@ -229,7 +229,7 @@ int export_train(const ModelPlan *p, const ModelDims *d, ExportTrain *t, PxError
     }
     train_decay(&r, use_recipe, bt, t);
     if (t->recipe)
-        say(t, "recipe: %s%s%s", r.source, r.note[0] ? "; " : "", r.note);
+        say(t, "schedule from: %s%s%s", r.source, r.note[0] ? "; " : "", r.note);
     return PX_OK;
 }
 

@@ -174,7 +174,7 @@ static void test_plan_wins(void)
                         "    --lr-decay-iters 476838", "    --train-iters 476838",
                         "# learning rate: peak 0.00015, minimum 1.5e-05, the plan's --lr / --min-lr",
                         "# warm-up: 500 iterations, the plan's --warmup-steps", NULL};
-    const char *not_mg[] = {"WARNING", "recipe:", "3e-4", NULL};
+    const char *not_mg[] = {"WARNING", "schedule from:", "3e-4", NULL};
     expect_format("megatron, llama2-7b plan's figures", &s, "dgx-h100", 8, EXPORT_MEGATRON, mg, not_mg);
 }
 
@@ -197,7 +197,7 @@ static void test_defaults_said(void)
     ModelSpec r = job("llama3-405b", 8, 1, 64, 8192);
     r.model.layers = 8;
     const char *rs[] = {"    --lr 0.001", "    --train-iters 100", NULL};
-    const char *not_rs[] = {"recipe:", "8e-05", NULL};
+    const char *not_rs[] = {"schedule from:", "8e-05", NULL};
     expect_format("megatron, resized llama3-405b", &r, "dgx-h100", 8, EXPORT_MEGATRON, rs, not_rs);
 }
 
