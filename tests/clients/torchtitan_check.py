@@ -33,6 +33,7 @@ TITAN_MODELS = {
     "llama3-405b": ("llama3", "405B", "llama3_405b"),
     "qwen3-30b-a3b": ("qwen3", "30B-A3B", "qwen3_30b_a3b"),
     "deepseek-v3": ("deepseek_v3", "671B", "deepseek_v3_671b"),
+    "gpt-oss-120b": ("gpt_oss", "120b", "gpt_oss_120b"),
 }
 
 
