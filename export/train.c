@@ -110,11 +110,13 @@ static const char *tokens_str(char *buf, size_t cap, double v)
     return buf;
 }
 
-/* tokens as iterations of the plan's batch, rounded up; -1 past INT_MAX */
-static long long iters_of(double tokens, double batch_tokens)
+/* tokens as iterations of the plan's batch, rounded up, at most INT_MAX (the frameworks'
+ * iteration counters; train_length refuses a longer training, a recipe's figure past it is
+ * past any training anyway) */
+static int iters_of(double tokens, double batch_tokens)
 {
     const double n = ceil(tokens / batch_tokens);
-    return n > INT_MAX ? -1 : (long long)n;
+    return n > INT_MAX ? INT_MAX : (int)n;
 }
 
 /* The iterations and where they come from: the plan's tokens, its --steps, the recipe's tokens,
@@ -123,15 +125,16 @@ static int train_length(const ModelPlan *p, const TrainRecipe *r, int has_recipe
                         PxError *err)
 {
     const ModelJob *j = &p->spec.job;
-    const double tokens = j->train_tokens > 0 ? j->train_tokens : has_recipe && !job_set(j, MODEL_FIELD_STEPS) ? r->train_tokens : 0;
+    const double tokens = j->train_tokens > 0                                ? j->train_tokens
+                          : has_recipe && !job_set(j, MODEL_FIELD_STEPS) ? r->train_tokens
+                                                                         : 0;
     if (tokens > 0) {
-        const long long n = iters_of(tokens, bt);
-        if (n < 0)
+        if (ceil(tokens / bt) > INT_MAX)
             return px_fail(err, PX_EINPUT,
                            "train_tokens %g: %.4g iterations of %g tokens (global batch x sequence) exceed %d, "
                            "the frameworks' iteration counters: plan a larger --global-batch",
                            tokens, ceil(tokens / bt), bt, INT_MAX);
-        t->iters = (int)n;
+        t->iters = iters_of(tokens, bt);
         t->recipe = j->train_tokens <= 0;
         char tok[32];
         say(t, "training length: %d iterations = %s tokens / (%d sequences x %d tokens), rounded up: %s", t->iters,
@@ -154,12 +157,12 @@ static void train_decay(const TrainRecipe *r, int use_recipe, double bt, ExportT
 {
     t->decay_iters = t->iters;
     if (use_recipe && r->decay_end_tokens > 0)
-        t->decay_iters = (int)iters_of(r->decay_end_tokens, bt); /* below train_tokens: fits an int */
+        t->decay_iters = iters_of(r->decay_end_tokens, bt);
     else if (use_recipe && r->decay_end_steps > 0)
         t->decay_iters = r->decay_end_steps;
     if (use_recipe && r->wsd) {
         t->wsd = 1;
-        t->wsd_iters = (int)iters_of(r->wsd_decay_tokens, bt);
+        t->wsd_iters = iters_of(r->wsd_decay_tokens, bt);
         if (t->wsd_iters > t->decay_iters)
             t->wsd_iters = t->decay_iters;
     }
@@ -215,7 +218,7 @@ int export_train(const ModelPlan *p, const ModelDims *d, ExportTrain *t, PxError
         t->warmup = j->warmup_steps;
         say(t, "warm-up: %d iterations, the plan's --warmup-steps", t->warmup);
     } else if (has && (r.warmup_steps > 0 || r.warmup_tokens > 0)) {
-        t->warmup = r.warmup_tokens > 0 ? (int)iters_of(r.warmup_tokens, bt) : r.warmup_steps;
+        t->warmup = r.warmup_tokens > 0 ? iters_of(r.warmup_tokens, bt) : r.warmup_steps;
         t->recipe = 1;
         if (r.warmup_tokens > 0)
             say(t, "warm-up: %d iterations = the recipe's %s tokens, rounded up", t->warmup,
