@@ -1,22 +1,25 @@
 /* Megatron-Bridge export: the recipe to start from and the ConfigContainer overrides that make it
  * the plan, as scripts/training/run_recipe.py takes them (--recipe NAME, then Hydra overrides).
  *
- * Checked against Megatron-Bridge 0.3.1 (PyPI; NVIDIA-NeMo/Megatron-Bridge tag v0.3.1,
- * 9c9dd848) with Megatron-Core 0.16.1, through its own path: the recipe builds the
- * ConfigContainer, process_config_with_overrides applies the overrides, runtime_config_update
- * resolves the precision recipe and runs ConfigContainer.validate() (tests/clients/bridge_check.py).
- * Facts of that version the code below relies on:
- *   - recipes keep the model's layout and architecture flat under model.* (the GPTModelProvider,
- *     a TransformerConfig); later versions nest TransformerConfig's fields under
- *     model.transformer.* (BridgeGPTModelConfig, after 0.3.1);
- *   - run_recipe.py finds a recipe only among megatron.bridge.recipes' names, which leave out
- *     recipes/gpt/gpt3_175b.py: GPT-3 is named by its module path, for a script of one's own;
+ * Checked against Megatron-Bridge 0.6.2 (PyPI) with Megatron-Core 0.19.2, through its own path:
+ * the recipe builds the ConfigContainer, process_config_with_overrides applies the overrides,
+ * runtime_config_update resolves the precision and runs ConfigContainer.validate(), and every
+ * warning Bridge logs on the way fails the check (tests/clients/bridge_check.py). Facts of that
+ * version the code below relies on:
+ *   - recipes keep the model's layout and architecture flat under model.* (the model provider, a
+ *     TransformerConfig); Bridge's main branch nests them under model.transformer.*;
+ *   - the dataset's length is dataset.seq_length, which validate() compares with
+ *     model.seq_length (0.3.1's dataset.sequence_length is now copied from it);
+ *   - run_recipe.py finds a recipe among megatron.bridge.recipes' names: the legacy ones
+ *     (llama3_8b_pretrain_config, ...) and 0.6's own (gpt3_175b_pretrain_32gpu_h100_bf16_config);
  *   - the activation function and the layer spec are callables no override can set, so the
  *     recipe a plan starts from must have the plan's MLP (GELU: GPT-3's, SwiGLU: the others);
  *   - a recipe may hold its precision as a recipe name or as a MixedPrecisionConfig, and the
- *     override grammar replaces either with a name but sets keys of neither: a plan that differs
- *     from the named precision recipe deletes it and adds dataclasses.replace of it
- *     (instantiated by apply_overrides' _target_ handling);
+ *     override grammar replaces either with a name but sets keys of neither; a _target_ is
+ *     instantiated only from an allowlist (megatron., torch., ...), which since 0.4.1 refuses
+ *     dataclasses.replace, and a refused one is only a logged warning that keeps the recipe's
+ *     precision: a plan that differs from a named precision recipe deletes it and adds a whole
+ *     MixedPrecisionConfig (bridge_precision);
  *   - a recipe's CommOverlapConfig turns data-parallel overlap on by itself whenever dp > 1, so
  *     comm_overlap is null and the plan's overlaps are the DDP and model keys. */
 #include "export/internal.h"
@@ -44,11 +47,14 @@ static const BridgeRecipe bridge_recipes[] = {
     {"llama31_8b_pretrain_config", "meta-llama/Meta-Llama-3.1-8B", 32, 4096, 32, 8, 128256, 500000, 8, 0, 0, 0, 0},
     {"qwen3_30b_a3b_pretrain_config", "Qwen/Qwen3-30B-A3B", 48, 2048, 32, 4, 151936, 1000000, 0, 128, 8, 768, 0},
     {"deepseek_v3_pretrain_config", "deepseek-ai/DeepSeek-V3", 61, 7168, 128, 128, 129280, 10000, 0, 256, 8, 2048, 1},
-    {"megatron.bridge.recipes.gpt.gpt3_175b.gpt3_175b_pretrain_config", "GPTProvider175B", 96, 12288, 96, 96, 0, 0, 0,
-     0, 0, 0, 0},
+    {"gpt3_175b_pretrain_32gpu_h100_bf16_config", "GPTProvider175B", 96, 12288, 96, 96, 0, 0, 0, 0, 0, 0, 0},
+    /* new in 0.4-0.6: Qwen3's larger MoE and GPT-OSS (its biases and attention sinks are the
+     * recipe's own provider's) */
+    {"qwen3_235b_a22b_pretrain_config", "Qwen/Qwen3-235B-A22B", 94, 4096, 64, 4, 151936, 1000000, 0, 128, 8, 1536, 0},
+    {"gpt_oss_120b_pretrain_config", "openai/gpt-oss-120b", 36, 2880, 64, 8, 201088, 150000, 0, 128, 4, 2880, 0},
 };
 
-enum { BRIDGE_LLAMA3_8B = 0, BRIDGE_QWEN3_30B = 3, BRIDGE_DEEPSEEK_V3 = 4, BRIDGE_GPT3_175B = 5 };
+enum { BRIDGE_LLAMA3_8B = 0, BRIDGE_QWEN3_30B = 3, BRIDGE_DEEPSEEK_V3 = 4, BRIDGE_GPT3_175B = 5, BRIDGE_GPT_OSS = 7 };
 
 static int recipe_matches(const BridgeRecipe *r, const ModelConfig *c)
 {
@@ -163,18 +169,25 @@ static void bridge_model(BridgeOut *o, const ModelPlan *p, const ModelDims *d)
     /* the padded vocabulary as the model's (Megatron-Bridge pads only a vocabulary it takes from
      * the tokenizer), the tokenizer's own for a NullTokenizer */
     ov(o, "model.vocab_size=%d tokenizer.vocab_size=%d", d->vocab_pad, c->vocab);
-    ov(o, "model.seq_length=%d dataset.sequence_length=%d", d->s, d->s);
+    ov(o, "model.seq_length=%d dataset.seq_length=%d", d->s, d->s);
     ov_end(o);
     ov(o, "model.normalization=%s", c->norm == MODEL_RMSNORM ? "RMSNorm" : "LayerNorm");
     ov(o, "model.layernorm_epsilon=%g", c->norm_eps);
     ov(o, "model.layernorm_zero_centered_gamma=false");
     ov(o, "model.gated_linear_unit=%s", export_bool(c->mlp == MODEL_SWIGLU));
-    ov(o, "model.add_bias_linear=%s", export_bool(c->bias));
-    ov(o, "model.add_qkv_bias=%s", export_bool(c->bias || c->qkv_bias));
+    /* GPT-OSS's own recipe keeps its biases (on every linear layer but the MLP's gates) and its
+     * YaRN-scaled RoPE: parallax's model of it has the same biases and plans no RoPE cost */
+    const int oss = recipe_matches(&bridge_recipes[BRIDGE_GPT_OSS], c);
+    if (!oss) {
+        ov(o, "model.add_bias_linear=%s", export_bool(c->bias));
+        ov(o, "model.add_qkv_bias=%s", export_bool(c->bias || c->qkv_bias));
+    }
     ov(o, "model.qk_layernorm=%s", export_bool(c->qk_norm));
     ov(o, "model.share_embeddings_and_output_weights=%s", export_bool(c->tied_embeddings));
     ov_end(o);
-    if (c->position == MODEL_POS_ROPE) {
+    if (oss) {
+        ov(o, "model.rotary_base=%.0f", c->rope_theta);
+    } else if (c->position == MODEL_POS_ROPE) {
         ov(o, "model.position_embedding_type=rope model.rotary_base=%.0f", c->rope_theta);
         ov(o, "model.rotary_scaling_factor=null");
         if (c->rope_scaling.type == MODEL_ROPE_SCALING_LLAMA3)
@@ -251,16 +264,21 @@ static void bridge_model_notes(FILE *f, const ModelPlan *p, const BridgeRecipe *
 {
     const ModelConfig *c = &p->spec.model;
     const ModelMoe *m = &c->moe;
+    /* GPT-OSS's recipe builds its biases and sinks itself, with its banded attention and YaRN */
+    const int oss = r == &bridge_recipes[BRIDGE_GPT_OSS];
+    if (oss)
+        fprintf(f, "# the recipe's GPT-OSS has its QKV, output, router and expert biases and attention sinks, and its banded\n"
+                   "# attention (128 tokens) on every other layer, which parallax plans as full causal attention\n");
     if (c->rope_scaling.type == MODEL_ROPE_SCALING_LLAMA3 && !model_rope_scaling_megatron(c))
         fprintf(f, "# NOT EXPRESSIBLE: llama3 rope scaling with low/high frequency factors %g/%g and an original\n"
                    "# context of %d: Megatron-Core fixes them at 1/4 and 8192, model.rope_scaling_factor is the only key\n",
                 c->rope_scaling.low_freq_factor, c->rope_scaling.high_freq_factor, c->rope_scaling.original_context);
-    if (c->attn_sinks)
+    if (c->attn_sinks && !oss)
         fprintf(f, "# NOT EXPRESSIBLE on %s: attention sinks (a learned logit per head)\n", r->recipe);
-    if (c->proj_bias && !c->bias)
+    if (c->proj_bias && !c->bias && !oss)
         fprintf(f, "# NOT EXPRESSIBLE: a bias on the attention output projection alone (model.add_bias_linear\n"
                    "# puts one on every linear layer)\n");
-    if (m->experts > 0 && (m->router_bias || m->expert_bias))
+    if (m->experts > 0 && (m->router_bias || m->expert_bias) && !oss)
         fprintf(f, "# NOT EXPRESSIBLE: biases on the router or the experts alone\n");
     if (m->experts > 0 && c->mlp == MODEL_GELU)
         fprintf(f, "# NOT EXPRESSIBLE: GELU experts on %s, whose activation is SiLU (a callable no override sets)\n",
@@ -268,57 +286,55 @@ static void bridge_model_notes(FILE *f, const ModelPlan *p, const BridgeRecipe *
     export_imbalance_note(f, p, "setting");
 }
 
-/* Megatron-Bridge's mixed-precision recipe for the plan (training/mixed_precision.py), and the
- * keys where the plan differs from it: bf16_mixed reduces gradients in fp32, fp16_mixed in fp16;
- * the FP8 ones are hybrid but mxfp8 (e4m3), keep FP8 parameters but blockwise (mxfp8 with
- * reuse_grad_buf_for_mxfp8_param_ag, which it asserts alongside them), delayed scaling keeps
- * 1024 amaxes reduced by max, and current scaling runs the first and last layers in bf16, which
- * parallax does not plan. */
+/* Megatron-Bridge's mixed-precision recipe for the plan (training/mixed_precision.py): its name
+ * when the plan is that recipe, else the whole MixedPrecisionConfig. bf16_mixed reduces gradients
+ * in fp32, fp16_mixed in fp16; the FP8 ones are hybrid but mxfp8 (e4m3), keep FP8 parameters but
+ * blockwise (mxfp8 with reuse_grad_buf_for_mxfp8_param_ag, which it asserts alongside them),
+ * delayed scaling keeps 1024 amaxes reduced by max, and current scaling runs the first and last
+ * layers in bf16, which parallax does not plan. A whole config, not a change to the named one:
+ * Bridge instantiates MixedPrecisionConfig (its allowlist's megatron. prefix) but, since 0.4.1,
+ * not dataclasses.replace, and a refused _target_ is only a warning that keeps the recipe's. */
 static void bridge_precision(BridgeOut *o, const ModelPlan *p)
 {
     const ModelJob *t = &p->spec.job;
     static const char *const fp8_names[] = {NULL, "fp8_delayed_scaling", "fp8_current_scaling",
                                             "fp8_subchannel_scaling", "mxfp8"};
-    const int fp16 = t->precision == PX_FP16, fp8 = t->fp8 != MODEL_FP8_NONE;
-    const char *base = fp16 ? "fp16" : "bf16";
+    static const char *const fp8_recipes[] = {NULL, "delayed", "tensorwise", "blockwise", "mxfp8"};
+    const int fp16 = t->precision == PX_FP16, fp32 = t->precision == PX_FP32, fp8 = t->fp8 != MODEL_FP8_NONE;
+    const int grad32 = t->grad_dtype == PX_FP32;
+    const int e4m3 = t->fp8_format == MODEL_FP8_E4M3, mx = t->fp8 == MODEL_FP8_MXFP8;
+    const int pg = export_fp8_param_gather_ok(p);
     char name[96];
     if (fp8)
-        snprintf(name, sizeof name, "%s_with_%s_mixed", base, fp8_names[t->fp8]);
+        snprintf(name, sizeof name, "%s_with_%s_mixed", fp16 ? "fp16" : "bf16", fp8_names[t->fp8]);
     else
-        snprintf(name, sizeof name, "%s_mixed", base);
-    char diff[1024] = "";
-    size_t n = 0;
-#define DIFF(...) (n += (size_t)snprintf(diff + n, n < sizeof diff ? sizeof diff - n : 0, __VA_ARGS__))
-    if (t->precision == PX_FP32)
-        DIFF(",bf16:false,fp32:true,params_dtype:{_target_:torch.float32,_call_:false},"
-             "pipeline_dtype:{_target_:torch.float32,_call_:false}");
-    const int grad32 = t->grad_dtype == PX_FP32;
-    if (grad32 != !fp16)
-        DIFF(",grad_reduce_in_fp32:%s", export_bool(grad32));
-    if (fp8) {
-        const int e4m3 = t->fp8_format == MODEL_FP8_E4M3, mx = t->fp8 == MODEL_FP8_MXFP8;
-        const int pg = export_fp8_param_gather_ok(p);
-        if (e4m3 != mx)
-            DIFF(",fp8:%s", model_fp8_format_name(t->fp8_format));
-        if (t->fp8 == MODEL_FP8_DELAYED && t->fp8_amax_history != 1024)
-            DIFF(",fp8_amax_history_len:%d", t->fp8_amax_history);
-        if (pg != (t->fp8 != MODEL_FP8_BLOCKWISE))
-            DIFF(",fp8_param_gather:%s", export_bool(pg));
-        if (mx && !pg)
-            DIFF(",reuse_grad_buf_for_mxfp8_param_ag:false");
-        if (t->fp8 == MODEL_FP8_TENSORWISE)
-            DIFF(",first_last_layers_bf16:false,num_layers_at_start_in_bf16:0,num_layers_at_end_in_bf16:0");
-        if (t->fp8_attention)
-            DIFF(",fp8_dot_product_attention:true");
-    }
-#undef DIFF
-    if (n == 0) {
+        snprintf(name, sizeof name, "%s_mixed", fp16 ? "fp16" : "bf16");
+    /* the named recipe is the plan's exactly */
+    const int named = !fp32 && grad32 == !fp16 &&
+                      (!fp8 || (e4m3 == mx && (t->fp8 != MODEL_FP8_DELAYED || t->fp8_amax_history == 1024) &&
+                                pg == (t->fp8 != MODEL_FP8_BLOCKWISE) && (!mx || pg) &&
+                                t->fp8 != MODEL_FP8_TENSORWISE && !t->fp8_attention));
+    if (named) {
         ov(o, "mixed_precision=%s", name);
-    } else {
-        ov(o, "~mixed_precision");
-        ov(o, "+mixed_precision={_target_:dataclasses.replace,_args_:[{_target_:megatron.bridge.training.mixed_precision.%s}]%s}",
-           t->precision == PX_FP32 ? "bf16_mixed" : name, diff);
+        ov_end(o);
+        return;
     }
+    const char *dt = fp32 ? "float32" : fp16 ? "float16" : "bfloat16";
+    char fp8s[512] = "";
+    if (fp8)
+        snprintf(fp8s, sizeof fp8s,
+                 ",fp8:%s,fp8_recipe:%s,fp8_margin:0,fp8_amax_history_len:%d,fp8_amax_compute_algo:%s,"
+                 "fp8_param_gather:%s,reuse_grad_buf_for_mxfp8_param_ag:%s,fp8_dot_product_attention:%s",
+                 model_fp8_format_name(t->fp8_format), fp8_recipes[t->fp8],
+                 t->fp8 == MODEL_FP8_DELAYED ? t->fp8_amax_history : 1,
+                 t->fp8 == MODEL_FP8_DELAYED ? "max" : "most_recent", export_bool(pg), export_bool(mx && pg),
+                 export_bool(t->fp8_attention));
+    ov(o, "~mixed_precision");
+    ov(o, "+mixed_precision={_target_:megatron.bridge.training.mixed_precision.MixedPrecisionConfig,"
+          "fp32:%s,fp16:%s,bf16:%s,params_dtype:{_target_:torch.%s,_call_:false},"
+          "pipeline_dtype:{_target_:torch.%s,_call_:false},autocast_enabled:false,grad_reduce_in_fp32:%s%s,"
+          "first_last_layers_bf16:false,num_layers_at_start_in_bf16:0,num_layers_at_end_in_bf16:0}",
+       export_bool(fp32), export_bool(fp16), export_bool(!fp32 && !fp16), dt, dt, export_bool(grad32), fp8s);
     ov_end(o);
 }
 
@@ -341,29 +357,26 @@ static void bridge_precision_notes(FILE *f, const ModelPlan *p)
 
 /* The comments that open the overrides: the recipe, the command that runs it, and what the plan
  * has that the keys below cannot say. */
-static void bridge_header(FILE *f, const ModelPlan *p, const BridgeRecipe *r, int own)
+static void bridge_header(FILE *f, const ModelPlan *p, const ModelDims *d, const BridgeRecipe *r, int own)
 {
     int nodes;
     const int per_node = export_node_size(p, &nodes);
-    const int listed = strchr(r->recipe, '.') == NULL;
     fprintf(f, "\n# Megatron-Bridge (ConfigContainer) overrides for %s on %d GPUs, written by parallax\n",
             p->spec.model.name, p->gpus);
     fprintf(f, "# recipe: %s (%s)\n", r->recipe,
             own ? "the model's own" : "the nearest: the architecture below replaces its model's");
-    if (listed)
-        fprintf(f, "# run: torchrun --nnodes %d --nproc-per-node %d scripts/training/run_recipe.py --recipe %s \\\n"
-                   "#        followed by every line below (Megatron-Bridge 0.3.1; the quotes are the shell's)\n",
-                nodes, per_node, r->recipe);
-    else
-        fprintf(f, "# run: 0.3.1's run_recipe.py does not list this recipe: in a script of your own call it, pass the\n"
-                   "# lines below as cli_overrides to process_config_with_overrides, then pretrain(config, forward_step);\n"
-                   "# torchrun --nnodes %d --nproc-per-node %d\n",
-                nodes, per_node);
+    fprintf(f, "# run: torchrun --nnodes %d --nproc-per-node %d scripts/training/run_recipe.py --recipe %s \\\n"
+               "#        followed by every line below (Megatron-Bridge 0.6.2; the quotes are the shell's)\n",
+            nodes, per_node, r->recipe);
     if (!own)
         fprintf(f, "# its tokenizer is replaced by a NullTokenizer of the model's vocabulary: set your own\n");
     export_gpipe_note(f, &p->spec.layout);
     bridge_model_notes(f, p, r);
     bridge_precision_notes(f, p);
+    ExportTrain tr;
+    PxError err;
+    (void)export_train(p, d, &tr, &err); /* export_plan checked it */
+    export_train_comments(f, &tr);
     if (p->spec.job.optimizer == MODEL_OPT_ADAM_8BIT)
         fprintf(f, "# 8-bit Adam has no Megatron-Bridge key: its memory was planned, the keys below use Adam\n");
 }
@@ -374,8 +387,11 @@ static void bridge_training(BridgeOut *o, const ModelPlan *p, const ModelDims *d
 {
     const ModelLayout *l = &p->spec.layout;
     const ModelJob *t = &p->spec.job;
+    ExportTrain tr;
+    PxError err;
+    (void)export_train(p, d, &tr, &err); /* export_plan checked it */
     ov(o, "train.micro_batch_size=%d train.global_batch_size=%d train.train_iters=%d", t->micro_batch,
-       t->global_batch, t->steps);
+       t->global_batch, tr.iters);
     ov(o, "rng.seed=%llu", (unsigned long long)t->seed);
     ov_end(o);
     if (t->optimizer == MODEL_OPT_SGD_MOMENTUM)
@@ -384,7 +400,7 @@ static void bridge_training(BridgeOut *o, const ModelPlan *p, const ModelDims *d
         ov(o, "optimizer.optimizer=adam optimizer.adam_beta1=%g optimizer.adam_beta2=%g optimizer.adam_eps=%g",
            t->beta1, t->beta2, t->adam_eps);
     ov_end(o);
-    ov(o, "optimizer.lr=%g optimizer.min_lr=%g optimizer.weight_decay=%g optimizer.clip_grad=%g", t->lr, t->min_lr,
+    ov(o, "optimizer.lr=%g optimizer.min_lr=%g optimizer.weight_decay=%g optimizer.clip_grad=%g", tr.lr, tr.min_lr,
        t->weight_decay, t->grad_clip);
     ov_end(o);
     /* fp32 master weights, gradients and Adam moments, as parallax plans them (a recipe may
@@ -406,8 +422,11 @@ static void bridge_training(BridgeOut *o, const ModelPlan *p, const ModelDims *d
             ov(o, "ddp.bucket_size=%.0f", floor(l->bucket_bytes / (double)px_dtype_bytes(d->param)));
         ov_end(o);
     }
-    ov(o, "scheduler.lr_decay_style=cosine scheduler.lr_warmup_iters=%d scheduler.lr_decay_iters=%d",
-       t->warmup_steps, t->steps);
+    /* SchedulerConfig: Megatron-Core's OptimizerParamScheduler, as Megatron-LM's flags */
+    ov(o, "scheduler.lr_decay_style=%s scheduler.lr_warmup_iters=%d scheduler.lr_decay_iters=%d", tr.wsd ? "WSD" : "cosine",
+       tr.warmup, tr.decay_iters);
+    if (tr.wsd)
+        ov(o, "scheduler.lr_wsd_decay_style=cosine scheduler.lr_wsd_decay_iters=%d", tr.wsd_iters);
     ov_end(o);
     ov(o, "optimizer.use_distributed_optimizer=%s ddp.use_distributed_optimizer=%s", export_bool(l->zero >= 1),
        export_bool(l->zero >= 1));
@@ -428,7 +447,7 @@ void export_bridge(FILE *f, const ModelPlan *p, const ModelDims *d)
     const ModelLayout *l = &p->spec.layout;
     int own = 0;
     const BridgeRecipe *r = pick_recipe(&p->spec.model, &own);
-    bridge_header(f, p, r, own);
+    bridge_header(f, p, d, r, own);
 
     BridgeOut o = {f, 0};
     ov(&o, "model.tensor_model_parallel_size=%d model.pipeline_model_parallel_size=%d", l->tp, l->pp);

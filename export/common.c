@@ -5,6 +5,7 @@
 #include "export/internal.h"
 
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 
 void export_vflag(FILE *f, const char *end, const char *name, const char *fmt, va_list ap)
@@ -27,6 +28,13 @@ int export_node_size(const ModelPlan *p, int *nodes)
 }
 
 const char *export_bool(int b) { return b ? "true" : "false"; }
+
+double export_ratio(double a, double b)
+{
+    char buf[32];
+    snprintf(buf, sizeof buf, "%.12g", b != 0 ? a / b : 0);
+    return strtod(buf, NULL);
+}
 
 const char *export_router_score(const ModelMoe *m)
 {

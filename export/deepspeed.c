@@ -56,18 +56,18 @@ static void deepspeed_sharding_notes(const ModelPlan *p)
 }
 
 /* The optimizer and its learning-rate schedule (DeepSpeed's WarmupCosineLR). */
-static void deepspeed_optimizer(cJSON *j, const ModelJob *t)
+static void deepspeed_optimizer(cJSON *j, const ModelJob *t, const ExportTrain *tr)
 {
     cJSON *o = cJSON_AddObjectToObject(j, "optimizer");
     cJSON *op = cJSON_CreateObject();
     if (t->optimizer == MODEL_OPT_SGD_MOMENTUM) {
         cJSON_AddStringToObject(o, "type", "SGD");
-        cJSON_AddNumberToObject(op, "lr", t->lr);
+        cJSON_AddNumberToObject(op, "lr", tr->lr);
         cJSON_AddNumberToObject(op, "momentum", t->momentum);
         cJSON_AddNumberToObject(op, "weight_decay", t->weight_decay);
     } else {
         cJSON_AddStringToObject(o, "type", "AdamW");
-        cJSON_AddNumberToObject(op, "lr", t->lr);
+        cJSON_AddNumberToObject(op, "lr", tr->lr);
         double betas[2] = {t->beta1, t->beta2};
         cJSON_AddItemToObject(op, "betas", cJSON_CreateDoubleArray(betas, 2));
         cJSON_AddNumberToObject(op, "eps", t->adam_eps);
@@ -77,9 +77,11 @@ static void deepspeed_optimizer(cJSON *j, const ModelJob *t)
     cJSON *sch = cJSON_AddObjectToObject(j, "scheduler");
     cJSON_AddStringToObject(sch, "type", "WarmupCosineLR");
     cJSON *sp = cJSON_AddObjectToObject(sch, "params");
-    cJSON_AddNumberToObject(sp, "total_num_steps", t->steps);
-    cJSON_AddNumberToObject(sp, "warmup_num_steps", t->warmup_steps);
-    cJSON_AddNumberToObject(sp, "cos_min_ratio", t->lr > 0 ? t->min_lr / t->lr : 0);
+    /* the cosine reaches cos_min_ratio at total_num_steps: the decay's end, or the training's when
+     * the decay ends before it (deepspeed_train_notes says so) */
+    cJSON_AddNumberToObject(sp, "total_num_steps", tr->decay_iters > tr->iters ? tr->decay_iters : tr->iters);
+    cJSON_AddNumberToObject(sp, "warmup_num_steps", tr->warmup);
+    cJSON_AddNumberToObject(sp, "cos_min_ratio", export_ratio(tr->min_lr, tr->lr));
     /* parallax warms up linearly (DeepSpeed's default is logarithmic) */
     cJSON_AddStringToObject(sp, "warmup_type", "linear");
 }
@@ -121,7 +123,10 @@ static void deepspeed_config(FILE *f, const ModelPlan *p, const ModelDims *d)
     cJSON_AddBoolToObject(z, "overlap_comm", l->overlap_dp);
     cJSON_AddBoolToObject(z, "contiguous_gradients", 1);
     deepspeed_sharding(z, p, d);
-    deepspeed_optimizer(j, t);
+    ExportTrain tr;
+    PxError err;
+    (void)export_train(p, d, &tr, &err); /* export_plan checked it */
+    deepspeed_optimizer(j, t, &tr);
     /* DeepSpeed's checkpointing recomputes whole layers: the block is for full recompute only */
     if (l->recompute == MODEL_RECOMPUTE_FULL) {
         cJSON *ac = cJSON_AddObjectToObject(j, "activation_checkpointing");
@@ -187,9 +192,27 @@ static void deepspeed_notes(const ModelPlan *p, const ModelDims *d)
                 s->job.precision == PX_FP16 ? "fp16" : s->job.precision == PX_BF16 ? "bf16" : "fp32");
 }
 
+/* The training figures (on stderr): where they come from, the length, which a DeepSpeed config
+ * does not hold, and the decays WarmupCosineLR cannot follow. */
+static void deepspeed_train_notes(const ModelPlan *p, const ModelDims *d)
+{
+    ExportTrain tr;
+    PxError err;
+    (void)export_train(p, d, &tr, &err); /* export_plan checked it */
+    export_train_warn(&tr);
+    px_warn("train for %d iterations: the length is the training loop's, not a DeepSpeed config setting", tr.iters);
+    if (tr.wsd)
+        px_warn("NOT EXPRESSIBLE: the peak held to iteration %d before the cosine decay: WarmupCosineLR decays from "
+                "the warm-up's end", tr.decay_iters - tr.wsd_iters);
+    if (tr.decay_iters < tr.iters)
+        px_warn("NOT EXPRESSIBLE: the minimum reached at iteration %d and held to %d: WarmupCosineLR reaches it at "
+                "total_num_steps, the last iteration", tr.decay_iters, tr.iters);
+}
+
 void export_deepspeed(FILE *f, const ModelPlan *p, const ModelDims *d)
 {
     deepspeed_notes(p, d);
+    deepspeed_train_notes(p, d);
     deepspeed_sharding_notes(p);
     deepspeed_config(f, p, d);
 }

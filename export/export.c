@@ -31,7 +31,9 @@ static int checked(const ModelPlan *plan, ModelPlan *p, ModelDims *d, PxError *e
         return rc;
     *p = *plan;
     p->spec = s;
-    return PX_OK;
+    /* the training figures every format writes, refused here rather than half-way through */
+    ExportTrain t;
+    return export_train(p, d, &t, err);
 }
 
 int export_plan(FILE *f, const ModelPlan *plan, ExportFormat fmt, PxError *err)

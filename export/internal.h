@@ -19,6 +19,9 @@ void export_vflag(FILE *f, const char *end, const char *name, const char *fmt, v
  * smaller), and in *nodes the nodes they take. */
 int export_node_size(const ModelPlan *p, int *nodes);
 const char *export_bool(int b); /* "true" / "false", as Hydra, TOML and tyro take them */
+/* a / b to 12 significant digits (0 when b is 0): a ratio of two figures a person wrote (8e-7 /
+ * 8e-5) as they would, 0.01, not the last bit of its binary quotient */
+double export_ratio(double a, double b);
 /* The router's score function as Megatron-Core and NeMo name it: "softmax", "sigmoid". */
 const char *export_router_score(const ModelMoe *m);
 
@@ -52,6 +55,29 @@ const char *export_cp_comm_name(ModelCpComm c);
 /* Whether FP8-only weights are expressible: Megatron takes them only with the distributed
  * optimizer or FSDP (ZeRO 1 and up). */
 int export_fp8_param_gather_ok(const ModelPlan *p);
+
+/* ---- train.c: the training length and the learning-rate schedule ---- */
+
+/* What every format writes of the training: iterations, the warm-up, the peak and minimum
+ * learning rate and the decay, each from the plan (its user set it), the model's published
+ * recipe (the zoo's "recipe") or parallax's default, and notes saying which. */
+typedef struct {
+    int iters;          /* training iterations */
+    int warmup;         /* linear warm-up iterations, below decay_iters */
+    double lr, min_lr;  /* the peak and the minimum the decay reaches */
+    int decay_iters;    /* the iteration where the decay reaches min_lr, counted from 0 and held
+                           after (Megatron's lr_decay_iters); may pass iters */
+    int wsd;            /* warm-up-stable-decay: the peak held until wsd_iters before decay_iters */
+    int wsd_iters;      /* WSD: the cosine decay's iterations */
+    int recipe;         /* 1 when a figure is the recipe's */
+    int defaults;       /* 1 when a figure is parallax's default (notes say WARNING) */
+    char notes[2048];   /* where each figure comes from: lines, each ending in '\n' */
+} ExportTrain;
+/* The job's training figures; PX_EINPUT when the iterations pass INT_MAX or the zoo's recipe is
+ * malformed (export_plan checks it before any format is written). */
+int export_train(const ModelPlan *p, const ModelDims *d, ExportTrain *t, PxError *err);
+void export_train_comments(FILE *f, const ExportTrain *t); /* the notes as "# " lines */
+void export_train_warn(const ExportTrain *t);               /* the notes as warnings */
 
 /* ---- the formats, one file each ---- */
 

@@ -390,7 +390,7 @@ static void megatron_parallel(FILE *f, const ModelPlan *p, const ModelDims *d, c
 }
 
 /* Batch, precision (FP8 included), attention, the optimizer and its schedule. */
-static void megatron_training(FILE *f, const ModelPlan *p)
+static void megatron_training(FILE *f, const ModelPlan *p, const ExportTrain *tr)
 {
     const ModelJob *t = &p->spec.job;
     flag(f, "--micro-batch-size", "%d", t->micro_batch);
@@ -415,11 +415,18 @@ static void megatron_training(FILE *f, const ModelPlan *p)
         flag(f, "--adam-beta2", "%g", t->beta2);
         flag(f, "--adam-eps", "%g", t->adam_eps);
     }
-    flag(f, "--lr", "%g", t->lr);
-    flag(f, "--min-lr", "%g", t->min_lr);
-    flag(f, "--lr-decay-style", "cosine");
-    flag(f, "--lr-warmup-iters", "%d", t->warmup_steps);
-    flag(f, "--train-iters", "%d", t->steps);
+    flag(f, "--lr", "%g", tr->lr);
+    flag(f, "--min-lr", "%g", tr->min_lr);
+    if (tr->wsd) {
+        flag(f, "--lr-decay-style", "WSD");
+        flag(f, "--lr-wsd-decay-style", "cosine");
+        flag(f, "--lr-wsd-decay-iters", "%d", tr->wsd_iters);
+    } else {
+        flag(f, "--lr-decay-style", "cosine");
+    }
+    flag(f, "--lr-warmup-iters", "%d", tr->warmup);
+    flag(f, "--lr-decay-iters", "%d", tr->decay_iters);
+    flag(f, "--train-iters", "%d", tr->iters);
     flag(f, "--weight-decay", "%g", t->weight_decay);
     flag(f, "--clip-grad", "%g", t->grad_clip);
     flag(f, "--seed", "%llu", (unsigned long long)t->seed);
@@ -429,17 +436,21 @@ void export_megatron(FILE *f, const ModelPlan *p, const ModelDims *d)
 {
     ExportMegatronSplit ms;
     const int split_said = export_megatron_pipeline(p, d, &ms);
+    ExportTrain tr;
+    PxError err;
+    (void)export_train(p, d, &tr, &err); /* export_plan checked it */
     megatron_launch_notes(f, p, d);
     megatron_split_notes(f, &p->spec.layout, &ms, split_said);
     megatron_model_notes(f, &p->spec.model);
     megatron_moe_notes(f, p);
     megatron_fp8_notes(f, p);
+    export_train_comments(f, &tr);
     megatron_env(f, p);
     fprintf(f, "MEGATRON_ARGS=(\n");
     megatron_model(f, p, d);
     megatron_parallel(f, p, d, &ms, split_said);
     megatron_moe(f, p);
-    megatron_training(f, p);
+    megatron_training(f, p, &tr);
     fprintf(f, ")\n");
     if (p->spec.job.optimizer == MODEL_OPT_ADAM_8BIT)
         fprintf(f, "# 8-bit Adam has no Megatron-LM flag: its memory was planned, the flags use Adam\n");

@@ -148,6 +148,23 @@ static void nemo1_split(FILE *f, const ModelLayout *l, const ModelDims *d)
     }
 }
 
+/* NeMo 1.x's CosineAnnealing (nemo/core/optim/lr_scheduler.py): linear warm-up, cosine to min_lr
+ * at max_steps - constant_steps, then min_lr; max_steps is the trainer's unless the scheduler's
+ * own is given. A decay that ends past the training goes as the scheduler's max_steps; one that
+ * ends before it as constant_steps. It has no stable phase: a WSD schedule is NOT EXPRESSIBLE. */
+static void nemo1_sched(FILE *f, const ExportTrain *tr)
+{
+    if (tr->wsd)
+        fprintf(f, "# NOT EXPRESSIBLE: the peak held to iteration %d before the cosine decay (NeMo 1.x's CosineAnnealing\n"
+                   "# decays from the warm-up's end): the decay below starts at the warm-up's end\n",
+                tr->decay_iters - tr->wsd_iters);
+    fprintf(f, "model.optim.sched.name=CosineAnnealing model.optim.sched.warmup_steps=%d model.optim.sched.constant_steps=%d "
+               "model.optim.sched.min_lr=%g\n",
+            tr->warmup, tr->decay_iters < tr->iters ? tr->iters - tr->decay_iters : 0, tr->min_lr);
+    if (tr->decay_iters > tr->iters)
+        fprintf(f, "+model.optim.sched.max_steps=%d\n", tr->decay_iters);
+}
+
 /* NeMo 1.x: Hydra overrides for megatron_gpt_pretraining.py, written for megatron_gpt_config.yaml
  * as NVIDIA/NeMo 8cfedd72 ships it (examples/nlp/language_modeling/conf/; the 1.x training path,
  * kept through NeMo 2.x) and composable with NeMo 1.23.0's, the last 1.x release. Hydra composes
@@ -172,8 +189,12 @@ void export_nemo1(FILE *f, const ModelPlan *p, const ModelDims *d)
     fprintf(f, "# for megatron_gpt_config.yaml as NeMo 8cfedd72 ships it: '+' adds a key that file lacks, '++' one\n"
                "# that NeMo 1.23.0's lacks; Megatron-Core reads the added keys through build_transformer_config\n");
     export_gpipe_note(f, l);
+    ExportTrain tr;
+    PxError err;
+    (void)export_train(p, d, &tr, &err); /* export_plan checked it */
+    export_train_comments(f, &tr);
     fprintf(f, "trainer.devices=%d trainer.num_nodes=%d trainer.precision=%s trainer.max_steps=%d\n",
-            per_node, nodes, prec, t->steps);
+            per_node, nodes, prec, tr.iters);
     /* Megatron-Core's GPT (the default from NeMo 2.0, not in 1.23.0) carries context parallelism,
      * grouped-query attention, MoE and the rotary base; O2 keeps 16-bit weights with fp32 main
      * copies in the optimizer, as parallax plans them */
@@ -201,9 +222,8 @@ void export_nemo1(FILE *f, const ModelPlan *p, const ModelDims *d)
     else
         fprintf(f, "model.activations_checkpoint_granularity=full model.activations_checkpoint_method=uniform model.activations_checkpoint_num_layers=1\n");
     fprintf(f, "model.optim.name=%s model.optim.lr=%g model.optim.weight_decay=%g model.optim.betas=[%g,%g]\n",
-            l->zero >= 1 ? "distributed_fused_adam" : "fused_adam", t->lr, t->weight_decay, t->beta1, t->beta2);
-    fprintf(f, "model.optim.sched.name=CosineAnnealing model.optim.sched.warmup_steps=%d model.optim.sched.min_lr=%g\n",
-            t->warmup_steps, t->min_lr);
+            l->zero >= 1 ? "distributed_fused_adam" : "fused_adam", tr.lr, t->weight_decay, t->beta1, t->beta2);
+    nemo1_sched(f, &tr);
     fprintf(f, "model.use_flash_attention=%s model.hidden_dropout=%g model.attention_dropout=%g\n",
             export_bool(t->flash_attn), t->dropout, t->dropout);
     nemo1_fp8(f, p);

@@ -44,7 +44,7 @@ static void job_name(char *buf, size_t cap, const char *model)
 
 /* The job's time limit in limit[cap] ("" for none): as given, else from the plan's predicted
  * step time (*step_s; 0 without a prediction). PX_EINPUT when the prediction cannot be read. */
-static int slurm_limit(const ModelPlan *p, const char *given, char *limit, size_t cap, double *step_s,
+static int slurm_limit(const ModelPlan *p, const char *given, int steps, char *limit, size_t cap, double *step_s,
                        PxError *err)
 {
     limit[0] = '\0';
@@ -62,10 +62,28 @@ static int slurm_limit(const ModelPlan *p, const char *given, char *limit, size_
     } else if (*step_s > 0) {
         /* twice the prediction, for a machine slower than its profile and the first steps'
          * warm-up, and 10 minutes to start the ranks, read the plan and build the weights */
-        const double minutes = ceil((2.0 * *step_s * p->spec.job.steps + 600.0) / 60.0);
+        const double minutes = ceil((2.0 * *step_s * steps + 600.0) / 60.0);
         slurm_time(limit, cap, minutes < 1e9 ? (long)minutes : 1000000000L);
     }
     return PX_OK;
+}
+
+/* The training length (export_train's first note) and the schedule parallax run trains with: the
+ * plan's own, which a recipe's figures do not replace (they are said, with the flags that plan
+ * them). */
+static void slurm_train_notes(FILE *f, const ModelPlan *p, const ExportTrain *tr)
+{
+    const ModelJob *j = &p->spec.job;
+    const char *e = strchr(tr->notes, '\n');
+    fprintf(f, "# %.*s\n", e ? (int)(e - tr->notes) : (int)strlen(tr->notes), tr->notes);
+    fprintf(f, "# learning rate: parallax run trains with the plan's: peak %g, minimum %g, warm-up %d, cosine to the\n"
+               "# last step\n", j->lr, j->min_lr, j->warmup_steps);
+    if (tr->lr != j->lr || tr->min_lr != j->min_lr || tr->warmup != j->warmup_steps)
+        fprintf(f, "# WARNING: not the model's published recipe (peak %g, minimum %g, warm-up %d): plan with --lr %g\n"
+                   "# --min-lr %g --warmup-steps %d to train with it\n",
+                tr->lr, tr->min_lr, tr->warmup, tr->lr, tr->min_lr, tr->warmup);
+    else if (j->lr == model_field(MODEL_FIELD_LR)->def || j->warmup_steps == (int)model_field(MODEL_FIELD_WARMUP_STEPS)->def)
+        fprintf(f, "# WARNING: parallax's defaults, not tuned for this model: plan with --lr X --min-lr X --warmup-steps N\n");
 }
 
 int export_slurm(FILE *f, const ModelPlan *p, const ModelDims *d, const ExportSlurmJob *job, PxError *err)
@@ -77,7 +95,11 @@ int export_slurm(FILE *f, const ModelPlan *p, const ModelDims *d, const ExportSl
     /* the time limit, checked before anything is written */
     char limit[48];
     double step_s;
-    int rc = slurm_limit(p, job->time, limit, sizeof limit, &step_s, err);
+    ExportTrain tr;
+    int rc = export_train(p, d, &tr, err);
+    if (rc)
+        return rc;
+    rc = slurm_limit(p, job->time, tr.iters, limit, sizeof limit, &step_s, err);
     if (rc)
         return rc;
     const int world = p->gpus, cpu = prof_device_is_cpu(&p->profile.device);
@@ -93,7 +115,7 @@ int export_slurm(FILE *f, const ModelPlan *p, const ModelDims *d, const ExportSl
     fprintf(f, "#!/bin/bash\n");
     fprintf(f, "# parallax run: %s on %s, %d rank%s (dp %d x tp %d x pp %d x cp %d) on %d node%s, %d steps",
             s->model.name, p->cluster, world, world == 1 ? "" : "s", d->dp, d->t, d->p, d->c, nodes,
-            nodes == 1 ? "" : "s", s->job.steps);
+            nodes == 1 ? "" : "s", tr.iters);
     if (step_s > 0)
         fprintf(f, " (predicted %.4g s each)", step_s);
     fprintf(f, "\n# sbatch this file; run.json and run.metrics.jsonl land in the directory it is submitted from\n");
@@ -108,6 +130,7 @@ int export_slurm(FILE *f, const ModelPlan *p, const ModelDims *d, const ExportSl
         fprintf(f, "#SBATCH --time=%s\n", limit);
     else
         fprintf(f, "# no --time: the plan carries no prediction (export with --time)\n");
+    slurm_train_notes(f, p, &tr);
     fprintf(f, "set -eu\n\n");
     fprintf(f, "# the same parallax build (parallax-worker beside it) and the same plan on every node\n");
     fprintf(f, "PARALLAX=");
@@ -124,7 +147,10 @@ int export_slurm(FILE *f, const ModelPlan *p, const ModelDims *d, const ExportSl
     fprintf(f, "# srun is given --cpus-per-task again: Slurm 22.05 does not pass sbatch's on");
     if (!cpu)
         fprintf(f, ". Every rank sees\n# the node's GPUs and takes the one of its rank on the node");
-    fprintf(f, "\nsrun --ntasks=%d --cpus-per-task=%d%s \"$PARALLAX\" run \"$PLAN\" --launcher none\n", world,
+    fprintf(f, "\nsrun --ntasks=%d --cpus-per-task=%d%s \"$PARALLAX\" run \"$PLAN\" --launcher none", world,
             cpus, cpu ? "" : " --gpu-bind=none");
+    if (tr.iters != s->job.steps)
+        fprintf(f, " --steps %d", tr.iters);
+    fprintf(f, "\n");
     return PX_OK;
 }

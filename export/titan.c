@@ -32,27 +32,34 @@ typedef struct {
     int q_lora_rank, kv_lora_rank; /* MLA (kv_lora_rank > 0): kv_heads not compared */
     int qk_norm;
     double rope_theta, norm_eps;
+    /* GPT-OSS's extras: biases on QKV, the attention output, the router and the experts, and
+     * attention sinks (0.3's models/gpt_oss, 0.2's experiments/gpt_oss) */
+    int gpt_oss;
 } TitanFlavor;
 
 static const TitanFlavor titan_flavors[] = {
     {"llama3", "8B", "llama3_8b", NULL, "llama3_8b_mxfp8", 32, 4096, 32, 8, 128, 14336, 128256,
-     0, 0, 0, 0, 0, 0, 0, 0, 500000, 1e-5},
+     0, 0, 0, 0, 0, 0, 0, 0, 500000, 1e-5, 0},
     {"llama3", "70B", "llama3_70b", NULL, NULL, 80, 8192, 64, 8, 128, 28672, 128256,
-     0, 0, 0, 0, 0, 0, 0, 0, 500000, 1e-5},
+     0, 0, 0, 0, 0, 0, 0, 0, 500000, 1e-5, 0},
     /* 0.3's llama3_405b converts the linears to float8 (rowwise) itself */
     {"llama3", "405B", "llama3_405b", "llama3_405b", NULL, 126, 16384, 128, 8, 128, 53248, 128256,
-     0, 0, 0, 0, 0, 0, 0, 0, 500000, 1e-5},
-    {"qwen3", "8B", NULL, NULL, NULL, 36, 4096, 32, 8, 128, 12288, 151936, 0, 0, 0, 0, 0, 0, 0, 1, 1e6, 1e-6},
-    {"qwen3", "14B", "qwen3_14b", NULL, NULL, 40, 5120, 40, 8, 128, 17408, 151936, 0, 0, 0, 0, 0, 0, 0, 1, 1e6, 1e-6},
-    {"qwen3", "32B", "qwen3_32b", NULL, NULL, 64, 5120, 64, 8, 128, 25600, 151936, 0, 0, 0, 0, 0, 0, 0, 1, 1e6, 1e-6},
+     0, 0, 0, 0, 0, 0, 0, 0, 500000, 1e-5, 0},
+    {"qwen3", "8B", NULL, NULL, NULL, 36, 4096, 32, 8, 128, 12288, 151936, 0, 0, 0, 0, 0, 0, 0, 1, 1e6, 1e-6, 0},
+    {"qwen3", "14B", "qwen3_14b", NULL, NULL, 40, 5120, 40, 8, 128, 17408, 151936, 0, 0, 0, 0, 0, 0, 0, 1, 1e6, 1e-6, 0},
+    {"qwen3", "32B", "qwen3_32b", NULL, NULL, 64, 5120, 64, 8, 128, 25600, 151936, 0, 0, 0, 0, 0, 0, 0, 1, 1e6, 1e-6, 0},
     {"qwen3", "30B-A3B", "qwen3_30b_a3b", NULL, NULL, 48, 2048, 32, 4, 128, 0, 151936,
-     128, 8, 768, 0, 0, 0, 0, 1, 1e6, 1e-6},
+     128, 8, 768, 0, 0, 0, 0, 1, 1e6, 1e-6, 0},
     {"qwen3", "235B-A22B", NULL, NULL, NULL, 94, 4096, 64, 4, 128, 0, 151936,
-     128, 8, 1536, 0, 0, 0, 0, 1, 5e6, 1e-6},
+     128, 8, 1536, 0, 0, 0, 0, 1, 5e6, 1e-6, 0},
     {"deepseek_v3", "16B", "deepseek_v3_16b", NULL, NULL, 27, 2048, 16, 0, 192, 10944, 102400,
-     64, 6, 1408, 2816, 1, 0, 512, 0, 10000, 1e-5},
+     64, 6, 1408, 2816, 1, 0, 512, 0, 10000, 1e-5, 0},
     {"deepseek_v3", "671B", "deepseek_v3_671b", "deepseek_v3_671b_float8", NULL, 61, 7168, 128, 0, 192, 18432,
-     129280, 256, 8, 2048, 2048, 3, 1536, 512, 0, 10000, 1e-5},
+     129280, 256, 8, 2048, 2048, 3, 1536, 512, 0, 10000, 1e-5, 0},
+    /* 0.3.0's models/gpt_oss/__init__.py _120b and config_registry.py gpt_oss_120b; 0.2.2's
+     * experiments/gpt_oss gptoss_configs["120b"] with GptOssModelArgs' defaults */
+    {"gpt_oss", "120b", "gpt_oss_120b", NULL, NULL, 36, 2880, 64, 8, 64, 0, 201088,
+     128, 4, 2880, 0, 0, 0, 0, 0, 150000, 1e-5, 1},
 };
 
 /* The flavor whose shape the model has, or NULL. RoPE base and norm epsilon are not compared:
@@ -60,13 +67,17 @@ static const TitanFlavor titan_flavors[] = {
 static const TitanFlavor *titan_flavor(const ModelConfig *c)
 {
     const ModelMoe *m = &c->moe;
+    /* GPT-OSS has all five extras; every other flavor none */
+    const int extras = !!c->qkv_bias + !!c->proj_bias + !!c->attn_sinks + !!m->router_bias + !!m->expert_bias;
+    const int oss = extras == 5;
     if (c->family != MODEL_LLAMA || c->norm != MODEL_RMSNORM || c->mlp != MODEL_SWIGLU ||
-        c->position != MODEL_POS_ROPE || c->tied_embeddings || c->bias || c->qkv_bias || c->proj_bias ||
-        c->attn_sinks || m->router_bias || m->expert_bias)
+        c->position != MODEL_POS_ROPE || c->tied_embeddings || c->bias || (extras && !oss))
         return NULL;
     const int dense = m->experts == 0 || m->first_dense > 0 || m->layer_freq > 1;
     for (size_t i = 0; i < sizeof titan_flavors / sizeof titan_flavors[0]; i++) {
         const TitanFlavor *t = &titan_flavors[i];
+        if (t->gpt_oss != oss)
+            continue;
         if (c->layers != t->layers || c->hidden != t->hidden || c->heads != t->heads || c->vocab != t->vocab ||
             c->head_dim != t->head_dim || c->qk_norm != t->qk_norm || (dense && c->ffn_hidden != t->ffn) ||
             c->mla.kv_lora_rank != t->kv_lora_rank || (t->kv_lora_rank == 0 && c->kv_heads != t->kv_heads))
@@ -126,6 +137,7 @@ typedef struct {
     int fp8_gather;        /* 0.2's enable_fsdp_float8_all_gather */
     int cuda_graphs_off;   /* 0.3: --training.disable_cuda_graphs (pipeline or expert parallel) */
     int cpu_offload;       /* training.enable_cpu_offload (FSDP2's CPUOffloadPolicy) */
+    ExportTrain tr;         /* the training length and schedule */
 } Titan;
 
 static void titan_resolve(Titan *t, const ModelPlan *p, const ModelDims *d, int v03)
@@ -134,6 +146,8 @@ static void titan_resolve(Titan *t, const ModelPlan *p, const ModelDims *d, int 
     const ModelJob *j = &p->spec.job;
     memset(t, 0, sizeof *t);
     t->v03 = v03;
+    PxError err;
+    (void)export_train(p, d, &t->tr, &err); /* export_plan checked it */
     t->fl = titan_flavor(&p->spec.model);
     t->config = t->fl ? t->fl->config : NULL;
     /* Data parallelism. torchtitan's FSDP shards over dp_shard x cp (cp always: its
@@ -210,6 +224,12 @@ static void titan_model_notes(FILE *f, const Titan *t, const ModelPlan *p)
      * description does not carry; it changes no cost parallax predicts. */
     if (strcmp(fl->module, "llama3") == 0)
         fprintf(f, "# torchtitan's llama3 %s is Llama 3.1's, RoPE scaled (factor 8 over 8192 positions)\n",
+                fl->flavor);
+    /* GptOssModelArgs (0.2.2) and _120b (0.3.0): banded attention of 128 tokens on every other
+     * layer, YaRN-scaled RoPE (factor 32 over 4096 positions), the SwiGLU clamp at 7 */
+    if (fl->gpt_oss)
+        fprintf(f, "# torchtitan's gpt_oss %s is GPT-OSS's own: banded attention (128 tokens) on every other layer,\n"
+                   "# which parallax plans as full causal attention, and YaRN-scaled RoPE (factor 32 over 4096 positions)\n",
                 fl->flavor);
     if (c->rope_theta != fl->rope_theta)
         fprintf(f, "# NOT EXPRESSIBLE: the model's RoPE base %.0f: torchtitan's %s %s flavor has %.0f\n", c->rope_theta,
@@ -379,11 +399,34 @@ static void titan_sharding_notes(FILE *f, const Titan *t, const ModelPlan *p)
         fprintf(f, "# NOT EXPRESSIBLE: activation offload: torchtitan has no setting for it\n");
 }
 
+/* torchtitan's schedule (components/optimizer/lr_scheduler.py, 0.2's components/lr_scheduler.py):
+ * linear warm-up, the peak held, then the last decay_ratio x steps decaying to min_lr_factor at
+ * the last step (None: every step after the warm-up). A WSD decay is its ratio of the steps. */
+static void titan_decay_ratio(char *buf, size_t cap, const ExportTrain *tr)
+{
+    if (tr->wsd)
+        num(buf, cap, export_ratio(tr->wsd_iters, tr->iters));
+    else
+        snprintf(buf, cap, "None");
+}
+
+/* Where the training figures come from, and the decay torchtitan cannot end anywhere but at
+ * the last step. */
+static void titan_train_notes(FILE *f, const ExportTrain *tr)
+{
+    export_train_comments(f, tr);
+    if (tr->decay_iters != tr->iters)
+        fprintf(f, "# NOT EXPRESSIBLE: the minimum learning rate at iteration %d: torchtitan's decay ends at the last\n"
+                   "# step (%d)\n",
+                tr->decay_iters, tr->iters);
+}
+
 static void titan_notes(FILE *f, const Titan *t, const ModelPlan *p, const ModelDims *d)
 {
     const ModelLayout *l = &p->spec.layout;
     const ModelJob *j = &p->spec.job;
     titan_model_notes(f, t, p);
+    titan_train_notes(f, &t->tr);
     titan_dp_notes(f, t, p, d);
     titan_cp_notes(f, t, &p->spec.layout);
     if (l->tp > 1 && l->sp)
@@ -520,7 +563,7 @@ void export_torchtitan(FILE *f, const ModelPlan *p, const ModelDims *d)
     arg(f, "--training.local_batch_size", "%d", t.local_batch);
     arg(f, "--training.global_batch_size", "%d", j->global_batch);
     arg(f, "--training.seq_len", "%d", d->s);
-    arg(f, "--training.steps", "%d", j->steps);
+    arg(f, "--training.steps", "%d", t.tr.iters);
     num(x, sizeof x, j->grad_clip > 0 ? j->grad_clip : INFINITY);
     arg(f, "--training.max_norm", "%s", x);
     arg(f, "--training.mixed_precision_param", "%s", t.param_dtype);
@@ -530,7 +573,7 @@ void export_torchtitan(FILE *f, const ModelPlan *p, const ModelDims *d)
     if (t.cpu_offload)
         arg(f, "--training.enable_cpu_offload", NULL);
     arg(f, "--optimizer.param_groups.0.optimizer_name", "AdamW");
-    num(x, sizeof x, j->lr);
+    num(x, sizeof x, t.tr.lr);
     arg(f, "--optimizer.param_groups.0.optimizer_kwargs.lr", "%s", x);
     char b2[32];
     num(x, sizeof x, j->beta1);
@@ -540,10 +583,11 @@ void export_torchtitan(FILE *f, const ModelPlan *p, const ModelDims *d)
     arg(f, "--optimizer.param_groups.0.optimizer_kwargs.eps", "%s", x);
     num(x, sizeof x, j->weight_decay);
     arg(f, "--optimizer.param_groups.0.optimizer_kwargs.weight_decay", "%s", x);
-    arg(f, "--lr_scheduler.warmup_steps", "%d", j->warmup_steps);
-    arg(f, "--lr_scheduler.decay_ratio", "None");
+    arg(f, "--lr_scheduler.warmup_steps", "%d", t.tr.warmup);
+    titan_decay_ratio(x, sizeof x, &t.tr);
+    arg(f, "--lr_scheduler.decay_ratio", "%s", x);
     arg(f, "--lr_scheduler.decay_type", "cosine");
-    num(x, sizeof x, j->lr > 0 ? j->min_lr / j->lr : 0);
+    num(x, sizeof x, export_ratio(t.tr.min_lr, t.tr.lr));
     arg(f, "--lr_scheduler.min_lr_factor", "%s", x);
     if (j->moe_force_balance && c->moe.experts > 0)
         arg(f, "--debug.moe_force_load_balance", NULL);
@@ -552,11 +596,11 @@ void export_torchtitan(FILE *f, const ModelPlan *p, const ModelDims *d)
 }
 
 /* 0.2's [optimizer] and [lr_scheduler] tables: AdamW, warmed up linearly, then cosine. */
-static void titan_toml_optimizer(FILE *f, const ModelJob *j)
+static void titan_toml_optimizer(FILE *f, const ModelJob *j, const ExportTrain *tr)
 {
     char x[32];
     fprintf(f, "\n[optimizer]\nname = \"AdamW\"\n");
-    toml_float(x, sizeof x, j->lr);
+    toml_float(x, sizeof x, tr->lr);
     fprintf(f, "lr = %s\n", x);
     toml_float(x, sizeof x, j->beta1);
     fprintf(f, "beta1 = %s\n", x);
@@ -566,8 +610,12 @@ static void titan_toml_optimizer(FILE *f, const ModelJob *j)
     fprintf(f, "eps = %s\n", x);
     toml_float(x, sizeof x, j->weight_decay);
     fprintf(f, "weight_decay = %s\n", x);
-    fprintf(f, "\n[lr_scheduler]\nwarmup_steps = %d\ndecay_type = \"cosine\"\n", j->warmup_steps);
-    toml_float(x, sizeof x, j->lr > 0 ? j->min_lr / j->lr : 0);
+    fprintf(f, "\n[lr_scheduler]\nwarmup_steps = %d\ndecay_type = \"cosine\"\n", tr->warmup);
+    if (tr->wsd) {
+        toml_float(x, sizeof x, export_ratio(tr->wsd_iters, tr->iters));
+        fprintf(f, "decay_ratio = %s\n", x);
+    }
+    toml_float(x, sizeof x, export_ratio(tr->min_lr, tr->lr));
     fprintf(f, "min_lr_factor = %s\n", x);
 }
 
@@ -616,9 +664,9 @@ void export_torchtitan_toml(FILE *f, const ModelPlan *p, const ModelDims *d)
         fprintf(f, "converters = [\"quantize.linear.%s\"%s%s%s]\n", kind, moe ? ", \"quantize.grouped_mm." : "",
                 moe ? kind : "", moe ? "\"" : "");
     }
-    titan_toml_optimizer(f, j);
+    titan_toml_optimizer(f, j, &t.tr);
     fprintf(f, "\n[training]\nlocal_batch_size = %d\nglobal_batch_size = %d\nseq_len = %d\nsteps = %d\n",
-            t.local_batch, j->global_batch, d->s, j->steps);
+            t.local_batch, j->global_batch, d->s, t.tr.iters);
     toml_float(x, sizeof x, j->grad_clip > 0 ? j->grad_clip : INFINITY);
     fprintf(f, "max_norm = %s\nmixed_precision_param = \"%s\"\nmixed_precision_reduce = \"float32\"\n", x, t.param_dtype);
     if (t.cpu_offload)

@@ -35,6 +35,14 @@ const char *model_zoo_name(int i)
     return i >= 0 && i < model_zoo_data_count ? model_zoo_data[i].name : NULL;
 }
 
+const char *model_zoo_text(const char *name)
+{
+    for (int i = 0; name && i < model_zoo_data_count; i++)
+        if (strcmp(model_zoo_data[i].name, name) == 0)
+            return model_zoo_data[i].text;
+    return NULL;
+}
+
 /* Llama's MLP width when a config leaves it out: 2/3 of 4h rounded up to a multiple of 256,
  * as Meta's reference code does (multiple_of = 256). */
 static int llama_default_ffn(int hidden)
@@ -244,7 +252,7 @@ static int parse_native(const cJSON *j, const char *origin, ModelConfig *c, PxEr
         "kv_heads",       "head_dim", "ffn_hidden",      "vocab",    "seq_len",    "norm",
         "mlp",            "position", "tied_embeddings", "bias",     "qkv_bias",   "norm_eps",
         "rope_theta",     "source",   "description",     "moe",      "mla",        "mtp_layers",
-        "attn_sinks",     "proj_bias", "qk_norm",         "rope_scaling", NULL};
+        "attn_sinks",     "proj_bias", "qk_norm",         "rope_scaling", "recipe",   NULL};
     char where[300];
     snprintf(where, sizeof where, "%s:", origin);
     int rc, version = 1, fam = 0;

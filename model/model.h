@@ -139,6 +139,9 @@ int model_moe_layers_in(const ModelConfig *c, int first, int n);
 /* The zoo compiled into the binary. */
 int model_zoo_count(void);
 const char *model_zoo_name(int i);
+/* A zoo model's JSON text, NULL when name is not in the zoo: what the exports read a published
+ * training recipe from (its "recipe" object, docs/exports.md), which ModelConfig does not hold. */
+const char *model_zoo_text(const char *name);
 
 const char *model_family_name(ModelFamily f);
 /* "none" or "llama3": the rope_type a config names the scaling by. */

@@ -9,6 +9,10 @@
 # (tests/clients/torch.txt, a few GB) through a .pth file instead of downloading its own. One
 # with a line "# no-deps" is installed with pip --no-deps: it pins every package the client
 # needs, for a client whose declared dependencies include GPU builds that do not install here.
+# "# ignore-requires-python" installs a client that declares a newer Python than the cached
+# environments' (its config code runs on this one; the check stubs what differs), and each
+# "# unpack: NAME==VERSION" line puts that wheel's files into the environment as they are,
+# for a wheel built only for that newer Python (its pure-Python modules are what is used).
 # Environments live in $PARALLAX_CLIENTS_DIR (default ~/.cache/parallax/clients) and are
 # rebuilt when their requirements change. Exit 77 (ctest's "skipped") when PyPI cannot be
 # reached and nothing is cached, 1 when it can and the install still fails; progress goes to
@@ -42,9 +46,18 @@ venv() {
         site=$("$v/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
         "$dir/torch/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' >"$site/_parallax_torch.pth"
     fi
-    local nodeps=
+    local nodeps= pyreq=
     if grep -qx '# no-deps' "$r"; then nodeps=--no-deps; fi
-    if ! "$v/bin/pip" install --disable-pip-version-check -q $nodeps -r "$r" >&2; then
+    if grep -qx '# ignore-requires-python' "$r"; then pyreq=--ignore-requires-python; fi
+    local spec wheels
+    for spec in $(sed -n 's/^# unpack: *//p' "$r"); do
+        wheels=$(mktemp -d)
+        "$v/bin/pip" download --disable-pip-version-check -q --no-deps --only-binary=:all: \
+            --python-version 3.12 -d "$wheels" "$spec" >&2 || { rm -rf "$wheels"; exit 1; }
+        "$v/bin/python" -c 'import sys, sysconfig, zipfile; [zipfile.ZipFile(w).extractall(sysconfig.get_paths()["purelib"]) for w in sys.argv[1:]]' "$wheels"/*.whl
+        rm -rf "$wheels"
+    done
+    if ! "$v/bin/pip" install --disable-pip-version-check -q $nodeps $pyreq -r "$r" >&2; then
         if ! "$python" -c 'import urllib.request; urllib.request.urlopen("https://pypi.org/simple/pip/", timeout=20)' 2>/dev/null; then
             echo "clients.sh: could not install $n: PyPI cannot be reached" >&2
             exit 77

@@ -1,5 +1,5 @@
 /* The Megatron-Bridge export line by line: which recipe it names for which model (Megatron-Bridge
- * 0.3.1's, export/bridge.c lists them), the architecture a borrowed recipe's model is given,
+ * 0.6.2's, export/bridge.c lists them), the architecture a borrowed recipe's model is given,
  * the pipeline split as first/last counts or as Megatron-Core's layout string, the keys a
  * recipe sets that the plan resets, and the shell quoting of the override words. The real client
  * takes every plan of tests/clients/plans.txt in tests/clients/bridge_check.py. */
@@ -54,7 +54,7 @@ static void test_own_recipe(void)
         "model.cp_comm_type=p2p",
         "model.num_layers=32 model.hidden_size=4096 model.ffn_hidden_size=14336 model.num_attention_heads=32 "
         "model.num_query_groups=8 model.kv_channels=128",
-        "model.vocab_size=128256 tokenizer.vocab_size=128256 model.seq_length=8192 dataset.sequence_length=8192",
+        "model.vocab_size=128256 tokenizer.vocab_size=128256 model.seq_length=8192 dataset.seq_length=8192",
         "model.position_embedding_type=rope model.rotary_base=500000 model.rotary_scaling_factor=null "
         "model.rope_scaling=false model.hidden_dropout=0 model.attention_dropout=0",
         "comm_overlap=null model.tp_comm_overlap=false", "mixed_precision=bf16_mixed", NULL};
@@ -64,7 +64,7 @@ static void test_own_recipe(void)
     free(out);
 }
 
-/* Llama 3.1: its own recipe, found through the rope scaling; Llama 3 405B has none (0.3.1's is
+/* Llama 3.1: its own recipe, found through the rope scaling; Llama 3 405B has none (0.6.2's is
  * 3.1's), so Llama 3 8B's is borrowed with the architecture replaced and a NullTokenizer */
 static void test_llama31_and_borrowed(void)
 {
@@ -102,8 +102,8 @@ static void test_llama31_and_borrowed(void)
     free(out);
 }
 
-/* GPT-3: 0.3.1's GPT-3 recipe is not among run_recipe.py's names, so its module path is; a GPT
- * of another size borrows it; fp16 takes fp16_mixed, which reduces gradients in fp16 */
+/* GPT-3: 0.6's GPT-3 recipe, among run_recipe.py's names; a GPT of another size borrows it; fp16
+ * with fp32 gradients is not fp16_mixed (which reduces them in fp16): a whole MixedPrecisionConfig */
 static void test_gpt3(void)
 {
     ModelSpec s = spec("gpt3-1.3b", 1, 1);
@@ -112,20 +112,22 @@ static void test_gpt3(void)
     s.job.global_batch = 256;
     char *out = bridge_of(&s, "dgx-a100", 8);
     const char *want[] = {
-        "# recipe: megatron.bridge.recipes.gpt.gpt3_175b.gpt3_175b_pretrain_config (the nearest: the architecture "
-        "below replaces its model's)",
-        "# run: 0.3.1's run_recipe.py does not list this recipe: in a script of your own call it, pass the",
+        "# recipe: gpt3_175b_pretrain_32gpu_h100_bf16_config (the nearest: the architecture below replaces its model's)",
+        "# run: torchrun --nnodes 1 --nproc-per-node 8 scripts/training/run_recipe.py --recipe "
+        "gpt3_175b_pretrain_32gpu_h100_bf16_config \\",
         "model.num_layers=24 model.hidden_size=2048 model.ffn_hidden_size=8192 model.num_attention_heads=16 "
         "model.num_query_groups=16 model.kv_channels=128",
-        "model.vocab_size=50257 tokenizer.vocab_size=50257 model.seq_length=2048 dataset.sequence_length=2048",
+        "model.vocab_size=50257 tokenizer.vocab_size=50257 model.seq_length=2048 dataset.seq_length=2048",
         "model.normalization=LayerNorm model.layernorm_epsilon=1e-05 model.layernorm_zero_centered_gamma=false "
         "model.gated_linear_unit=false model.add_bias_linear=true model.add_qkv_bias=true model.qk_layernorm=false "
         "model.share_embeddings_and_output_weights=true",
         "model.position_embedding_type=learned_absolute model.hidden_dropout=0 model.attention_dropout=0",
-        "'~mixed_precision' '+mixed_precision={_target_:dataclasses.replace,_args_:[{_target_:"
-        "megatron.bridge.training.mixed_precision.fp16_mixed}],grad_reduce_in_fp32:true}'",
+        "'~mixed_precision' '+mixed_precision={_target_:megatron.bridge.training.mixed_precision.MixedPrecisionConfig,"
+        "fp32:false,fp16:true,bf16:false,params_dtype:{_target_:torch.float16,_call_:false},"
+        "pipeline_dtype:{_target_:torch.float16,_call_:false},autocast_enabled:false,grad_reduce_in_fp32:true,"
+        "first_last_layers_bf16:false,num_layers_at_start_in_bf16:0,num_layers_at_end_in_bf16:0}'",
         NULL};
-    expect_lines("bridge (gpt3-1.3b fp16)", out, want, (const char *const[]){"# run: torchrun", NULL});
+    expect_lines("bridge (gpt3-1.3b fp16)", out, want, (const char *const[]){"dataclasses.replace", NULL});
     free(out);
     /* the 175B model is the recipe's own; vpp 2, and the padded vocabulary is the model's */
     s = spec("gpt3-175b", 8, 12);
@@ -134,10 +136,10 @@ static void test_gpt3(void)
     s.job.global_batch = 1536;
     out = bridge_of(&s, "dgx-a100", 768);
     const char *want175[] = {
-        "# recipe: megatron.bridge.recipes.gpt.gpt3_175b.gpt3_175b_pretrain_config (the model's own)",
+        "# recipe: gpt3_175b_pretrain_32gpu_h100_bf16_config (the model's own)",
         "model.tensor_model_parallel_size=8 model.pipeline_model_parallel_size=12 "
         "model.virtual_pipeline_model_parallel_size=2 model.context_parallel_size=1 model.sequence_parallel=true",
-        "model.vocab_size=50264 tokenizer.vocab_size=50257 model.seq_length=2048 dataset.sequence_length=2048", NULL};
+        "model.vocab_size=50264 tokenizer.vocab_size=50257 model.seq_length=2048 dataset.seq_length=2048", NULL};
     expect_lines("bridge (gpt3-175b)", out, want175, (const char *const[]){"tokenizer.tokenizer_type", NULL});
     free(out);
 }
@@ -225,9 +227,34 @@ static void test_moe_borrowed(void)
     free(out);
 }
 
+/* The MoE recipes 0.6 added: GPT-OSS-120B's own, whose provider has its biases and attention sinks
+ * (nothing said NOT EXPRESSIBLE), and Qwen3-235B-A22B's */
+static void test_moe_recipes_06(void)
+{
+    ModelSpec s = spec("gpt-oss-120b", 1, 1);
+    s.layout.ep = 8;
+    char *out = bridge_of(&s, "dgx-h100", 8);
+    const char *want[] = {"# recipe: gpt_oss_120b_pretrain_config (the model's own)",
+                          "model.num_moe_experts=128 model.moe_router_topk=4 model.expert_model_parallel_size=8 "
+                          "model.expert_tensor_parallel_size=1",
+                          "model.rotary_base=150000 model.hidden_dropout=0 model.attention_dropout=0", NULL};
+    /* its biases and YaRN RoPE stay the recipe's */
+    expect_lines("bridge (gpt-oss-120b)", out, want,
+                 (const char *const[]){"NOT EXPRESSIBLE", "NullTokenizer", "add_bias_linear", "position_embedding_type",
+                                       NULL});
+    free(out);
+    s = spec("qwen3-235b-a22b", 4, 1);
+    s.layout.ep = 2;
+    out = bridge_of(&s, "dgx-h100", 8);
+    const char *want_q[] = {"# recipe: qwen3_235b_a22b_pretrain_config (the model's own)", NULL};
+    expect_lines("bridge (qwen3-235b-a22b)", out, want_q, NULL);
+    free(out);
+}
+
 int main(void)
 {
     px_log_set_quiet(1);
+    test_moe_recipes_06();
     test_own_recipe();
     test_llama31_and_borrowed();
     test_gpt3();

@@ -1,14 +1,25 @@
 /* FP8 in the exports, line by line: Megatron-LM's --fp8-* flags for every recipe and format,
  * FP8 parameters where validate_args takes them, what has no flag said in a comment; NeMo 1.x's
- * fp8 keys; Megatron-Bridge's mixed-precision recipe, replaced by a copy that differs where the
- * plan does; the DeepSpeed export's NOT EXPRESSIBLE warning. The names are Megatron-LM
- * d98e8a64's, Megatron-Bridge 0.3.1's and NeMo 8cfedd72's (the files of export/ cite them). */
+ * fp8 keys; Megatron-Bridge's mixed-precision recipe by name, or the plan's whole
+ * MixedPrecisionConfig where the plan differs from it; the DeepSpeed export's NOT EXPRESSIBLE warning. The names are Megatron-LM
+ * d98e8a64's, Megatron-Bridge 0.6.2's and NeMo 8cfedd72's (the files of export/ cite them). */
 
-/* Megatron-Bridge's override that replaces the recipe's precision by `name` with `diff`: the
- * recipe may hold a name or a MixedPrecisionConfig, so it is deleted and added again */
-#define BRIDGE_MP(name, diff)                                                                     \
-    "'~mixed_precision' '+mixed_precision={_target_:dataclasses.replace,_args_:[{_target_:"       \
-    "megatron.bridge.training.mixed_precision." name "}]," diff "}'"
+/* Megatron-Bridge's override that replaces the recipe's precision by the plan's, whole: the recipe
+ * may hold a name or a MixedPrecisionConfig, so it is deleted and a MixedPrecisionConfig added
+ * (Bridge 0.6 instantiates no dataclasses.replace); prec its fp32/fp16/bf16 switches, dtype its
+ * torch dtype, fp8 BRIDGE_FP8's keys or "" */
+#define BRIDGE_MP(prec, dtype, grad32, fp8)                                                         \
+    "'~mixed_precision' '+mixed_precision={_target_:megatron.bridge.training.mixed_precision."     \
+    "MixedPrecisionConfig," prec ",params_dtype:{_target_:torch." dtype ",_call_:false},"           \
+    "pipeline_dtype:{_target_:torch." dtype ",_call_:false},autocast_enabled:false,"                \
+    "grad_reduce_in_fp32:" grad32 fp8 ",first_last_layers_bf16:false,num_layers_at_start_in_bf16:0," \
+    "num_layers_at_end_in_bf16:0}'"
+#define BRIDGE_BF16 "fp32:false,fp16:false,bf16:true"
+#define BRIDGE_FP16 "fp32:false,fp16:true,bf16:false"
+#define BRIDGE_FP8(fmt, recipe, hist, algo, gather, reuse, attn)                                   \
+    ",fp8:" fmt ",fp8_recipe:" recipe ",fp8_margin:0,fp8_amax_history_len:" hist                    \
+    ",fp8_amax_compute_algo:" algo ",fp8_param_gather:" gather                                      \
+    ",reuse_grad_buf_for_mxfp8_param_ag:" reuse ",fp8_dot_product_attention:" attn
 #include "export/export.h"
 #include "fixtures.h"
 #include "test.h"
@@ -90,7 +101,8 @@ static void test_delayed(void)
         "model.transformer_engine=true model.fp8=true model.fp8_e4m3=false model.fp8_hybrid=true "
         "model.fp8_amax_history_len=512 model.fp8_amax_compute_algo=max",
         "scheduler.lr_decay_style=cosine scheduler.lr_warmup_iters=10 scheduler.lr_decay_iters=100",
-        BRIDGE_MP("bf16_with_fp8_delayed_scaling_mixed", "fp8_amax_history_len:512,fp8_param_gather:false"), NULL};
+        BRIDGE_MP(BRIDGE_BF16, "bfloat16", "true",
+                  BRIDGE_FP8("hybrid", "delayed", "512", "max", "false", "false", "false")), NULL};
     const char *not_ne[] = {"+model.fp8", "bf16_mixed\n", NULL};
     expect_lines("nemo export (delayed)", ne, want_ne, not_ne);
     free(ne);
@@ -113,10 +125,10 @@ static void test_tensorwise(void)
         "model.transformer_engine=true model.fp8=true model.fp8_e4m3=true model.fp8_hybrid=false "
         "+model.fp8_recipe=tensorwise",
         "# NOT EXPRESSIBLE in NeMo 1.x: FP8 parameters under the tensorwise recipe (model.fp8_params builds them",
-        BRIDGE_MP("bf16_with_fp8_current_scaling_mixed",
-                  "fp8:e4m3,first_last_layers_bf16:false,num_layers_at_start_in_bf16:0,num_layers_at_end_in_bf16:0"),
+        BRIDGE_MP(BRIDGE_BF16, "bfloat16", "true",
+                  BRIDGE_FP8("e4m3", "tensorwise", "1", "most_recent", "true", "false", "false")),
         NULL};
-    const char *not_ne[] = {"fp8_amax", "+model.fp8_params", NULL};
+    const char *not_ne[] = {"model.fp8_amax", "+model.fp8_params", NULL}; /* NeMo 1.x's delayed-scaling keys */
     expect_lines("nemo export (tensorwise)", ne, want_ne, not_ne);
     free(ne);
 }
@@ -139,7 +151,8 @@ static void test_blockwise(void)
     const char *want_ne[] = {
         "model.transformer_engine=true model.fp8=true model.fp8_e4m3=false model.fp8_hybrid=true "
         "+model.fp8_recipe=blockwise +model.fp8_dot_product_attention=true",
-        BRIDGE_MP("bf16_with_fp8_subchannel_scaling_mixed", "fp8_param_gather:true,fp8_dot_product_attention:true"),
+        BRIDGE_MP(BRIDGE_BF16, "bfloat16", "true",
+                  BRIDGE_FP8("hybrid", "blockwise", "1", "most_recent", "true", "false", "true")),
         NULL};
     expect_lines("nemo export (blockwise)", ne, want_ne, NULL);
     free(ne);
@@ -158,8 +171,8 @@ static void test_mxfp8(void)
     expect_lines("megatron export (mxfp8)", mg, want_mg, not_mg);
     free(mg);
     char *ne = export_of(&s, "dgx-b200", 8, EXPORT_NEMO, NULL);
-    const char *want_ne[] = {BRIDGE_MP("bf16_with_mxfp8_mixed",
-                                       "fp8:hybrid,fp8_param_gather:false,reuse_grad_buf_for_mxfp8_param_ag:false"),
+    const char *want_ne[] = {BRIDGE_MP(BRIDGE_BF16, "bfloat16", "true",
+                                       BRIDGE_FP8("hybrid", "mxfp8", "1", "most_recent", "false", "false", "false")),
                              "# the mxfp8 recipe runs on Blackwell only", NULL};
     expect_lines("nemo export (mxfp8)", ne, want_ne, NULL);
     free(ne);
@@ -186,7 +199,8 @@ static void test_zero0_fp16(void)
         "model.fp8_amax_history_len=1024 model.fp8_amax_compute_algo=max",
         "# NOT EXPRESSIBLE: FP8-only weights without the distributed optimizer (ZeRO-0); the weights stay",
         /* fp16_mixed reduces gradients in fp16, the plan in fp32 */
-        BRIDGE_MP("fp16_with_fp8_delayed_scaling_mixed", "grad_reduce_in_fp32:true,fp8_param_gather:false"),
+        BRIDGE_MP(BRIDGE_FP16, "float16", "true",
+                  BRIDGE_FP8("hybrid", "delayed", "1024", "max", "false", "false", "false")),
         "# NOT EXPRESSIBLE: FP8-only weights without the distributed optimizer (ZeRO-0): they stay 16-bit", NULL};
     const char *not_ne[] = {"+model.fp8_params", NULL};
     expect_lines("nemo export (ZeRO-0)", ne, want_ne, not_ne);
@@ -258,7 +272,7 @@ static void test_no_fp8(void)
      * gradients in fp16, the plan in fp32 */
     s.job.precision = PX_FP16;
     char *ne = export_of(&s, "dgx-h100", 8, EXPORT_NEMO, NULL);
-    const char *want16[] = {BRIDGE_MP("fp16_mixed", "grad_reduce_in_fp32:true"), NULL};
+    const char *want16[] = {BRIDGE_MP(BRIDGE_FP16, "float16", "true", ""), NULL};
     expect_lines("nemo export (fp16)", ne, want16, NULL);
     free(ne);
 }

@@ -101,6 +101,10 @@ static void test_cpu(void)
                   "#SBATCH --ntasks-per-node=2\n"
                   "#SBATCH --cpus-per-task=1\n"
                   "#SBATCH --time=00:20:00\n"
+                  "# training length: 400 iterations, the plan's --steps\n"
+                  "# learning rate: parallax run trains with the plan's: peak 0.001, minimum 0.0001, warm-up 10, cosine to the\n"
+                  "# last step\n"
+                  "# WARNING: parallax's defaults, not tuned for this model: plan with --lr X --min-lr X --warmup-steps N\n"
                   "set -eu\n"
                   "\n"
                   "# the same parallax build (parallax-worker beside it) and the same plan on every node\n"
@@ -140,6 +144,10 @@ static void test_gpu(void)
                   "#SBATCH --cpus-per-task=3\n"
                   "#SBATCH --gpus-per-task=1\n"
                   "#SBATCH --time=1-00:10:00\n"
+                  "# training length: 1000 iterations, the plan's --steps\n"
+                  "# learning rate: parallax run trains with the plan's: peak 0.001, minimum 0.0001, warm-up 10, cosine to the\n"
+                  "# last step\n"
+                  "# WARNING: parallax's defaults, not tuned for this model: plan with --lr X --min-lr X --warmup-steps N\n"
                   "set -eu\n"
                   "\n"
                   "# the same parallax build (parallax-worker beside it) and the same plan on every node\n"
@@ -188,6 +196,24 @@ static void test_parts(void)
     model_plan_free(&plan);
 }
 
+/* --tokens 1e9 on llama3-8b, 64 x 8192 = 524,288 tokens a step: 1,907.3 -> 1,908 steps, which
+ * parallax run is told (--steps) and --time counts: 2 x 1,908 x 43.2 s + 600 s = 165,451 s, up to
+ * 2,758 min = 1 day 21:58 */
+static void test_tokens(void)
+{
+    ModelSpec s = spec("llama3-8b", 2, 2, 1000);
+    s.job.seq_len = 8192;
+    s.job.train_tokens = 1e9;
+    ModelPlan plan;
+    plan_of(&s, "dgx-h100", 16, 43.2, &plan);
+    char *got = script_of(&plan, NULL);
+    expect_line("1e9 tokens", got, "#SBATCH --time=1-21:58:00");
+    expect_line("1e9 tokens", got, "# training length: 1908 iterations = 1B tokens / (64 sequences x 8192 tokens), rounded up: the plan's --tokens");
+    expect_line("1e9 tokens", got, "srun --ntasks=16 --cpus-per-task=3 --gpu-bind=none \"$PARALLAX\" run \"$PLAN\" --launcher none --steps 1908");
+    free(got);
+    model_plan_free(&plan);
+}
+
 int main(void)
 {
     /* the local profile as built in, not this machine's calibration */
@@ -196,5 +222,6 @@ int main(void)
     test_cpu();
     test_gpu();
     test_parts();
+    test_tokens();
     TEST_DONE("export_slurm");
 }

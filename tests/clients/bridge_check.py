@@ -13,11 +13,18 @@ precision and FP8, recompute, ZeRO and the model's architecture.
 
 Prints one verdict a plan and exits 1 when any plan is refused or differs, 0 when all pass.
 
+Checked against Megatron-Bridge 0.6.2 with Megatron-Core 0.19.2 (tests/clients/bridge06.txt; the
+final line prints the versions it ran). Bridge answers an override it cannot apply with a logged
+warning and keeps the recipe's value, so a plan is accepted only when Bridge logs no warning; a
+self-check first feeds it two such overrides (BREAKAGES) and fails unless both are caught.
+
 What stands in for what needs a GPU or the network (each documented where it is made):
   - transformer_engine: Megatron-Bridge imports it unconditionally (peft/lora.py) and it loads
     CUDA libraries, so a stub module answers every attribute with an inert class and reports
-    version 2.11.0 (within Megatron-Bridge 0.3.1's and Megatron-Core 0.16.1's pins). Nothing it
-    stands for runs: no model is built.
+    version 2.11.0 (within the pins of Megatron-Bridge 0.3.1 and 0.6.2). Nothing it
+    stands for runs: no model is built. diffusers and modelopt, which 0.6's
+    megatron.bridge.recipes imports for its diffusion and quantization recipes, are stubbed alike;
+    typing.override (Python 3.12) is a no-op decorator on this 3.11.
   - torch.cuda.get_device_properties: the MoE recipes ask device 0 which token dispatcher it
     supports (training/flex_dispatcher_backend.py); it answers with the plan's device (compute
     capability and name of the cluster profile's GPU).
@@ -31,6 +38,7 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import json
+import logging
 import os
 import shlex
 import shutil
@@ -39,9 +47,19 @@ import sys
 import tempfile
 import traceback
 import types
+import typing
+
+import train_expect
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# Megatron-Core 0.19 imports typing.override (Python 3.12), a no-op decorator, on this 3.11
+if not hasattr(typing, "override"):
+    typing.override = lambda f: f
 TE_VERSION = "2.11.0"
+# Stubbed as inert modules (install_stubs): transformer_engine, and what Megatron-Bridge 0.6's
+# megatron.bridge.recipes imports for recipes no plan uses: diffusers (the diffusion recipes) and
+# modelopt (quantization and distillation).
+STUBBED = {"transformer_engine", "diffusers", "modelopt"}
 
 
 def install_te_stub():
@@ -66,7 +84,7 @@ def install_te_stub():
 
     class Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         def find_spec(self, fullname, path, target=None):
-            if fullname == "transformer_engine" or fullname.startswith("transformer_engine."):
+            if fullname.split(".")[0] in STUBBED:
                 return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
             return None
 
@@ -83,6 +101,10 @@ def install_te_stub():
     sys.meta_path.insert(0, Finder())
 
 
+# Hub revisions Megatron-Bridge 0.6.2's recipes pin (recipes/qwen/h100/qwen3_moe.py)
+PINNED = {"Qwen--Qwen3-30B-A3B": "ad44e777bcd18fa416d9da3bd8f70d33ebb85d39"}
+
+
 def install_hub(root):
     """tests/clients/bridge-hf/<org>--<name>.json as the hub cache's snapshot of org/name."""
     src = os.path.join(HERE, "bridge-hf")
@@ -94,6 +116,11 @@ def install_hub(root):
         os.makedirs(os.path.join(repo, "snapshots", rev))
         os.makedirs(os.path.join(repo, "refs"))
         shutil.copy(os.path.join(src, f), os.path.join(repo, "snapshots", rev, "config.json"))
+        # a recipe that pins the config's revision (0.6's Qwen3-MoE ones) finds it there too
+        pinned = PINNED.get(f[: -len(".json")])
+        if pinned:
+            os.makedirs(os.path.join(repo, "snapshots", pinned))
+            shutil.copy(os.path.join(src, f), os.path.join(repo, "snapshots", pinned, "config.json"))
         with open(os.path.join(repo, "refs", "main"), "w") as out:
             out.write(rev)
     os.environ["HF_HUB_CACHE"] = root
@@ -177,17 +204,37 @@ def stub_device(plan):
     torch.cuda.get_device_properties = lambda device=None: props
 
 
+class Warned(logging.Handler):
+    """Every warning Megatron-Bridge and Megatron-Core log: Bridge answers an override it cannot
+    apply (a key it does not have, a _target_ outside its allowlist) with a warning and goes on
+    with the recipe's value, so a warning is a value of the plan dropped."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages = []
+
+    def emit(self, record):
+        if record.name.startswith("megatron"):
+            self.messages.append(f"{record.name}: {record.getMessage()}"[:300])
+
+
 def run_bridge(plan, recipe, overrides):
-    """Megatron-Bridge's run path up to the training loop: recipe, overrides, runtime update."""
+    """Megatron-Bridge's run path up to the training loop: recipe, overrides, runtime update;
+    the warnings logged while the overrides and the runtime update run."""
     from megatron.bridge.training.config import runtime_config_update
     from megatron.bridge.training.utils.omegaconf_utils import process_config_with_overrides
 
     stub_device(plan)
     os.environ["WORLD_SIZE"] = str(plan["gpus"])
     cfg = load_recipe(recipe)
-    cfg = process_config_with_overrides(cfg, cli_overrides=overrides)
-    runtime_config_update(cfg)
-    return cfg
+    warned = Warned()
+    logging.getLogger().addHandler(warned)
+    try:
+        cfg = process_config_with_overrides(cfg, cli_overrides=overrides)
+        runtime_config_update(cfg)
+    finally:
+        logging.getLogger().removeHandler(warned)
+    return cfg, warned.messages
 
 
 def expected(plan):
@@ -195,6 +242,7 @@ def expected(plan):
     import torch
 
     m, l, t = plan["model"], plan["layout"], plan["training"]
+    tr = train_expect.expected(plan)
     moe = m.get("moe")
     mla = m.get("mla")
     seq = t["seq_len"]
@@ -206,16 +254,18 @@ def expected(plan):
         ("model.sequence_parallel", bool(l["sp"])),
         ("data_parallel_size", l["dp"]),
         ("model.seq_length", seq),
-        ("dataset.sequence_length", seq),
+        ("dataset.seq_length", seq),
         ("train.micro_batch_size", t["micro_batch"]),
         ("train.global_batch_size", t["global_batch"]),
-        ("train.train_iters", t["steps"]),
-        ("optimizer.lr", t["lr"]),
-        ("optimizer.min_lr", t["min_lr"]),
+        ("train.train_iters", tr["iters"]),
+        ("optimizer.lr", tr["lr"]),
+        ("optimizer.min_lr", tr["min_lr"]),
         ("optimizer.weight_decay", t["weight_decay"]),
         ("optimizer.clip_grad", t["grad_clip"]),
-        ("scheduler.lr_warmup_iters", t["warmup_steps"]),
-        ("scheduler.lr_decay_style", "cosine"),
+        ("scheduler.lr_warmup_iters", tr["warmup"]),
+        ("scheduler.lr_decay_iters", tr["decay_iters"]),
+        ("scheduler.lr_decay_style", "WSD" if tr["wsd"] else "cosine"),
+        ("scheduler.lr_wsd_decay_iters", tr["wsd_iters"] if tr["wsd"] else None),
         ("rng.seed", t["seed"]),
         ("optimizer.use_distributed_optimizer", l["zero"] >= 1),
         ("ddp.use_distributed_optimizer", l["zero"] >= 1),
@@ -415,7 +465,7 @@ def check(parallax, name, args, tmp):
     if not recipe:
         return "REFUSED", "the export names no recipe (# recipe: ...)"
     try:
-        cfg = run_bridge(plan, recipe, overrides)
+        cfg, warnings = run_bridge(plan, recipe, overrides)
     except BaseException as exc:  # the client's own refusal, in its words
         last = traceback.format_exception_only(type(exc), exc)[-1].strip()
         return "REFUSED", f"{recipe}: {last[:400]}"
@@ -430,7 +480,37 @@ def check(parallax, name, args, tmp):
             bad.append(f"{path}: expected {want!r}, got {got!r}")
     if bad:
         return "DIFFERS", f"{recipe}: " + "; ".join(bad)
+    if warnings:
+        return "WARNED", f"{recipe}: " + "; ".join(warnings)
     return "ACCEPTED", recipe
+
+
+# What the check must not let through (each the way an export for 0.3.1 spoke): a precision
+# changed through dataclasses.replace, which 0.6 refuses with a logged warning and keeps the
+# recipe's; an override of a key the config does not have, which it skips with a warning.
+BREAKAGES = [
+    ("a precision through dataclasses.replace",
+     ["~mixed_precision", "+mixed_precision={_target_:dataclasses.replace,_args_:[{_target_:"
+      "megatron.bridge.training.mixed_precision.bf16_mixed}],grad_reduce_in_fp32:false}"]),
+    ("a key the optimizer config lacks", ["optimizer.no_such_key=1"]),
+]
+
+
+def self_check(parallax, first, tmp):
+    """Each breakage, added to the first plan's overrides, must be refused or warned about."""
+    name, args = first
+    plan, text = export(parallax, name, args, tmp)
+    recipe, overrides = parse_export(text)
+    good = True
+    for what, extra in BREAKAGES:
+        try:
+            _, warnings = run_bridge(plan, recipe, overrides + extra)
+            caught = bool(warnings)
+        except BaseException:  # refused: caught too
+            caught = True
+        print(f"self-check {'ok' if caught else 'FAILED'}: {what} {'is caught' if caught else 'passes unseen'}")
+        good &= caught
+    return good
 
 
 def main():
@@ -448,12 +528,18 @@ def main():
         import megatron.bridge.recipes  # noqa: F401  (import once, before the plans)
 
         plans = read_plans(set(names), plans_file)
+        if not self_check(parallax, plans[0], tmp):
+            return 1
         ok = 0
         for name, args in plans:
             verdict, detail = check(parallax, name, args, tmp)
             ok += verdict == "ACCEPTED"
             print(f"{name:24s} {verdict:9s} {detail}", flush=True)
-        print(f"megatron-bridge: {ok}/{len(plans)} plans accepted with the plan's values")
+        from megatron.bridge.package_info import __version__ as bridge_version
+        from megatron.core.package_info import __version__ as core_version
+
+        print(f"megatron-bridge {bridge_version} (megatron-core {core_version}): {ok}/{len(plans)} plans "
+              "accepted with the plan's values and no warning")
         return 0 if ok == len(plans) else 1
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -26,6 +26,8 @@ import sys
 import tempfile
 import traceback
 
+import train_expect
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -87,9 +89,11 @@ def init_dist():
     deepspeed.init_distributed(dist_backend="gloo", verbose=False)
 
 
-def schedule(cfg):
+def schedule(cfg, warm):
     """DeepSpeed's own scheduler of the parsed type and parameters on a torch optimizer of the
-    parsed type and parameters; returns the learning rate of each step and the optimizer."""
+    parsed type and parameters; returns {step: learning rate} and the optimizer. A real run has
+    up to millions of steps: every warm-up step, 2000 after it and the last are asked for, each
+    by its number (the scheduler's step(last_batch_iteration))."""
     import torch
     from deepspeed.runtime import lr_schedules
 
@@ -97,10 +101,13 @@ def schedule(cfg):
     cls = {"adamw": torch.optim.AdamW, "adam": torch.optim.Adam}.get(name) or getattr(torch.optim, name)
     opt = cls([torch.nn.Parameter(torch.zeros(1))], **cfg.optimizer_params)
     sched = getattr(lr_schedules, cfg.scheduler_name)(opt, **cfg.scheduler_params)
-    lrs = []
-    for _ in range(cfg.scheduler_params["total_num_steps"]):
-        sched.step()
-        lrs.append(opt.param_groups[0]["lr"])
+    total = cfg.scheduler_params["total_num_steps"]
+    points = set(range(min(warm + 1, total)))
+    points |= {warm + (total - 1 - warm) * i // 2000 for i in range(2001)} if total > warm else set()
+    lrs = {}
+    for k in sorted(points):
+        sched.step(k)
+        lrs[k] = opt.param_groups[0]["lr"]
     return lrs, opt
 
 
@@ -112,9 +119,10 @@ def check(parallax, name, args, tmp):
     except subprocess.CalledProcessError as exc:
         return "NO PLAN", f"{exc.cmd[1]} exited {exc.returncode}: {exc.stderr.strip()[-400:]}"
     l, t = plan["layout"], plan["training"]
+    tr = train_expect.expected(plan)
     try:
         cfg = DeepSpeedConfig(json.loads(text), mpu=Mpu(l["dp"]))
-        lrs, opt = schedule(cfg)
+        lrs, opt = schedule(cfg, tr["warmup"])
     except BaseException as exc:  # the client's own refusal, in its words
         return "REFUSED", traceback.format_exception_only(type(exc), exc)[-1].strip()[:400]
     prec = t["precision"]
@@ -151,14 +159,19 @@ def check(parallax, name, args, tmp):
     # the schedule, in DeepSpeed's convention of counting: a linear warm-up from 0 (lr k/W at step
     # k; parallax's executor starts at lr/W, one step ahead), then a cosine that never rises and
     # ends at min_lr on the last step
-    warm, steps = t["warmup_steps"], t["steps"]
+    # (at the decay's end, which is the last step unless the decay ends after the training;
+    # the training's length itself a warning: the training loop's, not a config setting)
+    warm, end = tr["warmup"], max(tr["decay_iters"], tr["iters"])
+    steps = sorted(lrs)
     want += [("scheduler", "WarmupCosineLR", cfg.scheduler_name),
-             ("lr at the last step", t["min_lr"], lrs[steps - 1]),
-             ("lr never above the peak", True, max(lrs) <= t["lr"]),
+             ("total_num_steps (the decay's end)", end, cfg.scheduler_params["total_num_steps"]),
+             ("lr at the last step", tr["min_lr"], lrs[end - 1]),
+             ("lr never above the peak", True, max(lrs.values()) <= tr["lr"]),
              ("lr never rising after warm-up", True,
-              all(a >= b for a, b in zip(lrs[warm:], lrs[warm + 1:])))]
+              all(lrs[a] >= lrs[b] for a, b in zip(steps, steps[1:]) if a >= warm)),
+             ("warned: the iterations", True, f"train for {tr['iters']} iterations" in warned)]
     for k in range(warm):
-        want.append((f"lr at warm-up step {k} (linear)", t["lr"] * k / warm, lrs[k]))
+        want.append((f"lr at warm-up step {k} (linear)", tr["lr"] * k / warm, lrs[k]))
     ac = cfg.activation_checkpointing_config
     if l["recompute"] == "full":
         want += [("activation_checkpointing.partition_activations", bool(l["sp"]), ac.partition_activations),

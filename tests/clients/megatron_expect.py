@@ -13,6 +13,7 @@ import subprocess
 import tempfile
 
 import plan_exports
+import train_expect
 
 
 # Layouts beyond plans.txt that both Megatron-LM checks export, with values of their own to
@@ -234,6 +235,7 @@ CP_COMM = {"p2p": "p2p", "allgather": "all_gather", "a2a": "a2a"}
 def expected(plan):
     """{dest: value} that the validated arguments must hold for the plan."""
     m, lay, t = plan["model"], plan["layout"], plan["training"]
+    tr = train_expect.expected(plan)
     tp, pp, cp, vpp, zero = lay["tp"], lay["pp"], lay["cp"], lay["vpp"], lay["zero"]
     rope = m["position"] == "rope"
     want = {
@@ -264,8 +266,11 @@ def expected(plan):
         "use_distributed_optimizer": zero >= 1, "use_megatron_fsdp": zero >= 2,
         "micro_batch_size": t["micro_batch"], "global_batch_size": t["global_batch"],
         "bf16": t["precision"] == "bf16", "fp16": t["precision"] == "fp16",
-        "train_iters": t["steps"], "lr": t["lr"], "min_lr": t["min_lr"],
-        "lr_warmup_iters": t["warmup_steps"], "weight_decay": t["weight_decay"],
+        "train_iters": tr["iters"], "lr": tr["lr"], "min_lr": tr["min_lr"],
+        "lr_warmup_iters": tr["warmup"], "lr_decay_iters": tr["decay_iters"],
+        "lr_decay_style": "WSD" if tr["wsd"] else "cosine",
+        "lr_wsd_decay_iters": tr["wsd_iters"] if tr["wsd"] else None,
+        "weight_decay": t["weight_decay"],
         "clip_grad": t["grad_clip"], "seed": t["seed"],
         "attention_dropout": t["dropout"], "hidden_dropout": t["dropout"],
         "recompute_granularity": None if lay["recompute"] == "none" else lay["recompute"],

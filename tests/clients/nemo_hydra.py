@@ -28,6 +28,7 @@ import tempfile
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree for the helpers below
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import plan_exports  # noqa: E402
+import train_expect  # noqa: E402
 
 FIXTURES = ["nemo-8cfedd72", "nemo-1.23.0"]
 
@@ -47,6 +48,7 @@ def overrides(text):
 def expected(plan):
     """{dotted key: value} the composed configuration must hold for the plan."""
     m, lay, t = plan["model"], plan["layout"], plan["training"]
+    tr = train_expect.expected(plan)
     per_node = min(plan["profile"]["node"]["devices"] or plan["gpus"], plan["gpus"])
     rope = m["position"] == "rope"
     prec = t["precision"]
@@ -54,7 +56,7 @@ def expected(plan):
         "trainer.devices": per_node,
         "trainer.num_nodes": math.ceil(plan["gpus"] / per_node),
         "trainer.precision": {"bf16": "bf16-mixed", "fp16": "16-mixed"}.get(prec, "32"),
-        "trainer.max_steps": t["steps"],
+        "trainer.max_steps": tr["iters"],
         "model.mcore_gpt": True,
         "model.megatron_amp_O2": prec in ("bf16", "fp16"),
         "model.tensor_model_parallel_size": lay["tp"],
@@ -83,11 +85,13 @@ def expected(plan):
         "model.activations_checkpoint_granularity":
             None if lay["recompute"] == "none" else lay["recompute"],
         "model.optim.name": "distributed_fused_adam" if lay["zero"] >= 1 else "fused_adam",
-        "model.optim.lr": t["lr"], "model.optim.weight_decay": t["weight_decay"],
+        "model.optim.lr": tr["lr"], "model.optim.weight_decay": t["weight_decay"],
         "model.optim.betas": [t["beta1"], t["beta2"]],
         "model.optim.sched.name": "CosineAnnealing",
-        "model.optim.sched.warmup_steps": t["warmup_steps"],
-        "model.optim.sched.min_lr": t["min_lr"],
+        "model.optim.sched.warmup_steps": tr["warmup"],
+        "model.optim.sched.constant_steps": max(tr["iters"] - tr["decay_iters"], 0),
+        "model.optim.sched.max_steps": tr["decay_iters"] if tr["decay_iters"] > tr["iters"] else "<absent>",
+        "model.optim.sched.min_lr": tr["min_lr"],
         "model.use_flash_attention": bool(t["flash_attn"]),
         "model.hidden_dropout": t["dropout"], "model.attention_dropout": t["dropout"],
     }

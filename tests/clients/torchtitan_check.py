@@ -22,6 +22,8 @@ import shlex
 import subprocess
 import sys
 
+import train_expect
+
 # parallax model name -> (torchtitan module, flavor, 0.3 config function); the models
 # torchtitan does not build are absent
 TITAN_MODELS = {
@@ -31,6 +33,7 @@ TITAN_MODELS = {
     "llama3-405b": ("llama3", "405B", "llama3_405b"),
     "qwen3-30b-a3b": ("qwen3", "30B-A3B", "qwen3_30b_a3b"),
     "deepseek-v3": ("deepseek_v3", "671B", "deepseek_v3_671b"),
+    "gpt-oss-120b": ("gpt_oss", "120b", "gpt_oss_120b"),
 }
 
 
@@ -208,6 +211,7 @@ def check_pipeline(version, par, plan, c):
 def check(version, cfg, plan, text, args):
     c = Checker(plan["model"]["name"])
     lay, tr = plan["layout"], plan["training"]
+    sch = train_expect.expected(plan)
     par, training = cfg.parallelism, cfg.training
     ep = lay.get("ep", 1) or 1
     rep, shard, reshard = expected_dp(version, lay, ep)
@@ -238,11 +242,10 @@ def check(version, cfg, plan, text, args):
         group = cfg.optimizer.param_groups[0]
         c.eq("optimizer_name", group.optimizer_name, "AdamW")
         kw = group.optimizer_kwargs
-        c.eq("lr", kw["lr"], tr["lr"])
+        c.eq("lr", kw["lr"], sch["lr"])
         c.eq("betas", tuple(kw["betas"]), (tr["beta1"], tr["beta2"]))
         c.eq("eps", kw["eps"], tr["eps"])
         c.eq("weight_decay", kw["weight_decay"], tr["weight_decay"])
-        c.eq("decay_ratio", cfg.lr_scheduler.decay_ratio, None)
         seed = cfg.debug.seed
     else:
         from torchtitan.distributed.parallel_dims import ParallelDims
@@ -260,11 +263,10 @@ def check(version, cfg, plan, text, args):
             c.eq("selective_ac_option", cfg.activation_checkpoint.selective_ac_option, "op")
         o = cfg.optimizer
         c.eq("optimizer.name", o.name, "AdamW")
-        c.eq("lr", o.lr, tr["lr"])
+        c.eq("lr", o.lr, sch["lr"])
         c.eq("beta1, beta2", (o.beta1, o.beta2), (tr["beta1"], tr["beta2"]))
         c.eq("eps", o.eps, tr["eps"])
         c.eq("weight_decay", o.weight_decay, tr["weight_decay"])
-        c.eq("decay_ratio", cfg.lr_scheduler.decay_ratio, None)
         recipe = tr.get("fp8_recipe", "none")
         conv = cfg.model.converters
         if recipe == "none":
@@ -297,14 +299,17 @@ def check(version, cfg, plan, text, args):
         c.eq("local_batch_size", training.local_batch_size, tr["micro_batch"])
         c.eq("gradient accumulation steps", accum, tr["micro_batches"])
     c.eq("seq_len", training.seq_len, tr["seq_len"])
-    c.eq("steps", training.steps, tr["steps"])
+    c.eq("steps", training.steps, sch["iters"])
+    # a WSD decay as its share of the steps (torchtitan rounds it back to steps)
+    want_ratio = float("%.12g" % (sch["wsd_iters"] / sch["iters"])) if sch["wsd"] else None
+    c.eq("decay_ratio", cfg.lr_scheduler.decay_ratio, want_ratio)
     c.eq("max_norm", training.max_norm, tr["grad_clip"] if tr["grad_clip"] > 0 else float("inf"))
     c.eq("mixed_precision_param", training.mixed_precision_param,
          "float32" if tr["precision"] == "fp32" else "bfloat16")
     c.eq("mixed_precision_reduce", training.mixed_precision_reduce, "float32")
-    c.eq("lr_scheduler.warmup_steps", cfg.lr_scheduler.warmup_steps, tr["warmup_steps"])
+    c.eq("lr_scheduler.warmup_steps", cfg.lr_scheduler.warmup_steps, sch["warmup"])
     c.eq("lr_scheduler.decay_type", cfg.lr_scheduler.decay_type, "cosine")
-    c.eq("lr_scheduler.min_lr_factor", cfg.lr_scheduler.min_lr_factor, tr["min_lr"] / tr["lr"])
+    c.eq("lr_scheduler.min_lr_factor", cfg.lr_scheduler.min_lr_factor, float("%.12g" % (sch["min_lr"] / sch["lr"])))
     c.eq("debug.seed", seed, tr["seed"])
     check_model(version, cfg, plan, c, args)
     notes_expected(version, plan, text, c)
