@@ -331,6 +331,11 @@ typedef struct {
      * stage); the chunks after it, up to the last, pass the main hidden states and each
      * module's output on: 1 + mtp_layers times a layer's activation per transfer */
     int mtp_chunk;
+    /* ZeRO-2/3 with pp > 1 as torchtitan (FSDP2) runs it (docs/time.md, "Sharded data
+     * parallelism with a pipeline"): gradients accumulate unsharded over a stage's
+     * micro-batches and are reduce-scattered once per step; ZeRO-3's parameters are gathered
+     * once per step and stay gathered across the stage's micro-batches */
+    int zero_per_step;
 } ModelDims;
 
 /* The rule a layout broke, in PxError.code after model_spec_check fails (0: not a rule). */
@@ -343,7 +348,7 @@ typedef enum {
     MODEL_RULE_SP_TP,         /* sequence parallelism without tp */
     MODEL_RULE_VPP,           /* virtual stages against pp and the schedule */
     MODEL_RULE_LAYERS,        /* pp x vpp against the layers */
-    MODEL_RULE_ZERO_PP,       /* ZeRO-2/3 with pipeline parallelism */
+    MODEL_RULE_ZERO_PP,       /* ZeRO-2/3 with pipeline parallelism (no longer broken: priced) */
     MODEL_RULE_BATCH,         /* global batch against micro-batch x dp */
     MODEL_RULE_INTERLEAVED_M, /* interleaving needs a multiple of pp micro-batches */
     MODEL_RULE_SEQUENCE,      /* cp (and tp with SP) against the sequence */
@@ -760,6 +765,8 @@ typedef struct {
     int group;            /* ranks that shard its ZeRO state and reduce its gradients */
     uint64_t fp8_numel;   /* of numel, the FP8 GEMMs' weights (model_fp8_weight): stored in FP8
                              and gathered in FP8 with --fp8-param-gather */
+    int fp8_weights;      /* FP8 GEMM weight matrices in it (a MoE layer's experts: one per local
+                             expert), each with one scale */
 } ModelBlock;
 
 typedef struct {

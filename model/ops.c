@@ -137,7 +137,10 @@ static void linear_fp8(Emit *e, ModelOp *op, double M, double N, double K, doubl
     /* ZeRO-3 keeps no FP8 copies: each use casts the gathered weight (read in the weights'
      * dtype, written in FP8: the forward's copy, the backward's transposed one or again the
      * copy) */
-    const double per_use = e->s->layout.zero == 3 ? W * ((double)px_dtype_bytes(e->d->param) + 1.0) : 0.0;
+    const double per_use = e->s->layout.zero != 3      ? 0.0
+                           : !e->s->job.fp8_param_gather ? W * ((double)px_dtype_bytes(e->d->param) + 1.0)
+                           : e->d->fp8_wt               ? 2.0 * W /* gathered in FP8: transposed only */
+                                                         : 0.0;
     /* an attention projection that saved its 16-bit input quantizes it again for the weight
      * gradient (model_fp8_proj_in) */
     const double requant = e->role == MODEL_OPR_PROJ && model_fp8_proj_in(e->s) == MODEL_FP8_PROJ_ACT
@@ -554,17 +557,21 @@ static void zero_comm(Emit *e, ModelOpRole r, const ModelTensorTable *tt, int bl
 }
 
 /* ZeRO-3's gather of block b's parameters before a pass that reads them (`phase`: the
- * forward, the backward, or DeepSpeed's recomputed forward). */
+ * forward, the backward, or DeepSpeed's recomputed forward); none per micro-batch under a
+ * pipeline, where a stage gathers once per step (step_param_gathers). With
+ * --fp8-param-gather the FP8 GEMMs' weights travel in one byte. */
 static void zero_gather(Emit *e, const ModelTensorTable *tt, int block, ModelPhase phase)
 {
     const ModelDims *d = e->d;
-    if (e->s->layout.zero != 3)
+    if (e->s->layout.zero != 3 || d->zero_per_step)
         return;
     const ModelPhase keep = e->phase;
     const ModelOpRole keep_role = e->role;
     e->phase = phase;
+    const int grp = block_group(d, tt, block);
+    const double padded = (double)px_round_up(tt->blocks[block].numel, (uint64_t)grp);
     zero_comm(e, MODEL_OPR_BLOCK_PARAMS, tt, block, block_kind(tt, block, MODEL_DP_ALL_GATHER),
-              block_group(d, tt, block), (double)px_dtype_bytes(d->param));
+              grp, block_param_bytes(e->s, d, &tt->blocks[block], grp) / padded);
     e->phase = keep;
     e->role = keep_role;
 }
@@ -580,7 +587,7 @@ static void zero_gather_bwd(Emit *e, const ModelTensorTable *tt, int block)
 static void zero_reduce(Emit *e, const ModelTensorTable *tt, int block)
 {
     const ModelDims *d = e->d;
-    if (e->s->layout.zero < 2)
+    if (e->s->layout.zero < 2 || d->zero_per_step)
         return;
     zero_comm(e, MODEL_OPR_BLOCK_GRADS, tt, block, block_kind(tt, block, MODEL_DP_REDUCE_SCATTER),
               block_group(d, tt, block), (double)px_dtype_bytes(d->grad));
@@ -780,7 +787,7 @@ static void layer_backward(Emit *e, const ModelTensorTable *tt, int block, int x
     qkv_backward(e, l);
     at_layer(e, MODEL_OPR_LN1, l, n);
     simple(e, MODEL_OP_NORM, n, 5.0 * nb); /* + the residual gradient */
-    if (s->layout.zero >= 2)
+    if (s->layout.zero >= 2 && !d->zero_per_step)
         sp_norm_grads(e, tt, block, block_norms(s, &tt->blocks[block]));
     zero_reduce(e, tt, block);
     if (xblock >= 0)
@@ -889,7 +896,7 @@ static void head_pass(Emit *e, const ModelTensorTable *tt, int j, int backward)
         linear(e, n, M, V, h, M * V * (4.0 - a));
         comm(e, n, sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, tp_act_bytes(e), 1);
         simple(e, MODEL_OP_NORM, at(e, MODEL_OPR_FINAL_LN), 4.0 * nb);
-        if (s->layout.zero >= 2)
+        if (s->layout.zero >= 2 && !d->zero_per_step)
             sp_norm_grads(e, tt, blk, 1);
         zero_reduce(e, tt, blk);
     }
@@ -1098,15 +1105,16 @@ static int chunk_passes(Emit *e, const ModelTensorTable *tt, int stage, int j, i
     return 0;
 }
 
-/* Per step, each block's gradient reduction: all-reduce (no ZeRO) or reduce-scatter (ZeRO-1)
- * over its data-parallel group, SP's norm gradients first; with HSDP its shard's all-reduce
- * over the replicas. */
+/* Per step, each block's gradient reduction: all-reduce (no ZeRO) or reduce-scatter (ZeRO-1,
+ * and ZeRO-2/3 under a pipeline: once, after the stage's last micro-batch) over its
+ * data-parallel group, SP's norm gradients first; with HSDP its shard's all-reduce over the
+ * replicas. */
 static void step_grad_reductions(Emit *e, const ModelTensorTable *tt)
 {
     const ModelSpec *s = e->s;
     const ModelDims *d = e->d;
     const double ge = (double)px_dtype_bytes(d->grad);
-    const int zero = s->layout.zero;
+    const int zero = d->zero_per_step ? 1 : s->layout.zero;
     for (int i = 0; i < tt->n_blocks; i++) {
         const ModelBlock *b = &tt->blocks[i];
         e->chunk = b->chunk;
@@ -1203,11 +1211,39 @@ static void step_optimizer(Emit *e, const ModelTensorTable *tt)
     op->fp8_cast_bytes = cast;
 }
 
-/* ZeRO-1/2: every block's updated parameter shards gathered after the step. */
+/* ZeRO-3 gathering FP8 weights whose scale is one per tensor (delayed, tensorwise): a shard's
+ * amax is not its weight's, so each step, after the update, the ranks all-reduce (max) every
+ * FP8 weight's amax over the ZeRO group in one call (torchao's
+ * precompute_float8_dynamic_scale_for_fsdp): 4 bytes per weight of the stage. */
+static void step_fp8_amax(Emit *e, const ModelTensorTable *tt)
+{
+    const ModelSpec *s = e->s;
+    if (s->layout.zero != 3 || !s->job.fp8_param_gather ||
+        (s->job.fp8 != MODEL_FP8_DELAYED && s->job.fp8 != MODEL_FP8_TENSORWISE))
+        return;
+    double weights = 0;
+    int first = -1;
+    for (int i = 0; i < tt->n_blocks; i++) {
+        weights += (double)tt->blocks[i].fp8_weights * tt->blocks[i].repeat;
+        if (first < 0 && tt->blocks[i].fp8_weights > 0)
+            first = i;
+    }
+    if (first < 0)
+        return;
+    e->chunk = tt->blocks[first].chunk;
+    e->layer = tt->blocks[first].layer;
+    e->repeat = 1;
+    block_comm(e, MODEL_OPR_BLOCK_PARAMS, tt, first, MODEL_DP_ALLREDUCE, e->d->zero_group,
+               4.0 * weights, 1);
+}
+
+/* ZeRO-1/2: every block's updated parameter shards gathered after the step; ZeRO-3 under a
+ * pipeline: every block gathered once per step, before the stage's first forward (timed like
+ * ZeRO-1's: under that forward with --overlap-dp), kept across its micro-batches. */
 static void step_param_gathers(Emit *e, const ModelTensorTable *tt)
 {
     const int zero = e->s->layout.zero;
-    for (int i = 0; i < tt->n_blocks && (zero == 1 || zero == 2); i++) {
+    for (int i = 0; i < tt->n_blocks && (zero == 1 || zero == 2 || e->d->zero_per_step); i++) {
         const ModelBlock *b = &tt->blocks[i];
         e->chunk = b->chunk;
         e->layer = b->layer;
@@ -1216,6 +1252,7 @@ static void step_param_gathers(Emit *e, const ModelTensorTable *tt)
         block_comm(e, MODEL_OPR_BLOCK_PARAMS, tt, i, block_kind(tt, i, MODEL_DP_ALL_GATHER), grp,
                    block_param_bytes(e->s, e->d, b, grp), 1);
     }
+    step_fp8_amax(e, tt);
 }
 
 static int ops_build(const ModelSpec *s, const ModelDims *d, int stage, int compact,

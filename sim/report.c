@@ -365,7 +365,8 @@ static void print_time_extras(FILE *f, const SimResult *r)
         /* the critical stage's ZeRO collectives per micro-batch: time (of it latency) exposed */
         const SimStageTime *y = &r->stage_time[r->critical_stage];
         static const char *const zn[4] = {"gather fwd", "recompute", "bwd", "reduce-scatter"};
-        fprintf(f, "zero per step (s, stage %d): time (latency) exposed:", r->critical_stage);
+        fprintf(f, "zero per step (s, stage %d%s): time (latency) exposed:", r->critical_stage,
+                d->zero_per_step ? ", once a step under the pipeline" : "");
         for (int k = 0; k < 4; k++)
             if (y->zero_s[k] > 0)
                 fprintf(f, "%s %s %.3f (%.3f) %.3f", k ? "  " : "", zn[k], y->zero_s[k],
