@@ -507,6 +507,48 @@ static void layer_forward(Emit *e, int l)
     moe_forward(e, l);
 }
 
+/* Op-level selective activation checkpointing (torchtitan's "selective op"; docs/time.md,
+ * "Frameworks"): before the layer's backward its checkpointed forward runs again, saving every
+ * SDPA output and every other matmul output (the reduce-scatters' too: no collective runs
+ * again), so the other matmuls and all elementwise ops are recomputed. In the forward's order
+ * (wq, wk, wv, wo, then w1, w3, w2 gated or fc1, fc2) the recomputed matmuls are the 2nd, 4th
+ * and 6th: wk, wo and w3 (gated) or fc2; the elementwise ops the two norms, the two residual
+ * adds (read two, write one) and the activation. A MoE layer's experts are not recomputed. */
+static void sac_op_recompute(Emit *e, int l)
+{
+    const ModelSpec *s = e->s;
+    const ModelDims *d = e->d;
+    const double M = (double)d->b * d->s_loc, Msp = (double)d->b * d->s_sp, h = d->h, a = eb(e);
+    const double nb = Msp * h * a;
+    const int moe = model_layer_is_moe(&s->model, l), gated = s->model.mlp == MODEL_SWIGLU;
+    char n[64];
+    const ModelPhase keep = e->phase;
+    e->phase = MODEL_RECOMPUTE;
+    e->layer = l;
+    at_layer(e, MODEL_OPR_LN1, l, n);
+    simple(e, MODEL_OP_NORM, n, 2.0 * nb);
+    at_layer(e, MODEL_OPR_QKV, l, n);
+    linear(e, n, M, d->kv_width_loc, h, 0); /* wk */
+    at_layer(e, MODEL_OPR_PROJ, l, n);
+    linear(e, n, M, h, d->o_loc, 3.0 * nb); /* wo, and the residual add */
+    at_layer(e, MODEL_OPR_LN2, l, n);
+    simple(e, MODEL_OP_NORM, n, 2.0 * nb);
+    if (!moe) {
+        const double f_in = d->ffn_loc, f_out = d->ffn_out_loc;
+        at_layer(e, MODEL_OPR_FC1, l, n);
+        if (gated)
+            linear(e, n, M, f_in, h, 0); /* w3 */
+        at_layer(e, MODEL_OPR_ACT, l, n);
+        simple(e, MODEL_OP_ACTIVATION, n, M * (f_out + f_in) * a);
+        at_layer(e, MODEL_OPR_FC2, l, n);
+        if (!gated)
+            linear(e, n, M, h, f_in, 3.0 * nb); /* fc2, and the residual add */
+        else
+            simple(e, MODEL_OP_ACTIVATION, n, 3.0 * nb); /* the residual add */
+    }
+    e->phase = keep;
+}
+
 /* The data-parallel collective `kind` for block b: over the expert-data-parallel group for a
  * MoE layer's experts, else over dp x cp. */
 static ModelComm block_kind(const ModelTensorTable *tt, int b, ModelComm kind)
@@ -752,6 +794,8 @@ static void layer_backward(Emit *e, const ModelTensorTable *tt, int block, int x
         layer_forward(e, l);
         e->phase = MODEL_BWD;
     }
+    if (d->recompute_op)
+        sac_op_recompute(e, l);
     e->layer = l;
     if (twice && !keep) {
         zero_gather(e, tt, block, MODEL_BWD);

@@ -558,6 +558,26 @@ static void fill_dims(ModelDims *d, const ModelSpec *sp, int s, int m)
     }
 }
 
+/* The framework's settings (profiles/frameworks/<name>.json) over the layout's knobs: one that
+ * always overlaps data-parallel communication sets overlap_dp; *op: it recomputes `selective`
+ * op by op. Megatron's (the default) take the layout as given, so it is not read. */
+static int apply_framework(const ModelJob *j, ModelLayout *l, int *op, PxError *err)
+{
+    *op = 0;
+    if ((int)j->framework < 0 || j->framework >= MODEL_FW_COUNT)
+        return rule_fail(err, MODEL_RULE_JOB, "unknown framework %d", (int)j->framework);
+    if (j->framework == MODEL_FW_MEGATRON)
+        return PX_OK;
+    ProfFramework fw;
+    int rc = prof_framework_load(model_framework_name(j->framework), &fw, err);
+    if (rc)
+        return rc;
+    if (fw.overlap_dp >= 0)
+        l->overlap_dp = fw.overlap_dp;
+    *op = fw.recompute_op && l->recompute == MODEL_RECOMPUTE_SELECTIVE;
+    return PX_OK;
+}
+
 int model_spec_check(ModelSpec *sp, int gpus, ModelDims *d, PxError *err)
 {
     ModelConfig *c = &sp->model;
@@ -568,12 +588,14 @@ int model_spec_check(ModelSpec *sp, int gpus, ModelDims *d, PxError *err)
         return rc;
     memset(d, 0, sizeof *d);
     const int s = j->seq_len > 0 ? j->seq_len : c->seq_len;
-    int m = 0;
+    int m = 0, op = 0;
     if ((rc = check_degrees(l, gpus, err)) || (rc = check_tensor_split(c, l, s, err)) ||
         (rc = check_pipeline(c, l, err)) || (rc = check_batch(j, l, s, &m, err)) ||
-        (rc = check_job(j, err)) || (rc = check_experts(c, l, j, err)))
+        (rc = check_job(j, err)) || (rc = check_experts(c, l, j, err)) ||
+        (rc = apply_framework(j, l, &op, err)))
         return rc;
     fill_dims(d, sp, s, m);
+    d->recompute_op = op;
     return PX_OK;
 }
 
