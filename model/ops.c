@@ -1249,9 +1249,11 @@ static void step_optimizer(Emit *e, const ModelTensorTable *tt)
     if (d->fp8 && zero < 3)
         cast = s->job.fp8_param_gather ? fp8_numel * (d->fp8_wt ? 2.0 : 0.0)
                                        : fp8_numel * (pe + 1.0 + (d->fp8_wt ? 1.0 : 0.0));
-    /* + one read of every local gradient for the gradient norm */
+    /* + one read of every local gradient for the gradient norm (under a pipeline ZeRO-2/3
+     * hold the stage's accumulated gradients whole, as ZeRO-1 does, and are priced alike) */
+    const int sharded_grads = zero >= 2 && !d->zero_per_step;
     ModelOp *op = simple(e, MODEL_OP_OPTIMIZER, at(e, MODEL_OPR_OPTIMIZER),
-                         elems * per + (zero >= 2 ? elems : total) * ge + cast);
+                         elems * per + (sharded_grads ? elems : total) * ge + cast);
     op->fp8_cast_bytes = cast;
 }
 
