@@ -350,6 +350,9 @@ typedef struct {
      * selective activation checkpointing): every other matmul and every elementwise op of a
      * layer recomputed before its backward (docs/time.md, "Frameworks") */
     int recompute_op;
+    /* the job's framework runs its norms as eager Python modules and the job is not compiled
+     * (fused_kernels 0): six kernels where a fused norm makes one (model/ops.c's norm) */
+    int eager_norms;
 } ModelDims;
 
 /* The rule a layout broke, in PxError.code after model_spec_check fails (0: not a rule). */

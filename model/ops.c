@@ -246,6 +246,25 @@ static ModelOp *simple(Emit *e, ModelOpKind kind, const char *base, double bytes
     return op;
 }
 
+/* A norm over nb bytes of activations, `passes` of them as a fused kernel makes (2 forward,
+ * 4-5 backward). A framework whose norms are Python modules run eagerly (eager_norms: the
+ * torchtitan and fms-fsdp RMSNorm, `(x.float() * rsqrt(x.float().pow(2).mean(-1) + eps))
+ * .type_as(x) * weight`) makes six kernels of it: the cast up (read a, write 4 bytes per
+ * element), pow (4 + 4), mean (4), the scaling (4 + 4), the cast down (4 + a) and the weight
+ * (a + a): 4a + 28 bytes per element where the fused kernel moves 2a; its backward runs each
+ * op's gradient, twice the forward's traffic and kernels (docs/time.md, "Frameworks"). */
+static void norm(Emit *e, const char *n, double passes, double nb)
+{
+    const double a = eb(e);
+    ModelOp *op = simple(e, MODEL_OP_NORM, n, passes * nb);
+    if (!e->d->eager_norms)
+        return;
+    const double extra = nb / a * (4.0 * a + 28.0 - 2.0 * a);
+    const int bwd = e->phase == MODEL_BWD;
+    op->bytes += bwd ? 2.0 * extra : extra;
+    op->kernels += bwd ? 10 : 5;
+}
+
 /* Bytes of the full-sequence activation [b, s_loc, h] that TP collectives move. */
 static double tp_act_bytes(const Emit *e)
 {
@@ -487,7 +506,7 @@ static void layer_forward(Emit *e, int l)
     char n[64];
     e->layer = l;
     at_layer(e, MODEL_OPR_LN1, l, n);
-    simple(e, MODEL_OP_NORM, n, 2.0 * nb);
+    norm(e, n, 2.0, nb);
     qkv_forward(e, l);
     at_layer(e, MODEL_OPR_CORE, l, n);
     cp_forward(e, n, 1);
@@ -497,7 +516,7 @@ static void layer_forward(Emit *e, int l)
     linear_epilogue(e, n, M, h, d->o_loc, nb);
     comm(e, n, sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, tp_act_bytes(e), 1);
     at_layer(e, MODEL_OPR_LN2, l, n);
-    simple(e, MODEL_OP_NORM, n, 2.0 * nb);
+    norm(e, n, 2.0, nb);
     if (!moe) {
         mlp_forward(e, l, d->ffn_out_loc, d->ffn_loc);
         return;
@@ -526,13 +545,13 @@ static void sac_op_recompute(Emit *e, int l)
     e->phase = MODEL_RECOMPUTE;
     e->layer = l;
     at_layer(e, MODEL_OPR_LN1, l, n);
-    simple(e, MODEL_OP_NORM, n, 2.0 * nb);
+    norm(e, n, 2.0, nb);
     at_layer(e, MODEL_OPR_QKV, l, n);
     linear(e, n, M, d->kv_width_loc, h, 0); /* wk */
     at_layer(e, MODEL_OPR_PROJ, l, n);
     linear(e, n, M, h, d->o_loc, 3.0 * nb); /* wo, and the residual add */
     at_layer(e, MODEL_OPR_LN2, l, n);
-    simple(e, MODEL_OP_NORM, n, 2.0 * nb);
+    norm(e, n, 2.0, nb);
     if (!moe) {
         const double f_in = d->ffn_loc, f_out = d->ffn_out_loc;
         at_layer(e, MODEL_OPR_FC1, l, n);
@@ -811,7 +830,7 @@ static void layer_backward(Emit *e, const ModelTensorTable *tt, int block, int x
             mlp_backward(e, l, d->sff_out_loc, d->sff_loc);
     }
     at_layer(e, MODEL_OPR_LN2, l, n);
-    simple(e, MODEL_OP_NORM, n, 4.0 * nb);
+    norm(e, n, 4.0, nb);
     at_layer(e, MODEL_OPR_PROJ, l, n);
     if (sp)
         comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
@@ -830,7 +849,7 @@ static void layer_backward(Emit *e, const ModelTensorTable *tt, int block, int x
     cp_backward(e, n, 0);
     qkv_backward(e, l);
     at_layer(e, MODEL_OPR_LN1, l, n);
-    simple(e, MODEL_OP_NORM, n, 5.0 * nb); /* + the residual gradient */
+    norm(e, n, 5.0, nb); /* + the residual gradient */
     if (s->layout.zero >= 2 && !d->zero_per_step)
         sp_norm_grads(e, tt, block, block_norms(s, &tt->blocks[block]));
     zero_reduce(e, tt, block);
@@ -918,7 +937,7 @@ static void head_pass(Emit *e, const ModelTensorTable *tt, int j, int backward)
     e->layer = -1;
     if (!backward) {
         zero_gather(e, tt, blk, MODEL_FWD);
-        simple(e, MODEL_OP_NORM, at(e, MODEL_OPR_FINAL_LN), 2.0 * nb);
+        norm(e, at(e, MODEL_OPR_FINAL_LN), 2.0, nb);
         const char *n = at(e, MODEL_OPR_LOGITS);
         if (sp)
             comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
@@ -939,7 +958,7 @@ static void head_pass(Emit *e, const ModelTensorTable *tt, int j, int backward)
             comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
         linear(e, n, M, V, h, M * V * (4.0 - a));
         comm(e, n, sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, tp_act_bytes(e), 1);
-        simple(e, MODEL_OP_NORM, at(e, MODEL_OPR_FINAL_LN), 4.0 * nb);
+        norm(e, at(e, MODEL_OPR_FINAL_LN), 4.0, nb);
         if (s->layout.zero >= 2 && !d->zero_per_step)
             sp_norm_grads(e, tt, blk, 1);
         zero_reduce(e, tt, blk);
@@ -967,7 +986,7 @@ static void mtp_module_pass(Emit *e, const ModelTensorTable *tt, int j, int l, i
         at_layer(e, MODEL_OPR_MTP, l, n);
         simple(e, MODEL_OP_EMBEDDING, n, M * (2.0 * h * a + 4.0));
         comm(e, n, sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, tp_act_bytes(e), 1);
-        simple(e, MODEL_OP_NORM, n, 4.0 * nb);
+        norm(e, n, 4.0, nb);
         if (sp)
             comm(e, n, MODEL_TP_ALL_GATHER, t, 2.0 * tp_act_bytes(e), 1);
         linear(e, n, M, hl, 2.0 * h, 0);
@@ -975,17 +994,17 @@ static void mtp_module_pass(Emit *e, const ModelTensorTable *tt, int j, int l, i
         layer_forward(e, l);
         e->layer = l;
         at_layer(e, MODEL_OPR_FINAL_LN, l, n);
-        simple(e, MODEL_OP_NORM, n, 2.0 * nb);
+        norm(e, n, 2.0, nb);
         return;
     }
     at_layer(e, MODEL_OPR_FINAL_LN, l, n);
-    simple(e, MODEL_OP_NORM, n, 4.0 * nb);
+    norm(e, n, 4.0, nb);
     layer_backward(e, tt, blk, xblk, l);
     e->layer = l;
     at_layer(e, MODEL_OPR_MTP, l, n);
     linear(e, n, M, hl, 2.0 * h, 0);
     comm(e, n, sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, 2.0 * tp_act_bytes(e), 1);
-    simple(e, MODEL_OP_NORM, n, 8.0 * nb);
+    norm(e, n, 8.0, nb);
     if (sp)
         comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
     simple(e, MODEL_OP_EMBEDDING, n, M * (h * a + 2.0 * h * (double)px_dtype_bytes(d->grad) + 4.0));

@@ -560,10 +560,12 @@ static void fill_dims(ModelDims *d, const ModelSpec *sp, int s, int m)
 
 /* The framework's settings (profiles/frameworks/<name>.json) over the layout's knobs: one that
  * always overlaps data-parallel communication sets overlap_dp; *op: it recomputes `selective`
- * op by op. Megatron's (the default) take the layout as given, so it is not read. */
-static int apply_framework(const ModelJob *j, ModelLayout *l, int *op, PxError *err)
+ * op by op; *eager: its norms run eagerly (an uncompiled job). Megatron's (the default) take the
+ * layout as given, so it is not read. */
+static int apply_framework(const ModelJob *j, ModelLayout *l, int *op, int *eager, PxError *err)
 {
     *op = 0;
+    *eager = 0;
     if ((int)j->framework < 0 || j->framework >= MODEL_FW_COUNT)
         return rule_fail(err, MODEL_RULE_JOB, "unknown framework %d", (int)j->framework);
     if (j->framework == MODEL_FW_MEGATRON)
@@ -575,6 +577,7 @@ static int apply_framework(const ModelJob *j, ModelLayout *l, int *op, PxError *
     if (fw.overlap_dp >= 0)
         l->overlap_dp = fw.overlap_dp;
     *op = fw.recompute_op && l->recompute == MODEL_RECOMPUTE_SELECTIVE;
+    *eager = fw.eager_norms && !j->fused_kernels;
     return PX_OK;
 }
 
@@ -588,14 +591,15 @@ int model_spec_check(ModelSpec *sp, int gpus, ModelDims *d, PxError *err)
         return rc;
     memset(d, 0, sizeof *d);
     const int s = j->seq_len > 0 ? j->seq_len : c->seq_len;
-    int m = 0, op = 0;
+    int m = 0, op = 0, eager = 0;
     if ((rc = check_degrees(l, gpus, err)) || (rc = check_tensor_split(c, l, s, err)) ||
         (rc = check_pipeline(c, l, err)) || (rc = check_batch(j, l, s, &m, err)) ||
         (rc = check_job(j, err)) || (rc = check_experts(c, l, j, err)) ||
-        (rc = apply_framework(j, l, &op, err)))
+        (rc = apply_framework(j, l, &op, &eager, err)))
         return rc;
     fill_dims(d, sp, s, m);
     d->recompute_op = op;
+    d->eager_norms = eager;
     return PX_OK;
 }
 

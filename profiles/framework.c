@@ -29,6 +29,8 @@ int prof_framework_load(const char *name, ProfFramework *out, PxError *err)
     int rc = px_json_string(j, where, "name", 1, out->name, sizeof out->name, err);
     if (!rc)
         rc = px_json_enum(j, where, "recompute_selective", 1, kinds, 2, &out->recompute_op, err);
+    if (!rc)
+        rc = px_json_bool(j, where, "eager_norms", 1, &out->eager_norms, err);
     const cJSON *o = cJSON_GetObjectItemCaseSensitive(j, "overlap_dp");
     if (!rc && o && !cJSON_IsNull(o)) {
         int v = 0;

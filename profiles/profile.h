@@ -208,11 +208,13 @@ double prof_measured_gemm(const ProfMeasured *m, double M, double N, double K, d
  * profiles/frameworks/<name>.json (docs/profiles.md, "Frameworks"): selective recompute as
  * Megatron's (the attention core) or op-level (recompute_op 1: every other matmul and every
  * elementwise op recomputed), and whether it always overlaps data-parallel communication
- * (overlap_dp 1; -1: the layout's --overlap-dp). PX_EINPUT names an unknown framework. */
+ * (overlap_dp 1; -1: the layout's --overlap-dp), and whether its norms run as eager Python
+ * modules where the job is not compiled (eager_norms). PX_EINPUT names an unknown framework. */
 typedef struct {
     char name[32];
     int recompute_op;
     int overlap_dp;
+    int eager_norms; /* its norms are Python modules: unfused unless compiled */
 } ProfFramework;
 int prof_framework_load(const char *name, ProfFramework *out, PxError *err);
 
