@@ -236,6 +236,9 @@ printf '{"name": "z", "family": "gpt", "layers": 4, "hidden": 64, "heads": 4, "v
 "$px" plan --model "$tmp/z.json" --cluster local --gpus 2 --pp 2 --zero 3 --gbs 4 --mbs 2 --seq 16 --steps 1 \
   -o "$tmp/zpp.json" >/dev/null
 expect 2 "zpp.json: ZeRO-3 with pp > 1 is priced but not yet run by the executor" run "$tmp/zpp.json" --launcher none
+"$px" plan --model "$tmp/z.json" --cluster local --gpus 1 --recompute selective --framework torchtitan --gbs 4 --mbs 2 \
+  --seq 16 --steps 1 -o "$tmp/sac.json" >/dev/null
+expect 2 "sac.json: torchtitan's op-level selective recompute is priced but not run by the executor" run "$tmp/sac.json"
 
 # mpirun's hostfile: one that cannot be read, or given to another launcher
 expect 2 "--hostfile $tmp/nohosts: cannot read it (No such file or directory)" run "$tmp/run1.json" --hostfile "$tmp/nohosts"

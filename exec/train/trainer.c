@@ -185,6 +185,11 @@ static int check_supported(const Exec *ex, PxError *err)
                        "%s: ZeRO-%d with pp > 1 is priced but not yet run by the executor "
                        "(simulate and export such plans, or train with zero 1 or pp 1)",
                        origin, s->layout.zero);
+    if (d->recompute_op)
+        return px_fail(err, PX_EINPUT,
+                       "%s: %s's op-level selective recompute is priced but not run by the executor "
+                       "(train with recompute none or full, or framework megatron)",
+                       origin, model_framework_name(s->job.framework));
     /* What of FP8 training this executor runs (docs/fp8.md, "The executor"). */
     if (d->fp8 != MODEL_FP8_NONE) {
         const ModelJob *j = &s->job;
