@@ -10,5 +10,6 @@ int cli_cmd_report(int argc, char **argv);
 int cli_cmd_compare(int argc, char **argv);
 int cli_cmd_validate(int argc, char **argv);
 int cli_cmd_calibrate(int argc, char **argv);
+int cli_cmd_published(int argc, char **argv);
 
 #endif

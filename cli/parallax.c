@@ -126,6 +126,7 @@ static void usage(FILE *f)
             "  report      charts, traces and pages: memory, timelines, scaling, landscape\n"
             "  calibrate   measure this machine: GEMMs, op rates, collectives -> a profile\n"
             "  validate    plan, run and compare a spread of layouts on this machine\n"
+            "  published   price the published runs (published/*.json) against their measurements\n"
             "  help        show this help ('parallax <command> --help' for a command's)\n"
             "  version     print the version\n");
 }
@@ -157,6 +158,8 @@ int main(int argc, char **argv)
         return cli_cmd_run(argc - 1, argv + 1);
     if (!strcmp(cmd, "calibrate"))
         return cli_cmd_calibrate(argc - 1, argv + 1);
+    if (!strcmp(cmd, "published"))
+        return cli_cmd_published(argc - 1, argv + 1);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);
         return 0;

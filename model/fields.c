@@ -28,6 +28,13 @@ static const char *const fp8_format_names[] = {"hybrid", "e4m3"};
 static const char *const float_names[] = {"fp32", "bf16", "fp16"}; /* PxDtype's first three */
 static const char *const flops_names[] = {"full", "causal"};      /* causal_flops 0, 1 */
 static const char *const moe_dispatcher_names[] = {"alltoall", "allgather"}; /* Megatron's names */
+static const char *const framework_names[] = {"megatron", "deepspeed", "nemo", "bridge", "torchtitan", "fms-fsdp"};
+_Static_assert(sizeof framework_names / sizeof framework_names[0] == MODEL_FW_COUNT, "a name per framework");
+
+const char *model_framework_name(ModelFramework f)
+{
+    return (int)f >= 0 && f < MODEL_FW_COUNT ? framework_names[f] : "?";
+}
 
 static int name_index(const char *s, const char *const *names, int n)
 {
@@ -435,6 +442,10 @@ static const ModelField fields[] = {
     {.id = MODEL_FIELD_FUSED_KERNELS, .key = "fused_kernels", .type = MODEL_FT_BOOL, JOB(fused_kernels), .def = 1,
      .flag = "fused-kernels", .help = "fused elementwise kernels: bias-GeLU, bias-dropout-add, softmax (default)",
      .no_flag = "no-fused-kernels", .no_help = "one kernel per elementwise step"},
+    {.id = MODEL_FIELD_FRAMEWORK, .key = "framework", .type = MODEL_FT_ENUM, JOB(framework),
+     NAMES(framework_names), .shown = shown_if_set, .flag = "framework", .metavar = "F",
+     .help = "the framework that runs the job: megatron (default), deepspeed, nemo, bridge, torchtitan, "
+             "fms-fsdp (its settings: profiles/frameworks/F.json)"},
     {.id = MODEL_FIELD_TP_BWD_EXPOSED, .key = "tp_bwd_exposed", .type = MODEL_FT_BOOL, LAYOUT(tp_bwd_exposed),
      .shown = shown_if_set, .flag = "async-tp-grad", .invert = 1,
      .help = "QKV's and fc1's backward TP collectives under their own GEMMs (Megatron since late 2021; default)",

@@ -243,6 +243,13 @@ typedef enum {
 } ModelFp8Recipe;
 /* hybrid: E4M3 in the forward, E5M2 for gradients (Megatron's default); e4m3: E4M3 throughout */
 typedef enum { MODEL_FP8_HYBRID = 0, MODEL_FP8_E4M3 } ModelFp8Format;
+/* Frameworks, by the exports' names (megatron, deepspeed, nemo, bridge, torchtitan) and IBM's
+ * fms-fsdp (PyTorch FSDP1); megatron is the default. */
+typedef enum {
+    MODEL_FW_MEGATRON = 0, MODEL_FW_DEEPSPEED, MODEL_FW_NEMO, MODEL_FW_BRIDGE, MODEL_FW_TORCHTITAN,
+    MODEL_FW_FMS_FSDP, MODEL_FW_COUNT
+} ModelFramework;
+const char *model_framework_name(ModelFramework f);
 
 typedef struct {
     int global_batch; /* sequences per step */
@@ -285,6 +292,9 @@ typedef struct {
     int steps;
     uint64_t seed;
     char data[256]; /* training text or llm.c .bin token file; empty: the built-in text */
+    /* the framework that runs the job (the exports' names): what it overlaps, how it recomputes,
+     * which kernels it runs; its settings are profiles/frameworks/<name>.json (sim/framework.c) */
+    ModelFramework framework;
 } ModelJob;
 
 typedef struct {
@@ -339,6 +349,18 @@ typedef struct {
      * stage); the chunks after it, up to the last, pass the main hidden states and each
      * module's output on: 1 + mtp_layers times a layer's activation per transfer */
     int mtp_chunk;
+    /* ZeRO-2/3 with pp > 1 as torchtitan (FSDP2) runs it (docs/time.md, "Sharded data
+     * parallelism with a pipeline"): gradients accumulate unsharded over a stage's
+     * micro-batches and are reduce-scattered once per step; ZeRO-3's parameters are gathered
+     * once per step and stay gathered across the stage's micro-batches */
+    int zero_per_step;
+    /* `selective` recompute as the job's framework runs it op by op (torchtitan's op-level
+     * selective activation checkpointing): every other matmul and every elementwise op of a
+     * layer recomputed before its backward (docs/time.md, "Frameworks") */
+    int recompute_op;
+    /* the job's framework runs its norms as eager Python modules and the job is not compiled
+     * (fused_kernels 0): six kernels where a fused norm makes one (model/ops.c's norm) */
+    int eager_norms;
 } ModelDims;
 
 /* The rule a layout broke, in PxError.code after model_spec_check fails (0: not a rule). */
@@ -351,7 +373,7 @@ typedef enum {
     MODEL_RULE_SP_TP,         /* sequence parallelism without tp */
     MODEL_RULE_VPP,           /* virtual stages against pp and the schedule */
     MODEL_RULE_LAYERS,        /* pp x vpp against the layers */
-    MODEL_RULE_ZERO_PP,       /* ZeRO-2/3 with pipeline parallelism */
+    MODEL_RULE_ZERO_PP,       /* ZeRO-2/3 with pipeline parallelism (no longer broken: priced) */
     MODEL_RULE_BATCH,         /* global batch against micro-batch x dp */
     MODEL_RULE_INTERLEAVED_M, /* interleaving needs a multiple of pp micro-batches */
     MODEL_RULE_SEQUENCE,      /* cp (and tp with SP) against the sequence */
@@ -486,7 +508,7 @@ typedef enum {
     MODEL_FIELD_WEIGHT_DECAY, MODEL_FIELD_GRAD_CLIP, MODEL_FIELD_BETA1, MODEL_FIELD_BETA2,
     MODEL_FIELD_ADAM_EPS, MODEL_FIELD_MOMENTUM, MODEL_FIELD_STEPS, MODEL_FIELD_SEED,
     MODEL_FIELD_DATA, MODEL_FIELD_FLASH_ATTN, MODEL_FIELD_DROPOUT, MODEL_FIELD_PAD_VOCAB,
-    MODEL_FIELD_VOCAB_PADDED, MODEL_FIELD_FUSED_KERNELS, MODEL_FIELD_CAUSAL_FLOPS,
+    MODEL_FIELD_VOCAB_PADDED, MODEL_FIELD_FUSED_KERNELS, MODEL_FIELD_CAUSAL_FLOPS, MODEL_FIELD_FRAMEWORK,
     MODEL_FIELD_TRAIN_TOKENS, MODEL_FIELD_MOE_IMBALANCE, MODEL_FIELD_MOE_FORCE_BALANCE,
     MODEL_FIELD_FP8, MODEL_FIELD_FP8_FORMAT, MODEL_FIELD_FP8_PARAM_GATHER,
     MODEL_FIELD_FP8_AMAX_HISTORY, MODEL_FIELD_FP8_ATTENTION, MODEL_FIELD_FP8_DISPATCH,
@@ -775,6 +797,8 @@ typedef struct {
     int group;            /* ranks that shard its ZeRO state and reduce its gradients */
     uint64_t fp8_numel;   /* of numel, the FP8 GEMMs' weights (model_fp8_weight): stored in FP8
                              and gathered in FP8 with --fp8-param-gather */
+    int fp8_weights;      /* FP8 GEMM weight matrices in it (a MoE layer's experts: one per local
+                             expert), each with one scale */
 } ModelBlock;
 
 typedef struct {

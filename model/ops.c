@@ -137,7 +137,10 @@ static void linear_fp8(Emit *e, ModelOp *op, double M, double N, double K, doubl
     /* ZeRO-3 keeps no FP8 copies: each use casts the gathered weight (read in the weights'
      * dtype, written in FP8: the forward's copy, the backward's transposed one or again the
      * copy) */
-    const double per_use = e->s->layout.zero == 3 ? W * ((double)px_dtype_bytes(e->d->param) + 1.0) : 0.0;
+    const double per_use = e->s->layout.zero != 3      ? 0.0
+                           : !e->s->job.fp8_param_gather ? W * ((double)px_dtype_bytes(e->d->param) + 1.0)
+                           : e->d->fp8_wt               ? 2.0 * W /* gathered in FP8: transposed only */
+                                                         : 0.0;
     /* an attention projection that saved its 16-bit input quantizes it again for the weight
      * gradient (model_fp8_proj_in) */
     const double requant = e->role == MODEL_OPR_PROJ && model_fp8_proj_in(e->s) == MODEL_FP8_PROJ_ACT
@@ -243,6 +246,25 @@ static ModelOp *simple(Emit *e, ModelOpKind kind, const char *base, double bytes
     ModelOp *op = op_new(e, kind, base);
     op->bytes = bytes;
     return op;
+}
+
+/* A norm over nb bytes of activations, `passes` of them as a fused kernel makes (2 forward,
+ * 4-5 backward). A framework whose norms are Python modules run eagerly (eager_norms: the
+ * torchtitan and fms-fsdp RMSNorm, `(x.float() * rsqrt(x.float().pow(2).mean(-1) + eps))
+ * .type_as(x) * weight`) makes six kernels of it: the cast up (read a, write 4 bytes per
+ * element), pow (4 + 4), mean (4), the scaling (4 + 4), the cast down (4 + a) and the weight
+ * (a + a): 4a + 28 bytes per element where the fused kernel moves 2a; its backward runs each
+ * op's gradient, twice the forward's traffic and kernels (docs/time.md, "Frameworks"). */
+static void norm(Emit *e, const char *n, double passes, double nb)
+{
+    const double a = eb(e);
+    ModelOp *op = simple(e, MODEL_OP_NORM, n, passes * nb);
+    if (!e->d->eager_norms)
+        return;
+    const double extra = nb / a * (4.0 * a + 28.0 - 2.0 * a);
+    const int bwd = e->phase == MODEL_BWD;
+    op->bytes += bwd ? 2.0 * extra : extra;
+    op->kernels += bwd ? 10 : 5;
 }
 
 /* Bytes of the full-sequence activation [b, s_loc, h] that TP collectives move. */
@@ -612,7 +634,7 @@ static void layer_forward(Emit *e, int l)
     char n[64];
     e->layer = l;
     at_layer(e, MODEL_OPR_LN1, l, n);
-    simple(e, MODEL_OP_NORM, n, 2.0 * nb);
+    norm(e, n, 2.0, nb);
     qkv_forward(e, l);
     at_layer(e, MODEL_OPR_CORE, l, n);
     cp_forward(e, n, 1);
@@ -622,7 +644,7 @@ static void layer_forward(Emit *e, int l)
     linear_epilogue(e, n, M, h, d->o_loc, nb);
     comm(e, n, sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, tp_act_bytes(e), 1);
     at_layer(e, MODEL_OPR_LN2, l, n);
-    simple(e, MODEL_OP_NORM, n, 2.0 * nb);
+    norm(e, n, 2.0, nb);
     if (!moe) {
         mlp_forward(e, l, d->ffn_out_loc, d->ffn_loc);
         return;
@@ -630,6 +652,48 @@ static void layer_forward(Emit *e, int l)
     if (d->sff_loc > 0)
         mlp_forward(e, l, d->sff_out_loc, d->sff_loc);
     moe_forward(e, l);
+}
+
+/* Op-level selective activation checkpointing (torchtitan's "selective op"; docs/time.md,
+ * "Frameworks"): before the layer's backward its checkpointed forward runs again, saving every
+ * SDPA output and every other matmul output (the reduce-scatters' too: no collective runs
+ * again), so the other matmuls and all elementwise ops are recomputed. In the forward's order
+ * (wq, wk, wv, wo, then w1, w3, w2 gated or fc1, fc2) the recomputed matmuls are the 2nd, 4th
+ * and 6th: wk, wo and w3 (gated) or fc2; the elementwise ops the two norms, the two residual
+ * adds (read two, write one) and the activation. A MoE layer's experts are not recomputed. */
+static void sac_op_recompute(Emit *e, int l)
+{
+    const ModelSpec *s = e->s;
+    const ModelDims *d = e->d;
+    const double M = (double)d->b * d->s_loc, Msp = (double)d->b * d->s_sp, h = d->h, a = eb(e);
+    const double nb = Msp * h * a;
+    const int moe = model_layer_is_moe(&s->model, l), gated = s->model.mlp == MODEL_SWIGLU;
+    char n[64];
+    const ModelPhase keep = e->phase;
+    e->phase = MODEL_RECOMPUTE;
+    e->layer = l;
+    at_layer(e, MODEL_OPR_LN1, l, n);
+    norm(e, n, 2.0, nb);
+    at_layer(e, MODEL_OPR_QKV, l, n);
+    linear(e, n, M, d->kv_width_loc, h, 0); /* wk */
+    at_layer(e, MODEL_OPR_PROJ, l, n);
+    linear(e, n, M, h, d->o_loc, 3.0 * nb); /* wo, and the residual add */
+    at_layer(e, MODEL_OPR_LN2, l, n);
+    norm(e, n, 2.0, nb);
+    if (!moe) {
+        const double f_in = d->ffn_loc, f_out = d->ffn_out_loc;
+        at_layer(e, MODEL_OPR_FC1, l, n);
+        if (gated)
+            linear(e, n, M, f_in, h, 0); /* w3 */
+        at_layer(e, MODEL_OPR_ACT, l, n);
+        simple(e, MODEL_OP_ACTIVATION, n, M * (f_out + f_in) * a);
+        at_layer(e, MODEL_OPR_FC2, l, n);
+        if (!gated)
+            linear(e, n, M, h, f_in, 3.0 * nb); /* fc2, and the residual add */
+        else
+            simple(e, MODEL_OP_ACTIVATION, n, 3.0 * nb); /* the residual add */
+    }
+    e->phase = keep;
 }
 
 /* The data-parallel collective `kind` for block b: over the expert-data-parallel group for a
@@ -682,17 +746,21 @@ static void zero_comm(Emit *e, ModelOpRole r, const ModelTensorTable *tt, int bl
 }
 
 /* ZeRO-3's gather of block b's parameters before a pass that reads them (`phase`: the
- * forward, the backward, or DeepSpeed's recomputed forward). */
+ * forward, the backward, or DeepSpeed's recomputed forward); none per micro-batch under a
+ * pipeline, where a stage gathers once per step (step_param_gathers). With
+ * --fp8-param-gather the FP8 GEMMs' weights travel in one byte. */
 static void zero_gather(Emit *e, const ModelTensorTable *tt, int block, ModelPhase phase)
 {
     const ModelDims *d = e->d;
-    if (e->s->layout.zero != 3)
+    if (e->s->layout.zero != 3 || d->zero_per_step)
         return;
     const ModelPhase keep = e->phase;
     const ModelOpRole keep_role = e->role;
     e->phase = phase;
+    const int grp = block_group(d, tt, block);
+    const double padded = (double)px_round_up(tt->blocks[block].numel, (uint64_t)grp);
     zero_comm(e, MODEL_OPR_BLOCK_PARAMS, tt, block, block_kind(tt, block, MODEL_DP_ALL_GATHER),
-              block_group(d, tt, block), (double)px_dtype_bytes(d->param));
+              grp, block_param_bytes(e->s, d, &tt->blocks[block], grp) / padded);
     e->phase = keep;
     e->role = keep_role;
 }
@@ -708,7 +776,7 @@ static void zero_gather_bwd(Emit *e, const ModelTensorTable *tt, int block)
 static void zero_reduce(Emit *e, const ModelTensorTable *tt, int block)
 {
     const ModelDims *d = e->d;
-    if (e->s->layout.zero < 2)
+    if (e->s->layout.zero < 2 || d->zero_per_step)
         return;
     zero_comm(e, MODEL_OPR_BLOCK_GRADS, tt, block, block_kind(tt, block, MODEL_DP_REDUCE_SCATTER),
               block_group(d, tt, block), (double)px_dtype_bytes(d->grad));
@@ -883,6 +951,8 @@ static void layer_backward(Emit *e, const ModelTensorTable *tt, int block, int x
         layer_forward(e, l);
         e->phase = MODEL_BWD;
     }
+    if (d->recompute_op)
+        sac_op_recompute(e, l);
     e->layer = l;
     if (twice && !keep) {
         zero_gather(e, tt, block, MODEL_BWD);
@@ -898,7 +968,7 @@ static void layer_backward(Emit *e, const ModelTensorTable *tt, int block, int x
             mlp_backward(e, l, d->sff_out_loc, d->sff_loc);
     }
     at_layer(e, MODEL_OPR_LN2, l, n);
-    simple(e, MODEL_OP_NORM, n, 4.0 * nb);
+    norm(e, n, 4.0, nb);
     at_layer(e, MODEL_OPR_PROJ, l, n);
     if (sp)
         comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
@@ -917,8 +987,8 @@ static void layer_backward(Emit *e, const ModelTensorTable *tt, int block, int x
     cp_backward(e, n, 0);
     qkv_backward(e, l);
     at_layer(e, MODEL_OPR_LN1, l, n);
-    simple(e, MODEL_OP_NORM, n, 5.0 * nb); /* + the residual gradient */
-    if (s->layout.zero >= 2)
+    norm(e, n, 5.0, nb); /* + the residual gradient */
+    if (s->layout.zero >= 2 && !d->zero_per_step)
         sp_norm_grads(e, tt, block, block_norms(s, &tt->blocks[block]));
     zero_reduce(e, tt, block);
     if (xblock >= 0)
@@ -1005,7 +1075,7 @@ static void head_pass(Emit *e, const ModelTensorTable *tt, int j, int backward)
     e->layer = -1;
     if (!backward) {
         zero_gather(e, tt, blk, MODEL_FWD);
-        simple(e, MODEL_OP_NORM, at(e, MODEL_OPR_FINAL_LN), 2.0 * nb);
+        norm(e, at(e, MODEL_OPR_FINAL_LN), 2.0, nb);
         const char *n = at(e, MODEL_OPR_LOGITS);
         if (sp)
             comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
@@ -1026,8 +1096,8 @@ static void head_pass(Emit *e, const ModelTensorTable *tt, int j, int backward)
             comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
         linear(e, n, M, V, h, M * V * (4.0 - a));
         comm(e, n, sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, tp_act_bytes(e), 1);
-        simple(e, MODEL_OP_NORM, at(e, MODEL_OPR_FINAL_LN), 4.0 * nb);
-        if (s->layout.zero >= 2)
+        norm(e, at(e, MODEL_OPR_FINAL_LN), 4.0, nb);
+        if (s->layout.zero >= 2 && !d->zero_per_step)
             sp_norm_grads(e, tt, blk, 1);
         zero_reduce(e, tt, blk);
     }
@@ -1054,7 +1124,7 @@ static void mtp_module_pass(Emit *e, const ModelTensorTable *tt, int j, int l, i
         at_layer(e, MODEL_OPR_MTP, l, n);
         simple(e, MODEL_OP_EMBEDDING, n, M * (2.0 * h * a + 4.0));
         comm(e, n, sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, tp_act_bytes(e), 1);
-        simple(e, MODEL_OP_NORM, n, 4.0 * nb);
+        norm(e, n, 4.0, nb);
         if (sp)
             comm(e, n, MODEL_TP_ALL_GATHER, t, 2.0 * tp_act_bytes(e), 1);
         linear(e, n, M, hl, 2.0 * h, 0);
@@ -1062,17 +1132,17 @@ static void mtp_module_pass(Emit *e, const ModelTensorTable *tt, int j, int l, i
         layer_forward(e, l);
         e->layer = l;
         at_layer(e, MODEL_OPR_FINAL_LN, l, n);
-        simple(e, MODEL_OP_NORM, n, 2.0 * nb);
+        norm(e, n, 2.0, nb);
         return;
     }
     at_layer(e, MODEL_OPR_FINAL_LN, l, n);
-    simple(e, MODEL_OP_NORM, n, 4.0 * nb);
+    norm(e, n, 4.0, nb);
     layer_backward(e, tt, blk, xblk, l);
     e->layer = l;
     at_layer(e, MODEL_OPR_MTP, l, n);
     linear(e, n, M, hl, 2.0 * h, 0);
     comm(e, n, sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, 2.0 * tp_act_bytes(e), 1);
-    simple(e, MODEL_OP_NORM, n, 8.0 * nb);
+    norm(e, n, 8.0, nb);
     if (sp)
         comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
     simple(e, MODEL_OP_EMBEDDING, n, M * (h * a + 2.0 * h * (double)px_dtype_bytes(d->grad) + 4.0));
@@ -1236,15 +1306,16 @@ static int chunk_passes(Emit *e, const ModelTensorTable *tt, int stage, int j, i
     return 0;
 }
 
-/* Per step, each block's gradient reduction: all-reduce (no ZeRO) or reduce-scatter (ZeRO-1)
- * over its data-parallel group, SP's norm gradients first; with HSDP its shard's all-reduce
- * over the replicas. */
+/* Per step, each block's gradient reduction: all-reduce (no ZeRO) or reduce-scatter (ZeRO-1,
+ * and ZeRO-2/3 under a pipeline: once, after the stage's last micro-batch) over its
+ * data-parallel group, SP's norm gradients first; with HSDP its shard's all-reduce over the
+ * replicas. */
 static void step_grad_reductions(Emit *e, const ModelTensorTable *tt)
 {
     const ModelSpec *s = e->s;
     const ModelDims *d = e->d;
     const double ge = (double)px_dtype_bytes(d->grad);
-    const int zero = s->layout.zero;
+    const int zero = d->zero_per_step ? 1 : s->layout.zero;
     for (int i = 0; i < tt->n_blocks; i++) {
         const ModelBlock *b = &tt->blocks[i];
         e->chunk = b->chunk;
@@ -1335,17 +1406,47 @@ static void step_optimizer(Emit *e, const ModelTensorTable *tt)
     if (d->fp8 && zero < 3)
         cast = s->job.fp8_param_gather ? fp8_numel * (d->fp8_wt ? 2.0 : 0.0)
                                        : fp8_numel * (pe + 1.0 + (d->fp8_wt ? 1.0 : 0.0));
-    /* + one read of every local gradient for the gradient norm */
+    /* + one read of every local gradient for the gradient norm (under a pipeline ZeRO-2/3
+     * hold the stage's accumulated gradients whole, as ZeRO-1 does, and are priced alike) */
+    const int sharded_grads = zero >= 2 && !d->zero_per_step;
     ModelOp *op = simple(e, MODEL_OP_OPTIMIZER, at(e, MODEL_OPR_OPTIMIZER),
-                         elems * per + (zero >= 2 ? elems : total) * ge + cast);
+                         elems * per + (sharded_grads ? elems : total) * ge + cast);
     op->fp8_cast_bytes = cast;
 }
 
-/* ZeRO-1/2: every block's updated parameter shards gathered after the step. */
+/* ZeRO-3 gathering FP8 weights whose scale is one per tensor (delayed, tensorwise): a shard's
+ * amax is not its weight's, so each step, after the update, the ranks all-reduce (max) every
+ * FP8 weight's amax over the ZeRO group in one call (torchao's
+ * precompute_float8_dynamic_scale_for_fsdp): 4 bytes per weight of the stage. */
+static void step_fp8_amax(Emit *e, const ModelTensorTable *tt)
+{
+    const ModelSpec *s = e->s;
+    if (s->layout.zero != 3 || !s->job.fp8_param_gather ||
+        (s->job.fp8 != MODEL_FP8_DELAYED && s->job.fp8 != MODEL_FP8_TENSORWISE))
+        return;
+    double weights = 0;
+    int first = -1;
+    for (int i = 0; i < tt->n_blocks; i++) {
+        weights += (double)tt->blocks[i].fp8_weights * tt->blocks[i].repeat;
+        if (first < 0 && tt->blocks[i].fp8_weights > 0)
+            first = i;
+    }
+    if (first < 0)
+        return;
+    e->chunk = tt->blocks[first].chunk;
+    e->layer = tt->blocks[first].layer;
+    e->repeat = 1;
+    block_comm(e, MODEL_OPR_BLOCK_PARAMS, tt, first, MODEL_DP_ALLREDUCE, e->d->zero_group,
+               4.0 * weights, 1);
+}
+
+/* ZeRO-1/2: every block's updated parameter shards gathered after the step; ZeRO-3 under a
+ * pipeline: every block gathered once per step, before the stage's first forward (timed like
+ * ZeRO-1's: under that forward with --overlap-dp), kept across its micro-batches. */
 static void step_param_gathers(Emit *e, const ModelTensorTable *tt)
 {
     const int zero = e->s->layout.zero;
-    for (int i = 0; i < tt->n_blocks && (zero == 1 || zero == 2); i++) {
+    for (int i = 0; i < tt->n_blocks && (zero == 1 || zero == 2 || e->d->zero_per_step); i++) {
         const ModelBlock *b = &tt->blocks[i];
         e->chunk = b->chunk;
         e->layer = b->layer;
@@ -1354,6 +1455,7 @@ static void step_param_gathers(Emit *e, const ModelTensorTable *tt)
         block_comm(e, MODEL_OPR_BLOCK_PARAMS, tt, i, block_kind(tt, i, MODEL_DP_ALL_GATHER), grp,
                    block_param_bytes(e->s, e->d, b, grp), 1);
     }
+    step_fp8_amax(e, tt);
 }
 
 static int ops_build(const ModelSpec *s, const ModelDims *d, int stage, int compact,

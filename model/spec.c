@@ -342,11 +342,8 @@ static int check_pipeline(const ModelConfig *c, ModelLayout *l, PxError *err)
                          "layers (--pp-layers, layout.stage_layers; e.g. %s)%s",
                          l->pp, l->vpp, chunks, c->layers, text, counted);
     }
-    if (l->zero >= 2 && l->pp > 1)
-        return rule_fail(err, MODEL_RULE_ZERO_PP,
-                       "ZeRO-%d cannot be combined with pipeline parallelism (pp %d), as in "
-                       "DeepSpeed: use zero 1 or pp 1",
-                       l->zero, l->pp);
+    /* ZeRO-2/3 with pp > 1 is priced as torchtitan runs FSDP2 under a pipeline (gradients
+     * reduce-scattered once per step, ZeRO-3's parameters gathered once per step): no rule */
     return PX_OK;
 }
 
@@ -441,7 +438,7 @@ static int check_experts(const ModelConfig *c, ModelLayout *l, const ModelJob *j
 }
 
 /* FP8 training's settings against the job and the layout. */
-static int check_fp8(ModelJob *j, const ModelLayout *l, PxError *err)
+static int check_fp8(ModelJob *j, PxError *err)
 {
     if ((int)j->fp8 < MODEL_FP8_NONE || (int)j->fp8 > MODEL_FP8_MXFP8)
         return rule_fail(err, MODEL_RULE_JOB, "unknown FP8 recipe %d", (int)j->fp8);
@@ -461,10 +458,6 @@ static int check_fp8(ModelJob *j, const ModelLayout *l, PxError *err)
     if (j->fp8_amax_history < 1 || j->fp8_amax_history > (1 << 16))
         return rule_fail(err, MODEL_RULE_JOB, "FP8 amax history length must be 1 to 65536, got %d",
                          j->fp8_amax_history);
-    if (j->fp8_param_gather && l->zero == 3)
-        return rule_fail(err, MODEL_RULE_JOB,
-                         "FP8 parameter gathering with ZeRO-3 is not modelled: use ZeRO 0-2 (the "
-                         "distributed optimizer is ZeRO-1)");
     if (j->fp8_param_gather && j->precision == PX_FP32)
         return rule_fail(err, MODEL_RULE_JOB,
                          "FP8 parameter gathering replaces 16-bit weights: precision fp32 keeps "
@@ -476,7 +469,7 @@ static int check_fp8(ModelJob *j, const ModelLayout *l, PxError *err)
 }
 
 /* The training job's numbers: precisions (bf16 when none was resolved), dropout, padding, FP8. */
-static int check_job(ModelJob *j, const ModelLayout *l, PxError *err)
+static int check_job(ModelJob *j, PxError *err)
 {
     if (j->precision == PX_DTYPE_COUNT)
         j->precision = PX_BF16;
@@ -494,7 +487,7 @@ static int check_job(ModelJob *j, const ModelLayout *l, PxError *err)
     if (j->pad_vocab < 1)
         return rule_fail(err, MODEL_RULE_JOB, "vocabulary padding multiple must be at least 1, got %d",
                        j->pad_vocab);
-    return check_fp8(j, l, err);
+    return check_fp8(j, err);
 }
 
 /* The sizes every table and graph is built from, once the spec has passed every rule. */
@@ -530,6 +523,7 @@ static void fill_dims(ModelDims *d, const ModelSpec *sp, int s, int m)
     d->dp_shard = l->dp_shard > 0 ? l->dp_shard : l->dp;
     d->dp_rep = l->dp / d->dp_shard;
     d->zero_group = d->dp_shard * l->cp;
+    d->zero_per_step = l->zero >= 2 && l->pp > 1;
     d->mtp_chunk = d->chunks - 1 - l->mtp_from_last;
     d->pp_split = (l->tp > 1 && !l->sp && c->hidden % l->tp == 0) ? l->tp : 1;
     d->param = j->precision;
@@ -578,6 +572,29 @@ static void fill_dims(ModelDims *d, const ModelSpec *sp, int s, int m)
     }
 }
 
+/* The framework's settings (profiles/frameworks/<name>.json) over the layout's knobs: one that
+ * always overlaps data-parallel communication sets overlap_dp; *op: it recomputes `selective`
+ * op by op; *eager: its norms run eagerly (an uncompiled job). Megatron's (the default) take the
+ * layout as given, so it is not read. */
+static int apply_framework(const ModelJob *j, ModelLayout *l, int *op, int *eager, PxError *err)
+{
+    *op = 0;
+    *eager = 0;
+    if ((int)j->framework < 0 || j->framework >= MODEL_FW_COUNT)
+        return rule_fail(err, MODEL_RULE_JOB, "unknown framework %d", (int)j->framework);
+    if (j->framework == MODEL_FW_MEGATRON)
+        return PX_OK;
+    ProfFramework fw;
+    int rc = prof_framework_load(model_framework_name(j->framework), &fw, err);
+    if (rc)
+        return rc;
+    if (fw.overlap_dp >= 0)
+        l->overlap_dp = fw.overlap_dp;
+    *op = fw.recompute_op && l->recompute == MODEL_RECOMPUTE_SELECTIVE;
+    *eager = fw.eager_norms && !j->fused_kernels;
+    return PX_OK;
+}
+
 int model_spec_check(ModelSpec *sp, int gpus, ModelDims *d, PxError *err)
 {
     ModelConfig *c = &sp->model;
@@ -588,12 +605,15 @@ int model_spec_check(ModelSpec *sp, int gpus, ModelDims *d, PxError *err)
         return rc;
     memset(d, 0, sizeof *d);
     const int s = j->seq_len > 0 ? j->seq_len : c->seq_len;
-    int m = 0;
+    int m = 0, op = 0, eager = 0;
     if ((rc = check_degrees(l, gpus, err)) || (rc = check_tensor_split(c, l, s, err)) ||
         (rc = check_pipeline(c, l, err)) || (rc = check_batch(j, l, s, &m, err)) ||
-        (rc = check_job(j, l, err)) || (rc = check_experts(c, l, j, err)))
+        (rc = check_job(j, err)) || (rc = check_experts(c, l, j, err)) ||
+        (rc = apply_framework(j, l, &op, &eager, err)))
         return rc;
     fill_dims(d, sp, s, m);
+    d->recompute_op = op;
+    d->eager_norms = eager;
     return PX_OK;
 }
 

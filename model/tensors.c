@@ -369,8 +369,10 @@ static void add_param_g(Adder *a, const ModelSpec *s, const ModelDims *d, ModelT
     uint64_t numel = (uint64_t)d0 * (uint64_t)(ndim > 1 ? d1 : 1);
     const int fp8 = ndim == 2 && model_fp8_weight(s, role);
     tt->blocks[a->block].numel += numel;
-    if (fp8)
+    if (fp8) {
         tt->blocks[a->block].fp8_numel += numel;
+        tt->blocks[a->block].fp8_weights += groups;
+    }
     tt->params += numel * (uint64_t)a->repeat;
     if (s->layout.zero < 3 && fp8 && s->job.fp8_param_gather) {
         const Fp8Extra x = {(uint64_t)groups * model_fp8_scale_bytes(s->job.fp8, 1, d0 / groups, d1),
@@ -381,7 +383,9 @@ static void add_param_g(Adder *a, const ModelSpec *s, const ModelDims *d, ModelT
     }
     if (fp8)
         add_fp8_copies(a, s, d, role, name, shard, d0, d1, groups);
-    if (s->layout.zero < 2) {
+    /* unsharded gradients: without ZeRO-2/3, or under a pipeline where they accumulate whole
+     * over the stage's micro-batches before the step's reduce-scatter */
+    if (s->layout.zero < 2 || d->zero_per_step) {
         char g[64];
         NAME(g, "%s.grad", name);
         add(a, role, g, MODEL_GRADS, d->grad, shard, ndim, d0, d1, 0, 0);
@@ -590,6 +594,7 @@ typedef struct {
 typedef struct {
     Snapshot delta;
     uint64_t numel, fp8_numel; /* the block's own counts (parameters, of them FP8 GEMMs') */
+    int fp8_weights;           /* and its FP8 GEMM weight matrices */
 } Replay;
 
 enum { KIND_DENSE = 0, KIND_MOE, KIND_EXPERTS, KIND_COUNT };
@@ -703,6 +708,7 @@ static int add_kind_block(Build *B, int j, int l, int rep, int kind, int mtp, Px
     if (B->compact && !mtp && B->reuse.nl[kind] == rep) {
         reuse_apply(a, &B->reuse.params[kind], &tt->blocks[a->block].numel,
                     &tt->blocks[a->block].fp8_numel);
+        tt->blocks[a->block].fp8_weights += B->reuse.params[kind].fp8_weights;
     } else {
         Snapshot before;
         snapshot(a, &before);
@@ -714,6 +720,7 @@ static int add_kind_block(Build *B, int j, int l, int rep, int kind, int mtp, Px
             B->reuse.nl[kind] = rep;
             reuse_record(a, &before, &B->reuse.params[kind], tt->blocks[a->block].numel,
                          tt->blocks[a->block].fp8_numel);
+            B->reuse.params[kind].fp8_weights = tt->blocks[a->block].fp8_weights;
         }
     }
     a->repeat = 1;
@@ -1145,18 +1152,23 @@ static void add_zero_buffers(Build *B)
     const ModelSpec *s = B->s;
     const ModelDims *d = B->d;
     const ModelTensorTable *tt = B->tt;
-    uint64_t padded = 0, all = 0;
-    int experts = 0;
+    uint64_t padded = 0, all = 0, fp8_all = 0;
+    int experts = 0, largest = -1, weights = 0;
     for (int i = 0; i < tt->n_blocks; i++) {
         const ModelBlock *blk = &tt->blocks[i];
         uint64_t g = (uint64_t)(blk->experts ? d->edp : d->zero_group);
-        uint64_t p = px_round_up(blk->numel, g);
-        if (p > padded)
+        uint64_t p = px_round_up(blk->numel, g), rep = (uint64_t)(blk->repeat > 0 ? blk->repeat : 1);
+        if (p > padded) {
             padded = p;
-        all += p * (uint64_t)(blk->repeat > 0 ? blk->repeat : 1);
+            largest = i;
+        }
+        all += p * rep;
+        fp8_all += blk->fp8_numel * rep;
+        weights += blk->fp8_weights * (int)rep;
         experts |= blk->experts;
     }
-    if (s->layout.zero >= 2)
+    /* under a pipeline the unsharded gradients (add_param_g) are the reduce-scatter's input */
+    if (s->layout.zero >= 2 && !d->zero_per_step)
         add(&B->a, MODEL_TR_ZERO_GRAD_BUCKET, "zero.grad_bucket", MODEL_COMM_BUFFERS, d->grad, 0, 1,
             (int64_t)padded, 0, 0, 0);
     if (s->layout.zero == 3) {
@@ -1165,11 +1177,28 @@ static void add_zero_buffers(Build *B)
         if (parts < 2)
             parts = 2;
         uint64_t elems = (uint64_t)parts * padded;
-        if (s->layout.keep_gathered && all > elems)
+        /* of them, the FP8 GEMMs' weights when they are gathered in FP8 */
+        uint64_t fp8 = largest >= 0 ? (uint64_t)parts * tt->blocks[largest].fp8_numel : 0;
+        int fp8_weights = largest >= 0 ? (int)parts * tt->blocks[largest].fp8_weights : 0;
+        /* kept from forward to backward, or (a pipeline) across the stage's micro-batches:
+         * every block of the stage, whole */
+        if ((s->layout.keep_gathered || d->zero_per_step) && all > elems) {
             elems = all;
+            fp8 = fp8_all;
+            fp8_weights = weights;
+        }
+        if (!(d->fp8 && s->job.fp8_param_gather))
+            fp8 = 0;
+        elems -= fp8;
         elems = (elems + 1) / 2 * 2; /* two equal halves */
         add(&B->a, MODEL_TR_ZERO_PARAM_GATHER, "zero.param_gather", MODEL_COMM_BUFFERS, d->param, 0, 2,
             2, (int64_t)(elems / 2), 0, 0);
+        if (fp8 > 0) {
+            /* the FP8 weights gathered in one byte each, with one fp32 scale per weight */
+            const Fp8Extra x = {4u * (uint64_t)fp8_weights, MODEL_TR_NONE, 1};
+            add_ex(&B->a, MODEL_TR_ZERO_PARAM_GATHER, "zero.param_gather_fp8", MODEL_COMM_BUFFERS,
+                   PX_FP8, 0, 1, (int64_t)fp8, 0, 0, 0, &x);
+        }
     }
 }
 
@@ -1389,7 +1418,7 @@ int model_tensors_build_cached(ModelTableCache *c, const ModelSpec *s, const Mod
         return px_fail(err, PX_ERUNTIME, "out of memory caching tensor tables");
     const ModelLayout *l = &s->layout;
     CacheKey kp = {0}, ka = {0};
-    const uint64_t pk[] = {(uint64_t)d->t, (uint64_t)l->zero, (uint64_t)d->zero_group,
+    const uint64_t pk[] = {(uint64_t)d->t, (uint64_t)l->zero | (uint64_t)d->zero_per_step << 8, (uint64_t)d->zero_group,
                            (uint64_t)d->v, (uint64_t)d->param, (uint64_t)d->grad,
                            (uint64_t)d->master, (uint64_t)d->vocab_loc, (uint64_t)d->q_loc,
                            (uint64_t)d->kv_width_loc, (uint64_t)d->ffn_out_loc,

@@ -207,4 +207,18 @@ const ProfOpRate *prof_measured_op(const ProfMeasured *m, const char *kind, cons
 double prof_measured_gemm(const ProfMeasured *m, double M, double N, double K, double batch,
                           int concurrency);
 
+/* What the framework that runs a job does beyond the layout's knobs, from its built-in file
+ * profiles/frameworks/<name>.json (docs/profiles.md, "Frameworks"): selective recompute as
+ * Megatron's (the attention core) or op-level (recompute_op 1: every other matmul and every
+ * elementwise op recomputed), and whether it always overlaps data-parallel communication
+ * (overlap_dp 1; -1: the layout's --overlap-dp), and whether its norms run as eager Python
+ * modules where the job is not compiled (eager_norms). PX_EINPUT names an unknown framework. */
+typedef struct {
+    char name[32];
+    int recompute_op;
+    int overlap_dp;
+    int eager_norms; /* its norms are Python modules: unfused unless compiled */
+} ProfFramework;
+int prof_framework_load(const char *name, ProfFramework *out, PxError *err);
+
 #endif

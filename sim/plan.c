@@ -632,8 +632,10 @@ static int grid_for(const Search *s, int tp, int pp, int cp, Grid *g)
         g->mbss[0] = 1;
         g->n_mbs = 1;
     }
-    /* ZeRO shards over dp x cp: with a group of one every stage is ZeRO-0 */
-    g->n_z = values(pin & SIM_PIN_ZERO, pl->zero, zeros, g->dp * cp > 1 ? 4 : 1, g->zs);
+    /* ZeRO shards over dp x cp: with a group of one every stage is ZeRO-0. Under a pipeline
+     * ZeRO-2/3 move ZeRO-1's bytes in its time and hold more memory (docs/time.md, "Sharded
+     * data parallelism with a pipeline"): tried only when pinned */
+    g->n_z = values(pin & SIM_PIN_ZERO, pl->zero, zeros, g->dp * cp > 1 ? (g->pp > 1 ? 2 : 4) : 1, g->zs);
     g->n_s = values(pin & SIM_PIN_SP, pl->sp, sps, tp > 1 ? 2 : 1, g->ss);
     g->n_r = values(pin & SIM_PIN_RECOMPUTE, (int)pl->recompute, rcs, 3, g->rs);
     /* every comm type where there is context parallelism: the ring hides behind long

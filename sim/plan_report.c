@@ -108,6 +108,8 @@ void sim_plan_print(FILE *f, const SimPlanRequest *q, const ProfCluster *cl,
     fprintf(f, "%s on %s: %d x %s, global batch %d, sequence %d, objective %s\n", b->model.name,
             cl->name, q->gpus, cl->device.name, b->job.global_batch, seq,
             sim_objective_name(q->objective));
+    if (b->job.framework != MODEL_FW_MEGATRON) /* ranked as that framework runs them */
+        fprintf(f, "framework %s\n", model_framework_name(b->job.framework));
     fprintf(f, "searched %ld layouts in %.2f s: %ld feasible, %ld timed in full (the rest cannot beat them)\n\n",
             r->considered, r->seconds, r->feasible, r->timed);
     const int moe = b->model.moe.experts > 0;

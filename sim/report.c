@@ -265,6 +265,13 @@ static void print_setup(FILE *f, const SimResult *r)
             t->global_batch, t->micro_batch, d->s, d->m, px_dtype_name(t->precision),
             px_dtype_name(t->grad_dtype), model_optimizer_name(t->optimizer),
             t->flash_attn ? "on" : "off", t->dropout);
+    /* the prediction is for the framework that runs the job: megatron unless said */
+    if (t->framework != MODEL_FW_MEGATRON)
+        fprintf(f, "framework %s (profiles/frameworks/%s.json): dp overlap %s, selective recompute %s, "
+                   "elementwise %s\n",
+                model_framework_name(t->framework), model_framework_name(t->framework),
+                l->overlap_dp ? "on" : "off", d->recompute_op ? "op by op" : "of the attention core",
+                t->fused_kernels ? "fused (compiled)" : "eager");
     if (t->fp8 != MODEL_FP8_NONE) {
         fprintf(f, "fp8       recipe %s  format %s  transposed copies %s  param gather %s  attention %s",
                 model_fp8_recipe_name(t->fp8), model_fp8_format_name(t->fp8_format),
@@ -365,7 +372,8 @@ static void print_time_extras(FILE *f, const SimResult *r)
         /* the critical stage's ZeRO collectives per micro-batch: time (of it latency) exposed */
         const SimStageTime *y = &r->stage_time[r->critical_stage];
         static const char *const zn[4] = {"gather fwd", "recompute", "bwd", "reduce-scatter"};
-        fprintf(f, "zero per step (s, stage %d): time (latency) exposed:", r->critical_stage);
+        fprintf(f, "zero per step (s, stage %d%s): time (latency) exposed:", r->critical_stage,
+                d->zero_per_step ? ", once a step under the pipeline" : "");
         for (int k = 0; k < 4; k++)
             if (y->zero_s[k] > 0)
                 fprintf(f, "%s %s %.3f (%.3f) %.3f", k ? "  " : "", zn[k], y->zero_s[k],

@@ -385,6 +385,44 @@ int sim_plan_min_gpus(const SimPlanRequest *q, const ProfCluster *cluster, doubl
 void sim_min_gpus_print(FILE *f, const ProfCluster *cluster, int gpus, const SimPlanResult *r);
 cJSON *sim_min_gpus_to_json(const ProfCluster *cluster, int gpus, const SimPlanResult *r);
 
+/* ---- published runs (sim/published.c; docs/calibration.md, "Published runs") ---- */
+
+/* A row's measured figure: the step's seconds, achieved TFLOP/s per GPU (hardware FLOPs, as
+ * Narayanan's), or tokens per second per GPU. */
+enum { SIM_PUB_STEP_S = 0, SIM_PUB_TFLOPS_PER_GPU, SIM_PUB_TOKENS_PER_S_PER_GPU, SIM_PUB_METRIC_COUNT };
+
+typedef struct {
+    char id[96], model[128], cluster[128], framework[32];
+    int gpus, metric;
+    double measured, predicted; /* in the metric */
+    double error;               /* predicted / measured - 1 */
+    double tolerance;           /* the |error| the row is held to */
+    int inside;                 /* |error| <= tolerance */
+    double step_s;              /* the predicted step */
+    int fits;                   /* the prediction fits the device's memory */
+} SimPublishedRow;
+
+typedef struct {
+    char source[96], path[512];
+    SimPublishedRow *rows;
+    int n_rows;
+} SimPublished;
+
+/* One source's file (published/<source>.json: {source, cite, url, notes, rows[{id, model,
+ * cluster, gpus, layout, job, framework, measured, tolerance, assumed}]}), every row simulated.
+ * A model or cluster ending in .json is a file beside the data file. PX_EINPUT names the file,
+ * the row and the key at fault; nothing is left allocated. */
+int sim_published_run(const char *path, SimPublished *out, PxError *err);
+/* The same with every row priced as run by `framework` (NULL: each row's own). */
+int sim_published_run_as(const char *path, const char *framework, SimPublished *out, PxError *err);
+void sim_published_free(SimPublished *p);
+const char *sim_published_metric_name(int metric);
+/* Every row of n sources: id, framework, metric, measured, predicted, error, tolerance, in/out. */
+void sim_published_print(FILE *f, const SimPublished *p, int n);
+/* [{source, file, rows[{id, model, cluster, gpus, framework, metric, measured, predicted, error,
+ * tolerance, inside, step_s, fits}]}] */
+cJSON *sim_published_to_json(const SimPublished *p, int n);
+
 /* The precision a job gets when none is given: bf16 where the device has bf16 tensor cores,
  * fp32 otherwise (CPU ranks). */
 PxDtype sim_default_precision(const ProfDevice *d);

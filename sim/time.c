@@ -649,6 +649,35 @@ static int step_collectives(const SimResult *r, int s, const double *lbs, const 
     return PX_OK;
 }
 
+/* ZeRO-2/3 under a pipeline: the stage's once-a-step gathers (before its first forward) and
+ * reduce-scatters in the zero sums (SIM_ZERO_GATHER_FWD, SIM_ZERO_REDUCE) with their latency
+ * part, and what the step could not hide of them (gather_exposed; of the gradient queue,
+ * grads_exposed). */
+static void zero_step_sums(const SimResult *r, int s, double gather_exposed, double grads_exposed)
+{
+    const ModelOpGraph *g = &r->ops[s];
+    const double *t = r->op_seconds[s];
+    SimStageTime *st = &r->stage_time[s];
+    SimCtx c;
+    sim_ctx_init(&c, &r->cluster, &r->spec, &r->dims, r->node_size);
+    for (int i = 0; i < g->count; i++) {
+        const ModelOp *op = &g->op[i];
+        if (op->per_microbatch || op->kind != MODEL_OP_COMM)
+            continue;
+        const int z = op->comm == MODEL_DP_ALL_GATHER || op->comm == MODEL_EDP_ALL_GATHER ? SIM_ZERO_GATHER_FWD
+                      : op->comm == MODEL_DP_REDUCE_SCATTER || op->comm == MODEL_EDP_REDUCE_SCATTER ? SIM_ZERO_REDUCE
+                                                                                                   : -1;
+        if (z < 0)
+            continue;
+        ModelOp bare = *op;
+        bare.comm_bytes = 0;
+        st->zero_s[z] += t[i] * op->repeat;
+        st->zero_latency_s[z] += sim_comm_seconds(&c, &bare, s) * op->repeat;
+    }
+    st->zero_exposed_s[SIM_ZERO_GATHER_FWD] += gather_exposed;
+    st->zero_exposed_s[SIM_ZERO_REDUCE] += grads_exposed;
+}
+
 /* Stage s's step from the pipeline's finish with (fin) and without (fin0) transfers and each
  * chunk's last backward (lbs, lbe): the per-step collectives, the optimizer (with offload its
  * copies), the bubble. */
@@ -683,6 +712,8 @@ static int stage_finish(SimResult *r, int s, const double *fin, const double *fi
         st->optimizer_s = st->offload_host_s + st->offload_down_s + st->offload_up_s;
     }
     st->dp_exposed_s += exposed + embed + gather_exposed;
+    if (r->dims.zero_per_step)
+        zero_step_sums(r, s, gather_exposed, exposed);
     st->pipeline_s = T;
     st->pp_comm_s = fin[s] - fin0[s];
     double ideal = 0;

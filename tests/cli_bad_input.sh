@@ -55,7 +55,8 @@ expect 2 "--dropout: must be in [0, 1)" simulate --model tiny $ok --dropout 1.5
 expect 2 "--fp8-recipe: expected delayed, tensorwise, blockwise, mxfp8 or none, got 'fp4'" simulate --model tiny $ok --fp8-recipe fp4
 expect 2 "--fp8-format: expected hybrid or e4m3, got 'e5m2'" simulate --model tiny $ok --precision fp8 --fp8-format e5m2
 expect 2 "FP8 parameter gathering needs an FP8 recipe" simulate --model tiny $ok --fp8-param-gather
-expect 2 "FP8 parameter gathering with ZeRO-3 is not modelled" simulate --model tiny --cluster dgx-h100 --gpus 8 --precision fp8 --fp8-param-gather --zero 3
+# FP8 parameter gathering under ZeRO-3 is priced (torchao float8 with FSDP2)
+expect 0 "param gather on" simulate --model tiny --cluster dgx-h100 --gpus 8 --precision fp8 --fp8-param-gather --zero 3
 expect 2 "--fp8-amax-history: must be between 1" simulate --model tiny $ok --precision fp8 --fp8-amax-history 0
 expect 2 "device a100-80gb has no FP8 tensor cores: FP8 training (--precision fp8, --fp8-recipe delayed) needs Hopper" simulate --model tiny $ok --precision fp8
 expect 2 "device h100-sxm has no MXFP8 tensor cores: the mxfp8 recipe needs Blackwell" simulate --model tiny --cluster dgx-h100 --gpus 8 --fp8-recipe mxfp8
@@ -246,6 +247,14 @@ printf '{"name": "m", "family": "gpt", "layers": 4, "hidden": 64, "heads": 4, "v
   --pipeline-model-parallel-layout 'Et*4m|L' -o "$tmp/mtp2.json" >/dev/null
 expect 2 "mtp1.json: model m has 1 multi-token prediction module: the executor does not run them" run "$tmp/mtp1.json"
 expect 2 "mtp2.json: model m has 1 multi-token prediction module: the executor does not run them" run "$tmp/mtp2.json" --launcher none
+# ZeRO-2/3 under a pipeline is priced, not run: refused by name before anything is built
+printf '{"name": "z", "family": "gpt", "layers": 4, "hidden": 64, "heads": 4, "vocab": 256, "seq_len": 64}\n' >"$tmp/z.json"
+"$px" plan --model "$tmp/z.json" --cluster local --gpus 2 --pp 2 --zero 3 --gbs 4 --mbs 2 --seq 16 --steps 1 \
+  -o "$tmp/zpp.json" >/dev/null
+expect 2 "zpp.json: ZeRO-3 with pp > 1 is priced but not yet run by the executor" run "$tmp/zpp.json" --launcher none
+"$px" plan --model "$tmp/z.json" --cluster local --gpus 1 --recompute selective --framework torchtitan --gbs 4 --mbs 2 \
+  --seq 16 --steps 1 -o "$tmp/sac.json" >/dev/null
+expect 2 "sac.json: torchtitan's op-level selective recompute is priced but not run by the executor" run "$tmp/sac.json"
 
 # mpirun's hostfile: one that cannot be read, or given to another launcher
 expect 2 "--hostfile $tmp/nohosts: cannot read it (No such file or directory)" run "$tmp/run1.json" --hostfile "$tmp/nohosts"

@@ -178,6 +178,18 @@ static int check_supported(const Exec *ex, PxError *err)
                        "run them (simulate and export such plans, or train the model with "
                        "mtp_layers 0)",
                        origin, s->model.name, s->model.mtp_layers, s->model.mtp_layers > 1 ? "s" : "");
+    /* ZeRO-2/3 under a pipeline (per-step reduce-scatter, ZeRO-3's parameters kept gathered
+     * across a stage's micro-batches) is priced by the simulator only. */
+    if (d->zero_per_step)
+        return px_fail(err, PX_EINPUT,
+                       "%s: ZeRO-%d with pp > 1 is priced but not yet run by the executor "
+                       "(simulate and export such plans, or train with zero 1 or pp 1)",
+                       origin, s->layout.zero);
+    if (d->recompute_op)
+        return px_fail(err, PX_EINPUT,
+                       "%s: %s's op-level selective recompute is priced but not run by the executor "
+                       "(train with recompute none or full, or framework megatron)",
+                       origin, model_framework_name(s->job.framework));
     /* What of FP8 training this executor runs (docs/fp8.md, "The executor"). */
     if (d->fp8 != MODEL_FP8_NONE) {
         const ModelJob *j = &s->job;

@@ -1,0 +1,138 @@
+/* The published runs (the JSON files in published/; docs/calibration.md, "Published runs"): every row of
+ * every source priced, each within its stated tolerance, and the rows this test knows at their
+ * exact predicted figure (the analytic model is deterministic: a change to any term the rows
+ * exercise moves them, and this test says which). Then what the framework does: the torchtitan
+ * rows priced as Megatron runs them (no op-level selective recompute, the layout's overlap). */
+/* glob */
+#define _XOPEN_SOURCE 700
+#include <glob.h>
+
+#include "fixtures.h"
+#include "test.h"
+
+typedef struct {
+    const char *id;
+    double predicted;
+} Known;
+
+static const Known known[] = {
+    {"ibm-7b-a100x128-hsdp-noac", 3963.3814733586064},
+    {"ibm-34b-a100x128-fsdp-full", 646.1745014298964},
+    {"ibm-70b-a100x128-fsdp-full", 321.90175294792232},
+    {"ibm-7b-h100x96-hsdp-noac", 10459.130282130294},
+    {"ibm-34b-h100x96-fsdp-full", 1788.0935556744746},
+    {"ibm-70b-h100x96-fsdp-full", 900.30229712745097},
+    {"ibm-7b-a100x128-hsdp-noac-compile", 4254.0485764259756},
+    {"ibm-7b-h100x96-hsdp-noac-compile", 11956.421833206548},
+    {"narayanan-t1-1.7b", 142.84525772714679},
+    {"narayanan-t1-3.6b", 141.37441919718762},
+    {"narayanan-t1-7.5b", 139.65670370200786},
+    {"narayanan-t1-18.4b", 134.2360976145867},
+    {"narayanan-t1-39.1b", 141.49320669647912},
+    {"narayanan-t1-76.1b", 146.36260406306585},
+    {"narayanan-t1-145.6b", 151.60584435548532},
+    {"narayanan-t1-310.1b", 156.67208550343634},
+    {"narayanan-t1-529.6b", 158.40777489902345},
+    {"narayanan-t1-1t", 159.42427909505284},
+    {"tt-l3-8b-a100x64-sacop", 2988.8000847258609},
+    {"tt-l3-70b-a100x64-full", 311.79889924065219},
+    {"tt-l2-13b-a100x64-noac", 2169.1586939084359},
+    {"tt-l2-13b-a100x64-sacop", 1920.25015924175},
+    {"tt-l2-70b-a100x64-sacop", 375.49927354942002},
+    {"tt-l2-70b-a100x64-full", 329.04976345340049},
+};
+
+static const Known *find(const char *id)
+{
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (strcmp(known[i].id, id) == 0)
+            return &known[i];
+    return NULL;
+}
+
+/* Llama 3 8B, FSDP over 8 H100, as framework fw runs it (recompute rc, compiled or eager). */
+static double step(ModelFramework fw, ModelRecompute rc, int fused, int overlap)
+{
+    PxError err = {0};
+    ModelSpec s;
+    model_spec_defaults(&s);
+    CHECK_OK(model_config_load("llama3-8b", &s.model, &err), err);
+    s.layout.zero = 3;
+    s.layout.fsdp = 1;
+    s.layout.recompute = rc;
+    s.layout.overlap_dp = overlap;
+    s.job.global_batch = 8;
+    s.job.micro_batch = 1;
+    s.job.seq_len = 8192;
+    s.job.fused_kernels = fused;
+    s.job.framework = fw;
+    ProfCluster cl;
+    CHECK_OK(prof_cluster_load("dgx-h100", NULL, 0, &cl, &err), err);
+    SimResult r;
+    CHECK_OK(sim_run(&s, &cl, 8, &r, &err), err);
+    const double t = r.step_s;
+    sim_result_free(&r);
+    prof_cluster_free(&cl);
+    return t;
+}
+
+/* Each framework's settings live in its file alone: Megatron's, NeMo's and Bridge's change
+ * nothing; torchtitan's, on a compiled job without selective recompute, only turn the DP
+ * overlap on; its op-level recompute and eager norms each lengthen the step. */
+static void test_frameworks(void)
+{
+    const double mg = step(MODEL_FW_MEGATRON, MODEL_RECOMPUTE_SELECTIVE, 0, 0);
+    CHECK(mg == step(MODEL_FW_NEMO, MODEL_RECOMPUTE_SELECTIVE, 0, 0));
+    CHECK(mg == step(MODEL_FW_BRIDGE, MODEL_RECOMPUTE_SELECTIVE, 0, 0));
+    CHECK(mg == step(MODEL_FW_DEEPSPEED, MODEL_RECOMPUTE_SELECTIVE, 0, 0));
+    const double overlapped = step(MODEL_FW_MEGATRON, MODEL_RECOMPUTE_NONE, 1, 1);
+    CHECK(overlapped == step(MODEL_FW_TORCHTITAN, MODEL_RECOMPUTE_NONE, 1, 0));
+    const double sac = step(MODEL_FW_TORCHTITAN, MODEL_RECOMPUTE_SELECTIVE, 1, 0);
+    CHECK(sac > overlapped * 1.05); /* a third of the matmuls again */
+    CHECK(step(MODEL_FW_TORCHTITAN, MODEL_RECOMPUTE_NONE, 0, 0) > step(MODEL_FW_MEGATRON, MODEL_RECOMPUTE_NONE, 0, 1));
+}
+
+int main(void)
+{
+    px_log_set_quiet(1);
+    glob_t g;
+    CHECK(glob(PX_SOURCE_DIR "/published/*.json", 0, NULL, &g) == 0);
+    int rows = 0, matched = 0;
+    PxError err = {0};
+    for (size_t k = 0; k < g.gl_pathc; k++) {
+        SimPublished p;
+        CHECK_OK(sim_published_run(g.gl_pathv[k], &p, &err), err);
+        for (int i = 0; i < p.n_rows; i++) {
+            const SimPublishedRow *r = &p.rows[i];
+            if (!r->inside)
+                fprintf(stderr, "%s: %s predicted %g against %g measured: %+.1f%%, outside %.0f%%\n",
+                        p.source, r->id, r->predicted, r->measured, 100 * r->error, 100 * r->tolerance);
+            CHECK(r->inside);
+            const Known *w = find(r->id);
+            if (w) {
+                CHECK_REL(w->predicted, r->predicted, 1e-9);
+                matched++;
+            }
+            rows++;
+        }
+        sim_published_free(&p);
+    }
+    globfree(&g);
+    CHECK_EQ_INT((int)(sizeof known / sizeof known[0]), matched);
+    /* the framework: op-level selective recompute and FSDP2's overlap make the torchtitan rows
+     * what they are; priced as Megatron runs them (selective = the attention core, which flash
+     * attention leaves nothing of; overlap off, the layout's default) they move */
+    SimPublished mg;
+    CHECK_OK(sim_published_run_as(PX_SOURCE_DIR "/published/torchtitan-performance-2024-04.json",
+                                  "megatron", &mg, &err), err);
+    CHECK_STR("tt-l3-8b-a100x64-sacop", mg.rows[0].id);
+    CHECK_REL(3054.2142759822136, mg.rows[0].predicted, 1e-9);
+    sim_published_free(&mg);
+    /* a bad row names its file, row and key */
+    CHECK_INPUT_ERROR(sim_published_run_as(PX_SOURCE_DIR "/published/torchtitan-performance-2024-04.json",
+                                           "pytorch", &mg, &err),
+                      err, "rows[0] framework");
+    test_frameworks();
+    printf("test_published: %d rows, %d checks passed\n", rows, px_test_checks);
+    return 0;
+}
