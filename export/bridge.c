@@ -237,7 +237,8 @@ static void bridge_moe(BridgeOut *o, const ModelPlan *p)
         else
             ov(o, "model.moe_expert_capacity_factor=null model.moe_pad_expert_input_to_capacity=false");
         /* the dispatcher parallax costs (a recipe may pick the flex one for the device) */
-        ov(o, "model.moe_token_dispatcher_type=alltoall model.moe_grouped_gemm=true");
+        ov(o, "model.moe_token_dispatcher_type=%s model.moe_grouped_gemm=true",
+           model_moe_dispatcher_name(p->spec.job.moe_dispatcher));
         ov(o, "model.moe_router_force_load_balancing=%s", export_bool(p->spec.job.moe_force_balance));
         ov(o, "model.moe_shared_expert_overlap=%s", export_bool(l->overlap_ep && m->shared_ffn > 0));
         ov_end(o);

@@ -73,7 +73,7 @@ static void megatron_moe(FILE *f, const ModelPlan *p)
             flag(f, "--moe-expert-capacity-factor", "%g", m->capacity_factor);
             flag(f, "--moe-pad-expert-input-to-capacity", NULL);
         }
-        flag(f, "--moe-token-dispatcher-type", "alltoall");
+        flag(f, "--moe-token-dispatcher-type", "%s", model_moe_dispatcher_name(t->moe_dispatcher));
         flag(f, "--moe-grouped-gemm", NULL);
         if (t->moe_force_balance)
             flag(f, "--moe-router-force-load-balancing", NULL);

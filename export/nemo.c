@@ -72,7 +72,8 @@ static void nemo1_moe(FILE *f, const ModelPlan *p)
         if (m->capacity_factor > 0)
             fprintf(f, " +model.moe_expert_capacity_factor=%g +model.moe_pad_expert_input_to_capacity=true",
                     m->capacity_factor);
-        fprintf(f, "\n+model.moe_token_dispatcher_type=alltoall +model.moe_grouped_gemm=true");
+        fprintf(f, "\n+model.moe_token_dispatcher_type=%s +model.moe_grouped_gemm=true",
+                model_moe_dispatcher_name(p->spec.job.moe_dispatcher));
         if (p->spec.job.moe_force_balance)
             fprintf(f, " +model.moe_router_force_load_balancing=true");
         if (l->overlap_ep && m->shared_ffn > 0)

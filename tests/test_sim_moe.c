@@ -245,6 +245,18 @@ static void test_export_megatron(void)
     CHECK(strstr(buf, "--multi-latent-attention") == NULL);
     free(buf);
     model_plan_free(&plan);
+
+    /* the all-gather dispatcher the plan was priced with is the one Megatron is told to run */
+    s.job.moe_dispatcher = MODEL_MOE_DISPATCH_ALLGATHER;
+    CHECK_OK(sim_plan_for(&s, "dgx-a100", 8, &plan, &err), err);
+    buf = NULL;
+    f = open_memstream(&buf, &len);
+    CHECK_OK(export_plan(f, &plan, EXPORT_MEGATRON, &err), err);
+    fclose(f);
+    CHECK(strstr(buf, "    --moe-token-dispatcher-type allgather\n") != NULL);
+    CHECK(strstr(buf, "--moe-token-dispatcher-type alltoall") == NULL);
+    free(buf);
+    model_plan_free(&plan);
 }
 
 int main(void)
