@@ -49,7 +49,7 @@
 static inline void *exec_zalloc(size_t n, size_t size) { return calloc(n > 0 ? n : 1, size); }
 
 /* Chunks one stage may hold (interleaved schedules): checked at init. */
-enum { EXEC_MAX_CHUNKS = 64 };
+enum { EXEC_MAX_CHUNKS = MODEL_EXEC_MAX_CHUNKS };
 
 /* ---- grid.c: this rank's place in the layout ---- */
 
