@@ -202,7 +202,8 @@ const ModelDims *exec_dims(const Exec *ex);
  * the step's inputs and targets, as the trainer reads them. */
 int exec_batch(Exec *ex, long step, const int32_t **batch, PxError *err);
 
-/* Measured memory: the bytes each category's arena holds (allocated at init, never grown);
+/* Measured memory: the bytes each category's arena holds (allocated at init, never grown),
+ * plus the MoE buffers dropless routing grew past the plan (docs/moe.md, "Dropless routing");
  * runtime is the profile's allowance, not a measurement. */
 void exec_memory(const Exec *ex, uint64_t bytes[MODEL_CAT_COUNT]);
 /* Optimizer offload (docs/memory.md, "Offload"): 0 without it; else 1 with the host bytes per

@@ -495,7 +495,7 @@ int exec_batch(Exec *ex, long step, const int32_t **batch, PxError *err)
 void exec_memory(const Exec *ex, uint64_t bytes[MODEL_CAT_COUNT])
 {
     for (int c = 0; c < MODEL_CAT_COUNT; c++)
-        bytes[c] = ex->mem.a[c].host ? 0 : ex->mem.a[c].cap;
+        bytes[c] = (ex->mem.a[c].host ? 0 : ex->mem.a[c].cap) + ex->moe.extra[c];
     bytes[MODEL_RUNTIME] = ex->plan.profile.device.runtime_bytes;
 }
 
