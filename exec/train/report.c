@@ -281,6 +281,28 @@ static void summary_ranks(Exec *ex, const cJSON *run)
                "in model/ or exec/\n");
 }
 
+/* Every rank's experts (dropless routing): the most rows a micro-batch gave them per MoE
+ * layer, the bytes the layer's grown buffers hold, and the growth log ([layer, step, bytes]). */
+static void moe_rows_json(const Exec *ex, cJSON *r)
+{
+    const ExecMoe *mo = &ex->moe;
+    if (!ex->c.d.moe || !mo->rows_max)
+        return;
+    cJSON *mx = cJSON_AddObjectToObject(r, "moe_rows");
+    cJSON *rm = cJSON_AddArrayToObject(mx, "rows_max");
+    cJSON *eb = cJSON_AddArrayToObject(mx, "extra_bytes");
+    for (int i = 0; i < mo->layers; i++) {
+        cJSON_AddItemToArray(rm, cJSON_CreateNumber((double)mo->rows_max[i]));
+        cJSON_AddItemToArray(eb, cJSON_CreateNumber((double)mo->layer_extra[i]));
+    }
+    cJSON *gl = cJSON_AddArrayToObject(mx, "growth");
+    for (int i = 0; i < mo->n_growth; i++) {
+        const double e[3] = {mo->growth[i].layer, ex->hist.first_step + mo->growth[i].step,
+                             (double)mo->growth[i].bytes};
+        cJSON_AddItemToArray(gl, cJSON_CreateDoubleArray(e, 3));
+    }
+}
+
 /* This rank's figures: memory, communication and FLOPs per step, ops, the recorded step's
  * passes. */
 static cJSON *rank_json(Exec *ex)
@@ -400,23 +422,7 @@ static cJSON *rank_json(Exec *ex)
             cJSON_AddItemToArray(ml, row);
         }
     }
-    /* every rank's experts: the most rows a micro-batch gave them per MoE layer, the bytes the
-     * layer's grown buffers hold, and the growth log ([layer, step, bytes]) */
-    if (ex->c.d.moe && mo->rows_max) {
-        cJSON *mx = cJSON_AddObjectToObject(r, "moe_rows");
-        cJSON *rm = cJSON_AddArrayToObject(mx, "rows_max");
-        cJSON *ex_b = cJSON_AddArrayToObject(mx, "extra_bytes");
-        for (int i = 0; i < mo->layers; i++) {
-            cJSON_AddItemToArray(rm, cJSON_CreateNumber((double)mo->rows_max[i]));
-            cJSON_AddItemToArray(ex_b, cJSON_CreateNumber((double)mo->layer_extra[i]));
-        }
-        cJSON *gl = cJSON_AddArrayToObject(mx, "growth");
-        for (int i = 0; i < mo->n_growth; i++) {
-            const double e[3] = {mo->growth[i].layer, ex->hist.first_step + mo->growth[i].step,
-                                 (double)mo->growth[i].bytes};
-            cJSON_AddItemToArray(gl, cJSON_CreateDoubleArray(e, 3));
-        }
-    }
+    moe_rows_json(ex, r);
 
     cJSON *tl = cJSON_AddObjectToObject(r, "timeline");
     cJSON_AddNumberToObject(tl, "rank", ex->c.g.rank);
