@@ -26,6 +26,8 @@ fail() { echo "FAILED: $*"; fails=$((fails + 1)); }
 "$px" run "$dir/p.json" --steps 2 -o "$dir/run.json" >"$dir/run.out" 2>&1 || fail "run: $(tail -3 "$dir/run.out")"
 grep -q "^grown: the router sent a rank's experts more token copies" "$dir/run.out" \
   || fail "run does not say its buffers grew: $(tail -5 "$dir/run.out")"
+grep -q "^  MoE layer 2: imbalance 1.273 measured, 786432 bytes grown$" "$dir/run.out" \
+  || fail "run does not print layer 2's imbalance and growth: $(tail -4 "$dir/run.out")"
 python3 - "$dir/run.json" <<'PY' || fail "run.json's dropless figures"
 import json, sys
 r = json.load(open(sys.argv[1]))

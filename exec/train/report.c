@@ -124,6 +124,11 @@ static const char *verdict(double predicted, double measured, int bound_ok, int 
     return *ok ? "bound" : "DIFFERS";
 }
 
+static double jnum(const cJSON *o, const char *k)
+{
+    return cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, k));
+}
+
 /* The bytes a rank's grown MoE buffers hold in category k (run.json's
  * memory.per_rank[].moe_dropless_bytes; 0 when it grew none). */
 static uint64_t dropless_bytes(const cJSON *mem, int k)
@@ -133,12 +138,16 @@ static uint64_t dropless_bytes(const cJSON *mem, int k)
     return cJSON_IsNumber(v) ? (uint64_t)v->valuedouble : 0;
 }
 
-static void print_grown_note(const Exec *ex)
+static void print_grown_note(const Exec *ex, const cJSON *run)
 {
     printf("grown: the router sent a rank's experts more token copies than the plan's buffers "
            "(training.moe_imbalance %g): they grew, no copy was dropped (run.json's moe.layers[] "
            "has the measured imbalance and the bytes per layer and step)\n",
            ex->c.d.imbalance);
+    const cJSON *l;
+    cJSON_ArrayForEach(l, cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(run, "moe"), "layers"))
+    printf("  MoE layer %d: imbalance %.3f measured, %.0f bytes grown\n", (int)jnum(l, "layer"),
+           jnum(l, "imbalance"), jnum(l, "extra_bytes"));
 }
 
 static void print_bound_note(const Exec *ex)
@@ -187,11 +196,6 @@ static void summary_one(Exec *ex)
     if (!all_equal || !flops_equal)
         printf("warning: measured memory or FLOPs differ from the prediction: a bug in model/ or "
                "exec/\n");
-}
-
-static double jnum(const cJSON *o, const char *k)
-{
-    return cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, k));
 }
 
 /* Every rank's memory (all categories but runtime), communication per kind, FLOPs and
@@ -275,7 +279,7 @@ static void summary_ranks(Exec *ex, const cJSON *run)
     if (bound)
         print_bound_note(ex);
     if (grown_any)
-        print_grown_note(ex);
+        print_grown_note(ex, run);
     if (bad)
         printf("warning: measured memory, communication or FLOPs differ from the prediction: a bug "
                "in model/ or exec/\n");
