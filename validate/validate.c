@@ -116,7 +116,9 @@ static const char *refusal(const ValRequest *q, const ModelSpec *s, int ranks, P
     ModelSpec probe = *s;
     ModelDims d;
     *whose = "the model does not take it";
-    if (model_spec_check(&probe, ranks, &d, e2))
+    /* the precision as the plan will have it on this cluster (the device's default) */
+    if (sim_resolve_job(&probe.job, &q->cluster->device, e2) ||
+        model_spec_check(&probe, ranks, &d, e2))
         return e2->msg;
     *whose = "the executor does not run it";
     return model_exec_refusal(&probe, &d, !prof_device_is_cpu(&q->cluster->device), e2->msg,
