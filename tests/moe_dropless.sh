@@ -9,8 +9,8 @@
 # The figures, by hand: tiny-moe (h 64, expert_ffn 64, SwiGLU) at 2 ranks, ep 2, one
 # micro-batch of 4 x 64 tokens, top-2: a rank's experts are planned 256 x 2 = 512 rows. A grown
 # micro-batch's saved rows take (64 + 128 + 64) x 4 = 1024 bytes a row, the receive and gradient
-# scratch 64 x 4 = 256 bytes a row each, rounded up to 64 rows. Rank 0 took 576 rows in layer 1
-# at step 1 (589,824 + 2 x 147,456 = 884,736 bytes), 652 and 654 in layers 2 and 3 (704 rows:
+# scratch 64 x 4 = 256 bytes a row each, rounded up to 64 rows. Rank 0 took 574 rows in layer 1
+# at step 1 (576 rows: 589,824 + 2 x 147,456 = 884,736 bytes), 652 and 654 in layers 2 and 3 (704 rows:
 # 720,896 each, layer 2 also the scratch from 576 to 704 rows, 65,536), and 596 in layer 1 at
 # step 2 (640 rows: 65,536 more).
 set -u
