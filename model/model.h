@@ -389,6 +389,20 @@ const char *model_rule_name(ModelRule r);
  * from the GPUs) and fills dims. PX_EINPUT with one line naming the rule that is broken. */
 int model_spec_check(ModelSpec *s, int gpus, ModelDims *dims, PxError *err);
 
+/* What the executor runs (model/runnable.c), one statement that the executor's refusal at
+ * start, the planner for this machine's cluster and `validate` all consult: 0 when it runs the
+ * checked spec s (dims d from model_spec_check) on a GPU (gpu 1: CUDA, bf16 or fp16) or on the
+ * CPU (gpu 0: fp32); else 1 with a sentence in why naming the plan setting it does not run
+ * (docs/executor.md, "What the executor runs"). */
+int model_exec_refusal(const ModelSpec *s, const ModelDims *d, int gpu, char *why, size_t cap);
+/* Its context-parallel part alone: why the executor does not run the context parallelism of s,
+ * or NULL (also NULL without context parallelism). */
+const char *model_exec_cp_limit(const ModelSpec *s, const ModelDims *d);
+enum {
+    MODEL_EXEC_CP_MAX = 64,     /* the largest cp group the all-to-all's counts hold */
+    MODEL_EXEC_MAX_CHUNKS = 64  /* model chunks per rank the executor schedules */
+};
+
 const char *model_recompute_name(ModelRecompute r);
 const char *model_fp8_recipe_name(ModelFp8Recipe r); /* "none", "delayed", ... "mxfp8" */
 int model_fp8_recipe_from_name(const char *s);       /* -1 when unknown */

@@ -101,8 +101,20 @@ static int moe_layers(RptCompare *c, const cJSON *run, PxError *err)
         }
         L->mean = sum / E;
         L->max_over_mean = L->mean > 0 ? L->max / L->mean : 0;
+        L->imbalance = num(e, "imbalance", NULL);
+        L->extra_bytes = num(e, "extra_bytes", NULL);
     }
     return PX_OK;
+}
+
+/* The reason a rank's memory category is above the prediction, when the run gives one: the
+ * MoE buffers dropless routing grew (run.json's memory.per_rank[].moe_dropless_bytes), when
+ * they are the whole difference. NULL otherwise. */
+static const char *memory_reason(const cJSON *rank_mem, const char *cat, double p, double m)
+{
+    const double g = num(cJSON_GetObjectItemCaseSensitive(rank_mem, "moe_dropless_bytes"), cat,
+                         NULL);
+    return !isnan(g) && g > 0 && m == p + g ? "dropless growth" : NULL;
 }
 
 /* The "rank" of run.json's entry i of `what`: an integer from 0 to world - 1, else an input error
@@ -170,7 +182,9 @@ int rpt_compare(const cJSON *plan_json, const cJSON *run, RptCompare *c, PxError
             double p = num(ps_e, cat, NULL), m = num(r, cat, NULL);
             if (isnan(p) || isnan(m))
                 continue;
-            snprintf(q, sizeof q, "memory rank %d %s", rank, cat);
+            const char *why = memory_reason(r, cat, p, m);
+            snprintf(q, sizeof q, "memory rank %d %s%s%s%s", rank, cat, why ? " (" : "",
+                     why ? why : "", why ? ")" : "");
             if ((rc = add_row(c, q, p, m, err)))
                 goto out;
         }
@@ -200,6 +214,7 @@ int rpt_compare(const cJSON *plan_json, const cJSON *run, RptCompare *c, PxError
                 goto out;
         }
     }
+    c->moe_planned_imbalance = num(cJSON_GetObjectItemCaseSensitive(run, "moe"), "planned_imbalance", NULL);
     if ((rc = moe_layers(c, run, err)))
         goto out;
     /* FLOPs per rank per step */
@@ -288,6 +303,18 @@ static void print_moe(FILE *f, const RptCompare *c)
                 fprintf(f, " (%d experts: see run.json)", L->experts);
             fprintf(f, "\n");
         }
+    }
+    int grew = 0;
+    for (int i = 0; i < c->n_moe; i++)
+        grew |= c->moe[i].extra_bytes > 0;
+    if (grew) {
+        fprintf(f, "\nMoE buffers grown past the plan (dropless: no token copy dropped; the "
+                   "memory rows marked grown)\n");
+        fprintf(f, "%5s %18s %18s %14s\n", "layer", "planned imbalance", "measured imbalance",
+                "extra bytes");
+        for (int i = 0; i < c->n_moe; i++)
+            fprintf(f, "%5d %18.3f %18.3f %14.0f\n", c->moe[i].layer, c->moe_planned_imbalance,
+                    c->moe[i].imbalance, c->moe[i].extra_bytes);
     }
     if (c->n_a2a > 0) {
         fprintf(f, "\nexpert all-to-all per step (bytes)\n");
@@ -420,6 +447,10 @@ cJSON *rpt_compare_to_json(const RptCompare *c)
             cJSON_AddNumberToObject(e, "max", L->max);
             cJSON_AddNumberToObject(e, "mean", L->mean);
             cJSON_AddNumberToObject(e, "max_over_mean", L->max_over_mean);
+            if (!isnan(L->imbalance))
+                cJSON_AddNumberToObject(e, "imbalance", L->imbalance);
+            if (!isnan(L->extra_bytes))
+                cJSON_AddNumberToObject(e, "extra_bytes", L->extra_bytes);
             cJSON_AddItemToArray(ls, e);
         }
         cJSON *as = cJSON_AddArrayToObject(m, "ep_all_to_all");

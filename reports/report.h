@@ -115,6 +115,9 @@ typedef struct {
     int layer, experts;
     double *tokens; /* [experts] */
     double min, max, mean, max_over_mean;
+    /* dropless routing: the busiest rank's rows over the balanced share (NAN when the run
+     * does not say), and the bytes its buffers grew past the plan over every rank */
+    double imbalance, extra_bytes;
 } RptMoeLayer;
 
 /* A rank's expert all-to-all bytes per step: the plan's buffers against what its routing sent
@@ -132,6 +135,7 @@ typedef struct {
     int n_moe;
     RptA2a *a2a;      /* every rank with expert all-to-all traffic, in rank order */
     int n_a2a;
+    double moe_planned_imbalance; /* run.json's moe.planned_imbalance (NAN: absent) */
 } RptCompare;
 
 /* Compares a plan (its prediction) with a run (run.json): step time, bubble, per-op time per

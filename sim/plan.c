@@ -64,6 +64,7 @@ const char *sim_reject_name(int reason)
     case SIM_REJECT_CROSS_NODE_TP: return "tp spans nodes (--allow-cross-node-tp to allow)";
     case SIM_REJECT_MEMORY: return "does not fit in device memory";
     case SIM_REJECT_HOST_MEMORY: return "fits the device only with offload, which does not fit in host memory";
+    case SIM_REJECT_EXECUTOR: return "the executor does not run it (planning for this machine)";
     default: return model_rule_name((ModelRule)reason);
     }
 }
@@ -676,6 +677,20 @@ static int twin_skipped(const SimPlanRequest *q, int recompute)
            !(q->pinned & SIM_PIN_RECOMPUTE);
 }
 
+/* A plan for this machine's cluster ("local", or its calibration "local-<host>") is run here:
+ * a layout the executor would refuse (model_exec_refusal, the statement the executor itself
+ * refuses by) is not ranked but counted as refused with its reason, 1. */
+static int runs_here(Search *s, const ModelSpec *probe, const ModelDims *d)
+{
+    if (strncmp(s->cl->name, "local", 5) != 0)
+        return 0;
+    char why[320];
+    if (!model_exec_refusal(probe, d, !prof_device_is_cpu(&s->cl->device), why, sizeof why))
+        return 0;
+    reject(s->res, SIM_REJECT_EXECUTOR, why);
+    return 1;
+}
+
 /* The layout breaks one of model's rules, or spreads tp over nodes: counted under its reason
  * (the first of each with its message), 1. *probe gets the normalised spec and *d its dims. */
 static int broken_rule(Search *s, const ModelSpec *spec, const Knobs *k, ModelSpec *probe,
@@ -701,7 +716,7 @@ static int broken_rule(Search *s, const ModelSpec *spec, const Knobs *k, ModelSp
         reject(res, SIM_REJECT_CROSS_NODE_TP, msg);
         return 1;
     }
-    return 0;
+    return runs_here(s, probe, d);
 }
 
 /* Brute force: the layout simulated in full and kept if it ranks. */

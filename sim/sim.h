@@ -236,8 +236,11 @@ enum {
     SIM_PIN_CP_COMM = 1 << 13
 };
 
-/* Why a layout was rejected: one of model's rules (ModelRule), or the planner's own. */
-enum { SIM_REJECT_CROSS_NODE_TP = MODEL_RULE_COUNT, SIM_REJECT_MEMORY, SIM_REJECT_HOST_MEMORY, SIM_REJECT_COUNT };
+/* Why a layout was rejected: one of model's rules (ModelRule), or the planner's own;
+ * SIM_REJECT_EXECUTOR: planning for this machine's cluster ("local"), a layout the executor
+ * would refuse (model_exec_refusal). */
+enum { SIM_REJECT_CROSS_NODE_TP = MODEL_RULE_COUNT, SIM_REJECT_MEMORY, SIM_REJECT_HOST_MEMORY,
+       SIM_REJECT_EXECUTOR, SIM_REJECT_COUNT };
 
 typedef struct {
     ModelSpec spec; /* the layout, normalised */

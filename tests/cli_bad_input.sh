@@ -240,10 +240,13 @@ else
   echo "SKIPPED the .bin token files: python3 is needed to write them"
 fi
 # multi-token prediction is simulated and exported, not run: refused before anything is built,
-# with the modules beside the loss and on a stage of their own ('Et*4m|L' on pp 2, one rank alone)
+# with the modules beside the loss and on a stage of their own ('Et*4m|L' on pp 2, one rank alone);
+# a plan for this machine says so itself (model_exec_refusal), one for a GPU cluster at run
 printf '{"name": "m", "family": "gpt", "layers": 4, "hidden": 64, "heads": 4, "vocab": 256, "seq_len": 64, "mtp_layers": 1}\n' >"$tmp/mtp.json"
-"$px" plan --model "$tmp/mtp.json" --cluster local --gpus 1 --gbs 4 --mbs 2 --seq 16 --steps 1 -o "$tmp/mtp1.json" >/dev/null
-"$px" plan --model "$tmp/mtp.json" --cluster local --gpus 2 --pp 2 --gbs 4 --mbs 2 --seq 16 --steps 1 \
+expect 2 "no layout of m works on 1 GPUs of local: 2 tried; the executor does not run it (planning for this machine) (e.g. model m has 1 multi-token prediction module: the executor does not run them" \
+  plan --model "$tmp/mtp.json" --cluster local --gpus 1 --gbs 4 --mbs 2 --seq 16 --steps 1
+"$px" plan --model "$tmp/mtp.json" --cluster dgx-a100 --gpus 1 --gbs 4 --mbs 2 --seq 16 --steps 1 -o "$tmp/mtp1.json" >/dev/null
+"$px" plan --model "$tmp/mtp.json" --cluster dgx-a100 --gpus 2 --pp 2 --gbs 4 --mbs 2 --seq 16 --steps 1 \
   --pipeline-model-parallel-layout 'Et*4m|L' -o "$tmp/mtp2.json" >/dev/null
 expect 2 "mtp1.json: model m has 1 multi-token prediction module: the executor does not run them" run "$tmp/mtp1.json"
 expect 2 "mtp2.json: model m has 1 multi-token prediction module: the executor does not run them" run "$tmp/mtp2.json" --launcher none

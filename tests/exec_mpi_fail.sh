@@ -50,10 +50,16 @@ plan() { # plan NAME GPUS KNOBS...
 }
 plan dp2 2 --dp 2 --tp 1 --pp 1
 plan pp8 8 --dp 2 --tp 2 --pp 2
-# context parallelism the executor does not run: refused on every rank, printed once
-plan cp2_p2p 2 --dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type p2p --model tiny-llama --seq 256 --no-flash-attn
-plan cp2_a2a_flash 2 --dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type a2a --model tiny-llama --seq 256 --flash-attn
-plan cp2_drop 2 --dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type allgather --model tiny-llama --seq 256 --dropout 0.1
+# context parallelism the executor does not run: the planner for this machine says so itself
+# (model_exec_refusal); planned for a cluster like it under another name, which the planner
+# does not filter, the executor refuses it on every rank, printed once
+ONCE=1 expect 2 "the executor does not run it (planning for this machine) (e.g. layout.cp 2 (cp_comm_type p2p, sequence 256): the executor runs context parallelism with limits: p2p runs the fused attention core (make the plan with --flash-attn))" \
+  "$px" plan --model tiny-llama --cluster local --gpus 2 --gbs 8 --dp 1 --tp 1 --pp 1 --cp 2 \
+  --cp-comm-type p2p --seq 256 --no-flash-attn
+sed 's/"name": "local"/"name": "cpu-box"/' "$(dirname "$0")/../profiles/clusters/local.json" >"$tmp/box.json"
+plan cp2_p2p 2 --dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type p2p --model tiny-llama --seq 256 --no-flash-attn --cluster "$tmp/box.json"
+plan cp2_a2a_flash 2 --dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type a2a --model tiny-llama --seq 256 --flash-attn --cluster "$tmp/box.json"
+plan cp2_drop 2 --dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type allgather --model tiny-llama --seq 256 --dropout 0.1 --cluster "$tmp/box.json"
 ONCE=1 expect 2 "layout.cp 2 (cp_comm_type p2p, sequence 256): the executor runs context parallelism with limits: p2p runs the fused attention core (make the plan with --flash-attn)" \
   "$px" run "$tmp/cp2_p2p.json" -o "$tmp/x.json"
 ONCE=1 expect 2 "a2a runs the unfused attention core (make the plan with --no-flash-attn)" \

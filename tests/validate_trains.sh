@@ -27,7 +27,7 @@ for row in 'cp2 p2p zero0 mbs4 none 1f1b' 'cp2 allgather zero0 mbs4 none 1f1b' \
            'cp2 a2a zero0 mbs4 none 1f1b unfused'; do
   grep -Eq "^ +[0-9]+ +2  dp1 tp1 pp1 $row +[0-9.]+ +[0-9.]+ +[-+0-9.]+% +[0-9]+/[0-9]+ +equal +equal  (pass|FAIL|not graded)$" "$tmp/out" ||
     { echo "FAILED: no row 'dp1 tp1 pp1 $row' with equal memory and comm in:"; cat "$tmp/out"; exit 1; }
-  grep -Eq "^ +[0-9]+ +2  dp1 tp1 pp1 $row +skipped: the executor does not run it: the sequence must split into 2 x cp chunks$" "$tmp/s.out" ||
+  grep -Eq "^ +[0-9]+ +2  dp1 tp1 pp1 $row +skipped: the executor does not run it: layout.cp 2 \(cp_comm_type [a-z0-9]+, sequence 34\): the executor runs context parallelism with limits: the sequence must split into 2 x cp chunks$" "$tmp/s.out" ||
     { echo "FAILED: at sequence 34, no skipped row 'dp1 tp1 pp1 $row' in:"; cat "$tmp/s.out"; exit 1; }
 done
 python3 - "$tmp/v.json" <<'PY'

@@ -115,18 +115,24 @@ void val_print_header(FILE *f, const ValRequest *q)
  * often the same layout with each cp comm type, and those the executor refuses are passed over. */
 enum { PLAN_TOP = 3, PLAN_ASK = 24 };
 
-/* Why spec s on ranks ranks cannot be validated, or NULL: *whose says "the model does not take
- * it" when it breaks one of the model's rules (the message in e2), "the executor does not run
- * it" when the executor's context-parallel limits refuse it. */
-static const char *refusal(const ModelSpec *s, int ranks, PxError *e2, const char **whose)
+/* Why spec s on ranks ranks cannot be validated on q's cluster, or NULL: *whose says "the model
+ * does not take it" when it breaks one of the model's rules, "the executor does not run it"
+ * when model_exec_refusal (what the executor itself refuses by) does; the sentence in e2. */
+static const char *refusal(const ValRequest *q, const ModelSpec *s, int ranks, PxError *e2,
+                           const char **whose)
 {
     ModelSpec probe = *s;
     ModelDims d;
     *whose = "the model does not take it";
-    if (model_spec_check(&probe, ranks, &d, e2))
+    /* the precision as the plan will have it on this cluster (the device's default) */
+    if (sim_resolve_job(&probe.job, &q->cluster->device, e2) ||
+        model_spec_check(&probe, ranks, &d, e2))
         return e2->msg;
     *whose = "the executor does not run it";
-    return exec_cp_limit(&probe, &d);
+    return model_exec_refusal(&probe, &d, !prof_device_is_cpu(&q->cluster->device), e2->msg,
+                              sizeof e2->msg)
+               ? e2->msg
+               : NULL;
 }
 
 /* The planner's best layouts on the timing ranks that the executor runs (context parallelism
@@ -150,7 +156,7 @@ static int planned(const ValRequest *q, Layout *out, int *n_out, PxError *err)
         const ModelLayout *l = &s->layout;
         PxError e2 = {0};
         const char *whose;
-        if (refusal(s, l->dp * l->tp * l->pp * l->cp, &e2, &whose))
+        if (refusal(q, s, l->dp * l->tp * l->pp * l->cp, &e2, &whose))
             continue;
         out[(*n_out)++] = (Layout){l->dp, l->tp, l->pp, l->cp, l->vpp, l->zero, l->sp,
                                    s->job.micro_batch, (int)l->recompute, (int)l->schedule,
@@ -579,7 +585,7 @@ static int validate_layout(Validation *v, int i, PxError *err)
     char *label = v->labels[i];
     layout_label(label, sizeof v->labels[i], L, i < v->n_top, q->base.job.flash_attn);
     PxError e2 = {0};
-    const char *whose, *why = refusal(&s, o.ranks, &e2, &whose);
+    const char *whose, *why = refusal(q, &s, o.ranks, &e2, &whose);
     if (why) { /* the model does not take this layout, or the executor does not run it */
         o.state = ROW_SKIPPED;
         v->outs[i] = o;

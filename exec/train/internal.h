@@ -49,7 +49,7 @@
 static inline void *exec_zalloc(size_t n, size_t size) { return calloc(n > 0 ? n : 1, size); }
 
 /* Chunks one stage may hold (interleaved schedules): checked at init. */
-enum { EXEC_MAX_CHUNKS = 64 };
+enum { EXEC_MAX_CHUNKS = MODEL_EXEC_MAX_CHUNKS };
 
 /* ---- grid.c: this rank's place in the layout ---- */
 
@@ -696,6 +696,25 @@ typedef struct ExecMoe {
     float *gcount; /* [layers][m][E]: the micro-batch's counts over its whole sequence (SP:
                       summed over TP), kept from the forward for the aux loss's backward */
     double aux_sum; /* this rank's share of the step's load-balancing loss */
+    /* Dropless routing (docs/moe.md, "Dropless routing"): the plan sizes the experts' rows for
+     * d.routed (training.moe_imbalance); a micro-batch whose routing sends this rank's experts
+     * more gets grown buffers of its own, allocated when first needed and kept (no copy is
+     * dropped), counted in extra[] beside the arenas. */
+    void **spill;        /* [layers][m]: the saved rows (exp_in, exp_act_in, exp_fc2_in) of a
+                            (layer, micro-batch) past the plan, one allocation; NULL: fits */
+    int64_t *spill_rows; /* [layers][m]: the rows each spill holds */
+    void *ep_recv, *ws_dx; /* the shared scratch grown past the plan ([scratch_rows,h] each) */
+    int64_t scratch_rows;
+    int64_t *rows_max;     /* [layers]: the most rows this rank's experts took in a micro-batch */
+    uint64_t *layer_extra; /* [layers]: bytes the layer's spills hold */
+    uint64_t extra[MODEL_CAT_COUNT]; /* bytes held beyond the arenas, by category */
+    int steps_begun;       /* exec_moe_step_begin's calls: the growth log's step */
+    struct ExecMoeGrowth {
+        int layer, step; /* MoE layer index, 1-based count of steps begun */
+        uint64_t bytes;  /* the bytes it grew by */
+    } *growth;
+    int n_growth, cap_growth;
+    const KernBackend *k; /* what the grown buffers were allocated with */
 } ExecMoe;
 
 int exec_moe_init(ExecMoe *M, const ExecCtx *c, PxError *err);

@@ -36,8 +36,15 @@ int exec_moe_init(ExecMoe *M, const ExecCtx *c, PxError *err)
     M->one_r = exec_zalloc((size_t)ep, sizeof *M->one_r);
     M->tokens_per_expert = exec_zalloc(nl * (size_t)E, sizeof *M->tokens_per_expert);
     M->gcount = exec_zalloc(nl * (size_t)(M->m > 0 ? M->m : 1) * (size_t)E, sizeof *M->gcount);
+    const size_t nslots = nl * (size_t)(M->m > 0 ? M->m : 1);
+    M->spill = exec_zalloc(nslots, sizeof *M->spill);
+    M->spill_rows = exec_zalloc(nslots, sizeof *M->spill_rows);
+    M->rows_max = exec_zalloc(nl, sizeof *M->rows_max);
+    M->layer_extra = exec_zalloc(nl, sizeof *M->layer_extra);
+    M->k = c->k;
     if (!M->index || !M->cnt || !M->cntf || !M->send || !M->recv || !M->blk || !M->one_s ||
-        !M->one_r || !M->tokens_per_expert || !M->gcount) {
+        !M->one_r || !M->tokens_per_expert || !M->gcount || !M->spill || !M->spill_rows ||
+        !M->rows_max || !M->layer_extra) {
         exec_moe_free(M);
         return px_fail(err, PX_ERUNTIME, "out of memory");
     }
@@ -46,6 +53,17 @@ int exec_moe_init(ExecMoe *M, const ExecCtx *c, PxError *err)
 
 void exec_moe_free(ExecMoe *M)
 {
+    if (M->k) {
+        for (int i = 0; M->spill && i < (M->layers > 0 ? M->layers : 1) * (M->m > 0 ? M->m : 1); i++)
+            M->k->free(M->spill[i]);
+        M->k->free(M->ep_recv);
+        M->k->free(M->ws_dx);
+    }
+    free(M->spill);
+    free(M->spill_rows);
+    free(M->rows_max);
+    free(M->layer_extra);
+    free(M->growth);
     free(M->index);
     free(M->cnt);
     free(M->cntf);
@@ -66,6 +84,7 @@ void exec_moe_step_begin(ExecMoe *M)
     memset(M->tokens_per_expert, 0,
            (size_t)(M->layers > 0 ? M->layers : 1) * (size_t)M->E * sizeof *M->tokens_per_expert);
     M->aux_sum = 0;
+    M->steps_begun++;
 }
 
 double exec_moe_imbalance(const ExecMoe *M, int layer_index)
@@ -195,7 +214,7 @@ static void local_counts(ExecMoe *M, const ExecCtx *c, const float *cnt_dev)
     }
 }
 
-static int exchange_counts(ExecMoe *M, const ExecCtx *c, int64_t cap, PxError *err)
+static int exchange_counts(ExecMoe *M, const ExecCtx *c, int64_t *total, PxError *err)
 {
     const int ep = M->ep, L = M->L;
     for (int j = 0; j < ep; j++)
@@ -216,11 +235,102 @@ static int exchange_counts(ExecMoe *M, const ExecCtx *c, int64_t cap, PxError *e
     int64_t t = 0;
     for (int j = 0; j < ep; j++)
         t += M->recv[j];
-    if (t > cap)
+    *total = t;
+    return PX_OK;
+}
+
+/* Dropless routing: rows are rounded up to this many when a buffer grows, so that a routing
+ * that creeps up a few copies at a time does not reallocate every step. */
+enum { MOE_GROW_ROWS = 64 };
+
+static int64_t grown_rows(int64_t t) { return (t + MOE_GROW_ROWS - 1) / MOE_GROW_ROWS * MOE_GROW_ROWS; }
+
+/* One more entry of the growth log (run.json's moe.layers[].growth); a log that cannot grow
+ * loses the entry, not the run: the bytes stay counted in extra[]. */
+static void log_growth(ExecMoe *M, int li, uint64_t bytes)
+{
+    if (M->n_growth > 0 && M->growth[M->n_growth - 1].layer == li &&
+        M->growth[M->n_growth - 1].step == M->steps_begun) {
+        M->growth[M->n_growth - 1].bytes += bytes;
+        return;
+    }
+    if (M->n_growth == M->cap_growth) {
+        int cap = M->cap_growth ? 2 * M->cap_growth : 16;
+        struct ExecMoeGrowth *g = realloc(M->growth, (size_t)cap * sizeof *g);
+        if (!g)
+            return;
+        M->growth = g;
+        M->cap_growth = cap;
+    }
+    M->growth[M->n_growth++] = (struct ExecMoeGrowth){li, M->steps_begun, bytes};
+}
+
+/* Replaces *buf by a zeroed buffer of `bytes` (the old one freed), counting the growth against
+ * MoE layer li, the one whose routing asked for it. */
+static int regrow(ExecMoe *M, void **buf, size_t old_bytes, size_t bytes, ModelCategory cat,
+                  int li, PxError *err)
+{
+    void *p = M->k->alloc(bytes);
+    if (!p)
+        return px_fail(err, PX_ERUNTIME,
+                       "out of device memory growing the MoE buffers to %zu bytes (dropless "
+                       "routing past the plan's training.moe_imbalance): plan with a larger "
+                       "--moe-imbalance, or --moe-capacity-factor to drop tokens",
+                       bytes);
+    M->k->free(*buf);
+    *buf = p;
+    M->extra[cat] += bytes - old_bytes;
+    M->layer_extra[li] += bytes - old_bytes;
+    log_growth(M, li, bytes - old_bytes);
+    return PX_OK;
+}
+
+/* The views of MoE layer l's micro-batch mb for the t rows its experts take on this rank: the
+ * plan's (the arenas) while t fits d.routed; past it the buffers grow instead of dropping a
+ * copy (Megatron-Core's dropless default): the saved rows of this (layer, micro-batch) and the
+ * shared receive and gradient scratch, kept for the next time. FP8 experts quantize their rows
+ * through ws.fp8, which the plan sizes: there the run stops, naming the counts. */
+static int fit_rows(ExecMoe *M, const ExecCtx *c, int layer, int mb, int64_t t, ExecMoeViews *v,
+                    PxError *err)
+{
+    const int li = M->index[layer];
+    if (t > M->rows_max[li])
+        M->rows_max[li] = t;
+    if (t <= c->d.routed)
+        return PX_OK;
+    if (v->f1 || v->f2)
         return px_fail(err, PX_ERUNTIME,
                        "rank %d: its experts received %lld token copies but the plan sized them "
-                       "for %lld (training.moe_imbalance): raise it, or force the balance",
-                       c->g.rank, (long long)t, (long long)cap);
+                       "for %lld (training.moe_imbalance), and FP8 experts run dropless only "
+                       "within the plan's buffers: raise it, or force the balance",
+                       c->g.rank, (long long)t, (long long)c->d.routed);
+    const size_t ab = c->ab, h = (size_t)c->d.h;
+    const size_t row = (h + (size_t)c->d.eff_out_loc + (size_t)c->d.eff_loc) * ab;
+    const size_t slot = (size_t)li * (size_t)M->m + (size_t)mb;
+    int rc;
+    if (t > M->spill_rows[slot]) {
+        const int64_t n = grown_rows(t);
+        if ((rc = regrow(M, &M->spill[slot], (size_t)M->spill_rows[slot] * row, (size_t)n * row,
+                         MODEL_ACTIVATIONS, li, err)))
+            return rc;
+        M->spill_rows[slot] = n;
+    }
+    if (t > M->scratch_rows) {
+        const int64_t n = grown_rows(t);
+        const size_t was = (size_t)M->scratch_rows * h * ab, now = (size_t)n * h * ab;
+        if ((M->ep > 1 && (rc = regrow(M, &M->ep_recv, was, now, MODEL_COMM_BUFFERS, li, err))) ||
+            (rc = regrow(M, &M->ws_dx, was, now, MODEL_WORKSPACE, li, err)))
+            return rc;
+        M->scratch_rows = n;
+    }
+    char *base = M->spill[slot];
+    const size_t n = (size_t)M->spill_rows[slot];
+    v->exp_in = base;
+    v->exp_act_in = base + n * h * ab;
+    v->exp_fc2_in = base + n * (h + (size_t)c->d.eff_out_loc) * ab;
+    if (M->ep > 1)
+        v->ep_recv = M->ep_recv;
+    v->ws_dx = M->ws_dx;
     return PX_OK;
 }
 
@@ -423,9 +533,10 @@ static void experts_bwd(const ExecMoe *M, const ExecLayerRun *r, const MoeOps *o
 }
 
 int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer, ModelPhase phase,
-                     const ExecMoeViews *v, void *y, const void *x, long long first_seq, int mb,
-                     double loss_weight, PxError *err)
+                     const ExecMoeViews *v_plan, void *y, const void *x, long long first_seq,
+                     int mb, double loss_weight, PxError *err)
 {
+    ExecMoeViews grown = *v_plan, *v = &grown; /* fit_rows may move the rows' views */
     const ExecCtx *c = r->c;
     const KernBackend *k = c->k;
     const ModelDims *d = &c->d;
@@ -484,7 +595,12 @@ int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer, Mo
     /* dispatch */
     if (ep > 1)
         op_open(r, ops.disp);
-    rc = exchange_counts(M, c, d->routed, err);
+    int64_t rows = 0;
+    rc = exchange_counts(M, c, &rows, err);
+    if (!rc)
+        rc = fit_rows(M, c, layer, mb, rows, v, err);
+    if (!rc && !v->f1)
+        rows_in = v->exp_in;
     if (!rc && ep > 1) {
         rc = rows_a2a(M, c, v->ep_recv, M->recv, v->ep_send, M->send, err);
         if (!rc)
@@ -513,9 +629,10 @@ int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer, Mo
 }
 
 int exec_moe_backward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer,
-                      const ExecMoeViews *v, void *dx, const void *dy, const void *x,
+                      const ExecMoeViews *v_plan, void *dx, const void *dy, const void *x,
                       long long first_seq, int mb, double loss_weight, PxError *err)
 {
+    ExecMoeViews grown = *v_plan, *v = &grown; /* the forward's rows where fit_rows put them */
     const ExecCtx *c = r->c;
     const KernBackend *k = c->k;
     const ModelDims *d = &c->d;
@@ -541,9 +658,12 @@ int exec_moe_backward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer,
     k->moe_counts(v->counts_f, v->idx, N, K, E);
     local_counts(M, c, v->counts_f);
     op_close(r, ops.comb);
+    int64_t rows = 0;
     if (ep > 1)
         op_open(r, ops.back);
-    rc = exchange_counts(M, c, d->routed, err);
+    rc = exchange_counts(M, c, &rows, err);
+    if (!rc)
+        rc = fit_rows(M, c, layer, mb, rows, v, err);
     if (!rc && ep > 1) {
         rc = rows_a2a(M, c, v->ep_recv, M->recv, v->ep_send, M->send, err);
         if (!rc)

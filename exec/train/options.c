@@ -17,25 +17,7 @@ void exec_options_defaults(ExecOptions *o)
 
 const char *exec_cp_limit(const ModelSpec *s, const ModelDims *d)
 {
-    if (d->c <= 1)
-        return NULL;
-    const ModelConfig *m = &s->model;
-    const int a2a = s->layout.cp_comm == MODEL_CP_COMM_A2A;
-    return s->layout.cp_comm == MODEL_CP_COMM_P2P && !s->job.flash_attn
-               ? "p2p runs the fused attention core (make the plan with --flash-attn)"
-           : d->c > EXEC_CP_MAX ? "cp must be at most 64"
-           : a2a && s->job.flash_attn
-               ? "a2a runs the unfused attention core (make the plan with --no-flash-attn)"
-           : a2a && (d->heads_loc % d->c || d->kv_loc % d->c)
-               ? "a2a needs cp to divide the heads and the KV heads per tensor-parallel rank "
-                 "(Ulysses splits them over the cp ranks)"
-           : s->job.dropout > 0.0 ? "dropout must be 0"
-           : d->moe               ? "mixture-of-experts layers are not supported"
-           : m->mla.kv_lora_rank > 0 || m->mtp_layers > 0
-               ? "MLA and multi-token prediction are not supported"
-           : d->fp8 != MODEL_FP8_NONE ? "FP8 training is not supported"
-           : d->s % (2 * d->c) != 0   ? "the sequence must split into 2 x cp chunks"
-                                      : NULL;
+    return model_exec_cp_limit(s, d); /* the one statement of what the executor runs */
 }
 
 int exec_backend_parse(const char *name, ExecBackend *out, PxError *err)

@@ -124,6 +124,32 @@ static const char *verdict(double predicted, double measured, int bound_ok, int 
     return *ok ? "bound" : "DIFFERS";
 }
 
+static double jnum(const cJSON *o, const char *k)
+{
+    return cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, k));
+}
+
+/* The bytes a rank's grown MoE buffers hold in category k (run.json's
+ * memory.per_rank[].moe_dropless_bytes; 0 when it grew none). */
+static uint64_t dropless_bytes(const cJSON *mem, int k)
+{
+    const cJSON *g = cJSON_GetObjectItemCaseSensitive(mem, "moe_dropless_bytes");
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(g, model_category_name((ModelCategory)k));
+    return cJSON_IsNumber(v) ? (uint64_t)v->valuedouble : 0;
+}
+
+static void print_grown_note(const Exec *ex, const cJSON *run)
+{
+    printf("grown: the router sent a rank's experts more token copies than the plan's buffers "
+           "(training.moe_imbalance %g): they grew, no copy was dropped (run.json's moe.layers[] "
+           "has the measured imbalance and the bytes per layer and step)\n",
+           ex->c.d.imbalance);
+    const cJSON *l;
+    cJSON_ArrayForEach(l, cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(run, "moe"), "layers"))
+    printf("  MoE layer %d: imbalance %.3f measured, %.0f bytes grown\n", (int)jnum(l, "layer"),
+           jnum(l, "imbalance"), jnum(l, "extra_bytes"));
+}
+
 static void print_bound_note(const Exec *ex)
 {
     if (routes_freely(ex))
@@ -172,11 +198,6 @@ static void summary_one(Exec *ex)
                "exec/\n");
 }
 
-static double jnum(const cJSON *o, const char *k)
-{
-    return cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, k));
-}
-
 /* Every rank's memory (all categories but runtime), communication per kind, FLOPs and
  * bubble against its stage's prediction, from the gathered run. */
 static void summary_ranks(Exec *ex, const cJSON *run)
@@ -186,7 +207,7 @@ static void summary_ranks(Exec *ex, const cJSON *run)
     const cJSON *fr = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(run, "flops"), "per_rank_per_step");
     const cJSON *tl = cJSON_GetObjectItemCaseSensitive(run, "timeline");
     const int W = cJSON_GetArraySize(mr), pipe = ex->c.d.p > 1, free_routing = routes_freely(ex);
-    int bad = 0, bound = 0;
+    int bad = 0, bound = 0, grown_any = 0;
     printf("\nper rank        memory (bytes, runtime excluded)      communication per step (bytes)      "
            "FLOPs per step%s\n", pipe ? "        bubble" : "");
     printf("rank stage      predicted       measured             predicted       measured             "
@@ -195,19 +216,22 @@ static void summary_ranks(Exec *ex, const cJSON *run)
         const cJSON *m = cJSON_GetArrayItem(mr, i), *c = cJSON_GetArrayItem(cr, i);
         const int st = (int)jnum(m, "stage");
         uint64_t pm = 0, mm = 0, pc = 0, mc = 0;
-        int mem_eq = 1, comm_eq = 1, comm_bound = 0;
+        int mem_eq = 1, comm_eq = 1, comm_bound = 0, grown = 0;
         for (int k = 0; k < MODEL_RUNTIME; k++) {
             uint64_t p = ex->pred.mem[st][k], v = (uint64_t)jnum(m, model_category_name((ModelCategory)k));
+            const uint64_t g = dropless_bytes(m, k);
             pm += p;
             mm += v;
-            mem_eq &= p == v;
+            mem_eq &= p + g == v; /* the grown buffers are the whole difference */
+            grown |= g > 0;
         }
+        grown_any |= grown;
         const cJSON *by = cJSON_GetObjectItemCaseSensitive(c, "by_kind");
         for (int k = 0; k < MODEL_COMM_COUNT; k++) {
             uint64_t p = ex->pred.comm[st][k], v = (uint64_t)jnum(by, model_comm_name((ModelComm)k));
             pc += p;
             mc += v;
-            if (free_routing && k == MODEL_EP_ALL_TO_ALL && v < p)
+            if (free_routing && k == MODEL_EP_ALL_TO_ALL && (v < p || grown))
                 comm_bound = 1; /* what the router chose, within the plan's buffers */
             else
                 comm_eq &= p == v;
@@ -215,12 +239,17 @@ static void summary_ranks(Exec *ex, const cJSON *run)
         double pf = ex->pred.rank_flops[st], mf = cJSON_GetNumberValue(cJSON_GetArrayItem(fr, i));
         int fl_ok;
         const char *fv = verdict(pf, mf, free_routing, &fl_ok);
+        if (!fl_ok && grown) { /* the grown rows' GEMMs */
+            fl_ok = 1;
+            fv = "grown";
+        }
         bad |= !mem_eq || !comm_eq || !fl_ok;
         bound |= (comm_eq && comm_bound) || strcmp(fv, "bound") == 0;
         printf("%4d %5d %14llu %14llu %-7s %14llu %14llu %-7s %12.4e %9s", (int)jnum(m, "rank"), st,
-               (unsigned long long)pm, (unsigned long long)mm, mem_eq ? "equal" : "DIFFERS",
-               (unsigned long long)pc, (unsigned long long)mc,
-               !comm_eq ? "DIFFERS" : comm_bound ? "bound" : "equal", pf, fv);
+               (unsigned long long)pm, (unsigned long long)mm,
+               !mem_eq ? "DIFFERS" : grown ? "grown" : "equal", (unsigned long long)pc,
+               (unsigned long long)mc, !comm_eq ? "DIFFERS" : grown && mc > pc ? "grown" : comm_bound ? "bound" : "equal", pf,
+               fv);
         if (pipe)
             printf("   %8.1f%% %7.1f%%", 100 * ex->pred.bubble_fraction[st],
                    100 * jnum(cJSON_GetArrayItem(tl, i), "bubble_fraction"));
@@ -249,9 +278,33 @@ static void summary_ranks(Exec *ex, const cJSON *run)
                100 * jnum(cJSON_GetObjectItemCaseSensitive(run, "time"), "bubble_fraction"));
     if (bound)
         print_bound_note(ex);
+    if (grown_any)
+        print_grown_note(ex, run);
     if (bad)
         printf("warning: measured memory, communication or FLOPs differ from the prediction: a bug "
                "in model/ or exec/\n");
+}
+
+/* Every rank's experts (dropless routing): the most rows a micro-batch gave them per MoE
+ * layer, the bytes the layer's grown buffers hold, and the growth log ([layer, step, bytes]). */
+static void moe_rows_json(const Exec *ex, cJSON *r)
+{
+    const ExecMoe *mo = &ex->moe;
+    if (!ex->c.d.moe || !mo->rows_max)
+        return;
+    cJSON *mx = cJSON_AddObjectToObject(r, "moe_rows");
+    cJSON *rm = cJSON_AddArrayToObject(mx, "rows_max");
+    cJSON *eb = cJSON_AddArrayToObject(mx, "extra_bytes");
+    for (int i = 0; i < mo->layers; i++) {
+        cJSON_AddItemToArray(rm, cJSON_CreateNumber((double)mo->rows_max[i]));
+        cJSON_AddItemToArray(eb, cJSON_CreateNumber((double)mo->layer_extra[i]));
+    }
+    cJSON *gl = cJSON_AddArrayToObject(mx, "growth");
+    for (int i = 0; i < mo->n_growth; i++) {
+        const double e[3] = {mo->growth[i].layer, ex->hist.first_step + mo->growth[i].step,
+                             (double)mo->growth[i].bytes};
+        cJSON_AddItemToArray(gl, cJSON_CreateDoubleArray(e, 3));
+    }
 }
 
 /* This rank's figures: memory, communication and FLOPs per step, ops, the recorded step's
@@ -272,6 +325,18 @@ static cJSON *rank_json(Exec *ex)
     cJSON_AddNumberToObject(m, "peak_bytes", (double)total);
     for (int c = 0; c < MODEL_CAT_COUNT; c++)
         cJSON_AddNumberToObject(m, model_category_name((ModelCategory)c), (double)mem[c]);
+    /* dropless MoE routing past the plan's buffers: what the grown ones hold, by category
+     * (counted in the categories above; docs/moe.md, "Dropless routing") */
+    if (ex->c.d.moe) {
+        cJSON *g = NULL;
+        for (int c = 0; c < MODEL_CAT_COUNT; c++)
+            if (ex->moe.extra[c]) {
+                if (!g)
+                    g = cJSON_AddObjectToObject(m, "moe_dropless_bytes");
+                cJSON_AddNumberToObject(g, model_category_name((ModelCategory)c),
+                                        (double)ex->moe.extra[c]);
+            }
+    }
     /* runtime is not measured: it is the profile's allowance for the process image and
      * libraries; the process's real peak resident size is given beside it */
     cJSON_AddStringToObject(m, "runtime_source", "profile");
@@ -361,6 +426,7 @@ static cJSON *rank_json(Exec *ex)
             cJSON_AddItemToArray(ml, row);
         }
     }
+    moe_rows_json(ex, r);
 
     cJSON *tl = cJSON_AddObjectToObject(r, "timeline");
     cJSON_AddNumberToObject(tl, "rank", ex->c.g.rank);
@@ -391,14 +457,66 @@ static cJSON *detach(cJSON *obj, const char *key)
 /* "moe": per MoE layer, the token copies routed to each expert in the last step over the whole
  * job (every rank's own tokens summed; a layer of another stage counts zero there), and the
  * busiest expert's over the mean: 1 is perfect balance, E that every copy went to one expert. */
+/* Dropless routing per MoE layer over every rank (rank_json's moe_rows): the most rows a
+ * micro-batch gave one rank's experts, the bytes grown past the plan summed over the ranks, and
+ * the growth by step (summed over the ranks). */
+typedef struct {
+    double rows_max, extra;
+    cJSON *growth; /* [{step, bytes}] */
+} MoeRowsSum;
+
+static void moe_rows_gather(MoeRowsSum *L, int layers, cJSON *const *ranks, int n)
+{
+    for (int i = 0; i < n; i++) {
+        const cJSON *mx = cJSON_GetObjectItemCaseSensitive(ranks[i], "moe_rows");
+        const cJSON *rm = cJSON_GetObjectItemCaseSensitive(mx, "rows_max");
+        const cJSON *eb = cJSON_GetObjectItemCaseSensitive(mx, "extra_bytes");
+        for (int l = 0; l < layers && rm && eb; l++) {
+            const double r = cJSON_GetNumberValue(cJSON_GetArrayItem(rm, l));
+            L[l].rows_max = r > L[l].rows_max ? r : L[l].rows_max;
+            L[l].extra += cJSON_GetNumberValue(cJSON_GetArrayItem(eb, l));
+        }
+        const cJSON *g;
+        cJSON_ArrayForEach(g, cJSON_GetObjectItemCaseSensitive(mx, "growth"))
+        {
+            const int l = (int)cJSON_GetNumberValue(cJSON_GetArrayItem(g, 0));
+            const double st = cJSON_GetNumberValue(cJSON_GetArrayItem(g, 1));
+            const double b = cJSON_GetNumberValue(cJSON_GetArrayItem(g, 2));
+            if (l < 0 || l >= layers)
+                continue;
+            cJSON *e = NULL, *it;
+            cJSON_ArrayForEach(it, L[l].growth)
+            if (cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(it, "step")) == st)
+                e = it;
+            if (e) {
+                cJSON *bv = cJSON_GetObjectItemCaseSensitive(e, "bytes");
+                cJSON_SetNumberValue(bv, cJSON_GetNumberValue(bv) + b);
+            } else {
+                e = cJSON_CreateObject();
+                cJSON_AddNumberToObject(e, "step", st);
+                cJSON_AddNumberToObject(e, "bytes", b);
+                cJSON_AddItemToArray(L[l].growth, e);
+            }
+        }
+        cJSON_DeleteItemFromObjectCaseSensitive(ranks[i], "moe_rows");
+    }
+}
+
 static void moe_json(const Exec *ex, cJSON *j, cJSON *const *ranks, int n)
 {
     const ExecMoe *mo = &ex->moe;
     if (!ex->c.d.moe || mo->layers == 0)
         return;
     double *sum = calloc((size_t)mo->layers * (size_t)mo->E, sizeof *sum);
-    if (!sum)
+    MoeRowsSum *rows = calloc((size_t)mo->layers, sizeof *rows);
+    if (!sum || !rows) {
+        free(sum);
+        free(rows);
         return;
+    }
+    for (int l = 0; l < mo->layers; l++)
+        rows[l].growth = cJSON_CreateArray();
+    moe_rows_gather(rows, mo->layers, ranks, n);
     for (int i = 0; i < n; i++) {
         const cJSON *ml = cJSON_GetObjectItemCaseSensitive(ranks[i], "moe_routed");
         for (int l = 0; l < mo->layers && ml; l++) {
@@ -413,6 +531,13 @@ static void moe_json(const Exec *ex, cJSON *j, cJSON *const *ranks, int n)
     cJSON_AddNumberToObject(m, "experts", mo->E);
     cJSON_AddNumberToObject(m, "topk", ex->c.spec.model.moe.topk);
     cJSON_AddBoolToObject(m, "force_balance", ex->c.spec.job.moe_force_balance);
+    /* the imbalance the plan sized the experts' rows for, and those rows per micro-batch: a
+     * layer's measured imbalance is its busiest rank's rows over the balanced share */
+    const double share = (double)ex->c.d.tokens * ex->c.spec.model.moe.topk * ex->c.d.etp;
+    cJSON_AddNumberToObject(m, "planned_imbalance", ex->c.d.imbalance);
+    cJSON_AddNumberToObject(m, "planned_rows", (double)ex->c.d.routed);
+    cJSON_AddStringToObject(m, "routing", "dropless");
+    double extra_all = 0;
     cJSON *layers = cJSON_AddArrayToObject(m, "layers");
     for (int l = 0, idx = 0; l < ex->c.spec.model.layers; l++) {
         if (mo->index[l] < 0)
@@ -427,8 +552,19 @@ static void moe_json(const Exec *ex, cJSON *j, cJSON *const *ranks, int n)
         cJSON_AddNumberToObject(o, "layer", l);
         cJSON_AddItemToObject(o, "tokens_per_expert", cJSON_CreateDoubleArray(t, mo->E));
         cJSON_AddNumberToObject(o, "max_over_mean", tot > 0 ? mx / (tot / mo->E) : 0.0);
+        const MoeRowsSum *R = &rows[idx - 1];
+        cJSON_AddNumberToObject(o, "rows_max", R->rows_max);
+        cJSON_AddNumberToObject(o, "imbalance", share > 0 ? R->rows_max / share : 0.0);
+        cJSON_AddNumberToObject(o, "extra_bytes", R->extra);
+        cJSON_AddItemToObject(o, "growth", R->growth);
+        rows[idx - 1].growth = NULL;
+        extra_all += R->extra;
         cJSON_AddItemToArray(layers, o);
     }
+    cJSON_AddNumberToObject(m, "extra_bytes", extra_all);
+    for (int l = 0; l < mo->layers; l++)
+        cJSON_Delete(rows[l].growth);
+    free(rows);
     free(sum);
 }
 

@@ -96,10 +96,10 @@ enum { EXEC_COMM_TIMEOUT_S = 600 };
 void exec_options_defaults(ExecOptions *o);
 /* Why the executor refuses to run the context parallelism of spec s (its dims d, from
  * model_spec_check), or NULL when it runs it (also NULL without context parallelism): a
- * sentence naming the limit (docs/executor.md, "Context parallelism"). exec_init refuses the
- * plan with it; validate skips such layouts with it. */
+ * sentence naming the limit (docs/executor.md, "Context parallelism"): model_exec_cp_limit,
+ * the context-parallel part of model_exec_refusal, which exec_init refuses plans with. */
 const char *exec_cp_limit(const ModelSpec *s, const ModelDims *d);
-enum { EXEC_CP_MAX = 64 }; /* the largest cp group the all-to-all's counts hold */
+enum { EXEC_CP_MAX = MODEL_EXEC_CP_MAX }; /* the largest cp group the all-to-all's counts hold */
 
 /* The run options (--steps, -o, --metrics ... --timing), one table that `parallax run` and
  * `parallax-worker run` both parse with and print in --help: the front end checks the user's
@@ -202,7 +202,8 @@ const ModelDims *exec_dims(const Exec *ex);
  * the step's inputs and targets, as the trainer reads them. */
 int exec_batch(Exec *ex, long step, const int32_t **batch, PxError *err);
 
-/* Measured memory: the bytes each category's arena holds (allocated at init, never grown);
+/* Measured memory: the bytes each category's arena holds (allocated at init, never grown),
+ * plus the MoE buffers dropless routing grew past the plan (docs/moe.md, "Dropless routing");
  * runtime is the profile's allowance, not a measurement. */
 void exec_memory(const Exec *ex, uint64_t bytes[MODEL_CAT_COUNT]);
 /* Optimizer offload (docs/memory.md, "Offload"): 0 without it; else 1 with the host bytes per

@@ -43,20 +43,11 @@ static int choose_backend(Exec *ex, PxError *err)
     int rc = exec_backend_for_plan(&ex->plan, ex->opt.backend, &b, err);
     if (rc)
         return rc;
+    /* the precision each backend trains in and optimizer offload's backend are
+     * model_exec_refusal's (check_supported) */
     if (b == EXEC_BACKEND_CPU) {
-        if (prec != PX_FP32)
-            return px_fail(err, PX_EINPUT,
-                           "%s: training.precision %s: the CPU backend trains in fp32 (make the "
-                           "plan with --precision fp32)",
-                           origin, px_dtype_name(prec));
         c->k = kern_cpu();
     } else {
-        if (prec != PX_BF16 && prec != PX_FP16)
-            return px_fail(err, PX_EINPUT,
-                           "%s: training.precision %s: the CUDA backend trains in bf16 or fp16 "
-                           "(make the plan with --precision bf16, or run an fp32 plan on the CPU "
-                           "with --backend cpu)",
-                           origin, px_dtype_name(prec));
         c->k = kern_cuda_with(prec);
         if (!c->k) {
             if (ex->opt.backend == EXEC_BACKEND_AUTO)
@@ -72,12 +63,6 @@ static int choose_backend(Exec *ex, PxError *err)
                            origin);
         }
         kern_cuda_device_name(ex->device_name, sizeof ex->device_name);
-        if (c->spec.layout.offload_optimizer)
-            return px_fail(err, PX_EINPUT,
-                           "%s: layout.offload_optimizer: the executor offloads the optimizer on "
-                           "the CPU backend only (--backend cpu with --precision fp32); on CUDA it "
-                           "is a prediction only",
-                           origin);
     }
     if (c->d.moe && !exec_backend_has_moe(c->k))
         return px_fail(err, PX_EINPUT,
@@ -131,77 +116,13 @@ static int check_supported(const Exec *ex, PxError *err)
     const ModelDims *d = &ex->c.d;
     const char *origin = ex->plan_path;
     const int world = comm_world(ex->c.comm);
-    /* What of context parallelism this executor runs (docs/executor.md, "Context
-     * parallelism"): refused before the tables are built, naming the setting. */
-    if (d->c > 1) {
-        /* the a2a heads rule with its figures; the other limits as exec_cp_limit says them */
-        if (s->layout.cp_comm == MODEL_CP_COMM_A2A && (d->heads_loc % d->c || d->kv_loc % d->c))
-            return px_fail(err, PX_EINPUT,
-                           "%s: layout.cp %d with cp_comm_type a2a: the %d heads and %d KV heads "
-                           "per tensor-parallel rank must both be divisible by cp %d (Ulysses "
-                           "splits them over the cp ranks): choose a cp that divides both, or "
-                           "--cp-comm-type allgather",
-                           origin, d->c, d->heads_loc, d->kv_loc, d->c);
-        const char *why = exec_cp_limit(s, d);
-        if (why)
-            return px_fail(err, PX_EINPUT,
-                           "%s: layout.cp %d (cp_comm_type %s, sequence %d): the executor runs "
-                           "context parallelism with limits: %s",
-                           origin, d->c, model_cp_comm_name(s->layout.cp_comm), d->s, why);
-    }
-    /* What of mixture of experts this executor runs (docs/executor.md, "Mixture of experts"):
-     * refused before the tables are built, naming the setting. */
-    if (d->moe) {
-        const ModelMoe *mo = &s->model.moe;
-        const char *why = d->etp != 1                          ? "layout.etp must be 1"
-                          : d->v > 1                            ? "layout.vpp must be 1"
-                          : mo->capacity_factor > 0             ? "moe.capacity_factor must be 0 (no token dropping)"
-                          : s->model.mlp != MODEL_SWIGLU        ? "the experts must be SwiGLU"
-                          : mo->expert_bias || mo->router_bias || mo->shared_gate
-                              ? "expert, router biases and the shared gate are not supported"
-                          : d->sff_out_loc > d->ffn_out_loc     ? "moe.shared_ffn must not exceed ffn_hidden"
-                          : s->model.mla.kv_lora_rank > 0 || s->model.mtp_layers > 0
-                              ? "MLA and multi-token prediction are not supported"
-                                                                : NULL;
-        if (why)
-            return px_fail(err, PX_EINPUT,
-                           "%s: model %s has %d experts: the executor runs mixture-of-experts "
-                           "layers with limits: %s",
-                           origin, s->model.name, mo->experts, why);
-    }
-    /* Multi-token prediction is simulated and exported only: refused here, before the tables
-     * are built (whose prediction modules the trainer has no kernels for), wherever the
-     * layout puts the modules. */
-    if (s->model.mtp_layers > 0)
-        return px_fail(err, PX_EINPUT,
-                       "%s: model %s has %d multi-token prediction module%s: the executor does not "
-                       "run them (simulate and export such plans, or train the model with "
-                       "mtp_layers 0)",
-                       origin, s->model.name, s->model.mtp_layers, s->model.mtp_layers > 1 ? "s" : "");
-    /* ZeRO-2/3 under a pipeline (per-step reduce-scatter, ZeRO-3's parameters kept gathered
-     * across a stage's micro-batches) is priced by the simulator only. */
-    if (d->zero_per_step)
-        return px_fail(err, PX_EINPUT,
-                       "%s: ZeRO-%d with pp > 1 is priced but not yet run by the executor "
-                       "(simulate and export such plans, or train with zero 1 or pp 1)",
-                       origin, s->layout.zero);
-    if (d->recompute_op)
-        return px_fail(err, PX_EINPUT,
-                       "%s: %s's op-level selective recompute is priced but not run by the executor "
-                       "(train with recompute none or full, or framework megatron)",
-                       origin, model_framework_name(s->job.framework));
-    /* What of FP8 training this executor runs (docs/fp8.md, "The executor"). */
-    if (d->fp8 != MODEL_FP8_NONE) {
-        const ModelJob *j = &s->job;
-        const char *why = j->fp8_param_gather ? "fp8_param_gather is simulated only"
-                          : j->fp8_attention    ? "fp8_attention is simulated only"
-                          : j->fp8_dispatch     ? "fp8_dispatch is simulated only"
-                                                : NULL;
-        if (why)
-            return px_fail(err, PX_EINPUT,
-                           "%s: training.fp8 %s: the executor runs FP8 GEMMs with limits: %s",
-                           origin, model_fp8_recipe_name(j->fp8), why);
-    }
+    /* What of the plan this executor runs: the one statement the planner and validate
+     * consult too (model_exec_refusal), for the backend the plan will run on */
+    ExecBackend b = EXEC_BACKEND_CPU;
+    char why[512];
+    (void)exec_backend_for_plan(&ex->plan, ex->opt.backend, &b, err);
+    if (model_exec_refusal(s, d, b == EXEC_BACKEND_CUDA, why, sizeof why))
+        return px_fail(err, PX_EINPUT, "%s: %s", origin, why);
     if (d->gpus != world) {
         if (world == 1 && !comm_mpi_available())
             return px_fail(err, PX_EINPUT,
@@ -228,22 +149,6 @@ static int check_supported(const Exec *ex, PxError *err)
                        "has %d",
                        origin, d->gpus, d->dp, d->t, d->p, d->c, world);
     }
-    if (s->job.grad_dtype != PX_FP32)
-        return px_fail(err, PX_EINPUT,
-                       "%s: training.grad_dtype %s: the executor accumulates gradients in fp32 "
-                       "(make the plan with --grad-dtype fp32)",
-                       origin, px_dtype_name(s->job.grad_dtype));
-    if (s->job.optimizer == MODEL_OPT_ADAM_8BIT)
-        return px_fail(err, PX_EINPUT,
-                       "%s: training.optimizer adam-8bit is not implemented by the executor yet: "
-                       "use adamw or sgd-momentum",
-                       origin);
-    if (s->model.position == MODEL_POS_ROPE && s->model.head_dim % 2 != 0)
-        return px_fail(err, PX_EINPUT, "%s: rotary embeddings need an even head_dim, got %d", origin,
-                       s->model.head_dim);
-    if (d->v > EXEC_MAX_CHUNKS)
-        return px_fail(err, PX_EINPUT, "%s: layout.vpp %d: at most %d chunks per rank", origin, d->v,
-                       EXEC_MAX_CHUNKS);
     return PX_OK;
 }
 
@@ -590,7 +495,7 @@ int exec_batch(Exec *ex, long step, const int32_t **batch, PxError *err)
 void exec_memory(const Exec *ex, uint64_t bytes[MODEL_CAT_COUNT])
 {
     for (int c = 0; c < MODEL_CAT_COUNT; c++)
-        bytes[c] = ex->mem.a[c].host ? 0 : ex->mem.a[c].cap;
+        bytes[c] = (ex->mem.a[c].host ? 0 : ex->mem.a[c].cap) + ex->moe.extra[c];
     bytes[MODEL_RUNTIME] = ex->plan.profile.device.runtime_bytes;
 }
 

@@ -1,0 +1,153 @@
+/* What the executor runs: one statement, consulted by the executor's own refusal at start
+ * (exec/train/trainer.c), by the planner when it plans for this machine (sim/plan.c: a layout
+ * the executor would refuse is not ranked) and by `validate`'s choice of layouts, so that the
+ * three cannot disagree (docs/executor.md, "What the executor runs"). It lives in model/
+ * because the planner may not call into exec/ (tests/arrows.py); it reads the spec and its
+ * dims only, so a plan can be judged before any rank starts. What depends on the job as it is
+ * started (the world's size, a CUDA device present, the backend's kernels) stays exec's. */
+#include <stdio.h>
+
+#include "model/model.h"
+
+const char *model_exec_cp_limit(const ModelSpec *s, const ModelDims *d)
+{
+    if (d->c <= 1)
+        return NULL;
+    const ModelConfig *m = &s->model;
+    const int a2a = s->layout.cp_comm == MODEL_CP_COMM_A2A;
+    return s->layout.cp_comm == MODEL_CP_COMM_P2P && !s->job.flash_attn
+               ? "p2p runs the fused attention core (make the plan with --flash-attn)"
+           : d->c > MODEL_EXEC_CP_MAX ? "cp must be at most 64"
+           : a2a && s->job.flash_attn
+               ? "a2a runs the unfused attention core (make the plan with --no-flash-attn)"
+           : a2a && (d->heads_loc % d->c || d->kv_loc % d->c)
+               ? "a2a needs cp to divide the heads and the KV heads per tensor-parallel rank "
+                 "(Ulysses splits them over the cp ranks)"
+           : s->job.dropout > 0.0 ? "dropout must be 0"
+           : d->moe               ? "mixture-of-experts layers are not supported"
+           : m->mla.kv_lora_rank > 0 || m->mtp_layers > 0
+               ? "MLA and multi-token prediction are not supported"
+           : d->fp8 != MODEL_FP8_NONE ? "FP8 training is not supported"
+           : d->s % (2 * d->c) != 0   ? "the sequence must split into 2 x cp chunks"
+                                      : NULL;
+}
+
+/* The mixture-of-experts limits, or NULL. */
+static const char *moe_limit(const ModelSpec *s, const ModelDims *d)
+{
+    const ModelMoe *mo = &s->model.moe;
+    return d->etp != 1                 ? "layout.etp must be 1"
+           : d->v > 1                  ? "layout.vpp must be 1"
+           : mo->capacity_factor > 0   ? "moe.capacity_factor must be 0 (no token dropping)"
+           : s->model.mlp != MODEL_SWIGLU ? "the experts must be SwiGLU"
+           : mo->expert_bias || mo->router_bias || mo->shared_gate
+               ? "expert, router biases and the shared gate are not supported"
+           : d->sff_out_loc > d->ffn_out_loc ? "moe.shared_ffn must not exceed ffn_hidden"
+           : s->model.mla.kv_lora_rank > 0 || s->model.mtp_layers > 0
+               ? "MLA and multi-token prediction are not supported"
+               : NULL;
+}
+
+/* The FP8 limits, or NULL. */
+static const char *fp8_limit(const ModelJob *j)
+{
+    return j->fp8_param_gather ? "fp8_param_gather is simulated only"
+           : j->fp8_attention  ? "fp8_attention is simulated only"
+           : j->fp8_dispatch   ? "fp8_dispatch is simulated only"
+                               : NULL;
+}
+
+/* What the backend the plan runs on takes (checked last, as the executor picks its kernels
+ * after the plan's other settings): the CPU trains fp32, CUDA bf16 or fp16 without
+ * optimizer offload. */
+static int device_refusal(const ModelSpec *s, int gpu, char *why, size_t cap)
+{
+    const PxDtype prec = s->job.precision;
+    if (!gpu && prec != PX_FP32)
+        snprintf(why, cap,
+                 "training.precision %s: the CPU backend trains in fp32 (make the plan with "
+                 "--precision fp32)",
+                 px_dtype_name(prec));
+    else if (gpu && prec != PX_BF16 && prec != PX_FP16)
+        snprintf(why, cap,
+                 "training.precision %s: the CUDA backend trains in bf16 or fp16 (make the plan "
+                 "with --precision bf16, or run an fp32 plan on the CPU with --backend cpu)",
+                 px_dtype_name(prec));
+    else if (gpu && s->layout.offload_optimizer)
+        snprintf(why, cap,
+                 "layout.offload_optimizer: the executor offloads the optimizer on the CPU "
+                 "backend only (--backend cpu with --precision fp32); on CUDA it is a prediction "
+                 "only");
+    else
+        return 0;
+    return 1;
+}
+
+int model_exec_refusal(const ModelSpec *s, const ModelDims *d, int gpu, char *why, size_t cap)
+{
+    const ModelConfig *m = &s->model;
+    const char *lim;
+    if (d->c > 1 && s->layout.cp_comm == MODEL_CP_COMM_A2A &&
+        (d->heads_loc % d->c || d->kv_loc % d->c))
+        snprintf(why, cap,
+                 "layout.cp %d with cp_comm_type a2a: the %d heads and %d KV heads per "
+                 "tensor-parallel rank must both be divisible by cp %d (Ulysses splits them over "
+                 "the cp ranks): choose a cp that divides both, or --cp-comm-type allgather",
+                 d->c, d->heads_loc, d->kv_loc, d->c);
+    else if ((lim = model_exec_cp_limit(s, d)))
+        snprintf(why, cap,
+                 "layout.cp %d (cp_comm_type %s, sequence %d): the executor runs context "
+                 "parallelism with limits: %s",
+                 d->c, model_cp_comm_name(s->layout.cp_comm), d->s, lim);
+    else if (d->moe && (lim = moe_limit(s, d)))
+        snprintf(why, cap,
+                 "model %s has %d experts: the executor runs mixture-of-experts layers with "
+                 "limits: %s",
+                 m->name, m->moe.experts, lim);
+    else if (m->mtp_layers > 0)
+        snprintf(why, cap,
+                 "model %s has %d multi-token prediction module%s: the executor does not run "
+                 "them (simulate and export such plans, or train the model with mtp_layers 0)",
+                 m->name, m->mtp_layers, m->mtp_layers > 1 ? "s" : "");
+    else if (m->mla.kv_lora_rank > 0)
+        snprintf(why, cap,
+                 "model %s: multi-head latent attention (mla.kv_lora_rank %d): the executor does "
+                 "not run it (simulate and export such plans)",
+                 m->name, m->mla.kv_lora_rank);
+    else if (d->moe && s->job.moe_dispatcher != MODEL_MOE_DISPATCH_ALLTOALL)
+        snprintf(why, cap,
+                 "training.moe_dispatcher %s is priced but not run by the executor (it "
+                 "dispatches by all-to-all: make the plan with --moe-dispatcher alltoall)",
+                 model_moe_dispatcher_name(s->job.moe_dispatcher));
+    /* ZeRO-2/3 under a pipeline (per-step reduce-scatter, ZeRO-3's parameters kept gathered
+     * across a stage's micro-batches) is priced by the simulator only. */
+    else if (d->zero_per_step)
+        snprintf(why, cap,
+                 "ZeRO-%d with pp > 1 is priced but not yet run by the executor (simulate and "
+                 "export such plans, or train with zero 1 or pp 1)",
+                 s->layout.zero);
+    else if (d->recompute_op)
+        snprintf(why, cap,
+                 "%s's op-level selective recompute is priced but not run by the executor (train "
+                 "with recompute none or full, or framework megatron)",
+                 model_framework_name(s->job.framework));
+    else if (d->fp8 != MODEL_FP8_NONE && (lim = fp8_limit(&s->job)))
+        snprintf(why, cap, "training.fp8 %s: the executor runs FP8 GEMMs with limits: %s",
+                 model_fp8_recipe_name(s->job.fp8), lim);
+    else if (s->job.grad_dtype != PX_FP32)
+        snprintf(why, cap,
+                 "training.grad_dtype %s: the executor accumulates gradients in fp32 (make the "
+                 "plan with --grad-dtype fp32)",
+                 px_dtype_name(s->job.grad_dtype));
+    else if (s->job.optimizer == MODEL_OPT_ADAM_8BIT)
+        snprintf(why, cap, "training.optimizer adam-8bit is not implemented by the executor yet: "
+                           "use adamw or sgd-momentum");
+    else if (m->position == MODEL_POS_ROPE && m->head_dim % 2 != 0)
+        snprintf(why, cap, "rotary embeddings need an even head_dim, got %d", m->head_dim);
+    else if (d->v > MODEL_EXEC_MAX_CHUNKS)
+        snprintf(why, cap, "layout.vpp %d: at most %d chunks per rank", d->v,
+                 MODEL_EXEC_MAX_CHUNKS);
+    else
+        return device_refusal(s, gpu, why, cap);
+    return 1;
+}

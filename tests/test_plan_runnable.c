@@ -1,0 +1,90 @@
+/* The planner for this machine ranks only what the executor runs: on the local cluster every
+ * ranked layout passes model_exec_refusal (the statement the executor refuses plans by), the
+ * layouts it refuses are counted under SIM_REJECT_EXECUTOR with its sentence, and the known
+ * disagreements of the past (MoE with vpp 2, a2a context parallelism with flash attention)
+ * are answered by the planner itself; a GPU cluster's plan is not filtered. */
+#include "fixtures.h"
+#include "test.h"
+
+static SimPlanRequest request(const char *model, int gpus, int gbs)
+{
+    PxError err = {0};
+    SimPlanRequest q;
+    memset(&q, 0, sizeof q);
+    model_spec_defaults(&q.base);
+    CHECK_OK(model_config_load(model, &q.base.model, &err), err);
+    q.base.job.global_batch = gbs;
+    q.base.job.seq_len = 64;
+    q.gpus = gpus;
+    q.top = 64;
+    q.headroom = 0.05;
+    return q;
+}
+
+/* Every ranked layout runs; returns how many the executor refused. */
+static long all_run(const SimPlanRequest *q, const ProfCluster *cl)
+{
+    PxError err = {0};
+    SimPlanResult r;
+    CHECK_OK(sim_plan(q, cl, &r, &err), err);
+    CHECK(r.n_top > 0);
+    for (int i = 0; i < r.n_top; i++) {
+        ModelSpec s = r.top[i].spec;
+        ModelDims d;
+        char why[512] = "";
+        CHECK_OK(model_spec_check(&s, q->gpus, &d, &err), err);
+        const int refused = model_exec_refusal(&s, &d, 0, why, sizeof why);
+        if (refused)
+            fprintf(stderr, "ranked #%d refused: %s\n", i + 1, why);
+        CHECK_EQ_INT(0, refused);
+    }
+    const long n = r.rejected[SIM_REJECT_EXECUTOR];
+    if (n)
+        CHECK(r.example[SIM_REJECT_EXECUTOR][0] != '\0');
+    sim_plan_free(&r);
+    return n;
+}
+
+int main(void)
+{
+    px_log_set_quiet(1);
+    setenv("PARALLAX_UNCALIBRATED", "1", 1);
+    PxError err = {0};
+    ProfCluster local, gpu;
+    CHECK_OK(prof_cluster_load("local", NULL, 0, &local, &err), err);
+    CHECK_OK(prof_cluster_load("dgx-a100", NULL, 0, &gpu, &err), err);
+
+    /* tiny-moe on 2 and 4 ranks: cp, vpp and etp layouts exist and are refused, not ranked */
+    SimPlanRequest q = request("tiny-moe", 2, 8);
+    CHECK(all_run(&q, &local) > 0);
+    q = request("tiny-moe", 4, 8);
+    CHECK(all_run(&q, &local) > 0);
+    /* the layout of the past disagreement: dp 2, pp 2, ep 2 picked vpp 2 */
+    q = request("tiny-moe", 4, 8);
+    q.base.layout.dp = 2, q.base.layout.pp = 2, q.base.layout.ep = 2;
+    q.pinned = SIM_PIN_DP | SIM_PIN_PP | SIM_PIN_EP;
+    SimPlanResult r;
+    CHECK_OK(sim_plan(&q, &local, &r, &err), err);
+    CHECK_EQ_INT(1, r.top[0].spec.layout.vpp);
+    CHECK(r.rejected[SIM_REJECT_EXECUTOR] > 0);
+    sim_plan_free(&r);
+    /* dense models: the executor's cp limits (p2p needs flash, a2a refuses it) */
+    q = request("tiny-llama", 4, 8);
+    all_run(&q, &local);
+    /* a2a pinned with flash attention on: the planner says what the executor would */
+    q = request("tiny-llama", 2, 8);
+    q.base.layout.cp = 2, q.base.layout.cp_comm = MODEL_CP_COMM_A2A;
+    q.pinned = SIM_PIN_CP | SIM_PIN_CP_COMM;
+    q.base.job.flash_attn = 1;
+    CHECK_INPUT_ERROR(sim_plan(&q, &local, &r, &err), err, "make the plan with --no-flash-attn");
+    sim_plan_free(&r);
+    q.base.job.flash_attn = 0;
+    CHECK_EQ_INT(0, all_run(&q, &local));
+
+    /* a GPU cluster is not this machine: nothing refused by the executor there */
+    q = request("tiny-moe", 4, 8);
+    CHECK_OK(sim_plan(&q, &gpu, &r, &err), err);
+    CHECK_EQ_INT(0, (int)r.rejected[SIM_REJECT_EXECUTOR]);
+    sim_plan_free(&r);
+    TEST_DONE("test_plan_runnable");
+}
