@@ -8,12 +8,20 @@
  *   dropout streams all restored), the run records where it resumed from, goes on writing
  *   checkpoints at the checkpoint's interval and removes the older one once the new one is
  *   committed.
+ * - the state after step 6 (every rank's weights, master weights and optimizer state: its
+ *   shard of the step 6 checkpoint, which the uninterrupted run writes too) the same bytes in
+ *   both runs.
  * Cases: single (one rank, dropout), single_fp8_delayed (FP8 copies and amax histories),
  * dp2_pp2_zero1 and dp2_zero3 (label mpi; dp2_zero3 also
  * tries its checkpoint on a ZeRO-1 layout, which must be refused naming layout.zero), and
  * emu_fp16 (the CUDA code path on the emulator in fp16, with an overflow at step 2 so that the
  * loss scaler's state and the skipped step's unchanged AdamW count must carry over too) and
- * emu_dp2_zero1 (bf16, two ranks on the emulator through mpirun; label mpi).
+ * emu_dp2_zero1 (bf16, two ranks on the emulator through mpirun; label mpi); moe_ep2_pp2
+ * (tiny-moe, ep 2 x pp 2 x dp 2, real routing whose dropless buffers grow in both runs; its
+ * checkpoint is refused by an ep 1 layout naming layout.ep and both layouts, and by tiny-moe
+ * with 4 experts naming model.moe.experts), llama_cp2 (tiny-llama, cp 2 over the ring) and
+ * hsdp_zero3 (dp_shard 2 x dp_replicate 2; refused by ZeRO-3 over dp 4 naming
+ * layout.dp_shard), label mpi.
  * Usage: test_exec_checkpoint PARALLAX CASE [WORKER-EMU] (`list` prints the cases). */
 #include <errno.h>
 #include <time.h>
@@ -28,6 +36,7 @@
 
 typedef struct {
     const char *name;
+    const char *model;
     int gpus;
     const char *cluster;
     const char *knobs; /* parallax plan's, layout pinned */
@@ -36,17 +45,28 @@ typedef struct {
 
 #define PIN1 "--vpp 1 --schedule 1f1b --no-sp"
 static const Case cases[] = {
-    {"single", 1, "local", "--dp 1 --tp 1 --pp 1 --zero 0 --mbs 4 --dropout 0.1 " PIN1, 0},
-    {"dp2_pp2_zero1", 4, "local", "--dp 2 --tp 1 --pp 2 --zero 1 --mbs 1 --dropout 0.1 " PIN1, 0},
-    {"dp2_zero3", 2, "local", "--dp 2 --tp 1 --pp 1 --zero 3 --mbs 2 --dropout 0.1 " PIN1, 0},
+    {"single", "tiny", 1, "local", "--dp 1 --tp 1 --pp 1 --zero 0 --mbs 4 --dropout 0.1 " PIN1, 0},
+    {"dp2_pp2_zero1", "tiny", 4, "local", "--dp 2 --tp 1 --pp 2 --zero 1 --mbs 1 --dropout 0.1 " PIN1, 0},
+    {"dp2_zero3", "tiny", 2, "local", "--dp 2 --tp 1 --pp 1 --zero 3 --mbs 2 --dropout 0.1 " PIN1, 0},
     /* FP8 with delayed scaling: the weights' FP8 copies and the amax histories (4 entries, so
      * that they roll over before the kill) must come back too */
-    {"single_fp8_delayed", 1, "local", "--dp 1 --tp 1 --pp 1 --zero 0 --mbs 4 --fp8-recipe delayed "
+    {"single_fp8_delayed", "tiny", 1, "local", "--dp 1 --tp 1 --pp 1 --zero 0 --mbs 4 --fp8-recipe delayed "
      "--fp8-amax-history 4 " PIN1, 0},
-    {"emu_fp16", 1, "dgx-h100", "--dp 1 --tp 1 --pp 1 --zero 0 --precision fp16 --seq 16 --mbs 4 "
+    {"emu_fp16", "tiny", 1, "dgx-h100", "--dp 1 --tp 1 --pp 1 --zero 0 --precision fp16 --seq 16 --mbs 4 "
      PIN1, 1},
-    {"emu_dp2_zero1", 2, "dgx-h100", "--dp 2 --tp 1 --pp 1 --zero 1 --precision bf16 --seq 16 "
+    {"emu_dp2_zero1", "tiny", 2, "dgx-h100", "--dp 2 --tp 1 --pp 1 --zero 1 --precision bf16 --seq 16 "
      "--mbs 1 " PIN1, 1},
+    /* experts over ep 2 in a 2-stage pipeline, routed for real (the untrained router sends a
+     * rank more token copies than the plan's buffers hold: dropless, they grow, in the resumed
+     * run again from the plan's size); the expert shards, the router's weights and their AdamW
+     * state come back (label mpi) */
+    {"moe_ep2_pp2", "tiny-moe", 4, "local", "--dp 2 --tp 1 --pp 2 --ep 2 --zero 0 --mbs 2 " PIN1, 0},
+    /* the sequence over cp 2, K and V round the ring (label mpi) */
+    {"llama_cp2", "tiny-llama", 2, "local", "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type p2p "
+     "--zero 0 --mbs 4 --seq 128 " PIN1, 0},
+    /* HSDP: ZeRO-3's shards over dp_shard 2, replicated dp_replicate 2 times (label mpi) */
+    {"hsdp_zero3", "tiny", 4, "local", "--dp 4 --dp-shard 2 --dp-replicate 2 --tp 1 --pp 1 --zero 3 "
+     "--mbs 2 --dropout 0.1 " PIN1, 0},
 };
 enum { N_CASES = sizeof cases / sizeof cases[0], STEPS = 6, EVERY = 3, KILL_AT = 5 };
 
@@ -92,10 +112,50 @@ static void same_losses(const cJSON *ref, const cJSON *run, int from, int to, co
     }
 }
 
+/* The parameters, master weights and optimizer state at the end: every rank's shard of step 6
+ * written by the resumed run equals, byte for byte, the uninterrupted run's (which checkpoints
+ * at step 6 only). */
+static void same_state(int ranks)
+{
+    for (int r = 0; r < ranks; r++) {
+        char a[64], b[64];
+        snprintf(a, sizeof a, "fullck/step-%08d/rank-%05d.bin", STEPS, r);
+        snprintf(b, sizeof b, "ck/step-%08d/rank-%05d.bin", STEPS, r);
+        CHECK(exists(a) && exists(b));
+        const int st = run_sh("cmp %s/%s %s/%s", tmp, a, tmp, b);
+        if (st != 0) {
+            fprintf(stderr, "FAILED: rank %d's state after step %d differs between the uninterrupted "
+                            "and the resumed run (files kept in %s)\n", r, STEPS, tmp);
+            exit(1);
+        }
+    }
+    printf("  the state of step %d (weights, master, optimizer) of %d rank(s): the same bytes\n",
+           STEPS, ranks);
+}
+
+/* After a run resumed from CKDIR with plan.json replaced by another layout's: status 2 and the
+ * log names NEEDLE. */
+static void refused(const char *run, const char *what, const char *needle)
+{
+    run_expect(2, run_sh("%s -o %s/other.json --checkpoint-dir %s/ck --resume", run, tmp, tmp), what);
+    char path[400];
+    snprintf(path, sizeof path, "%s/log", tmp);
+    PxError err = {0};
+    char *log = px_read_file(path, NULL, &err);
+    if (!log || !strstr(log, needle)) {
+        fprintf(stderr, "FAILED: %s: the log does not say '%s':\n%s\n", what, needle,
+                log ? log : "(no log)");
+        exit(1);
+    }
+    const char *at = strstr(log, "parallax-worker run");
+    printf("  refused: %s", at ? at : needle);
+    free(log);
+}
+
 static void check_case(const Case *C)
 {
-    run_expect(0, run_sh("%s plan --model tiny --cluster %s --gpus %d --gbs 8 --steps %d %s -o %s/plan.json",
-                        px, C->cluster, C->gpus, STEPS, C->knobs, tmp), "parallax plan");
+    run_expect(0, run_sh("%s plan --model %s --cluster %s --gpus %d --gbs 8 --steps %d %s -o %s/plan.json",
+                        px, C->model, C->cluster, C->gpus, STEPS, C->knobs, tmp), "parallax plan");
     /* `parallax run` (mpirun for several ranks), or the emulator's worker (through mpirun for
      * several: two ranks share the emulated GPU, over MPI staged through host memory) */
     char run[1024];
@@ -110,7 +170,8 @@ static void check_case(const Case *C)
     /* uninterrupted (fp16: every run overflows at step 2) */
     const int fp16 = strstr(C->knobs, "fp16") != NULL;
     const char *inf = fp16 ? "PARALLAX_TEST_INF=2 " : "";
-    run_expect(0, run_sh("%s%s -o %s/full.json", inf, run, tmp), "the uninterrupted run");
+    run_expect(0, run_sh("%s%s -o %s/full.json --checkpoint-dir %s/fullck --checkpoint-every %d", inf,
+                        run, tmp, tmp, STEPS), "the uninterrupted run");
     /* killed before step 5: the checkpoint of step 3 is committed, none of step 4. Through
      * `parallax run` with several ranks the last rank is lost abruptly (--fail-rank: SIGKILL,
      * as a node that goes away): the job must end within 30 s naming the rank and step. Else
@@ -146,6 +207,17 @@ static void check_case(const Case *C)
     run_expect(0, run_sh("%s%s -o %s/res.json --checkpoint-dir %s/ck --resume", inf, run, tmp, tmp),
                   "the resumed run");
     cJSON *full = read_json("full.json"), *res = read_json("res.json");
+    if (!strncmp(C->model, "tiny-moe", 8)) {
+        /* routed for real: the buffers grew past the plan's in both runs, dropping nothing */
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(full, "moe");
+        const cJSON *b = cJSON_GetObjectItemCaseSensitive(res, "moe");
+        CHECK(a && b);
+        CHECK(!strcmp(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(a, "routing")), "dropless"));
+        CHECK(num(a, "extra_bytes") > 0);
+        CHECK(num(b, "extra_bytes") > 0);
+        printf("  dropless buffers grown by %.0f bytes in the uninterrupted run, %.0f in the resumed\n",
+               num(a, "extra_bytes"), num(b, "extra_bytes"));
+    }
     char what[128];
     snprintf(what, sizeof what, "%s: resumed at step %d", C->name, EVERY);
     same_losses(full, res, EVERY + 1, STEPS, what);
@@ -173,6 +245,7 @@ static void check_case(const Case *C)
            num(cJSON_GetArrayItem(w, 0), "bytes"), num(cJSON_GetArrayItem(w, 0), "seconds"));
     CHECK(exists("ck/step-00000006/manifest.json"));
     CHECK(!exists("ck/step-00000003")); /* removed once step 6 was committed */
+    same_state(C->gpus);
     cJSON_Delete(full);
     cJSON_Delete(res);
 
@@ -181,15 +254,48 @@ static void check_case(const Case *C)
         run_expect(0, run_sh("%s plan --model tiny --cluster local --gpus 2 --gbs 8 --steps 9 --dp 2 "
                             "--tp 1 --pp 1 --zero 1 --mbs 2 --dropout 0.1 " PIN1 " -o %s/plan.json",
                             px, tmp), "parallax plan (ZeRO-1)");
-        run_expect(2, run_sh("%s -o %s/z1.json --checkpoint-dir %s/ck --resume", run, tmp, tmp),
-                      "a ZeRO-1 run on a ZeRO-3 checkpoint");
+        refused(run, "a ZeRO-1 run on a ZeRO-3 checkpoint",
+                "layout.zero: the checkpoint was written with 3, this run has 1 (the checkpoint's "
+                "layout dp 2 tp 1 pp 1 cp 1 vpp 1 zero 3, this run's dp 2 tp 1 pp 1 cp 1 vpp 1 zero 1)");
+    }
+    if (!strcmp(C->name, "hsdp_zero3")) {
+        /* ZeRO-3 over all 4 ranks cannot take shards of 2 replicated twice */
+        run_expect(0, run_sh("%s plan --model tiny --cluster local --gpus 4 --gbs 8 --steps 9 --dp 4 "
+                            "--tp 1 --pp 1 --zero 3 --mbs 2 --dropout 0.1 " PIN1 " -o %s/plan.json",
+                            px, tmp), "parallax plan (ZeRO-3 over dp 4)");
+        refused(run, "ZeRO-3 over 4 ranks on an HSDP checkpoint",
+                "layout.dp_shard: the checkpoint was written with 2, this run has 4 (the "
+                "checkpoint's layout dp 4 tp 1 pp 1 cp 1 vpp 1 zero 3 dp_shard 2 dp_replicate 2, "
+                "this run's dp 4 tp 1 pp 1 cp 1 vpp 1 zero 3 dp_shard 4 dp_replicate 1)");
+    }
+    if (!strcmp(C->name, "moe_ep2_pp2")) {
+        /* another expert layout: the experts of ep 2 on ep 1 */
+        run_expect(0, run_sh("%s plan --model tiny-moe --cluster local --gpus 4 --gbs 8 --steps 9 "
+                            "--dp 2 --tp 1 --pp 2 --ep 1 --zero 0 --mbs 2 " PIN1 " -o %s/plan.json",
+                            px, tmp), "parallax plan (ep 1)");
+        refused(run, "an ep 1 run on an ep 2 checkpoint",
+                "layout.ep: the checkpoint was written with 2, this run has 1 (the checkpoint's "
+                "layout dp 2 tp 1 pp 2 cp 1 vpp 1 zero 0 ep 2 etp 1, this run's dp 2 tp 1 pp 2 "
+                "cp 1 vpp 1 zero 0 ep 1 etp 1)");
+        /* another expert count: tiny-moe with 4 experts (its model from the plan's copy) */
+        cJSON *plan = read_json("plan.json");
+        cJSON *model = cJSON_DetachItemFromObjectCaseSensitive(plan, "model");
+        cJSON *moe = cJSON_GetObjectItemCaseSensitive(model, "moe");
+        CHECK(moe && cJSON_GetObjectItemCaseSensitive(moe, "experts"));
+        cJSON_ReplaceItemInObjectCaseSensitive(moe, "experts", cJSON_CreateNumber(4));
         char path[400];
-        snprintf(path, sizeof path, "%s/log", tmp);
-        PxError err = {0};
-        char *log = px_read_file(path, NULL, &err);
-        CHECK(log && strstr(log, "layout.zero: the checkpoint was written with 3, this run has 1"));
-        printf("  refused: %s", strstr(log, "parallax-worker run"));
-        free(log);
+        snprintf(path, sizeof path, "%s/moe4.json", tmp);
+        char *text = cJSON_Print(model);
+        FILE *f = fopen(path, "w");
+        CHECK(f && text && fputs(text, f) >= 0 && fclose(f) == 0);
+        free(text);
+        cJSON_Delete(model);
+        cJSON_Delete(plan);
+        run_expect(0, run_sh("%s plan --model %s/moe4.json --cluster local --gpus 4 --gbs 8 --steps 9 "
+                            "--dp 2 --tp 1 --pp 2 --ep 2 --zero 0 --mbs 2 " PIN1 " -o %s/plan.json",
+                            px, tmp, tmp), "parallax plan (4 experts)");
+        refused(run, "4 experts on a checkpoint of 8",
+                "model.moe.experts: the checkpoint has 8, this run 4");
     }
 }
 

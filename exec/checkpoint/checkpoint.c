@@ -444,6 +444,45 @@ static void json_text(const cJSON *v, char *out, size_t cap)
     free(t);
 }
 
+/* The layout keys that shape a rank's state: the grid and ZeRO (always in a manifest), then
+ * the experts' split and HSDP's (absent: their defaults, which shaping_value fills in). */
+static const char *const shaping_keys[] = {"dp", "tp", "pp", "cp", "vpp", "zero",
+                                           "ep", "etp", "dp_shard", "dp_replicate"};
+enum { N_GRID = 6, N_SHAPING = sizeof shaping_keys / sizeof shaping_keys[0] };
+
+static int layout_int(const cJSON *lay, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(lay, key);
+    return cJSON_IsNumber(v) ? v->valueint : 0;
+}
+
+/* shaping_keys[i] of a layout, 0 or absent read as ModelLayout reads it: ep 1, etp tp,
+ * dp_shard dp, dp_replicate 1 */
+static int shaping_value(const cJSON *lay, int i)
+{
+    const int v = layout_int(lay, shaping_keys[i]);
+    if (v > 0 || i < N_GRID)
+        return v;
+    if (!strcmp(shaping_keys[i], "etp"))
+        return layout_int(lay, "tp");
+    if (!strcmp(shaping_keys[i], "dp_shard"))
+        return layout_int(lay, "dp");
+    return 1;
+}
+
+/* "dp 2 tp 1 pp 2 cp 1 vpp 1 zero 0 ep 2 etp 1": lay's shaping keys that it or the layout it
+ * is compared with has, for a message */
+static void layout_words(const cJSON *lay, const cJSON *other, char *out, size_t cap)
+{
+    size_t n = 0;
+    out[0] = 0;
+    for (int i = 0; i < N_SHAPING && n < cap; i++)
+        if (i < N_GRID || cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(lay, shaping_keys[i])) ||
+            cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(other, shaping_keys[i])))
+            n += (size_t)snprintf(out + n, cap - n, "%s%s %d", n ? " " : "", shaping_keys[i],
+                                  shaping_value(lay, i));
+}
+
 /* Refuses a checkpoint whose state another layout or model wrote (the key that differs named);
  * notes the training settings that differ, which change the trajectory but not the state. */
 static int check_compat(Ckpt *c, const CkptState *st, const cJSON *m, const char *where,
@@ -468,10 +507,22 @@ static int check_compat(Ckpt *c, const CkptState *st, const cJSON *m, const char
         n_mine++;
         const cJSON *other = cJSON_GetObjectItemCaseSensitive(mm, item->string);
         if (!other || !cJSON_Compare(item, other, 1)) {
+            /* an object (moe): the first key inside that differs, e.g. model.moe.experts */
+            const cJSON *mine_in = item, *sub = NULL;
+            if (cJSON_IsObject(item) && cJSON_IsObject(other))
+                cJSON_ArrayForEach(sub, item)
+                {
+                    const cJSON *o = cJSON_GetObjectItemCaseSensitive(other, sub->string);
+                    if (!o || !cJSON_Compare(sub, o, 1)) {
+                        mine_in = sub;
+                        other = o;
+                        break;
+                    }
+                }
             json_text(other, a, sizeof a);
-            json_text(item, b, sizeof b);
-            rc = px_fail(err, PX_EINPUT, "%s model.%s: the checkpoint has %s, this run %s: %s",
-                         where, item->string, a, b, tail);
+            json_text(mine_in, b, sizeof b);
+            rc = px_fail(err, PX_EINPUT, "%s model.%s%s%s: the checkpoint has %s, this run %s: %s",
+                         where, item->string, sub ? "." : "", sub ? sub->string : "", a, b, tail);
             break;
         }
     }
@@ -487,25 +538,30 @@ static int check_compat(Ckpt *c, const CkptState *st, const cJSON *m, const char
     cJSON_Delete(mine);
     if (rc)
         return rc;
-    /* the layout: the grid and ZeRO shape the state; the rest only the arithmetic's order */
+    /* the layout: the grid, the experts' split and ZeRO's (HSDP's) shape the state; the rest
+     * only the arithmetic's order */
     const ModelLayout *l = &st->spec->layout;
-    const struct {
-        const char *key;
-        int have;
-    } grid[] = {{"dp", l->dp}, {"tp", l->tp}, {"pp", l->pp}, {"cp", l->cp}, {"vpp", l->vpp},
-                {"zero", l->zero}};
+    cJSON *lay = model_layout_to_json(l);
     char lw[CK_PATH + 96];
     snprintf(lw, sizeof lw, "%s layout", where);
-    for (size_t i = 0; i < sizeof grid / sizeof grid[0]; i++) {
+    for (int i = 0; i < N_SHAPING; i++) {
         int v = 0;
-        if ((rc = px_json_int(ml, lw, grid[i].key, 1, 0, 1 << 30, &v, err)))
+        if (i < N_GRID && (rc = px_json_int(ml, lw, shaping_keys[i], 1, 0, 1 << 30, &v, err))) {
+            cJSON_Delete(lay);
             return rc;
-        if (v != grid[i].have)
+        }
+        v = shaping_value(ml, i);
+        const int have = shaping_value(lay, i);
+        if (v != have) {
+            char was[160], is[160];
+            layout_words(ml, lay, was, sizeof was);
+            layout_words(lay, ml, is, sizeof is);
+            cJSON_Delete(lay);
             return px_fail(err, PX_EINPUT, "%s layout.%s: the checkpoint was written with %d, this "
-                           "run has %d: %s",
-                           where, grid[i].key, v, grid[i].have, tail);
+                           "run has %d (the checkpoint's layout %s, this run's %s): %s",
+                           where, shaping_keys[i], v, have, was, is, tail);
+        }
     }
-    cJSON *lay = model_layout_to_json(l);
     cJSON_ArrayForEach(item, lay)
     {
         const cJSON *other = cJSON_GetObjectItemCaseSensitive(ml, item->string);
