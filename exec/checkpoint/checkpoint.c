@@ -483,25 +483,19 @@ static void layout_words(const cJSON *lay, const cJSON *other, char *out, size_t
                                   shaping_value(lay, i));
 }
 
-/* Refuses a checkpoint whose state another layout or model wrote (the key that differs named);
- * notes the training settings that differ, which change the trajectory but not the state. */
-static int check_compat(Ckpt *c, const CkptState *st, const cJSON *m, const char *where,
-                        PxError *err)
+static const char *const ck_tail =
+    "a checkpoint resumes only the model and layout that wrote it (no resharding)";
+
+/* The checkpoint's model (mm) against this run's: every key, both ways (name first: another
+ * model is said as such); inside an object (moe) the key that differs is named. */
+static int check_model(const CkptState *st, const cJSON *mm, const char *where, PxError *err)
 {
-    const cJSON *mm, *ml, *mt;
-    int rc;
-    if ((rc = px_json_object(m, where, "model", 1, &mm, err)) ||
-        (rc = px_json_object(m, where, "layout", 1, &ml, err)) ||
-        (rc = px_json_object(m, where, "training", 1, &mt, err)))
-        return rc;
-    static const char *const tail =
-        "a checkpoint resumes only the model and layout that wrote it (no resharding)";
+    const char *const tail = ck_tail;
     char a[128], b[128];
-    /* the model: every key, both ways (name first: another model is said as such) */
     cJSON *mine = model_config_to_json(&st->spec->model);
     const cJSON *item;
     int n_mine = 0;
-    rc = PX_OK;
+    int rc = PX_OK;
     cJSON_ArrayForEach(item, mine)
     {
         n_mine++;
@@ -536,8 +530,25 @@ static int check_compat(Ckpt *c, const CkptState *st, const cJSON *m, const char
         }
     }
     cJSON_Delete(mine);
-    if (rc)
+    return rc;
+}
+
+/* Refuses a checkpoint whose state another layout or model wrote (the key that differs named);
+ * notes the training settings that differ, which change the trajectory but not the state. */
+static int check_compat(Ckpt *c, const CkptState *st, const cJSON *m, const char *where,
+                        PxError *err)
+{
+    const cJSON *mm, *ml, *mt;
+    int rc;
+    if ((rc = px_json_object(m, where, "model", 1, &mm, err)) ||
+        (rc = px_json_object(m, where, "layout", 1, &ml, err)) ||
+        (rc = px_json_object(m, where, "training", 1, &mt, err)))
         return rc;
+    const char *const tail = ck_tail;
+    if ((rc = check_model(st, mm, where, err)))
+        return rc;
+    char a[128], b[128];
+    const cJSON *item;
     /* the layout: the grid, the experts' split and ZeRO's (HSDP's) shape the state; the rest
      * only the arithmetic's order */
     const ModelLayout *l = &st->spec->layout;
