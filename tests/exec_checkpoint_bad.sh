@@ -7,7 +7,8 @@
 # - the directory: not creatable, no checkpoint to resume from, a checkpoint already there
 #   without --resume, the run already at the checkpoint's step;
 # - a shard truncated, with a flipped byte (CRC-32), missing; a manifest missing, malformed,
-#   without a key, with a key of the wrong type; a checkpoint of another model or layout;
+#   without a key, with a key of the wrong type; a checkpoint of another model or layout, or of
+#   tiny-moe offered to tiny-moe with 4 experts (model.moe.experts named);
 # - a checkpoint that cannot be written (its step directory taken by a file): status 1, the
 #   previous checkpoint resumes afterwards.
 # Usage: exec_checkpoint_bad.sh PARALLAX
@@ -48,6 +49,16 @@ plan() { # plan NAME KNOBS...
 plan tiny --model tiny
 plan llama --model tiny-llama
 plan zero1 --model tiny --zero 1
+plan moe --model tiny-moe
+# tiny-moe with 4 experts instead of 8, its model taken from the plan
+python3 - "$tmp/moe.json" "$tmp/moe4-model.json" <<'PY' || { echo "FAILED: tiny-moe with 4 experts"; exit 1; }
+import json, sys
+m = json.load(open(sys.argv[1]))["model"]
+assert m["moe"]["experts"] == 8
+m["moe"]["experts"] = 4
+json.dump(m, open(sys.argv[2], "w"), indent=1)
+PY
+plan moe4 --model "$tmp/moe4-model.json"
 run() { timeout 120 "$px" run "$tmp/tiny.json" --quiet -o "$tmp/run.json" "$@"; }
 
 # the flags
@@ -128,6 +139,12 @@ expect 2 "model.hidden: the checkpoint has 128, this run 64" resume hidden
 copy layout
 expect 2 "layout.zero: the checkpoint was written with 0, this run has 1" \
   "$px" run "$tmp/zero1.json" --quiet -o "$tmp/run.json" --checkpoint-dir "$tmp/layout" --resume
+
+# another expert count
+"$px" run "$tmp/moe.json" -o "$tmp/moe-run.json" --checkpoint-dir "$tmp/moe-ck" --checkpoint-every 2 \
+  --steps 2 >"$tmp/moe.log" 2>&1 || { echo "FAILED: the MoE checkpoint"; cat "$tmp/moe.log"; exit 1; }
+expect 2 "$tmp/moe-ck/$s/manifest.json: model.moe.experts: the checkpoint has 8, this run 4" \
+  "$px" run "$tmp/moe4.json" --quiet -o "$tmp/run.json" --checkpoint-dir "$tmp/moe-ck" --resume
 
 # a checkpoint that cannot be written: status 1, the one of step 2 kept and still good
 copy io
