@@ -37,7 +37,6 @@ static const char *moe_limit(const ModelSpec *s, const ModelDims *d)
 {
     const ModelMoe *mo = &s->model.moe;
     return d->etp != 1                 ? "layout.etp must be 1"
-           : d->v > 1                  ? "layout.vpp must be 1"
            : mo->capacity_factor > 0   ? "moe.capacity_factor must be 0 (no token dropping)"
            : s->model.mlp != MODEL_SWIGLU ? "the experts must be SwiGLU"
            : mo->expert_bias || mo->router_bias || mo->shared_gate
