@@ -73,6 +73,10 @@ static const Layout layouts[] = {
     /* the interleaved schedule: one MoE layer per chunk, each chunk's routing its own */
     {"ep2_pp2_vpp2", 4, 2, 1, 2, 2, 0, 1, 0, 0, 0, 0, 2, 0},
     {"ep2_pp2_vpp2_real", 4, 2, 1, 2, 2, 0, 0, 0, 0, 0, 0, 2, 0},
+    /* expert tensor parallelism: each expert's width over the 2 tp ranks, the all-to-all over
+     * ep 2 across dp, the gather and reduce-scatter over etp (no expert data parallelism) */
+    {"ep2_tp2_sp_etp2", 4, 2, 2, 1, 2, 1, 1, 0, 0, 0, 0, 0, 2},
+    {"ep2_tp2_sp_etp2_real", 4, 2, 2, 1, 2, 1, 0, 0, 0, 0, 0, 0, 2},
 };
 enum { N_LAYOUTS = sizeof layouts / sizeof layouts[0], STEPS = 5 };
 

@@ -692,10 +692,15 @@ typedef struct {
 /* The host side of the exchanges (sized at init) and the per-expert token counts of a step. */
 typedef struct ExecMoe {
     int E, ep, L, layers, m;
+    int etp, etp_rank; /* expert tensor parallelism: each local expert's width over etp ranks */
     int *index;    /* [model layers]: a MoE layer's place among the model's MoE layers, or -1 */
     int64_t *cnt;  /* [E] this rank's copies routed to each expert */
     float *cntf;   /* [E] the same as the device counts them */
-    int64_t *send, *recv, *blk, *one_s, *one_r; /* [ep], [ep], [ep*L], [ep], [ep] */
+    /* [ep], [ep], [etp*ep*L], [max(ep, etp)] twice: blk[(i * ep + j) * L + l] the rows source j
+     * sends local expert l of etp rank i (this rank's own at i = etp_rank) */
+    int64_t *send, *recv, *blk, *one_s, *one_r;
+    int64_t pad; /* etp > 1: the rows each etp rank's part of the gathered buffer holds (the
+                    largest part, at least the plan's routed / etp) */
     double *tokens_per_expert; /* [layers][E]: copies this rank routed this step */
     float *gcount; /* [layers][m][E]: the micro-batch's counts over its whole sequence (SP:
                       summed over TP), kept from the forward for the aux loss's backward */
