@@ -77,6 +77,11 @@ static const Layout layouts[] = {
      * ep 2 across dp, the gather and reduce-scatter over etp (no expert data parallelism) */
     {"ep2_tp2_sp_etp2", 4, 2, 2, 1, 2, 1, 1, 0, 0, 0, 0, 0, 2},
     {"ep2_tp2_sp_etp2_real", 4, 2, 2, 1, 2, 1, 0, 0, 0, 0, 0, 0, 2},
+    /* etp without ep: the gather and reduce-scatter alone; with FP8 GEMMs; on CUDA */
+    {"tp2_sp_etp2", 2, 1, 2, 1, 1, 1, 1, 0, 0, 0, 0, 0, 2},
+    {"ep2_tp2_sp_etp2_fp8_tensorwise", 4, 2, 2, 1, 2, 1, 1, 0, 0, 0, MODEL_FP8_TENSORWISE, 0, 2},
+    {"cuda_ep2_tp2_sp_etp2", 4, 2, 2, 1, 2, 1, 1, 0, 0, 1, 0, 0, 2},
+    {"cuda_ep2_pp2_vpp2", 4, 2, 1, 2, 2, 0, 1, 0, 0, 1, 0, 2, 0},
 };
 enum { N_LAYOUTS = sizeof layouts / sizeof layouts[0], STEPS = 5 };
 
@@ -159,7 +164,9 @@ static void check_layout(const Layout *L)
     cJSON *plan = read_json("plan.json");
     /* the layout ran as pinned: chunks per rank and expert tensor parallelism */
     CHECK_EQ_INT(s.layout.vpp, (int)num(at(plan, "layout", NULL), "vpp"));
-    CHECK_EQ_INT(s.layout.etp, (int)num(at(plan, "layout", NULL), "etp"));
+    const cJSON *pl = at(plan, "layout", NULL);
+    CHECK_EQ_INT(s.layout.etp, cJSON_GetObjectItem(pl, "etp") ? (int)num(pl, "etp") /* else tp */
+                                                              : s.layout.tp);
 
     if (L->cuda) {
         const cJSON *be = at(run, "backend", NULL);
