@@ -701,6 +701,7 @@ typedef struct ExecMoe {
     int64_t *send, *recv, *blk, *one_s, *one_r;
     int64_t pad; /* etp > 1: the rows each etp rank's part of the gathered buffer holds (the
                     largest part, at least the plan's routed / etp) */
+    int64_t rows_real; /* etp > 1: the rows the etp group received, unpadded */
     double *tokens_per_expert; /* [layers][E]: copies this rank routed this step */
     float *gcount; /* [layers][m][E]: the micro-batch's counts over its whole sequence (SP:
                       summed over TP), kept from the forward for the aux loss's backward */

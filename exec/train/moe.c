@@ -244,11 +244,13 @@ static int exchange_etp(ExecMoe *M, const ExecCtx *c, int64_t *total, PxError *e
             M->blk[i * n + x] = i == me ? M->blk[me * n + x] : M->one_r[i];
     }
     int64_t pad = c->d.routed / M->etp;
+    M->rows_real = 0;
     for (int i = 0; i < M->etp; i++) {
         int64_t part = 0;
         for (int x = 0; x < n; x++)
             part += M->blk[i * n + x];
         pad = part > pad ? part : pad;
+        M->rows_real += part;
     }
     M->pad = pad;
     *total = pad * M->etp;
@@ -336,8 +338,9 @@ static int fit_rows(ExecMoe *M, const ExecCtx *c, int layer, int mb, int64_t t, 
                     PxError *err)
 {
     const int li = M->index[layer];
-    if (t > M->rows_max[li])
-        M->rows_max[li] = t;
+    const int64_t took = M->etp > 1 ? M->rows_real : t; /* not the etp parts' padding */
+    if (took > M->rows_max[li])
+        M->rows_max[li] = took;
     if (t <= c->d.routed)
         return PX_OK;
     if (v->f1 || v->f2)
@@ -360,7 +363,8 @@ static int fit_rows(ExecMoe *M, const ExecCtx *c, int layer, int mb, int64_t t, 
     if (t > M->scratch_rows) {
         const int64_t n = grown_rows(t);
         const size_t was = (size_t)M->scratch_rows * h * ab, now = (size_t)n * h * ab;
-        if ((M->ep > 1 && (rc = regrow(M, &M->ep_recv, was, now, MODEL_COMM_BUFFERS, li, err))) ||
+        if ((M->ep * M->etp > 1 &&
+             (rc = regrow(M, &M->ep_recv, was, now, MODEL_COMM_BUFFERS, li, err))) ||
             (rc = regrow(M, &M->ws_dx, was, now, MODEL_WORKSPACE, li, err)))
             return rc;
         M->scratch_rows = n;
@@ -370,7 +374,7 @@ static int fit_rows(ExecMoe *M, const ExecCtx *c, int layer, int mb, int64_t t, 
     v->exp_in = base;
     v->exp_act_in = base + n * h * ab;
     v->exp_fc2_in = base + n * (h + (size_t)c->d.eff_out_loc) * ab;
-    if (M->ep > 1)
+    if (M->ep * M->etp > 1)
         v->ep_recv = M->ep_recv;
     v->ws_dx = M->ws_dx;
     return PX_OK;
