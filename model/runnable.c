@@ -36,9 +36,7 @@ const char *model_exec_cp_limit(const ModelSpec *s, const ModelDims *d)
 static const char *moe_limit(const ModelSpec *s, const ModelDims *d)
 {
     const ModelMoe *mo = &s->model.moe;
-    return d->etp != 1                 ? "layout.etp must be 1"
-           : d->v > 1                  ? "layout.vpp must be 1"
-           : mo->capacity_factor > 0   ? "moe.capacity_factor must be 0 (no token dropping)"
+    return mo->capacity_factor > 0     ? "moe.capacity_factor must be 0 (no token dropping)"
            : s->model.mlp != MODEL_SWIGLU ? "the experts must be SwiGLU"
            : mo->expert_bias || mo->router_bias || mo->shared_gate
                ? "expert, router biases and the shared gate are not supported"

@@ -34,40 +34,54 @@ typedef struct {
     int gpus, dp, tp, pp, ep, sp, force, zero, full; /* full: recompute full */
     int cuda; /* the CUDA backend in bf16 (WORKER) against the CPU's fp32 */
     int fp8;  /* FP8 GEMMs with this ModelFp8Recipe, on the layout and the single rank alike */
+    int vpp;  /* model chunks per pipeline rank (0: 1), the interleaved schedule above 1 */
+    int etp;  /* expert tensor parallelism (0: 1), each expert split over etp of the tp ranks */
 } Layout;
 
 static const Layout layouts[] = {
-    {"ep2", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, 0},          {"ep2_real", 2, 2, 1, 1, 2, 0, 0, 0, 0, 0, 0},
-    {"ep2_dp2", 4, 4, 1, 1, 2, 0, 1, 0, 0, 0, 0},      {"ep2_dp2_real", 4, 4, 1, 1, 2, 0, 0, 0, 0, 0, 0},
-    {"ep2_tp2_sp", 2, 1, 2, 1, 2, 1, 1, 0, 0, 0, 0},   {"ep2_tp2_sp_real", 2, 1, 2, 1, 2, 1, 0, 0, 0, 0, 0},
-    {"ep2_pp2", 4, 2, 1, 2, 2, 0, 1, 0, 0, 0, 0},      {"ep2_pp2_real", 4, 2, 1, 2, 2, 0, 0, 0, 0, 0, 0},
+    {"ep2", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0},          {"ep2_real", 2, 2, 1, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"ep2_dp2", 4, 4, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0},      {"ep2_dp2_real", 4, 4, 1, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"ep2_tp2_sp", 2, 1, 2, 1, 2, 1, 1, 0, 0, 0, 0, 0, 0},   {"ep2_tp2_sp_real", 2, 1, 2, 1, 2, 1, 0, 0, 0, 0, 0, 0, 0},
+    {"ep2_pp2", 4, 2, 1, 2, 2, 0, 1, 0, 0, 0, 0, 0, 0},      {"ep2_pp2_real", 4, 2, 1, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0},
     /* ZeRO: the experts' blocks sharded over edp 2, the dense ones over dp 4 */
-    {"ep2_dp2_zero1", 4, 4, 1, 1, 2, 0, 1, 1, 0, 0, 0}, {"ep2_dp2_zero1_real", 4, 4, 1, 1, 2, 0, 0, 1, 0, 0, 0},
-    {"ep2_dp2_zero2", 4, 4, 1, 1, 2, 0, 1, 2, 0, 0, 0}, {"ep2_dp2_zero3", 4, 4, 1, 1, 2, 0, 1, 3, 0, 0, 0},
-    {"ep2_pp2_zero1", 4, 2, 1, 2, 2, 0, 1, 1, 0, 0, 0}, {"ep2_tp2_sp_zero1", 4, 2, 2, 1, 2, 1, 1, 1, 0, 0, 0},
+    {"ep2_dp2_zero1", 4, 4, 1, 1, 2, 0, 1, 1, 0, 0, 0, 0, 0}, {"ep2_dp2_zero1_real", 4, 4, 1, 1, 2, 0, 0, 1, 0, 0, 0, 0, 0},
+    {"ep2_dp2_zero2", 4, 4, 1, 1, 2, 0, 1, 2, 0, 0, 0, 0, 0}, {"ep2_dp2_zero3", 4, 4, 1, 1, 2, 0, 1, 3, 0, 0, 0, 0, 0},
+    {"ep2_pp2_zero1", 4, 2, 1, 2, 2, 0, 1, 1, 0, 0, 0, 0, 0}, {"ep2_tp2_sp_zero1", 4, 2, 2, 1, 2, 1, 1, 1, 0, 0, 0, 0, 0},
     /* full recompute: the router, the all-to-alls and the experts again before each backward */
-    {"ep2_dp2_full", 4, 4, 1, 1, 2, 0, 1, 0, 1, 0, 0},  {"ep2_dp2_full_real", 4, 4, 1, 1, 2, 0, 0, 0, 1, 0, 0},
-    {"ep2_tp2_sp_full", 2, 1, 2, 1, 2, 1, 1, 0, 1, 0, 0}, {"ep2_pp2_full", 4, 2, 1, 2, 2, 0, 1, 0, 1, 0, 0},
-    {"ep2_dp2_zero3_full", 4, 4, 1, 1, 2, 0, 1, 3, 1, 0, 0},
+    {"ep2_dp2_full", 4, 4, 1, 1, 2, 0, 1, 0, 1, 0, 0, 0, 0},  {"ep2_dp2_full_real", 4, 4, 1, 1, 2, 0, 0, 0, 1, 0, 0, 0, 0},
+    {"ep2_tp2_sp_full", 2, 1, 2, 1, 2, 1, 1, 0, 1, 0, 0, 0, 0}, {"ep2_pp2_full", 4, 2, 1, 2, 2, 0, 1, 0, 1, 0, 0, 0, 0},
+    {"ep2_dp2_zero3_full", 4, 4, 1, 1, 2, 0, 1, 3, 1, 0, 0, 0, 0},
     /* the CUDA backend in bf16 against the CPU's fp32 */
-    {"cuda_ep1", 1, 1, 1, 1, 1, 0, 1, 0, 0, 1, 0},   {"cuda_ep1_real", 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 0},
-    {"cuda_ep2", 2, 2, 1, 1, 2, 0, 1, 0, 0, 1, 0},   {"cuda_ep2_real", 2, 2, 1, 1, 2, 0, 0, 0, 0, 1, 0},
-    {"cuda_ep2_dp2", 4, 4, 1, 1, 2, 0, 1, 0, 0, 1, 0},
-    {"cuda_ep2_dp2_zero1", 4, 4, 1, 1, 2, 0, 1, 1, 0, 1, 0},
-    {"cuda_ep2_dp2_zero3_full", 4, 4, 1, 1, 2, 0, 1, 3, 1, 1, 0},
-    {"cuda_ep2_pp2", 4, 2, 1, 2, 2, 0, 1, 0, 0, 1, 0},
-    {"cuda_ep2_tp2_sp", 2, 1, 2, 1, 2, 1, 1, 0, 0, 1, 0},
+    {"cuda_ep1", 1, 1, 1, 1, 1, 0, 1, 0, 0, 1, 0, 0, 0},   {"cuda_ep1_real", 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 0, 0, 0},
+    {"cuda_ep2", 2, 2, 1, 1, 2, 0, 1, 0, 0, 1, 0, 0, 0},   {"cuda_ep2_real", 2, 2, 1, 1, 2, 0, 0, 0, 0, 1, 0, 0, 0},
+    {"cuda_ep2_dp2", 4, 4, 1, 1, 2, 0, 1, 0, 0, 1, 0, 0, 0},
+    {"cuda_ep2_dp2_zero1", 4, 4, 1, 1, 2, 0, 1, 1, 0, 1, 0, 0, 0},
+    {"cuda_ep2_dp2_zero3_full", 4, 4, 1, 1, 2, 0, 1, 3, 1, 1, 0, 0, 0},
+    {"cuda_ep2_pp2", 4, 2, 1, 2, 2, 0, 1, 0, 0, 1, 0, 0, 0},
+    {"cuda_ep2_tp2_sp", 2, 1, 2, 1, 2, 1, 1, 0, 0, 1, 0, 0, 0},
     /* FP8 GEMMs (docs/fp8.md), on both sides: an expert's GEMMs see other rows together on an
      * expert-parallel rank than on one rank, so their fp32 sums round differently, and an FP8
      * code near a rounding boundary then flips by one step (2^-3 of its value in E4M3): the
      * layouts follow one rank within FP8_TOL, not fp32's 1e-5, whatever the scaling (measured:
      * 1.1e-4 over 5 steps with blockwise scaling, whose scales are per row) */
-    {"ep2_fp8_blockwise", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, MODEL_FP8_BLOCKWISE},
-    {"ep2_dp2_real_fp8_mxfp8", 4, 4, 1, 1, 2, 0, 0, 0, 0, 0, MODEL_FP8_MXFP8},
-    {"ep2_tp2_sp_fp8_tensorwise", 2, 1, 2, 1, 2, 1, 1, 0, 0, 0, MODEL_FP8_TENSORWISE},
-    {"ep2_pp2_full_fp8_delayed", 4, 2, 1, 2, 2, 0, 1, 0, 1, 0, MODEL_FP8_DELAYED},
-    {"ep2_dp2_zero3_fp8_tensorwise", 4, 4, 1, 1, 2, 0, 1, 3, 0, 0, MODEL_FP8_TENSORWISE},
-    {"cuda_ep2_fp8_blockwise", 2, 2, 1, 1, 2, 0, 1, 0, 0, 1, MODEL_FP8_BLOCKWISE},
+    {"ep2_fp8_blockwise", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, MODEL_FP8_BLOCKWISE, 0, 0},
+    {"ep2_dp2_real_fp8_mxfp8", 4, 4, 1, 1, 2, 0, 0, 0, 0, 0, MODEL_FP8_MXFP8, 0, 0},
+    {"ep2_tp2_sp_fp8_tensorwise", 2, 1, 2, 1, 2, 1, 1, 0, 0, 0, MODEL_FP8_TENSORWISE, 0, 0},
+    {"ep2_pp2_full_fp8_delayed", 4, 2, 1, 2, 2, 0, 1, 0, 1, 0, MODEL_FP8_DELAYED, 0, 0},
+    {"ep2_dp2_zero3_fp8_tensorwise", 4, 4, 1, 1, 2, 0, 1, 3, 0, 0, MODEL_FP8_TENSORWISE, 0, 0},
+    {"cuda_ep2_fp8_blockwise", 2, 2, 1, 1, 2, 0, 1, 0, 0, 1, MODEL_FP8_BLOCKWISE, 0, 0},
+    /* the interleaved schedule: one MoE layer per chunk, each chunk's routing its own */
+    {"ep2_pp2_vpp2", 4, 2, 1, 2, 2, 0, 1, 0, 0, 0, 0, 2, 0},
+    {"ep2_pp2_vpp2_real", 4, 2, 1, 2, 2, 0, 0, 0, 0, 0, 0, 2, 0},
+    /* expert tensor parallelism: each expert's width over the 2 tp ranks, the all-to-all over
+     * ep 2 across dp, the gather and reduce-scatter over etp (no expert data parallelism) */
+    {"ep2_tp2_sp_etp2", 4, 2, 2, 1, 2, 1, 1, 0, 0, 0, 0, 0, 2},
+    {"ep2_tp2_sp_etp2_real", 4, 2, 2, 1, 2, 1, 0, 0, 0, 0, 0, 0, 2},
+    /* etp without ep: the gather and reduce-scatter alone; with FP8 GEMMs; on CUDA */
+    {"tp2_sp_etp2", 2, 1, 2, 1, 1, 1, 1, 0, 0, 0, 0, 0, 2},
+    {"ep2_tp2_sp_etp2_fp8_tensorwise", 4, 2, 2, 1, 2, 1, 1, 0, 0, 0, MODEL_FP8_TENSORWISE, 0, 2},
+    {"cuda_ep2_tp2_sp_etp2", 4, 2, 2, 1, 2, 1, 1, 0, 0, 1, 0, 0, 2},
+    {"cuda_ep2_pp2_vpp2", 4, 2, 1, 2, 2, 0, 1, 0, 0, 1, 0, 2, 0},
 };
 enum { N_LAYOUTS = sizeof layouts / sizeof layouts[0], STEPS = 5 };
 
@@ -94,12 +108,12 @@ static ModelSpec spec_of(const Layout *L)
     s.layout.tp = L->tp;
     s.layout.pp = L->pp;
     s.layout.cp = 1;
-    s.layout.vpp = 1;
+    s.layout.vpp = L->vpp > 1 ? L->vpp : 1;
     s.layout.zero = L->zero;
     s.layout.sp = L->sp;
     s.layout.ep = L->ep;
-    s.layout.etp = 1;
-    s.layout.schedule = MODEL_SCHED_1F1B;
+    s.layout.etp = L->etp > 1 ? L->etp : 1;
+    s.layout.schedule = L->vpp > 1 ? MODEL_SCHED_INTERLEAVED : MODEL_SCHED_1F1B;
     s.layout.recompute = L->full ? MODEL_RECOMPUTE_FULL : MODEL_RECOMPUTE_NONE;
     /* the executor gathers once for the recomputed forward and the backward (FSDP's) */
     s.layout.fsdp = L->zero == 3 && L->full;
@@ -126,7 +140,9 @@ static void check_layout(const Layout *L)
     ModelSpec s = spec_of(L);
     write_plan(&s, L->cuda ? "dgx-h100" : "local", L->gpus, "plan.json");
     ModelSpec one = s;
-    one.layout.dp = one.layout.tp = one.layout.pp = one.layout.ep = 1;
+    one.layout.dp = one.layout.tp = one.layout.pp = one.layout.ep = one.layout.etp = 1;
+    one.layout.vpp = 1;
+    one.layout.schedule = MODEL_SCHED_1F1B;
     one.layout.sp = 0;
     one.layout.zero = 0;
     one.layout.fsdp = 0;
@@ -146,6 +162,11 @@ static void check_layout(const Layout *L)
            L->gpus, geteuid() == 0 ? "--allow-run-as-root" : "", worker, tmp, tmp);
     cJSON *ref = read_json("ref.run.json"), *run = read_json("run.json");
     cJSON *plan = read_json("plan.json");
+    /* the layout ran as pinned: chunks per rank and expert tensor parallelism */
+    CHECK_EQ_INT(s.layout.vpp, (int)num(at(plan, "layout", NULL), "vpp"));
+    const cJSON *pl = at(plan, "layout", NULL);
+    CHECK_EQ_INT(s.layout.etp, cJSON_GetObjectItem(pl, "etp") ? (int)num(pl, "etp") /* else tp */
+                                                              : s.layout.tp);
 
     if (L->cuda) {
         const cJSON *be = at(run, "backend", NULL);

@@ -1,8 +1,8 @@
 /* The planner for this machine ranks only what the executor runs: on the local cluster every
  * ranked layout passes model_exec_refusal (the statement the executor refuses plans by), the
  * layouts it refuses are counted under SIM_REJECT_EXECUTOR with its sentence, and the known
- * disagreements of the past (MoE with vpp 2, a2a context parallelism with flash attention)
- * are answered by the planner itself; a GPU cluster's plan is not filtered. */
+ * disagreements of the past (MoE with vpp 2, now run; a2a context parallelism with flash
+ * attention) are answered by the planner itself; a GPU cluster's plan is not filtered. */
 #include "fixtures.h"
 #include "test.h"
 
@@ -54,19 +54,22 @@ int main(void)
     CHECK_OK(prof_cluster_load("local", NULL, 0, &local, &err), err);
     CHECK_OK(prof_cluster_load("dgx-a100", NULL, 0, &gpu, &err), err);
 
-    /* tiny-moe on 2 and 4 ranks: cp, vpp and etp layouts exist and are refused, not ranked */
+    /* tiny-moe on 2 and 4 ranks: cp layouts exist and are refused, not ranked */
     SimPlanRequest q = request("tiny-moe", 2, 8);
     CHECK(all_run(&q, &local) > 0);
     q = request("tiny-moe", 4, 8);
     CHECK(all_run(&q, &local) > 0);
-    /* the layout of the past disagreement: dp 2, pp 2, ep 2 picked vpp 2 */
+    /* the layout of a past disagreement: dp 2, pp 2, ep 2 picked vpp 2, which the executor
+     * refused then and runs now (interleaved MoE): some ranked layout interleaves */
     q = request("tiny-moe", 4, 8);
     q.base.layout.dp = 2, q.base.layout.pp = 2, q.base.layout.ep = 2;
     q.pinned = SIM_PIN_DP | SIM_PIN_PP | SIM_PIN_EP;
     SimPlanResult r;
     CHECK_OK(sim_plan(&q, &local, &r, &err), err);
-    CHECK_EQ_INT(1, r.top[0].spec.layout.vpp);
-    CHECK(r.rejected[SIM_REJECT_EXECUTOR] > 0);
+    int interleaved = 0;
+    for (int i = 0; i < r.n_top; i++)
+        interleaved |= r.top[i].spec.layout.vpp > 1;
+    CHECK(interleaved);
     sim_plan_free(&r);
     /* dense models: the executor's cp limits (p2p needs flash, a2a refuses it) */
     q = request("tiny-llama", 4, 8);

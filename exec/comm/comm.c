@@ -198,9 +198,10 @@ static int not_all_to_all(ModelComm kind, PxError *err)
 int comm_all_to_all_counts(CommLayer *c, const int64_t *send, int64_t *recv, ModelComm kind,
                            PxError *err)
 {
-    int rc = not_all_to_all(kind, err);
-    if (rc)
-        return rc;
+    /* metadata over the kind's group, whatever its collective: the expert-tensor-parallel
+     * ranks exchange their row counts before their all-gather */
+    if ((unsigned)kind >= MODEL_COMM_COUNT)
+        return bad_kind(kind, err);
     if (comm_group_of(c, kind) < 2) {
         recv[0] = send[0];
         return PX_OK;

@@ -148,7 +148,8 @@ int comm_all_gather_shard(CommLayer *c, void *buf, size_t numel, size_t shard, P
  * two calls as Megatron-Core's dispatcher makes them: first the counts, then the rows.
  * comm_all_to_all_counts: send[i] (host memory, one per rank of the group, in group order) is
  * what this rank will send to rank i; recv[i] gets what rank i will send here. Metadata: not
- * counted. comm_all_to_allv (blocking): in holds send_counts[i] elements for rank i, packed in
+ * counted (any kind's group: the experts' etp ranks exchange their row counts with an ETP
+ * kind). comm_all_to_allv (blocking): in holds send_counts[i] elements for rank i, packed in
  * group order; out receives recv_counts[i] from rank i, packed likewise. Counted as the bytes
  * this rank sends (nccl-tests' all-to-all size: the send buffer), whatever goes to itself
  * included. Over a group of one, recv[0] = send[0] and out gets in (copied unless out == in),

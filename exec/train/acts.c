@@ -15,7 +15,7 @@ int exec_acts_init(ExecActs *X, const ExecCtx *c, const ModelAction *actions, in
     memset(X, 0, sizeof *X);
     const int v = c->d.v;
     model_schedule_live(actions, n, v, &X->n_slots, X->n_xslots);
-    X->acts = exec_zalloc((size_t)X->n_slots * (size_t)c->g.cl, sizeof *X->acts);
+    X->acts = exec_zalloc((size_t)v * (size_t)X->n_slots * (size_t)c->g.cl, sizeof *X->acts);
     X->slot_busy = exec_zalloc((size_t)X->n_slots, sizeof *X->slot_busy);
     if (!X->acts || !X->slot_busy)
         return px_fail(err, PX_ERUNTIME, "out of memory for the activation pools");
@@ -111,13 +111,48 @@ static int sizing_chunk(const ExecCtx *c, const ModelTensorTable *tt)
     return sz;
 }
 
-/* Each tensor's copies side by side, larger elements first so that nothing needs padding. The
- * table lists every chunk's layers; the sizing chunk's tensors size the shared slots and the
- * other chunks' (as many layers or fewer) are only checked against the model's. */
+/* Checks a per-micro-batch tensor of the table against what the trainer keeps: *fi its place
+ * in a layer set (a layer's or MoE layer's activation) or -1 for a chunk's extras. */
+static int check_act(const ExecCtx *c, const ModelTensor *t, int *fi, PxError *err)
+{
+    const int j = t->chunk;
+    if (j < 0 || j >= c->d.v)
+        return exec_bind_unused(t, err);
+    const int moe_act = t->role >= MODEL_TR_ROUTER_PROBS && t->role <= MODEL_TR_EXP_OUT;
+    const int layer_act = moe_act || (t->role >= MODEL_TR_LN1_IN && t->role <= MODEL_TR_MLP_DROP_MASK);
+    const int extra = t->role >= MODEL_TR_EMBED_DROP_MASK && t->role <= MODEL_TR_LOSS_PROBS;
+    *fi = moe_act ? MODEL_LAYER_ACTS + (int)(t->role - MODEL_TR_ROUTER_PROBS)
+          : layer_act ? (int)(t->role - MODEL_TR_LN1_IN)
+                      : -1;
+    if (layer_act) {
+        ModelLayerAct f[MODEL_LAYER_ACTS + MODEL_MOE_ACTS];
+        const int li = t->layer - c->g.chunk_l0[j]; /* the layer's place in its chunk */
+        layer_acts(c, t->layer, f);
+        if (li < 0 || li >= c->g.chunk_cl[j] || !f[*fi].saved || f[*fi].numel != t->numel)
+            return exec_bind_unused(t, err);
+        if (t->dtype != f[*fi].dtype)
+            return px_fail(err, PX_ERUNTIME, "tensor %s is %s but model_layer_acts says %s",
+                           t->name, px_dtype_name(t->dtype), px_dtype_name(f[*fi].dtype));
+    } else if (extra) {
+        if (t->dtype != extra_dtype(c, t->role))
+            return px_fail(err, PX_ERUNTIME, "tensor %s is %s but the trainer keeps it in %s",
+                           t->name, px_dtype_name(t->dtype), px_dtype_name(extra_dtype(c, t->role)));
+    } else {
+        return exec_bind_unused(t, err);
+    }
+    return PX_OK;
+}
+
+/* Slot by slot within each element size, larger elements first so that nothing needs padding:
+ * a slot's part of that size is the sizing chunk's layers' tensors of it, and every chunk's
+ * layers are carved from the same bytes (a chunk of other layers, a dense layer beside a MoE
+ * one, lays its tensors out its own way in them: one layout for all would need each tensor's
+ * largest). The chunks' extras are each tensor's copies side by side. The table lists every
+ * chunk's layers. */
 int exec_acts_bind(ExecActs *X, const ExecCtx *c, const ModelTensorTable *tt, ExecArena *arena,
                    int pass, PxError *err)
 {
-    const int cl = c->g.cl, sz = sizing_chunk(c, tt);
+    const int cl = c->g.cl, sz = sizing_chunk(c, tt), v = c->d.v;
     ModelLayerAct f[MODEL_LAYER_ACTS + MODEL_MOE_ACTS];
     if (c->g.chunk_cl[sz] != cl)
         return px_fail(err, PX_ERUNTIME,
@@ -125,75 +160,69 @@ int exec_acts_bind(ExecActs *X, const ExecCtx *c, const ModelTensorTable *tt, Ex
                        "%d: model/ and exec/ disagree on the activation slots",
                        sz, c->g.chunk_cl[sz], cl);
     X->slot_bytes = 0;
-    for (int j = 0; j < c->d.v; j++)
+    for (int j = 0; j < v; j++)
         X->xslot_bytes[j] = 0;
+    int rc, fi;
     for (int es = 8; es >= 1; es /= 2) {
+        uint64_t part = 0; /* a slot's bytes of elements of es bytes: the sizing chunk's */
         for (int i = 0; i < tt->count; i++) {
             const ModelTensor *t = &tt->t[i];
             if (!t->per_microbatch || px_dtype_bytes(t->dtype) != (size_t)es)
                 continue;
+            if ((rc = check_act(c, t, &fi, err)))
+                return rc;
+            if (fi >= 0 && t->chunk == sz)
+                part += t->bytes;
+        }
+        X->slot_bytes += part;
+        uint8_t *base = exec_arena_carve(arena, (uint64_t)X->n_slots * part, (size_t)es);
+        uint64_t used[EXEC_MAX_CHUNKS] = {0}; /* each chunk's bytes of the part so far */
+        for (int i = 0; i < tt->count; i++) {
+            const ModelTensor *t = &tt->t[i];
+            if (!t->per_microbatch || px_dtype_bytes(t->dtype) != (size_t)es)
+                continue;
+            (void)check_act(c, t, &fi, err); /* checked above */
             const int j = t->chunk;
-            if (j < 0 || j >= c->d.v)
-                return exec_bind_unused(t, err);
-            const int moe_act = t->role >= MODEL_TR_ROUTER_PROBS && t->role <= MODEL_TR_EXP_OUT;
-            const int layer_act =
-                moe_act || (t->role >= MODEL_TR_LN1_IN && t->role <= MODEL_TR_MLP_DROP_MASK);
-            const int extra = t->role >= MODEL_TR_EMBED_DROP_MASK && t->role <= MODEL_TR_LOSS_PROBS;
-            const int fi = moe_act     ? MODEL_LAYER_ACTS + (int)(t->role - MODEL_TR_ROUTER_PROBS)
-                           : layer_act ? (int)(t->role - MODEL_TR_LN1_IN)
-                                       : -1;
-            const int li = t->layer - c->g.chunk_l0[j]; /* the layer's place in its chunk */
-            if (layer_act) {
-                layer_acts(c, t->layer, f);
-                if (li < 0 || li >= c->g.chunk_cl[j] || !f[fi].saved || f[fi].numel != t->numel)
-                    return exec_bind_unused(t, err);
-                if (t->dtype != f[fi].dtype)
-                    return px_fail(err, PX_ERUNTIME, "tensor %s is %s but model_layer_acts says %s",
-                                   t->name, px_dtype_name(t->dtype), px_dtype_name(f[fi].dtype));
-                if (j != sz)
-                    continue; /* the sizing chunk's layers size the shared slots */
-                X->slot_bytes += t->bytes;
-            } else if (extra) {
-                if (t->dtype != extra_dtype(c, t->role))
-                    return px_fail(err, PX_ERUNTIME, "tensor %s is %s but the trainer keeps it in %s",
-                                   t->name, px_dtype_name(t->dtype),
-                                   px_dtype_name(extra_dtype(c, t->role)));
+            if (fi < 0) {
                 X->xslot_bytes[j] += t->bytes;
-            } else {
-                return exec_bind_unused(t, err);
+                for (int k = 0; k < X->n_xslots[j]; k++) {
+                    void *p = exec_arena_carve(arena, t->bytes, (size_t)es);
+                    if (pass)
+                        X->xacts[j][k].t[t->role - MODEL_TR_EMBED_DROP_MASK] = p;
+                }
+                continue;
             }
-            const int copies = layer_act ? X->n_slots : X->n_xslots[j];
-            for (int k = 0; k < copies; k++) {
-                void *p = exec_arena_carve(arena, t->bytes, (size_t)es);
-                if (!pass)
-                    continue;
-                if (layer_act)
-                    X->acts[(size_t)k * cl + li].t[fi] = p;
-                else
-                    X->xacts[j][k].t[t->role - MODEL_TR_EMBED_DROP_MASK] = p;
-            }
+            if (used[j] + t->bytes > part)
+                return px_fail(err, PX_ERUNTIME,
+                               "local chunk %d's activations of %d-byte elements need more than "
+                               "the %llu bytes of the sizing chunk's: model/ and exec/ disagree "
+                               "on the activation slots",
+                               j, es, (unsigned long long)part);
+            const int li = t->layer - c->g.chunk_l0[j];
+            for (int k = 0; pass && base && k < X->n_slots; k++)
+                X->acts[((size_t)j * (size_t)X->n_slots + (size_t)k) * (size_t)cl + (size_t)li]
+                    .t[fi] = base + (uint64_t)k * part + used[j];
+            used[j] += t->bytes;
         }
     }
     if (!pass)
         return PX_OK;
-    /* every slot's layers: what is not saved lives in ws.recompute */
-    for (int k = 0; k < X->n_slots; k++)
-        for (int li = 0; li < cl; li++) {
-            const int l = c->g.chunk_l0[sz] + li;
-            layer_acts(c, l, f);
-            const ExecLayerActs *region =
-                c->d.moe && model_layer_is_moe(&c->spec.model, l) ? &X->region_moe : &X->region;
-            for (int i = 0; i < MODEL_LAYER_ACTS + MODEL_MOE_ACTS; i++) {
-                ExecLayerActs *a = &X->acts[(size_t)k * cl + li];
-                if (f[i].present && !a->t[i]) {
-                    if (!(a->t[i] = region->t[i]))
+    /* every chunk's slots' layers: what is not saved lives in ws.recompute */
+    for (int j = 0; j < v; j++)
+        for (int k = 0; k < X->n_slots; k++)
+            for (int li = 0; li < c->g.chunk_cl[j]; li++) {
+                const int l = c->g.chunk_l0[j] + li;
+                layer_acts(c, l, f);
+                const ExecLayerActs *region =
+                    c->d.moe && model_layer_is_moe(&c->spec.model, l) ? &X->region_moe : &X->region;
+                ExecLayerActs *a = &X->acts[((size_t)j * (size_t)X->n_slots + (size_t)k) * (size_t)cl + (size_t)li];
+                for (int i = 0; i < MODEL_LAYER_ACTS + MODEL_MOE_ACTS; i++)
+                    if (f[i].present && !a->t[i] && !(a->t[i] = region->t[i]))
                         return px_fail(err, PX_ERUNTIME,
                                        "a layer's %s is neither saved nor in ws.recompute: model/ "
                                        "and exec/ disagree",
                                        f[i].suffix);
-                }
             }
-        }
     for (int j = 0; j < c->d.v; j++) {
         const int g = c->g.chunk_g[j];
         for (int k = 0; k < X->n_xslots[j]; k++) {
@@ -254,9 +283,9 @@ void exec_acts_reset(ExecActs *X, int j)
     X->xlive[j] = 0;
 }
 
-ExecLayerActs *exec_acts_layers(const ExecActs *X, const ExecCtx *c, int slot)
+ExecLayerActs *exec_acts_layers(const ExecActs *X, const ExecCtx *c, int j, int slot)
 {
-    return &X->acts[(size_t)slot * c->g.cl];
+    return &X->acts[((size_t)j * (size_t)X->n_slots + (size_t)slot) * (size_t)c->g.cl];
 }
 
 ExecHeadActs *exec_acts_extras(const ExecActs *X, int j, int xslot)

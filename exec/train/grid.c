@@ -14,8 +14,8 @@ void exec_grid_init(ExecGrid *g, const ModelSpec *s, const ModelDims *d, int ran
     g->world = world;
     model_rank_coords(l, rank, &g->tp_rank, &g->cp_rank, &g->dp_rank, &g->stage);
     g->zero_n = d->zero_group;
-    int etp_rank, pp_rank;
-    model_expert_coords(l, rank, &etp_rank, &g->ep_rank, &g->edp_rank, &pp_rank);
+    int pp_rank;
+    model_expert_coords(l, rank, &g->etp_rank, &g->ep_rank, &g->edp_rank, &pp_rank);
     /* HSDP: dp rank = shard + dp_shard x replica; the ZeRO group is one replica's dp_shard x cp */
     g->dp_replica = g->dp_rank / d->dp_shard;
     g->zero_rank = g->cp_rank + l->cp * (g->dp_rank % d->dp_shard);

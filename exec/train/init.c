@@ -84,7 +84,15 @@ static int64_t full_row(const ExecCtx *x, const ExecParam *p, int64_t row)
         return row < f ? tp * f + row : full + tp * f + (row - f);
     }
     case EXEC_MAP_EXPERTS:
+    case EXEC_MAP_EXPERTS_FC2: /* whole rows of this rank's experts, a slice of columns */
         return (int64_t)x->g.ep_rank * p->rows + row;
+    case EXEC_MAP_EXPERTS_FC1: {
+        /* local expert l's rows: its gate slice, then its up slice, of an expert's 2 F */
+        const int64_t f = d->eff_loc, fo = d->eff_out_loc, F = c->moe.expert_ffn;
+        const int64_t e = (int64_t)x->g.ep_rank * d->experts_loc + row / fo, r = row % fo;
+        const int64_t at = x->g.etp_rank * f;
+        return e * 2 * F + (r < f ? at + r : F + at + (r - f));
+    }
     case EXEC_MAP_ROWS:
         return tp * p->rows + row;
     default:
@@ -111,7 +119,9 @@ static void init_range(const ExecCtx *x, const ExecParam *p, uint64_t lo, uint64
     const double std = out_proj ? 0.02 / sqrt(2.0 * c->layers) : 0.02;
     const uint64_t key = exec_hash_name(x->spec.job.seed, p->init_name);
     const uint64_t cols = (uint64_t)p->cols;
-    const uint64_t full_cols = p->map == EXEC_MAP_COLS ? cols * (uint64_t)x->d.t : cols;
+    const uint64_t full_cols = p->map == EXEC_MAP_COLS          ? cols * (uint64_t)x->d.t
+                               : p->map == EXEC_MAP_EXPERTS_FC2 ? cols * (uint64_t)x->d.etp
+                                                                : cols;
     /* one local row at a time: a contiguous run of the full tensor */
     for (uint64_t e = lo; e < hi;) {
         const uint64_t row = e / cols, col = e % cols;
@@ -127,6 +137,8 @@ static void init_range(const ExecCtx *x, const ExecParam *p, uint64_t lo, uint64
             uint64_t start = (uint64_t)fr * full_cols + col;
             if (p->map == EXEC_MAP_COLS)
                 start += (uint64_t)x->g.tp_rank * cols;
+            else if (p->map == EXEC_MAP_EXPERTS_FC2)
+                start += (uint64_t)x->g.etp_rank * cols;
             fill_normal(dst + (e - lo), key, start, n, std);
         }
         e += n;

@@ -58,6 +58,8 @@ typedef struct {
     int stage, tp_rank, cp_rank, dp_rank;
     int ep_rank, edp_rank;    /* place among the expert-parallel and expert-data-parallel ranks
                                  (model_expert_coords) */
+    int etp_rank;             /* place among the expert-tensor-parallel ranks: the slice of each
+                                 local expert's width this rank holds */
     int zero_rank, zero_n;    /* place in the dp_shard x cp group that shards ZeRO state, its size */
     int dp_replica;           /* HSDP: which of the dp_replicate replicas of the ZeRO state (0
                                  without it) */
@@ -161,8 +163,10 @@ typedef enum {
     EXEC_MAP_ROWS,     /* a row slice: rows tp * rows_local ... (fc1 of GeLU, vocabulary) */
     EXEC_MAP_SWIGLU,   /* rows [gate slice | up slice] */
     EXEC_MAP_COLS,     /* a column slice (row-parallel attention projection, fc2) */
-    EXEC_MAP_EXPERTS   /* a MoE layer's routed experts: rows ep * rows_local ... (this rank's
+    EXEC_MAP_EXPERTS,  /* a MoE layer's routed experts: rows ep * rows_local ... (this rank's
                           experts, whole: etp 1) */
+    EXEC_MAP_EXPERTS_FC1, /* etp > 1: this rank's experts, each its [gate | up] slice of rows */
+    EXEC_MAP_EXPERTS_FC2  /* etp > 1: this rank's experts, each its slice of columns */
 } ExecMap;
 
 /* One parameter: its place in its block, how it is initialized and counted, where it is. */
@@ -295,7 +299,7 @@ typedef struct {
 typedef struct ExecActs {
     int n_slots;              /* layer sets (cl layers each) alive at once */
     int n_xslots[EXEC_MAX_CHUNKS]; /* per chunk: its extras' sets alive at once */
-    ExecLayerActs *acts;      /* [n_slots][cl] */
+    ExecLayerActs *acts;      /* [v][n_slots][cl]: each chunk's views of the same slots */
     ExecHeadActs *xacts[EXEC_MAX_CHUNKS]; /* [v][n_xslots[j]] */
     ExecLayerActs region;     /* the parts of a layer that live in ws.recompute */
     ExecLayerActs region_moe; /* a MoE layer's (its router's and experts' too: full recompute) */
@@ -318,8 +322,8 @@ int exec_acts_region(ExecActs *X, const ExecCtx *c, uint8_t *base, uint64_t byte
  * forward; PX_ERUNTIME when the schedule holds more sets than counted. */
 int exec_acts_acquire(ExecActs *X, int j, int *slot, int *xslot, PxError *err);
 void exec_acts_release(ExecActs *X, int j, int slot, int xslot);
-/* The slot's layer sets and the chunk's extras of an xslot. */
-ExecLayerActs *exec_acts_layers(const ExecActs *X, const ExecCtx *c, int slot);
+/* Chunk j's layer sets in the slot and the chunk's extras of an xslot. */
+ExecLayerActs *exec_acts_layers(const ExecActs *X, const ExecCtx *c, int j, int slot);
 ExecHeadActs *exec_acts_extras(const ExecActs *X, int j, int xslot);
 /* Forward-only passes: one slot serves every micro-batch in turn. */
 void exec_acts_reset(ExecActs *X, int j);
@@ -688,10 +692,16 @@ typedef struct {
 /* The host side of the exchanges (sized at init) and the per-expert token counts of a step. */
 typedef struct ExecMoe {
     int E, ep, L, layers, m;
+    int etp, etp_rank; /* expert tensor parallelism: each local expert's width over etp ranks */
     int *index;    /* [model layers]: a MoE layer's place among the model's MoE layers, or -1 */
     int64_t *cnt;  /* [E] this rank's copies routed to each expert */
     float *cntf;   /* [E] the same as the device counts them */
-    int64_t *send, *recv, *blk, *one_s, *one_r; /* [ep], [ep], [ep*L], [ep], [ep] */
+    /* [ep], [ep], [etp*ep*L], [max(ep, etp)] twice: blk[(i * ep + j) * L + l] the rows source j
+     * sends local expert l of etp rank i (this rank's own at i = etp_rank) */
+    int64_t *send, *recv, *blk, *one_s, *one_r;
+    int64_t pad; /* etp > 1: the rows each etp rank's part of the gathered buffer holds (the
+                    largest part, at least the plan's routed / etp) */
+    int64_t rows_real; /* etp > 1: the rows the etp group received, unpadded */
     double *tokens_per_expert; /* [layers][E]: copies this rank routed this step */
     float *gcount; /* [layers][m][E]: the micro-batch's counts over its whole sequence (SP:
                       summed over TP), kept from the forward for the aux loss's backward */

@@ -21,7 +21,10 @@ int exec_moe_init(ExecMoe *M, const ExecCtx *c, PxError *err)
     M->E = E;
     M->ep = ep;
     M->L = E / ep;
+    M->etp = c->d.etp > 1 ? c->d.etp : 1;
+    M->etp_rank = M->etp > 1 ? c->g.etp_rank : 0;
     M->m = c->d.m;
+    const size_t wide = (size_t)(ep > M->etp ? ep : M->etp);
     M->index = exec_zalloc((size_t)cfg->layers, sizeof *M->index);
     if (M->index)
         for (int l = 0; l < cfg->layers; l++)
@@ -31,9 +34,9 @@ int exec_moe_init(ExecMoe *M, const ExecCtx *c, PxError *err)
     M->cntf = exec_zalloc((size_t)E, sizeof *M->cntf);
     M->send = exec_zalloc((size_t)ep, sizeof *M->send);
     M->recv = exec_zalloc((size_t)ep, sizeof *M->recv);
-    M->blk = exec_zalloc((size_t)ep * (size_t)M->L, sizeof *M->blk);
-    M->one_s = exec_zalloc((size_t)ep, sizeof *M->one_s);
-    M->one_r = exec_zalloc((size_t)ep, sizeof *M->one_r);
+    M->blk = exec_zalloc((size_t)M->etp * (size_t)ep * (size_t)M->L, sizeof *M->blk);
+    M->one_s = exec_zalloc(wide, sizeof *M->one_s);
+    M->one_r = exec_zalloc(wide, sizeof *M->one_r);
     M->tokens_per_expert = exec_zalloc(nl * (size_t)E, sizeof *M->tokens_per_expert);
     M->gcount = exec_zalloc(nl * (size_t)(M->m > 0 ? M->m : 1) * (size_t)E, sizeof *M->gcount);
     const size_t nslots = nl * (size_t)(M->m > 0 ? M->m : 1);
@@ -164,13 +167,22 @@ static int need_op(const ExecLayerRun *r, ModelOpRole role, int l, int chunk, Mo
  * all-reduce (want_ar) and the dispatch and combine all-to-alls (ep > 1); -1 where absent. */
 typedef struct {
     int mm, perm, comb, fc1, act, fc2, ar, disp, back;
+    int ag, rs; /* etp > 1: the gather of the experts' rows over etp, and its reduce-scatter */
 } MoeOps;
 
 static int find_ops(const ExecLayerRun *r, int l, int chunk, ModelPhase ph, int want_ar, int ep,
-                    MoeOps *o, PxError *err)
+                    int etp, MoeOps *o, PxError *err)
 {
-    o->ar = o->disp = o->back = -1;
+    o->ar = o->disp = o->back = o->ag = o->rs = -1;
     int rc;
+    /* the gather sits on the experts' input side: the dispatch forward, the combine backward */
+    const ModelOpRole in_side = ph == MODEL_BWD ? MODEL_OPR_COMBINE : MODEL_OPR_DISPATCH;
+    const ModelOpRole out_side = ph == MODEL_BWD ? MODEL_OPR_DISPATCH : MODEL_OPR_COMBINE;
+    if (etp > 1 &&
+        ((rc = need_op(r, in_side, l, chunk, ph, MODEL_OP_COMM, MODEL_ETP_ALL_GATHER, &o->ag, err)) ||
+         (rc = need_op(r, out_side, l, chunk, ph, MODEL_OP_COMM, MODEL_ETP_REDUCE_SCATTER, &o->rs,
+                       err))))
+        return rc;
     if ((rc = need_op(r, MODEL_OPR_ROUTER, l, chunk, ph, MODEL_OP_MATMUL, MODEL_COMM_COUNT, &o->mm,
                       err)) ||
         (rc = need_op(r, MODEL_OPR_ROUTER, l, chunk, ph, MODEL_OP_PERMUTE, MODEL_COMM_COUNT,
@@ -214,9 +226,41 @@ static void local_counts(ExecMoe *M, const ExecCtx *c, const float *cnt_dev)
     }
 }
 
+/* etp > 1: every etp rank's counts (blk's other parts), one exchange per (source, expert) as
+ * for ep, and the rows of the gathered buffer: etp parts of M->pad rows each (*total). The
+ * parts are padded to the plan's routed / etp at least, so that the all-gather and the
+ * reduce-scatter move the buffer the plan priced (Megatron-Core's gather of the experts' rows
+ * over etp). */
+static int exchange_etp(ExecMoe *M, const ExecCtx *c, int64_t *total, PxError *err)
+{
+    const int n = M->ep * M->L, me = M->etp_rank;
+    for (int x = 0; x < n; x++) {
+        for (int i = 0; i < M->etp; i++)
+            M->one_s[i] = M->blk[me * n + x];
+        int rc = comm_all_to_all_counts(c->comm, M->one_s, M->one_r, MODEL_ETP_ALL_GATHER, err);
+        if (rc)
+            return rc;
+        for (int i = 0; i < M->etp; i++)
+            M->blk[i * n + x] = i == me ? M->blk[me * n + x] : M->one_r[i];
+    }
+    int64_t pad = c->d.routed / M->etp;
+    M->rows_real = 0;
+    for (int i = 0; i < M->etp; i++) {
+        int64_t part = 0;
+        for (int x = 0; x < n; x++)
+            part += M->blk[i * n + x];
+        pad = part > pad ? part : pad;
+        M->rows_real += part;
+    }
+    M->pad = pad;
+    *total = pad * M->etp;
+    return PX_OK;
+}
+
 static int exchange_counts(ExecMoe *M, const ExecCtx *c, int64_t *total, PxError *err)
 {
     const int ep = M->ep, L = M->L;
+    int64_t *blk = M->blk + (size_t)M->etp_rank * (size_t)ep * (size_t)L; /* this rank's part */
     for (int j = 0; j < ep; j++)
         M->recv[j] = 0;
     for (int l = 0; l < L; l++) {
@@ -228,7 +272,7 @@ static int exchange_counts(ExecMoe *M, const ExecCtx *c, int64_t *total, PxError
         if (rc)
             return rc;
         for (int j = 0; j < ep; j++) {
-            M->blk[j * L + l] = M->one_r[j];
+            blk[j * L + l] = M->one_r[j];
             M->recv[j] += M->one_r[j];
         }
     }
@@ -236,7 +280,7 @@ static int exchange_counts(ExecMoe *M, const ExecCtx *c, int64_t *total, PxError
     for (int j = 0; j < ep; j++)
         t += M->recv[j];
     *total = t;
-    return PX_OK;
+    return M->etp > 1 ? exchange_etp(M, c, total, err) : PX_OK;
 }
 
 /* Dropless routing: rows are rounded up to this many when a buffer grows, so that a routing
@@ -294,8 +338,9 @@ static int fit_rows(ExecMoe *M, const ExecCtx *c, int layer, int mb, int64_t t, 
                     PxError *err)
 {
     const int li = M->index[layer];
-    if (t > M->rows_max[li])
-        M->rows_max[li] = t;
+    const int64_t took = M->etp > 1 ? M->rows_real : t; /* not the etp parts' padding */
+    if (took > M->rows_max[li])
+        M->rows_max[li] = took;
     if (t <= c->d.routed)
         return PX_OK;
     if (v->f1 || v->f2)
@@ -318,7 +363,8 @@ static int fit_rows(ExecMoe *M, const ExecCtx *c, int layer, int mb, int64_t t, 
     if (t > M->scratch_rows) {
         const int64_t n = grown_rows(t);
         const size_t was = (size_t)M->scratch_rows * h * ab, now = (size_t)n * h * ab;
-        if ((M->ep > 1 && (rc = regrow(M, &M->ep_recv, was, now, MODEL_COMM_BUFFERS, li, err))) ||
+        if ((M->ep * M->etp > 1 &&
+             (rc = regrow(M, &M->ep_recv, was, now, MODEL_COMM_BUFFERS, li, err))) ||
             (rc = regrow(M, &M->ws_dx, was, now, MODEL_WORKSPACE, li, err)))
             return rc;
         M->scratch_rows = n;
@@ -328,26 +374,32 @@ static int fit_rows(ExecMoe *M, const ExecCtx *c, int layer, int mb, int64_t t, 
     v->exp_in = base;
     v->exp_act_in = base + n * h * ab;
     v->exp_fc2_in = base + n * (h + (size_t)c->d.eff_out_loc) * ab;
-    if (M->ep > 1)
+    if (M->ep * M->etp > 1)
         v->ep_recv = M->ep_recv;
     v->ws_dx = M->ws_dx;
     return PX_OK;
 }
 
-/* Rows of h elements between source-major ([j][l]) and expert-major ([l][j]) order. */
+/* Rows of h elements between source-major ([j][l]) and expert-major ([l][j]) order; with
+ * etp > 1 the sources are every etp rank's ep sources, each etp rank's rows a part of M->pad
+ * rows of the gathered buffer. */
 static void sort_blocks(const ExecMoe *M, const ExecCtx *c, void *dst, const void *src, int h,
                         int to_expert_major)
 {
     const size_t row = (size_t)h * c->ab;
+    const int S = M->etp * M->ep; /* sources: (etp rank, ep rank), the etp rank slower */
     size_t so = 0;
-    for (int j = 0; j < M->ep; j++)
+    for (int j = 0; j < S; j++)
         for (int l = 0; l < M->L; l++) {
+            /* etp > 1: each etp rank's part of the gathered buffer starts at its pad */
+            if (M->etp > 1 && j % M->ep == 0 && l == 0)
+                so = (size_t)(j / M->ep) * (size_t)M->pad;
             const int64_t n = M->blk[j * M->L + l];
             /* the block's place in expert-major order: the rows of experts before l, then of
              * sources before j for expert l */
             size_t eo = 0;
             for (int l2 = 0; l2 < M->L; l2++)
-                for (int j2 = 0; j2 < M->ep; j2++)
+                for (int j2 = 0; j2 < S; j2++)
                     if (l2 < l || (l2 == l && j2 < j))
                         eo += (size_t)M->blk[j2 * M->L + l2];
             if (n > 0) {
@@ -367,7 +419,7 @@ static int64_t expert_rows(const ExecMoe *M, int l, int64_t *off)
 {
     int64_t o = 0, n = 0;
     for (int l2 = 0; l2 <= l; l2++)
-        for (int j = 0; j < M->ep; j++) {
+        for (int j = 0; j < M->etp * M->ep; j++) {
             if (l2 < l)
                 o += M->blk[j * M->L + l2];
             else
@@ -532,6 +584,76 @@ static void experts_bwd(const ExecMoe *M, const ExecLayerRun *r, const MoeOps *o
     op_close(r, ops->fc1);
 }
 
+/* The routed rows to the experts, after the counts: the all-to-all over ep (ep_send, source
+ * order) into this rank's part of ep_recv, and with etp > 1 the gather of every etp rank's
+ * part (Megatron-Core's expert tensor parallelism: each etp rank holds a slice of every local
+ * expert's width and takes every row its etp group received); then sorted into expert order
+ * in *dst: the experts' input (forward; ws.fp8 under FP8) or their output gradient, ws_dx
+ * (backward). Without ep and etp the rows are in *dst already. v: fit_rows may move it. */
+static int to_experts(ExecMoe *M, const ExecLayerRun *r, const MoeOps *ops, int layer, int mb,
+                      ExecMoeViews *v, int bwd, void **dst, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const int h = c->d.h, a2a = bwd ? ops->back : ops->disp;
+    if (a2a >= 0)
+        op_open(r, a2a);
+    int64_t rows = 0;
+    int rc = exchange_counts(M, c, &rows, err);
+    if (!rc)
+        rc = fit_rows(M, c, layer, mb, rows, v, err);
+    *dst = bwd ? v->ws_dx : v->f1 ? r->fp8->act : v->exp_in;
+    void *own = EXEC_AT(v->ep_recv, (size_t)M->etp_rank * (size_t)M->pad * (size_t)h, c->ab);
+    if (!rc && (M->ep > 1 || M->etp > 1)) {
+        rc = rows_a2a(M, c, own, M->recv, v->ep_send, M->send, err);
+        if (!rc && M->etp == 1)
+            sort_blocks(M, c, *dst, v->ep_recv, h, 1);
+    }
+    if (a2a >= 0)
+        op_close(r, a2a);
+    if (!rc && M->etp > 1) {
+        op_open(r, ops->ag);
+        rc = comm_all_gather(c->comm, v->ep_recv, own, (size_t)M->pad * (size_t)h, c->act,
+                             MODEL_ETP_ALL_GATHER, NULL, err);
+        if (!rc)
+            sort_blocks(M, c, *dst, v->ep_recv, h, 1);
+        op_close(r, ops->ag);
+    }
+    return rc;
+}
+
+/* The experts' rows (src, expert order) home: with etp > 1 sorted back into the gathered
+ * buffer's parts and reduce-scattered over etp (each etp rank's partial sums of its own rows
+ * added up), then the all-to-all over ep into dst (source order): the combine's input
+ * (forward) or the permutation's gradient, ep_send (backward). */
+static int from_experts(ExecMoe *M, const ExecLayerRun *r, const MoeOps *ops,
+                        const ExecMoeViews *v, int bwd, const void *src, void *dst, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const int h = c->d.h, a2a = bwd ? ops->disp : ops->back;
+    int rc = PX_OK;
+    const void *home = v->ep_recv;
+    if (M->etp > 1) {
+        op_open(r, ops->rs);
+        sort_blocks(M, c, v->ep_recv, src, h, 0);
+        rc = comm_reduce_scatter(c->comm, v->ep_recv, v->ep_recv, (size_t)M->pad * (size_t)h,
+                                 c->act, MODEL_ETP_REDUCE_SCATTER, NULL, err);
+        op_close(r, ops->rs);
+        if (rc)
+            return rc;
+    }
+    if (a2a >= 0)
+        op_open(r, a2a);
+    if (M->etp == 1) {
+        void *scratch = src == v->ep_recv ? v->ep_send : v->ep_recv;
+        sort_blocks(M, c, scratch, src, h, 0);
+        home = scratch;
+    }
+    rc = rows_a2a(M, c, dst, M->send, home, M->recv, err);
+    if (a2a >= 0)
+        op_close(r, a2a);
+    return rc;
+}
+
 int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer, ModelPhase phase,
                      const ExecMoeViews *v_plan, void *y, const void *x, long long first_seq,
                      int mb, double loss_weight, PxError *err)
@@ -548,7 +670,8 @@ int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer, Mo
     const int again = phase == MODEL_RECOMPUTE; /* counted in the forward already */
     int rc;
     MoeOps ops;
-    if ((rc = find_ops(r, layer, chunk, ph, exec_sp_on(c) && mo->aux_loss_coeff > 0, ep, &ops, err)))
+    if ((rc = find_ops(r, layer, chunk, ph, exec_sp_on(c) && mo->aux_loss_coeff > 0, ep, M->etp,
+                       &ops, err)))
         return rc;
     /* router: fp32 logits into probs, scored in place */
     op_open(r, ops.mm);
@@ -561,7 +684,8 @@ int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer, Mo
      * ws.fp8, whence each expert's rows are quantized into the saved input) */
     ExecFp8 *F = r->fp8;
     void *rows_in = v->f1 ? F->act : v->exp_in;
-    void *send = ep > 1 ? v->ep_send : rows_in;
+    const int moved = ep > 1 || M->etp > 1; /* the rows leave this rank's tokens' order */
+    void *send = moved ? v->ep_send : rows_in;
     op_open(r, ops.perm);
     k->moe_permute(send, v->counts_i, NULL, x, v->idx, N, h, K, E);
     local_counts(M, c, v->counts_f);
@@ -593,35 +717,15 @@ int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer, Mo
             M->aux_sum += aux;
     }
     /* dispatch */
-    if (ep > 1)
-        op_open(r, ops.disp);
-    int64_t rows = 0;
-    rc = exchange_counts(M, c, &rows, err);
-    if (!rc)
-        rc = fit_rows(M, c, layer, mb, rows, v, err);
-    if (!rc && !v->f1)
-        rows_in = v->exp_in;
-    if (!rc && ep > 1) {
-        rc = rows_a2a(M, c, v->ep_recv, M->recv, v->ep_send, M->send, err);
-        if (!rc)
-            sort_blocks(M, c, rows_in, v->ep_recv, h, 1);
-    }
-    if (ep > 1)
-        op_close(r, ops.disp);
-    if (rc)
+    if ((rc = to_experts(M, r, &ops, layer, mb, v, 0, &rows_in, err)))
         return rc;
-    /* the experts, out in expert order (ep_recv, or without ep the combine's input itself) */
-    void *eout = ep > 1 ? v->ep_recv : v->exp_out;
+    /* the experts, out in expert order (etp: ws_dx, free until the backward; ep: ep_recv;
+     * neither: the combine's input itself) */
+    void *eout = M->etp > 1 ? v->ws_dx : ep > 1 ? v->ep_recv : v->exp_out;
     experts_fwd(M, r, &ops, v, rows_in, eout, phase == MODEL_FWD);
     /* combine: back to source-major, home, and the weighted sum */
-    if (ep > 1) {
-        op_open(r, ops.back);
-        sort_blocks(M, c, v->ep_send, v->ep_recv, h, 0);
-        rc = rows_a2a(M, c, v->exp_out, M->send, v->ep_send, M->recv, err);
-        op_close(r, ops.back);
-        if (rc)
-            return rc;
-    }
+    if (moved && (rc = from_experts(M, r, &ops, v, 0, eout, v->exp_out, err)))
+        return rc;
     op_open(r, ops.comb);
     k->moe_unpermute(y, v->exp_out, v->w, v->idx, N, h, K, E);
     op_close(r, ops.comb);
@@ -643,7 +747,7 @@ int exec_moe_backward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer,
     const ModelPhase ph = MODEL_BWD;
     int rc;
     MoeOps ops;
-    if ((rc = find_ops(r, layer, chunk, ph, 0, ep, &ops, err)))
+    if ((rc = find_ops(r, layer, chunk, ph, 0, ep, M->etp, &ops, err)))
         return rc;
     /* ZeRO-2/3: the experts' block has the gradient bucket first (the layer's block has
      * written nothing yet this micro-batch), is reduced once its weight gradients are done, and
@@ -651,39 +755,24 @@ int exec_moe_backward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer,
     const int xb = r->P->expert_block[layer];
     exec_zero_bucket_clear(r->Z, c, r->P, xb);
     /* combine's backward: each copy's gradient (in expert order) and the weights' */
-    void *dcopies = ep > 1 ? v->ep_send : v->ws_dx;
+    const int moved = ep > 1 || M->etp > 1;
+    void *dcopies = moved ? v->ep_send : v->ws_dx;
     op_open(r, ops.comb);
     k->moe_unpermute_bwd(dcopies, v->dw, dy, v->exp_out, v->w, v->idx, N, h, K, E);
     /* the forward's counts again, from idx */
     k->moe_counts(v->counts_f, v->idx, N, K, E);
     local_counts(M, c, v->counts_f);
     op_close(r, ops.comb);
-    int64_t rows = 0;
-    if (ep > 1)
-        op_open(r, ops.back);
-    rc = exchange_counts(M, c, &rows, err);
-    if (!rc)
-        rc = fit_rows(M, c, layer, mb, rows, v, err);
-    if (!rc && ep > 1) {
-        rc = rows_a2a(M, c, v->ep_recv, M->recv, v->ep_send, M->send, err);
-        if (!rc)
-            sort_blocks(M, c, v->ws_dx, v->ep_recv, h, 1);
-    }
-    if (ep > 1)
-        op_close(r, ops.back);
-    if (rc)
+    void *dout = NULL; /* the rows' output gradients in expert order: ws_dx */
+    if ((rc = to_experts(M, r, &ops, layer, mb, v, 1, &dout, err)))
         return rc;
     experts_bwd(M, r, &ops, v);
     if ((rc = exec_zero_bucket_reduce(r->Z, c, r->P, r->M, xb, err)))
         return rc;
     exec_zero_bucket_clear(r->Z, c, r->P, r->P->layer_block[layer]);
     const void *back = v->ws_dx;
-    if (ep > 1) {
-        op_open(r, ops.disp);
-        sort_blocks(M, c, v->ep_recv, v->ws_dx, h, 0);
-        rc = rows_a2a(M, c, v->ep_send, M->send, v->ep_recv, M->recv, err);
-        op_close(r, ops.disp);
-        if (rc)
+    if (moved) {
+        if ((rc = from_experts(M, r, &ops, v, 1, v->ws_dx, v->ep_send, err)))
             return rc;
         back = v->ep_send;
     }

@@ -170,7 +170,10 @@ static int param_from(ExecParams *P, const ExecCtx *c, const ModelTensor *t, uin
     px_strlcpy(p->init_name, p->tied_copy ? "embed.wte" : t->name, sizeof p->init_name);
     p->map = c->d.t > 1 ? tp_map(t->role, c->spec.model.mlp == MODEL_SWIGLU) : EXEC_MAP_FULL;
     if (is_expert_param(t->role))
-        p->map = c->d.ep > 1 ? EXEC_MAP_EXPERTS : EXEC_MAP_FULL;
+        p->map = c->d.etp > 1 && t->role == MODEL_TR_EXP_FC1_W   ? EXEC_MAP_EXPERTS_FC1
+                 : c->d.etp > 1 && t->role == MODEL_TR_EXP_FC2_W ? EXEC_MAP_EXPERTS_FC2
+                 : c->d.ep > 1                                   ? EXEC_MAP_EXPERTS
+                                                                 : EXEC_MAP_FULL;
     if (t->role == MODEL_TR_WTE)
         P->embed_block = t->block;
     else if (t->role == MODEL_TR_FINAL_LN_W)

@@ -231,7 +231,11 @@ static void summary_ranks(Exec *ex, const cJSON *run)
             uint64_t p = ex->pred.comm[st][k], v = (uint64_t)jnum(by, model_comm_name((ModelComm)k));
             pc += p;
             mc += v;
-            if (free_routing && k == MODEL_EP_ALL_TO_ALL && (v < p || grown))
+            /* the experts' rows: the all-to-all and, with etp > 1, their gather and
+             * reduce-scatter (padded to the plan's buffer, more where an etp rank grew) */
+            const int rows_kind = k == MODEL_EP_ALL_TO_ALL || k == MODEL_ETP_ALL_GATHER ||
+                                  k == MODEL_ETP_REDUCE_SCATTER;
+            if (free_routing && rows_kind && (v < p || grown))
                 comm_bound = 1; /* what the router chose, within the plan's buffers */
             else
                 comm_eq &= p == v;

@@ -48,7 +48,7 @@ static int run_action(Exec *ex, const ExecLayerRun *r, const ModelAction *a, con
     if (!backward) {
         exec_acts_reset(X, j);
         exec_meter_pass_input(&ex->meter);
-        return exec_layers_forward(r, j, a->mb, exec_acts_layers(X, &ex->c, 0),
+        return exec_layers_forward(r, j, a->mb, exec_acts_layers(X, &ex->c, j, 0),
                                    exec_acts_extras(X, j, 0), tok, err);
     }
     if (!a->backward) {
@@ -59,13 +59,13 @@ static int run_action(Exec *ex, const ExecLayerRun *r, const ModelAction *a, con
         S->mb_slot[slot_i] = s;
         S->mb_xslot[slot_i] = x;
         exec_meter_pass_input(&ex->meter);
-        return exec_layers_forward(r, j, a->mb, exec_acts_layers(X, &ex->c, s),
+        return exec_layers_forward(r, j, a->mb, exec_acts_layers(X, &ex->c, j, s),
                                    exec_acts_extras(X, j, x), tok, err);
     }
     const int last = ++S->bwd_done[j] == ex->c.d.m;
     const int s = S->mb_slot[slot_i], x = S->mb_xslot[slot_i];
     exec_meter_pass_input(&ex->meter);
-    int rc = exec_layers_backward(r, j, a->mb, exec_acts_layers(X, &ex->c, s),
+    int rc = exec_layers_backward(r, j, a->mb, exec_acts_layers(X, &ex->c, j, s),
                                   exec_acts_extras(X, j, x), tok, last, err);
     exec_acts_release(X, j, s, x);
     return rc;
