@@ -38,7 +38,8 @@ static const char *moe_limit(const ModelSpec *s, const ModelDims *d)
     const ModelMoe *mo = &s->model.moe;
     return d->etp != 1                 ? "layout.etp must be 1"
            : d->v > 1                  ? "layout.vpp must be 1"
-           : mo->capacity_factor > 0   ? "moe.capacity_factor must be 0 (no token dropping)"
+           : mo->capacity_factor > 0 && d->fp8 != MODEL_FP8_NONE
+               ? "a capacity factor (token dropping) runs with bf16, fp16 or fp32 experts, not FP8"
            : s->model.mlp != MODEL_SWIGLU ? "the experts must be SwiGLU"
            : mo->expert_bias || mo->router_bias || mo->shared_gate
                ? "expert, router biases and the shared gate are not supported"
