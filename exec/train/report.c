@@ -152,7 +152,10 @@ static void print_grown_note(const Exec *ex, const cJSON *run)
 
 static void print_bound_note(const Exec *ex)
 {
-    if (routes_freely(ex))
+    if (ex->moe.capacity > 0)
+        printf("bound: with a capacity factor the all-to-all sends the kept copies only (each "
+               "expert rank pads its rows to capacity itself), at most the plan's padded rows\n");
+    else if (routes_freely(ex))
         printf("bound: the router's own choice moved and computed at most the plan's buffers "
                "(training.moe_imbalance %g); force the balance for exact figures\n",
                ex->c.spec.job.moe_imbalance);
