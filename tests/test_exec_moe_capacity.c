@@ -10,7 +10,8 @@
  *   micro-batch) trains bit-identically to dropless routing, with the router's own choice, and
  *   drops nothing; so does forced balance at 1.5, whose experts' rows are padded (8 copies for
  *   12 places each: the padding's zero rows change no sum); a capacity of 0.5 with the
- *   router's own choice trains otherwise, its rows still the plan's. */
+ *   router's own choice trains otherwise, its rows still the plan's, and full recompute
+ *   (routing and dropping again before each backward) gives its losses bit for bit. */
 #include <math.h>
 #include <string.h>
 
@@ -162,6 +163,17 @@ static void test_no_drop_equivalence(void)
     exec_free(ex);
     CHECK(dropped > 0);
     CHECK(tight[0] != dropless[0]);
+    /* full recompute routes and drops again before each backward: the same bits, the drops
+     * counted once */
+    s.layout.recompute = MODEL_RECOMPUTE_FULL;
+    double again[STEPS];
+    ex = tx_exec(&s);
+    train(ex, again);
+    run = exec_run_to_json(ex);
+    CHECK(cJSON_GetNumberValue(get(get(run, "moe"), "dropped_total")) == dropped);
+    cJSON_Delete(run);
+    exec_free(ex);
+    CHECK(memcmp(again, tight, sizeof again) == 0);
     printf("router's own choice: capacity factor 4 equals dropless bit for bit (%.6f %.6f "
            "%.6f); 0.5 drops %.0f copies (losses %.6f %.6f %.6f)\n",
            roomy[0], roomy[1], roomy[2], dropped, tight[0], tight[1], tight[2]);
