@@ -112,6 +112,13 @@ typedef struct {
 /* Experts one routing call can hold (the permutation's counting sort keeps them on the stack). */
 enum { KERN_MOE_MAX_EXPERTS = 1024 };
 
+/* A copy dropped by an expert's capacity (moe_drop) keeps its expert e encoded as idx = -1 - e:
+ * the counts, the permutation and its inverse skip it (it reaches no expert and its token keeps
+ * only its residual), unpermute_bwd gives it a zero weight gradient, and route_bwd still finds
+ * its score, which the kept copies' renormalised weights depend on (Megatron-Core masks the
+ * dropped probabilities after the top-k in the same way). */
+static inline int kern_moe_expert_of(int32_t i) { return i < 0 ? -1 - i : i; }
+
 /* An FP8 tensor as parallax stores it (docs/fp8.md): rows x cols one-byte elements, row-major,
  * then its scales, one per block_r x block_c block in row-major block order (the last blocks of
  * a row or column may be partial). A scale is the decode factor (scale_inv in Transformer
@@ -271,7 +278,12 @@ struct KernBackend {
      * piecewise constant: no gradient flows through it. */
     void (*moe_route_bwd)(float *dlogits, const float *dprobs, const float *dw, const float *probs,
                           const int32_t *idx, const KernMoeRoute *r);
-    /* counts[E] (overwritten): copies routed to each expert, as fp32 (to be summed over ranks) */
+    /* Megatron-Core's token dropping, policy "probs": each expert keeps at most `capacity` of
+     * its copies, those of the highest weight w[N,topk] (ties to the lower copy index); the rest
+     * are marked dropped in idx (kern_moe_expert_of above). Copies already dropped stay so. */
+    void (*moe_drop)(int32_t *idx, const float *w, int N, int topk, int E, int capacity);
+    /* counts[E] (overwritten): copies routed to each expert, as fp32 (to be summed over ranks);
+     * dropped copies not counted */
     void (*moe_counts)(float *counts, const int32_t *idx, int N, int topk, int E);
     /* The Switch / GShard load-balancing loss, coeff * E * sum_e f_e * P_e with f_e = counts_e /
      * copies and P_e = sum_n probs[n,e] / tokens; the caller folds coeff * E / (copies * tokens)

@@ -110,6 +110,13 @@ static int shown_with_moe(const ModelField *f, const void *obj, const ModelDims 
     return t->moe_imbalance != 1.0 || t->moe_force_balance;
 }
 
+/* never written: the value lives on in the model it sets (moe.capacity_factor) */
+static int shown_never(const ModelField *f, const void *obj, const ModelDims *d)
+{
+    (void)f, (void)obj, (void)d;
+    return 0;
+}
+
 /* the FP8 keys, only with an FP8 recipe */
 static int shown_with_fp8(const ModelField *f, const void *obj, const ModelDims *d)
 {
@@ -433,6 +440,12 @@ static const ModelField fields[] = {
     {.id = MODEL_FIELD_MOE_DISPATCHER, .key = "moe_dispatcher", .type = MODEL_FT_ENUM, JOB(moe_dispatcher),
      NAMES(moe_dispatcher_names), .shown = shown_if_set, .flag = "moe-dispatcher", .metavar = "D",
      .help = "MoE token dispatcher: alltoall (default) | allgather (Megatron's --moe-token-dispatcher-type; simulator only)"},
+    {.id = MODEL_FIELD_MOE_CAPACITY_FACTOR, .key = "moe_capacity_factor", .type = MODEL_FT_DOUBLE,
+     JOB(moe_capacity_factor), .lo = 0, .hi = 1e3, .shown = shown_never, .flag = "moe-capacity-factor",
+     .metavar = "F",
+     .help = "drop the token copies past F x an expert's balanced share, padded to it (Megatron's "
+             "--moe-expert-capacity-factor; sets the model's moe.capacity_factor; default: the model's, 0 dropless)",
+     .cli_range = 1, .cli_lo = 0, .cli_hi = 1e3, .cli_msg = "must be between 0 and 1000"},
     /* how the work is counted and run */
     {.id = MODEL_FIELD_PAD_VOCAB, .key = "pad_vocab", .type = MODEL_FT_INT, JOB(pad_vocab), .lo = 1, .hi = 1 << 16,
      .def = 1, .flag = "pad-vocab", .metavar = "N",

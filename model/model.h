@@ -270,6 +270,10 @@ typedef struct {
     double moe_imbalance;
     int moe_force_balance;
     ModelMoeDispatcher moe_dispatcher;
+    /* --moe-capacity-factor: > 0 sets the model's moe.capacity_factor when the spec is checked
+     * (model_spec_check), which stays the one the simulator, the exports and the executor read
+     * and the plan writes; 0: the model's own */
+    double moe_capacity_factor;
     /* FP8 GEMMs in the transformer layers' linear layers (not the embedding, the output layer,
      * the router or the attention core unless fp8_attention), on top of `precision`, which
      * stays the weights' and activations' type */
@@ -526,7 +530,7 @@ typedef enum {
     MODEL_FIELD_TRAIN_TOKENS, MODEL_FIELD_MOE_IMBALANCE, MODEL_FIELD_MOE_FORCE_BALANCE,
     MODEL_FIELD_FP8, MODEL_FIELD_FP8_FORMAT, MODEL_FIELD_FP8_PARAM_GATHER,
     MODEL_FIELD_FP8_AMAX_HISTORY, MODEL_FIELD_FP8_ATTENTION, MODEL_FIELD_FP8_DISPATCH,
-    MODEL_FIELD_FP8_TRANSPOSE, MODEL_FIELD_MOE_DISPATCHER,
+    MODEL_FIELD_FP8_TRANSPOSE, MODEL_FIELD_MOE_DISPATCHER, MODEL_FIELD_MOE_CAPACITY_FACTOR,
     MODEL_FIELD_COUNT
 } ModelFieldId;
 

@@ -36,7 +36,10 @@ const char *model_exec_cp_limit(const ModelSpec *s, const ModelDims *d)
 static const char *moe_limit(const ModelSpec *s, const ModelDims *d)
 {
     const ModelMoe *mo = &s->model.moe;
-    return mo->capacity_factor > 0     ? "moe.capacity_factor must be 0 (no token dropping)"
+    return mo->capacity_factor > 0 && d->fp8 != MODEL_FP8_NONE
+               ? "a capacity factor (token dropping) runs with bf16, fp16 or fp32 experts, not FP8"
+           : mo->capacity_factor > 0 && d->etp > 1
+               ? "a capacity factor (token dropping) runs with etp 1 (its padding is per expert rank)"
            : s->model.mlp != MODEL_SWIGLU ? "the experts must be SwiGLU"
            : mo->expert_bias || mo->router_bias || mo->shared_gate
                ? "expert, router biases and the shared gate are not supported"

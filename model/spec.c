@@ -600,6 +600,9 @@ int model_spec_check(ModelSpec *sp, int gpus, ModelDims *d, PxError *err)
     ModelConfig *c = &sp->model;
     ModelLayout *l = &sp->layout;
     ModelJob *j = &sp->job;
+    /* --moe-capacity-factor sets the model's field, the one every reader takes */
+    if (j->moe_capacity_factor > 0)
+        c->moe.capacity_factor = j->moe_capacity_factor;
     int rc = model_config_check(c, c->name, err);
     if (rc)
         return rc;

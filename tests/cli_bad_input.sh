@@ -332,6 +332,8 @@ expect 2 "--etp: expected an integer, got 'x'" simulate --model "$moe" $ok --etp
 expect 2 "--moe-imbalance: must be at least 1 (1: balanced), got 0.5" simulate --model "$moe" $ok --moe-imbalance 0.5
 expect 2 "moe imbalance 3 must be between 1 (balanced) and ep 2" simulate --model "$moe" $ok --ep 2 --moe-imbalance 3
 expect 2 "--moe-force-balance routes tokens round-robin: --moe-imbalance 2 cannot go with it" simulate --model "$moe" $ok --ep 4 --moe-imbalance 2 --moe-force-balance
+expect 2 "--moe-capacity-factor: must be between 0 and 1000, got -1" simulate --model "$moe" $ok --moe-capacity-factor -1
+expect 2 "--moe-capacity-factor: expected a number, got 'x'" plan --model "$moe" $ok --gbs 16 --moe-capacity-factor x
 expect 2 "ep x etp does not divide the experts or the stage's ranks (e.g. ep 3 must divide the 8 experts)" plan --model "$moe" $ok --gbs 16 --ep 3
 expect 2 "parallax plan: --ep 2: model tiny has no experts" plan --model tiny $ok --gbs 16 --ep 2
 expect 2 "parallax plan: --ep 4: model tiny has no experts" plan --model tiny $ok --gbs 16 --ep 1,4

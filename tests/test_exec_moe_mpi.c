@@ -36,52 +36,59 @@ typedef struct {
     int fp8;  /* FP8 GEMMs with this ModelFp8Recipe, on the layout and the single rank alike */
     int vpp;  /* model chunks per pipeline rank (0: 1), the interleaved schedule above 1 */
     int etp;  /* expert tensor parallelism (0: 1), each expert split over etp of the tp ranks */
+    double cf; /* moe.capacity_factor (token dropping), on the layout and the single rank alike */
 } Layout;
 
 static const Layout layouts[] = {
-    {"ep2", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0},          {"ep2_real", 2, 2, 1, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"ep2_dp2", 4, 4, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0},      {"ep2_dp2_real", 4, 4, 1, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"ep2_tp2_sp", 2, 1, 2, 1, 2, 1, 1, 0, 0, 0, 0, 0, 0},   {"ep2_tp2_sp_real", 2, 1, 2, 1, 2, 1, 0, 0, 0, 0, 0, 0, 0},
-    {"ep2_pp2", 4, 2, 1, 2, 2, 0, 1, 0, 0, 0, 0, 0, 0},      {"ep2_pp2_real", 4, 2, 1, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"ep2", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0},          {"ep2_real", 2, 2, 1, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"ep2_dp2", 4, 4, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0},      {"ep2_dp2_real", 4, 4, 1, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"ep2_tp2_sp", 2, 1, 2, 1, 2, 1, 1, 0, 0, 0, 0, 0, 0, 0},   {"ep2_tp2_sp_real", 2, 1, 2, 1, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"ep2_pp2", 4, 2, 1, 2, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0},      {"ep2_pp2_real", 4, 2, 1, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     /* ZeRO: the experts' blocks sharded over edp 2, the dense ones over dp 4 */
-    {"ep2_dp2_zero1", 4, 4, 1, 1, 2, 0, 1, 1, 0, 0, 0, 0, 0}, {"ep2_dp2_zero1_real", 4, 4, 1, 1, 2, 0, 0, 1, 0, 0, 0, 0, 0},
-    {"ep2_dp2_zero2", 4, 4, 1, 1, 2, 0, 1, 2, 0, 0, 0, 0, 0}, {"ep2_dp2_zero3", 4, 4, 1, 1, 2, 0, 1, 3, 0, 0, 0, 0, 0},
-    {"ep2_pp2_zero1", 4, 2, 1, 2, 2, 0, 1, 1, 0, 0, 0, 0, 0}, {"ep2_tp2_sp_zero1", 4, 2, 2, 1, 2, 1, 1, 1, 0, 0, 0, 0, 0},
+    {"ep2_dp2_zero1", 4, 4, 1, 1, 2, 0, 1, 1, 0, 0, 0, 0, 0, 0}, {"ep2_dp2_zero1_real", 4, 4, 1, 1, 2, 0, 0, 1, 0, 0, 0, 0, 0, 0},
+    {"ep2_dp2_zero2", 4, 4, 1, 1, 2, 0, 1, 2, 0, 0, 0, 0, 0, 0}, {"ep2_dp2_zero3", 4, 4, 1, 1, 2, 0, 1, 3, 0, 0, 0, 0, 0, 0},
+    {"ep2_pp2_zero1", 4, 2, 1, 2, 2, 0, 1, 1, 0, 0, 0, 0, 0, 0}, {"ep2_tp2_sp_zero1", 4, 2, 2, 1, 2, 1, 1, 1, 0, 0, 0, 0, 0, 0},
     /* full recompute: the router, the all-to-alls and the experts again before each backward */
-    {"ep2_dp2_full", 4, 4, 1, 1, 2, 0, 1, 0, 1, 0, 0, 0, 0},  {"ep2_dp2_full_real", 4, 4, 1, 1, 2, 0, 0, 0, 1, 0, 0, 0, 0},
-    {"ep2_tp2_sp_full", 2, 1, 2, 1, 2, 1, 1, 0, 1, 0, 0, 0, 0}, {"ep2_pp2_full", 4, 2, 1, 2, 2, 0, 1, 0, 1, 0, 0, 0, 0},
-    {"ep2_dp2_zero3_full", 4, 4, 1, 1, 2, 0, 1, 3, 1, 0, 0, 0, 0},
+    {"ep2_dp2_full", 4, 4, 1, 1, 2, 0, 1, 0, 1, 0, 0, 0, 0, 0},  {"ep2_dp2_full_real", 4, 4, 1, 1, 2, 0, 0, 0, 1, 0, 0, 0, 0, 0},
+    {"ep2_tp2_sp_full", 2, 1, 2, 1, 2, 1, 1, 0, 1, 0, 0, 0, 0, 0}, {"ep2_pp2_full", 4, 2, 1, 2, 2, 0, 1, 0, 1, 0, 0, 0, 0, 0},
+    {"ep2_dp2_zero3_full", 4, 4, 1, 1, 2, 0, 1, 3, 1, 0, 0, 0, 0, 0},
     /* the CUDA backend in bf16 against the CPU's fp32 */
-    {"cuda_ep1", 1, 1, 1, 1, 1, 0, 1, 0, 0, 1, 0, 0, 0},   {"cuda_ep1_real", 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 0, 0, 0},
-    {"cuda_ep2", 2, 2, 1, 1, 2, 0, 1, 0, 0, 1, 0, 0, 0},   {"cuda_ep2_real", 2, 2, 1, 1, 2, 0, 0, 0, 0, 1, 0, 0, 0},
-    {"cuda_ep2_dp2", 4, 4, 1, 1, 2, 0, 1, 0, 0, 1, 0, 0, 0},
-    {"cuda_ep2_dp2_zero1", 4, 4, 1, 1, 2, 0, 1, 1, 0, 1, 0, 0, 0},
-    {"cuda_ep2_dp2_zero3_full", 4, 4, 1, 1, 2, 0, 1, 3, 1, 1, 0, 0, 0},
-    {"cuda_ep2_pp2", 4, 2, 1, 2, 2, 0, 1, 0, 0, 1, 0, 0, 0},
-    {"cuda_ep2_tp2_sp", 2, 1, 2, 1, 2, 1, 1, 0, 0, 1, 0, 0, 0},
+    {"cuda_ep1", 1, 1, 1, 1, 1, 0, 1, 0, 0, 1, 0, 0, 0, 0},   {"cuda_ep1_real", 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0},
+    {"cuda_ep2", 2, 2, 1, 1, 2, 0, 1, 0, 0, 1, 0, 0, 0, 0},   {"cuda_ep2_real", 2, 2, 1, 1, 2, 0, 0, 0, 0, 1, 0, 0, 0, 0},
+    {"cuda_ep2_dp2", 4, 4, 1, 1, 2, 0, 1, 0, 0, 1, 0, 0, 0, 0},
+    {"cuda_ep2_dp2_zero1", 4, 4, 1, 1, 2, 0, 1, 1, 0, 1, 0, 0, 0, 0},
+    {"cuda_ep2_dp2_zero3_full", 4, 4, 1, 1, 2, 0, 1, 3, 1, 1, 0, 0, 0, 0},
+    {"cuda_ep2_pp2", 4, 2, 1, 2, 2, 0, 1, 0, 0, 1, 0, 0, 0, 0},
+    {"cuda_ep2_tp2_sp", 2, 1, 2, 1, 2, 1, 1, 0, 0, 1, 0, 0, 0, 0},
     /* FP8 GEMMs (docs/fp8.md), on both sides: an expert's GEMMs see other rows together on an
      * expert-parallel rank than on one rank, so their fp32 sums round differently, and an FP8
      * code near a rounding boundary then flips by one step (2^-3 of its value in E4M3): the
      * layouts follow one rank within FP8_TOL, not fp32's 1e-5, whatever the scaling (measured:
      * 1.1e-4 over 5 steps with blockwise scaling, whose scales are per row) */
-    {"ep2_fp8_blockwise", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, MODEL_FP8_BLOCKWISE, 0, 0},
-    {"ep2_dp2_real_fp8_mxfp8", 4, 4, 1, 1, 2, 0, 0, 0, 0, 0, MODEL_FP8_MXFP8, 0, 0},
-    {"ep2_tp2_sp_fp8_tensorwise", 2, 1, 2, 1, 2, 1, 1, 0, 0, 0, MODEL_FP8_TENSORWISE, 0, 0},
-    {"ep2_pp2_full_fp8_delayed", 4, 2, 1, 2, 2, 0, 1, 0, 1, 0, MODEL_FP8_DELAYED, 0, 0},
-    {"ep2_dp2_zero3_fp8_tensorwise", 4, 4, 1, 1, 2, 0, 1, 3, 0, 0, MODEL_FP8_TENSORWISE, 0, 0},
-    {"cuda_ep2_fp8_blockwise", 2, 2, 1, 1, 2, 0, 1, 0, 0, 1, MODEL_FP8_BLOCKWISE, 0, 0},
+    {"ep2_fp8_blockwise", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, MODEL_FP8_BLOCKWISE, 0, 0, 0},
+    {"ep2_dp2_real_fp8_mxfp8", 4, 4, 1, 1, 2, 0, 0, 0, 0, 0, MODEL_FP8_MXFP8, 0, 0, 0},
+    {"ep2_tp2_sp_fp8_tensorwise", 2, 1, 2, 1, 2, 1, 1, 0, 0, 0, MODEL_FP8_TENSORWISE, 0, 0, 0},
+    {"ep2_pp2_full_fp8_delayed", 4, 2, 1, 2, 2, 0, 1, 0, 1, 0, MODEL_FP8_DELAYED, 0, 0, 0},
+    {"ep2_dp2_zero3_fp8_tensorwise", 4, 4, 1, 1, 2, 0, 1, 3, 0, 0, MODEL_FP8_TENSORWISE, 0, 0, 0},
+    {"cuda_ep2_fp8_blockwise", 2, 2, 1, 1, 2, 0, 1, 0, 0, 1, MODEL_FP8_BLOCKWISE, 0, 0, 0},
     /* the interleaved schedule: one MoE layer per chunk, each chunk's routing its own */
-    {"ep2_pp2_vpp2", 4, 2, 1, 2, 2, 0, 1, 0, 0, 0, 0, 2, 0},
-    {"ep2_pp2_vpp2_real", 4, 2, 1, 2, 2, 0, 0, 0, 0, 0, 0, 2, 0},
+    {"ep2_pp2_vpp2", 4, 2, 1, 2, 2, 0, 1, 0, 0, 0, 0, 2, 0, 0},
+    {"ep2_pp2_vpp2_real", 4, 2, 1, 2, 2, 0, 0, 0, 0, 0, 0, 2, 0, 0},
     /* expert tensor parallelism: each expert's width over the 2 tp ranks, the all-to-all over
      * ep 2 across dp, the gather and reduce-scatter over etp (no expert data parallelism) */
-    {"ep2_tp2_sp_etp2", 4, 2, 2, 1, 2, 1, 1, 0, 0, 0, 0, 0, 2},
-    {"ep2_tp2_sp_etp2_real", 4, 2, 2, 1, 2, 1, 0, 0, 0, 0, 0, 0, 2},
+    {"ep2_tp2_sp_etp2", 4, 2, 2, 1, 2, 1, 1, 0, 0, 0, 0, 0, 2, 0},
+    {"ep2_tp2_sp_etp2_real", 4, 2, 2, 1, 2, 1, 0, 0, 0, 0, 0, 0, 2, 0},
     /* etp without ep: the gather and reduce-scatter alone; with FP8 GEMMs; on CUDA */
-    {"tp2_sp_etp2", 2, 1, 2, 1, 1, 1, 1, 0, 0, 0, 0, 0, 2},
-    {"ep2_tp2_sp_etp2_fp8_tensorwise", 4, 2, 2, 1, 2, 1, 1, 0, 0, 0, MODEL_FP8_TENSORWISE, 0, 2},
-    {"cuda_ep2_tp2_sp_etp2", 4, 2, 2, 1, 2, 1, 1, 0, 0, 1, 0, 0, 2},
-    {"cuda_ep2_pp2_vpp2", 4, 2, 1, 2, 2, 0, 1, 0, 0, 1, 0, 2, 0},
+    {"tp2_sp_etp2", 2, 1, 2, 1, 1, 1, 1, 0, 0, 0, 0, 0, 2, 0},
+    {"ep2_tp2_sp_etp2_fp8_tensorwise", 4, 2, 2, 1, 2, 1, 1, 0, 0, 0, MODEL_FP8_TENSORWISE, 0, 2, 0},
+    {"cuda_ep2_tp2_sp_etp2", 4, 2, 2, 1, 2, 1, 1, 0, 0, 1, 0, 0, 2, 0},
+    {"cuda_ep2_pp2_vpp2", 4, 2, 1, 2, 2, 0, 1, 0, 0, 1, 0, 2, 0, 0},
+    /* token dropping at capacity factor 0.5: each rank drops the copies past its capacity as
+     * the single rank does for the same micro-batch (the capacity is per source rank); forced
+     * balance fills every expert's capacity, so the all-to-all sends its whole buffer */
+    {"ep2_cap", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0.5},
+    {"ep2_real_cap", 2, 2, 1, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0.5},
+    {"cuda_ep2_cap", 2, 2, 1, 1, 2, 0, 1, 0, 0, 1, 0, 0, 0, 0.5},
 };
 enum { N_LAYOUTS = sizeof layouts / sizeof layouts[0], STEPS = 5 };
 
@@ -119,6 +126,7 @@ static ModelSpec spec_of(const Layout *L)
     s.layout.fsdp = L->zero == 3 && L->full;
     s.job.fp8 = (ModelFp8Recipe)L->fp8;
     s.job.fp8_amax_history = 16;
+    s.model.moe.capacity_factor = L->cf;
     return s;
 }
 
@@ -201,6 +209,17 @@ static void check_layout(const Layout *L)
         CHECK_EQ_INT(s.job.global_batch * s.job.seq_len * s.model.moe.topk, (int)total);
         if (L->force)
             CHECK(num(cJSON_GetArrayItem(ml, l), "max_over_mean") == 1.0);
+    }
+    /* token dropping: every layer drops the single rank's copies (forced balance: 8 micro-batches
+     * of 32 tokens in all, each giving every expert 8 copies for 4 places: 8 x 4 x 8 = 256 copies
+     * dropped a step) */
+    for (int l = 0; L->cf > 0 && l < cJSON_GetArraySize(ml); l++) {
+        const double a = num(cJSON_GetArrayItem(rl, l), "dropped_total");
+        const double b = num(cJSON_GetArrayItem(ml, l), "dropped_total");
+        CHECK(b > 0);
+        CHECK_EQ_INT((int)a, (int)b);
+        if (L->force)
+            CHECK_EQ_INT(STEPS * 256, (int)b);
     }
     const cJSON *pred = at(plan, "prediction", NULL);
     const cJSON *mr = at(run, "memory", "per_rank"), *cr = at(run, "comm", "per_rank");

@@ -374,7 +374,7 @@ static void test_table(void)
     HAS(scale_f32); HAS(cast_to_act); HAS(cast_to_f32); HAS(acc_to_f32);
     HAS(moe_route_fwd); HAS(moe_route_bwd); HAS(moe_counts); HAS(moe_aux_fwd);
     HAS(moe_aux_bwd); HAS(moe_permute); HAS(moe_permute_bwd); HAS(moe_unpermute);
-    HAS(moe_unpermute_bwd); HAS(fp8_quantize); HAS(fp8_dequantize); HAS(matmul_fp8);
+    HAS(moe_unpermute_bwd); HAS(moe_drop); HAS(fp8_quantize); HAS(fp8_dequantize); HAS(matmul_fp8);
     HAS(fp8_amax_update);
 #undef HAS
     CHECK(strncmp(G->name, "cuda", 4) == 0);
@@ -1337,10 +1337,22 @@ static void test_moe_permute(int N, int C, int topk, int E, int pattern)
     char what[64];
     snprintf(what, sizeof what, "%dx%d k%d E%d p%d", N, C, topk, E, pattern);
     int32_t *idx = xmalloc((nk ? nk : 1) * sizeof *idx);
-    if (pattern == 0) {
+    if (pattern == 0 || pattern == 3) {
         KernMoeRoute r = moe_route(N, E, topk, KERN_MOE_SOFTMAX, 0);
         float *logits = moe_logits(&r, 0), *p = fnew((size_t)N * E), *w = fnew(nk);
         R->moe_route_fwd(p, idx, w, logits, &r);
+        if (pattern == 3 && nk > 0) {
+            /* a capacity of half the balanced share: the device's marks equal the reference's
+             * exactly, and the permutation family below runs on the dropped copies */
+            const int cap = (int)((nk / (size_t)E + 1) / 2);
+            int32_t *gi = up_bytes(idx, nk * sizeof *idx), *hi = xmalloc(nk * sizeof *hi);
+            float *gw0 = up_f32(w, nk);
+            R->moe_drop(idx, w, N, topk, E, cap);
+            G->moe_drop(gi, gw0, N, topk, E, cap);
+            G->to_host(hi, gi, nk * sizeof *hi);
+            COMPARE_BYTES("moe_drop idx", what, idx, hi, nk * sizeof *hi);
+            free(hi), G->free(gi), G->free(gw0);
+        }
         free(logits), free(p), free(w);
     } else {
         for (size_t i = 0; i < nk; i++)
@@ -1447,6 +1459,7 @@ static void test_moe(void)
     test_moe_permute(1500, 9, 1, 7, 0);  /* topk 1, E not a power of two */
     test_moe_permute(300, 16, 8, 64, 2); /* every copy to the last expert */
     test_moe_permute(3, 33, 10, 10, 0);  /* topk = E: every expert once per token */
+    test_moe_permute(37, 70, 4, 16, 3);  /* token dropping at half the balanced share */
     test_moe_empty();
     if (large) {
         test_moe_route(moe_grouped(moe_route(4096, 256, 8, KERN_MOE_SIGMOID, 0), 8, 4), 1);

@@ -331,6 +331,80 @@ static void test_permute_large(void)
     free(out);
 }
 
+/* Token dropping, policy "probs", capacity 2: six tokens, topk 1, three experts, idx 0 0 0 1 0 2
+ * with weights 0.5 0.9 0.7 0.6 0.9 0.8. Expert 0 has four copies (tokens 0, 1, 2, 4) for two
+ * places: it keeps the two of weight 0.9 (tokens 1 and 4, the tie to the lower index, both
+ * kept) and drops tokens 0 (0.5) and 2 (0.7): 4 - 2 = 2 copies dropped, marked -1 - 0 = -1.
+ * Experts 1 and 2 have one copy each and keep it. */
+static void test_drop(void)
+{
+    int32_t idx[6] = {0, 0, 0, 1, 0, 2};
+    const float w[6] = {0.5f, 0.9f, 0.7f, 0.6f, 0.9f, 0.8f};
+    K->moe_drop(idx, w, 6, 1, 3, 2);
+    const int32_t want[6] = {-1, 0, -1, 1, 0, 2};
+    for (int i = 0; i < 6; i++)
+        CHECK_EQ_INT(want[i], idx[i]);
+    CHECK_EQ_INT(0, kern_moe_expert_of(idx[0]));
+    /* the counts leave the dropped out: 2, 1, 1 */
+    float cnt[3];
+    K->moe_counts(cnt, idx, 6, 1, 3);
+    CHECK_REL(2, cnt[0], 0);
+    CHECK_REL(1, cnt[1], 0);
+    CHECK_REL(1, cnt[2], 0);
+    /* the permutation: expert 0 tokens 1, 4 (rows 0, 1), expert 1 token 3 (row 2), expert 2
+     * token 5 (row 3); the dropped copies have no row */
+    const float x[6] = {10, 11, 12, 13, 14, 15};
+    float out[6] = {0};
+    int32_t counts[3], row_of[6];
+    K->moe_permute(out, counts, row_of, x, idx, 6, 1, 1, 3);
+    const int32_t want_rows[6] = {-1, 0, -1, 2, 1, 3};
+    for (int i = 0; i < 6; i++)
+        CHECK_EQ_INT(want_rows[i], row_of[i]);
+    CHECK_EQ_INT(2, counts[0]);
+    CHECK_REL(11, out[0], 0);
+    CHECK_REL(14, out[1], 0);
+    CHECK_REL(13, out[2], 0);
+    CHECK_REL(15, out[3], 0);
+    /* combine: a dropped token gets nothing (it keeps its residual, the caller's) */
+    const float eout[4] = {1, 2, 3, 4};
+    float y[6], dx[6], deout[4] = {-7, -7, -7, -7}, dw[6];
+    K->moe_unpermute(y, eout, w, idx, 6, 1, 1, 3);
+    CHECK_REL(0, y[0], 0);
+    CHECK_REL(0.9 * 1, y[1], 1e-6);
+    CHECK_REL(0, y[2], 0);
+    CHECK_REL(0.6 * 3, y[3], 1e-6);
+    CHECK_REL(0.9 * 2, y[4], 1e-6);
+    /* no gradient to a dropped copy: dx 0, dw 0 */
+    const float dy[6] = {1, 1, 1, 1, 1, 1};
+    K->moe_unpermute_bwd(deout, dw, dy, eout, w, idx, 6, 1, 1, 3);
+    CHECK_REL(0, dw[0], 0);
+    CHECK_REL(0, dw[2], 0);
+    CHECK_REL(1, dw[1], 0);
+    CHECK_REL(3, dw[3], 0);
+    const float drows[4] = {5, 6, 7, 8};
+    K->moe_permute_bwd(dx, drows, idx, 6, 1, 1, 3);
+    CHECK_REL(0, dx[0], 0);
+    CHECK_REL(5, dx[1], 0);
+    CHECK_REL(0, dx[2], 0);
+    CHECK_REL(6, dx[4], 0);
+    /* the router's backward reads a dropped copy's score at its expert: the same gradient as
+     * the undropped routing with that copy's dw zero */
+    const int32_t undropped[6] = {0, 0, 0, 1, 0, 2};
+    float probs[18], d1[18], d2[18];
+    for (int i = 0; i < 18; i++)
+        probs[i] = (float)(i % 3 + 1) / 6.0f;
+    KernMoeRoute r = route(6, 3, 1, KERN_MOE_SOFTMAX);
+    K->moe_route_bwd(d1, NULL, dw, probs, idx, &r);
+    K->moe_route_bwd(d2, NULL, dw, probs, undropped, &r);
+    for (int i = 0; i < 18; i++)
+        CHECK_REL(d2[i], d1[i], 0);
+    /* capacity at or above every expert's copies: nothing dropped */
+    int32_t all[6] = {0, 0, 0, 1, 0, 2};
+    K->moe_drop(all, w, 6, 1, 3, 4);
+    for (int i = 0; i < 6; i++)
+        CHECK_EQ_INT(undropped[i], all[i]);
+}
+
 int main(void)
 {
     K = kern_cpu();
@@ -342,5 +416,6 @@ int main(void)
     test_aux();
     test_permute();
     test_permute_large();
+    test_drop();
     TEST_DONE("test_kernels_moe");
 }

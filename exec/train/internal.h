@@ -725,6 +725,12 @@ typedef struct ExecMoe {
     } *growth;
     int n_growth, cap_growth;
     const KernBackend *k; /* what the grown buffers were allocated with */
+    /* A capacity factor (moe.capacity_factor > 0; docs/moe.md, "Token dropping"): each expert
+     * takes at most `capacity` of a rank's copies per micro-batch, the rest dropped; an expert
+     * rank's rows are padded to d.routed = ep x L x capacity. */
+    int capacity;      /* 0: dropless */
+    int64_t *dropped;  /* [steps][layers]: copies this rank dropped in each step's forwards */
+    int drop_steps;    /* the steps dropped[] holds */
 } ExecMoe;
 
 int exec_moe_init(ExecMoe *M, const ExecCtx *c, PxError *err);

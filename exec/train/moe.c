@@ -45,9 +45,15 @@ int exec_moe_init(ExecMoe *M, const ExecCtx *c, PxError *err)
     M->rows_max = exec_zalloc(nl, sizeof *M->rows_max);
     M->layer_extra = exec_zalloc(nl, sizeof *M->layer_extra);
     M->k = c->k;
+    /* the capacity the simulator sizes d.routed for (model/spec.c): per source rank and
+     * expert, so an expert rank's padded rows are ep x L x capacity (etp 1) */
+    if (cfg->moe.capacity_factor > 0 && c->d.routed > 0)
+        M->capacity = (int)(c->d.routed / ((int64_t)ep * M->L * (c->d.etp > 0 ? c->d.etp : 1)));
+    M->drop_steps = c->steps > 0 ? c->steps : 1;
+    M->dropped = exec_zalloc((size_t)M->drop_steps * nl, sizeof *M->dropped);
     if (!M->index || !M->cnt || !M->cntf || !M->send || !M->recv || !M->blk || !M->one_s ||
         !M->one_r || !M->tokens_per_expert || !M->gcount || !M->spill || !M->spill_rows ||
-        !M->rows_max || !M->layer_extra) {
+        !M->rows_max || !M->layer_extra || !M->dropped) {
         exec_moe_free(M);
         return px_fail(err, PX_ERUNTIME, "out of memory");
     }
@@ -67,6 +73,7 @@ void exec_moe_free(ExecMoe *M)
     free(M->rows_max);
     free(M->layer_extra);
     free(M->growth);
+    free(M->dropped);
     free(M->index);
     free(M->cnt);
     free(M->cntf);
@@ -257,6 +264,25 @@ static int exchange_etp(ExecMoe *M, const ExecCtx *c, int64_t *total, PxError *e
     return PX_OK;
 }
 
+/* Token dropping: each expert keeps at most M->capacity of this rank's copies (moe_drop marked
+ * the rest on the device, so the host clamps the counts it read before the marks); returns the
+ * copies dropped. */
+static int64_t clamp_counts(ExecMoe *M)
+{
+    int64_t dropped = 0;
+    for (int e = 0; e < M->E; e++)
+        if (M->cnt[e] > M->capacity) {
+            dropped += M->cnt[e] - M->capacity;
+            M->cnt[e] = M->capacity;
+        }
+    for (int j = 0; j < M->ep; j++) {
+        M->send[j] = 0;
+        for (int l = 0; l < M->L; l++)
+            M->send[j] += M->cnt[j * M->L + l];
+    }
+    return dropped;
+}
+
 static int exchange_counts(ExecMoe *M, const ExecCtx *c, int64_t *total, PxError *err)
 {
     const int ep = M->ep, L = M->L;
@@ -429,6 +455,43 @@ static int64_t expert_rows(const ExecMoe *M, int l, int64_t *off)
     return n;
 }
 
+/* Zeroes rows [real, d.routed) of buf ([d.routed, h] act): a capacity's padding rows, after
+ * the real rows this expert rank received (the blocks' counts). */
+static void pad_zero(const ExecMoe *M, const ExecCtx *c, void *buf)
+{
+    int64_t real = 0;
+    for (int i = 0; i < M->ep * M->L; i++)
+        real += M->blk[i];
+    if (M->capacity > 0 && real < c->d.routed)
+        c->k->memset0(EXEC_AT(buf, real * c->d.h, c->ab),
+                      (size_t)(c->d.routed - real) * (size_t)c->d.h * c->ab);
+}
+
+/* The GEMM segments of the experts' rows: segment s < L the rows of local expert s; with a
+ * capacity, segment L + l is expert l's padding up to ep x capacity rows (Megatron-Core's
+ * moe_pad_expert_input_to_capacity), zero rows after all the real ones (`real` of them), so
+ * that the GEMMs run on d.routed rows as the plan prices them. *l gets the expert. */
+static int seg_count(const ExecMoe *M) { return M->capacity > 0 ? 2 * M->L : M->L; }
+
+static int64_t seg_rows(const ExecMoe *M, int s, int *l, int64_t *off)
+{
+    if (s < M->L) {
+        *l = s;
+        return expert_rows(M, s, off);
+    }
+    *l = s - M->L;
+    int64_t o = 0, n = 0, dummy = 0;
+    for (int i = 0; i < M->ep * M->L; i++)
+        o += M->blk[i]; /* the real rows come first */
+    for (int l2 = 0; l2 <= *l; l2++) {
+        n = (int64_t)M->ep * M->capacity - expert_rows(M, l2, &dummy);
+        if (l2 < *l)
+            o += n;
+    }
+    *off = o;
+    return n;
+}
+
 /* Under FP8 the experts' saved inputs hold one FP8 tensor of its rows x cols per local expert,
  * expert after expert (the loops over the experts keep the running offset): one's bytes. */
 static size_t fp8_rows_bytes(const ExecFp8 *F, int rows, int cols)
@@ -461,9 +524,10 @@ static void experts_fwd(const ExecMoe *M, const ExecLayerRun *r, const MoeOps *o
     ExecFp8 *F = r->fp8;
     op_open(r, ops->fc1);
     size_t q = 0;
-    for (int l = 0; l < M->L; l++) {
+    for (int sg = 0; sg < seg_count(M); sg++) {
         int64_t o = 0;
-        const int R = (int)expert_rows(M, l, &o);
+        int l = 0;
+        const int R = (int)seg_rows(M, sg, &l, &o);
         if (R > 0 && v->f1) {
             const ExecFp8Ref xq = exec_fp8_quantize(F, c, (uint8_t *)v->exp_in + q,
                                                     EXEC_AT(rows_in, o * h, c->ab), R, h, 0,
@@ -483,9 +547,10 @@ static void experts_fwd(const ExecMoe *M, const ExecLayerRun *r, const MoeOps *o
     /* SwiGLU's output: the fc2 input, saved as it is or (FP8) quantized from ws.fp8 */
     void *hid = v->f2 ? F->act : v->exp_fc2_in;
     op_open(r, ops->act);
-    for (int l = 0; l < M->L; l++) {
+    for (int sg = 0; sg < seg_count(M); sg++) {
         int64_t o = 0;
-        const int R = (int)expert_rows(M, l, &o);
+        int l = 0;
+        const int R = (int)seg_rows(M, sg, &l, &o);
         if (R > 0)
             k->swiglu_fwd(EXEC_AT(hid, o * eff, c->ab), EXEC_AT(v->exp_act_in, o * eff_out, c->ab),
                           R, eff);
@@ -493,9 +558,10 @@ static void experts_fwd(const ExecMoe *M, const ExecLayerRun *r, const MoeOps *o
     op_close(r, ops->act);
     op_open(r, ops->fc2);
     q = 0;
-    for (int l = 0; l < M->L; l++) {
+    for (int sg = 0; sg < seg_count(M); sg++) {
         int64_t o = 0;
-        const int R = (int)expert_rows(M, l, &o);
+        int l = 0;
+        const int R = (int)seg_rows(M, sg, &l, &o);
         if (R > 0 && v->f2) {
             const ExecFp8Ref xq = exec_fp8_quantize(F, c, (uint8_t *)v->exp_fc2_in + q,
                                                     EXEC_AT(hid, o * eff, c->ab), R, eff, 0,
@@ -503,7 +569,9 @@ static void experts_fwd(const ExecMoe *M, const ExecLayerRun *r, const MoeOps *o
             q += fp8_rows_bytes(F, R, eff);
             exec_fp8_linear_fwd(F, c, r->M, EXEC_AT(eout, o * h, c->ab), xq, v->f2, l, R, rec);
         } else if (R > 0) {
-            k->matmul(EXEC_AT(eout, o * h, c->ab), c->act, EXEC_AT(v->exp_fc2_in, o * eff, c->ab),
+            /* the padding's output goes to scratch: it reaches no token */
+            k->matmul(EXEC_AT(sg < M->L ? eout : v->ws_dx, o * h, c->ab), c->act,
+                      EXEC_AT(v->exp_fc2_in, o * eff, c->ab),
                       EXEC_AT(v->fc2_w, (size_t)l * h * eff, c->ab), R, h, eff, 0, 1, 1.0f, 0.0f);
             exec_meter_flops(r->M, 2.0 * R * h * eff);
         }
@@ -525,9 +593,10 @@ static void experts_bwd(const ExecMoe *M, const ExecLayerRun *r, const MoeOps *o
     void *dhid = v->f2 ? F->act : v->exp_fc2_in;
     op_open(r, ops->fc2);
     size_t q = 0;
-    for (int l = 0; l < M->L; l++) {
+    for (int sg = 0; sg < seg_count(M); sg++) {
         int64_t o = 0;
-        const int R = (int)expert_rows(M, l, &o);
+        int l = 0;
+        const int R = (int)seg_rows(M, sg, &l, &o);
         if (R == 0)
             continue;
         const void *dout = EXEC_AT(v->ws_dx, o * h, c->ab);
@@ -549,9 +618,10 @@ static void experts_bwd(const ExecMoe *M, const ExecLayerRun *r, const MoeOps *o
     op_close(r, ops->fc2);
     /* SwiGLU's backward in place over its saved input (kernels.h allows dinp == inp) */
     op_open(r, ops->act);
-    for (int l = 0; l < M->L; l++) {
+    for (int sg = 0; sg < seg_count(M); sg++) {
         int64_t o = 0;
-        const int R = (int)expert_rows(M, l, &o);
+        int l = 0;
+        const int R = (int)seg_rows(M, sg, &l, &o);
         if (R > 0) {
             void *act = EXEC_AT(v->exp_act_in, o * eff_out, c->ab);
             k->swiglu_bwd(act, act, EXEC_AT(dhid, o * eff, c->ab), R, eff);
@@ -561,9 +631,10 @@ static void experts_bwd(const ExecMoe *M, const ExecLayerRun *r, const MoeOps *o
     /* fc1: the rows' input gradient over their output gradient, which is spent */
     op_open(r, ops->fc1);
     q = 0;
-    for (int l = 0; l < M->L; l++) {
+    for (int sg = 0; sg < seg_count(M); sg++) {
         int64_t o = 0;
-        const int R = (int)expert_rows(M, l, &o);
+        int l = 0;
+        const int R = (int)seg_rows(M, sg, &l, &o);
         if (R == 0)
             continue;
         void *dout = EXEC_AT(v->ws_dx, o * h, c->ab);
@@ -679,6 +750,10 @@ int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer, Mo
     exec_meter_flops(r->M, 2.0 * N * E * h);
     k->moe_route_fwd(v->probs, v->idx, v->w, v->probs, &rt);
     k->moe_counts(v->counts_f, v->idx, N, K, E);
+    /* a capacity drops the copies past it after the counts, which the load-balancing loss
+     * takes before dropping (Megatron-Core's router) */
+    if (M->capacity > 0)
+        k->moe_drop(v->idx, v->w, N, K, E, M->capacity);
     op_close(r, ops.mm);
     /* the copies in expert order: straight into the experts' input without ep (under FP8 into
      * ws.fp8, whence each expert's rows are quantized into the saved input) */
@@ -693,6 +768,12 @@ int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer, Mo
     double *tpe = M->tokens_per_expert + (size_t)M->index[layer] * (size_t)E;
     for (int e = 0; e < E && !again; e++)
         tpe[e] += (double)M->cnt[e];
+    if (M->capacity > 0) {
+        const int64_t dropped = clamp_counts(M);
+        const int step = M->steps_begun - 1;
+        if (!again && step >= 0 && step < M->drop_steps)
+            M->dropped[(size_t)step * (size_t)M->layers + (size_t)M->index[layer]] += dropped;
+    }
     /* the load-balancing loss over the whole micro-batch: SP sums the counts over TP, each
      * rank adds its tokens' probabilities (its share of the loss and of its gradient) */
     if (mo->aux_loss_coeff > 0) {
@@ -719,6 +800,9 @@ int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer, Mo
     /* dispatch */
     if ((rc = to_experts(M, r, &ops, layer, mb, v, 0, &rows_in, err)))
         return rc;
+    /* the capacity's padding rows after the real ones: zero input, so zero output and no
+     * weight gradient (a capacity runs with etp 1: model_exec_refusal) */
+    pad_zero(M, c, rows_in);
     /* the experts, out in expert order (etp: ws_dx, free until the backward; ep: ep_recv;
      * neither: the combine's input itself) */
     void *eout = M->etp > 1 ? v->ws_dx : ep > 1 ? v->ep_recv : v->exp_out;
@@ -766,6 +850,7 @@ int exec_moe_backward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer,
     void *dout = NULL; /* the rows' output gradients in expert order: ws_dx */
     if ((rc = to_experts(M, r, &ops, layer, mb, v, 1, &dout, err)))
         return rc;
+    pad_zero(M, c, v->ws_dx); /* the padding's output gradient: none */
     experts_bwd(M, r, &ops, v);
     if ((rc = exec_zero_bucket_reduce(r->Z, c, r->P, r->M, xb, err)))
         return rc;

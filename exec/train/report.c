@@ -152,7 +152,10 @@ static void print_grown_note(const Exec *ex, const cJSON *run)
 
 static void print_bound_note(const Exec *ex)
 {
-    if (routes_freely(ex))
+    if (ex->moe.capacity > 0)
+        printf("bound: with a capacity factor the all-to-all sends the kept copies only (each "
+               "expert rank pads its rows to capacity itself), at most the plan's padded rows\n");
+    else if (routes_freely(ex))
         printf("bound: the router's own choice moved and computed at most the plan's buffers "
                "(training.moe_imbalance %g); force the balance for exact figures\n",
                ex->c.spec.job.moe_imbalance);
@@ -232,10 +235,11 @@ static void summary_ranks(Exec *ex, const cJSON *run)
             pc += p;
             mc += v;
             /* the experts' rows: the all-to-all and, with etp > 1, their gather and
-             * reduce-scatter (padded to the plan's buffer, more where an etp rank grew) */
+             * reduce-scatter (padded to the plan's buffer, more where an etp rank grew); a
+             * capacity's all-to-all sends the kept copies only, not the padding */
             const int rows_kind = k == MODEL_EP_ALL_TO_ALL || k == MODEL_ETP_ALL_GATHER ||
                                   k == MODEL_ETP_REDUCE_SCATTER;
-            if (free_routing && rows_kind && (v < p || grown))
+            if ((free_routing || ex->moe.capacity > 0) && rows_kind && (v < p || grown))
                 comm_bound = 1; /* what the router chose, within the plan's buffers */
             else
                 comm_eq &= p == v;
@@ -308,6 +312,18 @@ static void moe_rows_json(const Exec *ex, cJSON *r)
         const double e[3] = {mo->growth[i].layer, ex->hist.first_step + mo->growth[i].step,
                              (double)mo->growth[i].bytes};
         cJSON_AddItemToArray(gl, cJSON_CreateDoubleArray(e, 3));
+    }
+    /* token dropping: the copies this rank dropped per step ([steps][layers]) */
+    if (mo->capacity > 0) {
+        cJSON *dl = cJSON_AddArrayToObject(mx, "dropped");
+        const int steps = mo->steps_begun < mo->drop_steps ? mo->steps_begun : mo->drop_steps;
+        for (int st = 0; st < steps; st++) {
+            cJSON *row = cJSON_CreateArray();
+            for (int i = 0; i < mo->layers; i++)
+                cJSON_AddItemToArray(row, cJSON_CreateNumber(
+                                              (double)mo->dropped[(size_t)st * mo->layers + i]));
+            cJSON_AddItemToArray(dl, row);
+        }
     }
 }
 
@@ -466,8 +482,33 @@ static cJSON *detach(cJSON *obj, const char *key)
  * the growth by step (summed over the ranks). */
 typedef struct {
     double rows_max, extra;
-    cJSON *growth; /* [{step, bytes}] */
+    cJSON *growth;  /* [{step, bytes}] */
+    cJSON *dropped; /* [per step]: copies dropped by the capacity, summed over the ranks */
+    double dropped_total;
 } MoeRowsSum;
+
+/* Each rank's dropped copies per step ([steps][layers], rank_json) summed into L[].dropped. */
+static void moe_dropped_gather(MoeRowsSum *L, int layers, const cJSON *mx)
+{
+    int st = 0;
+    const cJSON *row;
+    cJSON_ArrayForEach(row, cJSON_GetObjectItemCaseSensitive(mx, "dropped"))
+    {
+        for (int l = 0; l < layers; l++) {
+            const double v = cJSON_GetNumberValue(cJSON_GetArrayItem(row, l));
+            if (!L[l].dropped || v != v)
+                continue;
+            cJSON *at = cJSON_GetArrayItem(L[l].dropped, st);
+            while (!at) {
+                cJSON_AddItemToArray(L[l].dropped, cJSON_CreateNumber(0));
+                at = cJSON_GetArrayItem(L[l].dropped, st);
+            }
+            cJSON_SetNumberValue(at, cJSON_GetNumberValue(at) + v);
+            L[l].dropped_total += v;
+        }
+        st++;
+    }
+}
 
 static void moe_rows_gather(MoeRowsSum *L, int layers, cJSON *const *ranks, int n)
 {
@@ -475,6 +516,7 @@ static void moe_rows_gather(MoeRowsSum *L, int layers, cJSON *const *ranks, int 
         const cJSON *mx = cJSON_GetObjectItemCaseSensitive(ranks[i], "moe_rows");
         const cJSON *rm = cJSON_GetObjectItemCaseSensitive(mx, "rows_max");
         const cJSON *eb = cJSON_GetObjectItemCaseSensitive(mx, "extra_bytes");
+        moe_dropped_gather(L, layers, mx);
         for (int l = 0; l < layers && rm && eb; l++) {
             const double r = cJSON_GetNumberValue(cJSON_GetArrayItem(rm, l));
             L[l].rows_max = r > L[l].rows_max ? r : L[l].rows_max;
@@ -518,8 +560,10 @@ static void moe_json(const Exec *ex, cJSON *j, cJSON *const *ranks, int n)
         free(rows);
         return;
     }
-    for (int l = 0; l < mo->layers; l++)
+    for (int l = 0; l < mo->layers; l++) {
         rows[l].growth = cJSON_CreateArray();
+        rows[l].dropped = mo->capacity > 0 ? cJSON_CreateArray() : NULL;
+    }
     moe_rows_gather(rows, mo->layers, ranks, n);
     for (int i = 0; i < n; i++) {
         const cJSON *ml = cJSON_GetObjectItemCaseSensitive(ranks[i], "moe_routed");
@@ -540,8 +584,14 @@ static void moe_json(const Exec *ex, cJSON *j, cJSON *const *ranks, int n)
     const double share = (double)ex->c.d.tokens * ex->c.spec.model.moe.topk * ex->c.d.etp;
     cJSON_AddNumberToObject(m, "planned_imbalance", ex->c.d.imbalance);
     cJSON_AddNumberToObject(m, "planned_rows", (double)ex->c.d.routed);
-    cJSON_AddStringToObject(m, "routing", "dropless");
-    double extra_all = 0;
+    cJSON_AddStringToObject(m, "routing", mo->capacity > 0 ? "capacity" : "dropless");
+    if (mo->capacity > 0) {
+        /* Megatron-Core's token dropping: each expert takes at most `capacity` of a rank's
+         * copies per micro-batch (docs/moe.md, "Token dropping") */
+        cJSON_AddNumberToObject(m, "capacity_factor", ex->c.spec.model.moe.capacity_factor);
+        cJSON_AddNumberToObject(m, "capacity", mo->capacity);
+    }
+    double extra_all = 0, dropped_all = 0;
     cJSON *layers = cJSON_AddArrayToObject(m, "layers");
     for (int l = 0, idx = 0; l < ex->c.spec.model.layers; l++) {
         if (mo->index[l] < 0)
@@ -562,12 +612,22 @@ static void moe_json(const Exec *ex, cJSON *j, cJSON *const *ranks, int n)
         cJSON_AddNumberToObject(o, "extra_bytes", R->extra);
         cJSON_AddItemToObject(o, "growth", R->growth);
         rows[idx - 1].growth = NULL;
+        if (R->dropped) {
+            cJSON_AddItemToObject(o, "dropped", R->dropped);
+            cJSON_AddNumberToObject(o, "dropped_total", R->dropped_total);
+            dropped_all += R->dropped_total;
+            rows[idx - 1].dropped = NULL;
+        }
         extra_all += R->extra;
         cJSON_AddItemToArray(layers, o);
     }
     cJSON_AddNumberToObject(m, "extra_bytes", extra_all);
-    for (int l = 0; l < mo->layers; l++)
+    if (mo->capacity > 0)
+        cJSON_AddNumberToObject(m, "dropped_total", dropped_all);
+    for (int l = 0; l < mo->layers; l++) {
         cJSON_Delete(rows[l].growth);
+        cJSON_Delete(rows[l].dropped);
+    }
     free(rows);
     free(sum);
 }
@@ -744,8 +804,25 @@ int exec_run_gather_json(Exec *ex, cJSON **out, PxError *err)
     return rc;
 }
 
+/* One line on token dropping: the copies the capacity dropped, in all and per MoE layer. */
+static void print_dropped(const Exec *ex, const cJSON *run)
+{
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(run, "moe");
+    if (!ex->c.d.moe || ex->moe.capacity <= 0 || !m)
+        return;
+    printf("token dropping (capacity factor %g, %d copies per expert and rank): %.0f copies "
+           "dropped over %d step(s); per MoE layer",
+           ex->c.spec.model.moe.capacity_factor, ex->moe.capacity, jnum(m, "dropped_total"),
+           ex->hist.done);
+    const cJSON *l;
+    cJSON_ArrayForEach(l, cJSON_GetObjectItemCaseSensitive(m, "layers"))
+    printf(" %d: %.0f", (int)jnum(l, "layer"), jnum(l, "dropped_total"));
+    printf("\n");
+}
+
 void exec_report_summary(Exec *ex, const cJSON *run)
 {
+    print_dropped(ex, run);
     if (!ex->pred.stages)
         printf("\nthe plan carries no prediction: nothing to set the measurements beside\n");
     else if (ex->c.g.world > 1 && run)

@@ -113,6 +113,7 @@ static const KernBackend kern_cpu_backend = {
     .moe_route_fwd = kern_cpu_moe_route_fwd,
     .moe_route_bwd = kern_cpu_moe_route_bwd,
     .moe_counts = kern_cpu_moe_counts,
+    .moe_drop = kern_cpu_moe_drop,
     .moe_aux_fwd = kern_cpu_moe_aux_fwd,
     .moe_aux_bwd = kern_cpu_moe_aux_bwd,
     .moe_permute = kern_cpu_moe_permute,

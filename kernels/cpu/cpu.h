@@ -78,6 +78,7 @@ void kern_cpu_moe_route_fwd(float *probs, int32_t *idx, float *w, const float *l
 void kern_cpu_moe_route_bwd(float *dlogits, const float *dprobs, const float *dw,
                             const float *probs, const int32_t *idx, const KernMoeRoute *r);
 void kern_cpu_moe_counts(float *counts, const int32_t *idx, int N, int topk, int E);
+void kern_cpu_moe_drop(int32_t *idx, const float *w, int N, int topk, int E, int capacity);
 void kern_cpu_moe_aux_fwd(float *loss, const float *probs, const float *counts, int N, int E,
                           float scale);
 void kern_cpu_moe_aux_bwd(float *dprobs, const float *counts, int N, int E, float scale);

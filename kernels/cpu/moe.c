@@ -129,7 +129,9 @@ void kern_cpu_moe_route_bwd(float *dlogits, const float *dprobs, const float *dw
     const int E = r->E, K = r->topk;
     for (int n = 0; n < r->N; n++) {
         const float *p = probs + (size_t)n * E;
-        const int32_t *ix = idx + (size_t)n * K;
+        int32_t ix[KERN_MOE_MAX_EXPERTS]; /* a dropped copy's expert still holds its score */
+        for (int k = 0; k < K; k++)
+            ix[k] = kern_moe_expert_of(idx[(size_t)n * K + k]);
         const float *dwn = dw + (size_t)n * K;
         float *dl = dlogits + (size_t)n * E;
         /* dl holds d loss / d score first */
@@ -169,8 +171,9 @@ void kern_cpu_moe_counts(float *counts, const int32_t *idx, int N, int topk, int
     KERN_CHECK(E >= 1 && N >= 0 && topk >= 1, "moe_counts: sizes");
     memset(counts, 0, (size_t)E * sizeof *counts);
     for (size_t i = 0; i < (size_t)N * (size_t)topk; i++) {
-        KERN_CHECK(idx[i] >= 0 && idx[i] < E, "moe_counts: an expert index out of range");
-        counts[idx[i]] += 1.0f;
+        KERN_CHECK(idx[i] >= -E && idx[i] < E, "moe_counts: an expert index out of range");
+        if (idx[i] >= 0)
+            counts[idx[i]] += 1.0f;
     }
 }
 
@@ -205,8 +208,9 @@ static void rows_of(int32_t *rows, int32_t *counts, const int32_t *idx, int N, i
     memset(next, 0, (size_t)E * sizeof *next);
     const size_t copies = (size_t)N * (size_t)topk;
     for (size_t i = 0; i < copies; i++) {
-        KERN_CHECK(idx[i] >= 0 && idx[i] < E, "moe: an expert index out of range");
-        next[idx[i]]++;
+        KERN_CHECK(idx[i] >= -E && idx[i] < E, "moe: an expert index out of range");
+        if (idx[i] >= 0)
+            next[idx[i]]++;
     }
     if (counts)
         memcpy(counts, next, (size_t)E * sizeof *counts);
@@ -217,7 +221,7 @@ static void rows_of(int32_t *rows, int32_t *counts, const int32_t *idx, int N, i
         start += c;
     }
     for (size_t i = 0; i < copies; i++)
-        rows[i] = next[idx[i]]++;
+        rows[i] = idx[i] >= 0 ? next[idx[i]]++ : -1;
 }
 
 /* rows_of for a call that keeps no map of its own: on the stack up to a size, beyond that the
@@ -229,9 +233,11 @@ static int32_t row_at(const int32_t *idx, int N, int topk, int E, size_t i)
 {
     (void)E;
     const size_t copies = (size_t)N * (size_t)topk;
+    if (idx[i] < 0)
+        return -1;
     int32_t r = 0;
     for (size_t j = 0; j < copies; j++)
-        if (idx[j] < idx[i] || (idx[j] == idx[i] && j < i))
+        if (idx[j] >= 0 && (idx[j] < idx[i] || (idx[j] == idx[i] && j < i)))
             r++;
     return r;
 }
@@ -245,8 +251,10 @@ static int32_t row_at(const int32_t *idx, int N, int topk, int E, size_t i)
             rows_of(stack_, NULL, (idx), (N), (topk), (E));                                       \
         for (size_t i_ = 0; i_ < copies_; i_++) {                                                 \
             const size_t n = i_ / (size_t)(topk), k = i_ % (size_t)(topk);                        \
-            const size_t row = (size_t)(small_ ? stack_[i_] : row_at((idx), (N), (topk), (E), i_)); \
+            const int32_t r_ = small_ ? stack_[i_] : row_at((idx), (N), (topk), (E), i_);         \
+            const size_t row = (size_t)r_;                                                        \
             (void)k;                                                                              \
+            if (r_ >= 0) /* not dropped */                                                        \
             body                                                                                  \
         }                                                                                         \
     } while (0)
@@ -261,10 +269,13 @@ void kern_cpu_moe_permute(void *out, int32_t *counts, int32_t *row_of, const voi
     KERN_CHECK(E >= 1 && E <= KERN_MOE_MAX_EXPERTS, "moe_permute: experts");
     memset(cnt, 0, (size_t)E * sizeof *cnt);
     for (size_t i = 0; i < (size_t)N * (size_t)topk; i++) {
-        KERN_CHECK(idx[i] >= 0 && idx[i] < E, "moe_permute: an expert index out of range");
-        cnt[idx[i]]++;
+        KERN_CHECK(idx[i] >= -E && idx[i] < E, "moe_permute: an expert index out of range");
+        if (idx[i] >= 0)
+            cnt[idx[i]]++;
     }
     memcpy(counts, cnt, (size_t)E * sizeof *counts);
+    for (size_t i = 0; row_of && i < (size_t)N * (size_t)topk; i++)
+        row_of[i] = -1; /* a dropped copy has no row */
     FOR_EACH_ROW(idx, N, topk, E, {
         if (row_of)
             row_of[i_] = (int32_t)row;
@@ -311,6 +322,8 @@ void kern_cpu_moe_unpermute_bwd(void *deout, float *dw, const void *dy, const vo
     // deout, eout are (N*topk,C); dy is (N,C); dw, w, idx are (N,topk)
     float *de = deout;
     const float *g = dy, *e = eout;
+    for (size_t i = 0; i < (size_t)N * (size_t)topk; i++)
+        dw[i] = 0.0f; /* a dropped copy's weight had no effect */
     FOR_EACH_ROW(idx, N, topk, E, {
         const float *gn = g + n * (size_t)C;
         const float *er = e + row * (size_t)C;
@@ -323,4 +336,33 @@ void kern_cpu_moe_unpermute_bwd(void *deout, float *dw, const void *dy, const vo
         }
         dw[i_] = (float)dot;
     });
+}
+
+void kern_cpu_moe_drop(int32_t *idx, const float *w, int N, int topk, int E, int capacity)
+{
+    // idx, w are (N,topk)
+    KERN_CHECK(E >= 1 && E <= KERN_MOE_MAX_EXPERTS && N >= 0 && topk >= 1 && capacity >= 0,
+               "moe_drop: sizes");
+    const size_t copies = (size_t)N * (size_t)topk;
+    int32_t cnt[KERN_MOE_MAX_EXPERTS];
+    memset(cnt, 0, (size_t)E * sizeof *cnt);
+    for (size_t i = 0; i < copies; i++) {
+        KERN_CHECK(idx[i] >= -E && idx[i] < E, "moe_drop: an expert index out of range");
+        if (idx[i] >= 0)
+            cnt[idx[i]]++;
+    }
+    /* a copy's place among its expert's by weight: only an expert over capacity scans. The
+     * marks keep the expert (kern_moe_expert_of), so a copy marked before a later copy's scan
+     * still counts in that scan, as the CUDA kernel's threads see it. */
+    for (size_t i = 0; i < copies; i++) {
+        const int e = idx[i];
+        if (e < 0 || cnt[e] <= capacity)
+            continue;
+        int32_t ahead = 0;
+        for (size_t j = 0; j < copies && ahead < capacity; j++)
+            if (j != i && kern_moe_expert_of(idx[j]) == e && (w[j] > w[i] || (w[j] == w[i] && j < i)))
+                ahead++;
+        if (ahead >= capacity)
+            idx[i] = -1 - e;
+    }
 }

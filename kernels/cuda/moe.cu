@@ -170,6 +170,9 @@ __global__ void moe_route_fwd_kernel(float *probs, int32_t *idx, float *w, const
     }
 }
 
+/* kernels.h's kern_moe_expert_of on the device: a dropped copy keeps its expert as -1 - e */
+__device__ __forceinline__ int expert_of(int32_t i) { return i < 0 ? -1 - i : i; }
+
 __global__ void moe_route_bwd_kernel(float *dlogits, const float *dprobs, const float *dw,
                                      const float *probs, const int32_t *idx, KernMoeRoute r)
 {
@@ -193,15 +196,16 @@ __global__ void moe_route_bwd_kernel(float *dlogits, const float *dprobs, const 
         if (renormalised(r)) {
             /* w_k = p_k / S, S = sum_j p_j: dp_k = (dw_k - sum_j dw_j w_j) / S */
             double S = 0.0, dot = 0.0;
+            /* a dropped copy's expert still holds its score (expert_of) */
             for (int k = 0; k < K; k++)
-                S += p[ix[k]];
+                S += p[expert_of(ix[k])];
             for (int k = 0; k < K; k++)
-                dot += (double)dwn[k] * (p[ix[k]] / S);
+                dot += (double)dwn[k] * (p[expert_of(ix[k])] / S);
             for (int k = 0; k < K; k++)
-                d[ix[k]] += (float)((dwn[k] - dot) / (S + 1e-20));
+                d[expert_of(ix[k])] += (float)((dwn[k] - dot) / (S + 1e-20));
         } else {
             for (int k = 0; k < K; k++)
-                d[ix[k]] += dwn[k];
+                d[expert_of(ix[k])] += dwn[k];
         }
     }
     __syncwarp();
@@ -269,6 +273,36 @@ __global__ void moe_counts_kernel(float *counts, const int32_t *idx, size_t copi
         if (e >= 0 && e < E)
             atomicAdd(&counts[e], 1.0f);
     }
+}
+
+/* Token dropping (kernels.h's moe_drop): a thread per copy counts the copies of its expert
+ * ahead of it by weight (ties to the lower index) and marks itself dropped at capacity or more.
+ * The marks keep the expert, so the scans read the same experts whether a mark landed yet or
+ * not. O(copies^2) reads, for the sizes the executor's tests and small runs use. */
+__global__ void moe_drop_kernel(int32_t *idx, const float *w, size_t copies, int capacity)
+{
+    GRID_STRIDE(i, copies)
+    {
+        const int e = idx[i];
+        if (e < 0)
+            continue;
+        const float wi = w[i];
+        int ahead = 0;
+        for (size_t j = 0; j < copies && ahead < capacity; j++)
+            if (j != i && expert_of(idx[j]) == e && (w[j] > wi || (w[j] == wi && j < i)))
+                ahead++;
+        if (ahead >= capacity)
+            idx[i] = -1 - e;
+    }
+}
+
+static void moe_drop(int32_t *idx, const float *w, int N, int topk, int E, int capacity)
+{
+    KERN_CHECK(E >= 1 && E <= KERN_MOE_MAX_EXPERTS && N >= 0 && topk >= 1 && capacity >= 0,
+               "moe_drop: sizes");
+    const size_t copies = (size_t)N * (size_t)topk;
+    if (copies)
+        KLAUNCH_N(moe_drop_kernel, copies, idx, w, copies, capacity);
 }
 
 enum { MOE_AUX_THREADS = 512 };
@@ -563,6 +597,7 @@ void kern_cuda_table_moe(KernBackend *k)
     k->moe_route_fwd = moe_route_fwd;
     k->moe_route_bwd = moe_route_bwd;
     k->moe_counts = moe_counts;
+    k->moe_drop = moe_drop;
     k->moe_aux_fwd = moe_aux_fwd;
     k->moe_aux_bwd = moe_aux_bwd;
 }
