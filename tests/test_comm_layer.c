@@ -257,7 +257,7 @@ static void test_counting(void)
     CHECK_EQ_INT(24, comm_world(c));
     CHECK_EQ_INT(3, comm_group_size(c, MODEL_GROUP_DP));
     CHECK_EQ_INT(1, comm_group_rank(c, MODEL_GROUP_DP));
-    CHECK_EQ_INT(1, comm_group_size(c, (ModelGroup)9)); /* no such group: one rank */
+    CHECK_EQ_INT(1, comm_group_size(c, (ModelGroup)COMM_GROUPS)); /* no such group: one rank */
     CHECK_COUNTS(c, &e);
 
     /* all-reduce: the whole buffer, 10 fp32 = 40 bytes; 7 bf16 = 14 */

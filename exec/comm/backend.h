@@ -11,7 +11,7 @@
 
 #include "exec/comm/comm.h"
 
-enum { COMM_GROUPS = MODEL_GROUP_DPR + 1 };
+enum { COMM_GROUPS = MODEL_GROUP_ETP_EP + 1 }; /* every ModelGroup, the last one included */
 
 /* Raw operations: the arguments as comm.h's calls, *req already -1 where req is given. An entry
  * a backend never gets (see above) may be NULL: the one-rank layer has almost none. */
