@@ -217,6 +217,18 @@ static void op_open(const ExecLayerRun *r, int op) { exec_meter_open(r->M, r->c-
 static void op_again(const ExecLayerRun *r, int op) { exec_meter_open_again(r->M, r->c->k, op); }
 static void op_close(const ExecLayerRun *r, int op) { exec_meter_close(r->M, r->c->k, op); }
 
+
+/* The copies this rank sends to each expert-parallel rank: its counts summed over that rank's
+ * local experts. */
+static void sum_sends(ExecMoe *M)
+{
+    for (int j = 0; j < M->ep; j++) {
+        M->send[j] = 0;
+        for (int l = 0; l < M->L; l++)
+            M->send[j] += M->cnt[j * M->L + l];
+    }
+}
+
 /* This rank's routed copies per expert (from the device counts) into the rows it sends each
  * expert rank, and (ep > 1) the counts exchange: blk[j * L + l] the rows source j sends this
  * rank's expert l, recv[j] their sum. One exchange per local expert: the layer's counts call
@@ -226,11 +238,7 @@ static void local_counts(ExecMoe *M, const ExecCtx *c, const float *cnt_dev)
     c->k->to_host(M->cntf, cnt_dev, (size_t)M->E * sizeof *M->cntf);
     for (int e = 0; e < M->E; e++)
         M->cnt[e] = (int64_t)M->cntf[e]; /* exact: counts stay below 2^24 */
-    for (int j = 0; j < M->ep; j++) {
-        M->send[j] = 0;
-        for (int l = 0; l < M->L; l++)
-            M->send[j] += M->cnt[j * M->L + l];
-    }
+    sum_sends(M);
 }
 
 /* etp > 1: every etp rank's counts (blk's other parts), one exchange per (source, expert) as
@@ -275,11 +283,7 @@ static int64_t clamp_counts(ExecMoe *M)
             dropped += M->cnt[e] - M->capacity;
             M->cnt[e] = M->capacity;
         }
-    for (int j = 0; j < M->ep; j++) {
-        M->send[j] = 0;
-        for (int l = 0; l < M->L; l++)
-            M->send[j] += M->cnt[j * M->L + l];
-    }
+    sum_sends(M);
     return dropped;
 }
 
