@@ -11,6 +11,20 @@
 
 static int px_test_checks;
 
+/* 1 in a build under AddressSanitizer (scripts/test.sh's sanitizer pass). There a test may run
+ * fewer rounds of a loop whose later rounds run no line the first ones did not: the sanitizers
+ * watch lines, and the `tests` stage checks every round's figures (docs/testing.md). */
+#if defined(__SANITIZE_ADDRESS__)
+#define PX_TEST_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define PX_TEST_SANITIZED 1
+#endif
+#endif
+#ifndef PX_TEST_SANITIZED
+#define PX_TEST_SANITIZED 0
+#endif
+
 #define CHECK(cond)                                                                               \
     do {                                                                                          \
         px_test_checks++;                                                                         \
