@@ -807,15 +807,27 @@ static char *host_text(const cJSON *v)
         fputs("| probe | now | when calibrated | change |\n|---|---:|---:|---:|\n", f);
         host_row(f, "GEMM (GFLOP/s)", h, "peak_flops", "peak_flops_calibrated", 1e9);
         host_row(f, "memory bandwidth (GB/s)", h, "memory_bandwidth", "memory_bandwidth_calibrated", 1e9);
-        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(h, "recalibrated")))
+        const cJSON *ha = cJSON_GetObjectItemCaseSensitive(v, "host_check_after");
+        if (cJSON_IsObject(ha)) {
+            host_row(f, "GEMM after the timed runs (GFLOP/s)", ha, "peak_flops", "peak_flops_calibrated", 1e9);
+            host_row(f, "memory bandwidth after the timed runs (GB/s)", ha, "memory_bandwidth",
+                     "memory_bandwidth_calibrated", 1e9);
+        }
+        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ha, "drifted")))
+            fputs("\n**Not graded: the host drifted during the timed runs** from its calibrated rates, so the "
+                  "errors below include the drift (calibrate again and run again).\n",
+                  f);
+        else if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(h, "recalibrated")))
             fputs("\nThe host had drifted from its calibration; it was calibrated again before the runs.\n", f);
         else if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(h, "drifted")))
-            fputs("\n**The host drifted from its calibration**: the predictions use the calibrated rates, so "
-                  "the errors below include the drift (`parallax validate --recalibrate` calibrates again "
-                  "first).\n",
+            fputs("\n**Not graded: the host had drifted from its calibration**: the predictions use the "
+                  "calibrated rates, so the errors below include the drift (`parallax validate --recalibrate` "
+                  "calibrates again first).\n",
                   f);
         else
-            fputs("\nThe host runs as when it was calibrated: the predictions' rates hold here.\n", f);
+            fprintf(f, "\nThe host ran as when it was calibrated, before the timed runs%s: the predictions' "
+                       "rates hold here.\n",
+                    cJSON_IsObject(ha) ? " and after them" : "");
     } else {
         fputs("No host check was made (`--no-host-check`, or the profile is not calibrated): nothing says "
               "whether this host still runs at its calibrated rates.\n",

@@ -145,9 +145,44 @@ static void test_judge(void)
     cJSON_Delete(j);
 }
 
+/* The host's speed around the timed runs: a probe beyond VAL_HOST_DRIFT before them (unless
+ * the host was calibrated again then) or after them leaves the rows ungraded, named. */
+static void test_steady(void)
+{
+    ProfMeasured m;
+    memset(&m, 0, sizeof m);
+    m.peak_flops = 100e9;
+    m.memory_bandwidth = 10e9;
+    ValHostCheck before, after, none;
+    memset(&none, 0, sizeof none);
+    char why[200];
+    val_host_compare(&m, 105e9, 10.5e9, &before); /* +5%, +5%: within */
+    val_host_compare(&m, 110e9, 9e9, &after);     /* +10%, -10%: at the bar is within */
+    CHECK_EQ_INT(1, after.probed);
+    CHECK_EQ_INT(0, after.drifted);
+    CHECK_EQ_INT(1, val_host_steady(&before, &after, why, sizeof why));
+    CHECK_STR("", why);
+    CHECK_EQ_INT(1, val_host_steady(&none, &none, why, sizeof why)); /* no probe: nothing says */
+    /* memory bandwidth 18.5% lower after the runs: the larger change is named */
+    val_host_compare(&m, 95e9, 8.15e9, &after);
+    CHECK_EQ_INT(1, after.drifted);
+    CHECK_EQ_INT(0, val_host_steady(&before, &after, why, sizeof why));
+    CHECK_STR("memory bandwidth 18.5% slower after the timed runs than when calibrated", why);
+    /* GEMMs 25% faster before them: the before probe first */
+    val_host_compare(&m, 125e9, 10e9, &before);
+    CHECK_EQ_INT(0, val_host_steady(&before, &none, why, sizeof why));
+    CHECK_STR("GEMMs 25.0% faster before the timed runs than when calibrated", why);
+    /* calibrated again after that probe: it no longer counts */
+    before.recalibrated = 1;
+    CHECK_EQ_INT(1, val_host_steady(&before, &none, why, sizeof why));
+    CHECK_EQ_INT(0, val_host_steady(&before, &after, why, sizeof why));
+    CHECK_STR("memory bandwidth 18.5% slower after the timed runs than when calibrated", why);
+}
+
 int main(void)
 {
     test_parse();
     test_judge();
+    test_steady();
     TEST_DONE("test_validate_quiet");
 }

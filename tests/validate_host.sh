@@ -3,7 +3,8 @@
 # recorded figures made 100x too high (the host now looks about 99% slower) and 100x too low
 # (GEMMs and memory both): each is reported as such, whatever the probe's own noise (a quick
 # probe under the sanitizers can be off by a factor of 2-4); --recalibrate writes the profile
-# again with what the host measures now. Step timings are not asserted (the host is noisy).
+# again with what the host measures now; a validation on the drifted profile probes the host
+# again after its timed run and grades nothing. Step timings are not asserted (the host is noisy).
 set -euo pipefail
 px=$1
 dir=$(mktemp -d)
@@ -45,6 +46,22 @@ scale 0.0001
 out=$("$px" validate --check-host)
 echo "$out"
 grep -q "host check: this host runs [0-9]*% faster than when it was calibrated" <<<"$out" || fail "0.01x profile: not faster"
+
+# a validation on that profile: the host probed again after its timed run, and its rows not
+# graded, the drift named (a quick layout on one rank, two steps)
+json=$("$px" validate --layouts 1 --max-ranks 1 --steps 2 --report "$dir/v" --json)
+python3 - "$json" <<'PY' || fail "validate on a drifted host"
+import json, sys
+j = json.loads(sys.argv[1])
+assert j["host_check"]["drifted"] is True and j["host_check_after"]["drifted"] is True, j.get("host_check_after")
+assert j["host_check_after"]["peak_flops"] > 5 * j["host_check_after"]["peak_flops_calibrated"], j["host_check_after"]
+assert j["graded"] is False, j["graded"]
+# a busy machine (ctest -j runs other tests beside this one) is said first
+busy = j["verdict"].startswith("not graded: machine busy: ")
+assert busy or j["verdict"].startswith("not graded: the host drifted: ") and \
+    " faster before the timed runs than when calibrated" in j["verdict"], j["verdict"]
+assert [l["grade"] for l in j["layouts"] if l["timing"]] == ["not graded"], j["layouts"]
+PY
 
 # --recalibrate: the profile written again, its figures this host's (not a tenth of them)
 before=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['measured']['peak_flops'])" "$prof")

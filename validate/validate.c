@@ -221,6 +221,7 @@ typedef struct {
      * the windows before the timed runs (from validate's start) and during them */
     ValHostSnap first, last, run_start;
     ValQuiet before, during;
+    ValHostCheck host_after; /* the host's speed probed again once the timed runs ended */
     int timed_started;
     struct Outcome *outs;     /* [n_rows]: what each row came to, tabled once the runs end */
     char (*why)[320];         /* [n_rows]: a skipped row's reason */
@@ -651,7 +652,9 @@ static int by_value(const void *a, const void *b)
 static void grade_rows(Validation *v, char *verdict, size_t cap)
 {
     const ValQuiet *m = &v->during;
-    const int graded = m->measured && m->quiet;
+    char drift[300];
+    const int steady = val_host_steady(&v->q->host, &v->host_after, drift, sizeof drift);
+    const int graded = m->measured && m->quiet && steady;
     double *abs_err = calloc((size_t)v->n_rows + 1, sizeof *abs_err);
     int n = 0, pass = 0, worst = -1;
     for (int i = 0; i < v->n_rows; i++) {
@@ -683,12 +686,19 @@ static void grade_rows(Validation *v, char *verdict, size_t cap)
                  "cores' time during the timed runs (quiet is under %.0f%%), so their step errors "
                  "describe the load, not the model; run again on a quiet machine",
                  100 * m->other_share, 100 * VAL_QUIET_OTHER);
+    else if (!steady)
+        snprintf(verdict, cap, "not graded: the host drifted: %s, and the predictions use the "
+                 "calibrated rates, so the step errors describe the drift, not the model; "
+                 "calibrate again (parallax calibrate, or validate --recalibrate) and run again",
+                 drift);
     else
         snprintf(verdict, cap, "%s: %d of %d timed layouts within %.0f%% of the predicted step "
                  "(median |error| %.1f%%, largest %+.1f%% on #%d)",
                  pass == n ? "pass" : "FAIL", pass, n, 100 * VAL_PASS_ERROR, 100 * median,
                  100 * v->outs[worst].step_err, worst + 1);
     cJSON_AddItemToObject(v->json, "machine", val_quiet_json(m, &v->before));
+    if (v->host_after.probed)
+        cJSON_AddItemToObject(v->json, "host_check_after", val_host_json(&v->host_after));
     cJSON_AddBoolToObject(v->json, "graded", graded && n > 0);
     cJSON_AddStringToObject(v->json, "verdict", verdict);
     cJSON_AddNumberToObject(v->json, "pass_error", VAL_PASS_ERROR);
@@ -731,6 +741,48 @@ static void calibration_log(Validation *v, char *shown, size_t cap)
         cJSON_AddNullToObject(v->json, "calibration_log");
 }
 
+/* Where the host was checked before the runs and some were timed, its speed probed again now:
+ * a host that slowed down (or sped up) during the runs, a throttled CPU or a neighbour on the
+ * same memory, leaves the errors of the rows timed after it (val_host_steady). A probe that
+ * fails leaves the check unmade, with a line in the log. */
+static void probe_after(Validation *v)
+{
+    const ProfMeasured *m = v->q->cluster->measured;
+    if (!v->q->host.probed || !v->timed_started || !m)
+        return;
+    double peak = 0, bw = 0;
+    PxError err = {0};
+    if (calib_probe(CALIB_DEFAULT_BACKEND, m->quick, &peak, &bw, &err)) {
+        if (v->log)
+            fprintf(v->log, "host check after the timed runs: not made: %s\n", err.msg);
+        return;
+    }
+    val_host_compare(m, peak, bw, &v->host_after);
+    if (v->log) {
+        fputs("after the timed runs, ", v->log);
+        val_host_print(v->log, &v->host_after, m);
+    }
+}
+
+int val_host_steady(const ValHostCheck *before, const ValHostCheck *after, char *why, size_t cap)
+{
+    const ValHostCheck *h[2] = {before, after};
+    const char *when[2] = {"before", "after"};
+    if (cap)
+        why[0] = '\0';
+    for (int k = 0; k < 2; k++) {
+        if (!h[k] || !h[k]->probed || !h[k]->drifted || (k == 0 && h[k]->recalibrated))
+            continue;
+        const int gemm = fabs(h[k]->peak_change) >= fabs(h[k]->bw_change);
+        const double c = gemm ? h[k]->peak_change : h[k]->bw_change;
+        snprintf(why, cap, "%s %.1f%% %s %s the timed runs than when calibrated",
+                 gemm ? "GEMMs" : "memory bandwidth", 100 * fabs(c), c < 0 ? "slower" : "faster",
+                 when[k]);
+        return 0;
+    }
+    return 1;
+}
+
 /* The answer, once every run has ended: the machine, the verdict, the table, the training line,
  * where the calibration's tables are; the report's table gets the same rows. */
 static void answer(Validation *v)
@@ -740,7 +792,8 @@ static void answer(Validation *v)
         val_quiet_judge(&v->q->start, &v->q->start, &v->during);
     else
         val_quiet_judge(&v->first, &v->last, &v->during);
-    char verdict[600], cal[1300];
+    probe_after(v);
+    char verdict[800], cal[1300];
     grade_rows(v, verdict, sizeof verdict);
     calibration_log(v, cal, sizeof cal);
     FILE *term = v->log;

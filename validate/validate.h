@@ -142,6 +142,13 @@ void val_host_print(FILE *f, const ValHostCheck *h, const ProfMeasured *m);
 /* {probed, peak_flops, peak_flops_calibrated, memory_bandwidth, memory_bandwidth_calibrated,
  * drifted, recalibrated} (the caller's to free) */
 cJSON *val_host_json(const ValHostCheck *h);
+/* Whether the host ran at its calibrated speed around the timed runs, so that their step errors
+ * are the model's: 1 when neither probe drifted beyond VAL_HOST_DRIFT (before: the check ahead
+ * of the runs, which counts only when the host was not calibrated again then; after: the probe
+ * once they ended), or no probe was made; else 0, and `why` says which probe moved, what and by
+ * how much ("GEMMs 12.0% slower after the timed runs than when calibrated"). */
+int val_host_steady(const ValHostCheck *before, const ValHostCheck *after, char *why, size_t cap);
+
 /* The host check of a calibrated q->cluster (nothing when it is not calibrated): probes this
  * machine (calib_probe), compares, prints to log (NULL: quiet); with recalibrate, a drifted
  * host is calibrated again in place (`parallax calibrate` with the profile's --quick and ranks)
@@ -158,7 +165,9 @@ int val_host_check(ValRequest *q, int recalibrate, FILE *log, PxError *err);
  * ranks, timing, predicted {step_s}, measured {step_s}, step_error, ops_over_1pct,
  * ops_within_15pct, machine (the run's own window), grade ("pass", "FAIL", "not graded"), steps,
  * loss_first, loss_last, memory_equal, comm_equal, compare}, machine (val_quiet_json of the
- * timed runs, with before), graded, verdict, pass_error, median_abs_error, max_abs_error,
+ * timed runs, with before), host_check_after (val_host_json of the probe after the timed runs,
+ * where q->host was probed), graded (quiet, and val_host_steady), verdict, pass_error,
+ * median_abs_error, max_abs_error,
  * calibration_log (DIR/calibration.txt, or null)}; each timed run-NN.json gets its machine too.
  * `log` (NULL: quiet) gets a progress line per layout, the busy warning before the runs when the
  * machine was busy, then the answer: the machine, the verdict, the table, the losses and where
