@@ -378,6 +378,7 @@ static void bridge_header(FILE *f, const ModelPlan *p, const ModelDims *d, const
     PxError err;
     (void)export_train(p, d, &tr, &err); /* export_plan checked it */
     export_train_comments(f, &tr);
+    export_framework_note(f, p, MODEL_FW_BRIDGE);
     if (p->spec.job.optimizer == MODEL_OPT_ADAM_8BIT)
         fprintf(f, "# 8-bit Adam has no Megatron-Bridge key: its memory was planned, the keys below use Adam\n");
 }

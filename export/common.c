@@ -50,6 +50,72 @@ void export_imbalance_note(FILE *f, const ModelPlan *p, const char *what)
                 j->moe_imbalance, what);
 }
 
+/* The differences, "a; b; c" into buf: 0 when none (or the target's settings cannot be read) */
+static int framework_differences(const ModelPlan *p, ModelFramework runs_on, char *buf, size_t cap)
+{
+    ModelSpec here = p->spec, there = p->spec;
+    there.job.framework = runs_on;
+    ModelDims dh, dt;
+    PxError err = {0};
+    if (model_spec_check(&here, p->gpus, &dh, &err) || model_spec_check(&there, p->gpus, &dt, &err))
+        return 0;
+    const char *plan_fw = model_framework_name(p->spec.job.framework);
+    const char *to = model_framework_name(runs_on);
+    size_t n = 0;
+    buf[0] = '\0';
+    if (dh.recompute_op != dt.recompute_op)
+        n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, "%s%s recomputes `selective` %s (%s: %s)",
+                              n ? "; " : "", to, dt.recompute_op ? "op by op" : "as the attention core",
+                              plan_fw, dh.recompute_op ? "op by op" : "the attention core");
+    if (here.layout.overlap_dp != there.layout.overlap_dp && p->spec.layout.dp > 1)
+        n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0,
+                              "%s%s %s data-parallel communication (%s: %s)", n ? "; " : "", to,
+                              there.layout.overlap_dp ? "always overlaps" : "does not overlap", plan_fw,
+                              here.layout.overlap_dp ? "overlapped" : "not overlapped");
+    if (dh.eager_norms != dt.eager_norms)
+        n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, "%s%s runs the norms %s (%s: %s)",
+                              n ? "; " : "", to,
+                              dt.eager_norms ? "as eager modules, uncompiled" : "as fused kernels",
+                              plan_fw, dh.eager_norms ? "eager" : "fused");
+    return n > 0;
+}
+
+void export_framework_note(FILE *f, const ModelPlan *p, ModelFramework runs_on)
+{
+    char diff[600], text[1200];
+    if (p->spec.job.framework == runs_on || !framework_differences(p, runs_on, diff, sizeof diff))
+        return;
+    const char *plan_fw = model_framework_name(p->spec.job.framework);
+    const char *to = model_framework_name(runs_on);
+    snprintf(text, sizeof text,
+             "the plan was priced as %s runs it (training.framework), and %s runs it otherwise: %s. "
+             "Its predicted step is %s's: plan with --framework %s for %s's prediction and ranking",
+             plan_fw, to, diff, plan_fw, to, to);
+    if (!f) {
+        px_warn("%s", text);
+        return;
+    }
+    /* "# WARNING: " then the text, broken at spaces into lines of at most 100 */
+    const char *s = text;
+    int first = 1;
+    while (*s) {
+        const int room = first ? 100 - 11 : 100 - 2;
+        int len = (int)strlen(s);
+        if (len > room) {
+            len = room;
+            while (len > 0 && s[len] != ' ')
+                len--;
+            if (len == 0)
+                len = room;
+        }
+        fprintf(f, "# %s%.*s\n", first ? "WARNING: " : "", len, s);
+        s += len;
+        while (*s == ' ')
+            s++;
+        first = 0;
+    }
+}
+
 const char *export_cp_comm_name(ModelCpComm c)
 {
     static const char *const names[] = {"p2p", "all_gather", "a2a"};

@@ -200,6 +200,7 @@ static void deepspeed_train_notes(const ModelPlan *p, const ModelDims *d)
     PxError err;
     (void)export_train(p, d, &tr, &err); /* export_plan checked it */
     export_train_warn(&tr);
+    export_framework_note(NULL, p, MODEL_FW_DEEPSPEED);
     px_warn("train for %d iterations: the length is the training loop's, not a DeepSpeed config setting", tr.iters);
     if (tr.wsd)
         px_warn("NOT EXPRESSIBLE: the peak held to iteration %d before the cosine decay: WarmupCosineLR decays from "

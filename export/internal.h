@@ -28,6 +28,13 @@ const char *export_router_score(const ModelMoe *m);
 /* Notes that read alike in every format */
 /* The routing imbalance a MoE plan assumes, which no framework takes: "...not a <what>". */
 void export_imbalance_note(FILE *f, const ModelPlan *p, const char *what);
+/* A plan priced for one framework (training.framework) exported to another that runs it
+ * differently (profiles/frameworks: op-level selective recompute, always-overlapped data-parallel
+ * communication, eager norms): a WARNING naming each difference that touches this plan, that
+ * the plan's predicted step is its own framework's, and how to plan for `runs_on`. As "# "
+ * lines to f, or, with f NULL, a warning on standard error (a format without comments). Nothing
+ * when the two price the plan alike. */
+void export_framework_note(FILE *f, const ModelPlan *p, ModelFramework runs_on);
 /* GPipe, which Megatron-LM, NeMo and Megatron-Bridge do not offer: NOT EXPRESSIBLE when the plan
  * pipelines with it. */
 void export_gpipe_note(FILE *f, const ModelLayout *l);

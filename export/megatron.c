@@ -445,6 +445,7 @@ void export_megatron(FILE *f, const ModelPlan *p, const ModelDims *d)
     megatron_moe_notes(f, p);
     megatron_fp8_notes(f, p);
     export_train_comments(f, &tr);
+    export_framework_note(f, p, MODEL_FW_MEGATRON);
     megatron_env(f, p);
     fprintf(f, "MEGATRON_ARGS=(\n");
     megatron_model(f, p, d);

@@ -194,6 +194,7 @@ void export_nemo1(FILE *f, const ModelPlan *p, const ModelDims *d)
     PxError err;
     (void)export_train(p, d, &tr, &err); /* export_plan checked it */
     export_train_comments(f, &tr);
+    export_framework_note(f, p, MODEL_FW_NEMO);
     fprintf(f, "trainer.devices=%d trainer.num_nodes=%d trainer.precision=%s trainer.max_steps=%d\n",
             per_node, nodes, prec, tr.iters);
     /* Megatron-Core's GPT (the default from NeMo 2.0, not in 1.23.0) carries context parallelism,

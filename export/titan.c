@@ -427,6 +427,7 @@ static void titan_notes(FILE *f, const Titan *t, const ModelPlan *p, const Model
     const ModelJob *j = &p->spec.job;
     titan_model_notes(f, t, p);
     titan_train_notes(f, &t->tr);
+    export_framework_note(f, p, MODEL_FW_TORCHTITAN);
     titan_dp_notes(f, t, p, d);
     titan_cp_notes(f, t, &p->spec.layout);
     if (l->tp > 1 && l->sp)

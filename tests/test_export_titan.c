@@ -268,9 +268,51 @@ static void test_hsdp(void)
     free(toml);
 }
 
+/* A plan priced for one framework exported to another that runs it otherwise: a warning naming
+ * each difference that touches the plan; none where the plan was priced for the target. */
+static void test_framework(void)
+{
+    PxError err = {0};
+    ModelSpec s;
+    model_spec_defaults(&s);
+    CHECK_OK(model_config_load("llama3-8b", &s.model, &err), err);
+    s.layout.zero = 3;
+    s.layout.recompute = MODEL_RECOMPUTE_SELECTIVE;
+    s.job.global_batch = 32;
+    s.job.seq_len = 8192;
+    s.job.precision = PX_BF16;
+    s.job.fused_kernels = 0;
+    char *cli = export_of(&s, "dgx-h100", 8, EXPORT_TORCHTITAN);
+    const char *want[] = {
+        "# WARNING: the plan was priced as megatron runs it (training.framework), and torchtitan runs it",
+        "# otherwise: torchtitan recomputes `selective` op by op (megatron: the attention core); torchtitan",
+        "# always overlaps data-parallel communication (megatron: not overlapped); torchtitan runs the norms",
+        "# as eager modules, uncompiled (megatron: fused). Its predicted step is megatron's: plan with",
+        "# --framework torchtitan for torchtitan's prediction and ranking", NULL};
+    expect_lines("megatron's plan for torchtitan", cli, want, NULL);
+    free(cli);
+    s.job.framework = MODEL_FW_TORCHTITAN;
+    cli = export_of(&s, "dgx-h100", 8, EXPORT_TORCHTITAN);
+    expect_lines("torchtitan's plan for torchtitan", cli, (const char *const[]){NULL},
+                 (const char *const[]){"# WARNING: the plan was priced", NULL});
+    free(cli);
+    /* to Megatron-LM: the recompute and the norms (Megatron-Core's are fused kernels whatever
+     * the job says) differ; not the overlap: the plan's layout took torchtitan's, and the
+     * Megatron-LM export writes it */
+    cli = export_of(&s, "dgx-h100", 8, EXPORT_MEGATRON);
+    const char *want_mlm[] = {
+        "# WARNING: the plan was priced as torchtitan runs it (training.framework), and megatron runs it",
+        "# otherwise: megatron recomputes `selective` as the attention core (torchtitan: op by op); megatron",
+        "# runs the norms as fused kernels (torchtitan: eager). Its predicted step is torchtitan's: plan with",
+        "# --framework megatron for megatron's prediction and ranking", NULL};
+    expect_lines("torchtitan's plan for Megatron-LM", cli, want_mlm, NULL);
+    free(cli);
+}
+
 int main(void)
 {
     px_log_set_quiet(1);
+    test_framework();
     test_hsdp();
     test_fsdp();
     test_unexpressible();
