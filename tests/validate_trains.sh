@@ -13,11 +13,12 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # the generic local profile: this machine's calibration must not change what is checked
 export PARALLAX_UNCALIBRATED=1 PARALLAX_PROFILE_DIR=$tmp/none
-if ! "$px" validate --model tiny --steps 5 --max-ranks 2 --report "$tmp/v" >"$tmp/out" 2>&1 ||
-  ! "$px" validate --model tiny --steps 5 --max-ranks 4 --report "$tmp/j" --json >"$tmp/v.json" 2>"$tmp/err" ||
+# one validation gives the terminal's table and, in its report directory, the JSON --json prints
+if ! "$px" validate --model tiny --steps 5 --max-ranks 4 --report "$tmp/v" >"$tmp/out" 2>&1 ||
+  ! cp "$tmp/v/validation.json" "$tmp/v.json" ||
   ! "$px" validate --model tiny --seq 34 --steps 3 --max-ranks 2 --report "$tmp/s" >"$tmp/s.out" 2>&1; then
   echo "FAILED: parallax validate"
-  cat "$tmp/out" "$tmp/err" "$tmp/s.out"
+  cat "$tmp/out" "$tmp/s.out"
   exit 1
 fi
 grep -Eq '^training: loss [0-9.]+ at step 1, [0-9.]+ at step 5, on each of the [0-9]+ timed layouts$' "$tmp/out" ||
