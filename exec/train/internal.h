@@ -249,12 +249,13 @@ int exec_params_own(const ExecParams *P, const ExecParam *p, uint64_t *lo, uint6
 const ExecParam *exec_params_of(const ExecParams *P, ModelTensorRole role, int layer);
 void exec_params_free(ExecParams *P);
 
-/* A bias (of a layer or a norm): initialized to 0. */
+/* A bias (of a layer, a norm, a MoE layer's router or its experts): initialized to 0. */
 static inline int exec_is_bias(ModelTensorRole r)
 {
     return r == MODEL_TR_LN1_B || r == MODEL_TR_QKV_B || r == MODEL_TR_PROJ_B ||
            r == MODEL_TR_LN2_B || r == MODEL_TR_FC1_B || r == MODEL_TR_FC2_B ||
-           r == MODEL_TR_FINAL_LN_B;
+           r == MODEL_TR_FINAL_LN_B || r == MODEL_TR_ROUTER_B || r == MODEL_TR_EXP_FC1_B ||
+           r == MODEL_TR_EXP_FC2_B;
 }
 
 /* An FP8 weight's copy, transposed copy or amax history (fp8.c's, not a parameter). */
