@@ -29,7 +29,6 @@ const char *model_exec_cp_limit(const ModelSpec *s, const ModelDims *d)
                ? "MLA and multi-token prediction are not supported"
            : d->fp8 != MODEL_FP8_NONE ? "FP8 training is not supported"
            : d->s % (2 * d->c) != 0   ? "the sequence must split into 2 x cp chunks"
-           : m->attn_sinks            ? "attention sinks run with cp 1"
                                       : NULL;
 }
 

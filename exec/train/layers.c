@@ -324,7 +324,7 @@ static int attention_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *ou
                 .q = AT(base, (size_t)j * C * qkv), .k = kb, .v = AT(kb, d->kv_width_loc),
                 .q_stride = qkv, .k_stride = kvs, .v_stride = kvs,
                 .out = AT(out, ((size_t)q * sl + (size_t)j * C) * d->q_loc),
-                .sinks = r->P->lw[l].sinks, /* cp 1 (model_exec_cp_limit): one part */
+                .sinks = r->P->lw[l].sinks, /* each part's queries: once per query */
             };
             if (c->spec.job.flash_attn) {
                 f.lse = (float *)EXEC_LA(a, ATTN_LSE) + (size_t)q * H * sl + (size_t)j * H * C;
@@ -397,7 +397,7 @@ static void core_bwd(const ExecLayerRun *r, const ExecLayerActs *a, const void *
             }
             at += (size_t)H * C * tk;
             c->k->attention_bwd(&b);
-            if (r->P->lw[l].sinks) /* cp 1: the part is the whole sequence */
+            if (r->P->lw[l].sinks) /* the part's queries, their lse or dscores */
                 c->k->attention_sink_bwd(r->P->lg[l].sinks, r->P->lw[l].sinks, b.lse, b.drow,
                                          b.lse ? NULL : b.dscores, 1, H, C, tk);
             if (cp)
