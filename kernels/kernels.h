@@ -61,6 +61,12 @@ typedef struct {
     /* Fused path (probs == NULL, flash-style, no s x s storage): log-sum-exp of each row's
      * scaled scores, [B, H, Tq]. Dropout is not supported on this path. */
     float *lse;
+    /* Attention sinks (NULL: none): sinks[h] (act) joins head h's softmax denominator as
+     * exp(sinks[h]) against the scaled scores, with no value; lse then includes it, and the
+     * backward needs nothing else (the saved probabilities or lse carry it; attention_sink_bwd
+     * gives the sinks' gradient). Context parallelism passes them to one part of a query's
+     * keys only. */
+    const void *sinks;
 } KernAttnFwd;
 
 typedef struct {
@@ -341,6 +347,31 @@ struct KernBackend {
     /* The device's free and total memory (cudaMemGetInfo); returns 0 where the backend has no
      * memory of its own to report (the CPU), 1 otherwise. */
     int (*mem_info)(size_t *free_bytes, size_t *total_bytes);
+
+    /* ---- GPT-OSS's and Qwen2-MoE's extras (docs/moe.md, "Biases, the shared gate, sinks") ---- */
+    /* out[N,C] += bias[C] over fp32 rows (the router's logits; bias holds act elements) */
+    void (*add_bias_f32)(float *out, const void *bias, int N, int C);
+    /* The shared experts' sigmoid gate (Qwen2-MoE): y[n] *= sigmoid(dot(x[n], w)) in place,
+     * y[N,C], x[N,C], w[C]; the dot product accumulated in fp32. */
+    void (*gate_fwd)(void *y, const void *x, const void *w, int N, int C);
+    /* Its backward through the shared experts' last GEMM y = hid W^T: with g = sigmoid(dot(x[n],
+     * w)) recomputed, dlogit[n] = g (1 - g) dot(dhid[n], hid[n]) (fp32, overwritten), where
+     * dhid[N,F] holds the ungated dy W; then dhid[n] and hid[n] are scaled by g in place (the
+     * gated output's gradients: the data gradient, and the weight gradient's dy^T (g hid)). */
+    void (*gate_bwd)(float *dlogit, void *dhid, void *hid, const void *x, const void *w, int N,
+                     int C, int F);
+    /* dx[n] += dlogit[n] w (dx may be NULL), dw[C] += sum_n dlogit[n] x[n] (fp32) */
+    void (*gate_wgrad)(void *dx, float *dw, const float *dlogit, const void *x, const void *w,
+                       int N, int C);
+    /* Attention sinks (GPT-OSS: a learned logit per head in every query's softmax denominator,
+     * with no value; KernAttnFwd.sinks): dsinks[h] += -sum over the B x Tq queries of head h of
+     * p_sink D, where p_sink is the sink's probability and D = rowsum(dO o O) the softmax's
+     * row term. The fused path gives lse [B,H,Tq] (with the sink) and drow [B,H,Tq] (the
+     * backward's D), p_sink = exp(sinks[h] - lse); the unfused path gives dscores [B,H,Tq,Tk]
+     * (the backward's dS = P (dP - D)), whose row sum is p_sink D (lse and drow NULL). */
+    void (*attention_sink_bwd)(float *dsinks, const void *sinks, const float *lse,
+                               const float *drow, const void *dscores, int B, int H, int Tq,
+                               int Tk);
 };
 
 /* The CPU backend (always present). BLAS threads: 1 unless PARALLAX_BLAS_THREADS says more. */

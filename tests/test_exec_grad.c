@@ -2,7 +2,8 @@
  * differences of its loss, for a sample of elements of every parameter tensor (embeddings,
  * norms, QKV, projection, MLP, biases, output layer), on tiny (GPT: LayerNorm, GeLU, learned
  * positions, tied embeddings, biases) and tiny-llama (RMSNorm, SwiGLU, RoPE, grouped-query
- * attention, untied output layer) and tiny-moe (router, routed and shared experts), with flash
+ * attention, untied output layer), tiny-moe (router, routed and shared experts; with the shared
+ * experts' gate) and tiny-gpt-oss (router and expert biases, attention sinks), with flash
  * and unfused attention and with dropout (the same
  * step redraws the same masks, so the loss stays a deterministic function of the weights).
  *
@@ -38,6 +39,18 @@ static void check_model(const char *what, ModelSpec spec)
         float *w = exec_tensor(ex, t->name, NULL);
         for (uint64_t j = 0; j < t->numel; j++)
             w[j] *= 8.0f;
+    }
+    /* The shared experts' gate likewise: its logit's gradient is the gate's slope times the
+     * shared experts' small output at initialization; larger shared outputs and gate weights
+     * make it tell */
+    for (int i = 0; spec.model.moe.shared_gate && i < tt->count; i++) {
+        const ModelTensor *t = &tt->t[i];
+        if (t->cat != MODEL_WEIGHTS ||
+            (!strstr(t->name, "mlp.fc2.w") && !strstr(t->name, "shared_gate.w")))
+            continue;
+        float *w = exec_tensor(ex, t->name, NULL);
+        for (uint64_t j = 0; j < t->numel; j++)
+            w[j] *= 16.0f;
     }
     PxError err = {0};
     double loss = 0, loss_fwd = loss_at(ex);
@@ -162,6 +175,21 @@ int main(void)
     check_model("tiny-moe forced with the load-balancing loss", s);
     s.model.moe.score = MODEL_ROUTER_SIGMOID;
     check_model("tiny-moe forced sigmoid with the load-balancing loss", s);
+    /* GPT-OSS's shape (tiny-gpt-oss): the router's and the experts' biases, QKV and
+     * projection biases and attention sinks, fused and unfused; the biases start at 0, so a
+     * forward that left one out would see no change under its perturbation */
+    s = tx_spec("tiny-gpt-oss", 16, 2, 1);
+    s.model.moe.aux_loss_coeff = 0;
+    s.job.moe_force_balance = 1;
+    check_model("tiny-gpt-oss forced flash", s);
+    s.job.flash_attn = 0;
+    check_model("tiny-gpt-oss forced unfused", s);
+    /* Qwen2-MoE's sigmoid gate on the shared experts' output */
+    s = tx_spec("tiny-moe", 16, 2, 1);
+    s.model.moe.aux_loss_coeff = 0;
+    s.model.moe.shared_gate = 1;
+    s.job.moe_force_balance = 1;
+    check_model("tiny-moe forced with the shared gate", s);
     printf("checked %d sampled elements; the worst used %.0f%% of its tolerance\n", worst_checked,
            100.0 * worst);
     TEST_DONE("test_exec_grad");

@@ -142,6 +142,17 @@ static const Layout layouts[] = {
      "--dp 2 --tp 1 --pp 1 --cp 2 --cp-comm-type allgather --zero 1 --no-sp " PIN1,
      "--model tiny-llama --seq 256 --recompute full", 5, 0, NULL, 0},
     /* the K, V ring (the fused core: the unfused one is refused with p2p) */
+    /* GPT-OSS's attention sinks over the ring: in each query's first block only, their
+     * gradient once per query part; and over Ulysses' head split and the all-gather (those two
+     * by hand, not in CI). The sinks start near 0 (normal(0, 0.02)), so a sink counted twice or
+     * another head's taken moves the loss by 1e-6 only: the tolerance is 1e-7. */
+    {"llama_sinks_cp2_p2p", 2, "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type p2p --zero 0 --no-sp " PIN1,
+     "--model tiny-llama --seq 256", 3, 0, NULL, 1e-7},
+    {"llama_sinks_cp2_a2a", 2, "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type a2a --zero 0 --no-sp " PIN1,
+     "--model tiny-llama --seq 256 --no-flash-attn", 3, 0, NULL, 1e-7},
+    {"llama_sinks_cp2_allgather", 2,
+     "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type allgather --zero 0 --no-sp " PIN1,
+     "--model tiny-llama --seq 256", 3, 0, NULL, 1e-7},
     {"llama_cp2_p2p", 2, "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type p2p --zero 0 --no-sp " PIN1,
      "--model tiny-llama --seq 256", 5, 0, NULL, 0},
     {"llama_cp4_p2p", 4, "--dp 1 --tp 1 --pp 1 --cp 4 --cp-comm-type p2p --zero 0 --no-sp " PIN1,
@@ -205,10 +216,31 @@ static const char *cluster_for(const Layout *L)
     return path;
 }
 
+/* The layout's job: a *_sinks_* layout trains tiny-llama with GPT-OSS's attention sinks (a
+ * model file in the scratch directory; the later --model wins). */
+static const char *job_of(const Layout *L)
+{
+    static char job[900];
+    if (!strstr(L->name, "_sinks_"))
+        return L->job;
+    PxError err = {0};
+    ModelConfig m;
+    CHECK_OK(model_config_load("tiny-llama", &m, &err), err);
+    m.attn_sinks = 1;
+    snprintf(m.name, sizeof m.name, "tiny-llama-sinks");
+    char path[400];
+    snprintf(path, sizeof path, "%s/tiny-llama-sinks.json", tmp);
+    cJSON *j = model_config_to_json(&m);
+    CHECK_OK(px_json_write_file(path, j, &err), err);
+    cJSON_Delete(j);
+    snprintf(job, sizeof job, "%s --model %s", L->job, path);
+    return job;
+}
+
 static void trained(const Layout *L, cJSON **plan, cJSON **run)
 {
     sh(0, "%s plan --model tiny --cluster %s --gpus %d --gbs 8 --steps %d %s %s -o %s/plan.json",
-       px, cluster_for(L), L->gpus, L->steps, L->layout, L->job, tmp);
+       px, cluster_for(L), L->gpus, L->steps, L->layout, job_of(L), tmp);
     sh(0, "timeout 600 %s run %s/plan.json --quiet -o %s/run.json", px, tmp, tmp);
     *plan = read_json("plan.json");
     *run = read_json("run.json");
@@ -348,7 +380,7 @@ static void check_layout(const Layout *L)
 {
     /* the single-rank reference of the same job */
     sh(0, "%s plan --model tiny --cluster local --gpus 1 --gbs 8 --steps %d %s -o %s/ref.json", px,
-       L->steps, L->job, tmp);
+       L->steps, job_of(L), tmp);
     sh(0, "%s run %s/ref.json --quiet --launcher none -o %s/ref.run.json", px, tmp, tmp);
     cJSON *ref = read_json("ref.run.json");
     cJSON *plan, *run;

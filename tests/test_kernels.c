@@ -160,7 +160,8 @@ static void test_table(void)
     HAS(add); HAS(add_inplace); HAS(dropout_fwd); HAS(dropout_bwd); HAS(embedding_fwd);
     HAS(embedding_bwd); HAS(xent_rowmax); HAS(xent_expsum); HAS(xent_finish); HAS(xent_bwd);
     HAS(adamw); HAS(sgd_momentum); HAS(sumsq); HAS(all_finite); HAS(scale_f32); HAS(cast_to_act);
-    HAS(cast_to_f32); HAS(acc_to_f32);
+    HAS(cast_to_f32); HAS(acc_to_f32); HAS(add_bias_f32); HAS(gate_fwd); HAS(gate_bwd);
+    HAS(gate_wgrad); HAS(attention_sink_bwd);
 #undef HAS
     /* one BLAS thread per rank unless PARALLAX_BLAS_THREADS asks for more: ranks already have
      * a core each */
@@ -533,6 +534,7 @@ typedef struct {
     double scale, dropout;
     uint64_t seed;
     double *q, *k, *v, *wy, *y, *probs, *lse;
+    double *sinks; /* [H] or NULL: each head's sink logit joins its softmax denominator */
 } AttnCtx;
 
 static void attn_ref(AttnCtx *c)
@@ -553,8 +555,12 @@ static void attn_ref(AttnCtx *c)
                     if (j <= c->q_offset + t && s[j] > mx)
                         mx = s[j];
                 }
+                if (c->sinks && c->sinks[h] > mx)
+                    mx = c->sinks[h];
                 for (int j = 0; j <= c->q_offset + t && j < c->Tk; j++)
                     sum += exp(s[j] - mx);
+                if (c->sinks)
+                    sum += exp(c->sinks[h] - mx);
                 c->lse[bht] = mx + log(sum);
                 double *y = c->y + ((size_t)b * c->Tq + t) * c->H * c->D + (size_t)h * c->D;
                 for (int d = 0; d < c->D; d++)
@@ -600,6 +606,7 @@ typedef struct {
     int packed;    /* Tq == Tk: q, k, v in one [B,T,(H+2KV)*D] buffer, as after the QKV matmul */
     float dropout; /* unfused path only */
     int fd;        /* finite differences (small problems); else fused vs unfused only */
+    int sinks;     /* attention sinks (GPT-OSS), their gradient by attention_sink_bwd */
 } AttnCase;
 
 #define SENTINEL 777.0f
@@ -617,6 +624,11 @@ static void test_attention(AttnCase ac)
                  .scale = scale, .dropout = ac.dropout, .seed = seed};
     c.q = dfrom(q, nq), c.k = dfrom(k, nk), c.v = dfrom(v, nk), c.wy = dfrom(dout, nq);
     c.y = dnew(nq), c.probs = dnew(np), c.lse = dnew(nl);
+    /* sinks of either sign, one above every score of its head's rows */
+    float *sinks = ac.sinks ? frand((size_t)H, 2, 0) : NULL;
+    if (sinks)
+        sinks[0] = 6.0f;
+    c.sinks = sinks ? dfrom(sinks, (size_t)H) : NULL;
     attn_ref(&c);
 
     /* Views. packed: one qkv row per token, and a dqkv of the same layout. Otherwise (context
@@ -648,7 +660,8 @@ static void test_attention(AttnCase ac)
     KernAttnFwd f = {.B = B, .Tq = Tq, .Tk = Tk, .H = H, .KV = KV, .D = D,
                      .q_offset = ac.q_offset, .scale = scale, .q = vq, .k = vk, .v = vv,
                      .q_stride = qs, .k_stride = ks, .v_stride = vs, .out = out, .probs = probs,
-                     .dropout = ac.dropout, .seed = seed, .mask = mask, .probs_drop = pdrop};
+                     .dropout = ac.dropout, .seed = seed, .mask = mask, .probs_drop = pdrop,
+                     .sinks = sinks};
     K->attention_fwd(&f);
     CHECK_FWD(c.y, out, nq);
     CHECK_FWD(c.probs, probs, np); /* masked entries exactly 0 */
@@ -701,6 +714,17 @@ static void test_attention(AttnCase ac)
         CHECK_GRAD(ek, gk, nk);
         CHECK_GRAD(ev, gv, nk);
     }
+    /* the sinks' gradient from the unfused backward's dscores, accumulated into */
+    double *es = sinks ? dnew((size_t)H) : NULL;
+    float *gs = sinks ? fnew((size_t)H) : NULL;
+    if (sinks) {
+        fd_grad(es, attn_loss, &c, c.sinks, (size_t)H);
+        fill(gs, (size_t)H, 0.5f);
+        K->attention_sink_bwd(gs, sinks, NULL, NULL, dscores, B, H, Tq, Tk);
+        for (int h = 0; h < H; h++)
+            gs[h] -= 0.5f;
+        CHECK_GRAD(es, gs, (size_t)H);
+    }
 
     if (ac.dropout == 0) {
         /* fused forward: same output, and the log-sum-exp */
@@ -730,6 +754,11 @@ static void test_attention(AttnCase ac)
         CHECK_SAME(gq, hq, nq, 1e-4, 1e-5);
         CHECK_SAME(gk, hk, nk, 1e-4, 1e-5);
         CHECK_SAME(gv, hv, nk, 1e-4, 1e-5);
+        if (sinks) { /* from the fused backward's lse and drow */
+            fill(gs, (size_t)H, 0.0f);
+            K->attention_sink_bwd(gs, sinks, lse, drow, NULL, B, H, Tq, Tk);
+            CHECK_GRAD(es, gs, (size_t)H);
+        }
         if (!ac.packed)
             for (int r = 0; r < B * Tq; r++)
                 for (int i = H * D; i < qs; i++)
@@ -740,7 +769,78 @@ static void test_attention(AttnCase ac)
     free(q), free(k), free(v), free(dout), free(c.q), free(c.k), free(c.v), free(c.wy);
     free(c.y), free(c.probs), free(c.lse), free(bq), free(bkv), free(dbq), free(dbkv);
     free(out), free(probs), free(pdrop), free(dscores), free(mask), free(gq), free(gk), free(gv);
-    free(eq), free(ek), free(ev);
+    free(eq), free(ek), free(ev), free(sinks), free(c.sinks), free(es), free(gs);
+}
+
+/* ---- the shared experts' gate and the router's bias (GPT-OSS's and Qwen2-MoE's extras) ---- */
+
+/* y = g(x) (hid W^T) with g = sigmoid(x . w), loss = sum(y * wy), over x, w, hid and W */
+typedef struct {
+    int N, C, F;
+    double *x, *w, *hid, *W, *wy;
+} GateCtx;
+
+static double gate_loss(void *ctx)
+{
+    GateCtx *c = ctx;
+    double loss = 0.0;
+    for (int n = 0; n < c->N; n++) {
+        const double g = 1.0 / (1.0 + exp(-dot(c->x + (size_t)n * c->C, c->w, (size_t)c->C)));
+        for (int o = 0; o < c->C; o++)
+            loss += g * dot(c->hid + (size_t)n * c->F, c->W + (size_t)o * c->F, (size_t)c->F) *
+                    c->wy[(size_t)n * c->C + o];
+    }
+    return loss;
+}
+
+/* gate_fwd, and gate_bwd + gate_wgrad with the GEMMs around them as the executor runs them
+ * (dhid = dy W before the gate's backward, dW = dy^T hid and dx after), against finite
+ * differences; add_bias_f32 against a sum. */
+static void test_gate(void)
+{
+    enum { N = 5, C = 6, F = 4 };
+    float *x = frand(N * C, 1, 0), *w = frand(C, 1, 0), *hid = frand(N * F, 1, 0);
+    float *W = frand(C * F, 1, 0), *dy = frand(N * C, 1, 0);
+    GateCtx c = {.N = N, .C = C, .F = F};
+    c.x = dfrom(x, N * C), c.w = dfrom(w, C), c.hid = dfrom(hid, N * F), c.W = dfrom(W, C * F);
+    c.wy = dfrom(dy, N * C);
+    /* forward: y = g (hid W^T), compared through the loss */
+    float *y = fnew(N * C);
+    K->matmul(y, PX_FP32, hid, W, N, C, F, 0, 1, 1.0f, 0.0f);
+    K->gate_fwd(y, x, w, N, C);
+    double got = 0.0;
+    for (int i = 0; i < N * C; i++)
+        got += (double)y[i] * dy[i];
+    CHECK_REL(gate_loss(&c), got, 1e-5);
+    /* backward */
+    float *dhid = fnew(N * F), *dW = fnew(C * F), *dx = fnew(N * C), *dw = fnew(C), *dl = fnew(N);
+    K->matmul(dhid, PX_FP32, dy, W, N, F, C, 0, 0, 1.0f, 0.0f);
+    K->gate_bwd(dl, dhid, hid, x, w, N, C, F);
+    K->matmul(dW, PX_FP32, dy, hid, C, F, N, 1, 0, 1.0f, 0.0f); /* hid gated in place */
+    fill(dx, N * C, 1.0f), fill(dw, C, 1.0f);                   /* both accumulated into */
+    K->gate_wgrad(dx, dw, dl, x, w, N, C);
+    for (int i = 0; i < N * C; i++)
+        dx[i] -= 1.0f;
+    for (int i = 0; i < C; i++)
+        dw[i] -= 1.0f;
+    double *e = dnew(N * C);
+    fd_grad(e, gate_loss, &c, c.x, N * C);
+    CHECK_GRAD(e, dx, N * C);
+    fd_grad(e, gate_loss, &c, c.w, C);
+    CHECK_GRAD(e, dw, C);
+    fd_grad(e, gate_loss, &c, c.hid, N * F);
+    CHECK_GRAD(e, dhid, N * F);
+    fd_grad(e, gate_loss, &c, c.W, C * F);
+    CHECK_GRAD(e, dW, C * F);
+    /* the router's bias on fp32 logits */
+    float *lg = frand(N * C, 1, 0), *b = frand(C, 1, 0), *lg0 = fnew(N * C);
+    memcpy(lg0, lg, N * C * sizeof *lg);
+    K->add_bias_f32(lg, b, N, C);
+    for (int i = 0; i < N * C; i++)
+        CHECK(lg[i] == lg0[i] + b[i % C]);
+    free(x), free(w), free(hid), free(W), free(dy), free(c.x), free(c.w), free(c.hid), free(c.W);
+    free(c.wy), free(y), free(dhid), free(dW), free(dx), free(dw), free(dl), free(e), free(lg);
+    free(b), free(lg0);
 }
 
 /* ---- embedding ---- */
@@ -1130,7 +1230,15 @@ int main(void)
                               .q_offset = 80});
     test_attention((AttnCase){.B = 1, .Tq = 130, .Tk = 130, .H = 2, .KV = 1, .D = 3,
                               .packed = 1});
+    /* attention sinks (GPT-OSS), unfused and fused; a context-parallel part with dropout */
+    test_attention((AttnCase){.B = 2, .Tq = 4, .Tk = 4, .H = 4, .KV = 2, .D = 4, .packed = 1,
+                              .fd = 1, .sinks = 1});
+    test_attention((AttnCase){.B = 2, .Tq = 3, .Tk = 6, .H = 4, .KV = 2, .D = 4, .q_offset = 3,
+                              .dropout = 0.25f, .fd = 1, .sinks = 1});
+    test_attention((AttnCase){.B = 1, .Tq = 70, .Tk = 150, .H = 2, .KV = 2, .D = 8,
+                              .q_offset = 80, .sinks = 1});
     test_attention_merge();
+    test_gate();
     test_embedding(1);
     test_embedding(0);
     test_xent();

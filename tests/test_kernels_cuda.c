@@ -375,7 +375,8 @@ static void test_table(void)
     HAS(moe_route_fwd); HAS(moe_route_bwd); HAS(moe_counts); HAS(moe_aux_fwd);
     HAS(moe_aux_bwd); HAS(moe_permute); HAS(moe_permute_bwd); HAS(moe_unpermute);
     HAS(moe_unpermute_bwd); HAS(moe_drop); HAS(fp8_quantize); HAS(fp8_dequantize); HAS(matmul_fp8);
-    HAS(fp8_amax_update);
+    HAS(fp8_amax_update); HAS(add_bias_f32); HAS(gate_fwd); HAS(gate_bwd); HAS(gate_wgrad);
+    HAS(attention_sink_bwd);
 #undef HAS
     CHECK(strncmp(G->name, "cuda", 4) == 0);
 }
@@ -610,6 +611,7 @@ typedef struct {
     int B, Tq, Tk, H, KV, D, q_offset;
     int packed;    /* Tq == Tk: q, k, v in one [B,T,(H+2KV)*D] buffer */
     float dropout; /* unfused path only */
+    int sinks;     /* attention sinks (GPT-OSS) and their gradient */
 } AttnCase;
 
 #define SENTINEL 7.0f /* exact in bf16 and fp16 */
@@ -659,6 +661,8 @@ typedef struct {
     KernAttnBwd bw, gb;
     float *dbq, *dbkv, *dhk, *eq, *ek, *ev, *gq_, *gk_, *gv_;
     void *gdbq, *gdbkv;
+    float *hs; /* the sinks [H] (act values) on the host, NULL without; gs on the device */
+    void *gs;
 } Attn;
 
 enum { ATTN_ES = 2 }; /* act element bytes */
@@ -699,6 +703,25 @@ static void attn_inputs(Attn *t, AttnCase ac)
     t->gq = t->gbq, t->gk = (char *)gk_base + t->koff * ATTN_ES;
     t->gv = (char *)gk_base + t->voff * ATTN_ES;
     t->gdout = up_act(t->dout, t->nq);
+    if (ac.sinks) {
+        t->hs = arand((size_t)H, 2, 0);
+        t->gs = up_act(t->hs, (size_t)H);
+    }
+}
+
+/* The sinks' gradient on both backends from the backward's dscores (unfused) or lse and drow
+ * (fused), accumulated into a random start. */
+static void attn_sink_grads(Attn *t, const char *op, const float *else_, const float *edrow,
+                            const float *eds, const float *glse, const float *gdrow,
+                            const void *gds)
+{
+    const int H = t->ac.H;
+    float *e = frand((size_t)H, 1, 0), *gd = up_f32(e, (size_t)H);
+    R->attention_sink_bwd(e, t->hs, else_, edrow, eds, t->ac.B, H, t->ac.Tq, t->ac.Tk);
+    G->attention_sink_bwd(gd, t->gs, glse, gdrow, gds, t->ac.B, H, t->ac.Tq, t->ac.Tk);
+    float *h = down_f32(gd, (size_t)H);
+    COMPARE(op, "dsinks +=", e, h, (size_t)H, T_ACT(8));
+    free(e), free(h), G->free(gd);
 }
 
 /* The unfused forward (scores, probabilities, dropout) on both backends. */
@@ -713,14 +736,14 @@ static void attn_unfused_fwd(Attn *t)
                          .k = t->hk + t->koff, .v = t->hk + t->voff, .q_stride = t->qs,
                          .k_stride = t->ks, .v_stride = t->vs, .out = t->eo, .probs = t->ep,
                          .dropout = ac.dropout, .seed = 0xC0FFEE, .mask = t->em,
-                         .probs_drop = t->epd};
+                         .probs_drop = t->epd, .sinks = t->hs};
     R->attention_fwd(&t->f);
     t->go = dalloc(nq * ATTN_ES), t->gp = dalloc(np * ATTN_ES), t->gpd = dalloc(np * ATTN_ES);
     t->gds = dalloc(np * ATTN_ES);
     t->gm = dalloc(np);
     t->gf = t->f;
     t->gf.q = t->gq, t->gf.k = t->gk, t->gf.v = t->gv, t->gf.out = t->go, t->gf.probs = t->gp;
-    t->gf.mask = t->gm, t->gf.probs_drop = t->gpd;
+    t->gf.mask = t->gm, t->gf.probs_drop = t->gpd, t->gf.sinks = t->gs;
     G->attention_fwd(&t->gf);
     t->ho = down_act(t->go, nq), t->hp = down_act(t->gp, np), t->hpd = NULL;
     COMPARE("attn unfused", "out", t->eo, t->ho, nq, T_ACT(12));
@@ -798,6 +821,11 @@ static void attn_unfused_bwd(Attn *t)
     G->attention_bwd(&t->gb);
     t->gq_ = fnew(nq), t->gk_ = fnew(nk), t->gv_ = fnew(nk);
     attn_compare_grads(t, "attn unfused", T_ACT(24), T_ACT(24), T_ACT(12));
+    if (t->hs) { /* the reference's dscores from the device's probabilities: the same dS */
+        float *hds = down_act(t->gds, t->np);
+        attn_sink_grads(t, "attn unfused", NULL, NULL, hds, NULL, NULL, t->gds);
+        free(hds);
+    }
 }
 
 /* The fused forward (lse instead of probabilities) and backward, into the unfused backward's
@@ -833,6 +861,8 @@ static void attn_fused(Attn *t)
     gfb.out = go2, gfb.lse = glse, gfb.drow = gdrow;
     G->attention_bwd(&gfb);
     attn_compare_grads(t, "attn fused", T_ACT(3), T_ACT(3), T_ACT(3));
+    if (t->hs)
+        attn_sink_grads(t, "attn fused", hlse, edrow, NULL, glse, gdrow, NULL);
     free(eo2), free(e_lse), free(edrow), free(ho2), free(hlse);
     G->free(go2), G->free(glse), G->free(gdrow);
 }
@@ -845,6 +875,50 @@ static void attn_free(Attn *t)
     free(t->gq_), free(t->gk_), free(t->gv_);
     G->free(t->gbq), G->free(t->gbkv), G->free(t->gdout), G->free(t->go), G->free(t->gp);
     G->free(t->gpd), G->free(t->gds), G->free(t->gm), G->free(t->gdbq), G->free(t->gdbkv);
+    free(t->hs), G->free(t->gs);
+}
+
+/* ---- the shared experts' gate and the router's bias (GPT-OSS's and Qwen2-MoE's extras) ---- */
+
+static void test_gate(int N, int C, int F)
+{
+    const size_t nc = (size_t)N * C, nf = (size_t)N * F;
+    float *x = arand(nc, 1, 0), *w = arand(C, 1, 0), *y = arand(nc, 1, 0);
+    float *dh = arand(nf, 1, 0), *hid = arand(nf, 1, 0);
+    void *gx = up_act(x, nc), *gw = up_act(w, C), *gy = up_act(y, nc);
+    void *gdh = up_act(dh, nf), *ghid = up_act(hid, nf);
+    R->gate_fwd(y, x, w, N, C);
+    G->gate_fwd(gy, gx, gw, N, C);
+    float *hy = down_act(gy, nc);
+    COMPARE("gate_fwd", "y", y, hy, nc, T_ACT(2));
+    float *el = fnew((size_t)N), *gl = dalloc((size_t)N * sizeof(float));
+    R->gate_bwd(el, dh, hid, x, w, N, C, F);
+    G->gate_bwd(gl, gdh, ghid, gx, gw, N, C, F);
+    float *hl = down_f32(gl, (size_t)N), *hdh = down_act(gdh, nf), *hh = down_act(ghid, nf);
+    COMPARE("gate_bwd", "dlogit", el, hl, (size_t)N, T_ACT(4));
+    COMPARE("gate_bwd", "dhid", dh, hdh, nf, T_ACT(2));
+    COMPARE("gate_bwd", "hid", hid, hh, nf, T_ACT(2));
+    /* the wgrad from the same dlogit on both sides */
+    float *dx = arand(nc, 1, 0), *dw = frand(C, 1, 0);
+    void *gdx = up_act(dx, nc);
+    float *gdw = up_f32(dw, C), *gl2 = up_f32(el, (size_t)N);
+    R->gate_wgrad(dx, dw, el, x, w, N, C);
+    G->gate_wgrad(gdx, gdw, gl2, gx, gw, N, C);
+    float *hdx = down_act(gdx, nc), *hdw = down_f32(gdw, C);
+    COMPARE("gate_wgrad", "dx +=", dx, hdx, nc, T_ACT(2));
+    COMPARE("gate_wgrad", "dw +=", dw, hdw, C, T_F32);
+    /* the router's bias on fp32 logits */
+    float *lg = frand(nc, 1, 0), *b = arand(C, 1, 0);
+    float *glg = up_f32(lg, nc);
+    void *gb = up_act(b, C);
+    R->add_bias_f32(lg, b, N, C);
+    G->add_bias_f32(glg, gb, N, C);
+    float *hlg = down_f32(glg, nc);
+    COMPARE("add_bias_f32", "out", lg, hlg, nc, T_F32);
+    free(x), free(w), free(y), free(dh), free(hid), free(hy), free(el), free(hl), free(hdh);
+    free(hh), free(dx), free(dw), free(hdx), free(hdw), free(lg), free(b), free(hlg);
+    G->free(gx), G->free(gw), G->free(gy), G->free(gdh), G->free(ghid), G->free(gl);
+    G->free(gdx), G->free(gdw), G->free(gl2), G->free(glg), G->free(gb);
 }
 
 /* The unfused path on both backends (forward, then backward into strided views), and the fused
@@ -2111,6 +2185,12 @@ static void run_suite(PxDtype act)
     test_attention((AttnCase){.B = 2, .Tq = 37, .Tk = 37, .H = 3, .KV = 1, .D = 40, .packed = 1});
     /* D = 256: the fused kernels need more than 48 KiB of shared memory */
     test_attention((AttnCase){.B = 1, .Tq = 9, .Tk = 9, .H = 2, .KV = 1, .D = 256, .packed = 1});
+    /* attention sinks (GPT-OSS): in the softmax and the flash kernels, and their gradient */
+    test_attention((AttnCase){.B = 2, .Tq = 4, .Tk = 4, .H = 4, .KV = 2, .D = 4, .packed = 1,
+                              .sinks = 1});
+    test_attention((AttnCase){.B = 1, .Tq = 70, .Tk = 150, .H = 2, .KV = 2, .D = 8,
+                              .q_offset = 80, .sinks = 1});
+    test_gate(37, 40, 24);
     if (large) {
         test_attention((AttnCase){.B = 2, .Tq = 256, .Tk = 256, .H = 8, .KV = 2, .D = 64,
                                   .packed = 1});

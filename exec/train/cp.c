@@ -243,6 +243,9 @@ static int a2a_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *out, int
     void *oh = comm ? r->W->cp_recv : out;
     const int Hc = d->heads_loc / d->c, s = d->s;
     const size_t tile = (size_t)Hc * s * s;
+    /* the sinks of this rank's heads of the split */
+    const void *sinks = r->P->lw[l].sinks;
+    const void *hs = sinks ? AT(sinks, (size_t)c->g.cp_rank * Hc) : NULL;
     for (int q = 0; q < d->b; q++) {
         const void *base = AT(EXEC_LA(a, QKV_OUT), (size_t)q * s * x.W);
         KernAttnFwd f = {
@@ -252,6 +255,7 @@ static int a2a_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *out, int
             .q_stride = x.W, .k_stride = x.W, .v_stride = x.W,
             .out = AT(oh, (size_t)q * s * x.wq),
             .probs = AT(EXEC_LA(a, SOFTMAX), q * tile),
+            .sinks = hs,
         };
         c->k->attention_fwd(&f);
         exec_meter_flops(r->M, model_attention_fwd_flops(&c->spec, (double)Hc, s, s, d->hd));
@@ -293,6 +297,10 @@ static int a2a_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int chunk, int
             .dscores = AT(r->W->dscores, q * tile),
         };
         c->k->attention_bwd(&b);
+        if (r->P->lw[l].sinks) /* this rank's heads' sinks, over the whole sequence */
+            c->k->attention_sink_bwd(r->P->lg[l].sinks + (size_t)c->g.cp_rank * Hc,
+                                     AT(r->P->lw[l].sinks, (size_t)c->g.cp_rank * Hc), NULL, NULL,
+                                     b.dscores, 1, Hc, s, s);
         const double fwd = model_attention_fwd_flops(&c->spec, (double)Hc, s, s, d->hd);
         exec_meter_flops(r->M, model_attention_bwd_flops(fwd, 0, NULL));
     }
@@ -388,9 +396,10 @@ static void ring_own_block(const ExecLayerRun *r, const ExecLayerActs *a)
 }
 
 /* One block's attention (the forward's): each query part's output and log-sum-exp over the
- * block's visible key parts, merged into what the earlier blocks gave. */
+ * block's visible key parts, merged into what the earlier blocks gave. The attention sinks
+ * (NULL: none) join the first block's softmax only, so each query counts them once. */
 static void ring_block_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *out,
-                           const void *blk, int step, int src, int more)
+                           const void *blk, int step, int src, int more, const void *sinks)
 {
     const ExecCtx *c = r->c;
     const ModelDims *d = &c->d;
@@ -414,6 +423,7 @@ static void ring_block_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *
                     .v_stride = kv2,
                     .out = first ? AT(out, rows * d->q_loc) : r->W->cp_out_part,
                     .lse = first ? lse : r->W->cp_lse_part,
+                    .sinks = first ? sinks : NULL,
                 };
                 c->k->attention_fwd(&f);
                 if (!first)
@@ -443,7 +453,7 @@ static int ring_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *out, in
         if (more && (rc = ring_post(r, g, ph, ring_slot(r, cur, 0), ring_slot(r, cur ^ 1, 0),
                                     ring_block(c) * c->ab, &rq, &sq, err)))
             return rc;
-        ring_block_fwd(r, a, out, ring_slot(r, cur, 0), step, src, more);
+        ring_block_fwd(r, a, out, ring_slot(r, cur, 0), step, src, more, r->P->lw[l].sinks);
         if (more && (rc = ring_wait(r, g, &rq, &sq, err)))
             return rc;
     }
@@ -533,6 +543,16 @@ static int ring_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int l, int ch
     for (size_t n = 0; n < (size_t)d->b * d->s_loc; n++)
         c->k->copy(AT(r->W->dqkv, n * qkv + d->q_loc), AT(ring_slot(r, cur, 1), n * kv2),
                    (size_t)kv2 * c->ab);
+    /* the sinks' gradient once per query part, from its lse over every block and the row
+     * terms the blocks' backward wrote */
+    const int H = d->heads_loc, C = exec_cp_part_len(c);
+    for (int q = 0; r->P->lw[l].sinks && q < d->b; q++)
+        for (int j = 0; j < 2; j++) {
+            const size_t lo = (size_t)q * H * d->s_loc + (size_t)j * H * C;
+            c->k->attention_sink_bwd(r->P->lg[l].sinks, r->P->lw[l].sinks,
+                                     (const float *)EXEC_LA(a, ATTN_LSE) + lo, r->W->flash_d + lo,
+                                     NULL, 1, H, C, C);
+        }
     for (int q = 0; q < d->b; q++) {
         const double fwd = model_attention_fwd_flops(&c->spec, (double)d->heads_loc, d->s_loc,
                                                      d->s, d->hd);

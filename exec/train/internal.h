@@ -148,10 +148,12 @@ enum { EXEC_MOE_PARAMS = MODEL_TR_SHARED_GATE_W - MODEL_TR_ROUTER_W + 1 };
 typedef struct {
     void *t[EXEC_LAYER_PARAMS];
     void *m[EXEC_MOE_PARAMS];
+    void *sinks; /* attention sinks [heads_loc] (GPT-OSS), or NULL */
 } ExecLayerParams;
 typedef struct {
     float *t[EXEC_LAYER_PARAMS];
     float *m[EXEC_MOE_PARAMS];
+    float *sinks;
 } ExecLayerGrads;
 #define EXEC_LP(p, R) ((p)->t[MODEL_TR_##R - MODEL_TR_LN1_W])
 #define EXEC_LPM(p, R) ((p)->m[MODEL_TR_##R - MODEL_TR_ROUTER_W])
@@ -247,12 +249,13 @@ int exec_params_own(const ExecParams *P, const ExecParam *p, uint64_t *lo, uint6
 const ExecParam *exec_params_of(const ExecParams *P, ModelTensorRole role, int layer);
 void exec_params_free(ExecParams *P);
 
-/* A bias (of a layer or a norm): initialized to 0. */
+/* A bias (of a layer, a norm, a MoE layer's router or its experts): initialized to 0. */
 static inline int exec_is_bias(ModelTensorRole r)
 {
     return r == MODEL_TR_LN1_B || r == MODEL_TR_QKV_B || r == MODEL_TR_PROJ_B ||
            r == MODEL_TR_LN2_B || r == MODEL_TR_FC1_B || r == MODEL_TR_FC2_B ||
-           r == MODEL_TR_FINAL_LN_B;
+           r == MODEL_TR_FINAL_LN_B || r == MODEL_TR_ROUTER_B || r == MODEL_TR_EXP_FC1_B ||
+           r == MODEL_TR_EXP_FC2_B;
 }
 
 /* An FP8 weight's copy, transposed copy or amax history (fp8.c's, not a parameter). */
@@ -687,6 +690,11 @@ typedef struct {
      * exp_fc2_in then hold one FP8 tensor per local expert, expert after expert, and the rows
      * pass through ws.fp8's act part on their way in */
     const ExecFp8Weight *f1, *f2;
+    /* GPT-OSS's biases (NULL without): the router's [E], the experts' fc1 [L,eff_out] (its
+     * etp slice) and fc2 [L,h] (whole on every etp rank, added by etp rank 0 before the
+     * reduce-scatter), and their fp32 gradients */
+    const void *router_b, *fc1_b, *fc2_b;
+    float *g_router_b, *g_fc1_b, *g_fc2_b;
 } ExecMoeViews;
 
 /* The host side of the exchanges (sized at init) and the per-expert token counts of a step. */

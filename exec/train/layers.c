@@ -248,6 +248,12 @@ static void moe_views(const ExecLayerRun *r, int l, const ExecLayerActs *a, Exec
     v->g_router_w = EXEC_LPM(g, ROUTER_W);
     v->g_fc1_w = EXEC_LPM(g, EXP_FC1_W);
     v->g_fc2_w = EXEC_LPM(g, EXP_FC2_W);
+    v->router_b = EXEC_LPM(w, ROUTER_B);
+    v->fc1_b = EXEC_LPM(w, EXP_FC1_B);
+    v->fc2_b = EXEC_LPM(w, EXP_FC2_B);
+    v->g_router_b = EXEC_LPM(g, ROUTER_B);
+    v->g_fc1_b = EXEC_LPM(g, EXP_FC1_B);
+    v->g_fc2_b = EXEC_LPM(g, EXP_FC2_B);
     v->probs = EXEC_LMA(a, ROUTER_PROBS);
     v->idx = EXEC_LMA(a, ROUTE_IDX);
     v->w = EXEC_LMA(a, ROUTE_W);
@@ -318,6 +324,7 @@ static int attention_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *ou
                 .q = AT(base, (size_t)j * C * qkv), .k = kb, .v = AT(kb, d->kv_width_loc),
                 .q_stride = qkv, .k_stride = kvs, .v_stride = kvs,
                 .out = AT(out, ((size_t)q * sl + (size_t)j * C) * d->q_loc),
+                .sinks = r->P->lw[l].sinks, /* each part's queries: once per query */
             };
             if (c->spec.job.flash_attn) {
                 f.lse = (float *)EXEC_LA(a, ATTN_LSE) + (size_t)q * H * sl + (size_t)j * H * C;
@@ -346,7 +353,7 @@ static int attention_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *ou
  * the unfused one's saved tensors); out: its forward output (the fused path's). With context
  * parallelism the K, V gradients of each part land in cp.kv (free once cp.kv_full holds the
  * keys) and add up in cp.dkv, which exec_cp_scatter_dkv hands back to their owners. */
-static void core_bwd(const ExecLayerRun *r, const ExecLayerActs *a, const void *out)
+static void core_bwd(const ExecLayerRun *r, const ExecLayerActs *a, const void *out, int l)
 {
     const ExecCtx *c = r->c;
     const ModelDims *d = &c->d;
@@ -390,6 +397,9 @@ static void core_bwd(const ExecLayerRun *r, const ExecLayerActs *a, const void *
             }
             at += (size_t)H * C * tk;
             c->k->attention_bwd(&b);
+            if (r->P->lw[l].sinks) /* the part's queries, their lse or dscores */
+                c->k->attention_sink_bwd(r->P->lg[l].sinks, r->P->lw[l].sinks, b.lse, b.drow,
+                                         b.lse ? NULL : b.dscores, 1, H, C, tk);
             if (cp)
                 c->k->add_inplace(AT(r->W->cp_dkv, (size_t)q * d->s * kvs), dkb, (size_t)tk * kvs);
         }
@@ -420,7 +430,7 @@ static int attention_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int chun
     }
     if (exec_cp_owns_core(c))
         return exec_cp_attention_bwd(r, a, l, chunk, err);
-    core_bwd(r, a, EXEC_LA(a, PROJ_IN));
+    core_bwd(r, a, EXEC_LA(a, PROJ_IN), l);
     return gather ? exec_cp_scatter_dkv(r, l, chunk, err) : PX_OK;
 }
 
@@ -594,6 +604,9 @@ static int layer_fwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
                 f2, N, ph);
     else
         mm_act(r, r->W->out, EXEC_LA(a, FC2_IN), EXEC_LP(w, FC2_W), N, h, Fw, 0, 1);
+    /* Qwen2-MoE's gate on the shared experts' output (tp 1: model_exec_refusal) */
+    if (moe && EXEC_LPM(w, SHARED_GATE_W))
+        k->gate_fwd(r->W->out, EXEC_LA(a, FC1_IN), EXEC_LPM(w, SHARED_GATE_W), N, h);
     TRY(row_out(r, chunk, l, MODEL_OPR_FC2, ph, EXEC_LP(w, FC2_B), EXEC_LA(a, MLP_DROP_MASK),
                 EXEC_SITE_MLP_OUT, EXEC_LA(a, LN2_IN), out, mb, moe ? r->W->dhid : NULL, err));
     op_close(r, op);
@@ -615,6 +628,8 @@ static int mlp_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerActs 
     const int N = d->b * d->s_loc, h = d->h;
     int F, FO;
     mlp_widths(c, l, &F, &FO);
+    const void *gate = is_moe(c, l) ? EXEC_LPM(w, SHARED_GATE_W) : NULL;
+    float *dgate = (float *)r->W->exp_dffn;
 
     int op = op_open(r, l, MODEL_OPR_FC2, MODEL_BWD);
     const void *dy;
@@ -628,6 +643,10 @@ static int mlp_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerActs 
                 N);
     } else {
         mm_act(r, dact, dy, EXEC_LP(w, FC2_W), N, F, h, 0, 0);
+        /* the shared gate's: its logit's gradient (into the router's scratch, spent by the
+         * routed experts' backward before), then the gated hid and dact (gate.c's contract) */
+        if (gate)
+            k->gate_bwd(dgate, dact, EXEC_LA(a, FC2_IN), EXEC_LA(a, FC1_IN), gate, N, h, F);
         mm_f32(r, EXEC_LP(g, FC2_W), dy, EXEC_LA(a, FC2_IN), h, F, N, 1, 0, 1);
     }
     op_close(r, op);
@@ -653,6 +672,8 @@ static int mlp_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerActs 
         mm_act(r, r->W->dhid, r->W->dffn, EXEC_LP(w, FC1_W), N, h, FO, 0, 0);
         mm_f32(r, EXEC_LP(g, FC1_W), r->W->dffn, x, FO, h, N, 1, 0, 1);
     }
+    if (gate)
+        k->gate_wgrad(r->W->dhid, EXEC_LPM(g, SHARED_GATE_W), dgate, x, gate, N, h);
     TRY(exec_tp_column_dx(r, chunk, l, MODEL_OPR_FC1, dn, err));
     op_close(r, op);
     return PX_OK;

@@ -546,6 +546,9 @@ static void experts_fwd(const ExecMoe *M, const ExecLayerRun *r, const MoeOps *o
                       1.0f, 0.0f);
             exec_meter_flops(r->M, 2.0 * R * eff_out * h);
         }
+        if (R > 0 && v->fc1_b)
+            k->add_bias(EXEC_AT(v->exp_act_in, o * eff_out, c->ab),
+                        EXEC_AT(v->fc1_b, (size_t)l * eff_out, c->ab), R, eff_out);
     }
     op_close(r, ops->fc1);
     /* SwiGLU's output: the fc2 input, saved as it is or (FP8) quantized from ws.fp8 */
@@ -579,6 +582,10 @@ static void experts_fwd(const ExecMoe *M, const ExecLayerRun *r, const MoeOps *o
                       EXEC_AT(v->fc2_w, (size_t)l * h * eff, c->ab), R, h, eff, 0, 1, 1.0f, 0.0f);
             exec_meter_flops(r->M, 2.0 * R * h * eff);
         }
+        /* fc2's bias once per row: etp ranks' partial outputs are summed after */
+        if (R > 0 && v->fc2_b && sg < M->L && M->etp_rank == 0)
+            k->add_bias(EXEC_AT(eout, o * h, c->ab), EXEC_AT(v->fc2_b, (size_t)l * h, c->ab), R,
+                        h);
     }
     op_close(r, ops->fc2);
 }
@@ -604,6 +611,9 @@ static void experts_bwd(const ExecMoe *M, const ExecLayerRun *r, const MoeOps *o
         if (R == 0)
             continue;
         const void *dout = EXEC_AT(v->ws_dx, o * h, c->ab);
+        /* every etp rank holds the rows' whole output gradient, and its own copy of the bias */
+        if (v->g_fc2_b)
+            k->bias_grad(v->g_fc2_b + (size_t)l * h, dout, R, h);
         if (v->f2) {
             exec_fp8_linear_bwd(F, c, r->M, EXEC_AT(dhid, o * eff, c->ab),
                                 v->g_fc2_w + (size_t)l * h * eff, dout,
@@ -643,6 +653,8 @@ static void experts_bwd(const ExecMoe *M, const ExecLayerRun *r, const MoeOps *o
             continue;
         void *dout = EXEC_AT(v->ws_dx, o * h, c->ab);
         const void *act = EXEC_AT(v->exp_act_in, o * eff_out, c->ab);
+        if (v->g_fc1_b) /* SwiGLU's backward left fc1's output gradient in act */
+            k->bias_grad(v->g_fc1_b + (size_t)l * eff_out, act, R, eff_out);
         if (v->f1) {
             exec_fp8_linear_bwd(F, c, r->M, dout, v->g_fc1_w + (size_t)l * eff_out * h, act,
                                 exec_fp8_saved(F, (uint8_t *)v->exp_in + q, R, h), NULL, v->f1, l,
@@ -752,6 +764,8 @@ int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer, Mo
     op_open(r, ops.mm);
     k->matmul(v->probs, PX_FP32, x, v->router_w, N, E, h, 0, 1, 1.0f, 0.0f);
     exec_meter_flops(r->M, 2.0 * N * E * h);
+    if (v->router_b)
+        k->add_bias_f32(v->probs, v->router_b, N, E);
     k->moe_route_fwd(v->probs, v->idx, v->w, v->probs, &rt);
     k->moe_counts(v->counts_f, v->idx, N, K, E);
     /* a capacity drops the copies past it after the counts, which the load-balancing loss
@@ -890,6 +904,8 @@ int exec_moe_backward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer,
     }
     k->matmul(dx, c->act, dl, v->router_w, N, h, E, 0, 0, 1.0f, 1.0f);
     k->matmul(v->g_router_w, PX_FP32, dl, x, E, h, N, 1, 0, 1.0f, 1.0f);
+    if (v->g_router_b)
+        k->bias_grad(v->g_router_b, dl, N, E);
     exec_meter_flops(r->M, 4.0 * N * E * h);
     op_close(r, ops.mm);
     return PX_OK;

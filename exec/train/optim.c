@@ -50,7 +50,9 @@ static double local_sumsq(const ExecCtx *c, const ExecParams *P)
         const ExecParam *p = &P->p[i];
         uint64_t lo, hi;
         if (P->b[p->block].experts) {
-            if ((zero == 0 && c->g.edp_rank != 0) || !exec_params_own(P, p, &lo, &hi))
+            /* an expert's fc2 bias is whole on each of its etp ranks: counted on the first */
+            if ((zero == 0 && c->g.edp_rank != 0) || (p->replicated && c->g.etp_rank != 0) ||
+                !exec_params_own(P, p, &lo, &hi))
                 continue;
         } else if ((zero == 0 && c->g.zero_rank != 0) || c->g.dp_replica != 0 ||
                    (p->replicated && c->g.tp_rank != 0) ||

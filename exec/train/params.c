@@ -15,7 +15,10 @@ static int is_moe_param(ModelTensorRole r)
     return r >= MODEL_TR_ROUTER_W && r <= MODEL_TR_SHARED_GATE_W;
 }
 
-static int is_layer_param(ModelTensorRole r) { return is_dense_param(r) || is_moe_param(r); }
+static int is_layer_param(ModelTensorRole r)
+{
+    return is_dense_param(r) || is_moe_param(r) || r == MODEL_TR_SINKS;
+}
 
 static int is_expert_param(ModelTensorRole r)
 {
@@ -31,7 +34,8 @@ static int is_norm(ModelTensorRole r)
 
 static int is_param(ModelTensorRole r)
 {
-    return (r >= MODEL_TR_WTE && r <= MODEL_TR_LOGITS_W) || is_moe_param(r);
+    return (r >= MODEL_TR_WTE && r <= MODEL_TR_LOGITS_W) || is_moe_param(r) ||
+           r == MODEL_TR_SINKS;
 }
 
 /* The views of a parameter: where the layers read its weights and write its gradient. NULL
@@ -42,6 +46,8 @@ static void **weight_view(ExecParams *P, ModelTensorRole r, int layer)
         return &P->lw[layer].t[r - MODEL_TR_LN1_W];
     if (is_moe_param(r))
         return &P->lw[layer].m[r - MODEL_TR_ROUTER_W];
+    if (r == MODEL_TR_SINKS)
+        return &P->lw[layer].sinks;
     switch (r) {
     case MODEL_TR_WTE: return &P->wte;
     case MODEL_TR_WPE: return &P->wpe;
@@ -58,6 +64,8 @@ static float **grad_view(ExecParams *P, ModelTensorRole r, int layer)
         return &P->lg[layer].t[r - MODEL_TR_LN1_W];
     if (is_moe_param(r))
         return &P->lg[layer].m[r - MODEL_TR_ROUTER_W];
+    if (r == MODEL_TR_SINKS)
+        return &P->lg[layer].sinks;
     switch (r) {
     case MODEL_TR_WTE: return &P->g_wte;
     case MODEL_TR_WPE: return &P->g_wpe;
@@ -86,7 +94,8 @@ static ExecMap tp_map(ModelTensorRole r, int swiglu)
     case MODEL_TR_PROJ_W:
     case MODEL_TR_FC2_W: return EXEC_MAP_COLS;
     case MODEL_TR_WTE:
-    case MODEL_TR_LOGITS_W: return EXEC_MAP_ROWS;
+    case MODEL_TR_LOGITS_W:
+    case MODEL_TR_SINKS: return EXEC_MAP_ROWS; /* the sinks of this rank's heads */
     default: return EXEC_MAP_FULL;
     }
 }

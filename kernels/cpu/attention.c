@@ -55,13 +55,16 @@ static void attn_zero_kv(float *x, int B, int Tk, int KV, int D, int stride)
 }
 
 /* Softmax of the first `visible` entries of a row in place; the rest (keys after the query)
- * become 0 so that the saved probabilities can multiply V and be read by the backward as is. */
-static void attn_softmax_row(float *s, int visible, int Tk)
+ * become 0 so that the saved probabilities can multiply V and be read by the backward as is.
+ * A sink (sink != NULL) joins the denominator with no entry of its own. */
+static void attn_softmax_row(float *s, int visible, int Tk, const float *sink)
 {
     float mx = s[0];
     for (int j = 1; j < visible; j++)
         mx = s[j] > mx ? s[j] : mx;
-    double sum = 0.0;
+    if (sink)
+        mx = *sink > mx ? *sink : mx;
+    double sum = sink ? exp((double)*sink - mx) : 0.0;
     for (int j = 0; j < visible; j++) {
         s[j] = expf(s[j] - mx);
         sum += s[j];
@@ -97,8 +100,9 @@ static void attn_fwd_unfused(const KernAttnFwd *a)
             // row of visible keys, and the softmax overwrites the masked ones with 0.
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Tq, Tk, D, a->scale, qb,
                         a->q_stride, kb, a->k_stride, 0.0f, P, Tk);
+            const float *sink = a->sinks ? (const float *)a->sinks + h : NULL;
             for (int t = 0; t < Tq; t++)
-                attn_softmax_row(P + (size_t)t * Tk, attn_visible(a->q_offset, t, Tk), Tk);
+                attn_softmax_row(P + (size_t)t * Tk, attn_visible(a->q_offset, t, Tk), Tk, sink);
             const float *Pused = P;
             if (drop) {
                 // The flat index into [B,H,Tq,Tk] names each draw, so a recompute and the CUDA
@@ -135,8 +139,10 @@ static void attn_fwd_fused(const KernAttnFwd *a)
                 // The output row is the accumulator: fp32 on the CPU, and no scratch needed.
                 float *acc = out + ((size_t)b * Tq + t) * ldo + (size_t)h * D;
                 const int vis = attn_visible(a->q_offset, t, Tk);
-                float m = -INFINITY;
-                double l = 0.0;
+                // a sink starts the sum: exp(sink - m) with m = sink
+                const float *sink = a->sinks ? (const float *)a->sinks + h : NULL;
+                float m = sink ? *sink : -INFINITY;
+                double l = sink ? 1.0 : 0.0;
                 for (int d = 0; d < D; d++)
                     acc[d] = 0.0f;
                 for (int j0 = 0; j0 < vis; j0 += ATTN_BLOCK) {
@@ -163,7 +169,7 @@ static void attn_fwd_fused(const KernAttnFwd *a)
                     }
                     m = mnew;
                 }
-                // l >= 1: the row's maximum contributes exp(0)
+                // l >= 1: the row's maximum (or the sink) contributes exp(0)
                 const float inv = (float)(1.0 / l);
                 for (int d = 0; d < D; d++)
                     acc[d] *= inv;

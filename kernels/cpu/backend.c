@@ -132,6 +132,11 @@ static const KernBackend kern_cpu_backend = {
     .add_f32 = cpu_add_f32,
     .fill_cols_f32 = cpu_fill_cols_f32,
     .mem_info = cpu_mem_info,
+    .add_bias_f32 = kern_cpu_add_bias_f32,
+    .gate_fwd = kern_cpu_gate_fwd,
+    .gate_bwd = kern_cpu_gate_bwd,
+    .gate_wgrad = kern_cpu_gate_wgrad,
+    .attention_sink_bwd = kern_cpu_attention_sink_bwd,
 };
 
 static pthread_once_t kern_cpu_once = PTHREAD_ONCE_INIT;

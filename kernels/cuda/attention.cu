@@ -63,8 +63,10 @@ enum { SM_WARPS = 8 };
  * CPU does) and the dropped, rescaled copy. */
 template <typename T>
 __global__ void softmax_fwd_kernel(T *probs, uint8_t *mask, T *pdrop, size_t rows, int Tq,
-                                   int Tk, int q_offset, float p, float keep_scale, uint64_t seed)
+                                   int Tk, int q_offset, float p, float keep_scale, uint64_t seed,
+                                   const T *sinks, int H)
 {
+    // sinks (may be NULL) is (H): head (row / Tq) % H's joins the denominator
     // probs, mask, pdrop are (rows, Tk); probs holds the scaled scores on entry
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     for (size_t row = blockIdx.x * (size_t)SM_WARPS + warp; row < rows;
@@ -75,10 +77,12 @@ __global__ void softmax_fwd_kernel(T *probs, uint8_t *mask, T *pdrop, size_t row
         for (int j = lane; j < vis; j += 32)
             mx = fmaxf(mx, to_f(s[j]));
         mx = warp_max(mx);
+        const float sink = sinks ? to_f(sinks[(row / Tq) % H]) : -INFINITY;
+        mx = fmaxf(mx, sink);
         float sum = 0.0f;
         for (int j = lane; j < vis; j += 32)
             sum += expf(to_f(s[j]) - mx);
-        const float inv = 1.0f / warp_sum(sum);
+        const float inv = 1.0f / (warp_sum(sum) + (sinks ? expf(sink - mx) : 0.0f));
         for (int j = lane; j < Tk; j += 32) {
             const float pr = j < vis ? expf(to_f(s[j]) - mx) * inv : 0.0f;
             s[j] = from_f<T>(pr);
@@ -149,7 +153,8 @@ template <typename T> static void attn_fwd_unfused(const KernAttnFwd *a)
     const size_t rows = (size_t)B * H * Tq;
     KLAUNCH(softmax_fwd_kernel<T>, rows_grid(rows), SM_WARPS * 32, 0, probs,
             drop ? a->mask : (uint8_t *)NULL, drop ? pdrop : (T *)NULL, rows, Tq, Tk,
-            a->q_offset, a->dropout, drop ? 1.0f / (1.0f - a->dropout) : 1.0f, a->seed);
+            a->q_offset, a->dropout, drop ? 1.0f / (1.0f - a->dropout) : 1.0f, a->seed,
+            (const T *)a->sinks, H);
     const T *used = drop ? pdrop : probs;
     for (int b = 0; b < B; b++)
         for (int r = 0; r < rep; r++)
@@ -258,7 +263,8 @@ template <typename T> __global__ void flash_fwd_kernel(KernAttnFwd a)
     }
     const int vis = active ? attn_visible(a.q_offset, t, Tk) : 0;
     const int block_vis = attn_visible(a.q_offset, last, Tk); /* the most any row here sees */
-    float m = -INFINITY, l = 0.0f;
+    /* a sink starts the sum: exp(sink - m) with m = sink */
+    float m = a.sinks ? to_f(((const T *)a.sinks)[h]) : -INFINITY, l = a.sinks ? 1.0f : 0.0f;
     for (int j0 = 0; j0 < block_vis; j0 += FA_TILE) {
         __syncthreads(); /* the previous tile is no longer read */
         fa_load_tile(Ks, kb, a.k_stride, j0, Tk, D, pitch);
@@ -291,7 +297,7 @@ template <typename T> __global__ void flash_fwd_kernel(KernAttnFwd a)
     }
     if (active) {
         T *o = (T *)a.out + ((size_t)b * Tq + t) * ((size_t)H * D) + (size_t)h * D;
-        const float inv = 1.0f / l; /* l >= 1: the row's maximum contributes exp(0) */
+        const float inv = 1.0f / l; /* l >= 1: the row's maximum (or sink) gives exp(0) */
         for (int d = lane; d < D; d += 32)
             o[d] = from_f<T>(acc[d] * inv);
         if (lane == 0)

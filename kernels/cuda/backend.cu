@@ -145,6 +145,7 @@ static void table_fill(KernBackend *k, PxDtype act)
     kern_cuda_table_misc(k);
     kern_cuda_table_moe(k);
     kern_cuda_table_fp8(k);
+    kern_cuda_table_gate(k);
 }
 
 static void ctx_init(void)

@@ -95,6 +95,7 @@ void kern_cuda_table_optim(KernBackend *k);
 void kern_cuda_table_misc(KernBackend *k);
 void kern_cuda_table_moe(KernBackend *k);
 void kern_cuda_table_fp8(KernBackend *k);
+void kern_cuda_table_gate(KernBackend *k);
 
 /* ---- act dtype <-> fp32 ---- */
 
