@@ -14,10 +14,11 @@
 /* files on the command line (CliArgs.positional's room), and from the directory */
 enum { MAX_GIVEN = 8, MAX_FILES = 64 };
 
-enum { OPT_FRAMEWORK = CLI_EXTRA };
+enum { OPT_FRAMEWORK = CLI_EXTRA, OPT_FLOP_COUNT };
 
 static const CliOption published_options[] = {
     {"framework", 1, "F", "price every row as framework F runs it, not as its own (to see what the framework changes)", OPT_FRAMEWORK, 0},
+    {"flop-count", 1, "C", "read every row that names a FLOP count on count C instead: parallax (its hardware FLOPs), megatron, megatron-causal, palm, palm-causal (to see what the count changes)", OPT_FLOP_COUNT, 0},
     {"json", 0, NULL, "sources[] with rows[]: id, metric, measured, predicted, error, tolerance, inside", CLI_JSON, 0},
     {NULL, 0, NULL, NULL, 0, 0}};
 
@@ -27,7 +28,7 @@ int cli_cmd_published(int argc, char **argv)
     memset(&a, 0, sizeof a);
     const CliOption *const tables[] = {published_options, NULL};
     int st = cli_parse("published",
-                       "[FILE...] [--framework F] [--json]\n\n"
+                       "[FILE...] [--framework F] [--flop-count C] [--json]\n\n"
                        "Prices every published run of each FILE (default: published/*.json, or\n"
                        "$PARALLAX_PUBLISHED/*.json) and prints its measured and predicted figure,\n"
                        "the error and the row's tolerance. Exit status 1 when a row is outside\n"
@@ -35,6 +36,13 @@ int cli_cmd_published(int argc, char **argv)
                        argc, argv, tables, MAX_GIVEN, &a);
     if (st >= 0)
         return st;
+    const char *fc = a.extra[OPT_FLOP_COUNT - CLI_EXTRA];
+    const int flops = fc ? sim_flop_count_from_name(fc) : -1;
+    if (flops < 0 && fc) {
+        fprintf(stderr, "parallax published: --flop-count '%s' is none of parallax, megatron, "
+                        "megatron-causal, palm, palm-causal\n", fc);
+        return 2;
+    }
     const char *files[MAX_FILES];
     int n = 0;
     glob_t g;
@@ -63,7 +71,8 @@ int cli_cmd_published(int argc, char **argv)
     PxError err = {0};
     int rc = PX_OK, done = 0;
     for (; done < n && !rc; done++)
-        rc = sim_published_run_as(files[done], a.extra[OPT_FRAMEWORK - CLI_EXTRA], &p[done], &err);
+        rc = sim_published_run_with(files[done], a.extra[OPT_FRAMEWORK - CLI_EXTRA], (SimFlopCount)flops,
+                                    &p[done], &err);
     int out = 0;
     if (!rc) {
         for (int k = 0; k < n; k++)

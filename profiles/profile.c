@@ -741,7 +741,8 @@ static int cluster_from_json(cJSON *j, const char *origin, const char *const *se
                                         "host", "sources", NULL};
     static const char *const known_node[] = {"devices", "link", NULL};
     static const char *const known_link[] = {"bandwidth", "latency", "efficiency", NULL};
-    static const char *const known_net[] = {"bandwidth_per_device", "latency", "efficiency", NULL};
+    static const char *const known_net[] = {"bandwidth_per_device", "latency", "efficiency",
+                                            "all_to_all_efficiency", NULL};
     static const char *const known_overlap[] = {"compute_slowdown", NULL};
     static const char *const known_host[] = {"memory_bytes", "pcie_bandwidth", "memory_bandwidth",
                                              "cores", NULL};
@@ -803,6 +804,11 @@ static int cluster_from_json(cJSON *j, const char *origin, const char *const *se
     if ((rc = px_json_double(net, w2, "bandwidth_per_device", 1, 1e6, 1e15, &c->net_bandwidth, err)) ||
         (rc = px_json_double(net, w2, "latency", 1, 0, 1, &c->net_latency, err)) ||
         (rc = px_json_double(net, w2, "efficiency", 0, 0.01, 1, &c->net_eff, err)))
+        goto out;
+    /* the all-to-all's own rate across nodes (docs/time.md, "Expert parallelism"); a profile
+     * that does not measure it gets the ring collectives' */
+    c->net_a2a_eff = c->net_eff;
+    if ((rc = px_json_double(net, w2, "all_to_all_efficiency", 0, 0.01, 1, &c->net_a2a_eff, err)))
         goto out;
     {
         const cJSON *ov;
@@ -930,6 +936,7 @@ cJSON *prof_cluster_to_json(const ProfCluster *c)
     cJSON_AddNumberToObject(net, "bandwidth_per_device", c->net_bandwidth);
     cJSON_AddNumberToObject(net, "latency", c->net_latency);
     cJSON_AddNumberToObject(net, "efficiency", c->net_eff);
+    cJSON_AddNumberToObject(net, "all_to_all_efficiency", c->net_a2a_eff);
     cJSON *ov = cJSON_AddObjectToObject(j, "overlap");
     cJSON_AddNumberToObject(ov, "compute_slowdown", c->overlap_slowdown);
     if (c->nodes)

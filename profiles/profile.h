@@ -116,6 +116,8 @@ typedef struct {
     double net_latency;
     double link_eff;       /* fraction of link_bandwidth a collective's bus bandwidth reaches */
     double net_eff;        /* fraction of net_bandwidth */
+    double net_a2a_eff;    /* fraction of net_bandwidth NCCL's all-to-all (grouped send/receive) reaches
+                            * across nodes; network.all_to_all_efficiency, net_eff when not given */
     double overlap_slowdown; /* compute slowdown while communication overlaps it (shared SMs and memory) */
     int nodes;         /* nodes in the cluster; 0: no limit */
     int shared_memory; /* ranks of a node share one memory (CPU ranks): memory_bytes is per node */

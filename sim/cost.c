@@ -240,7 +240,9 @@ double sim_all_to_all_seconds(const SimCtx *c, int base, int stride, int n, doub
     const double t_link = (k - 1.0) * (cl->link_latency + S / (n * link));
     if (nodes <= 1)
         return t_link;
-    const double net = cl->net_bandwidth * cl->net_eff;
+    /* across nodes at the rate NCCL's grouped send/receive reaches over a NIC, which a profile
+     * may give apart from the rings' (network.all_to_all_efficiency) */
+    const double net = cl->net_bandwidth * cl->net_a2a_eff;
     const double t_net = (n - k) * (cl->net_latency + S / (n * net));
     return t_link > t_net ? t_link : t_net;
 }

@@ -16,6 +16,62 @@ const char *sim_published_metric_name(int metric)
     return metric >= 0 && metric < SIM_PUB_METRIC_COUNT ? metric_names[metric] : "?";
 }
 
+static const char *const flop_count_names[SIM_FLOPS_COUNT] = {"parallax", "megatron", "megatron-causal",
+                                                              "palm", "palm-causal"};
+
+const char *sim_flop_count_name(SimFlopCount c)
+{
+    return c >= 0 && c < SIM_FLOPS_COUNT ? flop_count_names[c] : "?";
+}
+
+int sim_flop_count_from_name(const char *name)
+{
+    for (int i = 0; i < SIM_FLOPS_COUNT; i++)
+        if (strcmp(name, flop_count_names[i]) == 0)
+            return i;
+    return -1;
+}
+
+/* Megatron-LM's num_floating_point_operations (megatron/training/training.py), its GQA branch:
+ * 12·B·s·h² per layer times [(1 + g/a + s/h)·(d·a/h) + (f/h)·glu] with d the head width, g the
+ * KV heads, f the layer's MLP width (a MoE layer: the expert width times top-k plus the shared
+ * experts'), glu 3/2 for SwiGLU, plus the logits' 6·B·s·h·V. Counted per layer, so that dense
+ * and MoE layers mix (first_dense). The causal variant halves the s/h term. */
+static double megatron_flops(const ModelConfig *m, double tokens, double seq, double vocab, int causal)
+{
+    const double h = m->hidden, a = m->heads, g = m->kv_heads, d = m->head_dim;
+    const double glu = m->mlp == MODEL_SWIGLU ? 1.5 : 1.0;
+    const double attn = (1.0 + g / a + seq / h * (causal ? 0.5 : 1.0)) * (d * a / h);
+    double per = 0.0;
+    for (int l = 0; l < m->layers; l++) {
+        const double f = model_layer_is_moe(m, l)
+                             ? (double)m->moe.expert_ffn * m->moe.topk + m->moe.shared_ffn
+                             : (double)m->ffn_hidden;
+        per += attn + f / h * glu;
+    }
+    return 12.0 * tokens * h * h * per + 6.0 * tokens * h * vocab;
+}
+
+double sim_flop_count_step(SimFlopCount c, const ModelConfig *m, double gbs, double seq,
+                           double vocab_padded)
+{
+    if (m->mla.kv_lora_rank > 0)
+        return 0.0;
+    const double tokens = gbs * seq;
+    switch (c) {
+    case SIM_FLOPS_MEGATRON: return megatron_flops(m, tokens, seq, vocab_padded, 0);
+    case SIM_FLOPS_MEGATRON_CAUSAL: return megatron_flops(m, tokens, seq, vocab_padded, 1);
+    case SIM_FLOPS_PALM:
+    case SIM_FLOPS_PALM_CAUSAL: {
+        /* 6N + 12·L·H·Q·T a token: N the parameters a token passes through (all of them,
+         * embedding and output layer included, as PaLM's N), H heads of Q, T the sequence */
+        const double attn = 12.0 * m->layers * m->heads * (double)m->head_dim * seq;
+        return tokens * (6.0 * model_config_active_params(m) + (c == SIM_FLOPS_PALM ? attn : 0.5 * attn));
+    }
+    default: return 0.0;
+    }
+}
+
 /* A model or cluster named by a row: a built-in name, or a JSON file relative to the data
  * file's directory (published/models/..., published/clusters/...). */
 static void resolve(const char *dir, const char *name, char *out, size_t cap)
@@ -98,9 +154,27 @@ static int read_measured(const cJSON *row, const char *where, SimPublishedRow *o
     return PX_OK;
 }
 
+/* The FLOP count the row's tflops_per_gpu is on: absent, parallax's own. */
+static int read_flop_count(const cJSON *row, const char *where, SimPublishedRow *out, PxError *err)
+{
+    char name[32] = "parallax";
+    int rc = px_json_string(row, where, "flop_count", 0, name, sizeof name, err);
+    if (rc)
+        return rc;
+    const int c = sim_flop_count_from_name(name);
+    if (c < 0)
+        return px_fail(err, PX_EINPUT, "%s flop_count: '%s' is none of parallax, megatron, "
+                       "megatron-causal, palm, palm-causal", where, name);
+    if (c != SIM_FLOPS_OWN && out->metric != SIM_PUB_TFLOPS_PER_GPU)
+        return px_fail(err, PX_EINPUT, "%s flop_count: only a tflops_per_gpu figure is on a FLOP "
+                       "count, not %s", where, metric_names[out->metric]);
+    out->flops = (SimFlopCount)c;
+    return PX_OK;
+}
+
 /* One row: read, simulated, compared. */
 static int price_row(const cJSON *row, const char *dir, const char *where, const char *framework,
-                     SimPublishedRow *out, PxError *err)
+                     SimFlopCount flops, SimPublishedRow *out, PxError *err)
 {
     char model[1024], cluster[1024], name[256];
     int rc;
@@ -117,8 +191,11 @@ static int price_row(const cJSON *row, const char *dir, const char *where, const
     if ((rc = px_json_int(row, where, "gpus", 1, 1, 1 << 24, &out->gpus, err)) ||
         (rc = px_json_string(row, where, "framework", 0, out->framework, sizeof out->framework, err)) ||
         (rc = px_json_double(row, where, "tolerance", 1, 0.0, 1.0, &out->tolerance, err)) ||
-        (rc = read_measured(row, where, out, err)))
+        (rc = read_measured(row, where, out, err)) ||
+        (rc = read_flop_count(row, where, out, err)))
         return rc;
+    if ((int)flops >= 0 && out->flops != SIM_FLOPS_OWN)
+        out->flops = flops;
     if (framework)
         px_strlcpy(out->framework, framework, sizeof out->framework);
     ModelSpec s;
@@ -157,6 +234,20 @@ static int price_row(const cJSON *row, const char *dir, const char *where, const
     }
     out->predicted = predicted(&r, out->metric);
     out->step_s = r.step_s;
+    if (out->flops != SIM_FLOPS_OWN) {
+        /* the source's figure is its count over the measured step: the step it stands for, and
+         * the prediction's step on the same count */
+        const double f = sim_flop_count_step(out->flops, &s.model, s.job.global_batch,
+                                             r.dims.s, r.dims.vocab_pad);
+        if (!(f > 0)) {
+            sim_result_free(&r);
+            prof_cluster_free(&cl);
+            return px_fail(err, PX_EINPUT, "%s flop_count: %s does not count %s (multi-head latent "
+                           "attention)", where, sim_flop_count_name(out->flops), out->model);
+        }
+        out->measured_step_s = f / (out->measured * 1e12 * out->gpus);
+        out->predicted = f / (r.step_s * out->gpus) / 1e12;
+    }
     out->fits = r.peak_bytes <= r.rank_memory_bytes;
     sim_result_free(&r);
     prof_cluster_free(&cl);
@@ -173,6 +264,12 @@ int sim_published_run(const char *path, SimPublished *out, PxError *err)
 }
 
 int sim_published_run_as(const char *path, const char *framework, SimPublished *out, PxError *err)
+{
+    return sim_published_run_with(path, framework, (SimFlopCount)-1, out, err);
+}
+
+int sim_published_run_with(const char *path, const char *framework, SimFlopCount flops,
+                           SimPublished *out, PxError *err)
 {
     memset(out, 0, sizeof *out);
     px_strlcpy(out->path, path, sizeof out->path);
@@ -199,7 +296,7 @@ int sim_published_run_as(const char *path, const char *framework, SimPublished *
     }
     for (int i = 0; !rc && i < out->n_rows; i++) {
         snprintf(where, sizeof where, "%s: rows[%d]", path, i);
-        rc = price_row(cJSON_GetArrayItem(rows, i), dir, where, framework, &out->rows[i], err);
+        rc = price_row(cJSON_GetArrayItem(rows, i), dir, where, framework, flops, &out->rows[i], err);
     }
     cJSON_Delete(root);
     if (rc)
@@ -259,6 +356,10 @@ cJSON *sim_published_to_json(const SimPublished *p, int n)
             cJSON_AddBoolToObject(o, "inside", r->inside);
             cJSON_AddNumberToObject(o, "step_s", r->step_s);
             cJSON_AddBoolToObject(o, "fits", r->fits);
+            if (r->flops != SIM_FLOPS_OWN) {
+                cJSON_AddStringToObject(o, "flop_count", sim_flop_count_name(r->flops));
+                cJSON_AddNumberToObject(o, "measured_step_s", r->measured_step_s);
+            }
             cJSON_AddItemToArray(rows, o);
         }
         cJSON_AddItemToArray(a, s);

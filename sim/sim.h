@@ -391,8 +391,29 @@ cJSON *sim_min_gpus_to_json(const ProfCluster *cluster, int gpus, const SimPlanR
 /* ---- published runs (sim/published.c; docs/calibration.md, "Published runs") ---- */
 
 /* A row's measured figure: the step's seconds, achieved TFLOP/s per GPU (hardware FLOPs, as
- * Narayanan's), or tokens per second per GPU. */
+ * Narayanan's, or on the source's own FLOP count: below), or tokens per second per GPU. */
 enum { SIM_PUB_STEP_S = 0, SIM_PUB_TFLOPS_PER_GPU, SIM_PUB_TOKENS_PER_S_PER_GPU, SIM_PUB_METRIC_COUNT };
+
+/* The FLOP count a source turned its step time into TFLOP/s or MFU with (a row's flop_count;
+ * docs/calibration.md, "FLOP counts"): none, parallax's own hardware FLOPs; Megatron-LM's
+ * num_floating_point_operations with the attention scores counted in full (before Megatron-LM
+ * commit 8873b55d6a, 2025-03-06) or halved for the causal mask (after it); PaLM's 6N + 12LHQT a
+ * token (Chowdhery et al. 2022, App. B), in full or with the attention term halved. */
+typedef enum {
+    SIM_FLOPS_OWN = 0,
+    SIM_FLOPS_MEGATRON,
+    SIM_FLOPS_MEGATRON_CAUSAL,
+    SIM_FLOPS_PALM,
+    SIM_FLOPS_PALM_CAUSAL,
+    SIM_FLOPS_COUNT
+} SimFlopCount;
+const char *sim_flop_count_name(SimFlopCount c);
+int sim_flop_count_from_name(const char *name); /* -1 when unknown */
+/* The FLOPs of one step of gbs sequences of seq tokens by count c (c != SIM_FLOPS_OWN);
+ * vocab_padded is the output layer's width (Megatron's padded vocabulary). 0 for a model the
+ * count does not cover (multi-head latent attention). */
+double sim_flop_count_step(SimFlopCount c, const ModelConfig *m, double gbs, double seq,
+                           double vocab_padded);
 
 typedef struct {
     char id[96], model[128], cluster[128], framework[32];
@@ -403,6 +424,8 @@ typedef struct {
     int inside;                 /* |error| <= tolerance */
     double step_s;              /* the predicted step */
     int fits;                   /* the prediction fits the device's memory */
+    SimFlopCount flops;         /* the count tflops_per_gpu is on (SIM_FLOPS_OWN: parallax's) */
+    double measured_step_s;     /* with a source's count: the step its figure stands for */
 } SimPublishedRow;
 
 typedef struct {
@@ -418,12 +441,17 @@ typedef struct {
 int sim_published_run(const char *path, SimPublished *out, PxError *err);
 /* The same with every row priced as run by `framework` (NULL: each row's own). */
 int sim_published_run_as(const char *path, const char *framework, SimPublished *out, PxError *err);
+/* The same again with every row that names a FLOP count read on count `flops` instead
+ * (SIM_FLOPS_OWN: parallax's hardware FLOPs; -1: each row's own), to see what the count
+ * changes. */
+int sim_published_run_with(const char *path, const char *framework, SimFlopCount flops,
+                           SimPublished *out, PxError *err);
 void sim_published_free(SimPublished *p);
 const char *sim_published_metric_name(int metric);
 /* Every row of n sources: id, framework, metric, measured, predicted, error, tolerance, in/out. */
 void sim_published_print(FILE *f, const SimPublished *p, int n);
 /* [{source, file, rows[{id, model, cluster, gpus, framework, metric, measured, predicted, error,
- * tolerance, inside, step_s, fits}]}] */
+ * tolerance, inside, step_s, fits, and with a source's count flop_count, measured_step_s}]}] */
 cJSON *sim_published_to_json(const SimPublished *p, int n);
 
 /* The precision a job gets when none is given: bf16 where the device has bf16 tensor cores,

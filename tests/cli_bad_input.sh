@@ -344,6 +344,7 @@ expect 2 "cluster local describes no host" simulate --model tiny --cluster local
 expect 0 "host (" simulate --model tiny $ok --zero 1 --offload-optimizer
 expect 0 "ep 4 etp 1 edp 2" simulate --model "$moe" $ok --ep 4
 expect 0 "ep etp" plan --model "$moe" $ok --gbs 16 --ep 2,4
+expect 2 "--flop-count 'hardware' is none of parallax, megatron" published --flop-count hardware
 
 echo "cli_bad_input: $((cases - fails)) of $cases cases passed"
 [ "$fails" -eq 0 ]

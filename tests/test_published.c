@@ -40,6 +40,10 @@ static const Known known[] = {
     {"tt-l2-13b-a100x64-sacop", 1920.25015924175},
     {"tt-l2-70b-a100x64-sacop", 375.49927354942002},
     {"tt-l2-70b-a100x64-full", 329.04976345340049},
+    /* on PaLM's count (flop_count palm): context parallelism's all-gather at 128K */
+    {"llama3-405b-8k-h100x8192", 483.9377035904461},
+    {"llama3-405b-8k-h100x16384", 453.5879903614732},
+    {"llama3-405b-128k-h100x16384", 531.8584881713537},
 };
 
 static const Known *find(const char *id)

@@ -1,5 +1,5 @@
 /* The simulator on mixture-of-experts layouts: the all-to-all's time inside and across nodes
- * recomputed by hand, the overlap rule of --overlap-ep, model FLOPs that ignore the routing
+ * recomputed by hand (with a profile's own all-to-all rate across nodes), the overlap rule of --overlap-ep, model FLOPs that ignore the routing
  * imbalance, the planner's rejection of an ep that does not divide the experts (by the rule's
  * name), and the Megatron-LM flags of a MoE plan. */
 #include "fixtures.h"
@@ -55,6 +55,36 @@ static void test_all_to_all(void)
     op.comm_bytes = (uint64_t)S;
     op.calls = 1;
     CHECK_REL(12.0 * 5e-6 + 12.0 / 16.0 * S / 21.25e9, sim_comm_seconds(&c, &op, 0), 1e-12);
+    prof_cluster_free(&cl);
+}
+
+/* dgx-h100 gives the all-to-all its own rate across nodes (network.all_to_all_efficiency 0.52,
+ * fitted on MoE Parallel Folding's Table 4; docs/time.md, "Expert parallelism"): a NIC share of
+ * 50 GB/s x 0.52 = 26 GB/s at 5 us, while the rings keep 50 x 0.85 = 42.5 GB/s. S = 8 MiB:
+ *  - 16 ranks one a node: 15 x (5 us + 512 KiB / 26 GB/s) = 15 x 25.164923 = 377.473846 us
+ *    (at the rings' 42.5 GB/s it would be 260.042824 us, which the first check refuses);
+ *  - 16 ranks on two nodes: 8 x 25.164923 = 201.319385 us off the node, against the 7 NVLink
+ *    peers' 7 x (3 us + 512 KiB / 360 GB/s) = 31.194489 us;
+ *  - a ring over the same two nodes still gets 8 NIC shares at 0.85: 340 GB/s. */
+static void test_all_to_all_rate(void)
+{
+    PxError err = {0};
+    ProfCluster cl;
+    CHECK_OK(prof_cluster_load("dgx-h100", NULL, 0, &cl, &err), err);
+    CHECK_REL(0.52, cl.net_a2a_eff, 1e-12);
+    CHECK_REL(0.85, cl.net_eff, 1e-12);
+    ModelSpec s;
+    ModelDims d = {0};
+    model_spec_defaults(&s);
+    SimCtx c;
+    sim_ctx_init(&c, &cl, &s, &d, 8);
+    const double S = 8388608.0;
+    CHECK_REL(377.4738462e-6, sim_all_to_all_seconds(&c, 0, 8, 16, S, NULL), 1e-9);
+    CHECK_REL(201.3193846e-6, sim_all_to_all_seconds(&c, 0, 1, 16, S, NULL), 1e-9);
+    double alpha = 0, beta = 0;
+    sim_group_path(&c, 0, 1, 16, &alpha, &beta, NULL);
+    CHECK_REL(340e9, beta, 1e-12);
+    CHECK_REL(5e-6, alpha, 1e-12);
     prof_cluster_free(&cl);
 }
 
@@ -263,6 +293,7 @@ int main(void)
 {
     px_log_set_quiet(1);
     test_all_to_all();
+    test_all_to_all_rate();
     test_overlap_ep();
     test_flops_imbalance();
     test_plan_rejects_ep();
