@@ -42,6 +42,8 @@ extern "C" { /* kernels/cuda is compiled as CUDA C++ */
  * q_offset + t and sees keys 0 .. q_offset + t (context parallelism gathers all Tk keys). */
 typedef struct {
     int B, Tq, Tk, H, KV, D;
+    int Dv; /* value (and output) head width; 0: D (multi-head latent attention's differ; the
+               CPU backend only) */
     int q_offset;
     float scale; /* usually 1/sqrt(D) */
     const void *q, *k, *v;
@@ -65,6 +67,7 @@ typedef struct {
 
 typedef struct {
     int B, Tq, Tk, H, KV, D;
+    int Dv; /* as KernAttnFwd's */
     int q_offset;
     float scale;
     const void *q, *k, *v;

@@ -214,7 +214,40 @@ void model_layer_acts_at(const ModelSpec *s, const ModelDims *d, ModelRecompute 
     acts_fp8(s, out, MODEL_LAYER_ACTS, fp8_in, moe ? 3 : 4, 1);
 }
 
-enum { LAYER_ALL_ACTS = MODEL_LAYER_ACTS + MODEL_MOE_ACTS + 2 };
+enum { LAYER_ALL_ACTS = MODEL_LAYER_ACTS + MODEL_MOE_ACTS + MODEL_MLA_ACTS };
+
+void model_mla_acts(const ModelSpec *s, const ModelDims *d, ModelRecompute mode,
+                    ModelLayerAct out[MODEL_MLA_ACTS])
+{
+    const ModelMla *mla = &s->model.mla;
+    const int sv = mode != MODEL_RECOMPUTE_FULL, on = mla->kv_lora_rank > 0;
+    const ActRow t[MODEL_MLA_ACTS] = {
+        {"attn.q_lat", d->act, 0, 3, d->b, d->s_loc, mla->q_lora_rank, 1, on && mla->q_lora_rank > 0, sv},
+        {"attn.kv_lat", d->act, 0, 3, d->b, d->s_loc, mla->kv_lora_rank + mla->qk_rope_dim, 1, on, sv},
+    };
+    acts_fill(t, MODEL_MLA_ACTS, MODEL_TR_Q_LAT, out);
+}
+
+static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
+
+void model_mla_work(const ModelSpec *s, const ModelDims *d, ModelMlaWork *out)
+{
+    memset(out, 0, sizeof *out);
+    const ModelMla *m = &s->model.mla;
+    if (m->kv_lora_rank <= 0)
+        return;
+    const uint64_t N = (uint64_t)d->b * (uint64_t)d->s_loc, R = (uint64_t)d->b * (uint64_t)d->s_sp;
+    const uint64_t H = (uint64_t)d->heads_loc, qr = (uint64_t)m->q_lora_rank;
+    const uint64_t kr = (uint64_t)m->kv_lora_rank, rope = (uint64_t)m->qk_rope_dim;
+    const uint64_t lat = max_u64(qr, kr);
+    out->lat = N * max_u64((H + 2) * rope, H * (uint64_t)m->qk_nope_dim);
+    out->dkv = out->lat + N * lat;
+    out->dq = out->dkv + N * (kr + rope);
+    out->qs = out->dq + N * qr;
+    out->ks = out->qs + R * qr;
+    out->z = out->ks + R * (kr + rope);
+    out->total = out->z + R * lat;
+}
 
 /* Every activation layer `layer` computes: model_layer_acts_at's, a MoE layer's
  * model_moe_acts, and multi-head latent attention's two latents (the query's and the keys' and
@@ -228,15 +261,9 @@ static int layer_all_acts(const ModelSpec *s, const ModelDims *d, ModelRecompute
         model_moe_acts(s, d, mode, out + n);
         n += MODEL_MOE_ACTS;
     }
-    const ModelMla *mla = &s->model.mla;
-    if (mla->kv_lora_rank > 0) {
-        const int sv = mode != MODEL_RECOMPUTE_FULL;
-        const ActRow t[2] = {
-            {"attn.q_lat", d->act, 0, 3, d->b, d->s_loc, mla->q_lora_rank, 1, mla->q_lora_rank > 0, sv},
-            {"attn.kv_lat", d->act, 0, 3, d->b, d->s_loc, mla->kv_lora_rank + mla->qk_rope_dim, 1, 1, sv},
-        };
-        acts_fill(t, 2, MODEL_TR_Q_LAT, out + n);
-        n += 2;
+    if (s->model.mla.kv_lora_rank > 0) {
+        model_mla_acts(s, d, mode, out + n);
+        n += MODEL_MLA_ACTS;
     }
     return n;
 }
@@ -1041,6 +1068,10 @@ static void add_workspace(Build *B)
     else
         add(a, MODEL_TR_WS_DSCORES, "ws.dscores", MODEL_WORKSPACE, e, MODEL_SHARD_TP, 4, b,
             d->heads_loc, d->s_loc, d->s);
+    ModelMlaWork mw;
+    model_mla_work(s, d, &mw);
+    if (mw.total > 0) /* multi-head latent attention's temporaries (docs/memory.md) */
+        add(a, MODEL_TR_WS_MLA, "ws.mla", MODEL_WORKSPACE, e, MODEL_SHARD_TP, 1, (int64_t)mw.total, 0, 0, 0);
     uint64_t re = recompute_bytes(s, d);
     if (re > 0)
         add(a, MODEL_TR_WS_RECOMPUTE, "ws.recompute", MODEL_WORKSPACE, PX_UINT8, 0, 1, (int64_t)re, 0, 0, 0);
