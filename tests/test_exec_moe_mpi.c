@@ -41,67 +41,69 @@ typedef struct {
     int dsv3;  /* tiny-dsv3 (multi-head latent attention, sigmoid group-limited routing; its
                   multi-token prediction module left out) in place of tiny-moe; 2: its layers
                   all dense (MoE needs SP with tp > 1: MLA's TP without SP runs so) */
+    int cp;    /* context parallelism (allgather), with dsv3 2 (MoE layers refuse it) */
 } Layout;
 
 static const Layout layouts[] = {
-    {"ep2", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0},          {"ep2_real", 2, 2, 1, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"ep2_dp2", 4, 4, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0},      {"ep2_dp2_real", 4, 4, 1, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"ep2_tp2_sp", 2, 1, 2, 1, 2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0},   {"ep2_tp2_sp_real", 2, 1, 2, 1, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"ep2_pp2", 4, 2, 1, 2, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0},      {"ep2_pp2_real", 4, 2, 1, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"ep2", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},          {"ep2_real", 2, 2, 1, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"ep2_dp2", 4, 4, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},      {"ep2_dp2_real", 4, 4, 1, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"ep2_tp2_sp", 2, 1, 2, 1, 2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},   {"ep2_tp2_sp_real", 2, 1, 2, 1, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"ep2_pp2", 4, 2, 1, 2, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},      {"ep2_pp2_real", 4, 2, 1, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     /* ZeRO: the experts' blocks sharded over edp 2, the dense ones over dp 4 */
-    {"ep2_dp2_zero1", 4, 4, 1, 1, 2, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0}, {"ep2_dp2_zero1_real", 4, 4, 1, 1, 2, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0},
-    {"ep2_dp2_zero2", 4, 4, 1, 1, 2, 0, 1, 2, 0, 0, 0, 0, 0, 0, 0}, {"ep2_dp2_zero3", 4, 4, 1, 1, 2, 0, 1, 3, 0, 0, 0, 0, 0, 0, 0},
-    {"ep2_pp2_zero1", 4, 2, 1, 2, 2, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0}, {"ep2_tp2_sp_zero1", 4, 2, 2, 1, 2, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0},
+    {"ep2_dp2_zero1", 4, 4, 1, 1, 2, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0}, {"ep2_dp2_zero1_real", 4, 4, 1, 1, 2, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"ep2_dp2_zero2", 4, 4, 1, 1, 2, 0, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0}, {"ep2_dp2_zero3", 4, 4, 1, 1, 2, 0, 1, 3, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"ep2_pp2_zero1", 4, 2, 1, 2, 2, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0}, {"ep2_tp2_sp_zero1", 4, 2, 2, 1, 2, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0},
     /* full recompute: the router, the all-to-alls and the experts again before each backward */
-    {"ep2_dp2_full", 4, 4, 1, 1, 2, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0},  {"ep2_dp2_full_real", 4, 4, 1, 1, 2, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0},
-    {"ep2_tp2_sp_full", 2, 1, 2, 1, 2, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0}, {"ep2_pp2_full", 4, 2, 1, 2, 2, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0},
-    {"ep2_dp2_zero3_full", 4, 4, 1, 1, 2, 0, 1, 3, 1, 0, 0, 0, 0, 0, 0},
+    {"ep2_dp2_full", 4, 4, 1, 1, 2, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0},  {"ep2_dp2_full_real", 4, 4, 1, 1, 2, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0},
+    {"ep2_tp2_sp_full", 2, 1, 2, 1, 2, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0}, {"ep2_pp2_full", 4, 2, 1, 2, 2, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0},
+    {"ep2_dp2_zero3_full", 4, 4, 1, 1, 2, 0, 1, 3, 1, 0, 0, 0, 0, 0, 0, 0},
     /* the CUDA backend in bf16 against the CPU's fp32 */
-    {"cuda_ep1", 1, 1, 1, 1, 1, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0},   {"cuda_ep1_real", 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0},
-    {"cuda_ep2", 2, 2, 1, 1, 2, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0},   {"cuda_ep2_real", 2, 2, 1, 1, 2, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0},
-    {"cuda_ep2_dp2", 4, 4, 1, 1, 2, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0},
-    {"cuda_ep2_dp2_zero1", 4, 4, 1, 1, 2, 0, 1, 1, 0, 1, 0, 0, 0, 0, 0},
-    {"cuda_ep2_dp2_zero3_full", 4, 4, 1, 1, 2, 0, 1, 3, 1, 1, 0, 0, 0, 0, 0},
-    {"cuda_ep2_pp2", 4, 2, 1, 2, 2, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0},
-    {"cuda_ep2_tp2_sp", 2, 1, 2, 1, 2, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0},
+    {"cuda_ep1", 1, 1, 1, 1, 1, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0},   {"cuda_ep1_real", 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0},
+    {"cuda_ep2", 2, 2, 1, 1, 2, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0},   {"cuda_ep2_real", 2, 2, 1, 1, 2, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0},
+    {"cuda_ep2_dp2", 4, 4, 1, 1, 2, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0},
+    {"cuda_ep2_dp2_zero1", 4, 4, 1, 1, 2, 0, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0},
+    {"cuda_ep2_dp2_zero3_full", 4, 4, 1, 1, 2, 0, 1, 3, 1, 1, 0, 0, 0, 0, 0, 0},
+    {"cuda_ep2_pp2", 4, 2, 1, 2, 2, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0},
+    {"cuda_ep2_tp2_sp", 2, 1, 2, 1, 2, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0},
     /* FP8 GEMMs (docs/fp8.md), on both sides: an expert's GEMMs see other rows together on an
      * expert-parallel rank than on one rank, so their fp32 sums round differently, and an FP8
      * code near a rounding boundary then flips by one step (2^-3 of its value in E4M3): the
      * layouts follow one rank within FP8_TOL, not fp32's 1e-5, whatever the scaling (measured:
      * 1.1e-4 over 5 steps with blockwise scaling, whose scales are per row) */
-    {"ep2_fp8_blockwise", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, MODEL_FP8_BLOCKWISE, 0, 0, 0, 0},
-    {"ep2_dp2_real_fp8_mxfp8", 4, 4, 1, 1, 2, 0, 0, 0, 0, 0, MODEL_FP8_MXFP8, 0, 0, 0, 0},
-    {"ep2_tp2_sp_fp8_tensorwise", 2, 1, 2, 1, 2, 1, 1, 0, 0, 0, MODEL_FP8_TENSORWISE, 0, 0, 0, 0},
-    {"ep2_pp2_full_fp8_delayed", 4, 2, 1, 2, 2, 0, 1, 0, 1, 0, MODEL_FP8_DELAYED, 0, 0, 0, 0},
-    {"ep2_dp2_zero3_fp8_tensorwise", 4, 4, 1, 1, 2, 0, 1, 3, 0, 0, MODEL_FP8_TENSORWISE, 0, 0, 0, 0},
-    {"cuda_ep2_fp8_blockwise", 2, 2, 1, 1, 2, 0, 1, 0, 0, 1, MODEL_FP8_BLOCKWISE, 0, 0, 0, 0},
+    {"ep2_fp8_blockwise", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, MODEL_FP8_BLOCKWISE, 0, 0, 0, 0, 0},
+    {"ep2_dp2_real_fp8_mxfp8", 4, 4, 1, 1, 2, 0, 0, 0, 0, 0, MODEL_FP8_MXFP8, 0, 0, 0, 0, 0},
+    {"ep2_tp2_sp_fp8_tensorwise", 2, 1, 2, 1, 2, 1, 1, 0, 0, 0, MODEL_FP8_TENSORWISE, 0, 0, 0, 0, 0},
+    {"ep2_pp2_full_fp8_delayed", 4, 2, 1, 2, 2, 0, 1, 0, 1, 0, MODEL_FP8_DELAYED, 0, 0, 0, 0, 0},
+    {"ep2_dp2_zero3_fp8_tensorwise", 4, 4, 1, 1, 2, 0, 1, 3, 0, 0, MODEL_FP8_TENSORWISE, 0, 0, 0, 0, 0},
+    {"cuda_ep2_fp8_blockwise", 2, 2, 1, 1, 2, 0, 1, 0, 0, 1, MODEL_FP8_BLOCKWISE, 0, 0, 0, 0, 0},
     /* the interleaved schedule: one MoE layer per chunk, each chunk's routing its own */
-    {"ep2_pp2_vpp2", 4, 2, 1, 2, 2, 0, 1, 0, 0, 0, 0, 2, 0, 0, 0},
-    {"ep2_pp2_vpp2_real", 4, 2, 1, 2, 2, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0},
+    {"ep2_pp2_vpp2", 4, 2, 1, 2, 2, 0, 1, 0, 0, 0, 0, 2, 0, 0, 0, 0},
+    {"ep2_pp2_vpp2_real", 4, 2, 1, 2, 2, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0},
     /* expert tensor parallelism: each expert's width over the 2 tp ranks, the all-to-all over
      * ep 2 across dp, the gather and reduce-scatter over etp (no expert data parallelism) */
-    {"ep2_tp2_sp_etp2", 4, 2, 2, 1, 2, 1, 1, 0, 0, 0, 0, 0, 2, 0, 0},
-    {"ep2_tp2_sp_etp2_real", 4, 2, 2, 1, 2, 1, 0, 0, 0, 0, 0, 0, 2, 0, 0},
+    {"ep2_tp2_sp_etp2", 4, 2, 2, 1, 2, 1, 1, 0, 0, 0, 0, 0, 2, 0, 0, 0},
+    {"ep2_tp2_sp_etp2_real", 4, 2, 2, 1, 2, 1, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0},
     /* etp without ep: the gather and reduce-scatter alone; with FP8 GEMMs; on CUDA */
-    {"tp2_sp_etp2", 2, 1, 2, 1, 1, 1, 1, 0, 0, 0, 0, 0, 2, 0, 0},
-    {"ep2_tp2_sp_etp2_fp8_tensorwise", 4, 2, 2, 1, 2, 1, 1, 0, 0, 0, MODEL_FP8_TENSORWISE, 0, 2, 0, 0},
-    {"cuda_ep2_tp2_sp_etp2", 4, 2, 2, 1, 2, 1, 1, 0, 0, 1, 0, 0, 2, 0, 0},
-    {"cuda_ep2_pp2_vpp2", 4, 2, 1, 2, 2, 0, 1, 0, 0, 1, 0, 2, 0, 0, 0},
+    {"tp2_sp_etp2", 2, 1, 2, 1, 1, 1, 1, 0, 0, 0, 0, 0, 2, 0, 0, 0},
+    {"ep2_tp2_sp_etp2_fp8_tensorwise", 4, 2, 2, 1, 2, 1, 1, 0, 0, 0, MODEL_FP8_TENSORWISE, 0, 2, 0, 0, 0},
+    {"cuda_ep2_tp2_sp_etp2", 4, 2, 2, 1, 2, 1, 1, 0, 0, 1, 0, 0, 2, 0, 0, 0},
+    {"cuda_ep2_pp2_vpp2", 4, 2, 1, 2, 2, 0, 1, 0, 0, 1, 0, 2, 0, 0, 0, 0},
     /* token dropping at capacity factor 0.5: each rank drops the copies past its capacity as
      * the single rank does for the same micro-batch (the capacity is per source rank); forced
      * balance fills every expert's capacity, so the all-to-all sends its whole buffer */
-    {"ep2_cap", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0.5, 0},
-    {"ep2_real_cap", 2, 2, 1, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0.5, 0},
-    {"cuda_ep2_cap", 2, 2, 1, 1, 2, 0, 1, 0, 0, 1, 0, 0, 0, 0.5, 0},
+    {"ep2_cap", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0.5, 0, 0},
+    {"ep2_real_cap", 2, 2, 1, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0.5, 0, 0},
+    {"cuda_ep2_cap", 2, 2, 1, 1, 2, 0, 1, 0, 0, 1, 0, 0, 0, 0.5, 0, 0},
     /* DeepSeek-V3's shape (tiny-dsv3): multi-head latent attention's down-projections on the
      * sequence shard and its latents gathered over TP (with SP), all-reduced without; its up-
      * projections split by heads; over DP, the pipeline and the experts' ranks */
-    {"dsv3_tp2_sp", 2, 1, 2, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1},
-    {"dsv3_dense_tp2", 2, 1, 2, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2},
-    {"dsv3_dp2", 2, 2, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1},
-    {"dsv3_pp2", 2, 1, 1, 2, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1},
-    {"dsv3_ep2", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1},
-    {"dsv3_ep2_tp2_sp_zero1", 4, 2, 2, 1, 2, 1, 1, 1, 0, 0, 0, 0, 0, 0, 1},
+    {"dsv3_tp2_sp", 2, 1, 2, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0},
+    {"dsv3_dense_tp2", 2, 1, 2, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 0},
+    {"dsv3_dp2", 2, 2, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0},
+    {"dsv3_pp2", 2, 1, 1, 2, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0},
+    {"dsv3_ep2", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0},
+    {"dsv3_ep2_tp2_sp_zero1", 4, 2, 2, 1, 2, 1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 0},
+    {"dsv3_dense_cp2", 2, 1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 2},
 };
 enum { N_LAYOUTS = sizeof layouts / sizeof layouts[0], STEPS = 5 };
 
@@ -130,7 +132,9 @@ static ModelSpec spec_of(const Layout *L)
     s.layout.dp = L->dp;
     s.layout.tp = L->tp;
     s.layout.pp = L->pp;
-    s.layout.cp = 1;
+    s.layout.cp = L->cp > 1 ? L->cp : 1;
+    if (L->cp > 1)
+        s.layout.cp_comm = MODEL_CP_COMM_ALLGATHER;
     s.layout.vpp = L->vpp > 1 ? L->vpp : 1;
     s.layout.zero = L->zero;
     s.layout.sp = L->sp;
@@ -169,6 +173,7 @@ static void check_layout(const Layout *L)
     write_plan(&s, L->cuda ? "dgx-h100" : "local", L->gpus, "plan.json");
     ModelSpec one = s;
     one.layout.dp = one.layout.tp = one.layout.pp = one.layout.ep = one.layout.etp = 1;
+    one.layout.cp = 1;
     if (L->dsv3 == 2)
         one.layout.ep = one.layout.etp = 0;
     one.layout.vpp = 1;

@@ -309,7 +309,7 @@ static int attention_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *ou
     for (int q = 0; q < d->b; q++) {
         const ExecQkv x = exec_qkv_at(c, EXEC_LA(a, QKV_OUT), q);
         const void *kb = cp ? AT(r->W->cp_kv_full, (size_t)q * d->s * kvs) : x.k;
-        const void *vb = cp ? AT(kb, d->kv_width_loc) : x.v;
+        const void *vb = cp ? AT(kb, (size_t)d->kv_loc * d->qk_hd) : x.v;
         size_t at = 0; /* the part's place in the sequence's softmax */
         for (int j = 0; j < P; j++) {
             int q0, tk;
@@ -374,12 +374,12 @@ static void core_bwd(const ExecLayerRun *r, const ExecLayerActs *a, const void *
                 .B = 1, .Tq = C, .Tk = tk, .H = H, .KV = d->kv_loc, .D = d->qk_hd, .Dv = d->v_hd,
                 .q_offset = q0, .scale = (float)(1.0 / sqrt((double)d->qk_hd)),
                 .q = AT(x.q, (size_t)j * C * x.q_stride), .k = kb,
-                .v = cp ? AT(kb, d->kv_width_loc) : x.v,
+                .v = cp ? AT(kb, (size_t)d->kv_loc * d->qk_hd) : x.v,
                 .q_stride = x.q_stride, .k_stride = cp ? kvs : x.k_stride,
                 .v_stride = cp ? kvs : x.v_stride,
                 .dout = AT(r->W->dhid, rows * d->o_loc),
                 .dq = AT(dx.q, (size_t)j * C * dx.q_stride), .dk = dkb,
-                .dv = cp ? AT(dkb, d->kv_width_loc) : dx.v,
+                .dv = cp ? AT(dkb, (size_t)d->kv_loc * d->qk_hd) : dx.v,
                 .dq_stride = dx.q_stride, .dk_stride = cp ? kvs : dx.k_stride,
                 .dv_stride = cp ? kvs : dx.v_stride,
             };
