@@ -928,7 +928,8 @@ void model_mla_acts(const ModelSpec *s, const ModelDims *d, ModelRecompute mode,
  * lat: a latent after its norm [N, max(q_lora, kv_lora)]; dkv: the keys' and values' latent
  * gradient [N, kv_lora + qk_rope]; dq: the query latent's [N, q_lora]; qs, ks, z: a rank's
  * sequence shard of them, and of a norm's input gradient [R, ...]. total: its elements (0
- * without MLA). */
+ * without MLA); with SP at least a layer's gradients held whole on every TP rank in fp32, as
+ * the scratch of their one all-reduce. */
 typedef struct {
     uint64_t x, lat, dkv, dq, qs, ks, z, total;
 } ModelMlaWork;

@@ -52,7 +52,7 @@ static const char *moe_limit(const ModelSpec *s, const ModelDims *d)
 
 /* Multi-head latent attention's limits, or NULL (context parallelism's are
  * model_exec_cp_limit's). */
-static const char *mla_limit(const ModelSpec *s, const ModelDims *d, int gpu)
+static const char *mla_limit(const ModelSpec *s, const ModelDims *d)
 {
     const ModelMla *a = &s->model.mla;
     return s->model.kv_heads != s->model.heads
@@ -60,9 +60,7 @@ static const char *mla_limit(const ModelSpec *s, const ModelDims *d, int gpu)
            : d->fp8 != MODEL_FP8_NONE ? "it runs without FP8 GEMMs (training.fp8 none)"
            : a->q_lora_rank == 0 && d->t > 1 && s->layout.sp
                ? "q_lora_rank 0 (queries projected directly) runs without sequence parallelism"
-           : gpu ? "it runs on the CPU backend (the CUDA attention core takes one head width for "
-                   "queries, keys and values: --backend cpu with --precision fp32)"
-                 : NULL;
+               : NULL;
 }
 
 /* The FP8 limits, or NULL. */
@@ -126,7 +124,7 @@ int model_exec_refusal(const ModelSpec *s, const ModelDims *d, int gpu, char *wh
                  "model %s has %d multi-token prediction module%s: the executor does not run "
                  "them (simulate and export such plans, or train the model with mtp_layers 0)",
                  m->name, m->mtp_layers, m->mtp_layers > 1 ? "s" : "");
-    else if (m->mla.kv_lora_rank > 0 && (lim = mla_limit(s, d, gpu)))
+    else if (m->mla.kv_lora_rank > 0 && (lim = mla_limit(s, d)))
         snprintf(why, cap,
                  "model %s: the executor runs multi-head latent attention (mla.kv_lora_rank %d) "
                  "with limits: %s",

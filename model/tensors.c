@@ -247,6 +247,20 @@ void model_mla_work(const ModelSpec *s, const ModelDims *d, ModelMlaWork *out)
     out->ks = out->qs + R * qr;
     out->z = out->ks + R * (kr + rope);
     out->total = out->z + R * lat;
+    if (!s->layout.sp || d->t < 2)
+        return;
+    /* under SP it is also the scratch of a layer's one all-reduce of the gradients (fp32) its
+     * TP ranks hold whole (model/ops.c's sp_norm_grads): the norms, the down-projections and
+     * their norms, a MoE layer's router and shared gate */
+    const ModelConfig *c = &s->model;
+    const uint64_t h = (uint64_t)d->h;
+    uint64_t f = 2 * h * (c->norm == MODEL_LAYERNORM && c->bias ? 2 : 1) + qr * h + qr +
+                 (kr + rope) * h + kr + (c->qk_norm ? 2 * (uint64_t)c->head_dim : 0);
+    if (d->moe)
+        f += (uint64_t)c->moe.experts * h + (c->moe.router_bias ? (uint64_t)c->moe.experts : 0) +
+             (c->moe.shared_gate && c->moe.shared_ffn > 0 ? h : 0);
+    const uint64_t es = px_dtype_bytes(d->act), need = (f * 4 + es - 1) / es;
+    out->total = need > out->total ? need : out->total;
 }
 
 /* Every activation layer `layer` computes: model_layer_acts_at's, a MoE layer's

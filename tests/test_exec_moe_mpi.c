@@ -104,6 +104,9 @@ static const Layout layouts[] = {
     {"dsv3_ep2", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0},
     {"dsv3_ep2_tp2_sp_zero1", 4, 2, 2, 1, 2, 1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 0},
     {"dsv3_dense_cp2", 2, 1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 2},
+    /* and on the CUDA backend in bf16 against the CPU's fp32 */
+    {"cuda_dsv3", 1, 1, 1, 1, 1, 0, 1, 0, 0, 1, 0, 0, 0, 0, 1, 0},
+    {"cuda_dsv3_ep2_tp2_sp", 4, 2, 2, 1, 2, 1, 1, 0, 0, 1, 0, 0, 0, 0, 1, 0},
 };
 enum { N_LAYOUTS = sizeof layouts / sizeof layouts[0], STEPS = 5 };
 
