@@ -618,7 +618,28 @@ typedef struct {
     void *q, *k, *v;
     int q_stride, k_stride, v_stride;
 } ExecQkv;
-ExecQkv exec_qkv_at(const ExecCtx *c, void *base, int q);
+static inline ExecQkv exec_qkv_at(const ExecCtx *c, void *base, int q)
+{
+    const ModelDims *d = &c->d;
+    const size_t es = c->ab, row0 = (size_t)q * d->s_loc;
+    ExecQkv x;
+    if (!exec_mla_on(c)) {
+        const int w = d->q_loc + 2 * d->kv_width_loc;
+        x.q = EXEC_AT(base, row0 * w, es);
+        x.k = EXEC_AT(x.q, d->q_loc, es);
+        x.v = EXEC_AT(x.k, d->kv_width_loc, es);
+        x.q_stride = x.k_stride = x.v_stride = w;
+        return x;
+    }
+    const size_t N = (size_t)d->b * d->s_loc, qk = (size_t)d->heads_loc * d->qk_hd;
+    x.q = EXEC_AT(base, row0 * qk, es);
+    x.k = EXEC_AT(base, N * qk + row0 * qk, es);
+    x.v = EXEC_AT(base, 2 * N * qk + row0 * (size_t)d->heads_loc * d->v_hd, es);
+    x.q_stride = x.k_stride = (int)qk;
+    x.v_stride = d->heads_loc * d->v_hd;
+    return x;
+}
+
 /* In-place sum of n act elements over TP (nothing without TP). */
 int exec_tp_allreduce(const ExecLayerRun *r, ModelOpRole role, int layer, int chunk,
                       ModelPhase ph, void *buf, size_t n, PxError *err);
