@@ -104,6 +104,12 @@ static const Layout layouts[] = {
     {"dsv3_ep2", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0},
     {"dsv3_ep2_tp2_sp_zero1", 4, 2, 2, 1, 2, 1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 0},
     {"dsv3_dense_cp2", 2, 1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 2},
+    /* beyond CI's six, run by name: ZeRO-3 with full recompute, the interleaved schedule,
+     * expert tensor parallelism, the router's own choice */
+    {"dsv3_ep2_dp2_zero3_full", 4, 4, 1, 1, 2, 0, 1, 3, 1, 0, 0, 0, 0, 0, 1, 0},
+    {"dsv3_ep2_pp2_vpp2", 4, 2, 1, 2, 2, 0, 1, 0, 0, 0, 0, 2, 0, 0, 1, 0},
+    {"dsv3_ep2_tp2_sp_etp2", 4, 2, 2, 1, 2, 1, 1, 0, 0, 0, 0, 0, 2, 0, 1, 0},
+    {"dsv3_ep2_real", 2, 2, 1, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0},
     /* and on the CUDA backend in bf16 against the CPU's fp32 */
     {"cuda_dsv3", 1, 1, 1, 1, 1, 0, 1, 0, 0, 1, 0, 0, 0, 0, 1, 0},
     {"cuda_dsv3_ep2_tp2_sp", 4, 2, 2, 1, 2, 1, 1, 0, 0, 1, 0, 0, 0, 0, 1, 0},
