@@ -1,5 +1,6 @@
 /* Predicted equals measured on one rank: for several models (tiny, tiny-llama, a small
- * GPT-2-shaped model with a padded vocabulary), every recompute mode, flash attention on and
+ * GPT-2-shaped model with a padded vocabulary; tiny-dsv3's multi-head latent attention, op by
+ * op with its layers dense), every recompute mode, flash attention on and
  * off, dropout on and off, GPipe and 1F1B with several micro-batches, ZeRO-1 and SGD:
  * - memory per category as the executor's arenas hold it equals sim_run's prediction on the
  *   local cluster, byte for byte (runtime is the profile's allowance on both sides), and the

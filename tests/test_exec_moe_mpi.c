@@ -19,7 +19,8 @@
  * per category and bytes per kind (bf16 rows in the all-to-all) as predicted, and with forced
  * routing the same counts per expert (the router's own choice may flip a near tie in bf16).
  * The *_fp8_* layouts run FP8 GEMMs on both sides, against one rank within FP8_TOL (below).
- * The dsv3_* layouts train tiny-dsv3 (multi-head latent attention) the same way.
+ * The dsv3_* layouts train tiny-dsv3 (multi-head latent attention) the same way, with forced
+ * balance its FLOPs per step on every rank as predicted too.
  * Usage: test_exec_moe_mpi PARALLAX LAYOUT [WORKER] (one ctest per layout; `list` prints them;
  * WORKER is needed by the cuda_* layouts). */
 #include <unistd.h>
@@ -280,6 +281,12 @@ static void check_layout(const Layout *L)
                 exit(1);
             }
         }
+        /* tiny-dsv3 with forced balance: the FLOPs per step too (MLA's GEMMs as the graph has
+         * them, on every rank) */
+        if (L->dsv3 && L->force)
+            CHECK_REL(cJSON_GetArrayItem(at(pred, "flops", "per_rank_per_step"), stage)->valuedouble,
+                      cJSON_GetArrayItem(at(run, "flops", "per_rank_per_step"), r)->valuedouble,
+                      1e-12);
         const cJSON *pc = stage_entry(at(pred, "comm", "per_stage"), stage);
         const cJSON *by = at(c, "by_kind", NULL);
         for (int k = 0; k < MODEL_COMM_COUNT; k++) {
