@@ -203,6 +203,10 @@ struct KernBackend {
     /* ---- elementwise ---- */
     void (*add)(void *out, const void *a, const void *b, size_t n); /* out = a + b (out may alias) */
     void (*add_inplace)(void *out, const void *a, size_t n);        /* out += a */
+    /* dst[r * ldd + c] = src[r * lds + c] (add: +=) for r < rows, c < cols: a block of
+     * columns between strided views of act rows (multi-head latent attention's head parts);
+     * dst and src do not overlap */
+    void (*copy_cols)(void *dst, int ldd, const void *src, int lds, int rows, int cols, int add);
     /* Inverted dropout with a counter-based stream: element i of stream (seed) is kept with
      * probability 1 - p; out = inp * mask / (1 - p). The same (seed, i) always draws the same. */
     void (*dropout_fwd)(void *out, uint8_t *mask, const void *inp, size_t n, float p,

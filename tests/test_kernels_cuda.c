@@ -368,7 +368,7 @@ static void test_table(void)
     HAS(sync); HAS(matmul); HAS(add_bias); HAS(bias_grad); HAS(layernorm_fwd);
     HAS(layernorm_bwd); HAS(rmsnorm_fwd); HAS(rmsnorm_bwd); HAS(gelu_fwd); HAS(gelu_bwd);
     HAS(swiglu_fwd); HAS(swiglu_bwd); HAS(rope_fwd); HAS(rope_bwd); HAS(attention_fwd);
-    HAS(attention_bwd); HAS(attention_merge); HAS(add); HAS(add_inplace); HAS(dropout_fwd); HAS(dropout_bwd);
+    HAS(attention_bwd); HAS(attention_merge); HAS(add); HAS(add_inplace); HAS(copy_cols); HAS(dropout_fwd); HAS(dropout_bwd);
     HAS(embedding_fwd); HAS(embedding_bwd); HAS(xent_rowmax); HAS(xent_expsum);
     HAS(xent_finish); HAS(xent_bwd); HAS(adamw); HAS(sgd_momentum); HAS(sumsq); HAS(all_finite);
     HAS(scale_f32); HAS(cast_to_act); HAS(cast_to_f32); HAS(acc_to_f32);
@@ -573,6 +573,28 @@ static void test_swiglu(void)
     COMPARE("swiglu", "bwd in place", gdx, gdx2, ni, 0.0);
     free(x), free(dy), free(eo), free(edx), free(go), free(gdx), free(gdx2);
     G->free(dx), G->free(ddy), G->free(dout), G->free(ddx);
+}
+
+/* A block of columns between strided views, written and added (copy_cols): equal bit for bit
+ * when copied, within a rounding when added. */
+static void test_copy_cols(void)
+{
+    const int rows = 19, lds = 37, ldd = 29, cols = 11;
+    const size_t ns = (size_t)rows * lds, nd = (size_t)rows * ldd;
+    float *s = arand(ns, 2, 0), *d0 = arand(nd, 2, 0), *e = fcopy(d0, nd);
+    R->copy_cols(e + 3, ldd, s + 5, lds, rows, cols, 0);
+    void *ds = up_act(s, ns), *dd = up_act(d0, nd);
+    G->copy_cols((char *)dd + 3 * 2, ldd, (const char *)ds + 5 * 2, lds, rows, cols, 0);
+    float *g = down_act(dd, nd), *er = down_act(dd, nd);
+    void *de = up_act(e, nd); /* the expected, rounded to act as the device's */
+    float *ed = down_act(de, nd);
+    COMPARE("copy_cols", "copy", ed, g, nd, 0.0);
+    R->copy_cols(er + 3, ldd, s + 5, lds, rows, cols, 1);
+    G->copy_cols((char *)dd + 3 * 2, ldd, (const char *)ds + 5 * 2, lds, rows, cols, 1);
+    float *g2 = down_act(dd, nd);
+    COMPARE("copy_cols", "add", er, g2, nd, T_ACT(1.5));
+    free(s), free(d0), free(e), free(g), free(er), free(ed), free(g2);
+    G->free(ds), G->free(dd), G->free(de);
 }
 
 /* ---- RoPE ---- */
@@ -2099,6 +2121,7 @@ static void run_suite(PxDtype act)
     }
     test_gelu();
     test_swiglu();
+    test_copy_cols();
     test_rope_case(2, 5, 4, 2, 8, 3);
     test_rope_case(1, 3, 2, 1, 16, 100000); /* a long context: the angle needs double */
     /* GQA (4 heads on 2 KV groups), a packed qkv buffer, plain causal */

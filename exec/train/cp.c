@@ -83,13 +83,15 @@ static void mla_kv_rows(const ExecCtx *c, void *rows, void *planes, int back)
 {
     const ModelDims *d = &c->d;
     const ExecQkv x = exec_qkv_at(c, planes, 0);
-    const size_t kw = (size_t)d->kv_loc * d->qk_hd, vw = (size_t)d->kv_loc * d->v_hd;
-    const size_t kv2 = 2 * (size_t)d->kv_width_loc, es = c->ab;
-    for (size_t n = 0; n < (size_t)d->b * d->s_loc; n++) {
-        void *k = EXEC_AT(x.k, n * x.k_stride, es), *v = EXEC_AT(x.v, n * x.v_stride, es);
-        void *rk = EXEC_AT(rows, n * kv2, es), *rv = EXEC_AT(rk, kw, es);
-        c->k->copy(back ? k : rk, back ? rk : k, kw * es);
-        c->k->copy(back ? v : rv, back ? rv : v, vw * es);
+    const int kw = d->kv_loc * d->qk_hd, vw = d->kv_loc * d->v_hd;
+    const int kv2 = 2 * d->kv_width_loc, n = d->b * d->s_loc;
+    void *rv = EXEC_AT(rows, kw, c->ab);
+    if (back) {
+        c->k->copy_cols(x.k, x.k_stride, rows, kv2, n, kw, 0);
+        c->k->copy_cols(x.v, x.v_stride, rv, kv2, n, vw, 0);
+    } else {
+        c->k->copy_cols(rows, kv2, x.k, x.k_stride, n, kw, 0);
+        c->k->copy_cols(rv, kv2, x.v, x.v_stride, n, vw, 0);
     }
 }
 

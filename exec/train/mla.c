@@ -87,15 +87,7 @@ static void wgrad(const ExecLayerRun *r, float *dw, const void *a, const void *b
 static void cols_copy(const ExecLayerRun *r, void *dst, int ldd, const void *src, int lds,
                       int rows, int cols, int add)
 {
-    const KernBackend *k = r->c->k;
-    for (int i = 0; i < rows; i++) {
-        void *o = AT(dst, (size_t)i * ldd);
-        const void *s = EXEC_AT(src, (size_t)i * lds, r->c->ab);
-        if (add)
-            k->add_inplace(o, s, (size_t)cols);
-        else
-            k->copy(o, s, (size_t)cols * r->c->ab);
-    }
+    r->c->k->copy_cols(dst, ldd, src, lds, rows, cols, add);
 }
 
 /* Row n's rotary key in a latent laid out in blocks (attn.kv_lat, or its gradient). */
@@ -133,8 +125,9 @@ static void rope_parts(const ExecLayerRun *r, const Mla *m, void *qplane, void *
                   m->N, m->rope, 0);
     void *ek = AT(E, (size_t)m->H * m->rope);
     if (!backward) {
-        for (int n = 0; n < m->N; n++)
-            c->k->copy(AT(ek, (size_t)n * w), rope_row(r, m, lat, n), (size_t)m->rope * c->ab);
+        for (int bk = 0; bk < m->blocks; bk++)
+            cols_copy(r, AT(ek, (size_t)bk * m->rows * w), w, rope_row(r, m, lat, bk * m->rows),
+                      m->rope, m->rows, m->rope, 0);
     } else {
         for (int h = 0; h < m->H; h++)
             cols_copy(r, ek, w, AT(kplane, (size_t)h * m->qk + m->nope), ld, m->N, m->rope, h > 0);
@@ -153,8 +146,9 @@ static void rope_parts(const ExecLayerRun *r, const Mla *m, void *qplane, void *
         cols_copy(r, AT(qplane, (size_t)h * m->qk + m->nope), ld, AT(E, (size_t)h * m->rope), w,
                   m->N, m->rope, 0);
     if (backward) {
-        for (int n = 0; n < m->N; n++)
-            c->k->copy(rope_row(r, m, lat, n), AT(ek, (size_t)n * w), (size_t)m->rope * c->ab);
+        for (int bk = 0; bk < m->blocks; bk++)
+            cols_copy(r, rope_row(r, m, lat, bk * m->rows), m->rope,
+                      AT(ek, (size_t)bk * m->rows * w), w, m->rows, m->rope, 0);
         return;
     }
     for (int h = 0; h < m->H; h++)
