@@ -42,6 +42,8 @@ extern "C" { /* kernels/cuda is compiled as CUDA C++ */
  * q_offset + t and sees keys 0 .. q_offset + t (context parallelism gathers all Tk keys). */
 typedef struct {
     int B, Tq, Tk, H, KV, D;
+    int Dv; /* value (and output) head width; 0: D (multi-head latent attention's differ; the
+               CPU backend only) */
     int q_offset;
     float scale; /* usually 1/sqrt(D) */
     const void *q, *k, *v;
@@ -71,6 +73,7 @@ typedef struct {
 
 typedef struct {
     int B, Tq, Tk, H, KV, D;
+    int Dv; /* as KernAttnFwd's */
     int q_offset;
     float scale;
     const void *q, *k, *v;
@@ -206,6 +209,10 @@ struct KernBackend {
     /* ---- elementwise ---- */
     void (*add)(void *out, const void *a, const void *b, size_t n); /* out = a + b (out may alias) */
     void (*add_inplace)(void *out, const void *a, size_t n);        /* out += a */
+    /* dst[r * ldd + c] = src[r * lds + c] (add: +=) for r < rows, c < cols: a block of
+     * columns between strided views of act rows (multi-head latent attention's head parts);
+     * dst and src do not overlap */
+    void (*copy_cols)(void *dst, int ldd, const void *src, int lds, int rows, int cols, int add);
     /* Inverted dropout with a counter-based stream: element i of stream (seed) is kept with
      * probability 1 - p; out = inp * mask / (1 - p). The same (seed, i) always draws the same. */
     void (*dropout_fwd)(void *out, uint8_t *mask, const void *inp, size_t n, float p,

@@ -772,6 +772,8 @@ typedef enum {
     /* context parallelism's K, V ring (p2p): a block's partial attention output and
      * log-sum-exp, its K, V gradient */
     MODEL_TR_CP_OUT_PART, MODEL_TR_CP_LSE_PART, MODEL_TR_CP_DKV_PART,
+    /* multi-head latent attention's temporaries (model_mla_work) */
+    MODEL_TR_WS_MLA,
     MODEL_TR_COUNT
 } ModelTensorRole;
 
@@ -779,6 +781,8 @@ typedef enum {
  * add MODEL_TR_ROUTER_PROBS ... MODEL_TR_EXP_OUT. */
 enum { MODEL_LAYER_ACTS = MODEL_TR_MLP_DROP_MASK - MODEL_TR_LN1_IN + 1 };
 enum { MODEL_MOE_ACTS = MODEL_TR_EXP_OUT - MODEL_TR_ROUTER_PROBS + 1 };
+/* Multi-head latent attention's: MODEL_TR_Q_LAT, MODEL_TR_KV_LAT. */
+enum { MODEL_MLA_ACTS = MODEL_TR_KV_LAT - MODEL_TR_Q_LAT + 1 };
 
 typedef struct {
     char name[56]; /* "layer.3.attn.qkv.w", "layer.3.attn.softmax", "zero.param_gather" */
@@ -910,6 +914,26 @@ void model_layer_acts_at(const ModelSpec *s, const ModelDims *d, ModelRecompute 
  * token's rank (the weights' gradient reads them). */
 void model_moe_acts(const ModelSpec *s, const ModelDims *d, ModelRecompute mode,
                     ModelLayerAct out[MODEL_MOE_ACTS]);
+/* Multi-head latent attention's MODEL_MLA_ACTS further activations (out[i].role =
+ * MODEL_TR_Q_LAT + i; absent without MLA): the query's latent (absent with q_lora_rank 0) and
+ * the keys' and values' latent with the rotary key, both over the whole sequence (gathered
+ * over TP) and before their norms, which the backward re-applies (docs/moe.md). */
+void model_mla_acts(const ModelSpec *s, const ModelDims *d, ModelRecompute mode,
+                    ModelLayerAct out[MODEL_MLA_ACTS]);
+
+/* ws.mla, multi-head latent attention's temporaries of one micro-batch (the executor's
+ * exec/train/mla.c): element offsets of its regions in the act dtype, N = b x s_loc rows and
+ * R = b x s_sp. x: the up-projections' narrow outputs or their gradients (the rotary parts
+ * gathered, the keys' non-rotary part) [N, max((heads + 2) x qk_rope, heads x qk_nope)];
+ * lat: a latent after its norm [N, max(q_lora, kv_lora)]; dkv: the keys' and values' latent
+ * gradient [N, kv_lora + qk_rope]; dq: the query latent's [N, q_lora]; qs, ks, z: a rank's
+ * sequence shard of them, and of a norm's input gradient [R, ...]. total: its elements (0
+ * without MLA); with SP at least a layer's gradients held whole on every TP rank in fp32, as
+ * the scratch of their one all-reduce. */
+typedef struct {
+    uint64_t x, lat, dkv, dq, qs, ks, z, total;
+} ModelMlaWork;
+void model_mla_work(const ModelSpec *s, const ModelDims *d, ModelMlaWork *out);
 
 /* ---- op graph ---- */
 

@@ -25,8 +25,10 @@ const char *model_exec_cp_limit(const ModelSpec *s, const ModelDims *d)
                  "(Ulysses splits them over the cp ranks)"
            : s->job.dropout > 0.0 ? "dropout must be 0"
            : d->moe               ? "mixture-of-experts layers are not supported"
-           : m->mla.kv_lora_rank > 0 || m->mtp_layers > 0
-               ? "MLA and multi-token prediction are not supported"
+           : m->mla.kv_lora_rank > 0 && s->layout.cp_comm != MODEL_CP_COMM_ALLGATHER
+               ? "multi-head latent attention runs context parallelism with cp_comm_type "
+                 "allgather (the ring's and Ulysses' cores carry one head width)"
+           : m->mtp_layers > 0 ? "multi-token prediction is not supported"
            : d->fp8 != MODEL_FP8_NONE ? "FP8 training is not supported"
            : d->s % (2 * d->c) != 0   ? "the sequence must split into 2 x cp chunks"
                                       : NULL;
@@ -47,8 +49,20 @@ static const char *moe_limit(const ModelSpec *s, const ModelDims *d)
            : mo->shared_gate && d->sff_loc > 0 && (d->fp8 != MODEL_FP8_NONE || s->model.bias)
                ? "the shared experts' gate runs without FP8 and without the MLP's biases"
            : d->sff_out_loc > d->ffn_out_loc ? "moe.shared_ffn must not exceed ffn_hidden"
-           : s->model.mla.kv_lora_rank > 0 || s->model.mtp_layers > 0
-               ? "MLA and multi-token prediction are not supported"
+           : s->model.mtp_layers > 0 ? "multi-token prediction is not supported"
+                                     : NULL;
+}
+
+/* Multi-head latent attention's limits, or NULL (context parallelism's are
+ * model_exec_cp_limit's). */
+static const char *mla_limit(const ModelSpec *s, const ModelDims *d)
+{
+    const ModelMla *a = &s->model.mla;
+    return s->model.kv_heads != s->model.heads
+               ? "its keys and values are per head: kv_heads must equal heads"
+           : d->fp8 != MODEL_FP8_NONE ? "it runs without FP8 GEMMs (training.fp8 none)"
+           : a->q_lora_rank == 0 && d->t > 1 && s->layout.sp
+               ? "q_lora_rank 0 (queries projected directly) runs without sequence parallelism"
                : NULL;
 }
 
@@ -113,11 +127,11 @@ int model_exec_refusal(const ModelSpec *s, const ModelDims *d, int gpu, char *wh
                  "model %s has %d multi-token prediction module%s: the executor does not run "
                  "them (simulate and export such plans, or train the model with mtp_layers 0)",
                  m->name, m->mtp_layers, m->mtp_layers > 1 ? "s" : "");
-    else if (m->mla.kv_lora_rank > 0)
+    else if (m->mla.kv_lora_rank > 0 && (lim = mla_limit(s, d)))
         snprintf(why, cap,
-                 "model %s: multi-head latent attention (mla.kv_lora_rank %d): the executor does "
-                 "not run it (simulate and export such plans)",
-                 m->name, m->mla.kv_lora_rank);
+                 "model %s: the executor runs multi-head latent attention (mla.kv_lora_rank %d) "
+                 "with limits: %s",
+                 m->name, m->mla.kv_lora_rank, lim);
     else if (d->moe && s->job.moe_dispatcher != MODEL_MOE_DISPATCH_ALLTOALL)
         snprintf(why, cap,
                  "training.moe_dispatcher %s is priced but not run by the executor (it "
@@ -146,7 +160,7 @@ int model_exec_refusal(const ModelSpec *s, const ModelDims *d, int gpu, char *wh
     else if (s->job.optimizer == MODEL_OPT_ADAM_8BIT)
         snprintf(why, cap, "training.optimizer adam-8bit is not implemented by the executor yet: "
                            "use adamw or sgd-momentum");
-    else if (m->position == MODEL_POS_ROPE && m->head_dim % 2 != 0)
+    else if (m->position == MODEL_POS_ROPE && m->mla.kv_lora_rank <= 0 && m->head_dim % 2 != 0)
         snprintf(why, cap, "rotary embeddings need an even head_dim, got %d", m->head_dim);
     else if (d->v > MODEL_EXEC_MAX_CHUNKS)
         snprintf(why, cap, "layout.vpp %d: at most %d chunks per rank", d->v,

@@ -214,7 +214,54 @@ void model_layer_acts_at(const ModelSpec *s, const ModelDims *d, ModelRecompute 
     acts_fp8(s, out, MODEL_LAYER_ACTS, fp8_in, moe ? 3 : 4, 1);
 }
 
-enum { LAYER_ALL_ACTS = MODEL_LAYER_ACTS + MODEL_MOE_ACTS + 2 };
+enum { LAYER_ALL_ACTS = MODEL_LAYER_ACTS + MODEL_MOE_ACTS + MODEL_MLA_ACTS };
+
+void model_mla_acts(const ModelSpec *s, const ModelDims *d, ModelRecompute mode,
+                    ModelLayerAct out[MODEL_MLA_ACTS])
+{
+    const ModelMla *mla = &s->model.mla;
+    const int sv = mode != MODEL_RECOMPUTE_FULL, on = mla->kv_lora_rank > 0;
+    const ActRow t[MODEL_MLA_ACTS] = {
+        {"attn.q_lat", d->act, 0, 3, d->b, d->s_loc, mla->q_lora_rank, 1, on && mla->q_lora_rank > 0, sv},
+        {"attn.kv_lat", d->act, 0, 3, d->b, d->s_loc, mla->kv_lora_rank + mla->qk_rope_dim, 1, on, sv},
+    };
+    acts_fill(t, MODEL_MLA_ACTS, MODEL_TR_Q_LAT, out);
+}
+
+static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
+
+void model_mla_work(const ModelSpec *s, const ModelDims *d, ModelMlaWork *out)
+{
+    memset(out, 0, sizeof *out);
+    const ModelMla *m = &s->model.mla;
+    if (m->kv_lora_rank <= 0)
+        return;
+    const uint64_t N = (uint64_t)d->b * (uint64_t)d->s_loc, R = (uint64_t)d->b * (uint64_t)d->s_sp;
+    const uint64_t H = (uint64_t)d->heads_loc, qr = (uint64_t)m->q_lora_rank;
+    const uint64_t kr = (uint64_t)m->kv_lora_rank, rope = (uint64_t)m->qk_rope_dim;
+    const uint64_t lat = max_u64(qr, kr);
+    out->lat = N * max_u64((H + 2) * rope, H * (uint64_t)m->qk_nope_dim);
+    out->dkv = out->lat + N * lat;
+    out->dq = out->dkv + N * (kr + rope);
+    out->qs = out->dq + N * qr;
+    out->ks = out->qs + R * qr;
+    out->z = out->ks + R * (kr + rope);
+    out->total = out->z + R * lat;
+    if (!s->layout.sp || d->t < 2)
+        return;
+    /* under SP it is also the scratch of a layer's one all-reduce of the gradients (fp32) its
+     * TP ranks hold whole (model/ops.c's sp_norm_grads): the norms, the down-projections and
+     * their norms, a MoE layer's router and shared gate */
+    const ModelConfig *c = &s->model;
+    const uint64_t h = (uint64_t)d->h;
+    uint64_t f = 2 * h * (c->norm == MODEL_LAYERNORM && c->bias ? 2 : 1) + qr * h + qr +
+                 (kr + rope) * h + kr + (c->qk_norm ? 2 * (uint64_t)c->head_dim : 0);
+    if (d->moe)
+        f += (uint64_t)c->moe.experts * h + (c->moe.router_bias ? (uint64_t)c->moe.experts : 0) +
+             (c->moe.shared_gate && c->moe.shared_ffn > 0 ? h : 0);
+    const uint64_t es = px_dtype_bytes(d->act), need = (f * 4 + es - 1) / es;
+    out->total = need > out->total ? need : out->total;
+}
 
 /* Every activation layer `layer` computes: model_layer_acts_at's, a MoE layer's
  * model_moe_acts, and multi-head latent attention's two latents (the query's and the keys' and
@@ -228,15 +275,9 @@ static int layer_all_acts(const ModelSpec *s, const ModelDims *d, ModelRecompute
         model_moe_acts(s, d, mode, out + n);
         n += MODEL_MOE_ACTS;
     }
-    const ModelMla *mla = &s->model.mla;
-    if (mla->kv_lora_rank > 0) {
-        const int sv = mode != MODEL_RECOMPUTE_FULL;
-        const ActRow t[2] = {
-            {"attn.q_lat", d->act, 0, 3, d->b, d->s_loc, mla->q_lora_rank, 1, mla->q_lora_rank > 0, sv},
-            {"attn.kv_lat", d->act, 0, 3, d->b, d->s_loc, mla->kv_lora_rank + mla->qk_rope_dim, 1, 1, sv},
-        };
-        acts_fill(t, 2, MODEL_TR_Q_LAT, out + n);
-        n += 2;
+    if (s->model.mla.kv_lora_rank > 0) {
+        model_mla_acts(s, d, mode, out + n);
+        n += MODEL_MLA_ACTS;
     }
     return n;
 }
@@ -1041,6 +1082,10 @@ static void add_workspace(Build *B)
     else
         add(a, MODEL_TR_WS_DSCORES, "ws.dscores", MODEL_WORKSPACE, e, MODEL_SHARD_TP, 4, b,
             d->heads_loc, d->s_loc, d->s);
+    ModelMlaWork mw;
+    model_mla_work(s, d, &mw);
+    if (mw.total > 0) /* multi-head latent attention's temporaries (docs/memory.md) */
+        add(a, MODEL_TR_WS_MLA, "ws.mla", MODEL_WORKSPACE, e, MODEL_SHARD_TP, 1, (int64_t)mw.total, 0, 0, 0);
     uint64_t re = recompute_bytes(s, d);
     if (re > 0)
         add(a, MODEL_TR_WS_RECOMPUTE, "ws.recompute", MODEL_WORKSPACE, PX_UINT8, 0, 1, (int64_t)re, 0, 0, 0);

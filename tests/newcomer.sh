@@ -3,7 +3,8 @@
 # fits this machine, `parallax plan` with nothing pinned on --cluster local (the GPU counts a
 # newcomer types: RANKS, e.g. "1 2 4"), then `parallax run` of that plan for 2 steps. A refusal
 # anywhere in that path (the planner finding no layout the executor runs, the executor refusing
-# the layout the planner wrote) fails the test: the planner on local and the executor consult
+# the layout the planner wrote) fails the test, but for the models expected_refusal names with
+# the reason the planner must give: the planner on local and the executor consult
 # one statement of what runs (model_exec_refusal), and this is where they must agree.
 #
 # Which models fit is parallax's own prediction, made without the executor's verdict: the same
@@ -23,6 +24,16 @@ src=$(dirname "$0")/..
 sed 's/"name": "local"/"name": "this-machine-unchecked"/' "$src/profiles/clusters/local.json" >"$dir/mem.json"
 fails=0 trained=0 left=0
 fail() { echo "FAILED: $*"; fails=$((fails + 1)); }
+# The zoo models the executor still refuses, each with the refusal expected: the planner must
+# give exactly that reason. When the executor comes to run one, its plan goes through and the
+# test fails until the line here goes.
+expected_refusal() {
+  case "$1" in
+  tiny-dsv3) echo "multi-token prediction is not supported" ;; # its MTP module
+  *) echo "" ;;
+  esac
+}
+refused=0
 
 for f in "$zoo"/*.json; do
   m=$(basename "$f" .json)
@@ -46,8 +57,18 @@ for f in "$zoo"/*.json; do
     fi
     # fits: the newcomer's plan and run must both go through
     p="$dir/$m-$g.json"
+    want=$(expected_refusal "$m")
     if ! "$px" plan --model "$m" --cluster local --gpus "$g" --gbs 8 -o "$p" >"$dir/plan.out" 2>&1; then
+      if [ -n "$want" ] && grep -qF "$want" "$dir/plan.out"; then
+        echo "refused:  $m on $g, as expected: $want"
+        refused=$((refused + 1))
+        continue
+      fi
       fail "$m on $g: parallax plan --cluster local refused: $(tail -2 "$dir/plan.out")"
+      continue
+    fi
+    if [ -n "$want" ]; then
+      fail "$m on $g: planned, but the test expects the refusal \"$want\": take it out of expected_refusal"
       continue
     fi
     if ! timeout 120 "$px" run "$p" --steps 2 -o "$dir/run.json" >"$dir/run.out" 2>&1; then
@@ -73,5 +94,5 @@ PY
   done
 done
 [ $trained -gt 0 ] || fail "no zoo model was planned and trained"
-echo "newcomer: $trained plans trained, $left left out, $fails failed"
+echo "newcomer: $trained plans trained, $left left out, $refused refused as expected, $fails failed"
 exit $((fails > 0))

@@ -31,10 +31,13 @@ static void check_model(const char *what, ModelSpec spec)
     Exec *ex = tx_exec(&spec);
     const ModelTensorTable *tt = exec_table(ex);
     /* At initialization attention is nearly uniform and the gradients of Q and K are tiny,
-     * too small to tell a wrong one from rounding: sharpen it by scaling the QKV weights. */
+     * too small to tell a wrong one from rounding: sharpen it by scaling the QKV weights
+     * (multi-head latent attention's up-projections). */
     for (int i = 0; i < tt->count; i++) {
         const ModelTensor *t = &tt->t[i];
-        if (t->cat != MODEL_WEIGHTS || !strstr(t->name, "attn.qkv.w"))
+        if (t->cat != MODEL_WEIGHTS ||
+            !(strstr(t->name, "attn.qkv.w") || strstr(t->name, "attn.q_b.w") ||
+              strstr(t->name, "attn.kv_b.w")))
             continue;
         float *w = exec_tensor(ex, t->name, NULL);
         for (uint64_t j = 0; j < t->numel; j++)
@@ -190,6 +193,19 @@ int main(void)
     s.model.moe.shared_gate = 1;
     s.job.moe_force_balance = 1;
     check_model("tiny-moe forced with the shared gate", s);
+    /* multi-head latent attention in DeepSeek-V3's shape (tiny-dsv3 without its multi-token
+     * prediction module, routing forced, no load-balancing loss): the down-projections, the
+     * latents' norms, the up-projections, the rotary parts shared by the heads, value heads
+     * narrower than the query and key heads; two sequences a micro-batch (positions restart) */
+    s = tx_spec("tiny-dsv3", 16, 4, 2);
+    s.model.mtp_layers = 0;
+    s.model.moe.aux_loss_coeff = 0;
+    s.job.moe_force_balance = 1;
+    check_model("tiny-dsv3 forced flash", s);
+    s.job.flash_attn = 0;
+    check_model("tiny-dsv3 forced unfused", s);
+    s.model.mla.q_lora_rank = 0;
+    check_model("tiny-dsv3 forced, queries projected directly", s);
     printf("checked %d sampled elements; the worst used %.0f%% of its tolerance\n", worst_checked,
            100.0 * worst);
     TEST_DONE("test_exec_grad");

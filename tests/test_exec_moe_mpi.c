@@ -19,6 +19,8 @@
  * per category and bytes per kind (bf16 rows in the all-to-all) as predicted, and with forced
  * routing the same counts per expert (the router's own choice may flip a near tie in bf16).
  * The *_fp8_* layouts run FP8 GEMMs on both sides, against one rank within FP8_TOL (below).
+ * The dsv3_* layouts train tiny-dsv3 (multi-head latent attention) the same way, with forced
+ * balance its FLOPs per step on every rank as predicted too.
  * Usage: test_exec_moe_mpi PARALLAX LAYOUT [WORKER] (one ctest per layout; `list` prints them;
  * WORKER is needed by the cuda_* layouts). */
 #include <unistd.h>
@@ -37,52 +39,56 @@ typedef struct {
     int vpp;  /* model chunks per pipeline rank (0: 1), the interleaved schedule above 1 */
     int etp;  /* expert tensor parallelism (0: 1), each expert split over etp of the tp ranks */
     double cf; /* moe.capacity_factor (token dropping), on the layout and the single rank alike */
+    int dsv3;  /* tiny-dsv3 (multi-head latent attention, sigmoid group-limited routing; its
+                  multi-token prediction module left out) in place of tiny-moe; 2: its layers
+                  all dense (MoE needs SP with tp > 1: MLA's TP without SP runs so) */
+    int cp;    /* context parallelism (allgather), with dsv3 2 (MoE layers refuse it) */
 } Layout;
 
 static const Layout layouts[] = {
-    {"ep2", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0},          {"ep2_real", 2, 2, 1, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"ep2_dp2", 4, 4, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0},      {"ep2_dp2_real", 4, 4, 1, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"ep2_tp2_sp", 2, 1, 2, 1, 2, 1, 1, 0, 0, 0, 0, 0, 0, 0},   {"ep2_tp2_sp_real", 2, 1, 2, 1, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"ep2_pp2", 4, 2, 1, 2, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0},      {"ep2_pp2_real", 4, 2, 1, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"ep2", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},          {"ep2_real", 2, 2, 1, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"ep2_dp2", 4, 4, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},      {"ep2_dp2_real", 4, 4, 1, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"ep2_tp2_sp", 2, 1, 2, 1, 2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},   {"ep2_tp2_sp_real", 2, 1, 2, 1, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"ep2_pp2", 4, 2, 1, 2, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},      {"ep2_pp2_real", 4, 2, 1, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     /* ZeRO: the experts' blocks sharded over edp 2, the dense ones over dp 4 */
-    {"ep2_dp2_zero1", 4, 4, 1, 1, 2, 0, 1, 1, 0, 0, 0, 0, 0, 0}, {"ep2_dp2_zero1_real", 4, 4, 1, 1, 2, 0, 0, 1, 0, 0, 0, 0, 0, 0},
-    {"ep2_dp2_zero2", 4, 4, 1, 1, 2, 0, 1, 2, 0, 0, 0, 0, 0, 0}, {"ep2_dp2_zero3", 4, 4, 1, 1, 2, 0, 1, 3, 0, 0, 0, 0, 0, 0},
-    {"ep2_pp2_zero1", 4, 2, 1, 2, 2, 0, 1, 1, 0, 0, 0, 0, 0, 0}, {"ep2_tp2_sp_zero1", 4, 2, 2, 1, 2, 1, 1, 1, 0, 0, 0, 0, 0, 0},
+    {"ep2_dp2_zero1", 4, 4, 1, 1, 2, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0}, {"ep2_dp2_zero1_real", 4, 4, 1, 1, 2, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"ep2_dp2_zero2", 4, 4, 1, 1, 2, 0, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0}, {"ep2_dp2_zero3", 4, 4, 1, 1, 2, 0, 1, 3, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"ep2_pp2_zero1", 4, 2, 1, 2, 2, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0}, {"ep2_tp2_sp_zero1", 4, 2, 2, 1, 2, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0},
     /* full recompute: the router, the all-to-alls and the experts again before each backward */
-    {"ep2_dp2_full", 4, 4, 1, 1, 2, 0, 1, 0, 1, 0, 0, 0, 0, 0},  {"ep2_dp2_full_real", 4, 4, 1, 1, 2, 0, 0, 0, 1, 0, 0, 0, 0, 0},
-    {"ep2_tp2_sp_full", 2, 1, 2, 1, 2, 1, 1, 0, 1, 0, 0, 0, 0, 0}, {"ep2_pp2_full", 4, 2, 1, 2, 2, 0, 1, 0, 1, 0, 0, 0, 0, 0},
-    {"ep2_dp2_zero3_full", 4, 4, 1, 1, 2, 0, 1, 3, 1, 0, 0, 0, 0, 0},
+    {"ep2_dp2_full", 4, 4, 1, 1, 2, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0},  {"ep2_dp2_full_real", 4, 4, 1, 1, 2, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0},
+    {"ep2_tp2_sp_full", 2, 1, 2, 1, 2, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0}, {"ep2_pp2_full", 4, 2, 1, 2, 2, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0},
+    {"ep2_dp2_zero3_full", 4, 4, 1, 1, 2, 0, 1, 3, 1, 0, 0, 0, 0, 0, 0, 0},
     /* the CUDA backend in bf16 against the CPU's fp32 */
-    {"cuda_ep1", 1, 1, 1, 1, 1, 0, 1, 0, 0, 1, 0, 0, 0, 0},   {"cuda_ep1_real", 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0},
-    {"cuda_ep2", 2, 2, 1, 1, 2, 0, 1, 0, 0, 1, 0, 0, 0, 0},   {"cuda_ep2_real", 2, 2, 1, 1, 2, 0, 0, 0, 0, 1, 0, 0, 0, 0},
-    {"cuda_ep2_dp2", 4, 4, 1, 1, 2, 0, 1, 0, 0, 1, 0, 0, 0, 0},
-    {"cuda_ep2_dp2_zero1", 4, 4, 1, 1, 2, 0, 1, 1, 0, 1, 0, 0, 0, 0},
-    {"cuda_ep2_dp2_zero3_full", 4, 4, 1, 1, 2, 0, 1, 3, 1, 1, 0, 0, 0, 0},
-    {"cuda_ep2_pp2", 4, 2, 1, 2, 2, 0, 1, 0, 0, 1, 0, 0, 0, 0},
-    {"cuda_ep2_tp2_sp", 2, 1, 2, 1, 2, 1, 1, 0, 0, 1, 0, 0, 0, 0},
+    {"cuda_ep1", 1, 1, 1, 1, 1, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0},   {"cuda_ep1_real", 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0},
+    {"cuda_ep2", 2, 2, 1, 1, 2, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0},   {"cuda_ep2_real", 2, 2, 1, 1, 2, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0},
+    {"cuda_ep2_dp2", 4, 4, 1, 1, 2, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0},
+    {"cuda_ep2_dp2_zero1", 4, 4, 1, 1, 2, 0, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0},
+    {"cuda_ep2_dp2_zero3_full", 4, 4, 1, 1, 2, 0, 1, 3, 1, 1, 0, 0, 0, 0, 0, 0},
+    {"cuda_ep2_pp2", 4, 2, 1, 2, 2, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0},
+    {"cuda_ep2_tp2_sp", 2, 1, 2, 1, 2, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0},
     /* FP8 GEMMs (docs/fp8.md), on both sides: an expert's GEMMs see other rows together on an
      * expert-parallel rank than on one rank, so their fp32 sums round differently, and an FP8
      * code near a rounding boundary then flips by one step (2^-3 of its value in E4M3): the
      * layouts follow one rank within FP8_TOL, not fp32's 1e-5, whatever the scaling (measured:
      * 1.1e-4 over 5 steps with blockwise scaling, whose scales are per row) */
-    {"ep2_fp8_blockwise", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, MODEL_FP8_BLOCKWISE, 0, 0, 0},
-    {"ep2_dp2_real_fp8_mxfp8", 4, 4, 1, 1, 2, 0, 0, 0, 0, 0, MODEL_FP8_MXFP8, 0, 0, 0},
-    {"ep2_tp2_sp_fp8_tensorwise", 2, 1, 2, 1, 2, 1, 1, 0, 0, 0, MODEL_FP8_TENSORWISE, 0, 0, 0},
-    {"ep2_pp2_full_fp8_delayed", 4, 2, 1, 2, 2, 0, 1, 0, 1, 0, MODEL_FP8_DELAYED, 0, 0, 0},
-    {"ep2_dp2_zero3_fp8_tensorwise", 4, 4, 1, 1, 2, 0, 1, 3, 0, 0, MODEL_FP8_TENSORWISE, 0, 0, 0},
-    {"cuda_ep2_fp8_blockwise", 2, 2, 1, 1, 2, 0, 1, 0, 0, 1, MODEL_FP8_BLOCKWISE, 0, 0, 0},
+    {"ep2_fp8_blockwise", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, MODEL_FP8_BLOCKWISE, 0, 0, 0, 0, 0},
+    {"ep2_dp2_real_fp8_mxfp8", 4, 4, 1, 1, 2, 0, 0, 0, 0, 0, MODEL_FP8_MXFP8, 0, 0, 0, 0, 0},
+    {"ep2_tp2_sp_fp8_tensorwise", 2, 1, 2, 1, 2, 1, 1, 0, 0, 0, MODEL_FP8_TENSORWISE, 0, 0, 0, 0, 0},
+    {"ep2_pp2_full_fp8_delayed", 4, 2, 1, 2, 2, 0, 1, 0, 1, 0, MODEL_FP8_DELAYED, 0, 0, 0, 0, 0},
+    {"ep2_dp2_zero3_fp8_tensorwise", 4, 4, 1, 1, 2, 0, 1, 3, 0, 0, MODEL_FP8_TENSORWISE, 0, 0, 0, 0, 0},
+    {"cuda_ep2_fp8_blockwise", 2, 2, 1, 1, 2, 0, 1, 0, 0, 1, MODEL_FP8_BLOCKWISE, 0, 0, 0, 0, 0},
     /* the interleaved schedule: one MoE layer per chunk, each chunk's routing its own */
-    {"ep2_pp2_vpp2", 4, 2, 1, 2, 2, 0, 1, 0, 0, 0, 0, 2, 0, 0},
-    {"ep2_pp2_vpp2_real", 4, 2, 1, 2, 2, 0, 0, 0, 0, 0, 0, 2, 0, 0},
+    {"ep2_pp2_vpp2", 4, 2, 1, 2, 2, 0, 1, 0, 0, 0, 0, 2, 0, 0, 0, 0},
+    {"ep2_pp2_vpp2_real", 4, 2, 1, 2, 2, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0},
     /* expert tensor parallelism: each expert's width over the 2 tp ranks, the all-to-all over
      * ep 2 across dp, the gather and reduce-scatter over etp (no expert data parallelism) */
-    {"ep2_tp2_sp_etp2", 4, 2, 2, 1, 2, 1, 1, 0, 0, 0, 0, 0, 2, 0},
-    {"ep2_tp2_sp_etp2_real", 4, 2, 2, 1, 2, 1, 0, 0, 0, 0, 0, 0, 2, 0},
+    {"ep2_tp2_sp_etp2", 4, 2, 2, 1, 2, 1, 1, 0, 0, 0, 0, 0, 2, 0, 0, 0},
+    {"ep2_tp2_sp_etp2_real", 4, 2, 2, 1, 2, 1, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0},
     /* etp without ep: the gather and reduce-scatter alone; with FP8 GEMMs; on CUDA */
-    {"tp2_sp_etp2", 2, 1, 2, 1, 1, 1, 1, 0, 0, 0, 0, 0, 2, 0},
-    {"ep2_tp2_sp_etp2_fp8_tensorwise", 4, 2, 2, 1, 2, 1, 1, 0, 0, 0, MODEL_FP8_TENSORWISE, 0, 2, 0},
-    {"cuda_ep2_tp2_sp_etp2", 4, 2, 2, 1, 2, 1, 1, 0, 0, 1, 0, 0, 2, 0},
-    {"cuda_ep2_pp2_vpp2", 4, 2, 1, 2, 2, 0, 1, 0, 0, 1, 0, 2, 0, 0},
+    {"tp2_sp_etp2", 2, 1, 2, 1, 1, 1, 1, 0, 0, 0, 0, 0, 2, 0, 0, 0},
+    {"ep2_tp2_sp_etp2_fp8_tensorwise", 4, 2, 2, 1, 2, 1, 1, 0, 0, 0, MODEL_FP8_TENSORWISE, 0, 2, 0, 0, 0},
+    {"cuda_ep2_tp2_sp_etp2", 4, 2, 2, 1, 2, 1, 1, 0, 0, 1, 0, 0, 2, 0, 0, 0},
+    {"cuda_ep2_pp2_vpp2", 4, 2, 1, 2, 2, 0, 1, 0, 0, 1, 0, 2, 0, 0, 0, 0},
     /* token dropping at capacity factor 0.5: each rank drops the copies past its capacity as
      * the single rank does for the same micro-batch (the capacity is per source rank); forced
      * balance fills every expert's capacity, so the all-to-all sends its whole buffer */
@@ -90,16 +96,39 @@ static const Layout layouts[] = {
      * and attention sinks), its experts' fc1 bias split over etp and fc2's whole on each etp
      * rank; and (gate_*) tiny-moe with Qwen2-MoE's shared-expert gate. gptoss_ep2 is run by
      * hand, not in CI: ep 2 x tp 2 and the CUDA ep 2 cover it */
-    {"gptoss_ep2", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0},
-    {"gptoss_ep2_tp2_sp_etp2", 4, 2, 2, 1, 2, 1, 1, 0, 0, 0, 0, 0, 2, 0},
-    {"gptoss_pp2", 2, 1, 1, 2, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0},
-    {"gate_ep2_real", 2, 2, 1, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"cuda_gptoss_ep2", 2, 2, 1, 1, 2, 0, 1, 0, 0, 1, 0, 0, 0, 0},
-    {"ep2_cap", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0.5},
-    {"ep2_real_cap", 2, 2, 1, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0.5},
-    {"cuda_ep2_cap", 2, 2, 1, 1, 2, 0, 1, 0, 0, 1, 0, 0, 0, 0.5},
+    {"gptoss_ep2", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"gptoss_ep2_tp2_sp_etp2", 4, 2, 2, 1, 2, 1, 1, 0, 0, 0, 0, 0, 2, 0, 0, 0},
+    {"gptoss_pp2", 2, 1, 1, 2, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"gate_ep2_real", 2, 2, 1, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"cuda_gptoss_ep2", 2, 2, 1, 1, 2, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0},
+    {"ep2_cap", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0.5, 0, 0},
+    {"ep2_real_cap", 2, 2, 1, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0.5, 0, 0},
+    {"cuda_ep2_cap", 2, 2, 1, 1, 2, 0, 1, 0, 0, 1, 0, 0, 0, 0.5, 0, 0},
+    /* DeepSeek-V3's shape (tiny-dsv3): multi-head latent attention's down-projections on the
+     * sequence shard and its latents gathered over TP (with SP), all-reduced without; its up-
+     * projections split by heads; over DP, the pipeline and the experts' ranks */
+    {"dsv3_tp2_sp", 2, 1, 2, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0},
+    {"dsv3_dense_tp2", 2, 1, 2, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 0},
+    {"dsv3_dp2", 2, 2, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0},
+    {"dsv3_pp2", 2, 1, 1, 2, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0},
+    {"dsv3_ep2", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0},
+    {"dsv3_ep2_tp2_sp_zero1", 4, 2, 2, 1, 2, 1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 0},
+    {"dsv3_dense_cp2", 2, 1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 2},
+    /* beyond CI's six, run by name: ZeRO-3 with full recompute, the interleaved schedule,
+     * expert tensor parallelism, the router's own choice */
+    {"dsv3_ep2_dp2_zero3_full", 4, 4, 1, 1, 2, 0, 1, 3, 1, 0, 0, 0, 0, 0, 1, 0},
+    {"dsv3_ep2_pp2_vpp2", 4, 2, 1, 2, 2, 0, 1, 0, 0, 0, 0, 2, 0, 0, 1, 0},
+    {"dsv3_ep2_tp2_sp_etp2", 4, 2, 2, 1, 2, 1, 1, 0, 0, 0, 0, 0, 2, 0, 1, 0},
+    {"dsv3_ep2_real", 2, 2, 1, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0},
+    /* and on the CUDA backend in bf16 against the CPU's fp32 */
+    {"cuda_dsv3", 1, 1, 1, 1, 1, 0, 1, 0, 0, 1, 0, 0, 0, 0, 1, 0},
+    {"cuda_dsv3_ep2_tp2_sp", 4, 2, 2, 1, 2, 1, 1, 0, 0, 1, 0, 0, 0, 0, 1, 0},
 };
 enum { N_LAYOUTS = sizeof layouts / sizeof layouts[0], STEPS = 5 };
+
+/* Steps a layout trains: tiny-dsv3's 3 (CI's time; its first steps already move every
+ * parameter), tiny-moe's STEPS. */
+static int steps_of(const Layout *L) { return L->dsv3 ? 3 : STEPS; }
 
 static const char *px, *worker;
 
@@ -111,23 +140,34 @@ static ModelSpec spec_of(const Layout *L)
     ModelSpec s;
     PxError err = {0};
     model_spec_defaults(&s);
-    /* the model by the layout's name: gptoss* tiny-gpt-oss, gate_* tiny-moe with the shared
+    /* the model by the layout's name and its dsv3 field: tiny-dsv3 (its prediction modules
+     * aside; 2: its layers dense), gptoss* tiny-gpt-oss, gate_* tiny-moe with the shared
      * experts' gate, else tiny-moe */
-    CHECK_OK(model_config_load(strstr(L->name, "gptoss") ? "tiny-gpt-oss" : "tiny-moe", &s.model,
-                               &err), err);
+    CHECK_OK(model_config_load(L->dsv3                     ? "tiny-dsv3"
+                               : strstr(L->name, "gptoss") ? "tiny-gpt-oss"
+                                                           : "tiny-moe",
+                               &s.model, &err),
+             err);
     s.model.moe.shared_gate = !strncmp(L->name, "gate_", 5);
+    if (L->dsv3) {
+        s.model.mtp_layers = 0;
+        if (L->dsv3 == 2)
+            s.model.moe.experts = 0;
+    }
     s.job.seq_len = 32;
     s.job.global_batch = 8;
     s.job.micro_batch = 1;
     s.job.precision = L->cuda ? PX_BF16 : PX_FP32;
-    s.job.steps = STEPS;
+    s.job.steps = steps_of(L);
     s.job.moe_force_balance = L->force;
     /* real routing: a rank may receive up to ep times its share */
     s.job.moe_imbalance = L->force ? 1.0 : (double)L->ep;
     s.layout.dp = L->dp;
     s.layout.tp = L->tp;
     s.layout.pp = L->pp;
-    s.layout.cp = 1;
+    s.layout.cp = L->cp > 1 ? L->cp : 1;
+    if (L->cp > 1)
+        s.layout.cp_comm = MODEL_CP_COMM_ALLGATHER;
     s.layout.vpp = L->vpp > 1 ? L->vpp : 1;
     s.layout.zero = L->zero;
     s.layout.sp = L->sp;
@@ -140,6 +180,8 @@ static ModelSpec spec_of(const Layout *L)
     s.job.fp8 = (ModelFp8Recipe)L->fp8;
     s.job.fp8_amax_history = 16;
     s.model.moe.capacity_factor = L->cf;
+    if (L->dsv3 == 2) /* no experts: no expert layout either */
+        s.layout.ep = s.layout.etp = 0;
     return s;
 }
 
@@ -156,12 +198,18 @@ static void write_plan(const ModelSpec *s, const char *cluster, int gpus, const 
     model_plan_free(&plan);
 }
 
+static void check_compare(const Layout *L, const ModelSpec *sp, const cJSON *ml, const cJSON *cr);
+
 static void check_layout(const Layout *L)
 {
+    const int n_steps = steps_of(L);
     ModelSpec s = spec_of(L);
     write_plan(&s, L->cuda ? "dgx-h100" : "local", L->gpus, "plan.json");
     ModelSpec one = s;
     one.layout.dp = one.layout.tp = one.layout.pp = one.layout.ep = one.layout.etp = 1;
+    one.layout.cp = 1;
+    if (L->dsv3 == 2)
+        one.layout.ep = one.layout.etp = 0;
     one.layout.vpp = 1;
     one.layout.schedule = MODEL_SCHED_1F1B;
     one.layout.sp = 0;
@@ -186,8 +234,9 @@ static void check_layout(const Layout *L)
     /* the layout ran as pinned: chunks per rank and expert tensor parallelism */
     CHECK_EQ_INT(s.layout.vpp, (int)num(at(plan, "layout", NULL), "vpp"));
     const cJSON *pl = at(plan, "layout", NULL);
-    CHECK_EQ_INT(s.layout.etp, cJSON_GetObjectItem(pl, "etp") ? (int)num(pl, "etp") /* else tp */
-                                                              : s.layout.tp);
+    if (L->dsv3 != 2)
+        CHECK_EQ_INT(s.layout.etp, cJSON_GetObjectItem(pl, "etp") ? (int)num(pl, "etp") /* else tp */
+                                                                  : s.layout.tp);
 
     if (L->cuda) {
         const cJSON *be = at(run, "backend", NULL);
@@ -195,10 +244,10 @@ static void check_layout(const Layout *L)
         CHECK_STR("bf16", cJSON_GetStringValue(at(be, "precision", NULL)));
     }
     const cJSON *rs = at(ref, "steps", NULL), *ms = at(run, "steps", NULL);
-    CHECK_EQ_INT(STEPS, cJSON_GetArraySize(rs));
-    CHECK_EQ_INT(STEPS, cJSON_GetArraySize(ms));
+    CHECK_EQ_INT(n_steps, cJSON_GetArraySize(rs));
+    CHECK_EQ_INT(n_steps, cJSON_GetArraySize(ms));
     double worst = 0;
-    for (int i = 0; i < STEPS; i++) {
+    for (int i = 0; i < n_steps; i++) {
         double a = num(cJSON_GetArrayItem(rs, i), "loss"), b = num(cJSON_GetArrayItem(ms, i), "loss");
         /* gptoss*: tighter, so that an expert's fc2 bias counted once per etp rank in the
          * gradient norm (its clipping) shows */
@@ -208,7 +257,9 @@ static void check_layout(const Layout *L)
     }
     /* the copies routed per expert in the last step: every layout routes the same tokens the
      * same way (forced: evenly); each layer's sum is every token of the step topk times */
-    const cJSON *rl = at(at(ref, "moe", NULL), "layers", NULL), *ml = at(at(run, "moe", NULL), "layers", NULL);
+    const int moe = s.model.moe.experts > 0;
+    const cJSON *rl = moe ? at(at(ref, "moe", NULL), "layers", NULL) : NULL;
+    const cJSON *ml = moe ? at(at(run, "moe", NULL), "layers", NULL) : NULL;
     CHECK_EQ_INT(cJSON_GetArraySize(rl), cJSON_GetArraySize(ml));
     int moe_layers = 0;
     for (int l = 0; l < s.model.layers; l++)
@@ -237,7 +288,7 @@ static void check_layout(const Layout *L)
         CHECK(b > 0);
         CHECK_EQ_INT((int)a, (int)b);
         if (L->force)
-            CHECK_EQ_INT(STEPS * 256, (int)b);
+            CHECK_EQ_INT(n_steps * 256, (int)b);
     }
     const cJSON *pred = at(plan, "prediction", NULL);
     const cJSON *mr = at(run, "memory", "per_rank"), *cr = at(run, "comm", "per_rank");
@@ -254,6 +305,12 @@ static void check_layout(const Layout *L)
                 exit(1);
             }
         }
+        /* tiny-dsv3 with forced balance: the FLOPs per step too (MLA's GEMMs as the graph has
+         * them, on every rank) */
+        if (L->dsv3 && L->force)
+            CHECK_REL(cJSON_GetArrayItem(at(pred, "flops", "per_rank_per_step"), stage)->valuedouble,
+                      cJSON_GetArrayItem(at(run, "flops", "per_rank_per_step"), r)->valuedouble,
+                      1e-12);
         const cJSON *pc = stage_entry(at(pred, "comm", "per_stage"), stage);
         const cJSON *by = at(c, "by_kind", NULL);
         for (int k = 0; k < MODEL_COMM_COUNT; k++) {
@@ -275,6 +332,20 @@ static void check_layout(const Layout *L)
     }
     /* parallax compare: the same counts per layer, their spread, and each rank's all-to-all
      * beside the plan's buffers (forced balance: equal) */
+    if (moe)
+        check_compare(L, &s, ml, cr);
+    printf("%-16s %d ranks, %d steps: final loss %.6f (single rank %.6f), max |diff| %.2e\n",
+           L->name, L->gpus, n_steps, num(cJSON_GetArrayItem(ms, n_steps - 1), "loss"),
+           num(cJSON_GetArrayItem(rs, n_steps - 1), "loss"), worst);
+    cJSON_Delete(ref);
+    cJSON_Delete(run);
+    cJSON_Delete(plan);
+}
+
+/* parallax compare's MoE section against run.json's (ml: its layers, cr: its ranks' bytes). */
+static void check_compare(const Layout *L, const ModelSpec *sp, const cJSON *ml, const cJSON *cr)
+{
+    const ModelSpec s = *sp;
     sh(0, "(%s compare %s/plan.json %s/run.json > %s/compare.txt)", px, tmp, tmp, tmp);
     sh(0, "(%s compare %s/plan.json %s/run.json --json > %s/compare.json)", px, tmp, tmp, tmp);
     char cmd[600];
@@ -313,12 +384,6 @@ static void check_layout(const Layout *L)
             CHECK(num(a, "ratio") > 0 && num(a, "ratio") <= 1.0);
     }
     cJSON_Delete(cmp);
-    printf("%-16s %d ranks, %d steps: final loss %.6f (single rank %.6f), max |diff| %.2e\n",
-           L->name, L->gpus, STEPS, num(cJSON_GetArrayItem(ms, STEPS - 1), "loss"),
-           num(cJSON_GetArrayItem(rs, STEPS - 1), "loss"), worst);
-    cJSON_Delete(ref);
-    cJSON_Delete(run);
-    cJSON_Delete(plan);
 }
 
 int main(int argc, char **argv)

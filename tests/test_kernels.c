@@ -157,7 +157,7 @@ static void test_table(void)
     HAS(matmul); HAS(add_bias); HAS(bias_grad); HAS(layernorm_fwd); HAS(layernorm_bwd);
     HAS(rmsnorm_fwd); HAS(rmsnorm_bwd); HAS(gelu_fwd); HAS(gelu_bwd); HAS(swiglu_fwd);
     HAS(swiglu_bwd); HAS(rope_fwd); HAS(rope_bwd); HAS(attention_fwd); HAS(attention_bwd);
-    HAS(add); HAS(add_inplace); HAS(dropout_fwd); HAS(dropout_bwd); HAS(embedding_fwd);
+    HAS(add); HAS(add_inplace); HAS(copy_cols); HAS(dropout_fwd); HAS(dropout_bwd); HAS(embedding_fwd);
     HAS(embedding_bwd); HAS(xent_rowmax); HAS(xent_expsum); HAS(xent_finish); HAS(xent_bwd);
     HAS(adamw); HAS(sgd_momentum); HAS(sumsq); HAS(all_finite); HAS(scale_f32); HAS(cast_to_act);
     HAS(cast_to_f32); HAS(acc_to_f32); HAS(add_bias_f32); HAS(gate_fwd); HAS(gate_bwd);
@@ -1198,10 +1198,28 @@ static void test_dropout(void)
     free(c.wy), free(g);
 }
 
+/* A block of columns between strided rows, copied and added, and nothing else touched. */
+static void test_copy_cols(void)
+{
+    float src[3 * 5], dst[3 * 4];
+    for (int i = 0; i < 15; i++)
+        src[i] = (float)i;
+    for (int i = 0; i < 12; i++)
+        dst[i] = -1.0f;
+    K->copy_cols(dst + 1, 4, src + 2, 5, 3, 2, 0);
+    const float want[12] = {-1, 2, 3, -1, -1, 7, 8, -1, -1, 12, 13, -1};
+    for (int i = 0; i < 12; i++)
+        CHECK(dst[i] == want[i]);
+    K->copy_cols(dst + 1, 4, src + 2, 5, 3, 2, 1);
+    for (int i = 0; i < 12; i++)
+        CHECK(dst[i] == (want[i] < 0 ? -1.0f : 2.0f * want[i]));
+}
+
 int main(void)
 {
     K = kern_cpu();
     test_table();
+    test_copy_cols();
     test_memory();
     test_matmul();
     test_linear();

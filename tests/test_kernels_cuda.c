@@ -368,7 +368,7 @@ static void test_table(void)
     HAS(sync); HAS(matmul); HAS(add_bias); HAS(bias_grad); HAS(layernorm_fwd);
     HAS(layernorm_bwd); HAS(rmsnorm_fwd); HAS(rmsnorm_bwd); HAS(gelu_fwd); HAS(gelu_bwd);
     HAS(swiglu_fwd); HAS(swiglu_bwd); HAS(rope_fwd); HAS(rope_bwd); HAS(attention_fwd);
-    HAS(attention_bwd); HAS(attention_merge); HAS(add); HAS(add_inplace); HAS(dropout_fwd); HAS(dropout_bwd);
+    HAS(attention_bwd); HAS(attention_merge); HAS(add); HAS(add_inplace); HAS(copy_cols); HAS(dropout_fwd); HAS(dropout_bwd);
     HAS(embedding_fwd); HAS(embedding_bwd); HAS(xent_rowmax); HAS(xent_expsum);
     HAS(xent_finish); HAS(xent_bwd); HAS(adamw); HAS(sgd_momentum); HAS(sumsq); HAS(all_finite);
     HAS(scale_f32); HAS(cast_to_act); HAS(cast_to_f32); HAS(acc_to_f32);
@@ -576,6 +576,28 @@ static void test_swiglu(void)
     G->free(dx), G->free(ddy), G->free(dout), G->free(ddx);
 }
 
+/* A block of columns between strided views, written and added (copy_cols): equal bit for bit
+ * when copied, within a rounding when added. */
+static void test_copy_cols(void)
+{
+    const int rows = 19, lds = 37, ldd = 29, cols = 11;
+    const size_t ns = (size_t)rows * lds, nd = (size_t)rows * ldd;
+    float *s = arand(ns, 2, 0), *d0 = arand(nd, 2, 0), *e = fcopy(d0, nd);
+    R->copy_cols(e + 3, ldd, s + 5, lds, rows, cols, 0);
+    void *ds = up_act(s, ns), *dd = up_act(d0, nd);
+    G->copy_cols((char *)dd + 3 * 2, ldd, (const char *)ds + 5 * 2, lds, rows, cols, 0);
+    float *g = down_act(dd, nd), *er = down_act(dd, nd);
+    void *de = up_act(e, nd); /* the expected, rounded to act as the device's */
+    float *ed = down_act(de, nd);
+    COMPARE("copy_cols", "copy", ed, g, nd, 0.0);
+    R->copy_cols(er + 3, ldd, s + 5, lds, rows, cols, 1);
+    G->copy_cols((char *)dd + 3 * 2, ldd, (const char *)ds + 5 * 2, lds, rows, cols, 1);
+    float *g2 = down_act(dd, nd);
+    COMPARE("copy_cols", "add", er, g2, nd, T_ACT(1.5));
+    free(s), free(d0), free(e), free(g), free(er), free(ed), free(g2);
+    G->free(ds), G->free(dd), G->free(de);
+}
+
 /* ---- RoPE ---- */
 
 static void test_rope_case(int B, int T, int H, int KV, int D, int pos_offset)
@@ -609,7 +631,8 @@ static void test_rope_case(int B, int T, int H, int KV, int D, int pos_offset)
 
 typedef struct {
     int B, Tq, Tk, H, KV, D, q_offset;
-    int packed;    /* Tq == Tk: q, k, v in one [B,T,(H+2KV)*D] buffer */
+    int Dv;        /* value heads' width (0: D; multi-head latent attention's differ) */
+    int packed;    /* Tq == Tk: q, k, v in one [B,T,(H+KV)*D + KV*Dv] buffer */
     float dropout; /* unfused path only */
     int sinks;     /* attention sinks (GPT-OSS) and their gradient */
 } AttnCase;
@@ -645,6 +668,8 @@ static void check_padding(const float *buf, int rows, int stride, int used)
 typedef struct {
     AttnCase ac;
     size_t nq, nk, np, nl; /* elements of q, k, probabilities, rows */
+    size_t nv, no;         /* of v, and of the output (and its gradient) */
+    int dv;                /* the value heads' width */
     int qs, ks, vs;        /* row strides of the q, k and v views */
     size_t nbq, nbkv;      /* elements of the q (or packed qkv) buffer and of the kv buffer */
     size_t koff, voff;     /* where k and v start in a row of their buffer */
@@ -673,21 +698,24 @@ static void attn_inputs(Attn *t, AttnCase ac)
 {
     const int B = ac.B, Tq = ac.Tq, Tk = ac.Tk, H = ac.H, KV = ac.KV, D = ac.D;
     t->ac = ac;
+    const int Dv = ac.Dv > 0 ? ac.Dv : D;
+    t->dv = Dv;
     t->nq = (size_t)B * Tq * H * D, t->nk = (size_t)B * Tk * KV * D;
+    t->nv = (size_t)B * Tk * KV * Dv, t->no = (size_t)B * Tq * H * Dv;
     t->np = (size_t)B * H * Tq * Tk, t->nl = (size_t)B * H * Tq;
     t->scale = 1.0f / sqrtf((float)D);
     char what[96];
-    snprintf(what, sizeof what, "B%d Tq%d Tk%d H%d KV%d D%d off%d%s p%.2g", B, Tq, Tk, H, KV, D,
-             ac.q_offset, ac.packed ? " packed" : "", (double)ac.dropout);
+    snprintf(what, sizeof what, "B%d Tq%d Tk%d H%d KV%d D%d Dv%d off%d%s p%.2g", B, Tq, Tk, H, KV,
+             D, Dv, ac.q_offset, ac.packed ? " packed" : "", (double)ac.dropout);
     printf("  attention %s\n", what);
-    t->q = arand(t->nq, 1.5, 0), t->k = arand(t->nk, 1.5, 0), t->v = arand(t->nk, 1, 0);
-    t->dout = arand(t->nq, 1, 0);
+    t->q = arand(t->nq, 1.5, 0), t->k = arand(t->nk, 1.5, 0), t->v = arand(t->nv, 1, 0);
+    t->dout = arand(t->no, 1, 0);
 
     if (ac.packed) {
-        t->qs = t->ks = t->vs = (H + 2 * KV) * D;
+        t->qs = t->ks = t->vs = (H + KV) * D + KV * Dv;
         t->nbq = (size_t)B * Tq * t->qs, t->nbkv = 0;
     } else {
-        t->qs = H * D + 3, t->ks = t->vs = 2 * KV * D;
+        t->qs = H * D + 3, t->ks = t->vs = KV * D + KV * Dv;
         t->nbq = (size_t)B * Tq * t->qs, t->nbkv = (size_t)B * Tk * t->ks;
     }
     t->koff = ac.packed ? (size_t)H * D : 0;
@@ -697,12 +725,12 @@ static void attn_inputs(Attn *t, AttnCase ac)
     t->hk = ac.packed ? t->bq : t->bkv;
     to_view(t->bq, t->qs, t->q, B * Tq, H * D);
     to_view(t->hk + t->koff, t->ks, t->k, B * Tk, KV * D);
-    to_view(t->hk + t->voff, t->vs, t->v, B * Tk, KV * D);
+    to_view(t->hk + t->voff, t->vs, t->v, B * Tk, KV * Dv);
     t->gbq = up_act(t->bq, t->nbq), t->gbkv = t->nbkv ? up_act(t->bkv, t->nbkv) : NULL;
     void *gk_base = ac.packed ? t->gbq : t->gbkv;
     t->gq = t->gbq, t->gk = (char *)gk_base + t->koff * ATTN_ES;
     t->gv = (char *)gk_base + t->voff * ATTN_ES;
-    t->gdout = up_act(t->dout, t->nq);
+    t->gdout = up_act(t->dout, t->no);
     if (ac.sinks) {
         t->hs = arand((size_t)H, 2, 0);
         t->gs = up_act(t->hs, (size_t)H);
@@ -728,10 +756,11 @@ static void attn_sink_grads(Attn *t, const char *op, const float *else_, const f
 static void attn_unfused_fwd(Attn *t)
 {
     const AttnCase ac = t->ac;
-    const size_t nq = t->nq, np = t->np;
+    const size_t nq = t->no, np = t->np;
     t->eo = fnew(nq), t->ep = fnew(np), t->epd = fnew(np), t->eds = fnew(np);
     t->em = xmalloc(np);
     t->f = (KernAttnFwd){.B = ac.B, .Tq = ac.Tq, .Tk = ac.Tk, .H = ac.H, .KV = ac.KV, .D = ac.D,
+                         .Dv = ac.Dv,
                          .q_offset = ac.q_offset, .scale = t->scale, .q = t->bq,
                          .k = t->hk + t->koff, .v = t->hk + t->voff, .q_stride = t->qs,
                          .k_stride = t->ks, .v_stride = t->vs, .out = t->eo, .probs = t->ep,
@@ -763,15 +792,15 @@ static void attn_unfused_fwd(Attn *t)
 static void attn_compare_grads(Attn *t, const char *op, double tol_q, double tol_k, double tol_v)
 {
     const int rq = t->ac.B * t->ac.Tq, rk = t->ac.B * t->ac.Tk;
-    const int wq = t->ac.H * t->ac.D, wk = t->ac.KV * t->ac.D;
+    const int wq = t->ac.H * t->ac.D, wk = t->ac.KV * t->ac.D, wv = t->ac.KV * t->dv;
     float *hbq = down_act(t->gdbq, t->nbq), *hbkv = t->nbkv ? down_act(t->gdbkv, t->nbkv) : NULL;
     float *hdk_base = t->ac.packed ? hbq : hbkv;
     from_view(t->gq_, hbq, t->qs, rq, wq);
     from_view(t->gk_, hdk_base + t->koff, t->ks, rk, wk);
-    from_view(t->gv_, hdk_base + t->voff, t->vs, rk, wk);
+    from_view(t->gv_, hdk_base + t->voff, t->vs, rk, wv);
     COMPARE(op, "dq", t->eq, t->gq_, t->nq, tol_q);
     COMPARE(op, "dk", t->ek, t->gk_, t->nk, tol_k);
-    COMPARE(op, "dv", t->ev, t->gv_, t->nk, tol_v);
+    COMPARE(op, "dv", t->ev, t->gv_, t->nv, tol_v);
     if (!t->ac.packed)
         check_padding(hbq, rq, t->qs, wq);
     free(hbq), free(hbkv);
@@ -781,10 +810,10 @@ static void attn_compare_grads(Attn *t, const char *op, double tol_q, double tol
 static void attn_expected_grads(Attn *t)
 {
     const int rq = t->ac.B * t->ac.Tq, rk = t->ac.B * t->ac.Tk;
-    const int wq = t->ac.H * t->ac.D, wk = t->ac.KV * t->ac.D;
+    const int wq = t->ac.H * t->ac.D, wk = t->ac.KV * t->ac.D, wv = t->ac.KV * t->dv;
     from_view(t->eq, t->dbq, t->qs, rq, wq);
     from_view(t->ek, t->dhk + t->koff, t->ks, rk, wk);
-    from_view(t->ev, t->dhk + t->voff, t->vs, rk, wk);
+    from_view(t->ev, t->dhk + t->voff, t->vs, rk, wv);
 }
 
 /* The unfused backward into views prefilled with the sentinel (dq, dk, dv are overwritten).
@@ -798,6 +827,7 @@ static void attn_unfused_bwd(Attn *t)
     fill(t->dbq, t->nbq, SENTINEL), fill(t->dbkv, t->nbkv, SENTINEL);
     t->dhk = ac.packed ? t->dbq : t->dbkv;
     t->bw = (KernAttnBwd){.B = ac.B, .Tq = ac.Tq, .Tk = ac.Tk, .H = ac.H, .KV = ac.KV, .D = ac.D,
+                          .Dv = ac.Dv,
                           .q_offset = ac.q_offset, .scale = t->scale, .q = t->f.q, .k = t->f.k,
                           .v = t->f.v, .q_stride = t->qs, .k_stride = t->ks, .v_stride = t->vs,
                           .dout = t->dout, .dq = t->dbq, .dk = t->dhk + t->koff,
@@ -805,7 +835,7 @@ static void attn_unfused_bwd(Attn *t)
                           .dv_stride = t->vs, .probs = t->hp, .dropout = ac.dropout,
                           .mask = t->em, .probs_drop = t->hpd, .dscores = t->eds};
     R->attention_bwd(&t->bw);
-    t->eq = fnew(nq), t->ek = fnew(nk), t->ev = fnew(nk);
+    t->eq = fnew(nq), t->ek = fnew(nk), t->ev = fnew(t->nv);
     attn_expected_grads(t);
     t->gdbq = dalloc(t->nbq * ATTN_ES), t->gdbkv = t->nbkv ? dalloc(t->nbkv * ATTN_ES) : NULL;
     fill(t->dbq, t->nbq, SENTINEL), fill(t->dbkv, t->nbkv, SENTINEL);
@@ -819,7 +849,7 @@ static void attn_unfused_bwd(Attn *t)
     t->gb.dv = (char *)gdk_base + t->voff * ATTN_ES;
     t->gb.probs = t->gp, t->gb.mask = t->gm, t->gb.probs_drop = t->gpd, t->gb.dscores = t->gds;
     G->attention_bwd(&t->gb);
-    t->gq_ = fnew(nq), t->gk_ = fnew(nk), t->gv_ = fnew(nk);
+    t->gq_ = fnew(nq), t->gk_ = fnew(nk), t->gv_ = fnew(t->nv);
     attn_compare_grads(t, "attn unfused", T_ACT(24), T_ACT(24), T_ACT(12));
     if (t->hs) { /* the reference's dscores from the device's probabilities: the same dS */
         float *hds = down_act(t->gds, t->np);
@@ -833,7 +863,7 @@ static void attn_unfused_bwd(Attn *t)
  * its lse. */
 static void attn_fused(Attn *t)
 {
-    const size_t nq = t->nq, nl = t->nl;
+    const size_t nq = t->no, nl = t->nl;
     float *eo2 = fnew(nq), *e_lse = fnew(nl), *edrow = fnew(nl);
     KernAttnFwd ff = t->f;
     ff.out = eo2, ff.probs = NULL, ff.mask = NULL, ff.probs_drop = NULL, ff.lse = e_lse;
@@ -2165,6 +2195,7 @@ static void run_suite(PxDtype act)
     }
     test_gelu();
     test_swiglu();
+    test_copy_cols();
     test_rope_case(2, 5, 4, 2, 8, 3);
     test_rope_case(1, 3, 2, 1, 16, 100000); /* a long context: the angle needs double */
     /* GQA (4 heads on 2 KV groups), a packed qkv buffer, plain causal */
@@ -2182,6 +2213,12 @@ static void run_suite(PxDtype act)
     test_attention((AttnCase){.B = 1, .Tq = 70, .Tk = 150, .H = 2, .KV = 2, .D = 8,
                               .q_offset = 80});
     test_attention((AttnCase){.B = 1, .Tq = 45, .Tk = 45, .H = 2, .KV = 1, .D = 3, .packed = 1});
+    /* value heads narrower and wider than the query and key heads (multi-head latent
+     * attention's v_dim beside qk_nope + qk_rope) */
+    test_attention((AttnCase){.B = 2, .Tq = 5, .Tk = 5, .H = 4, .KV = 4, .D = 12, .Dv = 8,
+                              .packed = 1});
+    test_attention((AttnCase){.B = 1, .Tq = 40, .Tk = 70, .H = 2, .KV = 2, .D = 4, .Dv = 6,
+                              .q_offset = 30});
     test_attention((AttnCase){.B = 2, .Tq = 37, .Tk = 37, .H = 3, .KV = 1, .D = 40, .packed = 1});
     /* D = 256: the fused kernels need more than 48 KiB of shared memory */
     test_attention((AttnCase){.B = 1, .Tq = 9, .Tk = 9, .H = 2, .KV = 1, .D = 256, .packed = 1});

@@ -2,7 +2,8 @@
  * ranked layout passes model_exec_refusal (the statement the executor refuses plans by), the
  * layouts it refuses are counted under SIM_REJECT_EXECUTOR with its sentence, and the known
  * disagreements of the past (MoE with vpp 2, now run; a2a context parallelism with flash
- * attention) are answered by the planner itself; a GPU cluster's plan is not filtered. */
+ * attention) are answered by the planner itself; a GPU cluster's plan is not filtered. tiny-dsv3
+ * (multi-head latent attention) plans and what is refused of it is named. */
 #include "fixtures.h"
 #include "test.h"
 
@@ -83,6 +84,48 @@ int main(void)
     sim_plan_free(&r);
     q.base.job.flash_attn = 0;
     CHECK_EQ_INT(0, all_run(&q, &local));
+
+    /* tiny-dsv3 (multi-head latent attention; its prediction module left out): every ranked
+     * layout on 2 and 4 ranks runs */
+    q = request("tiny-dsv3", 2, 8);
+    q.base.model.mtp_layers = 0;
+    all_run(&q, &local);
+    q = request("tiny-dsv3", 4, 8);
+    q.base.model.mtp_layers = 0;
+    all_run(&q, &local);
+    /* and what the executor refuses of it, by name: its prediction module, MLA with FP8 GEMMs,
+     * with the ring's context parallelism (allgather's runs); CUDA runs it */
+    {
+        ModelSpec s = request("tiny-dsv3", 1, 8).base;
+        s.job.precision = PX_FP32;
+        ModelDims d;
+        char why[512] = "";
+        CHECK_OK(model_spec_check(&s, 1, &d, &err), err);
+        CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        CHECK(strstr(why, "multi-token prediction is not supported") != NULL);
+        s.model.mtp_layers = 0;
+        CHECK_OK(model_spec_check(&s, 1, &d, &err), err);
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        s.job.precision = PX_BF16; /* on CUDA */
+        CHECK_OK(model_spec_check(&s, 1, &d, &err), err);
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 1, why, sizeof why));
+        s.job.fp8 = MODEL_FP8_TENSORWISE;
+        CHECK_OK(model_spec_check(&s, 1, &d, &err), err);
+        CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 1, why, sizeof why));
+        CHECK(strstr(why, "it runs without FP8 GEMMs") != NULL);
+        s.job.fp8 = MODEL_FP8_NONE;
+        s.job.precision = PX_FP32;
+        s.model.moe.experts = 0; /* MoE refuses cp before MLA does */
+        s.layout.cp = 2, s.layout.cp_comm = MODEL_CP_COMM_ALLGATHER;
+        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        s.layout.cp_comm = MODEL_CP_COMM_P2P;
+        s.job.flash_attn = 1;
+        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+        CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        CHECK(strstr(why, "multi-head latent attention runs context parallelism with cp_comm_type "
+                          "allgather") != NULL);
+    }
 
     /* a GPU cluster is not this machine: nothing refused by the executor there */
     q = request("tiny-moe", 4, 8);

@@ -39,7 +39,7 @@ void exec_acts_free(ExecActs *X, const ExecCtx *c)
     memset(X, 0, sizeof *X);
 }
 
-static void layer_acts(const ExecCtx *c, int l, ModelLayerAct f[MODEL_LAYER_ACTS + MODEL_MOE_ACTS]);
+static void layer_acts(const ExecCtx *c, int l, ModelLayerAct f[EXEC_LAYER_ACTS]);
 
 /* One layer's unsaved activations carved from base (f: its acts); the bytes used. */
 static uint64_t region_view(ExecLayerActs *view, uint8_t *base, uint64_t bytes,
@@ -49,7 +49,7 @@ static uint64_t region_view(ExecLayerActs *view, uint8_t *base, uint64_t bytes,
     memset(view, 0, sizeof *view);
     /* larger elements first (fp32, then act, then masks): nothing needs padding */
     for (size_t es = 8; es >= 1; es /= 2)
-        for (int i = 0; i < MODEL_LAYER_ACTS + MODEL_MOE_ACTS; i++)
+        for (int i = 0; i < EXEC_LAYER_ACTS; i++)
             if (f[i].present && !f[i].saved && px_dtype_bytes(f[i].dtype) == es)
                 view->t[i] = exec_arena_carve(&r, f[i].bytes, es);
     return r.used;
@@ -65,7 +65,7 @@ int exec_acts_region(ExecActs *X, const ExecCtx *c, uint8_t *base, uint64_t byte
         if (first_of[k] < 0)
             first_of[k] = l;
     }
-    ModelLayerAct f[MODEL_LAYER_ACTS + MODEL_MOE_ACTS];
+    ModelLayerAct f[EXEC_LAYER_ACTS];
     uint64_t most = 0;
     for (int k = 0; k < 2; k++) {
         if (first_of[k] < 0)
@@ -89,15 +89,17 @@ static PxDtype extra_dtype(const ExecCtx *c, ModelTensorRole r)
     return r == MODEL_TR_EMBED_DROP_MASK ? PX_UINT8 : r == MODEL_TR_LOSS_PROBS ? PX_FP32 : c->act;
 }
 
-/* The activations of global layer l: model_layer_acts_at's, and a MoE layer's model_moe_acts
- * after them (absent in a dense layer). */
-static void layer_acts(const ExecCtx *c, int l, ModelLayerAct f[MODEL_LAYER_ACTS + MODEL_MOE_ACTS])
+/* The activations of global layer l: model_layer_acts_at's, a MoE layer's model_moe_acts
+ * after them (absent in a dense layer), then model_mla_acts (absent without MLA). */
+static void layer_acts(const ExecCtx *c, int l, ModelLayerAct f[EXEC_LAYER_ACTS])
 {
     model_layer_acts_at(&c->spec, &c->d, c->spec.layout.recompute, l, f);
     model_moe_acts(&c->spec, &c->d, c->spec.layout.recompute, f + MODEL_LAYER_ACTS);
     if (!(c->d.moe && model_layer_is_moe(&c->spec.model, l)))
         for (int i = MODEL_LAYER_ACTS; i < MODEL_LAYER_ACTS + MODEL_MOE_ACTS; i++)
             f[i].present = f[i].saved = 0;
+    model_mla_acts(&c->spec, &c->d, c->spec.layout.recompute,
+                   f + MODEL_LAYER_ACTS + MODEL_MOE_ACTS);
 }
 
 /* The local chunk whose layer set sizes the shared slots: the one saving the most bytes per
@@ -119,13 +121,16 @@ static int check_act(const ExecCtx *c, const ModelTensor *t, int *fi, PxError *e
     if (j < 0 || j >= c->d.v)
         return exec_bind_unused(t, err);
     const int moe_act = t->role >= MODEL_TR_ROUTER_PROBS && t->role <= MODEL_TR_EXP_OUT;
-    const int layer_act = moe_act || (t->role >= MODEL_TR_LN1_IN && t->role <= MODEL_TR_MLP_DROP_MASK);
+    const int mla_act = t->role >= MODEL_TR_Q_LAT && t->role <= MODEL_TR_KV_LAT;
+    const int layer_act = moe_act || mla_act ||
+                          (t->role >= MODEL_TR_LN1_IN && t->role <= MODEL_TR_MLP_DROP_MASK);
     const int extra = t->role >= MODEL_TR_EMBED_DROP_MASK && t->role <= MODEL_TR_LOSS_PROBS;
-    *fi = moe_act ? MODEL_LAYER_ACTS + (int)(t->role - MODEL_TR_ROUTER_PROBS)
+    *fi = moe_act   ? MODEL_LAYER_ACTS + (int)(t->role - MODEL_TR_ROUTER_PROBS)
+          : mla_act ? MODEL_LAYER_ACTS + MODEL_MOE_ACTS + (int)(t->role - MODEL_TR_Q_LAT)
           : layer_act ? (int)(t->role - MODEL_TR_LN1_IN)
                       : -1;
     if (layer_act) {
-        ModelLayerAct f[MODEL_LAYER_ACTS + MODEL_MOE_ACTS];
+        ModelLayerAct f[EXEC_LAYER_ACTS];
         const int li = t->layer - c->g.chunk_l0[j]; /* the layer's place in its chunk */
         layer_acts(c, t->layer, f);
         if (li < 0 || li >= c->g.chunk_cl[j] || !f[*fi].saved || f[*fi].numel != t->numel)
@@ -153,7 +158,7 @@ int exec_acts_bind(ExecActs *X, const ExecCtx *c, const ModelTensorTable *tt, Ex
                    int pass, PxError *err)
 {
     const int cl = c->g.cl, sz = sizing_chunk(c, tt), v = c->d.v;
-    ModelLayerAct f[MODEL_LAYER_ACTS + MODEL_MOE_ACTS];
+    ModelLayerAct f[EXEC_LAYER_ACTS];
     if (c->g.chunk_cl[sz] != cl)
         return px_fail(err, PX_ERUNTIME,
                        "local chunk %d saves the most activations but holds %d layers, another "
@@ -216,7 +221,7 @@ int exec_acts_bind(ExecActs *X, const ExecCtx *c, const ModelTensorTable *tt, Ex
                 const ExecLayerActs *region =
                     c->d.moe && model_layer_is_moe(&c->spec.model, l) ? &X->region_moe : &X->region;
                 ExecLayerActs *a = &X->acts[((size_t)j * (size_t)X->n_slots + (size_t)k) * (size_t)cl + (size_t)li];
-                for (int i = 0; i < MODEL_LAYER_ACTS + MODEL_MOE_ACTS; i++)
+                for (int i = 0; i < EXEC_LAYER_ACTS; i++)
                     if (f[i].present && !a->t[i] && !(a->t[i] = region->t[i]))
                         return px_fail(err, PX_ERUNTIME,
                                        "a layer's %s is neither saved nor in ws.recompute: model/ "

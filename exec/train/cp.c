@@ -76,6 +76,25 @@ static int collective(const ExecLayerRun *r, ModelOpRole role, int l, int chunk,
 
 /* ---- allgather ---- */
 
+/* Multi-head latent attention's keys and values (the planes of mla.c) to or from rows of
+ * [K | V] (heads x qk_hd, then heads x v_hd) as the gather packs them: back 0 packs planes'
+ * rows into `rows`, 1 unpacks `rows` into the planes (ws.dqkv's). */
+static void mla_kv_rows(const ExecCtx *c, void *rows, void *planes, int back)
+{
+    const ModelDims *d = &c->d;
+    const ExecQkv x = exec_qkv_at(c, planes, 0);
+    const int kw = d->kv_loc * d->qk_hd, vw = d->kv_loc * d->v_hd;
+    const int kv2 = 2 * d->kv_width_loc, n = d->b * d->s_loc;
+    void *rv = EXEC_AT(rows, kw, c->ab);
+    if (back) {
+        c->k->copy_cols(x.k, x.k_stride, rows, kv2, n, kw, 0);
+        c->k->copy_cols(x.v, x.v_stride, rv, kv2, n, vw, 0);
+    } else {
+        c->k->copy_cols(rows, kv2, x.k, x.k_stride, n, kw, 0);
+        c->k->copy_cols(rv, kv2, x.v, x.v_stride, n, vw, 0);
+    }
+}
+
 int exec_cp_gather_kv(const ExecLayerRun *r, const ExecLayerActs *a, int l, int chunk,
                       ModelPhase ph, PxError *err)
 {
@@ -85,8 +104,11 @@ int exec_cp_gather_kv(const ExecLayerRun *r, const ExecLayerActs *a, int l, int 
     const int kv2 = 2 * d->kv_width_loc, C = exec_cp_part_len(c);
     const size_t row = (size_t)kv2 * c->ab, count = (size_t)b * sl * kv2;
     void *mine = AT(r->W->cp_kv, (size_t)c->g.cp_rank * count);
-    for (size_t n = 0; n < (size_t)b * sl; n++)
-        c->k->copy(AT(mine, n * kv2), AT(EXEC_LA(a, QKV_OUT), n * qkv + d->q_loc), row);
+    if (exec_mla_on(c))
+        mla_kv_rows(c, mine, EXEC_LA(a, QKV_OUT), 0);
+    else
+        for (size_t n = 0; n < (size_t)b * sl; n++)
+            c->k->copy(AT(mine, n * kv2), AT(EXEC_LA(a, QKV_OUT), n * qkv + d->q_loc), row);
     int rc = collective(r, MODEL_OPR_CORE, l, chunk, ph, MODEL_CP_ALL_GATHER, r->W->cp_kv, mine,
                         count, NULL, err);
     if (rc)
@@ -117,8 +139,11 @@ int exec_cp_scatter_dkv(const ExecLayerRun *r, int l, int chunk, PxError *err)
                         r->W->cp_kv, NULL, count, NULL, err);
     if (rc)
         return rc;
-    for (size_t n = 0; n < (size_t)b * sl; n++)
-        c->k->copy(AT(r->W->dqkv, n * qkv + d->q_loc), AT(r->W->cp_kv, n * kv2), row);
+    if (exec_mla_on(c))
+        mla_kv_rows(c, r->W->cp_kv, r->W->dqkv, 1);
+    else
+        for (size_t n = 0; n < (size_t)b * sl; n++)
+            c->k->copy(AT(r->W->dqkv, n * qkv + d->q_loc), AT(r->W->cp_kv, n * kv2), row);
     return PX_OK;
 }
 

@@ -95,6 +95,13 @@ static int64_t full_row(const ExecCtx *x, const ExecParam *p, int64_t row)
     }
     case EXEC_MAP_ROWS:
         return tp * p->rows + row;
+    case EXEC_MAP_KV_B: {
+        /* the full tensor's rows: every head's non-rotary key, then every head's value */
+        const ModelMla *m = &c->mla;
+        const int64_t k = (int64_t)d->heads_loc * m->qk_nope_dim;
+        const int64_t v = (int64_t)d->heads_loc * m->v_dim;
+        return row < k ? tp * k + row : (int64_t)c->heads * m->qk_nope_dim + tp * v + (row - k);
+    }
     default:
         return row;
     }

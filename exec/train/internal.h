@@ -145,18 +145,24 @@ enum { EXEC_LAYER_PARAMS = MODEL_TR_FC2_B - MODEL_TR_LN1_W + 1 };
 /* A MoE layer's further parameters, by role: index r - MODEL_TR_ROUTER_W for r in
  * MODEL_TR_ROUTER_W ... MODEL_TR_SHARED_GATE_W (the routed experts in their own block). */
 enum { EXEC_MOE_PARAMS = MODEL_TR_SHARED_GATE_W - MODEL_TR_ROUTER_W + 1 };
+/* Multi-head latent attention's, by role: index r - MODEL_TR_Q_A_W for r in MODEL_TR_Q_A_W ...
+ * MODEL_TR_KV_B_W (mla.c; the QKV projection's views are NULL then). */
+enum { EXEC_MLA_PARAMS = MODEL_TR_KV_B_W - MODEL_TR_Q_A_W + 1 };
 typedef struct {
     void *t[EXEC_LAYER_PARAMS];
     void *m[EXEC_MOE_PARAMS];
     void *sinks; /* attention sinks [heads_loc] (GPT-OSS), or NULL */
+    void *a[EXEC_MLA_PARAMS];
 } ExecLayerParams;
 typedef struct {
     float *t[EXEC_LAYER_PARAMS];
     float *m[EXEC_MOE_PARAMS];
     float *sinks;
+    float *a[EXEC_MLA_PARAMS];
 } ExecLayerGrads;
 #define EXEC_LP(p, R) ((p)->t[MODEL_TR_##R - MODEL_TR_LN1_W])
 #define EXEC_LPM(p, R) ((p)->m[MODEL_TR_##R - MODEL_TR_ROUTER_W])
+#define EXEC_LPA(p, R) ((p)->a[MODEL_TR_##R - MODEL_TR_Q_A_W])
 
 /* How a parameter's local elements map to the full, unsharded tensor (initialization). */
 typedef enum {
@@ -168,7 +174,8 @@ typedef enum {
     EXEC_MAP_EXPERTS,  /* a MoE layer's routed experts: rows ep * rows_local ... (this rank's
                           experts, whole: etp 1) */
     EXEC_MAP_EXPERTS_FC1, /* etp > 1: this rank's experts, each its [gate | up] slice of rows */
-    EXEC_MAP_EXPERTS_FC2  /* etp > 1: this rank's experts, each its slice of columns */
+    EXEC_MAP_EXPERTS_FC2, /* etp > 1: this rank's experts, each its slice of columns */
+    EXEC_MAP_KV_B         /* MLA's kv_b: rows [its heads' keys | its heads' values] (mla.c) */
 } ExecMap;
 
 /* One parameter: its place in its block, how it is initialized and counted, where it is. */
@@ -283,11 +290,13 @@ static inline uint64_t exec_stream_at(uint64_t seed, uint64_t offset)
 
 /* One layer's activations for one micro-batch, by role: index r - MODEL_TR_LN1_IN (pointers into
  * a slot of the pool, or into ws.recompute for what the recompute mode re-creates). */
+enum { EXEC_LAYER_ACTS = MODEL_LAYER_ACTS + MODEL_MOE_ACTS + MODEL_MLA_ACTS };
 typedef struct {
-    void *t[MODEL_LAYER_ACTS + MODEL_MOE_ACTS]; /* a MoE layer's (model_moe_acts) after them */
+    void *t[EXEC_LAYER_ACTS]; /* a MoE layer's (model_moe_acts), then MLA's (model_mla_acts) */
 } ExecLayerActs;
 #define EXEC_LA(a, R) ((a)->t[MODEL_TR_##R - MODEL_TR_LN1_IN])
 #define EXEC_LMA(a, R) ((a)->t[MODEL_LAYER_ACTS + MODEL_TR_##R - MODEL_TR_ROUTER_PROBS])
+#define EXEC_LAA(a, R) ((a)->t[MODEL_LAYER_ACTS + MODEL_MOE_ACTS + MODEL_TR_##R - MODEL_TR_Q_LAT])
 
 /* The embedding's and output layer's saved tensors of one micro-batch, by role: index
  * r - MODEL_TR_EMBED_DROP_MASK. loss.probs holds the fp32 logits, then the probabilities,
@@ -354,7 +363,8 @@ typedef struct {
 
 /* The ops a layer runs, by role (MODEL_OPR_LN1 ... MODEL_OPR_COMBINE: a MoE layer's router,
  * experts and combine among them; the roles between that no layer runs stay -1). */
-enum { EXEC_LAYER_OPS = MODEL_OPR_COMBINE - MODEL_OPR_LN1 + 1, EXEC_PHASES = 3 };
+/* a layer's ops: LN1 ... COMBINE, then MLA's Q_A ... KV_B */
+enum { EXEC_LAYER_OPS = MODEL_OPR_KV_B - MODEL_OPR_LN1 + 1, EXEC_PHASES = 3 };
 /* The most ops open at once (an op, the communication within it, a wait within that). */
 enum { EXEC_METER_DEPTH = 8 };
 
@@ -547,6 +557,7 @@ typedef struct ExecWork {
     void *cp_send, *cp_recv;                     /* and its all-to-all */
     void *cp_out_part, *cp_dkv_part;             /* and its ring, with cp_kv */
     float *cp_lse_part;
+    void *mla;                                   /* multi-head latent attention's (mla.c) */
     float *flash_d, *xent;
     float *host_loss; /* the micro-batch's per-token losses, read back (b * s floats) */
 } ExecWork;
@@ -591,6 +602,47 @@ int exec_layers_backward(const ExecLayerRun *r, int chunk, int mb, ExecLayerActs
 
 /* Sequence parallelism runs: the layout asks for it and TP shards the layer. */
 static inline int exec_sp_on(const ExecCtx *c) { return c->spec.layout.sp && c->d.t > 1; }
+
+/* ---- mla.c: multi-head latent attention's projections ---- */
+
+/* Whether the model's attention is multi-head latent attention. */
+static inline int exec_mla_on(const ExecCtx *c) { return c->spec.model.mla.kv_lora_rank > 0; }
+/* Layer l's queries, keys and values into attn.qkv.out from its attn.qkv.in, under the ops
+ * q_a, kv_a, q_b and kv_b (the rotary parts rotated), or their backward from ws.dqkv: the
+ * input gradient of the sequence shard lands in *dn (ws.dhid). */
+int exec_mla_forward(const ExecLayerRun *r, int chunk, int l, const ExecLayerActs *a,
+                     ModelPhase ph, PxError *err);
+int exec_mla_backward(const ExecLayerRun *r, int chunk, int l, const ExecLayerActs *a,
+                      const void **dn, PxError *err);
+/* Sequence q's queries, keys and values in attn.qkv.out's (or ws.dqkv's) layout: packed rows
+ * [Q | K | V], or with MLA three planes [N, heads x qk] [N, heads x qk] [N, heads x v]
+ * (mla.c); strides in elements. */
+typedef struct {
+    void *q, *k, *v;
+    int q_stride, k_stride, v_stride;
+} ExecQkv;
+static inline ExecQkv exec_qkv_at(const ExecCtx *c, void *base, int q)
+{
+    const ModelDims *d = &c->d;
+    const size_t es = c->ab, row0 = (size_t)q * d->s_loc;
+    ExecQkv x;
+    if (!exec_mla_on(c)) {
+        const int w = d->q_loc + 2 * d->kv_width_loc;
+        x.q = EXEC_AT(base, row0 * w, es);
+        x.k = EXEC_AT(x.q, d->q_loc, es);
+        x.v = EXEC_AT(x.k, d->kv_width_loc, es);
+        x.q_stride = x.k_stride = x.v_stride = w;
+        return x;
+    }
+    const size_t N = (size_t)d->b * d->s_loc, qk = (size_t)d->heads_loc * d->qk_hd;
+    x.q = EXEC_AT(base, row0 * qk, es);
+    x.k = EXEC_AT(base, N * qk + row0 * qk, es);
+    x.v = EXEC_AT(base, 2 * N * qk + row0 * (size_t)d->heads_loc * d->v_hd, es);
+    x.q_stride = x.k_stride = (int)qk;
+    x.v_stride = d->heads_loc * d->v_hd;
+    return x;
+}
+
 /* In-place sum of n act elements over TP (nothing without TP). */
 int exec_tp_allreduce(const ExecLayerRun *r, ModelOpRole role, int layer, int chunk,
                       ModelPhase ph, void *buf, size_t n, PxError *err);

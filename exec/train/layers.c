@@ -63,6 +63,7 @@ int exec_work_bind(ExecWork *W, const ExecCtx *c, const ModelTensor *t, void *p,
     case MODEL_TR_CP_OUT_PART: act = &W->cp_out_part; break;
     case MODEL_TR_CP_DKV_PART: act = &W->cp_dkv_part; break;
     case MODEL_TR_CP_LSE_PART: f32 = &W->cp_lse_part; break;
+    case MODEL_TR_WS_MLA: act = &W->mla; break;
     default: return exec_bind_unused(t, err);
     }
     if (t->role == MODEL_TR_WS_EXP_DFFN) {
@@ -303,8 +304,8 @@ static int attention_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *ou
 {
     const ExecCtx *c = r->c;
     const ModelDims *d = &c->d;
-    const int sl = d->s_loc, H = d->heads_loc, qkv = d->q_loc + 2 * d->kv_width_loc;
-    const int cp = d->c > 1, kvs = cp ? 2 * d->kv_width_loc : qkv, P = exec_cp_parts(c);
+    const int sl = d->s_loc, H = d->heads_loc;
+    const int cp = d->c > 1, kvs = 2 * d->kv_width_loc, P = exec_cp_parts(c);
     const int C = exec_cp_part_len(c);
     const size_t tile = (size_t)H * sl * d->s;
     if (exec_cp_owns_core(c))
@@ -312,18 +313,20 @@ static int attention_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *ou
     if (cp && comm)
         TRY(exec_cp_gather_kv(r, a, l, chunk, ph, err));
     for (int q = 0; q < d->b; q++) {
-        const void *base = AT(EXEC_LA(a, QKV_OUT), (size_t)q * sl * qkv);
-        const void *kb = cp ? AT(r->W->cp_kv_full, (size_t)q * d->s * kvs) : AT(base, d->q_loc);
+        const ExecQkv x = exec_qkv_at(c, EXEC_LA(a, QKV_OUT), q);
+        const void *kb = cp ? AT(r->W->cp_kv_full, (size_t)q * d->s * kvs) : x.k;
+        const void *vb = cp ? AT(kb, (size_t)d->kv_loc * d->qk_hd) : x.v;
         size_t at = 0; /* the part's place in the sequence's softmax */
         for (int j = 0; j < P; j++) {
             int q0, tk;
             exec_cp_part_keys(c, j, &q0, &tk);
             KernAttnFwd f = {
-                .B = 1, .Tq = C, .Tk = tk, .H = H, .KV = d->kv_loc, .D = d->hd, .q_offset = q0,
-                .scale = (float)(1.0 / sqrt((double)d->hd)),
-                .q = AT(base, (size_t)j * C * qkv), .k = kb, .v = AT(kb, d->kv_width_loc),
-                .q_stride = qkv, .k_stride = kvs, .v_stride = kvs,
-                .out = AT(out, ((size_t)q * sl + (size_t)j * C) * d->q_loc),
+                .B = 1, .Tq = C, .Tk = tk, .H = H, .KV = d->kv_loc, .D = d->qk_hd, .Dv = d->v_hd,
+                .q_offset = q0, .scale = (float)(1.0 / sqrt((double)d->qk_hd)),
+                .q = AT(x.q, (size_t)j * C * x.q_stride), .k = kb, .v = vb,
+                .q_stride = x.q_stride, .k_stride = cp ? kvs : x.k_stride,
+                .v_stride = cp ? kvs : x.v_stride,
+                .out = AT(out, ((size_t)q * sl + (size_t)j * C) * d->o_loc),
                 .sinks = r->P->lw[l].sinks, /* each part's queries: once per query */
             };
             if (c->spec.job.flash_attn) {
@@ -344,7 +347,8 @@ static int attention_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *ou
             c->k->attention_fwd(&f);
         }
         /* counted as the op graph counts a sequence's core: s_loc queries against s keys */
-        exec_meter_flops(r->M, model_attention_fwd_flops(&c->spec, (double)H, sl, d->s, d->hd));
+        exec_meter_flops(r->M, model_attention_fwd_flops(&c->spec, (double)H, sl, d->s,
+                                                         0.5 * (d->qk_hd + d->v_hd)));
     }
     return PX_OK;
 }
@@ -357,33 +361,37 @@ static void core_bwd(const ExecLayerRun *r, const ExecLayerActs *a, const void *
 {
     const ExecCtx *c = r->c;
     const ModelDims *d = &c->d;
-    const int sl = d->s_loc, H = d->heads_loc, qkv = d->q_loc + 2 * d->kv_width_loc;
-    const int cp = d->c > 1, kvs = cp ? 2 * d->kv_width_loc : qkv, P = exec_cp_parts(c);
+    const int sl = d->s_loc, H = d->heads_loc;
+    const int cp = d->c > 1, kvs = 2 * d->kv_width_loc, P = exec_cp_parts(c);
     const int C = exec_cp_part_len(c);
     const size_t tile = (size_t)H * sl * d->s;
     if (cp)
         c->k->memset0(r->W->cp_dkv, (size_t)d->b * d->s * kvs * c->ab);
     for (int q = 0; q < d->b; q++) {
-        const void *qb = AT(EXEC_LA(a, QKV_OUT), (size_t)q * sl * qkv);
-        const void *kb = cp ? AT(r->W->cp_kv_full, (size_t)q * d->s * kvs) : AT(qb, d->q_loc);
-        void *dbase = AT(r->W->dqkv, (size_t)q * sl * qkv);
-        void *dkb = cp ? r->W->cp_kv : AT(dbase, d->q_loc);
+        const ExecQkv x = exec_qkv_at(c, EXEC_LA(a, QKV_OUT), q);
+        const ExecQkv dx = exec_qkv_at(c, r->W->dqkv, q);
+        const void *kb = cp ? AT(r->W->cp_kv_full, (size_t)q * d->s * kvs) : x.k;
+        void *dkb = cp ? r->W->cp_kv : dx.k;
         size_t at = 0;
         for (int j = 0; j < P; j++) {
             int q0, tk;
             exec_cp_part_keys(c, j, &q0, &tk);
             const size_t rows = (size_t)q * sl + (size_t)j * C;
             KernAttnBwd b = {
-                .B = 1, .Tq = C, .Tk = tk, .H = H, .KV = d->kv_loc, .D = d->hd, .q_offset = q0,
-                .scale = (float)(1.0 / sqrt((double)d->hd)),
-                .q = AT(qb, (size_t)j * C * qkv), .k = kb, .v = AT(kb, d->kv_width_loc),
-                .q_stride = qkv, .k_stride = kvs, .v_stride = kvs,
-                .dout = AT(r->W->dhid, rows * d->q_loc),
-                .dq = AT(dbase, (size_t)j * C * qkv), .dk = dkb, .dv = AT(dkb, d->kv_width_loc),
-                .dq_stride = qkv, .dk_stride = kvs, .dv_stride = kvs,
+                .B = 1, .Tq = C, .Tk = tk, .H = H, .KV = d->kv_loc, .D = d->qk_hd, .Dv = d->v_hd,
+                .q_offset = q0, .scale = (float)(1.0 / sqrt((double)d->qk_hd)),
+                .q = AT(x.q, (size_t)j * C * x.q_stride), .k = kb,
+                .v = cp ? AT(kb, (size_t)d->kv_loc * d->qk_hd) : x.v,
+                .q_stride = x.q_stride, .k_stride = cp ? kvs : x.k_stride,
+                .v_stride = cp ? kvs : x.v_stride,
+                .dout = AT(r->W->dhid, rows * d->o_loc),
+                .dq = AT(dx.q, (size_t)j * C * dx.q_stride), .dk = dkb,
+                .dv = cp ? AT(dkb, (size_t)d->kv_loc * d->qk_hd) : dx.v,
+                .dq_stride = dx.q_stride, .dk_stride = cp ? kvs : dx.k_stride,
+                .dv_stride = cp ? kvs : dx.v_stride,
             };
             if (c->spec.job.flash_attn) {
-                b.out = AT(out, rows * d->q_loc);
+                b.out = AT(out, rows * d->o_loc);
                 b.lse = (const float *)EXEC_LA(a, ATTN_LSE) + (size_t)q * H * sl + (size_t)j * H * C;
                 b.drow = r->W->flash_d + (size_t)q * H * sl + (size_t)j * H * C;
             } else {
@@ -403,7 +411,8 @@ static void core_bwd(const ExecLayerRun *r, const ExecLayerActs *a, const void *
             if (cp)
                 c->k->add_inplace(AT(r->W->cp_dkv, (size_t)q * d->s * kvs), dkb, (size_t)tk * kvs);
         }
-        const double fwd = model_attention_fwd_flops(&c->spec, (double)H, sl, d->s, d->hd);
+        const double fwd = model_attention_fwd_flops(&c->spec, (double)H, sl, d->s,
+                                                     0.5 * (d->qk_hd + d->v_hd));
         exec_meter_flops(r->M, model_attention_bwd_flops(fwd, !!c->spec.job.flash_attn, NULL));
     }
 }
@@ -531,18 +540,22 @@ static int layer_fwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
     norm_fwd(r, ln1, EXEC_LA(a, LN1_IN), EXEC_LP(w, LN1_W), EXEC_LP(w, LN1_B), R);
     op_close(r, op);
 
-    op = op_open(r, l, MODEL_OPR_QKV, ph);
-    TRY(exec_tp_column_input(r, chunk, l, MODEL_OPR_QKV, ph, fq, EXEC_LA(a, QKV_IN), ln1, &x, &xq,
-                             err));
-    if (fq)
-        fp8_fwd(r, EXEC_LA(a, QKV_OUT), xq, fq, N, ph);
-    else
-        mm_act(r, EXEC_LA(a, QKV_OUT), x, EXEC_LP(w, QKV_W), N, qkv, h, 0, 1);
-    if (EXEC_LP(w, QKV_B))
-        k->add_bias(EXEC_LA(a, QKV_OUT), EXEC_LP(w, QKV_B), N, qkv);
-    if (c->spec.model.position == MODEL_POS_ROPE)
-        rope(r, EXEC_LA(a, QKV_OUT), 0);
-    op_close(r, op);
+    if (exec_mla_on(c)) {
+        TRY(exec_mla_forward(r, chunk, l, a, ph, err));
+    } else {
+        op = op_open(r, l, MODEL_OPR_QKV, ph);
+        TRY(exec_tp_column_input(r, chunk, l, MODEL_OPR_QKV, ph, fq, EXEC_LA(a, QKV_IN), ln1, &x,
+                                 &xq, err));
+        if (fq)
+            fp8_fwd(r, EXEC_LA(a, QKV_OUT), xq, fq, N, ph);
+        else
+            mm_act(r, EXEC_LA(a, QKV_OUT), x, EXEC_LP(w, QKV_W), N, qkv, h, 0, 1);
+        if (EXEC_LP(w, QKV_B))
+            k->add_bias(EXEC_LA(a, QKV_OUT), EXEC_LP(w, QKV_B), N, qkv);
+        if (c->spec.model.position == MODEL_POS_ROPE)
+            rope(r, EXEC_LA(a, QKV_OUT), 0);
+        op_close(r, op);
+    }
 
     op = op_open(r, l, MODEL_OPR_CORE, ph);
     TRY(attention_fwd(r, a, o, mb, l, chunk, ph, 1, err));
@@ -555,10 +568,10 @@ static int layer_fwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
                                   pin == MODEL_FP8_PROJ_BOTH  ? EXEC_LA(a, PROJ_IN_FP8)
                                   : pin == MODEL_FP8_PROJ_FP8 ? EXEC_LA(a, PROJ_IN)
                                                               : F->q0,
-                                  o, N, d->q_loc, 0, EXEC_FP8_X, fp, 0, rec),
+                                  o, N, d->o_loc, 0, EXEC_FP8_X, fp, 0, rec),
                 fp, N, ph);
     else
-        mm_act(r, r->W->out, EXEC_LA(a, PROJ_IN), EXEC_LP(w, PROJ_W), N, h, d->q_loc, 0, 1);
+        mm_act(r, r->W->out, EXEC_LA(a, PROJ_IN), EXEC_LP(w, PROJ_W), N, h, d->o_loc, 0, 1);
     TRY(row_out(r, chunk, l, MODEL_OPR_PROJ, ph, EXEC_LP(w, PROJ_B), EXEC_LA(a, ATTN_DROP_MASK),
                 EXEC_SITE_ATTN_OUT, EXEC_LA(a, LN1_IN), EXEC_LA(a, LN2_IN), mb, NULL, err));
     op_close(r, op);
@@ -715,6 +728,38 @@ static int moe_mlp_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerA
     return PX_OK;
 }
 
+/* The QKV projection's backward from ws.dqkv (the rotary embedding's inverse first); *dn gets
+ * its input gradient (tp.c's f operator). */
+static int qkv_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerActs *a,
+                   const void **dn, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const KernBackend *k = c->k;
+    const ModelDims *d = &c->d;
+    const ExecLayerParams *w = &r->P->lw[l];
+    const ExecLayerGrads *g = &r->P->lg[l];
+    const int N = d->b * d->s_loc, h = d->h, qkv = d->q_loc + 2 * d->kv_width_loc;
+    const ExecFp8Weight *fq = exec_fp8_weight(r->fp8, MODEL_TR_QKV_W, l);
+    const int op = op_open(r, l, MODEL_OPR_QKV, MODEL_BWD);
+    const void *x;
+    ExecFp8Ref xq;
+    TRY(exec_tp_column_bwd_input(r, chunk, l, MODEL_OPR_QKV, EXEC_LA(a, QKV_IN), fq != NULL, &x,
+                                 &xq, err));
+    if (c->spec.model.position == MODEL_POS_ROPE)
+        rope(r, r->W->dqkv, 1);
+    if (EXEC_LP(g, QKV_B))
+        k->bias_grad(EXEC_LP(g, QKV_B), r->W->dqkv, N, qkv);
+    if (fq) {
+        fp8_bwd(r, r->W->dhid, EXEC_LP(g, QKV_W), r->W->dqkv, xq, x, fq, N);
+    } else {
+        mm_act(r, r->W->dhid, r->W->dqkv, EXEC_LP(w, QKV_W), N, h, qkv, 0, 0);
+        mm_f32(r, EXEC_LP(g, QKV_W), r->W->dqkv, x, qkv, h, N, 1, 0, 1);
+    }
+    TRY(exec_tp_column_dx(r, chunk, l, MODEL_OPR_QKV, dn, err));
+    op_close(r, op);
+    return PX_OK;
+}
+
 /* Backward of layer l: dres holds the gradient of the layer's output (this rank's region) and
  * leaves with the gradient of its input. */
 static int layer_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerActs *a, void *dres,
@@ -725,8 +770,7 @@ static int layer_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
     const ModelDims *d = &c->d;
     const ExecLayerParams *w = &r->P->lw[l];
     const ExecLayerGrads *g = &r->P->lg[l];
-    const int N = d->b * d->s_loc, R = d->b * d->s_sp, h = d->h, qkv = d->q_loc + 2 * d->kv_width_loc;
-    const ExecFp8Weight *fq = exec_fp8_weight(r->fp8, MODEL_TR_QKV_W, l);
+    const int N = d->b * d->s_loc, R = d->b * d->s_sp, h = d->h;
     const ExecFp8Weight *fp = exec_fp8_weight(r->fp8, MODEL_TR_PROJ_W, l);
     const ModelFp8ProjIn pin = model_fp8_proj_in(&c->spec);
 
@@ -766,11 +810,11 @@ static int layer_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
         fp8_bwd(r, r->W->dhid, EXEC_LP(g, PROJ_W), dy,
                 fp8_saved(r, pin == MODEL_FP8_PROJ_BOTH ? EXEC_LA(a, PROJ_IN_FP8)
                                                         : EXEC_LA(a, PROJ_IN),
-                          N, d->q_loc),
+                          N, d->o_loc),
                 NULL, fp, N);
     } else {
-        mm_act(r, r->W->dhid, dy, EXEC_LP(w, PROJ_W), N, d->q_loc, h, 0, 0);
-        mm_f32(r, EXEC_LP(g, PROJ_W), dy, EXEC_LA(a, PROJ_IN), h, d->q_loc, N, 1, 0, 1);
+        mm_act(r, r->W->dhid, dy, EXEC_LP(w, PROJ_W), N, d->o_loc, h, 0, 0);
+        mm_f32(r, EXEC_LP(g, PROJ_W), dy, EXEC_LA(a, PROJ_IN), h, d->o_loc, N, 1, 0, 1);
     }
     op_close(r, op);
 
@@ -778,23 +822,10 @@ static int layer_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
     TRY(attention_bwd(r, a, chunk, l, mb, err));
     op_close(r, op);
 
-    op = op_open(r, l, MODEL_OPR_QKV, MODEL_BWD);
-    const void *x;
-    ExecFp8Ref xq;
-    TRY(exec_tp_column_bwd_input(r, chunk, l, MODEL_OPR_QKV, EXEC_LA(a, QKV_IN), fq != NULL, &x,
-                                 &xq, err));
-    if (c->spec.model.position == MODEL_POS_ROPE)
-        rope(r, r->W->dqkv, 1);
-    if (EXEC_LP(g, QKV_B))
-        k->bias_grad(EXEC_LP(g, QKV_B), r->W->dqkv, N, qkv);
-    if (fq) {
-        fp8_bwd(r, r->W->dhid, EXEC_LP(g, QKV_W), r->W->dqkv, xq, x, fq, N);
-    } else {
-        mm_act(r, r->W->dhid, r->W->dqkv, EXEC_LP(w, QKV_W), N, h, qkv, 0, 0);
-        mm_f32(r, EXEC_LP(g, QKV_W), r->W->dqkv, x, qkv, h, N, 1, 0, 1);
-    }
-    TRY(exec_tp_column_dx(r, chunk, l, MODEL_OPR_QKV, &dn, err));
-    op_close(r, op);
+    if (exec_mla_on(c))
+        TRY(exec_mla_backward(r, chunk, l, a, &dn, err));
+    else
+        TRY(qkv_bwd(r, chunk, l, a, &dn, err));
 
     op = op_open(r, l, MODEL_OPR_LN1, MODEL_BWD);
     norm_bwd(r, dres, EXEC_LP(g, LN1_W), EXEC_LP(g, LN1_B), dn, EXEC_LA(a, LN1_IN),

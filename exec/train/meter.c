@@ -100,7 +100,7 @@ int exec_meter_other_op(const ExecMeter *M, ModelOpRole role, ModelPhase phase)
 
 static int is_layer_role(ModelOpRole r)
 {
-    return (r >= MODEL_OPR_LN1 && r <= MODEL_OPR_FC2) || (r >= MODEL_OPR_ROUTER && r <= MODEL_OPR_COMBINE);
+    return (r >= MODEL_OPR_LN1 && r <= MODEL_OPR_FC2) || (r >= MODEL_OPR_ROUTER && r <= MODEL_OPR_KV_B);
 }
 
 /* Files op i under its key (repeats chain in graph order: ZeRO-3 gathers a tied embedding
@@ -152,14 +152,20 @@ static int check_complete(const ExecMeter *M, const ExecCtx *c, PxError *err)
     const ModelRecompute rc = c->spec.layout.recompute;
     for (int j = 0; j < c->d.v; j++)
         for (int l = c->g.chunk_l0[j]; l < c->g.chunk_l0[j] + c->g.chunk_cl[j]; l++)
-            for (int r = MODEL_OPR_LN1; r <= MODEL_OPR_COMBINE; r++)
+            for (int r = MODEL_OPR_LN1; r <= MODEL_OPR_KV_B; r++)
                 for (int p = 0; p < EXEC_PHASES; p++) {
                     /* a MoE layer runs its router, experts and combine (the dispatch is
-                     * communication only) and an MLP when it has shared experts */
+                     * communication only) and an MLP when it has shared experts; MLA's
+                     * projections replace QKV's (q_a only with a query latent) */
                     const int moe = c->d.moe && model_layer_is_moe(&c->spec.model, l);
                     const int mlp = r >= MODEL_OPR_FC1 && r <= MODEL_OPR_FC2;
+                    const int mla_r = r >= MODEL_OPR_Q_A && r <= MODEL_OPR_KV_B;
+                    const int mla = exec_mla_on(c);
                     if (!is_layer_role((ModelOpRole)r) || r == MODEL_OPR_DISPATCH ||
-                        (r >= MODEL_OPR_ROUTER && !moe) || (mlp && moe && c->d.sff_loc == 0))
+                        (r >= MODEL_OPR_ROUTER && r <= MODEL_OPR_COMBINE && !moe) ||
+                        (mlp && moe && c->d.sff_loc == 0) || (mla_r && !mla) ||
+                        (r == MODEL_OPR_QKV && mla) ||
+                        (r == MODEL_OPR_Q_A && c->spec.model.mla.q_lora_rank <= 0))
                         continue;
                     int want = p != MODEL_RECOMPUTE || rc == MODEL_RECOMPUTE_FULL ||
                                (r == MODEL_OPR_CORE && rc == MODEL_RECOMPUTE_SELECTIVE &&

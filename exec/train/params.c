@@ -15,9 +15,11 @@ static int is_moe_param(ModelTensorRole r)
     return r >= MODEL_TR_ROUTER_W && r <= MODEL_TR_SHARED_GATE_W;
 }
 
+static int is_mla_param(ModelTensorRole r) { return r >= MODEL_TR_Q_A_W && r <= MODEL_TR_KV_B_W; }
+
 static int is_layer_param(ModelTensorRole r)
 {
-    return is_dense_param(r) || is_moe_param(r) || r == MODEL_TR_SINKS;
+    return is_dense_param(r) || is_moe_param(r) || is_mla_param(r) || r == MODEL_TR_SINKS;
 }
 
 static int is_expert_param(ModelTensorRole r)
@@ -29,12 +31,13 @@ static int is_expert_param(ModelTensorRole r)
 static int is_norm(ModelTensorRole r)
 {
     return r == MODEL_TR_LN1_W || r == MODEL_TR_LN1_B || r == MODEL_TR_LN2_W ||
-           r == MODEL_TR_LN2_B || r == MODEL_TR_FINAL_LN_W || r == MODEL_TR_FINAL_LN_B;
+           r == MODEL_TR_LN2_B || r == MODEL_TR_FINAL_LN_W || r == MODEL_TR_FINAL_LN_B ||
+           r == MODEL_TR_Q_NORM_W || r == MODEL_TR_KV_NORM_W;
 }
 
 static int is_param(ModelTensorRole r)
 {
-    return (r >= MODEL_TR_WTE && r <= MODEL_TR_LOGITS_W) || is_moe_param(r) ||
+    return (r >= MODEL_TR_WTE && r <= MODEL_TR_LOGITS_W) || is_moe_param(r) || is_mla_param(r) ||
            r == MODEL_TR_SINKS;
 }
 
@@ -48,6 +51,8 @@ static void **weight_view(ExecParams *P, ModelTensorRole r, int layer)
         return &P->lw[layer].m[r - MODEL_TR_ROUTER_W];
     if (r == MODEL_TR_SINKS)
         return &P->lw[layer].sinks;
+    if (is_mla_param(r))
+        return &P->lw[layer].a[r - MODEL_TR_Q_A_W];
     switch (r) {
     case MODEL_TR_WTE: return &P->wte;
     case MODEL_TR_WPE: return &P->wpe;
@@ -66,6 +71,8 @@ static float **grad_view(ExecParams *P, ModelTensorRole r, int layer)
         return &P->lg[layer].m[r - MODEL_TR_ROUTER_W];
     if (r == MODEL_TR_SINKS)
         return &P->lg[layer].sinks;
+    if (is_mla_param(r))
+        return &P->lg[layer].a[r - MODEL_TR_Q_A_W];
     switch (r) {
     case MODEL_TR_WTE: return &P->g_wte;
     case MODEL_TR_WPE: return &P->g_wpe;
@@ -96,6 +103,8 @@ static ExecMap tp_map(ModelTensorRole r, int swiglu)
     case MODEL_TR_WTE:
     case MODEL_TR_LOGITS_W:
     case MODEL_TR_SINKS: return EXEC_MAP_ROWS; /* the sinks of this rank's heads */
+    case MODEL_TR_Q_B_W: return EXEC_MAP_ROWS; /* MLA's queries: this rank's heads */
+    case MODEL_TR_KV_B_W: return EXEC_MAP_KV_B;
     default: return EXEC_MAP_FULL;
     }
 }
@@ -172,8 +181,10 @@ static int param_from(ExecParams *P, const ExecCtx *c, const ModelTensor *t, uin
     p->decay = t->ndim >= 2;
     p->replicated = !(t->shard & MODEL_SHARD_TP);
     p->norm = is_norm(t->role);
+    /* MLA's down-projections compute on the sequence shard too (their norms are norms) */
     p->sp_sum = p->norm || t->role == MODEL_TR_ROUTER_W || t->role == MODEL_TR_ROUTER_B ||
-                t->role == MODEL_TR_SHARED_GATE_W;
+                t->role == MODEL_TR_SHARED_GATE_W || t->role == MODEL_TR_Q_A_W ||
+                t->role == MODEL_TR_KV_A_W;
     p->tied_copy = c->g.tied_pair && t->role == MODEL_TR_LOGITS_W;
     /* the output layer's copy starts as an exact copy of the embedding */
     px_strlcpy(p->init_name, p->tied_copy ? "embed.wte" : t->name, sizeof p->init_name);

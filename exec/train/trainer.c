@@ -312,12 +312,18 @@ static int phase_memory(Exec *ex, PxError *err)
                        "model/ and exec/ disagree",
                        (unsigned long long)ex->mem.a[MODEL_ACTIVATIONS].cap,
                        (unsigned long long)want);
-    /* SP's packed replicated gradients of a MoE layer: the experts' workspace, free then */
-    ex->zero.scratch = ex->work.exp_dffn;
+    /* SP's packed replicated gradients of a MoE layer or an MLA one: the experts' workspace or
+     * MLA's, the larger, free then */
+    ex->zero.scratch = NULL;
     ex->zero.scratch_elems = 0;
-    for (int i = 0; i < ex->tt.count; i++)
-        if (ex->tt.t[i].role == MODEL_TR_WS_EXP_DFFN)
-            ex->zero.scratch_elems = ex->tt.t[i].bytes / sizeof(float);
+    for (int i = 0; i < ex->tt.count; i++) {
+        const ModelTensor *t = &ex->tt.t[i];
+        if ((t->role == MODEL_TR_WS_EXP_DFFN || t->role == MODEL_TR_WS_MLA) &&
+            t->bytes / sizeof(float) > ex->zero.scratch_elems) {
+            ex->zero.scratch = t->role == MODEL_TR_WS_MLA ? ex->work.mla : ex->work.exp_dffn;
+            ex->zero.scratch_elems = t->bytes / sizeof(float);
+        }
+    }
     if ((rc = exec_params_finish(&ex->params, c, ex->zero.bucket, ex->zero.bucket_elems,
                                  ex->zero.gather[0], err)) ||
         (rc = exec_meter_init(&ex->meter, c, &ex->graph, ex->sched.n, err)) ||

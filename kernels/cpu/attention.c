@@ -27,16 +27,19 @@ static int attn_visible(int q_offset, int t, int Tk)
 }
 
 /* The rows of q, k, v (and their gradients) must hold all their heads, or rows would overlap. */
-static void attn_check(int B, int Tq, int Tk, int H, int KV, int D, int q_offset, int q_stride,
-                       int k_stride, int v_stride)
+static void attn_check(int B, int Tq, int Tk, int H, int KV, int D, int Dv, int q_offset,
+                       int q_stride, int k_stride, int v_stride)
 {
-    KERN_CHECK(B >= 0 && Tq >= 0 && H > 0 && KV > 0 && D > 0, "attention: bad sizes");
+    KERN_CHECK(B >= 0 && Tq >= 0 && H > 0 && KV > 0 && D > 0 && Dv > 0, "attention: bad sizes");
     KERN_CHECK(Tk > 0 || Tq == 0 || B == 0, "attention: no keys");
     KERN_CHECK(H % KV == 0, "attention: heads must be a multiple of KV groups");
     KERN_CHECK(q_offset >= 0, "attention: negative q_offset");
-    KERN_CHECK(q_stride >= H * D && k_stride >= KV * D && v_stride >= KV * D,
+    KERN_CHECK(q_stride >= H * D && k_stride >= KV * D && v_stride >= KV * Dv,
                "attention: a stride is shorter than its row of heads");
 }
+
+/* The value heads' width: D unless the caller gives its own. */
+static int attn_dv(int D, int Dv) { return Dv > 0 ? Dv : D; }
 
 static float attn_dot(const float *a, const float *b, int D)
 {
@@ -78,12 +81,13 @@ static void attn_softmax_row(float *s, int visible, int Tk, const float *sink)
 
 static void attn_fwd_unfused(const KernAttnFwd *a)
 {
-    // q is (B,Tq,q_stride), k (B,Tk,k_stride), v (B,Tk,v_stride); out is (B,Tq,H*D);
+    // q is (B,Tq,q_stride), k (B,Tk,k_stride), v (B,Tk,v_stride); out is (B,Tq,H*Dv);
     // probs, mask, probs_drop are (B,H,Tq,Tk)
     const int Tq = a->Tq, Tk = a->Tk, H = a->H, D = a->D, rep = a->H / a->KV;
+    const int Dv = attn_dv(D, a->Dv);
     const float *q = a->q, *k = a->k, *v = a->v;
     float *out = a->out, *probs = a->probs, *pdrop = a->probs_drop;
-    const size_t ldo = (size_t)H * D, tile = (size_t)Tq * Tk;
+    const size_t ldo = (size_t)H * Dv, tile = (size_t)Tq * Tk;
     const int drop = a->dropout > 0.0f;
     KERN_CHECK(!drop || (a->mask && pdrop), "attention: dropout needs mask and probs_drop");
     KERN_CHECK(a->dropout < 1.0f, "attention: dropout must be below 1");
@@ -94,7 +98,7 @@ static void attn_fwd_unfused(const KernAttnFwd *a)
             const size_t bh = (size_t)b * H + h;
             const float *qb = q + (size_t)b * Tq * a->q_stride + (size_t)h * D;
             const float *kb = k + (size_t)b * Tk * a->k_stride + (size_t)g * D;
-            const float *vb = v + (size_t)b * Tk * a->v_stride + (size_t)g * D;
+            const float *vb = v + (size_t)b * Tk * a->v_stride + (size_t)g * Dv;
             float *P = probs + bh * tile;
             // All Tq x Tk scores in one sgemm, masked ones too: cheaper than a product per
             // row of visible keys, and the softmax overwrites the masked ones with 0.
@@ -114,36 +118,37 @@ static void attn_fwd_unfused(const KernAttnFwd *a)
                 }
                 Pused = pdrop + bh * tile;
             }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Tq, D, Tk, 1.0f, Pused, Tk, vb,
-                        a->v_stride, 0.0f, out + (size_t)b * Tq * ldo + (size_t)h * D, (int)ldo);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Tq, Dv, Tk, 1.0f, Pused, Tk, vb,
+                        a->v_stride, 0.0f, out + (size_t)b * Tq * ldo + (size_t)h * Dv, (int)ldo);
         }
     }
 }
 
 static void attn_fwd_fused(const KernAttnFwd *a)
 {
-    // out is (B,Tq,H*D), lse is (B,H,Tq)
+    // out is (B,Tq,H*Dv), lse is (B,H,Tq)
     const int Tq = a->Tq, Tk = a->Tk, H = a->H, D = a->D, rep = a->H / a->KV;
+    const int Dv = attn_dv(D, a->Dv);
     const float *q = a->q, *k = a->k, *v = a->v;
     float *out = a->out;
-    const size_t ldo = (size_t)H * D;
+    const size_t ldo = (size_t)H * Dv;
     KERN_CHECK(a->dropout == 0.0f, "attention: dropout needs the unfused path (probs)");
     KERN_CHECK(a->lse != NULL, "attention: the fused path needs lse");
     for (int b = 0; b < a->B; b++) {
         for (int h = 0; h < H; h++) {
             const int g = h / rep;
             const float *kb = k + (size_t)b * Tk * a->k_stride + (size_t)g * D;
-            const float *vb = v + (size_t)b * Tk * a->v_stride + (size_t)g * D;
+            const float *vb = v + (size_t)b * Tk * a->v_stride + (size_t)g * Dv;
             for (int t = 0; t < Tq; t++) {
                 const float *qr = q + ((size_t)b * Tq + t) * a->q_stride + (size_t)h * D;
                 // The output row is the accumulator: fp32 on the CPU, and no scratch needed.
-                float *acc = out + ((size_t)b * Tq + t) * ldo + (size_t)h * D;
+                float *acc = out + ((size_t)b * Tq + t) * ldo + (size_t)h * Dv;
                 const int vis = attn_visible(a->q_offset, t, Tk);
                 // a sink starts the sum: exp(sink - m) with m = sink
                 const float *sink = a->sinks ? (const float *)a->sinks + h : NULL;
                 float m = sink ? *sink : -INFINITY;
                 double l = sink ? 1.0 : 0.0;
-                for (int d = 0; d < D; d++)
+                for (int d = 0; d < Dv; d++)
                     acc[d] = 0.0f;
                 for (int j0 = 0; j0 < vis; j0 += ATTN_BLOCK) {
                     const int nj = vis - j0 < ATTN_BLOCK ? vis - j0 : ATTN_BLOCK;
@@ -158,20 +163,20 @@ static void attn_fwd_fused(const KernAttnFwd *a)
                     // On the first block m = -inf and the factor is 0 (of an empty sum).
                     const float corr = expf(m - mnew);
                     l *= corr;
-                    for (int d = 0; d < D; d++)
+                    for (int d = 0; d < Dv; d++)
                         acc[d] *= corr;
                     for (int jj = 0; jj < nj; jj++) {
                         const float p = expf(s[jj] - mnew);
                         const float *vr = vb + (size_t)(j0 + jj) * a->v_stride;
                         l += p;
-                        for (int d = 0; d < D; d++)
+                        for (int d = 0; d < Dv; d++)
                             acc[d] += p * vr[d];
                     }
                     m = mnew;
                 }
                 // l >= 1: the row's maximum (or the sink) contributes exp(0)
                 const float inv = (float)(1.0 / l);
-                for (int d = 0; d < D; d++)
+                for (int d = 0; d < Dv; d++)
                     acc[d] *= inv;
                 a->lse[((size_t)b * H + h) * Tq + t] = m + (float)log(l);
             }
@@ -181,8 +186,8 @@ static void attn_fwd_fused(const KernAttnFwd *a)
 
 void kern_cpu_attention_fwd(const KernAttnFwd *a)
 {
-    attn_check(a->B, a->Tq, a->Tk, a->H, a->KV, a->D, a->q_offset, a->q_stride, a->k_stride,
-               a->v_stride);
+    attn_check(a->B, a->Tq, a->Tk, a->H, a->KV, a->D, attn_dv(a->D, a->Dv), a->q_offset,
+               a->q_stride, a->k_stride, a->v_stride);
     if (a->B == 0 || a->Tq == 0)
         return;
     if (a->probs)
@@ -196,12 +201,13 @@ void kern_cpu_attention_fwd(const KernAttnFwd *a)
  * dS = P * (dP - rowsum(dP * P)), dQ = scale dS K, dK = scale dS^T Q. */
 static void attn_bwd_unfused(const KernAttnBwd *a)
 {
-    // dscores, probs, mask, probs_drop are (B,H,Tq,Tk); dout is (B,Tq,H*D)
+    // dscores, probs, mask, probs_drop are (B,H,Tq,Tk); dout is (B,Tq,H*Dv)
     const int Tq = a->Tq, Tk = a->Tk, H = a->H, D = a->D, rep = a->H / a->KV;
+    const int Dv = attn_dv(D, a->Dv);
     const float *q = a->q, *k = a->k, *v = a->v, *dout = a->dout, *probs = a->probs;
     const float *pdrop = a->probs_drop;
     float *dq = a->dq, *dk = a->dk, *dv = a->dv, *dS_all = a->dscores;
-    const size_t ldo = (size_t)H * D, tile = (size_t)Tq * Tk;
+    const size_t ldo = (size_t)H * Dv, tile = (size_t)Tq * Tk;
     const int drop = a->dropout > 0.0f;
     KERN_CHECK(dS_all != NULL, "attention: the unfused backward needs dscores");
     KERN_CHECK(!drop || (a->mask && pdrop), "attention: dropout needs mask and probs_drop");
@@ -213,18 +219,18 @@ static void attn_bwd_unfused(const KernAttnBwd *a)
             const size_t bh = (size_t)b * H + h;
             const float *qb = q + (size_t)b * Tq * a->q_stride + (size_t)h * D;
             const float *kb = k + (size_t)b * Tk * a->k_stride + (size_t)g * D;
-            const float *vb = v + (size_t)b * Tk * a->v_stride + (size_t)g * D;
-            const float *dob = dout + (size_t)b * Tq * ldo + (size_t)h * D;
+            const float *vb = v + (size_t)b * Tk * a->v_stride + (size_t)g * Dv;
+            const float *dob = dout + (size_t)b * Tq * ldo + (size_t)h * Dv;
             float *dqb = dq + (size_t)b * Tq * a->dq_stride + (size_t)h * D;
             float *dkb = dk + (size_t)b * Tk * a->dk_stride + (size_t)g * D;
-            float *dvb = dv + (size_t)b * Tk * a->dv_stride + (size_t)g * D;
+            float *dvb = dv + (size_t)b * Tk * a->dv_stride + (size_t)g * Dv;
             const float *P = probs + bh * tile;
             const float *Pused = drop ? pdrop + bh * tile : P;
             float *dS = dS_all + bh * tile;
             // heads of one group add into the same dk, dv rows (beta = 1 after the zeroing)
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Tk, D, Tq, 1.0f, Pused, Tk, dob,
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Tk, Dv, Tq, 1.0f, Pused, Tk, dob,
                         (int)ldo, 1.0f, dvb, a->dv_stride);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Tq, Tk, D, 1.0f, dob, (int)ldo,
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Tq, Tk, Dv, 1.0f, dob, (int)ldo,
                         vb, a->v_stride, 0.0f, dS, Tk);
             if (drop) {
                 const uint8_t *mk = a->mask + bh * tile;
@@ -252,11 +258,12 @@ static void attn_bwd_unfused(const KernAttnBwd *a)
  * rowsum(dP * P) = rowsum(dO * O) (because O = P V), so nothing of size Tq x Tk is stored. */
 static void attn_bwd_fused(const KernAttnBwd *a)
 {
-    // out, dout are (B,Tq,H*D); lse, drow are (B,H,Tq)
+    // out, dout are (B,Tq,H*Dv); lse, drow are (B,H,Tq)
     const int Tq = a->Tq, Tk = a->Tk, H = a->H, D = a->D, rep = a->H / a->KV;
+    const int Dv = attn_dv(D, a->Dv);
     const float *q = a->q, *k = a->k, *v = a->v, *out = a->out, *dout = a->dout;
     float *dq = a->dq, *dk = a->dk, *dv = a->dv;
-    const size_t ldo = (size_t)H * D;
+    const size_t ldo = (size_t)H * Dv;
     KERN_CHECK(a->dropout == 0.0f, "attention: dropout needs the unfused path (probs)");
     KERN_CHECK(a->lse && a->drow && out, "attention: the fused backward needs out, lse, drow");
     for (int b = 0; b < a->B; b++) {
@@ -264,16 +271,16 @@ static void attn_bwd_fused(const KernAttnBwd *a)
             const int g = h / rep;
             const size_t bh = (size_t)b * H + h;
             const float *kb = k + (size_t)b * Tk * a->k_stride + (size_t)g * D;
-            const float *vb = v + (size_t)b * Tk * a->v_stride + (size_t)g * D;
+            const float *vb = v + (size_t)b * Tk * a->v_stride + (size_t)g * Dv;
             float *dkb = dk + (size_t)b * Tk * a->dk_stride + (size_t)g * D;
-            float *dvb = dv + (size_t)b * Tk * a->dv_stride + (size_t)g * D;
+            float *dvb = dv + (size_t)b * Tk * a->dv_stride + (size_t)g * Dv;
             for (int t = 0; t < Tq; t++) {
                 const float *qr = q + ((size_t)b * Tq + t) * a->q_stride + (size_t)h * D;
-                const float *orow = out + ((size_t)b * Tq + t) * ldo + (size_t)h * D;
-                const float *dor = dout + ((size_t)b * Tq + t) * ldo + (size_t)h * D;
+                const float *orow = out + ((size_t)b * Tq + t) * ldo + (size_t)h * Dv;
+                const float *dor = dout + ((size_t)b * Tq + t) * ldo + (size_t)h * Dv;
                 float *dqr = dq + ((size_t)b * Tq + t) * a->dq_stride + (size_t)h * D;
                 double dr = 0.0;
-                for (int d = 0; d < D; d++)
+                for (int d = 0; d < Dv; d++)
                     dr += (double)dor[d] * orow[d];
                 a->drow[bh * Tq + t] = (float)dr;
                 const float lse = a->lse[bh * Tq + t];
@@ -286,12 +293,13 @@ static void attn_bwd_fused(const KernAttnBwd *a)
                     float *dkr = dkb + (size_t)j * a->dk_stride;
                     float *dvr = dvb + (size_t)j * a->dv_stride;
                     const float p = expf(a->scale * attn_dot(qr, kr, D) - lse);
-                    const float ds = p * (attn_dot(dor, vr, D) - (float)dr) * a->scale;
+                    const float ds = p * (attn_dot(dor, vr, Dv) - (float)dr) * a->scale;
                     for (int d = 0; d < D; d++) {
                         dqr[d] += ds * kr[d];
                         dkr[d] += ds * qr[d];
-                        dvr[d] += p * dor[d];
                     }
+                    for (int d = 0; d < Dv; d++)
+                        dvr[d] += p * dor[d];
                 }
             }
         }
@@ -300,13 +308,14 @@ static void attn_bwd_fused(const KernAttnBwd *a)
 
 void kern_cpu_attention_bwd(const KernAttnBwd *a)
 {
-    attn_check(a->B, a->Tq, a->Tk, a->H, a->KV, a->D, a->q_offset, a->q_stride, a->k_stride,
+    const int Dv = attn_dv(a->D, a->Dv);
+    attn_check(a->B, a->Tq, a->Tk, a->H, a->KV, a->D, Dv, a->q_offset, a->q_stride, a->k_stride,
                a->v_stride);
-    attn_check(a->B, a->Tq, a->Tk, a->H, a->KV, a->D, a->q_offset, a->dq_stride, a->dk_stride,
+    attn_check(a->B, a->Tq, a->Tk, a->H, a->KV, a->D, Dv, a->q_offset, a->dq_stride, a->dk_stride,
                a->dv_stride);
     // dk and dv are overwritten (even with no queries) but summed over the heads of a group
     attn_zero_kv(a->dk, a->B, a->Tk, a->KV, a->D, a->dk_stride);
-    attn_zero_kv(a->dv, a->B, a->Tk, a->KV, a->D, a->dv_stride);
+    attn_zero_kv(a->dv, a->B, a->Tk, a->KV, Dv, a->dv_stride);
     if (a->B == 0 || a->Tq == 0)
         return;
     if (a->probs)

@@ -94,6 +94,7 @@ static const KernBackend kern_cpu_backend = {
     .attention_merge = kern_cpu_attention_merge,
     .add = kern_cpu_add,
     .add_inplace = kern_cpu_add_inplace,
+    .copy_cols = kern_cpu_copy_cols,
     .dropout_fwd = kern_cpu_dropout_fwd,
     .dropout_bwd = kern_cpu_dropout_bwd,
     .embedding_fwd = kern_cpu_embedding_fwd,

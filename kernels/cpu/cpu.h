@@ -105,6 +105,7 @@ void kern_cpu_fp8_amax_update(float *history, float *scale, const float *amax,
 /* misc.c */
 void kern_cpu_add(void *out, const void *a, const void *b, size_t n);
 void kern_cpu_add_inplace(void *out, const void *a, size_t n);
+void kern_cpu_copy_cols(void *dst, int ldd, const void *src, int lds, int rows, int cols, int add);
 void kern_cpu_dropout_fwd(void *out, uint8_t *mask, const void *inp, size_t n, float p,
                           uint64_t seed);
 void kern_cpu_dropout_bwd(void *dinp, const void *dout, const uint8_t *mask, size_t n, float p);

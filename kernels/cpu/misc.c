@@ -23,6 +23,20 @@ void kern_cpu_add_inplace(void *out, const void *a, size_t n)
         o[i] += x[i];
 }
 
+void kern_cpu_copy_cols(void *dst, int ldd, const void *src, int lds, int rows, int cols, int add)
+{
+    KERN_CHECK(rows >= 0 && cols >= 0 && ldd >= cols && lds >= cols, "copy_cols: bad shape");
+    for (int r = 0; r < rows; r++) {
+        float *o = (float *)dst + (size_t)r * ldd;
+        const float *x = (const float *)src + (size_t)r * lds;
+        if (add)
+            for (int c = 0; c < cols; c++)
+                o[c] += x[c];
+        else
+            memcpy(o, x, (size_t)cols * sizeof *o);
+    }
+}
+
 void kern_cpu_dropout_fwd(void *out, uint8_t *mask, const void *inp, size_t n, float p,
                           uint64_t seed)
 {

@@ -19,14 +19,17 @@
 
 /* ---- shared by both paths ---- */
 
-static void attn_check(int B, int Tq, int Tk, int H, int KV, int D, int q_offset, int q_stride,
-                       int k_stride, int v_stride)
+/* The value (and output) heads' width: D unless the caller gives its own (kernels.h). */
+__host__ __device__ __forceinline__ int attn_dv(int D, int Dv) { return Dv > 0 ? Dv : D; }
+
+static void attn_check(int B, int Tq, int Tk, int H, int KV, int D, int Dv, int q_offset,
+                       int q_stride, int k_stride, int v_stride)
 {
-    KERN_CHECK(B >= 0 && Tq >= 0 && H > 0 && KV > 0 && D > 0, "attention: bad sizes");
+    KERN_CHECK(B >= 0 && Tq >= 0 && H > 0 && KV > 0 && D > 0 && Dv > 0, "attention: bad sizes");
     KERN_CHECK(Tk > 0 || Tq == 0 || B == 0, "attention: no keys");
     KERN_CHECK(H % KV == 0, "attention: heads must be a multiple of KV groups");
     KERN_CHECK(q_offset >= 0, "attention: negative q_offset");
-    KERN_CHECK(q_stride >= H * D && k_stride >= KV * D && v_stride >= KV * D,
+    KERN_CHECK(q_stride >= H * D && k_stride >= KV * D && v_stride >= KV * Dv,
                "attention: a stride is shorter than its row of heads");
 }
 
@@ -133,13 +136,14 @@ static unsigned rows_grid(size_t rows)
 
 template <typename T> static void attn_fwd_unfused(const KernAttnFwd *a)
 {
-    // q is (B,Tq,q_stride), k (B,Tk,k_stride), v (B,Tk,v_stride); out is (B,Tq,H*D);
+    // q is (B,Tq,q_stride), k (B,Tk,k_stride), v (B,Tk,v_stride); out is (B,Tq,H*Dv);
     // probs, mask, probs_drop are (B,H,Tq,Tk)
     const int B = a->B, Tq = a->Tq, Tk = a->Tk, H = a->H, KV = a->KV, D = a->D, rep = H / KV;
+    const int Dv = attn_dv(D, a->Dv);
     const cudaDataType dt = ActTraits<T>::blas;
     const T *q = (const T *)a->q, *k = (const T *)a->k, *v = (const T *)a->v;
     T *out = (T *)a->out, *probs = (T *)a->probs, *pdrop = (T *)a->probs_drop;
-    const size_t tile = (size_t)Tq * Tk, ldo = (size_t)H * D;
+    const size_t tile = (size_t)Tq * Tk, ldo = (size_t)H * Dv;
     const int drop = a->dropout > 0.0f;
     KERN_CHECK(!drop || (a->mask && pdrop), "attention: dropout needs mask and probs_drop");
     KERN_CHECK(a->dropout < 1.0f, "attention: dropout must be below 1");
@@ -158,11 +162,11 @@ template <typename T> static void attn_fwd_unfused(const KernAttnFwd *a)
     const T *used = drop ? pdrop : probs;
     for (int b = 0; b < B; b++)
         for (int r = 0; r < rep; r++)
-            // O_h[Tq,D] = P_h V_g
-            kern_cuda_gemm(out + (size_t)b * Tq * ldo + (size_t)r * D, dt, (int)ldo,
-                           (long long)rep * D, used + ((size_t)b * H + r) * tile, Tk,
+            // O_h[Tq,Dv] = P_h V_g
+            kern_cuda_gemm(out + (size_t)b * Tq * ldo + (size_t)r * Dv, dt, (int)ldo,
+                           (long long)rep * Dv, used + ((size_t)b * H + r) * tile, Tk,
                            (long long)rep * tile, v + (size_t)b * Tk * a->v_stride, a->v_stride,
-                           D, dt, Tq, D, Tk, 0, 0, 1.0f, 0.0f, KV);
+                           Dv, dt, Tq, Dv, Tk, 0, 0, 1.0f, 0.0f, KV);
 }
 
 /* With P the softmax, Pu the probabilities that multiplied V and dO the output gradient:
@@ -171,11 +175,12 @@ template <typename T> static void attn_fwd_unfused(const KernAttnFwd *a)
 template <typename T> static void attn_bwd_unfused(const KernAttnBwd *a)
 {
     const int B = a->B, Tq = a->Tq, Tk = a->Tk, H = a->H, KV = a->KV, D = a->D, rep = H / KV;
+    const int Dv = attn_dv(D, a->Dv);
     const cudaDataType dt = ActTraits<T>::blas;
     const T *q = (const T *)a->q, *k = (const T *)a->k, *v = (const T *)a->v;
     const T *dout = (const T *)a->dout, *probs = (const T *)a->probs;
     T *dq = (T *)a->dq, *dk = (T *)a->dk, *dv = (T *)a->dv, *dS = (T *)a->dscores;
-    const size_t tile = (size_t)Tq * Tk, ldo = (size_t)H * D;
+    const size_t tile = (size_t)Tq * Tk, ldo = (size_t)H * Dv;
     const int drop = a->dropout > 0.0f;
     KERN_CHECK(dS != NULL, "attention: the unfused backward needs dscores");
     KERN_CHECK(!drop || (a->mask && a->probs_drop), "attention: dropout needs mask and probs_drop");
@@ -185,14 +190,14 @@ template <typename T> static void attn_bwd_unfused(const KernAttnBwd *a)
         const T *dob = dout + (size_t)b * Tq * ldo;
         for (int r = 0; r < rep; r++) {
             const size_t bh = (size_t)b * H + r;
-            // dV_g[Tk,D] += Pu_h^T dO_h
-            kern_cuda_gemm(dv + (size_t)b * Tk * a->dv_stride, dt, a->dv_stride, D,
-                           used + bh * tile, Tk, (long long)rep * tile, dob + (size_t)r * D,
-                           (int)ldo, (long long)rep * D, dt, Tk, D, Tq, 1, 0, 1.0f, 1.0f, KV);
+            // dV_g[Tk,Dv] += Pu_h^T dO_h
+            kern_cuda_gemm(dv + (size_t)b * Tk * a->dv_stride, dt, a->dv_stride, Dv,
+                           used + bh * tile, Tk, (long long)rep * tile, dob + (size_t)r * Dv,
+                           (int)ldo, (long long)rep * Dv, dt, Tk, Dv, Tq, 1, 0, 1.0f, 1.0f, KV);
             // dPu[Tq,Tk] = dO_h V_g^T
-            kern_cuda_gemm(dS + bh * tile, dt, Tk, (long long)rep * tile, dob + (size_t)r * D,
-                           (int)ldo, (long long)rep * D, v + (size_t)b * Tk * a->v_stride,
-                           a->v_stride, D, dt, Tq, Tk, D, 0, 1, 1.0f, 0.0f, KV);
+            kern_cuda_gemm(dS + bh * tile, dt, Tk, (long long)rep * tile, dob + (size_t)r * Dv,
+                           (int)ldo, (long long)rep * Dv, v + (size_t)b * Tk * a->v_stride,
+                           a->v_stride, Dv, dt, Tq, Tk, Dv, 0, 1, 1.0f, 0.0f, KV);
         }
     }
     const size_t rows = (size_t)B * H * Tq;
@@ -242,7 +247,8 @@ __device__ __forceinline__ void fa_load_tile(float *dst, const T *src, int strid
  * running sum of exp(s - m), acc the running sum of exp(s - m) v. */
 template <typename T> __global__ void flash_fwd_kernel(KernAttnFwd a)
 {
-    const int Tq = a.Tq, Tk = a.Tk, H = a.H, D = a.D, rep = a.H / a.KV, pitch = fa_pitch(D);
+    const int Tq = a.Tq, Tk = a.Tk, H = a.H, D = a.D, rep = a.H / a.KV;
+    const int Dv = attn_dv(D, a.Dv), Dm = D > Dv ? D : Dv, pitch = fa_pitch(Dm);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int bh = blockIdx.y, b = bh / H, h = bh % H, g = h / rep;
     const int t0 = blockIdx.x * FA_WARPS, t = t0 + warp;
@@ -250,16 +256,16 @@ template <typename T> __global__ void flash_fwd_kernel(KernAttnFwd a)
     const int active = t < Tq;
     float *Ks = dyn_smem<float>(), *Vs = Ks + FA_TILE * pitch;
     float *base = Vs + FA_TILE * pitch;
-    float *qs = base + warp * D, *acc = base + FA_WARPS * D + warp * D;
-    float *ps = base + 2 * FA_WARPS * D + warp * FA_TILE;
+    float *qs = base + warp * Dm, *acc = base + FA_WARPS * Dm + warp * Dm;
+    float *ps = base + 2 * FA_WARPS * Dm + warp * FA_TILE;
     const T *kb = (const T *)a.k + (size_t)b * Tk * a.k_stride + (size_t)g * D;
-    const T *vb = (const T *)a.v + (size_t)b * Tk * a.v_stride + (size_t)g * D;
+    const T *vb = (const T *)a.v + (size_t)b * Tk * a.v_stride + (size_t)g * Dv;
     if (active) {
         const T *qr = (const T *)a.q + ((size_t)b * Tq + t) * a.q_stride + (size_t)h * D;
-        for (int d = lane; d < D; d += 32) {
+        for (int d = lane; d < D; d += 32)
             qs[d] = to_f(qr[d]);
+        for (int d = lane; d < Dv; d += 32)
             acc[d] = 0.0f;
-        }
     }
     const int vis = active ? attn_visible(a.q_offset, t, Tk) : 0;
     const int block_vis = attn_visible(a.q_offset, last, Tk); /* the most any row here sees */
@@ -268,7 +274,7 @@ template <typename T> __global__ void flash_fwd_kernel(KernAttnFwd a)
     for (int j0 = 0; j0 < block_vis; j0 += FA_TILE) {
         __syncthreads(); /* the previous tile is no longer read */
         fa_load_tile(Ks, kb, a.k_stride, j0, Tk, D, pitch);
-        fa_load_tile(Vs, vb, a.v_stride, j0, Tk, D, pitch);
+        fa_load_tile(Vs, vb, a.v_stride, j0, Tk, Dv, pitch);
         __syncthreads();
         if (j0 < vis) { /* the same for the whole warp; key j0 is visible, so bm is finite */
             const int j = j0 + lane;
@@ -285,7 +291,7 @@ template <typename T> __global__ void flash_fwd_kernel(KernAttnFwd a)
             l = l * corr + warp_sum(p);
             ps[lane] = p;
             __syncwarp();
-            for (int d = lane; d < D; d += 32) {
+            for (int d = lane; d < Dv; d += 32) {
                 float x = acc[d] * corr;
                 for (int jj = 0; jj < FA_TILE; jj++)
                     x += ps[jj] * Vs[jj * pitch + d];
@@ -296,9 +302,9 @@ template <typename T> __global__ void flash_fwd_kernel(KernAttnFwd a)
         }
     }
     if (active) {
-        T *o = (T *)a.out + ((size_t)b * Tq + t) * ((size_t)H * D) + (size_t)h * D;
+        T *o = (T *)a.out + ((size_t)b * Tq + t) * ((size_t)H * Dv) + (size_t)h * Dv;
         const float inv = 1.0f / l; /* l >= 1: the row's maximum (or sink) gives exp(0) */
-        for (int d = lane; d < D; d += 32)
+        for (int d = lane; d < Dv; d += 32)
             o[d] = from_f<T>(acc[d] * inv);
         if (lane == 0)
             a.lse[(size_t)bh * Tq + t] = m + logf(l);
@@ -309,7 +315,8 @@ template <typename T> __global__ void flash_fwd_kernel(KernAttnFwd a)
  * with p = exp(scale q.k - lse) and ds = p (dO.v - drow) scale, dq = sum over keys of ds k. */
 template <typename T> __global__ void flash_bwd_dq_kernel(KernAttnBwd a)
 {
-    const int Tq = a.Tq, Tk = a.Tk, H = a.H, D = a.D, rep = a.H / a.KV, pitch = fa_pitch(D);
+    const int Tq = a.Tq, Tk = a.Tk, H = a.H, D = a.D, rep = a.H / a.KV;
+    const int Dv = attn_dv(D, a.Dv), Dm = D > Dv ? D : Dv, pitch = fa_pitch(Dm);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int bh = blockIdx.y, b = bh / H, h = bh % H, g = h / rep;
     const int t0 = blockIdx.x * FA_WARPS, t = t0 + warp;
@@ -317,21 +324,23 @@ template <typename T> __global__ void flash_bwd_dq_kernel(KernAttnBwd a)
     const int active = t < Tq;
     float *Ks = dyn_smem<float>(), *Vs = Ks + FA_TILE * pitch;
     float *base = Vs + FA_TILE * pitch;
-    float *qs = base + warp * D, *dos = base + FA_WARPS * D + warp * D;
-    float *dqs = base + 2 * FA_WARPS * D + warp * D, *ps = base + 3 * FA_WARPS * D + warp * FA_TILE;
+    float *qs = base + warp * Dm, *dos = base + FA_WARPS * Dm + warp * Dm;
+    float *dqs = base + 2 * FA_WARPS * Dm + warp * Dm, *ps = base + 3 * FA_WARPS * Dm + warp * FA_TILE;
     const T *kb = (const T *)a.k + (size_t)b * Tk * a.k_stride + (size_t)g * D;
-    const T *vb = (const T *)a.v + (size_t)b * Tk * a.v_stride + (size_t)g * D;
+    const T *vb = (const T *)a.v + (size_t)b * Tk * a.v_stride + (size_t)g * Dv;
     float dr = 0.0f, lse = 0.0f;
     if (active) {
-        const size_t tok = (size_t)b * Tq + t, col = (size_t)h * D, ldo = (size_t)H * D;
-        const T *qr = (const T *)a.q + tok * a.q_stride + col;
-        const T *dor = (const T *)a.dout + tok * ldo + col;
-        const T *orow = (const T *)a.out + tok * ldo + col;
+        const size_t tok = (size_t)b * Tq + t, ov = (size_t)h * Dv, ldo = (size_t)H * Dv;
+        const T *qr = (const T *)a.q + tok * a.q_stride + (size_t)h * D;
+        const T *dor = (const T *)a.dout + tok * ldo + ov;
+        const T *orow = (const T *)a.out + tok * ldo + ov;
         float s = 0.0f;
         for (int d = lane; d < D; d += 32) {
             qs[d] = to_f(qr[d]);
-            dos[d] = to_f(dor[d]);
             dqs[d] = 0.0f;
+        }
+        for (int d = lane; d < Dv; d += 32) {
+            dos[d] = to_f(dor[d]);
             s += dos[d] * to_f(orow[d]);
         }
         dr = warp_sum(s);
@@ -344,16 +353,16 @@ template <typename T> __global__ void flash_bwd_dq_kernel(KernAttnBwd a)
     for (int j0 = 0; j0 < block_vis; j0 += FA_TILE) {
         __syncthreads();
         fa_load_tile(Ks, kb, a.k_stride, j0, Tk, D, pitch);
-        fa_load_tile(Vs, vb, a.v_stride, j0, Tk, D, pitch);
+        fa_load_tile(Vs, vb, a.v_stride, j0, Tk, Dv, pitch);
         __syncthreads();
         if (j0 < vis) {
             float ds = 0.0f;
             if (j0 + lane < vis) {
                 float sq = 0.0f, sv = 0.0f;
-                for (int d = 0; d < D; d++) {
+                for (int d = 0; d < D; d++)
                     sq += qs[d] * Ks[lane * pitch + d];
+                for (int d = 0; d < Dv; d++)
                     sv += dos[d] * Vs[lane * pitch + d];
-                }
                 const float p = expf(a.scale * sq - lse);
                 ds = p * (sv - dr) * a.scale;
             }
@@ -381,26 +390,28 @@ template <typename T> __global__ void flash_bwd_dq_kernel(KernAttnBwd a)
 template <typename T> __global__ void flash_bwd_dkdv_kernel(KernAttnBwd a)
 {
     const int Tq = a.Tq, Tk = a.Tk, H = a.H, KV = a.KV, D = a.D, rep = a.H / a.KV;
-    const int pitch = fa_pitch(D);
+    const int Dv = attn_dv(D, a.Dv), Dm = D > Dv ? D : Dv, pitch = fa_pitch(Dm);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int bg = blockIdx.y, b = bg / KV, g = bg % KV;
     const int j0b = blockIdx.x * FA_WARPS, j = j0b + warp;
     const int active = j < Tk;
     float *Qs = dyn_smem<float>(), *dOs = Qs + FA_TILE * pitch;
     float *base = dOs + FA_TILE * pitch;
-    float *ks = base + warp * D, *vs = base + FA_WARPS * D + warp * D;
-    float *dks = base + 2 * FA_WARPS * D + warp * D, *dvs = base + 3 * FA_WARPS * D + warp * D;
-    float *ps = base + 4 * FA_WARPS * D + warp * FA_TILE;
-    float *dss = base + 4 * FA_WARPS * D + FA_WARPS * FA_TILE + warp * FA_TILE;
-    float *lses = base + 4 * FA_WARPS * D + 2 * FA_WARPS * FA_TILE, *drs = lses + FA_TILE;
+    float *ks = base + warp * Dm, *vs = base + FA_WARPS * Dm + warp * Dm;
+    float *dks = base + 2 * FA_WARPS * Dm + warp * Dm, *dvs = base + 3 * FA_WARPS * Dm + warp * Dm;
+    float *ps = base + 4 * FA_WARPS * Dm + warp * FA_TILE;
+    float *dss = base + 4 * FA_WARPS * Dm + FA_WARPS * FA_TILE + warp * FA_TILE;
+    float *lses = base + 4 * FA_WARPS * Dm + 2 * FA_WARPS * FA_TILE, *drs = lses + FA_TILE;
     if (active) {
-        const size_t tok = (size_t)b * Tk + j, col = (size_t)g * D;
-        const T *kr = (const T *)a.k + tok * a.k_stride + col;
-        const T *vr = (const T *)a.v + tok * a.v_stride + col;
+        const size_t tok = (size_t)b * Tk + j;
+        const T *kr = (const T *)a.k + tok * a.k_stride + (size_t)g * D;
+        const T *vr = (const T *)a.v + tok * a.v_stride + (size_t)g * Dv;
         for (int d = lane; d < D; d += 32) {
             ks[d] = to_f(kr[d]);
-            vs[d] = to_f(vr[d]);
             dks[d] = 0.0f;
+        }
+        for (int d = lane; d < Dv; d += 32) {
+            vs[d] = to_f(vr[d]);
             dvs[d] = 0.0f;
         }
     }
@@ -409,16 +420,16 @@ template <typename T> __global__ void flash_bwd_dkdv_kernel(KernAttnBwd a)
     const int t_block = first > 0 ? (int)first : 0;
     const long long mine = (long long)j - a.q_offset;
     const int t_first = mine > 0 ? (int)mine : 0;
-    const size_t ldo = (size_t)H * D;
+    const size_t ldo = (size_t)H * Dv;
     for (int r = 0; r < rep; r++) {
         const int h = g * rep + r;
         const size_t bh = (size_t)b * H + h;
         const T *qb = (const T *)a.q + (size_t)b * Tq * a.q_stride + (size_t)h * D;
-        const T *dob = (const T *)a.dout + (size_t)b * Tq * ldo + (size_t)h * D;
+        const T *dob = (const T *)a.dout + (size_t)b * Tq * ldo + (size_t)h * Dv;
         for (int t0 = t_block; t0 < Tq; t0 += FA_TILE) {
             __syncthreads();
             fa_load_tile(Qs, qb, a.q_stride, t0, Tq, D, pitch);
-            fa_load_tile(dOs, dob, (int)ldo, t0, Tq, D, pitch);
+            fa_load_tile(dOs, dob, (int)ldo, t0, Tq, Dv, pitch);
             for (int i = threadIdx.x; i < FA_TILE; i += blockDim.x) {
                 const int t = t0 + i;
                 lses[i] = t < Tq ? a.lse[bh * Tq + t] : 0.0f;
@@ -430,10 +441,10 @@ template <typename T> __global__ void flash_bwd_dkdv_kernel(KernAttnBwd a)
                 float p = 0.0f, ds = 0.0f;
                 if (t < Tq && t >= t_first) {
                     float sq = 0.0f, sv = 0.0f;
-                    for (int d = 0; d < D; d++) {
+                    for (int d = 0; d < D; d++)
                         sq += Qs[lane * pitch + d] * ks[d];
+                    for (int d = 0; d < Dv; d++)
                         sv += dOs[lane * pitch + d] * vs[d];
-                    }
                     p = expf(a.scale * sq - lses[lane]);
                     ds = p * (sv - drs[lane]) * a.scale;
                 }
@@ -441,12 +452,15 @@ template <typename T> __global__ void flash_bwd_dkdv_kernel(KernAttnBwd a)
                 dss[lane] = ds;
                 __syncwarp();
                 for (int d = lane; d < D; d += 32) {
-                    float xk = dks[d], xv = dvs[d];
-                    for (int i = 0; i < FA_TILE; i++) {
+                    float xk = dks[d];
+                    for (int i = 0; i < FA_TILE; i++)
                         xk += dss[i] * Qs[i * pitch + d];
-                        xv += ps[i] * dOs[i * pitch + d];
-                    }
                     dks[d] = xk;
+                }
+                for (int d = lane; d < Dv; d += 32) {
+                    float xv = dvs[d];
+                    for (int i = 0; i < FA_TILE; i++)
+                        xv += ps[i] * dOs[i * pitch + d];
                     dvs[d] = xv;
                 }
                 __syncwarp();
@@ -454,14 +468,18 @@ template <typename T> __global__ void flash_bwd_dkdv_kernel(KernAttnBwd a)
         }
     }
     if (active) {
-        const size_t tok = (size_t)b * Tk + j, col = (size_t)g * D;
-        T *dkr = (T *)a.dk + tok * a.dk_stride + col, *dvr = (T *)a.dv + tok * a.dv_stride + col;
-        for (int d = lane; d < D; d += 32) {
+        const size_t tok = (size_t)b * Tk + j;
+        T *dkr = (T *)a.dk + tok * a.dk_stride + (size_t)g * D;
+        T *dvr = (T *)a.dv + tok * a.dv_stride + (size_t)g * Dv;
+        for (int d = lane; d < D; d += 32)
             dkr[d] = from_f<T>(dks[d]);
+        for (int d = lane; d < Dv; d += 32)
             dvr[d] = from_f<T>(dvs[d]);
-        }
     }
 }
+
+/* The wider of the query/key and value head widths: what the shared buffers are sized by. */
+static int attn_dm(int D, int Dv) { return attn_dv(D, Dv) > D ? attn_dv(D, Dv) : D; }
 
 static size_t fa_fwd_smem(int D)
 {
@@ -487,7 +505,7 @@ template <typename T> static void attn_fwd_fused(const KernAttnFwd *a)
     KERN_CHECK(a->dropout == 0.0f, "attention: dropout needs the unfused path (probs)");
     KERN_CHECK(a->lse != NULL, "attention: the fused path needs lse");
     KERN_CHECK((long long)a->B * a->H <= 65535, "attention: B*H above 65535");
-    const size_t smem = fa_fwd_smem(a->D);
+    const size_t smem = fa_fwd_smem(attn_dm(a->D, a->Dv));
     kern_cuda_smem_optin((const void *)flash_fwd_kernel<T>, smem, "fused attention (head dim)");
     KLAUNCH(flash_fwd_kernel<T>, dim3((a->Tq + FA_WARPS - 1) / FA_WARPS, a->B * a->H),
             FA_WARPS * 32, smem, *a);
@@ -499,13 +517,13 @@ template <typename T> static void attn_bwd_fused(const KernAttnBwd *a)
     KERN_CHECK(a->lse && a->drow && a->out, "attention: the fused backward needs out, lse, drow");
     KERN_CHECK((long long)a->B * a->H <= 65535, "attention: B*H above 65535");
     if (a->Tq > 0) { /* dq and drow first: the dk/dv kernel reads drow */
-        const size_t smem = fa_dq_smem(a->D);
+        const size_t smem = fa_dq_smem(attn_dm(a->D, a->Dv));
         kern_cuda_smem_optin((const void *)flash_bwd_dq_kernel<T>, smem,
                              "fused attention backward (head dim)");
         KLAUNCH(flash_bwd_dq_kernel<T>, dim3((a->Tq + FA_WARPS - 1) / FA_WARPS, a->B * a->H),
                 FA_WARPS * 32, smem, *a);
     }
-    const size_t smem = fa_dkdv_smem(a->D);
+    const size_t smem = fa_dkdv_smem(attn_dm(a->D, a->Dv));
     kern_cuda_smem_optin((const void *)flash_bwd_dkdv_kernel<T>, smem,
                          "fused attention backward (head dim)");
     KLAUNCH(flash_bwd_dkdv_kernel<T>, dim3((a->Tk + FA_WARPS - 1) / FA_WARPS, a->B * a->KV),
@@ -514,8 +532,8 @@ template <typename T> static void attn_bwd_fused(const KernAttnBwd *a)
 
 template <typename T> static void attention_fwd(const KernAttnFwd *a)
 {
-    attn_check(a->B, a->Tq, a->Tk, a->H, a->KV, a->D, a->q_offset, a->q_stride, a->k_stride,
-               a->v_stride);
+    attn_check(a->B, a->Tq, a->Tk, a->H, a->KV, a->D, attn_dv(a->D, a->Dv), a->q_offset,
+               a->q_stride, a->k_stride, a->v_stride);
     if (a->B == 0 || a->Tq == 0)
         return;
     if (a->probs)
@@ -526,16 +544,17 @@ template <typename T> static void attention_fwd(const KernAttnFwd *a)
 
 template <typename T> static void attention_bwd(const KernAttnBwd *a)
 {
-    attn_check(a->B, a->Tq, a->Tk, a->H, a->KV, a->D, a->q_offset, a->q_stride, a->k_stride,
+    const int Dv = attn_dv(a->D, a->Dv);
+    attn_check(a->B, a->Tq, a->Tk, a->H, a->KV, a->D, Dv, a->q_offset, a->q_stride, a->k_stride,
                a->v_stride);
-    attn_check(a->B, a->Tq, a->Tk, a->H, a->KV, a->D, a->q_offset, a->dq_stride, a->dk_stride,
+    attn_check(a->B, a->Tq, a->Tk, a->H, a->KV, a->D, Dv, a->q_offset, a->dq_stride, a->dk_stride,
                a->dv_stride);
     if (a->B == 0 || a->Tk == 0)
         return;
     if (a->probs) {
         // dk and dv are overwritten (even with no queries) but summed over a group's heads
         zero_rows<T>(a->dk, (size_t)a->B * a->Tk, a->KV * a->D, a->dk_stride);
-        zero_rows<T>(a->dv, (size_t)a->B * a->Tk, a->KV * a->D, a->dv_stride);
+        zero_rows<T>(a->dv, (size_t)a->B * a->Tk, a->KV * Dv, a->dv_stride);
         if (a->Tq > 0)
             attn_bwd_unfused<T>(a);
     } else {

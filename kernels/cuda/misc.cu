@@ -113,6 +113,26 @@ template <typename T> static void add_inplace(void *out, const void *a, size_t n
 }
 
 template <typename T>
+__global__ void copy_cols_kernel(T *dst, int ldd, const T *src, int lds, int cols, size_t n, int add)
+{
+    GRID_STRIDE(i, n) {
+        const size_t r = i / (size_t)cols, c = i % (size_t)cols;
+        T *o = dst + r * (size_t)ldd + c;
+        const T x = src[r * (size_t)lds + c];
+        *o = add ? from_f<T>(to_f(*o) + to_f(x)) : x;
+    }
+}
+
+template <typename T>
+static void copy_cols(void *dst, int ldd, const void *src, int lds, int rows, int cols, int add)
+{
+    KERN_CHECK(rows >= 0 && cols >= 0 && ldd >= cols && lds >= cols, "copy_cols: bad shape");
+    const size_t n = (size_t)rows * (size_t)cols;
+    if (n)
+        KLAUNCH_N(copy_cols_kernel<T>, n, (T *)dst, ldd, (const T *)src, lds, cols, n, add);
+}
+
+template <typename T>
 static void dropout_fwd(void *out, uint8_t *mask, const void *inp, size_t n, float p,
                         uint64_t seed)
 {
@@ -203,6 +223,7 @@ template <typename T> static void fill(KernBackend *k)
 {
     k->add = add<T>;
     k->add_inplace = add_inplace<T>;
+    k->copy_cols = copy_cols<T>;
     k->dropout_fwd = dropout_fwd<T>;
     k->dropout_bwd = dropout_bwd<T>;
     k->cast_to_act = cast_to_act<T>;

@@ -1,0 +1,344 @@
+/* Multi-head latent attention's projections (DeepSeek-AI 2024, DeepSeek-V2 sec. 2.1; as
+ * Megatron-Core's MLASelfAttention runs them), op by op as model/ops.c lists them: q_a, kv_a,
+ * q_b, kv_b forward and kv_b, q_b, kv_a, q_a backward, between the layer's first norm and the
+ * attention core, which reads the queries, keys and values this file writes.
+ *
+ * Tensor parallelism: the down-projections (q_a, kv_a) and the latents' norms are replicated
+ * and compute on this rank's rows (its sequence shard with SP); the latents are gathered over
+ * TP and the up-projections (q_b, kv_b) split by heads. Backward, the latents' gradients,
+ * partial over the heads' ranks, are reduce-scattered back to the shards (all-reduced without
+ * SP) before the norms' backward; the down-projections' input gradient needs no collective.
+ *
+ * Layouts (docs/executor.md, "Multi-head latent attention"):
+ * - attn.qkv.out (and ws.dqkv) hold three planes, Q [N, H x qk], K [N, H x qk], V [N, H x v]
+ *   (N = b x s_loc rows, H this rank's heads, qk = qk_nope + qk_rope, each head non-rotary part
+ *   first); exec_qkv_at gives the core its views.
+ * - attn.q_lat is the query latent [N, q_lora] before its norm; attn.kv_lat the keys' and
+ *   values' latent and the rotary key before the norm and the rotation, in blocks of R rows
+ *   (R = b x s_sp: a rank's shard, the whole sequence without SP), each [R x kv_lora | R x
+ *   qk_rope]: what the all-gather of the shards gives. The norms run again in the backward
+ *   (no FLOPs: model/ops.c counts none for norms).
+ * - kv_b's rows are every head's non-rotary key, then every head's value (init.c's
+ *   EXEC_MAP_KV_B), so that the values land in V's plane straight from the GEMM.
+ * - ws.mla (model_mla_work) holds the temporaries. */
+#include <math.h>
+
+#include "exec/train/internal.h"
+
+#define TRY(x)                                                                                    \
+    do {                                                                                          \
+        int rc_ = (x);                                                                            \
+        if (rc_)                                                                                  \
+            return rc_;                                                                           \
+    } while (0)
+
+#define AT(p, i) EXEC_AT(p, i, r->c->ab)
+
+/* The dimensions this file works with, once. */
+typedef struct {
+    int N, R, h, H, qk, v, nope, rope, qr, kr, kva;
+    int sp, blocks, rows; /* the latents' blocks (t with SP, else 1) of `rows` rows each */
+    float eps;
+    ModelMlaWork mw;
+} Mla;
+
+static Mla mla_dims(const ExecCtx *c)
+{
+    const ModelDims *d = &c->d;
+    const ModelMla *m = &c->spec.model.mla;
+    Mla x = {
+        .N = d->b * d->s_loc, .R = d->b * d->s_sp, .h = d->h, .H = d->heads_loc,
+        .qk = d->qk_hd, .v = d->v_hd, .nope = m->qk_nope_dim, .rope = m->qk_rope_dim,
+        .qr = m->q_lora_rank, .kr = m->kv_lora_rank, .kva = m->kv_lora_rank + m->qk_rope_dim,
+        .sp = exec_sp_on(c), .eps = (float)c->spec.model.norm_eps,
+    };
+    x.blocks = x.sp ? d->t : 1;
+    x.rows = x.sp ? x.R : x.N;
+    model_mla_work(&c->spec, d, &x.mw);
+    return x;
+}
+
+static int op_open(const ExecLayerRun *r, int l, ModelOpRole role, ModelPhase ph)
+{
+    const int op = exec_meter_layer_op(r->M, l, role, ph);
+    exec_meter_open(r->M, r->c->k, op);
+    return op;
+}
+
+static void op_close(const ExecLayerRun *r, int op) { exec_meter_close(r->M, r->c->k, op); }
+
+/* C[m,n] = op(A) op(B) (beta 0) or += (beta 1), C in the act dtype; 2mnk FLOPs. */
+static void mm(const ExecLayerRun *r, void *c, const void *a, const void *b, int m, int n, int k,
+               int ta, int tb, float beta)
+{
+    r->c->k->matmul(c, r->c->act, a, b, m, n, k, ta, tb, 1.0f, beta);
+    exec_meter_flops(r->M, 2.0 * m * n * k);
+}
+
+/* dW[m,n] += A^T B (a weight's gradient in fp32, A [k,m], B [k,n]). */
+static void wgrad(const ExecLayerRun *r, float *dw, const void *a, const void *b, int m, int n,
+                  int k)
+{
+    r->c->k->matmul(dw, PX_FP32, a, b, m, n, k, 1, 0, 1.0f, 1.0f);
+    exec_meter_flops(r->M, 2.0 * m * n * k);
+}
+
+/* cols elements of each of `rows` rows from src (row stride lds) to dst (ldd); add: dst += */
+static void cols_copy(const ExecLayerRun *r, void *dst, int ldd, const void *src, int lds,
+                      int rows, int cols, int add)
+{
+    r->c->k->copy_cols(dst, ldd, src, lds, rows, cols, add);
+}
+
+/* Row n's rotary key in a latent laid out in blocks (attn.kv_lat, or its gradient). */
+static void *rope_row(const ExecLayerRun *r, const Mla *m, void *lat, int n)
+{
+    const int bk = n / m->rows;
+    return AT(lat, (size_t)bk * m->rows * m->kva + (size_t)m->rows * m->kr +
+                       (size_t)(n - bk * m->rows) * m->rope);
+}
+
+/* The latent's norm over every block: out [N, kv_lora] from attn.kv_lat. */
+static void kv_norm_all(const ExecLayerRun *r, const Mla *m, void *out, const void *lat,
+                        const void *w)
+{
+    for (int bk = 0; bk < m->blocks; bk++)
+        r->c->k->rmsnorm_fwd(AT(out, (size_t)bk * m->rows * m->kr),
+                             EXEC_AT(lat, (size_t)bk * m->rows * m->kva, r->c->ab), w, m->rows,
+                             m->kr, m->eps);
+}
+
+/* The rotary embedding of the queries' rotary parts and the shared rotary key, each part of
+ * each sequence at its global positions, through ws.mla's x: [N, (H + 2) x rope] rows, the
+ * queries' parts, then the key, then a slot the kernel's packed layout skips (its values).
+ * Forward: Q's parts and the latent's key in, Q's and every head's K parts out. Backward: the
+ * gradients of Q's parts and the sum over the heads of K's in, Q's and the latent's key out
+ * (the key is shared: its gradient is the heads' sum). */
+static void rope_parts(const ExecLayerRun *r, const Mla *m, void *qplane, void *kplane, void *lat,
+                       int backward)
+{
+    const ExecCtx *c = r->c;
+    const int w = (m->H + 2) * m->rope, ld = m->H * m->qk, C = exec_cp_part_len(c);
+    void *E = AT(r->W->mla, m->mw.x);
+    for (int h = 0; h < m->H; h++)
+        cols_copy(r, AT(E, (size_t)h * m->rope), w, AT(qplane, (size_t)h * m->qk + m->nope), ld,
+                  m->N, m->rope, 0);
+    void *ek = AT(E, (size_t)m->H * m->rope);
+    if (!backward) {
+        for (int bk = 0; bk < m->blocks; bk++)
+            cols_copy(r, AT(ek, (size_t)bk * m->rows * w), w, rope_row(r, m, lat, bk * m->rows),
+                      m->rope, m->rows, m->rope, 0);
+    } else {
+        for (int h = 0; h < m->H; h++)
+            cols_copy(r, ek, w, AT(kplane, (size_t)h * m->qk + m->nope), ld, m->N, m->rope, h > 0);
+    }
+    const float theta = (float)c->spec.model.rope_theta;
+    for (int q = 0; q < c->d.b; q++)
+        for (int j = 0; j < exec_cp_parts(c); j++) {
+            void *x = AT(E, ((size_t)q * c->d.s_loc + (size_t)j * C) * w);
+            const int p0 = exec_cp_part_pos(c, c->g.cp_rank, j);
+            if (backward)
+                c->k->rope_bwd(x, 1, C, m->H, 1, m->rope, p0, theta);
+            else
+                c->k->rope_fwd(x, 1, C, m->H, 1, m->rope, p0, theta);
+        }
+    for (int h = 0; h < m->H; h++)
+        cols_copy(r, AT(qplane, (size_t)h * m->qk + m->nope), ld, AT(E, (size_t)h * m->rope), w,
+                  m->N, m->rope, 0);
+    if (backward) {
+        for (int bk = 0; bk < m->blocks; bk++)
+            cols_copy(r, rope_row(r, m, lat, bk * m->rows), m->rope,
+                      AT(ek, (size_t)bk * m->rows * w), w, m->rows, m->rope, 0);
+        return;
+    }
+    for (int h = 0; h < m->H; h++)
+        cols_copy(r, AT(kplane, (size_t)h * m->qk + m->nope), ld, ek, w, m->N, m->rope, 0);
+}
+
+/* The down-projections on this rank's rows (its shard with SP, gathered after). */
+static int down_fwd(const ExecLayerRun *r, const Mla *m, int chunk, int l, const ExecLayerActs *a,
+                    ModelPhase ph, PxError *err)
+{
+    const ExecLayerParams *w = &r->P->lw[l];
+    const void *x = EXEC_LA(a, QKV_IN);
+    void *W = r->W->mla;
+    int op;
+    if (m->qr > 0) {
+        op = op_open(r, l, MODEL_OPR_Q_A, ph);
+        mm(r, m->sp ? AT(W, m->mw.qs) : EXEC_LAA(a, Q_LAT), x, EXEC_LPA(w, Q_A_W), m->R, m->qr,
+           m->h, 0, 1, 0.0f);
+        op_close(r, op);
+    }
+    op = op_open(r, l, MODEL_OPR_KV_A, ph);
+    void *ks = m->sp ? AT(W, m->mw.ks) : EXEC_LAA(a, KV_LAT);
+    mm(r, ks, x, EXEC_LPA(w, KV_A_W), m->R, m->kr, m->h, 0, 1, 0.0f);
+    mm(r, AT(ks, (size_t)m->R * m->kr), x, AT(EXEC_LPA(w, KV_A_W), (size_t)m->kr * m->h), m->R,
+       m->rope, m->h, 0, 1, 0.0f);
+    if (m->sp)
+        TRY(exec_tp_all_gather(r, MODEL_OPR_KV_A, l, chunk, ph, EXEC_LAA(a, KV_LAT), ks,
+                               (size_t)m->R * m->kva, err));
+    op_close(r, op);
+    return PX_OK;
+}
+
+int exec_mla_forward(const ExecLayerRun *r, int chunk, int l, const ExecLayerActs *a,
+                     ModelPhase ph, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const Mla m = mla_dims(c);
+    const ExecLayerParams *w = &r->P->lw[l];
+    void *W = r->W->mla, *lat = AT(W, m.mw.lat), *X = AT(W, m.mw.x);
+    const ExecQkv o = exec_qkv_at(c, EXEC_LA(a, QKV_OUT), 0);
+    TRY(down_fwd(r, &m, chunk, l, a, ph, err));
+
+    int op = op_open(r, l, MODEL_OPR_Q_B, ph);
+    const void *qin = lat;
+    if (m.qr > 0) {
+        if (m.sp)
+            TRY(exec_tp_all_gather(r, MODEL_OPR_Q_B, l, chunk, ph, EXEC_LAA(a, Q_LAT),
+                                   AT(W, m.mw.qs), (size_t)m.R * m.qr, err));
+        c->k->rmsnorm_fwd(lat, EXEC_LAA(a, Q_LAT), EXEC_LPA(w, Q_NORM_W), m.N, m.qr, m.eps);
+    } else {
+        ExecFp8Ref xq;
+        TRY(exec_tp_column_input(r, chunk, l, MODEL_OPR_Q_B, ph, NULL, EXEC_LA(a, QKV_IN),
+                                 EXEC_LA(a, QKV_IN), &qin, &xq, err));
+    }
+    mm(r, o.q, qin, EXEC_LPA(w, Q_B_W), m.N, m.H * m.qk, m.qr > 0 ? m.qr : m.h, 0, 1, 0.0f);
+    op_close(r, op);
+
+    op = op_open(r, l, MODEL_OPR_KV_B, ph);
+    kv_norm_all(r, &m, lat, EXEC_LAA(a, KV_LAT), EXEC_LPA(w, KV_NORM_W));
+    const void *wk = EXEC_LPA(w, KV_B_W);
+    mm(r, o.v, lat, AT(wk, (size_t)m.H * m.nope * m.kr), m.N, m.H * m.v, m.kr, 0, 1, 0.0f);
+    mm(r, X, lat, wk, m.N, m.H * m.nope, m.kr, 0, 1, 0.0f);
+    for (int h = 0; h < m.H; h++)
+        cols_copy(r, AT(o.k, (size_t)h * m.qk), o.k_stride, AT(X, (size_t)h * m.nope),
+                  m.H * m.nope, m.N, m.nope, 0);
+    rope_parts(r, &m, o.q, o.k, EXEC_LAA(a, KV_LAT), 0);
+    op_close(r, op);
+    return PX_OK;
+}
+
+/* kv_b's backward: the rotary parts' (Q's back into ws.dqkv, the key's into the latent's
+ * gradient), then the GEMMs; the latent's gradient, partial over the heads' ranks, block by
+ * block into ws.mla's dkv. */
+static void kv_b_bwd(const ExecLayerRun *r, const Mla *m, int l, const ExecLayerActs *a,
+                     const ExecQkv *dq)
+{
+    const ExecLayerParams *w = &r->P->lw[l];
+    const ExecLayerGrads *g = &r->P->lg[l];
+    void *W = r->W->mla, *X = AT(W, m->mw.x), *lat = AT(W, m->mw.lat), *dkv = AT(W, m->mw.dkv);
+    const int kn = m->H * m->nope;
+    rope_parts(r, m, dq->q, dq->k, dkv, 1);
+    for (int h = 0; h < m->H; h++)
+        cols_copy(r, AT(X, (size_t)h * m->nope), kn, AT(dq->k, (size_t)h * m->qk), dq->k_stride,
+                  m->N, m->nope, 0);
+    kv_norm_all(r, m, lat, EXEC_LAA(a, KV_LAT), EXEC_LPA(w, KV_NORM_W));
+    float *gk = EXEC_LPA(g, KV_B_W);
+    wgrad(r, gk, X, lat, kn, m->kr, m->N);
+    wgrad(r, gk + (size_t)kn * m->kr, dq->v, lat, m->H * m->v, m->kr, m->N);
+    const void *wk = EXEC_LPA(w, KV_B_W), *wv = AT(wk, (size_t)kn * m->kr);
+    for (int bk = 0; bk < m->blocks; bk++) {
+        void *o = AT(dkv, (size_t)bk * m->rows * m->kva);
+        const size_t r0 = (size_t)bk * m->rows;
+        mm(r, o, AT(X, r0 * kn), wk, m->rows, m->kr, kn, 0, 0, 0.0f);
+        mm(r, o, AT(dq->v, r0 * dq->v_stride), wv, m->rows, m->kr, m->H * m->v, 0, 0, 1.0f);
+    }
+}
+
+/* q_b's backward; the query latent's gradient (or with q_lora_rank 0 the input's, in ws.dhid)
+ * reduced over TP: *qs this rank's rows of it. */
+static int q_b_bwd(const ExecLayerRun *r, const Mla *m, int chunk, int l, const ExecLayerActs *a,
+                   const ExecQkv *dq, void **qs, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const ExecLayerParams *w = &r->P->lw[l];
+    const ExecLayerGrads *g = &r->P->lg[l];
+    void *W = r->W->mla, *lat = AT(W, m->mw.lat);
+    const int qw = m->H * m->qk, in = m->qr > 0 ? m->qr : m->h;
+    const void *x = lat;
+    if (m->qr > 0)
+        c->k->rmsnorm_fwd(lat, EXEC_LAA(a, Q_LAT), EXEC_LPA(w, Q_NORM_W), m->N, m->qr, m->eps);
+    else
+        x = EXEC_LA(a, QKV_IN); /* without SP (the executor's refusal): all the rows */
+    wgrad(r, EXEC_LPA(g, Q_B_W), dq->q, x, qw, in, m->N);
+    void *dl = m->qr > 0 ? AT(W, m->mw.dq) : r->W->dhid;
+    mm(r, dl, dq->q, EXEC_LPA(w, Q_B_W), m->N, in, qw, 0, 0, 0.0f);
+    *qs = dl;
+    if (m->sp) {
+        *qs = AT(W, m->mw.qs);
+        return exec_tp_reduce_scatter(r, MODEL_OPR_Q_B, l, chunk, MODEL_BWD, *qs, dl,
+                                      (size_t)m->R * in, err);
+    }
+    return exec_tp_allreduce(r, MODEL_OPR_Q_B, l, chunk, MODEL_BWD, dl, (size_t)m->N * in, err);
+}
+
+/* A down-projection's backward on this rank's rows x (attn.qkv.in): the norm's (dout the
+ * latent's reduced gradient, inp the rank's rows of the saved latent, `width` wide) into
+ * ws.mla's z, then the weight's gradient and the input's, added into ws.dhid (beta 1) or
+ * written (beta 0). */
+static void down_bwd(const ExecLayerRun *r, const Mla *m, const void *x, const void *dout,
+                     const void *inp, const void *nw, float *gnw, const void *wt, float *gw,
+                     int width, float beta)
+{
+    const ExecCtx *c = r->c;
+    void *z = AT(r->W->mla, m->mw.z);
+    c->k->memset0(z, (size_t)m->R * width * c->ab);
+    c->k->rmsnorm_bwd(z, gnw, dout, inp, nw, m->R, width, m->eps);
+    wgrad(r, gw, z, x, width, m->h, m->R);
+    mm(r, r->W->dhid, z, wt, m->R, m->h, width, 0, 0, beta);
+}
+
+int exec_mla_backward(const ExecLayerRun *r, int chunk, int l, const ExecLayerActs *a,
+                      const void **dn, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const Mla m = mla_dims(c);
+    const ExecLayerParams *w = &r->P->lw[l];
+    const ExecLayerGrads *g = &r->P->lg[l];
+    const ExecQkv dq = exec_qkv_at(c, r->W->dqkv, 0);
+    const void *x = EXEC_LA(a, QKV_IN);
+    /* the rank's block of the saved latents: its shard's rows with SP */
+    const int bk = m.sp ? c->g.tp_rank : 0;
+
+    int op = op_open(r, l, MODEL_OPR_KV_B, MODEL_BWD);
+    kv_b_bwd(r, &m, l, a, &dq);
+    op_close(r, op);
+
+    op = op_open(r, l, MODEL_OPR_Q_B, MODEL_BWD);
+    void *qs;
+    TRY(q_b_bwd(r, &m, chunk, l, a, &dq, &qs, err));
+    op_close(r, op);
+
+    /* the keys' and values' latent gradient reduced: a block [R x kv_lora | R x rope] */
+    op = op_open(r, l, MODEL_OPR_KV_A, MODEL_BWD);
+    void *dkv = AT(r->W->mla, m.mw.dkv), *ks = dkv;
+    if (m.sp) {
+        ks = AT(r->W->mla, m.mw.ks);
+        TRY(exec_tp_reduce_scatter(r, MODEL_OPR_KV_A, l, chunk, MODEL_BWD, ks, dkv,
+                                   (size_t)m.R * m.kva, err));
+    } else {
+        TRY(exec_tp_allreduce(r, MODEL_OPR_KV_A, l, chunk, MODEL_BWD, dkv, (size_t)m.N * m.kva,
+                              err));
+    }
+    const void *kv_in = AT(EXEC_LAA(a, KV_LAT), (size_t)bk * m.R * m.kva);
+    const void *wkv = EXEC_LPA(w, KV_A_W);
+    float *gkv = EXEC_LPA(g, KV_A_W);
+    /* with q_lora_rank 0 ws.dhid holds the queries' input gradient already */
+    down_bwd(r, &m, x, ks, kv_in, EXEC_LPA(w, KV_NORM_W), EXEC_LPA(g, KV_NORM_W), wkv, gkv, m.kr,
+             m.qr > 0 ? 0.0f : 1.0f);
+    const void *krope = AT(ks, (size_t)m.R * m.kr);
+    wgrad(r, gkv + (size_t)m.kr * m.h, krope, x, m.rope, m.h, m.R);
+    mm(r, r->W->dhid, krope, AT(wkv, (size_t)m.kr * m.h), m.R, m.h, m.rope, 0, 0, 1.0f);
+    op_close(r, op);
+
+    if (m.qr > 0) {
+        op = op_open(r, l, MODEL_OPR_Q_A, MODEL_BWD);
+        down_bwd(r, &m, x, qs, AT(EXEC_LAA(a, Q_LAT), (size_t)bk * m.R * m.qr),
+                 EXEC_LPA(w, Q_NORM_W), EXEC_LPA(g, Q_NORM_W), EXEC_LPA(w, Q_A_W),
+                 EXEC_LPA(g, Q_A_W), m.qr, 1.0f);
+        op_close(r, op);
+    }
+    *dn = r->W->dhid;
+    return PX_OK;
+}
