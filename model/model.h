@@ -365,6 +365,14 @@ typedef struct {
     /* the job's framework runs its norms as eager Python modules and the job is not compiled
      * (fused_kernels 0): six kernels where a fused norm makes one (model/ops.c's norm) */
     int eager_norms;
+    /* the job's framework runs its attention on FlashAttention-2's kernels (PyTorch's SDPA of
+     * 2024: fms-fsdp), which Hopper runs at a lower rate than the fused kernels Megatron's
+     * Transformer Engine calls (docs/time.md, "Frameworks") */
+    int attn_fa2;
+    /* its rotary embedding as eager PyTorch runs it (the job not compiled): bytes per element
+     * of the queries and keys and kernels per tensor, each pass (0: fused, not priced) */
+    double rope_eager_bytes;
+    int rope_eager_kernels;
 } ModelDims;
 
 /* The rule a layout broke, in PxError.code after model_spec_check fails (0: not a rule). */

@@ -339,6 +339,20 @@ double model_attention_bwd_flops(double fwd_flops, int flash, double *recompute_
     return (flash ? 2.5 : 2.0) * fwd_flops;
 }
 
+/* The rotary embedding of the queries and keys where the framework runs it eagerly
+ * (d->rope_eager_bytes, from its profile): fms-fsdp's RotaryEmbedding.adjusted_qk casts each
+ * tensor to fp32 (read a, write 4 bytes an element), multiplies it by the cached 2 x 2
+ * rotations into a tensor twice its size (read 4, write 8), sums the pairs (read 8, write 4) and
+ * casts back (read 4, write a): 36 bytes an element in 4 kernels at a = 2, each pass (its
+ * backward runs each op's gradient: the same traffic). Fused, it rides the QKV projection's
+ * epilogue and is not priced (docs/time.md, "Frameworks"). */
+static void qkv_rope_eager(const Emit *e, double M, double *bytes, int *kernels)
+{
+    const ModelDims *d = e->d;
+    *bytes = d->rope_eager_bytes * M * ((double)d->q_loc + d->kv_width_loc);
+    *kernels = 2 * d->rope_eager_kernels;
+}
+
 /* The QKV projection, or multi-head latent attention's: the down-projections on the rank's
  * (sequence-parallel) tokens, their norms, the latents gathered over TP, the up-projections by
  * heads (Megatron-Core's MLA). */
@@ -355,8 +369,11 @@ static void qkv_forward(Emit *e, int l)
         if (sp)
             comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
         /* Qwen3's per-head norms of the queries and keys: a read and a write of each */
-        linear(e, n, M, d->q_loc + 2.0 * d->kv_width_loc, h,
-               s->model.qk_norm ? 2.0 * M * (d->q_loc + d->kv_width_loc) * a : 0);
+        double rope = 0;
+        int rope_k = 0;
+        qkv_rope_eager(e, M, &rope, &rope_k);
+        const double extra = (s->model.qk_norm ? 2.0 * M * (d->q_loc + d->kv_width_loc) * a : 0) + rope;
+        linear_k(e, n, M, d->q_loc + 2.0 * d->kv_width_loc, h, extra, (s->model.qk_norm ? 1 : 0) + rope_k);
         return;
     }
     if (m->q_lora_rank > 0) {
@@ -904,7 +921,10 @@ static void qkv_backward(Emit *e, int l)
         at_layer(e, MODEL_OPR_QKV, l, n);
         if (sp)
             comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
-        linear(e, n, M, d->q_loc + 2.0 * d->kv_width_loc, h, 0);
+        double rope = 0;
+        int rope_k = 0;
+        qkv_rope_eager(e, M, &rope, &rope_k);
+        linear_k(e, n, M, d->q_loc + 2.0 * d->kv_width_loc, h, rope, rope_k);
         comm(e, n, sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, tp_act_bytes(e), 1);
         return;
     }

@@ -576,10 +576,13 @@ static void fill_dims(ModelDims *d, const ModelSpec *sp, int s, int m)
  * always overlaps data-parallel communication sets overlap_dp; *op: it recomputes `selective`
  * op by op; *eager: its norms run eagerly (an uncompiled job). Megatron's (the default) take the
  * layout as given, so it is not read. */
-static int apply_framework(const ModelJob *j, ModelLayout *l, int *op, int *eager, PxError *err)
+static int apply_framework(const ModelJob *j, ModelLayout *l, int *op, int *eager, int *fa2,
+                           ProfFramework *fw_out, PxError *err)
 {
     *op = 0;
     *eager = 0;
+    *fa2 = 0;
+    memset(fw_out, 0, sizeof *fw_out);
     if ((int)j->framework < 0 || j->framework >= MODEL_FW_COUNT)
         return rule_fail(err, MODEL_RULE_JOB, "unknown framework %d", (int)j->framework);
     if (j->framework == MODEL_FW_MEGATRON)
@@ -592,6 +595,8 @@ static int apply_framework(const ModelJob *j, ModelLayout *l, int *op, int *eage
         l->overlap_dp = fw.overlap_dp;
     *op = fw.recompute_op && l->recompute == MODEL_RECOMPUTE_SELECTIVE;
     *eager = fw.eager_norms && !j->fused_kernels;
+    *fa2 = fw.flash_attention_2;
+    *fw_out = fw;
     return PX_OK;
 }
 
@@ -608,15 +613,21 @@ int model_spec_check(ModelSpec *sp, int gpus, ModelDims *d, PxError *err)
         return rc;
     memset(d, 0, sizeof *d);
     const int s = j->seq_len > 0 ? j->seq_len : c->seq_len;
-    int m = 0, op = 0, eager = 0;
+    int m = 0, op = 0, eager = 0, fa2 = 0;
+    ProfFramework fw;
     if ((rc = check_degrees(l, gpus, err)) || (rc = check_tensor_split(c, l, s, err)) ||
         (rc = check_pipeline(c, l, err)) || (rc = check_batch(j, l, s, &m, err)) ||
         (rc = check_job(j, err)) || (rc = check_experts(c, l, j, err)) ||
-        (rc = apply_framework(j, l, &op, &eager, err)))
+        (rc = apply_framework(j, l, &op, &eager, &fa2, &fw, err)))
         return rc;
     fill_dims(d, sp, s, m);
     d->recompute_op = op;
     d->eager_norms = eager;
+    d->attn_fa2 = fa2;
+    if (!j->fused_kernels && c->position == MODEL_POS_ROPE) {
+        d->rope_eager_bytes = fw.eager_rope_bytes;
+        d->rope_eager_kernels = fw.eager_rope_kernels;
+    }
     return PX_OK;
 }
 

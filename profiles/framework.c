@@ -31,6 +31,12 @@ int prof_framework_load(const char *name, ProfFramework *out, PxError *err)
         rc = px_json_enum(j, where, "recompute_selective", 1, kinds, 2, &out->recompute_op, err);
     if (!rc)
         rc = px_json_bool(j, where, "eager_norms", 1, &out->eager_norms, err);
+    if (!rc)
+        rc = px_json_bool(j, where, "flash_attention_2", 0, &out->flash_attention_2, err);
+    if (!rc)
+        rc = px_json_double(j, where, "eager_rope_bytes", 0, 0, 1024, &out->eager_rope_bytes, err);
+    if (!rc)
+        rc = px_json_int(j, where, "eager_rope_kernels", 0, 0, 64, &out->eager_rope_kernels, err);
     const cJSON *o = cJSON_GetObjectItemCaseSensitive(j, "overlap_dp");
     if (!rc && o && !cJSON_IsNull(o)) {
         int v = 0;

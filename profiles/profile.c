@@ -56,6 +56,7 @@ static int parse_device(const cJSON *j, const char *where, ProfDevice *d, PxErro
     static const char *const known_eff[] = {"matmul", "matmul_fp8", "matmul_k_half",
                                             "misaligned", "tiles", "clock_headroom", "memory",
                                             "memory_attention", "attention_fwd", "attention_bwd",
+                                            "attention_fa2_fwd", "attention_fa2_bwd",
                                             "kernel_overhead_s", "host_sync_s", NULL};
     static const char *const known_peak[] = {"fp32", "tf32", "bf16", "fp16", "fp8", "mxfp8",
                                              NULL};
@@ -92,6 +93,7 @@ static int parse_device(const cJSON *j, const char *where, ProfDevice *d, PxErro
     d->memory_attn_eff = 1.0;
     d->attn_fwd_eff = 1.0;
     d->attn_bwd_eff = 1.0;
+    d->attn_fa2_fwd_eff = d->attn_fa2_bwd_eff = 1.0;
     d->eff_matmul_fp8 = 1.0;
     const cJSON *eff;
     if ((rc = px_json_object(j, where, "efficiency", 0, &eff, err)))
@@ -112,6 +114,12 @@ static int parse_device(const cJSON *j, const char *where, ProfDevice *d, PxErro
             return rc;
         d->memory_attn_eff = d->memory_eff;
         if ((rc = px_json_double(eff, ew, "memory_attention", 0, 0.01, 1, &d->memory_attn_eff, err)))
+            return rc;
+        /* a device whose FlashAttention-2 is not measured apart runs it at its fused rate */
+        d->attn_fa2_fwd_eff = d->attn_fwd_eff;
+        d->attn_fa2_bwd_eff = d->attn_bwd_eff;
+        if ((rc = px_json_double(eff, ew, "attention_fa2_fwd", 0, 0.01, 1, &d->attn_fa2_fwd_eff, err)) ||
+            (rc = px_json_double(eff, ew, "attention_fa2_bwd", 0, 0.01, 1, &d->attn_fa2_bwd_eff, err)))
             return rc;
         /* without its own figure an FP8 GEMM reaches the bf16 fraction of its peak */
         d->eff_matmul_fp8 = d->matmul_eff;
@@ -924,6 +932,8 @@ cJSON *prof_cluster_to_json(const ProfCluster *c)
     cJSON_AddNumberToObject(eff, "memory_attention", c->device.memory_attn_eff);
     cJSON_AddNumberToObject(eff, "attention_fwd", c->device.attn_fwd_eff);
     cJSON_AddNumberToObject(eff, "attention_bwd", c->device.attn_bwd_eff);
+    cJSON_AddNumberToObject(eff, "attention_fa2_fwd", c->device.attn_fa2_fwd_eff);
+    cJSON_AddNumberToObject(eff, "attention_fa2_bwd", c->device.attn_fa2_bwd_eff);
     cJSON_AddNumberToObject(eff, "kernel_overhead_s", c->device.kernel_overhead_s);
     cJSON_AddNumberToObject(eff, "host_sync_s", c->device.host_sync_s);
     cJSON *node = cJSON_AddObjectToObject(j, "node");

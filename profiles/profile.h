@@ -39,6 +39,9 @@ typedef struct {
                               * dropout over the s x s scores reach; absent: memory_eff */
     double attn_fwd_eff;     /* fused (flash) attention: fraction of the dense peak, forward */
     double attn_bwd_eff;     /* and backward */
+    double attn_fa2_fwd_eff; /* FlashAttention-2's kernels (a framework on PyTorch's SDPA of 2024):
+                              * attention_fa2_fwd; absent: attention_fwd */
+    double attn_fa2_bwd_eff; /* and backward: attention_fa2_bwd; absent: attention_bwd */
     double kernel_overhead_s; /* fixed cost of one kernel launch */
     double host_sync_s;      /* a device-to-host copy the host waits for (a MoE dispatcher's
                               * token counts): the copy, the wait and the launch after it while
@@ -214,12 +217,21 @@ double prof_measured_gemm(const ProfMeasured *m, double M, double N, double K, d
  * Megatron's (the attention core) or op-level (recompute_op 1: every other matmul and every
  * elementwise op recomputed), and whether it always overlaps data-parallel communication
  * (overlap_dp 1; -1: the layout's --overlap-dp), and whether its norms run as eager Python
- * modules where the job is not compiled (eager_norms). PX_EINPUT names an unknown framework. */
+ * modules where the job is not compiled (eager_norms), and whether its attention runs
+ * FlashAttention-2's kernels (flash_attention_2), and what its eager rotary embedding moves
+ * (eager_rope_bytes, eager_rope_kernels). PX_EINPUT names an unknown framework. */
 typedef struct {
     char name[32];
     int recompute_op;
     int overlap_dp;
     int eager_norms; /* its norms are Python modules: unfused unless compiled */
+    int flash_attention_2; /* its attention runs FlashAttention-2's kernels (PyTorch's SDPA of
+                            * 2024), at the device's attention_fa2_* rates */
+    /* its rotary embedding as eager PyTorch runs it where the job is not compiled: bytes moved
+     * per element of the queries and keys, and kernels per tensor, in each pass (0: priced as
+     * fused into the QKV projection's epilogue, at no cost) */
+    double eager_rope_bytes;
+    int eager_rope_kernels;
 } ProfFramework;
 int prof_framework_load(const char *name, ProfFramework *out, PxError *err);
 

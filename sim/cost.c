@@ -134,7 +134,10 @@ double sim_compute_seconds(const SimCtx *c, const ModelOp *op)
     if (op->kind == MODEL_OP_ATTENTION && c->spec->job.flash_attn) {
         /* a fused causal kernel skips the masked half, whatever half the FLOP count states */
         double work = c->spec->job.causal_flops ? op->flops : 0.5 * op->flops;
-        double eff = op->phase == MODEL_BWD ? dev->attn_bwd_eff : dev->attn_fwd_eff;
+        /* at FlashAttention-2's rate where the framework calls it (d->attn_fa2) */
+        const int fa2 = c->d && c->d->attn_fa2;
+        double eff = op->phase == MODEL_BWD ? (fa2 ? dev->attn_fa2_bwd_eff : dev->attn_bwd_eff)
+                                            : (fa2 ? dev->attn_fa2_fwd_eff : dev->attn_fwd_eff);
         double t_c = work / ((op->fp8 ? c->peak_fp8 : c->peak) * eff), t_m = op->bytes / bw;
         return (t_c > t_m ? t_c : t_m) + launch;
     }

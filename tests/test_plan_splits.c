@@ -1,6 +1,6 @@
 /* The planner's pipeline splits: on DeepSeek-V3 under the layout of docs/pipeline.md's table
  * (dgx-h100, 1024 GPUs, tp 2 SP etp 1 pp 16 ep 64, ZeRO-1, full recompute) its choice is at
- * least as fast as the hand split 4*15,1 that beat the balanced 3,3,4*13,3 by a fifth; no
+ * least as fast as the hand split 4*15,1 that beats the balanced 3,3,4*13,3 by an eighth; no
  * layout is listed twice where two kinds of split come to the same layers per stage; a pinned
  * pp x vpp that cannot split the layers says so, with a layout string that can. */
 #include "sim/sim.h"
@@ -48,14 +48,14 @@ static void test_deepseek_split(void)
     model_split_describe(&best->spec.layout, split, sizeof split);
     printf("planner: %s, step %.9f s\n", split, best->step_s);
     CHECK_STR("4*15,1", split);
-    CHECK_REL(31.245391897, best->step_s, 1e-9);
+    CHECK_REL(41.659475717, best->step_s, 1e-9);
     /* the hand splits, timed by the simulation alone */
     static const struct {
         const char *name;
         int first, mid, last; /* stage 0, stages 1..14, stage 15 */
         double step_s;
-    } hand[] = {{"4*15,1", 4, 4, 1, 31.245391897}, {"3,4*14,2", 3, 4, 2, 31.292481736},
-                {"3,3,4*13,3 (the balanced split the planner picked before)", 3, 0, 3, 37.057134134}};
+    } hand[] = {{"4*15,1", 4, 4, 1, 41.659475717}, {"3,4*14,2", 3, 4, 2, 41.714344076},
+                {"3,3,4*13,3 (the balanced split the planner picked before)", 3, 0, 3, 47.497409659}};
     for (size_t i = 0; i < sizeof hand / sizeof hand[0]; i++) {
         ModelSpec s = q.base;
         s.layout.dp = 32;

@@ -8,6 +8,7 @@
 #include <glob.h>
 
 #include "fixtures.h"
+#include "sim/internal.h"
 #include "test.h"
 
 typedef struct {
@@ -16,14 +17,14 @@ typedef struct {
 } Known;
 
 static const Known known[] = {
-    {"ibm-7b-a100x128-hsdp-noac", 3963.3814733586064},
-    {"ibm-34b-a100x128-fsdp-full", 646.1745014298964},
-    {"ibm-70b-a100x128-fsdp-full", 321.90175294792232},
-    {"ibm-7b-h100x96-hsdp-noac", 10459.130282130294},
-    {"ibm-34b-h100x96-fsdp-full", 1788.0935556744746},
-    {"ibm-70b-h100x96-fsdp-full", 900.30229712745097},
-    {"ibm-7b-a100x128-hsdp-noac-compile", 4254.0485764259756},
-    {"ibm-7b-h100x96-hsdp-noac-compile", 11956.421833206548},
+    {"ibm-7b-a100x128-hsdp-noac", 3797.588334796833},
+    {"ibm-34b-a100x128-fsdp-full", 634.752708739035},
+    {"ibm-70b-a100x128-fsdp-full", 317.16331783680016},
+    {"ibm-7b-h100x96-hsdp-noac", 9425.286560643406},
+    {"ibm-34b-h100x96-fsdp-full", 1693.5250512689954},
+    {"ibm-70b-h100x96-fsdp-full", 860.0026223923614},
+    {"ibm-7b-a100x128-hsdp-noac-compile", 4254.048576425976},
+    {"ibm-7b-h100x96-hsdp-noac-compile", 11562.404344172668},
     {"narayanan-t1-1.7b", 142.84525772714679},
     {"narayanan-t1-3.6b", 141.37441919718762},
     {"narayanan-t1-7.5b", 139.65670370200786},
@@ -40,6 +41,12 @@ static const Known known[] = {
     {"tt-l2-13b-a100x64-sacop", 1920.25015924175},
     {"tt-l2-70b-a100x64-sacop", 375.49927354942002},
     {"tt-l2-70b-a100x64-full", 329.04976345340049},
+    /* MoE Parallel Folding: an all-to-all across 8 nodes (G8T8 TP+EP+DP, one EP rank a node)
+     * and across 2 (G8T8 without folding, at vpp 1; Mixtral 8x22B TP+EP+DP over 4), at the
+     * all-to-all's own rate across nodes (network.all_to_all_efficiency) */
+    {"mpf-t4-g8t8-tpepdp-128", 88.63820054014793},
+    {"mpf-t4-g8t8-mcore-1024", 126.99572735424454},
+    {"mpf-t3-mixtral8x22b-tpepdp-128", 370.5718619232166},
     /* on PaLM's count (flop_count palm): context parallelism's all-gather at 128K */
     {"llama3-405b-8k-h100x8192", 483.9377035904461},
     {"llama3-405b-8k-h100x16384", 453.5879903614732},
@@ -96,6 +103,67 @@ static void test_frameworks(void)
     CHECK(step(MODEL_FW_TORCHTITAN, MODEL_RECOMPUTE_NONE, 0, 0) > step(MODEL_FW_MEGATRON, MODEL_RECOMPUTE_NONE, 0, 1));
 }
 
+/* fms-fsdp's kernels as its profile gives them (docs/time.md, "Frameworks"), Llama 2 7B with
+ * mbs 2 x 4096 = 8,192 tokens on one H100:
+ *  - its eager rotary embedding, 36 bytes an element of q and k in 4 kernels a tensor each pass:
+ *    36 x 8,192 x (4,096 + 4,096) = 2,415,919,104 bytes and 8 kernels on the QKV projection,
+ *    forward and backward; compiled (fused_kernels), nothing;
+ *  - its attention on FlashAttention-2's kernels: H100's attention_fa2 0.35 of the peak where
+ *    Megatron's fused kernel reaches 0.55 forward and 0.45 backward. */
+static void test_fms_kernels(void)
+{
+    PxError err = {0};
+    ProfCluster cl;
+    CHECK_OK(prof_cluster_load("dgx-h100", NULL, 0, &cl, &err), err);
+    CHECK_REL(0.35, cl.device.attn_fa2_fwd_eff, 1e-12);
+    CHECK_REL(0.35, cl.device.attn_fa2_bwd_eff, 1e-12);
+    double qkv[2][2] = {{0}}; /* [eager][pass] bytes */
+    int kern[2][2] = {{0}};
+    double attn_s[2][2] = {{0}}; /* [fms][pass] seconds */
+    for (int fms = 0; fms < 2; fms++)
+        for (int fused = 0; fused < 2; fused++) {
+            ModelSpec s;
+            model_spec_defaults(&s);
+            CHECK_OK(model_config_load("llama2-7b", &s.model, &err), err);
+            s.job.global_batch = 2;
+            s.job.micro_batch = 2;
+            s.job.seq_len = 4096;
+            s.job.fused_kernels = fused;
+            s.job.framework = fms ? MODEL_FW_FMS_FSDP : MODEL_FW_MEGATRON;
+            ModelDims d;
+            CHECK_OK(model_spec_check(&s, 1, &d, &err), err);
+            CHECK_EQ_INT(fms, d.attn_fa2);
+            CHECK_REL(fms && !fused ? 36.0 : 0.0, d.rope_eager_bytes, 0);
+            ModelOpGraph g;
+            CHECK_OK(model_ops_build(&s, &d, 0, &g, &err), err);
+            SimCtx c;
+            sim_ctx_init(&c, &cl, &s, &d, 8);
+            for (int i = 0; i < g.count; i++) {
+                const ModelOp *op = &g.op[i];
+                if (op->layer != 0 || op->phase == MODEL_RECOMPUTE)
+                    continue;
+                const int bwd = op->phase == MODEL_BWD;
+                if (op->kind == MODEL_OP_MATMUL && op->role == MODEL_OPR_QKV && fms) {
+                    qkv[!fused][bwd] = op->bytes;
+                    kern[!fused][bwd] = op->kernels;
+                }
+                if (op->kind == MODEL_OP_ATTENTION && fused) {
+                    attn_s[fms][bwd] = sim_compute_seconds(&c, op);
+                    /* compute-bound: the causal half of the FLOPs at the rate, plus launches */
+                    const double eff = fms ? 0.35 : (bwd ? 0.45 : 0.55);
+                    CHECK_REL(0.5 * op->flops / (c.peak * eff) + op->kernels * 2e-6, attn_s[fms][bwd], 1e-12);
+                }
+            }
+            model_ops_free(&g);
+        }
+    for (int pass = 0; pass < 2; pass++) {
+        CHECK_REL(2415919104.0, qkv[1][pass] - qkv[0][pass], 1e-12);
+        CHECK_EQ_INT(8, kern[1][pass] - kern[0][pass]);
+        CHECK(attn_s[1][pass] > attn_s[0][pass]);
+    }
+    prof_cluster_free(&cl);
+}
+
 int main(void)
 {
     px_log_set_quiet(1);
@@ -137,6 +205,7 @@ int main(void)
                                            "pytorch", &mg, &err),
                       err, "rows[0] framework");
     test_frameworks();
+    test_fms_kernels();
     printf("test_published: %d rows, %d checks passed\n", rows, px_test_checks);
     return 0;
 }
