@@ -44,9 +44,21 @@ static const char *moe_limit(const ModelSpec *s, const ModelDims *d)
            : mo->expert_bias || mo->router_bias || mo->shared_gate
                ? "expert, router biases and the shared gate are not supported"
            : d->sff_out_loc > d->ffn_out_loc ? "moe.shared_ffn must not exceed ffn_hidden"
-           : s->model.mla.kv_lora_rank > 0 || s->model.mtp_layers > 0
-               ? "MLA and multi-token prediction are not supported"
-               : NULL;
+           : s->model.mla.kv_lora_rank > 0 ? "MLA is not supported"
+                                           : NULL;
+}
+
+/* The multi-token prediction modules' limits (exec/train/mtp.c), or NULL. */
+static const char *mtp_limit(const ModelSpec *s, const ModelDims *d)
+{
+    return d->mtp_chunk != d->chunks - 1
+               ? "the modules run on the loss's stage (a layout string's m before L is simulated "
+                 "only)"
+           : d->t > 1 ? "tp must be 1 (the modules' eh projection and embedding are not sharded)"
+           : d->c > 1 ? "cp must be 1 (a module's shifted tokens cross the cp ranks' parts)"
+           : s->layout.zero >= 2 ? "zero must be 0 or 1"
+           : d->fp8 != MODEL_FP8_NONE ? "FP8 training is not supported with them"
+                                      : NULL;
 }
 
 /* The FP8 limits, or NULL. */
@@ -105,11 +117,11 @@ int model_exec_refusal(const ModelSpec *s, const ModelDims *d, int gpu, char *wh
                  "model %s has %d experts: the executor runs mixture-of-experts layers with "
                  "limits: %s",
                  m->name, m->moe.experts, lim);
-    else if (m->mtp_layers > 0)
+    else if (m->mtp_layers > 0 && (lim = mtp_limit(s, d)))
         snprintf(why, cap,
-                 "model %s has %d multi-token prediction module%s: the executor does not run "
-                 "them (simulate and export such plans, or train the model with mtp_layers 0)",
-                 m->name, m->mtp_layers, m->mtp_layers > 1 ? "s" : "");
+                 "model %s has %d multi-token prediction module%s: the executor runs them with "
+                 "limits: %s",
+                 m->name, m->mtp_layers, m->mtp_layers > 1 ? "s" : "", lim);
     else if (m->mla.kv_lora_rank > 0)
         snprintf(why, cap,
                  "model %s: multi-head latent attention (mla.kv_lora_rank %d): the executor does "

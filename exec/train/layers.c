@@ -977,7 +977,13 @@ static int head_bwd(const ExecLayerRun *r, int chunk, const ExecHeadActs *x, con
     op_close(r, op);
 
     op = op_open(r, -1, MODEL_OPR_FINAL_LN, MODEL_BWD);
-    k->memset0(dres, (size_t)R * h * c->ab);
+    /* the prediction modules' gradient of the hidden state they read, which their backward
+     * (mtp.c, before this one) left in the first module's spent output, or none */
+    const void *dh_mtp = c->g.chunk_mtp[chunk] > 0 ? x->mtp_out[0] : NULL;
+    if (dh_mtp)
+        k->copy(dres, dh_mtp, (size_t)R * h * c->ab);
+    else
+        k->memset0(dres, (size_t)R * h * c->ab);
     norm_bwd(r, dres, P->g_lnf_w, P->g_lnf_b, r->W->dx_a, EXEC_HA(x, FINAL_LN_IN), P->lnf_w, R);
     op_close(r, op);
     TRY(exec_zero_bucket_reduce(r->Z, c, P, r->M, P->final_block, err));
@@ -1091,4 +1097,23 @@ int exec_layers_backward(const ExecLayerRun *r, int j, int mb, ExecLayerActs *A,
     if (g == 0)
         return embed_bwd(r, j, x, tok, dres, last_mb, err);
     return exec_pipe_give(r->pipe, c, r->M, j, mb, 1, dres, err);
+}
+
+/* ---- for the prediction modules (mtp.c) ---- */
+
+int exec_layers_one_fwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerActs *a, void *out,
+                        int mb, PxError *err)
+{
+    return layer_fwd(r, chunk, l, a, out, MODEL_FWD, mb, err);
+}
+
+int exec_layers_one_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerActs *a, void *dres,
+                        int mb, PxError *err)
+{
+    return layer_bwd(r, chunk, l, a, dres, mb, err);
+}
+
+const void *exec_layers_dlogits_act(const ExecLayerRun *r, float *probs, size_t n)
+{
+    return dlogits_act(r, probs, n);
 }

@@ -15,7 +15,16 @@ static int is_moe_param(ModelTensorRole r)
     return r >= MODEL_TR_ROUTER_W && r <= MODEL_TR_SHARED_GATE_W;
 }
 
-static int is_layer_param(ModelTensorRole r) { return is_dense_param(r) || is_moe_param(r); }
+/* a prediction module's norms and eh projection (its layer's are the ordinary ones) */
+static int is_mtp_param(ModelTensorRole r)
+{
+    return r >= MODEL_TR_MTP_ENORM_W && r <= MODEL_TR_MTP_NORM_W;
+}
+
+static int is_layer_param(ModelTensorRole r)
+{
+    return is_dense_param(r) || is_moe_param(r) || is_mtp_param(r);
+}
 
 static int is_expert_param(ModelTensorRole r)
 {
@@ -26,12 +35,13 @@ static int is_expert_param(ModelTensorRole r)
 static int is_norm(ModelTensorRole r)
 {
     return r == MODEL_TR_LN1_W || r == MODEL_TR_LN1_B || r == MODEL_TR_LN2_W ||
-           r == MODEL_TR_LN2_B || r == MODEL_TR_FINAL_LN_W || r == MODEL_TR_FINAL_LN_B;
+           r == MODEL_TR_LN2_B || r == MODEL_TR_FINAL_LN_W || r == MODEL_TR_FINAL_LN_B ||
+           r == MODEL_TR_MTP_ENORM_W || r == MODEL_TR_MTP_HNORM_W || r == MODEL_TR_MTP_NORM_W;
 }
 
 static int is_param(ModelTensorRole r)
 {
-    return (r >= MODEL_TR_WTE && r <= MODEL_TR_LOGITS_W) || is_moe_param(r);
+    return (r >= MODEL_TR_WTE && r <= MODEL_TR_LOGITS_W) || is_moe_param(r) || is_mtp_param(r);
 }
 
 /* The views of a parameter: where the layers read its weights and write its gradient. NULL
@@ -42,6 +52,8 @@ static void **weight_view(ExecParams *P, ModelTensorRole r, int layer)
         return &P->lw[layer].t[r - MODEL_TR_LN1_W];
     if (is_moe_param(r))
         return &P->lw[layer].m[r - MODEL_TR_ROUTER_W];
+    if (is_mtp_param(r))
+        return &P->lw[layer].mtp[r - MODEL_TR_MTP_ENORM_W];
     switch (r) {
     case MODEL_TR_WTE: return &P->wte;
     case MODEL_TR_WPE: return &P->wpe;
@@ -58,6 +70,8 @@ static float **grad_view(ExecParams *P, ModelTensorRole r, int layer)
         return &P->lg[layer].t[r - MODEL_TR_LN1_W];
     if (is_moe_param(r))
         return &P->lg[layer].m[r - MODEL_TR_ROUTER_W];
+    if (is_mtp_param(r))
+        return &P->lg[layer].mtp[r - MODEL_TR_MTP_ENORM_W];
     switch (r) {
     case MODEL_TR_WTE: return &P->g_wte;
     case MODEL_TR_WPE: return &P->g_wpe;
@@ -86,7 +100,8 @@ static ExecMap tp_map(ModelTensorRole r, int swiglu)
     case MODEL_TR_PROJ_W:
     case MODEL_TR_FC2_W: return EXEC_MAP_COLS;
     case MODEL_TR_WTE:
-    case MODEL_TR_LOGITS_W: return EXEC_MAP_ROWS;
+    case MODEL_TR_LOGITS_W:
+    case MODEL_TR_MTP_EH_W: return EXEC_MAP_ROWS;
     default: return EXEC_MAP_FULL;
     }
 }
@@ -127,7 +142,7 @@ static int blocks_from(ExecParams *P, const ExecCtx *c, const ModelTensorTable *
             blk->own_off = 0;
             blk->own_n = blk->numel;
         }
-        if (mb->layer >= 0 && mb->layer < c->spec.model.layers)
+        if (mb->layer >= 0 && mb->layer < c->spec.model.layers + c->spec.model.mtp_layers)
             *(mb->experts ? &P->expert_block[mb->layer] : &P->layer_block[mb->layer]) = b;
     }
     return PX_OK;
@@ -143,7 +158,8 @@ static int param_from(ExecParams *P, const ExecCtx *c, const ModelTensor *t, uin
         return px_fail(err, PX_ERUNTIME, "parameter %s has no block: model/ and exec/ disagree",
                        t->name);
     if (!is_param(t->role) || (is_layer_param(t->role) &&
-                               (t->layer < 0 || t->layer >= c->spec.model.layers)))
+                               (t->layer < 0 ||
+                                t->layer >= c->spec.model.layers + c->spec.model.mtp_layers)))
         return px_fail(err, PX_ERUNTIME,
                        "the trainer has no use for parameter %s: model/ and exec/ disagree",
                        t->name);
@@ -165,7 +181,9 @@ static int param_from(ExecParams *P, const ExecCtx *c, const ModelTensor *t, uin
     p->norm = is_norm(t->role);
     p->sp_sum = p->norm || t->role == MODEL_TR_ROUTER_W || t->role == MODEL_TR_ROUTER_B ||
                 t->role == MODEL_TR_SHARED_GATE_W;
-    p->tied_copy = c->g.tied_pair && t->role == MODEL_TR_LOGITS_W;
+    /* the prediction modules' copy of the embedding (mtp.c) is one too */
+    p->tied_copy = (c->g.tied_pair && t->role == MODEL_TR_LOGITS_W) ||
+                   (c->g.mtp_pair && t->role == MODEL_TR_WTE);
     /* the output layer's copy starts as an exact copy of the embedding */
     px_strlcpy(p->init_name, p->tied_copy ? "embed.wte" : t->name, sizeof p->init_name);
     p->map = c->d.t > 1 ? tp_map(t->role, c->spec.model.mlp == MODEL_SWIGLU) : EXEC_MAP_FULL;
@@ -174,7 +192,7 @@ static int param_from(ExecParams *P, const ExecCtx *c, const ModelTensor *t, uin
                  : c->d.etp > 1 && t->role == MODEL_TR_EXP_FC2_W ? EXEC_MAP_EXPERTS_FC2
                  : c->d.ep > 1                                   ? EXEC_MAP_EXPERTS
                                                                  : EXEC_MAP_FULL;
-    if (t->role == MODEL_TR_WTE)
+    if (t->role == MODEL_TR_WTE && !p->tied_copy)
         P->embed_block = t->block;
     else if (t->role == MODEL_TR_FINAL_LN_W)
         P->final_block = t->block;
@@ -187,7 +205,7 @@ int exec_params_build(ExecParams *P, const ExecCtx *c, const ModelTensorTable *t
 {
     memset(P, 0, sizeof *P);
     P->embed_block = P->final_block = -1;
-    const int L = c->spec.model.layers;
+    const int L = c->spec.model.layers + c->spec.model.mtp_layers;
     int n = 0;
     for (int i = 0; i < twin->count; i++)
         n += twin->t[i].cat == MODEL_WEIGHTS && !twin->t[i].per_microbatch &&
@@ -220,7 +238,8 @@ int exec_params_build(ExecParams *P, const ExecCtx *c, const ModelTensorTable *t
                          (unsigned long long)off[b]);
     free(off);
     for (int b = 0; b < P->nb && !rc; b++)
-        P->b[b].tied = c->g.tied_pair && (b == P->embed_block || b == P->final_block);
+        P->b[b].tied = (c->g.tied_pair || c->g.mtp_pair) &&
+                       (b == P->embed_block || b == P->final_block);
     return rc;
 }
 

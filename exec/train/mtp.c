@@ -1,0 +1,339 @@
+/* Multi-token prediction modules (DeepSeek-V3 technical report sec. 2.2; Megatron-Core's
+ * MultiTokenPredictionBlock), on the last chunk after the main loss, op by op as model/ops.c
+ * lists them (mtp_module_pass, mtp_head_pass). Module k (1 .. D, model layer layers + k - 1)
+ * takes the previous depth's hidden state h (the main model's final hidden state before its
+ * final norm for k = 1) and the embedding of the tokens k places on, RMSNorms each (hnorm,
+ * enorm), concatenates them [embedding | hidden] (2h, mtp.eh.in, saved) and projects them to h
+ * (eh), runs one transformer layer, its own final norm, the shared output layer and a
+ * cross-entropy against the tokens k + 1 places on. The last k positions of a sequence have no
+ * such target: they are masked, as Megatron-Core rolls the labels and the loss mask, and each
+ * module's loss is the mean over its s - k targets of every sequence. The objective adds
+ * EXEC_MTP_LOSS_SCALE times the modules' mean loss to the main loss.
+ *
+ * Buffers (the memory table's, nothing of its own): the module's layer saves its tensors in
+ * the chunk's layer set after the chunk's layers; mtp.N.final_ln.in holds the module's output,
+ * mtp.N.logits.in its final norm's, mtp.N.loss.probs the fp32 logits and then their gradient.
+ * The forward embeds into ws.out; the backward keeps eh.in's gradient in ws.dffn (or ws.dqkv,
+ * whichever holds b x s x 2h), re-embeds the shifted tokens into ws.out for enorm's backward
+ * (the embedding is not saved: one lookup, no communication on one tensor-parallel rank), and
+ * leaves the gradient of the hidden state it read in its own mtp.N.final_ln.in, spent by then,
+ * where the depth before it (or the main loss's backward) adds it. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "exec/train/internal.h"
+
+#define TRY(x)                                                                                    \
+    do {                                                                                          \
+        int rc_ = (x);                                                                            \
+        if (rc_)                                                                                  \
+            return rc_;                                                                           \
+    } while (0)
+
+#define AT(p, i) EXEC_AT(p, i, r->c->ab)
+
+/* C[m,n] = op(A) op(B) into an act tensor, or (f32) into an fp32 one, accumulated or not. */
+static void mm(const ExecLayerRun *r, void *c, PxDtype ct, const void *a, const void *b, int m,
+               int n, int k, int ta, int tb, int accumulate)
+{
+    r->c->k->matmul(c, ct, a, b, m, n, k, ta, tb, 1.0f, accumulate ? 1.0f : 0.0f);
+    exec_meter_flops(r->M, 2.0 * m * n * k);
+}
+
+/* The model's norm over R rows of h from in (rows ld_in apart) into out (rows ld_out apart):
+ * one call when both are packed, else one a row (eh.in's halves). */
+static void norm_rows(const ExecLayerRun *r, void *out, int ld_out, const void *in, const void *w,
+                      int R)
+{
+    const ModelConfig *m = &r->c->spec.model;
+    const KernBackend *k = r->c->k;
+    const int h = m->hidden, rows = ld_out == h ? R : 1;
+    for (int i = 0; i < R; i += rows) {
+        void *o = AT(out, (size_t)i * ld_out);
+        const void *x = AT(in, (size_t)i * h);
+        if (m->norm == MODEL_LAYERNORM)
+            k->layernorm_fwd(o, x, w, NULL, rows, h, (float)m->norm_eps);
+        else
+            k->rmsnorm_fwd(o, x, w, rows, h, (float)m->norm_eps);
+    }
+}
+
+/* Its backward: din += the input's gradient, dw += the weight's, from dout (rows ld apart). */
+static void norm_rows_bwd(const ExecLayerRun *r, void *din, float *dw, const void *dout, int ld,
+                          const void *in, const void *w, int R)
+{
+    const ModelConfig *m = &r->c->spec.model;
+    const KernBackend *k = r->c->k;
+    const int h = m->hidden, rows = ld == h ? R : 1;
+    for (int i = 0; i < R; i += rows) {
+        void *dx = AT(din, (size_t)i * h);
+        const void *dy = AT(dout, (size_t)i * ld), *x = AT(in, (size_t)i * h);
+        if (m->norm == MODEL_LAYERNORM)
+            k->layernorm_bwd(dx, dw, NULL, dy, x, w, rows, h, (float)m->norm_eps);
+        else
+            k->rmsnorm_bwd(dx, dw, dy, x, w, rows, h, (float)m->norm_eps);
+    }
+}
+
+/* The embedding the modules read (the first stage's, or the last stage's copy: mtp.wte, or a
+ * tied model's output layer) and its gradient. */
+static const void *emb_w(const ExecParams *P) { return P->wte ? P->wte : P->out_w; }
+static float *emb_g(const ExecParams *P) { return P->wte ? P->g_wte : P->g_out_w; }
+
+/* The shifted tokens' embedding of module k into out [b*s, h]: position t embeds token t + k of
+ * its sequence, which the row of s + 1 tokens holds for t <= s - k; the positions past it
+ * (masked: they have no target) embed nothing. */
+static void embed_shifted(const ExecLayerRun *r, void *out, const int32_t *tok, int k)
+{
+    const ExecCtx *c = r->c;
+    const ModelDims *d = &c->d;
+    const int s = d->s, h = d->h, V = d->vocab_loc, n = s - k + 1 < s ? s - k + 1 : s;
+    for (int q = 0; q < d->b; q++) {
+        void *o = AT(out, (size_t)q * s * h);
+        if (n > 0)
+            c->k->embedding_fwd(o, tok + (size_t)q * (s + 1) + k, emb_w(r->P), NULL, n, n, 0, h,
+                                c->g.tp_rank * V, V);
+        if (n < s)
+            c->k->memset0(AT(o, (size_t)(n > 0 ? n : 0) * h), (size_t)(s - (n > 0 ? n : 0)) * h * c->ab);
+    }
+}
+
+static void embed_shifted_bwd(const ExecLayerRun *r, const void *dy, const int32_t *tok, int k)
+{
+    const ExecCtx *c = r->c;
+    const ModelDims *d = &c->d;
+    const int s = d->s, h = d->h, V = d->vocab_loc, n = s - k + 1 < s ? s - k + 1 : s;
+    for (int q = 0; q < d->b && n > 0; q++)
+        c->k->embedding_bwd(emb_g(r->P), NULL, AT(dy, (size_t)q * s * h),
+                            tok + (size_t)q * (s + 1) + k, n, n, 0, h, c->g.tp_rank * V, V);
+}
+
+/* The op of `role` at module layer l: the module's own (MODEL_OPR_MTP, found by key) or its
+ * layer's final norm, output layer and loss (meter.c files them under the layer). */
+static int open_op(const ExecLayerRun *r, int chunk, int l, ModelOpRole role, ModelPhase ph,
+                   int *op, PxError *err)
+{
+    if (role == MODEL_OPR_MTP)
+        TRY(exec_meter_need(r->M, r->c, role, l, chunk, ph, MODEL_COMM_COUNT, 0,
+                            "prediction module's mtp op", op, err));
+    else if ((*op = exec_meter_layer_op(r->M, l, role, ph)) < 0)
+        return exec_meter_missing(r->c, "prediction module's output layer op", err);
+    exec_meter_open(r->M, r->c->k, *op);
+    return PX_OK;
+}
+
+/* ---- the module and its loss, forward ---- */
+
+static int module_fwd(const ExecLayerRun *r, int chunk, int i, const ExecLayerActs *a,
+                      const void *hid, const int32_t *tok, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const ModelDims *d = &c->d;
+    const int l = c->spec.model.layers + i, h = d->h, N = d->b * d->s_loc, R = d->b * d->s_sp;
+    const ExecLayerParams *w = &r->P->lw[l];
+    void *ehin = a->t[EXEC_MTP_ACT];
+    int op;
+    TRY(open_op(r, chunk, l, MODEL_OPR_MTP, MODEL_FWD, &op, err));
+    embed_shifted(r, r->W->out, tok, i + 1);
+    norm_rows(r, ehin, 2 * h, r->W->out, EXEC_LPT(w, ENORM_W), R);
+    norm_rows(r, AT(ehin, h), 2 * h, hid, EXEC_LPT(w, HNORM_W), R);
+    mm(r, EXEC_LA(a, LN1_IN), c->act, ehin, EXEC_LPT(w, EH_W), N, h, 2 * h, 0, 1, 0);
+    exec_meter_close(r->M, c->k, op);
+    return PX_OK;
+}
+
+/* Module i's loss over the fp32 logits in probs: the rows with a target (the first s - k of
+ * each sequence) as the main loss's cross-entropy, the others' probabilities zeroed (no
+ * gradient); its share of the modules' loss into the pass. */
+static int module_loss(const ExecLayerRun *r, int chunk, int i, float *probs, const int32_t *tok,
+                       PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const KernBackend *k = c->k;
+    const ModelDims *d = &c->d;
+    const int l = c->spec.model.layers + i, K = i + 1, s = d->s, V = d->vocab_loc;
+    const int N = d->b * s, n = s - K > 0 ? s - K : 0, v0 = c->g.tp_rank * V;
+    float *rowmax = r->W->xent, *rowsum = rowmax + N, *target = rowsum + N, *loss = target + N;
+    int op;
+    TRY(open_op(r, chunk, l, MODEL_OPR_LOSS, MODEL_FWD, &op, err));
+    k->xent_rowmax(rowmax, probs, N, V);
+    TRY(exec_tp_allreduce_f32(r, MODEL_OPR_LOSS, l, chunk, MODEL_FWD, rowmax, (size_t)N, COMM_MAX,
+                              err));
+    for (int q = 0; q < d->b && n > 0; q++) {
+        const size_t o = (size_t)q * s;
+        k->xent_expsum(rowsum + o, target + o, probs + o * V, rowmax + o,
+                       tok + (size_t)q * (s + 1) + K + 1, n, V, v0);
+    }
+    TRY(exec_tp_allreduce_f32(r, MODEL_OPR_LOSS, l, chunk, MODEL_FWD, rowsum, (size_t)N, COMM_SUM,
+                              err));
+    TRY(exec_tp_allreduce_f32(r, MODEL_OPR_LOSS, l, chunk, MODEL_FWD, target, (size_t)N, COMM_SUM,
+                              err));
+    double sum = 0.0;
+    for (int q = 0; q < d->b; q++) {
+        const size_t o = (size_t)q * s;
+        if (n > 0)
+            k->xent_finish(loss + o, probs + o * V, rowsum + o, rowmax + o, target + o, n, V);
+        k->memset0(probs + (o + (size_t)n) * V, (size_t)(s - n) * V * sizeof *probs);
+        if (c->g.tp_rank == 0 && n > 0) {
+            k->to_host(r->W->host_loss, loss + o, (size_t)n * sizeof *loss);
+            for (int t = 0; t < n; t++)
+                sum += r->W->host_loss[t];
+        }
+    }
+    /* the module's mean over its targets, a 1/D share of the modules' mean, in the units of
+     * the main loss's sum (which is divided by global_batch x s) */
+    if (n > 0)
+        r->pass->mtp_loss_sum += sum * s / ((double)n * c->spec.model.mtp_layers);
+    exec_meter_close(r->M, k, op);
+    return PX_OK;
+}
+
+/* Module i's final norm, the shared output layer and its loss. */
+static int head_fwd(const ExecLayerRun *r, int chunk, int i, ExecHeadActs *x, const int32_t *tok,
+                    PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const ModelDims *d = &c->d;
+    const int l = c->spec.model.layers + i, h = d->h, V = d->vocab_loc, vocab = c->spec.model.vocab;
+    const int N = d->b * d->s_loc, R = d->b * d->s_sp, v0 = c->g.tp_rank * V;
+    int op;
+    TRY(open_op(r, chunk, l, MODEL_OPR_FINAL_LN, MODEL_FWD, &op, err));
+    norm_rows(r, x->mtp_logits_in[i], h, x->mtp_out[i], EXEC_LPT(&r->P->lw[l], NORM_W), R);
+    exec_meter_close(r->M, c->k, op);
+
+    float *probs = (float *)x->mtp_probs[i];
+    TRY(open_op(r, chunk, l, MODEL_OPR_LOGITS, MODEL_FWD, &op, err));
+    mm(r, probs, PX_FP32, x->mtp_logits_in[i], r->P->out_w, N, V, h, 0, 1, 0);
+    if (vocab < v0 + V)
+        c->k->fill_cols_f32(probs, N, V, vocab > v0 ? vocab - v0 : 0, V, -INFINITY);
+    exec_meter_close(r->M, c->k, op);
+    return module_loss(r, chunk, i, probs, tok, err);
+}
+
+int exec_mtp_forward(const ExecLayerRun *r, int chunk, int mb, ExecLayerActs *A, ExecHeadActs *x,
+                     const int32_t *tok, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const int D = c->g.chunk_mtp[chunk], cl = c->g.chunk_cl[chunk];
+    for (int i = 0; i < D; i++) {
+        const ExecLayerActs *a = &A[cl + i];
+        const void *hid = i == 0 ? EXEC_HA(x, FINAL_LN_IN) : x->mtp_out[i - 1];
+        TRY(module_fwd(r, chunk, i, a, hid, tok, err));
+        TRY(exec_layers_one_fwd(r, chunk, c->spec.model.layers + i, a, x->mtp_out[i], mb, err));
+        TRY(head_fwd(r, chunk, i, x, tok, err));
+    }
+    return PX_OK;
+}
+
+/* ---- backward ---- */
+
+/* Module i's loss and output layer backward: the gradient of its final norm's output into
+ * ws.dx_a, the output layer's weight gradient accumulated. */
+static int head_bwd(const ExecLayerRun *r, int chunk, int i, const ExecHeadActs *x,
+                    const int32_t *tok, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const KernBackend *k = c->k;
+    const ModelDims *d = &c->d;
+    const int l = c->spec.model.layers + i, K = i + 1, s = d->s, h = d->h, V = d->vocab_loc;
+    const int N = d->b * s, n = s - K > 0 ? s - K : 0;
+    /* the module's mean over its targets of every sequence of the global batch, a 1/D share of
+     * the modules' loss, times its weight in the objective and the fp16 loss scale */
+    const float dloss =
+        n > 0 ? (float)(r->pass->loss_scale * EXEC_MTP_LOSS_SCALE /
+                        ((double)c->spec.model.mtp_layers * c->spec.job.global_batch * n))
+              : 0.0f;
+    float *probs = (float *)x->mtp_probs[i];
+    int op;
+    TRY(open_op(r, chunk, l, MODEL_OPR_LOSS, MODEL_BWD, &op, err));
+    for (int q = 0; q < d->b && n > 0; q++)
+        k->xent_bwd(probs + (size_t)q * s * V, tok + (size_t)q * (s + 1) + K + 1, n, V,
+                    c->g.tp_rank * V, dloss);
+    const void *dlogits = exec_layers_dlogits_act(r, probs, (size_t)N * V);
+    exec_meter_close(r->M, k, op);
+
+    TRY(open_op(r, chunk, l, MODEL_OPR_LOGITS, MODEL_BWD, &op, err));
+    mm(r, r->W->dx_a, c->act, dlogits, r->P->out_w, N, h, V, 0, 0, 0);
+    mm(r, r->P->g_out_w, PX_FP32, dlogits, x->mtp_logits_in[i], V, h, N, 1, 0, 1);
+    exec_meter_close(r->M, k, op);
+    return PX_OK;
+}
+
+/* The buffer eh.in's gradient ([b*s, 2h]) is kept in: a layer's backward scratch, free here. */
+static void *eh_grad_buf(const ExecLayerRun *r)
+{
+    const ModelDims *d = &r->c->d;
+    return d->ffn_out_loc >= 2 * d->h ? r->W->dffn : r->W->dqkv;
+}
+
+static int module_bwd(const ExecLayerRun *r, int chunk, int i, const ExecLayerActs *a,
+                      const ExecHeadActs *x, const int32_t *tok, int mb, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const KernBackend *k = c->k;
+    const ModelDims *d = &c->d;
+    const int D = c->g.chunk_mtp[chunk];
+    const int l = c->spec.model.layers + i, h = d->h, N = d->b * d->s_loc, R = d->b * d->s_sp;
+    const ExecLayerParams *w = &r->P->lw[l];
+    const ExecLayerGrads *g = &r->P->lg[l];
+    void *dres = r->W->dx_b;
+    const size_t rb = (size_t)R * h * c->ab;
+    int op;
+
+    /* the final norm: its output's gradient from the head, its input's (the module's output)
+     * plus what the next depth left for it */
+    TRY(open_op(r, chunk, l, MODEL_OPR_FINAL_LN, MODEL_BWD, &op, err));
+    k->memset0(dres, rb);
+    norm_rows_bwd(r, dres, EXEC_LPT(g, NORM_W), r->W->dx_a, h, x->mtp_out[i], EXEC_LPT(w, NORM_W),
+                  R);
+    if (i + 1 < D)
+        k->add_inplace(dres, x->mtp_out[i + 1], (size_t)R * h);
+    exec_meter_close(r->M, k, op);
+
+    TRY(exec_layers_one_bwd(r, chunk, l, a, dres, mb, err));
+
+    /* eh's backward from the layer's input gradient, then enorm's (the embedding looked up
+     * again) and hnorm's (into this module's spent output) */
+    const void *ehin = a->t[EXEC_MTP_ACT];
+    const void *hid = i == 0 ? EXEC_HA(x, FINAL_LN_IN) : x->mtp_out[i - 1];
+    void *deh = eh_grad_buf(r);
+    TRY(open_op(r, chunk, l, MODEL_OPR_MTP, MODEL_BWD, &op, err));
+    mm(r, deh, c->act, dres, EXEC_LPT(w, EH_W), N, 2 * h, h, 0, 0, 0);
+    mm(r, EXEC_LPT(g, EH_W), PX_FP32, dres, ehin, h, 2 * h, N, 1, 0, 1);
+    k->memset0(x->mtp_out[i], rb);
+    norm_rows_bwd(r, x->mtp_out[i], EXEC_LPT(g, HNORM_W), AT(deh, h), 2 * h, hid,
+                  EXEC_LPT(w, HNORM_W), R);
+    embed_shifted(r, r->W->out, tok, i + 1);
+    k->memset0(dres, rb);
+    norm_rows_bwd(r, dres, EXEC_LPT(g, ENORM_W), deh, 2 * h, r->W->out, EXEC_LPT(w, ENORM_W), R);
+    embed_shifted_bwd(r, dres, tok, i + 1);
+    exec_meter_close(r->M, k, op);
+    return PX_OK;
+}
+
+int exec_mtp_backward(const ExecLayerRun *r, int chunk, int mb, ExecLayerActs *A,
+                      const ExecHeadActs *x, const int32_t *tok, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const int D = c->g.chunk_mtp[chunk], cl = c->g.chunk_cl[chunk];
+    for (int i = D - 1; i >= 0; i--) {
+        TRY(head_bwd(r, chunk, i, x, tok, err));
+        TRY(module_bwd(r, chunk, i, &A[cl + i], x, tok, mb, err));
+    }
+    return PX_OK;
+}
+
+void **exec_mtp_extra_slot(ExecHeadActs *x, const ModelTensor *t)
+{
+    int i, at = 0;
+    char rest[32];
+    if (sscanf(t->name, "mtp.%d.%31s%n", &i, rest, &at) != 2 || i < 0 || i >= EXEC_MTP_MAX)
+        return NULL;
+    switch (t->role) {
+    case MODEL_TR_FINAL_LN_IN: return &x->mtp_out[i];
+    case MODEL_TR_LOGITS_IN: return &x->mtp_logits_in[i];
+    case MODEL_TR_LOSS_PROBS: return &x->mtp_probs[i];
+    default: return NULL;
+    }
+}
