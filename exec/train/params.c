@@ -183,7 +183,8 @@ static int param_from(ExecParams *P, const ExecCtx *c, const ModelTensor *t, uin
                 t->role == MODEL_TR_SHARED_GATE_W;
     /* the prediction modules' copy of the embedding (mtp.c) is one too */
     p->tied_copy = (c->g.tied_pair && t->role == MODEL_TR_LOGITS_W) ||
-                   (c->g.mtp_pair && t->role == MODEL_TR_WTE);
+                   (c->g.mtp_pair && t->role == MODEL_TR_WTE && t->chunk >= 0 &&
+                    c->g.chunk_g[t->chunk] != 0);
     /* the output layer's copy starts as an exact copy of the embedding */
     px_strlcpy(p->init_name, p->tied_copy ? "embed.wte" : t->name, sizeof p->init_name);
     p->map = c->d.t > 1 ? tp_map(t->role, c->spec.model.mlp == MODEL_SWIGLU) : EXEC_MAP_FULL;
