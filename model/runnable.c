@@ -54,7 +54,12 @@ static const char *mtp_limit(const ModelSpec *s, const ModelDims *d)
     return d->mtp_chunk != d->chunks - 1
                ? "the modules run on the loss's stage (a layout string's m before L is simulated "
                  "only)"
-           : d->t > 1 ? "tp must be 1 (the modules' eh projection and embedding are not sharded)"
+           : d->t > 1 && !s->layout.sp
+               ? "tp > 1 runs with sequence parallelism (make the plan with --sp)"
+           : d->h % d->t ? "tp must divide the hidden size (the eh projection's columns)"
+           : d->ffn_out_loc < 2 * d->h && d->q_loc + 2 * d->kv_width_loc < 2 * d->h
+               ? "the MLP's or the attention's width per tp rank must be at least 2 x hidden "
+                 "(the eh projection's input gradient lives in that scratch)"
            : d->c > 1 ? "cp must be 1 (a module's shifted tokens cross the cp ranks' parts)"
            : s->layout.zero >= 2 ? "zero must be 0 or 1"
            : d->fp8 != MODEL_FP8_NONE ? "FP8 training is not supported with them"

@@ -10,7 +10,8 @@
  *   the modules' loss is within 0.1 of ln(vocab).
  * Layouts: the pipeline with the module on the last of 2 x 2 virtual stages (an untied model:
  * the module's copy of the embedding summed with the first stage's), data parallelism with
- * ZeRO-1, expert parallelism (the module's layer a MoE layer, forced balance), and one rank of
+ * ZeRO-1, tensor parallelism with sequence parallelism (a tied LayerNorm model), expert
+ * parallelism (the module's layer a MoE layer, forced balance), and one rank of
  * the CUDA backend through the emulator. Usage: test_exec_mtp_mpi PARALLAX LAYOUT [WORKER]
  * (`list` prints the layouts). */
 #include <unistd.h>
@@ -24,15 +25,16 @@
 typedef struct {
     const char *name;
     const char *model;
-    int gpus, dp, pp, vpp, ep, zero;
+    int gpus, dp, tp, pp, vpp, ep, zero; /* tp > 1 with sequence parallelism */
     int cuda; /* the CUDA backend in bf16 (WORKER) against the CPU's fp32 */
 } Layout;
 
 static const Layout layouts[] = {
-    {"llama_pp2_vpp2", "tiny-llama", 2, 1, 2, 2, 1, 0, 0},
-    {"dp2_zero1", "tiny", 2, 2, 1, 1, 1, 1, 0},
-    {"moe_ep2", "tiny-moe", 2, 2, 1, 1, 2, 0, 0},
-    {"cuda_llama", "tiny-llama", 1, 1, 1, 1, 1, 0, 1},
+    {"llama_pp2_vpp2", "tiny-llama", 2, 1, 1, 2, 2, 1, 0, 0},
+    {"dp2_zero1", "tiny", 2, 2, 1, 1, 1, 1, 1, 0},
+    {"tp2_sp", "tiny", 2, 1, 2, 1, 1, 1, 0, 0},
+    {"moe_ep2", "tiny-moe", 2, 2, 1, 1, 1, 2, 0, 0},
+    {"cuda_llama", "tiny-llama", 1, 1, 1, 1, 1, 1, 0, 1},
 };
 enum { N_LAYOUTS = sizeof layouts / sizeof layouts[0], STEPS = 3 };
 
@@ -53,14 +55,14 @@ static ModelSpec spec_of(const Layout *L)
     s.job.moe_force_balance = 1;
     s.job.moe_imbalance = 1.0;
     s.layout.dp = L->dp;
-    s.layout.tp = 1;
+    s.layout.tp = L->tp;
     s.layout.pp = L->pp;
     s.layout.cp = 1;
     s.layout.vpp = L->vpp;
     s.layout.zero = L->zero;
-    s.layout.sp = 0;
+    s.layout.sp = L->tp > 1;
     s.layout.ep = L->ep;
-    s.layout.etp = 1;
+    s.layout.etp = s.model.moe.experts > 0 ? 1 : L->tp; /* no experts: etp follows tp */
     s.layout.schedule = L->vpp > 1 ? MODEL_SCHED_INTERLEAVED : MODEL_SCHED_1F1B;
     s.layout.recompute = MODEL_RECOMPUTE_NONE;
     return s;
@@ -118,7 +120,9 @@ static void check_layout(const Layout *L)
     ModelSpec s = spec_of(L);
     write_plan(&s, L->cuda ? "dgx-h100" : "local", L->gpus, "plan.json");
     ModelSpec one = s;
-    one.layout.dp = one.layout.pp = one.layout.ep = one.layout.vpp = 1;
+    one.layout.dp = one.layout.tp = one.layout.pp = one.layout.ep = one.layout.vpp = 1;
+    one.layout.sp = 0;
+    one.layout.etp = 1;
     one.layout.schedule = MODEL_SCHED_1F1B;
     one.layout.zero = 0;
     one.job.precision = PX_FP32;

@@ -76,6 +76,15 @@ static void norm_rows_bwd(const ExecLayerRun *r, void *din, float *dw, const voi
     }
 }
 
+/* rows of width elements from src (rows ld_src apart) to dst (ld_dst apart), one copy a row */
+static void copy_rows(const ExecLayerRun *r, void *dst, int ld_dst, const void *src, int ld_src,
+                      int rows, int width)
+{
+    for (int i = 0; i < rows; i++)
+        r->c->k->copy(AT(dst, (size_t)i * ld_dst), AT(src, (size_t)i * ld_src),
+                      (size_t)width * r->c->ab);
+}
+
 /* The embedding the modules read (the first stage's, or the last stage's copy: mtp.wte, or a
  * tied model's output layer) and its gradient. */
 static const void *emb_w(const ExecParams *P) { return P->wte ? P->wte : P->out_w; }
@@ -125,6 +134,14 @@ static int open_op(const ExecLayerRun *r, int chunk, int l, ModelOpRole role, Mo
 
 /* ---- the module and its loss, forward ---- */
 
+/* eh.in gathered over the sequence, and later its gradient ([b*s, 2h]): a layer's backward
+ * scratch, free while a module's own op runs (the trainer's check: mtp_check). */
+static void *eh_grad_buf(const ExecLayerRun *r)
+{
+    const ModelDims *d = &r->c->d;
+    return d->ffn_out_loc >= 2 * d->h ? r->W->dffn : r->W->dqkv;
+}
+
 static int module_fwd(const ExecLayerRun *r, int chunk, int i, const ExecLayerActs *a,
                       const void *hid, const int32_t *tok, PxError *err)
 {
@@ -133,12 +150,35 @@ static int module_fwd(const ExecLayerRun *r, int chunk, int i, const ExecLayerAc
     const int l = c->spec.model.layers + i, h = d->h, N = d->b * d->s_loc, R = d->b * d->s_sp;
     const ExecLayerParams *w = &r->P->lw[l];
     void *ehin = a->t[EXEC_MTP_ACT];
+    const int t = d->t, hl = h / t;
     int op;
     TRY(open_op(r, chunk, l, MODEL_OPR_MTP, MODEL_FWD, &op, err));
+    /* vocabulary-parallel: the shards' partial embeddings summed, this rank's rows kept */
     embed_shifted(r, r->W->out, tok, i + 1);
-    norm_rows(r, ehin, 2 * h, r->W->out, EXEC_LPT(w, ENORM_W), R);
+    void *emb = r->W->out;
+    if (t > 1) {
+        TRY(exec_tp_reduce_scatter(r, MODEL_OPR_MTP, l, chunk, MODEL_FWD, r->W->dx_a, emb,
+                                   (size_t)R * h, err));
+        emb = r->W->dx_a;
+    }
+    norm_rows(r, ehin, 2 * h, emb, EXEC_LPT(w, ENORM_W), R);
     norm_rows(r, AT(ehin, h), 2 * h, hid, EXEC_LPT(w, HNORM_W), R);
-    mm(r, EXEC_LA(a, LN1_IN), c->act, ehin, EXEC_LPT(w, EH_W), N, h, 2 * h, 0, 1, 0);
+    if (t == 1) {
+        mm(r, EXEC_LA(a, LN1_IN), c->act, ehin, EXEC_LPT(w, EH_W), N, h, 2 * h, 0, 1, 0);
+        exec_meter_close(r->M, c->k, op);
+        return PX_OK;
+    }
+    /* column-parallel eh over the whole sequence's input, its output columns gathered and this
+     * rank's rows of them kept (the layer's input is sequence-parallel) */
+    void *full = eh_grad_buf(r);
+    TRY(exec_tp_all_gather(r, MODEL_OPR_MTP, l, chunk, MODEL_FWD, full, ehin, (size_t)R * 2 * h,
+                           err));
+    mm(r, r->W->out, c->act, full, EXEC_LPT(w, EH_W), N, hl, 2 * h, 0, 1, 0);
+    TRY(exec_tp_all_gather(r, MODEL_OPR_MTP, l, chunk, MODEL_FWD, r->W->sp_gather, r->W->out,
+                           (size_t)N * hl, err));
+    for (int q = 0; q < t; q++)
+        copy_rows(r, AT(EXEC_LA(a, LN1_IN), q * hl), h,
+                  AT(r->W->sp_gather, ((size_t)q * N + (size_t)c->g.tp_rank * R) * hl), hl, R, hl);
     exec_meter_close(r->M, c->k, op);
     return PX_OK;
 }
@@ -204,7 +244,13 @@ static int head_fwd(const ExecLayerRun *r, int chunk, int i, ExecHeadActs *x, co
 
     float *probs = (float *)x->mtp_probs[i];
     TRY(open_op(r, chunk, l, MODEL_OPR_LOGITS, MODEL_FWD, &op, err));
-    mm(r, probs, PX_FP32, x->mtp_logits_in[i], r->P->out_w, N, V, h, 0, 1, 0);
+    const void *in = x->mtp_logits_in[i];
+    if (exec_sp_on(c)) {
+        TRY(exec_tp_all_gather(r, MODEL_OPR_LOGITS, l, chunk, MODEL_FWD, r->W->sp_gather, in,
+                               (size_t)R * h, err));
+        in = r->W->sp_gather;
+    }
+    mm(r, probs, PX_FP32, in, r->P->out_w, N, V, h, 0, 1, 0);
     if (vocab < v0 + V)
         c->k->fill_cols_f32(probs, N, V, vocab > v0 ? vocab - v0 : 0, V, -INFINITY);
     exec_meter_close(r->M, c->k, op);
@@ -254,17 +300,63 @@ static int head_bwd(const ExecLayerRun *r, int chunk, int i, const ExecHeadActs 
     exec_meter_close(r->M, k, op);
 
     TRY(open_op(r, chunk, l, MODEL_OPR_LOGITS, MODEL_BWD, &op, err));
-    mm(r, r->W->dx_a, c->act, dlogits, r->P->out_w, N, h, V, 0, 0, 0);
-    mm(r, r->P->g_out_w, PX_FP32, dlogits, x->mtp_logits_in[i], V, h, N, 1, 0, 1);
+    const int sp = exec_sp_on(c), R = d->b * d->s_sp;
+    void *dx = sp ? r->W->out : r->W->dx_a;
+    mm(r, dx, c->act, dlogits, r->P->out_w, N, h, V, 0, 0, 0);
+    const void *in = x->mtp_logits_in[i];
+    if (sp) {
+        TRY(exec_tp_all_gather(r, MODEL_OPR_LOGITS, l, chunk, MODEL_BWD, r->W->sp_gather, in,
+                               (size_t)R * h, err));
+        in = r->W->sp_gather;
+    }
+    mm(r, r->P->g_out_w, PX_FP32, dlogits, in, V, h, N, 1, 0, 1);
+    if (sp)
+        TRY(exec_tp_reduce_scatter(r, MODEL_OPR_LOGITS, l, chunk, MODEL_BWD, r->W->dx_a, dx,
+                                   (size_t)R * h, err));
     exec_meter_close(r->M, k, op);
     return PX_OK;
 }
 
-/* The buffer eh.in's gradient ([b*s, 2h]) is kept in: a layer's backward scratch, free here. */
-static void *eh_grad_buf(const ExecLayerRun *r)
+/* The module's own backward under tensor and sequence parallelism, from the layer's input
+ * gradient in ws.dx_b (this rank's rows): that gradient and eh.in gathered over the sequence,
+ * eh's weight gradient from this rank's columns, its input gradient reduce-scattered to this
+ * rank's rows (ws.dhid), hnorm's backward on them, and enorm's gathered again over the sequence:
+ * every rank looks up the rows of its vocabulary shard, whose enorm input it then has whole
+ * (the others are zero: no weight gradient from them, no embedding rows), and the shards' weight
+ * gradients sum over TP as every sequence-parallel norm's do. */
+static int eh_bwd_sp(const ExecLayerRun *r, int chunk, int i, const void *ehin, const void *hid,
+                     void *dhid, const int32_t *tok, PxError *err)
 {
-    const ModelDims *d = &r->c->d;
-    return d->ffn_out_loc >= 2 * d->h ? r->W->dffn : r->W->dqkv;
+    const ExecCtx *c = r->c;
+    const KernBackend *k = c->k;
+    const ModelDims *d = &c->d;
+    const int l = c->spec.model.layers + i, h = d->h, t = d->t, hl = h / t;
+    const int N = d->b * d->s_loc, R = d->b * d->s_sp;
+    const size_t rb = (size_t)R * h * c->ab;
+    const ExecLayerParams *w = &r->P->lw[l];
+    const ExecLayerGrads *g = &r->P->lg[l];
+    void *full = eh_grad_buf(r), *dy = r->W->out, *gat = r->W->sp_gather;
+    TRY(exec_tp_all_gather(r, MODEL_OPR_MTP, l, chunk, MODEL_BWD, gat, r->W->dx_b, (size_t)R * h,
+                           err));
+    copy_rows(r, dy, hl, AT(gat, (size_t)c->g.tp_rank * hl), h, N, hl);
+    TRY(exec_tp_all_gather(r, MODEL_OPR_MTP, l, chunk, MODEL_BWD, full, ehin, (size_t)R * 2 * h,
+                           err));
+    mm(r, EXEC_LPT(g, EH_W), PX_FP32, dy, full, hl, 2 * h, N, 1, 0, 1);
+    mm(r, full, c->act, dy, EXEC_LPT(w, EH_W), N, 2 * h, hl, 0, 0, 0);
+    TRY(exec_tp_reduce_scatter(r, MODEL_OPR_MTP, l, chunk, MODEL_BWD, r->W->dhid, full,
+                               (size_t)R * 2 * h, err));
+    const void *deh = r->W->dhid;
+    k->memset0(dhid, rb);
+    norm_rows_bwd(r, dhid, EXEC_LPT(g, HNORM_W), AT(deh, h), 2 * h, hid, EXEC_LPT(w, HNORM_W), R);
+    /* enorm's output gradient over the sequence, its input as this rank's shard has it */
+    copy_rows(r, r->W->dx_b, h, deh, 2 * h, R, h);
+    TRY(exec_tp_all_gather(r, MODEL_OPR_MTP, l, chunk, MODEL_BWD, gat, r->W->dx_b, (size_t)R * h,
+                           err));
+    embed_shifted(r, r->W->out, tok, i + 1);
+    k->memset0(full, (size_t)N * h * c->ab);
+    norm_rows_bwd(r, full, EXEC_LPT(g, ENORM_W), gat, h, r->W->out, EXEC_LPT(w, ENORM_W), N);
+    embed_shifted_bwd(r, full, tok, i + 1);
+    return PX_OK;
 }
 
 static int module_bwd(const ExecLayerRun *r, int chunk, int i, const ExecLayerActs *a,
@@ -299,6 +391,11 @@ static int module_bwd(const ExecLayerRun *r, int chunk, int i, const ExecLayerAc
     const void *hid = i == 0 ? EXEC_HA(x, FINAL_LN_IN) : x->mtp_out[i - 1];
     void *deh = eh_grad_buf(r);
     TRY(open_op(r, chunk, l, MODEL_OPR_MTP, MODEL_BWD, &op, err));
+    if (d->t > 1) {
+        TRY(eh_bwd_sp(r, chunk, i, ehin, hid, x->mtp_out[i], tok, err));
+        exec_meter_close(r->M, k, op);
+        return PX_OK;
+    }
     mm(r, deh, c->act, dres, EXEC_LPT(w, EH_W), N, 2 * h, h, 0, 0, 0);
     mm(r, EXEC_LPT(g, EH_W), PX_FP32, dres, ehin, h, 2 * h, N, 1, 0, 1);
     k->memset0(x->mtp_out[i], rb);
