@@ -11,8 +11,8 @@
  * Layouts: the pipeline with the module on the last of 2 x 2 virtual stages (an untied model:
  * the module's copy of the embedding summed with the first stage's), data parallelism with
  * ZeRO-1, tensor parallelism with sequence parallelism (a tied LayerNorm model), expert
- * parallelism (the module's layer a MoE layer, forced balance), and one rank of
- * the CUDA backend through the emulator. Usage: test_exec_mtp_mpi PARALLAX LAYOUT [WORKER]
+ * parallelism (the module's layer a MoE layer, forced balance), and tensor and sequence
+ * parallelism on the CUDA backend through the emulator (a GPU per rank). Usage: test_exec_mtp_mpi PARALLAX LAYOUT [WORKER]
  * (`list` prints the layouts). */
 #include <unistd.h>
 
@@ -34,7 +34,7 @@ static const Layout layouts[] = {
     {"dp2_zero1", "tiny", 2, 2, 1, 1, 1, 1, 1, 0},
     {"tp2_sp", "tiny", 2, 1, 2, 1, 1, 1, 0, 0},
     {"moe_ep2", "tiny-moe", 2, 2, 1, 1, 1, 2, 0, 0},
-    {"cuda_llama", "tiny-llama", 1, 1, 1, 1, 1, 1, 0, 1},
+    {"cuda_tp2_sp", "tiny", 2, 1, 2, 1, 1, 1, 0, 1},
 };
 enum { N_LAYOUTS = sizeof layouts / sizeof layouts[0], STEPS = 3 };
 
@@ -132,8 +132,9 @@ static void check_layout(const Layout *L)
     if (!L->cuda)
         sh(0, "timeout 600 %s run %s/plan.json --quiet -o %s/run.json", px, tmp, tmp);
     else
-        sh(0, "timeout 600 %s run %s/plan.json --quiet --backend cuda -o %s/run.json", worker, tmp,
-           tmp);
+        sh(0, "timeout 600 mpirun -n %d %s --oversubscribe --bind-to none --mca "
+              "mpi_yield_when_idle 1 %s run %s/plan.json --quiet --backend cuda -o %s/run.json",
+           L->gpus, geteuid() == 0 ? "--allow-run-as-root" : "", worker, tmp, tmp);
     cJSON *ref = read_json("ref.run.json"), *run = read_json("run.json");
     cJSON *plan = read_json("plan.json");
     const double tol = L->cuda ? 1e-3 : 1e-5;
