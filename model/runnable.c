@@ -51,9 +51,16 @@ static const char *moe_limit(const ModelSpec *s, const ModelDims *d)
 /* The multi-token prediction modules' limits (exec/train/mtp.c), or NULL. */
 static const char *mtp_limit(const ModelSpec *s, const ModelDims *d)
 {
-    return d->mtp_chunk != d->chunks - 1
-               ? "the modules run on the loss's stage (a layout string's m before L is simulated "
-                 "only)"
+    int l0;
+    const int alone = d->mtp_chunk != d->chunks - 1;
+    return alone && s->model.tied_embeddings
+               ? "on a stage of their own (a layout string's m before L) the model must be untied "
+                 "(a third copy of the embedding)"
+           : alone && (d->v > 1 || s->model.mtp_layers > 1 || d->mtp_chunk == 0 || d->pp_split > 1 ||
+                       model_chunk_layers(s, d, d->chunks - 1, &l0) > 0)
+               ? "on a stage of their own (a layout string's m before L) they run with vpp 1, one "
+                 "module, a stage without the embedding, a loss stage without layers and, with "
+                 "tp > 1, SP"
            : d->t > 1 && !s->layout.sp
                ? "tp > 1 runs with sequence parallelism (make the plan with --sp)"
            : d->h % d->t ? "tp must divide the hidden size (the eh projection's columns)"

@@ -75,8 +75,9 @@ typedef struct {
     int has_data, has_loss;   /* the stage reads tokens; computes the loss */
     int tied_here;            /* the output layer reads embed.wte on this chunk */
     int tied_pair;            /* the output layer is a copy on the last stage: embed_allreduce */
-    int mtp_pair;             /* the prediction modules' copy of the embedding (mtp.wte) on the
-                                 last stage of an untied model: embed_allreduce as tied_pair */
+    int mtp_pair;             /* the prediction modules' copy of the embedding (mtp.wte) away
+                                 from the first stage of an untied model (the last stage, or
+                                 theirs): embed_allreduce as tied_pair */
     int defer_logits_wgrad;   /* ZeRO-2/3 + tied here: the output layer's weight gradient waits
                                  until the embedding's block is in the bucket */
 } ExecGrid;
@@ -805,6 +806,8 @@ int exec_moe_backward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer,
 typedef struct ExecPipe {
     void *send, *recv;   /* pp.send and pp.recv */
     uint64_t elems;
+    uint64_t part;       /* one activation's elements: a transfer carries one, or past a stage of
+                            the prediction modules' own 1 + mtp_layers (pipeline.c) */
     int send_req, recv_req; /* the pending send, the posted receive */
     ModelAction *recvs;  /* the expected receives of a step, in schedule order */
     int n_recvs, next_recv;
@@ -823,6 +826,13 @@ int exec_pipe_take(ExecPipe *pp, const ExecCtx *c, ExecMeter *M, int chunk, int 
 /* Sends the output (forward) or input gradient (backward) of (chunk, mb) on. */
 int exec_pipe_give(ExecPipe *pp, const ExecCtx *c, ExecMeter *M, int chunk, int mb, int backward,
                    const void *src, PxError *err);
+/* The same for a transfer of n parts (the main hidden states and the prediction modules'
+ * outputs past their own stage): into dst[k], from src[k] (a src[k] already at its place in
+ * pp.send is not copied). */
+int exec_pipe_take_parts(ExecPipe *pp, const ExecCtx *c, ExecMeter *M, int chunk, int mb,
+                         int backward, void *const *dst, int n, PxError *err);
+int exec_pipe_give_parts(ExecPipe *pp, const ExecCtx *c, ExecMeter *M, int chunk, int mb,
+                         int backward, const void *const *src, int n, PxError *err);
 /* The last message has left (pp.send may be written again). */
 int exec_pipe_drain(ExecPipe *pp, const ExecCtx *c, PxError *err);
 void exec_pipe_free(ExecPipe *pp);

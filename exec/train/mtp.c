@@ -229,7 +229,19 @@ static int module_loss(const ExecLayerRun *r, int chunk, int i, float *probs, co
     return PX_OK;
 }
 
-/* Module i's final norm, the shared output layer and its loss. */
+/* Module i's final norm, of its output into out. */
+static int final_norm(const ExecLayerRun *r, int chunk, int i, const ExecHeadActs *x, void *out,
+                      PxError *err)
+{
+    const int l = r->c->spec.model.layers + i, R = r->c->d.b * r->c->d.s_sp;
+    int op;
+    TRY(open_op(r, chunk, l, MODEL_OPR_FINAL_LN, MODEL_FWD, &op, err));
+    norm_rows(r, out, r->c->d.h, x->mtp_out[i], EXEC_LPT(&r->P->lw[l], NORM_W), R);
+    exec_meter_close(r->M, r->c->k, op);
+    return PX_OK;
+}
+
+/* The shared output layer and module i's loss, from its final norm's output. */
 static int head_fwd(const ExecLayerRun *r, int chunk, int i, ExecHeadActs *x, const int32_t *tok,
                     PxError *err)
 {
@@ -238,10 +250,6 @@ static int head_fwd(const ExecLayerRun *r, int chunk, int i, ExecHeadActs *x, co
     const int l = c->spec.model.layers + i, h = d->h, V = d->vocab_loc, vocab = c->spec.model.vocab;
     const int N = d->b * d->s_loc, R = d->b * d->s_sp, v0 = c->g.tp_rank * V;
     int op;
-    TRY(open_op(r, chunk, l, MODEL_OPR_FINAL_LN, MODEL_FWD, &op, err));
-    norm_rows(r, x->mtp_logits_in[i], h, x->mtp_out[i], EXEC_LPT(&r->P->lw[l], NORM_W), R);
-    exec_meter_close(r->M, c->k, op);
-
     float *probs = (float *)x->mtp_probs[i];
     TRY(open_op(r, chunk, l, MODEL_OPR_LOGITS, MODEL_FWD, &op, err));
     const void *in = x->mtp_logits_in[i];
@@ -262,14 +270,29 @@ int exec_mtp_forward(const ExecLayerRun *r, int chunk, int mb, ExecLayerActs *A,
 {
     const ExecCtx *c = r->c;
     const int D = c->g.chunk_mtp[chunk], cl = c->g.chunk_cl[chunk];
+    const int last = c->g.chunk_g[chunk] == c->d.chunks - 1;
+    if (last && D == 0) /* the loss stage after the modules' own: their heads alone */
+        for (int i = 0; i < c->spec.model.mtp_layers; i++)
+            TRY(head_fwd(r, chunk, i, x, tok, err));
+    /* on their own stage each module's normed output goes to its place in pp.send, free once
+     * the last message has left */
+    if (!last && D > 0)
+        TRY(exec_pipe_drain(r->pipe, c, err));
+    const void *parts[1 + EXEC_MTP_MAX] = {EXEC_HA(x, FINAL_LN_IN)};
     for (int i = 0; i < D; i++) {
         const ExecLayerActs *a = &A[cl + i];
         const void *hid = i == 0 ? EXEC_HA(x, FINAL_LN_IN) : x->mtp_out[i - 1];
         TRY(module_fwd(r, chunk, i, a, hid, tok, err));
         TRY(exec_layers_one_fwd(r, chunk, c->spec.model.layers + i, a, x->mtp_out[i], mb, err));
-        TRY(head_fwd(r, chunk, i, x, tok, err));
+        void *out = last ? x->mtp_logits_in[i]
+                         : EXEC_AT(r->pipe->send, (size_t)(1 + i) * r->pipe->part, c->ab);
+        TRY(final_norm(r, chunk, i, x, out, err));
+        parts[1 + i] = out;
+        if (last)
+            TRY(head_fwd(r, chunk, i, x, tok, err));
     }
-    return PX_OK;
+    return last || D == 0 ? PX_OK
+                          : exec_pipe_give_parts(r->pipe, c, r->M, chunk, mb, 0, parts, 1 + D, err);
 }
 
 /* ---- backward ---- */
@@ -414,8 +437,28 @@ int exec_mtp_backward(const ExecLayerRun *r, int chunk, int mb, ExecLayerActs *A
 {
     const ExecCtx *c = r->c;
     const int D = c->g.chunk_mtp[chunk], cl = c->g.chunk_cl[chunk];
+    const int last = c->g.chunk_g[chunk] == c->d.chunks - 1;
+    const size_t rb = (size_t)c->d.b * c->d.s_sp * c->d.h * c->ab;
+    if (last && D == 0) { /* the loss stage after the modules' own: their heads' backward, each
+                             input's gradient left in that spent input for the transfer */
+        for (int i = c->spec.model.mtp_layers - 1; i >= 0; i--) {
+            TRY(head_bwd(r, chunk, i, x, tok, err));
+            c->k->copy(x->mtp_logits_in[i], r->W->dx_a, rb);
+        }
+        return PX_OK;
+    }
+    if (!last && D > 0) {
+        /* their own stage (one module): the main hidden state's gradient kept in pp.send (free
+         * once the last message has left) until the chunk's backward (layers.c), the module's
+         * into ws.dx_a, where its final norm's backward reads it */
+        TRY(exec_pipe_drain(r->pipe, c, err));
+        void *dst[2] = {r->pipe->send, r->W->dx_a};
+        TRY(exec_pipe_take_parts(r->pipe, c, r->M, chunk, mb, 1, dst, 2, err));
+        exec_meter_pass_input(r->M);
+    }
     for (int i = D - 1; i >= 0; i--) {
-        TRY(head_bwd(r, chunk, i, x, tok, err));
+        if (last)
+            TRY(head_bwd(r, chunk, i, x, tok, err));
         TRY(module_bwd(r, chunk, i, &A[cl + i], x, tok, mb, err));
     }
     return PX_OK;

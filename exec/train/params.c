@@ -239,8 +239,12 @@ int exec_params_build(ExecParams *P, const ExecCtx *c, const ModelTensorTable *t
                          (unsigned long long)off[b]);
     free(off);
     for (int b = 0; b < P->nb && !rc; b++)
-        P->b[b].tied = (c->g.tied_pair || c->g.mtp_pair) &&
-                       (b == P->embed_block || b == P->final_block);
+        P->b[b].tied = (c->g.tied_pair || c->g.mtp_pair) && b == P->embed_block;
+    /* and the block of the other copy: the output layer's, or the prediction modules' mtp.wte
+     * (the last stage's final block, or a stage of their own's mtp.embed) */
+    for (int i = 0; i < P->n && !rc; i++)
+        if (P->p[i].tied_copy)
+            P->b[P->p[i].block].tied = 1;
     return rc;
 }
 
