@@ -9,7 +9,9 @@
  * - at the first step, before any update, the untrained modules predict as well as chance:
  *   the modules' loss is within 0.1 of ln(vocab).
  * Layouts: the pipeline with the module on the last of 2 x 2 virtual stages (an untied model:
- * the module's copy of the embedding summed with the first stage's), data parallelism with
+ * the module's copy of the embedding summed with the first stage's), the module on a stage of
+ * its own (a layout string's m before L: the transfer to the loss stage carries two
+ * activations), data parallelism with
  * ZeRO-1, tensor parallelism with sequence parallelism (a tied LayerNorm model), expert
  * parallelism (the module's layer a MoE layer, forced balance), and tensor and sequence
  * parallelism on the CUDA backend through the emulator (a GPU per rank). Usage: test_exec_mtp_mpi PARALLAX LAYOUT [WORKER]
@@ -27,14 +29,17 @@ typedef struct {
     const char *model;
     int gpus, dp, tp, pp, vpp, ep, zero; /* tp > 1 with sequence parallelism */
     int cuda; /* the CUDA backend in bf16 (WORKER) against the CPU's fp32 */
+    const char *pp_layout; /* a layout string (--pipeline-model-parallel-layout), or NULL */
 } Layout;
 
 static const Layout layouts[] = {
-    {"llama_pp2_vpp2", "tiny-llama", 2, 1, 1, 2, 2, 1, 0, 0},
-    {"dp2_zero1", "tiny", 2, 2, 1, 1, 1, 1, 1, 0},
-    {"tp2_sp", "tiny", 2, 1, 2, 1, 1, 1, 0, 0},
-    {"moe_ep2", "tiny-moe", 2, 2, 1, 1, 1, 2, 0, 0},
-    {"cuda_tp2_sp", "tiny", 2, 1, 2, 1, 1, 1, 0, 1},
+    {"llama_pp2_vpp2", "tiny-llama", 2, 1, 1, 2, 2, 1, 0, 0, NULL},
+    /* the module on a stage of its own, the loss's after it without layers */
+    {"llama_pp3_mtp_stage", "tiny-llama", 3, 1, 1, 3, 1, 1, 0, 0, "Et*2|t*2m|L"},
+    {"dp2_zero1", "tiny", 2, 2, 1, 1, 1, 1, 1, 0, NULL},
+    {"tp2_sp", "tiny", 2, 1, 2, 1, 1, 1, 0, 0, NULL},
+    {"moe_ep2", "tiny-moe", 2, 2, 1, 1, 1, 2, 0, 0, NULL},
+    {"cuda_tp2_sp", "tiny", 2, 1, 2, 1, 1, 1, 0, 1, NULL},
 };
 enum { N_LAYOUTS = sizeof layouts / sizeof layouts[0], STEPS = 3 };
 
@@ -65,6 +70,8 @@ static ModelSpec spec_of(const Layout *L)
     s.layout.etp = s.model.moe.experts > 0 ? 1 : L->tp; /* no experts: etp follows tp */
     s.layout.schedule = L->vpp > 1 ? MODEL_SCHED_INTERLEAVED : MODEL_SCHED_1F1B;
     s.layout.recompute = MODEL_RECOMPUTE_NONE;
+    if (L->pp_layout)
+        px_strlcpy(s.layout.pp_layout, L->pp_layout, sizeof s.layout.pp_layout);
     return s;
 }
 
@@ -123,6 +130,7 @@ static void check_layout(const Layout *L)
     one.layout.dp = one.layout.tp = one.layout.pp = one.layout.ep = one.layout.vpp = 1;
     one.layout.sp = 0;
     one.layout.etp = 1;
+    one.layout.pp_layout[0] = '\0';
     one.layout.schedule = MODEL_SCHED_1F1B;
     one.layout.zero = 0;
     one.job.precision = PX_FP32;
