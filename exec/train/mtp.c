@@ -1,23 +1,26 @@
 /* Multi-token prediction modules (DeepSeek-V3 technical report sec. 2.2; Megatron-Core's
- * MultiTokenPredictionBlock), on the last chunk after the main loss, op by op as model/ops.c
- * lists them (mtp_module_pass, mtp_head_pass). Module k (1 .. D, model layer layers + k - 1)
- * takes the previous depth's hidden state h (the main model's final hidden state before its
- * final norm for k = 1) and the embedding of the tokens k places on, RMSNorms each (hnorm,
- * enorm), concatenates them [embedding | hidden] (2h, mtp.eh.in, saved) and projects them to h
- * (eh), runs one transformer layer, its own final norm, the shared output layer and a
- * cross-entropy against the tokens k + 1 places on. The last k positions of a sequence have no
- * such target: they are masked, as Megatron-Core rolls the labels and the loss mask, and each
- * module's loss is the mean over its s - k targets of every sequence. The objective adds
- * EXEC_MTP_LOSS_SCALE times the modules' mean loss to the main loss.
+ * MultiTokenPredictionBlock), op by op as model/ops.c lists them (mtp_module_pass,
+ * mtp_head_pass): on the loss's chunk after the main loss, or on a stage of their own (a layout
+ * string's m before L) whose transfer to the loss stage carries the main hidden state and their
+ * outputs. Module k (1 .. D, model layer layers + k - 1) takes the previous depth's hidden state
+ * (the main model's last hidden state before its final norm for k = 1) and the embedding of the
+ * tokens k places on, norms each (hnorm, enorm: the model's norm, RMSNorm in DeepSeek-V3),
+ * concatenates them [embedding | hidden] (2h, mtp.eh.in, saved) and projects them to h (eh),
+ * runs one transformer layer, its own final norm, the shared output layer and a cross-entropy
+ * against the tokens k + 1 places on. The last k positions of a sequence have no such target:
+ * they are masked, as Megatron-Core rolls the labels and the loss mask, and each module's loss
+ * is the mean over its s - k targets of every sequence. The objective adds EXEC_MTP_LOSS_SCALE
+ * times the modules' mean loss to the main loss.
  *
  * Buffers (the memory table's, nothing of its own): the module's layer saves its tensors in
  * the chunk's layer set after the chunk's layers; mtp.N.final_ln.in holds the module's output,
  * mtp.N.logits.in its final norm's, mtp.N.loss.probs the fp32 logits and then their gradient.
  * The forward embeds into ws.out; the backward keeps eh.in's gradient in ws.dffn (or ws.dqkv,
- * whichever holds b x s x 2h), re-embeds the shifted tokens into ws.out for enorm's backward
- * (the embedding is not saved: one lookup, no communication on one tensor-parallel rank), and
- * leaves the gradient of the hidden state it read in its own mtp.N.final_ln.in, spent by then,
- * where the depth before it (or the main loss's backward) adds it. */
+ * whichever holds b x s x 2h), looks the shifted tokens up again into ws.out for enorm's
+ * backward (its input is not saved; under tensor parallelism each rank looks up its vocabulary
+ * shard's rows: eh_bwd_sp), and leaves the gradient of the hidden state it read in its own
+ * mtp.N.final_ln.in, spent by then, where the depth before it (or the main loss's backward)
+ * adds it. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -41,8 +44,8 @@ static void mm(const ExecLayerRun *r, void *c, PxDtype ct, const void *a, const 
     exec_meter_flops(r->M, 2.0 * m * n * k);
 }
 
-/* The model's norm over R rows of h from in (rows ld_in apart) into out (rows ld_out apart):
- * one call when both are packed, else one a row (eh.in's halves). */
+/* The model's norm over R rows of h from in (packed) into out (rows ld_out apart): one call
+ * when out is packed too, else one a row (eh.in's halves). */
 static void norm_rows(const ExecLayerRun *r, void *out, int ld_out, const void *in, const void *w,
                       int R)
 {
@@ -108,6 +111,8 @@ static void embed_shifted(const ExecLayerRun *r, void *out, const int32_t *tok, 
     }
 }
 
+/* Its backward: the gradient of those rows (dy [b*s, h]) into the embedding's rows of this
+ * rank's vocabulary shard. */
 static void embed_shifted_bwd(const ExecLayerRun *r, const void *dy, const int32_t *tok, int k)
 {
     const ExecCtx *c = r->c;
