@@ -835,10 +835,17 @@ static void sp_norm_grads(Emit *e, const ModelTensorTable *tt, int block, int no
     const int norm_bias = s->model.norm == MODEL_LAYERNORM && s->model.bias;
     const double ge = (double)px_dtype_bytes(d->grad), per = (double)d->h * (1 + norm_bias);
     const double extra = sp_replicated(s, tt->blocks[block].layer);
+    /* a prediction module's enorm, hnorm and final norm have weights only (tensors.c) */
+    const int mtp = tt->blocks[block].layer >= s->model.layers && norms > 3;
     if (extra > 0) /* one call over the norms' and the other replicated parameters' gradients */
         block_comm(e, MODEL_OPR_BLOCK_SP_GRADS, tt, block, MODEL_TP_ALLREDUCE, d->t,
-                   (per * norms + extra) * ge, 1);
-    else
+                   (per * norms - (mtp ? 3.0 * d->h * norm_bias : 0) + extra) * ge, 1);
+    else if (mtp) {
+        block_comm(e, MODEL_OPR_BLOCK_SP_GRADS, tt, block, MODEL_TP_ALLREDUCE, d->t, per * ge,
+                   norms - 3);
+        block_comm(e, MODEL_OPR_BLOCK_SP_GRADS, tt, block, MODEL_TP_ALLREDUCE, d->t,
+                   (double)d->h * ge, 3);
+    } else
         block_comm(e, MODEL_OPR_BLOCK_SP_GRADS, tt, block, MODEL_TP_ALLREDUCE, d->t, per * ge, norms);
 }
 
@@ -1160,6 +1167,13 @@ static void mtp_module_pass(Emit *e, const ModelTensorTable *tt, int j, int l, i
     layer_backward(e, tt, blk, xblk, l);
     e->layer = l;
     at_layer(e, MODEL_OPR_MTP, l, n);
+    if (sp) {
+        /* the layer's input gradient over the whole sequence (the backward of Megatron's
+         * scatter to the sequence-parallel region) and eh's input gathered again for its
+         * weight gradient (ColumnParallelLinear with SP keeps it sharded) */
+        comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
+        comm(e, n, MODEL_TP_ALL_GATHER, t, 2.0 * tp_act_bytes(e), 1);
+    }
     linear(e, n, M, hl, 2.0 * h, 0);
     comm(e, n, sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, 2.0 * tp_act_bytes(e), 1);
     norm(e, n, 8.0, nb);

@@ -28,7 +28,9 @@ const char *model_exec_cp_limit(const ModelSpec *s, const ModelDims *d)
            : m->mla.kv_lora_rank > 0 && s->layout.cp_comm != MODEL_CP_COMM_ALLGATHER
                ? "multi-head latent attention runs context parallelism with cp_comm_type "
                  "allgather (the ring's and Ulysses' cores carry one head width)"
-           : m->mtp_layers > 0 ? "multi-token prediction is not supported"
+           : m->mtp_layers > 0
+               ? "multi-token prediction modules run with cp 1 (a module's shifted tokens cross "
+                 "the cp ranks' parts)"
            : d->fp8 != MODEL_FP8_NONE ? "FP8 training is not supported"
            : d->s % (2 * d->c) != 0   ? "the sequence must split into 2 x cp chunks"
                                       : NULL;
@@ -49,8 +51,7 @@ static const char *moe_limit(const ModelSpec *s, const ModelDims *d)
            : mo->shared_gate && d->sff_loc > 0 && (d->fp8 != MODEL_FP8_NONE || s->model.bias)
                ? "the shared experts' gate runs without FP8 and without the MLP's biases"
            : d->sff_out_loc > d->ffn_out_loc ? "moe.shared_ffn must not exceed ffn_hidden"
-           : s->model.mtp_layers > 0 ? "multi-token prediction is not supported"
-                                     : NULL;
+                                             : NULL;
 }
 
 /* Multi-head latent attention's limits, or NULL (context parallelism's are
@@ -64,6 +65,31 @@ static const char *mla_limit(const ModelSpec *s, const ModelDims *d)
            : a->q_lora_rank == 0 && d->t > 1 && s->layout.sp
                ? "q_lora_rank 0 (queries projected directly) runs without sequence parallelism"
                : NULL;
+}
+
+/* The multi-token prediction modules' limits (exec/train/mtp.c), or NULL. */
+static const char *mtp_limit(const ModelSpec *s, const ModelDims *d)
+{
+    int l0;
+    const int alone = d->mtp_chunk != d->chunks - 1;
+    return alone && s->model.tied_embeddings
+               ? "on a stage of their own (a layout string's m before L) the model must be untied "
+                 "(a third copy of the embedding)"
+           : alone && (d->v > 1 || s->model.mtp_layers > 1 || d->mtp_chunk == 0 || d->pp_split > 1 ||
+                       model_chunk_layers(s, d, d->chunks - 1, &l0) > 0)
+               ? "on a stage of their own (a layout string's m before L) they run with vpp 1, one "
+                 "module, a stage without the embedding, a loss stage without layers and, with "
+                 "tp > 1, SP"
+           : d->t > 1 && !s->layout.sp
+               ? "tp > 1 runs with sequence parallelism (make the plan with --sp)"
+           : d->h % d->t ? "tp must divide the hidden size (the eh projection's columns)"
+           : d->ffn_out_loc < 2 * d->h && d->q_loc + 2 * d->kv_width_loc < 2 * d->h
+               ? "the MLP's or the attention's width per tp rank must be at least 2 x hidden "
+                 "(the eh projection's input gradient lives in that scratch)"
+           : d->c > 1 ? "cp must be 1 (a module's shifted tokens cross the cp ranks' parts)"
+           : s->layout.zero >= 2 ? "zero must be 0 or 1"
+           : d->fp8 != MODEL_FP8_NONE ? "FP8 training is not supported with them"
+                                      : NULL;
 }
 
 /* The FP8 limits, or NULL. */
@@ -122,11 +148,11 @@ int model_exec_refusal(const ModelSpec *s, const ModelDims *d, int gpu, char *wh
                  "model %s has %d experts: the executor runs mixture-of-experts layers with "
                  "limits: %s",
                  m->name, m->moe.experts, lim);
-    else if (m->mtp_layers > 0)
+    else if (m->mtp_layers > 0 && (lim = mtp_limit(s, d)))
         snprintf(why, cap,
-                 "model %s has %d multi-token prediction module%s: the executor does not run "
-                 "them (simulate and export such plans, or train the model with mtp_layers 0)",
-                 m->name, m->mtp_layers, m->mtp_layers > 1 ? "s" : "");
+                 "model %s has %d multi-token prediction module%s: the executor runs them with "
+                 "limits: %s",
+                 m->name, m->mtp_layers, m->mtp_layers > 1 ? "s" : "", lim);
     else if (m->mla.kv_lora_rank > 0 && (lim = mla_limit(s, d)))
         snprintf(why, cap,
                  "model %s: the executor runs multi-head latent attention (mla.kv_lora_rank %d) "

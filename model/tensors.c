@@ -938,6 +938,12 @@ static void add_activations(Build *B)
         tt->act_layer_bytes[j] = a->sum - before_layers;
         a->layer = -1;
         const int mtp_alone = g == d->mtp_chunk && g != d->chunks - 1;
+        /* there the first module's hnorm reads the main hidden state, which it keeps for its
+         * backward as the loss stage keeps final_ln.in (autograd's saved input in Megatron-Core) */
+        if (mtp_alone && s->model.mtp_layers > 0) {
+            add(a, MODEL_TR_FINAL_LN_IN, "mtp.hidden", MODEL_ACTIVATIONS, d->act, sp, 3, b, d->s_sp, h, 0);
+            B->has_data = 1; /* the modules embed the tokens on */
+        }
         for (int i = 0; i < s->model.mtp_layers && mtp_alone; i++) {
             /* a standalone MTP stage keeps each module's final norm input; its output layer's
              * inputs and probabilities are the loss stage's (below) */

@@ -13,13 +13,13 @@
 #include "tests/test_exec_common.h"
 
 /* The objective the gradients are of: the language model's loss plus the MoE load-balancing
- * loss (0 without one). */
+ * loss and the prediction modules' weighted loss (0 without them). */
 static double loss_at(Exec *ex)
 {
     PxError err = {0};
     double loss = 0;
     CHECK_OK(exec_loss(ex, 0, &loss, &err), err);
-    return loss + exec_aux_loss(ex);
+    return loss + exec_aux_loss(ex) + EXEC_MTP_LOSS_SCALE * exec_mtp_loss(ex);
 }
 
 static double worst; /* largest error over its tolerance */
@@ -59,7 +59,7 @@ static void check_model(const char *what, ModelSpec spec)
     double loss = 0, loss_fwd = loss_at(ex);
     CHECK_OK(exec_grads(ex, 0, &loss, &err), err);
     CHECK(loss > 4.0 && loss < 7.0); /* about ln(256) at initialization */
-    loss += exec_aux_loss(ex);
+    loss += exec_aux_loss(ex) + EXEC_MTP_LOSS_SCALE * exec_mtp_loss(ex);
     CHECK(loss == loss_fwd); /* forward alone gives the training loss bit for bit */
 
     /* the analytic gradient of every sampled element, before any perturbation */
@@ -143,6 +143,23 @@ int main(void)
     s.model.tied_embeddings = 0;
     s.job.pad_vocab = 64 + 256;
     check_model("tiny untied padded", s);
+    /* multi-token prediction modules (mtp.c): two depths, so that the second reads the
+     * first's output; tied (the modules embed with the output layer's weights) and untied;
+     * an untrained module predicts about as well as chance, ln(256) */
+    s = tx_spec("tiny", 16, 2, 1);
+    s.model.mtp_layers = 2;
+    check_model("tiny mtp 2", s);
+    {
+        Exec *ex = tx_exec(&s);
+        PxError err = {0};
+        double loss = 0;
+        CHECK_OK(exec_loss(ex, 0, &loss, &err), err);
+        CHECK(fabs(exec_mtp_loss(ex) - log(256.0)) < 0.1);
+        exec_free(ex);
+    }
+    s = tx_spec("tiny-llama", 16, 2, 1);
+    s.model.mtp_layers = 1;
+    check_model("tiny-llama mtp 1", s);
     /* a MoE model (router, routed SwiGLU experts, a shared expert, a leading dense layer):
      * the load-balancing loss is left out (the loss reported is the language model's) and the
      * routing forced: a perturbation that flips a token's choice of expert makes the loss jump */

@@ -85,24 +85,29 @@ int main(void)
     q.base.job.flash_attn = 0;
     CHECK_EQ_INT(0, all_run(&q, &local));
 
-    /* tiny-dsv3 (multi-head latent attention; its prediction module left out): every ranked
-     * layout on 2 and 4 ranks runs */
+    /* tiny-dsv3 (multi-head latent attention and its prediction module): every ranked layout on
+     * 2 and 4 ranks runs */
     q = request("tiny-dsv3", 2, 8);
-    q.base.model.mtp_layers = 0;
     all_run(&q, &local);
     q = request("tiny-dsv3", 4, 8);
-    q.base.model.mtp_layers = 0;
     all_run(&q, &local);
-    /* and what the executor refuses of it, by name: its prediction module, MLA with FP8 GEMMs,
-     * with the ring's context parallelism (allgather's runs); CUDA runs it */
+    /* and what the executor refuses of it, by name: its prediction module under context
+     * parallelism, MLA with FP8 GEMMs, with the ring's context parallelism (allgather's runs);
+     * CUDA runs it */
     {
         ModelSpec s = request("tiny-dsv3", 1, 8).base;
         s.job.precision = PX_FP32;
         ModelDims d;
         char why[512] = "";
         CHECK_OK(model_spec_check(&s, 1, &d, &err), err);
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        s.model.moe.experts = 0; /* MoE refuses cp before the module does */
+        s.layout.cp = 2, s.layout.cp_comm = MODEL_CP_COMM_ALLGATHER;
+        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
         CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));
-        CHECK(strstr(why, "multi-token prediction is not supported") != NULL);
+        CHECK(strstr(why, "multi-token prediction modules run with cp 1") != NULL);
+        s = request("tiny-dsv3", 1, 8).base;
+        s.job.precision = PX_FP32;
         s.model.mtp_layers = 0;
         CHECK_OK(model_spec_check(&s, 1, &d, &err), err);
         CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));

@@ -43,7 +43,11 @@ int comm_group_splits(const ModelLayout *l, int rank, int tied_pair, int undefin
     split[n++] = (CommGroupSplit){MODEL_GROUP_CP, tp + l->tp * (dp + l->dp * pp), cp};
     split[n++] = (CommGroupSplit){MODEL_GROUP_DP, tp + l->tp * (pp + l->pp * rep), cp + l->cp * shard};
     split[n] = (CommGroupSplit){MODEL_GROUP_EMBED, undefined, pp};
-    if (tied_pair && l->pp > 1 && (pp == 0 || pp == l->pp - 1))
+    /* the first stage and the one holding the other copy: the last, or the prediction
+     * modules' own stage (a layout string's m before L: exec/train/mtp.c) */
+    const int peer = l->mtp_from_last > 0 ? (l->pp * l->vpp - 1 - l->mtp_from_last) % l->pp
+                                          : l->pp - 1;
+    if (tied_pair && l->pp > 1 && (pp == 0 || pp == peer))
         split[n].color = tp + l->tp * (cp + l->cp * dp);
     n++;
     if (n_rep > 1)

@@ -122,6 +122,15 @@ static int check_act(const ExecCtx *c, const ModelTensor *t, int *fi, PxError *e
         return exec_bind_unused(t, err);
     const int moe_act = t->role >= MODEL_TR_ROUTER_PROBS && t->role <= MODEL_TR_EXP_OUT;
     const int mla_act = t->role >= MODEL_TR_Q_LAT && t->role <= MODEL_TR_KV_LAT;
+    const int li = t->layer - c->g.chunk_l0[j]; /* the layer's place in its chunk's sets */
+    if (t->role == MODEL_TR_MTP_EH_IN) { /* a prediction module's, after its layer's (mtp.c) */
+        *fi = EXEC_MTP_ACT;
+        const uint64_t want = (uint64_t)c->d.b * (uint64_t)c->d.s_sp * 2u * (uint64_t)c->d.h;
+        return li < c->g.chunk_cl[j] || li >= c->g.chunk_cl[j] + c->g.chunk_mtp[j] ||
+                       t->numel != want || t->dtype != c->act
+                   ? exec_bind_unused(t, err)
+                   : PX_OK;
+    }
     const int layer_act = moe_act || mla_act ||
                           (t->role >= MODEL_TR_LN1_IN && t->role <= MODEL_TR_MLP_DROP_MASK);
     const int extra = t->role >= MODEL_TR_EMBED_DROP_MASK && t->role <= MODEL_TR_LOSS_PROBS;
@@ -131,9 +140,9 @@ static int check_act(const ExecCtx *c, const ModelTensor *t, int *fi, PxError *e
                       : -1;
     if (layer_act) {
         ModelLayerAct f[EXEC_LAYER_ACTS];
-        const int li = t->layer - c->g.chunk_l0[j]; /* the layer's place in its chunk */
         layer_acts(c, t->layer, f);
-        if (li < 0 || li >= c->g.chunk_cl[j] || !f[*fi].saved || f[*fi].numel != t->numel)
+        if (li < 0 || li >= c->g.chunk_cl[j] + c->g.chunk_mtp[j] || !f[*fi].saved ||
+            f[*fi].numel != t->numel)
             return exec_bind_unused(t, err);
         if (t->dtype != f[*fi].dtype)
             return px_fail(err, PX_ERUNTIME, "tensor %s is %s but model_layer_acts says %s",
@@ -159,7 +168,7 @@ int exec_acts_bind(ExecActs *X, const ExecCtx *c, const ModelTensorTable *tt, Ex
 {
     const int cl = c->g.cl, sz = sizing_chunk(c, tt), v = c->d.v;
     ModelLayerAct f[EXEC_LAYER_ACTS];
-    if (c->g.chunk_cl[sz] != cl)
+    if (c->g.chunk_cl[sz] + c->g.chunk_mtp[sz] != cl)
         return px_fail(err, PX_ERUNTIME,
                        "local chunk %d saves the most activations but holds %d layers, another "
                        "%d: model/ and exec/ disagree on the activation slots",
@@ -192,8 +201,9 @@ int exec_acts_bind(ExecActs *X, const ExecCtx *c, const ModelTensorTable *tt, Ex
                 X->xslot_bytes[j] += t->bytes;
                 for (int k = 0; k < X->n_xslots[j]; k++) {
                     void *p = exec_arena_carve(arena, t->bytes, (size_t)es);
+                    void **mtp = exec_mtp_extra_slot(&X->xacts[j][k], t);
                     if (pass)
-                        X->xacts[j][k].t[t->role - MODEL_TR_EMBED_DROP_MASK] = p;
+                        *(mtp ? mtp : &X->xacts[j][k].t[t->role - MODEL_TR_EMBED_DROP_MASK]) = p;
                 }
                 continue;
             }
@@ -215,7 +225,7 @@ int exec_acts_bind(ExecActs *X, const ExecCtx *c, const ModelTensorTable *tt, Ex
     /* every chunk's slots' layers: what is not saved lives in ws.recompute */
     for (int j = 0; j < v; j++)
         for (int k = 0; k < X->n_slots; k++)
-            for (int li = 0; li < c->g.chunk_cl[j]; li++) {
+            for (int li = 0; li < c->g.chunk_cl[j] + c->g.chunk_mtp[j]; li++) {
                 const int l = c->g.chunk_l0[j] + li;
                 layer_acts(c, l, f);
                 const ExecLayerActs *region =

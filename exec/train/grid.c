@@ -27,11 +27,14 @@ void exec_grid_init(ExecGrid *g, const ModelSpec *s, const ModelDims *d, int ran
     for (int j = 0; j < d->v && j < EXEC_MAX_CHUNKS; j++) {
         g->chunk_g[j] = model_global_chunk(d, g->stage, j);
         g->chunk_cl[j] = model_chunk_layers(s, d, g->chunk_g[j], &g->chunk_l0[j]);
-        if (g->chunk_cl[j] > g->cl)
-            g->cl = g->chunk_cl[j];
+        g->chunk_mtp[j] = g->chunk_g[j] == d->mtp_chunk ? s->model.mtp_layers : 0;
+        if (g->chunk_cl[j] + g->chunk_mtp[j] > g->cl)
+            g->cl = g->chunk_cl[j] + g->chunk_mtp[j];
     }
     g->tied_here = s->model.tied_embeddings && d->chunks == 1;
     g->tied_pair = s->model.tied_embeddings && d->chunks > 1;
+    g->mtp_pair = !s->model.tied_embeddings && d->chunks > 1 && s->model.mtp_layers > 0 &&
+                  d->mtp_chunk != 0;
     g->defer_logits_wgrad = g->tied_here && l->zero >= 2;
     for (int i = 0; tt && i < tt->count; i++) {
         g->has_data |= tt->t[i].role == MODEL_TR_DATA_BATCH;

@@ -68,11 +68,16 @@ typedef struct {
     int chunk_l0[EXEC_MAX_CHUNKS]; /* its first (global) layer */
     int chunk_cl[EXEC_MAX_CHUNKS]; /* its layers (0: a first chunk of the embedding only, a
                                       last chunk of the output layer and loss only) */
-    int cl;                   /* the most layers a chunk of this stage holds (an activation
-                                 slot's layer sets) */
+    int chunk_mtp[EXEC_MAX_CHUNKS]; /* the prediction modules it holds after its layers (mtp.c):
+                                       their layers' sets follow the chunk's in a slot */
+    int cl;                   /* the most layers a chunk of this stage holds, its prediction
+                                 modules' counted (an activation slot's layer sets) */
     int has_data, has_loss;   /* the stage reads tokens; computes the loss */
     int tied_here;            /* the output layer reads embed.wte on this chunk */
     int tied_pair;            /* the output layer is a copy on the last stage: embed_allreduce */
+    int mtp_pair;             /* the prediction modules' copy of the embedding (mtp.wte) away
+                                 from the first stage of an untied model (the last stage, or
+                                 theirs): embed_allreduce as tied_pair */
     int defer_logits_wgrad;   /* ZeRO-2/3 + tied here: the output layer's weight gradient waits
                                  until the embedding's block is in the bucket */
 } ExecGrid;
@@ -148,21 +153,26 @@ enum { EXEC_MOE_PARAMS = MODEL_TR_SHARED_GATE_W - MODEL_TR_ROUTER_W + 1 };
 /* Multi-head latent attention's, by role: index r - MODEL_TR_Q_A_W for r in MODEL_TR_Q_A_W ...
  * MODEL_TR_KV_B_W (mla.c; the QKV projection's views are NULL then). */
 enum { EXEC_MLA_PARAMS = MODEL_TR_KV_B_W - MODEL_TR_Q_A_W + 1 };
+/* A prediction module's own parameters, by role: index r - MODEL_TR_MTP_ENORM_W (mtp.c). */
+enum { EXEC_MTP_PARAMS = MODEL_TR_MTP_NORM_W - MODEL_TR_MTP_ENORM_W + 1 };
 typedef struct {
     void *t[EXEC_LAYER_PARAMS];
     void *m[EXEC_MOE_PARAMS];
     void *sinks; /* attention sinks [heads_loc] (GPT-OSS), or NULL */
     void *a[EXEC_MLA_PARAMS];
+    void *mtp[EXEC_MTP_PARAMS];
 } ExecLayerParams;
 typedef struct {
     float *t[EXEC_LAYER_PARAMS];
     float *m[EXEC_MOE_PARAMS];
     float *sinks;
     float *a[EXEC_MLA_PARAMS];
+    float *mtp[EXEC_MTP_PARAMS];
 } ExecLayerGrads;
 #define EXEC_LP(p, R) ((p)->t[MODEL_TR_##R - MODEL_TR_LN1_W])
 #define EXEC_LPM(p, R) ((p)->m[MODEL_TR_##R - MODEL_TR_ROUTER_W])
 #define EXEC_LPA(p, R) ((p)->a[MODEL_TR_##R - MODEL_TR_Q_A_W])
+#define EXEC_LPT(p, R) ((p)->mtp[MODEL_TR_MTP_##R - MODEL_TR_MTP_ENORM_W])
 
 /* How a parameter's local elements map to the full, unsharded tensor (initialization). */
 typedef enum {
@@ -224,10 +234,12 @@ typedef struct ExecParams {
     ExecBlock *b;
     int nb;
     int embed_block, final_block; /* indices in b, or -1 */
-    int *layer_block;             /* [layers]: the block of each layer of the stage, or -1 */
-    int *expert_block;            /* [layers]: a MoE layer's routed experts' block, or -1 */
+    int *layer_block;             /* [layers + mtp_layers]: the block of each layer of the stage
+                                     (a prediction module's after the model's), or -1 */
+    int *expert_block;            /* [layers + mtp_layers]: a MoE layer's routed experts' block,
+                                     or -1 */
     /* the named views the layers read (ZeRO-3: pointed into the gather buffer per block) */
-    ExecLayerParams *lw; /* [layers] (this stage's layers bound) */
+    ExecLayerParams *lw; /* [layers + mtp_layers] (this stage's layers bound) */
     ExecLayerGrads *lg;
     void *wte, *wpe, *lnf_w, *lnf_b, *out_w; /* out_w is wte when tied on this chunk */
     float *g_wte, *g_wpe, *g_lnf_w, *g_lnf_b, *g_out_w;
@@ -291,8 +303,11 @@ static inline uint64_t exec_stream_at(uint64_t seed, uint64_t offset)
 /* One layer's activations for one micro-batch, by role: index r - MODEL_TR_LN1_IN (pointers into
  * a slot of the pool, or into ws.recompute for what the recompute mode re-creates). */
 enum { EXEC_LAYER_ACTS = MODEL_LAYER_ACTS + MODEL_MOE_ACTS + MODEL_MLA_ACTS };
+/* A prediction module's layer also saves mtp.eh.in (EXEC_MTP_ACT, after MLA's). */
+enum { EXEC_MTP_ACT = EXEC_LAYER_ACTS };
 typedef struct {
-    void *t[EXEC_LAYER_ACTS]; /* a MoE layer's (model_moe_acts), then MLA's (model_mla_acts) */
+    void *t[EXEC_LAYER_ACTS + 1]; /* a MoE layer's (model_moe_acts), then MLA's (model_mla_acts),
+                                     then a prediction module's eh.in */
 } ExecLayerActs;
 #define EXEC_LA(a, R) ((a)->t[MODEL_TR_##R - MODEL_TR_LN1_IN])
 #define EXEC_LMA(a, R) ((a)->t[MODEL_LAYER_ACTS + MODEL_TR_##R - MODEL_TR_ROUTER_PROBS])
@@ -303,8 +318,12 @@ typedef struct {
  * then their gradient; for the backward GEMMs that gradient is narrowed in place to the act
  * dtype (layers.c), which then occupies the first half of it. */
 enum { EXEC_HEAD_ACTS = MODEL_TR_LOSS_PROBS - MODEL_TR_EMBED_DROP_MASK + 1 };
+enum { EXEC_MTP_MAX = 16 }; /* prediction modules (model/config.c's limit) */
 typedef struct {
     void *t[EXEC_HEAD_ACTS];
+    /* each prediction module's output (its final norm's input), that norm's output and its
+     * loss's fp32 probabilities: mtp.N.final_ln.in, mtp.N.logits.in, mtp.N.loss.probs */
+    void *mtp_out[EXEC_MTP_MAX], *mtp_logits_in[EXEC_MTP_MAX], *mtp_probs[EXEC_MTP_MAX];
 } ExecHeadActs;
 #define EXEC_HA(x, R) ((x)->t[MODEL_TR_##R - MODEL_TR_EMBED_DROP_MASK])
 
@@ -571,6 +590,9 @@ typedef struct {
     int step;
     long long seq_base;
     double loss_sum;
+    double mtp_loss_sum; /* the prediction modules' (mtp.c): each module's token losses over its
+                            targets' count, times s / mtp_layers, so that over global_batch x s
+                            it is the modules' mean loss */
     double loss_scale;
 } ExecPass;
 
@@ -594,6 +616,31 @@ int exec_layers_forward(const ExecLayerRun *r, int chunk, int mb, ExecLayerActs 
                         ExecHeadActs *x, const int32_t *tokens, PxError *err);
 int exec_layers_backward(const ExecLayerRun *r, int chunk, int mb, ExecLayerActs *A,
                          const ExecHeadActs *x, const int32_t *tokens, int last_mb, PxError *err);
+/* One layer's forward (output to out) and backward (dres: its output's gradient in, its input's
+ * out), for the prediction modules' layers (mtp.c). */
+int exec_layers_one_fwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerActs *a, void *out,
+                        int mb, PxError *err);
+int exec_layers_one_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerActs *a, void *dres,
+                        int mb, PxError *err);
+
+/* The logits' gradient (fp32, in place) narrowed to the act dtype for the output layer's GEMMs. */
+const void *exec_layers_dlogits_act(const ExecLayerRun *r, float *probs, size_t n);
+
+/* ---- mtp.c: multi-token prediction modules (DeepSeek-V3 sec. 2.2) ---- */
+
+/* The modules of the last chunk after the main loss: each one's norms, eh projection, layer,
+ * final norm, the shared output layer and its loss over the tokens k + 1 ahead (A: the chunk's
+ * layer sets, the modules' after its layers). */
+int exec_mtp_forward(const ExecLayerRun *r, int chunk, int mb, ExecLayerActs *A, ExecHeadActs *x,
+                     const int32_t *tok, PxError *err);
+/* Their backward, last module first, before the main loss's: leaves the main hidden state's
+ * gradient from the modules in x->mtp_out[0] (spent by then), where the main loss's backward
+ * (layers.c) adds it. The schedule runs both around exec_layers_forward and _backward. */
+int exec_mtp_backward(const ExecLayerRun *r, int chunk, int mb, ExecLayerActs *A,
+                      const ExecHeadActs *x, const int32_t *tok, PxError *err);
+/* Where a module's extra tensor (mtp.N.*) of the table lives in x: NULL when t is not one, or
+ * names a module past EXEC_MTP_MAX. */
+void **exec_mtp_extra_slot(ExecHeadActs *x, const ModelTensor *t);
 
 /* ---- tp.c: tensor and sequence parallelism (Megatron-LM) ----
  *
@@ -819,6 +866,8 @@ int exec_moe_backward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer,
 typedef struct ExecPipe {
     void *send, *recv;   /* pp.send and pp.recv */
     uint64_t elems;
+    uint64_t part;       /* one activation's elements: a transfer carries one, or past a stage of
+                            the prediction modules' own 1 + mtp_layers (pipeline.c) */
     int send_req, recv_req; /* the pending send, the posted receive */
     ModelAction *recvs;  /* the expected receives of a step, in schedule order */
     int n_recvs, next_recv;
@@ -837,6 +886,13 @@ int exec_pipe_take(ExecPipe *pp, const ExecCtx *c, ExecMeter *M, int chunk, int 
 /* Sends the output (forward) or input gradient (backward) of (chunk, mb) on. */
 int exec_pipe_give(ExecPipe *pp, const ExecCtx *c, ExecMeter *M, int chunk, int mb, int backward,
                    const void *src, PxError *err);
+/* The same for a transfer of n parts (the main hidden states and the prediction modules'
+ * outputs past their own stage): into dst[k], from src[k] (a src[k] already at its place in
+ * pp.send is not copied). */
+int exec_pipe_take_parts(ExecPipe *pp, const ExecCtx *c, ExecMeter *M, int chunk, int mb,
+                         int backward, void *const *dst, int n, PxError *err);
+int exec_pipe_give_parts(ExecPipe *pp, const ExecCtx *c, ExecMeter *M, int chunk, int mb,
+                         int backward, const void *const *src, int n, PxError *err);
 /* The last message has left (pp.send may be written again). */
 int exec_pipe_drain(ExecPipe *pp, const ExecCtx *c, PxError *err);
 void exec_pipe_free(ExecPipe *pp);
@@ -1036,6 +1092,7 @@ void exec_optim_offload_free(ExecOptim *O);
 
 typedef struct {
     double loss, lr, norm;
+    double mtp_loss; /* the prediction modules' mean loss (0 without them) */
     int skipped;
 } ExecUpdate;
 
@@ -1045,7 +1102,8 @@ typedef struct {
  * step opens. nan_loss: this rank's share of the loss is a NaN (tests); stop: this rank was asked
  * to stop. */
 int exec_optim_step(ExecOptim *O, const ExecCtx *c, ExecParams *P, ExecMeter *M, int step,
-                    double loss_sum, int nan_loss, int stop, ExecUpdate *u, PxError *err);
+                    double loss_sum, double mtp_loss_sum, int nan_loss, int stop, ExecUpdate *u,
+                    PxError *err);
 /* The reduced gradient of block offset lo of p's block (where a fault test writes an Inf). */
 float *exec_optim_grad_at(const ExecCtx *c, const ExecParams *P, const ExecParam *p, uint64_t lo);
 
@@ -1071,6 +1129,7 @@ int exec_faults_nan_loss(const ExecFaults *F, int rank, int step);
 
 typedef struct {
     double *loss, *time, *tps, *scale; /* [steps] */
+    double *mtp_loss;                  /* [steps]: the prediction modules' (mtp.c) */
     int *skipped;
     int done;       /* steps recorded */
     int first_step; /* the steps before it were run by the run this one resumed */

@@ -1029,7 +1029,13 @@ static int head_bwd(const ExecLayerRun *r, int chunk, const ExecHeadActs *x, con
     op_close(r, op);
 
     op = op_open(r, -1, MODEL_OPR_FINAL_LN, MODEL_BWD);
-    k->memset0(dres, (size_t)R * h * c->ab);
+    /* the prediction modules' gradient of the hidden state they read, which their backward
+     * (mtp.c, before this one) left in the first module's spent output, or none */
+    const void *dh_mtp = c->g.chunk_mtp[chunk] > 0 ? x->mtp_out[0] : NULL;
+    if (dh_mtp)
+        k->copy(dres, dh_mtp, (size_t)R * h * c->ab);
+    else
+        k->memset0(dres, (size_t)R * h * c->ab);
     norm_bwd(r, dres, P->g_lnf_w, P->g_lnf_b, r->W->dx_a, EXEC_HA(x, FINAL_LN_IN), P->lnf_w, R);
     op_close(r, op);
     TRY(exec_zero_bucket_reduce(r->Z, c, P, r->M, P->final_block, err));
@@ -1082,14 +1088,24 @@ int exec_layers_forward(const ExecLayerRun *r, int j, int mb, ExecLayerActs *A, 
     const ExecCtx *c = r->c;
     const int g = c->g.chunk_g[j], cl = c->g.chunk_cl[j], l0 = c->g.chunk_l0[j];
     const int last = g == c->d.chunks - 1;
+    /* a stage of the prediction modules' own keeps its output, the main hidden state, for
+     * them (mtp.c, which sends it on with theirs); a loss stage after it receives theirs too */
+    const int alone = !last && c->g.chunk_mtp[j] > 0, D = c->spec.model.mtp_layers;
+    const int after = last && D > 0 && c->d.mtp_chunk != g;
     /* the chunk's output: the output layer's input, or a scratch that is sent on (with SP
      * ws.out feeds the last reduce-scatter, so ws.dx_a holds the region; a chunk of the
      * embedding only sends from ws.dx_a too, as its dropout reads ws.out) */
-    void *send = exec_sp_on(c) || cl == 0 ? r->W->dx_a : r->W->out;
+    void *send = alone ? EXEC_HA(x, FINAL_LN_IN) : exec_sp_on(c) || cl == 0 ? r->W->dx_a : r->W->out;
     /* the chunk's input: its first layer's, or (a chunk without layers) its output */
     void *in = cl > 0 ? EXEC_LA(&A[0], LN1_IN) : last ? EXEC_HA(x, FINAL_LN_IN) : send;
     if (g == 0) {
         TRY(embed_fwd(r, j, mb, x, in, tok, err));
+    } else if (after) {
+        void *dst[1 + EXEC_MTP_MAX] = {in};
+        for (int i = 0; i < D; i++)
+            dst[1 + i] = x->mtp_logits_in[i];
+        TRY(exec_pipe_take_parts(r->pipe, c, r->M, j, mb, 0, dst, 1 + D, err));
+        exec_meter_pass_input(r->M);
     } else {
         TRY(exec_pipe_take(r->pipe, c, r->M, j, mb, 0, in, err));
         exec_meter_pass_input(r->M);
@@ -1106,7 +1122,7 @@ int exec_layers_forward(const ExecLayerRun *r, int j, int mb, ExecLayerActs *A, 
     }
     if (last)
         return head_fwd(r, j, x, tok, err);
-    return exec_pipe_give(r->pipe, c, r->M, j, mb, 0, send, err);
+    return alone ? PX_OK : exec_pipe_give(r->pipe, c, r->M, j, mb, 0, send, err);
 }
 
 int exec_layers_backward(const ExecLayerRun *r, int j, int mb, ExecLayerActs *A,
@@ -1115,8 +1131,15 @@ int exec_layers_backward(const ExecLayerRun *r, int j, int mb, ExecLayerActs *A,
     const ExecCtx *c = r->c;
     const int g = c->g.chunk_g[j], cl = c->g.chunk_cl[j], l0 = c->g.chunk_l0[j];
     void *dres = r->W->dx_b;
-    if (g == c->d.chunks - 1) {
+    const int D = c->spec.model.mtp_layers, last = g == c->d.chunks - 1;
+    const int after = last && D > 0 && c->d.mtp_chunk != g;
+    if (last) {
         TRY(head_bwd(r, j, x, tok, dres, last_mb, err));
+    } else if (c->g.chunk_mtp[j] > 0) {
+        /* the prediction modules' own stage: their backward (mtp.c) took the gradient and left
+         * the main hidden state's part in pp.send, theirs in the first module's spent output */
+        c->k->copy(dres, r->pipe->send, (size_t)c->d.b * c->d.s_sp * c->d.h * c->ab);
+        c->k->add_inplace(dres, x->mtp_out[0], (size_t)c->d.b * c->d.s_sp * c->d.h);
     } else {
         TRY(exec_pipe_take(r->pipe, c, r->M, j, mb, 1, dres, err));
         exec_meter_pass_input(r->M);
@@ -1142,5 +1165,30 @@ int exec_layers_backward(const ExecLayerRun *r, int j, int mb, ExecLayerActs *A,
     }
     if (g == 0)
         return embed_bwd(r, j, x, tok, dres, last_mb, err);
+    if (after) { /* the modules' gradients, which their heads' backward left in their inputs */
+        const void *src[1 + EXEC_MTP_MAX] = {dres};
+        for (int i = 0; i < D; i++)
+            src[1 + i] = x->mtp_logits_in[i];
+        return exec_pipe_give_parts(r->pipe, c, r->M, j, mb, 1, src, 1 + D, err);
+    }
     return exec_pipe_give(r->pipe, c, r->M, j, mb, 1, dres, err);
+}
+
+/* ---- for the prediction modules (mtp.c) ---- */
+
+int exec_layers_one_fwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerActs *a, void *out,
+                        int mb, PxError *err)
+{
+    return layer_fwd(r, chunk, l, a, out, MODEL_FWD, mb, err);
+}
+
+int exec_layers_one_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerActs *a, void *dres,
+                        int mb, PxError *err)
+{
+    return layer_bwd(r, chunk, l, a, dres, mb, err);
+}
+
+const void *exec_layers_dlogits_act(const ExecLayerRun *r, float *probs, size_t n)
+{
+    return dlogits_act(r, probs, n);
 }

@@ -125,8 +125,14 @@ static int index_op(ExecMeter *M, const ExecCtx *c, int i, PxError *err)
     }
     if (op->kind == MODEL_OP_COMM)
         return PX_OK;
-    const int L = c->spec.model.layers;
-    if (is_layer_role(op->role) && op->layer >= 0 && op->layer < L) {
+    const int L = c->spec.model.layers, mtp = op->layer >= L && op->layer < L + c->spec.model.mtp_layers;
+    /* a prediction module's layer: its layer's ops, its final norm, output layer and loss are
+     * filed under it; its own (the norms and eh projection) are found by key (mtp.c) */
+    if (mtp && op->role == MODEL_OPR_MTP)
+        return PX_OK;
+    if ((is_layer_role(op->role) || (mtp && op->role >= MODEL_OPR_FINAL_LN &&
+                                     op->role <= MODEL_OPR_LOSS)) &&
+        op->layer >= 0 && op->layer < L + c->spec.model.mtp_layers) {
         /* the first of a role's ops (the router's GEMM before its permutation; moe.c finds
          * the others by kind) */
         int *slot = &M->layer_op[(op->layer * EXEC_LAYER_OPS + (op->role - MODEL_OPR_LN1)) *
@@ -199,7 +205,7 @@ int exec_meter_init(ExecMeter *M, const ExecCtx *c, const ModelOpGraph *g, int n
     /* the device's memory was sampled before the arenas: the rest starts from zero (calloc) */
     M->graph = g;
     M->pass_end = -1;
-    const int L = c->spec.model.layers, n = g->count > 0 ? g->count : 1;
+    const int L = c->spec.model.layers + c->spec.model.mtp_layers, n = g->count > 0 ? g->count : 1;
     int cap = 16;
     while (cap < 2 * g->count)
         cap *= 2;

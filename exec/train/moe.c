@@ -25,9 +25,10 @@ int exec_moe_init(ExecMoe *M, const ExecCtx *c, PxError *err)
     M->etp_rank = M->etp > 1 ? c->g.etp_rank : 0;
     M->m = c->d.m;
     const size_t wide = (size_t)(ep > M->etp ? ep : M->etp);
-    M->index = exec_zalloc((size_t)cfg->layers, sizeof *M->index);
+    /* the prediction modules' layers (mtp.c) after the model's */
+    M->index = exec_zalloc((size_t)(cfg->layers + cfg->mtp_layers), sizeof *M->index);
     if (M->index)
-        for (int l = 0; l < cfg->layers; l++)
+        for (int l = 0; l < cfg->layers + cfg->mtp_layers; l++)
             M->index[l] = model_layer_is_moe(cfg, l) ? M->layers++ : -1;
     const size_t nl = (size_t)(M->layers > 0 ? M->layers : 1);
     M->cnt = exec_zalloc((size_t)E, sizeof *M->cnt);

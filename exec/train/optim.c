@@ -191,19 +191,22 @@ static void update_offloaded(ExecOptim *O, const ExecCtx *c, ExecParams *P, doub
 }
 
 int exec_optim_step(ExecOptim *O, const ExecCtx *c, ExecParams *P, ExecMeter *M, int step,
-                    double loss_sum, int nan_loss, int stop, ExecUpdate *u, PxError *err)
+                    double loss_sum, double mtp_loss_sum, int nan_loss, int stop, ExecUpdate *u,
+                    PxError *err)
 {
     const ModelJob *j = &c->spec.job;
     u->skipped = 0;
     /* one control reduction for the step: the loss, the squared gradient norm, and whether
-     * any rank was asked to stop (so that all stop at the same step boundary) */
-    double v[3] = {loss_sum, local_sumsq(c, P), stop ? 1.0 : 0.0};
+     * any rank was asked to stop (so that all stop at the same step boundary), and the
+     * prediction modules' loss */
+    double v[4] = {loss_sum, local_sumsq(c, P), stop ? 1.0 : 0.0, mtp_loss_sum};
     if (nan_loss)
         v[0] = NAN;
-    int rc = comm_control(c->comm, v, 3, COMM_SUM, err);
+    int rc = comm_control(c->comm, v, 4, COMM_SUM, err);
     if (rc)
         return rc;
     u->loss = v[0] / ((double)j->global_batch * c->d.s);
+    u->mtp_loss = v[3] / ((double)j->global_batch * c->d.s);
     O->stop_agreed = v[2] > 0;
     /* the norm of the scaled gradients: not finite on every rank alike when any rank's are not
      * (the sum went through the control reduction), so the verdict needs no other agreement */

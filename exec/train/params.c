@@ -17,9 +17,16 @@ static int is_moe_param(ModelTensorRole r)
 
 static int is_mla_param(ModelTensorRole r) { return r >= MODEL_TR_Q_A_W && r <= MODEL_TR_KV_B_W; }
 
+/* a prediction module's norms and eh projection (its layer's are the ordinary ones) */
+static int is_mtp_param(ModelTensorRole r)
+{
+    return r >= MODEL_TR_MTP_ENORM_W && r <= MODEL_TR_MTP_NORM_W;
+}
+
 static int is_layer_param(ModelTensorRole r)
 {
-    return is_dense_param(r) || is_moe_param(r) || is_mla_param(r) || r == MODEL_TR_SINKS;
+    return is_dense_param(r) || is_moe_param(r) || is_mla_param(r) || is_mtp_param(r) ||
+           r == MODEL_TR_SINKS;
 }
 
 static int is_expert_param(ModelTensorRole r)
@@ -32,13 +39,14 @@ static int is_norm(ModelTensorRole r)
 {
     return r == MODEL_TR_LN1_W || r == MODEL_TR_LN1_B || r == MODEL_TR_LN2_W ||
            r == MODEL_TR_LN2_B || r == MODEL_TR_FINAL_LN_W || r == MODEL_TR_FINAL_LN_B ||
-           r == MODEL_TR_Q_NORM_W || r == MODEL_TR_KV_NORM_W;
+           r == MODEL_TR_Q_NORM_W || r == MODEL_TR_KV_NORM_W || r == MODEL_TR_MTP_ENORM_W ||
+           r == MODEL_TR_MTP_HNORM_W || r == MODEL_TR_MTP_NORM_W;
 }
 
 static int is_param(ModelTensorRole r)
 {
     return (r >= MODEL_TR_WTE && r <= MODEL_TR_LOGITS_W) || is_moe_param(r) || is_mla_param(r) ||
-           r == MODEL_TR_SINKS;
+           is_mtp_param(r) || r == MODEL_TR_SINKS;
 }
 
 /* The views of a parameter: where the layers read its weights and write its gradient. NULL
@@ -53,6 +61,8 @@ static void **weight_view(ExecParams *P, ModelTensorRole r, int layer)
         return &P->lw[layer].sinks;
     if (is_mla_param(r))
         return &P->lw[layer].a[r - MODEL_TR_Q_A_W];
+    if (is_mtp_param(r))
+        return &P->lw[layer].mtp[r - MODEL_TR_MTP_ENORM_W];
     switch (r) {
     case MODEL_TR_WTE: return &P->wte;
     case MODEL_TR_WPE: return &P->wpe;
@@ -73,6 +83,8 @@ static float **grad_view(ExecParams *P, ModelTensorRole r, int layer)
         return &P->lg[layer].sinks;
     if (is_mla_param(r))
         return &P->lg[layer].a[r - MODEL_TR_Q_A_W];
+    if (is_mtp_param(r))
+        return &P->lg[layer].mtp[r - MODEL_TR_MTP_ENORM_W];
     switch (r) {
     case MODEL_TR_WTE: return &P->g_wte;
     case MODEL_TR_WPE: return &P->g_wpe;
@@ -105,6 +117,7 @@ static ExecMap tp_map(ModelTensorRole r, int swiglu)
     case MODEL_TR_SINKS: return EXEC_MAP_ROWS; /* the sinks of this rank's heads */
     case MODEL_TR_Q_B_W: return EXEC_MAP_ROWS; /* MLA's queries: this rank's heads */
     case MODEL_TR_KV_B_W: return EXEC_MAP_KV_B;
+    case MODEL_TR_MTP_EH_W: return EXEC_MAP_ROWS;
     default: return EXEC_MAP_FULL;
     }
 }
@@ -145,7 +158,7 @@ static int blocks_from(ExecParams *P, const ExecCtx *c, const ModelTensorTable *
             blk->own_off = 0;
             blk->own_n = blk->numel;
         }
-        if (mb->layer >= 0 && mb->layer < c->spec.model.layers)
+        if (mb->layer >= 0 && mb->layer < c->spec.model.layers + c->spec.model.mtp_layers)
             *(mb->experts ? &P->expert_block[mb->layer] : &P->layer_block[mb->layer]) = b;
     }
     return PX_OK;
@@ -161,7 +174,8 @@ static int param_from(ExecParams *P, const ExecCtx *c, const ModelTensor *t, uin
         return px_fail(err, PX_ERUNTIME, "parameter %s has no block: model/ and exec/ disagree",
                        t->name);
     if (!is_param(t->role) || (is_layer_param(t->role) &&
-                               (t->layer < 0 || t->layer >= c->spec.model.layers)))
+                               (t->layer < 0 ||
+                                t->layer >= c->spec.model.layers + c->spec.model.mtp_layers)))
         return px_fail(err, PX_ERUNTIME,
                        "the trainer has no use for parameter %s: model/ and exec/ disagree",
                        t->name);
@@ -185,7 +199,10 @@ static int param_from(ExecParams *P, const ExecCtx *c, const ModelTensor *t, uin
     p->sp_sum = p->norm || t->role == MODEL_TR_ROUTER_W || t->role == MODEL_TR_ROUTER_B ||
                 t->role == MODEL_TR_SHARED_GATE_W || t->role == MODEL_TR_Q_A_W ||
                 t->role == MODEL_TR_KV_A_W;
-    p->tied_copy = c->g.tied_pair && t->role == MODEL_TR_LOGITS_W;
+    /* the prediction modules' copy of the embedding (mtp.c) is one too */
+    p->tied_copy = (c->g.tied_pair && t->role == MODEL_TR_LOGITS_W) ||
+                   (c->g.mtp_pair && t->role == MODEL_TR_WTE && t->chunk >= 0 &&
+                    c->g.chunk_g[t->chunk] != 0);
     /* the output layer's copy starts as an exact copy of the embedding */
     px_strlcpy(p->init_name, p->tied_copy ? "embed.wte" : t->name, sizeof p->init_name);
     p->map = c->d.t > 1 ? tp_map(t->role, c->spec.model.mlp == MODEL_SWIGLU) : EXEC_MAP_FULL;
@@ -194,7 +211,7 @@ static int param_from(ExecParams *P, const ExecCtx *c, const ModelTensor *t, uin
                  : c->d.etp > 1 && t->role == MODEL_TR_EXP_FC2_W ? EXEC_MAP_EXPERTS_FC2
                  : c->d.ep > 1                                   ? EXEC_MAP_EXPERTS
                                                                  : EXEC_MAP_FULL;
-    if (t->role == MODEL_TR_WTE)
+    if (t->role == MODEL_TR_WTE && !p->tied_copy)
         P->embed_block = t->block;
     else if (t->role == MODEL_TR_FINAL_LN_W)
         P->final_block = t->block;
@@ -207,7 +224,7 @@ int exec_params_build(ExecParams *P, const ExecCtx *c, const ModelTensorTable *t
 {
     memset(P, 0, sizeof *P);
     P->embed_block = P->final_block = -1;
-    const int L = c->spec.model.layers;
+    const int L = c->spec.model.layers + c->spec.model.mtp_layers;
     int n = 0;
     for (int i = 0; i < twin->count; i++)
         n += twin->t[i].cat == MODEL_WEIGHTS && !twin->t[i].per_microbatch &&
@@ -240,7 +257,12 @@ int exec_params_build(ExecParams *P, const ExecCtx *c, const ModelTensorTable *t
                          (unsigned long long)off[b]);
     free(off);
     for (int b = 0; b < P->nb && !rc; b++)
-        P->b[b].tied = c->g.tied_pair && (b == P->embed_block || b == P->final_block);
+        P->b[b].tied = (c->g.tied_pair || c->g.mtp_pair) && b == P->embed_block;
+    /* and the block of the other copy: the output layer's, or the prediction modules' mtp.wte
+     * (the last stage's final block, or a stage of their own's mtp.embed) */
+    for (int i = 0; i < P->n && !rc; i++)
+        if (P->p[i].tied_copy)
+            P->b[P->p[i].block].tied = 1;
     return rc;
 }
 

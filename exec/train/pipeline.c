@@ -47,6 +47,19 @@ int exec_pipe_bind(ExecPipe *pp, const ModelTensor *t, void *p, PxError *err)
                    "disagree", t->name);
 }
 
+/* The activations' worth a transfer carries: past a stage of the prediction modules' own, the
+ * main hidden states and each module's output, one after the other (model/ops.c's xin, xout).
+ * out: global chunk g's forward send (and the backward receive of its output's gradient); else
+ * its forward receive (and the backward send of its input's gradient). */
+static int parts_of(const ExecCtx *c, int g, int out)
+{
+    const ModelDims *d = &c->d;
+    const int D = c->spec.model.mtp_layers;
+    if (D == 0 || d->mtp_chunk == d->chunks - 1)
+        return 1;
+    return (out ? g >= d->mtp_chunk : g > d->mtp_chunk) ? 1 + D : 1;
+}
+
 static int tag_of(const ExecCtx *c, int g, int mb, int backward)
 {
     return ((g * c->d.m) + mb) * 2 + backward;
@@ -60,7 +73,8 @@ static int post_receive(ExecPipe *pp, const ExecCtx *c, PxError *err)
     const ModelAction *a = &pp->recvs[pp->next_recv];
     const int g = c->g.chunk_g[a->chunk];
     const int peer = a->backward ? c->g.next_rank : c->g.prev_rank;
-    return comm_recv(c->comm, pp->recv, pp->elems * c->ab, peer, tag_of(c, g, a->mb, a->backward),
+    const uint64_t n = (uint64_t)parts_of(c, g, a->backward) * pp->part;
+    return comm_recv(c->comm, pp->recv, n * c->ab, peer, tag_of(c, g, a->mb, a->backward),
                      MODEL_PP_RECV, &pp->recv_req, err);
 }
 
@@ -69,6 +83,13 @@ int exec_pipe_start(ExecPipe *pp, const ExecCtx *c, const ModelAction *actions, 
 {
     pp->n_recvs = 0;
     pp->next_recv = 0;
+    /* the buffers hold the stage's largest transfer */
+    int most = 1;
+    for (int j = 0; j < c->d.v; j++)
+        for (int out = 0; out < 2; out++)
+            if (parts_of(c, c->g.chunk_g[j], out) > most)
+                most = parts_of(c, c->g.chunk_g[j], out);
+    pp->part = pp->elems / (uint64_t)most;
     for (int i = 0; i < n; i++) {
         const ModelAction *a = &actions[i];
         const int g = c->g.chunk_g[a->chunk];
@@ -82,6 +103,12 @@ int exec_pipe_start(ExecPipe *pp, const ExecCtx *c, const ModelAction *actions, 
 
 int exec_pipe_take(ExecPipe *pp, const ExecCtx *c, ExecMeter *M, int chunk, int mb, int backward,
                    void *dst, PxError *err)
+{
+    return exec_pipe_take_parts(pp, c, M, chunk, mb, backward, &dst, 1, err);
+}
+
+int exec_pipe_take_parts(ExecPipe *pp, const ExecCtx *c, ExecMeter *M, int chunk, int mb,
+                         int backward, void *const *dst, int n, PxError *err)
 {
     const ModelPhase ph = backward ? MODEL_BWD : MODEL_FWD;
     const ModelAction *a = pp->next_recv < pp->n_recvs ? &pp->recvs[pp->next_recv] : NULL;
@@ -105,19 +132,26 @@ int exec_pipe_take(ExecPipe *pp, const ExecCtx *c, ExecMeter *M, int chunk, int 
                                   "pp.tp_all_gather", &op, err)))
             return rc;
         exec_meter_open(M, c->k, op);
-        rc = comm_all_gather(c->comm, dst, pp->recv, pp->elems, c->act, MODEL_TP_ALL_GATHER, NULL,
-                             err);
+        rc = comm_all_gather(c->comm, dst[0], pp->recv, pp->elems, c->act, MODEL_TP_ALL_GATHER,
+                             NULL, err);
         exec_meter_close(M, c->k, op);
         if (rc)
             return rc;
     } else {
-        c->k->copy(dst, pp->recv, pp->elems * c->ab);
+        for (int k = 0; k < n; k++)
+            c->k->copy(dst[k], EXEC_AT(pp->recv, (size_t)k * pp->part, c->ab), pp->part * c->ab);
     }
     return post_receive(pp, c, err);
 }
 
 int exec_pipe_give(ExecPipe *pp, const ExecCtx *c, ExecMeter *M, int chunk, int mb, int backward,
                    const void *src, PxError *err)
+{
+    return exec_pipe_give_parts(pp, c, M, chunk, mb, backward, &src, 1, err);
+}
+
+int exec_pipe_give_parts(ExecPipe *pp, const ExecCtx *c, ExecMeter *M, int chunk, int mb,
+                         int backward, const void *const *src, int n, PxError *err)
 {
     const ModelPhase ph = backward ? MODEL_BWD : MODEL_FWD;
     const int g = c->g.chunk_g[chunk];
@@ -131,13 +165,18 @@ int exec_pipe_give(ExecPipe *pp, const ExecCtx *c, ExecMeter *M, int chunk, int 
     /* pp.send is one buffer: its previous message must have left */
     rc = comm_wait(c->comm, &pp->send_req, err);
     if (!rc) {
-        const void *from =
-            c->d.pp_split > 1 ? EXEC_AT(src, (size_t)c->g.tp_rank * pp->elems, c->ab) : src;
-        c->k->copy(pp->send, from, pp->elems * c->ab);
+        /* a part already in place (written there by mtp.c) is not copied */
+        for (int k = 0; k < n; k++) {
+            void *to_k = EXEC_AT(pp->send, (size_t)k * pp->part, c->ab);
+            const void *from =
+                c->d.pp_split > 1 ? EXEC_AT(src[k], (size_t)c->g.tp_rank * pp->part, c->ab) : src[k];
+            if (from != to_k)
+                c->k->copy(to_k, from, pp->part * c->ab);
+        }
         const int peer = backward ? c->g.prev_rank : c->g.next_rank;
         const int to = backward ? g - 1 : g + 1;
-        rc = comm_send(c->comm, pp->send, pp->elems * c->ab, peer, tag_of(c, to, mb, backward),
-                       MODEL_PP_SEND, &pp->send_req, err);
+        rc = comm_send(c->comm, pp->send, (size_t)n * pp->part * c->ab, peer,
+                       tag_of(c, to, mb, backward), MODEL_PP_SEND, &pp->send_req, err);
     }
     exec_meter_close(M, c->k, op);
     return rc;

@@ -661,6 +661,8 @@ static cJSON *run_json(Exec *ex, cJSON *const *ranks, int n)
         cJSON *s = cJSON_CreateObject();
         cJSON_AddNumberToObject(s, "step", H->first_step + i + 1);
         cJSON_AddNumberToObject(s, "loss", H->loss[i]);
+        if (ex->c.spec.model.mtp_layers > 0)
+            cJSON_AddNumberToObject(s, "mtp_loss", H->mtp_loss[i]);
         cJSON_AddNumberToObject(s, "time_s", H->time[i]);
         cJSON_AddNumberToObject(s, "tokens_per_s", H->tps[i]);
         if (ex->optim.scaler.enabled) {

@@ -30,6 +30,10 @@ static void log_step(FILE *mf, const Exec *ex, const ExecStepStats *st)
 {
     fprintf(mf, "{\"step\": %d, ", st->step);
     json_num(mf, "loss", st->loss);
+    if (ex->c.spec.model.mtp_layers > 0) {
+        fputs(", ", mf);
+        json_num(mf, "mtp_loss", st->mtp_loss);
+    }
     fputs(", ", mf);
     json_num(mf, "lr", st->lr);
     fputs(", ", mf);

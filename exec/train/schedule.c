@@ -37,6 +37,14 @@ ExecLayerRun exec_layer_run(Exec *ex)
                           .moe = &ex->moe, .fp8 = &ex->fp8};
 }
 
+/* A chunk's forward, then its prediction modules' (mtp.c: none but on the last chunk). */
+static int forward(const ExecLayerRun *r, int j, int mb, ExecLayerActs *A, ExecHeadActs *x,
+                   const int32_t *tok, PxError *err)
+{
+    int rc = exec_layers_forward(r, j, mb, A, x, tok, err);
+    return rc ? rc : exec_mtp_forward(r, j, mb, A, x, tok, err);
+}
+
 /* One action of the schedule: a forward (backward 0: forward only, one slot serving every
  * micro-batch in turn) or a backward, in its activation slots. */
 static int run_action(Exec *ex, const ExecLayerRun *r, const ModelAction *a, const int32_t *tok,
@@ -48,8 +56,8 @@ static int run_action(Exec *ex, const ExecLayerRun *r, const ModelAction *a, con
     if (!backward) {
         exec_acts_reset(X, j);
         exec_meter_pass_input(&ex->meter);
-        return exec_layers_forward(r, j, a->mb, exec_acts_layers(X, &ex->c, j, 0),
-                                   exec_acts_extras(X, j, 0), tok, err);
+        return forward(r, j, a->mb, exec_acts_layers(X, &ex->c, j, 0), exec_acts_extras(X, j, 0),
+                       tok, err);
     }
     if (!a->backward) {
         int s, x;
@@ -59,13 +67,17 @@ static int run_action(Exec *ex, const ExecLayerRun *r, const ModelAction *a, con
         S->mb_slot[slot_i] = s;
         S->mb_xslot[slot_i] = x;
         exec_meter_pass_input(&ex->meter);
-        return exec_layers_forward(r, j, a->mb, exec_acts_layers(X, &ex->c, j, s),
-                                   exec_acts_extras(X, j, x), tok, err);
+        return forward(r, j, a->mb, exec_acts_layers(X, &ex->c, j, s), exec_acts_extras(X, j, x),
+                       tok, err);
     }
     const int last = ++S->bwd_done[j] == ex->c.d.m;
     const int s = S->mb_slot[slot_i], x = S->mb_xslot[slot_i];
     exec_meter_pass_input(&ex->meter);
-    int rc = exec_layers_backward(r, j, a->mb, exec_acts_layers(X, &ex->c, j, s),
+    /* the prediction modules' backward first: the main loss's adds their gradient */
+    int rc = exec_mtp_backward(r, j, a->mb, exec_acts_layers(X, &ex->c, j, s),
+                               exec_acts_extras(X, j, x), tok, err);
+    if (!rc)
+        rc = exec_layers_backward(r, j, a->mb, exec_acts_layers(X, &ex->c, j, s),
                                   exec_acts_extras(X, j, x), tok, last, err);
     exec_acts_release(X, j, s, x);
     return rc;
@@ -83,6 +95,7 @@ int exec_schedule_run(Exec *ex, int step, int backward, PxError *err)
     ex->pass.step = step;
     ex->pass.seq_base = (long long)step * c->spec.job.global_batch + (long long)c->g.dp_rank * d->m * d->b;
     ex->pass.loss_sum = 0;
+    ex->pass.mtp_loss_sum = 0;
     ex->pass.loss_scale = ex->optim.scaler.scale;
     if (backward) {
         const ExecArena *g = &ex->mem.a[MODEL_GRADS];

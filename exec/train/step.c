@@ -44,6 +44,11 @@ int exec_loss(Exec *ex, int step, double *loss, PxError *err)
 
 double exec_aux_loss(const Exec *ex) { return ex->moe.aux_sum; }
 
+double exec_mtp_loss(const Exec *ex)
+{
+    return ex->pass.mtp_loss_sum / ((double)ex->c.spec.job.global_batch * ex->c.d.s);
+}
+
 /* PARALLAX_TEST_INF: an overflow in this step's gradients, as fp16 would make one (rank 0 owns
  * the first element of every block's gradients, whatever the ZeRO stage). */
 static void inject_inf(Exec *ex, int step)
@@ -65,6 +70,7 @@ static int update(Exec *ex, int step, ExecUpdate *u, PxError *err)
     const int op = exec_meter_other_op(M, MODEL_OPR_OPTIMIZER, MODEL_STEP);
     exec_meter_open(M, c->k, op);
     int rc = exec_optim_step(&ex->optim, c, &ex->params, M, step, ex->pass.loss_sum,
+                             ex->pass.mtp_loss_sum,
                              exec_faults_nan_loss(&ex->faults, c->g.rank, step),
                              exec_stop_flag != 0, u, err);
     if (!rc && !u->skipped && ex->fp8.on)
@@ -84,7 +90,7 @@ int exec_step(Exec *ex, int step, ExecStepStats *st, PxError *err)
     exec_meter_step_begin(&ex->meter, c->comm);
     exec_moe_step_begin(&ex->moe);
     const double loss_scale = ex->optim.scaler.scale;
-    ExecUpdate u = {0, 0, 0, 0};
+    ExecUpdate u = {0, 0, 0, 0, 0};
     rc = exec_schedule_run(ex, step, 1, err);
     if (!rc) {
         inject_inf(ex, step);
@@ -105,6 +111,7 @@ int exec_step(Exec *ex, int step, ExecStepStats *st, PxError *err)
     memset(st, 0, sizeof *st);
     st->step = step + 1;
     st->loss = u.loss;
+    st->mtp_loss = u.mtp_loss;
     st->lr = u.lr;
     st->grad_norm = u.norm;
     st->time_s = dt;

@@ -159,6 +159,7 @@ int exec_run(Exec *ex, PxError *err);
 typedef struct {
     int step;         /* 1-based */
     double loss;      /* mean over every token of the global batch, before the update */
+    double mtp_loss;  /* the prediction modules' mean loss, each over its targets (0: none) */
     double lr;
     double grad_norm; /* global norm before clipping */
     double time_s;
@@ -181,6 +182,13 @@ int exec_loss(Exec *ex, int step, double *loss, PxError *err);
  * layers or with a coefficient of 0): the gradients hold its derivative beside the language
  * model's, which is the loss reported. On one rank the whole. */
 double exec_aux_loss(const Exec *ex);
+/* Megatron-Core's --mtp-loss-scaling-factor default: the objective adds this times the
+ * multi-token prediction modules' mean loss (exec_mtp_loss) to the language model's. */
+#define EXEC_MTP_LOSS_SCALE 0.1
+/* This rank's share of the prediction modules' mean loss of the last step or passes (0 without
+ * modules): each module's mean over its targets, averaged over the modules; on one rank the
+ * whole. */
+double exec_mtp_loss(const Exec *ex);
 
 /* ---- what it holds and measured ---- */
 

@@ -275,9 +275,10 @@ int exec_zero_block_done(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter
 static int tied_sum(const ExecCtx *c, ExecParams *P, ExecMeter *M, int b, PxError *err)
 {
     const ExecBlock *blk = &P->b[b];
-    /* a stage holds each at most once: the first chunk's embedding, the last chunk's copy */
-    const ExecParam *p =
-        exec_params_of(P, b == P->embed_block ? MODEL_TR_WTE : MODEL_TR_LOGITS_W, -1);
+    /* a stage holds each at most once: the first chunk's embedding, the last chunk's copy (the
+     * output layer's, or the prediction modules' mtp.wte) */
+    const ExecParam *p = exec_params_of(
+        P, b == P->embed_block || c->g.mtp_pair ? MODEL_TR_WTE : MODEL_TR_LOGITS_W, -1);
     int op = exec_meter_find(M, MODEL_OPR_BLOCK_GRADS, b, blk->chunk, MODEL_STEP,
                              MODEL_EMBED_ALLREDUCE, 0);
     if (!p || op < 0)

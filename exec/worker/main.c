@@ -122,7 +122,10 @@ static int run_setup(const Job *job, ModelPlan *plan, ExecOptions *opt, CommLaye
         return rc;
     if (job->world > 1) {
         const ModelSpec *s = &plan->spec;
-        int tied_pair = s->model.tied_embeddings && s->layout.pp * s->layout.vpp > 1;
+        /* the first and last stages sum a tied output layer's or the prediction modules'
+         * copy of the embedding (exec/train/mtp.c) */
+        int tied_pair = (s->model.tied_embeddings || s->model.mtp_layers > 0) &&
+                        s->layout.pp * s->layout.vpp > 1;
         rc = agreed(job, comm_for_job(s, tied_pair, backend == EXEC_BACKEND_CUDA, comm,
                                       &opt->comm_note, err),
                     err);

@@ -1,0 +1,220 @@
+/* Multi-token prediction modules (exec/train/mtp.c) trained on parallel layouts, end to end: a
+ * zoo model given mtp_layers 1, planned with the layout pinned (sim_plan_for, in memory),
+ * trained by `parallax run`, against a single-rank run of the same job:
+ * - the main loss and the modules' loss (run.json's steps[].loss and mtp_loss) of every step
+ *   equal the single rank's within 1e-5 relative (the CUDA backend's bf16 against the CPU's
+ *   fp32 within 1e-3), and the metrics log carries both;
+ * - every rank's memory per category, communication bytes per kind and FLOPs per step equal
+ *   its stage's prediction;
+ * - at the first step, before any update, the untrained modules predict as well as chance:
+ *   the modules' loss is within 0.1 of ln(vocab).
+ * Layouts: the pipeline with the module on the last of 2 x 2 virtual stages (an untied model:
+ * the module's copy of the embedding summed with the first stage's), the module on a stage of
+ * its own (a layout string's m before L: the transfer to the loss stage carries two
+ * activations), data parallelism with
+ * ZeRO-1, tensor parallelism with sequence parallelism (a tied LayerNorm model), expert
+ * parallelism (the module's layer a MoE layer, forced balance), and tensor and sequence
+ * parallelism on the CUDA backend through the emulator (a GPU per rank). Usage: test_exec_mtp_mpi PARALLAX LAYOUT [WORKER]
+ * (`list` prints the layouts). */
+#include <unistd.h>
+
+#include "tests/test.h"
+#include "tests/runs.h"
+#include "common/px.h"
+#include "model/model.h"
+#include "sim/sim.h"
+
+typedef struct {
+    const char *name;
+    const char *model;
+    int gpus, dp, tp, pp, vpp, ep, zero; /* tp > 1 with sequence parallelism */
+    int cuda; /* the CUDA backend in bf16 (WORKER) against the CPU's fp32 */
+    const char *pp_layout; /* a layout string (--pipeline-model-parallel-layout), or NULL */
+} Layout;
+
+static const Layout layouts[] = {
+    {"llama_pp2_vpp2", "tiny-llama", 2, 1, 1, 2, 2, 1, 0, 0, NULL},
+    /* the module on a stage of its own, the loss's after it without layers */
+    {"llama_pp3_mtp_stage", "tiny-llama", 3, 1, 1, 3, 1, 1, 0, 0, "Et*2|t*2m|L"},
+    {"dp2_zero1", "tiny", 2, 2, 1, 1, 1, 1, 1, 0, NULL},
+    {"tp2_sp", "tiny", 2, 1, 2, 1, 1, 1, 0, 0, NULL},
+    {"moe_ep2", "tiny-moe", 2, 2, 1, 1, 1, 2, 0, 0, NULL},
+    {"cuda_tp2_sp", "tiny", 2, 1, 2, 1, 1, 1, 0, 1, NULL},
+};
+enum { N_LAYOUTS = sizeof layouts / sizeof layouts[0], STEPS = 3 };
+
+static const char *px, *worker;
+
+static ModelSpec spec_of(const Layout *L)
+{
+    ModelSpec s;
+    PxError err = {0};
+    model_spec_defaults(&s);
+    CHECK_OK(model_config_load(L->model, &s.model, &err), err);
+    s.model.mtp_layers = 1;
+    s.job.seq_len = 32;
+    s.job.global_batch = 8;
+    s.job.micro_batch = 1;
+    s.job.precision = L->cuda ? PX_BF16 : PX_FP32;
+    s.job.steps = STEPS;
+    s.job.moe_force_balance = 1;
+    s.job.moe_imbalance = 1.0;
+    s.layout.dp = L->dp;
+    s.layout.tp = L->tp;
+    s.layout.pp = L->pp;
+    s.layout.cp = 1;
+    s.layout.vpp = L->vpp;
+    s.layout.zero = L->zero;
+    s.layout.sp = L->tp > 1;
+    s.layout.ep = L->ep;
+    s.layout.etp = s.model.moe.experts > 0 ? 1 : L->tp; /* no experts: etp follows tp */
+    s.layout.schedule = L->vpp > 1 ? MODEL_SCHED_INTERLEAVED : MODEL_SCHED_1F1B;
+    s.layout.recompute = MODEL_RECOMPUTE_NONE;
+    if (L->pp_layout)
+        px_strlcpy(s.layout.pp_layout, L->pp_layout, sizeof s.layout.pp_layout);
+    return s;
+}
+
+static void write_plan(const ModelSpec *s, const char *cluster, int gpus, const char *name)
+{
+    PxError err = {0};
+    ModelPlan plan;
+    CHECK_OK(sim_plan_for(s, cluster, gpus, &plan, &err), err);
+    cJSON *j = model_plan_to_json(&plan);
+    char path[400];
+    snprintf(path, sizeof path, "%s/%s", tmp, name);
+    CHECK_OK(px_json_write_file(path, j, &err), err);
+    cJSON_Delete(j);
+    model_plan_free(&plan);
+}
+
+/* Every rank's memory per category, bytes per kind and FLOPs against its stage's prediction. */
+static void check_predicted(const Layout *L, const cJSON *plan, const cJSON *run)
+{
+    const cJSON *pred = at(plan, "prediction", NULL);
+    const cJSON *mr = at(run, "memory", "per_rank"), *cr = at(run, "comm", "per_rank");
+    const cJSON *fr = at(run, "flops", "per_rank_per_step");
+    CHECK_EQ_INT(L->gpus, cJSON_GetArraySize(mr));
+    for (int r = 0; r < L->gpus; r++) {
+        const cJSON *m = cJSON_GetArrayItem(mr, r), *c = cJSON_GetArrayItem(cr, r);
+        const int stage = (int)num(m, "stage");
+        const cJSON *pm = stage_entry(at(pred, "memory", "per_stage"), stage);
+        for (int k = 0; k < MODEL_RUNTIME; k++) {
+            const char *cat = model_category_name((ModelCategory)k);
+            if ((uint64_t)num(pm, cat) != (uint64_t)num(m, cat)) {
+                fprintf(stderr, "FAILED: %s rank %d (stage %d) %s: predicted %.0f, measured %.0f\n",
+                        L->name, r, stage, cat, num(pm, cat), num(m, cat));
+                exit(1);
+            }
+        }
+        const cJSON *pc = stage_entry(at(pred, "comm", "per_stage"), stage);
+        const cJSON *by = at(c, "by_kind", NULL);
+        for (int k = 0; k < MODEL_COMM_COUNT; k++) {
+            const char *kind = model_comm_name((ModelComm)k);
+            if ((uint64_t)num(pc, kind) != (uint64_t)num(by, kind)) {
+                fprintf(stderr, "FAILED: %s rank %d (stage %d) %s: predicted %.0f bytes, measured %.0f\n",
+                        L->name, r, stage, kind, num(pc, kind), num(by, kind));
+                exit(1);
+            }
+        }
+        const double pf = cJSON_GetArrayItem(at(pred, "flops", "per_rank_per_step"), stage)->valuedouble;
+        CHECK_REL(pf, cJSON_GetArrayItem(fr, r)->valuedouble, 1e-12);
+    }
+}
+
+static void check_layout(const Layout *L)
+{
+    ModelSpec s = spec_of(L);
+    write_plan(&s, L->cuda ? "dgx-h100" : "local", L->gpus, "plan.json");
+    ModelSpec one = s;
+    one.layout.dp = one.layout.tp = one.layout.pp = one.layout.ep = one.layout.vpp = 1;
+    one.layout.sp = 0;
+    one.layout.etp = 1;
+    one.layout.pp_layout[0] = '\0';
+    one.layout.schedule = MODEL_SCHED_1F1B;
+    one.layout.zero = 0;
+    one.job.precision = PX_FP32;
+    write_plan(&one, "local", 1, "ref.json");
+    sh(0, "%s run %s/ref.json --quiet --launcher none -o %s/ref.run.json --metrics %s/ref.jsonl",
+       px, tmp, tmp, tmp);
+    if (!L->cuda)
+        sh(0, "timeout 600 %s run %s/plan.json --quiet -o %s/run.json", px, tmp, tmp);
+    else
+        sh(0, "timeout 600 mpirun -n %d %s --oversubscribe --bind-to none --mca "
+              "mpi_yield_when_idle 1 %s run %s/plan.json --quiet --backend cuda -o %s/run.json",
+           L->gpus, geteuid() == 0 ? "--allow-run-as-root" : "", worker, tmp, tmp);
+    cJSON *ref = read_json("ref.run.json"), *run = read_json("run.json");
+    cJSON *plan = read_json("plan.json");
+    const double tol = L->cuda ? 1e-3 : 1e-5;
+    const cJSON *rs = at(ref, "steps", NULL), *ms = at(run, "steps", NULL);
+    CHECK_EQ_INT(STEPS, cJSON_GetArraySize(rs));
+    CHECK_EQ_INT(STEPS, cJSON_GetArraySize(ms));
+    double worst = 0;
+    for (int i = 0; i < STEPS; i++) {
+        const cJSON *a = cJSON_GetArrayItem(rs, i), *b = cJSON_GetArrayItem(ms, i);
+        static const char *const keys[] = {"loss", "mtp_loss"};
+        for (int k = 0; k < 2; k++) {
+            CHECK_REL(num(a, keys[k]), num(b, keys[k]), tol);
+            const double dev = fabs(num(b, keys[k]) - num(a, keys[k])) / num(a, keys[k]);
+            worst = dev > worst ? dev : worst;
+        }
+    }
+    /* untrained modules: chance, ln(vocab) */
+    CHECK(fabs(num(cJSON_GetArrayItem(rs, 0), "mtp_loss") - log((double)s.model.vocab)) < 0.1);
+    /* the metrics log's first line carries the modules' loss beside the loss */
+    sh(0, "head -1 %s/ref.jsonl | grep -q '\"mtp_loss\": [0-9]'", tmp);
+    check_predicted(L, plan, run);
+    printf("%-16s %d ranks, %d steps: final loss %.6f mtp_loss %.6f (single rank %.6f, %.6f), "
+           "worst relative deviation %.2e; memory, comm and FLOPs of every rank equal the "
+           "prediction\n",
+           L->name, L->gpus, STEPS, num(cJSON_GetArrayItem(ms, STEPS - 1), "loss"),
+           num(cJSON_GetArrayItem(ms, STEPS - 1), "mtp_loss"),
+           num(cJSON_GetArrayItem(rs, STEPS - 1), "loss"),
+           num(cJSON_GetArrayItem(rs, STEPS - 1), "mtp_loss"), worst);
+    cJSON_Delete(ref);
+    cJSON_Delete(run);
+    cJSON_Delete(plan);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 2 && !strcmp(argv[1], "list")) {
+        for (int i = 0; i < N_LAYOUTS; i++)
+            printf("%s\n", layouts[i].name);
+        return 0;
+    }
+    if (argc != 3 && argc != 4) {
+        fprintf(stderr, "usage: test_exec_mtp_mpi PARALLAX LAYOUT [WORKER] | list\n");
+        return 2;
+    }
+    px = argv[1];
+    worker = argc == 4 ? argv[3] : NULL;
+    const Layout *L = NULL;
+    for (int i = 0; i < N_LAYOUTS; i++)
+        if (!strcmp(layouts[i].name, argv[2]))
+            L = &layouts[i];
+    if (!L) {
+        fprintf(stderr, "test_exec_mtp_mpi: no layout %s (see list)\n", argv[2]);
+        return 2;
+    }
+    if (L->cuda && !worker) {
+        fprintf(stderr, "test_exec_mtp_mpi: layout %s runs the CUDA backend: give its WORKER\n",
+                L->name);
+        return 2;
+    }
+    if (L->gpus > 1 && system("command -v mpirun >/dev/null 2>&1") != 0) {
+        printf("test_exec_mtp_mpi: mpirun is not installed: skipped\n");
+        return 77;
+    }
+    px_log_set_quiet(1);
+    char what[96];
+    snprintf(what, sizeof what, "mtp-%s", L->name);
+    if (run_scratch(what))
+        return 1;
+    check_layout(L);
+    char rm[400];
+    snprintf(rm, sizeof rm, "rm -rf '%s'", tmp);
+    if (system(rm) != 0)
+        fprintf(stderr, "test_exec_mtp_mpi: could not remove %s\n", tmp);
+    TEST_DONE(L->name);
+}
