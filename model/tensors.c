@@ -251,7 +251,8 @@ void model_mla_work(const ModelSpec *s, const ModelDims *d, ModelMlaWork *out)
         return;
     /* under SP it is also the scratch of a layer's one all-reduce of the gradients (fp32) its
      * TP ranks hold whole (model/ops.c's sp_norm_grads): the norms, the down-projections and
-     * their norms, a MoE layer's router and shared gate */
+     * their norms, a MoE layer's router and shared gate; a prediction module's block adds its
+     * enorm, hnorm and final norm (weights only) */
     const ModelConfig *c = &s->model;
     const uint64_t h = (uint64_t)d->h;
     uint64_t f = 2 * h * (c->norm == MODEL_LAYERNORM && c->bias ? 2 : 1) + qr * h + qr +
@@ -259,6 +260,8 @@ void model_mla_work(const ModelSpec *s, const ModelDims *d, ModelMlaWork *out)
     if (d->moe)
         f += (uint64_t)c->moe.experts * h + (c->moe.router_bias ? (uint64_t)c->moe.experts : 0) +
              (c->moe.shared_gate && c->moe.shared_ffn > 0 ? h : 0);
+    if (c->mtp_layers > 0)
+        f += 3 * h;
     const uint64_t es = px_dtype_bytes(d->act), need = (f * 4 + es - 1) / es;
     out->total = need > out->total ? need : out->total;
 }

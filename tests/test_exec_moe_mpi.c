@@ -140,20 +140,20 @@ static ModelSpec spec_of(const Layout *L)
     ModelSpec s;
     PxError err = {0};
     model_spec_defaults(&s);
-    /* the model by the layout's name and its dsv3 field: tiny-dsv3 (its prediction modules
-     * aside; 2: its layers dense), gptoss* tiny-gpt-oss, gate_* tiny-moe with the shared
-     * experts' gate, else tiny-moe */
+    /* the model by the layout's name and its dsv3 field: tiny-dsv3 whole (its prediction
+     * module too, but with ZeRO-2/3, which the module's backward does not run: "Multi-token
+     * prediction" in docs/executor.md; 2: its layers dense and no module), gptoss* tiny-gpt-oss,
+     * gate_* tiny-moe with the shared experts' gate, else tiny-moe */
     CHECK_OK(model_config_load(L->dsv3                     ? "tiny-dsv3"
                                : strstr(L->name, "gptoss") ? "tiny-gpt-oss"
                                                            : "tiny-moe",
                                &s.model, &err),
              err);
     s.model.moe.shared_gate = !strncmp(L->name, "gate_", 5);
-    if (L->dsv3) {
+    if (L->dsv3 == 2 || (L->dsv3 && L->zero >= 2))
         s.model.mtp_layers = 0;
-        if (L->dsv3 == 2)
-            s.model.moe.experts = 0;
-    }
+    if (L->dsv3 == 2)
+        s.model.moe.experts = 0;
     s.job.seq_len = 32;
     s.job.global_batch = 8;
     s.job.micro_batch = 1;

@@ -40,6 +40,10 @@ static const Layout layouts[] = {
     {"tp2_sp", "tiny", 2, 1, 2, 1, 1, 1, 0, 0, NULL},
     {"moe_ep2", "tiny-moe", 2, 2, 1, 1, 1, 2, 0, 0, NULL},
     {"cuda_tp2_sp", "tiny", 2, 1, 2, 1, 1, 1, 0, 1, NULL},
+    /* DeepSeek-V3's whole shape (tiny-dsv3: multi-head latent attention, its module's layer a
+     * MoE layer) with the module on a stage of its own; run by hand: the same over ep 2 */
+    {"dsv3_pp3_mtp_stage", "tiny-dsv3", 3, 1, 1, 3, 1, 1, 0, 0, "Et*2|t*2m|L"},
+    {"dsv3_ep2_pp3_mtp_stage", "tiny-dsv3", 6, 2, 1, 3, 1, 2, 0, 0, "Et*2|t*2m|L"},
 };
 enum { N_LAYOUTS = sizeof layouts / sizeof layouts[0], STEPS = 3 };
 
