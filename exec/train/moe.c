@@ -131,7 +131,6 @@ static KernMoeRoute route_of(const ExecCtx *c, int N, long long first_seq)
     return r;
 }
 
-
 /* The load-balancing loss's factor (Switch Transformer, Fedus et al. 2021, eq. 4, as
  * Megatron-Core's switch_load_balancing_loss): coeff * E / (topk * T^2) over the T tokens of
  * the whole micro-batch, so that every layout computes the same loss; times loss_weight. */
@@ -218,7 +217,6 @@ static void op_open(const ExecLayerRun *r, int op) { exec_meter_open(r->M, r->c-
 static void op_again(const ExecLayerRun *r, int op) { exec_meter_open_again(r->M, r->c->k, op); }
 static void op_close(const ExecLayerRun *r, int op) { exec_meter_close(r->M, r->c->k, op); }
 
-
 /* The copies this rank sends to each expert-parallel rank: its counts summed over that rank's
  * local experts. */
 static void sum_sends(ExecMoe *M)
@@ -230,10 +228,9 @@ static void sum_sends(ExecMoe *M)
     }
 }
 
-/* This rank's routed copies per expert (from the device counts) into the rows it sends each
- * expert rank, and (ep > 1) the counts exchange: blk[j * L + l] the rows source j sends this
- * rank's expert l, recv[j] their sum. One exchange per local expert: the layer's counts call
- * carries one count per peer. PX_ERUNTIME when the rows exceed the plan's buffer (routed). */
+/* This rank's routed copies per expert, from the device counts, and the rows it sends each
+ * expert rank (sum_sends). The counts exchange that follows (ep > 1) fills blk and recv; rows
+ * beyond the plan's buffers grow them (dropless: docs/moe.md). */
 static void local_counts(ExecMoe *M, const ExecCtx *c, const float *cnt_dev)
 {
     c->k->to_host(M->cntf, cnt_dev, (size_t)M->E * sizeof *M->cntf);
