@@ -315,14 +315,18 @@ void sim_published_free(SimPublished *p)
 
 void sim_published_print(FILE *f, const SimPublished *p, int n)
 {
-    int rows = 0, inside = 0;
-    fprintf(f, "%-36s %-11s %-20s %12s %12s %8s %6s %s\n", "id", "framework", "metric", "measured",
+    int rows = 0, inside = 0, w = 36; /* the id column: as wide as the longest id */
+    for (int k = 0; k < n; k++)
+        for (int i = 0; i < p[k].n_rows; i++)
+            if ((int)strlen(p[k].rows[i].id) > w)
+                w = (int)strlen(p[k].rows[i].id);
+    fprintf(f, "%-*s %-11s %-20s %12s %12s %8s %6s %s\n", w, "id", "framework", "metric", "measured",
             "predicted", "error", "tol", "in/out");
     for (int k = 0; k < n; k++) {
         fprintf(f, "# %s (%s)\n", p[k].source, p[k].path);
         for (int i = 0; i < p[k].n_rows; i++) {
             const SimPublishedRow *r = &p[k].rows[i];
-            fprintf(f, "%-36s %-11s %-20s %12.4g %12.4g %+7.1f%% %5.0f%% %s%s\n", r->id, r->framework,
+            fprintf(f, "%-*s %-11s %-20s %12.4g %12.4g %+7.1f%% %5.0f%% %s%s\n", w, r->id, r->framework,
                     sim_published_metric_name(r->metric), r->measured, r->predicted, 100 * r->error,
                     100 * r->tolerance, r->inside ? "in" : "OUT", r->fits ? "" : " (does not fit)");
             rows++;
