@@ -21,6 +21,16 @@ if ! "$px" validate --model tiny --steps 5 --max-ranks 4 --report "$tmp/v" >"$tm
   cat "$tmp/out" "$tmp/s.out"
   exit 1
 fi
+# a mixture-of-experts model: the planner's picks run with their own expert layout (ep 2 is
+# named in the row), the experts' tokens forced to balance, so that memory and bytes are the
+# plan's (the planner's first three rows only)
+if ! "$px" validate --model tiny-moe --steps 2 --layouts 3 --max-ranks 2 --report "$tmp/m" >"$tmp/m.out" 2>&1; then
+  echo "FAILED: parallax validate --model tiny-moe"
+  cat "$tmp/m.out"
+  exit 1
+fi
+grep -Eq "^ +[0-9]+ +2  plan: dp2 tp1 pp1 ep2 zero[0-3] mbs[0-9]+ [a-z]+ 1f1b +[0-9.]+ +[0-9.]+ +[-+0-9.]+% +[0-9]+/[0-9]+ +equal +equal  (pass|FAIL|not graded)$" "$tmp/m.out" ||
+  { echo "FAILED: no planner row with ep2 and equal memory and comm in:"; cat "$tmp/m.out"; exit 1; }
 grep -Eq '^training: loss [0-9.]+ at step 1, [0-9.]+ at step 5, on each of the [0-9]+ timed layouts$' "$tmp/out" ||
   { echo "FAILED: no training line in:"; cat "$tmp/out"; exit 1; }
 # the cp rows in the table, the comm type after the degree and a2a's unfused attention core

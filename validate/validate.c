@@ -25,6 +25,7 @@ extern char **environ;
  * job's own (the planner's rows and the rows to validate hold 0 or 1). */
 typedef struct {
     int dp, tp, pp, cp, vpp, zero, sp, mbs, recompute, schedule, cp_comm, flash;
+    int ep, etp; /* the planner's expert layout (0: the job's, as the spread rows take it) */
 } Layout;
 
 enum { FLASH_JOB = -1 };
@@ -37,28 +38,28 @@ enum { FLASH_JOB = -1 };
  * modes, and context parallelism with each comm type on the attention core the executor runs
  * it with (p2p the fused one, a2a the unfused one, allgather the job's). */
 static const Layout spread[] = {
-    {1, 1, 1, 1, 1, 0, 0, 4, NONE, F1B, P2P, FLASH_JOB},
-    {1, 1, 1, 1, 1, 0, 0, 2, MODEL_RECOMPUTE_FULL, F1B, P2P, FLASH_JOB},
-    {1, 1, 1, 1, 1, 0, 0, 8, MODEL_RECOMPUTE_SELECTIVE, F1B, P2P, FLASH_JOB},
-    {2, 1, 1, 1, 1, 0, 0, 4, NONE, F1B, P2P, FLASH_JOB},
-    {2, 1, 1, 1, 1, 1, 0, 2, NONE, F1B, P2P, FLASH_JOB},
-    {1, 2, 1, 1, 1, 0, 0, 4, NONE, F1B, P2P, FLASH_JOB},
-    {1, 2, 1, 1, 1, 0, 1, 4, NONE, F1B, P2P, FLASH_JOB},
-    {1, 1, 2, 1, 1, 0, 0, 2, NONE, F1B, P2P, FLASH_JOB},
-    {1, 1, 2, 1, 1, 0, 0, 2, NONE, MODEL_SCHED_GPIPE, P2P, FLASH_JOB},
-    {1, 1, 2, 1, 2, 0, 0, 2, NONE, MODEL_SCHED_INTERLEAVED, P2P, FLASH_JOB},
-    {2, 1, 1, 1, 1, 3, 0, 4, NONE, F1B, P2P, FLASH_JOB},
-    {1, 1, 1, 2, 1, 0, 0, 4, NONE, F1B, P2P, 1},
-    {1, 1, 1, 2, 1, 0, 0, 4, NONE, F1B, MODEL_CP_COMM_ALLGATHER, FLASH_JOB},
-    {1, 1, 1, 2, 1, 0, 0, 4, NONE, F1B, MODEL_CP_COMM_A2A, 0},
+    {1, 1, 1, 1, 1, 0, 0, 4, NONE, F1B, P2P, FLASH_JOB, 0, 0},
+    {1, 1, 1, 1, 1, 0, 0, 2, MODEL_RECOMPUTE_FULL, F1B, P2P, FLASH_JOB, 0, 0},
+    {1, 1, 1, 1, 1, 0, 0, 8, MODEL_RECOMPUTE_SELECTIVE, F1B, P2P, FLASH_JOB, 0, 0},
+    {2, 1, 1, 1, 1, 0, 0, 4, NONE, F1B, P2P, FLASH_JOB, 0, 0},
+    {2, 1, 1, 1, 1, 1, 0, 2, NONE, F1B, P2P, FLASH_JOB, 0, 0},
+    {1, 2, 1, 1, 1, 0, 0, 4, NONE, F1B, P2P, FLASH_JOB, 0, 0},
+    {1, 2, 1, 1, 1, 0, 1, 4, NONE, F1B, P2P, FLASH_JOB, 0, 0},
+    {1, 1, 2, 1, 1, 0, 0, 2, NONE, F1B, P2P, FLASH_JOB, 0, 0},
+    {1, 1, 2, 1, 1, 0, 0, 2, NONE, MODEL_SCHED_GPIPE, P2P, FLASH_JOB, 0, 0},
+    {1, 1, 2, 1, 2, 0, 0, 2, NONE, MODEL_SCHED_INTERLEAVED, P2P, FLASH_JOB, 0, 0},
+    {2, 1, 1, 1, 1, 3, 0, 4, NONE, F1B, P2P, FLASH_JOB, 0, 0},
+    {1, 1, 1, 2, 1, 0, 0, 4, NONE, F1B, P2P, 1, 0, 0},
+    {1, 1, 1, 2, 1, 0, 0, 4, NONE, F1B, MODEL_CP_COMM_ALLGATHER, FLASH_JOB, 0, 0},
+    {1, 1, 1, 2, 1, 0, 0, 4, NONE, F1B, MODEL_CP_COMM_A2A, 0, 0, 0},
     /* beyond the cores: memory and communication only */
-    {2, 2, 1, 1, 1, 0, 0, 2, NONE, F1B, P2P, FLASH_JOB},
-    {1, 2, 2, 1, 1, 0, 1, 2, MODEL_RECOMPUTE_SELECTIVE, F1B, P2P, FLASH_JOB},
-    {2, 1, 2, 1, 1, 1, 0, 2, NONE, F1B, P2P, FLASH_JOB},
-    {2, 2, 2, 1, 1, 1, 0, 2, NONE, F1B, P2P, FLASH_JOB},
-    {4, 1, 1, 1, 1, 3, 0, 2, NONE, F1B, P2P, FLASH_JOB},
-    {2, 1, 1, 2, 1, 1, 0, 2, NONE, F1B, P2P, 1},
-    {1, 2, 1, 2, 1, 0, 1, 2, NONE, F1B, MODEL_CP_COMM_A2A, 0},
+    {2, 2, 1, 1, 1, 0, 0, 2, NONE, F1B, P2P, FLASH_JOB, 0, 0},
+    {1, 2, 2, 1, 1, 0, 1, 2, MODEL_RECOMPUTE_SELECTIVE, F1B, P2P, FLASH_JOB, 0, 0},
+    {2, 1, 2, 1, 1, 1, 0, 2, NONE, F1B, P2P, FLASH_JOB, 0, 0},
+    {2, 2, 2, 1, 1, 1, 0, 2, NONE, F1B, P2P, FLASH_JOB, 0, 0},
+    {4, 1, 1, 1, 1, 3, 0, 2, NONE, F1B, P2P, FLASH_JOB, 0, 0},
+    {2, 1, 1, 2, 1, 1, 0, 2, NONE, F1B, P2P, 1, 0, 0},
+    {1, 2, 1, 2, 1, 0, 1, 2, NONE, F1B, MODEL_CP_COMM_A2A, 0, 0, 0},
 };
 #undef NONE
 #undef F1B
@@ -135,6 +136,8 @@ static const char *refusal(const ValRequest *q, const ModelSpec *s, int ranks, P
                : NULL;
 }
 
+static int same_layout(const Layout *a, const Layout *b);
+
 /* The planner's best layouts on the timing ranks that the executor runs (context parallelism
  * with the comm types the job's attention core takes), as Layout rows; fewer when fewer fit. */
 static int planned(const ValRequest *q, Layout *out, int *n_out, PxError *err)
@@ -158,10 +161,16 @@ static int planned(const ValRequest *q, Layout *out, int *n_out, PxError *err)
         const char *whose;
         if (refusal(q, s, l->dp * l->tp * l->pp * l->cp, &e2, &whose))
             continue;
-        out[(*n_out)++] = (Layout){l->dp, l->tp, l->pp, l->cp, l->vpp, l->zero, l->sp,
-                                   s->job.micro_batch, (int)l->recompute, (int)l->schedule,
-                                   l->cp > 1 ? (int)l->cp_comm : MODEL_CP_COMM_P2P,
-                                   s->job.flash_attn};
+        const Layout L = {l->dp, l->tp, l->pp, l->cp, l->vpp, l->zero, l->sp, s->job.micro_batch,
+                          (int)l->recompute, (int)l->schedule,
+                          l->cp > 1 ? (int)l->cp_comm : MODEL_CP_COMM_P2P, s->job.flash_attn,
+                          s->model.moe.experts > 0 ? l->ep : 0, s->model.moe.experts > 0 ? l->etp : 0};
+        /* the planner's picks that differ only in what a row does not carry run once */
+        int seen = 0;
+        for (int k = 0; k < *n_out; k++)
+            seen |= same_layout(&out[k], &L);
+        if (!seen)
+            out[(*n_out)++] = L;
     }
     sim_plan_free(&r);
     return rc;
@@ -172,7 +181,8 @@ static int same_layout(const Layout *a, const Layout *b)
     return a->dp == b->dp && a->tp == b->tp && a->pp == b->pp && a->cp == b->cp &&
            a->vpp == b->vpp && a->zero == b->zero && a->sp == b->sp && a->mbs == b->mbs &&
            a->recompute == b->recompute && a->schedule == b->schedule &&
-           (a->cp == 1 || a->cp_comm == b->cp_comm) && a->flash == b->flash;
+           (a->cp == 1 || a->cp_comm == b->cp_comm) && a->flash == b->flash && a->ep == b->ep &&
+           a->etp == b->etp;
 }
 
 static int run_child(char *const argv[], const char *log_path, PxError *err)
@@ -316,9 +326,9 @@ static void validation_close(Validation *v)
 static void short_label(char *buf, size_t cap, int index, const Layout *L)
 {
     size_t n = (size_t)snprintf(buf, cap, "%d:", index);
-    const int dims[5] = {L->dp, L->tp, L->pp, L->cp, L->vpp};
-    const char *const names[5] = {"dp", "tp", "pp", "cp", "vpp"};
-    for (int k = 0; k < 5 && n < cap; k++)
+    const int dims[7] = {L->dp, L->tp, L->pp, L->cp, L->vpp, L->ep, L->etp};
+    const char *const names[7] = {"dp", "tp", "pp", "cp", "vpp", "ep", "etp"};
+    for (int k = 0; k < 7 && n < cap; k++)
         if (dims[k] > 1)
             n += (size_t)snprintf(buf + n, cap - n, " %s%d", names[k], dims[k]);
     if (L->cp > 1 && n < cap)
@@ -353,6 +363,15 @@ static ModelSpec layout_spec(const ValRequest *q, const Layout *L)
     s.layout.recompute = (ModelRecompute)L->recompute;
     s.layout.schedule = (ModelSchedule)L->schedule;
     s.job.micro_batch = L->mbs;
+    if (L->ep > 0)
+        s.layout.ep = L->ep;
+    if (L->etp > 0)
+        s.layout.etp = L->etp;
+    /* the experts' tokens forced to balance, as the prediction assumes them (imbalance 1): what
+     * an untrained router sends where is not the time model's to predict, and the all-to-all's
+     * bytes and the dropless buffers are then the plan's exactly (docs/moe.md) */
+    if (s.model.moe.experts > 0)
+        s.job.moe_force_balance = 1;
     return s;
 }
 
@@ -360,13 +379,15 @@ static ModelSpec layout_spec(const ValRequest *q, const Layout *L)
  * after pp ("cp2 a2a"), and the attention core last where it is not the job's ("unfused"). */
 static void layout_label(char *buf, size_t cap, const Layout *L, int from_planner, int job_flash)
 {
-    char vpp[16] = "", cp[32] = "";
+    char vpp[16] = "", cp[32] = "", ep[32] = "";
     if (L->vpp > 1)
         snprintf(vpp, sizeof vpp, " vpp%d", L->vpp);
+    if (L->ep > 1 || L->etp > 1)
+        snprintf(ep, sizeof ep, L->etp > 1 ? " ep%d etp%d" : " ep%d", L->ep > 0 ? L->ep : 1, L->etp);
     if (L->cp > 1)
         snprintf(cp, sizeof cp, " cp%d %s", L->cp, model_cp_comm_name((ModelCpComm)L->cp_comm));
-    snprintf(buf, cap, "%sdp%d tp%d pp%d%s%s%s zero%d mbs%d %s %s%s", from_planner ? "plan: " : "",
-             L->dp, L->tp, L->pp, cp, vpp, L->sp ? " sp" : "", L->zero, L->mbs,
+    snprintf(buf, cap, "%sdp%d tp%d pp%d%s%s%s%s zero%d mbs%d %s %s%s", from_planner ? "plan: " : "",
+             L->dp, L->tp, L->pp, cp, vpp, ep, L->sp ? " sp" : "", L->zero, L->mbs,
              model_recompute_name((ModelRecompute)L->recompute),
              model_schedule_name((ModelSchedule)L->schedule),
              L->flash == job_flash ? "" : L->flash ? " fused" : " unfused");
