@@ -215,7 +215,7 @@ typedef struct {
     FILE *log;
     Layout rows[PLAN_TOP + N_SPREAD]; /* the planner's best first, then the spread */
     int n_rows, n_top;
-    char (*labels)[96];       /* [n_rows] */
+    char (*labels)[128];      /* [n_rows] */
     char (*short_labels)[48]; /* [n_rows]: the chart's, "1: dp2 zero2 mbs4" */
     const char **timed_label; /* the timed layouts: their short labels and step milliseconds */
     double *pred_ms, *meas_ms;
