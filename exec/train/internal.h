@@ -43,6 +43,13 @@
 /* Element i of a tensor whose elements take es bytes: the act-dtype tensors (weights,
  * activations, their gradients) are void * and indexed with the backend's act size. */
 #define EXEC_AT(p, i, es) ((void *)((char *)(p) + (size_t)(i) * (size_t)(es)))
+/* Returns a nonzero status at once (the layer files' calls, each of which may fail). */
+#define EXEC_TRY(x)                                                                               \
+    do {                                                                                          \
+        int rc_ = (x);                                                                            \
+        if (rc_)                                                                                  \
+            return rc_;                                                                           \
+    } while (0)
 
 /* calloc of n elements, where n may be 0 (a stage without such sets): never NULL unless out of
  * memory. */

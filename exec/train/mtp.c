@@ -27,12 +27,7 @@
 
 #include "exec/train/internal.h"
 
-#define TRY(x)                                                                                    \
-    do {                                                                                          \
-        int rc_ = (x);                                                                            \
-        if (rc_)                                                                                  \
-            return rc_;                                                                           \
-    } while (0)
+#define TRY EXEC_TRY
 
 #define AT(p, i) EXEC_AT(p, i, r->c->ab)
 
