@@ -28,6 +28,51 @@ static inline int run_scratch(const char *what)
     return -1;
 }
 
+/* Removes tmp once a test has passed (a failure keeps it for a look). */
+static inline void run_scratch_remove(const char *prog)
+{
+    char rm[400];
+    snprintf(rm, sizeof rm, "rm -rf '%s'", tmp);
+    if (system(rm) != 0)
+        fprintf(stderr, "%s: could not remove %s\n", prog, tmp);
+}
+
+/* How a layout driver takes its worker (RUN_WORKER_NONE: it has none). */
+enum { RUN_WORKER_NONE = 0, RUN_WORKER_AFTER, RUN_WORKER_BEFORE };
+
+/* A layout driver's command line (the test_exec_*_mpi programs, one ctest per layout):
+ * `PROG list` prints every layout's name, name_of(0 .. n - 1), and returns -1 (the driver exits
+ * 0); else `PROG PARALLAX LAYOUT` (RUN_WORKER_AFTER: `... LAYOUT [WORKER]`; RUN_WORKER_BEFORE:
+ * `PROG PARALLAX WORKER LAYOUT`) sets *px and *worker (NULL when not given; worker may be NULL
+ * with RUN_WORKER_NONE) and returns the layout's index. A wrong command line or a layout not in
+ * the list: a message naming it, and exit 2. */
+static inline int run_layout_arg(const char *prog, int argc, char **argv, int n,
+                                 const char *(*name_of)(int), int how, const char **px,
+                                 const char **worker)
+{
+    static const char *const forms[] = {"LAYOUT", "LAYOUT [WORKER]", "WORKER LAYOUT"};
+    if (argc == 2 && !strcmp(argv[1], "list")) {
+        for (int i = 0; i < n; i++)
+            printf("%s\n", name_of(i));
+        return -1;
+    }
+    const int ok = how == RUN_WORKER_AFTER ? argc == 3 || argc == 4
+                                           : argc == (how == RUN_WORKER_NONE ? 3 : 4);
+    if (!ok) {
+        fprintf(stderr, "usage: %s PARALLAX %s | list\n", prog, forms[how]);
+        exit(2);
+    }
+    const char *name = argv[how == RUN_WORKER_BEFORE ? 3 : 2];
+    *px = argv[1];
+    if (worker)
+        *worker = how == RUN_WORKER_BEFORE ? argv[2] : argc == 4 ? argv[3] : NULL;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(name_of(i), name))
+            return i;
+    fprintf(stderr, "%s: no layout %s (see list)\n", prog, name);
+    exit(2);
+}
+
 static inline int run_vsh(const char *fmt, va_list ap, char *cmd, size_t cap)
 {
     char full[2400];

@@ -154,27 +154,15 @@ static void check_layout(const Layout *L, int gpus)
     cJSON_Delete(run);
 }
 
+static const char *layout_name(int i) { return layouts[i].name; }
+
 int main(int argc, char **argv)
 {
-    if (argc == 2 && !strcmp(argv[1], "list")) {
-        for (int i = 0; i < N_LAYOUTS; i++)
-            printf("%s\n", layouts[i].name);
+    const int i = run_layout_arg("test_exec_cuda_mpi", argc, argv, N_LAYOUTS, layout_name,
+                                 RUN_WORKER_BEFORE, &px, &worker);
+    if (i < 0)
         return 0;
-    }
-    if (argc != 4) {
-        fprintf(stderr, "usage: test_exec_cuda_mpi PARALLAX WORKER LAYOUT | list\n");
-        return 2;
-    }
-    px = argv[1];
-    worker = argv[2];
-    const Layout *L = NULL;
-    for (int i = 0; i < N_LAYOUTS; i++)
-        if (!strcmp(layouts[i].name, argv[3]))
-            L = &layouts[i];
-    if (!L) {
-        fprintf(stderr, "test_exec_cuda_mpi: no layout %s (see list)\n", argv[3]);
-        return 2;
-    }
+    const Layout *L = &layouts[i];
     const int gpus = kern_cuda_device_count();
     if (gpus == 0 || !kern_cuda()) {
         printf("test_exec_cuda_mpi: no CUDA device visible (or parallax was built without CUDA): "
@@ -190,9 +178,6 @@ int main(int argc, char **argv)
     if (run_scratch(what))
         return 1;
     check_layout(L, gpus);
-    char rm[400];
-    snprintf(rm, sizeof rm, "rm -rf '%s'", tmp);
-    if (system(rm) != 0)
-        fprintf(stderr, "test_exec_cuda_mpi: could not remove %s\n", tmp);
+    run_scratch_remove("test_exec_cuda_mpi");
     TEST_DONE(L->name);
 }

@@ -386,27 +386,15 @@ static void check_compare(const Layout *L, const ModelSpec *sp, const cJSON *ml,
     cJSON_Delete(cmp);
 }
 
+static const char *layout_name(int i) { return layouts[i].name; }
+
 int main(int argc, char **argv)
 {
-    if (argc == 2 && !strcmp(argv[1], "list")) {
-        for (int i = 0; i < N_LAYOUTS; i++)
-            printf("%s\n", layouts[i].name);
+    const int i = run_layout_arg("test_exec_moe_mpi", argc, argv, N_LAYOUTS, layout_name,
+                                 RUN_WORKER_AFTER, &px, &worker);
+    if (i < 0)
         return 0;
-    }
-    if (argc != 3 && argc != 4) {
-        fprintf(stderr, "usage: test_exec_moe_mpi PARALLAX LAYOUT [WORKER] | list\n");
-        return 2;
-    }
-    px = argv[1];
-    worker = argc == 4 ? argv[3] : NULL;
-    const Layout *L = NULL;
-    for (int i = 0; i < N_LAYOUTS; i++)
-        if (!strcmp(layouts[i].name, argv[2]))
-            L = &layouts[i];
-    if (!L) {
-        fprintf(stderr, "test_exec_moe_mpi: no layout %s (see list)\n", argv[2]);
-        return 2;
-    }
+    const Layout *L = &layouts[i];
     if (L->cuda && !worker) {
         fprintf(stderr, "test_exec_moe_mpi: layout %s runs the CUDA backend: give its WORKER\n",
                 L->name);
@@ -422,9 +410,6 @@ int main(int argc, char **argv)
     if (run_scratch(what))
         return 1;
     check_layout(L);
-    char rm[400];
-    snprintf(rm, sizeof rm, "rm -rf '%s'", tmp);
-    if (system(rm) != 0)
-        fprintf(stderr, "test_exec_moe_mpi: could not remove %s\n", tmp);
+    run_scratch_remove("test_exec_moe_mpi");
     TEST_DONE(L->name);
 }
