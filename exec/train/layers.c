@@ -131,6 +131,23 @@ static void fp8_bwd(const ExecLayerRun *r, void *dx, float *dw, const void *dy, 
     exec_fp8_linear_bwd(r->fp8, r->c, r->M, dx, dw, dy, x, x_act, w, 0, N);
 }
 
+/* A column-parallel linear's backward from dy (N x out) and its input x (N x in): the bias's
+ * gradient when it has one, then dx = dy W into ws.dhid and dW += dy^T x, in FP8 with weight f8
+ * (xq its input's FP8 copy) or in the act dtype. */
+static void column_linear_bwd(const ExecLayerRun *r, void *bgrad, float *wgrad, const void *w,
+                              const void *dy, const void *x, ExecFp8Ref xq,
+                              const ExecFp8Weight *f8, int N, int in, int out)
+{
+    if (bgrad)
+        r->c->k->bias_grad(bgrad, dy, N, out);
+    if (f8) {
+        fp8_bwd(r, r->W->dhid, wgrad, dy, xq, x, f8, N);
+    } else {
+        mm_act(r, r->W->dhid, dy, w, N, in, out, 0, 0);
+        mm_f32(r, wgrad, dy, x, out, in, N, 1, 0, 1);
+    }
+}
+
 /* A saved FP8 activation of rows x cols as a GEMM operand. */
 static ExecFp8Ref fp8_saved(const ExecLayerRun *r, const void *q, int rows, int cols)
 {
@@ -672,14 +689,8 @@ static int mlp_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerActs 
     ExecFp8Ref xq;
     TRY(exec_tp_column_bwd_input(r, chunk, l, MODEL_OPR_FC1, EXEC_LA(a, FC1_IN),
                                  f1 && !is_moe(c, l), &x, &xq, err));
-    if (EXEC_LP(g, FC1_B))
-        k->bias_grad(EXEC_LP(g, FC1_B), r->W->dffn, N, FO);
-    if (f1) {
-        fp8_bwd(r, r->W->dhid, EXEC_LP(g, FC1_W), r->W->dffn, xq, x, f1, N);
-    } else {
-        mm_act(r, r->W->dhid, r->W->dffn, EXEC_LP(w, FC1_W), N, h, FO, 0, 0);
-        mm_f32(r, EXEC_LP(g, FC1_W), r->W->dffn, x, FO, h, N, 1, 0, 1);
-    }
+    column_linear_bwd(r, EXEC_LP(g, FC1_B), EXEC_LP(g, FC1_W), EXEC_LP(w, FC1_W), r->W->dffn, x,
+                      xq, f1, N, h, FO);
     if (gate)
         k->gate_wgrad(r->W->dhid, EXEC_LPM(g, SHARED_GATE_W), dgate, x, gate, N, h);
     TRY(exec_tp_column_dx(r, chunk, l, MODEL_OPR_FC1, dn, err));
@@ -729,7 +740,6 @@ static int qkv_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerActs 
                    const void **dn, PxError *err)
 {
     const ExecCtx *c = r->c;
-    const KernBackend *k = c->k;
     const ModelDims *d = &c->d;
     const ExecLayerParams *w = &r->P->lw[l];
     const ExecLayerGrads *g = &r->P->lg[l];
@@ -742,14 +752,8 @@ static int qkv_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerActs 
                                  &xq, err));
     if (c->spec.model.position == MODEL_POS_ROPE)
         rope(r, r->W->dqkv, 1);
-    if (EXEC_LP(g, QKV_B))
-        k->bias_grad(EXEC_LP(g, QKV_B), r->W->dqkv, N, qkv);
-    if (fq) {
-        fp8_bwd(r, r->W->dhid, EXEC_LP(g, QKV_W), r->W->dqkv, xq, x, fq, N);
-    } else {
-        mm_act(r, r->W->dhid, r->W->dqkv, EXEC_LP(w, QKV_W), N, h, qkv, 0, 0);
-        mm_f32(r, EXEC_LP(g, QKV_W), r->W->dqkv, x, qkv, h, N, 1, 0, 1);
-    }
+    column_linear_bwd(r, EXEC_LP(g, QKV_B), EXEC_LP(g, QKV_W), EXEC_LP(w, QKV_W), r->W->dqkv, x,
+                      xq, fq, N, h, qkv);
     TRY(exec_tp_column_dx(r, chunk, l, MODEL_OPR_QKV, dn, err));
     op_close(r, op);
     return PX_OK;
