@@ -25,9 +25,6 @@ const char *model_exec_cp_limit(const ModelSpec *s, const ModelDims *d)
                  "(Ulysses splits them over the cp ranks)"
            : s->job.dropout > 0.0 ? "dropout must be 0"
            : d->moe               ? "mixture-of-experts layers are not supported"
-           : m->mla.kv_lora_rank > 0 && s->layout.cp_comm != MODEL_CP_COMM_ALLGATHER
-               ? "multi-head latent attention runs context parallelism with cp_comm_type "
-                 "allgather (the ring's and Ulysses' cores carry one head width)"
            : m->mtp_layers > 0
                ? "multi-token prediction modules run with cp 1 (a module's shifted tokens cross "
                  "the cp ranks' parts)"

@@ -42,7 +42,9 @@ typedef struct {
     int dsv3;  /* tiny-dsv3 (multi-head latent attention, sigmoid group-limited routing; its
                   multi-token prediction module left out) in place of tiny-moe; 2: its layers
                   all dense (MoE needs SP with tp > 1: MLA's TP without SP runs so) */
-    int cp;    /* context parallelism (allgather), with dsv3 2 (MoE layers refuse it) */
+    int cp;    /* context parallelism, with dsv3 2 (MoE layers refuse it): allgather, or by the
+                  name's suffix _p2p the ring (flash attention's core) or _a2a Ulysses (the
+                  unfused one) */
 } Layout;
 
 static const Layout layouts[] = {
@@ -114,6 +116,10 @@ static const Layout layouts[] = {
     {"dsv3_ep2", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0},
     {"dsv3_ep2_tp2_sp_zero1", 4, 2, 2, 1, 2, 1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 0},
     {"dsv3_dense_cp2", 2, 1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 2},
+    /* the ring's and Ulysses' cores with MLA's two head widths (K qk_hd, V v_hd wide) */
+    {"dsv3_dense_cp2_p2p", 2, 1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 2},
+    {"dsv3_dense_cp2_a2a", 2, 1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 2},
+    {"dsv3_dense_tp2_cp2_a2a", 4, 1, 2, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 2},
     /* beyond CI's six, run by name: ZeRO-3 with full recompute, the interleaved schedule,
      * expert tensor parallelism, the router's own choice */
     {"dsv3_ep2_dp2_zero3_full", 4, 4, 1, 1, 2, 0, 1, 3, 1, 0, 0, 0, 0, 0, 1, 0},
@@ -167,7 +173,10 @@ static ModelSpec spec_of(const Layout *L)
     s.layout.pp = L->pp;
     s.layout.cp = L->cp > 1 ? L->cp : 1;
     if (L->cp > 1)
-        s.layout.cp_comm = MODEL_CP_COMM_ALLGATHER;
+        s.layout.cp_comm = strstr(L->name, "_p2p")   ? MODEL_CP_COMM_P2P
+                           : strstr(L->name, "_a2a") ? MODEL_CP_COMM_A2A
+                                                     : MODEL_CP_COMM_ALLGATHER;
+    s.job.flash_attn = !strstr(L->name, "_a2a");
     s.layout.vpp = L->vpp > 1 ? L->vpp : 1;
     s.layout.zero = L->zero;
     s.layout.sp = L->sp;

@@ -92,8 +92,7 @@ int main(void)
     q = request("tiny-dsv3", 4, 8);
     all_run(&q, &local);
     /* and what the executor refuses of it, by name: its prediction module under context
-     * parallelism, MLA with FP8 GEMMs, with the ring's context parallelism (allgather's runs);
-     * CUDA runs it */
+     * parallelism, MLA with FP8 GEMMs; every cp_comm_type runs; CUDA runs it */
     {
         ModelSpec s = request("tiny-dsv3", 1, 8).base;
         s.job.precision = PX_FP32;
@@ -124,12 +123,15 @@ int main(void)
         s.layout.cp = 2, s.layout.cp_comm = MODEL_CP_COMM_ALLGATHER;
         CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
         CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        /* the ring's and Ulysses' cores too (each with its own core: flash on, off) */
         s.layout.cp_comm = MODEL_CP_COMM_P2P;
         s.job.flash_attn = 1;
         CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
-        CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));
-        CHECK(strstr(why, "multi-head latent attention runs context parallelism with cp_comm_type "
-                          "allgather") != NULL);
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        s.layout.cp_comm = MODEL_CP_COMM_A2A;
+        s.job.flash_attn = 0;
+        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
     }
 
     /* a GPU cluster is not this machine: nothing refused by the executor there */
