@@ -58,7 +58,11 @@ static const char *mla_limit(const ModelSpec *s, const ModelDims *d)
     const ModelMla *a = &s->model.mla;
     return s->model.kv_heads != s->model.heads
                ? "its keys and values are per head: kv_heads must equal heads"
-           : d->fp8 != MODEL_FP8_NONE ? "it runs without FP8 GEMMs (training.fp8 none)"
+           : d->fp8 != MODEL_FP8_NONE && a->q_lora_rank == 0
+               ? "FP8 GEMMs run with a query latent (q_lora_rank > 0)"
+           : d->fp8 != MODEL_FP8_NONE && a->kv_lora_rank > d->h && a->kv_lora_rank > d->q_loc
+               ? "FP8 GEMMs run with kv_lora_rank at most the hidden size (the latent's input "
+                 "gradient lives in ws.dhid)"
            : a->q_lora_rank == 0 && d->t > 1 && s->layout.sp
                ? "q_lora_rank 0 (queries projected directly) runs without sequence parallelism"
                : NULL;

@@ -120,6 +120,11 @@ static const Layout layouts[] = {
     {"dsv3_dense_cp2_p2p", 2, 1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 2},
     {"dsv3_dense_cp2_a2a", 2, 1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 2},
     {"dsv3_dense_tp2_cp2_a2a", 4, 1, 2, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 2},
+    /* MLA's projections as FP8 GEMMs, on both sides (FP8_TOL) */
+    {"dsv3_dense_tp2_sp_fp8_tensorwise", 2, 1, 2, 1, 1, 1, 1, 0, 0, 0, MODEL_FP8_TENSORWISE, 0, 0, 0, 2, 0},
+    {"dsv3_dense_tp2_fp8_mxfp8", 2, 1, 2, 1, 1, 0, 1, 0, 0, 0, MODEL_FP8_MXFP8, 0, 0, 0, 2, 0},
+    {"dsv3_ep2_tp2_sp_fp8_blockwise", 2, 1, 2, 1, 2, 1, 1, 0, 0, 0, MODEL_FP8_BLOCKWISE, 0, 0, 0, 1, 0},
+    {"dsv3_dense_dp2_zero3_full_fp8_delayed", 2, 2, 1, 1, 1, 0, 1, 3, 1, 0, MODEL_FP8_DELAYED, 0, 0, 0, 2, 0},
     /* beyond CI's six, run by name: ZeRO-3 with full recompute, the interleaved schedule,
      * expert tensor parallelism, the router's own choice */
     {"dsv3_ep2_dp2_zero3_full", 4, 4, 1, 1, 2, 0, 1, 3, 1, 0, 0, 0, 0, 0, 1, 0},
@@ -147,7 +152,7 @@ static ModelSpec spec_of(const Layout *L)
     PxError err = {0};
     model_spec_defaults(&s);
     /* the model by the layout's name and its dsv3 field: tiny-dsv3 whole (its prediction
-     * module too, but with ZeRO-2/3, which the module's backward does not run: "Multi-token
+     * module too, but with ZeRO-2/3 or FP8, which the module does not run: "Multi-token
      * prediction" in docs/executor.md; 2: its layers dense and no module), gptoss* tiny-gpt-oss,
      * gate_* tiny-moe with the shared experts' gate, else tiny-moe */
     CHECK_OK(model_config_load(L->dsv3                     ? "tiny-dsv3"
@@ -156,7 +161,7 @@ static ModelSpec spec_of(const Layout *L)
                                &s.model, &err),
              err);
     s.model.moe.shared_gate = !strncmp(L->name, "gate_", 5);
-    if (L->dsv3 == 2 || (L->dsv3 && L->zero >= 2))
+    if (L->dsv3 == 2 || (L->dsv3 && (L->zero >= 2 || L->fp8)))
         s.model.mtp_layers = 0;
     if (L->dsv3 == 2)
         s.model.moe.experts = 0;

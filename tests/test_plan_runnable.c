@@ -92,7 +92,8 @@ int main(void)
     q = request("tiny-dsv3", 4, 8);
     all_run(&q, &local);
     /* and what the executor refuses of it, by name: its prediction module under context
-     * parallelism, MLA with FP8 GEMMs; every cp_comm_type runs; CUDA runs it */
+     * parallelism, MLA's FP8 GEMMs without a query latent; every cp_comm_type runs; CUDA runs
+     * it */
     {
         ModelSpec s = request("tiny-dsv3", 1, 8).base;
         s.job.precision = PX_FP32;
@@ -113,10 +114,14 @@ int main(void)
         s.job.precision = PX_BF16; /* on CUDA */
         CHECK_OK(model_spec_check(&s, 1, &d, &err), err);
         CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 1, why, sizeof why));
-        s.job.fp8 = MODEL_FP8_TENSORWISE;
+        s.job.fp8 = MODEL_FP8_TENSORWISE; /* FP8 GEMMs run, with a query latent */
+        CHECK_OK(model_spec_check(&s, 1, &d, &err), err);
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 1, why, sizeof why));
+        s.model.mla.q_lora_rank = 0;
         CHECK_OK(model_spec_check(&s, 1, &d, &err), err);
         CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 1, why, sizeof why));
-        CHECK(strstr(why, "it runs without FP8 GEMMs") != NULL);
+        CHECK(strstr(why, "FP8 GEMMs run with a query latent (q_lora_rank > 0)") != NULL);
+        s.model.mla.q_lora_rank = 32;
         s.job.fp8 = MODEL_FP8_NONE;
         s.job.precision = PX_FP32;
         s.model.moe.experts = 0; /* MoE refuses cp before MLA does */
