@@ -63,8 +63,6 @@ static const char *mla_limit(const ModelSpec *s, const ModelDims *d)
            : d->fp8 != MODEL_FP8_NONE && a->kv_lora_rank > d->h && a->kv_lora_rank > d->q_loc
                ? "FP8 GEMMs run with kv_lora_rank at most the hidden size (the latent's input "
                  "gradient lives in ws.dhid)"
-           : a->q_lora_rank == 0 && d->t > 1 && s->layout.sp
-               ? "q_lora_rank 0 (queries projected directly) runs without sequence parallelism"
                : NULL;
 }
 

@@ -120,6 +120,9 @@ static const Layout layouts[] = {
     {"dsv3_dense_cp2_p2p", 2, 1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 2},
     {"dsv3_dense_cp2_a2a", 2, 1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 2},
     {"dsv3_dense_tp2_cp2_a2a", 4, 1, 2, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 2},
+    /* queries projected directly (q_lora_rank 0) with SP: their input gathered again backward */
+    {"dsv3_dense_tp2_sp_q0", 2, 1, 2, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 2, 0},
+    {"dsv3_ep2_tp2_sp_q0_full", 2, 1, 2, 1, 2, 1, 1, 0, 1, 0, 0, 0, 0, 0, 1, 0},
     /* MLA's projections as FP8 GEMMs, on both sides (FP8_TOL) */
     {"dsv3_dense_tp2_sp_fp8_tensorwise", 2, 1, 2, 1, 1, 1, 1, 0, 0, 0, MODEL_FP8_TENSORWISE, 0, 0, 0, 2, 0},
     {"dsv3_dense_tp2_fp8_mxfp8", 2, 1, 2, 1, 1, 0, 1, 0, 0, 0, MODEL_FP8_MXFP8, 0, 0, 0, 2, 0},
@@ -134,6 +137,11 @@ static const Layout layouts[] = {
     /* and on the CUDA backend in bf16 against the CPU's fp32 */
     {"cuda_dsv3", 1, 1, 1, 1, 1, 0, 1, 0, 0, 1, 0, 0, 0, 0, 1, 0},
     {"cuda_dsv3_ep2_tp2_sp", 4, 2, 2, 1, 2, 1, 1, 0, 0, 1, 0, 0, 0, 0, 1, 0},
+    /* run by name (about 20 s each on the emulator): MLA's two head widths in the ring's and
+     * Ulysses' CUDA cores, its FP8 GEMMs on CUDA */
+    {"cuda_dsv3_dense_cp2_p2p", 2, 1, 1, 1, 1, 0, 1, 0, 0, 1, 0, 0, 0, 0, 2, 2},
+    {"cuda_dsv3_dense_cp2_a2a", 2, 1, 1, 1, 1, 0, 1, 0, 0, 1, 0, 0, 0, 0, 2, 2},
+    {"cuda_dsv3_ep2_tp2_sp_fp8_tensorwise", 2, 1, 2, 1, 2, 1, 1, 0, 0, 1, MODEL_FP8_TENSORWISE, 0, 0, 0, 1, 0},
 };
 enum { N_LAYOUTS = sizeof layouts / sizeof layouts[0], STEPS = 5 };
 
@@ -161,6 +169,8 @@ static ModelSpec spec_of(const Layout *L)
                                &s.model, &err),
              err);
     s.model.moe.shared_gate = !strncmp(L->name, "gate_", 5);
+    if (strstr(L->name, "_q0")) /* queries projected from the layer's input, no latent */
+        s.model.mla.q_lora_rank = 0;
     if (L->dsv3 == 2 || (L->dsv3 && (L->zero >= 2 || L->fp8)))
         s.model.mtp_layers = 0;
     if (L->dsv3 == 2)

@@ -321,7 +321,10 @@ static void kv_b_bwd(const ExecLayerRun *r, const Mla *m, int l, const ExecLayer
 }
 
 /* q_b's backward; the query latent's gradient (or with q_lora_rank 0 the input's, in ws.dhid)
- * reduced over TP: *qs this rank's rows of it. */
+ * reduced over TP: *qs this rank's rows of it. With q_lora_rank 0 and SP the weight gradient
+ * reads the input gathered again (sp.gather, as a column-parallel layer's), and the input's
+ * gradient is reduce-scattered through ws.dx_a back into ws.dhid's first rows, where the keys'
+ * down-projection adds its own. */
 static int q_b_bwd(const ExecLayerRun *r, const Mla *m, int chunk, int l, const ExecLayerActs *a,
                    const ExecQkv *dq, void **qs, PxError *err)
 {
@@ -331,10 +334,14 @@ static int q_b_bwd(const ExecLayerRun *r, const Mla *m, int chunk, int l, const 
     void *W = r->W->mla, *lat = AT(W, m->mw.lat);
     const int qw = m->H * m->qk, in = m->qr > 0 ? m->qr : m->h;
     const void *x = lat;
+    ExecFp8Ref xq; /* none: FP8 runs with a query latent */
     if (m->qr > 0)
         c->k->rmsnorm_fwd(lat, EXEC_LAA(a, Q_LAT), EXEC_LPA(w, Q_NORM_W), m->N, m->qr, m->eps);
+    else if (m->sp)
+        TRY(exec_tp_column_bwd_input(r, chunk, l, MODEL_OPR_Q_B, EXEC_LA(a, QKV_IN), 0, &x, &xq,
+                                     err));
     else
-        x = EXEC_LA(a, QKV_IN); /* without SP (the executor's refusal): all the rows */
+        x = EXEC_LA(a, QKV_IN); /* all the rows */
     void *dl = m->qr > 0 ? AT(W, m->mw.dq) : r->W->dhid;
     if (m->fqb) { /* dq's plane is [N, qw] */
         const ExecFp8Ref none = {NULL, {0, 0, 0, 0, 0, 0}};
@@ -345,6 +352,12 @@ static int q_b_bwd(const ExecLayerRun *r, const Mla *m, int chunk, int l, const 
         mm(r, dl, dq->q, EXEC_LPA(w, Q_B_W), m->N, in, qw, 0, 0, 0.0f);
     }
     *qs = dl;
+    if (m->sp && m->qr == 0) {
+        TRY(exec_tp_reduce_scatter(r, MODEL_OPR_Q_B, l, chunk, MODEL_BWD, r->W->dx_a, dl,
+                                   (size_t)m->R * in, err));
+        c->k->copy(dl, r->W->dx_a, (size_t)m->R * in * c->ab);
+        return PX_OK;
+    }
     if (m->sp) {
         *qs = AT(W, m->mw.qs);
         return exec_tp_reduce_scatter(r, MODEL_OPR_Q_B, l, chunk, MODEL_BWD, *qs, dl,
