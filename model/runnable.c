@@ -58,6 +58,9 @@ static const char *mla_limit(const ModelSpec *s, const ModelDims *d)
     const ModelMla *a = &s->model.mla;
     return s->model.kv_heads != s->model.heads
                ? "its keys and values are per head: kv_heads must equal heads"
+           : d->heads_loc * (d->qk_hd + d->v_hd) % 2
+               ? "the heads per TP rank x (qk_nope_dim + qk_rope_dim + v_dim) must be even (a "
+                 "token's keys and values fill 2 x kv_width_loc, their mean width)"
            : d->fp8 != MODEL_FP8_NONE && a->q_lora_rank == 0
                ? "FP8 GEMMs run with a query latent (q_lora_rank > 0)"
            : d->fp8 != MODEL_FP8_NONE && a->kv_lora_rank > d->h && a->kv_lora_rank > d->q_loc

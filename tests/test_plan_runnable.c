@@ -123,6 +123,11 @@ int main(void)
         CHECK(strstr(why, "FP8 GEMMs run with a query latent (q_lora_rank > 0)") != NULL);
         s.model.mla.q_lora_rank = 32;
         s.job.fp8 = MODEL_FP8_NONE;
+        s.model.mla.v_dim = 15, s.layout.tp = 4, s.layout.sp = 1; /* a head per rank: 24 + 15 */
+        CHECK_OK(model_spec_check(&s, 4, &d, &err), err);
+        CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 1, why, sizeof why));
+        CHECK(strstr(why, "(qk_nope_dim + qk_rope_dim + v_dim) must be even") != NULL);
+        s.model.mla.v_dim = 16, s.layout.tp = 1, s.layout.sp = 0;
         s.job.precision = PX_FP32;
         s.model.moe.experts = 0; /* MoE refuses cp before MLA does */
         s.layout.cp = 2, s.layout.cp_comm = MODEL_CP_COMM_ALLGATHER;
