@@ -42,8 +42,7 @@ extern "C" { /* kernels/cuda is compiled as CUDA C++ */
  * q_offset + t and sees keys 0 .. q_offset + t (context parallelism gathers all Tk keys). */
 typedef struct {
     int B, Tq, Tk, H, KV, D;
-    int Dv; /* value (and output) head width; 0: D (multi-head latent attention's differ; the
-               CPU backend only) */
+    int Dv; /* value (and output) head width; 0: D (multi-head latent attention's differ) */
     int q_offset;
     float scale; /* usually 1/sqrt(D) */
     const void *q, *k, *v;

@@ -940,6 +940,10 @@ static void qkv_backward(Emit *e, int l)
     at_layer(e, MODEL_OPR_KV_B, l, n);
     linear(e, n, M, (double)d->heads_loc * (m->qk_nope_dim + m->v_dim), m->kv_lora_rank, 0);
     at_layer(e, MODEL_OPR_Q_B, l, n);
+    /* queries projected from the layer's input itself (q_lora_rank 0): under SP their weight
+     * gradient gathers the input again, as a column-parallel layer's */
+    if (sp && m->q_lora_rank <= 0)
+        comm(e, n, MODEL_TP_ALL_GATHER, t, M * h * a, 1);
     linear(e, n, M, d->q_loc, q_in, 0);
     comm(e, n, back, t, M * q_in * a, 1);
     at_layer(e, MODEL_OPR_KV_A, l, n);

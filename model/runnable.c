@@ -25,9 +25,6 @@ const char *model_exec_cp_limit(const ModelSpec *s, const ModelDims *d)
                  "(Ulysses splits them over the cp ranks)"
            : s->job.dropout > 0.0 ? "dropout must be 0"
            : d->moe               ? "mixture-of-experts layers are not supported"
-           : m->mla.kv_lora_rank > 0 && s->layout.cp_comm != MODEL_CP_COMM_ALLGATHER
-               ? "multi-head latent attention runs context parallelism with cp_comm_type "
-                 "allgather (the ring's and Ulysses' cores carry one head width)"
            : m->mtp_layers > 0
                ? "multi-token prediction modules run with cp 1 (a module's shifted tokens cross "
                  "the cp ranks' parts)"
@@ -61,9 +58,14 @@ static const char *mla_limit(const ModelSpec *s, const ModelDims *d)
     const ModelMla *a = &s->model.mla;
     return s->model.kv_heads != s->model.heads
                ? "its keys and values are per head: kv_heads must equal heads"
-           : d->fp8 != MODEL_FP8_NONE ? "it runs without FP8 GEMMs (training.fp8 none)"
-           : a->q_lora_rank == 0 && d->t > 1 && s->layout.sp
-               ? "q_lora_rank 0 (queries projected directly) runs without sequence parallelism"
+           : d->heads_loc * (d->qk_hd + d->v_hd) % 2
+               ? "the heads per TP rank x (qk_nope_dim + qk_rope_dim + v_dim) must be even (a "
+                 "token's keys and values fill 2 x kv_width_loc, their mean width)"
+           : d->fp8 != MODEL_FP8_NONE && a->q_lora_rank == 0
+               ? "FP8 GEMMs run with a query latent (q_lora_rank > 0)"
+           : d->fp8 != MODEL_FP8_NONE && a->kv_lora_rank > d->h && a->kv_lora_rank > d->q_loc
+               ? "FP8 GEMMs run with kv_lora_rank at most the hidden size (the latent's input "
+                 "gradient lives in ws.dhid)"
                : NULL;
 }
 

@@ -1160,13 +1160,14 @@ static void add_comm_buffers(Build *B)
             d->s_loc, w, 0);
     } else if (d->c > 1 && s->layout.cp_comm == MODEL_CP_COMM_P2P) {
         /* the ring: two slots (the block at hand, the one arriving), each a block's K and V
-         * and the gradient of K and V accumulated for it; one chunk's partial output, its
-         * log-sum-exp and its K, V gradient (docs/memory.md) */
+         * and the gradient of K and V accumulated for it; one chunk's partial output (or its
+         * Q gradient, the wider: multi-head latent attention's differ), its log-sum-exp and
+         * its K, V gradient (docs/memory.md) */
         const int64_t kv2 = 2 * (int64_t)d->kv_width_loc, C = d->s_loc / 2;
         add(a, MODEL_TR_CP_KV, "cp.kv", MODEL_COMM_BUFFERS, e, MODEL_SHARD_TP, 4, 4, b, d->s_loc,
             kv2);
         add(a, MODEL_TR_CP_OUT_PART, "cp.out_part", MODEL_COMM_BUFFERS, e, MODEL_SHARD_TP, 2, C,
-            d->q_loc, 0, 0);
+            d->q_loc > d->o_loc ? d->q_loc : d->o_loc, 0, 0);
         add(a, MODEL_TR_CP_LSE_PART, "cp.lse_part", MODEL_COMM_BUFFERS, PX_FP32, MODEL_SHARD_TP, 2,
             d->heads_loc, C, 0, 0);
         add(a, MODEL_TR_CP_DKV_PART, "cp.dkv_part", MODEL_COMM_BUFFERS, e, MODEL_SHARD_TP, 2, C,

@@ -42,7 +42,9 @@ typedef struct {
     int dsv3;  /* tiny-dsv3 (multi-head latent attention, sigmoid group-limited routing; its
                   multi-token prediction module left out) in place of tiny-moe; 2: its layers
                   all dense (MoE needs SP with tp > 1: MLA's TP without SP runs so) */
-    int cp;    /* context parallelism (allgather), with dsv3 2 (MoE layers refuse it) */
+    int cp;    /* context parallelism, with dsv3 2 (MoE layers refuse it): allgather, or by the
+                  name's suffix _p2p the ring (flash attention's core) or _a2a Ulysses (the
+                  unfused one) */
 } Layout;
 
 static const Layout layouts[] = {
@@ -114,6 +116,18 @@ static const Layout layouts[] = {
     {"dsv3_ep2", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0},
     {"dsv3_ep2_tp2_sp_zero1", 4, 2, 2, 1, 2, 1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 0},
     {"dsv3_dense_cp2", 2, 1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 2},
+    /* the ring's and Ulysses' cores with MLA's two head widths (K qk_hd, V v_hd wide) */
+    {"dsv3_dense_cp2_p2p", 2, 1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 2},
+    {"dsv3_dense_cp2_a2a", 2, 1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 2},
+    {"dsv3_dense_tp2_cp2_a2a", 4, 1, 2, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 2},
+    /* queries projected directly (q_lora_rank 0) with SP: their input gathered again backward */
+    {"dsv3_dense_tp2_sp_q0", 2, 1, 2, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 2, 0},
+    {"dsv3_ep2_tp2_sp_q0_full", 2, 1, 2, 1, 2, 1, 1, 0, 1, 0, 0, 0, 0, 0, 1, 0},
+    /* MLA's projections as FP8 GEMMs, on both sides (FP8_TOL) */
+    {"dsv3_dense_tp2_sp_fp8_tensorwise", 2, 1, 2, 1, 1, 1, 1, 0, 0, 0, MODEL_FP8_TENSORWISE, 0, 0, 0, 2, 0},
+    {"dsv3_dense_tp2_fp8_mxfp8", 2, 1, 2, 1, 1, 0, 1, 0, 0, 0, MODEL_FP8_MXFP8, 0, 0, 0, 2, 0},
+    {"dsv3_ep2_tp2_sp_fp8_blockwise", 2, 1, 2, 1, 2, 1, 1, 0, 0, 0, MODEL_FP8_BLOCKWISE, 0, 0, 0, 1, 0},
+    {"dsv3_dense_dp2_zero3_full_fp8_delayed", 2, 2, 1, 1, 1, 0, 1, 3, 1, 0, MODEL_FP8_DELAYED, 0, 0, 0, 2, 0},
     /* beyond CI's six, run by name: ZeRO-3 with full recompute, the interleaved schedule,
      * expert tensor parallelism, the router's own choice */
     {"dsv3_ep2_dp2_zero3_full", 4, 4, 1, 1, 2, 0, 1, 3, 1, 0, 0, 0, 0, 0, 1, 0},
@@ -123,6 +137,11 @@ static const Layout layouts[] = {
     /* and on the CUDA backend in bf16 against the CPU's fp32 */
     {"cuda_dsv3", 1, 1, 1, 1, 1, 0, 1, 0, 0, 1, 0, 0, 0, 0, 1, 0},
     {"cuda_dsv3_ep2_tp2_sp", 4, 2, 2, 1, 2, 1, 1, 0, 0, 1, 0, 0, 0, 0, 1, 0},
+    /* run by name (about 20 s each on the emulator): MLA's two head widths in the ring's and
+     * Ulysses' CUDA cores, its FP8 GEMMs on CUDA */
+    {"cuda_dsv3_dense_cp2_p2p", 2, 1, 1, 1, 1, 0, 1, 0, 0, 1, 0, 0, 0, 0, 2, 2},
+    {"cuda_dsv3_dense_cp2_a2a", 2, 1, 1, 1, 1, 0, 1, 0, 0, 1, 0, 0, 0, 0, 2, 2},
+    {"cuda_dsv3_ep2_tp2_sp_fp8_tensorwise", 2, 1, 2, 1, 2, 1, 1, 0, 0, 1, MODEL_FP8_TENSORWISE, 0, 0, 0, 1, 0},
 };
 enum { N_LAYOUTS = sizeof layouts / sizeof layouts[0], STEPS = 5 };
 
@@ -141,7 +160,7 @@ static ModelSpec spec_of(const Layout *L)
     PxError err = {0};
     model_spec_defaults(&s);
     /* the model by the layout's name and its dsv3 field: tiny-dsv3 whole (its prediction
-     * module too, but with ZeRO-2/3, which the module's backward does not run: "Multi-token
+     * module too, but with ZeRO-2/3 or FP8, which the module does not run: "Multi-token
      * prediction" in docs/executor.md; 2: its layers dense and no module), gptoss* tiny-gpt-oss,
      * gate_* tiny-moe with the shared experts' gate, else tiny-moe */
     CHECK_OK(model_config_load(L->dsv3                     ? "tiny-dsv3"
@@ -150,7 +169,9 @@ static ModelSpec spec_of(const Layout *L)
                                &s.model, &err),
              err);
     s.model.moe.shared_gate = !strncmp(L->name, "gate_", 5);
-    if (L->dsv3 == 2 || (L->dsv3 && L->zero >= 2))
+    if (strstr(L->name, "_q0")) /* queries projected from the layer's input, no latent */
+        s.model.mla.q_lora_rank = 0;
+    if (L->dsv3 == 2 || (L->dsv3 && (L->zero >= 2 || L->fp8)))
         s.model.mtp_layers = 0;
     if (L->dsv3 == 2)
         s.model.moe.experts = 0;
@@ -167,7 +188,10 @@ static ModelSpec spec_of(const Layout *L)
     s.layout.pp = L->pp;
     s.layout.cp = L->cp > 1 ? L->cp : 1;
     if (L->cp > 1)
-        s.layout.cp_comm = MODEL_CP_COMM_ALLGATHER;
+        s.layout.cp_comm = strstr(L->name, "_p2p")   ? MODEL_CP_COMM_P2P
+                           : strstr(L->name, "_a2a") ? MODEL_CP_COMM_A2A
+                                                     : MODEL_CP_COMM_ALLGATHER;
+    s.job.flash_attn = !strstr(L->name, "_a2a");
     s.layout.vpp = L->vpp > 1 ? L->vpp : 1;
     s.layout.zero = L->zero;
     s.layout.sp = L->sp;

@@ -92,8 +92,8 @@ int main(void)
     q = request("tiny-dsv3", 4, 8);
     all_run(&q, &local);
     /* and what the executor refuses of it, by name: its prediction module under context
-     * parallelism, MLA with FP8 GEMMs, with the ring's context parallelism (allgather's runs);
-     * CUDA runs it */
+     * parallelism, MLA's FP8 GEMMs without a query latent; every cp_comm_type runs; CUDA runs
+     * it */
     {
         ModelSpec s = request("tiny-dsv3", 1, 8).base;
         s.job.precision = PX_FP32;
@@ -114,22 +114,34 @@ int main(void)
         s.job.precision = PX_BF16; /* on CUDA */
         CHECK_OK(model_spec_check(&s, 1, &d, &err), err);
         CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 1, why, sizeof why));
-        s.job.fp8 = MODEL_FP8_TENSORWISE;
+        s.job.fp8 = MODEL_FP8_TENSORWISE; /* FP8 GEMMs run, with a query latent */
+        CHECK_OK(model_spec_check(&s, 1, &d, &err), err);
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 1, why, sizeof why));
+        s.model.mla.q_lora_rank = 0;
         CHECK_OK(model_spec_check(&s, 1, &d, &err), err);
         CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 1, why, sizeof why));
-        CHECK(strstr(why, "it runs without FP8 GEMMs") != NULL);
+        CHECK(strstr(why, "FP8 GEMMs run with a query latent (q_lora_rank > 0)") != NULL);
+        s.model.mla.q_lora_rank = 32;
         s.job.fp8 = MODEL_FP8_NONE;
+        s.model.mla.v_dim = 15, s.layout.tp = 4, s.layout.sp = 1; /* a head per rank: 24 + 15 */
+        CHECK_OK(model_spec_check(&s, 4, &d, &err), err);
+        CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 1, why, sizeof why));
+        CHECK(strstr(why, "(qk_nope_dim + qk_rope_dim + v_dim) must be even") != NULL);
+        s.model.mla.v_dim = 16, s.layout.tp = 1, s.layout.sp = 0;
         s.job.precision = PX_FP32;
         s.model.moe.experts = 0; /* MoE refuses cp before MLA does */
         s.layout.cp = 2, s.layout.cp_comm = MODEL_CP_COMM_ALLGATHER;
         CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
         CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        /* the ring's and Ulysses' cores too (each with its own core: flash on, off) */
         s.layout.cp_comm = MODEL_CP_COMM_P2P;
         s.job.flash_attn = 1;
         CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
-        CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));
-        CHECK(strstr(why, "multi-head latent attention runs context parallelism with cp_comm_type "
-                          "allgather") != NULL);
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        s.layout.cp_comm = MODEL_CP_COMM_A2A;
+        s.job.flash_attn = 0;
+        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
     }
 
     /* a GPU cluster is not this machine: nothing refused by the executor there */

@@ -8,7 +8,10 @@
  * global positions. Only the attention core talks to the other cp ranks: K and V all-gathered
  * (allgather, whose core is the layers' own over the gathered keys), passed around a ring with
  * the partial results merged by their log-sum-exp (p2p), or Q, K, V and the output moved
- * between the sequence and a head split (a2a, Ulysses). */
+ * between the sequence and a head split (a2a, Ulysses). Multi-head latent attention's heads are
+ * two widths, queries and keys qk_hd, values and the output v_hd: every core here takes both
+ * (ordinary attention's are equal), and reads and writes Q, K, V through exec_qkv_at's views
+ * (mla.c's planes, or the packed rows). */
 #include <math.h>
 #include <string.h>
 
@@ -16,6 +19,17 @@
 
 /* element i of an act-dtype tensor (c in scope) */
 #define AT(p, i) EXEC_AT(p, i, c->ab)
+
+/* A token's keys per TP rank, kv_loc heads of qk_hd: where its values start in the gathered
+ * and the ring's rows of [K | V] (2 kv_width_loc wide) */
+static int kv_k_width(const ExecCtx *c) { return c->d.kv_loc * c->d.qk_hd; }
+
+/* The FLOPs of the core's forward for `heads` heads, s_q queries against s_k keys: as the op
+ * graph counts them, the mean of the two head widths (model/ops.c) */
+static double core_fwd_flops(const ExecCtx *c, double heads, int s_q, int s_k)
+{
+    return model_attention_fwd_flops(&c->spec, heads, s_q, s_k, 0.5 * (c->d.qk_hd + c->d.v_hd));
+}
 
 /* ---- the split ---- */
 
@@ -151,20 +165,25 @@ int exec_cp_scatter_dkv(const ExecLayerRun *r, int l, int chunk, PxError *err)
 
 /* Ulysses (Jacobs et al. 2023), cp_comm a2a: rank r of the cp group attends with heads
  * r H/cp ... and KV groups r KV/cp ... of this TP rank's over the whole sequence. A rank's
- * head-split rows are W = (H + 2 KV)/cp x hd wide (its Q heads, K heads, V heads), held in
- * global token order: attn.qkv.out takes them in place of its own (the same size). */
+ * head-split rows are W = wq + wk + wv wide (its Q heads, K heads, V heads: (H + 2 KV)/cp x hd
+ * for ordinary attention), held in global token order: attn.qkv.out takes them in place of its
+ * own (the same size). */
 typedef struct {
-    int wq, wk, W;   /* a rank's Q, K (and V) and row widths in the head split */
-    size_t rows;     /* this rank's token rows: b x s_loc */
+    int wq, wk, wv, W; /* a rank's Q, K, V and row widths in the head split */
+    int wo;            /* its output's: its heads x v_hd */
+    size_t rows;       /* this rank's token rows: b x s_loc */
     int64_t cnt[EXEC_CP_MAX]; /* elements to and from each rank of the group (a2a_width) */
 } CpA2a;
 
 static void a2a_dims(const ExecCtx *c, CpA2a *x)
 {
     const ModelDims *d = &c->d;
-    x->wq = d->heads_loc / d->c * d->hd;
-    x->wk = d->kv_loc / d->c * d->hd;
-    x->W = x->wq + 2 * x->wk;
+    const int Hc = d->heads_loc / d->c, KVc = d->kv_loc / d->c;
+    x->wq = Hc * d->qk_hd;
+    x->wk = KVc * d->qk_hd;
+    x->wv = KVc * d->v_hd;
+    x->W = x->wq + x->wk + x->wv;
+    x->wo = Hc * d->v_hd;
     x->rows = (size_t)d->b * d->s_loc;
 }
 
@@ -192,6 +211,25 @@ static void a2a_move(const ExecCtx *c, void *pk, void *gl, int width, int to_glo
             }
 }
 
+/* Between this rank's rows of Q, K, V (the views v: attn.qkv.out's or ws.dqkv's) and the
+ * rank-major rows of the head split (pk, W wide): each row's heads of rank rk of the group.
+ * to_split says which way. */
+static void a2a_pack(const ExecCtx *c, const CpA2a *x, const ExecQkv *v, void *pk, int to_split)
+{
+    for (int rk = 0; rk < c->d.c; rk++)
+        for (size_t n = 0; n < x->rows; n++) {
+            void *o = AT(pk, (rk * x->rows + n) * x->W);
+            void *q = AT(v->q, n * v->q_stride + (size_t)rk * x->wq);
+            void *k = AT(v->k, n * v->k_stride + (size_t)rk * x->wk);
+            void *vv = AT(v->v, n * v->v_stride + (size_t)rk * x->wv);
+            c->k->copy(to_split ? o : q, to_split ? q : o, (size_t)x->wq * c->ab);
+            c->k->copy(to_split ? AT(o, x->wq) : k, to_split ? k : AT(o, x->wq),
+                       (size_t)x->wk * c->ab);
+            c->k->copy(to_split ? AT(o, x->wq + x->wk) : vv, to_split ? vv : AT(o, x->wq + x->wk),
+                       (size_t)x->wv * c->ab);
+        }
+}
+
 /* One all-to-all of cp.a2a_send into cp.a2a_recv: the pass's first (occurrence 0) or second.
  * The graph lists Q, K, V's under the core and the output's under the projection (forward: Q,
  * K, V then the output; backward: the output's gradient then Q's, K's and V's). */
@@ -209,21 +247,12 @@ static int a2a_qkv(const ExecLayerRun *r, const ExecLayerActs *a, int chunk, int
                    PxError *err)
 {
     const ExecCtx *c = r->c;
-    const ModelDims *d = &c->d;
-    const int qkv = d->q_loc + 2 * d->kv_width_loc;
     CpA2a x;
     a2a_dims(c, &x);
     a2a_width(c, &x, x.W);
     void *src = EXEC_LA(a, QKV_OUT);
-    for (int rk = 0; rk < d->c; rk++)
-        for (size_t n = 0; n < x.rows; n++) {
-            void *o = AT(r->W->cp_send, (rk * x.rows + n) * x.W);
-            const void *row = AT(src, n * qkv);
-            c->k->copy(o, AT(row, (size_t)rk * x.wq), (size_t)x.wq * c->ab);
-            c->k->copy(AT(o, x.wq), AT(row, d->q_loc + (size_t)rk * x.wk), (size_t)x.wk * c->ab);
-            c->k->copy(AT(o, x.wq + x.wk), AT(row, d->q_loc + d->kv_width_loc + (size_t)rk * x.wk),
-                       (size_t)x.wk * c->ab);
-        }
+    const ExecQkv v = exec_qkv_at(c, src, 0);
+    a2a_pack(c, &x, &v, r->W->cp_send, 1);
     int rc = a2a_call(r, l, chunk, ph, 0, &x, err);
     if (rc)
         return rc;
@@ -231,7 +260,7 @@ static int a2a_qkv(const ExecLayerRun *r, const ExecLayerActs *a, int chunk, int
     return PX_OK;
 }
 
-/* The head-split output (cp.a2a_recv, global order, wq wide) back to the sequence split: this
+/* The head-split output (cp.a2a_recv, global order, wo wide) back to the sequence split: this
  * rank's rows of every head into out. */
 static int a2a_out(const ExecLayerRun *r, void *out, int chunk, int l, ModelPhase ph,
                    PxError *err)
@@ -240,15 +269,15 @@ static int a2a_out(const ExecLayerRun *r, void *out, int chunk, int l, ModelPhas
     const ModelDims *d = &c->d;
     CpA2a x;
     a2a_dims(c, &x);
-    a2a_width(c, &x, x.wq);
-    a2a_move(c, r->W->cp_send, r->W->cp_recv, x.wq, 0);
+    a2a_width(c, &x, x.wo);
+    a2a_move(c, r->W->cp_send, r->W->cp_recv, x.wo, 0);
     int rc = a2a_call(r, l, chunk, ph, 1, &x, err);
     if (rc)
         return rc;
     for (int rk = 0; rk < d->c; rk++)
         for (size_t n = 0; n < x.rows; n++)
-            c->k->copy(AT(out, n * d->q_loc + (size_t)rk * x.wq),
-                       AT(r->W->cp_recv, (rk * x.rows + n) * x.wq), (size_t)x.wq * c->ab);
+            c->k->copy(AT(out, n * d->o_loc + (size_t)rk * x.wo),
+                       AT(r->W->cp_recv, (rk * x.rows + n) * x.wo), (size_t)x.wo * c->ab);
     return PX_OK;
 }
 
@@ -274,16 +303,16 @@ static int a2a_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *out, int
     for (int q = 0; q < d->b; q++) {
         const void *base = AT(EXEC_LA(a, QKV_OUT), (size_t)q * s * x.W);
         KernAttnFwd f = {
-            .B = 1, .Tq = s, .Tk = s, .H = Hc, .KV = d->kv_loc / d->c, .D = d->hd,
-            .scale = (float)(1.0 / sqrt((double)d->hd)),
+            .B = 1, .Tq = s, .Tk = s, .H = Hc, .KV = d->kv_loc / d->c, .D = d->qk_hd,
+            .Dv = d->v_hd, .scale = (float)(1.0 / sqrt((double)d->qk_hd)),
             .q = base, .k = AT(base, x.wq), .v = AT(base, x.wq + x.wk),
             .q_stride = x.W, .k_stride = x.W, .v_stride = x.W,
-            .out = AT(oh, (size_t)q * s * x.wq),
+            .out = AT(oh, (size_t)q * s * x.wo),
             .probs = AT(EXEC_LA(a, SOFTMAX), q * tile),
             .sinks = hs,
         };
         c->k->attention_fwd(&f);
-        exec_meter_flops(r->M, model_attention_fwd_flops(&c->spec, (double)Hc, s, s, d->hd));
+        exec_meter_flops(r->M, core_fwd_flops(c, (double)Hc, s, s));
     }
     return comm ? a2a_out(r, out, chunk, l, ph, err) : PX_OK;
 }
@@ -294,28 +323,28 @@ static int a2a_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int chunk, int
 {
     const ExecCtx *c = r->c;
     const ModelDims *d = &c->d;
-    const int qkv = d->q_loc + 2 * d->kv_width_loc, Hc = d->heads_loc / d->c, s = d->s;
+    const int Hc = d->heads_loc / d->c, s = d->s;
     CpA2a x;
     a2a_dims(c, &x);
-    a2a_width(c, &x, x.wq);
+    a2a_width(c, &x, x.wo);
     for (int rk = 0; rk < d->c; rk++)
         for (size_t n = 0; n < x.rows; n++)
-            c->k->copy(AT(r->W->cp_send, (rk * x.rows + n) * x.wq),
-                       AT(r->W->dhid, n * d->q_loc + (size_t)rk * x.wq), (size_t)x.wq * c->ab);
+            c->k->copy(AT(r->W->cp_send, (rk * x.rows + n) * x.wo),
+                       AT(r->W->dhid, n * d->o_loc + (size_t)rk * x.wo), (size_t)x.wo * c->ab);
     int rc = a2a_call(r, l, chunk, MODEL_BWD, 0, &x, err);
     if (rc)
         return rc;
-    a2a_move(c, r->W->cp_recv, r->W->cp_send, x.wq, 1); /* dO, head split, in cp.a2a_send */
+    a2a_move(c, r->W->cp_recv, r->W->cp_send, x.wo, 1); /* dO, head split, in cp.a2a_send */
     const size_t tile = (size_t)Hc * s * s;
     for (int q = 0; q < d->b; q++) {
         const void *base = AT(EXEC_LA(a, QKV_OUT), (size_t)q * s * x.W);
         void *db = AT(r->W->cp_recv, (size_t)q * s * x.W);
         KernAttnBwd b = {
-            .B = 1, .Tq = s, .Tk = s, .H = Hc, .KV = d->kv_loc / d->c, .D = d->hd,
-            .scale = (float)(1.0 / sqrt((double)d->hd)),
+            .B = 1, .Tq = s, .Tk = s, .H = Hc, .KV = d->kv_loc / d->c, .D = d->qk_hd,
+            .Dv = d->v_hd, .scale = (float)(1.0 / sqrt((double)d->qk_hd)),
             .q = base, .k = AT(base, x.wq), .v = AT(base, x.wq + x.wk),
             .q_stride = x.W, .k_stride = x.W, .v_stride = x.W,
-            .dout = AT(r->W->cp_send, (size_t)q * s * x.wq),
+            .dout = AT(r->W->cp_send, (size_t)q * s * x.wo),
             .dq = db, .dk = AT(db, x.wq), .dv = AT(db, x.wq + x.wk),
             .dq_stride = x.W, .dk_stride = x.W, .dv_stride = x.W,
             .probs = AT(EXEC_LA(a, SOFTMAX), q * tile),
@@ -326,22 +355,15 @@ static int a2a_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int chunk, int
             c->k->attention_sink_bwd(r->P->lg[l].sinks + (size_t)c->g.cp_rank * Hc,
                                      AT(r->P->lw[l].sinks, (size_t)c->g.cp_rank * Hc), NULL, NULL,
                                      b.dscores, 1, Hc, s, s);
-        const double fwd = model_attention_fwd_flops(&c->spec, (double)Hc, s, s, d->hd);
-        exec_meter_flops(r->M, model_attention_bwd_flops(fwd, 0, NULL));
+        exec_meter_flops(r->M, model_attention_bwd_flops(core_fwd_flops(c, (double)Hc, s, s), 0,
+                                                         NULL));
     }
     a2a_width(c, &x, x.W);
     a2a_move(c, r->W->cp_send, r->W->cp_recv, x.W, 0);
     if ((rc = a2a_call(r, l, chunk, MODEL_BWD, 1, &x, err)))
         return rc;
-    for (int rk = 0; rk < d->c; rk++)
-        for (size_t n = 0; n < x.rows; n++) {
-            const void *i = AT(r->W->cp_recv, (rk * x.rows + n) * x.W);
-            void *row = AT(r->W->dqkv, n * qkv);
-            c->k->copy(AT(row, (size_t)rk * x.wq), i, (size_t)x.wq * c->ab);
-            c->k->copy(AT(row, d->q_loc + (size_t)rk * x.wk), AT(i, x.wq), (size_t)x.wk * c->ab);
-            c->k->copy(AT(row, d->q_loc + d->kv_width_loc + (size_t)rk * x.wk), AT(i, x.wq + x.wk),
-                       (size_t)x.wk * c->ab);
-        }
+    const ExecQkv dv = exec_qkv_at(c, r->W->dqkv, 0);
+    a2a_pack(c, &x, &dv, r->W->cp_recv, 0);
     return PX_OK;
 }
 
@@ -415,6 +437,10 @@ static void ring_own_block(const ExecLayerRun *r, const ExecLayerActs *a)
     const ExecCtx *c = r->c;
     const ModelDims *d = &c->d;
     const int qkv = d->q_loc + 2 * d->kv_width_loc, kv2 = 2 * d->kv_width_loc;
+    if (exec_mla_on(c)) {
+        mla_kv_rows(c, ring_slot(r, 0, 0), EXEC_LA(a, QKV_OUT), 0);
+        return;
+    }
     for (size_t n = 0; n < (size_t)d->b * d->s_loc; n++)
         c->k->copy(AT(ring_slot(r, 0, 0), n * kv2), AT(EXEC_LA(a, QKV_OUT), n * qkv + d->q_loc),
                    (size_t)kv2 * c->ab);
@@ -428,8 +454,9 @@ static void ring_block_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *
 {
     const ExecCtx *c = r->c;
     const ModelDims *d = &c->d;
-    const int sl = d->s_loc, H = d->heads_loc, qkv = d->q_loc + 2 * d->kv_width_loc;
+    const int sl = d->s_loc, H = d->heads_loc, kw = kv_k_width(c);
     const int kv2 = 2 * d->kv_width_loc, C = exec_cp_part_len(c);
+    const ExecQkv x = exec_qkv_at(c, EXEC_LA(a, QKV_OUT), 0);
     for (int q = 0; q < d->b; q++)
         for (int j = 0; j < 2; j++)
             for (int jj = 0; jj < 2; jj++) {
@@ -441,19 +468,19 @@ static void ring_block_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *
                 float *lse = (float *)EXEC_LA(a, ATTN_LSE) + (size_t)q * H * sl + (size_t)j * H * C;
                 const void *kb = AT(blk, ((size_t)q * sl + (size_t)jj * C) * kv2);
                 KernAttnFwd f = {
-                    .B = 1, .Tq = C, .Tk = C, .H = H, .KV = d->kv_loc, .D = d->hd,
-                    .q_offset = q0, .scale = (float)(1.0 / sqrt((double)d->hd)),
-                    .q = AT(EXEC_LA(a, QKV_OUT), rows * qkv), .k = kb,
-                    .v = AT(kb, d->kv_width_loc), .q_stride = qkv, .k_stride = kv2,
-                    .v_stride = kv2,
-                    .out = first ? AT(out, rows * d->q_loc) : r->W->cp_out_part,
+                    .B = 1, .Tq = C, .Tk = C, .H = H, .KV = d->kv_loc, .D = d->qk_hd,
+                    .Dv = d->v_hd, .q_offset = q0,
+                    .scale = (float)(1.0 / sqrt((double)d->qk_hd)),
+                    .q = AT(x.q, rows * x.q_stride), .k = kb, .v = AT(kb, kw),
+                    .q_stride = x.q_stride, .k_stride = kv2, .v_stride = kv2,
+                    .out = first ? AT(out, rows * d->o_loc) : r->W->cp_out_part,
                     .lse = first ? lse : r->W->cp_lse_part,
                     .sinks = first ? sinks : NULL,
                 };
                 c->k->attention_fwd(&f);
                 if (!first)
-                    c->k->attention_merge(AT(out, rows * d->q_loc), lse, r->W->cp_out_part,
-                                          r->W->cp_lse_part, C, H, d->hd);
+                    c->k->attention_merge(AT(out, rows * d->o_loc), lse, r->W->cp_out_part,
+                                          r->W->cp_lse_part, C, H, d->v_hd);
                 if (more)
                     comm_progress(c->comm); /* MPI moves the messages inside its calls */
             }
@@ -483,9 +510,7 @@ static int ring_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *out, in
             return rc;
     }
     for (int q = 0; q < d->b; q++)
-        exec_meter_flops(r->M,
-                         model_attention_fwd_flops(&c->spec, (double)d->heads_loc, d->s_loc, d->s,
-                                                   d->hd));
+        exec_meter_flops(r->M, core_fwd_flops(c, (double)d->heads_loc, d->s_loc, d->s));
     return PX_OK;
 }
 
@@ -497,8 +522,10 @@ static void ring_block_bwd(const ExecLayerRun *r, const ExecLayerActs *a, const 
 {
     const ExecCtx *c = r->c;
     const ModelDims *d = &c->d;
-    const int sl = d->s_loc, H = d->heads_loc, qkv = d->q_loc + 2 * d->kv_width_loc;
+    const int sl = d->s_loc, H = d->heads_loc, kw = kv_k_width(c);
     const int kv2 = 2 * d->kv_width_loc, C = exec_cp_part_len(c);
+    const ExecQkv x = exec_qkv_at(c, EXEC_LA(a, QKV_OUT), 0);
+    const ExecQkv dx = exec_qkv_at(c, r->W->dqkv, 0);
     for (int q = 0; q < d->b; q++)
         for (int j = 0; j < 2; j++)
             for (int jj = 0; jj < 2; jj++) {
@@ -510,21 +537,21 @@ static void ring_block_bwd(const ExecLayerRun *r, const ExecLayerActs *a, const 
                 const size_t lo = (size_t)q * H * sl + (size_t)j * H * C;
                 const void *kb = AT(blk, krows * kv2);
                 KernAttnBwd b = {
-                    .B = 1, .Tq = C, .Tk = C, .H = H, .KV = d->kv_loc, .D = d->hd,
-                    .q_offset = q0, .scale = (float)(1.0 / sqrt((double)d->hd)),
-                    .q = AT(EXEC_LA(a, QKV_OUT), rows * qkv), .k = kb,
-                    .v = AT(kb, d->kv_width_loc), .q_stride = qkv, .k_stride = kv2,
-                    .v_stride = kv2,
-                    .out = AT(EXEC_LA(a, PROJ_IN), rows * d->q_loc),
-                    .dout = AT(r->W->dhid, rows * d->q_loc),
+                    .B = 1, .Tq = C, .Tk = C, .H = H, .KV = d->kv_loc, .D = d->qk_hd,
+                    .Dv = d->v_hd, .q_offset = q0,
+                    .scale = (float)(1.0 / sqrt((double)d->qk_hd)),
+                    .q = AT(x.q, rows * x.q_stride), .k = kb, .v = AT(kb, kw),
+                    .q_stride = x.q_stride, .k_stride = kv2, .v_stride = kv2,
+                    .out = AT(EXEC_LA(a, PROJ_IN), rows * d->o_loc),
+                    .dout = AT(r->W->dhid, rows * d->o_loc),
                     .dq = r->W->cp_out_part, .dk = r->W->cp_dkv_part,
-                    .dv = AT(r->W->cp_dkv_part, d->kv_width_loc), .dq_stride = d->q_loc,
+                    .dv = AT(r->W->cp_dkv_part, kw), .dq_stride = d->q_loc,
                     .dk_stride = kv2, .dv_stride = kv2,
                     .lse = (const float *)EXEC_LA(a, ATTN_LSE) + lo, .drow = r->W->flash_d + lo,
                 };
                 c->k->attention_bwd(&b);
                 for (int t = 0; t < C; t++)
-                    c->k->add_inplace(AT(r->W->dqkv, (rows + t) * qkv),
+                    c->k->add_inplace(AT(dx.q, (rows + t) * dx.q_stride),
                                       AT(r->W->cp_out_part, (size_t)t * d->q_loc), d->q_loc);
                 c->k->add_inplace(AT(dblk, krows * kv2), r->W->cp_dkv_part, (size_t)C * kv2);
                 if (more)
@@ -565,9 +592,12 @@ static int ring_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int l, int ch
             (rc = ring_wait(r, g, &drq, &dsq, err)))
             return rc;
     }
-    for (size_t n = 0; n < (size_t)d->b * d->s_loc; n++)
-        c->k->copy(AT(r->W->dqkv, n * qkv + d->q_loc), AT(ring_slot(r, cur, 1), n * kv2),
-                   (size_t)kv2 * c->ab);
+    if (exec_mla_on(c))
+        mla_kv_rows(c, ring_slot(r, cur, 1), r->W->dqkv, 1);
+    else
+        for (size_t n = 0; n < (size_t)d->b * d->s_loc; n++)
+            c->k->copy(AT(r->W->dqkv, n * qkv + d->q_loc), AT(ring_slot(r, cur, 1), n * kv2),
+                       (size_t)kv2 * c->ab);
     /* the sinks' gradient once per query part, from its lse over every block and the row
      * terms the blocks' backward wrote */
     const int H = d->heads_loc, C = exec_cp_part_len(c);
@@ -578,11 +608,9 @@ static int ring_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int l, int ch
                                      (const float *)EXEC_LA(a, ATTN_LSE) + lo, r->W->flash_d + lo,
                                      NULL, 1, H, C, C);
         }
-    for (int q = 0; q < d->b; q++) {
-        const double fwd = model_attention_fwd_flops(&c->spec, (double)d->heads_loc, d->s_loc,
-                                                     d->s, d->hd);
-        exec_meter_flops(r->M, model_attention_bwd_flops(fwd, 1, NULL));
-    }
+    for (int q = 0; q < d->b; q++)
+        exec_meter_flops(r->M, model_attention_bwd_flops(
+                                   core_fwd_flops(c, (double)d->heads_loc, d->s_loc, d->s), 1, NULL));
     return PX_OK;
 }
 

@@ -20,7 +20,7 @@
 
 static const ModelTensorRole fp8_roles[EXEC_FP8_ROLES] = {
     MODEL_TR_QKV_W, MODEL_TR_PROJ_W, MODEL_TR_FC1_W, MODEL_TR_FC2_W, MODEL_TR_EXP_FC1_W,
-    MODEL_TR_EXP_FC2_W,
+    MODEL_TR_EXP_FC2_W, MODEL_TR_Q_A_W, MODEL_TR_KV_A_W, MODEL_TR_Q_B_W, MODEL_TR_KV_B_W,
 };
 
 int exec_fp8_role_index(ModelTensorRole r)

@@ -525,7 +525,7 @@ typedef struct ExecFp8 {
 } ExecFp8;
 
 /* The weights whose GEMMs the executor runs in FP8, by role: index into of_layer's rows. */
-enum { EXEC_FP8_ROLES = 6 };
+enum { EXEC_FP8_ROLES = 10 };
 int exec_fp8_role_index(ModelTensorRole r); /* 0 .. EXEC_FP8_ROLES - 1, or -1 */
 
 /* Sized for the stage's parameters (exec_params_build first). */

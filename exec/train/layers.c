@@ -548,7 +548,8 @@ static int layer_fwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
     ExecFp8Ref xq;
 
     int op = op_open(r, l, MODEL_OPR_LN1, ph);
-    void *ln1 = fq ? F->act : EXEC_LA(a, QKV_IN);
+    /* multi-head latent attention's down-projections quantize it too (mla.c) */
+    void *ln1 = fq || exec_fp8_weight(F, MODEL_TR_KV_A_W, l) ? F->act : EXEC_LA(a, QKV_IN);
     norm_fwd(r, ln1, EXEC_LA(a, LN1_IN), EXEC_LP(w, LN1_W), EXEC_LP(w, LN1_B), R);
     op_close(r, op);
 

@@ -20,7 +20,16 @@
  *   (no FLOPs: model/ops.c counts none for norms).
  * - kv_b's rows are every head's non-rotary key, then every head's value (init.c's
  *   EXEC_MAP_KV_B), so that the values land in V's plane straight from the GEMM.
- * - ws.mla (model_mla_work) holds the temporaries. */
+ * - ws.mla (model_mla_work) holds the temporaries.
+ *
+ * FP8 GEMMs (docs/fp8.md): each of the four projections is one FP8 linear (fp8.c's), kv_a's
+ * latent and rotary key one GEMM, kv_b's keys and values one. The down-projections' input, the
+ * layer's normed input, is quantized once into attn.qkv.in (its saved copy, as the table
+ * counts it; q_a's scaling, or kv_a's without a query latent) and both read it; the
+ * up-projections' inputs, the normed latents, are quantized for each use (the backward's
+ * weight gradient too: the norms run again there). Their outputs and output gradients pass
+ * through ws.fp8's act part, where the GEMM's packed columns are split into (or gathered
+ * from) the layouts above. */
 #include <math.h>
 
 #include "exec/train/internal.h"
@@ -35,10 +44,13 @@ typedef struct {
     int sp, blocks, rows; /* the latents' blocks (t with SP, else 1) of `rows` rows each */
     float eps;
     ModelMlaWork mw;
+    /* the projections' FP8 weights (NULL: act GEMMs): q_a, kv_a, q_b, kv_b */
+    const ExecFp8Weight *fqa, *fkva, *fqb, *fkvb;
 } Mla;
 
-static Mla mla_dims(const ExecCtx *c)
+static Mla mla_dims(const ExecLayerRun *r, int l)
 {
+    const ExecCtx *c = r->c;
     const ModelDims *d = &c->d;
     const ModelMla *m = &c->spec.model.mla;
     Mla x = {
@@ -50,6 +62,10 @@ static Mla mla_dims(const ExecCtx *c)
     x.blocks = x.sp ? d->t : 1;
     x.rows = x.sp ? x.R : x.N;
     model_mla_work(&c->spec, d, &x.mw);
+    x.fqa = exec_fp8_weight(r->fp8, MODEL_TR_Q_A_W, l);
+    x.fkva = exec_fp8_weight(r->fp8, MODEL_TR_KV_A_W, l);
+    x.fqb = exec_fp8_weight(r->fp8, MODEL_TR_Q_B_W, l);
+    x.fkvb = exec_fp8_weight(r->fp8, MODEL_TR_KV_B_W, l);
     return x;
 }
 
@@ -76,6 +92,17 @@ static void wgrad(const ExecLayerRun *r, float *dw, const void *a, const void *b
 {
     r->c->k->matmul(dw, PX_FP32, a, b, m, n, k, 1, 0, 1.0f, 1.0f);
     exec_meter_flops(r->M, 2.0 * m * n * k);
+}
+
+/* An FP8 linear's forward, y [n, w's rows] from x [n, w's cols] (act) quantized into ws.fp8's
+ * first copy with w's input scaling (a forward records its amax). */
+static void fp8_fwd(const ExecLayerRun *r, void *y, const void *x, const ExecFp8Weight *w, int n,
+                    ModelPhase ph)
+{
+    const int rec = ph == MODEL_FWD;
+    const ExecFp8Ref xq = exec_fp8_quantize(r->fp8, r->c, r->fp8->q0, x, n, w->cols, 0,
+                                            EXEC_FP8_X, w, 0, rec);
+    exec_fp8_linear_fwd(r->fp8, r->c, r->M, y, xq, w, 0, n, rec);
 }
 
 /* cols elements of each of `rows` rows from src (row stride lds) to dst (ldd); add: dst += */
@@ -155,20 +182,42 @@ static int down_fwd(const ExecLayerRun *r, const Mla *m, int chunk, int l, const
                     ModelPhase ph, PxError *err)
 {
     const ExecLayerParams *w = &r->P->lw[l];
-    const void *x = EXEC_LA(a, QKV_IN);
+    ExecFp8 *F = r->fp8;
+    const int rec = ph == MODEL_FWD;
+    /* under FP8 the normed input is in ws.fp8's act part (layers.c), quantized here */
+    const void *x = m->fkva ? F->act : EXEC_LA(a, QKV_IN);
+    ExecFp8Ref xq = {NULL, {0, 0, 0, 0, 0, 0}};
     void *W = r->W->mla;
     int op;
     if (m->qr > 0) {
         op = op_open(r, l, MODEL_OPR_Q_A, ph);
-        mm(r, m->sp ? AT(W, m->mw.qs) : EXEC_LAA(a, Q_LAT), x, EXEC_LPA(w, Q_A_W), m->R, m->qr,
-           m->h, 0, 1, 0.0f);
+        void *y = m->sp ? AT(W, m->mw.qs) : EXEC_LAA(a, Q_LAT);
+        if (m->fqa) {
+            xq = exec_fp8_quantize(F, r->c, EXEC_LA(a, QKV_IN), x, m->R, m->h, 0, EXEC_FP8_X,
+                                   m->fqa, 0, rec);
+            exec_fp8_linear_fwd(F, r->c, r->M, y, xq, m->fqa, 0, m->R, rec);
+        } else {
+            mm(r, y, x, EXEC_LPA(w, Q_A_W), m->R, m->qr, m->h, 0, 1, 0.0f);
+        }
         op_close(r, op);
     }
     op = op_open(r, l, MODEL_OPR_KV_A, ph);
     void *ks = m->sp ? AT(W, m->mw.ks) : EXEC_LAA(a, KV_LAT);
-    mm(r, ks, x, EXEC_LPA(w, KV_A_W), m->R, m->kr, m->h, 0, 1, 0.0f);
-    mm(r, AT(ks, (size_t)m->R * m->kr), x, AT(EXEC_LPA(w, KV_A_W), (size_t)m->kr * m->h), m->R,
-       m->rope, m->h, 0, 1, 0.0f);
+    if (m->fkva) {
+        if (!xq.q)
+            xq = exec_fp8_quantize(F, r->c, EXEC_LA(a, QKV_IN), x, m->R, m->h, 0, EXEC_FP8_X,
+                                   m->fkva, 0, rec);
+        /* [R, kv_lora + rope] in ws.fp8's act part (x, quantized, is spent), split into the
+         * block's latent and rotary key */
+        exec_fp8_linear_fwd(F, r->c, r->M, F->act, xq, m->fkva, 0, m->R, rec);
+        cols_copy(r, ks, m->kr, F->act, m->kva, m->R, m->kr, 0);
+        cols_copy(r, AT(ks, (size_t)m->R * m->kr), m->rope, AT(F->act, m->kr), m->kva, m->R,
+                  m->rope, 0);
+    } else {
+        mm(r, ks, x, EXEC_LPA(w, KV_A_W), m->R, m->kr, m->h, 0, 1, 0.0f);
+        mm(r, AT(ks, (size_t)m->R * m->kr), x, AT(EXEC_LPA(w, KV_A_W), (size_t)m->kr * m->h),
+           m->R, m->rope, m->h, 0, 1, 0.0f);
+    }
     if (m->sp)
         TRY(exec_tp_all_gather(r, MODEL_OPR_KV_A, l, chunk, ph, EXEC_LAA(a, KV_LAT), ks,
                                (size_t)m->R * m->kva, err));
@@ -180,7 +229,7 @@ int exec_mla_forward(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
                      ModelPhase ph, PxError *err)
 {
     const ExecCtx *c = r->c;
-    const Mla m = mla_dims(c);
+    const Mla m = mla_dims(r, l);
     const ExecLayerParams *w = &r->P->lw[l];
     void *W = r->W->mla, *lat = AT(W, m.mw.lat), *X = AT(W, m.mw.x);
     const ExecQkv o = exec_qkv_at(c, EXEC_LA(a, QKV_OUT), 0);
@@ -198,17 +247,29 @@ int exec_mla_forward(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
         TRY(exec_tp_column_input(r, chunk, l, MODEL_OPR_Q_B, ph, NULL, EXEC_LA(a, QKV_IN),
                                  EXEC_LA(a, QKV_IN), &qin, &xq, err));
     }
-    mm(r, o.q, qin, EXEC_LPA(w, Q_B_W), m.N, m.H * m.qk, m.qr > 0 ? m.qr : m.h, 0, 1, 0.0f);
+    if (m.fqb)
+        fp8_fwd(r, o.q, qin, m.fqb, m.N, ph);
+    else
+        mm(r, o.q, qin, EXEC_LPA(w, Q_B_W), m.N, m.H * m.qk, m.qr > 0 ? m.qr : m.h, 0, 1, 0.0f);
     op_close(r, op);
 
     op = op_open(r, l, MODEL_OPR_KV_B, ph);
     kv_norm_all(r, &m, lat, EXEC_LAA(a, KV_LAT), EXEC_LPA(w, KV_NORM_W));
     const void *wk = EXEC_LPA(w, KV_B_W);
-    mm(r, o.v, lat, AT(wk, (size_t)m.H * m.nope * m.kr), m.N, m.H * m.v, m.kr, 0, 1, 0.0f);
-    mm(r, X, lat, wk, m.N, m.H * m.nope, m.kr, 0, 1, 0.0f);
+    int ldk = m.H * m.nope; /* the non-rotary keys, X's or ws.fp8's act part's rows */
+    if (m.fkvb) {
+        /* every head's keys then values, [N, H (nope + v)]: the values to V's plane */
+        ldk = m.H * (m.nope + m.v);
+        X = r->fp8->act;
+        fp8_fwd(r, X, lat, m.fkvb, m.N, ph);
+        cols_copy(r, o.v, o.v_stride, AT(X, (size_t)m.H * m.nope), ldk, m.N, m.H * m.v, 0);
+    } else {
+        mm(r, o.v, lat, AT(wk, (size_t)m.H * m.nope * m.kr), m.N, m.H * m.v, m.kr, 0, 1, 0.0f);
+        mm(r, X, lat, wk, m.N, m.H * m.nope, m.kr, 0, 1, 0.0f);
+    }
     for (int h = 0; h < m.H; h++)
-        cols_copy(r, AT(o.k, (size_t)h * m.qk), o.k_stride, AT(X, (size_t)h * m.nope),
-                  m.H * m.nope, m.N, m.nope, 0);
+        cols_copy(r, AT(o.k, (size_t)h * m.qk), o.k_stride, AT(X, (size_t)h * m.nope), ldk, m.N,
+                  m.nope, 0);
     rope_parts(r, &m, o.q, o.k, EXEC_LAA(a, KV_LAT), 0);
     op_close(r, op);
     return PX_OK;
@@ -225,11 +286,29 @@ static void kv_b_bwd(const ExecLayerRun *r, const Mla *m, int l, const ExecLayer
     void *W = r->W->mla, *X = AT(W, m->mw.x), *lat = AT(W, m->mw.lat), *dkv = AT(W, m->mw.dkv);
     const int kn = m->H * m->nope;
     rope_parts(r, m, dq->q, dq->k, dkv, 1);
+    /* the keys' gradients without their rotary parts: X's rows, or under FP8 the first kn
+     * columns of the GEMM's output gradient [N, H (nope + v)] in ws.fp8's act part */
+    const int ld = m->fkvb ? kn + m->H * m->v : kn;
+    if (m->fkvb)
+        X = r->fp8->act;
     for (int h = 0; h < m->H; h++)
-        cols_copy(r, AT(X, (size_t)h * m->nope), kn, AT(dq->k, (size_t)h * m->qk), dq->k_stride,
+        cols_copy(r, AT(X, (size_t)h * m->nope), ld, AT(dq->k, (size_t)h * m->qk), dq->k_stride,
                   m->N, m->nope, 0);
     kv_norm_all(r, m, lat, EXEC_LAA(a, KV_LAT), EXEC_LPA(w, KV_NORM_W));
     float *gk = EXEC_LPA(g, KV_B_W);
+    if (m->fkvb) {
+        /* the latent's gradient [N, kv_lora] in ws.dhid (free until the down-projections'
+         * backward; the executor's refusal keeps kv_lora within its width), then block by
+         * block into dkv */
+        const ExecFp8Ref none = {NULL, {0, 0, 0, 0, 0, 0}};
+        void *dx = r->W->dhid;
+        cols_copy(r, AT(X, (size_t)kn), ld, dq->v, dq->v_stride, m->N, m->H * m->v, 0);
+        exec_fp8_linear_bwd(r->fp8, r->c, r->M, dx, gk, X, none, lat, m->fkvb, 0, m->N);
+        for (int bk = 0; bk < m->blocks; bk++)
+            cols_copy(r, AT(dkv, (size_t)bk * m->rows * m->kva), m->kr,
+                      AT(dx, (size_t)bk * m->rows * m->kr), m->kr, m->rows, m->kr, 0);
+        return;
+    }
     wgrad(r, gk, X, lat, kn, m->kr, m->N);
     wgrad(r, gk + (size_t)kn * m->kr, dq->v, lat, m->H * m->v, m->kr, m->N);
     const void *wk = EXEC_LPA(w, KV_B_W), *wv = AT(wk, (size_t)kn * m->kr);
@@ -242,7 +321,10 @@ static void kv_b_bwd(const ExecLayerRun *r, const Mla *m, int l, const ExecLayer
 }
 
 /* q_b's backward; the query latent's gradient (or with q_lora_rank 0 the input's, in ws.dhid)
- * reduced over TP: *qs this rank's rows of it. */
+ * reduced over TP: *qs this rank's rows of it. With q_lora_rank 0 and SP the weight gradient
+ * reads the input gathered again (sp.gather, as a column-parallel layer's), and the input's
+ * gradient is reduce-scattered through ws.dx_a back into ws.dhid's first rows, where the keys'
+ * down-projection adds its own. */
 static int q_b_bwd(const ExecLayerRun *r, const Mla *m, int chunk, int l, const ExecLayerActs *a,
                    const ExecQkv *dq, void **qs, PxError *err)
 {
@@ -252,14 +334,30 @@ static int q_b_bwd(const ExecLayerRun *r, const Mla *m, int chunk, int l, const 
     void *W = r->W->mla, *lat = AT(W, m->mw.lat);
     const int qw = m->H * m->qk, in = m->qr > 0 ? m->qr : m->h;
     const void *x = lat;
+    ExecFp8Ref xq; /* none: FP8 runs with a query latent */
     if (m->qr > 0)
         c->k->rmsnorm_fwd(lat, EXEC_LAA(a, Q_LAT), EXEC_LPA(w, Q_NORM_W), m->N, m->qr, m->eps);
+    else if (m->sp)
+        TRY(exec_tp_column_bwd_input(r, chunk, l, MODEL_OPR_Q_B, EXEC_LA(a, QKV_IN), 0, &x, &xq,
+                                     err));
     else
-        x = EXEC_LA(a, QKV_IN); /* without SP (the executor's refusal): all the rows */
-    wgrad(r, EXEC_LPA(g, Q_B_W), dq->q, x, qw, in, m->N);
+        x = EXEC_LA(a, QKV_IN); /* all the rows */
     void *dl = m->qr > 0 ? AT(W, m->mw.dq) : r->W->dhid;
-    mm(r, dl, dq->q, EXEC_LPA(w, Q_B_W), m->N, in, qw, 0, 0, 0.0f);
+    if (m->fqb) { /* dq's plane is [N, qw] */
+        const ExecFp8Ref none = {NULL, {0, 0, 0, 0, 0, 0}};
+        exec_fp8_linear_bwd(r->fp8, c, r->M, dl, EXEC_LPA(g, Q_B_W), dq->q, none, x, m->fqb, 0,
+                            m->N);
+    } else {
+        wgrad(r, EXEC_LPA(g, Q_B_W), dq->q, x, qw, in, m->N);
+        mm(r, dl, dq->q, EXEC_LPA(w, Q_B_W), m->N, in, qw, 0, 0, 0.0f);
+    }
     *qs = dl;
+    if (m->sp && m->qr == 0) {
+        TRY(exec_tp_reduce_scatter(r, MODEL_OPR_Q_B, l, chunk, MODEL_BWD, r->W->dx_a, dl,
+                                   (size_t)m->R * in, err));
+        c->k->copy(dl, r->W->dx_a, (size_t)m->R * in * c->ab);
+        return PX_OK;
+    }
     if (m->sp) {
         *qs = AT(W, m->mw.qs);
         return exec_tp_reduce_scatter(r, MODEL_OPR_Q_B, l, chunk, MODEL_BWD, *qs, dl,
@@ -268,27 +366,55 @@ static int q_b_bwd(const ExecLayerRun *r, const Mla *m, int chunk, int l, const 
     return exec_tp_allreduce(r, MODEL_OPR_Q_B, l, chunk, MODEL_BWD, dl, (size_t)m->N * in, err);
 }
 
-/* A down-projection's backward on this rank's rows x (attn.qkv.in): the norm's (dout the
- * latent's reduced gradient, inp the rank's rows of the saved latent, `width` wide) into
- * ws.mla's z, then the weight's gradient and the input's, added into ws.dhid (beta 1) or
- * written (beta 0). */
-static void down_bwd(const ExecLayerRun *r, const Mla *m, const void *x, const void *dout,
-                     const void *inp, const void *nw, float *gnw, const void *wt, float *gw,
-                     int width, float beta)
+/* A down-projection's latent norm backward on this rank's rows (dout the latent's reduced
+ * gradient, inp the rank's rows of the saved latent, `width` wide): the latent's gradient into
+ * ws.mla's z, which it returns. */
+static void *down_norm_bwd(const ExecLayerRun *r, const Mla *m, const void *dout,
+                           const void *inp, const void *nw, float *gnw, int width)
 {
     const ExecCtx *c = r->c;
     void *z = AT(r->W->mla, m->mw.z);
     c->k->memset0(z, (size_t)m->R * width * c->ab);
     c->k->rmsnorm_bwd(z, gnw, dout, inp, nw, m->R, width, m->eps);
-    wgrad(r, gw, z, x, width, m->h, m->R);
-    mm(r, r->W->dhid, z, wt, m->R, m->h, width, 0, 0, beta);
+    return z;
+}
+
+/* A down-projection's GEMMs backward on this rank's rows x (attn.qkv.in) from dy [R, width]:
+ * the weight's gradient and the input's, added into ws.dhid (beta 1) or written (beta 0). */
+static void down_bwd(const ExecLayerRun *r, const Mla *m, const void *x, const void *dy,
+                     const void *wt, float *gw, int width, float beta)
+{
+    wgrad(r, gw, dy, x, width, m->h, m->R);
+    mm(r, r->W->dhid, dy, wt, m->R, m->h, width, 0, 0, beta);
+}
+
+/* The down-projections' backward on FP8 (a query latent present: kv_a's writes ws.dhid, q_a's
+ * adds): kv_a's from its latent's and rotary key's gradients (z, krope) gathered into one
+ * [R, kv_lora + rope] output gradient, q_a's from its latent's (qz), both with the saved FP8
+ * input; q_a's input gradient goes through ws.fp8's act part. */
+static void down_bwd_fp8(const ExecLayerRun *r, const Mla *m, const ExecLayerActs *a, int l,
+                         const void *z, const void *krope, const void *qz)
+{
+    const ExecCtx *c = r->c;
+    ExecFp8 *F = r->fp8;
+    const ExecLayerGrads *g = &r->P->lg[l];
+    const ExecFp8Ref xq = exec_fp8_saved(F, EXEC_LA(a, QKV_IN), m->R, m->h);
+    if (z) {
+        cols_copy(r, F->act, m->kva, z, m->kr, m->R, m->kr, 0);
+        cols_copy(r, AT(F->act, m->kr), m->kva, krope, m->rope, m->R, m->rope, 0);
+        exec_fp8_linear_bwd(F, c, r->M, r->W->dhid, EXEC_LPA(g, KV_A_W), F->act, xq, NULL, m->fkva,
+                            0, m->R);
+        return;
+    }
+    exec_fp8_linear_bwd(F, c, r->M, F->act, EXEC_LPA(g, Q_A_W), qz, xq, NULL, m->fqa, 0, m->R);
+    c->k->add_inplace(r->W->dhid, F->act, (size_t)m->R * m->h);
 }
 
 int exec_mla_backward(const ExecLayerRun *r, int chunk, int l, const ExecLayerActs *a,
                       const void **dn, PxError *err)
 {
     const ExecCtx *c = r->c;
-    const Mla m = mla_dims(c);
+    const Mla m = mla_dims(r, l);
     const ExecLayerParams *w = &r->P->lw[l];
     const ExecLayerGrads *g = &r->P->lg[l];
     const ExecQkv dq = exec_qkv_at(c, r->W->dqkv, 0);
@@ -319,19 +445,27 @@ int exec_mla_backward(const ExecLayerRun *r, int chunk, int l, const ExecLayerAc
     const void *kv_in = AT(EXEC_LAA(a, KV_LAT), (size_t)bk * m.R * m.kva);
     const void *wkv = EXEC_LPA(w, KV_A_W);
     float *gkv = EXEC_LPA(g, KV_A_W);
-    /* with q_lora_rank 0 ws.dhid holds the queries' input gradient already */
-    down_bwd(r, &m, x, ks, kv_in, EXEC_LPA(w, KV_NORM_W), EXEC_LPA(g, KV_NORM_W), wkv, gkv, m.kr,
-             m.qr > 0 ? 0.0f : 1.0f);
+    const void *z = down_norm_bwd(r, &m, ks, kv_in, EXEC_LPA(w, KV_NORM_W),
+                                  EXEC_LPA(g, KV_NORM_W), m.kr);
     const void *krope = AT(ks, (size_t)m.R * m.kr);
-    wgrad(r, gkv + (size_t)m.kr * m.h, krope, x, m.rope, m.h, m.R);
-    mm(r, r->W->dhid, krope, AT(wkv, (size_t)m.kr * m.h), m.R, m.h, m.rope, 0, 0, 1.0f);
+    if (m.fkva) {
+        down_bwd_fp8(r, &m, a, l, z, krope, NULL);
+    } else {
+        /* with q_lora_rank 0 ws.dhid holds the queries' input gradient already */
+        down_bwd(r, &m, x, z, wkv, gkv, m.kr, m.qr > 0 ? 0.0f : 1.0f);
+        down_bwd(r, &m, x, krope, AT(wkv, (size_t)m.kr * m.h), gkv + (size_t)m.kr * m.h, m.rope,
+                 1.0f);
+    }
     op_close(r, op);
 
     if (m.qr > 0) {
         op = op_open(r, l, MODEL_OPR_Q_A, MODEL_BWD);
-        down_bwd(r, &m, x, qs, AT(EXEC_LAA(a, Q_LAT), (size_t)bk * m.R * m.qr),
-                 EXEC_LPA(w, Q_NORM_W), EXEC_LPA(g, Q_NORM_W), EXEC_LPA(w, Q_A_W),
-                 EXEC_LPA(g, Q_A_W), m.qr, 1.0f);
+        z = down_norm_bwd(r, &m, qs, AT(EXEC_LAA(a, Q_LAT), (size_t)bk * m.R * m.qr),
+                          EXEC_LPA(w, Q_NORM_W), EXEC_LPA(g, Q_NORM_W), m.qr);
+        if (m.fqa)
+            down_bwd_fp8(r, &m, a, l, NULL, NULL, z);
+        else
+            down_bwd(r, &m, x, z, EXEC_LPA(w, Q_A_W), EXEC_LPA(g, Q_A_W), m.qr, 1.0f);
         op_close(r, op);
     }
     *dn = r->W->dhid;
