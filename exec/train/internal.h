@@ -920,7 +920,7 @@ typedef struct ExecZero {
      * ahead: layers gathered ahead of the compute (0: none). */
     void *ring[EXEC_MAX_RING];
     int n_ring, ring_next, ahead;
-    void **kept;             /* [blocks], keep_gathered only */
+    void **kept;             /* [blocks], keep_gathered or ZeRO-3 under a pipeline only */
     void **slot_of;          /* [blocks]: the buffer the block's last gather filled */
     int *gather_req;         /* [blocks]: a prefetched gather in flight (-1: none) */
     int *gather_op;          /* [blocks]: its op */
@@ -936,6 +936,14 @@ typedef struct ExecZero {
                                 free at the reduction), or NULL */
     uint64_t scratch_elems;
 } ExecZero;
+
+/* Gradients go through zero.grad_bucket, reduce-scattered every micro-batch: ZeRO-2/3 without a
+ * pipeline. Under one (ModelDims.zero_per_step) they accumulate unsharded over the stage's
+ * micro-batches and are reduce-scattered once a step, as ZeRO-1's (docs/executor.md). */
+static inline int exec_zero_bucketed(const ExecCtx *c)
+{
+    return c->spec.layout.zero >= 2 && !c->d.zero_per_step;
+}
 
 int exec_zero_init(ExecZero *Z, int n_blocks, PxError *err);
 /* ZeRO-3's ring, kept buffers and bucket staging, once the blocks and the arenas are known. */
@@ -959,6 +967,10 @@ int exec_zero_block_done(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter
                          PxError *err);
 /* The end of the backward: the tied embedding's copies summed, every reduction complete. */
 int exec_zero_finish(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, PxError *err);
+/* ZeRO-3 under a pipeline, before the stage's first forward: every block gathered once into
+ * its kept buffer, which serves the step's micro-batches (nothing otherwise). */
+int exec_zero_gather_step(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M,
+                          PxError *err);
 /* ZeRO-1/2 after the update: every rank's shard of the weights gathered. */
 int exec_zero_gather_updated(const ExecCtx *c, ExecParams *P, ExecMeter *M, PxError *err);
 void exec_zero_free(ExecZero *Z, const KernBackend *k);
