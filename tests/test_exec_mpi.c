@@ -118,6 +118,11 @@ static const Layout layouts[] = {
     {"dp2_pp2_vpp2_fsdp", 4,
      "--dp 2 --tp 1 --pp 2 --zero 3 --fsdp --no-sp --vpp 2 --schedule interleaved --mbs 1", "", 5, 0,
      NULL, 0},
+    /* HSDP 2 x 2 under a pipeline: the shards' all-reduce over the replicas once a step as
+     * without one; the bucket size does not cut the step's calls (one a block, as priced) */
+    {"dp4_hsdp_pp2_zero3_buckets", 8,
+     "--dp 4 --dp-shard 2 --dp-replicate 2 --tp 1 --pp 2 --zero 3 --zero-bucket-bytes 30000 --no-sp " PIN1,
+     "", 5, 0, NULL, 0},
     {"dp4_hsdp_zero1", 4, "--dp 4 --dp-shard 2 --dp-replicate 2 --tp 1 --pp 1 --zero 1 --no-sp " PIN1, "", 5, 0, NULL,
      0},
     /* tiny-llama (RoPE, SwiGLU, GQA; the later --model wins): HSDP with DeepSpeed's recompute
