@@ -909,7 +909,7 @@ void exec_pipe_free(ExecPipe *pp);
 enum { EXEC_MAX_RING = 18 };
 
 typedef struct ExecZero {
-    float *bucket;           /* zero.grad_bucket (ZeRO 2/3) */
+    float *bucket;           /* zero.grad_bucket (ZeRO 2/3 without a pipeline) */
     uint64_t bucket_elems;
     void *gather[2];         /* zero.param_gather's two halves (ZeRO 3) */
     uint64_t gather_elems;   /* zero.param_gather's elements, both halves */
@@ -958,7 +958,8 @@ void exec_zero_step_begin(ExecZero *Z, int n_blocks);
 /* ZeRO-3: gathers block b's parameters for (phase, occurrence) and points its views at them. */
 int exec_zero_gather(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, int b,
                      ModelPhase phase, int occurrence, PxError *err);
-/* ZeRO-2/3: zeroes the bucket before block b's backward; reduce-scatters it after. */
+/* ZeRO-2/3 without a pipeline: zeroes the bucket before block b's backward; reduce-scatters it
+ * after. */
 void exec_zero_bucket_clear(ExecZero *Z, const ExecCtx *c, const ExecParams *P, int b);
 int exec_zero_bucket_reduce(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, int b,
                             PxError *err);

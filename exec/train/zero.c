@@ -94,7 +94,9 @@ int exec_zero_buffers(ExecZero *Z, const ExecCtx *c, const ExecParams *P, PxErro
     /* prefetch: the layer being computed and `ahead` more in flight, a slot each; a MoE layer
      * gathers two blocks (the layer's and its experts'), which the ring of the two halves
      * holds only without prefetch */
-    Z->ahead = l->zero == 3 && !experts && !per_step ? (l->prefetch < 0 ? 0 : l->prefetch == 0 ? 1 : l->prefetch) : 0;
+    Z->ahead = l->zero == 3 && !experts && !per_step
+                   ? (l->prefetch < 0 ? 0 : l->prefetch == 0 ? 1 : l->prefetch)
+                   : 0;
     Z->n_ring = Z->ahead + 1 > 2 ? Z->ahead + 1 : 2;
     const uint64_t stage_bytes = px_round_up(stage * eb, 64);
     Z->extra_bytes = stage_bytes;
@@ -270,8 +272,8 @@ static int start_reduce(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter 
 int exec_zero_block_done(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, int b,
                          PxError *err)
 {
-    /* ZeRO-2/3 reduce every micro-batch (exec_zero_bucket_reduce); a tied block waits for the
-     * sum of the two copies at the end of the step */
+    /* ZeRO-2/3 without a pipeline reduce every micro-batch (exec_zero_bucket_reduce); a tied
+     * block waits for the sum of the two copies at the end of the step */
     if (exec_zero_bucketed(c) || P->b[b].tied || Z->reduced[b])
         return PX_OK;
     int rc = start_reduce(Z, c, P, M, b, err);
