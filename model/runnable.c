@@ -165,13 +165,6 @@ int model_exec_refusal(const ModelSpec *s, const ModelDims *d, int gpu, char *wh
                  "training.moe_dispatcher %s is priced but not run by the executor (it "
                  "dispatches by all-to-all: make the plan with --moe-dispatcher alltoall)",
                  model_moe_dispatcher_name(s->job.moe_dispatcher));
-    /* ZeRO-2/3 under a pipeline (per-step reduce-scatter, ZeRO-3's parameters kept gathered
-     * across a stage's micro-batches) is priced by the simulator only. */
-    else if (d->zero_per_step)
-        snprintf(why, cap,
-                 "ZeRO-%d with pp > 1 is priced but not yet run by the executor (simulate and "
-                 "export such plans, or train with zero 1 or pp 1)",
-                 s->layout.zero);
     else if (d->recompute_op)
         snprintf(why, cap,
                  "%s's op-level selective recompute is priced but not run by the executor (train "

@@ -12,7 +12,8 @@
  *   shard of the step 6 checkpoint, which the uninterrupted run writes too) the same bytes in
  *   both runs.
  * Cases: single (one rank, dropout), single_fp8_delayed (FP8 copies and amax histories),
- * dp2_pp2_zero1 and dp2_zero3 (label mpi; dp2_zero3 also
+ * dp2_pp2_zero1, dp2_pp2_zero3 (FSDP under a pipeline: the shards hold the state, the kept
+ * gathers are rebuilt at the resumed step's start) and dp2_zero3 (label mpi; dp2_zero3 also
  * tries its checkpoint on a ZeRO-1 layout, which must be refused naming layout.zero), and
  * emu_fp16 (the CUDA code path on the emulator in fp16, with an overflow at step 2 so that the
  * loss scaler's state and the skipped step's unchanged AdamW count must carry over too) and
@@ -48,6 +49,7 @@ static const Case cases[] = {
     {"single", "tiny", 1, "local", "--dp 1 --tp 1 --pp 1 --zero 0 --mbs 4 --dropout 0.1 " PIN1, 0},
     {"dp2_pp2_zero1", "tiny", 4, "local", "--dp 2 --tp 1 --pp 2 --zero 1 --mbs 1 --dropout 0.1 " PIN1, 0},
     {"dp2_zero3", "tiny", 2, "local", "--dp 2 --tp 1 --pp 1 --zero 3 --mbs 2 --dropout 0.1 " PIN1, 0},
+    {"dp2_pp2_zero3", "tiny", 4, "local", "--dp 2 --tp 1 --pp 2 --zero 3 --fsdp --mbs 1 --dropout 0.1 " PIN1, 0},
     /* FP8 with delayed scaling: the weights' FP8 copies and the amax histories (4 entries, so
      * that they roll over before the kill) must come back too */
     {"single_fp8_delayed", "tiny", 1, "local", "--dp 1 --tp 1 --pp 1 --zero 0 --mbs 4 --fp8-recipe delayed "

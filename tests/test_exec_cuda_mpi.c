@@ -49,6 +49,9 @@ static const Layout layouts[] = {
     {"tp2_pp2", 4, "--dp 1 --tp 2 --pp 2 --zero 0 --no-sp " PIN1, "--dropout 0.1"},
     {"pp4", 4, "--dp 1 --tp 1 --pp 4 --zero 0 --no-sp " PIN1, ""},
     {"dp2_pp2_zero1", 4, "--dp 2 --tp 1 --pp 2 --zero 1 --no-sp " PIN1, ""},
+    /* FSDP under a pipeline: every block gathered once a step and kept (bf16), the gradients
+     * reduce-scattered once a step */
+    {"dp2_pp2_fsdp", 4, "--dp 2 --tp 1 --pp 2 --zero 3 --fsdp --no-sp " PIN1, ""},
     /* DeepSpeed's ZeRO-3 gathers with two layers prefetched (non-blocking on the NCCL layer's
      * collective stream) and bucketed calls; HSDP 2 x 2 over NCCL */
     {"dp2_zero3_ds_prefetch2_buckets", 2,

@@ -56,6 +56,8 @@ static const Layout layouts[] = {
     {"ep2_dp2_zero1", 4, 4, 1, 1, 2, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0}, {"ep2_dp2_zero1_real", 4, 4, 1, 1, 2, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0},
     {"ep2_dp2_zero2", 4, 4, 1, 1, 2, 0, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0}, {"ep2_dp2_zero3", 4, 4, 1, 1, 2, 0, 1, 3, 0, 0, 0, 0, 0, 0, 0, 0},
     {"ep2_pp2_zero1", 4, 2, 1, 2, 2, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0}, {"ep2_tp2_sp_zero1", 4, 2, 2, 1, 2, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0},
+    /* ZeRO-3 under a pipeline: the dense and the experts' blocks gathered once a step, kept */
+    {"ep2_pp2_zero3", 4, 2, 1, 2, 2, 0, 1, 3, 0, 0, 0, 0, 0, 0, 0, 0},
     /* full recompute: the router, the all-to-alls and the experts again before each backward */
     {"ep2_dp2_full", 4, 4, 1, 1, 2, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0},  {"ep2_dp2_full_real", 4, 4, 1, 1, 2, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0},
     {"ep2_tp2_sp_full", 2, 1, 2, 1, 2, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0}, {"ep2_pp2_full", 4, 2, 1, 2, 2, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0},

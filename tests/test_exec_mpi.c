@@ -109,6 +109,20 @@ static const Layout layouts[] = {
      0},
     {"dp4_hsdp_zero3", 4, "--dp 4 --dp-shard 2 --dp-replicate 2 --tp 1 --pp 1 --zero 3 --no-sp " PIN1, "", 5, 0, NULL,
      0},
+    /* ZeRO-2/3 under a pipeline as torchtitan runs FSDP2 there (docs/executor.md): gradients
+     * reduce-scattered once a step, ZeRO-3's parameters gathered once a step and kept across the
+     * stage's micro-batches (with full recompute too: no gather for the recomputed forward);
+     * interleaved with --fsdp, a buffer per chunk's block */
+    {"dp2_pp2_zero2", 4, "--dp 2 --tp 1 --pp 2 --zero 2 --no-sp " PIN1, "--dropout 0.1", 5, 0, NULL, 0},
+    {"dp2_pp2_zero3_full", 4, "--dp 2 --tp 1 --pp 2 --zero 3 --no-sp " PIN1, "--recompute full", 5, 0, NULL, 0},
+    {"dp2_pp2_vpp2_fsdp", 4,
+     "--dp 2 --tp 1 --pp 2 --zero 3 --fsdp --no-sp --vpp 2 --schedule interleaved --mbs 1", "", 5, 0,
+     NULL, 0},
+    /* HSDP 2 x 2 under a pipeline: the shards' all-reduce over the replicas once a step as
+     * without one; the bucket size does not cut the step's calls (one a block, as priced) */
+    {"dp4_hsdp_pp2_zero3_buckets", 8,
+     "--dp 4 --dp-shard 2 --dp-replicate 2 --tp 1 --pp 2 --zero 3 --zero-bucket-bytes 30000 --no-sp " PIN1,
+     "", 5, 0, NULL, 0},
     {"dp4_hsdp_zero1", 4, "--dp 4 --dp-shard 2 --dp-replicate 2 --tp 1 --pp 1 --zero 1 --no-sp " PIN1, "", 5, 0, NULL,
      0},
     /* tiny-llama (RoPE, SwiGLU, GQA; the later --model wins): HSDP with DeepSpeed's recompute
@@ -471,9 +485,10 @@ static void check_layout(const Layout *L)
         comm_total += (uint64_t)num(c, "total_bytes");
         /* ZeRO-3's prefetch: each layer's gather but a chunk's first issued while the layer
          * before it computes, forward and (without kept gathers) backward, every micro-batch */
+        /* (none under a pipeline, which gathers every block once a step) */
         if ((int)num(lay, "zero") == 3) {
             const cJSON *pf = cJSON_GetObjectItemCaseSensitive(lay, "prefetch");
-            const int ahead = pf && pf->valueint < 0 ? 0 : 1;
+            const int ahead = (pf && pf->valueint < 0) || num(lay, "pp") > 1 ? 0 : 1;
             const int passes = cJSON_IsTrue(at(lay, "keep_gathered", NULL)) ? 1 : 2;
             const int layers = (int)num(at(plan, "model", NULL), "layers");
             const int mbs = (int)num(at(plan, "training", NULL), "micro_batches");

@@ -35,7 +35,7 @@ void exec_grid_init(ExecGrid *g, const ModelSpec *s, const ModelDims *d, int ran
     g->tied_pair = s->model.tied_embeddings && d->chunks > 1;
     g->mtp_pair = !s->model.tied_embeddings && d->chunks > 1 && s->model.mtp_layers > 0 &&
                   d->mtp_chunk != 0;
-    g->defer_logits_wgrad = g->tied_here && l->zero >= 2;
+    g->defer_logits_wgrad = g->tied_here && l->zero >= 2 && !d->zero_per_step;
     for (int i = 0; tt && i < tt->count; i++) {
         g->has_data |= tt->t[i].role == MODEL_TR_DATA_BATCH;
         g->has_loss |= tt->t[i].role == MODEL_TR_WS_XENT;

@@ -214,7 +214,8 @@ static void init_range_threads(const ExecCtx *x, const ExecParam *p, uint64_t lo
 }
 
 /* Every parameter's initial values are computed on the host in fp32 and go to the device through
- * an fp32 scratch (the parameter's own gradient buffer, or ZeRO-2/3's gradient bucket, both
+ * an fp32 scratch (the parameter's own gradient buffer, or ZeRO-2/3's gradient bucket without a
+ * pipeline, both
  * zeroed again at the end): from there they are narrowed into the act weights and copied into
  * the fp32 master weights of this rank's shard. On the CPU (fp32, no master) they go straight
  * into the weights. */
@@ -235,7 +236,7 @@ int exec_params_init_values(ExecParams *P, const ExecCtx *x, ExecArenas *A, floa
     for (int i = 0; i < P->n; i++) {
         const ExecParam *p = &P->p[i];
         const ExecBlock *blk = &P->b[p->block];
-        float *scratch = zero >= 2 ? bucket : p->g;
+        float *scratch = exec_zero_bucketed(x) ? bucket : p->g;
         uint64_t lo, hi;
         const int has_shard = exec_params_own(P, p, &lo, &hi);
         /* the master (and optimizer state) index of block offset o */

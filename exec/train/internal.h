@@ -909,7 +909,7 @@ void exec_pipe_free(ExecPipe *pp);
 enum { EXEC_MAX_RING = 18 };
 
 typedef struct ExecZero {
-    float *bucket;           /* zero.grad_bucket (ZeRO 2/3) */
+    float *bucket;           /* zero.grad_bucket (ZeRO 2/3 without a pipeline) */
     uint64_t bucket_elems;
     void *gather[2];         /* zero.param_gather's two halves (ZeRO 3) */
     uint64_t gather_elems;   /* zero.param_gather's elements, both halves */
@@ -920,7 +920,7 @@ typedef struct ExecZero {
      * ahead: layers gathered ahead of the compute (0: none). */
     void *ring[EXEC_MAX_RING];
     int n_ring, ring_next, ahead;
-    void **kept;             /* [blocks], keep_gathered only */
+    void **kept;             /* [blocks], keep_gathered or ZeRO-3 under a pipeline only */
     void **slot_of;          /* [blocks]: the buffer the block's last gather filled */
     int *gather_req;         /* [blocks]: a prefetched gather in flight (-1: none) */
     int *gather_op;          /* [blocks]: its op */
@@ -937,6 +937,14 @@ typedef struct ExecZero {
     uint64_t scratch_elems;
 } ExecZero;
 
+/* Gradients go through zero.grad_bucket, reduce-scattered every micro-batch: ZeRO-2/3 without a
+ * pipeline. Under one (ModelDims.zero_per_step) they accumulate unsharded over the stage's
+ * micro-batches and are reduce-scattered once a step, as ZeRO-1's (docs/executor.md). */
+static inline int exec_zero_bucketed(const ExecCtx *c)
+{
+    return c->spec.layout.zero >= 2 && !c->d.zero_per_step;
+}
+
 int exec_zero_init(ExecZero *Z, int n_blocks, PxError *err);
 /* ZeRO-3's ring, kept buffers and bucket staging, once the blocks and the arenas are known. */
 int exec_zero_buffers(ExecZero *Z, const ExecCtx *c, const ExecParams *P, PxError *err);
@@ -950,7 +958,8 @@ void exec_zero_step_begin(ExecZero *Z, int n_blocks);
 /* ZeRO-3: gathers block b's parameters for (phase, occurrence) and points its views at them. */
 int exec_zero_gather(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, int b,
                      ModelPhase phase, int occurrence, PxError *err);
-/* ZeRO-2/3: zeroes the bucket before block b's backward; reduce-scatters it after. */
+/* ZeRO-2/3 without a pipeline: zeroes the bucket before block b's backward; reduce-scatters it
+ * after. */
 void exec_zero_bucket_clear(ExecZero *Z, const ExecCtx *c, const ExecParams *P, int b);
 int exec_zero_bucket_reduce(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, int b,
                             PxError *err);
@@ -959,6 +968,10 @@ int exec_zero_block_done(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter
                          PxError *err);
 /* The end of the backward: the tied embedding's copies summed, every reduction complete. */
 int exec_zero_finish(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, PxError *err);
+/* ZeRO-3 under a pipeline, before the stage's first forward: every block gathered once into
+ * its kept buffer, which serves the step's micro-batches (nothing otherwise). */
+int exec_zero_gather_step(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M,
+                          PxError *err);
 /* ZeRO-1/2 after the update: every rank's shard of the weights gathered. */
 int exec_zero_gather_updated(const ExecCtx *c, ExecParams *P, ExecMeter *M, PxError *err);
 void exec_zero_free(ExecZero *Z, const KernBackend *k);

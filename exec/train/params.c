@@ -314,20 +314,21 @@ int exec_params_bind(ExecParams *P, const ExecCtx *c, const ModelTensor *t, void
 int exec_params_finish(ExecParams *P, const ExecCtx *c, float *bucket, uint64_t bucket_elems,
                        const void *gather, PxError *err)
 {
-    const int zero = c->spec.layout.zero;
+    const int zero = c->spec.layout.zero, bucketed = exec_zero_bucketed(c);
     for (int b = 0; b < P->nb; b++) {
         ExecBlock *blk = &P->b[b];
         if (blk->n_params == 0)
             continue;
         const ExecParam *first = &P->p[blk->first_param];
         blk->w = zero < 3 ? first->w : NULL;
-        blk->g = zero < 2 ? first->g : NULL;
+        /* unsharded gradients: ZeRO 0/1, and ZeRO-2/3 under a pipeline */
+        blk->g = !bucketed ? first->g : NULL;
         if ((zero == 3 && !blk->w_shard) || (zero >= 2 && !blk->g_shard) || !blk->m ||
             (c->spec.job.optimizer == MODEL_OPT_ADAMW && !blk->v) || (c->d.master && !blk->master))
             return px_fail(err, PX_ERUNTIME, "block %d lacks its ZeRO-%d state: model/ and exec/ "
                            "disagree", b, zero);
     }
-    if (zero >= 2 && !bucket)
+    if (bucketed && !bucket)
         return px_fail(err, PX_ERUNTIME, "ZeRO-%d without zero.grad_bucket: model/ and exec/ disagree",
                        zero);
     if (zero == 3 && !gather)
@@ -336,14 +337,14 @@ int exec_params_finish(ExecParams *P, const ExecCtx *c, float *bucket, uint64_t 
     for (int i = 0; i < P->n; i++) {
         ExecParam *p = &P->p[i];
         const ExecBlock *blk = &P->b[p->block];
-        if (zero >= 2) {
+        if (bucketed) {
             if (px_round_up(blk->numel, (uint64_t)blk->group) > bucket_elems)
                 return px_fail(err, PX_ERUNTIME, "block of %s exceeds the gradient bucket",
                                p->name);
             p->g = bucket + p->off;
         }
         if ((zero < 3 && p->w != EXEC_AT(blk->w, p->off, c->ab)) ||
-            (zero < 2 && p->g != blk->g + p->off))
+            (!bucketed && p->g != blk->g + p->off))
             return px_fail(err, PX_ERUNTIME,
                            "parameter %s is not where its block's flat layout puts it: model/ and "
                            "exec/ disagree",

@@ -103,6 +103,9 @@ int exec_schedule_run(Exec *ex, int step, int backward, PxError *err)
             c->k->memset0(g->base, g->cap);
         exec_zero_step_begin(&ex->zero, ex->params.nb);
     }
+    /* ZeRO-3 under a pipeline: the stage's parameters, gathered once for all its passes */
+    if ((rc = exec_zero_gather_step(&ex->zero, c, &ex->params, &ex->meter, err)))
+        return rc;
     for (int j = 0; j < d->v; j++)
         S->bwd_done[j] = 0;
     if ((rc = exec_pipe_start(&ex->pipe, c, S->actions, S->n, backward, err)))

@@ -11,7 +11,12 @@
  * into a ring of gather buffers, the next layers' ahead of the compute (prefetch). Buckets cut
  * a block's gather and reduce-scatter into calls. HSDP all-reduces each reduced gradient shard
  * over its replicas at the step. Sequence parallelism's norm gradients are summed over TP
- * first (Korthikanti et al. 2022, Sec. 4.2.2). Every call is timed under its op of the graph. */
+ * first (Korthikanti et al. 2022, Sec. 4.2.2). Under a pipeline ZeRO-2/3 run as torchtitan runs
+ * FSDP2 there (model/ops.c, ModelDims.zero_per_step): gradients accumulate unsharded over the
+ * stage's micro-batches and are reduce-scattered once a step as ZeRO-1's, into the block's
+ * gradient shard; ZeRO-3 gathers every block once before the stage's first forward into a
+ * buffer of its own, kept across the micro-batches. Every call is timed under its op of the
+ * graph. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +68,9 @@ int exec_zero_buffers(ExecZero *Z, const ExecCtx *c, const ExecParams *P, PxErro
                            (unsigned long long)P->b[b].numel, P->b[b].group);
     if (l->zero < 2)
         return PX_OK;
+    /* under a pipeline every block of the stage is gathered once a step and kept, in one call
+     * per block as its reduce-scatter is (no buckets, no prefetch) */
+    const int per_step = c->d.zero_per_step, kept_all = l->keep_gathered || per_step;
     /* the largest block padded to its group (zero.param_gather's half), and the largest
      * bucketed call with its send side */
     uint64_t slot = 0, stage = 0, kept = 0;
@@ -74,7 +82,7 @@ int exec_zero_buffers(ExecZero *Z, const ExecCtx *c, const ExecParams *P, PxErro
         kept += padded;
         experts |= blk->experts;
         /* the gathers' pieces (parameter dtype) and the reductions' (fp32) */
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; k < 2 && !per_step; k++) {
             int calls;
             uint64_t per;
             bucket_calls(c, blk, k ? sizeof(float) : c->ab, &calls, &per);
@@ -86,7 +94,9 @@ int exec_zero_buffers(ExecZero *Z, const ExecCtx *c, const ExecParams *P, PxErro
     /* prefetch: the layer being computed and `ahead` more in flight, a slot each; a MoE layer
      * gathers two blocks (the layer's and its experts'), which the ring of the two halves
      * holds only without prefetch */
-    Z->ahead = l->zero == 3 && !experts ? (l->prefetch < 0 ? 0 : l->prefetch == 0 ? 1 : l->prefetch) : 0;
+    Z->ahead = l->zero == 3 && !experts && !per_step
+                   ? (l->prefetch < 0 ? 0 : l->prefetch == 0 ? 1 : l->prefetch)
+                   : 0;
     Z->n_ring = Z->ahead + 1 > 2 ? Z->ahead + 1 : 2;
     const uint64_t stage_bytes = px_round_up(stage * eb, 64);
     Z->extra_bytes = stage_bytes;
@@ -97,15 +107,15 @@ int exec_zero_buffers(ExecZero *Z, const ExecCtx *c, const ExecParams *P, PxErro
     if (l->zero < 3)
         return PX_OK;
     /* the ring's slots, or the kept blocks, one after another in zero.param_gather */
-    const uint64_t need = l->keep_gathered ? kept : (uint64_t)Z->n_ring * slot;
+    const uint64_t need = kept_all ? kept : (uint64_t)Z->n_ring * slot;
     if (need > Z->gather_elems)
         return px_fail(err, PX_ERUNTIME, "zero.param_gather holds %llu elements, the %s need %llu "
                        "(the memory table and the executor disagree)",
                        (unsigned long long)Z->gather_elems,
-                       l->keep_gathered ? "kept blocks" : "prefetch ring's slots", (unsigned long long)need);
+                       kept_all ? "kept blocks" : "prefetch ring's slots", (unsigned long long)need);
     for (int i = 0; i < Z->n_ring; i++)
         Z->ring[i] = EXEC_AT(Z->gather[0], (uint64_t)i * slot, c->ab);
-    if (l->keep_gathered) {
+    if (kept_all) {
         if (!(Z->kept = calloc((size_t)P->nb, sizeof *Z->kept)))
             return px_fail(err, PX_ERUNTIME, "out of memory for the kept gathers");
         uint64_t at = 0;
@@ -262,9 +272,9 @@ static int start_reduce(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter 
 int exec_zero_block_done(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, int b,
                          PxError *err)
 {
-    /* ZeRO-2/3 reduce every micro-batch (exec_zero_bucket_reduce); a tied block waits for the
-     * sum of the two copies at the end of the step */
-    if (c->spec.layout.zero >= 2 || P->b[b].tied || Z->reduced[b])
+    /* ZeRO-2/3 without a pipeline reduce every micro-batch (exec_zero_bucket_reduce); a tied
+     * block waits for the sum of the two copies at the end of the step */
+    if (exec_zero_bucketed(c) || P->b[b].tied || Z->reduced[b])
         return PX_OK;
     int rc = start_reduce(Z, c, P, M, b, err);
     comm_progress(c->comm);
@@ -310,15 +320,28 @@ static int replicas_allreduce(const ExecCtx *c, ExecParams *P, ExecMeter *M, int
     return rc;
 }
 
+/* ZeRO-2/3 under a pipeline: the step's reduce-scatter left this rank's summed shard at its
+ * place in the block's unsharded gradients; it goes to the block's gradient shard (padded
+ * with zeros past the block's end), which the update and HSDP's replicas read as without a
+ * pipeline. */
+static void shard_out(const ExecCtx *c, ExecParams *P, int b)
+{
+    const ExecBlock *blk = &P->b[b];
+    if (blk->own_n)
+        c->k->copy(blk->g_shard, blk->g + blk->own_off, blk->own_n * sizeof(float));
+    if (blk->own_n < blk->shard)
+        c->k->memset0(blk->g_shard + blk->own_n, (blk->shard - blk->own_n) * sizeof(float));
+}
+
 int exec_zero_finish(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, PxError *err)
 {
     int rc = PX_OK;
-    const int zero = c->spec.layout.zero;
+    const int bucketed = exec_zero_bucketed(c);
     for (int b = 0; b < P->nb && !rc; b++)
-        if (P->b[b].tied && zero < 2)
+        if (P->b[b].tied && !bucketed)
             rc = tied_sum(c, P, M, b, err);
     for (int b = 0; b < P->nb && !rc; b++)
-        if (zero <= 1 && !Z->reduced[b])
+        if (!bucketed && !Z->reduced[b])
             rc = start_reduce(Z, c, P, M, b, err);
     for (int b = 0; b < P->nb && !rc; b++) {
         if (Z->req[b] < 0)
@@ -327,6 +350,9 @@ int exec_zero_finish(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M,
         rc = comm_wait(c->comm, &Z->req[b], err);
         exec_meter_close(M, c->k, Z->op[b]);
     }
+    for (int b = 0; b < P->nb && !rc && c->d.zero_per_step; b++)
+        if (P->b[b].n_params > 0)
+            shard_out(c, P, b);
     for (int b = 0; b < P->nb && !rc && c->d.dp_rep > 1; b++)
         rc = replicas_allreduce(c, P, M, b, err);
     return rc;
@@ -405,7 +431,8 @@ static int issue_gather(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter 
 int exec_zero_prefetch(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, int b,
                        ModelPhase phase, PxError *err)
 {
-    if (c->spec.layout.zero != 3 || b < 0 || Z->gather_phase[b] == (int)phase + 1)
+    if (c->spec.layout.zero != 3 || c->d.zero_per_step || b < 0 ||
+        Z->gather_phase[b] == (int)phase + 1)
         return PX_OK;
     if (Z->kept && phase != MODEL_FWD)
         return PX_OK; /* the forward's gather is kept */
@@ -417,7 +444,8 @@ int exec_zero_prefetch(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *
 int exec_zero_gather(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, int b,
                      ModelPhase phase, int occurrence, PxError *err)
 {
-    if (c->spec.layout.zero != 3 || b < 0)
+    /* under a pipeline the step's gather (exec_zero_gather_step) serves every pass */
+    if (c->spec.layout.zero != 3 || c->d.zero_per_step || b < 0)
         return PX_OK;
     int rc = PX_OK;
     if (Z->kept && phase != MODEL_FWD) {
@@ -440,7 +468,7 @@ int exec_zero_gather(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M,
 
 void exec_zero_bucket_clear(ExecZero *Z, const ExecCtx *c, const ExecParams *P, int b)
 {
-    if (c->spec.layout.zero < 2 || b < 0)
+    if (!exec_zero_bucketed(c) || b < 0)
         return;
     c->k->memset0(Z->bucket, (size_t)P->b[b].shard * (size_t)P->b[b].group * sizeof(float));
 }
@@ -474,7 +502,7 @@ static int reduce_buckets(ExecZero *Z, const ExecCtx *c, const ExecBlock *blk, M
 int exec_zero_bucket_reduce(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, int b,
                             PxError *err)
 {
-    if (c->spec.layout.zero < 2 || b < 0)
+    if (!exec_zero_bucketed(c) || b < 0)
         return PX_OK;
     const ExecBlock *blk = &P->b[b];
     int rc = sp_norm_grads(Z, c, P, M, b, Z->bucket, MODEL_BWD, err);
@@ -502,6 +530,35 @@ int exec_zero_bucket_reduce(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMe
     }
     c->k->add_f32(blk->g_shard, Z->bucket, blk->numel);
     return PX_OK;
+}
+
+int exec_zero_gather_step(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M,
+                          PxError *err)
+{
+    if (c->spec.layout.zero != 3 || !c->d.zero_per_step)
+        return PX_OK;
+    int rc = PX_OK;
+    for (int b = 0; b < P->nb && !rc; b++) {
+        const ExecBlock *blk = &P->b[b];
+        if (blk->n_params == 0)
+            continue;
+        if (blk->group < 2) {
+            c->k->copy(Z->kept[b], blk->w_shard, blk->numel * c->ab);
+        } else {
+            const ModelComm kind = block_kind(blk, MODEL_DP_ALL_GATHER);
+            int op;
+            if ((rc = exec_meter_need(M, c, MODEL_OPR_BLOCK_PARAMS, b, blk->chunk, MODEL_STEP,
+                                      kind, 0, "a block's parameter all-gather", &op, err)))
+                return rc;
+            exec_meter_open(M, c->k, op);
+            rc = comm_all_gather(c->comm, Z->kept[b], blk->w_shard, blk->shard, c->act, kind, NULL,
+                                 err);
+            exec_meter_close(M, c->k, op);
+        }
+        if (!rc)
+            exec_params_point(P, c, b, Z->kept[b]);
+    }
+    return rc;
 }
 
 int exec_zero_gather_updated(const ExecCtx *c, ExecParams *P, ExecMeter *M, PxError *err)
