@@ -24,7 +24,6 @@ const char *model_exec_cp_limit(const ModelSpec *s, const ModelDims *d)
                ? "a2a needs cp to divide the heads and the KV heads per tensor-parallel rank "
                  "(Ulysses splits them over the cp ranks)"
            : s->job.dropout > 0.0 ? "dropout must be 0"
-           : d->moe               ? "mixture-of-experts layers are not supported"
            : m->mla.kv_lora_rank > 0 && s->layout.cp_comm != MODEL_CP_COMM_ALLGATHER
                ? "multi-head latent attention runs context parallelism with cp_comm_type "
                  "allgather (the ring's and Ulysses' cores carry one head width)"

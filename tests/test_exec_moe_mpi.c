@@ -42,7 +42,8 @@ typedef struct {
     int dsv3;  /* tiny-dsv3 (multi-head latent attention, sigmoid group-limited routing; its
                   multi-token prediction module left out) in place of tiny-moe; 2: its layers
                   all dense (MoE needs SP with tp > 1: MLA's TP without SP runs so) */
-    int cp;    /* context parallelism (allgather), with dsv3 2 (MoE layers refuse it) */
+    int cp;    /* context parallelism (allgather): each cp rank routes its part of the sequence,
+                  the load-balancing loss's counts summed over the cp ranks */
 } Layout;
 
 static const Layout layouts[] = {
@@ -114,6 +115,15 @@ static const Layout layouts[] = {
     {"dsv3_ep2", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0},
     {"dsv3_ep2_tp2_sp_zero1", 4, 2, 2, 1, 2, 1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 0},
     {"dsv3_dense_cp2", 2, 1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 2},
+    /* context parallelism: cp 2 alone, the experts' ranks carved out of the cp ranks (ep 2
+     * on 2 ranks), and with TP's sequence shards beside the cp parts (the counts summed over
+     * both); tiny-dsv3's MoE layers with MLA's all-gather cp, its prediction module left out
+     * (it runs with cp 1: docs/executor.md, "Multi-token prediction") */
+    {"cp2", 2, 1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 2},
+    {"ep2_cp2", 2, 1, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 2},
+    {"ep2_cp2_real", 2, 1, 1, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2},
+    {"ep2_tp2_sp_cp2", 4, 1, 2, 1, 2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 2},
+    {"dsv3_ep2_cp2", 2, 1, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 2},
     /* beyond CI's six, run by name: ZeRO-3 with full recompute, the interleaved schedule,
      * expert tensor parallelism, the router's own choice */
     {"dsv3_ep2_dp2_zero3_full", 4, 4, 1, 1, 2, 0, 1, 3, 1, 0, 0, 0, 0, 0, 1, 0},
@@ -141,7 +151,7 @@ static ModelSpec spec_of(const Layout *L)
     PxError err = {0};
     model_spec_defaults(&s);
     /* the model by the layout's name and its dsv3 field: tiny-dsv3 whole (its prediction
-     * module too, but with ZeRO-2/3, which the module's backward does not run: "Multi-token
+     * module too, but with ZeRO-2/3 or cp > 1, which the module does not run: "Multi-token
      * prediction" in docs/executor.md; 2: its layers dense and no module), gptoss* tiny-gpt-oss,
      * gate_* tiny-moe with the shared experts' gate, else tiny-moe */
     CHECK_OK(model_config_load(L->dsv3                     ? "tiny-dsv3"
@@ -150,11 +160,19 @@ static ModelSpec spec_of(const Layout *L)
                                &s.model, &err),
              err);
     s.model.moe.shared_gate = !strncmp(L->name, "gate_", 5);
-    if (L->dsv3 == 2 || (L->dsv3 && L->zero >= 2))
+    /* cp: a load-balancing coefficient of 1, so that the cp ranks' counts summed for it show
+     * in the losses (forced balance with softmax scores gives it no gradient: real routing or
+     * sigmoid scores) */
+    if (L->cp > 1 && s.model.moe.experts > 0)
+        s.model.moe.aux_loss_coeff = 1.0;
+    if (L->dsv3 == 2 || (L->dsv3 && (L->zero >= 2 || L->cp > 1)))
         s.model.mtp_layers = 0;
     if (L->dsv3 == 2)
         s.model.moe.experts = 0;
-    s.job.seq_len = 32;
+    /* cp 2 with ep 1: parts of 10 tokens, not a multiple of forced balance's period (a token's
+     * experts repeat every E / gcd(topk, E) = 4 positions), so that a part routed as if it sat
+     * elsewhere in the sequence shows; with ep 2 a rank's share must stay exact (32) */
+    s.job.seq_len = L->cp > 1 && L->ep <= 1 && L->dsv3 != 2 ? 40 : 32;
     s.job.global_batch = 8;
     s.job.micro_batch = 1;
     s.job.precision = L->cuda ? PX_BF16 : PX_FP32;

@@ -55,7 +55,8 @@ int main(void)
     CHECK_OK(prof_cluster_load("local", NULL, 0, &local, &err), err);
     CHECK_OK(prof_cluster_load("dgx-a100", NULL, 0, &gpu, &err), err);
 
-    /* tiny-moe on 2 and 4 ranks: cp layouts exist and are refused, not ranked */
+    /* tiny-moe on 2 and 4 ranks: some layouts are refused (context parallelism's cores against
+     * flash attention), not ranked */
     SimPlanRequest q = request("tiny-moe", 2, 8);
     CHECK(all_run(&q, &local) > 0);
     q = request("tiny-moe", 4, 8);
@@ -101,8 +102,7 @@ int main(void)
         char why[512] = "";
         CHECK_OK(model_spec_check(&s, 1, &d, &err), err);
         CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
-        s.model.moe.experts = 0; /* MoE refuses cp before the module does */
-        s.layout.cp = 2, s.layout.cp_comm = MODEL_CP_COMM_ALLGATHER;
+        s.layout.cp = 2, s.layout.cp_comm = MODEL_CP_COMM_ALLGATHER; /* MoE layers run it */
         CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
         CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));
         CHECK(strstr(why, "multi-token prediction modules run with cp 1") != NULL);
@@ -120,10 +120,14 @@ int main(void)
         CHECK(strstr(why, "it runs without FP8 GEMMs") != NULL);
         s.job.fp8 = MODEL_FP8_NONE;
         s.job.precision = PX_FP32;
-        s.model.moe.experts = 0; /* MoE refuses cp before MLA does */
+        /* MLA and MoE layers over the all-gather's cp 2, and cp 2 x ep 2 on the same 2 ranks */
         s.layout.cp = 2, s.layout.cp_comm = MODEL_CP_COMM_ALLGATHER;
         CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
         CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        s.layout.ep = 2;
+        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        s.layout.ep = 1;
         s.layout.cp_comm = MODEL_CP_COMM_P2P;
         s.job.flash_attn = 1;
         CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
