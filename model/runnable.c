@@ -44,9 +44,6 @@ static const char *moe_limit(const ModelSpec *s, const ModelDims *d)
            : mo->capacity_factor > 0 && d->etp > 1
                ? "a capacity factor (token dropping) runs with etp 1 (its padding is per expert rank)"
            : s->model.mlp != MODEL_SWIGLU ? "the experts must be SwiGLU"
-           : mo->shared_gate && d->sff_loc > 0 && d->t > 1
-               ? "the shared experts' gate runs with tp 1 (its logit's gradient would need a "
-                 "tensor-parallel all-reduce the plan does not price)"
            : mo->shared_gate && d->sff_loc > 0 && (d->fp8 != MODEL_FP8_NONE || s->model.bias)
                ? "the shared experts' gate runs without FP8 and without the MLP's biases"
            : d->sff_out_loc > d->ffn_out_loc ? "moe.shared_ffn must not exceed ffn_hidden"

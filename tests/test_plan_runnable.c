@@ -136,6 +136,23 @@ int main(void)
                           "allgather") != NULL);
     }
 
+    /* the shared experts' gate (Qwen2-MoE) with tp 2 and SP runs; with the MLP's biases not */
+    {
+        ModelSpec s = request("tiny-moe", 2, 8).base;
+        ModelDims d;
+        char why[512] = "";
+        s.job.precision = PX_FP32;
+        s.model.moe.shared_gate = 1;
+        s.layout.tp = 2, s.layout.sp = 1;
+        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        s.model.bias = 1;
+        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+        CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        CHECK(strstr(why, "the shared experts' gate runs without FP8 and without the MLP's "
+                          "biases") != NULL);
+    }
+
     /* a GPU cluster is not this machine: nothing refused by the executor there */
     q = request("tiny-moe", 4, 8);
     CHECK_OK(sim_plan(&q, &gpu, &r, &err), err);
