@@ -106,6 +106,7 @@ static const Layout layouts[] = {
      * gradients' all-reduce */
     {"gate_tp2_sp", 2, 1, 2, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     {"gate_ep2_tp2_sp_real", 2, 1, 2, 1, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"cuda_gate_tp2_sp", 2, 1, 2, 1, 1, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0},
     {"cuda_gptoss_ep2", 2, 2, 1, 1, 2, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0},
     {"ep2_cap", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0.5, 0, 0},
     {"ep2_real_cap", 2, 2, 1, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0.5, 0, 0},
@@ -129,6 +130,7 @@ static const Layout layouts[] = {
     {"ep2_cp2_real", 2, 1, 1, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2},
     {"ep2_tp2_sp_cp2", 4, 1, 2, 1, 2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 2},
     {"dsv3_ep2_cp2", 2, 1, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 2},
+    {"cuda_ep2_cp2", 2, 1, 1, 1, 2, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 2},
     /* beyond CI's six, run by name: ZeRO-3 with full recompute, the interleaved schedule,
      * expert tensor parallelism, the router's own choice */
     {"dsv3_ep2_dp2_zero3_full", 4, 4, 1, 1, 2, 0, 1, 3, 1, 0, 0, 0, 0, 0, 1, 0},
@@ -158,13 +160,13 @@ static ModelSpec spec_of(const Layout *L)
     /* the model by the layout's name and its dsv3 field: tiny-dsv3 whole (its prediction
      * module too, but with ZeRO-2/3 or cp > 1, which the module does not run: "Multi-token
      * prediction" in docs/executor.md; 2: its layers dense and no module), gptoss* tiny-gpt-oss,
-     * gate_* tiny-moe with the shared experts' gate, else tiny-moe */
+     * gate_* (cuda_gate_* too) tiny-moe with the shared experts' gate, else tiny-moe */
     CHECK_OK(model_config_load(L->dsv3                     ? "tiny-dsv3"
                                : strstr(L->name, "gptoss") ? "tiny-gpt-oss"
                                                            : "tiny-moe",
                                &s.model, &err),
              err);
-    s.model.moe.shared_gate = !strncmp(L->name, "gate_", 5);
+    s.model.moe.shared_gate = strstr(L->name, "gate_") != NULL;
     /* cp: a load-balancing coefficient of 1, so that the cp ranks' counts summed for it show
      * in the losses (forced balance with softmax scores gives it no gradient: real routing or
      * sigmoid scores) */
