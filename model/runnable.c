@@ -41,8 +41,6 @@ static const char *moe_limit(const ModelSpec *s, const ModelDims *d)
     const ModelMoe *mo = &s->model.moe;
     return mo->capacity_factor > 0 && d->fp8 != MODEL_FP8_NONE
                ? "a capacity factor (token dropping) runs with bf16, fp16 or fp32 experts, not FP8"
-           : mo->capacity_factor > 0 && d->etp > 1
-               ? "a capacity factor (token dropping) runs with etp 1 (its padding is per expert rank)"
            : s->model.mlp != MODEL_SWIGLU ? "the experts must be SwiGLU"
            : mo->shared_gate && d->sff_loc > 0 && (d->fp8 != MODEL_FP8_NONE || s->model.bias)
                ? "the shared experts' gate runs without FP8 and without the MLP's biases"

@@ -110,6 +110,11 @@ static const Layout layouts[] = {
     {"cuda_gptoss_ep2", 2, 2, 1, 1, 2, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0},
     {"ep2_cap", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0.5, 0, 0},
     {"ep2_real_cap", 2, 2, 1, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0.5, 0, 0},
+    /* and with expert tensor parallelism over the dp ranks (each source's capacity, gathered
+     * over etp: an expert's padding up to etp x ep x capacity rows) */
+    {"etp2_dp2_cap", 2, 2, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 2, 0.5, 0, 0},
+    {"ep2_etp2_dp4_cap", 4, 4, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 2, 0.5, 0, 0},
+    {"etp2_dp2_real_cap", 2, 2, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 2, 0.5, 0, 0},
     {"cuda_ep2_cap", 2, 2, 1, 1, 2, 0, 1, 0, 0, 1, 0, 0, 0, 0.5, 0, 0},
     /* DeepSeek-V3's shape (tiny-dsv3): multi-head latent attention's down-projections on the
      * sequence shard and its latents gathered over TP (with SP), all-reduced without; its up-
@@ -332,9 +337,10 @@ static void check_layout(const Layout *L)
                 exit(1);
             }
         }
-        /* tiny-dsv3 with forced balance: the FLOPs per step too (MLA's GEMMs as the graph has
-         * them, on every rank) */
-        if (L->dsv3 && L->force)
+        /* tiny-dsv3 and a capacity with forced balance: the FLOPs per step too (MLA's GEMMs as
+         * the graph has them, the experts' GEMMs on the capacity's padded rows, on every
+         * rank) */
+        if ((L->dsv3 || L->cf > 0) && L->force)
             CHECK_REL(cJSON_GetArrayItem(at(pred, "flops", "per_rank_per_step"), stage)->valuedouble,
                       cJSON_GetArrayItem(at(run, "flops", "per_rank_per_step"), r)->valuedouble,
                       1e-12);

@@ -51,7 +51,8 @@ int exec_moe_init(ExecMoe *M, const ExecCtx *c, PxError *err)
     M->layer_extra = exec_zalloc(nl, sizeof *M->layer_extra);
     M->k = c->k;
     /* the capacity the simulator sizes d.routed for (model/spec.c): per source rank and
-     * expert, so an expert rank's padded rows are ep x L x capacity (etp 1) */
+     * expert, so an expert rank's padded rows are etp x ep x L x capacity (its etp group's
+     * sources, gathered) */
     if (cfg->moe.capacity_factor > 0 && c->d.routed > 0)
         M->capacity = (int)(c->d.routed / ((int64_t)ep * M->L * (c->d.etp > 0 ? c->d.etp : 1)));
     M->drop_steps = c->steps > 0 ? c->steps : 1;
@@ -502,20 +503,29 @@ static int64_t expert_rows(const ExecMoe *M, int l, int64_t *off)
     return n;
 }
 
+/* The real rows this expert rank's experts take: every source's blocks (with etp > 1 the
+ * sources of every etp rank, gathered). */
+static int64_t real_rows(const ExecMoe *M)
+{
+    int64_t real = 0;
+    for (int i = 0; i < M->etp * M->ep * M->L; i++)
+        real += M->blk[i];
+    return real;
+}
+
 /* Zeroes rows [real, d.routed) of buf ([d.routed, h] act): a capacity's padding rows, after
  * the real rows this expert rank received (the blocks' counts). */
 static void pad_zero(const ExecMoe *M, const ExecCtx *c, void *buf)
 {
-    int64_t real = 0;
-    for (int i = 0; i < M->ep * M->L; i++)
-        real += M->blk[i];
+    const int64_t real = real_rows(M);
     if (M->capacity > 0 && real < c->d.routed)
         c->k->memset0(EXEC_AT(buf, real * c->d.h, c->ab),
                       (size_t)(c->d.routed - real) * (size_t)c->d.h * c->ab);
 }
 
 /* The GEMM segments of the experts' rows: segment s < L the rows of local expert s; with a
- * capacity, segment L + l is expert l's padding up to ep x capacity rows (Megatron-Core's
+ * capacity, segment L + l is expert l's padding up to etp x ep x capacity rows (each of its
+ * sources' capacity; Megatron-Core's
  * moe_pad_expert_input_to_capacity), zero rows after all the real ones (`real` of them), so
  * that the GEMMs run on d.routed rows as the plan prices them. *l gets the expert. */
 static int seg_count(const ExecMoe *M) { return M->capacity > 0 ? 2 * M->L : M->L; }
@@ -527,11 +537,9 @@ static int64_t seg_rows(const ExecMoe *M, int s, int *l, int64_t *off)
         return expert_rows(M, s, off);
     }
     *l = s - M->L;
-    int64_t o = 0, n = 0, dummy = 0;
-    for (int i = 0; i < M->ep * M->L; i++)
-        o += M->blk[i]; /* the real rows come first */
+    int64_t o = real_rows(M), n = 0, dummy = 0; /* the real rows come first */
     for (int l2 = 0; l2 <= *l; l2++) {
-        n = (int64_t)M->ep * M->capacity - expert_rows(M, l2, &dummy);
+        n = (int64_t)M->etp * M->ep * M->capacity - expert_rows(M, l2, &dummy);
         if (l2 < *l)
             o += n;
     }
@@ -885,7 +893,7 @@ int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer, Mo
     if ((rc = to_experts(M, r, &ops, layer, mb, v, 0, &rows_in, err)))
         return rc;
     /* the capacity's padding rows after the real ones: zero input, so zero output and no
-     * weight gradient (a capacity runs with etp 1: model_exec_refusal) */
+     * weight gradient */
     pad_zero(M, c, rows_in);
     /* the experts, out in expert order (etp: ws_dx, free until the backward; ep: ep_recv;
      * neither: the combine's input itself) */
