@@ -20,7 +20,9 @@
  * routing the same counts per expert (the router's own choice may flip a near tie in bf16).
  * The *_fp8_* layouts run FP8 GEMMs on both sides, against one rank within FP8_TOL (below).
  * The dsv3_* layouts train tiny-dsv3 (multi-head latent attention) the same way, with forced
- * balance its FLOPs per step on every rank as predicted too.
+ * balance its FLOPs per step on every rank as predicted too (and the capacity layouts' *_cap).
+ * The *cp2* layouts run context parallelism beside the experts (the load-balancing loss's
+ * counts summed over the cp ranks), the gate_* ones Qwen2-MoE's shared-expert gate.
  * Usage: test_exec_moe_mpi PARALLAX LAYOUT [WORKER] (one ctest per layout; `list` prints them;
  * WORKER is needed by the cuda_* layouts). */
 #include <unistd.h>
@@ -115,6 +117,7 @@ static const Layout layouts[] = {
     {"etp2_dp2_cap", 2, 2, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 2, 0.5, 0, 0},
     {"ep2_etp2_dp4_cap", 4, 4, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 2, 0.5, 0, 0},
     {"etp2_dp2_real_cap", 2, 2, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 2, 0.5, 0, 0},
+    {"cuda_etp2_dp2_cap", 2, 2, 1, 1, 1, 0, 1, 0, 0, 1, 0, 0, 2, 0.5, 0, 0},
     {"cuda_ep2_cap", 2, 2, 1, 1, 2, 0, 1, 0, 0, 1, 0, 0, 0, 0.5, 0, 0},
     /* DeepSeek-V3's shape (tiny-dsv3): multi-head latent attention's down-projections on the
      * sequence shard and its latents gathered over TP (with SP), all-reduced without; its up-
