@@ -555,6 +555,12 @@ static void moe_forward(Emit *e, int l)
      * its TP shards' counts summed (Megatron-Core's sequence_partition_group) */
     if (s->layout.sp && m->aux_loss_coeff > 0)
         comm(e, n, MODEL_TP_ALLREDUCE, d->t, E * 4.0, 1);
+    /* context parallelism: each cp rank routes its part of the sequence, so the counts are
+     * summed over cp too (Megatron-Core all-reduces them over tp x cp). parallax all-gathers
+     * the cp ranks' E counts and adds them up: for cp 2 the ring moves the all-reduce's bytes,
+     * and no comm kind is added for E floats */
+    if (d->c > 1 && m->aux_loss_coeff > 0)
+        comm(e, n, MODEL_CP_ALL_GATHER, d->c, d->c * E * 4.0, 1);
     if (ag) {
         moe_allgather(e, l, 1);
         experts_pass(e, l, R);

@@ -24,7 +24,6 @@ const char *model_exec_cp_limit(const ModelSpec *s, const ModelDims *d)
                ? "a2a needs cp to divide the heads and the KV heads per tensor-parallel rank "
                  "(Ulysses splits them over the cp ranks)"
            : s->job.dropout > 0.0 ? "dropout must be 0"
-           : d->moe               ? "mixture-of-experts layers are not supported"
            : m->mtp_layers > 0
                ? "multi-token prediction modules run with cp 1 (a module's shifted tokens cross "
                  "the cp ranks' parts)"
@@ -39,12 +38,7 @@ static const char *moe_limit(const ModelSpec *s, const ModelDims *d)
     const ModelMoe *mo = &s->model.moe;
     return mo->capacity_factor > 0 && d->fp8 != MODEL_FP8_NONE
                ? "a capacity factor (token dropping) runs with bf16, fp16 or fp32 experts, not FP8"
-           : mo->capacity_factor > 0 && d->etp > 1
-               ? "a capacity factor (token dropping) runs with etp 1 (its padding is per expert rank)"
            : s->model.mlp != MODEL_SWIGLU ? "the experts must be SwiGLU"
-           : mo->shared_gate && d->sff_loc > 0 && d->t > 1
-               ? "the shared experts' gate runs with tp 1 (its logit's gradient would need a "
-                 "tensor-parallel all-reduce the plan does not price)"
            : mo->shared_gate && d->sff_loc > 0 && (d->fp8 != MODEL_FP8_NONE || s->model.bias)
                ? "the shared experts' gate runs without FP8 and without the MLP's biases"
            : d->sff_out_loc > d->ffn_out_loc ? "moe.shared_ffn must not exceed ffn_hidden"

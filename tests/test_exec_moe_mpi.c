@@ -20,7 +20,9 @@
  * routing the same counts per expert (the router's own choice may flip a near tie in bf16).
  * The *_fp8_* layouts run FP8 GEMMs on both sides, against one rank within FP8_TOL (below).
  * The dsv3_* layouts train tiny-dsv3 (multi-head latent attention) the same way, with forced
- * balance its FLOPs per step on every rank as predicted too.
+ * balance its FLOPs per step on every rank as predicted too (and the capacity layouts' *_cap).
+ * The *cp2* layouts run context parallelism beside the experts (the load-balancing loss's
+ * counts summed over the cp ranks), the gate_* ones Qwen2-MoE's shared-expert gate.
  * Usage: test_exec_moe_mpi PARALLAX LAYOUT [WORKER] (one ctest per layout; `list` prints them;
  * WORKER is needed by the cuda_* layouts). */
 #include <unistd.h>
@@ -42,9 +44,10 @@ typedef struct {
     int dsv3;  /* tiny-dsv3 (multi-head latent attention, sigmoid group-limited routing; its
                   multi-token prediction module left out) in place of tiny-moe; 2: its layers
                   all dense (MoE needs SP with tp > 1: MLA's TP without SP runs so) */
-    int cp;    /* context parallelism, with dsv3 2 (MoE layers refuse it): allgather, or by the
-                  name's suffix _p2p the ring (flash attention's core) or _a2a Ulysses (the
-                  unfused one) */
+    int cp;    /* context parallelism: allgather, or by the name's suffix _p2p the ring (flash
+                  attention's core) or _a2a Ulysses (the unfused one); each cp rank routes its
+                  part of the sequence, the load-balancing loss's counts summed over the cp
+                  ranks */
 } Layout;
 
 static const Layout layouts[] = {
@@ -104,9 +107,21 @@ static const Layout layouts[] = {
     {"gptoss_ep2_tp2_sp_etp2", 4, 2, 2, 1, 2, 1, 1, 0, 0, 0, 0, 0, 2, 0, 0, 0},
     {"gptoss_pp2", 2, 1, 1, 2, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     {"gate_ep2_real", 2, 2, 1, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    /* the gate with TP's sequence shards: its logit from the gathered input, each TP rank's
+     * logit gradient partial, summed by fc1's input gradient's reduce-scatter and the SP
+     * gradients' all-reduce */
+    {"gate_tp2_sp", 2, 1, 2, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"gate_ep2_tp2_sp_real", 2, 1, 2, 1, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"cuda_gate_tp2_sp", 2, 1, 2, 1, 1, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0},
     {"cuda_gptoss_ep2", 2, 2, 1, 1, 2, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0},
     {"ep2_cap", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0.5, 0, 0},
     {"ep2_real_cap", 2, 2, 1, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0.5, 0, 0},
+    /* and with expert tensor parallelism over the dp ranks (each source's capacity, gathered
+     * over etp: an expert's padding up to etp x ep x capacity rows) */
+    {"etp2_dp2_cap", 2, 2, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 2, 0.5, 0, 0},
+    {"ep2_etp2_dp4_cap", 4, 4, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 2, 0.5, 0, 0},
+    {"etp2_dp2_real_cap", 2, 2, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 2, 0.5, 0, 0},
+    {"cuda_etp2_dp2_cap", 2, 2, 1, 1, 1, 0, 1, 0, 0, 1, 0, 0, 2, 0.5, 0, 0},
     {"cuda_ep2_cap", 2, 2, 1, 1, 2, 0, 1, 0, 0, 1, 0, 0, 0, 0.5, 0, 0},
     /* DeepSeek-V3's shape (tiny-dsv3): multi-head latent attention's down-projections on the
      * sequence shard and its latents gathered over TP (with SP), all-reduced without; its up-
@@ -130,6 +145,16 @@ static const Layout layouts[] = {
     {"dsv3_dense_tp2_fp8_mxfp8", 2, 1, 2, 1, 1, 0, 1, 0, 0, 0, MODEL_FP8_MXFP8, 0, 0, 0, 2, 0},
     {"dsv3_ep2_tp2_sp_fp8_blockwise", 2, 1, 2, 1, 2, 1, 1, 0, 0, 0, MODEL_FP8_BLOCKWISE, 0, 0, 0, 1, 0},
     {"dsv3_dense_dp2_zero3_full_fp8_delayed", 2, 2, 1, 1, 1, 0, 1, 3, 1, 0, MODEL_FP8_DELAYED, 0, 0, 0, 2, 0},
+    /* context parallelism: cp 2 alone, the experts' ranks carved out of the cp ranks (ep 2
+     * on 2 ranks), and with TP's sequence shards beside the cp parts (the counts summed over
+     * both); tiny-dsv3's MoE layers with MLA's all-gather cp, its prediction module left out
+     * (it runs with cp 1: docs/executor.md, "Multi-token prediction") */
+    {"cp2", 2, 1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 2},
+    {"ep2_cp2", 2, 1, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 2},
+    {"ep2_cp2_real", 2, 1, 1, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2},
+    {"ep2_tp2_sp_cp2", 4, 1, 2, 1, 2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 2},
+    {"dsv3_ep2_cp2", 2, 1, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 2},
+    {"cuda_ep2_cp2", 2, 1, 1, 1, 2, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 2},
     /* beyond CI's six, run by name: ZeRO-3 with full recompute, the interleaved schedule,
      * expert tensor parallelism, the router's own choice */
     {"dsv3_ep2_dp2_zero3_full", 4, 4, 1, 1, 2, 0, 1, 3, 1, 0, 0, 0, 0, 0, 1, 0},
@@ -162,22 +187,30 @@ static ModelSpec spec_of(const Layout *L)
     PxError err = {0};
     model_spec_defaults(&s);
     /* the model by the layout's name and its dsv3 field: tiny-dsv3 whole (its prediction
-     * module too, but with ZeRO-2/3 or FP8, which the module does not run: "Multi-token
+     * module too, but with ZeRO-2/3, FP8 or cp > 1, which the module does not run: "Multi-token
      * prediction" in docs/executor.md; 2: its layers dense and no module), gptoss* tiny-gpt-oss,
-     * gate_* tiny-moe with the shared experts' gate, else tiny-moe */
+     * gate_* (cuda_gate_* too) tiny-moe with the shared experts' gate, else tiny-moe */
     CHECK_OK(model_config_load(L->dsv3                     ? "tiny-dsv3"
                                : strstr(L->name, "gptoss") ? "tiny-gpt-oss"
                                                            : "tiny-moe",
                                &s.model, &err),
              err);
-    s.model.moe.shared_gate = !strncmp(L->name, "gate_", 5);
+    s.model.moe.shared_gate = strstr(L->name, "gate_") != NULL;
     if (strstr(L->name, "_q0")) /* queries projected from the layer's input, no latent */
         s.model.mla.q_lora_rank = 0;
-    if (L->dsv3 == 2 || (L->dsv3 && (L->zero >= 2 || L->fp8)))
+    /* cp: a load-balancing coefficient of 1, so that the cp ranks' counts summed for it show
+     * in the losses (forced balance with softmax scores gives it no gradient: real routing or
+     * sigmoid scores) */
+    if (L->cp > 1 && s.model.moe.experts > 0)
+        s.model.moe.aux_loss_coeff = 1.0;
+    if (L->dsv3 == 2 || (L->dsv3 && (L->zero >= 2 || L->fp8 || L->cp > 1)))
         s.model.mtp_layers = 0;
     if (L->dsv3 == 2)
         s.model.moe.experts = 0;
-    s.job.seq_len = 32;
+    /* cp 2 with ep 1: parts of 10 tokens, not a multiple of forced balance's period (a token's
+     * experts repeat every E / gcd(topk, E) = 4 positions), so that a part routed as if it sat
+     * elsewhere in the sequence shows; with ep 2 a rank's share must stay exact (32) */
+    s.job.seq_len = L->cp > 1 && L->ep <= 1 && L->dsv3 != 2 ? 40 : 32;
     s.job.global_batch = 8;
     s.job.micro_batch = 1;
     s.job.precision = L->cuda ? PX_BF16 : PX_FP32;
@@ -275,9 +308,11 @@ static void check_layout(const Layout *L)
     double worst = 0;
     for (int i = 0; i < n_steps; i++) {
         double a = num(cJSON_GetArrayItem(rs, i), "loss"), b = num(cJSON_GetArrayItem(ms, i), "loss");
-        /* gptoss*: tighter, so that an expert's fc2 bias counted once per etp rank in the
-         * gradient norm (its clipping) shows */
-        CHECK_REL(a, b, L->fp8 ? FP8_TOL : L->cuda ? 1e-3 : strstr(L->name, "gptoss") ? 1e-6 : 1e-5);
+        /* gptoss* and gate_*: tighter, so that an expert's fc2 bias counted once per etp rank
+         * in the gradient norm (its clipping) shows, and the shared gate's small part of the
+         * gradients (a gate read from the wrong rows moves the losses by 5e-6 relative) */
+        const int tight = strstr(L->name, "gptoss") || !strncmp(L->name, "gate_", 5);
+        CHECK_REL(a, b, L->fp8 ? FP8_TOL : L->cuda ? 1e-3 : tight ? 1e-6 : 1e-5);
         if (fabs(b - a) > worst)
             worst = fabs(b - a);
     }
@@ -331,9 +366,10 @@ static void check_layout(const Layout *L)
                 exit(1);
             }
         }
-        /* tiny-dsv3 with forced balance: the FLOPs per step too (MLA's GEMMs as the graph has
-         * them, on every rank) */
-        if (L->dsv3 && L->force)
+        /* tiny-dsv3 and a capacity with forced balance: the FLOPs per step too (MLA's GEMMs as
+         * the graph has them, the experts' GEMMs on the capacity's padded rows, on every
+         * rank) */
+        if ((L->dsv3 || L->cf > 0) && L->force)
             CHECK_REL(cJSON_GetArrayItem(at(pred, "flops", "per_rank_per_step"), stage)->valuedouble,
                       cJSON_GetArrayItem(at(run, "flops", "per_rank_per_step"), r)->valuedouble,
                       1e-12);

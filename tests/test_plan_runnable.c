@@ -55,7 +55,8 @@ int main(void)
     CHECK_OK(prof_cluster_load("local", NULL, 0, &local, &err), err);
     CHECK_OK(prof_cluster_load("dgx-a100", NULL, 0, &gpu, &err), err);
 
-    /* tiny-moe on 2 and 4 ranks: cp layouts exist and are refused, not ranked */
+    /* tiny-moe on 2 and 4 ranks: some layouts are refused (context parallelism's cores against
+     * flash attention), not ranked */
     SimPlanRequest q = request("tiny-moe", 2, 8);
     CHECK(all_run(&q, &local) > 0);
     q = request("tiny-moe", 4, 8);
@@ -101,8 +102,7 @@ int main(void)
         char why[512] = "";
         CHECK_OK(model_spec_check(&s, 1, &d, &err), err);
         CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
-        s.model.moe.experts = 0; /* MoE refuses cp before the module does */
-        s.layout.cp = 2, s.layout.cp_comm = MODEL_CP_COMM_ALLGATHER;
+        s.layout.cp = 2, s.layout.cp_comm = MODEL_CP_COMM_ALLGATHER; /* MoE layers run it */
         CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
         CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));
         CHECK(strstr(why, "multi-token prediction modules run with cp 1") != NULL);
@@ -129,10 +129,14 @@ int main(void)
         CHECK(strstr(why, "(qk_nope_dim + qk_rope_dim + v_dim) must be even") != NULL);
         s.model.mla.v_dim = 16, s.layout.tp = 1, s.layout.sp = 0;
         s.job.precision = PX_FP32;
-        s.model.moe.experts = 0; /* MoE refuses cp before MLA does */
+        /* MLA and MoE layers over the all-gather's cp 2, and cp 2 x ep 2 on the same 2 ranks */
         s.layout.cp = 2, s.layout.cp_comm = MODEL_CP_COMM_ALLGATHER;
         CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
         CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        s.layout.ep = 2;
+        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        s.layout.ep = 1;
         /* the ring's and Ulysses' cores too (each with its own core: flash on, off) */
         s.layout.cp_comm = MODEL_CP_COMM_P2P;
         s.job.flash_attn = 1;
@@ -142,6 +146,23 @@ int main(void)
         s.job.flash_attn = 0;
         CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
         CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+    }
+
+    /* the shared experts' gate (Qwen2-MoE) with tp 2 and SP runs; with the MLP's biases not */
+    {
+        ModelSpec s = request("tiny-moe", 2, 8).base;
+        ModelDims d;
+        char why[512] = "";
+        s.job.precision = PX_FP32;
+        s.model.moe.shared_gate = 1;
+        s.layout.tp = 2, s.layout.sp = 1;
+        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        s.model.bias = 1;
+        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+        CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        CHECK(strstr(why, "the shared experts' gate runs without FP8 and without the MLP's "
+                          "biases") != NULL);
     }
 
     /* a GPU cluster is not this machine: nothing refused by the executor there */

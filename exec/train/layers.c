@@ -630,13 +630,36 @@ static int layer_fwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
                 f2, N, ph);
     else
         mm_act(r, r->W->out, EXEC_LA(a, FC2_IN), EXEC_LP(w, FC2_W), N, h, Fw, 0, 1);
-    /* Qwen2-MoE's gate on the shared experts' output (tp 1: model_exec_refusal) */
+    /* Qwen2-MoE's gate on the shared experts' output, from the whole rows of their input (x:
+     * with SP fc1's gathered input, still in ws.sp_gather), so every TP rank scales its
+     * partial output by the same gate before the reduction */
     if (moe && EXEC_LPM(w, SHARED_GATE_W))
-        k->gate_fwd(r->W->out, EXEC_LA(a, FC1_IN), EXEC_LPM(w, SHARED_GATE_W), N, h);
+        k->gate_fwd(r->W->out, x, EXEC_LPM(w, SHARED_GATE_W), N, h);
     TRY(row_out(r, chunk, l, MODEL_OPR_FC2, ph, EXEC_LP(w, FC2_B), EXEC_LA(a, MLP_DROP_MASK),
                 EXEC_SITE_MLP_OUT, EXEC_LA(a, LN2_IN), out, mb, moe ? r->W->dhid : NULL, err));
     op_close(r, op);
     return PX_OK;
+}
+
+/* The shared experts' gate with SP (tp > 1): its backward at fc2's reads the gate of every
+ * row, so fc1's input is gathered over TP first (fc1's own gather, early: fc1's backward then
+ * reads it in ws.sp_gather) and fc2's output gradient is gathered beside it into ws.out (free
+ * in the backward with SP). The same two gathers as without the gate, so the plan's ops and
+ * bytes hold. Each TP rank's logit gradient is then partial (its slice of the hidden units):
+ * summed over TP by what follows anyway, fc1's input gradient's reduce-scatter for dx and the
+ * SP gradients' all-reduce for the gate's weight (docs/moe.md, "Biases, the shared gate,
+ * sinks"). */
+static int gate_sp_inputs(const ExecLayerRun *r, int chunk, int l, const ExecLayerActs *a,
+                          const void *dres, const void **x, const void **dy, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    ExecFp8Ref none;
+    TRY(exec_tp_column_bwd_input(r, chunk, l, MODEL_OPR_FC1, EXEC_LA(a, FC1_IN), 0, x, &none,
+                                 err));
+    *dy = r->W->out;
+    return exec_tp_all_gather(r, MODEL_OPR_FC2, l, chunk, MODEL_BWD, r->W->out,
+                              dropout_bwd(r, dres, EXEC_LA(a, MLP_DROP_MASK)),
+                              (size_t)c->d.b * c->d.s_sp * c->d.h, err);
 }
 
 /* The MLP's backward: fc2 (dropout, bias, dgrad into the activation's output gradient,
@@ -656,11 +679,17 @@ static int mlp_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerActs 
     mlp_widths(c, l, &F, &FO);
     const void *gate = is_moe(c, l) ? EXEC_LPM(w, SHARED_GATE_W) : NULL;
     float *dgate = (float *)r->W->exp_dffn;
+    const int gate_sp = gate && exec_sp_on(c);
+    const void *x = EXEC_LA(a, FC1_IN); /* the shared experts' input, whole rows */
+    ExecFp8Ref xq = {NULL, {0, 0, 0, 0, 0, 0}};
 
     int op = op_open(r, l, MODEL_OPR_FC2, MODEL_BWD);
     const void *dy;
-    TRY(exec_tp_row_dy(r, chunk, l, MODEL_OPR_FC2, dropout_bwd(r, dres, EXEC_LA(a, MLP_DROP_MASK)),
-                       &dy, err));
+    if (gate_sp)
+        TRY(gate_sp_inputs(r, chunk, l, a, dres, &x, &dy, err));
+    else
+        TRY(exec_tp_row_dy(r, chunk, l, MODEL_OPR_FC2,
+                           dropout_bwd(r, dres, EXEC_LA(a, MLP_DROP_MASK)), &dy, err));
     if (EXEC_LP(g, FC2_B))
         k->bias_grad(EXEC_LP(g, FC2_B), dy, N, h);
     void *dact = c->spec.model.mlp == MODEL_SWIGLU ? r->W->dact : r->W->dffn;
@@ -672,7 +701,7 @@ static int mlp_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerActs 
         /* the shared gate's: its logit's gradient (into the router's scratch, spent by the
          * routed experts' backward before), then the gated hid and dact (gate.c's contract) */
         if (gate)
-            k->gate_bwd(dgate, dact, EXEC_LA(a, FC2_IN), EXEC_LA(a, FC1_IN), gate, N, h, F);
+            k->gate_bwd(dgate, dact, EXEC_LA(a, FC2_IN), x, gate, N, h, F);
         mm_f32(r, EXEC_LP(g, FC2_W), dy, EXEC_LA(a, FC2_IN), h, F, N, 1, 0, 1);
     }
     op_close(r, op);
@@ -686,10 +715,9 @@ static int mlp_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerActs 
 
     /* a MoE layer's fc1.in is kept in the act dtype (the router reads it) */
     op = op_open(r, l, MODEL_OPR_FC1, MODEL_BWD);
-    const void *x;
-    ExecFp8Ref xq;
-    TRY(exec_tp_column_bwd_input(r, chunk, l, MODEL_OPR_FC1, EXEC_LA(a, FC1_IN),
-                                 f1 && !is_moe(c, l), &x, &xq, err));
+    if (!gate_sp) /* (the gate's gathered fc1's input before fc2's backward) */
+        TRY(exec_tp_column_bwd_input(r, chunk, l, MODEL_OPR_FC1, EXEC_LA(a, FC1_IN),
+                                     f1 && !is_moe(c, l), &x, &xq, err));
     column_linear_bwd(r, EXEC_LP(g, FC1_B), EXEC_LP(g, FC1_W), EXEC_LP(w, FC1_W), r->W->dffn, x,
                       xq, f1, N, h, FO);
     if (gate)

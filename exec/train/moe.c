@@ -16,6 +16,10 @@
 int exec_moe_init(ExecMoe *M, const ExecCtx *c, PxError *err)
 {
     memset(M, 0, sizeof *M);
+    /* the cp ranks' counts are gathered into the router's [tokens, E] logit gradient scratch */
+    if (c->d.moe && c->d.c > c->d.tokens)
+        return px_fail(err, PX_EINPUT, "layout.cp %d: a MoE layer needs at least cp tokens per "
+                       "rank (%lld)", c->d.c, (long long)c->d.tokens);
     const ModelConfig *cfg = &c->spec.model;
     const int E = cfg->moe.experts, ep = c->d.ep > 0 ? c->d.ep : 1;
     M->E = E;
@@ -47,7 +51,8 @@ int exec_moe_init(ExecMoe *M, const ExecCtx *c, PxError *err)
     M->layer_extra = exec_zalloc(nl, sizeof *M->layer_extra);
     M->k = c->k;
     /* the capacity the simulator sizes d.routed for (model/spec.c): per source rank and
-     * expert, so an expert rank's padded rows are ep x L x capacity (etp 1) */
+     * expert, so an expert rank's padded rows are etp x ep x L x capacity (its etp group's
+     * sources, gathered) */
     if (cfg->moe.capacity_factor > 0 && c->d.routed > 0)
         M->capacity = (int)(c->d.routed / ((int64_t)ep * M->L * (c->d.etp > 0 ? c->d.etp : 1)));
     M->drop_steps = c->steps > 0 ? c->steps : 1;
@@ -131,13 +136,46 @@ static KernMoeRoute route_of(const ExecCtx *c, int N, long long first_seq)
     return r;
 }
 
+/* The router's forward over this rank's rows (kern moe_route_fwd). Forced balance chooses by a
+ * row's global id, which the kernel reads as runs of seq_rows ids; under context parallelism a
+ * rank's part of a sequence is two chunks far apart (exec_cp_part_pos), each at its own
+ * place, so the rows go in one call per run of consecutive ids: per sequence, this rank's SP
+ * slice of the cp part cut where the chunks meet. */
+static void route_fwd(const ExecCtx *c, const ExecMoeViews *v, const KernMoeRoute *rt)
+{
+    const KernBackend *k = c->k;
+    const ModelDims *d = &c->d;
+    if (!rt->force_balance || d->c <= 1) {
+        k->moe_route_fwd(v->probs, v->idx, v->w, v->probs, rt);
+        return;
+    }
+    const int E = rt->E, K = rt->topk, C = exec_cp_part_len(c);
+    const int rows = d->s_sp, p0 = exec_sp_on(c) ? c->g.tp_rank * d->s_sp : 0;
+    const uint64_t seq0 = rt->first - (uint64_t)p0; /* the micro-batch's first sequence's id */
+    for (int q = 0; q < d->b; q++)
+        for (int p = p0; p < p0 + rows;) {
+            const int j = p / C, end = (j + 1) * C < p0 + rows ? (j + 1) * C : p0 + rows;
+            const size_t n = (size_t)q * rows + (size_t)(p - p0);
+            KernMoeRoute run = *rt;
+            run.N = end - p;
+            run.seq_rows = run.N;
+            run.seq_stride = run.N;
+            run.first = seq0 + (uint64_t)q * (uint64_t)d->s +
+                        (uint64_t)(exec_cp_part_pos(c, c->g.cp_rank, j) + p - j * C);
+            k->moe_route_fwd(v->probs + n * E, v->idx + n * K, v->w + n * K, v->probs + n * E,
+                             &run);
+            p = end;
+        }
+}
+
 /* The load-balancing loss's factor (Switch Transformer, Fedus et al. 2021, eq. 4, as
  * Megatron-Core's switch_load_balancing_loss): coeff * E / (topk * T^2) over the T tokens of
- * the whole micro-batch, so that every layout computes the same loss; times loss_weight. */
+ * the whole micro-batch (its SP shards and cp parts together), so that every layout computes
+ * the same loss; times loss_weight. */
 static float aux_scale(const ExecCtx *c, double loss_weight)
 {
     const ModelMoe *mo = &c->spec.model.moe;
-    const double T = (double)c->d.tokens * (exec_sp_on(c) ? c->d.t : 1);
+    const double T = (double)c->d.tokens * (exec_sp_on(c) ? c->d.t : 1) * c->d.c;
     return (float)(mo->aux_loss_coeff * mo->experts / (mo->topk * T * T) * loss_weight);
 }
 
@@ -170,18 +208,26 @@ static int need_op(const ExecLayerRun *r, ModelOpRole role, int l, int chunk, Mo
 }
 
 /* The ops a MoE layer's pass times, found once per pass by role, kind and phase: the router's
- * GEMM and permutation, the combine's, the experts' three, and when they exist the SP count
- * all-reduce (want_ar) and the dispatch and combine all-to-alls (ep > 1); -1 where absent. */
+ * GEMM and permutation, the combine's, the experts' three, and when they exist the counts'
+ * exchanges for the load-balancing loss (aux: the forward's; the all-reduce over TP with SP,
+ * the all-gather over cp) and the dispatch and combine all-to-alls (ep > 1); -1 where
+ * absent. */
 typedef struct {
     int mm, perm, comb, fc1, act, fc2, ar, disp, back;
+    int cpg; /* cp > 1: the counts all-gathered over the cp ranks */
     int ag, rs; /* etp > 1: the gather of the experts' rows over etp, and its reduce-scatter */
 } MoeOps;
 
-static int find_ops(const ExecLayerRun *r, int l, int chunk, ModelPhase ph, int want_ar, int ep,
+static int find_ops(const ExecLayerRun *r, int l, int chunk, ModelPhase ph, int aux, int ep,
                     int etp, MoeOps *o, PxError *err)
 {
-    o->ar = o->disp = o->back = o->ag = o->rs = -1;
+    o->ar = o->disp = o->back = o->ag = o->rs = o->cpg = -1;
+    const int want_ar = aux && exec_sp_on(r->c);
     int rc;
+    if (aux && r->c->d.c > 1 &&
+        (rc = need_op(r, MODEL_OPR_ROUTER, l, chunk, ph, MODEL_OP_COMM, MODEL_CP_ALL_GATHER,
+                      &o->cpg, err)))
+        return rc;
     /* the gather sits on the experts' input side: the dispatch forward, the combine backward */
     const ModelOpRole in_side = ph == MODEL_BWD ? MODEL_OPR_COMBINE : MODEL_OPR_DISPATCH;
     const ModelOpRole out_side = ph == MODEL_BWD ? MODEL_OPR_DISPATCH : MODEL_OPR_COMBINE;
@@ -457,20 +503,29 @@ static int64_t expert_rows(const ExecMoe *M, int l, int64_t *off)
     return n;
 }
 
+/* The real rows this expert rank's experts take: every source's blocks (with etp > 1 the
+ * sources of every etp rank, gathered). */
+static int64_t real_rows(const ExecMoe *M)
+{
+    int64_t real = 0;
+    for (int i = 0; i < M->etp * M->ep * M->L; i++)
+        real += M->blk[i];
+    return real;
+}
+
 /* Zeroes rows [real, d.routed) of buf ([d.routed, h] act): a capacity's padding rows, after
  * the real rows this expert rank received (the blocks' counts). */
 static void pad_zero(const ExecMoe *M, const ExecCtx *c, void *buf)
 {
-    int64_t real = 0;
-    for (int i = 0; i < M->ep * M->L; i++)
-        real += M->blk[i];
+    const int64_t real = real_rows(M);
     if (M->capacity > 0 && real < c->d.routed)
         c->k->memset0(EXEC_AT(buf, real * c->d.h, c->ab),
                       (size_t)(c->d.routed - real) * (size_t)c->d.h * c->ab);
 }
 
 /* The GEMM segments of the experts' rows: segment s < L the rows of local expert s; with a
- * capacity, segment L + l is expert l's padding up to ep x capacity rows (Megatron-Core's
+ * capacity, segment L + l is expert l's padding up to etp x ep x capacity rows (each of its
+ * sources' capacity; Megatron-Core's
  * moe_pad_expert_input_to_capacity), zero rows after all the real ones (`real` of them), so
  * that the GEMMs run on d.routed rows as the plan prices them. *l gets the expert. */
 static int seg_count(const ExecMoe *M) { return M->capacity > 0 ? 2 * M->L : M->L; }
@@ -482,11 +537,9 @@ static int64_t seg_rows(const ExecMoe *M, int s, int *l, int64_t *off)
         return expert_rows(M, s, off);
     }
     *l = s - M->L;
-    int64_t o = 0, n = 0, dummy = 0;
-    for (int i = 0; i < M->ep * M->L; i++)
-        o += M->blk[i]; /* the real rows come first */
+    int64_t o = real_rows(M), n = 0, dummy = 0; /* the real rows come first */
     for (int l2 = 0; l2 <= *l; l2++) {
-        n = (int64_t)M->ep * M->capacity - expert_rows(M, l2, &dummy);
+        n = (int64_t)M->etp * M->ep * M->capacity - expert_rows(M, l2, &dummy);
         if (l2 < *l)
             o += n;
     }
@@ -739,6 +792,35 @@ static int from_experts(ExecMoe *M, const ExecLayerRun *r, const MoeOps *ops,
     return rc;
 }
 
+/* The load-balancing loss's counts (v->counts_f, this rank's) summed over the micro-batch's
+ * whole sequence: all-reduced over TP with SP (each TP rank routes its shard), then with
+ * cp > 1 all-gathered over the cp ranks into the router's logit gradient scratch (free in the
+ * forward: [cp][E] floats) and added up. Counts are whole numbers below 2^24, so any order of
+ * the sums gives the single rank's exactly. */
+static int sum_counts(const ExecLayerRun *r, const MoeOps *ops, const ExecMoeViews *v,
+                      PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const size_t E = (size_t)c->spec.model.moe.experts;
+    int rc = PX_OK;
+    if (ops->ar >= 0) {
+        op_open(r, ops->ar);
+        rc = comm_allreduce(c->comm, v->counts_f, E, PX_FP32, COMM_SUM, MODEL_TP_ALLREDUCE, NULL,
+                            err);
+        op_close(r, ops->ar);
+    }
+    if (rc || ops->cpg < 0)
+        return rc;
+    op_open(r, ops->cpg);
+    rc = comm_all_gather(c->comm, v->dlogits, v->counts_f, E, PX_FP32, MODEL_CP_ALL_GATHER, NULL,
+                         err);
+    for (int j = 0; !rc && j < c->d.c; j++)
+        if (j != c->g.cp_rank)
+            c->k->add_f32(v->counts_f, v->dlogits + (size_t)j * E, E);
+    op_close(r, ops->cpg);
+    return rc;
+}
+
 int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer, ModelPhase phase,
                      const ExecMoeViews *v_plan, void *y, const void *x, long long first_seq,
                      int mb, double loss_weight, PxError *err)
@@ -755,8 +837,7 @@ int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer, Mo
     const int again = phase == MODEL_RECOMPUTE; /* counted in the forward already */
     int rc;
     MoeOps ops;
-    if ((rc = find_ops(r, layer, chunk, ph, exec_sp_on(c) && mo->aux_loss_coeff > 0, ep, M->etp,
-                       &ops, err)))
+    if ((rc = find_ops(r, layer, chunk, ph, mo->aux_loss_coeff > 0, ep, M->etp, &ops, err)))
         return rc;
     /* router: fp32 logits into probs, scored in place */
     op_open(r, ops.mm);
@@ -764,7 +845,7 @@ int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer, Mo
     exec_meter_flops(r->M, 2.0 * N * E * h);
     if (v->router_b)
         k->add_bias_f32(v->probs, v->router_b, N, E);
-    k->moe_route_fwd(v->probs, v->idx, v->w, v->probs, &rt);
+    route_fwd(c, v, &rt);
     k->moe_counts(v->counts_f, v->idx, N, K, E);
     /* a capacity drops the copies past it after the counts, which the load-balancing loss
      * takes before dropping (Megatron-Core's router) */
@@ -790,17 +871,12 @@ int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer, Mo
         if (!again && step >= 0 && step < M->drop_steps)
             M->dropped[(size_t)step * (size_t)M->layers + (size_t)M->index[layer]] += dropped;
     }
-    /* the load-balancing loss over the whole micro-batch: SP sums the counts over TP, each
-     * rank adds its tokens' probabilities (its share of the loss and of its gradient) */
+    /* the load-balancing loss over the whole micro-batch: SP sums the counts over TP, cp over
+     * the cp ranks, each rank adds its tokens' probabilities (its share of the loss and of its
+     * gradient) */
     if (mo->aux_loss_coeff > 0) {
-        if (ops.ar >= 0) {
-            op_open(r, ops.ar);
-            rc = comm_allreduce(c->comm, v->counts_f, (size_t)E, PX_FP32, COMM_SUM,
-                                MODEL_TP_ALLREDUCE, NULL, err);
-            op_close(r, ops.ar);
-            if (rc)
-                return rc;
-        }
+        if ((rc = sum_counts(r, &ops, v, err)))
+            return rc;
         /* the router's op again (its call is counted): the loss needs the counts summed over
          * TP, which the permutation read before as this rank's */
         float aux = 0;
@@ -817,7 +893,7 @@ int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer, Mo
     if ((rc = to_experts(M, r, &ops, layer, mb, v, 0, &rows_in, err)))
         return rc;
     /* the capacity's padding rows after the real ones: zero input, so zero output and no
-     * weight gradient (a capacity runs with etp 1: model_exec_refusal) */
+     * weight gradient */
     pad_zero(M, c, rows_in);
     /* the experts, out in expert order (etp: ws_dx, free until the backward; ep: ep_recv;
      * neither: the combine's input itself) */
