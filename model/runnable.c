@@ -28,9 +28,6 @@ const char *model_exec_cp_limit(const ModelSpec *s, const ModelDims *d)
            : m->mla.kv_lora_rank > 0 && s->layout.cp_comm != MODEL_CP_COMM_ALLGATHER
                ? "multi-head latent attention runs context parallelism with cp_comm_type "
                  "allgather (the ring's and Ulysses' cores carry one head width)"
-           : m->mtp_layers > 0
-               ? "multi-token prediction modules run with cp 1 (a module's shifted tokens cross "
-                 "the cp ranks' parts)"
            : d->fp8 != MODEL_FP8_NONE ? "FP8 training is not supported"
            : d->s % (2 * d->c) != 0   ? "the sequence must split into 2 x cp chunks"
                                       : NULL;
@@ -86,7 +83,6 @@ static const char *mtp_limit(const ModelSpec *s, const ModelDims *d)
            : d->ffn_out_loc < 2 * d->h && d->q_loc + 2 * d->kv_width_loc < 2 * d->h
                ? "the MLP's or the attention's width per tp rank must be at least 2 x hidden "
                  "(the eh projection's input gradient lives in that scratch)"
-           : d->c > 1 ? "cp must be 1 (a module's shifted tokens cross the cp ranks' parts)"
            : s->layout.zero >= 2 ? "zero must be 0 or 1"
            : d->fp8 != MODEL_FP8_NONE ? "FP8 training is not supported with them"
                                       : NULL;

@@ -30,20 +30,42 @@ typedef struct {
     int gpus, dp, tp, pp, vpp, ep, zero; /* tp > 1 with sequence parallelism */
     int cuda; /* the CUDA backend in bf16 (WORKER) against the CPU's fp32 */
     const char *pp_layout; /* a layout string (--pipeline-model-parallel-layout), or NULL */
+    int cp;                /* context parallelism (0: none) with its attention's communication */
+    ModelCpComm cp_comm;
+    int flags; /* LAYOUT_* */
 } Layout;
 
+enum {
+    LAYOUT_NO_SP = 1, /* tp > 1 without sequence parallelism */
+    LAYOUT_FSDP = 2,  /* zero 3 as FSDP */
+    LAYOUT_FP8 = 4,   /* FP8 GEMMs (the delayed recipe) */
+    LAYOUT_MTP2 = 8,  /* two modules (the second reads two tokens on) */
+    LAYOUT_DENSE = 16, /* the model without its experts */
+};
+
 static const Layout layouts[] = {
-    {"llama_pp2_vpp2", "tiny-llama", 2, 1, 1, 2, 2, 1, 0, 0, NULL},
+    {"llama_pp2_vpp2", "tiny-llama", 2, 1, 1, 2, 2, 1, 0, 0, NULL, 0, 0, 0},
     /* the module on a stage of its own, the loss's after it without layers */
-    {"llama_pp3_mtp_stage", "tiny-llama", 3, 1, 1, 3, 1, 1, 0, 0, "Et*2|t*2m|L"},
-    {"dp2_zero1", "tiny", 2, 2, 1, 1, 1, 1, 1, 0, NULL},
-    {"tp2_sp", "tiny", 2, 1, 2, 1, 1, 1, 0, 0, NULL},
-    {"moe_ep2", "tiny-moe", 2, 2, 1, 1, 1, 2, 0, 0, NULL},
-    {"cuda_tp2_sp", "tiny", 2, 1, 2, 1, 1, 1, 0, 1, NULL},
+    {"llama_pp3_mtp_stage", "tiny-llama", 3, 1, 1, 3, 1, 1, 0, 0, "Et*2|t*2m|L", 0, 0, 0},
+    {"dp2_zero1", "tiny", 2, 2, 1, 1, 1, 1, 1, 0, NULL, 0, 0, 0},
+    {"tp2_sp", "tiny", 2, 1, 2, 1, 1, 1, 0, 0, NULL, 0, 0, 0},
+    {"moe_ep2", "tiny-moe", 2, 2, 1, 1, 1, 2, 0, 0, NULL, 0, 0, 0},
+    {"cuda_tp2_sp", "tiny", 2, 1, 2, 1, 1, 1, 0, 1, NULL, 0, 0, 0},
     /* DeepSeek-V3's whole shape (tiny-dsv3: multi-head latent attention, its module's layer a
      * MoE layer) with the module on a stage of its own; run by hand: the same over ep 2 */
-    {"dsv3_pp3_mtp_stage", "tiny-dsv3", 3, 1, 1, 3, 1, 1, 0, 0, "Et*2|t*2m|L"},
-    {"dsv3_ep2_pp3_mtp_stage", "tiny-dsv3", 6, 2, 1, 3, 1, 2, 0, 0, "Et*2|t*2m|L"},
+    {"dsv3_pp3_mtp_stage", "tiny-dsv3", 3, 1, 1, 3, 1, 1, 0, 0, "Et*2|t*2m|L", 0, 0, 0},
+    {"dsv3_ep2_pp3_mtp_stage", "tiny-dsv3", 6, 2, 1, 3, 1, 2, 0, 0, "Et*2|t*2m|L", 0, 0, 0},
+    /* context parallelism: the module's last positions of each part read the tokens past it,
+     * which the next part holds (on the other cp rank) */
+    {"cp2_allgather", "tiny", 2, 1, 1, 1, 1, 1, 0, 0, NULL, 2, MODEL_CP_COMM_ALLGATHER, 0},
+    {"cp2_p2p_mtp2", "tiny-llama", 2, 1, 1, 1, 1, 1, 0, 0, NULL, 2, MODEL_CP_COMM_P2P, LAYOUT_MTP2},
+    {"cp2_a2a_tp2_sp", "tiny", 4, 1, 2, 1, 1, 1, 0, 0, NULL, 2, MODEL_CP_COMM_A2A, 0},
+    /* tiny-dsv3's multi-head latent attention and its module, without its experts */
+    {"dsv3_dense_cp2_allgather", "tiny-dsv3", 2, 1, 1, 1, 1, 1, 0, 0, NULL, 2,
+     MODEL_CP_COMM_ALLGATHER, LAYOUT_DENSE},
+    /* run by hand: inner parts whose next part is on another rank, two modules */
+    {"cp4_allgather_mtp2", "tiny", 4, 1, 1, 1, 1, 1, 0, 0, NULL, 4, MODEL_CP_COMM_ALLGATHER,
+     LAYOUT_MTP2},
 };
 enum { N_LAYOUTS = sizeof layouts / sizeof layouts[0], STEPS = 3 };
 
@@ -55,7 +77,9 @@ static ModelSpec spec_of(const Layout *L)
     PxError err = {0};
     model_spec_defaults(&s);
     CHECK_OK(model_config_load(L->model, &s.model, &err), err);
-    s.model.mtp_layers = 1;
+    s.model.mtp_layers = L->flags & LAYOUT_MTP2 ? 2 : 1;
+    if (L->flags & LAYOUT_DENSE)
+        s.model.moe.experts = 0;
     s.job.seq_len = 32;
     s.job.global_batch = 8;
     s.job.micro_batch = 1;
@@ -66,14 +90,20 @@ static ModelSpec spec_of(const Layout *L)
     s.layout.dp = L->dp;
     s.layout.tp = L->tp;
     s.layout.pp = L->pp;
-    s.layout.cp = 1;
+    s.layout.cp = L->cp > 1 ? L->cp : 1;
+    s.layout.cp_comm = L->cp_comm;
+    /* the ring runs the fused attention core, Ulysses the unfused one */
+    s.job.flash_attn = L->cp > 1 && L->cp_comm == MODEL_CP_COMM_P2P;
     s.layout.vpp = L->vpp;
     s.layout.zero = L->zero;
-    s.layout.sp = L->tp > 1;
+    s.layout.sp = L->tp > 1 && !(L->flags & LAYOUT_NO_SP);
     s.layout.ep = L->ep;
     s.layout.etp = s.model.moe.experts > 0 ? 1 : L->tp; /* no experts: etp follows tp */
     s.layout.schedule = L->vpp > 1 ? MODEL_SCHED_INTERLEAVED : MODEL_SCHED_1F1B;
     s.layout.recompute = MODEL_RECOMPUTE_NONE;
+    s.layout.fsdp = (L->flags & LAYOUT_FSDP) != 0;
+    if (L->flags & LAYOUT_FP8)
+        s.job.fp8 = MODEL_FP8_DELAYED;
     if (L->pp_layout)
         px_strlcpy(s.layout.pp_layout, L->pp_layout, sizeof s.layout.pp_layout);
     return s;
@@ -132,6 +162,7 @@ static void check_layout(const Layout *L)
     write_plan(&s, L->cuda ? "dgx-h100" : "local", L->gpus, "plan.json");
     ModelSpec one = s;
     one.layout.dp = one.layout.tp = one.layout.pp = one.layout.ep = one.layout.vpp = 1;
+    one.layout.cp = 1;
     one.layout.sp = 0;
     one.layout.etp = 1;
     one.layout.pp_layout[0] = '\0';

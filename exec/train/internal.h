@@ -645,6 +645,13 @@ int exec_mtp_forward(const ExecLayerRun *r, int chunk, int mb, ExecLayerActs *A,
  * (layers.c) adds it. The schedule runs both around exec_layers_forward and _backward. */
 int exec_mtp_backward(const ExecLayerRun *r, int chunk, int mb, ExecLayerActs *A,
                       const ExecHeadActs *x, const int32_t *tok, PxError *err);
+/* The tokens past each of a sequence's parts that the modules read under context parallelism
+ * (D = mtp_layers when cp > 1, else 0: one row holds the whole sequence), the ints they take
+ * for `rows` sequences (after the step's rows in data.batch), and their pick from the loader's
+ * whole rows (s + 1 tokens each) into dst. */
+int exec_mtp_lookahead(const ExecCtx *c);
+size_t exec_mtp_lookahead_ints(const ExecCtx *c, int rows);
+void exec_mtp_pick_lookahead(const ExecCtx *c, int32_t *dst, const int32_t *src, int rows);
 /* Where a module's extra tensor (mtp.N.*) of the table lives in x: NULL when t is not one, or
  * names a module past EXEC_MTP_MAX. */
 void **exec_mtp_extra_slot(ExecHeadActs *x, const ModelTensor *t);

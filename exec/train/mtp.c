@@ -88,34 +88,113 @@ static void copy_rows(const ExecLayerRun *r, void *dst, int ld_dst, const void *
 static const void *emb_w(const ExecParams *P) { return P->wte ? P->wte : P->out_w; }
 static float *emb_g(const ExecParams *P) { return P->wte ? P->g_wte : P->g_out_w; }
 
-/* The shifted tokens' embedding of module k into out [b*s, h]: position t embeds token t + k of
- * its sequence, which the row of s + 1 tokens holds for t <= s - k; the positions past it
- * (masked: they have no target) embed nothing. */
-static void embed_shifted(const ExecLayerRun *r, void *out, const int32_t *tok, int k)
+/* ---- the shifted tokens ----
+ *
+ * Module k reads token p + k at position p and targets token p + k + 1. Under context
+ * parallelism a part of C positions at p0 holds tokens p0 .. p0 + C (exec_cp_tok_row), so the
+ * last k of its positions need the first tokens of the part after it, which another cp rank
+ * holds. Megatron-Core's roll_tensor fetches them from the neighbouring cp rank, one token a
+ * module; here every cp rank already reads its data-parallel rank's whole sequences from the
+ * loader (data.c), so it takes the D = mtp_layers tokens past each of its parts along with the
+ * part, into a lookahead after the step's rows: nothing moves between the cp ranks. */
+
+int exec_mtp_lookahead(const ExecCtx *c)
 {
-    const ExecCtx *c = r->c;
-    const ModelDims *d = &c->d;
-    const int s = d->s, h = d->h, V = d->vocab_loc, n = s - k + 1 < s ? s - k + 1 : s;
-    for (int q = 0; q < d->b; q++) {
-        void *o = AT(out, (size_t)q * s * h);
-        if (n > 0)
-            c->k->embedding_fwd(o, tok + (size_t)q * (s + 1) + k, emb_w(r->P), NULL, n, n, 0, h,
-                                c->g.tp_rank * V, V);
-        if (n < s)
-            c->k->memset0(AT(o, (size_t)(n > 0 ? n : 0) * h), (size_t)(s - (n > 0 ? n : 0)) * h * c->ab);
-    }
+    return c->d.c > 1 ? c->spec.model.mtp_layers : 0;
 }
 
-/* Its backward: the gradient of those rows (dy [b*s, h]) into the embedding's rows of this
- * rank's vocabulary shard. */
-static void embed_shifted_bwd(const ExecLayerRun *r, const void *dy, const int32_t *tok, int k)
+size_t exec_mtp_lookahead_ints(const ExecCtx *c, int rows)
+{
+    return (size_t)rows * exec_cp_parts(c) * exec_mtp_lookahead(c);
+}
+
+void exec_mtp_pick_lookahead(const ExecCtx *c, int32_t *dst, const int32_t *src, int rows)
+{
+    const int D = exec_mtp_lookahead(c), s = c->d.s, C = exec_cp_part_len(c);
+    for (int n = 0; n < rows && D > 0; n++)
+        for (int j = 0; j < exec_cp_parts(c); j++)
+            for (int i = 0; i < D; i++) {
+                /* past the sequence's last token (the last part's): never read, masked */
+                const int at = exec_cp_part_pos(c, c->g.cp_rank, j) + C + 1 + i;
+                dst[((size_t)n * exec_cp_parts(c) + j) * D + i] =
+                    at <= s ? src[(size_t)n * (s + 1) + at] : 0;
+            }
+}
+
+/* A run of tokens: n of them at tok, for the positions from `at` of a part on. */
+typedef struct {
+    const int32_t *tok;
+    int at, n;
+} TokRun;
+
+/* Tokens i0 .. i0 + n - 1 of sequence q's part j in micro-batch mb (counted from the token at
+ * the part's first position) as at most two runs: the part's own row (tokens 0 .. C) and its
+ * lookahead after the step's rows (schedule.c hands this micro-batch's rows at tok). */
+static int tok_runs(const ExecLayerRun *r, const int32_t *tok, int mb, int q, int j, int i0,
+                    int n, TokRun run[2])
 {
     const ExecCtx *c = r->c;
     const ModelDims *d = &c->d;
-    const int s = d->s, h = d->h, V = d->vocab_loc, n = s - k + 1 < s ? s - k + 1 : s;
-    for (int q = 0; q < d->b && n > 0; q++)
-        c->k->embedding_bwd(emb_g(r->P), NULL, AT(dy, (size_t)q * s * h),
-                            tok + (size_t)q * (s + 1) + k, n, n, 0, h, c->g.tp_rank * V, V);
+    const int C = exec_cp_part_len(c), row = exec_cp_tok_row(c), D = exec_mtp_lookahead(c);
+    const int32_t *part = tok + (size_t)q * row + (size_t)j * (C + 1);
+    int n0 = D == 0 ? n : C + 1 - i0;
+    n0 = n0 < 0 ? 0 : n0 > n ? n : n0;
+    run[0] = (TokRun){part + i0, 0, n0};
+    if (n0 == n)
+        return n > 0;
+    const int32_t *look = tok + (size_t)(d->m - mb) * d->b * row +
+                          ((size_t)(mb * d->b + q) * exec_cp_parts(c) + j) * D;
+    run[1] = (TokRun){look + (i0 + n0 - C - 1), n0, n - n0};
+    return n0 > 0 ? 2 : (run[0] = run[1], 1);
+}
+
+/* Part j's positions p with p + ahead < s among its C: for ahead k - 1 those with a token k on
+ * (module k embeds it), for ahead k those with a target. */
+static int part_count(const ExecCtx *c, int j, int ahead)
+{
+    const int C = exec_cp_part_len(c);
+    const int n = c->d.s - ahead - exec_cp_part_pos(c, c->g.cp_rank, j);
+    return n < 0 ? 0 : n > C ? C : n;
+}
+
+/* The shifted tokens' embedding of module k into out [b*s_loc, h]: position p embeds token
+ * p + k of its sequence; the positions past the sequence's last token (masked: they have no
+ * target) embed nothing. */
+static void embed_shifted(const ExecLayerRun *r, void *out, const int32_t *tok, int mb, int k)
+{
+    const ExecCtx *c = r->c;
+    const ModelDims *d = &c->d;
+    const int h = d->h, V = d->vocab_loc, C = exec_cp_part_len(c);
+    TokRun run[2];
+    for (int q = 0; q < d->b; q++)
+        for (int j = 0; j < exec_cp_parts(c); j++) {
+            void *o = AT(out, ((size_t)q * d->s_loc + (size_t)j * C) * h);
+            const int n = part_count(c, j, k - 1);
+            for (int u = tok_runs(r, tok, mb, q, j, k, n, run) - 1; u >= 0; u--)
+                c->k->embedding_fwd(AT(o, (size_t)run[u].at * h), run[u].tok, emb_w(r->P), NULL,
+                                    run[u].n, run[u].n, 0, h, c->g.tp_rank * V, V);
+            if (n < C)
+                c->k->memset0(AT(o, (size_t)n * h), (size_t)(C - n) * h * c->ab);
+        }
+}
+
+/* Its backward: the gradient of those rows (dy [b*s_loc, h]) into the embedding's rows of this
+ * rank's vocabulary shard. */
+static void embed_shifted_bwd(const ExecLayerRun *r, const void *dy, const int32_t *tok, int mb,
+                              int k)
+{
+    const ExecCtx *c = r->c;
+    const ModelDims *d = &c->d;
+    const int h = d->h, V = d->vocab_loc, C = exec_cp_part_len(c);
+    TokRun run[2];
+    for (int q = 0; q < d->b; q++)
+        for (int j = 0; j < exec_cp_parts(c); j++) {
+            const void *o = AT(dy, ((size_t)q * d->s_loc + (size_t)j * C) * h);
+            const int n = part_count(c, j, k - 1);
+            for (int u = tok_runs(r, tok, mb, q, j, k, n, run) - 1; u >= 0; u--)
+                c->k->embedding_bwd(emb_g(r->P), NULL, AT(o, (size_t)run[u].at * h), run[u].tok,
+                                    run[u].n, run[u].n, 0, h, c->g.tp_rank * V, V);
+        }
 }
 
 /* The op of `role` at module layer l: the module's own (MODEL_OPR_MTP, found by key) or its
@@ -143,7 +222,7 @@ static void *eh_grad_buf(const ExecLayerRun *r)
 }
 
 static int module_fwd(const ExecLayerRun *r, int chunk, int i, const ExecLayerActs *a,
-                      const void *hid, const int32_t *tok, PxError *err)
+                      const void *hid, const int32_t *tok, int mb, PxError *err)
 {
     const ExecCtx *c = r->c;
     const ModelDims *d = &c->d;
@@ -154,7 +233,7 @@ static int module_fwd(const ExecLayerRun *r, int chunk, int i, const ExecLayerAc
     int op;
     TRY(open_op(r, chunk, l, MODEL_OPR_MTP, MODEL_FWD, &op, err));
     /* vocabulary-parallel: the shards' partial embeddings summed, this rank's rows kept */
-    embed_shifted(r, r->W->out, tok, i + 1);
+    embed_shifted(r, r->W->out, tok, mb, i + 1);
     void *emb = r->W->out;
     if (t > 1) {
         TRY(exec_tp_reduce_scatter(r, MODEL_OPR_MTP, l, chunk, MODEL_FWD, r->W->dx_a, emb,
@@ -183,44 +262,53 @@ static int module_fwd(const ExecLayerRun *r, int chunk, int i, const ExecLayerAc
     return PX_OK;
 }
 
-/* Module i's loss over the fp32 logits in probs: the rows with a target (the first s - k of
- * each sequence) as the main loss's cross-entropy, the others' probabilities zeroed (no
- * gradient); its share of the modules' loss into the pass. */
+/* Module i's loss over the fp32 logits in probs: the rows with a target (the sequence's first
+ * s - k positions) as the main loss's cross-entropy, the others' probabilities zeroed (no
+ * gradient); its share of the modules' loss into the pass (each cp rank its positions'). */
 static int module_loss(const ExecLayerRun *r, int chunk, int i, float *probs, const int32_t *tok,
-                       PxError *err)
+                       int mb, PxError *err)
 {
     const ExecCtx *c = r->c;
     const KernBackend *k = c->k;
     const ModelDims *d = &c->d;
     const int l = c->spec.model.layers + i, K = i + 1, s = d->s, V = d->vocab_loc;
-    const int N = d->b * s, n = s - K > 0 ? s - K : 0, v0 = c->g.tp_rank * V;
+    const int N = d->b * d->s_loc, n = s - K > 0 ? s - K : 0, v0 = c->g.tp_rank * V;
+    const int C = exec_cp_part_len(c), P = exec_cp_parts(c);
     float *rowmax = r->W->xent, *rowsum = rowmax + N, *target = rowsum + N, *loss = target + N;
+    TokRun run[2];
     int op;
     TRY(open_op(r, chunk, l, MODEL_OPR_LOSS, MODEL_FWD, &op, err));
     k->xent_rowmax(rowmax, probs, N, V);
     TRY(exec_tp_allreduce_f32(r, MODEL_OPR_LOSS, l, chunk, MODEL_FWD, rowmax, (size_t)N, COMM_MAX,
                               err));
-    for (int q = 0; q < d->b && n > 0; q++) {
-        const size_t o = (size_t)q * s;
-        k->xent_expsum(rowsum + o, target + o, probs + o * V, rowmax + o,
-                       tok + (size_t)q * (s + 1) + K + 1, n, V, v0);
-    }
+    for (int q = 0; q < d->b; q++)
+        for (int j = 0; j < P; j++) {
+            const size_t o = (size_t)q * d->s_loc + (size_t)j * C;
+            for (int u = tok_runs(r, tok, mb, q, j, K + 1, part_count(c, j, K), run) - 1; u >= 0;
+                 u--) {
+                const size_t ou = o + (size_t)run[u].at;
+                k->xent_expsum(rowsum + ou, target + ou, probs + ou * V, rowmax + ou, run[u].tok,
+                               run[u].n, V, v0);
+            }
+        }
     TRY(exec_tp_allreduce_f32(r, MODEL_OPR_LOSS, l, chunk, MODEL_FWD, rowsum, (size_t)N, COMM_SUM,
                               err));
     TRY(exec_tp_allreduce_f32(r, MODEL_OPR_LOSS, l, chunk, MODEL_FWD, target, (size_t)N, COMM_SUM,
                               err));
     double sum = 0.0;
-    for (int q = 0; q < d->b; q++) {
-        const size_t o = (size_t)q * s;
-        if (n > 0)
-            k->xent_finish(loss + o, probs + o * V, rowsum + o, rowmax + o, target + o, n, V);
-        k->memset0(probs + (o + (size_t)n) * V, (size_t)(s - n) * V * sizeof *probs);
-        if (c->g.tp_rank == 0 && n > 0) {
-            k->to_host(r->W->host_loss, loss + o, (size_t)n * sizeof *loss);
-            for (int t = 0; t < n; t++)
-                sum += r->W->host_loss[t];
+    for (int q = 0; q < d->b; q++)
+        for (int j = 0; j < P; j++) {
+            const size_t o = (size_t)q * d->s_loc + (size_t)j * C;
+            const int nt = part_count(c, j, K);
+            if (nt > 0)
+                k->xent_finish(loss + o, probs + o * V, rowsum + o, rowmax + o, target + o, nt, V);
+            k->memset0(probs + (o + (size_t)nt) * V, (size_t)(C - nt) * V * sizeof *probs);
+            if (c->g.tp_rank == 0 && nt > 0) {
+                k->to_host(r->W->host_loss, loss + o, (size_t)nt * sizeof *loss);
+                for (int t = 0; t < nt; t++)
+                    sum += r->W->host_loss[t];
+            }
         }
-    }
     /* the module's mean over its targets, a 1/D share of the modules' mean, in the units of
      * the main loss's sum (which is divided by global_batch x s) */
     if (n > 0)
@@ -243,7 +331,7 @@ static int final_norm(const ExecLayerRun *r, int chunk, int i, const ExecHeadAct
 
 /* The shared output layer and module i's loss, from its final norm's output. */
 static int head_fwd(const ExecLayerRun *r, int chunk, int i, ExecHeadActs *x, const int32_t *tok,
-                    PxError *err)
+                    int mb, PxError *err)
 {
     const ExecCtx *c = r->c;
     const ModelDims *d = &c->d;
@@ -262,7 +350,7 @@ static int head_fwd(const ExecLayerRun *r, int chunk, int i, ExecHeadActs *x, co
     if (vocab < v0 + V)
         c->k->fill_cols_f32(probs, N, V, vocab > v0 ? vocab - v0 : 0, V, -INFINITY);
     exec_meter_close(r->M, c->k, op);
-    return module_loss(r, chunk, i, probs, tok, err);
+    return module_loss(r, chunk, i, probs, tok, mb, err);
 }
 
 int exec_mtp_forward(const ExecLayerRun *r, int chunk, int mb, ExecLayerActs *A, ExecHeadActs *x,
@@ -273,7 +361,7 @@ int exec_mtp_forward(const ExecLayerRun *r, int chunk, int mb, ExecLayerActs *A,
     const int last = c->g.chunk_g[chunk] == c->d.chunks - 1;
     if (last && D == 0) /* the loss stage after the modules' own: their heads alone */
         for (int i = 0; i < c->spec.model.mtp_layers; i++)
-            TRY(head_fwd(r, chunk, i, x, tok, err));
+            TRY(head_fwd(r, chunk, i, x, tok, mb, err));
     /* on their own stage each module's normed output goes to its place in pp.send, free once
      * the last message has left */
     if (!last && D > 0)
@@ -282,14 +370,14 @@ int exec_mtp_forward(const ExecLayerRun *r, int chunk, int mb, ExecLayerActs *A,
     for (int i = 0; i < D; i++) {
         const ExecLayerActs *a = &A[cl + i];
         const void *hid = i == 0 ? EXEC_HA(x, FINAL_LN_IN) : x->mtp_out[i - 1];
-        TRY(module_fwd(r, chunk, i, a, hid, tok, err));
+        TRY(module_fwd(r, chunk, i, a, hid, tok, mb, err));
         TRY(exec_layers_one_fwd(r, chunk, c->spec.model.layers + i, a, x->mtp_out[i], mb, err));
         void *out = last ? x->mtp_logits_in[i]
                          : EXEC_AT(r->pipe->send, (size_t)(1 + i) * r->pipe->part, c->ab);
         TRY(final_norm(r, chunk, i, x, out, err));
         parts[1 + i] = out;
         if (last)
-            TRY(head_fwd(r, chunk, i, x, tok, err));
+            TRY(head_fwd(r, chunk, i, x, tok, mb, err));
     }
     return last || D == 0 ? PX_OK
                           : exec_pipe_give_parts(r->pipe, c, r->M, chunk, mb, 0, parts, 1 + D, err);
@@ -300,13 +388,13 @@ int exec_mtp_forward(const ExecLayerRun *r, int chunk, int mb, ExecLayerActs *A,
 /* Module i's loss and output layer backward: the gradient of its final norm's output into
  * ws.dx_a, the output layer's weight gradient accumulated. */
 static int head_bwd(const ExecLayerRun *r, int chunk, int i, const ExecHeadActs *x,
-                    const int32_t *tok, PxError *err)
+                    const int32_t *tok, int mb, PxError *err)
 {
     const ExecCtx *c = r->c;
     const KernBackend *k = c->k;
     const ModelDims *d = &c->d;
     const int l = c->spec.model.layers + i, K = i + 1, s = d->s, h = d->h, V = d->vocab_loc;
-    const int N = d->b * s, n = s - K > 0 ? s - K : 0;
+    const int N = d->b * d->s_loc, n = s - K > 0 ? s - K : 0, C = exec_cp_part_len(c);
     /* the module's mean over its targets of every sequence of the global batch, a 1/D share of
      * the modules' loss, times its weight in the objective and the fp16 loss scale */
     const float dloss =
@@ -314,11 +402,17 @@ static int head_bwd(const ExecLayerRun *r, int chunk, int i, const ExecHeadActs 
                         ((double)c->spec.model.mtp_layers * c->spec.job.global_batch * n))
               : 0.0f;
     float *probs = (float *)x->mtp_probs[i];
+    TokRun run[2];
     int op;
     TRY(open_op(r, chunk, l, MODEL_OPR_LOSS, MODEL_BWD, &op, err));
-    for (int q = 0; q < d->b && n > 0; q++)
-        k->xent_bwd(probs + (size_t)q * s * V, tok + (size_t)q * (s + 1) + K + 1, n, V,
-                    c->g.tp_rank * V, dloss);
+    for (int q = 0; q < d->b; q++)
+        for (int j = 0; j < exec_cp_parts(c); j++) {
+            const size_t o = (size_t)q * d->s_loc + (size_t)j * C;
+            for (int u = tok_runs(r, tok, mb, q, j, K + 1, part_count(c, j, K), run) - 1; u >= 0;
+                 u--)
+                k->xent_bwd(probs + (o + (size_t)run[u].at) * V, run[u].tok, run[u].n, V,
+                            c->g.tp_rank * V, dloss);
+        }
     const void *dlogits = exec_layers_dlogits_act(r, probs, (size_t)N * V);
     exec_meter_close(r->M, k, op);
 
@@ -348,7 +442,7 @@ static int head_bwd(const ExecLayerRun *r, int chunk, int i, const ExecHeadActs 
  * (the others are zero: no weight gradient from them, no embedding rows), and the shards' weight
  * gradients sum over TP as every sequence-parallel norm's do. */
 static int eh_bwd_sp(const ExecLayerRun *r, int chunk, int i, const void *ehin, const void *hid,
-                     void *dhid, const int32_t *tok, PxError *err)
+                     void *dhid, const int32_t *tok, int mb, PxError *err)
 {
     const ExecCtx *c = r->c;
     const KernBackend *k = c->k;
@@ -375,10 +469,10 @@ static int eh_bwd_sp(const ExecLayerRun *r, int chunk, int i, const void *ehin, 
     copy_rows(r, r->W->dx_b, h, deh, 2 * h, R, h);
     TRY(exec_tp_all_gather(r, MODEL_OPR_MTP, l, chunk, MODEL_BWD, gat, r->W->dx_b, (size_t)R * h,
                            err));
-    embed_shifted(r, r->W->out, tok, i + 1);
+    embed_shifted(r, r->W->out, tok, mb, i + 1);
     k->memset0(full, (size_t)N * h * c->ab);
     norm_rows_bwd(r, full, EXEC_LPT(g, ENORM_W), gat, h, r->W->out, EXEC_LPT(w, ENORM_W), N);
-    embed_shifted_bwd(r, full, tok, i + 1);
+    embed_shifted_bwd(r, full, tok, mb, i + 1);
     return PX_OK;
 }
 
@@ -415,7 +509,7 @@ static int module_bwd(const ExecLayerRun *r, int chunk, int i, const ExecLayerAc
     void *deh = eh_grad_buf(r);
     TRY(open_op(r, chunk, l, MODEL_OPR_MTP, MODEL_BWD, &op, err));
     if (d->t > 1) {
-        TRY(eh_bwd_sp(r, chunk, i, ehin, hid, x->mtp_out[i], tok, err));
+        TRY(eh_bwd_sp(r, chunk, i, ehin, hid, x->mtp_out[i], tok, mb, err));
         exec_meter_close(r->M, k, op);
         return PX_OK;
     }
@@ -424,10 +518,10 @@ static int module_bwd(const ExecLayerRun *r, int chunk, int i, const ExecLayerAc
     k->memset0(x->mtp_out[i], rb);
     norm_rows_bwd(r, x->mtp_out[i], EXEC_LPT(g, HNORM_W), AT(deh, h), 2 * h, hid,
                   EXEC_LPT(w, HNORM_W), R);
-    embed_shifted(r, r->W->out, tok, i + 1);
+    embed_shifted(r, r->W->out, tok, mb, i + 1);
     k->memset0(dres, rb);
     norm_rows_bwd(r, dres, EXEC_LPT(g, ENORM_W), deh, 2 * h, r->W->out, EXEC_LPT(w, ENORM_W), R);
-    embed_shifted_bwd(r, dres, tok, i + 1);
+    embed_shifted_bwd(r, dres, tok, mb, i + 1);
     exec_meter_close(r->M, k, op);
     return PX_OK;
 }
@@ -442,7 +536,7 @@ int exec_mtp_backward(const ExecLayerRun *r, int chunk, int mb, ExecLayerActs *A
     if (last && D == 0) { /* the loss stage after the modules' own: their heads' backward, each
                              input's gradient left in that spent input for the transfer */
         for (int i = c->spec.model.mtp_layers - 1; i >= 0; i--) {
-            TRY(head_bwd(r, chunk, i, x, tok, err));
+            TRY(head_bwd(r, chunk, i, x, tok, mb, err));
             c->k->copy(x->mtp_logits_in[i], r->W->dx_a, rb);
         }
         return PX_OK;
@@ -458,7 +552,7 @@ int exec_mtp_backward(const ExecLayerRun *r, int chunk, int mb, ExecLayerActs *A
     }
     for (int i = D - 1; i >= 0; i--) {
         if (last)
-            TRY(head_bwd(r, chunk, i, x, tok, err));
+            TRY(head_bwd(r, chunk, i, x, tok, mb, err));
         TRY(module_bwd(r, chunk, i, &A[cl + i], x, tok, mb, err));
     }
     return PX_OK;
