@@ -83,7 +83,12 @@ static const char *mtp_limit(const ModelSpec *s, const ModelDims *d)
            : d->ffn_out_loc < 2 * d->h && d->q_loc + 2 * d->kv_width_loc < 2 * d->h
                ? "the MLP's or the attention's width per tp rank must be at least 2 x hidden "
                  "(the eh projection's input gradient lives in that scratch)"
-           : s->layout.zero >= 2 ? "zero must be 0 or 1"
+           : s->layout.zero >= 3
+               ? "zero must be at most 2 (under ZeRO-3 they read the embedding and the output "
+                 "layer away from those blocks' gathers)"
+           : s->layout.zero == 2 && d->t > 2
+               ? "ZeRO-2 runs with tp at most 2 (their embedding rows' gradient waits for the "
+                 "embedding's bucket in their saved input, b x s/(cp tp) x 2h)"
            : d->fp8 != MODEL_FP8_NONE ? "FP8 training is not supported with them"
                                       : NULL;
 }

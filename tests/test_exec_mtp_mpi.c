@@ -63,6 +63,10 @@ static const Layout layouts[] = {
     /* tiny-dsv3's multi-head latent attention and its module, without its experts */
     {"dsv3_dense_cp2_allgather", "tiny-dsv3", 2, 1, 1, 1, 1, 1, 0, 0, NULL, 2,
      MODEL_CP_COMM_ALLGATHER, LAYOUT_DENSE},
+    /* ZeRO-2: the modules' gradients of the output layer and the embedding wait for those
+     * blocks' bucket (a tied model: the output layer's gradient is the embedding's) */
+    {"dp2_zero2", "tiny", 2, 2, 1, 1, 1, 1, 2, 0, NULL, 0, 0, 0},
+    {"llama_dp2_zero2_tp2_sp", "tiny-llama", 4, 2, 2, 1, 1, 1, 2, 0, NULL, 0, 0, 0},
     /* run by hand: inner parts whose next part is on another rank, two modules */
     {"cp4_allgather_mtp2", "tiny", 4, 1, 1, 1, 1, 1, 0, 0, NULL, 4, MODEL_CP_COMM_ALLGATHER,
      LAYOUT_MTP2},

@@ -645,6 +645,12 @@ int exec_mtp_forward(const ExecLayerRun *r, int chunk, int mb, ExecLayerActs *A,
  * (layers.c) adds it. The schedule runs both around exec_layers_forward and _backward. */
 int exec_mtp_backward(const ExecLayerRun *r, int chunk, int mb, ExecLayerActs *A,
                       const ExecHeadActs *x, const int32_t *tok, PxError *err);
+/* Under ZeRO-2 the modules' gradients of the output layer's weight and of the embedding's rows,
+ * computed in the windows of those blocks (layers.c's head_bwd and embed_bwd; A: the chunk's
+ * layer sets); nothing otherwise. */
+int exec_mtp_deferred_wgrad(const ExecLayerRun *r, int chunk, const ExecHeadActs *x, PxError *err);
+int exec_mtp_deferred_embed(const ExecLayerRun *r, int chunk, int mb, const ExecLayerActs *A,
+                            const int32_t *tok, PxError *err);
 /* The tokens past each of a sequence's parts that the modules read under context parallelism
  * (D = mtp_layers when cp > 1, else 0: one row holds the whole sequence), the ints they take
  * for `rows` sequences (after the step's rows in data.batch), and their pick from the loader's

@@ -1026,6 +1026,9 @@ static int head_bwd(const ExecLayerRun *r, int chunk, const ExecHeadActs *x, con
         TRY(exec_tp_allreduce(r, MODEL_OPR_LOGITS, -1, chunk, MODEL_BWD, r->W->dx_a,
                               (size_t)R * h, err));
     op_close(r, op);
+    /* ZeRO-2: the prediction modules' share of the output layer's weight gradient (mtp.c) */
+    if (!c->g.defer_logits_wgrad)
+        TRY(exec_mtp_deferred_wgrad(r, chunk, x, err));
 
     op = op_open(r, -1, MODEL_OPR_FINAL_LN, MODEL_BWD);
     /* the prediction modules' gradient of the hidden state they read, which their backward
@@ -1043,8 +1046,9 @@ static int head_bwd(const ExecLayerRun *r, int chunk, const ExecHeadActs *x, con
     return PX_OK;
 }
 
-static int embed_bwd(const ExecLayerRun *r, int chunk, const ExecHeadActs *x, const int32_t *tok,
-                     const void *dres, int last_mb, PxError *err)
+static int embed_bwd(const ExecLayerRun *r, int chunk, int mb, const ExecLayerActs *A,
+                     const ExecHeadActs *x, const int32_t *tok, const void *dres, int last_mb,
+                     PxError *err)
 {
     const ExecCtx *c = r->c;
     const KernBackend *k = c->k;
@@ -1058,6 +1062,7 @@ static int embed_bwd(const ExecLayerRun *r, int chunk, const ExecHeadActs *x, co
         exec_meter_open_again(r->M, c->k, op);
         TRY(logits_wgrad(r, chunk, x, err));
         op_close(r, op);
+        TRY(exec_mtp_deferred_wgrad(r, chunk, x, err));
     }
     TRY(gather_block(r, P->embed_block, MODEL_BWD, c->g.tied_here ? 1 : 0, err));
     const int op = op_open(r, -1, MODEL_OPR_EMBED, MODEL_BWD);
@@ -1073,6 +1078,8 @@ static int embed_bwd(const ExecLayerRun *r, int chunk, const ExecHeadActs *x, co
                              tok_part(c, tok, q, j), C, C, exec_cp_part_pos(c, c->g.cp_rank, j), h,
                              c->g.tp_rank * V, V);
     op_close(r, op);
+    /* ZeRO-2: the prediction modules' rows of the embedding's gradient (mtp.c) */
+    TRY(exec_mtp_deferred_embed(r, chunk, mb, A, tok, err));
     TRY(exec_zero_bucket_reduce(r->Z, c, P, r->M, P->embed_block, err));
     if (last_mb)
         TRY(exec_zero_block_done(r->Z, c, P, r->M, P->embed_block, err));
@@ -1163,7 +1170,7 @@ int exec_layers_backward(const ExecLayerRun *r, int j, int mb, ExecLayerActs *A,
             TRY(exec_zero_block_done(r->Z, c, r->P, r->M, r->P->expert_block[l], err));
     }
     if (g == 0)
-        return embed_bwd(r, j, x, tok, dres, last_mb, err);
+        return embed_bwd(r, j, mb, A, x, tok, dres, last_mb, err);
     if (after) { /* the modules' gradients, which their heads' backward left in their inputs */
         const void *src[1 + EXEC_MTP_MAX] = {dres};
         for (int i = 0; i < D; i++)

@@ -385,6 +385,66 @@ int exec_mtp_forward(const ExecLayerRun *r, int chunk, int mb, ExecLayerActs *A,
 
 /* ---- backward ---- */
 
+/* ZeRO-2 sums each block's gradients over the data-parallel ranks through one bucket as soon
+ * as the block's backward is over (zero.c), so all of a block's gradients of a micro-batch must
+ * be computed within that window. The modules add to two blocks whose windows come later in the
+ * main backward (layers.c): the output layer's weight (their heads) and the embedding's rows
+ * (their enorm inputs). Those wait: each head's logits gradient stays in mtp.N.loss.probs and
+ * its input in mtp.N.logits.in, and each enorm input's gradient is kept in its module's
+ * mtp.eh.in, spent by then (b x s/cp x h rows: under SP the gathered rows, which fit the
+ * b x s/(cp tp) x 2h of eh.in for tp <= 2, model/runnable.c's limit). */
+static int deferred(const ExecCtx *c) { return c->spec.layout.zero >= 2; }
+
+/* Module i's output layer weight gradient: g_out_w += dlogits^T x (x gathered over the
+ * sequence under SP), within the op the caller has open. */
+static int head_wgrad(const ExecLayerRun *r, int chunk, int i, const ExecHeadActs *x,
+                      PxError *err)
+{
+    const ModelDims *d = &r->c->d;
+    const int l = r->c->spec.model.layers + i, N = d->b * d->s_loc, R = d->b * d->s_sp;
+    const void *in = x->mtp_logits_in[i];
+    if (exec_sp_on(r->c)) {
+        TRY(exec_tp_all_gather(r, MODEL_OPR_LOGITS, l, chunk, MODEL_BWD, r->W->sp_gather, in,
+                               (size_t)R * d->h, err));
+        in = r->W->sp_gather;
+    }
+    mm(r, r->P->g_out_w, PX_FP32, x->mtp_probs[i], in, d->vocab_loc, d->h, N, 1, 0, 1);
+    return PX_OK;
+}
+
+int exec_mtp_deferred_wgrad(const ExecLayerRun *r, int chunk, const ExecHeadActs *x, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    if (!deferred(c) || c->g.chunk_g[chunk] != c->d.chunks - 1)
+        return PX_OK;
+    for (int i = 0; i < c->spec.model.mtp_layers; i++) {
+        const int op = exec_meter_layer_op(r->M, c->spec.model.layers + i, MODEL_OPR_LOGITS,
+                                           MODEL_BWD);
+        if (op < 0)
+            return exec_meter_missing(c, "prediction module's output layer op", err);
+        exec_meter_open_again(r->M, c->k, op); /* more of the head's backward */
+        TRY(head_wgrad(r, chunk, i, x, err));
+        exec_meter_close(r->M, c->k, op);
+    }
+    return PX_OK;
+}
+
+int exec_mtp_deferred_embed(const ExecLayerRun *r, int chunk, int mb, const ExecLayerActs *A,
+                            const int32_t *tok, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const int D = c->g.chunk_mtp[chunk], cl = c->g.chunk_cl[chunk];
+    for (int i = 0; deferred(c) && i < D; i++) {
+        int op;
+        TRY(exec_meter_need(r->M, c, MODEL_OPR_MTP, c->spec.model.layers + i, chunk, MODEL_BWD,
+                            MODEL_COMM_COUNT, 0, "prediction module's mtp op", &op, err));
+        exec_meter_open_again(r->M, c->k, op); /* more of the module's backward */
+        embed_shifted_bwd(r, A[cl + i].t[EXEC_MTP_ACT], tok, mb, i + 1);
+        exec_meter_close(r->M, c->k, op);
+    }
+    return PX_OK;
+}
+
 /* Module i's loss and output layer backward: the gradient of its final norm's output into
  * ws.dx_a, the output layer's weight gradient accumulated. */
 static int head_bwd(const ExecLayerRun *r, int chunk, int i, const ExecHeadActs *x,
@@ -420,13 +480,8 @@ static int head_bwd(const ExecLayerRun *r, int chunk, int i, const ExecHeadActs 
     const int sp = exec_sp_on(c), R = d->b * d->s_sp;
     void *dx = sp ? r->W->out : r->W->dx_a;
     mm(r, dx, c->act, dlogits, r->P->out_w, N, h, V, 0, 0, 0);
-    const void *in = x->mtp_logits_in[i];
-    if (sp) {
-        TRY(exec_tp_all_gather(r, MODEL_OPR_LOGITS, l, chunk, MODEL_BWD, r->W->sp_gather, in,
-                               (size_t)R * h, err));
-        in = r->W->sp_gather;
-    }
-    mm(r, r->P->g_out_w, PX_FP32, dlogits, in, V, h, N, 1, 0, 1);
+    if (!deferred(c))
+        TRY(head_wgrad(r, chunk, i, x, err));
     if (sp)
         TRY(exec_tp_reduce_scatter(r, MODEL_OPR_LOGITS, l, chunk, MODEL_BWD, r->W->dx_a, dx,
                                    (size_t)R * h, err));
@@ -472,7 +527,10 @@ static int eh_bwd_sp(const ExecLayerRun *r, int chunk, int i, const void *ehin, 
     embed_shifted(r, r->W->out, tok, mb, i + 1);
     k->memset0(full, (size_t)N * h * c->ab);
     norm_rows_bwd(r, full, EXEC_LPT(g, ENORM_W), gat, h, r->W->out, EXEC_LPT(w, ENORM_W), N);
-    embed_shifted_bwd(r, full, tok, mb, i + 1);
+    if (deferred(c))
+        k->copy((void *)ehin, full, (size_t)N * h * c->ab);
+    else
+        embed_shifted_bwd(r, full, tok, mb, i + 1);
     return PX_OK;
 }
 
@@ -491,7 +549,9 @@ static int module_bwd(const ExecLayerRun *r, int chunk, int i, const ExecLayerAc
     int op;
 
     /* the final norm: its output's gradient from the head, its input's (the module's output)
-     * plus what the next depth left for it */
+     * plus what the next depth left for it (under ZeRO-2 into the bucket, the module's block's
+     * gradients all within this backward) */
+    exec_zero_bucket_clear(r->Z, c, r->P, r->P->layer_block[l]);
     TRY(open_op(r, chunk, l, MODEL_OPR_FINAL_LN, MODEL_BWD, &op, err));
     k->memset0(dres, rb);
     norm_rows_bwd(r, dres, EXEC_LPT(g, NORM_W), r->W->dx_a, h, x->mtp_out[i], EXEC_LPT(w, NORM_W),
@@ -511,7 +571,7 @@ static int module_bwd(const ExecLayerRun *r, int chunk, int i, const ExecLayerAc
     if (d->t > 1) {
         TRY(eh_bwd_sp(r, chunk, i, ehin, hid, x->mtp_out[i], tok, mb, err));
         exec_meter_close(r->M, k, op);
-        return PX_OK;
+        return exec_zero_bucket_reduce(r->Z, c, r->P, r->M, r->P->layer_block[l], err);
     }
     mm(r, deh, c->act, dres, EXEC_LPT(w, EH_W), N, 2 * h, h, 0, 0, 0);
     mm(r, EXEC_LPT(g, EH_W), PX_FP32, dres, ehin, h, 2 * h, N, 1, 0, 1);
@@ -521,9 +581,12 @@ static int module_bwd(const ExecLayerRun *r, int chunk, int i, const ExecLayerAc
     embed_shifted(r, r->W->out, tok, mb, i + 1);
     k->memset0(dres, rb);
     norm_rows_bwd(r, dres, EXEC_LPT(g, ENORM_W), deh, 2 * h, r->W->out, EXEC_LPT(w, ENORM_W), R);
-    embed_shifted_bwd(r, dres, tok, mb, i + 1);
+    if (deferred(c))
+        k->copy((void *)ehin, dres, rb);
+    else
+        embed_shifted_bwd(r, dres, tok, mb, i + 1);
     exec_meter_close(r->M, k, op);
-    return PX_OK;
+    return exec_zero_bucket_reduce(r->Z, c, r->P, r->M, r->P->layer_block[l], err);
 }
 
 int exec_mtp_backward(const ExecLayerRun *r, int chunk, int mb, ExecLayerActs *A,
