@@ -36,11 +36,8 @@ typedef struct {
 } Layout;
 
 enum {
-    LAYOUT_NO_SP = 1, /* tp > 1 without sequence parallelism */
-    LAYOUT_FSDP = 2,  /* zero 3 as FSDP */
-    LAYOUT_FP8 = 4,   /* FP8 GEMMs (the delayed recipe) */
-    LAYOUT_MTP2 = 8,  /* two modules (the second reads two tokens on) */
-    LAYOUT_DENSE = 16, /* the model without its experts */
+    LAYOUT_MTP2 = 1,  /* two modules (the second reads two tokens on) */
+    LAYOUT_DENSE = 2, /* the model without its experts */
 };
 
 static const Layout layouts[] = {
@@ -96,18 +93,16 @@ static ModelSpec spec_of(const Layout *L)
     s.layout.pp = L->pp;
     s.layout.cp = L->cp > 1 ? L->cp : 1;
     s.layout.cp_comm = L->cp_comm;
-    /* the ring runs the fused attention core, Ulysses the unfused one */
-    s.job.flash_attn = L->cp > 1 && L->cp_comm == MODEL_CP_COMM_P2P;
+    /* under cp the ring runs the fused attention core, allgather and Ulysses the unfused one */
+    if (L->cp > 1)
+        s.job.flash_attn = L->cp_comm == MODEL_CP_COMM_P2P;
     s.layout.vpp = L->vpp;
     s.layout.zero = L->zero;
-    s.layout.sp = L->tp > 1 && !(L->flags & LAYOUT_NO_SP);
+    s.layout.sp = L->tp > 1;
     s.layout.ep = L->ep;
     s.layout.etp = s.model.moe.experts > 0 ? 1 : L->tp; /* no experts: etp follows tp */
     s.layout.schedule = L->vpp > 1 ? MODEL_SCHED_INTERLEAVED : MODEL_SCHED_1F1B;
     s.layout.recompute = MODEL_RECOMPUTE_NONE;
-    s.layout.fsdp = (L->flags & LAYOUT_FSDP) != 0;
-    if (L->flags & LAYOUT_FP8)
-        s.job.fp8 = MODEL_FP8_DELAYED;
     if (L->pp_layout)
         px_strlcpy(s.layout.pp_layout, L->pp_layout, sizeof s.layout.pp_layout);
     return s;

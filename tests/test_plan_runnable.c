@@ -130,6 +130,28 @@ int main(void)
                           "allgather") != NULL);
     }
 
+    /* the prediction modules under ZeRO: 2 runs (tp at most 2), 3 is refused by name */
+    {
+        ModelSpec s = request("tiny", 2, 8).base;
+        s.job.precision = PX_FP32;
+        s.model.mtp_layers = 1;
+        s.layout.dp = 2, s.layout.zero = 2;
+        ModelDims d;
+        char why[512] = "";
+        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        s.layout.zero = 3;
+        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+        CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        CHECK(strstr(why, "zero must be at most 2") != NULL);
+        s.layout.zero = 2, s.layout.dp = 1, s.layout.dp_shard = 0, s.layout.sp = 1;
+        s.layout.tp = s.layout.etp = 4; /* no experts: etp follows tp */
+        s.model.ffn_hidden = 512;       /* eh's input gradient fits the MLP's scratch */
+        CHECK_OK(model_spec_check(&s, 4, &d, &err), err);
+        CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        CHECK(strstr(why, "ZeRO-2 runs with tp at most 2") != NULL);
+    }
+
     /* a GPU cluster is not this machine: nothing refused by the executor there */
     q = request("tiny-moe", 4, 8);
     CHECK_OK(sim_plan(&q, &gpu, &r, &err), err);
