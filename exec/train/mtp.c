@@ -9,8 +9,10 @@
  * runs one transformer layer, its own final norm, the shared output layer and a cross-entropy
  * against the tokens k + 1 places on. The last k positions of a sequence have no such target:
  * they are masked, as Megatron-Core rolls the labels and the loss mask, and each module's loss
- * is the mean over its s - k targets of every sequence. The objective adds EXEC_MTP_LOSS_SCALE
- * times the modules' mean loss to the main loss.
+ * is the mean over its s - k targets of every sequence (the masks by global position: under
+ * context parallelism only the sequence's last chunk has masked rows, and the tokens past a
+ * chunk come from its lookahead, mtp_tokens.c). The objective adds EXEC_MTP_LOSS_SCALE times
+ * the modules' mean loss to the main loss.
  *
  * Buffers (the memory table's, nothing of its own): the module's layer saves its tensors in
  * the chunk's layer set after the chunk's layers; mtp.N.final_ln.in holds the module's output,
@@ -20,7 +22,9 @@
  * backward (its input is not saved; under tensor parallelism each rank looks up its vocabulary
  * shard's rows: eh_bwd_sp), and leaves the gradient of the hidden state it read in its own
  * mtp.N.final_ln.in, spent by then, where the depth before it (or the main loss's backward)
- * adds it. */
+ * adds it. Under ZeRO-2 the module's own block's gradients are reduced at the end of its
+ * backward, and its contributions to the output layer's and the embedding's wait for those
+ * blocks' windows (mtp_tokens.c, exec_mtp_deferred). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -83,120 +87,6 @@ static void copy_rows(const ExecLayerRun *r, void *dst, int ld_dst, const void *
                       (size_t)width * r->c->ab);
 }
 
-/* The embedding the modules read (the first stage's, or the last stage's copy: mtp.wte, or a
- * tied model's output layer) and its gradient. */
-static const void *emb_w(const ExecParams *P) { return P->wte ? P->wte : P->out_w; }
-static float *emb_g(const ExecParams *P) { return P->wte ? P->g_wte : P->g_out_w; }
-
-/* ---- the shifted tokens ----
- *
- * Module k reads token p + k at position p and targets token p + k + 1. Under context
- * parallelism a part of C positions at p0 holds tokens p0 .. p0 + C (exec_cp_tok_row), so the
- * last k of its positions need the first tokens of the part after it, which another cp rank
- * holds. Megatron-Core's roll_tensor fetches them from the neighbouring cp rank, one token a
- * module; here every cp rank already reads its data-parallel rank's whole sequences from the
- * loader (data.c), so it takes the D = mtp_layers tokens past each of its parts along with the
- * part, into a lookahead after the step's rows: nothing moves between the cp ranks. */
-
-int exec_mtp_lookahead(const ExecCtx *c)
-{
-    return c->d.c > 1 ? c->spec.model.mtp_layers : 0;
-}
-
-size_t exec_mtp_lookahead_ints(const ExecCtx *c, int rows)
-{
-    return (size_t)rows * exec_cp_parts(c) * exec_mtp_lookahead(c);
-}
-
-void exec_mtp_pick_lookahead(const ExecCtx *c, int32_t *dst, const int32_t *src, int rows)
-{
-    const int D = exec_mtp_lookahead(c), s = c->d.s, C = exec_cp_part_len(c);
-    for (int n = 0; n < rows && D > 0; n++)
-        for (int j = 0; j < exec_cp_parts(c); j++)
-            for (int i = 0; i < D; i++) {
-                /* past the sequence's last token (the last part's): never read, masked */
-                const int at = exec_cp_part_pos(c, c->g.cp_rank, j) + C + 1 + i;
-                dst[((size_t)n * exec_cp_parts(c) + j) * D + i] =
-                    at <= s ? src[(size_t)n * (s + 1) + at] : 0;
-            }
-}
-
-/* A run of tokens: n of them at tok, for the positions from `at` of a part on. */
-typedef struct {
-    const int32_t *tok;
-    int at, n;
-} TokRun;
-
-/* Tokens i0 .. i0 + n - 1 of sequence q's part j in micro-batch mb (counted from the token at
- * the part's first position) as at most two runs: the part's own row (tokens 0 .. C) and its
- * lookahead after the step's rows (schedule.c hands this micro-batch's rows at tok). */
-static int tok_runs(const ExecLayerRun *r, const int32_t *tok, int mb, int q, int j, int i0,
-                    int n, TokRun run[2])
-{
-    const ExecCtx *c = r->c;
-    const ModelDims *d = &c->d;
-    const int C = exec_cp_part_len(c), row = exec_cp_tok_row(c), D = exec_mtp_lookahead(c);
-    const int32_t *part = tok + (size_t)q * row + (size_t)j * (C + 1);
-    int n0 = D == 0 ? n : C + 1 - i0;
-    n0 = n0 < 0 ? 0 : n0 > n ? n : n0;
-    run[0] = (TokRun){part + i0, 0, n0};
-    if (n0 == n)
-        return n > 0;
-    const int32_t *look = tok + (size_t)(d->m - mb) * d->b * row +
-                          ((size_t)(mb * d->b + q) * exec_cp_parts(c) + j) * D;
-    run[1] = (TokRun){look + (i0 + n0 - C - 1), n0, n - n0};
-    return n0 > 0 ? 2 : (run[0] = run[1], 1);
-}
-
-/* Part j's positions p with p + ahead < s among its C: for ahead k - 1 those with a token k on
- * (module k embeds it), for ahead k those with a target. */
-static int part_count(const ExecCtx *c, int j, int ahead)
-{
-    const int C = exec_cp_part_len(c);
-    const int n = c->d.s - ahead - exec_cp_part_pos(c, c->g.cp_rank, j);
-    return n < 0 ? 0 : n > C ? C : n;
-}
-
-/* The shifted tokens' embedding of module k into out [b*s_loc, h]: position p embeds token
- * p + k of its sequence; the positions past the sequence's last token (masked: they have no
- * target) embed nothing. */
-static void embed_shifted(const ExecLayerRun *r, void *out, const int32_t *tok, int mb, int k)
-{
-    const ExecCtx *c = r->c;
-    const ModelDims *d = &c->d;
-    const int h = d->h, V = d->vocab_loc, C = exec_cp_part_len(c);
-    TokRun run[2];
-    for (int q = 0; q < d->b; q++)
-        for (int j = 0; j < exec_cp_parts(c); j++) {
-            void *o = AT(out, ((size_t)q * d->s_loc + (size_t)j * C) * h);
-            const int n = part_count(c, j, k - 1);
-            for (int u = tok_runs(r, tok, mb, q, j, k, n, run) - 1; u >= 0; u--)
-                c->k->embedding_fwd(AT(o, (size_t)run[u].at * h), run[u].tok, emb_w(r->P), NULL,
-                                    run[u].n, run[u].n, 0, h, c->g.tp_rank * V, V);
-            if (n < C)
-                c->k->memset0(AT(o, (size_t)n * h), (size_t)(C - n) * h * c->ab);
-        }
-}
-
-/* Its backward: the gradient of those rows (dy [b*s_loc, h]) into the embedding's rows of this
- * rank's vocabulary shard. */
-static void embed_shifted_bwd(const ExecLayerRun *r, const void *dy, const int32_t *tok, int mb,
-                              int k)
-{
-    const ExecCtx *c = r->c;
-    const ModelDims *d = &c->d;
-    const int h = d->h, V = d->vocab_loc, C = exec_cp_part_len(c);
-    TokRun run[2];
-    for (int q = 0; q < d->b; q++)
-        for (int j = 0; j < exec_cp_parts(c); j++) {
-            const void *o = AT(dy, ((size_t)q * d->s_loc + (size_t)j * C) * h);
-            const int n = part_count(c, j, k - 1);
-            for (int u = tok_runs(r, tok, mb, q, j, k, n, run) - 1; u >= 0; u--)
-                c->k->embedding_bwd(emb_g(r->P), NULL, AT(o, (size_t)run[u].at * h), run[u].tok,
-                                    run[u].n, run[u].n, 0, h, c->g.tp_rank * V, V);
-        }
-}
-
 /* The op of `role` at module layer l: the module's own (MODEL_OPR_MTP, found by key) or its
  * layer's final norm, output layer and loss (meter.c files them under the layer). */
 static int open_op(const ExecLayerRun *r, int chunk, int l, ModelOpRole role, ModelPhase ph,
@@ -233,7 +123,7 @@ static int module_fwd(const ExecLayerRun *r, int chunk, int i, const ExecLayerAc
     int op;
     TRY(open_op(r, chunk, l, MODEL_OPR_MTP, MODEL_FWD, &op, err));
     /* vocabulary-parallel: the shards' partial embeddings summed, this rank's rows kept */
-    embed_shifted(r, r->W->out, tok, mb, i + 1);
+    exec_mtp_embed_shifted(r, r->W->out, tok, mb, i + 1);
     void *emb = r->W->out;
     if (t > 1) {
         TRY(exec_tp_reduce_scatter(r, MODEL_OPR_MTP, l, chunk, MODEL_FWD, r->W->dx_a, emb,
@@ -275,7 +165,7 @@ static int module_loss(const ExecLayerRun *r, int chunk, int i, float *probs, co
     const int N = d->b * d->s_loc, n = s - K > 0 ? s - K : 0, v0 = c->g.tp_rank * V;
     const int C = exec_cp_part_len(c), P = exec_cp_parts(c);
     float *rowmax = r->W->xent, *rowsum = rowmax + N, *target = rowsum + N, *loss = target + N;
-    TokRun run[2];
+    ExecMtpTokRun run[2];
     int op;
     TRY(open_op(r, chunk, l, MODEL_OPR_LOSS, MODEL_FWD, &op, err));
     k->xent_rowmax(rowmax, probs, N, V);
@@ -284,7 +174,7 @@ static int module_loss(const ExecLayerRun *r, int chunk, int i, float *probs, co
     for (int q = 0; q < d->b; q++)
         for (int j = 0; j < P; j++) {
             const size_t o = (size_t)q * d->s_loc + (size_t)j * C;
-            for (int u = tok_runs(r, tok, mb, q, j, K + 1, part_count(c, j, K), run) - 1; u >= 0;
+            for (int u = exec_mtp_tok_runs(r, tok, mb, q, j, K + 1, exec_mtp_part_count(c, j, K), run) - 1; u >= 0;
                  u--) {
                 const size_t ou = o + (size_t)run[u].at;
                 k->xent_expsum(rowsum + ou, target + ou, probs + ou * V, rowmax + ou, run[u].tok,
@@ -299,7 +189,7 @@ static int module_loss(const ExecLayerRun *r, int chunk, int i, float *probs, co
     for (int q = 0; q < d->b; q++)
         for (int j = 0; j < P; j++) {
             const size_t o = (size_t)q * d->s_loc + (size_t)j * C;
-            const int nt = part_count(c, j, K);
+            const int nt = exec_mtp_part_count(c, j, K);
             if (nt > 0)
                 k->xent_finish(loss + o, probs + o * V, rowsum + o, rowmax + o, target + o, nt, V);
             k->memset0(probs + (o + (size_t)nt) * V, (size_t)(C - nt) * V * sizeof *probs);
@@ -385,66 +275,6 @@ int exec_mtp_forward(const ExecLayerRun *r, int chunk, int mb, ExecLayerActs *A,
 
 /* ---- backward ---- */
 
-/* ZeRO-2 sums each block's gradients over the data-parallel ranks through one bucket as soon
- * as the block's backward is over (zero.c), so all of a block's gradients of a micro-batch must
- * be computed within that window. The modules add to two blocks whose windows come later in the
- * main backward (layers.c): the output layer's weight (their heads) and the embedding's rows
- * (their enorm inputs). Those wait: each head's logits gradient stays in mtp.N.loss.probs and
- * its input in mtp.N.logits.in, and each enorm input's gradient is kept in its module's
- * mtp.eh.in, spent by then (b x s/cp x h rows: under SP the gathered rows, which fit the
- * b x s/(cp tp) x 2h of eh.in for tp <= 2, model/runnable.c's limit). */
-static int deferred(const ExecCtx *c) { return c->spec.layout.zero >= 2; }
-
-/* Module i's output layer weight gradient: g_out_w += dlogits^T x (x gathered over the
- * sequence under SP), within the op the caller has open. */
-static int head_wgrad(const ExecLayerRun *r, int chunk, int i, const ExecHeadActs *x,
-                      PxError *err)
-{
-    const ModelDims *d = &r->c->d;
-    const int l = r->c->spec.model.layers + i, N = d->b * d->s_loc, R = d->b * d->s_sp;
-    const void *in = x->mtp_logits_in[i];
-    if (exec_sp_on(r->c)) {
-        TRY(exec_tp_all_gather(r, MODEL_OPR_LOGITS, l, chunk, MODEL_BWD, r->W->sp_gather, in,
-                               (size_t)R * d->h, err));
-        in = r->W->sp_gather;
-    }
-    mm(r, r->P->g_out_w, PX_FP32, x->mtp_probs[i], in, d->vocab_loc, d->h, N, 1, 0, 1);
-    return PX_OK;
-}
-
-int exec_mtp_deferred_wgrad(const ExecLayerRun *r, int chunk, const ExecHeadActs *x, PxError *err)
-{
-    const ExecCtx *c = r->c;
-    if (!deferred(c) || c->g.chunk_g[chunk] != c->d.chunks - 1)
-        return PX_OK;
-    for (int i = 0; i < c->spec.model.mtp_layers; i++) {
-        const int op = exec_meter_layer_op(r->M, c->spec.model.layers + i, MODEL_OPR_LOGITS,
-                                           MODEL_BWD);
-        if (op < 0)
-            return exec_meter_missing(c, "prediction module's output layer op", err);
-        exec_meter_open_again(r->M, c->k, op); /* more of the head's backward */
-        TRY(head_wgrad(r, chunk, i, x, err));
-        exec_meter_close(r->M, c->k, op);
-    }
-    return PX_OK;
-}
-
-int exec_mtp_deferred_embed(const ExecLayerRun *r, int chunk, int mb, const ExecLayerActs *A,
-                            const int32_t *tok, PxError *err)
-{
-    const ExecCtx *c = r->c;
-    const int D = c->g.chunk_mtp[chunk], cl = c->g.chunk_cl[chunk];
-    for (int i = 0; deferred(c) && i < D; i++) {
-        int op;
-        TRY(exec_meter_need(r->M, c, MODEL_OPR_MTP, c->spec.model.layers + i, chunk, MODEL_BWD,
-                            MODEL_COMM_COUNT, 0, "prediction module's mtp op", &op, err));
-        exec_meter_open_again(r->M, c->k, op); /* more of the module's backward */
-        embed_shifted_bwd(r, A[cl + i].t[EXEC_MTP_ACT], tok, mb, i + 1);
-        exec_meter_close(r->M, c->k, op);
-    }
-    return PX_OK;
-}
-
 /* Module i's loss and output layer backward: the gradient of its final norm's output into
  * ws.dx_a, the output layer's weight gradient accumulated. */
 static int head_bwd(const ExecLayerRun *r, int chunk, int i, const ExecHeadActs *x,
@@ -462,13 +292,13 @@ static int head_bwd(const ExecLayerRun *r, int chunk, int i, const ExecHeadActs 
                         ((double)c->spec.model.mtp_layers * c->spec.job.global_batch * n))
               : 0.0f;
     float *probs = (float *)x->mtp_probs[i];
-    TokRun run[2];
+    ExecMtpTokRun run[2];
     int op;
     TRY(open_op(r, chunk, l, MODEL_OPR_LOSS, MODEL_BWD, &op, err));
     for (int q = 0; q < d->b; q++)
         for (int j = 0; j < exec_cp_parts(c); j++) {
             const size_t o = (size_t)q * d->s_loc + (size_t)j * C;
-            for (int u = tok_runs(r, tok, mb, q, j, K + 1, part_count(c, j, K), run) - 1; u >= 0;
+            for (int u = exec_mtp_tok_runs(r, tok, mb, q, j, K + 1, exec_mtp_part_count(c, j, K), run) - 1; u >= 0;
                  u--)
                 k->xent_bwd(probs + (o + (size_t)run[u].at) * V, run[u].tok, run[u].n, V,
                             c->g.tp_rank * V, dloss);
@@ -480,8 +310,8 @@ static int head_bwd(const ExecLayerRun *r, int chunk, int i, const ExecHeadActs 
     const int sp = exec_sp_on(c), R = d->b * d->s_sp;
     void *dx = sp ? r->W->out : r->W->dx_a;
     mm(r, dx, c->act, dlogits, r->P->out_w, N, h, V, 0, 0, 0);
-    if (!deferred(c))
-        TRY(head_wgrad(r, chunk, i, x, err));
+    if (!exec_mtp_deferred(c))
+        TRY(exec_layers_logits_wgrad(r, chunk, l, x->mtp_logits_in[i], x->mtp_probs[i], err));
     if (sp)
         TRY(exec_tp_reduce_scatter(r, MODEL_OPR_LOGITS, l, chunk, MODEL_BWD, r->W->dx_a, dx,
                                    (size_t)R * h, err));
@@ -524,13 +354,13 @@ static int eh_bwd_sp(const ExecLayerRun *r, int chunk, int i, const void *ehin, 
     copy_rows(r, r->W->dx_b, h, deh, 2 * h, R, h);
     TRY(exec_tp_all_gather(r, MODEL_OPR_MTP, l, chunk, MODEL_BWD, gat, r->W->dx_b, (size_t)R * h,
                            err));
-    embed_shifted(r, r->W->out, tok, mb, i + 1);
+    exec_mtp_embed_shifted(r, r->W->out, tok, mb, i + 1);
     k->memset0(full, (size_t)N * h * c->ab);
     norm_rows_bwd(r, full, EXEC_LPT(g, ENORM_W), gat, h, r->W->out, EXEC_LPT(w, ENORM_W), N);
-    if (deferred(c))
+    if (exec_mtp_deferred(c))
         k->copy((void *)ehin, full, (size_t)N * h * c->ab);
     else
-        embed_shifted_bwd(r, full, tok, mb, i + 1);
+        exec_mtp_embed_shifted_bwd(r, full, tok, mb, i + 1);
     return PX_OK;
 }
 
@@ -578,13 +408,13 @@ static int module_bwd(const ExecLayerRun *r, int chunk, int i, const ExecLayerAc
     k->memset0(x->mtp_out[i], rb);
     norm_rows_bwd(r, x->mtp_out[i], EXEC_LPT(g, HNORM_W), AT(deh, h), 2 * h, hid,
                   EXEC_LPT(w, HNORM_W), R);
-    embed_shifted(r, r->W->out, tok, mb, i + 1);
+    exec_mtp_embed_shifted(r, r->W->out, tok, mb, i + 1);
     k->memset0(dres, rb);
     norm_rows_bwd(r, dres, EXEC_LPT(g, ENORM_W), deh, 2 * h, r->W->out, EXEC_LPT(w, ENORM_W), R);
-    if (deferred(c))
+    if (exec_mtp_deferred(c))
         k->copy((void *)ehin, dres, rb);
     else
-        embed_shifted_bwd(r, dres, tok, mb, i + 1);
+        exec_mtp_embed_shifted_bwd(r, dres, tok, mb, i + 1);
     exec_meter_close(r->M, k, op);
     return exec_zero_bucket_reduce(r->Z, c, r->P, r->M, r->P->layer_block[l], err);
 }
