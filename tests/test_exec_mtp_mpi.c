@@ -13,8 +13,11 @@
  * its own (a layout string's m before L: the transfer to the loss stage carries two
  * activations), data parallelism with
  * ZeRO-1, tensor parallelism with sequence parallelism (a tied LayerNorm model), expert
- * parallelism (the module's layer a MoE layer, forced balance), and tensor and sequence
- * parallelism on the CUDA backend through the emulator (a GPU per rank). Usage: test_exec_mtp_mpi PARALLAX LAYOUT [WORKER]
+ * parallelism (the module's layer a MoE layer, forced balance), tensor and sequence
+ * parallelism on the CUDA backend through the emulator (a GPU per rank), context parallelism
+ * with each comm type (the module's last positions of a chunk read the tokens past it from the
+ * chunk's lookahead), and ZeRO-2 (the modules' gradients of the output layer and the embedding
+ * computed in those blocks' bucket windows). Usage: test_exec_mtp_mpi PARALLAX LAYOUT [WORKER]
  * (`list` prints the layouts). */
 #include <unistd.h>
 
@@ -57,6 +60,8 @@ static const Layout layouts[] = {
     {"cp2_allgather", "tiny", 2, 1, 1, 1, 1, 1, 0, 0, NULL, 2, MODEL_CP_COMM_ALLGATHER, 0},
     {"cp2_p2p_mtp2", "tiny-llama", 2, 1, 1, 1, 1, 1, 0, 0, NULL, 2, MODEL_CP_COMM_P2P, LAYOUT_MTP2},
     {"cp2_a2a_tp2_sp", "tiny", 4, 1, 2, 1, 1, 1, 0, 0, NULL, 2, MODEL_CP_COMM_A2A, 0},
+    /* the pipeline with the module on the last of 2 x 2 virtual stages */
+    {"llama_pp2_vpp2_cp2_p2p", "tiny-llama", 4, 1, 1, 2, 2, 1, 0, 0, NULL, 2, MODEL_CP_COMM_P2P, 0},
     /* tiny-dsv3's multi-head latent attention and its module, without its experts */
     {"dsv3_dense_cp2_allgather", "tiny-dsv3", 2, 1, 1, 1, 1, 1, 0, 0, NULL, 2,
      MODEL_CP_COMM_ALLGATHER, LAYOUT_DENSE},
@@ -64,9 +69,14 @@ static const Layout layouts[] = {
      * blocks' bucket (a tied model: the output layer's gradient is the embedding's) */
     {"dp2_zero2", "tiny", 2, 2, 1, 1, 1, 1, 2, 0, NULL, 0, 0, 0},
     {"llama_dp2_zero2_tp2_sp", "tiny-llama", 4, 2, 2, 1, 1, 1, 2, 0, NULL, 0, 0, 0},
-    /* run by hand: inner parts whose next part is on another rank, two modules */
+    /* run by hand: the lookahead through the CUDA backend's staging (the emulator, 15 s); inner
+     * parts whose next part is on another rank, two modules; the module on a stage of its own
+     * under cp 2 (6 ranks) */
+    {"cuda_cp2_allgather", "tiny", 2, 1, 1, 1, 1, 1, 0, 1, NULL, 2, MODEL_CP_COMM_ALLGATHER, 0},
     {"cp4_allgather_mtp2", "tiny", 4, 1, 1, 1, 1, 1, 0, 0, NULL, 4, MODEL_CP_COMM_ALLGATHER,
      LAYOUT_MTP2},
+    {"llama_pp3_mtp_stage_cp2_allgather", "tiny-llama", 6, 1, 1, 3, 1, 1, 0, 0, "Et*2|t*2m|L", 2,
+     MODEL_CP_COMM_ALLGATHER, 0},
 };
 enum { N_LAYOUTS = sizeof layouts / sizeof layouts[0], STEPS = 3 };
 
