@@ -41,6 +41,8 @@ typedef struct {
 enum {
     LAYOUT_MTP2 = 1,  /* two modules (the second reads two tokens on) */
     LAYOUT_DENSE = 2, /* the model without its experts */
+    LAYOUT_KEEP = 4,  /* ZeRO-3's gathered parameters kept from the forward to the backward */
+    LAYOUT_FSDP = 8,  /* zero 3 as FSDP */
 };
 
 static const Layout layouts[] = {
@@ -69,6 +71,11 @@ static const Layout layouts[] = {
      * blocks' bucket (a tied model: the output layer's gradient is the embedding's) */
     {"dp2_zero2", "tiny", 2, 2, 1, 1, 1, 1, 2, 0, NULL, 0, 0, 0},
     {"llama_dp2_zero2_tp2_sp", "tiny-llama", 4, 2, 2, 1, 1, 1, 2, 0, NULL, 0, 0, 0},
+    /* ZeRO-3 and FSDP with the gathers kept from the forward (the modules read the embedding
+     * and the output layer from those blocks' gathers) */
+    {"dp2_zero3_keep", "tiny", 2, 2, 1, 1, 1, 1, 3, 0, NULL, 0, 0, LAYOUT_KEEP},
+    {"llama_dp2_fsdp_keep_tp2_sp", "tiny-llama", 4, 2, 2, 1, 1, 1, 3, 0, NULL, 0, 0,
+     LAYOUT_KEEP | LAYOUT_FSDP},
     /* run by hand: the lookahead through the CUDA backend's staging (the emulator, 15 s); inner
      * parts whose next part is on another rank, two modules; the module on a stage of its own
      * under cp 2 (6 ranks) */
@@ -113,6 +120,8 @@ static ModelSpec spec_of(const Layout *L)
     s.layout.etp = s.model.moe.experts > 0 ? 1 : L->tp; /* no experts: etp follows tp */
     s.layout.schedule = L->vpp > 1 ? MODEL_SCHED_INTERLEAVED : MODEL_SCHED_1F1B;
     s.layout.recompute = MODEL_RECOMPUTE_NONE;
+    s.layout.keep_gathered = (L->flags & LAYOUT_KEEP) != 0;
+    s.layout.fsdp = (L->flags & LAYOUT_FSDP) != 0;
     if (L->pp_layout)
         px_strlcpy(s.layout.pp_layout, L->pp_layout, sizeof s.layout.pp_layout);
     return s;
@@ -177,6 +186,7 @@ static void check_layout(const Layout *L)
     one.layout.pp_layout[0] = '\0';
     one.layout.schedule = MODEL_SCHED_1F1B;
     one.layout.zero = 0;
+    one.layout.keep_gathered = one.layout.fsdp = 0;
     one.job.precision = PX_FP32;
     write_plan(&one, "local", 1, "ref.json");
     sh(0, "%s run %s/ref.json --quiet --launcher none -o %s/ref.run.json --metrics %s/ref.jsonl",

@@ -130,7 +130,8 @@ int main(void)
                           "allgather") != NULL);
     }
 
-    /* the prediction modules under ZeRO: 2 runs (tp at most 2), 3 is refused by name */
+    /* the prediction modules under ZeRO: 2 runs (tp at most 2), 3 with the gathers kept from
+     * the forward, else it is refused by name */
     {
         ModelSpec s = request("tiny", 2, 8).base;
         s.job.precision = PX_FP32;
@@ -143,13 +144,17 @@ int main(void)
         s.layout.zero = 3;
         CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
         CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));
-        CHECK(strstr(why, "zero must be at most 2") != NULL);
+        CHECK(strstr(why, "make the plan with --no-reshard-after-forward") != NULL);
+        s.layout.keep_gathered = 1;
+        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        s.layout.keep_gathered = 0;
         s.layout.zero = 2, s.layout.dp = 1, s.layout.dp_shard = 0, s.layout.sp = 1;
         s.layout.tp = s.layout.etp = 4; /* no experts: etp follows tp */
         s.model.ffn_hidden = 512;       /* eh's input gradient fits the MLP's scratch */
         CHECK_OK(model_spec_check(&s, 4, &d, &err), err);
         CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));
-        CHECK(strstr(why, "ZeRO-2 runs with tp at most 2") != NULL);
+        CHECK(strstr(why, "ZeRO-2/3 run with tp at most 2") != NULL);
     }
 
     /* a GPU cluster is not this machine: nothing refused by the executor there */

@@ -111,6 +111,16 @@ static void *eh_grad_buf(const ExecLayerRun *r)
     return d->ffn_out_loc >= 2 * d->h ? r->W->dffn : r->W->dqkv;
 }
 
+/* ZeRO-3: the module's blocks (its layer's, and a MoE layer's experts') gathered before its
+ * forward and, kept from it, pointed at before its backward: the modules run under ZeRO-3 with
+ * the gathers kept (--no-reshard-after-forward), which also keeps the embedding and the output
+ * layer they read from those blocks' own gathers (model/runnable.c). */
+static int gather_module(const ExecLayerRun *r, int l, ModelPhase ph, PxError *err)
+{
+    TRY(exec_zero_gather(r->Z, r->c, r->P, r->M, r->P->layer_block[l], ph, 0, err));
+    return exec_zero_gather(r->Z, r->c, r->P, r->M, r->P->expert_block[l], ph, 0, err);
+}
+
 static int module_fwd(const ExecLayerRun *r, int chunk, int i, const ExecLayerActs *a,
                       const void *hid, const int32_t *tok, int mb, PxError *err)
 {
@@ -121,6 +131,7 @@ static int module_fwd(const ExecLayerRun *r, int chunk, int i, const ExecLayerAc
     void *ehin = a->t[EXEC_MTP_ACT];
     const int t = d->t, hl = h / t;
     int op;
+    TRY(gather_module(r, l, MODEL_FWD, err));
     TRY(open_op(r, chunk, l, MODEL_OPR_MTP, MODEL_FWD, &op, err));
     /* vocabulary-parallel: the shards' partial embeddings summed, this rank's rows kept */
     exec_mtp_embed_shifted(r, r->W->out, tok, mb, i + 1);
@@ -382,6 +393,7 @@ static int module_bwd(const ExecLayerRun *r, int chunk, int i, const ExecLayerAc
      * plus what the next depth left for it (under ZeRO-2 into the bucket, the module's block's
      * gradients all within this backward) */
     exec_zero_bucket_clear(r->Z, c, r->P, r->P->layer_block[l]);
+    TRY(gather_module(r, l, MODEL_BWD, err));
     TRY(open_op(r, chunk, l, MODEL_OPR_FINAL_LN, MODEL_BWD, &op, err));
     k->memset0(dres, rb);
     norm_rows_bwd(r, dres, EXEC_LPT(g, NORM_W), r->W->dx_a, h, x->mtp_out[i], EXEC_LPT(w, NORM_W),
