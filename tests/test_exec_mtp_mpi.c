@@ -16,8 +16,8 @@
  * parallelism (the module's layer a MoE layer, forced balance), tensor and sequence
  * parallelism on the CUDA backend through the emulator (a GPU per rank), context parallelism
  * with each comm type (the module's last positions of a chunk read the tokens past it from the
- * chunk's lookahead), and ZeRO-2 (the modules' gradients of the output layer and the embedding
- * computed in those blocks' bucket windows). Usage: test_exec_mtp_mpi PARALLAX LAYOUT [WORKER]
+ * chunk's lookahead), ZeRO-2 (the modules' gradients of the output layer and the embedding
+ * computed in those blocks' bucket windows) and ZeRO-3 and FSDP with the gathers kept. Usage: test_exec_mtp_mpi PARALLAX LAYOUT [WORKER]
  * (`list` prints the layouts). */
 #include <unistd.h>
 
