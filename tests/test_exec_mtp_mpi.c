@@ -68,7 +68,8 @@ static const Layout layouts[] = {
     {"dsv3_dense_cp2_allgather", "tiny-dsv3", 2, 1, 1, 1, 1, 1, 0, 0, NULL, 2,
      MODEL_CP_COMM_ALLGATHER, LAYOUT_DENSE},
     /* ZeRO-2: the modules' gradients of the output layer and the embedding wait for those
-     * blocks' bucket (a tied model: the output layer's gradient is the embedding's) */
+     * blocks' bucket (a tied model: the output layer's gradient is the embedding's); the
+     * untied one run by hand (FSDP below has its tp and its deferral) */
     {"dp2_zero2", "tiny", 2, 2, 1, 1, 1, 1, 2, 0, NULL, 0, 0, 0},
     {"llama_dp2_zero2_tp2_sp", "tiny-llama", 4, 2, 2, 1, 1, 1, 2, 0, NULL, 0, 0, 0},
     /* ZeRO-3 and FSDP with the gathers kept from the forward (the modules read the embedding
@@ -76,6 +77,9 @@ static const Layout layouts[] = {
     {"dp2_zero3_keep", "tiny", 2, 2, 1, 1, 1, 1, 3, 0, NULL, 0, 0, LAYOUT_KEEP},
     {"llama_dp2_fsdp_keep_tp2_sp", "tiny-llama", 4, 2, 2, 1, 1, 1, 3, 0, NULL, 0, 0,
      LAYOUT_KEEP | LAYOUT_FSDP},
+    /* both: ZeRO-3 sharded over dp x cp */
+    {"cp2_dp2_zero3_keep_allgather", "tiny", 4, 2, 1, 1, 1, 1, 3, 0, NULL, 2,
+     MODEL_CP_COMM_ALLGATHER, LAYOUT_KEEP},
     /* run by hand: the lookahead through the CUDA backend's staging (the emulator, 15 s); inner
      * parts whose next part is on another rank, two modules; the module on a stage of its own
      * under cp 2 (6 ranks) */
