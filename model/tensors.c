@@ -1101,7 +1101,7 @@ static void add_workspace(Build *B)
     if (B->has_data)
         /* a sequence's tokens and the next ones: with context parallelism each of the rank's
          * two chunks with its own next token and the mtp_layers tokens after it that the
-         * prediction modules read (exec/train/data.c, mtp.c) */
+         * prediction modules read (exec/train/data.c, mtp_tokens.c) */
         add(a, MODEL_TR_DATA_BATCH, "data.batch", MODEL_WORKSPACE, PX_INT32, MODEL_SHARD_CP, 4, 2, d->m,
             b, d->s_loc + (d->c > 1 ? 2 * (1 + s->model.mtp_layers) : 1));
     /* The cross-entropy's per-token row max, sum of exponentials, target logit and loss (fp32):

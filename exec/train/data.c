@@ -369,7 +369,7 @@ static size_t batch_bytes(const ExecCtx *c)
 }
 
 /* data.batch's rows (exec_cp_tok_row), then the tokens past their parts that the prediction
- * modules read (mtp.c) */
+ * modules read (mtp_tokens.c) */
 static size_t local_bytes(const ExecCtx *c)
 {
     const int rows = c->d.m * c->d.b;

@@ -681,10 +681,10 @@ int exec_mtp_part_count(const ExecCtx *c, int j, int ahead);
 void exec_mtp_embed_shifted(const ExecLayerRun *r, void *out, const int32_t *tok, int mb, int k);
 void exec_mtp_embed_shifted_bwd(const ExecLayerRun *r, const void *dy, const int32_t *tok, int mb,
                                 int k);
-/* ZeRO-2 sums each block's gradients through one bucket as soon as the block's backward is over
+/* ZeRO-2/3 sum each block's gradients through one bucket as soon as the block's backward is over
  * (zero.c), so a block's gradients of a micro-batch must all be computed in that window. The
  * modules add to two blocks whose windows come later in the main backward: the output layer's
- * weight (their heads) and the embedding's rows (their enorm inputs). Under ZeRO-2 those wait
+ * weight (their heads) and the embedding's rows (their enorm inputs). Under ZeRO-2/3 those wait
  * (exec_mtp_deferred): each head's logits gradient stays in mtp.N.loss.probs and its input in
  * mtp.N.logits.in (layers.c's head_bwd or, tied, embed_bwd adds them), and each enorm input's
  * gradient is kept in its module's spent mtp.eh.in (b x s/cp x h: under SP the gathered rows,

@@ -991,7 +991,7 @@ static int logits_wgrad(const ExecLayerRun *r, int chunk, const ExecHeadActs *x,
                                     err);
 }
 
-/* Under ZeRO-2 the prediction modules' heads' share of the output layer's weight gradient,
+/* Under ZeRO-2/3 the prediction modules' heads' share of the output layer's weight gradient,
  * which waited for this block's window (mtp_tokens.c, exec_mtp_deferred), each within more of
  * its head's backward op. */
 static int mtp_deferred_wgrad(const ExecLayerRun *r, int chunk, const ExecHeadActs *x,
@@ -1053,7 +1053,7 @@ static int head_bwd(const ExecLayerRun *r, int chunk, const ExecHeadActs *x, con
         TRY(exec_tp_allreduce(r, MODEL_OPR_LOGITS, -1, chunk, MODEL_BWD, r->W->dx_a,
                               (size_t)R * h, err));
     op_close(r, op);
-    /* ZeRO-2: the prediction modules' share of the output layer's weight gradient (mtp.c) */
+    /* ZeRO-2/3: the prediction modules' share of the output layer's weight gradient */
     if (!c->g.defer_logits_wgrad)
         TRY(mtp_deferred_wgrad(r, chunk, x, err));
 
@@ -1105,7 +1105,7 @@ static int embed_bwd(const ExecLayerRun *r, int chunk, int mb, const ExecLayerAc
                              tok_part(c, tok, q, j), C, C, exec_cp_part_pos(c, c->g.cp_rank, j), h,
                              c->g.tp_rank * V, V);
     op_close(r, op);
-    /* ZeRO-2: the prediction modules' rows of the embedding's gradient (mtp.c) */
+    /* ZeRO-2/3: the prediction modules' rows of the embedding's gradient (mtp_tokens.c) */
     TRY(exec_mtp_deferred_embed(r, chunk, mb, A, tok, err));
     TRY(exec_zero_bucket_reduce(r->Z, c, P, r->M, P->embed_block, err));
     if (last_mb)

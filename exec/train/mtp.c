@@ -390,7 +390,7 @@ static int module_bwd(const ExecLayerRun *r, int chunk, int i, const ExecLayerAc
     int op;
 
     /* the final norm: its output's gradient from the head, its input's (the module's output)
-     * plus what the next depth left for it (under ZeRO-2 into the bucket, the module's block's
+     * plus what the next depth left for it (under ZeRO-2/3 into the bucket, the module's block's
      * gradients all within this backward) */
     exec_zero_bucket_clear(r->Z, c, r->P, r->P->layer_block[l]);
     TRY(gather_module(r, l, MODEL_BWD, err));

@@ -1,6 +1,6 @@
 /* The tokens the multi-token prediction modules read (exec/train/mtp.c): module k's position p
  * embeds token p + k and targets token p + k + 1, looked up here with context parallelism's
- * lookahead; and under ZeRO-2 the modules' rows of the embedding's gradient, added in the
+ * lookahead; and under ZeRO-2/3 the modules' rows of the embedding's gradient, added in the
  * embedding's window of the main backward (layers.c calls it, so it lives apart from mtp.c,
  * which calls layers.c). */
 #include "exec/train/internal.h"
