@@ -24,9 +24,6 @@ const char *model_exec_cp_limit(const ModelSpec *s, const ModelDims *d)
                ? "a2a needs cp to divide the heads and the KV heads per tensor-parallel rank "
                  "(Ulysses splits them over the cp ranks)"
            : s->job.dropout > 0.0 ? "dropout must be 0"
-           : m->mtp_layers > 0
-               ? "multi-token prediction modules run with cp 1 (a module's shifted tokens cross "
-                 "the cp ranks' parts)"
            : d->fp8 != MODEL_FP8_NONE ? "FP8 training is not supported"
            : d->s % (2 * d->c) != 0   ? "the sequence must split into 2 x cp chunks"
                                       : NULL;
@@ -82,8 +79,13 @@ static const char *mtp_limit(const ModelSpec *s, const ModelDims *d)
            : d->ffn_out_loc < 2 * d->h && d->q_loc + 2 * d->kv_width_loc < 2 * d->h
                ? "the MLP's or the attention's width per tp rank must be at least 2 x hidden "
                  "(the eh projection's input gradient lives in that scratch)"
-           : d->c > 1 ? "cp must be 1 (a module's shifted tokens cross the cp ranks' parts)"
-           : s->layout.zero >= 2 ? "zero must be 0 or 1"
+           : s->layout.zero >= 3 && !s->layout.keep_gathered
+               ? "ZeRO-3 and FSDP run with the gathered parameters kept from the forward to the "
+                 "backward (make the plan with --no-reshard-after-forward): they read the "
+                 "embedding and the output layer away from those blocks' gathers"
+           : s->layout.zero >= 2 && d->t > 2
+               ? "ZeRO-2/3 run with tp at most 2 (their embedding rows' gradient waits for the "
+                 "embedding's bucket in their saved input, b x s/(cp tp) x 2h)"
            : d->fp8 != MODEL_FP8_NONE ? "FP8 training is not supported with them"
                                       : NULL;
 }

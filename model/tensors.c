@@ -1100,9 +1100,10 @@ static void add_workspace(Build *B)
         add(a, MODEL_TR_WS_RECOMPUTE, "ws.recompute", MODEL_WORKSPACE, PX_UINT8, 0, 1, (int64_t)re, 0, 0, 0);
     if (B->has_data)
         /* a sequence's tokens and the next ones: with context parallelism each of the rank's
-         * two chunks with its own next token (exec/train/data.c) */
+         * two chunks with its own next token and the mtp_layers tokens after it that the
+         * prediction modules read (exec/train/data.c, mtp_tokens.c) */
         add(a, MODEL_TR_DATA_BATCH, "data.batch", MODEL_WORKSPACE, PX_INT32, MODEL_SHARD_CP, 4, 2, d->m,
-            b, d->s_loc + (d->c > 1 ? 2 : 1));
+            b, d->s_loc + (d->c > 1 ? 2 * (1 + s->model.mtp_layers) : 1));
     /* The cross-entropy's per-token row max, sum of exponentials, target logit and loss (fp32):
      * the steps the vocabulary-parallel reductions separate (kernels.h's xent_*). */
     if (B->has_moe) {

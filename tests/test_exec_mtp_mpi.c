@@ -13,8 +13,11 @@
  * its own (a layout string's m before L: the transfer to the loss stage carries two
  * activations), data parallelism with
  * ZeRO-1, tensor parallelism with sequence parallelism (a tied LayerNorm model), expert
- * parallelism (the module's layer a MoE layer, forced balance), and tensor and sequence
- * parallelism on the CUDA backend through the emulator (a GPU per rank). Usage: test_exec_mtp_mpi PARALLAX LAYOUT [WORKER]
+ * parallelism (the module's layer a MoE layer, forced balance), tensor and sequence
+ * parallelism on the CUDA backend through the emulator (a GPU per rank), context parallelism
+ * with each comm type (the module's last positions of a chunk read the tokens past it from the
+ * chunk's lookahead), ZeRO-2 (the modules' gradients of the output layer and the embedding
+ * computed in those blocks' bucket windows) and ZeRO-3 and FSDP with the gathers kept. Usage: test_exec_mtp_mpi PARALLAX LAYOUT [WORKER]
  * (`list` prints the layouts). */
 #include <unistd.h>
 
@@ -30,20 +33,61 @@ typedef struct {
     int gpus, dp, tp, pp, vpp, ep, zero; /* tp > 1 with sequence parallelism */
     int cuda; /* the CUDA backend in bf16 (WORKER) against the CPU's fp32 */
     const char *pp_layout; /* a layout string (--pipeline-model-parallel-layout), or NULL */
+    int cp;                /* context parallelism (0: none) with its attention's communication */
+    ModelCpComm cp_comm;
+    int flags; /* LAYOUT_* */
 } Layout;
 
+enum {
+    LAYOUT_MTP2 = 1,  /* two modules (the second reads two tokens on) */
+    LAYOUT_DENSE = 2, /* the model without its experts */
+    LAYOUT_KEEP = 4,  /* ZeRO-3's gathered parameters kept from the forward to the backward */
+    LAYOUT_FSDP = 8,  /* zero 3 as FSDP */
+};
+
 static const Layout layouts[] = {
-    {"llama_pp2_vpp2", "tiny-llama", 2, 1, 1, 2, 2, 1, 0, 0, NULL},
+    {"llama_pp2_vpp2", "tiny-llama", 2, 1, 1, 2, 2, 1, 0, 0, NULL, 0, 0, 0},
     /* the module on a stage of its own, the loss's after it without layers */
-    {"llama_pp3_mtp_stage", "tiny-llama", 3, 1, 1, 3, 1, 1, 0, 0, "Et*2|t*2m|L"},
-    {"dp2_zero1", "tiny", 2, 2, 1, 1, 1, 1, 1, 0, NULL},
-    {"tp2_sp", "tiny", 2, 1, 2, 1, 1, 1, 0, 0, NULL},
-    {"moe_ep2", "tiny-moe", 2, 2, 1, 1, 1, 2, 0, 0, NULL},
-    {"cuda_tp2_sp", "tiny", 2, 1, 2, 1, 1, 1, 0, 1, NULL},
+    {"llama_pp3_mtp_stage", "tiny-llama", 3, 1, 1, 3, 1, 1, 0, 0, "Et*2|t*2m|L", 0, 0, 0},
+    {"dp2_zero1", "tiny", 2, 2, 1, 1, 1, 1, 1, 0, NULL, 0, 0, 0},
+    {"tp2_sp", "tiny", 2, 1, 2, 1, 1, 1, 0, 0, NULL, 0, 0, 0},
+    {"moe_ep2", "tiny-moe", 2, 2, 1, 1, 1, 2, 0, 0, NULL, 0, 0, 0},
+    {"cuda_tp2_sp", "tiny", 2, 1, 2, 1, 1, 1, 0, 1, NULL, 0, 0, 0},
     /* DeepSeek-V3's whole shape (tiny-dsv3: multi-head latent attention, its module's layer a
      * MoE layer) with the module on a stage of its own; run by hand: the same over ep 2 */
-    {"dsv3_pp3_mtp_stage", "tiny-dsv3", 3, 1, 1, 3, 1, 1, 0, 0, "Et*2|t*2m|L"},
-    {"dsv3_ep2_pp3_mtp_stage", "tiny-dsv3", 6, 2, 1, 3, 1, 2, 0, 0, "Et*2|t*2m|L"},
+    {"dsv3_pp3_mtp_stage", "tiny-dsv3", 3, 1, 1, 3, 1, 1, 0, 0, "Et*2|t*2m|L", 0, 0, 0},
+    {"dsv3_ep2_pp3_mtp_stage", "tiny-dsv3", 6, 2, 1, 3, 1, 2, 0, 0, "Et*2|t*2m|L", 0, 0, 0},
+    /* context parallelism: the module's last positions of each part read the tokens past it,
+     * which the next part holds (on the other cp rank) */
+    {"cp2_allgather", "tiny", 2, 1, 1, 1, 1, 1, 0, 0, NULL, 2, MODEL_CP_COMM_ALLGATHER, 0},
+    {"cp2_p2p_mtp2", "tiny-llama", 2, 1, 1, 1, 1, 1, 0, 0, NULL, 2, MODEL_CP_COMM_P2P, LAYOUT_MTP2},
+    {"cp2_a2a_tp2_sp", "tiny", 4, 1, 2, 1, 1, 1, 0, 0, NULL, 2, MODEL_CP_COMM_A2A, 0},
+    /* the pipeline with the module on the last of 2 x 2 virtual stages */
+    {"llama_pp2_vpp2_cp2_p2p", "tiny-llama", 4, 1, 1, 2, 2, 1, 0, 0, NULL, 2, MODEL_CP_COMM_P2P, 0},
+    /* tiny-dsv3's multi-head latent attention and its module, without its experts */
+    {"dsv3_dense_cp2_allgather", "tiny-dsv3", 2, 1, 1, 1, 1, 1, 0, 0, NULL, 2,
+     MODEL_CP_COMM_ALLGATHER, LAYOUT_DENSE},
+    /* ZeRO-2: the modules' gradients of the output layer and the embedding wait for those
+     * blocks' bucket (a tied model: the output layer's gradient is the embedding's); the
+     * untied one run by hand (FSDP below has its tp and its deferral) */
+    {"dp2_zero2", "tiny", 2, 2, 1, 1, 1, 1, 2, 0, NULL, 0, 0, 0},
+    {"llama_dp2_zero2_tp2_sp", "tiny-llama", 4, 2, 2, 1, 1, 1, 2, 0, NULL, 0, 0, 0},
+    /* ZeRO-3 and FSDP with the gathers kept from the forward (the modules read the embedding
+     * and the output layer from those blocks' gathers) */
+    {"dp2_zero3_keep", "tiny", 2, 2, 1, 1, 1, 1, 3, 0, NULL, 0, 0, LAYOUT_KEEP},
+    {"llama_dp2_fsdp_keep_tp2_sp", "tiny-llama", 4, 2, 2, 1, 1, 1, 3, 0, NULL, 0, 0,
+     LAYOUT_KEEP | LAYOUT_FSDP},
+    /* both: ZeRO-3 sharded over dp x cp */
+    {"cp2_dp2_zero3_keep_allgather", "tiny", 4, 2, 1, 1, 1, 1, 3, 0, NULL, 2,
+     MODEL_CP_COMM_ALLGATHER, LAYOUT_KEEP},
+    /* run by hand: the lookahead through the CUDA backend's staging (the emulator, 15 s); inner
+     * parts whose next part is on another rank, two modules; the module on a stage of its own
+     * under cp 2 (6 ranks) */
+    {"cuda_cp2_allgather", "tiny", 2, 1, 1, 1, 1, 1, 0, 1, NULL, 2, MODEL_CP_COMM_ALLGATHER, 0},
+    {"cp4_allgather_mtp2", "tiny", 4, 1, 1, 1, 1, 1, 0, 0, NULL, 4, MODEL_CP_COMM_ALLGATHER,
+     LAYOUT_MTP2},
+    {"llama_pp3_mtp_stage_cp2_allgather", "tiny-llama", 6, 1, 1, 3, 1, 1, 0, 0, "Et*2|t*2m|L", 2,
+     MODEL_CP_COMM_ALLGATHER, 0},
 };
 enum { N_LAYOUTS = sizeof layouts / sizeof layouts[0], STEPS = 3 };
 
@@ -55,7 +99,9 @@ static ModelSpec spec_of(const Layout *L)
     PxError err = {0};
     model_spec_defaults(&s);
     CHECK_OK(model_config_load(L->model, &s.model, &err), err);
-    s.model.mtp_layers = 1;
+    s.model.mtp_layers = L->flags & LAYOUT_MTP2 ? 2 : 1;
+    if (L->flags & LAYOUT_DENSE)
+        s.model.moe.experts = 0;
     s.job.seq_len = 32;
     s.job.global_batch = 8;
     s.job.micro_batch = 1;
@@ -66,7 +112,11 @@ static ModelSpec spec_of(const Layout *L)
     s.layout.dp = L->dp;
     s.layout.tp = L->tp;
     s.layout.pp = L->pp;
-    s.layout.cp = 1;
+    s.layout.cp = L->cp > 1 ? L->cp : 1;
+    s.layout.cp_comm = L->cp_comm;
+    /* under cp the ring runs the fused attention core, allgather and Ulysses the unfused one */
+    if (L->cp > 1)
+        s.job.flash_attn = L->cp_comm == MODEL_CP_COMM_P2P;
     s.layout.vpp = L->vpp;
     s.layout.zero = L->zero;
     s.layout.sp = L->tp > 1;
@@ -74,6 +124,8 @@ static ModelSpec spec_of(const Layout *L)
     s.layout.etp = s.model.moe.experts > 0 ? 1 : L->tp; /* no experts: etp follows tp */
     s.layout.schedule = L->vpp > 1 ? MODEL_SCHED_INTERLEAVED : MODEL_SCHED_1F1B;
     s.layout.recompute = MODEL_RECOMPUTE_NONE;
+    s.layout.keep_gathered = (L->flags & LAYOUT_KEEP) != 0;
+    s.layout.fsdp = (L->flags & LAYOUT_FSDP) != 0;
     if (L->pp_layout)
         px_strlcpy(s.layout.pp_layout, L->pp_layout, sizeof s.layout.pp_layout);
     return s;
@@ -132,11 +184,13 @@ static void check_layout(const Layout *L)
     write_plan(&s, L->cuda ? "dgx-h100" : "local", L->gpus, "plan.json");
     ModelSpec one = s;
     one.layout.dp = one.layout.tp = one.layout.pp = one.layout.ep = one.layout.vpp = 1;
+    one.layout.cp = 1;
     one.layout.sp = 0;
     one.layout.etp = 1;
     one.layout.pp_layout[0] = '\0';
     one.layout.schedule = MODEL_SCHED_1F1B;
     one.layout.zero = 0;
+    one.layout.keep_gathered = one.layout.fsdp = 0;
     one.job.precision = PX_FP32;
     write_plan(&one, "local", 1, "ref.json");
     sh(0, "%s run %s/ref.json --quiet --launcher none -o %s/ref.run.json --metrics %s/ref.jsonl",

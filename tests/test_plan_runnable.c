@@ -92,9 +92,8 @@ int main(void)
     all_run(&q, &local);
     q = request("tiny-dsv3", 4, 8);
     all_run(&q, &local);
-    /* and what the executor refuses of it, by name: its prediction module under context
-     * parallelism, MLA's FP8 GEMMs without a query latent; every cp_comm_type runs; CUDA runs
-     * it */
+    /* and what the executor refuses of it, by name: MLA's FP8 GEMMs without a query latent;
+     * every cp_comm_type runs, all-gather's with its prediction module; CUDA runs it */
     {
         ModelSpec s = request("tiny-dsv3", 1, 8).base;
         s.job.precision = PX_FP32;
@@ -104,8 +103,7 @@ int main(void)
         CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
         s.layout.cp = 2, s.layout.cp_comm = MODEL_CP_COMM_ALLGATHER; /* MoE layers run it */
         CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
-        CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));
-        CHECK(strstr(why, "multi-token prediction modules run with cp 1") != NULL);
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
         s = request("tiny-dsv3", 1, 8).base;
         s.job.precision = PX_FP32;
         s.model.mtp_layers = 0;
@@ -163,6 +161,33 @@ int main(void)
         CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));
         CHECK(strstr(why, "the shared experts' gate runs without FP8 and without the MLP's "
                           "biases") != NULL);
+    }
+
+    /* the prediction modules under ZeRO: 2 runs (tp at most 2), 3 with the gathers kept from
+     * the forward, else it is refused by name */
+    {
+        ModelSpec s = request("tiny", 2, 8).base;
+        s.job.precision = PX_FP32;
+        s.model.mtp_layers = 1;
+        s.layout.dp = 2, s.layout.zero = 2;
+        ModelDims d;
+        char why[512] = "";
+        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        s.layout.zero = 3;
+        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+        CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        CHECK(strstr(why, "make the plan with --no-reshard-after-forward") != NULL);
+        s.layout.keep_gathered = 1;
+        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        s.layout.keep_gathered = 0;
+        s.layout.zero = 2, s.layout.dp = 1, s.layout.dp_shard = 0, s.layout.sp = 1;
+        s.layout.tp = s.layout.etp = 4; /* no experts: etp follows tp */
+        s.model.ffn_hidden = 512;       /* eh's input gradient fits the MLP's scratch */
+        CHECK_OK(model_spec_check(&s, 4, &d, &err), err);
+        CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        CHECK(strstr(why, "ZeRO-2/3 run with tp at most 2") != NULL);
     }
 
     /* a GPU cluster is not this machine: nothing refused by the executor there */

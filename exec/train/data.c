@@ -368,10 +368,13 @@ static size_t batch_bytes(const ExecCtx *c)
     return (size_t)c->d.m * c->d.b * (size_t)(c->d.s + 1) * sizeof(int32_t);
 }
 
-/* data.batch's rows (exec_cp_tok_row) */
+/* data.batch's rows (exec_cp_tok_row), then the tokens past their parts that the prediction
+ * modules read (mtp_tokens.c) */
 static size_t local_bytes(const ExecCtx *c)
 {
-    return (size_t)c->d.m * c->d.b * (size_t)exec_cp_tok_row(c) * sizeof(int32_t);
+    const int rows = c->d.m * c->d.b;
+    return ((size_t)rows * (size_t)exec_cp_tok_row(c) + exec_mtp_lookahead_ints(c, rows)) *
+           sizeof(int32_t);
 }
 
 /* The step's rows from the loader's host buffer to data.batch's buffer dst; with context
@@ -382,7 +385,9 @@ static void put_batch(ExecBatches *B, const ExecCtx *c, int32_t *dst, const int3
         c->k->to_device_async(dst, host, batch_bytes(c));
         return;
     }
-    exec_cp_pick_rows(c, B->pick[i], host, c->d.m * c->d.b);
+    const int rows = c->d.m * c->d.b;
+    exec_cp_pick_rows(c, B->pick[i], host, rows);
+    exec_mtp_pick_lookahead(c, B->pick[i] + (size_t)rows * exec_cp_tok_row(c), host, rows);
     c->k->to_device_async(dst, B->pick[i], local_bytes(c));
 }
 

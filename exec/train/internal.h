@@ -630,6 +630,11 @@ int exec_layers_one_fwd(const ExecLayerRun *r, int chunk, int l, const ExecLayer
 int exec_layers_one_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerActs *a, void *dres,
                         int mb, PxError *err);
 
+/* An output layer's weight gradient, within its backward op: g_out_w += probs^T in (probs: the
+ * logits' gradient in the act dtype; in gathered over the sequence under SP, the gather under
+ * the op's layer l, -1 for the main one). */
+int exec_layers_logits_wgrad(const ExecLayerRun *r, int chunk, int l, const void *in,
+                             const void *probs, PxError *err);
 /* The logits' gradient (fp32, in place) narrowed to the act dtype for the output layer's GEMMs. */
 const void *exec_layers_dlogits_act(const ExecLayerRun *r, float *probs, size_t n);
 
@@ -648,6 +653,47 @@ int exec_mtp_backward(const ExecLayerRun *r, int chunk, int mb, ExecLayerActs *A
 /* Where a module's extra tensor (mtp.N.*) of the table lives in x: NULL when t is not one, or
  * names a module past EXEC_MTP_MAX. */
 void **exec_mtp_extra_slot(ExecHeadActs *x, const ModelTensor *t);
+
+/* ---- mtp_tokens.c: the tokens the prediction modules read ---- */
+
+/* A run of tokens: n of them at tok, for the positions from `at` of a part on. */
+typedef struct {
+    const int32_t *tok;
+    int at, n;
+} ExecMtpTokRun;
+/* The tokens past each of a sequence's parts that the modules read under context parallelism
+ * (D = mtp_layers when cp > 1, else 0: one row holds the whole sequence), the ints they take
+ * for `rows` sequences (after the step's rows in data.batch), and their pick from the loader's
+ * whole rows (s + 1 tokens each) into dst. */
+int exec_mtp_lookahead(const ExecCtx *c);
+size_t exec_mtp_lookahead_ints(const ExecCtx *c, int rows);
+void exec_mtp_pick_lookahead(const ExecCtx *c, int32_t *dst, const int32_t *src, int rows);
+/* Tokens i0 .. i0 + n - 1 of sequence q's part j in micro-batch mb (counted from the token at
+ * the part's first position) as at most two runs (the count returned): the part's own row and,
+ * under context parallelism, its lookahead after the step's rows. */
+int exec_mtp_tok_runs(const ExecLayerRun *r, const int32_t *tok, int mb, int q, int j, int i0,
+                      int n, ExecMtpTokRun run[2]);
+/* Part j's positions p with p + ahead < s among its own: for ahead k - 1 those with a token k
+ * on (module k embeds it), for ahead k those with a target. */
+int exec_mtp_part_count(const ExecCtx *c, int j, int ahead);
+/* Module k's shifted tokens' embedding into out [b*s/cp, h] (rows past the sequence's last
+ * token zero), and its backward from dy into this rank's vocabulary shard's rows. */
+void exec_mtp_embed_shifted(const ExecLayerRun *r, void *out, const int32_t *tok, int mb, int k);
+void exec_mtp_embed_shifted_bwd(const ExecLayerRun *r, const void *dy, const int32_t *tok, int mb,
+                                int k);
+/* ZeRO-2/3 sum each block's gradients through one bucket as soon as the block's backward is over
+ * (zero.c), so a block's gradients of a micro-batch must all be computed in that window. The
+ * modules add to two blocks whose windows come later in the main backward: the output layer's
+ * weight (their heads) and the embedding's rows (their enorm inputs). Under ZeRO-2/3 those wait
+ * (exec_mtp_deferred): each head's logits gradient stays in mtp.N.loss.probs and its input in
+ * mtp.N.logits.in (layers.c's head_bwd or, tied, embed_bwd adds them), and each enorm input's
+ * gradient is kept in its module's spent mtp.eh.in (b x s/cp x h: under SP the gathered rows,
+ * which fit its b x s/(cp tp) x 2h while tp <= 2, model/runnable.c's limit), looked up into the
+ * embedding's gradient by exec_mtp_deferred_embed in the embedding's window (A: the chunk's
+ * layer sets). */
+int exec_mtp_deferred(const ExecCtx *c);
+int exec_mtp_deferred_embed(const ExecLayerRun *r, int chunk, int mb, const ExecLayerActs *A,
+                            const int32_t *tok, PxError *err);
 
 /* ---- tp.c: tensor and sequence parallelism (Megatron-LM) ----
  *

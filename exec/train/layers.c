@@ -998,19 +998,46 @@ static const void *dlogits_act(const ExecLayerRun *r, float *probs, size_t n)
     return probs;
 }
 
+int exec_layers_logits_wgrad(const ExecLayerRun *r, int chunk, int l, const void *in,
+                             const void *probs, PxError *err)
+{
+    const ModelDims *d = &r->c->d;
+    const int N = d->b * d->s_loc, R = d->b * d->s_sp, V = d->vocab_loc, h = d->h;
+    if (exec_sp_on(r->c)) {
+        TRY(exec_tp_all_gather(r, MODEL_OPR_LOGITS, l, chunk, MODEL_BWD, r->W->sp_gather, in,
+                               (size_t)R * h, err));
+        in = r->W->sp_gather;
+    }
+    mm_f32(r, r->P->g_out_w, probs, in, V, h, N, 1, 0, 1);
+    return PX_OK;
+}
+
 /* The output layer's weight gradient, within its backward op: dW += dlogits^T x (SP: x
  * re-gathered). The logits' gradient is already in the act dtype (dlogits_act). */
 static int logits_wgrad(const ExecLayerRun *r, int chunk, const ExecHeadActs *x, PxError *err)
 {
-    const ModelDims *d = &r->c->d;
-    const int N = d->b * d->s_loc, R = d->b * d->s_sp, V = d->vocab_loc, h = d->h;
-    const void *in = EXEC_HA(x, LOGITS_IN);
-    if (exec_sp_on(r->c)) {
-        TRY(exec_tp_all_gather(r, MODEL_OPR_LOGITS, -1, chunk, MODEL_BWD, r->W->sp_gather,
-                               EXEC_HA(x, LOGITS_IN), (size_t)R * h, err));
-        in = r->W->sp_gather;
+    return exec_layers_logits_wgrad(r, chunk, -1, EXEC_HA(x, LOGITS_IN), EXEC_HA(x, LOSS_PROBS),
+                                    err);
+}
+
+/* Under ZeRO-2/3 the prediction modules' heads' share of the output layer's weight gradient,
+ * which waited for this block's window (mtp_tokens.c, exec_mtp_deferred), each within more of
+ * its head's backward op. */
+static int mtp_deferred_wgrad(const ExecLayerRun *r, int chunk, const ExecHeadActs *x,
+                              PxError *err)
+{
+    const ExecCtx *c = r->c;
+    if (!exec_mtp_deferred(c) || c->g.chunk_g[chunk] != c->d.chunks - 1)
+        return PX_OK;
+    for (int i = 0; i < c->spec.model.mtp_layers; i++) {
+        const int l = c->spec.model.layers + i;
+        const int op = exec_meter_layer_op(r->M, l, MODEL_OPR_LOGITS, MODEL_BWD);
+        if (op < 0)
+            return exec_meter_missing(c, "prediction module's output layer op", err);
+        exec_meter_open_again(r->M, c->k, op);
+        TRY(exec_layers_logits_wgrad(r, chunk, l, x->mtp_logits_in[i], x->mtp_probs[i], err));
+        op_close(r, op);
     }
-    mm_f32(r, r->P->g_out_w, EXEC_HA(x, LOSS_PROBS), in, V, h, N, 1, 0, 1);
     return PX_OK;
 }
 
@@ -1055,6 +1082,9 @@ static int head_bwd(const ExecLayerRun *r, int chunk, const ExecHeadActs *x, con
         TRY(exec_tp_allreduce(r, MODEL_OPR_LOGITS, -1, chunk, MODEL_BWD, r->W->dx_a,
                               (size_t)R * h, err));
     op_close(r, op);
+    /* ZeRO-2/3: the prediction modules' share of the output layer's weight gradient */
+    if (!c->g.defer_logits_wgrad)
+        TRY(mtp_deferred_wgrad(r, chunk, x, err));
 
     op = op_open(r, -1, MODEL_OPR_FINAL_LN, MODEL_BWD);
     /* the prediction modules' gradient of the hidden state they read, which their backward
@@ -1072,8 +1102,9 @@ static int head_bwd(const ExecLayerRun *r, int chunk, const ExecHeadActs *x, con
     return PX_OK;
 }
 
-static int embed_bwd(const ExecLayerRun *r, int chunk, const ExecHeadActs *x, const int32_t *tok,
-                     const void *dres, int last_mb, PxError *err)
+static int embed_bwd(const ExecLayerRun *r, int chunk, int mb, const ExecLayerActs *A,
+                     const ExecHeadActs *x, const int32_t *tok, const void *dres, int last_mb,
+                     PxError *err)
 {
     const ExecCtx *c = r->c;
     const KernBackend *k = c->k;
@@ -1087,6 +1118,7 @@ static int embed_bwd(const ExecLayerRun *r, int chunk, const ExecHeadActs *x, co
         exec_meter_open_again(r->M, c->k, op);
         TRY(logits_wgrad(r, chunk, x, err));
         op_close(r, op);
+        TRY(mtp_deferred_wgrad(r, chunk, x, err));
     }
     TRY(gather_block(r, P->embed_block, MODEL_BWD, c->g.tied_here ? 1 : 0, err));
     const int op = op_open(r, -1, MODEL_OPR_EMBED, MODEL_BWD);
@@ -1102,6 +1134,8 @@ static int embed_bwd(const ExecLayerRun *r, int chunk, const ExecHeadActs *x, co
                              tok_part(c, tok, q, j), C, C, exec_cp_part_pos(c, c->g.cp_rank, j), h,
                              c->g.tp_rank * V, V);
     op_close(r, op);
+    /* ZeRO-2/3: the prediction modules' rows of the embedding's gradient (mtp_tokens.c) */
+    TRY(exec_mtp_deferred_embed(r, chunk, mb, A, tok, err));
     TRY(exec_zero_bucket_reduce(r->Z, c, P, r->M, P->embed_block, err));
     if (last_mb)
         TRY(exec_zero_block_done(r->Z, c, P, r->M, P->embed_block, err));
@@ -1192,7 +1226,7 @@ int exec_layers_backward(const ExecLayerRun *r, int j, int mb, ExecLayerActs *A,
             TRY(exec_zero_block_done(r->Z, c, r->P, r->M, r->P->expert_block[l], err));
     }
     if (g == 0)
-        return embed_bwd(r, j, x, tok, dres, last_mb, err);
+        return embed_bwd(r, j, mb, A, x, tok, dres, last_mb, err);
     if (after) { /* the modules' gradients, which their heads' backward left in their inputs */
         const void *src[1 + EXEC_MTP_MAX] = {dres};
         for (int i = 0; i < D; i++)

@@ -9,8 +9,10 @@
  * runs one transformer layer, its own final norm, the shared output layer and a cross-entropy
  * against the tokens k + 1 places on. The last k positions of a sequence have no such target:
  * they are masked, as Megatron-Core rolls the labels and the loss mask, and each module's loss
- * is the mean over its s - k targets of every sequence. The objective adds EXEC_MTP_LOSS_SCALE
- * times the modules' mean loss to the main loss.
+ * is the mean over its s - k targets of every sequence (the masks by global position: under
+ * context parallelism only the sequence's last chunk has masked rows, and the tokens past a
+ * chunk come from its lookahead, mtp_tokens.c). The objective adds EXEC_MTP_LOSS_SCALE times
+ * the modules' mean loss to the main loss.
  *
  * Buffers (the memory table's, nothing of its own): the module's layer saves its tensors in
  * the chunk's layer set after the chunk's layers; mtp.N.final_ln.in holds the module's output,
@@ -20,7 +22,9 @@
  * backward (its input is not saved; under tensor parallelism each rank looks up its vocabulary
  * shard's rows: eh_bwd_sp), and leaves the gradient of the hidden state it read in its own
  * mtp.N.final_ln.in, spent by then, where the depth before it (or the main loss's backward)
- * adds it. */
+ * adds it. Under ZeRO-2 the module's own block's gradients are reduced at the end of its
+ * backward, and its contributions to the output layer's and the embedding's wait for those
+ * blocks' windows (mtp_tokens.c, exec_mtp_deferred). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -83,41 +87,6 @@ static void copy_rows(const ExecLayerRun *r, void *dst, int ld_dst, const void *
                       (size_t)width * r->c->ab);
 }
 
-/* The embedding the modules read (the first stage's, or the last stage's copy: mtp.wte, or a
- * tied model's output layer) and its gradient. */
-static const void *emb_w(const ExecParams *P) { return P->wte ? P->wte : P->out_w; }
-static float *emb_g(const ExecParams *P) { return P->wte ? P->g_wte : P->g_out_w; }
-
-/* The shifted tokens' embedding of module k into out [b*s, h]: position t embeds token t + k of
- * its sequence, which the row of s + 1 tokens holds for t <= s - k; the positions past it
- * (masked: they have no target) embed nothing. */
-static void embed_shifted(const ExecLayerRun *r, void *out, const int32_t *tok, int k)
-{
-    const ExecCtx *c = r->c;
-    const ModelDims *d = &c->d;
-    const int s = d->s, h = d->h, V = d->vocab_loc, n = s - k + 1 < s ? s - k + 1 : s;
-    for (int q = 0; q < d->b; q++) {
-        void *o = AT(out, (size_t)q * s * h);
-        if (n > 0)
-            c->k->embedding_fwd(o, tok + (size_t)q * (s + 1) + k, emb_w(r->P), NULL, n, n, 0, h,
-                                c->g.tp_rank * V, V);
-        if (n < s)
-            c->k->memset0(AT(o, (size_t)(n > 0 ? n : 0) * h), (size_t)(s - (n > 0 ? n : 0)) * h * c->ab);
-    }
-}
-
-/* Its backward: the gradient of those rows (dy [b*s, h]) into the embedding's rows of this
- * rank's vocabulary shard. */
-static void embed_shifted_bwd(const ExecLayerRun *r, const void *dy, const int32_t *tok, int k)
-{
-    const ExecCtx *c = r->c;
-    const ModelDims *d = &c->d;
-    const int s = d->s, h = d->h, V = d->vocab_loc, n = s - k + 1 < s ? s - k + 1 : s;
-    for (int q = 0; q < d->b && n > 0; q++)
-        c->k->embedding_bwd(emb_g(r->P), NULL, AT(dy, (size_t)q * s * h),
-                            tok + (size_t)q * (s + 1) + k, n, n, 0, h, c->g.tp_rank * V, V);
-}
-
 /* The op of `role` at module layer l: the module's own (MODEL_OPR_MTP, found by key) or its
  * layer's final norm, output layer and loss (meter.c files them under the layer). */
 static int open_op(const ExecLayerRun *r, int chunk, int l, ModelOpRole role, ModelPhase ph,
@@ -142,8 +111,18 @@ static void *eh_grad_buf(const ExecLayerRun *r)
     return d->ffn_out_loc >= 2 * d->h ? r->W->dffn : r->W->dqkv;
 }
 
+/* ZeRO-3: the module's blocks (its layer's, and a MoE layer's experts') gathered before its
+ * forward and, kept from it, pointed at before its backward: the modules run under ZeRO-3 with
+ * the gathers kept (--no-reshard-after-forward), which also keeps the embedding and the output
+ * layer they read from those blocks' own gathers (model/runnable.c). */
+static int gather_module(const ExecLayerRun *r, int l, ModelPhase ph, PxError *err)
+{
+    TRY(exec_zero_gather(r->Z, r->c, r->P, r->M, r->P->layer_block[l], ph, 0, err));
+    return exec_zero_gather(r->Z, r->c, r->P, r->M, r->P->expert_block[l], ph, 0, err);
+}
+
 static int module_fwd(const ExecLayerRun *r, int chunk, int i, const ExecLayerActs *a,
-                      const void *hid, const int32_t *tok, PxError *err)
+                      const void *hid, const int32_t *tok, int mb, PxError *err)
 {
     const ExecCtx *c = r->c;
     const ModelDims *d = &c->d;
@@ -152,9 +131,10 @@ static int module_fwd(const ExecLayerRun *r, int chunk, int i, const ExecLayerAc
     void *ehin = a->t[EXEC_MTP_ACT];
     const int t = d->t, hl = h / t;
     int op;
+    TRY(gather_module(r, l, MODEL_FWD, err));
     TRY(open_op(r, chunk, l, MODEL_OPR_MTP, MODEL_FWD, &op, err));
     /* vocabulary-parallel: the shards' partial embeddings summed, this rank's rows kept */
-    embed_shifted(r, r->W->out, tok, i + 1);
+    exec_mtp_embed_shifted(r, r->W->out, tok, mb, i + 1);
     void *emb = r->W->out;
     if (t > 1) {
         TRY(exec_tp_reduce_scatter(r, MODEL_OPR_MTP, l, chunk, MODEL_FWD, r->W->dx_a, emb,
@@ -183,44 +163,53 @@ static int module_fwd(const ExecLayerRun *r, int chunk, int i, const ExecLayerAc
     return PX_OK;
 }
 
-/* Module i's loss over the fp32 logits in probs: the rows with a target (the first s - k of
- * each sequence) as the main loss's cross-entropy, the others' probabilities zeroed (no
- * gradient); its share of the modules' loss into the pass. */
+/* Module i's loss over the fp32 logits in probs: the rows with a target (the sequence's first
+ * s - k positions) as the main loss's cross-entropy, the others' probabilities zeroed (no
+ * gradient); its share of the modules' loss into the pass (each cp rank its positions'). */
 static int module_loss(const ExecLayerRun *r, int chunk, int i, float *probs, const int32_t *tok,
-                       PxError *err)
+                       int mb, PxError *err)
 {
     const ExecCtx *c = r->c;
     const KernBackend *k = c->k;
     const ModelDims *d = &c->d;
     const int l = c->spec.model.layers + i, K = i + 1, s = d->s, V = d->vocab_loc;
-    const int N = d->b * s, n = s - K > 0 ? s - K : 0, v0 = c->g.tp_rank * V;
+    const int N = d->b * d->s_loc, n = s - K > 0 ? s - K : 0, v0 = c->g.tp_rank * V;
+    const int C = exec_cp_part_len(c), P = exec_cp_parts(c);
     float *rowmax = r->W->xent, *rowsum = rowmax + N, *target = rowsum + N, *loss = target + N;
+    ExecMtpTokRun run[2];
     int op;
     TRY(open_op(r, chunk, l, MODEL_OPR_LOSS, MODEL_FWD, &op, err));
     k->xent_rowmax(rowmax, probs, N, V);
     TRY(exec_tp_allreduce_f32(r, MODEL_OPR_LOSS, l, chunk, MODEL_FWD, rowmax, (size_t)N, COMM_MAX,
                               err));
-    for (int q = 0; q < d->b && n > 0; q++) {
-        const size_t o = (size_t)q * s;
-        k->xent_expsum(rowsum + o, target + o, probs + o * V, rowmax + o,
-                       tok + (size_t)q * (s + 1) + K + 1, n, V, v0);
-    }
+    for (int q = 0; q < d->b; q++)
+        for (int j = 0; j < P; j++) {
+            const size_t o = (size_t)q * d->s_loc + (size_t)j * C;
+            for (int u = exec_mtp_tok_runs(r, tok, mb, q, j, K + 1, exec_mtp_part_count(c, j, K), run) - 1; u >= 0;
+                 u--) {
+                const size_t ou = o + (size_t)run[u].at;
+                k->xent_expsum(rowsum + ou, target + ou, probs + ou * V, rowmax + ou, run[u].tok,
+                               run[u].n, V, v0);
+            }
+        }
     TRY(exec_tp_allreduce_f32(r, MODEL_OPR_LOSS, l, chunk, MODEL_FWD, rowsum, (size_t)N, COMM_SUM,
                               err));
     TRY(exec_tp_allreduce_f32(r, MODEL_OPR_LOSS, l, chunk, MODEL_FWD, target, (size_t)N, COMM_SUM,
                               err));
     double sum = 0.0;
-    for (int q = 0; q < d->b; q++) {
-        const size_t o = (size_t)q * s;
-        if (n > 0)
-            k->xent_finish(loss + o, probs + o * V, rowsum + o, rowmax + o, target + o, n, V);
-        k->memset0(probs + (o + (size_t)n) * V, (size_t)(s - n) * V * sizeof *probs);
-        if (c->g.tp_rank == 0 && n > 0) {
-            k->to_host(r->W->host_loss, loss + o, (size_t)n * sizeof *loss);
-            for (int t = 0; t < n; t++)
-                sum += r->W->host_loss[t];
+    for (int q = 0; q < d->b; q++)
+        for (int j = 0; j < P; j++) {
+            const size_t o = (size_t)q * d->s_loc + (size_t)j * C;
+            const int nt = exec_mtp_part_count(c, j, K);
+            if (nt > 0)
+                k->xent_finish(loss + o, probs + o * V, rowsum + o, rowmax + o, target + o, nt, V);
+            k->memset0(probs + (o + (size_t)nt) * V, (size_t)(C - nt) * V * sizeof *probs);
+            if (c->g.tp_rank == 0 && nt > 0) {
+                k->to_host(r->W->host_loss, loss + o, (size_t)nt * sizeof *loss);
+                for (int t = 0; t < nt; t++)
+                    sum += r->W->host_loss[t];
+            }
         }
-    }
     /* the module's mean over its targets, a 1/D share of the modules' mean, in the units of
      * the main loss's sum (which is divided by global_batch x s) */
     if (n > 0)
@@ -243,7 +232,7 @@ static int final_norm(const ExecLayerRun *r, int chunk, int i, const ExecHeadAct
 
 /* The shared output layer and module i's loss, from its final norm's output. */
 static int head_fwd(const ExecLayerRun *r, int chunk, int i, ExecHeadActs *x, const int32_t *tok,
-                    PxError *err)
+                    int mb, PxError *err)
 {
     const ExecCtx *c = r->c;
     const ModelDims *d = &c->d;
@@ -262,7 +251,7 @@ static int head_fwd(const ExecLayerRun *r, int chunk, int i, ExecHeadActs *x, co
     if (vocab < v0 + V)
         c->k->fill_cols_f32(probs, N, V, vocab > v0 ? vocab - v0 : 0, V, -INFINITY);
     exec_meter_close(r->M, c->k, op);
-    return module_loss(r, chunk, i, probs, tok, err);
+    return module_loss(r, chunk, i, probs, tok, mb, err);
 }
 
 int exec_mtp_forward(const ExecLayerRun *r, int chunk, int mb, ExecLayerActs *A, ExecHeadActs *x,
@@ -273,7 +262,7 @@ int exec_mtp_forward(const ExecLayerRun *r, int chunk, int mb, ExecLayerActs *A,
     const int last = c->g.chunk_g[chunk] == c->d.chunks - 1;
     if (last && D == 0) /* the loss stage after the modules' own: their heads alone */
         for (int i = 0; i < c->spec.model.mtp_layers; i++)
-            TRY(head_fwd(r, chunk, i, x, tok, err));
+            TRY(head_fwd(r, chunk, i, x, tok, mb, err));
     /* on their own stage each module's normed output goes to its place in pp.send, free once
      * the last message has left */
     if (!last && D > 0)
@@ -282,14 +271,14 @@ int exec_mtp_forward(const ExecLayerRun *r, int chunk, int mb, ExecLayerActs *A,
     for (int i = 0; i < D; i++) {
         const ExecLayerActs *a = &A[cl + i];
         const void *hid = i == 0 ? EXEC_HA(x, FINAL_LN_IN) : x->mtp_out[i - 1];
-        TRY(module_fwd(r, chunk, i, a, hid, tok, err));
+        TRY(module_fwd(r, chunk, i, a, hid, tok, mb, err));
         TRY(exec_layers_one_fwd(r, chunk, c->spec.model.layers + i, a, x->mtp_out[i], mb, err));
         void *out = last ? x->mtp_logits_in[i]
                          : EXEC_AT(r->pipe->send, (size_t)(1 + i) * r->pipe->part, c->ab);
         TRY(final_norm(r, chunk, i, x, out, err));
         parts[1 + i] = out;
         if (last)
-            TRY(head_fwd(r, chunk, i, x, tok, err));
+            TRY(head_fwd(r, chunk, i, x, tok, mb, err));
     }
     return last || D == 0 ? PX_OK
                           : exec_pipe_give_parts(r->pipe, c, r->M, chunk, mb, 0, parts, 1 + D, err);
@@ -300,13 +289,13 @@ int exec_mtp_forward(const ExecLayerRun *r, int chunk, int mb, ExecLayerActs *A,
 /* Module i's loss and output layer backward: the gradient of its final norm's output into
  * ws.dx_a, the output layer's weight gradient accumulated. */
 static int head_bwd(const ExecLayerRun *r, int chunk, int i, const ExecHeadActs *x,
-                    const int32_t *tok, PxError *err)
+                    const int32_t *tok, int mb, PxError *err)
 {
     const ExecCtx *c = r->c;
     const KernBackend *k = c->k;
     const ModelDims *d = &c->d;
     const int l = c->spec.model.layers + i, K = i + 1, s = d->s, h = d->h, V = d->vocab_loc;
-    const int N = d->b * s, n = s - K > 0 ? s - K : 0;
+    const int N = d->b * d->s_loc, n = s - K > 0 ? s - K : 0, C = exec_cp_part_len(c);
     /* the module's mean over its targets of every sequence of the global batch, a 1/D share of
      * the modules' loss, times its weight in the objective and the fp16 loss scale */
     const float dloss =
@@ -314,11 +303,17 @@ static int head_bwd(const ExecLayerRun *r, int chunk, int i, const ExecHeadActs 
                         ((double)c->spec.model.mtp_layers * c->spec.job.global_batch * n))
               : 0.0f;
     float *probs = (float *)x->mtp_probs[i];
+    ExecMtpTokRun run[2];
     int op;
     TRY(open_op(r, chunk, l, MODEL_OPR_LOSS, MODEL_BWD, &op, err));
-    for (int q = 0; q < d->b && n > 0; q++)
-        k->xent_bwd(probs + (size_t)q * s * V, tok + (size_t)q * (s + 1) + K + 1, n, V,
-                    c->g.tp_rank * V, dloss);
+    for (int q = 0; q < d->b; q++)
+        for (int j = 0; j < exec_cp_parts(c); j++) {
+            const size_t o = (size_t)q * d->s_loc + (size_t)j * C;
+            for (int u = exec_mtp_tok_runs(r, tok, mb, q, j, K + 1, exec_mtp_part_count(c, j, K), run) - 1; u >= 0;
+                 u--)
+                k->xent_bwd(probs + (o + (size_t)run[u].at) * V, run[u].tok, run[u].n, V,
+                            c->g.tp_rank * V, dloss);
+        }
     const void *dlogits = exec_layers_dlogits_act(r, probs, (size_t)N * V);
     exec_meter_close(r->M, k, op);
 
@@ -326,13 +321,8 @@ static int head_bwd(const ExecLayerRun *r, int chunk, int i, const ExecHeadActs 
     const int sp = exec_sp_on(c), R = d->b * d->s_sp;
     void *dx = sp ? r->W->out : r->W->dx_a;
     mm(r, dx, c->act, dlogits, r->P->out_w, N, h, V, 0, 0, 0);
-    const void *in = x->mtp_logits_in[i];
-    if (sp) {
-        TRY(exec_tp_all_gather(r, MODEL_OPR_LOGITS, l, chunk, MODEL_BWD, r->W->sp_gather, in,
-                               (size_t)R * h, err));
-        in = r->W->sp_gather;
-    }
-    mm(r, r->P->g_out_w, PX_FP32, dlogits, in, V, h, N, 1, 0, 1);
+    if (!exec_mtp_deferred(c))
+        TRY(exec_layers_logits_wgrad(r, chunk, l, x->mtp_logits_in[i], x->mtp_probs[i], err));
     if (sp)
         TRY(exec_tp_reduce_scatter(r, MODEL_OPR_LOGITS, l, chunk, MODEL_BWD, r->W->dx_a, dx,
                                    (size_t)R * h, err));
@@ -348,7 +338,7 @@ static int head_bwd(const ExecLayerRun *r, int chunk, int i, const ExecHeadActs 
  * (the others are zero: no weight gradient from them, no embedding rows), and the shards' weight
  * gradients sum over TP as every sequence-parallel norm's do. */
 static int eh_bwd_sp(const ExecLayerRun *r, int chunk, int i, const void *ehin, const void *hid,
-                     void *dhid, const int32_t *tok, PxError *err)
+                     void *dhid, const int32_t *tok, int mb, PxError *err)
 {
     const ExecCtx *c = r->c;
     const KernBackend *k = c->k;
@@ -375,10 +365,13 @@ static int eh_bwd_sp(const ExecLayerRun *r, int chunk, int i, const void *ehin, 
     copy_rows(r, r->W->dx_b, h, deh, 2 * h, R, h);
     TRY(exec_tp_all_gather(r, MODEL_OPR_MTP, l, chunk, MODEL_BWD, gat, r->W->dx_b, (size_t)R * h,
                            err));
-    embed_shifted(r, r->W->out, tok, i + 1);
+    exec_mtp_embed_shifted(r, r->W->out, tok, mb, i + 1);
     k->memset0(full, (size_t)N * h * c->ab);
     norm_rows_bwd(r, full, EXEC_LPT(g, ENORM_W), gat, h, r->W->out, EXEC_LPT(w, ENORM_W), N);
-    embed_shifted_bwd(r, full, tok, i + 1);
+    if (exec_mtp_deferred(c))
+        k->copy((void *)ehin, full, (size_t)N * h * c->ab);
+    else
+        exec_mtp_embed_shifted_bwd(r, full, tok, mb, i + 1);
     return PX_OK;
 }
 
@@ -397,7 +390,10 @@ static int module_bwd(const ExecLayerRun *r, int chunk, int i, const ExecLayerAc
     int op;
 
     /* the final norm: its output's gradient from the head, its input's (the module's output)
-     * plus what the next depth left for it */
+     * plus what the next depth left for it (under ZeRO-2/3 into the bucket, the module's block's
+     * gradients all within this backward) */
+    exec_zero_bucket_clear(r->Z, c, r->P, r->P->layer_block[l]);
+    TRY(gather_module(r, l, MODEL_BWD, err));
     TRY(open_op(r, chunk, l, MODEL_OPR_FINAL_LN, MODEL_BWD, &op, err));
     k->memset0(dres, rb);
     norm_rows_bwd(r, dres, EXEC_LPT(g, NORM_W), r->W->dx_a, h, x->mtp_out[i], EXEC_LPT(w, NORM_W),
@@ -415,21 +411,24 @@ static int module_bwd(const ExecLayerRun *r, int chunk, int i, const ExecLayerAc
     void *deh = eh_grad_buf(r);
     TRY(open_op(r, chunk, l, MODEL_OPR_MTP, MODEL_BWD, &op, err));
     if (d->t > 1) {
-        TRY(eh_bwd_sp(r, chunk, i, ehin, hid, x->mtp_out[i], tok, err));
+        TRY(eh_bwd_sp(r, chunk, i, ehin, hid, x->mtp_out[i], tok, mb, err));
         exec_meter_close(r->M, k, op);
-        return PX_OK;
+        return exec_zero_bucket_reduce(r->Z, c, r->P, r->M, r->P->layer_block[l], err);
     }
     mm(r, deh, c->act, dres, EXEC_LPT(w, EH_W), N, 2 * h, h, 0, 0, 0);
     mm(r, EXEC_LPT(g, EH_W), PX_FP32, dres, ehin, h, 2 * h, N, 1, 0, 1);
     k->memset0(x->mtp_out[i], rb);
     norm_rows_bwd(r, x->mtp_out[i], EXEC_LPT(g, HNORM_W), AT(deh, h), 2 * h, hid,
                   EXEC_LPT(w, HNORM_W), R);
-    embed_shifted(r, r->W->out, tok, i + 1);
+    exec_mtp_embed_shifted(r, r->W->out, tok, mb, i + 1);
     k->memset0(dres, rb);
     norm_rows_bwd(r, dres, EXEC_LPT(g, ENORM_W), deh, 2 * h, r->W->out, EXEC_LPT(w, ENORM_W), R);
-    embed_shifted_bwd(r, dres, tok, i + 1);
+    if (exec_mtp_deferred(c))
+        k->copy((void *)ehin, dres, rb);
+    else
+        exec_mtp_embed_shifted_bwd(r, dres, tok, mb, i + 1);
     exec_meter_close(r->M, k, op);
-    return PX_OK;
+    return exec_zero_bucket_reduce(r->Z, c, r->P, r->M, r->P->layer_block[l], err);
 }
 
 int exec_mtp_backward(const ExecLayerRun *r, int chunk, int mb, ExecLayerActs *A,
@@ -442,7 +441,7 @@ int exec_mtp_backward(const ExecLayerRun *r, int chunk, int mb, ExecLayerActs *A
     if (last && D == 0) { /* the loss stage after the modules' own: their heads' backward, each
                              input's gradient left in that spent input for the transfer */
         for (int i = c->spec.model.mtp_layers - 1; i >= 0; i--) {
-            TRY(head_bwd(r, chunk, i, x, tok, err));
+            TRY(head_bwd(r, chunk, i, x, tok, mb, err));
             c->k->copy(x->mtp_logits_in[i], r->W->dx_a, rb);
         }
         return PX_OK;
@@ -458,7 +457,7 @@ int exec_mtp_backward(const ExecLayerRun *r, int chunk, int mb, ExecLayerActs *A
     }
     for (int i = D - 1; i >= 0; i--) {
         if (last)
-            TRY(head_bwd(r, chunk, i, x, tok, err));
+            TRY(head_bwd(r, chunk, i, x, tok, mb, err));
         TRY(module_bwd(r, chunk, i, &A[cl + i], x, tok, mb, err));
     }
     return PX_OK;
