@@ -13,7 +13,6 @@ const char *model_exec_cp_limit(const ModelSpec *s, const ModelDims *d)
 {
     if (d->c <= 1)
         return NULL;
-    const ModelConfig *m = &s->model;
     const int a2a = s->layout.cp_comm == MODEL_CP_COMM_A2A;
     return s->layout.cp_comm == MODEL_CP_COMM_P2P && !s->job.flash_attn
                ? "p2p runs the fused attention core (make the plan with --flash-attn)"
@@ -79,7 +78,7 @@ static const char *mtp_limit(const ModelSpec *s, const ModelDims *d)
            : d->ffn_out_loc < 2 * d->h && d->q_loc + 2 * d->kv_width_loc < 2 * d->h
                ? "the MLP's or the attention's width per tp rank must be at least 2 x hidden "
                  "(the eh projection's input gradient lives in that scratch)"
-           : s->layout.zero >= 3 && !s->layout.keep_gathered
+           : s->layout.zero >= 3 && !s->layout.keep_gathered && !d->zero_per_step
                ? "ZeRO-3 and FSDP run with the gathered parameters kept from the forward to the "
                  "backward (make the plan with --no-reshard-after-forward): they read the "
                  "embedding and the output layer away from those blocks' gathers"

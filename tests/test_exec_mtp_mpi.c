@@ -72,6 +72,10 @@ static const Layout layouts[] = {
      * untied one run by hand (FSDP below has its tp and its deferral) */
     {"dp2_zero2", "tiny", 2, 2, 1, 1, 1, 1, 2, 0, NULL, 0, 0, 0},
     {"llama_dp2_zero2_tp2_sp", "tiny-llama", 4, 2, 2, 1, 1, 1, 2, 0, NULL, 0, 0, 0},
+    /* under a pipeline, ZeRO-2/3 sum gradients whole over the step (nothing waits for a bucket)
+     * and ZeRO-3 gathers once a step, kept for every pass: the module on the last stage */
+    {"dp2_pp2_zero2", "tiny", 4, 2, 1, 2, 1, 1, 2, 0, NULL, 0, 0, 0},
+    {"dsv3_ep2_dp2_pp2_zero3", "tiny-dsv3", 4, 2, 1, 2, 1, 2, 3, 0, NULL, 0, 0, 0},
     /* ZeRO-3 and FSDP with the gathers kept from the forward (the modules read the embedding
      * and the output layer from those blocks' gathers) */
     {"dp2_zero3_keep", "tiny", 2, 2, 1, 1, 1, 1, 3, 0, NULL, 0, 0, LAYOUT_KEEP},

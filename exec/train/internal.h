@@ -684,8 +684,8 @@ void exec_mtp_embed_shifted_bwd(const ExecLayerRun *r, const void *dy, const int
 /* ZeRO-2/3 sum each block's gradients through one bucket as soon as the block's backward is over
  * (zero.c), so a block's gradients of a micro-batch must all be computed in that window. The
  * modules add to two blocks whose windows come later in the main backward: the output layer's
- * weight (their heads) and the embedding's rows (their enorm inputs). Under ZeRO-2/3 those wait
- * (exec_mtp_deferred): each head's logits gradient stays in mtp.N.loss.probs and its input in
+ * weight (their heads) and the embedding's rows (their enorm inputs). Under ZeRO-2/3 without a
+ * pipeline those wait (exec_mtp_deferred): each head's logits gradient stays in mtp.N.loss.probs and its input in
  * mtp.N.logits.in (layers.c's head_bwd or, tied, embed_bwd adds them), and each enorm input's
  * gradient is kept in its module's spent mtp.eh.in (b x s/cp x h: under SP the gathered rows,
  * which fit its b x s/(cp tp) x 2h while tp <= 2, model/runnable.c's limit), looked up into the

@@ -115,7 +115,9 @@ void exec_mtp_embed_shifted_bwd(const ExecLayerRun *r, const void *dy, const int
         }
 }
 
-int exec_mtp_deferred(const ExecCtx *c) { return c->spec.layout.zero >= 2; }
+/* Only where gradients go through per-micro-batch buckets: under a pipeline ZeRO-2/3 accumulate
+ * them whole over the step, as ZeRO-1 does, and nothing need wait for a bucket's window. */
+int exec_mtp_deferred(const ExecCtx *c) { return exec_zero_bucketed(c); }
 
 int exec_mtp_deferred_embed(const ExecLayerRun *r, int chunk, int mb, const ExecLayerActs *A,
                             const int32_t *tok, PxError *err)
