@@ -41,8 +41,8 @@ typedef struct {
     int vpp;  /* model chunks per pipeline rank (0: 1), the interleaved schedule above 1 */
     int etp;  /* expert tensor parallelism (0: 1), each expert split over etp of the tp ranks */
     double cf; /* moe.capacity_factor (token dropping), on the layout and the single rank alike */
-    int dsv3;  /* tiny-dsv3 (multi-head latent attention, sigmoid group-limited routing; its
-                  multi-token prediction module left out) in place of tiny-moe; 2: its layers
+    int dsv3;  /* tiny-dsv3 (multi-head latent attention, sigmoid group-limited routing, its
+                  multi-token prediction module: spec_of) in place of tiny-moe; 2: its layers
                   all dense (MoE needs SP with tp > 1: MLA's TP without SP runs so) */
     int cp;    /* context parallelism: allgather, or by the name's suffix _p2p the ring (flash
                   attention's core) or _a2a Ulysses (the unfused one); each cp rank routes its
@@ -147,8 +147,7 @@ static const Layout layouts[] = {
     {"dsv3_dense_dp2_zero3_full_fp8_delayed", 2, 2, 1, 1, 1, 0, 1, 3, 1, 0, MODEL_FP8_DELAYED, 0, 0, 0, 2, 0},
     /* context parallelism: cp 2 alone, the experts' ranks carved out of the cp ranks (ep 2
      * on 2 ranks), and with TP's sequence shards beside the cp parts (the counts summed over
-     * both); tiny-dsv3's MoE layers with MLA's all-gather cp, its prediction module left out
-     * (it runs with cp 1: docs/executor.md, "Multi-token prediction") */
+     * both); tiny-dsv3 whole (MLA's all-gather cp, MoE layers, its prediction module) */
     {"cp2", 2, 1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 2},
     {"ep2_cp2", 2, 1, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 2},
     {"ep2_cp2_real", 2, 1, 1, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2},
@@ -187,8 +186,9 @@ static ModelSpec spec_of(const Layout *L)
     PxError err = {0};
     model_spec_defaults(&s);
     /* the model by the layout's name and its dsv3 field: tiny-dsv3 whole (its prediction
-     * module too, but with ZeRO-2/3, FP8 or cp > 1, which the module does not run: "Multi-token
-     * prediction" in docs/executor.md; 2: its layers dense and no module), gptoss* tiny-gpt-oss,
+     * module too, but not with FP8, which the module does not run ("Multi-token prediction" in
+     * docs/executor.md), nor with ZeRO-2/3, whose modules test_exec_mtp_mpi runs; 2: its layers
+     * dense and no module), gptoss* tiny-gpt-oss,
      * gate_* (cuda_gate_* too) tiny-moe with the shared experts' gate, else tiny-moe */
     CHECK_OK(model_config_load(L->dsv3                     ? "tiny-dsv3"
                                : strstr(L->name, "gptoss") ? "tiny-gpt-oss"
@@ -203,7 +203,7 @@ static ModelSpec spec_of(const Layout *L)
      * sigmoid scores) */
     if (L->cp > 1 && s.model.moe.experts > 0)
         s.model.moe.aux_loss_coeff = 1.0;
-    if (L->dsv3 == 2 || (L->dsv3 && (L->zero >= 2 || L->fp8 || L->cp > 1)))
+    if (L->dsv3 == 2 || (L->dsv3 && (L->zero >= 2 || L->fp8)))
         s.model.mtp_layers = 0;
     if (L->dsv3 == 2)
         s.model.moe.experts = 0;
