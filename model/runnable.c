@@ -170,11 +170,12 @@ int model_exec_refusal(const ModelSpec *s, const ModelDims *d, int gpu, char *wh
                  "ZeRO-%d with pp > 1 is priced but not yet run by the executor (simulate and "
                  "export such plans, or train with zero 1 or pp 1)",
                  s->layout.zero);
-    else if (d->recompute_op)
+    else if (d->recompute_op && (d->fp8 != MODEL_FP8_NONE || m->mla.kv_lora_rank > 0))
         snprintf(why, cap,
-                 "%s's op-level selective recompute is priced but not run by the executor (train "
-                 "with recompute none or full, or framework megatron)",
-                 model_framework_name(s->job.framework));
+                 "%s's op-level selective recompute runs without %s (train with recompute none "
+                 "or full, or framework megatron)",
+                 model_framework_name(s->job.framework),
+                 d->fp8 != MODEL_FP8_NONE ? "FP8 GEMMs" : "multi-head latent attention");
     else if (d->fp8 != MODEL_FP8_NONE && (lim = fp8_limit(&s->job)))
         snprintf(why, cap, "training.fp8 %s: the executor runs FP8 GEMMs with limits: %s",
                  model_fp8_recipe_name(s->job.fp8), lim);

@@ -1,7 +1,7 @@
 /* Equivalences the executor promises:
- * - recompute none, selective and full give bit-identical losses and gradients (the recomputed
- *   tensors, dropout masks included, are the saved ones; a MoE layer's routing too), and
- *   bit-identical training steps;
+ * - recompute none, selective (Megatron's, and torchtitan's op by op) and full give
+ *   bit-identical losses and gradients (the recomputed tensors, dropout masks included, are the
+ *   saved ones; a MoE layer's routing too), and bit-identical training steps;
  * - the same seed gives the same losses, another seed other ones;
  * - GPipe and 1F1B give bit-identical results (same micro-batch order of accumulation);
  * - the micro-batch size does not change the step's data or dropout masks: losses agree to
@@ -57,8 +57,10 @@ static void check_recompute(const char *what, ModelSpec s)
     float *ref = NULL;
     uint64_t n_ref = 0;
     double loss_ref = 0, steps_ref[3];
-    for (int mode = 0; mode < 3; mode++) {
-        s.layout.recompute = (ModelRecompute)mode;
+    for (int mode = 0; mode < 4; mode++) {
+        /* 3: selective as torchtitan runs it, op by op */
+        s.layout.recompute = (ModelRecompute)(mode < 3 ? mode : MODEL_RECOMPUTE_SELECTIVE);
+        s.job.framework = mode < 3 ? MODEL_FW_MEGATRON : MODEL_FW_TORCHTITAN;
         Exec *ex = tx_exec(&s);
         float *g = NULL;
         uint64_t n = 0;
@@ -81,7 +83,7 @@ static void check_recompute(const char *what, ModelSpec s)
             fprintf(stderr,
                     "%s: recompute %s differs from none: loss %.17g vs %.17g, first gradient "
                     "difference at %llu of %llu, step losses %.17g vs %.17g\n",
-                    what, model_recompute_name((ModelRecompute)mode), loss, loss_ref,
+                    what, mode < 3 ? model_recompute_name((ModelRecompute)mode) : "selective op by op", loss, loss_ref,
                     (unsigned long long)first, (unsigned long long)n, steps[2], steps_ref[2]);
             exit(1);
         }
