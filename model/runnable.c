@@ -103,7 +103,7 @@ static const char *fp8_limit(const ModelJob *j)
 
 /* What the backend the plan runs on takes (checked last, as the executor picks its kernels
  * after the plan's other settings): the CPU trains fp32, CUDA bf16 or fp16 without
- * optimizer offload. */
+ * optimizer offload or adam-8bit. */
 static int device_refusal(const ModelSpec *s, int gpu, char *why, size_t cap)
 {
     const PxDtype prec = s->job.precision;
@@ -117,6 +117,11 @@ static int device_refusal(const ModelSpec *s, int gpu, char *why, size_t cap)
                  "training.precision %s: the CUDA backend trains in bf16 or fp16 (make the plan "
                  "with --precision bf16, or run an fp32 plan on the CPU with --backend cpu)",
                  px_dtype_name(prec));
+    else if (gpu && s->job.optimizer == MODEL_OPT_ADAM_8BIT)
+        snprintf(why, cap,
+                 "training.optimizer adam-8bit: the executor runs its block-wise quantized state "
+                 "on the CPU backend only (--backend cpu with --precision fp32); on CUDA it is a "
+                 "prediction only");
     else if (gpu && s->layout.offload_optimizer)
         snprintf(why, cap,
                  "layout.offload_optimizer: the executor offloads the optimizer on the CPU "
@@ -184,9 +189,6 @@ int model_exec_refusal(const ModelSpec *s, const ModelDims *d, int gpu, char *wh
                  "training.grad_dtype %s: the executor accumulates gradients in fp32 (make the "
                  "plan with --grad-dtype fp32)",
                  px_dtype_name(s->job.grad_dtype));
-    else if (s->job.optimizer == MODEL_OPT_ADAM_8BIT)
-        snprintf(why, cap, "training.optimizer adam-8bit is not implemented by the executor yet: "
-                           "use adamw or sgd-momentum");
     else if (m->position == MODEL_POS_ROPE && m->mla.kv_lora_rank <= 0 && m->head_dim % 2 != 0)
         snprintf(why, cap, "rotary embeddings need an even head_dim, got %d", m->head_dim);
     else if (d->v > MODEL_EXEC_MAX_CHUNKS)

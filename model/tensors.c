@@ -615,13 +615,13 @@ static void add_block_states(Adder *a, const ModelSpec *s, const ModelDims *d, M
         break;
     case MODEL_OPT_ADAM_8BIT:
         /* Dettmers et al. 2022 (8-bit Optimizers via Block-wise Quantization): one byte per
-         * state and an fp32 absmax per block of 2048 values. */
+         * state and an fp32 absmax per block of MODEL_ADAM8_BLOCK (2048) values. */
         NAME(n, "%s.adam8_m", blk->name);
         add(a, MODEL_TR_ADAM8_M, n, MODEL_OPTIMIZER, PX_UINT8, dp_shard, 1, n_state, 0, 0, 0);
         NAME(n, "%s.adam8_v", blk->name);
         add(a, MODEL_TR_ADAM8_V, n, MODEL_OPTIMIZER, PX_UINT8, dp_shard, 1, n_state, 0, 0, 0);
         NAME(n, "%s.adam8_absmax", blk->name);
-        add(a, MODEL_TR_ADAM8_ABSMAX, n, MODEL_OPTIMIZER, PX_FP32, dp_shard, 2, 2, (int64_t)px_ceil_div((uint64_t)n_state, 2048),
+        add(a, MODEL_TR_ADAM8_ABSMAX, n, MODEL_OPTIMIZER, PX_FP32, dp_shard, 2, 2, (int64_t)px_ceil_div((uint64_t)n_state, MODEL_ADAM8_BLOCK),
             0, 0);
         break;
     }

@@ -525,6 +525,15 @@ static void test_backends(void)
     CHECK_INPUT_ERROR(exec_init(&ex, &plan, &opt, &err), err,
                       "training.grad_dtype bf16: the executor accumulates gradients in fp32");
     model_plan_free(&plan);
+    /* adam-8bit's quantized state is the CPU backend's */
+    s.job.grad_dtype = PX_FP32;
+    s.job.optimizer = MODEL_OPT_ADAM_8BIT;
+    CHECK_OK(sim_plan_for(&s, "dgx-h100", 1, &plan, &err), err);
+    CHECK_INPUT_ERROR(exec_init(&ex, &plan, &opt, &err), err,
+                      "training.optimizer adam-8bit: the executor runs its block-wise quantized "
+                      "state on the CPU backend only");
+    model_plan_free(&plan);
+    s.job.optimizer = MODEL_OPT_ADAMW;
 
     ExecBackend parsed;
     CHECK_OK(exec_backend_parse("cuda", &parsed, &err), err);

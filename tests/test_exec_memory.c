@@ -1,7 +1,8 @@
 /* Predicted equals measured on one rank: for several models (tiny, tiny-llama, a small
  * GPT-2-shaped model with a padded vocabulary; tiny-dsv3's multi-head latent attention, op by
  * op with its layers dense), every recompute mode, flash attention on and
- * off, dropout on and off, GPipe and 1F1B with several micro-batches, ZeRO-1 and SGD:
+ * off, dropout on and off, GPipe and 1F1B with several micro-batches, ZeRO-1, SGD and
+ * adam-8bit:
  * - memory per category as the executor's arenas hold it equals sim_run's prediction on the
  *   local cluster, byte for byte (runtime is the profile's allowance on both sides), and the
  *   activation pools were full at the schedule's peak;
@@ -202,6 +203,13 @@ int main(void)
     s.job.optimizer = MODEL_OPT_SGD_MOMENTUM;
     s.layout.zero = 0;
     check_case("tiny sgd", s);
+    /* adam-8bit: a byte a state value and an absmax per 2048 of them, whole and ZeRO-1's
+     * shard */
+    s.job.optimizer = MODEL_OPT_ADAM_8BIT;
+    check_case("tiny adam-8bit", s);
+    s.layout.zero = 1;
+    check_case("tiny adam-8bit zero-1", s);
+    s.layout.zero = 0;
     s = tx_spec("tiny-llama", 32, 6, 3);
     s.job.causal_flops = 1;
     s.job.flash_attn = 0;
