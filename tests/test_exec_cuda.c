@@ -475,6 +475,12 @@ static void test_memory(PxDtype act)
     s.job.optimizer = MODEL_OPT_SGD_MOMENTUM;
     snprintf(what, sizeof what, "sgd %s", px_dtype_name(act));
     memory_case(what, s);
+    /* torchtitan's op-level selective recompute on the device's kernels */
+    s = spec_of("tiny-llama", 16, 4, 2, act);
+    s.job.framework = MODEL_FW_TORCHTITAN;
+    s.layout.recompute = MODEL_RECOMPUTE_SELECTIVE;
+    snprintf(what, sizeof what, "tiny-llama %s torchtitan selective", px_dtype_name(act));
+    memory_case(what, s);
 }
 
 /* ---- which backend, and what each refuses ---- */
