@@ -762,11 +762,12 @@ static int qkv_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerActs 
 /* Op-level selective activation checkpointing (torchtitan's "selective op"; the op graph's
  * sac_op_recompute, docs/time.md "Frameworks"), before layer l's backward: its checkpointed
  * forward again, the 2nd, 4th and 6th matmuls (wk, wo, and w3 gated or fc2) and every
- * elementwise op rerun, no collective. The norms and the activation recompute into the tensors
- * the backward reads (attn.qkv.in, mlp.fc1.in, mlp.fc2.in: what they held, bit for bit); the
- * three matmuls' outputs and the residual adds, which the saved set already holds (attn.qkv.out
- * packs wk's, mlp.act.in w3's, ln2.in the attention's residual: model_layer_acts_at), land in
- * scratch the backward overwrites (ws.dqkv, ws.dffn, ws.out, ws.dhid). Under SP the matmuls
+ * elementwise op rerun, no collective. The norms and the activation re-create the tensors the
+ * backward reads and the table does not save (attn.qkv.in, mlp.fc1.in, a dense layer's
+ * mlp.fc2.in: in ws.recompute, bit for bit the forward's); the three matmuls' outputs and the
+ * residual adds, which saved tensors already hold (attn.qkv.out packs wk's, mlp.act.in w3's,
+ * ln2.in the attention's residual: model_layer_acts_at), land in scratch the backward
+ * overwrites (ws.dqkv, ws.dffn, ws.out, ws.dhid). Under SP the matmuls
  * read ws.sp.gather, the full sequence's rows the backward gathers again. A MoE layer reruns its
  * attention half only: its experts are not recomputed. */
 static void sac_recompute(const ExecLayerRun *r, int l, const ExecLayerActs *a)
