@@ -133,9 +133,11 @@ static const Layout layouts[] = {
      "--framework torchtitan --recompute selective --dropout 0.1", 5, 0, NULL, 0},
     /* adam-8bit: its state replicated, and sharded by ZeRO-1 (the shard's quantization blocks
      * start at its own first element, not the single rank's: other absmax values, 6.6e-7 off
-     * the single rank after 5 steps) */
+     * the single rank after 5 steps), in host memory with the optimizer offloaded */
     {"dp2_adam8", 2, "--dp 2 --tp 1 --pp 1 --zero 0 --no-sp " PIN1, "--optimizer adam-8bit", 5, 0, NULL, 0},
     {"dp2_zero1_adam8", 2, "--dp 2 --tp 1 --pp 1 --zero 1 --no-sp " PIN1, "--optimizer adam-8bit", 5, 0, NULL, 0},
+    {"dp2_zero1_offload_adam8", 2, "--dp 2 --tp 1 --pp 1 --zero 1 --offload-optimizer --no-sp " PIN1,
+     "--optimizer adam-8bit", 5, 0, NULL, 0},
     /* context parallelism (docs/executor.md, "Context parallelism"): tiny-llama (GQA, RoPE) at
      * sequence 256, K and V all-gathered; the fused and the unfused attention, selective and
      * full recompute, combined with TP and SP, the pipeline, and data parallelism with ZeRO-1 */
