@@ -1,8 +1,9 @@
 /* The update at the end of a step: one control reduction that gives every rank the step's
  * loss, the global gradient norm and whether any rank was asked to stop; fp16's loss scaler
  * (a step whose gradients overflowed is skipped); the global-norm clip; AdamW, SGD with
- * momentum or 8-bit Adam on this rank's shard (the fp32 master when the weights are 16-bit); and ZeRO-1/2's
- * gather of the updated weights. The learning rate warms up linearly, then decays as a cosine. */
+ * momentum or 8-bit Adam on this rank's shard (the fp32 master when the weights are 16-bit);
+ * and ZeRO-1/2's gather of the updated weights. The learning rate warms up linearly, then
+ * decays as a cosine. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -148,7 +149,8 @@ static void adam8_flush(Adam8 *A)
         am = fabsf(A->m[i]) > am ? fabsf(A->m[i]) : am;
         av = A->v[i] > av ? A->v[i] : av;
     }
-    uint8_t *m8 = A->blk->m8 + A->q * MODEL_ADAM8_BLOCK, *v8 = A->blk->v8 + A->q * MODEL_ADAM8_BLOCK;
+    uint8_t *m8 = A->blk->m8 + A->q * MODEL_ADAM8_BLOCK;
+    uint8_t *v8 = A->blk->v8 + A->q * MODEL_ADAM8_BLOCK;
     for (uint64_t i = 0; i < n; i++) {
         m8[i] = adam8_code(A->tm, am > 0.0f ? A->m[i] / am : 0.0f, 0);
         v8[i] = adam8_code(A->tv, av > 0.0f ? A->v[i] / av : 0.0f, 1);
