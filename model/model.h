@@ -158,6 +158,9 @@ int model_rope_scaling_megatron(const ModelConfig *c);
 typedef enum { MODEL_RECOMPUTE_NONE = 0, MODEL_RECOMPUTE_SELECTIVE, MODEL_RECOMPUTE_FULL } ModelRecompute;
 typedef enum { MODEL_SCHED_1F1B = 0, MODEL_SCHED_GPIPE, MODEL_SCHED_INTERLEAVED } ModelSchedule;
 typedef enum { MODEL_OPT_ADAMW = 0, MODEL_OPT_SGD_MOMENTUM, MODEL_OPT_ADAM_8BIT } ModelOptimizer;
+/* adam-8bit's quantization block: one fp32 absmax per this many values of m and of v (Dettmers
+ * et al. 2022, "8-bit Optimizers via Block-wise Quantization", Sec. 2.1) */
+#define MODEL_ADAM8_BLOCK 2048
 /* How context-parallel attention reaches the other ranks' keys and values, Megatron-Core's
  * --cp-comm-type: p2p, a ring passing K and V (and in the backward their gradients) a chunk at
  * a time, overlapped with the attention of the chunk at hand (Megatron's default); allgather,

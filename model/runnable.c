@@ -100,7 +100,7 @@ static const char *fp8_limit(const ModelJob *j)
 
 /* What the backend the plan runs on takes (checked last, as the executor picks its kernels
  * after the plan's other settings): the CPU trains fp32, CUDA bf16 or fp16 without
- * optimizer offload. */
+ * optimizer offload or adam-8bit. */
 static int device_refusal(const ModelSpec *s, int gpu, char *why, size_t cap)
 {
     const PxDtype prec = s->job.precision;
@@ -114,6 +114,11 @@ static int device_refusal(const ModelSpec *s, int gpu, char *why, size_t cap)
                  "training.precision %s: the CUDA backend trains in bf16 or fp16 (make the plan "
                  "with --precision bf16, or run an fp32 plan on the CPU with --backend cpu)",
                  px_dtype_name(prec));
+    else if (gpu && s->job.optimizer == MODEL_OPT_ADAM_8BIT)
+        snprintf(why, cap,
+                 "training.optimizer adam-8bit: the executor runs its block-wise quantized state "
+                 "on the CPU backend only (--backend cpu with --precision fp32); on CUDA it is a "
+                 "prediction only");
     else if (gpu && s->layout.offload_optimizer)
         snprintf(why, cap,
                  "layout.offload_optimizer: the executor offloads the optimizer on the CPU "
@@ -160,11 +165,12 @@ int model_exec_refusal(const ModelSpec *s, const ModelDims *d, int gpu, char *wh
                  "training.moe_dispatcher %s is priced but not run by the executor (it "
                  "dispatches by all-to-all: make the plan with --moe-dispatcher alltoall)",
                  model_moe_dispatcher_name(s->job.moe_dispatcher));
-    else if (d->recompute_op)
+    else if (d->recompute_op && (d->fp8 != MODEL_FP8_NONE || m->mla.kv_lora_rank > 0))
         snprintf(why, cap,
-                 "%s's op-level selective recompute is priced but not run by the executor (train "
-                 "with recompute none or full, or framework megatron)",
-                 model_framework_name(s->job.framework));
+                 "%s's op-level selective recompute runs without %s (train with recompute none "
+                 "or full, or framework megatron)",
+                 model_framework_name(s->job.framework),
+                 d->fp8 != MODEL_FP8_NONE ? "FP8 GEMMs" : "multi-head latent attention");
     else if (d->fp8 != MODEL_FP8_NONE && (lim = fp8_limit(&s->job)))
         snprintf(why, cap, "training.fp8 %s: the executor runs FP8 GEMMs with limits: %s",
                  model_fp8_recipe_name(s->job.fp8), lim);
@@ -173,9 +179,6 @@ int model_exec_refusal(const ModelSpec *s, const ModelDims *d, int gpu, char *wh
                  "training.grad_dtype %s: the executor accumulates gradients in fp32 (make the "
                  "plan with --grad-dtype fp32)",
                  px_dtype_name(s->job.grad_dtype));
-    else if (s->job.optimizer == MODEL_OPT_ADAM_8BIT)
-        snprintf(why, cap, "training.optimizer adam-8bit is not implemented by the executor yet: "
-                           "use adamw or sgd-momentum");
     else if (m->position == MODEL_POS_ROPE && m->mla.kv_lora_rank <= 0 && m->head_dim % 2 != 0)
         snprintf(why, cap, "rotary embeddings need an even head_dim, got %d", m->head_dim);
     else if (d->v > MODEL_EXEC_MAX_CHUNKS)

@@ -183,11 +183,14 @@ void model_layer_acts_at(const ModelSpec *s, const ModelDims *d, ModelRecompute 
     const int full = mode == MODEL_RECOMPUTE_FULL, none = mode == MODEL_RECOMPUTE_NONE;
     /* a MoE layer's MLP is its shared experts (if any); the router reads fc1.in as well */
     const int moe = layer >= 0 && model_layer_is_moe(&s->model, layer);
+    /* op-level selective recompute (model/ops.c's sac_op_recompute) re-creates the norms'
+     * outputs and, in a dense layer, the activation's before the backward: not saved */
+    const int op = d->recompute_op && mode == MODEL_RECOMPUTE_SELECTIVE, op_mlp = op && !moe;
     const int mlp = !moe || d->sff_loc > 0;
     const int64_t f_out = moe ? d->sff_out_loc : d->ffn_out_loc, f_in = moe ? d->sff_loc : d->ffn_loc;
     const ActRow t[MODEL_LAYER_ACTS] = {
         {"ln1.in", e, sp, 3, b, ss, h, 1, 1, 1},
-        {"attn.qkv.in", e, sp, 3, b, ss, h, 1, 1, !full},
+        {"attn.qkv.in", e, sp, 3, b, ss, h, 1, 1, !full && !op},
         {"attn.qkv.out", e, tp, 3, b, sl, d->q_loc + 2 * d->kv_width_loc, 1, 1, !full},
         {"attn.lse", f32, tp, 3, b, hl, sl, 1, flash, !full},
         {"attn.softmax", e, tp, 4, b, hl, sl, sq, !flash, none},
@@ -197,9 +200,9 @@ void model_layer_acts_at(const ModelSpec *s, const ModelDims *d, ModelRecompute 
         {"attn.proj.in.fp8", e, tp, 3, b, sl, d->o_loc, 1, model_fp8_proj_in(s) == MODEL_FP8_PROJ_BOTH, !full},
         {"attn.drop_mask", u8, sp, 3, b, ss, h, 1, drop, !full},
         {"ln2.in", e, sp, 3, b, ss, h, 1, 1, !full},
-        {"mlp.fc1.in", e, sp, 3, b, ss, h, 1, 1, !full},
+        {"mlp.fc1.in", e, sp, 3, b, ss, h, 1, 1, !full && !op},
         {"mlp.act.in", e, tp, 3, b, sl, f_out, 1, mlp, !full},
-        {"mlp.fc2.in", e, tp, 3, b, sl, f_in, 1, mlp, !full},
+        {"mlp.fc2.in", e, tp, 3, b, sl, f_in, 1, mlp, !full && !op_mlp},
         {"mlp.drop_mask", u8, sp, 3, b, ss, h, 1, drop, !full},
     };
     acts_fill(t, MODEL_LAYER_ACTS, MODEL_TR_LN1_IN, out);
@@ -615,13 +618,13 @@ static void add_block_states(Adder *a, const ModelSpec *s, const ModelDims *d, M
         break;
     case MODEL_OPT_ADAM_8BIT:
         /* Dettmers et al. 2022 (8-bit Optimizers via Block-wise Quantization): one byte per
-         * state and an fp32 absmax per block of 2048 values. */
+         * state and an fp32 absmax per block of MODEL_ADAM8_BLOCK (2048) values. */
         NAME(n, "%s.adam8_m", blk->name);
         add(a, MODEL_TR_ADAM8_M, n, MODEL_OPTIMIZER, PX_UINT8, dp_shard, 1, n_state, 0, 0, 0);
         NAME(n, "%s.adam8_v", blk->name);
         add(a, MODEL_TR_ADAM8_V, n, MODEL_OPTIMIZER, PX_UINT8, dp_shard, 1, n_state, 0, 0, 0);
         NAME(n, "%s.adam8_absmax", blk->name);
-        add(a, MODEL_TR_ADAM8_ABSMAX, n, MODEL_OPTIMIZER, PX_FP32, dp_shard, 2, 2, (int64_t)px_ceil_div((uint64_t)n_state, 2048),
+        add(a, MODEL_TR_ADAM8_ABSMAX, n, MODEL_OPTIMIZER, PX_FP32, dp_shard, 2, 2, (int64_t)px_ceil_div((uint64_t)n_state, MODEL_ADAM8_BLOCK),
             0, 0);
         break;
     }

@@ -250,16 +250,16 @@ expect 2 "mtp2.json: $mtp_why" run "$tmp/mtp2.json" --launcher none
 expect 2 "the executor does not run it (planning for this machine) (e.g. $mtp_why" \
   plan --model "$tmp/mtp.json" --cluster local --gpus 2 --pp 2 --gbs 4 --mbs 2 --seq 16 --steps 1 \
   --pipeline-model-parallel-layout 'Et*4m|L'
-# op-level recompute and the all-gather dispatcher are priced, not run: a plan for this machine
-# does not rank them, and the executor refuses a plan made for another cluster by name before
-# anything is built (one statement, model_exec_refusal); ZeRO-3 under a pipeline is run, so a
-# plan for this machine takes it
+# the all-gather dispatcher is priced, not run, nor is op-level recompute with FP8: a plan for
+# this machine does not rank them, and the executor refuses a plan made for another cluster by
+# name before anything is built (one statement, model_exec_refusal); ZeRO-3 under a pipeline is
+# run, so a plan for this machine takes it
 printf '{"name": "z", "family": "gpt", "layers": 4, "hidden": 64, "heads": 4, "vocab": 256, "seq_len": 64}\n' >"$tmp/z.json"
 "$px" plan --model "$tmp/z.json" --cluster local --gpus 2 --pp 2 --zero 3 --gbs 4 --mbs 2 --seq 16 --steps 1 \
   -o "$tmp/zpp.json" >/dev/null
-"$px" plan --model "$tmp/z.json" --cluster dgx-a100 --gpus 1 --recompute selective --framework torchtitan --gbs 4 --mbs 2 \
-  --seq 16 --steps 1 -o "$tmp/sac.json" >/dev/null
-expect 2 "sac.json: torchtitan's op-level selective recompute is priced but not run by the executor" run "$tmp/sac.json"
+"$px" plan --model "$tmp/z.json" --cluster dgx-h100 --gpus 1 --recompute selective --framework torchtitan \
+  --fp8-recipe tensorwise --gbs 4 --mbs 2 --seq 16 --steps 1 -o "$tmp/sac.json" >/dev/null
+expect 2 "sac.json: torchtitan's op-level selective recompute runs without FP8 GEMMs" run "$tmp/sac.json"
 expect 2 "e.g. training.moe_dispatcher allgather is priced but not run by the executor" \
   plan --model tiny-moe --cluster local --gpus 2 --gbs 8 --ep 2 --moe-dispatcher allgather
 "$px" plan --model tiny-moe --cluster dgx-a100 --gpus 2 --gbs 8 --ep 2 --moe-dispatcher allgather -o "$tmp/ag.json" >/dev/null

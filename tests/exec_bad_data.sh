@@ -36,7 +36,6 @@ plan() { # plan NAME KNOBS...: a tiny plan for the local cluster
 
 plan good
 plan bf16 --cluster dgx-a100 --precision bf16
-plan adam8 --optimizer adam-8bit
 plan zero2 --zero 2
 plan zero3 --zero 3 --recompute full
 plan dp2 --gpus 2
@@ -83,7 +82,6 @@ expect 2 "the training data is not a regular file" "$px" run "$tmp/good.json" --
 
 # plans the executor cannot run here
 expect 2 "training.precision bf16: the CPU backend trains in fp32" "$px" run "$tmp/bf16.json"
-expect 2 "training.optimizer adam-8bit is not implemented" "$px" run "$tmp/adam8.json"
 expect 2 "layout.cp 2 (cp_comm_type p2p, sequence 16): the executor runs context parallelism with limits: dropout must be 0" "$px" run "$tmp/cp2.json" --launcher none
 expect 2 "training.fp8 tensorwise: the executor runs FP8 GEMMs with limits: fp8_attention is simulated only" "$px" run "$tmp/fp8att.json"
 expect 2 "training.fp8 delayed: the executor runs FP8 GEMMs with limits: fp8_param_gather is simulated only" "$px" run "$tmp/fp8pg.json" --launcher none --backend cpu

@@ -475,6 +475,12 @@ static void test_memory(PxDtype act)
     s.job.optimizer = MODEL_OPT_SGD_MOMENTUM;
     snprintf(what, sizeof what, "sgd %s", px_dtype_name(act));
     memory_case(what, s);
+    /* torchtitan's op-level selective recompute on the device's kernels */
+    s = spec_of("tiny-llama", 16, 4, 2, act);
+    s.job.framework = MODEL_FW_TORCHTITAN;
+    s.layout.recompute = MODEL_RECOMPUTE_SELECTIVE;
+    snprintf(what, sizeof what, "tiny-llama %s torchtitan selective", px_dtype_name(act));
+    memory_case(what, s);
 }
 
 /* ---- which backend, and what each refuses ---- */
@@ -525,6 +531,15 @@ static void test_backends(void)
     CHECK_INPUT_ERROR(exec_init(&ex, &plan, &opt, &err), err,
                       "training.grad_dtype bf16: the executor accumulates gradients in fp32");
     model_plan_free(&plan);
+    /* adam-8bit's quantized state is the CPU backend's */
+    s.job.grad_dtype = PX_FP32;
+    s.job.optimizer = MODEL_OPT_ADAM_8BIT;
+    CHECK_OK(sim_plan_for(&s, "dgx-h100", 1, &plan, &err), err);
+    CHECK_INPUT_ERROR(exec_init(&ex, &plan, &opt, &err), err,
+                      "training.optimizer adam-8bit: the executor runs its block-wise quantized "
+                      "state on the CPU backend only");
+    model_plan_free(&plan);
+    s.job.optimizer = MODEL_OPT_ADAMW;
 
     ExecBackend parsed;
     CHECK_OK(exec_backend_parse("cuda", &parsed, &err), err);

@@ -1,7 +1,8 @@
 /* Predicted equals measured on one rank: for several models (tiny, tiny-llama, a small
  * GPT-2-shaped model with a padded vocabulary; tiny-dsv3's multi-head latent attention, op by
  * op with its layers dense), every recompute mode, flash attention on and
- * off, dropout on and off, GPipe and 1F1B with several micro-batches, ZeRO-1 and SGD:
+ * off, dropout on and off, GPipe and 1F1B with several micro-batches, ZeRO-1, SGD and
+ * adam-8bit:
  * - memory per category as the executor's arenas hold it equals sim_run's prediction on the
  *   local cluster, byte for byte (runtime is the profile's allowance on both sides), and the
  *   activation pools were full at the schedule's peak;
@@ -29,7 +30,10 @@ static double closed_form_flops(const ModelSpec *s, const ModelDims *d)
     const double causal = s->job.causal_flops ? 0.5 : 1.0;
     const double full = rc == MODEL_RECOMPUTE_FULL ? 1 : 0;
     const double selective = rc == MODEL_RECOMPUTE_SELECTIVE && !flash ? 1 : 0;
-    const double linear = 24.0 * S * h * h * (3.0 + full);
+    /* torchtitan's op-level selective recompute reruns wk (2 s h^2 of the layer's 24), wo (2)
+     * and, the MLP not gated, fc2 (8): half the linear layers' forward, and no attention core */
+    const double sac = d->recompute_op ? 0.5 : 0.0;
+    const double linear = 24.0 * S * h * h * (3.0 + full + sac);
     const double attention = 4.0 * S * S * h * causal * (1.0 + (flash ? 2.5 : 2.0) + full + selective);
     const double logits = 2.0 * S * h * V * 3.0;
     return B * (L * (linear + attention) + logits);
@@ -144,6 +148,27 @@ int main(void)
             }
         }
     }
+    /* torchtitan's op-level selective recompute (the other matmuls and the elementwise ops
+     * rerun before each layer's backward) with the attention core fused and not, dropout on
+     * and off, a GELU and a SwiGLU model, and a MoE model's layers (their attention half) */
+    for (int mi = 0; mi < 2; mi++)
+        for (int flash = 0; flash <= 1; flash++)
+            for (int drop = 0; drop <= 1; drop++) {
+                ModelSpec t = tx_spec(models[mi], 16, 4, 1);
+                t.job.framework = MODEL_FW_TORCHTITAN;
+                t.layout.recompute = MODEL_RECOMPUTE_SELECTIVE;
+                t.job.flash_attn = flash;
+                t.job.dropout = drop ? 0.1 : 0.0;
+                snprintf(what, sizeof what, "%s torchtitan selective flash %d dropout %d",
+                         models[mi], flash, drop);
+                check_case(what, t);
+            }
+    {
+        ModelSpec t = tx_spec("tiny-moe", 16, 4, 2);
+        t.job.framework = MODEL_FW_TORCHTITAN;
+        t.layout.recompute = MODEL_RECOMPUTE_SELECTIVE;
+        check_case("tiny-moe torchtitan selective", t);
+    }
     /* GPipe holds every micro-batch: four activation sets against 1F1B's one */
     ModelSpec s = tx_spec("tiny", 16, 4, 1);
     s.layout.schedule = MODEL_SCHED_GPIPE;
@@ -178,6 +203,13 @@ int main(void)
     s.job.optimizer = MODEL_OPT_SGD_MOMENTUM;
     s.layout.zero = 0;
     check_case("tiny sgd", s);
+    /* adam-8bit: a byte a state value and an absmax per 2048 of them, whole and ZeRO-1's
+     * shard */
+    s.job.optimizer = MODEL_OPT_ADAM_8BIT;
+    check_case("tiny adam-8bit", s);
+    s.layout.zero = 1;
+    check_case("tiny adam-8bit zero-1", s);
+    s.layout.zero = 0;
     s = tx_spec("tiny-llama", 32, 6, 3);
     s.job.causal_flops = 1;
     s.job.flash_attn = 0;
@@ -205,6 +237,6 @@ int main(void)
     check_case("tiny-dsv3 q_lora_rank 0", s);
     printf("%d cases: memory per category and FLOPs equal the prediction; %d against the closed "
            "form\n", cases, oracles);
-    CHECK(oracles >= 40);
+    CHECK(oracles >= 44);
     TEST_DONE("test_exec_memory");
 }

@@ -138,6 +138,20 @@ static const Layout layouts[] = {
     {"dp2_zero1_offload", 2, "--dp 2 --tp 1 --pp 1 --zero 1 --offload-optimizer --no-sp " PIN1, "", 5, 0, NULL, 0},
     {"dp2_zero3_offload", 2, "--dp 2 --tp 1 --pp 1 --zero 3 --fsdp --offload-optimizer --no-sp " PIN1,
      "--recompute full", 5, 0, NULL, 0},
+    /* torchtitan's op-level selective recompute (docs/executor.md, "Recompute"): tiny-llama
+     * (SwiGLU: w3 rerun) with TP and SP (the rerun matmuls read sp.gather), tiny (GELU: fc2
+     * rerun) with FSDP and dropout */
+    {"llama_tp2_sp_sac", 2, "--dp 1 --tp 2 --pp 1 --zero 0 --sp " PIN1,
+     "--model tiny-llama --framework torchtitan --recompute selective", 5, 0, NULL, 0},
+    {"dp2_zero3_sac", 2, "--dp 2 --tp 1 --pp 1 --zero 3 --fsdp --no-sp " PIN1,
+     "--framework torchtitan --recompute selective --dropout 0.1", 5, 0, NULL, 0},
+    /* adam-8bit: its state replicated, and sharded by ZeRO-1 (the shard's quantization blocks
+     * start at its own first element, not the single rank's: other absmax values, 6.6e-7 off
+     * the single rank after 5 steps), in host memory with the optimizer offloaded */
+    {"dp2_adam8", 2, "--dp 2 --tp 1 --pp 1 --zero 0 --no-sp " PIN1, "--optimizer adam-8bit", 5, 0, NULL, 0},
+    {"dp2_zero1_adam8", 2, "--dp 2 --tp 1 --pp 1 --zero 1 --no-sp " PIN1, "--optimizer adam-8bit", 5, 0, NULL, 0},
+    {"dp2_zero1_offload_adam8", 2, "--dp 2 --tp 1 --pp 1 --zero 1 --offload-optimizer --no-sp " PIN1,
+     "--optimizer adam-8bit", 5, 0, NULL, 0},
     /* context parallelism (docs/executor.md, "Context parallelism"): tiny-llama (GQA, RoPE) at
      * sequence 256, K and V all-gathered; the fused and the unfused attention, selective and
      * full recompute, combined with TP and SP, the pipeline, and data parallelism with ZeRO-1 */

@@ -8,7 +8,8 @@
  * count is read at the end of every step. From the end of step 1 (which may pay first-use
  * costs: stdio buffers, BLAS buffers) to the end of the last step the counts must not move.
  * Several configurations: a text file read by the loader thread, dropout, recompute, unfused
- * and flash attention, gradient accumulation, AdamW and SGD, ZeRO-1.
+ * and flash attention, gradient accumulation, AdamW, SGD and adam-8bit, ZeRO-1, op-level
+ * selective recompute.
  *
  * glibc only, and not under the sanitizers (they own malloc): exit 77 (skipped) otherwise. */
 #include <stdatomic.h>
@@ -184,6 +185,13 @@ int main(void)
     s.job.optimizer = MODEL_OPT_SGD_MOMENTUM;
     s.layout.zero = 1;
     check_run("tiny, SGD with momentum, ZeRO-1", s, text, 6);
+    /* adam-8bit (its dequantized block is scratch from exec_init) with torchtitan's op-level
+     * selective recompute */
+    s = tx_spec("tiny-llama", 16, 4, 1);
+    s.job.optimizer = MODEL_OPT_ADAM_8BIT;
+    s.job.framework = MODEL_FW_TORCHTITAN;
+    s.layout.recompute = MODEL_RECOMPUTE_SELECTIVE;
+    check_run("tiny-llama, adam-8bit, op-level selective recompute", s, text, 6);
     unlink(text);
     rmdir(dir);
     TEST_DONE("test_exec_noalloc");

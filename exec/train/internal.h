@@ -228,6 +228,10 @@ typedef struct {
     void *w_shard;  /* ZeRO 3: this rank's shard of the weights */
     float *g_shard; /* ZeRO >= 2: this rank's shard of the gradients */
     float *m, *v;   /* optimizer state: numel (ZeRO 0) or shard elements */
+    /* adam-8bit's state instead (optim.c): m and v one code a value, an fp32 absmax per
+     * MODEL_ADAM8_BLOCK values of each ([2][blocks]: m's, then v's) */
+    uint8_t *m8, *v8;
+    float *absmax;
     float *master;  /* fp32 master weights (act not fp32), laid out as m */
     int tied;       /* holds the tied embedding and must sum it with the other stage first */
     int experts;    /* a MoE layer's routed experts: reduced over the expert-data-parallel group */
@@ -1149,10 +1153,11 @@ typedef struct {
     int host_w_ready;
     double d2h_s, h2d_s, host_step_s;
     long host_steps;
+    struct ExecAdam8 *adam8; /* adam-8bit's dequantized block and code tables (else NULL) */
 } ExecOptim;
 
 /* Optimizer offload's host buffers, sized by the blocks' shards (nothing when the layout does
- * not offload). */
+ * not offload), and adam-8bit's scratch. */
 int exec_optim_offload_init(ExecOptim *O, const ExecCtx *c, const ExecParams *P, PxError *err);
 void exec_optim_offload_free(ExecOptim *O);
 

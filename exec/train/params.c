@@ -294,9 +294,15 @@ int exec_params_bind(ExecParams *P, const ExecCtx *c, const ModelTensor *t, void
     if (t->cat == MODEL_MASTER || t->cat == MODEL_OPTIMIZER) {
         if (t->block < 0 || t->block >= P->nb)
             return exec_bind_unused(t, err);
-        if (t->dtype != PX_FP32)
-            return exec_bind_wrong_dtype(t, PX_FP32, err);
         ExecBlock *blk = &P->b[t->block];
+        /* adam-8bit's codes (one byte a value) */
+        const int code = t->role == MODEL_TR_ADAM8_M || t->role == MODEL_TR_ADAM8_V;
+        if (t->dtype != (code ? PX_UINT8 : PX_FP32))
+            return exec_bind_wrong_dtype(t, code ? PX_UINT8 : PX_FP32, err);
+        if (t->cat == MODEL_OPTIMIZER && code) {
+            *(t->role == MODEL_TR_ADAM8_M ? &blk->m8 : &blk->v8) = p;
+            return PX_OK;
+        }
         if (t->cat == MODEL_MASTER && t->role == MODEL_TR_MASTER)
             blk->master = p;
         else if (t->cat == MODEL_OPTIMIZER &&
@@ -304,6 +310,8 @@ int exec_params_bind(ExecParams *P, const ExecCtx *c, const ModelTensor *t, void
             blk->m = p;
         else if (t->cat == MODEL_OPTIMIZER && t->role == MODEL_TR_ADAM_V)
             blk->v = p;
+        else if (t->cat == MODEL_OPTIMIZER && t->role == MODEL_TR_ADAM8_ABSMAX)
+            blk->absmax = p;
         else
             return exec_bind_unused(t, err);
         return PX_OK;
@@ -323,7 +331,9 @@ int exec_params_finish(ExecParams *P, const ExecCtx *c, float *bucket, uint64_t 
         blk->w = zero < 3 ? first->w : NULL;
         /* unsharded gradients: ZeRO 0/1, and ZeRO-2/3 under a pipeline */
         blk->g = !bucketed ? first->g : NULL;
-        if ((zero == 3 && !blk->w_shard) || (zero >= 2 && !blk->g_shard) || !blk->m ||
+        const int opt8 = c->spec.job.optimizer == MODEL_OPT_ADAM_8BIT;
+        if ((zero == 3 && !blk->w_shard) || (zero >= 2 && !blk->g_shard) ||
+            (opt8 ? !blk->m8 || !blk->v8 || !blk->absmax : !blk->m) ||
             (c->spec.job.optimizer == MODEL_OPT_ADAMW && !blk->v) || (c->d.master && !blk->master))
             return px_fail(err, PX_ERUNTIME, "block %d lacks its ZeRO-%d state: model/ and exec/ "
                            "disagree", b, zero);
