@@ -92,10 +92,29 @@ static const char *mtp_limit(const ModelSpec *s, const ModelDims *d)
                                       : NULL;
 }
 
-/* The FP8 limits, or NULL. */
-static const char *fp8_limit(const ModelJob *j)
+/* --fp8-param-gather's limits (exec/train/fp8gather.c), or NULL: ZeRO-3's gather in FP8 of
+ * the dense layers' weights with a per-tensor scale, over MPI. */
+static const char *fp8_gather_limit(const ModelSpec *s, const ModelDims *d, int gpu)
 {
-    return j->fp8_param_gather ? "fp8_param_gather is simulated only"
+    return s->layout.zero != 3
+               ? "fp8_param_gather runs with ZeRO-3 (--zero 3), whose all-gather carries the FP8 "
+                 "weights; below it the FP8 copy replacing the weights is simulated only"
+           : s->job.fp8 != MODEL_FP8_TENSORWISE && s->job.fp8 != MODEL_FP8_DELAYED
+               ? "fp8_param_gather runs with a per-tensor scale (--fp8-recipe tensorwise or "
+                 "delayed)"
+           : d->fp8_wt ? "fp8_param_gather runs without transposed FP8 copies (a TN-only device: "
+                         "device.fp8_tn_only)"
+           : d->moe ? "fp8_param_gather runs on models without experts"
+           : gpu ? "fp8_param_gather runs on the CPU backend over MPI (--backend cpu)"
+                 : NULL;
+}
+
+/* The FP8 limits, or NULL. */
+static const char *fp8_limit(const ModelSpec *s, const ModelDims *d, int gpu)
+{
+    const ModelJob *j = &s->job;
+    const char *pg = j->fp8_param_gather ? fp8_gather_limit(s, d, gpu) : NULL;
+    return pg                  ? pg
            : j->fp8_attention  ? "fp8_attention is simulated only"
            : j->fp8_dispatch   ? "fp8_dispatch is simulated only"
                                : NULL;
@@ -175,7 +194,7 @@ int model_exec_refusal(const ModelSpec *s, const ModelDims *d, int gpu, char *wh
                  "%s's op-level selective recompute is priced but not run by the executor (train "
                  "with recompute none or full, or framework megatron)",
                  model_framework_name(s->job.framework));
-    else if (d->fp8 != MODEL_FP8_NONE && (lim = fp8_limit(&s->job)))
+    else if (d->fp8 != MODEL_FP8_NONE && (lim = fp8_limit(s, d, gpu)))
         snprintf(why, cap, "training.fp8 %s: the executor runs FP8 GEMMs with limits: %s",
                  model_fp8_recipe_name(s->job.fp8), lim);
     else if (s->job.grad_dtype != PX_FP32)

@@ -86,7 +86,7 @@ expect 2 "training.precision bf16: the CPU backend trains in fp32" "$px" run "$t
 expect 2 "training.optimizer adam-8bit is not implemented" "$px" run "$tmp/adam8.json"
 expect 2 "layout.cp 2 (cp_comm_type p2p, sequence 16): the executor runs context parallelism with limits: dropout must be 0" "$px" run "$tmp/cp2.json" --launcher none
 expect 2 "training.fp8 tensorwise: the executor runs FP8 GEMMs with limits: fp8_attention is simulated only" "$px" run "$tmp/fp8att.json"
-expect 2 "training.fp8 delayed: the executor runs FP8 GEMMs with limits: fp8_param_gather is simulated only" "$px" run "$tmp/fp8pg.json" --launcher none --backend cpu
+expect 2 "training.fp8 delayed: the executor runs FP8 GEMMs with limits: fp8_param_gather runs with ZeRO-3 (--zero 3)" "$px" run "$tmp/fp8pg.json" --launcher none --backend cpu
 expect 2 "model moe-refused has 4 experts: the executor runs mixture-of-experts layers with limits: the shared experts' gate runs without FP8 and without the MLP's biases" "$px" run "$tmp/moe.json"
 expect 2 "needs 2 ranks (dp 2 x tp 1 x pp 1 x cp 1) but this" "$px" run "$tmp/dp2.json" --launcher none
 # a MoE plan on the CUDA backend (bf16) through the emulator, where the build has it: a backend

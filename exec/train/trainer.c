@@ -301,6 +301,7 @@ static int phase_memory(Exec *ex, PxError *err)
     int rc;
     if ((rc = exec_params_build(&ex->params, c, &ex->tt, &ex->twin, err)) ||
         (rc = exec_fp8_init(&ex->fp8, c, &ex->params, err)) ||
+        (rc = exec_pg_init(&ex->zero.pg, &ex->fp8, c, &ex->params, err)) ||
         (rc = exec_bind_all(&ex->mem, &ex->tt, c, &ex->params, &ex->acts, &ex->work, &ex->pipe,
                             &ex->zero, &ex->batches, &ex->fp8, err)))
         return rc;
