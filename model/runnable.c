@@ -105,6 +105,9 @@ static const char *fp8_gather_limit(const ModelSpec *s, const ModelDims *d, int 
            : d->fp8_wt ? "fp8_param_gather runs without transposed FP8 copies (a TN-only device: "
                          "device.fp8_tn_only)"
            : d->moe ? "fp8_param_gather runs on models without experts"
+           : s->layout.bucket_bytes > 0
+               ? "fp8_param_gather gathers a block in one call (make the plan without "
+                 "--zero-bucket-bytes)"
            : gpu ? "fp8_param_gather runs on the CPU backend over MPI (--backend cpu)"
                  : NULL;
 }

@@ -16,6 +16,7 @@
  *                             and cp.c (context parallelism, the sequence split) for theirs
  *   ExecPipe      pipeline.c  the pipeline's send and receive buffers and posted requests
  *   ExecZero      zero.c      data-parallel reductions, ZeRO's gathers and gradient bucket
+ *   ExecFp8Gather fp8gather.c ZeRO-3's FP8 parameter gather (a part of ExecZero)
  *   ExecSched     schedule.c  the stage's actions and which slot holds which micro-batch
  *   ExecOptim     optim.c     the optimizer step, learning rate, gradient norm, loss scaler
  *   ExecMeter     meter.c     op timing (one scope an op), FLOP counting, the pipeline's
