@@ -112,6 +112,18 @@ static const char *fp8_gather_limit(const ModelSpec *s, const ModelDims *d, int 
                  : NULL;
 }
 
+/* --fp8-dispatch's limits (exec/train/moe.c's fp8_rows_a2a), or NULL: the forward's rows with
+ * scales of their own (row-wise blocks), over ep alone. */
+static const char *fp8_dispatch_limit(const ModelSpec *s)
+{
+    return s->job.fp8 != MODEL_FP8_BLOCKWISE && s->job.fp8 != MODEL_FP8_MXFP8
+               ? "fp8_dispatch runs with row-wise scales (--fp8-recipe blockwise or mxfp8): a "
+                 "per-tensor scale would travel to every peer"
+           : s->layout.etp > 1 ? "fp8_dispatch runs with etp 1 (the experts' gather over etp "
+                                 "stays in the act dtype)"
+                               : NULL;
+}
+
 /* The FP8 limits, or NULL. */
 static const char *fp8_limit(const ModelSpec *s, const ModelDims *d, int gpu)
 {
@@ -119,7 +131,7 @@ static const char *fp8_limit(const ModelSpec *s, const ModelDims *d, int gpu)
     const char *pg = j->fp8_param_gather ? fp8_gather_limit(s, d, gpu) : NULL;
     return pg                  ? pg
            : j->fp8_attention  ? "fp8_attention is simulated only"
-           : j->fp8_dispatch   ? "fp8_dispatch is simulated only"
+           : j->fp8_dispatch   ? fp8_dispatch_limit(s)
                                : NULL;
 }
 

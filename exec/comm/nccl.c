@@ -96,6 +96,7 @@ static int nccl_type(PxDtype t, ncclDataType_t *out, PxError *err)
     case PX_BF16: *out = ncclBfloat16; return PX_OK;
     case PX_FP16: *out = ncclFloat16; return PX_OK;
     case PX_INT32: *out = ncclInt32; return PX_OK;
+    case PX_FP8: *out = ncclUint8; return PX_OK; /* moved, never reduced */
     default: return px_fail(err, PX_ERUNTIME, "the NCCL layer has no %s collectives", px_dtype_name(t));
     }
 }
