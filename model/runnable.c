@@ -93,8 +93,8 @@ static const char *mtp_limit(const ModelSpec *s, const ModelDims *d)
 }
 
 /* --fp8-param-gather's limits (exec/train/fp8gather.c), or NULL: ZeRO-3's gather in FP8 of
- * the dense layers' weights with a per-tensor scale, over MPI. */
-static const char *fp8_gather_limit(const ModelSpec *s, const ModelDims *d, int gpu)
+ * the dense layers' weights with a per-tensor scale, without transposed copies. */
+static const char *fp8_gather_limit(const ModelSpec *s, const ModelDims *d)
 {
     return s->layout.zero != 3
                ? "fp8_param_gather runs with ZeRO-3 (--zero 3), whose all-gather carries the FP8 "
@@ -108,8 +108,7 @@ static const char *fp8_gather_limit(const ModelSpec *s, const ModelDims *d, int 
            : s->layout.bucket_bytes > 0
                ? "fp8_param_gather gathers a block in one call (make the plan without "
                  "--zero-bucket-bytes)"
-           : gpu ? "fp8_param_gather runs on the CPU backend over MPI (--backend cpu)"
-                 : NULL;
+               : NULL;
 }
 
 /* --fp8-dispatch's limits (exec/train/moe.c's fp8_rows_a2a), or NULL: the forward's rows with
@@ -125,10 +124,10 @@ static const char *fp8_dispatch_limit(const ModelSpec *s)
 }
 
 /* The FP8 limits, or NULL. */
-static const char *fp8_limit(const ModelSpec *s, const ModelDims *d, int gpu)
+static const char *fp8_limit(const ModelSpec *s, const ModelDims *d)
 {
     const ModelJob *j = &s->job;
-    const char *pg = j->fp8_param_gather ? fp8_gather_limit(s, d, gpu) : NULL;
+    const char *pg = j->fp8_param_gather ? fp8_gather_limit(s, d) : NULL;
     return pg                  ? pg
            : j->fp8_attention  ? "fp8_attention is simulated only"
            : j->fp8_dispatch   ? fp8_dispatch_limit(s)
@@ -209,7 +208,7 @@ int model_exec_refusal(const ModelSpec *s, const ModelDims *d, int gpu, char *wh
                  "%s's op-level selective recompute is priced but not run by the executor (train "
                  "with recompute none or full, or framework megatron)",
                  model_framework_name(s->job.framework));
-    else if (d->fp8 != MODEL_FP8_NONE && (lim = fp8_limit(s, d, gpu)))
+    else if (d->fp8 != MODEL_FP8_NONE && (lim = fp8_limit(s, d)))
         snprintf(why, cap, "training.fp8 %s: the executor runs FP8 GEMMs with limits: %s",
                  model_fp8_recipe_name(s->job.fp8), lim);
     else if (s->job.grad_dtype != PX_FP32)

@@ -1254,8 +1254,10 @@ static void add_zero_buffers(Build *B)
         add(&B->a, MODEL_TR_ZERO_PARAM_GATHER, "zero.param_gather", MODEL_COMM_BUFFERS, d->param, 0, 2,
             2, (int64_t)(elems / 2), 0, 0);
         if (fp8 > 0) {
-            /* the FP8 weights gathered in one byte each, with one fp32 scale per weight */
-            const Fp8Extra x = {4u * (uint64_t)fp8_weights, MODEL_TR_NONE, 1};
+            /* the FP8 weights gathered in one byte each, with one fp32 scale per weight in
+             * MODEL_FP8_GATHER_SCALE_BYTES (padded: the next weight starts 16-byte aligned) */
+            const Fp8Extra x = {(uint64_t)MODEL_FP8_GATHER_SCALE_BYTES * (uint64_t)fp8_weights,
+                                MODEL_TR_NONE, 1};
             add_ex(&B->a, MODEL_TR_ZERO_PARAM_GATHER, "zero.param_gather_fp8", MODEL_COMM_BUFFERS,
                    PX_FP8, 0, 1, (int64_t)fp8, 0, 0, 0, &x);
         }

@@ -54,6 +54,10 @@ static const Layout layouts[] = {
     {"dp2_zero3_ds_prefetch2_buckets", 2,
      "--dp 2 --tp 1 --pp 1 --zero 3 --fsdp-prefetch 2 --zero-bucket-bytes 20000 --no-sp " PIN1, "--recompute full"},
     {"dp4_hsdp_zero3", 4, "--dp 4 --dp-shard 2 --dp-replicate 2 --tp 1 --pp 1 --zero 3 --no-sp " PIN1, ""},
+    /* ZeRO-3 gathering the FP8 weights in FP8 (--fp8-param-gather) on a device whose FP8 GEMMs
+     * take any layout (no transposed copies: B200's rule) */
+    {"dp2_zero3_fp8pg", 2, "--dp 2 --tp 1 --pp 1 --zero 3 --fsdp --fp8-param-gather --no-sp " PIN1,
+     "--precision fp8 --fp8-recipe tensorwise --set device.fp8_tn_only=0"},
     /* context parallelism (tiny-llama: GQA, RoPE): K and V all-gathered; Ulysses' all-to-alls;
      * the ring below */
     {"llama_cp2_allgather", 2, "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type allgather --zero 0 --no-sp " PIN1,

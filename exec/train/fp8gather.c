@@ -52,18 +52,18 @@ int exec_pg_init(ExecFp8Gather *G, struct ExecFp8 *F, const ExecCtx *c, const Ex
                            "gather walks a block's parameters in order", P->p[i].name,
                            P->p[i - 1].name);
     }
-    const size_t bytes = (size_t)(G->n_w > 0 ? G->n_w : 1) * sizeof(float);
-    if (!(G->amax = c->k->alloc(bytes)) || !(G->scale = c->k->alloc(bytes)))
+    /* one allocation, which the trainer attaches to the communication layer */
+    G->scales_bytes = 2 * (size_t)(G->n_w > 0 ? G->n_w : 1) * sizeof(float);
+    if (!(G->amax = c->k->alloc(G->scales_bytes)))
         return px_fail(err, PX_ERUNTIME, "out of memory for the FP8 weights' scales");
+    G->scale = G->amax + (G->n_w > 0 ? G->n_w : 1);
     return PX_OK;
 }
 
 void exec_pg_free(ExecFp8Gather *G, const KernBackend *k)
 {
-    if (k) {
+    if (k)
         k->free(G->amax);
-        k->free(G->scale);
-    }
     free(G->w_of);
     free(G->req8);
     free(G->spread);
@@ -110,7 +110,8 @@ int exec_pg_buffers(ExecZero *Z, const ExecCtx *c, const ExecParams *P, PxError 
         const ExecBlock *blk = &P->b[b];
         int w;
         const uint64_t padded = blk->shard * (uint64_t)blk->group;
-        const uint64_t f = fp8_in(G, P, b, 0, padded, &w), part8 = f + 4u * (uint64_t)w;
+        const uint64_t f = fp8_in(G, P, b, 0, padded, &w);
+        const uint64_t part8 = f + (uint64_t)MODEL_FP8_GATHER_SCALE_BYTES * (uint64_t)w;
         act_most = padded - f > act_most ? padded - f : act_most;
         slot8 = part8 > slot8 ? part8 : slot8;
         act_all += padded - f;
@@ -150,7 +151,7 @@ int exec_pg_buffers(ExecZero *Z, const ExecCtx *c, const ExecParams *P, PxError 
         Z->kept[b] = EXEC_AT(Z->gather[0], at, c->ab);
         G->kept8[b] = G->buf + at8;
         at += padded - f;
-        at8 += f + 4u * (uint64_t)w;
+        at8 += f + (uint64_t)MODEL_FP8_GATHER_SCALE_BYTES * (uint64_t)w;
     }
     return PX_OK;
 }
@@ -263,7 +264,9 @@ static void pack_shard(const ExecFp8Gather *G, const ExecCtx *c, const ExecParam
 }
 
 /* The FP8 part of block b (the weights' elements packed in block order) laid out weight by
- * weight with each one's scale after it, last weight first (each moves up by 4 bytes a weight
+ * weight with each one's scale after it in MODEL_FP8_GATHER_SCALE_BYTES (the scale, padded so
+ * that the next weight starts 16-byte aligned where its elements are a multiple of 16, as
+ * cuBLASLt's FP8 GEMM takes them), last weight first (each moves up by that much a weight
  * before it), through ws.fp8's weight area; then the views: the act parameters packed in
  * `act`, each FP8 weight's gq. */
 static void spread_and_point(ExecFp8Gather *G, const ExecCtx *c, ExecParams *P, int b, void *act,
@@ -287,7 +290,7 @@ static void spread_and_point(ExecFp8Gather *G, const ExecCtx *c, ExecParams *P, 
         const uint64_t n = P->p[i].numel;
         packed -= n;
         nw--;
-        uint8_t *dst = q8 + packed + 4u * (uint64_t)nw;
+        uint8_t *dst = q8 + packed + (uint64_t)MODEL_FP8_GATHER_SCALE_BYTES * (uint64_t)nw;
         if (spread && nw > 0) {
             k->copy(G->fp8->wq, q8 + packed, (size_t)n);
             k->copy(dst, G->fp8->wq, (size_t)n);

@@ -935,7 +935,8 @@ typedef struct {
     int n_w;                  /* the stage's FP8 weights, in parameter order */
     int *w_of;                /* [parameters]: index among them, or -1 */
     float *amax;              /* [n_w] backend memory: the step's amaxes, all-reduced */
-    float *scale;             /* [n_w] backend memory: the decode factors the shards take */
+    float *scale;             /* [n_w] after them: the decode factors the shards take */
+    size_t scales_bytes;      /* the two, one allocation */
     uint64_t *off;            /* [parameters of the largest block]: exec_params_point_packed's */
 } ExecFp8Gather;
 
