@@ -96,7 +96,7 @@ static const Layout layouts[] = {
      * the reference being one rank without it: the FSDP way, DeepSpeed's (a gather for the
      * recomputed forward too) and the gathers kept for the backward. Tensorwise quantizes each
      * shard with its whole weight's scale: the losses of the same layout without the flag, bit
-     * for bit (check_cast_twin). Delayed scaling records the weight's amax once a step instead
+     * for bit (check_cast_twin, on the first). Delayed scaling records the weight's amax once a step instead
      * of once a forward: within 3e-3 */
     {"dp2_zero3_fp8pg_tensorwise", 2, "--dp 2 --tp 1 --pp 1 --zero 3 --fsdp --fp8-param-gather --no-sp " PIN1,
      "--fp8-recipe tensorwise --mbs 1", 5, 0, NULL, 1e-3},
@@ -455,8 +455,9 @@ static void check_layout(const Layout *L)
             worst = fabs(b - a) / fabs(a);
     }
 
-    /* --fp8-param-gather with tensorwise scaling, whose scale is the whole weight's */
-    if (strstr(L->name, "_fp8pg_") && strstr(L->job, "tensorwise"))
+    /* --fp8-param-gather with tensorwise scaling, whose scale is the whole weight's (one
+     * layout: the second run costs CI time) */
+    if (!strcmp(L->name, "dp2_zero3_fp8pg_tensorwise"))
         check_cast_twin(L, ms);
 
     /* memory, communication, FLOPs and ops of every rank against its stage's prediction */
