@@ -17,7 +17,9 @@
  * (comm_all_gather_v) in place: the act part packed into ring[i] (the other parameters, in
  * block order, the padding last), the FP8 part into ring8[i], which is then laid out weight by
  * weight with each weight's scale after its elements, the layout its GEMMs read. Bytes on the
- * wire: (padded - fp8) x act + fp8, as model/ops.c's block_param_bytes counts them. */
+ * wire: (padded - fp8) x act + fp8, as model/ops.c's block_param_bytes counts them. Only the
+ * kernels' quantize and copies: the CPU and CUDA backends alike, without transposed copies
+ * (model_exec_refusal refuses a TN-only device's plan). */
 #include <float.h>
 #include <stdlib.h>
 #include <string.h>
