@@ -93,7 +93,7 @@ static const char *mtp_limit(const ModelSpec *s, const ModelDims *d)
 }
 
 /* --fp8-param-gather's limits (exec/train/fp8gather.c), or NULL: ZeRO-3's gather in FP8 of
- * the dense layers' weights with a per-tensor scale, without transposed copies. */
+ * the dense layers' weights with a per-tensor scale. */
 static const char *fp8_gather_limit(const ModelSpec *s, const ModelDims *d)
 {
     return s->layout.zero != 3
@@ -102,8 +102,6 @@ static const char *fp8_gather_limit(const ModelSpec *s, const ModelDims *d)
            : s->job.fp8 != MODEL_FP8_TENSORWISE && s->job.fp8 != MODEL_FP8_DELAYED
                ? "fp8_param_gather runs with a per-tensor scale (--fp8-recipe tensorwise or "
                  "delayed)"
-           : d->fp8_wt ? "fp8_param_gather runs without transposed FP8 copies (a TN-only device: "
-                         "device.fp8_tn_only)"
            : d->moe ? "fp8_param_gather runs on models without experts"
            : s->layout.bucket_bytes > 0
                ? "fp8_param_gather gathers a block in one call (make the plan without "

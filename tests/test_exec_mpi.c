@@ -96,12 +96,13 @@ static const Layout layouts[] = {
      * the reference being one rank without it: the FSDP way, DeepSpeed's (a gather for the
      * recomputed forward too) and the gathers kept for the backward. Tensorwise quantizes each
      * shard with its whole weight's scale: the losses of the same layout without the flag, bit
-     * for bit (check_cast_twin, on the first). Delayed scaling records the weight's amax once a step instead
+     * for bit (check_cast_twin, on the first). The second on a TN-only device: the backward's
+     * GEMMs take the gathered FP8 weight transposed (kernels' fp8_transpose). Delayed scaling records the weight's amax once a step instead
      * of once a forward: within 3e-3 */
     {"dp2_zero3_fp8pg_tensorwise", 2, "--dp 2 --tp 1 --pp 1 --zero 3 --fsdp --fp8-param-gather --no-sp " PIN1,
      "--fp8-recipe tensorwise --mbs 1", 5, 0, NULL, 1e-3},
     {"dp2_zero3_fp8pg_deepspeed_full", 2, "--dp 2 --tp 1 --pp 1 --zero 3 --fp8-param-gather --no-sp " PIN1,
-     "--fp8-recipe tensorwise --recompute full --dropout 0.1", 5, 0, NULL, 1e-3},
+     "--fp8-recipe tensorwise --recompute full --dropout 0.1 --set device.fp8_tn_only=1", 5, 0, NULL, 1e-3},
     {"dp2_zero3_fp8pg_delayed_keep", 2,
      "--dp 2 --tp 1 --pp 1 --zero 3 --no-reshard-after-forward --fp8-param-gather --no-sp " PIN1,
      "--fp8-recipe delayed --fp8-amax-history 16 --mbs 1", 5, 0, NULL, 3e-3},
