@@ -332,6 +332,9 @@ struct KernBackend {
                          const float *scale);
     /* x (act elements [rows, cols]) = the values of q. */
     void (*fp8_dequantize)(void *x, const void *q, const KernFp8 *f);
+    /* qt = q's transpose, a per-tensor-scaled tensor (one block): its cols x rows elements,
+     * then q's scale as it is (the same values, so the same scale). */
+    void (*fp8_transpose)(void *qt, const void *q, const KernFp8 *f);
     /* The matmul above on FP8 operands: A is a KernFp8 tensor of layout fa, B of layout fb,
      * with op(A) [m,k] and op(B) [k,n] as in matmul; products of the decoded values
      * accumulated in fp32 into C (c_dtype act or PX_FP32). */

@@ -888,6 +888,10 @@ typedef struct {
     uint64_t w_bytes, wt_bytes;  /* ZeRO-3's weight casts (0 otherwise) */
     uint64_t total;
 } ModelFp8Workspace;
+/* ZeRO-3's FP8 parameter gather lays each gathered weight's elements out with its fp32 scale
+ * after them, padded to this many bytes, so that the next weight's elements start 16-byte
+ * aligned (cuBLASLt's FP8 GEMM) when each weight's are a multiple of 16 bytes. */
+enum { MODEL_FP8_GATHER_SCALE_BYTES = 16 };
 void model_fp8_workspace(const ModelSpec *s, const ModelDims *d, ModelFp8Workspace *out);
 uint64_t model_fp8_workspace_bytes(const ModelSpec *s, const ModelDims *d); /* its total */
 /* Saved activation bytes of one transformer layer and one micro-batch (the Korthikanti figure). */

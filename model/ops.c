@@ -765,7 +765,9 @@ static void zero_comm(Emit *e, ModelOpRole r, const ModelTensorTable *tt, int bl
         calls = c < (double)shard ? (int)c : (int)shard; /* at least one element a call */
     }
     const uint64_t per = (shard + (uint64_t)calls - 1) / (uint64_t)calls;
-    block_comm(e, r, tt, block, kind, group, (double)per * group * elem, calls);
+    /* whole bytes: a fractional elem (FP8 weights among the block's, block_param_bytes over
+     * its elements) gives the block's bytes back only up to rounding */
+    block_comm(e, r, tt, block, kind, group, round((double)per * group * elem), calls);
 }
 
 /* ZeRO-3's gather of block b's parameters before a pass that reads them (`phase`: the

@@ -89,12 +89,46 @@ static const char *mtp_limit(const ModelSpec *s, const ModelDims *d)
                                       : NULL;
 }
 
-/* The FP8 limits, or NULL. */
-static const char *fp8_limit(const ModelJob *j)
+/* --fp8-param-gather's limits (exec/train/fp8gather.c), or NULL: ZeRO-3's gather in FP8 of
+ * the dense layers' weights with a per-tensor scale. */
+static const char *fp8_gather_limit(const ModelSpec *s, const ModelDims *d)
 {
-    return j->fp8_param_gather ? "fp8_param_gather is simulated only"
+    return s->layout.zero != 3
+               ? "fp8_param_gather runs with ZeRO-3 (--zero 3), whose all-gather carries the FP8 "
+                 "weights; below it the FP8 copy replacing the weights is simulated only"
+           : s->job.fp8 != MODEL_FP8_TENSORWISE && s->job.fp8 != MODEL_FP8_DELAYED
+               ? "fp8_param_gather runs with a per-tensor scale (--fp8-recipe tensorwise or "
+                 "delayed)"
+           : d->moe ? "fp8_param_gather runs on models without experts"
+           : s->layout.bucket_bytes > 0
+               ? "fp8_param_gather gathers a block in one call (make the plan without "
+                 "--zero-bucket-bytes)"
+           : d->zero_per_step
+               ? "fp8_param_gather runs with pp 1 (under a pipeline ZeRO-3 gathers a stage once a "
+                 "step, in the act dtype)"
+               : NULL;
+}
+
+/* --fp8-dispatch's limits (exec/train/moe.c's fp8_rows_a2a), or NULL: the forward's rows with
+ * scales of their own (row-wise blocks), over ep alone. */
+static const char *fp8_dispatch_limit(const ModelSpec *s)
+{
+    return s->job.fp8 != MODEL_FP8_BLOCKWISE && s->job.fp8 != MODEL_FP8_MXFP8
+               ? "fp8_dispatch runs with row-wise scales (--fp8-recipe blockwise or mxfp8): a "
+                 "per-tensor scale would travel to every peer"
+           : s->layout.etp > 1 ? "fp8_dispatch runs with etp 1 (the experts' gather over etp "
+                                 "stays in the act dtype)"
+                               : NULL;
+}
+
+/* The FP8 limits, or NULL. */
+static const char *fp8_limit(const ModelSpec *s, const ModelDims *d)
+{
+    const ModelJob *j = &s->job;
+    const char *pg = j->fp8_param_gather ? fp8_gather_limit(s, d) : NULL;
+    return pg                  ? pg
            : j->fp8_attention  ? "fp8_attention is simulated only"
-           : j->fp8_dispatch   ? "fp8_dispatch is simulated only"
+           : j->fp8_dispatch   ? fp8_dispatch_limit(s)
                                : NULL;
 }
 
@@ -171,7 +205,7 @@ int model_exec_refusal(const ModelSpec *s, const ModelDims *d, int gpu, char *wh
                  "or full, or framework megatron)",
                  model_framework_name(s->job.framework),
                  d->fp8 != MODEL_FP8_NONE ? "FP8 GEMMs" : "multi-head latent attention");
-    else if (d->fp8 != MODEL_FP8_NONE && (lim = fp8_limit(&s->job)))
+    else if (d->fp8 != MODEL_FP8_NONE && (lim = fp8_limit(s, d)))
         snprintf(why, cap, "training.fp8 %s: the executor runs FP8 GEMMs with limits: %s",
                  model_fp8_recipe_name(s->job.fp8), lim);
     else if (s->job.grad_dtype != PX_FP32)

@@ -1211,16 +1211,18 @@ static void add_zero_buffers(Build *B)
     const ModelSpec *s = B->s;
     const ModelDims *d = B->d;
     const ModelTensorTable *tt = B->tt;
-    uint64_t padded = 0, all = 0, fp8_all = 0;
-    int experts = 0, largest = -1, weights = 0;
+    uint64_t padded = 0, all = 0, fp8_all = 0, act_most = 0, fp8_most = 0;
+    int experts = 0, weights = 0, weights_most = 0;
     for (int i = 0; i < tt->n_blocks; i++) {
         const ModelBlock *blk = &tt->blocks[i];
         uint64_t g = (uint64_t)(blk->experts ? d->edp : d->zero_group);
         uint64_t p = px_round_up(blk->numel, g), rep = (uint64_t)(blk->repeat > 0 ? blk->repeat : 1);
-        if (p > padded) {
-            padded = p;
-            largest = i;
-        }
+        padded = p > padded ? p : padded;
+        /* gathered in FP8, a slot's parts: the largest block's other elements (the padding
+         * among them), and the most FP8 elements and weights of any block */
+        act_most = p - blk->fp8_numel > act_most ? p - blk->fp8_numel : act_most;
+        fp8_most = blk->fp8_numel > fp8_most ? blk->fp8_numel : fp8_most;
+        weights_most = blk->fp8_weights > weights_most ? blk->fp8_weights : weights_most;
         all += p * rep;
         fp8_all += blk->fp8_numel * rep;
         weights += blk->fp8_weights * (int)rep;
@@ -1235,26 +1237,32 @@ static void add_zero_buffers(Build *B)
         int64_t parts = (int64_t)(1 + ahead) * (experts ? 2 : 1);
         if (parts < 2)
             parts = 2;
+        const int pg = d->fp8 && s->job.fp8_param_gather;
         uint64_t elems = (uint64_t)parts * padded;
-        /* of them, the FP8 GEMMs' weights when they are gathered in FP8 */
-        uint64_t fp8 = largest >= 0 ? (uint64_t)parts * tt->blocks[largest].fp8_numel : 0;
-        int fp8_weights = largest >= 0 ? (int)parts * tt->blocks[largest].fp8_weights : 0;
+        /* of them, the FP8 GEMMs' weights when they are gathered in FP8 (a slot holds any
+         * block's: its other elements and its FP8 ones, each part as large as any block's) */
+        uint64_t fp8 = (uint64_t)parts * fp8_most;
+        int fp8_weights = (int)parts * weights_most;
+        if (pg)
+            elems = (uint64_t)parts * (act_most + fp8_most);
         /* kept from forward to backward, or (a pipeline) across the stage's micro-batches:
          * every block of the stage, whole */
-        if ((s->layout.keep_gathered || d->zero_per_step) && all > elems) {
+        if ((s->layout.keep_gathered || d->zero_per_step) && all > (uint64_t)parts * padded) {
             elems = all;
             fp8 = fp8_all;
             fp8_weights = weights;
         }
-        if (!(d->fp8 && s->job.fp8_param_gather))
+        if (!pg)
             fp8 = 0;
         elems -= fp8;
         elems = (elems + 1) / 2 * 2; /* two equal halves */
         add(&B->a, MODEL_TR_ZERO_PARAM_GATHER, "zero.param_gather", MODEL_COMM_BUFFERS, d->param, 0, 2,
             2, (int64_t)(elems / 2), 0, 0);
         if (fp8 > 0) {
-            /* the FP8 weights gathered in one byte each, with one fp32 scale per weight */
-            const Fp8Extra x = {4u * (uint64_t)fp8_weights, MODEL_TR_NONE, 1};
+            /* the FP8 weights gathered in one byte each, with one fp32 scale per weight in
+             * MODEL_FP8_GATHER_SCALE_BYTES (padded: the next weight starts 16-byte aligned) */
+            const Fp8Extra x = {(uint64_t)MODEL_FP8_GATHER_SCALE_BYTES * (uint64_t)fp8_weights,
+                                MODEL_TR_NONE, 1};
             add_ex(&B->a, MODEL_TR_ZERO_PARAM_GATHER, "zero.param_gather_fp8", MODEL_COMM_BUFFERS,
                    PX_FP8, 0, 1, (int64_t)fp8, 0, 0, 0, &x);
         }

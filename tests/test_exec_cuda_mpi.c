@@ -57,6 +57,10 @@ static const Layout layouts[] = {
     {"dp2_zero3_ds_prefetch2_buckets", 2,
      "--dp 2 --tp 1 --pp 1 --zero 3 --fsdp-prefetch 2 --zero-bucket-bytes 20000 --no-sp " PIN1, "--recompute full"},
     {"dp4_hsdp_zero3", 4, "--dp 4 --dp-shard 2 --dp-replicate 2 --tp 1 --pp 1 --zero 3 --no-sp " PIN1, ""},
+    /* ZeRO-3 gathering the FP8 weights in FP8 (--fp8-param-gather) on H100 (its TN-only rule:
+     * the backward's GEMMs take the gathered weight transposed) */
+    {"dp2_zero3_fp8pg", 2, "--dp 2 --tp 1 --pp 1 --zero 3 --fsdp --fp8-param-gather --no-sp " PIN1,
+     "--precision fp8 --fp8-recipe tensorwise"},
     /* context parallelism (tiny-llama: GQA, RoPE): K and V all-gathered; Ulysses' all-to-alls;
      * the ring below */
     {"llama_cp2_allgather", 2, "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type allgather --zero 0 --no-sp " PIN1,
@@ -109,7 +113,9 @@ static void check_layout(const Layout *L, int gpus)
     double worst = 0;
     for (int i = 0; i < STEPS; i++) {
         double a = num(cJSON_GetArrayItem(rs, i), "loss"), b = num(cJSON_GetArrayItem(ms, i), "loss");
-        CHECK_REL(a, b, 2.5e-4);
+        /* FP8 GEMMs: a weight that crosses an FP8 rounding boundary moves by a whole step, as
+         * test_exec_mpi's FP8 layouts allow (measured: 2.4e-4 over 4 steps) */
+        CHECK_REL(a, b, strstr(L->name, "fp8") ? 1e-3 : 2.5e-4);
         if (fabs(b - a) / fabs(a) > worst)
             worst = fabs(b - a) / fabs(a);
     }

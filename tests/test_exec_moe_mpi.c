@@ -84,6 +84,13 @@ static const Layout layouts[] = {
     {"ep2_pp2_full_fp8_delayed", 4, 2, 1, 2, 2, 0, 1, 0, 1, 0, MODEL_FP8_DELAYED, 0, 0, 0, 0, 0},
     {"ep2_dp2_zero3_fp8_tensorwise", 4, 4, 1, 1, 2, 0, 1, 3, 0, 0, MODEL_FP8_TENSORWISE, 0, 0, 0, 0, 0},
     {"cuda_ep2_fp8_blockwise", 2, 2, 1, 1, 2, 0, 1, 0, 0, 1, MODEL_FP8_BLOCKWISE, 0, 0, 0, 0, 0},
+    /* --fp8-dispatch (a name with _fp8d_): the forward's all-to-all moves the rows in FP8 with
+     * their row-wise scales (blockwise's and MXFP8's, the recipes whose scales belong to a row),
+     * which the experts' GEMMs then quantize as they are; the recomputed forward's too (the
+     * CUDA one on the emulator is run by name: two minutes on two cores) */
+    {"ep2_fp8d_blockwise", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, MODEL_FP8_BLOCKWISE, 0, 0, 0, 0, 0},
+    {"ep2_dp2_fp8d_mxfp8_full", 4, 4, 1, 1, 2, 0, 1, 1, 1, 0, MODEL_FP8_MXFP8, 0, 0, 0, 0, 0},
+    {"cuda_ep2_fp8d_blockwise", 2, 2, 1, 1, 2, 0, 1, 0, 0, 1, MODEL_FP8_BLOCKWISE, 0, 0, 0, 0, 0},
     /* the interleaved schedule: one MoE layer per chunk, each chunk's routing its own */
     {"ep2_pp2_vpp2", 4, 2, 1, 2, 2, 0, 1, 0, 0, 0, 0, 2, 0, 0, 0, 0},
     {"ep2_pp2_vpp2_real", 4, 2, 1, 2, 2, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0},
@@ -238,6 +245,7 @@ static ModelSpec spec_of(const Layout *L)
     s.layout.fsdp = L->zero == 3 && L->full;
     s.job.fp8 = (ModelFp8Recipe)L->fp8;
     s.job.fp8_amax_history = 16;
+    s.job.fp8_dispatch = strstr(L->name, "_fp8d_") != NULL;
     s.model.moe.capacity_factor = L->cf;
     if (L->dsv3 == 2) /* no experts: no expert layout either */
         s.layout.ep = s.layout.etp = 0;

@@ -92,6 +92,20 @@ static const Layout layouts[] = {
      NULL, 1e-3},
     {"dp2_zero3_fp8_mxfp8", 2, "--dp 2 --tp 1 --pp 1 --zero 3 --fsdp --no-sp " PIN1,
      "--fp8-recipe mxfp8 --recompute full --mbs 1", 5, 0, NULL, 1e-3},
+    /* ZeRO-3 gathering the FP8 weights in FP8 (--fp8-param-gather, exec/train/fp8gather.c),
+     * the reference being one rank without it: the FSDP way, DeepSpeed's (a gather for the
+     * recomputed forward too) and the gathers kept for the backward. Tensorwise quantizes each
+     * shard with its whole weight's scale: the losses of the same layout without the flag, bit
+     * for bit (check_cast_twin, on the first). The second on a TN-only device: the backward's
+     * GEMMs take the gathered FP8 weight transposed (kernels' fp8_transpose). Delayed scaling records the weight's amax once a step instead
+     * of once a forward: within 3e-3 */
+    {"dp2_zero3_fp8pg_tensorwise", 2, "--dp 2 --tp 1 --pp 1 --zero 3 --fsdp --fp8-param-gather --no-sp " PIN1,
+     "--fp8-recipe tensorwise --mbs 1", 5, 0, NULL, 1e-3},
+    {"dp2_zero3_fp8pg_deepspeed_full", 2, "--dp 2 --tp 1 --pp 1 --zero 3 --fp8-param-gather --no-sp " PIN1,
+     "--fp8-recipe tensorwise --recompute full --dropout 0.1 --set device.fp8_tn_only=1", 5, 0, NULL, 1e-3},
+    {"dp2_zero3_fp8pg_delayed_keep", 2,
+     "--dp 2 --tp 1 --pp 1 --zero 3 --no-reshard-after-forward --fp8-param-gather --no-sp " PIN1,
+     "--fp8-recipe delayed --fp8-amax-history 16 --mbs 1", 5, 0, NULL, 3e-3},
     /* sharded data parallelism (docs/executor.md, "Sharded data parallelism"): DeepSpeed's
      * ZeRO-3 gathers each layer again for its recomputed forward (dp2_zero3 runs --fsdp's one
      * gather); the forward's gathers kept for the backward; two layers prefetched with the
@@ -404,6 +418,33 @@ static int check_bubble(const Layout *L, const cJSON *plan, const cJSON *run, in
     return 0;
 }
 
+/* The layout without --fp8-param-gather, trained: every step's loss equals `steps`' exactly
+ * (a shard quantized with its whole weight's scale is the bytes the per-use cast makes). */
+static void check_cast_twin(const Layout *L, const cJSON *steps)
+{
+    char lay[600];
+    const char *flag = "--fp8-param-gather ", *at_flag = strstr(L->layout, flag);
+    CHECK(at_flag != NULL);
+    snprintf(lay, sizeof lay, "%.*s%s", (int)(at_flag - L->layout), L->layout,
+             at_flag + strlen(flag));
+    sh(0, "%s plan --model tiny --cluster local --gpus %d --gbs 8 --steps %d %s %s -o %s/twin.json",
+       px, L->gpus, L->steps, lay, L->job, tmp);
+    sh(0, "timeout 600 %s run %s/twin.json --quiet -o %s/twin.run.json", px, tmp, tmp);
+    cJSON *twin = read_json("twin.run.json");
+    const cJSON *ts = at(twin, "steps", NULL);
+    CHECK_EQ_INT(L->steps, cJSON_GetArraySize(ts));
+    for (int i = 0; i < L->steps; i++) {
+        const double a = num(cJSON_GetArrayItem(ts, i), "loss"), b = num(cJSON_GetArrayItem(steps, i), "loss");
+        if (a != b) {
+            fprintf(stderr, "FAILED: %s step %d: loss %.17g with the FP8 gather, %.17g with each GEMM "
+                    "casting the gathered weight\n", L->name, i + 1, b, a);
+            exit(1);
+        }
+    }
+    printf("%-20s the same losses as each GEMM casting the gathered weight (%s)\n", L->name, lay);
+    cJSON_Delete(twin);
+}
+
 static void check_layout(const Layout *L)
 {
     /* the single-rank reference of the same job */
@@ -442,6 +483,11 @@ static void check_layout(const Layout *L)
         if (fabs(b - a) / fabs(a) > worst)
             worst = fabs(b - a) / fabs(a);
     }
+
+    /* --fp8-param-gather with tensorwise scaling, whose scale is the whole weight's (one
+     * layout: the second run costs CI time) */
+    if (!strcmp(L->name, "dp2_zero3_fp8pg_tensorwise"))
+        check_cast_twin(L, ms);
 
     /* memory, communication, FLOPs and ops of every rank against its stage's prediction */
     const cJSON *pred = at(plan, "prediction", NULL);

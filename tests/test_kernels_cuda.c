@@ -374,9 +374,9 @@ static void test_table(void)
     HAS(scale_f32); HAS(cast_to_act); HAS(cast_to_f32); HAS(acc_to_f32);
     HAS(moe_route_fwd); HAS(moe_route_bwd); HAS(moe_counts); HAS(moe_aux_fwd);
     HAS(moe_aux_bwd); HAS(moe_permute); HAS(moe_permute_bwd); HAS(moe_unpermute);
-    HAS(moe_unpermute_bwd); HAS(moe_drop); HAS(fp8_quantize); HAS(fp8_dequantize); HAS(matmul_fp8);
-    HAS(fp8_amax_update); HAS(add_bias_f32); HAS(gate_fwd); HAS(gate_bwd); HAS(gate_wgrad);
-    HAS(attention_sink_bwd);
+    HAS(moe_unpermute_bwd); HAS(moe_drop); HAS(fp8_quantize); HAS(fp8_dequantize);
+    HAS(fp8_transpose); HAS(matmul_fp8); HAS(fp8_amax_update); HAS(add_bias_f32);
+    HAS(gate_fwd); HAS(gate_bwd); HAS(gate_wgrad); HAS(attention_sink_bwd);
 #undef HAS
     CHECK(strncmp(G->name, "cuda", 4) == 0);
 }
@@ -2020,6 +2020,19 @@ static void fp8_vs_cpu(int rows, int cols, int br, int bc, int e5m2, int e8m0, i
             failures++;
         }
         G->free(dgiven);
+    }
+    /* a per-tensor tensor transposed (the last quantize's, delayed where it ran): the CPU's
+     * bytes */
+    if (one_block) {
+        uint8_t *et = xmalloc(bytes), *t = xmalloc(bytes);
+        void *dt = dalloc(bytes);
+        R->fp8_transpose(et, e, &f);
+        G->fp8_transpose(dt, dq, &f);
+        G->to_host(t, dt, bytes);
+        COMPARE_BYTES("fp8_transpose cpu", what, et, t, bytes);
+        px_test_checks++;
+        free(et), free(t);
+        G->free(dt);
     }
     /* dequantize: the CPU's fp32 values rounded to act */
     float *ev = fnew(n);

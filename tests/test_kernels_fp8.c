@@ -503,6 +503,25 @@ static void test_delayed_needs_one_block(void)
     CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
 }
 
+/* A per-tensor FP8 tensor transposed: the elements of test_per_tensor_e4m3's 2 x 4 in 4 x 2
+ * order, the scale as it was; the same bytes as quantizing the transposed values. */
+static void test_transpose(void)
+{
+    const float x[8] = {1, -2, 3, 7, 0.5f, -0.25f, 4.25f / 64, 4.75f / 64};
+    const int want[8] = {0x68, 0x60, 0xf0, 0xd8, 0x74, 0x48, 0x7e, 0x4a};
+    KernFp8 f = layout(2, 4, 2, 4, 0, 0), ft = layout(4, 2, 4, 2, 0, 0);
+    uint8_t *q = fp8_alloc(&f), *qt = fp8_alloc(&ft), *qx = fp8_alloc(&ft);
+    K->fp8_quantize(q, NULL, x, &f, 0, NULL);
+    K->fp8_transpose(qt, q, &f);
+    CHECK_BYTES(want, qt, 8);
+    CHECK(scale_at(qt, &ft, 0) == 1.0f / 64);
+    K->fp8_quantize(qx, NULL, x, &ft, 1, NULL);
+    CHECK(memcmp(qx, qt, kern_fp8_bytes(&ft)) == 0);
+    free(q);
+    free(qt);
+    free(qx);
+}
+
 int main(void)
 {
     K = kern_cpu();
@@ -515,6 +534,7 @@ int main(void)
     test_subnormals();
     test_nan();
     test_trans();
+    test_transpose();
     test_round_trip();
     test_matmul();
     test_amax_update();

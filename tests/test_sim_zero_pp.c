@@ -120,7 +120,8 @@ static void test_zero2_pp(void)
  * a layer's four GEMM weights (49,152) travel in one byte, its norms and biases (832) in two:
  * 50,816 bytes a layer, against 99,968 in bf16; the embedding stays bf16 (20,480). Each step
  * the 8 FP8 weights' amaxes are all-reduced in one call: 32 bytes. The kept gathered weights
- * are 49,152 x 2 FP8 bytes with 8 fp32 scales, the rest (10,240 + 2 x 832 = 11,904) bf16. */
+ * are 49,152 x 2 FP8 bytes with 8 fp32 scales, each padded to 16 bytes (128), the rest
+ * (10,240 + 2 x 832 = 11,904) bf16. */
 static void test_fp8_param_gather(void)
 {
     ModelSpec s = spec(3);
@@ -130,7 +131,7 @@ static void test_fp8_param_gather(void)
     simulate(s, &r);
     CHECK_EQ_U64(20480u + 2u * 50816u, r.comm[0][MODEL_DP_ALL_GATHER]);
     CHECK_EQ_U64(32u, r.comm[0][MODEL_DP_ALLREDUCE]);
-    CHECK_EQ_U64(98304u + 32u, tensor_bytes(&r, "zero.param_gather_fp8"));
+    CHECK_EQ_U64(98304u + 128u, tensor_bytes(&r, "zero.param_gather_fp8"));
     CHECK_EQ_U64(11904u * 2u, tensor_bytes(&r, "zero.param_gather"));
     sim_result_free(&r);
     /* without a pipeline: per micro-batch gathers, each layer's 50,816 bytes */

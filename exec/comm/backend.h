@@ -27,6 +27,9 @@ typedef struct {
                                 PxDtype dtype, ModelComm kind, int *req, PxError *err);
     int (*all_gather_shard)(CommLayer *c, void *buf, size_t numel, size_t shard, PxDtype dtype,
                             ModelComm kind, int *req, PxError *err);
+    /* in place, counts[i] elements of rank i packed in group order */
+    int (*all_gather_v)(CommLayer *c, void *buf, const int64_t *counts, PxDtype dtype,
+                        ModelComm kind, int *req, PxError *err);
     int (*send)(CommLayer *c, const void *buf, size_t bytes, int peer, int tag, ModelComm kind,
                 int *req, PxError *err);
     int (*recv)(CommLayer *c, void *buf, size_t bytes, int peer, int tag, ModelComm kind,

@@ -186,6 +186,28 @@ int comm_all_gather_shard(CommLayer *c, void *buf, size_t numel, size_t shard, P
     return shard_call(c, buf, numel, shard, dtype, kind, req, 1, err);
 }
 
+int comm_all_gather_v(CommLayer *c, void *buf, const int64_t *counts, PxDtype dtype,
+                      ModelComm kind, int *req, PxError *err)
+{
+    if (req)
+        *req = -1;
+    if ((unsigned)kind >= MODEL_COMM_COUNT)
+        return bad_kind(kind, err);
+    const int g = comm_group_of(c, kind);
+    if (g < 2)
+        return PX_OK; /* this rank's part is the whole, in place */
+    if (!c->ops->all_gather_v)
+        return px_fail(err, PX_ERUNTIME, "the %s layer has no all-gather of unequal parts (%s)",
+                       c->name, model_comm_name(kind));
+    uint64_t n = 0;
+    for (int i = 0; i < g; i++)
+        n += (uint64_t)counts[i];
+    int rc = c->ops->all_gather_v(c, buf, counts, dtype, kind, req, err);
+    if (!rc)
+        tally(c, kind, n * px_dtype_bytes(dtype)); /* the gathered output */
+    return rc;
+}
+
 static int not_all_to_all(ModelComm kind, PxError *err)
 {
     if ((unsigned)kind >= MODEL_COMM_COUNT)

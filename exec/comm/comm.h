@@ -144,6 +144,12 @@ int comm_reduce_scatter_shard(CommLayer *c, void *buf, size_t numel, size_t shar
                               PxDtype dtype, ModelComm kind, int *req, PxError *err);
 int comm_all_gather_shard(CommLayer *c, void *buf, size_t numel, size_t shard, PxDtype dtype,
                           ModelComm kind, int *req, PxError *err);
+/* In place over the kind's group: buf holds counts[i] elements of rank i, packed in group order
+ * (this rank's at its place already), and every part arrives at its place. Counted as the
+ * gathered buffer, sum(counts) elements. ZeRO-3's FP8 parameter gather, whose ranks hold
+ * unequal parts of a block's FP8 weights. */
+int comm_all_gather_v(CommLayer *c, void *buf, const int64_t *counts, PxDtype dtype,
+                      ModelComm kind, int *req, PxError *err);
 /* The all-to-all of a MoE layer's token rows over the kind's group (MODEL_EP_ALL_TO_ALL), in
  * two calls as Megatron-Core's dispatcher makes them: first the counts, then the rows.
  * comm_all_to_all_counts: send[i] (host memory, one per rank of the group, in group order) is

@@ -264,6 +264,7 @@ static int dtype_of(PxDtype t, MPI_Datatype *out, PxError *err)
     case PX_INT32: *out = MPI_INT; return PX_OK;
     case PX_BF16:
     case PX_FP16: *out = MPI_UINT16_T; return PX_OK; /* the reductions take op_of's */
+    case PX_FP8: *out = MPI_UINT8_T; return PX_OK; /* moved, never reduced */
     default:
         return px_fail(err, PX_ERUNTIME, "the MPI layer has no %s collectives", px_dtype_name(t));
     }
@@ -746,6 +747,36 @@ static int m_all_to_all_counts(CommLayer *c, const int64_t *send, int64_t *recv,
     return started(m, NULL, -1, NULL, nonblocking(m) ? &local : NULL, e, kind, err);
 }
 
+/* In place, rank i's counts[i] elements packed in group order (ZeRO-3's FP8 parameter
+ * gather, whose ranks hold unequal parts of a block's FP8 weights). */
+static int m_all_gather_v(CommLayer *c, void *buf, const int64_t *counts, PxDtype dtype,
+                          ModelComm kind, int *req, PxError *err)
+{
+    MpiComm *m = (MpiComm *)c;
+    const int g = comm_group_of(c, kind);
+    MPI_Datatype t = MPI_FLOAT;
+    int rc, idx;
+    if ((rc = dtype_of(dtype, &t, err)))
+        return rc;
+    Req *q = slot(m, req, &idx, err);
+    if (idx == -2)
+        return PX_ERUNTIME;
+    int *cnt = q ? q->counts : m->bcounts, *displs = q ? q->displs : m->bdispls;
+    if ((rc = a2a_arrays(counts, g, cnt, displs, err))) {
+        if (q)
+            q->active = 0;
+        return rc;
+    }
+    MPI_Request local;
+    int e;
+    if (q || nonblocking(m))
+        e = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, cnt, displs, t,
+                            comm_of(m, kind), q ? &q->r : &local);
+    else
+        e = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, cnt, displs, t, comm_of(m, kind));
+    return started(m, q, idx, req, !q && nonblocking(m) ? &local : NULL, e, kind, err);
+}
+
 static const CommOps mpi_ops = {
     .all_to_allv = m_all_to_allv,
     .all_to_all_counts = m_all_to_all_counts,
@@ -754,6 +785,7 @@ static const CommOps mpi_ops = {
     .reduce_scatter = m_reduce_scatter,
     .reduce_scatter_shard = m_reduce_scatter_shard,
     .all_gather_shard = m_all_gather_shard,
+    .all_gather_v = m_all_gather_v,
     .send = m_send,
     .recv = m_recv,
     .wait = m_wait,

@@ -96,6 +96,7 @@ static int nccl_type(PxDtype t, ncclDataType_t *out, PxError *err)
     case PX_BF16: *out = ncclBfloat16; return PX_OK;
     case PX_FP16: *out = ncclFloat16; return PX_OK;
     case PX_INT32: *out = ncclInt32; return PX_OK;
+    case PX_FP8: *out = ncclUint8; return PX_OK; /* moved, never reduced */
     default: return px_fail(err, PX_ERUNTIME, "the NCCL layer has no %s collectives", px_dtype_name(t));
     }
 }
@@ -228,6 +229,34 @@ static int shard_call(CommLayer *c, void *buf, size_t numel, size_t shard, PxDty
         if (r == ncclSuccess)
             r = r2;
     }
+    if (r != ncclSuccess)
+        return nccl_fail(err, r, model_comm_name(kind));
+    return end(n, n->coll, req, err);
+}
+
+/* In place, rank i's counts[i] elements broadcast from it to their place, in one NCCL group
+ * (as a sharded gather of unequal shards). */
+static int n_all_gather_v(CommLayer *c, void *buf, const int64_t *counts, PxDtype dtype,
+                          ModelComm kind, int *req, PxError *err)
+{
+    NcclComm *n = (NcclComm *)c;
+    const int g = gidx(kind), size = c->group_size[g];
+    ncclDataType_t t;
+    int rc = nccl_type(dtype, &t, err);
+    if (rc || (rc = begin(n, n->coll, err)))
+        return rc;
+    const size_t es = px_dtype_bytes(dtype);
+    size_t off = 0;
+    ncclResult_t r = ncclGroupStart();
+    for (int i = 0; i < size && r == ncclSuccess; i++) {
+        char *p = (char *)buf + off * es;
+        if (counts[i] > 0)
+            r = ncclBroadcast(p, p, (size_t)counts[i], t, i, n->nccl[g], n->coll);
+        off += (size_t)counts[i];
+    }
+    ncclResult_t r2 = ncclGroupEnd();
+    if (r == ncclSuccess)
+        r = r2;
     if (r != ncclSuccess)
         return nccl_fail(err, r, model_comm_name(kind));
     return end(n, n->coll, req, err);
@@ -463,6 +492,7 @@ static const CommOps nccl_ops = {
     .reduce_scatter = n_reduce_scatter,
     .reduce_scatter_shard = n_reduce_scatter_shard,
     .all_gather_shard = n_all_gather_shard,
+    .all_gather_v = n_all_gather_v,
     .send = n_send,
     .recv = n_recv,
     .wait = n_wait,

@@ -167,6 +167,24 @@ static int st_all_gather_shard(CommLayer *c, void *buf, size_t numel, size_t sha
     return st_shard(c, buf, numel, shard, dtype, kind, req, 1, err);
 }
 
+static int st_all_gather_v(CommLayer *c, void *buf, const int64_t *counts, PxDtype dtype,
+                           ModelComm kind, int *req, PxError *err)
+{
+    StagedComm *s = (StagedComm *)c;
+    size_t n = 0;
+    for (int i = 0; i < comm_group_of(c, kind); i++)
+        n += (size_t)counts[i];
+    const size_t bytes = n * px_dtype_bytes(dtype);
+    void *h = host_of(s, buf, bytes, err);
+    if (!h)
+        return PX_ERUNTIME;
+    s->k->to_host(h, buf, bytes); /* this rank's part, at its place */
+    int ir = -1;
+    CommLayer *in = c->inner;
+    int rc = in->ops->all_gather_v(in, h, counts, dtype, kind, req ? &ir : NULL, err);
+    return finish(s, rc, ir, req, buf, h, bytes, err);
+}
+
 static int st_send(CommLayer *c, const void *buf, size_t bytes, int peer, int tag, ModelComm kind,
                    int *req, PxError *err)
 {
@@ -293,6 +311,7 @@ static const CommOps staged_ops = {
     .reduce_scatter = st_reduce_scatter,
     .reduce_scatter_shard = st_reduce_scatter_shard,
     .all_gather_shard = st_all_gather_shard,
+    .all_gather_v = st_all_gather_v,
     .send = st_send,
     .recv = st_recv,
     .wait = st_wait,

@@ -299,6 +299,14 @@ void exec_fp8_mm(const ExecCtx *c, ExecMeter *M, void *out, PxDtype ct, ExecFp8R
 static ExecFp8Ref weight_use(ExecFp8 *F, const ExecCtx *c, const ExecFp8Weight *w, int g,
                              int transposed, int rec)
 {
+    if (w->gq) { /* gathered in FP8 (fp8gather.c): read as it arrived, or transposed */
+        const ExecFp8Ref r = {w->gq, exec_fp8_desc(F, w->rows, w->cols, 1, 0)};
+        if (!transposed)
+            return r;
+        c->k->fp8_transpose(F->wqt, r.q, &r.f);
+        const ExecFp8Ref t = {F->wqt, exec_fp8_desc(F, w->cols, w->rows, 1, 0)};
+        return t;
+    }
     if (w->q)
         return exec_fp8_weight_ref(F, w, g, transposed);
     ExecFp8Ref r;

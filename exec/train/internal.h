@@ -16,6 +16,7 @@
  *                             and cp.c (context parallelism, the sequence split) for theirs
  *   ExecPipe      pipeline.c  the pipeline's send and receive buffers and posted requests
  *   ExecZero      zero.c      data-parallel reductions, ZeRO's gathers and gradient bucket
+ *   ExecFp8Gather fp8gather.c ZeRO-3's FP8 parameter gather (a part of ExecZero)
  *   ExecSched     schedule.c  the stage's actions and which slot holds which micro-batch
  *   ExecOptim     optim.c     the optimizer step, learning rate, gradient norm, loss scaler
  *   ExecMeter     meter.c     op timing (one scope an op), FLOP counting, the pipeline's
@@ -272,6 +273,10 @@ int exec_params_finish(ExecParams *P, const ExecCtx *c, float *bucket, uint64_t 
                        const void *gather, PxError *err);
 /* Points block b's weight views at base (ZeRO-3's gather buffer). */
 void exec_params_point(ExecParams *P, const ExecCtx *c, int b, void *base);
+/* The same with the block's act parameters packed (ZeRO-3's FP8 parameter gather): its i-th
+ * parameter at base + off[i] elements, or none (NULL views) where off[i] is UINT64_MAX. */
+void exec_params_point_packed(ExecParams *P, const ExecCtx *c, int b, void *base,
+                              const uint64_t *off);
 /* The part of parameter p this rank owns (updates, counts in the norm): [*lo, *hi) in block
  * offsets; 0 when empty. */
 int exec_params_own(const ExecParams *P, const ExecParam *p, uint64_t *lo, uint64_t *hi);
@@ -501,6 +506,9 @@ typedef struct {
     float *hist;        /* <w>.fp8_amax: column c of group g at (3g + c) * len, newest first */
     float *scale;       /* then the decode factors delayed scaling quantizes with: [3 * groups] */
     int groups, rows, cols; /* one group's [rows, cols] */
+    const void *gq;     /* ZeRO-3 with --fp8-param-gather: the weight as its block's gather left
+                           it in FP8 (elements, then its scale), which its GEMMs read; NULL
+                           otherwise */
 } ExecFp8Weight;
 
 /* An FP8 operand on the device: its bytes (elements, then scales) and its layout. */
@@ -958,6 +966,30 @@ void exec_pipe_free(ExecPipe *pp);
 
 enum { EXEC_MAX_RING = 18 };
 
+/* ZeRO-3's FP8 parameter gather (--fp8-param-gather; fp8gather.c, docs/fp8.md): each block's
+ * FP8 GEMM weights travel in one byte, quantized by their owners with a per-tensor scale all
+ * ranks agree on (the step's amax of the whole weight, all-reduced over the ZeRO group), its
+ * other parameters in the act dtype; each slot of the gather is an act part (ring[i], the
+ * other parameters packed) and an FP8 part (ring8[i]: each weight's elements, then its scale)
+ * in zero.param_gather_fp8. */
+typedef struct {
+    int on;
+    struct ExecFp8 *fp8;
+    uint8_t *buf;             /* zero.param_gather_fp8 */
+    uint64_t bytes;
+    uint64_t slot8;           /* a ring slot's FP8 part: any block's weights with their scales */
+    uint8_t *ring8[EXEC_MAX_RING];
+    uint8_t **kept8;          /* [blocks], keep_gathered only */
+    int *req8;                /* [blocks]: the FP8 part's gather in flight (-1: none) */
+    int *spread;              /* [blocks]: its FP8 part is laid out for the GEMMs */
+    int n_w;                  /* the stage's FP8 weights, in parameter order */
+    int *w_of;                /* [parameters]: index among them, or -1 */
+    float *amax;              /* [n_w] backend memory: the step's amaxes, all-reduced */
+    float *scale;             /* [n_w] after them: the decode factors the shards take */
+    size_t scales_bytes;      /* the two, one allocation */
+    uint64_t *off;            /* [parameters of the largest block]: exec_params_point_packed's */
+} ExecFp8Gather;
+
 typedef struct ExecZero {
     float *bucket;           /* zero.grad_bucket (ZeRO 2/3 without a pipeline) */
     uint64_t bucket_elems;
@@ -985,6 +1017,7 @@ typedef struct ExecZero {
     float *scratch;          /* SP's packed replicated gradients of a MoE layer (ws.exp_dffn,
                                 free at the reduction), or NULL */
     uint64_t scratch_elems;
+    ExecFp8Gather pg;        /* --fp8-param-gather (fp8gather.c) */
 } ExecZero;
 
 /* Gradients go through zero.grad_bucket, reduce-scattered every micro-batch: ZeRO-2/3 without a
@@ -1025,6 +1058,25 @@ int exec_zero_gather_step(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMete
 /* ZeRO-1/2 after the update: every rank's shard of the weights gathered. */
 int exec_zero_gather_updated(const ExecCtx *c, ExecParams *P, ExecMeter *M, PxError *err);
 void exec_zero_free(ExecZero *Z, const KernBackend *k);
+
+/* ---- fp8gather.c: ZeRO-3's FP8 parameter gather (ExecFp8Gather above) ---- */
+
+/* Sets it up when the job gathers FP8 parameters under ZeRO-3 (nothing otherwise). */
+int exec_pg_init(ExecFp8Gather *G, struct ExecFp8 *F, const ExecCtx *c, const ExecParams *P,
+                 PxError *err);
+int exec_pg_bind(ExecFp8Gather *G, const ModelTensor *t, void *p, PxError *err);
+/* exec_zero_buffers' ZeRO-3 part under it: the ring's (or kept blocks') two parts. */
+int exec_pg_buffers(ExecZero *Z, const ExecCtx *c, const ExecParams *P, PxError *err);
+/* The step's scales: every FP8 weight's amax over this rank's shards, all-reduced (max) over
+ * the ZeRO group in one call, and the decode factor each shard is quantized with this step. */
+int exec_pg_scales(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, PxError *err);
+/* issue_gather's work into act slot dst: the FP8 weights' shards quantized and both parts
+ * gathered (non-blocking when async), the views pointed once complete. */
+int exec_pg_issue(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, int b,
+                  ModelPhase phase, int occurrence, int async, void *dst, PxError *err);
+/* After the act part's wait: the FP8 part waited for and laid out, the views pointed. */
+int exec_pg_finish(ExecZero *Z, const ExecCtx *c, ExecParams *P, int b, PxError *err);
+void exec_pg_free(ExecFp8Gather *G, const KernBackend *k);
 
 /* ---- data.c: data sources, the loader thread, the batches ---- */
 

@@ -567,6 +567,51 @@ static int rows_a2a(ExecMoe *M, const ExecCtx *c, void *out, const int64_t *recv
                             err);
 }
 
+/* --fp8-dispatch (DeepSeek-V3): the forward's rows quantized once before the all-to-all and
+ * sent in one byte an element with their row-wise scales (blockwise's 1 x 128, MXFP8's 1 x 32;
+ * the recipes whose scales belong to one row, so that a peer's rows carry their own), then
+ * decoded into out for the experts, whose GEMMs quantize each expert's rows as without it.
+ * The elements and the scales are two calls of one op: model_fp8_bytes of the rows sent, as
+ * model/ops.c's moe_forward counts them. Through ws.fp8's two FP8 copies, sized for the
+ * routed rows. */
+static int fp8_rows_a2a(ExecMoe *M, const ExecLayerRun *r, void *out, const void *in,
+                        PxError *err)
+{
+    const ExecCtx *c = r->c;
+    ExecFp8 *F = r->fp8;
+    const int h = c->d.h;
+    int64_t sent = 0, got = 0;
+    for (int j = 0; j < M->ep; j++) {
+        sent += M->send[j];
+        got += M->recv[j];
+    }
+    const KernFp8 fs = exec_fp8_desc(F, (int)sent, h, 0, 0), fr = exec_fp8_desc(F, (int)got, h, 0, 0);
+    if (fs.block_r != 1 || kern_fp8_bytes(&fs) > F->lay.q_bytes || kern_fp8_bytes(&fr) > F->lay.q_bytes)
+        return px_fail(err, PX_ERUNTIME, "FP8 dispatch of %lld rows out and %lld in: ws.fp8 holds %llu "
+                       "bytes a copy, with scales a row", (long long)sent, (long long)got,
+                       (unsigned long long)F->lay.q_bytes);
+    c->k->fp8_quantize(F->q0, NULL, in, &fs, 0, NULL);
+    const int64_t row_scales = (int64_t)((kern_fp8_bytes(&fs) - (size_t)sent * (size_t)h) /
+                                         (size_t)(sent > 0 ? sent : 1));
+    for (int j = 0; j < M->ep; j++) {
+        M->one_s[j] = M->send[j] * h;
+        M->one_r[j] = M->recv[j] * h;
+    }
+    int rc = comm_all_to_allv(c->comm, F->q1, M->one_r, F->q0, M->one_s, PX_FP8,
+                              MODEL_EP_ALL_TO_ALL, err);
+    for (int j = 0; j < M->ep; j++) {
+        M->one_s[j] = M->send[j] * row_scales;
+        M->one_r[j] = M->recv[j] * row_scales;
+    }
+    if (!rc && sent > 0 && got > 0)
+        rc = comm_all_to_allv(c->comm, (uint8_t *)F->q1 + got * h, M->one_r,
+                              (const uint8_t *)F->q0 + sent * h, M->one_s, PX_FP8,
+                              MODEL_EP_ALL_TO_ALL, err);
+    if (!rc && got > 0)
+        c->k->fp8_dequantize(out, F->q1, &fr);
+    return rc;
+}
+
 /* The experts' forward, one GEMM each on its rows (expert-major, in rows_in): fc1, SwiGLU,
  * fc2 into eout, each under its op; under FP8 each expert's rows are quantized into the saved
  * input first (rec: a forward, whose casts delayed scaling records). */
@@ -742,7 +787,9 @@ static int to_experts(ExecMoe *M, const ExecLayerRun *r, const MoeOps *ops, int 
     *dst = bwd ? v->ws_dx : v->f1 ? r->fp8->act : v->exp_in;
     void *own = EXEC_AT(v->ep_recv, (size_t)M->etp_rank * (size_t)M->pad * (size_t)h, c->ab);
     if (!rc && (M->ep > 1 || M->etp > 1)) {
-        rc = rows_a2a(M, c, own, M->recv, v->ep_send, M->send, err);
+        rc = !bwd && r->fp8->on && c->spec.job.fp8_dispatch
+                 ? fp8_rows_a2a(M, r, own, v->ep_send, err)
+                 : rows_a2a(M, c, own, M->recv, v->ep_send, M->send, err);
         if (!rc && M->etp == 1)
             sort_blocks(M, c, *dst, v->ep_recv, h, 1);
     }

@@ -381,6 +381,19 @@ void exec_params_point(ExecParams *P, const ExecCtx *c, int b, void *base)
         P->out_w = P->wte;
 }
 
+void exec_params_point_packed(ExecParams *P, const ExecCtx *c, int b, void *base,
+                              const uint64_t *off)
+{
+    const ExecBlock *blk = &P->b[b];
+    for (int i = 0; i < blk->n_params; i++) {
+        ExecParam *p = &P->p[blk->first_param + i];
+        p->w = off[i] == UINT64_MAX ? NULL : EXEC_AT(base, off[i], c->ab);
+        *weight_view(P, p->role, p->layer) = p->w;
+    }
+    if (c->g.tied_here && b == P->embed_block)
+        P->out_w = P->wte;
+}
+
 int exec_params_own(const ExecParams *P, const ExecParam *p, uint64_t *lo, uint64_t *hi)
 {
     const ExecBlock *blk = &P->b[p->block];

@@ -47,7 +47,9 @@ void exec_report_header(const Exec *ex)
                model_fp8_recipe_name(j->fp8),
                j->fp8_format == MODEL_FP8_HYBRID ? "E4M3 forward, E5M2 gradients" : "E4M3 throughout",
                ex->fp8.wt ? ", transposed copies" : "",
-               s->layout.zero == 3 ? ", weights cast per use (ZeRO-3)" : "");
+               s->layout.zero != 3   ? ""
+               : j->fp8_param_gather ? ", weights gathered in FP8 (ZeRO-3, per-tensor scales all-reduced)"
+                                     : ", weights cast per use (ZeRO-3)");
     }
     if (ex->optim.scaler.enabled)
         printf("loss      dynamic fp16 loss scaling: scale %g, halved and the step skipped on an "

@@ -23,7 +23,9 @@ static int passes_only(Exec *ex, int step, int backward, double *loss, PxError *
 {
     exec_meter_step_begin(&ex->meter, NULL);
     exec_moe_step_begin(&ex->moe); /* the passes' load-balancing loss alone */
-    int rc = exec_schedule_run(ex, step, backward, err);
+    int rc = exec_pg_scales(&ex->zero, &ex->c, &ex->params, &ex->meter, err);
+    if (!rc)
+        rc = exec_schedule_run(ex, step, backward, err);
     if (!rc)
         rc = exec_meter_scopes_check(&ex->meter, err);
     if (!rc)
@@ -91,7 +93,10 @@ int exec_step(Exec *ex, int step, ExecStepStats *st, PxError *err)
     exec_moe_step_begin(&ex->moe);
     const double loss_scale = ex->optim.scaler.scale;
     ExecUpdate u = {0, 0, 0, 0, 0};
-    rc = exec_schedule_run(ex, step, 1, err);
+    /* the FP8 weights' scales of the step, which its ZeRO-3 gathers quantize with */
+    rc = exec_pg_scales(&ex->zero, c, &ex->params, &ex->meter, err);
+    if (!rc)
+        rc = exec_schedule_run(ex, step, 1, err);
     if (!rc) {
         inject_inf(ex, step);
         exec_batches_stage_next(&ex->batches, c, step + 1);

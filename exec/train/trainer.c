@@ -301,6 +301,7 @@ static int phase_memory(Exec *ex, PxError *err)
     int rc;
     if ((rc = exec_params_build(&ex->params, c, &ex->tt, &ex->twin, err)) ||
         (rc = exec_fp8_init(&ex->fp8, c, &ex->params, err)) ||
+        (rc = exec_pg_init(&ex->zero.pg, &ex->fp8, c, &ex->params, err)) ||
         (rc = exec_bind_all(&ex->mem, &ex->tt, c, &ex->params, &ex->acts, &ex->work, &ex->pipe,
                             &ex->zero, &ex->batches, &ex->fp8, err)))
         return rc;
@@ -369,6 +370,9 @@ static int phase_ready(Exec *ex, PxError *err)
     /* ZeRO-3's further gather slots, kept gathers and bucket staging (zero.c) */
     if (!rc && ex->zero.extra_bytes)
         rc = comm_attach(ex->c.comm, ex->zero.extra, ex->zero.extra_bytes, err);
+    /* the FP8 parameter gather's amaxes and scales (fp8gather.c) */
+    if (!rc && ex->zero.pg.amax)
+        rc = comm_attach(ex->c.comm, ex->zero.pg.amax, ex->zero.pg.scales_bytes, err);
     if (rc)
         return rc;
     exec_meter_device_memory(&ex->meter, ex->c.k, 0);

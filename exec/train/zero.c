@@ -106,6 +106,8 @@ int exec_zero_buffers(ExecZero *Z, const ExecCtx *c, const ExecParams *P, PxErro
     Z->stage = stage_bytes ? Z->extra : NULL;
     if (l->zero < 3)
         return PX_OK;
+    if (Z->pg.on)
+        return exec_pg_buffers(Z, c, P, err);
     /* the ring's slots, or the kept blocks, one after another in zero.param_gather */
     const uint64_t need = kept_all ? kept : (uint64_t)Z->n_ring * slot;
     if (need > Z->gather_elems)
@@ -131,6 +133,7 @@ void exec_zero_free(ExecZero *Z, const KernBackend *k)
 {
     if (k && Z->extra)
         k->free(Z->extra);
+    exec_pg_free(&Z->pg, k);
     free(Z->kept);
     free(Z->slot_of);
     free(Z->gather_req);
@@ -145,6 +148,8 @@ void exec_zero_free(ExecZero *Z, const KernBackend *k)
 int exec_zero_bind(ExecZero *Z, const ExecCtx *c, const ModelTensor *t, void *p, PxError *err)
 {
     const int bucket = t->role == MODEL_TR_ZERO_GRAD_BUCKET;
+    if (!bucket && t->dtype == PX_FP8)
+        return exec_pg_bind(&Z->pg, t, p, err);
     const PxDtype want = bucket ? PX_FP32 : c->act;
     if (t->dtype != want)
         return exec_bind_wrong_dtype(t, want, err);
@@ -402,6 +407,8 @@ static int issue_gather(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter 
     }
     Z->slot_of[b] = dst;
     Z->gather_phase[b] = (int)phase + 1;
+    if (Z->pg.on)
+        return exec_pg_issue(Z, c, P, M, b, phase, occurrence, async, dst, err);
     if (blk->group < 2) {
         c->k->copy(dst, blk->w_shard, blk->numel * c->ab);
         exec_params_point(P, c, b, dst);
@@ -450,15 +457,23 @@ int exec_zero_gather(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M,
     int rc = PX_OK;
     if (Z->kept && phase != MODEL_FWD) {
         /* keep_gathered: the forward's gathered parameters serve the backward */
-        exec_params_point(P, c, b, Z->kept[b]);
+        if (Z->pg.on)
+            rc = exec_pg_finish(Z, c, P, b, err);
+        else
+            exec_params_point(P, c, b, Z->kept[b]);
     } else if (Z->gather_phase[b] == (int)phase + 1 && occurrence == 0) {
         /* prefetched: wait for it (timed under its op again, as a reduction's wait is) */
         if (Z->gather_req[b] >= 0) {
             exec_meter_open_again(M, c->k, Z->gather_op[b]);
             rc = comm_wait(c->comm, &Z->gather_req[b], err);
+            if (!rc && Z->pg.on)
+                rc = comm_wait(c->comm, &Z->pg.req8[b], err);
             exec_meter_close(M, c->k, Z->gather_op[b]);
         }
-        exec_params_point(P, c, b, Z->slot_of[b]);
+        if (Z->pg.on && !rc)
+            rc = exec_pg_finish(Z, c, P, b, err);
+        else
+            exec_params_point(P, c, b, Z->slot_of[b]);
     } else {
         rc = issue_gather(Z, c, P, M, b, phase, occurrence, 0, err);
     }

@@ -123,6 +123,7 @@ static const KernBackend kern_cpu_backend = {
     .moe_unpermute_bwd = kern_cpu_moe_unpermute_bwd,
     .fp8_quantize = kern_cpu_fp8_quantize,
     .fp8_dequantize = kern_cpu_fp8_dequantize,
+    .fp8_transpose = kern_cpu_fp8_transpose,
     .matmul_fp8 = kern_cpu_matmul_fp8,
     .fp8_amax_update = kern_cpu_fp8_amax_update,
     .host_alloc = cpu_alloc,

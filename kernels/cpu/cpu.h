@@ -96,6 +96,7 @@ void kern_cpu_moe_unpermute_bwd(void *deout, float *dw, const void *dy, const vo
 void kern_cpu_fp8_quantize(void *q, float *amax, const void *x, const KernFp8 *f, int trans,
                            const float *scale);
 void kern_cpu_fp8_dequantize(void *x, const void *q, const KernFp8 *f);
+void kern_cpu_fp8_transpose(void *qt, const void *q, const KernFp8 *f);
 void kern_cpu_matmul_fp8(void *c, PxDtype c_dtype, const void *a, const KernFp8 *fa,
                          const void *b, const KernFp8 *fb, int m, int n, int k, int trans_a,
                          int trans_b, float alpha, float beta);

@@ -154,6 +154,21 @@ void kern_cpu_fp8_quantize(void *q, float *amax, const void *x, const KernFp8 *f
         *amax = total;
 }
 
+void kern_cpu_fp8_transpose(void *qt, const void *q, const KernFp8 *f)
+{
+    // q is (rows,cols) bytes then its scale; qt gets (cols,rows) bytes then the same scale
+    check_layout(f, "fp8_transpose: bad layout (negative size or block)");
+    KERN_CHECK(f->block_r >= f->rows && f->block_c >= f->cols,
+               "fp8_transpose: a per-tensor scale only (one block of rows x cols)");
+    const uint8_t *a = q;
+    uint8_t *b = qt;
+    const size_t rows = (size_t)f->rows, cols = (size_t)f->cols;
+    for (size_t r = 0; r < rows; r++)
+        for (size_t c = 0; c < cols; c++)
+            b[c * rows + r] = a[r * cols + c];
+    memcpy(b + rows * cols, a + rows * cols, kern_fp8_bytes(f) - rows * cols);
+}
+
 /* Every code's value, E4M3's then E5M2's: decoding is a lookup (the conversions of common/ are
  * the definition, run once per code). */
 static float decode_lut[2][256];

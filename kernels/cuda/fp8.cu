@@ -295,6 +295,33 @@ template <typename T> static void fp8_dequantize(void *x, const void *q, const K
     KLAUNCH_N(fp8_dequantize_kernel<T>, n, (T *)x, (const uint8_t *)q, g);
 }
 
+/* q's transpose: element i of qt (cols x rows) from its place in q; past the elements, the
+ * scale's bytes as they are */
+__global__ void fp8_transpose_kernel(uint8_t *qt, const uint8_t *q, int rows, int cols, size_t total)
+{
+    const size_t n = (size_t)rows * cols;
+    GRID_STRIDE(i, total)
+    {
+        if (i < n) {
+            const size_t c = i / (size_t)rows, r = i % (size_t)rows;
+            qt[i] = q[r * (size_t)cols + c];
+        } else {
+            qt[i] = q[i];
+        }
+    }
+}
+
+static void fp8_transpose(void *qt, const void *q, const KernFp8 *f)
+{
+    const Fp8Geom g = fp8_geom(f, "fp8_transpose: bad layout");
+    KERN_CHECK(g.nscales <= 1, "fp8_transpose: a per-tensor scale only (one block of rows x cols)");
+    const size_t total = kern_fp8_bytes(f);
+    if (total == 0)
+        return;
+    KLAUNCH_N(fp8_transpose_kernel, total, (uint8_t *)qt, (const uint8_t *)q, g.rows, g.cols,
+              total);
+}
+
 /* ---- matmul_fp8 ---- */
 
 static int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
@@ -421,6 +448,7 @@ template <typename T> static void fill(KernBackend *k)
 {
     k->fp8_quantize = fp8_quantize<T>;
     k->fp8_dequantize = fp8_dequantize<T>;
+    k->fp8_transpose = fp8_transpose;
     k->matmul_fp8 = matmul_fp8<T>;
     k->fp8_amax_update = fp8_amax_update;
 }

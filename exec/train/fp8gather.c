@@ -1,0 +1,374 @@
+/* ZeRO-3's FP8 parameter gather (--fp8-param-gather; docs/fp8.md, "FP8 parameters under
+ * ZeRO-3"): a block's FP8 GEMM weights travel in one byte an element, its other parameters in
+ * the act dtype, and the gathered FP8 weight feeds its GEMMs as it is (no second quantization).
+ *
+ * The scale: a shard's amax is not its weight's, and every rank must quantize its shards of a
+ * weight with the same per-tensor scale, so each step begins with every FP8 weight's amax over
+ * this rank's shards, all-reduced (max) over the ZeRO group in one call of 4 bytes a weight
+ * (torchao's precompute_float8_dynamic_scale_for_fsdp; model/ops.c's step_fp8_amax counts it).
+ * Tensorwise scaling takes amax / 448 (E4M3's largest), the scale the whole weight's own
+ * quantization takes, so the GEMMs read the bytes ZeRO-3 without it casts per use; delayed
+ * scaling rolls the amax into the weight's history and takes the decode factor it gives (one
+ * entry a step, where the per-use cast records one a forward). The scales do not travel: every
+ * rank has them.
+ *
+ * The ranks' shards of a block hold unequal parts of its FP8 weights (the flat block is cut
+ * where it is, not weight by weight), so each part is gathered with its own counts
+ * (comm_all_gather_v) in place: the act part packed into ring[i] (the other parameters, in
+ * block order, the padding last), the FP8 part into ring8[i], which is then laid out weight by
+ * weight with each weight's scale after its elements, the layout its GEMMs read. Bytes on the
+ * wire: (padded - fp8) x act + fp8, as model/ops.c's block_param_bytes counts them. Only the
+ * kernels' quantize and copies: the CPU and CUDA backends alike, without transposed copies
+ * (model_exec_refusal refuses a TN-only device's plan). */
+#include <float.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec/train/internal.h"
+
+int exec_pg_init(ExecFp8Gather *G, struct ExecFp8 *F, const ExecCtx *c, const ExecParams *P,
+                 PxError *err)
+{
+    memset(G, 0, sizeof *G);
+    if (!F->on || !c->spec.job.fp8_param_gather || c->spec.layout.zero != 3)
+        return PX_OK;
+    G->on = 1;
+    G->fp8 = F;
+    const size_t nb = (size_t)(P->nb > 0 ? P->nb : 1);
+    G->w_of = exec_zalloc((size_t)P->n, sizeof *G->w_of);
+    G->req8 = malloc(nb * sizeof *G->req8);
+    G->spread = exec_zalloc(nb, sizeof *G->spread);
+    int most = 1;
+    for (int b = 0; b < P->nb; b++)
+        most = P->b[b].n_params > most ? P->b[b].n_params : most;
+    G->off = exec_zalloc((size_t)most, sizeof *G->off);
+    if (!G->w_of || !G->req8 || !G->spread || !G->off)
+        return px_fail(err, PX_ERUNTIME, "out of memory for the FP8 parameter gather");
+    for (int b = 0; b < P->nb; b++)
+        G->req8[b] = -1;
+    for (int i = 0; i < P->n; i++) {
+        G->w_of[i] = F->w[i].p ? G->n_w++ : -1;
+        /* a block's pieces are walked in offset order */
+        if (i > 0 && P->p[i].block == P->p[i - 1].block && P->p[i].off < P->p[i - 1].off)
+            return px_fail(err, PX_ERUNTIME, "%s lies before %s in its block: the FP8 parameter "
+                           "gather walks a block's parameters in order", P->p[i].name,
+                           P->p[i - 1].name);
+    }
+    /* one allocation, which the trainer attaches to the communication layer */
+    G->scales_bytes = 2 * (size_t)(G->n_w > 0 ? G->n_w : 1) * sizeof(float);
+    if (!(G->amax = c->k->alloc(G->scales_bytes)))
+        return px_fail(err, PX_ERUNTIME, "out of memory for the FP8 weights' scales");
+    G->scale = G->amax + (G->n_w > 0 ? G->n_w : 1);
+    return PX_OK;
+}
+
+void exec_pg_free(ExecFp8Gather *G, const KernBackend *k)
+{
+    if (k)
+        k->free(G->amax);
+    free(G->w_of);
+    free(G->req8);
+    free(G->spread);
+    free(G->off);
+    free(G->kept8);
+    memset(G, 0, sizeof *G);
+}
+
+int exec_pg_bind(ExecFp8Gather *G, const ModelTensor *t, void *p, PxError *err)
+{
+    if (!G->on)
+        return exec_bind_unused(t, err);
+    G->buf = p;
+    G->bytes = t->bytes;
+    return PX_OK;
+}
+
+/* Block b's FP8 elements in [lo, hi) of its flat layout, and its FP8 weights. */
+static uint64_t fp8_in(const ExecFp8Gather *G, const ExecParams *P, int b, uint64_t lo,
+                       uint64_t hi, int *weights)
+{
+    const ExecBlock *blk = &P->b[b];
+    uint64_t n = 0;
+    int w = 0;
+    for (int i = blk->first_param; i < blk->first_param + blk->n_params; i++) {
+        const ExecParam *p = &P->p[i];
+        if (G->w_of[i] < 0)
+            continue;
+        w++;
+        const uint64_t a = p->off > lo ? p->off : lo, e = p->off + p->numel < hi ? p->off + p->numel : hi;
+        n += e > a ? e - a : 0;
+    }
+    if (weights)
+        *weights = w;
+    return n;
+}
+
+int exec_pg_buffers(ExecZero *Z, const ExecCtx *c, const ExecParams *P, PxError *err)
+{
+    ExecFp8Gather *G = &Z->pg;
+    const ModelLayout *l = &c->spec.layout;
+    uint64_t act_most = 0, slot8 = 0, act_all = 0, fp8_all = 0;
+    for (int b = 0; b < P->nb; b++) {
+        const ExecBlock *blk = &P->b[b];
+        int w;
+        const uint64_t padded = blk->shard * (uint64_t)blk->group;
+        const uint64_t f = fp8_in(G, P, b, 0, padded, &w);
+        const uint64_t part8 = f + (uint64_t)MODEL_FP8_GATHER_SCALE_BYTES * (uint64_t)w;
+        act_most = padded - f > act_most ? padded - f : act_most;
+        slot8 = part8 > slot8 ? part8 : slot8;
+        act_all += padded - f;
+        fp8_all += part8;
+        /* one call a block: the bytes model/ops.c's zero_comm would cut into buckets */
+        const double wire = (double)(padded - f) * (double)c->ab + (double)f;
+        if (l->bucket_bytes > 0 && wire > l->bucket_bytes && blk->group > 1)
+            return px_fail(err, PX_EINPUT, "layout.bucket_bytes %.0f: block %d's FP8 parameter "
+                           "gather of %.0f bytes would be cut into buckets, which the executor "
+                           "does not do with fp8_param_gather (make the plan with "
+                           "--zero-bucket-bytes 0 or larger)", l->bucket_bytes, b, wire);
+    }
+    G->slot8 = slot8;
+    const uint64_t need = l->keep_gathered ? act_all : (uint64_t)Z->n_ring * act_most;
+    const uint64_t need8 = l->keep_gathered ? fp8_all : (uint64_t)Z->n_ring * slot8;
+    if (need > Z->gather_elems || need8 > G->bytes || !G->buf)
+        return px_fail(err, PX_ERUNTIME, "zero.param_gather holds %llu elements and "
+                       "zero.param_gather_fp8 %llu bytes, the FP8 parameter gather needs %llu and "
+                       "%llu (the memory table and the executor disagree)",
+                       (unsigned long long)Z->gather_elems, (unsigned long long)G->bytes,
+                       (unsigned long long)need, (unsigned long long)need8);
+    for (int i = 0; i < Z->n_ring; i++) {
+        Z->ring[i] = EXEC_AT(Z->gather[0], (uint64_t)i * act_most, c->ab);
+        G->ring8[i] = G->buf + (uint64_t)i * slot8;
+    }
+    if (!l->keep_gathered)
+        return PX_OK;
+    Z->kept = calloc((size_t)P->nb, sizeof *Z->kept);
+    G->kept8 = calloc((size_t)P->nb, sizeof *G->kept8);
+    if (!Z->kept || !G->kept8)
+        return px_fail(err, PX_ERUNTIME, "out of memory for the kept gathers");
+    uint64_t at = 0, at8 = 0;
+    for (int b = 0; b < P->nb; b++) {
+        int w;
+        const uint64_t padded = P->b[b].shard * (uint64_t)P->b[b].group;
+        const uint64_t f = fp8_in(G, P, b, 0, padded, &w);
+        Z->kept[b] = EXEC_AT(Z->gather[0], at, c->ab);
+        G->kept8[b] = G->buf + at8;
+        at += padded - f;
+        at8 += f + (uint64_t)MODEL_FP8_GATHER_SCALE_BYTES * (uint64_t)w;
+    }
+    return PX_OK;
+}
+
+/* Weight k's decode factor of this step, for its parameter p. */
+static const float *scale_of(const ExecFp8Gather *G, int k) { return G->scale + k; }
+
+int exec_pg_scales(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, PxError *err)
+{
+    ExecFp8Gather *G = &Z->pg;
+    if (!G->on || G->n_w == 0)
+        return PX_OK;
+    ExecFp8 *F = G->fp8;
+    const KernBackend *k = c->k;
+    int first = -1;
+    for (int i = 0; i < P->n; i++) {
+        const int w = G->w_of[i];
+        if (w < 0)
+            continue;
+        const ExecParam *p = &P->p[i];
+        const ExecBlock *blk = &P->b[p->block];
+        first = first < 0 ? p->block : first;
+        uint64_t lo, hi;
+        if (!exec_params_own(P, p, &lo, &hi)) {
+            k->memset0(G->amax + w, sizeof(float));
+            continue;
+        }
+        const int n = (int)(hi - lo);
+        const KernFp8 f = {1, n, 1, n, 0, 0};
+        k->fp8_quantize(F->wq, F->amax, EXEC_AT(blk->w_shard, lo - blk->own_off, c->ab), &f, 0,
+                        NULL);
+        k->copy(G->amax + w, F->amax, sizeof(float));
+    }
+    int rc = PX_OK;
+    if (P->b[first].group > 1) {
+        int op;
+        if ((rc = exec_meter_need(M, c, MODEL_OPR_BLOCK_PARAMS, first, P->b[first].chunk,
+                                  MODEL_STEP, MODEL_DP_ALLREDUCE, 0,
+                                  "the FP8 weights' amax all-reduce", &op, err)))
+            return rc;
+        exec_meter_open(M, k, op);
+        rc = comm_allreduce(c->comm, G->amax, (size_t)G->n_w, PX_FP32, COMM_MAX,
+                            MODEL_DP_ALLREDUCE, NULL, err);
+        exec_meter_close(M, k, op);
+        if (rc)
+            return rc;
+    }
+    if (F->len) {
+        /* delayed scaling: the amax rolled into the weight's history, whose factor it takes */
+        for (int i = 0; i < P->n; i++) {
+            const int w = G->w_of[i];
+            if (w < 0)
+                continue;
+            const ExecFp8Weight *fw = &F->w[i];
+            k->fp8_amax_update(fw->hist + (size_t)EXEC_FP8_W * (size_t)F->len,
+                               fw->scale + EXEC_FP8_W, G->amax + w, F->fmax, F->len, 1);
+            k->copy(G->scale + w, fw->scale + EXEC_FP8_W, sizeof(float));
+        }
+        return PX_OK;
+    }
+    /* tensorwise: the whole weight's own scale (kernels' current scaling: amax / 448, 1 for
+     * an all-zero weight) */
+    float *h = malloc((size_t)G->n_w * sizeof *h);
+    if (!h)
+        return px_fail(err, PX_ERUNTIME, "out of memory");
+    k->to_host(h, G->amax, (size_t)G->n_w * sizeof *h);
+    for (int w = 0; w < G->n_w; w++) {
+        const float s = h[w] == 0.0f ? 1.0f : h[w] / 448.0f;
+        h[w] = s > 0.0f ? s : FLT_TRUE_MIN;
+    }
+    k->to_device(G->scale, h, (size_t)G->n_w * sizeof *h);
+    free(h);
+    return PX_OK;
+}
+
+/* This rank's shard of block b packed into its places of the two parts: its act elements at
+ * a_at (elements) of the act part, its FP8 weights' pieces quantized at q_at (bytes) of the
+ * FP8 part, through ws.fp8's weight area (a quantization writes its scale after the
+ * elements). */
+static void pack_shard(const ExecFp8Gather *G, const ExecCtx *c, const ExecParams *P, int b,
+                       void *act, uint64_t a_at, uint8_t *q8, uint64_t q_at)
+{
+    const ExecBlock *blk = &P->b[b];
+    const KernBackend *k = c->k;
+    const uint64_t lo = (uint64_t)blk->group_rank * blk->shard, hi = lo + blk->shard;
+    uint64_t x = lo;
+    for (int i = blk->first_param; i < blk->first_param + blk->n_params; i++) {
+        const ExecParam *p = &P->p[i];
+        const int w = G->w_of[i];
+        const uint64_t s0 = p->off > lo ? p->off : lo;
+        const uint64_t s1 = p->off + p->numel < hi ? p->off + p->numel : hi;
+        if (w < 0 || s1 <= s0)
+            continue;
+        if (s0 > x) {
+            k->copy(EXEC_AT(act, a_at, c->ab), EXEC_AT(blk->w_shard, x - lo, c->ab),
+                    (size_t)(s0 - x) * c->ab);
+            a_at += s0 - x;
+        }
+        const int n = (int)(s1 - s0);
+        const KernFp8 f = {1, n, 1, n, 0, 0};
+        k->fp8_quantize(G->fp8->wq, NULL, EXEC_AT(blk->w_shard, s0 - lo, c->ab), &f, 0,
+                        scale_of(G, w));
+        k->copy(q8 + q_at, G->fp8->wq, (size_t)n);
+        q_at += (uint64_t)n;
+        x = s1;
+    }
+    if (hi > x)
+        k->copy(EXEC_AT(act, a_at, c->ab), EXEC_AT(blk->w_shard, x - lo, c->ab),
+                (size_t)(hi - x) * c->ab);
+}
+
+/* The FP8 part of block b (the weights' elements packed in block order) laid out weight by
+ * weight with each one's scale after it in MODEL_FP8_GATHER_SCALE_BYTES (the scale, padded so
+ * that the next weight starts 16-byte aligned where its elements are a multiple of 16, as
+ * cuBLASLt's FP8 GEMM takes them), last weight first (each moves up by that much a weight
+ * before it), through ws.fp8's weight area; then the views: the act parameters packed in
+ * `act`, each FP8 weight's gq. */
+static void spread_and_point(ExecFp8Gather *G, const ExecCtx *c, ExecParams *P, int b, void *act,
+                             uint8_t *q8, int spread)
+{
+    const ExecBlock *blk = &P->b[b];
+    const KernBackend *k = c->k;
+    uint64_t packed = 0, act_at = 0;
+    int nw = 0;
+    for (int j = 0; j < blk->n_params; j++) {
+        const int i = blk->first_param + j, w = G->w_of[i];
+        G->off[j] = w >= 0 ? UINT64_MAX : act_at;
+        act_at += w >= 0 ? 0 : P->p[i].numel;
+        packed += w >= 0 ? P->p[i].numel : 0;
+        nw += w >= 0;
+    }
+    for (int j = blk->n_params - 1; j >= 0; j--) {
+        const int i = blk->first_param + j, w = G->w_of[i];
+        if (w < 0)
+            continue;
+        const uint64_t n = P->p[i].numel;
+        packed -= n;
+        nw--;
+        uint8_t *dst = q8 + packed + (uint64_t)MODEL_FP8_GATHER_SCALE_BYTES * (uint64_t)nw;
+        if (spread && nw > 0) {
+            k->copy(G->fp8->wq, q8 + packed, (size_t)n);
+            k->copy(dst, G->fp8->wq, (size_t)n);
+        }
+        if (spread)
+            k->copy(dst + n, scale_of(G, w), sizeof(float));
+        G->fp8->w[i].gq = dst;
+    }
+    exec_params_point_packed(P, c, b, act, G->off);
+}
+
+/* The FP8 part of the slot whose act part is dst (a ring slot, or block b's kept buffer). */
+static uint8_t *slot8_of(const ExecZero *Z, int b, const void *dst)
+{
+    if (Z->kept)
+        return Z->pg.kept8[b];
+    for (int i = 0; i < Z->n_ring; i++)
+        if (Z->ring[i] == dst)
+            return Z->pg.ring8[i];
+    return NULL;
+}
+
+int exec_pg_issue(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, int b,
+                  ModelPhase phase, int occurrence, int async, void *dst, PxError *err)
+{
+    ExecFp8Gather *G = &Z->pg;
+    const ExecBlock *blk = &P->b[b];
+    uint8_t *q8 = slot8_of(Z, b, dst);
+    if (!q8)
+        return px_fail(err, PX_ERUNTIME, "block %d: a gather slot without its FP8 part", b);
+    enum { MAX_GROUP = 1024 };
+    if (blk->group > MAX_GROUP)
+        return px_fail(err, PX_ERUNTIME, "a ZeRO group of %d ranks (the FP8 parameter gather "
+                       "takes %d)", blk->group, MAX_GROUP);
+    int64_t act_n[MAX_GROUP], fp8_n[MAX_GROUP];
+    uint64_t a_at = 0, q_at = 0;
+    for (int r = 0; r < blk->group; r++) {
+        const uint64_t lo = (uint64_t)r * blk->shard;
+        const uint64_t f = fp8_in(G, P, b, lo, lo + blk->shard, NULL);
+        fp8_n[r] = (int64_t)f;
+        act_n[r] = (int64_t)(blk->shard - f);
+        if (r < blk->group_rank) {
+            a_at += blk->shard - f;
+            q_at += f;
+        }
+    }
+    G->spread[b] = 0;
+    int rc = PX_OK, op = -1;
+    const ModelComm kind = blk->experts ? MODEL_EDP_ALL_GATHER : MODEL_DP_ALL_GATHER;
+    if (blk->group > 1 &&
+        (rc = exec_meter_need(M, c, MODEL_OPR_BLOCK_PARAMS, b, blk->chunk, phase, kind,
+                              occurrence, "a block's parameter all-gather", &op, err)))
+        return rc;
+    if (op >= 0)
+        exec_meter_open(M, c->k, op);
+    pack_shard(G, c, P, b, dst, a_at, q8, q_at);
+    rc = comm_all_gather_v(c->comm, dst, act_n, c->act, kind, async ? &Z->gather_req[b] : NULL,
+                           err);
+    if (!rc)
+        rc = comm_all_gather_v(c->comm, q8, fp8_n, PX_FP8, kind, async ? &G->req8[b] : NULL, err);
+    if (op >= 0)
+        exec_meter_close(M, c->k, op);
+    Z->gather_op[b] = op;
+    if (!rc && Z->gather_req[b] < 0 && G->req8[b] < 0)
+        rc = exec_pg_finish(Z, c, P, b, err);
+    return rc;
+}
+
+int exec_pg_finish(ExecZero *Z, const ExecCtx *c, ExecParams *P, int b, PxError *err)
+{
+    ExecFp8Gather *G = &Z->pg;
+    int rc = comm_wait(c->comm, &G->req8[b], err); /* zero.c timed it; done unless it did not */
+    if (rc)
+        return rc;
+    void *act = Z->slot_of[b];
+    spread_and_point(G, c, P, b, act, slot8_of(Z, b, act), !G->spread[b]);
+    G->spread[b] = 1;
+    return PX_OK;
+}
