@@ -6,7 +6,7 @@
 #include "cli/options.h"
 #include "validate/validate.h"
 
-enum { OPT_VSTEPS = CLI_EXTRA, OPT_VREPORT, OPT_MAXRANKS, OPT_RECAL, OPT_NOCHECK, OPT_CHECKONLY, OPT_LAYOUTS };
+enum { OPT_VSTEPS = CLI_EXTRA, OPT_VREPORT, OPT_MAXRANKS, OPT_RECAL, OPT_NOCHECK, OPT_CHECKONLY, OPT_LAYOUTS, OPT_LIST };
 
 static const CliOption validate_options[] = {
     {"model", 1, "M", "the model to validate (default tiny)", CLI_MODEL, 0},
@@ -19,6 +19,7 @@ static const CliOption validate_options[] = {
     {"recalibrate", 0, NULL, "when the host check finds this machine more than 10% faster or slower than when calibrated, calibrate it again in place first", OPT_RECAL, 0},
     {"no-host-check", 0, NULL, "skip the host check (a second's probe of GEMM rate and memory bandwidth against the profile's)", OPT_NOCHECK, 0},
     {"check-host", 0, NULL, "only the host check: print it and stop", OPT_CHECKONLY, 0},
+    {"list", 0, NULL, "only list the layouts it would run, each with why one would be skipped, and stop", OPT_LIST, 0},
     {NULL, 0, NULL, NULL, 0, 0}};
 
 int cli_cmd_validate(int argc, char **argv)
@@ -30,7 +31,7 @@ int cli_cmd_validate(int argc, char **argv)
     const CliOption *const tables[] = {validate_options, cli_knob_options(), NULL};
     int st = cli_parse("validate",
                        "[--model M] [--cluster PROFILE] [--report DIR] [--steps N] [--layouts N] [--json]\n"
-                       "       [--recalibrate | --no-host-check | --check-host]\n\n"
+                       "       [--recalibrate | --no-host-check | --check-host | --list]\n\n"
                        "Checks that this machine runs as fast as when its profile was calibrated,\n"
                        "plans a spread of layouts on that profile, runs them for real (timing\n"
                        "layouts on no more ranks than cores), compares and writes a report.",
@@ -66,7 +67,9 @@ int cli_cmd_validate(int argc, char **argv)
     q.cluster = &cl;
     cJSON *j = NULL;
     FILE *log = a.json ? NULL : stdout;
-    const int check = !a.extra[OPT_NOCHECK - CLI_EXTRA], only = a.extra[OPT_CHECKONLY - CLI_EXTRA] != NULL;
+    const int list = a.extra[OPT_LIST - CLI_EXTRA] != NULL;
+    const int check = !a.extra[OPT_NOCHECK - CLI_EXTRA] && !list,
+              only = a.extra[OPT_CHECKONLY - CLI_EXTRA] != NULL;
     if (!(rc = val_request_resolve(&q, cluster, &err))) {
         if (log)
             val_print_header(log, &q);
@@ -90,6 +93,12 @@ int cli_cmd_validate(int argc, char **argv)
         prof_cluster_free(&cl);
         val_host_snap_free(&q.start);
         return 0;
+    }
+    if (!rc && list) {
+        rc = val_list(&q, stdout, &err);
+        prof_cluster_free(&cl);
+        val_host_snap_free(&q.start);
+        return rc ? cli_fail("validate", rc, &err) : 0;
     }
     if (!rc)
         rc = val_run(&q, &j, log, &err);

@@ -26,6 +26,7 @@ extern char **environ;
 typedef struct {
     int dp, tp, pp, cp, vpp, zero, sp, mbs, recompute, schedule, cp_comm, flash;
     int ep, etp; /* the planner's expert layout (0: the job's, as the spread rows take it) */
+    int keep;    /* ZeRO-3's gathered parameters kept from the forward to the backward */
 } Layout;
 
 enum { FLASH_JOB = -1 };
@@ -38,28 +39,28 @@ enum { FLASH_JOB = -1 };
  * modes, and context parallelism with each comm type on the attention core the executor runs
  * it with (p2p the fused one, a2a the unfused one, allgather the job's). */
 static const Layout spread[] = {
-    {1, 1, 1, 1, 1, 0, 0, 4, NONE, F1B, P2P, FLASH_JOB, 0, 0},
-    {1, 1, 1, 1, 1, 0, 0, 2, MODEL_RECOMPUTE_FULL, F1B, P2P, FLASH_JOB, 0, 0},
-    {1, 1, 1, 1, 1, 0, 0, 8, MODEL_RECOMPUTE_SELECTIVE, F1B, P2P, FLASH_JOB, 0, 0},
-    {2, 1, 1, 1, 1, 0, 0, 4, NONE, F1B, P2P, FLASH_JOB, 0, 0},
-    {2, 1, 1, 1, 1, 1, 0, 2, NONE, F1B, P2P, FLASH_JOB, 0, 0},
-    {1, 2, 1, 1, 1, 0, 0, 4, NONE, F1B, P2P, FLASH_JOB, 0, 0},
-    {1, 2, 1, 1, 1, 0, 1, 4, NONE, F1B, P2P, FLASH_JOB, 0, 0},
-    {1, 1, 2, 1, 1, 0, 0, 2, NONE, F1B, P2P, FLASH_JOB, 0, 0},
-    {1, 1, 2, 1, 1, 0, 0, 2, NONE, MODEL_SCHED_GPIPE, P2P, FLASH_JOB, 0, 0},
-    {1, 1, 2, 1, 2, 0, 0, 2, NONE, MODEL_SCHED_INTERLEAVED, P2P, FLASH_JOB, 0, 0},
-    {2, 1, 1, 1, 1, 3, 0, 4, NONE, F1B, P2P, FLASH_JOB, 0, 0},
-    {1, 1, 1, 2, 1, 0, 0, 4, NONE, F1B, P2P, 1, 0, 0},
-    {1, 1, 1, 2, 1, 0, 0, 4, NONE, F1B, MODEL_CP_COMM_ALLGATHER, FLASH_JOB, 0, 0},
-    {1, 1, 1, 2, 1, 0, 0, 4, NONE, F1B, MODEL_CP_COMM_A2A, 0, 0, 0},
+    {1, 1, 1, 1, 1, 0, 0, 4, NONE, F1B, P2P, FLASH_JOB, 0, 0, 0},
+    {1, 1, 1, 1, 1, 0, 0, 2, MODEL_RECOMPUTE_FULL, F1B, P2P, FLASH_JOB, 0, 0, 0},
+    {1, 1, 1, 1, 1, 0, 0, 8, MODEL_RECOMPUTE_SELECTIVE, F1B, P2P, FLASH_JOB, 0, 0, 0},
+    {2, 1, 1, 1, 1, 0, 0, 4, NONE, F1B, P2P, FLASH_JOB, 0, 0, 0},
+    {2, 1, 1, 1, 1, 1, 0, 2, NONE, F1B, P2P, FLASH_JOB, 0, 0, 0},
+    {1, 2, 1, 1, 1, 0, 0, 4, NONE, F1B, P2P, FLASH_JOB, 0, 0, 0},
+    {1, 2, 1, 1, 1, 0, 1, 4, NONE, F1B, P2P, FLASH_JOB, 0, 0, 0},
+    {1, 1, 2, 1, 1, 0, 0, 2, NONE, F1B, P2P, FLASH_JOB, 0, 0, 0},
+    {1, 1, 2, 1, 1, 0, 0, 2, NONE, MODEL_SCHED_GPIPE, P2P, FLASH_JOB, 0, 0, 0},
+    {1, 1, 2, 1, 2, 0, 0, 2, NONE, MODEL_SCHED_INTERLEAVED, P2P, FLASH_JOB, 0, 0, 0},
+    {2, 1, 1, 1, 1, 3, 0, 4, NONE, F1B, P2P, FLASH_JOB, 0, 0, 0},
+    {1, 1, 1, 2, 1, 0, 0, 4, NONE, F1B, P2P, 1, 0, 0, 0},
+    {1, 1, 1, 2, 1, 0, 0, 4, NONE, F1B, MODEL_CP_COMM_ALLGATHER, FLASH_JOB, 0, 0, 0},
+    {1, 1, 1, 2, 1, 0, 0, 4, NONE, F1B, MODEL_CP_COMM_A2A, 0, 0, 0, 0},
     /* beyond the cores: memory and communication only */
-    {2, 2, 1, 1, 1, 0, 0, 2, NONE, F1B, P2P, FLASH_JOB, 0, 0},
-    {1, 2, 2, 1, 1, 0, 1, 2, MODEL_RECOMPUTE_SELECTIVE, F1B, P2P, FLASH_JOB, 0, 0},
-    {2, 1, 2, 1, 1, 1, 0, 2, NONE, F1B, P2P, FLASH_JOB, 0, 0},
-    {2, 2, 2, 1, 1, 1, 0, 2, NONE, F1B, P2P, FLASH_JOB, 0, 0},
-    {4, 1, 1, 1, 1, 3, 0, 2, NONE, F1B, P2P, FLASH_JOB, 0, 0},
-    {2, 1, 1, 2, 1, 1, 0, 2, NONE, F1B, P2P, 1, 0, 0},
-    {1, 2, 1, 2, 1, 0, 1, 2, NONE, F1B, MODEL_CP_COMM_A2A, 0, 0, 0},
+    {2, 2, 1, 1, 1, 0, 0, 2, NONE, F1B, P2P, FLASH_JOB, 0, 0, 0},
+    {1, 2, 2, 1, 1, 0, 1, 2, MODEL_RECOMPUTE_SELECTIVE, F1B, P2P, FLASH_JOB, 0, 0, 0},
+    {2, 1, 2, 1, 1, 1, 0, 2, NONE, F1B, P2P, FLASH_JOB, 0, 0, 0},
+    {2, 2, 2, 1, 1, 1, 0, 2, NONE, F1B, P2P, FLASH_JOB, 0, 0, 0},
+    {4, 1, 1, 1, 1, 3, 0, 2, NONE, F1B, P2P, FLASH_JOB, 0, 0, 0},
+    {2, 1, 1, 2, 1, 1, 0, 2, NONE, F1B, P2P, 1, 0, 0, 0},
+    {1, 2, 1, 2, 1, 0, 1, 2, NONE, F1B, MODEL_CP_COMM_A2A, 0, 0, 0, 0},
 };
 #undef NONE
 #undef F1B
@@ -164,7 +165,8 @@ static int planned(const ValRequest *q, Layout *out, int *n_out, PxError *err)
         const Layout L = {l->dp, l->tp, l->pp, l->cp, l->vpp, l->zero, l->sp, s->job.micro_batch,
                           (int)l->recompute, (int)l->schedule,
                           l->cp > 1 ? (int)l->cp_comm : MODEL_CP_COMM_P2P, s->job.flash_attn,
-                          s->model.moe.experts > 0 ? l->ep : 0, s->model.moe.experts > 0 ? l->etp : 0};
+                          s->model.moe.experts > 0 ? l->ep : 0, s->model.moe.experts > 0 ? l->etp : 0,
+                          l->zero == 3 && l->keep_gathered};
         /* the planner's picks that differ only in what a row does not carry run once */
         int seen = 0;
         for (int k = 0; k < *n_out; k++)
@@ -182,7 +184,7 @@ static int same_layout(const Layout *a, const Layout *b)
            a->vpp == b->vpp && a->zero == b->zero && a->sp == b->sp && a->mbs == b->mbs &&
            a->recompute == b->recompute && a->schedule == b->schedule &&
            (a->cp == 1 || a->cp_comm == b->cp_comm) && a->flash == b->flash && a->ep == b->ep &&
-           a->etp == b->etp;
+           a->etp == b->etp && a->keep == b->keep;
 }
 
 static int run_child(char *const argv[], const char *log_path, PxError *err)
@@ -251,7 +253,24 @@ typedef struct Outcome {
 /* What became of a row: beyond the largest layout (not run), refused, or compared. */
 enum { ROW_OUT = 0, ROW_SKIPPED, ROW_RAN };
 
-/* The planner's best layouts first, then the spread less what they already cover. */
+/* A spread row as the model takes it: a mixture-of-experts model's tensor parallelism with
+ * SP (Megatron-Core requires it), and ZeRO-3 keeping its gathers from the forward to the
+ * backward where the model has prediction modules (the executor runs them so: they read the
+ * embedding and the output layer away from those blocks' gathers; docs/executor.md). */
+static Layout spread_row(const ValRequest *q, int i)
+{
+    Layout L = spread[i];
+    if (L.flash == FLASH_JOB)
+        L.flash = q->base.job.flash_attn;
+    if (q->base.model.moe.experts > 0 && L.tp > 1)
+        L.sp = 1;
+    if (q->base.model.mtp_layers > 0 && L.zero == 3 && L.pp == 1)
+        L.keep = 1;
+    return L;
+}
+
+/* The planner's best layouts first, then the spread less what they, or an earlier row as the
+ * model takes it, already cover. */
 static int choose_layouts(Validation *v, PxError *err)
 {
     int rc = planned(v->q, v->rows, &v->n_top, err);
@@ -259,11 +278,9 @@ static int choose_layouts(Validation *v, PxError *err)
         return rc;
     v->n_rows = v->n_top;
     for (int i = 0; i < N_SPREAD; i++) {
-        Layout L = spread[i];
-        if (L.flash == FLASH_JOB)
-            L.flash = v->q->base.job.flash_attn;
+        const Layout L = spread_row(v->q, i);
         int dup = 0;
-        for (int k = 0; k < v->n_top && !dup; k++)
+        for (int k = 0; k < v->n_rows && !dup; k++)
             dup = same_layout(&v->rows[k], &L);
         if (!dup)
             v->rows[v->n_rows++] = L;
@@ -360,6 +377,7 @@ static ModelSpec layout_spec(const ValRequest *q, const Layout *L)
     s.layout.vpp = L->vpp;
     s.layout.zero = L->zero;
     s.layout.sp = L->sp;
+    s.layout.keep_gathered = L->keep;
     s.layout.recompute = (ModelRecompute)L->recompute;
     s.layout.schedule = (ModelSchedule)L->schedule;
     s.job.micro_batch = L->mbs;
@@ -386,8 +404,9 @@ static void layout_label(char *buf, size_t cap, const Layout *L, int from_planne
         snprintf(ep, sizeof ep, L->etp > 1 ? " ep%d etp%d" : " ep%d", L->ep > 0 ? L->ep : 1, L->etp);
     if (L->cp > 1)
         snprintf(cp, sizeof cp, " cp%d %s", L->cp, model_cp_comm_name((ModelCpComm)L->cp_comm));
-    snprintf(buf, cap, "%sdp%d tp%d pp%d%s%s%s%s zero%d mbs%d %s %s%s", from_planner ? "plan: " : "",
-             L->dp, L->tp, L->pp, cp, vpp, ep, L->sp ? " sp" : "", L->zero, L->mbs,
+    snprintf(buf, cap, "%sdp%d tp%d pp%d%s%s%s%s zero%d%s mbs%d %s %s%s",
+             from_planner ? "plan: " : "", L->dp, L->tp, L->pp, cp, vpp, ep, L->sp ? " sp" : "",
+             L->zero, L->keep ? " keep" : "", L->mbs,
              model_recompute_name((ModelRecompute)L->recompute),
              model_schedule_name((ModelSchedule)L->schedule),
              L->flash == job_flash ? "" : L->flash ? " fused" : " unfused");
@@ -866,6 +885,30 @@ static int write_report(Validation *v, PxError *err)
     free(text);
     cJSON_Delete(pj);
     cJSON_Delete(rj);
+    return rc;
+}
+
+int val_list(const ValRequest *q, FILE *out, PxError *err)
+{
+    Validation v;
+    int rc = validation_open(&v, q, NULL, err);
+    for (int i = 0; !rc && i < v.n_rows; i++) {
+        const Layout *L = &v.rows[i];
+        const int ranks = L->dp * L->tp * L->pp * L->cp;
+        char label[128];
+        layout_label(label, sizeof label, L, i < v.n_top, q->base.job.flash_attn);
+        const ModelSpec s = layout_spec(q, L);
+        PxError e2 = {0};
+        const char *whose, *why = refusal(q, &s, ranks, &e2, &whose);
+        fprintf(out, "%3d %5d  %-54s ", i + 1, ranks, label);
+        if (ranks > q->max_ranks)
+            fprintf(out, "not run: beyond --max-ranks %d\n", q->max_ranks);
+        else if (why)
+            fprintf(out, "skipped: %s: %s\n", whose, why);
+        else
+            fprintf(out, "%s\n", ranks <= q->max_timing_ranks ? "timed" : "memory and communication");
+    }
+    validation_close(&v);
     return rc;
 }
 

@@ -155,6 +155,10 @@ int val_host_steady(const ValHostCheck *before, const ValHostCheck *after, char 
  * and q->host.recalibrated set: the caller loads the profile again. PX_ERUNTIME when the probe
  * or the calibration fails. */
 int val_host_check(ValRequest *q, int recalibrate, FILE *log, PxError *err);
+/* The rows val_run would run, one line each, without running any: its number, ranks and layout,
+ * then "timed", "memory and communication", "not run: beyond --max-ranks N" or "skipped: " and
+ * whose refusal (the model's or the executor's, model_exec_refusal) with its sentence. */
+int val_list(const ValRequest *q, FILE *out, PxError *err);
 
 /* Runs each layout of a fixed spread that the model takes (the planner's best on the timing
  * ranks first, then every kind of parallelism alone and in pairs, each schedule, ZeRO stages,

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# parallax validate --list: the rows a validation would run, without running any. The mixture-
+# of-experts zoo models run their whole spread: tiny-moe (MoE layers with context parallelism
+# too) and tiny-dsv3 (MLA, MoE, its prediction module) skip no row up to 8 ranks, their tensor
+# parallelism taken with SP and tiny-dsv3's ZeRO-3 keeping its gathers, as the executor runs
+# them; a layout the executor refuses is listed as skipped with its sentence, and one beyond
+# --max-ranks as not run.
+# Usage: validate_list.sh PARALLAX
+set -u
+px=${1:?usage: validate_list.sh path/to/parallax}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export PARALLAX_UNCALIBRATED=1 PARALLAX_PROFILE_DIR=$tmp/none
+fails=0
+fail() { echo "FAILED: $*"; fails=$((fails + 1)); }
+for m in tiny-moe tiny-dsv3; do
+  "$px" validate --model "$m" --list >"$tmp/$m" 2>&1 || fail "validate --model $m --list: status $?"
+  n=$(grep -cE '^ +[0-9]+ +[0-9]+  ' "$tmp/$m")
+  [ "$n" -eq 23 ] || fail "$m: $n rows listed, expected 23"
+  grep -q 'skipped:\|not run:' "$tmp/$m" && fail "$m: rows not run: $(grep 'skipped:\|not run:' "$tmp/$m")"
+  for row in 'dp1 tp1 pp1 cp2 p2p zero0 mbs4 none 1f1b' 'dp1 tp2 pp1 sp zero0 mbs4 none 1f1b' \
+             'dp1 tp1 pp2 vpp2 zero0 mbs2 none interleaved'; do
+    grep -Eq "^ +[0-9]+ +2  $row +timed$" "$tmp/$m" || fail "$m: no timed row '$row'"
+  done
+done
+grep -Eq '^ +[0-9]+ +2  dp2 tp1 pp1 zero3 keep mbs4 none 1f1b +timed$' "$tmp/tiny-dsv3" ||
+  fail "tiny-dsv3: no timed ZeRO-3 row keeping its gathers"
+grep -Eq '^ +[0-9]+ +8  dp2 tp2 pp2 sp zero1 mbs2 none 1f1b +memory and communication$' "$tmp/tiny-moe" ||
+  fail "tiny-moe: no 8-rank row for memory and communication"
+# a dense model: its tp rows without SP as they are; cp at a sequence that does not split into
+# 2 x cp chunks skipped by the executor's own sentence; 4 ranks beyond --max-ranks 2
+"$px" validate --model tiny --seq 34 --max-ranks 2 --list >"$tmp/s" 2>&1 || fail "validate --seq 34 --list: status $?"
+grep -Eq '^ +[0-9]+ +2  dp1 tp2 pp1 zero0 mbs4 none 1f1b +timed$' "$tmp/s" || fail "tiny: no tp 2 row without SP"
+grep -Eq '^ +[0-9]+ +2  dp1 tp1 pp1 cp2 allgather zero0 mbs4 none 1f1b +skipped: the executor does not run it: layout.cp 2 \(cp_comm_type allgather, sequence 34\): .*the sequence must split into 2 x cp chunks$' "$tmp/s" ||
+  fail "tiny --seq 34: no skipped cp row"
+grep -Eq '^ +[0-9]+ +4  dp2 tp2 pp1 zero0 mbs2 none 1f1b +not run: beyond --max-ranks 2$' "$tmp/s" ||
+  fail "tiny: no 4-rank row beyond --max-ranks 2"
+if [ "$fails" -ne 0 ]; then
+  cat "$tmp/tiny-moe" "$tmp/tiny-dsv3" "$tmp/s"
+  exit 1
+fi
+echo "validate --list: tiny-moe and tiny-dsv3 run all 23 rows; tiny's refusals named"
