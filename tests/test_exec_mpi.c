@@ -216,6 +216,20 @@ static const Layout layouts[] = {
      "--model tiny-llama --seq 256 --no-flash-attn", 5, 0, NULL, 0},
     {"llama_cp2_dp2_zero1_a2a", 4, "--dp 2 --tp 1 --pp 1 --cp 2 --cp-comm-type a2a --zero 1 --no-sp " PIN1,
      "--model tiny-llama --seq 256 --no-flash-attn --recompute full", 5, 0, NULL, 0},
+    /* FP8 GEMMs with context parallelism (docs/fp8.md, "The executor"): each cp rank quantizes
+     * its own b x s/cp rows with scales of their own, and delayed scaling's input and gradient
+     * histories see those rows only (no amax travels: the op graph counts none, as for TP);
+     * the attention core stays in the act dtype. Within 3e-3 as TP's FP8 layouts. The ring
+     * (the fused core: delayed scaling saves the projection's input in FP8 beside the core's
+     * output), and the all-gather with the unfused core, selective recompute and transposed
+     * copies */
+    {"llama_cp2_p2p_fp8_delayed", 2, "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type p2p --zero 0 --no-sp " PIN1,
+     "--model tiny-llama --seq 256 --fp8-recipe delayed --fp8-amax-history 16", 5, 0, NULL, 3e-3},
+    {"llama_cp2_allgather_fp8_tensorwise", 2,
+     "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type allgather --zero 0 --no-sp " PIN1,
+     "--model tiny-llama --seq 256 --fp8-recipe tensorwise --no-flash-attn --recompute selective "
+     "--set device.fp8_tn_only=1",
+     5, 0, NULL, 3e-3},
     {"dp2_tp2_pp2_zero1_fp8_delayed", 8, "--dp 2 --tp 2 --pp 2 --zero 1 --sp " PIN1,
      "--fp8-recipe delayed --fp8-format e4m3 --recompute full --set device.fp8_tn_only=1", 5, 0, NULL, 3e-3},
 };
