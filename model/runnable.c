@@ -84,8 +84,7 @@ static const char *mtp_limit(const ModelSpec *s, const ModelDims *d)
            : s->layout.zero >= 2 && d->t > 2
                ? "ZeRO-2/3 run with tp at most 2 (their embedding rows' gradient waits for the "
                  "embedding's bucket in their saved input, b x s/(cp tp) x 2h)"
-           : d->fp8 != MODEL_FP8_NONE ? "FP8 training is not supported with them"
-                                      : NULL;
+               : NULL;
 }
 
 /* --fp8-param-gather's limits (exec/train/fp8gather.c), or NULL: ZeRO-3's gather in FP8 of

@@ -193,9 +193,8 @@ static ModelSpec spec_of(const Layout *L)
     PxError err = {0};
     model_spec_defaults(&s);
     /* the model by the layout's name and its dsv3 field: tiny-dsv3 whole (its prediction
-     * module too, but not with FP8, which the module does not run ("Multi-token prediction" in
-     * docs/executor.md), nor with ZeRO-2/3, whose modules test_exec_mtp_mpi runs; 2: its layers
-     * dense and no module), gptoss* tiny-gpt-oss,
+     * module too, with FP8 GEMMs in its layer, but not with ZeRO-2/3, whose modules
+     * test_exec_mtp_mpi runs; 2: its layers dense and no module), gptoss* tiny-gpt-oss,
      * gate_* (cuda_gate_* too) tiny-moe with the shared experts' gate, else tiny-moe */
     CHECK_OK(model_config_load(L->dsv3                     ? "tiny-dsv3"
                                : strstr(L->name, "gptoss") ? "tiny-gpt-oss"
@@ -210,7 +209,7 @@ static ModelSpec spec_of(const Layout *L)
      * sigmoid scores) */
     if (L->cp > 1 && s.model.moe.experts > 0)
         s.model.moe.aux_loss_coeff = 1.0;
-    if (L->dsv3 == 2 || (L->dsv3 && (L->zero >= 2 || L->fp8)))
+    if (L->dsv3 == 2 || (L->dsv3 && L->zero >= 2))
         s.model.mtp_layers = 0;
     if (L->dsv3 == 2)
         s.model.moe.experts = 0;

@@ -3,7 +3,8 @@
  * trained by `parallax run`, against a single-rank run of the same job:
  * - the main loss and the modules' loss (run.json's steps[].loss and mtp_loss) of every step
  *   equal the single rank's within 1e-5 relative (the CUDA backend's bf16 against the CPU's
- *   fp32 within 1e-3), and the metrics log carries both;
+ *   fp32 within 1e-3; FP8 within 1e-3, or 3e-3 with tp or delayed scaling), and the metrics
+ *   log carries both;
  * - every rank's memory per category, communication bytes per kind and FLOPs per step equal
  *   its stage's prediction;
  * - at the first step, before any update, the untrained modules predict as well as chance:
@@ -17,7 +18,9 @@
  * parallelism on the CUDA backend through the emulator (a GPU per rank), context parallelism
  * with each comm type (the module's last positions of a chunk read the tokens past it from the
  * chunk's lookahead), ZeRO-2 (the modules' gradients of the output layer and the embedding
- * computed in those blocks' bucket windows) and ZeRO-3 and FSDP with the gathers kept. Usage: test_exec_mtp_mpi PARALLAX LAYOUT [WORKER]
+ * computed in those blocks' bucket windows), ZeRO-3 and FSDP with the gathers kept, and FP8 GEMMs
+ * (delayed scaling on tp 2 with SP, tensorwise on dp 2; the reference in FP8 too, within the
+ * FP8 tolerance of test_exec_mpi's FP8 layouts). Usage: test_exec_mtp_mpi PARALLAX LAYOUT [WORKER]
  * (`list` prints the layouts). */
 #include <unistd.h>
 
@@ -43,6 +46,8 @@ enum {
     LAYOUT_DENSE = 2, /* the model without its experts */
     LAYOUT_KEEP = 4,  /* ZeRO-3's gathered parameters kept from the forward to the backward */
     LAYOUT_FSDP = 8,  /* zero 3 as FSDP */
+    LAYOUT_FP8_DELAYED = 16,    /* FP8 GEMMs with delayed scaling (a history of 16) */
+    LAYOUT_FP8_TENSORWISE = 32, /* FP8 GEMMs with a per-tensor scale of their own */
 };
 
 static const Layout layouts[] = {
@@ -84,6 +89,12 @@ static const Layout layouts[] = {
     /* both: ZeRO-3 sharded over dp x cp */
     {"cp2_dp2_zero3_keep_allgather", "tiny", 4, 2, 1, 1, 1, 1, 3, 0, NULL, 2,
      MODEL_CP_COMM_ALLGATHER, LAYOUT_KEEP},
+    /* FP8 GEMMs in the module's transformer layer (its eh projection and the shared output
+     * layer in the act dtype, as the model prices them), against one rank in FP8: a
+     * tensor-parallel shard's own scales and delayed scaling's per-rank histories, and data
+     * parallelism's per-micro-batch scales */
+    {"tp2_sp_fp8_delayed", "tiny", 2, 1, 2, 1, 1, 1, 0, 0, NULL, 0, 0, LAYOUT_FP8_DELAYED},
+    {"dp2_fp8_tensorwise", "tiny", 2, 2, 1, 1, 1, 1, 0, 0, NULL, 0, 0, LAYOUT_FP8_TENSORWISE},
     /* run by hand: the lookahead through the CUDA backend's staging (the emulator, 15 s); inner
      * parts whose next part is on another rank, two modules; the module on a stage of its own
      * under cp 2 (6 ranks) */
@@ -113,6 +124,10 @@ static ModelSpec spec_of(const Layout *L)
     s.job.steps = STEPS;
     s.job.moe_force_balance = 1;
     s.job.moe_imbalance = 1.0;
+    if (L->flags & (LAYOUT_FP8_DELAYED | LAYOUT_FP8_TENSORWISE)) {
+        s.job.fp8 = L->flags & LAYOUT_FP8_DELAYED ? MODEL_FP8_DELAYED : MODEL_FP8_TENSORWISE;
+        s.job.fp8_amax_history = 16;
+    }
     s.layout.dp = L->dp;
     s.layout.tp = L->tp;
     s.layout.pp = L->pp;
@@ -207,7 +222,12 @@ static void check_layout(const Layout *L)
            L->gpus, geteuid() == 0 ? "--allow-run-as-root" : "", worker, tmp, tmp);
     cJSON *ref = read_json("ref.run.json"), *run = read_json("run.json");
     cJSON *plan = read_json("plan.json");
-    const double tol = L->cuda ? 1e-3 : 1e-5;
+    /* FP8 (the reference in FP8 too) as test_exec_mpi's FP8 layouts: 1e-3 where each GEMM is
+     * whole, 3e-3 for a tensor-parallel shard's own scales or delayed scaling's histories */
+    const int fp8 = s.job.fp8 != MODEL_FP8_NONE;
+    const double tol = fp8 ? (L->tp > 1 || s.job.fp8 == MODEL_FP8_DELAYED ? 3e-3 : 1e-3)
+                       : L->cuda ? 1e-3
+                                 : 1e-5;
     const cJSON *rs = at(ref, "steps", NULL), *ms = at(run, "steps", NULL);
     CHECK_EQ_INT(STEPS, cJSON_GetArraySize(rs));
     CHECK_EQ_INT(STEPS, cJSON_GetArraySize(ms));

@@ -43,7 +43,10 @@ int exec_fp8_init(ExecFp8 *F, const ExecCtx *c, const ExecParams *P, PxError *er
     F->wt = c->d.fp8_wt;
     F->len = j->fp8 == MODEL_FP8_DELAYED ? j->fp8_amax_history : 0;
     model_fp8_workspace(&c->spec, &c->d, &F->lay);
-    const int layers = c->spec.model.layers;
+    /* a row for every layer with weights: the model's and its prediction modules' (layers + k -
+     * 1, whose transformer layers run their GEMMs in FP8 as the model's do; their eh projection
+     * and the shared output layer stay in the act dtype, as model_fp8_op prices them) */
+    const int layers = c->spec.model.layers + c->spec.model.mtp_layers;
     F->n = P->n;
     F->w = exec_zalloc((size_t)P->n, sizeof *F->w);
     F->of_layer = exec_zalloc((size_t)layers * EXEC_FP8_ROLES, sizeof *F->of_layer);
@@ -57,6 +60,11 @@ int exec_fp8_init(ExecFp8 *F, const ExecCtx *c, const ExecParams *P, PxError *er
         const int ri = exec_fp8_role_index(p->role);
         if (ri < 0 || p->layer < 0 || !model_fp8_weight(&c->spec, p->role))
             continue;
+        if (p->layer >= layers)
+            return px_fail(err, PX_ERUNTIME,
+                           "%s: an FP8 GEMM weight of layer %d past the model's %d layers and "
+                           "prediction modules: model/ and exec/ disagree",
+                           p->name, p->layer, layers);
         const int experts = p->role == MODEL_TR_EXP_FC1_W || p->role == MODEL_TR_EXP_FC2_W;
         ExecFp8Weight *w = &F->w[i];
         w->p = p;

@@ -526,7 +526,7 @@ typedef struct ExecFp8 {
     ExecFp8Weight *w;   /* [n], by parameter; p NULL where the parameter is not an FP8 GEMM's
                            weight; q NULL under ZeRO-3, which casts per use */
     int n;
-    int *of_layer;      /* [layers][EXEC_FP8_ROLES]: index into w, or -1 */
+    int *of_layer;      /* [layers + mtp_layers][EXEC_FP8_ROLES]: index into w, or -1 */
     ModelFp8Workspace lay;
     uint8_t *ws;        /* ws.fp8 */
     float *amax, *fmax; /* in its scratch: the amax of the tensor being quantized; E4M3's and
