@@ -4,8 +4,11 @@
  *
  * Conventions (llm.c's): outputs first, then inputs, then sizes. Matrices are row-major.
  * "act" pointers (void *) hold the backend's activation dtype (KernBackend.act: fp32 on the
- * CPU); float * pointers are always fp32 (gradients of parameters, master weights, optimizer
- * state, norm and softmax statistics, logits). Parameter gradients and activation gradients
+ * CPU); float * pointers are always fp32 (master weights, optimizer state, norm and softmax
+ * statistics, logits). The gradients of parameters are void * in KernBackend.grad: fp32, or on
+ * CUDA the act dtype (training.grad_dtype, kern_cuda_with_grads); the backwards that write
+ * them below and the optimizer that reads them take that dtype, as matmul's c_dtype does for
+ * a weight gradient's GEMM. Parameter gradients and activation gradients
  * marked "+=" are accumulated into; everything else is overwritten (gelu_bwd and swiglu_bwd
  * overwrite their dinp, unlike llm.c's). N is the number of token rows (B*T), C a row width.
  * All pointers are device pointers of the backend. With beta = 0 a matmul never reads C;
@@ -150,6 +153,7 @@ typedef struct KernBackend KernBackend;
 struct KernBackend {
     const char *name; /* "cpu", "cuda" */
     PxDtype act;      /* dtype of weights and activations: fp32 on the CPU */
+    PxDtype grad;     /* dtype of parameter gradients: fp32, or act (kern_cuda_with_grads) */
 
     /* ---- memory ---- */
     void *(*alloc)(size_t bytes); /* NULL on failure; zero-filled */
@@ -167,16 +171,16 @@ struct KernBackend {
     void (*matmul)(void *c, PxDtype c_dtype, const void *a, const void *b, int m, int n, int k,
                    int trans_a, int trans_b, float alpha, float beta);
     void (*add_bias)(void *out, const void *bias, int N, int C);     /* out[N,C] += bias[C] */
-    void (*bias_grad)(float *dbias, const void *dout, int N, int C); /* dbias[C] += sum_n dout */
+    void (*bias_grad)(void *dbias, const void *dout, int N, int C); /* dbias[C] += sum_n dout */
 
     /* ---- norms: statistics are recomputed in backward, never saved ---- */
     void (*layernorm_fwd)(void *out, const void *inp, const void *w, const void *b, int N, int C,
                           float eps); /* b may be NULL */
     /* dinp += ; dw += ; db += (db may be NULL) */
-    void (*layernorm_bwd)(void *dinp, float *dw, float *db, const void *dout, const void *inp,
+    void (*layernorm_bwd)(void *dinp, void *dw, void *db, const void *dout, const void *inp,
                           const void *w, int N, int C, float eps);
     void (*rmsnorm_fwd)(void *out, const void *inp, const void *w, int N, int C, float eps);
-    void (*rmsnorm_bwd)(void *dinp, float *dw, const void *dout, const void *inp, const void *w,
+    void (*rmsnorm_bwd)(void *dinp, void *dw, const void *dout, const void *inp, const void *w,
                         int N, int C, float eps);
 
     /* ---- activations ---- */
@@ -225,7 +229,7 @@ struct KernBackend {
     void (*embedding_fwd)(void *out, const int32_t *tokens, const void *wte, const void *wpe,
                           int N, int T, int pos_offset, int C, int v_start, int V);
     /* dwte += (rows of this shard), dwpe += (may be NULL) */
-    void (*embedding_bwd)(float *dwte, float *dwpe, const void *dout, const int32_t *tokens,
+    void (*embedding_bwd)(void *dwte, void *dwpe, const void *dout, const int32_t *tokens,
                           int N, int T, int pos_offset, int C, int v_start, int V);
 
     /* ---- softmax cross-entropy over fp32 logits [N, V] (vocabulary-parallel in steps, so
@@ -246,16 +250,17 @@ struct KernBackend {
      * when the master is the parameter itself) ---- */
     /* AdamW (Loshchilov & Hutter 2019) with bias correction for step t (1-based); each
      * gradient is first multiplied by grad_scale (clipping, loss-scale removal) */
-    void (*adamw)(void *param, float *master, const float *grad, float *m, float *v, size_t n,
+    void (*adamw)(void *param, float *master, const void *grad, float *m, float *v, size_t n,
                   float lr, float beta1, float beta2, float eps, float weight_decay, int t,
                   float grad_scale);
     /* PyTorch's SGD: g = grad*grad_scale + wd*master; mom = momentum*mom + g; master -= lr*mom
      * (no dampening, no Nesterov) */
-    void (*sgd_momentum)(void *param, float *master, const float *grad, float *mom, size_t n,
+    void (*sgd_momentum)(void *param, float *master, const void *grad, float *mom, size_t n,
                          float lr, float momentum, float weight_decay, float grad_scale);
 
     /* ---- fp32 helpers and casts ---- */
     double (*sumsq)(const float *x, size_t n); /* sum of squares, accumulated in double */
+    double (*grad_sumsq)(const void *g, size_t n); /* sumsq of gradients in KernBackend.grad */
     int (*all_finite)(const float *x, size_t n);
     void (*scale_f32)(float *x, size_t n, float s);
     void (*cast_to_act)(void *out, const float *inp, size_t n);
@@ -391,6 +396,9 @@ const KernBackend *kern_cuda(void);
  * scaling is the caller's business); NULL for another dtype, without CUDA or without a GPU. It
  * binds to the device current at the first call (cudaSetDevice before it). */
 const KernBackend *kern_cuda_with(PxDtype act);
+/* The same with parameter gradients in grad: PX_FP32 (kern_cuda_with's) or act (16-bit
+ * gradients, as Megatron without --accumulate-allreduce-grads-in-fp32); NULL otherwise. */
+const KernBackend *kern_cuda_with_grads(PxDtype act, PxDtype grad);
 /* Visible CUDA devices: 0 without CUDA, without a driver or without a GPU. */
 int kern_cuda_device_count(void);
 /* Makes `device` the current one, before the first kern_cuda_with (a rank of a node with

@@ -39,6 +39,12 @@ static int emu;
  * move it at all. The emulator counts the same way (PX_CUDA_EMU_PAGE_BYTES=1: in bytes). */
 #define DEVICE_PAGE ((uint64_t)2 << 20)
 
+/* 16-bit gradients against the fp32 CPU run (main's tolerances): set from the emulator's
+ * measurement */
+#define GRAD16_TOL_BF16 1e-3
+#define GRAD16_TOL_FP16 1.2e-4
+#define GRAD16_GRAD_TOL (4.0 / 256)
+
 /* ---- kernels.h: staging and the executor's helpers ---- */
 
 /* On a GPU host code cannot read device memory; the emulator closes it to the host the same
@@ -257,12 +263,15 @@ static void test_initial_weights(PxDtype act)
 
 /* The worst relative difference of the losses of `steps` steps; every step must be within tol
  * and none skipped (the scale never overflows on these runs). fp8: both runs' linear layers in
- * FP8 with that recipe (MODEL_FP8_NONE: none). */
-static double track_fp8(const char *model, PxDtype act, ModelFp8Recipe fp8, int steps, double tol)
+ * FP8 with that recipe (MODEL_FP8_NONE: none). grad: the CUDA run's gradient dtype (fp32, or
+ * act: gradients kept and summed in 16 bits). */
+static double track_all(const char *model, PxDtype act, ModelFp8Recipe fp8, PxDtype grad,
+                        int steps, double tol)
 {
     ModelSpec s32 = spec_of(model, 32, 4, 2, PX_FP32), s16 = spec_of(model, 32, 4, 2, act);
     s32.job.steps = s16.job.steps = steps;
     s32.job.fp8 = s16.job.fp8 = fp8;
+    s16.job.grad_dtype = grad;
     Exec *cpu = exec_on(&s32, EXEC_BACKEND_CPU, NULL), *gpu = exec_on(&s16, EXEC_BACKEND_CUDA, NULL);
     PxError err = {0};
     double worst = 0;
@@ -281,12 +290,19 @@ static double track_fp8(const char *model, PxDtype act, ModelFp8Recipe fp8, int 
             exit(1);
         }
     }
-    printf("  %-10s %s%s%s: %d steps, losses within %.2e of the fp32 CPU run%s (tolerance %.0e)\n",
+    printf("  %-10s %s%s%s%s: %d steps, losses within %.2e of the fp32 CPU run%s (tolerance "
+           "%.0e)\n",
            model, px_dtype_name(act), fp8 ? " + FP8 " : "", fp8 ? model_fp8_recipe_name(fp8) : "",
-           steps, worst, fp8 ? " with the same FP8 GEMMs" : "", tol);
+           grad != PX_FP32 ? ", 16-bit gradients" : "", steps, worst,
+           fp8 ? " with the same FP8 GEMMs" : "", tol);
     exec_free(cpu);
     exec_free(gpu);
     return worst;
+}
+
+static double track_fp8(const char *model, PxDtype act, ModelFp8Recipe fp8, int steps, double tol)
+{
+    return track_all(model, act, fp8, PX_FP32, steps, tol);
 }
 
 static double track(const char *model, PxDtype act, int steps, double tol)
@@ -295,10 +311,11 @@ static double track(const char *model, PxDtype act, int steps, double tol)
 }
 
 /* The first step's gradients: each tensor's relative L2 difference from the CPU's (fp16's
- * carry the loss scale until the optimizer removes it). */
-static void gradients(const char *model, PxDtype act, double tol)
+ * carry the loss scale until the optimizer removes it); grad: the CUDA run's gradient dtype. */
+static void gradients_in(const char *model, PxDtype act, PxDtype grad, double tol)
 {
     ModelSpec s32 = spec_of(model, 32, 4, 2, PX_FP32), s16 = spec_of(model, 32, 4, 2, act);
+    s16.job.grad_dtype = grad;
     /* Experts: forced routing, since a token whose two best scores lie within act's rounding
      * of each other may pick another expert in 16 bits, and that row's gradients then differ
      * by order 1 (tiny-moe bf16 with the router's own choice: 5.9e-2 in layer 1's experts and
@@ -343,10 +360,16 @@ static void gradients(const char *model, PxDtype act, double tol)
             exit(1);
         }
     }
-    printf("  %-10s %s: first-step gradients within %.2e of the CPU's (worst %s; tolerance %.0e)\n",
-           model, px_dtype_name(act), worst, worst_name, tol);
+    printf("  %-10s %s%s: first-step gradients within %.2e of the CPU's (worst %s; tolerance "
+           "%.0e)\n", model, px_dtype_name(act), grad != PX_FP32 ? " (16-bit gradients)" : "",
+           worst, worst_name, tol);
     exec_free(cpu);
     exec_free(gpu);
+}
+
+static void gradients(const char *model, PxDtype act, double tol)
+{
+    gradients_in(model, act, PX_FP32, tol);
 }
 
 /* ---- memory and FLOPs against the prediction ---- */
@@ -439,6 +462,17 @@ static void test_memory(PxDtype act)
         snprintf(what, sizeof what, "zero %d %s", zero, px_dtype_name(act));
         memory_case(what, s);
     }
+    /* 16-bit gradients (half the fp32 grads, and ZeRO-2/3's bucket in 16 bits too); with
+     * ZeRO 0 and SGD in fp16 */
+    for (int zero = act == PX_BF16 ? 0 : 3; zero <= 3; zero++) {
+        ModelSpec s = spec_of(zero % 2 ? "tiny-llama" : "tiny", 16, 4, 2, act);
+        s.layout.zero = zero;
+        s.job.grad_dtype = act;
+        s.job.optimizer = act == PX_FP16 ? MODEL_OPT_SGD_MOMENTUM : MODEL_OPT_ADAMW;
+        snprintf(what, sizeof what, "%s zero %d %s gradients", s.model.name, zero,
+                 px_dtype_name(act));
+        memory_case(what, s);
+    }
     /* mixture of experts: the router's fp32 scores and choices beside the act rows of the
      * experts, saved or (full recompute) in ws.recompute */
     for (int rc = 0; rc <= 2; rc += 2) {
@@ -525,11 +559,14 @@ static void test_backends(void)
     model_plan_free(&plan);
 
     s.job.precision = PX_BF16;
-    s.job.grad_dtype = PX_BF16;
-    CHECK_OK(sim_plan_for(&s, "dgx-h100", 1, &plan, &err), err);
+    /* 16-bit gradients run (test_exec_cuda_mpi's grad16 layout), but not an MoE model's */
+    ModelSpec moe = spec_of("tiny-moe", 16, 4, 2, PX_BF16);
+    moe.job.grad_dtype = PX_BF16;
+    CHECK_OK(sim_plan_for(&moe, "dgx-h100", 1, &plan, &err), err);
     opt.backend = EXEC_BACKEND_AUTO;
     CHECK_INPUT_ERROR(exec_init(&ex, &plan, &opt, &err), err,
-                      "training.grad_dtype bf16: the executor accumulates gradients in fp32");
+                      "training.grad_dtype bf16: the executor keeps 16-bit gradients without "
+                      "mixture-of-experts layers");
     model_plan_free(&plan);
     /* adam-8bit's quantized state is the CPU backend's */
     s.job.grad_dtype = PX_FP32;
@@ -746,6 +783,13 @@ int main(void)
     track("tiny", PX_FP16, n, 1.2e-4);
     track("tiny-llama", PX_FP16, n, 1.2e-4);
     track("tiny-moe", PX_FP16, n, 1.2e-4);
+    /* 16-bit gradients (training.grad_dtype, Megatron without
+     * --accumulate-allreduce-grads-in-fp32): every weight gradient rounded to the act dtype
+     * once per micro-batch (GEMM, norm, bias; the embedding's once per token), read into the
+     * fp32 update. GRAD16_TOL below, measured on the emulator. */
+    track_all("tiny", PX_BF16, MODEL_FP8_NONE, PX_BF16, n, GRAD16_TOL_BF16);
+    track_all("tiny-llama", PX_BF16, MODEL_FP8_NONE, PX_BF16, n, GRAD16_TOL_BF16);
+    track_all("tiny", PX_FP16, MODEL_FP8_NONE, PX_FP16, n, GRAD16_TOL_FP16);
     /* FP8 GEMMs on both (the CPU's in fp32 around them, the CUDA path's with transposed
      * copies on dgx-h100 and dgx-b200's MXFP8): both quantize the same values, and differ where
      * bf16 moved an operand across an FP8 rounding boundary; measured on the emulator, within
@@ -759,6 +803,9 @@ int main(void)
     gradients("tiny", PX_FP16, 4.0 / 2048);
     gradients("tiny-llama", PX_FP16, 4.0 / 2048);
     gradients("tiny-moe", PX_FP16, 4.0 / 2048);
+    /* kept in bf16: one more rounding of each element (u/2), and the embedding's per token */
+    gradients_in("tiny", PX_BF16, PX_BF16, GRAD16_GRAD_TOL);
+    gradients_in("tiny-llama", PX_BF16, PX_BF16, GRAD16_GRAD_TOL);
     test_memory(PX_BF16);
     test_memory(PX_FP16);
     printf("memory and FLOPs equal the prediction in %d cases\n", mem_cases);

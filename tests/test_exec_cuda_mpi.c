@@ -45,6 +45,11 @@ static const Layout layouts[] = {
      "--dropout 0.1"},
     {"dp2_zero1", 2, "--dp 2 --tp 1 --pp 1 --zero 1 --no-sp " PIN1, "--recompute selective --no-flash-attn"},
     {"dp2_zero3", 2, "--dp 2 --tp 1 --pp 1 --zero 3 --fsdp --no-sp " PIN1, "--recompute full"},
+    /* 16-bit gradients (Megatron without --accumulate-allreduce-grads-in-fp32): the gradient
+     * buffers, ZeRO-1's reduce-scatter and ZeRO-2's bucket and reduce-scatters in bf16, against
+     * a single rank's bf16 gradients */
+    {"dp2_zero1_grad16", 2, "--dp 2 --tp 1 --pp 1 --zero 1 --no-sp " PIN1, "--grad-dtype bf16"},
+    {"dp2_zero2_grad16", 2, "--dp 2 --tp 1 --pp 1 --zero 2 --no-sp " PIN1, "--grad-dtype bf16"},
     {"tp2_sp", 2, "--dp 1 --tp 2 --pp 1 --zero 0 --sp " PIN1, "--dropout 0.1"},
     {"tp2_pp2", 4, "--dp 1 --tp 2 --pp 2 --zero 0 --no-sp " PIN1, "--dropout 0.1"},
     {"pp4", 4, "--dp 1 --tp 1 --pp 4 --zero 0 --no-sp " PIN1, ""},

@@ -370,7 +370,8 @@ static void test_table(void)
     HAS(swiglu_fwd); HAS(swiglu_bwd); HAS(rope_fwd); HAS(rope_bwd); HAS(attention_fwd);
     HAS(attention_bwd); HAS(attention_merge); HAS(add); HAS(add_inplace); HAS(copy_cols); HAS(dropout_fwd); HAS(dropout_bwd);
     HAS(embedding_fwd); HAS(embedding_bwd); HAS(xent_rowmax); HAS(xent_expsum);
-    HAS(xent_finish); HAS(xent_bwd); HAS(adamw); HAS(sgd_momentum); HAS(sumsq); HAS(all_finite);
+    HAS(xent_finish); HAS(xent_bwd); HAS(adamw); HAS(sgd_momentum); HAS(sumsq); HAS(grad_sumsq);
+    HAS(all_finite);
     HAS(scale_f32); HAS(cast_to_act); HAS(cast_to_f32); HAS(acc_to_f32);
     HAS(moe_route_fwd); HAS(moe_route_bwd); HAS(moe_counts); HAS(moe_aux_fwd);
     HAS(moe_aux_bwd); HAS(moe_permute); HAS(moe_permute_bwd); HAS(moe_unpermute);
@@ -1111,6 +1112,89 @@ static void test_optim(size_t n, int refresh)
     free(master), free(grad), free(m), free(v), free(p0), free(em), free(emm), free(ev), free(ep);
     free(sm), free(smo), free(sp);
     G->free(gm_), G->free(gg), G->free(gmm), G->free(gv), G->free(gp);
+}
+
+/* ---- 16-bit parameter gradients (kern_cuda_with_grads) ---- */
+
+/* Each backward adds its fp32 sum into the 16-bit gradient rounded once per call (the
+ * embedding's once per token, in row order), and the optimizer and the norm's sum of squares
+ * read them widened: the expected values round the CPU's fp32 results the same way. */
+static void test_grads16(void)
+{
+    const KernBackend *H = kern_cuda_with_grads(G->act, G->act), *F = G;
+    REQUIRE(H != NULL);
+    CHECK(H->act == G->act && H->grad == G->act && F->grad == PX_FP32);
+    CHECK(kern_cuda_with_grads(G->act, PX_FP32) == G);
+    CHECK(kern_cuda_with_grads(G->act, G->act == PX_BF16 ? PX_FP16 : PX_BF16) == NULL);
+    const int N = 300, C = 70, V = 20, T = 6;
+    const size_t n = (size_t)N * C;
+    float *x = arand(n, 1.0, 0.3), *w = arand(C, 0.5, 1.0), *dy = arand(n, 1, 0);
+    float *g0 = arand(C, 1, 0), *h0 = arand(C, 1, 0);
+    /* bias_grad and layernorm_bwd: the CPU's fp32 sums from the same 16-bit start, rounded */
+    float *edb = fcopy(g0, C), *edw = fcopy(g0, C), *edb2 = fcopy(h0, C), *edx = fnew(n);
+    fill(edx, n, 0.0f);
+    R->bias_grad(edb, dy, N, C);
+    R->layernorm_bwd(edx, edw, edb2, dy, x, w, N, C, 1e-5f);
+    void *ddy = up_act(dy, n), *dx = up_act(x, n), *dw = up_act(w, C), *ddx = dalloc(n * 2);
+    void *gdb = up_act(g0, C), *gdw = up_act(g0, C), *gdb2 = up_act(h0, C);
+    G = H; /* down_act and act_round read G's act: the same */
+    H->bias_grad(gdb, ddy, N, C);
+    H->layernorm_bwd(ddx, gdw, gdb2, ddy, dx, dw, N, C, 1e-5f);
+    for (int i = 0; i < C; i++) {
+        edb[i] = act_round(edb[i]);
+        edw[i] = act_round(edw[i]);
+        edb2[i] = act_round(edb2[i]);
+    }
+    float *a = down_act(gdb, C);
+    /* the sums' order differs from the CPU's: a rounding may land one unit (2 EPS) apart */
+    COMPARE("bias_grad", "16-bit dbias +=", edb, a, C, T_ACT(2.01));
+    free(a), a = down_act(gdw, C);
+    COMPARE("layernorm_bwd", "16-bit dw +=", edw, a, C, T_ACT(2.01));
+    free(a), a = down_act(gdb2, C);
+    COMPARE("layernorm_bwd", "16-bit db +=", edb2, a, C, T_ACT(2.01));
+    free(a);
+    /* embedding_bwd: token by token, each addition rounded, exactly */
+    int32_t tok[36];
+    for (int i = 0; i < 36; i++)
+        tok[i] = (int32_t)((i * 7 + 3) % 25); /* some outside the shard [0, 20), repeats */
+    float *e0 = arand((size_t)V * C, 1, 0), *p0 = arand((size_t)T * C, 1, 0);
+    float *ewte = fcopy(e0, (size_t)V * C), *ewpe = fcopy(p0, (size_t)T * C);
+    for (int r = 0; r < 36; r++)
+        for (int c = 0; c < C; c++) {
+            const float d = dy[(size_t)r * C + c];
+            if (tok[r] < V)
+                ewte[(size_t)tok[r] * C + c] = act_round(ewte[(size_t)tok[r] * C + c] + d);
+            ewpe[(size_t)(r % T) * C + c] = act_round(ewpe[(size_t)(r % T) * C + c] + d);
+        }
+    int32_t *gtok = up_bytes(tok, sizeof tok);
+    void *gwte = up_act(e0, (size_t)V * C), *gwpe = up_act(p0, (size_t)T * C);
+    H->embedding_bwd(gwte, gwpe, ddy, gtok, 36, T, 0, C, 0, V);
+    a = down_act(gwte, (size_t)V * C);
+    COMPARE("embedding_bwd", "16-bit dwte +=", ewte, a, (size_t)V * C, 0.0);
+    free(a), a = down_act(gwpe, (size_t)T * C);
+    COMPARE("embedding_bwd", "16-bit dwpe +=", ewpe, a, (size_t)T * C, 0.0);
+    free(a);
+    /* adamw reads the 16-bit gradient into its fp32 update; grad_sumsq widens it */
+    float *master = frand(C, 1, 0), *m = frand(C, 0.1, 0), *v = frand(C, 0.01, 0.011);
+    float *em = fcopy(master, C), *emm = fcopy(m, C), *ev = fcopy(v, C);
+    R->adamw(NULL, em, dy, emm, ev, C, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.1f, 3, 0.5f);
+    float *gm_ = up_f32(master, C), *gmm = up_f32(m, C), *gv = up_f32(v, C);
+    H->adamw(NULL, gm_, ddy, gmm, gv, C, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.1f, 3, 0.5f);
+    a = down_f32(gm_, C);
+    COMPARE("adamw", "16-bit grad", em, a, C, 1e-6);
+    free(a);
+    double ss = 0;
+    for (size_t i = 0; i < n; i++)
+        ss += (double)dy[i] * dy[i];
+    CHECK_REL(ss, H->grad_sumsq(ddy, n), 1e-12);
+    CHECK_REL(R->sumsq(dy, n), R->grad_sumsq(dy, n), 0.0);
+    G = F;
+    free(x), free(w), free(dy), free(g0), free(h0), free(edb), free(edw), free(edb2), free(edx);
+    free(e0), free(p0), free(ewte), free(ewpe), free(master), free(m), free(v), free(em);
+    free(emm), free(ev);
+    G->free(ddy), G->free(dx), G->free(dw), G->free(ddx), G->free(gdb), G->free(gdw);
+    G->free(gdb2), G->free(gtok), G->free(gwte), G->free(gwpe), G->free(gm_), G->free(gmm);
+    G->free(gv);
 }
 
 /* ---- elementwise, casts, fp32 helpers ---- */
@@ -2198,6 +2282,7 @@ static void run_suite(PxDtype act)
     test_memory();
     test_matmul();
     test_bias();
+    test_grads16();
     test_norm(0, 1, 35, 67);
     test_norm(0, 0, 4, 7);
     test_norm(1, 0, 35, 67);

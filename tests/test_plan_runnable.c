@@ -3,7 +3,8 @@
  * layouts it refuses are counted under SIM_REJECT_EXECUTOR with its sentence, and the known
  * disagreements of the past (MoE with vpp 2, now run; a2a context parallelism with flash
  * attention) are answered by the planner itself; a GPU cluster's plan is not filtered. tiny-dsv3
- * (multi-head latent attention) plans and what is refused of it is named. */
+ * (multi-head latent attention) plans and what is refused of it is named, and so is what of
+ * 16-bit gradients. */
 #include "fixtures.h"
 #include "test.h"
 
@@ -85,6 +86,32 @@ int main(void)
     sim_plan_free(&r);
     q.base.job.flash_attn = 0;
     CHECK_EQ_INT(0, all_run(&q, &local));
+
+    /* 16-bit gradients: run on CUDA in the weights' type, without experts (and the rest of
+     * grad_limit); on the CPU the precision is the refusal, named */
+    {
+        ModelSpec s = request("tiny", 2, 8).base;
+        s.layout.dp = 2, s.layout.zero = 1;
+        s.job.precision = PX_BF16, s.job.grad_dtype = PX_BF16;
+        ModelDims d;
+        char why[512] = "";
+        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 1, why, sizeof why));
+        CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        CHECK(strstr(why, "training.precision bf16: the CPU backend trains in fp32") != NULL);
+        s.job.grad_dtype = PX_FP16;
+        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+        CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 1, why, sizeof why));
+        CHECK(strstr(why, "training.grad_dtype fp16 with precision bf16: the executor keeps "
+                          "16-bit gradients in the weights' type") != NULL);
+        s = request("tiny-moe", 2, 8).base;
+        s.layout.dp = 2;
+        s.job.precision = PX_BF16, s.job.grad_dtype = PX_BF16;
+        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+        CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 1, why, sizeof why));
+        CHECK(strstr(why, "training.grad_dtype bf16: the executor keeps 16-bit gradients without "
+                          "mixture-of-experts layers") != NULL);
+    }
 
     /* tiny-dsv3 (multi-head latent attention and its prediction module): every ranked layout on
      * 2 and 4 ranks runs */

@@ -102,7 +102,7 @@ static int bind_static(ExecArenas *A, const ModelTensorTable *tt, const Owners *
         }
     }
     /* communication buffers: pipeline send and receive, the sequence-parallel gather (act),
-     * ZeRO's gradient bucket (fp32) and its two parameter-gather buffers (act) */
+     * ZeRO's gradient bucket (gradient dtype) and its two parameter-gather buffers (act) */
     for (int i = 0; i < tt->count && !rc; i++) {
         const ModelTensor *t = &tt->t[i];
         if (t->cat != MODEL_COMM_BUFFERS)

@@ -213,6 +213,19 @@ static void init_range_threads(const ExecCtx *x, const ExecParam *p, uint64_t lo
     }
 }
 
+/* 16-bit gradients are too narrow to stage fp32 values in: the host narrows the n values
+ * (round to nearest even, as cast_to_act does) into h16 for the weights w, and m_n of them from
+ * m_lo go to the fp32 master from the host too. */
+static void init_put_16(const ExecCtx *x, uint16_t *h16, void *w, float *master, const float *host,
+                        uint64_t n, uint64_t m_lo, uint64_t m_n)
+{
+    if (m_n)
+        x->k->to_device(master, host + m_lo, (size_t)m_n * sizeof *host);
+    for (uint64_t i = 0; i < n; i++)
+        h16[i] = x->act == PX_BF16 ? px_float_to_bf16(host[i]) : px_float_to_half(host[i]);
+    x->k->to_device(w, h16, (size_t)n * sizeof *h16);
+}
+
 /* Every parameter's initial values are computed on the host in fp32 and go to the device through
  * an fp32 scratch (the parameter's own gradient buffer, or ZeRO-2/3's gradient bucket without a
  * pipeline, both
@@ -230,9 +243,13 @@ int exec_params_init_values(ExecParams *P, const ExecCtx *x, ExecArenas *A, floa
         if (P->p[i].numel > most)
             most = P->p[i].numel;
     float *host = malloc((size_t)most * sizeof *host);
-    if (!host)
+    uint16_t *h16 = x->grad != PX_FP32 ? malloc((size_t)most * sizeof *h16) : NULL;
+    if (!host || (x->grad != PX_FP32 && !h16)) {
+        free(host);
+        free(h16);
         return px_fail(err, PX_ERUNTIME, "out of host memory initializing the weights (%.1f MiB)",
                        (double)most * 4.0 / (1024.0 * 1024.0));
+    }
     for (int i = 0; i < P->n; i++) {
         const ExecParam *p = &P->p[i];
         const ExecBlock *blk = &P->b[p->block];
@@ -241,6 +258,20 @@ int exec_params_init_values(ExecParams *P, const ExecCtx *x, ExecArenas *A, floa
         const int has_shard = exec_params_own(P, p, &lo, &hi);
         /* the master (and optimizer state) index of block offset o */
         const uint64_t moff = zero == 0 ? 0 : blk->own_off;
+        if (h16 && zero < 3) {
+            init_range_threads(x, p, 0, p->numel, host, threads);
+            init_put_16(x, h16, p->w, has_shard ? blk->master + (lo - moff) : NULL, host, p->numel,
+                        lo - p->off, has_shard ? hi - lo : 0);
+            continue;
+        }
+        if (h16) { /* ZeRO-3: this rank's shard */
+            if (has_shard) {
+                init_range_threads(x, p, lo - p->off, hi - p->off, host, threads);
+                init_put_16(x, h16, EXEC_AT(blk->w_shard, lo - blk->own_off, x->ab),
+                            blk->master + (lo - blk->own_off), host, hi - lo, 0, hi - lo);
+            }
+            continue;
+        }
         if (zero < 3) {
             init_range_threads(x, p, 0, p->numel, host, threads);
             if (!master) {
@@ -268,6 +299,7 @@ int exec_params_init_values(ExecParams *P, const ExecCtx *x, ExecArenas *A, floa
         k->copy(blk->master + (lo - blk->own_off), scratch, (size_t)(hi - lo) * sizeof *host);
     }
     free(host);
+    free(h16);
     /* ZeRO-3's padding at the end of a shard is never a parameter: keep it 0 */
     for (int b = 0; zero == 3 && b < P->nb; b++) {
         const ExecBlock *blk = &P->b[b];
@@ -280,7 +312,7 @@ int exec_params_init_values(ExecParams *P, const ExecCtx *x, ExecArenas *A, floa
         if (A->a[MODEL_GRADS].base)
             k->memset0(A->a[MODEL_GRADS].base, A->a[MODEL_GRADS].cap);
         if (bucket)
-            k->memset0(bucket, (size_t)bucket_elems * sizeof(float));
+            k->memset0(bucket, (size_t)bucket_elems * x->gb);
     }
     k->sync();
     return PX_OK;

@@ -101,6 +101,8 @@ typedef struct ExecCtx {
     const KernBackend *k;
     PxDtype act;    /* the backend's activation (and weight) dtype */
     size_t ab;      /* its bytes */
+    PxDtype grad;   /* the parameter gradients' dtype (training.grad_dtype, KernBackend.grad) */
+    size_t gb;      /* its bytes */
     ModelSpec spec; /* normalised; job.steps and job.data as this run has them */
     ModelDims d;
     ExecGrid g;

@@ -117,6 +117,15 @@ static void mm_f32(const ExecLayerRun *r, float *c, const void *a, const void *b
     exec_meter_flops(r->M, 2.0 * m * n * k);
 }
 
+/* A weight gradient's GEMM, accumulated into the gradient in its dtype (fp32, or 16-bit with
+ * training.grad_dtype: rounded once per call, as Megatron's wgrad into a bf16 main_grad). */
+static void mm_grad(const ExecLayerRun *r, float *dw, const void *a, const void *b, int m, int n,
+                    int k)
+{
+    r->c->k->matmul(dw, r->c->grad, a, b, m, n, k, 1, 0, 1.0f, 1.0f);
+    exec_meter_flops(r->M, 2.0 * m * n * k);
+}
+
 /* ---- FP8 linear layers (fp8.c; docs/fp8.md) ---- */
 
 static void fp8_fwd(const ExecLayerRun *r, void *y, ExecFp8Ref x, const ExecFp8Weight *w, int N,
@@ -144,7 +153,7 @@ static void column_linear_bwd(const ExecLayerRun *r, void *bgrad, float *wgrad, 
         fp8_bwd(r, r->W->dhid, wgrad, dy, xq, x, f8, N);
     } else {
         mm_act(r, r->W->dhid, dy, w, N, in, out, 0, 0);
-        mm_f32(r, wgrad, dy, x, out, in, N, 1, 0, 1);
+        mm_grad(r, wgrad, dy, x, out, in, N);
     }
 }
 
@@ -702,7 +711,7 @@ static int mlp_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerActs 
          * routed experts' backward before), then the gated hid and dact (gate.c's contract) */
         if (gate)
             k->gate_bwd(dgate, dact, EXEC_LA(a, FC2_IN), x, gate, N, h, F);
-        mm_f32(r, EXEC_LP(g, FC2_W), dy, EXEC_LA(a, FC2_IN), h, F, N, 1, 0, 1);
+        mm_grad(r, EXEC_LP(g, FC2_W), dy, EXEC_LA(a, FC2_IN), h, F, N);
     }
     op_close(r, op);
 
@@ -901,7 +910,7 @@ static int layer_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
                 NULL, fp, N);
     } else {
         mm_act(r, r->W->dhid, dy, EXEC_LP(w, PROJ_W), N, d->o_loc, h, 0, 0);
-        mm_f32(r, EXEC_LP(g, PROJ_W), dy, EXEC_LA(a, PROJ_IN), h, d->o_loc, N, 1, 0, 1);
+        mm_grad(r, EXEC_LP(g, PROJ_W), dy, EXEC_LA(a, PROJ_IN), h, d->o_loc, N);
     }
     op_close(r, op);
 
@@ -1067,7 +1076,7 @@ int exec_layers_logits_wgrad(const ExecLayerRun *r, int chunk, int l, const void
                                (size_t)R * h, err));
         in = r->W->sp_gather;
     }
-    mm_f32(r, r->P->g_out_w, probs, in, V, h, N, 1, 0, 1);
+    mm_grad(r, r->P->g_out_w, probs, in, V, h, N);
     return PX_OK;
 }
 

@@ -1,7 +1,8 @@
 /* The update at the end of a step: one control reduction that gives every rank the step's
  * loss, the global gradient norm and whether any rank was asked to stop; fp16's loss scaler
  * (a step whose gradients overflowed is skipped); the global-norm clip; AdamW, SGD with
- * momentum or 8-bit Adam on this rank's shard (the fp32 master when the weights are 16-bit);
+ * momentum or 8-bit Adam on this rank's shard (the fp32 master when the weights are 16-bit,
+ * reading fp32 or 16-bit gradients: training.grad_dtype);
  * and ZeRO-1/2's gather of the updated weights. The learning rate warms up linearly, then
  * decays as a cosine. */
 #include <math.h>
@@ -29,8 +30,8 @@ float *exec_optim_grad_at(const ExecCtx *c, const ExecParams *P, const ExecParam
 {
     const ExecBlock *blk = &P->b[p->block];
     if (c->spec.layout.zero >= 2)
-        return blk->g_shard + (lo - blk->own_off);
-    return blk->g + lo; /* ZeRO-1's reduce-scatter left the shard in place */
+        return EXEC_AT(blk->g_shard, lo - blk->own_off, c->gb);
+    return EXEC_AT(blk->g, lo, c->gb); /* ZeRO-1's reduce-scatter left the shard in place */
 }
 
 /* This rank's share of the global gradient norm (every element once in the job). */
@@ -61,17 +62,17 @@ static double local_sumsq(const ExecCtx *c, const ExecParams *P)
             continue;
         }
         const float *g = exec_optim_grad_at(c, P, p, lo);
-        if (run && g == run + run_n) {
+        if (run && (const void *)g == EXEC_AT(run, run_n, c->gb)) {
             run_n += hi - lo;
             continue;
         }
         if (run)
-            s += c->k->sumsq(run, run_n);
+            s += c->k->grad_sumsq(run, run_n);
         run = g;
         run_n = hi - lo;
     }
     if (run)
-        s += c->k->sumsq(run, run_n);
+        s += c->k->grad_sumsq(run, run_n);
     return s;
 }
 

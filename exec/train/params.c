@@ -1,5 +1,7 @@
 /* The stage's parameters, block by block: where each lives (its weights in the act dtype, its
- * fp32 gradient, its block's master copy and optimizer state), how it is sharded over TP and
+ * gradient in the gradient dtype (fp32, or 16-bit with training.grad_dtype: the float * views
+ * then point at 16-bit elements, which only kernels taking KernBackend.grad read), its block's
+ * master copy and optimizer state), how it is sharded over TP and
  * counted, and the named views the layers read. Tensors are bound by role and layer, as
  * model/ lists them (ModelTensorRole); a block is one flat buffer, the unit of gradient
  * reduction and of ZeRO sharding (docs/executor.md, "Memory"). */
@@ -269,7 +271,7 @@ int exec_params_build(ExecParams *P, const ExecCtx *c, const ModelTensorTable *t
 int exec_params_bind(ExecParams *P, const ExecCtx *c, const ModelTensor *t, void *p, PxError *err)
 {
     if (t->cat == MODEL_WEIGHTS || t->cat == MODEL_GRADS) {
-        const PxDtype want = t->cat == MODEL_WEIGHTS ? c->act : PX_FP32;
+        const PxDtype want = t->cat == MODEL_WEIGHTS ? c->act : c->grad;
         if (t->dtype != want)
             return exec_bind_wrong_dtype(t, want, err);
         if (t->role == MODEL_TR_W_SHARD || t->role == MODEL_TR_GRAD_SHARD) {
@@ -351,10 +353,10 @@ int exec_params_finish(ExecParams *P, const ExecCtx *c, float *bucket, uint64_t 
             if (px_round_up(blk->numel, (uint64_t)blk->group) > bucket_elems)
                 return px_fail(err, PX_ERUNTIME, "block of %s exceeds the gradient bucket",
                                p->name);
-            p->g = bucket + p->off;
+            p->g = EXEC_AT(bucket, p->off, c->gb);
         }
         if ((zero < 3 && p->w != EXEC_AT(blk->w, p->off, c->ab)) ||
-            (!bucketed && p->g != blk->g + p->off))
+            (!bucketed && (void *)p->g != EXEC_AT(blk->g, p->off, c->gb)))
             return px_fail(err, PX_ERUNTIME,
                            "parameter %s is not where its block's flat layout puts it: model/ and "
                            "exec/ disagree",

@@ -48,7 +48,8 @@ static int choose_backend(Exec *ex, PxError *err)
     if (b == EXEC_BACKEND_CPU) {
         c->k = kern_cpu();
     } else {
-        c->k = kern_cuda_with(prec);
+        /* gradients in fp32 or in the precision's 16-bit type (model_exec_refusal) */
+        c->k = kern_cuda_with_grads(prec, c->spec.job.grad_dtype);
         if (!c->k) {
             if (ex->opt.backend == EXEC_BACKEND_AUTO)
                 return px_fail(err, PX_EINPUT,
@@ -72,9 +73,14 @@ static int choose_backend(Exec *ex, PxError *err)
                        origin, c->spec.model.name, c->spec.model.moe.experts, c->k->name);
     c->act = c->k->act;
     c->ab = px_dtype_bytes(c->act);
+    c->grad = c->k->grad;
+    c->gb = px_dtype_bytes(c->grad);
     if (c->act != prec)
         return px_fail(err, PX_ERUNTIME, "the %s backend computes in %s, not the plan's %s",
                        c->k->name, px_dtype_name(c->act), px_dtype_name(prec));
+    if (c->grad != c->spec.job.grad_dtype)
+        return px_fail(err, PX_ERUNTIME, "the %s backend's gradients are %s, not the plan's %s",
+                       c->k->name, px_dtype_name(c->grad), px_dtype_name(c->spec.job.grad_dtype));
     return PX_OK;
 }
 
@@ -474,16 +480,17 @@ int exec_tensor_read(Exec *ex, const char *name, float *out, uint64_t cap, uint6
     if (!p || n > cap || (!grad && (!p->w || zero == 3)) || (grad && zero >= 2))
         return PX_ERUNTIME;
     const KernBackend *k = ex->c.k;
+    const PxDtype dt = grad ? ex->c.grad : ex->c.act;
     k->sync();
-    if (grad || ex->c.act == PX_FP32) {
+    if (dt == PX_FP32) {
         k->to_host(out, grad ? (const void *)p->g : p->w, n * sizeof(float));
         return PX_OK;
     }
-    /* act weights: read into the back half of out, widened front to back */
+    /* 16-bit weights or gradients: read into the back half of out, widened front to back */
     uint16_t *h = (uint16_t *)(void *)(out + n) - n;
-    k->to_host(h, p->w, n * sizeof *h);
+    k->to_host(h, grad ? (const void *)p->g : p->w, n * sizeof *h);
     for (uint64_t i = 0; i < n; i++)
-        out[i] = ex->c.act == PX_BF16 ? px_bf16_to_float(h[i]) : px_half_to_float(h[i]);
+        out[i] = dt == PX_BF16 ? px_bf16_to_float(h[i]) : px_half_to_float(h[i]);
     return PX_OK;
 }
 

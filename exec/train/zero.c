@@ -16,7 +16,9 @@
  * stage's micro-batches and are reduce-scattered once a step as ZeRO-1's, into the block's
  * gradient shard; ZeRO-3 gathers every block once before the stage's first forward into a
  * buffer of its own, kept across the micro-batches. Every call is timed under its op of the
- * graph. */
+ * graph. Gradients, their reductions and the bucket are in the gradient dtype (c->grad: fp32, or
+ * 16-bit with training.grad_dtype, summed in 16 bits as Megatron without
+ * --accumulate-allreduce-grads-in-fp32 does). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,11 +83,11 @@ int exec_zero_buffers(ExecZero *Z, const ExecCtx *c, const ExecParams *P, PxErro
         slot = padded > slot ? padded : slot;
         kept += padded;
         experts |= blk->experts;
-        /* the gathers' pieces (parameter dtype) and the reductions' (fp32) */
+        /* the gathers' pieces (parameter dtype) and the reductions' (gradient dtype) */
         for (int k = 0; k < 2 && !per_step; k++) {
             int calls;
             uint64_t per;
-            bucket_calls(c, blk, k ? sizeof(float) : c->ab, &calls, &per);
+            bucket_calls(c, blk, k ? c->gb : c->ab, &calls, &per);
             if (calls > 1 && per * (uint64_t)(blk->group + 1) > stage)
                 stage = per * (uint64_t)(blk->group + 1);
         }
@@ -150,7 +152,7 @@ int exec_zero_bind(ExecZero *Z, const ExecCtx *c, const ModelTensor *t, void *p,
     const int bucket = t->role == MODEL_TR_ZERO_GRAD_BUCKET;
     if (!bucket && t->dtype == PX_FP8)
         return exec_pg_bind(&Z->pg, t, p, err);
-    const PxDtype want = bucket ? PX_FP32 : c->act;
+    const PxDtype want = bucket ? c->grad : c->act;
     if (t->dtype != want)
         return exec_bind_wrong_dtype(t, want, err);
     if (bucket) {
@@ -207,6 +209,10 @@ static int sp_norm_grads(const ExecZero *Z, const ExecCtx *c, const ExecParams *
                               MODEL_TP_ALLREDUCE, 0, "a block's sp_grads.tp_allreduce", &op, err)))
         return rc;
     if (packed) {
+        /* the scratch is fp32 (model_exec_refusal keeps 16-bit gradients off this path) */
+        if (c->grad != PX_FP32)
+            return px_fail(err, PX_ERUNTIME, "block %d: replicated gradients other than norms' in "
+                           "%s: model/ and exec/ disagree", b, px_dtype_name(c->grad));
         if (!Z->scratch || total > Z->scratch_elems)
             return px_fail(err, PX_ERUNTIME, "block %d: %llu replicated gradients to sum over TP "
                            "but a scratch of %llu", b, (unsigned long long)total,
@@ -239,8 +245,8 @@ static int sp_norm_grads(const ExecZero *Z, const ExecCtx *c, const ExecParams *
         while (k < end && P->p[k].norm && P->p[k].off == P->p[i].off + n)
             n += P->p[k++].numel;
         exec_meter_open(M, c->k, op); /* one call per norm, as the graph counts them */
-        rc = comm_allreduce(c->comm, grads + P->p[i].off, n, PX_FP32, COMM_SUM, MODEL_TP_ALLREDUCE,
-                            NULL, err);
+        rc = comm_allreduce(c->comm, EXEC_AT(grads, P->p[i].off, c->gb), n, c->grad, COMM_SUM,
+                            MODEL_TP_ALLREDUCE, NULL, err);
         exec_meter_close(M, c->k, op);
         i = k;
     }
@@ -266,9 +272,9 @@ static int start_reduce(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter 
         return rc;
     exec_meter_open(M, c->k, Z->op[b]);
     if (zero == 0)
-        rc = comm_allreduce(c->comm, blk->g, blk->numel, PX_FP32, COMM_SUM, kind, &Z->req[b], err);
+        rc = comm_allreduce(c->comm, blk->g, blk->numel, c->grad, COMM_SUM, kind, &Z->req[b], err);
     else
-        rc = comm_reduce_scatter_shard(c->comm, blk->g, blk->numel, blk->shard, PX_FP32, kind,
+        rc = comm_reduce_scatter_shard(c->comm, blk->g, blk->numel, blk->shard, c->grad, kind,
                                        &Z->req[b], err);
     exec_meter_close(M, c->k, Z->op[b]);
     return rc;
@@ -299,7 +305,7 @@ static int tied_sum(const ExecCtx *c, ExecParams *P, ExecMeter *M, int b, PxErro
     if (!p || op < 0)
         return exec_meter_missing(c, "the tied embedding's embed_allreduce", err);
     exec_meter_open(M, c->k, op);
-    int rc = comm_allreduce(c->comm, p->g, p->numel, PX_FP32, COMM_SUM, MODEL_EMBED_ALLREDUCE, NULL,
+    int rc = comm_allreduce(c->comm, p->g, p->numel, c->grad, COMM_SUM, MODEL_EMBED_ALLREDUCE, NULL,
                             err);
     exec_meter_close(M, c->k, op);
     return rc;
@@ -313,13 +319,14 @@ static int replicas_allreduce(const ExecCtx *c, ExecParams *P, ExecMeter *M, int
     ExecBlock *blk = &P->b[b];
     if (blk->experts)
         return PX_OK;
-    float *shard = c->spec.layout.zero >= 2 ? blk->g_shard : blk->g + blk->own_off;
+    void *shard = c->spec.layout.zero >= 2 ? (void *)blk->g_shard
+                                           : EXEC_AT(blk->g, blk->own_off, c->gb);
     int op, rc;
     if ((rc = exec_meter_need(M, c, MODEL_OPR_BLOCK_GRADS, b, blk->chunk, MODEL_STEP,
                               MODEL_DPR_ALLREDUCE, 0, "a block's dpr_allreduce", &op, err)))
         return rc;
     exec_meter_open(M, c->k, op);
-    rc = comm_allreduce(c->comm, shard, blk->shard, PX_FP32, COMM_SUM, MODEL_DPR_ALLREDUCE, NULL,
+    rc = comm_allreduce(c->comm, shard, blk->shard, c->grad, COMM_SUM, MODEL_DPR_ALLREDUCE, NULL,
                         err);
     exec_meter_close(M, c->k, op);
     return rc;
@@ -332,10 +339,11 @@ static int replicas_allreduce(const ExecCtx *c, ExecParams *P, ExecMeter *M, int
 static void shard_out(const ExecCtx *c, ExecParams *P, int b)
 {
     const ExecBlock *blk = &P->b[b];
+    const size_t gb = c->gb;
     if (blk->own_n)
-        c->k->copy(blk->g_shard, blk->g + blk->own_off, blk->own_n * sizeof(float));
+        c->k->copy(blk->g_shard, EXEC_AT(blk->g, blk->own_off, gb), blk->own_n * gb);
     if (blk->own_n < blk->shard)
-        c->k->memset0(blk->g_shard + blk->own_n, (blk->shard - blk->own_n) * sizeof(float));
+        c->k->memset0(EXEC_AT(blk->g_shard, blk->own_n, gb), (blk->shard - blk->own_n) * gb);
 }
 
 int exec_zero_finish(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, PxError *err)
@@ -485,28 +493,38 @@ void exec_zero_bucket_clear(ExecZero *Z, const ExecCtx *c, const ExecParams *P, 
 {
     if (!exec_zero_bucketed(c) || b < 0)
         return;
-    c->k->memset0(Z->bucket, (size_t)P->b[b].shard * (size_t)P->b[b].group * sizeof(float));
+    c->k->memset0(Z->bucket, (size_t)P->b[b].shard * (size_t)P->b[b].group * c->gb);
 }
 
 /* A bucketed reduce-scatter of the bucket (block blk's gradients, rank-major shards), call by
  * call through the staging: piece j of every rank's shard packed (zero-padded past the
  * shard's end), reduce-scattered, and this rank's summed piece added to its shard. */
+/* dst += src over n gradients: fp32, or 16-bit ones (the act dtype's add, one rounding) */
+static void grad_acc(const ExecCtx *c, void *dst, const void *src, uint64_t n)
+{
+    if (c->grad == PX_FP32)
+        c->k->add_f32(dst, src, n);
+    else
+        c->k->add_inplace(dst, src, n);
+}
+
 static int reduce_buckets(ExecZero *Z, const ExecCtx *c, const ExecBlock *blk, ModelComm kind,
                           int calls, uint64_t per, ExecMeter *M, int op, PxError *err)
 {
-    float *send = Z->stage, *recv = (float *)Z->stage + per * (uint64_t)blk->group;
+    const size_t gb = c->gb;
+    void *send = Z->stage, *recv = EXEC_AT(Z->stage, per * (uint64_t)blk->group, gb);
     int rc = PX_OK;
     for (int j = 0; j < calls && !rc; j++) {
         const uint64_t lo = (uint64_t)j * per, n = lo >= blk->shard ? 0 : (blk->shard - lo < per ? blk->shard - lo : per);
         exec_meter_open(M, c->k, op);
         if (n < per)
-            c->k->memset0(send, per * (uint64_t)blk->group * sizeof(float));
+            c->k->memset0(send, per * (uint64_t)blk->group * gb);
         for (int r = 0; r < blk->group && n; r++)
-            c->k->copy(send + (uint64_t)r * per, Z->bucket + (uint64_t)r * blk->shard + lo,
-                       n * sizeof(float));
-        rc = comm_reduce_scatter(c->comm, recv, send, per, PX_FP32, kind, NULL, err);
+            c->k->copy(EXEC_AT(send, (uint64_t)r * per, gb),
+                       EXEC_AT(Z->bucket, (uint64_t)r * blk->shard + lo, gb), n * gb);
+        rc = comm_reduce_scatter(c->comm, recv, send, per, c->grad, kind, NULL, err);
         if (!rc && n)
-            c->k->add_f32(blk->g_shard + lo, recv, n);
+            grad_acc(c, EXEC_AT(blk->g_shard, lo, gb), recv, n);
         exec_meter_close(M, c->k, op);
     }
     return rc;
@@ -531,19 +549,19 @@ int exec_zero_bucket_reduce(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMe
             return rc;
         int calls;
         uint64_t per;
-        bucket_calls(c, blk, sizeof(float), &calls, &per);
+        bucket_calls(c, blk, c->gb, &calls, &per);
         if (calls > 1)
             return reduce_buckets(Z, c, blk, kind, calls, per, M, op, err);
         exec_meter_open(M, c->k, op);
         /* in place: this rank's summed shard lands at the start of the bucket */
-        rc = comm_reduce_scatter(c->comm, Z->bucket, Z->bucket, blk->shard, PX_FP32, kind, NULL,
+        rc = comm_reduce_scatter(c->comm, Z->bucket, Z->bucket, blk->shard, c->grad, kind, NULL,
                                  err);
         if (!rc)
-            c->k->add_f32(blk->g_shard, Z->bucket, blk->shard);
+            grad_acc(c, blk->g_shard, Z->bucket, blk->shard);
         exec_meter_close(M, c->k, op);
         return rc;
     }
-    c->k->add_f32(blk->g_shard, Z->bucket, blk->numel);
+    grad_acc(c, blk->g_shard, Z->bucket, blk->numel);
     return PX_OK;
 }
 

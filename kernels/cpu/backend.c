@@ -69,6 +69,7 @@ static int cpu_mem_info(size_t *free_bytes, size_t *total_bytes)
 static const KernBackend kern_cpu_backend = {
     .name = "cpu",
     .act = PX_FP32,
+    .grad = PX_FP32,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .memset0 = cpu_memset0,
@@ -106,6 +107,7 @@ static const KernBackend kern_cpu_backend = {
     .adamw = kern_cpu_adamw,
     .sgd_momentum = kern_cpu_sgd_momentum,
     .sumsq = kern_cpu_sumsq,
+    .grad_sumsq = kern_cpu_grad_sumsq,
     .all_finite = kern_cpu_all_finite,
     .scale_f32 = kern_cpu_scale_f32,
     .cast_to_act = kern_cpu_cast_to_act,

@@ -21,15 +21,15 @@ _Noreturn void kern_cpu_fatal(const char *file, int line, const char *what);
 void kern_cpu_matmul(void *c, PxDtype c_dtype, const void *a, const void *b, int m, int n, int k,
                      int trans_a, int trans_b, float alpha, float beta);
 void kern_cpu_add_bias(void *out, const void *bias, int N, int C);
-void kern_cpu_bias_grad(float *dbias, const void *dout, int N, int C);
+void kern_cpu_bias_grad(void *dbias, const void *dout, int N, int C);
 
 /* norms.c */
 void kern_cpu_layernorm_fwd(void *out, const void *inp, const void *w, const void *b, int N,
                             int C, float eps);
-void kern_cpu_layernorm_bwd(void *dinp, float *dw, float *db, const void *dout, const void *inp,
+void kern_cpu_layernorm_bwd(void *dinp, void *dw, void *db, const void *dout, const void *inp,
                             const void *w, int N, int C, float eps);
 void kern_cpu_rmsnorm_fwd(void *out, const void *inp, const void *w, int N, int C, float eps);
-void kern_cpu_rmsnorm_bwd(void *dinp, float *dw, const void *dout, const void *inp,
+void kern_cpu_rmsnorm_bwd(void *dinp, void *dw, const void *dout, const void *inp,
                           const void *w, int N, int C, float eps);
 
 /* activations.c */
@@ -53,7 +53,7 @@ void kern_cpu_attention_merge(void *out, float *lse, const void *out_b, const fl
 /* embedding.c */
 void kern_cpu_embedding_fwd(void *out, const int32_t *tokens, const void *wte, const void *wpe,
                             int N, int T, int pos_offset, int C, int v_start, int V);
-void kern_cpu_embedding_bwd(float *dwte, float *dwpe, const void *dout, const int32_t *tokens,
+void kern_cpu_embedding_bwd(void *dwte, void *dwpe, const void *dout, const int32_t *tokens,
                             int N, int T, int pos_offset, int C, int v_start, int V);
 
 /* xent.c */
@@ -66,10 +66,10 @@ void kern_cpu_xent_bwd(float *probs, const int32_t *targets, int N, int V, int v
                        float dloss);
 
 /* optim.c */
-void kern_cpu_adamw(void *param, float *master, const float *grad, float *m, float *v, size_t n,
+void kern_cpu_adamw(void *param, float *master, const void *grad, float *m, float *v, size_t n,
                     float lr, float beta1, float beta2, float eps, float weight_decay, int t,
                     float grad_scale);
-void kern_cpu_sgd_momentum(void *param, float *master, const float *grad, float *mom, size_t n,
+void kern_cpu_sgd_momentum(void *param, float *master, const void *grad, float *mom, size_t n,
                            float lr, float momentum, float weight_decay, float grad_scale);
 
 /* moe.c */
@@ -111,6 +111,7 @@ void kern_cpu_dropout_fwd(void *out, uint8_t *mask, const void *inp, size_t n, f
                           uint64_t seed);
 void kern_cpu_dropout_bwd(void *dinp, const void *dout, const uint8_t *mask, size_t n, float p);
 double kern_cpu_sumsq(const float *x, size_t n);
+double kern_cpu_grad_sumsq(const void *g, size_t n);
 int kern_cpu_all_finite(const float *x, size_t n);
 void kern_cpu_scale_f32(float *x, size_t n, float s);
 void kern_cpu_cast_to_act(void *out, const float *inp, size_t n);

@@ -28,9 +28,11 @@ void kern_cpu_embedding_fwd(void *out, const int32_t *tokens, const void *wte, c
     }
 }
 
-void kern_cpu_embedding_bwd(float *dwte, float *dwpe, const void *dout, const int32_t *tokens,
-                            int N, int T, int pos_offset, int C, int v_start, int V)
+void kern_cpu_embedding_bwd(void *dwte_out, void *dwpe_out, const void *dout,
+                            const int32_t *tokens, int N, int T, int pos_offset, int C, int v_start,
+                            int V)
 {
+    float *dwte = dwte_out, *dwpe = dwpe_out; /* the CPU's gradients are fp32 */
     // dwte is (V,C), dwpe (positions, C), dout (N,C), tokens (N)
     const float *d = dout;
     KERN_CHECK(T > 0 || !dwpe, "embedding: positions need T > 0");

@@ -39,8 +39,9 @@ void kern_cpu_add_bias(void *out, const void *bias, int N, int C)
 
 enum { BIAS_COLS = 64 };
 
-void kern_cpu_bias_grad(float *dbias, const void *dout, int N, int C)
+void kern_cpu_bias_grad(void *dbias_out, const void *dout, int N, int C)
 {
+    float *dbias = dbias_out; /* the CPU's gradients are fp32 */
     // dbias is (C), dout is (N,C)
     // Columns go in blocks so that each column's sum over N rows (tens of thousands of tokens)
     // stays in double while the rows are still read contiguously.

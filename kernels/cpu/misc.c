@@ -63,6 +63,8 @@ void kern_cpu_dropout_bwd(void *dinp, const void *dout, const uint8_t *mask, siz
         dx[i] = mask[i] ? dy[i] * scale : 0.0f;
 }
 
+double kern_cpu_grad_sumsq(const void *g, size_t n) { return kern_cpu_sumsq(g, n); }
+
 double kern_cpu_sumsq(const float *x, size_t n)
 {
     // double: a gradient norm sums ~1e9 squares, where float would lose the small ones

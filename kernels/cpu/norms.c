@@ -103,7 +103,7 @@ static void norm_bwd(float *dinp, float *dw, float *db, const float *dout, const
     }
 }
 
-void kern_cpu_layernorm_bwd(void *dinp, float *dw, float *db, const void *dout, const void *inp,
+void kern_cpu_layernorm_bwd(void *dinp, void *dw, void *db, const void *dout, const void *inp,
                             const void *w, int N, int C, float eps)
 {
     // dinp, dout, inp are (N,C); dw, db, w are (C)
@@ -124,7 +124,7 @@ void kern_cpu_rmsnorm_fwd(void *out, const void *inp, const void *w, int N, int 
     }
 }
 
-void kern_cpu_rmsnorm_bwd(void *dinp, float *dw, const void *dout, const void *inp,
+void kern_cpu_rmsnorm_bwd(void *dinp, void *dw, const void *dout, const void *inp,
                           const void *w, int N, int C, float eps)
 {
     // dinp, dout, inp are (N,C); dw, w are (C)

@@ -6,10 +6,11 @@
 
 #include "kernels/cpu/cpu.h"
 
-void kern_cpu_adamw(void *param, float *master, const float *grad, float *m, float *v, size_t n,
+void kern_cpu_adamw(void *param, float *master, const void *grad_in, float *m, float *v, size_t n,
                     float lr, float beta1, float beta2, float eps, float weight_decay, int t,
                     float grad_scale)
 {
+    const float *grad = grad_in; /* the CPU's gradients are fp32 */
     // param, master, grad, m, v are (n)
     KERN_CHECK(t >= 1, "adamw: the step t is 1-based");
     float *p = param;
@@ -26,9 +27,10 @@ void kern_cpu_adamw(void *param, float *master, const float *grad, float *m, flo
     }
 }
 
-void kern_cpu_sgd_momentum(void *param, float *master, const float *grad, float *mom, size_t n,
+void kern_cpu_sgd_momentum(void *param, float *master, const void *grad_in, float *mom, size_t n,
                            float lr, float momentum, float weight_decay, float grad_scale)
 {
+    const float *grad = grad_in; /* the CPU's gradients are fp32 */
     // param, master, grad, mom are (n)
     // mom starts at 0 (alloc zero-fills), so the first step gives mom = g as PyTorch's does
     float *p = param;

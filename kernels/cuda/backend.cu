@@ -1,4 +1,5 @@
-/* The CUDA backend's tables (bf16 and fp16 activations) and its memory functions, on the
+/* The CUDA backend's tables (bf16 and fp16 activations, each with fp32 or 16-bit parameter
+ * gradients) and its memory functions, on the
  * context of context.cu. kern_cuda() must never crash a CPU-only machine: without a driver or a
  * device, cudaGetDeviceCount fails (or counts 0) and the backend is simply absent (NULL). */
 #include <pthread.h>
@@ -7,7 +8,7 @@
 
 #include "kernels/cuda/common.cuh"
 
-static KernBackend tables[2]; /* [0] bf16, [1] fp16 */
+static KernBackend tables[4]; /* bf16, fp16 with fp32 gradients; bf16, fp16 with their own */
 static int ctx_ok;
 static pthread_once_t ctx_once = PTHREAD_ONCE_INIT; /* pthread, not std::call_once: no libstdc++ */
 
@@ -113,7 +114,7 @@ static int cuda_mem_info(size_t *free_bytes, size_t *total_bytes)
 
 /* ---- initialization ---- */
 
-static void table_fill(KernBackend *k, PxDtype act)
+static void table_fill(KernBackend *k, PxDtype act, PxDtype grad)
 {
 #ifdef PX_CUDA_EMU
     k->name = "cuda-emu";
@@ -121,6 +122,7 @@ static void table_fill(KernBackend *k, PxDtype act)
     k->name = "cuda";
 #endif
     k->act = act;
+    k->grad = grad;
     k->alloc = cuda_alloc;
     k->free = cuda_free;
     k->memset0 = cuda_memset0;
@@ -152,19 +154,26 @@ static void ctx_init(void)
 {
     if (!kern_cuda_ctx_open())
         return;
-    table_fill(&tables[0], PX_BF16);
-    table_fill(&tables[1], PX_FP16);
+    table_fill(&tables[0], PX_BF16, PX_FP32);
+    table_fill(&tables[1], PX_FP16, PX_FP32);
+    table_fill(&tables[2], PX_BF16, PX_BF16);
+    table_fill(&tables[3], PX_FP16, PX_FP16);
     ctx_ok = 1;
 }
 
-extern "C" const KernBackend *kern_cuda_with(PxDtype act)
+extern "C" const KernBackend *kern_cuda_with_grads(PxDtype act, PxDtype grad)
 {
-    if (act != PX_BF16 && act != PX_FP16)
+    if ((act != PX_BF16 && act != PX_FP16) || (grad != PX_FP32 && grad != act))
         return NULL;
     pthread_once(&ctx_once, ctx_init);
     if (!ctx_ok)
         return NULL;
-    return &tables[act == PX_BF16 ? 0 : 1];
+    return &tables[(act == PX_BF16 ? 0 : 1) + (grad == PX_FP32 ? 0 : 2)];
+}
+
+extern "C" const KernBackend *kern_cuda_with(PxDtype act)
+{
+    return kern_cuda_with_grads(act, PX_FP32);
 }
 
 extern "C" const KernBackend *kern_cuda(void) { return kern_cuda_with(PX_BF16); }

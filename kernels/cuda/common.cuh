@@ -112,6 +112,16 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float
 }
 template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half(x); }
 
+/* A parameter gradient of dtype G (KernBackend.grad) gets x: an fp32 atomic, or, for 16-bit
+ * gradients, one read, add in fp32 and rounding by the element's only writer (the caller
+ * arranges that one thread owns each element of a 16-bit gradient, so that a call rounds it
+ * once, as a 16-bit GEMM's beta = 1 store does). */
+template <typename G> __device__ __forceinline__ void grad_add(G *g, float x)
+{
+    *g = from_f<G>(to_f(*g) + x);
+}
+template <> __device__ __forceinline__ void grad_add<float>(float *g, float x) { atomicAdd(g, x); }
+
 template <typename T> struct ActTraits;
 template <> struct ActTraits<__nv_bfloat16> {
     static const PxDtype px = PX_BF16;

@@ -80,9 +80,10 @@ enum { BG_COLS = 32, BG_ROWS = 8 };
 
 /* A block sums a strip of 32 columns over its share of the rows: 32 threads across (a warp
  * reads 32 neighbouring elements of a row), 8 rows at a time down; the 8 partial sums of a
- * column meet in shared memory, and one atomic per column and block adds them to dbias. */
-template <typename T>
-__global__ void bias_grad_kernel(float *dbias, const T *dout, int N, int C)
+ * column meet in shared memory, and one atomic per column and block adds them to dbias. With
+ * 16-bit gradients one block sums all the rows of its strip and adds each column once. */
+template <typename T, typename G>
+__global__ void bias_grad_kernel(G *dbias, const T *dout, int N, int C)
 {
     // dbias is (C); dout is (N,C)
     __shared__ float part[BG_ROWS][BG_COLS + 1];
@@ -97,12 +98,12 @@ __global__ void bias_grad_kernel(float *dbias, const T *dout, int N, int C)
         float t = 0.0f;
         for (int i = 0; i < BG_ROWS; i++)
             t += part[i][threadIdx.x];
-        atomicAdd(&dbias[col], t);
+        grad_add(&dbias[col], t);
     }
 }
 
-template <typename T>
-static void bias_grad(float *dbias, const void *dout, int N, int C)
+template <typename T, typename G>
+static void bias_grad(void *dbias, const void *dout, int N, int C)
 {
     if (N <= 0 || C <= 0)
         return;
@@ -111,22 +112,23 @@ static void bias_grad(float *dbias, const void *dout, int N, int C)
     int splits = 4 * kern_cuda_ctx()->sms / strips;
     const int most = (N + 63) / 64;
     splits = splits > most ? most : splits;
-    splits = splits < 1 ? 1 : splits > 65535 ? 65535 : splits;
-    KLAUNCH(bias_grad_kernel<T>, dim3(strips, splits), dim3(BG_COLS, BG_ROWS), 0, dbias,
+    splits = splits < 1 || sizeof(G) < sizeof(float) ? 1 : splits > 65535 ? 65535 : splits;
+    KLAUNCH((bias_grad_kernel<T, G>), dim3(strips, splits), dim3(BG_COLS, BG_ROWS), 0, (G *)dbias,
             (const T *)dout, N, C);
 }
 
-template <typename T> static void fill(KernBackend *k)
+template <typename T, typename G> static void fill(KernBackend *k)
 {
     k->matmul = matmul<T>;
     k->add_bias = add_bias<T>;
-    k->bias_grad = bias_grad<T>;
+    k->bias_grad = bias_grad<T, G>;
 }
 
 void kern_cuda_table_matmul(KernBackend *k)
 {
+    // gradients in fp32 or in the act dtype (KernBackend.grad)
     if (k->act == PX_BF16)
-        fill<__nv_bfloat16>(k);
+        k->grad == PX_FP32 ? fill<__nv_bfloat16, float>(k) : fill<__nv_bfloat16, __nv_bfloat16>(k);
     else
-        fill<__half>(k);
+        k->grad == PX_FP32 ? fill<__half, float>(k) : fill<__half, __half>(k);
 }

@@ -3,7 +3,8 @@
  * when the mean is large against the spread), recomputed in the backward (kernels.h: never
  * saved). The weight (and bias) gradients sum over every row: each block adds its rows into
  * shared-memory columns, then adds those into dw (db) with one atomic per column, so global
- * atomics number blocks x C rather than N x C. */
+ * atomics number blocks x C rather than N x C. 16-bit gradients (KernBackend.grad) are summed
+ * by one block in shared memory and added once, each column rounded once per call. */
 #include "kernels/cuda/common.cuh"
 
 enum { NORM_WARPS = 8 };
@@ -51,8 +52,8 @@ __global__ void norm_fwd_kernel(T *out, const T *inp, const T *w, const T *b, in
 /* With xhat = (x - mean) rstd and g = dout * w:
  * dx = rstd (g - mean(g) - xhat mean(g xhat)) for LayerNorm, and without the mean(g) term for
  * RMSNorm (center = 0, mean = 0). dw += dout xhat, db += dout. */
-template <typename T>
-__global__ void norm_bwd_kernel(T *dinp, float *dw, float *db, const T *dout, const T *inp,
+template <typename T, typename G>
+__global__ void norm_bwd_kernel(T *dinp, G *dw, G *db, const T *dout, const T *inp,
                                 const T *w, int N, int C, float eps, int center, int use_smem)
 {
     // dinp, dout, inp are (N,C); dw, db, w are (C); db may be NULL
@@ -86,19 +87,19 @@ __global__ void norm_bwd_kernel(T *dinp, float *dw, float *db, const T *dout, co
                 atomicAdd(&sdw[i], d * xhat);
                 if (db)
                     atomicAdd(&sdb[i], d);
-            } else {
-                atomicAdd(&dw[i], d * xhat);
+            } else { // fp32 gradients only (norm_bwd)
+                grad_add(&dw[i], d * xhat);
                 if (db)
-                    atomicAdd(&db[i], d);
+                    grad_add(&db[i], d);
             }
         }
     }
     __syncthreads();
     if (use_smem) {
         for (int i = threadIdx.x; i < C; i += blockDim.x) {
-            atomicAdd(&dw[i], sdw[i]);
+            grad_add(&dw[i], sdw[i]);
             if (db)
-                atomicAdd(&db[i], sdb[i]);
+                grad_add(&db[i], sdb[i]);
         }
     }
 }
@@ -120,8 +121,8 @@ static void norm_fwd(void *out, const void *inp, const void *w, const void *b, i
             (T *)out, (const T *)inp, (const T *)w, (const T *)b, N, C, eps, center);
 }
 
-template <typename T>
-static void norm_bwd(void *dinp, float *dw, float *db, const void *dout, const void *inp,
+template <typename T, typename G>
+static void norm_bwd(void *dinp, void *dw, void *db, const void *dout, const void *inp,
                      const void *w, int N, int C, float eps, int center)
 {
     KERN_CHECK(N >= 0 && C > 0, "norm: bad sizes");
@@ -132,13 +133,17 @@ static void norm_bwd(void *dinp, float *dw, float *db, const void *dout, const v
     // db); otherwise straight to global atomics, slower but the same sums.
     size_t smem = (size_t)C * sizeof(float) * (db ? 2 : 1);
     int use_smem = smem <= kern_cuda_ctx()->smem_optin;
+    // 16-bit gradients: one block, whose shared columns are the only writer of each element
+    const int one = sizeof(G) < sizeof(float);
+    KERN_CHECK(use_smem || !one, "norm backward: 16-bit gradients need the columns in shared "
+                                 "memory");
     if (use_smem)
-        kern_cuda_smem_optin((const void *)norm_bwd_kernel<T>, smem, "norm backward");
+        kern_cuda_smem_optin((const void *)norm_bwd_kernel<T, G>, smem, "norm backward");
     else
         smem = 0;
-    KLAUNCH(norm_bwd_kernel<T>, norm_grid(N, kern_cuda_ctx()->sms * 2), NORM_WARPS * 32, smem,
-            (T *)dinp, dw, db, (const T *)dout, (const T *)inp, (const T *)w, N, C, eps, center,
-            use_smem);
+    KLAUNCH((norm_bwd_kernel<T, G>), one ? 1u : norm_grid(N, kern_cuda_ctx()->sms * 2),
+            NORM_WARPS * 32, smem, (T *)dinp, (G *)dw, (G *)db, (const T *)dout, (const T *)inp,
+            (const T *)w, N, C, eps, center, use_smem);
 }
 
 template <typename T>
@@ -148,11 +153,11 @@ static void layernorm_fwd(void *out, const void *inp, const void *w, const void 
     norm_fwd<T>(out, inp, w, b, N, C, eps, 1);
 }
 
-template <typename T>
-static void layernorm_bwd(void *dinp, float *dw, float *db, const void *dout, const void *inp,
+template <typename T, typename G>
+static void layernorm_bwd(void *dinp, void *dw, void *db, const void *dout, const void *inp,
                           const void *w, int N, int C, float eps)
 {
-    norm_bwd<T>(dinp, dw, db, dout, inp, w, N, C, eps, 1);
+    norm_bwd<T, G>(dinp, dw, db, dout, inp, w, N, C, eps, 1);
 }
 
 template <typename T>
@@ -161,25 +166,26 @@ static void rmsnorm_fwd(void *out, const void *inp, const void *w, int N, int C,
     norm_fwd<T>(out, inp, w, NULL, N, C, eps, 0);
 }
 
-template <typename T>
-static void rmsnorm_bwd(void *dinp, float *dw, const void *dout, const void *inp, const void *w,
+template <typename T, typename G>
+static void rmsnorm_bwd(void *dinp, void *dw, const void *dout, const void *inp, const void *w,
                         int N, int C, float eps)
 {
-    norm_bwd<T>(dinp, dw, NULL, dout, inp, w, N, C, eps, 0);
+    norm_bwd<T, G>(dinp, dw, NULL, dout, inp, w, N, C, eps, 0);
 }
 
-template <typename T> static void fill(KernBackend *k)
+template <typename T, typename G> static void fill(KernBackend *k)
 {
     k->layernorm_fwd = layernorm_fwd<T>;
-    k->layernorm_bwd = layernorm_bwd<T>;
+    k->layernorm_bwd = layernorm_bwd<T, G>;
     k->rmsnorm_fwd = rmsnorm_fwd<T>;
-    k->rmsnorm_bwd = rmsnorm_bwd<T>;
+    k->rmsnorm_bwd = rmsnorm_bwd<T, G>;
 }
 
 void kern_cuda_table_norms(KernBackend *k)
 {
+    // gradients in fp32 or in the act dtype (KernBackend.grad)
     if (k->act == PX_BF16)
-        fill<__nv_bfloat16>(k);
+        k->grad == PX_FP32 ? fill<__nv_bfloat16, float>(k) : fill<__nv_bfloat16, __nv_bfloat16>(k);
     else
-        fill<__half>(k);
+        k->grad == PX_FP32 ? fill<__half, float>(k) : fill<__half, __half>(k);
 }
