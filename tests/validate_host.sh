@@ -59,8 +59,10 @@ j = json.loads(sys.argv[1])
 assert j["host_check"]["drifted"] is True and j["host_check_after"]["drifted"] is True, j.get("host_check_after")
 assert j["host_check_after"]["peak_flops"] > 5 * j["host_check_after"]["peak_flops_calibrated"], j["host_check_after"]
 assert j["graded"] is False, j["graded"]
-# a busy machine (ctest -j runs other tests beside this one) is said first
+# a busy machine (ctest -j runs other tests beside this one) is said first, and only then: a
+# quiet one is not graded for the drift, said as such
 busy = j["verdict"].startswith("not graded: machine busy: ")
+assert busy == (j["machine"]["quiet"] is False), (j["machine"]["quiet"], j["verdict"])
 assert busy or j["verdict"].startswith("not graded: the host drifted: ") and \
     " faster before the timed runs than when calibrated" in j["verdict"], j["verdict"]
 assert [l["grade"] for l in j["layouts"] if l["timing"]] == ["not graded"], j["layouts"]

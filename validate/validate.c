@@ -721,7 +721,7 @@ static void grade_rows(Validation *v, char *verdict, size_t cap)
     else if (!m->measured)
         snprintf(verdict, cap, "not graded: whether the machine was quiet is unknown (%s)",
                  m->verdict);
-    else if (!graded)
+    else if (!m->quiet)
         snprintf(verdict, cap, "not graded: machine busy: other processes took %.0f%% of the "
                  "cores' time during the timed runs (quiet is under %.0f%%), so their step errors "
                  "describe the load, not the model; run again on a quiet machine",
