@@ -6,13 +6,14 @@
 #include "cli/options.h"
 #include "validate/validate.h"
 
-enum { OPT_VSTEPS = CLI_EXTRA, OPT_VREPORT, OPT_MAXRANKS, OPT_RECAL, OPT_NOCHECK, OPT_CHECKONLY, OPT_LAYOUTS, OPT_LIST };
+enum { OPT_VSTEPS = CLI_EXTRA, OPT_VREPORT, OPT_MAXRANKS, OPT_RECAL, OPT_NOCHECK, OPT_CHECKONLY, OPT_LAYOUTS, OPT_LIST, OPT_TRIES };
 
 static const CliOption validate_options[] = {
     {"model", 1, "M", "the model to validate (default tiny)", CLI_MODEL, 0},
     {"cluster", 1, "PROFILE", "this machine's profile (default local: the calibrated one when present)", CLI_CLUSTER, 0},
     {"report", 1, "DIR", "plans, runs, logs and the report (default validation)", OPT_VREPORT, 0},
     {"steps", 1, "N", "steps per timing run (default 20; the median after the first)", OPT_VSTEPS, 0},
+    {"tries", 1, "N", "timed runs of each timed layout, spread over the validation, the fastest kept (default 3; 1 on a busy machine)", OPT_TRIES, 0},
     {"max-ranks", 1, "N", "largest layout for the memory and communication checks (default 8)", OPT_MAXRANKS, 0},
     {"layouts", 1, "N", "only the first N layouts, the planner's best first (default: all)", OPT_LAYOUTS, 0},
     {"json", 0, NULL, "layouts[] with layout, predicted and measured figures", CLI_JSON, 0},
@@ -30,7 +31,8 @@ int cli_cmd_validate(int argc, char **argv)
     a.spec.job.global_batch = 8;
     const CliOption *const tables[] = {validate_options, cli_knob_options(), NULL};
     int st = cli_parse("validate",
-                       "[--model M] [--cluster PROFILE] [--report DIR] [--steps N] [--layouts N] [--json]\n"
+                       "[--model M] [--cluster PROFILE] [--report DIR] [--steps N] [--tries N] [--layouts N]\n"
+                       "       [--json]"
                        "       [--recalibrate | --no-host-check | --check-host | --list]\n\n"
                        "Checks that this machine runs as fast as when its profile was calibrated,\n"
                        "plans a spread of layouts on that profile, runs them for real (timing\n"
@@ -52,6 +54,8 @@ int cli_cmd_validate(int argc, char **argv)
          (rc = px_parse_int(v, "--steps", 2, 1 << 20, &q.steps, &err))) ||
         ((v = a.extra[OPT_MAXRANKS - CLI_EXTRA]) &&
          (rc = px_parse_int(v, "--max-ranks", 1, 64, &q.max_ranks, &err))) ||
+        ((v = a.extra[OPT_TRIES - CLI_EXTRA]) &&
+         (rc = px_parse_int(v, "--tries", 1, VAL_MAX_TRIES, &q.tries, &err))) ||
         ((v = a.extra[OPT_LAYOUTS - CLI_EXTRA]) &&
          (rc = px_parse_int(v, "--layouts", 1, 1000, &q.max_layouts, &err)))) {
         val_host_snap_free(&q.start);

@@ -51,6 +51,8 @@ assert m["other_cpu_s"] >= m["cpu_s"] / 3, m
 assert m["verdict"].startswith("busy: "), m
 assert j["graded"] is False and j["verdict"].startswith("not graded: machine busy"), j["verdict"]
 assert [l["grade"] for l in j["layouts"]] == ["not graded"], j["layouts"]
+# a busy machine's rows are not graded, so its timed layouts are not tried again
+assert [l["tries"] for l in j["layouts"]] == [1], [l["tries"] for l in j["layouts"]]
 assert j["calibration_log"] is None, j["calibration_log"]
 r = json.load(open(f"{d}/run-01.json"))
 assert r["machine"]["quiet"] is False, r["machine"]
