@@ -13,7 +13,7 @@ static const CliOption validate_options[] = {
     {"cluster", 1, "PROFILE", "this machine's profile (default local: the calibrated one when present)", CLI_CLUSTER, 0},
     {"report", 1, "DIR", "plans, runs, logs and the report (default validation)", OPT_VREPORT, 0},
     {"steps", 1, "N", "steps per timing run (default 20; the median after the first)", OPT_VSTEPS, 0},
-    {"tries", 1, "N", "timed runs of each timed layout, spread over the validation, the fastest kept (default 3; 1 on a busy machine)", OPT_TRIES, 0},
+    {"tries", 1, "N", "timed runs of each timed layout, spread over the validation, the fastest kept (default 5; 1 on a busy machine)", OPT_TRIES, 0},
     {"max-ranks", 1, "N", "largest layout for the memory and communication checks (default 8)", OPT_MAXRANKS, 0},
     {"layouts", 1, "N", "only the first N layouts, the planner's best first (default: all)", OPT_LAYOUTS, 0},
     {"json", 0, NULL, "layouts[] with layout, predicted and measured figures", CLI_JSON, 0},

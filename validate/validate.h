@@ -52,7 +52,7 @@ typedef struct {
  * tenants use), and such interference only ever adds time. So each timed layout is run this
  * many times, the tries spread over the validation (every timed layout once, then again), and
  * its fastest run is the one compared; on a busy machine, whose rows are not graded, once. */
-#define VAL_TRIES 3
+#define VAL_TRIES 5
 #define VAL_MAX_TRIES 10
 /* a timed layout passes when its step is within this of the prediction */
 #define VAL_PASS_ERROR 0.10
