@@ -1611,7 +1611,11 @@ void model_op_key(const ModelSpec *s, const ModelDims *d, const ModelOp *op, Mod
         break;
     }
     case MODEL_OP_ATTENTION:
-        snprintf(key->variant, sizeof key->variant, "hd%d", d->hd);
+        /* context parallelism's ring runs the core as blocks of s/(2 cp) tokens, merged by
+         * their log-sum-exp: its own rate where calibrate trained a ring (sim falls back to the
+         * whole core's) */
+        snprintf(key->variant, sizeof key->variant, "hd%d%s", d->hd,
+                 s->layout.cp > 1 && s->layout.cp_comm == MODEL_CP_COMM_P2P ? "/ring" : "");
         key->flash = s->job.flash_attn;
         break;
     default: break;

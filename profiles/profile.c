@@ -566,10 +566,15 @@ const ProfOpRate *prof_measured_op(const ProfMeasured *m, const char *kind, cons
     if (!m)
         return NULL;
     /* the variant asked for when it was measured, else the nearest: the longest common
-     * prefix ("attn.qkv/rope" for "attn.qkv/learned", "hd16" for "hd128") */
+     * prefix ("attn.qkv/rope" for "attn.qkv/learned", "hd16" for "hd128"); a context-parallel
+     * ring's core ("hd16/ring") only for a ring's, and a ring's only from one (the caller falls
+     * back to the whole core's) */
+    const int ring = strstr(variant, "/ring") != NULL;
     size_t want = 0;
     for (int i = 0; i < m->n_ops; i++) {
         const ProfOpRate *o = &m->ops[i];
+        if ((strstr(o->variant, "/ring") != NULL) != ring)
+            continue;
         if (!strcmp(o->kind, kind) && !strcmp(o->phase, phase) &&
             (strcmp(kind, "attention") != 0 || o->flash == flash)) {
             size_t n = common_prefix(o->variant, variant);
@@ -581,6 +586,8 @@ const ProfOpRate *prof_measured_op(const ProfMeasured *m, const char *kind, cons
     int level = 0;
     for (int i = 0; i < m->n_ops; i++) {
         const ProfOpRate *o = &m->ops[i];
+        if ((strstr(o->variant, "/ring") != NULL) != ring)
+            continue;
         if (strcmp(o->kind, kind) == 0 && strcmp(o->phase, phase) == 0 &&
             (strcmp(kind, "attention") != 0 || o->flash == flash) &&
             common_prefix(o->variant, variant) == want) {

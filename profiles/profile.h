@@ -204,7 +204,8 @@ double prof_measured_collective(const ProfMeasured *m, const char *op, int ranks
                                 double bytes);
 /* The measured rate of an op kind and phase with `concurrency` ranks running on the machine
  * (the nearest level measured for it): of the variant asked for when one was measured, else
- * of another variant of the same op; NULL when none. */
+ * of another variant of the same op; NULL when none. A context-parallel ring's attention core
+ * (a variant ending "/ring") and the whole core's never stand for each other. */
 const ProfOpRate *prof_measured_op(const ProfMeasured *m, const char *kind, const char *phase,
                                    int flash, const char *variant, int concurrency);
 /* A GEMM's measured time at the nearest concurrency level: the shape itself, or the nearest

@@ -111,6 +111,11 @@ static double measured_op_seconds(const SimCtx *c, const ModelOp *op)
     /* the ranks of a node run at once: they share its caches and memory bandwidth */
     const ProfOpRate *r =
         prof_measured_op(m, key.kind, key.phase, key.flash, key.variant, c->node_size);
+    char *ring = strstr(key.variant, "/ring");
+    if (!r && ring) { /* a profile calibrated without a ring: the whole core's rate */
+        *ring = '\0';
+        r = prof_measured_op(m, key.kind, key.phase, key.flash, key.variant, c->node_size);
+    }
     if (!r)
         return -1.0;
     double t = r->overhead_s + key.x / r->rate;

@@ -99,6 +99,69 @@ static void check_levels(void)
     prof_cluster_free(&cl);
 }
 
+/* Context parallelism's ring: its attention core has a rate of its own ("hd16/ring", which
+ * calibrate measures on a cp 2 ring), never standing for the whole core's nor it for the ring's;
+ * on a profile without one the ring is priced at the whole core's rate. */
+static const char *ring_text =
+    "{\"schema_version\": 1, \"name\": \"local-ring\", \"device\": \"cpu\","
+    " \"node\": {\"devices\": 0, \"link\": {\"bandwidth\": 5e9, \"latency\": 1e-6}},"
+    " \"network\": {\"bandwidth_per_device\": 5e9, \"latency\": 1e-6}, \"shared_memory\": true,"
+    " \"measured\": {\"host\": \"testhost\", \"date\": \"2026-11-29\", \"ranks\": 2,"
+    "   \"gemm\": [[256, 192, 64, 1, 0.001, 2]],"
+    "   \"ops\": [{\"kind\": \"attention\", \"phase\": \"fwd\", \"flash\": true, \"variant\": \"hd16/ring\", \"rate\": 4e9, \"overhead_s\": 1e-5, \"concurrency\": 2},"
+    "             {\"kind\": \"attention\", \"phase\": \"fwd\", \"flash\": true, \"variant\": \"hd16\", \"rate\": 1e10, \"overhead_s\": 0, \"concurrency\": 2}]}}";
+
+static void check_ring(void)
+{
+    PxError err = {0};
+    ProfCluster ring, plain;
+    CHECK_OK(prof_cluster_parse(ring_text, "ring", &ring, &err), err);
+    CHECK_OK(prof_cluster_parse(levels_text, "levels", &plain, &err), err);
+    CHECK_REL(1e10, prof_measured_op(ring.measured, "attention", "fwd", 1, "hd16", 2)->rate, 1e-12);
+    CHECK_REL(4e9, prof_measured_op(ring.measured, "attention", "fwd", 1, "hd16/ring", 2)->rate, 1e-12);
+    CHECK_REL(1e10, prof_measured_op(ring.measured, "attention", "fwd", 1, "hd128", 2)->rate, 1e-12);
+    CHECK(prof_measured_op(plain.measured, "attention", "fwd", 1, "hd16/ring", 2) == NULL);
+    /* tiny, mbs 4, cp 2 over a ring on 2 ranks: the core at the ring's rate, else the whole's */
+    ModelSpec s = tiny_mbs4();
+    s.layout.cp = 2;
+    s.layout.cp_comm = MODEL_CP_COMM_P2P;
+    s.job.flash_attn = 1;
+    const ProfCluster *profiles[2] = {&ring, &plain};
+    for (int k = 0; k < 2; k++) {
+        SimResult r;
+        CHECK_OK(sim_run(&s, profiles[k], 2, &r, &err), err);
+        int found = 0;
+        for (int i = 0; i < r.ops[0].count; i++) {
+            const ModelOp *op = &r.ops[0].op[i];
+            char name[96];
+            model_op_fullname(op, name, sizeof name);
+            if (strcmp(name, "layer.0.attn.core.fwd") != 0)
+                continue;
+            ModelOpKey key;
+            model_op_key(&r.spec, &r.dims, op, &key);
+            CHECK(strcmp(key.variant, "hd16/ring") == 0);
+            CHECK_REL(k == 0 ? 1e-5 + op->flops / 4e9 : op->flops / 1e10, r.op_seconds[0][i],
+                      1e-12);
+            found++;
+        }
+        CHECK_EQ_INT(1, found);
+        sim_result_free(&r);
+    }
+    /* without context parallelism the core is the whole one's */
+    ModelSpec whole = tiny_mbs4();
+    SimResult r;
+    CHECK_OK(sim_run(&whole, &ring, 2, &r, &err), err);
+    for (int i = 0; i < r.ops[0].count; i++) {
+        char name[96];
+        model_op_fullname(&r.ops[0].op[i], name, sizeof name);
+        if (strcmp(name, "layer.0.attn.core.fwd") == 0)
+            CHECK_REL(r.ops[0].op[i].flops / 1e10, r.op_seconds[0][i], 1e-12);
+    }
+    sim_result_free(&r);
+    prof_cluster_free(&ring);
+    prof_cluster_free(&plain);
+}
+
 /* The measured section on its own: a compute part's rows read with its concurrency as their
  * default, the fits' point counts kept, and two parts appended into one section. */
 static void check_section(void)
@@ -224,6 +287,7 @@ int main(void)
         CHECK_INPUT_ERROR(prof_cluster_parse(t, "bad", &x, &err), err, bad[i][1]);
     }
     check_levels();
+    check_ring();
     check_section();
     TEST_DONE("calibrated");
 }

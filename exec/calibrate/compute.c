@@ -96,6 +96,39 @@ static int measure_gemms(const CalibOptions *o, const KernBackend *k, CommLayer 
     return PX_OK;
 }
 
+/* With an even number of ranks, each calibration model's fused configurations once more, the
+ * ranks together, with context parallelism 2 over a ring (p2p): its attention core runs as
+ * blocks of s/4 tokens merged by their log-sum-exp, with messages in flight, and gets a rate
+ * of its own ("hd16/ring"). A model that does not split so is passed over, said. */
+static int measure_rings(const CalibOptions *o, CommLayer *c, int loud, const ProfCluster *base,
+                         Measured *me, PxError *err)
+{
+    const int world = comm_world(c);
+    if (world < 2 || world % 2)
+        return PX_OK;
+    const char *p = o->models;
+    char model[128];
+    int rc = PX_OK;
+    while (!rc && calib_next_model(&p, model, sizeof model))
+        for (int bi = 0; bi < CALIB_SIZES && !rc; bi++) {
+            const int mbs = calib_mbs_sizes[bi];
+            if (calib_quick_skips(o, 1, mbs) || (rc = comm_barrier(c, err)))
+                continue;
+            const double t0 = px_now_s();
+            rc = calib_config_samples(o, base, model, mbs, 1, c, &me->sh, &me->ss, err);
+            if (rc == PX_EINPUT) { /* the same on every rank: the layout does not take it */
+                calib_say(loud, "  no ring for %s: %s\n", model, err->msg);
+                rc = PX_OK;
+                break;
+            }
+            me->configs++;
+            if (!rc)
+                calib_say(loud, "  trained %s, micro-batch %d, fused attention, cp 2 ring over "
+                          "%d ranks: %.1f s\n", model, mbs, world, px_now_s() - t0);
+        }
+    return rc;
+}
+
 /* Training steps of each calibration configuration, every rank its own, and the fits of their
  * samples averaged over the ranks (every rank ran the same ops in the same order). */
 static int measure_rates(const CalibOptions *o, CommLayer *c, int loud, Measured *me,
@@ -120,7 +153,8 @@ static int measure_rates(const CalibOptions *o, CommLayer *c, int loud, Measured
                     have_base = 1;
                 const double t0 = px_now_s();
                 if (!rc)
-                    rc = calib_config_samples(o, &base, model, mbs, flash, &me->sh, &me->ss, err);
+                    rc = calib_config_samples(o, &base, model, mbs, flash, NULL, &me->sh,
+                                              &me->ss, err);
                 me->configs++;
                 /* a configuration of a large model takes seconds to minutes: say each one */
                 if (!rc)
@@ -128,6 +162,8 @@ static int measure_rates(const CalibOptions *o, CommLayer *c, int loud, Measured
                               mbs, flash ? "fused" : "unfused", px_now_s() - t0);
             }
         }
+    if (!rc && have_base)
+        rc = measure_rings(o, c, loud, &base, me, err);
     if (have_base)
         prof_cluster_free(&base);
     if (!rc)

@@ -100,10 +100,13 @@ typedef struct {
 
 /* Trains one configuration (model, micro-batch, fused attention or not) for a few steps on this
  * rank alone, planned on `base` (o->base's profile, loaded), and adds a sample per compute op:
- * its seconds per call, less its timed GEMMs for a matmul, against its size. */
+ * its seconds per call, less its timed GEMMs for a matmul, against its size. ring (NULL: this
+ * rank alone): a layer over all the part's ranks (an even number), which train the
+ * configuration together with context parallelism 2 over a ring, and only the attention
+ * core's samples are added (its variant "hd<d>/ring"). */
 int calib_config_samples(const CalibOptions *o, const ProfCluster *base, const char *model,
-                         int mbs, int flash, const CalibShapes *sh, CalibSamples *ss,
-                         PxError *err);
+                         int mbs, int flash, CommLayer *ring, const CalibShapes *sh,
+                         CalibSamples *ss, PxError *err);
 /* One fit per kind, phase, flash and variant of the samples; *out is the caller's to free. */
 int calib_fit_all(const CalibSamples *ss, CalibFit **out, int *n_out, PxError *err);
 

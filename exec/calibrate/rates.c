@@ -24,20 +24,29 @@ static int samples_add(CalibSamples *ss, const CalibSample *s)
 }
 
 /* A plan of one configuration on the base profile (o->base's, loaded), without a prediction:
- * only the measurements count. */
+ * only the measurements count. world > 1: context parallelism 2 over a ring (p2p), the world's
+ * other ranks data parallel, each rank's micro-batch mbs. */
 static int config_plan(const CalibOptions *o, const ProfCluster *base, const char *model, int mbs,
-                       int flash, int steps, ModelPlan *plan, PxError *err)
+                       int flash, int steps, int world, ModelPlan *plan, PxError *err)
 {
     ModelSpec s;
     ModelDims d;
     int rc = calib_spec(model, 1, mbs, flash, calib_precision(o), &s, &d, err);
     if (rc)
         return rc;
+    if (world > 1) {
+        s.layout.cp = 2;
+        s.layout.cp_comm = MODEL_CP_COMM_P2P;
+        s.layout.dp = world / 2;
+        s.job.global_batch = mbs * s.layout.dp;
+        if ((rc = model_spec_check(&s, world, &d, err)))
+            return rc;
+    }
     s.job.steps = steps;
     if (prof_peak_flops(&base->device, s.job.precision) <= 0)
         return px_fail(err, PX_EINPUT, "device %s has no %s peak FLOP/s: choose another precision",
                        base->device.name, px_dtype_name(s.job.precision));
-    return model_plan_init(plan, &s, o->base, base, 1, NULL, err);
+    return model_plan_init(plan, &s, o->base, base, world > 1 ? world : 1, NULL, err);
 }
 
 /* Runs `steps` steps and leaves in per[o * (steps - 1) + t] op o's seconds in timed step t: every
@@ -75,10 +84,13 @@ static int op_sample(Exec *ex, int i, const ExecOpReport *rep, double y, const c
                      int mbs, const CalibShapes *sh, CalibSample *smp)
 {
     const ModelOp *op = &exec_graph(ex)->op[i];
-    if (op->kind == MODEL_OP_COMM || rep->calls <= 0 || y <= 0)
+    const int ring = exec_spec(ex)->layout.cp > 1;
+    /* of a ring, the attention core only: the other ops are the whole sequence's, halved */
+    if (op->kind == MODEL_OP_COMM || rep->calls <= 0 || y <= 0 ||
+        (ring && op->kind != MODEL_OP_ATTENTION))
         return 0;
     memset(smp, 0, sizeof *smp);
-    snprintf(smp->op, sizeof smp->op, "%s/b%d/%s", model, mbs, rep->name);
+    snprintf(smp->op, sizeof smp->op, "%s/b%d%s/%s", model, mbs, ring ? "/cp2" : "", rep->name);
     ModelOpKey key;
     model_op_key(exec_spec(ex), exec_dims(ex), op, &key);
     px_strlcpy(smp->kind, key.kind, sizeof smp->kind);
@@ -100,12 +112,13 @@ static int op_sample(Exec *ex, int i, const ExecOpReport *rep, double y, const c
 }
 
 int calib_config_samples(const CalibOptions *o, const ProfCluster *base, const char *model,
-                         int mbs, int flash, const CalibShapes *sh, CalibSamples *ss,
-                         PxError *err)
+                         int mbs, int flash, CommLayer *ring, const CalibShapes *sh,
+                         CalibSamples *ss, PxError *err)
 {
     const int steps = o->quick ? 4 : 10, timed = steps - 1;
+    const int world = ring ? comm_world(ring) : 1;
     ModelPlan plan;
-    int rc = config_plan(o, base, model, mbs, flash, steps, &plan, err);
+    int rc = config_plan(o, base, model, mbs, flash, steps, world, &plan, err);
     if (rc)
         return rc;
     ExecOptions opt;
@@ -114,8 +127,17 @@ int calib_config_samples(const CalibOptions *o, const ProfCluster *base, const c
     opt.steps = steps;
     opt.plan_path = model;
     opt.backend = strcmp(o->backend, "cuda") ? EXEC_BACKEND_CPU : EXEC_BACKEND_CUDA;
+    CommLayer *layer = NULL;
+    const char *note = NULL; /* the job's own choice of layer: MPI, NCCL or staged */
+    if (ring && (rc = comm_for_job(&plan.spec, 0, opt.backend == EXEC_BACKEND_CUDA, &layer, &note,
+                                   err))) {
+        model_plan_free(&plan);
+        return rc;
+    }
+    opt.comm = layer;
     Exec *ex = NULL;
     if ((rc = exec_init(&ex, &plan, &opt, err))) {
+        comm_free(layer);
         model_plan_free(&plan);
         return rc;
     }
@@ -136,6 +158,7 @@ int calib_config_samples(const CalibOptions *o, const ProfCluster *base, const c
     free(per);
     free(prev);
     exec_free(ex);
+    comm_free(layer);
     model_plan_free(&plan);
     return rc;
 }
