@@ -48,11 +48,12 @@ import glob, json, sys
 layouts = json.load(open(sys.argv[1]))["layouts"]
 timed = [l for l in layouts if l["timing"]]
 assert timed, "no layout was timed"
-# the tries: twice on a quiet machine, once from the moment it was busy; the fastest compared,
-# its files kept, the others' gone
+# the tries: twice on a quiet machine (up to four while a layout's fastest try is matched by no
+# other within 5%), once from the moment it was busy; the fastest compared, its files kept, the
+# others' gone
 for l in timed:
     t = l["step_s_tries"]
-    assert l["tries"] in (1, 2) and len(t) == l["tries"], (l["layout"], l["tries"], t)
+    assert 1 <= l["tries"] <= 4 and len(t) == l["tries"], (l["layout"], l["tries"], t)
     assert l["measured"]["step_s"] == min(t), (l["layout"], l["measured"], t)
     run = json.load(open(f"{sys.argv[2]}/run-{l['index']:02d}.json"))
     assert run["time"]["step_s_median"] == min(t), (l["layout"], run["time"], t)

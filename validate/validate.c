@@ -237,7 +237,8 @@ typedef struct {
     ValHostCheck host_after; /* the host's speed probed again once the timed runs ended */
     int timed_started;
     int tries;                /* timed runs per timed layout: q->tries, fewer once the host is busy */
-    int last_quiet;           /* the latest window judged (before the runs, or a run) was quiet */
+    int busy;                 /* a run found the machine busy: no more tries before the last */
+    int last_quiet;           /* the window before the runs, then the timed runs' so far, was quiet */
     double (*try_s)[VAL_MAX_TRIES]; /* [n_rows]: each try's measured step, in order */
     int *n_tries;             /* [n_rows] */
     int *best_try;            /* [n_rows]: the fastest try (0-based) */
@@ -495,6 +496,26 @@ static void summarize(const RptCompare *c, Outcome *o)
     }
 }
 
+/* Whether row i's fastest try has been matched: another try within VAL_MATCH of it. */
+static int fastest_matched(const Validation *v, int i)
+{
+    const int n = v->n_tries[i];
+    const double best = v->try_s[i][v->best_try[i]];
+    for (int k = 0; k < n; k++)
+        if (k != v->best_try[i] && v->try_s[i][k] <= (1 + VAL_MATCH) * best)
+            return 1;
+    return 0;
+}
+
+/* The timed rows tried so far whose fastest try is not matched. */
+static int unmatched(const Validation *v)
+{
+    int n = 0;
+    for (int i = 0; i < v->n_rows; i++)
+        n += v->n_tries[i] > 0 && !fastest_matched(v, i);
+    return n;
+}
+
 static void add_layout_json(Validation *v, int index, const Layout *L, const char *label,
                             const Outcome *o, const RptCompare *c)
 {
@@ -512,6 +533,7 @@ static void add_layout_json(Validation *v, int index, const Layout *L, const cha
     if (o->timing) {
         cJSON_AddNumberToObject(lj, "step_error", o->step_err);
         cJSON_AddNumberToObject(lj, "tries", o->tries);
+        cJSON_AddBoolToObject(lj, "fastest_matched", o->tries > 1 && fastest_matched(v, index - 1));
         cJSON_AddItemToObject(lj, "step_s_tries",
                               cJSON_CreateDoubleArray(v->try_s[index - 1], o->tries));
         cJSON_AddNumberToObject(lj, "ops_over_1pct", o->ops);
@@ -612,7 +634,11 @@ static void timed_close(Validation *v, int index, Outcome *o, cJSON *run)
 {
     val_host_snap(&v->last);
     val_quiet_judge(&v->run_start, &v->last, &o->machine);
-    v->last_quiet = !o->machine.measured || o->machine.quiet;
+    /* whether to try again follows the timed runs' window so far, not one run's second, where a
+     * few jiffies of steal or a daemon's wake-up cross the bars */
+    ValQuiet so_far;
+    val_quiet_judge(&v->first, &v->last, &so_far);
+    v->last_quiet = !so_far.measured || so_far.quiet;
     char path[1200];
     snprintf(path, sizeof path, "%s/run-%02d.json", v->q->dir, index);
     cJSON_AddItemToObject(run, "machine", val_quiet_json(&o->machine, NULL));
@@ -621,14 +647,18 @@ static void timed_close(Validation *v, int index, Outcome *o, cJSON *run)
 }
 
 /* "[ 3/18] dp2 tp1 ... (2 ranks)": on a terminal one line rewritten, else a line per layout. */
-static void progress(Validation *v, int i, int ranks, int try, int tries)
+enum { TRY_PLANNED, TRY_MATCHING, TRY_LAST };
+static void progress(Validation *v, int i, int ranks, int try, int tries, int kind)
 {
     if (!v->log)
         return;
     const int tty = isatty(fileno(v->log));
-    char t[32] = "";
-    if (tries > 1)
+    char t[64] = "";
+    if (tries > 1 && try <= tries && kind != TRY_MATCHING)
         snprintf(t, sizeof t, ", try %d of %d", try, tries);
+    else if (tries > 1)
+        snprintf(t, sizeof t, ", try %d%s", try,
+                 kind == TRY_LAST ? ", the last" : ": its fastest not matched yet");
     fprintf(v->log, "%s[%2d/%d] running %s (%d rank%s%s)%s", tty ? "\r\033[K" : "", i + 1,
             v->n_rows, v->labels[i], ranks, ranks > 1 ? "s" : "", t, tty ? "" : "\n");
     fflush(v->log);
@@ -688,20 +718,22 @@ static int record_try(Validation *v, int i, cJSON **run, int last, PxError *err)
     return *run ? PX_OK : PX_ERUNTIME;
 }
 
-/* One of the tries before the last: every timed layout the model and the executor take, trained
- * and its step recorded (record_try). Once a run finds the machine busy, no more such tries:
- * its rows will not be graded, and the last try follows. */
-static int timing_pass(Validation *v, int pass, PxError *err)
+/* One of the tries before the last: every timed layout the model and the executor take (only:
+ * those whose fastest try is not matched yet), trained and its step recorded (record_try). Once
+ * a run finds the machine busy, no more such tries: its rows will not be graded, and the last
+ * try follows. */
+static int timing_pass(Validation *v, int pass, int only, PxError *err)
 {
     const ValRequest *q = v->q;
-    for (int i = 0; i < v->n_rows; i++) {
+    for (int i = 0; i < v->n_rows && !v->busy; i++) {
         if (v->timed_started && !v->last_quiet) { /* busy since: one more try, the last */
+            v->busy = 1;
             v->tries = pass + 1;
             return PX_OK;
         }
         const Layout *L = &v->rows[i];
         Outcome o = {.ranks = L->dp * L->tp * L->pp * L->cp};
-        if (o.ranks > q->max_timing_ranks)
+        if (o.ranks > q->max_timing_ranks || (only && (!v->n_tries[i] || fastest_matched(v, i))))
             continue;
         const ModelSpec s = layout_spec(q, L);
         layout_label(v->labels[i], sizeof v->labels[i], L, i < v->n_top, q->base.job.flash_attn);
@@ -711,6 +743,7 @@ static int timing_pass(Validation *v, int pass, PxError *err)
             continue;
         timed_open(v);
         if (!v->last_quiet) { /* busy before the runs: the last try is the only one */
+            v->busy = 1;
             v->tries = pass;
             return PX_OK;
         }
@@ -718,7 +751,7 @@ static int timing_pass(Validation *v, int pass, PxError *err)
         int rc = predict(q, &s, o.ranks, &pj, err);
         if (rc)
             return rc;
-        progress(v, i, o.ranks, pass, v->tries);
+        progress(v, i, o.ranks, v->n_tries[i] + 1, v->tries, only ? TRY_MATCHING : TRY_PLANNED);
         rc = train(q, i + 1, 1, pj, &run, err);
         cJSON_Delete(pj);
         if (!rc) {
@@ -760,7 +793,7 @@ static int validate_layout(Validation *v, int i, PxError *err)
     short_label(v->short_labels[i], sizeof v->short_labels[i], i + 1, L);
     if (o.timing)
         timed_open(v);
-    progress(v, i, o.ranks, v->n_tries[i] + 1, o.timing ? v->tries : 0);
+    progress(v, i, o.ranks, v->n_tries[i] + 1, o.timing ? v->tries : 0, TRY_LAST);
     if ((rc = train(q, i + 1, o.timing, pj, &run, err))) {
         cJSON_Delete(pj);
         return rc;
@@ -953,7 +986,7 @@ int val_host_steady(const ValHostCheck *before, const ValHostCheck *after, char 
  * fastest (the host's own variation), the largest such gap named (term: the terminal's copy). */
 static void tries_note(Validation *v, FILE *term)
 {
-    int worst = -1, n = 0, most = 0;
+    int worst = -1, n = 0, most = 0, least = VAL_MAX_TRIES;
     double gap = 0;
     for (int i = 0; i < v->n_rows; i++) {
         const Outcome *o = &v->outs[i];
@@ -961,6 +994,7 @@ static void tries_note(Validation *v, FILE *term)
             continue;
         n++;
         most = o->tries > most ? o->tries : most;
+        least = o->tries < least ? o->tries : least;
         double lo = v->try_s[i][0], hi = lo;
         for (int k = 1; k < o->tries; k++)
             lo = fmin(lo, v->try_s[i][k]), hi = fmax(hi, v->try_s[i][k]);
@@ -969,11 +1003,18 @@ static void tries_note(Validation *v, FILE *term)
     }
     if (n == 0 || most < 2)
         return;
-    char line[400];
-    snprintf(line, sizeof line, "timing: each timed layout ran up to %d times, the tries spread "
-             "over the validation, and its fastest run is the one compared (interference only "
-             "adds time); the slowest try was %+.0f%% over the fastest at most (#%d)\n",
-             most, 100 * gap, worst + 1);
+    char line[600];
+    const int lone = unmatched(v);
+    char times[32];
+    if (least == most)
+        snprintf(times, sizeof times, "%d times", most);
+    else
+        snprintf(times, sizeof times, "%d to %d times", least, most);
+    snprintf(line, sizeof line, "timing: each timed layout ran %s, the tries spread over the "
+             "validation, and its fastest run is the one compared (interference only adds time); "
+             "the slowest try was %+.0f%% over the fastest at most (#%d); %d of %d fastest tries "
+             "matched by another within %.0f%%\n",
+             times, 100 * gap, worst + 1, n - lone, n, 100 * VAL_MATCH);
     fprintf(v->table, "\n%s", line);
     if (term)
         fputs(line, term);
@@ -1077,8 +1118,13 @@ int val_run(const ValRequest *q, cJSON **json_out, FILE *log, PxError *err)
     Validation v;
     int rc = validation_open(&v, q, log, err);
     v.tries = q->tries > 0 ? q->tries : 1;
-    for (int pass = 1; !rc && pass < v.tries; pass++)
-        rc = timing_pass(&v, pass, err);
+    int pass = 1;
+    for (; !rc && pass < v.tries; pass++)
+        rc = timing_pass(&v, pass, 0, err);
+    /* the rows whose fastest try no other matched: more tries, up to twice as many in all */
+    const int most = 2 * v.tries < VAL_MAX_TRIES ? 2 * v.tries : VAL_MAX_TRIES;
+    for (; !rc && v.tries > 1 && !v.busy && pass < most && unmatched(&v); pass++)
+        rc = timing_pass(&v, pass, 1, err);
     for (int i = 0; !rc && i < v.n_rows; i++)
         rc = validate_layout(&v, i, err);
     if (!rc) {

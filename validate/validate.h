@@ -54,6 +54,11 @@ typedef struct {
  * its fastest run is the one compared; on a busy machine, whose rows are not graded, once. */
 #define VAL_TRIES 5
 #define VAL_MAX_TRIES 10
+/* A timed layout's fastest try counts as found when another try came within this of it; one
+ * whose fastest no other try matched gets more tries, up to twice --tries (VAL_MAX_TRIES at
+ * most): a lone fast try among slow ones is the host's fast phase found once, a lone try that
+ * is fastest only because all were slow is matched by none. */
+#define VAL_MATCH 0.05
 /* a timed layout passes when its step is within this of the prediction */
 #define VAL_PASS_ERROR 0.10
 enum { VAL_QUIET_NAMED = 3 }; /* the busiest other processes named in the verdict */
