@@ -31,12 +31,12 @@ int cli_cmd_validate(int argc, char **argv)
     a.spec.job.global_batch = 8;
     const CliOption *const tables[] = {validate_options, cli_knob_options(), NULL};
     int st = cli_parse("validate",
-                       "[--model M] [--cluster PROFILE] [--report DIR] [--steps N] [--tries N] [--layouts N]\n"
-                       "       [--json]"
-                       "       [--recalibrate | --no-host-check | --check-host | --list]\n\n"
+                       "[--model M] [--cluster PROFILE] [--report DIR] [--steps N] [--tries N]\n"
+                       "       [--layouts N] [--json] [--recalibrate | --no-host-check | --check-host | --list]\n\n"
                        "Checks that this machine runs as fast as when its profile was calibrated,\n"
                        "plans a spread of layouts on that profile, runs them for real (timing\n"
-                       "layouts on no more ranks than cores), compares and writes a report.",
+                       "layouts on no more ranks than cores, each several times, the fastest\n"
+                       "compared), compares and writes a report.",
                        argc, argv, tables, 0, &a);
     if (st >= 0)
         return st;
