@@ -117,11 +117,18 @@ static void test_judge(void)
     CHECK_STR(q.verdict, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "verdict")));
     cJSON_Delete(j);
 
-    /* own tree 5.0 of 5.1: others 0.1 (1.4%) are under 5%, but steal's 1.4% is over 1% */
+    char why[200];
+    val_busy_reason(&q, why, sizeof why);
+    CHECK_STR("other processes took 15% of the cores' time (quiet is under 5%)", why);
+    /* own tree 5.0 of 5.1: others 0.1 (1.4%) are under 5%, but steal's 1.4% is over 1%, and
+     * the reason says so rather than blame the others' 1% */
     snap(&b, stat_b, 13.6, 3.5, 6.5, pb, 6);
     val_quiet_judge(&a, &b, &q);
     CHECK_REL(0.1, q.other_cpu_s, 1e-9);
     CHECK_EQ_INT(0, q.quiet);
+    val_busy_reason(&q, why, sizeof why);
+    CHECK_STR("the hypervisor took 1.4% of the CPUs' time from this machine (steal; quiet is under "
+              "1%)", why);
     /* without steal in the window: quiet */
     const char *stat_c = "cpu  1400 10 300 5210 50 5 25 20 0 0\ncpu0 1 0 0 0\ncpu1 1 0 0 0\n";
     snap(&b, stat_c, 13.6, 0.7, 6.5, pb, 6);

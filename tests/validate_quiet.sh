@@ -33,7 +33,7 @@ def at(pattern):
             return i
     sys.exit(f"no line matching {pattern!r}")
 m = at(r"^machine during the timed runs: busy: other processes used [0-9.]+% of the [0-9]+ cores' time")
-v = at(r"^validation: not graded: machine busy: other processes took [0-9]+% of the cores' time")
+v = at(r"^validation: not graded: machine busy: during the timed runs other processes took [0-9]+% of the cores' time")
 h = at(r"^ +# ranks +layout +predicted +measured +error +ops<15% +memory +comm +grade$")
 r = at(r"^ +1 +[0-9]+  plan: .* +[0-9.]+ +[0-9.]+ +[-+0-9.]+% +[0-9]+/[0-9]+ +equal +equal  not graded$")
 assert m < v < h < r, (m, v, h, r)

@@ -221,6 +221,16 @@ void val_quiet_judge(const ValHostSnap *a, const ValHostSnap *b, ValQuiet *q)
                               k ? ", " : "; busiest: ", q->busiest[k], q->busiest_s[k]);
 }
 
+void val_busy_reason(const ValQuiet *q, char *buf, size_t cap)
+{
+    if (q->other_share >= VAL_QUIET_OTHER || !(q->steal_share >= VAL_QUIET_STEAL))
+        snprintf(buf, cap, "other processes took %.0f%% of the cores' time (quiet is under %.0f%%)",
+                 100 * q->other_share, 100 * VAL_QUIET_OTHER);
+    else
+        snprintf(buf, cap, "the hypervisor took %.1f%% of the CPUs' time from this machine (steal; "
+                 "quiet is under %.0f%%)", 100 * q->steal_share, 100 * VAL_QUIET_STEAL);
+}
+
 cJSON *val_quiet_json(const ValQuiet *q, const ValQuiet *before)
 {
     cJSON *j = cJSON_CreateObject();

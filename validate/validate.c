@@ -880,11 +880,13 @@ static void grade_rows(Validation *v, char *verdict, size_t cap)
     else if (!m->measured)
         snprintf(verdict, cap, "not graded: whether the machine was quiet is unknown (%s)",
                  m->verdict);
-    else if (!m->quiet)
-        snprintf(verdict, cap, "not graded: machine busy: other processes took %.0f%% of the "
-                 "cores' time during the timed runs (quiet is under %.0f%%), so their step errors "
-                 "describe the load, not the model; run again on a quiet machine",
-                 100 * m->other_share, 100 * VAL_QUIET_OTHER);
+    else if (!m->quiet) {
+        char why[200];
+        val_busy_reason(m, why, sizeof why);
+        snprintf(verdict, cap, "not graded: machine busy: during the timed runs %s, so their "
+                 "step errors describe the load, not the model; run again on a quiet machine",
+                 why);
+    }
     else if (!steady)
         snprintf(verdict, cap, "not graded: the host drifted: %s, and the predictions use the "
                  "calibrated rates, so the step errors describe the drift, not the model; "

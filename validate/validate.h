@@ -111,6 +111,10 @@ void val_host_snap(ValHostSnap *s);
 void val_host_snap_free(ValHostSnap *s);
 /* The window from a to b judged against the bars, the verdict written. */
 void val_quiet_judge(const ValHostSnap *a, const ValHostSnap *b, ValQuiet *q);
+/* Why a measured window was not quiet, for the verdict: "other processes took 78% of the cores'
+ * time (quiet is under 5%)", or where others stayed under their bar, "the hypervisor took 1.7%
+ * of the CPUs' time from this machine (steal; quiet is under 1%)". */
+void val_busy_reason(const ValQuiet *q, char *buf, size_t cap);
 /* {quiet (null: not measured), load, other_cpu_s, steal_s (null: not reported), verdict,
  * window_s, cores, cpu_s, other_share, other_share_max, steal_share_max, before {window_s, load,
  * other_cpu_s, other_share} (before: NULL or unmeasured: none)} */
