@@ -241,7 +241,6 @@ typedef struct {
     int last_quiet;           /* the window before the runs, then the timed runs' so far, was quiet */
     double (*try_s)[VAL_MAX_TRIES]; /* [n_rows]: each try's measured step, in order */
     int *n_tries;             /* [n_rows] */
-    int *best_try;            /* [n_rows]: the fastest try (0-based) */
     struct Outcome *outs;     /* [n_rows]: what each row came to, tabled once the runs end */
     char (*why)[320];         /* [n_rows]: a skipped row's reason */
     char (*grade)[16];        /* [n_rows]: "pass", "FAIL", "not graded" or "" */
@@ -255,7 +254,6 @@ typedef struct Outcome {
     double step_p, step_m, step_err; /* predicted and measured step, relative error */
     int mem_equal, comm_equal, ops, ops_ok;
     ValQuiet machine;                /* timed runs: the host during this run */
-    int tries;                       /* timed runs: how many were made (step_m: the fastest's) */
 } Outcome;
 
 /* What became of a row: beyond the largest layout (not run), refused, or compared. */
@@ -316,7 +314,6 @@ static int validation_open(Validation *v, const ValRequest *q, FILE *log, PxErro
     v->grade = calloc(n, sizeof *v->grade);
     v->try_s = calloc(n, sizeof *v->try_s);
     v->n_tries = calloc(n, sizeof *v->n_tries);
-    v->best_try = calloc(n, sizeof *v->best_try);
     v->table = open_memstream(&v->table_text, &v->table_len);
     v->json = cJSON_CreateObject();
     cJSON_AddStringToObject(v->json, "model", q->base.model.name);
@@ -325,8 +322,7 @@ static int validation_open(Validation *v, const ValRequest *q, FILE *log, PxErro
         cJSON_AddItemToObject(v->json, "host_check", val_host_json(&q->host));
     v->layouts = cJSON_AddArrayToObject(v->json, "layouts");
     if (!v->labels || !v->short_labels || !v->timed_label || !v->pred_ms || !v->meas_ms ||
-        !v->outs || !v->why || !v->grade || !v->table || !v->try_s || !v->n_tries ||
-        !v->best_try)
+        !v->outs || !v->why || !v->grade || !v->table || !v->try_s || !v->n_tries)
         return px_fail(err, PX_ERUNTIME, "out of memory");
     return PX_OK;
 }
@@ -346,7 +342,6 @@ static void validation_close(Validation *v)
     free(v->grade);
     free(v->try_s);
     free(v->n_tries);
-    free(v->best_try);
     val_host_snap_free(&v->first);
     val_host_snap_free(&v->last);
     val_host_snap_free(&v->run_start);
@@ -496,13 +491,21 @@ static void summarize(const RptCompare *c, Outcome *o)
     }
 }
 
+/* Row i's fastest try so far (0-based; the first of equals), of n_tries[i] > 0. */
+static int fastest(const Validation *v, int i)
+{
+    int best = 0;
+    for (int k = 1; k < v->n_tries[i]; k++)
+        best = v->try_s[i][k] < v->try_s[i][best] ? k : best;
+    return best;
+}
+
 /* Whether row i's fastest try has been matched: another try within VAL_MATCH of it. */
 static int fastest_matched(const Validation *v, int i)
 {
-    const int n = v->n_tries[i];
-    const double best = v->try_s[i][v->best_try[i]];
-    for (int k = 0; k < n; k++)
-        if (k != v->best_try[i] && v->try_s[i][k] <= (1 + VAL_MATCH) * best)
+    const int best = fastest(v, i);
+    for (int k = 0; k < v->n_tries[i]; k++)
+        if (k != best && v->try_s[i][k] <= (1 + VAL_MATCH) * v->try_s[i][best])
             return 1;
     return 0;
 }
@@ -532,10 +535,11 @@ static void add_layout_json(Validation *v, int index, const Layout *L, const cha
     cJSON_AddNumberToObject(cJSON_AddObjectToObject(lj, "measured"), "step_s", o->step_m);
     if (o->timing) {
         cJSON_AddNumberToObject(lj, "step_error", o->step_err);
-        cJSON_AddNumberToObject(lj, "tries", o->tries);
-        cJSON_AddBoolToObject(lj, "fastest_matched", o->tries > 1 && fastest_matched(v, index - 1));
+        const int tries = v->n_tries[index - 1];
+        cJSON_AddNumberToObject(lj, "tries", tries);
+        cJSON_AddBoolToObject(lj, "fastest_matched", tries > 1 && fastest_matched(v, index - 1));
         cJSON_AddItemToObject(lj, "step_s_tries",
-                              cJSON_CreateDoubleArray(v->try_s[index - 1], o->tries));
+                              cJSON_CreateDoubleArray(v->try_s[index - 1], tries));
         cJSON_AddNumberToObject(lj, "ops_over_1pct", o->ops);
         cJSON_AddNumberToObject(lj, "ops_within_15pct", o->ops_ok);
         cJSON_AddItemToObject(lj, "machine", val_quiet_json(&o->machine, NULL));
@@ -698,9 +702,7 @@ static int record_try(Validation *v, int i, cJSON **run, int last, PxError *err)
 {
     const int k = v->n_tries[i]++;
     v->try_s[i][k] = run_step(*run);
-    const int best = k == 0 || v->try_s[i][k] < v->try_s[i][v->best_try[i]];
-    if (best)
-        v->best_try[i] = k;
+    const int best = fastest(v, i) == k;
     if (!last) {
         if (best)
             best_files(v->q, i + 1, BEST_ASIDE);
@@ -718,6 +720,29 @@ static int record_try(Validation *v, int i, cJSON **run, int last, PxError *err)
     return *run ? PX_OK : PX_ERUNTIME;
 }
 
+/* Row i as each of its tries begins it: its ranks and whether it is timed, its label, and its
+ * spec (*s). ROW_BEYOND: larger than --max-ranks and not timed, not run; ROW_REFUSED: the model
+ * does not take it or the executor does not run it, v->why[i] says which and why. */
+enum { ROW_RUNS, ROW_REFUSED, ROW_BEYOND };
+static int row_begin(Validation *v, int i, Outcome *o, ModelSpec *s)
+{
+    const ValRequest *q = v->q;
+    const Layout *L = &v->rows[i];
+    memset(o, 0, sizeof *o);
+    o->ranks = L->dp * L->tp * L->pp * L->cp;
+    o->timing = o->ranks <= q->max_timing_ranks;
+    if (!o->timing && o->ranks > q->max_ranks)
+        return ROW_BEYOND;
+    *s = layout_spec(q, L);
+    layout_label(v->labels[i], sizeof v->labels[i], L, i < v->n_top, q->base.job.flash_attn);
+    PxError e2 = {0};
+    const char *whose, *why = refusal(q, s, o->ranks, &e2, &whose);
+    if (!why)
+        return ROW_RUNS;
+    snprintf(v->why[i], sizeof v->why[i], "%s: %s", whose, why);
+    return ROW_REFUSED;
+}
+
 /* One of the tries before the last: every timed layout the model and the executor take (only:
  * those whose fastest try is not matched yet), trained and its step recorded (record_try). Once
  * a run finds the machine busy, no more such tries: its rows will not be graded, and the last
@@ -731,15 +756,11 @@ static int timing_pass(Validation *v, int pass, int only, PxError *err)
             v->tries = pass + 1;
             return PX_OK;
         }
-        const Layout *L = &v->rows[i];
-        Outcome o = {.ranks = L->dp * L->tp * L->pp * L->cp};
-        if (o.ranks > q->max_timing_ranks || (only && (!v->n_tries[i] || fastest_matched(v, i))))
+        if (only && (!v->n_tries[i] || fastest_matched(v, i)))
             continue;
-        const ModelSpec s = layout_spec(q, L);
-        layout_label(v->labels[i], sizeof v->labels[i], L, i < v->n_top, q->base.job.flash_attn);
-        PxError e2 = {0};
-        const char *whose;
-        if (refusal(q, &s, o.ranks, &e2, &whose))
+        Outcome o;
+        ModelSpec s;
+        if (row_begin(v, i, &o, &s) != ROW_RUNS || !o.timing)
             continue;
         timed_open(v);
         if (!v->last_quiet) { /* busy before the runs: the last try is the only one */
@@ -771,19 +792,15 @@ static int validate_layout(Validation *v, int i, PxError *err)
 {
     const ValRequest *q = v->q;
     const Layout *L = &v->rows[i];
-    Outcome o = {.ranks = L->dp * L->tp * L->pp * L->cp};
-    o.timing = o.ranks <= q->max_timing_ranks;
-    if (!o.timing && o.ranks > q->max_ranks)
+    const char *label = v->labels[i];
+    Outcome o;
+    ModelSpec s;
+    const int begun = row_begin(v, i, &o, &s);
+    if (begun == ROW_BEYOND)
         return PX_OK;
-    const ModelSpec s = layout_spec(q, L);
-    char *label = v->labels[i];
-    layout_label(label, sizeof v->labels[i], L, i < v->n_top, q->base.job.flash_attn);
-    PxError e2 = {0};
-    const char *whose, *why = refusal(q, &s, o.ranks, &e2, &whose);
-    if (why) { /* the model does not take this layout, or the executor does not run it */
+    if (begun == ROW_REFUSED) {
         o.state = ROW_SKIPPED;
         v->outs[i] = o;
-        snprintf(v->why[i], sizeof v->why[i], "%s: %s", whose, why);
         return PX_OK;
     }
     cJSON *pj = NULL, *run = NULL;
@@ -804,7 +821,6 @@ static int validate_layout(Validation *v, int i, PxError *err)
             cJSON_Delete(pj);
             return rc;
         }
-        o.tries = v->n_tries[i];
     }
     run_losses(run, &o);
     RptCompare c;
@@ -994,11 +1010,12 @@ static void tries_note(Validation *v, FILE *term)
         const Outcome *o = &v->outs[i];
         if (o->state != ROW_RAN || !o->timing)
             continue;
+        const int tries = v->n_tries[i];
         n++;
-        most = o->tries > most ? o->tries : most;
-        least = o->tries < least ? o->tries : least;
+        most = tries > most ? tries : most;
+        least = tries < least ? tries : least;
         double lo = v->try_s[i][0], hi = lo;
-        for (int k = 1; k < o->tries; k++)
+        for (int k = 1; k < tries; k++)
             lo = fmin(lo, v->try_s[i][k]), hi = fmax(hi, v->try_s[i][k]);
         if (lo > 0 && hi / lo - 1 > gap)
             gap = hi / lo - 1, worst = i;
