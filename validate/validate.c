@@ -650,21 +650,47 @@ static void timed_close(Validation *v, int index, Outcome *o, cJSON *run)
     px_json_write_file(path, run, &e2); /* the run's own record; the validation's JSON has it too */
 }
 
-/* "[ 3/18] dp2 tp1 ... (2 ranks)": on a terminal one line rewritten, else a line per layout. */
+/* "[ 3/18] dp2 tp1 ... (2 ranks)": on a terminal one line rewritten for each run; off a
+ * terminal (a log, a CI job) the passes' own lines (pass_progress) say enough, and the answer
+ * is not buried under a line per try. */
 enum { TRY_PLANNED, TRY_MATCHING, TRY_LAST };
 static void progress(Validation *v, int i, int ranks, int try, int tries, int kind)
 {
     if (!v->log)
         return;
     const int tty = isatty(fileno(v->log));
+    if (!tty)
+        return;
     char t[64] = "";
     if (tries > 1 && try <= tries && kind != TRY_MATCHING)
         snprintf(t, sizeof t, ", try %d of %d", try, tries);
     else if (tries > 1)
         snprintf(t, sizeof t, ", try %d%s", try,
                  kind == TRY_LAST ? ", the last" : ": its fastest not matched yet");
-    fprintf(v->log, "%s[%2d/%d] running %s (%d rank%s%s)%s", tty ? "\r\033[K" : "", i + 1,
-            v->n_rows, v->labels[i], ranks, ranks > 1 ? "s" : "", t, tty ? "" : "\n");
+    fprintf(v->log, "\r\033[K[%2d/%d] running %s (%d rank%s%s)", i + 1, v->n_rows, v->labels[i],
+            ranks, ranks > 1 ? "s" : "", t);
+    fflush(v->log);
+}
+
+/* Off a terminal, a line as each pass over the layouts begins: "validate: timing pass 2 of 5
+ * (21.4 s so far)"; pass 0 is the last one, which also checks memory and communication. */
+static void pass_progress(Validation *v, int pass, int only, double t0)
+{
+    if (!v->log || isatty(fileno(v->log)))
+        return;
+    const double so_far = px_now_s() - t0;
+    if (!pass)
+        fprintf(v->log,
+                "validate: last pass: every layout, the timed ones with their last try, memory "
+                "and communication (%.1f s so far)\n",
+                so_far);
+    else if (only)
+        fprintf(v->log,
+                "validate: timing pass %d: the layouts whose fastest try no other has matched "
+                "yet (%.1f s so far)\n",
+                pass, so_far);
+    else
+        fprintf(v->log, "validate: timing pass %d of %d (%.1f s so far)\n", pass, v->tries, so_far);
     fflush(v->log);
 }
 
@@ -1137,13 +1163,20 @@ int val_run(const ValRequest *q, cJSON **json_out, FILE *log, PxError *err)
     Validation v;
     int rc = validation_open(&v, q, log, err);
     v.tries = q->tries > 0 ? q->tries : 1;
+    const double t0 = px_now_s();
     int pass = 1;
-    for (; !rc && pass < v.tries; pass++)
+    for (; !rc && pass < v.tries && !v.busy; pass++) {
+        pass_progress(&v, pass, 0, t0);
         rc = timing_pass(&v, pass, 0, err);
+    }
     /* the rows whose fastest try no other matched: more tries, up to twice as many in all */
     const int most = 2 * v.tries < VAL_MAX_TRIES ? 2 * v.tries : VAL_MAX_TRIES;
-    for (; !rc && v.tries > 1 && !v.busy && pass < most && unmatched(&v); pass++)
+    for (; !rc && v.tries > 1 && !v.busy && pass < most && unmatched(&v); pass++) {
+        pass_progress(&v, pass, 1, t0);
         rc = timing_pass(&v, pass, 1, err);
+    }
+    if (!rc)
+        pass_progress(&v, 0, 0, t0);
     for (int i = 0; !rc && i < v.n_rows; i++)
         rc = validate_layout(&v, i, err);
     if (!rc) {
