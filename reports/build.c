@@ -893,6 +893,8 @@ static void put_header(const RptRequest *q, Page *pg)
 {
     if (q->train_tokens > 0)
         pg->hdr.train_tokens = q->train_tokens;
+    if (q->layout_note)
+        px_strlcpy(pg->hdr.note, q->layout_note, sizeof pg->hdr.note);
     char *text = rpt_header_markdown(&pg->hdr, q->gpu_hour_price, NULL, NULL);
     if (!text)
         return;

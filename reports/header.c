@@ -38,6 +38,7 @@ int rpt_header_from_plan(RptHeader *h, const cJSON *plan_json, const cJSON *run,
     px_strlcpy(h->cluster, plan.profile.name, sizeof h->cluster);
     px_strlcpy(h->device, plan.profile.device.name, sizeof h->device);
     h->gpus = plan.gpus;
+    h->cpu = prof_device_is_cpu(&plan.profile.device);
     h->node_devices = plan.profile.node_devices;
     h->spec = plan.spec;
     h->have_layout = 1;
@@ -57,8 +58,8 @@ int rpt_header_from_plan(RptHeader *h, const cJSON *plan_json, const cJSON *run,
         if (isfinite(h->measured_step_s))
             snprintf(h->basis, sizeof h->basis, "the plan's prediction and the run's measured step");
     }
-    snprintf(h->title, sizeof h->title, "%s on %s, %d GPU%s", h->model, h->cluster, h->gpus,
-             h->gpus == 1 ? "" : "s");
+    snprintf(h->title, sizeof h->title, "%s on %s, %d %s%s", h->model, h->cluster, h->gpus,
+             h->cpu ? "CPU rank" : "GPU", h->gpus == 1 ? "" : "s");
     model_plan_free(&plan);
     return PX_OK;
 }
@@ -158,10 +159,11 @@ char *rpt_header_markdown(const RptHeader *h, double price, const char *date, co
                 h->node_devices);
     else if (h->cluster[0])
         fprintf(f, "| cluster | %s: %s, one node |\n", h->cluster, h->device[0] ? h->device : "?");
+    const char *per = h->cpu ? "CPU rank" : "GPU"; /* what one rank of the job is */
     if (h->gpus > 0)
-        fprintf(f, "| GPUs | %d |\n", h->gpus);
+        fprintf(f, "| %ss | %d |\n", per, h->gpus);
     if (lay[0])
-        fprintf(f, "| layout | %s |\n", lay);
+        fprintf(f, "| layout | %s%s%s |\n", lay, h->note[0] ? "; " : "", h->note);
     if (h->have_layout) /* a run alone names no layout to export */
         fprintf(f, "| framework | %s (`parallax export` writes its settings, and those of the others) |\n",
                 h->framework);
@@ -173,13 +175,13 @@ char *rpt_header_markdown(const RptHeader *h, double price, const char *date, co
         fputs(" |\n", f);
     }
     if (isfinite(h->tokens_per_s))
-        fprintf(f, "| tokens/s | %s (the whole job; %s per GPU) |\n", si(a, sizeof a, h->tokens_per_s),
-                si(b, sizeof b, h->gpus > 0 ? h->tokens_per_s / h->gpus : NAN));
+        fprintf(f, "| tokens/s | %s (the whole job; %s per %s) |\n", si(a, sizeof a, h->tokens_per_s),
+                si(b, sizeof b, h->gpus > 0 ? h->tokens_per_s / h->gpus : NAN), per);
     if (isfinite(h->mfu))
         fprintf(f, "| MFU | %.1f%% (model FLOPs, recompute not counted, over the dense 16-bit peak) |\n",
                 100 * h->mfu);
     if (isfinite(h->tflops_per_gpu))
-        fprintf(f, "| hardware TFLOP/s per GPU | %s (recompute counted) |\n",
+        fprintf(f, "| hardware TFLOP/s per %s | %s (recompute counted) |\n", per,
                 rpt_fmt_sig(a, sizeof a, h->tflops_per_gpu, 3));
     if (isfinite(h->bubble_fraction))
         fprintf(f, "| pipeline bubble | %.1f%% of the busiest stage's compute time; %.1f%% of its pipeline time "

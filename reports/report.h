@@ -164,6 +164,8 @@ typedef struct {
     double measured_step_s; /* the run's median step, NAN without a run */
     double train_tokens;    /* the token budget, 0: none given */
     char basis[160];        /* where the figures come from */
+    int cpu;                /* the plan's device is a CPU: its ranks are "CPU ranks", not GPUs */
+    char note[240];         /* after the layout (a validation: which of its rows this is), or "" */
 } RptHeader;
 
 /* Nothing known: every figure NAN, the framework Megatron-LM. */
@@ -203,6 +205,7 @@ typedef struct {
     const cJSON *validation;
     double gpu_hour_price; /* $ per GPU-hour for the header's cost; 0: not priced */
     double train_tokens;   /* > 0: the header's token budget, over the plan's */
+    const char *layout_note; /* the header's note after the layout (NULL: none) */
     FILE *progress;        /* a line per phase (NULL: silent) */
 } RptRequest;
 

@@ -338,25 +338,29 @@ def check_page(b, rdir, what):
     return page
 
 
-def check_header(page, what, plan, run_json, tokens, price):
+def check_header(page, what, plan, run_json, tokens, price, row=None):
     """The header: the title names model, cluster and GPUs; the table of figures HEADER_KEYS in order,
     each the plan's (and run's) figure as the page formats it."""
     pred = plan["prediction"]
     model, gpus = plan["model"]["name"], plan["gpus"]
+    # a CPU profile's ranks are CPU ranks (prof_device_is_cpu: the device named cpu...)
+    per = "CPU rank" if plan["profile"]["device"]["name"].startswith("cpu") else "GPU"
     title = [h for h in page["h1"]]
-    if len(title) != 1 or not title[0].endswith(f": {model} on {plan['profile']['name']}, {gpus} GPUs"):
-        fail(f"{what}: title {title}; expected it to name {model}, the cluster and {gpus} GPUs")
+    if len(title) != 1 or not title[0].endswith(f": {model} on {plan['profile']['name']}, {gpus} {per}s"):
+        fail(f"{what}: title {title}; expected it to name {model}, the cluster and {gpus} {per}s")
     t = [t for t in page["tables"] if t["heading"] == title[0]]
     if len(t) != 1:
         fail(f"{what}: expected one header table under the title, found {len(t)}")
     rows = dict((r[0], r[1]) for r in t[0]["rows"])
     keys = [r[0] for r in t[0]["rows"]]
-    if keys != HEADER_KEYS:
-        fail(f"{what}: header rows {keys} != {HEADER_KEYS}")
+    want_keys = [k.replace("GPU", per) for k in HEADER_KEYS]
+    if keys != want_keys:
+        fail(f"{what}: header rows {keys} != {want_keys}")
+    rows = dict((k.replace(per, "GPU"), v) for k, v in rows.items())
     step = pred["time"]["step_s"]
     want = {"model": model, "GPUs": str(gpus),
             "tokens/s": f"{si3(pred['throughput']['tokens_per_s'])} (the whole job; "
-                        f"{si3(pred['throughput']['tokens_per_s'] / gpus)} per GPU)",
+                        f"{si3(pred['throughput']['tokens_per_s'] / gpus)} per {per})",
             "MFU": f"{100 * pred['throughput']['mfu']:.1f}% (model FLOPs, recompute not counted, over the dense "
                    "16-bit peak)",
             "hardware TFLOP/s per GPU": f"{sig3(pred['throughput']['tflops_per_gpu'])} (recompute counted)",
@@ -378,6 +382,9 @@ def check_header(page, what, plan, run_json, tokens, price):
     for k, v in want.items():
         if rows[k] != v:
             fail(f"{what}: header '{k}' is '{rows[k]}', expected '{v}'")
+    # a validation's header says which of its rows it describes
+    if row is not None and f"; validation row {row} (" not in rows["layout"]:
+        fail(f"{what}: header's layout '{rows['layout']}' does not name validation row {row}")
     # the build's git describe: a commit of this checkout's history, HEAD or before it (the binary
     # may predate the last commit); "unknown" outside a git checkout
     src = os.path.dirname(os.path.abspath(__file__))
@@ -489,7 +496,7 @@ def check(px, max_ranks, exe, tmp):
     b = Browser(exe, tmp)
     try:
         page = check_page(b, rdir, "validation")
-        check_header(page, "validation", plan, json.load(open(run_path)), 0, 0)
+        check_header(page, "validation", plan, json.load(open(run_path)), 0, 0, pick)
         check_host(page, "validation", validation)
         t = table(page["tables"], "Validation: predicted against measured")
         expect_rows("validation", t, len(layouts), f"{len(layouts)} layouts in validate --json")

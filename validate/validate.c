@@ -1120,7 +1120,19 @@ static int write_report(Validation *v, PxError *err)
     char *text = v->table_text ? strdup(v->table_text) : NULL;
     RptSection sec = {"Validation: predicted against measured",
                       v->n_timed > 0 ? "validation" : NULL, text};
+    /* the header and the charts below it describe one row: say which */
+    char note[240];
+    const int row = v->pick ? v->pick : 1;
+    const cJSON *graded = cJSON_GetObjectItemCaseSensitive(v->json, "graded");
+    const int timed = cJSON_GetObjectItemCaseSensitive(v->json, "median_abs_error") != NULL;
+    snprintf(note, sizeof note,
+             "validation row %d (of the timed rows, the first with the most pipeline stages: the "
+             "charts below draw it)%s",
+             row, timed && cJSON_IsFalse(graded)
+                      ? "; its measured step is not graded (the verdict below says why)"
+                      : "");
     RptRequest rq = {.dir = q->dir, .title = "parallax validation", .plan = pj, .run = rj,
+                     .layout_note = note,
                      .base = &q->base, .cluster = q->cluster, .gpus = q->scaling_gpus,
                      .n_gpus = q->n_scaling_gpus, .landscape = q->n_scaling_gpus > 0,
                      .extra = &sec, .n_extra = 1, .validation = v->json};
