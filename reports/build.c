@@ -813,6 +813,16 @@ static char *host_text(const cJSON *v)
             host_row(f, "memory bandwidth after the timed runs (GB/s)", ha, "memory_bandwidth",
                      "memory_bandwidth_calibrated", 1e9);
         }
+        int busy = 0;
+        for (int k = 0; k < 2; k++) { /* a probe on a busy machine judges nothing */
+            const cJSON *p = k ? ha : h;
+            const cJSON *why = cJSON_GetObjectItemCaseSensitive(p, "busy_why");
+            if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(p, "busy")) && cJSON_IsString(why) &&
+                ++busy)
+                fprintf(f, "\nThe probe %s was not judged: during it %s, so its change says how "
+                           "busy the machine was, not how fast the host is.\n",
+                        k ? "after the timed runs" : "before the timed runs", why->valuestring);
+        }
         if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ha, "drifted")))
             fputs("\n**Not graded: the host drifted during the timed runs** from its calibrated rates, so the "
                   "errors below include the drift (calibrate again and run again).\n",
@@ -824,6 +834,10 @@ static char *host_text(const cJSON *v)
                   "calibrated rates, so the errors below include the drift (`parallax validate --recalibrate` "
                   "calibrates again first).\n",
                   f);
+        else if (busy && busy == 1 + cJSON_IsObject(ha))
+            fputs("\nSo nothing says whether this host still runs at its calibrated rates.\n", f);
+        else if (busy)
+            fputs("\nThe other probe found the host as it was calibrated.\n", f);
         else
             fprintf(f, "\nThe host ran as when it was calibrated, before the timed runs%s: the predictions' "
                        "rates hold here.\n",

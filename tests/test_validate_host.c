@@ -56,6 +56,54 @@ static void test_compare(void)
     CHECK_EQ_INT(0, h.probed);
 }
 
+/* a probe while other processes took the cores: a slower one is the load's doing, not judged;
+ * ten times slower, or faster, is the profile's, still drifted */
+static void test_busy(void)
+{
+    ProfMeasured m;
+    memset(&m, 0, sizeof m);
+    snprintf(m.date, sizeof m.date, "2026-11-20");
+    m.peak_flops = 100e9;
+    m.memory_bandwidth = 40e9;
+    ValQuiet w;
+    memset(&w, 0, sizeof w);
+    w.measured = 1;
+    w.other_share = 0.89;
+    w.steal_share = 0;
+    ValHostCheck h;
+    val_host_compare(&m, 25e9, 18e9, &h);
+    CHECK_EQ_INT(1, h.drifted);
+    val_host_busy(&h, &w);
+    CHECK_EQ_INT(1, h.busy);
+    CHECK_EQ_INT(0, h.drifted);
+    CHECK_STR("host check: GEMM 25.0 GFLOP/s now, 100.0 when calibrated on 2026-11-20 (-75.0%); "
+              "memory 18.0 GB/s now, 40.0 (-55.0%): not judged: during the probe other processes "
+              "took 89% of the cores' time (quiet is under 5%), so the change says how busy the "
+              "machine was, not how fast the host is (do not calibrate now)\n",
+              printed(&h, &m));
+    cJSON *j = val_host_json(&h);
+    CHECK(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "busy")));
+    CHECK_STR(h.busy_why, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "busy_why")));
+    cJSON_Delete(j);
+    /* ten times slower or more: no load explains it */
+    val_host_compare(&m, 10e9, 30e9, &h);
+    val_host_busy(&h, &w);
+    CHECK_EQ_INT(0, h.busy);
+    CHECK_EQ_INT(1, h.drifted);
+    /* faster than calibrated: neither */
+    val_host_compare(&m, 125e9, 40e9, &h);
+    val_host_busy(&h, &w);
+    CHECK_EQ_INT(0, h.busy);
+    CHECK_EQ_INT(1, h.drifted);
+    /* a quiet window judges as before; steal alone does not make the probe busy */
+    val_host_compare(&m, 75e9, 40e9, &h);
+    w.other_share = 0.04;
+    w.steal_share = 0.05;
+    val_host_busy(&h, &w);
+    CHECK_EQ_INT(0, h.busy);
+    CHECK_EQ_INT(1, h.drifted);
+}
+
 /* the figures travel through the profile's JSON */
 static void test_profile_json(void)
 {
@@ -83,6 +131,7 @@ int main(void)
 {
     px_log_set_quiet(1);
     test_compare();
+    test_busy();
     test_profile_json();
     TEST_DONE("validate_host");
 }

@@ -993,14 +993,12 @@ static void probe_after(Validation *v)
     const ProfMeasured *m = v->q->cluster->measured;
     if (!v->q->host.probed || !v->timed_started || !m)
         return;
-    double peak = 0, bw = 0;
     PxError err = {0};
-    if (calib_probe(CALIB_DEFAULT_BACKEND, m->quick, &peak, &bw, &err)) {
+    if (val_host_probe(m, &v->host_after, &err)) {
         if (v->log)
             fprintf(v->log, "host check after the timed runs: not made: %s\n", err.msg);
         return;
     }
-    val_host_compare(m, peak, bw, &v->host_after);
     if (v->log) {
         fputs("after the timed runs, ", v->log);
         val_host_print(v->log, &v->host_after, m);
@@ -1237,7 +1235,41 @@ cJSON *val_host_json(const ValHostCheck *h)
     cJSON_AddNumberToObject(j, "memory_bandwidth_calibrated", h->bw_ref);
     cJSON_AddBoolToObject(j, "drifted", h->drifted);
     cJSON_AddBoolToObject(j, "recalibrated", h->recalibrated);
+    cJSON_AddBoolToObject(j, "busy", h->busy);
+    if (h->busy)
+        cJSON_AddStringToObject(j, "busy_why", h->busy_why);
     return j;
+}
+
+void val_host_busy(ValHostCheck *h, const ValQuiet *w)
+{
+    /* other processes only: a jiffy of steal in a window this short crosses its bar, and
+     * steal that slows the probe slows the runs as much (the drift says so) */
+    const int explained = h->peak_change <= VAL_HOST_DRIFT && h->bw_change <= VAL_HOST_DRIFT &&
+                          h->peak_change > -VAL_BUSY_EXPLAINS && h->bw_change > -VAL_BUSY_EXPLAINS;
+    if (h->probed && w->measured && w->other_share > VAL_QUIET_OTHER && explained) {
+        h->busy = 1;
+        h->drifted = 0;
+        val_busy_reason(w, h->busy_why, sizeof h->busy_why);
+    }
+}
+
+int val_host_probe(const ProfMeasured *m, ValHostCheck *h, PxError *err)
+{
+    ValHostSnap a = {0}, b = {0};
+    val_host_snap(&a);
+    double peak = 0, bw = 0;
+    int rc = calib_probe(CALIB_DEFAULT_BACKEND, m->quick, &peak, &bw, err);
+    val_host_snap(&b);
+    if (!rc) {
+        val_host_compare(m, peak, bw, h);
+        ValQuiet w;
+        val_quiet_judge(&a, &b, &w);
+        val_host_busy(h, &w);
+    }
+    val_host_snap_free(&a);
+    val_host_snap_free(&b);
+    return rc;
 }
 
 void val_host_print(FILE *f, const ValHostCheck *h, const ProfMeasured *m)
@@ -1248,6 +1280,12 @@ void val_host_print(FILE *f, const ValHostCheck *h, const ProfMeasured *m)
                "memory %.1f GB/s now, %.1f (%+.1f%%)",
             h->peak / 1e9, h->peak_ref / 1e9, m && m->date[0] ? m->date : "?", 100 * h->peak_change,
             h->bw / 1e9, h->bw_ref / 1e9, 100 * h->bw_change);
+    if (h->busy) {
+        fprintf(f, ": not judged: during the probe %s, so the change says how busy the machine "
+                   "was, not how fast the host is (do not calibrate now)\n",
+                h->busy_why);
+        return;
+    }
     if (!h->drifted) {
         fprintf(f, ": within %.0f%%\n", 100 * VAL_HOST_DRIFT);
         return;
@@ -1272,13 +1310,14 @@ int val_host_check(ValRequest *q, int recalibrate, FILE *log, PxError *err)
                          "device figures (run parallax calibrate to add them)\n");
         return PX_OK;
     }
-    double peak = 0, bw = 0;
-    int rc = calib_probe(CALIB_DEFAULT_BACKEND, m->quick, &peak, &bw, err);
+    int rc = val_host_probe(m, &q->host, err);
     if (rc)
         return rc;
-    val_host_compare(m, peak, bw, &q->host);
     if (log)
         val_host_print(log, &q->host, m);
+    if (q->host.busy && recalibrate && log)
+        fprintf(log, "host check: --recalibrate: not now: a calibration on a busy machine would "
+                     "measure the load\n");
     if (!q->host.drifted || !recalibrate)
         return PX_OK;
     if (log) {

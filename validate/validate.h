@@ -33,8 +33,10 @@ typedef struct {
     double peak, bw;               /* probed now: FLOP/s, B/s */
     double peak_ref, bw_ref;       /* the profile's, from calibrate */
     double peak_change, bw_change; /* now / then - 1 */
-    int drifted;                   /* either change beyond VAL_HOST_DRIFT */
+    int drifted;                   /* either change beyond VAL_HOST_DRIFT, on a quiet machine */
     int recalibrated;              /* val_host_check calibrated again: load the profile again */
+    int busy;                      /* other work shared the CPUs during the probe (not drifted) */
+    char busy_why[200];            /* val_busy_reason of the probe's window, when busy */
 } ValHostCheck;
 
 /* Is the machine quiet? Step times measured while other work shares the CPUs say how busy the
@@ -153,6 +155,14 @@ void val_print_header(FILE *f, const ValRequest *q);
 /* The probe's figures (peak FLOP/s, bw B/s) against the calibrated profile's measured section:
  * fills h (probed 0, and nothing else, where m has no figures). */
 void val_host_compare(const ProfMeasured *m, double peak, double bw, ValHostCheck *h);
+/* The probe of m's figures, with the machine watched while it runs: where other processes
+ * took more than the quiet bar, a slower probe says how busy the machine was, not how fast the
+ * host is, so h is marked busy (with the reason) and not drifted. Load explains a probe up to
+ * ten times slower (VAL_BUSY_EXPLAINS), never a faster one: those stay drifted. */
+#define VAL_BUSY_EXPLAINS 0.9
+/* That judgement of h (val_host_compare's) over the probe's window w. */
+void val_host_busy(ValHostCheck *h, const ValQuiet *w);
+int val_host_probe(const ProfMeasured *m, ValHostCheck *h, PxError *err);
 /* "host check: GEMM 52.3 GFLOP/s now, 51.9 when calibrated on <date> (+0.8%); ..." and, beyond
  * VAL_HOST_DRIFT, by how much the host is faster or slower and what to run. */
 void val_host_print(FILE *f, const ValHostCheck *h, const ProfMeasured *m);
