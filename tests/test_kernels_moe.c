@@ -406,7 +406,7 @@ static void test_drop(void)
 }
 
 /* The all-gather dispatcher's dense routing: 3 tokens over E 4, topk 2; the dense rows and
- * map, back for the experts [2, 4) in ascending order (the others dropped, keeping their
+ * map, back for the experts [1, 3) in ascending order (the others dropped, keeping their
  * expert), and a dense gradient picked by a token's own order. */
 static void test_dense(void)
 {
@@ -423,19 +423,21 @@ static void test_dense(void)
     }
     int32_t li[6];
     float lw[6];
-    K->moe_sparse(li, lw, probs, map, 3, 2, 4, 2, 4);
-    /* token 0: experts 1 (not local: -2), 3; token 1: 0 (-1), 2; token 2: 2, then none (-1, 0) */
-    const int32_t want_i[6] = {-2, 3, -1, 2, 2, -1};
+    K->moe_sparse(li, lw, probs, map, 3, 2, 4, 1, 3);
+    /* token 0: experts 1, 3 (not local: -4); token 1: 0 (-1), 2; token 2: 2, then none (-1, 0) */
+    const int32_t want_i[6] = {1, -4, -1, 2, 2, -1};
     const float want_w[6] = {0.25f, 0.75f, 0.5f, 0.5f, 0.875f, 0};
     for (int i = 0; i < 6; i++) {
         CHECK_EQ_INT(want_i[i], li[i]);
         CHECK_REL(want_w[i], lw[i], 0);
     }
-    /* only the local copies take part: dense from (li, lw) holds experts 2 and 3 alone */
+    /* only the local copies take part: dense from (li, lw) holds experts 1 and 2 alone */
     K->moe_dense(probs, NULL, li, lw, 3, 2, 4);
-    CHECK_REL(0, probs[1], 0);
-    CHECK_REL(0.75f, probs[3], 0);
+    CHECK_REL(0.25f, probs[1], 0);
+    CHECK_REL(0, probs[3], 0);
+    CHECK_REL(0, probs[4], 0);
     CHECK_REL(0.5f, probs[6], 0);
+    CHECK_REL(0.875f, probs[10], 0);
     float dw[6];
     const float g[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
     K->moe_pick(dw, g, idx, 3, 2, 4);
