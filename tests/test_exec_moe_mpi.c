@@ -299,8 +299,10 @@ static void write_plan(const ModelSpec *s, const char *cluster, int gpus, const 
 static void check_compare(const Layout *L, const ModelSpec *sp, const cJSON *ml, const cJSON *cr);
 
 /* The all-gather dispatcher's run against the same layout's all-to-all one, step by step: the
- * same model whichever way its rows travel (the sums of a token's copies and of the weights'
- * gradient are in other orders, so to 1e-5 relative in fp32, 1e-3 on CUDA in bf16). */
+ * same model whichever way its rows travel. The sums of a token's copies and of the weights'
+ * gradient are in other orders: in fp32 the losses were equal or within 1.3e-8 (2.5e-9
+ * relative), so 1e-6 relative, which the router's weight gradient read from the wrong buffer
+ * (1.2e-5 off in 5 steps) fails; 1e-3 on CUDA in bf16. */
 static void check_same_as_alltoall(const Layout *L, const ModelSpec *s, const cJSON *run)
 {
     ModelSpec a2a = *s;
@@ -318,7 +320,7 @@ static void check_same_as_alltoall(const Layout *L, const ModelSpec *s, const cJ
     double worst = 0;
     for (int i = 0; i < cJSON_GetArraySize(ms); i++) {
         const double a = num(cJSON_GetArrayItem(os, i), "loss"), b = num(cJSON_GetArrayItem(ms, i), "loss");
-        CHECK_REL(a, b, L->cuda ? 1e-3 : 1e-5);
+        CHECK_REL(a, b, L->cuda ? 1e-3 : 1e-6);
         worst = fabs(b - a) > worst ? fabs(b - a) : worst;
     }
     printf("%-16s against the all-to-all dispatcher: final loss %.6f, max |diff| %.2e\n", L->name,
