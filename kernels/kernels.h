@@ -324,6 +324,19 @@ struct KernBackend {
      * (overwritten, fp32) */
     void (*moe_unpermute_bwd)(void *deout, float *dw, const void *dy, const void *eout,
                               const float *w, const int32_t *idx, int N, int C, int topk, int E);
+    /* Megatron-Core's all-gather dispatcher (docs/moe.md, "The all-gather dispatcher") sends
+     * the routing as dense [N,E] rows. probs[n,e] = w[n,k] where idx[n,k] = e, 0 elsewhere
+     * (overwritten); map[n,e] (may be NULL) 1 there, 0 elsewhere. Dropped copies are left
+     * out. */
+    void (*moe_dense)(float *probs, uint8_t *map, const int32_t *idx, const float *w, int N,
+                      int topk, int E);
+    /* Back from dense rows, for the experts e0 <= e < e1: idx[n,j], w[n,j] (overwritten) the
+     * token's experts of map[n,:] in ascending order with their probs, those outside [e0, e1)
+     * marked dropped (kern_moe_expert_of); slots past the map's ones dropped, weight 0. */
+    void (*moe_sparse)(int32_t *idx, float *w, const float *probs, const uint8_t *map, int N,
+                       int topk, int E, int e0, int e1);
+    /* dw[n,k] = probs[n, idx[n,k]] (overwritten; 0 for a dropped copy) */
+    void (*moe_pick)(float *dw, const float *probs, const int32_t *idx, int N, int topk, int E);
 
     /* ---- FP8 (KernFp8 above; docs/fp8.md) ---- */
     /* q (a KernFp8 tensor of layout f) from x: x holds act elements [rows, cols], or [cols,

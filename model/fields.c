@@ -439,7 +439,7 @@ static const ModelField fields[] = {
      .help = "route tokens round-robin (Megatron's --moe-router-force-load-balancing): imbalance 1"},
     {.id = MODEL_FIELD_MOE_DISPATCHER, .key = "moe_dispatcher", .type = MODEL_FT_ENUM, JOB(moe_dispatcher),
      NAMES(moe_dispatcher_names), .shown = shown_if_set, .flag = "moe-dispatcher", .metavar = "D",
-     .help = "MoE token dispatcher: alltoall (default) | allgather (Megatron's --moe-token-dispatcher-type; simulator only)"},
+     .help = "MoE token dispatcher: alltoall (default) | allgather (Megatron's --moe-token-dispatcher-type)"},
     {.id = MODEL_FIELD_MOE_CAPACITY_FACTOR, .key = "moe_capacity_factor", .type = MODEL_FT_DOUBLE,
      JOB(moe_capacity_factor), .lo = 0, .hi = 1e3, .shown = shown_never, .flag = "moe-capacity-factor",
      .metavar = "F",

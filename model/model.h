@@ -762,6 +762,8 @@ typedef enum {
     /* a MoE layer's saved activations (model_moe_acts), after the layer's */
     MODEL_TR_ROUTER_PROBS, MODEL_TR_ROUTE_IDX, MODEL_TR_ROUTE_W, MODEL_TR_EXP_IN,
     MODEL_TR_EXP_ACT_IN, MODEL_TR_EXP_FC2_IN, MODEL_TR_EXP_OUT,
+    /* the all-gather dispatcher's: the gathered tokens' routing to this rank's experts */
+    MODEL_TR_EP_IDX, MODEL_TR_EP_W,
     /* multi-head latent attention's saved latents */
     MODEL_TR_Q_LAT, MODEL_TR_KV_LAT,
     /* a MoE layer's workspace and all-to-all buffers */
@@ -785,13 +787,16 @@ typedef enum {
     MODEL_TR_CP_OUT_PART, MODEL_TR_CP_LSE_PART, MODEL_TR_CP_DKV_PART,
     /* multi-head latent attention's temporaries (model_mla_work) */
     MODEL_TR_WS_MLA,
+    /* the all-gather dispatcher's buffers over etp x ep: the gathered tokens (and the outputs
+     * reduce-scattered), the gathered dense scores and routing map, the weights' gradient */
+    MODEL_TR_EP_GATHER, MODEL_TR_EP_PROBS, MODEL_TR_EP_MAP, MODEL_TR_EP_DW,
     MODEL_TR_COUNT
 } ModelTensorRole;
 
 /* A layer's saved activations: roles MODEL_TR_LN1_IN ... MODEL_TR_MLP_DROP_MASK; a MoE layer's
- * add MODEL_TR_ROUTER_PROBS ... MODEL_TR_EXP_OUT. */
+ * add MODEL_TR_ROUTER_PROBS ... MODEL_TR_EP_W. */
 enum { MODEL_LAYER_ACTS = MODEL_TR_MLP_DROP_MASK - MODEL_TR_LN1_IN + 1 };
-enum { MODEL_MOE_ACTS = MODEL_TR_EXP_OUT - MODEL_TR_ROUTER_PROBS + 1 };
+enum { MODEL_MOE_ACTS = MODEL_TR_EP_W - MODEL_TR_ROUTER_PROBS + 1 };
 /* Multi-head latent attention's: MODEL_TR_Q_LAT, MODEL_TR_KV_LAT. */
 enum { MODEL_MLA_ACTS = MODEL_TR_KV_LAT - MODEL_TR_Q_LAT + 1 };
 

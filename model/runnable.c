@@ -31,8 +31,13 @@ const char *model_exec_cp_limit(const ModelSpec *s, const ModelDims *d)
 static const char *moe_limit(const ModelSpec *s, const ModelDims *d)
 {
     const ModelMoe *mo = &s->model.moe;
+    const int ag = s->job.moe_dispatcher == MODEL_MOE_DISPATCH_ALLGATHER;
     return mo->capacity_factor > 0 && d->fp8 != MODEL_FP8_NONE
                ? "a capacity factor (token dropping) runs with bf16, fp16 or fp32 experts, not FP8"
+           : ag && (mo->capacity_factor > 0 || d->fp8 != MODEL_FP8_NONE)
+               ? "the all-gather dispatcher (training.moe_dispatcher allgather) runs without a "
+                 "capacity factor and without FP8 GEMMs (make the plan with --moe-dispatcher "
+                 "alltoall)"
            : s->model.mlp != MODEL_SWIGLU ? "the experts must be SwiGLU"
            : mo->shared_gate && d->sff_loc > 0 && (d->fp8 != MODEL_FP8_NONE || s->model.bias)
                ? "the shared experts' gate runs without FP8 and without the MLP's biases"
@@ -209,11 +214,6 @@ int model_exec_refusal(const ModelSpec *s, const ModelDims *d, int gpu, char *wh
                  "model %s: the executor runs multi-head latent attention (mla.kv_lora_rank %d) "
                  "with limits: %s",
                  m->name, m->mla.kv_lora_rank, lim);
-    else if (d->moe && s->job.moe_dispatcher != MODEL_MOE_DISPATCH_ALLTOALL)
-        snprintf(why, cap,
-                 "training.moe_dispatcher %s is priced but not run by the executor (it "
-                 "dispatches by all-to-all: make the plan with --moe-dispatcher alltoall)",
-                 model_moe_dispatcher_name(s->job.moe_dispatcher));
     else if (d->recompute_op && (d->fp8 != MODEL_FP8_NONE || m->mla.kv_lora_rank > 0))
         snprintf(why, cap,
                  "%s's op-level selective recompute runs without %s (train with recompute none "

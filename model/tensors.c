@@ -155,6 +155,11 @@ void model_moe_acts(const ModelSpec *s, const ModelDims *d, ModelRecompute mode,
     const int64_t T = d->tokens, k = s->model.moe.topk, E = s->model.moe.experts, R = d->routed;
     const int sv = mode != MODEL_RECOMPUTE_FULL, sp = s->layout.sp ? MODEL_SHARD_SP : 0;
     const int on = d->moe;
+    /* the all-gather dispatcher (model_moe_allgather): the experts' outputs stay on the
+     * expert rank, R rows before their weights; the n T tokens gathered over etp x ep keep
+     * their routing to this rank's experts (the rest marked dropped) for the backward */
+    const int ag = on && s->job.moe_dispatcher == MODEL_MOE_DISPATCH_ALLGATHER;
+    const int64_t nT = T * d->ep * d->etp;
     const ActRow t[MODEL_MOE_ACTS] = {
         {"moe.router.probs", f32, sp, 2, T, E, 1, 1, on, sv},
         {"moe.route.idx", PX_INT32, sp, 2, T, k, 1, 1, on, sv},
@@ -162,7 +167,9 @@ void model_moe_acts(const ModelSpec *s, const ModelDims *d, ModelRecompute mode,
         {"moe.experts.fc1.in", e, MODEL_SHARD_EP, 2, R, d->h, 1, 1, on, sv},
         {"moe.experts.act.in", e, MODEL_SHARD_EP, 2, R, d->eff_out_loc, 1, 1, on, sv},
         {"moe.experts.fc2.in", e, MODEL_SHARD_EP, 2, R, d->eff_loc, 1, 1, on, sv},
-        {"moe.experts.out", e, sp, 2, T * k, d->h, 1, 1, on, sv},
+        {"moe.experts.out", e, ag ? MODEL_SHARD_EP : sp, 2, ag ? R : T * k, d->h, 1, 1, on, sv},
+        {"moe.ep.idx", PX_INT32, MODEL_SHARD_EP, 2, nT, k, 1, 1, ag, sv},
+        {"moe.ep.w", f32, MODEL_SHARD_EP, 2, nT, k, 1, 1, ag, sv},
     };
     acts_fill(t, MODEL_MOE_ACTS, MODEL_TR_ROUTER_PROBS, out);
     /* the experts' GEMMs quantize each local expert's rows as a tensor of its own (Transformer
@@ -1190,7 +1197,19 @@ static void add_comm_buffers(Build *B)
                 kv2, 0);
         }
     }
-    if (B->has_moe && d->ep * d->etp > 1) {
+    if (B->has_moe && s->job.moe_dispatcher == MODEL_MOE_DISPATCH_ALLGATHER) {
+        /* the all-gather dispatcher over etp x ep (n ranks): the n T tokens gathered (then
+         * the experts' weighted outputs summed into it for the reduce-scatter; the backward's
+         * output gradient and input gradient the same way), the dense scores and routing map
+         * gathered (the scores' gradient reduce-scattered from it), the gathered copies'
+         * weight gradient */
+        const int64_t nT = d->tokens * d->ep * d->etp, E = s->model.moe.experts;
+        add(a, MODEL_TR_EP_GATHER, "ep.gather", MODEL_COMM_BUFFERS, e, MODEL_SHARD_EP, 2, nT, h, 0, 0);
+        add(a, MODEL_TR_EP_PROBS, "ep.probs", MODEL_COMM_BUFFERS, PX_FP32, MODEL_SHARD_EP, 2, nT, E, 0, 0);
+        add(a, MODEL_TR_EP_MAP, "ep.map", MODEL_COMM_BUFFERS, PX_UINT8, MODEL_SHARD_EP, 2, nT, E, 0, 0);
+        add(a, MODEL_TR_EP_DW, "ep.dw", MODEL_WORKSPACE, PX_FP32, MODEL_SHARD_EP, 2, nT,
+            s->model.moe.topk, 0, 0);
+    } else if (B->has_moe && d->ep * d->etp > 1) {
         /* the all-to-all's send side (a token's topk copies, permuted) and receive side (the
          * rows the rank's experts take, gathered over etp) */
         add(a, MODEL_TR_EP_SEND, "ep.send", MODEL_COMM_BUFFERS, e, sp, 2,

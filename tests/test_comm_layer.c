@@ -685,6 +685,31 @@ static int under_mpirun(void)
     return WEXITSTATUS(status);
 }
 
+/* The all-gather dispatcher's etp x ep group: a split of its own only when etp and ep both
+ * exceed 1 (ranks etp + etp x ep of one edp rank, key etp fastest as its gathered parts are
+ * ordered), else the group it equals. */
+static void test_etp_ep_group(void)
+{
+    ModelLayout l;
+    memset(&l, 0, sizeof l);
+    l.tp = 2, l.cp = l.pp = l.vpp = 1, l.dp = 4, l.ep = 2, l.etp = 2; /* 8 ranks, edp 2 */
+    CHECK_EQ_INT(MODEL_GROUP_ETP_EP, comm_group_alias(&l, MODEL_GROUP_ETP_EP));
+    CommGroupSplit sp[COMM_SPLITS];
+    for (int rank = 0; rank < 8; rank++) {
+        const int n = comm_group_splits(&l, rank, 0, -1, sp);
+        CHECK_EQ_INT(MODEL_GROUP_ETP_EP, sp[n - 1].group);
+        CHECK_EQ_INT(rank / 4, sp[n - 1].color); /* edp rank: 4 consecutive ranks a group */
+        CHECK_EQ_INT(rank % 4, sp[n - 1].key);
+    }
+    l.etp = 1, l.tp = 1, l.dp = 4; /* etp 1: the EP group */
+    CHECK_EQ_INT(MODEL_GROUP_EP, comm_group_alias(&l, MODEL_GROUP_ETP_EP));
+    CHECK(comm_group_splits(&l, 0, 0, -1, sp) < COMM_SPLITS);
+    l.ep = 1, l.etp = 2, l.dp = 2; /* ep 1, etp 2 of tp 1: the ETP group */
+    CHECK_EQ_INT(MODEL_GROUP_ETP, comm_group_alias(&l, MODEL_GROUP_ETP_EP));
+    l.tp = 2, l.etp = 0, l.dp = 1; /* laid out as the dense layers: TP */
+    CHECK_EQ_INT(MODEL_GROUP_TP, comm_group_alias(&l, MODEL_GROUP_ETP_EP));
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 2 && !strcmp(argv[1], "mpi")) {
@@ -709,5 +734,6 @@ int main(int argc, char **argv)
     test_group_of_one(&fake_ops);
     test_group_of_one(&fake_host_ops);
     test_single();
+    test_etp_ep_group();
     TEST_DONE("test_comm_layer");
 }

@@ -22,7 +22,10 @@
  * The dsv3_* layouts train tiny-dsv3 (multi-head latent attention) the same way, with forced
  * balance its FLOPs per step on every rank as predicted too (and the capacity layouts' *_cap).
  * The *cp2* layouts run context parallelism beside the experts (the load-balancing loss's
- * counts summed over the cp ranks), the gate_* ones Qwen2-MoE's shared-expert gate.
+ * counts summed over the cp ranks), the gate_* ones Qwen2-MoE's shared-expert gate. The ag_*
+ * (and cuda_ag_*) layouts run the all-gather dispatcher (training.moe_dispatcher allgather):
+ * also against the same layout's all-to-all run, with its ep_all_gather and ep_reduce_scatter
+ * bytes equal to the prediction whatever the routing, and no all-to-all.
  * Usage: test_exec_moe_mpi PARALLAX LAYOUT [WORKER] (one ctest per layout; `list` prints them;
  * WORKER is needed by the cuda_* layouts). */
 #include <unistd.h>
@@ -175,6 +178,30 @@ static const Layout layouts[] = {
     {"cuda_dsv3_dense_cp2_p2p", 2, 1, 1, 1, 1, 0, 1, 0, 0, 1, 0, 0, 0, 0, 2, 2},
     {"cuda_dsv3_dense_cp2_a2a", 2, 1, 1, 1, 1, 0, 1, 0, 0, 1, 0, 0, 0, 0, 2, 2},
     {"cuda_dsv3_ep2_tp2_sp_fp8_tensorwise", 2, 1, 2, 1, 2, 1, 1, 0, 0, 1, MODEL_FP8_TENSORWISE, 0, 0, 0, 1, 0},
+    /* Megatron-Core's all-gather dispatcher (ag_*: training.moe_dispatcher allgather): every
+     * token, its scores and routing map gathered over etp x ep, the experts' weighted outputs
+     * reduce-scattered back; against one rank and against the same layout's all-to-all */
+    {"ag_ep2", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"ag_ep2_real", 2, 2, 1, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"ag_ep2_dp2", 4, 4, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"ag_ep2_dp2_real", 4, 4, 1, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"ag_ep2_tp2_sp", 2, 1, 2, 1, 2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"ag_ep2_tp2_sp_real", 2, 1, 2, 1, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    /* etp 2: the gather over all four ranks, each etp rank's partial outputs summed by the
+     * reduce-scatter */
+    {"ag_ep2_tp2_sp_etp2", 4, 2, 2, 1, 2, 1, 1, 0, 0, 0, 0, 0, 2, 0, 0, 0},
+    {"ag_ep2_tp2_sp_etp2_real", 4, 2, 2, 1, 2, 1, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0},
+    {"ag_ep2_dp2_zero1_full", 4, 4, 1, 1, 2, 0, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0},
+    {"ag_ep2_dp2_zero3", 4, 4, 1, 1, 2, 0, 1, 3, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"ag_ep2_pp2", 4, 2, 1, 2, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"ag_ep2_cp2_real", 2, 1, 1, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2},
+    {"ag_dsv3_ep2", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0},
+    {"ag_dsv3_ep2_real", 2, 2, 1, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0},
+    {"ag_dsv3_ep2_dp2", 4, 4, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0},
+    {"ag_dsv3_ep2_tp2_sp", 2, 1, 2, 1, 2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0},
+    {"ag_dsv3_ep2_tp2_sp_etp2_real", 4, 2, 2, 1, 2, 1, 0, 0, 0, 0, 0, 0, 2, 0, 1, 0},
+    {"cuda_ag_ep2", 2, 2, 1, 1, 2, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0},
+    {"cuda_ag_ep2_tp2_sp_etp2", 4, 2, 2, 1, 2, 1, 1, 0, 0, 1, 0, 0, 2, 0, 0, 0},
 };
 enum { N_LAYOUTS = sizeof layouts / sizeof layouts[0], STEPS = 5 };
 
@@ -183,6 +210,9 @@ enum { N_LAYOUTS = sizeof layouts / sizeof layouts[0], STEPS = 5 };
 static int steps_of(const Layout *L) { return L->dsv3 ? 3 : STEPS; }
 
 static const char *px, *worker;
+
+/* The all-gather dispatcher's layouts: ag_*, cuda_ag_* */
+static int is_ag(const Layout *L) { return !strncmp(L->name, "ag_", 3) || strstr(L->name, "_ag_"); }
 
 /* FP8 layouts against one rank, relative (tests/test_exec_mpi.c's for TP and delayed scaling) */
 #define FP8_TOL 3e-3
@@ -246,6 +276,8 @@ static ModelSpec spec_of(const Layout *L)
     s.job.fp8_amax_history = 16;
     s.job.fp8_dispatch = strstr(L->name, "_fp8d_") != NULL;
     s.model.moe.capacity_factor = L->cf;
+    if (is_ag(L))
+        s.job.moe_dispatcher = MODEL_MOE_DISPATCH_ALLGATHER;
     if (L->dsv3 == 2) /* no experts: no expert layout either */
         s.layout.ep = s.layout.etp = 0;
     return s;
@@ -265,6 +297,36 @@ static void write_plan(const ModelSpec *s, const char *cluster, int gpus, const 
 }
 
 static void check_compare(const Layout *L, const ModelSpec *sp, const cJSON *ml, const cJSON *cr);
+
+/* The all-gather dispatcher's run against the same layout's all-to-all one, step by step: the
+ * same model whichever way its rows travel. The sums of a token's copies and of the weights'
+ * gradient are in other orders: in fp32 the losses were equal or within 1.3e-8 (2.5e-9
+ * relative), so 1e-6 relative, which the router's weight gradient read from the wrong buffer
+ * (1.2e-5 off in 5 steps) fails; 1e-3 on CUDA in bf16. */
+static void check_same_as_alltoall(const Layout *L, const ModelSpec *s, const cJSON *run)
+{
+    ModelSpec a2a = *s;
+    a2a.job.moe_dispatcher = MODEL_MOE_DISPATCH_ALLTOALL;
+    write_plan(&a2a, L->cuda ? "dgx-h100" : "local", L->gpus, "a2a.json");
+    if (!L->cuda)
+        sh(0, "timeout 600 %s run %s/a2a.json --quiet -o %s/a2a.run.json", px, tmp, tmp);
+    else
+        sh(0, "timeout 600 mpirun -n %d %s --oversubscribe --bind-to none --mca "
+              "mpi_yield_when_idle 1 %s run %s/a2a.json --quiet --backend cuda -o %s/a2a.run.json",
+           L->gpus, geteuid() == 0 ? "--allow-run-as-root" : "", worker, tmp, tmp);
+    cJSON *other = read_json("a2a.run.json");
+    const cJSON *os = at(other, "steps", NULL), *ms = at(run, "steps", NULL);
+    CHECK_EQ_INT(cJSON_GetArraySize(os), cJSON_GetArraySize(ms));
+    double worst = 0;
+    for (int i = 0; i < cJSON_GetArraySize(ms); i++) {
+        const double a = num(cJSON_GetArrayItem(os, i), "loss"), b = num(cJSON_GetArrayItem(ms, i), "loss");
+        CHECK_REL(a, b, L->cuda ? 1e-3 : 1e-6);
+        worst = fabs(b - a) > worst ? fabs(b - a) : worst;
+    }
+    printf("%-16s against the all-to-all dispatcher: final loss %.6f, max |diff| %.2e\n", L->name,
+           num(cJSON_GetArrayItem(os, cJSON_GetArraySize(os) - 1), "loss"), worst);
+    cJSON_Delete(other);
+}
 
 static void check_layout(const Layout *L)
 {
@@ -297,6 +359,8 @@ static void check_layout(const Layout *L)
            L->gpus, geteuid() == 0 ? "--allow-run-as-root" : "", worker, tmp, tmp);
     cJSON *ref = read_json("ref.run.json"), *run = read_json("run.json");
     cJSON *plan = read_json("plan.json");
+    if (is_ag(L))
+        check_same_as_alltoall(L, &s, run);
     /* the layout ran as pinned: chunks per rank and expert tensor parallelism */
     CHECK_EQ_INT(s.layout.vpp, (int)num(at(plan, "layout", NULL), "vpp"));
     const cJSON *pl = at(plan, "layout", NULL);
@@ -376,7 +440,7 @@ static void check_layout(const Layout *L)
         /* tiny-dsv3 and a capacity with forced balance: the FLOPs per step too (MLA's GEMMs as
          * the graph has them, the experts' GEMMs on the capacity's padded rows, on every
          * rank) */
-        if ((L->dsv3 || L->cf > 0) && L->force)
+        if ((L->dsv3 || L->cf > 0 || is_ag(L)) && L->force)
             CHECK_REL(cJSON_GetArrayItem(at(pred, "flops", "per_rank_per_step"), stage)->valuedouble,
                       cJSON_GetArrayItem(at(run, "flops", "per_rank_per_step"), r)->valuedouble,
                       1e-12);
@@ -385,10 +449,15 @@ static void check_layout(const Layout *L)
         for (int k = 0; k < MODEL_COMM_COUNT; k++) {
             const char *kind = model_comm_name((ModelComm)k);
             const double p = num(pc, kind), got = num(by, kind);
-            if (k == MODEL_EP_ALL_TO_ALL && (p > 0 || got > 0))
+            /* the all-gather dispatcher moves its rows by ep_all_gather and ep_reduce_scatter
+             * alone, the all-to-all's by neither */
+            if (k == MODEL_EP_ALL_GATHER || k == MODEL_EP_REDUCE_SCATTER || k == MODEL_EP_ALL_TO_ALL)
+                CHECK((got > 0) == (is_ag(L) ? k != MODEL_EP_ALL_TO_ALL : k == MODEL_EP_ALL_TO_ALL && L->ep > 1));
+            if ((k == MODEL_EP_ALL_TO_ALL || k == MODEL_EP_ALL_GATHER || k == MODEL_EP_REDUCE_SCATTER) &&
+                (p > 0 || got > 0))
                 printf("%-16s rank %d (stage %d) %-16s predicted %10.0f bytes, measured %10.0f "
                        "(%.3f)\n", L->name, r, stage, kind, p, got, p > 0 ? got / p : 0.0);
-            if (k == MODEL_EP_ALL_TO_ALL && !L->force && L->ep > 1) {
+            if (k == MODEL_EP_ALL_TO_ALL && !L->force && L->ep > 1 && !is_ag(L)) {
                 CHECK(got > 0 && got <= p); /* never more than the buffers */
                 continue;
             }
@@ -441,7 +510,8 @@ static void check_compare(const Layout *L, const ModelSpec *sp, const cJSON *ml,
                                      s.model.moe.experts);
     }
     const cJSON *ca = at(at(cmp, "moe", NULL), "ep_all_to_all", NULL);
-    CHECK_EQ_INT(L->ep > 1 ? L->gpus : 0, cJSON_GetArraySize(ca)); /* ep 1: nothing sent */
+    /* ep 1, or the all-gather dispatcher: nothing sent by all-to-all */
+    CHECK_EQ_INT(L->ep > 1 && !is_ag(L) ? L->gpus : 0, cJSON_GetArraySize(ca));
     for (int r = 0; r < cJSON_GetArraySize(ca); r++) {
         const cJSON *a = cJSON_GetArrayItem(ca, r);
         const cJSON *by = at(cJSON_GetArrayItem(cr, r), "by_kind", NULL);

@@ -375,7 +375,8 @@ static void test_table(void)
     HAS(scale_f32); HAS(cast_to_act); HAS(cast_to_f32); HAS(acc_to_f32);
     HAS(moe_route_fwd); HAS(moe_route_bwd); HAS(moe_counts); HAS(moe_aux_fwd);
     HAS(moe_aux_bwd); HAS(moe_permute); HAS(moe_permute_bwd); HAS(moe_unpermute);
-    HAS(moe_unpermute_bwd); HAS(moe_drop); HAS(fp8_quantize); HAS(fp8_dequantize);
+    HAS(moe_unpermute_bwd); HAS(moe_drop); HAS(moe_dense); HAS(moe_sparse); HAS(moe_pick);
+    HAS(fp8_quantize); HAS(fp8_dequantize);
     HAS(fp8_transpose); HAS(matmul_fp8); HAS(fp8_amax_update); HAS(add_bias_f32);
     HAS(gate_fwd); HAS(gate_bwd); HAS(gate_wgrad); HAS(attention_sink_bwd);
 #undef HAS
@@ -1519,6 +1520,41 @@ static KernMoeRoute moe_grouped(KernMoeRoute r, int groups, int topk_groups)
  * pattern 0 from a softmax routing, 1 every copy to one of the first three experts (the others
  * empty), 2 every copy to expert E-1. Permuted rows are moved, not computed: exact; sums over
  * k are fp32 rounded once to act; dw is fp32. */
+/* The all-gather dispatcher's dense routing for the routing (idx, w; gidx, gw on the device):
+ * moved, not computed, so exact: the dense scores and map, back for the upper half of the
+ * experts, a dense gradient picked by idx. */
+static void test_moe_dense(const int32_t *idx, const int32_t *gidx, const float *w,
+                           const float *gw, int N, int topk, int E, const char *what)
+{
+    const size_t nk = (size_t)N * topk, ne = (size_t)N * E;
+    float *ep = fnew(ne), *ew = fnew(nk), *epk = fnew(nk);
+    uint8_t *em = xmalloc(ne), *hm = xmalloc(ne);
+    int32_t *ei = xmalloc(nk * sizeof *ei), *hi = xmalloc(nk * sizeof *hi);
+    R->moe_dense(ep, em, idx, w, N, topk, E);
+    R->moe_sparse(ei, ew, ep, em, N, topk, E, E / 2, E);
+    R->moe_pick(epk, ep, idx, N, topk, E);
+    float *gp = dalloc(ne * 4), *gw2 = dalloc(nk * 4), *gpk = dalloc(nk * 4);
+    uint8_t *gm = dalloc(ne);
+    int32_t *gi = dalloc(nk * 4);
+    G->moe_dense(gp, gm, gidx, gw, N, topk, E);
+    G->moe_sparse(gi, gw2, gp, gm, N, topk, E, E / 2, E);
+    G->moe_pick(gpk, gp, gidx, N, topk, E);
+    float *h = down_f32(gp, ne);
+    COMPARE("moe_dense", what, ep, h, ne, 0.0);
+    free(h);
+    G->to_host(hm, gm, ne);
+    COMPARE_BYTES("moe_dense map", what, em, hm, ne);
+    G->to_host(hi, gi, nk * sizeof *hi);
+    COMPARE_BYTES("moe_sparse idx", what, ei, hi, nk * sizeof *hi);
+    h = down_f32(gw2, nk);
+    COMPARE("moe_sparse w", what, ew, h, nk, 0.0);
+    free(h), h = down_f32(gpk, nk);
+    COMPARE("moe_pick", what, epk, h, nk, 0.0);
+    free(h);
+    free(ep), free(ew), free(epk), free(em), free(hm), free(ei), free(hi);
+    G->free(gp), G->free(gw2), G->free(gpk), G->free(gm), G->free(gi);
+}
+
 static void test_moe_permute(int N, int C, int topk, int E, int pattern)
 {
     const size_t nk = (size_t)N * topk, nc = (size_t)N * C, kc = nk * C;
@@ -1592,6 +1628,7 @@ static void test_moe_permute(int N, int C, int topk, int E, int pattern)
     free(h), h = down_f32(gdw, nk);
     COMPARE("moe_unpermute_bwd", "dw", edw, h, nk, T_F32);
     free(h);
+    test_moe_dense(idx, gidx, w, gw, N, topk, E, what);
 
     free(idx), free(x), free(dout), free(eout), free(dy), free(w), free(eo), free(edx);
     free(ey), free(ede), free(edw), free(ecnt), free(erow), free(hcnt), free(hrow);

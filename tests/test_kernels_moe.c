@@ -405,6 +405,47 @@ static void test_drop(void)
         CHECK_EQ_INT(undropped[i], all[i]);
 }
 
+/* The all-gather dispatcher's dense routing: 3 tokens over E 4, topk 2; the dense rows and
+ * map, back for the experts [1, 3) in ascending order (the others dropped, keeping their
+ * expert), and a dense gradient picked by a token's own order. */
+static void test_dense(void)
+{
+    const int32_t idx[6] = {3, 1, 0, 2, -1 - 1, 2}; /* token 2's copy to expert 1 dropped */
+    const float w[6] = {0.75f, 0.25f, 0.5f, 0.5f, 0.125f, 0.875f};
+    float probs[12];
+    uint8_t map[12];
+    K->moe_dense(probs, map, idx, w, 3, 2, 4);
+    const float want_p[12] = {0, 0.25f, 0, 0.75f, 0.5f, 0, 0.5f, 0, 0, 0, 0.875f, 0};
+    const uint8_t want_m[12] = {0, 1, 0, 1, 1, 0, 1, 0, 0, 0, 1, 0};
+    for (int i = 0; i < 12; i++) {
+        CHECK_REL(want_p[i], probs[i], 0);
+        CHECK_EQ_INT(want_m[i], map[i]);
+    }
+    int32_t li[6];
+    float lw[6];
+    K->moe_sparse(li, lw, probs, map, 3, 2, 4, 1, 3);
+    /* token 0: experts 1, 3 (not local: -4); token 1: 0 (-1), 2; token 2: 2, then none (-1, 0) */
+    const int32_t want_i[6] = {1, -4, -1, 2, 2, -1};
+    const float want_w[6] = {0.25f, 0.75f, 0.5f, 0.5f, 0.875f, 0};
+    for (int i = 0; i < 6; i++) {
+        CHECK_EQ_INT(want_i[i], li[i]);
+        CHECK_REL(want_w[i], lw[i], 0);
+    }
+    /* only the local copies take part: dense from (li, lw) holds experts 1 and 2 alone */
+    K->moe_dense(probs, NULL, li, lw, 3, 2, 4);
+    CHECK_REL(0.25f, probs[1], 0);
+    CHECK_REL(0, probs[3], 0);
+    CHECK_REL(0, probs[4], 0);
+    CHECK_REL(0.5f, probs[6], 0);
+    CHECK_REL(0.875f, probs[10], 0);
+    float dw[6];
+    const float g[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+    K->moe_pick(dw, g, idx, 3, 2, 4);
+    const float want_dw[6] = {4, 2, 5, 7, 0, 11};
+    for (int i = 0; i < 6; i++)
+        CHECK_REL(want_dw[i], dw[i], 0);
+}
+
 int main(void)
 {
     K = kern_cpu();
@@ -417,5 +458,6 @@ int main(void)
     test_permute();
     test_permute_large();
     test_drop();
+    test_dense();
     TEST_DONE("test_kernels_moe");
 }

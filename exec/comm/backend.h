@@ -87,7 +87,8 @@ void comm_mpi_local(int *local_rank, int *local_size);
 int comm_mpi_node_sharing(const char *id, int failed, int *sharing);
 
 /* How every process group is split out of the world for `rank` of layout l (MPI_Comm_split's
- * color and key), for the TP, CP, DP, EMBED, (HSDP's DPR), EP, ETP and EDP groups in that order;
+ * color and key), for the TP, CP, DP, EMBED, (HSDP's DPR), EP, ETP, EDP and (when it is a group
+ * of its own: etp > 1 and ep > 1) ETP_EP groups in that order;
  * the DP group is the ZeRO group, dp_shard x cp ranks (dp rank = shard + dp_shard x replica),
  * and DPR, made only when dp_replicate > 1, holds the dp_replicate replicas of one shard; color is
  * `undefined` (MPI_UNDEFINED) where the rank belongs to no such group (EMBED off the first and
@@ -97,7 +98,7 @@ int comm_mpi_node_sharing(const char *id, int failed, int *sharing);
  * ETP and EDP groups are then the TP and DP groups themselves (comm_group_alias) and EP a group
  * of one, so a dense job makes no communicator more than it did. The MPI and NCCL layers both
  * split by it, so their groups agree. */
-enum { COMM_SPLITS = 8 };
+enum { COMM_SPLITS = 9 };
 typedef struct {
     ModelGroup group;
     int color, key;
@@ -105,7 +106,7 @@ typedef struct {
 int comm_group_splits(const ModelLayout *l, int rank, int tied_pair, int undefined,
                       CommGroupSplit split[COMM_SPLITS]);
 /* The group whose communicator g shares: TP for ETP and DP for EDP when the experts are laid out
- * as the dense layers; g itself otherwise. */
+ * as the dense layers, and for ETP_EP the group it equals; g itself otherwise. */
 static inline ModelGroup comm_group_alias(const ModelLayout *l, ModelGroup g)
 {
     /* with HSDP the DP group is a shard group, while routed experts keep the whole expert-data-
@@ -115,6 +116,12 @@ static inline ModelGroup comm_group_alias(const ModelLayout *l, ModelGroup g)
         return MODEL_GROUP_TP;
     if (dense && g == MODEL_GROUP_EDP)
         return MODEL_GROUP_DP;
+    /* the all-gather dispatcher's etp x ep group: TP's when dense, else EP's or ETP's when the
+     * other is one rank wide */
+    const int n_etp = l->etp > 0 ? l->etp : l->tp;
+    if (g == MODEL_GROUP_ETP_EP)
+        return dense ? MODEL_GROUP_TP : n_etp == 1 ? MODEL_GROUP_EP
+                                      : l->ep <= 1 ? comm_group_alias(l, MODEL_GROUP_ETP) : g;
     return g;
 }
 

@@ -57,6 +57,8 @@ int comm_group_splits(const ModelLayout *l, int rank, int tied_pair, int undefin
     split[n++] = (CommGroupSplit){MODEL_GROUP_EP, etp + n_etp * (edp + n_edp * pp), ep};
     split[n++] = (CommGroupSplit){MODEL_GROUP_ETP, ep + n_ep * (edp + n_edp * pp), etp};
     split[n++] = (CommGroupSplit){MODEL_GROUP_EDP, etp + n_etp * (ep + n_ep * pp), edp};
+    if (comm_group_alias(l, MODEL_GROUP_ETP_EP) == MODEL_GROUP_ETP_EP)
+        split[n++] = (CommGroupSplit){MODEL_GROUP_ETP_EP, edp + n_edp * pp, etp + n_etp * ep};
     return n;
 }
 
@@ -265,6 +267,7 @@ static int dtype_of(PxDtype t, MPI_Datatype *out, PxError *err)
     case PX_BF16:
     case PX_FP16: *out = MPI_UINT16_T; return PX_OK; /* the reductions take op_of's */
     case PX_FP8: *out = MPI_UINT8_T; return PX_OK; /* moved, never reduced */
+    case PX_UINT8: *out = MPI_UINT8_T; return PX_OK; /* the all-gather dispatcher's routing map */
     default:
         return px_fail(err, PX_ERUNTIME, "the MPI layer has no %s collectives", px_dtype_name(t));
     }
@@ -900,7 +903,7 @@ int comm_mpi(const ModelLayout *l, int tied_pair, CommLayer **out, PxError *err)
     int e = MPI_SUCCESS;
     for (int i = 0; i < n_split && e == MPI_SUCCESS; i++)
         e = MPI_Comm_split(MPI_COMM_WORLD, split[i].color, split[i].key, &m->group[split[i].group]);
-    for (int g = MODEL_GROUP_ETP; g <= MODEL_GROUP_EDP; g++)
+    for (int g = MODEL_GROUP_ETP; g <= MODEL_GROUP_ETP_EP; g++)
         if (comm_group_alias(l, (ModelGroup)g) != (ModelGroup)g)
             m->group[g] = m->group[comm_group_alias(l, (ModelGroup)g)];
     if (e != MPI_SUCCESS) {

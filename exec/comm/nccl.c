@@ -97,6 +97,7 @@ static int nccl_type(PxDtype t, ncclDataType_t *out, PxError *err)
     case PX_FP16: *out = ncclFloat16; return PX_OK;
     case PX_INT32: *out = ncclInt32; return PX_OK;
     case PX_FP8: *out = ncclUint8; return PX_OK; /* moved, never reduced */
+    case PX_UINT8: *out = ncclUint8; return PX_OK; /* the all-gather dispatcher's routing map */
     default: return px_fail(err, PX_ERUNTIME, "the NCCL layer has no %s collectives", px_dtype_name(t));
     }
 }
@@ -645,7 +646,7 @@ int comm_nccl(const ModelLayout *l, int tied_pair, CommLayer **out, PxError *err
         }
     }
     /* expert groups laid out as the dense ones share their communicators (n_free knows) */
-    for (int g = MODEL_GROUP_ETP; g <= MODEL_GROUP_EDP; g++)
+    for (int g = MODEL_GROUP_ETP; g <= MODEL_GROUP_ETP_EP; g++)
         if (comm_group_alias(l, (ModelGroup)g) != (ModelGroup)g)
             n->nccl[g] = n->nccl[comm_group_alias(l, (ModelGroup)g)];
     /* the pipeline's edges, round by round */

@@ -120,7 +120,7 @@ static int check_act(const ExecCtx *c, const ModelTensor *t, int *fi, PxError *e
     const int j = t->chunk;
     if (j < 0 || j >= c->d.v)
         return exec_bind_unused(t, err);
-    const int moe_act = t->role >= MODEL_TR_ROUTER_PROBS && t->role <= MODEL_TR_EXP_OUT;
+    const int moe_act = t->role >= MODEL_TR_ROUTER_PROBS && t->role <= MODEL_TR_EP_W;
     const int mla_act = t->role >= MODEL_TR_Q_LAT && t->role <= MODEL_TR_KV_LAT;
     const int li = t->layer - c->g.chunk_l0[j]; /* the layer's place in its chunk's sets */
     if (t->role == MODEL_TR_MTP_EH_IN) { /* a prediction module's, after its layer's (mtp.c) */

@@ -593,6 +593,9 @@ void exec_fp8_free(ExecFp8 *F);
 typedef struct ExecWork {
     void *out, *dx_a, *dx_b, *dhid, *dqkv, *dffn, *dact, *dscores, *sp_gather;
     void *exp_dffn, *exp_dx, *ep_send, *ep_recv; /* a MoE layer's (ep.* only when ep > 1) */
+    void *ep_gather;                             /* the all-gather dispatcher's (ep.*) */
+    float *ep_probs, *ep_dw;
+    uint8_t *ep_map;
     void *cp_kv, *cp_kv_full, *cp_dkv;           /* context parallelism's all-gather */
     void *cp_send, *cp_recv;                     /* and its all-to-all */
     void *cp_out_part, *cp_dkv_part;             /* and its ring, with cp_kv */
@@ -716,6 +719,11 @@ int exec_mtp_deferred_embed(const ExecLayerRun *r, int chunk, int mb, const Exec
 
 /* Sequence parallelism runs: the layout asks for it and TP shards the layer. */
 static inline int exec_sp_on(const ExecCtx *c) { return c->spec.layout.sp && c->d.t > 1; }
+/* MoE layers dispatch by Megatron-Core's all-gather dispatcher (moe.c, docs/moe.md) */
+static inline int exec_moe_allgather(const ExecCtx *c)
+{
+    return c->d.moe && c->spec.job.moe_dispatcher == MODEL_MOE_DISPATCH_ALLGATHER;
+}
 
 /* ---- mla.c: multi-head latent attention's projections ---- */
 
@@ -847,6 +855,15 @@ typedef struct {
     void *exp_in, *exp_act_in, *exp_fc2_in; /* [routed,h], [routed,eff_out], [routed,eff] */
     void *exp_out;                          /* [tokens*topk,h] */
     void *ep_send, *ep_recv;                /* [tokens*topk,h], [routed,h] (ep > 1) */
+    /* the all-gather dispatcher (NULL with the all-to-all's; n = etp x ep ranks): the saved
+     * routing of the n tokens gathered to this rank's experts [n tokens,topk] (idx_g, w_g),
+     * and the buffers ep.gather [n tokens,h], ep.probs, ep.map [n tokens,E], ep.dw [n tokens,
+     * topk]; exp_out then holds the experts' outputs, [routed,h] */
+    int32_t *idx_g;
+    float *w_g;
+    void *ag_x;
+    float *ag_probs, *ag_dw;
+    uint8_t *ag_map;
     void *ws_dx;                            /* [routed,h] */
     float *dlogits, *dw;                    /* [tokens,E], [tokens,topk] scratch */
     void *dlogits_act; /* [tokens,E] act: dlogits narrowed for the GEMMs (dlogits on fp32) */

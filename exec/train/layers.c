@@ -59,6 +59,14 @@ int exec_work_bind(ExecWork *W, const ExecCtx *c, const ModelTensor *t, void *p,
     case MODEL_TR_CP_DKV_PART: act = &W->cp_dkv_part; break;
     case MODEL_TR_CP_LSE_PART: f32 = &W->cp_lse_part; break;
     case MODEL_TR_WS_MLA: act = &W->mla; break;
+    case MODEL_TR_EP_GATHER: act = &W->ep_gather; break;
+    case MODEL_TR_EP_PROBS: f32 = &W->ep_probs; break;
+    case MODEL_TR_EP_DW: f32 = &W->ep_dw; break;
+    case MODEL_TR_EP_MAP:
+        if (t->dtype != PX_UINT8)
+            return exec_bind_wrong_dtype(t, PX_UINT8, err);
+        W->ep_map = p;
+        return PX_OK;
     default: return exec_bind_unused(t, err);
     }
     if (t->role == MODEL_TR_WS_EXP_DFFN) {
@@ -286,6 +294,12 @@ static void moe_views(const ExecLayerRun *r, int l, const ExecLayerActs *a, Exec
     v->ep_send = r->W->ep_send;
     v->ep_recv = r->W->ep_recv;
     v->ws_dx = r->W->exp_dx;
+    v->idx_g = EXEC_LMA(a, EP_IDX);
+    v->w_g = EXEC_LMA(a, EP_W);
+    v->ag_x = r->W->ep_gather;
+    v->ag_probs = r->W->ep_probs;
+    v->ag_map = r->W->ep_map;
+    v->ag_dw = r->W->ep_dw;
     float *s = r->W->exp_dffn;
     v->dlogits = s;
     v->dw = s + N * E;

@@ -221,8 +221,12 @@ typedef struct {
 static int find_ops(const ExecLayerRun *r, int l, int chunk, ModelPhase ph, int aux, int ep,
                     int etp, MoeOps *o, PxError *err)
 {
-    o->ar = o->disp = o->back = o->ag = o->rs = o->cpg = -1;
+    o->ar = o->disp = o->back = o->ag = o->rs = o->cpg = o->perm = -1;
     const int want_ar = aux && exec_sp_on(r->c);
+    /* the all-gather dispatcher's own ops are find_ag_ops'; its router permutes nothing */
+    const int ag = exec_moe_allgather(r->c);
+    if (ag)
+        ep = etp = 1;
     int rc;
     if (aux && r->c->d.c > 1 &&
         (rc = need_op(r, MODEL_OPR_ROUTER, l, chunk, ph, MODEL_OP_COMM, MODEL_CP_ALL_GATHER,
@@ -238,8 +242,8 @@ static int find_ops(const ExecLayerRun *r, int l, int chunk, ModelPhase ph, int 
         return rc;
     if ((rc = need_op(r, MODEL_OPR_ROUTER, l, chunk, ph, MODEL_OP_MATMUL, MODEL_COMM_COUNT, &o->mm,
                       err)) ||
-        (rc = need_op(r, MODEL_OPR_ROUTER, l, chunk, ph, MODEL_OP_PERMUTE, MODEL_COMM_COUNT,
-                      &o->perm, err)) ||
+        (!ag && (rc = need_op(r, MODEL_OPR_ROUTER, l, chunk, ph, MODEL_OP_PERMUTE,
+                              MODEL_COMM_COUNT, &o->perm, err))) ||
         (rc = need_op(r, MODEL_OPR_COMBINE, l, chunk, ph, MODEL_OP_PERMUTE, MODEL_COMM_COUNT,
                       &o->comb, err)) ||
         (rc = need_op(r, MODEL_OPR_EXP_FC1, l, chunk, ph, MODEL_OP_MATMUL, MODEL_COMM_COUNT,
@@ -424,7 +428,9 @@ static int fit_rows(ExecMoe *M, const ExecCtx *c, int layer, int mb, int64_t t, 
                        "within the plan's buffers: raise it, or force the balance",
                        c->g.rank, (long long)t, (long long)c->d.routed);
     const size_t ab = c->ab, h = (size_t)c->d.h;
-    const size_t row = (h + (size_t)c->d.eff_out_loc + (size_t)c->d.eff_loc) * ab;
+    /* the all-gather dispatcher keeps the experts' outputs beside their inputs */
+    const int ag = exec_moe_allgather(c);
+    const size_t row = (h + (size_t)c->d.eff_out_loc + (size_t)c->d.eff_loc + (ag ? h : 0)) * ab;
     const size_t slot = (size_t)li * (size_t)M->m + (size_t)mb;
     int rc;
     if (t > M->spill_rows[slot]) {
@@ -437,7 +443,7 @@ static int fit_rows(ExecMoe *M, const ExecCtx *c, int layer, int mb, int64_t t, 
     if (t > M->scratch_rows) {
         const int64_t n = grown_rows(t);
         const size_t was = (size_t)M->scratch_rows * h * ab, now = (size_t)n * h * ab;
-        if ((M->ep * M->etp > 1 &&
+        if ((M->ep * M->etp > 1 && !ag &&
              (rc = regrow(M, &M->ep_recv, was, now, MODEL_COMM_BUFFERS, li, err))) ||
             (rc = regrow(M, &M->ws_dx, was, now, MODEL_WORKSPACE, li, err)))
             return rc;
@@ -448,7 +454,9 @@ static int fit_rows(ExecMoe *M, const ExecCtx *c, int layer, int mb, int64_t t, 
     v->exp_in = base;
     v->exp_act_in = base + n * h * ab;
     v->exp_fc2_in = base + n * (h + (size_t)c->d.eff_out_loc) * ab;
-    if (M->ep * M->etp > 1)
+    if (ag)
+        v->exp_out = base + n * (h + (size_t)c->d.eff_out_loc + (size_t)c->d.eff_loc) * ab;
+    if (M->ep * M->etp > 1 && !ag)
         v->ep_recv = M->ep_recv;
     v->ws_dx = M->ws_dx;
     return PX_OK;
@@ -839,6 +847,203 @@ static int from_experts(ExecMoe *M, const ExecLayerRun *r, const MoeOps *ops,
     return rc;
 }
 
+/* ---- the all-gather dispatcher (Megatron-Core's MoEAllGatherTokenDispatcher; model/ops.c
+ * moe_allgather, docs/moe.md): over the etp x ep ranks (n of them) every token, its dense
+ * scores and routing map are gathered; each rank permutes out the rows of its local experts
+ * (the permutation's own kernels, the other experts' copies marked dropped) and after them
+ * scatter-adds each row times its weight into the zeroed [n T, h] buffer, which is
+ * reduce-scattered back to the tokens' ranks (with etp > 1 the sum adds the etp ranks'
+ * partial outputs too). The backward mirrors it: the output gradient gathered, each row's and
+ * weight's gradient, the dense weight gradient reduce-scattered; after the experts the rows'
+ * input gradients summed per token and reduce-scattered. ---- */
+
+/* The ops of an all-gather pass (MoeOps' fields as the all-to-all's where they mean the same;
+ * model/ops.c moe_allgather's order): forward, the dispatch's gathers of the routing (agr) and
+ * of the tokens (agx), its counts (cnt) and permutation (perm), the combine's scatter-add (comb)
+ * and reduce-scatter (rsx); backward, the combine's gather of the output gradient (agx), its
+ * rows' and weights' gradients (comb) and the weights' reduce-scatter (rsp), the dispatch's
+ * sum per token (perm) and reduce-scatter (rsx). The collectives are absent on one rank. */
+typedef struct {
+    int agr, agx, cnt, perm, comb, rsx, rsp;
+} AgOps;
+
+static int ag_op(const ExecLayerRun *r, ModelOpRole role, int l, int chunk, ModelPhase ph,
+                 int kind, int occurrence, int need, int *op, PxError *err)
+{
+    *op = exec_meter_find(r->M, role, l, chunk, ph, kind, occurrence);
+    if (*op >= 0 || !need)
+        return PX_OK;
+    char what[96];
+    snprintf(what, sizeof what, "layer.%d.%s.%s#%d.%s", l, model_op_role_name(role),
+             kind == MODEL_COMM_COUNT ? "compute" : model_comm_name((ModelComm)kind), occurrence,
+             model_phase_name(ph));
+    return exec_meter_missing(r->c, what, err);
+}
+
+static int find_ag_ops(const ExecLayerRun *r, int l, int chunk, ModelPhase ph, int n, AgOps *a,
+                       PxError *err)
+{
+    const int C = MODEL_COMM_COUNT, g = n > 1;
+    const ModelOpRole D = MODEL_OPR_DISPATCH, B = MODEL_OPR_COMBINE;
+    int rc;
+    a->agr = a->cnt = a->rsp = -1;
+    if (ph == MODEL_BWD) {
+        if ((rc = ag_op(r, B, l, chunk, ph, MODEL_EP_ALL_GATHER, 0, g, &a->agx, err)) ||
+            (rc = ag_op(r, B, l, chunk, ph, C, 0, 1, &a->comb, err)) ||
+            (rc = ag_op(r, B, l, chunk, ph, MODEL_EP_REDUCE_SCATTER, 0, g, &a->rsp, err)) ||
+            (rc = ag_op(r, D, l, chunk, ph, C, 0, 1, &a->perm, err)))
+            return rc;
+        return ag_op(r, D, l, chunk, ph, MODEL_EP_REDUCE_SCATTER, 0, g, &a->rsx, err);
+    }
+    if ((rc = ag_op(r, D, l, chunk, ph, MODEL_EP_ALL_GATHER, 0, g, &a->agr, err)) ||
+        (rc = ag_op(r, D, l, chunk, ph, MODEL_EP_ALL_GATHER, 1, g, &a->agx, err)) ||
+        (rc = ag_op(r, D, l, chunk, ph, C, 0, 1, &a->cnt, err)) ||
+        (rc = ag_op(r, D, l, chunk, ph, C, 1, 1, &a->perm, err)) ||
+        (rc = ag_op(r, B, l, chunk, ph, C, 0, 1, &a->comb, err)))
+        return rc;
+    return ag_op(r, B, l, chunk, ph, MODEL_EP_REDUCE_SCATTER, 0, g, &a->rsx, err);
+}
+
+static void ag_open(const ExecLayerRun *r, int op)
+{
+    if (op >= 0)
+        exec_meter_open(r->M, r->c->k, op);
+}
+
+static void ag_close(const ExecLayerRun *r, int op)
+{
+    if (op >= 0)
+        exec_meter_close(r->M, r->c->k, op);
+}
+
+/* The rows of this rank's local experts among the n T gathered tokens (idx_g, every other
+ * expert's copies marked dropped), counted on the device and read by the host into blk (one
+ * source: the rows come out of the permutation in expert order, no sort), and the views
+ * for them (fit_rows: dropless growth past the plan). */
+static int ag_rows(ExecMoe *M, const ExecCtx *c, int layer, int mb, ExecMoeViews *v, int n,
+                   PxError *err)
+{
+    const int N = (int)c->d.tokens, E = M->E, K = c->spec.model.moe.topk;
+    const int e0 = c->g.ep_rank * M->L;
+    c->k->moe_counts(v->counts_f, v->idx_g, n * N, K, E);
+    c->k->to_host(M->cntf, v->counts_f, (size_t)E * sizeof *M->cntf);
+    memset(M->blk, 0, (size_t)M->etp * (size_t)M->ep * (size_t)M->L * sizeof *M->blk);
+    int64_t rows = 0;
+    for (int l = 0; l < M->L; l++) {
+        M->blk[l] = (int64_t)M->cntf[e0 + l]; /* exact: counts stay below 2^24 */
+        rows += M->blk[l];
+    }
+    M->rows_real = rows;
+    return fit_rows(M, c, layer, mb, rows, v, err);
+}
+
+/* The forward after the router (v->idx, v->w this rank's routing): the dispatch, the experts,
+ * the combine into y. */
+static int ag_forward(ExecMoe *M, const ExecLayerRun *r, const MoeOps *ops, int chunk, int layer,
+                      ModelPhase phase, ExecMoeViews *v, void *y, const void *x, int mb,
+                      PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const KernBackend *k = c->k;
+    const int N = (int)c->d.tokens, h = c->d.h, E = M->E, K = c->spec.model.moe.topk;
+    const int n = M->ep * M->etp, me = comm_group_rank(c->comm, MODEL_GROUP_ETP_EP);
+    const size_t NE = (size_t)N * (size_t)E, NK = (size_t)N * (size_t)K;
+    const int e0 = c->g.ep_rank * M->L;
+    AgOps a;
+    int rc = find_ag_ops(r, layer, chunk, phase, n, &a, err);
+    if (rc)
+        return rc;
+    /* the routing, dense, in this rank's part, and gathered: the scores, then the map */
+    ag_open(r, a.agr);
+    k->moe_dense(v->ag_probs + (size_t)me * NE, v->ag_map + (size_t)me * NE, v->idx, v->w, N, K, E);
+    rc = comm_all_gather(c->comm, v->ag_probs, v->ag_probs + (size_t)me * NE, NE, PX_FP32,
+                         MODEL_EP_ALL_GATHER, NULL, err);
+    if (!rc)
+        rc = comm_all_gather(c->comm, v->ag_map, v->ag_map + (size_t)me * NE, NE, PX_UINT8,
+                             MODEL_EP_ALL_GATHER, NULL, err);
+    ag_close(r, a.agr);
+    if (rc)
+        return rc;
+    ag_open(r, a.agx);
+    rc = comm_all_gather(c->comm, v->ag_x, x, (size_t)N * (size_t)h, c->act, MODEL_EP_ALL_GATHER,
+                         NULL, err);
+    ag_close(r, a.agx);
+    if (rc)
+        return rc;
+    ag_open(r, a.cnt);
+    for (int p = 0; p < n; p++)
+        k->moe_sparse(v->idx_g + (size_t)p * NK, v->w_g + (size_t)p * NK, v->ag_probs + (size_t)p * NE,
+                      v->ag_map + (size_t)p * NE, N, K, E, e0, e0 + M->L);
+    rc = ag_rows(M, c, layer, mb, v, n, err);
+    ag_close(r, a.cnt);
+    if (rc)
+        return rc;
+    ag_open(r, a.perm);
+    k->moe_permute(v->exp_in, v->counts_i, NULL, v->ag_x, v->idx_g, n * N, h, K, E);
+    ag_close(r, a.perm);
+    experts_fwd(M, r, ops, v, v->exp_in, v->exp_out, phase == MODEL_FWD);
+    /* each row times its weight summed into its token's row of the zeroed buffer */
+    ag_open(r, a.comb);
+    k->moe_unpermute(v->ag_x, v->exp_out, v->w_g, v->idx_g, n * N, h, K, E);
+    ag_close(r, a.comb);
+    ag_open(r, a.rsx);
+    rc = comm_reduce_scatter(c->comm, y, v->ag_x, (size_t)N * (size_t)h, c->act,
+                             MODEL_EP_REDUCE_SCATTER, NULL, err);
+    ag_close(r, a.rsx);
+    return rc;
+}
+
+/* The backward up to the router: the combine's (the weights' gradient, dense and
+ * reduce-scattered, picked into v->dw), the experts', the dispatch's into dx. */
+static int ag_backward(ExecMoe *M, const ExecLayerRun *r, const MoeOps *ops, int chunk,
+                       int layer, ExecMoeViews *v, void *dx, const void *dy, int mb, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const KernBackend *k = c->k;
+    const int N = (int)c->d.tokens, h = c->d.h, E = M->E, K = c->spec.model.moe.topk;
+    const int n = M->ep * M->etp;
+    AgOps a;
+    int rc = find_ag_ops(r, layer, chunk, MODEL_BWD, n, &a, err);
+    if (rc)
+        return rc;
+    ag_open(r, a.agx);
+    rc = comm_all_gather(c->comm, v->ag_x, dy, (size_t)N * (size_t)h, c->act, MODEL_EP_ALL_GATHER,
+                         NULL, err);
+    ag_close(r, a.agx);
+    if (rc)
+        return rc;
+    ag_open(r, a.comb);
+    rc = ag_rows(M, c, layer, mb, v, n, err); /* the forward's rows, where fit_rows put them */
+    if (!rc) {
+        k->moe_unpermute_bwd(v->ws_dx, v->ag_dw, v->ag_x, v->exp_out, v->w_g, v->idx_g, n * N, h,
+                             K, E);
+        k->moe_dense(v->ag_probs, NULL, v->idx_g, v->ag_dw, n * N, K, E);
+    }
+    ag_close(r, a.comb);
+    if (rc)
+        return rc;
+    ag_open(r, a.rsp);
+    rc = comm_reduce_scatter(c->comm, v->dlogits, v->ag_probs, (size_t)N * (size_t)E, PX_FP32,
+                             MODEL_EP_REDUCE_SCATTER, NULL, err);
+    ag_close(r, a.rsp);
+    if (rc)
+        return rc;
+    k->moe_pick(v->dw, v->dlogits, v->idx, N, K, E);
+    const int xb = r->P->expert_block[layer];
+    experts_bwd(M, r, ops, v);
+    if ((rc = exec_zero_bucket_reduce(r->Z, c, r->P, r->M, xb, err)))
+        return rc;
+    exec_zero_bucket_clear(r->Z, c, r->P, r->P->layer_block[layer]);
+    ag_open(r, a.perm);
+    k->moe_permute_bwd(v->ag_x, v->ws_dx, v->idx_g, n * N, h, K, E);
+    ag_close(r, a.perm);
+    ag_open(r, a.rsx);
+    rc = comm_reduce_scatter(c->comm, dx, v->ag_x, (size_t)N * (size_t)h, c->act,
+                             MODEL_EP_REDUCE_SCATTER, NULL, err);
+    ag_close(r, a.rsx);
+    return rc;
+}
+
 /* The load-balancing loss's counts (v->counts_f, this rank's) summed over the micro-batch's
  * whole sequence: all-reduced over TP with SP (each TP rank routes its shard), then with
  * cp > 1 all-gathered over the cp ranks into the router's logit gradient scratch (free in the
@@ -905,10 +1110,17 @@ int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer, Mo
     void *rows_in = v->f1 ? F->act : v->exp_in;
     const int moved = ep > 1 || M->etp > 1; /* the rows leave this rank's tokens' order */
     void *send = moved ? v->ep_send : rows_in;
-    op_open(r, ops.perm);
-    k->moe_permute(send, v->counts_i, NULL, x, v->idx, N, h, K, E);
-    local_counts(M, c, v->counts_f);
-    op_close(r, ops.perm);
+    const int ag = exec_moe_allgather(c); /* its dispatch permutes the gathered tokens */
+    if (ag) {
+        op_again(r, ops.mm);
+        local_counts(M, c, v->counts_f);
+        op_close(r, ops.mm);
+    } else {
+        op_open(r, ops.perm);
+        k->moe_permute(send, v->counts_i, NULL, x, v->idx, N, h, K, E);
+        local_counts(M, c, v->counts_f);
+        op_close(r, ops.perm);
+    }
     double *tpe = M->tokens_per_expert + (size_t)M->index[layer] * (size_t)E;
     for (int e = 0; e < E && !again; e++)
         tpe[e] += (double)M->cnt[e];
@@ -936,6 +1148,8 @@ int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer, Mo
         if (!again)
             M->aux_sum += aux;
     }
+    if (ag)
+        return ag_forward(M, r, &ops, chunk, layer, phase, v, y, x, mb, err);
     /* dispatch */
     if ((rc = to_experts(M, r, &ops, layer, mb, v, 0, &rows_in, err)))
         return rc;
@@ -954,6 +1168,10 @@ int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer, Mo
     op_close(r, ops.comb);
     return PX_OK;
 }
+
+static int router_bwd(const ExecMoe *M, const ExecLayerRun *r, const MoeOps *o, int layer,
+                      const ExecMoeViews *v, void *dx, const void *x, const KernMoeRoute *rt,
+                      int mb, double loss_weight);
 
 int exec_moe_backward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer,
                       const ExecMoeViews *v_plan, void *dx, const void *dy, const void *x,
@@ -977,6 +1195,11 @@ int exec_moe_backward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer,
      * hands the bucket back to the layer's block for the router's */
     const int xb = r->P->expert_block[layer];
     exec_zero_bucket_clear(r->Z, c, r->P, xb);
+    if (exec_moe_allgather(c)) {
+        if ((rc = ag_backward(M, r, &ops, chunk, layer, v, dx, dy, mb, err)))
+            return rc;
+        return router_bwd(M, r, &ops, layer, v, dx, x, &rt, mb, loss_weight);
+    }
     /* combine's backward: each copy's gradient (in expert order) and the weights' */
     const int moved = ep > 1 || M->etp > 1;
     void *dcopies = moved ? v->ep_send : v->ws_dx;
@@ -1003,8 +1226,20 @@ int exec_moe_backward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer,
     op_open(r, ops.perm);
     k->moe_permute_bwd(dx, back, v->idx, N, h, K, E);
     op_close(r, ops.perm);
-    /* the router: the weights' gradient and the load-balancing loss's, to the logits */
-    op_open(r, ops.mm);
+    return router_bwd(M, r, &ops, layer, v, dx, x, &rt, mb, loss_weight);
+}
+
+/* The router's backward: the weights' gradient (v->dw) and the load-balancing loss's to the
+ * logits, their GEMM's gradients, accumulated into dx. */
+static int router_bwd(const ExecMoe *M, const ExecLayerRun *r, const MoeOps *o, int layer,
+                      const ExecMoeViews *v, void *dx, const void *x, const KernMoeRoute *rt,
+                      int mb, double loss_weight)
+{
+    const ExecCtx *c = r->c;
+    const KernBackend *k = c->k;
+    const ModelMoe *mo = &c->spec.model.moe;
+    const int N = (int)c->d.tokens, h = c->d.h, E = mo->experts;
+    op_open(r, o->mm);
     const float *dprobs = NULL;
     if (mo->aux_loss_coeff > 0) {
         k->to_device(v->counts_f,
@@ -1013,7 +1248,7 @@ int exec_moe_backward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer,
         k->moe_aux_bwd(v->dlogits, v->counts_f, N, E, aux_scale(c, loss_weight));
         dprobs = v->dlogits;
     }
-    k->moe_route_bwd(v->dlogits, dprobs, v->dw, v->probs, v->idx, &rt);
+    k->moe_route_bwd(v->dlogits, dprobs, v->dw, v->probs, v->idx, rt);
     /* logits = x router_w^T, accumulated in fp32 from act inputs: dx += dlogits router_w,
      * g_router += dlogits^T x. A GEMM's inputs are act, so a 16-bit backend narrows dlogits
      * first (one rounding, as Megatron-Core's router under bf16 without its fp32 router
@@ -1028,6 +1263,6 @@ int exec_moe_backward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer,
     if (v->g_router_b)
         k->bias_grad(v->g_router_b, dl, N, E);
     exec_meter_flops(r->M, 4.0 * N * E * h);
-    op_close(r, ops.mm);
+    op_close(r, o->mm);
     return PX_OK;
 }

@@ -28,7 +28,7 @@ int exec_backend_has_moe(const KernBackend *k)
 {
     return k->moe_route_fwd && k->moe_route_bwd && k->moe_counts && k->moe_aux_fwd &&
            k->moe_aux_bwd && k->moe_permute && k->moe_permute_bwd && k->moe_unpermute &&
-           k->moe_unpermute_bwd;
+           k->moe_unpermute_bwd && k->moe_dense && k->moe_sparse && k->moe_pick;
 }
 
 /* The kernels for the plan: its precision on the chosen backend. PX_EINPUT names what does not

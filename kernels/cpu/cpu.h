@@ -91,6 +91,11 @@ void kern_cpu_moe_unpermute(void *y, const void *eout, const float *w, const int
 void kern_cpu_moe_unpermute_bwd(void *deout, float *dw, const void *dy, const void *eout,
                                 const float *w, const int32_t *idx, int N, int C, int topk,
                                 int E);
+void kern_cpu_moe_dense(float *probs, uint8_t *map, const int32_t *idx, const float *w, int N,
+                        int topk, int E);
+void kern_cpu_moe_sparse(int32_t *idx, float *w, const float *probs, const uint8_t *map, int N,
+                         int topk, int E, int e0, int e1);
+void kern_cpu_moe_pick(float *dw, const float *probs, const int32_t *idx, int N, int topk, int E);
 
 /* fp8.c */
 void kern_cpu_fp8_quantize(void *q, float *amax, const void *x, const KernFp8 *f, int trans,

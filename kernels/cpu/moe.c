@@ -366,3 +366,54 @@ void kern_cpu_moe_drop(int32_t *idx, const float *w, int N, int topk, int E, int
             idx[i] = -1 - e;
     }
 }
+
+void kern_cpu_moe_dense(float *probs, uint8_t *map, const int32_t *idx, const float *w, int N,
+                        int topk, int E)
+{
+    // probs, map are (N,E); idx, w are (N,topk)
+    KERN_CHECK(E >= 1 && N >= 0 && topk >= 1, "moe_dense: sizes");
+    memset(probs, 0, (size_t)N * (size_t)E * sizeof *probs);
+    if (map)
+        memset(map, 0, (size_t)N * (size_t)E);
+    for (size_t i = 0; i < (size_t)N * (size_t)topk; i++) {
+        KERN_CHECK(idx[i] >= -E && idx[i] < E, "moe_dense: an expert index out of range");
+        if (idx[i] < 0)
+            continue;
+        const size_t at = i / (size_t)topk * (size_t)E + (size_t)idx[i];
+        probs[at] = w[i];
+        if (map)
+            map[at] = 1;
+    }
+}
+
+void kern_cpu_moe_sparse(int32_t *idx, float *w, const float *probs, const uint8_t *map, int N,
+                         int topk, int E, int e0, int e1)
+{
+    // idx, w are (N,topk); probs, map are (N,E)
+    KERN_CHECK(E >= 1 && N >= 0 && topk >= 1 && 0 <= e0 && e0 <= e1 && e1 <= E,
+               "moe_sparse: sizes");
+    for (size_t n = 0; n < (size_t)N; n++) {
+        int j = 0;
+        for (int e = 0; e < E && j < topk; e++) {
+            if (!map[n * (size_t)E + (size_t)e])
+                continue;
+            idx[n * (size_t)topk + (size_t)j] = e >= e0 && e < e1 ? e : -1 - e;
+            w[n * (size_t)topk + (size_t)j] = probs[n * (size_t)E + (size_t)e];
+            j++;
+        }
+        for (; j < topk; j++) {
+            idx[n * (size_t)topk + (size_t)j] = -1;
+            w[n * (size_t)topk + (size_t)j] = 0.0f;
+        }
+    }
+}
+
+void kern_cpu_moe_pick(float *dw, const float *probs, const int32_t *idx, int N, int topk, int E)
+{
+    // dw, idx are (N,topk); probs is (N,E)
+    KERN_CHECK(E >= 1 && N >= 0 && topk >= 1, "moe_pick: sizes");
+    for (size_t i = 0; i < (size_t)N * (size_t)topk; i++) {
+        KERN_CHECK(idx[i] >= -E && idx[i] < E, "moe_pick: an expert index out of range");
+        dw[i] = idx[i] >= 0 ? probs[i / (size_t)topk * (size_t)E + (size_t)idx[i]] : 0.0f;
+    }
+}

@@ -588,6 +588,86 @@ template <typename T> static void fill(KernBackend *k)
     k->moe_unpermute_bwd = moe_unpermute_bwd<T>;
 }
 
+/* ---- the all-gather dispatcher's dense routing (kernels.h's moe_dense, moe_sparse, moe_pick):
+ * a thread per token, topk and E small ---- */
+
+__global__ void moe_dense_kernel(float *probs, uint8_t *map, const int32_t *idx, const float *w,
+                                 int N, int topk, int E)
+{
+    GRID_STRIDE(n, (size_t)N)
+    {
+        float *p = probs + n * (size_t)E;
+        for (int e = 0; e < E; e++)
+            p[e] = 0.0f;
+        if (map)
+            for (int e = 0; e < E; e++)
+                map[n * (size_t)E + (size_t)e] = 0;
+        for (int k = 0; k < topk; k++) {
+            const int e = idx[n * (size_t)topk + (size_t)k];
+            if (e < 0 || e >= E)
+                continue;
+            p[e] = w[n * (size_t)topk + (size_t)k];
+            if (map)
+                map[n * (size_t)E + (size_t)e] = 1;
+        }
+    }
+}
+
+__global__ void moe_sparse_kernel(int32_t *idx, float *w, const float *probs, const uint8_t *map,
+                                  int N, int topk, int E, int e0, int e1)
+{
+    GRID_STRIDE(n, (size_t)N)
+    {
+        int j = 0;
+        for (int e = 0; e < E && j < topk; e++) {
+            if (!map[n * (size_t)E + (size_t)e])
+                continue;
+            idx[n * (size_t)topk + (size_t)j] = e >= e0 && e < e1 ? e : -1 - e;
+            w[n * (size_t)topk + (size_t)j] = probs[n * (size_t)E + (size_t)e];
+            j++;
+        }
+        for (; j < topk; j++) {
+            idx[n * (size_t)topk + (size_t)j] = -1;
+            w[n * (size_t)topk + (size_t)j] = 0.0f;
+        }
+    }
+}
+
+__global__ void moe_pick_kernel(float *dw, const float *probs, const int32_t *idx, size_t copies,
+                                int topk, int E)
+{
+    GRID_STRIDE(i, copies)
+    {
+        const int e = idx[i];
+        dw[i] = e >= 0 && e < E ? probs[i / (size_t)topk * (size_t)E + (size_t)e] : 0.0f;
+    }
+}
+
+static void moe_dense(float *probs, uint8_t *map, const int32_t *idx, const float *w, int N,
+                      int topk, int E)
+{
+    KERN_CHECK(E >= 1 && N >= 0 && topk >= 1, "moe_dense: sizes");
+    if (N > 0)
+        KLAUNCH_N(moe_dense_kernel, (size_t)N, probs, map, idx, w, N, topk, E);
+}
+
+static void moe_sparse(int32_t *idx, float *w, const float *probs, const uint8_t *map, int N,
+                       int topk, int E, int e0, int e1)
+{
+    KERN_CHECK(E >= 1 && N >= 0 && topk >= 1 && 0 <= e0 && e0 <= e1 && e1 <= E,
+               "moe_sparse: sizes");
+    if (N > 0)
+        KLAUNCH_N(moe_sparse_kernel, (size_t)N, idx, w, probs, map, N, topk, E, e0, e1);
+}
+
+static void moe_pick(float *dw, const float *probs, const int32_t *idx, int N, int topk, int E)
+{
+    KERN_CHECK(E >= 1 && N >= 0 && topk >= 1, "moe_pick: sizes");
+    const size_t copies = (size_t)N * (size_t)topk;
+    if (copies)
+        KLAUNCH_N(moe_pick_kernel, copies, dw, probs, idx, copies, topk, E);
+}
+
 void kern_cuda_table_moe(KernBackend *k)
 {
     if (k->act == PX_BF16)
@@ -600,4 +680,7 @@ void kern_cuda_table_moe(KernBackend *k)
     k->moe_drop = moe_drop;
     k->moe_aux_fwd = moe_aux_fwd;
     k->moe_aux_bwd = moe_aux_bwd;
+    k->moe_dense = moe_dense;
+    k->moe_sparse = moe_sparse;
+    k->moe_pick = moe_pick;
 }
