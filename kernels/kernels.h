@@ -60,6 +60,11 @@ typedef struct {
      * [B,H,Tq,Tk] draws with its flat index, masked ones included, so backends agree byte for
      * byte. */
     uint64_t seed;
+    /* Where the entries of the stream lie (0: the call's own [B,H,Tq,Tk]): entry (b, h, t, j)
+     * draws element (b*H + h) * drop_head + t * drop_row + j, so that a call holding a block of
+     * a larger score matrix (context parallelism's query parts against their keys) draws what
+     * the whole matrix's call would. The mask and probs_drop stay [B,H,Tq,Tk]. */
+    uint64_t drop_row, drop_head;
     uint8_t *mask;
     void *probs_drop;
     /* Fused path (probs == NULL, flash-style, no s x s storage): log-sum-exp of each row's

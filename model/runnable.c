@@ -22,7 +22,6 @@ const char *model_exec_cp_limit(const ModelSpec *s, const ModelDims *d)
            : a2a && (d->heads_loc % d->c || d->kv_loc % d->c)
                ? "a2a needs cp to divide the heads and the KV heads per tensor-parallel rank "
                  "(Ulysses splits them over the cp ranks)"
-           : s->job.dropout > 0.0   ? "dropout must be 0"
            : d->s % (2 * d->c) != 0 ? "the sequence must split into 2 x cp chunks"
                                     : NULL;
 }

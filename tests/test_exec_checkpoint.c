@@ -20,7 +20,9 @@
  * emu_dp2_zero1 (bf16, two ranks on the emulator through mpirun; label mpi); moe_ep2_pp2
  * (tiny-moe, ep 2 x pp 2 x dp 2, real routing whose dropless buffers grow in both runs; its
  * checkpoint is refused by an ep 1 layout naming layout.ep and both layouts, and by tiny-moe
- * with 4 experts naming model.moe.experts), llama_cp2 (tiny-llama, cp 2 over the ring) and
+ * with 4 experts naming model.moe.experts), moe_ep2_cp2 (tiny-moe, ep 2 over cp 2, real
+ * routing and dropout; refused by ep 1 on the same cp 2 naming layout.ep), llama_cp2
+ * (tiny-llama, cp 2 over the ring) and
  * hsdp_zero3 (dp_shard 2 x dp_replicate 2; refused by ZeRO-3 over dp 4 naming
  * layout.dp_shard), label mpi.
  * Usage: test_exec_checkpoint PARALLAX CASE [WORKER-EMU] (`list` prints the cases). */
@@ -68,6 +70,13 @@ static const Case cases[] = {
      * pp 2 x dp 2: the expert shards, the module's weights and the router's come back (label
      * mpi) */
     {"dsv3_ep2_pp2", "tiny-dsv3", 4, "local", "--dp 2 --tp 1 --pp 2 --ep 2 --zero 0 --mbs 2 " PIN1, 0},
+    /* experts over ep 2 regrouping the two cp ranks (tiny-moe, routed for real, dropout on):
+     * each cp rank routes its parts of the sequence, so the router's state, the dropless
+     * buffers' growth and the dropout streams at the parts' global positions must all come
+     * back; its checkpoint is refused by an ep 1 layout on the same cp 2, naming layout.ep
+     * (label mpi) */
+    {"moe_ep2_cp2", "tiny-moe", 2, "local", "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type p2p --ep 2 "
+     "--zero 0 --mbs 2 --dropout 0.1 " PIN1, 0},
     /* the sequence over cp 2, K and V round the ring (label mpi) */
     {"llama_cp2", "tiny-llama", 2, "local", "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type p2p "
      "--zero 0 --mbs 4 --seq 128 " PIN1, 0},
@@ -274,6 +283,16 @@ static void check_case(const Case *C)
                 "layout.dp_shard: the checkpoint was written with 2, this run has 4 (the "
                 "checkpoint's layout dp 4 tp 1 pp 1 cp 1 vpp 1 zero 3 dp_shard 2 dp_replicate 2, "
                 "this run's dp 4 tp 1 pp 1 cp 1 vpp 1 zero 3 dp_shard 4 dp_replicate 1)");
+    }
+    if (!strcmp(C->name, "moe_ep2_cp2")) {
+        /* the same dense layout with every expert on each rank */
+        run_expect(0, run_sh("%s plan --model tiny-moe --cluster local --gpus 2 --gbs 8 --steps 9 "
+                            "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type p2p --ep 1 --zero 0 --mbs 2 "
+                            "--dropout 0.1 " PIN1 " -o %s/plan.json", px, tmp), "parallax plan (ep 1)");
+        refused(run, "an ep 1 x cp 2 run on an ep 2 x cp 2 checkpoint",
+                "layout.ep: the checkpoint was written with 2, this run has 1 (the checkpoint's "
+                "layout dp 1 tp 1 pp 1 cp 2 vpp 1 zero 0 ep 2 etp 1, this run's dp 1 tp 1 pp 1 "
+                "cp 2 vpp 1 zero 0 ep 1 etp 1)");
     }
     if (!strcmp(C->name, "moe_ep2_pp2")) {
         /* another expert layout: the experts of ep 2 on ep 1 */

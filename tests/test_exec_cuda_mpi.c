@@ -72,6 +72,14 @@ static const Layout layouts[] = {
      "--model tiny-llama --seq 64"},
     {"llama_cp2_a2a", 2, "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type a2a --zero 0 --no-sp " PIN1,
      "--model tiny-llama --seq 64 --no-flash-attn"},
+    /* dropout with context parallelism: the unfused core's parts drawing their blocks of the
+     * one-rank stream (KernAttnFwd.drop_row, drop_head) on the device. Memory, bytes and FLOPs
+     * as predicted; the masks themselves are checked where the losses are exact enough to
+     * tell (test_exec_mpi's cp dropout layouts, test_kernels_cuda's placed mask): a part
+     * drawing the wrong block moves this bf16 run by 6e-5 only, inside the 2.5e-4 */
+    {"llama_cp2_allgather_dropout", 2,
+     "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type allgather --zero 0 --no-sp " PIN1,
+     "--model tiny-llama --seq 64 --no-flash-attn --dropout 0.1"},
     /* the K, V ring: the fused core with a query offset, the merge kernel, the ring's messages */
     {"llama_cp2_p2p", 2, "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type p2p --zero 0 --no-sp " PIN1,
      "--model tiny-llama --seq 64"},

@@ -164,6 +164,11 @@ static const Layout layouts[] = {
     {"ep2_tp2_sp_cp2", 4, 1, 2, 1, 2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 2},
     {"dsv3_ep2_cp2", 2, 1, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 2},
     {"cuda_ep2_cp2", 2, 1, 1, 1, 2, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 2},
+    /* dropout with context parallelism: each cp rank drops out its parts at their global
+     * positions, routed for real; and MLA's Ulysses core (two head widths) dropping out the
+     * probabilities of its heads over the whole sequence */
+    {"ep2_cp2_real_dropout", 2, 1, 1, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2},
+    {"dsv3_dense_cp2_a2a_dropout", 2, 1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 2},
     /* beyond CI's six, run by name: ZeRO-3 with full recompute, the interleaved schedule,
      * expert tensor parallelism, the router's own choice */
     {"dsv3_ep2_dp2_zero3_full", 4, 4, 1, 1, 2, 0, 1, 3, 1, 0, 0, 0, 0, 0, 1, 0},
@@ -252,6 +257,7 @@ static ModelSpec spec_of(const Layout *L)
     s.job.precision = L->cuda ? PX_BF16 : PX_FP32;
     s.job.steps = steps_of(L);
     s.job.moe_force_balance = L->force;
+    s.job.dropout = strstr(L->name, "_dropout") ? 0.1 : 0.0; /* the single rank's too */
     /* real routing: a rank may receive up to ep times its share */
     s.job.moe_imbalance = L->force ? 1.0 : (double)L->ep;
     s.layout.dp = L->dp;

@@ -216,6 +216,26 @@ static const Layout layouts[] = {
      "--model tiny-llama --seq 256 --no-flash-attn", 5, 0, NULL, 0},
     {"llama_cp2_dp2_zero1_a2a", 4, "--dp 2 --tp 1 --pp 1 --cp 2 --cp-comm-type a2a --zero 1 --no-sp " PIN1,
      "--model tiny-llama --seq 256 --no-flash-attn --recompute full", 5, 0, NULL, 0},
+    /* dropout with context parallelism: each cp rank draws the one-rank masks of the positions
+     * (and, Ulysses, the heads) it holds, at every site: the embedding, the attention's and the
+     * MLP's outputs, and the attention probabilities where the core runs unfused (its parts'
+     * blocks of the s x s stream with the all-gather, the head split's whole rows with a2a) */
+    {"llama_cp2_p2p_dropout", 2, "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type p2p --zero 0 --no-sp " PIN1,
+     "--model tiny-llama --seq 256 --dropout 0.1", 5, 0, NULL, 0},
+    {"llama_cp2_allgather_dropout", 2,
+     "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type allgather --zero 0 --no-sp " PIN1,
+     "--model tiny-llama --seq 256 --no-flash-attn --dropout 0.1", 5, 0, NULL, 0},
+    {"llama_cp2_a2a_dropout_selective", 2,
+     "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type a2a --zero 0 --no-sp " PIN1,
+     "--model tiny-llama --seq 256 --no-flash-attn --dropout 0.1 --recompute selective", 5, 0, NULL, 0},
+    {"llama_cp2_tp2_sp_allgather_dropout", 4,
+     "--dp 1 --tp 2 --pp 1 --cp 2 --cp-comm-type allgather --zero 0 --sp " PIN1,
+     "--model tiny-llama --seq 256 --no-flash-attn --dropout 0.1", 5, 0, NULL, 0},
+    {"llama_cp2_tp2_sp_a2a_dropout_full", 4,
+     "--dp 1 --tp 2 --pp 1 --cp 2 --cp-comm-type a2a --zero 0 --sp " PIN1,
+     "--model tiny-llama --seq 256 --no-flash-attn --dropout 0.1 --recompute full", 5, 0, NULL, 0},
+    {"llama_cp2_p2p_dropout_full", 2, "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type p2p --zero 0 --no-sp " PIN1,
+     "--model tiny-llama --seq 256 --dropout 0.1 --recompute full", 5, 0, NULL, 0},
     /* FP8 GEMMs with context parallelism (docs/fp8.md, "The executor"): each cp rank quantizes
      * its own b x s/cp rows with scales of their own, and delayed scaling's input and gradient
      * histories see those rows only (no amax travels: the op graph counts none, as for TP);

@@ -1084,6 +1084,54 @@ static void test_sgd(void)
     free(master), free(mom), free(param), free(rw), free(rm);
 }
 
+/* A context-parallel part's unfused call (queries q0 .. q0+C-1 of H heads against keys
+ * 0 .. q0+C-1) with the stream placed as the whole S x S call's (offset q0 x S, rows S and
+ * heads S x S apart) draws, entry for entry, the whole call's mask over its block; with the
+ * default placement it would not. */
+static void test_attention_drop_block(void)
+{
+    enum { S = 8, H = 3, D = 4, C = 2, Q0 = 5 };
+    const int tk = Q0 + C;
+    const float p = 0.3f;
+    const uint64_t seed = 0xD1CE;
+    float *qkv = frand((size_t)S * 3 * H * D, 1, 0);
+    float *out = fnew((size_t)S * H * D), *probs = fnew((size_t)H * S * S);
+    float *pd = fnew((size_t)H * S * S);
+    uint8_t *mask = xcalloc((size_t)H * S * S, 1);
+    KernAttnFwd f = {.B = 1, .Tq = S, .Tk = S, .H = H, .KV = H, .D = D, .scale = 0.5f,
+                     .q = qkv, .k = qkv + H * D, .v = qkv + 2 * H * D, .q_stride = 3 * H * D,
+                     .k_stride = 3 * H * D, .v_stride = 3 * H * D, .out = out, .probs = probs,
+                     .dropout = p, .seed = seed, .mask = mask, .probs_drop = pd};
+    K->attention_fwd(&f);
+    float *pout = fnew((size_t)C * H * D), *pprobs = fnew((size_t)H * C * tk);
+    float *ppd = fnew((size_t)H * C * tk);
+    uint8_t *pmask = xcalloc((size_t)H * C * tk, 1);
+    KernAttnFwd g = f;
+    g.Tq = C, g.Tk = tk, g.q_offset = Q0, g.q = qkv + (size_t)Q0 * 3 * H * D;
+    g.out = pout, g.probs = pprobs, g.mask = pmask, g.probs_drop = ppd;
+    g.seed = seed + 0x9E3779B97F4A7C15ull * (uint64_t)(Q0 * S); /* exec_stream_at's shift */
+    g.drop_row = S, g.drop_head = (uint64_t)S * S;
+    K->attention_fwd(&g);
+    int differ = 0;
+    for (int h = 0; h < H; h++)
+        for (int t = 0; t < C; t++)
+            for (int j = 0; j < tk; j++) {
+                const uint8_t want = mask[((size_t)h * S + Q0 + t) * S + j];
+                const uint8_t got = pmask[((size_t)h * C + t) * tk + j];
+                if (got != want)
+                    CHECK_EQ_INT(want, got);
+            }
+    g.drop_row = 0, g.drop_head = 0; /* the call's own [H, C, tk] */
+    K->attention_fwd(&g);
+    for (int h = 0; h < H; h++)
+        for (int t = 0; t < C; t++)
+            for (int j = 0; j < tk; j++)
+                differ += pmask[((size_t)h * C + t) * tk + j] != mask[((size_t)h * S + Q0 + t) * S + j];
+    CHECK(differ > 0);
+    free(qkv), free(out), free(probs), free(pd), free(mask);
+    free(pout), free(pprobs), free(ppd), free(pmask);
+}
+
 /* ---- elementwise, dropout, fp32 helpers ---- */
 
 static void test_elementwise(void)
@@ -1256,6 +1304,7 @@ int main(void)
                               .dropout = 0.25f, .fd = 1, .sinks = 1});
     test_attention((AttnCase){.B = 1, .Tq = 70, .Tk = 150, .H = 2, .KV = 2, .D = 8,
                               .q_offset = 80, .sinks = 1});
+    test_attention_drop_block();
     test_attention_merge();
     test_gate();
     test_embedding(1);

@@ -637,6 +637,7 @@ typedef struct {
     int packed;    /* Tq == Tk: q, k, v in one [B,T,(H+KV)*D + KV*Dv] buffer */
     float dropout; /* unfused path only */
     int sinks;     /* attention sinks (GPT-OSS) and their gradient */
+    uint64_t drop_row, drop_head; /* the dropout stream's placement (0: the call's own) */
 } AttnCase;
 
 #define SENTINEL 7.0f /* exact in bf16 and fp16 */
@@ -766,8 +767,9 @@ static void attn_unfused_fwd(Attn *t)
                          .q_offset = ac.q_offset, .scale = t->scale, .q = t->bq,
                          .k = t->hk + t->koff, .v = t->hk + t->voff, .q_stride = t->qs,
                          .k_stride = t->ks, .v_stride = t->vs, .out = t->eo, .probs = t->ep,
-                         .dropout = ac.dropout, .seed = 0xC0FFEE, .mask = t->em,
-                         .probs_drop = t->epd, .sinks = t->hs};
+                         .dropout = ac.dropout, .seed = 0xC0FFEE, .drop_row = ac.drop_row,
+                         .drop_head = ac.drop_head, .mask = t->em, .probs_drop = t->epd,
+                         .sinks = t->hs};
     R->attention_fwd(&t->f);
     t->go = dalloc(nq * ATTN_ES), t->gp = dalloc(np * ATTN_ES), t->gpd = dalloc(np * ATTN_ES);
     t->gds = dalloc(np * ATTN_ES);
@@ -2344,6 +2346,10 @@ static void run_suite(PxDtype act)
                               .dropout = 0.25f});
     test_attention((AttnCase){.B = 1, .Tq = 4, .Tk = 4, .H = 4, .KV = 2, .D = 4, .packed = 1,
                               .dropout = 0.5f});
+    /* a context-parallel part drawing its block of a larger matrix's stream (rows 16, heads
+     * 16 x 16 apart) */
+    test_attention((AttnCase){.B = 2, .Tq = 3, .Tk = 6, .H = 4, .KV = 2, .D = 4, .q_offset = 3,
+                              .dropout = 0.25f, .drop_row = 16, .drop_head = 256});
     /* several key tiles, queries after most keys; odd head dims; D beyond one warp */
     test_attention((AttnCase){.B = 1, .Tq = 70, .Tk = 150, .H = 2, .KV = 2, .D = 8,
                               .q_offset = 80});

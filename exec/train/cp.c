@@ -284,8 +284,8 @@ static int a2a_out(const ExecLayerRun *r, void *out, int chunk, int l, ModelPhas
 /* Ulysses' core, forward: with `comm` Q, K, V to the head split first and the output back
  * after (the forward's, a full recompute's), else (selective recompute) over the head split
  * attn.qkv.out already holds, into out. Sequence by sequence, causal over the whole one. */
-static int a2a_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *out, int l, int chunk,
-                   ModelPhase ph, int comm, PxError *err)
+static int a2a_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *out, int mb, int l,
+                   int chunk, ModelPhase ph, int comm, PxError *err)
 {
     const ExecCtx *c = r->c;
     const ModelDims *d = &c->d;
@@ -311,6 +311,16 @@ static int a2a_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *out, int
             .probs = AT(EXEC_LA(a, SOFTMAX), q * tile),
             .sinks = hs,
         };
+        if (c->attn_dropout) {
+            /* the one-rank stream of the layer's heads, s x s each: this rank's first head of
+             * the split is global head tp x heads_loc + cp_rank x Hc */
+            const uint64_t g0 = (uint64_t)c->g.tp_rank * d->heads_loc + (uint64_t)c->g.cp_rank * Hc;
+            f.dropout = c->dropout;
+            f.seed = exec_stream_at(exec_drop_seed(r, exec_seq_index(r, mb, q), l, EXEC_SITE_ATTN),
+                                    g0 * (uint64_t)s * (uint64_t)s);
+            f.mask = (uint8_t *)EXEC_LA(a, SOFTMAX_MASK) + q * tile;
+            f.probs_drop = AT(EXEC_LA(a, SOFTMAX_DROP), q * tile);
+        }
         c->k->attention_fwd(&f);
         exec_meter_flops(r->M, core_fwd_flops(c, (double)Hc, s, s));
     }
@@ -350,6 +360,11 @@ static int a2a_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int chunk, int
             .probs = AT(EXEC_LA(a, SOFTMAX), q * tile),
             .dscores = AT(r->W->dscores, q * tile),
         };
+        if (c->attn_dropout) {
+            b.dropout = c->dropout;
+            b.mask = (const uint8_t *)EXEC_LA(a, SOFTMAX_MASK) + q * tile;
+            b.probs_drop = AT(EXEC_LA(a, SOFTMAX_DROP), q * tile);
+        }
         c->k->attention_bwd(&b);
         if (r->P->lw[l].sinks) /* this rank's heads' sinks, over the whole sequence */
             c->k->attention_sink_bwd(r->P->lg[l].sinks + (size_t)c->g.cp_rank * Hc,
@@ -616,11 +631,11 @@ static int ring_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int l, int ch
 
 /* ---- the core's entries ---- */
 
-int exec_cp_attention_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *out, int l,
-                          int chunk, ModelPhase ph, int comm, PxError *err)
+int exec_cp_attention_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *out, int mb,
+                          int l, int chunk, ModelPhase ph, int comm, PxError *err)
 {
     if (r->c->spec.layout.cp_comm == MODEL_CP_COMM_A2A)
-        return a2a_fwd(r, a, out, l, chunk, ph, comm, err);
+        return a2a_fwd(r, a, out, mb, l, chunk, ph, comm, err);
     return ring_fwd(r, a, out, l, chunk, ph, err);
 }
 

@@ -636,6 +636,25 @@ typedef struct {
     ExecFp8 *fp8;
 } ExecLayerRun;
 
+/* The global index of sequence q of micro-batch mb: the same on every tp and cp rank that
+ * holds a part of it. */
+static inline long long exec_seq_index(const ExecLayerRun *r, int mb, int q)
+{
+    return r->pass->seq_base + (long long)mb * r->c->d.b + q;
+}
+
+/* The dropout stream of one (step, sequence, layer, site): counter-based, so a recompute, any
+ * micro-batch size, any data-parallel split and any rank holding a part of the sequence (tp,
+ * SP, cp) draw the same mask for the same element. */
+static inline uint64_t exec_drop_seed(const ExecLayerRun *r, long long seq, int layer, int site)
+{
+    uint64_t z = px_mix64(r->c->spec.job.seed ^ 0x64726f70ull);
+    z = px_mix64(z ^ (uint64_t)r->pass->step);
+    z = px_mix64(z ^ (uint64_t)seq);
+    z = px_mix64(z ^ (uint64_t)(layer + 1));
+    return px_mix64(z ^ (uint64_t)site);
+}
+
 int exec_layers_forward(const ExecLayerRun *r, int chunk, int mb, ExecLayerActs *A,
                         ExecHeadActs *x, const int32_t *tokens, PxError *err);
 int exec_layers_backward(const ExecLayerRun *r, int chunk, int mb, ExecLayerActs *A,
@@ -836,8 +855,8 @@ int exec_cp_scatter_dkv(const ExecLayerRun *r, int l, int chunk, PxError *err);
  * output back after (the forward's, a full recompute's), without (selective recompute) it
  * scores the head split attn.qkv.out already holds. Backward: ws.dhid's output gradient into
  * ws.dqkv. */
-int exec_cp_attention_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *out, int l,
-                          int chunk, ModelPhase ph, int comm, PxError *err);
+int exec_cp_attention_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *out, int mb,
+                          int l, int chunk, ModelPhase ph, int comm, PxError *err);
 int exec_cp_attention_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int l, int chunk,
                           PxError *err);
 

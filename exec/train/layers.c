@@ -192,39 +192,25 @@ static void norm_bwd(const ExecLayerRun *r, void *dinp, float *dw, float *db, co
         r->c->k->rmsnorm_bwd(dinp, dw, dout, inp, w, N, c->hidden, (float)c->norm_eps);
 }
 
-/* The dropout stream of one (step, sequence, layer, site): counter-based, so a recompute, any
- * micro-batch size and any data-parallel split draw the same mask for the same sequence. */
-static uint64_t drop_seed(const ExecLayerRun *r, long long seq, int layer, int site)
-{
-    uint64_t z = px_mix64(r->c->spec.job.seed ^ 0x64726f70ull);
-    z = px_mix64(z ^ (uint64_t)r->pass->step);
-    z = px_mix64(z ^ (uint64_t)seq);
-    z = px_mix64(z ^ (uint64_t)(layer + 1));
-    return px_mix64(z ^ (uint64_t)site);
-}
-
-static long long seq_index(const ExecLayerRun *r, int mb, int q)
-{
-    return r->pass->seq_base + (long long)mb * r->c->d.b + q;
-}
-
 /* out = dropout(x) over this rank's region of the micro-batch (out may alias x): every token
- * of sequence q at position t draws elements t*h ... of sequence q's stream, whichever rank
- * holds it. */
+ * of sequence q at global position t draws elements t*h ... of sequence q's stream, whichever
+ * rank holds it (SP: a tp rank's rows of the b x s_loc; cp: each of the rank's parts at its
+ * global positions). */
 static void dropout_region(const ExecLayerRun *r, void *out, uint8_t *mask, const void *x, int mb,
                            int layer, int site)
 {
     const ExecCtx *c = r->c;
-    const int s = c->d.s, h = c->d.h, R = c->d.b * c->d.s_sp;
+    const int sl = c->d.s_loc, h = c->d.h, R = c->d.b * c->d.s_sp, C = exec_cp_part_len(c);
     const long long first = exec_sp_on(c) ? (long long)c->g.tp_rank * R : 0;
     for (long long n = first; n < first + R;) {
-        const int q = (int)(n / s), t0 = (int)(n % s);
-        long long cnt = s - t0;
+        const int q = (int)(n / sl), tl = (int)(n % sl), j = tl / C;
+        const int t0 = exec_cp_part_pos(c, c->g.cp_rank, j) + tl % C;
+        long long cnt = C - tl % C; /* to the end of the part */
         if (n + cnt > first + R)
             cnt = first + R - n;
         const size_t o = (size_t)(n - first) * (size_t)h;
         c->k->dropout_fwd(AT(out, o), mask + o, AT(x, o), (size_t)cnt * h, c->dropout,
-                          exec_stream_at(drop_seed(r, seq_index(r, mb, q), layer, site),
+                          exec_stream_at(exec_drop_seed(r, exec_seq_index(r, mb, q), layer, site),
                                          (uint64_t)t0 * (uint64_t)h));
         n += cnt;
     }
@@ -344,7 +330,7 @@ static int attention_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *ou
     const int C = exec_cp_part_len(c);
     const size_t tile = (size_t)H * sl * d->s;
     if (exec_cp_owns_core(c))
-        return exec_cp_attention_fwd(r, a, out, l, chunk, ph, comm, err);
+        return exec_cp_attention_fwd(r, a, out, mb, l, chunk, ph, comm, err);
     if (cp && comm)
         TRY(exec_cp_gather_kv(r, a, l, chunk, ph, err));
     for (int q = 0; q < d->b; q++) {
@@ -368,14 +354,19 @@ static int attention_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *ou
                 f.lse = (float *)EXEC_LA(a, ATTN_LSE) + (size_t)q * H * sl + (size_t)j * H * C;
             } else {
                 f.probs = AT(EXEC_LA(a, SOFTMAX), q * tile + at);
-                if (c->attn_dropout) { /* cp > 1 refuses dropout (exec_init) */
+                if (c->attn_dropout) {
                     f.dropout = c->dropout;
-                    /* the stream of the whole layer's heads: this rank's first head is global
-                     * head tp * H, whose entries start tp * H * s * s into it */
-                    f.seed = exec_stream_at(drop_seed(r, seq_index(r, mb, q), l, EXEC_SITE_ATTN),
-                                            (uint64_t)c->g.tp_rank * tile);
-                    f.mask = (uint8_t *)EXEC_LA(a, SOFTMAX_MASK) + q * tile;
-                    f.probs_drop = AT(EXEC_LA(a, SOFTMAX_DROP), q * tile);
+                    /* the stream of the whole layer's heads over the whole sequence, s x s
+                     * per head: this rank's first head is global head tp * H, and the part's
+                     * first query is at position q0 */
+                    const uint64_t ss = (uint64_t)d->s * (uint64_t)d->s;
+                    f.seed = exec_stream_at(
+                        exec_drop_seed(r, exec_seq_index(r, mb, q), l, EXEC_SITE_ATTN),
+                        (uint64_t)c->g.tp_rank * H * ss + (uint64_t)q0 * d->s);
+                    f.drop_row = (uint64_t)d->s;
+                    f.drop_head = ss;
+                    f.mask = (uint8_t *)EXEC_LA(a, SOFTMAX_MASK) + q * tile + at;
+                    f.probs_drop = AT(EXEC_LA(a, SOFTMAX_DROP), q * tile + at);
                 }
             }
             at += (size_t)H * C * tk;
@@ -434,8 +425,8 @@ static void core_bwd(const ExecLayerRun *r, const ExecLayerActs *a, const void *
                 b.dscores = AT(r->W->dscores, q * tile + at);
                 if (c->attn_dropout) {
                     b.dropout = c->dropout;
-                    b.mask = (const uint8_t *)EXEC_LA(a, SOFTMAX_MASK) + q * tile;
-                    b.probs_drop = AT(EXEC_LA(a, SOFTMAX_DROP), q * tile);
+                    b.mask = (const uint8_t *)EXEC_LA(a, SOFTMAX_MASK) + q * tile + at;
+                    b.probs_drop = AT(EXEC_LA(a, SOFTMAX_DROP), q * tile + at);
                 }
             }
             at += (size_t)H * C * tk;
@@ -530,7 +521,7 @@ static int moe_fwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerActs 
     ExecMoeViews v;
     moe_views(r, l, a, &v);
     TRY(exec_moe_forward(r->moe, r, chunk, l, ph, &v, r->W->dhid, EXEC_LA(a, FC1_IN),
-                         seq_index(r, mb, 0), mb, aux_weight(r), err));
+                         exec_seq_index(r, mb, 0), mb, aux_weight(r), err));
     *done = c->d.sff_loc == 0;
     if (!*done)
         return PX_OK;
@@ -774,7 +765,7 @@ static int moe_mlp_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerA
      * shared experts' backward leaves alone */
     void *dxr = r->fp8->on ? r->fp8->act : EXEC_LMA(a, EXP_IN);
     TRY(exec_moe_backward(r->moe, r, chunk, l, &v, dxr, dy, EXEC_LA(a, FC1_IN),
-                          seq_index(r, mb, 0), mb, aux_weight(r), err));
+                          exec_seq_index(r, mb, 0), mb, aux_weight(r), err));
     if (c->d.sff_loc == 0) {
         *dn = dxr;
         return PX_OK;

@@ -92,6 +92,8 @@ static void attn_fwd_unfused(const KernAttnFwd *a)
     KERN_CHECK(!drop || (a->mask && pdrop), "attention: dropout needs mask and probs_drop");
     KERN_CHECK(a->dropout < 1.0f, "attention: dropout must be below 1");
     const float keep_scale = drop ? 1.0f / (1.0f - a->dropout) : 1.0f;
+    const uint64_t drow = a->drop_row ? a->drop_row : (uint64_t)Tk;
+    const uint64_t dhead = a->drop_head ? a->drop_head : (uint64_t)tile;
     for (int b = 0; b < a->B; b++) {
         for (int h = 0; h < H; h++) {
             const int g = h / rep;
@@ -109,10 +111,12 @@ static void attn_fwd_unfused(const KernAttnFwd *a)
                 attn_softmax_row(P + (size_t)t * Tk, attn_visible(a->q_offset, t, Tk), Tk, sink);
             const float *Pused = P;
             if (drop) {
-                // The flat index into [B,H,Tq,Tk] names each draw, so a recompute and the CUDA
-                // backend draw the same mask; masked entries draw too, to keep indices simple.
+                // The entry's place in the stream (by default its flat index into [B,H,Tq,Tk])
+                // names each draw, so a recompute and the CUDA backend draw the same mask;
+                // masked entries draw too, to keep indices simple.
                 for (size_t i = 0; i < tile; i++) {
-                    int keep = kern_dropout_keep(a->seed, bh * tile + i, a->dropout);
+                    const uint64_t at = bh * dhead + (i / (size_t)Tk) * drow + i % (size_t)Tk;
+                    int keep = kern_dropout_keep(a->seed, at, a->dropout);
                     a->mask[bh * tile + i] = (uint8_t)keep;
                     pdrop[bh * tile + i] = keep ? P[i] * keep_scale : 0.0f;
                 }

@@ -62,12 +62,12 @@ template <typename T> static void zero_rows(void *x, size_t rows, int width, int
 enum { SM_WARPS = 8 };
 
 /* One warp per row of scores (B*H*Tq rows of Tk): softmax over the visible keys in fp32, 0 for
- * the others; with dropout, the keep mask (drawn for every entry with its flat index, as the
- * CPU does) and the dropped, rescaled copy. */
+ * the others; with dropout, the keep mask (each entry drawing its place in the stream, head
+ * dhead and query row drow apart, as the CPU does) and the dropped, rescaled copy. */
 template <typename T>
 __global__ void softmax_fwd_kernel(T *probs, uint8_t *mask, T *pdrop, size_t rows, int Tq,
                                    int Tk, int q_offset, float p, float keep_scale, uint64_t seed,
-                                   const T *sinks, int H)
+                                   uint64_t drow, uint64_t dhead, const T *sinks, int H)
 {
     // sinks (may be NULL) is (H): head (row / Tq) % H's joins the denominator
     // probs, mask, pdrop are (rows, Tk); probs holds the scaled scores on entry
@@ -91,7 +91,8 @@ __global__ void softmax_fwd_kernel(T *probs, uint8_t *mask, T *pdrop, size_t row
             s[j] = from_f<T>(pr);
             if (mask) {
                 const size_t idx = row * Tk + j;
-                const int keep = kern_dropout_keep(seed, idx, p);
+                const int keep = kern_dropout_keep(
+                    seed, (row / Tq) * dhead + (row % Tq) * drow + (uint64_t)j, p);
                 mask[idx] = (uint8_t)keep;
                 pdrop[idx] = from_f<T>(keep ? pr * keep_scale : 0.0f);
             }
@@ -158,6 +159,7 @@ template <typename T> static void attn_fwd_unfused(const KernAttnFwd *a)
     KLAUNCH(softmax_fwd_kernel<T>, rows_grid(rows), SM_WARPS * 32, 0, probs,
             drop ? a->mask : (uint8_t *)NULL, drop ? pdrop : (T *)NULL, rows, Tq, Tk,
             a->q_offset, a->dropout, drop ? 1.0f / (1.0f - a->dropout) : 1.0f, a->seed,
+            a->drop_row ? a->drop_row : (uint64_t)Tk, a->drop_head ? a->drop_head : (uint64_t)tile,
             (const T *)a->sinks, H);
     const T *used = drop ? pdrop : probs;
     for (int b = 0; b < B; b++)
