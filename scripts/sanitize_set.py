@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """sanitize_set.py -- which tests the sanitizer pass of scripts/test.sh can leave out.
 
-  scripts/sanitize_set.py ASAN_LOG [--build DIR] [--jobs N] [--cheap S] [-o FILE]
+  scripts/sanitize_set.py ASAN_LOG [--build DIR] [--jobs N] [--cheap S] [--only REGEX] [-o FILE]
 
 Builds the project with gcov's counters (in DIR, default build-cov), runs every test that the
 sanitizer pass would run, one at a time, each writing its counters under a folder of its own,
@@ -12,7 +12,12 @@ whole suite runs, and drops from it any test the others make redundant. The test
 set that took more than S seconds (default 5) under the sanitizers are written to FILE (default
 tests/sanitize_repeat.txt), which the build reads to give them the label `repeat`: the
 sanitizer pass leaves them out, since every line they run runs there in another test. Prints
-the figures: lines, tests and seconds, kept and left out."""
+the figures: lines, tests and seconds, kept and left out.
+
+With --only, the same over the tests whose names match REGEX (a family of layouts and the
+tests added to it), the rest of FILE kept as it is: a test of the family is left out when the
+family's kept tests run its lines, which is the whole suite's rule on fewer tests (it leaves
+out no more than a run over all of them would)."""
 import argparse
 import glob
 import json
@@ -112,11 +117,22 @@ def main():
     ap.add_argument("--build", default=os.path.join(SRC, "build-cov"))
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--cheap", type=float, default=5.0)
+    ap.add_argument("--only", help="the tests to judge, a regular expression on their names")
     ap.add_argument("-o", "--output", default=os.path.join(SRC, "tests", "sanitize_repeat.txt"))
     a = ap.parse_args()
     took = seconds(a.asan_log)
     build(a.build)
     names = test_names(a.build)
+    kept_before = []
+    if a.only:
+        names = [n for n in names if re.search(a.only, n)]
+        if not names:
+            sys.exit(f"sanitize_set: no test the pass runs matches {a.only!r}")
+        if os.path.exists(a.output):
+            # the tests already out stay out: the pass runs no test of the label repeat, so the
+            # family's kept tests here are the ones that ran their lines before
+            kept_before = [l.strip() for l in open(a.output)
+                           if l.strip() and not l.startswith("#") and l.strip() not in names]
     runs = os.path.join(a.build, "runs")
     print(f"running {len(names)} tests one at a time, {a.jobs} at once", file=sys.stderr)
     with ThreadPoolExecutor(a.jobs) as pool:
@@ -127,16 +143,18 @@ def main():
     sets = {n: lines_of(runs, n) for n in names}
     every, kept = cover(sets, took)
     left = sorted(n for n in names if n not in kept and took.get(n, 0.0) > a.cheap)
+    judged = left
+    left = sorted(set(left) | set(kept_before))
     with open(a.output, "w") as f:
         f.write("# Tests the sanitizer pass leaves out (label repeat): every line of parallax they run\n"
                 "# runs there in another test, and each took over %g s under the sanitizers.\n"
                 "# Written by scripts/sanitize_set.py (docs/testing.md); one name per line.\n" % a.cheap)
         f.writelines(n + "\n" for n in left)
     total = sum(took.get(n, 0.0) for n in names)
-    out = sum(took.get(n, 0.0) for n in left)
+    out = sum(took.get(n, 0.0) for n in judged)
     print(f"{len(every)} lines of parallax run by {len(names)} tests; {len(kept)} tests run them all")
-    print(f"left out of the sanitizer pass: {len(left)} tests, {out:.0f} of {total:.0f} s; "
-          f"written to {a.output}")
+    print(f"left out of the sanitizer pass: {len(judged)} of these tests, {out:.0f} of {total:.0f} s"
+          f"{f', with the {len(kept_before)} already out' if a.only else ''}; written to {a.output}")
 
 
 if __name__ == "__main__":
