@@ -66,6 +66,10 @@ static const Layout layouts[] = {
      * the backward's GEMMs take the gathered weight transposed) */
     {"dp2_zero3_fp8pg", 2, "--dp 2 --tp 1 --pp 1 --zero 3 --fsdp --fp8-param-gather --no-sp " PIN1,
      "--precision fp8 --fp8-recipe tensorwise"},
+    /* the same under a pipeline: each stage gathered in FP8 once a step, kept across its
+     * micro-batches */
+    {"dp2_pp2_fsdp_fp8pg", 4, "--dp 2 --tp 1 --pp 2 --zero 3 --fsdp --fp8-param-gather --no-sp " PIN1,
+     "--precision fp8 --fp8-recipe tensorwise"},
     /* context parallelism (tiny-llama: GQA, RoPE): K and V all-gathered; Ulysses' all-to-alls;
      * the ring below */
     {"llama_cp2_allgather", 2, "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type allgather --zero 0 --no-sp " PIN1,

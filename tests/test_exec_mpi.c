@@ -106,6 +106,14 @@ static const Layout layouts[] = {
     {"dp2_zero3_fp8pg_delayed_keep", 2,
      "--dp 2 --tp 1 --pp 1 --zero 3 --no-reshard-after-forward --fp8-param-gather --no-sp " PIN1,
      "--fp8-recipe delayed --fp8-amax-history 16 --mbs 1", 5, 0, NULL, 3e-3},
+    /* the same under a pipeline, whose stage is gathered in FP8 once a step and kept across its
+     * micro-batches: tensorwise bit for bit against the layout without the flag
+     * (check_cast_twin); delayed with buckets, which do not cut the step's gathers */
+    {"dp2_pp2_zero3_fp8pg_tensorwise", 4, "--dp 2 --tp 1 --pp 2 --zero 3 --fp8-param-gather --no-sp " PIN1,
+     "--fp8-recipe tensorwise --mbs 1", 5, 0, NULL, 1e-3},
+    {"dp2_pp2_zero3_fp8pg_delayed_buckets", 4,
+     "--dp 2 --tp 1 --pp 2 --zero 3 --fsdp --zero-bucket-bytes 30000 --fp8-param-gather --no-sp " PIN1,
+     "--fp8-recipe delayed --fp8-amax-history 16 --recompute full --mbs 1", 5, 0, NULL, 3e-3},
     /* sharded data parallelism (docs/executor.md, "Sharded data parallelism"): DeepSpeed's
      * ZeRO-3 gathers each layer again for its recomputed forward (dp2_zero3 runs --fsdp's one
      * gather); the forward's gathers kept for the backward; two layers prefetched with the
@@ -519,8 +527,8 @@ static void check_layout(const Layout *L)
     }
 
     /* --fp8-param-gather with tensorwise scaling, whose scale is the whole weight's (one
-     * layout: the second run costs CI time) */
-    if (!strcmp(L->name, "dp2_zero3_fp8pg_tensorwise"))
+     * layout a way of gathering: the second run costs CI time) */
+    if (!strcmp(L->name, "dp2_zero3_fp8pg_tensorwise") || !strcmp(L->name, "dp2_pp2_zero3_fp8pg_tensorwise"))
         check_cast_twin(L, ms);
 
     /* memory, communication, FLOPs and ops of every rank against its stage's prediction */

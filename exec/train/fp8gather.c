@@ -118,17 +118,20 @@ int exec_pg_buffers(ExecZero *Z, const ExecCtx *c, const ExecParams *P, PxError 
         slot8 = part8 > slot8 ? part8 : slot8;
         act_all += padded - f;
         fp8_all += part8;
-        /* one call a block: the bytes model/ops.c's zero_comm would cut into buckets */
+        /* one call a block: the bytes model/ops.c's zero_comm would cut into buckets (under a
+         * pipeline the step's gathers are one call a block whatever the bucket size) */
         const double wire = (double)(padded - f) * (double)c->ab + (double)f;
-        if (l->bucket_bytes > 0 && wire > l->bucket_bytes && blk->group > 1)
+        if (l->bucket_bytes > 0 && wire > l->bucket_bytes && blk->group > 1 && !c->d.zero_per_step)
             return px_fail(err, PX_EINPUT, "layout.bucket_bytes %.0f: block %d's FP8 parameter "
                            "gather of %.0f bytes would be cut into buckets, which the executor "
                            "does not do with fp8_param_gather (make the plan with "
                            "--zero-bucket-bytes 0 or larger)", l->bucket_bytes, b, wire);
     }
     G->slot8 = slot8;
-    const uint64_t need = l->keep_gathered ? act_all : (uint64_t)Z->n_ring * act_most;
-    const uint64_t need8 = l->keep_gathered ? fp8_all : (uint64_t)Z->n_ring * slot8;
+    /* kept: from the forward to the backward, or under a pipeline across the step */
+    const int kept = l->keep_gathered || c->d.zero_per_step;
+    const uint64_t need = kept ? act_all : (uint64_t)Z->n_ring * act_most;
+    const uint64_t need8 = kept ? fp8_all : (uint64_t)Z->n_ring * slot8;
     if (need > Z->gather_elems || need8 > G->bytes || !G->buf)
         return px_fail(err, PX_ERUNTIME, "zero.param_gather holds %llu elements and "
                        "zero.param_gather_fp8 %llu bytes, the FP8 parameter gather needs %llu and "
@@ -139,7 +142,7 @@ int exec_pg_buffers(ExecZero *Z, const ExecCtx *c, const ExecParams *P, PxError 
         Z->ring[i] = EXEC_AT(Z->gather[0], (uint64_t)i * act_most, c->ab);
         G->ring8[i] = G->buf + (uint64_t)i * slot8;
     }
-    if (!l->keep_gathered)
+    if (!kept)
         return PX_OK;
     Z->kept = calloc((size_t)P->nb, sizeof *Z->kept);
     G->kept8 = calloc((size_t)P->nb, sizeof *G->kept8);

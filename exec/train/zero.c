@@ -575,6 +575,11 @@ int exec_zero_gather_step(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMete
         const ExecBlock *blk = &P->b[b];
         if (blk->n_params == 0)
             continue;
+        if (Z->pg.on) { /* FP8 weights in one byte, with the step's scales (fp8gather.c) */
+            Z->slot_of[b] = Z->kept[b];
+            rc = exec_pg_issue(Z, c, P, M, b, MODEL_STEP, 0, 0, Z->kept[b], err);
+            continue;
+        }
         if (blk->group < 2) {
             c->k->copy(Z->kept[b], blk->w_shard, blk->numel * c->ab);
         } else {
