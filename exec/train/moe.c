@@ -575,13 +575,64 @@ static int rows_a2a(ExecMoe *M, const ExecCtx *c, void *out, const int64_t *recv
                             err);
 }
 
+/* --fp8-dispatch under a per-tensor scale (tensorwise: the current amax of the rows this rank
+ * sends): the rows quantized with one scale into q1, then each peer's message in q0 its rows'
+ * codes and a copy of that fp32 scale (sent to every peer, rows or none: ep scales, as
+ * model_fp8_dispatch_bytes counts them); each sender's rows received into q1 decode with the
+ * scale after them. One all-to-all-v of bytes. */
+static int fp8_tensor_a2a(ExecMoe *M, const ExecLayerRun *r, void *out, const void *in,
+                          int64_t sent, int64_t got, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const KernBackend *k = c->k;
+    ExecFp8 *F = r->fp8;
+    const int h = c->d.h;
+    const size_t sc = sizeof(float), ep = (size_t)M->ep;
+    if ((size_t)sent * (size_t)h + ep * sc > F->lay.q_bytes || (size_t)got * (size_t)h + ep * sc > F->lay.q_bytes)
+        return px_fail(err, PX_ERUNTIME, "FP8 dispatch of %lld rows out and %lld in: ws.fp8 holds %llu "
+                       "bytes a copy, with a scale a sender", (long long)sent, (long long)got,
+                       (unsigned long long)F->lay.q_bytes);
+    uint8_t *q0 = F->q0, *q1 = F->q1;
+    const uint8_t *scale = q1 + (size_t)sent * (size_t)h;
+    if (sent > 0) {
+        const KernFp8 fs = exec_fp8_desc(F, (int)sent, h, 0, 0);
+        k->fp8_quantize(q1, NULL, in, &fs, 0, NULL);
+    } else {
+        k->memset0(q1, sc); /* no rows: a zero scale, which nothing decodes with */
+    }
+    size_t so = 0, mo = 0;
+    for (int j = 0; j < M->ep; j++) {
+        const size_t n = (size_t)M->send[j] * (size_t)h;
+        if (n > 0)
+            k->copy(q0 + mo, q1 + so, n);
+        k->copy(q0 + mo + n, scale, sc);
+        M->one_s[j] = (int64_t)(n + sc);
+        M->one_r[j] = M->recv[j] * h + (int64_t)sc;
+        so += n;
+        mo += n + sc;
+    }
+    int rc = comm_all_to_allv(c->comm, q1, M->one_r, q0, M->one_s, PX_FP8, MODEL_EP_ALL_TO_ALL, err);
+    size_t ro = 0;
+    int64_t oo = 0;
+    for (int j = 0; !rc && j < M->ep; j++) {
+        const int64_t R = M->recv[j];
+        if (R > 0) {
+            const KernFp8 f = exec_fp8_desc(F, (int)R, h, 0, 0);
+            k->fp8_dequantize(EXEC_AT(out, oo * h, c->ab), q1 + ro, &f);
+        }
+        ro += (size_t)R * (size_t)h + sc;
+        oo += R;
+    }
+    return rc;
+}
+
 /* --fp8-dispatch (DeepSeek-V3): the forward's rows quantized once before the all-to-all and
- * sent in one byte an element with their row-wise scales (blockwise's 1 x 128, MXFP8's 1 x 32;
- * the recipes whose scales belong to one row, so that a peer's rows carry their own), then
- * decoded into out for the experts, whose GEMMs quantize each expert's rows as without it.
- * The elements and the scales are two calls of one op: model_fp8_bytes of the rows sent, as
- * model/ops.c's moe_forward counts them. Through ws.fp8's two FP8 copies, sized for the
- * routed rows. */
+ * sent in one byte an element with their scales, then decoded into out for the experts, whose
+ * GEMMs quantize each expert's rows as without it. Row-wise scales (blockwise's 1 x 128,
+ * MXFP8's 1 x 32) belong to one row, so that a peer's rows carry their own: the elements and
+ * the scales are two calls of one op, model_fp8_bytes of the rows sent; a per-tensor scale
+ * travels as fp8_tensor_a2a sends it. model/ops.c's moe_forward counts both
+ * (model_fp8_dispatch_bytes). Through ws.fp8's two FP8 copies, sized for the routed rows. */
 static int fp8_rows_a2a(ExecMoe *M, const ExecLayerRun *r, void *out, const void *in,
                         PxError *err)
 {
@@ -593,6 +644,8 @@ static int fp8_rows_a2a(ExecMoe *M, const ExecLayerRun *r, void *out, const void
         sent += M->send[j];
         got += M->recv[j];
     }
+    if (F->recipe == MODEL_FP8_TENSORWISE || F->recipe == MODEL_FP8_DELAYED)
+        return fp8_tensor_a2a(M, r, out, in, sent, got, err);
     const KernFp8 fs = exec_fp8_desc(F, (int)sent, h, 0, 0), fr = exec_fp8_desc(F, (int)got, h, 0, 0);
     if (fs.block_r != 1 || kern_fp8_bytes(&fs) > F->lay.q_bytes || kern_fp8_bytes(&fr) > F->lay.q_bytes)
         return px_fail(err, PX_ERUNTIME, "FP8 dispatch of %lld rows out and %lld in: ws.fp8 holds %llu "
