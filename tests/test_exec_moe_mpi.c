@@ -108,6 +108,11 @@ static const Layout layouts[] = {
     /* etp without ep: the gather and reduce-scatter alone; with FP8 GEMMs; on CUDA */
     {"tp2_sp_etp2", 2, 1, 2, 1, 1, 1, 1, 0, 0, 0, 0, 0, 2, 0, 0, 0},
     {"ep2_tp2_sp_etp2_fp8_tensorwise", 4, 2, 2, 1, 2, 1, 1, 0, 0, 0, MODEL_FP8_TENSORWISE, 0, 2, 0, 0, 0},
+    /* --fp8-dispatch with etp 2: the FP8 rows and their scales gathered over etp (each part
+     * with its ep senders' scales: model_fp8_dispatch_bytes), the router's own choice too */
+    {"ep2_tp2_sp_etp2_fp8d_tensorwise", 4, 2, 2, 1, 2, 1, 1, 0, 0, 0, MODEL_FP8_TENSORWISE, 0, 2, 0, 0, 0},
+    {"ep2_tp2_sp_etp2_fp8d_blockwise", 4, 2, 2, 1, 2, 1, 1, 0, 0, 0, MODEL_FP8_BLOCKWISE, 0, 2, 0, 0, 0},
+    {"ep2_tp2_sp_etp2_real_fp8d_mxfp8", 4, 2, 2, 1, 2, 1, 0, 0, 0, 0, MODEL_FP8_MXFP8, 0, 2, 0, 0, 0},
     {"cuda_ep2_tp2_sp_etp2", 4, 2, 2, 1, 2, 1, 1, 0, 0, 1, 0, 0, 2, 0, 0, 0},
     {"cuda_ep2_pp2_vpp2", 4, 2, 1, 2, 2, 0, 1, 0, 0, 1, 0, 2, 0, 0, 0, 0},
     /* token dropping at capacity factor 0.5: each rank drops the copies past its capacity as
@@ -497,7 +502,8 @@ static void check_layout(const Layout *L)
              * alone, the all-to-all's by neither */
             if (k == MODEL_EP_ALL_GATHER || k == MODEL_EP_REDUCE_SCATTER || k == MODEL_EP_ALL_TO_ALL)
                 CHECK((got > 0) == (is_ag(L) ? k != MODEL_EP_ALL_TO_ALL : k == MODEL_EP_ALL_TO_ALL && L->ep > 1));
-            if ((k == MODEL_EP_ALL_TO_ALL || k == MODEL_EP_ALL_GATHER || k == MODEL_EP_REDUCE_SCATTER) &&
+            if ((k == MODEL_EP_ALL_TO_ALL || k == MODEL_EP_ALL_GATHER || k == MODEL_EP_REDUCE_SCATTER ||
+                 (k == MODEL_ETP_ALL_GATHER && s.job.fp8_dispatch)) &&
                 (p > 0 || got > 0))
                 printf("%-16s rank %d (stage %d) %-16s predicted %10.0f bytes, measured %10.0f "
                        "(%.3f)\n", L->name, r, stage, kind, p, got, p > 0 ? got / p : 0.0);
