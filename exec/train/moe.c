@@ -702,7 +702,8 @@ static int fp8_rows_a2a(ExecMoe *M, const ExecLayerRun *r, void *out, const void
     const int pt = fp8_per_tensor(F);
     const size_t extra = pt ? (size_t)M->ep * sizeof(float) : 0;
     const KernFp8 fs = exec_fp8_desc(F, (int)sent, h, 0, 0), fr = exec_fp8_desc(F, (int)got, h, 0, 0);
-    const size_t part = fp8_part_bytes(M, r), q = F->lay.q_bytes;
+    /* etp 1: the whole copy (M->pad counts the parts of etp > 1 alone) */
+    const size_t q = F->lay.q_bytes, part = M->etp > 1 ? fp8_part_bytes(M, r) : q;
     const size_t in_b = pt ? (size_t)got * (size_t)h + extra : kern_fp8_bytes(&fr);
     const size_t out_b = pt ? (size_t)sent * (size_t)h + extra : kern_fp8_bytes(&fs);
     if ((!pt && fs.block_r != 1) || out_b > q || in_b > part || (size_t)M->etp * part > q)
