@@ -90,10 +90,11 @@ static const Layout layouts[] = {
     /* --fp8-dispatch (a name with _fp8d_): the forward's all-to-all moves the rows in FP8 with
      * their row-wise scales (blockwise's and MXFP8's, the recipes whose scales belong to a row),
      * which the experts' GEMMs then quantize as they are; the recomputed forward's too (the
-     * CUDA one on the emulator is run by name: two minutes on two cores) */
+     * CUDA ones on the emulator are run by name: minutes on two cores) */
     {"ep2_fp8d_blockwise", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, MODEL_FP8_BLOCKWISE, 0, 0, 0, 0, 0},
     {"ep2_dp2_fp8d_mxfp8_full", 4, 4, 1, 1, 2, 0, 1, 1, 1, 0, MODEL_FP8_MXFP8, 0, 0, 0, 0, 0},
     {"cuda_ep2_fp8d_blockwise", 2, 2, 1, 1, 2, 0, 1, 0, 0, 1, MODEL_FP8_BLOCKWISE, 0, 0, 0, 0, 0},
+    {"cuda_ep2_tp2_sp_etp2_fp8d_tensorwise", 4, 2, 2, 1, 2, 1, 1, 0, 0, 1, MODEL_FP8_TENSORWISE, 0, 2, 0, 0, 0},
     /* a per-tensor scale (tensorwise): each sender's one scale travels to every ep peer with
      * its rows (model_fp8_dispatch_bytes), forced balance and the router's own choice */
     {"ep2_fp8d_tensorwise", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, MODEL_FP8_TENSORWISE, 0, 0, 0, 0, 0},
