@@ -46,6 +46,14 @@ uint64_t model_fp8_bytes(ModelFp8Recipe r, int weight, int64_t rows, int64_t col
     return (uint64_t)rows * (uint64_t)cols + model_fp8_scale_bytes(r, weight, rows, cols);
 }
 
+uint64_t model_fp8_dispatch_bytes(ModelFp8Recipe r, int64_t rows, int64_t cols, int sources)
+{
+    if (r != MODEL_FP8_TENSORWISE && r != MODEL_FP8_DELAYED)
+        return model_fp8_bytes(r, 0, rows, cols);
+    const uint64_t n = rows > 0 && cols > 0 ? (uint64_t)rows * (uint64_t)cols : 0;
+    return n + 4u * (uint64_t)(sources > 0 ? sources : 0);
+}
+
 int model_fp8_weight(const ModelSpec *s, ModelTensorRole r)
 {
     if (s->job.fp8 == MODEL_FP8_NONE)

@@ -436,6 +436,11 @@ void model_fp8_scaling(ModelFp8Recipe r, int weight, int64_t rows, int64_t cols,
 /* Bytes of the scales of such a matrix, and of the matrix with them (rows x cols + scales). */
 uint64_t model_fp8_scale_bytes(ModelFp8Recipe r, int weight, int64_t rows, int64_t cols);
 uint64_t model_fp8_bytes(ModelFp8Recipe r, int weight, int64_t rows, int64_t cols);
+/* --fp8-dispatch's bytes of rows x cols activations from `sources` senders: the elements and,
+ * with row-wise scales (blockwise, mxfp8), each row's own (model_fp8_bytes); with a per-tensor
+ * scale (tensorwise, delayed) each sender's one fp32 scale, which travels with its rows to
+ * every peer (a peer's rows decode with their sender's scale). */
+uint64_t model_fp8_dispatch_bytes(ModelFp8Recipe r, int64_t rows, int64_t cols, int sources);
 const char *model_schedule_name(ModelSchedule s);
 const char *model_optimizer_name(ModelOptimizer o);
 int model_recompute_from_name(const char *s); /* -1 when unknown */

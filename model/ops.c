@@ -571,10 +571,12 @@ static void moe_forward(Emit *e, int l)
     moe_counts(e, l, E * 8.0);
     at_layer(e, MODEL_OPR_DISPATCH, l, n);
     /* FP8 dispatch (DeepSeek-V3): the rows quantized once before the all-to-all, one byte an
-     * element and the recipe's scales */
+     * element and the recipe's scales: row-wise ones with their rows, a per-tensor one from
+     * each sender to each of its ep peers, and over etp each part with its ep senders' */
     const int q = d->fp8 && s->job.fp8_dispatch;
-    const double rows_b = q ? (double)model_fp8_bytes(s->job.fp8, 0, (int64_t)rows, (int64_t)h) : rows * h * a;
-    const double all_b = q ? (double)model_fp8_bytes(s->job.fp8, 0, (int64_t)R, (int64_t)h) : R * h * a;
+    const ModelFp8Recipe fr = s->job.fp8;
+    const double rows_b = q ? (double)model_fp8_dispatch_bytes(fr, (int64_t)rows, (int64_t)h, d->ep) : rows * h * a;
+    const double all_b = q ? (double)model_fp8_dispatch_bytes(fr, (int64_t)R, (int64_t)h, d->ep * d->etp) : R * h * a;
     if (q)
         simple(e, MODEL_OP_PERMUTE, n, T * k * h * (a + 1.0));
     comm(e, n, MODEL_EP_ALL_TO_ALL, d->ep, rows_b, 1);

@@ -110,16 +110,16 @@ static const char *fp8_gather_limit(const ModelSpec *s, const ModelDims *d)
                : NULL;
 }
 
-/* --fp8-dispatch's limits (exec/train/moe.c's fp8_rows_a2a), or NULL: the forward's rows with
- * scales of their own (row-wise blocks), over ep alone. */
+/* --fp8-dispatch's limits (exec/train/moe.c's fp8_rows_a2a and fp8_etp_gather), or NULL: the
+ * forward's rows with scales of their own (row-wise blocks) or with their sender's current
+ * per-tensor scale (tensorwise), over ep and gathered over etp in FP8. Delayed scaling would
+ * need an amax history of the dispatched rows, which the FP8 state does not keep. */
 static const char *fp8_dispatch_limit(const ModelSpec *s)
 {
-    return s->job.fp8 != MODEL_FP8_BLOCKWISE && s->job.fp8 != MODEL_FP8_MXFP8
-               ? "fp8_dispatch runs with row-wise scales (--fp8-recipe blockwise or mxfp8): a "
-                 "per-tensor scale would travel to every peer"
-           : s->layout.etp > 1 ? "fp8_dispatch runs with etp 1 (the experts' gather over etp "
-                                 "stays in the act dtype)"
-                               : NULL;
+    return s->job.fp8 == MODEL_FP8_DELAYED
+               ? "fp8_dispatch runs with a current scale (--fp8-recipe tensorwise, blockwise or "
+                 "mxfp8): the dispatched rows keep no amax history for delayed scaling"
+               : NULL;
 }
 
 /* The limits of 16-bit gradients (training.grad_dtype bf16 or fp16, the precision's type), or

@@ -1030,6 +1030,12 @@ void model_fp8_workspace(const ModelSpec *s, const ModelDims *d, ModelFp8Workspa
         if (q > most_q)
             most_q = q;
     }
+    /* --fp8-dispatch: the routed rows received (and over etp gathered) with their senders'
+     * scales, one per sender under a per-tensor recipe */
+    if (s->job.fp8_dispatch && R > 0) {
+        const uint64_t q = model_fp8_dispatch_bytes(s->job.fp8, R, d->h, d->ep * d->etp);
+        most_q = q > most_q ? q : most_q;
+    }
     out->act_bytes = most_numel * px_dtype_bytes(d->act);
     out->q_bytes = most_q;
     out->scratch = 0;

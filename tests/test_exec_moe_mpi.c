@@ -90,10 +90,15 @@ static const Layout layouts[] = {
     /* --fp8-dispatch (a name with _fp8d_): the forward's all-to-all moves the rows in FP8 with
      * their row-wise scales (blockwise's and MXFP8's, the recipes whose scales belong to a row),
      * which the experts' GEMMs then quantize as they are; the recomputed forward's too (the
-     * CUDA one on the emulator is run by name: two minutes on two cores) */
+     * CUDA ones on the emulator are run by name: minutes on two cores) */
     {"ep2_fp8d_blockwise", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, MODEL_FP8_BLOCKWISE, 0, 0, 0, 0, 0},
     {"ep2_dp2_fp8d_mxfp8_full", 4, 4, 1, 1, 2, 0, 1, 1, 1, 0, MODEL_FP8_MXFP8, 0, 0, 0, 0, 0},
     {"cuda_ep2_fp8d_blockwise", 2, 2, 1, 1, 2, 0, 1, 0, 0, 1, MODEL_FP8_BLOCKWISE, 0, 0, 0, 0, 0},
+    {"cuda_ep2_tp2_sp_etp2_fp8d_tensorwise", 4, 2, 2, 1, 2, 1, 1, 0, 0, 1, MODEL_FP8_TENSORWISE, 0, 2, 0, 0, 0},
+    /* a per-tensor scale (tensorwise): each sender's one scale travels to every ep peer with
+     * its rows (model_fp8_dispatch_bytes), forced balance and the router's own choice */
+    {"ep2_fp8d_tensorwise", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, MODEL_FP8_TENSORWISE, 0, 0, 0, 0, 0},
+    {"ep2_dp2_real_fp8d_tensorwise", 4, 4, 1, 1, 2, 0, 0, 0, 0, 0, MODEL_FP8_TENSORWISE, 0, 0, 0, 0, 0},
     /* the interleaved schedule: one MoE layer per chunk, each chunk's routing its own */
     {"ep2_pp2_vpp2", 4, 2, 1, 2, 2, 0, 1, 0, 0, 0, 0, 2, 0, 0, 0, 0},
     {"ep2_pp2_vpp2_real", 4, 2, 1, 2, 2, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0},
@@ -104,6 +109,11 @@ static const Layout layouts[] = {
     /* etp without ep: the gather and reduce-scatter alone; with FP8 GEMMs; on CUDA */
     {"tp2_sp_etp2", 2, 1, 2, 1, 1, 1, 1, 0, 0, 0, 0, 0, 2, 0, 0, 0},
     {"ep2_tp2_sp_etp2_fp8_tensorwise", 4, 2, 2, 1, 2, 1, 1, 0, 0, 0, MODEL_FP8_TENSORWISE, 0, 2, 0, 0, 0},
+    /* --fp8-dispatch with etp 2: the FP8 rows and their scales gathered over etp (each part
+     * with its ep senders' scales: model_fp8_dispatch_bytes), the router's own choice too */
+    {"ep2_tp2_sp_etp2_fp8d_tensorwise", 4, 2, 2, 1, 2, 1, 1, 0, 0, 0, MODEL_FP8_TENSORWISE, 0, 2, 0, 0, 0},
+    {"ep2_tp2_sp_etp2_fp8d_blockwise", 4, 2, 2, 1, 2, 1, 1, 0, 0, 0, MODEL_FP8_BLOCKWISE, 0, 2, 0, 0, 0},
+    {"ep2_tp2_sp_etp2_real_fp8d_mxfp8", 4, 2, 2, 1, 2, 1, 0, 0, 0, 0, MODEL_FP8_MXFP8, 0, 2, 0, 0, 0},
     {"cuda_ep2_tp2_sp_etp2", 4, 2, 2, 1, 2, 1, 1, 0, 0, 1, 0, 0, 2, 0, 0, 0},
     {"cuda_ep2_pp2_vpp2", 4, 2, 1, 2, 2, 0, 1, 0, 0, 1, 0, 2, 0, 0, 0, 0},
     /* token dropping at capacity factor 0.5: each rank drops the copies past its capacity as
@@ -334,6 +344,38 @@ static void check_same_as_alltoall(const Layout *L, const ModelSpec *s, const cJ
     cJSON_Delete(other);
 }
 
+/* --fp8-dispatch's run (the *_fp8d_* layouts on the CPU) against the same layout's without it,
+ * step by step. Row-wise scales (blockwise, mxfp8): bit-identical losses, as the experts'
+ * GEMMs quantize each row's blocks with the scale the dispatch gave them, so the decoded rows
+ * quantize back to the same codes. A per-tensor scale (tensorwise): the rows are rounded to
+ * E4M3 twice, with the sender's scale (the amax of all the rows it sends) and then with the
+ * expert's (the amax of its rows), so the losses differ by those roundings: within
+ * FP8D_TENSOR_TOL relative. */
+#define FP8D_TENSOR_TOL 1e-3
+static void check_same_without_fp8d(const Layout *L, const ModelSpec *s, const cJSON *run)
+{
+    ModelSpec plain = *s;
+    plain.job.fp8_dispatch = 0;
+    write_plan(&plain, "local", L->gpus, "nofp8d.json");
+    sh(0, "timeout 600 %s run %s/nofp8d.json --quiet -o %s/nofp8d.run.json", px, tmp, tmp);
+    cJSON *other = read_json("nofp8d.run.json");
+    const cJSON *os = at(other, "steps", NULL), *ms = at(run, "steps", NULL);
+    CHECK_EQ_INT(cJSON_GetArraySize(os), cJSON_GetArraySize(ms));
+    const int rows = s->job.fp8 == MODEL_FP8_BLOCKWISE || s->job.fp8 == MODEL_FP8_MXFP8;
+    double worst = 0;
+    for (int i = 0; i < cJSON_GetArraySize(ms); i++) {
+        const double a = num(cJSON_GetArrayItem(os, i), "loss"), b = num(cJSON_GetArrayItem(ms, i), "loss");
+        if (rows)
+            CHECK(a == b);
+        else
+            CHECK_REL(a, b, FP8D_TENSOR_TOL);
+        worst = fabs(b - a) / fabs(a) > worst ? fabs(b - a) / fabs(a) : worst;
+    }
+    printf("%-16s against the same layout without fp8_dispatch: final loss %.9f, max rel diff "
+           "%.3e\n", L->name, num(cJSON_GetArrayItem(os, cJSON_GetArraySize(os) - 1), "loss"), worst);
+    cJSON_Delete(other);
+}
+
 static void check_layout(const Layout *L)
 {
     const int n_steps = steps_of(L);
@@ -367,6 +409,8 @@ static void check_layout(const Layout *L)
     cJSON *plan = read_json("plan.json");
     if (is_ag(L))
         check_same_as_alltoall(L, &s, run);
+    if (s.job.fp8_dispatch && !L->cuda)
+        check_same_without_fp8d(L, &s, run);
     /* the layout ran as pinned: chunks per rank and expert tensor parallelism */
     CHECK_EQ_INT(s.layout.vpp, (int)num(at(plan, "layout", NULL), "vpp"));
     const cJSON *pl = at(plan, "layout", NULL);
@@ -459,7 +503,8 @@ static void check_layout(const Layout *L)
              * alone, the all-to-all's by neither */
             if (k == MODEL_EP_ALL_GATHER || k == MODEL_EP_REDUCE_SCATTER || k == MODEL_EP_ALL_TO_ALL)
                 CHECK((got > 0) == (is_ag(L) ? k != MODEL_EP_ALL_TO_ALL : k == MODEL_EP_ALL_TO_ALL && L->ep > 1));
-            if ((k == MODEL_EP_ALL_TO_ALL || k == MODEL_EP_ALL_GATHER || k == MODEL_EP_REDUCE_SCATTER) &&
+            if ((k == MODEL_EP_ALL_TO_ALL || k == MODEL_EP_ALL_GATHER || k == MODEL_EP_REDUCE_SCATTER ||
+                 (k == MODEL_ETP_ALL_GATHER && s.job.fp8_dispatch)) &&
                 (p > 0 || got > 0))
                 printf("%-16s rank %d (stage %d) %-16s predicted %10.0f bytes, measured %10.0f "
                        "(%.3f)\n", L->name, r, stage, kind, p, got, p > 0 ? got / p : 0.0);

@@ -262,6 +262,22 @@ static void test_dispatch(void)
     }
     CHECK(fwd > 0 && bwd == 2 * fwd);
     model_ops_free(&g);
+    /* a per-tensor scale (tensorwise): each rank's one fp32 scale goes to each of its 4 peers
+     * with its rows (it was counted once, 12 bytes short of what the executor sends) */
+    s.job.fp8 = MODEL_FP8_TENSORWISE;
+    CHECK_OK(model_spec_check(&s, 4, &d, &err), err);
+    CHECK_OK(model_ops_build(&s, &d, 0, &g, &err), err);
+    fwd = 0;
+    for (int i = 0; i < g.count; i++) {
+        const ModelOp *op = &g.op[i];
+        if (op->kind == MODEL_OP_COMM && op->comm == MODEL_EP_ALL_TO_ALL &&
+            op->phase == MODEL_FWD && op->role == MODEL_OPR_DISPATCH) {
+            CHECK_EQ_U64((uint64_t)(rows * h + 4 * 4), op->comm_bytes);
+            fwd++;
+        }
+    }
+    CHECK(fwd > 0);
+    model_ops_free(&g);
 }
 
 /* FP8 against bf16 on the same layout: faster, by less than the peaks' ratio; the linear

@@ -575,29 +575,94 @@ static int rows_a2a(ExecMoe *M, const ExecCtx *c, void *out, const int64_t *recv
                             err);
 }
 
-/* --fp8-dispatch (DeepSeek-V3): the forward's rows quantized once before the all-to-all and
- * sent in one byte an element with their row-wise scales (blockwise's 1 x 128, MXFP8's 1 x 32;
- * the recipes whose scales belong to one row, so that a peer's rows carry their own), then
- * decoded into out for the experts, whose GEMMs quantize each expert's rows as without it.
- * The elements and the scales are two calls of one op: model_fp8_bytes of the rows sent, as
- * model/ops.c's moe_forward counts them. Through ws.fp8's two FP8 copies, sized for the
- * routed rows. */
-static int fp8_rows_a2a(ExecMoe *M, const ExecLayerRun *r, void *out, const void *in,
-                        PxError *err)
+/* --fp8-dispatch's scales: one per sender (tensorwise), else one set per row. */
+static int fp8_per_tensor(const ExecFp8 *F)
+{
+    return F->recipe == MODEL_FP8_TENSORWISE || F->recipe == MODEL_FP8_DELAYED;
+}
+
+/* The bytes of a part of the FP8 rows as the all-to-all leaves them: pad rows from ep senders
+ * (model_fp8_dispatch_bytes; the real rows first, then room). Over etp each rank's part is one
+ * of these in the gathered buffer. */
+static size_t fp8_part_bytes(const ExecMoe *M, const ExecLayerRun *r)
+{
+    return (size_t)model_fp8_dispatch_bytes(r->fp8->recipe, M->pad, r->c->d.h, M->ep);
+}
+
+/* Decodes a part of FP8 rows at q into out (act rows, source order): rows[j] rows from sender
+ * j, as the all-to-all left them: each sender's codes then its scale (per tensor), or all the
+ * codes then all the rows' scales (row-wise). */
+static void fp8_decode(const ExecMoe *M, const ExecLayerRun *r, void *out, const uint8_t *q,
+                       const int64_t *rows)
 {
     const ExecCtx *c = r->c;
     ExecFp8 *F = r->fp8;
     const int h = c->d.h;
-    int64_t sent = 0, got = 0;
-    for (int j = 0; j < M->ep; j++) {
-        sent += M->send[j];
-        got += M->recv[j];
+    int64_t all = 0;
+    for (int j = 0; j < M->ep; j++)
+        all += rows[j];
+    if (!fp8_per_tensor(F)) {
+        const KernFp8 f = exec_fp8_desc(F, (int)all, h, 0, 0);
+        if (all > 0)
+            c->k->fp8_dequantize(out, q, &f);
+        return;
     }
-    const KernFp8 fs = exec_fp8_desc(F, (int)sent, h, 0, 0), fr = exec_fp8_desc(F, (int)got, h, 0, 0);
-    if (fs.block_r != 1 || kern_fp8_bytes(&fs) > F->lay.q_bytes || kern_fp8_bytes(&fr) > F->lay.q_bytes)
-        return px_fail(err, PX_ERUNTIME, "FP8 dispatch of %lld rows out and %lld in: ws.fp8 holds %llu "
-                       "bytes a copy, with scales a row", (long long)sent, (long long)got,
-                       (unsigned long long)F->lay.q_bytes);
+    size_t qo = 0;
+    int64_t oo = 0;
+    for (int j = 0; j < M->ep; j++) {
+        if (rows[j] > 0) {
+            const KernFp8 f = exec_fp8_desc(F, (int)rows[j], h, 0, 0);
+            c->k->fp8_dequantize(EXEC_AT(out, oo * h, c->ab), q + qo, &f);
+        }
+        qo += (size_t)rows[j] * (size_t)h + sizeof(float);
+        oo += rows[j];
+    }
+}
+
+/* --fp8-dispatch under a per-tensor scale (tensorwise: the current amax of the rows this rank
+ * sends): the rows quantized with one scale into q1, then each peer's message in q0 its rows'
+ * codes and a copy of that fp32 scale (sent to every peer, rows or none: ep scales, as
+ * model_fp8_dispatch_bytes counts them), received into dst. One all-to-all-v of bytes. */
+static int fp8_tensor_a2a(ExecMoe *M, const ExecLayerRun *r, uint8_t *dst, const void *in,
+                          int64_t sent, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const KernBackend *k = c->k;
+    ExecFp8 *F = r->fp8;
+    const int h = c->d.h;
+    const size_t sc = sizeof(float);
+    uint8_t *q0 = F->q0, *q1 = F->q1;
+    const uint8_t *scale = q1 + (size_t)sent * (size_t)h;
+    if (sent > 0) {
+        const KernFp8 fs = exec_fp8_desc(F, (int)sent, h, 0, 0);
+        k->fp8_quantize(q1, NULL, in, &fs, 0, NULL);
+    } else {
+        k->memset0(q1, sc); /* no rows: a zero scale, which nothing decodes with */
+    }
+    size_t so = 0, mo = 0;
+    for (int j = 0; j < M->ep; j++) {
+        const size_t n = (size_t)M->send[j] * (size_t)h;
+        if (n > 0)
+            k->copy(q0 + mo, q1 + so, n);
+        k->copy(q0 + mo + n, scale, sc);
+        M->one_s[j] = (int64_t)(n + sc);
+        M->one_r[j] = M->recv[j] * h + (int64_t)sc;
+        so += n;
+        mo += n + sc;
+    }
+    return comm_all_to_allv(c->comm, dst, M->one_r, q0, M->one_s, PX_FP8, MODEL_EP_ALL_TO_ALL, err);
+}
+
+/* Row-wise scales (blockwise's 1 x 128, MXFP8's 1 x 32) belong to one row, so that a peer's
+ * rows carry their own: the rows quantized into q0, the elements and the scales two calls of
+ * one op (model_fp8_bytes of the rows sent), received into dst. */
+static int fp8_row_a2a(ExecMoe *M, const ExecLayerRun *r, uint8_t *dst, const void *in,
+                       int64_t sent, int64_t got, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    ExecFp8 *F = r->fp8;
+    const int h = c->d.h;
+    const KernFp8 fs = exec_fp8_desc(F, (int)sent, h, 0, 0);
     c->k->fp8_quantize(F->q0, NULL, in, &fs, 0, NULL);
     const int64_t row_scales = (int64_t)((kern_fp8_bytes(&fs) - (size_t)sent * (size_t)h) /
                                          (size_t)(sent > 0 ? sent : 1));
@@ -605,18 +670,74 @@ static int fp8_rows_a2a(ExecMoe *M, const ExecLayerRun *r, void *out, const void
         M->one_s[j] = M->send[j] * h;
         M->one_r[j] = M->recv[j] * h;
     }
-    int rc = comm_all_to_allv(c->comm, F->q1, M->one_r, F->q0, M->one_s, PX_FP8,
+    int rc = comm_all_to_allv(c->comm, dst, M->one_r, F->q0, M->one_s, PX_FP8,
                               MODEL_EP_ALL_TO_ALL, err);
     for (int j = 0; j < M->ep; j++) {
         M->one_s[j] = M->send[j] * row_scales;
         M->one_r[j] = M->recv[j] * row_scales;
     }
     if (!rc && sent > 0 && got > 0)
-        rc = comm_all_to_allv(c->comm, (uint8_t *)F->q1 + got * h, M->one_r,
+        rc = comm_all_to_allv(c->comm, dst + got * h, M->one_r,
                               (const uint8_t *)F->q0 + sent * h, M->one_s, PX_FP8,
                               MODEL_EP_ALL_TO_ALL, err);
-    if (!rc && got > 0)
-        c->k->fp8_dequantize(out, F->q1, &fr);
+    return rc;
+}
+
+/* --fp8-dispatch (DeepSeek-V3): the forward's rows quantized once before the all-to-all and
+ * sent in one byte an element with their scales (fp8_row_a2a, fp8_tensor_a2a), then decoded
+ * into out for the experts, whose GEMMs quantize each expert's rows as without it. With
+ * etp > 1 the rows stay in FP8 in this etp rank's part of ws.fp8's second copy (parts of
+ * fp8_part_bytes), for fp8_etp_gather. model/ops.c's moe_forward counts both
+ * (model_fp8_dispatch_bytes). Through ws.fp8's two FP8 copies, sized for the routed rows. */
+static int fp8_rows_a2a(ExecMoe *M, const ExecLayerRun *r, void *out, const void *in,
+                        PxError *err)
+{
+    ExecFp8 *F = r->fp8;
+    const int h = r->c->d.h;
+    int64_t sent = 0, got = 0;
+    for (int j = 0; j < M->ep; j++) {
+        sent += M->send[j];
+        got += M->recv[j];
+    }
+    const int pt = fp8_per_tensor(F);
+    const size_t extra = pt ? (size_t)M->ep * sizeof(float) : 0;
+    const KernFp8 fs = exec_fp8_desc(F, (int)sent, h, 0, 0), fr = exec_fp8_desc(F, (int)got, h, 0, 0);
+    /* etp 1: the whole copy (M->pad counts the parts of etp > 1 alone) */
+    const size_t q = F->lay.q_bytes, part = M->etp > 1 ? fp8_part_bytes(M, r) : q;
+    const size_t in_b = pt ? (size_t)got * (size_t)h + extra : kern_fp8_bytes(&fr);
+    const size_t out_b = pt ? (size_t)sent * (size_t)h + extra : kern_fp8_bytes(&fs);
+    if ((!pt && fs.block_r != 1) || out_b > q || in_b > part || (size_t)M->etp * part > q)
+        return px_fail(err, PX_ERUNTIME, "FP8 dispatch of %lld rows out and %lld in (parts of "
+                       "%llu bytes over etp %d): ws.fp8 holds %llu bytes a copy",
+                       (long long)sent, (long long)got, (unsigned long long)part, M->etp,
+                       (unsigned long long)q);
+    uint8_t *dst = (uint8_t *)F->q1 + (size_t)M->etp_rank * part;
+    int rc = pt ? fp8_tensor_a2a(M, r, dst, in, sent, err) : fp8_row_a2a(M, r, dst, in, sent, got, err);
+    if (!rc && M->etp == 1)
+        fp8_decode(M, r, out, dst, M->recv);
+    return rc;
+}
+
+/* With etp > 1, after fp8_rows_a2a: every etp rank's part of FP8 rows gathered over etp (one
+ * all-gather of bytes, etp x fp8_part_bytes: model_fp8_dispatch_bytes of the routed rows from
+ * etp x ep senders), and each part decoded into its place in ep_recv (pad rows apart), its
+ * senders' rows counted by the blocks. */
+static int fp8_etp_gather(ExecMoe *M, const ExecLayerRun *r, void *ep_recv, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const size_t part = fp8_part_bytes(M, r);
+    uint8_t *q1 = r->fp8->q1;
+    int rc = comm_all_gather(c->comm, q1, q1 + (size_t)M->etp_rank * part, part, PX_FP8,
+                             MODEL_ETP_ALL_GATHER, NULL, err);
+    for (int i = 0; !rc && i < M->etp; i++) {
+        for (int j = 0; j < M->ep; j++) {
+            M->one_r[j] = 0;
+            for (int l = 0; l < M->L; l++)
+                M->one_r[j] += M->blk[((size_t)i * M->ep + j) * M->L + l];
+        }
+        fp8_decode(M, r, EXEC_AT(ep_recv, (size_t)i * (size_t)M->pad * (size_t)c->d.h, c->ab),
+                   q1 + (size_t)i * part, M->one_r);
+    }
     return rc;
 }
 
@@ -793,10 +914,10 @@ static int to_experts(ExecMoe *M, const ExecLayerRun *r, const MoeOps *ops, int 
     if (!rc)
         rc = fit_rows(M, c, layer, mb, rows, v, err);
     *dst = bwd ? v->ws_dx : v->f1 ? r->fp8->act : v->exp_in;
+    const int fp8d = !bwd && r->fp8->on && c->spec.job.fp8_dispatch;
     void *own = EXEC_AT(v->ep_recv, (size_t)M->etp_rank * (size_t)M->pad * (size_t)h, c->ab);
     if (!rc && (M->ep > 1 || M->etp > 1)) {
-        rc = !bwd && r->fp8->on && c->spec.job.fp8_dispatch
-                 ? fp8_rows_a2a(M, r, own, v->ep_send, err)
+        rc = fp8d ? fp8_rows_a2a(M, r, own, v->ep_send, err)
                  : rows_a2a(M, c, own, M->recv, v->ep_send, M->send, err);
         if (!rc && M->etp == 1)
             sort_blocks(M, c, *dst, v->ep_recv, h, 1);
@@ -805,8 +926,9 @@ static int to_experts(ExecMoe *M, const ExecLayerRun *r, const MoeOps *ops, int 
         op_close(r, a2a);
     if (!rc && M->etp > 1) {
         op_open(r, ops->ag);
-        rc = comm_all_gather(c->comm, v->ep_recv, own, (size_t)M->pad * (size_t)h, c->act,
-                             MODEL_ETP_ALL_GATHER, NULL, err);
+        rc = fp8d ? fp8_etp_gather(M, r, v->ep_recv, err)
+                  : comm_all_gather(c->comm, v->ep_recv, own, (size_t)M->pad * (size_t)h, c->act,
+                                    MODEL_ETP_ALL_GATHER, NULL, err);
         if (!rc)
             sort_blocks(M, c, *dst, v->ep_recv, h, 1);
         op_close(r, ops->ag);
