@@ -664,8 +664,9 @@ static int fp8_row_a2a(ExecMoe *M, const ExecLayerRun *r, uint8_t *dst, const vo
     const int h = c->d.h;
     const KernFp8 fs = exec_fp8_desc(F, (int)sent, h, 0, 0);
     c->k->fp8_quantize(F->q0, NULL, in, &fs, 0, NULL);
-    const int64_t row_scales = (int64_t)((kern_fp8_bytes(&fs) - (size_t)sent * (size_t)h) /
-                                         (size_t)(sent > 0 ? sent : 1));
+    /* a row's scale bytes, the same on every rank whatever it sends (one row's layout) */
+    const KernFp8 one = exec_fp8_desc(F, 1, h, 0, 0);
+    const int64_t row_scales = (int64_t)(kern_fp8_bytes(&one) - (size_t)h);
     for (int j = 0; j < M->ep; j++) {
         M->one_s[j] = M->send[j] * h;
         M->one_r[j] = M->recv[j] * h;
@@ -676,7 +677,8 @@ static int fp8_row_a2a(ExecMoe *M, const ExecLayerRun *r, uint8_t *dst, const vo
         M->one_s[j] = M->send[j] * row_scales;
         M->one_r[j] = M->recv[j] * row_scales;
     }
-    if (!rc && sent > 0 && got > 0)
+    /* collective: every rank calls it, one that sends or receives no rows with zero counts */
+    if (!rc)
         rc = comm_all_to_allv(c->comm, dst + got * h, M->one_r,
                               (const uint8_t *)F->q0 + sent * h, M->one_s, PX_FP8,
                               MODEL_EP_ALL_TO_ALL, err);
