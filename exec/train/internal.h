@@ -1199,10 +1199,12 @@ typedef struct {
     int diverged_at;   /* the step at which a non-finite loss or gradient stopped the run */
     int collective;    /* the last error was every rank's */
     /* optimizer offload (docs/memory.md, "Offload"): per block, offsets into the host buffers
-     * of the gradient shard copied out of the device each step and, without an fp32 master
-     * table (fp32 weights), the fp32 copy of the weight shard the host step updates; the
-     * seconds spent copying and stepping on the host, summed over the run */
-    float *host_g, *host_w;
+     * of the gradient shard copied out of the device each step (in the gradient dtype; it then
+     * stages the updated weights back in the act dtype) and, without an fp32 master table (fp32
+     * weights: the CPU), the fp32 copy of the weight shard the host step updates (else NULL);
+     * the seconds spent copying and stepping on the host, summed over the run */
+    void *host_g;
+    float *host_w;
     uint64_t *host_off, host_elems;
     int host_w_ready;
     double d2h_s, h2d_s, host_step_s;
