@@ -1209,11 +1209,11 @@ typedef struct {
     int host_w_ready;
     double d2h_s, h2d_s, host_step_s;
     long host_steps;
-    struct ExecAdam8 *adam8; /* adam-8bit's dequantized block and code tables (else NULL) */
+    struct ExecAdam8 *adam8; /* adam-8bit's kernel call being gathered (else NULL) */
 } ExecOptim;
 
 /* Optimizer offload's host buffers, sized by the blocks' shards (nothing when the layout does
- * not offload), and adam-8bit's scratch. */
+ * not offload), and adam-8bit's call (its code tables and constants). */
 int exec_optim_offload_init(ExecOptim *O, const ExecCtx *c, const ExecParams *P, PxError *err);
 void exec_optim_offload_free(ExecOptim *O);
 
