@@ -98,6 +98,9 @@ __device__ __forceinline__ uint8_t adam8_code(const float *t, float x, int keep_
 }
 
 enum { ADAM8_PER_THREAD = KERN_ADAM8_BLOCK / KERN_THREADS };
+static_assert(KERN_ADAM8_BLOCK % KERN_THREADS == 0, "a thread's share of a quantization block");
+// the call travels by value among the kernel's parameters, which take 4 KiB
+static_assert(sizeof(KernAdam8) + 128 <= 4096, "KernAdam8 fits a kernel's parameters");
 
 /* One block a quantization block of the state, from the one holding element a.begin[0]: its
  * values decoded into registers, the segments' elements updated, the block's new absmax
