@@ -154,6 +154,25 @@ size_t kern_fp8_bytes(const KernFp8 *f);
 /* Its scales: ceil(rows / block_r) x ceil(cols / block_c). */
 size_t kern_fp8_scales(const KernFp8 *f);
 
+/* 8-bit Adam's call (KernBackend.adam8, kern_host_adam8): every quantization block of
+ * KERN_ADAM8_BLOCK state values that a segment touches is decoded whole (value = codes[code] x
+ * the block's absmax), AdamW updates the segments' elements exactly as adamw does (on fp32
+ * master, m and v, with the segment's weight decay), and the block is coded back against its
+ * new absmax (the largest |m| and v, 0 when all are 0): each value becomes the table's nearest
+ * code to value / absmax, ties to the lower code, a positive v never zero. A quantization
+ * block must not be touched by two calls of one step (it is coded once). */
+enum { KERN_ADAM8_BLOCK = 2048, KERN_ADAM8_SEGMENTS = 48 };
+typedef struct KernAdam8 {
+    float codes[512];   /* kern_adam8_tables: m's 256 values, then v's */
+    uint64_t state_n;   /* the block's state elements */
+    int n;              /* segments, at most KERN_ADAM8_SEGMENTS */
+    /* segment i: state elements [begin[i], end[i]), ascending and apart */
+    uint64_t begin[KERN_ADAM8_SEGMENTS], end[KERN_ADAM8_SEGMENTS];
+    float weight_decay[KERN_ADAM8_SEGMENTS];
+    float lr, beta1, beta2, eps, grad_scale;
+    int t; /* AdamW's step, 1-based */
+} KernAdam8;
+
 typedef struct KernBackend KernBackend;
 struct KernBackend {
     const char *name; /* "cpu", "cuda" */
@@ -262,6 +281,12 @@ struct KernBackend {
      * (no dampening, no Nesterov) */
     void (*sgd_momentum)(void *param, float *master, const void *grad, float *mom, size_t n,
                          float lr, float momentum, float weight_decay, float grad_scale);
+    /* 8-bit Adam (Dettmers et al. 2022) on part of one parameter block's state (KernAdam8
+     * below): param (or NULL), master and grad point at state element a->begin[0] (element e
+     * at offset e - a->begin[0]); m8, v8 hold the block's codes from element 0, absmax its
+     * [2][ceil(a->state_n / KERN_ADAM8_BLOCK)] fp32 absmax (m's, then v's). */
+    void (*adam8)(void *param, float *master, const void *grad, uint8_t *m8, uint8_t *v8,
+                  float *absmax, const struct KernAdam8 *a);
 
     /* ---- fp32 helpers and casts ---- */
     double (*sumsq)(const float *x, size_t n); /* sum of squares, accumulated in double */
@@ -417,6 +442,29 @@ const KernBackend *kern_cuda_with(PxDtype act);
 /* The same with parameter gradients in grad: PX_FP32 (kern_cuda_with's) or act (16-bit
  * gradients, as Megatron without --accumulate-allreduce-grads-in-fp32); NULL otherwise. */
 const KernBackend *kern_cuda_with_grads(PxDtype act, PxDtype grad);
+/* ---- the optimizer on the host, whatever the backend (optimizer offload) ----
+ * These run in host memory and compute exactly what the backends' adamw and sgd_momentum
+ * compute, element by element (same operations in the same order, fp32), reading grad in
+ * grad_dtype (fp32, bf16 or fp16, widened exactly) and updating the fp32 master; the caller
+ * rounds the master into the weights' dtype with kern_host_round. */
+
+/* The 512 values 8-bit Adam's codes stand for, as fractions of a block's absmax, ascending: m's
+ * 256 (signed), then v's 256 (non-negative): dynamic (exponent, fraction) codes after Dettmers
+ * et al. 2022, Sec. 2.2 (kernels/cpu/optim.c gives the construction). */
+void kern_adam8_tables(float tables[512]);
+void kern_host_adamw(float *master, const void *grad, PxDtype grad_dtype, float *m, float *v,
+                     size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
+                     int t, float grad_scale);
+void kern_host_sgd_momentum(float *master, const void *grad, PxDtype grad_dtype, float *mom,
+                            size_t n, float lr, float momentum, float weight_decay,
+                            float grad_scale);
+/* KernBackend.adam8 on the host, with grad in grad_dtype and param (fp32) or NULL. */
+void kern_host_adam8(float *param, float *master, const void *grad, PxDtype grad_dtype,
+                     uint8_t *m8, uint8_t *v8, float *absmax, const KernAdam8 *a);
+/* out[i] = x[i] in dtype (fp32 copied; bf16 and fp16 rounded to nearest even, as the CUDA
+ * kernels' stores round), n elements in host memory. */
+void kern_host_round(void *out, PxDtype dtype, const float *x, size_t n);
+
 /* Visible CUDA devices: 0 without CUDA, without a driver or without a GPU. */
 int kern_cuda_device_count(void);
 /* Makes `device` the current one, before the first kern_cuda_with (a rank of a node with

@@ -151,8 +151,7 @@ static const char *fp8_limit(const ModelSpec *s, const ModelDims *d)
 }
 
 /* What the backend the plan runs on takes (checked last, as the executor picks its kernels
- * after the plan's other settings): the CPU trains fp32, CUDA bf16 or fp16 without
- * optimizer offload or adam-8bit. */
+ * after the plan's other settings): the CPU trains fp32, CUDA bf16 or fp16. */
 static int device_refusal(const ModelSpec *s, int gpu, char *why, size_t cap)
 {
     const PxDtype prec = s->job.precision;
@@ -166,16 +165,6 @@ static int device_refusal(const ModelSpec *s, int gpu, char *why, size_t cap)
                  "training.precision %s: the CUDA backend trains in bf16 or fp16 (make the plan "
                  "with --precision bf16, or run an fp32 plan on the CPU with --backend cpu)",
                  px_dtype_name(prec));
-    else if (gpu && s->job.optimizer == MODEL_OPT_ADAM_8BIT)
-        snprintf(why, cap,
-                 "training.optimizer adam-8bit: the executor runs its block-wise quantized state "
-                 "on the CPU backend only (--backend cpu with --precision fp32); on CUDA it is a "
-                 "prediction only");
-    else if (gpu && s->layout.offload_optimizer)
-        snprintf(why, cap,
-                 "layout.offload_optimizer: the executor offloads the optimizer on the CPU "
-                 "backend only (--backend cpu with --precision fp32); on CUDA it is a prediction "
-                 "only");
     else
         return 0;
     return 1;

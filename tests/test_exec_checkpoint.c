@@ -17,7 +17,9 @@
  * tries its checkpoint on a ZeRO-1 layout, which must be refused naming layout.zero), and
  * emu_fp16 (the CUDA code path on the emulator in fp16, with an overflow at step 2 so that the
  * loss scaler's state and the skipped step's unchanged AdamW count must carry over too) and
- * emu_dp2_zero1 (bf16, two ranks on the emulator through mpirun; label mpi); moe_ep2_pp2
+ * emu_dp2_zero1 (bf16, two ranks on the emulator through mpirun; label mpi) and
+ * emu_dp2_zero1_offload_adam8 (the same with adam-8bit's state and the master in host memory,
+ * read and written there); moe_ep2_pp2
  * (tiny-moe, ep 2 x pp 2 x dp 2, real routing whose dropless buffers grow in both runs; its
  * checkpoint is refused by an ep 1 layout naming layout.ep and both layouts, and by tiny-moe
  * with 4 experts naming model.moe.experts), moe_ep2_cp2 (tiny-moe, ep 2 over cp 2, real
@@ -60,6 +62,9 @@ static const Case cases[] = {
      PIN1, 1},
     {"emu_dp2_zero1", "tiny", 2, "dgx-h100", "--dp 2 --tp 1 --pp 1 --zero 1 --precision bf16 --seq 16 "
      "--mbs 1 " PIN1, 1},
+    /* the optimizer offloaded with adam-8bit: the master, codes and absmax in host memory */
+    {"emu_dp2_zero1_offload_adam8", "tiny", 2, "dgx-h100", "--dp 2 --tp 1 --pp 1 --zero 1 "
+     "--precision bf16 --seq 16 --mbs 1 --offload-optimizer --optimizer adam-8bit " PIN1, 1},
     /* experts over ep 2 in a 2-stage pipeline, routed for real (the untrained router sends a
      * rank more token copies than the plan's buffers hold: dropless, they grow, in the resumed
      * run again from the plan's size); the expert shards, the router's weights and their AdamW

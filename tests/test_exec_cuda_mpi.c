@@ -29,53 +29,58 @@ typedef struct {
     int gpus;
     const char *layout; /* the pinned knobs */
     const char *job;    /* settings shared with the single-rank reference */
+    /* a second run on the same ranks (NULL: none): the pinned knobs and settings, after job,
+     * without the one under test, whose losses the layout's must equal within twin_tol (0: bit
+     * for bit) */
+    const char *twin;
+    double twin_tol;
 } Layout;
 
 #define PIN1 "--vpp 1 --schedule 1f1b --mbs 1"
 static const Layout layouts[] = {
-    {"dp2", 2, "--dp 2 --tp 1 --pp 1 --zero 0 --no-sp " PIN1, ""},
-    {"tp2", 2, "--dp 1 --tp 2 --pp 1 --zero 0 --no-sp " PIN1, "--dropout 0.1 --no-flash-attn"},
-    {"pp2", 2, "--dp 1 --tp 1 --pp 2 --zero 0 --no-sp " PIN1, ""},
-    {"pp2_vpp2", 2, "--dp 1 --tp 1 --pp 2 --zero 0 --no-sp --vpp 2 --schedule interleaved --mbs 1", ""},
+    {"dp2", 2, "--dp 2 --tp 1 --pp 1 --zero 0 --no-sp " PIN1, "", NULL, 0},
+    {"tp2", 2, "--dp 1 --tp 2 --pp 1 --zero 0 --no-sp " PIN1, "--dropout 0.1 --no-flash-attn", NULL, 0},
+    {"pp2", 2, "--dp 1 --tp 1 --pp 2 --zero 0 --no-sp " PIN1, "", NULL, 0},
+    {"pp2_vpp2", 2, "--dp 1 --tp 1 --pp 2 --zero 0 --no-sp --vpp 2 --schedule interleaved --mbs 1", "", NULL, 0},
     /* uneven virtual stages: the embedding and the loss counted as layers leave the first and
      * the last chunk without one (chunks 0,1,1,1,1,0) */
     {"pp2_vpp3_embed_loss", 2,
      "--dp 1 --tp 1 --pp 2 --zero 0 --no-sp --vpp 3 --schedule interleaved --mbs 1 "
      "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split",
-     "--dropout 0.1"},
-    {"dp2_zero1", 2, "--dp 2 --tp 1 --pp 1 --zero 1 --no-sp " PIN1, "--recompute selective --no-flash-attn"},
-    {"dp2_zero3", 2, "--dp 2 --tp 1 --pp 1 --zero 3 --fsdp --no-sp " PIN1, "--recompute full"},
+     "--dropout 0.1", NULL, 0},
+    {"dp2_zero1", 2, "--dp 2 --tp 1 --pp 1 --zero 1 --no-sp " PIN1, "--recompute selective --no-flash-attn", NULL, 0},
+    {"dp2_zero3", 2, "--dp 2 --tp 1 --pp 1 --zero 3 --fsdp --no-sp " PIN1, "--recompute full", NULL, 0},
     /* 16-bit gradients (Megatron without --accumulate-allreduce-grads-in-fp32): the gradient
      * buffers, ZeRO-1's reduce-scatter and ZeRO-2's bucket and reduce-scatters in bf16, against
      * a single rank's bf16 gradients */
-    {"dp2_zero1_grad16", 2, "--dp 2 --tp 1 --pp 1 --zero 1 --no-sp " PIN1, "--grad-dtype bf16"},
-    {"dp2_zero2_grad16", 2, "--dp 2 --tp 1 --pp 1 --zero 2 --no-sp " PIN1, "--grad-dtype bf16"},
-    {"tp2_sp", 2, "--dp 1 --tp 2 --pp 1 --zero 0 --sp " PIN1, "--dropout 0.1"},
-    {"tp2_pp2", 4, "--dp 1 --tp 2 --pp 2 --zero 0 --no-sp " PIN1, "--dropout 0.1"},
-    {"pp4", 4, "--dp 1 --tp 1 --pp 4 --zero 0 --no-sp " PIN1, ""},
-    {"dp2_pp2_zero1", 4, "--dp 2 --tp 1 --pp 2 --zero 1 --no-sp " PIN1, ""},
+    {"dp2_zero1_grad16", 2, "--dp 2 --tp 1 --pp 1 --zero 1 --no-sp " PIN1, "--grad-dtype bf16", NULL, 0},
+    {"dp2_zero2_grad16", 2, "--dp 2 --tp 1 --pp 1 --zero 2 --no-sp " PIN1, "--grad-dtype bf16", NULL, 0},
+    {"tp2_sp", 2, "--dp 1 --tp 2 --pp 1 --zero 0 --sp " PIN1, "--dropout 0.1", NULL, 0},
+    {"tp2_pp2", 4, "--dp 1 --tp 2 --pp 2 --zero 0 --no-sp " PIN1, "--dropout 0.1", NULL, 0},
+    {"pp4", 4, "--dp 1 --tp 1 --pp 4 --zero 0 --no-sp " PIN1, "", NULL, 0},
+    {"dp2_pp2_zero1", 4, "--dp 2 --tp 1 --pp 2 --zero 1 --no-sp " PIN1, "", NULL, 0},
     /* FSDP under a pipeline: every block gathered once a step and kept (bf16), the gradients
      * reduce-scattered once a step */
-    {"dp2_pp2_fsdp", 4, "--dp 2 --tp 1 --pp 2 --zero 3 --fsdp --no-sp " PIN1, ""},
+    {"dp2_pp2_fsdp", 4, "--dp 2 --tp 1 --pp 2 --zero 3 --fsdp --no-sp " PIN1, "", NULL, 0},
     /* DeepSpeed's ZeRO-3 gathers with two layers prefetched (non-blocking on the NCCL layer's
      * collective stream) and bucketed calls; HSDP 2 x 2 over NCCL */
     {"dp2_zero3_ds_prefetch2_buckets", 2,
-     "--dp 2 --tp 1 --pp 1 --zero 3 --fsdp-prefetch 2 --zero-bucket-bytes 20000 --no-sp " PIN1, "--recompute full"},
-    {"dp4_hsdp_zero3", 4, "--dp 4 --dp-shard 2 --dp-replicate 2 --tp 1 --pp 1 --zero 3 --no-sp " PIN1, ""},
+     "--dp 2 --tp 1 --pp 1 --zero 3 --fsdp-prefetch 2 --zero-bucket-bytes 20000 --no-sp " PIN1, "--recompute full", NULL, 0},
+    {"dp4_hsdp_zero3", 4, "--dp 4 --dp-shard 2 --dp-replicate 2 --tp 1 --pp 1 --zero 3 --no-sp " PIN1, "", NULL, 0},
     /* ZeRO-3 gathering the FP8 weights in FP8 (--fp8-param-gather) on H100 (its TN-only rule:
      * the backward's GEMMs take the gathered weight transposed) */
     {"dp2_zero3_fp8pg", 2, "--dp 2 --tp 1 --pp 1 --zero 3 --fsdp --fp8-param-gather --no-sp " PIN1,
-     "--precision fp8 --fp8-recipe tensorwise"},
+     "--precision fp8 --fp8-recipe tensorwise", NULL, 0},
     /* the same under a pipeline: each stage gathered in FP8 once a step, kept across its
      * micro-batches */
     {"dp2_pp2_fsdp_fp8pg", 4, "--dp 2 --tp 1 --pp 2 --zero 3 --fsdp --fp8-param-gather --no-sp " PIN1,
-     "--precision fp8 --fp8-recipe tensorwise"},
+     "--precision fp8 --fp8-recipe tensorwise", NULL, 0},
     /* context parallelism (tiny-llama: GQA, RoPE): K and V all-gathered; Ulysses' all-to-alls;
      * the ring below */
     {"llama_cp2_allgather", 2, "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type allgather --zero 0 --no-sp " PIN1,
-     "--model tiny-llama --seq 64"},
+     "--model tiny-llama --seq 64", NULL, 0},
     {"llama_cp2_a2a", 2, "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type a2a --zero 0 --no-sp " PIN1,
-     "--model tiny-llama --seq 64 --no-flash-attn"},
+     "--model tiny-llama --seq 64 --no-flash-attn", NULL, 0},
     /* dropout with context parallelism: the unfused core's parts drawing their blocks of the
      * one-rank stream (KernAttnFwd.drop_row, drop_head) on the device. Memory, bytes and FLOPs
      * as predicted; the masks themselves are checked where the losses are exact enough to
@@ -83,14 +88,62 @@ static const Layout layouts[] = {
      * drawing the wrong block moves this bf16 run by 6e-5 only, inside the 2.5e-4 */
     {"llama_cp2_allgather_dropout", 2,
      "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type allgather --zero 0 --no-sp " PIN1,
-     "--model tiny-llama --seq 64 --no-flash-attn --dropout 0.1"},
+     "--model tiny-llama --seq 64 --no-flash-attn --dropout 0.1", NULL, 0},
     /* the K, V ring: the fused core with a query offset, the merge kernel, the ring's messages */
     {"llama_cp2_p2p", 2, "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type p2p --zero 0 --no-sp " PIN1,
-     "--model tiny-llama --seq 64"},
+     "--model tiny-llama --seq 64", NULL, 0},
+    /* optimizer offload (ZeRO-Offload): the master and AdamW's state in host memory, the
+     * reduced gradient shard copied out, the host's step (the device kernel's arithmetic) and
+     * the weights rounded to bf16 on the host and copied back: the same losses bit for bit as
+     * the layout without offload; with 16-bit gradients (widened on the host) too */
+    {"offload", 1, "--dp 1 --tp 1 --pp 1 --zero 1 --offload-optimizer --no-sp " PIN1, "",
+     "--dp 1 --tp 1 --pp 1 --zero 1 --no-sp " PIN1, 0},
+    {"dp2_zero1_offload", 2, "--dp 2 --tp 1 --pp 1 --zero 1 --offload-optimizer --no-sp " PIN1,
+     "--grad-dtype bf16", "--dp 2 --tp 1 --pp 1 --zero 1 --no-sp " PIN1, 0},
+    /* adam-8bit (block-wise 8-bit state, Dettmers et al. 2022) on the device: against AdamW
+     * on one rank (the first update is AdamW's; measured 1.85e-5 after 4 steps), over
+     * ZeRO-2's shards against the single rank's adam-8bit, and offloaded (the host's 8-bit
+     * step, the device kernel's codes) against the same layout on the device bit for bit */
+    {"adam8", 1, "--dp 1 --tp 1 --pp 1 --zero 0 --no-sp " PIN1, "--optimizer adam-8bit",
+     "--dp 1 --tp 1 --pp 1 --zero 0 --no-sp --optimizer adamw " PIN1, 1e-4},
+    {"dp2_zero2_adam8", 2, "--dp 2 --tp 1 --pp 1 --zero 2 --no-sp " PIN1, "--optimizer adam-8bit", NULL, 0},
+    {"dp2_zero1_offload_adam8", 2, "--dp 2 --tp 1 --pp 1 --zero 1 --offload-optimizer --no-sp " PIN1,
+     "--optimizer adam-8bit", "--dp 2 --tp 1 --pp 1 --zero 1 --no-sp " PIN1, 0},
 };
 enum { N_LAYOUTS = sizeof layouts / sizeof layouts[0], STEPS = 4 };
 
 static const char *px, *worker;
+
+/* The layout's twin on the same ranks: the losses of every step equal within twin_tol. */
+static void check_twin(const Layout *L, const cJSON *run, const char *root)
+{
+    sh(0, "%s plan --model tiny --cluster dgx-h100 --gpus %d --gbs 8 --seq 16 --steps %d %s %s "
+          "-o %s/twin.json", px, L->gpus, STEPS, L->job, L->twin, tmp);
+    sh(0, "timeout 600 mpirun -n %d %s --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 "
+          "%s run %s/twin.json --quiet --backend cuda -o %s/twin.run.json",
+       L->gpus, root, worker, tmp, tmp);
+    cJSON *twin = read_json("twin.run.json");
+    const cJSON *ts = at(twin, "steps", NULL), *ms = at(run, "steps", NULL);
+    CHECK_EQ_INT(STEPS, cJSON_GetArraySize(ts));
+    double worst = 0;
+    for (int i = 0; i < STEPS; i++) {
+        const double a = num(cJSON_GetArrayItem(ts, i), "loss");
+        const double b = num(cJSON_GetArrayItem(ms, i), "loss");
+        if (L->twin_tol == 0 ? a != b : !(fabs(b - a) <= L->twin_tol * fabs(a))) {
+            fprintf(stderr, "FAILED: %s step %d: loss %.17g, its twin's (%s) %.17g: %s\n",
+                    L->name, i + 1, b, L->twin, a,
+                    L->twin_tol == 0 ? "not equal bit for bit" : "beyond the tolerance");
+            exit(1);
+        }
+        if (fabs(b - a) / fabs(a) > worst)
+            worst = fabs(b - a) / fabs(a);
+    }
+    printf("%-10s twin (%s): final loss %.9f against %.9f, max deviation %.2e (%s %g)\n",
+           L->name, L->twin, num(cJSON_GetArrayItem(ms, STEPS - 1), "loss"),
+           num(cJSON_GetArrayItem(ts, STEPS - 1), "loss"), worst,
+           L->twin_tol == 0 ? "bit for bit:" : "tolerance", L->twin_tol);
+    cJSON_Delete(twin);
+}
 
 static void check_layout(const Layout *L, int gpus)
 {
@@ -105,6 +158,8 @@ static void check_layout(const Layout *L, int gpus)
           "%s run %s/plan.json --quiet --backend cuda -o %s/run.json",
        L->gpus, root, worker, tmp, tmp);
     cJSON *ref = read_json("ref.run.json"), *plan = read_json("plan.json"), *run = read_json("run.json");
+    if (L->twin)
+        check_twin(L, run, root);
 
     /* which layers ran it */
     const cJSON *be = at(run, "backend", NULL);
@@ -113,12 +168,15 @@ static void check_layout(const Layout *L, int gpus)
     CHECK_EQ_INT(L->gpus, (int)num(be, "world"));
     const char *comm = cJSON_GetStringValue(at(be, "comm", NULL));
     const char *note = cJSON_GetStringValue(at(be, "comm_note", NULL));
-    if (gpus >= L->gpus && strcmp(comm, "nccl") != 0 && !(note && strstr(note, "without NCCL"))) {
+    if (gpus >= L->gpus && L->gpus > 1 && strcmp(comm, "nccl") != 0 &&
+        !(note && strstr(note, "without NCCL"))) {
         fprintf(stderr, "FAILED: a GPU per rank, but the comm layer is %s (%s)\n", comm,
                 note ? note : "no note");
         exit(1);
     }
-    if (strcmp(comm, "nccl") != 0) {
+    if (L->gpus == 1) {
+        CHECK_STR("single", comm);
+    } else if (strcmp(comm, "nccl") != 0) {
         CHECK_STR("mpi", comm);
         CHECK(note && !strncmp(note, "staged through host memory", 26));
     }
@@ -154,7 +212,25 @@ static void check_layout(const Layout *L, int gpus)
                 exit(1);
             }
         }
-        CHECK(num(m, "master") > 0);
+        /* optimizer offload: nothing of the master and the state on the device, and the
+         * host's bytes per category equal the plan's host column, a host update every step */
+        const cJSON *ph = cJSON_GetObjectItemCaseSensitive(pm, "host");
+        CHECK(strstr(L->layout, "--offload-optimizer") ? ph && num(m, "master") == 0
+                                                         : !ph && num(m, "master") > 0);
+        if (ph) {
+            const cJSON *mh = at(m, "host", NULL), *e;
+            cJSON_ArrayForEach(e, ph)
+            {
+                if ((uint64_t)e->valuedouble != (uint64_t)num(mh, e->string)) {
+                    fprintf(stderr, "FAILED: %s rank %d host %s: predicted %.0f, measured %.0f\n",
+                            L->name, r, e->string, e->valuedouble, num(mh, e->string));
+                    exit(1);
+                }
+            }
+            CHECK(num(mh, "master") > 0 && num(mh, "optimizer") > 0);
+            const cJSON *of = cJSON_GetArrayItem(at(run, "offload", "per_rank"), r);
+            CHECK_EQ_INT(STEPS, (int)num(of, "host_updates"));
+        }
         CHECK(num(m, "device_used_peak_bytes") >= num(m, "arena_bytes"));
         const cJSON *pc = stage_entry(at(pred, "comm", "per_stage"), stage);
         const cJSON *by = at(c, "by_kind", NULL);
@@ -166,7 +242,7 @@ static void check_layout(const Layout *L, int gpus)
                 exit(1);
             }
         }
-        CHECK(num(c, "total_bytes") > 0);
+        CHECK(L->gpus == 1 ? num(c, "total_bytes") == 0 : num(c, "total_bytes") > 0);
         double pf = cJSON_GetArrayItem(at(pred, "flops", "per_rank_per_step"), stage)->valuedouble;
         CHECK_REL(pf, cJSON_GetArrayItem(fr, r)->valuedouble, 1e-12);
     }

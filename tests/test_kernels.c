@@ -159,8 +159,8 @@ static void test_table(void)
     HAS(swiglu_bwd); HAS(rope_fwd); HAS(rope_bwd); HAS(attention_fwd); HAS(attention_bwd);
     HAS(add); HAS(add_inplace); HAS(copy_cols); HAS(dropout_fwd); HAS(dropout_bwd); HAS(embedding_fwd);
     HAS(embedding_bwd); HAS(xent_rowmax); HAS(xent_expsum); HAS(xent_finish); HAS(xent_bwd);
-    HAS(adamw); HAS(sgd_momentum); HAS(sumsq); HAS(grad_sumsq); HAS(all_finite); HAS(scale_f32);
-    HAS(cast_to_act);
+    HAS(adamw); HAS(sgd_momentum); HAS(adam8); HAS(sumsq); HAS(grad_sumsq); HAS(all_finite);
+    HAS(scale_f32); HAS(cast_to_act);
     HAS(cast_to_f32); HAS(acc_to_f32); HAS(add_bias_f32); HAS(gate_fwd); HAS(gate_bwd);
     HAS(gate_wgrad); HAS(attention_sink_bwd);
 #undef HAS

@@ -19,6 +19,7 @@
  * otherwise). */
 #include <float.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "kernels/kernels.h"
 #include "test.h"
@@ -370,8 +371,8 @@ static void test_table(void)
     HAS(swiglu_fwd); HAS(swiglu_bwd); HAS(rope_fwd); HAS(rope_bwd); HAS(attention_fwd);
     HAS(attention_bwd); HAS(attention_merge); HAS(add); HAS(add_inplace); HAS(copy_cols); HAS(dropout_fwd); HAS(dropout_bwd);
     HAS(embedding_fwd); HAS(embedding_bwd); HAS(xent_rowmax); HAS(xent_expsum);
-    HAS(xent_finish); HAS(xent_bwd); HAS(adamw); HAS(sgd_momentum); HAS(sumsq); HAS(grad_sumsq);
-    HAS(all_finite);
+    HAS(xent_finish); HAS(xent_bwd); HAS(adamw); HAS(sgd_momentum); HAS(adam8); HAS(sumsq);
+    HAS(grad_sumsq); HAS(all_finite);
     HAS(scale_f32); HAS(cast_to_act); HAS(cast_to_f32); HAS(acc_to_f32);
     HAS(moe_route_fwd); HAS(moe_route_bwd); HAS(moe_counts); HAS(moe_aux_fwd);
     HAS(moe_aux_bwd); HAS(moe_permute); HAS(moe_permute_bwd); HAS(moe_unpermute);
@@ -1115,6 +1116,75 @@ static void test_optim(size_t n, int refresh)
     free(master), free(grad), free(m), free(v), free(p0), free(em), free(emm), free(ev), free(ep);
     free(sm), free(smo), free(sp);
     G->free(gm_), G->free(gg), G->free(gmm), G->free(gv), G->free(gp);
+}
+
+/* 8-bit Adam: the device's call against the host's (kern_host_adam8, the CPU backend's loops),
+ * code for code and bit for bit: three quantization blocks of a 5000-value state (the last
+ * 904), segments with and without weight decay and a gap; from element 0, or from 2100 (the
+ * first block untouched, the pointers offset). K: fp32 gradients, or 16-bit ones. */
+static void test_adam8(const KernBackend *K, uint64_t begin)
+{
+    enum { S = 5000, NQ = 3 };
+    static KernAdam8 a;
+    memset(&a, 0, sizeof a);
+    kern_adam8_tables(a.codes);
+    a.state_n = S;
+    const uint64_t seg[2][3][2] = {{{0, 100}, {100, 2500}, {2600, 4999}},
+                                   {{2100, 3000}, {3000, 4999}, {0, 0}}};
+    const int which = begin != 0;
+    for (int i = 0; i < 3 && seg[which][i][1]; i++) {
+        a.begin[i] = seg[which][i][0];
+        a.end[i] = seg[which][i][1];
+        a.weight_decay[i] = i % 2 ? 0.0f : 0.1f;
+        a.n = i + 1;
+    }
+    a.lr = 1e-2f, a.beta1 = 0.9f, a.beta2 = 0.999f, a.eps = 1e-8f, a.grad_scale = 0.5f, a.t = 3;
+    const size_t n = S - begin, gb = px_dtype_bytes(K->grad);
+    uint8_t *m8 = xmalloc(S), *v8 = xmalloc(S);
+    for (size_t i = 0; i < S; i++) {
+        m8[i] = (uint8_t)(256 * (0.5 + 0.5 * rnd()));
+        v8[i] = (uint8_t)(128 + 127 * (0.5 + 0.5 * rnd())); /* positive v, and some zeros */
+        v8[i] = i % 97 ? v8[i] : 0;
+    }
+    float absmax[2 * NQ] = {0.2f, 0.15f, 0.1f, 0.02f, 0.015f, 0.0f}; /* an all-zero v block */
+    float *master = frand(n, 1, 0), *g32 = arand(n, 1, 0), *p0 = arand(n, 1, 0);
+    void *grad = g32;
+    uint16_t *g16 = NULL;
+    if (gb == 2) {
+        g16 = xmalloc(n * 2);
+        for (size_t i = 0; i < n; i++)
+            g16[i] = act_bits(g32[i]);
+        grad = g16;
+    }
+    /* the host's */
+    uint8_t *em8 = xmalloc(S), *ev8 = xmalloc(S);
+    memcpy(em8, m8, S), memcpy(ev8, v8, S);
+    float eabs[2 * NQ], *em = fcopy(master, n), *ep = fcopy(p0, n);
+    memcpy(eabs, absmax, sizeof eabs);
+    kern_host_adam8(ep, em, grad, K->grad, em8, ev8, eabs, &a);
+    /* the device's */
+    float *dm = up_f32(master, n), *dabs = up_f32(absmax, 2 * NQ);
+    void *dg = up_bytes(grad, n * gb), *dp = up_act(p0, n);
+    uint8_t *dm8 = up_bytes(m8, S), *dv8 = up_bytes(v8, S);
+    K->adam8(dp, dm, dg, dm8, dv8, dabs, &a);
+    uint8_t *h8 = xmalloc(S);
+    const char *what = gb == 2 ? "master 16-bit g" : "master";
+    G->to_host(h8, dm8, S);
+    COMPARE_BYTES("adam8", "m codes", em8, h8, S);
+    G->to_host(h8, dv8, S);
+    COMPARE_BYTES("adam8", "v codes", ev8, h8, S);
+    float *h = down_f32(dabs, 2 * NQ);
+    COMPARE_BYTES("adam8", "absmax", eabs, h, sizeof eabs);
+    free(h), h = down_f32(dm, n);
+    COMPARE_BYTES("adam8", what, em, h, n * sizeof *em);
+    CHECK(memcmp(em, master, n * sizeof *em) != 0); /* it moved */
+    uint16_t *pb = down_bits(dp, n), *eb = xmalloc(n * 2);
+    for (size_t i = 0; i < n; i++) /* the host refreshed its fp32 copy: the device rounds it */
+        eb[i] = act_bits(ep[i]);
+    COMPARE_BYTES("adam8", "param refresh", eb, pb, n * 2);
+    free(h), free(pb), free(eb), free(h8), free(m8), free(v8), free(em8), free(ev8);
+    free(master), free(g32), free(g16), free(p0), free(em), free(ep);
+    G->free(dm), G->free(dabs), G->free(dg), G->free(dp), G->free(dm8), G->free(dv8);
 }
 
 /* ---- 16-bit parameter gradients (kern_cuda_with_grads) ---- */
@@ -2385,6 +2455,9 @@ static void run_suite(PxDtype act)
         test_xent_case(32, 50304, 0);
     test_optim(1000, 1);
     test_optim(1000, 0);
+    test_adam8(G, 0);
+    test_adam8(G, 2100);
+    test_adam8(kern_cuda_with_grads(G->act, G->act), 0);
     test_elementwise(10007);
     test_dropout(10007);
     if (large) {

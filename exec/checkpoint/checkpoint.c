@@ -289,7 +289,10 @@ static int write_shard(Ckpt *c, const CkptState *st, const char *sdir, int step,
         const CkptRegion *a = &st->region[i];
         for (uint64_t off = 0; off < a->bytes && !bad; off += CK_CHUNK) {
             size_t n = (size_t)(a->bytes - off < CK_CHUNK ? a->bytes - off : CK_CHUNK);
-            st->k->to_host(c->bounce, (const uint8_t *)a->base + off, n);
+            if (a->host)
+                memcpy(c->bounce, (const uint8_t *)a->base + off, n);
+            else
+                st->k->to_host(c->bounce, (const uint8_t *)a->base + off, n);
             crc = crc32(crc, c->bounce, (uInt)n);
             bad = fwrite(c->bounce, 1, n, f.f) != n;
         }
@@ -417,7 +420,10 @@ static int load_shard(Ckpt *c, const CkptState *st, const char *path, uint64_t b
                 rc = px_fail(err, PX_EINPUT, "%s: read error: %s", path, strerror(errno));
                 break;
             }
-            st->k->to_device((uint8_t *)a->base + off, c->bounce, n);
+            if (a->host)
+                memcpy((uint8_t *)a->base + off, c->bounce, n);
+            else
+                st->k->to_device((uint8_t *)a->base + off, c->bounce, n);
         }
     }
     st->k->sync();

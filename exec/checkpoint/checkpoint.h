@@ -28,11 +28,13 @@ typedef struct CommLayer CommLayer;
 
 enum { CKPT_SECTIONS = 3 }; /* weights, master, optimizer */
 
-/* One region of a rank's state: device memory the kernels copy from and to. */
+/* One region of a rank's state: device memory the kernels copy from and to, or host memory
+ * (host: optimizer offload's master and optimizer arenas), read and written directly. */
 typedef struct {
     void *base;
     uint64_t bytes;
     ModelCategory cat;
+    int host;
 } CkptRegion;
 
 typedef struct {

@@ -213,6 +213,25 @@ static void init_range_threads(const ExecCtx *x, const ExecParam *p, uint64_t lo
     }
 }
 
+/* n initial values of the fp32 master from src, in host memory (src_host) or in a device
+ * scratch. Under optimizer offload the master arena is host memory (bind.c), so they leave the
+ * device or stay on the host. */
+static void master_put(const ExecCtx *x, float *master, const float *src, uint64_t n,
+                       int src_host)
+{
+    const size_t bytes = (size_t)n * sizeof *src;
+    if (model_category_on_host(&x->spec.layout, MODEL_MASTER)) {
+        if (src_host)
+            memcpy(master, src, bytes);
+        else
+            x->k->to_host(master, src, bytes);
+    } else if (src_host) {
+        x->k->to_device(master, src, bytes);
+    } else {
+        x->k->copy(master, src, bytes);
+    }
+}
+
 /* 16-bit gradients are too narrow to stage fp32 values in: the host narrows the n values
  * (round to nearest even, as cast_to_act does) into h16 for the weights w, and m_n of them from
  * m_lo go to the fp32 master from the host too. */
@@ -220,7 +239,7 @@ static void init_put_16(const ExecCtx *x, uint16_t *h16, void *w, float *master,
                         uint64_t n, uint64_t m_lo, uint64_t m_n)
 {
     if (m_n)
-        x->k->to_device(master, host + m_lo, (size_t)m_n * sizeof *host);
+        master_put(x, master, host + m_lo, m_n, 1);
     for (uint64_t i = 0; i < n; i++)
         h16[i] = x->act == PX_BF16 ? px_float_to_bf16(host[i]) : px_float_to_half(host[i]);
     x->k->to_device(w, h16, (size_t)n * sizeof *h16);
@@ -281,8 +300,7 @@ int exec_params_init_values(ExecParams *P, const ExecCtx *x, ExecArenas *A, floa
             k->to_device(scratch, host, (size_t)p->numel * sizeof *host);
             k->cast_to_act(p->w, scratch, (size_t)p->numel);
             if (has_shard)
-                k->copy(blk->master + (lo - moff), scratch + (lo - p->off),
-                        (size_t)(hi - lo) * sizeof *host);
+                master_put(x, blk->master + (lo - moff), scratch + (lo - p->off), hi - lo, 0);
             continue;
         }
         /* ZeRO-3: only this rank's shard of the block exists */
@@ -296,7 +314,7 @@ int exec_params_init_values(ExecParams *P, const ExecCtx *x, ExecArenas *A, floa
         }
         k->to_device(scratch, host, (size_t)(hi - lo) * sizeof *host);
         k->cast_to_act(w, scratch, (size_t)(hi - lo));
-        k->copy(blk->master + (lo - blk->own_off), scratch, (size_t)(hi - lo) * sizeof *host);
+        master_put(x, blk->master + (lo - blk->own_off), scratch, hi - lo, 0);
     }
     free(host);
     free(h16);

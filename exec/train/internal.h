@@ -1235,19 +1235,21 @@ typedef struct {
     int diverged_at;   /* the step at which a non-finite loss or gradient stopped the run */
     int collective;    /* the last error was every rank's */
     /* optimizer offload (docs/memory.md, "Offload"): per block, offsets into the host buffers
-     * of the gradient shard copied out of the device each step and, without an fp32 master
-     * table (fp32 weights), the fp32 copy of the weight shard the host step updates; the
-     * seconds spent copying and stepping on the host, summed over the run */
-    float *host_g, *host_w;
+     * of the gradient shard copied out of the device each step (in the gradient dtype; it then
+     * stages the updated weights back in the act dtype) and, without an fp32 master table (fp32
+     * weights: the CPU), the fp32 copy of the weight shard the host step updates (else NULL);
+     * the seconds spent copying and stepping on the host, summed over the run */
+    void *host_g;
+    float *host_w;
     uint64_t *host_off, host_elems;
     int host_w_ready;
     double d2h_s, h2d_s, host_step_s;
     long host_steps;
-    struct ExecAdam8 *adam8; /* adam-8bit's dequantized block and code tables (else NULL) */
+    struct ExecAdam8 *adam8; /* adam-8bit's kernel call being gathered (else NULL) */
 } ExecOptim;
 
 /* Optimizer offload's host buffers, sized by the blocks' shards (nothing when the layout does
- * not offload), and adam-8bit's scratch. */
+ * not offload), and adam-8bit's call (its code tables and constants). */
 int exec_optim_offload_init(ExecOptim *O, const ExecCtx *c, const ExecParams *P, PxError *err);
 void exec_optim_offload_free(ExecOptim *O);
 

@@ -78,140 +78,135 @@ static double local_sumsq(const ExecCtx *c, const ExecParams *P)
 
 /* ---- adam-8bit: block-wise quantized state (Dettmers et al. 2022) ---- */
 
-/* The 256 values a code stands for, ascending, as fractions of its block's absmax: dynamic
- * (exponent, fraction) codes after the paper's Sec. 2.2. A code's bits after the sign (m's
- * table only) are E zeros, a one, and F linear fraction bits: 10^-E x (0.1 + 0.9 (i + 1) / 2^F),
- * i < 2^F. m (signed): 7 bits, E 0..6, 127 magnitudes a sign and zero (the 256th a second
- * zero); v (non-negative): 8 bits, E 0..7, 255 magnitudes and zero. So the smallest nonzero
- * value is 1e-6 of m's absmax and 1e-7 of v's, and the precision is relative, as the states'
- * spread over orders of magnitude wants. */
-static void adam8_table(float *t, int is_signed)
-{
-    const int bits = is_signed ? 7 : 8;
-    float mag[255];
-    int n = 0;
-    for (int E = bits - 1; E >= 0; E--) { /* ascending: the smallest exponent first */
-        const int F = bits - 1 - E;
-        for (int i = 0; i < (1 << F); i++)
-            mag[n++] = (float)(pow(10.0, -E) * (0.1 + 0.9 * (i + 1) / (double)(1 << F)));
-    }
-    int k = 0;
-    if (is_signed) {
-        for (int i = n - 1; i >= 0; i--)
-            t[k++] = -mag[i];
-        t[k++] = 0.0f;
-    }
-    t[k++] = 0.0f;
-    for (int i = 0; i < n; i++)
-        t[k++] = mag[i];
-}
-
-/* The code nearest x (a fraction of the absmax, in the table's range); positive v is never
- * rounded to zero (its square root divides the update). */
-static uint8_t adam8_code(const float *t, float x, int keep_positive)
-{
-    int lo = 0, hi = 255;
-    while (hi - lo > 1) {
-        const int mid = (lo + hi) / 2;
-        if (t[mid] <= x)
-            lo = mid;
-        else
-            hi = mid;
-    }
-    int q = x - t[lo] <= t[hi] - x ? lo : hi;
-    if (keep_positive && x > 0.0f && t[q] == 0.0f)
-        q = hi;
-    return (uint8_t)q;
-}
-
-/* One quantization block of a parameter block's state, dequantized in fp32 while the
- * parameters that hold it update (the fp32 AdamW kernel on it), then quantized back against
- * its new absmax. */
+/* One call of the kernels' 8-bit step (KernAdam8) being gathered: the segments of one
+ * parameter block's state that this rank updates (its parameters, neighbours with the same
+ * weight decay merged), with the pointers of the first. The kernels decode each quantization
+ * block a segment touches, update it and code it back, so each block must reach one call a
+ * step: a call is run when the next segment belongs to another parameter block, and when it
+ * is full, up to the quantization block the next segment starts in (the rest carried over). */
 typedef struct ExecAdam8 {
-    float tm[256], tv[256];
+    KernAdam8 a, now; /* the call gathered; the part of it run early (adam8_run) */
     const ExecBlock *blk;
-    uint64_t state_n, q; /* the block's state elements; the quantization block held */
-    float m[MODEL_ADAM8_BLOCK], v[MODEL_ADAM8_BLOCK];
+    void *param;   /* the act weights (or NULL) at a.begin[0] */
+    float *master; /* the fp32 master (or fp32 weights) at a.begin[0] */
+    const void *g; /* the gradients at a.begin[0] */
+    int host;      /* in host memory (optimizer offload), else the backend's */
 } Adam8;
 
-static uint64_t adam8_len(const Adam8 *A)
+static void adam8_call(const ExecCtx *c, const Adam8 *A, const KernAdam8 *a)
 {
-    const uint64_t at = A->q * MODEL_ADAM8_BLOCK;
-    return A->state_n - at < MODEL_ADAM8_BLOCK ? A->state_n - at : MODEL_ADAM8_BLOCK;
+    const ExecBlock *blk = A->blk;
+    if (A->host)
+        kern_host_adam8(A->param, A->master, A->g, c->grad, blk->m8, blk->v8, blk->absmax, a);
+    else
+        c->k->adam8(A->param, A->master, A->g, blk->m8, blk->v8, blk->absmax, a);
 }
 
-static void adam8_flush(Adam8 *A)
+/* Runs the gathered segments' elements below state element cut, and keeps the rest for the
+ * next call (cut 0: all of them run). */
+static void adam8_run(const ExecCtx *c, Adam8 *A, uint64_t cut)
 {
-    if (!A->blk)
+    KernAdam8 *a = &A->a;
+    if (a->n == 0)
         return;
-    const uint64_t n = adam8_len(A), nq = px_ceil_div(A->state_n, MODEL_ADAM8_BLOCK);
-    float am = 0.0f, av = 0.0f;
-    for (uint64_t i = 0; i < n; i++) {
-        am = fabsf(A->m[i]) > am ? fabsf(A->m[i]) : am;
-        av = A->v[i] > av ? A->v[i] : av;
+    if (cut == 0 || cut >= a->end[a->n - 1]) {
+        adam8_call(c, A, a);
+        a->n = 0;
+        return;
     }
-    uint8_t *m8 = A->blk->m8 + A->q * MODEL_ADAM8_BLOCK;
-    uint8_t *v8 = A->blk->v8 + A->q * MODEL_ADAM8_BLOCK;
-    for (uint64_t i = 0; i < n; i++) {
-        m8[i] = adam8_code(A->tm, am > 0.0f ? A->m[i] / am : 0.0f, 0);
-        v8[i] = adam8_code(A->tv, av > 0.0f ? A->v[i] / av : 0.0f, 1);
+    /* the part below cut runs now, the part above is the next call's */
+    KernAdam8 *now = &A->now;
+    *now = *a;
+    int k = 0, n = 0;
+    for (int i = 0; i < a->n; i++) {
+        if (a->begin[i] < cut) {
+            now->end[k] = a->end[i] < cut ? a->end[i] : cut;
+            k++;
+        }
+        if (a->end[i] > cut) {
+            a->begin[n] = a->begin[i] > cut ? a->begin[i] : cut;
+            a->end[n] = a->end[i];
+            a->weight_decay[n] = a->weight_decay[i];
+            n++;
+        }
     }
-    A->blk->absmax[A->q] = am;
-    A->blk->absmax[nq + A->q] = av;
-    A->blk = NULL;
+    now->n = k;
+    adam8_call(c, A, now);
+    const uint64_t moved = a->begin[0] - now->begin[0];
+    a->n = n;
+    A->param = A->param ? EXEC_AT(A->param, moved, c->ab) : NULL;
+    A->master += moved;
+    A->g = EXEC_AT(A->g, moved, c->gb);
 }
 
-/* Holds quantization block q of blk's state (the one held before written back first). */
-static void adam8_hold(Adam8 *A, const ExecCtx *c, const ExecBlock *blk, uint64_t q)
+/* Adds state elements [st, st + n) of blk (param, master, g: their first) with weight decay
+ * wd to the call, running what must run first. */
+static void adam8_add(const ExecCtx *c, Adam8 *A, const ExecBlock *blk, void *param,
+                      float *master, const void *g, uint64_t st, uint64_t n, float wd)
 {
-    if (A->blk == blk && A->q == q)
+    KernAdam8 *a = &A->a;
+    if (a->n && A->blk != blk)
+        adam8_run(c, A, 0);
+    if (a->n && a->end[a->n - 1] == st && a->weight_decay[a->n - 1] == wd) {
+        a->end[a->n - 1] = st + n;
         return;
-    adam8_flush(A);
-    A->blk = blk;
-    A->q = q;
-    A->state_n = c->spec.layout.zero >= 1 ? blk->shard : blk->numel;
-    const uint64_t n = adam8_len(A), nq = px_ceil_div(A->state_n, MODEL_ADAM8_BLOCK);
-    const float am = blk->absmax[q], av = blk->absmax[nq + q];
-    const uint8_t *m8 = blk->m8 + q * MODEL_ADAM8_BLOCK, *v8 = blk->v8 + q * MODEL_ADAM8_BLOCK;
-    for (uint64_t i = 0; i < n; i++) {
-        A->m[i] = A->tm[m8[i]] * am;
-        A->v[i] = A->tv[v8[i]] * av;
     }
+    if (a->n == KERN_ADAM8_SEGMENTS)
+        adam8_run(c, A, st / MODEL_ADAM8_BLOCK * MODEL_ADAM8_BLOCK);
+    if (a->n == 0) {
+        A->blk = blk;
+        A->param = param;
+        A->master = master;
+        A->g = g;
+        a->state_n = c->spec.layout.zero >= 1 ? blk->shard : blk->numel;
+    }
+    a->begin[a->n] = st;
+    a->end[a->n] = st + n;
+    a->weight_decay[a->n] = wd;
+    a->n++;
+}
+
+/* AdamW on n elements, by the backend in its memory (param: the act copy to refresh, or
+ * NULL), or on the host (optimizer offload: the gradients in the run's gradient dtype, no act
+ * copy; the same arithmetic). */
+static void adamw_on(const ExecCtx *c, int host, void *param, float *master, const void *g,
+                     float *m, float *v, uint64_t n, double lr, float wd, int t, float scale)
+{
+    const ModelJob *j = &c->spec.job;
+    const float b1 = (float)j->beta1, b2 = (float)j->beta2, eps = (float)j->adam_eps;
+    if (host)
+        kern_host_adamw(master, g, c->grad, m, v, n, (float)lr, b1, b2, eps, wd, t, scale);
+    else
+        c->k->adamw(param, master, g, m, v, n, (float)lr, b1, b2, eps, wd, t, scale);
 }
 
 /* The optimizer's step on n elements of one parameter: its fp32 master (or the weights
- * themselves), their gradient and state m, v (st: the elements' place in its block's state);
- * param, when not NULL, gets the updated weights in the activation dtype. adam-8bit runs AdamW
- * on its state dequantized, quantization block by block (A). */
+ * themselves), their gradient (in the gradient dtype) and state m, v (st: the elements' place
+ * in its block's state); param, when not NULL, gets the updated weights in the activation
+ * dtype. host: the step runs in host memory (optimizer offload). adam-8bit runs AdamW on its
+ * state dequantized, quantization block by block (A). */
 static void step_range(const ExecCtx *c, const ExecParam *p, void *param, float *master,
-                       const float *g, const ExecBlock *blk, uint64_t st, uint64_t n, double lr,
-                       int t, float scale, Adam8 *A)
+                       const void *g, const ExecBlock *blk, uint64_t st, uint64_t n, double lr,
+                       int t, float scale, Adam8 *A, int host)
 {
     const ModelJob *j = &c->spec.job;
     const float wd = p->decay ? (float)j->weight_decay : 0.0f;
-    const float b1 = (float)j->beta1, b2 = (float)j->beta2, eps = (float)j->adam_eps;
     if (j->optimizer == MODEL_OPT_ADAMW) {
-        c->k->adamw(param, master, g, blk->m + st, blk->v + st, n, (float)lr, b1, b2, eps, wd, t,
-                    scale);
+        adamw_on(c, host, param, master, g, blk->m + st, blk->v + st, n, lr, wd, t, scale);
     } else if (j->optimizer == MODEL_OPT_SGD_MOMENTUM) {
-        c->k->sgd_momentum(param, master, g, blk->m + st, n, (float)lr, (float)j->momentum, wd,
-                           scale);
+        if (host)
+            kern_host_sgd_momentum(master, g, c->grad, blk->m + st, n, (float)lr,
+                                   (float)j->momentum, wd, scale);
+        else
+            c->k->sgd_momentum(param, master, g, blk->m + st, n, (float)lr, (float)j->momentum,
+                               wd, scale);
     } else {
-        while (n > 0) {
-            const uint64_t q = st / MODEL_ADAM8_BLOCK, off = st % MODEL_ADAM8_BLOCK;
-            const uint64_t take = n < MODEL_ADAM8_BLOCK - off ? n : MODEL_ADAM8_BLOCK - off;
-            adam8_hold(A, c, blk, q);
-            c->k->adamw(param, master, g, A->m + off, A->v + off, take, (float)lr, b1, b2, eps,
-                        wd, t, scale);
-            param = param ? EXEC_AT(param, take, c->ab) : NULL;
-            master += take;
-            g += take;
-            st += take;
-            n -= take;
-        }
+        A->a.lr = (float)lr; /* the step's, for every call it gathers */
+        A->a.t = t;
+        A->a.grad_scale = scale;
+        adam8_add(c, A, blk, param, master, g, st, n, wd);
     }
 }
-
 
 /* AdamW or SGD on this rank's part of every parameter, the clip and the loss scale's removal
  * folded into one multiplication of each gradient. */
@@ -233,20 +228,60 @@ static void update(ExecOptim *O, const ExecCtx *c, ExecParams *P, double lr, flo
         void *param = blk->master ? w : NULL;
         float *master = blk->master ? blk->master + st : (float *)w;
         step_range(c, p, param, master, exec_optim_grad_at(c, P, p, lo), blk, st, n, lr, t,
-                   scale, A);
+                   scale, A, 0);
     }
     if (A)
-        adam8_flush(A);
+        adam8_run(c, A, 0);
+}
+
+/* adam-8bit's call, with the codes' values and the job's constants; the largest number of
+ * segments one quantization block takes must fit a call (48: a parameter block of tens of
+ * parameters in 2048 values would need more). */
+static int adam8_init(ExecOptim *O, const ExecCtx *c, const ExecParams *P, PxError *err)
+{
+    Adam8 *A = calloc(1, sizeof *A);
+    if (!(O->adam8 = A))
+        return px_fail(err, PX_ERUNTIME, "out of memory for adam-8bit's call");
+    const ModelJob *j = &c->spec.job;
+    A->host = c->spec.layout.offload_optimizer;
+    kern_adam8_tables(A->a.codes);
+    A->a.beta1 = (float)j->beta1;
+    A->a.beta2 = (float)j->beta2;
+    A->a.eps = (float)j->adam_eps;
+    for (int b = 0; b < P->nb; b++) {
+        uint64_t q = UINT64_MAX, end = 0;
+        int n = 0, decay = -1;
+        for (int i = P->b[b].first_param; i < P->b[b].first_param + P->b[b].n_params; i++) {
+            const ExecParam *p = &P->p[i];
+            uint64_t lo, hi;
+            if (!exec_params_own(P, p, &lo, &hi))
+                continue;
+            const uint64_t st = c->spec.layout.zero == 0 ? lo : lo - P->b[b].own_off;
+            if (st == end && p->decay == decay && n > 0) { /* merged with the one before */
+                end = st + (hi - lo);
+                continue;
+            }
+            n = st / MODEL_ADAM8_BLOCK == q ? n + 1 : 1;
+            if (n > KERN_ADAM8_SEGMENTS)
+                return px_fail(err, PX_EINPUT,
+                               "training.optimizer adam-8bit: parameter block %d has more than %d "
+                               "parameters in one quantization block of %d values",
+                               b, KERN_ADAM8_SEGMENTS, MODEL_ADAM8_BLOCK);
+            end = st + (hi - lo);
+            decay = p->decay;
+            q = (end - 1) / MODEL_ADAM8_BLOCK;
+            if (q != st / MODEL_ADAM8_BLOCK)
+                n = 1;
+        }
+    }
+    return PX_OK;
 }
 
 int exec_optim_offload_init(ExecOptim *O, const ExecCtx *c, const ExecParams *P, PxError *err)
 {
-    if (c->spec.job.optimizer == MODEL_OPT_ADAM_8BIT) {
-        if (!(O->adam8 = calloc(1, sizeof *O->adam8)))
-            return px_fail(err, PX_ERUNTIME, "out of memory for adam-8bit's scratch");
-        adam8_table(O->adam8->tm, 1);
-        adam8_table(O->adam8->tv, 0);
-    }
+    int rc;
+    if (c->spec.job.optimizer == MODEL_OPT_ADAM_8BIT && (rc = adam8_init(O, c, P, err)))
+        return rc;
     if (!c->spec.layout.offload_optimizer)
         return PX_OK;
     if (!(O->host_off = calloc((size_t)P->nb + 1, sizeof *O->host_off)))
@@ -254,24 +289,28 @@ int exec_optim_offload_init(ExecOptim *O, const ExecCtx *c, const ExecParams *P,
     for (int b = 0; b < P->nb; b++)
         O->host_off[b + 1] = O->host_off[b] + P->b[b].shard;
     O->host_elems = O->host_off[P->nb];
-    /* one gradient shard per block (docs/memory.md), and the fp32 weights the host step
-     * updates: the CPU trains fp32 weights, which have no master copy of their own */
-    O->host_g = calloc(O->host_elems ? O->host_elems : 1, sizeof(float));
-    O->host_w = calloc(O->host_elems ? O->host_elems : 1, sizeof(float));
-    if (!O->host_g || !O->host_w)
+    /* one gradient shard per block in the gradient dtype (docs/memory.md), which also stages
+     * the updated weights back to the device (the act dtype is no wider); without a master
+     * table (fp32 weights: the CPU) the fp32 weights the host step updates, a copy of their own */
+    const size_t elems = O->host_elems ? (size_t)O->host_elems : 1;
+    O->host_g = calloc(elems, c->gb);
+    if (!c->d.master)
+        O->host_w = calloc(elems, sizeof(float));
+    if (!O->host_g || (!c->d.master && !O->host_w))
         return px_fail(err, PX_ERUNTIME, "out of memory for the offloaded optimizer: %.3f GiB",
-                       2.0 * (double)O->host_elems * sizeof(float) / PX_GIB);
+                       (double)O->host_elems * (double)(c->gb + sizeof(float)) / PX_GIB);
     return PX_OK;
 }
 
 void exec_optim_offload_free(ExecOptim *O)
 {
+    free(O->adam8);
     free(O->host_g);
     free(O->host_w);
     free(O->host_off);
-    free(O->adam8);
     O->adam8 = NULL;
-    O->host_g = O->host_w = NULL;
+    O->host_g = NULL;
+    O->host_w = NULL;
     O->host_off = NULL;
 }
 
@@ -282,9 +321,13 @@ static void *device_w_shard(const ExecCtx *c, const ExecBlock *blk)
 }
 
 /* ZeRO-Offload's step (Ren et al. 2021): each block's reduced gradient shard copied device ->
- * host, AdamW or SGD over the host's weights, master and optimizer state, the updated weight
- * shard copied host -> device (where ZeRO-1/2 then gather it as usual). The device arenas hold
- * no master or optimizer state (bind.c puts them in host memory). */
+ * host (in the gradient dtype), AdamW, SGD or 8-bit Adam over the host's master and optimizer
+ * state (bind.c put those arenas in host memory; fp32 weights, which have no master, are
+ * updated in a host copy of the shard), the updated master rounded to the weights' dtype on the
+ * host (to nearest even, as the device's update kernels round) and copied host -> device into
+ * the rank's weight shard (where ZeRO-1/2 then gather it as usual). The host's arithmetic is the
+ * device kernels' (kern_host_adamw), so the weights are those the step would give on the
+ * device. */
 static void update_offloaded(ExecOptim *O, const ExecCtx *c, ExecParams *P, double lr, float scale,
                              Adam8 *A)
 {
@@ -294,11 +337,12 @@ static void update_offloaded(ExecOptim *O, const ExecCtx *c, ExecParams *P, doub
         const ExecBlock *blk = &P->b[b];
         if (blk->own_n == 0)
             continue;
-        const float *g = c->spec.layout.zero >= 2 ? blk->g_shard : blk->g + blk->own_off;
-        k->to_host(O->host_g + O->host_off[b], g, blk->own_n * sizeof(float));
+        const void *g = c->spec.layout.zero >= 2 ? (const void *)blk->g_shard
+                                                 : EXEC_AT(blk->g, blk->own_off, c->gb);
+        k->to_host(EXEC_AT(O->host_g, O->host_off[b], c->gb), g, blk->own_n * c->gb);
         /* the weights once (after initialization or a resumed checkpoint): the host's copy is
          * the one the steps update from then on */
-        if (!O->host_w_ready)
+        if (O->host_w && !O->host_w_ready)
             k->to_host(O->host_w + O->host_off[b], device_w_shard(c, blk), blk->own_n * c->ab);
     }
     O->host_w_ready = 1;
@@ -312,16 +356,24 @@ static void update_offloaded(ExecOptim *O, const ExecCtx *c, ExecParams *P, doub
         if (!exec_params_own(P, p, &lo, &hi))
             continue;
         const uint64_t n = hi - lo, st = lo - blk->own_off, h = O->host_off[p->block] + st;
-        step_range(c, p, NULL, O->host_w + h, O->host_g + h, blk, st, n, lr, t, scale, A);
+        float *master = O->host_w ? O->host_w + h : blk->master + st;
+        step_range(c, p, NULL, master, EXEC_AT(O->host_g, h, c->gb), blk, st, n, lr, t, scale,
+                   A, 1);
     }
     if (A)
-        adam8_flush(A);
+        adam8_run(c, A, 0);
+    /* the master in the weights' dtype, into the block's gradient shard (read by now) */
+    for (int b = 0; b < P->nb && !O->host_w; b++)
+        kern_host_round(EXEC_AT(O->host_g, O->host_off[b], c->gb), c->act, P->b[b].master,
+                        P->b[b].own_n);
     double t2 = px_now_s();
     O->host_step_s += t2 - t1;
     for (int b = 0; b < P->nb; b++) {
         const ExecBlock *blk = &P->b[b];
+        const void *w = O->host_w ? (const void *)(O->host_w + O->host_off[b])
+                                  : EXEC_AT(O->host_g, O->host_off[b], c->gb);
         if (blk->own_n)
-            k->to_device(device_w_shard(c, blk), O->host_w + O->host_off[b], blk->own_n * c->ab);
+            k->to_device(device_w_shard(c, blk), w, blk->own_n * c->ab);
     }
     O->h2d_s += px_now_s() - t2;
     O->host_steps++;

@@ -216,8 +216,9 @@ int exec_batch(Exec *ex, long step, const int32_t **batch, PxError *err);
 void exec_memory(const Exec *ex, uint64_t bytes[MODEL_CAT_COUNT]);
 /* Optimizer offload (docs/memory.md, "Offload"): 0 without it; else 1 with the host bytes per
  * category (master and optimizer: their arenas, which exec_memory counts as 0 on the device;
- * grads: the gradient shards copied out each step), the host's fp32 copy of the weight shards
- * the host step updates (*weights), and the seconds spent copying and stepping on the host. */
+ * grads: the gradient shards copied out each step, in the gradient dtype), the host's fp32
+ * copy of the weight shards the host step updates when the job has no master (*weights; 0
+ * with one), and the seconds spent copying and stepping on the host. */
 typedef struct {
     double d2h_s, h2d_s, host_step_s; /* summed over the run's updates */
     long steps;                       /* updates made on the host */

@@ -104,6 +104,7 @@ void exec_ckpt_state(const Exec *ex, CkptState *st)
         st->region[i].base = ex->mem.a[cats[i]].base;
         st->region[i].bytes = ex->mem.a[cats[i]].cap;
         st->region[i].cat = cats[i];
+        st->region[i].host = ex->mem.a[cats[i]].host;
     }
     st->opt_steps = ex->optim.opt_steps;
     st->loss_scale = ex->optim.scaler.scale;
@@ -526,8 +527,8 @@ int exec_host_memory(const Exec *ex, uint64_t bytes[MODEL_CAT_COUNT], uint64_t *
         return 0;
     for (int c = 0; c < MODEL_CAT_COUNT; c++)
         bytes[c] = ex->mem.a[c].host ? ex->mem.a[c].cap : 0;
-    bytes[MODEL_GRADS] = ex->optim.host_elems * sizeof(float);
-    *weights = ex->optim.host_elems * sizeof(float);
+    bytes[MODEL_GRADS] = ex->optim.host_elems * ex->c.gb;
+    *weights = ex->optim.host_w ? ex->optim.host_elems * sizeof(float) : 0;
     /* fp32 training has no master: the host's fp32 weight copy stands in its place, as the
      * plan's host column counts it (sim/simulate.c) */
     if (!ex->c.d.master)

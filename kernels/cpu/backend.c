@@ -106,6 +106,7 @@ static const KernBackend kern_cpu_backend = {
     .xent_bwd = kern_cpu_xent_bwd,
     .adamw = kern_cpu_adamw,
     .sgd_momentum = kern_cpu_sgd_momentum,
+    .adam8 = kern_cpu_adam8,
     .sumsq = kern_cpu_sumsq,
     .grad_sumsq = kern_cpu_grad_sumsq,
     .all_finite = kern_cpu_all_finite,

@@ -71,6 +71,8 @@ void kern_cpu_adamw(void *param, float *master, const void *grad, float *m, floa
                     float grad_scale);
 void kern_cpu_sgd_momentum(void *param, float *master, const void *grad, float *mom, size_t n,
                            float lr, float momentum, float weight_decay, float grad_scale);
+void kern_cpu_adam8(void *param, float *master, const void *grad, uint8_t *m8, uint8_t *v8,
+                    float *absmax, const KernAdam8 *a);
 
 /* moe.c */
 void kern_cpu_moe_route_fwd(float *probs, int32_t *idx, float *w, const float *logits,
