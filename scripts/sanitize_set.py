@@ -9,8 +9,8 @@ and reads from them the lines of parallax (every source outside tests/, bench/ a
 each test runs. Then it picks, greedily by new lines per second that the test took under the
 sanitizers (ASAN_LOG: the output of that pass's ctest), a set of tests that runs every line the
 whole suite runs, and drops from it any test the others make redundant. The tests outside that
-set that took more than S seconds (default 5) under the sanitizers are written to FILE (default
-tests/sanitize_repeat.txt), which the build reads to give them the label `repeat`: the
+set that took more than S seconds (default 5) under the sanitizers are added to FILE (default
+tests/sanitize_repeat.txt; the tests it names already stay), which the build reads to give them the label `repeat`: the
 sanitizer pass leaves them out, since every line they run runs there in another test. Prints
 the figures: lines, tests and seconds, kept and left out.
 
@@ -123,16 +123,16 @@ def main():
     took = seconds(a.asan_log)
     build(a.build)
     names = test_names(a.build)
-    kept_before = []
     if a.only:
         names = [n for n in names if re.search(a.only, n)]
         if not names:
             sys.exit(f"sanitize_set: no test the pass runs matches {a.only!r}")
-        if os.path.exists(a.output):
-            # the tests already out stay out: the pass runs no test of the label repeat, so the
-            # family's kept tests here are the ones that ran their lines before
-            kept_before = [l.strip() for l in open(a.output)
-                           if l.strip() and not l.startswith("#") and l.strip() not in names]
+    # the tests already out stay out (the pass runs no test labelled repeat, so they are not
+    # among names): what they run, the tests that covered it when they left still run
+    kept_before = []
+    if os.path.exists(a.output):
+        kept_before = [l.strip() for l in open(a.output)
+                       if l.strip() and not l.startswith("#") and l.strip() not in names]
     runs = os.path.join(a.build, "runs")
     print(f"running {len(names)} tests one at a time, {a.jobs} at once", file=sys.stderr)
     with ThreadPoolExecutor(a.jobs) as pool:
@@ -154,7 +154,7 @@ def main():
     out = sum(took.get(n, 0.0) for n in judged)
     print(f"{len(every)} lines of parallax run by {len(names)} tests; {len(kept)} tests run them all")
     print(f"left out of the sanitizer pass: {len(judged)} of these tests, {out:.0f} of {total:.0f} s"
-          f"{f', with the {len(kept_before)} already out' if a.only else ''}; written to {a.output}")
+          f", with the {len(kept_before)} already out; written to {a.output}")
 
 
 if __name__ == "__main__":
