@@ -162,4 +162,27 @@ static inline const cJSON *stage_entry(const cJSON *arr, int stage)
     exit(1);
 }
 
+/* Optimizer offload (docs/memory.md): when the plan's stage entry `pm` has a host column, rank
+ * r's measured memory `m` holds the same bytes per category in host memory and run.json's
+ * offload block counts a host update every step. Returns the host column, or NULL. */
+static inline const cJSON *run_check_host(const char *name, int r, const cJSON *pm,
+                                          const cJSON *m, const cJSON *run, int steps)
+{
+    const cJSON *ph = cJSON_GetObjectItemCaseSensitive(pm, "host");
+    if (!ph)
+        return NULL;
+    const cJSON *mh = at(m, "host", NULL), *e;
+    cJSON_ArrayForEach(e, ph)
+    {
+        if ((uint64_t)e->valuedouble != (uint64_t)num(mh, e->string)) {
+            fprintf(stderr, "FAILED: %s rank %d host %s: predicted %.0f, measured %.0f\n", name, r,
+                    e->string, e->valuedouble, num(mh, e->string));
+            exit(1);
+        }
+    }
+    const cJSON *of = cJSON_GetArrayItem(at(run, "offload", "per_rank"), r);
+    CHECK_EQ_INT(steps, (int)num(of, "host_updates"));
+    return ph;
+}
+
 #endif

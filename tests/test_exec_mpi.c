@@ -556,19 +556,8 @@ static void check_layout(const Layout *L)
         }
         /* optimizer offload: the host's bytes per category as the plan's host column, the
          * host's updates made every step */
-        const cJSON *ph = cJSON_GetObjectItemCaseSensitive(pm, "host");
-        if (ph) {
-            const cJSON *mh = at(m, "host", NULL), *e;
-            cJSON_ArrayForEach(e, ph)
-            {
-                if ((uint64_t)e->valuedouble != (uint64_t)num(mh, e->string)) {
-                    fprintf(stderr, "FAILED: %s rank %d host %s: predicted %.0f, measured %.0f\n",
-                            L->name, r, e->string, e->valuedouble, num(mh, e->string));
-                    exit(1);
-                }
-            }
+        if (run_check_host(L->name, r, pm, m, run, L->steps)) {
             const cJSON *of = cJSON_GetArrayItem(at(run, "offload", "per_rank"), r);
-            CHECK_EQ_INT(L->steps, (int)num(of, "host_updates"));
             CHECK(num(of, "host_optimizer_s") > 0 && num(of, "grads_to_host_s") > 0 &&
                   num(of, "weights_to_device_s") > 0);
         }
