@@ -18,7 +18,8 @@
  * parallelism on the CUDA backend through the emulator (a GPU per rank), context parallelism
  * with each comm type (the module's last positions of a chunk read the tokens past it from the
  * chunk's lookahead), ZeRO-2 (the modules' gradients of the output layer and the embedding
- * computed in those blocks' bucket windows), ZeRO-3 and FSDP with the gathers kept, and FP8 GEMMs
+ * computed in those blocks' bucket windows), ZeRO-3 and FSDP with the gathers released after
+ * the forward (the modules gather the embedding and the output layer again) and kept, and FP8 GEMMs
  * (delayed scaling on tp 2 with SP, tensorwise on dp 2; the reference in FP8 too, within the
  * FP8 tolerance of test_exec_mpi's FP8 layouts). Usage: test_exec_mtp_mpi PARALLAX LAYOUT [WORKER]
  * (`list` prints the layouts). */
@@ -81,6 +82,15 @@ static const Layout layouts[] = {
      * and ZeRO-3 gathers once a step, kept for every pass: the module on the last stage */
     {"dp2_pp2_zero2", "tiny", 4, 2, 1, 2, 1, 1, 2, 0, NULL, 0, 0, 0},
     {"dsv3_ep2_dp2_pp2_zero3", "tiny-dsv3", 4, 2, 1, 2, 1, 2, 3, 0, NULL, 0, 0, 0},
+    /* ZeRO-3 and FSDP with the gathers released after the forward (FSDP2's default): each
+     * module gathers the embedding and the output layer again for each read, a tied model
+     * (the output layer is the embedding) with one module, an untied one with two */
+    {"dp2_zero3", "tiny", 2, 2, 1, 1, 1, 1, 3, 0, NULL, 0, 0, 0},
+    {"llama_dp2_fsdp_mtp2", "tiny-llama", 2, 2, 1, 1, 1, 1, 3, 0, NULL, 0, 0,
+     LAYOUT_FSDP | LAYOUT_MTP2},
+    /* tiny-dsv3: the module's layer a MoE layer, whose two blocks and the embedding share the
+     * ring's two slots (no prefetch with experts) */
+    {"dsv3_dp2_zero3", "tiny-dsv3", 2, 2, 1, 1, 1, 1, 3, 0, NULL, 0, 0, 0},
     /* ZeRO-3 and FSDP with the gathers kept from the forward (the modules read the embedding
      * and the output layer from those blocks' gathers) */
     {"dp2_zero3_keep", "tiny", 2, 2, 1, 1, 1, 1, 3, 0, NULL, 0, 0, LAYOUT_KEEP},

@@ -728,6 +728,10 @@ void exec_mtp_embed_shifted_bwd(const ExecLayerRun *r, const void *dy, const int
  * embedding's gradient by exec_mtp_deferred_embed in the embedding's window (A: the chunk's
  * layer sets). */
 int exec_mtp_deferred(const ExecCtx *c);
+/* How many of the embedding's (embed) or the final block's backward gathers of a micro-batch
+ * the prediction modules make before the main model's (ZeRO-3 without the forward's gathers
+ * kept: mtp.c gathers them again for each read), the occurrence of the main model's first. */
+int exec_mtp_gathers_bwd(const ExecCtx *c, int embed);
 int exec_mtp_deferred_embed(const ExecLayerRun *r, int chunk, int mb, const ExecLayerActs *A,
                             const int32_t *tok, PxError *err);
 

@@ -112,13 +112,59 @@ static void *eh_grad_buf(const ExecLayerRun *r)
 }
 
 /* ZeRO-3: the module's blocks (its layer's, and a MoE layer's experts') gathered before its
- * forward and, kept from it, pointed at before its backward: the modules run under ZeRO-3 with
- * the gathers kept (--no-reshard-after-forward), which also keeps the embedding and the output
- * layer they read from those blocks' own gathers (model/runnable.c). */
-static int gather_module(const ExecLayerRun *r, int l, ModelPhase ph, PxError *err)
+ * forward and before its backward (DeepSpeed's with full recompute: for the recomputed forward,
+ * and again in the layer's backward, layers.c), or, kept from the forward
+ * (--no-reshard-after-forward), pointed at. `which`: 1 the layer's block, 2 the experts', 3
+ * both, the experts' first. Released gathers share the ring's slots, two with experts: the
+ * forward gathers the embedding (its lookup), then the layer's block (eh), then the experts'
+ * into the embedding's spent slot; the backward the experts' before the layer's block, so that
+ * the embedding's gather for enorm's backward takes the experts' spent slot. */
+static int gather_module(const ExecLayerRun *r, int l, ModelPhase ph, int which, PxError *err)
 {
-    TRY(exec_zero_gather(r->Z, r->c, r->P, r->M, r->P->layer_block[l], ph, 0, err));
-    return exec_zero_gather(r->Z, r->c, r->P, r->M, r->P->expert_block[l], ph, 0, err);
+    const ModelLayout *lo = &r->c->spec.layout;
+    if (ph == MODEL_BWD && lo->zero == 3 && lo->recompute == MODEL_RECOMPUTE_FULL && !lo->fsdp &&
+        !lo->keep_gathered)
+        ph = MODEL_RECOMPUTE;
+    if (which & 2)
+        TRY(exec_zero_gather(r->Z, r->c, r->P, r->M, r->P->expert_block[l], ph, 0, err));
+    return which & 1 ? exec_zero_gather(r->Z, r->c, r->P, r->M, r->P->layer_block[l], ph, 0, err)
+                     : PX_OK;
+}
+
+/* ZeRO-3 whose forward's gathers are released (no --no-reshard-after-forward) on the one stage
+ * whose passes gather: the embedding's and the output layer's gathers are gone, in the ring of
+ * gather buffers, by the time a module reads them, so each read gathers its block again
+ * (model/ops.c, mtp_gather). */
+static int regathers(const ExecCtx *c)
+{
+    const ModelLayout *l = &c->spec.layout;
+    return l->zero == 3 && !c->d.zero_per_step && !l->keep_gathered && c->d.chunks == 1;
+}
+
+int exec_mtp_gathers_bwd(const ExecCtx *c, int embed)
+{
+    const int D = c->spec.model.mtp_layers;
+    return !regathers(c) ? 0 : c->g.tied_here ? (embed ? 2 * D : 0) : D;
+}
+
+/* Module i's gather of the embedding (embed: its shifted tokens' lookup) or of the output
+ * layer's block (its head: the embedding's when tied) for `ph`, as the op graph lists the
+ * block's gathers of that phase: the forward's after the main model's (the embedding's and,
+ * tied, the head's), module by module, each module's lookup before its head's; the backward's
+ * from the last module down, each head's before its module's lookup, then the main model's. */
+static int regather(const ExecLayerRun *r, int i, int embed, ModelPhase ph, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    if (!regathers(c))
+        return PX_OK;
+    const int tied = c->g.tied_here, D = c->spec.model.mtp_layers;
+    const int b = embed || tied ? r->P->embed_block : r->P->final_block;
+    int occ;
+    if (ph == MODEL_FWD)
+        occ = tied ? 2 + 2 * i + !embed : 1 + i;
+    else
+        occ = tied ? 2 * (D - 1 - i) + embed : D - 1 - i;
+    return exec_zero_gather(r->Z, c, r->P, r->M, b, ph, occ, err);
 }
 
 static int module_fwd(const ExecLayerRun *r, int chunk, int i, const ExecLayerActs *a,
@@ -131,7 +177,8 @@ static int module_fwd(const ExecLayerRun *r, int chunk, int i, const ExecLayerAc
     void *ehin = a->t[EXEC_MTP_ACT];
     const int t = d->t, hl = h / t;
     int op;
-    TRY(gather_module(r, l, MODEL_FWD, err));
+    TRY(regather(r, i, 1, MODEL_FWD, err));
+    TRY(gather_module(r, l, MODEL_FWD, 1, err));
     TRY(open_op(r, chunk, l, MODEL_OPR_MTP, MODEL_FWD, &op, err));
     /* vocabulary-parallel: the shards' partial embeddings summed, this rank's rows kept */
     exec_mtp_embed_shifted(r, r->W->out, tok, mb, i + 1);
@@ -240,6 +287,7 @@ static int head_fwd(const ExecLayerRun *r, int chunk, int i, ExecHeadActs *x, co
     const int N = d->b * d->s_loc, R = d->b * d->s_sp, v0 = c->g.tp_rank * V;
     int op;
     float *probs = (float *)x->mtp_probs[i];
+    TRY(regather(r, i, 0, MODEL_FWD, err));
     TRY(open_op(r, chunk, l, MODEL_OPR_LOGITS, MODEL_FWD, &op, err));
     const void *in = x->mtp_logits_in[i];
     if (exec_sp_on(c)) {
@@ -272,6 +320,7 @@ int exec_mtp_forward(const ExecLayerRun *r, int chunk, int mb, ExecLayerActs *A,
         const ExecLayerActs *a = &A[cl + i];
         const void *hid = i == 0 ? EXEC_HA(x, FINAL_LN_IN) : x->mtp_out[i - 1];
         TRY(module_fwd(r, chunk, i, a, hid, tok, mb, err));
+        TRY(gather_module(r, c->spec.model.layers + i, MODEL_FWD, 2, err));
         TRY(exec_layers_one_fwd(r, chunk, c->spec.model.layers + i, a, x->mtp_out[i], mb, err));
         void *out = last ? x->mtp_logits_in[i]
                          : EXEC_AT(r->pipe->send, (size_t)(1 + i) * r->pipe->part, c->ab);
@@ -305,6 +354,7 @@ static int head_bwd(const ExecLayerRun *r, int chunk, int i, const ExecHeadActs 
     float *probs = (float *)x->mtp_probs[i];
     ExecMtpTokRun run[2];
     int op;
+    TRY(regather(r, i, 0, MODEL_BWD, err));
     TRY(open_op(r, chunk, l, MODEL_OPR_LOSS, MODEL_BWD, &op, err));
     for (int q = 0; q < d->b; q++)
         for (int j = 0; j < exec_cp_parts(c); j++) {
@@ -393,7 +443,7 @@ static int module_bwd(const ExecLayerRun *r, int chunk, int i, const ExecLayerAc
      * plus what the next depth left for it (under ZeRO-2/3 into the bucket, the module's block's
      * gradients all within this backward) */
     exec_zero_bucket_clear(r->Z, c, r->P, r->P->layer_block[l]);
-    TRY(gather_module(r, l, MODEL_BWD, err));
+    TRY(gather_module(r, l, MODEL_BWD, 3, err));
     TRY(open_op(r, chunk, l, MODEL_OPR_FINAL_LN, MODEL_BWD, &op, err));
     k->memset0(dres, rb);
     norm_rows_bwd(r, dres, EXEC_LPT(g, NORM_W), r->W->dx_a, h, x->mtp_out[i], EXEC_LPT(w, NORM_W),
@@ -409,6 +459,7 @@ static int module_bwd(const ExecLayerRun *r, int chunk, int i, const ExecLayerAc
     const void *ehin = a->t[EXEC_MTP_ACT];
     const void *hid = i == 0 ? EXEC_HA(x, FINAL_LN_IN) : x->mtp_out[i - 1];
     void *deh = eh_grad_buf(r);
+    TRY(regather(r, i, 1, MODEL_BWD, err));
     TRY(open_op(r, chunk, l, MODEL_OPR_MTP, MODEL_BWD, &op, err));
     if (d->t > 1) {
         TRY(eh_bwd_sp(r, chunk, i, ehin, hid, x->mtp_out[i], tok, mb, err));
