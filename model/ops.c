@@ -1216,8 +1216,11 @@ static void mtp_module_pass(Emit *e, const ModelTensorTable *tt, int j, int l, i
     linear(e, n, M, hl, 2.0 * h, 0);
     comm(e, n, sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, 2.0 * tp_act_bytes(e), 1);
     norm(e, n, 8.0, nb);
-    if (sp)
-        comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
+    /* enorm's input, not saved, looked up again: with SP each rank runs enorm's backward on
+     * its vocabulary shard's rows after gathering its output gradient over the sequence (the
+     * weight gradients summed over TP with the other SP norms'); without SP the shards'
+     * partial lookups are summed as the forward's were */
+    comm(e, n, sp ? MODEL_TP_ALL_GATHER : MODEL_TP_ALLREDUCE, t, tp_act_bytes(e), 1);
     simple(e, MODEL_OP_EMBEDDING, n, M * (h * a + 2.0 * h * (double)px_dtype_bytes(d->grad) + 4.0));
 }
 

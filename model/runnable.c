@@ -75,8 +75,6 @@ static const char *mtp_limit(const ModelSpec *s, const ModelDims *d)
                ? "on a stage of their own (a layout string's m before L) they run with vpp 1, one "
                  "module, a stage without the embedding, a loss stage without layers and, with "
                  "tp > 1, SP"
-           : d->t > 1 && !s->layout.sp
-               ? "tp > 1 runs with sequence parallelism (make the plan with --sp)"
            : d->h % d->t ? "tp must divide the hidden size (the eh projection's columns)"
            : d->ffn_out_loc < 2 * d->h && d->q_loc + 2 * d->kv_width_loc < 2 * d->h
                ? "the MLP's or the attention's width per tp rank must be at least 2 x hidden "

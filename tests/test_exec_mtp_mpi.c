@@ -13,7 +13,8 @@
  * the module's copy of the embedding summed with the first stage's), the module on a stage of
  * its own (a layout string's m before L: the transfer to the loss stage carries two
  * activations), data parallelism with
- * ZeRO-1, tensor parallelism with sequence parallelism (a tied LayerNorm model), expert
+ * ZeRO-1, tensor parallelism with sequence parallelism (a tied LayerNorm model) and without it
+ * (two modules; with ZeRO-2), expert
  * parallelism (the module's layer a MoE layer, forced balance), tensor and sequence
  * parallelism on the CUDA backend through the emulator (a GPU per rank), context parallelism
  * with each comm type (the module's last positions of a chunk read the tokens past it from the
@@ -34,7 +35,7 @@
 typedef struct {
     const char *name;
     const char *model;
-    int gpus, dp, tp, pp, vpp, ep, zero; /* tp > 1 with sequence parallelism */
+    int gpus, dp, tp, pp, vpp, ep, zero; /* tp > 1 with sequence parallelism (but LAYOUT_NO_SP) */
     int cuda; /* the CUDA backend in bf16 (WORKER) against the CPU's fp32 */
     const char *pp_layout; /* a layout string (--pipeline-model-parallel-layout), or NULL */
     int cp;                /* context parallelism (0: none) with its attention's communication */
@@ -49,6 +50,7 @@ enum {
     LAYOUT_FSDP = 8,  /* zero 3 as FSDP */
     LAYOUT_FP8_DELAYED = 16,    /* FP8 GEMMs with delayed scaling (a history of 16) */
     LAYOUT_FP8_TENSORWISE = 32, /* FP8 GEMMs with a per-tensor scale of their own */
+    LAYOUT_NO_SP = 64,          /* tp > 1 without sequence parallelism */
 };
 
 static const Layout layouts[] = {
@@ -57,6 +59,12 @@ static const Layout layouts[] = {
     {"llama_pp3_mtp_stage", "tiny-llama", 3, 1, 1, 3, 1, 1, 0, 0, "Et*2|t*2m|L", 0, 0, 0},
     {"dp2_zero1", "tiny", 2, 2, 1, 1, 1, 1, 1, 0, NULL, 0, 0, 0},
     {"tp2_sp", "tiny", 2, 1, 2, 1, 1, 1, 0, 0, NULL, 0, 0, 0},
+    /* tp 2 without SP: the module's rows whole on every rank, enorm's input summed over the
+     * vocabulary shards again in the backward (an untied model, two modules); with ZeRO-2 (a
+     * tied one: the embedding rows' gradient kept in eh.in, whole rows) */
+    {"llama_tp2_mtp2", "tiny-llama", 2, 1, 2, 1, 1, 1, 0, 0, NULL, 0, 0,
+     LAYOUT_NO_SP | LAYOUT_MTP2},
+    {"dp2_zero2_tp2", "tiny", 4, 2, 2, 1, 1, 1, 2, 0, NULL, 0, 0, LAYOUT_NO_SP},
     {"moe_ep2", "tiny-moe", 2, 2, 1, 1, 1, 2, 0, 0, NULL, 0, 0, 0},
     {"cuda_tp2_sp", "tiny", 2, 1, 2, 1, 1, 1, 0, 1, NULL, 0, 0, 0},
     /* DeepSeek-V3's whole shape (tiny-dsv3: multi-head latent attention, its module's layer a
@@ -148,7 +156,7 @@ static ModelSpec spec_of(const Layout *L)
         s.job.flash_attn = L->cp_comm == MODEL_CP_COMM_P2P;
     s.layout.vpp = L->vpp;
     s.layout.zero = L->zero;
-    s.layout.sp = L->tp > 1;
+    s.layout.sp = L->tp > 1 && !(L->flags & LAYOUT_NO_SP);
     s.layout.ep = L->ep;
     s.layout.etp = s.model.moe.experts > 0 ? 1 : L->tp; /* no experts: etp follows tp */
     s.layout.schedule = L->vpp > 1 ? MODEL_SCHED_INTERLEAVED : MODEL_SCHED_1F1B;

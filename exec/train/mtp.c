@@ -20,7 +20,8 @@
  * The forward embeds into ws.out; the backward keeps eh.in's gradient in ws.dffn (or ws.dqkv,
  * whichever holds b x s x 2h), looks the shifted tokens up again into ws.out for enorm's
  * backward (its input is not saved; under tensor parallelism each rank looks up its vocabulary
- * shard's rows: eh_bwd_sp), and leaves the gradient of the hidden state it read in its own
+ * shard's rows: with SP it runs enorm's backward on those, eh_bwd_sp; without, the shards' rows
+ * are summed as in the forward, eh_bwd), and leaves the gradient of the hidden state it read in its own
  * mtp.N.final_ln.in, spent by then, where the depth before it (or the main loss's backward)
  * adds it. Under ZeRO-2 the module's own block's gradients are reduced at the end of its
  * backward, and its contributions to the output layer's and the embedding's wait for those
@@ -183,10 +184,13 @@ static int module_fwd(const ExecLayerRun *r, int chunk, int i, const ExecLayerAc
     /* vocabulary-parallel: the shards' partial embeddings summed, this rank's rows kept */
     exec_mtp_embed_shifted(r, r->W->out, tok, mb, i + 1);
     void *emb = r->W->out;
-    if (t > 1) {
+    const int sp = exec_sp_on(c);
+    if (sp) {
         TRY(exec_tp_reduce_scatter(r, MODEL_OPR_MTP, l, chunk, MODEL_FWD, r->W->dx_a, emb,
                                    (size_t)R * h, err));
         emb = r->W->dx_a;
+    } else {
+        TRY(exec_tp_allreduce(r, MODEL_OPR_MTP, l, chunk, MODEL_FWD, emb, (size_t)N * h, err));
     }
     norm_rows(r, ehin, 2 * h, emb, EXEC_LPT(w, ENORM_W), R);
     norm_rows(r, AT(ehin, h), 2 * h, hid, EXEC_LPT(w, HNORM_W), R);
@@ -195,17 +199,21 @@ static int module_fwd(const ExecLayerRun *r, int chunk, int i, const ExecLayerAc
         exec_meter_close(r->M, c->k, op);
         return PX_OK;
     }
-    /* column-parallel eh over the whole sequence's input, its output columns gathered and this
-     * rank's rows of them kept (the layer's input is sequence-parallel) */
-    void *full = eh_grad_buf(r);
-    TRY(exec_tp_all_gather(r, MODEL_OPR_MTP, l, chunk, MODEL_FWD, full, ehin, (size_t)R * 2 * h,
-                           err));
+    /* column-parallel eh over the whole sequence's input (with SP gathered first), its output
+     * columns gathered and this rank's rows of them kept (with SP the layer's input is
+     * sequence-parallel; without, every rank's rows are all of them, the gather in ws.dx_a,
+     * free in this forward) */
+    void *full = sp ? eh_grad_buf(r) : ehin, *gat = sp ? r->W->sp_gather : r->W->dx_a;
+    if (sp)
+        TRY(exec_tp_all_gather(r, MODEL_OPR_MTP, l, chunk, MODEL_FWD, full, ehin,
+                               (size_t)R * 2 * h, err));
     mm(r, r->W->out, c->act, full, EXEC_LPT(w, EH_W), N, hl, 2 * h, 0, 1, 0);
-    TRY(exec_tp_all_gather(r, MODEL_OPR_MTP, l, chunk, MODEL_FWD, r->W->sp_gather, r->W->out,
-                           (size_t)N * hl, err));
+    TRY(exec_tp_all_gather(r, MODEL_OPR_MTP, l, chunk, MODEL_FWD, gat, r->W->out, (size_t)N * hl,
+                           err));
+    const size_t row0 = sp ? (size_t)c->g.tp_rank * R : 0;
     for (int q = 0; q < t; q++)
-        copy_rows(r, AT(EXEC_LA(a, LN1_IN), q * hl), h,
-                  AT(r->W->sp_gather, ((size_t)q * N + (size_t)c->g.tp_rank * R) * hl), hl, R, hl);
+        copy_rows(r, AT(EXEC_LA(a, LN1_IN), q * hl), h, AT(gat, ((size_t)q * N + row0) * hl), hl,
+                  R, hl);
     exec_meter_close(r->M, c->k, op);
     return PX_OK;
 }
@@ -376,6 +384,8 @@ static int head_bwd(const ExecLayerRun *r, int chunk, int i, const ExecHeadActs 
     if (sp)
         TRY(exec_tp_reduce_scatter(r, MODEL_OPR_LOGITS, l, chunk, MODEL_BWD, r->W->dx_a, dx,
                                    (size_t)R * h, err));
+    else /* the vocabulary shards' partial sums (tp > 1) */
+        TRY(exec_tp_allreduce(r, MODEL_OPR_LOGITS, l, chunk, MODEL_BWD, dx, (size_t)N * h, err));
     exec_meter_close(r->M, k, op);
     return PX_OK;
 }
@@ -425,6 +435,45 @@ static int eh_bwd_sp(const ExecLayerRun *r, int chunk, int i, const void *ehin, 
     return PX_OK;
 }
 
+/* The module's own backward without sequence parallelism, from the layer's input gradient in
+ * dres (every row, the same on every TP rank): eh's weight gradient from this rank's columns
+ * of it, eh's input gradient summed over TP, hnorm's backward into dhid (this module's spent
+ * output) and enorm's into dres. enorm's input, not saved, is looked up again and summed over
+ * the vocabulary shards as the forward summed it (the op graph's all-reduce), so that every
+ * rank has it whole and its weight gradient needs no sum; each rank then adds the rows of its
+ * own shard to the embedding's gradient. */
+static int eh_bwd(const ExecLayerRun *r, int chunk, int i, const void *ehin, const void *hid,
+                  void *dhid, void *dres, const int32_t *tok, int mb, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const KernBackend *k = c->k;
+    const ModelDims *d = &c->d;
+    const int l = c->spec.model.layers + i, h = d->h, t = d->t, hl = h / t, N = d->b * d->s_loc;
+    const size_t rb = (size_t)N * h * c->ab;
+    const ExecLayerParams *w = &r->P->lw[l];
+    const ExecLayerGrads *g = &r->P->lg[l];
+    void *deh = eh_grad_buf(r);
+    const void *dy = dres;
+    if (t > 1) { /* this rank's columns of eh's output gradient */
+        copy_rows(r, r->W->out, hl, AT(dres, (size_t)c->g.tp_rank * hl), h, N, hl);
+        dy = r->W->out;
+    }
+    mm(r, deh, c->act, dy, EXEC_LPT(w, EH_W), N, 2 * h, hl, 0, 0, 0);
+    mm(r, EXEC_LPT(g, EH_W), PX_FP32, dy, ehin, hl, 2 * h, N, 1, 0, 1);
+    TRY(exec_tp_allreduce(r, MODEL_OPR_MTP, l, chunk, MODEL_BWD, deh, (size_t)N * 2 * h, err));
+    k->memset0(dhid, rb);
+    norm_rows_bwd(r, dhid, EXEC_LPT(g, HNORM_W), AT(deh, h), 2 * h, hid, EXEC_LPT(w, HNORM_W), N);
+    exec_mtp_embed_shifted(r, r->W->out, tok, mb, i + 1);
+    TRY(exec_tp_allreduce(r, MODEL_OPR_MTP, l, chunk, MODEL_BWD, r->W->out, (size_t)N * h, err));
+    k->memset0(dres, rb);
+    norm_rows_bwd(r, dres, EXEC_LPT(g, ENORM_W), deh, 2 * h, r->W->out, EXEC_LPT(w, ENORM_W), N);
+    if (exec_mtp_deferred(c))
+        k->copy((void *)ehin, dres, rb);
+    else
+        exec_mtp_embed_shifted_bwd(r, dres, tok, mb, i + 1);
+    return PX_OK;
+}
+
 static int module_bwd(const ExecLayerRun *r, int chunk, int i, const ExecLayerActs *a,
                       const ExecHeadActs *x, const int32_t *tok, int mb, PxError *err)
 {
@@ -432,7 +481,7 @@ static int module_bwd(const ExecLayerRun *r, int chunk, int i, const ExecLayerAc
     const KernBackend *k = c->k;
     const ModelDims *d = &c->d;
     const int D = c->g.chunk_mtp[chunk];
-    const int l = c->spec.model.layers + i, h = d->h, N = d->b * d->s_loc, R = d->b * d->s_sp;
+    const int l = c->spec.model.layers + i, h = d->h, R = d->b * d->s_sp;
     const ExecLayerParams *w = &r->P->lw[l];
     const ExecLayerGrads *g = &r->P->lg[l];
     void *dres = r->W->dx_b;
@@ -458,26 +507,12 @@ static int module_bwd(const ExecLayerRun *r, int chunk, int i, const ExecLayerAc
      * again) and hnorm's (into this module's spent output) */
     const void *ehin = a->t[EXEC_MTP_ACT];
     const void *hid = i == 0 ? EXEC_HA(x, FINAL_LN_IN) : x->mtp_out[i - 1];
-    void *deh = eh_grad_buf(r);
     TRY(regather(r, i, 1, MODEL_BWD, err));
     TRY(open_op(r, chunk, l, MODEL_OPR_MTP, MODEL_BWD, &op, err));
-    if (d->t > 1) {
+    if (exec_sp_on(c))
         TRY(eh_bwd_sp(r, chunk, i, ehin, hid, x->mtp_out[i], tok, mb, err));
-        exec_meter_close(r->M, k, op);
-        return exec_zero_bucket_reduce(r->Z, c, r->P, r->M, r->P->layer_block[l], err);
-    }
-    mm(r, deh, c->act, dres, EXEC_LPT(w, EH_W), N, 2 * h, h, 0, 0, 0);
-    mm(r, EXEC_LPT(g, EH_W), PX_FP32, dres, ehin, h, 2 * h, N, 1, 0, 1);
-    k->memset0(x->mtp_out[i], rb);
-    norm_rows_bwd(r, x->mtp_out[i], EXEC_LPT(g, HNORM_W), AT(deh, h), 2 * h, hid,
-                  EXEC_LPT(w, HNORM_W), R);
-    exec_mtp_embed_shifted(r, r->W->out, tok, mb, i + 1);
-    k->memset0(dres, rb);
-    norm_rows_bwd(r, dres, EXEC_LPT(g, ENORM_W), deh, 2 * h, r->W->out, EXEC_LPT(w, ENORM_W), R);
-    if (exec_mtp_deferred(c))
-        k->copy((void *)ehin, dres, rb);
     else
-        exec_mtp_embed_shifted_bwd(r, dres, tok, mb, i + 1);
+        TRY(eh_bwd(r, chunk, i, ehin, hid, x->mtp_out[i], dres, tok, mb, err));
     exec_meter_close(r->M, k, op);
     return exec_zero_bucket_reduce(r->Z, c, r->P, r->M, r->P->layer_block[l], err);
 }
