@@ -117,6 +117,10 @@ static const Layout layouts[] = {
      * parts whose next part is on another rank, two modules; the module on a stage of its own
      * under cp 2 (6 ranks) */
     {"cuda_cp2_allgather", "tiny", 2, 1, 1, 1, 1, 1, 0, 1, NULL, 2, MODEL_CP_COMM_ALLGATHER, 0},
+    /* run by hand: ZeRO-3 with the gathers released (the modules' gathers again) and tp 2
+     * without SP on the CUDA backend (the emulator, 10 s and 13 s) */
+    {"cuda_dp2_zero3", "tiny", 2, 2, 1, 1, 1, 1, 3, 1, NULL, 0, 0, 0},
+    {"cuda_tp2", "tiny-llama", 2, 1, 2, 1, 1, 1, 0, 1, NULL, 0, 0, LAYOUT_NO_SP},
     {"cp4_allgather_mtp2", "tiny", 4, 1, 1, 1, 1, 1, 0, 0, NULL, 4, MODEL_CP_COMM_ALLGATHER,
      LAYOUT_MTP2},
     {"llama_pp3_mtp_stage_cp2_allgather", "tiny-llama", 6, 1, 1, 3, 1, 1, 0, 0, "Et*2|t*2m|L", 2,
