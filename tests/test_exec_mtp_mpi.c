@@ -14,7 +14,7 @@
  * its own (a layout string's m before L: the transfer to the loss stage carries two
  * activations), data parallelism with
  * ZeRO-1, tensor parallelism with sequence parallelism (a tied LayerNorm model) and without it
- * (two modules; with ZeRO-2), expert
+ * (two modules; with ZeRO-2 on tp 2 and tp 4), expert
  * parallelism (the module's layer a MoE layer, forced balance), tensor and sequence
  * parallelism on the CUDA backend through the emulator (a GPU per rank), context parallelism
  * with each comm type (the module's last positions of a chunk read the tokens past it from the
@@ -51,6 +51,7 @@ enum {
     LAYOUT_FP8_DELAYED = 16,    /* FP8 GEMMs with delayed scaling (a history of 16) */
     LAYOUT_FP8_TENSORWISE = 32, /* FP8 GEMMs with a per-tensor scale of their own */
     LAYOUT_NO_SP = 64,          /* tp > 1 without sequence parallelism */
+    LAYOUT_WIDE = 128,          /* ffn_hidden 512: eh's input gradient fits the MLP's scratch at tp 4 */
 };
 
 static const Layout layouts[] = {
@@ -65,6 +66,8 @@ static const Layout layouts[] = {
     {"llama_tp2_mtp2", "tiny-llama", 2, 1, 2, 1, 1, 1, 0, 0, NULL, 0, 0,
      LAYOUT_NO_SP | LAYOUT_MTP2},
     {"dp2_zero2_tp2", "tiny", 4, 2, 2, 1, 1, 1, 2, 0, NULL, 0, 0, LAYOUT_NO_SP},
+    /* ZeRO-2 at tp 4 without SP: the rows' gradient, b x s x h, fits eh.in (b x s x 2h) */
+    {"zero2_tp4", "tiny", 4, 1, 4, 1, 1, 1, 2, 0, NULL, 0, 0, LAYOUT_NO_SP | LAYOUT_WIDE},
     {"moe_ep2", "tiny-moe", 2, 2, 1, 1, 1, 2, 0, 0, NULL, 0, 0, 0},
     {"cuda_tp2_sp", "tiny", 2, 1, 2, 1, 1, 1, 0, 1, NULL, 0, 0, 0},
     /* DeepSeek-V3's whole shape (tiny-dsv3: multi-head latent attention, its module's layer a
@@ -139,6 +142,8 @@ static ModelSpec spec_of(const Layout *L)
     s.model.mtp_layers = L->flags & LAYOUT_MTP2 ? 2 : 1;
     if (L->flags & LAYOUT_DENSE)
         s.model.moe.experts = 0;
+    if (L->flags & LAYOUT_WIDE)
+        s.model.ffn_hidden = 512;
     s.job.seq_len = 32;
     s.job.global_batch = 8;
     s.job.micro_batch = 1;

@@ -214,7 +214,10 @@ int main(void)
         s.model.ffn_hidden = 512;       /* eh's input gradient fits the MLP's scratch */
         CHECK_OK(model_spec_check(&s, 4, &d, &err), err);
         CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));
-        CHECK(strstr(why, "ZeRO-2/3 run with tp at most 2") != NULL);
+        CHECK(strstr(why, "ZeRO-2/3 with sequence parallelism run with tp at most 2") != NULL);
+        s.layout.sp = 0; /* without SP the rows' gradient (b x s/cp x h) fits eh.in's 2h */
+        CHECK_OK(model_spec_check(&s, 4, &d, &err), err);
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
     }
 
     /* a GPU cluster is not this machine: nothing refused by the executor there */
