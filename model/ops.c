@@ -1216,11 +1216,16 @@ static void mtp_module_pass(Emit *e, const ModelTensorTable *tt, int j, int l, i
     linear(e, n, M, hl, 2.0 * h, 0);
     comm(e, n, sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, 2.0 * tp_act_bytes(e), 1);
     norm(e, n, 8.0, nb);
-    /* enorm's input, not saved, looked up again: with SP each rank runs enorm's backward on
-     * its vocabulary shard's rows after gathering its output gradient over the sequence (the
-     * weight gradients summed over TP with the other SP norms'); without SP the shards'
-     * partial lookups are summed as the forward's were */
-    comm(e, n, sp ? MODEL_TP_ALL_GATHER : MODEL_TP_ALLREDUCE, t, tp_act_bytes(e), 1);
+    /* enorm's input, not saved, looked up again and its shards' partial lookups summed as the
+     * forward's were: with SP reduce-scattered to the rank's rows, whose input gradient is then
+     * gathered over the sequence for the embedding's rows (under ZeRO-2/3 in the embedding's
+     * window); without SP all-reduced */
+    if (sp) {
+        comm(e, n, MODEL_TP_REDUCE_SCATTER, t, tp_act_bytes(e), 1);
+        comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
+    } else {
+        comm(e, n, MODEL_TP_ALLREDUCE, t, tp_act_bytes(e), 1);
+    }
     simple(e, MODEL_OP_EMBEDDING, n, M * (h * a + 2.0 * h * (double)px_dtype_bytes(d->grad) + 4.0));
 }
 

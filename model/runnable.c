@@ -79,10 +79,6 @@ static const char *mtp_limit(const ModelSpec *s, const ModelDims *d)
            : d->ffn_out_loc < 2 * d->h && d->q_loc + 2 * d->kv_width_loc < 2 * d->h
                ? "the MLP's or the attention's width per tp rank must be at least 2 x hidden "
                  "(the eh projection's input gradient lives in that scratch)"
-           : s->layout.zero >= 2 && s->layout.sp && d->t > 2
-               ? "ZeRO-2/3 with sequence parallelism run with tp at most 2 (their embedding rows' "
-                 "gradient waits for the embedding's bucket in their saved input, "
-                 "b x s/(cp tp) x 2h)"
                : NULL;
 }
 

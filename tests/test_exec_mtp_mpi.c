@@ -14,7 +14,7 @@
  * its own (a layout string's m before L: the transfer to the loss stage carries two
  * activations), data parallelism with
  * ZeRO-1, tensor parallelism with sequence parallelism (a tied LayerNorm model) and without it
- * (two modules; with ZeRO-2 on tp 2 and tp 4), expert
+ * (two modules; with ZeRO-2 on tp 2 and tp 4), ZeRO-2 on tp 4 with SP, expert
  * parallelism (the module's layer a MoE layer, forced balance), tensor and sequence
  * parallelism on the CUDA backend through the emulator (a GPU per rank), context parallelism
  * with each comm type (the module's last positions of a chunk read the tokens past it from the
@@ -66,8 +66,11 @@ static const Layout layouts[] = {
     {"llama_tp2_mtp2", "tiny-llama", 2, 1, 2, 1, 1, 1, 0, 0, NULL, 0, 0,
      LAYOUT_NO_SP | LAYOUT_MTP2},
     {"dp2_zero2_tp2", "tiny", 4, 2, 2, 1, 1, 1, 2, 0, NULL, 0, 0, LAYOUT_NO_SP},
-    /* ZeRO-2 at tp 4 without SP: the rows' gradient, b x s x h, fits eh.in (b x s x 2h) */
+    /* ZeRO-2 at tp 4: without SP the rows' gradient, b x s x h, waits in eh.in (b x s x 2h);
+     * with SP this rank's rows of it (b x s/tp x h, of b x s/tp x 2h), gathered in the
+     * embedding's window */
     {"zero2_tp4", "tiny", 4, 1, 4, 1, 1, 1, 2, 0, NULL, 0, 0, LAYOUT_NO_SP | LAYOUT_WIDE},
+    {"zero2_tp4_sp", "tiny", 4, 1, 4, 1, 1, 1, 2, 0, NULL, 0, 0, LAYOUT_WIDE},
     {"moe_ep2", "tiny-moe", 2, 2, 1, 1, 1, 2, 0, 0, NULL, 0, 0, 0},
     {"cuda_tp2_sp", "tiny", 2, 1, 2, 1, 1, 1, 0, 1, NULL, 0, 0, 0},
     /* DeepSeek-V3's whole shape (tiny-dsv3: multi-head latent attention, its module's layer a

@@ -190,9 +190,9 @@ int main(void)
                           "biases") != NULL);
     }
 
-    /* the prediction modules under ZeRO: 2 runs (tp at most 2), 3 with the gathers kept from
-     * the forward and without (the modules gather the embedding and the output layer again),
-     * else it is refused by name */
+    /* the prediction modules under ZeRO: 2 runs (tp 4 with SP too), 3 with the gathers kept
+     * from the forward and without (the modules gather the embedding and the output layer
+     * again); eh's scratch too narrow is refused by name */
     {
         ModelSpec s = request("tiny", 2, 8).base;
         s.job.precision = PX_FP32;
@@ -213,11 +213,12 @@ int main(void)
         s.layout.tp = s.layout.etp = 4; /* no experts: etp follows tp */
         s.model.ffn_hidden = 512;       /* eh's input gradient fits the MLP's scratch */
         CHECK_OK(model_spec_check(&s, 4, &d, &err), err);
-        CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));
-        CHECK(strstr(why, "ZeRO-2/3 with sequence parallelism run with tp at most 2") != NULL);
-        s.layout.sp = 0; /* without SP the rows' gradient (b x s/cp x h) fits eh.in's 2h */
-        CHECK_OK(model_spec_check(&s, 4, &d, &err), err);
         CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        s.model.ffn_hidden = 256; /* eh's input gradient fits neither scratch */
+        CHECK_OK(model_spec_check(&s, 4, &d, &err), err);
+        CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        CHECK(strstr(why, "the MLP's or the attention's width per tp rank must be at least "
+                          "2 x hidden") != NULL);
     }
 
     /* a GPU cluster is not this machine: nothing refused by the executor there */

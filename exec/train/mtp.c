@@ -393,10 +393,12 @@ static int head_bwd(const ExecLayerRun *r, int chunk, int i, const ExecHeadActs 
 /* The module's own backward under tensor and sequence parallelism, from the layer's input
  * gradient in ws.dx_b (this rank's rows): that gradient and eh.in gathered over the sequence,
  * eh's weight gradient from this rank's columns, its input gradient reduce-scattered to this
- * rank's rows (ws.dhid), hnorm's backward on them, and enorm's gathered again over the sequence:
- * every rank looks up the rows of its vocabulary shard, whose enorm input it then has whole
- * (the others are zero: no weight gradient from them, no embedding rows), and the shards' weight
- * gradients sum over TP as every sequence-parallel norm's do. */
+ * rank's rows (ws.dhid), hnorm's backward on them, and enorm's on them too: its input, not
+ * saved, is looked up again and reduce-scattered to this rank's rows as the forward did (each
+ * rank's weight gradient a part, summed over TP as every sequence-parallel norm's is). enorm's
+ * input gradient of this rank's rows (ws.dx_b) is then gathered over the sequence and each rank
+ * adds its vocabulary shard's rows to the embedding's gradient; under ZeRO-2/3 that waits in the
+ * spent eh.in (b x s/(cp tp) rows of h in its 2h), gathered in the embedding's window. */
 static int eh_bwd_sp(const ExecLayerRun *r, int chunk, int i, const void *ehin, const void *hid,
                      void *dhid, const int32_t *tok, int mb, PxError *err)
 {
@@ -421,17 +423,20 @@ static int eh_bwd_sp(const ExecLayerRun *r, int chunk, int i, const void *ehin, 
     const void *deh = r->W->dhid;
     k->memset0(dhid, rb);
     norm_rows_bwd(r, dhid, EXEC_LPT(g, HNORM_W), AT(deh, h), 2 * h, hid, EXEC_LPT(w, HNORM_W), R);
-    /* enorm's output gradient over the sequence, its input as this rank's shard has it */
-    copy_rows(r, r->W->dx_b, h, deh, 2 * h, R, h);
+    /* enorm's input of this rank's rows (in ws.dx_a, spent since the final norm's backward) */
+    exec_mtp_embed_shifted(r, r->W->out, tok, mb, i + 1);
+    TRY(exec_tp_reduce_scatter(r, MODEL_OPR_MTP, l, chunk, MODEL_BWD, r->W->dx_a, r->W->out,
+                               (size_t)R * h, err));
+    k->memset0(r->W->dx_b, rb);
+    norm_rows_bwd(r, r->W->dx_b, EXEC_LPT(g, ENORM_W), deh, 2 * h, r->W->dx_a,
+                  EXEC_LPT(w, ENORM_W), R);
+    if (exec_mtp_deferred(c)) {
+        k->copy((void *)ehin, r->W->dx_b, rb);
+        return PX_OK;
+    }
     TRY(exec_tp_all_gather(r, MODEL_OPR_MTP, l, chunk, MODEL_BWD, gat, r->W->dx_b, (size_t)R * h,
                            err));
-    exec_mtp_embed_shifted(r, r->W->out, tok, mb, i + 1);
-    k->memset0(full, (size_t)N * h * c->ab);
-    norm_rows_bwd(r, full, EXEC_LPT(g, ENORM_W), gat, h, r->W->out, EXEC_LPT(w, ENORM_W), N);
-    if (exec_mtp_deferred(c))
-        k->copy((void *)ehin, full, (size_t)N * h * c->ab);
-    else
-        exec_mtp_embed_shifted_bwd(r, full, tok, mb, i + 1);
+    exec_mtp_embed_shifted_bwd(r, gat, tok, mb, i + 1);
     return PX_OK;
 }
 
