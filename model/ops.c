@@ -1144,6 +1144,29 @@ static void head_pass(Emit *e, const ModelTensorTable *tt, int j, int backward)
     }
 }
 
+/* ZeRO-3 whose forward's gathers are not kept (FSDP2's reshard after forward, DeepSpeed's
+ * release after each use), on the one stage a step's gathers run in: a prediction module reads
+ * the embedding (its shifted tokens looked up in its forward, and again in its backward for
+ * enorm's) and the output layer (its head's forward and backward) after those blocks' own
+ * gathers have been released, and gathers them again for each read, as FSDP2 gathers a module
+ * at each of its calls in the forward and at each of their backwards. The ring of gather
+ * buffers holds them (each read needs one of the module's blocks beside it at most, and the
+ * executor orders the gathers so: exec/train/mtp.c): more bytes, no more memory. With the
+ * gathers kept the forward's copies serve every read. */
+static void mtp_gather(Emit *e, const ModelTensorTable *tt, int block, ModelPhase phase)
+{
+    if (!e->s->layout.keep_gathered && block >= 0)
+        zero_gather(e, tt, block, phase);
+}
+
+/* The block holding the output layer's weights on local chunk j: the embedding's when it is
+ * tied and on that chunk, else the final block. */
+static int out_block(const Emit *e, const ModelTensorTable *tt, int j)
+{
+    const int tied = e->s->model.tied_embeddings && model_global_chunk(e->d, tt->stage, j) == 0;
+    return block_index(tt, tied ? "embed" : "final", -1, j);
+}
+
 /* A multi-token prediction module on layer l (DeepSeek-V3 Sec. 2.2; Megatron-Core's MTP): the
  * next tokens' embedding and the hidden state, each normed, concatenated and projected (eh,
  * column-parallel, its output gathered), the module's transformer layer and its final norm.
@@ -1161,6 +1184,7 @@ static void mtp_module_pass(Emit *e, const ModelTensorTable *tt, int j, int l, i
     e->layer = l;
     if (!backward) {
         run_gather(e, tt, l, j, moe);
+        mtp_gather(e, tt, block_index(tt, "embed", -1, j), MODEL_FWD);
         e->layer = l;
         at_layer(e, MODEL_OPR_MTP, l, n);
         simple(e, MODEL_OP_EMBEDDING, n, M * (2.0 * h * a + 4.0));
@@ -1179,6 +1203,7 @@ static void mtp_module_pass(Emit *e, const ModelTensorTable *tt, int j, int l, i
     at_layer(e, MODEL_OPR_FINAL_LN, l, n);
     norm(e, n, 4.0, nb);
     layer_backward(e, tt, blk, xblk, l);
+    mtp_gather(e, tt, block_index(tt, "embed", -1, j), MODEL_BWD);
     e->layer = l;
     at_layer(e, MODEL_OPR_MTP, l, n);
     if (sp) {
@@ -1191,20 +1216,29 @@ static void mtp_module_pass(Emit *e, const ModelTensorTable *tt, int j, int l, i
     linear(e, n, M, hl, 2.0 * h, 0);
     comm(e, n, sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, 2.0 * tp_act_bytes(e), 1);
     norm(e, n, 8.0, nb);
-    if (sp)
+    /* enorm's input, not saved, looked up again and its shards' partial lookups summed as the
+     * forward's were: with SP reduce-scattered to the rank's rows, whose input gradient is then
+     * gathered over the sequence for the embedding's rows (under ZeRO-2/3 in the embedding's
+     * window); without SP all-reduced */
+    if (sp) {
+        comm(e, n, MODEL_TP_REDUCE_SCATTER, t, tp_act_bytes(e), 1);
         comm(e, n, MODEL_TP_ALL_GATHER, t, tp_act_bytes(e), 1);
+    } else {
+        comm(e, n, MODEL_TP_ALLREDUCE, t, tp_act_bytes(e), 1);
+    }
     simple(e, MODEL_OP_EMBEDDING, n, M * (h * a + 2.0 * h * (double)px_dtype_bytes(d->grad) + 4.0));
 }
 
 /* A prediction module's output: the shared output layer over its part of the hidden states
  * and a loss of its own, on the last chunk with the output layer. */
-static void mtp_head_pass(Emit *e, int l, int backward)
+static void mtp_head_pass(Emit *e, const ModelTensorTable *tt, int j, int l, int backward)
 {
     const ModelSpec *s = e->s;
     const ModelDims *d = e->d;
     const int t = d->t, sp = s->layout.sp;
     const double M = (double)d->b * d->s_loc, h = d->h, a = eb(e), V = d->vocab_loc;
     char n[64];
+    mtp_gather(e, tt, out_block(e, tt, j), backward ? MODEL_BWD : MODEL_FWD);
     e->layer = l;
     if (!backward) {
         at_layer(e, MODEL_OPR_LOGITS, l, n);
@@ -1276,7 +1310,7 @@ static void chunk_forward(Emit *e, const ModelTensorTable *tt, const ChunkPasses
     for (int i = 0; i < s->model.mtp_layers; i++) {
         if (c->n_mtp)
             mtp_module_pass(e, tt, j, c->runs[c->nr + i].first, 0);
-        mtp_head_pass(e, l_mtp + i, 0);
+        mtp_head_pass(e, tt, j, l_mtp + i, 0);
     }
 }
 
@@ -1298,7 +1332,7 @@ static void chunk_backward(Emit *e, const ModelTensorTable *tt, const ChunkPasse
     } else {
         const int l_mtp = s->model.layers;
         for (int i = s->model.mtp_layers - 1; i >= 0; i--) {
-            mtp_head_pass(e, l_mtp + i, 1);
+            mtp_head_pass(e, tt, j, l_mtp + i, 1);
             if (c->n_mtp)
                 mtp_module_pass(e, tt, j, c->runs[c->nr + i].first, 1);
         }

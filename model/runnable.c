@@ -75,19 +75,10 @@ static const char *mtp_limit(const ModelSpec *s, const ModelDims *d)
                ? "on a stage of their own (a layout string's m before L) they run with vpp 1, one "
                  "module, a stage without the embedding, a loss stage without layers and, with "
                  "tp > 1, SP"
-           : d->t > 1 && !s->layout.sp
-               ? "tp > 1 runs with sequence parallelism (make the plan with --sp)"
            : d->h % d->t ? "tp must divide the hidden size (the eh projection's columns)"
            : d->ffn_out_loc < 2 * d->h && d->q_loc + 2 * d->kv_width_loc < 2 * d->h
                ? "the MLP's or the attention's width per tp rank must be at least 2 x hidden "
                  "(the eh projection's input gradient lives in that scratch)"
-           : s->layout.zero >= 3 && !s->layout.keep_gathered && !d->zero_per_step
-               ? "ZeRO-3 and FSDP run with the gathered parameters kept from the forward to the "
-                 "backward (make the plan with --no-reshard-after-forward): they read the "
-                 "embedding and the output layer away from those blocks' gathers"
-           : s->layout.zero >= 2 && d->t > 2
-               ? "ZeRO-2/3 run with tp at most 2 (their embedding rows' gradient waits for the "
-                 "embedding's bucket in their saved input, b x s/(cp tp) x 2h)"
                : NULL;
 }
 

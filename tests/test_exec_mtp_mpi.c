@@ -13,12 +13,14 @@
  * the module's copy of the embedding summed with the first stage's), the module on a stage of
  * its own (a layout string's m before L: the transfer to the loss stage carries two
  * activations), data parallelism with
- * ZeRO-1, tensor parallelism with sequence parallelism (a tied LayerNorm model), expert
+ * ZeRO-1, tensor parallelism with sequence parallelism (a tied LayerNorm model) and without it
+ * (two modules; with ZeRO-2 on tp 2 and tp 4), ZeRO-2 on tp 4 with SP, expert
  * parallelism (the module's layer a MoE layer, forced balance), tensor and sequence
  * parallelism on the CUDA backend through the emulator (a GPU per rank), context parallelism
  * with each comm type (the module's last positions of a chunk read the tokens past it from the
  * chunk's lookahead), ZeRO-2 (the modules' gradients of the output layer and the embedding
- * computed in those blocks' bucket windows), ZeRO-3 and FSDP with the gathers kept, and FP8 GEMMs
+ * computed in those blocks' bucket windows), ZeRO-3 and FSDP with the gathers released after
+ * the forward (the modules gather the embedding and the output layer again) and kept, and FP8 GEMMs
  * (delayed scaling on tp 2 with SP, tensorwise on dp 2; the reference in FP8 too, within the
  * FP8 tolerance of test_exec_mpi's FP8 layouts). Usage: test_exec_mtp_mpi PARALLAX LAYOUT [WORKER]
  * (`list` prints the layouts). */
@@ -33,7 +35,7 @@
 typedef struct {
     const char *name;
     const char *model;
-    int gpus, dp, tp, pp, vpp, ep, zero; /* tp > 1 with sequence parallelism */
+    int gpus, dp, tp, pp, vpp, ep, zero; /* tp > 1 with sequence parallelism (but LAYOUT_NO_SP) */
     int cuda; /* the CUDA backend in bf16 (WORKER) against the CPU's fp32 */
     const char *pp_layout; /* a layout string (--pipeline-model-parallel-layout), or NULL */
     int cp;                /* context parallelism (0: none) with its attention's communication */
@@ -48,6 +50,8 @@ enum {
     LAYOUT_FSDP = 8,  /* zero 3 as FSDP */
     LAYOUT_FP8_DELAYED = 16,    /* FP8 GEMMs with delayed scaling (a history of 16) */
     LAYOUT_FP8_TENSORWISE = 32, /* FP8 GEMMs with a per-tensor scale of their own */
+    LAYOUT_NO_SP = 64,          /* tp > 1 without sequence parallelism */
+    LAYOUT_WIDE = 128,          /* ffn_hidden 512: eh's input gradient fits the MLP's scratch at tp 4 */
 };
 
 static const Layout layouts[] = {
@@ -56,6 +60,17 @@ static const Layout layouts[] = {
     {"llama_pp3_mtp_stage", "tiny-llama", 3, 1, 1, 3, 1, 1, 0, 0, "Et*2|t*2m|L", 0, 0, 0},
     {"dp2_zero1", "tiny", 2, 2, 1, 1, 1, 1, 1, 0, NULL, 0, 0, 0},
     {"tp2_sp", "tiny", 2, 1, 2, 1, 1, 1, 0, 0, NULL, 0, 0, 0},
+    /* tp 2 without SP: the module's rows whole on every rank, enorm's input summed over the
+     * vocabulary shards again in the backward (an untied model, two modules); with ZeRO-2 (a
+     * tied one: the embedding rows' gradient kept in eh.in, whole rows) */
+    {"llama_tp2_mtp2", "tiny-llama", 2, 1, 2, 1, 1, 1, 0, 0, NULL, 0, 0,
+     LAYOUT_NO_SP | LAYOUT_MTP2},
+    {"dp2_zero2_tp2", "tiny", 4, 2, 2, 1, 1, 1, 2, 0, NULL, 0, 0, LAYOUT_NO_SP},
+    /* ZeRO-2 at tp 4: without SP the rows' gradient, b x s x h, waits in eh.in (b x s x 2h);
+     * with SP this rank's rows of it (b x s/tp x h, of b x s/tp x 2h), gathered in the
+     * embedding's window */
+    {"zero2_tp4", "tiny", 4, 1, 4, 1, 1, 1, 2, 0, NULL, 0, 0, LAYOUT_NO_SP | LAYOUT_WIDE},
+    {"zero2_tp4_sp", "tiny", 4, 1, 4, 1, 1, 1, 2, 0, NULL, 0, 0, LAYOUT_WIDE},
     {"moe_ep2", "tiny-moe", 2, 2, 1, 1, 1, 2, 0, 0, NULL, 0, 0, 0},
     {"cuda_tp2_sp", "tiny", 2, 1, 2, 1, 1, 1, 0, 1, NULL, 0, 0, 0},
     /* DeepSeek-V3's whole shape (tiny-dsv3: multi-head latent attention, its module's layer a
@@ -81,6 +96,15 @@ static const Layout layouts[] = {
      * and ZeRO-3 gathers once a step, kept for every pass: the module on the last stage */
     {"dp2_pp2_zero2", "tiny", 4, 2, 1, 2, 1, 1, 2, 0, NULL, 0, 0, 0},
     {"dsv3_ep2_dp2_pp2_zero3", "tiny-dsv3", 4, 2, 1, 2, 1, 2, 3, 0, NULL, 0, 0, 0},
+    /* ZeRO-3 and FSDP with the gathers released after the forward (FSDP2's default): each
+     * module gathers the embedding and the output layer again for each read, a tied model
+     * (the output layer is the embedding) with one module, an untied one with two */
+    {"dp2_zero3", "tiny", 2, 2, 1, 1, 1, 1, 3, 0, NULL, 0, 0, 0},
+    {"llama_dp2_fsdp_mtp2", "tiny-llama", 2, 2, 1, 1, 1, 1, 3, 0, NULL, 0, 0,
+     LAYOUT_FSDP | LAYOUT_MTP2},
+    /* tiny-dsv3: the module's layer a MoE layer, whose two blocks and the embedding share the
+     * ring's two slots (no prefetch with experts) */
+    {"dsv3_dp2_zero3", "tiny-dsv3", 2, 2, 1, 1, 1, 1, 3, 0, NULL, 0, 0, 0},
     /* ZeRO-3 and FSDP with the gathers kept from the forward (the modules read the embedding
      * and the output layer from those blocks' gathers) */
     {"dp2_zero3_keep", "tiny", 2, 2, 1, 1, 1, 1, 3, 0, NULL, 0, 0, LAYOUT_KEEP},
@@ -99,6 +123,10 @@ static const Layout layouts[] = {
      * parts whose next part is on another rank, two modules; the module on a stage of its own
      * under cp 2 (6 ranks) */
     {"cuda_cp2_allgather", "tiny", 2, 1, 1, 1, 1, 1, 0, 1, NULL, 2, MODEL_CP_COMM_ALLGATHER, 0},
+    /* run by hand: ZeRO-3 with the gathers released (the modules' gathers again) and tp 2
+     * without SP on the CUDA backend (the emulator, 10 s and 13 s) */
+    {"cuda_dp2_zero3", "tiny", 2, 2, 1, 1, 1, 1, 3, 1, NULL, 0, 0, 0},
+    {"cuda_tp2", "tiny-llama", 2, 1, 2, 1, 1, 1, 0, 1, NULL, 0, 0, LAYOUT_NO_SP},
     {"cp4_allgather_mtp2", "tiny", 4, 1, 1, 1, 1, 1, 0, 0, NULL, 4, MODEL_CP_COMM_ALLGATHER,
      LAYOUT_MTP2},
     {"llama_pp3_mtp_stage_cp2_allgather", "tiny-llama", 6, 1, 1, 3, 1, 1, 0, 0, "Et*2|t*2m|L", 2,
@@ -117,6 +145,8 @@ static ModelSpec spec_of(const Layout *L)
     s.model.mtp_layers = L->flags & LAYOUT_MTP2 ? 2 : 1;
     if (L->flags & LAYOUT_DENSE)
         s.model.moe.experts = 0;
+    if (L->flags & LAYOUT_WIDE)
+        s.model.ffn_hidden = 512;
     s.job.seq_len = 32;
     s.job.global_batch = 8;
     s.job.micro_batch = 1;
@@ -138,7 +168,7 @@ static ModelSpec spec_of(const Layout *L)
         s.job.flash_attn = L->cp_comm == MODEL_CP_COMM_P2P;
     s.layout.vpp = L->vpp;
     s.layout.zero = L->zero;
-    s.layout.sp = L->tp > 1;
+    s.layout.sp = L->tp > 1 && !(L->flags & LAYOUT_NO_SP);
     s.layout.ep = L->ep;
     s.layout.etp = s.model.moe.experts > 0 ? 1 : L->tp; /* no experts: etp follows tp */
     s.layout.schedule = L->vpp > 1 ? MODEL_SCHED_INTERLEAVED : MODEL_SCHED_1F1B;

@@ -2,8 +2,8 @@
 # parallax validate --list: the rows a validation would run, without running any. The mixture-
 # of-experts zoo models run their whole spread: tiny-moe (MoE layers with context parallelism
 # too) and tiny-dsv3 (MLA, MoE, its prediction module) skip no row up to 8 ranks, their tensor
-# parallelism taken with SP and tiny-dsv3's ZeRO-3 keeping its gathers, as the executor runs
-# them; a layout the executor refuses is listed as skipped with its sentence, and one beyond
+# parallelism taken with SP, as the executor runs them, and tiny-dsv3's ZeRO-3 as the spread has
+# it (its prediction module gathers the embedding and the output layer again); a layout the executor refuses is listed as skipped with its sentence, and one beyond
 # --max-ranks as not run.
 # Usage: validate_list.sh PARALLAX
 set -u
@@ -23,8 +23,8 @@ for m in tiny-moe tiny-dsv3; do
     grep -Eq "^ +[0-9]+ +2  $row +timed$" "$tmp/$m" || fail "$m: no timed row '$row'"
   done
 done
-grep -Eq '^ +[0-9]+ +2  dp2 tp1 pp1 zero3 keep mbs4 none 1f1b +timed$' "$tmp/tiny-dsv3" ||
-  fail "tiny-dsv3: no timed ZeRO-3 row keeping its gathers"
+grep -Eq '^ +[0-9]+ +2  dp2 tp1 pp1 zero3 mbs4 none 1f1b +timed$' "$tmp/tiny-dsv3" ||
+  fail "tiny-dsv3: no timed ZeRO-3 row"
 grep -Eq '^ +[0-9]+ +8  dp2 tp2 pp2 sp zero1 mbs2 none 1f1b +memory and communication$' "$tmp/tiny-moe" ||
   fail "tiny-moe: no 8-rank row for memory and communication"
 # a dense model: its tp rows without SP as they are; cp at a sequence that does not split into

@@ -260,9 +260,7 @@ typedef struct Outcome {
 enum { ROW_OUT = 0, ROW_SKIPPED, ROW_RAN };
 
 /* A spread row as the model takes it: a mixture-of-experts model's tensor parallelism with
- * SP (Megatron-Core requires it), and ZeRO-3 keeping its gathers from the forward to the
- * backward where the model has prediction modules (the executor runs them so: they read the
- * embedding and the output layer away from those blocks' gathers; docs/executor.md). */
+ * SP (Megatron-Core requires it). */
 static Layout spread_row(const ValRequest *q, int i)
 {
     Layout L = spread[i];
@@ -270,8 +268,6 @@ static Layout spread_row(const ValRequest *q, int i)
         L.flash = q->base.job.flash_attn;
     if (q->base.model.moe.experts > 0 && L.tp > 1)
         L.sp = 1;
-    if (q->base.model.mtp_layers > 0 && L.zero == 3 && L.pp == 1)
-        L.keep = 1;
     return L;
 }
 

@@ -723,11 +723,15 @@ void exec_mtp_embed_shifted_bwd(const ExecLayerRun *r, const void *dy, const int
  * weight (their heads) and the embedding's rows (their enorm inputs). Under ZeRO-2/3 without a
  * pipeline those wait (exec_mtp_deferred): each head's logits gradient stays in mtp.N.loss.probs and its input in
  * mtp.N.logits.in (layers.c's head_bwd or, tied, embed_bwd adds them), and each enorm input's
- * gradient is kept in its module's spent mtp.eh.in (b x s/cp x h: under SP the gathered rows,
- * which fit its b x s/(cp tp) x 2h while tp <= 2, model/runnable.c's limit), looked up into the
- * embedding's gradient by exec_mtp_deferred_embed in the embedding's window (A: the chunk's
- * layer sets). */
+ * gradient is kept in its module's spent mtp.eh.in (b x s/cp x h; under SP this rank's
+ * b x s/(cp tp) rows of h, gathered over the sequence in the embedding's window: either fits
+ * eh.in's rows of 2h), looked up into the embedding's gradient by exec_mtp_deferred_embed in the
+ * embedding's window (A: the chunk's layer sets). */
 int exec_mtp_deferred(const ExecCtx *c);
+/* How many of the embedding's (embed) or the final block's backward gathers of a micro-batch
+ * the prediction modules make before the main model's (ZeRO-3 without the forward's gathers
+ * kept: mtp.c gathers them again for each read), the occurrence of the main model's first. */
+int exec_mtp_gathers_bwd(const ExecCtx *c, int embed);
 int exec_mtp_deferred_embed(const ExecLayerRun *r, int chunk, int mb, const ExecLayerActs *A,
                             const int32_t *tok, PxError *err);
 

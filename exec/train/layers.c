@@ -1128,9 +1128,10 @@ static int head_bwd(const ExecLayerRun *r, int chunk, const ExecHeadActs *x, con
     const float dloss = (float)(r->pass->loss_scale / ((double)c->spec.job.global_batch * d->s));
     float *probs = EXEC_HA(x, LOSS_PROBS);
     exec_zero_bucket_clear(r->Z, c, P, P->final_block);
-    TRY(gather_block(r, P->final_block, MODEL_BWD, 0, err));
+    /* after the prediction modules' own gathers of these blocks (mtp.c) */
+    TRY(gather_block(r, P->final_block, MODEL_BWD, exec_mtp_gathers_bwd(c, 0), err));
     if (c->g.tied_here)
-        TRY(gather_block(r, P->embed_block, MODEL_BWD, 0, err));
+        TRY(gather_block(r, P->embed_block, MODEL_BWD, exec_mtp_gathers_bwd(c, 1), err));
 
     int op = op_open(r, -1, MODEL_OPR_LOSS, MODEL_BWD);
     for (int q = 0; q < b; q++)
@@ -1193,7 +1194,8 @@ static int embed_bwd(const ExecLayerRun *r, int chunk, int mb, const ExecLayerAc
         op_close(r, op);
         TRY(mtp_deferred_wgrad(r, chunk, x, err));
     }
-    TRY(gather_block(r, P->embed_block, MODEL_BWD, c->g.tied_here ? 1 : 0, err));
+    TRY(gather_block(r, P->embed_block, MODEL_BWD,
+                     (c->g.tied_here ? 1 : 0) + exec_mtp_gathers_bwd(c, 1), err));
     const int op = op_open(r, -1, MODEL_OPR_EMBED, MODEL_BWD);
     const void *dy = dropout_bwd(r, dres, EXEC_HA(x, EMBED_DROP_MASK));
     if (exec_sp_on(c)) {

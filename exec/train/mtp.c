@@ -20,7 +20,8 @@
  * The forward embeds into ws.out; the backward keeps eh.in's gradient in ws.dffn (or ws.dqkv,
  * whichever holds b x s x 2h), looks the shifted tokens up again into ws.out for enorm's
  * backward (its input is not saved; under tensor parallelism each rank looks up its vocabulary
- * shard's rows: eh_bwd_sp), and leaves the gradient of the hidden state it read in its own
+ * shard's rows: with SP it runs enorm's backward on those, eh_bwd_sp; without, the shards' rows
+ * are summed as in the forward, eh_bwd), and leaves the gradient of the hidden state it read in its own
  * mtp.N.final_ln.in, spent by then, where the depth before it (or the main loss's backward)
  * adds it. Under ZeRO-2 the module's own block's gradients are reduced at the end of its
  * backward, and its contributions to the output layer's and the embedding's wait for those
@@ -112,13 +113,59 @@ static void *eh_grad_buf(const ExecLayerRun *r)
 }
 
 /* ZeRO-3: the module's blocks (its layer's, and a MoE layer's experts') gathered before its
- * forward and, kept from it, pointed at before its backward: the modules run under ZeRO-3 with
- * the gathers kept (--no-reshard-after-forward), which also keeps the embedding and the output
- * layer they read from those blocks' own gathers (model/runnable.c). */
-static int gather_module(const ExecLayerRun *r, int l, ModelPhase ph, PxError *err)
+ * forward and before its backward (DeepSpeed's with full recompute: for the recomputed forward,
+ * and again in the layer's backward, layers.c), or, kept from the forward
+ * (--no-reshard-after-forward), pointed at. `which`: 1 the layer's block, 2 the experts', 3
+ * both, the experts' first. Released gathers share the ring's slots, two with experts: the
+ * forward gathers the embedding (its lookup), then the layer's block (eh), then the experts'
+ * into the embedding's spent slot; the backward the experts' before the layer's block, so that
+ * the embedding's gather for enorm's backward takes the experts' spent slot. */
+static int gather_module(const ExecLayerRun *r, int l, ModelPhase ph, int which, PxError *err)
 {
-    TRY(exec_zero_gather(r->Z, r->c, r->P, r->M, r->P->layer_block[l], ph, 0, err));
-    return exec_zero_gather(r->Z, r->c, r->P, r->M, r->P->expert_block[l], ph, 0, err);
+    const ModelLayout *lo = &r->c->spec.layout;
+    if (ph == MODEL_BWD && lo->zero == 3 && lo->recompute == MODEL_RECOMPUTE_FULL && !lo->fsdp &&
+        !lo->keep_gathered)
+        ph = MODEL_RECOMPUTE;
+    if (which & 2)
+        TRY(exec_zero_gather(r->Z, r->c, r->P, r->M, r->P->expert_block[l], ph, 0, err));
+    return which & 1 ? exec_zero_gather(r->Z, r->c, r->P, r->M, r->P->layer_block[l], ph, 0, err)
+                     : PX_OK;
+}
+
+/* ZeRO-3 whose forward's gathers are released (no --no-reshard-after-forward) on the one stage
+ * whose passes gather: the embedding's and the output layer's gathers are gone, in the ring of
+ * gather buffers, by the time a module reads them, so each read gathers its block again
+ * (model/ops.c, mtp_gather). */
+static int regathers(const ExecCtx *c)
+{
+    const ModelLayout *l = &c->spec.layout;
+    return l->zero == 3 && !c->d.zero_per_step && !l->keep_gathered && c->d.chunks == 1;
+}
+
+int exec_mtp_gathers_bwd(const ExecCtx *c, int embed)
+{
+    const int D = c->spec.model.mtp_layers;
+    return !regathers(c) ? 0 : c->g.tied_here ? (embed ? 2 * D : 0) : D;
+}
+
+/* Module i's gather of the embedding (embed: its shifted tokens' lookup) or of the output
+ * layer's block (its head: the embedding's when tied) for `ph`, as the op graph lists the
+ * block's gathers of that phase: the forward's after the main model's (the embedding's and,
+ * tied, the head's), module by module, each module's lookup before its head's; the backward's
+ * from the last module down, each head's before its module's lookup, then the main model's. */
+static int regather(const ExecLayerRun *r, int i, int embed, ModelPhase ph, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    if (!regathers(c))
+        return PX_OK;
+    const int tied = c->g.tied_here, D = c->spec.model.mtp_layers;
+    const int b = embed || tied ? r->P->embed_block : r->P->final_block;
+    int occ;
+    if (ph == MODEL_FWD)
+        occ = tied ? 2 + 2 * i + !embed : 1 + i;
+    else
+        occ = tied ? 2 * (D - 1 - i) + embed : D - 1 - i;
+    return exec_zero_gather(r->Z, c, r->P, r->M, b, ph, occ, err);
 }
 
 static int module_fwd(const ExecLayerRun *r, int chunk, int i, const ExecLayerActs *a,
@@ -131,15 +178,19 @@ static int module_fwd(const ExecLayerRun *r, int chunk, int i, const ExecLayerAc
     void *ehin = a->t[EXEC_MTP_ACT];
     const int t = d->t, hl = h / t;
     int op;
-    TRY(gather_module(r, l, MODEL_FWD, err));
+    TRY(regather(r, i, 1, MODEL_FWD, err));
+    TRY(gather_module(r, l, MODEL_FWD, 1, err));
     TRY(open_op(r, chunk, l, MODEL_OPR_MTP, MODEL_FWD, &op, err));
     /* vocabulary-parallel: the shards' partial embeddings summed, this rank's rows kept */
     exec_mtp_embed_shifted(r, r->W->out, tok, mb, i + 1);
     void *emb = r->W->out;
-    if (t > 1) {
+    const int sp = exec_sp_on(c);
+    if (sp) {
         TRY(exec_tp_reduce_scatter(r, MODEL_OPR_MTP, l, chunk, MODEL_FWD, r->W->dx_a, emb,
                                    (size_t)R * h, err));
         emb = r->W->dx_a;
+    } else {
+        TRY(exec_tp_allreduce(r, MODEL_OPR_MTP, l, chunk, MODEL_FWD, emb, (size_t)N * h, err));
     }
     norm_rows(r, ehin, 2 * h, emb, EXEC_LPT(w, ENORM_W), R);
     norm_rows(r, AT(ehin, h), 2 * h, hid, EXEC_LPT(w, HNORM_W), R);
@@ -148,17 +199,21 @@ static int module_fwd(const ExecLayerRun *r, int chunk, int i, const ExecLayerAc
         exec_meter_close(r->M, c->k, op);
         return PX_OK;
     }
-    /* column-parallel eh over the whole sequence's input, its output columns gathered and this
-     * rank's rows of them kept (the layer's input is sequence-parallel) */
-    void *full = eh_grad_buf(r);
-    TRY(exec_tp_all_gather(r, MODEL_OPR_MTP, l, chunk, MODEL_FWD, full, ehin, (size_t)R * 2 * h,
-                           err));
+    /* column-parallel eh over the whole sequence's input (with SP gathered first), its output
+     * columns gathered and this rank's rows of them kept (with SP the layer's input is
+     * sequence-parallel; without, every rank's rows are all of them, the gather in ws.dx_a,
+     * free in this forward) */
+    void *full = sp ? eh_grad_buf(r) : ehin, *gat = sp ? r->W->sp_gather : r->W->dx_a;
+    if (sp)
+        TRY(exec_tp_all_gather(r, MODEL_OPR_MTP, l, chunk, MODEL_FWD, full, ehin,
+                               (size_t)R * 2 * h, err));
     mm(r, r->W->out, c->act, full, EXEC_LPT(w, EH_W), N, hl, 2 * h, 0, 1, 0);
-    TRY(exec_tp_all_gather(r, MODEL_OPR_MTP, l, chunk, MODEL_FWD, r->W->sp_gather, r->W->out,
-                           (size_t)N * hl, err));
+    TRY(exec_tp_all_gather(r, MODEL_OPR_MTP, l, chunk, MODEL_FWD, gat, r->W->out, (size_t)N * hl,
+                           err));
+    const size_t row0 = sp ? (size_t)c->g.tp_rank * R : 0;
     for (int q = 0; q < t; q++)
-        copy_rows(r, AT(EXEC_LA(a, LN1_IN), q * hl), h,
-                  AT(r->W->sp_gather, ((size_t)q * N + (size_t)c->g.tp_rank * R) * hl), hl, R, hl);
+        copy_rows(r, AT(EXEC_LA(a, LN1_IN), q * hl), h, AT(gat, ((size_t)q * N + row0) * hl), hl,
+                  R, hl);
     exec_meter_close(r->M, c->k, op);
     return PX_OK;
 }
@@ -240,6 +295,7 @@ static int head_fwd(const ExecLayerRun *r, int chunk, int i, ExecHeadActs *x, co
     const int N = d->b * d->s_loc, R = d->b * d->s_sp, v0 = c->g.tp_rank * V;
     int op;
     float *probs = (float *)x->mtp_probs[i];
+    TRY(regather(r, i, 0, MODEL_FWD, err));
     TRY(open_op(r, chunk, l, MODEL_OPR_LOGITS, MODEL_FWD, &op, err));
     const void *in = x->mtp_logits_in[i];
     if (exec_sp_on(c)) {
@@ -272,6 +328,7 @@ int exec_mtp_forward(const ExecLayerRun *r, int chunk, int mb, ExecLayerActs *A,
         const ExecLayerActs *a = &A[cl + i];
         const void *hid = i == 0 ? EXEC_HA(x, FINAL_LN_IN) : x->mtp_out[i - 1];
         TRY(module_fwd(r, chunk, i, a, hid, tok, mb, err));
+        TRY(gather_module(r, c->spec.model.layers + i, MODEL_FWD, 2, err));
         TRY(exec_layers_one_fwd(r, chunk, c->spec.model.layers + i, a, x->mtp_out[i], mb, err));
         void *out = last ? x->mtp_logits_in[i]
                          : EXEC_AT(r->pipe->send, (size_t)(1 + i) * r->pipe->part, c->ab);
@@ -305,6 +362,7 @@ static int head_bwd(const ExecLayerRun *r, int chunk, int i, const ExecHeadActs 
     float *probs = (float *)x->mtp_probs[i];
     ExecMtpTokRun run[2];
     int op;
+    TRY(regather(r, i, 0, MODEL_BWD, err));
     TRY(open_op(r, chunk, l, MODEL_OPR_LOSS, MODEL_BWD, &op, err));
     for (int q = 0; q < d->b; q++)
         for (int j = 0; j < exec_cp_parts(c); j++) {
@@ -326,6 +384,8 @@ static int head_bwd(const ExecLayerRun *r, int chunk, int i, const ExecHeadActs 
     if (sp)
         TRY(exec_tp_reduce_scatter(r, MODEL_OPR_LOGITS, l, chunk, MODEL_BWD, r->W->dx_a, dx,
                                    (size_t)R * h, err));
+    else /* the vocabulary shards' partial sums (tp > 1) */
+        TRY(exec_tp_allreduce(r, MODEL_OPR_LOGITS, l, chunk, MODEL_BWD, dx, (size_t)N * h, err));
     exec_meter_close(r->M, k, op);
     return PX_OK;
 }
@@ -333,10 +393,12 @@ static int head_bwd(const ExecLayerRun *r, int chunk, int i, const ExecHeadActs 
 /* The module's own backward under tensor and sequence parallelism, from the layer's input
  * gradient in ws.dx_b (this rank's rows): that gradient and eh.in gathered over the sequence,
  * eh's weight gradient from this rank's columns, its input gradient reduce-scattered to this
- * rank's rows (ws.dhid), hnorm's backward on them, and enorm's gathered again over the sequence:
- * every rank looks up the rows of its vocabulary shard, whose enorm input it then has whole
- * (the others are zero: no weight gradient from them, no embedding rows), and the shards' weight
- * gradients sum over TP as every sequence-parallel norm's do. */
+ * rank's rows (ws.dhid), hnorm's backward on them, and enorm's on them too: its input, not
+ * saved, is looked up again and reduce-scattered to this rank's rows as the forward did (each
+ * rank's weight gradient a part, summed over TP as every sequence-parallel norm's is). enorm's
+ * input gradient of this rank's rows (ws.dx_b) is then gathered over the sequence and each rank
+ * adds its vocabulary shard's rows to the embedding's gradient; under ZeRO-2/3 that waits in the
+ * spent eh.in (b x s/(cp tp) rows of h in its 2h), gathered in the embedding's window. */
 static int eh_bwd_sp(const ExecLayerRun *r, int chunk, int i, const void *ehin, const void *hid,
                      void *dhid, const int32_t *tok, int mb, PxError *err)
 {
@@ -361,17 +423,59 @@ static int eh_bwd_sp(const ExecLayerRun *r, int chunk, int i, const void *ehin, 
     const void *deh = r->W->dhid;
     k->memset0(dhid, rb);
     norm_rows_bwd(r, dhid, EXEC_LPT(g, HNORM_W), AT(deh, h), 2 * h, hid, EXEC_LPT(w, HNORM_W), R);
-    /* enorm's output gradient over the sequence, its input as this rank's shard has it */
-    copy_rows(r, r->W->dx_b, h, deh, 2 * h, R, h);
+    /* enorm's input of this rank's rows (in ws.dx_a, spent since the final norm's backward) */
+    exec_mtp_embed_shifted(r, r->W->out, tok, mb, i + 1);
+    TRY(exec_tp_reduce_scatter(r, MODEL_OPR_MTP, l, chunk, MODEL_BWD, r->W->dx_a, r->W->out,
+                               (size_t)R * h, err));
+    k->memset0(r->W->dx_b, rb);
+    norm_rows_bwd(r, r->W->dx_b, EXEC_LPT(g, ENORM_W), deh, 2 * h, r->W->dx_a,
+                  EXEC_LPT(w, ENORM_W), R);
+    if (exec_mtp_deferred(c)) {
+        k->copy((void *)ehin, r->W->dx_b, rb);
+        return PX_OK;
+    }
     TRY(exec_tp_all_gather(r, MODEL_OPR_MTP, l, chunk, MODEL_BWD, gat, r->W->dx_b, (size_t)R * h,
                            err));
+    exec_mtp_embed_shifted_bwd(r, gat, tok, mb, i + 1);
+    return PX_OK;
+}
+
+/* The module's own backward without sequence parallelism, from the layer's input gradient in
+ * dres (every row, the same on every TP rank): eh's weight gradient from this rank's columns
+ * of it, eh's input gradient summed over TP, hnorm's backward into dhid (this module's spent
+ * output) and enorm's into dres. enorm's input, not saved, is looked up again and summed over
+ * the vocabulary shards as the forward summed it (the op graph's all-reduce), so that every
+ * rank has it whole and its weight gradient needs no sum; each rank then adds the rows of its
+ * own shard to the embedding's gradient. */
+static int eh_bwd(const ExecLayerRun *r, int chunk, int i, const void *ehin, const void *hid,
+                  void *dhid, void *dres, const int32_t *tok, int mb, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const KernBackend *k = c->k;
+    const ModelDims *d = &c->d;
+    const int l = c->spec.model.layers + i, h = d->h, t = d->t, hl = h / t, N = d->b * d->s_loc;
+    const size_t rb = (size_t)N * h * c->ab;
+    const ExecLayerParams *w = &r->P->lw[l];
+    const ExecLayerGrads *g = &r->P->lg[l];
+    void *deh = eh_grad_buf(r);
+    const void *dy = dres;
+    if (t > 1) { /* this rank's columns of eh's output gradient */
+        copy_rows(r, r->W->out, hl, AT(dres, (size_t)c->g.tp_rank * hl), h, N, hl);
+        dy = r->W->out;
+    }
+    mm(r, deh, c->act, dy, EXEC_LPT(w, EH_W), N, 2 * h, hl, 0, 0, 0);
+    mm(r, EXEC_LPT(g, EH_W), PX_FP32, dy, ehin, hl, 2 * h, N, 1, 0, 1);
+    TRY(exec_tp_allreduce(r, MODEL_OPR_MTP, l, chunk, MODEL_BWD, deh, (size_t)N * 2 * h, err));
+    k->memset0(dhid, rb);
+    norm_rows_bwd(r, dhid, EXEC_LPT(g, HNORM_W), AT(deh, h), 2 * h, hid, EXEC_LPT(w, HNORM_W), N);
     exec_mtp_embed_shifted(r, r->W->out, tok, mb, i + 1);
-    k->memset0(full, (size_t)N * h * c->ab);
-    norm_rows_bwd(r, full, EXEC_LPT(g, ENORM_W), gat, h, r->W->out, EXEC_LPT(w, ENORM_W), N);
+    TRY(exec_tp_allreduce(r, MODEL_OPR_MTP, l, chunk, MODEL_BWD, r->W->out, (size_t)N * h, err));
+    k->memset0(dres, rb);
+    norm_rows_bwd(r, dres, EXEC_LPT(g, ENORM_W), deh, 2 * h, r->W->out, EXEC_LPT(w, ENORM_W), N);
     if (exec_mtp_deferred(c))
-        k->copy((void *)ehin, full, (size_t)N * h * c->ab);
+        k->copy((void *)ehin, dres, rb);
     else
-        exec_mtp_embed_shifted_bwd(r, full, tok, mb, i + 1);
+        exec_mtp_embed_shifted_bwd(r, dres, tok, mb, i + 1);
     return PX_OK;
 }
 
@@ -382,7 +486,7 @@ static int module_bwd(const ExecLayerRun *r, int chunk, int i, const ExecLayerAc
     const KernBackend *k = c->k;
     const ModelDims *d = &c->d;
     const int D = c->g.chunk_mtp[chunk];
-    const int l = c->spec.model.layers + i, h = d->h, N = d->b * d->s_loc, R = d->b * d->s_sp;
+    const int l = c->spec.model.layers + i, h = d->h, R = d->b * d->s_sp;
     const ExecLayerParams *w = &r->P->lw[l];
     const ExecLayerGrads *g = &r->P->lg[l];
     void *dres = r->W->dx_b;
@@ -393,7 +497,7 @@ static int module_bwd(const ExecLayerRun *r, int chunk, int i, const ExecLayerAc
      * plus what the next depth left for it (under ZeRO-2/3 into the bucket, the module's block's
      * gradients all within this backward) */
     exec_zero_bucket_clear(r->Z, c, r->P, r->P->layer_block[l]);
-    TRY(gather_module(r, l, MODEL_BWD, err));
+    TRY(gather_module(r, l, MODEL_BWD, 3, err));
     TRY(open_op(r, chunk, l, MODEL_OPR_FINAL_LN, MODEL_BWD, &op, err));
     k->memset0(dres, rb);
     norm_rows_bwd(r, dres, EXEC_LPT(g, NORM_W), r->W->dx_a, h, x->mtp_out[i], EXEC_LPT(w, NORM_W),
@@ -408,25 +512,12 @@ static int module_bwd(const ExecLayerRun *r, int chunk, int i, const ExecLayerAc
      * again) and hnorm's (into this module's spent output) */
     const void *ehin = a->t[EXEC_MTP_ACT];
     const void *hid = i == 0 ? EXEC_HA(x, FINAL_LN_IN) : x->mtp_out[i - 1];
-    void *deh = eh_grad_buf(r);
+    TRY(regather(r, i, 1, MODEL_BWD, err));
     TRY(open_op(r, chunk, l, MODEL_OPR_MTP, MODEL_BWD, &op, err));
-    if (d->t > 1) {
+    if (exec_sp_on(c))
         TRY(eh_bwd_sp(r, chunk, i, ehin, hid, x->mtp_out[i], tok, mb, err));
-        exec_meter_close(r->M, k, op);
-        return exec_zero_bucket_reduce(r->Z, c, r->P, r->M, r->P->layer_block[l], err);
-    }
-    mm(r, deh, c->act, dres, EXEC_LPT(w, EH_W), N, 2 * h, h, 0, 0, 0);
-    mm(r, EXEC_LPT(g, EH_W), PX_FP32, dres, ehin, h, 2 * h, N, 1, 0, 1);
-    k->memset0(x->mtp_out[i], rb);
-    norm_rows_bwd(r, x->mtp_out[i], EXEC_LPT(g, HNORM_W), AT(deh, h), 2 * h, hid,
-                  EXEC_LPT(w, HNORM_W), R);
-    exec_mtp_embed_shifted(r, r->W->out, tok, mb, i + 1);
-    k->memset0(dres, rb);
-    norm_rows_bwd(r, dres, EXEC_LPT(g, ENORM_W), deh, 2 * h, r->W->out, EXEC_LPT(w, ENORM_W), R);
-    if (exec_mtp_deferred(c))
-        k->copy((void *)ehin, dres, rb);
     else
-        exec_mtp_embed_shifted_bwd(r, dres, tok, mb, i + 1);
+        TRY(eh_bwd(r, chunk, i, ehin, hid, x->mtp_out[i], dres, tok, mb, err));
     exec_meter_close(r->M, k, op);
     return exec_zero_bucket_reduce(r->Z, c, r->P, r->M, r->P->layer_block[l], err);
 }

@@ -132,8 +132,19 @@ int exec_mtp_deferred_embed(const ExecLayerRun *r, int chunk, int mb, const Exec
         if (rc)
             return rc;
         exec_meter_open_again(r->M, c->k, op); /* more of the module's backward */
-        exec_mtp_embed_shifted_bwd(r, A[cl + i].t[EXEC_MTP_ACT], tok, mb, i + 1);
+        const void *dy = A[cl + i].t[EXEC_MTP_ACT];
+        int rc2 = PX_OK;
+        if (exec_sp_on(c)) { /* this rank's rows, gathered over the sequence (mtp.c, eh_bwd_sp) */
+            rc2 = exec_tp_all_gather(r, MODEL_OPR_MTP, c->spec.model.layers + i, chunk, MODEL_BWD,
+                                     r->W->sp_gather, dy, (size_t)c->d.b * c->d.s_sp * c->d.h,
+                                     err);
+            dy = r->W->sp_gather;
+        }
+        if (!rc2)
+            exec_mtp_embed_shifted_bwd(r, dy, tok, mb, i + 1);
         exec_meter_close(r->M, c->k, op);
+        if (rc2)
+            return rc2;
     }
     return PX_OK;
 }
