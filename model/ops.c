@@ -1464,28 +1464,35 @@ static void step_optimizer(Emit *e, const ModelTensorTable *tt)
 
 /* ZeRO-3 gathering FP8 weights whose scale is one per tensor (delayed, tensorwise): a shard's
  * amax is not its weight's, so each step, after the update, the ranks all-reduce (max) every
- * FP8 weight's amax over the ZeRO group in one call (torchao's
- * precompute_float8_dynamic_scale_for_fsdp): 4 bytes per weight of the stage. */
+ * FP8 matrix's amax over its ZeRO group (torchao's precompute_float8_dynamic_scale_for_fsdp):
+ * the dense blocks' over the ZeRO group in one call, the experts' (a matrix a local expert,
+ * each scaled on its own) over the expert-data-parallel group in another, the ranks of which
+ * hold the same experts (the other ep ranks' experts are other weights), 4 bytes a matrix of
+ * the stage. Each call is tagged with the first block that holds one of its matrices. */
 static void step_fp8_amax(Emit *e, const ModelTensorTable *tt)
 {
     const ModelSpec *s = e->s;
     if (s->layout.zero != 3 || !s->job.fp8_param_gather ||
         (s->job.fp8 != MODEL_FP8_DELAYED && s->job.fp8 != MODEL_FP8_TENSORWISE))
         return;
-    double weights = 0;
-    int first = -1;
-    for (int i = 0; i < tt->n_blocks; i++) {
-        weights += (double)tt->blocks[i].fp8_weights * tt->blocks[i].repeat;
-        if (first < 0 && tt->blocks[i].fp8_weights > 0)
-            first = i;
+    for (int experts = 0; experts < 2; experts++) {
+        double weights = 0;
+        int first = -1;
+        for (int i = 0; i < tt->n_blocks; i++) {
+            if (!!tt->blocks[i].experts != experts)
+                continue;
+            weights += (double)tt->blocks[i].fp8_weights * tt->blocks[i].repeat;
+            if (first < 0 && tt->blocks[i].fp8_weights > 0)
+                first = i;
+        }
+        if (first < 0)
+            continue;
+        e->chunk = tt->blocks[first].chunk;
+        e->layer = tt->blocks[first].layer;
+        e->repeat = 1;
+        block_comm(e, MODEL_OPR_BLOCK_PARAMS, tt, first, block_kind(tt, first, MODEL_DP_ALLREDUCE),
+                   block_group(e->d, tt, first), 4.0 * weights, 1);
     }
-    if (first < 0)
-        return;
-    e->chunk = tt->blocks[first].chunk;
-    e->layer = tt->blocks[first].layer;
-    e->repeat = 1;
-    block_comm(e, MODEL_OPR_BLOCK_PARAMS, tt, first, MODEL_DP_ALLREDUCE, e->d->zero_group,
-               4.0 * weights, 1);
 }
 
 /* ZeRO-1/2: every block's updated parameter shards gathered after the step; ZeRO-3 under a
