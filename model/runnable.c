@@ -92,8 +92,8 @@ static const char *mtp_limit(const ModelSpec *s, const ModelDims *d)
 }
 
 /* --fp8-param-gather's limits (exec/train/fp8gather.c), or NULL: ZeRO-3's gather in FP8 of
- * the dense layers' weights with a per-tensor scale (under a pipeline once a step, a call a
- * block whatever the bucket size). */
+ * the layers' weights, the experts' over the expert-data-parallel group, with a per-tensor
+ * scale (under a pipeline once a step, a call a block whatever the bucket size). */
 static const char *fp8_gather_limit(const ModelSpec *s, const ModelDims *d)
 {
     return s->layout.zero != 3
@@ -102,7 +102,6 @@ static const char *fp8_gather_limit(const ModelSpec *s, const ModelDims *d)
            : s->job.fp8 != MODEL_FP8_TENSORWISE && s->job.fp8 != MODEL_FP8_DELAYED
                ? "fp8_param_gather runs with a per-tensor scale (--fp8-recipe tensorwise or "
                  "delayed)"
-           : d->moe ? "fp8_param_gather runs on models without experts"
            : s->layout.bucket_bytes > 0 && !d->zero_per_step
                ? "fp8_param_gather gathers a block in one call (make the plan without "
                  "--zero-bucket-bytes, or under a pipeline, whose step gathers a block in one "
