@@ -767,9 +767,27 @@ static void zero_comm(Emit *e, ModelOpRole r, const ModelTensorTable *tt, int bl
         calls = c < (double)shard ? (int)c : (int)shard; /* at least one element a call */
     }
     const uint64_t per = (shard + (uint64_t)calls - 1) / (uint64_t)calls;
-    /* whole bytes: a fractional elem (FP8 weights among the block's, block_param_bytes over
-     * its elements) gives the block's bytes back only up to rounding */
     block_comm(e, r, tt, block, kind, group, round((double)per * group * elem), calls);
+}
+
+/* ZeRO-3's gather of block b in FP8 (--fp8-param-gather): `bytes` on the wire
+ * (block_param_bytes: each rank's shard is its other elements in the act dtype and its FP8
+ * ones in a byte, so the ranks' parts differ in bytes). In buckets the calls cut that wire
+ * image of the whole block (the ranks' parts one after another) into ceil(bytes /
+ * bucket_bytes) calls of equal bytes, the last padded with zeros (exec/train/fp8gather.c's
+ * issue_buckets): each call at most bucket_bytes, and calls x ceil(bytes / calls) in all. */
+static void zero_gather_fp8(Emit *e, const ModelTensorTable *tt, int block, ModelComm kind,
+                            int group, double bytes)
+{
+    const double bucket = e->s->layout.bucket_bytes;
+    const double shard = (double)(px_round_up(tt->blocks[block].numel, (uint64_t)group) /
+                                  (uint64_t)group);
+    int calls = 1;
+    if (bucket > 0 && bytes > bucket) {
+        const double c = ceil(bytes / bucket);
+        calls = c < shard ? (int)c : (int)shard;
+    }
+    block_comm(e, MODEL_OPR_BLOCK_PARAMS, tt, block, kind, group, ceil(bytes / calls), calls);
 }
 
 /* ZeRO-3's gather of block b's parameters before a pass that reads them (`phase`: the
@@ -786,8 +804,12 @@ static void zero_gather(Emit *e, const ModelTensorTable *tt, int block, ModelPha
     e->phase = phase;
     const int grp = block_group(d, tt, block);
     const double padded = (double)px_round_up(tt->blocks[block].numel, (uint64_t)grp);
-    zero_comm(e, MODEL_OPR_BLOCK_PARAMS, tt, block, block_kind(tt, block, MODEL_DP_ALL_GATHER),
-              grp, block_param_bytes(e->s, d, &tt->blocks[block], grp) / padded);
+    const ModelComm kind = block_kind(tt, block, MODEL_DP_ALL_GATHER);
+    const double bytes = block_param_bytes(e->s, d, &tt->blocks[block], grp);
+    if (d->fp8 && e->s->job.fp8_param_gather)
+        zero_gather_fp8(e, tt, block, kind, grp, bytes);
+    else
+        zero_comm(e, MODEL_OPR_BLOCK_PARAMS, tt, block, kind, grp, bytes / padded);
     e->phase = keep;
     e->role = keep_role;
 }

@@ -20,10 +20,13 @@
  * (comm_all_gather_v) in place: the act part packed into ring[i] (the other parameters, in
  * block order, the padding last), the FP8 part into ring8[i], which is then laid out matrix by
  * matrix with each one's scale after its elements, the layout its GEMMs read. Bytes on the
- * wire: (padded - fp8) x act + fp8, as model/ops.c's block_param_bytes counts them. Only the
+ * wire: (padded - fp8) x act + fp8, as model/ops.c's block_param_bytes counts them; in
+ * buckets (layout.bucket_bytes at pp 1) that wire image cut into calls of equal bytes
+ * (gather_image, model/ops.c's zero_gather_fp8). Only the
  * kernels' quantize and copies: the CPU and CUDA backends alike, without transposed copies
  * (model_exec_refusal refuses a TN-only device's plan). */
 #include <float.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -125,11 +128,23 @@ static uint64_t fp8_in(const ExecFp8Gather *G, const ExecParams *P, int b, uint6
     return n;
 }
 
+/* The calls of block blk's gather of `wire` bytes (model/ops.c's zero_gather_fp8): one, or
+ * in buckets ceil(wire / bucket_bytes), at most one a shard's element; under a pipeline the
+ * step's gathers are one call a block whatever the bucket size. */
+static int bucket_calls(const ExecCtx *c, const ExecBlock *blk, uint64_t wire)
+{
+    const double bucket = c->spec.layout.bucket_bytes;
+    if (bucket <= 0 || (double)wire <= bucket || blk->group < 2 || c->d.zero_per_step)
+        return 1;
+    const double n = ceil((double)wire / bucket);
+    return n < (double)blk->shard ? (int)n : (int)blk->shard;
+}
+
 int exec_pg_buffers(ExecZero *Z, const ExecCtx *c, const ExecParams *P, PxError *err)
 {
     ExecFp8Gather *G = &Z->pg;
     const ModelLayout *l = &c->spec.layout;
-    uint64_t act_most = 0, slot8 = 0, act_all = 0, fp8_all = 0;
+    uint64_t act_most = 0, slot8 = 0, act_all = 0, fp8_all = 0, stage = 0;
     for (int b = 0; b < P->nb; b++) {
         const ExecBlock *blk = &P->b[b];
         int w;
@@ -140,16 +155,21 @@ int exec_pg_buffers(ExecZero *Z, const ExecCtx *c, const ExecParams *P, PxError 
         slot8 = part8 > slot8 ? part8 : slot8;
         act_all += padded - f;
         fp8_all += part8;
-        /* one call a block: the bytes model/ops.c's zero_comm would cut into buckets (under a
-         * pipeline the step's gathers are one call a block whatever the bucket size) */
-        const double wire = (double)(padded - f) * (double)c->ab + (double)f;
-        if (l->bucket_bytes > 0 && wire > l->bucket_bytes && blk->group > 1 && !c->d.zero_per_step)
-            return px_fail(err, PX_EINPUT, "layout.bucket_bytes %.0f: block %d's FP8 parameter "
-                           "gather of %.0f bytes would be cut into buckets, which the executor "
-                           "does not do with fp8_param_gather (make the plan with "
-                           "--zero-bucket-bytes 0 or larger)", l->bucket_bytes, b, wire);
+        /* a bucketed gather's calls go through the staging, one call's bytes */
+        const uint64_t wire = (padded - f) * c->ab + f;
+        const int calls = bucket_calls(c, blk, wire);
+        const uint64_t call = (wire + (uint64_t)calls - 1) / (uint64_t)calls;
+        stage = calls > 1 && call > stage ? call : stage;
     }
     G->slot8 = slot8;
+    stage = px_round_up(stage, 64);
+    if (stage > Z->extra_bytes) {
+        c->k->free(Z->extra);
+        Z->extra_bytes = stage;
+        if (!(Z->stage = Z->extra = c->k->alloc(stage)))
+            return px_fail(err, PX_ERUNTIME, "out of memory: %.3f GiB for the FP8 gather's "
+                           "bucketed calls", (double)stage / PX_GIB);
+    }
     /* kept: from the forward to the backward, or under a pipeline across the step */
     const int kept = l->keep_gathered || c->d.zero_per_step;
     const uint64_t need = kept ? act_all : (uint64_t)Z->n_ring * act_most;
@@ -377,6 +397,90 @@ static uint8_t *slot8_of(const ExecZero *Z, int b, const void *dst)
     return NULL;
 }
 
+/* A block's gathered wire image: each rank's part, its act elements (act_n[r] x ab bytes)
+ * then its FP8 ones (fp8_n[r] bytes), the parts one after another; a part's act bytes live at
+ * their place in the act part of the slot (act), its FP8 bytes in the FP8 part (q8). */
+typedef struct {
+    const KernBackend *k;
+    size_t ab;
+    void *act;
+    uint8_t *q8;
+    const int64_t *act_n, *fp8_n;
+    int group;
+} Image;
+
+/* Bytes of the image before rank r's part (r = group: the whole image). */
+static uint64_t image_bytes(const Image *im, int r)
+{
+    uint64_t n = 0;
+    for (int i = 0; i < r; i++)
+        n += (uint64_t)im->act_n[i] * im->ab + (uint64_t)im->fp8_n[i];
+    return n;
+}
+
+/* Copies bytes [from, from + len) of rank r's part between their places and buf (to_buf: into
+ * buf): those below its act bytes in the act part, the rest in the FP8 part. */
+static void image_copy(const Image *im, int r, uint64_t from, uint64_t len, uint8_t *buf,
+                       int to_buf)
+{
+    uint64_t a_at = 0, q_at = 0;
+    for (int i = 0; i < r; i++) {
+        a_at += (uint64_t)im->act_n[i];
+        q_at += (uint64_t)im->fp8_n[i];
+    }
+    const uint64_t act_bytes = (uint64_t)im->act_n[r] * im->ab;
+    const uint64_t n_act = from >= act_bytes ? 0 : (act_bytes - from < len ? act_bytes - from : len);
+    uint8_t *a = (uint8_t *)im->act + a_at * im->ab + from;
+    uint8_t *q = im->q8 + q_at + (from + n_act - act_bytes);
+    if (n_act)
+        im->k->copy(to_buf ? buf : a, to_buf ? (const void *)a : buf, (size_t)n_act);
+    if (len > n_act)
+        im->k->copy(to_buf ? buf + n_act : q, to_buf ? (const void *)q : buf + n_act,
+                    (size_t)(len - n_act));
+}
+
+/* The image gathered in `calls` calls of equal bytes (model/ops.c's zero_gather_fp8): call j
+ * carries bytes [j B, (j + 1) B) of the image, B = ceil(image / calls), the last one padded
+ * with zeros by the last rank; each rank sends what of its part falls in the call (from its
+ * places, into the staging at its offset), the call gathers them in place (comm_all_gather_v,
+ * ranks outside the call sending none) and every part is copied to its places. */
+static int gather_image(uint8_t *stage, const Image *im, int me, int calls, ModelComm kind,
+                        const ExecCtx *c, ExecMeter *M, int op, PxError *err)
+{
+    enum { MAX_GROUP = 1024 };
+    int64_t counts[MAX_GROUP];
+    const uint64_t total = image_bytes(im, im->group);
+    const uint64_t B = (total + (uint64_t)calls - 1) / (uint64_t)calls;
+    int rc = PX_OK;
+    for (int j = 0; j < calls && !rc; j++) {
+        const uint64_t lo = (uint64_t)j * B, hi = lo + B;
+        const uint64_t real = total > lo ? total - lo : 0, pad = hi > total ? B - real : 0;
+        exec_meter_open(M, c->k, op);
+        uint64_t at = 0;
+        for (int r = 0; r < im->group; r++) {
+            const uint64_t end = at + (uint64_t)im->act_n[r] * im->ab + (uint64_t)im->fp8_n[r];
+            const uint64_t x0 = at > lo ? at : lo, x1 = end < hi ? end : hi;
+            counts[r] = (int64_t)(x1 > x0 ? x1 - x0 : 0) + (r == im->group - 1 ? (int64_t)pad : 0);
+            if (r == me && r == im->group - 1 && pad)
+                c->k->memset0(stage + real, (size_t)pad);
+            if (r == me && x1 > x0)
+                image_copy(im, r, x0 - at, x1 - x0, stage + (x0 - lo), 1);
+            at = end;
+        }
+        rc = comm_all_gather_v(c->comm, stage, counts, PX_FP8, kind, NULL, err);
+        at = 0;
+        for (int r = 0; r < im->group && !rc; r++) {
+            const uint64_t end = at + (uint64_t)im->act_n[r] * im->ab + (uint64_t)im->fp8_n[r];
+            const uint64_t x0 = at > lo ? at : lo, x1 = end < hi ? end : hi;
+            if (r != me && x1 > x0)
+                image_copy(im, r, x0 - at, x1 - x0, stage + (x0 - lo), 0);
+            at = end;
+        }
+        exec_meter_close(M, c->k, op);
+    }
+    return rc;
+}
+
 int exec_pg_issue(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, int b,
                   ModelPhase phase, int occurrence, int async, void *dst, PxError *err)
 {
@@ -408,6 +512,15 @@ int exec_pg_issue(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, in
         (rc = exec_meter_need(M, c, MODEL_OPR_BLOCK_PARAMS, b, blk->chunk, phase, kind,
                               occurrence, "a block's parameter all-gather", &op, err)))
         return rc;
+    const Image im = {c->k, c->ab, dst, q8, act_n, fp8_n, blk->group};
+    const int calls = bucket_calls(c, blk, image_bytes(&im, blk->group));
+    if (calls > 1) { /* blocking, also when prefetched */
+        pack_shard(G, c, P, b, dst, a_at, q8, q_at);
+        Z->gather_op[b] = op;
+        if (!(rc = gather_image(Z->stage, &im, blk->group_rank, calls, kind, c, M, op, err)))
+            rc = exec_pg_finish(Z, c, P, b, err);
+        return rc;
+    }
     if (op >= 0)
         exec_meter_open(M, c->k, op);
     pack_shard(G, c, P, b, dst, a_at, q8, q_at);
