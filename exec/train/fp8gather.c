@@ -23,8 +23,8 @@
  * wire: (padded - fp8) x act + fp8, as model/ops.c's block_param_bytes counts them; in
  * buckets (layout.bucket_bytes at pp 1) that wire image cut into calls of equal bytes
  * (gather_image, model/ops.c's zero_gather_fp8). Only the
- * kernels' quantize and copies: the CPU and CUDA backends alike, without transposed copies
- * (model_exec_refusal refuses a TN-only device's plan). */
+ * kernels' quantize and copies: the CPU and CUDA backends alike (a TN-only device's backward
+ * GEMMs read the gathered weight transposed by the kernels' fp8_transpose, fp8.c). */
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
