@@ -429,7 +429,9 @@ static void image_copy(const Image *im, int r, uint64_t from, uint64_t len, uint
         q_at += (uint64_t)im->fp8_n[i];
     }
     const uint64_t act_bytes = (uint64_t)im->act_n[r] * im->ab;
-    const uint64_t n_act = from >= act_bytes ? 0 : (act_bytes - from < len ? act_bytes - from : len);
+    const uint64_t n_act = from >= act_bytes       ? 0
+                           : act_bytes - from < len ? act_bytes - from
+                                                    : len;
     uint8_t *a = (uint8_t *)im->act + a_at * im->ab + from;
     uint8_t *q = im->q8 + q_at + (from + n_act - act_bytes);
     if (n_act)
