@@ -767,9 +767,27 @@ static void zero_comm(Emit *e, ModelOpRole r, const ModelTensorTable *tt, int bl
         calls = c < (double)shard ? (int)c : (int)shard; /* at least one element a call */
     }
     const uint64_t per = (shard + (uint64_t)calls - 1) / (uint64_t)calls;
-    /* whole bytes: a fractional elem (FP8 weights among the block's, block_param_bytes over
-     * its elements) gives the block's bytes back only up to rounding */
     block_comm(e, r, tt, block, kind, group, round((double)per * group * elem), calls);
+}
+
+/* ZeRO-3's gather of block b in FP8 (--fp8-param-gather): `bytes` on the wire
+ * (block_param_bytes: each rank's shard is its other elements in the act dtype and its FP8
+ * ones in a byte, so the ranks' parts differ in bytes). In buckets the calls cut that wire
+ * image of the whole block (the ranks' parts one after another) into ceil(bytes /
+ * bucket_bytes) calls of equal bytes, the last padded with zeros (exec/train/fp8gather.c's
+ * issue_buckets): each call at most bucket_bytes, and calls x ceil(bytes / calls) in all. */
+static void zero_gather_fp8(Emit *e, const ModelTensorTable *tt, int block, ModelComm kind,
+                            int group, double bytes)
+{
+    const double bucket = e->s->layout.bucket_bytes;
+    const double shard = (double)(px_round_up(tt->blocks[block].numel, (uint64_t)group) /
+                                  (uint64_t)group);
+    int calls = 1;
+    if (bucket > 0 && bytes > bucket) {
+        const double c = ceil(bytes / bucket);
+        calls = c < shard ? (int)c : (int)shard;
+    }
+    block_comm(e, MODEL_OPR_BLOCK_PARAMS, tt, block, kind, group, ceil(bytes / calls), calls);
 }
 
 /* ZeRO-3's gather of block b's parameters before a pass that reads them (`phase`: the
@@ -786,8 +804,12 @@ static void zero_gather(Emit *e, const ModelTensorTable *tt, int block, ModelPha
     e->phase = phase;
     const int grp = block_group(d, tt, block);
     const double padded = (double)px_round_up(tt->blocks[block].numel, (uint64_t)grp);
-    zero_comm(e, MODEL_OPR_BLOCK_PARAMS, tt, block, block_kind(tt, block, MODEL_DP_ALL_GATHER),
-              grp, block_param_bytes(e->s, d, &tt->blocks[block], grp) / padded);
+    const ModelComm kind = block_kind(tt, block, MODEL_DP_ALL_GATHER);
+    const double bytes = block_param_bytes(e->s, d, &tt->blocks[block], grp);
+    if (d->fp8 && e->s->job.fp8_param_gather)
+        zero_gather_fp8(e, tt, block, kind, grp, bytes);
+    else
+        zero_comm(e, MODEL_OPR_BLOCK_PARAMS, tt, block, kind, grp, bytes / padded);
     e->phase = keep;
     e->role = keep_role;
 }
@@ -1498,28 +1520,35 @@ static void step_optimizer(Emit *e, const ModelTensorTable *tt)
 
 /* ZeRO-3 gathering FP8 weights whose scale is one per tensor (delayed, tensorwise): a shard's
  * amax is not its weight's, so each step, after the update, the ranks all-reduce (max) every
- * FP8 weight's amax over the ZeRO group in one call (torchao's
- * precompute_float8_dynamic_scale_for_fsdp): 4 bytes per weight of the stage. */
+ * FP8 matrix's amax over its ZeRO group (torchao's precompute_float8_dynamic_scale_for_fsdp):
+ * the dense blocks' over the ZeRO group in one call, the experts' (a matrix a local expert,
+ * each scaled on its own) over the expert-data-parallel group in another, the ranks of which
+ * hold the same experts (the other ep ranks' experts are other weights), 4 bytes a matrix of
+ * the stage. Each call is tagged with the first block that holds one of its matrices. */
 static void step_fp8_amax(Emit *e, const ModelTensorTable *tt)
 {
     const ModelSpec *s = e->s;
     if (s->layout.zero != 3 || !s->job.fp8_param_gather ||
         (s->job.fp8 != MODEL_FP8_DELAYED && s->job.fp8 != MODEL_FP8_TENSORWISE))
         return;
-    double weights = 0;
-    int first = -1;
-    for (int i = 0; i < tt->n_blocks; i++) {
-        weights += (double)tt->blocks[i].fp8_weights * tt->blocks[i].repeat;
-        if (first < 0 && tt->blocks[i].fp8_weights > 0)
-            first = i;
+    for (int experts = 0; experts < 2; experts++) {
+        double weights = 0;
+        int first = -1;
+        for (int i = 0; i < tt->n_blocks; i++) {
+            if (!!tt->blocks[i].experts != experts)
+                continue;
+            weights += (double)tt->blocks[i].fp8_weights * tt->blocks[i].repeat;
+            if (first < 0 && tt->blocks[i].fp8_weights > 0)
+                first = i;
+        }
+        if (first < 0)
+            continue;
+        e->chunk = tt->blocks[first].chunk;
+        e->layer = tt->blocks[first].layer;
+        e->repeat = 1;
+        block_comm(e, MODEL_OPR_BLOCK_PARAMS, tt, first, block_kind(tt, first, MODEL_DP_ALLREDUCE),
+                   block_group(e->d, tt, first), 4.0 * weights, 1);
     }
-    if (first < 0)
-        return;
-    e->chunk = tt->blocks[first].chunk;
-    e->layer = tt->blocks[first].layer;
-    e->repeat = 1;
-    block_comm(e, MODEL_OPR_BLOCK_PARAMS, tt, first, MODEL_DP_ALLREDUCE, e->d->zero_group,
-               4.0 * weights, 1);
 }
 
 /* ZeRO-1/2: every block's updated parameter shards gathered after the step; ZeRO-3 under a

@@ -83,9 +83,10 @@ static const char *mtp_limit(const ModelSpec *s, const ModelDims *d)
 }
 
 /* --fp8-param-gather's limits (exec/train/fp8gather.c), or NULL: ZeRO-3's gather in FP8 of
- * the dense layers' weights with a per-tensor scale (under a pipeline once a step, a call a
- * block whatever the bucket size). */
-static const char *fp8_gather_limit(const ModelSpec *s, const ModelDims *d)
+ * the layers' weights, the experts' over the expert-data-parallel group, with a per-tensor
+ * scale (in buckets of equal bytes at pp 1; under a pipeline once a step, a call a block
+ * whatever the bucket size). */
+static const char *fp8_gather_limit(const ModelSpec *s)
 {
     return s->layout.zero != 3
                ? "fp8_param_gather runs with ZeRO-3 (--zero 3), whose all-gather carries the FP8 "
@@ -93,11 +94,6 @@ static const char *fp8_gather_limit(const ModelSpec *s, const ModelDims *d)
            : s->job.fp8 != MODEL_FP8_TENSORWISE && s->job.fp8 != MODEL_FP8_DELAYED
                ? "fp8_param_gather runs with a per-tensor scale (--fp8-recipe tensorwise or "
                  "delayed)"
-           : d->moe ? "fp8_param_gather runs on models without experts"
-           : s->layout.bucket_bytes > 0 && !d->zero_per_step
-               ? "fp8_param_gather gathers a block in one call (make the plan without "
-                 "--zero-bucket-bytes, or under a pipeline, whose step gathers a block in one "
-                 "call)"
                : NULL;
 }
 
@@ -131,10 +127,10 @@ static const char *grad_limit(const ModelSpec *s, const ModelDims *d)
 }
 
 /* The FP8 limits, or NULL. */
-static const char *fp8_limit(const ModelSpec *s, const ModelDims *d)
+static const char *fp8_limit(const ModelSpec *s)
 {
     const ModelJob *j = &s->job;
-    const char *pg = j->fp8_param_gather ? fp8_gather_limit(s, d) : NULL;
+    const char *pg = j->fp8_param_gather ? fp8_gather_limit(s) : NULL;
     return pg                  ? pg
            : j->fp8_attention  ? "fp8_attention is simulated only"
            : j->fp8_dispatch   ? fp8_dispatch_limit(s)
@@ -198,7 +194,7 @@ int model_exec_refusal(const ModelSpec *s, const ModelDims *d, int gpu, char *wh
                  "or full, or framework megatron)",
                  model_framework_name(s->job.framework),
                  d->fp8 != MODEL_FP8_NONE ? "FP8 GEMMs" : "multi-head latent attention");
-    else if (d->fp8 != MODEL_FP8_NONE && (lim = fp8_limit(s, d)))
+    else if (d->fp8 != MODEL_FP8_NONE && (lim = fp8_limit(s)))
         snprintf(why, cap, "training.fp8 %s: the executor runs FP8 GEMMs with limits: %s",
                  model_fp8_recipe_name(s->job.fp8), lim);
     else if (gpu && s->job.grad_dtype != PX_FP32 && s->job.grad_dtype != s->job.precision)

@@ -71,6 +71,11 @@ static const Layout layouts[] = {
      * the backward's GEMMs take the gathered weight transposed) */
     {"dp2_zero3_fp8pg", 2, "--dp 2 --tp 1 --pp 1 --zero 3 --fsdp --fp8-param-gather --no-sp " PIN1,
      "--precision fp8 --fp8-recipe tensorwise", NULL, 0},
+    /* in buckets of 20 kB: calls of equal bytes cutting each block's wire image, a rank
+     * sending none in a call its part misses (NCCL: a broadcast of no bytes) */
+    {"dp2_zero3_fp8pg_buckets", 2,
+     "--dp 2 --tp 1 --pp 1 --zero 3 --fsdp --zero-bucket-bytes 20000 --fp8-param-gather --no-sp " PIN1,
+     "--precision fp8 --fp8-recipe tensorwise", NULL, 0},
     /* the same under a pipeline: each stage gathered in FP8 once a step, kept across its
      * micro-batches */
     {"dp2_pp2_fsdp_fp8pg", 4, "--dp 2 --tp 1 --pp 2 --zero 3 --fsdp --fp8-param-gather --no-sp " PIN1,

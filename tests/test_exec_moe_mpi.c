@@ -87,6 +87,15 @@ static const Layout layouts[] = {
     {"ep2_pp2_full_fp8_delayed", 4, 2, 1, 2, 2, 0, 1, 0, 1, 0, MODEL_FP8_DELAYED, 0, 0, 0, 0, 0},
     {"ep2_dp2_zero3_fp8_tensorwise", 4, 4, 1, 1, 2, 0, 1, 3, 0, 0, MODEL_FP8_TENSORWISE, 0, 0, 0, 0, 0},
     {"cuda_ep2_fp8_blockwise", 2, 2, 1, 1, 2, 0, 1, 0, 0, 1, MODEL_FP8_BLOCKWISE, 0, 0, 0, 0, 0},
+    /* ZeRO-3 gathering the FP8 weights in FP8 (a name with _fp8pg_: --fp8-param-gather,
+     * exec/train/fp8gather.c): the experts' blocks over edp 2 (ep 2 of dp 4; etp 2 of tp 2 x
+     * dp 2), each local expert's matrix with its own scale, its amax all-reduced over edp
+     * apart from the dense weights' over dp. Tensorwise: the losses of the same layout without
+     * the flag bit for bit (check_same_without_fp8pg); delayed scaling records a weight's amax
+     * once a step, not once a forward: against one rank within FP8_TOL */
+    {"ep2_dp2_zero3_fp8pg_tensorwise", 4, 4, 1, 1, 2, 0, 1, 3, 0, 0, MODEL_FP8_TENSORWISE, 0, 0, 0, 0, 0},
+    {"tp2_sp_etp2_dp2_zero3_fp8pg_delayed", 4, 2, 2, 1, 1, 1, 1, 3, 0, 0, MODEL_FP8_DELAYED, 0, 2, 0, 0, 0},
+    {"cuda_ep2_dp2_zero3_fp8pg_tensorwise", 4, 4, 1, 1, 2, 0, 1, 3, 0, 1, MODEL_FP8_TENSORWISE, 0, 0, 0, 0, 0},
     /* --fp8-dispatch (a name with _fp8d_): the forward's all-to-all moves the rows in FP8 with
      * their row-wise scales (blockwise's and MXFP8's, the recipes whose scales belong to a row),
      * which the experts' GEMMs then quantize as they are; the recomputed forward's too (the
@@ -291,6 +300,7 @@ static ModelSpec spec_of(const Layout *L)
     s.job.fp8 = (ModelFp8Recipe)L->fp8;
     s.job.fp8_amax_history = 16;
     s.job.fp8_dispatch = strstr(L->name, "_fp8d_") != NULL;
+    s.job.fp8_param_gather = strstr(L->name, "_fp8pg_") != NULL;
     s.model.moe.capacity_factor = L->cf;
     if (is_ag(L))
         s.job.moe_dispatcher = MODEL_MOE_DISPATCH_ALLGATHER;
@@ -376,6 +386,32 @@ static void check_same_without_fp8d(const Layout *L, const ModelSpec *s, const c
     cJSON_Delete(other);
 }
 
+/* --fp8-param-gather's run with tensorwise scaling (the CPU's *_fp8pg_tensorwise layouts)
+ * against the same layout's without it, step by step: bit-identical losses, as each shard of a
+ * matrix is quantized with the whole matrix's scale (the amax all-reduced over its ZeRO group),
+ * the bytes each GEMM's cast of the gathered weight makes without the flag. */
+static void check_same_without_fp8pg(const Layout *L, const ModelSpec *s, const cJSON *run)
+{
+    ModelSpec plain = *s;
+    plain.job.fp8_param_gather = 0;
+    write_plan(&plain, "local", L->gpus, "nofp8pg.json");
+    sh(0, "timeout 600 %s run %s/nofp8pg.json --quiet -o %s/nofp8pg.run.json", px, tmp, tmp);
+    cJSON *other = read_json("nofp8pg.run.json");
+    const cJSON *os = at(other, "steps", NULL), *ms = at(run, "steps", NULL);
+    CHECK_EQ_INT(cJSON_GetArraySize(os), cJSON_GetArraySize(ms));
+    for (int i = 0; i < cJSON_GetArraySize(ms); i++) {
+        const double a = num(cJSON_GetArrayItem(os, i), "loss"), b = num(cJSON_GetArrayItem(ms, i), "loss");
+        if (a != b) {
+            fprintf(stderr, "FAILED: %s step %d: loss %.17g with the FP8 gather, %.17g with each "
+                    "GEMM casting the gathered weight\n", L->name, i + 1, b, a);
+            exit(1);
+        }
+    }
+    printf("%-16s the same losses as each GEMM casting the gathered weight: final loss %.9f\n",
+           L->name, num(cJSON_GetArrayItem(os, cJSON_GetArraySize(os) - 1), "loss"));
+    cJSON_Delete(other);
+}
+
 static void check_layout(const Layout *L)
 {
     const int n_steps = steps_of(L);
@@ -394,6 +430,7 @@ static void check_layout(const Layout *L)
     one.layout.recompute = MODEL_RECOMPUTE_NONE;
     one.job.moe_imbalance = 1.0; /* one rank holds every expert: its buffers take every copy */
     one.job.precision = PX_FP32;
+    one.job.fp8_param_gather = 0; /* no ZeRO-3 on one rank: nothing to gather */
     write_plan(&one, "local", 1, "ref.json");
     sh(0, "%s run %s/ref.json --quiet --launcher none -o %s/ref.run.json", px, tmp, tmp);
     if (!L->cuda)
@@ -411,6 +448,8 @@ static void check_layout(const Layout *L)
         check_same_as_alltoall(L, &s, run);
     if (s.job.fp8_dispatch && !L->cuda)
         check_same_without_fp8d(L, &s, run);
+    if (s.job.fp8_param_gather && s.job.fp8 == MODEL_FP8_TENSORWISE && !L->cuda)
+        check_same_without_fp8pg(L, &s, run);
     /* the layout ran as pinned: chunks per rank and expert tensor parallelism */
     CHECK_EQ_INT(s.layout.vpp, (int)num(at(plan, "layout", NULL), "vpp"));
     const cJSON *pl = at(plan, "layout", NULL);

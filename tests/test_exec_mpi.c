@@ -106,6 +106,12 @@ static const Layout layouts[] = {
     {"dp2_zero3_fp8pg_delayed_keep", 2,
      "--dp 2 --tp 1 --pp 1 --zero 3 --no-reshard-after-forward --fp8-param-gather --no-sp " PIN1,
      "--fp8-recipe delayed --fp8-amax-history 16 --mbs 1", 5, 0, NULL, 3e-3},
+    /* in buckets of 30 kB at pp 1: each block's wire image (the ranks' parts, act and FP8
+     * bytes) cut into calls of equal bytes, the last padded (model/ops.c's zero_gather_fp8),
+     * two layers prefetched; bit for bit against the layout without the flag (check_cast_twin) */
+    {"dp2_zero3_fp8pg_tensorwise_buckets", 2,
+     "--dp 2 --tp 1 --pp 1 --zero 3 --fsdp --fsdp-prefetch 2 --zero-bucket-bytes 30000 --fp8-param-gather --no-sp " PIN1,
+     "--fp8-recipe tensorwise --mbs 1", 4, 0, NULL, 1e-3},
     /* the same under a pipeline, whose stage is gathered in FP8 once a step and kept across its
      * micro-batches: tensorwise bit for bit against the layout without the flag
      * (check_cast_twin); delayed with buckets, which do not cut the step's gathers */
@@ -528,7 +534,8 @@ static void check_layout(const Layout *L)
 
     /* --fp8-param-gather with tensorwise scaling, whose scale is the whole weight's (one
      * layout a way of gathering: the second run costs CI time) */
-    if (!strcmp(L->name, "dp2_zero3_fp8pg_tensorwise") || !strcmp(L->name, "dp2_pp2_zero3_fp8pg_tensorwise"))
+    if (!strcmp(L->name, "dp2_zero3_fp8pg_tensorwise") || !strcmp(L->name, "dp2_pp2_zero3_fp8pg_tensorwise") ||
+        !strcmp(L->name, "dp2_zero3_fp8pg_tensorwise_buckets"))
         check_cast_twin(L, ms);
 
     /* memory, communication, FLOPs and ops of every rank against its stage's prediction */

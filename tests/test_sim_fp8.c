@@ -280,6 +280,93 @@ static void test_dispatch(void)
     model_ops_free(&g);
 }
 
+/* ZeRO-3 gathering FP8 weights with a per-tensor scale: each step's amax all-reduce, a call a
+ * group. tiny-moe on dp 4 with ep 2: the dense blocks' 16 FP8 matrices (QKV and projection of
+ * 4 layers, the dense layer's fc1 and fc2, the shared expert's of the 3 MoE layers) over dp 4;
+ * the experts' 24 (fc1 and fc2 of 4 local experts in 3 layers) over edp 2, whose ranks hold
+ * the same experts (one call of 160 bytes over dp 4 before, mixing the ep ranks' experts). */
+static void test_amax_groups(void)
+{
+    PxError err = {0};
+    ModelSpec s;
+    model_spec_defaults(&s);
+    CHECK_OK(model_config_load("tiny-moe", &s.model, &err), err);
+    s.layout.dp = 4;
+    s.layout.ep = 2;
+    s.layout.zero = 3;
+    s.job.global_batch = 8;
+    s.job.precision = PX_BF16;
+    s.job.fp8 = MODEL_FP8_TENSORWISE;
+    s.job.fp8_param_gather = 1;
+    ModelDims d;
+    CHECK_OK(model_spec_check(&s, 4, &d, &err), err);
+    CHECK_EQ_INT(2, d.edp);
+    ModelOpGraph g;
+    CHECK_OK(model_ops_build(&s, &d, 0, &g, &err), err);
+    int dense = 0, experts = 0;
+    for (int i = 0; i < g.count; i++) {
+        const ModelOp *op = &g.op[i];
+        if (op->kind != MODEL_OP_COMM || op->phase != MODEL_STEP)
+            continue;
+        if (op->comm == MODEL_DP_ALLREDUCE) {
+            CHECK_EQ_U64(64, op->comm_bytes);
+            CHECK_EQ_INT(4, op->group_size);
+            dense++;
+        } else if (op->comm == MODEL_EDP_ALLREDUCE) {
+            CHECK_EQ_U64(96, op->comm_bytes);
+            CHECK_EQ_INT(2, op->group_size);
+            experts++;
+        }
+    }
+    CHECK_EQ_INT(1, dense);
+    CHECK_EQ_INT(1, experts);
+    model_ops_free(&g);
+}
+
+/* ZeRO-3's FP8 gather in buckets: the block's wire image (the ranks' parts, act and FP8 bytes)
+ * cut into calls of equal bytes, the last padded. tiny in fp32 on dp 2 with 30 kB buckets: the
+ * embedding's 20,480 elements (no FP8 weight: 81,920 bytes) in 3 calls of 27,307 (each rank's
+ * pieces of 3414 elements gave 27,312 before), gathered twice in the forward (the tied output
+ * layer's too); a layer's 52,480 bytes (its 4 FP8 weights' 49,152 elements in a byte, its 832
+ * others in 4) in 2 of 26,240. */
+static void test_bucketed_gather(void)
+{
+    PxError err = {0};
+    ModelSpec s;
+    model_spec_defaults(&s);
+    CHECK_OK(model_config_load("tiny", &s.model, &err), err);
+    s.layout.dp = 2;
+    s.layout.zero = 3;
+    s.layout.fsdp = 1;
+    s.layout.bucket_bytes = 30000;
+    s.job.global_batch = 8;
+    s.job.precision = PX_FP32;
+    s.job.fp8 = MODEL_FP8_TENSORWISE;
+    s.job.fp8_param_gather = 1;
+    ModelDims d;
+    CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+    ModelOpGraph g;
+    CHECK_OK(model_ops_build(&s, &d, 0, &g, &err), err);
+    int embed = 0, layer = 0;
+    for (int i = 0; i < g.count; i++) {
+        const ModelOp *op = &g.op[i];
+        if (op->kind != MODEL_OP_COMM || op->comm != MODEL_DP_ALL_GATHER || op->phase != MODEL_FWD)
+            continue;
+        if (!strncmp(op->name, "embed.", 6)) {
+            CHECK_EQ_U64(27307, op->comm_bytes);
+            CHECK_EQ_INT(3, op->calls);
+            embed++;
+        } else if (!strncmp(op->name, "layer.0.", 8)) {
+            CHECK_EQ_U64(26240, op->comm_bytes);
+            CHECK_EQ_INT(2, op->calls);
+            layer++;
+        }
+    }
+    CHECK_EQ_INT(2, embed);
+    CHECK_EQ_INT(1, layer);
+    model_ops_free(&g);
+}
+
 /* FP8 against bf16 on the same layout: faster, by less than the peaks' ratio; the linear
  * layers' ops account for the gain; stage 0's weights grow by the FP8 and transposed copies. */
 static void test_effect(void)
@@ -355,6 +442,8 @@ int main(void)
     test_devices();
     test_ops();
     test_dispatch();
+    test_amax_groups();
+    test_bucketed_gather();
     test_effect();
     TEST_DONE("sim_fp8");
 }

@@ -307,8 +307,12 @@ void exec_fp8_mm(const ExecCtx *c, ExecMeter *M, void *out, PxDtype ct, ExecFp8R
 static ExecFp8Ref weight_use(ExecFp8 *F, const ExecCtx *c, const ExecFp8Weight *w, int g,
                              int transposed, int rec)
 {
-    if (w->gq) { /* gathered in FP8 (fp8gather.c): read as it arrived, or transposed */
-        const ExecFp8Ref r = {w->gq, exec_fp8_desc(F, w->rows, w->cols, 1, 0)};
+    if (w->gq) { /* gathered in FP8 (fp8gather.c): read as it arrived, or transposed; a local
+                    expert's matrix after the g before it, each with its scale */
+        const size_t at = (size_t)g * ((size_t)w->rows * (size_t)w->cols +
+                                       (size_t)MODEL_FP8_GATHER_SCALE_BYTES);
+        const ExecFp8Ref r = {(const uint8_t *)w->gq + at,
+                              exec_fp8_desc(F, w->rows, w->cols, 1, 0)};
         if (!transposed)
             return r;
         c->k->fp8_transpose(F->wqt, r.q, &r.f);

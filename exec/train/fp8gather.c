@@ -3,9 +3,12 @@
  * the act dtype, and the gathered FP8 weight feeds its GEMMs as it is (no second quantization).
  *
  * The scale: a shard's amax is not its weight's, and every rank must quantize its shards of a
- * weight with the same per-tensor scale, so each step begins with every FP8 weight's amax over
- * this rank's shards, all-reduced (max) over the ZeRO group in one call of 4 bytes a weight
- * (torchao's precompute_float8_dynamic_scale_for_fsdp; model/ops.c's step_fp8_amax counts it).
+ * weight with the same per-tensor scale, so each step begins with every FP8 matrix's amax over
+ * this rank's shards, all-reduced (max) in one call of 4 bytes a matrix over the ZeRO group for
+ * the dense blocks' and in another over the expert-data-parallel group for the experts' (an
+ * expert weight is a matrix a local expert, each with its own scale, as the GEMMs quantize
+ * them; the ep peers hold other experts) (torchao's precompute_float8_dynamic_scale_for_fsdp;
+ * model/ops.c's step_fp8_amax counts both).
  * Tensorwise scaling takes amax / 448 (E4M3's largest), the scale the whole weight's own
  * quantization takes, so the GEMMs read the bytes ZeRO-3 without it casts per use; delayed
  * scaling rolls the amax into the weight's history and takes the decode factor it gives (one
@@ -15,12 +18,15 @@
  * The ranks' shards of a block hold unequal parts of its FP8 weights (the flat block is cut
  * where it is, not weight by weight), so each part is gathered with its own counts
  * (comm_all_gather_v) in place: the act part packed into ring[i] (the other parameters, in
- * block order, the padding last), the FP8 part into ring8[i], which is then laid out weight by
- * weight with each weight's scale after its elements, the layout its GEMMs read. Bytes on the
- * wire: (padded - fp8) x act + fp8, as model/ops.c's block_param_bytes counts them. Only the
- * kernels' quantize and copies: the CPU and CUDA backends alike, without transposed copies
- * (model_exec_refusal refuses a TN-only device's plan). */
+ * block order, the padding last), the FP8 part into ring8[i], which is then laid out matrix by
+ * matrix with each one's scale after its elements, the layout its GEMMs read. Bytes on the
+ * wire: (padded - fp8) x act + fp8, as model/ops.c's block_param_bytes counts them; in
+ * buckets (layout.bucket_bytes at pp 1) that wire image cut into calls of equal bytes
+ * (gather_image, model/ops.c's zero_gather_fp8). Only the
+ * kernels' quantize and copies: the CPU and CUDA backends alike (a TN-only device's backward
+ * GEMMs read the gathered weight transposed by the kernels' fp8_transpose, fp8.c). */
 #include <float.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,8 +52,20 @@ int exec_pg_init(ExecFp8Gather *G, struct ExecFp8 *F, const ExecCtx *c, const Ex
         return px_fail(err, PX_ERUNTIME, "out of memory for the FP8 parameter gather");
     for (int b = 0; b < P->nb; b++)
         G->req8[b] = -1;
+    /* a matrix an entry, the dense blocks' first: their amaxes and the experts' are
+     * all-reduced over two groups */
+    for (int i = 0; i < P->n; i++)
+        G->w_of[i] = -1;
+    for (int experts = 0; experts < 2; experts++) {
+        for (int i = 0; i < P->n; i++) {
+            if (F->w[i].p && !!P->b[P->p[i].block].experts == experts) {
+                G->w_of[i] = G->n_w;
+                G->n_w += F->w[i].groups;
+            }
+        }
+        G->n_dense = experts ? G->n_dense : G->n_w;
+    }
     for (int i = 0; i < P->n; i++) {
-        G->w_of[i] = F->w[i].p ? G->n_w++ : -1;
         /* a block's pieces are walked in offset order */
         if (i > 0 && P->p[i].block == P->p[i - 1].block && P->p[i].off < P->p[i - 1].off)
             return px_fail(err, PX_ERUNTIME, "%s lies before %s in its block: the FP8 parameter "
@@ -83,7 +101,14 @@ int exec_pg_bind(ExecFp8Gather *G, const ModelTensor *t, void *p, PxError *err)
     return PX_OK;
 }
 
-/* Block b's FP8 elements in [lo, hi) of its flat layout, and its FP8 weights. */
+/* The elements of one of parameter i's FP8 matrices (an expert weight holds one a local
+ * expert, each quantized with its own scale). */
+static uint64_t matrix_elems(const ExecFp8Gather *G, int i)
+{
+    return (uint64_t)G->fp8->w[i].rows * (uint64_t)G->fp8->w[i].cols;
+}
+
+/* Block b's FP8 elements in [lo, hi) of its flat layout, and its FP8 matrices. */
 static uint64_t fp8_in(const ExecFp8Gather *G, const ExecParams *P, int b, uint64_t lo,
                        uint64_t hi, int *weights)
 {
@@ -94,7 +119,7 @@ static uint64_t fp8_in(const ExecFp8Gather *G, const ExecParams *P, int b, uint6
         const ExecParam *p = &P->p[i];
         if (G->w_of[i] < 0)
             continue;
-        w++;
+        w += G->fp8->w[i].groups;
         const uint64_t a = p->off > lo ? p->off : lo, e = p->off + p->numel < hi ? p->off + p->numel : hi;
         n += e > a ? e - a : 0;
     }
@@ -103,11 +128,23 @@ static uint64_t fp8_in(const ExecFp8Gather *G, const ExecParams *P, int b, uint6
     return n;
 }
 
+/* The calls of block blk's gather of `wire` bytes (model/ops.c's zero_gather_fp8): one, or
+ * in buckets ceil(wire / bucket_bytes), at most one a shard's element; under a pipeline the
+ * step's gathers are one call a block whatever the bucket size. */
+static int bucket_calls(const ExecCtx *c, const ExecBlock *blk, uint64_t wire)
+{
+    const double bucket = c->spec.layout.bucket_bytes;
+    if (bucket <= 0 || (double)wire <= bucket || blk->group < 2 || c->d.zero_per_step)
+        return 1;
+    const double n = ceil((double)wire / bucket);
+    return n < (double)blk->shard ? (int)n : (int)blk->shard;
+}
+
 int exec_pg_buffers(ExecZero *Z, const ExecCtx *c, const ExecParams *P, PxError *err)
 {
     ExecFp8Gather *G = &Z->pg;
     const ModelLayout *l = &c->spec.layout;
-    uint64_t act_most = 0, slot8 = 0, act_all = 0, fp8_all = 0;
+    uint64_t act_most = 0, slot8 = 0, act_all = 0, fp8_all = 0, stage = 0;
     for (int b = 0; b < P->nb; b++) {
         const ExecBlock *blk = &P->b[b];
         int w;
@@ -118,16 +155,21 @@ int exec_pg_buffers(ExecZero *Z, const ExecCtx *c, const ExecParams *P, PxError 
         slot8 = part8 > slot8 ? part8 : slot8;
         act_all += padded - f;
         fp8_all += part8;
-        /* one call a block: the bytes model/ops.c's zero_comm would cut into buckets (under a
-         * pipeline the step's gathers are one call a block whatever the bucket size) */
-        const double wire = (double)(padded - f) * (double)c->ab + (double)f;
-        if (l->bucket_bytes > 0 && wire > l->bucket_bytes && blk->group > 1 && !c->d.zero_per_step)
-            return px_fail(err, PX_EINPUT, "layout.bucket_bytes %.0f: block %d's FP8 parameter "
-                           "gather of %.0f bytes would be cut into buckets, which the executor "
-                           "does not do with fp8_param_gather (make the plan with "
-                           "--zero-bucket-bytes 0 or larger)", l->bucket_bytes, b, wire);
+        /* a bucketed gather's calls go through the staging, one call's bytes */
+        const uint64_t wire = (padded - f) * c->ab + f;
+        const int calls = bucket_calls(c, blk, wire);
+        const uint64_t call = (wire + (uint64_t)calls - 1) / (uint64_t)calls;
+        stage = calls > 1 && call > stage ? call : stage;
     }
     G->slot8 = slot8;
+    stage = px_round_up(stage, 64);
+    if (stage > Z->extra_bytes) {
+        c->k->free(Z->extra);
+        Z->extra_bytes = stage;
+        if (!(Z->stage = Z->extra = c->k->alloc(stage)))
+            return px_fail(err, PX_ERUNTIME, "out of memory: %.3f GiB for the FP8 gather's "
+                           "bucketed calls", (double)stage / PX_GIB);
+    }
     /* kept: from the forward to the backward, or under a pipeline across the step */
     const int kept = l->keep_gathered || c->d.zero_per_step;
     const uint64_t need = kept ? act_all : (uint64_t)Z->n_ring * act_most;
@@ -161,8 +203,59 @@ int exec_pg_buffers(ExecZero *Z, const ExecCtx *c, const ExecParams *P, PxError 
     return PX_OK;
 }
 
-/* Weight k's decode factor of this step, for its parameter p. */
+/* Matrix k's decode factor of this step. */
 static const float *scale_of(const ExecFp8Gather *G, int k) { return G->scale + k; }
+
+/* The amaxes of matrices [at, at + n), all-reduced (max) over the ZeRO group of `block` (the
+ * first block that holds one of them) in one call of `kind`, as model/ops.c's step_fp8_amax
+ * counts it. */
+static int amax_allreduce(ExecFp8Gather *G, const ExecCtx *c, const ExecParams *P, ExecMeter *M,
+                          int block, int at, int n, ModelComm kind, PxError *err)
+{
+    if (block < 0 || n == 0 || P->b[block].group <= 1)
+        return PX_OK;
+    int op, rc;
+    if ((rc = exec_meter_need(M, c, MODEL_OPR_BLOCK_PARAMS, block, P->b[block].chunk, MODEL_STEP,
+                              kind, 0, "the FP8 weights' amax all-reduce", &op, err)))
+        return rc;
+    exec_meter_open(M, c->k, op);
+    rc = comm_allreduce(c->comm, G->amax + at, (size_t)n, PX_FP32, COMM_MAX, kind, NULL, err);
+    exec_meter_close(M, c->k, op);
+    return rc;
+}
+
+/* This rank's amax of every FP8 matrix's elements in its shards (0 where it holds none). The
+ * first dense and the first experts' block that hold one. */
+static void shard_amax(ExecFp8Gather *G, const ExecCtx *c, const ExecParams *P, int first[2])
+{
+    ExecFp8 *F = G->fp8;
+    const KernBackend *k = c->k;
+    first[0] = first[1] = -1;
+    for (int i = 0; i < P->n; i++) {
+        const int w = G->w_of[i];
+        if (w < 0)
+            continue;
+        const ExecParam *p = &P->p[i];
+        const ExecBlock *blk = &P->b[p->block];
+        const int ex = !!blk->experts;
+        first[ex] = first[ex] < 0 ? p->block : first[ex];
+        const uint64_t n = matrix_elems(G, i);
+        uint64_t lo = 0, hi = 0;
+        const int own = exec_params_own(P, p, &lo, &hi);
+        for (int g = 0; g < F->w[i].groups; g++) {
+            const uint64_t m0 = p->off + (uint64_t)g * n;
+            const uint64_t a = m0 > lo ? m0 : lo, e = m0 + n < hi ? m0 + n : hi;
+            if (!own || e <= a) {
+                k->memset0(G->amax + w + g, sizeof(float));
+                continue;
+            }
+            const KernFp8 f = {1, (int)(e - a), 1, (int)(e - a), 0, 0};
+            k->fp8_quantize(F->wq, F->amax, EXEC_AT(blk->w_shard, a - blk->own_off, c->ab), &f, 0,
+                            NULL);
+            k->copy(G->amax + w + g, F->amax, sizeof(float));
+        }
+    }
+}
 
 int exec_pg_scales(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, PxError *err)
 {
@@ -171,49 +264,25 @@ int exec_pg_scales(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, P
         return PX_OK;
     ExecFp8 *F = G->fp8;
     const KernBackend *k = c->k;
-    int first = -1;
-    for (int i = 0; i < P->n; i++) {
-        const int w = G->w_of[i];
-        if (w < 0)
-            continue;
-        const ExecParam *p = &P->p[i];
-        const ExecBlock *blk = &P->b[p->block];
-        first = first < 0 ? p->block : first;
-        uint64_t lo, hi;
-        if (!exec_params_own(P, p, &lo, &hi)) {
-            k->memset0(G->amax + w, sizeof(float));
-            continue;
-        }
-        const int n = (int)(hi - lo);
-        const KernFp8 f = {1, n, 1, n, 0, 0};
-        k->fp8_quantize(F->wq, F->amax, EXEC_AT(blk->w_shard, lo - blk->own_off, c->ab), &f, 0,
-                        NULL);
-        k->copy(G->amax + w, F->amax, sizeof(float));
-    }
-    int rc = PX_OK;
-    if (P->b[first].group > 1) {
-        int op;
-        if ((rc = exec_meter_need(M, c, MODEL_OPR_BLOCK_PARAMS, first, P->b[first].chunk,
-                                  MODEL_STEP, MODEL_DP_ALLREDUCE, 0,
-                                  "the FP8 weights' amax all-reduce", &op, err)))
-            return rc;
-        exec_meter_open(M, k, op);
-        rc = comm_allreduce(c->comm, G->amax, (size_t)G->n_w, PX_FP32, COMM_MAX,
-                            MODEL_DP_ALLREDUCE, NULL, err);
-        exec_meter_close(M, k, op);
-        if (rc)
-            return rc;
-    }
+    int first[2];
+    shard_amax(G, c, P, first);
+    int rc = amax_allreduce(G, c, P, M, first[0], 0, G->n_dense, MODEL_DP_ALLREDUCE, err);
+    if (!rc)
+        rc = amax_allreduce(G, c, P, M, first[1], G->n_dense, G->n_w - G->n_dense,
+                            MODEL_EDP_ALLREDUCE, err);
+    if (rc)
+        return rc;
     if (F->len) {
         /* delayed scaling: the amax rolled into the weight's history, whose factor it takes */
         for (int i = 0; i < P->n; i++) {
             const int w = G->w_of[i];
-            if (w < 0)
-                continue;
             const ExecFp8Weight *fw = &F->w[i];
-            k->fp8_amax_update(fw->hist + (size_t)EXEC_FP8_W * (size_t)F->len,
-                               fw->scale + EXEC_FP8_W, G->amax + w, F->fmax, F->len, 1);
-            k->copy(G->scale + w, fw->scale + EXEC_FP8_W, sizeof(float));
+            for (int g = 0; w >= 0 && g < fw->groups; g++) {
+                const size_t col = (size_t)(3 * g + EXEC_FP8_W);
+                k->fp8_amax_update(fw->hist + col * (size_t)F->len, fw->scale + col,
+                                   G->amax + w + g, F->fmax, F->len, 1);
+                k->copy(G->scale + w + g, fw->scale + col, sizeof(float));
+            }
         }
         return PX_OK;
     }
@@ -255,12 +324,19 @@ static void pack_shard(const ExecFp8Gather *G, const ExecCtx *c, const ExecParam
                     (size_t)(s0 - x) * c->ab);
             a_at += s0 - x;
         }
-        const int n = (int)(s1 - s0);
-        const KernFp8 f = {1, n, 1, n, 0, 0};
-        k->fp8_quantize(G->fp8->wq, NULL, EXEC_AT(blk->w_shard, s0 - lo, c->ab), &f, 0,
-                        scale_of(G, w));
-        k->copy(q8 + q_at, G->fp8->wq, (size_t)n);
-        q_at += (uint64_t)n;
+        /* matrix by matrix, each with its scale */
+        const uint64_t m = matrix_elems(G, i);
+        for (uint64_t a = s0; a < s1;) {
+            const uint64_t g = (a - p->off) / m, end = p->off + (g + 1) * m;
+            const uint64_t e = end < s1 ? end : s1;
+            const int n = (int)(e - a);
+            const KernFp8 f = {1, n, 1, n, 0, 0};
+            k->fp8_quantize(G->fp8->wq, NULL, EXEC_AT(blk->w_shard, a - lo, c->ab), &f, 0,
+                            scale_of(G, w + (int)g));
+            k->copy(q8 + q_at, G->fp8->wq, (size_t)n);
+            q_at += (uint64_t)n;
+            a = e;
+        }
         x = s1;
     }
     if (hi > x)
@@ -268,12 +344,13 @@ static void pack_shard(const ExecFp8Gather *G, const ExecCtx *c, const ExecParam
                 (size_t)(hi - x) * c->ab);
 }
 
-/* The FP8 part of block b (the weights' elements packed in block order) laid out weight by
- * weight with each one's scale after it in MODEL_FP8_GATHER_SCALE_BYTES (the scale, padded so
- * that the next weight starts 16-byte aligned where its elements are a multiple of 16, as
- * cuBLASLt's FP8 GEMM takes them), last weight first (each moves up by that much a weight
- * before it), through ws.fp8's weight area; then the views: the act parameters packed in
- * `act`, each FP8 weight's gq. */
+/* The FP8 part of block b (the weights' elements packed in block order) laid out matrix by
+ * matrix (an expert weight's local experts one by one) with each one's scale after it in
+ * MODEL_FP8_GATHER_SCALE_BYTES (the scale, padded so that the next matrix starts 16-byte
+ * aligned where its elements are a multiple of 16, as cuBLASLt's FP8 GEMM takes them), last
+ * matrix first (each moves up by that much a matrix before it), through ws.fp8's weight area;
+ * then the views: the act parameters packed in `act`, each FP8 weight's gq (its first
+ * matrix). */
 static void spread_and_point(ExecFp8Gather *G, const ExecCtx *c, ExecParams *P, int b, void *act,
                              uint8_t *q8, int spread)
 {
@@ -286,23 +363,25 @@ static void spread_and_point(ExecFp8Gather *G, const ExecCtx *c, ExecParams *P, 
         G->off[j] = w >= 0 ? UINT64_MAX : act_at;
         act_at += w >= 0 ? 0 : P->p[i].numel;
         packed += w >= 0 ? P->p[i].numel : 0;
-        nw += w >= 0;
+        nw += w >= 0 ? G->fp8->w[i].groups : 0;
     }
     for (int j = blk->n_params - 1; j >= 0; j--) {
         const int i = blk->first_param + j, w = G->w_of[i];
         if (w < 0)
             continue;
-        const uint64_t n = P->p[i].numel;
-        packed -= n;
-        nw--;
-        uint8_t *dst = q8 + packed + (uint64_t)MODEL_FP8_GATHER_SCALE_BYTES * (uint64_t)nw;
-        if (spread && nw > 0) {
-            k->copy(G->fp8->wq, q8 + packed, (size_t)n);
-            k->copy(dst, G->fp8->wq, (size_t)n);
+        const uint64_t n = matrix_elems(G, i);
+        for (int g = G->fp8->w[i].groups - 1; g >= 0; g--) {
+            packed -= n;
+            nw--;
+            uint8_t *dst = q8 + packed + (uint64_t)MODEL_FP8_GATHER_SCALE_BYTES * (uint64_t)nw;
+            if (spread && nw > 0) {
+                k->copy(G->fp8->wq, q8 + packed, (size_t)n);
+                k->copy(dst, G->fp8->wq, (size_t)n);
+            }
+            if (spread)
+                k->copy(dst + n, scale_of(G, w + g), sizeof(float));
+            G->fp8->w[i].gq = dst;
         }
-        if (spread)
-            k->copy(dst + n, scale_of(G, w), sizeof(float));
-        G->fp8->w[i].gq = dst;
     }
     exec_params_point_packed(P, c, b, act, G->off);
 }
@@ -316,6 +395,92 @@ static uint8_t *slot8_of(const ExecZero *Z, int b, const void *dst)
         if (Z->ring[i] == dst)
             return Z->pg.ring8[i];
     return NULL;
+}
+
+/* A block's gathered wire image: each rank's part, its act elements (act_n[r] x ab bytes)
+ * then its FP8 ones (fp8_n[r] bytes), the parts one after another; a part's act bytes live at
+ * their place in the act part of the slot (act), its FP8 bytes in the FP8 part (q8). */
+typedef struct {
+    const KernBackend *k;
+    size_t ab;
+    void *act;
+    uint8_t *q8;
+    const int64_t *act_n, *fp8_n;
+    int group;
+} Image;
+
+/* Bytes of the image before rank r's part (r = group: the whole image). */
+static uint64_t image_bytes(const Image *im, int r)
+{
+    uint64_t n = 0;
+    for (int i = 0; i < r; i++)
+        n += (uint64_t)im->act_n[i] * im->ab + (uint64_t)im->fp8_n[i];
+    return n;
+}
+
+/* Copies bytes [from, from + len) of rank r's part between their places and buf (to_buf: into
+ * buf): those below its act bytes in the act part, the rest in the FP8 part. */
+static void image_copy(const Image *im, int r, uint64_t from, uint64_t len, uint8_t *buf,
+                       int to_buf)
+{
+    uint64_t a_at = 0, q_at = 0;
+    for (int i = 0; i < r; i++) {
+        a_at += (uint64_t)im->act_n[i];
+        q_at += (uint64_t)im->fp8_n[i];
+    }
+    const uint64_t act_bytes = (uint64_t)im->act_n[r] * im->ab;
+    const uint64_t n_act = from >= act_bytes       ? 0
+                           : act_bytes - from < len ? act_bytes - from
+                                                    : len;
+    uint8_t *a = (uint8_t *)im->act + a_at * im->ab + from;
+    uint8_t *q = im->q8 + q_at + (from + n_act - act_bytes);
+    if (n_act)
+        im->k->copy(to_buf ? buf : a, to_buf ? (const void *)a : buf, (size_t)n_act);
+    if (len > n_act)
+        im->k->copy(to_buf ? buf + n_act : q, to_buf ? (const void *)q : buf + n_act,
+                    (size_t)(len - n_act));
+}
+
+/* The image gathered in `calls` calls of equal bytes (model/ops.c's zero_gather_fp8): call j
+ * carries bytes [j B, (j + 1) B) of the image, B = ceil(image / calls), the last one padded
+ * with zeros by the last rank; each rank sends what of its part falls in the call (from its
+ * places, into the staging at its offset), the call gathers them in place (comm_all_gather_v,
+ * ranks outside the call sending none) and every part is copied to its places. */
+static int gather_image(uint8_t *stage, const Image *im, int me, int calls, ModelComm kind,
+                        const ExecCtx *c, ExecMeter *M, int op, PxError *err)
+{
+    enum { MAX_GROUP = 1024 };
+    int64_t counts[MAX_GROUP];
+    const uint64_t total = image_bytes(im, im->group);
+    const uint64_t B = (total + (uint64_t)calls - 1) / (uint64_t)calls;
+    int rc = PX_OK;
+    for (int j = 0; j < calls && !rc; j++) {
+        const uint64_t lo = (uint64_t)j * B, hi = lo + B;
+        const uint64_t real = total > lo ? total - lo : 0, pad = hi > total ? B - real : 0;
+        exec_meter_open(M, c->k, op);
+        uint64_t at = 0;
+        for (int r = 0; r < im->group; r++) {
+            const uint64_t end = at + (uint64_t)im->act_n[r] * im->ab + (uint64_t)im->fp8_n[r];
+            const uint64_t x0 = at > lo ? at : lo, x1 = end < hi ? end : hi;
+            counts[r] = (int64_t)(x1 > x0 ? x1 - x0 : 0) + (r == im->group - 1 ? (int64_t)pad : 0);
+            if (r == me && r == im->group - 1 && pad)
+                c->k->memset0(stage + real, (size_t)pad);
+            if (r == me && x1 > x0)
+                image_copy(im, r, x0 - at, x1 - x0, stage + (x0 - lo), 1);
+            at = end;
+        }
+        rc = comm_all_gather_v(c->comm, stage, counts, PX_FP8, kind, NULL, err);
+        at = 0;
+        for (int r = 0; r < im->group && !rc; r++) {
+            const uint64_t end = at + (uint64_t)im->act_n[r] * im->ab + (uint64_t)im->fp8_n[r];
+            const uint64_t x0 = at > lo ? at : lo, x1 = end < hi ? end : hi;
+            if (r != me && x1 > x0)
+                image_copy(im, r, x0 - at, x1 - x0, stage + (x0 - lo), 0);
+            at = end;
+        }
+        exec_meter_close(M, c->k, op);
+    }
+    return rc;
 }
 
 int exec_pg_issue(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, int b,
@@ -349,6 +514,15 @@ int exec_pg_issue(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, in
         (rc = exec_meter_need(M, c, MODEL_OPR_BLOCK_PARAMS, b, blk->chunk, phase, kind,
                               occurrence, "a block's parameter all-gather", &op, err)))
         return rc;
+    const Image im = {c->k, c->ab, dst, q8, act_n, fp8_n, blk->group};
+    const int calls = bucket_calls(c, blk, image_bytes(&im, blk->group));
+    if (calls > 1) { /* blocking, also when prefetched */
+        pack_shard(G, c, P, b, dst, a_at, q8, q_at);
+        Z->gather_op[b] = op;
+        if (!(rc = gather_image(Z->stage, &im, blk->group_rank, calls, kind, c, M, op, err)))
+            rc = exec_pg_finish(Z, c, P, b, err);
+        return rc;
+    }
     if (op >= 0)
         exec_meter_open(M, c->k, op);
     pack_shard(G, c, P, b, dst, a_at, q8, q_at);

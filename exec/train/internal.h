@@ -1010,10 +1010,11 @@ enum { EXEC_MAX_RING = 18 };
 
 /* ZeRO-3's FP8 parameter gather (--fp8-param-gather; fp8gather.c, docs/fp8.md): each block's
  * FP8 GEMM weights travel in one byte, quantized by their owners with a per-tensor scale all
- * ranks agree on (the step's amax of the whole weight, all-reduced over the ZeRO group), its
- * other parameters in the act dtype; each slot of the gather is an act part (ring[i], the
- * other parameters packed) and an FP8 part (ring8[i]: each weight's elements, then its scale)
- * in zero.param_gather_fp8. */
+ * ranks agree on (the step's amax of the whole weight, all-reduced over the block's ZeRO
+ * group: the expert-data-parallel one for the experts' blocks), its other parameters in the
+ * act dtype; each slot of the gather is an act part (ring[i], the other parameters packed) and
+ * an FP8 part (ring8[i]: each weight's elements, then its scale; an expert weight's matrices
+ * one by one, each with its own) in zero.param_gather_fp8. */
 typedef struct {
     int on;
     struct ExecFp8 *fp8;
@@ -1024,8 +1025,10 @@ typedef struct {
     uint8_t **kept8;          /* [blocks], keep_gathered only */
     int *req8;                /* [blocks]: the FP8 part's gather in flight (-1: none) */
     int *spread;              /* [blocks]: its FP8 part is laid out for the GEMMs */
-    int n_w;                  /* the stage's FP8 weights, in parameter order */
-    int *w_of;                /* [parameters]: index among them, or -1 */
+    int n_w;                  /* the stage's FP8 matrices (an expert weight's one a local
+                                 expert): the dense blocks' first, in parameter order */
+    int n_dense;              /* of them, the dense blocks' */
+    int *w_of;                /* [parameters]: its first matrix's index among them, or -1 */
     float *amax;              /* [n_w] backend memory: the step's amaxes, all-reduced */
     float *scale;             /* [n_w] after them: the decode factors the shards take */
     size_t scales_bytes;      /* the two, one allocation */
