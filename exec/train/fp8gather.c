@@ -216,7 +216,7 @@ static int amax_allreduce(ExecFp8Gather *G, const ExecCtx *c, const ExecParams *
         return PX_OK;
     int op, rc;
     if ((rc = exec_meter_need(M, c, MODEL_OPR_BLOCK_PARAMS, block, P->b[block].chunk, MODEL_STEP,
-                              kind, 0, "the FP8 weights' amax all-reduce", &op, err)))
+                              kind, 0, "amax all-reduce of the FP8 weights", &op, err)))
         return rc;
     exec_meter_open(M, c->k, op);
     rc = comm_allreduce(c->comm, G->amax + at, (size_t)n, PX_FP32, COMM_MAX, kind, NULL, err);

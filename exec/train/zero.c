@@ -206,7 +206,7 @@ static int sp_norm_grads(const ExecZero *Z, const ExecCtx *c, const ExecParams *
     if (total == 0)
         return PX_OK;
     if ((rc = exec_meter_need(M, c, MODEL_OPR_BLOCK_SP_GRADS, b, blk->chunk, phase,
-                              MODEL_TP_ALLREDUCE, 0, "a block's sp_grads.tp_allreduce", &op, err)))
+                              MODEL_TP_ALLREDUCE, 0, "sp_grads.tp_allreduce of a block", &op, err)))
         return rc;
     if (packed) {
         /* the scratch is fp32 (model_exec_refusal keeps 16-bit gradients off this path) */
@@ -303,7 +303,7 @@ static int tied_sum(const ExecCtx *c, ExecParams *P, ExecMeter *M, int b, PxErro
     int op = exec_meter_find(M, MODEL_OPR_BLOCK_GRADS, b, blk->chunk, MODEL_STEP,
                              MODEL_EMBED_ALLREDUCE, 0);
     if (!p || op < 0)
-        return exec_meter_missing(c, "the tied embedding's embed_allreduce", err);
+        return exec_meter_missing(c, "embed_allreduce of the tied embedding", err);
     exec_meter_open(M, c->k, op);
     int rc = comm_allreduce(c->comm, p->g, p->numel, c->grad, COMM_SUM, MODEL_EMBED_ALLREDUCE, NULL,
                             err);
@@ -323,7 +323,7 @@ static int replicas_allreduce(const ExecCtx *c, ExecParams *P, ExecMeter *M, int
                                            : EXEC_AT(blk->g, blk->own_off, c->gb);
     int op, rc;
     if ((rc = exec_meter_need(M, c, MODEL_OPR_BLOCK_GRADS, b, blk->chunk, MODEL_STEP,
-                              MODEL_DPR_ALLREDUCE, 0, "a block's dpr_allreduce", &op, err)))
+                              MODEL_DPR_ALLREDUCE, 0, "dpr_allreduce of a block", &op, err)))
         return rc;
     exec_meter_open(M, c->k, op);
     rc = comm_allreduce(c->comm, shard, blk->shard, c->grad, COMM_SUM, MODEL_DPR_ALLREDUCE, NULL,
@@ -426,7 +426,7 @@ static int issue_gather(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter 
     uint64_t per;
     const ModelComm kind = block_kind(blk, MODEL_DP_ALL_GATHER);
     if ((rc = exec_meter_need(M, c, MODEL_OPR_BLOCK_PARAMS, b, blk->chunk, phase, kind,
-                              occurrence, "a block's parameter all-gather", &op, err)))
+                              occurrence, "parameter all-gather of a block", &op, err)))
         return rc;
     bucket_calls(c, blk, c->ab, &calls, &per);
     if (calls > 1) {
@@ -586,7 +586,7 @@ int exec_zero_gather_step(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMete
             const ModelComm kind = block_kind(blk, MODEL_DP_ALL_GATHER);
             int op;
             if ((rc = exec_meter_need(M, c, MODEL_OPR_BLOCK_PARAMS, b, blk->chunk, MODEL_STEP,
-                                      kind, 0, "a block's parameter all-gather", &op, err)))
+                                      kind, 0, "parameter all-gather of a block", &op, err)))
                 return rc;
             exec_meter_open(M, c->k, op);
             rc = comm_all_gather(c->comm, Z->kept[b], blk->w_shard, blk->shard, c->act, kind, NULL,
@@ -610,7 +610,7 @@ int exec_zero_gather_updated(const ExecCtx *c, ExecParams *P, ExecMeter *M, PxEr
         const ModelComm kind = block_kind(blk, MODEL_DP_ALL_GATHER);
         int op;
         if ((rc = exec_meter_need(M, c, MODEL_OPR_BLOCK_PARAMS, b, blk->chunk, MODEL_STEP, kind,
-                                  0, "a block's parameter all-gather", &op, err)))
+                                  0, "parameter all-gather of a block", &op, err)))
             return rc;
         exec_meter_open(M, c->k, op);
         rc = comm_all_gather_shard(c->comm, blk->w, blk->numel, blk->shard, c->act, kind, NULL,
