@@ -679,13 +679,122 @@ static void layer_forward(Emit *e, int l)
     moe_forward(e, l);
 }
 
+/* The forward-order number (from 1) of layer l's first matmul at role r under op-level
+ * recompute, 0 for none; *count its matmuls (model_sac_op_matmuls). */
+static int sac_first(const ModelSpec *s, int l, ModelOpRole r, int *count)
+{
+    const ModelMla *m = &s->model.mla;
+    const int mla = m->kv_lora_rank > 0, qa = mla && m->q_lora_rank > 0;
+    const int gated = s->model.mlp == MODEL_SWIGLU, moe = l >= 0 && model_layer_is_moe(&s->model, l);
+    const int proj = 4 + qa; /* wq, wk, wv; or [q_a,] kv_a, q_b, kv_b */
+    *count = 1;
+    switch (r) {
+    case MODEL_OPR_QKV:
+        *count = 3;
+        return mla ? 0 : 1;
+    case MODEL_OPR_Q_A:
+        return qa;
+    case MODEL_OPR_KV_A:
+        return mla ? 1 + qa : 0;
+    case MODEL_OPR_Q_B:
+        return mla ? 2 + qa : 0;
+    case MODEL_OPR_KV_B:
+        return mla ? 3 + qa : 0;
+    case MODEL_OPR_PROJ:
+        return proj;
+    case MODEL_OPR_FC1:
+        *count = gated ? 2 : 1;
+        return moe ? 0 : proj + 1;
+    case MODEL_OPR_FC2:
+        return moe ? 0 : proj + 2 + gated;
+    default:
+        return 0;
+    }
+}
+
+unsigned model_sac_op_matmuls(const ModelSpec *s, const ModelDims *d, int layer, ModelOpRole r)
+{
+    int count;
+    const int first = sac_first(s, layer, r, &count);
+    unsigned bits = 0;
+    for (int i = 0; d->recompute_op && first > 0 && i < count; i++)
+        if ((first + i) % 2 == 0)
+            bits |= 1u << i;
+    return bits;
+}
+
+int model_sac_op_role(const ModelSpec *s, const ModelDims *d, int layer, ModelOpRole r)
+{
+    const ModelMla *m = &s->model.mla;
+    const int mla = m->kv_lora_rank > 0, moe = layer >= 0 && model_layer_is_moe(&s->model, layer);
+    if (!d->recompute_op)
+        return 0;
+    switch (r) {
+    case MODEL_OPR_LN1:
+    case MODEL_OPR_PROJ:
+    case MODEL_OPR_LN2:
+        return 1;
+    case MODEL_OPR_QKV:
+        return !mla;
+    case MODEL_OPR_Q_A:
+        return mla && m->q_lora_rank > 0;
+    case MODEL_OPR_KV_A:
+    case MODEL_OPR_KV_B:
+        return mla;
+    case MODEL_OPR_ACT:
+    case MODEL_OPR_FC2:
+        return !moe;
+    default:
+        return model_sac_op_matmuls(s, d, layer, r) != 0;
+    }
+}
+
+/* Multi-head latent attention's projections under op-level recompute (sac_op_recompute): the
+ * rerun ones of q_a, kv_a, q_b, kv_b (with a query latent kv_a and kv_b, the 2nd and 4th of
+ * the layer's matmuls; without one q_b, the 2nd), the latents' norms (priced as the forward
+ * prices them, within the down-projections) and the rotary embedding of the queries' and the
+ * shared key's rotary parts (a read and a write of each, beside kv_b). */
+static void sac_op_mla(Emit *e, int l)
+{
+    const ModelSpec *s = e->s;
+    const ModelDims *d = e->d;
+    const ModelMla *m = &s->model.mla;
+    const double M = (double)d->b * d->s_loc, Msp = (double)d->b * d->s_sp, h = d->h, a = eb(e);
+    const double qn = 2.0 * Msp * m->q_lora_rank * a, kn = 2.0 * Msp * m->kv_lora_rank * a;
+    const double rope = 2.0 * M * (d->heads_loc + 1.0) * m->qk_rope_dim * a;
+    char n[64];
+    if (m->q_lora_rank > 0) {
+        at_layer(e, MODEL_OPR_Q_A, l, n);
+        if (model_sac_op_matmuls(s, d, l, MODEL_OPR_Q_A))
+            linear(e, n, Msp, m->q_lora_rank, h, qn);
+        else
+            simple(e, MODEL_OP_NORM, n, qn);
+    }
+    at_layer(e, MODEL_OPR_KV_A, l, n);
+    if (model_sac_op_matmuls(s, d, l, MODEL_OPR_KV_A))
+        linear(e, n, Msp, (double)m->kv_lora_rank + m->qk_rope_dim, h, kn);
+    else
+        simple(e, MODEL_OP_NORM, n, kn);
+    if (model_sac_op_matmuls(s, d, l, MODEL_OPR_Q_B)) {
+        at_layer(e, MODEL_OPR_Q_B, l, n);
+        linear(e, n, M, d->q_loc, m->q_lora_rank > 0 ? m->q_lora_rank : h, 0);
+    }
+    at_layer(e, MODEL_OPR_KV_B, l, n);
+    if (model_sac_op_matmuls(s, d, l, MODEL_OPR_KV_B))
+        linear(e, n, M, (double)d->heads_loc * (m->qk_nope_dim + m->v_dim), m->kv_lora_rank, rope);
+    else
+        simple(e, MODEL_OP_ACTIVATION, n, rope);
+}
+
 /* Op-level selective activation checkpointing (torchtitan's "selective op"; docs/time.md,
  * "Frameworks"): before the layer's backward its checkpointed forward runs again, saving every
  * SDPA output and every other matmul output (the reduce-scatters' too: no collective runs
- * again), so the other matmuls and all elementwise ops are recomputed. In the forward's order
- * (wq, wk, wv, wo, then w1, w3, w2 gated or fc1, fc2) the recomputed matmuls are the 2nd, 4th
- * and 6th: wk, wo and w3 (gated) or fc2; the elementwise ops the two norms, the two residual
- * adds (read two, write one) and the activation. A MoE layer's experts are not recomputed. */
+ * again), so the other matmuls (model_sac_op_matmuls) and all elementwise ops are recomputed.
+ * A dense layer reruns wk, wo and w3 (gated) or fc2; an MLA layer with a query latent kv_a,
+ * kv_b, and w1 and w2 (gated) or fc1, without one q_b, wo and w3 or fc2. The elementwise ops:
+ * the two norms, the two residual adds (read two, write one), the activation, and MLA's
+ * latents' norms and rotary embedding. A MoE layer's MLP half is not recomputed. Under FP8
+ * GEMMs a rerun matmul runs in FP8 again, quantizing its input (linear_fp8). */
 static void sac_op_recompute(Emit *e, int l)
 {
     const ModelSpec *s = e->s;
@@ -699,22 +808,29 @@ static void sac_op_recompute(Emit *e, int l)
     e->layer = l;
     at_layer(e, MODEL_OPR_LN1, l, n);
     norm(e, n, 2.0, nb);
-    at_layer(e, MODEL_OPR_QKV, l, n);
-    linear(e, n, M, d->kv_width_loc, h, 0); /* wk */
+    if (s->model.mla.kv_lora_rank > 0) {
+        sac_op_mla(e, l);
+    } else {
+        at_layer(e, MODEL_OPR_QKV, l, n);
+        linear(e, n, M, d->kv_width_loc, h, 0); /* wk */
+    }
     at_layer(e, MODEL_OPR_PROJ, l, n);
-    linear(e, n, M, h, d->o_loc, 3.0 * nb); /* wo, and the residual add */
+    if (model_sac_op_matmuls(s, d, l, MODEL_OPR_PROJ))
+        linear(e, n, M, h, d->o_loc, 3.0 * nb); /* wo, and the residual add */
+    else
+        simple(e, MODEL_OP_ACTIVATION, n, 3.0 * nb);
     at_layer(e, MODEL_OPR_LN2, l, n);
     norm(e, n, 2.0, nb);
     if (!moe) {
         const double f_in = d->ffn_loc, f_out = d->ffn_out_loc;
         at_layer(e, MODEL_OPR_FC1, l, n);
-        if (gated)
-            linear(e, n, M, f_in, h, 0); /* w3 */
+        if (model_sac_op_matmuls(s, d, l, MODEL_OPR_FC1)) /* w1 or w3, or fc1 */
+            linear(e, n, M, gated ? f_in : f_out, h, 0);
         at_layer(e, MODEL_OPR_ACT, l, n);
         simple(e, MODEL_OP_ACTIVATION, n, M * (f_out + f_in) * a);
         at_layer(e, MODEL_OPR_FC2, l, n);
-        if (!gated)
-            linear(e, n, M, h, f_in, 3.0 * nb); /* fc2, and the residual add */
+        if (model_sac_op_matmuls(s, d, l, MODEL_OPR_FC2))
+            linear(e, n, M, h, f_in, 3.0 * nb); /* w2 or fc2, and the residual add */
         else
             simple(e, MODEL_OP_ACTIVATION, n, 3.0 * nb); /* the residual add */
     }
