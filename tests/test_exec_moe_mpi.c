@@ -159,6 +159,15 @@ static const Layout layouts[] = {
     {"dsv3_dense_tp2_cp2_a2a", 4, 1, 2, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 2},
     /* queries projected directly (q_lora_rank 0) with SP: their input gathered again backward */
     {"dsv3_dense_tp2_sp_q0", 2, 1, 2, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 2, 0},
+    /* torchtitan's op-level selective recompute (*_sac: docs/executor.md, "Recompute") of
+     * MLA's layers, kv_a, kv_b, w1 and w2 rerun: one rank, whose losses equal the same job's
+     * without recompute bit for bit (kv_a's latent not saved, re-created); TP with SP (the
+     * gathered latent saved, kv_a rerun on the shard); without a query latent q_b and wo rerun
+     * (from sp.gather under SP, as the dense layer's wk) */
+    {"dsv3_sac", 1, 1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0},
+    {"dsv3_tp2_sp_sac", 2, 1, 2, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0},
+    {"dsv3_dense_tp2_sp_q0_sac", 2, 1, 2, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 2, 0},
+    {"dsv3_dense_tp2_sac", 2, 1, 2, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 0},
     {"dsv3_ep2_tp2_sp_q0_full", 2, 1, 2, 1, 2, 1, 1, 0, 1, 0, 0, 0, 0, 0, 1, 0},
     /* MLA's projections as FP8 GEMMs, on both sides (FP8_TOL) */
     {"dsv3_dense_tp2_sp_fp8_tensorwise", 2, 1, 2, 1, 1, 1, 1, 0, 0, 0, MODEL_FP8_TENSORWISE, 0, 0, 0, 2, 0},
@@ -229,6 +238,13 @@ static const char *px, *worker;
 /* The all-gather dispatcher's layouts: ag_*, cuda_ag_* */
 static int is_ag(const Layout *L) { return !strncmp(L->name, "ag_", 3) || strstr(L->name, "_ag_"); }
 
+/* torchtitan's op-level selective recompute: *_sac */
+static int is_sac(const Layout *L)
+{
+    const size_t n = strlen(L->name);
+    return n > 4 && !strcmp(L->name + n - 4, "_sac");
+}
+
 /* FP8 layouts against one rank, relative (tests/test_exec_mpi.c's for TP and delayed scaling) */
 #define FP8_TOL 3e-3
 
@@ -286,6 +302,10 @@ static ModelSpec spec_of(const Layout *L)
     s.layout.etp = L->etp > 1 ? L->etp : 1;
     s.layout.schedule = L->vpp > 1 ? MODEL_SCHED_INTERLEAVED : MODEL_SCHED_1F1B;
     s.layout.recompute = L->full ? MODEL_RECOMPUTE_FULL : MODEL_RECOMPUTE_NONE;
+    if (is_sac(L)) { /* the single rank's too, without recompute */
+        s.job.framework = MODEL_FW_TORCHTITAN;
+        s.layout.recompute = MODEL_RECOMPUTE_SELECTIVE;
+    }
     /* the executor gathers once for the recomputed forward and the backward (FSDP's) */
     s.layout.fsdp = L->zero == 3 && L->full;
     s.job.fp8 = (ModelFp8Recipe)L->fp8;
@@ -434,6 +454,12 @@ static void check_layout(const Layout *L)
          * gradients (a gate read from the wrong rows moves the losses by 5e-6 relative) */
         const int tight = strstr(L->name, "gptoss") || !strncmp(L->name, "gate_", 5);
         CHECK_REL(a, b, L->fp8 ? FP8_TOL : L->cuda ? 1e-3 : tight ? 1e-6 : 1e-5);
+        /* one rank's op-level recompute changes no number: the same losses as without */
+        if (is_sac(L) && L->gpus == 1 && !L->cuda && a != b) {
+            fprintf(stderr, "FAILED: %s step %d: loss %.9g, %.9g without recompute\n", L->name,
+                    i + 1, b, a);
+            exit(1);
+        }
         if (fabs(b - a) > worst)
             worst = fabs(b - a);
     }
