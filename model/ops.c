@@ -255,16 +255,17 @@ static ModelOp *simple(Emit *e, ModelOpKind kind, const char *base, double bytes
  * element), pow (4 + 4), mean (4), the scaling (4 + 4), the cast down (4 + a) and the weight
  * (a + a): 4a + 28 bytes per element where the fused kernel moves 2a; its backward runs each
  * op's gradient, twice the forward's traffic and kernels (docs/time.md, "Frameworks"). */
-static void norm(Emit *e, const char *n, double passes, double nb)
+static ModelOp *norm(Emit *e, const char *n, double passes, double nb)
 {
     const double a = eb(e);
     ModelOp *op = simple(e, MODEL_OP_NORM, n, passes * nb);
     if (!e->d->eager_norms)
-        return;
+        return op;
     const double extra = nb / a * (4.0 * a + 28.0 - 2.0 * a);
     const int bwd = e->phase == MODEL_BWD;
     op->bytes += bwd ? 2.0 * extra : extra;
     op->kernels += bwd ? 10 : 5;
+    return op;
 }
 
 /* Bytes of the full-sequence activation [b, s_loc, h] that TP collectives move. */
@@ -786,6 +787,20 @@ static void sac_op_mla(Emit *e, int l)
         simple(e, MODEL_OP_ACTIVATION, n, rope);
 }
 
+/* Under FP8 GEMMs, op-level recompute's quantization of an input of `elems` elements that the
+ * table keeps as an FP8 copy and does not save, beside the recomputed op that makes it (op),
+ * when no rerun matmul of role `gemm` quantizes it: read in the act dtype, written in FP8
+ * (twice with a transposed copy), as linear_fp8's forward cast. The backward's GEMM reads it. */
+static void sac_op_requant(Emit *e, ModelOp *op, ModelOpRole gemm, double elems)
+{
+    if (!model_fp8_op(e->s, gemm) || model_sac_op_matmuls(e->s, e->d, e->layer, gemm))
+        return;
+    const double cast = elems * (eb(e) + 1.0 + (e->d->fp8_wt ? 1.0 : 0.0));
+    op->fp8_cast_bytes += cast;
+    op->bytes += cast;
+    op->kernels += 1;
+}
+
 /* Op-level selective activation checkpointing (torchtitan's "selective op"; docs/time.md,
  * "Frameworks"): before the layer's backward its checkpointed forward runs again, saving every
  * SDPA output and every other matmul output (the reduce-scatters' too: no collective runs
@@ -820,14 +835,18 @@ static void sac_op_recompute(Emit *e, int l)
     else
         simple(e, MODEL_OP_ACTIVATION, n, 3.0 * nb);
     at_layer(e, MODEL_OPR_LN2, l, n);
-    norm(e, n, 2.0, nb);
+    ModelOp *ln2 = norm(e, n, 2.0, nb);
     if (!moe) {
         const double f_in = d->ffn_loc, f_out = d->ffn_out_loc;
+        /* mlp.fc1.in and mlp.fc2.in, not saved: quantized again for fc1's and fc2's backward
+         * where no rerun matmul does it (a GELU fc1, a SwiGLU w2 left to the backward) */
+        sac_op_requant(e, ln2, MODEL_OPR_FC1, Msp * h);
         at_layer(e, MODEL_OPR_FC1, l, n);
         if (model_sac_op_matmuls(s, d, l, MODEL_OPR_FC1)) /* w1 or w3, or fc1 */
             linear(e, n, M, gated ? f_in : f_out, h, 0);
         at_layer(e, MODEL_OPR_ACT, l, n);
-        simple(e, MODEL_OP_ACTIVATION, n, M * (f_out + f_in) * a);
+        sac_op_requant(e, simple(e, MODEL_OP_ACTIVATION, n, M * (f_out + f_in) * a), MODEL_OPR_FC2,
+                       M * f_in);
         at_layer(e, MODEL_OPR_FC2, l, n);
         if (model_sac_op_matmuls(s, d, l, MODEL_OPR_FC2))
             linear(e, n, M, h, f_in, 3.0 * nb); /* w2 or fc2, and the residual add */
