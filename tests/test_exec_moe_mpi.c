@@ -396,6 +396,31 @@ static void check_same_without_fp8d(const Layout *L, const ModelSpec *s, const c
     cJSON_Delete(other);
 }
 
+/* An op-level recompute layout's run (*_sac on more than one rank) against the same layout
+ * without recompute, step by step: recompute changes no number, so the losses are equal bit
+ * for bit (the single rank's differ by the layout's own sums). */
+static void check_same_without_recompute(const Layout *L, const ModelSpec *s, const cJSON *run)
+{
+    ModelSpec plain = *s;
+    plain.layout.recompute = MODEL_RECOMPUTE_NONE;
+    write_plan(&plain, "local", L->gpus, "norc.json");
+    sh(0, "timeout 600 %s run %s/norc.json --quiet -o %s/norc.run.json", px, tmp, tmp);
+    cJSON *other = read_json("norc.run.json");
+    const cJSON *os = at(other, "steps", NULL), *ms = at(run, "steps", NULL);
+    CHECK_EQ_INT(cJSON_GetArraySize(os), cJSON_GetArraySize(ms));
+    for (int i = 0; i < cJSON_GetArraySize(ms); i++) {
+        const double a = num(cJSON_GetArrayItem(os, i), "loss"), b = num(cJSON_GetArrayItem(ms, i), "loss");
+        if (a != b) {
+            fprintf(stderr, "FAILED: %s step %d: loss %.17g, %.17g without recompute\n", L->name,
+                    i + 1, b, a);
+            exit(1);
+        }
+    }
+    printf("%-16s against the same layout without recompute: the same %d losses\n", L->name,
+           cJSON_GetArraySize(ms));
+    cJSON_Delete(other);
+}
+
 static void check_layout(const Layout *L)
 {
     const int n_steps = steps_of(L);
@@ -431,6 +456,8 @@ static void check_layout(const Layout *L)
         check_same_as_alltoall(L, &s, run);
     if (s.job.fp8_dispatch && !L->cuda)
         check_same_without_fp8d(L, &s, run);
+    if (is_sac(L) && L->gpus > 1 && !L->cuda)
+        check_same_without_recompute(L, &s, run);
     /* the layout ran as pinned: chunks per rank and expert tensor parallelism */
     CHECK_EQ_INT(s.layout.vpp, (int)num(at(plan, "layout", NULL), "vpp"));
     const cJSON *pl = at(plan, "layout", NULL);
