@@ -168,6 +168,8 @@ static const Layout layouts[] = {
     {"dsv3_tp2_sp_sac", 2, 1, 2, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0},
     {"dsv3_dense_tp2_sp_q0_sac", 2, 1, 2, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 2, 0},
     {"dsv3_dense_tp2_sac", 2, 1, 2, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 0},
+    {"dsv3_ep2_sac", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0},
+    {"dsv3_pp2_sac", 2, 1, 1, 2, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0},
     {"dsv3_ep2_tp2_sp_q0_full", 2, 1, 2, 1, 2, 1, 1, 0, 1, 0, 0, 0, 0, 0, 1, 0},
     /* MLA's projections as FP8 GEMMs, on both sides (FP8_TOL) */
     {"dsv3_dense_tp2_sp_fp8_tensorwise", 2, 1, 2, 1, 1, 1, 1, 0, 0, 0, MODEL_FP8_TENSORWISE, 0, 0, 0, 2, 0},
