@@ -1017,6 +1017,20 @@ int model_fp8_weight(const ModelSpec *s, ModelTensorRole r);
  * and the attention core with fp8_attention). */
 int model_fp8_op(const ModelSpec *s, ModelOpRole r);
 
+/* Op-level selective recompute (ModelDims.recompute_op; torchtitan's "selective op"): which of
+ * layer `layer`'s matmuls at op role r run again before its backward. The layer's matmuls are
+ * counted in its forward's order and every other one (the 2nd, 4th, ...) reruns: a dense
+ * layer's wq, wk, wv (QKV), wo, then w1, w3, w2 (gated fc1, fc2) or fc1, fc2; multi-head latent
+ * attention's q_a (with a query latent), kv_a, q_b, kv_b, wo, then the MLP's. A MoE layer's MLP
+ * half (router, experts, shared experts) is not counted nor rerun. Bit i set: the op's i-th
+ * matmul reruns (QKV: 0 wq, 1 wk, 2 wv; gated fc1: 0 w1, 1 w3; else 0 its one). 0 without
+ * op-level recompute. model/ops.c prices them, the executor runs them. */
+unsigned model_sac_op_matmuls(const ModelSpec *s, const ModelDims *d, int layer, ModelOpRole r);
+/* 1 when op-level selective recompute reruns anything of layer `layer` at role r: the norms
+ * (LN1, LN2, MLA's latents' at Q_A and KV_A), the residual adds (PROJ, FC2), the activation,
+ * MLA's rotary embedding (KV_B), and the roles with a rerun matmul. */
+int model_sac_op_role(const ModelSpec *s, const ModelDims *d, int layer, ModelOpRole r);
+
 /* Attention's matmul FLOPs, the op graph's convention (Narayanan et al. 2021): forward
  * 2 x 2 x BH x Tq x Tk x D for the scores and the context (halved when the job counts only the
  * causal half); backward twice the forward, or 2.5 x on the fused path that recomputes the

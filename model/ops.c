@@ -255,16 +255,17 @@ static ModelOp *simple(Emit *e, ModelOpKind kind, const char *base, double bytes
  * element), pow (4 + 4), mean (4), the scaling (4 + 4), the cast down (4 + a) and the weight
  * (a + a): 4a + 28 bytes per element where the fused kernel moves 2a; its backward runs each
  * op's gradient, twice the forward's traffic and kernels (docs/time.md, "Frameworks"). */
-static void norm(Emit *e, const char *n, double passes, double nb)
+static ModelOp *norm(Emit *e, const char *n, double passes, double nb)
 {
     const double a = eb(e);
     ModelOp *op = simple(e, MODEL_OP_NORM, n, passes * nb);
     if (!e->d->eager_norms)
-        return;
+        return op;
     const double extra = nb / a * (4.0 * a + 28.0 - 2.0 * a);
     const int bwd = e->phase == MODEL_BWD;
     op->bytes += bwd ? 2.0 * extra : extra;
     op->kernels += bwd ? 10 : 5;
+    return op;
 }
 
 /* Bytes of the full-sequence activation [b, s_loc, h] that TP collectives move. */
@@ -679,13 +680,66 @@ static void layer_forward(Emit *e, int l)
     moe_forward(e, l);
 }
 
+/* Multi-head latent attention's projections under op-level recompute (sac_op_recompute): the
+ * rerun ones of q_a, kv_a, q_b, kv_b (with a query latent kv_a and kv_b, the 2nd and 4th of
+ * the layer's matmuls; without one q_b, the 2nd), the latents' norms (priced as the forward
+ * prices them, within the down-projections) and the rotary embedding of the queries' and the
+ * shared key's rotary parts (a read and a write of each, beside kv_b). */
+static void sac_op_mla(Emit *e, int l)
+{
+    const ModelSpec *s = e->s;
+    const ModelDims *d = e->d;
+    const ModelMla *m = &s->model.mla;
+    const double M = (double)d->b * d->s_loc, Msp = (double)d->b * d->s_sp, h = d->h, a = eb(e);
+    const double qn = 2.0 * Msp * m->q_lora_rank * a, kn = 2.0 * Msp * m->kv_lora_rank * a;
+    const double rope = 2.0 * M * (d->heads_loc + 1.0) * m->qk_rope_dim * a;
+    char n[64];
+    if (m->q_lora_rank > 0) {
+        at_layer(e, MODEL_OPR_Q_A, l, n);
+        if (model_sac_op_matmuls(s, d, l, MODEL_OPR_Q_A))
+            linear(e, n, Msp, m->q_lora_rank, h, qn);
+        else
+            simple(e, MODEL_OP_NORM, n, qn);
+    }
+    at_layer(e, MODEL_OPR_KV_A, l, n);
+    if (model_sac_op_matmuls(s, d, l, MODEL_OPR_KV_A))
+        linear(e, n, Msp, (double)m->kv_lora_rank + m->qk_rope_dim, h, kn);
+    else
+        simple(e, MODEL_OP_NORM, n, kn);
+    if (model_sac_op_matmuls(s, d, l, MODEL_OPR_Q_B)) {
+        at_layer(e, MODEL_OPR_Q_B, l, n);
+        linear(e, n, M, d->q_loc, m->q_lora_rank > 0 ? m->q_lora_rank : h, 0);
+    }
+    at_layer(e, MODEL_OPR_KV_B, l, n);
+    if (model_sac_op_matmuls(s, d, l, MODEL_OPR_KV_B))
+        linear(e, n, M, (double)d->heads_loc * (m->qk_nope_dim + m->v_dim), m->kv_lora_rank, rope);
+    else
+        simple(e, MODEL_OP_ACTIVATION, n, rope);
+}
+
+/* Under FP8 GEMMs, op-level recompute's quantization of an input of `elems` elements that the
+ * table keeps as an FP8 copy and does not save, beside the recomputed op that makes it (op),
+ * when no rerun matmul of role `gemm` quantizes it: read in the act dtype, written in FP8
+ * (twice with a transposed copy), as linear_fp8's forward cast. The backward's GEMM reads it. */
+static void sac_op_requant(Emit *e, ModelOp *op, ModelOpRole gemm, double elems)
+{
+    if (!model_fp8_op(e->s, gemm) || model_sac_op_matmuls(e->s, e->d, e->layer, gemm))
+        return;
+    const double cast = elems * (eb(e) + 1.0 + (e->d->fp8_wt ? 1.0 : 0.0));
+    op->fp8_cast_bytes += cast;
+    op->bytes += cast;
+    op->kernels += 1;
+}
+
 /* Op-level selective activation checkpointing (torchtitan's "selective op"; docs/time.md,
  * "Frameworks"): before the layer's backward its checkpointed forward runs again, saving every
  * SDPA output and every other matmul output (the reduce-scatters' too: no collective runs
- * again), so the other matmuls and all elementwise ops are recomputed. In the forward's order
- * (wq, wk, wv, wo, then w1, w3, w2 gated or fc1, fc2) the recomputed matmuls are the 2nd, 4th
- * and 6th: wk, wo and w3 (gated) or fc2; the elementwise ops the two norms, the two residual
- * adds (read two, write one) and the activation. A MoE layer's experts are not recomputed. */
+ * again), so the other matmuls (model_sac_op_matmuls) and all elementwise ops are recomputed.
+ * A dense layer reruns wk, wo and w3 (gated) or fc2; an MLA layer with a query latent kv_a,
+ * kv_b, and w1 and w2 (gated) or fc1, without one q_b, wo and w3 or fc2. The elementwise ops:
+ * the two norms, the two residual adds (read two, write one), the activation, and MLA's
+ * latents' norms and rotary embedding. A MoE layer's MLP half is not recomputed. Under FP8
+ * GEMMs a rerun matmul runs in FP8 again, quantizing its input (linear_fp8). */
 static void sac_op_recompute(Emit *e, int l)
 {
     const ModelSpec *s = e->s;
@@ -699,22 +753,33 @@ static void sac_op_recompute(Emit *e, int l)
     e->layer = l;
     at_layer(e, MODEL_OPR_LN1, l, n);
     norm(e, n, 2.0, nb);
-    at_layer(e, MODEL_OPR_QKV, l, n);
-    linear(e, n, M, d->kv_width_loc, h, 0); /* wk */
+    if (s->model.mla.kv_lora_rank > 0) {
+        sac_op_mla(e, l);
+    } else {
+        at_layer(e, MODEL_OPR_QKV, l, n);
+        linear(e, n, M, d->kv_width_loc, h, 0); /* wk */
+    }
     at_layer(e, MODEL_OPR_PROJ, l, n);
-    linear(e, n, M, h, d->o_loc, 3.0 * nb); /* wo, and the residual add */
+    if (model_sac_op_matmuls(s, d, l, MODEL_OPR_PROJ))
+        linear(e, n, M, h, d->o_loc, 3.0 * nb); /* wo, and the residual add */
+    else
+        simple(e, MODEL_OP_ACTIVATION, n, 3.0 * nb);
     at_layer(e, MODEL_OPR_LN2, l, n);
-    norm(e, n, 2.0, nb);
+    ModelOp *ln2 = norm(e, n, 2.0, nb);
     if (!moe) {
         const double f_in = d->ffn_loc, f_out = d->ffn_out_loc;
+        /* mlp.fc1.in and mlp.fc2.in, not saved: quantized again for fc1's and fc2's backward
+         * where no rerun matmul does it (a GELU fc1, a SwiGLU w2 left to the backward) */
+        sac_op_requant(e, ln2, MODEL_OPR_FC1, Msp * h);
         at_layer(e, MODEL_OPR_FC1, l, n);
-        if (gated)
-            linear(e, n, M, f_in, h, 0); /* w3 */
+        if (model_sac_op_matmuls(s, d, l, MODEL_OPR_FC1)) /* w1 or w3, or fc1 */
+            linear(e, n, M, gated ? f_in : f_out, h, 0);
         at_layer(e, MODEL_OPR_ACT, l, n);
-        simple(e, MODEL_OP_ACTIVATION, n, M * (f_out + f_in) * a);
+        sac_op_requant(e, simple(e, MODEL_OP_ACTIVATION, n, M * (f_out + f_in) * a), MODEL_OPR_FC2,
+                       M * f_in);
         at_layer(e, MODEL_OPR_FC2, l, n);
-        if (!gated)
-            linear(e, n, M, h, f_in, 3.0 * nb); /* fc2, and the residual add */
+        if (model_sac_op_matmuls(s, d, l, MODEL_OPR_FC2))
+            linear(e, n, M, h, f_in, 3.0 * nb); /* w2 or fc2, and the residual add */
         else
             simple(e, MODEL_OP_ACTIVATION, n, 3.0 * nb); /* the residual add */
     }

@@ -188,12 +188,11 @@ int model_exec_refusal(const ModelSpec *s, const ModelDims *d, int gpu, char *wh
                  "model %s: the executor runs multi-head latent attention (mla.kv_lora_rank %d) "
                  "with limits: %s",
                  m->name, m->mla.kv_lora_rank, lim);
-    else if (d->recompute_op && (d->fp8 != MODEL_FP8_NONE || m->mla.kv_lora_rank > 0))
+    else if (d->recompute_op && d->fp8 != MODEL_FP8_NONE)
         snprintf(why, cap,
-                 "%s's op-level selective recompute runs without %s (train with recompute none "
-                 "or full, or framework megatron)",
-                 model_framework_name(s->job.framework),
-                 d->fp8 != MODEL_FP8_NONE ? "FP8 GEMMs" : "multi-head latent attention");
+                 "%s's op-level selective recompute runs without FP8 GEMMs (train with "
+                 "recompute none or full, or framework megatron)",
+                 model_framework_name(s->job.framework));
     else if (d->fp8 != MODEL_FP8_NONE && (lim = fp8_limit(s)))
         snprintf(why, cap, "training.fp8 %s: the executor runs FP8 GEMMs with limits: %s",
                  model_fp8_recipe_name(s->job.fp8), lim);

@@ -661,3 +661,73 @@ int model_stage_layers(const ModelSpec *s, const ModelDims *d, int stage, int *f
     }
     return n;
 }
+
+/* The forward-order number (from 1) of layer l's first matmul at role r under op-level
+ * recompute, 0 for none; *count its matmuls (model_sac_op_matmuls). */
+static int sac_first(const ModelSpec *s, int l, ModelOpRole r, int *count)
+{
+    const ModelMla *m = &s->model.mla;
+    const int mla = m->kv_lora_rank > 0, qa = mla && m->q_lora_rank > 0;
+    const int gated = s->model.mlp == MODEL_SWIGLU, moe = l >= 0 && model_layer_is_moe(&s->model, l);
+    const int proj = 4 + qa; /* wq, wk, wv; or [q_a,] kv_a, q_b, kv_b */
+    *count = 1;
+    switch (r) {
+    case MODEL_OPR_QKV:
+        *count = 3;
+        return mla ? 0 : 1;
+    case MODEL_OPR_Q_A:
+        return qa;
+    case MODEL_OPR_KV_A:
+        return mla ? 1 + qa : 0;
+    case MODEL_OPR_Q_B:
+        return mla ? 2 + qa : 0;
+    case MODEL_OPR_KV_B:
+        return mla ? 3 + qa : 0;
+    case MODEL_OPR_PROJ:
+        return proj;
+    case MODEL_OPR_FC1:
+        *count = gated ? 2 : 1;
+        return moe ? 0 : proj + 1;
+    case MODEL_OPR_FC2:
+        return moe ? 0 : proj + 2 + gated;
+    default:
+        return 0;
+    }
+}
+
+unsigned model_sac_op_matmuls(const ModelSpec *s, const ModelDims *d, int layer, ModelOpRole r)
+{
+    int count;
+    const int first = sac_first(s, layer, r, &count);
+    unsigned bits = 0;
+    for (int i = 0; d->recompute_op && first > 0 && i < count; i++)
+        if ((first + i) % 2 == 0)
+            bits |= 1u << i;
+    return bits;
+}
+
+int model_sac_op_role(const ModelSpec *s, const ModelDims *d, int layer, ModelOpRole r)
+{
+    const ModelMla *m = &s->model.mla;
+    const int mla = m->kv_lora_rank > 0, moe = layer >= 0 && model_layer_is_moe(&s->model, layer);
+    if (!d->recompute_op)
+        return 0;
+    switch (r) {
+    case MODEL_OPR_LN1:
+    case MODEL_OPR_PROJ:
+    case MODEL_OPR_LN2:
+        return 1;
+    case MODEL_OPR_QKV:
+        return !mla;
+    case MODEL_OPR_Q_A:
+        return mla && m->q_lora_rank > 0;
+    case MODEL_OPR_KV_A:
+    case MODEL_OPR_KV_B:
+        return mla;
+    case MODEL_OPR_ACT:
+    case MODEL_OPR_FC2:
+        return !moe;
+    default:
+        return model_sac_op_matmuls(s, d, layer, r) != 0;
+    }
+}

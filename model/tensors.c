@@ -231,9 +231,15 @@ void model_mla_acts(const ModelSpec *s, const ModelDims *d, ModelRecompute mode,
 {
     const ModelMla *mla = &s->model.mla;
     const int sv = mode != MODEL_RECOMPUTE_FULL, on = mla->kv_lora_rank > 0;
+    /* op-level selective recompute reruns kv_a (model_sac_op_matmuls: with a query latent the
+     * layer's 2nd matmul; q_a, the 1st, never reruns) into the latent the backward reads: not
+     * saved. Under SP the saved latent is the one gathered over TP, which the rerun (no
+     * collective) does not re-create: saved. */
+    const int op = d->recompute_op && mode == MODEL_RECOMPUTE_SELECTIVE && !(s->layout.sp && d->t > 1);
+    const int kv_rerun = op && model_sac_op_matmuls(s, d, -1, MODEL_OPR_KV_A);
     const ActRow t[MODEL_MLA_ACTS] = {
         {"attn.q_lat", d->act, 0, 3, d->b, d->s_loc, mla->q_lora_rank, 1, on && mla->q_lora_rank > 0, sv},
-        {"attn.kv_lat", d->act, 0, 3, d->b, d->s_loc, mla->kv_lora_rank + mla->qk_rope_dim, 1, on, sv},
+        {"attn.kv_lat", d->act, 0, 3, d->b, d->s_loc, mla->kv_lora_rank + mla->qk_rope_dim, 1, on, sv && !kv_rerun},
     };
     acts_fill(t, MODEL_MLA_ACTS, MODEL_TR_Q_LAT, out);
 }

@@ -580,6 +580,14 @@ static void test_memory(PxDtype act)
     s.layout.recompute = MODEL_RECOMPUTE_SELECTIVE;
     snprintf(what, sizeof what, "tiny-llama %s torchtitan selective", px_dtype_name(act));
     memory_case(what, s);
+    /* and of multi-head latent attention's layers (kv_a into the latent it does not save,
+     * kv_b, and the dense layer's w1 and w2 rerun), in bf16 */
+    if (act == PX_BF16) {
+        s = spec_of("tiny-dsv3", 16, 4, 2, act);
+        s.job.framework = MODEL_FW_TORCHTITAN;
+        s.layout.recompute = MODEL_RECOMPUTE_SELECTIVE;
+        memory_case("tiny-dsv3 bf16 torchtitan selective", s);
+    }
 }
 
 /* ---- which backend, and what each refuses ---- */

@@ -151,6 +151,13 @@ int main(void)
     s.job.moe_force_balance = 1;
     s.model.moe.shared_ffn = 0;
     check_recompute("tiny-moe forced without shared experts", s);
+    /* multi-head latent attention (tiny-dsv3: a dense layer, MoE layers, its prediction
+     * module): op by op kv_a reruns into the latent the table does not save; without a query
+     * latent q_b and wo rerun */
+    s = tx_spec("tiny-dsv3", 16, 4, 2);
+    check_recompute("tiny-dsv3", s);
+    s.model.mla.q_lora_rank = 0;
+    check_recompute("tiny-dsv3 without a query latent", s);
 
     /* adam-8bit (ZeRO-1's shards: test_exec_mpi's dp2_zero1_adam8) */
     s = tx_spec("tiny", 16, 8, 2);

@@ -168,6 +168,17 @@ static const Layout layouts[] = {
     {"dsv3_dense_tp2_cp2_a2a", 4, 1, 2, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 2},
     /* queries projected directly (q_lora_rank 0) with SP: their input gathered again backward */
     {"dsv3_dense_tp2_sp_q0", 2, 1, 2, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 2, 0},
+    /* torchtitan's op-level selective recompute (*_sac: docs/executor.md, "Recompute") of
+     * MLA's layers, kv_a, kv_b, w1 and w2 rerun: one rank, whose losses equal the same job's
+     * without recompute bit for bit (kv_a's latent not saved, re-created); TP with SP (the
+     * gathered latent saved, kv_a rerun on the shard); without a query latent q_b and wo rerun
+     * (from sp.gather under SP, as the dense layer's wk) */
+    {"dsv3_sac", 1, 1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0},
+    {"dsv3_tp2_sp_sac", 2, 1, 2, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0},
+    {"dsv3_dense_tp2_sp_q0_sac", 2, 1, 2, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 2, 0},
+    {"dsv3_dense_tp2_sac", 2, 1, 2, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 0},
+    {"dsv3_ep2_sac", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0},
+    {"dsv3_pp2_sac", 2, 1, 1, 2, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0},
     {"dsv3_ep2_tp2_sp_q0_full", 2, 1, 2, 1, 2, 1, 1, 0, 1, 0, 0, 0, 0, 0, 1, 0},
     /* MLA's projections as FP8 GEMMs, on both sides (FP8_TOL) */
     {"dsv3_dense_tp2_sp_fp8_tensorwise", 2, 1, 2, 1, 1, 1, 1, 0, 0, 0, MODEL_FP8_TENSORWISE, 0, 0, 0, 2, 0},
@@ -238,6 +249,13 @@ static const char *px, *worker;
 /* The all-gather dispatcher's layouts: ag_*, cuda_ag_* */
 static int is_ag(const Layout *L) { return !strncmp(L->name, "ag_", 3) || strstr(L->name, "_ag_"); }
 
+/* torchtitan's op-level selective recompute: *_sac */
+static int is_sac(const Layout *L)
+{
+    const size_t n = strlen(L->name);
+    return n > 4 && !strcmp(L->name + n - 4, "_sac");
+}
+
 /* FP8 layouts against one rank, relative (tests/test_exec_mpi.c's for TP and delayed scaling) */
 #define FP8_TOL 3e-3
 
@@ -295,6 +313,10 @@ static ModelSpec spec_of(const Layout *L)
     s.layout.etp = L->etp > 1 ? L->etp : 1;
     s.layout.schedule = L->vpp > 1 ? MODEL_SCHED_INTERLEAVED : MODEL_SCHED_1F1B;
     s.layout.recompute = L->full ? MODEL_RECOMPUTE_FULL : MODEL_RECOMPUTE_NONE;
+    if (is_sac(L)) { /* the single rank's too, without recompute */
+        s.job.framework = MODEL_FW_TORCHTITAN;
+        s.layout.recompute = MODEL_RECOMPUTE_SELECTIVE;
+    }
     /* the executor gathers once for the recomputed forward and the backward (FSDP's) */
     s.layout.fsdp = L->zero == 3 && L->full;
     s.job.fp8 = (ModelFp8Recipe)L->fp8;
@@ -354,62 +376,68 @@ static void check_same_as_alltoall(const Layout *L, const ModelSpec *s, const cJ
     cJSON_Delete(other);
 }
 
-/* --fp8-dispatch's run (the *_fp8d_* layouts on the CPU) against the same layout's without it,
- * step by step. Row-wise scales (blockwise, mxfp8): bit-identical losses, as the experts'
- * GEMMs quantize each row's blocks with the scale the dispatch gave them, so the decoded rows
- * quantize back to the same codes. A per-tensor scale (tensorwise): the rows are rounded to
- * E4M3 twice, with the sender's scale (the amax of all the rows it sends) and then with the
- * expert's (the amax of its rows), so the losses differ by those roundings: within
- * FP8D_TENSOR_TOL relative. */
+/* The run of layout L (on the CPU) against its twin `plain`, the same layout without the
+ * setting `what`, step by step: each loss within tol relative (0: bit for bit). */
+static void check_twin(const Layout *L, const ModelSpec *plain, const char *what, double tol,
+                       const cJSON *run)
+{
+    write_plan(plain, "local", L->gpus, "twin.json");
+    sh(0, "timeout 600 %s run %s/twin.json --quiet -o %s/twin.run.json", px, tmp, tmp);
+    cJSON *other = read_json("twin.run.json");
+    const cJSON *os = at(other, "steps", NULL), *ms = at(run, "steps", NULL);
+    CHECK_EQ_INT(cJSON_GetArraySize(os), cJSON_GetArraySize(ms));
+    double worst = 0;
+    for (int i = 0; i < cJSON_GetArraySize(ms); i++) {
+        const double a = num(cJSON_GetArrayItem(os, i), "loss"), b = num(cJSON_GetArrayItem(ms, i), "loss");
+        if (tol > 0)
+            CHECK_REL(a, b, tol);
+        else if (a != b) {
+            fprintf(stderr, "FAILED: %s step %d: loss %.17g, %.17g without %s\n", L->name, i + 1,
+                    b, a, what);
+            exit(1);
+        }
+        worst = fabs(b - a) / fabs(a) > worst ? fabs(b - a) / fabs(a) : worst;
+    }
+    printf("%-16s against the same layout without %s: %d steps, final loss %.9f, max rel diff "
+           "%.3e\n", L->name, what, cJSON_GetArraySize(ms),
+           num(cJSON_GetArrayItem(os, cJSON_GetArraySize(os) - 1), "loss"), worst);
+    cJSON_Delete(other);
+}
+
+/* --fp8-dispatch's run (the *_fp8d_* layouts on the CPU) against the same layout's without it.
+ * Row-wise scales (blockwise, mxfp8): bit-identical losses, as the experts' GEMMs quantize each
+ * row's blocks with the scale the dispatch gave them, so the decoded rows quantize back to the
+ * same codes. A per-tensor scale (tensorwise): the rows are rounded to E4M3 twice, with the
+ * sender's scale (the amax of all the rows it sends) and then with the expert's (the amax of
+ * its rows), so the losses differ by those roundings: within FP8D_TENSOR_TOL relative. */
 #define FP8D_TENSOR_TOL 1e-3
 static void check_same_without_fp8d(const Layout *L, const ModelSpec *s, const cJSON *run)
 {
     ModelSpec plain = *s;
     plain.job.fp8_dispatch = 0;
-    write_plan(&plain, "local", L->gpus, "nofp8d.json");
-    sh(0, "timeout 600 %s run %s/nofp8d.json --quiet -o %s/nofp8d.run.json", px, tmp, tmp);
-    cJSON *other = read_json("nofp8d.run.json");
-    const cJSON *os = at(other, "steps", NULL), *ms = at(run, "steps", NULL);
-    CHECK_EQ_INT(cJSON_GetArraySize(os), cJSON_GetArraySize(ms));
     const int rows = s->job.fp8 == MODEL_FP8_BLOCKWISE || s->job.fp8 == MODEL_FP8_MXFP8;
-    double worst = 0;
-    for (int i = 0; i < cJSON_GetArraySize(ms); i++) {
-        const double a = num(cJSON_GetArrayItem(os, i), "loss"), b = num(cJSON_GetArrayItem(ms, i), "loss");
-        if (rows)
-            CHECK(a == b);
-        else
-            CHECK_REL(a, b, FP8D_TENSOR_TOL);
-        worst = fabs(b - a) / fabs(a) > worst ? fabs(b - a) / fabs(a) : worst;
-    }
-    printf("%-16s against the same layout without fp8_dispatch: final loss %.9f, max rel diff "
-           "%.3e\n", L->name, num(cJSON_GetArrayItem(os, cJSON_GetArraySize(os) - 1), "loss"), worst);
-    cJSON_Delete(other);
+    check_twin(L, &plain, "fp8_dispatch", rows ? 0 : FP8D_TENSOR_TOL, run);
 }
 
 /* --fp8-param-gather's run with tensorwise scaling (the CPU's *_fp8pg_tensorwise layouts)
- * against the same layout's without it, step by step: bit-identical losses, as each shard of a
- * matrix is quantized with the whole matrix's scale (the amax all-reduced over its ZeRO group),
- * the bytes each GEMM's cast of the gathered weight makes without the flag. */
+ * against the same layout's without it: bit-identical losses, as each shard of a matrix is
+ * quantized with the whole matrix's scale (the amax all-reduced over its ZeRO group), the bytes
+ * each GEMM's cast of the gathered weight makes without the flag. */
 static void check_same_without_fp8pg(const Layout *L, const ModelSpec *s, const cJSON *run)
 {
     ModelSpec plain = *s;
     plain.job.fp8_param_gather = 0;
-    write_plan(&plain, "local", L->gpus, "nofp8pg.json");
-    sh(0, "timeout 600 %s run %s/nofp8pg.json --quiet -o %s/nofp8pg.run.json", px, tmp, tmp);
-    cJSON *other = read_json("nofp8pg.run.json");
-    const cJSON *os = at(other, "steps", NULL), *ms = at(run, "steps", NULL);
-    CHECK_EQ_INT(cJSON_GetArraySize(os), cJSON_GetArraySize(ms));
-    for (int i = 0; i < cJSON_GetArraySize(ms); i++) {
-        const double a = num(cJSON_GetArrayItem(os, i), "loss"), b = num(cJSON_GetArrayItem(ms, i), "loss");
-        if (a != b) {
-            fprintf(stderr, "FAILED: %s step %d: loss %.17g with the FP8 gather, %.17g with each "
-                    "GEMM casting the gathered weight\n", L->name, i + 1, b, a);
-            exit(1);
-        }
-    }
-    printf("%-16s the same losses as each GEMM casting the gathered weight: final loss %.9f\n",
-           L->name, num(cJSON_GetArrayItem(os, cJSON_GetArraySize(os) - 1), "loss"));
-    cJSON_Delete(other);
+    check_twin(L, &plain, "fp8_param_gather", 0, run);
+}
+
+/* An op-level recompute layout's run (*_sac on more than one rank) against the same layout
+ * without recompute: recompute changes no number, so the losses are equal bit for bit (the
+ * single rank's differ by the layout's own sums). */
+static void check_same_without_recompute(const Layout *L, const ModelSpec *s, const cJSON *run)
+{
+    ModelSpec plain = *s;
+    plain.layout.recompute = MODEL_RECOMPUTE_NONE;
+    check_twin(L, &plain, "recompute", 0, run);
 }
 
 static void check_layout(const Layout *L)
@@ -450,6 +478,8 @@ static void check_layout(const Layout *L)
         check_same_without_fp8d(L, &s, run);
     if (s.job.fp8_param_gather && s.job.fp8 == MODEL_FP8_TENSORWISE && !L->cuda)
         check_same_without_fp8pg(L, &s, run);
+    if (is_sac(L) && L->gpus > 1 && !L->cuda)
+        check_same_without_recompute(L, &s, run);
     /* the layout ran as pinned: chunks per rank and expert tensor parallelism */
     CHECK_EQ_INT(s.layout.vpp, (int)num(at(plan, "layout", NULL), "vpp"));
     const cJSON *pl = at(plan, "layout", NULL);
@@ -473,6 +503,12 @@ static void check_layout(const Layout *L)
          * gradients (a gate read from the wrong rows moves the losses by 5e-6 relative) */
         const int tight = strstr(L->name, "gptoss") || !strncmp(L->name, "gate_", 5);
         CHECK_REL(a, b, L->fp8 ? FP8_TOL : L->cuda ? 1e-3 : tight ? 1e-6 : 1e-5);
+        /* one rank's op-level recompute changes no number: the same losses as without */
+        if (is_sac(L) && L->gpus == 1 && !L->cuda && a != b) {
+            fprintf(stderr, "FAILED: %s step %d: loss %.9g, %.9g without recompute\n", L->name,
+                    i + 1, b, a);
+            exit(1);
+        }
         if (fabs(b - a) > worst)
             worst = fabs(b - a);
     }

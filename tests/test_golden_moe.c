@@ -170,6 +170,108 @@ static void deepseek_v3_2048(void)
     prof_cluster_free(&cl);
 }
 
+/* torchtitan's op-level selective recompute of multi-head latent attention's layers
+ * (model_sac_op_matmuls; docs/time.md, "Frameworks"), by hand. tiny-dsv3 on one rank, fp32,
+ * 8 micro-batches of 32 tokens (M = 32): h 64, 4 heads, q_lora 32, kv_lora 16, rope 8, nope
+ * 16, v 16, ffn 176 (SwiGLU); layer 0 dense, 1-3 MoE, and the prediction module's layer (MoE).
+ * The forward's matmuls q_a, kv_a, q_b, kv_b, wo, w1, w3, w2: the 2nd, 4th, 6th and 8th rerun.
+ *   kv_a 2 x 32 x (16 + 8) x 64 = 98304, kv_b 2 x 32 x 4 (16 + 16) x 16 = 131072 (every layer);
+ *   w1 = w2 = 2 x 32 x 176 x 64 = 720896 (layer 0 only: a MoE layer's MLP half is not rerun)
+ *   a step: 8 x (1671168 + 4 x 229376) = 20709376 recompute FLOPs.
+ * Priced as a dense layer's (wk 80 wide, wo, w3) it was 8 x (1310720 + 4 x 589824) = 29360128.
+ * Saved: kv_a reruns into the latent it wrote (no SP): attn.kv_lat, 32 x 24 x 4 = 3072 bytes
+ * a layer, leaves the activations (769536 bytes before, 5 layers: 754176) for ws.recompute
+ * (242752 + 3072 = 245824). With TP 2 and SP the gathered latent stays saved. */
+static void mla_op_sac(void)
+{
+    PxError err = {0};
+    ProfCluster cl;
+    CHECK_OK(prof_cluster_load("local", NULL, 0, &cl, &err), err);
+    ModelSpec s;
+    model_spec_defaults(&s);
+    CHECK_OK(model_config_load("tiny-dsv3", &s.model, &err), err);
+    s.job.global_batch = 8;
+    s.job.micro_batch = 1;
+    s.job.seq_len = 32;
+    s.job.precision = PX_FP32;
+    s.job.framework = MODEL_FW_TORCHTITAN;
+    s.layout.recompute = MODEL_RECOMPUTE_SELECTIVE;
+    SimResult r;
+    CHECK_OK(sim_run(&s, &cl, 1, &r, &err), err);
+    double rec = 0; /* a micro-batch's */
+    for (int i = 0; i < r.ops[0].count; i++)
+        if (r.ops[0].op[i].phase == MODEL_RECOMPUTE)
+            rec += r.ops[0].op[i].flops * r.ops[0].op[i].repeat;
+    CHECK_EQ_U64(20709376, (uint64_t)(8 * rec));
+    CHECK_EQ_U64(754176, r.mem[0].cat[MODEL_ACTIVATIONS]);
+    CHECK_EQ_U64(245824, r.mem[0].cat[MODEL_WORKSPACE]);
+    ModelDims d;
+    CHECK_OK(model_spec_check(&s, 1, &d, &err), err);
+    CHECK(model_sac_op_matmuls(&s, &d, 0, MODEL_OPR_KV_A) == 1 &&
+          model_sac_op_matmuls(&s, &d, 0, MODEL_OPR_KV_B) == 1 &&
+          model_sac_op_matmuls(&s, &d, 0, MODEL_OPR_Q_A) == 0 &&
+          model_sac_op_matmuls(&s, &d, 0, MODEL_OPR_Q_B) == 0 &&
+          model_sac_op_matmuls(&s, &d, 0, MODEL_OPR_PROJ) == 0 &&
+          model_sac_op_matmuls(&s, &d, 0, MODEL_OPR_FC1) == 1 && /* w1, not w3 */
+          model_sac_op_matmuls(&s, &d, 0, MODEL_OPR_FC2) == 1 &&
+          model_sac_op_matmuls(&s, &d, 1, MODEL_OPR_FC1) == 0);
+    sim_result_free(&r);
+    /* without a query latent: q_b (2nd) and wo (4th), then w3 (6th), as a dense layer's */
+    s.model.mla.q_lora_rank = 0;
+    CHECK_OK(model_spec_check(&s, 1, &d, &err), err);
+    CHECK(model_sac_op_matmuls(&s, &d, 0, MODEL_OPR_KV_A) == 0 &&
+          model_sac_op_matmuls(&s, &d, 0, MODEL_OPR_Q_B) == 1 &&
+          model_sac_op_matmuls(&s, &d, 0, MODEL_OPR_KV_B) == 0 &&
+          model_sac_op_matmuls(&s, &d, 0, MODEL_OPR_PROJ) == 1 &&
+          model_sac_op_matmuls(&s, &d, 0, MODEL_OPR_FC1) == 2 && /* w3 */
+          model_sac_op_matmuls(&s, &d, 0, MODEL_OPR_FC2) == 0);
+    prof_cluster_free(&cl);
+}
+
+/* DeepSeek-V3 under torchtitan's op-level selective recompute: 1024 GPUs, pp 16 (3, 3, 4 x 13,
+ * 3 layers), ep 64, no TP, bf16, sequence 4096, global batch 4096: 64 micro-batches of one
+ * sequence per rank. A layer's rerun matmuls per micro-batch (M = 4096, h 7168, 128 heads,
+ * q_lora 1536, kv_lora 512, rope 64, nope 128, v 128, dense ffn 18432):
+ *   kv_a 2 M (512 + 64) h = 33822867456, kv_b 2 M 128 (128 + 128) 512 = 137438953472,
+ *   w1 = w2 = 2 M 18432 h = 1082331758592 (the first three layers are dense): 2335925338112.
+ *   Stage 0, its three dense layers: 64 x 3 x 2335925338112 = 448497664917504 a step.
+ *   Priced as a dense layer's (wk 20480 wide: 1202590842880, wo 962072674304, w3):
+ *   64 x 3 x 3246995275776 = 623423092948992, the stage's rank 174925428031488 FLOPs more
+ *   (4300155616493568 a step where it is 4125230188462080).
+ * Saved: the latent attn.kv_lat (4096 x 576 x 2 bytes) no more, for stage 0's 3 layers and
+ * the 16 micro-batches 1F1B holds there: 226492416 bytes fewer activations. */
+static void deepseek_v3_op_sac(void)
+{
+    PxError err = {0};
+    ProfCluster cl;
+    CHECK_OK(prof_cluster_load("dgx-h100", NULL, 0, &cl, &err), err);
+    ModelSpec s;
+    model_spec_defaults(&s);
+    CHECK_OK(model_config_load("deepseek-v3", &s.model, &err), err);
+    s.layout.pp = 16;
+    s.layout.ep = 64;
+    CHECK_OK(model_split_parse("3,3,4,4,4,4,4,4,4,4,4,4,4,4,4,3", "test", &s.layout, &err), err);
+    s.job.seq_len = 4096;
+    s.job.global_batch = 4096;
+    s.job.precision = PX_BF16;
+    s.job.framework = MODEL_FW_TORCHTITAN;
+    s.layout.recompute = MODEL_RECOMPUTE_SELECTIVE;
+    SimResult r;
+    CHECK_OK(sim_run(&s, &cl, 1024, &r, &err), err);
+    double rec = 0; /* a micro-batch's */
+    for (int i = 0; i < r.ops[0].count; i++)
+        if (r.ops[0].op[i].phase == MODEL_RECOMPUTE)
+            rec += r.ops[0].op[i].flops * r.ops[0].op[i].repeat;
+    printf("deepseek-v3 op-level recompute, stage 0: %.0f FLOPs a step, rank %.0f, "
+           "activations %llu\n", 64 * rec, r.rank_flops[0],
+           (unsigned long long)r.mem[0].cat[MODEL_ACTIVATIONS]);
+    CHECK_EQ_U64(448497664917504ull, (uint64_t)(64 * rec));
+    CHECK_EQ_U64(4125230188462080ull, (uint64_t)r.rank_flops[0]);
+    CHECK_EQ_U64(53276049408ull - 226492416ull, r.mem[0].cat[MODEL_ACTIVATIONS]);
+    sim_result_free(&r);
+    prof_cluster_free(&cl);
+}
+
 /* Megatron-Core's expert groups (parallel_state's expert RankGenerator, order tp-cp-ep-dp-pp
  * with tp = etp, cp = 1): 16 ranks, tp 2 x dp 4 x pp 2.
  *   ep 4, etp 1: EP groups {0,1,2,3} {4,5,6,7} {8..11} {12..15}; EDP {0,4} {1,5} ...
@@ -223,6 +325,8 @@ int main(void)
     flops_vs_megatron("qwen3-235b-a22b", 64, 4, 8, 0);
     tiny_moe_ep2();
     deepseek_v3_2048();
+    mla_op_sac();
+    deepseek_v3_op_sac();
     expert_ranks();
     rule("tiny-moe", 6, 1, 0, 3, 0, MODEL_RULE_EXPERTS, "ep 3 must divide the 8 experts");
     rule("tiny-moe", 4, 1, 0, 8, 0, MODEL_RULE_EXPERTS, "must divide the 4 ranks");

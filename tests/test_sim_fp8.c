@@ -228,6 +228,50 @@ static void test_ops(void)
     model_ops_free(&g);
 }
 
+/* torchtitan's op-level selective recompute with FP8 GEMMs (docs/time.md, "Frameworks"): a
+ * rerun matmul quantizes its input again as the forward does, and an input the table keeps as
+ * an FP8 copy but does not save is quantized again beside the recomputed op that makes it when
+ * no rerun matmul does: Llama 3 70B, tp 4 with SP (M = 8192 rows, 2048 a shard), tensorwise
+ * with transposed copies (bf16 read, 2 FP8 writes: 4 bytes an element). SwiGLU: w3 reruns and
+ * quantizes mlp.fc1.in (8192 x 8192 x 4), w2 does not, so the activation's op quantizes
+ * mlp.fc2.in (8192 x 7168 x 4 = 234881024). GELU: fc1 is not rerun, so the second norm's op
+ * quantizes mlp.fc1.in (2048 x 8192 x 4 = 67108864) and fc2, rerun, mlp.fc2.in. */
+static void test_sac_op(void)
+{
+    PxError err = {0};
+    for (int gelu = 0; gelu <= 1; gelu++) {
+        ModelSpec s = llama70b(MODEL_FP8_TENSORWISE, 1);
+        s.layout.sp = 1;
+        s.job.framework = MODEL_FW_TORCHTITAN;
+        s.layout.recompute = MODEL_RECOMPUTE_SELECTIVE;
+        if (gelu)
+            s.model.mlp = MODEL_GELU;
+        ModelDims d;
+        CHECK_OK(model_spec_check(&s, 32, &d, &err), err);
+        ModelOpGraph g;
+        CHECK_OK(model_ops_build(&s, &d, 0, &g, &err), err);
+        double ln2 = -1, act = -1, fc1 = 0, fc2 = 0;
+        for (int i = 0; i < g.count; i++) {
+            const ModelOp *op = &g.op[i];
+            if (op->layer != 0 || op->phase != MODEL_RECOMPUTE)
+                continue;
+            if (op->role == MODEL_OPR_LN2)
+                ln2 = op->fp8_cast_bytes;
+            if (op->role == MODEL_OPR_ACT)
+                act = op->fp8_cast_bytes;
+            if (op->role == MODEL_OPR_FC1)
+                fc1 = op->fp8_cast_bytes;
+            if (op->role == MODEL_OPR_FC2)
+                fc2 = op->fp8_cast_bytes;
+        }
+        CHECK_REL(gelu ? 67108864.0 : 0.0, ln2, 1e-15);
+        CHECK_REL(gelu ? 0.0 : 234881024.0, act, 1e-15);
+        CHECK_REL(gelu ? 0.0 : 8192.0 * 8192 * 4, fc1, 1e-15);
+        CHECK_REL(gelu ? 8192.0 * 7168 * 4 : 0.0, fc2, 1e-15);
+        model_ops_free(&g);
+    }
+}
+
 /* FP8 dispatch: the forward's all-to-all carries the routed rows in one byte with the
  * recipe's 1 x 128 fp32 scales; the backward's stays bf16. tiny-moe on 4 ranks with ep 4. */
 static void test_dispatch(void)
@@ -441,6 +485,7 @@ int main(void)
     test_llama70b_memory();
     test_devices();
     test_ops();
+    test_sac_op();
     test_dispatch();
     test_amax_groups();
     test_bucketed_gather();

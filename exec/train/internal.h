@@ -759,6 +759,10 @@ int exec_mla_forward(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
                      ModelPhase ph, PxError *err);
 int exec_mla_backward(const ExecLayerRun *r, int chunk, int l, const ExecLayerActs *a,
                       const void **dn, PxError *err);
+/* Op-level selective recompute of layer l's projections (layers.c's sac_recompute, after its
+ * first norm): the matmuls model_sac_op_matmuls reruns, into scratch, and the latents' norms
+ * and the rotary embedding, no collective. */
+void exec_mla_sac_recompute(const ExecLayerRun *r, int l, const ExecLayerActs *a);
 /* Sequence q's queries, keys and values in attn.qkv.out's (or ws.dqkv's) layout: packed rows
  * [Q | K | V], or with MLA three planes [N, heads x qk] [N, heads x qk] [N, heads x v]
  * (mla.c); strides in elements. */

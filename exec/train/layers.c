@@ -804,33 +804,39 @@ static int qkv_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerActs 
 
 /* Op-level selective activation checkpointing (torchtitan's "selective op"; the op graph's
  * sac_op_recompute, docs/time.md "Frameworks"), before layer l's backward: its checkpointed
- * forward again, the 2nd, 4th and 6th matmuls (wk, wo, and w3 gated or fc2) and every
+ * forward again, every other matmul of the layer (model_sac_op_matmuls: a dense layer's wk, wo,
+ * and w3 gated or fc2; MLA's in mla.c, then w1 and w2 or fc1 with a query latent) and every
  * elementwise op rerun, no collective. The norms and the activation re-create the tensors the
  * backward reads and the table does not save (attn.qkv.in, mlp.fc1.in, a dense layer's
- * mlp.fc2.in: in ws.recompute, bit for bit the forward's); the three matmuls' outputs and the
- * residual adds, which saved tensors already hold (attn.qkv.out packs wk's, mlp.act.in w3's,
- * ln2.in the attention's residual: model_layer_acts_at), land in scratch the backward
- * overwrites (ws.dqkv, ws.dffn, ws.out, ws.dhid). Under SP the matmuls
- * read ws.sp.gather, the full sequence's rows the backward gathers again. A MoE layer reruns its
- * attention half only: its experts are not recomputed. */
+ * mlp.fc2.in: in ws.recompute, bit for bit the forward's); the matmuls' outputs and the
+ * residual adds, which saved tensors already hold (attn.qkv.out packs wk's, mlp.act.in w1's and
+ * w3's, ln2.in the attention's residual: model_layer_acts_at), land in scratch the backward
+ * overwrites (ws.dqkv, ws.dffn, ws.out, ws.dhid). Under SP the matmuls of the gathered input
+ * read ws.sp.gather, the full sequence's rows the backward gathers again. A MoE layer reruns
+ * its attention half only: its experts are not recomputed. */
 static void sac_recompute(const ExecLayerRun *r, int l, const ExecLayerActs *a)
 {
     const ExecCtx *c = r->c;
     const KernBackend *k = c->k;
     const ModelDims *d = &c->d;
+    const ModelSpec *s = &c->spec;
     const ExecLayerParams *w = &r->P->lw[l];
     const int N = d->b * d->s_loc, R = d->b * d->s_sp, h = d->h, sp = exec_sp_on(c);
-    const int gated = c->spec.model.mlp == MODEL_SWIGLU;
+    const int gated = s->model.mlp == MODEL_SWIGLU;
     int op = op_open(r, l, MODEL_OPR_LN1, MODEL_RECOMPUTE);
     norm_fwd(r, EXEC_LA(a, QKV_IN), EXEC_LA(a, LN1_IN), EXEC_LP(w, LN1_W), EXEC_LP(w, LN1_B), R);
     op_close(r, op);
-    /* wk: QKV's rows after this rank's query heads */
-    op = op_open(r, l, MODEL_OPR_QKV, MODEL_RECOMPUTE);
-    mm_act(r, r->W->dqkv, sp ? r->W->sp_gather : EXEC_LA(a, QKV_IN),
-           AT(EXEC_LP(w, QKV_W), (size_t)d->q_loc * h), N, d->kv_width_loc, h, 0, 1);
-    op_close(r, op);
+    if (exec_mla_on(c)) {
+        exec_mla_sac_recompute(r, l, a);
+    } else { /* wk: QKV's rows after this rank's query heads */
+        op = op_open(r, l, MODEL_OPR_QKV, MODEL_RECOMPUTE);
+        mm_act(r, r->W->dqkv, sp ? r->W->sp_gather : EXEC_LA(a, QKV_IN),
+               AT(EXEC_LP(w, QKV_W), (size_t)d->q_loc * h), N, d->kv_width_loc, h, 0, 1);
+        op_close(r, op);
+    }
     op = op_open(r, l, MODEL_OPR_PROJ, MODEL_RECOMPUTE);
-    mm_act(r, r->W->out, EXEC_LA(a, PROJ_IN), EXEC_LP(w, PROJ_W), N, h, d->o_loc, 0, 1);
+    if (model_sac_op_matmuls(s, d, l, MODEL_OPR_PROJ))
+        mm_act(r, r->W->out, EXEC_LA(a, PROJ_IN), EXEC_LP(w, PROJ_W), N, h, d->o_loc, 0, 1);
     k->add(r->W->dhid, EXEC_LA(a, LN1_IN), r->W->out, (size_t)R * h);
     op_close(r, op);
     op = op_open(r, l, MODEL_OPR_LN2, MODEL_RECOMPUTE);
@@ -840,10 +846,12 @@ static void sac_recompute(const ExecLayerRun *r, int l, const ExecLayerActs *a)
         return;
     int Fw, FO;
     mlp_widths(c, l, &Fw, &FO);
-    if (gated) { /* w3: fc1's up slice, after its gate slice */
+    const unsigned fc1 = model_sac_op_matmuls(s, d, l, MODEL_OPR_FC1);
+    if (fc1) { /* w1 (fc1's gate slice), w3 (its up slice, after the gate's), or fc1 */
         op = op_open(r, l, MODEL_OPR_FC1, MODEL_RECOMPUTE);
         mm_act(r, r->W->dffn, sp ? r->W->sp_gather : EXEC_LA(a, FC1_IN),
-               AT(EXEC_LP(w, FC1_W), (size_t)Fw * h), N, Fw, h, 0, 1);
+               AT(EXEC_LP(w, FC1_W), gated && (fc1 & 2u) ? (size_t)Fw * h : 0), N,
+               gated ? Fw : FO, h, 0, 1);
         op_close(r, op);
     }
     op = op_open(r, l, MODEL_OPR_ACT, MODEL_RECOMPUTE);
@@ -853,7 +861,7 @@ static void sac_recompute(const ExecLayerRun *r, int l, const ExecLayerActs *a)
         k->gelu_fwd(EXEC_LA(a, FC2_IN), EXEC_LA(a, ACT_IN), (size_t)N * Fw);
     op_close(r, op);
     op = op_open(r, l, MODEL_OPR_FC2, MODEL_RECOMPUTE);
-    if (!gated)
+    if (model_sac_op_matmuls(s, d, l, MODEL_OPR_FC2))
         mm_act(r, r->W->out, EXEC_LA(a, FC2_IN), EXEC_LP(w, FC2_W), N, h, Fw, 0, 1);
     k->add(r->W->dhid, EXEC_LA(a, LN2_IN), r->W->out, (size_t)R * h);
     op_close(r, op);

@@ -173,14 +173,8 @@ static int check_complete(const ExecMeter *M, const ExecCtx *c, PxError *err)
                         (r == MODEL_OPR_QKV && mla) ||
                         (r == MODEL_OPR_Q_A && c->spec.model.mla.q_lora_rank <= 0))
                         continue;
-                    /* op-level selective recompute: the ops sac_recompute reruns (a MoE
-                     * layer's attention half; fc1 with SwiGLU's w3 only) */
-                    const int attn_half = r == MODEL_OPR_LN1 || r == MODEL_OPR_QKV ||
-                                          r == MODEL_OPR_PROJ || r == MODEL_OPR_LN2;
-                    const int gated = c->spec.model.mlp == MODEL_SWIGLU;
-                    const int sac = c->d.recompute_op &&
-                                    (attn_half ||
-                                     (mlp && !moe && (r != MODEL_OPR_FC1 || gated)));
+                    /* op-level selective recompute: the ops sac_recompute reruns */
+                    const int sac = model_sac_op_role(&c->spec, &c->d, l, (ModelOpRole)r);
                     int want = p != MODEL_RECOMPUTE || rc == MODEL_RECOMPUTE_FULL || sac ||
                                (r == MODEL_OPR_CORE && rc == MODEL_RECOMPUTE_SELECTIVE &&
                                 !c->spec.job.flash_attn);

@@ -471,3 +471,46 @@ int exec_mla_backward(const ExecLayerRun *r, int chunk, int l, const ExecLayerAc
     *dn = r->W->dhid;
     return PX_OK;
 }
+
+void exec_mla_sac_recompute(const ExecLayerRun *r, int l, const ExecLayerActs *a)
+{
+    const ExecCtx *c = r->c;
+    const Mla m = mla_dims(r, l);
+    const ExecLayerParams *w = &r->P->lw[l];
+    void *W = r->W->mla, *lat = AT(W, m.mw.lat);
+    const ExecQkv dq = exec_qkv_at(c, r->W->dqkv, 0);
+    const void *x = EXEC_LA(a, QKV_IN); /* the first norm's output, rerun */
+    int op;
+    if (m.qr > 0) { /* q_a is the layer's first matmul: its latent's norm only */
+        op = op_open(r, l, MODEL_OPR_Q_A, MODEL_RECOMPUTE);
+        c->k->rmsnorm_fwd(lat, EXEC_LAA(a, Q_LAT), EXEC_LPA(w, Q_NORM_W), m.N, m.qr, m.eps);
+        op_close(r, op);
+    }
+    /* kv_a on this rank's rows where the forward wrote them: attn.kv_lat, which the table
+     * then does not save (model_mla_acts: in ws.recompute), or under SP ws.mla's ks, the
+     * backward's scratch (no gather: the gathered latent is saved) */
+    op = op_open(r, l, MODEL_OPR_KV_A, MODEL_RECOMPUTE);
+    if (model_sac_op_matmuls(&c->spec, &c->d, l, MODEL_OPR_KV_A)) {
+        void *ks = m.sp ? AT(W, m.mw.ks) : EXEC_LAA(a, KV_LAT);
+        mm(r, ks, x, EXEC_LPA(w, KV_A_W), m.R, m.kr, m.h, 0, 1, 0.0f);
+        mm(r, AT(ks, (size_t)m.R * m.kr), x, AT(EXEC_LPA(w, KV_A_W), (size_t)m.kr * m.h), m.R,
+           m.rope, m.h, 0, 1, 0.0f);
+    }
+    kv_norm_all(r, &m, lat, EXEC_LAA(a, KV_LAT), EXEC_LPA(w, KV_NORM_W));
+    op_close(r, op);
+    /* q_b without a query latent, into ws.dqkv's Q plane: under SP from sp.gather, the rows
+     * the backward gathers again (as the dense layer's rerun wk) */
+    if (model_sac_op_matmuls(&c->spec, &c->d, l, MODEL_OPR_Q_B)) {
+        op = op_open(r, l, MODEL_OPR_Q_B, MODEL_RECOMPUTE);
+        mm(r, dq.q, m.sp ? r->W->sp_gather : x, EXEC_LPA(w, Q_B_W), m.N, m.H * m.qk, m.h, 0, 1,
+           0.0f);
+        op_close(r, op);
+    }
+    /* kv_b's keys and values from the normed latent, one GEMM into ws.dqkv, and the rotary
+     * embedding of ws.dqkv's planes with the saved latent's key */
+    op = op_open(r, l, MODEL_OPR_KV_B, MODEL_RECOMPUTE);
+    if (model_sac_op_matmuls(&c->spec, &c->d, l, MODEL_OPR_KV_B))
+        mm(r, r->W->dqkv, lat, EXEC_LPA(w, KV_B_W), m.N, m.H * (m.nope + m.v), m.kr, 0, 1, 0.0f);
+    rope_parts(r, &m, dq.q, dq.k, EXEC_LAA(a, KV_LAT), 0);
+    op_close(r, op);
+}
