@@ -728,9 +728,11 @@ void exec_mtp_embed_shifted_bwd(const ExecLayerRun *r, const void *dy, const int
  * eh.in's rows of 2h), looked up into the embedding's gradient by exec_mtp_deferred_embed in the
  * embedding's window (A: the chunk's layer sets). */
 int exec_mtp_deferred(const ExecCtx *c);
-/* How many of the embedding's (embed) or the final block's backward gathers of a micro-batch
- * the prediction modules make before the main model's (ZeRO-3 without the forward's gathers
- * kept: mtp.c gathers them again for each read), the occurrence of the main model's first. */
+/* Whether the prediction modules gather the embedding and the output layer again for each read
+ * (ZeRO-3 without the forward's gathers kept: mtp_tokens.c); and how many of the embedding's
+ * (embed) or the final block's backward gathers of a micro-batch they make before the main
+ * model's, the occurrence of the main model's first. */
+int exec_mtp_regathers(const ExecCtx *c);
 int exec_mtp_gathers_bwd(const ExecCtx *c, int embed);
 int exec_mtp_deferred_embed(const ExecLayerRun *r, int chunk, int mb, const ExecLayerActs *A,
                             const int32_t *tok, PxError *err);

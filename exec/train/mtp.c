@@ -132,22 +132,6 @@ static int gather_module(const ExecLayerRun *r, int l, ModelPhase ph, int which,
                      : PX_OK;
 }
 
-/* ZeRO-3 whose forward's gathers are released (no --no-reshard-after-forward) on the one stage
- * whose passes gather: the embedding's and the output layer's gathers are gone, in the ring of
- * gather buffers, by the time a module reads them, so each read gathers its block again
- * (model/ops.c, mtp_gather). */
-static int regathers(const ExecCtx *c)
-{
-    const ModelLayout *l = &c->spec.layout;
-    return l->zero == 3 && !c->d.zero_per_step && !l->keep_gathered && c->d.chunks == 1;
-}
-
-int exec_mtp_gathers_bwd(const ExecCtx *c, int embed)
-{
-    const int D = c->spec.model.mtp_layers;
-    return !regathers(c) ? 0 : c->g.tied_here ? (embed ? 2 * D : 0) : D;
-}
-
 /* Module i's gather of the embedding (embed: its shifted tokens' lookup) or of the output
  * layer's block (its head: the embedding's when tied) for `ph`, as the op graph lists the
  * block's gathers of that phase: the forward's after the main model's (the embedding's and,
@@ -156,7 +140,7 @@ int exec_mtp_gathers_bwd(const ExecCtx *c, int embed)
 static int regather(const ExecLayerRun *r, int i, int embed, ModelPhase ph, PxError *err)
 {
     const ExecCtx *c = r->c;
-    if (!regathers(c))
+    if (!exec_mtp_regathers(c))
         return PX_OK;
     const int tied = c->g.tied_here, D = c->spec.model.mtp_layers;
     const int b = embed || tied ? r->P->embed_block : r->P->final_block;

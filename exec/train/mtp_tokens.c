@@ -148,3 +148,19 @@ int exec_mtp_deferred_embed(const ExecLayerRun *r, int chunk, int mb, const Exec
     }
     return PX_OK;
 }
+
+/* ZeRO-3 whose forward's gathers are released (no --no-reshard-after-forward) on the one stage
+ * whose passes gather: the embedding's and the output layer's gathers are gone, in the ring of
+ * gather buffers, by the time a module reads them, so each read gathers its block again
+ * (model/ops.c, mtp_gather). Here, not in mtp.c, as layers.c asks it too. */
+int exec_mtp_regathers(const ExecCtx *c)
+{
+    const ModelLayout *l = &c->spec.layout;
+    return l->zero == 3 && !c->d.zero_per_step && !l->keep_gathered && c->d.chunks == 1;
+}
+
+int exec_mtp_gathers_bwd(const ExecCtx *c, int embed)
+{
+    const int D = c->spec.model.mtp_layers;
+    return !exec_mtp_regathers(c) ? 0 : c->g.tied_here ? (embed ? 2 * D : 0) : D;
+}
