@@ -31,9 +31,7 @@ static const char *moe_limit(const ModelSpec *s, const ModelDims *d)
 {
     const ModelMoe *mo = &s->model.moe;
     const int ag = s->job.moe_dispatcher == MODEL_MOE_DISPATCH_ALLGATHER;
-    return mo->capacity_factor > 0 && d->fp8 != MODEL_FP8_NONE
-               ? "a capacity factor (token dropping) runs with bf16, fp16 or fp32 experts, not FP8"
-           : ag && (mo->capacity_factor > 0 || d->fp8 != MODEL_FP8_NONE)
+    return ag && (mo->capacity_factor > 0 || d->fp8 != MODEL_FP8_NONE)
                ? "the all-gather dispatcher (training.moe_dispatcher allgather) runs without a "
                  "capacity factor and without FP8 GEMMs (make the plan with --moe-dispatcher "
                  "alltoall)"

@@ -173,9 +173,11 @@ void model_moe_acts(const ModelSpec *s, const ModelDims *d, ModelRecompute mode,
     };
     acts_fill(t, MODEL_MOE_ACTS, MODEL_TR_ROUTER_PROBS, out);
     /* the experts' GEMMs quantize each local expert's rows as a tensor of its own (Transformer
-     * Engine's grouped GEMM: one scale per GEMM) */
+     * Engine's grouped GEMM: one scale per GEMM); a capacity's padding rows, after all the real
+     * ones, are a GEMM and a tensor of their own per expert (exec/train/moe.c's segments) */
     static const ModelTensorRole fp8_in[] = {MODEL_TR_EXP_IN, MODEL_TR_EXP_FC2_IN};
-    acts_fp8(s, out, MODEL_MOE_ACTS, fp8_in, 2, d->experts_loc);
+    acts_fp8(s, out, MODEL_MOE_ACTS, fp8_in, 2,
+             d->experts_loc * (s->model.moe.capacity_factor > 0 ? 2 : 1));
 }
 
 void model_layer_acts_at(const ModelSpec *s, const ModelDims *d, ModelRecompute mode, int layer,

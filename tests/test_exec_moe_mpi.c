@@ -143,6 +143,14 @@ static const Layout layouts[] = {
     {"etp2_dp2_real_cap", 2, 2, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 2, 0.5, 0, 0},
     {"cuda_etp2_dp2_cap", 2, 2, 1, 1, 1, 0, 1, 0, 0, 1, 0, 0, 2, 0.5, 0, 0},
     {"cuda_ep2_cap", 2, 2, 1, 1, 2, 0, 1, 0, 0, 1, 0, 0, 0, 0.5, 0, 0},
+    /* a capacity with FP8 experts: forced balance fills every capacity (the FLOPs and the
+     * all-to-all exact); the router's own choice leaves padding rows, which quantize as
+     * tensors of their own (a per-tensor recipe: a second scale per expert, model_moe_acts)
+     * and record no amax (delayed scaling: the expert's history as without padding) */
+    {"ep2_cap_fp8_tensorwise", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, MODEL_FP8_TENSORWISE, 0, 0, 0.5, 0, 0},
+    {"ep2_real_cap_fp8_delayed", 2, 2, 1, 1, 2, 0, 0, 0, 0, 0, MODEL_FP8_DELAYED, 0, 0, 0.5, 0, 0},
+    {"etp2_dp2_real_cap_fp8_blockwise", 2, 2, 1, 1, 1, 0, 0, 0, 0, 0, MODEL_FP8_BLOCKWISE, 0, 2, 0.5, 0, 0},
+    {"cuda_ep2_real_cap_fp8_tensorwise", 2, 2, 1, 1, 2, 0, 0, 0, 0, 1, MODEL_FP8_TENSORWISE, 0, 0, 0.5, 0, 0},
     /* DeepSeek-V3's shape (tiny-dsv3): multi-head latent attention's down-projections on the
      * sequence shard and its latents gathered over TP (with SP), all-reduced without; its up-
      * projections split by heads; over DP, the pipeline and the experts' ranks */
@@ -220,9 +228,9 @@ static const Layout layouts[] = {
 };
 enum { N_LAYOUTS = sizeof layouts / sizeof layouts[0], STEPS = 5 };
 
-/* Steps a layout trains: tiny-dsv3's 3 (CI's time; its first steps already move every
- * parameter), tiny-moe's STEPS. */
-static int steps_of(const Layout *L) { return L->dsv3 ? 3 : STEPS; }
+/* Steps a layout trains: tiny-dsv3's and a capacity's with FP8 experts 3 (CI's time; the
+ * first steps already move every parameter), tiny-moe's STEPS. */
+static int steps_of(const Layout *L) { return L->dsv3 || (L->cf > 0 && L->fp8) ? 3 : STEPS; }
 
 static const char *px, *worker;
 
@@ -463,12 +471,18 @@ static void check_layout(const Layout *L)
     }
     /* token dropping: every layer drops the single rank's copies (forced balance: 8 micro-batches
      * of 32 tokens in all, each giving every expert 8 copies for 4 places: 8 x 4 x 8 = 256 copies
-     * dropped a step) */
+     * dropped a step). FP8 experts with the router's own choice may flip a near tie, as the
+     * counts above: there within 1% (measured: 1 copy in 838 over 3 steps) */
     for (int l = 0; L->cf > 0 && l < cJSON_GetArraySize(ml); l++) {
         const double a = num(cJSON_GetArrayItem(rl, l), "dropped_total");
         const double b = num(cJSON_GetArrayItem(ml, l), "dropped_total");
         CHECK(b > 0);
-        CHECK_EQ_INT((int)a, (int)b);
+        if (L->force || (!L->cuda && !L->fp8))
+            CHECK_EQ_INT((int)a, (int)b);
+        else
+            CHECK(fabs(a - b) <= 0.01 * a);
+        if (L->fp8)
+            printf("%-16s layer %d: %.0f copies dropped (single rank %.0f)\n", L->name, l, b, a);
         if (L->force)
             CHECK_EQ_INT(n_steps * 256, (int)b);
     }

@@ -336,8 +336,15 @@ void exec_fp8_linear_bwd(ExecFp8 *F, const ExecCtx *c, ExecMeter *M, void *dx, f
                          const void *dy, ExecFp8Ref x, const void *x_act, const ExecFp8Weight *w,
                          int g, int N)
 {
+    exec_fp8_linear_bwd_rec(F, c, M, dx, dw, dy, x, x_act, w, g, N, 1);
+}
+
+void exec_fp8_linear_bwd_rec(ExecFp8 *F, const ExecCtx *c, ExecMeter *M, void *dx, float *dw,
+                             const void *dy, ExecFp8Ref x, const void *x_act,
+                             const ExecFp8Weight *w, int g, int N, int rec)
+{
     const int O = w->rows, K = w->cols;
-    const ExecFp8Ref dyr = exec_fp8_quantize(F, c, F->q0, dy, N, O, 0, EXEC_FP8_DY, w, g, 1);
+    const ExecFp8Ref dyr = exec_fp8_quantize(F, c, F->q0, dy, N, O, 0, EXEC_FP8_DY, w, g, rec);
     ExecFp8Ref dyc = {NULL, {0, 0, 0, 0, 0, 0}};
     if (F->wt) {
         dyc = exec_fp8_quantize(F, c, F->q1, dy, O, N, 1, EXEC_FP8_DY, w, g, 0);

@@ -585,6 +585,11 @@ void exec_fp8_linear_fwd(ExecFp8 *F, const ExecCtx *c, ExecMeter *M, void *y, Ex
 void exec_fp8_linear_bwd(ExecFp8 *F, const ExecCtx *c, ExecMeter *M, void *dx, float *dw,
                          const void *dy, ExecFp8Ref x, const void *x_act, const ExecFp8Weight *w,
                          int g, int N);
+/* The same with rec 0: dy quantized with the current factors and recorded nowhere (a
+ * capacity's padding rows, which are part of their expert's input: exec/train/moe.c). */
+void exec_fp8_linear_bwd_rec(ExecFp8 *F, const ExecCtx *c, ExecMeter *M, void *dx, float *dw,
+                             const void *dy, ExecFp8Ref x, const void *x_act,
+                             const ExecFp8Weight *w, int g, int N, int rec);
 void exec_fp8_free(ExecFp8 *F);
 
 /* ---- layers.c: one chunk's passes of one micro-batch, op by op ---- */
@@ -941,6 +946,9 @@ typedef struct ExecMoe {
     int capacity;      /* 0: dropless */
     int64_t *dropped;  /* [steps][layers]: copies this rank dropped in each step's forwards */
     int drop_steps;    /* the steps dropped[] holds */
+    /* FP8 experts: the bytes of the saved inputs' tensors (moe.experts.fc1.in, .fc2.in), which
+     * every segment's FP8 tensor must fit in together (moe.c's fp8_fits) */
+    uint64_t fp8_in_bytes, fp8_hid_bytes;
 } ExecMoe;
 
 int exec_moe_init(ExecMoe *M, const ExecCtx *c, PxError *err);

@@ -56,6 +56,12 @@ int exec_moe_init(ExecMoe *M, const ExecCtx *c, PxError *err)
     if (cfg->moe.capacity_factor > 0 && c->d.routed > 0)
         M->capacity = (int)(c->d.routed / ((int64_t)ep * M->L * (c->d.etp > 0 ? c->d.etp : 1)));
     M->drop_steps = c->steps > 0 ? c->steps : 1;
+    if (c->d.moe) {
+        ModelLayerAct acts[MODEL_MOE_ACTS];
+        model_moe_acts(&c->spec, &c->d, MODEL_RECOMPUTE_NONE, acts);
+        M->fp8_in_bytes = acts[MODEL_TR_EXP_IN - MODEL_TR_ROUTER_PROBS].bytes;
+        M->fp8_hid_bytes = acts[MODEL_TR_EXP_FC2_IN - MODEL_TR_ROUTER_PROBS].bytes;
+    }
     M->dropped = exec_zalloc((size_t)M->drop_steps * nl, sizeof *M->dropped);
     if (!M->index || !M->cnt || !M->cntf || !M->send || !M->recv || !M->blk || !M->one_s ||
         !M->one_r || !M->tokens_per_expert || !M->gcount || !M->spill || !M->spill_rows ||
@@ -535,7 +541,12 @@ static void pad_zero(const ExecMoe *M, const ExecCtx *c, void *buf)
  * capacity, segment L + l is expert l's padding up to etp x ep x capacity rows (each of its
  * sources' capacity; Megatron-Core's
  * moe_pad_expert_input_to_capacity), zero rows after all the real ones (`real` of them), so
- * that the GEMMs run on d.routed rows as the plan prices them. *l gets the expert. */
+ * that the GEMMs run on d.routed rows as the plan prices them. *l gets the expert. Under FP8
+ * a segment is a tensor of its own: the padding's zero rows quantize to zero codes with a
+ * scale of 1 (current scaling) or their expert's decode factor (delayed), record no amax
+ * (theirs is 0: the expert's input's amax is its real rows'), and keep their scale beside the
+ * real rows' (model_moe_acts prices two per expert under a per-tensor recipe; row-wise
+ * recipes' scales are the rows' own). */
 static int seg_count(const ExecMoe *M) { return M->capacity > 0 ? 2 * M->L : M->L; }
 
 static int64_t seg_rows(const ExecMoe *M, int s, int *l, int64_t *off)
@@ -561,6 +572,36 @@ static size_t fp8_rows_bytes(const ExecFp8 *F, int rows, int cols)
 {
     const KernFp8 f = exec_fp8_desc(F, rows, cols, 0, 0);
     return rows > 0 ? kern_fp8_bytes(&f) : 0;
+}
+
+/* The bytes of the FP8 tensors of every segment of rows of `cols` elements. */
+static size_t fp8_segs_bytes(const ExecMoe *M, const ExecFp8 *F, int cols)
+{
+    size_t q = 0;
+    for (int sg = 0; sg < seg_count(M); sg++) {
+        int64_t o = 0;
+        int l = 0;
+        q += fp8_rows_bytes(F, (int)seg_rows(M, sg, &l, &o), cols);
+    }
+    return q;
+}
+
+/* FP8 experts: the segments' tensors (a capacity's padding ones too, with their scales) fit in
+ * the saved inputs the plan sized, or the run stops before writing past them. */
+static int fp8_fits(const ExecMoe *M, const ExecLayerRun *r, const ExecMoeViews *v, PxError *err)
+{
+    if (!v->f1 && !v->f2)
+        return PX_OK;
+    const size_t in = fp8_segs_bytes(M, r->fp8, r->c->d.h);
+    const size_t hid = fp8_segs_bytes(M, r->fp8, r->c->d.eff_loc);
+    if (in <= M->fp8_in_bytes && hid <= M->fp8_hid_bytes)
+        return PX_OK;
+    return px_fail(err, PX_ERUNTIME,
+                   "rank %d: the experts' FP8 inputs take %zu and %zu bytes but the plan's "
+                   "moe.experts.fc1.in and moe.experts.fc2.in hold %llu and %llu: model/ and "
+                   "exec/ disagree",
+                   r->c->g.rank, in, hid, (unsigned long long)M->fp8_in_bytes,
+                   (unsigned long long)M->fp8_hid_bytes);
 }
 
 /* One all-to-all-v of rows of h elements, send and receive counts in rows (the exchange's). */
@@ -759,13 +800,14 @@ static void experts_fwd(const ExecMoe *M, const ExecLayerRun *r, const MoeOps *o
         int64_t o = 0;
         int l = 0;
         const int R = (int)seg_rows(M, sg, &l, &o);
+        const int srec = rec && sg < M->L; /* the padding records nothing */
         if (R > 0 && v->f1) {
             const ExecFp8Ref xq = exec_fp8_quantize(F, c, (uint8_t *)v->exp_in + q,
                                                     EXEC_AT(rows_in, o * h, c->ab), R, h, 0,
-                                                    EXEC_FP8_X, v->f1, l, rec);
+                                                    EXEC_FP8_X, v->f1, l, srec);
             q += fp8_rows_bytes(F, R, h);
             exec_fp8_linear_fwd(F, c, r->M, EXEC_AT(v->exp_act_in, o * eff_out, c->ab), xq, v->f1,
-                                l, R, rec);
+                                l, R, srec);
         } else if (R > 0) {
             k->matmul(EXEC_AT(v->exp_act_in, o * eff_out, c->ab), c->act,
                       EXEC_AT(v->exp_in, o * h, c->ab),
@@ -796,15 +838,18 @@ static void experts_fwd(const ExecMoe *M, const ExecLayerRun *r, const MoeOps *o
         int64_t o = 0;
         int l = 0;
         const int R = (int)seg_rows(M, sg, &l, &o);
+        /* the padding's output goes to scratch: it reaches no token (eout may hold fewer rows
+         * than d.routed: without ep and etp, the k copies of the tokens) */
+        void *y = EXEC_AT(sg < M->L ? eout : v->ws_dx, o * h, c->ab);
+        const int srec = rec && sg < M->L;
         if (R > 0 && v->f2) {
             const ExecFp8Ref xq = exec_fp8_quantize(F, c, (uint8_t *)v->exp_fc2_in + q,
                                                     EXEC_AT(hid, o * eff, c->ab), R, eff, 0,
-                                                    EXEC_FP8_X, v->f2, l, rec);
+                                                    EXEC_FP8_X, v->f2, l, srec);
             q += fp8_rows_bytes(F, R, eff);
-            exec_fp8_linear_fwd(F, c, r->M, EXEC_AT(eout, o * h, c->ab), xq, v->f2, l, R, rec);
+            exec_fp8_linear_fwd(F, c, r->M, y, xq, v->f2, l, R, srec);
         } else if (R > 0) {
-            /* the padding's output goes to scratch: it reaches no token */
-            k->matmul(EXEC_AT(sg < M->L ? eout : v->ws_dx, o * h, c->ab), c->act,
+            k->matmul(y, c->act,
                       EXEC_AT(v->exp_fc2_in, o * eff, c->ab),
                       EXEC_AT(v->fc2_w, (size_t)l * h * eff, c->ab), R, h, eff, 0, 1, 1.0f, 0.0f);
             exec_meter_flops(r->M, 2.0 * R * h * eff);
@@ -841,11 +886,11 @@ static void experts_bwd(const ExecMoe *M, const ExecLayerRun *r, const MoeOps *o
         /* every etp rank holds the rows' whole output gradient, and its own copy of the bias */
         if (v->g_fc2_b)
             k->bias_grad(v->g_fc2_b + (size_t)l * h, dout, R, h);
-        if (v->f2) {
-            exec_fp8_linear_bwd(F, c, r->M, EXEC_AT(dhid, o * eff, c->ab),
-                                v->g_fc2_w + (size_t)l * h * eff, dout,
-                                exec_fp8_saved(F, (uint8_t *)v->exp_fc2_in + q, R, eff), NULL,
-                                v->f2, l, R);
+        if (v->f2) { /* the padding's zero output gradient records nothing */
+            exec_fp8_linear_bwd_rec(F, c, r->M, EXEC_AT(dhid, o * eff, c->ab),
+                                    v->g_fc2_w + (size_t)l * h * eff, dout,
+                                    exec_fp8_saved(F, (uint8_t *)v->exp_fc2_in + q, R, eff), NULL,
+                                    v->f2, l, R, sg < M->L);
             q += fp8_rows_bytes(F, R, eff);
             continue;
         }
@@ -883,9 +928,9 @@ static void experts_bwd(const ExecMoe *M, const ExecLayerRun *r, const MoeOps *o
         if (v->g_fc1_b) /* SwiGLU's backward left fc1's output gradient in act */
             k->bias_grad(v->g_fc1_b + (size_t)l * eff_out, act, R, eff_out);
         if (v->f1) {
-            exec_fp8_linear_bwd(F, c, r->M, dout, v->g_fc1_w + (size_t)l * eff_out * h, act,
-                                exec_fp8_saved(F, (uint8_t *)v->exp_in + q, R, h), NULL, v->f1, l,
-                                R);
+            exec_fp8_linear_bwd_rec(F, c, r->M, dout, v->g_fc1_w + (size_t)l * eff_out * h, act,
+                                    exec_fp8_saved(F, (uint8_t *)v->exp_in + q, R, h), NULL,
+                                    v->f1, l, R, sg < M->L);
             q += fp8_rows_bytes(F, R, h);
             continue;
         }
@@ -1280,6 +1325,8 @@ int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer, Mo
     /* the capacity's padding rows after the real ones: zero input, so zero output and no
      * weight gradient */
     pad_zero(M, c, rows_in);
+    if ((rc = fp8_fits(M, r, v, err)))
+        return rc;
     /* the experts, out in expert order (etp: ws_dx, free until the backward; ep: ep_recv;
      * neither: the combine's input itself) */
     void *eout = M->etp > 1 ? v->ws_dx : ep > 1 ? v->ep_recv : v->exp_out;
