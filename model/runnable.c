@@ -30,12 +30,7 @@ const char *model_exec_cp_limit(const ModelSpec *s, const ModelDims *d)
 static const char *moe_limit(const ModelSpec *s, const ModelDims *d)
 {
     const ModelMoe *mo = &s->model.moe;
-    const int ag = s->job.moe_dispatcher == MODEL_MOE_DISPATCH_ALLGATHER;
-    return ag && (mo->capacity_factor > 0 || d->fp8 != MODEL_FP8_NONE)
-               ? "the all-gather dispatcher (training.moe_dispatcher allgather) runs without a "
-                 "capacity factor and without FP8 GEMMs (make the plan with --moe-dispatcher "
-                 "alltoall)"
-           : s->model.mlp != MODEL_SWIGLU ? "the experts must be SwiGLU"
+    return s->model.mlp != MODEL_SWIGLU ? "the experts must be SwiGLU"
            : mo->shared_gate && d->sff_loc > 0 && (d->fp8 != MODEL_FP8_NONE || s->model.bias)
                ? "the shared experts' gate runs without FP8 and without the MLP's biases"
            : d->sff_out_loc > d->ffn_out_loc ? "moe.shared_ffn must not exceed ffn_hidden"

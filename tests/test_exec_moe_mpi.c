@@ -20,7 +20,8 @@
  * routing the same counts per expert (the router's own choice may flip a near tie in bf16).
  * The *_fp8_* layouts run FP8 GEMMs on both sides, against one rank within FP8_TOL (below).
  * The dsv3_* layouts train tiny-dsv3 (multi-head latent attention) the same way, with forced
- * balance its FLOPs per step on every rank as predicted too (and the capacity layouts' *_cap).
+ * balance its FLOPs per step on every rank as predicted too (and the capacity layouts' *_cap
+ * whatever the routing: their experts' rows are padded to the plan's).
  * The *cp2* layouts run context parallelism beside the experts (the load-balancing loss's
  * counts summed over the cp ranks), the gate_* ones Qwen2-MoE's shared-expert gate. The ag_*
  * (and cuda_ag_*) layouts run the all-gather dispatcher (training.moe_dispatcher allgather):
@@ -224,18 +225,31 @@ static const Layout layouts[] = {
     {"ag_dsv3_ep2_tp2_sp", 2, 1, 2, 1, 2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0},
     {"ag_dsv3_ep2_tp2_sp_etp2_real", 4, 2, 2, 1, 2, 1, 0, 0, 0, 0, 0, 0, 2, 0, 1, 0},
     {"cuda_ag_ep2", 2, 2, 1, 1, 2, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0},
+    /* with a capacity (each rank's copies dropped by its router before the gathers, an
+     * expert's rows padded to etp x ep x capacity as the all-to-all's) and with FP8 experts */
+    {"ag_ep2_cap", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0.5, 0, 0},
+    {"ag_ep2_real_cap", 2, 2, 1, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0.5, 0, 0},
+    {"ag_etp2_dp2_real_cap", 2, 2, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 2, 0.5, 0, 0},
+    {"ag_ep2_fp8_tensorwise", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, MODEL_FP8_TENSORWISE, 0, 0, 0, 0, 0},
+    {"ag_ep2_real_cap_fp8_delayed", 2, 2, 1, 1, 2, 0, 0, 0, 0, 0, MODEL_FP8_DELAYED, 0, 0, 0.5, 0, 0},
+    {"ag_ep2_dp2_real_fp8_blockwise", 4, 4, 1, 1, 2, 0, 0, 0, 0, 0, MODEL_FP8_BLOCKWISE, 0, 0, 0, 0, 0},
+    {"cuda_ag_ep2_real_cap_fp8_tensorwise", 2, 2, 1, 1, 2, 0, 0, 0, 0, 1, MODEL_FP8_TENSORWISE, 0, 0, 0.5, 0, 0},
     {"cuda_ag_ep2_tp2_sp_etp2", 4, 2, 2, 1, 2, 1, 1, 0, 0, 1, 0, 0, 2, 0, 0, 0},
 };
 enum { N_LAYOUTS = sizeof layouts / sizeof layouts[0], STEPS = 5 };
-
-/* Steps a layout trains: tiny-dsv3's and a capacity's with FP8 experts 3 (CI's time; the
- * first steps already move every parameter), tiny-moe's STEPS. */
-static int steps_of(const Layout *L) { return L->dsv3 || (L->cf > 0 && L->fp8) ? 3 : STEPS; }
 
 static const char *px, *worker;
 
 /* The all-gather dispatcher's layouts: ag_*, cuda_ag_* */
 static int is_ag(const Layout *L) { return !strncmp(L->name, "ag_", 3) || strstr(L->name, "_ag_"); }
+
+/* Steps a layout trains: tiny-dsv3's, a capacity's with FP8 experts and the all-gather
+ * dispatcher's with a capacity or FP8 experts 3 (CI's time; the first steps already move
+ * every parameter), tiny-moe's STEPS. */
+static int steps_of(const Layout *L)
+{
+    return L->dsv3 || (L->cf > 0 && L->fp8) || (is_ag(L) && (L->cf > 0 || L->fp8)) ? 3 : STEPS;
+}
 
 /* FP8 layouts against one rank, relative (tests/test_exec_mpi.c's for TP and delayed scaling) */
 #define FP8_TOL 3e-3
@@ -501,10 +515,10 @@ static void check_layout(const Layout *L)
                 exit(1);
             }
         }
-        /* tiny-dsv3 and a capacity with forced balance: the FLOPs per step too (MLA's GEMMs as
-         * the graph has them, the experts' GEMMs on the capacity's padded rows, on every
-         * rank) */
-        if ((L->dsv3 || L->cf > 0 || is_ag(L)) && L->force)
+        /* tiny-dsv3 and the all-gather dispatcher with forced balance, and a capacity whatever
+         * the routing: the FLOPs per step too (MLA's GEMMs as the graph has them, the experts'
+         * GEMMs on the capacity's padded rows, on every rank) */
+        if (((L->dsv3 || is_ag(L)) && L->force) || L->cf > 0)
             CHECK_REL(cJSON_GetArrayItem(at(pred, "flops", "per_rank_per_step"), stage)->valuedouble,
                       cJSON_GetArrayItem(at(run, "flops", "per_rank_per_step"), r)->valuedouble,
                       1e-12);

@@ -1085,6 +1085,19 @@ static void ag_close(const ExecLayerRun *r, int op)
         exec_meter_close(r->M, r->c->k, op);
 }
 
+/* Every rank's N x h rows of src (the forward's input, the backward's output gradient)
+ * gathered into v->ag_x over the etp x ep ranks, under op (-1: on one rank, no op). */
+static int ag_gather(const ExecLayerRun *r, int op, const ExecMoeViews *v, const void *src,
+                     PxError *err)
+{
+    const ExecCtx *c = r->c;
+    ag_open(r, op);
+    int rc = comm_all_gather(c->comm, v->ag_x, src, (size_t)c->d.tokens * (size_t)c->d.h, c->act,
+                             MODEL_EP_ALL_GATHER, NULL, err);
+    ag_close(r, op);
+    return rc;
+}
+
 /* The rows of this rank's local experts among the n T gathered tokens (idx_g, every other
  * expert's copies marked dropped), counted on the device and read by the host into blk (one
  * source: the rows come out of the permutation in expert order, no sort), and the views
@@ -1133,11 +1146,7 @@ static int ag_forward(ExecMoe *M, const ExecLayerRun *r, const MoeOps *ops, int 
     ag_close(r, a.agr);
     if (rc)
         return rc;
-    ag_open(r, a.agx);
-    rc = comm_all_gather(c->comm, v->ag_x, x, (size_t)N * (size_t)h, c->act, MODEL_EP_ALL_GATHER,
-                         NULL, err);
-    ag_close(r, a.agx);
-    if (rc)
+    if ((rc = ag_gather(r, a.agx, v, x, err)))
         return rc;
     ag_open(r, a.cnt);
     for (int p = 0; p < n; p++)
@@ -1147,10 +1156,16 @@ static int ag_forward(ExecMoe *M, const ExecLayerRun *r, const MoeOps *ops, int 
     ag_close(r, a.cnt);
     if (rc)
         return rc;
+    /* the rows in expert order (FP8: into ws.fp8, whence each expert's are quantized into the
+     * saved input), then a capacity's zero padding after them */
+    void *rows_in = v->f1 ? r->fp8->act : v->exp_in;
     ag_open(r, a.perm);
-    k->moe_permute(v->exp_in, v->counts_i, NULL, v->ag_x, v->idx_g, n * N, h, K, E);
+    k->moe_permute(rows_in, v->counts_i, NULL, v->ag_x, v->idx_g, n * N, h, K, E);
+    pad_zero(M, c, rows_in);
     ag_close(r, a.perm);
-    experts_fwd(M, r, ops, v, v->exp_in, v->exp_out, phase == MODEL_FWD);
+    if ((rc = fp8_fits(M, r, v, err)))
+        return rc;
+    experts_fwd(M, r, ops, v, rows_in, v->exp_out, phase == MODEL_FWD);
     /* each row times its weight summed into its token's row of the zeroed buffer */
     ag_open(r, a.comb);
     k->moe_unpermute(v->ag_x, v->exp_out, v->w_g, v->idx_g, n * N, h, K, E);
@@ -1175,17 +1190,14 @@ static int ag_backward(ExecMoe *M, const ExecLayerRun *r, const MoeOps *ops, int
     int rc = find_ag_ops(r, layer, chunk, MODEL_BWD, n, &a, err);
     if (rc)
         return rc;
-    ag_open(r, a.agx);
-    rc = comm_all_gather(c->comm, v->ag_x, dy, (size_t)N * (size_t)h, c->act, MODEL_EP_ALL_GATHER,
-                         NULL, err);
-    ag_close(r, a.agx);
-    if (rc)
+    if ((rc = ag_gather(r, a.agx, v, dy, err)))
         return rc;
     ag_open(r, a.comb);
     rc = ag_rows(M, c, layer, mb, v, n, err); /* the forward's rows, where fit_rows put them */
     if (!rc) {
         k->moe_unpermute_bwd(v->ws_dx, v->ag_dw, v->ag_x, v->exp_out, v->w_g, v->idx_g, n * N, h,
                              K, E);
+        pad_zero(M, c, v->ws_dx); /* the padding's output gradient: none */
         k->moe_dense(v->ag_probs, NULL, v->idx_g, v->ag_dw, n * N, K, E);
     }
     ag_close(r, a.comb);
