@@ -103,18 +103,6 @@ static const char *fp8_gather_limit(const ModelSpec *s, const ModelDims *d)
                : NULL;
 }
 
-/* --fp8-dispatch's limits (exec/train/moe.c's fp8_rows_a2a and fp8_etp_gather), or NULL: the
- * forward's rows with scales of their own (row-wise blocks) or with their sender's current
- * per-tensor scale (tensorwise), over ep and gathered over etp in FP8. Delayed scaling would
- * need an amax history of the dispatched rows, which the FP8 state does not keep. */
-static const char *fp8_dispatch_limit(const ModelSpec *s)
-{
-    return s->job.fp8 == MODEL_FP8_DELAYED
-               ? "fp8_dispatch runs with a current scale (--fp8-recipe tensorwise, blockwise or "
-                 "mxfp8): the dispatched rows keep no amax history for delayed scaling"
-               : NULL;
-}
-
 /* The limits of 16-bit gradients (training.grad_dtype bf16 or fp16, the precision's type), or
  * NULL: the CUDA backend's gradient kernels (kern_cuda_with_grads: the weight-gradient GEMMs,
  * norms, biases, embeddings and the optimizer's read) and the reductions run them; the
@@ -139,7 +127,6 @@ static const char *fp8_limit(const ModelSpec *s, const ModelDims *d)
     const char *pg = j->fp8_param_gather ? fp8_gather_limit(s, d) : NULL;
     return pg                  ? pg
            : j->fp8_attention  ? "fp8_attention is simulated only"
-           : j->fp8_dispatch   ? fp8_dispatch_limit(s)
                                : NULL;
 }
 

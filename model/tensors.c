@@ -409,10 +409,12 @@ static void add_fp8_copies(Adder *a, const ModelSpec *s, const ModelDims *d, Mod
         add_ex(a, MODEL_TR_FP8_WT, n, MODEL_WEIGHTS, PX_FP8, shard, 2, d1 * groups, rows, 0, 0, &x);
     }
     if (r == MODEL_FP8_DELAYED) {
+        /* the experts' fc1 holds the dispatched rows' history too (model_fp8_dispatch_history) */
+        const int disp = role == MODEL_TR_EXP_FC1_W && model_fp8_dispatch_history(s, d);
         const Fp8Extra x = {0, role, groups};
         NAME(n, "%s.fp8_amax", name);
         add_ex(a, MODEL_TR_FP8_AMAX, n, MODEL_WEIGHTS, PX_FP32, 0, 2, s->job.fp8_amax_history + 1,
-               3 * groups, 0, 0, &x);
+               3 * groups + disp, 0, 0, &x);
     }
 }
 

@@ -115,6 +115,13 @@ static const Layout layouts[] = {
     {"ep2_tp2_sp_etp2_fp8d_tensorwise", 4, 2, 2, 1, 2, 1, 1, 0, 0, 0, MODEL_FP8_TENSORWISE, 0, 2, 0, 0, 0},
     {"ep2_tp2_sp_etp2_fp8d_blockwise", 4, 2, 2, 1, 2, 1, 1, 0, 0, 0, MODEL_FP8_BLOCKWISE, 0, 2, 0, 0, 0},
     {"ep2_tp2_sp_etp2_real_fp8d_mxfp8", 4, 2, 2, 1, 2, 1, 0, 0, 0, 0, MODEL_FP8_MXFP8, 0, 2, 0, 0, 0},
+    /* delayed scaling: each sender's rows quantized with the decode factor of their own amax
+     * history (one more column of the experts' fc1 <w>.fp8_amax), which a forward's dispatch
+     * rolls their amax into and a recompute's does not */
+    {"ep2_fp8d_delayed", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, MODEL_FP8_DELAYED, 0, 0, 0, 0, 0},
+    {"ep2_tp2_sp_etp2_real_fp8d_delayed", 4, 2, 2, 1, 2, 1, 0, 0, 0, 0, MODEL_FP8_DELAYED, 0, 2, 0, 0, 0},
+    {"ep2_dp2_fp8d_delayed_full", 4, 4, 1, 1, 2, 0, 1, 0, 1, 0, MODEL_FP8_DELAYED, 0, 0, 0, 0, 0},
+    {"cuda_ep2_fp8d_delayed", 2, 2, 1, 1, 2, 0, 1, 0, 0, 1, MODEL_FP8_DELAYED, 0, 0, 0, 0, 0},
     {"cuda_ep2_tp2_sp_etp2", 4, 2, 2, 1, 2, 1, 1, 0, 0, 1, 0, 0, 2, 0, 0, 0},
     {"cuda_ep2_pp2_vpp2", 4, 2, 1, 2, 2, 0, 1, 0, 0, 1, 0, 2, 0, 0, 0, 0},
     /* token dropping at capacity factor 0.5: each rank drops the copies past its capacity as
@@ -243,12 +250,15 @@ static const char *px, *worker;
 /* The all-gather dispatcher's layouts: ag_*, cuda_ag_* */
 static int is_ag(const Layout *L) { return !strncmp(L->name, "ag_", 3) || strstr(L->name, "_ag_"); }
 
-/* Steps a layout trains: tiny-dsv3's, a capacity's with FP8 experts and the all-gather
- * dispatcher's with a capacity or FP8 experts 3 (CI's time; the first steps already move
+/* Steps a layout trains: tiny-dsv3's, a capacity's with FP8 experts, the all-gather
+ * dispatcher's with a capacity or FP8 experts and --fp8-dispatch's with delayed scaling 3 (CI's time; the first steps already move
  * every parameter), tiny-moe's STEPS. */
 static int steps_of(const Layout *L)
 {
-    return L->dsv3 || (L->cf > 0 && L->fp8) || (is_ag(L) && (L->cf > 0 || L->fp8)) ? 3 : STEPS;
+    const int fp8d_delayed = L->fp8 == MODEL_FP8_DELAYED && strstr(L->name, "_fp8d_");
+    return L->dsv3 || (L->cf > 0 && L->fp8) || (is_ag(L) && (L->cf > 0 || L->fp8)) || fp8d_delayed
+               ? 3
+               : STEPS;
 }
 
 /* FP8 layouts against one rank, relative (tests/test_exec_mpi.c's for TP and delayed scaling) */
