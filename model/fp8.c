@@ -54,6 +54,12 @@ uint64_t model_fp8_dispatch_bytes(ModelFp8Recipe r, int64_t rows, int64_t cols, 
     return n + 4u * (uint64_t)(sources > 0 ? sources : 0);
 }
 
+int model_fp8_dispatch_history(const ModelSpec *s, const ModelDims *d)
+{
+    return s->job.fp8 == MODEL_FP8_DELAYED && s->job.fp8_dispatch && d->moe &&
+           s->job.moe_dispatcher != MODEL_MOE_DISPATCH_ALLGATHER && d->ep * d->etp > 1;
+}
+
 int model_fp8_weight(const ModelSpec *s, ModelTensorRole r)
 {
     if (s->job.fp8 == MODEL_FP8_NONE)

@@ -441,6 +441,11 @@ uint64_t model_fp8_bytes(ModelFp8Recipe r, int weight, int64_t rows, int64_t col
  * scale (tensorwise, delayed) each sender's one fp32 scale, which travels with its rows to
  * every peer (a peer's rows decode with their sender's scale). */
 uint64_t model_fp8_dispatch_bytes(ModelFp8Recipe r, int64_t rows, int64_t cols, int sources);
+/* 1 when --fp8-dispatch quantizes the dispatched rows with delayed scaling: the delayed recipe,
+ * the all-to-all dispatcher and rows that leave the rank (ep x etp > 1). Their amax history
+ * and decode factor are one more column of the experts' fc1 weight's <w>.fp8_amax (3 x
+ * experts_loc + 1 columns), per MoE layer and rank. */
+int model_fp8_dispatch_history(const ModelSpec *s, const ModelDims *d);
 const char *model_schedule_name(ModelSchedule s);
 const char *model_optimizer_name(ModelOptimizer o);
 int model_recompute_from_name(const char *s); /* -1 when unknown */

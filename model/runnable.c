@@ -30,14 +30,7 @@ const char *model_exec_cp_limit(const ModelSpec *s, const ModelDims *d)
 static const char *moe_limit(const ModelSpec *s, const ModelDims *d)
 {
     const ModelMoe *mo = &s->model.moe;
-    const int ag = s->job.moe_dispatcher == MODEL_MOE_DISPATCH_ALLGATHER;
-    return mo->capacity_factor > 0 && d->fp8 != MODEL_FP8_NONE
-               ? "a capacity factor (token dropping) runs with bf16, fp16 or fp32 experts, not FP8"
-           : ag && (mo->capacity_factor > 0 || d->fp8 != MODEL_FP8_NONE)
-               ? "the all-gather dispatcher (training.moe_dispatcher allgather) runs without a "
-                 "capacity factor and without FP8 GEMMs (make the plan with --moe-dispatcher "
-                 "alltoall)"
-           : s->model.mlp != MODEL_SWIGLU ? "the experts must be SwiGLU"
+    return s->model.mlp != MODEL_SWIGLU ? "the experts must be SwiGLU"
            : mo->shared_gate && d->sff_loc > 0 && (d->fp8 != MODEL_FP8_NONE || s->model.bias)
                ? "the shared experts' gate runs without FP8 and without the MLP's biases"
            : d->sff_out_loc > d->ffn_out_loc ? "moe.shared_ffn must not exceed ffn_hidden"
@@ -97,18 +90,6 @@ static const char *fp8_gather_limit(const ModelSpec *s)
                : NULL;
 }
 
-/* --fp8-dispatch's limits (exec/train/moe.c's fp8_rows_a2a and fp8_etp_gather), or NULL: the
- * forward's rows with scales of their own (row-wise blocks) or with their sender's current
- * per-tensor scale (tensorwise), over ep and gathered over etp in FP8. Delayed scaling would
- * need an amax history of the dispatched rows, which the FP8 state does not keep. */
-static const char *fp8_dispatch_limit(const ModelSpec *s)
-{
-    return s->job.fp8 == MODEL_FP8_DELAYED
-               ? "fp8_dispatch runs with a current scale (--fp8-recipe tensorwise, blockwise or "
-                 "mxfp8): the dispatched rows keep no amax history for delayed scaling"
-               : NULL;
-}
-
 /* The limits of 16-bit gradients (training.grad_dtype bf16 or fp16, the precision's type), or
  * NULL: the CUDA backend's gradient kernels (kern_cuda_with_grads: the weight-gradient GEMMs,
  * norms, biases, embeddings and the optimizer's read) and the reductions run them; the
@@ -133,7 +114,6 @@ static const char *fp8_limit(const ModelSpec *s)
     const char *pg = j->fp8_param_gather ? fp8_gather_limit(s) : NULL;
     return pg                  ? pg
            : j->fp8_attention  ? "fp8_attention is simulated only"
-           : j->fp8_dispatch   ? fp8_dispatch_limit(s)
                                : NULL;
 }
 

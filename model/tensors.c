@@ -173,9 +173,11 @@ void model_moe_acts(const ModelSpec *s, const ModelDims *d, ModelRecompute mode,
     };
     acts_fill(t, MODEL_MOE_ACTS, MODEL_TR_ROUTER_PROBS, out);
     /* the experts' GEMMs quantize each local expert's rows as a tensor of its own (Transformer
-     * Engine's grouped GEMM: one scale per GEMM) */
+     * Engine's grouped GEMM: one scale per GEMM); a capacity's padding rows, after all the real
+     * ones, are a GEMM and a tensor of their own per expert (exec/train/moe.c's segments) */
     static const ModelTensorRole fp8_in[] = {MODEL_TR_EXP_IN, MODEL_TR_EXP_FC2_IN};
-    acts_fp8(s, out, MODEL_MOE_ACTS, fp8_in, 2, d->experts_loc);
+    acts_fp8(s, out, MODEL_MOE_ACTS, fp8_in, 2,
+             d->experts_loc * (s->model.moe.capacity_factor > 0 ? 2 : 1));
 }
 
 void model_layer_acts_at(const ModelSpec *s, const ModelDims *d, ModelRecompute mode, int layer,
@@ -413,10 +415,12 @@ static void add_fp8_copies(Adder *a, const ModelSpec *s, const ModelDims *d, Mod
         add_ex(a, MODEL_TR_FP8_WT, n, MODEL_WEIGHTS, PX_FP8, shard, 2, d1 * groups, rows, 0, 0, &x);
     }
     if (r == MODEL_FP8_DELAYED) {
+        /* the experts' fc1 holds the dispatched rows' history too (model_fp8_dispatch_history) */
+        const int disp = role == MODEL_TR_EXP_FC1_W && model_fp8_dispatch_history(s, d);
         const Fp8Extra x = {0, role, groups};
         NAME(n, "%s.fp8_amax", name);
         add_ex(a, MODEL_TR_FP8_AMAX, n, MODEL_WEIGHTS, PX_FP32, 0, 2, s->job.fp8_amax_history + 1,
-               3 * groups, 0, 0, &x);
+               3 * groups + disp, 0, 0, &x);
     }
 }
 

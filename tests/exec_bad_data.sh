@@ -44,7 +44,6 @@ plan cp2 --gpus 2 --cp 2 --dropout 0.1 --seq 18
 plan fp8att --fp8-recipe tensorwise --fp8-attention
 plan fp8pg --cluster dgx-h100 --precision fp8 --fp8-param-gather --gpus 2 --zero 1
 plan fp8pg3 --cluster dgx-h100 --precision fp8 --fp8-recipe blockwise --fp8-param-gather --gpus 2 --dp 2 --zero 3
-plan fp8d --cluster dgx-h100 --model tiny-moe --precision fp8 --fp8-recipe delayed --fp8-dispatch --gpus 2 --ep 2 --moe-force-balance
 # a mixture-of-experts model with a setting the executor does not run with experts (the shared
 # experts' gate beside the MLP's biases)
 cat >"$tmp/moe-model.json" <<'EOF'
@@ -88,7 +87,6 @@ expect 2 "layout.cp 2 (cp_comm_type p2p, sequence 18): the executor runs context
 expect 2 "training.fp8 tensorwise: the executor runs FP8 GEMMs with limits: fp8_attention is simulated only" "$px" run "$tmp/fp8att.json"
 expect 2 "training.fp8 delayed: the executor runs FP8 GEMMs with limits: fp8_param_gather runs with ZeRO-3 (--zero 3)" "$px" run "$tmp/fp8pg.json" --launcher none --backend cpu
 expect 2 "training.fp8 blockwise: the executor runs FP8 GEMMs with limits: fp8_param_gather runs with a per-tensor scale" "$px" run "$tmp/fp8pg3.json" --launcher none --backend cpu
-expect 2 "training.fp8 delayed: the executor runs FP8 GEMMs with limits: fp8_dispatch runs with a current scale" "$px" run "$tmp/fp8d.json" --launcher none --backend cpu
 expect 2 "model moe-refused has 4 experts: the executor runs mixture-of-experts layers with limits: the shared experts' gate runs without FP8 and without the MLP's biases" "$px" run "$tmp/moe.json"
 expect 2 "needs 2 ranks (dp 2 x tp 1 x pp 1 x cp 1) but this" "$px" run "$tmp/dp2.json" --launcher none
 # a MoE plan on the CUDA backend (bf16) through the emulator, where the build has it: a backend

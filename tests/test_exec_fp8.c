@@ -15,6 +15,8 @@
  *   quantization serves (one saved copy); and the loss moves off the fp32 one;
  * - a prediction module's transformer layer runs its four GEMMs in FP8 (their histories fill
  *   as the model's layers' do);
+ * - --fp8-dispatch under delayed scaling: the dispatched rows' history column, one entry per
+ *   forward, none per recompute;
  * - `curves MODEL`: 200 steps of tiny or tiny-moe (the router's own choice) in FP8 follow the
  *   fp32 run (the CPU's reference precision; bf16 on a GPU) within 1% at every step and 0.5%
  *   over the last 20 (tiny-moe, whose router may choose differently on FP8 outputs: 2% and
@@ -355,6 +357,69 @@ static void mtp_gemms(void)
     exec_free(ex);
 }
 
+/* --fp8-dispatch under delayed scaling (exec_fp8_dispatch_quantize): the plan gives the
+ * experts' fc1 history one more column on an expert-parallel layout only, and the dispatched
+ * rows quantize with that column's decode factor, a forward rolling their amax into it and a
+ * recompute not, a rank that sends no rows recording 0; the experts' own columns untouched. */
+static void dispatch_history(void)
+{
+    ModelSpec s = tx_spec("tiny-moe", 64, 8, 4);
+    s.job.fp8 = MODEL_FP8_DELAYED;
+    s.job.fp8_dispatch = 1;
+    ModelSpec one = s;
+    s.layout.dp = s.layout.ep = 2;
+    ModelDims d;
+    PxError err = {0};
+    CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+    CHECK_EQ_INT(1, model_fp8_dispatch_history(&s, &d));
+    CHECK_OK(model_spec_check(&one, 1, &d, &err), err);
+    CHECK_EQ_INT(0, model_fp8_dispatch_history(&one, &d));
+
+    enum { LEN = 4, COLS = 4, ROWS = 2, W = 32 };
+    static ExecCtx c;
+    c.k = kern_cpu();
+    ExecFp8 F = {0};
+    F.recipe = MODEL_FP8_DELAYED;
+    F.len = LEN;
+    float af[3] = {0.0f, 448.0f, 57344.0f}; /* the amax scratch, then E4M3's and E5M2's */
+    F.amax = af;
+    F.fmax = af + 1;
+    float hist[(LEN + 1) * COLS] = {0};
+    ExecFp8Weight w = {0};
+    w.groups = 1;
+    w.hist_cols = COLS;
+    w.hist = hist;
+    w.scale = hist + LEN * COLS;
+    for (int i = 0; i < COLS; i++)
+        w.scale[i] = 1.0f;
+    float x[ROWS * W];
+    for (int i = 0; i < ROWS * W; i++)
+        x[i] = (float)(i % 7 - 3) * 0.5f; /* amax 1.5 */
+    uint8_t q[ROWS * W + 4];
+    /* a forward: the initial factor 1 travels, then 1.5 enters the history */
+    exec_fp8_dispatch_quantize(&F, &c, &w, q, x, ROWS, W, 1);
+    CHECK(f32_at(q + ROWS * W) == 1.0f);
+    for (int i = 0; i < ROWS * W; i++)
+        CHECK_EQ_INT(px_float_to_e4m3(x[i]), q[i]);
+    CHECK(hist[3 * LEN] == 1.5f && hist[3 * LEN + 1] == 0.0f);
+    CHECK(w.scale[3] == 1.5f / 448.0f);
+    /* a recompute: the factor 1.5 / 448 travels, nothing recorded */
+    exec_fp8_dispatch_quantize(&F, &c, &w, q, x, ROWS, W, 0);
+    CHECK(f32_at(q + ROWS * W) == 1.5f / 448.0f);
+    CHECK_EQ_INT(px_float_to_e4m3(x[1] / (1.5f / 448.0f)), q[1]);
+    CHECK(hist[3 * LEN] == 1.5f && hist[3 * LEN + 1] == 0.0f);
+    /* no rows: a zero scale, and an amax of 0 rolled in (the factor keeps the window's 1.5) */
+    exec_fp8_dispatch_quantize(&F, &c, &w, q, x, 0, W, 1);
+    CHECK(f32_at(q) == 0.0f);
+    CHECK(hist[3 * LEN] == 0.0f && hist[3 * LEN + 1] == 1.5f);
+    CHECK(w.scale[3] == 1.5f / 448.0f);
+    for (int i = 0; i < 3 * LEN; i++)
+        CHECK(hist[i] == 0.0f);
+    for (int i = 0; i < 3; i++)
+        CHECK(w.scale[i] == 1.0f);
+    printf("  delayed --fp8-dispatch: the rows' own history column, one entry per forward\n");
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "curves")) {
@@ -367,5 +432,6 @@ int main(int argc, char **argv)
     workspace();
     mla_gemms();
     mtp_gemms();
+    dispatch_history();
     TEST_DONE("test_exec_fp8");
 }

@@ -20,7 +20,8 @@
  * routing the same counts per expert (the router's own choice may flip a near tie in bf16).
  * The *_fp8_* layouts run FP8 GEMMs on both sides, against one rank within FP8_TOL (below).
  * The dsv3_* layouts train tiny-dsv3 (multi-head latent attention) the same way, with forced
- * balance its FLOPs per step on every rank as predicted too (and the capacity layouts' *_cap).
+ * balance its FLOPs per step on every rank as predicted too (and the capacity layouts' *_cap
+ * whatever the routing: their experts' rows are padded to the plan's).
  * The *cp2* layouts run context parallelism beside the experts (the load-balancing loss's
  * counts summed over the cp ranks), the gate_* ones Qwen2-MoE's shared-expert gate. The ag_*
  * (and cuda_ag_*) layouts run the all-gather dispatcher (training.moe_dispatcher allgather):
@@ -123,6 +124,13 @@ static const Layout layouts[] = {
     {"ep2_tp2_sp_etp2_fp8d_tensorwise", 4, 2, 2, 1, 2, 1, 1, 0, 0, 0, MODEL_FP8_TENSORWISE, 0, 2, 0, 0, 0},
     {"ep2_tp2_sp_etp2_fp8d_blockwise", 4, 2, 2, 1, 2, 1, 1, 0, 0, 0, MODEL_FP8_BLOCKWISE, 0, 2, 0, 0, 0},
     {"ep2_tp2_sp_etp2_real_fp8d_mxfp8", 4, 2, 2, 1, 2, 1, 0, 0, 0, 0, MODEL_FP8_MXFP8, 0, 2, 0, 0, 0},
+    /* delayed scaling: each sender's rows quantized with the decode factor of their own amax
+     * history (one more column of the experts' fc1 <w>.fp8_amax), which a forward's dispatch
+     * rolls their amax into and a recompute's does not */
+    {"ep2_fp8d_delayed", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, MODEL_FP8_DELAYED, 0, 0, 0, 0, 0},
+    {"ep2_tp2_sp_etp2_real_fp8d_delayed", 4, 2, 2, 1, 2, 1, 0, 0, 0, 0, MODEL_FP8_DELAYED, 0, 2, 0, 0, 0},
+    {"ep2_dp2_fp8d_delayed_full", 4, 4, 1, 1, 2, 0, 1, 0, 1, 0, MODEL_FP8_DELAYED, 0, 0, 0, 0, 0},
+    {"cuda_ep2_fp8d_delayed", 2, 2, 1, 1, 2, 0, 1, 0, 0, 1, MODEL_FP8_DELAYED, 0, 0, 0, 0, 0},
     {"cuda_ep2_tp2_sp_etp2", 4, 2, 2, 1, 2, 1, 1, 0, 0, 1, 0, 0, 2, 0, 0, 0},
     {"cuda_ep2_pp2_vpp2", 4, 2, 1, 2, 2, 0, 1, 0, 0, 1, 0, 2, 0, 0, 0, 0},
     /* token dropping at capacity factor 0.5: each rank drops the copies past its capacity as
@@ -152,6 +160,14 @@ static const Layout layouts[] = {
     {"etp2_dp2_real_cap", 2, 2, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 2, 0.5, 0, 0},
     {"cuda_etp2_dp2_cap", 2, 2, 1, 1, 1, 0, 1, 0, 0, 1, 0, 0, 2, 0.5, 0, 0},
     {"cuda_ep2_cap", 2, 2, 1, 1, 2, 0, 1, 0, 0, 1, 0, 0, 0, 0.5, 0, 0},
+    /* a capacity with FP8 experts: forced balance fills every capacity (the FLOPs and the
+     * all-to-all exact); the router's own choice leaves padding rows, which quantize as
+     * tensors of their own (a per-tensor recipe: a second scale per expert, model_moe_acts)
+     * and record no amax (delayed scaling: the expert's history as without padding) */
+    {"ep2_cap_fp8_tensorwise", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, MODEL_FP8_TENSORWISE, 0, 0, 0.5, 0, 0},
+    {"ep2_real_cap_fp8_delayed", 2, 2, 1, 1, 2, 0, 0, 0, 0, 0, MODEL_FP8_DELAYED, 0, 0, 0.5, 0, 0},
+    {"etp2_dp2_real_cap_fp8_blockwise", 2, 2, 1, 1, 1, 0, 0, 0, 0, 0, MODEL_FP8_BLOCKWISE, 0, 2, 0.5, 0, 0},
+    {"cuda_ep2_real_cap_fp8_tensorwise", 2, 2, 1, 1, 2, 0, 0, 0, 0, 1, MODEL_FP8_TENSORWISE, 0, 0, 0.5, 0, 0},
     /* DeepSeek-V3's shape (tiny-dsv3): multi-head latent attention's down-projections on the
      * sequence shard and its latents gathered over TP (with SP), all-reduced without; its up-
      * projections split by heads; over DP, the pipeline and the experts' ranks */
@@ -236,13 +252,18 @@ static const Layout layouts[] = {
     {"ag_dsv3_ep2_tp2_sp", 2, 1, 2, 1, 2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0},
     {"ag_dsv3_ep2_tp2_sp_etp2_real", 4, 2, 2, 1, 2, 1, 0, 0, 0, 0, 0, 0, 2, 0, 1, 0},
     {"cuda_ag_ep2", 2, 2, 1, 1, 2, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0},
+    /* with a capacity (each rank's copies dropped by its router before the gathers, an
+     * expert's rows padded to etp x ep x capacity as the all-to-all's) and with FP8 experts */
+    {"ag_ep2_cap", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0.5, 0, 0},
+    {"ag_ep2_real_cap", 2, 2, 1, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0.5, 0, 0},
+    {"ag_etp2_dp2_real_cap", 2, 2, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 2, 0.5, 0, 0},
+    {"ag_ep2_fp8_tensorwise", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, MODEL_FP8_TENSORWISE, 0, 0, 0, 0, 0},
+    {"ag_ep2_real_cap_fp8_delayed", 2, 2, 1, 1, 2, 0, 0, 0, 0, 0, MODEL_FP8_DELAYED, 0, 0, 0.5, 0, 0},
+    {"ag_ep2_dp2_real_fp8_blockwise", 4, 4, 1, 1, 2, 0, 0, 0, 0, 0, MODEL_FP8_BLOCKWISE, 0, 0, 0, 0, 0},
+    {"cuda_ag_ep2_real_cap_fp8_tensorwise", 2, 2, 1, 1, 2, 0, 0, 0, 0, 1, MODEL_FP8_TENSORWISE, 0, 0, 0.5, 0, 0},
     {"cuda_ag_ep2_tp2_sp_etp2", 4, 2, 2, 1, 2, 1, 1, 0, 0, 1, 0, 0, 2, 0, 0, 0},
 };
 enum { N_LAYOUTS = sizeof layouts / sizeof layouts[0], STEPS = 5 };
-
-/* Steps a layout trains: tiny-dsv3's 3 (CI's time; its first steps already move every
- * parameter), tiny-moe's STEPS. */
-static int steps_of(const Layout *L) { return L->dsv3 ? 3 : STEPS; }
 
 static const char *px, *worker;
 
@@ -254,6 +275,17 @@ static int is_sac(const Layout *L)
 {
     const size_t n = strlen(L->name);
     return n > 4 && !strcmp(L->name + n - 4, "_sac");
+}
+
+/* Steps a layout trains: tiny-dsv3's, a capacity's with FP8 experts, the all-gather
+ * dispatcher's with a capacity or FP8 experts and --fp8-dispatch's with delayed scaling 3
+ * (CI's time; the first steps already move every parameter), tiny-moe's STEPS. */
+static int steps_of(const Layout *L)
+{
+    const int fp8d_delayed = L->fp8 == MODEL_FP8_DELAYED && strstr(L->name, "_fp8d_");
+    return L->dsv3 || (L->cf > 0 && L->fp8) || (is_ag(L) && (L->cf > 0 || L->fp8)) || fp8d_delayed
+               ? 3
+               : STEPS;
 }
 
 /* FP8 layouts against one rank, relative (tests/test_exec_mpi.c's for TP and delayed scaling) */
@@ -538,12 +570,18 @@ static void check_layout(const Layout *L)
     }
     /* token dropping: every layer drops the single rank's copies (forced balance: 8 micro-batches
      * of 32 tokens in all, each giving every expert 8 copies for 4 places: 8 x 4 x 8 = 256 copies
-     * dropped a step) */
+     * dropped a step). FP8 experts with the router's own choice may flip a near tie, as the
+     * counts above: there within 1% (measured: 1 copy in 838 over 3 steps) */
     for (int l = 0; L->cf > 0 && l < cJSON_GetArraySize(ml); l++) {
         const double a = num(cJSON_GetArrayItem(rl, l), "dropped_total");
         const double b = num(cJSON_GetArrayItem(ml, l), "dropped_total");
         CHECK(b > 0);
-        CHECK_EQ_INT((int)a, (int)b);
+        if (L->force || (!L->cuda && !L->fp8))
+            CHECK_EQ_INT((int)a, (int)b);
+        else
+            CHECK(fabs(a - b) <= 0.01 * a);
+        if (L->fp8)
+            printf("%-16s layer %d: %.0f copies dropped (single rank %.0f)\n", L->name, l, b, a);
         if (L->force)
             CHECK_EQ_INT(n_steps * 256, (int)b);
     }
@@ -562,10 +600,10 @@ static void check_layout(const Layout *L)
                 exit(1);
             }
         }
-        /* tiny-dsv3 and a capacity with forced balance: the FLOPs per step too (MLA's GEMMs as
-         * the graph has them, the experts' GEMMs on the capacity's padded rows, on every
-         * rank) */
-        if ((L->dsv3 || L->cf > 0 || is_ag(L)) && L->force)
+        /* tiny-dsv3 and the all-gather dispatcher with forced balance, and a capacity whatever
+         * the routing: the FLOPs per step too (MLA's GEMMs as the graph has them, the experts'
+         * GEMMs on the capacity's padded rows, on every rank) */
+        if (((L->dsv3 || is_ag(L)) && L->force) || L->cf > 0)
             CHECK_REL(cJSON_GetArrayItem(at(pred, "flops", "per_rank_per_step"), stage)->valuedouble,
                       cJSON_GetArrayItem(at(run, "flops", "per_rank_per_step"), r)->valuedouble,
                       1e-12);

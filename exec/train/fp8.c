@@ -12,7 +12,9 @@
  * (under ZeRO-3 one per forward). A recomputed forward quantizes with the current factors and
  * records nothing, so that the history counts each micro-batch once. <w>.fp8_amax holds, for
  * group g and tensor c, the history at (3g + c) * len and then the 3 * groups decode factors,
- * (len + 1) x 3 x groups fp32 as the tensor table sizes it. */
+ * (len + 1) x 3 x groups fp32 as the tensor table sizes it; the experts' fc1 under
+ * --fp8-dispatch holds the dispatched rows' history and factor as one more column (hist_cols,
+ * exec_fp8_dispatch_quantize). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -71,6 +73,8 @@ int exec_fp8_init(ExecFp8 *F, const ExecCtx *c, const ExecParams *P, PxError *er
         w->groups = experts ? c->d.experts_loc : 1;
         w->rows = (int)(p->rows / w->groups);
         w->cols = (int)p->cols;
+        w->hist_cols = 3 * w->groups + (p->role == MODEL_TR_EXP_FC1_W &&
+                                        model_fp8_dispatch_history(&c->spec, &c->d));
         F->of_layer[p->layer * EXEC_FP8_ROLES + ri] = i;
     }
     return PX_OK;
@@ -161,11 +165,11 @@ int exec_fp8_bind(ExecFp8 *F, const ExecParams *P, const ModelTensor *t, void *p
     case MODEL_TR_FP8_AMAX:
         if (!F->len)
             return exec_bind_unused(t, err);
-        if (!(rc = check_bytes(t, (uint64_t)(F->len + 1) * 3u * (uint64_t)w->groups * sizeof(float),
+        if (!(rc = check_bytes(t, (uint64_t)(F->len + 1) * (uint64_t)w->hist_cols * sizeof(float),
                                err)) &&
             p) {
             w->hist = p;
-            w->scale = w->hist + (size_t)3 * w->groups * F->len;
+            w->scale = w->hist + (size_t)w->hist_cols * F->len;
         }
         return rc;
     default: return exec_bind_unused(t, err);
@@ -260,11 +264,11 @@ int exec_fp8_start(ExecFp8 *F, const ExecCtx *c, PxError *err)
     c->k->to_device(F->fmax, fmax, sizeof fmax);
     int most = 0;
     for (int i = 0; i < F->n; i++)
-        most = F->w[i].groups > most ? F->w[i].groups : most;
-    float *ones = exec_zalloc((size_t)3 * (size_t)most, sizeof *ones);
+        most = F->w[i].hist_cols > most ? F->w[i].hist_cols : most;
+    float *ones = exec_zalloc((size_t)most, sizeof *ones);
     if (!ones)
         return px_fail(err, PX_ERUNTIME, "out of memory");
-    for (int i = 0; i < 3 * most; i++)
+    for (int i = 0; i < most; i++)
         ones[i] = 1.0f;
     int rc = PX_OK;
     for (int i = 0; i < F->n && !rc; i++) {
@@ -280,12 +284,30 @@ int exec_fp8_start(ExecFp8 *F, const ExecCtx *c, PxError *err)
             rc = px_fail(err, PX_ERUNTIME,
                          "ws.fp8 has no room for ZeRO-3's weight casts: model/ and exec/ disagree");
         else if (F->len) /* delayed scaling starts from decode factors of 1, as Transformer Engine */
-            c->k->to_device(w->scale, ones, (size_t)3 * (size_t)w->groups * sizeof *ones);
+            c->k->to_device(w->scale, ones, (size_t)w->hist_cols * sizeof *ones);
     }
     free(ones);
     if (!rc)
         exec_fp8_cast(F, c);
     return rc;
+}
+
+void exec_fp8_dispatch_quantize(ExecFp8 *F, const ExecCtx *c, const ExecFp8Weight *w, void *q,
+                                const void *x, int rows, int cols, int rec)
+{
+    const int col = w->hist_cols - 1;
+    float *scale = w->scale + col;
+    if (rows > 0) {
+        const KernFp8 f = exec_fp8_desc(F, rows, cols, 0, 0);
+        c->k->fp8_quantize(q, rec ? F->amax : NULL, x, &f, 0, scale);
+    } else {
+        c->k->memset0(q, sizeof(float)); /* a zero scale, which nothing decodes with */
+        if (rec)
+            c->k->memset0(F->amax, sizeof(float));
+    }
+    if (rec)
+        c->k->fp8_amax_update(w->hist + (size_t)col * (size_t)F->len, scale, F->amax, F->fmax,
+                              F->len, 1);
 }
 
 ExecFp8Ref exec_fp8_saved(const ExecFp8 *F, const void *q, int rows, int cols)
@@ -340,8 +362,15 @@ void exec_fp8_linear_bwd(ExecFp8 *F, const ExecCtx *c, ExecMeter *M, void *dx, f
                          const void *dy, ExecFp8Ref x, const void *x_act, const ExecFp8Weight *w,
                          int g, int N)
 {
+    exec_fp8_linear_bwd_rec(F, c, M, dx, dw, dy, x, x_act, w, g, N, 1);
+}
+
+void exec_fp8_linear_bwd_rec(ExecFp8 *F, const ExecCtx *c, ExecMeter *M, void *dx, float *dw,
+                             const void *dy, ExecFp8Ref x, const void *x_act,
+                             const ExecFp8Weight *w, int g, int N, int rec)
+{
     const int O = w->rows, K = w->cols;
-    const ExecFp8Ref dyr = exec_fp8_quantize(F, c, F->q0, dy, N, O, 0, EXEC_FP8_DY, w, g, 1);
+    const ExecFp8Ref dyr = exec_fp8_quantize(F, c, F->q0, dy, N, O, 0, EXEC_FP8_DY, w, g, rec);
     ExecFp8Ref dyc = {NULL, {0, 0, 0, 0, 0, 0}};
     if (F->wt) {
         dyc = exec_fp8_quantize(F, c, F->q1, dy, O, N, 1, EXEC_FP8_DY, w, g, 0);

@@ -506,8 +506,10 @@ typedef struct {
     const ExecParam *p; /* the parameter (its act values are what is cast) */
     void *q, *qt;       /* <w>.fp8 (NULL until bound) and <w>.fp8_t (NULL without copies) */
     float *hist;        /* <w>.fp8_amax: column c of group g at (3g + c) * len, newest first */
-    float *scale;       /* then the decode factors delayed scaling quantizes with: [3 * groups] */
+    float *scale;       /* then the decode factors delayed scaling quantizes with: [hist_cols] */
     int groups, rows, cols; /* one group's [rows, cols] */
+    int hist_cols;      /* 3 x groups, and for the experts' fc1 under --fp8-dispatch with delayed
+                           scaling one more: the dispatched rows' (model_fp8_dispatch_history) */
     const void *gq;     /* ZeRO-3 with --fp8-param-gather: the weight as its block's gather left
                            it in FP8 (elements, then its scale), which its GEMMs read; NULL
                            otherwise */
@@ -585,6 +587,17 @@ void exec_fp8_linear_fwd(ExecFp8 *F, const ExecCtx *c, ExecMeter *M, void *y, Ex
 void exec_fp8_linear_bwd(ExecFp8 *F, const ExecCtx *c, ExecMeter *M, void *dx, float *dw,
                          const void *dy, ExecFp8Ref x, const void *x_act, const ExecFp8Weight *w,
                          int g, int N);
+/* The same with rec 0: dy quantized with the current factors and recorded nowhere (a
+ * capacity's padding rows, which are part of their expert's input: exec/train/moe.c). */
+void exec_fp8_linear_bwd_rec(ExecFp8 *F, const ExecCtx *c, ExecMeter *M, void *dx, float *dw,
+                             const void *dy, ExecFp8Ref x, const void *x_act,
+                             const ExecFp8Weight *w, int g, int N, int rec);
+/* --fp8-dispatch under delayed scaling: rows x cols act rows x quantized into q (one
+ * per-tensor KernFp8 tensor) with the dispatched rows' decode factor, w's last history column
+ * (w: this MoE layer's experts' fc1); rec rolls their amax into that history (a forward's, not
+ * a recompute's). No rows: a zero scale, and rec records an amax of 0. */
+void exec_fp8_dispatch_quantize(ExecFp8 *F, const ExecCtx *c, const ExecFp8Weight *w, void *q,
+                                const void *x, int rows, int cols, int rec);
 void exec_fp8_free(ExecFp8 *F);
 
 /* ---- layers.c: one chunk's passes of one micro-batch, op by op ---- */
@@ -951,6 +964,11 @@ typedef struct ExecMoe {
     int capacity;      /* 0: dropless */
     int64_t *dropped;  /* [steps][layers]: copies this rank dropped in each step's forwards */
     int drop_steps;    /* the steps dropped[] holds */
+    /* FP8 experts: the bytes of the saved inputs' tensors (moe.experts.fc1.in, .fc2.in), which
+     * every segment's FP8 tensor must fit in together (moe.c's fp8_fits) */
+    uint64_t fp8_in_bytes, fp8_hid_bytes;
+    int fp8_rec; /* the pass is a forward, not a recompute: --fp8-dispatch's delayed scaling
+                    rolls the dispatched rows' amax into their history */
 } ExecMoe;
 
 int exec_moe_init(ExecMoe *M, const ExecCtx *c, PxError *err);

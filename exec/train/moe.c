@@ -56,6 +56,12 @@ int exec_moe_init(ExecMoe *M, const ExecCtx *c, PxError *err)
     if (cfg->moe.capacity_factor > 0 && c->d.routed > 0)
         M->capacity = (int)(c->d.routed / ((int64_t)ep * M->L * (c->d.etp > 0 ? c->d.etp : 1)));
     M->drop_steps = c->steps > 0 ? c->steps : 1;
+    if (c->d.moe) {
+        ModelLayerAct acts[MODEL_MOE_ACTS];
+        model_moe_acts(&c->spec, &c->d, MODEL_RECOMPUTE_NONE, acts);
+        M->fp8_in_bytes = acts[MODEL_TR_EXP_IN - MODEL_TR_ROUTER_PROBS].bytes;
+        M->fp8_hid_bytes = acts[MODEL_TR_EXP_FC2_IN - MODEL_TR_ROUTER_PROBS].bytes;
+    }
     M->dropped = exec_zalloc((size_t)M->drop_steps * nl, sizeof *M->dropped);
     if (!M->index || !M->cnt || !M->cntf || !M->send || !M->recv || !M->blk || !M->one_s ||
         !M->one_r || !M->tokens_per_expert || !M->gcount || !M->spill || !M->spill_rows ||
@@ -535,7 +541,12 @@ static void pad_zero(const ExecMoe *M, const ExecCtx *c, void *buf)
  * capacity, segment L + l is expert l's padding up to etp x ep x capacity rows (each of its
  * sources' capacity; Megatron-Core's
  * moe_pad_expert_input_to_capacity), zero rows after all the real ones (`real` of them), so
- * that the GEMMs run on d.routed rows as the plan prices them. *l gets the expert. */
+ * that the GEMMs run on d.routed rows as the plan prices them. *l gets the expert. Under FP8
+ * a segment is a tensor of its own: the padding's zero rows quantize to zero codes with a
+ * scale of 1 (current scaling) or their expert's decode factor (delayed), record no amax
+ * (theirs is 0: the expert's input's amax is its real rows'), and keep their scale beside the
+ * real rows' (model_moe_acts prices two per expert under a per-tensor recipe; row-wise
+ * recipes' scales are the rows' own). */
 static int seg_count(const ExecMoe *M) { return M->capacity > 0 ? 2 * M->L : M->L; }
 
 static int64_t seg_rows(const ExecMoe *M, int s, int *l, int64_t *off)
@@ -561,6 +572,36 @@ static size_t fp8_rows_bytes(const ExecFp8 *F, int rows, int cols)
 {
     const KernFp8 f = exec_fp8_desc(F, rows, cols, 0, 0);
     return rows > 0 ? kern_fp8_bytes(&f) : 0;
+}
+
+/* The bytes of the FP8 tensors of every segment of rows of `cols` elements. */
+static size_t fp8_segs_bytes(const ExecMoe *M, const ExecFp8 *F, int cols)
+{
+    size_t q = 0;
+    for (int sg = 0; sg < seg_count(M); sg++) {
+        int64_t o = 0;
+        int l = 0;
+        q += fp8_rows_bytes(F, (int)seg_rows(M, sg, &l, &o), cols);
+    }
+    return q;
+}
+
+/* FP8 experts: the segments' tensors (a capacity's padding ones too, with their scales) fit in
+ * the saved inputs the plan sized, or the run stops before writing past them. */
+static int fp8_fits(const ExecMoe *M, const ExecLayerRun *r, const ExecMoeViews *v, PxError *err)
+{
+    if (!v->f1 && !v->f2)
+        return PX_OK;
+    const size_t in = fp8_segs_bytes(M, r->fp8, r->c->d.h);
+    const size_t hid = fp8_segs_bytes(M, r->fp8, r->c->d.eff_loc);
+    if (in <= M->fp8_in_bytes && hid <= M->fp8_hid_bytes)
+        return PX_OK;
+    return px_fail(err, PX_ERUNTIME,
+                   "rank %d: the experts' FP8 inputs take %zu and %zu bytes but the plan's "
+                   "moe.experts.fc1.in and moe.experts.fc2.in hold %llu and %llu: model/ and "
+                   "exec/ disagree",
+                   r->c->g.rank, in, hid, (unsigned long long)M->fp8_in_bytes,
+                   (unsigned long long)M->fp8_hid_bytes);
 }
 
 /* One all-to-all-v of rows of h elements, send and receive counts in rows (the exchange's). */
@@ -620,11 +661,13 @@ static void fp8_decode(const ExecMoe *M, const ExecLayerRun *r, void *out, const
 }
 
 /* --fp8-dispatch under a per-tensor scale (tensorwise: the current amax of the rows this rank
- * sends): the rows quantized with one scale into q1, then each peer's message in q0 its rows'
- * codes and a copy of that fp32 scale (sent to every peer, rows or none: ep scales, as
- * model_fp8_dispatch_bytes counts them), received into dst. One all-to-all-v of bytes. */
-static int fp8_tensor_a2a(ExecMoe *M, const ExecLayerRun *r, uint8_t *dst, const void *in,
-                          int64_t sent, PxError *err)
+ * sends; delayed: the decode factor of their amax history, exec_fp8_dispatch_quantize, which a
+ * forward's dispatch, not a recompute's, rolls their amax into): the rows quantized with one
+ * scale into q1, then each peer's message in q0 its rows' codes and a copy of that fp32 scale
+ * (sent to every peer, rows or none: ep scales, as model_fp8_dispatch_bytes counts them),
+ * received into dst. One all-to-all-v of bytes. */
+static int fp8_tensor_a2a(ExecMoe *M, const ExecLayerRun *r, const ExecMoeViews *v, uint8_t *dst,
+                          const void *in, int64_t sent, PxError *err)
 {
     const ExecCtx *c = r->c;
     const KernBackend *k = c->k;
@@ -633,7 +676,9 @@ static int fp8_tensor_a2a(ExecMoe *M, const ExecLayerRun *r, uint8_t *dst, const
     const size_t sc = sizeof(float);
     uint8_t *q0 = F->q0, *q1 = F->q1;
     const uint8_t *scale = q1 + (size_t)sent * (size_t)h;
-    if (sent > 0) {
+    if (F->recipe == MODEL_FP8_DELAYED) {
+        exec_fp8_dispatch_quantize(F, c, v->f1, q1, in, (int)sent, h, M->fp8_rec);
+    } else if (sent > 0) {
         const KernFp8 fs = exec_fp8_desc(F, (int)sent, h, 0, 0);
         k->fp8_quantize(q1, NULL, in, &fs, 0, NULL);
     } else {
@@ -691,8 +736,8 @@ static int fp8_row_a2a(ExecMoe *M, const ExecLayerRun *r, uint8_t *dst, const vo
  * etp > 1 the rows stay in FP8 in this etp rank's part of ws.fp8's second copy (parts of
  * fp8_part_bytes), for fp8_etp_gather. model/ops.c's moe_forward counts both
  * (model_fp8_dispatch_bytes). Through ws.fp8's two FP8 copies, sized for the routed rows. */
-static int fp8_rows_a2a(ExecMoe *M, const ExecLayerRun *r, void *out, const void *in,
-                        PxError *err)
+static int fp8_rows_a2a(ExecMoe *M, const ExecLayerRun *r, const ExecMoeViews *v, void *out,
+                        const void *in, PxError *err)
 {
     ExecFp8 *F = r->fp8;
     const int h = r->c->d.h;
@@ -714,7 +759,8 @@ static int fp8_rows_a2a(ExecMoe *M, const ExecLayerRun *r, void *out, const void
                        (long long)sent, (long long)got, (unsigned long long)part, M->etp,
                        (unsigned long long)q);
     uint8_t *dst = (uint8_t *)F->q1 + (size_t)M->etp_rank * part;
-    int rc = pt ? fp8_tensor_a2a(M, r, dst, in, sent, err) : fp8_row_a2a(M, r, dst, in, sent, got, err);
+    int rc = pt ? fp8_tensor_a2a(M, r, v, dst, in, sent, err)
+                : fp8_row_a2a(M, r, dst, in, sent, got, err);
     if (!rc && M->etp == 1)
         fp8_decode(M, r, out, dst, M->recv);
     return rc;
@@ -759,13 +805,14 @@ static void experts_fwd(const ExecMoe *M, const ExecLayerRun *r, const MoeOps *o
         int64_t o = 0;
         int l = 0;
         const int R = (int)seg_rows(M, sg, &l, &o);
+        const int srec = rec && sg < M->L; /* the padding records nothing */
         if (R > 0 && v->f1) {
             const ExecFp8Ref xq = exec_fp8_quantize(F, c, (uint8_t *)v->exp_in + q,
                                                     EXEC_AT(rows_in, o * h, c->ab), R, h, 0,
-                                                    EXEC_FP8_X, v->f1, l, rec);
+                                                    EXEC_FP8_X, v->f1, l, srec);
             q += fp8_rows_bytes(F, R, h);
             exec_fp8_linear_fwd(F, c, r->M, EXEC_AT(v->exp_act_in, o * eff_out, c->ab), xq, v->f1,
-                                l, R, rec);
+                                l, R, srec);
         } else if (R > 0) {
             k->matmul(EXEC_AT(v->exp_act_in, o * eff_out, c->ab), c->act,
                       EXEC_AT(v->exp_in, o * h, c->ab),
@@ -796,15 +843,18 @@ static void experts_fwd(const ExecMoe *M, const ExecLayerRun *r, const MoeOps *o
         int64_t o = 0;
         int l = 0;
         const int R = (int)seg_rows(M, sg, &l, &o);
+        /* the padding's output goes to scratch: it reaches no token (eout may hold fewer rows
+         * than d.routed: without ep and etp, the k copies of the tokens) */
+        void *y = EXEC_AT(sg < M->L ? eout : v->ws_dx, o * h, c->ab);
+        const int srec = rec && sg < M->L;
         if (R > 0 && v->f2) {
             const ExecFp8Ref xq = exec_fp8_quantize(F, c, (uint8_t *)v->exp_fc2_in + q,
                                                     EXEC_AT(hid, o * eff, c->ab), R, eff, 0,
-                                                    EXEC_FP8_X, v->f2, l, rec);
+                                                    EXEC_FP8_X, v->f2, l, srec);
             q += fp8_rows_bytes(F, R, eff);
-            exec_fp8_linear_fwd(F, c, r->M, EXEC_AT(eout, o * h, c->ab), xq, v->f2, l, R, rec);
+            exec_fp8_linear_fwd(F, c, r->M, y, xq, v->f2, l, R, srec);
         } else if (R > 0) {
-            /* the padding's output goes to scratch: it reaches no token */
-            k->matmul(EXEC_AT(sg < M->L ? eout : v->ws_dx, o * h, c->ab), c->act,
+            k->matmul(y, c->act,
                       EXEC_AT(v->exp_fc2_in, o * eff, c->ab),
                       EXEC_AT(v->fc2_w, (size_t)l * h * eff, c->ab), R, h, eff, 0, 1, 1.0f, 0.0f);
             exec_meter_flops(r->M, 2.0 * R * h * eff);
@@ -841,11 +891,11 @@ static void experts_bwd(const ExecMoe *M, const ExecLayerRun *r, const MoeOps *o
         /* every etp rank holds the rows' whole output gradient, and its own copy of the bias */
         if (v->g_fc2_b)
             k->bias_grad(v->g_fc2_b + (size_t)l * h, dout, R, h);
-        if (v->f2) {
-            exec_fp8_linear_bwd(F, c, r->M, EXEC_AT(dhid, o * eff, c->ab),
-                                v->g_fc2_w + (size_t)l * h * eff, dout,
-                                exec_fp8_saved(F, (uint8_t *)v->exp_fc2_in + q, R, eff), NULL,
-                                v->f2, l, R);
+        if (v->f2) { /* the padding's zero output gradient records nothing */
+            exec_fp8_linear_bwd_rec(F, c, r->M, EXEC_AT(dhid, o * eff, c->ab),
+                                    v->g_fc2_w + (size_t)l * h * eff, dout,
+                                    exec_fp8_saved(F, (uint8_t *)v->exp_fc2_in + q, R, eff), NULL,
+                                    v->f2, l, R, sg < M->L);
             q += fp8_rows_bytes(F, R, eff);
             continue;
         }
@@ -883,9 +933,9 @@ static void experts_bwd(const ExecMoe *M, const ExecLayerRun *r, const MoeOps *o
         if (v->g_fc1_b) /* SwiGLU's backward left fc1's output gradient in act */
             k->bias_grad(v->g_fc1_b + (size_t)l * eff_out, act, R, eff_out);
         if (v->f1) {
-            exec_fp8_linear_bwd(F, c, r->M, dout, v->g_fc1_w + (size_t)l * eff_out * h, act,
-                                exec_fp8_saved(F, (uint8_t *)v->exp_in + q, R, h), NULL, v->f1, l,
-                                R);
+            exec_fp8_linear_bwd_rec(F, c, r->M, dout, v->g_fc1_w + (size_t)l * eff_out * h, act,
+                                    exec_fp8_saved(F, (uint8_t *)v->exp_in + q, R, h), NULL,
+                                    v->f1, l, R, sg < M->L);
             q += fp8_rows_bytes(F, R, h);
             continue;
         }
@@ -919,7 +969,7 @@ static int to_experts(ExecMoe *M, const ExecLayerRun *r, const MoeOps *ops, int 
     const int fp8d = !bwd && r->fp8->on && c->spec.job.fp8_dispatch;
     void *own = EXEC_AT(v->ep_recv, (size_t)M->etp_rank * (size_t)M->pad * (size_t)h, c->ab);
     if (!rc && (M->ep > 1 || M->etp > 1)) {
-        rc = fp8d ? fp8_rows_a2a(M, r, own, v->ep_send, err)
+        rc = fp8d ? fp8_rows_a2a(M, r, v, own, v->ep_send, err)
                  : rows_a2a(M, c, own, M->recv, v->ep_send, M->send, err);
         if (!rc && M->etp == 1)
             sort_blocks(M, c, *dst, v->ep_recv, h, 1);
@@ -1040,6 +1090,19 @@ static void ag_close(const ExecLayerRun *r, int op)
         exec_meter_close(r->M, r->c->k, op);
 }
 
+/* Every rank's N x h rows of src (the forward's input, the backward's output gradient)
+ * gathered into v->ag_x over the etp x ep ranks, under op (-1: on one rank, no op). */
+static int ag_gather(const ExecLayerRun *r, int op, const ExecMoeViews *v, const void *src,
+                     PxError *err)
+{
+    const ExecCtx *c = r->c;
+    ag_open(r, op);
+    int rc = comm_all_gather(c->comm, v->ag_x, src, (size_t)c->d.tokens * (size_t)c->d.h, c->act,
+                             MODEL_EP_ALL_GATHER, NULL, err);
+    ag_close(r, op);
+    return rc;
+}
+
 /* The rows of this rank's local experts among the n T gathered tokens (idx_g, every other
  * expert's copies marked dropped), counted on the device and read by the host into blk (one
  * source: the rows come out of the permutation in expert order, no sort), and the views
@@ -1088,11 +1151,7 @@ static int ag_forward(ExecMoe *M, const ExecLayerRun *r, const MoeOps *ops, int 
     ag_close(r, a.agr);
     if (rc)
         return rc;
-    ag_open(r, a.agx);
-    rc = comm_all_gather(c->comm, v->ag_x, x, (size_t)N * (size_t)h, c->act, MODEL_EP_ALL_GATHER,
-                         NULL, err);
-    ag_close(r, a.agx);
-    if (rc)
+    if ((rc = ag_gather(r, a.agx, v, x, err)))
         return rc;
     ag_open(r, a.cnt);
     for (int p = 0; p < n; p++)
@@ -1102,10 +1161,16 @@ static int ag_forward(ExecMoe *M, const ExecLayerRun *r, const MoeOps *ops, int 
     ag_close(r, a.cnt);
     if (rc)
         return rc;
+    /* the rows in expert order (FP8: into ws.fp8, whence each expert's are quantized into the
+     * saved input), then a capacity's zero padding after them */
+    void *rows_in = v->f1 ? r->fp8->act : v->exp_in;
     ag_open(r, a.perm);
-    k->moe_permute(v->exp_in, v->counts_i, NULL, v->ag_x, v->idx_g, n * N, h, K, E);
+    k->moe_permute(rows_in, v->counts_i, NULL, v->ag_x, v->idx_g, n * N, h, K, E);
+    pad_zero(M, c, rows_in);
     ag_close(r, a.perm);
-    experts_fwd(M, r, ops, v, v->exp_in, v->exp_out, phase == MODEL_FWD);
+    if ((rc = fp8_fits(M, r, v, err)))
+        return rc;
+    experts_fwd(M, r, ops, v, rows_in, v->exp_out, phase == MODEL_FWD);
     /* each row times its weight summed into its token's row of the zeroed buffer */
     ag_open(r, a.comb);
     k->moe_unpermute(v->ag_x, v->exp_out, v->w_g, v->idx_g, n * N, h, K, E);
@@ -1130,17 +1195,14 @@ static int ag_backward(ExecMoe *M, const ExecLayerRun *r, const MoeOps *ops, int
     int rc = find_ag_ops(r, layer, chunk, MODEL_BWD, n, &a, err);
     if (rc)
         return rc;
-    ag_open(r, a.agx);
-    rc = comm_all_gather(c->comm, v->ag_x, dy, (size_t)N * (size_t)h, c->act, MODEL_EP_ALL_GATHER,
-                         NULL, err);
-    ag_close(r, a.agx);
-    if (rc)
+    if ((rc = ag_gather(r, a.agx, v, dy, err)))
         return rc;
     ag_open(r, a.comb);
     rc = ag_rows(M, c, layer, mb, v, n, err); /* the forward's rows, where fit_rows put them */
     if (!rc) {
         k->moe_unpermute_bwd(v->ws_dx, v->ag_dw, v->ag_x, v->exp_out, v->w_g, v->idx_g, n * N, h,
                              K, E);
+        pad_zero(M, c, v->ws_dx); /* the padding's output gradient: none */
         k->moe_dense(v->ag_probs, NULL, v->idx_g, v->ag_dw, n * N, K, E);
     }
     ag_close(r, a.comb);
@@ -1274,12 +1336,15 @@ int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer, Mo
     }
     if (ag)
         return ag_forward(M, r, &ops, chunk, layer, phase, v, y, x, mb, err);
-    /* dispatch */
+    /* dispatch (--fp8-dispatch under delayed scaling records the rows' amax in a forward) */
+    M->fp8_rec = phase == MODEL_FWD;
     if ((rc = to_experts(M, r, &ops, layer, mb, v, 0, &rows_in, err)))
         return rc;
     /* the capacity's padding rows after the real ones: zero input, so zero output and no
      * weight gradient */
     pad_zero(M, c, rows_in);
+    if ((rc = fp8_fits(M, r, v, err)))
+        return rc;
     /* the experts, out in expert order (etp: ws_dx, free until the backward; ep: ep_recv;
      * neither: the combine's input itself) */
     void *eout = M->etp > 1 ? v->ws_dx : ep > 1 ? v->ep_recv : v->exp_out;
