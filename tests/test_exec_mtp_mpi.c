@@ -21,7 +21,8 @@
  * chunk's lookahead), ZeRO-2 (the modules' gradients of the output layer and the embedding
  * computed in those blocks' bucket windows), ZeRO-3 and FSDP with the gathers released after
  * the forward (the modules gather the embedding and the output layer again) and kept (tiny-dsv3,
- * the module's layer a MoE layer, on dp 2 with ZeRO-2, ZeRO-3 and ZeRO-3 kept), and FP8 GEMMs
+ * the module's layer a MoE layer, on dp 2 with ZeRO-2, ZeRO-3 and ZeRO-3 kept, and on ep 2 x
+ * dp 2 with ZeRO-3), and FP8 GEMMs
  * (delayed scaling on tp 2 with SP, tensorwise on dp 2; the reference in FP8 too, within the
  * FP8 tolerance of test_exec_mpi's FP8 layouts). Usage: test_exec_mtp_mpi PARALLAX LAYOUT [WORKER]
  * (`list` prints the layouts). */
@@ -107,10 +108,12 @@ static const Layout layouts[] = {
     /* tiny-dsv3: the module's layer a MoE layer, whose two blocks and the embedding share the
      * ring's two slots (no prefetch with experts); its experts' block takes the gradient bucket
      * inside the layer's backward, after the module's final norm wrote its weight's gradient
-     * there (held to DSV3_ZERO_TOL); the same with ZeRO-2 and with the gathers kept */
+     * there (held to DSV3_ZERO_TOL); the same with ZeRO-2, with the gathers kept, and over ep 2
+     * (the experts' block reduced over an expert-data-parallel group of one) */
     {"dsv3_dp2_zero3", "tiny-dsv3", 2, 2, 1, 1, 1, 1, 3, 0, NULL, 0, 0, 0},
     {"dsv3_dp2_zero2", "tiny-dsv3", 2, 2, 1, 1, 1, 1, 2, 0, NULL, 0, 0, 0},
     {"dsv3_dp2_zero3_keep", "tiny-dsv3", 2, 2, 1, 1, 1, 1, 3, 0, NULL, 0, 0, LAYOUT_KEEP},
+    {"dsv3_ep2_dp2_zero3", "tiny-dsv3", 2, 2, 1, 1, 1, 2, 3, 0, NULL, 0, 0, 0},
     /* ZeRO-3 and FSDP with the gathers kept from the forward (the modules read the embedding
      * and the output layer from those blocks' gathers) */
     {"dp2_zero3_keep", "tiny", 2, 2, 1, 1, 1, 1, 3, 0, NULL, 0, 0, LAYOUT_KEEP},
