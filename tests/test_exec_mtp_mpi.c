@@ -2,9 +2,9 @@
  * zoo model given mtp_layers 1, planned with the layout pinned (sim_plan_for, in memory),
  * trained by `parallax run`, against a single-rank run of the same job:
  * - the main loss and the modules' loss (run.json's steps[].loss and mtp_loss) of every step
- *   equal the single rank's within 1e-5 relative (the CUDA backend's bf16 against the CPU's
- *   fp32 within 1e-3; FP8 within 1e-3, or 3e-3 with tp or delayed scaling), and the metrics
- *   log carries both;
+ *   equal the single rank's within 1e-5 relative (tiny-dsv3 under ZeRO-2/3 within 1e-7; the
+ *   CUDA backend's bf16 against the CPU's fp32 within 1e-3; FP8 within 1e-3, or 3e-3 with tp or
+ *   delayed scaling), and the metrics log carries both;
  * - every rank's memory per category, communication bytes per kind and FLOPs per step equal
  *   its stage's prediction;
  * - at the first step, before any update, the untrained modules predict as well as chance:
@@ -20,10 +20,13 @@
  * with each comm type (the module's last positions of a chunk read the tokens past it from the
  * chunk's lookahead), ZeRO-2 (the modules' gradients of the output layer and the embedding
  * computed in those blocks' bucket windows), ZeRO-3 and FSDP with the gathers released after
- * the forward (the modules gather the embedding and the output layer again) and kept, and FP8 GEMMs
+ * the forward (the modules gather the embedding and the output layer again) and kept (tiny-dsv3,
+ * the module's layer a MoE layer, on dp 2 with ZeRO-2, ZeRO-3 and ZeRO-3 kept, and on ep 2 x
+ * dp 2 with ZeRO-3), and FP8 GEMMs
  * (delayed scaling on tp 2 with SP, tensorwise on dp 2; the reference in FP8 too, within the
  * FP8 tolerance of test_exec_mpi's FP8 layouts). Usage: test_exec_mtp_mpi PARALLAX LAYOUT [WORKER]
  * (`list` prints the layouts). */
+#include <string.h>
 #include <unistd.h>
 
 #include "tests/test.h"
@@ -103,8 +106,14 @@ static const Layout layouts[] = {
     {"llama_dp2_fsdp_mtp2", "tiny-llama", 2, 2, 1, 1, 1, 1, 3, 0, NULL, 0, 0,
      LAYOUT_FSDP | LAYOUT_MTP2},
     /* tiny-dsv3: the module's layer a MoE layer, whose two blocks and the embedding share the
-     * ring's two slots (no prefetch with experts) */
+     * ring's two slots (no prefetch with experts); its experts' block takes the gradient bucket
+     * inside the layer's backward, after the module's final norm wrote its weight's gradient
+     * there (held to DSV3_ZERO_TOL); the same with ZeRO-2, with the gathers kept, and over ep 2
+     * (the experts' block reduced over an expert-data-parallel group of one) */
     {"dsv3_dp2_zero3", "tiny-dsv3", 2, 2, 1, 1, 1, 1, 3, 0, NULL, 0, 0, 0},
+    {"dsv3_dp2_zero2", "tiny-dsv3", 2, 2, 1, 1, 1, 1, 2, 0, NULL, 0, 0, 0},
+    {"dsv3_dp2_zero3_keep", "tiny-dsv3", 2, 2, 1, 1, 1, 1, 3, 0, NULL, 0, 0, LAYOUT_KEEP},
+    {"dsv3_ep2_dp2_zero3", "tiny-dsv3", 2, 2, 1, 1, 1, 2, 3, 0, NULL, 0, 0, 0},
     /* ZeRO-3 and FSDP with the gathers kept from the forward (the modules read the embedding
      * and the output layer from those blocks' gathers) */
     {"dp2_zero3_keep", "tiny", 2, 2, 1, 1, 1, 1, 3, 0, NULL, 0, 0, LAYOUT_KEEP},
@@ -133,6 +142,10 @@ static const Layout layouts[] = {
      MODEL_CP_COMM_ALLGATHER, 0},
 };
 enum { N_LAYOUTS = sizeof layouts / sizeof layouts[0], STEPS = 3 };
+
+/* tiny-dsv3 under ZeRO-2/3: with the module's final norm's weight gradient lost to the MoE
+ * layer's bucket its mtp_loss followed one rank within 3.96e-6 only; kept, within 2.1e-9 */
+#define DSV3_ZERO_TOL 1e-7
 
 static const char *px, *worker;
 
@@ -257,6 +270,7 @@ static void check_layout(const Layout *L)
     const int fp8 = s.job.fp8 != MODEL_FP8_NONE;
     const double tol = fp8 ? (L->tp > 1 || s.job.fp8 == MODEL_FP8_DELAYED ? 3e-3 : 1e-3)
                        : L->cuda ? 1e-3
+                       : !strcmp(L->model, "tiny-dsv3") && L->zero >= 2 ? DSV3_ZERO_TOL
                                  : 1e-5;
     const cJSON *rs = at(ref, "steps", NULL), *ms = at(run, "steps", NULL);
     CHECK_EQ_INT(STEPS, cJSON_GetArraySize(rs));

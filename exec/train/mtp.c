@@ -16,7 +16,9 @@
  *
  * Buffers (the memory table's, nothing of its own): the module's layer saves its tensors in
  * the chunk's layer set after the chunk's layers; mtp.N.final_ln.in holds the module's output,
- * mtp.N.logits.in its final norm's, mtp.N.loss.probs the fp32 logits and then their gradient.
+ * mtp.N.logits.in its final norm's, mtp.N.loss.probs the fp32 logits and then their gradient;
+ * under ZeRO-2/3 mtp.N.final_ln.in, spent after the final norm's backward, holds that norm's
+ * weight gradient through the layer's backward (a MoE layer's clears the bucket, module_bwd).
  * The forward embeds into ws.out; the backward keeps eh.in's gradient in ws.dffn (or ws.dqkv,
  * whichever holds b x s x 2h), looks the shifted tokens up again into ws.out for enorm's
  * backward (its input is not saved; under tensor parallelism each rank looks up its vocabulary
@@ -490,7 +492,22 @@ static int module_bwd(const ExecLayerRun *r, int chunk, int i, const ExecLayerAc
         k->add_inplace(dres, x->mtp_out[i + 1], (size_t)R * h);
     exec_meter_close(r->M, k, op);
 
+    /* ZeRO-2/3: a MoE layer's backward lends the bucket to its experts' block and clears it
+     * again for the layer's (moe.c), which would erase the final norm's weight gradient just
+     * computed; it waits in the module's output (spent once the final norm's backward has read
+     * it, free until hnorm's backward writes its gradient there) and goes back to the bucket
+     * after the layer's backward (a dense layer leaves it there: the same values) */
+    void *norm_g = EXEC_LPT(g, NORM_W);
+    const size_t norm_gb = (size_t)h * c->gb;
+    const int hold = exec_zero_bucketed(c);
+    if (hold && norm_gb > rb)
+        return px_fail(err, PX_ERUNTIME, "module %d's final norm gradient (%zu bytes) does not fit "
+                       "its spent output (%zu bytes)", i + 1, norm_gb, rb);
+    if (hold)
+        k->copy(x->mtp_out[i], norm_g, norm_gb);
     TRY(exec_layers_one_bwd(r, chunk, l, a, dres, mb, err));
+    if (hold)
+        k->copy(norm_g, x->mtp_out[i], norm_gb);
 
     /* eh's backward from the layer's input gradient, then enorm's (the embedding looked up
      * again) and hnorm's (into this module's spent output) */
