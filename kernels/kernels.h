@@ -425,8 +425,9 @@ struct KernBackend {
      * p_sink D, where p_sink is the sink's probability and D = rowsum(dO o O) the softmax's
      * row term. The fused path gives lse [B,H,Tq] (with the sink) and drow [B,H,Tq] (the
      * backward's D), p_sink = exp(sinks[h] - lse); the unfused path gives dscores [B,H,Tq,Tk]
-     * (the backward's dS = P (dP - D)), whose row sum is p_sink D (lse and drow NULL). */
-    void (*attention_sink_bwd)(float *dsinks, const void *sinks, const float *lse,
+     * (the backward's dS = P (dP - D)), whose row sum is p_sink D (lse and drow NULL).
+     * dsinks is in KernBackend.grad (a 16-bit one rounded once per call). */
+    void (*attention_sink_bwd)(void *dsinks, const void *sinks, const float *lse,
                                const float *drow, const void *dscores, int B, int H, int Tq,
                                int Tk);
 };

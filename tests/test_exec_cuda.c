@@ -407,6 +407,40 @@ static void gradients(const char *model, PxDtype act, double tol)
     gradients_in(model, act, PX_FP32, tol);
 }
 
+/* 16-bit gradients against fp32 ones on the device, for the parts whose gradients have
+ * kernels of their own (attention sinks, FP8 GEMMs, multi-head latent attention, the prediction
+ * modules, experts): s trained for `steps` steps with the act dtype's gradients and with fp32
+ * ones, the losses of every step within tol. Returns the worst relative difference. */
+static double track_grad16(const char *what, ModelSpec s, int steps, double tol)
+{
+    PxError err = {0};
+    s.job.steps = steps;
+    ModelSpec s16 = s;
+    s.job.grad_dtype = PX_FP32;
+    s16.job.grad_dtype = s.job.precision;
+    Exec *a = exec_on(&s, EXEC_BACKEND_CUDA, NULL), *b = exec_on(&s16, EXEC_BACKEND_CUDA, NULL);
+    CHECK(b->c.grad == s.job.precision && a->c.grad == PX_FP32);
+    double worst = 0;
+    ExecStepStats sa = {0}, sb = {0};
+    for (int i = 0; i < steps; i++) {
+        CHECK_OK(exec_step(a, i, &sa, &err), err);
+        CHECK_OK(exec_step(b, i, &sb, &err), err);
+        CHECK(!sa.skipped && !sb.skipped);
+        const double rel = fabs(sb.loss - sa.loss) / sa.loss;
+        worst = rel > worst ? rel : worst;
+        if (!(rel <= tol)) {
+            fprintf(stderr, "%s: step %d loss %.7f with 16-bit gradients, %.7f with fp32 ones: "
+                            "%.2e relative, above %.1e\n", what, i + 1, sb.loss, sa.loss, rel, tol);
+            exit(1);
+        }
+    }
+    printf("  %-34s %d steps, losses within %.2e of fp32 gradients' (final %.7f, %.7f; "
+           "tolerance %.0e)\n", what, steps, worst, sb.loss, sa.loss, tol);
+    exec_free(a);
+    exec_free(b);
+    return worst;
+}
+
 /* ---- memory and FLOPs against the prediction ---- */
 
 static int mem_cases;
@@ -519,6 +553,17 @@ static void test_memory(PxDtype act)
         s.job.grad_dtype = act;
         s.job.optimizer = act == PX_FP16 ? MODEL_OPT_SGD_MOMENTUM : MODEL_OPT_ADAMW;
         snprintf(what, sizeof what, "%s zero %d %s gradients", s.model.name, zero,
+                 px_dtype_name(act));
+        memory_case(what, s);
+    }
+    /* 16-bit gradients of the parts with gradient kernels of their own: the attention sinks'
+     * (the unfused core's path) */
+    if (act == PX_BF16) {
+        ModelSpec s = spec_of("tiny-llama", 16, 4, 2, act);
+        s.model.attn_sinks = 1;
+        s.job.flash_attn = 0;
+        s.job.grad_dtype = act;
+        snprintf(what, sizeof what, "tiny-llama + sinks %s unfused, 16-bit gradients",
                  px_dtype_name(act));
         memory_case(what, s);
     }
@@ -846,6 +891,14 @@ int main(void)
     track_all("tiny", PX_BF16, MODEL_FP8_NONE, PX_BF16, n, GRAD16_TOL_BF16);
     track_all("tiny-llama", PX_BF16, MODEL_FP8_NONE, PX_BF16, n, GRAD16_TOL_BF16);
     track_all("tiny", PX_FP16, MODEL_FP8_NONE, PX_FP16, n, GRAD16_TOL_FP16);
+    /* 16-bit gradients with the parts whose gradient kernels are their own, against the same
+     * run with fp32 gradients on the device (bf16's 16-bit gradient tolerance): the attention
+     * sinks (tiny-llama with GPT-OSS's sinks; the fused core's lse path here, the unfused
+     * one's dscores in test_memory) */
+    printf("16-bit gradients against fp32 ones on the device:\n");
+    ModelSpec g16 = spec_of("tiny-llama", 32, 4, 2, PX_BF16);
+    g16.model.attn_sinks = 1;
+    track_grad16("tiny-llama + sinks bf16", g16, 3, GRAD16_TOL_BF16);
     /* FP8 GEMMs on both (the CPU's in fp32 around them, the CUDA path's with transposed
      * copies on dgx-h100 and dgx-b200's MXFP8): both quantize the same values, and differ where
      * bf16 moved an operand across an FP8 rounding boundary; measured on the emulator, within

@@ -72,11 +72,12 @@ void kern_cpu_gate_wgrad(void *dx, float *dw, const float *dlogit, const void *x
     }
 }
 
-void kern_cpu_attention_sink_bwd(float *dsinks, const void *sinks, const float *lse,
+void kern_cpu_attention_sink_bwd(void *dsinks_, const void *sinks, const float *lse,
                                  const float *drow, const void *dscores, int B, int H, int Tq,
                                  int Tk)
 {
     // lse, drow are (B,H,Tq); dscores is (B,H,Tq,Tk)
+    float *dsinks = dsinks_;
     const float *s = sinks, *dS = dscores;
     KERN_CHECK((lse && drow) || dS, "attention_sink_bwd: needs lse and drow, or dscores");
     for (int h = 0; h < H; h++) {
