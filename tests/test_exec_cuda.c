@@ -566,6 +566,14 @@ static void test_memory(PxDtype act)
         snprintf(what, sizeof what, "tiny-llama + sinks %s unfused, 16-bit gradients",
                  px_dtype_name(act));
         memory_case(what, s);
+        /* FP8 GEMMs (blockwise, ZeRO-2: the bucket and the shards in 16 bits) */
+        s = spec_of("tiny-llama", 16, 4, 2, act);
+        s.job.fp8 = MODEL_FP8_BLOCKWISE;
+        s.layout.zero = 2;
+        s.job.grad_dtype = act;
+        snprintf(what, sizeof what, "tiny-llama %s + FP8 blockwise zero 2, 16-bit gradients",
+                 px_dtype_name(act));
+        memory_case(what, s);
     }
     /* mixture of experts: the router's fp32 scores and choices beside the act rows of the
      * experts, saved or (full recompute) in ws.recompute */
@@ -899,6 +907,10 @@ int main(void)
     ModelSpec g16 = spec_of("tiny-llama", 32, 4, 2, PX_BF16);
     g16.model.attn_sinks = 1;
     track_grad16("tiny-llama + sinks bf16", g16, 3, GRAD16_TOL_BF16);
+    /* FP8 GEMMs: their weight-gradient GEMMs accumulate into the 16-bit gradient */
+    g16 = spec_of("tiny", 32, 4, 2, PX_BF16);
+    g16.job.fp8 = MODEL_FP8_TENSORWISE;
+    track_grad16("tiny + FP8 tensorwise bf16", g16, 3, GRAD16_TOL_BF16);
     /* FP8 GEMMs on both (the CPU's in fp32 around them, the CUDA path's with transposed
      * copies on dgx-h100 and dgx-b200's MXFP8): both quantize the same values, and differ where
      * bf16 moved an operand across an FP8 rounding boundary; measured on the emulator, within

@@ -55,6 +55,12 @@ static const Layout layouts[] = {
      * a single rank's bf16 gradients */
     {"dp2_zero1_grad16", 2, "--dp 2 --tp 1 --pp 1 --zero 1 --no-sp " PIN1, "--grad-dtype bf16", NULL, 0},
     {"dp2_zero2_grad16", 2, "--dp 2 --tp 1 --pp 1 --zero 2 --no-sp " PIN1, "--grad-dtype bf16", NULL, 0},
+    /* and with the parts whose gradient kernels are their own, against the single rank's 16-bit
+     * gradients and (the twin) the same layout with fp32 gradients within the 16-bit gradients'
+     * tolerance of test_exec_cuda (1e-3): FP8 GEMMs' weight gradients */
+    {"dp2_zero1_fp8_grad16", 2, "--dp 2 --tp 1 --pp 1 --zero 1 --no-sp " PIN1,
+     "--precision fp8 --fp8-recipe tensorwise --grad-dtype bf16",
+     "--dp 2 --tp 1 --pp 1 --zero 1 --no-sp --grad-dtype fp32 " PIN1, 1e-3},
     {"tp2_sp", 2, "--dp 1 --tp 2 --pp 1 --zero 0 --sp " PIN1, "--dropout 0.1", NULL, 0},
     {"tp2_pp2", 4, "--dp 1 --tp 2 --pp 2 --zero 0 --no-sp " PIN1, "--dropout 0.1", NULL, 0},
     {"pp4", 4, "--dp 1 --tp 1 --pp 4 --zero 0 --no-sp " PIN1, "", NULL, 0},
