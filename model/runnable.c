@@ -124,15 +124,15 @@ static const char *fp8_dispatch_limit(const ModelSpec *s)
 
 /* The limits of 16-bit gradients (training.grad_dtype bf16 or fp16, the precision's type), or
  * NULL: the CUDA backend's gradient kernels (kern_cuda_with_grads: the weight-gradient GEMMs,
- * FP8 ones included, norms, biases, embeddings, attention sinks and the optimizer's read) and
- * the reductions run them; the experts', multi-head latent attention's and the prediction
- * modules' gradients are written in fp32 only. The CPU trains fp32, whose gradients are fp32 (the
+ * FP8 ones and multi-head latent attention's included, norms, biases, embeddings, attention
+ * sinks and the optimizer's read) and the reductions run them (SP's packed sum of replicated
+ * gradients too); the experts' and the prediction modules' gradients are written in fp32
+ * only. The CPU trains fp32, whose gradients are fp32 (the
  * spec refuses 16-bit ones with fp32 weights): its refusal is the precision's. */
 static const char *grad_limit(const ModelSpec *s, const ModelDims *d)
 {
     const ModelConfig *m = &s->model;
     return d->moe                        ? "mixture-of-experts layers"
-           : m->mla.kv_lora_rank > 0     ? "multi-head latent attention"
            : m->mtp_layers > 0           ? "multi-token prediction modules"
                                          : NULL;
 }

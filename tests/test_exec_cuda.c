@@ -566,6 +566,12 @@ static void test_memory(PxDtype act)
         snprintf(what, sizeof what, "tiny-llama + sinks %s unfused, 16-bit gradients",
                  px_dtype_name(act));
         memory_case(what, s);
+        /* multi-head latent attention (tiny-dsv3 without experts and prediction module) */
+        s = spec_of("tiny-dsv3", 16, 4, 2, act);
+        s.model.moe.experts = 0, s.model.mtp_layers = 0;
+        s.job.grad_dtype = act;
+        snprintf(what, sizeof what, "tiny-dsv3 MLA %s, 16-bit gradients", px_dtype_name(act));
+        memory_case(what, s);
         /* FP8 GEMMs (blockwise, ZeRO-2: the bucket and the shards in 16 bits) */
         s = spec_of("tiny-llama", 16, 4, 2, act);
         s.job.fp8 = MODEL_FP8_BLOCKWISE;
@@ -911,6 +917,11 @@ int main(void)
     g16 = spec_of("tiny", 32, 4, 2, PX_BF16);
     g16.job.fp8 = MODEL_FP8_TENSORWISE;
     track_grad16("tiny + FP8 tensorwise bf16", g16, 3, GRAD16_TOL_BF16);
+    /* multi-head latent attention (tiny-dsv3 without its experts and prediction module): its
+     * up- and down-projections' weight gradients */
+    g16 = spec_of("tiny-dsv3", 32, 4, 2, PX_BF16);
+    g16.model.moe.experts = 0, g16.model.mtp_layers = 0;
+    track_grad16("tiny-dsv3 MLA (no experts) bf16", g16, 3, GRAD16_TOL_BF16);
     /* FP8 GEMMs on both (the CPU's in fp32 around them, the CUDA path's with transposed
      * copies on dgx-h100 and dgx-b200's MXFP8): both quantize the same values, and differ where
      * bf16 moved an operand across an FP8 rounding boundary; measured on the emulator, within
