@@ -124,17 +124,14 @@ static const char *fp8_dispatch_limit(const ModelSpec *s)
 
 /* The limits of 16-bit gradients (training.grad_dtype bf16 or fp16, the precision's type), or
  * NULL: the CUDA backend's gradient kernels (kern_cuda_with_grads: the weight-gradient GEMMs,
- * FP8 ones and multi-head latent attention's included, norms, biases, embeddings, attention
- * sinks and the optimizer's read) and the reductions run them (SP's packed sum of replicated
- * gradients too); the experts' and the prediction modules' gradients are written in fp32
- * only. The CPU trains fp32, whose gradients are fp32 (the
+ * FP8 ones, multi-head latent attention's and the prediction modules' eh projection included,
+ * norms, biases, embeddings, attention sinks and the optimizer's read) and the reductions run
+ * them (SP's packed sum of replicated gradients too); the experts' gradients (grouped GEMMs,
+ * router, shared gate) are written in fp32 only. The CPU trains fp32, whose gradients are fp32 (the
  * spec refuses 16-bit ones with fp32 weights): its refusal is the precision's. */
-static const char *grad_limit(const ModelSpec *s, const ModelDims *d)
+static const char *grad_limit(const ModelDims *d)
 {
-    const ModelConfig *m = &s->model;
-    return d->moe                        ? "mixture-of-experts layers"
-           : m->mtp_layers > 0           ? "multi-token prediction modules"
-                                         : NULL;
+    return d->moe ? "mixture-of-experts layers" : NULL;
 }
 
 /* The FP8 limits, or NULL. */
@@ -214,7 +211,7 @@ int model_exec_refusal(const ModelSpec *s, const ModelDims *d, int gpu, char *wh
                  "in the weights' type (make the plan with --grad-dtype %s or fp32)",
                  px_dtype_name(s->job.grad_dtype), px_dtype_name(s->job.precision),
                  px_dtype_name(s->job.precision));
-    else if (gpu && s->job.grad_dtype != PX_FP32 && (lim = grad_limit(s, d)))
+    else if (gpu && s->job.grad_dtype != PX_FP32 && (lim = grad_limit(d)))
         snprintf(why, cap,
                  "training.grad_dtype %s: the executor keeps 16-bit gradients without %s, whose "
                  "gradients it writes in fp32 (make the plan with --grad-dtype fp32)",

@@ -572,6 +572,10 @@ static void test_memory(PxDtype act)
         s.job.grad_dtype = act;
         snprintf(what, sizeof what, "tiny-dsv3 MLA %s, 16-bit gradients", px_dtype_name(act));
         memory_case(what, s);
+        s.model.mtp_layers = 1;
+        snprintf(what, sizeof what, "tiny-dsv3 MLA + MTP %s, 16-bit gradients",
+                 px_dtype_name(act));
+        memory_case(what, s);
         /* FP8 GEMMs (blockwise, ZeRO-2: the bucket and the shards in 16 bits) */
         s = spec_of("tiny-llama", 16, 4, 2, act);
         s.job.fp8 = MODEL_FP8_BLOCKWISE;
@@ -922,6 +926,10 @@ int main(void)
     g16 = spec_of("tiny-dsv3", 32, 4, 2, PX_BF16);
     g16.model.moe.experts = 0, g16.model.mtp_layers = 0;
     track_grad16("tiny-dsv3 MLA (no experts) bf16", g16, 3, GRAD16_TOL_BF16);
+    /* and with its multi-token prediction module: the eh projection's GEMM and the module's
+     * norms (enorm's and hnorm's a row at a time) */
+    g16.model.mtp_layers = 1;
+    track_grad16("tiny-dsv3 MLA + MTP bf16", g16, 3, GRAD16_TOL_BF16);
     /* FP8 GEMMs on both (the CPU's in fp32 around them, the CUDA path's with transposed
      * copies on dgx-h100 and dgx-b200's MXFP8): both quantize the same values, and differ where
      * bf16 moved an operand across an FP8 rounding boundary; measured on the emulator, within
