@@ -417,8 +417,9 @@ struct KernBackend {
      * gated output's gradients: the data gradient, and the weight gradient's dy^T (g hid)). */
     void (*gate_bwd)(float *dlogit, void *dhid, void *hid, const void *x, const void *w, int N,
                      int C, int F);
-    /* dx[n] += dlogit[n] w (dx may be NULL), dw[C] += sum_n dlogit[n] x[n] (fp32) */
-    void (*gate_wgrad)(void *dx, float *dw, const float *dlogit, const void *x, const void *w,
+    /* dx[n] += dlogit[n] w (dx may be NULL), dw[C] += sum_n dlogit[n] x[n] (summed in fp32;
+     * dw in KernBackend.grad, a 16-bit one rounded once per call) */
+    void (*gate_wgrad)(void *dx, void *dw, const float *dlogit, const void *x, const void *w,
                        int N, int C);
     /* Attention sinks (GPT-OSS: a learned logit per head in every query's softmax denominator,
      * with no value; KernAttnFwd.sinks): dsinks[h] += -sum over the B x Tq queries of head h of

@@ -576,6 +576,17 @@ static void test_memory(PxDtype act)
         snprintf(what, sizeof what, "tiny-dsv3 MLA + MTP %s, 16-bit gradients",
                  px_dtype_name(act));
         memory_case(what, s);
+        /* experts (ZeRO-2: the experts' block through the 16-bit bucket too), and tiny-gpt-oss's
+         * biases and sinks */
+        s = spec_of("tiny-moe", 16, 4, 2, act);
+        s.layout.zero = 2;
+        s.job.grad_dtype = act;
+        snprintf(what, sizeof what, "tiny-moe %s zero 2, 16-bit gradients", px_dtype_name(act));
+        memory_case(what, s);
+        s = spec_of("tiny-gpt-oss", 16, 4, 2, act);
+        s.job.grad_dtype = act;
+        snprintf(what, sizeof what, "tiny-gpt-oss %s, 16-bit gradients", px_dtype_name(act));
+        memory_case(what, s);
         /* FP8 GEMMs (blockwise, ZeRO-2: the bucket and the shards in 16 bits) */
         s = spec_of("tiny-llama", 16, 4, 2, act);
         s.job.fp8 = MODEL_FP8_BLOCKWISE;
@@ -687,14 +698,14 @@ static void test_backends(void)
     model_plan_free(&plan);
 
     s.job.precision = PX_BF16;
-    /* 16-bit gradients run (test_exec_cuda_mpi's grad16 layout), but not an MoE model's */
+    /* 16-bit gradients of another type than the weights' are refused */
     ModelSpec moe = spec_of("tiny-moe", 16, 4, 2, PX_BF16);
-    moe.job.grad_dtype = PX_BF16;
+    moe.job.grad_dtype = PX_FP16;
     CHECK_OK(sim_plan_for(&moe, "dgx-h100", 1, &plan, &err), err);
     opt.backend = EXEC_BACKEND_AUTO;
     CHECK_INPUT_ERROR(exec_init(&ex, &plan, &opt, &err), err,
-                      "training.grad_dtype bf16: the executor keeps 16-bit gradients without "
-                      "mixture-of-experts layers");
+                      "training.grad_dtype fp16 with precision bf16: the executor keeps 16-bit "
+                      "gradients in the weights' type");
     model_plan_free(&plan);
 
     ExecBackend parsed;
@@ -930,6 +941,11 @@ int main(void)
      * norms (enorm's and hnorm's a row at a time) */
     g16.model.mtp_layers = 1;
     track_grad16("tiny-dsv3 MLA + MTP bf16", g16, 3, GRAD16_TOL_BF16);
+    /* experts: the grouped GEMMs', the router's and the shared gate's (Qwen2-MoE's) */
+    g16 = spec_of("tiny-moe", 32, 4, 2, PX_BF16);
+    track_grad16("tiny-moe bf16", g16, 3, GRAD16_TOL_BF16);
+    g16.model.moe.shared_ffn = 32, g16.model.moe.shared_gate = 1;
+    track_grad16("tiny-moe + gated shared expert bf16", g16, 3, GRAD16_TOL_BF16);
     /* FP8 GEMMs on both (the CPU's in fp32 around them, the CUDA path's with transposed
      * copies on dgx-h100 and dgx-b200's MXFP8): both quantize the same values, and differ where
      * bf16 moved an operand across an FP8 rounding boundary; measured on the emulator, within

@@ -1270,6 +1270,18 @@ static void test_grads16(void)
     COMPARE("attention_sink_bwd", "16-bit dsinks += (dscores)", es2, a, SH, T_ACT(2.01));
     free(a), free(sk), free(lse), free(drow), free(ds), free(es), free(es2);
     G->free(gsk), G->free(gds), G->free(glse), G->free(gdrow), G->free(gs), G->free(gs2);
+    /* gate_wgrad: the shared gate's weight gradient, a column's sum over the rows added once */
+    float *dl = frand(N, 1.0, 0), *egw = fcopy(h0, C);
+    R->gate_wgrad(NULL, egw, dl, x, w, N, C);
+    float *gdl = up_f32(dl, N);
+    void *ggw = up_act(h0, C);
+    H->gate_wgrad(NULL, ggw, gdl, dx, dw, N, C);
+    for (int i = 0; i < C; i++)
+        egw[i] = act_round(egw[i]);
+    a = down_act(ggw, C);
+    COMPARE("gate_wgrad", "16-bit dw +=", egw, a, C, T_ACT(2.01));
+    free(a), free(dl), free(egw);
+    G->free(gdl), G->free(ggw);
     /* adamw reads the 16-bit gradient into its fp32 update; grad_sumsq widens it */
     float *master = frand(C, 1, 0), *m = frand(C, 0.1, 0), *v = frand(C, 0.01, 0.011);
     float *em = fcopy(master, C), *emm = fcopy(m, C), *ev = fcopy(v, C);

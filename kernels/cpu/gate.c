@@ -55,11 +55,11 @@ void kern_cpu_gate_bwd(float *dlogit, void *dhid, void *hid, const void *x, cons
     }
 }
 
-void kern_cpu_gate_wgrad(void *dx, float *dw, const float *dlogit, const void *x, const void *w,
+void kern_cpu_gate_wgrad(void *dx, void *dw_, const float *dlogit, const void *x, const void *w,
                          int N, int C)
 {
     // dx, x are (N,C); w, dw are (C)
-    float *d = dx;
+    float *d = dx, *dw = dw_;
     const float *xx = x, *ww = w;
     for (int n = 0; n < N && d; n++)
         for (int c = 0; c < C; c++)

@@ -78,20 +78,21 @@ __global__ void gate_dx_kernel(T *dx, const float *dlogit, const T *w, size_t n,
         dx[i] = from_f<T>(to_f(dx[i]) + dlogit[i / C] * to_f(w[i % C]));
 }
 
-template <typename T>
-__global__ void gate_dw_kernel(float *dw, const float *dlogit, const T *x, int N, int C)
+/* A thread per column: its N rows' sum in fp32, added once (a 16-bit gradient rounded once). */
+template <typename T, typename G>
+__global__ void gate_dw_kernel(G *dw, const float *dlogit, const T *x, int N, int C)
 {
     GRID_STRIDE(c, (size_t)C)
     {
         float s = 0.0f;
         for (int n = 0; n < N; n++)
             s += dlogit[n] * to_f(x[(size_t)n * C + c]);
-        dw[c] += s;
+        grad_add(&dw[c], s);
     }
 }
 
-template <typename T>
-static void gate_wgrad(void *dx, float *dw, const float *dlogit, const void *x, const void *w,
+template <typename T, typename G>
+static void gate_wgrad(void *dx, void *dw, const float *dlogit, const void *x, const void *w,
                        int N, int C)
 {
     const size_t n = (size_t)N * C;
@@ -99,7 +100,7 @@ static void gate_wgrad(void *dx, float *dw, const float *dlogit, const void *x, 
         return;
     if (dx)
         KLAUNCH_N(gate_dx_kernel<T>, n, (T *)dx, dlogit, (const T *)w, n, C);
-    KLAUNCH_N(gate_dw_kernel<T>, (size_t)C, dw, dlogit, (const T *)x, N, C);
+    KLAUNCH_N((gate_dw_kernel<T, G>), (size_t)C, (G *)dw, dlogit, (const T *)x, N, C);
 }
 
 /* A thread per head: its B x Tq queries' sum in a fixed order, added to the head's gradient
@@ -141,7 +142,7 @@ template <typename T, typename G> static void fill(KernBackend *k)
     k->add_bias_f32 = add_bias_f32<T>;
     k->gate_fwd = gate_fwd<T>;
     k->gate_bwd = gate_bwd<T>;
-    k->gate_wgrad = gate_wgrad<T>;
+    k->gate_wgrad = gate_wgrad<T, G>;
     k->attention_sink_bwd = attention_sink_bwd<T, G>;
 }
 
