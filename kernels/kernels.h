@@ -417,16 +417,18 @@ struct KernBackend {
      * gated output's gradients: the data gradient, and the weight gradient's dy^T (g hid)). */
     void (*gate_bwd)(float *dlogit, void *dhid, void *hid, const void *x, const void *w, int N,
                      int C, int F);
-    /* dx[n] += dlogit[n] w (dx may be NULL), dw[C] += sum_n dlogit[n] x[n] (fp32) */
-    void (*gate_wgrad)(void *dx, float *dw, const float *dlogit, const void *x, const void *w,
+    /* dx[n] += dlogit[n] w (dx may be NULL), dw[C] += sum_n dlogit[n] x[n] (summed in fp32;
+     * dw in KernBackend.grad, a 16-bit one rounded once per call) */
+    void (*gate_wgrad)(void *dx, void *dw, const float *dlogit, const void *x, const void *w,
                        int N, int C);
     /* Attention sinks (GPT-OSS: a learned logit per head in every query's softmax denominator,
      * with no value; KernAttnFwd.sinks): dsinks[h] += -sum over the B x Tq queries of head h of
      * p_sink D, where p_sink is the sink's probability and D = rowsum(dO o O) the softmax's
      * row term. The fused path gives lse [B,H,Tq] (with the sink) and drow [B,H,Tq] (the
      * backward's D), p_sink = exp(sinks[h] - lse); the unfused path gives dscores [B,H,Tq,Tk]
-     * (the backward's dS = P (dP - D)), whose row sum is p_sink D (lse and drow NULL). */
-    void (*attention_sink_bwd)(float *dsinks, const void *sinks, const float *lse,
+     * (the backward's dS = P (dP - D)), whose row sum is p_sink D (lse and drow NULL).
+     * dsinks is in KernBackend.grad (a 16-bit one rounded once per call). */
+    void (*attention_sink_bwd)(void *dsinks, const void *sinks, const float *lse,
                                const float *drow, const void *dscores, int B, int H, int Tq,
                                int Tk);
 };

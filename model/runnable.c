@@ -90,23 +90,6 @@ static const char *fp8_gather_limit(const ModelSpec *s)
                : NULL;
 }
 
-/* The limits of 16-bit gradients (training.grad_dtype bf16 or fp16, the precision's type), or
- * NULL: the CUDA backend's gradient kernels (kern_cuda_with_grads: the weight-gradient GEMMs,
- * norms, biases, embeddings and the optimizer's read) and the reductions run them; the
- * experts', multi-head latent attention's, the prediction modules', the sinks' and the FP8
- * GEMMs' gradients are written in fp32 only. The CPU trains fp32, whose gradients are fp32 (the
- * spec refuses 16-bit ones with fp32 weights): its refusal is the precision's. */
-static const char *grad_limit(const ModelSpec *s, const ModelDims *d)
-{
-    const ModelConfig *m = &s->model;
-    return d->moe                        ? "mixture-of-experts layers"
-           : m->mla.kv_lora_rank > 0     ? "multi-head latent attention"
-           : m->mtp_layers > 0           ? "multi-token prediction modules"
-           : m->attn_sinks               ? "attention sinks"
-           : d->fp8 != MODEL_FP8_NONE    ? "FP8 GEMMs"
-                                         : NULL;
-}
-
 /* The FP8 limits, or NULL. */
 static const char *fp8_limit(const ModelSpec *s)
 {
@@ -176,17 +159,16 @@ int model_exec_refusal(const ModelSpec *s, const ModelDims *d, int gpu, char *wh
     else if (d->fp8 != MODEL_FP8_NONE && (lim = fp8_limit(s)))
         snprintf(why, cap, "training.fp8 %s: the executor runs FP8 GEMMs with limits: %s",
                  model_fp8_recipe_name(s->job.fp8), lim);
+    /* 16-bit gradients (training.grad_dtype) run on CUDA in the weights' type, every part's
+     * gradient kernels writing it (kern_cuda_with_grads); the CPU trains fp32, whose gradients
+     * are fp32 (the spec refuses 16-bit ones with fp32 weights): its refusal is the
+     * precision's */
     else if (gpu && s->job.grad_dtype != PX_FP32 && s->job.grad_dtype != s->job.precision)
         snprintf(why, cap,
                  "training.grad_dtype %s with precision %s: the executor keeps 16-bit gradients "
                  "in the weights' type (make the plan with --grad-dtype %s or fp32)",
                  px_dtype_name(s->job.grad_dtype), px_dtype_name(s->job.precision),
                  px_dtype_name(s->job.precision));
-    else if (gpu && s->job.grad_dtype != PX_FP32 && (lim = grad_limit(s, d)))
-        snprintf(why, cap,
-                 "training.grad_dtype %s: the executor keeps 16-bit gradients without %s, whose "
-                 "gradients it writes in fp32 (make the plan with --grad-dtype fp32)",
-                 px_dtype_name(s->job.grad_dtype), lim);
     else if (m->position == MODEL_POS_ROPE && m->mla.kv_lora_rank <= 0 && m->head_dim % 2 != 0)
         snprintf(why, cap, "rotary embeddings need an even head_dim, got %d", m->head_dim);
     else if (d->v > MODEL_EXEC_MAX_CHUNKS)

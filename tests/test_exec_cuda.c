@@ -407,6 +407,40 @@ static void gradients(const char *model, PxDtype act, double tol)
     gradients_in(model, act, PX_FP32, tol);
 }
 
+/* 16-bit gradients against fp32 ones on the device, for the parts whose gradients have
+ * kernels of their own (attention sinks, FP8 GEMMs, multi-head latent attention, the prediction
+ * modules, experts): s trained for `steps` steps with the act dtype's gradients and with fp32
+ * ones, the losses of every step within tol. Returns the worst relative difference. */
+static double track_grad16(const char *what, ModelSpec s, int steps, double tol)
+{
+    PxError err = {0};
+    s.job.steps = steps;
+    ModelSpec s16 = s;
+    s.job.grad_dtype = PX_FP32;
+    s16.job.grad_dtype = s.job.precision;
+    Exec *a = exec_on(&s, EXEC_BACKEND_CUDA, NULL), *b = exec_on(&s16, EXEC_BACKEND_CUDA, NULL);
+    CHECK(b->c.grad == s.job.precision && a->c.grad == PX_FP32);
+    double worst = 0;
+    ExecStepStats sa = {0}, sb = {0};
+    for (int i = 0; i < steps; i++) {
+        CHECK_OK(exec_step(a, i, &sa, &err), err);
+        CHECK_OK(exec_step(b, i, &sb, &err), err);
+        CHECK(!sa.skipped && !sb.skipped);
+        const double rel = fabs(sb.loss - sa.loss) / sa.loss;
+        worst = rel > worst ? rel : worst;
+        if (!(rel <= tol)) {
+            fprintf(stderr, "%s: step %d loss %.7f with 16-bit gradients, %.7f with fp32 ones: "
+                            "%.2e relative, above %.1e\n", what, i + 1, sb.loss, sa.loss, rel, tol);
+            exit(1);
+        }
+    }
+    printf("  %-34s %d steps, losses within %.2e of fp32 gradients' (final %.7f, %.7f; "
+           "tolerance %.0e)\n", what, steps, worst, sb.loss, sa.loss, tol);
+    exec_free(a);
+    exec_free(b);
+    return worst;
+}
+
 /* ---- memory and FLOPs against the prediction ---- */
 
 static int mem_cases;
@@ -522,6 +556,46 @@ static void test_memory(PxDtype act)
                  px_dtype_name(act));
         memory_case(what, s);
     }
+    /* 16-bit gradients of the parts with gradient kernels of their own: the attention sinks'
+     * (the unfused core's path) */
+    if (act == PX_BF16) {
+        ModelSpec s = spec_of("tiny-llama", 16, 4, 2, act);
+        s.model.attn_sinks = 1;
+        s.job.flash_attn = 0;
+        s.job.grad_dtype = act;
+        snprintf(what, sizeof what, "tiny-llama + sinks %s unfused, 16-bit gradients",
+                 px_dtype_name(act));
+        memory_case(what, s);
+        /* multi-head latent attention (tiny-dsv3 without experts and prediction module) */
+        s = spec_of("tiny-dsv3", 16, 4, 2, act);
+        s.model.moe.experts = 0, s.model.mtp_layers = 0;
+        s.job.grad_dtype = act;
+        snprintf(what, sizeof what, "tiny-dsv3 MLA %s, 16-bit gradients", px_dtype_name(act));
+        memory_case(what, s);
+        s.model.mtp_layers = 1;
+        snprintf(what, sizeof what, "tiny-dsv3 MLA + MTP %s, 16-bit gradients",
+                 px_dtype_name(act));
+        memory_case(what, s);
+        /* experts (ZeRO-2: the experts' block through the 16-bit bucket too), and tiny-gpt-oss's
+         * biases and sinks */
+        s = spec_of("tiny-moe", 16, 4, 2, act);
+        s.layout.zero = 2;
+        s.job.grad_dtype = act;
+        snprintf(what, sizeof what, "tiny-moe %s zero 2, 16-bit gradients", px_dtype_name(act));
+        memory_case(what, s);
+        s = spec_of("tiny-gpt-oss", 16, 4, 2, act);
+        s.job.grad_dtype = act;
+        snprintf(what, sizeof what, "tiny-gpt-oss %s, 16-bit gradients", px_dtype_name(act));
+        memory_case(what, s);
+        /* FP8 GEMMs (blockwise, ZeRO-2: the bucket and the shards in 16 bits) */
+        s = spec_of("tiny-llama", 16, 4, 2, act);
+        s.job.fp8 = MODEL_FP8_BLOCKWISE;
+        s.layout.zero = 2;
+        s.job.grad_dtype = act;
+        snprintf(what, sizeof what, "tiny-llama %s + FP8 blockwise zero 2, 16-bit gradients",
+                 px_dtype_name(act));
+        memory_case(what, s);
+    }
     /* mixture of experts: the router's fp32 scores and choices beside the act rows of the
      * experts, saved or (full recompute) in ws.recompute */
     for (int rc = 0; rc <= 2; rc += 2) {
@@ -632,14 +706,14 @@ static void test_backends(void)
     model_plan_free(&plan);
 
     s.job.precision = PX_BF16;
-    /* 16-bit gradients run (test_exec_cuda_mpi's grad16 layout), but not an MoE model's */
+    /* 16-bit gradients of another type than the weights' are refused */
     ModelSpec moe = spec_of("tiny-moe", 16, 4, 2, PX_BF16);
-    moe.job.grad_dtype = PX_BF16;
+    moe.job.grad_dtype = PX_FP16;
     CHECK_OK(sim_plan_for(&moe, "dgx-h100", 1, &plan, &err), err);
     opt.backend = EXEC_BACKEND_AUTO;
     CHECK_INPUT_ERROR(exec_init(&ex, &plan, &opt, &err), err,
-                      "training.grad_dtype bf16: the executor keeps 16-bit gradients without "
-                      "mixture-of-experts layers");
+                      "training.grad_dtype fp16 with precision bf16: the executor keeps 16-bit "
+                      "gradients in the weights' type");
     model_plan_free(&plan);
 
     ExecBackend parsed;
@@ -854,6 +928,33 @@ int main(void)
     track_all("tiny", PX_BF16, MODEL_FP8_NONE, PX_BF16, n, GRAD16_TOL_BF16);
     track_all("tiny-llama", PX_BF16, MODEL_FP8_NONE, PX_BF16, n, GRAD16_TOL_BF16);
     track_all("tiny", PX_FP16, MODEL_FP8_NONE, PX_FP16, n, GRAD16_TOL_FP16);
+    /* 16-bit gradients with the parts whose gradient kernels are their own, against the same
+     * run with fp32 gradients on the device (bf16's 16-bit gradient tolerance): the attention
+     * sinks (tiny-llama with GPT-OSS's sinks; the fused core's lse path here, the unfused
+     * one's dscores in test_memory) */
+    printf("16-bit gradients against fp32 ones on the device:\n");
+    const int n16 = 2; /* the second step reads the update the 16-bit gradients made */
+    ModelSpec g16 = spec_of("tiny-llama", 16, 4, 2, PX_BF16);
+    g16.model.attn_sinks = 1;
+    track_grad16("tiny-llama + sinks bf16", g16, n16, GRAD16_TOL_BF16);
+    /* FP8 GEMMs: their weight-gradient GEMMs accumulate into the 16-bit gradient */
+    g16 = spec_of("tiny", 16, 4, 2, PX_BF16);
+    g16.job.fp8 = MODEL_FP8_TENSORWISE;
+    track_grad16("tiny + FP8 tensorwise bf16", g16, n16, GRAD16_TOL_BF16);
+    /* multi-head latent attention (tiny-dsv3 without its experts and prediction module): its
+     * up- and down-projections' weight gradients */
+    g16 = spec_of("tiny-dsv3", 16, 4, 2, PX_BF16);
+    g16.model.moe.experts = 0, g16.model.mtp_layers = 0;
+    track_grad16("tiny-dsv3 MLA (no experts) bf16", g16, n16, GRAD16_TOL_BF16);
+    /* and with its multi-token prediction module: the eh projection's GEMM and the module's
+     * norms (enorm's and hnorm's a row at a time) */
+    g16.model.mtp_layers = 1;
+    track_grad16("tiny-dsv3 MLA + MTP bf16", g16, n16, GRAD16_TOL_BF16);
+    /* experts: the grouped GEMMs', the router's and the shared gate's (Qwen2-MoE's) */
+    g16 = spec_of("tiny-moe", 16, 4, 2, PX_BF16);
+    track_grad16("tiny-moe bf16", g16, n16, GRAD16_TOL_BF16);
+    g16.model.moe.shared_ffn = 32, g16.model.moe.shared_gate = 1;
+    track_grad16("tiny-moe + gated shared expert bf16", g16, n16, GRAD16_TOL_BF16);
     /* FP8 GEMMs on both (the CPU's in fp32 around them, the CUDA path's with transposed
      * copies on dgx-h100 and dgx-b200's MXFP8): both quantize the same values, and differ where
      * bf16 moved an operand across an FP8 rounding boundary; measured on the emulator, within

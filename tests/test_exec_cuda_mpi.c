@@ -55,6 +55,26 @@ static const Layout layouts[] = {
      * a single rank's bf16 gradients */
     {"dp2_zero1_grad16", 2, "--dp 2 --tp 1 --pp 1 --zero 1 --no-sp " PIN1, "--grad-dtype bf16", NULL, 0},
     {"dp2_zero2_grad16", 2, "--dp 2 --tp 1 --pp 1 --zero 2 --no-sp " PIN1, "--grad-dtype bf16", NULL, 0},
+    /* and with the parts whose gradient kernels are their own, against the single rank's 16-bit
+     * gradients and (the twin) the same layout with fp32 gradients within the 16-bit gradients'
+     * tolerance of test_exec_cuda (1e-3): FP8 GEMMs' weight gradients */
+    {"dp2_zero1_fp8_grad16", 2, "--dp 2 --tp 1 --pp 1 --zero 1 --no-sp " PIN1,
+     "--precision fp8 --fp8-recipe tensorwise --grad-dtype bf16",
+     "--dp 2 --tp 1 --pp 1 --zero 1 --no-sp --grad-dtype fp32 " PIN1, 1e-3},
+    /* experts (tokens routed round-robin, so that bf16 picks the experts fp32 does): tiny-moe's
+     * grouped GEMMs and router with the experts' gradients reduce-scattered over edp 2;
+     * tiny-gpt-oss's over ep 2 with its biases and attention sinks; tiny-dsv3's multi-head
+     * latent attention, shared experts and prediction module over tp 2 with SP (the packed sum
+     * of the down-projections' and the router's gradients) */
+    {"moe_dp2_zero1_grad16", 2, "--dp 2 --tp 1 --pp 1 --zero 1 --no-sp " PIN1,
+     "--model tiny-moe --moe-force-balance --grad-dtype bf16",
+     "--dp 2 --tp 1 --pp 1 --zero 1 --no-sp --grad-dtype fp32 " PIN1, 1e-3},
+    {"gptoss_ep2_grad16", 2, "--dp 2 --ep 2 --tp 1 --pp 1 --zero 0 --no-sp " PIN1,
+     "--model tiny-gpt-oss --moe-force-balance --grad-dtype bf16",
+     "--dp 2 --ep 2 --tp 1 --pp 1 --zero 0 --no-sp --grad-dtype fp32 " PIN1, 1e-3},
+    {"dsv3_tp2_sp_grad16", 2, "--dp 1 --tp 2 --pp 1 --zero 0 --sp " PIN1,
+     "--model tiny-dsv3 --moe-force-balance --grad-dtype bf16",
+     "--dp 1 --tp 2 --pp 1 --zero 0 --sp --grad-dtype fp32 " PIN1, 1e-3},
     {"tp2_sp", 2, "--dp 1 --tp 2 --pp 1 --zero 0 --sp " PIN1, "--dropout 0.1", NULL, 0},
     {"tp2_pp2", 4, "--dp 1 --tp 2 --pp 2 --zero 0 --no-sp " PIN1, "--dropout 0.1", NULL, 0},
     {"pp4", 4, "--dp 1 --tp 1 --pp 4 --zero 0 --no-sp " PIN1, "", NULL, 0},

@@ -1247,6 +1247,41 @@ static void test_grads16(void)
     free(a), a = down_act(gwpe, (size_t)T * C);
     COMPARE("embedding_bwd", "16-bit dwpe +=", ewpe, a, (size_t)T * C, 0.0);
     free(a);
+    /* attention_sink_bwd: the fused path's sum (lse, drow) and the unfused one's (row sums of
+     * dscores), each added to the 16-bit sinks' gradient once */
+    enum { SH = 4, SB = 2, ST = 5 };
+    const size_t nr = (size_t)SB * SH * ST;
+    float *sk = arand(SH, 1.0, 0), *lse = frand(nr, 1.0, 2.0), *drow = frand(nr, 1.0, 0);
+    float *ds = arand(nr * ST, 1, 0), *es = fcopy(g0, SH), *es2 = fcopy(h0, SH);
+    R->attention_sink_bwd(es, sk, lse, drow, NULL, SB, SH, ST, ST);
+    R->attention_sink_bwd(es2, sk, NULL, NULL, ds, SB, SH, ST, ST);
+    void *gsk = up_act(sk, SH), *gds = up_act(ds, nr * ST);
+    float *glse = up_f32(lse, nr), *gdrow = up_f32(drow, nr);
+    void *gs = up_act(g0, SH), *gs2 = up_act(h0, SH);
+    H->attention_sink_bwd(gs, gsk, glse, gdrow, NULL, SB, SH, ST, ST);
+    H->attention_sink_bwd(gs2, gsk, NULL, NULL, gds, SB, SH, ST, ST);
+    for (int i = 0; i < SH; i++) {
+        es[i] = act_round(es[i]);
+        es2[i] = act_round(es2[i]);
+    }
+    a = down_act(gs, SH);
+    COMPARE("attention_sink_bwd", "16-bit dsinks += (lse)", es, a, SH, T_ACT(2.01));
+    free(a), a = down_act(gs2, SH);
+    COMPARE("attention_sink_bwd", "16-bit dsinks += (dscores)", es2, a, SH, T_ACT(2.01));
+    free(a), free(sk), free(lse), free(drow), free(ds), free(es), free(es2);
+    G->free(gsk), G->free(gds), G->free(glse), G->free(gdrow), G->free(gs), G->free(gs2);
+    /* gate_wgrad: the shared gate's weight gradient, a column's sum over the rows added once */
+    float *dl = frand(N, 1.0, 0), *egw = fcopy(h0, C);
+    R->gate_wgrad(NULL, egw, dl, x, w, N, C);
+    float *gdl = up_f32(dl, N);
+    void *ggw = up_act(h0, C);
+    H->gate_wgrad(NULL, ggw, gdl, dx, dw, N, C);
+    for (int i = 0; i < C; i++)
+        egw[i] = act_round(egw[i]);
+    a = down_act(ggw, C);
+    COMPARE("gate_wgrad", "16-bit dw +=", egw, a, C, T_ACT(2.01));
+    free(a), free(dl), free(egw);
+    G->free(gdl), G->free(ggw);
     /* adamw reads the 16-bit gradient into its fp32 update; grad_sumsq widens it */
     float *master = frand(C, 1, 0), *m = frand(C, 0.1, 0), *v = frand(C, 0.01, 0.011);
     float *em = fcopy(master, C), *emm = fcopy(m, C), *ev = fcopy(v, C);

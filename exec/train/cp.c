@@ -367,7 +367,7 @@ static int a2a_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int chunk, int
         }
         c->k->attention_bwd(&b);
         if (r->P->lw[l].sinks) /* this rank's heads' sinks, over the whole sequence */
-            c->k->attention_sink_bwd(r->P->lg[l].sinks + (size_t)c->g.cp_rank * Hc,
+            c->k->attention_sink_bwd(EXEC_AT(r->P->lg[l].sinks, (size_t)c->g.cp_rank * Hc, c->gb),
                                      AT(r->P->lw[l].sinks, (size_t)c->g.cp_rank * Hc), NULL, NULL,
                                      b.dscores, 1, Hc, s, s);
         exec_meter_flops(r->M, model_attention_bwd_flops(core_fwd_flops(c, (double)Hc, s, s), 0,

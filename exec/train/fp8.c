@@ -380,8 +380,9 @@ void exec_fp8_linear_bwd_rec(ExecFp8 *F, const ExecCtx *c, ExecMeter *M, void *d
     }
     if (x_act)
         x = exec_fp8_quantize(F, c, F->wt ? F->q0 : F->q1, x_act, N, K, 0, EXEC_FP8_X, w, g, 0);
+    /* the weight gradient accumulated in its dtype (fp32, or 16-bit: training.grad_dtype) */
     if (F->wt)
-        exec_fp8_mm(c, M, dw, PX_FP32, dyc, x, O, K, N, 0, 0, 1.0f);
+        exec_fp8_mm(c, M, dw, c->grad, dyc, x, O, K, N, 0, 0, 1.0f);
     else
-        exec_fp8_mm(c, M, dw, PX_FP32, dyr, x, O, K, N, 1, 0, 1.0f);
+        exec_fp8_mm(c, M, dw, c->grad, dyr, x, O, K, N, 1, 0, 1.0f);
 }

@@ -579,11 +579,12 @@ void exec_fp8_mm(const ExecCtx *c, ExecMeter *M, void *out, PxDtype ct, ExecFp8R
  * records). */
 void exec_fp8_linear_fwd(ExecFp8 *F, const ExecCtx *c, ExecMeter *M, void *y, ExecFp8Ref x,
                          const ExecFp8Weight *w, int g, int N, int rec);
-/* Its backward: dx[N,K] (act, overwritten) = dy W and dw[O,K] (fp32) += dy^T x, with dy (act
- * [N,O]) quantized as an output gradient into ws.fp8's first copy. x is the saved FP8 input,
- * or (x.q NULL) x_act [N,K] quantized after the input gradient's GEMM into the copy that
- * leaves free. Where transposed copies are kept every GEMM takes the TN layout: the input
- * gradient reads the weight's transposed copy, the weight gradient dy's column-wise copy. */
+/* Its backward: dx[N,K] (act, overwritten) = dy W and dw[O,K] (the gradient dtype, c->grad)
+ * += dy^T x, with dy (act [N,O]) quantized as an output gradient into ws.fp8's first copy. x
+ * is the saved FP8 input, or (x.q NULL) x_act [N,K] quantized after the input gradient's GEMM
+ * into the copy that leaves free. Where transposed copies are kept every GEMM takes the TN
+ * layout: the input gradient reads the weight's transposed copy, the weight gradient dy's
+ * column-wise copy. */
 void exec_fp8_linear_bwd(ExecFp8 *F, const ExecCtx *c, ExecMeter *M, void *dx, float *dw,
                          const void *dy, ExecFp8Ref x, const void *x_act, const ExecFp8Weight *w,
                          int g, int N);

@@ -86,11 +86,12 @@ static void mm(const ExecLayerRun *r, void *c, const void *a, const void *b, int
     exec_meter_flops(r->M, 2.0 * m * n * k);
 }
 
-/* dW[m,n] += A^T B (a weight's gradient in fp32, A [k,m], B [k,n]). */
+/* dW[m,n] += A^T B (a weight's gradient in its dtype, c->grad: fp32 or 16-bit; A [k,m],
+ * B [k,n]). */
 static void wgrad(const ExecLayerRun *r, float *dw, const void *a, const void *b, int m, int n,
                   int k)
 {
-    r->c->k->matmul(dw, PX_FP32, a, b, m, n, k, 1, 0, 1.0f, 1.0f);
+    r->c->k->matmul(dw, r->c->grad, a, b, m, n, k, 1, 0, 1.0f, 1.0f);
     exec_meter_flops(r->M, 2.0 * m * n * k);
 }
 
@@ -310,7 +311,7 @@ static void kv_b_bwd(const ExecLayerRun *r, const Mla *m, int l, const ExecLayer
         return;
     }
     wgrad(r, gk, X, lat, kn, m->kr, m->N);
-    wgrad(r, gk + (size_t)kn * m->kr, dq->v, lat, m->H * m->v, m->kr, m->N);
+    wgrad(r, EXEC_AT(gk, (size_t)kn * m->kr, r->c->gb), dq->v, lat, m->H * m->v, m->kr, m->N);
     const void *wk = EXEC_LPA(w, KV_B_W), *wv = AT(wk, (size_t)kn * m->kr);
     for (int bk = 0; bk < m->blocks; bk++) {
         void *o = AT(dkv, (size_t)bk * m->rows * m->kva);
@@ -453,8 +454,8 @@ int exec_mla_backward(const ExecLayerRun *r, int chunk, int l, const ExecLayerAc
     } else {
         /* with q_lora_rank 0 ws.dhid holds the queries' input gradient already */
         down_bwd(r, &m, x, z, wkv, gkv, m.kr, m.qr > 0 ? 0.0f : 1.0f);
-        down_bwd(r, &m, x, krope, AT(wkv, (size_t)m.kr * m.h), gkv + (size_t)m.kr * m.h, m.rope,
-                 1.0f);
+        down_bwd(r, &m, x, krope, AT(wkv, (size_t)m.kr * m.h),
+                 EXEC_AT(gkv, (size_t)m.kr * m.h, c->gb), m.rope, 1.0f);
     }
     op_close(r, op);
 

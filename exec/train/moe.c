@@ -890,18 +890,18 @@ static void experts_bwd(const ExecMoe *M, const ExecLayerRun *r, const MoeOps *o
         const void *dout = EXEC_AT(v->ws_dx, o * h, c->ab);
         /* every etp rank holds the rows' whole output gradient, and its own copy of the bias */
         if (v->g_fc2_b)
-            k->bias_grad(v->g_fc2_b + (size_t)l * h, dout, R, h);
+            k->bias_grad(EXEC_AT(v->g_fc2_b, (size_t)l * h, c->gb), dout, R, h);
         if (v->f2) { /* the padding's zero output gradient records nothing */
             exec_fp8_linear_bwd_rec(F, c, r->M, EXEC_AT(dhid, o * eff, c->ab),
-                                    v->g_fc2_w + (size_t)l * h * eff, dout,
+                                    EXEC_AT(v->g_fc2_w, (size_t)l * h * eff, c->gb), dout,
                                     exec_fp8_saved(F, (uint8_t *)v->exp_fc2_in + q, R, eff), NULL,
                                     v->f2, l, R, sg < M->L);
             q += fp8_rows_bytes(F, R, eff);
             continue;
         }
         void *hid = EXEC_AT(v->exp_fc2_in, o * eff, c->ab);
-        k->matmul(v->g_fc2_w + (size_t)l * h * eff, PX_FP32, dout, hid, h, eff, R, 1, 0, 1.0f,
-                  1.0f);
+        k->matmul(EXEC_AT(v->g_fc2_w, (size_t)l * h * eff, c->gb), c->grad, dout, hid, h, eff, R,
+                  1, 0, 1.0f, 1.0f);
         k->matmul(hid, c->act, dout, EXEC_AT(v->fc2_w, (size_t)l * h * eff, c->ab), R, eff, h, 0,
                   0, 1.0f, 0.0f);
         exec_meter_flops(r->M, 4.0 * R * h * eff);
@@ -931,15 +931,16 @@ static void experts_bwd(const ExecMoe *M, const ExecLayerRun *r, const MoeOps *o
         void *dout = EXEC_AT(v->ws_dx, o * h, c->ab);
         const void *act = EXEC_AT(v->exp_act_in, o * eff_out, c->ab);
         if (v->g_fc1_b) /* SwiGLU's backward left fc1's output gradient in act */
-            k->bias_grad(v->g_fc1_b + (size_t)l * eff_out, act, R, eff_out);
+            k->bias_grad(EXEC_AT(v->g_fc1_b, (size_t)l * eff_out, c->gb), act, R, eff_out);
         if (v->f1) {
-            exec_fp8_linear_bwd_rec(F, c, r->M, dout, v->g_fc1_w + (size_t)l * eff_out * h, act,
-                                    exec_fp8_saved(F, (uint8_t *)v->exp_in + q, R, h), NULL,
-                                    v->f1, l, R, sg < M->L);
+            exec_fp8_linear_bwd_rec(F, c, r->M, dout,
+                                    EXEC_AT(v->g_fc1_w, (size_t)l * eff_out * h, c->gb), act,
+                                    exec_fp8_saved(F, (uint8_t *)v->exp_in + q, R, h), NULL, v->f1,
+                                    l, R, sg < M->L);
             q += fp8_rows_bytes(F, R, h);
             continue;
         }
-        k->matmul(v->g_fc1_w + (size_t)l * eff_out * h, PX_FP32, act,
+        k->matmul(EXEC_AT(v->g_fc1_w, (size_t)l * eff_out * h, c->gb), c->grad, act,
                   EXEC_AT(v->exp_in, o * h, c->ab), eff_out, h, R, 1, 0, 1.0f, 1.0f);
         k->matmul(dout, c->act, act, EXEC_AT(v->fc1_w, (size_t)l * eff_out * h, c->ab), R, h,
                   eff_out, 0, 0, 1.0f, 0.0f);
@@ -1448,7 +1449,7 @@ static int router_bwd(const ExecMoe *M, const ExecLayerRun *r, const MoeOps *o, 
         dl = v->dlogits_act;
     }
     k->matmul(dx, c->act, dl, v->router_w, N, h, E, 0, 0, 1.0f, 1.0f);
-    k->matmul(v->g_router_w, PX_FP32, dl, x, E, h, N, 1, 0, 1.0f, 1.0f);
+    k->matmul(v->g_router_w, c->grad, dl, x, E, h, N, 1, 0, 1.0f, 1.0f);
     if (v->g_router_b)
         k->bias_grad(v->g_router_b, dl, N, E);
     exec_meter_flops(r->M, 4.0 * N * E * h);

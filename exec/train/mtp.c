@@ -38,7 +38,8 @@
 
 #define AT(p, i) EXEC_AT(p, i, r->c->ab)
 
-/* C[m,n] = op(A) op(B) into an act tensor, or (f32) into an fp32 one, accumulated or not. */
+/* C[m,n] = op(A) op(B) into a tensor of type ct (act, fp32, or a weight gradient's c->grad),
+ * accumulated or not. */
 static void mm(const ExecLayerRun *r, void *c, PxDtype ct, const void *a, const void *b, int m,
                int n, int k, int ta, int tb, int accumulate)
 {
@@ -402,7 +403,7 @@ static int eh_bwd_sp(const ExecLayerRun *r, int chunk, int i, const void *ehin, 
     copy_rows(r, dy, hl, AT(gat, (size_t)c->g.tp_rank * hl), h, N, hl);
     TRY(exec_tp_all_gather(r, MODEL_OPR_MTP, l, chunk, MODEL_BWD, full, ehin, (size_t)R * 2 * h,
                            err));
-    mm(r, EXEC_LPT(g, EH_W), PX_FP32, dy, full, hl, 2 * h, N, 1, 0, 1);
+    mm(r, EXEC_LPT(g, EH_W), c->grad, dy, full, hl, 2 * h, N, 1, 0, 1);
     mm(r, full, c->act, dy, EXEC_LPT(w, EH_W), N, 2 * h, hl, 0, 0, 0);
     TRY(exec_tp_reduce_scatter(r, MODEL_OPR_MTP, l, chunk, MODEL_BWD, r->W->dhid, full,
                                (size_t)R * 2 * h, err));
@@ -450,7 +451,7 @@ static int eh_bwd(const ExecLayerRun *r, int chunk, int i, const void *ehin, con
         dy = r->W->out;
     }
     mm(r, deh, c->act, dy, EXEC_LPT(w, EH_W), N, 2 * h, hl, 0, 0, 0);
-    mm(r, EXEC_LPT(g, EH_W), PX_FP32, dy, ehin, hl, 2 * h, N, 1, 0, 1);
+    mm(r, EXEC_LPT(g, EH_W), c->grad, dy, ehin, hl, 2 * h, N, 1, 0, 1);
     TRY(exec_tp_allreduce(r, MODEL_OPR_MTP, l, chunk, MODEL_BWD, deh, (size_t)N * 2 * h, err));
     k->memset0(dhid, rb);
     norm_rows_bwd(r, dhid, EXEC_LPT(g, HNORM_W), AT(deh, h), 2 * h, hid, EXEC_LPT(w, HNORM_W), N);

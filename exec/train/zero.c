@@ -209,27 +209,26 @@ static int sp_norm_grads(const ExecZero *Z, const ExecCtx *c, const ExecParams *
                               MODEL_TP_ALLREDUCE, 0, "sp_grads.tp_allreduce of a block", &op, err)))
         return rc;
     if (packed) {
-        /* the scratch is fp32 (model_exec_refusal keeps 16-bit gradients off this path) */
-        if (c->grad != PX_FP32)
-            return px_fail(err, PX_ERUNTIME, "block %d: replicated gradients other than norms' in "
-                           "%s: model/ and exec/ disagree", b, px_dtype_name(c->grad));
-        if (!Z->scratch || total > Z->scratch_elems)
+        /* packed in the gradient dtype into the scratch (scratch_elems counts fp32 elements) */
+        if (!Z->scratch || total * c->gb > Z->scratch_elems * sizeof(float))
             return px_fail(err, PX_ERUNTIME, "block %d: %llu replicated gradients to sum over TP "
-                           "but a scratch of %llu", b, (unsigned long long)total,
+                           "but a scratch of %llu fp32 elements", b, (unsigned long long)total,
                            (unsigned long long)Z->scratch_elems);
         exec_meter_open(M, c->k, op);
         uint64_t o = 0;
         for (int i = blk->first_param; i < end; i++)
             if (P->p[i].sp_sum) {
-                c->k->copy(Z->scratch + o, grads + P->p[i].off, P->p[i].numel * sizeof(float));
+                c->k->copy(EXEC_AT(Z->scratch, o, c->gb), EXEC_AT(grads, P->p[i].off, c->gb),
+                           P->p[i].numel * c->gb);
                 o += P->p[i].numel;
             }
-        rc = comm_allreduce(c->comm, Z->scratch, total, PX_FP32, COMM_SUM, MODEL_TP_ALLREDUCE,
+        rc = comm_allreduce(c->comm, Z->scratch, total, c->grad, COMM_SUM, MODEL_TP_ALLREDUCE,
                             NULL, err);
         o = 0;
         for (int i = blk->first_param; i < end && !rc; i++)
             if (P->p[i].sp_sum) {
-                c->k->copy(grads + P->p[i].off, Z->scratch + o, P->p[i].numel * sizeof(float));
+                c->k->copy(EXEC_AT(grads, P->p[i].off, c->gb), EXEC_AT(Z->scratch, o, c->gb),
+                           P->p[i].numel * c->gb);
                 o += P->p[i].numel;
             }
         exec_meter_close(M, c->k, op);

@@ -130,9 +130,9 @@ void kern_cpu_add_bias_f32(float *out, const void *bias, int N, int C);
 void kern_cpu_gate_fwd(void *y, const void *x, const void *w, int N, int C);
 void kern_cpu_gate_bwd(float *dlogit, void *dhid, void *hid, const void *x, const void *w, int N,
                        int C, int F);
-void kern_cpu_gate_wgrad(void *dx, float *dw, const float *dlogit, const void *x, const void *w,
+void kern_cpu_gate_wgrad(void *dx, void *dw, const float *dlogit, const void *x, const void *w,
                          int N, int C);
-void kern_cpu_attention_sink_bwd(float *dsinks, const void *sinks, const float *lse,
+void kern_cpu_attention_sink_bwd(void *dsinks, const void *sinks, const float *lse,
                                  const float *drow, const void *dscores, int B, int H, int Tq,
                                  int Tk);
 

@@ -55,11 +55,11 @@ void kern_cpu_gate_bwd(float *dlogit, void *dhid, void *hid, const void *x, cons
     }
 }
 
-void kern_cpu_gate_wgrad(void *dx, float *dw, const float *dlogit, const void *x, const void *w,
+void kern_cpu_gate_wgrad(void *dx, void *dw_, const float *dlogit, const void *x, const void *w,
                          int N, int C)
 {
     // dx, x are (N,C); w, dw are (C)
-    float *d = dx;
+    float *d = dx, *dw = dw_;
     const float *xx = x, *ww = w;
     for (int n = 0; n < N && d; n++)
         for (int c = 0; c < C; c++)
@@ -72,11 +72,12 @@ void kern_cpu_gate_wgrad(void *dx, float *dw, const float *dlogit, const void *x
     }
 }
 
-void kern_cpu_attention_sink_bwd(float *dsinks, const void *sinks, const float *lse,
+void kern_cpu_attention_sink_bwd(void *dsinks_, const void *sinks, const float *lse,
                                  const float *drow, const void *dscores, int B, int H, int Tq,
                                  int Tk)
 {
     // lse, drow are (B,H,Tq); dscores is (B,H,Tq,Tk)
+    float *dsinks = dsinks_;
     const float *s = sinks, *dS = dscores;
     KERN_CHECK((lse && drow) || dS, "attention_sink_bwd: needs lse and drow, or dscores");
     for (int h = 0; h < H; h++) {

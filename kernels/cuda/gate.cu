@@ -78,20 +78,21 @@ __global__ void gate_dx_kernel(T *dx, const float *dlogit, const T *w, size_t n,
         dx[i] = from_f<T>(to_f(dx[i]) + dlogit[i / C] * to_f(w[i % C]));
 }
 
-template <typename T>
-__global__ void gate_dw_kernel(float *dw, const float *dlogit, const T *x, int N, int C)
+/* A thread per column: its N rows' sum in fp32, added once (a 16-bit gradient rounded once). */
+template <typename T, typename G>
+__global__ void gate_dw_kernel(G *dw, const float *dlogit, const T *x, int N, int C)
 {
     GRID_STRIDE(c, (size_t)C)
     {
         float s = 0.0f;
         for (int n = 0; n < N; n++)
             s += dlogit[n] * to_f(x[(size_t)n * C + c]);
-        dw[c] += s;
+        grad_add(&dw[c], s);
     }
 }
 
-template <typename T>
-static void gate_wgrad(void *dx, float *dw, const float *dlogit, const void *x, const void *w,
+template <typename T, typename G>
+static void gate_wgrad(void *dx, void *dw, const float *dlogit, const void *x, const void *w,
                        int N, int C)
 {
     const size_t n = (size_t)N * C;
@@ -99,12 +100,13 @@ static void gate_wgrad(void *dx, float *dw, const float *dlogit, const void *x, 
         return;
     if (dx)
         KLAUNCH_N(gate_dx_kernel<T>, n, (T *)dx, dlogit, (const T *)w, n, C);
-    KLAUNCH_N(gate_dw_kernel<T>, (size_t)C, dw, dlogit, (const T *)x, N, C);
+    KLAUNCH_N((gate_dw_kernel<T, G>), (size_t)C, (G *)dw, dlogit, (const T *)x, N, C);
 }
 
-/* A thread per head: its B x Tq queries' sum in a fixed order. */
-template <typename T>
-__global__ void sink_bwd_kernel(float *dsinks, const T *sinks, const float *lse,
+/* A thread per head: its B x Tq queries' sum in a fixed order, added to the head's gradient
+ * once (a 16-bit one rounded once per call). */
+template <typename T, typename G>
+__global__ void sink_bwd_kernel(G *dsinks, const T *sinks, const float *lse,
                                 const float *drow, const T *dS, int B, int H, int Tq, int Tk)
 {
     GRID_STRIDE(h, (size_t)H)
@@ -120,34 +122,35 @@ __global__ void sink_bwd_kernel(float *dsinks, const T *sinks, const float *lse,
                         acc += to_f(dS[i * Tk + j]);
                 }
             }
-        dsinks[h] -= acc;
+        grad_add(&dsinks[h], -acc);
     }
 }
 
-template <typename T>
-static void attention_sink_bwd(float *dsinks, const void *sinks, const float *lse,
+template <typename T, typename G>
+static void attention_sink_bwd(void *dsinks, const void *sinks, const float *lse,
                                const float *drow, const void *dscores, int B, int H, int Tq,
                                int Tk)
 {
     KERN_CHECK((lse && drow) || dscores, "attention_sink_bwd: needs lse and drow, or dscores");
     if (H > 0)
-        KLAUNCH_N(sink_bwd_kernel<T>, (size_t)H, dsinks, (const T *)sinks, lse, drow,
+        KLAUNCH_N((sink_bwd_kernel<T, G>), (size_t)H, (G *)dsinks, (const T *)sinks, lse, drow,
                   (const T *)dscores, B, H, Tq, Tk);
 }
 
-template <typename T> static void fill(KernBackend *k)
+template <typename T, typename G> static void fill(KernBackend *k)
 {
     k->add_bias_f32 = add_bias_f32<T>;
     k->gate_fwd = gate_fwd<T>;
     k->gate_bwd = gate_bwd<T>;
-    k->gate_wgrad = gate_wgrad<T>;
-    k->attention_sink_bwd = attention_sink_bwd<T>;
+    k->gate_wgrad = gate_wgrad<T, G>;
+    k->attention_sink_bwd = attention_sink_bwd<T, G>;
 }
 
 void kern_cuda_table_gate(KernBackend *k)
 {
+    // gradients in fp32 or in the act dtype (KernBackend.grad)
     if (k->act == PX_BF16)
-        fill<__nv_bfloat16>(k);
+        k->grad == PX_FP32 ? fill<__nv_bfloat16, float>(k) : fill<__nv_bfloat16, __nv_bfloat16>(k);
     else
-        fill<__half>(k);
+        k->grad == PX_FP32 ? fill<__half, float>(k) : fill<__half, __half>(k);
 }
