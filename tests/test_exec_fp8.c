@@ -17,7 +17,7 @@
  *   as the model's layers' do);
  * - --fp8-dispatch under delayed scaling: the dispatched rows' history column, one entry per
  *   forward, none per recompute;
- * - `curves MODEL`: 200 steps of tiny or tiny-moe (the router's own choice) in FP8 follow the
+ * - `curves MODEL`: 120 steps of tiny or tiny-moe (the router's own choice) in FP8 follow the
  *   fp32 run (the CPU's reference precision; bf16 on a GPU) within 1% at every step and 0.5%
  *   over the last 20 (tiny-moe, whose router may choose differently on FP8 outputs: 2% and
  *   1%), for every recipe, and differ from it (the GEMMs really ran on FP8 values).
@@ -233,7 +233,7 @@ static void workspace(void)
     printf("  ws.fp8: 393,264 bytes (tensorwise), 409,664 with ZeRO-3, 431,120 (mxfp8, ZeRO-3)\n");
 }
 
-enum { CURVE_STEPS = 200 };
+enum { CURVE_STEPS = 120 };
 
 static void curve(const ModelSpec *s, double *loss)
 {
@@ -258,8 +258,8 @@ static void curves(const char *model)
     const int moe = b.model.moe.experts > 0;
     const double step_tol = moe ? 0.02 : 0.01, mean_tol = moe ? 0.01 : 0.005;
     curve(&b, ref);
-    printf("  %-10s recipe       loss@1    loss@200  fp32@200  max |rel diff|  last-20 mean diff\n",
-           model);
+    printf("  %-10s recipe       loss@1    loss@%d  fp32@%d  max |rel diff|  last-20 mean diff\n",
+           model, CURVE_STEPS, CURVE_STEPS);
     for (int r = MODEL_FP8_DELAYED; r <= MODEL_FP8_MXFP8; r++) {
         ModelSpec s = b;
         s.job.fp8 = (ModelFp8Recipe)r;
