@@ -385,6 +385,8 @@ static void check_compare(const Layout *L, const ModelSpec *sp, const cJSON *ml,
  * (1.2e-5 off in 5 steps) fails; 1e-3 on CUDA in bf16. */
 static void check_same_as_alltoall(const Layout *L, const ModelSpec *s, const cJSON *run)
 {
+    if (PX_TEST_SANITIZED) /* the twin runs the all-to-all layouts' lines */
+        return;
     ModelSpec a2a = *s;
     a2a.job.moe_dispatcher = MODEL_MOE_DISPATCH_ALLTOALL;
     write_plan(&a2a, L->cuda ? "dgx-h100" : "local", L->gpus, "a2a.json");
@@ -413,6 +415,8 @@ static void check_same_as_alltoall(const Layout *L, const ModelSpec *s, const cJ
 static void check_twin(const Layout *L, const ModelSpec *plain, const char *what, double tol,
                        const cJSON *run)
 {
+    if (PX_TEST_SANITIZED) /* the twin runs the lines of the layout without the setting */
+        return;
     write_plan(plain, "local", L->gpus, "twin.json");
     sh(0, "timeout 600 %s run %s/twin.json --quiet -o %s/twin.run.json", px, tmp, tmp);
     cJSON *other = read_json("twin.run.json");
