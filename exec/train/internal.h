@@ -968,8 +968,6 @@ typedef struct ExecMoe {
     /* FP8 experts: the bytes of the saved inputs' tensors (moe.experts.fc1.in, .fc2.in), which
      * every segment's FP8 tensor must fit in together (moe.c's fp8_fits) */
     uint64_t fp8_in_bytes, fp8_hid_bytes;
-    int fp8_rec; /* the pass is a forward, not a recompute: --fp8-dispatch's delayed scaling
-                    rolls the dispatched rows' amax into their history */
 } ExecMoe;
 
 int exec_moe_init(ExecMoe *M, const ExecCtx *c, PxError *err);

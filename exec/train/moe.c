@@ -662,12 +662,12 @@ static void fp8_decode(const ExecMoe *M, const ExecLayerRun *r, void *out, const
 
 /* --fp8-dispatch under a per-tensor scale (tensorwise: the current amax of the rows this rank
  * sends; delayed: the decode factor of their amax history, exec_fp8_dispatch_quantize, which a
- * forward's dispatch, not a recompute's, rolls their amax into): the rows quantized with one
+ * forward's dispatch (rec), not a recompute's, rolls their amax into): the rows quantized with one
  * scale into q1, then each peer's message in q0 its rows' codes and a copy of that fp32 scale
  * (sent to every peer, rows or none: ep scales, as model_fp8_dispatch_bytes counts them),
  * received into dst. One all-to-all-v of bytes. */
 static int fp8_tensor_a2a(ExecMoe *M, const ExecLayerRun *r, const ExecMoeViews *v, uint8_t *dst,
-                          const void *in, int64_t sent, PxError *err)
+                          const void *in, int64_t sent, int rec, PxError *err)
 {
     const ExecCtx *c = r->c;
     const KernBackend *k = c->k;
@@ -677,7 +677,7 @@ static int fp8_tensor_a2a(ExecMoe *M, const ExecLayerRun *r, const ExecMoeViews 
     uint8_t *q0 = F->q0, *q1 = F->q1;
     const uint8_t *scale = q1 + (size_t)sent * (size_t)h;
     if (F->recipe == MODEL_FP8_DELAYED) {
-        exec_fp8_dispatch_quantize(F, c, v->f1, q1, in, (int)sent, h, M->fp8_rec);
+        exec_fp8_dispatch_quantize(F, c, v->f1, q1, in, (int)sent, h, rec);
     } else if (sent > 0) {
         const KernFp8 fs = exec_fp8_desc(F, (int)sent, h, 0, 0);
         k->fp8_quantize(q1, NULL, in, &fs, 0, NULL);
@@ -737,7 +737,7 @@ static int fp8_row_a2a(ExecMoe *M, const ExecLayerRun *r, uint8_t *dst, const vo
  * fp8_part_bytes), for fp8_etp_gather. model/ops.c's moe_forward counts both
  * (model_fp8_dispatch_bytes). Through ws.fp8's two FP8 copies, sized for the routed rows. */
 static int fp8_rows_a2a(ExecMoe *M, const ExecLayerRun *r, const ExecMoeViews *v, void *out,
-                        const void *in, PxError *err)
+                        const void *in, int rec, PxError *err)
 {
     ExecFp8 *F = r->fp8;
     const int h = r->c->d.h;
@@ -759,7 +759,7 @@ static int fp8_rows_a2a(ExecMoe *M, const ExecLayerRun *r, const ExecMoeViews *v
                        (long long)sent, (long long)got, (unsigned long long)part, M->etp,
                        (unsigned long long)q);
     uint8_t *dst = (uint8_t *)F->q1 + (size_t)M->etp_rank * part;
-    int rc = pt ? fp8_tensor_a2a(M, r, v, dst, in, sent, err)
+    int rc = pt ? fp8_tensor_a2a(M, r, v, dst, in, sent, rec, err)
                 : fp8_row_a2a(M, r, dst, in, sent, got, err);
     if (!rc && M->etp == 1)
         fp8_decode(M, r, out, dst, M->recv);
@@ -953,12 +953,14 @@ static void experts_bwd(const ExecMoe *M, const ExecLayerRun *r, const MoeOps *o
  * order) into this rank's part of ep_recv, and with etp > 1 the gather of every etp rank's
  * part (Megatron-Core's expert tensor parallelism: each etp rank holds a slice of every local
  * expert's width and takes every row its etp group received); then sorted into expert order
- * in *dst: the experts' input (forward; ws.fp8 under FP8) or their output gradient, ws_dx
- * (backward). Without ep and etp the rows are in *dst already. v: fit_rows may move it. */
+ * in *dst: the experts' input (ph the forward or its recompute; ws.fp8 under FP8) or their
+ * output gradient, ws_dx (MODEL_BWD). Without ep and etp the rows are in *dst already. v:
+ * fit_rows may move it. */
 static int to_experts(ExecMoe *M, const ExecLayerRun *r, const MoeOps *ops, int layer, int mb,
-                      ExecMoeViews *v, int bwd, void **dst, PxError *err)
+                      ExecMoeViews *v, ModelPhase ph, void **dst, PxError *err)
 {
     const ExecCtx *c = r->c;
+    const int bwd = ph == MODEL_BWD;
     const int h = c->d.h, a2a = bwd ? ops->back : ops->disp;
     if (a2a >= 0)
         op_open(r, a2a);
@@ -970,7 +972,7 @@ static int to_experts(ExecMoe *M, const ExecLayerRun *r, const MoeOps *ops, int 
     const int fp8d = !bwd && r->fp8->on && c->spec.job.fp8_dispatch;
     void *own = EXEC_AT(v->ep_recv, (size_t)M->etp_rank * (size_t)M->pad * (size_t)h, c->ab);
     if (!rc && (M->ep > 1 || M->etp > 1)) {
-        rc = fp8d ? fp8_rows_a2a(M, r, v, own, v->ep_send, err)
+        rc = fp8d ? fp8_rows_a2a(M, r, v, own, v->ep_send, ph == MODEL_FWD, err)
                  : rows_a2a(M, c, own, M->recv, v->ep_send, M->send, err);
         if (!rc && M->etp == 1)
             sort_blocks(M, c, *dst, v->ep_recv, h, 1);
@@ -1338,8 +1340,7 @@ int exec_moe_forward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer, Mo
     if (ag)
         return ag_forward(M, r, &ops, chunk, layer, phase, v, y, x, mb, err);
     /* dispatch (--fp8-dispatch under delayed scaling records the rows' amax in a forward) */
-    M->fp8_rec = phase == MODEL_FWD;
-    if ((rc = to_experts(M, r, &ops, layer, mb, v, 0, &rows_in, err)))
+    if ((rc = to_experts(M, r, &ops, layer, mb, v, phase, &rows_in, err)))
         return rc;
     /* the capacity's padding rows after the real ones: zero input, so zero output and no
      * weight gradient */
@@ -1400,7 +1401,7 @@ int exec_moe_backward(ExecMoe *M, const ExecLayerRun *r, int chunk, int layer,
     local_counts(M, c, v->counts_f);
     op_close(r, ops.comb);
     void *dout = NULL; /* the rows' output gradients in expert order: ws_dx */
-    if ((rc = to_experts(M, r, &ops, layer, mb, v, 1, &dout, err)))
+    if ((rc = to_experts(M, r, &ops, layer, mb, v, MODEL_BWD, &dout, err)))
         return rc;
     pad_zero(M, c, v->ws_dx); /* the padding's output gradient: none */
     experts_bwd(M, r, &ops, v);
