@@ -1096,6 +1096,15 @@ static inline int exec_zero_bucketed(const ExecCtx *c)
     return c->spec.layout.zero >= 2 && !c->d.zero_per_step;
 }
 
+/* ZeRO-3 with full recompute without --fsdp (DeepSpeed's): a layer is gathered for its
+ * recomputed forward and again for its backward (docs/time.md's contract); none with
+ * keep_gathered, whose forward's parameters serve both. */
+static inline int exec_zero_twice_gathered(const ExecCtx *c)
+{
+    const ModelLayout *l = &c->spec.layout;
+    return l->zero == 3 && l->recompute == MODEL_RECOMPUTE_FULL && !l->fsdp && !l->keep_gathered;
+}
+
 int exec_zero_init(ExecZero *Z, int n_blocks, PxError *err);
 /* ZeRO-3's ring, kept buffers and bucket staging, once the blocks and the arenas are known. */
 int exec_zero_buffers(ExecZero *Z, const ExecCtx *c, const ExecParams *P, PxError *err);

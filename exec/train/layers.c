@@ -299,15 +299,6 @@ static void moe_views(const ExecLayerRun *r, int l, const ExecLayerActs *a, Exec
 
 /* ---- ZeRO-3's gathers (zero.c) ---- */
 
-/* ZeRO-3 with full recompute without --fsdp (DeepSpeed's): a layer is gathered for its
- * recomputed forward and again for its backward (docs/time.md's contract); none with
- * keep_gathered, whose forward's parameters serve both. */
-static int twice_gathered(const ExecCtx *c)
-{
-    const ModelLayout *l = &c->spec.layout;
-    return l->zero == 3 && l->recompute == MODEL_RECOMPUTE_FULL && !l->fsdp && !l->keep_gathered;
-}
-
 static int gather_block(const ExecLayerRun *r, int b, ModelPhase ph, int occurrence, PxError *err)
 {
     return exec_zero_gather(r->Z, r->c, r->P, r->M, b, ph, occurrence, err);
@@ -889,7 +880,7 @@ static int layer_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
     if (d->recompute_op)
         sac_recompute(r, l, a);
     /* DeepSpeed's ZeRO-3 freed the parameters after the recomputed forward: gathered again */
-    if (twice_gathered(c)) {
+    if (exec_zero_twice_gathered(c)) {
         TRY(gather_block(r, r->P->layer_block[l], MODEL_BWD, 0, err));
         TRY(gather_block(r, r->P->expert_block[l], MODEL_BWD, 0, err));
     }
@@ -1294,7 +1285,7 @@ int exec_layers_backward(const ExecLayerRun *r, int j, int mb, ExecLayerActs *A,
         exec_zero_bucket_clear(r->Z, c, r->P, blk);
         /* ZeRO-3: DeepSpeed's gather for the recomputed forward, else the backward's (which
          * with --fsdp serves the recomputed forward too); then the earlier layers' prefetched */
-        const ModelPhase first = twice_gathered(c) ? MODEL_RECOMPUTE : MODEL_BWD;
+        const ModelPhase first = exec_zero_twice_gathered(c) ? MODEL_RECOMPUTE : MODEL_BWD;
         TRY(gather_block(r, blk, first, 0, err));
         TRY(gather_block(r, r->P->expert_block[l], first, 0, err));
         for (int a = 1; a <= r->Z->ahead && li - a >= 0; a++)

@@ -22,12 +22,12 @@
  * The forward embeds into ws.out; the backward keeps eh.in's gradient in ws.dffn (or ws.dqkv,
  * whichever holds b x s x 2h), looks the shifted tokens up again into ws.out for enorm's
  * backward (its input is not saved; under tensor parallelism each rank looks up its vocabulary
- * shard's rows: with SP it runs enorm's backward on those, eh_bwd_sp; without, the shards' rows
- * are summed as in the forward, eh_bwd), and leaves the gradient of the hidden state it read in its own
- * mtp.N.final_ln.in, spent by then, where the depth before it (or the main loss's backward)
- * adds it. Under ZeRO-2 the module's own block's gradients are reduced at the end of its
- * backward, and its contributions to the output layer's and the embedding's wait for those
- * blocks' windows (mtp_tokens.c, exec_mtp_deferred). */
+ * shard's rows: with SP it runs enorm's backward on those, eh_bwd_sp; without, the shards'
+ * rows are summed as in the forward, eh_bwd), and leaves the gradient of the hidden state it
+ * read in its own mtp.N.final_ln.in, spent by then, where the depth before it (or the main
+ * loss's backward) adds it. Under ZeRO-2 the module's own block's gradients are reduced at the
+ * end of its backward, and its contributions to the output layer's and the embedding's wait
+ * for those blocks' windows (mtp_tokens.c, exec_mtp_deferred). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -125,9 +125,7 @@ static void *eh_grad_buf(const ExecLayerRun *r)
  * the embedding's gather for enorm's backward takes the experts' spent slot. */
 static int gather_module(const ExecLayerRun *r, int l, ModelPhase ph, int which, PxError *err)
 {
-    const ModelLayout *lo = &r->c->spec.layout;
-    if (ph == MODEL_BWD && lo->zero == 3 && lo->recompute == MODEL_RECOMPUTE_FULL && !lo->fsdp &&
-        !lo->keep_gathered)
+    if (ph == MODEL_BWD && exec_zero_twice_gathered(r->c))
         ph = MODEL_RECOMPUTE;
     if (which & 2)
         TRY(exec_zero_gather(r->Z, r->c, r->P, r->M, r->P->expert_block[l], ph, 0, err));
