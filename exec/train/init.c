@@ -87,10 +87,13 @@ static int64_t full_row(const ExecCtx *x, const ExecParam *p, int64_t row)
     case EXEC_MAP_EXPERTS_FC2: /* whole rows of this rank's experts, a slice of columns */
         return (int64_t)x->g.ep_rank * p->rows + row;
     case EXEC_MAP_EXPERTS_FC1: {
-        /* local expert l's rows: its gate slice, then its up slice, of an expert's 2 F */
+        /* local expert l's rows: with SwiGLU its gate slice, then its up slice, of an
+         * expert's 2 F; with GeLU its slice of F */
         const int64_t f = d->eff_loc, fo = d->eff_out_loc, F = c->moe.expert_ffn;
         const int64_t e = (int64_t)x->g.ep_rank * d->experts_loc + row / fo, r = row % fo;
         const int64_t at = x->g.etp_rank * f;
+        if (c->mlp != MODEL_SWIGLU)
+            return e * F + at + r;
         return e * 2 * F + (r < f ? at + r : F + at + (r - f));
     }
     case EXEC_MAP_ROWS:

@@ -1,7 +1,8 @@
 /* A MoE layer's routed experts on this rank's tokens, forward and backward (docs/moe.md):
  * router -> top-k -> permutation into expert order -> counts exchanged -> all-to-all-v to the
- * expert ranks -> rows sorted by local expert -> SwiGLU experts (one GEMM per expert on its rows)
- * -> rows sorted back -> all-to-all-v home -> the weighted sum of each token's k outputs. The
+ * expert ranks -> rows sorted by local expert -> the experts, SwiGLU or GeLU as the model's
+ * MLP (one GEMM per expert on its rows) -> rows sorted back -> all-to-all-v home -> the
+ * weighted sum of each token's k outputs. The
  * shared experts and the residual are the caller's (the layer's ordinary MLP path). Views are
  * bound by role (ExecMoeViews); nothing here allocates after exec_moe_init.
  *
@@ -789,9 +790,10 @@ static int fp8_etp_gather(ExecMoe *M, const ExecLayerRun *r, void *ep_recv, PxEr
     return rc;
 }
 
-/* The experts' forward, one GEMM each on its rows (expert-major, in rows_in): fc1, SwiGLU,
- * fc2 into eout, each under its op; under FP8 each expert's rows are quantized into the saved
- * input first (rec: a forward, whose casts delayed scaling records). */
+/* The experts' forward, one GEMM each on its rows (expert-major, in rows_in): fc1, the
+ * activation (SwiGLU or GeLU), fc2 into eout, each under its op; under FP8 each expert's rows
+ * are quantized into the saved input first (rec: a forward, whose casts delayed scaling
+ * records). */
 static void experts_fwd(const ExecMoe *M, const ExecLayerRun *r, const MoeOps *ops,
                         const ExecMoeViews *v, const void *rows_in, void *eout, int rec)
 {
@@ -825,16 +827,20 @@ static void experts_fwd(const ExecMoe *M, const ExecLayerRun *r, const MoeOps *o
                         EXEC_AT(v->fc1_b, (size_t)l * eff_out, c->ab), R, eff_out);
     }
     op_close(r, ops->fc1);
-    /* SwiGLU's output: the fc2 input, saved as it is or (FP8) quantized from ws.fp8 */
+    /* the activation's output: the fc2 input, saved as it is or (FP8) quantized from ws.fp8 */
     void *hid = v->f2 ? F->act : v->exp_fc2_in;
+    const int gated = c->spec.model.mlp == MODEL_SWIGLU;
     op_open(r, ops->act);
     for (int sg = 0; sg < seg_count(M); sg++) {
         int64_t o = 0;
         int l = 0;
         const int R = (int)seg_rows(M, sg, &l, &o);
-        if (R > 0)
+        if (R > 0 && gated)
             k->swiglu_fwd(EXEC_AT(hid, o * eff, c->ab), EXEC_AT(v->exp_act_in, o * eff_out, c->ab),
                           R, eff);
+        else if (R > 0)
+            k->gelu_fwd(EXEC_AT(hid, o * eff, c->ab), EXEC_AT(v->exp_act_in, o * eff_out, c->ab),
+                        (size_t)R * eff);
     }
     op_close(r, ops->act);
     op_open(r, ops->fc2);
@@ -867,10 +873,10 @@ static void experts_fwd(const ExecMoe *M, const ExecLayerRun *r, const MoeOps *o
     op_close(r, ops->fc2);
 }
 
-/* The experts' backward over their rows' output gradients (ws_dx, expert-major): fc2, SwiGLU,
- * fc1, each under its op. fc2's weight gradient reads the saved input, which then takes its
- * gradient (under FP8 the gradient goes to ws.fp8's act part: the saved input is one byte an
- * element). */
+/* The experts' backward over their rows' output gradients (ws_dx, expert-major): fc2, the
+ * activation, fc1, each under its op. fc2's weight gradient reads the saved input, which then
+ * takes its gradient (under FP8 the gradient goes to ws.fp8's act part: the saved input is
+ * one byte an element). */
 static void experts_bwd(const ExecMoe *M, const ExecLayerRun *r, const MoeOps *ops,
                         const ExecMoeViews *v)
 {
@@ -907,16 +913,19 @@ static void experts_bwd(const ExecMoe *M, const ExecLayerRun *r, const MoeOps *o
         exec_meter_flops(r->M, 4.0 * R * h * eff);
     }
     op_close(r, ops->fc2);
-    /* SwiGLU's backward in place over its saved input (kernels.h allows dinp == inp) */
+    /* the activation's backward in place over its saved input (kernels.h allows dinp == inp
+     * for SwiGLU; GeLU's kernels read each element before writing it) */
+    const int gated = c->spec.model.mlp == MODEL_SWIGLU;
     op_open(r, ops->act);
     for (int sg = 0; sg < seg_count(M); sg++) {
         int64_t o = 0;
         int l = 0;
         const int R = (int)seg_rows(M, sg, &l, &o);
-        if (R > 0) {
-            void *act = EXEC_AT(v->exp_act_in, o * eff_out, c->ab);
+        void *act = EXEC_AT(v->exp_act_in, o * eff_out, c->ab);
+        if (R > 0 && gated)
             k->swiglu_bwd(act, act, EXEC_AT(dhid, o * eff, c->ab), R, eff);
-        }
+        else if (R > 0)
+            k->gelu_bwd(act, act, EXEC_AT(dhid, o * eff, c->ab), (size_t)R * eff);
     }
     op_close(r, ops->act);
     /* fc1: the rows' input gradient over their output gradient, which is spent */
@@ -930,7 +939,7 @@ static void experts_bwd(const ExecMoe *M, const ExecLayerRun *r, const MoeOps *o
             continue;
         void *dout = EXEC_AT(v->ws_dx, o * h, c->ab);
         const void *act = EXEC_AT(v->exp_act_in, o * eff_out, c->ab);
-        if (v->g_fc1_b) /* SwiGLU's backward left fc1's output gradient in act */
+        if (v->g_fc1_b) /* the activation's backward left fc1's output gradient in act */
             k->bias_grad(EXEC_AT(v->g_fc1_b, (size_t)l * eff_out, c->gb), act, R, eff_out);
         if (v->f1) {
             exec_fp8_linear_bwd_rec(F, c, r->M, dout,

@@ -22,7 +22,7 @@ void kern_cpu_gelu_fwd(void *out, const void *inp, size_t n)
 
 void kern_cpu_gelu_bwd(void *dinp, const void *inp, const void *dout, size_t n)
 {
-    // dinp, inp, dout are (n); dinp may alias dout
+    // dinp, inp, dout are (n); dinp may alias dout or inp (each element read before written)
     float *dx = dinp;
     const float *x = inp, *dy = dout;
     for (size_t i = 0; i < n; i++) {
