@@ -143,9 +143,16 @@ static void linear_fp8(Emit *e, ModelOp *op, double M, double N, double K, doubl
                                                          : 0.0;
     /* an attention projection that saved its 16-bit input quantizes it again for the weight
      * gradient (model_fp8_proj_in) */
-    const double requant = e->role == MODEL_OPR_PROJ && model_fp8_proj_in(e->s) == MODEL_FP8_PROJ_ACT
-                               ? M * K * (a + 1.0)
-                               : 0.0;
+    double requant = e->role == MODEL_OPR_PROJ && model_fp8_proj_in(e->s) == MODEL_FP8_PROJ_ACT
+                         ? M * K * (a + 1.0)
+                         : 0.0;
+    /* the shared experts' fc2 under their gate (exec/train/layers.c, fp8_gate_bwd): its saved
+     * FP8 input decoded for the gate's backward (read 1 byte, write a) and, gated, quantized
+     * again for the weight gradient (read a, write 1): two kernels more */
+    const int gate = e->phase == MODEL_BWD && e->role == MODEL_OPR_FC2 && e->layer >= 0 &&
+                     e->s->model.moe.shared_gate && model_layer_is_moe(&e->s->model, e->layer);
+    if (gate)
+        requant += 2.0 * M * K * (a + 1.0);
     if (e->phase == MODEL_BWD) {
         double g = (double)px_dtype_bytes(e->d->grad);
         op->fp8_cast_bytes = M * N * (a + copies) + per_use + requant;
@@ -157,7 +164,7 @@ static void linear_fp8(Emit *e, ModelOp *op, double M, double N, double K, doubl
         op->bytes = (M * K + W + M * N * a) + extra_bytes + op->fp8_cast_bytes;
     }
     op->fp8 = 1;
-    op->kernels += per_use > 0 ? 2 : 1;
+    op->kernels += (per_use > 0 ? 2 : 1) + (gate ? 2 : 0);
 }
 
 /* Y[M,N] = X[M,K] W[N,K]^T; backward computes dX (M,K,N) and dW (N,K,M). Weight gradients

@@ -1108,9 +1108,17 @@ static void add_workspace(Build *B)
     add(a, MODEL_TR_WS_DHID, "ws.dhid", MODEL_WORKSPACE, e, 0, 3, b, d->s_loc, d->q_loc > h ? d->q_loc : h, 0);
     add(a, MODEL_TR_WS_DQKV, "ws.dqkv", MODEL_WORKSPACE, e, MODEL_SHARD_TP, 3, b, d->s_loc,
         d->q_loc + 2 * d->kv_width_loc, 0);
-    add(a, MODEL_TR_WS_DFFN, "ws.dffn", MODEL_WORKSPACE, e, MODEL_SHARD_TP, 3, b, d->s_loc, d->ffn_out_loc, 0);
+    /* the MLP's backward scratch, as wide as the widest MLP a layer runs: a dense layer's or
+     * a MoE layer's shared experts' (Qwen2-MoE's are wider than its dense layers'); under FP8
+     * the shared experts' gate decodes fc2's saved input into it, with GeLU beside the
+     * activation's gradient (exec/train/layers.c, fp8_gate_bwd) */
+    int64_t f_out = d->sff_out_loc > d->ffn_out_loc ? d->sff_out_loc : d->ffn_out_loc;
+    const int64_t f_in = d->sff_loc > d->ffn_loc ? d->sff_loc : d->ffn_loc;
+    if (d->fp8 && s->model.moe.shared_gate && d->sff_loc > 0 && 2 * d->sff_loc > f_out)
+        f_out = 2 * d->sff_loc;
+    add(a, MODEL_TR_WS_DFFN, "ws.dffn", MODEL_WORKSPACE, e, MODEL_SHARD_TP, 3, b, d->s_loc, f_out, 0);
     if (s->model.mlp == MODEL_SWIGLU)
-        add(a, MODEL_TR_WS_DACT, "ws.dact", MODEL_WORKSPACE, e, MODEL_SHARD_TP, 3, b, d->s_loc, d->ffn_loc, 0);
+        add(a, MODEL_TR_WS_DACT, "ws.dact", MODEL_WORKSPACE, e, MODEL_SHARD_TP, 3, b, d->s_loc, f_in, 0);
     if (s->job.flash_attn)
         add(a, MODEL_TR_WS_FLASH_D, "ws.flash_d", MODEL_WORKSPACE, PX_FP32, MODEL_SHARD_TP, 3, b,
             d->heads_loc, d->s_loc, 0);

@@ -478,6 +478,51 @@ static void test_effect(void)
     prof_cluster_free(&h100);
 }
 
+/* Qwen2-MoE's shared-expert gate beside FP8 shared experts: the shared experts' fc2 backward
+ * of a MoE layer decodes its saved FP8 input for the gate's backward and quantizes the gated
+ * input again for its weight gradient (exec/train/layers.c, fp8_gate_bwd), 2 x M x K x (a + 1)
+ * bytes in two kernels beside the output gradient's M x N x (a + 1). tiny-moe, bf16,
+ * tensorwise without transposed copies, a micro-batch of 64 tokens: M = 64, N = h = 64, K =
+ * shared_ffn = 64; 12,288 + 24,576 bytes; the dense layer 0's fc2 and the ungated one 12,288. */
+static void test_shared_gate(void)
+{
+    PxError err = {0};
+    double cast[2][2] = {{0, 0}, {0, 0}}; /* [gate][layer] */
+    int kernels[2] = {0, 0};
+    for (int gate = 0; gate < 2; gate++) {
+        ModelSpec s;
+        model_spec_defaults(&s);
+        CHECK_OK(model_config_load("tiny-moe", &s.model, &err), err);
+        s.model.moe.shared_gate = gate;
+        s.job.seq_len = 64;
+        s.job.global_batch = 8;
+        s.job.micro_batch = 1;
+        s.job.precision = PX_BF16;
+        s.job.fp8 = MODEL_FP8_TENSORWISE;
+        s.job.fp8_transpose = 0;
+        ModelDims d;
+        CHECK_OK(model_spec_check(&s, 1, &d, &err), err);
+        CHECK_EQ_INT(0, d.fp8_wt);
+        ModelOpGraph g;
+        CHECK_OK(model_ops_build(&s, &d, 0, &g, &err), err);
+        for (int i = 0; i < g.count; i++) {
+            const ModelOp *op = &g.op[i];
+            if (op->layer < 0 || op->layer > 1 || op->role != MODEL_OPR_FC2 ||
+                op->kind != MODEL_OP_MATMUL || op->phase != MODEL_BWD)
+                continue;
+            cast[gate][op->layer] = op->fp8_cast_bytes;
+            if (op->layer == 1)
+                kernels[gate] = op->kernels;
+        }
+        model_ops_free(&g);
+    }
+    CHECK_REL(12288.0, cast[0][0], 1e-15);
+    CHECK_REL(12288.0, cast[0][1], 1e-15);
+    CHECK_REL(12288.0, cast[1][0], 1e-15);
+    CHECK_REL(12288.0 + 24576.0, cast[1][1], 1e-15);
+    CHECK_EQ_INT(kernels[0] + 2, kernels[1]);
+}
+
 int main(void)
 {
     px_log_set_quiet(1);
@@ -490,5 +535,6 @@ int main(void)
     test_amax_groups();
     test_bucketed_gather();
     test_effect();
+    test_shared_gate();
     TEST_DONE("sim_fp8");
 }

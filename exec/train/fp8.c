@@ -369,20 +369,37 @@ void exec_fp8_linear_bwd_rec(ExecFp8 *F, const ExecCtx *c, ExecMeter *M, void *d
                              const void *dy, ExecFp8Ref x, const void *x_act,
                              const ExecFp8Weight *w, int g, int N, int rec)
 {
+    ExecFp8Dy dyq;
+    exec_fp8_linear_dgrad(F, c, M, dx, dy, w, g, N, rec, &dyq);
+    exec_fp8_linear_wgrad(F, c, M, dw, &dyq, x, x_act, w, g, N);
+}
+
+void exec_fp8_linear_dgrad(ExecFp8 *F, const ExecCtx *c, ExecMeter *M, void *dx, const void *dy,
+                           const ExecFp8Weight *w, int g, int N, int rec, ExecFp8Dy *dyq)
+{
     const int O = w->rows, K = w->cols;
-    const ExecFp8Ref dyr = exec_fp8_quantize(F, c, F->q0, dy, N, O, 0, EXEC_FP8_DY, w, g, rec);
-    ExecFp8Ref dyc = {NULL, {0, 0, 0, 0, 0, 0}};
+    dyq->row = exec_fp8_quantize(F, c, F->q0, dy, N, O, 0, EXEC_FP8_DY, w, g, rec);
+    dyq->col.q = NULL;
     if (F->wt) {
-        dyc = exec_fp8_quantize(F, c, F->q1, dy, O, N, 1, EXEC_FP8_DY, w, g, 0);
-        exec_fp8_mm(c, M, dx, c->act, dyr, weight_use(F, c, w, g, 1, 0), N, K, O, 0, 1, 0.0f);
+        dyq->col = exec_fp8_quantize(F, c, F->q1, dy, O, N, 1, EXEC_FP8_DY, w, g, 0);
+        exec_fp8_mm(c, M, dx, c->act, dyq->row, weight_use(F, c, w, g, 1, 0), N, K, O, 0, 1,
+                    0.0f);
     } else {
-        exec_fp8_mm(c, M, dx, c->act, dyr, weight_use(F, c, w, g, 0, 0), N, K, O, 0, 0, 0.0f);
+        exec_fp8_mm(c, M, dx, c->act, dyq->row, weight_use(F, c, w, g, 0, 0), N, K, O, 0, 0,
+                    0.0f);
     }
+}
+
+void exec_fp8_linear_wgrad(ExecFp8 *F, const ExecCtx *c, ExecMeter *M, float *dw,
+                           const ExecFp8Dy *dyq, ExecFp8Ref x, const void *x_act,
+                           const ExecFp8Weight *w, int g, int N)
+{
+    const int O = w->rows, K = w->cols;
     if (x_act)
         x = exec_fp8_quantize(F, c, F->wt ? F->q0 : F->q1, x_act, N, K, 0, EXEC_FP8_X, w, g, 0);
     /* the weight gradient accumulated in its dtype (fp32, or 16-bit: training.grad_dtype) */
     if (F->wt)
-        exec_fp8_mm(c, M, dw, c->grad, dyc, x, O, K, N, 0, 0, 1.0f);
+        exec_fp8_mm(c, M, dw, c->grad, dyq->col, x, O, K, N, 0, 0, 1.0f);
     else
-        exec_fp8_mm(c, M, dw, c->grad, dyr, x, O, K, N, 1, 0, 1.0f);
+        exec_fp8_mm(c, M, dw, c->grad, dyq->row, x, O, K, N, 1, 0, 1.0f);
 }

@@ -593,6 +593,18 @@ void exec_fp8_linear_bwd(ExecFp8 *F, const ExecCtx *c, ExecMeter *M, void *dx, f
 void exec_fp8_linear_bwd_rec(ExecFp8 *F, const ExecCtx *c, ExecMeter *M, void *dx, float *dw,
                              const void *dy, ExecFp8Ref x, const void *x_act,
                              const ExecFp8Weight *w, int g, int N, int rec);
+/* Its two halves, for a caller that works between them (the shared experts' gate: layers.c):
+ * the input gradient's GEMM, dy quantized into ws.fp8 (and its column-wise copy where
+ * transposed copies are kept), which *dyq keeps; then the weight gradient's from *dyq, x or
+ * x_act as above. Nothing may write ws.fp8's q0 and q1 in between. */
+typedef struct {
+    ExecFp8Ref row, col; /* dy's copy, and its column-wise one (col.q NULL without) */
+} ExecFp8Dy;
+void exec_fp8_linear_dgrad(ExecFp8 *F, const ExecCtx *c, ExecMeter *M, void *dx, const void *dy,
+                           const ExecFp8Weight *w, int g, int N, int rec, ExecFp8Dy *dyq);
+void exec_fp8_linear_wgrad(ExecFp8 *F, const ExecCtx *c, ExecMeter *M, float *dw,
+                           const ExecFp8Dy *dyq, ExecFp8Ref x, const void *x_act,
+                           const ExecFp8Weight *w, int g, int N);
 /* --fp8-dispatch under delayed scaling: rows x cols act rows x quantized into q (one
  * per-tensor KernFp8 tensor) with the dispatched rows' decode factor, w's last history column
  * (w: this MoE layer's experts' fc1); rec rolls their amax into that history (a forward's, not

@@ -646,6 +646,28 @@ static int layer_fwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
     return PX_OK;
 }
 
+/* fc2's backward under FP8 with the shared experts' gate, y = g (hid W2^T), g = sigmoid(x . w)
+ * per row: the input gradient dy W2 first, ungated, in FP8; then the gate's backward
+ * (gate_bwd's contract) on fc2's saved FP8 input decoded into scratch (ws.dffn, with GeLU
+ * after the activation's gradient there: the table makes it twice as wide), which gives the
+ * logit's gradient and scales the input gradient and the decoded input by g; then fc2's
+ * weight gradient in FP8 from dy and the gated input quantized, dy^T (g hid) = (g dy)^T hid.
+ * The gate's own product (h x 1) stays in the act dtype, as Megatron-Core's gate_weight, a
+ * plain linear outside Transformer Engine's FP8 modules (docs/moe.md). */
+static void fp8_gate_bwd(const ExecLayerRun *r, void *dact, float *dw, const void *dy,
+                         const void *saved, const void *x, const void *gate, float *dgate,
+                         const ExecFp8Weight *f2, int N, int F)
+{
+    const ExecCtx *c = r->c;
+    ExecFp8Dy dyq;
+    exec_fp8_linear_dgrad(r->fp8, c, r->M, dact, dy, f2, 0, N, 1, &dyq);
+    void *hid = c->spec.model.mlp == MODEL_SWIGLU ? r->W->dffn : AT(r->W->dffn, (size_t)N * F);
+    const ExecFp8Ref q = fp8_saved(r, saved, N, F);
+    c->k->fp8_dequantize(hid, q.q, &q.f);
+    c->k->gate_bwd(dgate, dact, hid, x, gate, N, c->d.h, F);
+    exec_fp8_linear_wgrad(r->fp8, c, r->M, dw, &dyq, q, hid, f2, 0, N);
+}
+
 /* The shared experts' gate with SP (tp > 1): its backward at fc2's reads the gate of every
  * row, so fc1's input is gathered over TP first (fc1's own gather, early: fc1's backward then
  * reads it in ws.sp_gather) and fc2's output gradient is gathered beside it into ws.out (free
@@ -698,7 +720,9 @@ static int mlp_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerActs 
     if (EXEC_LP(g, FC2_B))
         k->bias_grad(EXEC_LP(g, FC2_B), dy, N, h);
     void *dact = c->spec.model.mlp == MODEL_SWIGLU ? r->W->dact : r->W->dffn;
-    if (f2) {
+    if (f2 && gate) {
+        fp8_gate_bwd(r, dact, EXEC_LP(g, FC2_W), dy, EXEC_LA(a, FC2_IN), x, gate, dgate, f2, N, F);
+    } else if (f2) {
         fp8_bwd(r, dact, EXEC_LP(g, FC2_W), dy, fp8_saved(r, EXEC_LA(a, FC2_IN), N, F), NULL, f2,
                 N);
     } else {
