@@ -26,17 +26,6 @@ const char *model_exec_cp_limit(const ModelSpec *s, const ModelDims *d)
                                     : NULL;
 }
 
-/* The mixture-of-experts limits, or NULL. */
-static const char *moe_limit(const ModelSpec *s, const ModelDims *d)
-{
-    const ModelMoe *mo = &s->model.moe;
-    return s->model.mlp != MODEL_SWIGLU ? "the experts must be SwiGLU"
-           : mo->shared_gate && d->sff_loc > 0 && (d->fp8 != MODEL_FP8_NONE || s->model.bias)
-               ? "the shared experts' gate runs without FP8 and without the MLP's biases"
-           : d->sff_out_loc > d->ffn_out_loc ? "moe.shared_ffn must not exceed ffn_hidden"
-                                             : NULL;
-}
-
 /* Multi-head latent attention's limits, or NULL (context parallelism's are
  * model_exec_cp_limit's). */
 static const char *mla_limit(const ModelSpec *s, const ModelDims *d)
@@ -136,11 +125,6 @@ int model_exec_refusal(const ModelSpec *s, const ModelDims *d, int gpu, char *wh
                  "layout.cp %d (cp_comm_type %s, sequence %d): the executor runs context "
                  "parallelism with limits: %s",
                  d->c, model_cp_comm_name(s->layout.cp_comm), d->s, lim);
-    else if (d->moe && (lim = moe_limit(s, d)))
-        snprintf(why, cap,
-                 "model %s has %d experts: the executor runs mixture-of-experts layers with "
-                 "limits: %s",
-                 m->name, m->moe.experts, lim);
     else if (m->mtp_layers > 0 && (lim = mtp_limit(s, d)))
         snprintf(why, cap,
                  "model %s has %d multi-token prediction module%s: the executor runs them with "

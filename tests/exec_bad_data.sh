@@ -44,12 +44,14 @@ plan cp2 --gpus 2 --cp 2 --dropout 0.1 --seq 18
 plan fp8att --fp8-recipe tensorwise --fp8-attention
 plan fp8pg --cluster dgx-h100 --precision fp8 --fp8-param-gather --gpus 2 --zero 1
 plan fp8pg3 --cluster dgx-h100 --precision fp8 --fp8-recipe blockwise --fp8-param-gather --gpus 2 --dp 2 --zero 3
-# a mixture-of-experts model with a setting the executor does not run with experts (the shared
-# experts' gate beside the MLP's biases)
+# a mixture-of-experts model with the shapes the executor once refused, which it now runs:
+# GeLU experts, the shared experts' gate beside the MLP's biases, shared experts wider than the
+# dense MLP
 cat >"$tmp/moe-model.json" <<'EOF'
-{"schema_version": 1, "name": "moe-refused", "family": "llama", "layers": 2, "hidden": 64,
+{"schema_version": 1, "name": "moe-shapes", "family": "llama", "layers": 2, "hidden": 64,
  "heads": 8, "kv_heads": 4, "ffn_hidden": 176, "vocab": 256, "seq_len": 64, "bias": true,
- "moe": {"experts": 4, "topk": 2, "expert_ffn": 32, "shared_ffn": 32, "shared_gate": true}}
+ "mlp": "gelu",
+ "moe": {"experts": 4, "topk": 2, "expert_ffn": 32, "shared_ffn": 192, "shared_gate": true}}
 EOF
 "$mkplan" --model "$tmp/moe-model.json" --seq 16 --gbs 4 --mbs 2 --output "$tmp/moe.json" >/dev/null ||
   { echo "FAILED: exec_mkplan of a MoE model"; fails=$((fails + 1)); }
@@ -87,7 +89,7 @@ expect 2 "layout.cp 2 (cp_comm_type p2p, sequence 18): the executor runs context
 expect 2 "training.fp8 tensorwise: the executor runs FP8 GEMMs with limits: fp8_attention is simulated only" "$px" run "$tmp/fp8att.json"
 expect 2 "training.fp8 delayed: the executor runs FP8 GEMMs with limits: fp8_param_gather runs with ZeRO-3 (--zero 3)" "$px" run "$tmp/fp8pg.json" --launcher none --backend cpu
 expect 2 "training.fp8 blockwise: the executor runs FP8 GEMMs with limits: fp8_param_gather runs with a per-tensor scale" "$px" run "$tmp/fp8pg3.json" --launcher none --backend cpu
-expect 2 "model moe-refused has 4 experts: the executor runs mixture-of-experts layers with limits: the shared experts' gate runs without FP8 and without the MLP's biases" "$px" run "$tmp/moe.json"
+expect 0 "wrote $tmp/moe-run.json" "$px" run "$tmp/moe.json" --launcher none --steps 1 -o "$tmp/moe-run.json"
 expect 2 "needs 2 ranks (dp 2 x tp 1 x pp 1 x cp 1) but this" "$px" run "$tmp/dp2.json" --launcher none
 # a MoE plan on the CUDA backend (bf16) through the emulator, where the build has it: a backend
 # without the MoE kernels would refuse it at start naming itself (test_exec_cuda: the check)

@@ -3,7 +3,7 @@
  * norms, QKV, projection, MLP, biases, output layer), on tiny (GPT: LayerNorm, GeLU, learned
  * positions, tied embeddings, biases) and tiny-llama (RMSNorm, SwiGLU, RoPE, grouped-query
  * attention, untied output layer), tiny-moe (router, routed and shared experts; with the shared
- * experts' gate) and tiny-gpt-oss (router and expert biases, attention sinks), with flash
+ * experts' gate, beside biases, wider than the dense MLP; GeLU experts) and tiny-gpt-oss (router and expert biases, attention sinks), with flash
  * and unfused attention and with dropout (the same
  * step redraws the same masks, so the loss stays a deterministic function of the weights).
  *
@@ -210,6 +210,19 @@ int main(void)
     s.model.moe.shared_gate = 1;
     s.job.moe_force_balance = 1;
     check_model("tiny-moe forced with the shared gate", s);
+    /* the gate beside the MLP's biases (fc2's added after the gated output), and Qwen2-MoE's
+     * shape: a gated shared expert wider than the dense layers' MLP (192 over 176) */
+    s.model.bias = 1;
+    check_model("tiny-moe forced with the shared gate and biases", s);
+    s.model.bias = 0;
+    s.model.moe.shared_ffn = 192;
+    check_model("tiny-moe forced with a gated shared expert wider than ffn_hidden", s);
+    /* GeLU experts and shared experts */
+    s = tx_spec("tiny-moe", 16, 2, 1);
+    s.model.moe.aux_loss_coeff = 0;
+    s.model.mlp = MODEL_GELU;
+    s.job.moe_force_balance = 1;
+    check_model("tiny-moe forced GeLU", s);
     /* multi-head latent attention in DeepSeek-V3's shape (tiny-dsv3 without its multi-token
      * prediction module, routing forced, no load-balancing loss): the down-projections, the
      * latents' norms, the up-projections, the rotary parts shared by the heads, value heads

@@ -23,7 +23,9 @@
  * balance its FLOPs per step on every rank as predicted too (and the capacity layouts' *_cap
  * whatever the routing: their experts' rows are padded to the plan's).
  * The *cp2* layouts run context parallelism beside the experts (the load-balancing loss's
- * counts summed over the cp ranks), the gate_* ones Qwen2-MoE's shared-expert gate. The ag_*
+ * counts summed over the cp ranks), the gate_* ones Qwen2-MoE's shared-expert gate (with the
+ * MLP's biases, with FP8 GEMMs), the qwen* ones its gated shared expert wider than the dense
+ * MLP, the gelu* ones GeLU experts (these three steps each, their FLOPs as predicted). The ag_*
  * (and cuda_ag_*) layouts run the all-gather dispatcher (training.moe_dispatcher allgather):
  * also against the same layout's all-to-all run, with its ep_all_gather and ep_reduce_scatter
  * bytes equal to the prediction whatever the routing, and no all-to-all.
@@ -151,6 +153,26 @@ static const Layout layouts[] = {
     {"gate_ep2_tp2_sp_real", 2, 1, 2, 1, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     {"cuda_gate_tp2_sp", 2, 1, 2, 1, 1, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0},
     {"cuda_gptoss_ep2", 2, 2, 1, 1, 2, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0},
+    /* the gate with the MLP's biases (tiny-moe with bias: the shared experts' fc1 and fc2
+     * biases, fc2's added after the gated and reduced output, the gate without one); and with
+     * FP8 GEMMs (the shared experts' fc1 and fc2 in FP8, the gate's h x 1 product in the act
+     * dtype as Megatron-Core's gate_weight) */
+    {"gate_bias_ep2_tp2_sp", 2, 1, 2, 1, 2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"gate_ep2_fp8_tensorwise", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, MODEL_FP8_TENSORWISE, 0, 0, 0, 0, 0},
+    {"gate_ep2_fp8_blockwise", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, MODEL_FP8_BLOCKWISE, 0, 0, 0, 0, 0},
+    /* Qwen2-MoE's shape (qwen*: tiny-moe with a gated shared expert wider than the dense
+     * layers' MLP, shared_ffn 192 over ffn_hidden 176, as Qwen2-57B-A14B's 20480 over 18944:
+     * the MLP's backward scratch sized by the wider); one rank, whose memory is predicted too */
+    {"qwen", 1, 1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"qwen_ep2", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"qwen_ep2_tp2_sp", 2, 1, 2, 1, 2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"cuda_qwen_ep2", 2, 2, 1, 1, 2, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0},
+    /* GeLU experts and shared experts (gelu*: tiny-moe with mlp gelu, fc1 F wide, not 2 F);
+     * with etp 2 each expert's fc1 split by rows as a GeLU fc1 is */
+    {"gelu", 1, 1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"gelu_ep2", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"gelu_tp2_sp_etp2", 2, 1, 2, 1, 1, 1, 1, 0, 0, 0, 0, 0, 2, 0, 0, 0},
+    {"cuda_gelu_ep2", 2, 2, 1, 1, 2, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0},
     {"ep2_cap", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0.5, 0, 0},
     {"ep2_real_cap", 2, 2, 1, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0.5, 0, 0},
     /* and with expert tensor parallelism over the dp ranks (each source's capacity, gathered
@@ -277,13 +299,23 @@ static int is_sac(const Layout *L)
     return n > 4 && !strcmp(L->name + n - 4, "_sac");
 }
 
+/* tiny-moe's other shapes: Qwen2-MoE's wide gated shared expert (qwen*), GeLU experts
+ * (gelu*), the gate with biases or FP8 (gate_bias_*, gate_*_fp8_*) */
+static int is_shape(const Layout *L)
+{
+    return strstr(L->name, "qwen") || strstr(L->name, "gelu") || strstr(L->name, "gate_bias") ||
+           (strstr(L->name, "gate_") && L->fp8);
+}
+
 /* Steps a layout trains: tiny-dsv3's, a capacity's with FP8 experts, the all-gather
- * dispatcher's with a capacity or FP8 experts and --fp8-dispatch's with delayed scaling 3
+ * dispatcher's with a capacity or FP8 experts, --fp8-dispatch's with delayed scaling and
+ * tiny-moe's other shapes (is_shape) 3
  * (CI's time; the first steps already move every parameter), tiny-moe's STEPS. */
 static int steps_of(const Layout *L)
 {
     const int fp8d_delayed = L->fp8 == MODEL_FP8_DELAYED && strstr(L->name, "_fp8d_");
-    return L->dsv3 || (L->cf > 0 && L->fp8) || (is_ag(L) && (L->cf > 0 || L->fp8)) || fp8d_delayed
+    return L->dsv3 || (L->cf > 0 && L->fp8) || (is_ag(L) && (L->cf > 0 || L->fp8)) ||
+                   fp8d_delayed || is_shape(L)
                ? 3
                : STEPS;
 }
@@ -299,13 +331,21 @@ static ModelSpec spec_of(const Layout *L)
     /* the model by the layout's name and its dsv3 field: tiny-dsv3 whole (its prediction
      * module too, with FP8 GEMMs in its layer, but not with ZeRO-2/3, whose modules
      * test_exec_mtp_mpi runs; 2: its layers dense and no module), gptoss* tiny-gpt-oss,
-     * gate_* (cuda_gate_* too) tiny-moe with the shared experts' gate, else tiny-moe */
+     * gate_* (cuda_gate_* too) tiny-moe with the shared experts' gate, else tiny-moe; by
+     * the name's parts qwen (a gated shared expert of 192 over ffn_hidden 176), gelu (mlp
+     * gelu), _bias (the model's biases) */
     CHECK_OK(model_config_load(L->dsv3                     ? "tiny-dsv3"
                                : strstr(L->name, "gptoss") ? "tiny-gpt-oss"
                                                            : "tiny-moe",
                                &s.model, &err),
              err);
-    s.model.moe.shared_gate = strstr(L->name, "gate_") != NULL;
+    s.model.moe.shared_gate = strstr(L->name, "gate_") != NULL || strstr(L->name, "qwen");
+    if (strstr(L->name, "qwen")) /* the shared experts wider than the dense layers' MLP */
+        s.model.moe.shared_ffn = 192;
+    if (strstr(L->name, "gelu"))
+        s.model.mlp = MODEL_GELU;
+    if (strstr(L->name, "_bias"))
+        s.model.bias = 1;
     if (strstr(L->name, "_q0")) /* queries projected from the layer's input, no latent */
         s.model.mla.q_lora_rank = 0;
     /* cp: a load-balancing coefficient of 1, so that the cp ranks' counts summed for it show
@@ -537,7 +577,8 @@ static void check_layout(const Layout *L)
         /* gptoss* and gate_*: tighter, so that an expert's fc2 bias counted once per etp rank
          * in the gradient norm (its clipping) shows, and the shared gate's small part of the
          * gradients (a gate read from the wrong rows moves the losses by 5e-6 relative) */
-        const int tight = strstr(L->name, "gptoss") || !strncmp(L->name, "gate_", 5);
+        const int tight = strstr(L->name, "gptoss") || !strncmp(L->name, "gate_", 5) ||
+                          strstr(L->name, "qwen");
         CHECK_REL(a, b, L->fp8 ? FP8_TOL : L->cuda ? 1e-3 : tight ? 1e-6 : 1e-5);
         /* one rank's op-level recompute changes no number: the same losses as without */
         if (is_sac(L) && L->gpus == 1 && !L->cuda && a != b) {
@@ -604,10 +645,11 @@ static void check_layout(const Layout *L)
                 exit(1);
             }
         }
-        /* tiny-dsv3 and the all-gather dispatcher with forced balance, and a capacity whatever
-         * the routing: the FLOPs per step too (MLA's GEMMs as the graph has them, the experts'
-         * GEMMs on the capacity's padded rows, on every rank) */
-        if (((L->dsv3 || is_ag(L)) && L->force) || L->cf > 0)
+        /* tiny-dsv3, the all-gather dispatcher and tiny-moe's other shapes with forced
+         * balance, and a capacity whatever the routing: the FLOPs per step too (MLA's GEMMs as
+         * the graph has them, the experts' GEMMs on the capacity's padded rows, GeLU's fc1 F
+         * wide, on every rank) */
+        if (((L->dsv3 || is_ag(L) || is_shape(L)) && L->force) || L->cf > 0)
             CHECK_REL(cJSON_GetArrayItem(at(pred, "flops", "per_rank_per_step"), stage)->valuedouble,
                       cJSON_GetArrayItem(at(run, "flops", "per_rank_per_step"), r)->valuedouble,
                       1e-12);

@@ -171,7 +171,8 @@ int main(void)
         CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
     }
 
-    /* the shared experts' gate (Qwen2-MoE) with tp 2 and SP runs; with the MLP's biases not */
+    /* the shared experts' gate (Qwen2-MoE) with tp 2 and SP runs, with the MLP's biases and
+     * with FP8 GEMMs too; so do GeLU experts, and shared experts wider than the dense MLP */
     {
         ModelSpec s = request("tiny-moe", 2, 8).base;
         ModelDims d;
@@ -183,9 +184,43 @@ int main(void)
         CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
         s.model.bias = 1;
         CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
-        CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));
-        CHECK(strstr(why, "the shared experts' gate runs without FP8 and without the MLP's "
-                          "biases") != NULL);
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        s.job.fp8 = MODEL_FP8_BLOCKWISE;
+        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        s.model.mlp = MODEL_GELU;
+        s.model.moe.shared_ffn = 192; /* wider than ffn_hidden 176 */
+        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+    }
+
+    /* the zoo's Qwen2-57B-A14B (shared_ffn 20480 over ffn_hidden 18944) runs: the MLP's
+     * backward scratch is the shared experts' width, ws.dffn [b, s/tp, 2 x 20480/tp] and
+     * ws.dact [b, s/tp, 20480/tp] in bf16, their bytes exact */
+    {
+        ModelSpec s = request("qwen2-57b-a14b", 8, 8).base;
+        ModelDims d;
+        char why[512] = "";
+        s.job.precision = PX_BF16;
+        s.job.seq_len = 4096;
+        s.job.micro_batch = 1;
+        s.layout.tp = 4, s.layout.sp = 1, s.layout.ep = 2, s.layout.dp = 2;
+        CHECK_OK(model_spec_check(&s, 8, &d, &err), err);
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 1, why, sizeof why));
+        ModelTensorTable tt;
+        CHECK_OK(model_tensors_build(&s, &d, 0, &tt, &err), err);
+        int found = 0;
+        for (int i = 0; i < tt.count; i++) {
+            if (tt.t[i].role == MODEL_TR_WS_DFFN) {
+                CHECK_EQ_U64(4096ull * 2 * 20480 / 4 * 2, tt.t[i].bytes);
+                found++;
+            } else if (tt.t[i].role == MODEL_TR_WS_DACT) {
+                CHECK_EQ_U64(4096ull * 20480 / 4 * 2, tt.t[i].bytes);
+                found++;
+            }
+        }
+        CHECK_EQ_INT(2, found);
+        model_tensors_free(&tt);
     }
 
     /* the prediction modules under ZeRO: 2 runs (tp 4 with SP too), 3 with the gathers kept
