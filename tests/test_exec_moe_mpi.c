@@ -160,7 +160,12 @@ static const Layout layouts[] = {
     {"gate_bias_ep2_tp2_sp", 2, 1, 2, 1, 2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     {"gate_ep2_fp8_tensorwise", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, MODEL_FP8_TENSORWISE, 0, 0, 0, 0, 0},
     {"gate_ep2_fp8_blockwise", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, MODEL_FP8_BLOCKWISE, 0, 0, 0, 0, 0},
-    /* run by name: the same on CUDA in bf16 (the emulator's fp8_dequantize for the gate) */
+    /* run by name: with TP's sequence shards (the gate's gathered input), MXFP8's transposed
+     * copies, delayed scaling (the gated input quantized with fc2's input's decode factor);
+     * the same on CUDA in bf16 (the emulator's fp8_dequantize for the gate) */
+    {"gate_tp2_sp_fp8_tensorwise", 2, 1, 2, 1, 1, 1, 1, 0, 0, 0, MODEL_FP8_TENSORWISE, 0, 0, 0, 0, 0},
+    {"gate_ep2_fp8_mxfp8", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, MODEL_FP8_MXFP8, 0, 0, 0, 0, 0},
+    {"gate_ep2_fp8_delayed", 2, 2, 1, 1, 2, 0, 1, 0, 0, 0, MODEL_FP8_DELAYED, 0, 0, 0, 0, 0},
     {"cuda_gate_ep2_fp8_tensorwise", 2, 2, 1, 1, 2, 0, 1, 0, 0, 1, MODEL_FP8_TENSORWISE, 0, 0, 0, 0, 0},
     /* Qwen2-MoE's shape (qwen*: tiny-moe with a gated shared expert wider than the dense
      * layers' MLP, shared_ffn 192 over ffn_hidden 176, as Qwen2-57B-A14B's 20480 over 18944:
