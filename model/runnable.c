@@ -58,16 +58,15 @@ static const char *mla_limit(const ModelSpec *s, const ModelDims *d)
 /* The multi-token prediction modules' limits (exec/train/mtp.c), or NULL. */
 static const char *mtp_limit(const ModelSpec *s, const ModelDims *d)
 {
-    int l0;
+    /* their own stage's layers are the main model's last, the loss stage has none (a layout
+     * string puts every m after every t); on the first stage they read the embedding itself */
     const int alone = d->mtp_chunk != d->chunks - 1;
-    return alone && s->model.tied_embeddings
-               ? "on a stage of their own (a layout string's m before L) the model must be untied "
-                 "(a third copy of the embedding)"
-           : alone && (d->v > 1 || s->model.mtp_layers > 1 || d->mtp_chunk == 0 || d->pp_split > 1 ||
-                       model_chunk_layers(s, d, d->chunks - 1, &l0) > 0)
-               ? "on a stage of their own (a layout string's m before L) they run with vpp 1, one "
-                 "module, a stage without the embedding, a loss stage without layers and, with "
-                 "tp > 1, SP"
+    return alone && d->mtp_chunk != 0 && s->model.tied_embeddings
+               ? "on a stage of their own after the first (a layout string's m before L) the model "
+                 "must be untied (a third copy of the embedding)"
+           : alone && (d->v > 1 || d->pp_split > 1)
+               ? "on a stage of their own (a layout string's m before L) they run with vpp 1 and, "
+                 "with tp > 1, SP"
            : d->h % d->t ? "tp must divide the hidden size (the eh projection's columns)"
            : d->ffn_out_loc < 2 * d->h && d->q_loc + 2 * d->kv_width_loc < 2 * d->h
                ? "the MLP's or the attention's width per tp rank must be at least 2 x hidden "

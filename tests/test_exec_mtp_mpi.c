@@ -10,9 +10,10 @@
  * - at the first step, before any update, the untrained modules predict as well as chance:
  *   the modules' loss is within 0.1 of ln(vocab).
  * Layouts: the pipeline with the module on the last of 2 x 2 virtual stages (an untied model:
- * the module's copy of the embedding summed with the first stage's), the module on a stage of
- * its own (a layout string's m before L: the transfer to the loss stage carries two
- * activations), data parallelism with
+ * the module's copy of the embedding summed with the first stage's), the modules on a stage of
+ * their own (a layout string's m before L: the transfer to the loss stage carries the main
+ * hidden state and each module's output; one module after the first stage, two on the
+ * embedding's stage, one of a tied model there), data parallelism with
  * ZeRO-1, tensor parallelism with sequence parallelism (a tied LayerNorm model) and without it
  * (two modules; with ZeRO-2 on tp 2 and tp 4), ZeRO-2 on tp 4 with SP, expert
  * parallelism (the module's layer a MoE layer, forced balance), tensor and sequence
@@ -61,6 +62,17 @@ static const Layout layouts[] = {
     {"llama_pp2_vpp2", "tiny-llama", 2, 1, 1, 2, 2, 1, 0, 0, NULL, 0, 0, 0},
     /* the module on a stage of its own, the loss's after it without layers */
     {"llama_pp3_mtp_stage", "tiny-llama", 3, 1, 1, 3, 1, 1, 0, 0, "Et*2|t*2m|L", 0, 0, 0},
+    /* the modules on the embedding's stage, the loss's after it: two of them (an untied
+     * model: they read embed.wte itself, no copy), and one of a tied model (the output layer's
+     * copy on the loss stage summed with the first stage's); run by hand: two modules on a
+     * stage of their own after the first, and the first on the CUDA backend (the emulator) */
+    {"llama_pp2_mtp2_stage0", "tiny-llama", 2, 1, 1, 2, 1, 1, 0, 0, "Et*4mm|L", 0, 0,
+     LAYOUT_MTP2},
+    {"pp2_mtp_stage0", "tiny", 2, 1, 1, 2, 1, 1, 0, 0, "Et*4m|L", 0, 0, 0},
+    {"llama_pp3_mtp2_stage", "tiny-llama", 3, 1, 1, 3, 1, 1, 0, 0, "Et*2|t*2mm|L", 0, 0,
+     LAYOUT_MTP2},
+    {"cuda_llama_pp2_mtp2_stage0", "tiny-llama", 2, 1, 1, 2, 1, 1, 0, 1, "Et*4mm|L", 0, 0,
+     LAYOUT_MTP2},
     {"dp2_zero1", "tiny", 2, 2, 1, 1, 1, 1, 1, 0, NULL, 0, 0, 0},
     {"tp2_sp", "tiny", 2, 1, 2, 1, 1, 1, 0, 0, NULL, 0, 0, 0},
     /* tp 2 without SP: the module's rows whole on every rank, enorm's input summed over the

@@ -537,18 +537,24 @@ int exec_mtp_backward(const ExecLayerRun *r, int chunk, int mb, ExecLayerActs *A
         }
         return PX_OK;
     }
+    /* their own stage: the transfer's parts kept in pp.send (free once the last message has
+     * left; nothing else is sent before the chunk's backward ends), the main hidden state's
+     * gradient until the chunk's backward (layers.c), each module's copied into ws.dx_a, where
+     * its final norm's backward reads it, when its turn comes */
     if (!last && D > 0) {
-        /* their own stage (one module): the main hidden state's gradient kept in pp.send (free
-         * once the last message has left) until the chunk's backward (layers.c), the module's
-         * into ws.dx_a, where its final norm's backward reads it */
+        void *dst[1 + EXEC_MTP_MAX];
         TRY(exec_pipe_drain(r->pipe, c, err));
-        void *dst[2] = {r->pipe->send, r->W->dx_a};
-        TRY(exec_pipe_take_parts(r->pipe, c, r->M, chunk, mb, 1, dst, 2, err));
+        for (int k = 0; k <= D; k++)
+            dst[k] = EXEC_AT(r->pipe->send, (size_t)k * r->pipe->part, c->ab);
+        TRY(exec_pipe_take_parts(r->pipe, c, r->M, chunk, mb, 1, dst, 1 + D, err));
         exec_meter_pass_input(r->M);
     }
     for (int i = D - 1; i >= 0; i--) {
         if (last)
             TRY(head_bwd(r, chunk, i, x, tok, mb, err));
+        else
+            c->k->copy(r->W->dx_a, EXEC_AT(r->pipe->send, (size_t)(1 + i) * r->pipe->part, c->ab),
+                       rb);
         TRY(module_bwd(r, chunk, i, &A[cl + i], x, tok, mb, err));
     }
     return PX_OK;
