@@ -64,9 +64,8 @@ static const char *mtp_limit(const ModelSpec *s, const ModelDims *d)
     return alone && d->mtp_chunk != 0 && s->model.tied_embeddings
                ? "on a stage of their own after the first (a layout string's m before L) the model "
                  "must be untied (a third copy of the embedding)"
-           : alone && (d->v > 1 || d->pp_split > 1)
-               ? "on a stage of their own (a layout string's m before L) they run with vpp 1 and, "
-                 "with tp > 1, SP"
+           : alone && d->v > 1
+               ? "on a stage of their own (a layout string's m before L) they run with vpp 1"
            : d->h % d->t ? "tp must divide the hidden size (the eh projection's columns)"
            : d->ffn_out_loc < 2 * d->h && d->q_loc + 2 * d->kv_width_loc < 2 * d->h
                ? "the MLP's or the attention's width per tp rank must be at least 2 x hidden "

@@ -69,6 +69,10 @@ static const Layout layouts[] = {
     {"llama_pp2_mtp2_stage0", "tiny-llama", 2, 1, 1, 2, 1, 1, 0, 0, "Et*4mm|L", 0, 0,
      LAYOUT_MTP2},
     {"pp2_mtp_stage0", "tiny", 2, 1, 1, 2, 1, 1, 0, 0, "Et*4m|L", 0, 0, 0},
+    /* the same two on tp 2 without SP: each transfer's parts split over the TP ranks and
+     * gathered again one by one, the modules' stage keeping its slices of their gradients */
+    {"llama_tp2_pp2_mtp2_stage0", "tiny-llama", 4, 1, 2, 2, 1, 1, 0, 0, "Et*4mm|L", 0, 0,
+     LAYOUT_NO_SP | LAYOUT_MTP2},
     {"llama_pp3_mtp2_stage", "tiny-llama", 3, 1, 1, 3, 1, 1, 0, 0, "Et*2|t*2mm|L", 0, 0,
      LAYOUT_MTP2},
     {"cuda_llama_pp2_mtp2_stage0", "tiny-llama", 2, 1, 1, 2, 1, 1, 0, 1, "Et*4mm|L", 0, 0,
