@@ -56,15 +56,12 @@ static const char *mla_limit(const ModelSpec *s, const ModelDims *d)
 }
 
 /* The multi-token prediction modules' limits (exec/train/mtp.c), or NULL. */
-static const char *mtp_limit(const ModelSpec *s, const ModelDims *d)
+static const char *mtp_limit(const ModelDims *d)
 {
     /* their own stage's layers are the main model's last, the loss stage has none (a layout
      * string puts every m after every t); on the first stage they read the embedding itself */
     const int alone = d->mtp_chunk != d->chunks - 1;
-    return alone && d->mtp_chunk != 0 && s->model.tied_embeddings
-               ? "on a stage of their own after the first (a layout string's m before L) the model "
-                 "must be untied (a third copy of the embedding)"
-           : alone && d->v > 1
+    return alone && d->v > 1
                ? "on a stage of their own (a layout string's m before L) they run with vpp 1"
            : d->h % d->t ? "tp must divide the hidden size (the eh projection's columns)"
            : d->ffn_out_loc < 2 * d->h && d->q_loc + 2 * d->kv_width_loc < 2 * d->h
@@ -139,7 +136,7 @@ int model_exec_refusal(const ModelSpec *s, const ModelDims *d, int gpu, char *wh
                  "model %s has %d experts: the executor runs mixture-of-experts layers with "
                  "limits: %s",
                  m->name, m->moe.experts, lim);
-    else if (m->mtp_layers > 0 && (lim = mtp_limit(s, d)))
+    else if (m->mtp_layers > 0 && (lim = mtp_limit(d)))
         snprintf(why, cap,
                  "model %s has %d multi-token prediction module%s: the executor runs them with "
                  "limits: %s",

@@ -73,6 +73,10 @@ static const Layout layouts[] = {
      * gathered again one by one, the modules' stage keeping its slices of their gradients */
     {"llama_tp2_pp2_mtp2_stage0", "tiny-llama", 4, 1, 2, 2, 1, 1, 0, 0, "Et*4mm|L", 0, 0,
      LAYOUT_NO_SP | LAYOUT_MTP2},
+    /* a tied model's module on a stage of its own after the first: a third copy of the
+     * embedding there, its gradient summed with the first stage's and the output layer's over
+     * the three stages */
+    {"pp3_mtp_stage_tied", "tiny", 3, 1, 1, 3, 1, 1, 0, 0, "Et*2|t*2m|L", 0, 0, 0},
     {"llama_pp3_mtp2_stage", "tiny-llama", 3, 1, 1, 3, 1, 1, 0, 0, "Et*2|t*2mm|L", 0, 0,
      LAYOUT_MTP2},
     {"cuda_llama_pp2_mtp2_stage0", "tiny-llama", 2, 1, 1, 2, 1, 1, 0, 1, "Et*4mm|L", 0, 0,

@@ -285,7 +285,7 @@ static void test_mtp_stage(void)
  * 3, fp32. Stage 1 holds two layers, the module (a layer, enorm, hnorm and its final norm of h
  * each, eh of 2h x h) and a copy of the embedding (vocab x h); stage 2 the final block alone,
  * the LayerNorm and the output layer's copy. The three copies each join the embedding's
- * gradient all-reduce. */
+ * gradient all-reduce, one over the three stages (the executor's embedding group of 3). */
 static void test_mtp_stage_tied(void)
 {
     PxError err = {0};
@@ -305,6 +305,7 @@ static void test_mtp_stage_tied(void)
     for (int st = 0; st < 3; st++) {
         const ModelOp *o = find_comm(&r.ops[st], 0, MODEL_STEP, MODEL_EMBED_ALLREDUCE);
         CHECK(o != NULL && o->comm_bytes == 4 * wte);
+        CHECK_EQ_INT(3, o->group_size);
     }
     sim_result_free(&r);
     prof_cluster_free(&cl);

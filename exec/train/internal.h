@@ -84,8 +84,9 @@ typedef struct {
     int tied_here;            /* the output layer reads embed.wte on this chunk */
     int tied_pair;            /* the output layer is a copy on the last stage: embed_allreduce */
     int mtp_pair;             /* the prediction modules' copy of the embedding (mtp.wte) away
-                                 from the first stage of an untied model (the last stage, or
-                                 theirs): embed_allreduce as tied_pair */
+                                 from the first stage: an untied model's (on the last stage, or
+                                 theirs), a tied one's on theirs (a third copy): embed_allreduce
+                                 as tied_pair */
     int defer_logits_wgrad;   /* ZeRO-2/3 + tied here: the output layer's weight gradient waits
                                  until the embedding's block is in the bucket */
 } ExecGrid;
