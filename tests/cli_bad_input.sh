@@ -239,14 +239,15 @@ then
 else
   echo "SKIPPED the .bin token files: python3 is needed to write them"
 fi
-# multi-token prediction modules on a stage of their own with vpp > 1 ('Et|t|t*2m|L' on pp 2,
-# the modules on rank 0's second chunk): refused before anything is built (one rank alone),
-# naming the limit; on this machine the planner does not rank that layout (with vpp 1 the
-# modules run on any stage of their own, tied or not: test_exec_mtp_mpi)
+# multi-token prediction modules on a stage of their own with vpp > 1 on the first pipeline
+# rank ('Et|t|t*2m|L' on pp 2, the modules on rank 0's second chunk): refused before anything
+# is built (one rank alone), naming the limit; on this machine the planner does not rank that
+# layout (on another rank, or with vpp 1 on any stage of their own, tied or not, the modules
+# run: test_exec_mtp_mpi)
 printf '{"name": "m", "family": "gpt", "layers": 4, "hidden": 64, "heads": 4, "vocab": 256, "seq_len": 64, "mtp_layers": 1}\n' >"$tmp/mtp.json"
 "$px" plan --model "$tmp/mtp.json" --cluster dgx-a100 --gpus 2 --pp 2 --gbs 4 --mbs 1 --seq 16 --steps 1 \
   --pipeline-model-parallel-layout 'Et|t|t*2m|L' -o "$tmp/mtp2.json" >/dev/null
-mtp_why="model m has 1 multi-token prediction module: the executor runs them with limits: on a stage of their own (a layout string's m before L) they run with vpp 1"
+mtp_why="model m has 1 multi-token prediction module: the executor runs them with limits: on a stage of their own (a layout string's m before L) with vpp > 1 they run on a pipeline rank other than the first (the embedding's)"
 expect 2 "mtp2.json: $mtp_why" run "$tmp/mtp2.json" --launcher none
 expect 2 "the executor does not run it (planning for this machine) (e.g. $mtp_why" \
   plan --model "$tmp/mtp.json" --cluster local --gpus 2 --pp 2 --gbs 4 --mbs 1 --seq 16 --steps 1 \

@@ -56,6 +56,7 @@ enum {
     LAYOUT_FP8_TENSORWISE = 32, /* FP8 GEMMs with a per-tensor scale of their own */
     LAYOUT_NO_SP = 64,          /* tp > 1 without sequence parallelism */
     LAYOUT_WIDE = 128,          /* ffn_hidden 512: eh's input gradient fits the MLP's scratch at tp 4 */
+    LAYOUT_GBS6 = 256,          /* a global batch of 6 (interleaving on pp 3) */
 };
 
 static const Layout layouts[] = {
@@ -77,6 +78,12 @@ static const Layout layouts[] = {
      * embedding there, its gradient summed with the first stage's and the output layer's over
      * the three stages */
     {"pp3_mtp_stage_tied", "tiny", 3, 1, 1, 3, 1, 1, 0, 0, "Et*2|t*2m|L", 0, 0, 0},
+    /* interleaved, the modules on rank 1's second chunk (virtual stage 4 of 6), without layers:
+     * a tied model's two (three copies of the embedding), by hand an untied model's one */
+    {"llama_pp3_vpp2_mtp_stage", "tiny-llama", 3, 1, 1, 3, 2, 1, 0, 0, "Et|t|t|t|m|L", 0, 0,
+     LAYOUT_GBS6},
+    {"pp3_vpp2_mtp2_stage_tied", "tiny", 3, 1, 1, 3, 2, 1, 0, 0, "Et|t|t|t|mm|L", 0, 0,
+     LAYOUT_GBS6 | LAYOUT_MTP2},
     {"llama_pp3_mtp2_stage", "tiny-llama", 3, 1, 1, 3, 1, 1, 0, 0, "Et*2|t*2mm|L", 0, 0,
      LAYOUT_MTP2},
     {"cuda_llama_pp2_mtp2_stage0", "tiny-llama", 2, 1, 1, 2, 1, 1, 0, 1, "Et*4mm|L", 0, 0,
@@ -181,7 +188,7 @@ static ModelSpec spec_of(const Layout *L)
     if (L->flags & LAYOUT_WIDE)
         s.model.ffn_hidden = 512;
     s.job.seq_len = 32;
-    s.job.global_batch = 8;
+    s.job.global_batch = L->flags & LAYOUT_GBS6 ? 6 : 8;
     s.job.micro_batch = 1;
     s.job.precision = L->cuda ? PX_BF16 : PX_FP32;
     s.job.steps = STEPS;
