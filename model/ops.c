@@ -1519,7 +1519,8 @@ static void step_embedding_sync(Emit *e, const ModelTensorTable *tt, int stage)
     const ModelDims *d = e->d;
     const int mtp_n = s->model.mtp_layers;
     const int copy_last = s->model.tied_embeddings || (mtp_n > 0 && d->mtp_chunk == d->chunks - 1);
-    const int copy_mtp = mtp_n > 0 && d->mtp_chunk != d->chunks - 1 && d->mtp_chunk != 0;
+    /* none on the first pipeline rank, whose embed.wte the modules read */
+    const int copy_mtp = mtp_n > 0 && d->mtp_chunk != d->chunks - 1 && d->mtp_chunk % d->p != 0;
     const double ge = (double)px_dtype_bytes(d->grad);
     if (!(copy_last || copy_mtp) || d->chunks <= 1)
         return;

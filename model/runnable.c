@@ -58,13 +58,10 @@ static const char *mla_limit(const ModelSpec *s, const ModelDims *d)
 /* The multi-token prediction modules' limits (exec/train/mtp.c), or NULL. */
 static const char *mtp_limit(const ModelDims *d)
 {
-    /* their own stage's layers are the main model's last, the loss stage has none (a layout
-     * string puts every m after every t); on the first stage they read the embedding itself */
-    const int alone = d->mtp_chunk != d->chunks - 1;
-    return alone && d->v > 1 && d->mtp_chunk % d->p == 0
-               ? "on a stage of their own (a layout string's m before L) with vpp > 1 they run on "
-                 "a pipeline rank other than the first (the embedding's)"
-           : d->h % d->t ? "tp must divide the hidden size (the eh projection's columns)"
+    /* on a stage of their own (a layout string's m before L) any: its layers are the main
+     * model's last, the loss stage has none (a layout string puts every m after every t); on
+     * the first pipeline rank they read the embedding itself */
+    return d->h % d->t ? "tp must divide the hidden size (the eh projection's columns)"
            : d->ffn_out_loc < 2 * d->h && d->q_loc + 2 * d->kv_width_loc < 2 * d->h
                ? "the MLP's or the attention's width per tp rank must be at least 2 x hidden "
                  "(the eh projection's input gradient lives in that scratch)"

@@ -84,6 +84,11 @@ static const Layout layouts[] = {
      LAYOUT_GBS6},
     {"pp3_vpp2_mtp2_stage_tied", "tiny", 3, 1, 1, 3, 2, 1, 0, 0, "Et|t|t|t|mm|L", 0, 0,
      LAYOUT_GBS6 | LAYOUT_MTP2},
+    /* interleaved on pp 2, the modules on rank 0's second chunk (virtual stage 2 of 4), where
+     * they read embed.wte itself: an untied model's two, by hand a tied model's one */
+    {"llama_pp2_vpp2_mtp2_stage", "tiny-llama", 2, 1, 1, 2, 2, 1, 0, 0, "Et|t|t*2mm|L", 0, 0,
+     LAYOUT_MTP2},
+    {"pp2_vpp2_mtp_stage_tied", "tiny", 2, 1, 1, 2, 2, 1, 0, 0, "Et|t|t*2m|L", 0, 0, 0},
     {"llama_pp3_mtp2_stage", "tiny-llama", 3, 1, 1, 3, 1, 1, 0, 0, "Et*2|t*2mm|L", 0, 0,
      LAYOUT_MTP2},
     {"cuda_llama_pp2_mtp2_stage0", "tiny-llama", 2, 1, 1, 2, 1, 1, 0, 1, "Et*4mm|L", 0, 0,
