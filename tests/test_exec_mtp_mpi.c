@@ -13,7 +13,9 @@
  * the module's copy of the embedding summed with the first stage's), the modules on a stage of
  * their own (a layout string's m before L: the transfer to the loss stage carries the main
  * hidden state and each module's output; one module after the first stage, two on the
- * embedding's stage, one of a tied model there), data parallelism with
+ * embedding's stage, one of a tied model there, two there on tp 2 without SP, a tied model's
+ * after the first stage (three copies of the embedding), and interleaved on pp 2 x vpp 2 on
+ * rank 0 and on pp 3 x vpp 2 on rank 1), data parallelism with
  * ZeRO-1, tensor parallelism with sequence parallelism (a tied LayerNorm model) and without it
  * (two modules; with ZeRO-2 on tp 2 and tp 4), ZeRO-2 on tp 4 with SP, expert
  * parallelism (the module's layer a MoE layer, forced balance), tensor and sequence
@@ -66,7 +68,8 @@ static const Layout layouts[] = {
     /* the modules on the embedding's stage, the loss's after it: two of them (an untied
      * model: they read embed.wte itself, no copy), and one of a tied model (the output layer's
      * copy on the loss stage summed with the first stage's); run by hand: two modules on a
-     * stage of their own after the first, and the first on the CUDA backend (the emulator) */
+     * stage of their own after the first, and the first on the CUDA backend (the emulator, 9 s;
+     * on tp 2 x pp 2 without SP, 20 s) */
     {"llama_pp2_mtp2_stage0", "tiny-llama", 2, 1, 1, 2, 1, 1, 0, 0, "Et*4mm|L", 0, 0,
      LAYOUT_MTP2},
     {"pp2_mtp_stage0", "tiny", 2, 1, 1, 2, 1, 1, 0, 0, "Et*4m|L", 0, 0, 0},
@@ -93,6 +96,8 @@ static const Layout layouts[] = {
      LAYOUT_MTP2},
     {"cuda_llama_pp2_mtp2_stage0", "tiny-llama", 2, 1, 1, 2, 1, 1, 0, 1, "Et*4mm|L", 0, 0,
      LAYOUT_MTP2},
+    {"cuda_llama_tp2_pp2_mtp2_stage0", "tiny-llama", 4, 1, 2, 2, 1, 1, 0, 1, "Et*4mm|L", 0, 0,
+     LAYOUT_NO_SP | LAYOUT_MTP2},
     {"dp2_zero1", "tiny", 2, 2, 1, 1, 1, 1, 1, 0, NULL, 0, 0, 0},
     {"tp2_sp", "tiny", 2, 1, 2, 1, 1, 1, 0, 0, NULL, 0, 0, 0},
     /* tp 2 without SP: the module's rows whole on every rank, enorm's input summed over the
