@@ -1518,18 +1518,20 @@ static void step_grad_reductions(Emit *e, const ModelTensorTable *tt)
 
 /* The output layer's copy of a tied embedding, and the prediction modules' copy of the
  * embedding (in the last stage's final block, or a standalone MTP stage's mtp.embed): their
- * gradients summed with the first stage's. A tied model with a standalone MTP stage holds
- * three copies; each stage's sum is costed as a pair's, the first with the last. */
+ * gradients summed with the first stage's. A tied model with a standalone MTP stage after the
+ * first holds three copies, summed by one all-reduce over the three stages. */
 static void step_embedding_sync(Emit *e, const ModelTensorTable *tt, int stage)
 {
     const ModelSpec *s = e->s;
     const ModelDims *d = e->d;
     const int mtp_n = s->model.mtp_layers;
     const int copy_last = s->model.tied_embeddings || (mtp_n > 0 && d->mtp_chunk == d->chunks - 1);
-    const int copy_mtp = mtp_n > 0 && d->mtp_chunk != d->chunks - 1 && d->mtp_chunk != 0;
+    /* none on the first pipeline rank, whose embed.wte the modules read */
+    const int copy_mtp = mtp_n > 0 && d->mtp_chunk != d->chunks - 1 && d->mtp_chunk % d->p != 0;
     const double ge = (double)px_dtype_bytes(d->grad);
     if (!(copy_last || copy_mtp) || d->chunks <= 1)
         return;
+    const int members = copy_last && copy_mtp ? 3 : 2;
     for (int j = 0; j < d->v; j++) {
         int gc = model_global_chunk(d, stage, j);
         const char *bn = gc == 0                            ? "embed"
@@ -1542,7 +1544,7 @@ static void step_embedding_sync(Emit *e, const ModelTensorTable *tt, int stage)
             /* found: the table gives the first chunk its embed block, the last its final
              * and the MTP chunk its mtp.embed */
             block_comm(e, MODEL_OPR_BLOCK_GRADS, tt, block_index(tt, bn, -1, j),
-                       MODEL_EMBED_ALLREDUCE, 2, (double)d->vocab_loc * d->h * ge, 1);
+                       MODEL_EMBED_ALLREDUCE, members, (double)d->vocab_loc * d->h * ge, 1);
         }
     }
 }

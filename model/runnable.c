@@ -45,19 +45,12 @@ static const char *mla_limit(const ModelSpec *s, const ModelDims *d)
 }
 
 /* The multi-token prediction modules' limits (exec/train/mtp.c), or NULL. */
-static const char *mtp_limit(const ModelSpec *s, const ModelDims *d)
+static const char *mtp_limit(const ModelDims *d)
 {
-    int l0;
-    const int alone = d->mtp_chunk != d->chunks - 1;
-    return alone && s->model.tied_embeddings
-               ? "on a stage of their own (a layout string's m before L) the model must be untied "
-                 "(a third copy of the embedding)"
-           : alone && (d->v > 1 || s->model.mtp_layers > 1 || d->mtp_chunk == 0 || d->pp_split > 1 ||
-                       model_chunk_layers(s, d, d->chunks - 1, &l0) > 0)
-               ? "on a stage of their own (a layout string's m before L) they run with vpp 1, one "
-                 "module, a stage without the embedding, a loss stage without layers and, with "
-                 "tp > 1, SP"
-           : d->h % d->t ? "tp must divide the hidden size (the eh projection's columns)"
+    /* on a stage of their own (a layout string's m before L) any: its layers are the main
+     * model's last, the loss stage has none (a layout string puts every m after every t); on
+     * the first pipeline rank they read the embedding itself */
+    return d->h % d->t ? "tp must divide the hidden size (the eh projection's columns)"
            : d->ffn_out_loc < 2 * d->h && d->q_loc + 2 * d->kv_width_loc < 2 * d->h
                ? "the MLP's or the attention's width per tp rank must be at least 2 x hidden "
                  "(the eh projection's input gradient lives in that scratch)"
@@ -125,7 +118,7 @@ int model_exec_refusal(const ModelSpec *s, const ModelDims *d, int gpu, char *wh
                  "layout.cp %d (cp_comm_type %s, sequence %d): the executor runs context "
                  "parallelism with limits: %s",
                  d->c, model_cp_comm_name(s->layout.cp_comm), d->s, lim);
-    else if (m->mtp_layers > 0 && (lim = mtp_limit(s, d)))
+    else if (m->mtp_layers > 0 && (lim = mtp_limit(d)))
         snprintf(why, cap,
                  "model %s has %d multi-token prediction module%s: the executor runs them with "
                  "limits: %s",

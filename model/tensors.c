@@ -854,9 +854,10 @@ static int add_parameters(Build *B, PxError *err)
              * model keeps a copy of the embedding (a tied one's output layer is that copy) */
             if (c->mtp_layers > 0 && g == d->mtp_chunk && !first && !c->tied_embeddings)
                 add_param(a, s, d, MODEL_TR_WTE, "mtp.wte", MODEL_SHARD_TP, 2, d->vocab_loc, h);
-        } else if (c->mtp_layers > 0 && g == d->mtp_chunk && !first) {
+        } else if (c->mtp_layers > 0 && g == d->mtp_chunk && B->stage != 0) {
             /* a standalone MTP stage: its own copy of the embedding, tied or not, whose gradient
-             * is summed with the first stage's as the output layer's copy is */
+             * is summed with the first stage's as the output layer's copy is (on the first
+             * pipeline rank, a later chunk with vpp > 1 too, they read embed.wte itself) */
             if ((rc = add_block(tt, "mtp.embed", j, -1, 1, err)))
                 return rc;
             a->block = tt->n_blocks - 1;

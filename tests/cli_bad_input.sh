@@ -239,17 +239,18 @@ then
 else
   echo "SKIPPED the .bin token files: python3 is needed to write them"
 fi
-# multi-token prediction modules on a stage of their own ('Et*4m|L' on pp 2) of a tied model
-# would hold a third copy of the embedding: refused before anything is built (one rank alone),
-# naming the limit; on this machine the planner does not rank that layout
-printf '{"name": "m", "family": "gpt", "layers": 4, "hidden": 64, "heads": 4, "vocab": 256, "seq_len": 64, "mtp_layers": 1}\n' >"$tmp/mtp.json"
-"$px" plan --model "$tmp/mtp.json" --cluster dgx-a100 --gpus 2 --pp 2 --gbs 4 --mbs 2 --seq 16 --steps 1 \
-  --pipeline-model-parallel-layout 'Et*4m|L' -o "$tmp/mtp2.json" >/dev/null
-mtp_why="model m has 1 multi-token prediction module: the executor runs them with limits: on a stage of their own (a layout string's m before L) the model must be untied (a third copy of the embedding)"
+# multi-token prediction modules whose eh input gradient (b x s x 2h) fits neither the MLP's
+# nor the attention's scratch per tp rank (ffn_hidden 64 = hidden on tp 2): refused before
+# anything is built (one rank alone), naming the limit; on this machine the planner does not
+# rank that layout (on a stage of their own the modules run wherever a layout string puts
+# them: test_exec_mtp_mpi)
+printf '{"name": "m", "family": "gpt", "layers": 4, "hidden": 64, "heads": 4, "vocab": 256, "seq_len": 64, "ffn_hidden": 64, "mtp_layers": 1}\n' >"$tmp/mtp.json"
+"$px" plan --model "$tmp/mtp.json" --cluster dgx-a100 --gpus 2 --tp 2 --gbs 4 --mbs 1 --seq 16 --steps 1 \
+  -o "$tmp/mtp2.json" >/dev/null
+mtp_why="model m has 1 multi-token prediction module: the executor runs them with limits: the MLP's or the attention's width per tp rank must be at least 2 x hidden (the eh projection's input gradient lives in that scratch)"
 expect 2 "mtp2.json: $mtp_why" run "$tmp/mtp2.json" --launcher none
 expect 2 "the executor does not run it (planning for this machine) (e.g. $mtp_why" \
-  plan --model "$tmp/mtp.json" --cluster local --gpus 2 --pp 2 --gbs 4 --mbs 2 --seq 16 --steps 1 \
-  --pipeline-model-parallel-layout 'Et*4m|L'
+  plan --model "$tmp/mtp.json" --cluster local --gpus 2 --tp 2 --gbs 4 --mbs 1 --seq 16 --steps 1
 # op-level recompute with FP8 is priced, not run: the executor refuses a plan made for another
 # cluster by name before anything is built (one statement, model_exec_refusal); ZeRO-3 under a
 # pipeline and the all-gather dispatcher with a capacity factor are run, so a plan for this

@@ -10,9 +10,12 @@
  * - at the first step, before any update, the untrained modules predict as well as chance:
  *   the modules' loss is within 0.1 of ln(vocab).
  * Layouts: the pipeline with the module on the last of 2 x 2 virtual stages (an untied model:
- * the module's copy of the embedding summed with the first stage's), the module on a stage of
- * its own (a layout string's m before L: the transfer to the loss stage carries two
- * activations), data parallelism with
+ * the module's copy of the embedding summed with the first stage's), the modules on a stage of
+ * their own (a layout string's m before L: the transfer to the loss stage carries the main
+ * hidden state and each module's output; one module after the first stage, two on the
+ * embedding's stage, one of a tied model there, two there on tp 2 without SP, a tied model's
+ * after the first stage (three copies of the embedding), and interleaved on pp 2 x vpp 2 on
+ * rank 0 and on pp 3 x vpp 2 on rank 1), data parallelism with
  * ZeRO-1, tensor parallelism with sequence parallelism (a tied LayerNorm model) and without it
  * (two modules; with ZeRO-2 on tp 2 and tp 4), ZeRO-2 on tp 4 with SP, expert
  * parallelism (the module's layer a MoE layer, forced balance), tensor and sequence
@@ -55,12 +58,46 @@ enum {
     LAYOUT_FP8_TENSORWISE = 32, /* FP8 GEMMs with a per-tensor scale of their own */
     LAYOUT_NO_SP = 64,          /* tp > 1 without sequence parallelism */
     LAYOUT_WIDE = 128,          /* ffn_hidden 512: eh's input gradient fits the MLP's scratch at tp 4 */
+    LAYOUT_GBS6 = 256,          /* a global batch of 6 (interleaving on pp 3) */
 };
 
 static const Layout layouts[] = {
     {"llama_pp2_vpp2", "tiny-llama", 2, 1, 1, 2, 2, 1, 0, 0, NULL, 0, 0, 0},
     /* the module on a stage of its own, the loss's after it without layers */
     {"llama_pp3_mtp_stage", "tiny-llama", 3, 1, 1, 3, 1, 1, 0, 0, "Et*2|t*2m|L", 0, 0, 0},
+    /* the modules on the embedding's stage, the loss's after it: two of them (an untied
+     * model: they read embed.wte itself, no copy), and one of a tied model (the output layer's
+     * copy on the loss stage summed with the first stage's); run by hand: two modules on a
+     * stage of their own after the first, and the first on the CUDA backend (the emulator, 9 s;
+     * on tp 2 x pp 2 without SP, 20 s) */
+    {"llama_pp2_mtp2_stage0", "tiny-llama", 2, 1, 1, 2, 1, 1, 0, 0, "Et*4mm|L", 0, 0,
+     LAYOUT_MTP2},
+    {"pp2_mtp_stage0", "tiny", 2, 1, 1, 2, 1, 1, 0, 0, "Et*4m|L", 0, 0, 0},
+    /* the same two on tp 2 without SP: each transfer's parts split over the TP ranks and
+     * gathered again one by one, the modules' stage keeping its slices of their gradients */
+    {"llama_tp2_pp2_mtp2_stage0", "tiny-llama", 4, 1, 2, 2, 1, 1, 0, 0, "Et*4mm|L", 0, 0,
+     LAYOUT_NO_SP | LAYOUT_MTP2},
+    /* a tied model's module on a stage of its own after the first: a third copy of the
+     * embedding there, its gradient summed with the first stage's and the output layer's over
+     * the three stages */
+    {"pp3_mtp_stage_tied", "tiny", 3, 1, 1, 3, 1, 1, 0, 0, "Et*2|t*2m|L", 0, 0, 0},
+    /* interleaved, the modules on rank 1's second chunk (virtual stage 4 of 6), without layers:
+     * a tied model's two (three copies of the embedding), by hand an untied model's one */
+    {"llama_pp3_vpp2_mtp_stage", "tiny-llama", 3, 1, 1, 3, 2, 1, 0, 0, "Et|t|t|t|m|L", 0, 0,
+     LAYOUT_GBS6},
+    {"pp3_vpp2_mtp2_stage_tied", "tiny", 3, 1, 1, 3, 2, 1, 0, 0, "Et|t|t|t|mm|L", 0, 0,
+     LAYOUT_GBS6 | LAYOUT_MTP2},
+    /* interleaved on pp 2, the modules on rank 0's second chunk (virtual stage 2 of 4), where
+     * they read embed.wte itself: an untied model's two, by hand a tied model's one */
+    {"llama_pp2_vpp2_mtp2_stage", "tiny-llama", 2, 1, 1, 2, 2, 1, 0, 0, "Et|t|t*2mm|L", 0, 0,
+     LAYOUT_MTP2},
+    {"pp2_vpp2_mtp_stage_tied", "tiny", 2, 1, 1, 2, 2, 1, 0, 0, "Et|t|t*2m|L", 0, 0, 0},
+    {"llama_pp3_mtp2_stage", "tiny-llama", 3, 1, 1, 3, 1, 1, 0, 0, "Et*2|t*2mm|L", 0, 0,
+     LAYOUT_MTP2},
+    {"cuda_llama_pp2_mtp2_stage0", "tiny-llama", 2, 1, 1, 2, 1, 1, 0, 1, "Et*4mm|L", 0, 0,
+     LAYOUT_MTP2},
+    {"cuda_llama_tp2_pp2_mtp2_stage0", "tiny-llama", 4, 1, 2, 2, 1, 1, 0, 1, "Et*4mm|L", 0, 0,
+     LAYOUT_NO_SP | LAYOUT_MTP2},
     {"dp2_zero1", "tiny", 2, 2, 1, 1, 1, 1, 1, 0, NULL, 0, 0, 0},
     {"tp2_sp", "tiny", 2, 1, 2, 1, 1, 1, 0, 0, NULL, 0, 0, 0},
     /* tp 2 without SP: the module's rows whole on every rank, enorm's input summed over the
@@ -161,7 +198,7 @@ static ModelSpec spec_of(const Layout *L)
     if (L->flags & LAYOUT_WIDE)
         s.model.ffn_hidden = 512;
     s.job.seq_len = 32;
-    s.job.global_batch = 8;
+    s.job.global_batch = L->flags & LAYOUT_GBS6 ? 6 : 8;
     s.job.micro_batch = 1;
     s.job.precision = L->cuda ? PX_BF16 : PX_FP32;
     s.job.steps = STEPS;

@@ -285,7 +285,7 @@ static void test_mtp_stage(void)
  * 3, fp32. Stage 1 holds two layers, the module (a layer, enorm, hnorm and its final norm of h
  * each, eh of 2h x h) and a copy of the embedding (vocab x h); stage 2 the final block alone,
  * the LayerNorm and the output layer's copy. The three copies each join the embedding's
- * gradient all-reduce. */
+ * gradient all-reduce, one over the three stages (the executor's embedding group of 3). */
 static void test_mtp_stage_tied(void)
 {
     PxError err = {0};
@@ -305,7 +305,33 @@ static void test_mtp_stage_tied(void)
     for (int st = 0; st < 3; st++) {
         const ModelOp *o = find_comm(&r.ops[st], 0, MODEL_STEP, MODEL_EMBED_ALLREDUCE);
         CHECK(o != NULL && o->comm_bytes == 4 * wte);
+        CHECK_EQ_INT(3, o->group_size);
     }
+    sim_result_free(&r);
+    prof_cluster_free(&cl);
+}
+
+/* The modules on the first pipeline rank's later chunk: tiny untied with one module as
+ * 'Et|t|t*2m|L' on pp 2 x vpp 2, fp32. Rank 0 holds the embedding, three layers and the module,
+ * which reads embed.wte there: no copy of the embedding, and no rank sums one. */
+static void test_mtp_rank0_vpp(void)
+{
+    PxError err = {0};
+    ProfCluster cl;
+    CHECK_OK(prof_cluster_load("local", NULL, 0, &cl, &err), err);
+    ModelSpec s = spec_of("tiny", 2, 2);
+    s.model.mtp_layers = 1;
+    s.model.tied_embeddings = 0;
+    s.job.precision = PX_FP32;
+    snprintf(s.layout.pp_layout, sizeof s.layout.pp_layout, "Et|t|t*2m|L");
+    SimResult r;
+    CHECK_OK(sim_run(&s, &cl, 2, &r, &err), err);
+    CHECK_EQ_INT(2, r.dims.mtp_chunk);
+    const uint64_t h = 64, module = LAYER_PARAMS + 3 * h + 2 * h * h;
+    CHECK_EQ_U64(4ull * (EMBED_PARAMS + 3 * LAYER_PARAMS + module), r.mem[0].cat[MODEL_WEIGHTS]);
+    for (int st = 0; st < 2; st++)
+        for (int j = 0; j < 2; j++)
+            CHECK(find_comm(&r.ops[st], j, MODEL_STEP, MODEL_EMBED_ALLREDUCE) == NULL);
     sim_result_free(&r);
     prof_cluster_free(&cl);
 }
@@ -389,6 +415,7 @@ int main(void)
     test_costs();
     test_mtp_stage();
     test_mtp_stage_tied();
+    test_mtp_rank0_vpp();
     test_planner();
     test_exports();
     TEST_DONE("pp_layout");

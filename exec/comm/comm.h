@@ -69,8 +69,11 @@ typedef struct CommLayer CommLayer; /* opaque outside exec/comm */
 CommLayer *comm_single(void);
 
 /* The MPI layer for a layout (MPI must be running: comm_mpi_start): the world must hold
- * tp*cp*dp*pp ranks (PX_EINPUT otherwise, naming both). tied_pair: the first and last stage
- * share a tied embedding (an embedding group of 2). PX_EINPUT in a build without MPI. */
+ * tp*cp*dp*pp ranks (PX_EINPUT otherwise, naming both). tied_pair: 1, the first stage and
+ * the one holding a copy of the embedding (the last: a tied output layer or the prediction
+ * modules' mtp.wte; or the modules' own stage) share it (an embedding group of 2); 2, a tied
+ * model whose modules sit on a stage of their own after the first: the first, that stage and
+ * the last (a group of 3). PX_EINPUT in a build without MPI. */
 int comm_mpi(const ModelLayout *l, int tied_pair, CommLayer **out, PxError *err);
 
 /* The NCCL layer for a layout, over the world of MPI (which must be running): the groups of

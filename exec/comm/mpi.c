@@ -44,10 +44,12 @@ int comm_group_splits(const ModelLayout *l, int rank, int tied_pair, int undefin
     split[n++] = (CommGroupSplit){MODEL_GROUP_DP, tp + l->tp * (pp + l->pp * rep), cp + l->cp * shard};
     split[n] = (CommGroupSplit){MODEL_GROUP_EMBED, undefined, pp};
     /* the first stage and the one holding the other copy: the last, or the prediction
-     * modules' own stage (a layout string's m before L: exec/train/mtp.c) */
-    const int peer = l->mtp_from_last > 0 ? (l->pp * l->vpp - 1 - l->mtp_from_last) % l->pp
-                                          : l->pp - 1;
-    if (tied_pair && l->pp > 1 && (pp == 0 || pp == peer))
+     * modules' own stage (a layout string's m before L: exec/train/mtp.c) unless that is the
+     * first (they read the embedding there; a tied model's copy is the last stage's); with
+     * three copies (tied_pair 2) both */
+    const int mtp_stage = (l->pp * l->vpp - 1 - l->mtp_from_last) % l->pp;
+    const int peer = l->mtp_from_last > 0 && mtp_stage != 0 ? mtp_stage : l->pp - 1;
+    if (tied_pair && l->pp > 1 && (pp == 0 || pp == peer || (tied_pair == 2 && pp == l->pp - 1)))
         split[n].color = tp + l->tp * (cp + l->cp * dp);
     n++;
     if (n_rep > 1)

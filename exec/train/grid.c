@@ -33,8 +33,11 @@ void exec_grid_init(ExecGrid *g, const ModelSpec *s, const ModelDims *d, int ran
     }
     g->tied_here = s->model.tied_embeddings && d->chunks == 1;
     g->tied_pair = s->model.tied_embeddings && d->chunks > 1;
-    g->mtp_pair = !s->model.tied_embeddings && d->chunks > 1 && s->model.mtp_layers > 0 &&
-                  d->mtp_chunk != 0;
+    /* mtp.wte: an untied model's on a later stage, a tied one's on a stage of their own (on the
+     * loss stage a tied model's modules read the output layer, its copy already; on the first
+     * pipeline rank both read embed.wte) */
+    g->mtp_pair = d->chunks > 1 && s->model.mtp_layers > 0 && d->mtp_chunk % d->p != 0 &&
+                  (!s->model.tied_embeddings || d->mtp_chunk != d->chunks - 1);
     g->defer_logits_wgrad = g->tied_here && l->zero >= 2 && !d->zero_per_step;
     for (int i = 0; tt && i < tt->count; i++) {
         g->has_data |= tt->t[i].role == MODEL_TR_DATA_BATCH;

@@ -84,8 +84,9 @@ typedef struct {
     int tied_here;            /* the output layer reads embed.wte on this chunk */
     int tied_pair;            /* the output layer is a copy on the last stage: embed_allreduce */
     int mtp_pair;             /* the prediction modules' copy of the embedding (mtp.wte) away
-                                 from the first stage of an untied model (the last stage, or
-                                 theirs): embed_allreduce as tied_pair */
+                                 from the first stage: an untied model's (on the last stage, or
+                                 theirs), a tied one's on theirs (a third copy): embed_allreduce
+                                 as tied_pair */
     int defer_logits_wgrad;   /* ZeRO-2/3 + tied here: the output layer's weight gradient waits
                                  until the embedding's block is in the bucket */
 } ExecGrid;
@@ -1030,11 +1031,18 @@ int exec_pipe_give(ExecPipe *pp, const ExecCtx *c, ExecMeter *M, int chunk, int 
                    const void *src, PxError *err);
 /* The same for a transfer of n parts (the main hidden states and the prediction modules'
  * outputs past their own stage): into dst[k], from src[k] (a src[k] already at its place in
- * pp.send is not copied). */
+ * pp.send, this rank's slice under the scatter/gather split, is not copied). A dst[k] at its
+ * place in pp.send keeps this rank's slice there under the split, gathered when it is read
+ * (exec_pipe_gather_part). */
 int exec_pipe_take_parts(ExecPipe *pp, const ExecCtx *c, ExecMeter *M, int chunk, int mb,
                          int backward, void *const *dst, int n, PxError *err);
 int exec_pipe_give_parts(ExecPipe *pp, const ExecCtx *c, ExecMeter *M, int chunk, int mb,
                          int backward, const void *const *src, int n, PxError *err);
+/* Part k of the transfer into (chunk, mb, direction) kept at its place in pp.send, into dst
+ * (the whole activation): TP-gathered under the scatter/gather split, as more of the
+ * transfer's pp.tp_all_gather op, else copied. */
+int exec_pipe_gather_part(ExecPipe *pp, const ExecCtx *c, ExecMeter *M, int chunk, int backward,
+                          int k, void *dst, PxError *err);
 /* The last message has left (pp.send may be written again). */
 int exec_pipe_drain(ExecPipe *pp, const ExecCtx *c, PxError *err);
 void exec_pipe_free(ExecPipe *pp);

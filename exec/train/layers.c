@@ -1298,7 +1298,7 @@ int exec_layers_backward(const ExecLayerRun *r, int j, int mb, ExecLayerActs *A,
     } else if (c->g.chunk_mtp[j] > 0) {
         /* the prediction modules' own stage: their backward (mtp.c) took the gradient and left
          * the main hidden state's part in pp.send, theirs in the first module's spent output */
-        c->k->copy(dres, r->pipe->send, (size_t)c->d.b * c->d.s_sp * c->d.h * c->ab);
+        TRY(exec_pipe_gather_part(r->pipe, c, r->M, j, 1, 0, dres, err));
         c->k->add_inplace(dres, x->mtp_out[0], (size_t)c->d.b * c->d.s_sp * c->d.h);
     } else {
         TRY(exec_pipe_take(r->pipe, c, r->M, j, mb, 1, dres, err));

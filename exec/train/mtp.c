@@ -305,9 +305,12 @@ int exec_mtp_forward(const ExecLayerRun *r, int chunk, int mb, ExecLayerActs *A,
         for (int i = 0; i < c->spec.model.mtp_layers; i++)
             TRY(head_fwd(r, chunk, i, x, tok, mb, err));
     /* on their own stage each module's normed output goes to its place in pp.send, free once
-     * the last message has left */
+     * the last message has left (under the scatter/gather split normed in ws.out, free until
+     * the next module's forward, and this rank's slice of it put there) */
     if (!last && D > 0)
         TRY(exec_pipe_drain(r->pipe, c, err));
+    const int split = c->d.pp_split > 1;
+    const size_t part = r->pipe->part;
     const void *parts[1 + EXEC_MTP_MAX] = {EXEC_HA(x, FINAL_LN_IN)};
     for (int i = 0; i < D; i++) {
         const ExecLayerActs *a = &A[cl + i];
@@ -315,10 +318,12 @@ int exec_mtp_forward(const ExecLayerRun *r, int chunk, int mb, ExecLayerActs *A,
         TRY(module_fwd(r, chunk, i, a, hid, tok, mb, err));
         TRY(gather_module(r, c->spec.model.layers + i, MODEL_FWD, 2, err));
         TRY(exec_layers_one_fwd(r, chunk, c->spec.model.layers + i, a, x->mtp_out[i], mb, err));
-        void *out = last ? x->mtp_logits_in[i]
-                         : EXEC_AT(r->pipe->send, (size_t)(1 + i) * r->pipe->part, c->ab);
+        void *place = last ? NULL : EXEC_AT(r->pipe->send, (size_t)(1 + i) * part, c->ab);
+        void *out = last ? x->mtp_logits_in[i] : split ? r->W->out : place;
         TRY(final_norm(r, chunk, i, x, out, err));
-        parts[1 + i] = out;
+        if (!last && split)
+            c->k->copy(place, AT(out, (size_t)c->g.tp_rank * part), part * c->ab);
+        parts[1 + i] = last ? out : place;
         if (last)
             TRY(head_fwd(r, chunk, i, x, tok, mb, err));
     }
@@ -537,18 +542,24 @@ int exec_mtp_backward(const ExecLayerRun *r, int chunk, int mb, ExecLayerActs *A
         }
         return PX_OK;
     }
+    /* their own stage: the transfer's parts kept in pp.send (free once the last message has
+     * left; nothing else is sent before the chunk's backward ends; under the scatter/gather
+     * split this rank's slices), the main hidden state's gradient until the chunk's backward
+     * (layers.c), each module's into ws.dx_a, where its final norm's backward reads it, when
+     * its turn comes */
     if (!last && D > 0) {
-        /* their own stage (one module): the main hidden state's gradient kept in pp.send (free
-         * once the last message has left) until the chunk's backward (layers.c), the module's
-         * into ws.dx_a, where its final norm's backward reads it */
+        void *dst[1 + EXEC_MTP_MAX];
         TRY(exec_pipe_drain(r->pipe, c, err));
-        void *dst[2] = {r->pipe->send, r->W->dx_a};
-        TRY(exec_pipe_take_parts(r->pipe, c, r->M, chunk, mb, 1, dst, 2, err));
+        for (int k = 0; k <= D; k++)
+            dst[k] = EXEC_AT(r->pipe->send, (size_t)k * r->pipe->part, c->ab);
+        TRY(exec_pipe_take_parts(r->pipe, c, r->M, chunk, mb, 1, dst, 1 + D, err));
         exec_meter_pass_input(r->M);
     }
     for (int i = D - 1; i >= 0; i--) {
         if (last)
             TRY(head_bwd(r, chunk, i, x, tok, mb, err));
+        else
+            TRY(exec_pipe_gather_part(r->pipe, c, r->M, chunk, 1, 1 + i, r->W->dx_a, err));
         TRY(module_bwd(r, chunk, i, &A[cl + i], x, tok, mb, err));
     }
     return PX_OK;

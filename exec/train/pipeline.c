@@ -127,21 +127,44 @@ int exec_pipe_take_parts(ExecPipe *pp, const ExecCtx *c, ExecMeter *M, int chunk
     if (rc)
         return rc;
     pp->next_recv++;
-    if (c->d.pp_split > 1) {
+    const int split = c->d.pp_split > 1;
+    if (split) {
         if ((rc = exec_meter_need(M, c, MODEL_OPR_PP, -1, chunk, ph, MODEL_TP_ALL_GATHER, 0,
                                   "pp.tp_all_gather", &op, err)))
             return rc;
         exec_meter_open(M, c->k, op);
-        rc = comm_all_gather(c->comm, dst[0], pp->recv, pp->elems, c->act, MODEL_TP_ALL_GATHER,
-                             NULL, err);
-        exec_meter_close(M, c->k, op);
-        if (rc)
-            return rc;
-    } else {
-        for (int k = 0; k < n; k++)
-            c->k->copy(dst[k], EXEC_AT(pp->recv, (size_t)k * pp->part, c->ab), pp->part * c->ab);
     }
-    return post_receive(pp, c, err);
+    /* each part gathered whole (a slice of part elements from every TP rank), or copied; under
+     * the split one kept in pp.send stays this rank's slice */
+    for (int k = 0; k < n && !rc; k++) {
+        const void *from = EXEC_AT(pp->recv, (size_t)k * pp->part, c->ab);
+        if (split && dst[k] != EXEC_AT(pp->send, (size_t)k * pp->part, c->ab))
+            rc = comm_all_gather(c->comm, dst[k], from, pp->part, c->act, MODEL_TP_ALL_GATHER,
+                                 NULL, err);
+        else
+            c->k->copy(dst[k], from, pp->part * c->ab);
+    }
+    if (split)
+        exec_meter_close(M, c->k, op);
+    return rc ? rc : post_receive(pp, c, err);
+}
+
+int exec_pipe_gather_part(ExecPipe *pp, const ExecCtx *c, ExecMeter *M, int chunk, int backward,
+                          int k, void *dst, PxError *err)
+{
+    const void *from = EXEC_AT(pp->send, (size_t)k * pp->part, c->ab);
+    int op, rc;
+    if (c->d.pp_split <= 1) {
+        c->k->copy(dst, from, pp->part * c->ab);
+        return PX_OK;
+    }
+    if ((rc = exec_meter_need(M, c, MODEL_OPR_PP, -1, chunk, backward ? MODEL_BWD : MODEL_FWD,
+                              MODEL_TP_ALL_GATHER, 0, "pp.tp_all_gather", &op, err)))
+        return rc;
+    exec_meter_open_again(M, c->k, op);
+    rc = comm_all_gather(c->comm, dst, from, pp->part, c->act, MODEL_TP_ALL_GATHER, NULL, err);
+    exec_meter_close(M, c->k, op);
+    return rc;
 }
 
 int exec_pipe_give(ExecPipe *pp, const ExecCtx *c, ExecMeter *M, int chunk, int mb, int backward,
@@ -170,7 +193,7 @@ int exec_pipe_give_parts(ExecPipe *pp, const ExecCtx *c, ExecMeter *M, int chunk
             void *to_k = EXEC_AT(pp->send, (size_t)k * pp->part, c->ab);
             const void *from =
                 c->d.pp_split > 1 ? EXEC_AT(src[k], (size_t)c->g.tp_rank * pp->part, c->ab) : src[k];
-            if (from != to_k)
+            if (src[k] != to_k)
                 c->k->copy(to_k, from, pp->part * c->ab);
         }
         const int peer = backward ? c->g.prev_rank : c->g.next_rank;

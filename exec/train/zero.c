@@ -291,14 +291,18 @@ int exec_zero_block_done(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter
     return rc;
 }
 
-/* The tied embedding's copies summed over the first and last stages. */
+/* The tied embedding's copies summed over the embedding group (the first stage and the stages
+ * holding a copy). */
 static int tied_sum(const ExecCtx *c, ExecParams *P, ExecMeter *M, int b, PxError *err)
 {
     const ExecBlock *blk = &P->b[b];
-    /* a stage holds each at most once: the first chunk's embedding, the last chunk's copy (the
-     * output layer's, or the prediction modules' mtp.wte) */
-    const ExecParam *p = exec_params_of(
-        P, b == P->embed_block || c->g.mtp_pair ? MODEL_TR_WTE : MODEL_TR_LOGITS_W, -1);
+    /* block b's: the first chunk's embedding, or a copy (the output layer's, or the prediction
+     * modules' mtp.wte) */
+    const ExecParam *p = NULL;
+    for (int i = 0; i < P->n && !p; i++)
+        if (P->p[i].block == b &&
+            (P->p[i].tied_copy || (b == P->embed_block && P->p[i].role == MODEL_TR_WTE)))
+            p = &P->p[i];
     int op = exec_meter_find(M, MODEL_OPR_BLOCK_GRADS, b, blk->chunk, MODEL_STEP,
                              MODEL_EMBED_ALLREDUCE, 0);
     if (!p || op < 0)

@@ -124,8 +124,13 @@ static int run_setup(const Job *job, ModelPlan *plan, ExecOptions *opt, CommLaye
         const ModelSpec *s = &plan->spec;
         /* the first and last stages sum a tied output layer's or the prediction modules'
          * copy of the embedding (exec/train/mtp.c) */
-        int tied_pair = (s->model.tied_embeddings || s->model.mtp_layers > 0) &&
-                        s->layout.pp * s->layout.vpp > 1;
+        const ModelLayout *l = &s->layout;
+        int tied_pair = (s->model.tied_embeddings || s->model.mtp_layers > 0) && l->pp * l->vpp > 1;
+        /* a tied model whose modules sit on a stage of their own after the first: a third copy
+         * there (comm_mpi's tied_pair 2) */
+        if (tied_pair && s->model.tied_embeddings && s->model.mtp_layers > 0 &&
+            l->mtp_from_last > 0 && (l->pp * l->vpp - 1 - l->mtp_from_last) % l->pp != 0)
+            tied_pair = 2;
         rc = agreed(job, comm_for_job(s, tied_pair, backend == EXEC_BACKEND_CUDA, comm,
                                       &opt->comm_note, err),
                     err);
