@@ -38,20 +38,12 @@ static const char *moe_limit(const ModelSpec *s, const ModelDims *d)
 }
 
 /* Multi-head latent attention's limits, or NULL (context parallelism's are
- * model_exec_cp_limit's). */
-static const char *mla_limit(const ModelSpec *s, const ModelDims *d)
+ * model_exec_cp_limit's; kv_heads other than heads is no MLA model: model_config_check). */
+static const char *mla_limit(const ModelDims *d)
 {
-    const ModelMla *a = &s->model.mla;
-    return s->model.kv_heads != s->model.heads
-               ? "its keys and values are per head: kv_heads must equal heads"
-           : d->heads_loc * (d->qk_hd + d->v_hd) % 2
+    return d->heads_loc * (d->qk_hd + d->v_hd) % 2
                ? "the heads per TP rank x (qk_nope_dim + qk_rope_dim + v_dim) must be even (a "
                  "token's keys and values fill 2 x kv_width_loc, their mean width)"
-           : d->fp8 != MODEL_FP8_NONE && a->q_lora_rank == 0
-               ? "FP8 GEMMs run with a query latent (q_lora_rank > 0)"
-           : d->fp8 != MODEL_FP8_NONE && a->kv_lora_rank > d->h && a->kv_lora_rank > d->q_loc
-               ? "FP8 GEMMs run with kv_lora_rank at most the hidden size (the latent's input "
-                 "gradient lives in ws.dhid)"
                : NULL;
 }
 
@@ -146,7 +138,7 @@ int model_exec_refusal(const ModelSpec *s, const ModelDims *d, int gpu, char *wh
                  "model %s has %d multi-token prediction module%s: the executor runs them with "
                  "limits: %s",
                  m->name, m->mtp_layers, m->mtp_layers > 1 ? "s" : "", lim);
-    else if (m->mla.kv_lora_rank > 0 && (lim = mla_limit(s, d)))
+    else if (m->mla.kv_lora_rank > 0 && (lim = mla_limit(d)))
         snprintf(why, cap,
                  "model %s: the executor runs multi-head latent attention (mla.kv_lora_rank %d) "
                  "with limits: %s",

@@ -264,7 +264,9 @@ void model_mla_work(const ModelSpec *s, const ModelDims *d, ModelMlaWork *out)
     out->qs = out->dq + N * qr;
     out->ks = out->qs + R * qr;
     out->z = out->ks + R * (kr + rope);
-    out->total = out->z + R * lat;
+    out->dl = out->z + R * lat;
+    /* FP8's kv_b backward writes the latent's gradient whole before its blocks go to dkv */
+    out->total = out->dl + (d->fp8 ? N * kr : 0);
     if (!s->layout.sp || d->t < 2)
         return;
     /* under SP it is also the scratch of a layer's one all-reduce of the gradients (fp32) its

@@ -201,6 +201,13 @@ static const Layout layouts[] = {
     {"dsv3_dense_tp2_fp8_mxfp8", 2, 1, 2, 1, 1, 0, 1, 0, 0, 0, MODEL_FP8_MXFP8, 0, 0, 0, 2, 0},
     {"dsv3_ep2_tp2_sp_fp8_blockwise", 2, 1, 2, 1, 2, 1, 1, 0, 0, 0, MODEL_FP8_BLOCKWISE, 0, 0, 0, 1, 0},
     {"dsv3_dense_dp2_zero3_full_fp8_delayed", 2, 2, 1, 1, 1, 0, 1, 3, 1, 0, MODEL_FP8_DELAYED, 0, 0, 0, 2, 0},
+    /* FP8 without a query latent (_q0, DeepSeek-V2-Lite's shape): q_b's input is the layer's
+     * normed input, gathered with SP and quantized with q_b's scaling, its weight gradient from
+     * the saved FP8 copy (without SP) or that copy dequantized and gathered (with SP); kv_a's
+     * input gradient adds to q_b's. _kv80: a latent of 80, wider than the hidden size (64) and
+     * the queries per rank (48), its gradient in ws.mla's own region */
+    {"dsv3_dense_tp2_sp_q0_fp8_tensorwise", 2, 1, 2, 1, 1, 1, 1, 0, 0, 0, MODEL_FP8_TENSORWISE, 0, 0, 0, 2, 0},
+    {"dsv3_dense_tp2_q0_kv80_fp8_blockwise", 2, 1, 2, 1, 1, 0, 1, 0, 0, 0, MODEL_FP8_BLOCKWISE, 0, 0, 0, 2, 0},
     /* context parallelism: cp 2 alone, the experts' ranks carved out of the cp ranks (ep 2
      * on 2 ranks), and with TP's sequence shards beside the cp parts (the counts summed over
      * both); tiny-dsv3 whole (MLA's all-gather cp, MoE layers, its prediction module) */
@@ -229,6 +236,8 @@ static const Layout layouts[] = {
     {"cuda_dsv3_dense_cp2_p2p", 2, 1, 1, 1, 1, 0, 1, 0, 0, 1, 0, 0, 0, 0, 2, 2},
     {"cuda_dsv3_dense_cp2_a2a", 2, 1, 1, 1, 1, 0, 1, 0, 0, 1, 0, 0, 0, 0, 2, 2},
     {"cuda_dsv3_ep2_tp2_sp_fp8_tensorwise", 2, 1, 2, 1, 2, 1, 1, 0, 0, 1, MODEL_FP8_TENSORWISE, 0, 0, 0, 1, 0},
+    /* and without a query latent, with a latent wider than the hidden size */
+    {"cuda_dsv3_dense_tp2_sp_q0_kv80_fp8_blockwise", 2, 1, 2, 1, 1, 1, 1, 0, 0, 1, MODEL_FP8_BLOCKWISE, 0, 0, 0, 2, 0},
     /* Megatron-Core's all-gather dispatcher (ag_*: training.moe_dispatcher allgather): every
      * token, its scores and routing map gathered over etp x ep, the experts' weighted outputs
      * reduce-scattered back; against one rank and against the same layout's all-to-all */
@@ -308,6 +317,8 @@ static ModelSpec spec_of(const Layout *L)
     s.model.moe.shared_gate = strstr(L->name, "gate_") != NULL;
     if (strstr(L->name, "_q0")) /* queries projected from the layer's input, no latent */
         s.model.mla.q_lora_rank = 0;
+    if (strstr(L->name, "_kv80")) /* the keys' and values' latent wider than hidden */
+        s.model.mla.kv_lora_rank = 80;
     /* cp: a load-balancing coefficient of 1, so that the cp ranks' counts summed for it show
      * in the losses (forced balance with softmax scores gives it no gradient: real routing or
      * sigmoid scores) */
