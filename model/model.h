@@ -326,6 +326,8 @@ typedef struct {
     int h, hd;
     int heads_loc, kv_loc;   /* per TP rank */
     int q_loc, kv_width_loc; /* heads_loc * hd, kv_loc * hd */
+    int kv2_loc;             /* a token's keys and values per TP rank: 2 * kv_width_loc, with MLA
+                                heads_loc * (qk_hd + v_hd) (kv_width_loc their mean) */
     int ffn_loc;             /* ffn / tp */
     int ffn_out_loc;         /* fc1 output width per TP rank: ffn_loc (GELU) or 2*ffn_loc (SwiGLU) */
     int vocab_pad, vocab_loc;

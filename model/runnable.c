@@ -37,16 +37,6 @@ static const char *moe_limit(const ModelSpec *s, const ModelDims *d)
                                              : NULL;
 }
 
-/* Multi-head latent attention's limits, or NULL (context parallelism's are
- * model_exec_cp_limit's; kv_heads other than heads is no MLA model: model_config_check). */
-static const char *mla_limit(const ModelDims *d)
-{
-    return d->heads_loc * (d->qk_hd + d->v_hd) % 2
-               ? "the heads per TP rank x (qk_nope_dim + qk_rope_dim + v_dim) must be even (a "
-                 "token's keys and values fill 2 x kv_width_loc, their mean width)"
-               : NULL;
-}
-
 /* The multi-token prediction modules' limits (exec/train/mtp.c), or NULL. */
 static const char *mtp_limit(const ModelSpec *s, const ModelDims *d)
 {
@@ -61,7 +51,7 @@ static const char *mtp_limit(const ModelSpec *s, const ModelDims *d)
                  "module, a stage without the embedding, a loss stage without layers and, with "
                  "tp > 1, SP"
            : d->h % d->t ? "tp must divide the hidden size (the eh projection's columns)"
-           : d->ffn_out_loc < 2 * d->h && d->q_loc + 2 * d->kv_width_loc < 2 * d->h
+           : d->ffn_out_loc < 2 * d->h && d->q_loc + d->kv2_loc < 2 * d->h
                ? "the MLP's or the attention's width per tp rank must be at least 2 x hidden "
                  "(the eh projection's input gradient lives in that scratch)"
                : NULL;
@@ -138,11 +128,6 @@ int model_exec_refusal(const ModelSpec *s, const ModelDims *d, int gpu, char *wh
                  "model %s has %d multi-token prediction module%s: the executor runs them with "
                  "limits: %s",
                  m->name, m->mtp_layers, m->mtp_layers > 1 ? "s" : "", lim);
-    else if (m->mla.kv_lora_rank > 0 && (lim = mla_limit(d)))
-        snprintf(why, cap,
-                 "model %s: the executor runs multi-head latent attention (mla.kv_lora_rank %d) "
-                 "with limits: %s",
-                 m->name, m->mla.kv_lora_rank, lim);
     else if (d->recompute_op && d->fp8 != MODEL_FP8_NONE)
         snprintf(why, cap,
                  "%s's op-level selective recompute runs without FP8 GEMMs (train with "
