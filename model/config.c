@@ -130,11 +130,20 @@ int model_config_check(const ModelConfig *c, const char *origin, PxError *err)
     const ModelMla *a = &c->mla;
     if (a->kv_lora_rank > 0 &&
         (a->q_lora_rank < 0 || a->qk_nope_dim < 1 || a->qk_rope_dim < 1 || a->v_dim < 1 ||
-         a->qk_rope_dim % 2 != 0 || c->kv_heads != c->heads))
+         a->qk_rope_dim % 2 != 0))
         return px_fail(err, PX_EINPUT,
-                       "%s: mla needs qk_nope_dim, qk_rope_dim (even), v_dim >= 1, q_lora_rank >= "
-                       "0 and kv_heads = heads",
+                       "%s: mla needs qk_nope_dim, qk_rope_dim (even), v_dim >= 1 and q_lora_rank "
+                       ">= 0",
                        origin);
+    /* every head's keys and values come up from the one latent (kv_b): there are no key/value
+     * groups to share, so a kv_heads below heads has no meaning (DeepSeek's configs give
+     * num_key_value_heads = num_attention_heads) */
+    if (a->kv_lora_rank > 0 && c->kv_heads != c->heads)
+        return px_fail(err, PX_EINPUT,
+                       "%s: kv_heads %d must equal heads %d with multi-head latent attention "
+                       "(mla.kv_lora_rank %d): each head's keys and values come up from the "
+                       "latent, there are no key/value groups",
+                       origin, c->kv_heads, c->heads, a->kv_lora_rank);
     if (c->mtp_layers < 0 || c->mtp_layers > 16)
         return px_fail(err, PX_EINPUT, "%s: mtp_layers must be between 0 and 16, got %d", origin,
                        c->mtp_layers);

@@ -326,6 +326,8 @@ typedef struct {
     int h, hd;
     int heads_loc, kv_loc;   /* per TP rank */
     int q_loc, kv_width_loc; /* heads_loc * hd, kv_loc * hd */
+    int kv2_loc;             /* a token's keys and values per TP rank: 2 * kv_width_loc, with MLA
+                                heads_loc * (qk_hd + v_hd) (kv_width_loc their mean) */
     int ffn_loc;             /* ffn / tp */
     int ffn_out_loc;         /* fc1 output width per TP rank: ffn_loc (GELU) or 2*ffn_loc (SwiGLU) */
     int vocab_pad, vocab_loc;
@@ -957,11 +959,12 @@ void model_mla_acts(const ModelSpec *s, const ModelDims *d, ModelRecompute mode,
  * gathered, the keys' non-rotary part) [N, max((heads + 2) x qk_rope, heads x qk_nope)];
  * lat: a latent after its norm [N, max(q_lora, kv_lora)]; dkv: the keys' and values' latent
  * gradient [N, kv_lora + qk_rope]; dq: the query latent's [N, q_lora]; qs, ks, z: a rank's
- * sequence shard of them, and of a norm's input gradient [R, ...]. total: its elements (0
- * without MLA); with SP at least a layer's gradients held whole on every TP rank in fp32, as
- * the scratch of their one all-reduce. */
+ * sequence shard of them, and of a norm's input gradient [R, ...]; dl: under FP8 the keys'
+ * and values' latent gradient as kv_b's GEMM writes it [N, kv_lora] (empty otherwise). total:
+ * its elements (0 without MLA); with SP at least a layer's gradients held whole on every TP
+ * rank in fp32, as the scratch of their one all-reduce. */
 typedef struct {
-    uint64_t x, lat, dkv, dq, qs, ks, z, total;
+    uint64_t x, lat, dkv, dq, qs, ks, z, dl, total;
 } ModelMlaWork;
 void model_mla_work(const ModelSpec *s, const ModelDims *d, ModelMlaWork *out);
 

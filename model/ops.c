@@ -291,7 +291,7 @@ static void attention_core(Emit *e, const char *base)
     double bh = (double)d->b * d->heads_loc, sq = d->s_loc, sk = d->s, a = eb(e);
     double hd = d->v_hd, qk = d->qk_hd;
     double fwd = model_attention_fwd_flops(s, bh, sq, sk, 0.5 * (qk + hd));
-    double qkv = (double)d->b * (sq * d->q_loc + 2.0 * sk * d->kv_width_loc) * a;
+    double qkv = (double)d->b * (sq * d->q_loc + sk * d->kv2_loc) * a;
     double out = (double)d->b * sq * d->o_loc * a;
     double mat = bh * sq * sk * a; /* one s x s score matrix per head */
     int drop = s->job.dropout > 0.0;
@@ -381,7 +381,7 @@ static void qkv_forward(Emit *e, int l)
         int rope_k = 0;
         qkv_rope_eager(e, M, &rope, &rope_k);
         const double extra = (s->model.qk_norm ? 2.0 * M * (d->q_loc + d->kv_width_loc) * a : 0) + rope;
-        linear_k(e, n, M, d->q_loc + 2.0 * d->kv_width_loc, h, extra, (s->model.qk_norm ? 1 : 0) + rope_k);
+        linear_k(e, n, M, d->q_loc + (double)d->kv2_loc, h, extra, (s->model.qk_norm ? 1 : 0) + rope_k);
         return;
     }
     if (m->q_lora_rank > 0) {
@@ -603,7 +603,7 @@ static void moe_forward(Emit *e, int l)
 }
 
 /* Context parallelism's exchange for the attention core, per comm type (docs/time.md,
- * "Context parallelism"); KVb is the rank's own keys and values, b x s/cp x 2 kv_width_loc.
+ * "Context parallelism"); KVb is the rank's own keys and values, b x s/cp x kv2_loc.
  * allgather: the whole sequence's K, V gathered before the core, their gradients
  * reduce-scattered after its backward. p2p (ring attention, Megatron's default): K, V go round
  * the ring in cp - 1 steps of KVb each, one step under each block of the core; the backward
@@ -614,7 +614,7 @@ static void moe_forward(Emit *e, int l)
 static double cp_kv_bytes(const Emit *e)
 {
     const ModelDims *d = e->d;
-    return (double)d->b * d->s_loc * 2.0 * d->kv_width_loc * eb(e);
+    return (double)d->b * d->s_loc * (double)d->kv2_loc * eb(e);
 }
 
 static void cp_forward(Emit *e, const char *n, int before)
@@ -624,10 +624,10 @@ static void cp_forward(Emit *e, const char *n, int before)
     switch (e->s->layout.cp_comm) {
     case MODEL_CP_COMM_ALLGATHER:
         if (before)
-            comm(e, n, MODEL_CP_ALL_GATHER, d->c, (double)d->b * d->s * 2.0 * d->kv_width_loc * a, 1);
+            comm(e, n, MODEL_CP_ALL_GATHER, d->c, (double)d->b * d->s * (double)d->kv2_loc * a, 1);
         break;
     case MODEL_CP_COMM_A2A:
-        comm(e, n, MODEL_CP_ALL_TO_ALL, d->c, before ? M * (d->q_loc + 2.0 * d->kv_width_loc) * a : M * d->o_loc * a, 1);
+        comm(e, n, MODEL_CP_ALL_TO_ALL, d->c, before ? M * (d->q_loc + (double)d->kv2_loc) * a : M * d->o_loc * a, 1);
         break;
     default:
         if (before)
@@ -641,13 +641,13 @@ static void cp_backward(Emit *e, const char *n, int before)
 {
     const ModelDims *d = e->d;
     const double a = eb(e), M = (double)d->b * d->s_loc;
-    const double kv_full = (double)d->b * d->s * 2.0 * d->kv_width_loc * a;
+    const double kv_full = (double)d->b * d->s * (double)d->kv2_loc * a;
     switch (e->s->layout.cp_comm) {
     case MODEL_CP_COMM_ALLGATHER:
         comm(e, n, before ? MODEL_CP_ALL_GATHER : MODEL_CP_REDUCE_SCATTER, d->c, kv_full, 1);
         break;
     case MODEL_CP_COMM_A2A:
-        comm(e, n, MODEL_CP_ALL_TO_ALL, d->c, before ? M * d->o_loc * a : M * (d->q_loc + 2.0 * d->kv_width_loc) * a, 1);
+        comm(e, n, MODEL_CP_ALL_TO_ALL, d->c, before ? M * d->o_loc * a : M * (d->q_loc + (double)d->kv2_loc) * a, 1);
         break;
     default:
         if (!before) /* K, V cp - 1 times and dK, dV cp times, KVb a call */
@@ -1035,7 +1035,7 @@ static void qkv_backward(Emit *e, int l)
         double rope = 0;
         int rope_k = 0;
         qkv_rope_eager(e, M, &rope, &rope_k);
-        linear_k(e, n, M, d->q_loc + 2.0 * d->kv_width_loc, h, rope, rope_k);
+        linear_k(e, n, M, d->q_loc + (double)d->kv2_loc, h, rope, rope_k);
         comm(e, n, sp ? MODEL_TP_REDUCE_SCATTER : MODEL_TP_ALLREDUCE, t, tp_act_bytes(e), 1);
         return;
     }

@@ -26,24 +26,6 @@ const char *model_exec_cp_limit(const ModelSpec *s, const ModelDims *d)
                                     : NULL;
 }
 
-/* Multi-head latent attention's limits, or NULL (context parallelism's are
- * model_exec_cp_limit's). */
-static const char *mla_limit(const ModelSpec *s, const ModelDims *d)
-{
-    const ModelMla *a = &s->model.mla;
-    return s->model.kv_heads != s->model.heads
-               ? "its keys and values are per head: kv_heads must equal heads"
-           : d->heads_loc * (d->qk_hd + d->v_hd) % 2
-               ? "the heads per TP rank x (qk_nope_dim + qk_rope_dim + v_dim) must be even (a "
-                 "token's keys and values fill 2 x kv_width_loc, their mean width)"
-           : d->fp8 != MODEL_FP8_NONE && a->q_lora_rank == 0
-               ? "FP8 GEMMs run with a query latent (q_lora_rank > 0)"
-           : d->fp8 != MODEL_FP8_NONE && a->kv_lora_rank > d->h && a->kv_lora_rank > d->q_loc
-               ? "FP8 GEMMs run with kv_lora_rank at most the hidden size (the latent's input "
-                 "gradient lives in ws.dhid)"
-               : NULL;
-}
-
 /* The multi-token prediction modules' limits (exec/train/mtp.c), or NULL. */
 static const char *mtp_limit(const ModelDims *d)
 {
@@ -51,7 +33,7 @@ static const char *mtp_limit(const ModelDims *d)
      * model's last, the loss stage has none (a layout string puts every m after every t); on
      * the first pipeline rank they read the embedding itself */
     return d->h % d->t ? "tp must divide the hidden size (the eh projection's columns)"
-           : d->ffn_out_loc < 2 * d->h && d->q_loc + 2 * d->kv_width_loc < 2 * d->h
+           : d->ffn_out_loc < 2 * d->h && d->q_loc + d->kv2_loc < 2 * d->h
                ? "the MLP's or the attention's width per tp rank must be at least 2 x hidden "
                  "(the eh projection's input gradient lives in that scratch)"
                : NULL;
@@ -123,11 +105,6 @@ int model_exec_refusal(const ModelSpec *s, const ModelDims *d, int gpu, char *wh
                  "model %s has %d multi-token prediction module%s: the executor runs them with "
                  "limits: %s",
                  m->name, m->mtp_layers, m->mtp_layers > 1 ? "s" : "", lim);
-    else if (m->mla.kv_lora_rank > 0 && (lim = mla_limit(s, d)))
-        snprintf(why, cap,
-                 "model %s: the executor runs multi-head latent attention (mla.kv_lora_rank %d) "
-                 "with limits: %s",
-                 m->name, m->mla.kv_lora_rank, lim);
     else if (d->recompute_op && d->fp8 != MODEL_FP8_NONE)
         snprintf(why, cap,
                  "%s's op-level selective recompute runs without FP8 GEMMs (train with "

@@ -519,6 +519,7 @@ static void fill_dims(ModelDims *d, const ModelSpec *sp, int s, int m)
     d->kv_loc = c->kv_heads / l->tp;
     d->q_loc = d->heads_loc * d->hd;
     d->kv_width_loc = d->kv_loc * d->hd;
+    d->kv2_loc = 2 * d->kv_width_loc;
     d->ffn_loc = c->ffn_hidden / l->tp;
     d->ffn_out_loc = c->mlp == MODEL_SWIGLU ? 2 * d->ffn_loc : d->ffn_loc;
     d->vocab_pad = (int)px_round_up((uint64_t)c->vocab, (uint64_t)j->pad_vocab * (uint64_t)l->tp);
@@ -541,9 +542,10 @@ static void fill_dims(ModelDims *d, const ModelSpec *sp, int s, int m)
     d->o_loc = d->heads_loc * d->v_hd;
     if (mla->kv_lora_rank > 0) {
         d->q_loc = d->heads_loc * d->qk_hd;
-        /* keys qk_hd and values v_hd wide: kv_width_loc is their mean, so that 2 x it is a
-         * token's key and value per TP rank as for ordinary attention */
-        d->kv_width_loc = d->heads_loc * (d->qk_hd + d->v_hd) / 2;
+        /* keys qk_hd and values v_hd wide: a token's key and value per TP rank are kv2_loc
+         * wide, and kv_width_loc their mean (rounded down where the sum is odd) */
+        d->kv2_loc = d->heads_loc * (d->qk_hd + d->v_hd);
+        d->kv_width_loc = d->kv2_loc / 2;
     }
     const ModelMoe *moe = &c->moe;
     d->ep = l->ep > 0 ? l->ep : 1;

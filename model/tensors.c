@@ -200,7 +200,7 @@ void model_layer_acts_at(const ModelSpec *s, const ModelDims *d, ModelRecompute 
     const ActRow t[MODEL_LAYER_ACTS] = {
         {"ln1.in", e, sp, 3, b, ss, h, 1, 1, 1},
         {"attn.qkv.in", e, sp, 3, b, ss, h, 1, 1, !full && !op},
-        {"attn.qkv.out", e, tp, 3, b, sl, d->q_loc + 2 * d->kv_width_loc, 1, 1, !full},
+        {"attn.qkv.out", e, tp, 3, b, sl, d->q_loc + d->kv2_loc, 1, 1, !full},
         {"attn.lse", f32, tp, 3, b, hl, sl, 1, flash, !full},
         {"attn.softmax", e, tp, 4, b, hl, sl, sq, !flash, none},
         {"attn.softmax_mask", u8, tp, 4, b, hl, sl, sq, !flash && drop, none},
@@ -264,7 +264,9 @@ void model_mla_work(const ModelSpec *s, const ModelDims *d, ModelMlaWork *out)
     out->qs = out->dq + N * qr;
     out->ks = out->qs + R * qr;
     out->z = out->ks + R * (kr + rope);
-    out->total = out->z + R * lat;
+    out->dl = out->z + R * lat;
+    /* FP8's kv_b backward writes the latent's gradient whole before its blocks go to dkv */
+    out->total = out->dl + (d->fp8 ? N * kr : 0);
     if (!s->layout.sp || d->t < 2)
         return;
     /* under SP it is also the scratch of a layer's one all-reduce of the gradients (fp32) its
@@ -491,7 +493,7 @@ static void add_attention_params(Adder *a, const ModelSpec *s, const ModelDims *
         add_param(a, s, d, MODEL_TR_KV_B_W, n, MODEL_SHARD_TP, 2,
                   (int64_t)d->heads_loc * (mla->qk_nope_dim + mla->v_dim), kr);
     } else {
-        int64_t qkv = d->q_loc + 2 * d->kv_width_loc;
+        int64_t qkv = d->q_loc + d->kv2_loc;
         NAME(n, "layer.%d.attn.qkv.w", layer);
         add_param(a, s, d, MODEL_TR_QKV_W, n, MODEL_SHARD_TP, 2, qkv, h);
         if (qkv_bias) {
@@ -1014,7 +1016,7 @@ void model_fp8_workspace(const ModelSpec *s, const ModelDims *d, ModelFp8Workspa
     /* every FP8 GEMM operand but the weights, rows x reduction: inputs and output gradients */
     const int64_t shapes[][2] = {
         {M, d->h},
-        {M, d->q_loc + 2 * d->kv_width_loc},
+        {M, d->q_loc + d->kv2_loc},
         {M, d->o_loc},
         {M, d->ffn_out_loc},
         {M, d->ffn_loc},
@@ -1060,7 +1062,7 @@ void model_fp8_workspace(const ModelSpec *s, const ModelDims *d, ModelFp8Workspa
     const int64_t h = d->h, qr = mla->q_lora_rank, kr = mla->kv_lora_rank;
     const int mla_on = kr > 0;
     const int64_t weights[][2] = {
-        {mla_on ? 0 : d->q_loc + 2 * d->kv_width_loc, h},
+        {mla_on ? 0 : d->q_loc + d->kv2_loc, h},
         {h, d->o_loc},
         {d->ffn_out_loc, h},
         {h, d->ffn_loc},
@@ -1108,7 +1110,7 @@ static void add_workspace(Build *B)
     add(a, MODEL_TR_WS_DX_B, "ws.dx_b", MODEL_WORKSPACE, e, sp, 3, b, d->s_sp, h, 0);
     add(a, MODEL_TR_WS_DHID, "ws.dhid", MODEL_WORKSPACE, e, 0, 3, b, d->s_loc, d->q_loc > h ? d->q_loc : h, 0);
     add(a, MODEL_TR_WS_DQKV, "ws.dqkv", MODEL_WORKSPACE, e, MODEL_SHARD_TP, 3, b, d->s_loc,
-        d->q_loc + 2 * d->kv_width_loc, 0);
+        d->q_loc + d->kv2_loc, 0);
     /* the MLP's backward scratch, as wide as the widest MLP a layer runs: a dense layer's or
      * a MoE layer's shared experts' (Qwen2-MoE's are wider than its dense layers'); under FP8
      * the shared experts' gate decodes fc2's saved input into it, with GeLU beside the
@@ -1189,7 +1191,7 @@ static void add_comm_buffers(Build *B)
         /* Ulysses' all-to-alls: the rank's Q, K, V (or output, or their gradients) packed by
          * destination, and what it receives, then reordered by the executor into the head
          * split over the whole sequence, which takes attn.qkv.out's place (docs/memory.md) */
-        const int64_t w = d->q_loc + 2 * (int64_t)d->kv_width_loc;
+        const int64_t w = d->q_loc + (int64_t)d->kv2_loc;
         add(a, MODEL_TR_CP_A2A_SEND, "cp.a2a_send", MODEL_COMM_BUFFERS, e, MODEL_SHARD_TP, 3, b,
             d->s_loc, w, 0);
         add(a, MODEL_TR_CP_A2A_RECV, "cp.a2a_recv", MODEL_COMM_BUFFERS, e, MODEL_SHARD_TP, 3, b,
@@ -1199,7 +1201,7 @@ static void add_comm_buffers(Build *B)
          * and the gradient of K and V accumulated for it; one chunk's partial output (or its
          * Q gradient, the wider: multi-head latent attention's differ), its log-sum-exp and
          * its K, V gradient (docs/memory.md) */
-        const int64_t kv2 = 2 * (int64_t)d->kv_width_loc, C = d->s_loc / 2;
+        const int64_t kv2 = (int64_t)d->kv2_loc, C = d->s_loc / 2;
         add(a, MODEL_TR_CP_KV, "cp.kv", MODEL_COMM_BUFFERS, e, MODEL_SHARD_TP, 4, 4, b, d->s_loc,
             kv2);
         add(a, MODEL_TR_CP_OUT_PART, "cp.out_part", MODEL_COMM_BUFFERS, e, MODEL_SHARD_TP, 2, C,
@@ -1213,7 +1215,7 @@ static void add_comm_buffers(Build *B)
          * gradient reduce-scattered from it), and for the all-gather the same in global token
          * order (attention's keys) and the gradient of the full sequence's K and V
          * (docs/memory.md, "Context parallelism") */
-        const int64_t kv2 = 2 * (int64_t)d->kv_width_loc;
+        const int64_t kv2 = (int64_t)d->kv2_loc;
         add(a, MODEL_TR_CP_KV, "cp.kv", MODEL_COMM_BUFFERS, e, MODEL_SHARD_TP, 3, b, d->s, kv2, 0);
         if (s->layout.cp_comm == MODEL_CP_COMM_ALLGATHER) {
             add(a, MODEL_TR_CP_KV_FULL, "cp.kv_full", MODEL_COMM_BUFFERS, e, MODEL_SHARD_TP, 3, b,
@@ -1532,13 +1534,13 @@ int model_tensors_build_cached(ModelTableCache *c, const ModelSpec *s, const Mod
     const uint64_t pk[] = {(uint64_t)d->t, (uint64_t)l->zero | (uint64_t)d->zero_per_step << 8, (uint64_t)d->zero_group,
                            (uint64_t)d->v, (uint64_t)d->param, (uint64_t)d->grad,
                            (uint64_t)d->master, (uint64_t)d->vocab_loc, (uint64_t)d->q_loc,
-                           (uint64_t)d->kv_width_loc, (uint64_t)d->ffn_out_loc,
+                           (uint64_t)d->kv2_loc, (uint64_t)d->ffn_out_loc,
                            (uint64_t)d->ffn_loc, (uint64_t)d->h, (uint64_t)d->chunks,
                            (uint64_t)d->edp, (uint64_t)d->experts_loc,
                            (uint64_t)d->eff_loc | (uint64_t)d->sff_loc << 32, (uint64_t)d->o_loc};
     const uint64_t ak[] = {(uint64_t)d->act, (uint64_t)d->b, (uint64_t)d->s, (uint64_t)d->s_loc,
                            (uint64_t)d->s_sp, (uint64_t)d->h, (uint64_t)d->q_loc,
-                           (uint64_t)d->kv_width_loc, (uint64_t)d->heads_loc,
+                           (uint64_t)d->kv2_loc, (uint64_t)d->heads_loc,
                            (uint64_t)d->ffn_out_loc, (uint64_t)d->ffn_loc, (uint64_t)d->vocab_loc,
                            (uint64_t)d->m, (uint64_t)d->c,
                            (uint64_t)(d->p > 1) | (uint64_t)d->pp_split << 1 | (uint64_t)(l->sp != 0) << 32 |

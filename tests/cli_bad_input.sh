@@ -76,6 +76,11 @@ expect 2 "expected a JSON object" simulate --model "$tmp/array.json" $ok
 expect 2 "name: expected a non-empty name" simulate --model "$tmp/noname.json" $ok
 expect 2 "empty file" simulate --model "$tmp/empty.json" $ok
 expect 2 "not a regular file" simulate --model "$tmp/" $ok
+# multi-head latent attention has no key/value groups: kv_heads other than heads is refused by
+# the loader, so nothing prices it
+sed 's/"kv_heads": 4/"kv_heads": 2/' "$(dirname "$0")/../model/zoo/tiny-dsv3.json" >"$tmp/mla_kv.json"
+expect 2 "kv_heads 2 must equal heads 4 with multi-head latent attention (mla.kv_lora_rank 16)" \
+  simulate --model "$tmp/mla_kv.json" $ok
 
 # cluster files and overrides
 expect 2 "unknown cluster 'dgx-z100'" simulate --model tiny --cluster dgx-z100 --gpus 8

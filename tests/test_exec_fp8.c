@@ -324,6 +324,81 @@ static void mla_gemms(void)
     CHECK(fabs(loss[1] - loss[0]) > 1e-6);
 }
 
+/* Multi-head latent attention without a query latent (q_lora_rank 0, DeepSeek-V2-Lite's
+ * shape) and with a latent wider than the hidden size and the queries (kv_lora_rank 112 >
+ * 96): one micro-batch's gradients on FP8 against fp32's, tensor by tensor. q_b reads the
+ * layer's normed input, its input gradient and kv_a's add in ws.dhid, and kv_b's latent
+ * gradient has ws.mla's region of its own; a term lost or a buffer overrun shows in the norms'
+ * and the embedding's gradients, which every later layer's input gradient feeds. */
+/* At initialization attention is nearly uniform and the queries barely move the loss:
+ * sharpen it (test_exec_grad's factor 8 on the up-projections), the FP8 copies cast again. */
+static void sharpen(Exec *ex)
+{
+    const ModelTensorTable *tt = exec_table(ex);
+    for (int i = 0; i < tt->count; i++) {
+        const ModelTensor *t = &tt->t[i];
+        const char *dot = strstr(t->name, ".attn.");
+        if (t->cat != MODEL_WEIGHTS || !dot || (strcmp(dot, ".attn.q_b.w") && strcmp(dot, ".attn.kv_b.w")))
+            continue;
+        float *w = exec_tensor(ex, t->name, NULL);
+        CHECK(w != NULL);
+        for (uint64_t j = 0; j < t->numel; j++)
+            w[j] *= 8.0f;
+    }
+    exec_fp8_cast(&ex->fp8, &ex->c);
+}
+
+#define MLA_Q0_GRAD_TOL 0.5
+static void mla_q0_grads(void)
+{
+    ModelSpec s = tx_spec("tiny-dsv3", 32, 4, 4);
+    s.model.moe.experts = 0;
+    s.model.mtp_layers = 0;
+    s.model.mla.q_lora_rank = 0;
+    s.model.mla.kv_lora_rank = 112;
+    Exec *ref = tx_exec(&s);
+    PxError err = {0};
+    double l32 = 0;
+    sharpen(ref);
+    CHECK_OK(exec_grads(ref, 0, &l32, &err), err);
+    const ModelTensorTable *tt = exec_table(ref);
+    static const ModelFp8Recipe recipes[] = {MODEL_FP8_TENSORWISE, MODEL_FP8_BLOCKWISE};
+    for (int r = 0; r < 2; r++) {
+        ModelSpec f = s;
+        f.job.fp8 = recipes[r];
+        Exec *ex = tx_exec(&f);
+        double l8 = 0, worst = 0;
+        const char *at = "";
+        sharpen(ex);
+        CHECK_OK(exec_grads(ex, 0, &l8, &err), err);
+        for (int i = 0; i < tt->count; i++) {
+            const ModelTensor *t = &tt->t[i];
+            if (t->cat != MODEL_WEIGHTS)
+                continue;
+            char gname[72];
+            snprintf(gname, sizeof gname, "%s.grad", t->name);
+            uint64_t n = 0, n8 = 0;
+            const float *a = exec_tensor(ref, gname, &n), *b = exec_tensor(ex, gname, &n8);
+            CHECK(a != NULL && b != NULL && n == n8);
+            double num = 0, den = 0;
+            for (uint64_t j = 0; j < n; j++) {
+                num += ((double)b[j] - a[j]) * ((double)b[j] - a[j]);
+                den += (double)a[j] * a[j];
+            }
+            const double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+            if (rel > worst)
+                worst = rel, at = t->name;
+        }
+        printf("  tiny-dsv3 (dense) q_lora_rank 0, kv_lora_rank 112, %s: loss %.6f (fp32 %.6f), "
+               "gradients within %.3f of fp32's (relative L2, worst %s)\n",
+               model_fp8_recipe_name(recipes[r]), l8, l32, worst, at);
+        CHECK(fabs(l8 - l32) > 1e-6 && fabs(l8 - l32) < 1e-2 * l32);
+        CHECK(worst < MLA_Q0_GRAD_TOL);
+        exec_free(ex);
+    }
+    exec_free(ref);
+}
+
 /* A prediction module's transformer layer (model layer `layers`) runs its GEMMs in FP8 as the
  * model's do, found in the trainer's FP8 table by its layer: under delayed scaling one step of
  * 2 micro-batches fills the newest two entries of each of its GEMMs' input and output gradient
@@ -495,6 +570,7 @@ int main(int argc, char **argv)
     memory();
     workspace();
     mla_gemms();
+    mla_q0_grads();
     mtp_gemms();
     dispatch_history();
     shared_gate_gradients();

@@ -230,6 +230,17 @@ static const Layout layouts[] = {
     {"dsv3_dense_tp2_fp8_mxfp8", 2, 1, 2, 1, 1, 0, 1, 0, 0, 0, MODEL_FP8_MXFP8, 0, 0, 0, 2, 0},
     {"dsv3_ep2_tp2_sp_fp8_blockwise", 2, 1, 2, 1, 2, 1, 1, 0, 0, 0, MODEL_FP8_BLOCKWISE, 0, 0, 0, 1, 0},
     {"dsv3_dense_dp2_zero3_full_fp8_delayed", 2, 2, 1, 1, 1, 0, 1, 3, 1, 0, MODEL_FP8_DELAYED, 0, 0, 0, 2, 0},
+    /* FP8 without a query latent (_q0, DeepSeek-V2-Lite's shape): q_b's input is the layer's
+     * normed input, gathered with SP and quantized with q_b's scaling, its weight gradient from
+     * the saved FP8 copy (without SP) or that copy dequantized and gathered (with SP); kv_a's
+     * input gradient adds to q_b's. _kv80: a latent of 80, wider than the hidden size (64) and
+     * the queries per rank (48), its gradient in ws.mla's own region */
+    {"dsv3_dense_tp2_sp_q0_fp8_tensorwise", 2, 1, 2, 1, 1, 1, 1, 0, 0, 0, MODEL_FP8_TENSORWISE, 0, 0, 0, 2, 0},
+    {"dsv3_dense_tp2_q0_kv80_fp8_blockwise", 2, 1, 2, 1, 1, 0, 1, 0, 0, 0, MODEL_FP8_BLOCKWISE, 0, 0, 0, 2, 0},
+    /* odd key and value widths (_odd: 3 heads, v_dim 15: a token's keys and values 3 x (24 +
+     * 15) = 117 wide): the planes, cp's packed [K | V] rows over the all-gather and the ring */
+    {"dsv3_dense_cp2_odd", 2, 1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 2},
+    {"dsv3_dense_cp2_p2p_odd", 2, 1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 2},
     /* context parallelism: cp 2 alone, the experts' ranks carved out of the cp ranks (ep 2
      * on 2 ranks), and with TP's sequence shards beside the cp parts (the counts summed over
      * both); tiny-dsv3 whole (MLA's all-gather cp, MoE layers, its prediction module) */
@@ -258,6 +269,10 @@ static const Layout layouts[] = {
     {"cuda_dsv3_dense_cp2_p2p", 2, 1, 1, 1, 1, 0, 1, 0, 0, 1, 0, 0, 0, 0, 2, 2},
     {"cuda_dsv3_dense_cp2_a2a", 2, 1, 1, 1, 1, 0, 1, 0, 0, 1, 0, 0, 0, 0, 2, 2},
     {"cuda_dsv3_ep2_tp2_sp_fp8_tensorwise", 2, 1, 2, 1, 2, 1, 1, 0, 0, 1, MODEL_FP8_TENSORWISE, 0, 0, 0, 1, 0},
+    /* and without a query latent, with a latent wider than the hidden size */
+    {"cuda_dsv3_dense_tp2_sp_q0_kv80_fp8_blockwise", 2, 1, 2, 1, 1, 1, 1, 0, 0, 1, MODEL_FP8_BLOCKWISE, 0, 0, 0, 2, 0},
+    /* and odd key and value widths in the ring's CUDA core */
+    {"cuda_dsv3_dense_cp2_p2p_odd", 2, 1, 1, 1, 1, 0, 1, 0, 0, 1, 0, 0, 0, 0, 2, 2},
     /* Megatron-Core's all-gather dispatcher (ag_*: training.moe_dispatcher allgather): every
      * token, its scores and routing map gathered over etp x ep, the experts' weighted outputs
      * reduce-scattered back; against one rank and against the same layout's all-to-all */
@@ -355,6 +370,10 @@ static ModelSpec spec_of(const Layout *L)
         s.model.bias = 1;
     if (strstr(L->name, "_q0")) /* queries projected from the layer's input, no latent */
         s.model.mla.q_lora_rank = 0;
+    if (strstr(L->name, "_kv80")) /* the keys' and values' latent wider than hidden */
+        s.model.mla.kv_lora_rank = 80;
+    if (strstr(L->name, "_odd")) /* a token's keys and values an odd width */
+        s.model.heads = s.model.kv_heads = 3, s.model.mla.v_dim = 15;
     /* cp: a load-balancing coefficient of 1, so that the cp ranks' counts summed for it show
      * in the losses (forced balance with softmax scores gives it no gradient: real routing or
      * sigmoid scores) */

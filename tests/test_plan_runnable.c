@@ -117,8 +117,9 @@ int main(void)
     all_run(&q, &local);
     q = request("tiny-dsv3", 4, 8);
     all_run(&q, &local);
-    /* and what the executor refuses of it, by name: MLA's FP8 GEMMs without a query latent;
-     * every cp_comm_type runs, all-gather's with its prediction module; CUDA runs it */
+    /* and what the executor runs of it: odd key and value widths per rank; FP8 GEMMs without a
+     * query latent and with a latent wider than the hidden size; every cp_comm_type, all-gather's
+     * with its prediction module; CUDA runs it */
     {
         ModelSpec s = request("tiny-dsv3", 1, 8).base;
         s.job.precision = PX_FP32;
@@ -140,16 +141,24 @@ int main(void)
         s.job.fp8 = MODEL_FP8_TENSORWISE; /* FP8 GEMMs run, with a query latent */
         CHECK_OK(model_spec_check(&s, 1, &d, &err), err);
         CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 1, why, sizeof why));
-        s.model.mla.q_lora_rank = 0;
+        s.model.mla.q_lora_rank = 0; /* and without a query latent */
         CHECK_OK(model_spec_check(&s, 1, &d, &err), err);
-        CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 1, why, sizeof why));
-        CHECK(strstr(why, "FP8 GEMMs run with a query latent (q_lora_rank > 0)") != NULL);
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 1, why, sizeof why));
+        s.model.mla.kv_lora_rank = 112; /* a latent wider than the hidden size and the queries */
+        CHECK_OK(model_spec_check(&s, 1, &d, &err), err);
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 1, why, sizeof why));
+        s.model.mla.kv_lora_rank = 16;
+        s.model.kv_heads = 2; /* no MLA model: the spec refuses it, naming the field */
+        CHECK(model_spec_check(&s, 1, &d, &err) == PX_EINPUT);
+        CHECK(strstr(err.msg, "kv_heads 2 must equal heads 4 with multi-head latent attention") !=
+              NULL);
+        s.model.kv_heads = 4;
         s.model.mla.q_lora_rank = 32;
         s.job.fp8 = MODEL_FP8_NONE;
         s.model.mla.v_dim = 15, s.layout.tp = 4, s.layout.sp = 1; /* a head per rank: 24 + 15 */
         CHECK_OK(model_spec_check(&s, 4, &d, &err), err);
-        CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 1, why, sizeof why));
-        CHECK(strstr(why, "(qk_nope_dim + qk_rope_dim + v_dim) must be even") != NULL);
+        CHECK_EQ_INT(39, d.kv2_loc); /* its keys and values, odd: their exact width */
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 1, why, sizeof why));
         s.model.mla.v_dim = 16, s.layout.tp = 1, s.layout.sp = 0;
         s.job.precision = PX_FP32;
         /* MLA and MoE layers over the all-gather's cp 2, and cp 2 x ep 2 on the same 2 ranks */

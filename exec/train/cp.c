@@ -21,7 +21,7 @@
 #define AT(p, i) EXEC_AT(p, i, c->ab)
 
 /* A token's keys per TP rank, kv_loc heads of qk_hd: where its values start in the gathered
- * and the ring's rows of [K | V] (2 kv_width_loc wide) */
+ * and the ring's rows of [K | V] (kv2_loc wide) */
 static int kv_k_width(const ExecCtx *c) { return c->d.kv_loc * c->d.qk_hd; }
 
 /* The FLOPs of the core's forward for `heads` heads, s_q queries against s_k keys: as the op
@@ -98,7 +98,7 @@ static void mla_kv_rows(const ExecCtx *c, void *rows, void *planes, int back)
     const ModelDims *d = &c->d;
     const ExecQkv x = exec_qkv_at(c, planes, 0);
     const int kw = d->kv_loc * d->qk_hd, vw = d->kv_loc * d->v_hd;
-    const int kv2 = 2 * d->kv_width_loc, n = d->b * d->s_loc;
+    const int kv2 = d->kv2_loc, n = d->b * d->s_loc;
     void *rv = EXEC_AT(rows, kw, c->ab);
     if (back) {
         c->k->copy_cols(x.k, x.k_stride, rows, kv2, n, kw, 0);
@@ -114,8 +114,8 @@ int exec_cp_gather_kv(const ExecLayerRun *r, const ExecLayerActs *a, int l, int 
 {
     const ExecCtx *c = r->c;
     const ModelDims *d = &c->d;
-    const int b = d->b, sl = d->s_loc, qkv = d->q_loc + 2 * d->kv_width_loc;
-    const int kv2 = 2 * d->kv_width_loc, C = exec_cp_part_len(c);
+    const int b = d->b, sl = d->s_loc, qkv = d->q_loc + d->kv2_loc;
+    const int kv2 = d->kv2_loc, C = exec_cp_part_len(c);
     const size_t row = (size_t)kv2 * c->ab, count = (size_t)b * sl * kv2;
     void *mine = AT(r->W->cp_kv, (size_t)c->g.cp_rank * count);
     if (exec_mla_on(c))
@@ -140,8 +140,8 @@ int exec_cp_scatter_dkv(const ExecLayerRun *r, int l, int chunk, PxError *err)
 {
     const ExecCtx *c = r->c;
     const ModelDims *d = &c->d;
-    const int b = d->b, sl = d->s_loc, qkv = d->q_loc + 2 * d->kv_width_loc;
-    const int kv2 = 2 * d->kv_width_loc, C = exec_cp_part_len(c);
+    const int b = d->b, sl = d->s_loc, qkv = d->q_loc + d->kv2_loc;
+    const int kv2 = d->kv2_loc, C = exec_cp_part_len(c);
     const size_t row = (size_t)kv2 * c->ab, count = (size_t)b * sl * kv2;
     for (int dst = 0; dst < d->c; dst++)
         for (int q = 0; q < b; q++)
@@ -394,7 +394,7 @@ static int a2a_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int chunk, int
  * backward's ring steps and its last message share it). */
 enum { CP_RING_TAG = 0x70000 }; /* apart from the pipeline's tags; its peers are other ranks */
 
-static size_t ring_block(const ExecCtx *c) { return (size_t)c->d.b * c->d.s_loc * 2 * c->d.kv_width_loc; }
+static size_t ring_block(const ExecCtx *c) { return (size_t)c->d.b * c->d.s_loc * c->d.kv2_loc; }
 
 static void *ring_slot(const ExecLayerRun *r, int i, int grad)
 {
@@ -451,7 +451,7 @@ static void ring_own_block(const ExecLayerRun *r, const ExecLayerActs *a)
 {
     const ExecCtx *c = r->c;
     const ModelDims *d = &c->d;
-    const int qkv = d->q_loc + 2 * d->kv_width_loc, kv2 = 2 * d->kv_width_loc;
+    const int qkv = d->q_loc + d->kv2_loc, kv2 = d->kv2_loc;
     if (exec_mla_on(c)) {
         mla_kv_rows(c, ring_slot(r, 0, 0), EXEC_LA(a, QKV_OUT), 0);
         return;
@@ -470,7 +470,7 @@ static void ring_block_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *
     const ExecCtx *c = r->c;
     const ModelDims *d = &c->d;
     const int sl = d->s_loc, H = d->heads_loc, kw = kv_k_width(c);
-    const int kv2 = 2 * d->kv_width_loc, C = exec_cp_part_len(c);
+    const int kv2 = d->kv2_loc, C = exec_cp_part_len(c);
     const ExecQkv x = exec_qkv_at(c, EXEC_LA(a, QKV_OUT), 0);
     for (int q = 0; q < d->b; q++)
         for (int j = 0; j < 2; j++)
@@ -538,7 +538,7 @@ static void ring_block_bwd(const ExecLayerRun *r, const ExecLayerActs *a, const 
     const ExecCtx *c = r->c;
     const ModelDims *d = &c->d;
     const int sl = d->s_loc, H = d->heads_loc, kw = kv_k_width(c);
-    const int kv2 = 2 * d->kv_width_loc, C = exec_cp_part_len(c);
+    const int kv2 = d->kv2_loc, C = exec_cp_part_len(c);
     const ExecQkv x = exec_qkv_at(c, EXEC_LA(a, QKV_OUT), 0);
     const ExecQkv dx = exec_qkv_at(c, r->W->dqkv, 0);
     for (int q = 0; q < d->b; q++)
@@ -580,7 +580,7 @@ static int ring_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int l, int ch
 {
     const ExecCtx *c = r->c;
     const ModelDims *d = &c->d;
-    const int qkv = d->q_loc + 2 * d->kv_width_loc, kv2 = 2 * d->kv_width_loc;
+    const int qkv = d->q_loc + d->kv2_loc, kv2 = d->kv2_loc;
     const size_t blk_bytes = ring_block(c) * c->ab;
     ring_own_block(r, a);
     c->k->memset0(ring_slot(r, 0, 1), blk_bytes);

@@ -805,7 +805,7 @@ static inline ExecQkv exec_qkv_at(const ExecCtx *c, void *base, int q)
     const size_t es = c->ab, row0 = (size_t)q * d->s_loc;
     ExecQkv x;
     if (!exec_mla_on(c)) {
-        const int w = d->q_loc + 2 * d->kv_width_loc;
+        const int w = d->q_loc + d->kv2_loc;
         x.q = EXEC_AT(base, row0 * w, es);
         x.k = EXEC_AT(x.q, d->q_loc, es);
         x.v = EXEC_AT(x.k, d->kv_width_loc, es);

@@ -317,7 +317,7 @@ static int attention_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *ou
     const ExecCtx *c = r->c;
     const ModelDims *d = &c->d;
     const int sl = d->s_loc, H = d->heads_loc;
-    const int cp = d->c > 1, kvs = 2 * d->kv_width_loc, P = exec_cp_parts(c);
+    const int cp = d->c > 1, kvs = d->kv2_loc, P = exec_cp_parts(c);
     const int C = exec_cp_part_len(c);
     const size_t tile = (size_t)H * sl * d->s;
     if (exec_cp_owns_core(c))
@@ -379,7 +379,7 @@ static void core_bwd(const ExecLayerRun *r, const ExecLayerActs *a, const void *
     const ExecCtx *c = r->c;
     const ModelDims *d = &c->d;
     const int sl = d->s_loc, H = d->heads_loc;
-    const int cp = d->c > 1, kvs = 2 * d->kv_width_loc, P = exec_cp_parts(c);
+    const int cp = d->c > 1, kvs = d->kv2_loc, P = exec_cp_parts(c);
     const int C = exec_cp_part_len(c);
     const size_t tile = (size_t)H * sl * d->s;
     if (cp)
@@ -468,7 +468,7 @@ static void rope(const ExecLayerRun *r, void *qkv_rows, int backward)
 {
     const ExecCtx *c = r->c;
     const ModelDims *d = &c->d;
-    const int qkv = d->q_loc + 2 * d->kv_width_loc, C = exec_cp_part_len(c);
+    const int qkv = d->q_loc + d->kv2_loc, C = exec_cp_part_len(c);
     const float theta = (float)c->spec.model.rope_theta;
     for (int q = 0; q < d->b; q++)
         for (int j = 0; j < exec_cp_parts(c); j++) {
@@ -537,7 +537,7 @@ static int layer_fwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
     const ModelDims *d = &c->d;
     const ExecLayerParams *w = &r->P->lw[l];
     ExecFp8 *F = r->fp8;
-    const int N = d->b * d->s_loc, R = d->b * d->s_sp, h = d->h, qkv = d->q_loc + 2 * d->kv_width_loc;
+    const int N = d->b * d->s_loc, R = d->b * d->s_sp, h = d->h, qkv = d->q_loc + d->kv2_loc;
     const int rec = ph == MODEL_FWD, moe = is_moe(c, l);
     /* the weights whose GEMMs run in FP8 (NULL: act GEMMs); their inputs are saved in FP8, and
      * what computes them writes ws.fp8's act part first */
@@ -801,7 +801,7 @@ static int qkv_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerActs 
     const ModelDims *d = &c->d;
     const ExecLayerParams *w = &r->P->lw[l];
     const ExecLayerGrads *g = &r->P->lg[l];
-    const int N = d->b * d->s_loc, h = d->h, qkv = d->q_loc + 2 * d->kv_width_loc;
+    const int N = d->b * d->s_loc, h = d->h, qkv = d->q_loc + d->kv2_loc;
     const ExecFp8Weight *fq = exec_fp8_weight(r->fp8, MODEL_TR_QKV_W, l);
     const int op = op_open(r, l, MODEL_OPR_QKV, MODEL_BWD);
     const void *x;

@@ -208,12 +208,14 @@ static int down_fwd(const ExecLayerRun *r, const Mla *m, int chunk, int l, const
         if (!xq.q)
             xq = exec_fp8_quantize(F, r->c, EXEC_LA(a, QKV_IN), x, m->R, m->h, 0, EXEC_FP8_X,
                                    m->fkva, 0, rec);
-        /* [R, kv_lora + rope] in ws.fp8's act part (x, quantized, is spent), split into the
-         * block's latent and rotary key */
-        exec_fp8_linear_fwd(F, r->c, r->M, F->act, xq, m->fkva, 0, m->R, rec);
-        cols_copy(r, ks, m->kr, F->act, m->kva, m->R, m->kr, 0);
-        cols_copy(r, AT(ks, (size_t)m->R * m->kr), m->rope, AT(F->act, m->kr), m->kva, m->R,
-                  m->rope, 0);
+        /* [R, kv_lora + rope] in ws.mla's dkv (free until the backward; ws.fp8's act part
+         * keeps x for q_b without a query latent), split into the block's latent and rotary
+         * key */
+        void *y = AT(W, m->mw.dkv);
+        exec_fp8_linear_fwd(F, r->c, r->M, y, xq, m->fkva, 0, m->R, rec);
+        cols_copy(r, ks, m->kr, y, m->kva, m->R, m->kr, 0);
+        cols_copy(r, AT(ks, (size_t)m->R * m->kr), m->rope, AT(y, m->kr), m->kva, m->R, m->rope,
+                  0);
     } else {
         mm(r, ks, x, EXEC_LPA(w, KV_A_W), m->R, m->kr, m->h, 0, 1, 0.0f);
         mm(r, AT(ks, (size_t)m->R * m->kr), x, AT(EXEC_LPA(w, KV_A_W), (size_t)m->kr * m->h),
@@ -243,14 +245,21 @@ int exec_mla_forward(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
             TRY(exec_tp_all_gather(r, MODEL_OPR_Q_B, l, chunk, ph, EXEC_LAA(a, Q_LAT),
                                    AT(W, m.mw.qs), (size_t)m.R * m.qr, err));
         c->k->rmsnorm_fwd(lat, EXEC_LAA(a, Q_LAT), EXEC_LPA(w, Q_NORM_W), m.N, m.qr, m.eps);
+    } else if (m.fqb) {
+        /* the layer's normed input, still in ws.fp8's act part (down_fwd), gathered with SP
+         * and quantized whole with q_b's scaling */
+        ExecFp8Ref xq;
+        TRY(exec_tp_column_input(r, chunk, l, MODEL_OPR_Q_B, ph, m.fqb, r->fp8->act,
+                                 r->fp8->act, &qin, &xq, err));
+        exec_fp8_linear_fwd(r->fp8, c, r->M, o.q, xq, m.fqb, 0, m.N, ph == MODEL_FWD);
     } else {
         ExecFp8Ref xq;
         TRY(exec_tp_column_input(r, chunk, l, MODEL_OPR_Q_B, ph, NULL, EXEC_LA(a, QKV_IN),
                                  EXEC_LA(a, QKV_IN), &qin, &xq, err));
     }
-    if (m.fqb)
+    if (m.fqb && m.qr > 0)
         fp8_fwd(r, o.q, qin, m.fqb, m.N, ph);
-    else
+    else if (!m.fqb)
         mm(r, o.q, qin, EXEC_LPA(w, Q_B_W), m.N, m.H * m.qk, m.qr > 0 ? m.qr : m.h, 0, 1, 0.0f);
     op_close(r, op);
 
@@ -298,11 +307,9 @@ static void kv_b_bwd(const ExecLayerRun *r, const Mla *m, int l, const ExecLayer
     kv_norm_all(r, m, lat, EXEC_LAA(a, KV_LAT), EXEC_LPA(w, KV_NORM_W));
     float *gk = EXEC_LPA(g, KV_B_W);
     if (m->fkvb) {
-        /* the latent's gradient [N, kv_lora] in ws.dhid (free until the down-projections'
-         * backward; the executor's refusal keeps kv_lora within its width), then block by
-         * block into dkv */
+        /* the latent's gradient [N, kv_lora] in ws.mla's dl, then block by block into dkv */
         const ExecFp8Ref none = {NULL, {0, 0, 0, 0, 0, 0}};
-        void *dx = r->W->dhid;
+        void *dx = AT(W, m->mw.dl);
         cols_copy(r, AT(X, (size_t)kn), ld, dq->v, dq->v_stride, m->N, m->H * m->v, 0);
         exec_fp8_linear_bwd(r->fp8, r->c, r->M, dx, gk, X, none, lat, m->fkvb, 0, m->N);
         for (int bk = 0; bk < m->blocks; bk++)
@@ -335,19 +342,16 @@ static int q_b_bwd(const ExecLayerRun *r, const Mla *m, int chunk, int l, const 
     void *W = r->W->mla, *lat = AT(W, m->mw.lat);
     const int qw = m->H * m->qk, in = m->qr > 0 ? m->qr : m->h;
     const void *x = lat;
-    ExecFp8Ref xq; /* none: FP8 runs with a query latent */
-    if (m->qr > 0)
+    ExecFp8Ref xq = {NULL, {0, 0, 0, 0, 0, 0}};
+    if (m->qr > 0) /* under FP8 the normed latent quantized again for the weight gradient */
         c->k->rmsnorm_fwd(lat, EXEC_LAA(a, Q_LAT), EXEC_LPA(w, Q_NORM_W), m->N, m->qr, m->eps);
-    else if (m->sp)
-        TRY(exec_tp_column_bwd_input(r, chunk, l, MODEL_OPR_Q_B, EXEC_LA(a, QKV_IN), 0, &x, &xq,
-                                     err));
-    else
-        x = EXEC_LA(a, QKV_IN); /* all the rows */
+    else /* the saved input: its FP8 copy itself, or in the act dtype (gathered with SP) */
+        TRY(exec_tp_column_bwd_input(r, chunk, l, MODEL_OPR_Q_B, EXEC_LA(a, QKV_IN),
+                                     m->fqb != NULL, &x, &xq, err));
     void *dl = m->qr > 0 ? AT(W, m->mw.dq) : r->W->dhid;
     if (m->fqb) { /* dq's plane is [N, qw] */
-        const ExecFp8Ref none = {NULL, {0, 0, 0, 0, 0, 0}};
-        exec_fp8_linear_bwd(r->fp8, c, r->M, dl, EXEC_LPA(g, Q_B_W), dq->q, none, x, m->fqb, 0,
-                            m->N);
+        exec_fp8_linear_bwd(r->fp8, c, r->M, dl, EXEC_LPA(g, Q_B_W), dq->q, xq, xq.q ? NULL : x,
+                            m->fqb, 0, m->N);
     } else {
         wgrad(r, EXEC_LPA(g, Q_B_W), dq->q, x, qw, in, m->N);
         mm(r, dl, dq->q, EXEC_LPA(w, Q_B_W), m->N, in, qw, 0, 0, 0.0f);
@@ -390,9 +394,10 @@ static void down_bwd(const ExecLayerRun *r, const Mla *m, const void *x, const v
 }
 
 /* The down-projections' backward on FP8 (a query latent present: kv_a's writes ws.dhid, q_a's
- * adds): kv_a's from its latent's and rotary key's gradients (z, krope) gathered into one
- * [R, kv_lora + rope] output gradient, q_a's from its latent's (qz), both with the saved FP8
- * input; q_a's input gradient goes through ws.fp8's act part. */
+ * adds; without one kv_a's adds to q_b's there): kv_a's from its latent's and rotary key's
+ * gradients (z, krope) gathered into one [R, kv_lora + rope] output gradient, q_a's from its
+ * latent's (qz), both with the saved FP8 input; an input gradient that adds goes through
+ * ws.fp8's act part (q_a's) or ws.dx_a (kv_a's, whose output gradient the act part holds). */
 static void down_bwd_fp8(const ExecLayerRun *r, const Mla *m, const ExecLayerActs *a, int l,
                          const void *z, const void *krope, const void *qz)
 {
@@ -403,8 +408,11 @@ static void down_bwd_fp8(const ExecLayerRun *r, const Mla *m, const ExecLayerAct
     if (z) {
         cols_copy(r, F->act, m->kva, z, m->kr, m->R, m->kr, 0);
         cols_copy(r, AT(F->act, m->kr), m->kva, krope, m->rope, m->R, m->rope, 0);
-        exec_fp8_linear_bwd(F, c, r->M, r->W->dhid, EXEC_LPA(g, KV_A_W), F->act, xq, NULL, m->fkva,
-                            0, m->R);
+        void *dx = m->qr > 0 ? r->W->dhid : r->W->dx_a;
+        exec_fp8_linear_bwd(F, c, r->M, dx, EXEC_LPA(g, KV_A_W), F->act, xq, NULL, m->fkva, 0,
+                            m->R);
+        if (m->qr == 0)
+            c->k->add_inplace(r->W->dhid, dx, (size_t)m->R * m->h);
         return;
     }
     exec_fp8_linear_bwd(F, c, r->M, F->act, EXEC_LPA(g, Q_A_W), qz, xq, NULL, m->fqa, 0, m->R);
