@@ -9,19 +9,19 @@
 
 #include "model/model.h"
 
+/* Context parallelism's limits. The layout's own rules (model/spec.c) have gone first: a2a's
+ * cp dividing the heads and KV heads per TP rank (check_tensor_split), the ring only with the
+ * fused core (check_cp_core), so the simulator prices neither and neither is the executor's.
+ * What stays is the executor's: cp bounded by the all-to-all's fixed counts (exec/train/cp.c's
+ * EXEC_CP_MAX; the simulator prices any cp), and the sequence in 2 x cp chunks, the split of
+ * every comm type's core (Megatron-LM's load balancing) where the simulator asks only that cp
+ * divide it. */
 const char *model_exec_cp_limit(const ModelSpec *s, const ModelDims *d)
 {
+    (void)s;
     if (d->c <= 1)
         return NULL;
-    const int a2a = s->layout.cp_comm == MODEL_CP_COMM_A2A;
-    return s->layout.cp_comm == MODEL_CP_COMM_P2P && !s->job.flash_attn
-               ? "p2p runs the fused attention core (make the plan with --flash-attn)"
-           : d->c > MODEL_EXEC_CP_MAX ? "cp must be at most 64"
-           : a2a && s->job.flash_attn
-               ? "a2a runs the unfused attention core (make the plan with --no-flash-attn)"
-           : a2a && (d->heads_loc % d->c || d->kv_loc % d->c)
-               ? "a2a needs cp to divide the heads and the KV heads per tensor-parallel rank "
-                 "(Ulysses splits them over the cp ranks)"
+    return d->c > MODEL_EXEC_CP_MAX       ? "cp must be at most 64"
            : d->s % (2 * d->c) != 0 ? "the sequence must split into 2 x cp chunks"
                                     : NULL;
 }
@@ -124,14 +124,7 @@ int model_exec_refusal(const ModelSpec *s, const ModelDims *d, int gpu, char *wh
 {
     const ModelConfig *m = &s->model;
     const char *lim;
-    if (d->c > 1 && s->layout.cp_comm == MODEL_CP_COMM_A2A &&
-        (d->heads_loc % d->c || d->kv_loc % d->c))
-        snprintf(why, cap,
-                 "layout.cp %d with cp_comm_type a2a: the %d heads and %d KV heads per "
-                 "tensor-parallel rank must both be divisible by cp %d (Ulysses splits them over "
-                 "the cp ranks): choose a cp that divides both, or --cp-comm-type allgather",
-                 d->c, d->heads_loc, d->kv_loc, d->c);
-    else if ((lim = model_exec_cp_limit(s, d)))
+    if ((lim = model_exec_cp_limit(s, d)))
         snprintf(why, cap,
                  "layout.cp %d (cp_comm_type %s, sequence %d): the executor runs context "
                  "parallelism with limits: %s",

@@ -123,7 +123,8 @@ const char *model_rule_name(ModelRule r)
         "cp or sp does not divide the sequence",
         "training job settings",
         "bad split of the layers over the stages",
-        "ep x etp does not divide the experts or the stage's ranks"};
+        "ep x etp does not divide the experts or the stage's ranks",
+        "p2p context parallelism without the fused attention core"};
     return (unsigned)r < MODEL_RULE_COUNT ? names[r] : "other";
 }
 
@@ -493,6 +494,23 @@ static int check_job(ModelJob *j, int zero, PxError *err)
     return check_fp8(j, zero, err);
 }
 
+/* The ring (cp_comm p2p) runs the fused attention core only, as Megatron-LM's does: its context
+ * parallelism is Transformer Engine's, whose ring runs FlashAttention or cuDNN's fused attention
+ * and whose unfused attention refuses context parallelism. Unfused, each ring step would save
+ * its s/cp x s/cp probabilities per head, s/cp x s in all: the all-gather's softmax, with the
+ * ring's messages on top, for a layout whose point is to hold no whole-sequence tensor
+ * (docs/parallelism.md, "Context parallelism"). Not a layout to price: refused here. */
+static int check_cp_core(const ModelLayout *l, const ModelJob *j, PxError *err)
+{
+    if (l->cp > 1 && l->cp_comm == MODEL_CP_COMM_P2P && !j->flash_attn)
+        return rule_fail(err, MODEL_RULE_CP_CORE,
+                         "cp %d with cp comm type p2p runs the fused attention core (Transformer "
+                         "Engine's ring attention, as Megatron-LM runs it): keep --flash-attn, or "
+                         "choose --cp-comm-type allgather or a2a for the unfused core",
+                         l->cp);
+    return PX_OK;
+}
+
 /* The sizes every table and graph is built from, once the spec has passed every rule. */
 static void fill_dims(ModelDims *d, const ModelSpec *sp, int s, int m)
 {
@@ -620,7 +638,8 @@ int model_spec_check(ModelSpec *sp, int gpus, ModelDims *d, PxError *err)
     ProfFramework fw;
     if ((rc = check_degrees(l, gpus, err)) || (rc = check_tensor_split(c, l, s, err)) ||
         (rc = check_pipeline(c, l, err)) || (rc = check_batch(j, l, s, &m, err)) ||
-        (rc = check_job(j, l->zero, err)) || (rc = check_experts(c, l, j, err)) ||
+        (rc = check_job(j, l->zero, err)) || (rc = check_cp_core(l, j, err)) ||
+        (rc = check_experts(c, l, j, err)) ||
         (rc = apply_framework(j, l, &op, &eager, &fa2, &fw, err)))
         return rc;
     fill_dims(d, sp, s, m);

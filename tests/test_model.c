@@ -256,6 +256,19 @@ static void test_rules(void)
     s.job.precision = PX_FP32;
     s.job.grad_dtype = PX_BF16;
     expect_rule(s, 1, "fp32 training keeps fp32 gradients");
+    /* the ring runs the fused core only: unfused it is not a layout (MODEL_RULE_CP_CORE) */
+    s = base;
+    s.layout.cp = 2, s.layout.cp_comm = MODEL_CP_COMM_P2P;
+    s.job.flash_attn = 0;
+    expect_rule(s, 2, "cp 2 with cp comm type p2p runs the fused attention core");
+    s.job.flash_attn = 1;
+    {
+        ModelDims d;
+        PxError e = {0};
+        CHECK_OK(model_spec_check(&s, 2, &d, &e), e);
+        s.layout.cp_comm = MODEL_CP_COMM_A2A, s.job.flash_attn = 0; /* Ulysses: either core */
+        CHECK_OK(model_spec_check(&s, 2, &d, &e), e);
+    }
 
     /* dp comes from the GPUs; 1F1B over several chunks becomes interleaved; vocab padding */
     s = base;
