@@ -9,21 +9,16 @@
 
 #include "model/model.h"
 
-/* Context parallelism's limits. The layout's own rules (model/spec.c) have gone first: a2a's
- * cp dividing the heads and KV heads per TP rank (check_tensor_split), the ring only with the
- * fused core (check_cp_core), so the simulator prices neither and neither is the executor's.
- * What stays is the executor's: cp bounded by the all-to-all's fixed counts (exec/train/cp.c's
- * EXEC_CP_MAX; the simulator prices any cp), and the sequence in 2 x cp chunks, the split of
- * every comm type's core (Megatron-LM's load balancing) where the simulator asks only that cp
- * divide it. */
+/* Context parallelism's limits. The layout's own rules (model/spec.c) have gone first: the
+ * sequence in 2 x cp chunks (check_batch), a2a's cp dividing the heads and KV heads per TP rank
+ * (check_tensor_split), the ring only with the fused core (check_cp_core), so the simulator
+ * prices none of them and none is the executor's. What stays is the executor's own: cp bounded
+ * by the fixed counts of its all-to-all (exec/train/cp.c, EXEC_CP_MAX), a size of arrays, not
+ * of the layout, which the simulator prices at any cp. */
 const char *model_exec_cp_limit(const ModelSpec *s, const ModelDims *d)
 {
     (void)s;
-    if (d->c <= 1)
-        return NULL;
-    return d->c > MODEL_EXEC_CP_MAX       ? "cp must be at most 64"
-           : d->s % (2 * d->c) != 0 ? "the sequence must split into 2 x cp chunks"
-                                    : NULL;
+    return d->c > MODEL_EXEC_CP_MAX ? "cp must be at most 64" : NULL;
 }
 
 /* The mixture-of-experts limits, or NULL. */

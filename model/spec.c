@@ -370,6 +370,14 @@ static int check_batch(ModelJob *j, const ModelLayout *l, int s, int *m, PxError
                        *m, l->pp);
     if (s % l->cp != 0)
         return rule_fail(err, MODEL_RULE_SEQUENCE, "cp %d must divide the sequence length %d", l->cp, s);
+    /* Megatron-LM's load balancing of the causal mask: the sequence in 2 x cp chunks, cp rank
+     * i holding chunks i and 2 cp - 1 - i; every comm type's core runs on them and the ring's
+     * buffers hold one (docs/executor.md, "Context parallelism") */
+    if (l->cp > 1 && s % (2 * l->cp) != 0)
+        return rule_fail(err, MODEL_RULE_SEQUENCE,
+                         "cp %d needs the sequence length %d to split into 2 x cp = %d chunks (each "
+                         "cp rank holds two: Megatron-LM's load balancing of the causal mask)",
+                         l->cp, s, 2 * l->cp);
     if (l->sp && (s / l->cp) % l->tp != 0)
         return rule_fail(err, MODEL_RULE_SEQUENCE,
                        "sequence parallelism needs the %d tokens per cp rank to be divisible by tp %d",

@@ -252,6 +252,9 @@ static void test_rules(void)
     s = base;
     s.layout.cp = 3;
     expect_rule(s, 3, "cp 3 must divide the sequence length 2048");
+    s.layout.cp = 2;
+    s.job.seq_len = 2046; /* divisible by cp, not by 2 x cp */
+    expect_rule(s, 2, "cp 2 needs the sequence length 2046 to split into 2 x cp = 4 chunks");
     s = base;
     s.job.precision = PX_FP32;
     s.job.grad_dtype = PX_BF16;
