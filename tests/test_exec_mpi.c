@@ -199,13 +199,15 @@ static const Layout layouts[] = {
      "--model tiny-llama --seq 256 --recompute full", 5, 0, NULL, 0},
     /* the K, V ring (the fused core: unfused it is no layout, model/spec.c's check_cp_core) */
     /* GPT-OSS's attention sinks over the ring: in each query's first block only, their
-     * gradient once per query part; and over Ulysses' head split and the all-gather (those two
-     * by hand, not in CI). The sinks start near 0 (normal(0, 0.02)), so a sink counted twice or
+     * gradient once per query part; and over Ulysses' head split, unfused and fused, and the
+     * all-gather (those three by hand, not in CI). The sinks start near 0 (normal(0, 0.02)), so a sink counted twice or
      * another head's taken moves the loss by 1e-6 only: the tolerance is 1e-7. */
     {"llama_sinks_cp2_p2p", 2, "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type p2p --zero 0 --no-sp " PIN1,
      "--model tiny-llama --seq 256", 3, 0, NULL, 1e-7},
     {"llama_sinks_cp2_a2a", 2, "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type a2a --zero 0 --no-sp " PIN1,
      "--model tiny-llama --seq 256 --no-flash-attn", 3, 0, NULL, 1e-7},
+    {"llama_sinks_cp2_a2a_flash", 2, "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type a2a --zero 0 --no-sp " PIN1,
+     "--model tiny-llama --seq 256", 3, 0, NULL, 1e-7},
     {"llama_sinks_cp2_allgather", 2,
      "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type allgather --zero 0 --no-sp " PIN1,
      "--model tiny-llama --seq 256", 3, 0, NULL, 1e-7},
