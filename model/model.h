@@ -397,6 +397,7 @@ typedef enum {
     MODEL_RULE_JOB,           /* precision, gradients, dropout, padding */
     MODEL_RULE_SPLIT,         /* an uneven split's stage layers: count, values, sum, vpp */
     MODEL_RULE_EXPERTS,       /* ep / etp against the experts and the stage's ranks */
+    MODEL_RULE_CP_CORE,       /* the ring (cp_comm p2p) without the fused attention core */
     MODEL_RULE_COUNT
 } ModelRule;
 

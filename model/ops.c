@@ -610,7 +610,9 @@ static void moe_forward(Emit *e, int l)
  * sends them round again and passes dK, dV along with them, cp steps back to their owner.
  * a2a (DeepSpeed-Ulysses): Q, K, V turned from the sequence split to a head split before the
  * core and the output back after it, each all-to-all sized by the rank's buffer as the
- * experts' are. `before` says which side of the core the ops emitted now sit on. */
+ * experts' are; with the fused core the backward moves the saved output to the head split
+ * beside its gradient (Transformer Engine's AttnFuncWithCPAndQKVOA2A). `before` says which
+ * side of the core the ops emitted now sit on. */
 static double cp_kv_bytes(const Emit *e)
 {
     const ModelDims *d = e->d;
@@ -647,7 +649,12 @@ static void cp_backward(Emit *e, const char *n, int before)
         comm(e, n, before ? MODEL_CP_ALL_GATHER : MODEL_CP_REDUCE_SCATTER, d->c, kv_full, 1);
         break;
     case MODEL_CP_COMM_A2A:
-        comm(e, n, MODEL_CP_ALL_TO_ALL, d->c, before ? M * d->o_loc * a : M * (d->q_loc + (double)d->kv2_loc) * a, 1);
+        /* the fused core's backward reads the output, saved in the sequence split only
+         * (attn.proj.in): it goes to the head split beside its gradient, a call of its own */
+        if (before)
+            comm(e, n, MODEL_CP_ALL_TO_ALL, d->c, M * d->o_loc * a, e->s->job.flash_attn ? 2 : 1);
+        else
+            comm(e, n, MODEL_CP_ALL_TO_ALL, d->c, M * (d->q_loc + (double)d->kv2_loc) * a, 1);
         break;
     default:
         if (!before) /* K, V cp - 1 times and dK, dV cp times, KVb a call */

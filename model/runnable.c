@@ -9,21 +9,16 @@
 
 #include "model/model.h"
 
+/* Context parallelism's limits. The layout's own rules (model/spec.c) have gone first: the
+ * sequence in 2 x cp chunks (check_batch), a2a's cp dividing the heads and KV heads per TP rank
+ * (check_tensor_split), the ring only with the fused core (check_cp_core), so the simulator
+ * prices none of them and none is the executor's. What stays is the executor's own: cp bounded
+ * by the fixed counts of its all-to-all (exec/train/cp.c, EXEC_CP_MAX), a size of arrays, not
+ * of the layout, which the simulator prices at any cp. */
 const char *model_exec_cp_limit(const ModelSpec *s, const ModelDims *d)
 {
-    if (d->c <= 1)
-        return NULL;
-    const int a2a = s->layout.cp_comm == MODEL_CP_COMM_A2A;
-    return s->layout.cp_comm == MODEL_CP_COMM_P2P && !s->job.flash_attn
-               ? "p2p runs the fused attention core (make the plan with --flash-attn)"
-           : d->c > MODEL_EXEC_CP_MAX ? "cp must be at most 64"
-           : a2a && s->job.flash_attn
-               ? "a2a runs the unfused attention core (make the plan with --no-flash-attn)"
-           : a2a && (d->heads_loc % d->c || d->kv_loc % d->c)
-               ? "a2a needs cp to divide the heads and the KV heads per tensor-parallel rank "
-                 "(Ulysses splits them over the cp ranks)"
-           : d->s % (2 * d->c) != 0 ? "the sequence must split into 2 x cp chunks"
-                                    : NULL;
+    (void)s;
+    return d->c > MODEL_EXEC_CP_MAX ? "cp must be at most 64" : NULL;
 }
 
 /* The multi-token prediction modules' limits (exec/train/mtp.c), or NULL. */
@@ -88,14 +83,7 @@ int model_exec_refusal(const ModelSpec *s, const ModelDims *d, int gpu, char *wh
 {
     const ModelConfig *m = &s->model;
     const char *lim;
-    if (d->c > 1 && s->layout.cp_comm == MODEL_CP_COMM_A2A &&
-        (d->heads_loc % d->c || d->kv_loc % d->c))
-        snprintf(why, cap,
-                 "layout.cp %d with cp_comm_type a2a: the %d heads and %d KV heads per "
-                 "tensor-parallel rank must both be divisible by cp %d (Ulysses splits them over "
-                 "the cp ranks): choose a cp that divides both, or --cp-comm-type allgather",
-                 d->c, d->heads_loc, d->kv_loc, d->c);
-    else if ((lim = model_exec_cp_limit(s, d)))
+    if ((lim = model_exec_cp_limit(s, d)))
         snprintf(why, cap,
                  "layout.cp %d (cp_comm_type %s, sequence %d): the executor runs context "
                  "parallelism with limits: %s",

@@ -123,7 +123,8 @@ const char *model_rule_name(ModelRule r)
         "cp or sp does not divide the sequence",
         "training job settings",
         "bad split of the layers over the stages",
-        "ep x etp does not divide the experts or the stage's ranks"};
+        "ep x etp does not divide the experts or the stage's ranks",
+        "p2p context parallelism without the fused attention core"};
     return (unsigned)r < MODEL_RULE_COUNT ? names[r] : "other";
 }
 
@@ -369,6 +370,14 @@ static int check_batch(ModelJob *j, const ModelLayout *l, int s, int *m, PxError
                        *m, l->pp);
     if (s % l->cp != 0)
         return rule_fail(err, MODEL_RULE_SEQUENCE, "cp %d must divide the sequence length %d", l->cp, s);
+    /* Megatron-LM's load balancing of the causal mask: the sequence in 2 x cp chunks, cp rank
+     * i holding chunks i and 2 cp - 1 - i; every comm type's core runs on them and the ring's
+     * buffers hold one (docs/executor.md, "Context parallelism") */
+    if (l->cp > 1 && s % (2 * l->cp) != 0)
+        return rule_fail(err, MODEL_RULE_SEQUENCE,
+                         "cp %d needs the sequence length %d to split into 2 x cp = %d chunks (each "
+                         "cp rank holds two: Megatron-LM's load balancing of the causal mask)",
+                         l->cp, s, 2 * l->cp);
     if (l->sp && (s / l->cp) % l->tp != 0)
         return rule_fail(err, MODEL_RULE_SEQUENCE,
                        "sequence parallelism needs the %d tokens per cp rank to be divisible by tp %d",
@@ -491,6 +500,23 @@ static int check_job(ModelJob *j, int zero, PxError *err)
         return rule_fail(err, MODEL_RULE_JOB, "vocabulary padding multiple must be at least 1, got %d",
                        j->pad_vocab);
     return check_fp8(j, zero, err);
+}
+
+/* The ring (cp_comm p2p) runs the fused attention core only, as Megatron-LM's does: its context
+ * parallelism is Transformer Engine's, whose ring runs FlashAttention or cuDNN's fused attention
+ * and whose unfused attention refuses context parallelism. Unfused, each ring step would save
+ * its s/cp x s/cp probabilities per head, s/cp x s in all: the all-gather's softmax, with the
+ * ring's messages on top, for a layout whose point is to hold no whole-sequence tensor
+ * (docs/parallelism.md, "Context parallelism"). Not a layout to price: refused here. */
+static int check_cp_core(const ModelLayout *l, const ModelJob *j, PxError *err)
+{
+    if (l->cp > 1 && l->cp_comm == MODEL_CP_COMM_P2P && !j->flash_attn)
+        return rule_fail(err, MODEL_RULE_CP_CORE,
+                         "cp %d with cp comm type p2p runs the fused attention core (Transformer "
+                         "Engine's ring attention, as Megatron-LM runs it): keep --flash-attn, or "
+                         "choose --cp-comm-type allgather or a2a for the unfused core",
+                         l->cp);
+    return PX_OK;
 }
 
 /* The sizes every table and graph is built from, once the spec has passed every rule. */
@@ -622,7 +648,8 @@ int model_spec_check(ModelSpec *sp, int gpus, ModelDims *d, PxError *err)
     ProfFramework fw;
     if ((rc = check_degrees(l, gpus, err)) || (rc = check_tensor_split(c, l, s, err)) ||
         (rc = check_pipeline(c, l, err)) || (rc = check_batch(j, l, s, &m, err)) ||
-        (rc = check_job(j, l->zero, err)) || (rc = check_experts(c, l, j, err)) ||
+        (rc = check_job(j, l->zero, err)) || (rc = check_cp_core(l, j, err)) ||
+        (rc = check_experts(c, l, j, err)) ||
         (rc = apply_framework(j, l, &op, &eager, &fa2, &fw, err)))
         return rc;
     fill_dims(d, sp, s, m);

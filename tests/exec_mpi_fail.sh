@@ -11,6 +11,8 @@
 # - a rank that stalls for good (PARALLAX_TEST_HANG) with --comm-timeout 5: the others' wait
 #   times out, names the operation and its group, and the job ends soon after 5 s;
 # - a bad data file, seen by every rank: printed once, status 2;
+# - the ring without the fused attention core: no layout, planned or made by hand (status 2);
+#   Ulysses with the fused core asked for by name: planned for this machine and trained;
 # - and a job that is already one rank of a launch (--launcher none under mpirun) runs.
 # Usage: exec_mpi_fail.sh PARALLAX
 set -u
@@ -50,19 +52,24 @@ plan() { # plan NAME GPUS KNOBS...
 }
 plan dp2 2 --dp 2 --tp 1 --pp 1
 plan pp8 8 --dp 2 --tp 2 --pp 2
-# context parallelism the executor does not run: the planner for this machine says so itself
-# (model_exec_refusal); planned for a cluster like it under another name, which the planner
-# does not filter, the executor refuses it on every rank, printed once
-ONCE=1 expect 2 "the executor does not run it (planning for this machine) (e.g. layout.cp 2 (cp_comm_type p2p, sequence 256): the executor runs context parallelism with limits: p2p runs the fused attention core (make the plan with --flash-attn))" \
+# the ring without the fused attention core is no layout (model/spec.c's check_cp_core): the
+# planner says so for any cluster, and a plan made by hand is refused by the same rule at start
+ONCE=1 expect 2 "p2p context parallelism without the fused attention core (e.g. cp 2 with cp comm type p2p runs the fused attention core" \
   "$px" plan --model tiny-llama --cluster local --gpus 2 --gbs 8 --dp 1 --tp 1 --pp 1 --cp 2 \
   --cp-comm-type p2p --seq 256 --no-flash-attn
 sed 's/"name": "local"/"name": "cpu-box"/' "$(dirname "$0")/../profiles/clusters/local.json" >"$tmp/box.json"
-plan cp2_p2p 2 --dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type p2p --model tiny-llama --seq 256 --no-flash-attn --cluster "$tmp/box.json"
-plan cp2_a2a_flash 2 --dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type a2a --model tiny-llama --seq 256 --flash-attn --cluster "$tmp/box.json"
-ONCE=1 expect 2 "layout.cp 2 (cp_comm_type p2p, sequence 256): the executor runs context parallelism with limits: p2p runs the fused attention core (make the plan with --flash-attn)" \
-  "$px" run "$tmp/cp2_p2p.json" -o "$tmp/x.json"
-ONCE=1 expect 2 "a2a runs the unfused attention core (make the plan with --no-flash-attn)" \
-  "$px" run "$tmp/cp2_a2a_flash.json" -o "$tmp/x.json"
+plan cp2_p2p 2 --dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type p2p --model tiny-llama --seq 256 --cluster "$tmp/box.json"
+sed -E 's/"flash_attn":([[:space:]]*)true/"flash_attn":\1false/' "$tmp/cp2_p2p.json" >"$tmp/cp2_p2p_unfused.json"
+ONCE=1 expect 2 "cp 2 with cp comm type p2p runs the fused attention core (Transformer Engine's ring attention, as Megatron-LM runs it)" \
+  "$px" run "$tmp/cp2_p2p_unfused.json" -o "$tmp/x.json"
+# Ulysses with the fused core (flash attention, the default), asked for by name: planned for
+# this machine and trained
+expect 0 "wrote $tmp/a2a.json" \
+  "$px" plan --model tiny-moe --cluster local --gpus 2 --gbs 8 --cp 2 --cp-comm-type a2a \
+  --steps 2 -o "$tmp/a2a.json"
+expect 0 "wrote $tmp/a2a-run.json" "$px" run "$tmp/a2a.json" -o "$tmp/a2a-run.json"
+grep -Eq '"cp_comm_type":[[:space:]]*"a2a"' "$tmp/a2a.json" && grep -Eq '"flash_attn":[[:space:]]*true' "$tmp/a2a.json" ||
+  { echo "FAILED: the a2a plan is not Ulysses with flash attention"; fails=$((fails + 1)); }
 # Ulysses with more cp ranks than heads: the layout rule refuses it before any run
 ONCE=1 expect 2 "cp comm type a2a needs cp 4 to divide the 2 key/value heads per tp rank (4 key/value heads / tp 2)" \
   "$px" plan --model tiny-llama --cluster local --gpus 8 --gbs 8 --dp 1 --tp 2 --pp 1 --cp 4 \

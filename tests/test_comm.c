@@ -177,13 +177,19 @@ int main(void)
     sim_result_free(&r);
 
     /* a2a (Ulysses): each pass moves the rank's Q, K, V (3 x h/2 wide) and its output (h/2),
-     * b x s/2 tokens, in bf16 */
+     * b x s/2 tokens, in bf16; with flash attention (the default) the backward also moves the
+     * saved output, which the fused backward reads in the head split */
     sp.layout.cp_comm = MODEL_CP_COMM_A2A;
     r = run(sp, 4);
     const uint64_t qkv = b * (s / 2) * 3 * (h / 2) * 2, out = b * (s / 2) * (h / 2) * 2;
-    CHECK_EQ_U64(4 * L * 2 * (qkv + out), r.comm[0][MODEL_CP_ALL_TO_ALL]);
+    CHECK_EQ_U64(4 * L * (2 * qkv + 3 * out), r.comm[0][MODEL_CP_ALL_TO_ALL]);
     CHECK_EQ_U64(0, r.comm[0][MODEL_CP_P2P]);
     sim_result_free(&r);
+    sp.job.flash_attn = 0;
+    r = run(sp, 4);
+    CHECK_EQ_U64(4 * L * 2 * (qkv + out), r.comm[0][MODEL_CP_ALL_TO_ALL]);
+    sim_result_free(&r);
+    sp.job.flash_attn = 1;
 
     /* cp 4, tp 1: kvb = b x s/4 x 2h; the ring's 3 steps forward, 3 + 4 backward */
     sp = base;

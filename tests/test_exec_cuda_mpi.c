@@ -106,6 +106,11 @@ static const Layout layouts[] = {
      "--model tiny-llama --seq 64", NULL, 0},
     {"llama_cp2_a2a", 2, "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type a2a --zero 0 --no-sp " PIN1,
      "--model tiny-llama --seq 64 --no-flash-attn", NULL, 0},
+    /* Ulysses with the fused core: the device's flash kernels over the head split, the saved
+     * output moved there beside its gradient (run by name, about 35 s on the emulator: CI runs
+     * test_exec_moe_mpi's cuda_dsv3_dense_cp2_a2a_flash, 7 s) */
+    {"llama_cp2_a2a_flash", 2, "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type a2a --zero 0 --no-sp " PIN1,
+     "--model tiny-llama --seq 64", NULL, 0},
     /* dropout with context parallelism: the unfused core's parts drawing their blocks of the
      * one-rank stream (KernAttnFwd.drop_row, drop_head) on the device. Memory, bytes and FLOPs
      * as predicted; the masks themselves are checked where the losses are exact enough to

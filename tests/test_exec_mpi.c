@@ -197,15 +197,17 @@ static const Layout layouts[] = {
     {"llama_cp2_dp2_zero1_allgather", 4,
      "--dp 2 --tp 1 --pp 1 --cp 2 --cp-comm-type allgather --zero 1 --no-sp " PIN1,
      "--model tiny-llama --seq 256 --recompute full", 5, 0, NULL, 0},
-    /* the K, V ring (the fused core: the unfused one is refused with p2p) */
+    /* the K, V ring (the fused core: unfused it is no layout, model/spec.c's check_cp_core) */
     /* GPT-OSS's attention sinks over the ring: in each query's first block only, their
-     * gradient once per query part; and over Ulysses' head split and the all-gather (those two
-     * by hand, not in CI). The sinks start near 0 (normal(0, 0.02)), so a sink counted twice or
+     * gradient once per query part; and over Ulysses' head split, unfused and fused, and the
+     * all-gather (those three by hand, not in CI). The sinks start near 0 (normal(0, 0.02)), so a sink counted twice or
      * another head's taken moves the loss by 1e-6 only: the tolerance is 1e-7. */
     {"llama_sinks_cp2_p2p", 2, "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type p2p --zero 0 --no-sp " PIN1,
      "--model tiny-llama --seq 256", 3, 0, NULL, 1e-7},
     {"llama_sinks_cp2_a2a", 2, "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type a2a --zero 0 --no-sp " PIN1,
      "--model tiny-llama --seq 256 --no-flash-attn", 3, 0, NULL, 1e-7},
+    {"llama_sinks_cp2_a2a_flash", 2, "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type a2a --zero 0 --no-sp " PIN1,
+     "--model tiny-llama --seq 256", 3, 0, NULL, 1e-7},
     {"llama_sinks_cp2_allgather", 2,
      "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type allgather --zero 0 --no-sp " PIN1,
      "--model tiny-llama --seq 256", 3, 0, NULL, 1e-7},
@@ -219,7 +221,7 @@ static const Layout layouts[] = {
      "--model tiny-llama --seq 256", 5, 0, NULL, 0},
     {"llama_cp2_dp2_zero1_p2p", 4, "--dp 2 --tp 1 --pp 1 --cp 2 --cp-comm-type p2p --zero 1 --no-sp " PIN1,
      "--model tiny-llama --seq 256 --recompute full", 5, 0, NULL, 0},
-    /* Ulysses' all-to-alls (the unfused core: the fused one is refused with a2a) */
+    /* Ulysses' all-to-alls, the unfused core below and the fused one after them */
     {"llama_cp2_a2a", 2, "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type a2a --zero 0 --no-sp " PIN1,
      "--model tiny-llama --seq 256 --no-flash-attn", 5, 0, NULL, 0},
     {"llama_cp4_a2a_selective", 4, "--dp 1 --tp 1 --pp 1 --cp 4 --cp-comm-type a2a --zero 0 --no-sp " PIN1,
@@ -230,6 +232,12 @@ static const Layout layouts[] = {
      "--model tiny-llama --seq 256 --no-flash-attn", 5, 0, NULL, 0},
     {"llama_cp2_dp2_zero1_a2a", 4, "--dp 2 --tp 1 --pp 1 --cp 2 --cp-comm-type a2a --zero 1 --no-sp " PIN1,
      "--model tiny-llama --seq 256 --no-flash-attn --recompute full", 5, 0, NULL, 0},
+    /* the fused core over the head split: the log-sum-exp saved (attn.lse, ws.flash_d), the
+     * output moved to the head split beside its gradient backward (a second all-to-all under
+     * the projection), the scores recomputed. Within 1e-7: the backward's row terms taken
+     * from the wrong rows of the output (the sequence split's) move the losses by 5.9e-7 only */
+    {"llama_cp2_a2a_flash", 2, "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type a2a --zero 0 --no-sp " PIN1,
+     "--model tiny-llama --seq 256", 3, 0, NULL, 1e-7},
     /* dropout with context parallelism: each cp rank draws the one-rank masks of the positions
      * (and, Ulysses, the heads) it holds, at every site: the embedding, the attention's and the
      * MLP's outputs, and the attention probabilities where the core runs unfused (its parts'

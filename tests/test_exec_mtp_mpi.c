@@ -213,7 +213,8 @@ static ModelSpec spec_of(const Layout *L)
     s.layout.pp = L->pp;
     s.layout.cp = L->cp > 1 ? L->cp : 1;
     s.layout.cp_comm = L->cp_comm;
-    /* under cp the ring runs the fused attention core, allgather and Ulysses the unfused one */
+    /* under cp the ring runs the fused attention core (unfused it is no layout), allgather and
+     * Ulysses the unfused one here */
     if (L->cp > 1)
         s.job.flash_attn = L->cp_comm == MODEL_CP_COMM_P2P;
     s.layout.vpp = L->vpp;

@@ -252,10 +252,26 @@ static void test_rules(void)
     s = base;
     s.layout.cp = 3;
     expect_rule(s, 3, "cp 3 must divide the sequence length 2048");
+    s.layout.cp = 2;
+    s.job.seq_len = 2046; /* divisible by cp, not by 2 x cp */
+    expect_rule(s, 2, "cp 2 needs the sequence length 2046 to split into 2 x cp = 4 chunks");
     s = base;
     s.job.precision = PX_FP32;
     s.job.grad_dtype = PX_BF16;
     expect_rule(s, 1, "fp32 training keeps fp32 gradients");
+    /* the ring runs the fused core only: unfused it is not a layout (MODEL_RULE_CP_CORE) */
+    s = base;
+    s.layout.cp = 2, s.layout.cp_comm = MODEL_CP_COMM_P2P;
+    s.job.flash_attn = 0;
+    expect_rule(s, 2, "cp 2 with cp comm type p2p runs the fused attention core");
+    s.job.flash_attn = 1;
+    {
+        ModelDims d;
+        PxError e = {0};
+        CHECK_OK(model_spec_check(&s, 2, &d, &e), e);
+        s.layout.cp_comm = MODEL_CP_COMM_A2A, s.job.flash_attn = 0; /* Ulysses: either core */
+        CHECK_OK(model_spec_check(&s, 2, &d, &e), e);
+    }
 
     /* dp comes from the GPUs; 1F1B over several chunks becomes interleaved; vocab padding */
     s = base;
@@ -609,6 +625,49 @@ static void test_roles(void)
     }
 }
 
+/* Ulysses (cp_comm a2a) as it runs with either core: tiny-llama at sequence 256 over cp 2 in
+ * bf16, one sequence a micro-batch (s/cp = 128 rows; q = o = 8 x 8, kv = 4 x 8 per rank). The
+ * all-to-alls of Q, K, V carry 128 x (64 + 2 x 32) x 2 = 32768 bytes, of the output 128 x 64 x 2
+ * = 16384; the fused core's backward reads the output, saved in the sequence split only
+ * (attn.proj.in), so it goes to the head split beside its gradient: two calls under the
+ * projection backward, one unfused. The fused core saves the log-sum-exp (attn.lse, 8 heads x
+ * 128 rows x 4 bytes = 4096), the unfused one the probabilities (8 x 128 x 256 x 2 = 524288). */
+static void test_cp_a2a_cores(void)
+{
+    PxError err = {0};
+    for (int flash = 0; flash <= 1; flash++) {
+        ModelSpec s;
+        model_spec_defaults(&s);
+        CHECK_OK(model_config_load("tiny-llama", &s.model, &err), err);
+        s.job.seq_len = 256, s.job.micro_batch = 1, s.job.global_batch = 1;
+        s.job.precision = PX_BF16, s.job.grad_dtype = PX_FP32, s.job.flash_attn = flash;
+        s.layout.cp = 2, s.layout.cp_comm = MODEL_CP_COMM_A2A;
+        ModelDims d;
+        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+        ModelOpGraph g;
+        CHECK_OK(model_ops_build(&s, &d, 0, &g, &err), err);
+        int seen = 0;
+        for (int i = 0; i < g.count; i++) {
+            const ModelOp *op = &g.op[i];
+            if (op->kind != MODEL_OP_COMM || op->comm != MODEL_CP_ALL_TO_ALL || op->layer != 0)
+                continue;
+            const int out = strcmp(op->name, "layer.0.attn.proj.cp_all_to_all") == 0;
+            CHECK(out || strcmp(op->name, "layer.0.attn.core.cp_all_to_all") == 0);
+            CHECK_EQ_U64(out ? 16384u : 32768u, op->comm_bytes);
+            CHECK_EQ_INT(out && op->phase == MODEL_BWD && flash ? 2 : 1, op->calls);
+            seen++;
+        }
+        CHECK_EQ_INT(4, seen); /* forward and backward, each side of the core */
+        model_ops_free(&g);
+        ModelLayerAct acts[MODEL_LAYER_ACTS];
+        model_layer_acts_at(&s, &d, MODEL_RECOMPUTE_NONE, 0, acts);
+        const ModelLayerAct *lse = &acts[MODEL_TR_ATTN_LSE - MODEL_TR_LN1_IN];
+        const ModelLayerAct *p = &acts[MODEL_TR_SOFTMAX - MODEL_TR_LN1_IN];
+        CHECK_EQ_U64(flash ? 4096u : 0u, lse->present ? lse->bytes : 0u);
+        CHECK_EQ_U64(flash ? 0u : 524288u, p->present ? p->bytes : 0u);
+    }
+}
+
 int main(void)
 {
     px_log_set_quiet(1);
@@ -621,6 +680,7 @@ int main(void)
     test_roles();
     test_schedules();
     test_rank_order();
+    test_cp_a2a_cores();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     if (system(cmd) != 0)

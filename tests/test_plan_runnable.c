@@ -1,8 +1,9 @@
 /* The planner for this machine ranks only what the executor runs: on the local cluster every
  * ranked layout passes model_exec_refusal (the statement the executor refuses plans by), the
  * layouts it refuses are counted under SIM_REJECT_EXECUTOR with its sentence, and the known
- * disagreements of the past (MoE with vpp 2, now run; a2a context parallelism with flash
- * attention) are answered by the planner itself; a GPU cluster's plan is not filtered. tiny-dsv3
+ * disagreements of the past (MoE with vpp 2, a2a context parallelism with flash attention: both
+ * run now; the ring without it: no layout, for the simulator too) are answered by the planner
+ * itself; a GPU cluster's plan is not filtered. tiny-dsv3
  * (multi-head latent attention) plans and what is refused of it is named, and so is what of
  * 16-bit gradients. */
 #include "fixtures.h"
@@ -56,12 +57,12 @@ int main(void)
     CHECK_OK(prof_cluster_load("local", NULL, 0, &local, &err), err);
     CHECK_OK(prof_cluster_load("dgx-a100", NULL, 0, &gpu, &err), err);
 
-    /* tiny-moe on 2 and 4 ranks: some layouts are refused (context parallelism's cores against
-     * flash attention), not ranked */
+    /* tiny-moe on 2 and 4 ranks: every layout the simulator prices runs (context parallelism's
+     * three comm types with flash attention, the default, among them) */
     SimPlanRequest q = request("tiny-moe", 2, 8);
-    CHECK(all_run(&q, &local) > 0);
+    CHECK_EQ_INT(0, (int)all_run(&q, &local));
     q = request("tiny-moe", 4, 8);
-    CHECK(all_run(&q, &local) > 0);
+    CHECK_EQ_INT(0, (int)all_run(&q, &local));
     /* the layout of a past disagreement: dp 2, pp 2, ep 2 picked vpp 2, which the executor
      * refused then and runs now (interleaved MoE): some ranked layout interleaves */
     q = request("tiny-moe", 4, 8);
@@ -74,18 +75,34 @@ int main(void)
         interleaved |= r.top[i].spec.layout.vpp > 1;
     CHECK(interleaved);
     sim_plan_free(&r);
-    /* dense models: the executor's cp limits (p2p needs flash, a2a refuses it) */
+    /* dense models: a2a pinned runs with either core (once refused with flash attention on) */
     q = request("tiny-llama", 4, 8);
-    all_run(&q, &local);
-    /* a2a pinned with flash attention on: the planner says what the executor would */
+    CHECK_EQ_INT(0, (int)all_run(&q, &local));
     q = request("tiny-llama", 2, 8);
     q.base.layout.cp = 2, q.base.layout.cp_comm = MODEL_CP_COMM_A2A;
     q.pinned = SIM_PIN_CP | SIM_PIN_CP_COMM;
     q.base.job.flash_attn = 1;
-    CHECK_INPUT_ERROR(sim_plan(&q, &local, &r, &err), err, "make the plan with --no-flash-attn");
-    sim_plan_free(&r);
+    CHECK_EQ_INT(0, (int)all_run(&q, &local));
     q.base.job.flash_attn = 0;
-    CHECK_EQ_INT(0, all_run(&q, &local));
+    CHECK_EQ_INT(0, (int)all_run(&q, &local));
+    /* the ring pinned without flash attention: no layout, by the layout's own rule, on any
+     * cluster (the simulator prices none) */
+    q.base.layout.cp_comm = MODEL_CP_COMM_P2P;
+    CHECK_INPUT_ERROR(sim_plan(&q, &local, &r, &err), err,
+                      "p2p context parallelism without the fused attention core (e.g. cp 2 "
+                      "with cp comm type p2p runs the fused attention core");
+    sim_plan_free(&r);
+    CHECK_INPUT_ERROR(sim_plan(&q, &gpu, &r, &err), err, "keep --flash-attn");
+    sim_plan_free(&r);
+    /* unpinned without flash attention: the ring's layouts are not ranked, the others are */
+    q = request("tiny-llama", 2, 8);
+    q.base.job.flash_attn = 0;
+    CHECK_OK(sim_plan(&q, &local, &r, &err), err);
+    CHECK(r.rejected[MODEL_RULE_CP_CORE] > 0);
+    for (int i = 0; i < r.n_top; i++)
+        CHECK(r.top[i].spec.layout.cp == 1 ||
+              r.top[i].spec.layout.cp_comm != MODEL_CP_COMM_P2P);
+    sim_plan_free(&r);
 
     /* 16-bit gradients: run on CUDA in the weights' type, experts included; on the CPU the
      * precision is the refusal, named */
@@ -169,15 +186,21 @@ int main(void)
         CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
         CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
         s.layout.ep = 1;
-        /* the ring's and Ulysses' cores too (each with its own core: flash on, off) */
+        /* the ring's and Ulysses' cores too: the ring with flash on (off it is no layout),
+         * Ulysses with either */
         s.layout.cp_comm = MODEL_CP_COMM_P2P;
         s.job.flash_attn = 1;
         CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
         CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
-        s.layout.cp_comm = MODEL_CP_COMM_A2A;
         s.job.flash_attn = 0;
-        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
-        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        CHECK_INPUT_ERROR(model_spec_check(&s, 2, &d, &err), err,
+                          "cp 2 with cp comm type p2p runs the fused attention core");
+        s.layout.cp_comm = MODEL_CP_COMM_A2A;
+        for (int flash = 0; flash <= 1; flash++) {
+            s.job.flash_attn = flash;
+            CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+            CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        }
     }
 
     /* the shared experts' gate (Qwen2-MoE) with tp 2 and SP runs, with the MLP's biases and

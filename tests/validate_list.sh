@@ -28,13 +28,14 @@ grep -Eq '^ +[0-9]+ +2  dp2 tp1 pp1 zero3 mbs4 none 1f1b +timed$' "$tmp/tiny-dsv
 grep -Eq '^ +[0-9]+ +8  dp2 tp2 pp2 sp zero1 mbs2 none 1f1b +memory and communication$' "$tmp/tiny-moe" ||
   fail "tiny-moe: no 8-rank row for memory and communication"
 # a dense model: its tp rows without SP as they are; cp at a sequence that does not split into
-# 2 x cp chunks skipped by the executor's own sentence; 4 ranks beyond --max-ranks 2
+# 2 x cp chunks skipped by the layout's rule (no layout: the simulator prices none of them
+# either); 4 ranks beyond --max-ranks 2
 "$px" validate --model tiny --seq 34 --max-ranks 2 --list >"$tmp/s" 2>&1 || fail "validate --seq 34 --list: status $?"
 grep -Eq '^ +[0-9]+ +2  dp1 tp2 pp1 zero0 mbs4 none 1f1b +timed$' "$tmp/s" || fail "tiny: no tp 2 row without SP"
 for row in 'cp2 p2p zero0 mbs4 none 1f1b' 'cp2 allgather zero0 mbs4 none 1f1b' \
            'cp2 a2a zero0 mbs4 none 1f1b unfused'; do
   set -- $row
-  grep -Eq "^ +[0-9]+ +2  dp1 tp1 pp1 $row +skipped: the executor does not run it: layout.cp 2 \(cp_comm_type $2, sequence 34\): the executor runs context parallelism with limits: the sequence must split into 2 x cp chunks$" "$tmp/s" ||
+  grep -Eq "^ +[0-9]+ +2  dp1 tp1 pp1 $row +skipped: the model does not take it: cp 2 needs the sequence length 34 to split into 2 x cp = 4 chunks \(each cp rank holds two: Megatron-LM's load balancing of the causal mask\)$" "$tmp/s" ||
     fail "tiny --seq 34: no skipped row 'dp1 tp1 pp1 $row'"
 done
 grep -Eq '^ +[0-9]+ +4  dp2 tp2 pp1 zero0 mbs2 none 1f1b +not run: beyond --max-ranks 2$' "$tmp/s" ||

@@ -4,7 +4,8 @@
 # Every layout's memory per rank and category and communication bytes per rank and kind equal
 # the prediction, and the context-parallel rows (cp 2 with each comm type, and cp 2 x dp 2 and
 # cp 2 x tp 2 beyond the cores) move the bytes worked out by hand below (validate_list.sh checks
-# that at a sequence that does not split into 2 x cp chunks they are skipped, each saying why).
+# that at a sequence that does not split into 2 x cp chunks they are skipped, the layout's rule
+# saying why).
 # A small validation with --tries 3 runs each timed layout three times (once on a busy machine) and compares and keeps as
 # run-NN.json the fastest run.
 # Usage: validate_trains.sh PARALLAX   (two-rank layouts: needs mpirun)

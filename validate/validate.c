@@ -36,8 +36,9 @@ enum { FLASH_JOB = -1 };
 #define P2P MODEL_CP_COMM_P2P
 /* What is worth validating on a few CPU ranks besides the planner's best layouts (which come
  * first): every kind of parallelism alone and in pairs, each schedule, ZeRO stages, recompute
- * modes, and context parallelism with each comm type on the attention core the executor runs
- * it with (p2p the fused one, a2a the unfused one, allgather the job's). */
+ * modes, and context parallelism with each comm type: p2p on the fused core (its only one), a2a
+ * on the unfused one (the fused one is the job's default, which the planner's rows take),
+ * allgather on the job's. */
 static const Layout spread[] = {
     {1, 1, 1, 1, 1, 0, 0, 4, NONE, F1B, P2P, FLASH_JOB, 0, 0, 0},
     {1, 1, 1, 1, 1, 0, 0, 2, MODEL_RECOMPUTE_FULL, F1B, P2P, FLASH_JOB, 0, 0, 0},

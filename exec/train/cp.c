@@ -230,15 +230,16 @@ static void a2a_pack(const ExecCtx *c, const CpA2a *x, const ExecQkv *v, void *p
         }
 }
 
-/* One all-to-all of cp.a2a_send into cp.a2a_recv: the pass's first (occurrence 0) or second.
- * The graph lists Q, K, V's under the core and the output's under the projection (forward: Q,
- * K, V then the output; backward: the output's gradient then Q's, K's and V's). */
+/* One all-to-all of send into cp.a2a_recv: the pass's first (occurrence 0) or second. The
+ * graph lists Q, K, V's under the core and the output's under the projection (forward: Q, K, V
+ * then the output; backward: the output's gradient, with the fused core the output too, then
+ * Q's, K's and V's). */
 static int a2a_call(const ExecLayerRun *r, int l, int chunk, ModelPhase ph, int occurrence,
-                    const CpA2a *x, PxError *err)
+                    const CpA2a *x, const void *send, PxError *err)
 {
     const int out = (occurrence == 1) != (ph == MODEL_BWD);
     return collective(r, out ? MODEL_OPR_PROJ : MODEL_OPR_CORE, l, chunk, ph, MODEL_CP_ALL_TO_ALL,
-                      r->W->cp_recv, r->W->cp_send, 0, x->cnt, err);
+                      r->W->cp_recv, send, 0, x->cnt, err);
 }
 
 /* Q, K, V from the sequence split (attn.qkv.out, this rank's rows) to the head split over the
@@ -253,7 +254,7 @@ static int a2a_qkv(const ExecLayerRun *r, const ExecLayerActs *a, int chunk, int
     void *src = EXEC_LA(a, QKV_OUT);
     const ExecQkv v = exec_qkv_at(c, src, 0);
     a2a_pack(c, &x, &v, r->W->cp_send, 1);
-    int rc = a2a_call(r, l, chunk, ph, 0, &x, err);
+    int rc = a2a_call(r, l, chunk, ph, 0, &x, r->W->cp_send, err);
     if (rc)
         return rc;
     a2a_move(c, r->W->cp_recv, src, x.W, 1);
@@ -271,7 +272,7 @@ static int a2a_out(const ExecLayerRun *r, void *out, int chunk, int l, ModelPhas
     a2a_dims(c, &x);
     a2a_width(c, &x, x.wo);
     a2a_move(c, r->W->cp_send, r->W->cp_recv, x.wo, 0);
-    int rc = a2a_call(r, l, chunk, ph, 1, &x, err);
+    int rc = a2a_call(r, l, chunk, ph, 1, &x, r->W->cp_send, err);
     if (rc)
         return rc;
     for (int rk = 0; rk < d->c; rk++)
@@ -283,7 +284,8 @@ static int a2a_out(const ExecLayerRun *r, void *out, int chunk, int l, ModelPhas
 
 /* Ulysses' core, forward: with `comm` Q, K, V to the head split first and the output back
  * after (the forward's, a full recompute's), else (selective recompute) over the head split
- * attn.qkv.out already holds, into out. Sequence by sequence, causal over the whole one. */
+ * attn.qkv.out already holds, into out. Sequence by sequence, causal over the whole one: the
+ * ordinary core, fused or not, over this rank's heads. */
 static int a2a_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *out, int mb, int l,
                    int chunk, ModelPhase ph, int comm, PxError *err)
 {
@@ -308,9 +310,14 @@ static int a2a_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *out, int
             .q = base, .k = AT(base, x.wq), .v = AT(base, x.wq + x.wk),
             .q_stride = x.W, .k_stride = x.W, .v_stride = x.W,
             .out = AT(oh, (size_t)q * s * x.wo),
-            .probs = AT(EXEC_LA(a, SOFTMAX), q * tile),
             .sinks = hs,
         };
+        /* the fused core saves the log-sum-exp of its Hc x s rows (attn.lse's b x heads_loc x
+         * s_loc), the unfused one its probabilities */
+        if (c->spec.job.flash_attn)
+            f.lse = (float *)EXEC_LA(a, ATTN_LSE) + (size_t)q * Hc * s;
+        else
+            f.probs = AT(EXEC_LA(a, SOFTMAX), q * tile);
         if (c->attn_dropout) {
             /* the one-rank stream of the layer's heads, s x s each: this rank's first head of
              * the split is global head tp x heads_loc + cp_rank x Hc */
@@ -327,24 +334,42 @@ static int a2a_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *out, int
     return comm ? a2a_out(r, out, chunk, l, ph, err) : PX_OK;
 }
 
-/* Ulysses' core, backward: the output's gradient (ws.dhid) to the head split, the attention's
- * backward there, and Q's, K's and V's gradients back to this rank's rows of ws.dqkv. */
+/* Rows of every head (o_loc wide: the output, or its gradient) from the sequence split to the
+ * head split: this rank's rows of each rank's heads packed into buf, the all-to-all (the
+ * backward's first side, the projection's op), and buf overwritten with this rank's heads over
+ * the whole sequence in global order. */
+static int a2a_rows_to_heads(const ExecLayerRun *r, const CpA2a *x, int l, int chunk,
+                             const void *rows, void *buf, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    for (int rk = 0; rk < c->d.c; rk++)
+        for (size_t n = 0; n < x->rows; n++)
+            c->k->copy(AT(buf, (rk * x->rows + n) * x->wo),
+                       AT(rows, n * c->d.o_loc + (size_t)rk * x->wo), (size_t)x->wo * c->ab);
+    int rc = a2a_call(r, l, chunk, MODEL_BWD, 0, x, buf, err);
+    if (!rc)
+        a2a_move(c, r->W->cp_recv, buf, x->wo, 1);
+    return rc;
+}
+
+/* Ulysses' core, backward: the output's gradient (ws.dhid) to the head split (in cp.a2a_send),
+ * and with the fused core the output too (attn.proj.in, into ws.dhid, free once the gradient
+ * has gone: its backward reads the output, which the forward saved in the sequence split only,
+ * as Transformer Engine's does), the attention's backward there, and Q's, K's and V's gradients
+ * back to this rank's rows of ws.dqkv. */
 static int a2a_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int chunk, int l, PxError *err)
 {
     const ExecCtx *c = r->c;
     const ModelDims *d = &c->d;
-    const int Hc = d->heads_loc / d->c, s = d->s;
+    const int Hc = d->heads_loc / d->c, s = d->s, flash = c->spec.job.flash_attn;
     CpA2a x;
     a2a_dims(c, &x);
     a2a_width(c, &x, x.wo);
-    for (int rk = 0; rk < d->c; rk++)
-        for (size_t n = 0; n < x.rows; n++)
-            c->k->copy(AT(r->W->cp_send, (rk * x.rows + n) * x.wo),
-                       AT(r->W->dhid, n * d->o_loc + (size_t)rk * x.wo), (size_t)x.wo * c->ab);
-    int rc = a2a_call(r, l, chunk, MODEL_BWD, 0, &x, err);
+    int rc = a2a_rows_to_heads(r, &x, l, chunk, r->W->dhid, r->W->cp_send, err);
+    if (!rc && flash)
+        rc = a2a_rows_to_heads(r, &x, l, chunk, EXEC_LA(a, PROJ_IN), r->W->dhid, err);
     if (rc)
         return rc;
-    a2a_move(c, r->W->cp_recv, r->W->cp_send, x.wo, 1); /* dO, head split, in cp.a2a_send */
     const size_t tile = (size_t)Hc * s * s;
     for (int q = 0; q < d->b; q++) {
         const void *base = AT(EXEC_LA(a, QKV_OUT), (size_t)q * s * x.W);
@@ -357,9 +382,15 @@ static int a2a_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int chunk, int
             .dout = AT(r->W->cp_send, (size_t)q * s * x.wo),
             .dq = db, .dk = AT(db, x.wq), .dv = AT(db, x.wq + x.wk),
             .dq_stride = x.W, .dk_stride = x.W, .dv_stride = x.W,
-            .probs = AT(EXEC_LA(a, SOFTMAX), q * tile),
-            .dscores = AT(r->W->dscores, q * tile),
         };
+        if (flash) {
+            b.out = AT(r->W->dhid, (size_t)q * s * x.wo);
+            b.lse = (const float *)EXEC_LA(a, ATTN_LSE) + (size_t)q * Hc * s;
+            b.drow = r->W->flash_d + (size_t)q * Hc * s;
+        } else {
+            b.probs = AT(EXEC_LA(a, SOFTMAX), q * tile);
+            b.dscores = AT(r->W->dscores, q * tile);
+        }
         if (c->attn_dropout) {
             b.dropout = c->dropout;
             b.mask = (const uint8_t *)EXEC_LA(a, SOFTMAX_MASK) + q * tile;
@@ -368,14 +399,14 @@ static int a2a_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int chunk, int
         c->k->attention_bwd(&b);
         if (r->P->lw[l].sinks) /* this rank's heads' sinks, over the whole sequence */
             c->k->attention_sink_bwd(EXEC_AT(r->P->lg[l].sinks, (size_t)c->g.cp_rank * Hc, c->gb),
-                                     AT(r->P->lw[l].sinks, (size_t)c->g.cp_rank * Hc), NULL, NULL,
-                                     b.dscores, 1, Hc, s, s);
-        exec_meter_flops(r->M, model_attention_bwd_flops(core_fwd_flops(c, (double)Hc, s, s), 0,
-                                                         NULL));
+                                     AT(r->P->lw[l].sinks, (size_t)c->g.cp_rank * Hc), b.lse,
+                                     b.drow, flash ? NULL : b.dscores, 1, Hc, s, s);
+        exec_meter_flops(r->M, model_attention_bwd_flops(core_fwd_flops(c, (double)Hc, s, s),
+                                                         flash, NULL));
     }
     a2a_width(c, &x, x.W);
     a2a_move(c, r->W->cp_send, r->W->cp_recv, x.W, 0);
-    if ((rc = a2a_call(r, l, chunk, MODEL_BWD, 1, &x, err)))
+    if ((rc = a2a_call(r, l, chunk, MODEL_BWD, 1, &x, r->W->cp_send, err)))
         return rc;
     const ExecQkv dv = exec_qkv_at(c, r->W->dqkv, 0);
     a2a_pack(c, &x, &dv, r->W->cp_recv, 0);
