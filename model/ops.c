@@ -1583,9 +1583,12 @@ static void step_optimizer(Emit *e, const ModelTensorTable *tt)
     op->fp8_cast_bytes = cast;
 }
 
-/* ZeRO-3 gathering FP8 weights whose scale is one per tensor (delayed, tensorwise): a shard's
- * amax is not its weight's, so each step, after the update, the ranks all-reduce (max) every
- * FP8 matrix's amax over its ZeRO group (torchao's precompute_float8_dynamic_scale_for_fsdp):
+/* A ZeRO stage gathering FP8 weights whose scale is one per tensor (delayed, tensorwise): a
+ * shard's amax is not its weight's, so each step, after the update, the ranks all-reduce (max)
+ * every FP8 matrix's amax over its ZeRO group (torchao's
+ * precompute_float8_dynamic_scale_for_fsdp under ZeRO-3; below it Transformer Engine's cast of
+ * the master shards to FP8 in Megatron's distributed optimizer, before the parameter
+ * all-gather; without ZeRO every rank holds whole weights and needs none):
  * the dense blocks' over the ZeRO group in one call, the experts' (a matrix a local expert,
  * each scaled on its own) over the expert-data-parallel group in another, the ranks of which
  * hold the same experts (the other ep ranks' experts are other weights), 4 bytes a matrix of
@@ -1593,7 +1596,7 @@ static void step_optimizer(Emit *e, const ModelTensorTable *tt)
 static void step_fp8_amax(Emit *e, const ModelTensorTable *tt)
 {
     const ModelSpec *s = e->s;
-    if (s->layout.zero != 3 || !s->job.fp8_param_gather ||
+    if (s->layout.zero == 0 || !s->job.fp8_param_gather ||
         (s->job.fp8 != MODEL_FP8_DELAYED && s->job.fp8 != MODEL_FP8_TENSORWISE))
         return;
     for (int experts = 0; experts < 2; experts++) {

@@ -54,7 +54,11 @@ static int bind_static(ExecArenas *A, const ModelTensorTable *tt, const Owners *
             exec_is_fp8_copy(t->role))
             continue;
         void *p = exec_arena_carve(&A->a[t->cat], t->bytes, px_dtype_bytes(t->dtype));
-        rc = exec_params_bind(o->P, o->c, t, pass ? p : NULL, err);
+        /* an FP8 parameter (--fp8-param-gather below ZeRO-3): the FP8 weight itself */
+        if (t->cat == MODEL_WEIGHTS && t->dtype == PX_FP8)
+            rc = exec_fp8_bind(o->F, o->P, t, pass ? p : NULL, err);
+        else
+            rc = exec_params_bind(o->P, o->c, t, pass ? p : NULL, err);
     }
     /* then the FP8 weights' amax histories (fp32) and copies (bytes): after every parameter,
      * so that nothing needs padding */

@@ -36,9 +36,10 @@ int exec_pg_init(ExecFp8Gather *G, struct ExecFp8 *F, const ExecCtx *c, const Ex
                  PxError *err)
 {
     memset(G, 0, sizeof *G);
-    if (!F->on || !c->spec.job.fp8_param_gather || c->spec.layout.zero != 3)
+    if (!F->on || !c->spec.job.fp8_param_gather)
         return PX_OK;
-    G->on = 1;
+    G->on = c->spec.layout.zero == 3;
+    G->after = !G->on;
     G->fp8 = F;
     const size_t nb = (size_t)(P->nb > 0 ? P->nb : 1);
     G->w_of = exec_zalloc((size_t)P->n, sizeof *G->w_of);
@@ -77,13 +78,20 @@ int exec_pg_init(ExecFp8Gather *G, struct ExecFp8 *F, const ExecCtx *c, const Ex
     if (!(G->amax = c->k->alloc(G->scales_bytes)))
         return px_fail(err, PX_ERUNTIME, "out of memory for the FP8 weights' scales");
     G->scale = G->amax + (G->n_w > 0 ? G->n_w : 1);
+    int group = 1;
+    for (int b = 0; b < P->nb; b++)
+        group = P->b[b].group > group ? P->b[b].group : group;
+    if (G->after && !(G->pad = c->k->alloc((size_t)group * c->ab)))
+        return px_fail(err, PX_ERUNTIME, "out of memory for the FP8 parameters' gather");
     return PX_OK;
 }
 
 void exec_pg_free(ExecFp8Gather *G, const KernBackend *k)
 {
-    if (k)
+    if (k) {
         k->free(G->amax);
+        k->free(G->pad);
+    }
     free(G->w_of);
     free(G->req8);
     free(G->spread);
@@ -106,6 +114,16 @@ int exec_pg_bind(ExecFp8Gather *G, const ModelTensor *t, void *p, PxError *err)
 static uint64_t matrix_elems(const ExecFp8Gather *G, int i)
 {
     return (uint64_t)G->fp8->w[i].rows * (uint64_t)G->fp8->w[i].cols;
+}
+
+/* Below ZeRO-3: where element `a` (of its block's flat layout) of matrix g of parameter i
+ * lies in its FP8 weight (the matrices one after another, each with its scale). */
+static uint8_t *piece_at(const ExecFp8Gather *G, int i, int g, uint64_t a)
+{
+    const ExecFp8Weight *fw = &G->fp8->w[i];
+    const KernFp8 f = exec_fp8_desc(G->fp8, fw->rows, fw->cols, 1, 0);
+    const uint64_t m0 = fw->p->off + (uint64_t)g * matrix_elems(G, i);
+    return (uint8_t *)fw->q + (size_t)g * kern_fp8_bytes(&f) + (a - m0);
 }
 
 /* Block b's FP8 elements in [lo, hi) of its flat layout, and its FP8 matrices. */
@@ -208,24 +226,31 @@ static const float *scale_of(const ExecFp8Gather *G, int k) { return G->scale + 
 
 /* The amaxes of matrices [at, at + n), all-reduced (max) over the ZeRO group of `block` (the
  * first block that holds one of them) in one call of `kind`, as model/ops.c's step_fp8_amax
- * counts it. */
+ * counts it (timed under its op; M NULL: before the first step, not metered). */
 static int amax_allreduce(ExecFp8Gather *G, const ExecCtx *c, const ExecParams *P, ExecMeter *M,
                           int block, int at, int n, ModelComm kind, PxError *err)
 {
     if (block < 0 || n == 0 || P->b[block].group <= 1)
         return PX_OK;
-    int op, rc;
-    if ((rc = exec_meter_need(M, c, MODEL_OPR_BLOCK_PARAMS, block, P->b[block].chunk, MODEL_STEP,
-                              kind, 0, "amax all-reduce of the FP8 weights", &op, err)))
+    int op = -1, rc;
+    if (M && (rc = exec_meter_need(M, c, MODEL_OPR_BLOCK_PARAMS, block, P->b[block].chunk,
+                                   MODEL_STEP, kind, 0, "amax all-reduce of the FP8 weights", &op,
+                                   err)))
         return rc;
-    exec_meter_open(M, c->k, op);
+    if (M)
+        exec_meter_open(M, c->k, op);
     rc = comm_allreduce(c->comm, G->amax + at, (size_t)n, PX_FP32, COMM_MAX, kind, NULL, err);
-    exec_meter_close(M, c->k, op);
+    if (M)
+        exec_meter_close(M, c->k, op);
     return rc;
 }
 
-/* This rank's amax of every FP8 matrix's elements in its shards (0 where it holds none). The
- * first dense and the first experts' block that hold one. */
+/* This rank's amax of every FP8 matrix's elements in its shards (0 where it holds none): under
+ * ZeRO-3 of its act shard, quantized into ws.fp8's weight area; below it (after) of its fp32
+ * master (the CPU's act dtype), quantized into the piece's place in the FP8 weight, which its
+ * quantization with the matrix's scale overwrites (the scale each writes after the piece
+ * lands in the next rank's piece, which the gather brings, or in the matrix's scale, which is
+ * written after the gather). The first dense and the first experts' block that hold one. */
 static void shard_amax(ExecFp8Gather *G, const ExecCtx *c, const ExecParams *P, int first[2])
 {
     ExecFp8 *F = G->fp8;
@@ -250,28 +275,22 @@ static void shard_amax(ExecFp8Gather *G, const ExecCtx *c, const ExecParams *P, 
                 continue;
             }
             const KernFp8 f = {1, (int)(e - a), 1, (int)(e - a), 0, 0};
-            k->fp8_quantize(F->wq, F->amax, EXEC_AT(blk->w_shard, a - blk->own_off, c->ab), &f, 0,
-                            NULL);
+            if (G->after)
+                k->fp8_quantize(piece_at(G, i, g, a), F->amax, blk->master + (a - blk->own_off),
+                                &f, 0, NULL);
+            else
+                k->fp8_quantize(F->wq, F->amax, EXEC_AT(blk->w_shard, a - blk->own_off, c->ab),
+                                &f, 0, NULL);
             k->copy(G->amax + w + g, F->amax, sizeof(float));
         }
     }
 }
 
-int exec_pg_scales(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, PxError *err)
+/* Every FP8 matrix's decode factor from its all-reduced amax (G->amax). */
+static int take_scales(ExecFp8Gather *G, const ExecCtx *c, const ExecParams *P, PxError *err)
 {
-    ExecFp8Gather *G = &Z->pg;
-    if (!G->on || G->n_w == 0)
-        return PX_OK;
     ExecFp8 *F = G->fp8;
     const KernBackend *k = c->k;
-    int first[2];
-    shard_amax(G, c, P, first);
-    int rc = amax_allreduce(G, c, P, M, first[0], 0, G->n_dense, MODEL_DP_ALLREDUCE, err);
-    if (!rc)
-        rc = amax_allreduce(G, c, P, M, first[1], G->n_dense, G->n_w - G->n_dense,
-                            MODEL_EDP_ALLREDUCE, err);
-    if (rc)
-        return rc;
     if (F->len) {
         /* delayed scaling: the amax rolled into the weight's history, whose factor it takes */
         for (int i = 0; i < P->n; i++) {
@@ -299,6 +318,20 @@ int exec_pg_scales(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, P
     k->to_device(G->scale, h, (size_t)G->n_w * sizeof *h);
     free(h);
     return PX_OK;
+}
+
+int exec_pg_scales(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, PxError *err)
+{
+    ExecFp8Gather *G = &Z->pg;
+    if (!G->on || G->n_w == 0)
+        return PX_OK;
+    int first[2];
+    shard_amax(G, c, P, first);
+    int rc = amax_allreduce(G, c, P, M, first[0], 0, G->n_dense, MODEL_DP_ALLREDUCE, err);
+    if (!rc)
+        rc = amax_allreduce(G, c, P, M, first[1], G->n_dense, G->n_w - G->n_dense,
+                            MODEL_EDP_ALLREDUCE, err);
+    return rc ? rc : take_scales(G, c, P, err);
 }
 
 /* This rank's shard of block b packed into its places of the two parts: its act elements at
@@ -548,4 +581,117 @@ int exec_pg_finish(ExecZero *Z, const ExecCtx *c, ExecParams *P, int b, PxError 
     spread_and_point(G, c, P, b, act, slot8_of(Z, b, act), !G->spread[b]);
     G->spread[b] = 1;
     return PX_OK;
+}
+
+/* ---- below ZeRO-3: the gather of the updated weights (exec_pg_updated) ---- */
+
+/* Elements [off, off + n) of block blk's flat layout gathered in place in buf (their place:
+ * rank r's part, its shard's share of them, after the parts of the ranks before it), in
+ * `dtype`, over the block's group. */
+static int gather_range(const ExecCtx *c, const ExecBlock *blk, void *buf, uint64_t off,
+                        uint64_t n, PxDtype dtype, ModelComm kind, PxError *err)
+{
+    enum { MAX_GROUP = 1024 };
+    int64_t counts[MAX_GROUP];
+    if (blk->group > MAX_GROUP)
+        return px_fail(err, PX_ERUNTIME, "a ZeRO group of %d ranks (the FP8 parameters' gather "
+                       "takes %d)", blk->group, MAX_GROUP);
+    for (int r = 0; r < blk->group; r++) {
+        const uint64_t lo = (uint64_t)r * blk->shard, hi = lo + blk->shard;
+        const uint64_t a = lo > off ? lo : off, e = hi < off + n ? hi : off + n;
+        counts[r] = (int64_t)(e > a ? e - a : 0);
+    }
+    return comm_all_gather_v(c->comm, buf, counts, dtype, kind, NULL, err);
+}
+
+/* Matrix g of parameter i: this rank's piece quantized from the master with the matrix's
+ * scale, the matrix gathered (comm), its scale written after it, its transpose made. */
+static int matrix_updated(ExecFp8Gather *G, const ExecCtx *c, const ExecParams *P, int i, int g,
+                          int comm, ModelComm kind, PxError *err)
+{
+    const KernBackend *k = c->k;
+    const ExecParam *p = &P->p[i];
+    const ExecBlock *blk = &P->b[p->block];
+    const ExecFp8Weight *fw = &G->fp8->w[i];
+    const int w = G->w_of[i] + g;
+    const uint64_t n = matrix_elems(G, i), m0 = p->off + (uint64_t)g * n;
+    uint64_t lo = 0, hi = 0;
+    exec_params_own(P, p, &lo, &hi);
+    const uint64_t a = m0 > lo ? m0 : lo, e = m0 + n < hi ? m0 + n : hi;
+    if (e > a) {
+        const KernFp8 f = {1, (int)(e - a), 1, (int)(e - a), 0, 0};
+        k->fp8_quantize(piece_at(G, i, g, a), NULL, blk->master + (a - blk->own_off), &f, 0,
+                        scale_of(G, w));
+    }
+    uint8_t *q = piece_at(G, i, g, m0);
+    int rc = comm ? gather_range(c, blk, q, m0, n, PX_FP8, kind, err) : PX_OK;
+    k->copy(q + n, scale_of(G, w), sizeof(float));
+    if (fw->qt) {
+        const ExecFp8Ref r = exec_fp8_weight_ref(G->fp8, fw, g, 0);
+        k->fp8_transpose((void *)exec_fp8_weight_ref(G->fp8, fw, g, 1).q, r.q, &r.f);
+    }
+    return rc;
+}
+
+/* Block b (it holds FP8 parameters) after the update, under one op of the parameter
+ * all-gather (model/ops.c's step_param_gathers: block_param_bytes, in one call): its act
+ * parameters as the update left them and its FP8 matrices, each gathered in place, and the
+ * padding of the block's last shard (its last rank's zeros, into G->pad), so that the bytes
+ * are (padded - fp8) x act + fp8. Without ZeRO every rank holds the whole block: its
+ * matrices are quantized, nothing moves. */
+static int block_updated(ExecFp8Gather *G, const ExecCtx *c, ExecParams *P, ExecMeter *M, int b,
+                         PxError *err)
+{
+    const ExecBlock *blk = &P->b[b];
+    const int comm = c->spec.layout.zero > 0 && blk->group > 1;
+    const ModelComm kind = blk->experts ? MODEL_EDP_ALL_GATHER : MODEL_DP_ALL_GATHER;
+    int op = -1, rc = PX_OK;
+    if (comm && M &&
+        (rc = exec_meter_need(M, c, MODEL_OPR_BLOCK_PARAMS, b, blk->chunk, MODEL_STEP, kind, 0,
+                              "parameter all-gather of a block", &op, err)))
+        return rc;
+    if (op >= 0)
+        exec_meter_open(M, c->k, op);
+    for (int i = blk->first_param; i < blk->first_param + blk->n_params && !rc; i++) {
+        const ExecParam *p = &P->p[i];
+        if (G->w_of[i] < 0) {
+            if (comm)
+                rc = gather_range(c, blk, p->w, p->off, p->numel, c->act, kind, err);
+            continue;
+        }
+        for (int g = 0; g < G->fp8->w[i].groups && !rc; g++)
+            rc = matrix_updated(G, c, P, i, g, comm, kind, err);
+    }
+    const uint64_t padded = blk->shard * (uint64_t)blk->group;
+    if (comm && !rc && padded > blk->numel) {
+        /* the padding is the last rank's: its zeros land in G->pad */
+        if (blk->group_rank == blk->group - 1)
+            c->k->memset0(G->pad, (size_t)blk->group * c->ab);
+        rc = gather_range(c, blk, G->pad, blk->numel, padded - blk->numel, c->act, kind, err);
+    }
+    if (op >= 0)
+        exec_meter_close(M, c->k, op);
+    return rc;
+}
+
+int exec_pg_updated(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, PxError *err)
+{
+    ExecFp8Gather *G = &Z->pg;
+    if (!G->after || G->n_w == 0)
+        return PX_OK;
+    int first[2], rc = PX_OK;
+    shard_amax(G, c, P, first);
+    /* without ZeRO every rank's amax is its whole weight's already */
+    if (c->spec.layout.zero > 0) {
+        rc = amax_allreduce(G, c, P, M, first[0], 0, G->n_dense, MODEL_DP_ALLREDUCE, err);
+        if (!rc)
+            rc = amax_allreduce(G, c, P, M, first[1], G->n_dense, G->n_w - G->n_dense,
+                                MODEL_EDP_ALLREDUCE, err);
+    }
+    if (!rc)
+        rc = take_scales(G, c, P, err);
+    for (int b = 0; b < P->nb && !rc; b++)
+        if (P->b[b].fp8)
+            rc = block_updated(G, c, P, M, b, err);
+    return rc;
 }

@@ -298,7 +298,9 @@ int exec_params_init_values(ExecParams *P, const ExecCtx *x, ExecArenas *A, floa
                 continue;
             }
             k->to_device(scratch, host, (size_t)p->numel * sizeof *host);
-            k->cast_to_act(p->w, scratch, (size_t)p->numel);
+            /* an FP8 parameter's weights come from its master (exec_pg_updated) */
+            if (p->w)
+                k->cast_to_act(p->w, scratch, (size_t)p->numel);
             if (has_shard)
                 master_put(x, blk->master + (lo - moff), scratch + (lo - p->off), hi - lo, 0);
             continue;

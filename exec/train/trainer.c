@@ -343,8 +343,11 @@ static int phase_memory(Exec *ex, PxError *err)
                                       ex->zero.bucket_elems, &ex->init_threads, err)))
         return rc;
     ex->init_s = px_now_s() - t0;
-    /* the FP8 copies of the initial weights (a resumed checkpoint brings its own) */
-    return exec_fp8_start(&ex->fp8, c, err);
+    /* the FP8 copies of the initial weights (a resumed checkpoint brings its own), and FP8
+     * parameters from their initial master (before any step: not metered) */
+    if ((rc = exec_fp8_start(&ex->fp8, c, err)))
+        return rc;
+    return exec_pg_updated(&ex->zero, c, &ex->params, NULL, err);
 }
 
 /* Checkpoints: the directory checked, and with --resume the state loaded over the initial one
