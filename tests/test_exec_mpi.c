@@ -495,8 +495,8 @@ static void check_cast_twin(const Layout *L, const cJSON *steps)
     for (int i = 0; i < L->steps; i++) {
         const double a = num(cJSON_GetArrayItem(ts, i), "loss"), b = num(cJSON_GetArrayItem(steps, i), "loss");
         if (a != b) {
-            fprintf(stderr, "FAILED: %s step %d: loss %.17g with the FP8 gather, %.17g with each GEMM "
-                    "casting the gathered weight\n", L->name, i + 1, b, a);
+            fprintf(stderr, "FAILED: %s step %d: loss %.17g with the FP8 gather, %.17g without "
+                    "--fp8-param-gather\n", L->name, i + 1, b, a);
             exit(1);
         }
     }
