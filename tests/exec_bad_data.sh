@@ -42,7 +42,7 @@ plan dp2 --gpus 2
 plan tp2 --gpus 2 --tp 2
 plan cp2 --gpus 2 --cp 2 --dropout 0.1 --seq 18
 plan fp8att --fp8-recipe tensorwise --fp8-attention
-plan fp8pg --cluster dgx-h100 --precision fp8 --fp8-param-gather --gpus 2 --zero 1
+plan fp8pg --cluster dgx-h100 --precision fp8 --fp8-param-gather --gpus 2 --zero 1 --offload-optimizer
 plan fp8pg3 --cluster dgx-h100 --precision fp8 --fp8-recipe blockwise --fp8-param-gather --gpus 2 --dp 2 --zero 3
 # a mixture-of-experts model with a setting the executor does not run with experts (the shared
 # experts' gate beside the MLP's biases)
@@ -85,7 +85,7 @@ expect 2 "the training data is not a regular file" "$px" run "$tmp/good.json" --
 expect 2 "training.precision bf16: the CPU backend trains in fp32" "$px" run "$tmp/bf16.json"
 expect 2 "layout.cp 2 (cp_comm_type p2p, sequence 18): the executor runs context parallelism with limits: the sequence must split into 2 x cp chunks" "$px" run "$tmp/cp2.json" --launcher none
 expect 2 "training.fp8 tensorwise: the executor runs FP8 GEMMs with limits: fp8_attention is simulated only" "$px" run "$tmp/fp8att.json"
-expect 2 "training.fp8 delayed: the executor runs FP8 GEMMs with limits: fp8_param_gather runs with ZeRO-3 (--zero 3)" "$px" run "$tmp/fp8pg.json" --launcher none --backend cpu
+expect 2 "training.fp8 delayed: the executor runs FP8 GEMMs with limits: below ZeRO-3 fp8_param_gather runs without --offload-optimizer" "$px" run "$tmp/fp8pg.json" --launcher none --backend cpu
 expect 2 "training.fp8 blockwise: the executor runs FP8 GEMMs with limits: fp8_param_gather runs with a per-tensor scale" "$px" run "$tmp/fp8pg3.json" --launcher none --backend cpu
 expect 2 "model moe-refused has 4 experts: the executor runs mixture-of-experts layers with limits: the shared experts' gate runs without FP8 and without the MLP's biases" "$px" run "$tmp/moe.json"
 expect 2 "needs 2 ranks (dp 2 x tp 1 x pp 1 x cp 1) but this" "$px" run "$tmp/dp2.json" --launcher none
@@ -97,6 +97,8 @@ if [ -x "$emu" ]; then
     --output "$tmp/moe-bf16.json" >/dev/null || { echo "FAILED: exec_mkplan tiny-moe bf16"; fails=$((fails + 1)); }
   expect 0 "wrote $tmp/moe-bf16-run.json" "$emu" run "$tmp/moe-bf16.json" --backend cuda --steps 2 \
     -o "$tmp/moe-bf16-run.json"
+  # FP8 parameters below ZeRO-3 run on the CPU only (the CUDA kernels quantize act values)
+  expect 2 "training.fp8 delayed: the executor runs FP8 GEMMs with limits: below ZeRO-3 fp8_param_gather runs on the CPU backend" "$emu" run "$tmp/fp8pg.json" --backend cuda
   # optimizer offload on the CUDA backend: the host steps the master and state
   "$mkplan" --model tiny --cluster dgx-h100 --precision bf16 --seq 16 --gbs 4 --mbs 2 --zero 1 \
     --offload-optimizer --output "$tmp/offload-bf16.json" >/dev/null ||
