@@ -79,25 +79,23 @@ static const char *mtp_limit(const ModelSpec *s, const ModelDims *d)
  * FP8 with a per-tensor scale: ZeRO-3's gathers of the layers' weights (the experts' over the
  * expert-data-parallel group; in buckets of equal bytes at pp 1; under a pipeline once a step,
  * a call a block whatever the bucket size), and below ZeRO-3 the gather of the updated weights
- * after the step (none without ZeRO), quantized from the fp32 master. */
-static const char *fp8_gather_limit(const ModelSpec *s, int gpu)
+ * after the step (none without ZeRO), quantized from the updated fp32 master. */
+static const char *fp8_gather_limit(const ModelSpec *s)
 {
     const int below = s->layout.zero < 3;
     return s->job.fp8 != MODEL_FP8_TENSORWISE && s->job.fp8 != MODEL_FP8_DELAYED
                ? "fp8_param_gather runs with a per-tensor scale (--fp8-recipe tensorwise or "
                  "delayed)"
-           : below && gpu ? "below ZeRO-3 fp8_param_gather runs on the CPU backend (the CUDA "
-                            "one quantizes act values, not the fp32 master: use --zero 3)"
            : below && s->layout.offload_optimizer
                ? "below ZeRO-3 fp8_param_gather runs without --offload-optimizer"
                : NULL;
 }
 
 /* The FP8 limits, or NULL. */
-static const char *fp8_limit(const ModelSpec *s, int gpu)
+static const char *fp8_limit(const ModelSpec *s)
 {
     const ModelJob *j = &s->job;
-    const char *pg = j->fp8_param_gather ? fp8_gather_limit(s, gpu) : NULL;
+    const char *pg = j->fp8_param_gather ? fp8_gather_limit(s) : NULL;
     return pg                  ? pg
            : j->fp8_attention  ? "fp8_attention is simulated only"
                                : NULL;
@@ -159,7 +157,7 @@ int model_exec_refusal(const ModelSpec *s, const ModelDims *d, int gpu, char *wh
                  "%s's op-level selective recompute runs without FP8 GEMMs (train with "
                  "recompute none or full, or framework megatron)",
                  model_framework_name(s->job.framework));
-    else if (d->fp8 != MODEL_FP8_NONE && (lim = fp8_limit(s, gpu)))
+    else if (d->fp8 != MODEL_FP8_NONE && (lim = fp8_limit(s)))
         snprintf(why, cap, "training.fp8 %s: the executor runs FP8 GEMMs with limits: %s",
                  model_fp8_recipe_name(s->job.fp8), lim);
     /* 16-bit gradients (training.grad_dtype) run on CUDA in the weights' type, every part's

@@ -97,8 +97,6 @@ if [ -x "$emu" ]; then
     --output "$tmp/moe-bf16.json" >/dev/null || { echo "FAILED: exec_mkplan tiny-moe bf16"; fails=$((fails + 1)); }
   expect 0 "wrote $tmp/moe-bf16-run.json" "$emu" run "$tmp/moe-bf16.json" --backend cuda --steps 2 \
     -o "$tmp/moe-bf16-run.json"
-  # FP8 parameters below ZeRO-3 run on the CPU only (the CUDA kernels quantize act values)
-  expect 2 "training.fp8 delayed: the executor runs FP8 GEMMs with limits: below ZeRO-3 fp8_param_gather runs on the CPU backend" "$emu" run "$tmp/fp8pg.json" --backend cuda
   # optimizer offload on the CUDA backend: the host steps the master and state
   "$mkplan" --model tiny --cluster dgx-h100 --precision bf16 --seq 16 --gbs 4 --mbs 2 --zero 1 \
     --offload-optimizer --output "$tmp/offload-bf16.json" >/dev/null ||

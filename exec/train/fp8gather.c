@@ -245,12 +245,24 @@ static int amax_allreduce(ExecFp8Gather *G, const ExecCtx *c, const ExecParams *
     return rc;
 }
 
+/* Below ZeRO-3: the act values of this rank's piece [a, e) of parameter p's updated fp32
+ * master, in the place of its gradients (read by the update, cleared at the next step's
+ * start, and as wide as the act dtype or wider), where the piece's quantizations read them. */
+static const void *master_act(const ExecCtx *c, const ExecParams *P, const ExecParam *p,
+                              uint64_t a, uint64_t e)
+{
+    void *x = exec_optim_grad_at(c, P, p, a);
+    c->k->cast_to_act(x, P->b[p->block].master + (a - P->b[p->block].own_off), (size_t)(e - a));
+    return x;
+}
+
 /* This rank's amax of every FP8 matrix's elements in its shards (0 where it holds none): under
- * ZeRO-3 of its act shard, quantized into ws.fp8's weight area; below it (after) of its fp32
- * master (the CPU's act dtype), quantized into the piece's place in the FP8 weight, which its
- * quantization with the matrix's scale overwrites (the scale each writes after the piece
- * lands in the next rank's piece, which the gather brings, or in the matrix's scale, which is
- * written after the gather). The first dense and the first experts' block that hold one. */
+ * ZeRO-3 of its act shard, quantized into ws.fp8's weight area; below it (after) of its
+ * master's act values (master_act, which its quantization with the matrix's scale reads
+ * again), quantized into the piece's place in the FP8 weight, which that quantization
+ * overwrites (the scale each writes after the piece lands in the next rank's piece, which the
+ * gather brings, or in the matrix's scale, which is written after the gather). The first
+ * dense and the first experts' block that hold one. */
 static void shard_amax(ExecFp8Gather *G, const ExecCtx *c, const ExecParams *P, int first[2])
 {
     ExecFp8 *F = G->fp8;
@@ -276,8 +288,8 @@ static void shard_amax(ExecFp8Gather *G, const ExecCtx *c, const ExecParams *P, 
             }
             const KernFp8 f = {1, (int)(e - a), 1, (int)(e - a), 0, 0};
             if (G->after)
-                k->fp8_quantize(piece_at(G, i, g, a), F->amax, blk->master + (a - blk->own_off),
-                                &f, 0, NULL);
+                k->fp8_quantize(piece_at(G, i, g, a), F->amax, master_act(c, P, p, a, e), &f, 0,
+                                NULL);
             else
                 k->fp8_quantize(F->wq, F->amax, EXEC_AT(blk->w_shard, a - blk->own_off, c->ab),
                                 &f, 0, NULL);
@@ -604,8 +616,9 @@ static int gather_range(const ExecCtx *c, const ExecBlock *blk, void *buf, uint6
     return comm_all_gather_v(c->comm, buf, counts, dtype, kind, NULL, err);
 }
 
-/* Matrix g of parameter i: this rank's piece quantized from the master with the matrix's
- * scale, the matrix gathered (comm), its scale written after it, its transpose made. */
+/* Matrix g of parameter i: this rank's piece quantized from its master's act values (where
+ * shard_amax's master_act left them) with the matrix's scale, the matrix gathered (comm), its
+ * scale written after it, its transpose made. */
 static int matrix_updated(ExecFp8Gather *G, const ExecCtx *c, const ExecParams *P, int i, int g,
                           int comm, ModelComm kind, PxError *err)
 {
@@ -620,7 +633,7 @@ static int matrix_updated(ExecFp8Gather *G, const ExecCtx *c, const ExecParams *
     const uint64_t a = m0 > lo ? m0 : lo, e = m0 + n < hi ? m0 + n : hi;
     if (e > a) {
         const KernFp8 f = {1, (int)(e - a), 1, (int)(e - a), 0, 0};
-        k->fp8_quantize(piece_at(G, i, g, a), NULL, blk->master + (a - blk->own_off), &f, 0,
+        k->fp8_quantize(piece_at(G, i, g, a), NULL, exec_optim_grad_at(c, P, p, a), &f, 0,
                         scale_of(G, w));
     }
     uint8_t *q = piece_at(G, i, g, m0);
