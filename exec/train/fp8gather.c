@@ -1,6 +1,8 @@
-/* ZeRO-3's FP8 parameter gather (--fp8-param-gather; docs/fp8.md, "FP8 parameters under
- * ZeRO-3"): a block's FP8 GEMM weights travel in one byte an element, its other parameters in
- * the act dtype, and the gathered FP8 weight feeds its GEMMs as it is (no second quantization).
+/* The FP8 parameter gather (--fp8-param-gather; docs/fp8.md, "FP8 parameters under ZeRO-3"
+ * and "below ZeRO-3"): a block's FP8 GEMM weights travel in one byte an element, its other
+ * parameters in the act dtype, and the gathered FP8 weight feeds its GEMMs as it is (no second
+ * quantization). Below ZeRO-3 (the end of this file) the FP8 weights are the parameters
+ * themselves, quantized from the updated fp32 master and gathered after the step.
  *
  * The scale: a shard's amax is not its weight's, and every rank must quantize its shards of a
  * weight with the same per-tensor scale, so each step begins with every FP8 matrix's amax over
@@ -248,10 +250,19 @@ static int amax_allreduce(ExecFp8Gather *G, const ExecCtx *c, const ExecParams *
 /* Below ZeRO-3: the act values of this rank's piece [a, e) of parameter p's updated fp32
  * master, in the place of its gradients (read by the update, cleared at the next step's
  * start, and as wide as the act dtype or wider), where the piece's quantizations read them. */
+/* Where the update read the gradient of element a of block blk (optim.c's exec_optim_grad_at,
+ * not called from here: optim.c calls into zero.c, which calls this file). */
+static void *grads_at(const ExecCtx *c, const ExecBlock *blk, uint64_t a)
+{
+    if (c->spec.layout.zero >= 2)
+        return EXEC_AT(blk->g_shard, a - blk->own_off, c->gb);
+    return EXEC_AT(blk->g, a, c->gb);
+}
+
 static const void *master_act(const ExecCtx *c, const ExecParams *P, const ExecParam *p,
                               uint64_t a, uint64_t e)
 {
-    void *x = exec_optim_grad_at(c, P, p, a);
+    void *x = grads_at(c, &P->b[p->block], a);
     c->k->cast_to_act(x, P->b[p->block].master + (a - P->b[p->block].own_off), (size_t)(e - a));
     return x;
 }
@@ -633,8 +644,7 @@ static int matrix_updated(ExecFp8Gather *G, const ExecCtx *c, const ExecParams *
     const uint64_t a = m0 > lo ? m0 : lo, e = m0 + n < hi ? m0 + n : hi;
     if (e > a) {
         const KernFp8 f = {1, (int)(e - a), 1, (int)(e - a), 0, 0};
-        k->fp8_quantize(piece_at(G, i, g, a), NULL, exec_optim_grad_at(c, P, p, a), &f, 0,
-                        scale_of(G, w));
+        k->fp8_quantize(piece_at(G, i, g, a), NULL, grads_at(c, blk, a), &f, 0, scale_of(G, w));
     }
     uint8_t *q = piece_at(G, i, g, m0);
     int rc = comm ? gather_range(c, blk, q, m0, n, PX_FP8, kind, err) : PX_OK;

@@ -16,7 +16,7 @@
  *                             and cp.c (context parallelism, the sequence split) for theirs
  *   ExecPipe      pipeline.c  the pipeline's send and receive buffers and posted requests
  *   ExecZero      zero.c      data-parallel reductions, ZeRO's gathers and gradient bucket
- *   ExecFp8Gather fp8gather.c ZeRO-3's FP8 parameter gather (a part of ExecZero)
+ *   ExecFp8Gather fp8gather.c the FP8 parameter gather, ZeRO-3's and below (a part of ExecZero)
  *   ExecSched     schedule.c  the stage's actions and which slot holds which micro-batch
  *   ExecOptim     optim.c     the optimizer step, learning rate, gradient norm, loss scaler
  *   ExecMeter     meter.c     op timing (one scope an op), FLOP counting, the pipeline's
@@ -1146,7 +1146,7 @@ int exec_zero_gather_step(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMete
 int exec_zero_gather_updated(const ExecCtx *c, ExecParams *P, ExecMeter *M, PxError *err);
 void exec_zero_free(ExecZero *Z, const KernBackend *k);
 
-/* ---- fp8gather.c: ZeRO-3's FP8 parameter gather (ExecFp8Gather above) ---- */
+/* ---- fp8gather.c: the FP8 parameter gather (ExecFp8Gather above) ---- */
 
 /* Sets it up when the job gathers FP8 parameters (nothing otherwise): under ZeRO-3 its
  * gathers' FP8 part (on), below it the gather of the updated weights (after). */
