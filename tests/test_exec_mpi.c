@@ -129,6 +129,14 @@ static const Layout layouts[] = {
      "--fp8-recipe tensorwise --mbs 1", 3, 0, NULL, 1e-3},
     {"dp2_zero2_fp8pg_delayed", 2, "--dp 2 --tp 1 --pp 1 --zero 2 --fp8-param-gather --no-sp " PIN1,
      "--fp8-recipe delayed --fp8-amax-history 16 --mbs 1", 3, 0, NULL, 3e-3},
+    /* blockwise: the amax of every 128 x 128 tile all-reduced (the shard cut splits tiles: a
+     * rank holds part of a tile's rows, or of a row), each tile's scale that of the whole
+     * weight's own quantization: bit for bit against the layout without the flag; without
+     * ZeRO each rank quantizes its whole weights, nothing moves */
+    {"dp2_zero1_fp8pg_blockwise", 2, "--dp 2 --tp 1 --pp 1 --zero 1 --fp8-param-gather --no-sp " PIN1,
+     "--fp8-recipe blockwise --mbs 1", 3, 0, NULL, 1e-3},
+    {"dp2_zero0_fp8pg_tensorwise", 2, "--dp 2 --tp 1 --pp 1 --zero 0 --fp8-param-gather --no-sp " PIN1,
+     "--fp8-recipe tensorwise --mbs 1", 3, 0, NULL, 1e-3},
     /* sharded data parallelism (docs/executor.md, "Sharded data parallelism"): DeepSpeed's
      * ZeRO-3 gathers each layer again for its recomputed forward (dp2_zero3 runs --fsdp's one
      * gather); the forward's gathers kept for the backward; two layers prefetched with the
@@ -547,7 +555,7 @@ static void check_layout(const Layout *L)
      * layout a way of gathering: the second run costs CI time) */
     if (!strcmp(L->name, "dp2_zero3_fp8pg_tensorwise") || !strcmp(L->name, "dp2_pp2_zero3_fp8pg_tensorwise") ||
         !strcmp(L->name, "dp2_zero3_fp8pg_tensorwise_buckets") ||
-        !strcmp(L->name, "dp2_zero1_fp8pg_tensorwise"))
+        !strcmp(L->name, "dp2_zero1_fp8pg_tensorwise") || !strcmp(L->name, "dp2_zero1_fp8pg_blockwise"))
         check_cast_twin(L, ms);
 
     /* memory, communication, FLOPs and ops of every rank against its stage's prediction */

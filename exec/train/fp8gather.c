@@ -34,6 +34,13 @@
 
 #include "exec/train/internal.h"
 
+/* The scales of one matrix of FP8 weight i (a tile's each with blockwise, else one). */
+static int tiles_of(const ExecFp8 *F, int i)
+{
+    const KernFp8 f = exec_fp8_desc(F, F->w[i].rows, F->w[i].cols, 1, 0);
+    return (int)kern_fp8_scales(&f);
+}
+
 int exec_pg_init(ExecFp8Gather *G, struct ExecFp8 *F, const ExecCtx *c, const ExecParams *P,
                  PxError *err)
 {
@@ -55,15 +62,15 @@ int exec_pg_init(ExecFp8Gather *G, struct ExecFp8 *F, const ExecCtx *c, const Ex
         return px_fail(err, PX_ERUNTIME, "out of memory for the FP8 parameter gather");
     for (int b = 0; b < P->nb; b++)
         G->req8[b] = -1;
-    /* a matrix an entry, the dense blocks' first: their amaxes and the experts' are
-     * all-reduced over two groups */
+    /* a scale an entry (a matrix's, or below ZeRO-3 with blockwise a tile's: tiles_of), the
+     * dense blocks' first: their amaxes and the experts' are all-reduced over two groups */
     for (int i = 0; i < P->n; i++)
         G->w_of[i] = -1;
     for (int experts = 0; experts < 2; experts++) {
         for (int i = 0; i < P->n; i++) {
             if (F->w[i].p && !!P->b[P->p[i].block].experts == experts) {
                 G->w_of[i] = G->n_w;
-                G->n_w += F->w[i].groups;
+                G->n_w += F->w[i].groups * tiles_of(F, i);
             }
         }
         G->n_dense = experts ? G->n_dense : G->n_w;
@@ -83,7 +90,8 @@ int exec_pg_init(ExecFp8Gather *G, struct ExecFp8 *F, const ExecCtx *c, const Ex
     int group = 1;
     for (int b = 0; b < P->nb; b++)
         group = P->b[b].group > group ? P->b[b].group : group;
-    if (G->after && !(G->pad = c->k->alloc((size_t)group * c->ab)))
+    if (G->after && (!(G->pad = c->k->alloc((size_t)group * c->ab)) ||
+                     !(G->host = exec_zalloc((size_t)(G->n_w > 0 ? G->n_w : 1), sizeof *G->host))))
         return px_fail(err, PX_ERUNTIME, "out of memory for the FP8 parameters' gather");
     return PX_OK;
 }
@@ -99,6 +107,7 @@ void exec_pg_free(ExecFp8Gather *G, const KernBackend *k)
     free(G->spread);
     free(G->off);
     free(G->kept8);
+    free(G->host);
     memset(G, 0, sizeof *G);
 }
 
@@ -247,33 +256,9 @@ static int amax_allreduce(ExecFp8Gather *G, const ExecCtx *c, const ExecParams *
     return rc;
 }
 
-/* Below ZeRO-3: the act values of this rank's piece [a, e) of parameter p's updated fp32
- * master, in the place of its gradients (read by the update, cleared at the next step's
- * start, and as wide as the act dtype or wider), where the piece's quantizations read them. */
-/* Where the update read the gradient of element a of block blk (optim.c's exec_optim_grad_at,
- * not called from here: optim.c calls into zero.c, which calls this file). */
-static void *grads_at(const ExecCtx *c, const ExecBlock *blk, uint64_t a)
-{
-    if (c->spec.layout.zero >= 2)
-        return EXEC_AT(blk->g_shard, a - blk->own_off, c->gb);
-    return EXEC_AT(blk->g, a, c->gb);
-}
-
-static const void *master_act(const ExecCtx *c, const ExecParams *P, const ExecParam *p,
-                              uint64_t a, uint64_t e)
-{
-    void *x = grads_at(c, &P->b[p->block], a);
-    c->k->cast_to_act(x, P->b[p->block].master + (a - P->b[p->block].own_off), (size_t)(e - a));
-    return x;
-}
-
-/* This rank's amax of every FP8 matrix's elements in its shards (0 where it holds none): under
- * ZeRO-3 of its act shard, quantized into ws.fp8's weight area; below it (after) of its
- * master's act values (master_act, which its quantization with the matrix's scale reads
- * again), quantized into the piece's place in the FP8 weight, which that quantization
- * overwrites (the scale each writes after the piece lands in the next rank's piece, which the
- * gather brings, or in the matrix's scale, which is written after the gather). The first
- * dense and the first experts' block that hold one. */
+/* ZeRO-3: this rank's amax of every FP8 matrix's elements in its shards (0 where it holds
+ * none), of its act shard quantized into ws.fp8's weight area. The first dense and the first
+ * experts' block that hold one. */
 static void shard_amax(ExecFp8Gather *G, const ExecCtx *c, const ExecParams *P, int first[2])
 {
     ExecFp8 *F = G->fp8;
@@ -298,12 +283,8 @@ static void shard_amax(ExecFp8Gather *G, const ExecCtx *c, const ExecParams *P, 
                 continue;
             }
             const KernFp8 f = {1, (int)(e - a), 1, (int)(e - a), 0, 0};
-            if (G->after)
-                k->fp8_quantize(piece_at(G, i, g, a), F->amax, master_act(c, P, p, a, e), &f, 0,
-                                NULL);
-            else
-                k->fp8_quantize(F->wq, F->amax, EXEC_AT(blk->w_shard, a - blk->own_off, c->ab),
-                                &f, 0, NULL);
+            k->fp8_quantize(F->wq, F->amax, EXEC_AT(blk->w_shard, a - blk->own_off, c->ab), &f,
+                            0, NULL);
             k->copy(G->amax + w + g, F->amax, sizeof(float));
         }
     }
@@ -627,28 +608,117 @@ static int gather_range(const ExecCtx *c, const ExecBlock *blk, void *buf, uint6
     return comm_all_gather_v(c->comm, buf, counts, dtype, kind, NULL, err);
 }
 
-/* Matrix g of parameter i: this rank's piece quantized from its master's act values (where
- * shard_amax's master_act left them) with the matrix's scale, the matrix gathered (comm), its
- * scale written after it, its transpose made. */
+/* Where the update read the gradient of element a of block blk (optim.c's exec_optim_grad_at,
+ * not called from here: optim.c calls into zero.c, which calls this file). */
+static void *grads_at(const ExecCtx *c, const ExecBlock *blk, uint64_t a)
+{
+    if (c->spec.layout.zero >= 2)
+        return EXEC_AT(blk->g_shard, a - blk->own_off, c->gb);
+    return EXEC_AT(blk->g, a, c->gb);
+}
+
+/* This rank's piece [*a, *e) (block offsets; empty: *e <= *a) of matrix g of parameter i, and
+ * the matrix's first element m0. */
+static uint64_t own_piece(const ExecFp8Gather *G, const ExecParams *P, int i, int g, uint64_t *a,
+                          uint64_t *e)
+{
+    const ExecParam *p = &P->p[i];
+    const uint64_t n = matrix_elems(G, i), m0 = p->off + (uint64_t)g * n;
+    uint64_t lo = 0, hi = 0;
+    exec_params_own(P, p, &lo, &hi);
+    *a = m0 > lo ? m0 : lo;
+    *e = m0 + n < hi ? m0 + n : hi;
+    return m0;
+}
+
+/* From element x (of the matrix of layout f, x < e) the end of the run of elements that share
+ * x's scaling block, capped at e, and that block's index (row-major, as the scales follow the
+ * elements): the whole piece with a per-tensor scale, else at most a block's width of a row. */
+static uint64_t run_end(uint64_t x, uint64_t e, const KernFp8 *f, int *tile)
+{
+    const uint64_t R = (uint64_t)f->rows, C = (uint64_t)f->cols;
+    const uint64_t br = (uint64_t)f->block_r < R ? (uint64_t)f->block_r : R;
+    const uint64_t bc = (uint64_t)f->block_c < C ? (uint64_t)f->block_c : C;
+    const uint64_t r = x / C, col = x % C;
+    *tile = (int)((r / br) * ((C + bc - 1) / bc) + col / bc);
+    uint64_t end;
+    if (bc >= C) { /* the block spans whole rows */
+        const uint64_t rr = (r / br + 1) * br;
+        end = (rr < R ? rr : R) * C;
+    } else {
+        const uint64_t cc = (col / bc + 1) * bc;
+        end = r * C + (cc < C ? cc : C);
+    }
+    return end < e ? end : e;
+}
+
+/* Below ZeRO-3: this rank's amax of every scaling block of every FP8 matrix (0 where it holds
+ * none of it) from its pieces' act values, which it first casts from the updated fp32 master
+ * into the place of their gradients (read by the update, cleared at the next step's start, as
+ * wide as the act dtype or wider), where matrix_updated reads them again: run by run (run_end),
+ * each quantized into its place in the FP8 weight (overwritten by matrix_updated's; the scale
+ * each writes after its run lands in the next run, the next rank's piece, which the gather
+ * brings, or the matrix's scales, written after the gather), the maxima taken on the host
+ * (G->host) and copied into G->amax. The first dense and the first experts' block that hold
+ * one. */
+static void master_amax(ExecFp8Gather *G, const ExecCtx *c, const ExecParams *P, int first[2])
+{
+    ExecFp8 *F = G->fp8;
+    const KernBackend *k = c->k;
+    first[0] = first[1] = -1;
+    memset(G->host, 0, (size_t)G->n_w * sizeof *G->host);
+    for (int i = 0; i < P->n; i++) {
+        if (G->w_of[i] < 0)
+            continue;
+        const ExecBlock *blk = &P->b[P->p[i].block];
+        const int ex = !!blk->experts, tiles = tiles_of(F, i);
+        first[ex] = first[ex] < 0 ? P->p[i].block : first[ex];
+        const KernFp8 mf = exec_fp8_desc(F, F->w[i].rows, F->w[i].cols, 1, 0);
+        for (int g = 0; g < F->w[i].groups; g++) {
+            uint64_t a, e;
+            const uint64_t m0 = own_piece(G, P, i, g, &a, &e);
+            if (e <= a)
+                continue;
+            k->cast_to_act(grads_at(c, blk, a), blk->master + (a - blk->own_off),
+                           (size_t)(e - a));
+            float *h = G->host + G->w_of[i] + g * tiles;
+            for (uint64_t x = a, end; x < e; x = end) {
+                int t;
+                end = m0 + run_end(x - m0, e - m0, &mf, &t);
+                const KernFp8 f = {1, (int)(end - x), 1, (int)(end - x), 0, 0};
+                float amax;
+                k->fp8_quantize(piece_at(G, i, g, x), F->amax, grads_at(c, blk, x), &f, 0, NULL);
+                k->to_host(&amax, F->amax, sizeof amax);
+                h[t] = amax > h[t] || isnan(amax) ? amax : h[t];
+            }
+        }
+    }
+    k->to_device(G->amax, G->host, (size_t)G->n_w * sizeof *G->host);
+}
+
+/* Matrix g of parameter i: this rank's piece quantized run by run from its act values (where
+ * master_amax left them) with its blocks' scales, the matrix gathered (comm), its scales
+ * written after it, its transpose made (a per-tensor scale only: model_exec_refusal). */
 static int matrix_updated(ExecFp8Gather *G, const ExecCtx *c, const ExecParams *P, int i, int g,
                           int comm, ModelComm kind, PxError *err)
 {
     const KernBackend *k = c->k;
-    const ExecParam *p = &P->p[i];
-    const ExecBlock *blk = &P->b[p->block];
+    const ExecBlock *blk = &P->b[P->p[i].block];
     const ExecFp8Weight *fw = &G->fp8->w[i];
-    const int w = G->w_of[i] + g;
-    const uint64_t n = matrix_elems(G, i), m0 = p->off + (uint64_t)g * n;
-    uint64_t lo = 0, hi = 0;
-    exec_params_own(P, p, &lo, &hi);
-    const uint64_t a = m0 > lo ? m0 : lo, e = m0 + n < hi ? m0 + n : hi;
-    if (e > a) {
-        const KernFp8 f = {1, (int)(e - a), 1, (int)(e - a), 0, 0};
-        k->fp8_quantize(piece_at(G, i, g, a), NULL, grads_at(c, blk, a), &f, 0, scale_of(G, w));
+    const KernFp8 mf = exec_fp8_desc(G->fp8, fw->rows, fw->cols, 1, 0);
+    const int tiles = tiles_of(G->fp8, i), w = G->w_of[i] + g * tiles;
+    uint64_t a, e;
+    const uint64_t m0 = own_piece(G, P, i, g, &a, &e), n = matrix_elems(G, i);
+    for (uint64_t x = a, end; x < e; x = end) {
+        int t;
+        end = m0 + run_end(x - m0, e - m0, &mf, &t);
+        const KernFp8 f = {1, (int)(end - x), 1, (int)(end - x), 0, 0};
+        k->fp8_quantize(piece_at(G, i, g, x), NULL, grads_at(c, blk, x), &f, 0,
+                        scale_of(G, w + t));
     }
     uint8_t *q = piece_at(G, i, g, m0);
     int rc = comm ? gather_range(c, blk, q, m0, n, PX_FP8, kind, err) : PX_OK;
-    k->copy(q + n, scale_of(G, w), sizeof(float));
+    k->copy(q + n, scale_of(G, w), (size_t)tiles * sizeof(float));
     if (fw->qt) {
         const ExecFp8Ref r = exec_fp8_weight_ref(G->fp8, fw, g, 0);
         k->fp8_transpose((void *)exec_fp8_weight_ref(G->fp8, fw, g, 1).q, r.q, &r.f);
@@ -703,7 +773,7 @@ int exec_pg_updated(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, 
     if (!G->after || G->n_w == 0)
         return PX_OK;
     int first[2], rc = PX_OK;
-    shard_amax(G, c, P, first);
+    master_amax(G, c, P, first);
     /* without ZeRO every rank's amax is its whole weight's already */
     if (c->spec.layout.zero > 0) {
         rc = amax_allreduce(G, c, P, M, first[0], 0, G->n_dense, MODEL_DP_ALLREDUCE, err);

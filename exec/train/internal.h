@@ -1056,8 +1056,9 @@ typedef struct {
     uint8_t **kept8;          /* [blocks], keep_gathered only */
     int *req8;                /* [blocks]: the FP8 part's gather in flight (-1: none) */
     int *spread;              /* [blocks]: its FP8 part is laid out for the GEMMs */
-    int n_w;                  /* the stage's FP8 matrices (an expert weight's one a local
-                                 expert): the dense blocks' first, in parameter order */
+    int n_w;                  /* the stage's FP8 matrices' scales (an expert weight's matrix
+                                 one a local expert; below ZeRO-3 with blockwise one a tile):
+                                 the dense blocks' first, in parameter order */
     int n_dense;              /* of them, the dense blocks' */
     int *w_of;                /* [parameters]: its first matrix's index among them, or -1 */
     float *amax;              /* [n_w] backend memory: the step's amaxes, all-reduced */
@@ -1065,6 +1066,7 @@ typedef struct {
     size_t scales_bytes;      /* the two, one allocation */
     uint64_t *off;            /* [parameters of the largest block]: exec_params_point_packed's */
     void *pad;                /* after: where a block's padding lands (group - 1 act elements) */
+    float *host;              /* after: [n_w] host memory, the amaxes gathered run by run */
 } ExecFp8Gather;
 
 typedef struct ExecZero {
