@@ -128,7 +128,7 @@ static const Layout layouts[] = {
     {"dp2_zero1_fp8pg_tensorwise", 2, "--dp 2 --tp 1 --pp 1 --zero 1 --fp8-param-gather --no-sp " PIN1,
      "--fp8-recipe tensorwise --mbs 1", 3, 0, NULL, 1e-3},
     {"dp2_zero2_fp8pg_delayed", 2, "--dp 2 --tp 1 --pp 1 --zero 2 --fp8-param-gather --no-sp " PIN1,
-     "--fp8-recipe delayed --fp8-amax-history 16 --mbs 1", 3, 0, NULL, 3e-3},
+     "--fp8-recipe delayed --fp8-amax-history 16 --mbs 1 --set device.fp8_tn_only=1", 3, 0, NULL, 3e-3},
     /* blockwise: the amax of every 128 x 128 tile all-reduced (the shard cut splits tiles: a
      * rank holds part of a tile's rows, or of a row), each tile's scale that of the whole
      * weight's own quantization: bit for bit against the layout without the flag; without

@@ -90,7 +90,8 @@ int exec_pg_init(ExecFp8Gather *G, struct ExecFp8 *F, const ExecCtx *c, const Ex
     int group = 1;
     for (int b = 0; b < P->nb; b++)
         group = P->b[b].group > group ? P->b[b].group : group;
-    if (G->after && (!(G->pad = c->k->alloc((size_t)group * c->ab)) ||
+    G->pad_bytes = G->after ? (size_t)group * c->ab : 0;
+    if (G->after && (!(G->pad = c->k->alloc(G->pad_bytes)) ||
                      !(G->host = exec_zalloc((size_t)(G->n_w > 0 ? G->n_w : 1), sizeof *G->host))))
         return px_fail(err, PX_ERUNTIME, "out of memory for the FP8 parameters' gather");
     return PX_OK;
@@ -654,8 +655,8 @@ static uint64_t run_end(uint64_t x, uint64_t e, const KernFp8 *f, int *tile)
 
 /* Below ZeRO-3: this rank's amax of every scaling block of every FP8 matrix (0 where it holds
  * none of it) from its pieces' act values, which it first casts from the updated fp32 master
- * into the place of their gradients (read by the update, cleared at the next step's start, as
- * wide as the act dtype or wider), where matrix_updated reads them again: run by run (run_end),
+ * into the place of their gradients, packed from the first (read by the update, cleared at the
+ * next step's start, as wide as the act dtype or wider), where matrix_updated reads them again: run by run (run_end),
  * each quantized into its place in the FP8 weight (overwritten by matrix_updated's; the scale
  * each writes after its run lands in the next run, the next rank's piece, which the gather
  * brings, or the matrix's scales, written after the gather), the maxima taken on the host
@@ -679,15 +680,16 @@ static void master_amax(ExecFp8Gather *G, const ExecCtx *c, const ExecParams *P,
             const uint64_t m0 = own_piece(G, P, i, g, &a, &e);
             if (e <= a)
                 continue;
-            k->cast_to_act(grads_at(c, blk, a), blk->master + (a - blk->own_off),
-                           (size_t)(e - a));
+            void *act = grads_at(c, blk, a); /* the piece's act values, packed */
+            k->cast_to_act(act, blk->master + (a - blk->own_off), (size_t)(e - a));
             float *h = G->host + G->w_of[i] + g * tiles;
             for (uint64_t x = a, end; x < e; x = end) {
                 int t;
                 end = m0 + run_end(x - m0, e - m0, &mf, &t);
                 const KernFp8 f = {1, (int)(end - x), 1, (int)(end - x), 0, 0};
                 float amax;
-                k->fp8_quantize(piece_at(G, i, g, x), F->amax, grads_at(c, blk, x), &f, 0, NULL);
+                k->fp8_quantize(piece_at(G, i, g, x), F->amax, EXEC_AT(act, x - a, c->ab), &f, 0,
+                                NULL);
                 k->to_host(&amax, F->amax, sizeof amax);
                 h[t] = amax > h[t] || isnan(amax) ? amax : h[t];
             }
@@ -697,7 +699,7 @@ static void master_amax(ExecFp8Gather *G, const ExecCtx *c, const ExecParams *P,
 }
 
 /* Matrix g of parameter i: this rank's piece quantized run by run from its act values (where
- * master_amax left them) with its blocks' scales, the matrix gathered (comm), its scales
+ * master_amax left them, packed from its first gradient's place) with its blocks' scales, the matrix gathered (comm), its scales
  * written after it, its transpose made (a per-tensor scale only: model_exec_refusal). */
 static int matrix_updated(ExecFp8Gather *G, const ExecCtx *c, const ExecParams *P, int i, int g,
                           int comm, ModelComm kind, PxError *err)
@@ -709,11 +711,12 @@ static int matrix_updated(ExecFp8Gather *G, const ExecCtx *c, const ExecParams *
     const int tiles = tiles_of(G->fp8, i), w = G->w_of[i] + g * tiles;
     uint64_t a, e;
     const uint64_t m0 = own_piece(G, P, i, g, &a, &e), n = matrix_elems(G, i);
+    const void *act = e > a ? grads_at(c, blk, a) : NULL; /* master_amax's act values */
     for (uint64_t x = a, end; x < e; x = end) {
         int t;
         end = m0 + run_end(x - m0, e - m0, &mf, &t);
         const KernFp8 f = {1, (int)(end - x), 1, (int)(end - x), 0, 0};
-        k->fp8_quantize(piece_at(G, i, g, x), NULL, grads_at(c, blk, x), &f, 0,
+        k->fp8_quantize(piece_at(G, i, g, x), NULL, EXEC_AT(act, x - a, c->ab), &f, 0,
                         scale_of(G, w + t));
     }
     uint8_t *q = piece_at(G, i, g, m0);
@@ -759,7 +762,7 @@ static int block_updated(ExecFp8Gather *G, const ExecCtx *c, ExecParams *P, Exec
     if (comm && !rc && padded > blk->numel) {
         /* the padding is the last rank's: its zeros land in G->pad */
         if (blk->group_rank == blk->group - 1)
-            c->k->memset0(G->pad, (size_t)blk->group * c->ab);
+            c->k->memset0(G->pad, G->pad_bytes);
         rc = gather_range(c, blk, G->pad, blk->numel, padded - blk->numel, c->act, kind, err);
     }
     if (op >= 0)

@@ -1066,6 +1066,7 @@ typedef struct {
     size_t scales_bytes;      /* the two, one allocation */
     uint64_t *off;            /* [parameters of the largest block]: exec_params_point_packed's */
     void *pad;                /* after: where a block's padding lands (group - 1 act elements) */
+    size_t pad_bytes;
     float *host;              /* after: [n_w] host memory, the amaxes gathered run by run */
 } ExecFp8Gather;
 
