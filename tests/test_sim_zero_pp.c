@@ -156,9 +156,9 @@ static void test_fp8_param_gather(void)
 /* --fp8-param-gather below ZeRO-3 (Megatron's distributed optimizer): ZeRO-2 under the
  * pipeline gathers the updated shards after the step with the FP8 weights in one byte, as
  * ZeRO-3 gathers them (20,480 + 2 x 50,816 bytes), once the 8 weights' amaxes are all-reduced
- * (32 bytes: a shard's amax is not its weight's; the op graph counted none below ZeRO-3). The
- * FP8 weights replace the ones the optimizer writes, so fp32 training keeps an fp32 master
- * (ZeRO-1: its shard, 55,104 x 4 bytes). */
+ * (32 bytes: a shard's amax is not its weight's; the op graph counted none below ZeRO-3), with
+ * blockwise every tile's. The FP8 weights replace the ones the optimizer writes, so fp32
+ * training keeps an fp32 master (ZeRO-1: its shard, 55,104 x 4 bytes). */
 static void test_fp8_param_gather_below_zero3(void)
 {
     ModelSpec s = spec(2);
@@ -168,6 +168,13 @@ static void test_fp8_param_gather_below_zero3(void)
     simulate(s, &r);
     CHECK_EQ_U64(20480u + 2u * 50816u, r.comm[0][MODEL_DP_ALL_GATHER]);
     CHECK_EQ_U64(32u, r.comm[0][MODEL_DP_ALLREDUCE]);
+    sim_result_free(&r);
+    /* blockwise: a shard's cut splits the 128 x 128 tiles, whose amaxes are all-reduced: 7 a
+     * layer (qkv 192 x 64: 2, proj 64 x 64: 1, fc1 256 x 64: 2, fc2 64 x 256: 2), 56 bytes */
+    s.job.fp8 = MODEL_FP8_BLOCKWISE;
+    simulate(s, &r);
+    CHECK_EQ_U64(20480u + 2u * 50816u, r.comm[0][MODEL_DP_ALL_GATHER]);
+    CHECK_EQ_U64(56u, r.comm[0][MODEL_DP_ALLREDUCE]);
     sim_result_free(&r);
     s = spec(1);
     s.job.fp8 = MODEL_FP8_TENSORWISE;
