@@ -51,7 +51,7 @@ void exec_report_header(const Exec *ex)
                    ? ", FP8 weights quantized from the fp32 master"
                : j->fp8_param_gather && s->layout.zero < 3
                    ? ", FP8 weights quantized from the fp32 master shards and gathered in FP8 "
-                     "(per-tensor scales all-reduced)"
+                     "(their amaxes all-reduced)"
                : s->layout.zero != 3 ? ""
                : j->fp8_param_gather ? ", weights gathered in FP8 (ZeRO-3, per-tensor scales all-reduced)"
                                      : ", weights cast per use (ZeRO-3)");
