@@ -850,6 +850,8 @@ typedef struct {
                              and gathered in FP8 with --fp8-param-gather */
     int fp8_weights;      /* FP8 GEMM weight matrices in it (a MoE layer's experts: one per local
                              expert), each with one scale */
+    int fp8_scales;       /* their scales (model_fp8_scaling's blocks): one a matrix with a
+                             per-tensor recipe, one a 128 x 128 tile with blockwise */
 } ModelBlock;
 
 typedef struct {

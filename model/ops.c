@@ -1599,18 +1599,24 @@ static void step_optimizer(Emit *e, const ModelTensorTable *tt)
     op->fp8_cast_bytes = cast;
 }
 
-/* ZeRO-3 gathering FP8 weights whose scale is one per tensor (delayed, tensorwise): a shard's
- * amax is not its weight's, so each step, after the update, the ranks all-reduce (max) every
- * FP8 matrix's amax over its ZeRO group (torchao's precompute_float8_dynamic_scale_for_fsdp):
- * the dense blocks' over the ZeRO group in one call, the experts' (a matrix a local expert,
- * each scaled on its own) over the expert-data-parallel group in another, the ranks of which
- * hold the same experts (the other ep ranks' experts are other weights), 4 bytes a matrix of
- * the stage. Each call is tagged with the first block that holds one of its matrices. */
+/* A ZeRO stage gathering FP8 weights whose scales are computed from the whole weight (one per
+ * tensor: delayed, tensorwise; one a 128 x 128 tile: blockwise): a shard's amax is not its
+ * weight's (nor, the flat shard cut splitting tiles, its tiles'), so each step, after the
+ * update, the ranks all-reduce (max) every FP8 matrix's amax (every tile's) over its ZeRO
+ * group (torchao's precompute_float8_dynamic_scale_for_fsdp under ZeRO-3; below it
+ * Transformer Engine's cast of the master shards to FP8 in Megatron's distributed optimizer,
+ * before the parameter all-gather; without ZeRO every rank holds whole weights and needs
+ * none): the dense blocks' over the ZeRO group in one call, the experts' (a matrix a local
+ * expert, each scaled on its own) over the expert-data-parallel group in another, the ranks of
+ * which hold the same experts (the other ep ranks' experts are other weights), 4 bytes a
+ * matrix (a tile) of the stage. Each call is tagged with the first block that holds one of its
+ * matrices. */
 static void step_fp8_amax(Emit *e, const ModelTensorTable *tt)
 {
     const ModelSpec *s = e->s;
-    if (s->layout.zero != 3 || !s->job.fp8_param_gather ||
-        (s->job.fp8 != MODEL_FP8_DELAYED && s->job.fp8 != MODEL_FP8_TENSORWISE))
+    if (s->layout.zero == 0 || !s->job.fp8_param_gather ||
+        (s->job.fp8 != MODEL_FP8_DELAYED && s->job.fp8 != MODEL_FP8_TENSORWISE &&
+         s->job.fp8 != MODEL_FP8_BLOCKWISE))
         return;
     for (int experts = 0; experts < 2; experts++) {
         double weights = 0;
@@ -1618,7 +1624,7 @@ static void step_fp8_amax(Emit *e, const ModelTensorTable *tt)
         for (int i = 0; i < tt->n_blocks; i++) {
             if (!!tt->blocks[i].experts != experts)
                 continue;
-            weights += (double)tt->blocks[i].fp8_weights * tt->blocks[i].repeat;
+            weights += (double)tt->blocks[i].fp8_scales * tt->blocks[i].repeat;
             if (first < 0 && tt->blocks[i].fp8_weights > 0)
                 first = i;
         }

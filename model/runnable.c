@@ -34,26 +34,38 @@ static const char *mtp_limit(const ModelDims *d)
                : NULL;
 }
 
-/* --fp8-param-gather's limits (exec/train/fp8gather.c), or NULL: ZeRO-3's gather in FP8 of
- * the layers' weights, the experts' over the expert-data-parallel group, with a per-tensor
- * scale (in buckets of equal bytes at pp 1; under a pipeline once a step, a call a block
- * whatever the bucket size). */
-static const char *fp8_gather_limit(const ModelSpec *s)
+/* --fp8-param-gather's limits (exec/train/fp8gather.c), or NULL: the FP8 weights gathered in
+ * FP8 with scales every rank computes from all-reduced amaxes: ZeRO-3's gathers of the
+ * layers' weights with a per-tensor scale (the experts' over the expert-data-parallel group; in
+ * buckets of equal bytes at pp 1; under a pipeline once a step, a call a block whatever the
+ * bucket size), and below ZeRO-3 the gather of the updated weights after the step (none
+ * without ZeRO), quantized from the updated fp32 master, with a per-tensor scale or
+ * blockwise's 128 x 128 tiles. */
+static const char *fp8_gather_limit(const ModelSpec *s, const ModelDims *d)
 {
-    return s->layout.zero != 3
-               ? "fp8_param_gather runs with ZeRO-3 (--zero 3), whose all-gather carries the FP8 "
-                 "weights; below it the FP8 copy replacing the weights is simulated only"
-           : s->job.fp8 != MODEL_FP8_TENSORWISE && s->job.fp8 != MODEL_FP8_DELAYED
+    const int below = s->layout.zero < 3;
+    const ModelFp8Recipe r = s->job.fp8;
+    return r == MODEL_FP8_MXFP8
                ? "fp8_param_gather runs with a per-tensor scale (--fp8-recipe tensorwise or "
-                 "delayed)"
+                 "delayed) or blockwise's tiles, not MXFP8's blocks (its column-wise copy needs "
+                 "the weights' own values, which an FP8 gather does not bring)"
+           : r == MODEL_FP8_BLOCKWISE && !below
+               ? "fp8_param_gather runs with a per-tensor scale (--fp8-recipe tensorwise or "
+                 "delayed) under ZeRO-3, whose gathers quantize a weight with one scale; "
+                 "blockwise's tiles below it (--zero 0, 1 or 2)"
+           : r == MODEL_FP8_BLOCKWISE && d->fp8_wt
+               ? "fp8_param_gather with blockwise runs without transposed copies (a TN-only "
+                 "device's, fp8_transpose 1: the executor transposes a weight of one scale only)"
+           : below && s->layout.offload_optimizer
+               ? "below ZeRO-3 fp8_param_gather runs without --offload-optimizer"
                : NULL;
 }
 
 /* The FP8 limits, or NULL. */
-static const char *fp8_limit(const ModelSpec *s)
+static const char *fp8_limit(const ModelSpec *s, const ModelDims *d)
 {
     const ModelJob *j = &s->job;
-    const char *pg = j->fp8_param_gather ? fp8_gather_limit(s) : NULL;
+    const char *pg = j->fp8_param_gather ? fp8_gather_limit(s, d) : NULL;
     return pg                  ? pg
            : j->fp8_attention  ? "fp8_attention is simulated only"
                                : NULL;
@@ -98,7 +110,7 @@ int model_exec_refusal(const ModelSpec *s, const ModelDims *d, int gpu, char *wh
                  "%s's op-level selective recompute runs without FP8 GEMMs (train with "
                  "recompute none or full, or framework megatron)",
                  model_framework_name(s->job.framework));
-    else if (d->fp8 != MODEL_FP8_NONE && (lim = fp8_limit(s)))
+    else if (d->fp8 != MODEL_FP8_NONE && (lim = fp8_limit(s, d)))
         snprintf(why, cap, "training.fp8 %s: the executor runs FP8 GEMMs with limits: %s",
                  model_fp8_recipe_name(s->job.fp8), lim);
     /* 16-bit gradients (training.grad_dtype) run on CUDA in the weights' type, every part's

@@ -447,7 +447,7 @@ static int check_experts(const ModelConfig *c, ModelLayout *l, const ModelJob *j
 }
 
 /* FP8 training's settings against the job and the layout. */
-static int check_fp8(ModelJob *j, int zero, PxError *err)
+static int check_fp8(ModelJob *j, PxError *err)
 {
     if ((int)j->fp8 < MODEL_FP8_NONE || (int)j->fp8 > MODEL_FP8_MXFP8)
         return rule_fail(err, MODEL_RULE_JOB, "unknown FP8 recipe %d", (int)j->fp8);
@@ -467,13 +467,6 @@ static int check_fp8(ModelJob *j, int zero, PxError *err)
     if (j->fp8_amax_history < 1 || j->fp8_amax_history > (1 << 16))
         return rule_fail(err, MODEL_RULE_JOB, "FP8 amax history length must be 1 to 65536, got %d",
                          j->fp8_amax_history);
-    /* under ZeRO-3 the FP8 weights replace the gathered ones, whatever the weights' dtype;
-     * below it they replace the low-precision copy, which fp32 training does not keep */
-    if (j->fp8_param_gather && j->precision == PX_FP32 && zero != 3)
-        return rule_fail(err, MODEL_RULE_JOB,
-                         "FP8 parameter gathering replaces 16-bit weights: precision fp32 keeps "
-                         "no low-precision copy to replace (use bf16, or ZeRO-3, whose gathered "
-                         "weights it replaces)");
     if (j->fp8_transpose < -1 || j->fp8_transpose > 1)
         return rule_fail(err, MODEL_RULE_JOB, "fp8_transpose must be -1 (auto), 0 or 1, got %d",
                          j->fp8_transpose);
@@ -481,7 +474,7 @@ static int check_fp8(ModelJob *j, int zero, PxError *err)
 }
 
 /* The training job's numbers: precisions (bf16 when none was resolved), dropout, padding, FP8. */
-static int check_job(ModelJob *j, int zero, PxError *err)
+static int check_job(ModelJob *j, PxError *err)
 {
     if (j->precision == PX_DTYPE_COUNT)
         j->precision = PX_BF16;
@@ -499,7 +492,7 @@ static int check_job(ModelJob *j, int zero, PxError *err)
     if (j->pad_vocab < 1)
         return rule_fail(err, MODEL_RULE_JOB, "vocabulary padding multiple must be at least 1, got %d",
                        j->pad_vocab);
-    return check_fp8(j, zero, err);
+    return check_fp8(j, err);
 }
 
 /* The ring (cp_comm p2p) runs the fused attention core only, as Megatron-LM's does: its context
@@ -507,7 +500,7 @@ static int check_job(ModelJob *j, int zero, PxError *err)
  * and whose unfused attention refuses context parallelism. Unfused, each ring step would save
  * its s/cp x s/cp probabilities per head, s/cp x s in all: the all-gather's softmax, with the
  * ring's messages on top, for a layout whose point is to hold no whole-sequence tensor
- * (docs/parallelism.md, "Context parallelism"). Not a layout to price: refused here. */
+ * (docs/executor.md, "Context parallelism"). Not a layout to price: refused here. */
 static int check_cp_core(const ModelLayout *l, const ModelJob *j, PxError *err)
 {
     if (l->cp > 1 && l->cp_comm == MODEL_CP_COMM_P2P && !j->flash_attn)
@@ -559,7 +552,10 @@ static void fill_dims(ModelDims *d, const ModelSpec *sp, int s, int m)
     d->param = j->precision;
     d->act = j->precision;
     d->grad = j->grad_dtype;
-    d->master = j->precision != PX_FP32;
+    /* below ZeRO-3 FP8 parameters replace the weights the optimizer would update: an fp32
+     * master keeps them, in fp32 training too (ZeRO-3 updates its fp32 shard itself) */
+    d->master = j->precision != PX_FP32 ||
+                (j->fp8 != MODEL_FP8_NONE && j->fp8_param_gather && l->zero < 3);
     d->fp8 = (int)j->fp8;
     d->fp8_wt = j->fp8 != MODEL_FP8_NONE && (j->fp8_transpose == 1 || j->fp8 == MODEL_FP8_MXFP8);
     const ModelMla *mla = &c->mla;
@@ -648,7 +644,7 @@ int model_spec_check(ModelSpec *sp, int gpus, ModelDims *d, PxError *err)
     ProfFramework fw;
     if ((rc = check_degrees(l, gpus, err)) || (rc = check_tensor_split(c, l, s, err)) ||
         (rc = check_pipeline(c, l, err)) || (rc = check_batch(j, l, s, &m, err)) ||
-        (rc = check_job(j, l->zero, err)) || (rc = check_cp_core(l, j, err)) ||
+        (rc = check_job(j, err)) || (rc = check_cp_core(l, j, err)) ||
         (rc = check_experts(c, l, j, err)) ||
         (rc = apply_framework(j, l, &op, &eager, &fa2, &fw, err)))
         return rc;

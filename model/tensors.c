@@ -436,8 +436,12 @@ static void add_param_g(Adder *a, const ModelSpec *s, const ModelDims *d, ModelT
     const int fp8 = ndim == 2 && model_fp8_weight(s, role);
     tt->blocks[a->block].numel += numel;
     if (fp8) {
+        ModelFp8Scaling sc;
+        model_fp8_scaling(s->job.fp8, 1, d0 / groups, d1, &sc);
         tt->blocks[a->block].fp8_numel += numel;
         tt->blocks[a->block].fp8_weights += groups;
+        tt->blocks[a->block].fp8_scales += groups * (int)(((d0 / groups + sc.block_r - 1) / sc.block_r) *
+                                                          ((d1 + sc.block_c - 1) / sc.block_c));
     }
     tt->params += numel * (uint64_t)a->repeat;
     if (s->layout.zero < 3 && fp8 && s->job.fp8_param_gather) {
@@ -661,6 +665,7 @@ typedef struct {
     Snapshot delta;
     uint64_t numel, fp8_numel; /* the block's own counts (parameters, of them FP8 GEMMs') */
     int fp8_weights;           /* and its FP8 GEMM weight matrices */
+    int fp8_scales;            /* and their scales */
 } Replay;
 
 enum { KIND_DENSE = 0, KIND_MOE, KIND_EXPERTS, KIND_COUNT };
@@ -775,6 +780,7 @@ static int add_kind_block(Build *B, int j, int l, int rep, int kind, int mtp, Px
         reuse_apply(a, &B->reuse.params[kind], &tt->blocks[a->block].numel,
                     &tt->blocks[a->block].fp8_numel);
         tt->blocks[a->block].fp8_weights += B->reuse.params[kind].fp8_weights;
+        tt->blocks[a->block].fp8_scales += B->reuse.params[kind].fp8_scales;
     } else {
         Snapshot before;
         snapshot(a, &before);
@@ -787,6 +793,7 @@ static int add_kind_block(Build *B, int j, int l, int rep, int kind, int mtp, Px
             reuse_record(a, &before, &B->reuse.params[kind], tt->blocks[a->block].numel,
                          tt->blocks[a->block].fp8_numel);
             B->reuse.params[kind].fp8_weights = tt->blocks[a->block].fp8_weights;
+            B->reuse.params[kind].fp8_scales = tt->blocks[a->block].fp8_scales;
         }
     }
     a->repeat = 1;

@@ -286,6 +286,46 @@ int main(void)
                           "2 x hidden") != NULL);
     }
 
+    /* --fp8-param-gather: below ZeRO-3 with a per-tensor scale or blockwise's tiles (fp32 on
+     * the CPU, bf16 on CUDA), but not blockwise's with transposed copies, under ZeRO-3 or
+     * with the optimizer offloaded, nor MXFP8's */
+    {
+        ModelSpec s = request("tiny", 2, 8).base;
+        s.job.precision = PX_FP32;
+        s.layout.dp = 2, s.layout.zero = 1;
+        s.job.fp8 = MODEL_FP8_TENSORWISE, s.job.fp8_param_gather = 1;
+        ModelDims d;
+        char why[512] = "";
+        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+        CHECK_EQ_INT(1, d.master); /* the FP8 weights' fp32 master */
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        s.job.precision = PX_BF16;
+        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 1, why, sizeof why));
+        s.job.precision = PX_FP32;
+        s.job.fp8 = MODEL_FP8_BLOCKWISE;
+        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        s.job.fp8_transpose = 1;
+        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+        CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        CHECK(strstr(why, "fp8_param_gather with blockwise runs without transposed copies") != NULL);
+        s.job.fp8_transpose = 0, s.layout.zero = 3;
+        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+        CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        CHECK(strstr(why, "delayed) under ZeRO-3, whose gathers quantize a weight with one scale") !=
+              NULL);
+        s.layout.zero = 1, s.job.fp8 = MODEL_FP8_MXFP8;
+        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+        CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        CHECK(strstr(why, "not MXFP8's blocks (its column-wise copy needs the weights' own values") !=
+              NULL);
+        s.job.fp8 = MODEL_FP8_TENSORWISE, s.layout.offload_optimizer = 1;
+        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+        CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        CHECK(strstr(why, "below ZeRO-3 fp8_param_gather runs without --offload-optimizer") != NULL);
+    }
+
     /* a GPU cluster is not this machine: nothing refused by the executor there */
     q = request("tiny-moe", 4, 8);
     CHECK_OK(sim_plan(&q, &gpu, &r, &err), err);

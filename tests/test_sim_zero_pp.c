@@ -153,12 +153,49 @@ static void test_fp8_param_gather(void)
     sim_result_free(&q);
 }
 
+/* --fp8-param-gather below ZeRO-3 (Megatron's distributed optimizer): ZeRO-2 under the
+ * pipeline gathers the updated shards after the step with the FP8 weights in one byte, as
+ * ZeRO-3 gathers them (20,480 + 2 x 50,816 bytes), once the 8 weights' amaxes are all-reduced
+ * (32 bytes: a shard's amax is not its weight's; the op graph counted none below ZeRO-3), with
+ * blockwise every tile's. The FP8 weights replace the ones the optimizer writes, so fp32
+ * training keeps an fp32 master (ZeRO-1: its shard, 55,104 x 4 bytes). */
+static void test_fp8_param_gather_below_zero3(void)
+{
+    ModelSpec s = spec(2);
+    s.job.fp8 = MODEL_FP8_TENSORWISE;
+    s.job.fp8_param_gather = 1;
+    SimResult r;
+    simulate(s, &r);
+    CHECK_EQ_U64(20480u + 2u * 50816u, r.comm[0][MODEL_DP_ALL_GATHER]);
+    CHECK_EQ_U64(32u, r.comm[0][MODEL_DP_ALLREDUCE]);
+    sim_result_free(&r);
+    /* blockwise: a shard's cut splits the 128 x 128 tiles, whose amaxes are all-reduced: 7 a
+     * layer (qkv 192 x 64: 2, proj 64 x 64: 1, fc1 256 x 64: 2, fc2 64 x 256: 2), 56 bytes */
+    s.job.fp8 = MODEL_FP8_BLOCKWISE;
+    simulate(s, &r);
+    CHECK_EQ_U64(20480u + 2u * 50816u, r.comm[0][MODEL_DP_ALL_GATHER]);
+    CHECK_EQ_U64(56u, r.comm[0][MODEL_DP_ALLREDUCE]);
+    sim_result_free(&r);
+    s = spec(1);
+    s.job.fp8 = MODEL_FP8_TENSORWISE;
+    s.job.fp8_param_gather = 1;
+    s.job.precision = PX_FP32;
+    s.job.grad_dtype = PX_FP32;
+    SimResult q;
+    simulate(s, &q);
+    CHECK_EQ_INT(1, q.dims.master);
+    CHECK_EQ_U64((uint64_t)SHARD0 * 4u, q.mem[0].cat[MODEL_MASTER]);
+    CHECK_EQ_U64(32u, q.comm[0][MODEL_DP_ALLREDUCE]);
+    sim_result_free(&q);
+}
+
 int main(void)
 {
     px_log_set_quiet(1);
     test_zero3_pp();
     test_zero2_pp();
     test_fp8_param_gather();
+    test_fp8_param_gather_below_zero3();
     printf("test_sim_zero_pp: %d checks passed\n", px_test_checks);
     return 0;
 }

@@ -42,6 +42,12 @@ static int comm_buffer(const Owners *o, const ModelTensor *t, void *p, PxError *
     }
 }
 
+/* An FP8 parameter (--fp8-param-gather below ZeRO-3): the FP8 weight itself, bound by fp8.c. */
+static int fp8_param(const ModelTensor *t)
+{
+    return t->cat == MODEL_WEIGHTS && t->dtype == PX_FP8 && !exec_is_fp8_copy(t->role);
+}
+
 /* Everything but the saved activations. p is NULL in the sizing pass (pass 0). */
 static int bind_static(ExecArenas *A, const ModelTensorTable *tt, const Owners *o, int pass,
                        PxError *err)
@@ -51,17 +57,18 @@ static int bind_static(ExecArenas *A, const ModelTensorTable *tt, const Owners *
     for (int i = 0; i < tt->count && !rc; i++) {
         const ModelTensor *t = &tt->t[i];
         if (t->per_microbatch || (t->cat != MODEL_WEIGHTS && t->cat != MODEL_GRADS) ||
-            exec_is_fp8_copy(t->role))
+            exec_is_fp8_copy(t->role) || fp8_param(t))
             continue;
         void *p = exec_arena_carve(&A->a[t->cat], t->bytes, px_dtype_bytes(t->dtype));
         rc = exec_params_bind(o->P, o->c, t, pass ? p : NULL, err);
     }
-    /* then the FP8 weights' amax histories (fp32) and copies (bytes): after every parameter,
-     * so that nothing needs padding */
+    /* then the FP8 weights' amax histories (fp32) and copies (bytes), an FP8 parameter in its
+     * copy's place: after every parameter, so that nothing needs padding */
     for (int k = 0; k < 2 && !rc; k++)
         for (int i = 0; i < tt->count && !rc; i++) {
             const ModelTensor *t = &tt->t[i];
-            if (!exec_is_fp8_copy(t->role) || (t->role == MODEL_TR_FP8_AMAX) != (k == 0))
+            if (!(exec_is_fp8_copy(t->role) || fp8_param(t)) ||
+                (t->role == MODEL_TR_FP8_AMAX) != (k == 0))
                 continue;
             void *p = exec_arena_carve(&A->a[t->cat], t->bytes, k == 0 ? sizeof(float) : 1);
             rc = exec_fp8_bind(o->F, o->P, t, pass ? p : NULL, err);

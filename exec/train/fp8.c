@@ -44,6 +44,7 @@ int exec_fp8_init(ExecFp8 *F, const ExecCtx *c, const ExecParams *P, PxError *er
     F->hybrid = j->fp8_format == MODEL_FP8_HYBRID;
     F->wt = c->d.fp8_wt;
     F->len = j->fp8 == MODEL_FP8_DELAYED ? j->fp8_amax_history : 0;
+    F->params = j->fp8_param_gather && c->spec.layout.zero < 3;
     model_fp8_workspace(&c->spec, &c->d, &F->lay);
     /* a row for every layer with weights: the model's and its prediction modules' (layers + k -
      * 1, whose transformer layers run their GEMMs in FP8 as the model's do; their eh projection
@@ -95,11 +96,12 @@ KernFp8 exec_fp8_desc(const ExecFp8 *F, int rows, int cols, int weight, int grad
     return f;
 }
 
-/* The FP8 weight entry a table tensor (<w>.fp8, .fp8_t, .fp8_amax) belongs to: its parameter's
- * index, or -1 (with err) when the stage has no such FP8 GEMM weight or its matrices differ. */
+/* The FP8 weight entry a table tensor (<w>.fp8, .fp8_t, .fp8_amax, or an FP8 parameter itself)
+ * belongs to: its parameter's index, or -1 (with err) when the stage has no such FP8 GEMM
+ * weight or its matrices differ. */
 static int weight_of(const ExecFp8 *F, const ExecParams *P, const ModelTensor *t, PxError *err)
 {
-    const ExecParam *p = exec_params_of(P, t->of, t->layer);
+    const ExecParam *p = exec_params_of(P, exec_is_fp8_copy(t->role) ? t->of : t->role, t->layer);
     const int i = p ? (int)(p - P->p) : -1;
     if (i < 0 || !F->w[i].p) {
         exec_bind_unused(t, err);
@@ -147,6 +149,14 @@ int exec_fp8_bind(ExecFp8 *F, const ExecParams *P, const ModelTensor *t, void *p
         return PX_ERUNTIME;
     ExecFp8Weight *w = &F->w[i];
     int rc;
+    if (!exec_is_fp8_copy(t->role)) { /* the parameter, kept in FP8 (F->params) */
+        const KernFp8 f = exec_fp8_desc(F, w->rows, w->cols, 1, 0);
+        if (!F->params || t->dtype != PX_FP8)
+            return exec_bind_unused(t, err);
+        if (!(rc = check_bytes(t, (uint64_t)w->groups * kern_fp8_bytes(&f), err)))
+            w->q = p;
+        return rc;
+    }
     switch (t->role) {
     case MODEL_TR_FP8_W: {
         const KernFp8 f = exec_fp8_desc(F, w->rows, w->cols, 1, 0);
@@ -249,8 +259,9 @@ static void cast_weight(ExecFp8 *F, const ExecCtx *c, ExecFp8Weight *w)
 
 void exec_fp8_cast(ExecFp8 *F, const ExecCtx *c)
 {
-    for (int i = 0; F->on && i < F->n; i++)
-        if (F->w[i].q) /* ZeRO-3 casts per use instead */
+    /* ZeRO-3 casts per use instead; FP8 parameters are written by fp8gather.c */
+    for (int i = 0; F->on && !F->params && i < F->n; i++)
+        if (F->w[i].q)
             cast_weight(F, c, &F->w[i]);
 }
 

@@ -1,6 +1,8 @@
-/* ZeRO-3's FP8 parameter gather (--fp8-param-gather; docs/fp8.md, "FP8 parameters under
- * ZeRO-3"): a block's FP8 GEMM weights travel in one byte an element, its other parameters in
- * the act dtype, and the gathered FP8 weight feeds its GEMMs as it is (no second quantization).
+/* The FP8 parameter gather (--fp8-param-gather; docs/fp8.md, "FP8 parameters under ZeRO-3"
+ * and "below ZeRO-3"): a block's FP8 GEMM weights travel in one byte an element, its other
+ * parameters in the act dtype, and the gathered FP8 weight feeds its GEMMs as it is (no second
+ * quantization). Below ZeRO-3 (the end of this file) the FP8 weights are the parameters
+ * themselves, quantized from the updated fp32 master and gathered after the step.
  *
  * The scale: a shard's amax is not its weight's, and every rank must quantize its shards of a
  * weight with the same per-tensor scale, so each step begins with every FP8 matrix's amax over
@@ -32,13 +34,21 @@
 
 #include "exec/train/internal.h"
 
+/* The scales of one matrix of FP8 weight i (a tile's each with blockwise, else one). */
+static int tiles_of(const ExecFp8 *F, int i)
+{
+    const KernFp8 f = exec_fp8_desc(F, F->w[i].rows, F->w[i].cols, 1, 0);
+    return (int)kern_fp8_scales(&f);
+}
+
 int exec_pg_init(ExecFp8Gather *G, struct ExecFp8 *F, const ExecCtx *c, const ExecParams *P,
                  PxError *err)
 {
     memset(G, 0, sizeof *G);
-    if (!F->on || !c->spec.job.fp8_param_gather || c->spec.layout.zero != 3)
+    if (!F->on || !c->spec.job.fp8_param_gather)
         return PX_OK;
-    G->on = 1;
+    G->on = c->spec.layout.zero == 3;
+    G->after = !G->on;
     G->fp8 = F;
     const size_t nb = (size_t)(P->nb > 0 ? P->nb : 1);
     G->w_of = exec_zalloc((size_t)P->n, sizeof *G->w_of);
@@ -52,15 +62,15 @@ int exec_pg_init(ExecFp8Gather *G, struct ExecFp8 *F, const ExecCtx *c, const Ex
         return px_fail(err, PX_ERUNTIME, "out of memory for the FP8 parameter gather");
     for (int b = 0; b < P->nb; b++)
         G->req8[b] = -1;
-    /* a matrix an entry, the dense blocks' first: their amaxes and the experts' are
-     * all-reduced over two groups */
+    /* a scale an entry (a matrix's, or below ZeRO-3 with blockwise a tile's: tiles_of), the
+     * dense blocks' first: their amaxes and the experts' are all-reduced over two groups */
     for (int i = 0; i < P->n; i++)
         G->w_of[i] = -1;
     for (int experts = 0; experts < 2; experts++) {
         for (int i = 0; i < P->n; i++) {
             if (F->w[i].p && !!P->b[P->p[i].block].experts == experts) {
                 G->w_of[i] = G->n_w;
-                G->n_w += F->w[i].groups;
+                G->n_w += F->w[i].groups * tiles_of(F, i);
             }
         }
         G->n_dense = experts ? G->n_dense : G->n_w;
@@ -77,18 +87,28 @@ int exec_pg_init(ExecFp8Gather *G, struct ExecFp8 *F, const ExecCtx *c, const Ex
     if (!(G->amax = c->k->alloc(G->scales_bytes)))
         return px_fail(err, PX_ERUNTIME, "out of memory for the FP8 weights' scales");
     G->scale = G->amax + (G->n_w > 0 ? G->n_w : 1);
+    int group = 1;
+    for (int b = 0; b < P->nb; b++)
+        group = P->b[b].group > group ? P->b[b].group : group;
+    G->pad_bytes = G->after ? (size_t)group * c->ab : 0;
+    if (G->after && (!(G->pad = c->k->alloc(G->pad_bytes)) ||
+                     !(G->host = exec_zalloc((size_t)(G->n_w > 0 ? G->n_w : 1), sizeof *G->host))))
+        return px_fail(err, PX_ERUNTIME, "out of memory for the FP8 parameters' gather");
     return PX_OK;
 }
 
 void exec_pg_free(ExecFp8Gather *G, const KernBackend *k)
 {
-    if (k)
+    if (k) {
         k->free(G->amax);
+        k->free(G->pad);
+    }
     free(G->w_of);
     free(G->req8);
     free(G->spread);
     free(G->off);
     free(G->kept8);
+    free(G->host);
     memset(G, 0, sizeof *G);
 }
 
@@ -106,6 +126,16 @@ int exec_pg_bind(ExecFp8Gather *G, const ModelTensor *t, void *p, PxError *err)
 static uint64_t matrix_elems(const ExecFp8Gather *G, int i)
 {
     return (uint64_t)G->fp8->w[i].rows * (uint64_t)G->fp8->w[i].cols;
+}
+
+/* Below ZeRO-3: where element `a` (of its block's flat layout) of matrix g of parameter i
+ * lies in its FP8 weight (the matrices one after another, each with its scale). */
+static uint8_t *piece_at(const ExecFp8Gather *G, int i, int g, uint64_t a)
+{
+    const ExecFp8Weight *fw = &G->fp8->w[i];
+    const KernFp8 f = exec_fp8_desc(G->fp8, fw->rows, fw->cols, 1, 0);
+    const uint64_t m0 = fw->p->off + (uint64_t)g * matrix_elems(G, i);
+    return (uint8_t *)fw->q + (size_t)g * kern_fp8_bytes(&f) + (a - m0);
 }
 
 /* Block b's FP8 elements in [lo, hi) of its flat layout, and its FP8 matrices. */
@@ -208,24 +238,28 @@ static const float *scale_of(const ExecFp8Gather *G, int k) { return G->scale + 
 
 /* The amaxes of matrices [at, at + n), all-reduced (max) over the ZeRO group of `block` (the
  * first block that holds one of them) in one call of `kind`, as model/ops.c's step_fp8_amax
- * counts it. */
+ * counts it (timed under its op; M NULL: before the first step, not metered). */
 static int amax_allreduce(ExecFp8Gather *G, const ExecCtx *c, const ExecParams *P, ExecMeter *M,
                           int block, int at, int n, ModelComm kind, PxError *err)
 {
     if (block < 0 || n == 0 || P->b[block].group <= 1)
         return PX_OK;
-    int op, rc;
-    if ((rc = exec_meter_need(M, c, MODEL_OPR_BLOCK_PARAMS, block, P->b[block].chunk, MODEL_STEP,
-                              kind, 0, "amax all-reduce of the FP8 weights", &op, err)))
+    int op = -1, rc;
+    if (M && (rc = exec_meter_need(M, c, MODEL_OPR_BLOCK_PARAMS, block, P->b[block].chunk,
+                                   MODEL_STEP, kind, 0, "amax all-reduce of the FP8 weights", &op,
+                                   err)))
         return rc;
-    exec_meter_open(M, c->k, op);
+    if (M)
+        exec_meter_open(M, c->k, op);
     rc = comm_allreduce(c->comm, G->amax + at, (size_t)n, PX_FP32, COMM_MAX, kind, NULL, err);
-    exec_meter_close(M, c->k, op);
+    if (M)
+        exec_meter_close(M, c->k, op);
     return rc;
 }
 
-/* This rank's amax of every FP8 matrix's elements in its shards (0 where it holds none). The
- * first dense and the first experts' block that hold one. */
+/* ZeRO-3: this rank's amax of every FP8 matrix's elements in its shards (0 where it holds
+ * none), of its act shard quantized into ws.fp8's weight area. The first dense and the first
+ * experts' block that hold one. */
 static void shard_amax(ExecFp8Gather *G, const ExecCtx *c, const ExecParams *P, int first[2])
 {
     ExecFp8 *F = G->fp8;
@@ -250,28 +284,18 @@ static void shard_amax(ExecFp8Gather *G, const ExecCtx *c, const ExecParams *P, 
                 continue;
             }
             const KernFp8 f = {1, (int)(e - a), 1, (int)(e - a), 0, 0};
-            k->fp8_quantize(F->wq, F->amax, EXEC_AT(blk->w_shard, a - blk->own_off, c->ab), &f, 0,
-                            NULL);
+            k->fp8_quantize(F->wq, F->amax, EXEC_AT(blk->w_shard, a - blk->own_off, c->ab), &f,
+                            0, NULL);
             k->copy(G->amax + w + g, F->amax, sizeof(float));
         }
     }
 }
 
-int exec_pg_scales(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, PxError *err)
+/* Every FP8 matrix's decode factor from its all-reduced amax (G->amax). */
+static int take_scales(ExecFp8Gather *G, const ExecCtx *c, const ExecParams *P, PxError *err)
 {
-    ExecFp8Gather *G = &Z->pg;
-    if (!G->on || G->n_w == 0)
-        return PX_OK;
     ExecFp8 *F = G->fp8;
     const KernBackend *k = c->k;
-    int first[2];
-    shard_amax(G, c, P, first);
-    int rc = amax_allreduce(G, c, P, M, first[0], 0, G->n_dense, MODEL_DP_ALLREDUCE, err);
-    if (!rc)
-        rc = amax_allreduce(G, c, P, M, first[1], G->n_dense, G->n_w - G->n_dense,
-                            MODEL_EDP_ALLREDUCE, err);
-    if (rc)
-        return rc;
     if (F->len) {
         /* delayed scaling: the amax rolled into the weight's history, whose factor it takes */
         for (int i = 0; i < P->n; i++) {
@@ -299,6 +323,20 @@ int exec_pg_scales(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, P
     k->to_device(G->scale, h, (size_t)G->n_w * sizeof *h);
     free(h);
     return PX_OK;
+}
+
+int exec_pg_scales(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, PxError *err)
+{
+    ExecFp8Gather *G = &Z->pg;
+    if (!G->on || G->n_w == 0)
+        return PX_OK;
+    int first[2];
+    shard_amax(G, c, P, first);
+    int rc = amax_allreduce(G, c, P, M, first[0], 0, G->n_dense, MODEL_DP_ALLREDUCE, err);
+    if (!rc)
+        rc = amax_allreduce(G, c, P, M, first[1], G->n_dense, G->n_w - G->n_dense,
+                            MODEL_EDP_ALLREDUCE, err);
+    return rc ? rc : take_scales(G, c, P, err);
 }
 
 /* This rank's shard of block b packed into its places of the two parts: its act elements at
@@ -548,4 +586,208 @@ int exec_pg_finish(ExecZero *Z, const ExecCtx *c, ExecParams *P, int b, PxError 
     spread_and_point(G, c, P, b, act, slot8_of(Z, b, act), !G->spread[b]);
     G->spread[b] = 1;
     return PX_OK;
+}
+
+/* ---- below ZeRO-3: the gather of the updated weights (exec_pg_updated) ---- */
+
+/* Elements [off, off + n) of block blk's flat layout gathered in place in buf (their place:
+ * rank r's part, its shard's share of them, after the parts of the ranks before it), in
+ * `dtype`, over the block's group. */
+static int gather_range(const ExecCtx *c, const ExecBlock *blk, void *buf, uint64_t off,
+                        uint64_t n, PxDtype dtype, ModelComm kind, PxError *err)
+{
+    enum { MAX_GROUP = 1024 };
+    int64_t counts[MAX_GROUP];
+    if (blk->group > MAX_GROUP)
+        return px_fail(err, PX_ERUNTIME, "a ZeRO group of %d ranks (the FP8 parameters' gather "
+                       "takes %d)", blk->group, MAX_GROUP);
+    for (int r = 0; r < blk->group; r++) {
+        const uint64_t lo = (uint64_t)r * blk->shard, hi = lo + blk->shard;
+        const uint64_t a = lo > off ? lo : off, e = hi < off + n ? hi : off + n;
+        counts[r] = (int64_t)(e > a ? e - a : 0);
+    }
+    return comm_all_gather_v(c->comm, buf, counts, dtype, kind, NULL, err);
+}
+
+/* Where the update read the gradient of element a of block blk (optim.c's exec_optim_grad_at,
+ * not called from here: optim.c calls into zero.c, which calls this file). */
+static void *grads_at(const ExecCtx *c, const ExecBlock *blk, uint64_t a)
+{
+    if (c->spec.layout.zero >= 2)
+        return EXEC_AT(blk->g_shard, a - blk->own_off, c->gb);
+    return EXEC_AT(blk->g, a, c->gb);
+}
+
+/* This rank's piece [*a, *e) (block offsets; empty: *e <= *a) of matrix g of parameter i, and
+ * the matrix's first element m0. */
+static uint64_t own_piece(const ExecFp8Gather *G, const ExecParams *P, int i, int g, uint64_t *a,
+                          uint64_t *e)
+{
+    const ExecParam *p = &P->p[i];
+    const uint64_t n = matrix_elems(G, i), m0 = p->off + (uint64_t)g * n;
+    uint64_t lo = 0, hi = 0;
+    exec_params_own(P, p, &lo, &hi);
+    *a = m0 > lo ? m0 : lo;
+    *e = m0 + n < hi ? m0 + n : hi;
+    return m0;
+}
+
+/* From element x (of the matrix of layout f, x < e) the end of the run of elements that share
+ * x's scaling block, capped at e, and that block's index (row-major, as the scales follow the
+ * elements): the whole piece with a per-tensor scale, else at most a block's width of a row. */
+static uint64_t run_end(uint64_t x, uint64_t e, const KernFp8 *f, int *tile)
+{
+    const uint64_t R = (uint64_t)f->rows, C = (uint64_t)f->cols;
+    const uint64_t br = (uint64_t)f->block_r < R ? (uint64_t)f->block_r : R;
+    const uint64_t bc = (uint64_t)f->block_c < C ? (uint64_t)f->block_c : C;
+    const uint64_t r = x / C, col = x % C;
+    *tile = (int)((r / br) * ((C + bc - 1) / bc) + col / bc);
+    uint64_t end;
+    if (bc >= C) { /* the block spans whole rows */
+        const uint64_t rr = (r / br + 1) * br;
+        end = (rr < R ? rr : R) * C;
+    } else {
+        const uint64_t cc = (col / bc + 1) * bc;
+        end = r * C + (cc < C ? cc : C);
+    }
+    return end < e ? end : e;
+}
+
+/* Below ZeRO-3: this rank's amax of every scaling block of every FP8 matrix (0 where it holds
+ * none of it) from its pieces' act values, which it first casts from the updated fp32 master
+ * into the place of their gradients, packed from the first (read by the update, cleared at the
+ * next step's start, as wide as the act dtype or wider), where matrix_updated reads them again: run by run (run_end),
+ * each quantized into its place in the FP8 weight (overwritten by matrix_updated's; the scale
+ * each writes after its run lands in the next run, the next rank's piece, which the gather
+ * brings, or the matrix's scales, written after the gather), the maxima taken on the host
+ * (G->host) and copied into G->amax. The first dense and the first experts' block that hold
+ * one. */
+static void master_amax(ExecFp8Gather *G, const ExecCtx *c, const ExecParams *P, int first[2])
+{
+    ExecFp8 *F = G->fp8;
+    const KernBackend *k = c->k;
+    first[0] = first[1] = -1;
+    memset(G->host, 0, (size_t)G->n_w * sizeof *G->host);
+    for (int i = 0; i < P->n; i++) {
+        if (G->w_of[i] < 0)
+            continue;
+        const ExecBlock *blk = &P->b[P->p[i].block];
+        const int ex = !!blk->experts, tiles = tiles_of(F, i);
+        first[ex] = first[ex] < 0 ? P->p[i].block : first[ex];
+        const KernFp8 mf = exec_fp8_desc(F, F->w[i].rows, F->w[i].cols, 1, 0);
+        for (int g = 0; g < F->w[i].groups; g++) {
+            uint64_t a, e;
+            const uint64_t m0 = own_piece(G, P, i, g, &a, &e);
+            if (e <= a)
+                continue;
+            void *act = grads_at(c, blk, a); /* the piece's act values, packed */
+            k->cast_to_act(act, blk->master + (a - blk->own_off), (size_t)(e - a));
+            float *h = G->host + G->w_of[i] + g * tiles;
+            for (uint64_t x = a, end; x < e; x = end) {
+                int t;
+                end = m0 + run_end(x - m0, e - m0, &mf, &t);
+                const KernFp8 f = {1, (int)(end - x), 1, (int)(end - x), 0, 0};
+                float amax;
+                k->fp8_quantize(piece_at(G, i, g, x), F->amax, EXEC_AT(act, x - a, c->ab), &f, 0,
+                                NULL);
+                k->to_host(&amax, F->amax, sizeof amax);
+                h[t] = amax > h[t] || isnan(amax) ? amax : h[t];
+            }
+        }
+    }
+    k->to_device(G->amax, G->host, (size_t)G->n_w * sizeof *G->host);
+}
+
+/* Matrix g of parameter i: this rank's piece quantized run by run from its act values (where
+ * master_amax left them, packed from its first gradient's place) with its blocks' scales, the matrix gathered (comm), its scales
+ * written after it, its transpose made (a per-tensor scale only: model_exec_refusal). */
+static int matrix_updated(ExecFp8Gather *G, const ExecCtx *c, const ExecParams *P, int i, int g,
+                          int comm, ModelComm kind, PxError *err)
+{
+    const KernBackend *k = c->k;
+    const ExecBlock *blk = &P->b[P->p[i].block];
+    const ExecFp8Weight *fw = &G->fp8->w[i];
+    const KernFp8 mf = exec_fp8_desc(G->fp8, fw->rows, fw->cols, 1, 0);
+    const int tiles = tiles_of(G->fp8, i), w = G->w_of[i] + g * tiles;
+    uint64_t a, e;
+    const uint64_t m0 = own_piece(G, P, i, g, &a, &e), n = matrix_elems(G, i);
+    const void *act = e > a ? grads_at(c, blk, a) : NULL; /* master_amax's act values */
+    for (uint64_t x = a, end; x < e; x = end) {
+        int t;
+        end = m0 + run_end(x - m0, e - m0, &mf, &t);
+        const KernFp8 f = {1, (int)(end - x), 1, (int)(end - x), 0, 0};
+        k->fp8_quantize(piece_at(G, i, g, x), NULL, EXEC_AT(act, x - a, c->ab), &f, 0,
+                        scale_of(G, w + t));
+    }
+    uint8_t *q = piece_at(G, i, g, m0);
+    int rc = comm ? gather_range(c, blk, q, m0, n, PX_FP8, kind, err) : PX_OK;
+    k->copy(q + n, scale_of(G, w), (size_t)tiles * sizeof(float));
+    if (fw->qt) {
+        const ExecFp8Ref r = exec_fp8_weight_ref(G->fp8, fw, g, 0);
+        k->fp8_transpose((void *)exec_fp8_weight_ref(G->fp8, fw, g, 1).q, r.q, &r.f);
+    }
+    return rc;
+}
+
+/* Block b (it holds FP8 parameters) after the update, under one op of the parameter
+ * all-gather (model/ops.c's step_param_gathers: block_param_bytes, in one call): its act
+ * parameters as the update left them and its FP8 matrices, each gathered in place, and the
+ * padding of the block's last shard (its last rank's zeros, into G->pad), so that the bytes
+ * are (padded - fp8) x act + fp8. Without ZeRO every rank holds the whole block: its
+ * matrices are quantized, nothing moves. */
+static int block_updated(ExecFp8Gather *G, const ExecCtx *c, ExecParams *P, ExecMeter *M, int b,
+                         PxError *err)
+{
+    const ExecBlock *blk = &P->b[b];
+    const int comm = c->spec.layout.zero > 0 && blk->group > 1;
+    const ModelComm kind = blk->experts ? MODEL_EDP_ALL_GATHER : MODEL_DP_ALL_GATHER;
+    int op = -1, rc = PX_OK;
+    if (comm && M &&
+        (rc = exec_meter_need(M, c, MODEL_OPR_BLOCK_PARAMS, b, blk->chunk, MODEL_STEP, kind, 0,
+                              "parameter all-gather of a block", &op, err)))
+        return rc;
+    if (op >= 0)
+        exec_meter_open(M, c->k, op);
+    for (int i = blk->first_param; i < blk->first_param + blk->n_params && !rc; i++) {
+        const ExecParam *p = &P->p[i];
+        if (G->w_of[i] < 0) {
+            if (comm)
+                rc = gather_range(c, blk, p->w, p->off, p->numel, c->act, kind, err);
+            continue;
+        }
+        for (int g = 0; g < G->fp8->w[i].groups && !rc; g++)
+            rc = matrix_updated(G, c, P, i, g, comm, kind, err);
+    }
+    const uint64_t padded = blk->shard * (uint64_t)blk->group;
+    if (comm && !rc && padded > blk->numel) {
+        /* the padding is the last rank's: its zeros land in G->pad */
+        if (blk->group_rank == blk->group - 1)
+            c->k->memset0(G->pad, G->pad_bytes);
+        rc = gather_range(c, blk, G->pad, blk->numel, padded - blk->numel, c->act, kind, err);
+    }
+    if (op >= 0)
+        exec_meter_close(M, c->k, op);
+    return rc;
+}
+
+int exec_pg_updated(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, PxError *err)
+{
+    ExecFp8Gather *G = &Z->pg;
+    if (!G->after || G->n_w == 0)
+        return PX_OK;
+    int first[2], rc = PX_OK;
+    master_amax(G, c, P, first);
+    /* without ZeRO every rank's amax is its whole weight's already */
+    if (c->spec.layout.zero > 0) {
+        rc = amax_allreduce(G, c, P, M, first[0], 0, G->n_dense, MODEL_DP_ALLREDUCE, err);
+        if (!rc)
+            rc = amax_allreduce(G, c, P, M, first[1], G->n_dense, G->n_w - G->n_dense,
+                                MODEL_EDP_ALLREDUCE, err);
+    }
+    if (!rc)
+        rc = take_scales(G, c, P, err);
+    for (int b = 0; b < P->nb && !rc; b++)
+        if (P->b[b].fp8)
+            rc = block_updated(G, c, P, M, b, err);
+    return rc;
 }

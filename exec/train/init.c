@@ -243,6 +243,8 @@ static void init_put_16(const ExecCtx *x, uint16_t *h16, void *w, float *master,
 {
     if (m_n)
         master_put(x, master, host + m_lo, m_n, 1);
+    if (!w) /* an FP8 parameter: its weights come from its master (exec_pg_updated) */
+        return;
     for (uint64_t i = 0; i < n; i++)
         h16[i] = x->act == PX_BF16 ? px_float_to_bf16(host[i]) : px_float_to_half(host[i]);
     x->k->to_device(w, h16, (size_t)n * sizeof *h16);
@@ -301,7 +303,9 @@ int exec_params_init_values(ExecParams *P, const ExecCtx *x, ExecArenas *A, floa
                 continue;
             }
             k->to_device(scratch, host, (size_t)p->numel * sizeof *host);
-            k->cast_to_act(p->w, scratch, (size_t)p->numel);
+            /* an FP8 parameter's weights come from its master (exec_pg_updated) */
+            if (p->w)
+                k->cast_to_act(p->w, scratch, (size_t)p->numel);
             if (has_shard)
                 master_put(x, blk->master + (lo - moff), scratch + (lo - p->off), hi - lo, 0);
             continue;

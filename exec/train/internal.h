@@ -16,7 +16,7 @@
  *                             and cp.c (context parallelism, the sequence split) for theirs
  *   ExecPipe      pipeline.c  the pipeline's send and receive buffers and posted requests
  *   ExecZero      zero.c      data-parallel reductions, ZeRO's gathers and gradient bucket
- *   ExecFp8Gather fp8gather.c ZeRO-3's FP8 parameter gather (a part of ExecZero)
+ *   ExecFp8Gather fp8gather.c the FP8 parameter gather, ZeRO-3's and below (a part of ExecZero)
  *   ExecSched     schedule.c  the stage's actions and which slot holds which micro-batch
  *   ExecOptim     optim.c     the optimizer step, learning rate, gradient norm, loss scaler
  *   ExecMeter     meter.c     op timing (one scope an op), FLOP counting, the pipeline's
@@ -217,6 +217,8 @@ typedef struct {
     int norm;       /* a norm weight or bias */
     int sp_sum;     /* replicated over TP while each rank sees its sequence shard (norms, a MoE
                        layer's router): SP sums its gradient over TP */
+    int fp8;        /* an FP8 GEMM's weight kept in FP8 only (--fp8-param-gather below ZeRO-3):
+                       no act weights (w NULL), its FP8 tensor is ExecFp8Weight.q */
     ExecMap map;
 } ExecParam;
 
@@ -227,7 +229,8 @@ typedef struct {
     uint64_t numel, shard;   /* elements on this rank; shard = ceil(numel / zero group) */
     uint64_t own_off, own_n; /* this rank's shard of the block: [own_off, own_off + own_n) */
     int first_param, n_params;
-    void *w;        /* ZeRO < 3: the block's weights (act), contiguous */
+    void *w;        /* ZeRO < 3: the block's weights (act), contiguous; NULL when it holds FP8
+                       parameters (fp8: its weights are each parameter's own) */
     float *g;       /* ZeRO < 2: its gradients (fp32), contiguous */
     void *w_shard;  /* ZeRO 3: this rank's shard of the weights */
     float *g_shard; /* ZeRO >= 2: this rank's shard of the gradients */
@@ -241,6 +244,7 @@ typedef struct {
     int experts;    /* a MoE layer's routed experts: reduced over the expert-data-parallel group */
     int group, group_rank; /* the ranks that shard its ZeRO state and reduce its gradients (dp x
                               cp; edp for experts) and this rank's place among them: its shard */
+    int fp8;        /* holds FP8 parameters (ExecParam.fp8): fp8gather.c gathers its update */
 } ExecBlock;
 
 typedef struct ExecParams {
@@ -539,6 +543,8 @@ typedef struct ExecFp8 {
     void *act;          /* its act part: a GEMM input before it is quantized */
     void *q0, *q1;      /* its FP8 copies */
     void *wq, *wqt;     /* ZeRO-3: a weight cast for its GEMM, its transpose (NULL otherwise) */
+    int params;         /* the FP8 weights are the parameters (--fp8-param-gather below ZeRO-3):
+                           fp8gather.c writes them after each update, nothing casts them */
 } ExecFp8;
 
 /* The weights whose GEMMs the executor runs in FP8, by role: index into of_layer's rows. */
@@ -1059,7 +1065,9 @@ enum { EXEC_MAX_RING = 18 };
  * an FP8 part (ring8[i]: each weight's elements, then its scale; an expert weight's matrices
  * one by one, each with its own) in zero.param_gather_fp8. */
 typedef struct {
-    int on;
+    int on;                   /* ZeRO-3's gathers */
+    int after;                /* below ZeRO-3: the updated weights quantized from the fp32
+                                 master and gathered after the step (exec_pg_updated) */
     struct ExecFp8 *fp8;
     uint8_t *buf;             /* zero.param_gather_fp8 */
     uint64_t bytes;
@@ -1068,14 +1076,18 @@ typedef struct {
     uint8_t **kept8;          /* [blocks], keep_gathered only */
     int *req8;                /* [blocks]: the FP8 part's gather in flight (-1: none) */
     int *spread;              /* [blocks]: its FP8 part is laid out for the GEMMs */
-    int n_w;                  /* the stage's FP8 matrices (an expert weight's one a local
-                                 expert): the dense blocks' first, in parameter order */
+    int n_w;                  /* the stage's FP8 matrices' scales (an expert weight's matrix
+                                 one a local expert; below ZeRO-3 with blockwise one a tile):
+                                 the dense blocks' first, in parameter order */
     int n_dense;              /* of them, the dense blocks' */
     int *w_of;                /* [parameters]: its first matrix's index among them, or -1 */
     float *amax;              /* [n_w] backend memory: the step's amaxes, all-reduced */
     float *scale;             /* [n_w] after them: the decode factors the shards take */
     size_t scales_bytes;      /* the two, one allocation */
     uint64_t *off;            /* [parameters of the largest block]: exec_params_point_packed's */
+    void *pad;                /* after: where a block's padding lands (group - 1 act elements) */
+    size_t pad_bytes;
+    float *host;              /* after: [n_w] host memory, the amaxes gathered run by run */
 } ExecFp8Gather;
 
 typedef struct ExecZero {
@@ -1152,13 +1164,15 @@ int exec_zero_finish(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M,
  * its kept buffer, which serves the step's micro-batches (nothing otherwise). */
 int exec_zero_gather_step(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M,
                           PxError *err);
-/* ZeRO-1/2 after the update: every rank's shard of the weights gathered. */
+/* ZeRO-1/2 after the update: every rank's shard of the weights gathered (but a block holding
+ * FP8 parameters: exec_pg_updated). */
 int exec_zero_gather_updated(const ExecCtx *c, ExecParams *P, ExecMeter *M, PxError *err);
 void exec_zero_free(ExecZero *Z, const KernBackend *k);
 
-/* ---- fp8gather.c: ZeRO-3's FP8 parameter gather (ExecFp8Gather above) ---- */
+/* ---- fp8gather.c: the FP8 parameter gather (ExecFp8Gather above) ---- */
 
-/* Sets it up when the job gathers FP8 parameters under ZeRO-3 (nothing otherwise). */
+/* Sets it up when the job gathers FP8 parameters (nothing otherwise): under ZeRO-3 its
+ * gathers' FP8 part (on), below it the gather of the updated weights (after). */
 int exec_pg_init(ExecFp8Gather *G, struct ExecFp8 *F, const ExecCtx *c, const ExecParams *P,
                  PxError *err);
 int exec_pg_bind(ExecFp8Gather *G, const ModelTensor *t, void *p, PxError *err);
@@ -1173,6 +1187,12 @@ int exec_pg_issue(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, in
                   ModelPhase phase, int occurrence, int async, void *dst, PxError *err);
 /* After the act part's wait: the FP8 part waited for and laid out, the views pointed. */
 int exec_pg_finish(ExecZero *Z, const ExecCtx *c, ExecParams *P, int b, PxError *err);
+/* Below ZeRO-3, after the update (and once at the start, M NULL: not metered): every FP8
+ * matrix's amax over this rank's master shard all-reduced (max) over its ZeRO group (none
+ * without ZeRO), its scale taken, this rank's pieces quantized from the master into the FP8
+ * weights and each block holding FP8 parameters gathered: its act parameters and its FP8
+ * matrices in place, each scale written after its matrix, the transposed copies made. */
+int exec_pg_updated(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, PxError *err);
 void exec_pg_free(ExecFp8Gather *G, const KernBackend *k);
 
 /* ---- data.c: data sources, the loader thread, the batches ---- */

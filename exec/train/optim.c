@@ -222,8 +222,10 @@ static void update(ExecOptim *O, const ExecCtx *c, ExecParams *P, double lr, flo
         if (!exec_params_own(P, p, &lo, &hi))
             continue;
         const uint64_t n = hi - lo, st = zero == 0 ? lo : lo - blk->own_off;
+        /* an FP8 parameter has no act weights: fp8gather.c quantizes its updated master */
         void *w = zero == 3 ? EXEC_AT(blk->w_shard, lo - blk->own_off, c->ab)
-                            : EXEC_AT(blk->w, lo, c->ab);
+                  : p->fp8  ? NULL
+                            : EXEC_AT(p->w, lo - p->off, c->ab);
         /* mixed precision: the update runs on the fp32 master, which refreshes the act copy */
         void *param = blk->master ? w : NULL;
         float *master = blk->master ? blk->master + st : (float *)w;

@@ -197,6 +197,8 @@ static int param_from(ExecParams *P, const ExecCtx *c, const ModelTensor *t, uin
     p->decay = t->ndim >= 2;
     p->replicated = !(t->shard & MODEL_SHARD_TP);
     p->norm = is_norm(t->role);
+    /* --fp8-param-gather below ZeRO-3: the table keeps the weight in FP8 (fp8.c binds it) */
+    p->fp8 = t->dtype == PX_FP8;
     /* MLA's down-projections compute on the sequence shard too (their norms are norms) */
     p->sp_sum = p->norm || t->role == MODEL_TR_ROUTER_W || t->role == MODEL_TR_ROUTER_B ||
                 t->role == MODEL_TR_SHARED_GATE_W || t->role == MODEL_TR_Q_A_W ||
@@ -330,7 +332,9 @@ int exec_params_finish(ExecParams *P, const ExecCtx *c, float *bucket, uint64_t 
         if (blk->n_params == 0)
             continue;
         const ExecParam *first = &P->p[blk->first_param];
-        blk->w = zero < 3 ? first->w : NULL;
+        for (int i = blk->first_param; i < blk->first_param + blk->n_params; i++)
+            blk->fp8 |= P->p[i].fp8;
+        blk->w = zero < 3 && !blk->fp8 ? first->w : NULL;
         /* unsharded gradients: ZeRO 0/1, and ZeRO-2/3 under a pipeline */
         blk->g = !bucketed ? first->g : NULL;
         const int opt8 = c->spec.job.optimizer == MODEL_OPT_ADAM_8BIT;
@@ -355,7 +359,9 @@ int exec_params_finish(ExecParams *P, const ExecCtx *c, float *bucket, uint64_t 
                                p->name);
             p->g = EXEC_AT(bucket, p->off, c->gb);
         }
-        if ((zero < 3 && p->w != EXEC_AT(blk->w, p->off, c->ab)) ||
+        /* a block with FP8 parameters: each of the others where the table carved it */
+        if ((zero < 3 && !blk->fp8 && p->w != EXEC_AT(blk->w, p->off, c->ab)) ||
+            (zero < 3 && blk->fp8 && !p->fp8 && !p->w) ||
             (!bucketed && (void *)p->g != EXEC_AT(blk->g, p->off, c->gb)))
             return px_fail(err, PX_ERUNTIME,
                            "parameter %s is not where its block's flat layout puts it: model/ and "

@@ -47,7 +47,12 @@ void exec_report_header(const Exec *ex)
                model_fp8_recipe_name(j->fp8),
                j->fp8_format == MODEL_FP8_HYBRID ? "E4M3 forward, E5M2 gradients" : "E4M3 throughout",
                ex->fp8.wt ? ", transposed copies" : "",
-               s->layout.zero != 3   ? ""
+               j->fp8_param_gather && s->layout.zero == 0
+                   ? ", FP8 weights quantized from the fp32 master"
+               : j->fp8_param_gather && s->layout.zero < 3
+                   ? ", FP8 weights quantized from the fp32 master shards and gathered in FP8 "
+                     "(their amaxes all-reduced)"
+               : s->layout.zero != 3 ? ""
                : j->fp8_param_gather ? ", weights gathered in FP8 (ZeRO-3, per-tensor scales all-reduced)"
                                      : ", weights cast per use (ZeRO-3)");
     }

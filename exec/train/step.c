@@ -77,6 +77,9 @@ static int update(Exec *ex, int step, ExecUpdate *u, PxError *err)
                              exec_stop_flag != 0, u, err);
     if (!rc && !u->skipped && ex->fp8.on)
         exec_fp8_cast(&ex->fp8, c);
+    /* FP8 parameters below ZeRO-3: quantized from the updated master and gathered */
+    if (!rc && !u->skipped)
+        rc = exec_pg_updated(&ex->zero, c, &ex->params, M, err);
     exec_meter_close(M, c->k, op);
     return rc;
 }

@@ -300,6 +300,25 @@ static int phase_parts(Exec *ex, PxError *err)
     return PX_OK;
 }
 
+/* The memory the communication layer may be handed (the staged fallback mirrors it on the
+ * host). */
+static int comm_memory(Exec *ex, PxError *err)
+{
+    int rc = PX_OK;
+    for (int c = 0; c < MODEL_CAT_COUNT && !rc; c++)
+        if (ex->mem.a[c].base && c != MODEL_OPTIMIZER && c != MODEL_MASTER)
+            rc = comm_attach(ex->c.comm, ex->mem.a[c].base, ex->mem.a[c].cap, err);
+    /* ZeRO-3's further gather slots, kept gathers and bucket staging (zero.c) */
+    if (!rc && ex->zero.extra_bytes)
+        rc = comm_attach(ex->c.comm, ex->zero.extra, ex->zero.extra_bytes, err);
+    /* the FP8 parameter gather's amaxes and scales, and where a padding lands (fp8gather.c) */
+    if (!rc && ex->zero.pg.amax)
+        rc = comm_attach(ex->c.comm, ex->zero.pg.amax, ex->zero.pg.scales_bytes, err);
+    if (!rc && ex->zero.pg.pad)
+        rc = comm_attach(ex->c.comm, ex->zero.pg.pad, ex->zero.pg.pad_bytes, err);
+    return rc;
+}
+
 /* Every tensor of the table in its arena, bound to its part; the pools are what the simulator
  * counts for this schedule; the op graph indexed; the initial weights. */
 static int phase_memory(Exec *ex, PxError *err)
@@ -343,8 +362,12 @@ static int phase_memory(Exec *ex, PxError *err)
                                       ex->zero.bucket_elems, &ex->init_threads, err)))
         return rc;
     ex->init_s = px_now_s() - t0;
-    /* the FP8 copies of the initial weights (a resumed checkpoint brings its own) */
-    return exec_fp8_start(&ex->fp8, c, err);
+    /* the FP8 copies of the initial weights (a resumed checkpoint brings its own), and FP8
+     * parameters from their initial master (before any step: not metered; the communication
+     * layer has its memory by then) */
+    if ((rc = exec_fp8_start(&ex->fp8, c, err)) || (rc = comm_memory(ex, err)))
+        return rc;
+    return exec_pg_updated(&ex->zero, c, &ex->params, NULL, err);
 }
 
 /* Checkpoints: the directory checked, and with --resume the state loaded over the initial one
@@ -366,22 +389,9 @@ static int phase_checkpoint(Exec *ex, PxError *err)
     return rc;
 }
 
-/* The memory the communication layer may be handed (the staged fallback mirrors it on the
- * host), and the batches' loader. */
+/* The batches' loader (the communication layer has its memory: comm_memory). */
 static int phase_ready(Exec *ex, PxError *err)
 {
-    int rc = PX_OK;
-    for (int c = 0; c < MODEL_CAT_COUNT && !rc; c++)
-        if (ex->mem.a[c].base && c != MODEL_OPTIMIZER && c != MODEL_MASTER)
-            rc = comm_attach(ex->c.comm, ex->mem.a[c].base, ex->mem.a[c].cap, err);
-    /* ZeRO-3's further gather slots, kept gathers and bucket staging (zero.c) */
-    if (!rc && ex->zero.extra_bytes)
-        rc = comm_attach(ex->c.comm, ex->zero.extra, ex->zero.extra_bytes, err);
-    /* the FP8 parameter gather's amaxes and scales (fp8gather.c) */
-    if (!rc && ex->zero.pg.amax)
-        rc = comm_attach(ex->c.comm, ex->zero.pg.amax, ex->zero.pg.scales_bytes, err);
-    if (rc)
-        return rc;
     exec_meter_device_memory(&ex->meter, ex->c.k, 0);
     return exec_batches_start(&ex->batches, &ex->c, err);
 }

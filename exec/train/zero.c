@@ -608,7 +608,7 @@ int exec_zero_gather_updated(const ExecCtx *c, ExecParams *P, ExecMeter *M, PxEr
     int rc = PX_OK;
     for (int b = 0; b < P->nb && !rc && (zero == 1 || zero == 2); b++) {
         ExecBlock *blk = &P->b[b];
-        if (blk->group < 2)
+        if (blk->group < 2 || blk->fp8) /* FP8 parameters: exec_pg_updated */
             continue;
         const ModelComm kind = block_kind(blk, MODEL_DP_ALL_GATHER);
         int op;
