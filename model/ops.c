@@ -282,6 +282,30 @@ static double tp_act_bytes(const Emit *e)
     return (double)d->b * d->s_loc * d->h * eb(e);
 }
 
+/* FP8 attention's fused core (model_fp8_attn_qkv; docs/fp8.md, "FP8 attention"), over qkv
+ * elements of Q, K, V and out of the output: the forward quantizes Q, K and V (read in the act
+ * dtype, written in FP8 once: the core's kernels take no transposed copies) and its GEMMs read
+ * the FP8 copies; under delayed scaling the core writes its output in FP8 and decodes the
+ * 16-bit output from it (read 1 byte, write a). The backward quantizes the output gradient
+ * (read a, write 1), reads the saved FP8 Q, K, V (and output, delayed) and the FP8 output
+ * gradient in its GEMMs. One kernel per quantize or decode pass. */
+static void attention_fp8(Emit *e, ModelOp *op, double qkv, double out)
+{
+    if (!model_fp8_attn_qkv(e->s))
+        return;
+    const double a = eb(e), o8 = model_fp8_attn_out(e->s) ? 1.0 : 0.0;
+    if (e->phase == MODEL_BWD) {
+        op->fp8_cast_bytes = out * (a + 1.0);
+        /* Q, K, V and the output (delayed) read in one byte; dO once of its three reads */
+        op->bytes += op->fp8_cast_bytes - qkv * (a - 1.0) - out * (a - 1.0) * (1.0 + o8);
+        op->kernels += 1;
+    } else {
+        op->fp8_cast_bytes = qkv * (a + 1.0) + o8 * out * (1.0 + a);
+        op->bytes += op->fp8_cast_bytes - qkv * (a - 1.0) - o8 * out * (a - 1.0);
+        op->kernels += 1 + (int)o8;
+    }
+}
+
 static void attention_core(Emit *e, const char *base)
 {
     const ModelDims *d = e->d;
@@ -315,6 +339,7 @@ static void attention_core(Emit *e, const char *base)
             op->flops = model_attention_bwd_flops(fwd, 1, &op->recompute_flops);
             op->bytes = 2.0 * qkv + 3.0 * out + bh * sq * 8.0;
             op->kernels = 2;
+            attention_fp8(e, op, qkv / a, out / a);
         } else {
             /* dP written and read, softmax backward reads P and dP and writes dS, dropout
              * backward reads the mask, the two gradient GEMMs read dS */
@@ -327,6 +352,7 @@ static void attention_core(Emit *e, const char *base)
         if (s->job.flash_attn) {
             op->bytes = qkv + out + bh * sq * 4.0;
             op->kernels = 1;
+            attention_fp8(e, op, qkv / a, out / a);
         } else {
             op->bytes = qkv + out + mat * (2.0 + softmax + (drop ? 2.0 + 1.0 / a : 0.0));
             op->kernels = 2 + softmax_kernels + drop;

@@ -59,9 +59,11 @@ static const char *fp8_limit(const ModelSpec *s)
 {
     const ModelJob *j = &s->job;
     const char *pg = j->fp8_param_gather ? fp8_gather_limit(s) : NULL;
-    return pg                  ? pg
-           : j->fp8_attention  ? "fp8_attention is simulated only"
-                               : NULL;
+    return pg ? pg
+           : j->fp8_attention
+               ? "fp8_attention is simulated only: the executor's attention core reads Q, K and V "
+                 "in the act dtype, not the FP8 copies the table saves"
+               : NULL;
 }
 
 /* What the backend the plan runs on takes (checked last, as the executor picks its kernels

@@ -86,7 +86,7 @@ expect 2 "the training data is not a regular file" "$px" run "$tmp/good.json" --
 # plans the executor cannot run here
 expect 2 "training.precision bf16: the CPU backend trains in fp32" "$px" run "$tmp/bf16.json"
 expect 2 "layout.cp 2 (cp_comm_type p2p, sequence 18): the executor runs context parallelism with limits: the sequence must split into 2 x cp chunks" "$px" run "$tmp/cp2.json" --launcher none
-expect 2 "training.fp8 tensorwise: the executor runs FP8 GEMMs with limits: fp8_attention is simulated only" "$px" run "$tmp/fp8att.json"
+expect 2 "training.fp8 tensorwise: the executor runs FP8 GEMMs with limits: fp8_attention is simulated only: the executor's attention core reads Q, K and V in the act dtype, not the FP8 copies the table saves" "$px" run "$tmp/fp8att.json"
 expect 2 "training.fp8 delayed: the executor runs FP8 GEMMs with limits: fp8_param_gather runs with ZeRO-3 (--zero 3)" "$px" run "$tmp/fp8pg.json" --launcher none --backend cpu
 expect 2 "training.fp8 blockwise: the executor runs FP8 GEMMs with limits: fp8_param_gather runs with a per-tensor scale" "$px" run "$tmp/fp8pg3.json" --launcher none --backend cpu
 expect 0 "wrote $tmp/moe-run.json" "$px" run "$tmp/moe.json" --launcher none --steps 1 -o "$tmp/moe-run.json"
