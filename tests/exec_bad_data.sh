@@ -42,7 +42,6 @@ plan dp2 --gpus 2
 plan tp2 --gpus 2 --tp 2
 plan cp2 --gpus 2 --cp 2 --dropout 0.1 --seq 18
 plan fp8att --fp8-recipe delayed --fp8-attention
-plan fp8att_unfused --fp8-recipe tensorwise --fp8-attention --no-flash-attn
 plan fp8pg --cluster dgx-h100 --precision fp8 --fp8-param-gather --gpus 2 --zero 1
 plan fp8pg3 --cluster dgx-h100 --precision fp8 --fp8-recipe blockwise --fp8-param-gather --gpus 2 --dp 2 --zero 3
 # a mixture-of-experts model with the shapes the executor once refused, which it now runs:
@@ -88,7 +87,6 @@ expect 2 "the training data is not a regular file" "$px" run "$tmp/good.json" --
 expect 2 "training.precision bf16: the CPU backend trains in fp32" "$px" run "$tmp/bf16.json"
 expect 2 "layout.cp 2 (cp_comm_type p2p, sequence 18): the executor runs context parallelism with limits: the sequence must split into 2 x cp chunks" "$px" run "$tmp/cp2.json" --launcher none
 expect 2 "training.fp8 delayed: the executor runs FP8 GEMMs with limits: fp8_attention runs with --fp8-recipe tensorwise (the table keeps no delayed scaling history for the attention core's tensors; Transformer Engine has no blockwise or MXFP8 attention)" "$px" run "$tmp/fp8att.json"
-expect 2 "training.fp8 tensorwise: the executor runs FP8 GEMMs with limits: fp8_attention runs with the fused attention core (--flash-attn)" "$px" run "$tmp/fp8att_unfused.json"
 expect 2 "training.fp8 delayed: the executor runs FP8 GEMMs with limits: fp8_param_gather runs with ZeRO-3 (--zero 3)" "$px" run "$tmp/fp8pg.json" --launcher none --backend cpu
 expect 2 "training.fp8 blockwise: the executor runs FP8 GEMMs with limits: fp8_param_gather runs with a per-tensor scale" "$px" run "$tmp/fp8pg3.json" --launcher none --backend cpu
 expect 0 "wrote $tmp/moe-run.json" "$px" run "$tmp/moe.json" --launcher none --steps 1 -o "$tmp/moe-run.json"

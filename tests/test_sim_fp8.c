@@ -530,7 +530,7 @@ static void test_shared_gate(void)
  * 33,554,432) beside the projection's FP8 copy: 789,053,456 - 20,971,516 - 16,777,212 =
  * 751,304,728 B. The core's forward quantizes Q, K, V: 8192 x 2560 x (2 + 1) B (delayed: and
  * decodes the output, + 8192 x 2048 x 3 B); its backward the output gradient, 8192 x 2048 x
- * 3 B. The unfused core saves and moves what it does without FP8. */
+ * 3 B. The unfused core saves what it does without FP8 and rounds Q, K, V and dO in place. */
 static void test_fp8_attention(void)
 {
     uint64_t acts = 0;
@@ -573,6 +573,26 @@ static void test_fp8_attention(void)
         CHECK_EQ_INT(2, seen);
         model_ops_free(&g);
     }
+    /* the unfused core rounds Q, K, V (forward) and dO (backward) in place: read 2, write 1,
+     * then read 1, write 2 */
+    PxError err = {0};
+    s = llama70b(MODEL_FP8_TENSORWISE, 1);
+    s.job.fp8_attention = 1;
+    s.job.flash_attn = 0;
+    ModelDims d;
+    CHECK_OK(model_spec_check(&s, 64, &d, &err), err);
+    ModelOpGraph g;
+    CHECK_OK(model_ops_build(&s, &d, 0, &g, &err), err);
+    int seen = 0;
+    for (int i = 0; i < g.count; i++) {
+        const ModelOp *op = &g.op[i];
+        if (op->layer != 0 || op->role != MODEL_OPR_CORE || op->kind != MODEL_OP_ATTENTION)
+            continue;
+        CHECK_REL(op->phase == MODEL_BWD ? o * 6 : qkv * 6, op->fp8_cast_bytes, 1e-15);
+        seen++;
+    }
+    CHECK_EQ_INT(2, seen);
+    model_ops_free(&g);
 }
 
 int main(void)

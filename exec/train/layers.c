@@ -322,31 +322,34 @@ static void *core_qkv(const ExecLayerRun *r, const ExecLayerActs *a)
 
 /* FP8 attention's forward, under the core's op: Q, K, V (act, in ws.fp8's act part) quantized
  * with one scale of their own into attn.qkv.out, the copy the backward reads, and decoded in
- * place: the core's matmuls take the FP8 values. */
+ * place: the core's matmuls take the FP8 values. The unfused core (model/ops.c's
+ * attention_fp8_emulated) rounds attn.qkv.out in place, through ws.fp8's first copy. */
 static void fp8_core_fwd(const ExecLayerRun *r, const ExecLayerActs *a)
 {
     const ExecCtx *c = r->c;
     const int N = c->d.b * c->d.s_loc, qkv = c->d.q_loc + c->d.kv2_loc;
-    void *x = fp8_core_qkv(r);
-    if (!x)
+    if (!model_fp8_op(&c->spec, MODEL_OPR_CORE))
         return;
-    const ExecFp8Ref q = exec_fp8_quantize(r->fp8, c, EXEC_LA(a, QKV_OUT), x, N, qkv, 0,
-                                           EXEC_FP8_X, NULL, 0, 0);
-    c->k->fp8_dequantize(x, q.q, &q.f);
+    void *x = fp8_core_qkv(r), *saved = EXEC_LA(a, QKV_OUT);
+    const ExecFp8Ref q = exec_fp8_quantize(r->fp8, c, x ? saved : r->fp8->q0, x ? x : saved, N,
+                                           qkv, 0, EXEC_FP8_X, NULL, 0, 0);
+    c->k->fp8_dequantize(x ? x : saved, q.q, &q.f);
 }
 
-/* Its backward, under the core's op: the saved FP8 Q, K, V decoded into ws.fp8's act part, and
- * the output gradient (ws.dhid) quantized as a gradient into ws.fp8's first copy and decoded in
- * place. */
+/* Its backward, under the core's op: the saved FP8 Q, K, V decoded into ws.fp8's act part (the
+ * unfused core's are rounded already), and the output gradient (ws.dhid) quantized as a
+ * gradient into ws.fp8's first copy and decoded in place. */
 static void fp8_core_bwd(const ExecLayerRun *r, const ExecLayerActs *a)
 {
     const ExecCtx *c = r->c;
     const int N = c->d.b * c->d.s_loc, qkv = c->d.q_loc + c->d.kv2_loc;
-    void *x = fp8_core_qkv(r);
-    if (!x)
+    if (!model_fp8_op(&c->spec, MODEL_OPR_CORE))
         return;
-    const ExecFp8Ref q = exec_fp8_saved(r->fp8, EXEC_LA(a, QKV_OUT), N, qkv);
-    c->k->fp8_dequantize(x, q.q, &q.f);
+    void *x = fp8_core_qkv(r);
+    if (x) {
+        const ExecFp8Ref q = exec_fp8_saved(r->fp8, EXEC_LA(a, QKV_OUT), N, qkv);
+        c->k->fp8_dequantize(x, q.q, &q.f);
+    }
     const ExecFp8Ref g = exec_fp8_quantize(r->fp8, c, r->fp8->q0, r->W->dhid, N, c->d.o_loc, 0,
                                            EXEC_FP8_DY, NULL, 0, 0);
     c->k->fp8_dequantize(r->W->dhid, g.q, &g.f);
