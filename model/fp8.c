@@ -111,3 +111,13 @@ ModelFp8ProjIn model_fp8_proj_in(const ModelSpec *s)
     /* the unfused core's backward reads its probabilities and V, not its output */
     return s->job.flash_attn ? MODEL_FP8_PROJ_BOTH : MODEL_FP8_PROJ_FP8;
 }
+
+int model_fp8_attn_qkv(const ModelSpec *s)
+{
+    return model_fp8_op(s, MODEL_OPR_CORE) && s->job.flash_attn;
+}
+
+int model_fp8_attn_out(const ModelSpec *s)
+{
+    return model_fp8_attn_qkv(s) && s->job.fp8 == MODEL_FP8_DELAYED;
+}

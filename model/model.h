@@ -1019,6 +1019,15 @@ const char *model_op_role_name(ModelOpRole r);
  * core's 16-bit output (attn.proj.in.fp8 then). ACT also without FP8. */
 typedef enum { MODEL_FP8_PROJ_ACT = 0, MODEL_FP8_PROJ_FP8, MODEL_FP8_PROJ_BOTH } ModelFp8ProjIn;
 ModelFp8ProjIn model_fp8_proj_in(const ModelSpec *s);
+/* What FP8 attention (fp8_attention) keeps for the fused core's backward, as Transformer
+ * Engine's FusedAttention does with an FP8 backward (docs/fp8.md, "FP8 attention"): Q, K and V
+ * quantized with one scale (its QKV quantizer) and saved in FP8 instead of the 16-bit
+ * attn.qkv.out (model_fp8_attn_qkv); under delayed scaling the core's output in FP8 too,
+ * instead of the 16-bit attn.proj.in (model_fp8_attn_out; under current scaling, tensorwise,
+ * the output stays 16-bit, NVTE_DPA_FP8CS_O_in_F16's default). The unfused core (TE's
+ * UnfusedDotProductAttention only emulates FP8) saves what it saves without FP8: both 0. */
+int model_fp8_attn_qkv(const ModelSpec *s);
+int model_fp8_attn_out(const ModelSpec *s);
 
 /* 1 when the weight of role r is an FP8 GEMM's operand under the job (a linear layer of a
  * transformer layer: QKV or MLA's projections, the output projection, the MLP's and the

@@ -282,6 +282,47 @@ static double tp_act_bytes(const Emit *e)
     return (double)d->b * d->s_loc * d->h * eb(e);
 }
 
+/* FP8 attention on the unfused core, as Transformer Engine's unfused path emulates it: Q, K, V
+ * (forward) and dO (backward) quantized and decoded in place (read a, write 1; read 1, write
+ * a: two kernels), the 16-bit tensors saved as without FP8. A selective recompute reruns the
+ * core on the rounded Q, K, V without rounding them again. */
+static void attention_fp8_emulated(Emit *e, ModelOp *op, double qkv, double out)
+{
+    if (e->phase == MODEL_RECOMPUTE && e->s->layout.recompute != MODEL_RECOMPUTE_FULL)
+        return;
+    op->fp8_cast_bytes = 2.0 * (e->phase == MODEL_BWD ? out : qkv) * (eb(e) + 1.0);
+    op->bytes += op->fp8_cast_bytes;
+    op->kernels += 2;
+}
+
+/* FP8 attention's fused core (model_fp8_attn_qkv; docs/fp8.md, "FP8 attention"), over qkv
+ * elements of Q, K, V and out of the output: the forward quantizes Q, K and V (read in the act
+ * dtype, written in FP8 once: the core's kernels take no transposed copies) and its GEMMs read
+ * the FP8 copies; under delayed scaling the core writes its output in FP8 and decodes the
+ * 16-bit output from it (read 1 byte, write a). The backward quantizes the output gradient
+ * (read a, write 1), reads the saved FP8 Q, K, V (and output, delayed) and the FP8 output
+ * gradient in its GEMMs. One kernel per quantize or decode pass. The unfused core: above. */
+static void attention_fp8(Emit *e, ModelOp *op, double qkv, double out)
+{
+    if (!model_fp8_op(e->s, MODEL_OPR_CORE))
+        return;
+    if (!model_fp8_attn_qkv(e->s)) {
+        attention_fp8_emulated(e, op, qkv, out);
+        return;
+    }
+    const double a = eb(e), o8 = model_fp8_attn_out(e->s) ? 1.0 : 0.0;
+    if (e->phase == MODEL_BWD) {
+        op->fp8_cast_bytes = out * (a + 1.0);
+        /* Q, K, V and the output (delayed) read in one byte; dO once of its three reads */
+        op->bytes += op->fp8_cast_bytes - qkv * (a - 1.0) - out * (a - 1.0) * (1.0 + o8);
+        op->kernels += 1;
+    } else {
+        op->fp8_cast_bytes = qkv * (a + 1.0) + o8 * out * (1.0 + a);
+        op->bytes += op->fp8_cast_bytes - qkv * (a - 1.0) - o8 * out * (a - 1.0);
+        op->kernels += 1 + (int)o8;
+    }
+}
+
 static void attention_core(Emit *e, const char *base)
 {
     const ModelDims *d = e->d;
@@ -315,21 +356,25 @@ static void attention_core(Emit *e, const char *base)
             op->flops = model_attention_bwd_flops(fwd, 1, &op->recompute_flops);
             op->bytes = 2.0 * qkv + 3.0 * out + bh * sq * 8.0;
             op->kernels = 2;
+            attention_fp8(e, op, qkv / a, out / a);
         } else {
             /* dP written and read, softmax backward reads P and dP and writes dS, dropout
              * backward reads the mask, the two gradient GEMMs read dS */
             op->flops = model_attention_bwd_flops(fwd, 0, NULL);
             op->bytes = 2.0 * qkv + 2.0 * out + mat * (drop ? 7.0 + 1.0 / a : 5.0) + mat * (softmax - 2.0);
             op->kernels = 4 + softmax_kernels + drop;
+            attention_fp8(e, op, qkv / a, out / a);
         }
     } else {
         op->flops = fwd;
         if (s->job.flash_attn) {
             op->bytes = qkv + out + bh * sq * 4.0;
             op->kernels = 1;
+            attention_fp8(e, op, qkv / a, out / a);
         } else {
             op->bytes = qkv + out + mat * (2.0 + softmax + (drop ? 2.0 + 1.0 / a : 0.0));
             op->kernels = 2 + softmax_kernels + drop;
+            attention_fp8(e, op, qkv / a, out / a);
         }
     }
 }

@@ -66,9 +66,18 @@ static const char *fp8_limit(const ModelSpec *s, const ModelDims *d)
 {
     const ModelJob *j = &s->job;
     const char *pg = j->fp8_param_gather ? fp8_gather_limit(s, d) : NULL;
-    return pg                  ? pg
-           : j->fp8_attention  ? "fp8_attention is simulated only"
-                               : NULL;
+    if (pg || !j->fp8_attention)
+        return pg;
+    /* FP8 attention (exec/train/layers.c): Q, K, V and the output gradient quantized with a
+     * scale of their own (current scaling); the fused core saves the FP8 copy */
+    return j->fp8 != MODEL_FP8_TENSORWISE
+               ? "fp8_attention runs with --fp8-recipe tensorwise (the table keeps no delayed "
+                 "scaling history for the attention core's tensors; Transformer Engine has no "
+                 "blockwise or MXFP8 attention)"
+           : s->layout.cp > 1 ? "fp8_attention runs without context parallelism (--cp 1)"
+           : s->model.mla.kv_lora_rank > 0
+               ? "fp8_attention runs without multi-head latent attention"
+               : NULL;
 }
 
 /* What the backend the plan runs on takes (checked last, as the executor picks its kernels

@@ -215,15 +215,22 @@ void model_layer_acts_at(const ModelSpec *s, const ModelDims *d, ModelRecompute 
         {"mlp.drop_mask", u8, sp, 3, b, ss, h, 1, drop, !full},
     };
     acts_fill(t, MODEL_LAYER_ACTS, MODEL_TR_LN1_IN, out);
-    /* the attention projection's saved input as model_fp8_proj_in has it; a MoE layer's router
-     * reads fc1.in too, in high precision (last, left out for a MoE layer) */
+    /* the attention projection's saved input as model_fp8_proj_in has it; FP8 attention's Q,
+     * K, V and (delayed) output (model_fp8_attn_qkv, model_fp8_attn_out); a MoE layer's router
+     * reads fc1.in too, in high precision (left out for a MoE layer) */
     const ModelFp8ProjIn pin = model_fp8_proj_in(s);
-    const ModelTensorRole fp8_in[] = {MODEL_TR_QKV_IN, MODEL_TR_FC2_IN,
-                                      pin == MODEL_FP8_PROJ_BOTH ? MODEL_TR_PROJ_IN_FP8
-                                      : pin == MODEL_FP8_PROJ_FP8 ? MODEL_TR_PROJ_IN
-                                                                  : MODEL_TR_NONE,
-                                      MODEL_TR_FC1_IN};
-    acts_fp8(s, out, MODEL_LAYER_ACTS, fp8_in, moe ? 3 : 4, 1);
+    ModelTensorRole fp8_in[5] = {MODEL_TR_QKV_IN, MODEL_TR_FC2_IN,
+                                 pin == MODEL_FP8_PROJ_BOTH ? MODEL_TR_PROJ_IN_FP8
+                                 : pin == MODEL_FP8_PROJ_FP8 ? MODEL_TR_PROJ_IN
+                                                             : MODEL_TR_NONE};
+    int n_in = 3;
+    if (model_fp8_attn_qkv(s))
+        fp8_in[n_in++] = MODEL_TR_QKV_OUT;
+    if (model_fp8_attn_out(s))
+        fp8_in[n_in++] = MODEL_TR_PROJ_IN;
+    if (!moe)
+        fp8_in[n_in++] = MODEL_TR_FC1_IN;
+    acts_fp8(s, out, MODEL_LAYER_ACTS, fp8_in, n_in, 1);
 }
 
 enum { LAYER_ALL_ACTS = MODEL_LAYER_ACTS + MODEL_MOE_ACTS + MODEL_MLA_ACTS };

@@ -91,6 +91,9 @@ static const Layout layouts[] = {
      * the backward's GEMMs take the gathered weight transposed) */
     {"dp2_zero3_fp8pg", 2, "--dp 2 --tp 1 --pp 1 --zero 3 --fsdp --fp8-param-gather --no-sp " PIN1,
      "--precision fp8 --fp8-recipe tensorwise", NULL, 0},
+    /* FP8 attention (docs/fp8.md, "FP8 attention"): bf16 around the FP8 core, tp 2 with SP */
+    {"tp2_sp_fp8_attention", 2, "--dp 1 --tp 2 --pp 1 --zero 0 --sp " PIN1,
+     "--precision fp8 --fp8-recipe tensorwise --fp8-attention", NULL, 0},
     /* in buckets of 20 kB: calls of equal bytes cutting each block's wire image, a rank
      * sending none in a call its part misses (NCCL: a broadcast of no bytes) */
     {"dp2_zero3_fp8pg_buckets", 2,

@@ -88,6 +88,17 @@ static const Layout layouts[] = {
      "--fp8-recipe blockwise --dropout 0.1 --mbs 1", 5, 0, NULL, 1e-3},
     {"tp2_sp_fp8_delayed", 2, "--dp 1 --tp 2 --pp 1 --zero 0 --sp " PIN1,
      "--fp8-recipe delayed --fp8-amax-history 16 --no-flash-attn --recompute selective", 5, 0, NULL, 3e-3},
+    /* FP8 attention (docs/fp8.md, "FP8 attention"), tensorwise: the fused core's Q, K, V
+     * saved in FP8 with one scale of this rank's heads, the output gradient quantized; tp 2
+     * with SP under full recompute (the recomputed forward quantizes again; one rank:
+     * test_exec_fp8) */
+    {"tp2_sp_fp8_attention_full", 2, "--dp 1 --tp 2 --pp 1 --zero 0 --sp " PIN1,
+     "--fp8-recipe tensorwise --fp8-attention --recompute full", 3, 0, NULL, 3e-3},
+    /* the unfused core (Q, K, V and dO rounded in place) with dropout and selective
+     * recompute, which reruns the core on the rounded Q, K, V */
+    {"tp2_fp8_attention_unfused", 2, "--dp 1 --tp 2 --pp 1 --zero 0 --no-sp " PIN1,
+     "--fp8-recipe tensorwise --fp8-attention --no-flash-attn --dropout 0.1 --recompute selective",
+     3, 0, NULL, 3e-3},
     {"dp2_zero2_fp8_mxfp8", 2, "--dp 2 --tp 1 --pp 1 --zero 2 --no-sp " PIN1, "--fp8-recipe mxfp8 --mbs 1", 5, 0,
      NULL, 1e-3},
     {"dp2_zero3_fp8_mxfp8", 2, "--dp 2 --tp 1 --pp 1 --zero 3 --fsdp --no-sp " PIN1,

@@ -523,6 +523,78 @@ static void test_shared_gate(void)
     CHECK_EQ_INT(kernels[0] + 2, kernels[1]);
 }
 
+/* FP8 attention (docs/fp8.md, "FP8 attention"), Llama-3-70B as above, tp 4, fused core: per
+ * layer Q, K, V [8192, 2560] are saved in one byte with one fp32 scale (20,971,524 B) instead
+ * of bf16 (41,943,040 B): 772,276,236 - 20,971,516 = 751,304,720 B under tensorwise. Under
+ * delayed the core's output [8192, 2048] is saved in FP8 too (16,777,220 B instead of
+ * 33,554,432) beside the projection's FP8 copy: 789,053,456 - 20,971,516 - 16,777,212 =
+ * 751,304,728 B. The core's forward quantizes Q, K, V: 8192 x 2560 x (2 + 1) B (delayed: and
+ * decodes the output, + 8192 x 2048 x 3 B); its backward the output gradient, 8192 x 2048 x
+ * 3 B. The unfused core saves what it does without FP8 and rounds Q, K, V and dO in place. */
+static void test_fp8_attention(void)
+{
+    uint64_t acts = 0;
+    ModelSpec s = llama70b(MODEL_FP8_TENSORWISE, 1);
+    s.job.fp8_attention = 1;
+    stage0(s, MODEL_WEIGHTS, &acts);
+    CHECK_EQ_U64(751304720ull, acts);
+    s.job.fp8 = MODEL_FP8_DELAYED;
+    stage0(s, MODEL_WEIGHTS, &acts);
+    CHECK_EQ_U64(751304728ull, acts);
+    s.job.flash_attn = 0;
+    ModelSpec ref = s;
+    ref.job.fp8_attention = 0;
+    uint64_t ref_acts = 0;
+    stage0(ref, MODEL_WEIGHTS, &ref_acts);
+    stage0(s, MODEL_WEIGHTS, &acts);
+    CHECK_EQ_U64(ref_acts, acts);
+
+    const double qkv = 8192.0 * 2560, o = 8192.0 * 2048;
+    for (int delayed = 0; delayed < 2; delayed++) {
+        PxError err = {0};
+        s = llama70b(delayed ? MODEL_FP8_DELAYED : MODEL_FP8_TENSORWISE, 1);
+        s.job.fp8_attention = 1;
+        ModelDims d;
+        CHECK_OK(model_spec_check(&s, 64, &d, &err), err);
+        ModelOpGraph g;
+        CHECK_OK(model_ops_build(&s, &d, 0, &g, &err), err);
+        int seen = 0;
+        for (int i = 0; i < g.count; i++) {
+            const ModelOp *op = &g.op[i];
+            if (op->layer != 0 || op->role != MODEL_OPR_CORE || op->kind != MODEL_OP_ATTENTION)
+                continue;
+            CHECK_EQ_INT(1, op->fp8);
+            if (op->phase == MODEL_FWD)
+                CHECK_REL(qkv * 3 + (delayed ? o * 3 : 0), op->fp8_cast_bytes, 1e-15);
+            if (op->phase == MODEL_BWD)
+                CHECK_REL(o * 3, op->fp8_cast_bytes, 1e-15);
+            seen++;
+        }
+        CHECK_EQ_INT(2, seen);
+        model_ops_free(&g);
+    }
+    /* the unfused core rounds Q, K, V (forward) and dO (backward) in place: read 2, write 1,
+     * then read 1, write 2 */
+    PxError err = {0};
+    s = llama70b(MODEL_FP8_TENSORWISE, 1);
+    s.job.fp8_attention = 1;
+    s.job.flash_attn = 0;
+    ModelDims d;
+    CHECK_OK(model_spec_check(&s, 64, &d, &err), err);
+    ModelOpGraph g;
+    CHECK_OK(model_ops_build(&s, &d, 0, &g, &err), err);
+    int seen = 0;
+    for (int i = 0; i < g.count; i++) {
+        const ModelOp *op = &g.op[i];
+        if (op->layer != 0 || op->role != MODEL_OPR_CORE || op->kind != MODEL_OP_ATTENTION)
+            continue;
+        CHECK_REL(op->phase == MODEL_BWD ? o * 6 : qkv * 6, op->fp8_cast_bytes, 1e-15);
+        seen++;
+    }
+    CHECK_EQ_INT(2, seen);
+    model_ops_free(&g);
+}
+
 int main(void)
 {
     px_log_set_quiet(1);
@@ -536,5 +608,6 @@ int main(void)
     test_bucketed_gather();
     test_effect();
     test_shared_gate();
+    test_fp8_attention();
     TEST_DONE("sim_fp8");
 }

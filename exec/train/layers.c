@@ -306,6 +306,55 @@ static int gather_block(const ExecLayerRun *r, int b, ModelPhase ph, int occurre
 
 /* ---- the attention core ---- */
 
+/* FP8 attention (model_fp8_attn_qkv; docs/fp8.md, "FP8 attention"): where the QKV projection
+ * writes Q, K and V and the core reads them, ws.fp8's act part (attn.qkv.out holds their FP8
+ * copy); NULL without it. */
+static void *fp8_core_qkv(const ExecLayerRun *r)
+{
+    return model_fp8_attn_qkv(&r->c->spec) ? r->fp8->act : NULL;
+}
+
+static void *core_qkv(const ExecLayerRun *r, const ExecLayerActs *a)
+{
+    void *x = fp8_core_qkv(r);
+    return x ? x : EXEC_LA(a, QKV_OUT);
+}
+
+/* FP8 attention's forward, under the core's op: Q, K, V (act, in ws.fp8's act part) quantized
+ * with one scale of their own into attn.qkv.out, the copy the backward reads, and decoded in
+ * place: the core's matmuls take the FP8 values. The unfused core (model/ops.c's
+ * attention_fp8_emulated) rounds attn.qkv.out in place, through ws.fp8's first copy. */
+static void fp8_core_fwd(const ExecLayerRun *r, const ExecLayerActs *a)
+{
+    const ExecCtx *c = r->c;
+    const int N = c->d.b * c->d.s_loc, qkv = c->d.q_loc + c->d.kv2_loc;
+    if (!model_fp8_op(&c->spec, MODEL_OPR_CORE))
+        return;
+    void *x = fp8_core_qkv(r), *saved = EXEC_LA(a, QKV_OUT);
+    const ExecFp8Ref q = exec_fp8_quantize(r->fp8, c, x ? saved : r->fp8->q0, x ? x : saved, N,
+                                           qkv, 0, EXEC_FP8_X, NULL, 0, 0);
+    c->k->fp8_dequantize(x ? x : saved, q.q, &q.f);
+}
+
+/* Its backward, under the core's op: the saved FP8 Q, K, V decoded into ws.fp8's act part (the
+ * unfused core's are rounded already), and the output gradient (ws.dhid) quantized as a
+ * gradient into ws.fp8's first copy and decoded in place. */
+static void fp8_core_bwd(const ExecLayerRun *r, const ExecLayerActs *a)
+{
+    const ExecCtx *c = r->c;
+    const int N = c->d.b * c->d.s_loc, qkv = c->d.q_loc + c->d.kv2_loc;
+    if (!model_fp8_op(&c->spec, MODEL_OPR_CORE))
+        return;
+    void *x = fp8_core_qkv(r);
+    if (x) {
+        const ExecFp8Ref q = exec_fp8_saved(r->fp8, EXEC_LA(a, QKV_OUT), N, qkv);
+        c->k->fp8_dequantize(x, q.q, &q.f);
+    }
+    const ExecFp8Ref g = exec_fp8_quantize(r->fp8, c, r->fp8->q0, r->W->dhid, N, c->d.o_loc, 0,
+                                           EXEC_FP8_DY, NULL, 0, 0);
+    c->k->fp8_dequantize(r->W->dhid, g.q, &g.f);
+}
+
 /* The attention core's forward, within its op, sequence by sequence and (context parallelism)
  * part by part: each part's queries against the keys up to its last position. The saved softmax
  * (unfused) or log-sum-exp (fused) of a sequence holds its parts one after the other. With
@@ -325,7 +374,7 @@ static int attention_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *ou
     if (cp && comm)
         TRY(exec_cp_gather_kv(r, a, l, chunk, ph, err));
     for (int q = 0; q < d->b; q++) {
-        const ExecQkv x = exec_qkv_at(c, EXEC_LA(a, QKV_OUT), q);
+        const ExecQkv x = exec_qkv_at(c, core_qkv(r, a), q);
         const void *kb = cp ? AT(r->W->cp_kv_full, (size_t)q * d->s * kvs) : x.k;
         const void *vb = cp ? AT(kb, (size_t)d->kv_loc * d->qk_hd) : x.v;
         size_t at = 0; /* the part's place in the sequence's softmax */
@@ -385,7 +434,7 @@ static void core_bwd(const ExecLayerRun *r, const ExecLayerActs *a, const void *
     if (cp)
         c->k->memset0(r->W->cp_dkv, (size_t)d->b * d->s * kvs * c->ab);
     for (int q = 0; q < d->b; q++) {
-        const ExecQkv x = exec_qkv_at(c, EXEC_LA(a, QKV_OUT), q);
+        const ExecQkv x = exec_qkv_at(c, core_qkv(r, a), q);
         const ExecQkv dx = exec_qkv_at(c, r->W->dqkv, q);
         const void *kb = cp ? AT(r->W->cp_kv_full, (size_t)q * d->s * kvs) : x.k;
         void *dkb = cp ? r->W->cp_kv : dx.k;
@@ -456,6 +505,7 @@ static int attention_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int chun
     }
     if (exec_cp_owns_core(c))
         return exec_cp_attention_bwd(r, a, l, chunk, err);
+    fp8_core_bwd(r, a);
     core_bwd(r, a, EXEC_LA(a, PROJ_IN), l);
     return gather ? exec_cp_scatter_dkv(r, l, chunk, err) : PX_OK;
 }
@@ -564,18 +614,20 @@ static int layer_fwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
         op = op_open(r, l, MODEL_OPR_QKV, ph);
         TRY(exec_tp_column_input(r, chunk, l, MODEL_OPR_QKV, ph, fq, EXEC_LA(a, QKV_IN), ln1, &x,
                                  &xq, err));
+        void *qo = core_qkv(r, a); /* FP8 attention: quantized under the core's op */
         if (fq)
-            fp8_fwd(r, EXEC_LA(a, QKV_OUT), xq, fq, N, ph);
+            fp8_fwd(r, qo, xq, fq, N, ph);
         else
-            mm_act(r, EXEC_LA(a, QKV_OUT), x, EXEC_LP(w, QKV_W), N, qkv, h, 0, 1);
+            mm_act(r, qo, x, EXEC_LP(w, QKV_W), N, qkv, h, 0, 1);
         if (EXEC_LP(w, QKV_B))
-            k->add_bias(EXEC_LA(a, QKV_OUT), EXEC_LP(w, QKV_B), N, qkv);
+            k->add_bias(qo, EXEC_LP(w, QKV_B), N, qkv);
         if (c->spec.model.position == MODEL_POS_ROPE)
-            rope(r, EXEC_LA(a, QKV_OUT), 0);
+            rope(r, qo, 0);
         op_close(r, op);
     }
 
     op = op_open(r, l, MODEL_OPR_CORE, ph);
+    fp8_core_fwd(r, a);
     TRY(attention_fwd(r, a, o, mb, l, chunk, ph, 1, err));
     op_close(r, op);
 
