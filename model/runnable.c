@@ -21,19 +21,6 @@ const char *model_exec_cp_limit(const ModelSpec *s, const ModelDims *d)
     return d->c > MODEL_EXEC_CP_MAX ? "cp must be at most 64" : NULL;
 }
 
-/* The multi-token prediction modules' limits (exec/train/mtp.c), or NULL. */
-static const char *mtp_limit(const ModelDims *d)
-{
-    /* on a stage of their own (a layout string's m before L) any: its layers are the main
-     * model's last, the loss stage has none (a layout string puts every m after every t); on
-     * the first pipeline rank they read the embedding itself */
-    return d->h % d->t ? "tp must divide the hidden size (the eh projection's columns)"
-           : d->ffn_out_loc < 2 * d->h && d->q_loc + d->kv2_loc < 2 * d->h
-               ? "the MLP's or the attention's width per tp rank must be at least 2 x hidden "
-                 "(the eh projection's input gradient lives in that scratch)"
-               : NULL;
-}
-
 /* --fp8-param-gather's limits (exec/train/fp8gather.c), or NULL: the FP8 weights gathered in
  * FP8 with scales every rank computes from all-reduced amaxes: ZeRO-3's gathers of the
  * layers' weights with a per-tensor scale (the experts' over the expert-data-parallel group; in
@@ -109,11 +96,6 @@ int model_exec_refusal(const ModelSpec *s, const ModelDims *d, int gpu, char *wh
                  "layout.cp %d (cp_comm_type %s, sequence %d): the executor runs context "
                  "parallelism with limits: %s",
                  d->c, model_cp_comm_name(s->layout.cp_comm), d->s, lim);
-    else if (m->mtp_layers > 0 && (lim = mtp_limit(d)))
-        snprintf(why, cap,
-                 "model %s has %d multi-token prediction module%s: the executor runs them with "
-                 "limits: %s",
-                 m->name, m->mtp_layers, m->mtp_layers > 1 ? "s" : "", lim);
     else if (d->recompute_op && d->fp8 != MODEL_FP8_NONE)
         snprintf(why, cap,
                  "%s's op-level selective recompute runs without FP8 GEMMs (train with "

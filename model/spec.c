@@ -262,6 +262,13 @@ static int check_tensor_split(const ModelConfig *c, const ModelLayout *l, int s,
                        c->kv_heads);
     if (c->ffn_hidden % l->tp != 0)
         return rule_fail(err, MODEL_RULE_HEADS, "tp %d must divide ffn_hidden %d", l->tp, c->ffn_hidden);
+    /* the prediction modules' eh projection (2h -> h) is column-parallel, as Megatron-Core's:
+     * its h output columns split over tp */
+    if (c->mtp_layers > 0 && c->hidden % l->tp != 0)
+        return rule_fail(err, MODEL_RULE_HEADS,
+                       "tp %d must divide the hidden size %d: the multi-token prediction modules' "
+                       "eh projection splits its output columns over tp",
+                       l->tp, c->hidden);
     if (l->sp && l->tp < 2)
         return rule_fail(err, MODEL_RULE_SP_TP, "sequence parallelism needs tp > 1");
     /* Ulysses turns the sequence split into a head split: each cp rank takes whole heads of

@@ -1133,6 +1133,12 @@ static void add_workspace(Build *B)
     const int64_t f_in = d->sff_loc > d->ffn_loc ? d->sff_loc : d->ffn_loc;
     if (d->fp8 && s->model.moe.shared_gate && d->sff_loc > 0 && 2 * d->sff_loc > f_out)
         f_out = 2 * d->sff_loc;
+    /* the prediction modules' eh projection keeps its input's gradient ([b*s, 2h]) in a layer's
+     * backward scratch: ws.dqkv where the attention's is wide enough, else this one, at least
+     * 2h wide (exec/train/mtp.c, eh_grad_buf) */
+    if (s->model.mtp_layers > 0 && d->ffn_out_loc < 2 * h && d->q_loc + d->kv2_loc < 2 * h &&
+        f_out < 2 * h)
+        f_out = 2 * h;
     add(a, MODEL_TR_WS_DFFN, "ws.dffn", MODEL_WORKSPACE, e, MODEL_SHARD_TP, 3, b, d->s_loc, f_out, 0);
     if (s->model.mlp == MODEL_SWIGLU)
         add(a, MODEL_TR_WS_DACT, "ws.dact", MODEL_WORKSPACE, e, MODEL_SHARD_TP, 3, b, d->s_loc, f_in, 0);

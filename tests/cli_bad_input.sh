@@ -245,17 +245,15 @@ else
   echo "SKIPPED the .bin token files: python3 is needed to write them"
 fi
 # multi-token prediction modules whose eh input gradient (b x s x 2h) fits neither the MLP's
-# nor the attention's scratch per tp rank (ffn_hidden 64 = hidden on tp 2): refused before
-# anything is built (one rank alone), naming the limit; on this machine the planner does not
-# rank that layout (on a stage of their own the modules run wherever a layout string puts
-# them: test_exec_mtp_mpi)
+# nor the attention's scratch per tp rank (ffn_hidden 64 = hidden on tp 2): the MLP's scratch is
+# made wide enough, so the planner ranks that layout on this machine (test_exec_mtp_mpi trains
+# one); a tp that does not divide the hidden size is no layout (the eh projection's columns)
 printf '{"name": "m", "family": "gpt", "layers": 4, "hidden": 64, "heads": 4, "vocab": 256, "seq_len": 64, "ffn_hidden": 64, "mtp_layers": 1}\n' >"$tmp/mtp.json"
-"$px" plan --model "$tmp/mtp.json" --cluster dgx-a100 --gpus 2 --tp 2 --gbs 4 --mbs 1 --seq 16 --steps 1 \
-  -o "$tmp/mtp2.json" >/dev/null
-mtp_why="model m has 1 multi-token prediction module: the executor runs them with limits: the MLP's or the attention's width per tp rank must be at least 2 x hidden (the eh projection's input gradient lives in that scratch)"
-expect 2 "mtp2.json: $mtp_why" run "$tmp/mtp2.json" --launcher none
-expect 2 "the executor does not run it (planning for this machine) (e.g. $mtp_why" \
-  plan --model "$tmp/mtp.json" --cluster local --gpus 2 --tp 2 --gbs 4 --mbs 1 --seq 16 --steps 1
+expect 0 "" plan --model "$tmp/mtp.json" --cluster local --gpus 2 --tp 2 --gbs 4 --mbs 1 --seq 16 --steps 1 \
+  -o "$tmp/mtp2.json"
+printf '{"name": "m3", "family": "gpt", "layers": 4, "hidden": 64, "heads": 3, "head_dim": 22, "vocab": 256, "seq_len": 64, "ffn_hidden": 66, "mtp_layers": 1}\n' >"$tmp/mtp3.json"
+expect 2 "tp 3 must divide the hidden size 64" \
+  simulate --model "$tmp/mtp3.json" --cluster local --gpus 3 --tp 3
 # op-level recompute with FP8 is priced, not run: the executor refuses a plan made for another
 # cluster by name before anything is built (one statement, model_exec_refusal); ZeRO-3 under a
 # pipeline and the all-gather dispatcher with a capacity factor are run, so a plan for this

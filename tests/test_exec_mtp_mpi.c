@@ -111,6 +111,9 @@ static const Layout layouts[] = {
      * embedding's window */
     {"zero2_tp4", "tiny", 4, 1, 4, 1, 1, 1, 2, 0, NULL, 0, 0, LAYOUT_NO_SP | LAYOUT_WIDE},
     {"zero2_tp4_sp", "tiny", 4, 1, 4, 1, 1, 1, 2, 0, NULL, 0, 0, LAYOUT_WIDE},
+    /* narrow: neither the MLP's scratch (64) nor the attention's (48) per tp rank holds eh's
+     * input gradient (128 wide): the MLP's is made 2 x hidden wide for it */
+    {"tp4_sp_narrow", "tiny", 4, 1, 4, 1, 1, 1, 0, 0, NULL, 0, 0, 0},
     {"moe_ep2", "tiny-moe", 2, 2, 1, 1, 1, 2, 0, 0, NULL, 0, 0, 0},
     {"cuda_tp2_sp", "tiny", 2, 1, 2, 1, 1, 1, 0, 1, NULL, 0, 0, 0},
     /* DeepSeek-V3's whole shape (tiny-dsv3: multi-head latent attention, its module's layer a

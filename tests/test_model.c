@@ -223,6 +223,12 @@ static void test_rules(void)
     s = base;
     s.layout.sp = 1;
     expect_rule(s, 8, "sequence parallelism needs tp > 1");
+    /* the prediction modules' eh projection splits the hidden size over tp */
+    s = base;
+    s.model.mtp_layers = 1;
+    s.model.hidden = 12292;
+    s.layout.tp = 8;
+    expect_rule(s, 8, "tp 8 must divide the hidden size 12292: the multi-token prediction");
     s = base;
     s.layout.pp = 4;
     s.layout.zero = 3;

@@ -108,11 +108,13 @@ static int open_op(const ExecLayerRun *r, int chunk, int l, ModelOpRole role, Mo
 /* ---- the module and its loss, forward ---- */
 
 /* eh.in gathered over the sequence, and later its gradient ([b*s, 2h]): a layer's backward
- * scratch, free while a module's own op runs (the trainer's check: mtp_check). */
+ * scratch, free while a module's own op runs: ws.dqkv where only the attention's is 2h wide,
+ * else ws.dffn, which the table makes at least 2h wide then (model/tensors.c, add_workspace). */
 static void *eh_grad_buf(const ExecLayerRun *r)
 {
     const ModelDims *d = &r->c->d;
-    return d->ffn_out_loc >= 2 * d->h ? r->W->dffn : r->W->dqkv;
+    return d->ffn_out_loc < 2 * d->h && d->q_loc + d->kv2_loc >= 2 * d->h ? r->W->dqkv
+                                                                          : r->W->dffn;
 }
 
 /* ZeRO-3: the module's blocks (its layer's, and a MoE layer's experts') gathered before its
