@@ -12,13 +12,16 @@
 /* Context parallelism's limits. The layout's own rules (model/spec.c) have gone first: the
  * sequence in 2 x cp chunks (check_batch), a2a's cp dividing the heads and KV heads per TP rank
  * (check_tensor_split), the ring only with the fused core (check_cp_core), so the simulator
- * prices none of them and none is the executor's. What stays is the executor's own: cp bounded
- * by the fixed counts of its all-to-all (exec/train/cp.c, EXEC_CP_MAX), a size of arrays, not
- * of the layout, which the simulator prices at any cp. */
+ * prices none of them and none is the executor's. What stays is the executor's own: Ulysses'
+ * cp bounded by the fixed counts of its all-to-all (exec/train/cp.c, EXEC_CP_MAX), a size of
+ * arrays, not of the layout, which the simulator prices at any cp (a2a's cp divides the heads
+ * per TP rank, so only a model of more than 64 of them meets it); the ring and the all-gather
+ * run at any cp. */
 const char *model_exec_cp_limit(const ModelSpec *s, const ModelDims *d)
 {
-    (void)s;
-    return d->c > MODEL_EXEC_CP_MAX ? "cp must be at most 64" : NULL;
+    return s->layout.cp_comm == MODEL_CP_COMM_A2A && d->c > MODEL_EXEC_CP_MAX
+               ? "a2a's cp must be at most 64"
+               : NULL;
 }
 
 /* --fp8-param-gather's limits (exec/train/fp8gather.c), or NULL: the FP8 weights gathered in

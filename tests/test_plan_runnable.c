@@ -296,6 +296,22 @@ int main(void)
         model_tensors_free(&tt);
     }
 
+    /* the ring and the all-gather at any cp; Ulysses' cp bounded by its counts' array */
+    {
+        ModelSpec s = request("tiny", 128, 128).base;
+        s.job.precision = PX_FP32;
+        s.job.seq_len = 256; /* 2 x cp chunks of one token */
+        s.model.seq_len = 256;
+        s.layout.cp = 128, s.layout.cp_comm = MODEL_CP_COMM_P2P;
+        ModelDims d;
+        char why[512] = "";
+        CHECK_OK(model_spec_check(&s, 128, &d, &err), err);
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        s.layout.cp_comm = MODEL_CP_COMM_ALLGATHER;
+        CHECK_OK(model_spec_check(&s, 128, &d, &err), err);
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+    }
+
     /* --fp8-param-gather: below ZeRO-3 with a per-tensor scale or blockwise's tiles (fp32 on
      * the CPU, bf16 on CUDA), but not blockwise's with transposed copies, under ZeRO-3 or
      * with the optimizer offloaded, nor MXFP8's */
