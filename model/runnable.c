@@ -107,16 +107,6 @@ int model_exec_refusal(const ModelSpec *s, const ModelDims *d, int gpu, char *wh
     else if (d->fp8 != MODEL_FP8_NONE && (lim = fp8_limit(s, d)))
         snprintf(why, cap, "training.fp8 %s: the executor runs FP8 GEMMs with limits: %s",
                  model_fp8_recipe_name(s->job.fp8), lim);
-    /* 16-bit gradients (training.grad_dtype) run on CUDA in the weights' type, every part's
-     * gradient kernels writing it (kern_cuda_with_grads); the CPU trains fp32, whose gradients
-     * are fp32 (the spec refuses 16-bit ones with fp32 weights): its refusal is the
-     * precision's */
-    else if (gpu && s->job.grad_dtype != PX_FP32 && s->job.grad_dtype != s->job.precision)
-        snprintf(why, cap,
-                 "training.grad_dtype %s with precision %s: the executor keeps 16-bit gradients "
-                 "in the weights' type (make the plan with --grad-dtype %s or fp32)",
-                 px_dtype_name(s->job.grad_dtype), px_dtype_name(s->job.precision),
-                 px_dtype_name(s->job.precision));
     else if (m->position == MODEL_POS_ROPE && m->mla.kv_lora_rank <= 0 && m->head_dim % 2 != 0)
         snprintf(why, cap, "rotary embeddings need an even head_dim, got %d", m->head_dim);
     else if (d->v > MODEL_EXEC_MAX_CHUNKS)

@@ -494,6 +494,15 @@ static int check_job(ModelJob *j, PxError *err)
     if (j->precision == PX_FP32 && j->grad_dtype != PX_FP32)
         return rule_fail(err, MODEL_RULE_JOB, "fp32 training keeps fp32 gradients (grad dtype %s)",
                        px_dtype_name(j->grad_dtype));
+    /* a 16-bit gradient is the weights' own type (Megatron-LM's main_grad is fp32 or the
+     * parameters' dtype; FSDP2's reduce dtype is fp32 or its param dtype in practice): bf16
+     * weights with fp16 gradients, or the reverse, is no job anyone runs */
+    if (j->grad_dtype != PX_FP32 && j->grad_dtype != j->precision)
+        return rule_fail(err, MODEL_RULE_JOB,
+                       "16-bit gradients are kept in the weights' type: grad dtype %s with "
+                       "precision %s (use --grad-dtype %s or fp32)",
+                       px_dtype_name(j->grad_dtype), px_dtype_name(j->precision),
+                       px_dtype_name(j->precision));
     if (!(j->dropout >= 0.0 && j->dropout < 1.0))
         return rule_fail(err, MODEL_RULE_JOB, "dropout must be in [0, 1), got %g", j->dropout);
     if (j->pad_vocab < 1)
