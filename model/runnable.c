@@ -105,11 +105,6 @@ int model_exec_refusal(const ModelSpec *s, const ModelDims *d, int gpu, char *wh
                  "model %s has %d multi-token prediction module%s: the executor runs them with "
                  "limits: %s",
                  m->name, m->mtp_layers, m->mtp_layers > 1 ? "s" : "", lim);
-    else if (d->recompute_op && d->fp8 != MODEL_FP8_NONE && m->mla.kv_lora_rank > 0)
-        snprintf(why, cap,
-                 "%s's op-level selective recompute runs FP8 GEMMs without multi-head latent "
-                 "attention (train with recompute none or full, or framework megatron)",
-                 model_framework_name(s->job.framework));
     else if (d->fp8 != MODEL_FP8_NONE && (lim = fp8_limit(s)))
         snprintf(why, cap, "training.fp8 %s: the executor runs FP8 GEMMs with limits: %s",
                  model_fp8_recipe_name(s->job.fp8), lim);

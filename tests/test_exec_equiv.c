@@ -168,6 +168,14 @@ int main(void)
     s.job.fp8 = MODEL_FP8_BLOCKWISE;
     s.job.dropout = 0.1;
     check_recompute("tiny fp8 blockwise dropout", s);
+    /* and multi-head latent attention: kv_a's rerun FP8 GEMM re-creates the latent bit for bit
+     * (with a query latent), q_b's quantizes the layer's normed input (without one) */
+    s = tx_spec("tiny-dsv3", 16, 4, 2);
+    s.job.fp8 = MODEL_FP8_TENSORWISE;
+    check_recompute("tiny-dsv3 fp8 tensorwise", s);
+    s.model.mla.q_lora_rank = 0;
+    s.job.fp8 = MODEL_FP8_BLOCKWISE;
+    check_recompute("tiny-dsv3 fp8 blockwise without a query latent", s);
 
     /* adam-8bit (ZeRO-1's shards: test_exec_mpi's dp2_zero1_adam8) */
     s = tx_spec("tiny", 16, 8, 2);

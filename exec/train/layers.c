@@ -923,7 +923,7 @@ static void sac_recompute(const ExecLayerRun *r, int l, const ExecLayerActs *a)
     const ExecFp8Weight *fp = exec_fp8_weight(F, MODEL_TR_PROJ_W, l);
     const ModelFp8ProjIn pin = model_fp8_proj_in(s);
     int op = op_open(r, l, MODEL_OPR_LN1, MODEL_RECOMPUTE);
-    void *ln1 = fq ? F->act : EXEC_LA(a, QKV_IN);
+    void *ln1 = fq || exec_fp8_weight(F, MODEL_TR_KV_A_W, l) ? F->act : EXEC_LA(a, QKV_IN);
     norm_fwd(r, ln1, EXEC_LA(a, LN1_IN), EXEC_LP(w, LN1_W), EXEC_LP(w, LN1_B), R);
     op_close(r, op);
     if (exec_mla_on(c)) {
