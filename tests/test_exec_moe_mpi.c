@@ -90,6 +90,10 @@ static const Layout layouts[] = {
     {"ep2_pp2_full_fp8_delayed", 4, 2, 1, 2, 2, 0, 1, 0, 1, 0, MODEL_FP8_DELAYED, 0, 0, 0, 0, 0},
     {"ep2_dp2_zero3_fp8_tensorwise", 4, 4, 1, 1, 2, 0, 1, 3, 0, 0, MODEL_FP8_TENSORWISE, 0, 0, 0, 0, 0},
     {"cuda_ep2_fp8_blockwise", 2, 2, 1, 1, 2, 0, 1, 0, 0, 1, MODEL_FP8_BLOCKWISE, 0, 0, 0, 0, 0},
+    /* op-level selective recompute with FP8 GEMMs on the device's kernels (by name): tiny-dsv3
+     * tensorwise on one emulated GPU, tiny-moe blockwise on ep 2 */
+    {"cuda_dsv3_fp8_tensorwise_sac", 1, 1, 1, 1, 1, 0, 1, 0, 0, 1, MODEL_FP8_TENSORWISE, 0, 0, 0, 1, 0},
+    {"cuda_ep2_fp8_blockwise_sac", 2, 2, 1, 1, 2, 0, 1, 0, 0, 1, MODEL_FP8_BLOCKWISE, 0, 0, 0, 0, 0},
     /* ZeRO-3 gathering the FP8 weights in FP8 (a name with _fp8pg_: --fp8-param-gather,
      * exec/train/fp8gather.c): the experts' blocks over edp 2 (ep 2 of dp 4; etp 2 of tp 2 x
      * dp 2), each local expert's matrix with its own scale, its amax all-reduced over edp
