@@ -256,18 +256,17 @@ mtp_why="model m has 1 multi-token prediction module: the executor runs them wit
 expect 2 "mtp2.json: $mtp_why" run "$tmp/mtp2.json" --launcher none
 expect 2 "the executor does not run it (planning for this machine) (e.g. $mtp_why" \
   plan --model "$tmp/mtp.json" --cluster local --gpus 2 --tp 2 --gbs 4 --mbs 1 --seq 16 --steps 1
-# op-level recompute of multi-head latent attention with FP8 is priced, not run: the executor
-# refuses a plan made for another cluster by name before anything is built (one statement,
-# model_exec_refusal); ZeRO-3 under a
-# pipeline and the all-gather dispatcher with a capacity factor are run, so a plan for this
-# machine takes them
+# --fp8-param-gather below ZeRO-3 is priced, not run: the executor refuses a plan made for
+# another cluster by name before anything is built (one statement, model_exec_refusal);
+# ZeRO-3 under a pipeline and the all-gather dispatcher with a capacity factor are run, so a
+# plan for this machine takes them
 printf '{"name": "z", "family": "gpt", "layers": 4, "hidden": 64, "heads": 4, "vocab": 256, "seq_len": 64}\n' >"$tmp/z.json"
 "$px" plan --model "$tmp/z.json" --cluster local --gpus 2 --pp 2 --zero 3 --gbs 4 --mbs 2 --seq 16 --steps 1 \
   -o "$tmp/zpp.json" >/dev/null
-"$px" plan --model tiny-dsv3 --cluster dgx-h100 --gpus 1 --recompute selective --framework torchtitan \
-  --fp8-recipe tensorwise --gbs 4 --mbs 2 --seq 16 --steps 1 -o "$tmp/sac.json" >/dev/null
-expect 2 "sac.json: torchtitan's op-level selective recompute runs FP8 GEMMs without multi-head latent attention" \
-  run "$tmp/sac.json"
+"$px" plan --model "$tmp/z.json" --cluster dgx-h100 --gpus 1 --fp8-recipe blockwise --fp8-param-gather \
+  --gbs 4 --mbs 2 --seq 16 --steps 1 -o "$tmp/pg.json" >/dev/null
+expect 2 "pg.json: training.fp8 blockwise: the executor runs FP8 GEMMs with limits: fp8_param_gather runs with ZeRO-3" \
+  run "$tmp/pg.json"
 expect 0 "" plan --model tiny-moe --cluster local --gpus 2 --gbs 8 --ep 2 --moe-dispatcher allgather \
   --moe-capacity-factor 1 -o "$tmp/ag.json"
 
