@@ -761,7 +761,9 @@ static void sac_op_proj_saved(Emit *e, double M, double K)
  * kv_b, and w1 and w2 (gated) or fc1, without one q_b, wo and w3 or fc2. The elementwise ops:
  * the two norms, the two residual adds (read two, write one), the activation, and MLA's
  * latents' norms and rotary embedding. A MoE layer's MLP half is not recomputed. Under FP8
- * GEMMs a rerun matmul runs in FP8 again, quantizing its input (linear_fp8). */
+ * GEMMs a rerun matmul runs in FP8 again, quantizing its input (linear_fp8) into the FP8 copy
+ * its backward reads, which the table does not save (but wo's saved copy: sac_op_proj_saved);
+ * an unsaved FP8 input no rerun quantizes is quantized beside its op (sac_op_requant). */
 static void sac_op_recompute(Emit *e, int l)
 {
     const ModelSpec *s = e->s;
