@@ -790,6 +790,21 @@ static void sac_op_requant(Emit *e, ModelOp *op, ModelOpRole gemm, double elems)
     op->kernels += 1;
 }
 
+/* Under FP8 GEMMs, a rerun attention projection whose input the table saves as an FP8 copy
+ * (model_fp8_proj_in: FP8 or both) reads that copy as it is: the input quantize linear_fp8
+ * priced (M x K elements) runs no more (the op just emitted). */
+static void sac_op_proj_saved(Emit *e, double M, double K)
+{
+    if (e->rc || !model_fp8_op(e->s, MODEL_OPR_PROJ) ||
+        model_fp8_proj_in(e->s) == MODEL_FP8_PROJ_ACT)
+        return;
+    ModelOp *op = &e->g->op[e->g->count - 1];
+    const double cast = M * K * (eb(e) + 1.0 + (e->d->fp8_wt ? 1.0 : 0.0));
+    op->fp8_cast_bytes -= cast;
+    op->bytes -= cast;
+    op->kernels -= 1;
+}
+
 /* Op-level selective activation checkpointing (torchtitan's "selective op"; docs/time.md,
  * "Frameworks"): before the layer's backward its checkpointed forward runs again, saving every
  * SDPA output and every other matmul output (the reduce-scatters' too: no collective runs
@@ -798,7 +813,9 @@ static void sac_op_requant(Emit *e, ModelOp *op, ModelOpRole gemm, double elems)
  * kv_b, and w1 and w2 (gated) or fc1, without one q_b, wo and w3 or fc2. The elementwise ops:
  * the two norms, the two residual adds (read two, write one), the activation, and MLA's
  * latents' norms and rotary embedding. A MoE layer's MLP half is not recomputed. Under FP8
- * GEMMs a rerun matmul runs in FP8 again, quantizing its input (linear_fp8). */
+ * GEMMs a rerun matmul runs in FP8 again, quantizing its input (linear_fp8) into the FP8 copy
+ * its backward reads, which the table does not save (but wo's saved copy: sac_op_proj_saved);
+ * an unsaved FP8 input no rerun quantizes is quantized beside its op (sac_op_requant). */
 static void sac_op_recompute(Emit *e, int l)
 {
     const ModelSpec *s = e->s;
@@ -819,9 +836,10 @@ static void sac_op_recompute(Emit *e, int l)
         linear(e, n, M, d->kv_width_loc, h, 0); /* wk */
     }
     at_layer(e, MODEL_OPR_PROJ, l, n);
-    if (model_sac_op_matmuls(s, d, l, MODEL_OPR_PROJ))
+    if (model_sac_op_matmuls(s, d, l, MODEL_OPR_PROJ)) {
         linear(e, n, M, h, d->o_loc, 3.0 * nb); /* wo, and the residual add */
-    else
+        sac_op_proj_saved(e, M, d->o_loc);
+    } else
         simple(e, MODEL_OP_ACTIVATION, n, 3.0 * nb);
     at_layer(e, MODEL_OPR_LN2, l, n);
     ModelOp *ln2 = norm(e, n, 2.0, nb);

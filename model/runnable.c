@@ -99,11 +99,6 @@ int model_exec_refusal(const ModelSpec *s, const ModelDims *d, int gpu, char *wh
                  "layout.cp %d (cp_comm_type %s, sequence %d): the executor runs context "
                  "parallelism with limits: %s",
                  d->c, model_cp_comm_name(s->layout.cp_comm), d->s, lim);
-    else if (d->recompute_op && d->fp8 != MODEL_FP8_NONE)
-        snprintf(why, cap,
-                 "%s's op-level selective recompute runs without FP8 GEMMs (train with "
-                 "recompute none or full, or framework megatron)",
-                 model_framework_name(s->job.framework));
     else if (d->fp8 != MODEL_FP8_NONE && (lim = fp8_limit(s, d)))
         snprintf(why, cap, "training.fp8 %s: the executor runs FP8 GEMMs with limits: %s",
                  model_fp8_recipe_name(s->job.fp8), lim);

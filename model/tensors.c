@@ -1063,6 +1063,19 @@ void model_fp8_workspace(const ModelSpec *s, const ModelDims *d, ModelFp8Workspa
         const uint64_t q = model_fp8_dispatch_bytes(s->job.fp8, R, d->h, d->ep * d->etp);
         most_q = q > most_q ? q : most_q;
     }
+    /* op-level recompute's rerun wk and w3 (a SwiGLU layer's) read their rows of QKV's and
+     * fc1's weight copies as operands of their own, copied into the second copy
+     * (exec/train/fp8.c's exec_fp8_weight_rows) */
+    if (d->recompute_op) {
+        const int64_t slices[][2] = {
+            {mla->kv_lora_rank > 0 ? 0 : d->kv_width_loc, d->h},
+            {s->model.mlp == MODEL_SWIGLU ? d->ffn_loc : 0, d->h},
+        };
+        for (size_t i = 0; i < sizeof slices / sizeof slices[0]; i++) {
+            const uint64_t q = model_fp8_bytes(s->job.fp8, 1, slices[i][0], slices[i][1]);
+            most_q = q > most_q ? q : most_q;
+        }
+    }
     out->act_bytes = most_numel * px_dtype_bytes(d->act);
     out->q_bytes = most_q;
     out->scratch = 0;

@@ -158,6 +158,24 @@ int main(void)
     check_recompute("tiny-dsv3", s);
     s.model.mla.q_lora_rank = 0;
     check_recompute("tiny-dsv3 without a query latent", s);
+    /* FP8 GEMMs (tensorwise, blockwise): op by op the rerun matmuls and norms quantize the
+     * inputs the backward reads as the forward did (tiny-llama: wk and w3 rerun, fc2's input
+     * quantized beside the activation; tiny: fc1's beside the norm, fc2 rerun) */
+    s = tx_spec("tiny-llama", 16, 4, 2);
+    s.job.fp8 = MODEL_FP8_TENSORWISE;
+    check_recompute("tiny-llama fp8 tensorwise", s);
+    s = tx_spec("tiny", 16, 4, 2);
+    s.job.fp8 = MODEL_FP8_BLOCKWISE;
+    s.job.dropout = 0.1;
+    check_recompute("tiny fp8 blockwise dropout", s);
+    /* and multi-head latent attention: kv_a's rerun FP8 GEMM re-creates the latent bit for bit
+     * (with a query latent), q_b's quantizes the layer's normed input (without one) */
+    s = tx_spec("tiny-dsv3", 16, 4, 2);
+    s.job.fp8 = MODEL_FP8_TENSORWISE;
+    check_recompute("tiny-dsv3 fp8 tensorwise", s);
+    s.model.mla.q_lora_rank = 0;
+    s.job.fp8 = MODEL_FP8_BLOCKWISE;
+    check_recompute("tiny-dsv3 fp8 blockwise without a query latent", s);
 
     /* adam-8bit (ZeRO-1's shards: test_exec_mpi's dp2_zero1_adam8) */
     s = tx_spec("tiny", 16, 8, 2);

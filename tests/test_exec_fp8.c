@@ -621,6 +621,54 @@ static void fp8_attention(void)
         exec_free(ex[f]);
 }
 
+/* Op-level selective recompute under delayed scaling (exec/train/layers.c's sac_recompute):
+ * the rerun matmuls and norms quantize the inputs the backward reads with the factors of now
+ * and record nothing, so that after a step of 2 micro-batches each FP8 GEMM's input history
+ * holds 2 entries, bit for bit those of the same step without recompute (the forwards are the
+ * same); a recompute that recorded would add 2 more where a matmul reruns or a norm's or the
+ * activation's output is quantized again (wk's QKV, wo, w3's fc1, and fc2 by the activation). */
+static void sac_history(void)
+{
+    enum { LEN = 16 };
+    static const ModelTensorRole roles[] = {MODEL_TR_QKV_W, MODEL_TR_PROJ_W, MODEL_TR_FC1_W,
+                                            MODEL_TR_FC2_W};
+    float hist[2][4][LEN];
+    for (int op = 0; op < 2; op++) {
+        ModelSpec s = tx_spec("tiny-llama", 16, 4, 2);
+        s.job.fp8 = MODEL_FP8_DELAYED;
+        s.job.fp8_amax_history = LEN;
+        if (op) {
+            s.job.framework = MODEL_FW_TORCHTITAN;
+            s.layout.recompute = MODEL_RECOMPUTE_SELECTIVE;
+        }
+        Exec *ex = tx_exec(&s);
+        CHECK(ex->c.d.recompute_op == op && ex->fp8.len == LEN);
+        ExecStepStats st;
+        PxError err = {0};
+        CHECK_OK(exec_step(ex, 0, &st, &err), err);
+        for (int i = 0; i < 4; i++) {
+            const ExecFp8Weight *w = exec_fp8_weight(&ex->fp8, roles[i], 1);
+            CHECK(w != NULL);
+            memcpy(hist[op][i], w->hist + (size_t)EXEC_FP8_X * LEN, sizeof hist[op][i]);
+        }
+        exec_free(ex);
+    }
+    for (int i = 0; i < 4; i++) {
+        int entries = 0;
+        while (entries < LEN && hist[1][i][entries] > 0)
+            entries++;
+        if (entries != 2 || memcmp(hist[0][i], hist[1][i], sizeof hist[0][i]) != 0) {
+            fprintf(stderr,
+                    "FAILED: op-level recompute: layer 1 role %d's input history has %d entries "
+                    "(%g %g %g), without recompute %g %g %g\n",
+                    (int)roles[i], entries, hist[1][i][0], hist[1][i][1], hist[1][i][2],
+                    hist[0][i][0], hist[0][i][1], hist[0][i][2]);
+            exit(1);
+        }
+    }
+    printf("  op-level recompute, delayed: 2 input amax entries a GEMM, as without recompute\n");
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "curves")) {
@@ -637,5 +685,6 @@ int main(int argc, char **argv)
     dispatch_history();
     shared_gate_gradients();
     fp8_attention();
+    sac_history();
     TEST_DONE("test_exec_fp8");
 }

@@ -201,6 +201,32 @@ static const Layout layouts[] = {
      "--model tiny-llama --framework torchtitan --recompute selective", 5, 0, NULL, 0},
     {"dp2_zero3_sac", 2, "--dp 2 --tp 1 --pp 1 --zero 3 --fsdp --no-sp " PIN1,
      "--framework torchtitan --recompute selective --dropout 0.1", 5, 0, NULL, 0},
+    /* and with FP8 GEMMs (by name): the rerun matmuls quantize their inputs into the FP8 copies
+     * the backward reads, wk and w3 read their rows of the weight copies; tiny-llama tensorwise
+     * (wo's act input quantized again), with TP and SP blockwise (w3's rows start inside a
+     * 128-row block), tiny delayed (fc1's input quantized beside the norm, fc2 rerun) */
+    {"llama_dp2_sac_fp8_tensorwise", 2, "--dp 2 --tp 1 --pp 1 --zero 0 --no-sp " PIN1,
+     "--model tiny-llama --framework torchtitan --recompute selective --fp8-recipe tensorwise --mbs 1",
+     3, 0, NULL, 1e-3},
+    {"llama_tp2_sp_sac_fp8_blockwise", 2, "--dp 1 --tp 2 --pp 1 --zero 0 --sp " PIN1,
+     "--model tiny-llama --framework torchtitan --recompute selective --fp8-recipe blockwise --mbs 1",
+     3, 0, NULL, 1e-3},
+    /* by name: ZeRO-3 casting the weight per use and gathering it in FP8 on a TN-only device
+     * (wk's and w3's rows copied from the cast or gathered weight), and mxfp8 at sequence 16,
+     * where w3's rows outgrow every activation operand of ws.fp8's copies */
+    {"llama_dp2_zero3_sac_fp8_tensorwise", 2, "--dp 2 --tp 1 --pp 1 --zero 3 --fsdp --no-sp " PIN1,
+     "--model tiny-llama --framework torchtitan --recompute selective --fp8-recipe tensorwise --mbs 1",
+     3, 0, NULL, 1e-3},
+    {"llama_dp2_zero3_fp8pg_sac_tn", 2, "--dp 2 --tp 1 --pp 1 --zero 3 --fsdp --fp8-param-gather --no-sp " PIN1,
+     "--model tiny-llama --framework torchtitan --recompute selective --fp8-recipe tensorwise --mbs 1 "
+     "--set device.fp8_tn_only=1",
+     3, 0, NULL, 1e-3},
+    {"llama_dp2_sac_fp8_mxfp8_seq16", 2, "--dp 2 --tp 1 --pp 1 --zero 0 --no-sp " PIN1,
+     "--model tiny-llama --framework torchtitan --recompute selective --fp8-recipe mxfp8 --mbs 1 --seq 16",
+     3, 0, NULL, 1e-3},
+    {"dp2_sac_fp8_delayed", 2, "--dp 2 --tp 1 --pp 1 --zero 0 --no-sp " PIN1,
+     "--framework torchtitan --recompute selective --fp8-recipe delayed --fp8-amax-history 16 --mbs 1",
+     3, 0, NULL, 3e-3},
     /* adam-8bit: its state replicated, and sharded by ZeRO-1 (the shard's quantization blocks
      * start at its own first element, not the single rank's: other absmax values, 6.6e-7 off
      * the single rank after 5 steps), in host memory with the optimizer offloaded */

@@ -235,22 +235,28 @@ static void test_ops(void)
  * with transposed copies (bf16 read, 2 FP8 writes: 4 bytes an element). SwiGLU: w3 reruns and
  * quantizes mlp.fc1.in (8192 x 8192 x 4), w2 does not, so the activation's op quantizes
  * mlp.fc2.in (8192 x 7168 x 4 = 234881024). GELU: fc1 is not rerun, so the second norm's op
- * quantizes mlp.fc1.in (2048 x 8192 x 4 = 67108864) and fc2, rerun, mlp.fc2.in. */
+ * quantizes mlp.fc1.in (2048 x 8192 x 4 = 67108864) and fc2, rerun, mlp.fc2.in. wo reruns:
+ * tensorwise it quantizes its saved bf16 input again (8192 x 2048 x 4 = 67108864); delayed
+ * (with FlashAttention the input saved beside its FP8 copy, model_fp8_proj_in) it reads the
+ * saved copy, quantizing nothing. ws.fp8's copies hold the rows of a weight that wk (1024 x
+ * 8192) and w3 (7168 x 8192) read as operands of their own: at sequence 1024 w3's, with its
+ * one fp32 scale 58720260 bytes, outgrow the largest activation operand (1024 x 14336, 14680068
+ * bytes with its scale). */
 static void test_sac_op(void)
 {
     PxError err = {0};
-    for (int gelu = 0; gelu <= 1; gelu++) {
-        ModelSpec s = llama70b(MODEL_FP8_TENSORWISE, 1);
+    for (int gelu = 0; gelu <= 2; gelu++) {
+        ModelSpec s = llama70b(gelu == 2 ? MODEL_FP8_DELAYED : MODEL_FP8_TENSORWISE, 1);
         s.layout.sp = 1;
         s.job.framework = MODEL_FW_TORCHTITAN;
         s.layout.recompute = MODEL_RECOMPUTE_SELECTIVE;
-        if (gelu)
+        if (gelu == 1)
             s.model.mlp = MODEL_GELU;
         ModelDims d;
         CHECK_OK(model_spec_check(&s, 32, &d, &err), err);
         ModelOpGraph g;
         CHECK_OK(model_ops_build(&s, &d, 0, &g, &err), err);
-        double ln2 = -1, act = -1, fc1 = 0, fc2 = 0;
+        double ln2 = -1, act = -1, fc1 = 0, fc2 = 0, proj = -1;
         for (int i = 0; i < g.count; i++) {
             const ModelOp *op = &g.op[i];
             if (op->layer != 0 || op->phase != MODEL_RECOMPUTE)
@@ -263,13 +269,26 @@ static void test_sac_op(void)
                 fc1 = op->fp8_cast_bytes;
             if (op->role == MODEL_OPR_FC2)
                 fc2 = op->fp8_cast_bytes;
+            if (op->role == MODEL_OPR_PROJ)
+                proj = op->fp8_cast_bytes;
         }
-        CHECK_REL(gelu ? 67108864.0 : 0.0, ln2, 1e-15);
-        CHECK_REL(gelu ? 0.0 : 234881024.0, act, 1e-15);
-        CHECK_REL(gelu ? 0.0 : 8192.0 * 8192 * 4, fc1, 1e-15);
-        CHECK_REL(gelu ? 8192.0 * 7168 * 4 : 0.0, fc2, 1e-15);
+        CHECK_REL(gelu == 1 ? 67108864.0 : 0.0, ln2, 1e-15);
+        CHECK_REL(gelu == 1 ? 0.0 : 234881024.0, act, 1e-15);
+        CHECK_REL(gelu == 1 ? 0.0 : 8192.0 * 8192 * 4, fc1, 1e-15);
+        CHECK_REL(gelu == 1 ? 8192.0 * 7168 * 4 : 0.0, fc2, 1e-15);
+        CHECK_REL(gelu == 2 ? 0.0 : 67108864.0, proj, 1e-15);
         model_ops_free(&g);
     }
+    ModelSpec s = llama70b(MODEL_FP8_TENSORWISE, 1);
+    s.layout.sp = 1;
+    s.job.framework = MODEL_FW_TORCHTITAN;
+    s.layout.recompute = MODEL_RECOMPUTE_SELECTIVE;
+    s.job.seq_len = 1024;
+    ModelDims d;
+    CHECK_OK(model_spec_check(&s, 32, &d, &err), err);
+    ModelFp8Workspace ws;
+    model_fp8_workspace(&s, &d, &ws);
+    CHECK_EQ_U64(58720260ull, ws.q_bytes);
 }
 
 /* FP8 dispatch: the forward's all-to-all carries the routed rows in one byte with the

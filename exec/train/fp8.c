@@ -369,6 +369,21 @@ void exec_fp8_linear_fwd(ExecFp8 *F, const ExecCtx *c, ExecMeter *M, void *y, Ex
                 0.0f);
 }
 
+ExecFp8Ref exec_fp8_weight_rows(ExecFp8 *F, const ExecCtx *c, const ExecFp8Weight *w, int row0,
+                                int rows)
+{
+    const ExecFp8Ref all = weight_use(F, c, w, 0, 0, 0);
+    const ExecFp8Ref r = {F->q1, exec_fp8_desc(F, rows, w->cols, 1, 0)};
+    const size_t cols = (size_t)w->cols, sb = all.f.e8m0 ? 1 : 4;
+    const size_t per_row = (cols + (size_t)all.f.block_c - 1) / (size_t)all.f.block_c;
+    const size_t first = (size_t)(row0 / all.f.block_r) * per_row;
+    const uint8_t *src = all.q;
+    c->k->copy(F->q1, src + (size_t)row0 * cols, (size_t)rows * cols);
+    c->k->copy((uint8_t *)F->q1 + (size_t)rows * cols, src + (size_t)w->rows * cols + first * sb,
+               kern_fp8_scales(&r.f) * sb);
+    return r;
+}
+
 void exec_fp8_linear_bwd(ExecFp8 *F, const ExecCtx *c, ExecMeter *M, void *dx, float *dw,
                          const void *dy, ExecFp8Ref x, const void *x_act, const ExecFp8Weight *w,
                          int g, int N)

@@ -586,6 +586,16 @@ void exec_fp8_mm(const ExecCtx *c, ExecMeter *M, void *out, PxDtype ct, ExecFp8R
  * records). */
 void exec_fp8_linear_fwd(ExecFp8 *F, const ExecCtx *c, ExecMeter *M, void *y, ExecFp8Ref x,
                          const ExecFp8Weight *w, int g, int N, int rec);
+/* Rows [row0, row0 + rows) of w's copy (its one matrix) as a GEMM operand of their own, copied
+ * into ws.fp8's second copy with the scales of the blocks from row0's on (ZeRO-3: from the
+ * weight cast now, recording nothing): op-level recompute's rerun of one matmul of a packed
+ * weight (wk of QKV, w3 of SwiGLU's fc1; layers.c's sac_recompute). Under a per-tensor recipe
+ * or 1 x 32 blocks they are those rows' values, and under 128 x 128 blocks when row0 starts a
+ * block or the rows end in row0's; else the rows past that block read the scales of the blocks
+ * before theirs: only a GEMM whose output nothing reads may take them (the rerun's, whose
+ * outputs the saved tensors already hold). */
+ExecFp8Ref exec_fp8_weight_rows(ExecFp8 *F, const ExecCtx *c, const ExecFp8Weight *w, int row0,
+                                int rows);
 /* Its backward: dx[N,K] (act, overwritten) = dy W and dw[O,K] (the gradient dtype, c->grad)
  * += dy^T x, with dy (act [N,O]) quantized as an output gradient into ws.fp8's first copy. x
  * is the saved FP8 input, or (x.q NULL) x_act [N,K] quantized after the input gradient's GEMM

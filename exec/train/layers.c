@@ -869,6 +869,83 @@ static int qkv_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerActs 
     return PX_OK;
 }
 
+/* Op-level recompute under FP8 GEMMs: x (the R rows of this rank's region) quantized again
+ * into `saved`, the table's FP8 copy the backward reads, with the factors of now and recording
+ * nothing (the forward recorded its amax); the rerun GEMM's operand: that copy, or under SP the
+ * gathered rows of ws.sp_gather quantized into ws.fp8's first copy (as exec_tp_column_input). */
+static ExecFp8Ref sac_fp8_input(const ExecLayerRun *r, void *saved, const void *x,
+                                const ExecFp8Weight *w, int gathered)
+{
+    const ModelDims *d = &r->c->d;
+    const int N = d->b * d->s_loc, R = d->b * d->s_sp, h = d->h;
+    ExecFp8Ref xq = exec_fp8_quantize(r->fp8, r->c, saved, x, R, h, 0, EXEC_FP8_X, w, 0, 0);
+    if (gathered && exec_sp_on(r->c))
+        xq = exec_fp8_quantize(r->fp8, r->c, r->fp8->q0, r->W->sp_gather, N, h, 0, EXEC_FP8_X, w,
+                               0, 0);
+    return xq;
+}
+
+/* A rerun matmul on FP8, y [N, n] = x (quantized) times rows [row0, row0 + n) of w's copy. */
+static void sac_fp8_mm(const ExecLayerRun *r, void *y, ExecFp8Ref xq, const ExecFp8Weight *w,
+                       int row0, int n, int N)
+{
+    if (row0 == 0 && n == w->rows)
+        exec_fp8_linear_fwd(r->fp8, r->c, r->M, y, xq, w, 0, N, 0);
+    else
+        exec_fp8_mm(r->c, r->M, y, r->c->act, xq, exec_fp8_weight_rows(r->fp8, r->c, w, row0, n),
+                    N, n, w->cols, 0, 1, 0.0f);
+}
+
+/* The MLP half of sac_recompute in a dense layer (ln2's output in ln2, ws.fp8's act part under
+ * FP8): w3 (gated) or fc1 where it reruns, the activation, fc2 or w2 where it reruns, and the
+ * residual add; under FP8 fc2's input quantized into its table copy where no rerun does it. */
+static void sac_mlp(const ExecLayerRun *r, int l, const ExecLayerActs *a, const void *ln2)
+{
+    const ExecCtx *c = r->c;
+    const ModelDims *d = &c->d;
+    const ModelSpec *s = &c->spec;
+    const ExecLayerParams *w = &r->P->lw[l];
+    const int N = d->b * d->s_loc, R = d->b * d->s_sp, h = d->h, sp = exec_sp_on(c);
+    const int gated = s->model.mlp == MODEL_SWIGLU;
+    const ExecFp8Weight *f1 = exec_fp8_weight(r->fp8, MODEL_TR_FC1_W, l);
+    const ExecFp8Weight *f2 = exec_fp8_weight(r->fp8, MODEL_TR_FC2_W, l);
+    int Fw, FO;
+    mlp_widths(c, l, &Fw, &FO);
+    const unsigned fc1 = model_sac_op_matmuls(s, d, l, MODEL_OPR_FC1);
+    const size_t row0 = gated && (fc1 & 2u) ? (size_t)Fw : 0;
+    int op;
+    if (fc1) { /* w1 (fc1's gate slice), w3 (its up slice, after the gate's), or fc1 */
+        op = op_open(r, l, MODEL_OPR_FC1, MODEL_RECOMPUTE);
+        if (f1)
+            sac_fp8_mm(r, r->W->dffn, sac_fp8_input(r, EXEC_LA(a, FC1_IN), ln2, f1, 1), f1,
+                       (int)row0, gated ? Fw : FO, N);
+        else
+            mm_act(r, r->W->dffn, sp ? r->W->sp_gather : EXEC_LA(a, FC1_IN),
+                   AT(EXEC_LP(w, FC1_W), row0 * (size_t)h), N, gated ? Fw : FO, h, 0, 1);
+        op_close(r, op);
+    }
+    op = op_open(r, l, MODEL_OPR_ACT, MODEL_RECOMPUTE);
+    void *hid = f2 ? r->fp8->act : EXEC_LA(a, FC2_IN);
+    if (gated)
+        c->k->swiglu_fwd(hid, EXEC_LA(a, ACT_IN), N, Fw);
+    else
+        c->k->gelu_fwd(hid, EXEC_LA(a, ACT_IN), (size_t)N * Fw);
+    const int fc2 = model_sac_op_matmuls(s, d, l, MODEL_OPR_FC2) != 0;
+    if (f2 && !fc2) /* fc2.in for fc2's backward */
+        exec_fp8_quantize(r->fp8, c, EXEC_LA(a, FC2_IN), hid, N, Fw, 0, EXEC_FP8_X, f2, 0, 0);
+    op_close(r, op);
+    op = op_open(r, l, MODEL_OPR_FC2, MODEL_RECOMPUTE);
+    if (fc2 && f2)
+        sac_fp8_mm(r, r->W->out,
+                   exec_fp8_quantize(r->fp8, c, EXEC_LA(a, FC2_IN), hid, N, Fw, 0, EXEC_FP8_X, f2,
+                                     0, 0),
+                   f2, 0, h, N);
+    else if (fc2)
+        mm_act(r, r->W->out, EXEC_LA(a, FC2_IN), EXEC_LP(w, FC2_W), N, h, Fw, 0, 1);
+    c->k->add(r->W->dhid, EXEC_LA(a, LN2_IN), r->W->out, (size_t)R * h);
+    op_close(r, op);
+}
+
 /* Op-level selective activation checkpointing (torchtitan's "selective op"; the op graph's
  * sac_op_recompute, docs/time.md "Frameworks"), before layer l's backward: its checkpointed
  * forward again, every other matmul of the layer (model_sac_op_matmuls: a dense layer's wk, wo,
@@ -880,7 +957,11 @@ static int qkv_bwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerActs 
  * w3's, ln2.in the attention's residual: model_layer_acts_at), land in scratch the backward
  * overwrites (ws.dqkv, ws.dffn, ws.out, ws.dhid). Under SP the matmuls of the gathered input
  * read ws.sp.gather, the full sequence's rows the backward gathers again. A MoE layer reruns
- * its attention half only: its experts are not recomputed. */
+ * its attention half only: its experts are not recomputed. Under FP8 GEMMs (docs/fp8.md) a
+ * rerun matmul runs in FP8, quantizing its input into the table's FP8 copy the backward reads
+ * (the forward's values: the same norm's output; delayed scaling with the factors of now,
+ * recording nothing); where no rerun quantizes an FP8 GEMM's unsaved input, the op that makes
+ * it does; wo reads a saved FP8 copy of its input as it is (model_fp8_proj_in). */
 static void sac_recompute(const ExecLayerRun *r, int l, const ExecLayerActs *a)
 {
     const ExecCtx *c = r->c;
@@ -888,50 +969,51 @@ static void sac_recompute(const ExecLayerRun *r, int l, const ExecLayerActs *a)
     const ModelDims *d = &c->d;
     const ModelSpec *s = &c->spec;
     const ExecLayerParams *w = &r->P->lw[l];
+    ExecFp8 *F = r->fp8;
     const int N = d->b * d->s_loc, R = d->b * d->s_sp, h = d->h, sp = exec_sp_on(c);
-    const int gated = s->model.mlp == MODEL_SWIGLU;
+    const ExecFp8Weight *fq = exec_fp8_weight(F, MODEL_TR_QKV_W, l);
+    const ExecFp8Weight *fp = exec_fp8_weight(F, MODEL_TR_PROJ_W, l);
+    const ModelFp8ProjIn pin = model_fp8_proj_in(s);
     int op = op_open(r, l, MODEL_OPR_LN1, MODEL_RECOMPUTE);
-    norm_fwd(r, EXEC_LA(a, QKV_IN), EXEC_LA(a, LN1_IN), EXEC_LP(w, LN1_W), EXEC_LP(w, LN1_B), R);
+    void *ln1 = fq || exec_fp8_weight(F, MODEL_TR_KV_A_W, l) ? F->act : EXEC_LA(a, QKV_IN);
+    norm_fwd(r, ln1, EXEC_LA(a, LN1_IN), EXEC_LP(w, LN1_W), EXEC_LP(w, LN1_B), R);
     op_close(r, op);
     if (exec_mla_on(c)) {
         exec_mla_sac_recompute(r, l, a);
     } else { /* wk: QKV's rows after this rank's query heads */
         op = op_open(r, l, MODEL_OPR_QKV, MODEL_RECOMPUTE);
-        mm_act(r, r->W->dqkv, sp ? r->W->sp_gather : EXEC_LA(a, QKV_IN),
-               AT(EXEC_LP(w, QKV_W), (size_t)d->q_loc * h), N, d->kv_width_loc, h, 0, 1);
+        if (fq)
+            sac_fp8_mm(r, r->W->dqkv, sac_fp8_input(r, EXEC_LA(a, QKV_IN), ln1, fq, 1), fq,
+                       d->q_loc, d->kv_width_loc, N);
+        else
+            mm_act(r, r->W->dqkv, sp ? r->W->sp_gather : EXEC_LA(a, QKV_IN),
+                   AT(EXEC_LP(w, QKV_W), (size_t)d->q_loc * h), N, d->kv_width_loc, h, 0, 1);
         op_close(r, op);
     }
     op = op_open(r, l, MODEL_OPR_PROJ, MODEL_RECOMPUTE);
-    if (model_sac_op_matmuls(s, d, l, MODEL_OPR_PROJ))
+    if (model_sac_op_matmuls(s, d, l, MODEL_OPR_PROJ) && fp)
+        sac_fp8_mm(r, r->W->out,
+                   pin == MODEL_FP8_PROJ_ACT
+                       ? exec_fp8_quantize(F, c, F->q0, EXEC_LA(a, PROJ_IN), N, d->o_loc, 0,
+                                           EXEC_FP8_X, fp, 0, 0)
+                       : fp8_saved(r, pin == MODEL_FP8_PROJ_BOTH ? EXEC_LA(a, PROJ_IN_FP8)
+                                                                 : EXEC_LA(a, PROJ_IN),
+                                   N, d->o_loc),
+                   fp, 0, h, N);
+    else if (model_sac_op_matmuls(s, d, l, MODEL_OPR_PROJ))
         mm_act(r, r->W->out, EXEC_LA(a, PROJ_IN), EXEC_LP(w, PROJ_W), N, h, d->o_loc, 0, 1);
     k->add(r->W->dhid, EXEC_LA(a, LN1_IN), r->W->out, (size_t)R * h);
     op_close(r, op);
     op = op_open(r, l, MODEL_OPR_LN2, MODEL_RECOMPUTE);
-    norm_fwd(r, EXEC_LA(a, FC1_IN), EXEC_LA(a, LN2_IN), EXEC_LP(w, LN2_W), EXEC_LP(w, LN2_B), R);
+    /* a MoE layer's fc1.in stays in the act dtype: the router reads it */
+    const int f8_ln2 = exec_fp8_weight(F, MODEL_TR_FC1_W, l) && !is_moe(c, l);
+    void *ln2 = f8_ln2 ? F->act : EXEC_LA(a, FC1_IN);
+    norm_fwd(r, ln2, EXEC_LA(a, LN2_IN), EXEC_LP(w, LN2_W), EXEC_LP(w, LN2_B), R);
+    if (f8_ln2 && !model_sac_op_matmuls(s, d, l, MODEL_OPR_FC1)) /* fc1.in, for fc1's backward */
+        sac_fp8_input(r, EXEC_LA(a, FC1_IN), ln2, exec_fp8_weight(F, MODEL_TR_FC1_W, l), 0);
     op_close(r, op);
-    if (is_moe(c, l))
-        return;
-    int Fw, FO;
-    mlp_widths(c, l, &Fw, &FO);
-    const unsigned fc1 = model_sac_op_matmuls(s, d, l, MODEL_OPR_FC1);
-    if (fc1) { /* w1 (fc1's gate slice), w3 (its up slice, after the gate's), or fc1 */
-        op = op_open(r, l, MODEL_OPR_FC1, MODEL_RECOMPUTE);
-        mm_act(r, r->W->dffn, sp ? r->W->sp_gather : EXEC_LA(a, FC1_IN),
-               AT(EXEC_LP(w, FC1_W), gated && (fc1 & 2u) ? (size_t)Fw * h : 0), N,
-               gated ? Fw : FO, h, 0, 1);
-        op_close(r, op);
-    }
-    op = op_open(r, l, MODEL_OPR_ACT, MODEL_RECOMPUTE);
-    if (gated)
-        k->swiglu_fwd(EXEC_LA(a, FC2_IN), EXEC_LA(a, ACT_IN), N, Fw);
-    else
-        k->gelu_fwd(EXEC_LA(a, FC2_IN), EXEC_LA(a, ACT_IN), (size_t)N * Fw);
-    op_close(r, op);
-    op = op_open(r, l, MODEL_OPR_FC2, MODEL_RECOMPUTE);
-    if (model_sac_op_matmuls(s, d, l, MODEL_OPR_FC2))
-        mm_act(r, r->W->out, EXEC_LA(a, FC2_IN), EXEC_LP(w, FC2_W), N, h, Fw, 0, 1);
-    k->add(r->W->dhid, EXEC_LA(a, LN2_IN), r->W->out, (size_t)R * h);
-    op_close(r, op);
+    if (!is_moe(c, l))
+        sac_mlp(r, l, a, ln2);
 }
 
 /* Backward of layer l: dres holds the gradient of the layer's output (this rank's region) and

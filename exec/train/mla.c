@@ -481,6 +481,23 @@ int exec_mla_backward(const ExecLayerRun *r, int chunk, int l, const ExecLayerAc
     return PX_OK;
 }
 
+/* Under FP8 GEMMs, the rerun of the layer's first matmul of its normed input x (kv_a with a
+ * query latent, q_b without one): x quantized again into attn.qkv.in's FP8 copy, which the
+ * down-projections' (and without a query latent q_b's) backward read, with q_a's scaling (or
+ * without a query latent kv_a's) as down_fwd's, recording nothing; the GEMM's operand: that copy, or under SP the gathered rows
+ * of ws.sp_gather quantized into ws.fp8's first copy. */
+static ExecFp8Ref sac_fp8_x(const ExecLayerRun *r, const Mla *m, const ExecLayerActs *a,
+                            const void *x, const ExecFp8Weight *w, int gathered)
+{
+    ExecFp8 *F = r->fp8;
+    ExecFp8Ref xq = exec_fp8_quantize(F, r->c, EXEC_LA(a, QKV_IN), x, m->R, m->h, 0, EXEC_FP8_X,
+                                      m->fqa ? m->fqa : m->fkva, 0, 0);
+    if (gathered && m->sp)
+        xq = exec_fp8_quantize(F, r->c, F->q0, r->W->sp_gather, m->N, m->h, 0, EXEC_FP8_X, w, 0,
+                               0);
+    return xq;
+}
+
 void exec_mla_sac_recompute(const ExecLayerRun *r, int l, const ExecLayerActs *a)
 {
     const ExecCtx *c = r->c;
@@ -488,7 +505,8 @@ void exec_mla_sac_recompute(const ExecLayerRun *r, int l, const ExecLayerActs *a
     const ExecLayerParams *w = &r->P->lw[l];
     void *W = r->W->mla, *lat = AT(W, m.mw.lat);
     const ExecQkv dq = exec_qkv_at(c, r->W->dqkv, 0);
-    const void *x = EXEC_LA(a, QKV_IN); /* the first norm's output, rerun */
+    /* the first norm's output, rerun (ws.fp8's act part under FP8, as the forward's) */
+    const void *x = m.fkva ? r->fp8->act : EXEC_LA(a, QKV_IN);
     int op;
     if (m.qr > 0) { /* q_a is the layer's first matmul: its latent's norm only */
         op = op_open(r, l, MODEL_OPR_Q_A, MODEL_RECOMPUTE);
@@ -497,13 +515,22 @@ void exec_mla_sac_recompute(const ExecLayerRun *r, int l, const ExecLayerActs *a
     }
     /* kv_a on this rank's rows where the forward wrote them: attn.kv_lat, which the table
      * then does not save (model_mla_acts: in ws.recompute), or under SP ws.mla's ks, the
-     * backward's scratch (no gather: the gathered latent is saved) */
+     * backward's scratch (no gather: the gathered latent is saved); under FP8 through ws.mla's
+     * dkv as down_fwd, the same GEMM of the same operands */
     op = op_open(r, l, MODEL_OPR_KV_A, MODEL_RECOMPUTE);
     if (model_sac_op_matmuls(&c->spec, &c->d, l, MODEL_OPR_KV_A)) {
         void *ks = m.sp ? AT(W, m.mw.ks) : EXEC_LAA(a, KV_LAT);
-        mm(r, ks, x, EXEC_LPA(w, KV_A_W), m.R, m.kr, m.h, 0, 1, 0.0f);
-        mm(r, AT(ks, (size_t)m.R * m.kr), x, AT(EXEC_LPA(w, KV_A_W), (size_t)m.kr * m.h), m.R,
-           m.rope, m.h, 0, 1, 0.0f);
+        if (m.fkva) {
+            void *y = AT(W, m.mw.dkv);
+            exec_fp8_linear_fwd(r->fp8, c, r->M, y, sac_fp8_x(r, &m, a, x, m.fkva, 0), m.fkva, 0,
+                                m.R, 0);
+            cols_copy(r, ks, m.kr, y, m.kva, m.R, m.kr, 0);
+            cols_copy(r, AT(ks, (size_t)m.R * m.kr), m.rope, AT(y, m.kr), m.kva, m.R, m.rope, 0);
+        } else {
+            mm(r, ks, x, EXEC_LPA(w, KV_A_W), m.R, m.kr, m.h, 0, 1, 0.0f);
+            mm(r, AT(ks, (size_t)m.R * m.kr), x, AT(EXEC_LPA(w, KV_A_W), (size_t)m.kr * m.h),
+               m.R, m.rope, m.h, 0, 1, 0.0f);
+        }
     }
     kv_norm_all(r, &m, lat, EXEC_LAA(a, KV_LAT), EXEC_LPA(w, KV_NORM_W));
     op_close(r, op);
@@ -511,15 +538,24 @@ void exec_mla_sac_recompute(const ExecLayerRun *r, int l, const ExecLayerActs *a
      * the backward gathers again (as the dense layer's rerun wk) */
     if (model_sac_op_matmuls(&c->spec, &c->d, l, MODEL_OPR_Q_B)) {
         op = op_open(r, l, MODEL_OPR_Q_B, MODEL_RECOMPUTE);
-        mm(r, dq.q, m.sp ? r->W->sp_gather : x, EXEC_LPA(w, Q_B_W), m.N, m.H * m.qk, m.h, 0, 1,
-           0.0f);
+        if (m.fqb)
+            exec_fp8_linear_fwd(r->fp8, c, r->M, dq.q, sac_fp8_x(r, &m, a, x, m.fqb, 1), m.fqb, 0,
+                                m.N, 0);
+        else
+            mm(r, dq.q, m.sp ? r->W->sp_gather : x, EXEC_LPA(w, Q_B_W), m.N, m.H * m.qk, m.h, 0,
+               1, 0.0f);
         op_close(r, op);
     }
     /* kv_b's keys and values from the normed latent, one GEMM into ws.dqkv, and the rotary
      * embedding of ws.dqkv's planes with the saved latent's key */
     op = op_open(r, l, MODEL_OPR_KV_B, MODEL_RECOMPUTE);
-    if (model_sac_op_matmuls(&c->spec, &c->d, l, MODEL_OPR_KV_B))
-        mm(r, r->W->dqkv, lat, EXEC_LPA(w, KV_B_W), m.N, m.H * (m.nope + m.v), m.kr, 0, 1, 0.0f);
+    if (model_sac_op_matmuls(&c->spec, &c->d, l, MODEL_OPR_KV_B)) {
+        if (m.fkvb)
+            fp8_fwd(r, r->W->dqkv, lat, m.fkvb, m.N, MODEL_RECOMPUTE);
+        else
+            mm(r, r->W->dqkv, lat, EXEC_LPA(w, KV_B_W), m.N, m.H * (m.nope + m.v), m.kr, 0, 1,
+               0.0f);
+    }
     rope_parts(r, &m, dq.q, dq.k, EXEC_LAA(a, KV_LAT), 0);
     op_close(r, op);
 }
