@@ -633,17 +633,19 @@ static void fp8_attention(void)
  * are compared with the delayed FP8-GEMMs-only run's, not fp32's: both start from decode
  * factors of 1, which flush most of the first micro-batch's E5M2 output gradients to zero
  * (1.009 from fp32's, L2 relative, either way). The attention's first gradients follow that
- * run's: measured at worst 4.99e-2 (layer.0.attn.qkv.w); within 0.15 and off it (FP8 ran). */
+ * run's: measured at worst 4.99e-2 (layer.0.attn.qkv.w); within 0.15 and off it (FP8 ran).
+ * The unfused core keeps two columns (Q, K, V's and dO's), its gradients as close. */
 static void fp8_attention_delayed(void)
 {
     enum { LEN = 4, COLS = 6 };
     static const char *const names[] = {"layer.0.attn.qkv.w.grad", "layer.0.attn.proj.w.grad",
                                         "layer.3.attn.qkv.w.grad", "layer.3.attn.proj.w.grad"};
-    Exec *ex[2];
-    double loss[2];
-    for (int f = 0; f < 2; f++) {
+    Exec *ex[3];
+    double loss[3];
+    for (int f = 0; f < 3; f++) {
         ModelSpec s = fp8_spec(MODEL_FP8_DELAYED, MODEL_FP8_HYBRID);
-        s.job.fp8_attention = f;
+        s.job.fp8_attention = f > 0;
+        s.job.flash_attn = f < 2;
         s.job.fp8_amax_history = LEN;
         ex[f] = tx_exec(&s);
         sharpen_as(ex[f], ".attn.qkv.w", ".attn.qkv.w");
@@ -680,12 +682,30 @@ static void fp8_attention_delayed(void)
         worst = d > worst ? d : worst;
     }
     CHECK(loss[1] != loss[0]);
+    /* the unfused core: Q, K, V and dO rounded with their histories' factors, O not quantized
+     * (two columns after the GEMM's three), every category as the table says */
+    for (int k = 0; k < MODEL_RUNTIME; k++)
+        CHECK_EQ_U64(model_tensors_bytes(&ex[2]->tt, (ModelCategory)k), ex[2]->mem.a[k].cap);
+    for (int l = 0; l < 4; l++) {
+        const ExecFp8Weight *w = exec_fp8_weight(&ex[2]->fp8, MODEL_TR_QKV_W, l);
+        CHECK(w != NULL && w->hist != NULL && w->hist_cols == 5);
+        for (int col = 3; col < 5; col++)
+            CHECK(w->hist[col * LEN] > 0.0f && w->hist[col * LEN + 1] > 0.0f &&
+                  w->hist[col * LEN + 2] == 0.0f);
+    }
+    double unfused = 0;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const double u = grad_distance(ex[0], ex[2], names[i]);
+        CHECK(u <= 0.15 && u > 0);
+        unfused = u > unfused ? u : unfused;
+    }
     printf("  tiny with FP8 attention (delayed): loss %.6f (FP8 GEMMs alone %.6f), the core's "
            "three histories two entries each (largest amax %.3g), the attention's first "
-           "gradients within %.2e of FP8 GEMMs alone's; activations %llu bytes\n",
+           "gradients within %.2e of FP8 GEMMs alone's; activations %llu bytes; unfused: loss "
+           "%.6f, gradients within %.2e\n",
            loss[1], loss[0], worst_fmax, worst,
-           (unsigned long long)ex[1]->mem.a[MODEL_ACTIVATIONS].cap);
-    for (int f = 0; f < 2; f++)
+           (unsigned long long)ex[1]->mem.a[MODEL_ACTIVATIONS].cap, loss[2], unfused);
+    for (int f = 0; f < 3; f++)
         exec_free(ex[f]);
 }
 
