@@ -121,3 +121,10 @@ int model_fp8_attn_out(const ModelSpec *s)
 {
     return model_fp8_attn_qkv(s) && s->job.fp8 == MODEL_FP8_DELAYED;
 }
+
+int model_fp8_attn_history(const ModelSpec *s)
+{
+    if (s->job.fp8 != MODEL_FP8_DELAYED || !model_fp8_op(s, MODEL_OPR_CORE))
+        return 0;
+    return 2 + model_fp8_attn_out(s);
+}

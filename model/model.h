@@ -896,7 +896,8 @@ uint64_t model_tensors_bytes(const ModelTensorTable *tt, ModelCategory c);
 /* The FP8 GEMMs' workspace (ws.fp8), where an operand is quantized before its GEMM: 16 bytes of
  * fp32 scratch (delayed scaling's amax of the tensor being quantized, then E4M3's and E5M2's
  * largest values), the largest operand but the weights in the activation dtype (a GEMM's input
- * before it is quantized: a norm's or the attention core's output), then two FP8 copies of the
+ * before it is quantized: a norm's or the attention core's output; with FP8 attention's output
+ * in FP8, Q, K, V and that output side by side), then two FP8 copies of the
  * largest operand with scales (an output gradient row-wise and column-wise, or a re-gathered
  * input), each in the orientation that needs more scales when a transposed copy is kept; under
  * ZeRO-3, which keeps no FP8 copies of the weights, room for the largest weight matrix (one
@@ -1028,6 +1029,12 @@ ModelFp8ProjIn model_fp8_proj_in(const ModelSpec *s);
  * UnfusedDotProductAttention only emulates FP8) saves what it saves without FP8: both 0. */
 int model_fp8_attn_qkv(const ModelSpec *s);
 int model_fp8_attn_out(const ModelSpec *s);
+/* Delayed scaling's histories of FP8 attention's tensors (fp8_attention, the delayed recipe):
+ * Q, K, V's (one scale for the three), the output gradient's and, where the fused core writes
+ * its output in FP8 (model_fp8_attn_out), the output's: that many more columns of the layer's
+ * QKV weight's <w>.fp8_amax (each len history entries and a decode factor), after its GEMM's
+ * three; 0 otherwise. */
+int model_fp8_attn_history(const ModelSpec *s);
 
 /* 1 when the weight of role r is an FP8 GEMM's operand under the job (a linear layer of a
  * transformer layer: QKV or MLA's projections, the output projection, the MLP's and the

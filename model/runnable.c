@@ -58,12 +58,12 @@ static const char *fp8_limit(const ModelSpec *s, const ModelDims *d)
     const char *pg = j->fp8_param_gather ? fp8_gather_limit(s, d) : NULL;
     if (pg || !j->fp8_attention)
         return pg;
-    /* FP8 attention (exec/train/layers.c): Q, K, V and the output gradient quantized with a
-     * scale of their own (current scaling); the fused core saves the FP8 copy */
-    return j->fp8 != MODEL_FP8_TENSORWISE
-               ? "fp8_attention runs with --fp8-recipe tensorwise (the table keeps no delayed "
-                 "scaling history for the attention core's tensors; Transformer Engine has no "
-                 "blockwise or MXFP8 attention)"
+    /* FP8 attention (exec/train/layers.c): Q, K, V, the output gradient and (delayed, the fused
+     * core) the output quantized with a per-tensor scale: their own (tensorwise) or their
+     * histories' (delayed, model_fp8_attn_history); the fused core saves the FP8 copies */
+    return j->fp8 != MODEL_FP8_TENSORWISE && j->fp8 != MODEL_FP8_DELAYED
+               ? "fp8_attention runs with --fp8-recipe tensorwise or delayed (Transformer "
+                 "Engine has no blockwise or MXFP8 attention)"
            : s->layout.cp > 1 ? "fp8_attention runs without context parallelism (--cp 1)"
            : s->model.mla.kv_lora_rank > 0
                ? "fp8_attention runs without multi-head latent attention"

@@ -424,12 +424,14 @@ static void add_fp8_copies(Adder *a, const ModelSpec *s, const ModelDims *d, Mod
         add_ex(a, MODEL_TR_FP8_WT, n, MODEL_WEIGHTS, PX_FP8, shard, 2, d1 * groups, rows, 0, 0, &x);
     }
     if (r == MODEL_FP8_DELAYED) {
-        /* the experts' fc1 holds the dispatched rows' history too (model_fp8_dispatch_history) */
+        /* the experts' fc1 holds the dispatched rows' history too (model_fp8_dispatch_history),
+         * the QKV weight FP8 attention's (model_fp8_attn_history) */
         const int disp = role == MODEL_TR_EXP_FC1_W && model_fp8_dispatch_history(s, d);
+        const int core = role == MODEL_TR_QKV_W ? model_fp8_attn_history(s) : 0;
         const Fp8Extra x = {0, role, groups};
         NAME(n, "%s.fp8_amax", name);
         add_ex(a, MODEL_TR_FP8_AMAX, n, MODEL_WEIGHTS, PX_FP32, 0, 2, s->job.fp8_amax_history + 1,
-               3 * groups + disp, 0, 0, &x);
+               3 * groups + disp + core, 0, 0, &x);
     }
 }
 
@@ -1076,6 +1078,11 @@ void model_fp8_workspace(const ModelSpec *s, const ModelDims *d, ModelFp8Workspa
             most_q = q > most_q ? q : most_q;
         }
     }
+    /* FP8 attention with its output in FP8 (model_fp8_attn_out): the act part holds Q, K, V
+     * and the output (the core's, then decoded from its FP8 copy) side by side */
+    const uint64_t core =
+        model_fp8_attn_out(s) ? (uint64_t)M * (uint64_t)(d->q_loc + d->kv2_loc + d->o_loc) : 0;
+    most_numel = core > most_numel ? core : most_numel;
     out->act_bytes = most_numel * px_dtype_bytes(d->act);
     out->q_bytes = most_q;
     out->scratch = 0;

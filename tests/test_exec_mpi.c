@@ -99,6 +99,11 @@ static const Layout layouts[] = {
     {"tp2_fp8_attention_unfused", 2, "--dp 1 --tp 2 --pp 1 --zero 0 --no-sp " PIN1,
      "--fp8-recipe tensorwise --fp8-attention --no-flash-attn --dropout 0.1 --recompute selective",
      3, 0, NULL, 3e-3},
+    /* delayed scaling: the core's Q, K, V, output and output gradient quantized with their
+     * histories' factors (the QKV weight's <w>.fp8_amax), the fused core's output saved in
+     * FP8 (attn.proj.in) beside the projection's own FP8 copy; tp 2 with SP */
+    {"tp2_sp_fp8_attention_delayed", 2, "--dp 1 --tp 2 --pp 1 --zero 0 --sp " PIN1,
+     "--fp8-recipe delayed --fp8-amax-history 16 --fp8-attention", 3, 0, NULL, 3e-3},
     {"dp2_zero2_fp8_mxfp8", 2, "--dp 2 --tp 1 --pp 1 --zero 2 --no-sp " PIN1, "--fp8-recipe mxfp8 --mbs 1", 5, 0,
      NULL, 1e-3},
     {"dp2_zero3_fp8_mxfp8", 2, "--dp 2 --tp 1 --pp 1 --zero 3 --fsdp --no-sp " PIN1,

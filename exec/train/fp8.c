@@ -14,7 +14,8 @@
  * group g and tensor c, the history at (3g + c) * len and then the 3 * groups decode factors,
  * (len + 1) x 3 x groups fp32 as the tensor table sizes it; the experts' fc1 under
  * --fp8-dispatch holds the dispatched rows' history and factor as one more column (hist_cols,
- * exec_fp8_dispatch_quantize). */
+ * exec_fp8_dispatch_quantize), the QKV weight FP8 attention's after its own three
+ * (model_fp8_attn_history, exec_fp8_core_quantize). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -75,7 +76,8 @@ int exec_fp8_init(ExecFp8 *F, const ExecCtx *c, const ExecParams *P, PxError *er
         w->rows = (int)(p->rows / w->groups);
         w->cols = (int)p->cols;
         w->hist_cols = 3 * w->groups + (p->role == MODEL_TR_EXP_FC1_W &&
-                                        model_fp8_dispatch_history(&c->spec, &c->d));
+                                        model_fp8_dispatch_history(&c->spec, &c->d)) +
+                       (p->role == MODEL_TR_QKV_W ? model_fp8_attn_history(&c->spec) : 0);
         F->of_layer[p->layer * EXEC_FP8_ROLES + ri] = i;
     }
     return PX_OK;
@@ -319,6 +321,20 @@ void exec_fp8_dispatch_quantize(ExecFp8 *F, const ExecCtx *c, const ExecFp8Weigh
     if (rec)
         c->k->fp8_amax_update(w->hist + (size_t)col * (size_t)F->len, scale, F->amax, F->fmax,
                               F->len, 1);
+}
+
+ExecFp8Ref exec_fp8_core_quantize(ExecFp8 *F, const ExecCtx *c, void *q, const void *x, int rows,
+                                  int cols, int which, const ExecFp8Weight *fq, int rec)
+{
+    const int grad = which == EXEC_FP8_CORE_DO;
+    ExecFp8Ref r = {q, exec_fp8_desc(F, rows, cols, 0, grad)};
+    const int col = 3 + which;
+    float *scale = F->len ? fq->scale + col : NULL;
+    c->k->fp8_quantize(q, scale && rec ? F->amax : NULL, x, &r.f, 0, scale);
+    if (scale && rec)
+        c->k->fp8_amax_update(fq->hist + (size_t)col * (size_t)F->len, scale, F->amax,
+                              F->fmax + (grad && F->hybrid), F->len, 1);
+    return r;
 }
 
 ExecFp8Ref exec_fp8_saved(const ExecFp8 *F, const void *q, int rows, int cols)

@@ -514,7 +514,8 @@ typedef struct {
     float *scale;       /* then the decode factors delayed scaling quantizes with: [hist_cols] */
     int groups, rows, cols; /* one group's [rows, cols] */
     int hist_cols;      /* 3 x groups, and for the experts' fc1 under --fp8-dispatch with delayed
-                           scaling one more: the dispatched rows' (model_fp8_dispatch_history) */
+                           scaling one more: the dispatched rows' (model_fp8_dispatch_history);
+                           for the QKV weight FP8 attention's (model_fp8_attn_history) */
     const void *gq;     /* ZeRO-3 with --fp8-param-gather: the weight as its block's gather left
                            it in FP8 (elements, then its scale), which its GEMMs read; NULL
                            otherwise */
@@ -575,6 +576,15 @@ KernFp8 exec_fp8_desc(const ExecFp8 *F, int rows, int cols, int weight, int grad
 ExecFp8Ref exec_fp8_quantize(ExecFp8 *F, const ExecCtx *c, void *q, const void *x, int rows,
                              int cols, int trans, int which, const ExecFp8Weight *w, int g,
                              int record);
+/* FP8 attention's tensors (--fp8-attention): Q, K and V (one scale), the output gradient, the
+ * fused core's output (delayed scaling: model_fp8_attn_out). */
+enum { EXEC_FP8_CORE_QKV = 0, EXEC_FP8_CORE_DO = 1, EXEC_FP8_CORE_O = 2 };
+/* q (a KernFp8 tensor of rows x cols) from x (act [rows, cols]) as FP8 attention's tensor
+ * `which` (EXEC_FP8_CORE_*) of the layer whose QKV weight is fq: delayed scaling quantizes with
+ * that tensor's decode factor, column 3 + which of fq's history (model_fp8_attn_history), and
+ * with rec rolls its amax into that history; tensorwise scales by the tensor's own amax. */
+ExecFp8Ref exec_fp8_core_quantize(ExecFp8 *F, const ExecCtx *c, void *q, const void *x, int rows,
+                                  int cols, int which, const ExecFp8Weight *fq, int rec);
 /* A saved FP8 input of rows x cols (its layout as exec_fp8_quantize made it). */
 ExecFp8Ref exec_fp8_saved(const ExecFp8 *F, const void *q, int rows, int cols);
 /* The kernels' FP8 GEMM (kernels.h's matmul_fp8, alpha 1), its FLOPs counted as an act

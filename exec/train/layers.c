@@ -320,39 +320,75 @@ static void *core_qkv(const ExecLayerRun *r, const ExecLayerActs *a)
     return x ? x : EXEC_LA(a, QKV_OUT);
 }
 
+/* Where FP8 attention's fused core writes its output under delayed scaling
+ * (model_fp8_attn_out): ws.fp8's act part after Q, K and V, decoded there from its FP8 copy
+ * (attn.proj.in) for the projection and the core's backward; NULL otherwise. */
+static void *fp8_core_out(const ExecLayerRun *r)
+{
+    const ExecCtx *c = r->c;
+    const size_t N = (size_t)c->d.b * (size_t)c->d.s_loc;
+    return model_fp8_attn_out(&c->spec)
+               ? EXEC_AT(r->fp8->act, N * (size_t)(c->d.q_loc + c->d.kv2_loc), c->ab)
+               : NULL;
+}
+
 /* FP8 attention's forward, under the core's op: Q, K, V (act, in ws.fp8's act part) quantized
- * with one scale of their own into attn.qkv.out, the copy the backward reads, and decoded in
- * place: the core's matmuls take the FP8 values. The unfused core (model/ops.c's
- * attention_fp8_emulated) rounds attn.qkv.out in place, through ws.fp8's first copy. */
-static void fp8_core_fwd(const ExecLayerRun *r, const ExecLayerActs *a)
+ * with one scale (their own, or under delayed scaling their history's: rec, a forward, records
+ * their amax) into attn.qkv.out, the copy the backward reads, and decoded in place: the core's
+ * matmuls take the FP8 values. The unfused core (model/ops.c's attention_fp8_emulated) rounds
+ * attn.qkv.out in place, through ws.fp8's first copy. */
+static void fp8_core_fwd(const ExecLayerRun *r, const ExecLayerActs *a, int l, int rec)
 {
     const ExecCtx *c = r->c;
     const int N = c->d.b * c->d.s_loc, qkv = c->d.q_loc + c->d.kv2_loc;
     if (!model_fp8_op(&c->spec, MODEL_OPR_CORE))
         return;
+    const ExecFp8Weight *fq = exec_fp8_weight(r->fp8, MODEL_TR_QKV_W, l);
     void *x = fp8_core_qkv(r), *saved = EXEC_LA(a, QKV_OUT);
-    const ExecFp8Ref q = exec_fp8_quantize(r->fp8, c, x ? saved : r->fp8->q0, x ? x : saved, N,
-                                           qkv, 0, EXEC_FP8_X, NULL, 0, 0);
+    const ExecFp8Ref q = exec_fp8_core_quantize(r->fp8, c, x ? saved : r->fp8->q0, x ? x : saved,
+                                                N, qkv, EXEC_FP8_CORE_QKV, fq, rec);
     c->k->fp8_dequantize(x ? x : saved, q.q, &q.f);
 }
 
+/* Under delayed scaling, after the fused core: its output (fp8_core_out) quantized with its
+ * history's scale into attn.proj.in, the copy the backward reads, and decoded in place, the
+ * values the projection quantizes with its own scale. */
+static void fp8_core_fwd_out(const ExecLayerRun *r, const ExecLayerActs *a, int l, int rec)
+{
+    const ExecCtx *c = r->c;
+    void *o = fp8_core_out(r);
+    if (!o)
+        return;
+    const ExecFp8Ref q = exec_fp8_core_quantize(
+        r->fp8, c, EXEC_LA(a, PROJ_IN), o, c->d.b * c->d.s_loc, c->d.o_loc, EXEC_FP8_CORE_O,
+        exec_fp8_weight(r->fp8, MODEL_TR_QKV_W, l), rec);
+    c->k->fp8_dequantize(o, q.q, &q.f);
+}
+
 /* Its backward, under the core's op: the saved FP8 Q, K, V decoded into ws.fp8's act part (the
- * unfused core's are rounded already), and the output gradient (ws.dhid) quantized as a
- * gradient into ws.fp8's first copy and decoded in place. */
-static void fp8_core_bwd(const ExecLayerRun *r, const ExecLayerActs *a)
+ * unfused core's are rounded already), the saved FP8 output too under delayed scaling, and the
+ * output gradient (ws.dhid) quantized as a gradient into ws.fp8's first copy and decoded in
+ * place. Returns the core's output, as its backward reads it. */
+static const void *fp8_core_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int l)
 {
     const ExecCtx *c = r->c;
     const int N = c->d.b * c->d.s_loc, qkv = c->d.q_loc + c->d.kv2_loc;
     if (!model_fp8_op(&c->spec, MODEL_OPR_CORE))
-        return;
-    void *x = fp8_core_qkv(r);
+        return EXEC_LA(a, PROJ_IN);
+    const ExecFp8Weight *fq = exec_fp8_weight(r->fp8, MODEL_TR_QKV_W, l);
+    void *x = fp8_core_qkv(r), *o = fp8_core_out(r);
     if (x) {
         const ExecFp8Ref q = exec_fp8_saved(r->fp8, EXEC_LA(a, QKV_OUT), N, qkv);
         c->k->fp8_dequantize(x, q.q, &q.f);
     }
-    const ExecFp8Ref g = exec_fp8_quantize(r->fp8, c, r->fp8->q0, r->W->dhid, N, c->d.o_loc, 0,
-                                           EXEC_FP8_DY, NULL, 0, 0);
+    if (o) {
+        const ExecFp8Ref q = exec_fp8_saved(r->fp8, EXEC_LA(a, PROJ_IN), N, c->d.o_loc);
+        c->k->fp8_dequantize(o, q.q, &q.f);
+    }
+    const ExecFp8Ref g = exec_fp8_core_quantize(r->fp8, c, r->fp8->q0, r->W->dhid, N, c->d.o_loc,
+                                                EXEC_FP8_CORE_DO, fq, 1);
     c->k->fp8_dequantize(r->W->dhid, g.q, &g.f);
+    return o ? o : EXEC_LA(a, PROJ_IN);
 }
 
 /* The attention core's forward, within its op, sequence by sequence and (context parallelism)
@@ -505,8 +541,7 @@ static int attention_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int chun
     }
     if (exec_cp_owns_core(c))
         return exec_cp_attention_bwd(r, a, l, chunk, err);
-    fp8_core_bwd(r, a);
-    core_bwd(r, a, EXEC_LA(a, PROJ_IN), l);
+    core_bwd(r, a, fp8_core_bwd(r, a, l), l);
     return gather ? exec_cp_scatter_dkv(r, l, chunk, err) : PX_OK;
 }
 
@@ -598,7 +633,9 @@ static int layer_fwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
     /* the projection's input: saved in the act dtype and quantized for the GEMM alone, or its
      * quantized copy saved (beside the act one, or alone: model_fp8_proj_in) */
     const ModelFp8ProjIn pin = model_fp8_proj_in(&c->spec);
-    void *o = pin == MODEL_FP8_PROJ_FP8 ? F->act : EXEC_LA(a, PROJ_IN);
+    void *o = pin == MODEL_FP8_PROJ_FP8 ? F->act
+              : fp8_core_out(r)           ? fp8_core_out(r)
+                                          : EXEC_LA(a, PROJ_IN);
     const void *x;
     ExecFp8Ref xq;
 
@@ -627,8 +664,9 @@ static int layer_fwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
     }
 
     op = op_open(r, l, MODEL_OPR_CORE, ph);
-    fp8_core_fwd(r, a);
+    fp8_core_fwd(r, a, l, rec);
     TRY(attention_fwd(r, a, o, mb, l, chunk, ph, 1, err));
+    fp8_core_fwd_out(r, a, l, rec);
     op_close(r, op);
 
     op = op_open(r, l, MODEL_OPR_PROJ, ph);
