@@ -1167,6 +1167,66 @@ static void gemm_pack(std::vector<float> *out, const void *M, cudaDataType t, in
                                                          : (size_t)l + (size_t)r * ld);
 }
 
+/* op(B)'s n columns of k, widened to fp32, in panels of GEMM_NB columns interleaved: element l
+ * of column j at out[(j / GEMM_NB * k + l) * GEMM_NB + j % GEMM_NB], the last panel padded with
+ * zeros (computed, never stored), so that one load gives GEMM_NB columns' element l. Read as
+ * gemm_pack reads it. */
+enum { GEMM_NB = 8, GEMM_MR = 4 };
+
+static void gemm_pack_panels(std::vector<float> *out, const void *M, cudaDataType t, int strided,
+                             int cols, int k, int ld)
+{
+    const size_t panels = ((size_t)cols + GEMM_NB - 1) / GEMM_NB;
+    out->assign(panels * (size_t)(k > 0 ? k : 1) * GEMM_NB, 0.0f);
+    float *o = out->data();
+    for (int j = 0; j < cols; j++) {
+        float *p = o + (size_t)(j / GEMM_NB) * k * GEMM_NB + j % GEMM_NB;
+        for (int l = 0; l < k; l++)
+            p[(size_t)l * GEMM_NB] = dt_load(M, t, strided ? (size_t)j + (size_t)l * ld
+                                                            : (size_t)l + (size_t)j * ld);
+    }
+}
+
+typedef float EmuV4 __attribute__((vector_size(16)));
+
+/* The sums of R rows of op(A) (rows of k at a) with one panel of op(B) (bp): acc[r][h] holds
+ * the panel's columns 4h..4h+3 for row r. Each sum is the plain loop's, acc = 0, then acc +=
+ * a[l] * b[l] for l = 0..k-1 in order: the same roundings, so the same bits; the columns and
+ * rows only run side by side, in the vector lanes and registers. */
+template <int R>
+static void gemm_tile(const float *a, const float *bp, int k, EmuV4 (*acc)[2])
+{
+    for (int r = 0; r < R; r++)
+        acc[r][0] = acc[r][1] = EmuV4{0.0f, 0.0f, 0.0f, 0.0f};
+    for (int l = 0; l < k; l++) {
+        EmuV4 b0, b1;
+        memcpy(&b0, bp + (size_t)l * GEMM_NB, sizeof b0);
+        memcpy(&b1, bp + (size_t)l * GEMM_NB + 4, sizeof b1);
+        for (int r = 0; r < R; r++) {
+            const float x = a[(size_t)r * k + l];
+            acc[r][0] += x * b0;
+            acc[r][1] += x * b1;
+        }
+    }
+}
+
+/* C's rows i0..i0+R-1 in the panel of columns j0.. (at most GEMM_NB of them: up to n):
+ * C = al * sum + be * C, C not read when be = 0 */
+template <int R>
+static void gemm_rows(const float *a_rows, const float *panel, int k, int i0, int j0, int n,
+                      float al, float be, void *C, cudaDataType Ctype, int ldc)
+{
+    EmuV4 acc[R][2];
+    gemm_tile<R>(a_rows + (size_t)i0 * k, panel, k, acc);
+    for (int jj = 0; jj < GEMM_NB && j0 + jj < n; jj++)
+        for (int r = 0; r < R; r++) {
+            const float sum = acc[r][jj / 4][jj % 4];
+            const size_t ic = (size_t)(i0 + r) + (size_t)(j0 + jj) * ldc;
+            const float v = al * sum + (be == 0.0f ? 0.0f : be * dt_load(C, Ctype, ic));
+            dt_store(C, Ctype, ic, v);
+        }
+}
+
 /* bytes spanned by a column-major rows x cols matrix with leading dimension ld */
 static size_t span(int rows, int cols, int ld, cudaDataType t)
 {
@@ -1210,23 +1270,21 @@ cublasStatus_t cublasGemmStridedBatchedEx(
             emu_check_range(Bb, span(br, bc, ldb, Btype), "cuBLAS GEMM operand B");
         }
         emu_check_range(Cb, span(m, n, ldc, Ctype), "cuBLAS GEMM operand C");
-        /* op(A)'s rows and op(B)'s columns widened to fp32 once, each k contiguous, so that the
-         * loop below adds the same products in the same order as one element at a time would
-         * (the results are bit for bit those of the plain triple loop), without converting
-         * every operand m or n times */
+        /* op(A)'s rows and op(B)'s columns widened to fp32 once, each k contiguous, so that
+         * every element of C is the same products added in the same order as the plain triple
+         * loop adds them (bit for bit its results), without converting every operand m or n
+         * times; GEMM_MR rows by GEMM_NB columns at a time, for the registers and the vector
+         * lanes. beta = 0: C is not read (it may hold NaN), as cuBLAS documents */
         gemm_pack(&a_rows, Ab, Atype, transa == CUBLAS_OP_N, m, k, lda);
-        gemm_pack(&b_cols, Bb, Btype, transb != CUBLAS_OP_N, n, k, ldb);
-        for (int j = 0; j < n; j++)
-            for (int i = 0; i < m; i++) {
-                const float *ar_ = a_rows.data() + (size_t)i * k, *bc_ = b_cols.data() + (size_t)j * k;
-                float acc = 0.0f;
-                for (int l = 0; l < k; l++)
-                    acc += ar_[l] * bc_[l];
-                const size_t ic = (size_t)i + (size_t)j * ldc;
-                /* beta = 0: C is not read (it may hold NaN), as cuBLAS documents */
-                const float v = al * acc + (be == 0.0f ? 0.0f : be * dt_load(Cb, Ctype, ic));
-                dt_store(Cb, Ctype, ic, v);
-            }
+        gemm_pack_panels(&b_cols, Bb, Btype, transb != CUBLAS_OP_N, n, k, ldb);
+        for (int j0 = 0; j0 < n; j0 += GEMM_NB) {
+            const float *panel = b_cols.data() + (size_t)(j0 / GEMM_NB) * k * GEMM_NB;
+            int i0 = 0;
+            for (; i0 + GEMM_MR <= m; i0 += GEMM_MR)
+                gemm_rows<GEMM_MR>(a_rows.data(), panel, k, i0, j0, n, al, be, Cb, Ctype, ldc);
+            for (; i0 < m; i0++)
+                gemm_rows<1>(a_rows.data(), panel, k, i0, j0, n, al, be, Cb, Ctype, ldc);
+        }
     }
     return CUBLAS_STATUS_SUCCESS;
 }
