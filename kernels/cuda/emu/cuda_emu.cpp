@@ -844,6 +844,11 @@ static int nthreads, cur;
 /* Set while the block's first fiber runs its threads one after another (run_block): until one
  * of them waits at a barrier, a thread that returns hands the fiber to the next thread. */
 static int run_plain;
+/* Kept as the threads wait and return, so that a round's end need not look at every thread:
+ * how many wait at __syncthreads and have returned, and per warp how many wait at a warp
+ * barrier and have returned */
+static int n_block_bar, n_done;
+static int warp_bar[MAX_THREADS / 32], warp_done[MAX_THREADS / 32];
 #ifdef EMU_FAST_SWITCH
 static void *sched_sp;
 #else
@@ -973,6 +978,10 @@ static void yield_state(int state)
 {
     Fiber *f = &fibers[cur];
     f->state = state;
+    if (state == F_BLOCK_BAR)
+        n_block_bar++;
+    else
+        warp_bar[cur / 32]++;
     if (run_plain) { /* the threads after this one start in fibers of their own */
         run_plain = 0;
         for (int i = cur + 1; i < nthreads; i++)
@@ -992,6 +1001,8 @@ static void trampoline(void)
     for (;;) {
         (*body)();
         fibers[cur].state = F_DONE;
+        n_done++;
+        warp_done[cur / 32]++;
         if (!run_plain || cur + 1 == nthreads)
             break;
         /* the next thread, in this fiber: what the scheduler would run next, without the two
@@ -1103,41 +1114,37 @@ static void run_block(void)
                 t.y = 0, t.z++;
         }
     }
+    const int warps = (nthreads + 31) / 32;
+    n_block_bar = n_done = 0;
+    for (int w = 0; w < warps; w++)
+        warp_bar[w] = warp_done[w] = 0;
     fiber_init(0, 0);
     run_plain = 1; /* until a thread waits at a barrier (yield_state) */
-    for (;;) {
-        /* a round: the ready threads in order, each to its next barrier or its end, each
-         * switching to the next (leave_fiber) */
-        for (int i = 0; i < nthreads; i++)
-            if (fibers[i].state == F_READY) {
-                switch_to_fiber(i);
-                break;
-            }
+    /* a round: the ready threads in order from `first`, each to its next barrier or its end,
+     * each switching to the next (leave_fiber); none is ready after it */
+    for (int first = 0;;) {
+        if (first < nthreads)
+            switch_to_fiber(first);
         run_plain = 0;
-        int live = 0, at_block = 0;
-        for (int i = 0; i < nthreads; i++) {
-            live += fibers[i].state != F_DONE;
-            at_block += fibers[i].state == F_BLOCK_BAR;
-        }
+        const int live = nthreads - n_done;
         if (live == 0)
             return;
-        if (at_block == live) {
+        if (n_block_bar == live) {
             if (live != nthreads) /* undefined on a GPU: count on no hardware to forgive it */
                 emu_fail(launch_file, launch_line,
                          "__syncthreads reached after %d of %d threads returned", nthreads - live,
                          nthreads);
             for (int i = 0; i < nthreads; i++)
                 fibers[i].state = F_READY;
+            n_block_bar = 0;
+            first = 0;
             continue;
         }
         int released = 0;
-        for (int w = 0; w * 32 < nthreads; w++) {
+        first = nthreads;
+        for (int w = 0; w < warps; w++) {
             const int lo = w * 32, hi = lo + 32 < nthreads ? lo + 32 : nthreads;
-            int at_warp = 0, done = 0;
-            for (int i = lo; i < hi; i++) {
-                at_warp += fibers[i].state == F_WARP_BAR;
-                done += fibers[i].state == F_DONE;
-            }
+            const int at_warp = warp_bar[w], done = warp_done[w];
             if (at_warp == 0 || at_warp + done != hi - lo)
                 continue;
             if (done)
@@ -1149,6 +1156,9 @@ static void run_block(void)
                 continue; /* at the shuffle's second barrier now */
             for (int i = lo; i < hi; i++)
                 fibers[i].state = F_READY;
+            warp_bar[w] = 0;
+            if (first == nthreads)
+                first = lo;
         }
         if (!released)
             deadlock();
