@@ -833,6 +833,7 @@ typedef struct {
     ucontext_t ctx;
 #endif
     int state;
+    int stack; /* the index of the stack it runs on */
     uint3 tid;
     void *fake_stack; /* AddressSanitizer's bookkeeping across switches */
 } Fiber;
@@ -840,18 +841,50 @@ typedef struct {
 static Fiber fibers[MAX_THREADS];
 static unsigned char *stacks;
 static int nthreads, cur;
+/* Set while the block's first fiber runs its threads one after another (run_block): until one
+ * of them waits at a barrier, a thread that returns hands the fiber to the next thread. */
+static int run_plain;
+/* Kept as the threads wait and return, so that a round's end need not look at every thread:
+ * how many wait at __syncthreads and have returned, and per warp how many wait at a warp
+ * barrier and have returned */
+static int n_block_bar, n_done;
+static int warp_bar[MAX_THREADS / 32], warp_done[MAX_THREADS / 32];
 #ifdef EMU_FAST_SWITCH
-static void *sched_sp, *dead_sp;
+static void *sched_sp;
 #else
 static ucontext_t sched_ctx;
 #endif
 static const std::function<void()> *body;
 static const char *launch_file;
 static int launch_line;
-static uint64_t shfl_slot[MAX_THREADS];
+static uint64_t shfl_slot[MAX_THREADS]; /* a lane's value in a shuffle */
+/* While a lane waits at a shuffle's first barrier: the thread whose value it reads (else -1),
+ * and once the scheduler has read it, that value (run_block) */
+static int shfl_src[MAX_THREADS];
+static uint64_t shfl_got[MAX_THREADS];
 #ifdef EMU_ASAN
 static const void *main_stack_bottom;
 static size_t main_stack_size;
+#endif
+
+#ifdef EMU_ASAN
+/* set by the scheduler when it switches to a fiber: the fiber then learns the scheduler's stack
+ * (a fiber may also be switched to by the fiber before it in the round) */
+static int from_sched;
+
+/* After a switch into a fiber: AddressSanitizer's fake stack back, and the scheduler's stack
+ * when the scheduler switched here. */
+static void asan_arrived(void *fake)
+{
+    const void *bottom;
+    size_t size;
+    __sanitizer_finish_switch_fiber(fake, &bottom, &size);
+    if (from_sched) {
+        main_stack_bottom = bottom;
+        main_stack_size = size;
+        from_sched = 0;
+    }
+}
 #endif
 
 static void switch_to_fiber(int i)
@@ -860,7 +893,9 @@ static void switch_to_fiber(int i)
     threadIdx = fibers[i].tid;
 #ifdef EMU_ASAN
     void *fake = NULL;
-    __sanitizer_start_switch_fiber(&fake, stacks + (size_t)i * STACK_BYTES, STACK_BYTES);
+    from_sched = 1;
+    __sanitizer_start_switch_fiber(&fake, stacks + (size_t)fibers[i].stack * STACK_BYTES,
+                                   STACK_BYTES);
 #endif
 #ifdef EMU_FAST_SWITCH
     kern_emu_switch(&sched_sp, fibers[i].sp);
@@ -880,48 +915,103 @@ static size_t switch_depth;
 static void note_depth(void)
 {
     unsigned char here;
-    const unsigned char *top = stacks + (size_t)(cur + 1) * STACK_BYTES - STACK_COLOR(cur);
+    const int s = fibers[cur].stack;
+    const unsigned char *top = stacks + (size_t)(s + 1) * STACK_BYTES - STACK_COLOR(s);
     const size_t depth = (size_t)(top - &here);
     if (depth > switch_depth)
         switch_depth = depth;
 }
 #endif
 
-/* from a fiber back to the scheduler; it resumes here when released */
+#ifdef EMU_FAST_SWITCH
+typedef void *FiberSave; /* what a switch away from a fiber saves: its stack pointer */
+static FiberSave *fiber_save(Fiber *f) { return &f->sp; }
+static FiberSave dead_save;
+#else
+typedef ucontext_t FiberSave;
+static FiberSave *fiber_save(Fiber *f) { return &f->ctx; }
+static FiberSave dead_save;
+#endif
+
+/* From the running fiber (saved into *save; fake: AddressSanitizer's fake stack of it, NULL
+ * when it is done) to the next thread of the round, the first ready one after it, else back to
+ * the scheduler. A round runs the ready threads in order as the scheduler's loop would, a
+ * switch each rather than two through the scheduler. */
+static void leave_fiber(FiberSave *save, void **fake)
+{
+#ifdef EMU_ASAN
+    note_depth();
+#else
+    (void)fake;
+#endif
+    int next = cur + 1;
+    while (next < nthreads && fibers[next].state != F_READY)
+        next++;
+    if (next == nthreads) {
+#ifdef EMU_ASAN
+        __sanitizer_start_switch_fiber(fake, main_stack_bottom, main_stack_size);
+#endif
+#ifdef EMU_FAST_SWITCH
+        kern_emu_switch(save, sched_sp);
+#else
+        swapcontext(save, &sched_ctx);
+#endif
+        return;
+    }
+    cur = next;
+    threadIdx = fibers[next].tid;
+#ifdef EMU_ASAN
+    __sanitizer_start_switch_fiber(fake, stacks + (size_t)fibers[next].stack * STACK_BYTES,
+                                   STACK_BYTES);
+#endif
+#ifdef EMU_FAST_SWITCH
+    kern_emu_switch(save, fibers[next].sp);
+#else
+    swapcontext(save, &fibers[next].ctx);
+#endif
+}
+
+static void fiber_init(int i, int s);
+
+/* from a fiber to the rest of the round; it resumes here when released */
 static void yield_state(int state)
 {
     Fiber *f = &fibers[cur];
     f->state = state;
+    if (state == F_BLOCK_BAR)
+        n_block_bar++;
+    else
+        warp_bar[cur / 32]++;
+    if (run_plain) { /* the threads after this one start in fibers of their own */
+        run_plain = 0;
+        for (int i = cur + 1; i < nthreads; i++)
+            fiber_init(i, i);
+    }
+    leave_fiber(fiber_save(f), &f->fake_stack);
 #ifdef EMU_ASAN
-    note_depth();
-    __sanitizer_start_switch_fiber(&f->fake_stack, main_stack_bottom, main_stack_size);
-#endif
-#ifdef EMU_FAST_SWITCH
-    kern_emu_switch(&f->sp, sched_sp);
-#else
-    swapcontext(&f->ctx, &sched_ctx);
-#endif
-#ifdef EMU_ASAN
-    __sanitizer_finish_switch_fiber(f->fake_stack, &main_stack_bottom, &main_stack_size);
+    asan_arrived(f->fake_stack);
 #endif
 }
 
 static void trampoline(void)
 {
 #ifdef EMU_ASAN
-    __sanitizer_finish_switch_fiber(NULL, &main_stack_bottom, &main_stack_size);
+    asan_arrived(NULL);
 #endif
-    (*body)();
-    fibers[cur].state = F_DONE;
-#ifdef EMU_ASAN
-    note_depth();
-    __sanitizer_start_switch_fiber(NULL, main_stack_bottom, main_stack_size);
-#endif
-#ifdef EMU_FAST_SWITCH
-    kern_emu_switch(&dead_sp, sched_sp); /* never comes back: the fiber is done */
-#else
-    setcontext(&sched_ctx);
-#endif
+    for (;;) {
+        (*body)();
+        fibers[cur].state = F_DONE;
+        n_done++;
+        warp_done[cur / 32]++;
+        if (!run_plain || cur + 1 == nthreads)
+            break;
+        /* the next thread, in this fiber: what the scheduler would run next, without the two
+         * switches and a fresh stack (no thread before it has reached a barrier) */
+        fibers[cur + 1].stack = fibers[cur].stack;
+        cur++;
+        threadIdx = fibers[cur].tid;
+    }
+    leave_fiber(&dead_save, NULL); /* never comes back: the fiber is done */
 }
 
 void __syncthreads(void) { yield_state(F_BLOCK_BAR); }
@@ -939,10 +1029,18 @@ uint64_t kern_emu_shfl(unsigned mask, uint64_t bits, int arg, int width, int xor
         emu_fail(launch_file, launch_line, "shuffle with a partial mask or width is not emulated");
     const int me = cur, lane = me % 32, warp0 = me - lane;
     shfl_slot[me] = bits;
-    yield_state(F_WARP_BAR); /* every lane has written its value */
-    const int src = xor_mode ? (lane ^ arg) & 31 : arg & 31;
-    uint64_t v = shfl_slot[warp0 + src];
-    yield_state(F_WARP_BAR); /* every lane has read before a next shuffle overwrites */
+    shfl_src[me] = warp0 + (xor_mode ? (lane ^ arg) & 31 : arg & 31);
+    /* Two barriers: every lane has written its value, then every lane has read before a next
+     * shuffle overwrites. When the whole warp waits at the first, the scheduler reads for
+     * every lane, which so goes straight to the second: the same rounds as when each lane
+     * reads for itself in the round between, without switching to it for a read. A warp
+     * whose lanes wait at different warp barriers is released as it is, and reads here. */
+    yield_state(F_WARP_BAR);
+    if (shfl_src[me] < 0)
+        return shfl_got[me];
+    const uint64_t v = shfl_slot[shfl_src[me]];
+    shfl_src[me] = -1;
+    yield_state(F_WARP_BAR);
     return v;
 }
 
@@ -957,73 +1055,110 @@ static void deadlock(void)
     abort();
 }
 
-/* Runs the current block to completion. */
-static void run_block(void)
+/* Threads lo..hi-1, a warp all of whose lanes wait at a warp barrier: when every one waits at
+ * a shuffle's first barrier, reads what each one's shuffle reads (kern_emu_shfl) and returns
+ * 1; else 0. */
+static int warp_reads(int lo, int hi)
 {
-    for (int i = 0; i < nthreads; i++) {
-        Fiber *f = &fibers[i];
+    for (int i = lo; i < hi; i++)
+        if (shfl_src[i] < 0)
+            return 0;
+    for (int i = lo; i < hi; i++)
+        shfl_got[i] = shfl_slot[shfl_src[i]];
+    for (int i = lo; i < hi; i++)
+        shfl_src[i] = -1;
+    return 1;
+}
+
+/* Makes fiber i a fresh start of the trampoline on stack s. */
+static void fiber_init(int i, int s)
+{
+    Fiber *f = &fibers[i];
+    f->stack = s;
 #ifdef EMU_FAST_SWITCH
         /* the frame kern_emu_switch pops: a slot it skips, six registers, then a return into
          * the trampoline, which starts as if called (its stack pointer 8 past a 16-byte
          * boundary) */
-        uint64_t *top = (uint64_t *)(void *)(stacks + (size_t)(i + 1) * STACK_BYTES -
-                                             STACK_COLOR(i));
-        top[-1] = 0;                                   /* the trampoline's return address: none */
-        top[-2] = (uint64_t)(uintptr_t)&trampoline;    /* where the first switch returns to */
-        for (int r = 3; r <= 8; r++)
-            top[-r] = 0;                               /* rbp, rbx, r12-r15 */
-        top[-9] = 0;                                   /* the skipped slot */
-        f->sp = &top[-9];
+    uint64_t *top = (uint64_t *)(void *)(stacks + (size_t)(s + 1) * STACK_BYTES - STACK_COLOR(s));
+    top[-1] = 0;                                /* the trampoline's return address: none */
+    top[-2] = (uint64_t)(uintptr_t)&trampoline; /* where the first switch returns to */
+    for (int r = 3; r <= 8; r++)
+        top[-r] = 0;                            /* rbp, rbx, r12-r15 */
+    top[-9] = 0;                                /* the skipped slot */
+    f->sp = &top[-9];
 #else
-        getcontext(&f->ctx);
-        f->ctx.uc_stack.ss_sp = stacks + (size_t)i * STACK_BYTES;
-        f->ctx.uc_stack.ss_size = STACK_BYTES;
-        f->ctx.uc_link = NULL;
-        makecontext(&f->ctx, trampoline, 0);
+    getcontext(&f->ctx);
+    f->ctx.uc_stack.ss_sp = stacks + (size_t)s * STACK_BYTES;
+    f->ctx.uc_stack.ss_size = STACK_BYTES;
+    f->ctx.uc_link = NULL;
+    makecontext(&f->ctx, trampoline, 0);
 #endif
-        f->state = F_READY;
-        f->fake_stack = NULL;
-        f->tid.x = i % blockDim.x;
-        f->tid.y = i / blockDim.x % blockDim.y;
-        f->tid.z = i / (blockDim.x * blockDim.y);
-    }
-    for (;;) {
-        for (int i = 0; i < nthreads; i++)
-            if (fibers[i].state == F_READY)
-                switch_to_fiber(i);
-        int live = 0, at_block = 0;
-        for (int i = 0; i < nthreads; i++) {
-            live += fibers[i].state != F_DONE;
-            at_block += fibers[i].state == F_BLOCK_BAR;
+    f->fake_stack = NULL;
+}
+
+/* Runs the current block to completion, in rounds: each runs the ready threads in order, each
+ * until it reaches a barrier or returns. So thread 0's fiber runs them all one after another
+ * (run_plain) until one waits at a barrier, and only the threads after that one get fibers of
+ * their own: most kernels reach no barrier, and a block of them costs two switches, not two
+ * per thread. */
+static void run_block(void)
+{
+    uint3 t = {0, 0, 0};
+    for (int i = 0; i < nthreads; i++) {
+        fibers[i].state = F_READY;
+        fibers[i].tid = t;
+        shfl_src[i] = -1;
+        if (++t.x == blockDim.x) {
+            t.x = 0;
+            if (++t.y == blockDim.y)
+                t.y = 0, t.z++;
         }
+    }
+    const int warps = (nthreads + 31) / 32;
+    n_block_bar = n_done = 0;
+    for (int w = 0; w < warps; w++)
+        warp_bar[w] = warp_done[w] = 0;
+    fiber_init(0, 0);
+    run_plain = 1; /* until a thread waits at a barrier (yield_state) */
+    /* a round: the ready threads in order from `first`, each to its next barrier or its end,
+     * each switching to the next (leave_fiber); none is ready after it */
+    for (int first = 0;;) {
+        if (first < nthreads)
+            switch_to_fiber(first);
+        run_plain = 0;
+        const int live = nthreads - n_done;
         if (live == 0)
             return;
-        if (at_block == live) {
+        if (n_block_bar == live) {
             if (live != nthreads) /* undefined on a GPU: count on no hardware to forgive it */
                 emu_fail(launch_file, launch_line,
                          "__syncthreads reached after %d of %d threads returned", nthreads - live,
                          nthreads);
             for (int i = 0; i < nthreads; i++)
                 fibers[i].state = F_READY;
+            n_block_bar = 0;
+            first = 0;
             continue;
         }
         int released = 0;
-        for (int w = 0; w * 32 < nthreads; w++) {
+        first = nthreads;
+        for (int w = 0; w < warps; w++) {
             const int lo = w * 32, hi = lo + 32 < nthreads ? lo + 32 : nthreads;
-            int at_warp = 0, done = 0;
-            for (int i = lo; i < hi; i++) {
-                at_warp += fibers[i].state == F_WARP_BAR;
-                done += fibers[i].state == F_DONE;
-            }
+            const int at_warp = warp_bar[w], done = warp_done[w];
             if (at_warp == 0 || at_warp + done != hi - lo)
                 continue;
             if (done)
                 emu_fail(launch_file, launch_line,
                          "a shuffle or __syncwarp in warp %d after %d of its lanes returned", w,
                          done);
+            released = 1;
+            if (warp_reads(lo, hi))
+                continue; /* at the shuffle's second barrier now */
             for (int i = lo; i < hi; i++)
                 fibers[i].state = F_READY;
-            released = 1;
+            warp_bar[w] = 0;
+            if (first == nthreads)
+                first = lo;
         }
         if (!released)
             deadlock();
@@ -1167,6 +1302,66 @@ static void gemm_pack(std::vector<float> *out, const void *M, cudaDataType t, in
                                                          : (size_t)l + (size_t)r * ld);
 }
 
+/* op(B)'s n columns of k, widened to fp32, in panels of GEMM_NB columns interleaved: element l
+ * of column j at out[(j / GEMM_NB * k + l) * GEMM_NB + j % GEMM_NB], the last panel padded with
+ * zeros (computed, never stored), so that one load gives GEMM_NB columns' element l. Read as
+ * gemm_pack reads it. */
+enum { GEMM_NB = 8, GEMM_MR = 4 };
+
+static void gemm_pack_panels(std::vector<float> *out, const void *M, cudaDataType t, int strided,
+                             int cols, int k, int ld)
+{
+    const size_t panels = ((size_t)cols + GEMM_NB - 1) / GEMM_NB;
+    out->assign(panels * (size_t)(k > 0 ? k : 1) * GEMM_NB, 0.0f);
+    float *o = out->data();
+    for (int j = 0; j < cols; j++) {
+        float *p = o + (size_t)(j / GEMM_NB) * k * GEMM_NB + j % GEMM_NB;
+        for (int l = 0; l < k; l++)
+            p[(size_t)l * GEMM_NB] = dt_load(M, t, strided ? (size_t)j + (size_t)l * ld
+                                                            : (size_t)l + (size_t)j * ld);
+    }
+}
+
+typedef float EmuV4 __attribute__((vector_size(16)));
+
+/* The sums of R rows of op(A) (rows of k at a) with one panel of op(B) (bp): acc[r][h] holds
+ * the panel's columns 4h..4h+3 for row r. Each sum is the plain loop's, acc = 0, then acc +=
+ * a[l] * b[l] for l = 0..k-1 in order: the same roundings, so the same bits; the columns and
+ * rows only run side by side, in the vector lanes and registers. */
+template <int R>
+static void gemm_tile(const float *a, const float *bp, int k, EmuV4 (*acc)[2])
+{
+    for (int r = 0; r < R; r++)
+        acc[r][0] = acc[r][1] = EmuV4{0.0f, 0.0f, 0.0f, 0.0f};
+    for (int l = 0; l < k; l++) {
+        EmuV4 b0, b1;
+        memcpy(&b0, bp + (size_t)l * GEMM_NB, sizeof b0);
+        memcpy(&b1, bp + (size_t)l * GEMM_NB + 4, sizeof b1);
+        for (int r = 0; r < R; r++) {
+            const float x = a[(size_t)r * k + l];
+            acc[r][0] += x * b0;
+            acc[r][1] += x * b1;
+        }
+    }
+}
+
+/* C's rows i0..i0+R-1 in the panel of columns j0.. (at most GEMM_NB of them: up to n):
+ * C = al * sum + be * C, C not read when be = 0 */
+template <int R>
+static void gemm_rows(const float *a_rows, const float *panel, int k, int i0, int j0, int n,
+                      float al, float be, void *C, cudaDataType Ctype, int ldc)
+{
+    EmuV4 acc[R][2];
+    gemm_tile<R>(a_rows + (size_t)i0 * k, panel, k, acc);
+    for (int jj = 0; jj < GEMM_NB && j0 + jj < n; jj++)
+        for (int r = 0; r < R; r++) {
+            const float sum = acc[r][jj / 4][jj % 4];
+            const size_t ic = (size_t)(i0 + r) + (size_t)(j0 + jj) * ldc;
+            const float v = al * sum + (be == 0.0f ? 0.0f : be * dt_load(C, Ctype, ic));
+            dt_store(C, Ctype, ic, v);
+        }
+}
+
 /* bytes spanned by a column-major rows x cols matrix with leading dimension ld */
 static size_t span(int rows, int cols, int ld, cudaDataType t)
 {
@@ -1210,23 +1405,21 @@ cublasStatus_t cublasGemmStridedBatchedEx(
             emu_check_range(Bb, span(br, bc, ldb, Btype), "cuBLAS GEMM operand B");
         }
         emu_check_range(Cb, span(m, n, ldc, Ctype), "cuBLAS GEMM operand C");
-        /* op(A)'s rows and op(B)'s columns widened to fp32 once, each k contiguous, so that the
-         * loop below adds the same products in the same order as one element at a time would
-         * (the results are bit for bit those of the plain triple loop), without converting
-         * every operand m or n times */
+        /* op(A)'s rows and op(B)'s columns widened to fp32 once, each k contiguous, so that
+         * every element of C is the same products added in the same order as the plain triple
+         * loop adds them (bit for bit its results), without converting every operand m or n
+         * times; GEMM_MR rows by GEMM_NB columns at a time, for the registers and the vector
+         * lanes. beta = 0: C is not read (it may hold NaN), as cuBLAS documents */
         gemm_pack(&a_rows, Ab, Atype, transa == CUBLAS_OP_N, m, k, lda);
-        gemm_pack(&b_cols, Bb, Btype, transb != CUBLAS_OP_N, n, k, ldb);
-        for (int j = 0; j < n; j++)
-            for (int i = 0; i < m; i++) {
-                const float *ar_ = a_rows.data() + (size_t)i * k, *bc_ = b_cols.data() + (size_t)j * k;
-                float acc = 0.0f;
-                for (int l = 0; l < k; l++)
-                    acc += ar_[l] * bc_[l];
-                const size_t ic = (size_t)i + (size_t)j * ldc;
-                /* beta = 0: C is not read (it may hold NaN), as cuBLAS documents */
-                const float v = al * acc + (be == 0.0f ? 0.0f : be * dt_load(Cb, Ctype, ic));
-                dt_store(Cb, Ctype, ic, v);
-            }
+        gemm_pack_panels(&b_cols, Bb, Btype, transb != CUBLAS_OP_N, n, k, ldb);
+        for (int j0 = 0; j0 < n; j0 += GEMM_NB) {
+            const float *panel = b_cols.data() + (size_t)(j0 / GEMM_NB) * k * GEMM_NB;
+            int i0 = 0;
+            for (; i0 + GEMM_MR <= m; i0 += GEMM_MR)
+                gemm_rows<GEMM_MR>(a_rows.data(), panel, k, i0, j0, n, al, be, Cb, Ctype, ldc);
+            for (; i0 < m; i0++)
+                gemm_rows<1>(a_rows.data(), panel, k, i0, j0, n, al, be, Cb, Ctype, ldc);
+        }
     }
     return CUBLAS_STATUS_SUCCESS;
 }
