@@ -219,11 +219,11 @@ void model_layer_acts_at(const ModelSpec *s, const ModelDims *d, ModelRecompute 
      * K, V and (delayed) output (model_fp8_attn_qkv, model_fp8_attn_out); a MoE layer's router
      * reads fc1.in too, in high precision (left out for a MoE layer) */
     const ModelFp8ProjIn pin = model_fp8_proj_in(s);
-    ModelTensorRole fp8_in[5] = {MODEL_TR_QKV_IN, MODEL_TR_FC2_IN,
+    ModelTensorRole fp8_in[6] = {MODEL_TR_QKV_IN, MODEL_TR_FC2_IN,
                                  pin == MODEL_FP8_PROJ_BOTH ? MODEL_TR_PROJ_IN_FP8
                                  : pin == MODEL_FP8_PROJ_FP8 ? MODEL_TR_PROJ_IN
                                                              : MODEL_TR_NONE};
-    int n_in = 3;
+    int n_in = 3; /* and at most one each of the three below */
     if (model_fp8_attn_qkv(s))
         fp8_in[n_in++] = MODEL_TR_QKV_OUT;
     if (model_fp8_attn_out(s))
