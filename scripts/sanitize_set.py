@@ -122,6 +122,8 @@ def main():
     ap.add_argument("--only", help="the tests to judge, a regular expression on their names")
     ap.add_argument("-o", "--output", default=os.path.join(SRC, "tests", "sanitize_repeat.txt"))
     a = ap.parse_args()
+    # absolute: each test writes its counters under GCOV_PREFIX from its own working directory
+    a.build = os.path.abspath(a.build)
     took = seconds(a.asan_log)
     build(a.build)
     names = test_names(a.build)
@@ -143,6 +145,9 @@ def main():
     if failed:
         sys.exit("sanitize_set: these tests failed, fix them first: " + " ".join(failed))
     sets = {n: lines_of(runs, n) for n in names}
+    if not any(sets.values()):
+        sys.exit("sanitize_set: the tests wrote no coverage counters under " + runs +
+                 ": is the build in " + a.build + " one with --coverage?")
     every, kept = cover(sets, took)
     left = sorted(n for n in names if n not in kept and took.get(n, 0.0) > a.cheap)
     judged = left
