@@ -633,9 +633,8 @@ static int layer_fwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
     /* the projection's input: saved in the act dtype and quantized for the GEMM alone, or its
      * quantized copy saved (beside the act one, or alone: model_fp8_proj_in) */
     const ModelFp8ProjIn pin = model_fp8_proj_in(&c->spec);
-    void *o = pin == MODEL_FP8_PROJ_FP8 ? F->act
-              : fp8_core_out(r)           ? fp8_core_out(r)
-                                          : EXEC_LA(a, PROJ_IN);
+    void *core_out = fp8_core_out(r);
+    void *o = pin == MODEL_FP8_PROJ_FP8 ? F->act : core_out ? core_out : EXEC_LA(a, PROJ_IN);
     const void *x;
     ExecFp8Ref xq;
 
