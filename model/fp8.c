@@ -128,3 +128,8 @@ int model_fp8_attn_history(const ModelSpec *s)
         return 0;
     return 2 + model_fp8_attn_out(s);
 }
+
+ModelTensorRole model_fp8_attn_weight(const ModelSpec *s)
+{
+    return s->model.mla.kv_lora_rank > 0 ? MODEL_TR_KV_B_W : MODEL_TR_QKV_W;
+}

@@ -1033,8 +1033,12 @@ int model_fp8_attn_out(const ModelSpec *s);
  * Q, K, V's (one scale for the three), the output gradient's and, where the fused core writes
  * its output in FP8 (model_fp8_attn_out), the output's: that many more columns of the layer's
  * QKV weight's <w>.fp8_amax (each len history entries and a decode factor), after its GEMM's
- * three; 0 otherwise. */
+ * three (multi-head latent attention's kv_b weight's: model_fp8_attn_weight); 0 otherwise. */
 int model_fp8_attn_history(const ModelSpec *s);
+/* The weight whose <w>.fp8_amax holds FP8 attention's histories (model_fp8_attn_history): the
+ * QKV projection's, or with multi-head latent attention, which has none, kv_b's (the
+ * up-projection that writes K and V). */
+ModelTensorRole model_fp8_attn_weight(const ModelSpec *s);
 
 /* 1 when the weight of role r is an FP8 GEMM's operand under the job (a linear layer of a
  * transformer layer: QKV or MLA's projections, the output projection, the MLP's and the

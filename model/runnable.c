@@ -65,9 +65,7 @@ static const char *fp8_limit(const ModelSpec *s, const ModelDims *d)
                ? "fp8_attention runs with --fp8-recipe tensorwise or delayed (Transformer "
                  "Engine has no blockwise or MXFP8 attention)"
            : s->layout.cp > 1 ? "fp8_attention runs without context parallelism (--cp 1)"
-           : s->model.mla.kv_lora_rank > 0
-               ? "fp8_attention runs without multi-head latent attention"
-               : NULL;
+                              : NULL;
 }
 
 /* What the backend the plan runs on takes (checked last, as the executor picks its kernels

@@ -425,9 +425,9 @@ static void add_fp8_copies(Adder *a, const ModelSpec *s, const ModelDims *d, Mod
     }
     if (r == MODEL_FP8_DELAYED) {
         /* the experts' fc1 holds the dispatched rows' history too (model_fp8_dispatch_history),
-         * the QKV weight FP8 attention's (model_fp8_attn_history) */
+         * the QKV weight (MLA's kv_b) FP8 attention's (model_fp8_attn_history) */
         const int disp = role == MODEL_TR_EXP_FC1_W && model_fp8_dispatch_history(s, d);
-        const int core = role == MODEL_TR_QKV_W ? model_fp8_attn_history(s) : 0;
+        const int core = role == model_fp8_attn_weight(s) ? model_fp8_attn_history(s) : 0;
         const Fp8Extra x = {0, role, groups};
         NAME(n, "%s.fp8_amax", name);
         add_ex(a, MODEL_TR_FP8_AMAX, n, MODEL_WEIGHTS, PX_FP32, 0, 2, s->job.fp8_amax_history + 1,

@@ -565,6 +565,97 @@ static void shared_gate_gradients(void)
            "experts' and the gate's first gradients within %.2e of fp32's\n", worst);
 }
 
+/* The largest relative L2 distance of b's gradients of every layer's attention weights
+ * (attn.*.w: MLA's q_a, q_b, kv_a, kv_b and the projection) from a's; *at names it. */
+static double attn_grads_distance(Exec *a, Exec *b, const char **at)
+{
+    const ModelTensorTable *tt = exec_table(a);
+    double worst = 0;
+    for (int i = 0; i < tt->count; i++) {
+        const ModelTensor *t = &tt->t[i];
+        const size_t n = strlen(t->name);
+        if (t->cat != MODEL_WEIGHTS || !strstr(t->name, ".attn.") || n < 2 ||
+            strcmp(t->name + n - 2, ".w"))
+            continue;
+        char g[80];
+        snprintf(g, sizeof g, "%s.grad", t->name);
+        const double d = grad_distance(a, b, g);
+        if (d > worst)
+            worst = d, *at = t->name;
+    }
+    return worst;
+}
+
+/* FP8 attention with multi-head latent attention (--fp8-attention, the fused core; mla.c
+ * writes Q, K, V into ws.fp8's act part, kv_b's output through ws.dqkv) on tiny-dsv3's dense
+ * layers, 2 micro-batches of 2 x 32 rows, q_b's and kv_b's weights sharpened 8 times (else
+ * attention is nearly uniform). Tensorwise: the loss differs from the FP8-GEMMs-only run's
+ * (the core read the FP8 values) and the first step's gradients of every attention weight
+ * follow fp32's: measured MLA_ATTN_TENSOR_MEASURED against MLA_ATTN_GEMM_MEASURED with FP8
+ * GEMMs alone; within MLA_ATTN_GRAD_TOL, and off the FP8-GEMMs-only run's. Delayed (against
+ * the delayed FP8-GEMMs-only run, as fp8_attention_delayed: both start from factors of 1):
+ * kv_b's <w>.fp8_amax holds the core's three histories after its GEMM's three, two entries
+ * each, and each factor is its window's largest over the format's largest value. Every
+ * category of memory as the table says. */
+#define MLA_ATTN_GRAD_TOL 0.4
+static void mla_fp8_attention(void)
+{
+    enum { LEN = 4, COLS = 6 };
+    static const ModelFp8Recipe recipes[] = {MODEL_FP8_NONE, MODEL_FP8_TENSORWISE,
+                                             MODEL_FP8_TENSORWISE, MODEL_FP8_DELAYED,
+                                             MODEL_FP8_DELAYED};
+    Exec *ex[5];
+    double loss[5];
+    for (int f = 0; f < 5; f++) {
+        ModelSpec s = tx_spec("tiny-dsv3", 32, 4, 2);
+        s.model.moe.experts = 0;
+        s.model.mtp_layers = 0;
+        s.job.fp8 = recipes[f];
+        s.job.fp8_format = MODEL_FP8_HYBRID; /* E5M2 output gradients */
+        s.job.fp8_attention = f == 2 || f == 4;
+        s.job.fp8_amax_history = LEN;
+        ex[f] = tx_exec(&s);
+        sharpen(ex[f]);
+        PxError err = {0};
+        CHECK_OK(exec_grads(ex[f], 0, &loss[f], &err), err);
+        for (int k = 0; k < MODEL_RUNTIME; k++)
+            CHECK_EQ_U64(model_tensors_bytes(&ex[f]->tt, (ModelCategory)k), ex[f]->mem.a[k].cap);
+    }
+    CHECK(loss[2] != loss[1] && loss[4] != loss[3]);
+    const char *at = "", *at_gemm = "", *at_delayed = "", *at_off = "";
+    const double d = attn_grads_distance(ex[0], ex[2], &at);
+    const double g = attn_grads_distance(ex[0], ex[1], &at_gemm);
+    const double off = attn_grads_distance(ex[1], ex[2], &at_off);
+    const double dd = attn_grads_distance(ex[3], ex[4], &at_delayed);
+    printf("  tiny-dsv3 (dense) with FP8 attention: tensorwise loss %.6f (FP8 GEMMs alone %.6f, "
+           "fp32 %.6f), the attention weights' first gradients within %.3e of fp32's (%s; "
+           "%.3e with FP8 GEMMs alone, %s), %.3e off FP8 GEMMs alone's; delayed loss %.6f "
+           "(FP8 GEMMs alone %.6f), gradients within %.3e of FP8 GEMMs alone's (%s)\n",
+           loss[2], loss[1], loss[0], d, at, g, at_gemm, off, loss[4], loss[3], dd, at_delayed);
+    if (!(d <= MLA_ATTN_GRAD_TOL && off > 0 && dd <= MLA_ATTN_GRAD_TOL && dd > 0)) {
+        fprintf(stderr, "FAILED: MLA with FP8 attention: gradients %.3e from fp32's (%s), %.3e "
+                "from FP8 GEMMs alone (%s); delayed %.3e (%s)\n", d, at, off, at_off, dd,
+                at_delayed);
+        exit(1);
+    }
+    for (int l = 0; l < 4; l++) {
+        /* the core's histories: kv_b's, the QKV weight MLA has none of */
+        CHECK(exec_fp8_weight(&ex[4]->fp8, MODEL_TR_QKV_W, l) == NULL);
+        const ExecFp8Weight *w = exec_fp8_weight(&ex[4]->fp8, MODEL_TR_KV_B_W, l);
+        CHECK(w != NULL && w->hist != NULL);
+        CHECK_EQ_INT(COLS, w->hist_cols);
+        CHECK_EQ_INT(3, exec_fp8_weight(&ex[3]->fp8, MODEL_TR_KV_B_W, l)->hist_cols);
+        for (int col = 3; col < COLS; col++) {
+            const float *h = w->hist + col * LEN;
+            const float fmax = col == 4 ? 57344.0f : 448.0f;
+            CHECK(h[0] > 0.0f && h[1] > 0.0f && h[2] == 0.0f && h[3] == 0.0f);
+            CHECK(w->scale[col] == (h[0] > h[1] ? h[0] : h[1]) / fmax);
+        }
+    }
+    for (int f = 0; f < 5; f++)
+        exec_free(ex[f]);
+}
+
 /* FP8 attention (--fp8-attention, the fused core, tensorwise; docs/fp8.md, "FP8 attention") on
  * tiny (mbs 4 x seq 64 = 256 rows): attn.qkv.out holds Q, K, V [256, 192] in one byte and one
  * fp32 scale, 49,156 bytes instead of 196,608 in fp32: 4 x (757,772 - 147,452) + 393,216
@@ -769,6 +860,7 @@ int main(int argc, char **argv)
     workspace();
     mla_gemms();
     mla_q0_grads();
+    mla_fp8_attention();
     mtp_gemms();
     dispatch_history();
     shared_gate_gradients();

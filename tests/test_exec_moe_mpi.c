@@ -253,6 +253,25 @@ static const Layout layouts[] = {
      * the queries per rank (48), its gradient in ws.mla's own region */
     {"dsv3_dense_tp2_sp_q0_fp8_tensorwise", 2, 1, 2, 1, 1, 1, 1, 0, 0, 0, MODEL_FP8_TENSORWISE, 0, 0, 0, 2, 0},
     {"dsv3_dense_tp2_q0_kv80_fp8_blockwise", 2, 1, 2, 1, 1, 0, 1, 0, 0, 0, MODEL_FP8_BLOCKWISE, 0, 0, 0, 2, 0},
+    /* FP8 attention (_fp8attn_: --fp8-attention, the fused core) with MLA: its Q, K, V planes
+     * [N, H x 24 | H x 24 | H x 16] written into ws.fp8's act part and quantized with one scale
+     * into attn.qkv.out, kv_b's output through ws.dqkv (exec/train/mla.c); under delayed
+     * scaling the core's histories in kv_b's <w>.fp8_amax. One rank (memory, FLOPs as
+     * predicted), tp 2 with SP (each rank's heads with their own scale), without a query
+     * latent (q_b's output over the layer's input in the act part) */
+    {"dsv3_fp8attn_tensorwise", 1, 1, 1, 1, 1, 0, 1, 0, 0, 0, MODEL_FP8_TENSORWISE, 0, 0, 0, 1, 0},
+    {"dsv3_fp8attn_delayed", 1, 1, 1, 1, 1, 0, 1, 0, 0, 0, MODEL_FP8_DELAYED, 0, 0, 0, 1, 0},
+    {"dsv3_tp2_sp_fp8attn_tensorwise", 2, 1, 2, 1, 1, 1, 1, 0, 0, 0, MODEL_FP8_TENSORWISE, 0, 0, 0, 1, 0},
+    {"dsv3_tp2_sp_fp8attn_delayed", 2, 1, 2, 1, 1, 1, 1, 0, 0, 0, MODEL_FP8_DELAYED, 0, 0, 0, 1, 0},
+    {"dsv3_dense_tp2_sp_q0_fp8attn_tensorwise", 2, 1, 2, 1, 1, 1, 1, 0, 0, 0, MODEL_FP8_TENSORWISE, 0, 0, 0, 2, 0},
+    {"dsv3_dense_tp2_sp_q0_fp8attn_delayed", 2, 1, 2, 1, 1, 1, 1, 0, 0, 0, MODEL_FP8_DELAYED, 0, 0, 0, 2, 0},
+    /* run by name: full recompute (the core's quantization again, recording nothing), op-level
+     * recompute (kv_b's rerun through ws.dqkv, Q, K, V as saved) */
+    {"dsv3_dense_tp2_sp_fp8attn_delayed_full", 2, 1, 2, 1, 1, 1, 1, 0, 1, 0, MODEL_FP8_DELAYED, 0, 0, 0, 2, 0},
+    {"dsv3_tp2_sp_fp8attn_tensorwise_sac", 2, 1, 2, 1, 1, 1, 1, 0, 0, 0, MODEL_FP8_TENSORWISE, 0, 0, 0, 1, 0},
+    /* and on the emulated GPU (bf16, a dgx-h100 plan) */
+    {"cuda_dsv3_tp2_sp_fp8attn_delayed", 2, 1, 2, 1, 1, 1, 1, 0, 0, 1, MODEL_FP8_DELAYED, 0, 0, 0, 1, 0},
+    {"cuda_dsv3_dense_tp2_sp_fp8attn_delayed", 2, 1, 2, 1, 1, 1, 1, 0, 0, 1, MODEL_FP8_DELAYED, 0, 0, 0, 2, 0},
     /* odd key and value widths (_odd: 3 heads, v_dim 15: a token's keys and values 3 x (24 +
      * 15) = 117 wide): the planes, cp's packed [K | V] rows over the all-gather and the ring */
     {"dsv3_dense_cp2_odd", 2, 1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 2},
@@ -440,6 +459,7 @@ static ModelSpec spec_of(const Layout *L)
     s.job.fp8_amax_history = 16;
     s.job.fp8_dispatch = strstr(L->name, "_fp8d_") != NULL;
     s.job.fp8_param_gather = strstr(L->name, "_fp8pg_") != NULL;
+    s.job.fp8_attention = strstr(L->name, "_fp8attn_") != NULL;
     s.model.moe.capacity_factor = L->cf;
     if (is_ag(L))
         s.job.moe_dispatcher = MODEL_MOE_DISPATCH_ALLGATHER;

@@ -174,6 +174,19 @@ int main(void)
         s.job.fp8 = MODEL_FP8_TENSORWISE; /* FP8 GEMMs run, with a query latent */
         CHECK_OK(model_spec_check(&s, 1, &d, &err), err);
         CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 1, why, sizeof why));
+        /* and FP8 attention (once refused with MLA), tensorwise and delayed, on both backends,
+         * with tp 2 and SP too */
+        s.job.fp8_attention = 1;
+        for (int recipe = 0; recipe < 2; recipe++) {
+            s.job.fp8 = recipe ? MODEL_FP8_DELAYED : MODEL_FP8_TENSORWISE;
+            CHECK_OK(model_spec_check(&s, 1, &d, &err), err);
+            CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 1, why, sizeof why));
+            s.job.precision = PX_FP32, s.layout.tp = 2, s.layout.sp = 1;
+            CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+            CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+            s.job.precision = PX_BF16, s.layout.tp = 1, s.layout.sp = 0;
+        }
+        s.job.fp8 = MODEL_FP8_TENSORWISE, s.job.fp8_attention = 0;
         s.model.mla.q_lora_rank = 0; /* and without a query latent */
         CHECK_OK(model_spec_check(&s, 1, &d, &err), err);
         CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 1, why, sizeof why));

@@ -14,8 +14,8 @@
  * group g and tensor c, the history at (3g + c) * len and then the 3 * groups decode factors,
  * (len + 1) x 3 x groups fp32 as the tensor table sizes it; the experts' fc1 under
  * --fp8-dispatch holds the dispatched rows' history and factor as one more column (hist_cols,
- * exec_fp8_dispatch_quantize), the QKV weight FP8 attention's after its own three
- * (model_fp8_attn_history, exec_fp8_core_quantize). */
+ * exec_fp8_dispatch_quantize), the QKV weight (MLA's kv_b: model_fp8_attn_weight) FP8
+ * attention's after its own three (model_fp8_attn_history, exec_fp8_core_quantize). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -77,7 +77,9 @@ int exec_fp8_init(ExecFp8 *F, const ExecCtx *c, const ExecParams *P, PxError *er
         w->cols = (int)p->cols;
         w->hist_cols = 3 * w->groups + (p->role == MODEL_TR_EXP_FC1_W &&
                                         model_fp8_dispatch_history(&c->spec, &c->d)) +
-                       (p->role == MODEL_TR_QKV_W ? model_fp8_attn_history(&c->spec) : 0);
+                       (p->role == model_fp8_attn_weight(&c->spec)
+                            ? model_fp8_attn_history(&c->spec)
+                            : 0);
         F->of_layer[p->layer * EXEC_FP8_ROLES + ri] = i;
     }
     return PX_OK;

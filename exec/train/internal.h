@@ -580,9 +580,10 @@ ExecFp8Ref exec_fp8_quantize(ExecFp8 *F, const ExecCtx *c, void *q, const void *
  * fused core's output (delayed scaling: model_fp8_attn_out). */
 enum { EXEC_FP8_CORE_QKV = 0, EXEC_FP8_CORE_DO = 1, EXEC_FP8_CORE_O = 2 };
 /* q (a KernFp8 tensor of rows x cols) from x (act [rows, cols]) as FP8 attention's tensor
- * `which` (EXEC_FP8_CORE_*) of the layer whose QKV weight is fq: delayed scaling quantizes with
- * that tensor's decode factor, column 3 + which of fq's history (model_fp8_attn_history), and
- * with rec rolls its amax into that history; tensorwise scales by the tensor's own amax. */
+ * `which` (EXEC_FP8_CORE_*) of the layer whose QKV weight (multi-head latent attention's kv_b:
+ * model_fp8_attn_weight) is fq: delayed scaling quantizes with that tensor's decode factor,
+ * column 3 + which of fq's history (model_fp8_attn_history), and with rec rolls its amax into
+ * that history; tensorwise scales by the tensor's own amax. */
 ExecFp8Ref exec_fp8_core_quantize(ExecFp8 *F, const ExecCtx *c, void *q, const void *x, int rows,
                                   int cols, int which, const ExecFp8Weight *fq, int rec);
 /* A saved FP8 input of rows x cols (its layout as exec_fp8_quantize made it). */

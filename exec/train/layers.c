@@ -320,6 +320,13 @@ static void *core_qkv(const ExecLayerRun *r, const ExecLayerActs *a)
     return x ? x : EXEC_LA(a, QKV_OUT);
 }
 
+/* The FP8 weight whose amax holds FP8 attention's histories (model_fp8_attn_weight: QKV's,
+ * or multi-head latent attention's kv_b) */
+static const ExecFp8Weight *fp8_core_weight(const ExecLayerRun *r, int l)
+{
+    return exec_fp8_weight(r->fp8, model_fp8_attn_weight(&r->c->spec), l);
+}
+
 /* Where FP8 attention's fused core writes its output under delayed scaling
  * (model_fp8_attn_out): ws.fp8's act part after Q, K and V, decoded there from its FP8 copy
  * (attn.proj.in) for the projection and the core's backward; NULL otherwise. */
@@ -343,7 +350,7 @@ static void fp8_core_fwd(const ExecLayerRun *r, const ExecLayerActs *a, int l, i
     const int N = c->d.b * c->d.s_loc, qkv = c->d.q_loc + c->d.kv2_loc;
     if (!model_fp8_op(&c->spec, MODEL_OPR_CORE))
         return;
-    const ExecFp8Weight *fq = exec_fp8_weight(r->fp8, MODEL_TR_QKV_W, l);
+    const ExecFp8Weight *fq = fp8_core_weight(r, l);
     void *x = fp8_core_qkv(r), *saved = EXEC_LA(a, QKV_OUT);
     const ExecFp8Ref q = exec_fp8_core_quantize(r->fp8, c, x ? saved : r->fp8->q0, x ? x : saved,
                                                 N, qkv, EXEC_FP8_CORE_QKV, fq, rec);
@@ -361,7 +368,7 @@ static void fp8_core_fwd_out(const ExecLayerRun *r, const ExecLayerActs *a, int 
         return;
     const ExecFp8Ref q = exec_fp8_core_quantize(
         r->fp8, c, EXEC_LA(a, PROJ_IN), o, c->d.b * c->d.s_loc, c->d.o_loc, EXEC_FP8_CORE_O,
-        exec_fp8_weight(r->fp8, MODEL_TR_QKV_W, l), rec);
+        fp8_core_weight(r, l), rec);
     c->k->fp8_dequantize(o, q.q, &q.f);
 }
 
@@ -375,7 +382,7 @@ static const void *fp8_core_bwd(const ExecLayerRun *r, const ExecLayerActs *a, i
     const int N = c->d.b * c->d.s_loc, qkv = c->d.q_loc + c->d.kv2_loc;
     if (!model_fp8_op(&c->spec, MODEL_OPR_CORE))
         return EXEC_LA(a, PROJ_IN);
-    const ExecFp8Weight *fq = exec_fp8_weight(r->fp8, MODEL_TR_QKV_W, l);
+    const ExecFp8Weight *fq = fp8_core_weight(r, l);
     void *x = fp8_core_qkv(r), *o = fp8_core_out(r);
     if (x) {
         const ExecFp8Ref q = exec_fp8_saved(r->fp8, EXEC_LA(a, QKV_OUT), N, qkv);

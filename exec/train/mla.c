@@ -29,7 +29,12 @@
  * up-projections' inputs, the normed latents, are quantized for each use (the backward's
  * weight gradient too: the norms run again there). Their outputs and output gradients pass
  * through ws.fp8's act part, where the GEMM's packed columns are split into (or gathered
- * from) the layouts above. */
+ * from) the layouts above.
+ *
+ * FP8 attention (--fp8-attention, the fused core; docs/fp8.md): the forward writes Q, K and V
+ * into ws.fp8's act part instead of attn.qkv.out, which then holds their FP8 copy (layers.c
+ * quantizes them there under the core's op), and kv_b's GEMM writes through ws.dqkv
+ * (kv_b_out); the core's histories under delayed scaling are kv_b's (model_fp8_attn_weight). */
 #include <math.h>
 
 #include "exec/train/internal.h"
@@ -228,6 +233,23 @@ static int down_fwd(const ExecLayerRun *r, const Mla *m, int chunk, int l, const
     return PX_OK;
 }
 
+/* Where the forward writes Q, K and V: attn.qkv.out, or under FP8 attention's fused core
+ * (model_fp8_attn_qkv) ws.fp8's act part, which the core reads and quantizes into
+ * attn.qkv.out, their FP8 copy (layers.c's fp8_core_fwd). */
+static void *qkv_out(const ExecLayerRun *r, const ExecLayerActs *a)
+{
+    return model_fp8_attn_qkv(&r->c->spec) ? r->fp8->act : EXEC_LA(a, QKV_OUT);
+}
+
+/* Where kv_b's FP8 GEMM writes its keys and values [N, H (nope + v)] before they go to K's and
+ * V's planes: ws.fp8's act part, free once q_b has read the layer's input there; under FP8
+ * attention that part holds the planes themselves (qkv_out), so ws.dqkv, the backward's
+ * scratch, which no forward reads (N x H (2 qk + v) elements: wide enough). */
+static void *kv_b_out(const ExecLayerRun *r)
+{
+    return model_fp8_attn_qkv(&r->c->spec) ? r->W->dqkv : r->fp8->act;
+}
+
 int exec_mla_forward(const ExecLayerRun *r, int chunk, int l, const ExecLayerActs *a,
                      ModelPhase ph, PxError *err)
 {
@@ -235,7 +257,7 @@ int exec_mla_forward(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
     const Mla m = mla_dims(r, l);
     const ExecLayerParams *w = &r->P->lw[l];
     void *W = r->W->mla, *lat = AT(W, m.mw.lat), *X = AT(W, m.mw.x);
-    const ExecQkv o = exec_qkv_at(c, EXEC_LA(a, QKV_OUT), 0);
+    const ExecQkv o = exec_qkv_at(c, qkv_out(r, a), 0);
     TRY(down_fwd(r, &m, chunk, l, a, ph, err));
 
     int op = op_open(r, l, MODEL_OPR_Q_B, ph);
@@ -270,7 +292,7 @@ int exec_mla_forward(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
     if (m.fkvb) {
         /* every head's keys then values, [N, H (nope + v)]: the values to V's plane */
         ldk = m.H * (m.nope + m.v);
-        X = r->fp8->act;
+        X = kv_b_out(r);
         fp8_fwd(r, X, lat, m.fkvb, m.N, ph);
         cols_copy(r, o.v, o.v_stride, AT(X, (size_t)m.H * m.nope), ldk, m.N, m.H * m.v, 0);
     } else {
