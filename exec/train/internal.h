@@ -515,7 +515,8 @@ typedef struct {
     int groups, rows, cols; /* one group's [rows, cols] */
     int hist_cols;      /* 3 x groups, and for the experts' fc1 under --fp8-dispatch with delayed
                            scaling one more: the dispatched rows' (model_fp8_dispatch_history);
-                           for the QKV weight FP8 attention's (model_fp8_attn_history) */
+                           for the QKV weight (MLA's kv_b: model_fp8_attn_weight) FP8
+                           attention's (model_fp8_attn_history) */
     const void *gq;     /* ZeRO-3 with --fp8-param-gather: the weight as its block's gather left
                            it in FP8 (elements, then its scale), which its GEMMs read; NULL
                            otherwise */

@@ -269,7 +269,8 @@ int exec_mla_forward(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
         c->k->rmsnorm_fwd(lat, EXEC_LAA(a, Q_LAT), EXEC_LPA(w, Q_NORM_W), m.N, m.qr, m.eps);
     } else if (m.fqb) {
         /* the layer's normed input, still in ws.fp8's act part (down_fwd), gathered with SP
-         * and quantized whole with q_b's scaling */
+         * and quantized whole with q_b's scaling (into ws.fp8's first copy: under FP8
+         * attention the GEMM then writes Q's plane over it) */
         ExecFp8Ref xq;
         TRY(exec_tp_column_input(r, chunk, l, MODEL_OPR_Q_B, ph, m.fqb, r->fp8->act,
                                  r->fp8->act, &qin, &xq, err));
