@@ -664,6 +664,18 @@ static double cp_kv_bytes(const Emit *e)
     return (double)d->b * d->s_loc * (double)d->kv2_loc * eb(e);
 }
 
+/* allgather's K, V gather: every rank's KVb in the act dtype, or with FP8 attention's fused
+ * core (model_fp8_attn_qkv) their one-byte codes, as Transformer Engine's
+ * AttnFuncWithCPAndKVAllGather gathers the FP8 data of K and V (context_parallel.py), each
+ * rank's with the 4-byte fp32 decode factor it quantized them with (docs/fp8.md, "The
+ * executor": parallax's ranks keep their own scales) */
+static double cp_gather_bytes(const Emit *e)
+{
+    const ModelDims *d = e->d;
+    const double kv = (double)d->b * d->s * (double)d->kv2_loc;
+    return model_fp8_attn_qkv(e->s) ? kv + d->c * 4.0 : kv * eb(e);
+}
+
 static void cp_forward(Emit *e, const char *n, int before)
 {
     const ModelDims *d = e->d;
@@ -671,7 +683,7 @@ static void cp_forward(Emit *e, const char *n, int before)
     switch (e->s->layout.cp_comm) {
     case MODEL_CP_COMM_ALLGATHER:
         if (before)
-            comm(e, n, MODEL_CP_ALL_GATHER, d->c, (double)d->b * d->s * (double)d->kv2_loc * a, 1);
+            comm(e, n, MODEL_CP_ALL_GATHER, d->c, cp_gather_bytes(e), 1);
         break;
     case MODEL_CP_COMM_A2A:
         comm(e, n, MODEL_CP_ALL_TO_ALL, d->c, before ? M * (d->q_loc + (double)d->kv2_loc) * a : M * d->o_loc * a, 1);
@@ -691,7 +703,9 @@ static void cp_backward(Emit *e, const char *n, int before)
     const double kv_full = (double)d->b * d->s * (double)d->kv2_loc * a;
     switch (e->s->layout.cp_comm) {
     case MODEL_CP_COMM_ALLGATHER:
-        comm(e, n, before ? MODEL_CP_ALL_GATHER : MODEL_CP_REDUCE_SCATTER, d->c, kv_full, 1);
+        /* the gradients in the act dtype: TE reduce-scatters dK, dV in the nominal dtype */
+        comm(e, n, before ? MODEL_CP_ALL_GATHER : MODEL_CP_REDUCE_SCATTER, d->c,
+             before ? cp_gather_bytes(e) : kv_full, 1);
         break;
     case MODEL_CP_COMM_A2A:
         /* the fused core's backward reads the output, saved in the sequence split only

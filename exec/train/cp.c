@@ -109,6 +109,43 @@ static void mla_kv_rows(const ExecCtx *c, void *rows, void *planes, int back)
     }
 }
 
+/* FP8 attention with the all-gather (the fused core, model_fp8_attn_qkv): K and V travel as
+ * the one-byte codes of attn.qkv.out, as Transformer Engine's AttnFuncWithCPAndKVAllGather
+ * gathers the FP8 data of K and V (context_parallel.py, forward and again in the backward).
+ * Each rank's block is its b x s_loc rows of [K | V] codes followed by the decode factor it
+ * quantized them with (4 bytes: parallax's ranks keep their own scales, where TE's share one
+ * through the amax reduction group: docs/fp8.md), and each block is decoded with its own
+ * factor into cp.dkv (free until the backward's core), rank-major, for the caller's reorder.
+ * Returns the decoded blocks. */
+static void *gather_kv_fp8(const ExecLayerRun *r, const ExecLayerActs *a, int l, int chunk,
+                           ModelPhase ph, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const ModelDims *d = &c->d;
+    const int qkv = d->q_loc + d->kv2_loc, kv2 = d->kv2_loc, N = d->b * d->s_loc;
+    const ExecFp8Ref own = exec_fp8_saved(r->fp8, EXEC_LA(a, QKV_OUT), N, qkv);
+    const size_t count = (size_t)N * kv2, sb = kern_fp8_bytes(&own.f) - (size_t)N * qkv;
+    const size_t blk = count + sb;
+    uint8_t *all = r->W->cp_kv, *mine = all + (size_t)c->g.cp_rank * blk;
+    for (size_t n = 0; n < (size_t)N; n++)
+        c->k->copy(mine + n * kv2, (const uint8_t *)own.q + n * qkv + d->q_loc, (size_t)kv2);
+    c->k->copy(mine + count, (const uint8_t *)own.q + (size_t)N * qkv, sb);
+    const int op = exec_meter_comm_op(r->M, c, MODEL_OPR_CORE, l, chunk, ph, MODEL_CP_ALL_GATHER,
+                                      err);
+    if (op < 0)
+        return NULL;
+    exec_meter_open(r->M, c->k, op);
+    int rc = comm_all_gather(c->comm, all, mine, blk, PX_FP8, MODEL_CP_ALL_GATHER, NULL, err);
+    exec_meter_close(r->M, c->k, op);
+    if (rc)
+        return NULL;
+    KernFp8 f = own.f;
+    f.cols = f.block_c = kv2;
+    for (int src = 0; src < d->c; src++)
+        c->k->fp8_dequantize(AT(r->W->cp_dkv, (size_t)src * count), all + (size_t)src * blk, &f);
+    return r->W->cp_dkv;
+}
+
 int exec_cp_gather_kv(const ExecLayerRun *r, const ExecLayerActs *a, int l, int chunk,
                       ModelPhase ph, PxError *err)
 {
@@ -117,21 +154,27 @@ int exec_cp_gather_kv(const ExecLayerRun *r, const ExecLayerActs *a, int l, int 
     const int b = d->b, sl = d->s_loc, qkv = d->q_loc + d->kv2_loc;
     const int kv2 = d->kv2_loc, C = exec_cp_part_len(c);
     const size_t row = (size_t)kv2 * c->ab, count = (size_t)b * sl * kv2;
-    void *mine = AT(r->W->cp_kv, (size_t)c->g.cp_rank * count);
-    if (exec_mla_on(c))
-        mla_kv_rows(c, mine, EXEC_LA(a, QKV_OUT), 0);
-    else
-        for (size_t n = 0; n < (size_t)b * sl; n++)
-            c->k->copy(AT(mine, n * kv2), AT(EXEC_LA(a, QKV_OUT), n * qkv + d->q_loc), row);
-    int rc = collective(r, MODEL_OPR_CORE, l, chunk, ph, MODEL_CP_ALL_GATHER, r->W->cp_kv, mine,
-                        count, NULL, err);
-    if (rc)
-        return rc;
+    const void *blocks = r->W->cp_kv;
+    if (model_fp8_attn_qkv(&c->spec)) {
+        if (!(blocks = gather_kv_fp8(r, a, l, chunk, ph, err)))
+            return PX_ERUNTIME;
+    } else {
+        void *mine = AT(r->W->cp_kv, (size_t)c->g.cp_rank * count);
+        if (exec_mla_on(c))
+            mla_kv_rows(c, mine, EXEC_LA(a, QKV_OUT), 0);
+        else
+            for (size_t n = 0; n < (size_t)b * sl; n++)
+                c->k->copy(AT(mine, n * kv2), AT(EXEC_LA(a, QKV_OUT), n * qkv + d->q_loc), row);
+        int rc = collective(r, MODEL_OPR_CORE, l, chunk, ph, MODEL_CP_ALL_GATHER, r->W->cp_kv,
+                            mine, count, NULL, err);
+        if (rc)
+            return rc;
+    }
     for (int src = 0; src < d->c; src++)
         for (int q = 0; q < b; q++)
             for (int j = 0; j < 2; j++)
                 c->k->copy(AT(r->W->cp_kv_full, ((size_t)q * d->s + exec_cp_part_pos(c, src, j)) * kv2),
-                           AT(r->W->cp_kv, (size_t)src * count + ((size_t)q * sl + (size_t)j * C) * kv2),
+                           AT(blocks, (size_t)src * count + ((size_t)q * sl + (size_t)j * C) * kv2),
                            (size_t)C * row);
     return PX_OK;
 }
