@@ -338,10 +338,10 @@ static const Layout layouts[] = {
      * recomputed forward quantizes and gathers again) */
     {"llama_cp2_allgather_fp8_attention_tensorwise", 2,
      "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type allgather --zero 0 --no-sp " PIN1,
-     "--model tiny-llama --seq 256 --fp8-recipe tensorwise --fp8-attention", 3, 0, NULL, 3e-3},
+     "--model tiny-llama --seq 128 --fp8-recipe tensorwise --fp8-attention", 3, 0, NULL, 3e-3},
     {"llama_cp2_allgather_fp8_attention_delayed_full", 2,
      "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type allgather --zero 0 --no-sp " PIN1,
-     "--model tiny-llama --seq 256 --fp8-recipe delayed --fp8-amax-history 16 --fp8-attention "
+     "--model tiny-llama --seq 128 --fp8-recipe delayed --fp8-amax-history 16 --fp8-attention "
      "--recompute full",
      3, 0, NULL, 3e-3},
     {"dp2_tp2_pp2_zero1_fp8_delayed", 8, "--dp 2 --tp 2 --pp 2 --zero 1 --sp " PIN1,
