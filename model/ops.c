@@ -676,17 +676,30 @@ static double cp_gather_bytes(const Emit *e)
     return model_fp8_attn_qkv(e->s) ? kv + d->c * 4.0 : kv * eb(e);
 }
 
+/* One of Ulysses' all-to-alls of a rank's `elems` elements: in the act dtype, or (fp8) their
+ * one-byte codes with the sender's 4-byte decode factor to each of the cp ranks. With FP8
+ * attention (the fused core) Transformer Engine's AttnFuncWithCPAndQKVOA2A moves Q, K, V and
+ * dO in FP8, and the output and dQ, dK, dV too under delayed scaling (context_parallel.py;
+ * docs/fp8.md, "FP8 attention with context parallelism") */
+static double cp_a2a_bytes(const Emit *e, double elems, int fp8)
+{
+    return fp8 ? elems + 4.0 * e->d->c : elems * eb(e);
+}
+
 static void cp_forward(Emit *e, const char *n, int before)
 {
     const ModelDims *d = e->d;
-    const double a = eb(e), M = (double)d->b * d->s_loc;
+    const double M = (double)d->b * d->s_loc;
     switch (e->s->layout.cp_comm) {
     case MODEL_CP_COMM_ALLGATHER:
         if (before)
             comm(e, n, MODEL_CP_ALL_GATHER, d->c, cp_gather_bytes(e), 1);
         break;
     case MODEL_CP_COMM_A2A:
-        comm(e, n, MODEL_CP_ALL_TO_ALL, d->c, before ? M * (d->q_loc + (double)d->kv2_loc) * a : M * d->o_loc * a, 1);
+        comm(e, n, MODEL_CP_ALL_TO_ALL, d->c,
+             before ? cp_a2a_bytes(e, M * (d->q_loc + (double)d->kv2_loc), model_fp8_attn_qkv(e->s))
+                    : cp_a2a_bytes(e, M * d->o_loc, model_fp8_attn_out(e->s)),
+             1);
         break;
     default:
         if (before)
@@ -710,10 +723,17 @@ static void cp_backward(Emit *e, const char *n, int before)
     case MODEL_CP_COMM_A2A:
         /* the fused core's backward reads the output, saved in the sequence split only
          * (attn.proj.in): it goes to the head split beside its gradient, a call of its own */
-        if (before)
+        if (before && model_fp8_attn_qkv(e->s)) {
+            /* dO in its codes, the saved output as the forward moved it: two calls of
+             * unequal size, priced as two of their mean (the same time under alpha-beta) */
+            const double go = cp_a2a_bytes(e, M * d->o_loc, 1);
+            const double o = cp_a2a_bytes(e, M * d->o_loc, model_fp8_attn_out(e->s));
+            comm(e, n, MODEL_CP_ALL_TO_ALL, d->c, 0.5 * (go + o), 2);
+        } else if (before)
             comm(e, n, MODEL_CP_ALL_TO_ALL, d->c, M * d->o_loc * a, e->s->job.flash_attn ? 2 : 1);
         else
-            comm(e, n, MODEL_CP_ALL_TO_ALL, d->c, M * (d->q_loc + (double)d->kv2_loc) * a, 1);
+            comm(e, n, MODEL_CP_ALL_TO_ALL, d->c,
+                 cp_a2a_bytes(e, M * (d->q_loc + (double)d->kv2_loc), model_fp8_attn_out(e->s)), 1);
         break;
     default:
         if (!before) /* K, V cp - 1 times and dK, dV cp times, KVb a call */

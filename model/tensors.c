@@ -180,6 +180,19 @@ void model_moe_acts(const ModelSpec *s, const ModelDims *d, ModelRecompute mode,
              d->experts_loc * (s->model.moe.capacity_factor > 0 ? 2 : 1));
 }
 
+/* FP8 attention over Ulysses (cp_comm a2a, the fused core): the head-split Q, K, V the core
+ * saves are the blocks the all-to-all brought, each sender's codes with its decode factor
+ * (exec/train/cp.c's a2a_fp8; Transformer Engine saves the head-split FP8 Q, K, V): cp - 1
+ * factors more than the one of a rank's own copy. */
+static void fp8_attn_a2a(const ModelSpec *s, const ModelDims *d, ModelLayerAct *out)
+{
+    if (d->c < 2 || s->layout.cp_comm != MODEL_CP_COMM_A2A || !model_fp8_attn_qkv(s))
+        return;
+    for (int i = 0; i < MODEL_LAYER_ACTS; i++)
+        if (out[i].role == MODEL_TR_QKV_OUT && out[i].bytes > 0)
+            out[i].bytes += (uint64_t)(d->c - 1) * model_fp8_scale_bytes(s->job.fp8, 0, 1, 1);
+}
+
 void model_layer_acts_at(const ModelSpec *s, const ModelDims *d, ModelRecompute mode, int layer,
                          ModelLayerAct out[MODEL_LAYER_ACTS])
 {
@@ -231,6 +244,7 @@ void model_layer_acts_at(const ModelSpec *s, const ModelDims *d, ModelRecompute 
     if (!moe)
         fp8_in[n_in++] = MODEL_TR_FC1_IN;
     acts_fp8(s, out, MODEL_LAYER_ACTS, fp8_in, n_in, 1);
+    fp8_attn_a2a(s, d, out);
 }
 
 enum { LAYER_ALL_ACTS = MODEL_LAYER_ACTS + MODEL_MOE_ACTS + MODEL_MLA_ACTS };

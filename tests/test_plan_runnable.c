@@ -348,7 +348,8 @@ int main(void)
     }
 
     /* --fp8-attention with context parallelism: the all-gather with the fused core runs (its
-     * K, V gathered in FP8); the ring, Ulysses and the unfused core are refused by name */
+     * K, V gathered in FP8), and Ulysses under tensorwise; the ring, Ulysses under delayed
+     * scaling and the unfused core are refused by name */
     {
         ModelSpec s = request("tiny", 2, 8).base;
         s.job.precision = PX_FP32;
@@ -369,8 +370,13 @@ int main(void)
             CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));
             CHECK(strstr(why, "training.fp8 delayed: the executor runs FP8 GEMMs with limits: "
                               "fp8_attention with context parallelism runs with --cp-comm-type "
-                              "allgather and the fused core") != NULL);
+                              "allgather, or a2a under tensorwise, and the fused core") != NULL);
         }
+        /* Ulysses under tensorwise runs (Q, K, V and dO in FP8) */
+        s.job.fp8 = MODEL_FP8_TENSORWISE, s.job.flash_attn = 1;
+        s.layout.cp_comm = MODEL_CP_COMM_A2A;
+        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
     }
 
     /* a GPU cluster is not this machine: nothing refused by the executor there */

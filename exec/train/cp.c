@@ -68,9 +68,9 @@ int exec_cp_owns_core(const ExecCtx *c)
 /* One collective over the cp group under its op (role, layer l, chunk, phase): an all-gather of
  * every rank's n elements of send into recv, a reduce-scatter of recv in place (this rank's n
  * of the sum at its start), or an all-to-all of send into recv, cnt elements with each rank. */
-static int collective(const ExecLayerRun *r, ModelOpRole role, int l, int chunk, ModelPhase ph,
-                      ModelComm kind, void *recv, const void *send, size_t n, const int64_t *cnt,
-                      PxError *err)
+static int collective_dt(const ExecLayerRun *r, ModelOpRole role, int l, int chunk, ModelPhase ph,
+                         ModelComm kind, void *recv, const void *send, size_t n,
+                         const int64_t *cnt, PxDtype dt, PxError *err)
 {
     const ExecCtx *c = r->c;
     const int op = exec_meter_comm_op(r->M, c, role, l, chunk, ph, kind, err);
@@ -79,13 +79,21 @@ static int collective(const ExecLayerRun *r, ModelOpRole role, int l, int chunk,
     int rc;
     exec_meter_open(r->M, c->k, op);
     if (kind == MODEL_CP_ALL_GATHER)
-        rc = comm_all_gather(c->comm, recv, send, n, c->act, kind, NULL, err);
+        rc = comm_all_gather(c->comm, recv, send, n, dt, kind, NULL, err);
     else if (kind == MODEL_CP_REDUCE_SCATTER)
-        rc = comm_reduce_scatter(c->comm, recv, recv, n, c->act, kind, NULL, err);
+        rc = comm_reduce_scatter(c->comm, recv, recv, n, dt, kind, NULL, err);
     else
-        rc = comm_all_to_allv(c->comm, recv, cnt, send, cnt, c->act, kind, err);
+        rc = comm_all_to_allv(c->comm, recv, cnt, send, cnt, dt, kind, err);
     exec_meter_close(r->M, c->k, op);
     return rc;
+}
+
+/* The same in the act dtype. */
+static int collective(const ExecLayerRun *r, ModelOpRole role, int l, int chunk, ModelPhase ph,
+                      ModelComm kind, void *recv, const void *send, size_t n, const int64_t *cnt,
+                      PxError *err)
+{
+    return collective_dt(r, role, l, chunk, ph, kind, recv, send, n, cnt, r->c->act, err);
 }
 
 /* ---- allgather ---- */
@@ -130,14 +138,8 @@ static void *gather_kv_fp8(const ExecLayerRun *r, const ExecLayerActs *a, int l,
     for (size_t n = 0; n < (size_t)N; n++)
         c->k->copy(mine + n * kv2, (const uint8_t *)own.q + n * qkv + d->q_loc, (size_t)kv2);
     c->k->copy(mine + count, (const uint8_t *)own.q + (size_t)N * qkv, sb);
-    const int op = exec_meter_comm_op(r->M, c, MODEL_OPR_CORE, l, chunk, ph, MODEL_CP_ALL_GATHER,
-                                      err);
-    if (op < 0)
-        return NULL;
-    exec_meter_open(r->M, c->k, op);
-    int rc = comm_all_gather(c->comm, all, mine, blk, PX_FP8, MODEL_CP_ALL_GATHER, NULL, err);
-    exec_meter_close(r->M, c->k, op);
-    if (rc)
+    if (collective_dt(r, MODEL_OPR_CORE, l, chunk, ph, MODEL_CP_ALL_GATHER, all, mine, blk, NULL,
+                      PX_FP8, err))
         return NULL;
     KernFp8 f = own.f;
     f.cols = f.block_c = kv2;
@@ -285,12 +287,129 @@ static int a2a_call(const ExecLayerRun *r, int l, int chunk, ModelPhase ph, int 
                       r->W->cp_recv, send, 0, x->cnt, err);
 }
 
+/* ---- a2a with FP8 attention ---- */
+
+/* FP8 attention over Ulysses (the fused core, current scaling), as Transformer Engine's
+ * AttnFuncWithCPAndQKVOA2A: Q, K, V and the output gradient are quantized in the sequence
+ * split and their one-byte codes cross the all-to-all, the output and the Q, K, V gradients
+ * travel in the act dtype (context_parallel.py; docs/fp8.md). A rank's block for each peer is
+ * the peer's columns of its rows' codes followed by the decode factor it quantized them with
+ * (parallax's ranks keep their own scales), so the blocks a rank receives decode each with its
+ * sender's factor. The head-split Q, K, V the fused core saves are those received blocks, in
+ * attn.qkv.out (cp - 1 factors more than one rank's copy: the table counts them). */
+typedef struct {
+    int n;         /* column segments per peer: 3 (Q, K, V) or 1 (the output gradient) */
+    int off[3];    /* where peer 0's segment starts in a codes row */
+    int width[3];  /* a peer's segment; peer rk's starts at off + rk x width */
+    int W;         /* a peer's row: the widths' sum */
+} A2aSegs;
+
+static int fp8_on(const ExecCtx *c) { return model_fp8_attn_qkv(&c->spec); }
+
+/* Where Ulysses' core reads the head-split Q, K, V: attn.qkv.out, or with FP8 attention
+ * ws.fp8's act part, decoded there from the received blocks. */
+static void *a2a_heads(const ExecLayerRun *r, const ExecLayerActs *a)
+{
+    return fp8_on(r->c) ? r->fp8->act : EXEC_LA(a, QKV_OUT);
+}
+
+/* The received blocks (recv, x->rows x sg->W codes and a factor of sb bytes each) decoded with
+ * their senders' factors into stage (act, rank-major) and moved into dst in global order. */
+static void a2a_fp8_decode(const ExecLayerRun *r, const CpA2a *x, const A2aSegs *sg,
+                           const void *recv, size_t sb, KernFp8 f, void *stage, void *dst)
+{
+    const ExecCtx *c = r->c;
+    const size_t blk = x->rows * (size_t)sg->W + sb;
+    f.rows = f.block_r = (int)x->rows;
+    f.cols = f.block_c = sg->W;
+    for (int rk = 0; rk < c->d.c; rk++)
+        c->k->fp8_dequantize(AT(stage, rk * x->rows * (size_t)sg->W),
+                             (const uint8_t *)recv + (size_t)rk * blk, &f);
+    a2a_move(c, stage, dst, sg->W, 1);
+}
+
+/* A quantized tensor of this rank's rows (q: x->rows x cols codes, then its factor) to the
+ * head split: each peer's block packed into send, the all-to-all (its op as a2a_call's) into
+ * recv, then decoded into dst through stage. */
+static int a2a_fp8(const ExecLayerRun *r, const CpA2a *x, const A2aSegs *sg, int l, int chunk,
+                   ModelPhase ph, int occurrence, ExecFp8Ref q, int cols, uint8_t *send,
+                   void *recv, void *stage, void *dst, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const size_t rows = x->rows, sb = kern_fp8_bytes(&q.f) - rows * (size_t)cols;
+    const size_t blk = rows * (size_t)sg->W + sb;
+    const uint8_t *codes = q.q;
+    int64_t cnt[EXEC_CP_MAX];
+    for (int rk = 0; rk < c->d.c; rk++) {
+        uint8_t *o = send + (size_t)rk * blk;
+        for (size_t n = 0; n < rows; n++)
+            for (int i = 0, at = 0; i < sg->n; at += sg->width[i], i++)
+                c->k->copy(o + n * sg->W + at,
+                           codes + n * cols + sg->off[i] + (size_t)rk * sg->width[i],
+                           (size_t)sg->width[i]);
+        c->k->copy(o + rows * sg->W, codes + rows * cols, sb);
+        cnt[rk] = (int64_t)blk;
+    }
+    const int out = (occurrence == 1) != (ph == MODEL_BWD);
+    int rc = collective_dt(r, out ? MODEL_OPR_PROJ : MODEL_OPR_CORE, l, chunk, ph,
+                           MODEL_CP_ALL_TO_ALL, recv, send, 0, cnt, PX_FP8, err);
+    if (!rc)
+        a2a_fp8_decode(r, x, sg, recv, sb, q.f, stage, dst);
+    return rc;
+}
+
+/* Q, K, V's segments of a codes row (ordinary attention: MLA's FP8 core is refused with cp) */
+static A2aSegs qkv_segs(const ExecCtx *c, const CpA2a *x)
+{
+    const ModelDims *d = &c->d;
+    return (A2aSegs){3, {0, d->q_loc, d->q_loc + d->kv_loc * d->qk_hd}, {x->wq, x->wk, x->wv}, x->W};
+}
+
+/* The forward's: the saved codes (attn.qkv.out, quantized by the core's op) to the head
+ * split, received into attn.qkv.out, the core's Q, K, V decoded into ws.fp8's act part. */
+static int a2a_qkv_fp8(const ExecLayerRun *r, const ExecLayerActs *a, int chunk, int l,
+                       ModelPhase ph, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const int qkv = c->d.q_loc + c->d.kv2_loc;
+    CpA2a x;
+    a2a_dims(c, &x);
+    const A2aSegs sg = qkv_segs(c, &x);
+    const ExecFp8Ref q = exec_fp8_saved(r->fp8, EXEC_LA(a, QKV_OUT), (int)x.rows, qkv);
+    return a2a_fp8(r, &x, &sg, l, chunk, ph, 0, q, qkv, r->W->cp_send, EXEC_LA(a, QKV_OUT),
+                   r->W->cp_recv, r->fp8->act, err);
+}
+
+/* The backward's, before the core: the saved head-split blocks decoded into ws.fp8's act part
+ * (through cp.a2a_recv), and the output gradient quantized (this rank's rows, ws.fp8's first
+ * copy) and moved in its codes to the head split, decoded into cp.a2a_send (through ws.dhid). */
+static int a2a_bwd_fp8(const ExecLayerRun *r, const ExecLayerActs *a, CpA2a *x, int chunk, int l,
+                       PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const ModelDims *d = &c->d;
+    const int qkv = d->q_loc + d->kv2_loc;
+    const A2aSegs sq = qkv_segs(c, x);
+    const ExecFp8Ref saved = exec_fp8_saved(r->fp8, EXEC_LA(a, QKV_OUT), (int)x->rows, qkv);
+    a2a_fp8_decode(r, x, &sq, EXEC_LA(a, QKV_OUT),
+                   kern_fp8_bytes(&saved.f) - x->rows * (size_t)qkv, saved.f, r->W->cp_recv,
+                   r->fp8->act);
+    const ExecFp8Ref g = exec_fp8_core_quantize(r->fp8, c, r->fp8->q0, r->W->dhid, (int)x->rows,
+                                                d->o_loc, EXEC_FP8_CORE_DO,
+                                                exec_fp8_weight(r->fp8, MODEL_TR_QKV_W, l), 1);
+    const A2aSegs so = {1, {0, 0, 0}, {x->wo, 0, 0}, x->wo};
+    return a2a_fp8(r, x, &so, l, chunk, MODEL_BWD, 0, g, d->o_loc, r->W->cp_send, r->W->cp_recv,
+                   r->W->dhid, r->W->cp_send, err);
+}
+
 /* Q, K, V from the sequence split (attn.qkv.out, this rank's rows) to the head split over the
  * whole sequence (attn.qkv.out again, W wide). */
 static int a2a_qkv(const ExecLayerRun *r, const ExecLayerActs *a, int chunk, int l, ModelPhase ph,
                    PxError *err)
 {
     const ExecCtx *c = r->c;
+    if (fp8_on(c))
+        return a2a_qkv_fp8(r, a, chunk, l, ph, err);
     CpA2a x;
     a2a_dims(c, &x);
     a2a_width(c, &x, x.W);
@@ -346,7 +465,7 @@ static int a2a_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *out, int
     const void *sinks = r->P->lw[l].sinks;
     const void *hs = sinks ? AT(sinks, (size_t)c->g.cp_rank * Hc) : NULL;
     for (int q = 0; q < d->b; q++) {
-        const void *base = AT(EXEC_LA(a, QKV_OUT), (size_t)q * s * x.W);
+        const void *base = AT(a2a_heads(r, a), (size_t)q * s * x.W);
         KernAttnFwd f = {
             .B = 1, .Tq = s, .Tk = s, .H = Hc, .KV = d->kv_loc / d->c, .D = d->qk_hd,
             .Dv = d->v_hd, .scale = (float)(1.0 / sqrt((double)d->qk_hd)),
@@ -408,14 +527,15 @@ static int a2a_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int chunk, int
     CpA2a x;
     a2a_dims(c, &x);
     a2a_width(c, &x, x.wo);
-    int rc = a2a_rows_to_heads(r, &x, l, chunk, r->W->dhid, r->W->cp_send, err);
+    int rc = fp8_on(c) ? a2a_bwd_fp8(r, a, &x, chunk, l, err)
+                       : a2a_rows_to_heads(r, &x, l, chunk, r->W->dhid, r->W->cp_send, err);
     if (!rc && flash)
         rc = a2a_rows_to_heads(r, &x, l, chunk, EXEC_LA(a, PROJ_IN), r->W->dhid, err);
     if (rc)
         return rc;
     const size_t tile = (size_t)Hc * s * s;
     for (int q = 0; q < d->b; q++) {
-        const void *base = AT(EXEC_LA(a, QKV_OUT), (size_t)q * s * x.W);
+        const void *base = AT(a2a_heads(r, a), (size_t)q * s * x.W);
         void *db = AT(r->W->cp_recv, (size_t)q * s * x.W);
         KernAttnBwd b = {
             .B = 1, .Tq = s, .Tk = s, .H = Hc, .KV = d->kv_loc / d->c, .D = d->qk_hd,
