@@ -676,6 +676,15 @@ static double cp_gather_bytes(const Emit *e)
     return model_fp8_attn_qkv(e->s) ? kv + d->c * 4.0 : kv * eb(e);
 }
 
+/* A ring message of K, V: KVb, or with FP8 attention's fused core their one-byte codes and the
+ * 4-byte decode factor of the rank that quantized them, as Transformer Engine's
+ * AttnFuncWithCPAndKVP2P passes the FP8 data of K and V (context_parallel.py) */
+static double cp_ring_bytes(const Emit *e)
+{
+    const ModelDims *d = e->d;
+    return model_fp8_attn_qkv(e->s) ? (double)d->b * d->s_loc * d->kv2_loc + 4.0 : cp_kv_bytes(e);
+}
+
 /* One of Ulysses' all-to-alls of a rank's `elems` elements: in the act dtype, or (fp8) their
  * one-byte codes with the sender's 4-byte decode factor to each of the cp ranks. With FP8
  * attention (the fused core) Transformer Engine's AttnFuncWithCPAndQKVOA2A moves Q, K, V and
@@ -703,7 +712,7 @@ static void cp_forward(Emit *e, const char *n, int before)
         break;
     default:
         if (before)
-            comm(e, n, MODEL_CP_P2P, d->c, cp_kv_bytes(e), d->c - 1);
+            comm(e, n, MODEL_CP_P2P, d->c, cp_ring_bytes(e), d->c - 1);
         break;
     }
 }
@@ -736,7 +745,16 @@ static void cp_backward(Emit *e, const char *n, int before)
                  cp_a2a_bytes(e, M * (d->q_loc + (double)d->kv2_loc), model_fp8_attn_out(e->s)), 1);
         break;
     default:
-        if (!before) /* K, V cp - 1 times and dK, dV cp times, KVb a call */
+        if (before)
+            break;
+        if (model_fp8_attn_qkv(e->s)) {
+            /* K, V's codes cp - 1 times, then every block's dK, dV home in one all-to-all:
+             * codes under delayed scaling (TE's), the act dtype under current scaling */
+            comm(e, n, MODEL_CP_P2P, d->c, cp_ring_bytes(e), d->c - 1);
+            const double kv = (double)d->b * d->s_loc * d->kv2_loc;
+            comm(e, n, MODEL_CP_ALL_TO_ALL, d->c,
+                 d->c * (model_fp8_attn_out(e->s) ? kv + 4.0 : kv * eb(e)), 1);
+        } else /* K, V cp - 1 times and dK, dV cp times, KVb a call */
             comm(e, n, MODEL_CP_P2P, d->c, cp_kv_bytes(e), 2 * d->c - 1);
         break;
     }

@@ -64,15 +64,14 @@ static const char *fp8_limit(const ModelSpec *s, const ModelDims *d)
     return j->fp8 != MODEL_FP8_TENSORWISE && j->fp8 != MODEL_FP8_DELAYED
                ? "fp8_attention runs with --fp8-recipe tensorwise or delayed (Transformer "
                  "Engine has no blockwise or MXFP8 attention)"
-           : s->layout.cp > 1 && (s->layout.cp_comm == MODEL_CP_COMM_P2P || !j->flash_attn ||
-                                  s->model.mla.kv_lora_rank > 0 ||
-                                  (s->layout.cp_comm == MODEL_CP_COMM_A2A &&
+           : s->layout.cp > 1 && (!j->flash_attn || s->model.mla.kv_lora_rank > 0 ||
+                                  (s->layout.cp_comm != MODEL_CP_COMM_ALLGATHER &&
                                    j->fp8 != MODEL_FP8_TENSORWISE))
-               ? "fp8_attention with context parallelism runs with --cp-comm-type allgather, or "
-                 "a2a under tensorwise, and the fused core, without multi-head latent attention "
-                 "(Transformer Engine's CP takes FP8 with FusedAttention only; the ring's FP8 "
-                 "exchanges, Ulysses' FP8 output and gradients under delayed scaling and the "
-                 "latent attention's K, V planes in FP8 are not in the executor yet)"
+               ? "fp8_attention with context parallelism runs with the fused core, p2p and a2a "
+                 "under tensorwise, without multi-head latent attention (Transformer Engine's "
+                 "CP takes FP8 with FusedAttention only; the ring's and Ulysses' FP8 output and "
+                 "gradients under delayed scaling and the latent attention's K, V planes in FP8 "
+                 "are not in the executor yet)"
            : s->model.mla.kv_lora_rank > 0
                ? "fp8_attention runs without multi-head latent attention"
                : NULL;

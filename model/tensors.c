@@ -1256,8 +1256,12 @@ static void add_comm_buffers(Build *B)
          * Q gradient, the wider: multi-head latent attention's differ), its log-sum-exp and
          * its K, V gradient (docs/memory.md) */
         const int64_t kv2 = (int64_t)d->kv2_loc, C = d->s_loc / 2;
-        add(a, MODEL_TR_CP_KV, "cp.kv", MODEL_COMM_BUFFERS, e, MODEL_SHARD_TP, 4, 4, b, d->s_loc,
-            kv2);
+        /* with FP8 attention (exec/train/cp.c's ring_fwd_fp8): two slots of a block's codes, the
+         * block decoded, and the K, V gradients of every block, sent home by one all-to-all
+         * and received: 3 + 2 cp blocks */
+        const int64_t slots = model_fp8_attn_qkv(s) ? 3 + 2 * (int64_t)d->c : 4;
+        add(a, MODEL_TR_CP_KV, "cp.kv", MODEL_COMM_BUFFERS, e, MODEL_SHARD_TP, 4, slots, b,
+            d->s_loc, kv2);
         add(a, MODEL_TR_CP_OUT_PART, "cp.out_part", MODEL_COMM_BUFFERS, e, MODEL_SHARD_TP, 2, C,
             d->q_loc > d->o_loc ? d->q_loc : d->o_loc, 0, 0);
         add(a, MODEL_TR_CP_LSE_PART, "cp.lse_part", MODEL_COMM_BUFFERS, PX_FP32, MODEL_SHARD_TP, 2,

@@ -124,6 +124,10 @@ static const Layout layouts[] = {
     {"llama_cp2_allgather_fp8_attention", 2,
      "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type allgather --zero 0 --no-sp " PIN1,
      "--model tiny-llama --seq 64 --precision fp8 --fp8-recipe tensorwise --fp8-attention", NULL, 0},
+    /* the ring: K, V's codes round it, dK, dV home in one all-to-all (run by name) */
+    {"llama_cp2_p2p_fp8_attention", 2,
+     "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type p2p --zero 0 --no-sp " PIN1,
+     "--model tiny-llama --seq 64 --precision fp8 --fp8-recipe tensorwise --fp8-attention", NULL, 0},
     /* Ulysses: Q, K, V's and dO's codes through the all-to-alls (run by name) */
     {"llama_cp2_a2a_fp8_attention", 2,
      "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type a2a --zero 0 --no-sp " PIN1,

@@ -348,7 +348,7 @@ int main(void)
     }
 
     /* --fp8-attention with context parallelism: the all-gather with the fused core runs (its
-     * K, V gathered in FP8), and Ulysses under tensorwise; the ring, Ulysses under delayed
+     * K, V gathered in FP8), and the ring and Ulysses under tensorwise; those two under delayed
      * scaling and the unfused core are refused by name */
     {
         ModelSpec s = request("tiny", 2, 8).base;
@@ -369,14 +369,17 @@ int main(void)
             CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
             CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));
             CHECK(strstr(why, "training.fp8 delayed: the executor runs FP8 GEMMs with limits: "
-                              "fp8_attention with context parallelism runs with --cp-comm-type "
-                              "allgather, or a2a under tensorwise, and the fused core") != NULL);
+                              "fp8_attention with context parallelism runs with the fused core, "
+                              "p2p and a2a under tensorwise") != NULL);
         }
-        /* Ulysses under tensorwise runs (Q, K, V and dO in FP8) */
+        /* the ring and Ulysses under tensorwise run (K, V's codes round the ring; Q, K, V's
+         * and dO's through the all-to-alls) */
         s.job.fp8 = MODEL_FP8_TENSORWISE, s.job.flash_attn = 1;
-        s.layout.cp_comm = MODEL_CP_COMM_A2A;
-        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
-        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        for (int i = 0; i < 2; i++) {
+            s.layout.cp_comm = refused[i];
+            CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+            CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        }
     }
 
     /* a GPU cluster is not this machine: nothing refused by the executor there */

@@ -665,7 +665,7 @@ static void ring_block_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *
     const ModelDims *d = &c->d;
     const int sl = d->s_loc, H = d->heads_loc, kw = kv_k_width(c);
     const int kv2 = d->kv2_loc, C = exec_cp_part_len(c);
-    const ExecQkv x = exec_qkv_at(c, EXEC_LA(a, QKV_OUT), 0);
+    const ExecQkv x = exec_qkv_at(c, a2a_heads(r, a), 0);
     for (int q = 0; q < d->b; q++)
         for (int j = 0; j < 2; j++)
             for (int jj = 0; jj < 2; jj++) {
@@ -695,6 +695,13 @@ static void ring_block_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *
             }
 }
 
+typedef void (*Ring8Fn)(const ExecLayerRun *r, const ExecLayerActs *a, void *out,
+                        const void *sinks, const void *blk, int step, int src, int more);
+static int ring8_pass(const ExecLayerRun *r, const ExecLayerActs *a, void *out, const void *sinks,
+                      int g, ModelPhase ph, Ring8Fn fn, PxError *err);
+static void ring8_block_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *out,
+                            const void *sinks, const void *blk, int step, int src, int more);
+
 /* The ring's forward: each query part's output and log-sum-exp (attn.proj.in's rows and
  * attn.lse's) over every block, merged block by block (the online softmax). The fused core
  * only. */
@@ -703,12 +710,16 @@ static int ring_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *out, in
 {
     const ExecCtx *c = r->c;
     const ModelDims *d = &c->d;
-    ring_own_block(r, a);
     const int g = exec_meter_comm_op(r->M, c, MODEL_OPR_CORE, l, chunk, ph, MODEL_CP_P2P, err);
     if (g < 0)
         return PX_ERUNTIME;
     int rc;
-    for (int step = 0, cur = 0; step < d->c; step++, cur ^= 1) {
+    if (fp8_on(c)) {
+        if ((rc = ring8_pass(r, a, out, r->P->lw[l].sinks, g, ph, ring8_block_fwd, err)))
+            return rc;
+    } else
+        ring_own_block(r, a);
+    for (int step = 0, cur = 0; !fp8_on(c) && step < d->c; step++, cur ^= 1) {
         const int src = (c->g.cp_rank - step + d->c) % d->c, more = step + 1 < d->c;
         int rq = -1, sq = -1;
         if (more && (rc = ring_post(r, g, ph, ring_slot(r, cur, 0), ring_slot(r, cur ^ 1, 0),
@@ -733,7 +744,7 @@ static void ring_block_bwd(const ExecLayerRun *r, const ExecLayerActs *a, const 
     const ModelDims *d = &c->d;
     const int sl = d->s_loc, H = d->heads_loc, kw = kv_k_width(c);
     const int kv2 = d->kv2_loc, C = exec_cp_part_len(c);
-    const ExecQkv x = exec_qkv_at(c, EXEC_LA(a, QKV_OUT), 0);
+    const ExecQkv x = exec_qkv_at(c, a2a_heads(r, a), 0);
     const ExecQkv dx = exec_qkv_at(c, r->W->dqkv, 0);
     for (int q = 0; q < d->b; q++)
         for (int j = 0; j < 2; j++)
@@ -768,6 +779,115 @@ static void ring_block_bwd(const ExecLayerRun *r, const ExecLayerActs *a, const 
             }
 }
 
+/* ---- p2p with FP8 attention ---- */
+
+/* FP8 attention on the ring (the fused core, current scaling), as Transformer Engine's
+ * AttnFuncWithCPAndKVP2P: the ring passes K | V as their one-byte codes (here each block with
+ * the decode factor of the rank that quantized it: parallax's ranks keep their own scales),
+ * decoded block by block for the attention; Q and K, V of this rank are read decoded from
+ * ws.fp8's act part. The backward's ring passes the codes again, and each block's dK, dV
+ * (the act dtype) go home in one all-to-all after the last step instead of riding the ring.
+ * cp.kv holds (in blocks of b x s_loc x kv2 act elements) the two code slots, the decoded
+ * block, and the gradients of every block to send and the ones received. */
+static void *ring8_at(const ExecLayerRun *r, int blk)
+{
+    const ExecCtx *c = r->c;
+    return AT(r->W->cp_kv, (size_t)blk * ring_block(c));
+}
+
+/* This rank's K | V codes (attn.qkv.out) and their factor into code slot 0; returns the
+ * slot's bytes, the saved copy's layout in f */
+static size_t ring8_own(const ExecLayerRun *r, const ExecLayerActs *a, KernFp8 *f)
+{
+    const ExecCtx *c = r->c;
+    const ModelDims *d = &c->d;
+    const int qkv = d->q_loc + d->kv2_loc, kv2 = d->kv2_loc, N = d->b * d->s_loc;
+    const ExecFp8Ref own = exec_fp8_saved(r->fp8, EXEC_LA(a, QKV_OUT), N, qkv);
+    const size_t count = (size_t)N * kv2, sb = kern_fp8_bytes(&own.f) - (size_t)N * qkv;
+    uint8_t *slot = ring8_at(r, 0);
+    for (size_t n = 0; n < (size_t)N; n++)
+        c->k->copy(slot + n * kv2, (const uint8_t *)own.q + n * qkv + d->q_loc, (size_t)kv2);
+    c->k->copy(slot + count, (const uint8_t *)own.q + (size_t)N * qkv, sb);
+    *f = own.f;
+    f->cols = f->block_c = kv2;
+    return count + sb;
+}
+
+/* One pass of the ring over the code slots: the block of each step decoded into cp.kv's third
+ * block and handed to fn (the forward's or the backward's block), the next one arriving
+ * beside it; op g counts the messages. */
+static int ring8_pass(const ExecLayerRun *r, const ExecLayerActs *a, void *out, const void *sinks,
+                      int g, ModelPhase ph, Ring8Fn fn, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    KernFp8 f;
+    const size_t bytes = ring8_own(r, a, &f);
+    for (int step = 0, cur = 0; step < c->d.c; step++, cur ^= 1) {
+        const int src = (c->g.cp_rank - step + c->d.c) % c->d.c, more = step + 1 < c->d.c;
+        int rq = -1, sq = -1, rc;
+        if (more &&
+            (rc = ring_post(r, g, ph, ring8_at(r, cur), ring8_at(r, cur ^ 1), bytes, &rq, &sq, err)))
+            return rc;
+        c->k->fp8_dequantize(ring8_at(r, 2), ring8_at(r, cur), &f);
+        fn(r, a, out, sinks, ring8_at(r, 2), step, src, more);
+        if (more && (rc = ring_wait(r, g, &rq, &sq, err)))
+            return rc;
+    }
+    return PX_OK;
+}
+
+static void ring8_block_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *out,
+                            const void *sinks, const void *blk, int step, int src, int more)
+{
+    ring_block_fwd(r, a, out, blk, step, src, more, sinks);
+}
+
+/* a block's gradient lands in its own place among the ones to send home */
+static void ring8_block_bwd(const ExecLayerRun *r, const ExecLayerActs *a, void *out,
+                            const void *sinks, const void *blk, int step, int src, int more)
+{
+    (void)out, (void)sinks, (void)step;
+    ring_block_bwd(r, a, blk, ring8_at(r, 3 + src), src, more);
+}
+
+/* The backward's start: Q, K, V decoded from the saved codes into ws.fp8's act part and the
+ * output gradient rounded through FP8 in place (this rank's rows, its own factor), as the
+ * layers' core does on one rank. */
+static void ring8_bwd_inputs(const ExecLayerRun *r, const ExecLayerActs *a, int l)
+{
+    const ExecCtx *c = r->c;
+    const int N = c->d.b * c->d.s_loc, qkv = c->d.q_loc + c->d.kv2_loc;
+    const ExecFp8Ref q = exec_fp8_saved(r->fp8, EXEC_LA(a, QKV_OUT), N, qkv);
+    c->k->fp8_dequantize(r->fp8->act, q.q, &q.f);
+    const ExecFp8Ref g = exec_fp8_core_quantize(r->fp8, c, r->fp8->q0, r->W->dhid, N, c->d.o_loc,
+                                                EXEC_FP8_CORE_DO,
+                                                exec_fp8_weight(r->fp8, MODEL_TR_QKV_W, l), 1);
+    c->k->fp8_dequantize(r->W->dhid, g.q, &g.f);
+}
+
+/* The K, V gradients of every block (cp.kv's blocks 3 ...) home in one all-to-all (blocks
+ * 3 + cp ...), summed into ws.dqkv's K, V columns. */
+static int ring8_dkv_home(const ExecLayerRun *r, int l, int chunk, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const ModelDims *d = &c->d;
+    const int qkv = d->q_loc + d->kv2_loc, kv2 = d->kv2_loc;
+    const size_t blk = ring_block(c);
+    int64_t cnt[EXEC_CP_MAX];
+    for (int i = 0; i < d->c; i++)
+        cnt[i] = (int64_t)blk;
+    int rc = collective(r, MODEL_OPR_CORE, l, chunk, MODEL_BWD, MODEL_CP_ALL_TO_ALL,
+                        ring8_at(r, 3 + d->c), ring8_at(r, 3), 0, cnt, err);
+    if (rc)
+        return rc;
+    void *sum = ring8_at(r, 3 + d->c);
+    for (int i = 1; i < d->c; i++)
+        c->k->add_inplace(sum, ring8_at(r, 3 + d->c + i), blk);
+    for (size_t n = 0; n < (size_t)d->b * d->s_loc; n++)
+        c->k->copy(AT(r->W->dqkv, n * qkv + d->q_loc), AT(sum, n * kv2), (size_t)kv2 * c->ab);
+    return PX_OK;
+}
+
 /* The ring's backward: each block's part of every gradient, K's and V's in the block's gradient,
  * which travels with it; a last message takes each gradient to its owner. */
 static int ring_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int l, int chunk, PxError *err)
@@ -776,15 +896,23 @@ static int ring_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int l, int ch
     const ModelDims *d = &c->d;
     const int qkv = d->q_loc + d->kv2_loc, kv2 = d->kv2_loc;
     const size_t blk_bytes = ring_block(c) * c->ab;
-    ring_own_block(r, a);
-    c->k->memset0(ring_slot(r, 0, 1), blk_bytes);
     c->k->memset0(r->W->dqkv, (size_t)d->b * d->s_loc * qkv * c->ab);
     const int g = exec_meter_comm_op(r->M, c, MODEL_OPR_CORE, l, chunk, MODEL_BWD, MODEL_CP_P2P,
                                      err);
     if (g < 0)
         return PX_ERUNTIME;
     int cur = 0, rc;
-    for (int step = 0; step < d->c; step++, cur ^= 1) {
+    if (fp8_on(c)) {
+        ring8_bwd_inputs(r, a, l);
+        c->k->memset0(ring8_at(r, 3), (size_t)d->c * blk_bytes);
+        if ((rc = ring8_pass(r, a, NULL, NULL, g, MODEL_BWD, ring8_block_bwd, err)) ||
+            (rc = ring8_dkv_home(r, l, chunk, err)))
+            return rc;
+    } else {
+        ring_own_block(r, a);
+        c->k->memset0(ring_slot(r, 0, 1), blk_bytes);
+    }
+    for (int step = 0; !fp8_on(c) && step < d->c; step++, cur ^= 1) {
         const int src = (c->g.cp_rank - step + d->c) % d->c, more = step + 1 < d->c;
         void *dblk = ring_slot(r, cur, 1);
         int rq = -1, sq = -1, drq = -1, dsq = -1;
@@ -801,7 +929,9 @@ static int ring_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int l, int ch
             (rc = ring_wait(r, g, &drq, &dsq, err)))
             return rc;
     }
-    if (exec_mla_on(c))
+    if (fp8_on(c))
+        ; /* ring8_dkv_home wrote them */
+    else if (exec_mla_on(c))
         mla_kv_rows(c, ring_slot(r, cur, 1), r->W->dqkv, 1);
     else
         for (size_t n = 0; n < (size_t)d->b * d->s_loc; n++)
