@@ -67,11 +67,10 @@ static const char *fp8_limit(const ModelSpec *s, const ModelDims *d)
            : s->layout.cp > 1 && (!j->flash_attn || s->model.mla.kv_lora_rank > 0 ||
                                   (s->layout.cp_comm != MODEL_CP_COMM_ALLGATHER &&
                                    j->fp8 != MODEL_FP8_TENSORWISE))
-               ? "fp8_attention with context parallelism runs with the fused core, p2p and a2a "
-                 "under tensorwise, without multi-head latent attention (Transformer Engine's "
-                 "CP takes FP8 with FusedAttention only; the ring's and Ulysses' FP8 output and "
-                 "gradients under delayed scaling and the latent attention's K, V planes in FP8 "
-                 "are not in the executor yet)"
+               ? "fp8_attention with cp runs with the fused core (TE's CP has FP8 with "
+                 "FusedAttention only), without multi-head latent attention, and over p2p or "
+                 "a2a under tensorwise only (delayed scaling's FP8 output and gradients there "
+                 "are not in the executor)"
            : s->model.mla.kv_lora_rank > 0
                ? "fp8_attention runs without multi-head latent attention"
                : NULL;

@@ -369,8 +369,9 @@ int main(void)
             CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
             CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));
             CHECK(strstr(why, "training.fp8 delayed: the executor runs FP8 GEMMs with limits: "
-                              "fp8_attention with context parallelism runs with the fused core, "
-                              "p2p and a2a under tensorwise") != NULL);
+                              "fp8_attention with cp runs with the fused core (TE's CP has FP8 "
+                              "with FusedAttention only), without multi-head latent attention, "
+                              "and over p2p or a2a under tensorwise only") != NULL);
         }
         /* the ring and Ulysses under tensorwise run (K, V's codes round the ring; Q, K, V's
          * and dO's through the all-to-alls) */
