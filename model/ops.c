@@ -664,21 +664,55 @@ static double cp_kv_bytes(const Emit *e)
     return (double)d->b * d->s_loc * (double)d->kv2_loc * eb(e);
 }
 
+/* allgather's K, V gather: every rank's KVb in the act dtype, or with FP8 attention's fused
+ * core (model_fp8_attn_qkv) their one-byte codes, as Transformer Engine's
+ * AttnFuncWithCPAndKVAllGather gathers the FP8 data of K and V (context_parallel.py), each
+ * rank's with the 4-byte fp32 decode factor it quantized them with (docs/fp8.md, "The
+ * executor": parallax's ranks keep their own scales) */
+static double cp_gather_bytes(const Emit *e)
+{
+    const ModelDims *d = e->d;
+    const double kv = (double)d->b * d->s * (double)d->kv2_loc;
+    return model_fp8_attn_qkv(e->s) ? kv + d->c * 4.0 : kv * eb(e);
+}
+
+/* A ring message of K, V: KVb, or with FP8 attention's fused core their one-byte codes and the
+ * 4-byte decode factor of the rank that quantized them, as Transformer Engine's
+ * AttnFuncWithCPAndKVP2P passes the FP8 data of K and V (context_parallel.py) */
+static double cp_ring_bytes(const Emit *e)
+{
+    const ModelDims *d = e->d;
+    return model_fp8_attn_qkv(e->s) ? (double)d->b * d->s_loc * d->kv2_loc + 4.0 : cp_kv_bytes(e);
+}
+
+/* One of Ulysses' all-to-alls of a rank's `elems` elements: in the act dtype, or (fp8) their
+ * one-byte codes with the sender's 4-byte decode factor to each of the cp ranks. With FP8
+ * attention (the fused core) Transformer Engine's AttnFuncWithCPAndQKVOA2A moves Q, K, V and
+ * dO in FP8, and the output and dQ, dK, dV too under delayed scaling (context_parallel.py;
+ * docs/fp8.md, "FP8 attention with context parallelism") */
+static double cp_a2a_bytes(const Emit *e, double elems, int fp8)
+{
+    return fp8 ? elems + 4.0 * e->d->c : elems * eb(e);
+}
+
 static void cp_forward(Emit *e, const char *n, int before)
 {
     const ModelDims *d = e->d;
-    const double a = eb(e), M = (double)d->b * d->s_loc;
+    const double M = (double)d->b * d->s_loc;
     switch (e->s->layout.cp_comm) {
     case MODEL_CP_COMM_ALLGATHER:
         if (before)
-            comm(e, n, MODEL_CP_ALL_GATHER, d->c, (double)d->b * d->s * (double)d->kv2_loc * a, 1);
+            comm(e, n, MODEL_CP_ALL_GATHER, d->c, cp_gather_bytes(e), 1);
         break;
     case MODEL_CP_COMM_A2A:
-        comm(e, n, MODEL_CP_ALL_TO_ALL, d->c, before ? M * (d->q_loc + (double)d->kv2_loc) * a : M * d->o_loc * a, 1);
+        comm(e, n, MODEL_CP_ALL_TO_ALL, d->c,
+             before ? cp_a2a_bytes(e, M * (d->q_loc + (double)d->kv2_loc), model_fp8_attn_qkv(e->s))
+                    : cp_a2a_bytes(e, M * d->o_loc, model_fp8_attn_out(e->s)),
+             1);
         break;
     default:
         if (before)
-            comm(e, n, MODEL_CP_P2P, d->c, cp_kv_bytes(e), d->c - 1);
+            comm(e, n, MODEL_CP_P2P, d->c, cp_ring_bytes(e), d->c - 1);
         break;
     }
 }
@@ -691,18 +725,36 @@ static void cp_backward(Emit *e, const char *n, int before)
     const double kv_full = (double)d->b * d->s * (double)d->kv2_loc * a;
     switch (e->s->layout.cp_comm) {
     case MODEL_CP_COMM_ALLGATHER:
-        comm(e, n, before ? MODEL_CP_ALL_GATHER : MODEL_CP_REDUCE_SCATTER, d->c, kv_full, 1);
+        /* the gradients in the act dtype: TE reduce-scatters dK, dV in the nominal dtype */
+        comm(e, n, before ? MODEL_CP_ALL_GATHER : MODEL_CP_REDUCE_SCATTER, d->c,
+             before ? cp_gather_bytes(e) : kv_full, 1);
         break;
     case MODEL_CP_COMM_A2A:
         /* the fused core's backward reads the output, saved in the sequence split only
          * (attn.proj.in): it goes to the head split beside its gradient, a call of its own */
-        if (before)
+        if (before && model_fp8_attn_qkv(e->s)) {
+            /* dO in its codes, the saved output as the forward moved it: two calls of
+             * unequal size, priced as two of their mean (the same time under alpha-beta) */
+            const double go = cp_a2a_bytes(e, M * d->o_loc, 1);
+            const double o = cp_a2a_bytes(e, M * d->o_loc, model_fp8_attn_out(e->s));
+            comm(e, n, MODEL_CP_ALL_TO_ALL, d->c, 0.5 * (go + o), 2);
+        } else if (before)
             comm(e, n, MODEL_CP_ALL_TO_ALL, d->c, M * d->o_loc * a, e->s->job.flash_attn ? 2 : 1);
         else
-            comm(e, n, MODEL_CP_ALL_TO_ALL, d->c, M * (d->q_loc + (double)d->kv2_loc) * a, 1);
+            comm(e, n, MODEL_CP_ALL_TO_ALL, d->c,
+                 cp_a2a_bytes(e, M * (d->q_loc + (double)d->kv2_loc), model_fp8_attn_out(e->s)), 1);
         break;
     default:
-        if (!before) /* K, V cp - 1 times and dK, dV cp times, KVb a call */
+        if (before)
+            break;
+        if (model_fp8_attn_qkv(e->s)) {
+            /* K, V's codes cp - 1 times, then every block's dK, dV home in one all-to-all:
+             * codes under delayed scaling (TE's), the act dtype under current scaling */
+            comm(e, n, MODEL_CP_P2P, d->c, cp_ring_bytes(e), d->c - 1);
+            const double kv = (double)d->b * d->s_loc * d->kv2_loc;
+            comm(e, n, MODEL_CP_ALL_TO_ALL, d->c,
+                 d->c * (model_fp8_attn_out(e->s) ? kv + 4.0 : kv * eb(e)), 1);
+        } else /* K, V cp - 1 times and dK, dV cp times, KVb a call */
             comm(e, n, MODEL_CP_P2P, d->c, cp_kv_bytes(e), 2 * d->c - 1);
         break;
     }

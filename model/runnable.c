@@ -64,8 +64,14 @@ static const char *fp8_limit(const ModelSpec *s, const ModelDims *d)
     return j->fp8 != MODEL_FP8_TENSORWISE && j->fp8 != MODEL_FP8_DELAYED
                ? "fp8_attention runs with --fp8-recipe tensorwise or delayed (Transformer "
                  "Engine has no blockwise or MXFP8 attention)"
-           : s->layout.cp > 1 ? "fp8_attention runs without context parallelism (--cp 1)"
-                              : NULL;
+           : s->layout.cp > 1 && (!j->flash_attn || s->model.mla.kv_lora_rank > 0 ||
+                                  (s->layout.cp_comm != MODEL_CP_COMM_ALLGATHER &&
+                                   j->fp8 != MODEL_FP8_TENSORWISE))
+               ? "fp8_attention with cp runs with the fused core (TE's CP has FP8 with "
+                 "FusedAttention only), without multi-head latent attention, and over p2p or "
+                 "a2a under tensorwise only (delayed scaling's FP8 output and gradients there "
+                 "are not in the executor)"
+               : NULL;
 }
 
 /* What the backend the plan runs on takes (checked last, as the executor picks its kernels

@@ -180,6 +180,19 @@ void model_moe_acts(const ModelSpec *s, const ModelDims *d, ModelRecompute mode,
              d->experts_loc * (s->model.moe.capacity_factor > 0 ? 2 : 1));
 }
 
+/* FP8 attention over Ulysses (cp_comm a2a, the fused core): the head-split Q, K, V the core
+ * saves are the blocks the all-to-all brought, each sender's codes with its decode factor
+ * (exec/train/cp.c's a2a_fp8; Transformer Engine saves the head-split FP8 Q, K, V): cp - 1
+ * factors more than the one of a rank's own copy. */
+static void fp8_attn_a2a(const ModelSpec *s, const ModelDims *d, ModelLayerAct *out)
+{
+    if (d->c < 2 || s->layout.cp_comm != MODEL_CP_COMM_A2A || !model_fp8_attn_qkv(s))
+        return;
+    for (int i = 0; i < MODEL_LAYER_ACTS; i++)
+        if (out[i].role == MODEL_TR_QKV_OUT && out[i].bytes > 0)
+            out[i].bytes += (uint64_t)(d->c - 1) * model_fp8_scale_bytes(s->job.fp8, 0, 1, 1);
+}
+
 void model_layer_acts_at(const ModelSpec *s, const ModelDims *d, ModelRecompute mode, int layer,
                          ModelLayerAct out[MODEL_LAYER_ACTS])
 {
@@ -231,6 +244,7 @@ void model_layer_acts_at(const ModelSpec *s, const ModelDims *d, ModelRecompute 
     if (!moe)
         fp8_in[n_in++] = MODEL_TR_FC1_IN;
     acts_fp8(s, out, MODEL_LAYER_ACTS, fp8_in, n_in, 1);
+    fp8_attn_a2a(s, d, out);
 }
 
 enum { LAYER_ALL_ACTS = MODEL_LAYER_ACTS + MODEL_MOE_ACTS + MODEL_MLA_ACTS };
@@ -1242,8 +1256,12 @@ static void add_comm_buffers(Build *B)
          * Q gradient, the wider: multi-head latent attention's differ), its log-sum-exp and
          * its K, V gradient (docs/memory.md) */
         const int64_t kv2 = (int64_t)d->kv2_loc, C = d->s_loc / 2;
-        add(a, MODEL_TR_CP_KV, "cp.kv", MODEL_COMM_BUFFERS, e, MODEL_SHARD_TP, 4, 4, b, d->s_loc,
-            kv2);
+        /* with FP8 attention (exec/train/cp.c's ring_fwd_fp8): two slots of a block's codes, the
+         * block decoded, and the K, V gradients of every block, sent home by one all-to-all
+         * and received: 3 + 2 cp blocks */
+        const int64_t slots = model_fp8_attn_qkv(s) ? 3 + 2 * (int64_t)d->c : 4;
+        add(a, MODEL_TR_CP_KV, "cp.kv", MODEL_COMM_BUFFERS, e, MODEL_SHARD_TP, 4, slots, b,
+            d->s_loc, kv2);
         add(a, MODEL_TR_CP_OUT_PART, "cp.out_part", MODEL_COMM_BUFFERS, e, MODEL_SHARD_TP, 2, C,
             d->q_loc > d->o_loc ? d->q_loc : d->o_loc, 0, 0);
         add(a, MODEL_TR_CP_LSE_PART, "cp.lse_part", MODEL_COMM_BUFFERS, PX_FP32, MODEL_SHARD_TP, 2,

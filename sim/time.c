@@ -78,7 +78,8 @@ static double ep_exposed(const ModelOpGraph *g, const double *t, int i, int m, d
  * current one computes: the forward's cp - 1 transfers each hide under one block, the first
  * block being the rank's own. The backward sends K, V and the gradients dK, dV of the block
  * just done together, cp - 1 steps of two transfers each under a block, and returns the last
- * dK, dV to their owner after the last block, with nothing left to hide under. */
+ * dK, dV to their owner after the last block, with nothing left to hide under (with FP8
+ * attention K, V alone, as the forward's). */
 static double cp_exposed(const ModelOpGraph *g, const double *t, int i, double slow)
 {
     const ModelOp *op = &g->op[i];
@@ -86,7 +87,9 @@ static double cp_exposed(const ModelOpGraph *g, const double *t, int i, double s
     if (op->comm != MODEL_CP_P2P || k < 0 || op->calls < 1)
         return t[i];
     const double n = op->group_size, block = t[k] / n, call = t[i] / op->calls;
-    if (op->phase != MODEL_BWD)
+    /* with FP8 attention the backward's ring carries K, V only (cp - 1 calls), the gradients
+     * going home in an all-to-all of their own, exposed whole (docs/fp8.md) */
+    if (op->phase != MODEL_BWD || op->calls < 2 * op->group_size - 1)
         return (n - 1.0) * overlap(call, block, slow);
     return (n - 1.0) * overlap(2.0 * call, block, slow) + call;
 }

@@ -118,6 +118,20 @@ static const Layout layouts[] = {
      "--model tiny-llama --seq 64", NULL, 0},
     {"llama_cp2_a2a", 2, "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type a2a --zero 0 --no-sp " PIN1,
      "--model tiny-llama --seq 64 --no-flash-attn", NULL, 0},
+    /* FP8 attention with the all-gather: the fused core's K, V gathered in their one-byte
+     * codes with each rank's decode factor, decoded on the device (bf16 around the core; run
+     * by name, about 36 s on the emulator over NCCL: 2.5e-4 from one rank over 4 steps) */
+    {"llama_cp2_allgather_fp8_attention", 2,
+     "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type allgather --zero 0 --no-sp " PIN1,
+     "--model tiny-llama --seq 64 --precision fp8 --fp8-recipe tensorwise --fp8-attention", NULL, 0},
+    /* the ring: K, V's codes round it, dK, dV home in one all-to-all (run by name) */
+    {"llama_cp2_p2p_fp8_attention", 2,
+     "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type p2p --zero 0 --no-sp " PIN1,
+     "--model tiny-llama --seq 64 --precision fp8 --fp8-recipe tensorwise --fp8-attention", NULL, 0},
+    /* Ulysses: Q, K, V's and dO's codes through the all-to-alls (run by name) */
+    {"llama_cp2_a2a_fp8_attention", 2,
+     "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type a2a --zero 0 --no-sp " PIN1,
+     "--model tiny-llama --seq 64 --precision fp8 --fp8-recipe tensorwise --fp8-attention", NULL, 0},
     /* Ulysses with the fused core: the device's flash kernels over the head split, the saved
      * output moved there beside its gradient (run by name, about 35 s on the emulator: CI runs
      * test_exec_moe_mpi's cuda_dsv3_dense_cp2_a2a_flash, 7 s) */

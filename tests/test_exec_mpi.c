@@ -331,6 +331,30 @@ static const Layout layouts[] = {
      "--model tiny-llama --seq 256 --fp8-recipe tensorwise --no-flash-attn --recompute selective "
      "--set device.fp8_tn_only=1",
      5, 0, NULL, 3e-3},
+    /* FP8 attention with the all-gather (docs/fp8.md, "The executor"): the fused core's K, V
+     * gathered as their one-byte codes, each rank's with its own decode factor (the op graph
+     * counts b s kv2 + 4 cp bytes a gather), decoded before the core; the gradients
+     * reduce-scattered in the act dtype. Tensorwise, and delayed under full recompute (the
+     * recomputed forward quantizes and gathers again) */
+    {"llama_cp2_allgather_fp8_attention_tensorwise", 2,
+     "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type allgather --zero 0 --no-sp " PIN1,
+     "--model tiny-llama --seq 128 --fp8-recipe tensorwise --fp8-attention", 3, 0, NULL, 3e-3},
+    {"llama_cp2_allgather_fp8_attention_delayed_full", 2,
+     "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type allgather --zero 0 --no-sp " PIN1,
+     "--model tiny-llama --seq 128 --fp8-recipe delayed --fp8-amax-history 16 --fp8-attention "
+     "--recompute full",
+     3, 0, NULL, 3e-3},
+    /* Ulysses under tensorwise: Q, K, V's codes and dO's cross the all-to-alls, each block
+     * with its sender's decode factor; the head-split Q, K, V the core saves are the received
+     * blocks (attn.qkv.out: cp - 1 factors more) */
+    {"llama_cp2_a2a_fp8_attention_tensorwise", 2,
+     "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type a2a --zero 0 --no-sp " PIN1,
+     "--model tiny-llama --seq 128 --fp8-recipe tensorwise --fp8-attention", 3, 0, NULL, 3e-3},
+    /* the ring under tensorwise: K, V's codes round the ring with their owner's factor, each
+     * block's dK, dV home in one all-to-all after the last step */
+    {"llama_cp2_p2p_fp8_attention_tensorwise", 2,
+     "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type p2p --zero 0 --no-sp " PIN1,
+     "--model tiny-llama --seq 128 --fp8-recipe tensorwise --fp8-attention", 3, 0, NULL, 3e-3},
     {"dp2_tp2_pp2_zero1_fp8_delayed", 8, "--dp 2 --tp 2 --pp 2 --zero 1 --sp " PIN1,
      "--fp8-recipe delayed --fp8-format e4m3 --recompute full --set device.fp8_tn_only=1", 5, 0, NULL, 3e-3},
 };

@@ -360,6 +360,42 @@ int main(void)
         CHECK(strstr(why, "below ZeRO-3 fp8_param_gather runs without --offload-optimizer") != NULL);
     }
 
+    /* --fp8-attention with context parallelism: the all-gather with the fused core runs (its
+     * K, V gathered in FP8), and the ring and Ulysses under tensorwise; those two under delayed
+     * scaling and the unfused core are refused by name */
+    {
+        ModelSpec s = request("tiny", 2, 8).base;
+        s.job.precision = PX_FP32;
+        s.job.fp8 = MODEL_FP8_TENSORWISE, s.job.fp8_attention = 1, s.job.flash_attn = 1;
+        s.layout.cp = 2, s.layout.cp_comm = MODEL_CP_COMM_ALLGATHER;
+        ModelDims d;
+        char why[512] = "";
+        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        s.job.fp8 = MODEL_FP8_DELAYED;
+        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        const ModelCpComm refused[] = {MODEL_CP_COMM_P2P, MODEL_CP_COMM_A2A};
+        for (int i = 0; i < 3; i++) {
+            s.layout.cp_comm = i < 2 ? refused[i] : MODEL_CP_COMM_ALLGATHER;
+            s.job.flash_attn = i < 2;
+            CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+            CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));
+            CHECK(strstr(why, "training.fp8 delayed: the executor runs FP8 GEMMs with limits: "
+                              "fp8_attention with cp runs with the fused core (TE's CP has FP8 "
+                              "with FusedAttention only), without multi-head latent attention, "
+                              "and over p2p or a2a under tensorwise only") != NULL);
+        }
+        /* the ring and Ulysses under tensorwise run (K, V's codes round the ring; Q, K, V's
+         * and dO's through the all-to-alls) */
+        s.job.fp8 = MODEL_FP8_TENSORWISE, s.job.flash_attn = 1;
+        for (int i = 0; i < 2; i++) {
+            s.layout.cp_comm = refused[i];
+            CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+            CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        }
+    }
+
     /* a GPU cluster is not this machine: nothing refused by the executor there */
     q = request("tiny-moe", 4, 8);
     CHECK_OK(sim_plan(&q, &gpu, &r, &err), err);

@@ -68,9 +68,9 @@ int exec_cp_owns_core(const ExecCtx *c)
 /* One collective over the cp group under its op (role, layer l, chunk, phase): an all-gather of
  * every rank's n elements of send into recv, a reduce-scatter of recv in place (this rank's n
  * of the sum at its start), or an all-to-all of send into recv, cnt elements with each rank. */
-static int collective(const ExecLayerRun *r, ModelOpRole role, int l, int chunk, ModelPhase ph,
-                      ModelComm kind, void *recv, const void *send, size_t n, const int64_t *cnt,
-                      PxError *err)
+static int collective_dt(const ExecLayerRun *r, ModelOpRole role, int l, int chunk, ModelPhase ph,
+                         ModelComm kind, void *recv, const void *send, size_t n,
+                         const int64_t *cnt, PxDtype dt, PxError *err)
 {
     const ExecCtx *c = r->c;
     const int op = exec_meter_comm_op(r->M, c, role, l, chunk, ph, kind, err);
@@ -79,13 +79,21 @@ static int collective(const ExecLayerRun *r, ModelOpRole role, int l, int chunk,
     int rc;
     exec_meter_open(r->M, c->k, op);
     if (kind == MODEL_CP_ALL_GATHER)
-        rc = comm_all_gather(c->comm, recv, send, n, c->act, kind, NULL, err);
+        rc = comm_all_gather(c->comm, recv, send, n, dt, kind, NULL, err);
     else if (kind == MODEL_CP_REDUCE_SCATTER)
-        rc = comm_reduce_scatter(c->comm, recv, recv, n, c->act, kind, NULL, err);
+        rc = comm_reduce_scatter(c->comm, recv, recv, n, dt, kind, NULL, err);
     else
-        rc = comm_all_to_allv(c->comm, recv, cnt, send, cnt, c->act, kind, err);
+        rc = comm_all_to_allv(c->comm, recv, cnt, send, cnt, dt, kind, err);
     exec_meter_close(r->M, c->k, op);
     return rc;
+}
+
+/* The same in the act dtype. */
+static int collective(const ExecLayerRun *r, ModelOpRole role, int l, int chunk, ModelPhase ph,
+                      ModelComm kind, void *recv, const void *send, size_t n, const int64_t *cnt,
+                      PxError *err)
+{
+    return collective_dt(r, role, l, chunk, ph, kind, recv, send, n, cnt, r->c->act, err);
 }
 
 /* ---- allgather ---- */
@@ -109,6 +117,37 @@ static void mla_kv_rows(const ExecCtx *c, void *rows, void *planes, int back)
     }
 }
 
+/* FP8 attention with the all-gather (the fused core, model_fp8_attn_qkv): K and V travel as
+ * the one-byte codes of attn.qkv.out, as Transformer Engine's AttnFuncWithCPAndKVAllGather
+ * gathers the FP8 data of K and V (context_parallel.py, forward and again in the backward).
+ * Each rank's block is its b x s_loc rows of [K | V] codes followed by the decode factor it
+ * quantized them with (4 bytes: parallax's ranks keep their own scales, where TE's share one
+ * through the amax reduction group: docs/fp8.md), and each block is decoded with its own
+ * factor into cp.dkv (free until the backward's core), rank-major, for the caller's reorder.
+ * Returns the decoded blocks. */
+static void *gather_kv_fp8(const ExecLayerRun *r, const ExecLayerActs *a, int l, int chunk,
+                           ModelPhase ph, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const ModelDims *d = &c->d;
+    const int qkv = d->q_loc + d->kv2_loc, kv2 = d->kv2_loc, N = d->b * d->s_loc;
+    const ExecFp8Ref own = exec_fp8_saved(r->fp8, EXEC_LA(a, QKV_OUT), N, qkv);
+    const size_t count = (size_t)N * kv2, sb = kern_fp8_bytes(&own.f) - (size_t)N * qkv;
+    const size_t blk = count + sb;
+    uint8_t *all = r->W->cp_kv, *mine = all + (size_t)c->g.cp_rank * blk;
+    for (size_t n = 0; n < (size_t)N; n++)
+        c->k->copy(mine + n * kv2, (const uint8_t *)own.q + n * qkv + d->q_loc, (size_t)kv2);
+    c->k->copy(mine + count, (const uint8_t *)own.q + (size_t)N * qkv, sb);
+    if (collective_dt(r, MODEL_OPR_CORE, l, chunk, ph, MODEL_CP_ALL_GATHER, all, mine, blk, NULL,
+                      PX_FP8, err))
+        return NULL;
+    KernFp8 f = own.f;
+    f.cols = f.block_c = kv2;
+    for (int src = 0; src < d->c; src++)
+        c->k->fp8_dequantize(AT(r->W->cp_dkv, (size_t)src * count), all + (size_t)src * blk, &f);
+    return r->W->cp_dkv;
+}
+
 int exec_cp_gather_kv(const ExecLayerRun *r, const ExecLayerActs *a, int l, int chunk,
                       ModelPhase ph, PxError *err)
 {
@@ -117,21 +156,27 @@ int exec_cp_gather_kv(const ExecLayerRun *r, const ExecLayerActs *a, int l, int 
     const int b = d->b, sl = d->s_loc, qkv = d->q_loc + d->kv2_loc;
     const int kv2 = d->kv2_loc, C = exec_cp_part_len(c);
     const size_t row = (size_t)kv2 * c->ab, count = (size_t)b * sl * kv2;
-    void *mine = AT(r->W->cp_kv, (size_t)c->g.cp_rank * count);
-    if (exec_mla_on(c))
-        mla_kv_rows(c, mine, EXEC_LA(a, QKV_OUT), 0);
-    else
-        for (size_t n = 0; n < (size_t)b * sl; n++)
-            c->k->copy(AT(mine, n * kv2), AT(EXEC_LA(a, QKV_OUT), n * qkv + d->q_loc), row);
-    int rc = collective(r, MODEL_OPR_CORE, l, chunk, ph, MODEL_CP_ALL_GATHER, r->W->cp_kv, mine,
-                        count, NULL, err);
-    if (rc)
-        return rc;
+    const void *blocks = r->W->cp_kv;
+    if (model_fp8_attn_qkv(&c->spec)) {
+        if (!(blocks = gather_kv_fp8(r, a, l, chunk, ph, err)))
+            return PX_ERUNTIME;
+    } else {
+        void *mine = AT(r->W->cp_kv, (size_t)c->g.cp_rank * count);
+        if (exec_mla_on(c))
+            mla_kv_rows(c, mine, EXEC_LA(a, QKV_OUT), 0);
+        else
+            for (size_t n = 0; n < (size_t)b * sl; n++)
+                c->k->copy(AT(mine, n * kv2), AT(EXEC_LA(a, QKV_OUT), n * qkv + d->q_loc), row);
+        int rc = collective(r, MODEL_OPR_CORE, l, chunk, ph, MODEL_CP_ALL_GATHER, r->W->cp_kv,
+                            mine, count, NULL, err);
+        if (rc)
+            return rc;
+    }
     for (int src = 0; src < d->c; src++)
         for (int q = 0; q < b; q++)
             for (int j = 0; j < 2; j++)
                 c->k->copy(AT(r->W->cp_kv_full, ((size_t)q * d->s + exec_cp_part_pos(c, src, j)) * kv2),
-                           AT(r->W->cp_kv, (size_t)src * count + ((size_t)q * sl + (size_t)j * C) * kv2),
+                           AT(blocks, (size_t)src * count + ((size_t)q * sl + (size_t)j * C) * kv2),
                            (size_t)C * row);
     return PX_OK;
 }
@@ -242,12 +287,129 @@ static int a2a_call(const ExecLayerRun *r, int l, int chunk, ModelPhase ph, int 
                       r->W->cp_recv, send, 0, x->cnt, err);
 }
 
+/* ---- a2a with FP8 attention ---- */
+
+/* FP8 attention over Ulysses (the fused core, current scaling), as Transformer Engine's
+ * AttnFuncWithCPAndQKVOA2A: Q, K, V and the output gradient are quantized in the sequence
+ * split and their one-byte codes cross the all-to-all, the output and the Q, K, V gradients
+ * travel in the act dtype (context_parallel.py; docs/fp8.md). A rank's block for each peer is
+ * the peer's columns of its rows' codes followed by the decode factor it quantized them with
+ * (parallax's ranks keep their own scales), so the blocks a rank receives decode each with its
+ * sender's factor. The head-split Q, K, V the fused core saves are those received blocks, in
+ * attn.qkv.out (cp - 1 factors more than one rank's copy: the table counts them). */
+typedef struct {
+    int n;         /* column segments per peer: 3 (Q, K, V) or 1 (the output gradient) */
+    int off[3];    /* where peer 0's segment starts in a codes row */
+    int width[3];  /* a peer's segment; peer rk's starts at off + rk x width */
+    int W;         /* a peer's row: the widths' sum */
+} A2aSegs;
+
+static int fp8_on(const ExecCtx *c) { return model_fp8_attn_qkv(&c->spec); }
+
+/* Where Ulysses' core reads the head-split Q, K, V: attn.qkv.out, or with FP8 attention
+ * ws.fp8's act part, decoded there from the received blocks. */
+static void *a2a_heads(const ExecLayerRun *r, const ExecLayerActs *a)
+{
+    return fp8_on(r->c) ? r->fp8->act : EXEC_LA(a, QKV_OUT);
+}
+
+/* The received blocks (recv, x->rows x sg->W codes and a factor of sb bytes each) decoded with
+ * their senders' factors into stage (act, rank-major) and moved into dst in global order. */
+static void a2a_fp8_decode(const ExecLayerRun *r, const CpA2a *x, const A2aSegs *sg,
+                           const void *recv, size_t sb, KernFp8 f, void *stage, void *dst)
+{
+    const ExecCtx *c = r->c;
+    const size_t blk = x->rows * (size_t)sg->W + sb;
+    f.rows = f.block_r = (int)x->rows;
+    f.cols = f.block_c = sg->W;
+    for (int rk = 0; rk < c->d.c; rk++)
+        c->k->fp8_dequantize(AT(stage, rk * x->rows * (size_t)sg->W),
+                             (const uint8_t *)recv + (size_t)rk * blk, &f);
+    a2a_move(c, stage, dst, sg->W, 1);
+}
+
+/* A quantized tensor of this rank's rows (q: x->rows x cols codes, then its factor) to the
+ * head split: each peer's block packed into send, the all-to-all (its op as a2a_call's) into
+ * recv, then decoded into dst through stage. */
+static int a2a_fp8(const ExecLayerRun *r, const CpA2a *x, const A2aSegs *sg, int l, int chunk,
+                   ModelPhase ph, int occurrence, ExecFp8Ref q, int cols, uint8_t *send,
+                   void *recv, void *stage, void *dst, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const size_t rows = x->rows, sb = kern_fp8_bytes(&q.f) - rows * (size_t)cols;
+    const size_t blk = rows * (size_t)sg->W + sb;
+    const uint8_t *codes = q.q;
+    int64_t cnt[EXEC_CP_MAX];
+    for (int rk = 0; rk < c->d.c; rk++) {
+        uint8_t *o = send + (size_t)rk * blk;
+        for (size_t n = 0; n < rows; n++)
+            for (int i = 0, at = 0; i < sg->n; at += sg->width[i], i++)
+                c->k->copy(o + n * sg->W + at,
+                           codes + n * cols + sg->off[i] + (size_t)rk * sg->width[i],
+                           (size_t)sg->width[i]);
+        c->k->copy(o + rows * sg->W, codes + rows * cols, sb);
+        cnt[rk] = (int64_t)blk;
+    }
+    const int out = (occurrence == 1) != (ph == MODEL_BWD);
+    int rc = collective_dt(r, out ? MODEL_OPR_PROJ : MODEL_OPR_CORE, l, chunk, ph,
+                           MODEL_CP_ALL_TO_ALL, recv, send, 0, cnt, PX_FP8, err);
+    if (!rc)
+        a2a_fp8_decode(r, x, sg, recv, sb, q.f, stage, dst);
+    return rc;
+}
+
+/* Q, K, V's segments of a codes row (ordinary attention: MLA's FP8 core is refused with cp) */
+static A2aSegs qkv_segs(const ExecCtx *c, const CpA2a *x)
+{
+    const ModelDims *d = &c->d;
+    return (A2aSegs){3, {0, d->q_loc, d->q_loc + d->kv_loc * d->qk_hd}, {x->wq, x->wk, x->wv}, x->W};
+}
+
+/* The forward's: the saved codes (attn.qkv.out, quantized by the core's op) to the head
+ * split, received into attn.qkv.out, the core's Q, K, V decoded into ws.fp8's act part. */
+static int a2a_qkv_fp8(const ExecLayerRun *r, const ExecLayerActs *a, int chunk, int l,
+                       ModelPhase ph, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const int qkv = c->d.q_loc + c->d.kv2_loc;
+    CpA2a x;
+    a2a_dims(c, &x);
+    const A2aSegs sg = qkv_segs(c, &x);
+    const ExecFp8Ref q = exec_fp8_saved(r->fp8, EXEC_LA(a, QKV_OUT), (int)x.rows, qkv);
+    return a2a_fp8(r, &x, &sg, l, chunk, ph, 0, q, qkv, r->W->cp_send, EXEC_LA(a, QKV_OUT),
+                   r->W->cp_recv, r->fp8->act, err);
+}
+
+/* The backward's, before the core: the saved head-split blocks decoded into ws.fp8's act part
+ * (through cp.a2a_recv), and the output gradient quantized (this rank's rows, ws.fp8's first
+ * copy) and moved in its codes to the head split, decoded into cp.a2a_send (through ws.dhid). */
+static int a2a_bwd_fp8(const ExecLayerRun *r, const ExecLayerActs *a, CpA2a *x, int chunk, int l,
+                       PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const ModelDims *d = &c->d;
+    const int qkv = d->q_loc + d->kv2_loc;
+    const A2aSegs sq = qkv_segs(c, x);
+    const ExecFp8Ref saved = exec_fp8_saved(r->fp8, EXEC_LA(a, QKV_OUT), (int)x->rows, qkv);
+    a2a_fp8_decode(r, x, &sq, EXEC_LA(a, QKV_OUT),
+                   kern_fp8_bytes(&saved.f) - x->rows * (size_t)qkv, saved.f, r->W->cp_recv,
+                   r->fp8->act);
+    const ExecFp8Ref g = exec_fp8_core_quantize(r->fp8, c, r->fp8->q0, r->W->dhid, (int)x->rows,
+                                                d->o_loc, EXEC_FP8_CORE_DO,
+                                                exec_fp8_weight(r->fp8, MODEL_TR_QKV_W, l), 1);
+    const A2aSegs so = {1, {0, 0, 0}, {x->wo, 0, 0}, x->wo};
+    return a2a_fp8(r, x, &so, l, chunk, MODEL_BWD, 0, g, d->o_loc, r->W->cp_send, r->W->cp_recv,
+                   r->W->dhid, r->W->cp_send, err);
+}
+
 /* Q, K, V from the sequence split (attn.qkv.out, this rank's rows) to the head split over the
  * whole sequence (attn.qkv.out again, W wide). */
 static int a2a_qkv(const ExecLayerRun *r, const ExecLayerActs *a, int chunk, int l, ModelPhase ph,
                    PxError *err)
 {
     const ExecCtx *c = r->c;
+    if (fp8_on(c))
+        return a2a_qkv_fp8(r, a, chunk, l, ph, err);
     CpA2a x;
     a2a_dims(c, &x);
     a2a_width(c, &x, x.W);
@@ -303,7 +465,7 @@ static int a2a_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *out, int
     const void *sinks = r->P->lw[l].sinks;
     const void *hs = sinks ? AT(sinks, (size_t)c->g.cp_rank * Hc) : NULL;
     for (int q = 0; q < d->b; q++) {
-        const void *base = AT(EXEC_LA(a, QKV_OUT), (size_t)q * s * x.W);
+        const void *base = AT(a2a_heads(r, a), (size_t)q * s * x.W);
         KernAttnFwd f = {
             .B = 1, .Tq = s, .Tk = s, .H = Hc, .KV = d->kv_loc / d->c, .D = d->qk_hd,
             .Dv = d->v_hd, .scale = (float)(1.0 / sqrt((double)d->qk_hd)),
@@ -365,14 +527,15 @@ static int a2a_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int chunk, int
     CpA2a x;
     a2a_dims(c, &x);
     a2a_width(c, &x, x.wo);
-    int rc = a2a_rows_to_heads(r, &x, l, chunk, r->W->dhid, r->W->cp_send, err);
+    int rc = fp8_on(c) ? a2a_bwd_fp8(r, a, &x, chunk, l, err)
+                       : a2a_rows_to_heads(r, &x, l, chunk, r->W->dhid, r->W->cp_send, err);
     if (!rc && flash)
         rc = a2a_rows_to_heads(r, &x, l, chunk, EXEC_LA(a, PROJ_IN), r->W->dhid, err);
     if (rc)
         return rc;
     const size_t tile = (size_t)Hc * s * s;
     for (int q = 0; q < d->b; q++) {
-        const void *base = AT(EXEC_LA(a, QKV_OUT), (size_t)q * s * x.W);
+        const void *base = AT(a2a_heads(r, a), (size_t)q * s * x.W);
         void *db = AT(r->W->cp_recv, (size_t)q * s * x.W);
         KernAttnBwd b = {
             .B = 1, .Tq = s, .Tk = s, .H = Hc, .KV = d->kv_loc / d->c, .D = d->qk_hd,
@@ -502,7 +665,7 @@ static void ring_block_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *
     const ModelDims *d = &c->d;
     const int sl = d->s_loc, H = d->heads_loc, kw = kv_k_width(c);
     const int kv2 = d->kv2_loc, C = exec_cp_part_len(c);
-    const ExecQkv x = exec_qkv_at(c, EXEC_LA(a, QKV_OUT), 0);
+    const ExecQkv x = exec_qkv_at(c, a2a_heads(r, a), 0);
     for (int q = 0; q < d->b; q++)
         for (int j = 0; j < 2; j++)
             for (int jj = 0; jj < 2; jj++) {
@@ -532,6 +695,13 @@ static void ring_block_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *
             }
 }
 
+typedef void (*Ring8Fn)(const ExecLayerRun *r, const ExecLayerActs *a, void *out,
+                        const void *sinks, const void *blk, int step, int src, int more);
+static int ring8_pass(const ExecLayerRun *r, const ExecLayerActs *a, void *out, const void *sinks,
+                      int g, ModelPhase ph, Ring8Fn fn, PxError *err);
+static void ring8_block_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *out,
+                            const void *sinks, const void *blk, int step, int src, int more);
+
 /* The ring's forward: each query part's output and log-sum-exp (attn.proj.in's rows and
  * attn.lse's) over every block, merged block by block (the online softmax). The fused core
  * only. */
@@ -540,12 +710,16 @@ static int ring_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *out, in
 {
     const ExecCtx *c = r->c;
     const ModelDims *d = &c->d;
-    ring_own_block(r, a);
     const int g = exec_meter_comm_op(r->M, c, MODEL_OPR_CORE, l, chunk, ph, MODEL_CP_P2P, err);
     if (g < 0)
         return PX_ERUNTIME;
     int rc;
-    for (int step = 0, cur = 0; step < d->c; step++, cur ^= 1) {
+    if (fp8_on(c)) {
+        if ((rc = ring8_pass(r, a, out, r->P->lw[l].sinks, g, ph, ring8_block_fwd, err)))
+            return rc;
+    } else
+        ring_own_block(r, a);
+    for (int step = 0, cur = 0; !fp8_on(c) && step < d->c; step++, cur ^= 1) {
         const int src = (c->g.cp_rank - step + d->c) % d->c, more = step + 1 < d->c;
         int rq = -1, sq = -1;
         if (more && (rc = ring_post(r, g, ph, ring_slot(r, cur, 0), ring_slot(r, cur ^ 1, 0),
@@ -570,7 +744,7 @@ static void ring_block_bwd(const ExecLayerRun *r, const ExecLayerActs *a, const 
     const ModelDims *d = &c->d;
     const int sl = d->s_loc, H = d->heads_loc, kw = kv_k_width(c);
     const int kv2 = d->kv2_loc, C = exec_cp_part_len(c);
-    const ExecQkv x = exec_qkv_at(c, EXEC_LA(a, QKV_OUT), 0);
+    const ExecQkv x = exec_qkv_at(c, a2a_heads(r, a), 0);
     const ExecQkv dx = exec_qkv_at(c, r->W->dqkv, 0);
     for (int q = 0; q < d->b; q++)
         for (int j = 0; j < 2; j++)
@@ -605,6 +779,115 @@ static void ring_block_bwd(const ExecLayerRun *r, const ExecLayerActs *a, const 
             }
 }
 
+/* ---- p2p with FP8 attention ---- */
+
+/* FP8 attention on the ring (the fused core, current scaling), as Transformer Engine's
+ * AttnFuncWithCPAndKVP2P: the ring passes K | V as their one-byte codes (here each block with
+ * the decode factor of the rank that quantized it: parallax's ranks keep their own scales),
+ * decoded block by block for the attention; Q and K, V of this rank are read decoded from
+ * ws.fp8's act part. The backward's ring passes the codes again, and each block's dK, dV
+ * (the act dtype) go home in one all-to-all after the last step instead of riding the ring.
+ * cp.kv holds (in blocks of b x s_loc x kv2 act elements) the two code slots, the decoded
+ * block, and the gradients of every block to send and the ones received. */
+static void *ring8_at(const ExecLayerRun *r, int blk)
+{
+    const ExecCtx *c = r->c;
+    return AT(r->W->cp_kv, (size_t)blk * ring_block(c));
+}
+
+/* This rank's K | V codes (attn.qkv.out) and their factor into code slot 0; returns the
+ * slot's bytes, the saved copy's layout in f */
+static size_t ring8_own(const ExecLayerRun *r, const ExecLayerActs *a, KernFp8 *f)
+{
+    const ExecCtx *c = r->c;
+    const ModelDims *d = &c->d;
+    const int qkv = d->q_loc + d->kv2_loc, kv2 = d->kv2_loc, N = d->b * d->s_loc;
+    const ExecFp8Ref own = exec_fp8_saved(r->fp8, EXEC_LA(a, QKV_OUT), N, qkv);
+    const size_t count = (size_t)N * kv2, sb = kern_fp8_bytes(&own.f) - (size_t)N * qkv;
+    uint8_t *slot = ring8_at(r, 0);
+    for (size_t n = 0; n < (size_t)N; n++)
+        c->k->copy(slot + n * kv2, (const uint8_t *)own.q + n * qkv + d->q_loc, (size_t)kv2);
+    c->k->copy(slot + count, (const uint8_t *)own.q + (size_t)N * qkv, sb);
+    *f = own.f;
+    f->cols = f->block_c = kv2;
+    return count + sb;
+}
+
+/* One pass of the ring over the code slots: the block of each step decoded into cp.kv's third
+ * block and handed to fn (the forward's or the backward's block), the next one arriving
+ * beside it; op g counts the messages. */
+static int ring8_pass(const ExecLayerRun *r, const ExecLayerActs *a, void *out, const void *sinks,
+                      int g, ModelPhase ph, Ring8Fn fn, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    KernFp8 f;
+    const size_t bytes = ring8_own(r, a, &f);
+    for (int step = 0, cur = 0; step < c->d.c; step++, cur ^= 1) {
+        const int src = (c->g.cp_rank - step + c->d.c) % c->d.c, more = step + 1 < c->d.c;
+        int rq = -1, sq = -1, rc;
+        if (more &&
+            (rc = ring_post(r, g, ph, ring8_at(r, cur), ring8_at(r, cur ^ 1), bytes, &rq, &sq, err)))
+            return rc;
+        c->k->fp8_dequantize(ring8_at(r, 2), ring8_at(r, cur), &f);
+        fn(r, a, out, sinks, ring8_at(r, 2), step, src, more);
+        if (more && (rc = ring_wait(r, g, &rq, &sq, err)))
+            return rc;
+    }
+    return PX_OK;
+}
+
+static void ring8_block_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *out,
+                            const void *sinks, const void *blk, int step, int src, int more)
+{
+    ring_block_fwd(r, a, out, blk, step, src, more, sinks);
+}
+
+/* a block's gradient lands in its own place among the ones to send home */
+static void ring8_block_bwd(const ExecLayerRun *r, const ExecLayerActs *a, void *out,
+                            const void *sinks, const void *blk, int step, int src, int more)
+{
+    (void)out, (void)sinks, (void)step;
+    ring_block_bwd(r, a, blk, ring8_at(r, 3 + src), src, more);
+}
+
+/* The backward's start: Q, K, V decoded from the saved codes into ws.fp8's act part and the
+ * output gradient rounded through FP8 in place (this rank's rows, its own factor), as the
+ * layers' core does on one rank. */
+static void ring8_bwd_inputs(const ExecLayerRun *r, const ExecLayerActs *a, int l)
+{
+    const ExecCtx *c = r->c;
+    const int N = c->d.b * c->d.s_loc, qkv = c->d.q_loc + c->d.kv2_loc;
+    const ExecFp8Ref q = exec_fp8_saved(r->fp8, EXEC_LA(a, QKV_OUT), N, qkv);
+    c->k->fp8_dequantize(r->fp8->act, q.q, &q.f);
+    const ExecFp8Ref g = exec_fp8_core_quantize(r->fp8, c, r->fp8->q0, r->W->dhid, N, c->d.o_loc,
+                                                EXEC_FP8_CORE_DO,
+                                                exec_fp8_weight(r->fp8, MODEL_TR_QKV_W, l), 1);
+    c->k->fp8_dequantize(r->W->dhid, g.q, &g.f);
+}
+
+/* The K, V gradients of every block (cp.kv's blocks 3 ...) home in one all-to-all (blocks
+ * 3 + cp ...), summed into ws.dqkv's K, V columns. */
+static int ring8_dkv_home(const ExecLayerRun *r, int l, int chunk, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const ModelDims *d = &c->d;
+    const int qkv = d->q_loc + d->kv2_loc, kv2 = d->kv2_loc;
+    const size_t blk = ring_block(c);
+    int64_t cnt[EXEC_CP_MAX];
+    for (int i = 0; i < d->c; i++)
+        cnt[i] = (int64_t)blk;
+    int rc = collective(r, MODEL_OPR_CORE, l, chunk, MODEL_BWD, MODEL_CP_ALL_TO_ALL,
+                        ring8_at(r, 3 + d->c), ring8_at(r, 3), 0, cnt, err);
+    if (rc)
+        return rc;
+    void *sum = ring8_at(r, 3 + d->c);
+    for (int i = 1; i < d->c; i++)
+        c->k->add_inplace(sum, ring8_at(r, 3 + d->c + i), blk);
+    for (size_t n = 0; n < (size_t)d->b * d->s_loc; n++)
+        c->k->copy(AT(r->W->dqkv, n * qkv + d->q_loc), AT(sum, n * kv2), (size_t)kv2 * c->ab);
+    return PX_OK;
+}
+
 /* The ring's backward: each block's part of every gradient, K's and V's in the block's gradient,
  * which travels with it; a last message takes each gradient to its owner. */
 static int ring_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int l, int chunk, PxError *err)
@@ -613,15 +896,23 @@ static int ring_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int l, int ch
     const ModelDims *d = &c->d;
     const int qkv = d->q_loc + d->kv2_loc, kv2 = d->kv2_loc;
     const size_t blk_bytes = ring_block(c) * c->ab;
-    ring_own_block(r, a);
-    c->k->memset0(ring_slot(r, 0, 1), blk_bytes);
     c->k->memset0(r->W->dqkv, (size_t)d->b * d->s_loc * qkv * c->ab);
     const int g = exec_meter_comm_op(r->M, c, MODEL_OPR_CORE, l, chunk, MODEL_BWD, MODEL_CP_P2P,
                                      err);
     if (g < 0)
         return PX_ERUNTIME;
     int cur = 0, rc;
-    for (int step = 0; step < d->c; step++, cur ^= 1) {
+    if (fp8_on(c)) {
+        ring8_bwd_inputs(r, a, l);
+        c->k->memset0(ring8_at(r, 3), (size_t)d->c * blk_bytes);
+        if ((rc = ring8_pass(r, a, NULL, NULL, g, MODEL_BWD, ring8_block_bwd, err)) ||
+            (rc = ring8_dkv_home(r, l, chunk, err)))
+            return rc;
+    } else {
+        ring_own_block(r, a);
+        c->k->memset0(ring_slot(r, 0, 1), blk_bytes);
+    }
+    for (int step = 0; !fp8_on(c) && step < d->c; step++, cur ^= 1) {
         const int src = (c->g.cp_rank - step + d->c) % d->c, more = step + 1 < d->c;
         void *dblk = ring_slot(r, cur, 1);
         int rq = -1, sq = -1, drq = -1, dsq = -1;
@@ -638,7 +929,9 @@ static int ring_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int l, int ch
             (rc = ring_wait(r, g, &drq, &dsq, err)))
             return rc;
     }
-    if (exec_mla_on(c))
+    if (fp8_on(c))
+        ; /* ring8_dkv_home wrote them */
+    else if (exec_mla_on(c))
         mla_kv_rows(c, ring_slot(r, cur, 1), r->W->dqkv, 1);
     else
         for (size_t n = 0; n < (size_t)d->b * d->s_loc; n++)
