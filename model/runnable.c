@@ -38,8 +38,8 @@ static const char *fp8_gather_limit(const ModelSpec *s, const ModelDims *d)
     const ModelFp8Recipe r = s->job.fp8;
     return r == MODEL_FP8_MXFP8 && !below
                ? "fp8_param_gather with MXFP8 runs below ZeRO-3 (--zero 0 or 1: the updated "
-                 "weights gathered in 16 bits, each rank quantizing them); ZeRO-3's gathers of "
-                 "both MXFP8 copies with their scales (Megatron-FSDP's) are not run"
+                 "weights gathered in their own dtype, each rank quantizing them); ZeRO-3's "
+                 "gathers of both MXFP8 copies with their scales (Megatron-FSDP's) are not run"
            : r == MODEL_FP8_BLOCKWISE && !below
                ? "fp8_param_gather runs with a per-tensor scale (--fp8-recipe tensorwise or "
                  "delayed) under ZeRO-3, whose gathers quantize a weight with one scale; "

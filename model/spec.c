@@ -521,9 +521,9 @@ static int check_fp8_gather(const ModelLayout *l, const ModelJob *j, PxError *er
 {
     if (j->fp8 == MODEL_FP8_MXFP8 && j->fp8_param_gather && l->zero == 2)
         return rule_fail(err, MODEL_RULE_JOB,
-                         "fp8_param_gather with MXFP8 gathers the updated weights in 16 bits "
-                         "into the whole gradient buffer (Megatron-LM's distributed optimizer), "
-                         "which zero 2 shards: use --zero 1, 0 or 3");
+                         "fp8_param_gather with MXFP8 gathers the updated weights in their own "
+                         "dtype into the whole gradient buffer (Megatron-LM's distributed "
+                         "optimizer), which zero 2 shards: use --zero 1, 0 or 3");
     return PX_OK;
 }
 

@@ -266,7 +266,7 @@ printf '{"name": "z", "family": "gpt", "layers": 4, "hidden": 64, "heads": 4, "v
   --gbs 4 --mbs 2 --seq 16 --steps 1 -o "$tmp/pg.json" >/dev/null
 expect 2 "pg.json: training.fp8 mxfp8: the executor runs FP8 GEMMs with limits: fp8_param_gather with MXFP8 runs below ZeRO-3" \
   run "$tmp/pg.json"
-expect 2 "fp8_param_gather with MXFP8 gathers the updated weights in 16 bits into the whole gradient buffer" \
+expect 2 "fp8_param_gather with MXFP8 gathers the updated weights in their own dtype into the whole gradient buffer" \
   simulate --model "$tmp/z.json" --cluster dgx-b200 --gpus 2 --zero 2 --fp8-recipe mxfp8 --fp8-param-gather
 expect 0 "" plan --model tiny-moe --cluster local --gpus 2 --gbs 8 --ep 2 --moe-dispatcher allgather \
   --moe-capacity-factor 1 -o "$tmp/ag.json"

@@ -428,8 +428,8 @@ static void test_mxfp8_gather(void)
     model_ops_free(&g);
     s.layout.zero = 2;
     CHECK_EQ_INT(PX_EINPUT, model_spec_check(&s, 32, &d, &err));
-    CHECK(strstr(err.msg, "fp8_param_gather with MXFP8 gathers the updated weights in 16 bits") !=
-          NULL);
+    CHECK(strstr(err.msg, "fp8_param_gather with MXFP8 gathers the updated weights in their own "
+                          "dtype into the whole gradient buffer") != NULL);
 }
 
 /* ZeRO-3's FP8 gather in buckets: the block's wire image (the ranks' parts, act and FP8 bytes)

@@ -50,7 +50,7 @@ int exec_pg_init(ExecFp8Gather *G, struct ExecFp8 *F, const ExecCtx *c, const Ex
     G->on = c->spec.layout.zero == 3;
     G->after = !G->on;
     G->fp8 = F;
-    /* MXFP8: no scale travels or is all-reduced (exec_pg_mx_updated), an entry a matrix */
+    /* MXFP8: no scale travels or is all-reduced (mx_updated), an entry a matrix */
     const int mx = c->spec.job.fp8 == MODEL_FP8_MXFP8;
     const size_t nb = (size_t)(P->nb > 0 ? P->nb : 1);
     G->w_of = exec_zalloc((size_t)P->n, sizeof *G->w_of);
@@ -814,8 +814,9 @@ static int block_updated(ExecFp8Gather *G, const ExecCtx *c, ExecParams *P, Exec
             continue;
         }
         for (int g = 0; g < G->fp8->w[i].groups && !rc; g++)
-            rc = c->spec.job.fp8 == MODEL_FP8_MXFP8 ? mx_matrix(G, c, P, i, g, comm, kind, err)
-                                                    : matrix_updated(G, c, P, i, g, comm, kind, err);
+            rc = c->spec.job.fp8 == MODEL_FP8_MXFP8
+                     ? mx_matrix(G, c, P, i, g, comm, kind, err)
+                     : matrix_updated(G, c, P, i, g, comm, kind, err);
     }
     const uint64_t padded = blk->shard * (uint64_t)blk->group;
     if (comm && !rc && padded > blk->numel) {
