@@ -934,13 +934,18 @@ static int block_group(const ModelDims *d, const ModelTensorTable *tt, int b)
 
 /* Bytes of block b's parameters gathered over `group` ranks (padded to a multiple of it): the
  * weights' dtype, one byte for the FP8 GEMMs' weights kept in FP8 (--fp8-param-gather; their
- * scales are not counted). */
+ * scales are not counted). MXFP8's below ZeRO-3 travel in the weights' dtype: an E8M0 scale
+ * a block of 32 along each copy's own axis, no rank can quantize its flat shard into the
+ * whole weight's copies, so Megatron-LM's distributed optimizer gathers the updated weights
+ * in bf16 (into the gradient buffer: param_and_grad_buffer.py's shared_buffer) and each rank
+ * quantizes them (_post_param_sync; exec/train/fp8gather.c's mx_matrix). */
 static double block_param_bytes(const ModelSpec *s, const ModelDims *d, const ModelBlock *b,
                                 int group)
 {
     const double pe = (double)px_dtype_bytes(d->param);
     const double padded = (double)px_round_up(b->numel, (uint64_t)group);
-    if (!d->fp8 || !s->job.fp8_param_gather)
+    if (!d->fp8 || !s->job.fp8_param_gather ||
+        (s->job.fp8 == MODEL_FP8_MXFP8 && s->layout.zero < 3))
         return padded * pe;
     return (padded - (double)b->fp8_numel) * pe + (double)b->fp8_numel;
 }
@@ -1703,8 +1708,11 @@ static void step_optimizer(Emit *e, const ModelTensorTable *tt)
     for (int i = 0; i < tt->n_blocks; i++)
         fp8_numel += (double)tt->blocks[i].fp8_numel * tt->blocks[i].repeat;
     double cast = 0;
+    /* MXFP8's FP8 parameters are quantized by every rank from the gathered 16-bit values, as
+     * the weights' copies are without the flag (block_param_bytes) */
+    const int own_cast = s->job.fp8_param_gather && s->job.fp8 != MODEL_FP8_MXFP8;
     if (d->fp8 && zero < 3)
-        cast = s->job.fp8_param_gather ? fp8_numel * (d->fp8_wt ? 2.0 : 0.0)
+        cast = own_cast ? fp8_numel * (d->fp8_wt ? 2.0 : 0.0)
                                        : fp8_numel * (pe + 1.0 + (d->fp8_wt ? 1.0 : 0.0));
     /* + one read of every local gradient for the gradient norm (under a pipeline ZeRO-2/3
      * hold the stage's accumulated gradients whole, as ZeRO-1 does, and are priced alike) */

@@ -30,15 +30,16 @@ const char *model_exec_cp_limit(const ModelSpec *s, const ModelDims *d)
  * buckets of equal bytes at pp 1; under a pipeline once a step, a call a block whatever the
  * bucket size), and below ZeRO-3 the gather of the updated weights after the step (none
  * without ZeRO), quantized from the updated fp32 master, with a per-tensor scale or
- * blockwise's 128 x 128 tiles. */
+ * blockwise's 128 x 128 tiles; MXFP8's gathered in the act dtype into the gradients' places
+ * and quantized by every rank (ZeRO-2 is model/spec.c's rule). */
 static const char *fp8_gather_limit(const ModelSpec *s, const ModelDims *d)
 {
     const int below = s->layout.zero < 3;
     const ModelFp8Recipe r = s->job.fp8;
-    return r == MODEL_FP8_MXFP8
-               ? "fp8_param_gather runs with a per-tensor scale (--fp8-recipe tensorwise or "
-                 "delayed) or blockwise's tiles, not MXFP8's blocks (its column-wise copy needs "
-                 "the weights' own values, which an FP8 gather does not bring)"
+    return r == MODEL_FP8_MXFP8 && !below
+               ? "fp8_param_gather with MXFP8 runs below ZeRO-3 (--zero 0 or 1: the updated "
+                 "weights gathered in their own dtype, each rank quantizing them); ZeRO-3's "
+                 "gathers of both MXFP8 copies with their scales (Megatron-FSDP's) are not run"
            : r == MODEL_FP8_BLOCKWISE && !below
                ? "fp8_param_gather runs with a per-tensor scale (--fp8-recipe tensorwise or "
                  "delayed) under ZeRO-3, whose gathers quantize a weight with one scale; "

@@ -511,6 +511,22 @@ static int check_job(ModelJob *j, PxError *err)
     return check_fp8(j, err);
 }
 
+/* --fp8-param-gather with MXFP8 below ZeRO-3 gathers the updated weights in the weights'
+ * dtype into the gradient buffer, free after the update, and each rank quantizes them itself
+ * (Megatron-LM's distributed optimizer: param_and_grad_buffer.py's shared_buffer, param_data a
+ * view of grad_data, whenever a parameter is an MXFP8Tensor). ZeRO-2 holds no whole gradients
+ * to land them in, and Megatron-LM has no ZeRO-2 beside its distributed optimizer (ZeRO-1's
+ * sharding): no job to price. */
+static int check_fp8_gather(const ModelLayout *l, const ModelJob *j, PxError *err)
+{
+    if (j->fp8 == MODEL_FP8_MXFP8 && j->fp8_param_gather && l->zero == 2)
+        return rule_fail(err, MODEL_RULE_JOB,
+                         "fp8_param_gather with MXFP8 gathers the updated weights in their own "
+                         "dtype into the whole gradient buffer (Megatron-LM's distributed "
+                         "optimizer), which zero 2 shards: use --zero 1, 0 or 3");
+    return PX_OK;
+}
+
 /* The ring (cp_comm p2p) runs the fused attention core only, as Megatron-LM's does: its context
  * parallelism is Transformer Engine's, whose ring runs FlashAttention or cuDNN's fused attention
  * and whose unfused attention refuses context parallelism. Unfused, each ring step would save
@@ -660,7 +676,8 @@ int model_spec_check(ModelSpec *sp, int gpus, ModelDims *d, PxError *err)
     ProfFramework fw;
     if ((rc = check_degrees(l, gpus, err)) || (rc = check_tensor_split(c, l, s, err)) ||
         (rc = check_pipeline(c, l, err)) || (rc = check_batch(j, l, s, &m, err)) ||
-        (rc = check_job(j, err)) || (rc = check_cp_core(l, j, err)) ||
+        (rc = check_job(j, err)) || (rc = check_fp8_gather(l, j, err)) ||
+        (rc = check_cp_core(l, j, err)) ||
         (rc = check_experts(c, l, j, err)) ||
         (rc = apply_framework(j, l, &op, &eager, &fa2, &fw, err)))
         return rc;

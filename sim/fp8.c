@@ -103,7 +103,11 @@ void sim_fp8_effect_print(FILE *f, const SimResult *r, const SimFp8Effect *e)
     fprintf(f, "\nFP8 (%s recipe, %s format%s%s) against the same layout in %s\n",
             model_fp8_recipe_name(j->fp8), model_fp8_format_name(j->fp8_format),
             r->dims.fp8_wt ? ", transposed copies" : "",
-            j->fp8_param_gather ? ", FP8 parameters gathered in FP8" : "", lo);
+            !j->fp8_param_gather ? ""
+            : j->fp8 == MODEL_FP8_MXFP8 && r->spec.layout.zero < 3
+                ? ", FP8 parameters gathered in 16 bits" /* model/ops.c's block_param_bytes */
+                : ", FP8 parameters gathered in FP8",
+            lo);
     fprintf(f, "%-28s %10s %10s %8s\n", "time per step (s)", "fp8", lo, "speedup");
     fprintf(f, "%-28s %10.3f %10.3f %7.2fx\n", "step", e->step_s, e->base_step_s,
             e->step_s > 0 ? e->base_step_s / e->step_s : 0.0);

@@ -112,6 +112,12 @@ static const Layout layouts[] = {
     {"dp2_zero1_fp8pg", 2, "--dp 2 --tp 1 --pp 1 --zero 1 --fp8-param-gather --no-sp " PIN1,
      "--precision fp8 --fp8-recipe blockwise --set device.fp8_tn_only=0",
      "--dp 2 --tp 1 --pp 1 --zero 1 --no-sp " PIN1, 0},
+    /* MXFP8 below ZeRO-3 (Megatron's distributed optimizer): the updated shards gathered in
+     * bf16 into the fp32 gradients' places and quantized by each rank into both copies, as the
+     * cast without the flag quantizes the bf16 weights: bit for bit its losses (the plans'
+     * H100 given MXFP8 tensor cores, B200's 4.5e15 dense FP8 FLOP/s, profiles/devices/b200.json) */
+    {"dp2_zero1_fp8pg_mxfp8", 2, "--dp 2 --tp 1 --pp 1 --zero 1 --fp8-param-gather --no-sp " PIN1,
+     "--precision fp8 --fp8-recipe mxfp8 --set device.peak_flops.mxfp8=4.5e15", "--dp 2 --tp 1 --pp 1 --zero 1 --no-sp " PIN1, 0},
     /* context parallelism (tiny-llama: GQA, RoPE): K and V all-gathered; Ulysses' all-to-alls;
      * the ring below */
     {"llama_cp2_allgather", 2, "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type allgather --zero 0 --no-sp " PIN1,

@@ -153,6 +153,15 @@ static const Layout layouts[] = {
      "--fp8-recipe blockwise --mbs 1", 3, 0, NULL, 1e-3},
     {"dp2_zero0_fp8pg_tensorwise", 2, "--dp 2 --tp 1 --pp 1 --zero 0 --fp8-param-gather --no-sp " PIN1,
      "--fp8-recipe tensorwise --mbs 1", 3, 0, NULL, 1e-3},
+    /* MXFP8 (Megatron's distributed optimizer: an MXFP8 scale is a block's of 32 along each
+     * copy's own axis): the updated shards gathered in the act dtype into the gradients'
+     * places, each rank quantizing the whole weights into both copies, no amax all-reduce
+     * (fp8gather.c's mx_matrix): the same values as the cast without the flag, bit for bit
+     * (check_cast_twin); tp 2 with SP, whose row- and column-parallel weights are cut by TP */
+    {"dp2_zero1_fp8pg_mxfp8", 2, "--dp 2 --tp 1 --pp 1 --zero 1 --fp8-param-gather --no-sp " PIN1,
+     "--fp8-recipe mxfp8 --mbs 1", 3, 0, NULL, 1e-3},
+    {"tp2_sp_dp2_zero1_fp8pg_mxfp8", 4, "--dp 2 --tp 2 --pp 1 --zero 1 --fp8-param-gather --sp " PIN1,
+     "--fp8-recipe mxfp8 --mbs 1", 3, 0, NULL, 1e-3},
     /* sharded data parallelism (docs/executor.md, "Sharded data parallelism"): DeepSpeed's
      * ZeRO-3 gathers each layer again for its recomputed forward (dp2_zero3 runs --fsdp's one
      * gather); the forward's gathers kept for the backward; two layers prefetched with the
@@ -629,7 +638,8 @@ static void check_layout(const Layout *L)
      * layout a way of gathering: the second run costs CI time) */
     if (!strcmp(L->name, "dp2_zero3_fp8pg_tensorwise") || !strcmp(L->name, "dp2_pp2_zero3_fp8pg_tensorwise") ||
         !strcmp(L->name, "dp2_zero3_fp8pg_tensorwise_buckets") ||
-        !strcmp(L->name, "dp2_zero1_fp8pg_tensorwise") || !strcmp(L->name, "dp2_zero1_fp8pg_blockwise"))
+        !strcmp(L->name, "dp2_zero1_fp8pg_tensorwise") || !strcmp(L->name, "dp2_zero1_fp8pg_blockwise") ||
+        !strcmp(L->name, "dp2_zero1_fp8pg_mxfp8") || !strcmp(L->name, "tp2_sp_dp2_zero1_fp8pg_mxfp8"))
         check_cast_twin(L, ms);
 
     /* memory, communication, FLOPs and ops of every rank against its stage's prediction */

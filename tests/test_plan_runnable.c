@@ -322,7 +322,7 @@ int main(void)
 
     /* --fp8-param-gather: below ZeRO-3 with a per-tensor scale or blockwise's tiles (fp32 on
      * the CPU, bf16 on CUDA), but not blockwise's with transposed copies, under ZeRO-3 or
-     * with the optimizer offloaded, nor MXFP8's */
+     * with the optimizer offloaded, nor MXFP8's under ZeRO-3 */
     {
         ModelSpec s = request("tiny", 2, 8).base;
         s.job.precision = PX_FP32;
@@ -349,11 +349,22 @@ int main(void)
         CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));
         CHECK(strstr(why, "delayed) under ZeRO-3, whose gathers quantize a weight with one scale") !=
               NULL);
+        /* MXFP8 below ZeRO-3 (gathered in the act dtype, quantized by each rank), not under it
+         * (Megatron-FSDP's gathers of both copies); ZeRO-2 is no job (model/spec.c) */
         s.layout.zero = 1, s.job.fp8 = MODEL_FP8_MXFP8;
         CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        s.layout.zero = 0;
+        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        s.layout.zero = 3;
+        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
         CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));
-        CHECK(strstr(why, "not MXFP8's blocks (its column-wise copy needs the weights' own values") !=
-              NULL);
+        CHECK(strstr(why, "fp8_param_gather with MXFP8 runs below ZeRO-3 (--zero 0 or 1") != NULL);
+        s.layout.zero = 2;
+        CHECK_EQ_INT(PX_EINPUT, model_spec_check(&s, 2, &d, &err));
+        CHECK(strstr(err.msg, "which zero 2 shards: use --zero 1, 0 or 3") != NULL);
+        s.layout.zero = 1;
         s.job.fp8 = MODEL_FP8_TENSORWISE, s.layout.offload_optimizer = 1;
         CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
         CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));

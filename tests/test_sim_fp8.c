@@ -386,6 +386,52 @@ static void test_amax_groups(void)
     model_ops_free(&g);
 }
 
+/* --fp8-param-gather with MXFP8 below ZeRO-3 (Megatron-LM's distributed optimizer gathers the
+ * updated weights in bf16 into the gradient buffer and each rank quantizes them). Llama 3 70B,
+ * tp 4, pp 4, dp 2, ZeRO-1, stage 1 (layers 20 to 39): layer 20's gather carries its
+ * 213,909,504 FP8 GEMM elements and its two norms' 2 x 8192 in 2 bytes each, 427,851,776
+ * (tensorwise: 213,909,504 + 2 x 16,384), and no amax all-reduce; the step's casts read the
+ * 20 layers' 4,278,190,080 FP8 elements in bf16 and write the row-wise and column-wise copies:
+ * 4 bytes an element, 17,112,760,320 (as without the flag). ZeRO-2 is refused: no whole
+ * gradient buffer to land the gather in. */
+static void test_mxfp8_gather(void)
+{
+    PxError err = {0};
+    ModelSpec s = llama70b(MODEL_FP8_MXFP8, -1);
+    s.layout.pp = 4;
+    s.layout.vpp = 1;
+    s.layout.schedule = MODEL_SCHED_1F1B;
+    s.layout.zero = 1;
+    s.job.fp8_param_gather = 1;
+    ModelDims d;
+    CHECK_OK(model_spec_check(&s, 32, &d, &err), err); /* dp 2 */
+    ModelOpGraph g;
+    CHECK_OK(model_ops_build(&s, &d, 1, &g, &err), err);
+    int gathers = 0, amax = 0, optim = 0;
+    for (int i = 0; i < g.count; i++) {
+        const ModelOp *op = &g.op[i];
+        if (op->kind == MODEL_OP_COMM && op->comm == MODEL_DP_ALL_GATHER && op->layer == 20) {
+            CHECK_EQ_U64(427851776ull, op->comm_bytes);
+            CHECK_EQ_INT(1, op->calls);
+            gathers++;
+        }
+        if (op->kind == MODEL_OP_COMM && op->comm == MODEL_DP_ALLREDUCE && op->phase == MODEL_STEP)
+            amax++;
+        if (op->kind == MODEL_OP_OPTIMIZER) {
+            CHECK_REL(17112760320.0, op->fp8_cast_bytes, 1e-15);
+            optim++;
+        }
+    }
+    CHECK_EQ_INT(1, gathers);
+    CHECK_EQ_INT(0, amax);
+    CHECK_EQ_INT(1, optim);
+    model_ops_free(&g);
+    s.layout.zero = 2;
+    CHECK_EQ_INT(PX_EINPUT, model_spec_check(&s, 32, &d, &err));
+    CHECK(strstr(err.msg, "fp8_param_gather with MXFP8 gathers the updated weights in their own "
+                          "dtype into the whole gradient buffer") != NULL);
+}
+
 /* ZeRO-3's FP8 gather in buckets: the block's wire image (the ranks' parts, act and FP8 bytes)
  * cut into calls of equal bytes, the last padded. tiny in fp32 on dp 2 with 30 kB buckets: the
  * embedding's 20,480 elements (no FP8 weight: 81,920 bytes) in 3 calls of 27,307 (each rank's
@@ -625,6 +671,7 @@ int main(void)
     test_dispatch();
     test_amax_groups();
     test_bucketed_gather();
+    test_mxfp8_gather();
     test_effect();
     test_shared_gate();
     test_fp8_attention();

@@ -50,6 +50,8 @@ int exec_pg_init(ExecFp8Gather *G, struct ExecFp8 *F, const ExecCtx *c, const Ex
     G->on = c->spec.layout.zero == 3;
     G->after = !G->on;
     G->fp8 = F;
+    /* MXFP8: no scale travels or is all-reduced (mx_updated), an entry a matrix */
+    const int mx = c->spec.job.fp8 == MODEL_FP8_MXFP8;
     const size_t nb = (size_t)(P->nb > 0 ? P->nb : 1);
     G->w_of = exec_zalloc((size_t)P->n, sizeof *G->w_of);
     G->req8 = malloc(nb * sizeof *G->req8);
@@ -70,7 +72,7 @@ int exec_pg_init(ExecFp8Gather *G, struct ExecFp8 *F, const ExecCtx *c, const Ex
         for (int i = 0; i < P->n; i++) {
             if (F->w[i].p && !!P->b[P->p[i].block].experts == experts) {
                 G->w_of[i] = G->n_w;
-                G->n_w += F->w[i].groups * tiles_of(F, i);
+                G->n_w += F->w[i].groups * (mx ? 1 : tiles_of(F, i));
             }
         }
         G->n_dense = experts ? G->n_dense : G->n_w;
@@ -729,6 +731,62 @@ static int matrix_updated(ExecFp8Gather *G, const ExecCtx *c, const ExecParams *
     return rc;
 }
 
+/* ---- below ZeRO-3 with MXFP8: the updated weights gathered in the act dtype ---- */
+
+/* Megatron-LM's distributed optimizer with MXFP8 parameters (docs/fp8.md, "MXFP8 parameters
+ * below ZeRO-3"): an E8M0 scale a block of 32 elements, each copy (row-wise, column-wise) its
+ * own blocks, so no rank can quantize its shard of a weight into the copies of the whole; the
+ * updated shards travel in the act dtype into the gradient buffer, free after the update
+ * (megatron/core/distributed/param_and_grad_buffer.py: the shared_buffer, param_data a bf16
+ * view of grad_data, zeroed after the copy; distrib_optimizer.py's
+ * _copy_main_params_to_param_buffer), and every rank quantizes every weight from the whole
+ * values itself (_post_param_sync). No amax all-reduce: an MXFP8 scale is its block's. */
+
+/* Matrix g of parameter i: this rank's piece of the updated master cast to the act dtype into
+ * its place among the matrix's gradients (read by the update, cleared at the next step's
+ * start, as wide as the act dtype or wider: the matrix's values fit in its gradients' first
+ * bytes), the matrix gathered there in the act dtype (comm), and its row-wise copy (and
+ * column-wise one, w->qt) quantized from the whole, with scales of its own blocks, as
+ * exec_fp8_cast quantizes the act weight without the flag (the same values: bit for bit). */
+static int mx_matrix(ExecFp8Gather *G, const ExecCtx *c, const ExecParams *P, int i, int g,
+                     int comm, ModelComm kind, PxError *err)
+{
+    const ExecBlock *blk = &P->b[P->p[i].block];
+    const ExecFp8Weight *fw = &G->fp8->w[i];
+    uint64_t a, e;
+    const uint64_t m0 = own_piece(G, P, i, g, &a, &e);
+    void *land = EXEC_AT(blk->g, m0, c->gb);
+    if (e > a)
+        c->k->cast_to_act(EXEC_AT(land, a - m0, c->ab), blk->master + (a - blk->own_off),
+                          (size_t)(e - a));
+    const int rc =
+        comm ? gather_range(c, blk, land, m0, matrix_elems(G, i), c->act, kind, err) : PX_OK;
+    for (int t = fw->qt ? 1 : 0; t >= 0 && !rc; t--) {
+        const ExecFp8Ref r = exec_fp8_weight_ref(G->fp8, fw, g, t);
+        c->k->fp8_quantize((void *)r.q, NULL, land, &r.f, t, NULL);
+    }
+    return rc;
+}
+
+static int block_updated(ExecFp8Gather *G, const ExecCtx *c, ExecParams *P, ExecMeter *M, int b,
+                         PxError *err);
+
+/* The update's MXFP8 weights: block by block (block_updated with mx_matrix), on the gradients'
+ * places, which ZeRO-2 shards (model/spec.c refuses it: Megatron's distributed optimizer holds
+ * whole gradients). */
+static int mx_updated(ExecFp8Gather *G, const ExecCtx *c, ExecParams *P, ExecMeter *M,
+                      PxError *err)
+{
+    if (c->spec.layout.zero >= 2)
+        return px_fail(err, PX_ERUNTIME, "MXFP8 parameters gathered below ZeRO-3 need whole "
+                       "gradients (--zero 0 or 1; model/spec.c refuses ZeRO-2)");
+    int rc = PX_OK;
+    for (int b = 0; b < P->nb && !rc; b++)
+        if (P->b[b].fp8)
+            rc = block_updated(G, c, P, M, b, err);
+    return rc;
+}
+
 /* Block b (it holds FP8 parameters) after the update, under one op of the parameter
  * all-gather (model/ops.c's step_param_gathers: block_param_bytes, in one call): its act
  * parameters as the update left them and its FP8 matrices, each gathered in place, and the
@@ -756,7 +814,9 @@ static int block_updated(ExecFp8Gather *G, const ExecCtx *c, ExecParams *P, Exec
             continue;
         }
         for (int g = 0; g < G->fp8->w[i].groups && !rc; g++)
-            rc = matrix_updated(G, c, P, i, g, comm, kind, err);
+            rc = c->spec.job.fp8 == MODEL_FP8_MXFP8
+                     ? mx_matrix(G, c, P, i, g, comm, kind, err)
+                     : matrix_updated(G, c, P, i, g, comm, kind, err);
     }
     const uint64_t padded = blk->shard * (uint64_t)blk->group;
     if (comm && !rc && padded > blk->numel) {
@@ -775,6 +835,8 @@ int exec_pg_updated(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, 
     ExecFp8Gather *G = &Z->pg;
     if (!G->after || G->n_w == 0)
         return PX_OK;
+    if (c->spec.job.fp8 == MODEL_FP8_MXFP8)
+        return mx_updated(G, c, P, M, err);
     int first[2], rc = PX_OK;
     master_amax(G, c, P, first);
     /* without ZeRO every rank's amax is its whole weight's already */
