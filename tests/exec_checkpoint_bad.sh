@@ -7,8 +7,9 @@
 # - the directory: not creatable, no checkpoint to resume from, a checkpoint already there
 #   without --resume, the run already at the checkpoint's step;
 # - a shard truncated, with a flipped byte (CRC-32), missing; a manifest missing, malformed,
-#   without a key, with a key of the wrong type; a checkpoint of another model or layout, or of
-#   tiny-moe offered to tiny-moe with 4 experts (model.moe.experts named);
+#   without a key, with a key of the wrong type; a checkpoint of another model or layout, or
+#   without FP8 offered to an FP8 run (training.fp8_recipe named), or of tiny-moe offered to
+#   tiny-moe with 4 experts (model.moe.experts named);
 # - a checkpoint that cannot be written (its step directory taken by a file): status 1, the
 #   previous checkpoint resumes afterwards.
 # Usage: exec_checkpoint_bad.sh PARALLAX
@@ -49,6 +50,7 @@ plan() { # plan NAME KNOBS...
 plan tiny --model tiny
 plan llama --model tiny-llama
 plan zero1 --model tiny --zero 1
+plan fp8 --model tiny --fp8-recipe tensorwise
 plan moe --model tiny-moe
 # tiny-moe with 4 experts instead of 8, its model taken from the plan
 python3 - "$tmp/moe.json" "$tmp/moe4-model.json" <<'PY' || { echo "FAILED: tiny-moe with 4 experts"; exit 1; }
@@ -139,6 +141,9 @@ expect 2 "model.hidden: the checkpoint has 128, this run 64" resume hidden
 copy layout
 expect 2 "layout.zero: the checkpoint was written with 0, this run has 1" \
   "$px" run "$tmp/zero1.json" --quiet -o "$tmp/run.json" --checkpoint-dir "$tmp/layout" --resume
+copy recipe
+expect 2 "$tmp/recipe/$s/manifest.json: training.fp8_recipe: the checkpoint has \"none\", this run \"tensorwise\"" \
+  "$px" run "$tmp/fp8.json" --quiet -o "$tmp/run.json" --checkpoint-dir "$tmp/recipe" --resume
 
 # another expert count
 "$px" run "$tmp/moe.json" -o "$tmp/moe-run.json" --checkpoint-dir "$tmp/moe-ck" --checkpoint-every 2 \

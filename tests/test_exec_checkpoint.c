@@ -26,7 +26,15 @@
  * routing and dropout; refused by ep 1 on the same cp 2 naming layout.ep), llama_cp2
  * (tiny-llama, cp 2 over the ring) and
  * hsdp_zero3 (dp_shard 2 x dp_replicate 2; refused by ZeRO-3 over dp 4 naming
- * layout.dp_shard), label mpi.
+ * layout.dp_shard), label mpi; the newer layouts: dp2_zero1_fp8pg_delayed_adam8 (FP8 weights
+ * as the only weights below ZeRO-3, their histories, the fp32 master and adam-8bit's state;
+ * refused without --fp8-param-gather naming training.fp8_param_gather; label mpi),
+ * fp8_attention_delayed (the core's histories; refused without --fp8-attention naming
+ * training.fp8_attention), sac_fp8_delayed (op-level selective recompute), qwen_ep2 (a gated
+ * shared expert wider than the routed ones; label mpi) and llama_pp2_mtp2_stage0 (two
+ * prediction modules on a stage of their own, their mtp_loss bit for bit too; label mpi);
+ * dp2_zero1_fp8pg_tensorwise and gelu_ep2 run by name. A model changed from a named one
+ * (model_edits) is written from a one-rank plan's copy.
  * Usage: test_exec_checkpoint PARALLAX CASE [WORKER-EMU] (`list` prints the cases). */
 #include <errno.h>
 #include <time.h>
@@ -88,8 +96,53 @@ static const Case cases[] = {
     /* HSDP: ZeRO-3's shards over dp_shard 2, replicated dp_replicate 2 times (label mpi) */
     {"hsdp_zero3", "tiny", 4, "local", "--dp 4 --dp-shard 2 --dp-replicate 2 --tp 1 --pp 1 --zero 3 "
      "--mbs 2 --dropout 0.1 " PIN1, 0},
+    /* --fp8-param-gather below ZeRO-3 (Megatron's distributed optimizer): the FP8 weights are
+     * the parameters (no act copy of them), quantized from the fp32 master shards and gathered
+     * after the update: tensorwise, and delayed (the weights' amax histories of 2 entries, one
+     * a step, rolled over before the kill) with adam-8bit's codes and absmax (label mpi) */
+    {"dp2_zero1_fp8pg_tensorwise", "tiny", 2, "local", "--dp 2 --tp 1 --pp 1 --zero 1 "
+     "--fp8-param-gather --fp8-recipe tensorwise --mbs 1 " PIN1, 0},
+    {"dp2_zero1_fp8pg_delayed_adam8", "tiny", 2, "local", "--dp 2 --tp 1 --pp 1 --zero 1 "
+     "--fp8-param-gather --fp8-recipe delayed --fp8-amax-history 2 --optimizer adam-8bit --mbs 1 "
+     PIN1, 0},
+    /* FP8 attention with delayed scaling: the core's Q, K, V, O and dO histories (the QKV
+     * weight's <w>.fp8_amax, 4 entries, two micro-batches a step) */
+    {"fp8_attention_delayed", "tiny", 1, "local", "--dp 1 --tp 1 --pp 1 --zero 0 --mbs 4 "
+     "--fp8-recipe delayed --fp8-amax-history 4 --fp8-attention " PIN1, 0},
+    /* Qwen2-MoE's shape (a gated shared expert of 192 over ffn_hidden 176) and GeLU experts,
+     * tiny-moe over ep 2, routed for real: the shared expert's gate and the experts' shards
+     * (label mpi) */
+    {"qwen_ep2", "tiny-moe", 2, "local", "--dp 2 --tp 1 --pp 1 --ep 2 --zero 0 --mbs 2 " PIN1, 0},
+    {"gelu_ep2", "tiny-moe", 2, "local", "--dp 2 --tp 1 --pp 1 --ep 2 --zero 0 --mbs 2 " PIN1, 0},
+    /* torchtitan's op-level selective recompute with FP8 delayed scaling: the rerun matmuls
+     * quantize again and record no amax twice */
+    {"sac_fp8_delayed", "tiny", 1, "local", "--dp 1 --tp 1 --pp 1 --zero 0 --mbs 4 "
+     "--framework torchtitan --recompute selective --fp8-recipe delayed --fp8-amax-history 4 " PIN1, 0},
+    /* two prediction modules on a stage of their own after the first (tiny-llama, pp 2, the
+     * layout Et*4mm|L): the modules' weights and their optimizer state (label mpi) */
+    {"llama_pp2_mtp2_stage0", "tiny-llama", 2, "local", "--dp 1 --tp 1 --pp 2 --zero 0 --mbs 1 "
+     "--pipeline-model-parallel-layout 'Et*4mm|L' " PIN1, 0},
 };
 enum { N_CASES = sizeof cases / sizeof cases[0], STEPS = 6, EVERY = 3, KILL_AT = 5 };
+
+/* The cases whose model is the named one with some keys changed, as `KEY=VALUE ...` (a dotted
+ * path into the model's JSON; true, false, a number or a word); NULL: the model as named. */
+static const char *model_edits(const Case *C)
+{
+    static const struct {
+        const char *name, *edits;
+    } e[] = {
+        /* Qwen2-MoE's shared expert wider than the dense layers' MLP (Qwen2-57B-A14B's 20480
+         * over 18944), with its sigmoid gate */
+        {"qwen_ep2", "moe.shared_gate=true moe.shared_ffn=192"},
+        {"gelu_ep2", "mlp=gelu"},
+        {"llama_pp2_mtp2_stage0", "mtp_layers=2"},
+    };
+    for (size_t i = 0; i < sizeof e / sizeof e[0]; i++)
+        if (!strcmp(e[i].name, C->name))
+            return e[i].edits;
+    return NULL;
+}
 
 static const char *px, *worker;
 
@@ -123,6 +176,12 @@ static void same_losses(const cJSON *ref, const cJSON *run, int from, int to, co
         const double x = num(a, "loss"), y = num(b, "loss");
         printf("  %4d  %.9g (%a)   %.9g (%a)%s\n", k, x, x, y, y, bits(x) == bits(y) ? "" : "  DIFFERS");
         bad |= bits(x) != bits(y);
+        if (cJSON_GetObjectItemCaseSensitive(a, "mtp_loss")) { /* the prediction modules' */
+            const double u = num(a, "mtp_loss"), v = num(b, "mtp_loss");
+            printf("        mtp_loss %.9g (%a)   %.9g (%a)%s\n", u, u, v, v,
+                   bits(u) == bits(v) ? "" : "  DIFFERS");
+            bad |= bits(u) != bits(v);
+        }
         if (cJSON_GetObjectItemCaseSensitive(a, "loss_scale"))
             bad |= num(a, "loss_scale") != num(b, "loss_scale");
     }
@@ -173,10 +232,61 @@ static void refused(const char *run, const char *what, const char *needle)
     free(log);
 }
 
+/* tmp/FILE: the model of tmp/plan.json with EDITS (`KEY=VALUE ...`, model_edits) applied (a key
+ * not there is added: the model's loader refuses one it does not know). */
+static void write_model(const char *edits, const char *file)
+{
+    cJSON *plan = read_json("plan.json");
+    cJSON *model = cJSON_DetachItemFromObjectCaseSensitive(plan, "model");
+    char buf[256];
+    px_strlcpy(buf, edits, sizeof buf);
+    for (char *save = NULL, *kv = strtok_r(buf, " ", &save); kv; kv = strtok_r(NULL, " ", &save)) {
+        char *val = strchr(kv, '=');
+        CHECK(val != NULL);
+        *val++ = '\0';
+        cJSON *obj = model;
+        char *key = kv, *dot;
+        while ((dot = strchr(key, '.'))) { /* down the dotted path */
+            *dot = '\0';
+            obj = cJSON_GetObjectItemCaseSensitive(obj, key);
+            CHECK(cJSON_IsObject(obj));
+            key = dot + 1;
+        }
+        char *end;
+        const double x = strtod(val, &end);
+        cJSON *v = !strcmp(val, "true") || !strcmp(val, "false") ? cJSON_CreateBool(*val == 't')
+                   : *end == '\0'                                 ? cJSON_CreateNumber(x)
+                                                                  : cJSON_CreateString(val);
+        if (cJSON_GetObjectItemCaseSensitive(obj, key))
+            cJSON_ReplaceItemInObjectCaseSensitive(obj, key, v);
+        else
+            cJSON_AddItemToObject(obj, key, v);
+    }
+    char path[400];
+    snprintf(path, sizeof path, "%s/%s", tmp, file);
+    char *text = cJSON_Print(model);
+    FILE *f = fopen(path, "w");
+    CHECK(f && text && fputs(text, f) >= 0 && fclose(f) == 0);
+    free(text);
+    cJSON_Delete(model);
+    cJSON_Delete(plan);
+}
+
 static void check_case(const Case *C)
 {
+    /* an edited model: the named one's keys changed (its copy in a one-rank plan) */
+    const char *edits = model_edits(C);
+    char model[400];
+    snprintf(model, sizeof model, "%s", C->model);
+    if (edits) {
+        run_expect(0, run_sh("%s plan --model %s --cluster %s --gpus 1 --gbs 8 --steps %d --dp 1 "
+                            "--tp 1 --pp 1 --zero 0 --mbs 4 " PIN1 " -o %s/plan.json",
+                            px, C->model, C->cluster, STEPS, tmp), "parallax plan (the model to edit)");
+        write_model(edits, "model.json");
+        snprintf(model, sizeof model, "%s/model.json", tmp);
+    }
     run_expect(0, run_sh("%s plan --model %s --cluster %s --gpus %d --gbs 8 --steps %d %s -o %s/plan.json",
-                        px, C->model, C->cluster, C->gpus, STEPS, C->knobs, tmp), "parallax plan");
+                        px, model, C->cluster, C->gpus, STEPS, C->knobs, tmp), "parallax plan");
     /* `parallax run` (mpirun for several ranks), or the emulator's worker (through mpirun for
      * several: two ranks share the emulated GPU, over MPI staged through host memory) */
     char run[1024];
@@ -289,6 +399,23 @@ static void check_case(const Case *C)
                 "checkpoint's layout dp 4 tp 1 pp 1 cp 1 vpp 1 zero 3 dp_shard 2 dp_replicate 2, "
                 "this run's dp 4 tp 1 pp 1 cp 1 vpp 1 zero 3 dp_shard 4 dp_replicate 1)");
     }
+    if (!strcmp(C->name, "dp2_zero1_fp8pg_delayed_adam8")) {
+        /* the same job with act weights: the FP8 ones cannot stand in for them */
+        run_expect(0, run_sh("%s plan --model tiny --cluster local --gpus 2 --gbs 8 --steps 9 --dp 2 "
+                            "--tp 1 --pp 1 --zero 1 --fp8-recipe delayed --fp8-amax-history 2 "
+                            "--optimizer adam-8bit --mbs 1 " PIN1 " -o %s/plan.json", px, tmp),
+                   "parallax plan (no FP8 parameters)");
+        refused(run, "a run without --fp8-param-gather on its checkpoint",
+                "training.fp8_param_gather: the checkpoint has true, this run false");
+    }
+    if (!strcmp(C->name, "fp8_attention_delayed")) {
+        /* without FP8 attention the QKV weight's histories have no columns for the core */
+        run_expect(0, run_sh("%s plan --model tiny --cluster local --gpus 1 --gbs 8 --steps 9 --dp 1 "
+                            "--tp 1 --pp 1 --zero 0 --mbs 4 --fp8-recipe delayed --fp8-amax-history 4 "
+                            PIN1 " -o %s/plan.json", px, tmp), "parallax plan (no FP8 attention)");
+        refused(run, "a run without --fp8-attention on its checkpoint",
+                "training.fp8_attention: the checkpoint has true, this run false");
+    }
     if (!strcmp(C->name, "moe_ep2_cp2")) {
         /* the same dense layout with every expert on each rank */
         run_expect(0, run_sh("%s plan --model tiny-moe --cluster local --gpus 2 --gbs 8 --steps 9 "
@@ -309,19 +436,7 @@ static void check_case(const Case *C)
                 "layout dp 2 tp 1 pp 2 cp 1 vpp 1 zero 0 ep 2 etp 1, this run's dp 2 tp 1 pp 2 "
                 "cp 1 vpp 1 zero 0 ep 1 etp 1)");
         /* another expert count: tiny-moe with 4 experts (its model from the plan's copy) */
-        cJSON *plan = read_json("plan.json");
-        cJSON *model = cJSON_DetachItemFromObjectCaseSensitive(plan, "model");
-        cJSON *moe = cJSON_GetObjectItemCaseSensitive(model, "moe");
-        CHECK(moe && cJSON_GetObjectItemCaseSensitive(moe, "experts"));
-        cJSON_ReplaceItemInObjectCaseSensitive(moe, "experts", cJSON_CreateNumber(4));
-        char path[400];
-        snprintf(path, sizeof path, "%s/moe4.json", tmp);
-        char *text = cJSON_Print(model);
-        FILE *f = fopen(path, "w");
-        CHECK(f && text && fputs(text, f) >= 0 && fclose(f) == 0);
-        free(text);
-        cJSON_Delete(model);
-        cJSON_Delete(plan);
+        write_model("moe.experts=4", "moe4.json");
         run_expect(0, run_sh("%s plan --model %s/moe4.json --cluster local --gpus 4 --gbs 8 --steps 9 "
                             "--dp 2 --tp 1 --pp 2 --ep 2 --zero 0 --mbs 2 " PIN1 " -o %s/plan.json",
                             px, tmp, tmp), "parallax plan (4 experts)");

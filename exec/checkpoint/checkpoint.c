@@ -539,6 +539,43 @@ static int check_model(const CkptState *st, const cJSON *mm, const char *where, 
     return rc;
 }
 
+/* The FP8 settings that shape the state (PX_EINPUT naming the first that differs, else PX_OK):
+ * the recipe (which copies, scales and histories the weights arena holds), the FP8 parameters
+ * (--fp8-param-gather: the FP8 weights held in place of the act ones) and the transposed
+ * copies; under delayed scaling the histories' length and the columns FP8 attention and the
+ * FP8 dispatch add. Without this the shard's size would refuse most of these, naming neither
+ * the setting nor the values. A job without FP8 records none of these keys (its recipe reads
+ * as none); past the recipe a manifest without a key is not checked on it. */
+static int check_fp8(const cJSON *job, const cJSON *mt, const char *where, PxError *err)
+{
+    static const char *const keys[] = {"fp8_recipe",       "fp8_param_gather", "fp8_transpose",
+                                       "fp8_amax_history", "fp8_attention",    "fp8_dispatch"};
+    enum { N_ALWAYS = 3 };
+    /* the recipe: a job without FP8 has none of these keys */
+    const char *have = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(job, "fp8_recipe"));
+    const char *was = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(mt, "fp8_recipe"));
+    have = have ? have : "none";
+    was = was ? was : "none";
+    if (strcmp(have, was) != 0)
+        return px_fail(err, PX_EINPUT, "%s training.fp8_recipe: the checkpoint has \"%s\", this run "
+                       "\"%s\": %s", where, was, have, ck_tail);
+    const int on = strcmp(have, "none") != 0, delayed = !strcmp(have, "delayed");
+    for (int i = 1; i < (int)(sizeof keys / sizeof keys[0]); i++) {
+        if (!on || (i >= N_ALWAYS && !delayed))
+            break;
+        const cJSON *mine = cJSON_GetObjectItemCaseSensitive(job, keys[i]);
+        const cJSON *other = cJSON_GetObjectItemCaseSensitive(mt, keys[i]);
+        if (!other || cJSON_Compare(mine, other, 1))
+            continue;
+        char a[128], b[128];
+        json_text(other, a, sizeof a);
+        json_text(mine, b, sizeof b);
+        return px_fail(err, PX_EINPUT, "%s training.%s: the checkpoint has %s, this run %s: %s",
+                       where, keys[i], a, b, ck_tail);
+    }
+    return PX_OK;
+}
+
 /* Refuses a checkpoint whose state another layout or model wrote (the key that differs named);
  * notes the training settings that differ, which change the trajectory but not the state. */
 static int check_compat(Ckpt *c, const CkptState *st, const cJSON *m, const char *where,
@@ -605,6 +642,8 @@ static int check_compat(Ckpt *c, const CkptState *st, const cJSON *m, const char
                          where, shaping[i], a, b, tail);
         }
     }
+    if (!rc)
+        rc = check_fp8(job, mt, where, err);
     if (!rc)
         cJSON_ArrayForEach(item, job)
         {

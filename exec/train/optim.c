@@ -208,6 +208,24 @@ static void step_range(const ExecCtx *c, const ExecParam *p, void *param, float 
     }
 }
 
+/* adam-8bit on a block that holds FP8 parameters below ZeRO-3: one call spans the block's
+ * parameters with a single act pointer, but only its other parameters have act weights, each
+ * a tensor of its own (params.c), so the calls refresh none and each of those parameters' act
+ * weights is cast from its updated master here (the rounding the kernels' refresh does), before
+ * exec_pg_updated gathers them. */
+static void adam8_fp8_block_acts(const ExecCtx *c, const ExecParams *P)
+{
+    for (int i = 0; i < P->n; i++) {
+        const ExecParam *p = &P->p[i];
+        const ExecBlock *blk = &P->b[p->block];
+        uint64_t lo, hi;
+        if (!blk->fp8 || p->fp8 || !p->w || !blk->master || !exec_params_own(P, p, &lo, &hi))
+            continue;
+        const uint64_t st = c->spec.layout.zero == 0 ? lo : lo - blk->own_off;
+        c->k->cast_to_act(EXEC_AT(p->w, lo - p->off, c->ab), blk->master + st, (size_t)(hi - lo));
+    }
+}
+
 /* AdamW or SGD on this rank's part of every parameter, the clip and the loss scale's removal
  * folded into one multiplication of each gradient. */
 static void update(ExecOptim *O, const ExecCtx *c, ExecParams *P, double lr, float scale,
@@ -226,14 +244,17 @@ static void update(ExecOptim *O, const ExecCtx *c, ExecParams *P, double lr, flo
         void *w = zero == 3 ? EXEC_AT(blk->w_shard, lo - blk->own_off, c->ab)
                   : p->fp8  ? NULL
                             : EXEC_AT(p->w, lo - p->off, c->ab);
-        /* mixed precision: the update runs on the fp32 master, which refreshes the act copy */
-        void *param = blk->master ? w : NULL;
+        /* mixed precision: the update runs on the fp32 master, which refreshes the act copy
+         * (adam-8bit's on a block of FP8 parameters: adam8_fp8_block_acts) */
+        void *param = blk->master && !(A && blk->fp8 && zero < 3) ? w : NULL;
         float *master = blk->master ? blk->master + st : (float *)w;
         step_range(c, p, param, master, exec_optim_grad_at(c, P, p, lo), blk, st, n, lr, t,
                    scale, A, 0);
     }
-    if (A)
+    if (A) {
         adam8_run(c, A, 0);
+        adam8_fp8_block_acts(c, P);
+    }
 }
 
 /* adam-8bit's call, with the codes' values and the job's constants; the largest number of
