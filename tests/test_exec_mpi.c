@@ -73,6 +73,10 @@ static const Layout layouts[] = {
      "--dp 1 --tp 2 --pp 2 --zero 0 --sp --vpp 3 --schedule interleaved --mbs 1 "
      "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split",
      "--dropout 0.1 --recompute selective", 5, 0, "0,1,1,1,1,0", 0},
+    /* more than 64 chunks a rank (the executor's and the simulator's per-chunk counts were
+     * arrays of 64): 130 layers of tiny on pp 2 x vpp 65, a layer a chunk, 2 micro-batches */
+    {"pp2_vpp65", 2, "--dp 1 --tp 1 --pp 2 --zero 0 --no-sp --vpp 65 --schedule interleaved --mbs 1",
+     "--gbs 2 --seq 16", 2, 0, NULL, 0},
     {"pp2_embed_stage", 2, "--dp 1 --tp 1 --pp 2 --zero 0 --no-sp " PIN1 " --pipeline-model-parallel-layout 'E|t*4L'",
      "--dropout 0.1", 6, 0, "0,4", 0},
     /* FP8 GEMMs (docs/fp8.md): layouts that keep each GEMM whole (dp, pp, ZeRO; ZeRO-3 casts
@@ -373,20 +377,25 @@ static const char *cluster_for(const Layout *L)
     return path;
 }
 
-/* The layout's job: a *_sinks_* layout trains tiny-llama with GPT-OSS's attention sinks (a
- * model file in the scratch directory; the later --model wins). */
+/* The layout's job: a *_sinks_* layout trains tiny-llama with GPT-OSS's attention sinks, a
+ * *_vpp65 one tiny with 130 layers (a chunk of one layer each on pp 2 x vpp 65) (a model file
+ * in the scratch directory; the later --model wins). */
 static const char *job_of(const Layout *L)
 {
     static char job[900];
-    if (!strstr(L->name, "_sinks_"))
+    const int sinks = strstr(L->name, "_sinks_") != NULL;
+    if (!sinks && !strstr(L->name, "_vpp65"))
         return L->job;
     PxError err = {0};
     ModelConfig m;
-    CHECK_OK(model_config_load("tiny-llama", &m, &err), err);
-    m.attn_sinks = 1;
-    snprintf(m.name, sizeof m.name, "tiny-llama-sinks");
+    CHECK_OK(model_config_load(sinks ? "tiny-llama" : "tiny", &m, &err), err);
+    if (sinks)
+        m.attn_sinks = 1;
+    else
+        m.layers = 130;
+    snprintf(m.name, sizeof m.name, sinks ? "tiny-llama-sinks" : "tiny-130");
     char path[400];
-    snprintf(path, sizeof path, "%s/tiny-llama-sinks.json", tmp);
+    snprintf(path, sizeof path, "%s/%s.json", tmp, m.name);
     cJSON *j = model_config_to_json(&m);
     CHECK_OK(px_json_write_file(path, j, &err), err);
     cJSON_Delete(j);

@@ -291,7 +291,7 @@ int main(void)
         CHECK_EQ_U64(1ull * 64 * 128 * 4, role_bytes(&s, &d, MODEL_TR_WS_DFFN));
     }
 
-    /* the ring and the all-gather at any cp; Ulysses' cp bounded by its counts' array */
+    /* the ring, the all-gather and Ulysses at any cp */
     {
         ModelSpec s = request("tiny", 128, 128).base;
         s.job.precision = PX_FP32;
@@ -305,11 +305,17 @@ int main(void)
         s.layout.cp_comm = MODEL_CP_COMM_ALLGATHER;
         CHECK_OK(model_spec_check(&s, 128, &d, &err), err);
         CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        /* Ulysses too (once at most 64, its counts' array): 128 heads and KV heads, one a rank */
+        s.model.heads = s.model.kv_heads = 128, s.model.head_dim = 2;
+        s.layout.cp_comm = MODEL_CP_COMM_A2A;
+        CHECK_OK(model_spec_check(&s, 128, &d, &err), err);
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        CHECK(model_exec_cp_limit(&s, &d) == NULL);
     }
 
     /* --fp8-param-gather: below ZeRO-3 with a per-tensor scale or blockwise's tiles (fp32 on
-     * the CPU, bf16 on CUDA), but not blockwise's with transposed copies, under ZeRO-3 or
-     * with the optimizer offloaded, nor MXFP8's */
+     * the CPU, bf16 on CUDA), also with the optimizer offloaded, but not blockwise's with
+     * transposed copies or under ZeRO-3, nor MXFP8's */
     {
         ModelSpec s = request("tiny", 2, 8).base;
         s.job.precision = PX_FP32;
