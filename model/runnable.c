@@ -28,8 +28,8 @@ const char *model_exec_cp_limit(const ModelSpec *s, const ModelDims *d)
  * layers' weights with a per-tensor scale (the experts' over the expert-data-parallel group; in
  * buckets of equal bytes at pp 1; under a pipeline once a step, a call a block whatever the
  * bucket size), and below ZeRO-3 the gather of the updated weights after the step (none
- * without ZeRO), quantized from the updated fp32 master, with a per-tensor scale or
- * blockwise's 128 x 128 tiles. */
+ * without ZeRO), quantized from the updated fp32 master (with --offload-optimizer from the act
+ * values the host rounds it to), with a per-tensor scale or blockwise's 128 x 128 tiles. */
 static const char *fp8_gather_limit(const ModelSpec *s, const ModelDims *d)
 {
     const int below = s->layout.zero < 3;
@@ -45,8 +45,6 @@ static const char *fp8_gather_limit(const ModelSpec *s, const ModelDims *d)
            : r == MODEL_FP8_BLOCKWISE && d->fp8_wt
                ? "fp8_param_gather with blockwise runs without transposed copies (a TN-only "
                  "device's, fp8_transpose 1: the executor transposes a weight of one scale only)"
-           : below && s->layout.offload_optimizer
-               ? "below ZeRO-3 fp8_param_gather runs without --offload-optimizer"
                : NULL;
 }
 

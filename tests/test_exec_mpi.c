@@ -157,6 +157,13 @@ static const Layout layouts[] = {
      "--fp8-recipe blockwise --mbs 1", 3, 0, NULL, 1e-3},
     {"dp2_zero0_fp8pg_tensorwise", 2, "--dp 2 --tp 1 --pp 1 --zero 0 --fp8-param-gather --no-sp " PIN1,
      "--fp8-recipe tensorwise --mbs 1", 3, 0, NULL, 1e-3},
+    /* with the optimizer offloaded: the fp32 master and AdamW's state in host memory, the
+     * host's updated master rounded to the act dtype and copied up into the FP8 pieces'
+     * gradients' place, quantized there: bit for bit the offloaded layout without the flag
+     * (check_cast_twin), host bytes per category as the plan's host column */
+    {"dp2_zero1_fp8pg_offload_tensorwise", 2,
+     "--dp 2 --tp 1 --pp 1 --zero 1 --fp8-param-gather --offload-optimizer --no-sp " PIN1,
+     "--fp8-recipe tensorwise --mbs 1", 3, 0, NULL, 1e-3},
     /* sharded data parallelism (docs/executor.md, "Sharded data parallelism"): DeepSpeed's
      * ZeRO-3 gathers each layer again for its recomputed forward (dp2_zero3 runs --fsdp's one
      * gather); the forward's gathers kept for the backward; two layers prefetched with the
@@ -553,8 +560,8 @@ static void check_cast_twin(const Layout *L, const cJSON *steps)
     CHECK(at_flag != NULL);
     snprintf(lay, sizeof lay, "%.*s%s", (int)(at_flag - L->layout), L->layout,
              at_flag + strlen(flag));
-    sh(0, "%s plan --model tiny --cluster local --gpus %d --gbs 8 --steps %d %s %s -o %s/twin.json",
-       px, L->gpus, L->steps, lay, L->job, tmp);
+    sh(0, "%s plan --model tiny --cluster %s --gpus %d --gbs 8 --steps %d %s %s -o %s/twin.json",
+       px, cluster_for(L), L->gpus, L->steps, lay, L->job, tmp);
     sh(0, "timeout 600 %s run %s/twin.json --quiet -o %s/twin.run.json", px, tmp, tmp);
     cJSON *twin = read_json("twin.run.json");
     const cJSON *ts = at(twin, "steps", NULL);
@@ -614,7 +621,8 @@ static void check_layout(const Layout *L)
      * layout a way of gathering: the second run costs CI time) */
     if (!strcmp(L->name, "dp2_zero3_fp8pg_tensorwise") || !strcmp(L->name, "dp2_pp2_zero3_fp8pg_tensorwise") ||
         !strcmp(L->name, "dp2_zero3_fp8pg_tensorwise_buckets") ||
-        !strcmp(L->name, "dp2_zero1_fp8pg_tensorwise") || !strcmp(L->name, "dp2_zero1_fp8pg_blockwise"))
+        !strcmp(L->name, "dp2_zero1_fp8pg_tensorwise") || !strcmp(L->name, "dp2_zero1_fp8pg_blockwise") ||
+        !strcmp(L->name, "dp2_zero1_fp8pg_offload_tensorwise"))
         check_cast_twin(L, ms);
 
     /* memory, communication, FLOPs and ops of every rank against its stage's prediction */

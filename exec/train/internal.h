@@ -1110,6 +1110,12 @@ typedef struct {
     void *pad;                /* after: where a block's padding lands (group - 1 act elements) */
     size_t pad_bytes;
     float *host;              /* after: [n_w] host memory, the amaxes gathered run by run */
+    /* after, with the optimizer offloaded: the master lives on the host, which rounds the
+     * updated master to the act dtype into its gradient shards (ExecOptim's host_g: block b's
+     * from up_off[b] elements of the gradient dtype, packed in the act dtype); the pieces of the
+     * FP8 parameters are copied up from there, where they are cast on the device without it */
+    const void *up;
+    const uint64_t *up_off;
 } ExecFp8Gather;
 
 typedef struct ExecZero {
@@ -1353,6 +1359,12 @@ typedef struct {
  * not offload), and adam-8bit's call (its code tables and constants). */
 int exec_optim_offload_init(ExecOptim *O, const ExecCtx *c, const ExecParams *P, PxError *err);
 void exec_optim_offload_free(ExecOptim *O);
+/* The offloaded step's master (host memory) rounded to the act dtype into each block's host
+ * gradient shard (to nearest even, as the device's update kernels round), which the step has
+ * read: what goes up to the device after the step, and before the first step what FP8
+ * parameters below ZeRO-3 are quantized from (exec_pg_updated, G->up). Nothing without a
+ * master table (the CPU's fp32 weights: their host copy goes up as it is). */
+void exec_optim_offload_round(const ExecOptim *O, const ExecCtx *c, const ExecParams *P);
 
 typedef struct {
     double loss, lr, norm;

@@ -323,6 +323,19 @@ static int comm_memory(Exec *ex, PxError *err)
     return rc;
 }
 
+/* FP8 parameters below ZeRO-3 with the optimizer offloaded: the master is the host's, so they
+ * are quantized from the act values it rounds the master to (exec_pg_updated's G->up), the
+ * initial ones too. */
+static void pg_from_host(Exec *ex)
+{
+    ExecFp8Gather *G = &ex->zero.pg;
+    if (!G->after || !ex->c.spec.layout.offload_optimizer)
+        return;
+    G->up = ex->optim.host_g;
+    G->up_off = ex->optim.host_off;
+    exec_optim_offload_round(&ex->optim, &ex->c, &ex->params);
+}
+
 /* Every tensor of the table in its arena, bound to its part; the pools are what the simulator
  * counts for this schedule; the op graph indexed; the initial weights. */
 static int phase_memory(Exec *ex, PxError *err)
@@ -371,6 +384,7 @@ static int phase_memory(Exec *ex, PxError *err)
      * layer has its memory by then) */
     if ((rc = exec_fp8_start(&ex->fp8, c, err)) || (rc = comm_memory(ex, err)))
         return rc;
+    pg_from_host(ex);
     return exec_pg_updated(&ex->zero, c, &ex->params, NULL, err);
 }
 
