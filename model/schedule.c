@@ -154,7 +154,7 @@ static void interleaved_peak(const ModelDims *d, int stage, int *peak_live, int 
 int model_schedule_peak(const ModelDims *d, ModelSchedule sched, int stage, int *peak_live,
                         int *max_live)
 {
-    int *cur = calloc((size_t)d->v, sizeof *cur); /* each chunk's sets alive now */
+    int *cur = calloc((size_t)(d->v > 0 ? d->v : 1), sizeof *cur); /* each chunk's sets alive now */
     if (!cur)
         return PX_ERUNTIME;
     if (sched == MODEL_SCHED_INTERLEAVED && d->v > 1) {

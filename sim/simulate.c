@@ -130,7 +130,7 @@ static int stage_memory(const ModelSpec *s, const ModelDims *d, uint64_t runtime
     int extras = 0;
     for (int j = 0; j < d->v; j++)
         extras |= tt->act_chunk_bytes[j] != tt->act_layer_bytes[j];
-    int *max_live = calloc((size_t)d->v, sizeof *max_live); /* any number of virtual stages */
+    int *max_live = calloc((size_t)(d->v > 0 ? d->v : 1), sizeof *max_live); /* any number of virtual stages */
     if (!max_live ||
         (d->v > 1 && extras &&
          model_schedule_peak(d, s->layout.schedule, stage, &m->peak_live, max_live))) {

@@ -11,7 +11,7 @@ int exec_grid_init(ExecGrid *g, const ModelSpec *s, const ModelDims *d, int rank
 {
     memset(g, 0, sizeof *g);
     /* the chunks' four counts in one allocation, as many chunks as the stage holds */
-    if (!(g->chunk_g = calloc(4 * (size_t)d->v, sizeof *g->chunk_g)))
+    if (!(g->chunk_g = calloc(4 * (size_t)(d->v > 0 ? d->v : 1), sizeof *g->chunk_g)))
         return px_fail(err, PX_ERUNTIME, "out of memory for the stage's %d chunks", d->v);
     g->chunk_l0 = g->chunk_g + d->v;
     g->chunk_cl = g->chunk_l0 + d->v;

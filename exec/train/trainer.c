@@ -299,7 +299,7 @@ static int phase_parts(Exec *ex, PxError *err)
         !(ex->work.host_loss = calloc((size_t)c->d.b * (size_t)c->d.s_loc, sizeof(float))))
         return px_fail(err, PX_ERUNTIME, "out of memory");
     /* Ulysses' all-to-all counts, one a rank of the cp group, whatever its size */
-    if (!(ex->work.cp_cnt = calloc((size_t)c->d.c, sizeof *ex->work.cp_cnt)))
+    if (!(ex->work.cp_cnt = calloc((size_t)(c->d.c > 0 ? c->d.c : 1), sizeof *ex->work.cp_cnt)))
         return px_fail(err, PX_ERUNTIME, "out of memory for the cp group's %d counts", c->d.c);
     return PX_OK;
 }
