@@ -416,10 +416,6 @@ int model_exec_refusal(const ModelSpec *s, const ModelDims *d, int gpu, char *wh
 /* Its context-parallel part alone: why the executor does not run the context parallelism of s,
  * or NULL (also NULL without context parallelism). */
 const char *model_exec_cp_limit(const ModelSpec *s, const ModelDims *d);
-enum {
-    MODEL_EXEC_CP_MAX = 64,     /* the largest cp group the all-to-all's counts hold */
-    MODEL_EXEC_MAX_CHUNKS = 64  /* model chunks per rank the executor schedules */
-};
 
 const char *model_recompute_name(ModelRecompute r);
 const char *model_fp8_recipe_name(ModelFp8Recipe r); /* "none", "delayed", ... "mxfp8" */
@@ -1158,11 +1154,12 @@ typedef struct {
  * then one forward one backward; interleaved: Megatron's order over v chunks. */
 int model_schedule_build(const ModelDims *d, ModelSchedule sched, int stage, ModelAction *out);
 /* Walks the actions: *peak_live gets the most (chunk, micro-batch) sets alive at once and
- * max_live[j] (v entries) the most sets of chunk j alive at once. */
-void model_schedule_live(const ModelAction *a, int n, int v, int *peak_live, int *max_live);
+ * max_live[j] (v entries) the most sets of chunk j alive at once. PX_OK, or PX_ERUNTIME when
+ * out of memory for the walk's v counts (any v: no bound on the chunks a rank holds). */
+int model_schedule_live(const ModelAction *a, int n, int v, int *peak_live, int *max_live);
 /* The same counts for stage `stage`'s schedule, walked without storing its actions. */
-void model_schedule_peak(const ModelDims *d, ModelSchedule sched, int stage, int *peak_live,
-                         int *max_live);
+int model_schedule_peak(const ModelDims *d, ModelSchedule sched, int stage, int *peak_live,
+                        int *max_live);
 /* Activation memory of a stage as parallax's executor allocates it: one pool of peak_live slots
  * for the layers' sets (each the largest chunk's), and for each chunk's extras (the embedding's
  * dropout mask, the output layer's tensors) a pool of that chunk's max_live. */

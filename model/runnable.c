@@ -12,16 +12,15 @@
 /* Context parallelism's limits. The layout's own rules (model/spec.c) have gone first: the
  * sequence in 2 x cp chunks (check_batch), a2a's cp dividing the heads and KV heads per TP rank
  * (check_tensor_split), the ring only with the fused core (check_cp_core), so the simulator
- * prices none of them and none is the executor's. What stays is the executor's own: Ulysses'
- * cp bounded by the fixed counts of its all-to-all (exec/train/cp.c, EXEC_CP_MAX), a size of
- * arrays, not of the layout, which the simulator prices at any cp (a2a's cp divides the heads
- * per TP rank, so only a model of more than 64 of them meets it); the ring and the all-gather
- * run at any cp. */
+ * prices none of them and none is the executor's. The executor's own are none now: the ring,
+ * the all-gather and Ulysses run at any cp (Ulysses' all-to-all counts, once an array of 64,
+ * are sized by the cp group at init: exec/train/trainer.c). Kept as the context-parallel part
+ * of the statement, which its callers (exec_cp_limit, the planner) ask. */
 const char *model_exec_cp_limit(const ModelSpec *s, const ModelDims *d)
 {
-    return s->layout.cp_comm == MODEL_CP_COMM_A2A && d->c > MODEL_EXEC_CP_MAX
-               ? "a2a's cp must be at most 64"
-               : NULL;
+    (void)s;
+    (void)d;
+    return NULL;
 }
 
 /* --fp8-param-gather's limits (exec/train/fp8gather.c), or NULL: the FP8 weights gathered in
@@ -29,7 +28,8 @@ const char *model_exec_cp_limit(const ModelSpec *s, const ModelDims *d)
  * layers' weights with a per-tensor scale (the experts' over the expert-data-parallel group; in
  * buckets of equal bytes at pp 1; under a pipeline once a step, a call a block whatever the
  * bucket size), and below ZeRO-3 the gather of the updated weights after the step (none
- * without ZeRO), quantized from the updated fp32 master, with a per-tensor scale or
+ * without ZeRO), quantized from the updated fp32 master (with --offload-optimizer from the act
+ * values the host rounds it to), with a per-tensor scale or
  * blockwise's 128 x 128 tiles; MXFP8's gathered in the act dtype into the gradients' places
  * and quantized by every rank (ZeRO-2 is model/spec.c's rule). */
 static const char *fp8_gather_limit(const ModelSpec *s, const ModelDims *d)
@@ -47,8 +47,6 @@ static const char *fp8_gather_limit(const ModelSpec *s, const ModelDims *d)
            : r == MODEL_FP8_BLOCKWISE && d->fp8_wt
                ? "fp8_param_gather with blockwise runs without transposed copies (a TN-only "
                  "device's, fp8_transpose 1: the executor transposes a weight of one scale only)"
-           : below && s->layout.offload_optimizer
-               ? "below ZeRO-3 fp8_param_gather runs without --offload-optimizer"
                : NULL;
 }
 
@@ -109,9 +107,6 @@ int model_exec_refusal(const ModelSpec *s, const ModelDims *d, int gpu, char *wh
                  model_fp8_recipe_name(s->job.fp8), lim);
     else if (m->position == MODEL_POS_ROPE && m->mla.kv_lora_rank <= 0 && m->head_dim % 2 != 0)
         snprintf(why, cap, "rotary embeddings need an even head_dim, got %d", m->head_dim);
-    else if (d->v > MODEL_EXEC_MAX_CHUNKS)
-        snprintf(why, cap, "layout.vpp %d: at most %d chunks per rank", d->v,
-                 MODEL_EXEC_MAX_CHUNKS);
     else
         return device_refusal(s, gpu, why, cap);
     return 1;

@@ -7,6 +7,8 @@
  * order is Megatron-LM's: (p-s-1)*2 + (v-1)*p warm-up micro-steps, forward micro-step k runs
  * chunk (k / p) % v, backward micro-step k runs chunk v-1 - (k / p) % v, and micro-batches
  * advance in groups of p. */
+#include <stdlib.h>
+
 #include "model/model.h"
 
 static void fwd_slot(const ModelDims *d, int k, int backward, ModelAction *a)
@@ -24,7 +26,7 @@ static void fwd_slot(const ModelDims *d, int k, int backward, ModelAction *a)
 typedef struct {
     ModelAction *out;
     int n;
-    int live, most, cur[64], *max_live;
+    int live, most, *cur, *max_live; /* cur, max_live: v entries, with the counts only */
 } Walk;
 
 static void emit(Walk *w, ModelAction a)
@@ -37,12 +39,11 @@ static void emit(Walk *w, ModelAction a)
     int c = a.chunk;
     if (!a.backward) {
         w->live++;
-        if (c < 64 && ++w->cur[c] > w->max_live[c])
+        if (++w->cur[c] > w->max_live[c])
             w->max_live[c] = w->cur[c];
     } else {
         w->live--;
-        if (c < 64)
-            w->cur[c]--;
+        w->cur[c]--;
     }
     if (w->live > w->most)
         w->most = w->live;
@@ -108,19 +109,19 @@ int model_schedule_build(const ModelDims *d, ModelSchedule sched, int stage, Mod
  * monotonically (or, when both slots run the same chunk, rises by one and falls back), so its
  * highest count is at the run's end (or one above its start). The warm-up only adds and the
  * drain only removes, and the steady state repeats with a period of v*p pairs. */
-static void interleaved_peak(const ModelDims *d, int stage, int *peak_live, int *max_live)
+static void interleaved_peak(const ModelDims *d, int stage, int *peak_live, int *max_live,
+                             int *cur)
 {
     const int p = d->p, v = d->v, total = d->m * v;
     int warm = (p - stage - 1) * 2 + (v - 1) * p;
     if (warm > total)
         warm = total;
-    int cur[64] = {0};
     for (int k = 0; k < warm; k += p) { /* warm-up forwards, runs of p slots per chunk */
         int len = warm - k < p - k % p ? warm - k : p - k % p;
         int c = (k / p) % v;
         cur[c] += len;
     }
-    for (int j = 0; j < v && j < 64; j++)
+    for (int j = 0; j < v; j++)
         max_live[j] = cur[j];
     const int steady = total - warm;
     /* both slots' chunks repeat every v*p pairs, in which each chunk gets p forwards and p
@@ -150,41 +151,49 @@ static void interleaved_peak(const ModelDims *d, int stage, int *peak_live, int 
     *peak_live = steady > 0 ? warm + 1 : warm;
 }
 
-void model_schedule_peak(const ModelDims *d, ModelSchedule sched, int stage, int *peak_live,
-                         int *max_live)
+int model_schedule_peak(const ModelDims *d, ModelSchedule sched, int stage, int *peak_live,
+                        int *max_live)
 {
-    if (sched == MODEL_SCHED_INTERLEAVED && d->v > 1 && d->v <= 64) {
-        interleaved_peak(d, stage, peak_live, max_live);
-        return;
+    int *cur = calloc((size_t)(d->v > 0 ? d->v : 1), sizeof *cur); /* each chunk's sets alive now */
+    if (!cur)
+        return PX_ERUNTIME;
+    if (sched == MODEL_SCHED_INTERLEAVED && d->v > 1) {
+        interleaved_peak(d, stage, peak_live, max_live, cur);
+    } else {
+        Walk w = {.max_live = max_live, .cur = cur};
+        for (int j = 0; j < d->v; j++)
+            max_live[j] = 0;
+        walk(d, sched, stage, &w);
+        *peak_live = w.most;
     }
-    Walk w = {.max_live = max_live};
-    for (int j = 0; j < d->v; j++)
-        max_live[j] = 0;
-    walk(d, sched, stage, &w);
-    *peak_live = w.most;
+    free(cur);
+    return PX_OK;
 }
 
-void model_schedule_live(const ModelAction *a, int n, int v, int *peak_live, int *max_live)
+int model_schedule_live(const ModelAction *a, int n, int v, int *peak_live, int *max_live)
 {
     int live = 0, most = 0;
+    int *cur = calloc((size_t)(v > 0 ? v : 1), sizeof *cur); /* each chunk's sets alive now */
+    if (!cur)
+        return PX_ERUNTIME;
     for (int j = 0; j < v; j++)
         max_live[j] = 0;
-    int cur[64] = {0}; /* chunks per rank are few; callers keep v <= 64 */
     for (int i = 0; i < n; i++) {
         int c = a[i].chunk;
         if (!a[i].backward) {
             live++;
-            if (c < 64 && ++cur[c] > max_live[c])
+            if (++cur[c] > max_live[c])
                 max_live[c] = cur[c];
         } else {
             live--;
-            if (c < 64)
-                cur[c]--;
+            cur[c]--;
         }
         if (live > most)
             most = live;
     }
     *peak_live = most;
+    free(cur);
+    return PX_OK;
 }
 
 uint64_t model_activation_bytes(const ModelTensorTable *tt, int v, int peak_live,

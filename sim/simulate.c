@@ -130,18 +130,22 @@ static int stage_memory(const ModelSpec *s, const ModelDims *d, uint64_t runtime
     int extras = 0;
     for (int j = 0; j < d->v; j++)
         extras |= tt->act_chunk_bytes[j] != tt->act_layer_bytes[j];
-    int max_live[64];
-    if (d->v > 64)
-        return px_fail(err, PX_EINPUT, "at most 64 virtual stages per rank, got %d", d->v);
+    int *max_live = calloc((size_t)(d->v > 0 ? d->v : 1), sizeof *max_live); /* any number of virtual stages */
+    if (!max_live ||
+        (d->v > 1 && extras &&
+         model_schedule_peak(d, s->layout.schedule, stage, &m->peak_live, max_live))) {
+        free(max_live);
+        return px_fail(err, PX_ERUNTIME, "out of memory for the schedule's %d chunks' counts",
+                       d->v);
+    }
     if (d->v == 1 || !extras) {
         /* one chunk, or chunks of layers only: the closed-form count is the walk's */
         m->peak_live = live_sets(d, s->layout.schedule, stage);
         for (int j = 0; j < d->v; j++)
             max_live[j] = d->v == 1 ? m->peak_live : 0; /* chunks without extras pool nothing */
-    } else {
-        model_schedule_peak(d, s->layout.schedule, stage, &m->peak_live, max_live);
     }
     m->cat[MODEL_ACTIVATIONS] = model_activation_bytes(tt, d->v, m->peak_live, max_live);
+    free(max_live);
     m->cat[MODEL_RUNTIME] = runtime_bytes;
     stage_offload(s, d, tt, stage, m);
     for (int c = 0; c < MODEL_CAT_COUNT; c++)

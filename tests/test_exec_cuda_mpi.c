@@ -118,6 +118,13 @@ static const Layout layouts[] = {
      * H100 given MXFP8 tensor cores, B200's 4.5e15 dense FP8 FLOP/s, profiles/devices/b200.json) */
     {"dp2_zero1_fp8pg_mxfp8", 2, "--dp 2 --tp 1 --pp 1 --zero 1 --fp8-param-gather --no-sp " PIN1,
      "--precision fp8 --fp8-recipe mxfp8 --set device.peak_flops.mxfp8=4.5e15", "--dp 2 --tp 1 --pp 1 --zero 1 --no-sp " PIN1, 0},
+    /* and with the optimizer offloaded: the host rounds the updated fp32 master to bf16 (to
+     * nearest even, as the device's cast), the FP8 pieces' bf16 values are copied up into their
+     * gradients' place and quantized there: bit for bit the same layout on the device */
+    {"dp2_zero1_fp8pg_offload", 2,
+     "--dp 2 --tp 1 --pp 1 --zero 1 --fp8-param-gather --offload-optimizer --no-sp " PIN1,
+     "--precision fp8 --fp8-recipe tensorwise",
+     "--dp 2 --tp 1 --pp 1 --zero 1 --fp8-param-gather --no-sp " PIN1, 0},
     /* context parallelism (tiny-llama: GQA, RoPE): K and V all-gathered; Ulysses' all-to-alls;
      * the ring below */
     {"llama_cp2_allgather", 2, "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type allgather --zero 0 --no-sp " PIN1,

@@ -73,6 +73,10 @@ static const Layout layouts[] = {
      "--dp 1 --tp 2 --pp 2 --zero 0 --sp --vpp 3 --schedule interleaved --mbs 1 "
      "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split",
      "--dropout 0.1 --recompute selective", 5, 0, "0,1,1,1,1,0", 0},
+    /* more than 64 chunks a rank (the executor's and the simulator's per-chunk counts were
+     * arrays of 64): 130 layers of tiny on pp 2 x vpp 65, a layer a chunk, 2 micro-batches */
+    {"pp2_vpp65", 2, "--dp 1 --tp 1 --pp 2 --zero 0 --no-sp --vpp 65 --schedule interleaved --mbs 1",
+     "--gbs 2 --seq 16", 2, 0, NULL, 0},
     {"pp2_embed_stage", 2, "--dp 1 --tp 1 --pp 2 --zero 0 --no-sp " PIN1 " --pipeline-model-parallel-layout 'E|t*4L'",
      "--dropout 0.1", 6, 0, "0,4", 0},
     /* FP8 GEMMs (docs/fp8.md): layouts that keep each GEMM whole (dp, pp, ZeRO; ZeRO-3 casts
@@ -165,6 +169,13 @@ static const Layout layouts[] = {
      "--fp8-recipe mxfp8 --mbs 1", 3, 0, NULL, 1e-3},
     {"tp2_sp_dp2_zero1_fp8pg_mxfp8", 4, "--dp 2 --tp 2 --pp 1 --zero 1 --fp8-param-gather --sp " PIN1,
      "--fp8-recipe mxfp8 --mbs 1", 3, 0, NULL, 1e-3},
+    /* with the optimizer offloaded: the fp32 master and AdamW's state in host memory, the
+     * host's updated master rounded to the act dtype and copied up into the FP8 pieces'
+     * gradients' place, quantized there: bit for bit the offloaded layout without the flag
+     * (check_cast_twin), host bytes per category as the plan's host column */
+    {"dp2_zero1_fp8pg_offload_tensorwise", 2,
+     "--dp 2 --tp 1 --pp 1 --zero 1 --fp8-param-gather --offload-optimizer --no-sp " PIN1,
+     "--fp8-recipe tensorwise --mbs 1", 3, 0, NULL, 1e-3},
     /* sharded data parallelism (docs/executor.md, "Sharded data parallelism"): DeepSpeed's
      * ZeRO-3 gathers each layer again for its recomputed forward (dp2_zero3 runs --fsdp's one
      * gather); the forward's gathers kept for the backward; two layers prefetched with the
@@ -409,20 +420,25 @@ static const char *cluster_for(const Layout *L)
     return path;
 }
 
-/* The layout's job: a *_sinks_* layout trains tiny-llama with GPT-OSS's attention sinks (a
- * model file in the scratch directory; the later --model wins). */
+/* The layout's job: a *_sinks_* layout trains tiny-llama with GPT-OSS's attention sinks, a
+ * *_vpp65 one tiny with 130 layers (a chunk of one layer each on pp 2 x vpp 65) (a model file
+ * in the scratch directory; the later --model wins). */
 static const char *job_of(const Layout *L)
 {
     static char job[900];
-    if (!strstr(L->name, "_sinks_"))
+    const int sinks = strstr(L->name, "_sinks_") != NULL;
+    if (!sinks && !strstr(L->name, "_vpp65"))
         return L->job;
     PxError err = {0};
     ModelConfig m;
-    CHECK_OK(model_config_load("tiny-llama", &m, &err), err);
-    m.attn_sinks = 1;
-    snprintf(m.name, sizeof m.name, "tiny-llama-sinks");
+    CHECK_OK(model_config_load(sinks ? "tiny-llama" : "tiny", &m, &err), err);
+    if (sinks)
+        m.attn_sinks = 1;
+    else
+        m.layers = 130;
+    snprintf(m.name, sizeof m.name, sinks ? "tiny-llama-sinks" : "tiny-130");
     char path[400];
-    snprintf(path, sizeof path, "%s/tiny-llama-sinks.json", tmp);
+    snprintf(path, sizeof path, "%s/%s.json", tmp, m.name);
     cJSON *j = model_config_to_json(&m);
     CHECK_OK(px_json_write_file(path, j, &err), err);
     cJSON_Delete(j);
@@ -580,8 +596,8 @@ static void check_cast_twin(const Layout *L, const cJSON *steps)
     CHECK(at_flag != NULL);
     snprintf(lay, sizeof lay, "%.*s%s", (int)(at_flag - L->layout), L->layout,
              at_flag + strlen(flag));
-    sh(0, "%s plan --model tiny --cluster local --gpus %d --gbs 8 --steps %d %s %s -o %s/twin.json",
-       px, L->gpus, L->steps, lay, L->job, tmp);
+    sh(0, "%s plan --model tiny --cluster %s --gpus %d --gbs 8 --steps %d %s %s -o %s/twin.json",
+       px, cluster_for(L), L->gpus, L->steps, lay, L->job, tmp);
     sh(0, "timeout 600 %s run %s/twin.json --quiet -o %s/twin.run.json", px, tmp, tmp);
     cJSON *twin = read_json("twin.run.json");
     const cJSON *ts = at(twin, "steps", NULL);
@@ -643,7 +659,8 @@ static void check_layout(const Layout *L)
         !strcmp(L->name, "dp2_zero3_fp8pg_tensorwise_buckets") ||
         !strcmp(L->name, "dp2_zero1_fp8pg_tensorwise") || !strcmp(L->name, "dp2_zero1_fp8pg_blockwise") ||
         !strcmp(L->name, "dp2_zero1_fp8pg_mxfp8") || !strcmp(L->name, "tp2_sp_dp2_zero1_fp8pg_mxfp8") ||
-        !strcmp(L->name, "dp2_zero0_fp8pg_tensorwise_adam8"))
+        !strcmp(L->name, "dp2_zero0_fp8pg_tensorwise_adam8") ||
+        !strcmp(L->name, "dp2_zero1_fp8pg_offload_tensorwise"))
         check_cast_twin(L, ms);
 
     /* memory, communication, FLOPs and ops of every rank against its stage's prediction */

@@ -481,6 +481,24 @@ static void test_schedules(void)
                         peak_cases++;
                     }
     CHECK(peak_cases > 1000);
+    /* more than 64 chunks a rank (the counts were arrays of 64, chunks past them counted 0):
+     * pp 2 x vpp 65 over 2 micro-batches: stage 0's warm-up, (2 - 0 - 1) x 2 + 64 x 2 = 130,
+     * is every forward, so both micro-batches of every chunk are alive at once */
+    {
+        static ModelAction deep[2 * 4 * 65];
+        static int want[65], got[65];
+        d.p = 2, d.v = 65, d.m = 2;
+        int want_live, got_live;
+        n = model_schedule_build(&d, MODEL_SCHED_INTERLEAVED, 0, deep);
+        CHECK_EQ_INT(PX_OK, model_schedule_live(deep, n, 65, &want_live, want));
+        CHECK_EQ_INT(PX_OK, model_schedule_peak(&d, MODEL_SCHED_INTERLEAVED, 0, &got_live, got));
+        CHECK_EQ_INT(want_live, got_live);
+        CHECK_EQ_INT(130, got_live);
+        for (int j = 0; j < 65; j++) {
+            CHECK_EQ_INT(want[j], got[j]);
+            CHECK_EQ_INT(2, got[j]);
+        }
+    }
     for (int p = 1; p <= 4; p++) {
         for (int m = 1; m <= 8; m++) {
             d.p = p;

@@ -304,7 +304,7 @@ int main(void)
         CHECK_EQ_U64(1ull * 64 * 128 * 4, role_bytes(&s, &d, MODEL_TR_WS_DFFN));
     }
 
-    /* the ring and the all-gather at any cp; Ulysses' cp bounded by its counts' array */
+    /* the ring, the all-gather and Ulysses at any cp */
     {
         ModelSpec s = request("tiny", 128, 128).base;
         s.job.precision = PX_FP32;
@@ -318,11 +318,17 @@ int main(void)
         s.layout.cp_comm = MODEL_CP_COMM_ALLGATHER;
         CHECK_OK(model_spec_check(&s, 128, &d, &err), err);
         CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        /* Ulysses too (once at most 64, its counts' array): 128 heads and KV heads, one a rank */
+        s.model.heads = s.model.kv_heads = 128, s.model.head_dim = 2;
+        s.layout.cp_comm = MODEL_CP_COMM_A2A;
+        CHECK_OK(model_spec_check(&s, 128, &d, &err), err);
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        CHECK(model_exec_cp_limit(&s, &d) == NULL);
     }
 
     /* --fp8-param-gather: below ZeRO-3 with a per-tensor scale or blockwise's tiles (fp32 on
-     * the CPU, bf16 on CUDA), but not blockwise's with transposed copies, under ZeRO-3 or
-     * with the optimizer offloaded, nor MXFP8's under ZeRO-3 */
+     * the CPU, bf16 on CUDA), also with the optimizer offloaded, but not blockwise's with
+     * transposed copies or under ZeRO-3, nor MXFP8's under ZeRO-3 */
     {
         ModelSpec s = request("tiny", 2, 8).base;
         s.job.precision = PX_FP32;
@@ -365,10 +371,31 @@ int main(void)
         CHECK_EQ_INT(PX_EINPUT, model_spec_check(&s, 2, &d, &err));
         CHECK(strstr(err.msg, "which zero 2 shards: use --zero 1, 0 or 3") != NULL);
         s.layout.zero = 1;
+        /* with the optimizer offloaded: the host's master rounded, the act values copied up and
+         * quantized on the device (fp8gather.c's updated_act), on either backend */
         s.job.fp8 = MODEL_FP8_TENSORWISE, s.layout.offload_optimizer = 1;
         CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
-        CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));
-        CHECK(strstr(why, "below ZeRO-3 fp8_param_gather runs without --offload-optimizer") != NULL);
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        s.job.precision = PX_BF16;
+        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 1, why, sizeof why));
+        s.job.precision = PX_FP32, s.job.fp8 = MODEL_FP8_DELAYED, s.layout.zero = 2;
+        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+    }
+
+    /* virtual stages: any number a rank (once at most 64, the executor's arrays): pp 2 x vpp 65
+     * of 130 layers */
+    {
+        ModelSpec s = request("tiny", 2, 8).base;
+        s.job.precision = PX_FP32;
+        s.model.layers = 130;
+        s.layout.pp = 2, s.layout.vpp = 65, s.layout.schedule = MODEL_SCHED_INTERLEAVED;
+        ModelDims d;
+        char why[512] = "";
+        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+        CHECK_EQ_INT(65, d.v);
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
     }
 
     /* --fp8-attention with context parallelism: the all-gather with the fused core runs (its

@@ -14,7 +14,17 @@ int exec_acts_init(ExecActs *X, const ExecCtx *c, const ModelAction *actions, in
 {
     memset(X, 0, sizeof *X);
     const int v = c->d.v;
-    model_schedule_live(actions, n, v, &X->n_slots, X->n_xslots);
+    /* per chunk, as many as the stage holds */
+    X->n_xslots = exec_zalloc((size_t)v, sizeof *X->n_xslots);
+    X->xacts = exec_zalloc((size_t)v, sizeof *X->xacts);
+    X->xslot_bytes = exec_zalloc((size_t)v, sizeof *X->xslot_bytes);
+    X->xslot_busy = exec_zalloc((size_t)v, sizeof *X->xslot_busy);
+    X->xlive = exec_zalloc((size_t)v, sizeof *X->xlive);
+    X->peak_xlive = exec_zalloc((size_t)v, sizeof *X->peak_xlive);
+    X->used = exec_zalloc((size_t)v, sizeof *X->used);
+    if (!X->n_xslots || !X->xacts || !X->xslot_bytes || !X->xslot_busy || !X->xlive ||
+        !X->peak_xlive || !X->used || model_schedule_live(actions, n, v, &X->n_slots, X->n_xslots))
+        return px_fail(err, PX_ERUNTIME, "out of memory for the activation pools of %d chunks", v);
     X->acts = exec_zalloc((size_t)v * (size_t)X->n_slots * (size_t)c->g.cl, sizeof *X->acts);
     X->slot_busy = exec_zalloc((size_t)X->n_slots, sizeof *X->slot_busy);
     if (!X->acts || !X->slot_busy)
@@ -32,10 +42,17 @@ void exec_acts_free(ExecActs *X, const ExecCtx *c)
 {
     free(X->acts);
     free(X->slot_busy);
-    for (int j = 0; j < c->d.v && j < EXEC_MAX_CHUNKS; j++) {
-        free(X->xacts[j]);
-        free(X->xslot_busy[j]);
+    for (int j = 0; j < c->d.v; j++) {
+        free(X->xacts ? X->xacts[j] : NULL);
+        free(X->xslot_busy ? X->xslot_busy[j] : NULL);
     }
+    free(X->n_xslots);
+    free(X->xacts);
+    free(X->xslot_bytes);
+    free(X->xslot_busy);
+    free(X->xlive);
+    free(X->peak_xlive);
+    free(X->used);
     memset(X, 0, sizeof *X);
 }
 
@@ -190,7 +207,8 @@ int exec_acts_bind(ExecActs *X, const ExecCtx *c, const ModelTensorTable *tt, Ex
         }
         X->slot_bytes += part;
         uint8_t *base = exec_arena_carve(arena, (uint64_t)X->n_slots * part, (size_t)es);
-        uint64_t used[EXEC_MAX_CHUNKS] = {0}; /* each chunk's bytes of the part so far */
+        uint64_t *used = X->used; /* each chunk's bytes of the part so far */
+        memset(used, 0, (size_t)v * sizeof *used);
         for (int i = 0; i < tt->count; i++) {
             const ModelTensor *t = &tt->t[i];
             if (!t->per_microbatch || px_dtype_bytes(t->dtype) != (size_t)es)

@@ -217,7 +217,7 @@ typedef struct {
     int wq, wk, wv, W; /* a rank's Q, K, V and row widths in the head split */
     int wo;            /* its output's: its heads x v_hd */
     size_t rows;       /* this rank's token rows: b x s_loc */
-    int64_t cnt[EXEC_CP_MAX]; /* elements to and from each rank of the group (a2a_width) */
+    int64_t each;      /* elements to and from each rank of the group (a2a_width) */
 } CpA2a;
 
 static void a2a_dims(const ExecCtx *c, CpA2a *x)
@@ -233,11 +233,7 @@ static void a2a_dims(const ExecCtx *c, CpA2a *x)
 }
 
 /* every rank sends every other this rank's rows, `width` wide */
-static void a2a_width(const ExecCtx *c, CpA2a *x, int width)
-{
-    for (int i = 0; i < c->d.c; i++)
-        x->cnt[i] = (int64_t)(x->rows * (size_t)width);
-}
+static void a2a_width(CpA2a *x, int width) { x->each = (int64_t)(x->rows * (size_t)width); }
 
 /* Moves the rows of part j of sequence q of rank `rank` (C rows, `width` wide) between the
  * packed buffer `pk` (rank-major: each rank's b x s_loc local rows) and the global-order
@@ -283,8 +279,10 @@ static int a2a_call(const ExecLayerRun *r, int l, int chunk, ModelPhase ph, int 
                     const CpA2a *x, const void *send, PxError *err)
 {
     const int out = (occurrence == 1) != (ph == MODEL_BWD);
+    for (int i = 0; i < r->c->d.c; i++) /* cp counts (ExecWork.cp_cnt, sized at init) */
+        r->W->cp_cnt[i] = x->each;
     return collective(r, out ? MODEL_OPR_PROJ : MODEL_OPR_CORE, l, chunk, ph, MODEL_CP_ALL_TO_ALL,
-                      r->W->cp_recv, send, 0, x->cnt, err);
+                      r->W->cp_recv, send, 0, r->W->cp_cnt, err);
 }
 
 /* ---- a2a with FP8 attention ---- */
@@ -339,7 +337,7 @@ static int a2a_fp8(const ExecLayerRun *r, const CpA2a *x, const A2aSegs *sg, int
     const size_t rows = x->rows, sb = kern_fp8_bytes(&q.f) - rows * (size_t)cols;
     const size_t blk = rows * (size_t)sg->W + sb;
     const uint8_t *codes = q.q;
-    int64_t cnt[EXEC_CP_MAX];
+    int64_t *cnt = r->W->cp_cnt;
     for (int rk = 0; rk < c->d.c; rk++) {
         uint8_t *o = send + (size_t)rk * blk;
         for (size_t n = 0; n < rows; n++)
@@ -412,7 +410,7 @@ static int a2a_qkv(const ExecLayerRun *r, const ExecLayerActs *a, int chunk, int
         return a2a_qkv_fp8(r, a, chunk, l, ph, err);
     CpA2a x;
     a2a_dims(c, &x);
-    a2a_width(c, &x, x.W);
+    a2a_width(&x, x.W);
     void *src = EXEC_LA(a, QKV_OUT);
     const ExecQkv v = exec_qkv_at(c, src, 0);
     a2a_pack(c, &x, &v, r->W->cp_send, 1);
@@ -432,7 +430,7 @@ static int a2a_out(const ExecLayerRun *r, void *out, int chunk, int l, ModelPhas
     const ModelDims *d = &c->d;
     CpA2a x;
     a2a_dims(c, &x);
-    a2a_width(c, &x, x.wo);
+    a2a_width(&x, x.wo);
     a2a_move(c, r->W->cp_send, r->W->cp_recv, x.wo, 0);
     int rc = a2a_call(r, l, chunk, ph, 1, &x, r->W->cp_send, err);
     if (rc)
@@ -526,7 +524,7 @@ static int a2a_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int chunk, int
     const int Hc = d->heads_loc / d->c, s = d->s, flash = c->spec.job.flash_attn;
     CpA2a x;
     a2a_dims(c, &x);
-    a2a_width(c, &x, x.wo);
+    a2a_width(&x, x.wo);
     int rc = fp8_on(c) ? a2a_bwd_fp8(r, a, &x, chunk, l, err)
                        : a2a_rows_to_heads(r, &x, l, chunk, r->W->dhid, r->W->cp_send, err);
     if (!rc && flash)
@@ -567,7 +565,7 @@ static int a2a_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int chunk, int
         exec_meter_flops(r->M, model_attention_bwd_flops(core_fwd_flops(c, (double)Hc, s, s),
                                                          flash, NULL));
     }
-    a2a_width(c, &x, x.W);
+    a2a_width(&x, x.W);
     a2a_move(c, r->W->cp_send, r->W->cp_recv, x.W, 0);
     if ((rc = a2a_call(r, l, chunk, MODEL_BWD, 1, &x, r->W->cp_send, err)))
         return rc;
@@ -873,7 +871,7 @@ static int ring8_dkv_home(const ExecLayerRun *r, int l, int chunk, PxError *err)
     const ModelDims *d = &c->d;
     const int qkv = d->q_loc + d->kv2_loc, kv2 = d->kv2_loc;
     const size_t blk = ring_block(c);
-    int64_t cnt[EXEC_CP_MAX];
+    int64_t *cnt = r->W->cp_cnt;
     for (int i = 0; i < d->c; i++)
         cnt[i] = (int64_t)blk;
     int rc = collective(r, MODEL_OPR_CORE, l, chunk, MODEL_BWD, MODEL_CP_ALL_TO_ALL,

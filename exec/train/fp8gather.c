@@ -655,6 +655,26 @@ static uint64_t run_end(uint64_t x, uint64_t e, const KernFp8 *f, int *tile)
     return end < e ? end : e;
 }
 
+/* Elements [a, e) of block b's updated master in the act dtype into act: cast on the device
+ * from the master, or with the optimizer offloaded (the master in host memory) copied up from
+ * the host, which rounded them as the cast rounds (optim.c's exec_optim_offload_round). Megatron
+ * copies its offloaded fp32 master back into the distributed optimizer's device shard
+ * (cpu_offloading/hybrid_optimizer.py's param_copy_back_gpu_hook) and casts that
+ * (distrib_optimizer.py's _copy_main_params_to_model_params, quantize_param_shard): the plan
+ * keeps no master on the device (docs/memory.md, "Offload"), so the act values go up, the
+ * shard's act bytes as for every other parameter. */
+static void updated_act(const ExecFp8Gather *G, const ExecCtx *c, const ExecParams *P, int b,
+                        void *act, uint64_t a, uint64_t e)
+{
+    const ExecBlock *blk = &P->b[b];
+    if (!G->up) {
+        c->k->cast_to_act(act, blk->master + (a - blk->own_off), (size_t)(e - a));
+        return;
+    }
+    const void *h = EXEC_AT(G->up, G->up_off[b], c->gb);
+    c->k->to_device(act, EXEC_AT(h, a - blk->own_off, c->ab), (size_t)(e - a) * c->ab);
+}
+
 /* Below ZeRO-3: this rank's amax of every scaling block of every FP8 matrix (0 where it holds
  * none of it) from its pieces' act values, which it first casts from the updated fp32 master
  * into the place of their gradients, packed from the first (read by the update, cleared at the
@@ -683,7 +703,7 @@ static void master_amax(ExecFp8Gather *G, const ExecCtx *c, const ExecParams *P,
             if (e <= a)
                 continue;
             void *act = grads_at(c, blk, a); /* the piece's act values, packed */
-            k->cast_to_act(act, blk->master + (a - blk->own_off), (size_t)(e - a));
+            updated_act(G, c, P, P->p[i].block, act, a, e);
             float *h = G->host + G->w_of[i] + g * tiles;
             for (uint64_t x = a, end; x < e; x = end) {
                 int t;

@@ -1,14 +1,21 @@
 /* This rank's place in the layout: its stage and its ranks in the TP, CP, DP and ZeRO groups
  * (Megatron-Core's rank order, model_rank), its neighbouring stages, the model chunks and layers
  * it holds, and whether its stage reads tokens, computes the loss or shares a tied embedding. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "exec/train/internal.h"
 
-void exec_grid_init(ExecGrid *g, const ModelSpec *s, const ModelDims *d, int rank, int world,
-                    const ModelTensorTable *tt)
+int exec_grid_init(ExecGrid *g, const ModelSpec *s, const ModelDims *d, int rank, int world,
+                   const ModelTensorTable *tt, PxError *err)
 {
     memset(g, 0, sizeof *g);
+    /* the chunks' four counts in one allocation, as many chunks as the stage holds */
+    if (!(g->chunk_g = calloc(4 * (size_t)(d->v > 0 ? d->v : 1), sizeof *g->chunk_g)))
+        return px_fail(err, PX_ERUNTIME, "out of memory for the stage's %d chunks", d->v);
+    g->chunk_l0 = g->chunk_g + d->v;
+    g->chunk_cl = g->chunk_l0 + d->v;
+    g->chunk_mtp = g->chunk_cl + d->v;
     const ModelLayout *l = &s->layout;
     g->rank = rank;
     g->world = world;
@@ -24,7 +31,7 @@ void exec_grid_init(ExecGrid *g, const ModelSpec *s, const ModelDims *d, int ran
     /* an uneven split over virtual stages gives each chunk its own count (the first and the
      * last chunk may hold none: only the embedding, only the output layer and loss); a slot of
      * layer sets is sized by the largest (acts.c) */
-    for (int j = 0; j < d->v && j < EXEC_MAX_CHUNKS; j++) {
+    for (int j = 0; j < d->v; j++) {
         g->chunk_g[j] = model_global_chunk(d, g->stage, j);
         g->chunk_cl[j] = model_chunk_layers(s, d, g->chunk_g[j], &g->chunk_l0[j]);
         g->chunk_mtp[j] = g->chunk_g[j] == d->mtp_chunk ? s->model.mtp_layers : 0;
@@ -43,4 +50,11 @@ void exec_grid_init(ExecGrid *g, const ModelSpec *s, const ModelDims *d, int ran
         g->has_data |= tt->t[i].role == MODEL_TR_DATA_BATCH;
         g->has_loss |= tt->t[i].role == MODEL_TR_WS_XENT;
     }
+    return PX_OK;
+}
+
+void exec_grid_free(ExecGrid *g)
+{
+    free(g->chunk_g);
+    g->chunk_g = g->chunk_l0 = g->chunk_cl = g->chunk_mtp = NULL;
 }

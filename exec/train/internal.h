@@ -56,9 +56,6 @@
  * memory. */
 static inline void *exec_zalloc(size_t n, size_t size) { return calloc(n > 0 ? n : 1, size); }
 
-/* Chunks one stage may hold (interleaved schedules): checked at init. */
-enum { EXEC_MAX_CHUNKS = MODEL_EXEC_MAX_CHUNKS };
-
 /* ---- grid.c: this rank's place in the layout ---- */
 
 typedef struct {
@@ -72,12 +69,13 @@ typedef struct {
     int dp_replica;           /* HSDP: which of the dp_replicate replicas of the ZeRO state (0
                                  without it) */
     int prev_rank, next_rank; /* the world ranks of the neighbouring stages (a ring) */
-    int chunk_g[EXEC_MAX_CHUNKS];  /* global chunk of each local chunk */
-    int chunk_l0[EXEC_MAX_CHUNKS]; /* its first (global) layer */
-    int chunk_cl[EXEC_MAX_CHUNKS]; /* its layers (0: a first chunk of the embedding only, a
-                                      last chunk of the output layer and loss only) */
-    int chunk_mtp[EXEC_MAX_CHUNKS]; /* the prediction modules it holds after its layers (mtp.c):
-                                       their layers' sets follow the chunk's in a slot */
+    /* [v] each, one allocation (exec_grid_free), whatever the chunks a stage holds: */
+    int *chunk_g;             /* global chunk of each local chunk */
+    int *chunk_l0;            /* its first (global) layer */
+    int *chunk_cl;            /* its layers (0: a first chunk of the embedding only, a last
+                                 chunk of the output layer and loss only) */
+    int *chunk_mtp;           /* the prediction modules it holds after its layers (mtp.c):
+                                 their layers' sets follow the chunk's in a slot */
     int cl;                   /* the most layers a chunk of this stage holds, its prediction
                                  modules' counted (an activation slot's layer sets) */
     int has_data, has_loss;   /* the stage reads tokens; computes the loss */
@@ -92,9 +90,10 @@ typedef struct {
 } ExecGrid;
 
 /* Places `rank` of the layout (Megatron-Core's rank order); tt: the stage's table (which tells
- * whether it reads data and computes the loss). */
-void exec_grid_init(ExecGrid *g, const ModelSpec *s, const ModelDims *d, int rank, int world,
-                    const ModelTensorTable *tt);
+ * whether it reads data and computes the loss). PX_ERUNTIME when out of memory for its chunks. */
+int exec_grid_init(ExecGrid *g, const ModelSpec *s, const ModelDims *d, int rank, int world,
+                   const ModelTensorTable *tt, PxError *err);
+void exec_grid_free(ExecGrid *g);
 
 /* ---- trainer.c: what every part reads and nobody changes after init ---- */
 
@@ -352,14 +351,16 @@ typedef struct {
 
 typedef struct ExecActs {
     int n_slots;              /* layer sets (cl layers each) alive at once */
-    int n_xslots[EXEC_MAX_CHUNKS]; /* per chunk: its extras' sets alive at once */
+    /* per chunk ([v] each, allocated at init whatever v is): */
+    int *n_xslots;            /* its extras' sets alive at once */
     ExecLayerActs *acts;      /* [v][n_slots][cl]: each chunk's views of the same slots */
-    ExecHeadActs *xacts[EXEC_MAX_CHUNKS]; /* [v][n_xslots[j]] */
+    ExecHeadActs **xacts;     /* [v][n_xslots[j]] */
     ExecLayerActs region;     /* the parts of a layer that live in ws.recompute */
     ExecLayerActs region_moe; /* a MoE layer's (its router's and experts' too: full recompute) */
-    uint64_t slot_bytes, xslot_bytes[EXEC_MAX_CHUNKS];
-    int *slot_busy, *xslot_busy[EXEC_MAX_CHUNKS];
-    int live, peak_live, xlive[EXEC_MAX_CHUNKS], peak_xlive[EXEC_MAX_CHUNKS];
+    uint64_t slot_bytes, *xslot_bytes;  /* xslot_bytes: [v] */
+    int *slot_busy, **xslot_busy;       /* xslot_busy: [v][n_xslots[j]] */
+    int live, peak_live, *xlive, *peak_xlive; /* the last two: [v] */
+    uint64_t *used;           /* [v]: exec_acts_bind's bytes of each chunk carved so far */
 } ExecActs;
 
 /* Pools for the live sets the schedule's actions need (model_schedule_live). */
@@ -653,6 +654,7 @@ typedef struct ExecWork {
     uint8_t *ep_map;
     void *cp_kv, *cp_kv_full, *cp_dkv;           /* context parallelism's all-gather */
     void *cp_send, *cp_recv;                     /* and its all-to-all */
+    int64_t *cp_cnt; /* its counts, one a rank of the cp group (host memory, sized at init) */
     void *cp_out_part, *cp_dkv_part;             /* and its ring, with cp_kv */
     float *cp_lse_part;
     void *mla;                                   /* multi-head latent attention's (mla.c) */
@@ -1110,6 +1112,12 @@ typedef struct {
     void *pad;                /* after: where a block's padding lands (group - 1 act elements) */
     size_t pad_bytes;
     float *host;              /* after: [n_w] host memory, the amaxes gathered run by run */
+    /* after, with the optimizer offloaded: the master lives on the host, which rounds the
+     * updated master to the act dtype into its gradient shards (ExecOptim's host_g: block b's
+     * from up_off[b] elements of the gradient dtype, packed in the act dtype); the pieces of the
+     * FP8 parameters are copied up from there, where they are cast on the device without it */
+    const void *up;
+    const uint64_t *up_off;
 } ExecFp8Gather;
 
 typedef struct ExecZero {
@@ -1305,7 +1313,7 @@ typedef struct {
     ModelAction *actions;
     int n;
     int *mb_slot, *mb_xslot; /* [v][m] */
-    int bwd_done[EXEC_MAX_CHUNKS]; /* backwards of each chunk done this step */
+    int *bwd_done; /* [v]: backwards of each chunk done this step */
 } ExecSched;
 
 int exec_sched_init(ExecSched *S, const ExecCtx *c, PxError *err);
@@ -1353,6 +1361,12 @@ typedef struct {
  * not offload), and adam-8bit's call (its code tables and constants). */
 int exec_optim_offload_init(ExecOptim *O, const ExecCtx *c, const ExecParams *P, PxError *err);
 void exec_optim_offload_free(ExecOptim *O);
+/* The offloaded step's master (host memory) rounded to the act dtype into each block's host
+ * gradient shard (to nearest even, as the device's update kernels round), which the step has
+ * read: what goes up to the device after the step, and before the first step what FP8
+ * parameters below ZeRO-3 are quantized from (exec_pg_updated, G->up). Nothing without a
+ * master table (the CPU's fp32 weights: their host copy goes up as it is). */
+void exec_optim_offload_round(const ExecOptim *O, const ExecCtx *c, const ExecParams *P);
 
 typedef struct {
     double loss, lr, norm;

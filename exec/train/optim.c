@@ -343,6 +343,32 @@ static void *device_w_shard(const ExecCtx *c, const ExecBlock *blk)
     return c->spec.layout.zero == 3 ? blk->w_shard : EXEC_AT(blk->w, blk->own_off, c->ab);
 }
 
+void exec_optim_offload_round(const ExecOptim *O, const ExecCtx *c, const ExecParams *P)
+{
+    for (int b = 0; b < P->nb && !O->host_w; b++)
+        if (P->b[b].own_n)
+            kern_host_round(EXEC_AT(O->host_g, O->host_off[b], c->gb), c->act, P->b[b].master,
+                            P->b[b].own_n);
+}
+
+/* A block holding FP8 parameters (--fp8-param-gather below ZeRO-3) has no act weights of
+ * their own (blk->w NULL): its other parameters' pieces of the updated shard w (act values,
+ * packed from the shard's first element) go into their weights, the FP8 parameters' stay on
+ * the host, where fp8gather.c's exec_pg_updated takes them (G->up) into their gradients' place
+ * to quantize them on the device. The bytes up are the shard's act bytes either way. */
+static void fp8_block_up(const ExecCtx *c, const ExecParams *P, const ExecBlock *blk,
+                         const void *w)
+{
+    for (int i = blk->first_param; i < blk->first_param + blk->n_params; i++) {
+        const ExecParam *p = &P->p[i];
+        uint64_t lo, hi;
+        if (p->fp8 || !exec_params_own(P, p, &lo, &hi))
+            continue;
+        c->k->to_device(EXEC_AT(p->w, lo - p->off, c->ab), EXEC_AT(w, lo - blk->own_off, c->ab),
+                        (size_t)(hi - lo) * c->ab);
+    }
+}
+
 /* ZeRO-Offload's step (Ren et al. 2021): each block's reduced gradient shard copied device ->
  * host (in the gradient dtype), AdamW, SGD or 8-bit Adam over the host's master and optimizer
  * state (bind.c put those arenas in host memory; fp32 weights, which have no master, are
@@ -385,17 +411,16 @@ static void update_offloaded(ExecOptim *O, const ExecCtx *c, ExecParams *P, doub
     }
     if (A)
         adam8_run(c, A, 0);
-    /* the master in the weights' dtype, into the block's gradient shard (read by now) */
-    for (int b = 0; b < P->nb && !O->host_w; b++)
-        kern_host_round(EXEC_AT(O->host_g, O->host_off[b], c->gb), c->act, P->b[b].master,
-                        P->b[b].own_n);
+    exec_optim_offload_round(O, c, P);
     double t2 = px_now_s();
     O->host_step_s += t2 - t1;
     for (int b = 0; b < P->nb; b++) {
         const ExecBlock *blk = &P->b[b];
         const void *w = O->host_w ? (const void *)(O->host_w + O->host_off[b])
                                   : EXEC_AT(O->host_g, O->host_off[b], c->gb);
-        if (blk->own_n)
+        if (blk->own_n && blk->fp8)
+            fp8_block_up(c, P, blk, w);
+        else if (blk->own_n)
             k->to_device(device_w_shard(c, blk), w, blk->own_n * c->ab);
     }
     O->h2d_s += px_now_s() - t2;

@@ -16,7 +16,8 @@ int exec_sched_init(ExecSched *S, const ExecCtx *c, PxError *err)
     S->actions = exec_zalloc((size_t)nact, sizeof *S->actions);
     S->mb_slot = exec_zalloc((size_t)d->m * d->v, sizeof *S->mb_slot);
     S->mb_xslot = exec_zalloc((size_t)d->m * d->v, sizeof *S->mb_xslot);
-    if (!S->actions || !S->mb_slot || !S->mb_xslot)
+    S->bwd_done = exec_zalloc((size_t)d->v, sizeof *S->bwd_done);
+    if (!S->actions || !S->mb_slot || !S->mb_xslot || !S->bwd_done)
         return px_fail(err, PX_ERUNTIME, "out of memory for the schedule");
     S->n = model_schedule_build(d, c->spec.layout.schedule, c->g.stage, S->actions);
     return PX_OK;
@@ -27,6 +28,7 @@ void exec_sched_free(ExecSched *S)
     free(S->actions);
     free(S->mb_slot);
     free(S->mb_xslot);
+    free(S->bwd_done);
     memset(S, 0, sizeof *S);
 }
 

@@ -99,7 +99,6 @@ void exec_options_defaults(ExecOptions *o);
  * sentence naming the limit (docs/executor.md, "Context parallelism"): model_exec_cp_limit,
  * the context-parallel part of model_exec_refusal, which exec_init refuses plans with. */
 const char *exec_cp_limit(const ModelSpec *s, const ModelDims *d);
-enum { EXEC_CP_MAX = MODEL_EXEC_CP_MAX }; /* the largest cp group the all-to-all's counts hold */
 
 /* The run options (--steps, -o, --metrics ... --timing), one table that `parallax run` and
  * `parallax-worker run` both parse with and print in --help: the front end checks the user's

@@ -267,7 +267,8 @@ static int phase_grid(Exec *ex, PxError *err)
         (rc = model_tensors_build(&plain, &c->d, stage, &ex->twin, err)) ||
         (rc = model_ops_build(&c->spec, &c->d, stage, &ex->graph, err)))
         return rc;
-    exec_grid_init(&c->g, &c->spec, &c->d, rank, world, &ex->tt);
+    if ((rc = exec_grid_init(&c->g, &c->spec, &c->d, rank, world, &ex->tt, err)))
+        return rc;
     if (comm_group_size(c->comm, MODEL_GROUP_DP) != c->g.zero_n ||
         comm_group_rank(c->comm, MODEL_GROUP_DP) != c->g.zero_rank ||
         comm_group_size(c->comm, MODEL_GROUP_TP) != c->d.t ||
@@ -297,6 +298,9 @@ static int phase_parts(Exec *ex, PxError *err)
     if (c->g.has_loss &&
         !(ex->work.host_loss = calloc((size_t)c->d.b * (size_t)c->d.s_loc, sizeof(float))))
         return px_fail(err, PX_ERUNTIME, "out of memory");
+    /* Ulysses' all-to-all counts, one a rank of the cp group, whatever its size */
+    if (!(ex->work.cp_cnt = calloc((size_t)(c->d.c > 0 ? c->d.c : 1), sizeof *ex->work.cp_cnt)))
+        return px_fail(err, PX_ERUNTIME, "out of memory for the cp group's %d counts", c->d.c);
     return PX_OK;
 }
 
@@ -317,6 +321,19 @@ static int comm_memory(Exec *ex, PxError *err)
     if (!rc && ex->zero.pg.pad)
         rc = comm_attach(ex->c.comm, ex->zero.pg.pad, ex->zero.pg.pad_bytes, err);
     return rc;
+}
+
+/* FP8 parameters below ZeRO-3 with the optimizer offloaded: the master is the host's, so they
+ * are quantized from the act values it rounds the master to (exec_pg_updated's G->up), the
+ * initial ones too. */
+static void pg_from_host(Exec *ex)
+{
+    ExecFp8Gather *G = &ex->zero.pg;
+    if (!G->after || !ex->c.spec.layout.offload_optimizer)
+        return;
+    G->up = ex->optim.host_g;
+    G->up_off = ex->optim.host_off;
+    exec_optim_offload_round(&ex->optim, &ex->c, &ex->params);
 }
 
 /* Every tensor of the table in its arena, bound to its part; the pools are what the simulator
@@ -367,6 +384,7 @@ static int phase_memory(Exec *ex, PxError *err)
      * layer has its memory by then) */
     if ((rc = exec_fp8_start(&ex->fp8, c, err)) || (rc = comm_memory(ex, err)))
         return rc;
+    pg_from_host(ex);
     return exec_pg_updated(&ex->zero, c, &ex->params, NULL, err);
 }
 
@@ -429,6 +447,7 @@ void exec_free(Exec *ex)
     exec_arenas_free(&ex->mem, ex->c.k);
     ckpt_free(ex->ckpt);
     free(ex->work.host_loss);
+    free(ex->work.cp_cnt);
     comm_free(ex->own_comm);
     model_predicted_free(&ex->pred);
     model_tensors_free(&ex->tt);
@@ -445,6 +464,7 @@ void exec_free(Exec *ex)
     exec_fp8_free(&ex->fp8);
     exec_meter_free(&ex->meter);
     exec_history_free(&ex->hist);
+    exec_grid_free(&ex->c.g);
     free(ex);
 }
 
