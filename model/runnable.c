@@ -30,11 +30,13 @@ const char *model_exec_cp_limit(const ModelSpec *s, const ModelDims *d)
  * buckets of equal bytes at pp 1; under a pipeline once a step, a call a block whatever the
  * bucket size), and below ZeRO-3 the gather of the updated weights after the step (none
  * without ZeRO), quantized from the updated fp32 master, with a per-tensor scale or
- * blockwise's 128 x 128 tiles. */
+ * blockwise's 128 x 128 tiles (a TN-only device's transposed copy made from the FP8 bytes, each
+ * tile transposed with its scale). */
 static const char *fp8_gather_limit(const ModelSpec *s, const ModelDims *d)
 {
     const int below = s->layout.zero < 3;
     const ModelFp8Recipe r = s->job.fp8;
+    (void)d; /* blockwise's transposed copies: its tiles transposed (kernels' fp8_transpose) */
     return r == MODEL_FP8_MXFP8
                ? "fp8_param_gather runs with a per-tensor scale (--fp8-recipe tensorwise or "
                  "delayed) or blockwise's tiles, not MXFP8's blocks (its column-wise copy needs "
@@ -43,9 +45,6 @@ static const char *fp8_gather_limit(const ModelSpec *s, const ModelDims *d)
                ? "fp8_param_gather runs with a per-tensor scale (--fp8-recipe tensorwise or "
                  "delayed) under ZeRO-3, whose gathers quantize a weight with one scale; "
                  "blockwise's tiles below it (--zero 0, 1 or 2)"
-           : r == MODEL_FP8_BLOCKWISE && d->fp8_wt
-               ? "fp8_param_gather with blockwise runs without transposed copies (a TN-only "
-                 "device's, fp8_transpose 1: the executor transposes a weight of one scale only)"
            : below && s->layout.offload_optimizer
                ? "below ZeRO-3 fp8_param_gather runs without --offload-optimizer"
                : NULL;

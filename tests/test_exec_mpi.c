@@ -151,6 +151,12 @@ static const Layout layouts[] = {
      * ZeRO each rank quantizes its whole weights, nothing moves */
     {"dp2_zero1_fp8pg_blockwise", 2, "--dp 2 --tp 1 --pp 1 --zero 1 --fp8-param-gather --no-sp " PIN1,
      "--fp8-recipe blockwise --mbs 1", 3, 0, NULL, 1e-3},
+    /* the same on a TN-only device (H100's case), tiny at hidden 256 (job_of): each rank
+     * makes the transposed copy of the gathered FP8 weight, every 128 x 128 tile transposed
+     * with its scale (kernels' fp8_transpose), the bytes the cast of the transposed weight
+     * makes: bit for bit against the layout without the flag */
+    {"wide_dp2_zero1_fp8pg_blockwise_tn", 2, "--dp 2 --tp 1 --pp 1 --zero 1 --fp8-param-gather --no-sp " PIN1,
+     "--fp8-recipe blockwise --mbs 1 --set device.fp8_tn_only=1", 3, 0, NULL, 1e-3},
     {"dp2_zero0_fp8pg_tensorwise", 2, "--dp 2 --tp 1 --pp 1 --zero 0 --fp8-param-gather --no-sp " PIN1,
      "--fp8-recipe tensorwise --mbs 1", 3, 0, NULL, 1e-3},
     /* sharded data parallelism (docs/executor.md, "Sharded data parallelism"): DeepSpeed's
@@ -373,20 +379,27 @@ static const char *cluster_for(const Layout *L)
     return path;
 }
 
-/* The layout's job: a *_sinks_* layout trains tiny-llama with GPT-OSS's attention sinks (a
- * model file in the scratch directory; the later --model wins). */
+/* The layout's job: a *_sinks_* layout trains tiny-llama with GPT-OSS's attention sinks, a
+ * wide_* layout tiny at hidden 256, ffn 512 and 2 layers, whose weights hold 128 x 128 tiles in both
+ * directions (tiny's 64 columns or rows give a grid of one row or column of tiles, whose
+ * transpose is the same list of scales) (a model file in the scratch directory; the later
+ * --model wins). */
 static const char *job_of(const Layout *L)
 {
     static char job[900];
-    if (!strstr(L->name, "_sinks_"))
+    const int wide = !strncmp(L->name, "wide_", 5);
+    if (!strstr(L->name, "_sinks_") && !wide)
         return L->job;
     PxError err = {0};
     ModelConfig m;
-    CHECK_OK(model_config_load("tiny-llama", &m, &err), err);
-    m.attn_sinks = 1;
-    snprintf(m.name, sizeof m.name, "tiny-llama-sinks");
+    CHECK_OK(model_config_load(wide ? "tiny" : "tiny-llama", &m, &err), err);
+    if (wide)
+        m.hidden = 256, m.ffn_hidden = 512, m.layers = 2;
+    else
+        m.attn_sinks = 1;
+    snprintf(m.name, sizeof m.name, wide ? "tiny-wide" : "tiny-llama-sinks");
     char path[400];
-    snprintf(path, sizeof path, "%s/tiny-llama-sinks.json", tmp);
+    snprintf(path, sizeof path, "%s/%s.json", tmp, m.name);
     cJSON *j = model_config_to_json(&m);
     CHECK_OK(px_json_write_file(path, j, &err), err);
     cJSON_Delete(j);
@@ -545,7 +558,7 @@ static void check_cast_twin(const Layout *L, const cJSON *steps)
     snprintf(lay, sizeof lay, "%.*s%s", (int)(at_flag - L->layout), L->layout,
              at_flag + strlen(flag));
     sh(0, "%s plan --model tiny --cluster local --gpus %d --gbs 8 --steps %d %s %s -o %s/twin.json",
-       px, L->gpus, L->steps, lay, L->job, tmp);
+       px, L->gpus, L->steps, lay, job_of(L), tmp);
     sh(0, "timeout 600 %s run %s/twin.json --quiet -o %s/twin.run.json", px, tmp, tmp);
     cJSON *twin = read_json("twin.run.json");
     const cJSON *ts = at(twin, "steps", NULL);
@@ -605,7 +618,8 @@ static void check_layout(const Layout *L)
      * layout a way of gathering: the second run costs CI time) */
     if (!strcmp(L->name, "dp2_zero3_fp8pg_tensorwise") || !strcmp(L->name, "dp2_pp2_zero3_fp8pg_tensorwise") ||
         !strcmp(L->name, "dp2_zero3_fp8pg_tensorwise_buckets") ||
-        !strcmp(L->name, "dp2_zero1_fp8pg_tensorwise") || !strcmp(L->name, "dp2_zero1_fp8pg_blockwise"))
+        !strcmp(L->name, "dp2_zero1_fp8pg_tensorwise") || !strcmp(L->name, "dp2_zero1_fp8pg_blockwise") ||
+        !strcmp(L->name, "wide_dp2_zero1_fp8pg_blockwise_tn"))
         check_cast_twin(L, ms);
 
     /* memory, communication, FLOPs and ops of every rank against its stage's prediction */

@@ -307,9 +307,9 @@ int main(void)
         CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
     }
 
-    /* --fp8-param-gather: below ZeRO-3 with a per-tensor scale or blockwise's tiles (fp32 on
-     * the CPU, bf16 on CUDA), but not blockwise's with transposed copies, under ZeRO-3 or
-     * with the optimizer offloaded, nor MXFP8's */
+    /* --fp8-param-gather: below ZeRO-3 with a per-tensor scale or blockwise's tiles, with or
+     * without transposed copies (fp32 on the CPU, bf16 on CUDA), but not blockwise's under
+     * ZeRO-3 or with the optimizer offloaded, nor MXFP8's */
     {
         ModelSpec s = request("tiny", 2, 8).base;
         s.job.precision = PX_FP32;
@@ -327,10 +327,14 @@ int main(void)
         s.job.fp8 = MODEL_FP8_BLOCKWISE;
         CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
         CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
-        s.job.fp8_transpose = 1;
+        s.job.fp8_transpose = 1; /* the transposed copy's tiles transposed with their scales */
         CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
-        CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));
-        CHECK(strstr(why, "fp8_param_gather with blockwise runs without transposed copies") != NULL);
+        CHECK_EQ_INT(1, d.fp8_wt);
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        s.job.precision = PX_BF16;
+        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 1, why, sizeof why));
+        s.job.precision = PX_FP32;
         s.job.fp8_transpose = 0, s.layout.zero = 3;
         CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
         CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));

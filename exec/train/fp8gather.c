@@ -700,7 +700,9 @@ static void master_amax(ExecFp8Gather *G, const ExecCtx *c, const ExecParams *P,
 
 /* Matrix g of parameter i: this rank's piece quantized run by run from its act values (where
  * master_amax left them, packed from its first gradient's place) with its blocks' scales, the matrix gathered (comm), its scales
- * written after it, its transpose made (a per-tensor scale only: model_exec_refusal). */
+ * written after it, its transpose made from the FP8 bytes (a TN-only device's; blockwise: each
+ * 128 x 128 tile transposed with its scale, kernels' fp8_transpose, as Transformer Engine's
+ * _create_columnwise derives a 2D-scaled weight's columnwise copy after the gather). */
 static int matrix_updated(ExecFp8Gather *G, const ExecCtx *c, const ExecParams *P, int i, int g,
                           int comm, ModelComm kind, PxError *err)
 {
