@@ -106,11 +106,16 @@ static const Layout layouts[] = {
     /* below ZeRO-3 (Megatron's distributed optimizer): the FP8 weights are the parameters,
      * quantized from the bf16 values of the updated fp32 master shards (packed in the fp32
      * gradients' place) with the all-reduced amaxes and gathered in FP8 after the step;
-     * blockwise (without transposed copies, which it does not run) all-reduces every tile's
+     * blockwise (here without transposed copies) all-reduces every tile's
      * amax and quantizes each run of a tile with the scale the cast of the whole bf16 weight
      * takes: bit for bit the losses of the layout without the flag */
     {"dp2_zero1_fp8pg", 2, "--dp 2 --tp 1 --pp 1 --zero 1 --fp8-param-gather --no-sp " PIN1,
      "--precision fp8 --fp8-recipe blockwise --set device.fp8_tn_only=0",
+     "--dp 2 --tp 1 --pp 1 --zero 1 --no-sp " PIN1, 0},
+    /* the same on H100 (TN-only): every rank transposes each gathered FP8 weight, tile by tile
+     * with its scale (the kernel's 2D grids: test_kernels_cuda's 130 x 200 against the CPU) */
+    {"dp2_zero1_fp8pg_tn", 2, "--dp 2 --tp 1 --pp 1 --zero 1 --fp8-param-gather --no-sp " PIN1,
+     "--precision fp8 --fp8-recipe blockwise --set device.fp8_tn_only=1",
      "--dp 2 --tp 1 --pp 1 --zero 1 --no-sp " PIN1, 0},
     /* context parallelism (tiny-llama: GQA, RoPE): K and V all-gathered; Ulysses' all-to-alls;
      * the ring below */
