@@ -41,10 +41,6 @@ static const char *fp8_gather_limit(const ModelSpec *s, const ModelDims *d)
                ? "fp8_param_gather runs with a per-tensor scale (--fp8-recipe tensorwise or "
                  "delayed) or blockwise's tiles, not MXFP8's blocks (its column-wise copy needs "
                  "the weights' own values, which an FP8 gather does not bring)"
-           : r == MODEL_FP8_BLOCKWISE && !below
-               ? "fp8_param_gather runs with a per-tensor scale (--fp8-recipe tensorwise or "
-                 "delayed) under ZeRO-3, whose gathers quantize a weight with one scale; "
-                 "blockwise's tiles below it (--zero 0, 1 or 2)"
            : below && s->layout.offload_optimizer
                ? "below ZeRO-3 fp8_param_gather runs without --offload-optimizer"
                : NULL;

@@ -109,6 +109,9 @@ static const Layout layouts[] = {
      * edp 2, gathered in FP8 after the update and transposed matrix by matrix with their
      * tiles' scales; the losses of the same layout without the flag bit for bit (3 steps) */
     {"ep2_dp2_zero1_fp8pg_blockwise_tn", 4, 4, 1, 1, 2, 0, 1, 1, 0, 0, MODEL_FP8_BLOCKWISE, 0, 0, 0, 0, 0},
+    /* and under ZeRO-3 (Megatron-FSDP's way): the experts' tiles' amaxes all-reduced over edp
+     * 2 once a step, each gather's pieces quantized with their tiles' scales */
+    {"ep2_dp2_zero3_fp8pg_blockwise_tn", 4, 4, 1, 1, 2, 0, 1, 3, 0, 0, MODEL_FP8_BLOCKWISE, 0, 0, 0, 0, 0},
     /* --fp8-dispatch (a name with _fp8d_): the forward's all-to-all moves the rows in FP8 with
      * their row-wise scales (blockwise's and MXFP8's, the recipes whose scales belong to a row),
      * which the experts' GEMMs then quantize as they are; the recomputed forward's too (the

@@ -131,6 +131,15 @@ static const Layout layouts[] = {
     /* the same under a pipeline, whose stage is gathered in FP8 once a step and kept across its
      * micro-batches: tensorwise bit for bit against the layout without the flag
      * (check_cast_twin); delayed with buckets, which do not cut the step's gathers */
+    /* blockwise, as Megatron-FSDP runs it: each 128 x 128 tile's amax all-reduced over the
+     * ZeRO group once a step (the shard cut splits tiles), each gather's pieces quantized run
+     * by run with their tiles' scales, each gathered matrix followed by its tiles' scales; on
+     * a TN-only device each use's transposed copy made tile by tile. Tiny at hidden 256
+     * (job_of), whose matrices hold up to 6 x 2 tiles: bit for bit against the layout without
+     * the flag (check_cast_twin) */
+    {"wide_dp2_zero3_fp8pg_blockwise_tn", 2,
+     "--dp 2 --tp 1 --pp 1 --zero 3 --fsdp --fp8-param-gather --no-sp " PIN1,
+     "--fp8-recipe blockwise --mbs 1 --set device.fp8_tn_only=1", 3, 0, NULL, 1e-3},
     {"dp2_pp2_zero3_fp8pg_tensorwise", 4, "--dp 2 --tp 1 --pp 2 --zero 3 --fp8-param-gather --no-sp " PIN1,
      "--fp8-recipe tensorwise --mbs 1", 5, 0, NULL, 1e-3},
     {"dp2_pp2_zero3_fp8pg_delayed_buckets", 4,
@@ -380,7 +389,7 @@ static const char *cluster_for(const Layout *L)
 }
 
 /* The layout's job: a *_sinks_* layout trains tiny-llama with GPT-OSS's attention sinks, a
- * wide_* layout tiny at hidden 256, ffn 512 and 2 layers, whose weights hold 128 x 128 tiles in both
+ * wide_* layout tiny at hidden 256, ffn 512 and 1 layer, whose weights hold 128 x 128 tiles in both
  * directions (tiny's 64 columns or rows give a grid of one row or column of tiles, whose
  * transpose is the same list of scales) (a model file in the scratch directory; the later
  * --model wins). */
@@ -394,7 +403,7 @@ static const char *job_of(const Layout *L)
     ModelConfig m;
     CHECK_OK(model_config_load(wide ? "tiny" : "tiny-llama", &m, &err), err);
     if (wide)
-        m.hidden = 256, m.ffn_hidden = 512, m.layers = 2;
+        m.hidden = 256, m.ffn_hidden = 512, m.layers = 1;
     else
         m.attn_sinks = 1;
     snprintf(m.name, sizeof m.name, wide ? "tiny-wide" : "tiny-llama-sinks");
@@ -619,7 +628,8 @@ static void check_layout(const Layout *L)
     if (!strcmp(L->name, "dp2_zero3_fp8pg_tensorwise") || !strcmp(L->name, "dp2_pp2_zero3_fp8pg_tensorwise") ||
         !strcmp(L->name, "dp2_zero3_fp8pg_tensorwise_buckets") ||
         !strcmp(L->name, "dp2_zero1_fp8pg_tensorwise") || !strcmp(L->name, "dp2_zero1_fp8pg_blockwise") ||
-        !strcmp(L->name, "wide_dp2_zero1_fp8pg_blockwise_tn"))
+        !strcmp(L->name, "wide_dp2_zero1_fp8pg_blockwise_tn") ||
+        !strcmp(L->name, "wide_dp2_zero3_fp8pg_blockwise_tn"))
         check_cast_twin(L, ms);
 
     /* memory, communication, FLOPs and ops of every rank against its stage's prediction */
