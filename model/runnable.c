@@ -26,12 +26,12 @@ const char *model_exec_cp_limit(const ModelSpec *s, const ModelDims *d)
 
 /* --fp8-param-gather's limits (exec/train/fp8gather.c), or NULL: the FP8 weights gathered in
  * FP8 with scales every rank computes from all-reduced amaxes: ZeRO-3's gathers of the
- * layers' weights with a per-tensor scale (the experts' over the expert-data-parallel group; in
- * buckets of equal bytes at pp 1; under a pipeline once a step, a call a block whatever the
- * bucket size), and below ZeRO-3 the gather of the updated weights after the step (none
- * without ZeRO), quantized from the updated fp32 master, with a per-tensor scale or
- * blockwise's 128 x 128 tiles (a TN-only device's transposed copy made from the FP8 bytes, each
- * tile transposed with its scale). */
+ * layers' weights with a per-tensor scale or blockwise's tiles (the experts' over the
+ * expert-data-parallel group; in buckets of equal bytes at pp 1; under a pipeline once a step,
+ * a call a block whatever the bucket size), and below ZeRO-3 the gather of the updated
+ * weights after the step (none without ZeRO), quantized from the updated fp32 master, with a
+ * per-tensor scale or blockwise's 128 x 128 tiles (a TN-only device's transposed copy made
+ * from the FP8 bytes, each tile transposed with its scale). */
 static const char *fp8_gather_limit(const ModelSpec *s, const ModelDims *d)
 {
     const int below = s->layout.zero < 3;

@@ -10,7 +10,10 @@
  * the dense blocks' and in another over the expert-data-parallel group for the experts' (an
  * expert weight is a matrix a local expert, each with its own scale, as the GEMMs quantize
  * them; the ep peers hold other experts) (torchao's precompute_float8_dynamic_scale_for_fsdp;
- * model/ops.c's step_fp8_amax counts both).
+ * model/ops.c's step_fp8_amax counts both). With blockwise each 128 x 128 tile has its
+ * scale and the shard cut splits tiles, so the amaxes are the tiles' (shard_tile_amax, run by
+ * run), 4 bytes a tile in the same calls, as Megatron-FSDP's blockwise FP8 parameters
+ * (Transformer Engine's cast_master_weights_to_fp8 over the data-parallel group).
  * Tensorwise scaling takes amax / 448 (E4M3's largest), the scale the whole weight's own
  * quantization takes, so the GEMMs read the bytes ZeRO-3 without it casts per use; delayed
  * scaling rolls the amax into the weight's history and takes the decode factor it gives (one
