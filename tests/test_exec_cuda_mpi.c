@@ -117,6 +117,12 @@ static const Layout layouts[] = {
     {"dp2_zero1_fp8pg_tn", 2, "--dp 2 --tp 1 --pp 1 --zero 1 --fp8-param-gather --no-sp " PIN1,
      "--precision fp8 --fp8-recipe blockwise --set device.fp8_tn_only=1",
      "--dp 2 --tp 1 --pp 1 --zero 1 --no-sp " PIN1, 0},
+    /* blockwise under ZeRO-3 on H100 (Megatron-FSDP's way: each tile's amax all-reduced, each
+     * gather's pieces quantized with their tiles' scales; run by name: the CPU's
+     * wide_dp2_zero3_fp8pg_blockwise_tn runs its lines in CI) */
+    {"dp2_zero3_fp8pg_blockwise", 2, "--dp 2 --tp 1 --pp 1 --zero 3 --fsdp --fp8-param-gather --no-sp " PIN1,
+     "--precision fp8 --fp8-recipe blockwise --set device.fp8_tn_only=1",
+     "--dp 2 --tp 1 --pp 1 --zero 3 --fsdp --no-sp " PIN1, 0},
     /* context parallelism (tiny-llama: GQA, RoPE): K and V all-gathered; Ulysses' all-to-alls;
      * the ring below */
     {"llama_cp2_allgather", 2, "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type allgather --zero 0 --no-sp " PIN1,
