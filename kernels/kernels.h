@@ -380,8 +380,11 @@ struct KernBackend {
                          const float *scale);
     /* x (act elements [rows, cols]) = the values of q. */
     void (*fp8_dequantize)(void *x, const void *q, const KernFp8 *f);
-    /* qt = q's transpose, a per-tensor-scaled tensor (one block): its cols x rows elements,
-     * then q's scale as it is (the same values, so the same scale). */
+    /* qt = q's transpose: its cols x rows elements, then q's scales transposed (the scale of
+     * q's block (i, j) at (j, i)): qt has layout {cols, rows, block_c, block_r}, each block
+     * the transpose of one of q's, of the same values and so the same scale (a per-tensor
+     * scale as it is; a 128 x 128 tile's, Transformer Engine's columnwise copy of a 2D-scaled
+     * Float8BlockwiseQTensor, _create_columnwise). */
     void (*fp8_transpose)(void *qt, const void *q, const KernFp8 *f);
     /* The matmul above on FP8 operands: A is a KernFp8 tensor of layout fa, B of layout fb,
      * with op(A) [m,k] and op(B) [k,n] as in matmul; products of the decoded values

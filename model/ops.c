@@ -1726,7 +1726,8 @@ static void step_optimizer(Emit *e, const ModelTensorTable *tt)
  * tensor: delayed, tensorwise; one a 128 x 128 tile: blockwise): a shard's amax is not its
  * weight's (nor, the flat shard cut splitting tiles, its tiles'), so each step, after the
  * update, the ranks all-reduce (max) every FP8 matrix's amax (every tile's) over its ZeRO
- * group (torchao's precompute_float8_dynamic_scale_for_fsdp under ZeRO-3; below it
+ * group (torchao's precompute_float8_dynamic_scale_for_fsdp under ZeRO-3, Megatron-FSDP's
+ * partial tile amaxes with blockwise; below it
  * Transformer Engine's cast of the master shards to FP8 in Megatron's distributed optimizer,
  * before the parameter all-gather; without ZeRO every rank holds whole weights and needs
  * none): the dense blocks' over the ZeRO group in one call, the experts' (a matrix a local

@@ -25,28 +25,23 @@ const char *model_exec_cp_limit(const ModelSpec *s, const ModelDims *d)
 
 /* --fp8-param-gather's limits (exec/train/fp8gather.c), or NULL: the FP8 weights gathered in
  * FP8 with scales every rank computes from all-reduced amaxes: ZeRO-3's gathers of the
- * layers' weights with a per-tensor scale (the experts' over the expert-data-parallel group; in
- * buckets of equal bytes at pp 1; under a pipeline once a step, a call a block whatever the
- * bucket size), and below ZeRO-3 the gather of the updated weights after the step (none
- * without ZeRO), quantized from the updated fp32 master (with --offload-optimizer from the act
- * values the host rounds it to), with a per-tensor scale or
- * blockwise's 128 x 128 tiles; MXFP8's gathered in the act dtype into the gradients' places
- * and quantized by every rank (ZeRO-2 is model/spec.c's rule). */
+ * layers' weights with a per-tensor scale or blockwise's tiles (the experts' over the
+ * expert-data-parallel group; in buckets of equal bytes at pp 1; under a pipeline once a step,
+ * a call a block whatever the bucket size), and below ZeRO-3 the gather of the updated
+ * weights after the step (none without ZeRO), quantized from the updated fp32 master (with
+ * --offload-optimizer from the act values the host rounds it to), with a per-tensor scale or
+ * blockwise's 128 x 128 tiles (a TN-only device's transposed copy made from the FP8 bytes,
+ * each tile transposed with its scale); MXFP8's gathered in the act dtype into the gradients'
+ * places and quantized by every rank (ZeRO-2 is model/spec.c's rule). */
 static const char *fp8_gather_limit(const ModelSpec *s, const ModelDims *d)
 {
     const int below = s->layout.zero < 3;
     const ModelFp8Recipe r = s->job.fp8;
+    (void)d; /* blockwise's transposed copies: its tiles transposed (kernels' fp8_transpose) */
     return r == MODEL_FP8_MXFP8 && !below
                ? "fp8_param_gather with MXFP8 runs below ZeRO-3 (--zero 0 or 1: the updated "
                  "weights gathered in their own dtype, each rank quantizing them); ZeRO-3's "
                  "gathers of both MXFP8 copies with their scales (Megatron-FSDP's) are not run"
-           : r == MODEL_FP8_BLOCKWISE && !below
-               ? "fp8_param_gather runs with a per-tensor scale (--fp8-recipe tensorwise or "
-                 "delayed) under ZeRO-3, whose gathers quantize a weight with one scale; "
-                 "blockwise's tiles below it (--zero 0, 1 or 2)"
-           : r == MODEL_FP8_BLOCKWISE && d->fp8_wt
-               ? "fp8_param_gather with blockwise runs without transposed copies (a TN-only "
-                 "device's, fp8_transpose 1: the executor transposes a weight of one scale only)"
                : NULL;
 }
 

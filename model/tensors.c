@@ -1303,6 +1303,18 @@ static void add_comm_buffers(Build *B)
     }
 }
 
+/* Room for the scales of block b's FP8 matrices in ZeRO-3's FP8 gather (exec/train/
+ * fp8gather.c): each matrix's fp32 scales after its elements, padded to
+ * MODEL_FP8_GATHER_SCALE_BYTES, so that the next matrix starts 16-byte aligned: 16 bytes a
+ * matrix with a per-tensor scale; with blockwise 4 a 128 x 128 tile and at most 12 of
+ * padding a matrix (the executor's round_up(4 x tiles, 16) each, whose sum this bounds: one
+ * count, the block's matrices and tiles). */
+static uint64_t gather_scale_room(const ModelBlock *b)
+{
+    return (uint64_t)(MODEL_FP8_GATHER_SCALE_BYTES - 4) * (uint64_t)b->fp8_weights +
+           4u * (uint64_t)b->fp8_scales;
+}
+
 /* ZeRO's buffers (docs/memory.md, "ZeRO-3's gathered parameters"): the gradient bucket
  * (ZeRO-2/3), one block's unsharded gradients while they are reduced, and ZeRO-3's
  * parameter-gather buffer, each block-sized part as large as the largest block padded to a
@@ -1316,7 +1328,8 @@ static void add_zero_buffers(Build *B)
     const ModelDims *d = B->d;
     const ModelTensorTable *tt = B->tt;
     uint64_t padded = 0, all = 0, fp8_all = 0, act_most = 0, fp8_most = 0;
-    int experts = 0, weights = 0, weights_most = 0;
+    uint64_t room = 0, room_most = 0; /* the FP8 matrices' scales in the gathered layout */
+    int experts = 0;
     for (int i = 0; i < tt->n_blocks; i++) {
         const ModelBlock *blk = &tt->blocks[i];
         uint64_t g = (uint64_t)(blk->experts ? d->edp : d->zero_group);
@@ -1326,10 +1339,11 @@ static void add_zero_buffers(Build *B)
          * among them), and the most FP8 elements and weights of any block */
         act_most = p - blk->fp8_numel > act_most ? p - blk->fp8_numel : act_most;
         fp8_most = blk->fp8_numel > fp8_most ? blk->fp8_numel : fp8_most;
-        weights_most = blk->fp8_weights > weights_most ? blk->fp8_weights : weights_most;
+        const uint64_t r = gather_scale_room(blk);
+        room_most = r > room_most ? r : room_most;
         all += p * rep;
         fp8_all += blk->fp8_numel * rep;
-        weights += blk->fp8_weights * (int)rep;
+        room += r * rep;
         experts |= blk->experts;
     }
     /* under a pipeline the unsharded gradients (add_param_g) are the reduce-scatter's input */
@@ -1345,8 +1359,7 @@ static void add_zero_buffers(Build *B)
         uint64_t elems = (uint64_t)parts * padded;
         /* of them, the FP8 GEMMs' weights when they are gathered in FP8 (a slot holds any
          * block's: its other elements and its FP8 ones, each part as large as any block's) */
-        uint64_t fp8 = (uint64_t)parts * fp8_most;
-        int fp8_weights = (int)parts * weights_most;
+        uint64_t fp8 = (uint64_t)parts * fp8_most, scales = (uint64_t)parts * room_most;
         if (pg)
             elems = (uint64_t)parts * (act_most + fp8_most);
         /* kept from forward to backward, or (a pipeline) across the stage's micro-batches:
@@ -1354,7 +1367,7 @@ static void add_zero_buffers(Build *B)
         if ((s->layout.keep_gathered || d->zero_per_step) && all > (uint64_t)parts * padded) {
             elems = all;
             fp8 = fp8_all;
-            fp8_weights = weights;
+            scales = room;
         }
         if (!pg)
             fp8 = 0;
@@ -1363,10 +1376,9 @@ static void add_zero_buffers(Build *B)
         add(&B->a, MODEL_TR_ZERO_PARAM_GATHER, "zero.param_gather", MODEL_COMM_BUFFERS, d->param, 0, 2,
             2, (int64_t)(elems / 2), 0, 0);
         if (fp8 > 0) {
-            /* the FP8 weights gathered in one byte each, with one fp32 scale per weight in
-             * MODEL_FP8_GATHER_SCALE_BYTES (padded: the next weight starts 16-byte aligned) */
-            const Fp8Extra x = {(uint64_t)MODEL_FP8_GATHER_SCALE_BYTES * (uint64_t)fp8_weights,
-                                MODEL_TR_NONE, 1};
+            /* the FP8 weights gathered in one byte each, each matrix's scales after it
+             * (gather_scale_room) */
+            const Fp8Extra x = {scales, MODEL_TR_NONE, 1};
             add_ex(&B->a, MODEL_TR_ZERO_PARAM_GATHER, "zero.param_gather_fp8", MODEL_COMM_BUFFERS,
                    PX_FP8, 0, 1, (int64_t)fp8, 0, 0, 0, &x);
         }

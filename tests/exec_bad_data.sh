@@ -42,7 +42,7 @@ plan dp2 --gpus 2
 plan tp2 --gpus 2 --tp 2
 plan cp2 --gpus 2 --cp 2 --dropout 0.1
 plan fp8att --fp8-recipe blockwise --fp8-attention
-plan fp8pg3 --cluster dgx-h100 --precision fp8 --fp8-recipe blockwise --fp8-param-gather --gpus 2 --dp 2 --zero 3
+plan fp8pg3 --cluster dgx-b200 --precision fp8 --fp8-recipe mxfp8 --fp8-param-gather --gpus 2 --dp 2 --zero 3
 # a mixture-of-experts model with the shapes the executor once refused, which it now runs:
 # GeLU experts, the shared experts' gate beside the MLP's biases, shared experts wider than the
 # dense MLP
@@ -89,7 +89,7 @@ expect 2 "training.precision bf16: the CPU backend trains in fp32" "$px" run "$t
 sed -E 's/"seq_len":([[:space:]]*)16,/"seq_len":\118,/' "$tmp/cp2.json" >"$tmp/cp2_18.json"
 expect 2 "the layout breaks a rule: cp 2 needs the sequence length 18 to split into 2 x cp = 4 chunks" "$px" run "$tmp/cp2_18.json" --launcher none
 expect 2 "training.fp8 blockwise: the executor runs FP8 GEMMs with limits: fp8_attention runs with --fp8-recipe tensorwise or delayed (Transformer Engine has no blockwise or MXFP8 attention)" "$px" run "$tmp/fp8att.json"
-expect 2 "training.fp8 blockwise: the executor runs FP8 GEMMs with limits: fp8_param_gather runs with a per-tensor scale" "$px" run "$tmp/fp8pg3.json" --launcher none --backend cpu
+expect 2 "training.fp8 mxfp8: the executor runs FP8 GEMMs with limits: fp8_param_gather with MXFP8 runs below ZeRO-3" "$px" run "$tmp/fp8pg3.json" --launcher none --backend cpu
 expect 0 "wrote $tmp/moe-run.json" "$px" run "$tmp/moe.json" --launcher none --steps 1 -o "$tmp/moe-run.json"
 expect 2 "needs 2 ranks (dp 2 x tp 1 x pp 1 x cp 1) but this" "$px" run "$tmp/dp2.json" --launcher none
 # a MoE plan on the CUDA backend (bf16) through the emulator, where the build has it: a backend

@@ -106,12 +106,23 @@ static const Layout layouts[] = {
     /* below ZeRO-3 (Megatron's distributed optimizer): the FP8 weights are the parameters,
      * quantized from the bf16 values of the updated fp32 master shards (packed in the fp32
      * gradients' place) with the all-reduced amaxes and gathered in FP8 after the step;
-     * blockwise (without transposed copies, which it does not run) all-reduces every tile's
+     * blockwise (here without transposed copies) all-reduces every tile's
      * amax and quantizes each run of a tile with the scale the cast of the whole bf16 weight
      * takes: bit for bit the losses of the layout without the flag */
     {"dp2_zero1_fp8pg", 2, "--dp 2 --tp 1 --pp 1 --zero 1 --fp8-param-gather --no-sp " PIN1,
      "--precision fp8 --fp8-recipe blockwise --set device.fp8_tn_only=0",
      "--dp 2 --tp 1 --pp 1 --zero 1 --no-sp " PIN1, 0},
+    /* the same on H100 (TN-only): every rank transposes each gathered FP8 weight, tile by tile
+     * with its scale (the kernel's 2D grids: test_kernels_cuda's 130 x 200 against the CPU) */
+    {"dp2_zero1_fp8pg_tn", 2, "--dp 2 --tp 1 --pp 1 --zero 1 --fp8-param-gather --no-sp " PIN1,
+     "--precision fp8 --fp8-recipe blockwise --set device.fp8_tn_only=1",
+     "--dp 2 --tp 1 --pp 1 --zero 1 --no-sp " PIN1, 0},
+    /* blockwise under ZeRO-3 on H100 (Megatron-FSDP's way: each tile's amax all-reduced, each
+     * gather's pieces quantized with their tiles' scales; run by name: the CPU's
+     * wide_dp2_zero3_fp8pg_blockwise_tn runs its lines in CI) */
+    {"dp2_zero3_fp8pg_blockwise", 2, "--dp 2 --tp 1 --pp 1 --zero 3 --fsdp --fp8-param-gather --no-sp " PIN1,
+     "--precision fp8 --fp8-recipe blockwise --set device.fp8_tn_only=1",
+     "--dp 2 --tp 1 --pp 1 --zero 3 --fsdp --no-sp " PIN1, 0},
     /* MXFP8 below ZeRO-3 (Megatron's distributed optimizer): the updated shards gathered in
      * bf16 into the fp32 gradients' places and quantized by each rank into both copies, as the
      * cast without the flag quantizes the bf16 weights: bit for bit its losses (the plans'

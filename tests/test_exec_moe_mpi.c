@@ -104,6 +104,14 @@ static const Layout layouts[] = {
     {"ep2_dp2_zero3_fp8pg_tensorwise", 4, 4, 1, 1, 2, 0, 1, 3, 0, 0, MODEL_FP8_TENSORWISE, 0, 0, 0, 0, 0},
     {"tp2_sp_etp2_dp2_zero3_fp8pg_delayed", 4, 2, 2, 1, 1, 1, 1, 3, 0, 0, MODEL_FP8_DELAYED, 0, 2, 0, 0, 0},
     {"cuda_ep2_dp2_zero3_fp8pg_tensorwise", 4, 4, 1, 1, 2, 0, 1, 3, 0, 1, MODEL_FP8_TENSORWISE, 0, 0, 0, 0, 0},
+    /* below ZeRO-3 with blockwise on a TN-only device (a name ending _tn: fp8_transpose 1):
+     * the FP8 experts' matrices, each local expert's tiles with their all-reduced amaxes over
+     * edp 2, gathered in FP8 after the update and transposed matrix by matrix with their
+     * tiles' scales; the losses of the same layout without the flag bit for bit (3 steps) */
+    {"ep2_dp2_zero1_fp8pg_blockwise_tn", 4, 4, 1, 1, 2, 0, 1, 1, 0, 0, MODEL_FP8_BLOCKWISE, 0, 0, 0, 0, 0},
+    /* and under ZeRO-3 (Megatron-FSDP's way): the experts' tiles' amaxes all-reduced over edp
+     * 2 once a step, each gather's pieces quantized with their tiles' scales */
+    {"ep2_dp2_zero3_fp8pg_blockwise_tn", 4, 4, 1, 1, 2, 0, 1, 3, 0, 0, MODEL_FP8_BLOCKWISE, 0, 0, 0, 0, 0},
     /* --fp8-dispatch (a name with _fp8d_): the forward's all-to-all moves the rows in FP8 with
      * their row-wise scales (blockwise's and MXFP8's, the recipes whose scales belong to a row),
      * which the experts' GEMMs then quantize as they are; the recomputed forward's too (the
@@ -371,11 +379,18 @@ static int is_shape(const Layout *L)
  * dispatcher's with a capacity or FP8 experts, --fp8-dispatch's with delayed scaling and
  * tiny-moe's other shapes (is_shape) 3
  * (CI's time; the first steps already move every parameter), tiny-moe's STEPS. */
+/* A TN-only device's layout (FP8 weights' transposed copies, H100's case): its name ends _tn. */
+static int is_tn(const Layout *L)
+{
+    const size_t n = strlen(L->name);
+    return n > 3 && !strcmp(L->name + n - 3, "_tn");
+}
+
 static int steps_of(const Layout *L)
 {
     const int fp8d_delayed = L->fp8 == MODEL_FP8_DELAYED && strstr(L->name, "_fp8d_");
     return L->dsv3 || (L->cf > 0 && L->fp8) || (is_ag(L) && (L->cf > 0 || L->fp8)) ||
-                   fp8d_delayed || is_shape(L)
+                   fp8d_delayed || is_shape(L) || is_tn(L)
                ? 3
                : STEPS;
 }
@@ -460,6 +475,8 @@ static ModelSpec spec_of(const Layout *L)
     s.job.fp8_dispatch = strstr(L->name, "_fp8d_") != NULL;
     s.job.fp8_param_gather = strstr(L->name, "_fp8pg_") != NULL;
     s.job.fp8_attention = strstr(L->name, "_fp8attn_") != NULL;
+    if (is_tn(L))
+        s.job.fp8_transpose = 1;
     s.model.moe.capacity_factor = L->cf;
     if (is_ag(L))
         s.job.moe_dispatcher = MODEL_MOE_DISPATCH_ALLGATHER;
@@ -560,10 +577,11 @@ static void check_same_without_fp8d(const Layout *L, const ModelSpec *s, const c
     check_twin(L, &plain, "fp8_dispatch", rows ? 0 : FP8D_TENSOR_TOL, run);
 }
 
-/* --fp8-param-gather's run with tensorwise scaling (the CPU's *_fp8pg_tensorwise layouts)
- * against the same layout's without it: bit-identical losses, as each shard of a matrix is
- * quantized with the whole matrix's scale (the amax all-reduced over its ZeRO group), the bytes
- * each GEMM's cast of the gathered weight makes without the flag. */
+/* --fp8-param-gather's run with tensorwise or blockwise scaling (the CPU's *_fp8pg_tensorwise
+ * and *_fp8pg_blockwise* layouts) against the same layout's without it: bit-identical losses,
+ * as each shard of a matrix is quantized with the whole matrix's scale (a tile's: the amaxes
+ * all-reduced over its ZeRO group), the bytes each GEMM's cast of the gathered weight makes
+ * without the flag. */
 static void check_same_without_fp8pg(const Layout *L, const ModelSpec *s, const cJSON *run)
 {
     ModelSpec plain = *s;
@@ -617,7 +635,8 @@ static void check_layout(const Layout *L)
         check_same_as_alltoall(L, &s, run);
     if (s.job.fp8_dispatch && !L->cuda)
         check_same_without_fp8d(L, &s, run);
-    if (s.job.fp8_param_gather && s.job.fp8 == MODEL_FP8_TENSORWISE && !L->cuda)
+    if (s.job.fp8_param_gather && !L->cuda &&
+        (s.job.fp8 == MODEL_FP8_TENSORWISE || s.job.fp8 == MODEL_FP8_BLOCKWISE))
         check_same_without_fp8pg(L, &s, run);
     /* delayed scaling's recompute quantizes with the factors of now, which the forward's own
      * record moved (as full recompute's does): not its twin's bits (dsv3_ep2_fp8_delayed_sac:

@@ -135,6 +135,15 @@ static const Layout layouts[] = {
     /* the same under a pipeline, whose stage is gathered in FP8 once a step and kept across its
      * micro-batches: tensorwise bit for bit against the layout without the flag
      * (check_cast_twin); delayed with buckets, which do not cut the step's gathers */
+    /* blockwise, as Megatron-FSDP runs it: each 128 x 128 tile's amax all-reduced over the
+     * ZeRO group once a step (the shard cut splits tiles), each gather's pieces quantized run
+     * by run with their tiles' scales, each gathered matrix followed by its tiles' scales; on
+     * a TN-only device each use's transposed copy made tile by tile. Tiny at hidden 256
+     * (job_of), whose matrices hold up to 6 x 2 tiles: bit for bit against the layout without
+     * the flag (check_cast_twin) */
+    {"wide_dp2_zero3_fp8pg_blockwise_tn", 2,
+     "--dp 2 --tp 1 --pp 1 --zero 3 --fsdp --fp8-param-gather --no-sp " PIN1,
+     "--fp8-recipe blockwise --mbs 1 --set device.fp8_tn_only=1", 3, 0, NULL, 1e-3},
     {"dp2_pp2_zero3_fp8pg_tensorwise", 4, "--dp 2 --tp 1 --pp 2 --zero 3 --fp8-param-gather --no-sp " PIN1,
      "--fp8-recipe tensorwise --mbs 1", 5, 0, NULL, 1e-3},
     {"dp2_pp2_zero3_fp8pg_delayed_buckets", 4,
@@ -158,6 +167,12 @@ static const Layout layouts[] = {
      * against 5.5193 at step 2 on one rank) */
     {"dp2_zero1_fp8pg_blockwise", 2, "--dp 2 --tp 1 --pp 1 --zero 1 --fp8-param-gather --no-sp " PIN1,
      "--fp8-recipe blockwise --mbs 1", 3, 0, NULL, 1e-3},
+    /* the same on a TN-only device (H100's case), tiny at hidden 256 (job_of): each rank
+     * makes the transposed copy of the gathered FP8 weight, every 128 x 128 tile transposed
+     * with its scale (kernels' fp8_transpose), the bytes the cast of the transposed weight
+     * makes: bit for bit against the layout without the flag */
+    {"wide_dp2_zero1_fp8pg_blockwise_tn", 2, "--dp 2 --tp 1 --pp 1 --zero 1 --fp8-param-gather --no-sp " PIN1,
+     "--fp8-recipe blockwise --mbs 1 --set device.fp8_tn_only=1", 3, 0, NULL, 1e-3},
     {"dp2_zero0_fp8pg_tensorwise_adam8", 2, "--dp 2 --tp 1 --pp 1 --zero 0 --fp8-param-gather --no-sp " PIN1,
      "--fp8-recipe tensorwise --optimizer adam-8bit --mbs 1", 3, 0, NULL, 1e-3},
     /* MXFP8 (Megatron's distributed optimizer: an MXFP8 scale is a block's of 32 along each
@@ -421,22 +436,27 @@ static const char *cluster_for(const Layout *L)
 }
 
 /* The layout's job: a *_sinks_* layout trains tiny-llama with GPT-OSS's attention sinks, a
- * *_vpp65 one tiny with 130 layers (a chunk of one layer each on pp 2 x vpp 65) (a model file
- * in the scratch directory; the later --model wins). */
+ * *_vpp65 one tiny with 130 layers (a chunk of one layer each on pp 2 x vpp 65), a wide_* one
+ * tiny at hidden 256, ffn 512 and 1 layer, whose weights hold 128 x 128 tiles in both
+ * directions (tiny's 64 columns or rows give a grid of one row or column of tiles, whose
+ * transpose is the same list of scales) (a model file in the scratch directory; the later
+ * --model wins). */
 static const char *job_of(const Layout *L)
 {
     static char job[900];
-    const int sinks = strstr(L->name, "_sinks_") != NULL;
-    if (!sinks && !strstr(L->name, "_vpp65"))
+    const int sinks = strstr(L->name, "_sinks_") != NULL, wide = !strncmp(L->name, "wide_", 5);
+    if (!sinks && !wide && !strstr(L->name, "_vpp65"))
         return L->job;
     PxError err = {0};
     ModelConfig m;
     CHECK_OK(model_config_load(sinks ? "tiny-llama" : "tiny", &m, &err), err);
     if (sinks)
         m.attn_sinks = 1;
+    else if (wide)
+        m.hidden = 256, m.ffn_hidden = 512, m.layers = 1;
     else
         m.layers = 130;
-    snprintf(m.name, sizeof m.name, sinks ? "tiny-llama-sinks" : "tiny-130");
+    snprintf(m.name, sizeof m.name, sinks ? "tiny-llama-sinks" : wide ? "tiny-wide" : "tiny-130");
     char path[400];
     snprintf(path, sizeof path, "%s/%s.json", tmp, m.name);
     cJSON *j = model_config_to_json(&m);
@@ -597,7 +617,7 @@ static void check_cast_twin(const Layout *L, const cJSON *steps)
     snprintf(lay, sizeof lay, "%.*s%s", (int)(at_flag - L->layout), L->layout,
              at_flag + strlen(flag));
     sh(0, "%s plan --model tiny --cluster %s --gpus %d --gbs 8 --steps %d %s %s -o %s/twin.json",
-       px, cluster_for(L), L->gpus, L->steps, lay, L->job, tmp);
+       px, cluster_for(L), L->gpus, L->steps, lay, job_of(L), tmp);
     sh(0, "timeout 600 %s run %s/twin.json --quiet -o %s/twin.run.json", px, tmp, tmp);
     cJSON *twin = read_json("twin.run.json");
     const cJSON *ts = at(twin, "steps", NULL);
@@ -660,7 +680,9 @@ static void check_layout(const Layout *L)
         !strcmp(L->name, "dp2_zero1_fp8pg_tensorwise") || !strcmp(L->name, "dp2_zero1_fp8pg_blockwise") ||
         !strcmp(L->name, "dp2_zero1_fp8pg_mxfp8") || !strcmp(L->name, "tp2_sp_dp2_zero1_fp8pg_mxfp8") ||
         !strcmp(L->name, "dp2_zero0_fp8pg_tensorwise_adam8") ||
-        !strcmp(L->name, "dp2_zero1_fp8pg_offload_tensorwise"))
+        !strcmp(L->name, "dp2_zero1_fp8pg_offload_tensorwise") ||
+        !strcmp(L->name, "wide_dp2_zero1_fp8pg_blockwise_tn") ||
+        !strcmp(L->name, "wide_dp2_zero3_fp8pg_blockwise_tn"))
         check_cast_twin(L, ms);
 
     /* memory, communication, FLOPs and ops of every rank against its stage's prediction */

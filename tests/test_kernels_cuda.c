@@ -2249,9 +2249,9 @@ static void fp8_vs_cpu(int rows, int cols, int br, int bc, int e5m2, int e8m0, i
         }
         G->free(dgiven);
     }
-    /* a per-tensor tensor transposed (the last quantize's, delayed where it ran): the CPU's
-     * bytes */
-    if (one_block) {
+    /* the tensor transposed (the last quantize's, delayed where it ran), its scales' grid
+     * with it: the CPU's bytes */
+    {
         uint8_t *et = xmalloc(bytes), *t = xmalloc(bytes);
         void *dt = dalloc(bytes);
         R->fp8_transpose(et, e, &f);

@@ -522,6 +522,30 @@ static void test_transpose(void)
     free(qx);
 }
 
+/* A 128 x 128-tiled tensor transposed (130 x 200: a 2 x 2 grid of tiles, test_blockwise_128x128's
+ * values): each tile's transpose is a tile of the same values, so qt's scales are q's grid
+ * transposed (q's tile (1, 0), amax 10, is qt's (0, 1)), and qt is the bytes of quantizing the
+ * transposed values, as Transformer Engine derives a 2D-scaled weight's columnwise copy. */
+static void test_transpose_blockwise(void)
+{
+    float *x = malloc(sizeof(float) * BR * BC);
+    fill_blocks(x);
+    KernFp8 f = layout(BR, BC, 128, 128, 0, 0), ft = layout(BC, BR, 128, 128, 0, 0);
+    uint8_t *q = fp8_alloc(&f), *qt = fp8_alloc(&ft), *qx = fp8_alloc(&ft);
+    K->fp8_quantize(q, NULL, x, &f, 0, NULL);
+    K->fp8_transpose(qt, q, &f);
+    const float a[4] = {3.0f, 10.0f, 5.0f, 0.75f}; /* test_blockwise_128x128's, transposed */
+    for (int b = 0; b < 4; b++)
+        CHECK(scale_at(qt, &ft, b) == a[b] / 448.0f);
+    CHECK_EQ_INT(q[129 * BC + 131], qt[131 * BR + 129]);
+    K->fp8_quantize(qx, NULL, x, &ft, 1, NULL);
+    CHECK(memcmp(qx, qt, kern_fp8_bytes(&ft)) == 0);
+    free(q);
+    free(qt);
+    free(qx);
+    free(x);
+}
+
 int main(void)
 {
     K = kern_cpu();
@@ -535,6 +559,7 @@ int main(void)
     test_nan();
     test_trans();
     test_transpose();
+    test_transpose_blockwise();
     test_round_trip();
     test_matmul();
     test_amax_update();

@@ -326,9 +326,9 @@ int main(void)
         CHECK(model_exec_cp_limit(&s, &d) == NULL);
     }
 
-    /* --fp8-param-gather: below ZeRO-3 with a per-tensor scale or blockwise's tiles (fp32 on
-     * the CPU, bf16 on CUDA), also with the optimizer offloaded, but not blockwise's with
-     * transposed copies or under ZeRO-3, nor MXFP8's under ZeRO-3 */
+    /* --fp8-param-gather: with a per-tensor scale or blockwise's tiles, under ZeRO-3 or below
+     * it, with or without transposed copies, also with the optimizer offloaded (fp32 on the
+     * CPU, bf16 on CUDA); MXFP8's below ZeRO-3 only */
     {
         ModelSpec s = request("tiny", 2, 8).base;
         s.job.precision = PX_FP32;
@@ -346,15 +346,20 @@ int main(void)
         s.job.fp8 = MODEL_FP8_BLOCKWISE;
         CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
         CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
-        s.job.fp8_transpose = 1;
+        s.job.fp8_transpose = 1; /* the transposed copy's tiles transposed with their scales */
         CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
-        CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));
-        CHECK(strstr(why, "fp8_param_gather with blockwise runs without transposed copies") != NULL);
-        s.job.fp8_transpose = 0, s.layout.zero = 3;
+        CHECK_EQ_INT(1, d.fp8_wt);
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        s.job.precision = PX_BF16;
         CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
-        CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));
-        CHECK(strstr(why, "delayed) under ZeRO-3, whose gathers quantize a weight with one scale") !=
-              NULL);
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 1, why, sizeof why));
+        s.job.precision = PX_FP32;
+        s.layout.zero = 3; /* each tile's amax all-reduced, as Megatron-FSDP's */
+        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        s.job.fp8_transpose = 0;
+        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
         /* MXFP8 below ZeRO-3 (gathered in the act dtype, quantized by each rank), not under it
          * (Megatron-FSDP's gathers of both copies); ZeRO-2 is no job (model/spec.c) */
         s.layout.zero = 1, s.job.fp8 = MODEL_FP8_MXFP8;

@@ -100,6 +100,12 @@ KernFp8 exec_fp8_desc(const ExecFp8 *F, int rows, int cols, int weight, int grad
     return f;
 }
 
+uint64_t exec_fp8_gather_room(const ExecFp8 *F, const ExecFp8Weight *w)
+{
+    const KernFp8 f = exec_fp8_desc(F, w->rows, w->cols, 1, 0);
+    return px_round_up(kern_fp8_scales(&f) * sizeof(float), MODEL_FP8_GATHER_SCALE_BYTES);
+}
+
 /* The FP8 weight entry a table tensor (<w>.fp8, .fp8_t, .fp8_amax, or an FP8 parameter itself)
  * belongs to: its parameter's index, or -1 (with err) when the stage has no such FP8 GEMM
  * weight or its matrices differ. */
@@ -359,9 +365,9 @@ static ExecFp8Ref weight_use(ExecFp8 *F, const ExecCtx *c, const ExecFp8Weight *
                              int transposed, int rec)
 {
     if (w->gq) { /* gathered in FP8 (fp8gather.c): read as it arrived, or transposed; a local
-                    expert's matrix after the g before it, each with its scale */
+                    expert's matrix after the g before it, each with its scales */
         const size_t at = (size_t)g * ((size_t)w->rows * (size_t)w->cols +
-                                       (size_t)MODEL_FP8_GATHER_SCALE_BYTES);
+                                       (size_t)exec_fp8_gather_room(F, w));
         const ExecFp8Ref r = {(const uint8_t *)w->gq + at,
                               exec_fp8_desc(F, w->rows, w->cols, 1, 0)};
         if (!transposed)

@@ -10,7 +10,10 @@
  * the dense blocks' and in another over the expert-data-parallel group for the experts' (an
  * expert weight is a matrix a local expert, each with its own scale, as the GEMMs quantize
  * them; the ep peers hold other experts) (torchao's precompute_float8_dynamic_scale_for_fsdp;
- * model/ops.c's step_fp8_amax counts both).
+ * model/ops.c's step_fp8_amax counts both). With blockwise each 128 x 128 tile has its
+ * scale and the shard cut splits tiles, so the amaxes are the tiles' (shard_tile_amax, run by
+ * run), 4 bytes a tile in the same calls, as Megatron-FSDP's blockwise FP8 parameters
+ * (Transformer Engine's cast_master_weights_to_fp8 over the data-parallel group).
  * Tensorwise scaling takes amax / 448 (E4M3's largest), the scale the whole weight's own
  * quantization takes, so the GEMMs read the bytes ZeRO-3 without it casts per use; delayed
  * scaling rolls the amax into the weight's history and takes the decode factor it gives (one
@@ -96,6 +99,10 @@ int exec_pg_init(ExecFp8Gather *G, struct ExecFp8 *F, const ExecCtx *c, const Ex
     if (G->after && (!(G->pad = c->k->alloc(G->pad_bytes)) ||
                      !(G->host = exec_zalloc((size_t)(G->n_w > 0 ? G->n_w : 1), sizeof *G->host))))
         return px_fail(err, PX_ERUNTIME, "out of memory for the FP8 parameters' gather");
+    /* ZeRO-3 with blockwise takes its tiles' amaxes on the host (shard_tile_amax) */
+    if (!G->host && F->recipe == MODEL_FP8_BLOCKWISE &&
+        !(G->host = exec_zalloc((size_t)(G->n_w > 0 ? G->n_w : 1), sizeof *G->host)))
+        return px_fail(err, PX_ERUNTIME, "out of memory for the FP8 parameters' gather");
     return PX_OK;
 }
 
@@ -140,23 +147,23 @@ static uint8_t *piece_at(const ExecFp8Gather *G, int i, int g, uint64_t a)
     return (uint8_t *)fw->q + (size_t)g * kern_fp8_bytes(&f) + (a - m0);
 }
 
-/* Block b's FP8 elements in [lo, hi) of its flat layout, and its FP8 matrices. */
+/* Block b's FP8 elements in [lo, hi) of its flat layout, and the bytes of its FP8 matrices'
+ * scales in the gathered layout (exec_fp8_gather_room each). */
 static uint64_t fp8_in(const ExecFp8Gather *G, const ExecParams *P, int b, uint64_t lo,
-                       uint64_t hi, int *weights)
+                       uint64_t hi, uint64_t *room)
 {
     const ExecBlock *blk = &P->b[b];
-    uint64_t n = 0;
-    int w = 0;
+    uint64_t n = 0, w = 0;
     for (int i = blk->first_param; i < blk->first_param + blk->n_params; i++) {
         const ExecParam *p = &P->p[i];
         if (G->w_of[i] < 0)
             continue;
-        w += G->fp8->w[i].groups;
+        w += (uint64_t)G->fp8->w[i].groups * exec_fp8_gather_room(G->fp8, &G->fp8->w[i]);
         const uint64_t a = p->off > lo ? p->off : lo, e = p->off + p->numel < hi ? p->off + p->numel : hi;
         n += e > a ? e - a : 0;
     }
-    if (weights)
-        *weights = w;
+    if (room)
+        *room = w;
     return n;
 }
 
@@ -179,10 +186,10 @@ int exec_pg_buffers(ExecZero *Z, const ExecCtx *c, const ExecParams *P, PxError 
     uint64_t act_most = 0, slot8 = 0, act_all = 0, fp8_all = 0, stage = 0;
     for (int b = 0; b < P->nb; b++) {
         const ExecBlock *blk = &P->b[b];
-        int w;
+        uint64_t w;
         const uint64_t padded = blk->shard * (uint64_t)blk->group;
         const uint64_t f = fp8_in(G, P, b, 0, padded, &w);
-        const uint64_t part8 = f + (uint64_t)MODEL_FP8_GATHER_SCALE_BYTES * (uint64_t)w;
+        const uint64_t part8 = f + w;
         act_most = padded - f > act_most ? padded - f : act_most;
         slot8 = part8 > slot8 ? part8 : slot8;
         act_all += padded - f;
@@ -224,13 +231,13 @@ int exec_pg_buffers(ExecZero *Z, const ExecCtx *c, const ExecParams *P, PxError 
         return px_fail(err, PX_ERUNTIME, "out of memory for the kept gathers");
     uint64_t at = 0, at8 = 0;
     for (int b = 0; b < P->nb; b++) {
-        int w;
+        uint64_t w;
         const uint64_t padded = P->b[b].shard * (uint64_t)P->b[b].group;
         const uint64_t f = fp8_in(G, P, b, 0, padded, &w);
         Z->kept[b] = EXEC_AT(Z->gather[0], at, c->ab);
         G->kept8[b] = G->buf + at8;
         at += padded - f;
-        at8 += f + (uint64_t)MODEL_FP8_GATHER_SCALE_BYTES * (uint64_t)w;
+        at8 += f + w;
     }
     return PX_OK;
 }
@@ -327,13 +334,20 @@ static int take_scales(ExecFp8Gather *G, const ExecCtx *c, const ExecParams *P, 
     return PX_OK;
 }
 
+static void shard_tile_amax(ExecFp8Gather *G, const ExecCtx *c, const ExecParams *P,
+                            int first[2]);
+static uint64_t run_end(uint64_t x, uint64_t e, const KernFp8 *f, int *tile);
+
 int exec_pg_scales(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, PxError *err)
 {
     ExecFp8Gather *G = &Z->pg;
     if (!G->on || G->n_w == 0)
         return PX_OK;
     int first[2];
-    shard_amax(G, c, P, first);
+    if (G->fp8->recipe == MODEL_FP8_BLOCKWISE)
+        shard_tile_amax(G, c, P, first);
+    else
+        shard_amax(G, c, P, first);
     int rc = amax_allreduce(G, c, P, M, first[0], 0, G->n_dense, MODEL_DP_ALLREDUCE, err);
     if (!rc)
         rc = amax_allreduce(G, c, P, M, first[1], G->n_dense, G->n_w - G->n_dense,
@@ -343,8 +357,9 @@ int exec_pg_scales(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, P
 
 /* This rank's shard of block b packed into its places of the two parts: its act elements at
  * a_at (elements) of the act part, its FP8 weights' pieces quantized at q_at (bytes) of the
- * FP8 part, through ws.fp8's weight area (a quantization writes its scale after the
- * elements). */
+ * FP8 part run by run (run_end: a piece of a matrix with a per-tensor scale, of a 128 x 128
+ * tile's row with blockwise), each with its matrix's (tile's) scale, through ws.fp8's weight
+ * area (a quantization writes its scale after the elements). */
 static void pack_shard(const ExecFp8Gather *G, const ExecCtx *c, const ExecParams *P, int b,
                        void *act, uint64_t a_at, uint8_t *q8, uint64_t q_at)
 {
@@ -364,15 +379,19 @@ static void pack_shard(const ExecFp8Gather *G, const ExecCtx *c, const ExecParam
                     (size_t)(s0 - x) * c->ab);
             a_at += s0 - x;
         }
-        /* matrix by matrix, each with its scale */
+        /* matrix by matrix, run by run, each with its scale */
         const uint64_t m = matrix_elems(G, i);
+        const ExecFp8Weight *fw = &G->fp8->w[i];
+        const KernFp8 mf = exec_fp8_desc(G->fp8, fw->rows, fw->cols, 1, 0);
+        const int tiles = tiles_of(G->fp8, i);
         for (uint64_t a = s0; a < s1;) {
-            const uint64_t g = (a - p->off) / m, end = p->off + (g + 1) * m;
-            const uint64_t e = end < s1 ? end : s1;
+            const uint64_t g = (a - p->off) / m, m0 = p->off + g * m;
+            int t;
+            const uint64_t e = m0 + run_end(a - m0, (m0 + m < s1 ? m0 + m : s1) - m0, &mf, &t);
             const int n = (int)(e - a);
             const KernFp8 f = {1, n, 1, n, 0, 0};
             k->fp8_quantize(G->fp8->wq, NULL, EXEC_AT(blk->w_shard, a - lo, c->ab), &f, 0,
-                            scale_of(G, w + (int)g));
+                            scale_of(G, w + (int)g * tiles + t));
             k->copy(q8 + q_at, G->fp8->wq, (size_t)n);
             q_at += (uint64_t)n;
             a = e;
@@ -385,9 +404,10 @@ static void pack_shard(const ExecFp8Gather *G, const ExecCtx *c, const ExecParam
 }
 
 /* The FP8 part of block b (the weights' elements packed in block order) laid out matrix by
- * matrix (an expert weight's local experts one by one) with each one's scale after it in
- * MODEL_FP8_GATHER_SCALE_BYTES (the scale, padded so that the next matrix starts 16-byte
- * aligned where its elements are a multiple of 16, as cuBLASLt's FP8 GEMM takes them), last
+ * matrix (an expert weight's local experts one by one) with each one's scales after it in
+ * exec_fp8_gather_room (the scale, blockwise's tiles' row by row, padded to
+ * MODEL_FP8_GATHER_SCALE_BYTES so that the next matrix starts 16-byte aligned where its
+ * elements are a multiple of 16, as cuBLASLt's FP8 GEMM takes them), last
  * matrix first (each moves up by that much a matrix before it), through ws.fp8's weight area;
  * then the views: the act parameters packed in `act`, each FP8 weight's gq (its first
  * matrix). */
@@ -396,30 +416,31 @@ static void spread_and_point(ExecFp8Gather *G, const ExecCtx *c, ExecParams *P, 
 {
     const ExecBlock *blk = &P->b[b];
     const KernBackend *k = c->k;
-    uint64_t packed = 0, act_at = 0;
-    int nw = 0;
+    uint64_t packed = 0, act_at = 0, room = 0;
     for (int j = 0; j < blk->n_params; j++) {
         const int i = blk->first_param + j, w = G->w_of[i];
         G->off[j] = w >= 0 ? UINT64_MAX : act_at;
         act_at += w >= 0 ? 0 : P->p[i].numel;
         packed += w >= 0 ? P->p[i].numel : 0;
-        nw += w >= 0 ? G->fp8->w[i].groups : 0;
+        room += w >= 0 ? (uint64_t)G->fp8->w[i].groups * exec_fp8_gather_room(G->fp8, &G->fp8->w[i])
+                       : 0;
     }
     for (int j = blk->n_params - 1; j >= 0; j--) {
         const int i = blk->first_param + j, w = G->w_of[i];
         if (w < 0)
             continue;
-        const uint64_t n = matrix_elems(G, i);
+        const uint64_t n = matrix_elems(G, i), r = exec_fp8_gather_room(G->fp8, &G->fp8->w[i]);
+        const int tiles = tiles_of(G->fp8, i);
         for (int g = G->fp8->w[i].groups - 1; g >= 0; g--) {
             packed -= n;
-            nw--;
-            uint8_t *dst = q8 + packed + (uint64_t)MODEL_FP8_GATHER_SCALE_BYTES * (uint64_t)nw;
-            if (spread && nw > 0) {
+            room -= r;
+            uint8_t *dst = q8 + packed + room;
+            if (spread && room > 0) {
                 k->copy(G->fp8->wq, q8 + packed, (size_t)n);
                 k->copy(dst, G->fp8->wq, (size_t)n);
             }
             if (spread)
-                k->copy(dst + n, scale_of(G, w + g), sizeof(float));
+                k->copy(dst + n, scale_of(G, w + g * tiles), (size_t)tiles * sizeof(float));
             G->fp8->w[i].gq = dst;
         }
     }
@@ -720,9 +741,49 @@ static void master_amax(ExecFp8Gather *G, const ExecCtx *c, const ExecParams *P,
     k->to_device(G->amax, G->host, (size_t)G->n_w * sizeof *G->host);
 }
 
+/* ZeRO-3 with blockwise: this rank's amax of every 128 x 128 tile of every FP8 matrix (0
+ * where it holds none of it), from its act shard run by run (run_end), each quantized into
+ * ws.fp8's weight area, the maxima taken on the host (G->host) and copied into G->amax, as
+ * master_amax does below ZeRO-3 (Transformer Engine's partial amaxes of a blockwise weight's
+ * shard, which Megatron-FSDP all-reduces over the data-parallel group). The first dense and
+ * the first experts' block that hold one. */
+static void shard_tile_amax(ExecFp8Gather *G, const ExecCtx *c, const ExecParams *P, int first[2])
+{
+    ExecFp8 *F = G->fp8;
+    const KernBackend *k = c->k;
+    first[0] = first[1] = -1;
+    memset(G->host, 0, (size_t)G->n_w * sizeof *G->host);
+    for (int i = 0; i < P->n; i++) {
+        if (G->w_of[i] < 0)
+            continue;
+        const ExecBlock *blk = &P->b[P->p[i].block];
+        const int ex = !!blk->experts, tiles = tiles_of(F, i);
+        first[ex] = first[ex] < 0 ? P->p[i].block : first[ex];
+        const KernFp8 mf = exec_fp8_desc(F, F->w[i].rows, F->w[i].cols, 1, 0);
+        for (int g = 0; g < F->w[i].groups; g++) {
+            uint64_t a, e;
+            const uint64_t m0 = own_piece(G, P, i, g, &a, &e);
+            float *h = G->host + G->w_of[i] + g * tiles;
+            for (uint64_t x = a, end; x < e; x = end) {
+                int t;
+                float amax;
+                end = m0 + run_end(x - m0, e - m0, &mf, &t);
+                const KernFp8 f = {1, (int)(end - x), 1, (int)(end - x), 0, 0};
+                k->fp8_quantize(F->wq, F->amax, EXEC_AT(blk->w_shard, x - blk->own_off, c->ab),
+                                &f, 0, NULL);
+                k->to_host(&amax, F->amax, sizeof amax);
+                h[t] = amax > h[t] || isnan(amax) ? amax : h[t];
+            }
+        }
+    }
+    k->to_device(G->amax, G->host, (size_t)G->n_w * sizeof *G->host);
+}
+
 /* Matrix g of parameter i: this rank's piece quantized run by run from its act values (where
  * master_amax left them, packed from its first gradient's place) with its blocks' scales, the matrix gathered (comm), its scales
- * written after it, its transpose made (a per-tensor scale only: model_exec_refusal). */
+ * written after it, its transpose made from the FP8 bytes (a TN-only device's; blockwise: each
+ * 128 x 128 tile transposed with its scale, kernels' fp8_transpose, as Transformer Engine's
+ * _create_columnwise derives a 2D-scaled weight's columnwise copy after the gather). */
 static int matrix_updated(ExecFp8Gather *G, const ExecCtx *c, const ExecParams *P, int i, int g,
                           int comm, ModelComm kind, PxError *err)
 {

@@ -568,6 +568,9 @@ void exec_fp8_cast(ExecFp8 *F, const ExecCtx *c);
 const ExecFp8Weight *exec_fp8_weight(const ExecFp8 *F, ModelTensorRole role, int layer);
 /* Group g of w's copy (transposed: its transposed copy, [cols, rows]). */
 ExecFp8Ref exec_fp8_weight_ref(const ExecFp8 *F, const ExecFp8Weight *w, int g, int transposed);
+/* The bytes after each of w's matrices in ZeRO-3's FP8 gather (fp8gather.c): its fp32 scales
+ * (one, or blockwise's a tile), padded to MODEL_FP8_GATHER_SCALE_BYTES. */
+uint64_t exec_fp8_gather_room(const ExecFp8 *F, const ExecFp8Weight *w);
 /* The layout of an operand (not a weight) of rows x cols; grad: an output gradient (E5M2 in
  * the hybrid format). */
 KernFp8 exec_fp8_desc(const ExecFp8 *F, int rows, int cols, int weight, int grad);

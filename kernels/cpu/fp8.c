@@ -156,17 +156,20 @@ void kern_cpu_fp8_quantize(void *q, float *amax, const void *x, const KernFp8 *f
 
 void kern_cpu_fp8_transpose(void *qt, const void *q, const KernFp8 *f)
 {
-    // q is (rows,cols) bytes then its scale; qt gets (cols,rows) bytes then the same scale
+    // q is (rows,cols) bytes then its scales [nbr, nbc]; qt gets (cols,rows) bytes then the
+    // scales transposed [nbc, nbr]: a block_r x block_c block's transpose is a block_c x
+    // block_r block of the same values, so of the same scale
     check_layout(f, "fp8_transpose: bad layout (negative size or block)");
-    KERN_CHECK(f->block_r >= f->rows && f->block_c >= f->cols,
-               "fp8_transpose: a per-tensor scale only (one block of rows x cols)");
     const uint8_t *a = q;
     uint8_t *b = qt;
-    const size_t rows = (size_t)f->rows, cols = (size_t)f->cols;
+    const size_t rows = (size_t)f->rows, cols = (size_t)f->cols, sb = f->e8m0 ? 1 : 4;
     for (size_t r = 0; r < rows; r++)
         for (size_t c = 0; c < cols; c++)
             b[c * rows + r] = a[r * cols + c];
-    memcpy(b + rows * cols, a + rows * cols, kern_fp8_bytes(f) - rows * cols);
+    const size_t nbr = ceil_div(rows, (size_t)f->block_r), nbc = ceil_div(cols, (size_t)f->block_c);
+    for (size_t i = 0; rows && cols && i < nbr; i++)
+        for (size_t j = 0; j < nbc; j++)
+            memcpy(b + rows * cols + (j * nbr + i) * sb, a + rows * cols + (i * nbc + j) * sb, sb);
 }
 
 /* Every code's value, E4M3's then E5M2's: decoding is a lookup (the conversions of common/ are

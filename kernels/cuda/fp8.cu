@@ -296,8 +296,10 @@ template <typename T> static void fp8_dequantize(void *x, const void *q, const K
 }
 
 /* q's transpose: element i of qt (cols x rows) from its place in q; past the elements, the
- * scale's bytes as they are */
-__global__ void fp8_transpose_kernel(uint8_t *qt, const uint8_t *q, int rows, int cols, size_t total)
+ * scales' grid transposed (qt's scale t = (j, i) of its nbc x nbr grid is q's (i, j)), byte by
+ * byte (sb bytes a scale) */
+__global__ void fp8_transpose_kernel(uint8_t *qt, const uint8_t *q, int rows, int cols, size_t nbr,
+                                     size_t nbc, size_t sb, size_t total)
 {
     const size_t n = (size_t)rows * cols;
     GRID_STRIDE(i, total)
@@ -306,7 +308,8 @@ __global__ void fp8_transpose_kernel(uint8_t *qt, const uint8_t *q, int rows, in
             const size_t c = i / (size_t)rows, r = i % (size_t)rows;
             qt[i] = q[r * (size_t)cols + c];
         } else {
-            qt[i] = q[i];
+            const size_t t = (i - n) / sb, byte = (i - n) % sb;
+            qt[i] = q[n + ((t % nbr) * nbc + t / nbr) * sb + byte];
         }
     }
 }
@@ -314,12 +317,12 @@ __global__ void fp8_transpose_kernel(uint8_t *qt, const uint8_t *q, int rows, in
 static void fp8_transpose(void *qt, const void *q, const KernFp8 *f)
 {
     const Fp8Geom g = fp8_geom(f, "fp8_transpose: bad layout");
-    KERN_CHECK(g.nscales <= 1, "fp8_transpose: a per-tensor scale only (one block of rows x cols)");
     const size_t total = kern_fp8_bytes(f);
     if (total == 0)
         return;
-    KLAUNCH_N(fp8_transpose_kernel, total, (uint8_t *)qt, (const uint8_t *)q, g.rows, g.cols,
-              total);
+    const size_t nbr = g.nscales / (size_t)g.nbc;
+    KLAUNCH_N(fp8_transpose_kernel, total, (uint8_t *)qt, (const uint8_t *)q, g.rows, g.cols, nbr,
+              (size_t)g.nbc, (size_t)(g.e8m0 ? 1 : 4), total);
 }
 
 /* ---- matmul_fp8 ---- */
