@@ -477,6 +477,17 @@ static int check_fp8(ModelJob *j, PxError *err)
     if (j->fp8_transpose < -1 || j->fp8_transpose > 1)
         return rule_fail(err, MODEL_RULE_JOB, "fp8_transpose must be -1 (auto), 0 or 1, got %d",
                          j->fp8_transpose);
+    /* Transformer Engine has no attention backend for Float8BlockScaling: its backend filter
+     * (attention/dot_product_attention/utils.py, "Filter: Execution type") turns the fused
+     * backend off for block scaling, FlashAttention 3 takes FP8 only with delayed or current
+     * scaling, FlashAttention 2 and 4 none, the unfused path only as emulation; and
+     * NVTE_DPA_FP8_RECIPE (dot_product_attention.py, init_fp8_metadata) maps delayed, current,
+     * MXFP8 and NVFP4 linear recipes to an attention recipe, never a blockwise one */
+    if (j->fp8_attention && j->fp8 == MODEL_FP8_BLOCKWISE)
+        return rule_fail(err, MODEL_RULE_JOB,
+                         "FP8 attention has no blockwise recipe: Transformer Engine runs no "
+                         "attention backend with Float8BlockScaling (choose --fp8-recipe "
+                         "tensorwise, delayed or mxfp8 for FP8 attention, or drop --fp8-attention)");
     return PX_OK;
 }
 

@@ -62,6 +62,11 @@ expect 2 "device a100-80gb has no FP8 tensor cores: FP8 training (--precision fp
 expect 2 "device h100-sxm has no MXFP8 tensor cores: the mxfp8 recipe needs Blackwell" simulate --model tiny --cluster dgx-h100 --gpus 8 --fp8-recipe mxfp8
 expect 2 "FP8 dispatch: model tiny has no experts" simulate --model tiny --cluster dgx-h100 --gpus 8 --precision fp8 --fp8-dispatch
 expect 2 "FP8 dispatch needs an FP8 recipe" simulate --model tiny-moe --cluster dgx-h100 --gpus 8 --fp8-dispatch
+# FP8 attention with the blockwise recipe is no job: Transformer Engine has no backend for it
+expect 2 "FP8 attention has no blockwise recipe: Transformer Engine runs no attention backend with Float8BlockScaling (choose --fp8-recipe tensorwise, delayed or mxfp8 for FP8 attention, or drop --fp8-attention)" \
+  simulate --model tiny --cluster dgx-h100 --gpus 8 --fp8-recipe blockwise --fp8-attention
+expect 2 "FP8 attention has no blockwise recipe" plan --model tiny --cluster dgx-h100 --gpus 8 --gbs 8 \
+  --fp8-recipe blockwise --fp8-attention -o "$tmp/bwatt.json"
 expect 2 "device a100-80gb has no FP8 tensor cores" plan --model tiny $ok --gbs 8 --precision fp8 -o "$tmp/fp8.json"
 expect 2 "unexpected argument 'extra'" simulate --model tiny $ok extra
 expect 2 "unexpected argument 'x'" models x

@@ -347,6 +347,37 @@ int main(void)
         CHECK(strstr(why, "below ZeRO-3 fp8_param_gather runs without --offload-optimizer") != NULL);
     }
 
+    /* --fp8-attention by recipe: tensorwise and delayed run; blockwise is no job (Transformer
+     * Engine has no attention backend for it: the spec's rule, exit 2 before any plan); MXFP8,
+     * a job, is priced and refused by name */
+    {
+        ModelSpec s = request("tiny", 2, 8).base;
+        s.job.precision = PX_FP32;
+        s.layout.tp = 2, s.layout.sp = 1;
+        s.job.fp8_attention = 1;
+        ModelDims d;
+        char why[512] = "";
+        const ModelFp8Recipe runs[] = {MODEL_FP8_TENSORWISE, MODEL_FP8_DELAYED};
+        for (int i = 0; i < 2; i++) {
+            s.job.fp8 = runs[i];
+            CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+            CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        }
+        s.job.fp8 = MODEL_FP8_BLOCKWISE;
+        CHECK(model_spec_check(&s, 2, &d, &err) == PX_EINPUT);
+        CHECK_EQ_INT(MODEL_RULE_JOB, (int)err.code);
+        CHECK(strstr(err.msg, "FP8 attention has no blockwise recipe: Transformer Engine runs no "
+                              "attention backend with Float8BlockScaling (choose --fp8-recipe "
+                              "tensorwise, delayed or mxfp8") != NULL);
+        err = (PxError){0};
+        s.job.fp8 = MODEL_FP8_MXFP8;
+        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+        CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        CHECK(strstr(why, "training.fp8 mxfp8: the executor runs FP8 GEMMs with limits: "
+                          "fp8_attention runs with --fp8-recipe tensorwise or delayed, not yet "
+                          "mxfp8") != NULL);
+    }
+
     /* a GPU cluster is not this machine: nothing refused by the executor there */
     q = request("tiny-moe", 4, 8);
     CHECK_OK(sim_plan(&q, &gpu, &r, &err), err);
