@@ -539,6 +539,27 @@ static int check_cp_core(const ModelLayout *l, const ModelJob *j, PxError *err)
     return PX_OK;
 }
 
+/* MXFP8 attention's shapes: Transformer Engine quantizes Q, K and V for it in 32-element blocks
+ * along head_dim and along the sequence, and asserts (attention/dot_product_attention/utils.py,
+ * combine_and_quantize) a sequence of a multiple of 128 and query/key and value head widths of
+ * multiples of 32; its fused and its emulating unfused core both quantize there. */
+static int check_mxfp8_attention(const ModelConfig *c, const ModelJob *j, int s, PxError *err)
+{
+    if (!j->fp8_attention || j->fp8 != MODEL_FP8_MXFP8)
+        return PX_OK;
+    const ModelMla *mla = &c->mla;
+    const int qk = mla->kv_lora_rank > 0 ? mla->qk_nope_dim + mla->qk_rope_dim : c->head_dim;
+    const int v = mla->kv_lora_rank > 0 ? mla->v_dim : c->head_dim;
+    if (s % 128 == 0 && qk % 32 == 0 && v % 32 == 0)
+        return PX_OK;
+    return rule_fail(err, MODEL_RULE_JOB,
+                     "FP8 attention under mxfp8 needs a sequence of a multiple of 128 and head "
+                     "widths of multiples of 32 (Transformer Engine's MXFP8 attention blocks Q, K "
+                     "and V by 32 along both), got sequence %d, query/key head width %d, value head "
+                     "width %d (choose --fp8-recipe tensorwise or delayed, or drop --fp8-attention)",
+                     s, qk, v);
+}
+
 /* The sizes every table and graph is built from, once the spec has passed every rule. */
 static void fill_dims(ModelDims *d, const ModelSpec *sp, int s, int m)
 {
@@ -671,7 +692,8 @@ int model_spec_check(ModelSpec *sp, int gpus, ModelDims *d, PxError *err)
     ProfFramework fw;
     if ((rc = check_degrees(l, gpus, err)) || (rc = check_tensor_split(c, l, s, err)) ||
         (rc = check_pipeline(c, l, err)) || (rc = check_batch(j, l, s, &m, err)) ||
-        (rc = check_job(j, err)) || (rc = check_cp_core(l, j, err)) ||
+        (rc = check_job(j, err)) || (rc = check_mxfp8_attention(c, j, s, err)) ||
+        (rc = check_cp_core(l, j, err)) ||
         (rc = check_experts(c, l, j, err)) ||
         (rc = apply_framework(j, l, &op, &eager, &fa2, &fw, err)))
         return rc;

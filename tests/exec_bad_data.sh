@@ -41,7 +41,9 @@ plan zero3 --zero 3 --recompute full
 plan dp2 --gpus 2
 plan tp2 --gpus 2 --tp 2
 plan cp2 --gpus 2 --cp 2 --dropout 0.1
-plan fp8att --fp8-recipe mxfp8 --fp8-attention
+# MXFP8 attention wants head widths of multiples of 32 and a sequence of a multiple of 128
+printf '{"name": "hd32", "family": "llama", "layers": 2, "hidden": 64, "heads": 2, "vocab": 256, "seq_len": 128}\n' >"$tmp/hd32.json"
+plan fp8att --model "$tmp/hd32.json" --seq 128 --fp8-recipe mxfp8 --fp8-attention
 plan fp8attbw --fp8-recipe tensorwise --fp8-attention
 plan fp8pg --cluster dgx-h100 --precision fp8 --fp8-param-gather --gpus 2 --zero 1 --offload-optimizer
 plan fp8pg3 --cluster dgx-h100 --precision fp8 --fp8-recipe blockwise --fp8-param-gather --gpus 2 --dp 2 --zero 3

@@ -370,7 +370,12 @@ int main(void)
                               "attention backend with Float8BlockScaling (choose --fp8-recipe "
                               "tensorwise, delayed or mxfp8") != NULL);
         err = (PxError){0};
-        s.job.fp8 = MODEL_FP8_MXFP8;
+        s.job.fp8 = MODEL_FP8_MXFP8; /* on TE's shapes: 32 | head widths, 128 | sequence */
+        CHECK(model_spec_check(&s, 2, &d, &err) == PX_EINPUT);
+        CHECK(strstr(err.msg, "FP8 attention under mxfp8 needs a sequence of a multiple of 128 "
+                              "and head widths of multiples of 32") != NULL);
+        err = (PxError){0};
+        s.model.head_dim = 32, s.model.seq_len = s.job.seq_len = 128;
         CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
         CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));
         CHECK(strstr(why, "training.fp8 mxfp8: the executor runs FP8 GEMMs with limits: "
