@@ -482,7 +482,9 @@ static int check_fp8(ModelJob *j, PxError *err)
      * backend off for block scaling, FlashAttention 3 takes FP8 only with delayed or current
      * scaling, FlashAttention 2 and 4 none, the unfused path only as emulation; and
      * NVTE_DPA_FP8_RECIPE (dot_product_attention.py, init_fp8_metadata) maps delayed, current,
-     * MXFP8 and NVFP4 linear recipes to an attention recipe, never a blockwise one */
+     * MXFP8 and NVFP4 linear recipes to an attention recipe, never a blockwise one; its
+     * DotProductAttention docstring names the recipe families it supports: delayed, current
+     * scaling and MXFP8 */
     if (j->fp8_attention && j->fp8 == MODEL_FP8_BLOCKWISE)
         return rule_fail(err, MODEL_RULE_JOB,
                          "FP8 attention has no blockwise recipe: Transformer Engine runs no "
