@@ -60,15 +60,11 @@ static const char *fp8_limit(const ModelSpec *s, const ModelDims *d)
         return pg;
     /* FP8 attention (exec/train/layers.c): Q, K, V, the output gradient and (delayed, the fused
      * core) the output quantized with a per-tensor scale: their own (tensorwise) or their
-     * histories' (delayed, model_fp8_attn_history); the fused core saves the FP8 copies.
-     * Blockwise with FP8 attention is no job (model/spec.c, check_fp8) */
-    return j->fp8 != MODEL_FP8_TENSORWISE && j->fp8 != MODEL_FP8_DELAYED
-               ? "fp8_attention runs with --fp8-recipe tensorwise or delayed, not yet mxfp8 "
-                 "(Transformer Engine's MXFP8 attention, Blackwell with cuDNN 9.21 or later, "
-                 "quantizes Q, K and V in 32-element blocks along head_dim and again along the "
-                 "sequence, a copy for each GEMM that reads them; the executor's attention "
-                 "core reads one copy of each)"
-           : s->layout.cp > 1 ? "fp8_attention runs without context parallelism (--cp 1)"
+     * histories' (delayed, model_fp8_attn_history), or under mxfp8 in 1 x 32 and 32 x 1
+     * blocks, both copies, each GEMM of the core reading the one blocked along its reduction
+     * (model_fp8_attn_copies); the fused core saves the FP8 copies. Blockwise with FP8
+     * attention is no job (model/spec.c, check_fp8) */
+    return s->layout.cp > 1 ? "fp8_attention runs without context parallelism (--cp 1)"
            : s->model.mla.kv_lora_rank > 0
                ? "fp8_attention runs without multi-head latent attention"
                : NULL;

@@ -1097,8 +1097,13 @@ void model_fp8_workspace(const ModelSpec *s, const ModelDims *d, ModelFp8Workspa
     }
     /* FP8 attention with its output in FP8 (model_fp8_attn_out): the act part holds Q, K, V
      * and the output (the core's, then decoded from its FP8 copy) side by side */
-    const uint64_t core =
+    uint64_t core =
         model_fp8_attn_out(s) ? (uint64_t)M * (uint64_t)(d->q_loc + d->kv2_loc + d->o_loc) : 0;
+    /* MXFP8 attention (model_fp8_attn_copies 2): the core reads Q, K, V decoded from both
+     * copies, row-wise then column-wise side by side, and its backward dO's column-wise copy
+     * after them (the row-wise one decoded in place, in ws.dhid) */
+    if (model_fp8_attn_copies(s) == 2)
+        core = (uint64_t)M * (uint64_t)(2 * (d->q_loc + d->kv2_loc) + d->o_loc);
     most_numel = core > most_numel ? core : most_numel;
     out->act_bytes = most_numel * px_dtype_bytes(d->act);
     out->q_bytes = most_q;

@@ -104,6 +104,12 @@ static const Layout layouts[] = {
      * FP8 (attn.proj.in) beside the projection's own FP8 copy; tp 2 with SP */
     {"tp2_sp_fp8_attention_delayed", 2, "--dp 1 --tp 2 --pp 1 --zero 0 --sp " PIN1,
      "--fp8-recipe delayed --fp8-amax-history 16 --fp8-attention", 3, 0, NULL, 3e-3},
+    /* MXFP8 attention: Q, K, V saved in both blockings (1 x 32 along head_dim, 32 x 1 along
+     * the sequence) and dO quantized into both, each of the core's GEMMs reading the copy
+     * blocked along its reduction; tiny-hd32 (*_hd32_*: two heads of 32, two layers) at
+     * sequence 128, the shapes Transformer Engine asserts; tp 2 with SP, one head a rank */
+    {"hd32_tp2_sp_fp8_attention_mxfp8", 2, "--dp 1 --tp 2 --pp 1 --zero 0 --sp " PIN1,
+     "--seq 128 --fp8-recipe mxfp8 --fp8-attention", 3, 0, NULL, 3e-3},
     {"dp2_zero2_fp8_mxfp8", 2, "--dp 2 --tp 1 --pp 1 --zero 2 --no-sp " PIN1, "--fp8-recipe mxfp8 --mbs 1", 5, 0,
      NULL, 1e-3},
     {"dp2_zero3_fp8_mxfp8", 2, "--dp 2 --tp 1 --pp 1 --zero 3 --fsdp --no-sp " PIN1,
@@ -374,10 +380,15 @@ static const char *cluster_for(const Layout *L)
 }
 
 /* The layout's job: a *_sinks_* layout trains tiny-llama with GPT-OSS's attention sinks (a
- * model file in the scratch directory; the later --model wins). */
+ * model file in the scratch directory), a hd32_* one tests/data's tiny-hd32 (the later --model
+ * wins). */
 static const char *job_of(const Layout *L)
 {
     static char job[900];
+    if (!strncmp(L->name, "hd32_", 5)) {
+        snprintf(job, sizeof job, "%s --model %s/tests/data/tiny-hd32.json", L->job, PX_SOURCE_DIR);
+        return job;
+    }
     if (!strstr(L->name, "_sinks_"))
         return L->job;
     PxError err = {0};

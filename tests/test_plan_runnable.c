@@ -348,8 +348,8 @@ int main(void)
     }
 
     /* --fp8-attention by recipe: tensorwise and delayed run; blockwise is no job (Transformer
-     * Engine has no attention backend for it: the spec's rule, exit 2 before any plan); MXFP8,
-     * a job, is priced and refused by name */
+     * Engine has no attention backend for it: the spec's rule, exit 2 before any plan); MXFP8
+     * runs on Transformer Engine's shapes (the spec's rule), the fused core and the unfused */
     {
         ModelSpec s = request("tiny", 2, 8).base;
         s.job.precision = PX_FP32;
@@ -376,11 +376,12 @@ int main(void)
                               "and head widths of multiples of 32") != NULL);
         err = (PxError){0};
         s.model.head_dim = 32, s.model.seq_len = s.job.seq_len = 128;
-        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
-        CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));
-        CHECK(strstr(why, "training.fp8 mxfp8: the executor runs FP8 GEMMs with limits: "
-                          "fp8_attention runs with --fp8-recipe tensorwise or delayed, not yet "
-                          "mxfp8") != NULL);
+        for (int fused = 0; fused < 2; fused++) {
+            s.job.flash_attn = fused;
+            CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+            CHECK_EQ_INT(fused ? 2 : 0, model_fp8_attn_copies(&s));
+            CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        }
     }
 
     /* a GPU cluster is not this machine: nothing refused by the executor there */
