@@ -63,8 +63,16 @@ static const char *fp8_limit(const ModelSpec *s, const ModelDims *d)
      * histories' (delayed, model_fp8_attn_history), or under mxfp8 in 1 x 32 and 32 x 1
      * blocks, both copies, each GEMM of the core reading the one blocked along its reduction
      * (model_fp8_attn_copies); the fused core saves the FP8 copies. Blockwise with FP8
-     * attention is no job (model/spec.c, check_fp8) */
-    return s->layout.cp > 1 ? "fp8_attention runs without context parallelism (--cp 1)"
+     * attention is no job (model/spec.c, check_fp8). MXFP8's second copies reach the core
+     * where it reads this rank's Q, K, V itself (layers.c): not through context parallelism's
+     * gathers and exchanges (cp.c), nor multi-head latent attention's layout (mla.c), each
+     * refused by name below on its own too, so that lifting those leaves this one */
+    const int mx = j->fp8 == MODEL_FP8_MXFP8 && model_fp8_attn_copies(s) == 2;
+    return mx && (s->layout.cp > 1 || s->model.mla.kv_lora_rank > 0)
+               ? "fp8_attention under mxfp8 runs without context parallelism (--cp 1) and "
+                 "multi-head latent attention: their cores do not yet take the column-wise "
+                 "copies of Q, K, V and dO"
+           : s->layout.cp > 1 ? "fp8_attention runs without context parallelism (--cp 1)"
            : s->model.mla.kv_lora_rank > 0
                ? "fp8_attention runs without multi-head latent attention"
                : NULL;

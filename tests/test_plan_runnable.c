@@ -382,6 +382,12 @@ int main(void)
             CHECK_EQ_INT(fused ? 2 : 0, model_fp8_attn_copies(&s));
             CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
         }
+        /* with context parallelism refused by its own name, which outlives the general one */
+        s.layout.tp = s.layout.etp = 1, s.layout.sp = 0, s.layout.cp = 2;
+        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+        CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        CHECK(strstr(why, "fp8_attention under mxfp8 runs without context parallelism (--cp 1) "
+                          "and multi-head latent attention") != NULL);
     }
 
     /* a GPU cluster is not this machine: nothing refused by the executor there */
