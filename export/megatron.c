@@ -140,8 +140,7 @@ static void megatron_fp8_notes(FILE *f, const ModelPlan *p)
                    "# weights beside their FP8 copies (plan with --zero 1 for the flag)\n");
     if (t->fp8_attention)
         fprintf(f, "# NOT EXPRESSIBLE: FP8 attention: Megatron-Core's TransformerConfig.fp8_dot_product_attention has\n"
-                   "# no pretrain_gpt.py flag (arguments.py leaves it out of the generated ones)%s\n",
-                t->fp8 == MODEL_FP8_BLOCKWISE ? "; the blockwise recipe\n# (Float8BlockScaling) does not take it either" : "");
+                   "# no pretrain_gpt.py flag (arguments.py leaves it out of the generated ones)\n");
     if (t->fp8_dispatch && p->spec.model.moe.experts > 0)
         fprintf(f, "# FP8 dispatch has no flag for the alltoall dispatcher below: Megatron-Core quantizes the dispatch\n"
                    "# only on the ncclep flex dispatcher, in MXFP8 (--moe-dispatch-fwd-dtype mxfp8); these flags dispatch in bf16\n");

@@ -76,6 +76,11 @@ typedef struct {
      * gives the sinks' gradient). Context parallelism passes them to one part of a query's
      * keys only. */
     const void *sinks;
+    /* MXFP8 attention (docs/fp8.md, "FP8 attention"): a second decoded copy of V (NULL: v
+     * itself), in v's layout and stride, which O = P V reads. Each GEMM reads the copy whose
+     * 32-element scaling blocks run along its reduction dimension: the scores (over head_dim)
+     * the row-wise q, k; O = P V (over the keys) the column-wise V. */
+    const void *v_col;
 } KernAttnFwd;
 
 typedef struct {
@@ -100,6 +105,11 @@ typedef struct {
     /* fused path: the saved log-sum-exp and a workspace of B*H*Tq floats */
     const float *lse;
     float *drow;
+    /* MXFP8 attention's second decoded copies (NULL: q, k, dout themselves), in the layouts
+     * and strides of q, k and dout: the GEMMs that reduce over a sequence read them, dQ = dS K
+     * k_col, dK = dS^T Q q_col, dV = P^T dO dout_col; the scores and dP = dO V^T (over
+     * head_dim) read q, k, v and dout (KernAttnFwd.v_col) */
+    const void *q_col, *k_col, *dout_col;
 } KernAttnBwd;
 
 /* Mixture-of-experts routing of N token rows over E experts (docs/moe.md). Scores are fp32:

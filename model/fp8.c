@@ -122,6 +122,13 @@ int model_fp8_attn_out(const ModelSpec *s)
     return model_fp8_attn_qkv(s) && s->job.fp8 == MODEL_FP8_DELAYED;
 }
 
+int model_fp8_attn_copies(const ModelSpec *s)
+{
+    if (!model_fp8_attn_qkv(s))
+        return 0;
+    return s->job.fp8 == MODEL_FP8_MXFP8 ? 2 : 1;
+}
+
 int model_fp8_attn_history(const ModelSpec *s)
 {
     if (s->job.fp8 != MODEL_FP8_DELAYED || !model_fp8_op(s, MODEL_OPR_CORE))

@@ -1025,6 +1025,13 @@ ModelFp8ProjIn model_fp8_proj_in(const ModelSpec *s);
  * UnfusedDotProductAttention only emulates FP8) saves what it saves without FP8: both 0. */
 int model_fp8_attn_qkv(const ModelSpec *s);
 int model_fp8_attn_out(const ModelSpec *s);
+/* How many FP8 copies of Q, K, V (and of the output gradient) the fused FP8 core keeps: 2 under
+ * MXFP8, whose 32-element blocks run along the reduction dimension of the GEMM reading them:
+ * row-wise (along head_dim) for the scores and dP = dO V^T, column-wise (along the sequence)
+ * for O = P V, dV, dQ and dK; Transformer Engine quantizes and saves both (utils.py's
+ * combine_and_quantize under training, backends.py's FusedAttnFunc). 1 under a per-tensor
+ * scale, 0 without model_fp8_attn_qkv. */
+int model_fp8_attn_copies(const ModelSpec *s);
 /* Delayed scaling's histories of FP8 attention's tensors (fp8_attention, the delayed recipe):
  * Q, K, V's (one scale for the three), the output gradient's and, where the fused core writes
  * its output in FP8 (model_fp8_attn_out), the output's: that many more columns of the layer's

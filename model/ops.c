@@ -295,6 +295,28 @@ static void attention_fp8_emulated(Emit *e, ModelOp *op, double qkv, double out)
     op->kernels += 2;
 }
 
+/* MXFP8 attention's fused core (model_fp8_attn_copies 2; docs/fp8.md, "FP8 attention"), as
+ * Transformer Engine runs it: the forward quantizes Q, K and V in one pass into both copies
+ * (read a, write 2 bytes an element) and reads the row-wise Q and K and the column-wise V; the
+ * backward quantizes dO into both copies (read a, write 2) and reads Q, K and dO in both copies
+ * (2 bytes an element where it read a) and V in one (the row-wise, for dP). Its output stays
+ * 16-bit (model_fp8_attn_out 0). One kernel per quantize pass. */
+static void attention_mxfp8(Emit *e, ModelOp *op, double qkv, double out)
+{
+    const ModelDims *d = e->d;
+    const double a = eb(e);
+    const int vw = e->s->model.mla.kv_lora_rank > 0 ? d->o_loc : d->kv_width_loc;
+    const double v = (double)d->b * d->s * vw; /* the values' elements, of the qkv */
+    if (e->phase == MODEL_BWD) {
+        op->fp8_cast_bytes = out * (a + 2.0);
+        op->bytes += op->fp8_cast_bytes - (qkv - v) * (a - 2.0) - v * (a - 1.0) - out * (a - 2.0);
+    } else {
+        op->fp8_cast_bytes = qkv * (a + 2.0);
+        op->bytes += op->fp8_cast_bytes - qkv * (a - 1.0);
+    }
+    op->kernels += 1;
+}
+
 /* FP8 attention's fused core (model_fp8_attn_qkv; docs/fp8.md, "FP8 attention"), over qkv
  * elements of Q, K, V and out of the output: the forward quantizes Q, K and V (read in the act
  * dtype, written in FP8 once: the core's kernels take no transposed copies) and its GEMMs read
@@ -311,6 +333,10 @@ static void attention_fp8(Emit *e, ModelOp *op, double qkv, double out)
         return;
     }
     const double a = eb(e), o8 = model_fp8_attn_out(e->s) ? 1.0 : 0.0;
+    if (model_fp8_attn_copies(e->s) == 2) {
+        attention_mxfp8(e, op, qkv, out);
+        return;
+    }
     if (e->phase == MODEL_BWD) {
         op->fp8_cast_bytes = out * (a + 1.0);
         /* Q, K, V and the output (delayed) read in one byte; dO once of its three reads */

@@ -54,10 +54,19 @@ static const char *fp8_limit(const ModelSpec *s, const ModelDims *d)
         return pg;
     /* FP8 attention (exec/train/layers.c): Q, K, V, the output gradient and (delayed, the fused
      * core) the output quantized with a per-tensor scale: their own (tensorwise) or their
-     * histories' (delayed, model_fp8_attn_history); the fused core saves the FP8 copies */
-    return j->fp8 != MODEL_FP8_TENSORWISE && j->fp8 != MODEL_FP8_DELAYED
-               ? "fp8_attention runs with --fp8-recipe tensorwise or delayed (Transformer "
-                 "Engine has no blockwise or MXFP8 attention)"
+     * histories' (delayed, model_fp8_attn_history), or under mxfp8 in 1 x 32 and 32 x 1
+     * blocks, both copies, each GEMM of the core reading the one blocked along its reduction
+     * (model_fp8_attn_copies); the fused core saves the FP8 copies. Blockwise with FP8
+     * attention is no job (model/spec.c, check_fp8). MXFP8's second copies reach the core
+     * where it reads this rank's Q, K, V itself (layers.c): not through context parallelism's
+     * gathers and exchanges (cp.c), nor multi-head latent attention's layout (mla.c): refused
+     * by name. With cp the fused core's FP8 runs over the all-gather, and over p2p and a2a
+     * under tensorwise (cp.c), without MLA (its K, V planes are not moved in FP8) */
+    const int mx = j->fp8 == MODEL_FP8_MXFP8 && model_fp8_attn_copies(s) == 2;
+    return mx && (s->layout.cp > 1 || s->model.mla.kv_lora_rank > 0)
+               ? "fp8_attention under mxfp8 runs without context parallelism (--cp 1) and "
+                 "multi-head latent attention: their cores do not yet take the column-wise "
+                 "copies of Q, K, V and dO"
            : s->layout.cp > 1 && (!j->flash_attn || s->model.mla.kv_lora_rank > 0 ||
                                   (s->layout.cp_comm != MODEL_CP_COMM_ALLGATHER &&
                                    j->fp8 != MODEL_FP8_TENSORWISE))

@@ -477,6 +477,19 @@ static int check_fp8(ModelJob *j, PxError *err)
     if (j->fp8_transpose < -1 || j->fp8_transpose > 1)
         return rule_fail(err, MODEL_RULE_JOB, "fp8_transpose must be -1 (auto), 0 or 1, got %d",
                          j->fp8_transpose);
+    /* Transformer Engine has no attention backend for Float8BlockScaling: its backend filter
+     * (attention/dot_product_attention/utils.py, "Filter: Execution type") turns the fused
+     * backend off for block scaling, FlashAttention 3 takes FP8 only with delayed or current
+     * scaling, FlashAttention 2 and 4 none, the unfused path only as emulation; and
+     * NVTE_DPA_FP8_RECIPE (dot_product_attention.py, init_fp8_metadata) maps delayed, current,
+     * MXFP8 and NVFP4 linear recipes to an attention recipe, never a blockwise one; its
+     * DotProductAttention docstring names the recipe families it supports: delayed, current
+     * scaling and MXFP8 */
+    if (j->fp8_attention && j->fp8 == MODEL_FP8_BLOCKWISE)
+        return rule_fail(err, MODEL_RULE_JOB,
+                         "FP8 attention has no blockwise recipe: Transformer Engine runs no "
+                         "attention backend with Float8BlockScaling (choose --fp8-recipe "
+                         "tensorwise, delayed or mxfp8 for FP8 attention, or drop --fp8-attention)");
     return PX_OK;
 }
 
@@ -542,6 +555,27 @@ static int check_cp_core(const ModelLayout *l, const ModelJob *j, PxError *err)
                          "choose --cp-comm-type allgather or a2a for the unfused core",
                          l->cp);
     return PX_OK;
+}
+
+/* MXFP8 attention's shapes: Transformer Engine quantizes Q, K and V for it in 32-element blocks
+ * along head_dim and along the sequence, and asserts (attention/dot_product_attention/utils.py,
+ * combine_and_quantize) a sequence of a multiple of 128 and query/key and value head widths of
+ * multiples of 32; its fused and its emulating unfused core both quantize there. */
+static int check_mxfp8_attention(const ModelConfig *c, const ModelJob *j, int s, PxError *err)
+{
+    if (!j->fp8_attention || j->fp8 != MODEL_FP8_MXFP8)
+        return PX_OK;
+    const ModelMla *mla = &c->mla;
+    const int qk = mla->kv_lora_rank > 0 ? mla->qk_nope_dim + mla->qk_rope_dim : c->head_dim;
+    const int v = mla->kv_lora_rank > 0 ? mla->v_dim : c->head_dim;
+    if (s % 128 == 0 && qk % 32 == 0 && v % 32 == 0)
+        return PX_OK;
+    return rule_fail(err, MODEL_RULE_JOB,
+                     "FP8 attention under mxfp8 needs a sequence of a multiple of 128 and head "
+                     "widths of multiples of 32 (Transformer Engine's MXFP8 attention blocks Q, K "
+                     "and V by 32 along both), got sequence %d, query/key head width %d, value head "
+                     "width %d (choose --fp8-recipe tensorwise or delayed, or drop --fp8-attention)",
+                     s, qk, v);
 }
 
 /* The sizes every table and graph is built from, once the spec has passed every rule. */
@@ -677,6 +711,7 @@ int model_spec_check(ModelSpec *sp, int gpus, ModelDims *d, PxError *err)
     if ((rc = check_degrees(l, gpus, err)) || (rc = check_tensor_split(c, l, s, err)) ||
         (rc = check_pipeline(c, l, err)) || (rc = check_batch(j, l, s, &m, err)) ||
         (rc = check_job(j, err)) || (rc = check_fp8_gather(l, j, err)) ||
+        (rc = check_mxfp8_attention(c, j, s, err)) ||
         (rc = check_cp_core(l, j, err)) ||
         (rc = check_experts(c, l, j, err)) ||
         (rc = apply_framework(j, l, &op, &eager, &fa2, &fw, err)))

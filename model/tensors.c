@@ -148,6 +148,22 @@ static void acts_fp8(const ModelSpec *s, ModelLayerAct *out, int n, const ModelT
         }
 }
 
+/* MXFP8 attention's second copy of Q, K, V in attn.qkv.out (model_fp8_attn_copies): column-wise,
+ * each 32 positions of a sequence of one channel a block with its E8M0 scale (OCP MX v1.0). */
+static void acts_fp8_attn_colwise(const ModelSpec *s, ModelLayerAct *out, int n)
+{
+    if (model_fp8_attn_copies(s) < 2)
+        return;
+    for (int i = 0; i < n; i++) {
+        const ModelLayerAct *o = &out[i];
+        if (o->role != MODEL_TR_QKV_OUT || o->numel == 0)
+            continue;
+        const uint64_t b = (uint64_t)o->shape[0], sl = (uint64_t)o->shape[1];
+        const uint64_t cols = (uint64_t)o->shape[2];
+        out[i].bytes += b * sl * cols + b * px_ceil_div(sl, 32) * cols;
+    }
+}
+
 void model_moe_acts(const ModelSpec *s, const ModelDims *d, ModelRecompute mode,
                     ModelLayerAct out[MODEL_MOE_ACTS])
 {
@@ -245,6 +261,7 @@ void model_layer_acts_at(const ModelSpec *s, const ModelDims *d, ModelRecompute 
         fp8_in[n_in++] = MODEL_TR_FC1_IN;
     acts_fp8(s, out, MODEL_LAYER_ACTS, fp8_in, n_in, 1);
     fp8_attn_a2a(s, d, out);
+    acts_fp8_attn_colwise(s, out, MODEL_LAYER_ACTS);
 }
 
 enum { LAYER_ALL_ACTS = MODEL_LAYER_ACTS + MODEL_MOE_ACTS + MODEL_MLA_ACTS };
@@ -1094,8 +1111,13 @@ void model_fp8_workspace(const ModelSpec *s, const ModelDims *d, ModelFp8Workspa
     }
     /* FP8 attention with its output in FP8 (model_fp8_attn_out): the act part holds Q, K, V
      * and the output (the core's, then decoded from its FP8 copy) side by side */
-    const uint64_t core =
+    uint64_t core =
         model_fp8_attn_out(s) ? (uint64_t)M * (uint64_t)(d->q_loc + d->kv2_loc + d->o_loc) : 0;
+    /* MXFP8 attention (model_fp8_attn_copies 2): the core reads Q, K, V decoded from both
+     * copies, row-wise then column-wise side by side, and its backward dO's column-wise copy
+     * after them (the row-wise one decoded in place, in ws.dhid) */
+    if (model_fp8_attn_copies(s) == 2)
+        core = (uint64_t)M * (uint64_t)(2 * (d->q_loc + d->kv2_loc) + d->o_loc);
     most_numel = core > most_numel ? core : most_numel;
     out->act_bytes = most_numel * px_dtype_bytes(d->act);
     out->q_bytes = most_q;

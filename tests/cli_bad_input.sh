@@ -62,6 +62,14 @@ expect 2 "device a100-80gb has no FP8 tensor cores: FP8 training (--precision fp
 expect 2 "device h100-sxm has no MXFP8 tensor cores: the mxfp8 recipe needs Blackwell" simulate --model tiny --cluster dgx-h100 --gpus 8 --fp8-recipe mxfp8
 expect 2 "FP8 dispatch: model tiny has no experts" simulate --model tiny --cluster dgx-h100 --gpus 8 --precision fp8 --fp8-dispatch
 expect 2 "FP8 dispatch needs an FP8 recipe" simulate --model tiny-moe --cluster dgx-h100 --gpus 8 --fp8-dispatch
+# FP8 attention with the blockwise recipe is no job: Transformer Engine has no backend for it
+expect 2 "FP8 attention has no blockwise recipe: Transformer Engine runs no attention backend with Float8BlockScaling (choose --fp8-recipe tensorwise, delayed or mxfp8 for FP8 attention, or drop --fp8-attention)" \
+  simulate --model tiny --cluster dgx-h100 --gpus 8 --fp8-recipe blockwise --fp8-attention
+expect 2 "FP8 attention has no blockwise recipe" plan --model tiny --cluster dgx-h100 --gpus 8 --gbs 8 \
+  --fp8-recipe blockwise --fp8-attention -o "$tmp/bwatt.json"
+# and with MXFP8 on shapes Transformer Engine's MXFP8 attention asserts against
+expect 2 "FP8 attention under mxfp8 needs a sequence of a multiple of 128 and head widths of multiples of 32 (Transformer Engine's MXFP8 attention blocks Q, K and V by 32 along both), got sequence 64, query/key head width 16, value head width 16" \
+  simulate --model tiny --cluster dgx-b200 --gpus 8 --fp8-recipe mxfp8 --fp8-attention
 expect 2 "device a100-80gb has no FP8 tensor cores" plan --model tiny $ok --gbs 8 --precision fp8 -o "$tmp/fp8.json"
 expect 2 "unexpected argument 'extra'" simulate --model tiny $ok extra
 expect 2 "unexpected argument 'x'" models x

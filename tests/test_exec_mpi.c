@@ -108,6 +108,12 @@ static const Layout layouts[] = {
      * FP8 (attn.proj.in) beside the projection's own FP8 copy; tp 2 with SP */
     {"tp2_sp_fp8_attention_delayed", 2, "--dp 1 --tp 2 --pp 1 --zero 0 --sp " PIN1,
      "--fp8-recipe delayed --fp8-amax-history 16 --fp8-attention", 3, 0, NULL, 3e-3},
+    /* MXFP8 attention: Q, K, V saved in both blockings (1 x 32 along head_dim, 32 x 1 along
+     * the sequence) and dO quantized into both, each of the core's GEMMs reading the copy
+     * blocked along its reduction; tiny-hd32 (*_hd32_*: two heads of 32, two layers) at
+     * sequence 128, the shapes Transformer Engine asserts; tp 2 with SP, one head a rank */
+    {"hd32_tp2_sp_fp8_attention_mxfp8", 2, "--dp 1 --tp 2 --pp 1 --zero 0 --sp " PIN1,
+     "--seq 128 --fp8-recipe mxfp8 --fp8-attention", 3, 0, NULL, 3e-3},
     {"dp2_zero2_fp8_mxfp8", 2, "--dp 2 --tp 1 --pp 1 --zero 2 --no-sp " PIN1, "--fp8-recipe mxfp8 --mbs 1", 5, 0,
      NULL, 1e-3},
     {"dp2_zero3_fp8_mxfp8", 2, "--dp 2 --tp 1 --pp 1 --zero 3 --fsdp --no-sp " PIN1,
@@ -439,11 +445,15 @@ static const char *cluster_for(const Layout *L)
  * *_vpp65 one tiny with 130 layers (a chunk of one layer each on pp 2 x vpp 65), a wide_* one
  * tiny at hidden 256, ffn 512 and 1 layer, whose weights hold 128 x 128 tiles in both
  * directions (tiny's 64 columns or rows give a grid of one row or column of tiles, whose
- * transpose is the same list of scales) (a model file in the scratch directory; the later
- * --model wins). */
+ * transpose is the same list of scales) (a model file in the scratch directory), a hd32_*
+ * one tests/data's tiny-hd32 (the later --model wins). */
 static const char *job_of(const Layout *L)
 {
     static char job[900];
+    if (!strncmp(L->name, "hd32_", 5)) {
+        snprintf(job, sizeof job, "%s --model %s/tests/data/tiny-hd32.json", L->job, PX_SOURCE_DIR);
+        return job;
+    }
     const int sinks = strstr(L->name, "_sinks_") != NULL, wide = !strncmp(L->name, "wide_", 5);
     if (!sinks && !wide && !strstr(L->name, "_vpp65"))
         return L->job;

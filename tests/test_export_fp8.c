@@ -133,28 +133,49 @@ static void test_tensorwise(void)
     free(ne);
 }
 
-/* blockwise, FP8 parameters, FP8 attention (no Megatron-LM flag) */
+/* blockwise with FP8 parameters (FP8 attention with it is no job: model/spec.c, check_fp8) */
 static void test_blockwise(void)
 {
     ModelSpec s = job("llama3-8b", MODEL_FP8_BLOCKWISE, MODEL_FP8_HYBRID);
     s.job.fp8_param_gather = 1;
-    s.job.fp8_attention = 1;
     char *mg = export_of(&s, "dgx-h100", 8, EXPORT_MEGATRON, NULL);
-    const char *want_mg[] = {
-        "# NOT EXPRESSIBLE: FP8 attention: Megatron-Core's TransformerConfig.fp8_dot_product_attention has",
-        "# (Float8BlockScaling) does not take it either", "    --fp8-format hybrid",
-        "    --fp8-recipe blockwise", "    --fp8-param-gather", NULL};
-    const char *not_mg[] = {"--fp8-amax", "--fp8-dot-product-attention", NULL};
+    const char *want_mg[] = {"    --fp8-format hybrid", "    --fp8-recipe blockwise",
+                             "    --fp8-param-gather", NULL};
+    const char *not_mg[] = {"--fp8-amax", "NOT EXPRESSIBLE", NULL};
     expect_lines("megatron export (blockwise)", mg, want_mg, not_mg);
     free(mg);
     char *ne = export_of(&s, "dgx-h100", 8, EXPORT_NEMO, NULL);
     const char *want_ne[] = {
         "model.transformer_engine=true model.fp8=true model.fp8_e4m3=false model.fp8_hybrid=true "
-        "+model.fp8_recipe=blockwise +model.fp8_dot_product_attention=true",
+        "+model.fp8_recipe=blockwise",
         BRIDGE_MP(BRIDGE_BF16, "bfloat16", "true",
-                  BRIDGE_FP8("hybrid", "blockwise", "1", "most_recent", "true", "false", "true")),
+                  BRIDGE_FP8("hybrid", "blockwise", "1", "most_recent", "true", "false", "false")),
         NULL};
     expect_lines("nemo export (blockwise)", ne, want_ne, NULL);
+    free(ne);
+}
+
+/* FP8 attention (no Megatron-LM flag) with MXFP8 on B200 */
+static void test_fp8_attention(void)
+{
+    ModelSpec s = job("llama3-8b", MODEL_FP8_MXFP8, MODEL_FP8_HYBRID);
+    s.job.fp8_attention = 1;
+    char *mg = export_of(&s, "dgx-b200", 8, EXPORT_MEGATRON, NULL);
+    const char *want_mg[] = {
+        "# NOT EXPRESSIBLE: FP8 attention: Megatron-Core's TransformerConfig.fp8_dot_product_attention has",
+        "# no pretrain_gpt.py flag (arguments.py leaves it out of the generated ones)",
+        "    --fp8-recipe mxfp8", NULL};
+    const char *not_mg[] = {"--fp8-dot-product-attention", "does not take it", NULL};
+    expect_lines("megatron export (FP8 attention)", mg, want_mg, not_mg);
+    free(mg);
+    char *ne = export_of(&s, "dgx-b200", 8, EXPORT_NEMO, NULL);
+    const char *want_ne[] = {
+        "model.transformer_engine=true model.fp8=true model.fp8_e4m3=false model.fp8_hybrid=true "
+        "+model.fp8_recipe=mxfp8 +model.fp8_dot_product_attention=true",
+        BRIDGE_MP(BRIDGE_BF16, "bfloat16", "true",
+                  BRIDGE_FP8("hybrid", "mxfp8", "1", "most_recent", "false", "false", "true")),
+        NULL};
+    expect_lines("nemo export (FP8 attention)", ne, want_ne, NULL);
     free(ne);
 }
 
@@ -283,6 +304,7 @@ int main(void)
     test_delayed();
     test_tensorwise();
     test_blockwise();
+    test_fp8_attention();
     test_mxfp8();
     test_zero0_fp16();
     test_dispatch();

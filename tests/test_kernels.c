@@ -1264,6 +1264,102 @@ static void test_copy_cols(void)
         CHECK(dst[i] == (want[i] < 0 ? -1.0f : 2.0f * want[i]));
 }
 
+/* MXFP8 attention's second operands (KernAttnFwd.v_col, KernAttnBwd's q_col, k_col, dout_col),
+ * on both paths: copies of the first operands' values give the first operands' results bit for
+ * bit; a zero second copy zeroes exactly the products that reduce over a sequence and read it
+ * (O = P V: v_col; dV = P^T dO: dout_col; dQ = dS K: k_col; dK = dS^T Q: q_col) and leaves the
+ * rest bit for bit (the scores, the log-sum-exp and dP = dO V^T read the first copies). */
+enum { SC_FIRST = 0, SC_SAME, SC_ZERO_V, SC_ZERO_DO, SC_ZERO_K, SC_ZERO_Q, SC_CASES };
+
+typedef struct {
+    float *out, *lse, *probs, *dq, *dk, *dv;
+} AttnRun;
+
+static AttnRun attn_second_run(int fused, int which, const float *q, const float *k,
+                               const float *v, const float *dout, const float *zero, int B, int T,
+                               int H, int KV, int D)
+{
+    const size_t nq = (size_t)B * T * H * D, nk = (size_t)B * T * KV * D;
+    const size_t np = (size_t)B * H * T * T, nl = (size_t)B * H * T;
+    AttnRun r = {fnew(nq), fnew(nl), fnew(np), fnew(nq), fnew(nk), fnew(nk)};
+    float *qs = fnew(nq), *ks = fnew(nk), *vs = fnew(nk), *ds = fnew(nq);
+    memcpy(qs, q, nq * sizeof *q), memcpy(ks, k, nk * sizeof *k);
+    memcpy(vs, v, nk * sizeof *v), memcpy(ds, dout, nq * sizeof *dout);
+    float *dscores = fnew(np), *drow = fnew(nl);
+    const int same = which == SC_SAME;
+    KernAttnFwd f = {.B = B, .Tq = T, .Tk = T, .H = H, .KV = KV, .D = D,
+                     .scale = 1.0f / sqrtf((float)D), .q = q, .k = k, .v = v, .q_stride = H * D,
+                     .k_stride = KV * D, .v_stride = KV * D, .out = r.out,
+                     .v_col = same ? vs : which == SC_ZERO_V ? zero : NULL};
+    if (fused)
+        f.lse = r.lse;
+    else
+        f.probs = r.probs;
+    K->attention_fwd(&f);
+    KernAttnBwd b = {.B = B, .Tq = T, .Tk = T, .H = H, .KV = KV, .D = D, .scale = f.scale,
+                     .q = q, .k = k, .v = v, .q_stride = H * D, .k_stride = KV * D,
+                     .v_stride = KV * D, .out = r.out, .dout = dout, .dq = r.dq, .dk = r.dk,
+                     .dv = r.dv, .dq_stride = H * D, .dk_stride = KV * D, .dv_stride = KV * D,
+                     .q_col = same ? qs : which == SC_ZERO_Q ? zero : NULL,
+                     .k_col = same ? ks : which == SC_ZERO_K ? zero : NULL,
+                     .dout_col = same ? ds : which == SC_ZERO_DO ? zero : NULL};
+    if (fused)
+        b.lse = r.lse, b.drow = drow;
+    else
+        b.probs = r.probs, b.dscores = dscores;
+    if (which != SC_ZERO_V) /* the backward reads the forward's output: a zero one is no case */
+        K->attention_bwd(&b);
+    free(qs), free(ks), free(vs), free(ds), free(dscores), free(drow);
+    return r;
+}
+
+/* a == b bit for bit (n floats), or (b NULL) a all zero */
+static void check_bits(const char *what, int fused, int which, const float *a, const float *b,
+                       size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (b ? memcmp(&a[i], &b[i], sizeof *a) != 0 : a[i] != 0.0f) {
+            fprintf(stderr, "FAILED: attention's second copies (%s, case %d): %s[%zu] = %.9g, "
+                    "expected %.9g\n", fused ? "fused" : "unfused", which, what, i, a[i],
+                    b ? b[i] : 0.0);
+            exit(1);
+        }
+}
+
+static void test_attention_second_copies(void)
+{
+    enum { B = 2, T = 40, H = 4, KV = 2, D = 4 }; /* GQA; more keys than one tile of 32 */
+    const size_t nq = (size_t)B * T * H * D, nk = (size_t)B * T * KV * D;
+    const size_t np = (size_t)B * H * T * T, nl = (size_t)B * H * T;
+    float *q = frand(nq, 1.5, 0), *k = frand(nk, 1.5, 0), *v = frand(nk, 1, 0);
+    float *dout = frand(nq, 1, 0), *zero = fnew(nq);
+    for (int fused = 0; fused < 2; fused++) {
+        AttnRun r[SC_CASES];
+        for (int w = 0; w < SC_CASES; w++)
+            r[w] = attn_second_run(fused, w, q, k, v, dout, zero, B, T, H, KV, D);
+        const AttnRun *a = &r[SC_FIRST];
+        for (int w = SC_SAME; w < SC_CASES; w++) {
+            const AttnRun *x = &r[w];
+            check_bits("out", fused, w, x->out, w == SC_ZERO_V ? NULL : a->out, nq);
+            if (fused)
+                check_bits("lse", fused, w, x->lse, a->lse, nl);
+            else
+                check_bits("probs", fused, w, x->probs, a->probs, np);
+            if (w == SC_ZERO_V)
+                continue;
+            check_bits("dq", fused, w, x->dq, w == SC_ZERO_K ? NULL : a->dq, nq);
+            check_bits("dk", fused, w, x->dk, w == SC_ZERO_Q ? NULL : a->dk, nk);
+            check_bits("dv", fused, w, x->dv, w == SC_ZERO_DO ? NULL : a->dv, nk);
+        }
+        for (int w = 0; w < SC_CASES; w++)
+            free(r[w].out), free(r[w].lse), free(r[w].probs), free(r[w].dq), free(r[w].dk),
+                free(r[w].dv);
+    }
+    free(q), free(k), free(v), free(dout), free(zero);
+    printf("  attention's second copies (MXFP8): each product over a sequence reads its own, "
+           "fused and unfused\n");
+}
+
 int main(void)
 {
     K = kern_cpu();
@@ -1305,6 +1401,7 @@ int main(void)
     test_attention((AttnCase){.B = 1, .Tq = 70, .Tk = 150, .H = 2, .KV = 2, .D = 8,
                               .q_offset = 80, .sinks = 1});
     test_attention_drop_block();
+    test_attention_second_copies();
     test_attention_merge();
     test_gate();
     test_embedding(1);

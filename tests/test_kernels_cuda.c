@@ -973,6 +973,105 @@ static void test_attention(AttnCase ac)
 
 /* The ring's merge of two partial results: lse spread over +-lse_scale, so that with a wide
  * spread one side's weight underflows to 0 (exp of the gap) and the sum must not overflow. */
+/* MXFP8 attention's second operands on the device (as test_kernels' CPU check): second copies
+ * holding the first operands' values give their results bit for bit, and a zero second copy
+ * zeroes exactly the product that reads it (O = P V: v_col; dV: dout_col; dQ: k_col; dK:
+ * q_col), leaving the rest bit for bit; fused (the flash kernels' extra tiles) and unfused. */
+enum { SC_FIRST = 0, SC_SAME, SC_ZERO_V, SC_ZERO_DO, SC_ZERO_K, SC_ZERO_Q, SC_CASES };
+enum { SC_B = 2, SC_T = 40, SC_H = 4, SC_KV = 2, SC_D = 4 };
+
+typedef struct {
+    float *out, *lse, *dq, *dk, *dv; /* read back */
+} AttnSecond;
+
+static AttnSecond attn_second_run(int fused, int which, void *const in[4], void *const same[4],
+                                  void *zero)
+{
+    const size_t nq = (size_t)SC_B * SC_T * SC_H * SC_D, nk = (size_t)SC_B * SC_T * SC_KV * SC_D;
+    const size_t np = (size_t)SC_B * SC_H * SC_T * SC_T, nl = (size_t)SC_B * SC_H * SC_T;
+    void *out = dalloc(nq * ATTN_ES), *probs = dalloc(np * ATTN_ES), *ds = dalloc(np * ATTN_ES);
+    void *dq = dalloc(nq * ATTN_ES), *dk = dalloc(nk * ATTN_ES), *dv = dalloc(nk * ATTN_ES);
+    float *lse = dalloc(nl * sizeof(float)), *drow = dalloc(nl * sizeof(float));
+    const int sm = which == SC_SAME;
+    KernAttnFwd f = {.B = SC_B, .Tq = SC_T, .Tk = SC_T, .H = SC_H, .KV = SC_KV, .D = SC_D,
+                     .scale = 0.5f, .q = in[0], .k = in[1], .v = in[2], .q_stride = SC_H * SC_D,
+                     .k_stride = SC_KV * SC_D, .v_stride = SC_KV * SC_D, .out = out,
+                     .v_col = sm ? same[2] : which == SC_ZERO_V ? zero : NULL};
+    if (fused)
+        f.lse = lse;
+    else
+        f.probs = probs;
+    G->attention_fwd(&f);
+    KernAttnBwd b = {.B = SC_B, .Tq = SC_T, .Tk = SC_T, .H = SC_H, .KV = SC_KV, .D = SC_D,
+                     .scale = 0.5f, .q = in[0], .k = in[1], .v = in[2], .q_stride = SC_H * SC_D,
+                     .k_stride = SC_KV * SC_D, .v_stride = SC_KV * SC_D, .out = out,
+                     .dout = in[3], .dq = dq, .dk = dk, .dv = dv, .dq_stride = SC_H * SC_D,
+                     .dk_stride = SC_KV * SC_D, .dv_stride = SC_KV * SC_D,
+                     .q_col = sm ? same[0] : which == SC_ZERO_Q ? zero : NULL,
+                     .k_col = sm ? same[1] : which == SC_ZERO_K ? zero : NULL,
+                     .dout_col = sm ? same[3] : which == SC_ZERO_DO ? zero : NULL};
+    if (fused)
+        b.lse = lse, b.drow = drow;
+    else
+        b.probs = probs, b.dscores = ds;
+    if (which != SC_ZERO_V) /* the backward reads the forward's output: a zero one is no case */
+        G->attention_bwd(&b);
+    AttnSecond r = {down_act(out, nq), down_f32(lse, nl), down_act(dq, nq), down_act(dk, nk),
+                    down_act(dv, nk)};
+    G->free(out), G->free(probs), G->free(ds), G->free(dq), G->free(dk), G->free(dv);
+    G->free(lse), G->free(drow);
+    return r;
+}
+
+/* a == b bit for bit (n floats), or (b NULL) a all zero */
+static void attn_second_bits(const char *what, int fused, int which, const float *a,
+                             const float *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (b ? memcmp(&a[i], &b[i], sizeof *a) != 0 : a[i] != 0.0f) {
+            fprintf(stderr, "FAILED: attention's second copies on %s (%s, case %d): %s[%zu] = "
+                    "%.9g, expected %.9g\n", G->name, fused ? "fused" : "unfused", which, what,
+                    i, a[i], b ? b[i] : 0.0);
+            exit(1);
+        }
+}
+
+static void test_attention_second_copies(void)
+{
+    const size_t nq = (size_t)SC_B * SC_T * SC_H * SC_D, nk = (size_t)SC_B * SC_T * SC_KV * SC_D;
+    const size_t nl = (size_t)SC_B * SC_H * SC_T, n[4] = {nq, nk, nk, nq};
+    void *in[4], *same[4], *zero = dalloc(nq * ATTN_ES);
+    for (int i = 0; i < 4; i++) {
+        float *x = frand(n[i], i == 2 || i == 3 ? 1.0 : 1.5, 0);
+        in[i] = up_act(x, n[i]), same[i] = up_act(x, n[i]);
+        free(x);
+    }
+    for (int fused = 0; fused < 2; fused++) {
+        AttnSecond r[SC_CASES];
+        for (int w = 0; w < SC_CASES; w++)
+            r[w] = attn_second_run(fused, w, in, same, zero);
+        const AttnSecond *a = &r[SC_FIRST];
+        for (int w = SC_SAME; w < SC_CASES; w++) {
+            const AttnSecond *x = &r[w];
+            attn_second_bits("out", fused, w, x->out, w == SC_ZERO_V ? NULL : a->out, nq);
+            if (fused)
+                attn_second_bits("lse", fused, w, x->lse, a->lse, nl);
+            if (w == SC_ZERO_V)
+                continue;
+            attn_second_bits("dq", fused, w, x->dq, w == SC_ZERO_K ? NULL : a->dq, nq);
+            attn_second_bits("dk", fused, w, x->dk, w == SC_ZERO_Q ? NULL : a->dk, nk);
+            attn_second_bits("dv", fused, w, x->dv, w == SC_ZERO_DO ? NULL : a->dv, nk);
+        }
+        for (int w = 0; w < SC_CASES; w++)
+            free(r[w].out), free(r[w].lse), free(r[w].dq), free(r[w].dk), free(r[w].dv);
+    }
+    for (int i = 0; i < 4; i++)
+        G->free(in[i]), G->free(same[i]);
+    G->free(zero);
+    printf("  attention's second copies (MXFP8) on %s: each product over a sequence reads its "
+           "own, fused and unfused\n", G->name);
+}
+
 static void test_attention_merge(int T, int H, int D, double lse_scale)
 {
     const size_t no = (size_t)T * H * D, nl = (size_t)T * H;
@@ -2443,6 +2542,7 @@ static void run_suite(PxDtype act)
     /* GQA (4 heads on 2 KV groups), a packed qkv buffer, plain causal */
     test_attention((AttnCase){.B = 2, .Tq = 4, .Tk = 4, .H = 4, .KV = 2, .D = 4, .packed = 1});
     test_attention_merge(37, 3, 40, 2.0);
+    test_attention_second_copies();
     test_attention_merge(5, 2, 7, 60.0); /* the widest gaps: one weight underflows to 0 */
     /* context parallel, a middle rank: queries at 1..3 of 6 keys */
     test_attention((AttnCase){.B = 2, .Tq = 3, .Tk = 6, .H = 4, .KV = 2, .D = 4, .q_offset = 1});

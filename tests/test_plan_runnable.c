@@ -439,6 +439,49 @@ int main(void)
         }
     }
 
+    /* --fp8-attention by recipe: tensorwise and delayed run; blockwise is no job (Transformer
+     * Engine has no attention backend for it: the spec's rule, exit 2 before any plan); MXFP8
+     * runs on Transformer Engine's shapes (the spec's rule), the fused core and the unfused */
+    {
+        ModelSpec s = request("tiny", 2, 8).base;
+        s.job.precision = PX_FP32;
+        s.layout.tp = 2, s.layout.sp = 1;
+        s.job.fp8_attention = 1;
+        ModelDims d;
+        char why[512] = "";
+        const ModelFp8Recipe runs[] = {MODEL_FP8_TENSORWISE, MODEL_FP8_DELAYED};
+        for (int i = 0; i < 2; i++) {
+            s.job.fp8 = runs[i];
+            CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+            CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        }
+        s.job.fp8 = MODEL_FP8_BLOCKWISE;
+        CHECK(model_spec_check(&s, 2, &d, &err) == PX_EINPUT);
+        CHECK_EQ_INT(MODEL_RULE_JOB, (int)err.code);
+        CHECK(strstr(err.msg, "FP8 attention has no blockwise recipe: Transformer Engine runs no "
+                              "attention backend with Float8BlockScaling (choose --fp8-recipe "
+                              "tensorwise, delayed or mxfp8") != NULL);
+        err = (PxError){0};
+        s.job.fp8 = MODEL_FP8_MXFP8; /* on TE's shapes: 32 | head widths, 128 | sequence */
+        CHECK(model_spec_check(&s, 2, &d, &err) == PX_EINPUT);
+        CHECK(strstr(err.msg, "FP8 attention under mxfp8 needs a sequence of a multiple of 128 "
+                              "and head widths of multiples of 32") != NULL);
+        err = (PxError){0};
+        s.model.head_dim = 32, s.model.seq_len = s.job.seq_len = 128;
+        for (int fused = 0; fused < 2; fused++) {
+            s.job.flash_attn = fused;
+            CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+            CHECK_EQ_INT(fused ? 2 : 0, model_fp8_attn_copies(&s));
+            CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        }
+        /* with context parallelism refused by its own name, which outlives the general one */
+        s.layout.tp = s.layout.etp = 1, s.layout.sp = 0, s.layout.cp = 2;
+        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+        CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        CHECK(strstr(why, "fp8_attention under mxfp8 runs without context parallelism (--cp 1) "
+                          "and multi-head latent attention") != NULL);
+    }
+
     /* a GPU cluster is not this machine: nothing refused by the executor there */
     q = request("tiny-moe", 4, 8);
     CHECK_OK(sim_plan(&q, &gpu, &r, &err), err);

@@ -660,6 +660,57 @@ static void test_fp8_attention(void)
     model_ops_free(&g);
 }
 
+/* The core's op of layer 0 in the given phase (forward or backward) of s's first stage. */
+static ModelOp core_op(const ModelSpec *s0, ModelPhase ph)
+{
+    PxError err = {0};
+    ModelSpec s = *s0;
+    ModelDims d;
+    CHECK_OK(model_spec_check(&s, 64, &d, &err), err);
+    ModelOpGraph g;
+    CHECK_OK(model_ops_build(&s, &d, 0, &g, &err), err);
+    ModelOp found = {0};
+    for (int i = 0; i < g.count; i++) {
+        const ModelOp *op = &g.op[i];
+        if (op->layer == 0 && op->role == MODEL_OPR_CORE && op->kind == MODEL_OP_ATTENTION &&
+            op->phase == ph)
+            found = *op;
+    }
+    model_ops_free(&g);
+    CHECK(found.kind == MODEL_OP_ATTENTION);
+    return found;
+}
+
+/* MXFP8 attention (docs/fp8.md, "FP8 attention"), Llama-3-70B as above without transposes:
+ * Transformer Engine saves Q, K, V in two copies, row-wise (1 x 32 blocks along head_dim) and
+ * column-wise (32 x 1 along the sequence), each 8192 x 2560 B and 8192 x 2560 / 32 = 655,360
+ * E8M0 scales: 43,253,760 B a layer instead of the bf16 41,943,040 (+1,310,720: MXFP8
+ * attention costs memory). The forward quantizes Q, K, V into both (8192 x 2560 x (2 + 2) B),
+ * reading one copy of each in one byte: +3 x 8192 x 2560 B over the 16-bit core; the backward
+ * dO into both (8192 x 2048 x 4 B) and reads Q, K and dO in both copies (2 B, as in bf16) and
+ * V [8192, 256] in one: + 4 x 8192 x 2048 - 8192 x 256 B. One more kernel each. */
+static void test_mxfp8_attention(void)
+{
+    uint64_t ref_acts = 0, acts = 0;
+    ModelSpec s = llama70b(MODEL_FP8_MXFP8, 0);
+    stage0(s, MODEL_WEIGHTS, &ref_acts);
+    ModelSpec ref = s;
+    s.job.fp8_attention = 1;
+    stage0(s, MODEL_WEIGHTS, &acts);
+    CHECK_EQ_U64(ref_acts + 1310720ull, acts);
+    CHECK_EQ_U64(779616256ull, acts); /* 778,305,536 B under MXFP8 GEMMs alone */
+    const double qkv = 8192.0 * 2560, o = 8192.0 * 2048, v = 8192.0 * 256;
+    const ModelOp f = core_op(&s, MODEL_FWD), f0 = core_op(&ref, MODEL_FWD);
+    const ModelOp b = core_op(&s, MODEL_BWD), b0 = core_op(&ref, MODEL_BWD);
+    CHECK_EQ_INT(1, f.fp8);
+    CHECK_REL(qkv * 4, f.fp8_cast_bytes, 1e-15);
+    CHECK_REL(o * 4, b.fp8_cast_bytes, 1e-15);
+    CHECK_REL(qkv * 3, f.bytes - f0.bytes, 1e-15);
+    CHECK_REL(o * 4 - v, b.bytes - b0.bytes, 1e-15);
+    CHECK_EQ_INT(f0.kernels + 1, f.kernels);
+    CHECK_EQ_INT(b0.kernels + 1, b.kernels);
+}
+
 int main(void)
 {
     px_log_set_quiet(1);
@@ -675,5 +726,6 @@ int main(void)
     test_effect();
     test_shared_gate();
     test_fp8_attention();
+    test_mxfp8_attention();
     TEST_DONE("sim_fp8");
 }

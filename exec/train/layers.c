@@ -339,6 +339,34 @@ static void *fp8_core_out(const ExecLayerRun *r)
                : NULL;
 }
 
+/* MXFP8 attention (model_fp8_attn_copies 2; docs/fp8.md, "FP8 attention"): where the core
+ * reads the column-wise copies, decoded into ws.fp8's act part after the row-wise Q, K, V
+ * (fp8_core_qkv): Q, K, V (dout 0), then the backward's output gradient (dout 1) after them;
+ * NULL under another recipe, whose core reads one copy. */
+static void *fp8_core_col(const ExecLayerRun *r, int dout)
+{
+    const ExecCtx *c = r->c;
+    const size_t N = (size_t)c->d.b * (size_t)c->d.s_loc, qkv = (size_t)(c->d.q_loc + c->d.kv2_loc);
+    if (model_fp8_attn_copies(&c->spec) != 2)
+        return NULL;
+    return EXEC_AT(r->fp8->act, N * qkv * (dout ? 2 : 1), c->ab);
+}
+
+/* The column-wise copy of rows x cols act values x (a sequence's rows one after another, each
+ * sequence a multiple of 32 rows: model/spec.c's MXFP8 attention rule): MXFP8's blocks turned
+ * along the rows, 32 x 1 with their E8M0 scales (OCP MX), written to q (grad: an output
+ * gradient, E5M2 in the hybrid format). Returns its layout. */
+static KernFp8 fp8_core_colwise(const ExecLayerRun *r, void *q, const void *x, int rows, int cols,
+                                int grad)
+{
+    KernFp8 f = exec_fp8_desc(r->fp8, rows, cols, 0, grad);
+    const int br = f.block_r;
+    f.block_r = f.block_c;
+    f.block_c = br;
+    r->c->k->fp8_quantize(q, NULL, x, &f, 0, NULL);
+    return f;
+}
+
 /* FP8 attention's forward, under the core's op: Q, K, V (act, in ws.fp8's act part) quantized
  * with one scale (their own, or under delayed scaling their history's: rec, a forward, records
  * their amax) into attn.qkv.out, the copy the backward reads, and decoded in place: the core's
@@ -351,7 +379,14 @@ static void fp8_core_fwd(const ExecLayerRun *r, const ExecLayerActs *a, int l, i
     if (!model_fp8_op(&c->spec, MODEL_OPR_CORE))
         return;
     const ExecFp8Weight *fq = fp8_core_weight(r, l);
-    void *x = fp8_core_qkv(r), *saved = EXEC_LA(a, QKV_OUT);
+    void *x = fp8_core_qkv(r), *saved = EXEC_LA(a, QKV_OUT), *col = fp8_core_col(r, 0);
+    if (col) { /* MXFP8: the column-wise copy after the row-wise one, from the values before
+                  the row-wise copy's decode replaces them */
+        const KernFp8 row = exec_fp8_desc(r->fp8, N, qkv, 0, 0);
+        uint8_t *qc = (uint8_t *)saved + kern_fp8_bytes(&row);
+        const KernFp8 f = fp8_core_colwise(r, qc, x, N, qkv, 0);
+        c->k->fp8_dequantize(col, qc, &f);
+    }
     const ExecFp8Ref q = exec_fp8_core_quantize(r->fp8, c, x ? saved : r->fp8->q0, x ? x : saved,
                                                 N, qkv, EXEC_FP8_CORE_QKV, fq, rec);
     c->k->fp8_dequantize(x ? x : saved, q.q, &q.f);
@@ -383,10 +418,21 @@ static const void *fp8_core_bwd(const ExecLayerRun *r, const ExecLayerActs *a, i
     if (!model_fp8_op(&c->spec, MODEL_OPR_CORE))
         return EXEC_LA(a, PROJ_IN);
     const ExecFp8Weight *fq = fp8_core_weight(r, l);
-    void *x = fp8_core_qkv(r), *o = fp8_core_out(r);
+    void *x = fp8_core_qkv(r), *o = fp8_core_out(r), *col = fp8_core_col(r, 0);
+    void *dcol = fp8_core_col(r, 1);
     if (x) {
         const ExecFp8Ref q = exec_fp8_saved(r->fp8, EXEC_LA(a, QKV_OUT), N, qkv);
         c->k->fp8_dequantize(x, q.q, &q.f);
+        if (col) { /* MXFP8: the saved column-wise copy after the row-wise one */
+            KernFp8 f = q.f;
+            f.block_r = q.f.block_c;
+            f.block_c = q.f.block_r;
+            c->k->fp8_dequantize(col, (const uint8_t *)q.q + kern_fp8_bytes(&q.f), &f);
+        }
+    }
+    if (dcol) { /* MXFP8: dO's column-wise copy, before its row-wise decode replaces it */
+        const KernFp8 f = fp8_core_colwise(r, r->fp8->q0, r->W->dhid, N, c->d.o_loc, 1);
+        c->k->fp8_dequantize(dcol, r->fp8->q0, &f);
     }
     if (o) {
         const ExecFp8Ref q = exec_fp8_saved(r->fp8, EXEC_LA(a, PROJ_IN), N, c->d.o_loc);
@@ -420,6 +466,8 @@ static int attention_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *ou
         const ExecQkv x = exec_qkv_at(c, core_qkv(r, a), q);
         const void *kb = cp ? AT(r->W->cp_kv_full, (size_t)q * d->s * kvs) : x.k;
         const void *vb = cp ? AT(kb, (size_t)d->kv_loc * d->qk_hd) : x.v;
+        void *col = fp8_core_col(r, 0); /* MXFP8 attention (no cp): V's column-wise copy */
+        const void *v_col = col ? exec_qkv_at(c, col, q).v : NULL;
         size_t at = 0; /* the part's place in the sequence's softmax */
         for (int j = 0; j < P; j++) {
             int q0, tk;
@@ -432,6 +480,7 @@ static int attention_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *ou
                 .v_stride = cp ? kvs : x.v_stride,
                 .out = AT(out, ((size_t)q * sl + (size_t)j * C) * d->o_loc),
                 .sinks = r->P->lw[l].sinks, /* each part's queries: once per query */
+                .v_col = v_col,
             };
             if (c->spec.job.flash_attn) {
                 f.lse = (float *)EXEC_LA(a, ATTN_LSE) + (size_t)q * H * sl + (size_t)j * H * C;
@@ -481,6 +530,9 @@ static void core_bwd(const ExecLayerRun *r, const ExecLayerActs *a, const void *
         const ExecQkv dx = exec_qkv_at(c, r->W->dqkv, q);
         const void *kb = cp ? AT(r->W->cp_kv_full, (size_t)q * d->s * kvs) : x.k;
         void *dkb = cp ? r->W->cp_kv : dx.k;
+        /* MXFP8 attention (no cp): Q's, K's and dO's column-wise copies */
+        void *col = fp8_core_col(r, 0), *dcol = fp8_core_col(r, 1);
+        const ExecQkv xc = exec_qkv_at(c, col ? col : core_qkv(r, a), q);
         size_t at = 0;
         for (int j = 0; j < P; j++) {
             int q0, tk;
@@ -498,6 +550,9 @@ static void core_bwd(const ExecLayerRun *r, const ExecLayerActs *a, const void *
                 .dv = cp ? AT(dkb, (size_t)d->kv_loc * d->qk_hd) : dx.v,
                 .dq_stride = dx.q_stride, .dk_stride = cp ? kvs : dx.k_stride,
                 .dv_stride = cp ? kvs : dx.v_stride,
+                .q_col = col ? AT(xc.q, (size_t)j * C * xc.q_stride) : NULL,
+                .k_col = col ? xc.k : NULL,
+                .dout_col = dcol ? AT(dcol, rows * d->o_loc) : NULL,
             };
             if (c->spec.job.flash_attn) {
                 b.out = AT(out, rows * d->o_loc);

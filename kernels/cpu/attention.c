@@ -38,6 +38,13 @@ static void attn_check(int B, int Tq, int Tk, int H, int KV, int D, int Dv, int 
                "attention: a stride is shorter than its row of heads");
 }
 
+/* MXFP8 attention's second copy of an operand (kernels.h: KernAttnFwd.v_col, KernAttnBwd's
+ * q_col, k_col, dout_col), or the operand itself where the caller gives none. */
+static const float *attn_second(const void *first, const void *second)
+{
+    return second ? second : first;
+}
+
 /* The value heads' width: D unless the caller gives its own. */
 static int attn_dv(int D, int Dv) { return Dv > 0 ? Dv : D; }
 
@@ -85,7 +92,7 @@ static void attn_fwd_unfused(const KernAttnFwd *a)
     // probs, mask, probs_drop are (B,H,Tq,Tk)
     const int Tq = a->Tq, Tk = a->Tk, H = a->H, D = a->D, rep = a->H / a->KV;
     const int Dv = attn_dv(D, a->Dv);
-    const float *q = a->q, *k = a->k, *v = a->v;
+    const float *q = a->q, *k = a->k, *v = attn_second(a->v, a->v_col); /* O = P V's */
     float *out = a->out, *probs = a->probs, *pdrop = a->probs_drop;
     const size_t ldo = (size_t)H * Dv, tile = (size_t)Tq * Tk;
     const int drop = a->dropout > 0.0f;
@@ -133,7 +140,7 @@ static void attn_fwd_fused(const KernAttnFwd *a)
     // out is (B,Tq,H*Dv), lse is (B,H,Tq)
     const int Tq = a->Tq, Tk = a->Tk, H = a->H, D = a->D, rep = a->H / a->KV;
     const int Dv = attn_dv(D, a->Dv);
-    const float *q = a->q, *k = a->k, *v = a->v;
+    const float *q = a->q, *k = a->k, *v = attn_second(a->v, a->v_col); /* O = P V's */
     float *out = a->out;
     const size_t ldo = (size_t)H * Dv;
     KERN_CHECK(a->dropout == 0.0f, "attention: dropout needs the unfused path (probs)");
@@ -208,7 +215,8 @@ static void attn_bwd_unfused(const KernAttnBwd *a)
     // dscores, probs, mask, probs_drop are (B,H,Tq,Tk); dout is (B,Tq,H*Dv)
     const int Tq = a->Tq, Tk = a->Tk, H = a->H, D = a->D, rep = a->H / a->KV;
     const int Dv = attn_dv(D, a->Dv);
-    const float *q = a->q, *k = a->k, *v = a->v, *dout = a->dout, *probs = a->probs;
+    const float *q = attn_second(a->q, a->q_col), *k = attn_second(a->k, a->k_col), *v = a->v;
+    const float *dout = a->dout, *dout_c = attn_second(a->dout, a->dout_col), *probs = a->probs;
     const float *pdrop = a->probs_drop;
     float *dq = a->dq, *dk = a->dk, *dv = a->dv, *dS_all = a->dscores;
     const size_t ldo = (size_t)H * Dv, tile = (size_t)Tq * Tk;
@@ -221,10 +229,13 @@ static void attn_bwd_unfused(const KernAttnBwd *a)
         for (int h = 0; h < H; h++) {
             const int g = h / rep;
             const size_t bh = (size_t)b * H + h;
-            const float *qb = q + (size_t)b * Tq * a->q_stride + (size_t)h * D;
-            const float *kb = k + (size_t)b * Tk * a->k_stride + (size_t)g * D;
+            /* dK and dQ reduce over a sequence: the column-wise Q and K (MXFP8), as does dV
+             * (dO's); dP over head_dim: the row-wise dO and V */
+            const float *qcb = q + (size_t)b * Tq * a->q_stride + (size_t)h * D;
+            const float *kcb = k + (size_t)b * Tk * a->k_stride + (size_t)g * D;
             const float *vb = v + (size_t)b * Tk * a->v_stride + (size_t)g * Dv;
             const float *dob = dout + (size_t)b * Tq * ldo + (size_t)h * Dv;
+            const float *docb = dout_c + (size_t)b * Tq * ldo + (size_t)h * Dv;
             float *dqb = dq + (size_t)b * Tq * a->dq_stride + (size_t)h * D;
             float *dkb = dk + (size_t)b * Tk * a->dk_stride + (size_t)g * D;
             float *dvb = dv + (size_t)b * Tk * a->dv_stride + (size_t)g * Dv;
@@ -232,7 +243,7 @@ static void attn_bwd_unfused(const KernAttnBwd *a)
             const float *Pused = drop ? pdrop + bh * tile : P;
             float *dS = dS_all + bh * tile;
             // heads of one group add into the same dk, dv rows (beta = 1 after the zeroing)
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Tk, Dv, Tq, 1.0f, Pused, Tk, dob,
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Tk, Dv, Tq, 1.0f, Pused, Tk, docb,
                         (int)ldo, 1.0f, dvb, a->dv_stride);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Tq, Tk, Dv, 1.0f, dob, (int)ldo,
                         vb, a->v_stride, 0.0f, dS, Tk);
@@ -250,9 +261,9 @@ static void attn_bwd_unfused(const KernAttnBwd *a)
                 for (int j = 0; j < Tk; j++)
                     ds[j] = p[j] * (ds[j] - (float)dot);
             }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Tq, D, Tk, a->scale, dS, Tk, kb,
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Tq, D, Tk, a->scale, dS, Tk, kcb,
                         a->k_stride, 0.0f, dqb, a->dq_stride);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Tk, D, Tq, a->scale, dS, Tk, qb,
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Tk, D, Tq, a->scale, dS, Tk, qcb,
                         a->q_stride, 1.0f, dkb, a->dk_stride);
         }
     }
@@ -266,6 +277,8 @@ static void attn_bwd_fused(const KernAttnBwd *a)
     const int Tq = a->Tq, Tk = a->Tk, H = a->H, D = a->D, rep = a->H / a->KV;
     const int Dv = attn_dv(D, a->Dv);
     const float *q = a->q, *k = a->k, *v = a->v, *out = a->out, *dout = a->dout;
+    const float *q_c = attn_second(q, a->q_col), *k_c = attn_second(k, a->k_col);
+    const float *dout_c = attn_second(dout, a->dout_col);
     float *dq = a->dq, *dk = a->dk, *dv = a->dv;
     const size_t ldo = (size_t)H * Dv;
     KERN_CHECK(a->dropout == 0.0f, "attention: dropout needs the unfused path (probs)");
@@ -274,14 +287,16 @@ static void attn_bwd_fused(const KernAttnBwd *a)
         for (int h = 0; h < H; h++) {
             const int g = h / rep;
             const size_t bh = (size_t)b * H + h;
-            const float *kb = k + (size_t)b * Tk * a->k_stride + (size_t)g * D;
+            const size_t ko = (size_t)b * Tk * a->k_stride + (size_t)g * D;
+            const float *kb = k + ko, *kcb = k_c + ko;
             const float *vb = v + (size_t)b * Tk * a->v_stride + (size_t)g * Dv;
             float *dkb = dk + (size_t)b * Tk * a->dk_stride + (size_t)g * D;
             float *dvb = dv + (size_t)b * Tk * a->dv_stride + (size_t)g * Dv;
             for (int t = 0; t < Tq; t++) {
-                const float *qr = q + ((size_t)b * Tq + t) * a->q_stride + (size_t)h * D;
-                const float *orow = out + ((size_t)b * Tq + t) * ldo + (size_t)h * Dv;
-                const float *dor = dout + ((size_t)b * Tq + t) * ldo + (size_t)h * Dv;
+                const size_t qo = ((size_t)b * Tq + t) * a->q_stride + (size_t)h * D;
+                const size_t oo = ((size_t)b * Tq + t) * ldo + (size_t)h * Dv;
+                const float *qr = q + qo, *qcr = q_c + qo, *orow = out + oo;
+                const float *dor = dout + oo, *docr = dout_c + oo;
                 float *dqr = dq + ((size_t)b * Tq + t) * a->dq_stride + (size_t)h * D;
                 double dr = 0.0;
                 for (int d = 0; d < Dv; d++)
@@ -293,17 +308,19 @@ static void attn_bwd_fused(const KernAttnBwd *a)
                 const int vis = attn_visible(a->q_offset, t, Tk);
                 for (int j = 0; j < vis; j++) {
                     const float *kr = kb + (size_t)j * a->k_stride;
+                    const float *kcr = kcb + (size_t)j * a->k_stride;
                     const float *vr = vb + (size_t)j * a->v_stride;
                     float *dkr = dkb + (size_t)j * a->dk_stride;
                     float *dvr = dvb + (size_t)j * a->dv_stride;
                     const float p = expf(a->scale * attn_dot(qr, kr, D) - lse);
                     const float ds = p * (attn_dot(dor, vr, Dv) - (float)dr) * a->scale;
+                    /* the sums over a sequence read the column-wise copies (MXFP8) */
                     for (int d = 0; d < D; d++) {
-                        dqr[d] += ds * kr[d];
-                        dkr[d] += ds * qr[d];
+                        dqr[d] += ds * kcr[d];
+                        dkr[d] += ds * qcr[d];
                     }
                     for (int d = 0; d < Dv; d++)
-                        dvr[d] += p * dor[d];
+                        dvr[d] += p * docr[d];
                 }
             }
         }

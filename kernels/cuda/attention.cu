@@ -33,6 +33,13 @@ static void attn_check(int B, int Tq, int Tk, int H, int KV, int D, int Dv, int 
                "attention: a stride is shorter than its row of heads");
 }
 
+/* MXFP8 attention's second copy of an operand (kernels.h: KernAttnFwd.v_col, KernAttnBwd's
+ * q_col, k_col, dout_col), or the operand itself where the caller gives none. */
+__host__ __device__ __forceinline__ const void *attn_second(const void *first, const void *second)
+{
+    return second ? second : first;
+}
+
 /* Number of keys query t sees: 0 .. q_offset + t, clamped to the keys there are. */
 __device__ __forceinline__ int attn_visible(int q_offset, int t, int Tk)
 {
@@ -142,7 +149,8 @@ template <typename T> static void attn_fwd_unfused(const KernAttnFwd *a)
     const int B = a->B, Tq = a->Tq, Tk = a->Tk, H = a->H, KV = a->KV, D = a->D, rep = H / KV;
     const int Dv = attn_dv(D, a->Dv);
     const cudaDataType dt = ActTraits<T>::blas;
-    const T *q = (const T *)a->q, *k = (const T *)a->k, *v = (const T *)a->v;
+    const T *q = (const T *)a->q, *k = (const T *)a->k;
+    const T *v = (const T *)attn_second(a->v, a->v_col); /* O = P V's (MXFP8: column-wise) */
     T *out = (T *)a->out, *probs = (T *)a->probs, *pdrop = (T *)a->probs_drop;
     const size_t tile = (size_t)Tq * Tk, ldo = (size_t)H * Dv;
     const int drop = a->dropout > 0.0f;
@@ -179,7 +187,10 @@ template <typename T> static void attn_bwd_unfused(const KernAttnBwd *a)
     const int B = a->B, Tq = a->Tq, Tk = a->Tk, H = a->H, KV = a->KV, D = a->D, rep = H / KV;
     const int Dv = attn_dv(D, a->Dv);
     const cudaDataType dt = ActTraits<T>::blas;
-    const T *q = (const T *)a->q, *k = (const T *)a->k, *v = (const T *)a->v;
+    /* dK, dQ and dV reduce over a sequence: Q, K and dO's column-wise copies (MXFP8); dP over
+     * head_dim: the row-wise dO and V */
+    const T *q = (const T *)attn_second(a->q, a->q_col), *k = (const T *)attn_second(a->k, a->k_col);
+    const T *v = (const T *)a->v, *dout_c = (const T *)attn_second(a->dout, a->dout_col);
     const T *dout = (const T *)a->dout, *probs = (const T *)a->probs;
     T *dq = (T *)a->dq, *dk = (T *)a->dk, *dv = (T *)a->dv, *dS = (T *)a->dscores;
     const size_t tile = (size_t)Tq * Tk, ldo = (size_t)H * Dv;
@@ -189,12 +200,12 @@ template <typename T> static void attn_bwd_unfused(const KernAttnBwd *a)
     KERN_CHECK(a->dropout < 1.0f, "attention: dropout must be below 1");
     const T *used = drop ? (const T *)a->probs_drop : probs;
     for (int b = 0; b < B; b++) {
-        const T *dob = dout + (size_t)b * Tq * ldo;
+        const T *dob = dout + (size_t)b * Tq * ldo, *docb = dout_c + (size_t)b * Tq * ldo;
         for (int r = 0; r < rep; r++) {
             const size_t bh = (size_t)b * H + r;
             // dV_g[Tk,Dv] += Pu_h^T dO_h
             kern_cuda_gemm(dv + (size_t)b * Tk * a->dv_stride, dt, a->dv_stride, Dv,
-                           used + bh * tile, Tk, (long long)rep * tile, dob + (size_t)r * Dv,
+                           used + bh * tile, Tk, (long long)rep * tile, docb + (size_t)r * Dv,
                            (int)ldo, (long long)rep * Dv, dt, Tk, Dv, Tq, 1, 0, 1.0f, 1.0f, KV);
             // dPu[Tq,Tk] = dO_h V_g^T
             kern_cuda_gemm(dS + bh * tile, dt, Tk, (long long)rep * tile, dob + (size_t)r * Dv,
@@ -261,7 +272,8 @@ template <typename T> __global__ void flash_fwd_kernel(KernAttnFwd a)
     float *qs = base + warp * Dm, *acc = base + FA_WARPS * Dm + warp * Dm;
     float *ps = base + 2 * FA_WARPS * Dm + warp * FA_TILE;
     const T *kb = (const T *)a.k + (size_t)b * Tk * a.k_stride + (size_t)g * D;
-    const T *vb = (const T *)a.v + (size_t)b * Tk * a.v_stride + (size_t)g * Dv;
+    /* O = P V reduces over the keys: V's column-wise copy (MXFP8) */
+    const T *vb = (const T *)attn_second(a.v, a.v_col) + (size_t)b * Tk * a.v_stride + (size_t)g * Dv;
     if (active) {
         const T *qr = (const T *)a.q + ((size_t)b * Tq + t) * a.q_stride + (size_t)h * D;
         for (int d = lane; d < D; d += 32)
@@ -328,7 +340,11 @@ template <typename T> __global__ void flash_bwd_dq_kernel(KernAttnBwd a)
     float *base = Vs + FA_TILE * pitch;
     float *qs = base + warp * Dm, *dos = base + FA_WARPS * Dm + warp * Dm;
     float *dqs = base + 2 * FA_WARPS * Dm + warp * Dm, *ps = base + 3 * FA_WARPS * Dm + warp * FA_TILE;
+    /* dq = dS K reduces over the keys: K's column-wise copy (MXFP8), a tile of its own after
+     * the others (fa_dq_smem's extra) */
+    float *Kc = a.k_col ? base + 3 * FA_WARPS * Dm + FA_WARPS * FA_TILE : Ks;
     const T *kb = (const T *)a.k + (size_t)b * Tk * a.k_stride + (size_t)g * D;
+    const T *kcb = (const T *)attn_second(a.k, a.k_col) + (size_t)b * Tk * a.k_stride + (size_t)g * D;
     const T *vb = (const T *)a.v + (size_t)b * Tk * a.v_stride + (size_t)g * Dv;
     float dr = 0.0f, lse = 0.0f;
     if (active) {
@@ -356,6 +372,8 @@ template <typename T> __global__ void flash_bwd_dq_kernel(KernAttnBwd a)
         __syncthreads();
         fa_load_tile(Ks, kb, a.k_stride, j0, Tk, D, pitch);
         fa_load_tile(Vs, vb, a.v_stride, j0, Tk, Dv, pitch);
+        if (a.k_col)
+            fa_load_tile(Kc, kcb, a.k_stride, j0, Tk, D, pitch);
         __syncthreads();
         if (j0 < vis) {
             float ds = 0.0f;
@@ -373,7 +391,7 @@ template <typename T> __global__ void flash_bwd_dq_kernel(KernAttnBwd a)
             for (int d = lane; d < D; d += 32) {
                 float x = dqs[d];
                 for (int jj = 0; jj < FA_TILE; jj++)
-                    x += ps[jj] * Ks[jj * pitch + d];
+                    x += ps[jj] * Kc[jj * pitch + d];
                 dqs[d] = x;
             }
             __syncwarp();
@@ -404,6 +422,10 @@ template <typename T> __global__ void flash_bwd_dkdv_kernel(KernAttnBwd a)
     float *ps = base + 4 * FA_WARPS * Dm + warp * FA_TILE;
     float *dss = base + 4 * FA_WARPS * Dm + FA_WARPS * FA_TILE + warp * FA_TILE;
     float *lses = base + 4 * FA_WARPS * Dm + 2 * FA_WARPS * FA_TILE, *drs = lses + FA_TILE;
+    /* dk = dS^T Q and dv = P^T dO reduce over the queries: Q's and dO's column-wise copies
+     * (MXFP8), tiles of their own after the others (fa_dkdv_smem's extra) */
+    float *Qc = a.q_col ? drs + FA_TILE : Qs;
+    float *dOc = a.dout_col ? drs + FA_TILE + (a.q_col ? FA_TILE * pitch : 0) : dOs;
     if (active) {
         const size_t tok = (size_t)b * Tk + j;
         const T *kr = (const T *)a.k + tok * a.k_stride + (size_t)g * D;
@@ -426,12 +448,19 @@ template <typename T> __global__ void flash_bwd_dkdv_kernel(KernAttnBwd a)
     for (int r = 0; r < rep; r++) {
         const int h = g * rep + r;
         const size_t bh = (size_t)b * H + h;
-        const T *qb = (const T *)a.q + (size_t)b * Tq * a.q_stride + (size_t)h * D;
-        const T *dob = (const T *)a.dout + (size_t)b * Tq * ldo + (size_t)h * Dv;
+        const size_t qo = (size_t)b * Tq * a.q_stride + (size_t)h * D;
+        const size_t oo = (size_t)b * Tq * ldo + (size_t)h * Dv;
+        const T *qb = (const T *)a.q + qo, *qcb = (const T *)attn_second(a.q, a.q_col) + qo;
+        const T *dob = (const T *)a.dout + oo;
+        const T *docb = (const T *)attn_second(a.dout, a.dout_col) + oo;
         for (int t0 = t_block; t0 < Tq; t0 += FA_TILE) {
             __syncthreads();
             fa_load_tile(Qs, qb, a.q_stride, t0, Tq, D, pitch);
             fa_load_tile(dOs, dob, (int)ldo, t0, Tq, Dv, pitch);
+            if (a.q_col)
+                fa_load_tile(Qc, qcb, a.q_stride, t0, Tq, D, pitch);
+            if (a.dout_col)
+                fa_load_tile(dOc, docb, (int)ldo, t0, Tq, Dv, pitch);
             for (int i = threadIdx.x; i < FA_TILE; i += blockDim.x) {
                 const int t = t0 + i;
                 lses[i] = t < Tq ? a.lse[bh * Tq + t] : 0.0f;
@@ -456,13 +485,13 @@ template <typename T> __global__ void flash_bwd_dkdv_kernel(KernAttnBwd a)
                 for (int d = lane; d < D; d += 32) {
                     float xk = dks[d];
                     for (int i = 0; i < FA_TILE; i++)
-                        xk += dss[i] * Qs[i * pitch + d];
+                        xk += dss[i] * Qc[i * pitch + d];
                     dks[d] = xk;
                 }
                 for (int d = lane; d < Dv; d += 32) {
                     float xv = dvs[d];
                     for (int i = 0; i < FA_TILE; i++)
-                        xv += ps[i] * dOs[i * pitch + d];
+                        xv += ps[i] * dOc[i * pitch + d];
                     dvs[d] = xv;
                 }
                 __syncwarp();
@@ -489,15 +518,18 @@ static size_t fa_fwd_smem(int D)
            sizeof(float);
 }
 
-static size_t fa_dq_smem(int D)
+/* extra: the tiles of MXFP8's column-wise copies (KernAttnBwd's k_col; q_col, dout_col), one
+ * each, after the others */
+static size_t fa_dq_smem(int D, int extra)
 {
-    return ((size_t)2 * FA_TILE * fa_pitch(D) + (size_t)3 * FA_WARPS * D + FA_WARPS * FA_TILE) *
+    return ((size_t)(2 + extra) * FA_TILE * fa_pitch(D) + (size_t)3 * FA_WARPS * D +
+            FA_WARPS * FA_TILE) *
            sizeof(float);
 }
 
-static size_t fa_dkdv_smem(int D)
+static size_t fa_dkdv_smem(int D, int extra)
 {
-    return ((size_t)2 * FA_TILE * fa_pitch(D) + (size_t)4 * FA_WARPS * D +
+    return ((size_t)(2 + extra) * FA_TILE * fa_pitch(D) + (size_t)4 * FA_WARPS * D +
             (size_t)2 * FA_WARPS * FA_TILE + 2 * FA_TILE) *
            sizeof(float);
 }
@@ -519,13 +551,13 @@ template <typename T> static void attn_bwd_fused(const KernAttnBwd *a)
     KERN_CHECK(a->lse && a->drow && a->out, "attention: the fused backward needs out, lse, drow");
     KERN_CHECK((long long)a->B * a->H <= 65535, "attention: B*H above 65535");
     if (a->Tq > 0) { /* dq and drow first: the dk/dv kernel reads drow */
-        const size_t smem = fa_dq_smem(attn_dm(a->D, a->Dv));
+        const size_t smem = fa_dq_smem(attn_dm(a->D, a->Dv), a->k_col != NULL);
         kern_cuda_smem_optin((const void *)flash_bwd_dq_kernel<T>, smem,
                              "fused attention backward (head dim)");
         KLAUNCH(flash_bwd_dq_kernel<T>, dim3((a->Tq + FA_WARPS - 1) / FA_WARPS, a->B * a->H),
                 FA_WARPS * 32, smem, *a);
     }
-    const size_t smem = fa_dkdv_smem(attn_dm(a->D, a->Dv));
+    const size_t smem = fa_dkdv_smem(attn_dm(a->D, a->Dv), (a->q_col != NULL) + (a->dout_col != NULL));
     kern_cuda_smem_optin((const void *)flash_bwd_dkdv_kernel<T>, smem,
                          "fused attention backward (head dim)");
     KLAUNCH(flash_bwd_dkdv_kernel<T>, dim3((a->Tk + FA_WARPS - 1) / FA_WARPS, a->B * a->KV),
