@@ -413,9 +413,6 @@ int model_spec_check(ModelSpec *s, int gpus, ModelDims *dims, PxError *err);
  * CPU (gpu 0: fp32); else 1 with a sentence in why naming the plan setting it does not run
  * (docs/executor.md, "What the executor runs"). */
 int model_exec_refusal(const ModelSpec *s, const ModelDims *d, int gpu, char *why, size_t cap);
-/* Its context-parallel part alone: why the executor does not run the context parallelism of s,
- * or NULL (also NULL without context parallelism). */
-const char *model_exec_cp_limit(const ModelSpec *s, const ModelDims *d);
 
 const char *model_recompute_name(ModelRecompute r);
 const char *model_fp8_recipe_name(ModelFp8Recipe r); /* "none", "delayed", ... "mxfp8" */

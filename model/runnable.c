@@ -9,19 +9,11 @@
 
 #include "model/model.h"
 
-/* Context parallelism's limits. The layout's own rules (model/spec.c) have gone first: the
- * sequence in 2 x cp chunks (check_batch), a2a's cp dividing the heads and KV heads per TP rank
- * (check_tensor_split), the ring only with the fused core (check_cp_core), so the simulator
- * prices none of them and none is the executor's. The executor's own are none now: the ring,
- * the all-gather and Ulysses run at any cp (Ulysses' all-to-all counts, once an array of 64,
- * are sized by the cp group at init: exec/train/trainer.c). Kept as the context-parallel part
- * of the statement, which its callers (exec_cp_limit, the planner) ask. */
-const char *model_exec_cp_limit(const ModelSpec *s, const ModelDims *d)
-{
-    (void)s;
-    (void)d;
-    return NULL;
-}
+/* Context parallelism has no limit of the executor's own: the layout's rules (model/spec.c)
+ * have gone first (the sequence in 2 x cp chunks, check_batch; a2a's cp dividing the heads and
+ * KV heads per TP rank, check_tensor_split; the ring only with the fused core, check_cp_core),
+ * and the ring, the all-gather and Ulysses run at any cp (Ulysses' all-to-all counts are sized
+ * by the cp group at init: exec/train/trainer.c). FP8 attention's with cp are fp8_limit's. */
 
 /* --fp8-param-gather's limits (exec/train/fp8gather.c), or NULL: the FP8 weights gathered in
  * FP8 with scales every rank computes from all-reduced amaxes: ZeRO-3's gathers of the
@@ -101,12 +93,7 @@ int model_exec_refusal(const ModelSpec *s, const ModelDims *d, int gpu, char *wh
 {
     const ModelConfig *m = &s->model;
     const char *lim;
-    if ((lim = model_exec_cp_limit(s, d)))
-        snprintf(why, cap,
-                 "layout.cp %d (cp_comm_type %s, sequence %d): the executor runs context "
-                 "parallelism with limits: %s",
-                 d->c, model_cp_comm_name(s->layout.cp_comm), d->s, lim);
-    else if (d->fp8 != MODEL_FP8_NONE && (lim = fp8_limit(s, d)))
+    if (d->fp8 != MODEL_FP8_NONE && (lim = fp8_limit(s, d)))
         snprintf(why, cap, "training.fp8 %s: the executor runs FP8 GEMMs with limits: %s",
                  model_fp8_recipe_name(s->job.fp8), lim);
     else if (m->position == MODEL_POS_ROPE && m->mla.kv_lora_rank <= 0 && m->head_dim % 2 != 0)

@@ -15,11 +15,6 @@ void exec_options_defaults(ExecOptions *o)
     o->comm_timeout_s = EXEC_COMM_TIMEOUT_S;
 }
 
-const char *exec_cp_limit(const ModelSpec *s, const ModelDims *d)
-{
-    return model_exec_cp_limit(s, d); /* the one statement of what the executor runs */
-}
-
 int exec_backend_parse(const char *name, ExecBackend *out, PxError *err)
 {
     if (!strcmp(name, "auto"))

@@ -16,7 +16,7 @@
  * Parallel layouts: data parallelism with ZeRO 0-3, Megatron's tensor parallelism with
  * vocabulary-parallel embedding and cross-entropy, sequence parallelism, pipeline parallelism
  * (GPipe, 1F1B, interleaved 1F1B, in model_schedule_build's order) and context parallelism
- * within its limits (exec_cp_limit), in any combination.
+ * (the ring, the all-gather, Ulysses), in any combination.
  *
  * Training semantics, independent of the layout so that a sharded run can reproduce a
  * single-rank one: weights are a function of (seed, the full parameter's name, the element's
@@ -94,12 +94,6 @@ typedef struct {
 enum { EXEC_COMM_TIMEOUT_S = 600 };
 
 void exec_options_defaults(ExecOptions *o);
-/* Why the executor refuses to run the context parallelism of spec s (its dims d, from
- * model_spec_check), or NULL when it runs it (also NULL without context parallelism): a
- * sentence naming the limit (docs/executor.md, "Context parallelism"): model_exec_cp_limit,
- * the context-parallel part of model_exec_refusal, which exec_init refuses plans with. */
-const char *exec_cp_limit(const ModelSpec *s, const ModelDims *d);
-
 /* The run options (--steps, -o, --metrics ... --timing), one table that `parallax run` and
  * `parallax-worker run` both parse with and print in --help: the front end checks the user's
  * options with it and hands them to the worker as given, keeping only its launcher's own.
@@ -137,7 +131,7 @@ int exec_run_args_check(ExecRunArgs *a, PxError *err);
 typedef struct Exec Exec;
 
 /* Checks that the plan can run on this job (the world of opt->comm equals the layout's ranks,
- * fp32 on the CPU, a supported optimizer, context parallelism within exec_cp_limit), places
+ * fp32 on the CPU, a supported optimizer, what model_exec_refusal runs), places
  * this rank in the grid (its stage, TP, DP and ZeRO shard), opens the data when its stage
  * reads tokens, allocates every tensor of its stage's table through the category arenas and
  * initializes its shard of the weights. No communication: a rank may fail here alone. PX_EINPUT names the
