@@ -554,6 +554,15 @@ static int check_cp_core(const ModelLayout *l, const ModelJob *j, PxError *err)
                          "Engine's ring attention, as Megatron-LM runs it): keep --flash-attn, or "
                          "choose --cp-comm-type allgather or a2a for the unfused core",
                          l->cp);
+    /* FP8 attention under any kind: Transformer Engine's context parallelism never runs the
+     * unfused core, and FP8 attention has the fused core only (its unfused path only emulates
+     * FP8: attention/dot_product_attention/utils.py, get_attention_backend) */
+    if (l->cp > 1 && j->fp8_attention && !j->flash_attn)
+        return rule_fail(err, MODEL_RULE_CP_CORE,
+                         "cp %d with --fp8-attention runs the fused attention core (Transformer "
+                         "Engine's context parallelism takes FP8 attention with FusedAttention "
+                         "only): keep --flash-attn, or drop --fp8-attention",
+                         l->cp);
     return PX_OK;
 }
 

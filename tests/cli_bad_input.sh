@@ -70,6 +70,9 @@ expect 2 "FP8 attention has no blockwise recipe" plan --model tiny --cluster dgx
 # and with MXFP8 on shapes Transformer Engine's MXFP8 attention asserts against
 expect 2 "FP8 attention under mxfp8 needs a sequence of a multiple of 128 and head widths of multiples of 32 (Transformer Engine's MXFP8 attention blocks Q, K and V by 32 along both), got sequence 64, query/key head width 16, value head width 16" \
   simulate --model tiny --cluster dgx-b200 --gpus 8 --fp8-recipe mxfp8 --fp8-attention
+# FP8 attention with context parallelism needs the fused core: TE's CP never runs the unfused one
+expect 2 "cp 2 with --fp8-attention runs the fused attention core (Transformer Engine's context parallelism takes FP8 attention with FusedAttention only): keep --flash-attn, or drop --fp8-attention" \
+  simulate --model tiny-llama --cluster dgx-h100 --gpus 2 --cp 2 --cp-comm-type allgather --no-flash-attn --fp8-recipe tensorwise --fp8-attention
 expect 2 "device a100-80gb has no FP8 tensor cores" plan --model tiny $ok --gbs 8 --precision fp8 -o "$tmp/fp8.json"
 expect 2 "unexpected argument 'extra'" simulate --model tiny $ok extra
 expect 2 "unexpected argument 'x'" models x

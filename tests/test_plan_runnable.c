@@ -404,7 +404,7 @@ int main(void)
 
     /* --fp8-attention with context parallelism: the all-gather with the fused core runs (its
      * K, V gathered in FP8), and the ring and Ulysses under tensorwise; those two under delayed
-     * scaling and the unfused core are refused by name */
+     * scaling are refused by name; the unfused core is no job (the spec's rule) */
     {
         ModelSpec s = request("tiny", 2, 8).base;
         s.job.precision = PX_FP32;
@@ -418,16 +418,17 @@ int main(void)
         CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
         CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
         const ModelCpComm refused[] = {MODEL_CP_COMM_P2P, MODEL_CP_COMM_A2A};
-        for (int i = 0; i < 3; i++) {
-            s.layout.cp_comm = i < 2 ? refused[i] : MODEL_CP_COMM_ALLGATHER;
-            s.job.flash_attn = i < 2;
+        for (int i = 0; i < 2; i++) {
+            s.layout.cp_comm = refused[i];
             CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
             CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));
             CHECK(strstr(why, "training.fp8 delayed: the executor runs FP8 GEMMs with limits: "
-                              "fp8_attention with cp runs with the fused core (TE's CP has FP8 "
-                              "with FusedAttention only), without multi-head latent attention, "
+                              "fp8_attention with cp runs without multi-head latent attention, "
                               "and over p2p or a2a under tensorwise only") != NULL);
         }
+        s.layout.cp_comm = MODEL_CP_COMM_ALLGATHER, s.job.flash_attn = 0;
+        CHECK_EQ_INT(PX_EINPUT, model_spec_check(&s, 2, &d, &err));
+        CHECK(strstr(err.msg, "cp 2 with --fp8-attention runs the fused attention core") != NULL);
         /* the ring and Ulysses under tensorwise run (K, V's codes round the ring; Q, K, V's
          * and dO's through the all-to-alls) */
         s.job.fp8 = MODEL_FP8_TENSORWISE, s.job.flash_attn = 1;
