@@ -696,6 +696,28 @@ static void updated_act(const ExecFp8Gather *G, const ExecCtx *c, const ExecPara
     c->k->to_device(act, EXEC_AT(h, a - blk->own_off, c->ab), (size_t)(e - a) * c->ab);
 }
 
+/* The amax of every run (run_end: a 128 x 128 tile's part of a row, or a per-tensor matrix's
+ * whole piece) of matrix i's group g between a and e (m0: where the group starts), quantized
+ * from src (the values at a, act dtype) into the FP8 weight's piece (in_place: its place, which
+ * matrix_updated overwrites) or ws.fp8's weight area, the maxima folded into h (a tile's
+ * entry each), a device-to-host copy a run. master_amax's and shard_tile_amax's. */
+static void runs_amax(ExecFp8Gather *G, const ExecCtx *c, int i, int g, const KernFp8 *mf,
+                      uint64_t m0, uint64_t a, uint64_t e, const void *src, int in_place,
+                      float *h)
+{
+    ExecFp8 *F = G->fp8;
+    for (uint64_t x = a, end; x < e; x = end) {
+        int t;
+        float amax;
+        end = m0 + run_end(x - m0, e - m0, mf, &t);
+        const KernFp8 f = {1, (int)(end - x), 1, (int)(end - x), 0, 0};
+        c->k->fp8_quantize(in_place ? piece_at(G, i, g, x) : F->wq, F->amax,
+                           EXEC_AT(src, x - a, c->ab), &f, 0, NULL);
+        c->k->to_host(&amax, F->amax, sizeof amax);
+        h[t] = amax > h[t] || isnan(amax) ? amax : h[t];
+    }
+}
+
 /* Below ZeRO-3: this rank's amax of every scaling block of every FP8 matrix (0 where it holds
  * none of it) from its pieces' act values, which it first casts from the updated fp32 master
  * into the place of their gradients, packed from the first (read by the update, cleared at the
@@ -725,17 +747,7 @@ static void master_amax(ExecFp8Gather *G, const ExecCtx *c, const ExecParams *P,
                 continue;
             void *act = grads_at(c, blk, a); /* the piece's act values, packed */
             updated_act(G, c, P, P->p[i].block, act, a, e);
-            float *h = G->host + G->w_of[i] + g * tiles;
-            for (uint64_t x = a, end; x < e; x = end) {
-                int t;
-                end = m0 + run_end(x - m0, e - m0, &mf, &t);
-                const KernFp8 f = {1, (int)(end - x), 1, (int)(end - x), 0, 0};
-                float amax;
-                k->fp8_quantize(piece_at(G, i, g, x), F->amax, EXEC_AT(act, x - a, c->ab), &f, 0,
-                                NULL);
-                k->to_host(&amax, F->amax, sizeof amax);
-                h[t] = amax > h[t] || isnan(amax) ? amax : h[t];
-            }
+            runs_amax(G, c, i, g, &mf, m0, a, e, act, 1, G->host + G->w_of[i] + g * tiles);
         }
     }
     k->to_device(G->amax, G->host, (size_t)G->n_w * sizeof *G->host);
@@ -763,17 +775,9 @@ static void shard_tile_amax(ExecFp8Gather *G, const ExecCtx *c, const ExecParams
         for (int g = 0; g < F->w[i].groups; g++) {
             uint64_t a, e;
             const uint64_t m0 = own_piece(G, P, i, g, &a, &e);
-            float *h = G->host + G->w_of[i] + g * tiles;
-            for (uint64_t x = a, end; x < e; x = end) {
-                int t;
-                float amax;
-                end = m0 + run_end(x - m0, e - m0, &mf, &t);
-                const KernFp8 f = {1, (int)(end - x), 1, (int)(end - x), 0, 0};
-                k->fp8_quantize(F->wq, F->amax, EXEC_AT(blk->w_shard, x - blk->own_off, c->ab),
-                                &f, 0, NULL);
-                k->to_host(&amax, F->amax, sizeof amax);
-                h[t] = amax > h[t] || isnan(amax) ? amax : h[t];
-            }
+            if (e > a)
+                runs_amax(G, c, i, g, &mf, m0, a, e, EXEC_AT(blk->w_shard, a - blk->own_off, c->ab),
+                          0, G->host + G->w_of[i] + g * tiles);
         }
     }
     k->to_device(G->amax, G->host, (size_t)G->n_w * sizeof *G->host);
