@@ -11,6 +11,11 @@
 #include "sim/internal.h"
 #include "test.h"
 
+/* the Llama 3 rows' peak bytes a rank (test_llama3_memory) */
+#define LLAMA3_PEAK_8K_8192 98777948416ull
+#define LLAMA3_PEAK_8K_16384 91228241920ull
+#define LLAMA3_PEAK_128K 91429568512ull
+
 typedef struct {
     const char *id;
     double predicted;
@@ -164,6 +169,84 @@ static void test_fms_kernels(void)
     prof_cluster_free(&cl);
 }
 
+/* Llama 3 405B's Table 4 rows (published/llama3-2024-table4.json) as Meta ran them:
+ * tp 8, pp 16, vpp 8 (one layer a chunk, the embedding and the loss each a chunk of their
+ * own), SP, no recompute, micro-batch 1, on the row's cluster file, at ZeRO `zero`. */
+static void llama3_row(const ProfCluster *cl, int gpus, int gbs, int seq, int cp, int zero,
+                       SimResult *r)
+{
+    PxError err = {0};
+    ModelSpec s;
+    model_spec_defaults(&s);
+    CHECK_OK(model_config_load("llama3-405b", &s.model, &err), err);
+    s.layout.tp = 8;
+    s.layout.pp = 16;
+    s.layout.cp = cp;
+    s.layout.vpp = 8;
+    s.layout.zero = zero;
+    s.layout.sp = 1;
+    s.layout.recompute = MODEL_RECOMPUTE_NONE;
+    s.layout.schedule = MODEL_SCHED_INTERLEAVED;
+    s.layout.overlap_dp = 1;
+    s.layout.embed_in_split = 1;
+    s.layout.loss_in_split = 1;
+    if (cp > 1)
+        s.layout.cp_comm = MODEL_CP_COMM_ALLGATHER;
+    s.job.global_batch = gbs;
+    s.job.micro_batch = 1;
+    s.job.seq_len = seq;
+    s.job.precision = PX_BF16;
+    s.job.grad_dtype = PX_FP32;
+    CHECK_OK(sim_run(&s, cl, gpus, r, &err), err);
+}
+
+/* Why the Llama 3 rows do not fit (docs/calibration.md, "Llama 3 in memory"). Meta's FSDP
+ * (parameters whole through the step, gradients and optimizer state sharded, FP32 gradients
+ * accumulated over the micro-batches) is ZeRO-2 under a pipeline: the same step as ZeRO-1, the
+ * gradients' FP32 shard (the size of the FP32 master shard) on top. Stage 0 holds
+ * 2 (pp - 1) + (V - 1) pp + 1 = 143 one-layer sets at 32 micro-batches and all M V = 128
+ * forwards at 16 (M V is below Megatron's warm-up, 142): the activations alone are 71.01 and
+ * 63.56 GiB; with every stage's unsharded FP32 gradients counted the rows need 91.99, 84.96
+ * and 85.15 GiB of 80, and without them the 16K rows would fit, the 8K-on-8192 row not. */
+static void test_llama3_memory(void)
+{
+    PxError err = {0};
+    ProfCluster cl;
+    CHECK_OK(prof_cluster_load(PX_SOURCE_DIR "/published/clusters/meta-h100-roce.json", NULL, 0,
+                               &cl, &err), err);
+    static const struct {
+        int gpus, gbs, seq, cp, live0;
+        double step_s;
+        uint64_t peak;
+        int peak_stage, fits_without_grads;
+    } rows[] = {
+        {8192, 2048, 8192, 1, 143, 11.16412669810501, LLAMA3_PEAK_8K_8192, 0, 0},
+        {16384, 2048, 8192, 1, 128, 5.95556094041222, LLAMA3_PEAK_8K_16384, 1, 1},
+        {16384, 128, 131072, 16, 128, 10.939914493396651, LLAMA3_PEAK_128K, 1, 1},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        SimResult z1, z2;
+        llama3_row(&cl, rows[i].gpus, rows[i].gbs, rows[i].seq, rows[i].cp, 1, &z1);
+        llama3_row(&cl, rows[i].gpus, rows[i].gbs, rows[i].seq, rows[i].cp, 2, &z2);
+        CHECK(z1.step_s == z2.step_s);
+        CHECK_REL(rows[i].step_s, z2.step_s, 1e-9);
+        CHECK_EQ_INT(rows[i].live0, z2.mem[0].peak_live);
+        for (int k = 0; k < 16; k++)
+            for (int c = 0; c < MODEL_CAT_COUNT; c++)
+                CHECK(z2.mem[k].cat[c] == z1.mem[k].cat[c] +
+                      (c == MODEL_GRADS ? z1.mem[k].cat[MODEL_MASTER] : 0));
+        CHECK(z2.peak_bytes == rows[i].peak);
+        CHECK_EQ_INT(rows[i].peak_stage, z2.peak_stage);
+        CHECK(z2.peak_bytes > z2.rank_memory_bytes);
+        const SimStageMemory *m = &z2.mem[z2.peak_stage];
+        const uint64_t unsharded = m->cat[MODEL_GRADS] - z1.mem[z2.peak_stage].cat[MODEL_MASTER];
+        CHECK_EQ_INT(rows[i].fits_without_grads, m->total - unsharded <= z2.rank_memory_bytes);
+        sim_result_free(&z1);
+        sim_result_free(&z2);
+    }
+    prof_cluster_free(&cl);
+}
+
 int main(void)
 {
     px_log_set_quiet(1);
@@ -206,6 +289,7 @@ int main(void)
                       err, "rows[0] framework");
     test_frameworks();
     test_fms_kernels();
+    test_llama3_memory();
     printf("test_published: %d rows, %d checks passed\n", rows, px_test_checks);
     return 0;
 }
