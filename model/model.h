@@ -378,6 +378,9 @@ typedef struct {
      * of the queries and keys and kernels per tensor, each pass (0: fused, not priced) */
     double rope_eager_bytes;
     int rope_eager_kernels;
+    /* bytes the framework's AdamW step moves per element of the rank's optimizer shard, norm
+     * and clipping included (0: the fused count; docs/time.md, "Frameworks") */
+    double adamw_step_bytes;
 } ModelDims;
 
 /* The rule a layout broke, in PxError.code after model_spec_check fails (0: not a rule). */

@@ -1702,8 +1702,16 @@ static void step_embedding_sync(Emit *e, const ModelTensorTable *tt, int stage)
     }
 }
 
+/* A framework's eager AdamW step (d->adamw_step_bytes, from its profile: fms-fsdp's
+ * torch.optim.AdamW, PyTorch's multi-tensor implementation, after FSDP1's clip_grad_norm_) makes
+ * one pass over the shard per foreach op, each at least a kernel: the weight decay (mul_), m
+ * (lerp_), v (mul_, addcmul_), the denominator (sqrt, div_, add_), the update (addcdiv_), and
+ * the clipping's norm and scaling (docs/time.md, "Frameworks"). */
+#define ADAMW_FOREACH_KERNELS 10
+
 /* The optimizer step over the rank's parameters (its shard with ZeRO), the FP8 weights' casts
- * and the gradient norm's read. */
+ * and the gradient norm's read; a framework that gives its AdamW step's bytes per element
+ * (adamw_step_bytes) moves those instead of the fused count and the norm's read. */
 static void step_optimizer(Emit *e, const ModelTensorTable *tt)
 {
     const ModelSpec *s = e->s;
@@ -1743,9 +1751,13 @@ static void step_optimizer(Emit *e, const ModelTensorTable *tt)
     /* + one read of every local gradient for the gradient norm (under a pipeline ZeRO-2/3
      * hold the stage's accumulated gradients whole, as ZeRO-1 does, and are priced alike) */
     const int sharded_grads = zero >= 2 && !d->zero_per_step;
-    ModelOp *op = simple(e, MODEL_OP_OPTIMIZER, at(e, MODEL_OPR_OPTIMIZER),
-                         elems * per + (sharded_grads ? elems : total) * ge + cast);
+    double bytes = elems * per + (sharded_grads ? elems : total) * ge;
+    if (d->adamw_step_bytes > 0)
+        bytes = elems * d->adamw_step_bytes;
+    ModelOp *op = simple(e, MODEL_OP_OPTIMIZER, at(e, MODEL_OPR_OPTIMIZER), bytes + cast);
     op->fp8_cast_bytes = cast;
+    if (d->adamw_step_bytes > 0)
+        op->kernels = ADAMW_FOREACH_KERNELS;
 }
 
 /* A ZeRO stage gathering FP8 weights whose scales are computed from the whole weight (one per

@@ -733,6 +733,8 @@ int model_spec_check(ModelSpec *sp, int gpus, ModelDims *d, PxError *err)
         d->rope_eager_bytes = fw.eager_rope_bytes;
         d->rope_eager_kernels = fw.eager_rope_kernels;
     }
+    if (j->optimizer == MODEL_OPT_ADAMW)
+        d->adamw_step_bytes = fw.adamw_step_bytes;
     return PX_OK;
 }
 

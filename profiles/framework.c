@@ -37,6 +37,8 @@ int prof_framework_load(const char *name, ProfFramework *out, PxError *err)
         rc = px_json_double(j, where, "eager_rope_bytes", 0, 0, 1024, &out->eager_rope_bytes, err);
     if (!rc)
         rc = px_json_int(j, where, "eager_rope_kernels", 0, 0, 64, &out->eager_rope_kernels, err);
+    if (!rc)
+        rc = px_json_double(j, where, "adamw_step_bytes", 0, 0, 1024, &out->adamw_step_bytes, err);
     const cJSON *o = cJSON_GetObjectItemCaseSensitive(j, "overlap_dp");
     if (!rc && o && !cJSON_IsNull(o)) {
         int v = 0;

@@ -220,7 +220,8 @@ double prof_measured_gemm(const ProfMeasured *m, double M, double N, double K, d
  * (overlap_dp 1; -1: the layout's --overlap-dp), and whether its norms run as eager Python
  * modules where the job is not compiled (eager_norms), and whether its attention runs
  * FlashAttention-2's kernels (flash_attention_2), and what its eager rotary embedding moves
- * (eager_rope_bytes, eager_rope_kernels). PX_EINPUT names an unknown framework. */
+ * (eager_rope_bytes, eager_rope_kernels), and what its AdamW step moves (adamw_step_bytes).
+ * PX_EINPUT names an unknown framework. */
 typedef struct {
     char name[32];
     int recompute_op;
@@ -233,6 +234,10 @@ typedef struct {
      * fused into the QKV projection's epilogue, at no cost) */
     double eager_rope_bytes;
     int eager_rope_kernels;
+    /* bytes its AdamW step moves per element of the rank's optimizer shard, the gradient norm
+     * and the clipping included, where it runs PyTorch's multi-tensor (foreach) AdamW on fp32
+     * gradients (0: parallax's fused count, model/ops.c's step_optimizer) */
+    double adamw_step_bytes;
 } ProfFramework;
 int prof_framework_load(const char *name, ProfFramework *out, PxError *err);
 
