@@ -1139,7 +1139,8 @@ void model_fp8_workspace(const ModelSpec *s, const ModelDims *d, ModelFp8Workspa
     out->q0 = out->act + pad16(out->act_bytes);
     out->q1 = out->q0 + pad16(most_q);
     out->w = out->wt = out->total = out->q1 + pad16(most_q);
-    if (s->layout.zero < 3)
+    /* MXFP8 parameters under ZeRO-3: the GEMMs read the gathered copies, none is cast */
+    if (s->layout.zero < 3 || model_fp8_mx_gather_copies(s, d, MODEL_FWD) > 0)
         return;
     /* the FP8 GEMMs' weights, one matrix (one expert's) each: rows x cols per rank */
     const int64_t h = d->h, qr = mla->q_lora_rank, kr = mla->kv_lora_rank;
