@@ -442,7 +442,7 @@ static void test_mxfp8_gather(void)
  * 256 x 2 + 64 x 8) and 1,536 column-wise (6 x 64 + 2 x 64 + 8 x 64 + 2 x 256), 4 layers x
  * 3,072 x 4 = 49,152 bytes; every rank keeps those scales, one byte each: 12,288 bytes of
  * weights; the update's cast reads each rank's 98,304 FP8 shard elements twice in fp32 and
- * writes both copies: 983,040 bytes. */
+ * writes both copies: 983,040 bytes. No GEMM casts a weight (ws.fp8 holds no weight room). */
 static void test_mxfp8_zero3(void)
 {
     PxError err = {0};
@@ -498,6 +498,11 @@ static void test_mxfp8_zero3(void)
                 scales += tt.t[i].bytes * (uint64_t)tt.t[i].repeat;
         CHECK_EQ_U64(12288, scales);
         model_tensors_free(&tt);
+        /* the GEMMs read the gathered copies: ws.fp8 keeps no room for a weight's cast */
+        ModelFp8Workspace w;
+        model_fp8_workspace(&s, &d, &w);
+        CHECK_EQ_U64(0, w.w_bytes);
+        CHECK_EQ_U64(0, w.wt_bytes);
     }
 }
 
