@@ -442,7 +442,9 @@ static void test_mxfp8_gather(void)
  * 256 x 2 + 64 x 8) and 1,536 column-wise (6 x 64 + 2 x 64 + 8 x 64 + 2 x 256), 4 layers x
  * 3,072 x 4 = 49,152 bytes; every rank keeps those scales, one byte each: 12,288 bytes of
  * weights; the update's cast reads each rank's 98,304 FP8 shard elements twice in fp32 and
- * writes both copies: 983,040 bytes. No GEMM casts a weight (ws.fp8 holds no weight room). */
+ * writes both copies: 983,040 bytes. No GEMM casts a weight (ws.fp8 holds no weight room).
+ * With --no-reshard-after-forward the forward's gather carries both copies (99,968), and so
+ * does a pipeline's once-a-step gather. */
 static void test_mxfp8_zero3(void)
 {
     PxError err = {0};
@@ -503,6 +505,32 @@ static void test_mxfp8_zero3(void)
         model_fp8_workspace(&s, &d, &w);
         CHECK_EQ_U64(0, w.w_bytes);
         CHECK_EQ_U64(0, w.wt_bytes);
+    }
+    /* one gather serving a forward and a backward carries both copies: the forward's kept for
+     * the backward (no backward gather), and under a pipeline the step's (pp 2: layer 0 on
+     * stage 0) */
+    s.layout.recompute = MODEL_RECOMPUTE_NONE;
+    for (int pp = 1; pp <= 2; pp++) {
+        s.layout.keep_gathered = pp == 1;
+        s.layout.pp = pp;
+        ModelDims d;
+        CHECK_OK(model_spec_check(&s, 2 * pp, &d, &err), err);
+        ModelOpGraph g;
+        CHECK_OK(model_ops_build(&s, &d, 0, &g, &err), err);
+        int both = 0, other = 0;
+        for (int i = 0; i < g.count; i++) {
+            const ModelOp *op = &g.op[i];
+            if (op->kind != MODEL_OP_COMM || op->comm != MODEL_DP_ALL_GATHER ||
+                strncmp(op->name, "layer.0.", 8))
+                continue;
+            if (op->phase == (pp == 1 ? MODEL_FWD : MODEL_STEP) && op->comm_bytes == 99968)
+                both++;
+            else
+                other++;
+        }
+        CHECK_EQ_INT(1, both);
+        CHECK_EQ_INT(0, other);
+        model_ops_free(&g);
     }
 }
 
