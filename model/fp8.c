@@ -60,6 +60,19 @@ int model_fp8_dispatch_history(const ModelSpec *s, const ModelDims *d)
            s->job.moe_dispatcher != MODEL_MOE_DISPATCH_ALLGATHER && d->ep * d->etp > 1;
 }
 
+int model_fp8_mx_gather_copies(const ModelSpec *s, const ModelDims *d, ModelPhase phase)
+{
+    const ModelLayout *l = &s->layout;
+    if (!d->fp8 || !s->job.fp8_param_gather || s->job.fp8 != MODEL_FP8_MXFP8 || l->zero != 3)
+        return 0;
+    switch (phase) {
+    case MODEL_FWD: return l->keep_gathered ? 2 : 1;
+    case MODEL_BWD: return l->recompute == MODEL_RECOMPUTE_FULL && l->fsdp ? 2 : 1;
+    case MODEL_STEP: return 2;
+    default: return 1; /* DeepSpeed's gather before the recomputed forward: row-wise */
+    }
+}
+
 int model_fp8_weight(const ModelSpec *s, ModelTensorRole r)
 {
     if (s->job.fp8 == MODEL_FP8_NONE)

@@ -799,6 +799,9 @@ typedef enum {
     /* the all-gather dispatcher's buffers over etp x ep: the gathered tokens (and the outputs
      * reduce-scattered), the gathered dense scores and routing map, the weights' gradient */
     MODEL_TR_EP_GATHER, MODEL_TR_EP_PROBS, MODEL_TR_EP_MAP, MODEL_TR_EP_DW,
+    /* MXFP8 parameters under ZeRO-3 (model_fp8_mx_gather_copies): a weight's whole E8M0 scales
+     * of both copies, which every rank keeps (the gathers move the elements only) */
+    MODEL_TR_FP8_MX_SCALES,
     MODEL_TR_COUNT
 } ModelTensorRole;
 
@@ -847,7 +850,9 @@ typedef struct {
     int fp8_weights;      /* FP8 GEMM weight matrices in it (a MoE layer's experts: one per local
                              expert), each with one scale */
     int fp8_scales;       /* their scales (model_fp8_scaling's blocks): one a matrix with a
-                             per-tensor recipe, one a 128 x 128 tile with blockwise */
+                             per-tensor recipe, one a 128 x 128 tile with blockwise; with
+                             mxfp8 a 1 x 32 block of the row-wise copy and a 32 x 1 one of
+                             the column-wise copy */
 } ModelBlock;
 
 typedef struct {
@@ -1032,6 +1037,16 @@ int model_fp8_attn_out(const ModelSpec *s);
  * combine_and_quantize under training, backends.py's FusedAttnFunc). 1 under a per-tensor
  * scale, 0 without model_fp8_attn_qkv. */
 int model_fp8_attn_copies(const ModelSpec *s);
+/* MXFP8 parameters under ZeRO-3 (--fp8-recipe mxfp8 --zero 3 --fp8-param-gather), as
+ * Megatron-FSDP runs them (docs/fp8.md, "MXFP8 parameters under ZeRO-3"): each rank keeps its
+ * shard of both MXFP8 copies (row-wise, 1 x 32 blocks; column-wise, 32 x 1) and the whole
+ * weights' E8M0 scales of both, which every rank computes from the blocks' amaxes all-reduced
+ * after the update; a gather moves one copy's bytes, the row-wise before a forward, the
+ * column-wise before a backward. The FP8 copies one gather before `phase` carries: 0 when the
+ * layout is not such a one, 2 when it serves a forward and a backward (the gathered parameters
+ * kept from forward to backward; under full recompute FSDP's backward gather, which serves the
+ * recomputed forward too; MODEL_STEP: a pipeline's once-a-step gather), else 1. */
+int model_fp8_mx_gather_copies(const ModelSpec *s, const ModelDims *d, ModelPhase phase);
 /* Delayed scaling's histories of FP8 attention's tensors (fp8_attention, the delayed recipe):
  * Q, K, V's (one scale for the three), the output gradient's and, where the fused core writes
  * its output in FP8 (model_fp8_attn_out), the output's: that many more columns of the layer's

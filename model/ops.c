@@ -137,10 +137,11 @@ static void linear_fp8(Emit *e, ModelOp *op, double M, double N, double K, doubl
     /* ZeRO-3 keeps no FP8 copies: each use casts the gathered weight (read in the weights'
      * dtype, written in FP8: the forward's copy, the backward's transposed one or again the
      * copy) */
+    const int mx_gathered = model_fp8_mx_gather_copies(e->s, e->d, MODEL_FWD) > 0;
     const double per_use = e->s->layout.zero != 3      ? 0.0
                            : !e->s->job.fp8_param_gather ? W * ((double)px_dtype_bytes(e->d->param) + 1.0)
-                           : e->d->fp8_wt               ? 2.0 * W /* gathered in FP8: transposed only */
-                                                         : 0.0;
+                           : e->d->fp8_wt && !mx_gathered ? 2.0 * W /* gathered in FP8: transposed only */
+                                                         : 0.0; /* MXFP8: each copy gathered */
     /* an attention projection that saved its 16-bit input quantizes it again for the weight
      * gradient (model_fp8_proj_in) */
     double requant = e->role == MODEL_OPR_PROJ && model_fp8_proj_in(e->s) == MODEL_FP8_PROJ_ACT
@@ -960,20 +961,23 @@ static int block_group(const ModelDims *d, const ModelTensorTable *tt, int b)
 
 /* Bytes of block b's parameters gathered over `group` ranks (padded to a multiple of it): the
  * weights' dtype, one byte for the FP8 GEMMs' weights kept in FP8 (--fp8-param-gather; their
- * scales are not counted). MXFP8's below ZeRO-3 travel in the weights' dtype: an E8M0 scale
+ * scales are not counted), a byte a copy for MXFP8's under ZeRO-3 (`copies`:
+ * model_fp8_mx_gather_copies; Megatron-FSDP gathers the row-wise copy's bytes before a
+ * forward and the column-wise one's before a backward, the scales never: every rank computes
+ * them). MXFP8's below ZeRO-3 travel in the weights' dtype: an E8M0 scale
  * a block of 32 along each copy's own axis, no rank can quantize its flat shard into the
  * whole weight's copies, so Megatron-LM's distributed optimizer gathers the updated weights
  * in bf16 (into the gradient buffer: param_and_grad_buffer.py's shared_buffer) and each rank
  * quantizes them (_post_param_sync; exec/train/fp8gather.c's mx_matrix). */
 static double block_param_bytes(const ModelSpec *s, const ModelDims *d, const ModelBlock *b,
-                                int group)
+                                int group, int copies)
 {
     const double pe = (double)px_dtype_bytes(d->param);
     const double padded = (double)px_round_up(b->numel, (uint64_t)group);
     if (!d->fp8 || !s->job.fp8_param_gather ||
         (s->job.fp8 == MODEL_FP8_MXFP8 && s->layout.zero < 3))
         return padded * pe;
-    return (padded - (double)b->fp8_numel) * pe + (double)b->fp8_numel;
+    return (padded - (double)b->fp8_numel) * pe + (double)b->fp8_numel * (copies > 1 ? copies : 1);
 }
 
 /* A block's ZeRO collective of `numel` elements over `group` ranks in `elem` bytes each, in
@@ -1030,7 +1034,8 @@ static void zero_gather(Emit *e, const ModelTensorTable *tt, int block, ModelPha
     const int grp = block_group(d, tt, block);
     const double padded = (double)px_round_up(tt->blocks[block].numel, (uint64_t)grp);
     const ModelComm kind = block_kind(tt, block, MODEL_DP_ALL_GATHER);
-    const double bytes = block_param_bytes(e->s, d, &tt->blocks[block], grp);
+    const double bytes = block_param_bytes(e->s, d, &tt->blocks[block], grp,
+                                           model_fp8_mx_gather_copies(e->s, d, phase));
     if (d->fp8 && e->s->job.fp8_param_gather)
         zero_gather_fp8(e, tt, block, kind, grp, bytes);
     else
@@ -1709,6 +1714,24 @@ static void step_embedding_sync(Emit *e, const ModelTensorTable *tt, int stage)
  * the clipping's norm and scaling (docs/time.md, "Frameworks"). */
 #define ADAMW_FOREACH_KERNELS 10
 
+/* MXFP8 parameters under ZeRO-3 (model_fp8_mx_gather_copies): after the update each rank
+ * quantizes its shard of the fp32 master into both copies, as Transformer Engine's
+ * _cast_master_weights_to_fp8_mxfp8_scaling (tensor/utils.py) does for Megatron-FSDP: one
+ * read of the shard for its blocks' partial amaxes (mxfp8_scaling_compute_partial_amax), one
+ * more for the cast (mxfp8_scaling_partial_cast), which writes the row-wise and the column-wise
+ * byte: 4 + 4 + 2 bytes an element of the shard's FP8 weights (a block's share: fp8_numel /
+ * group). */
+static double mx_shard_cast(const ModelTensorTable *tt)
+{
+    double bytes = 0;
+    for (int i = 0; i < tt->n_blocks; i++) {
+        const ModelBlock *b = &tt->blocks[i];
+        if (b->fp8_numel > 0 && b->group > 0)
+            bytes += (double)b->fp8_numel / b->group * b->repeat * (4.0 + 4.0 + 2.0);
+    }
+    return bytes;
+}
+
 /* The optimizer step over the rank's parameters (its shard with ZeRO), the FP8 weights' casts
  * and the gradient norm's read; a framework that gives its AdamW step's bytes per element
  * (adamw_step_bytes) moves those instead of the fused count and the norm's read. */
@@ -1748,6 +1771,8 @@ static void step_optimizer(Emit *e, const ModelTensorTable *tt)
     if (d->fp8 && zero < 3)
         cast = own_cast ? fp8_numel * (d->fp8_wt ? 2.0 : 0.0)
                                        : fp8_numel * (pe + 1.0 + (d->fp8_wt ? 1.0 : 0.0));
+    if (model_fp8_mx_gather_copies(s, d, MODEL_STEP) > 0)
+        cast = mx_shard_cast(tt);
     /* + one read of every local gradient for the gradient norm (under a pipeline ZeRO-2/3
      * hold the stage's accumulated gradients whole, as ZeRO-1 does, and are priced alike) */
     const int sharded_grads = zero >= 2 && !d->zero_per_step;
@@ -1772,13 +1797,18 @@ static void step_optimizer(Emit *e, const ModelTensorTable *tt)
  * expert, each scaled on its own) over the expert-data-parallel group in another, the ranks of
  * which hold the same experts (the other ep ranks' experts are other weights), 4 bytes a
  * matrix (a tile) of the stage. Each call is tagged with the first block that holds one of its
- * matrices. */
+ * matrices. MXFP8 under ZeRO-3 (Megatron-FSDP) likewise: the flat cut lets a 1 x 32 or 32 x 1
+ * block straddle two shards, so Transformer Engine all-reduces every block's partial amax, of
+ * both copies, in the master's dtype (fp32: _cast_master_weights_to_fp8_mxfp8_scaling's
+ * packed_amaxes), 4 bytes a block of each copy (ModelBlock.fp8_scales counts both; TE pads the
+ * scale grids to 128 x 4, which parallax does not count). */
 static void step_fp8_amax(Emit *e, const ModelTensorTable *tt)
 {
     const ModelSpec *s = e->s;
+    const int mx = model_fp8_mx_gather_copies(s, e->d, MODEL_STEP) > 0;
     if (s->layout.zero == 0 || !s->job.fp8_param_gather ||
         (s->job.fp8 != MODEL_FP8_DELAYED && s->job.fp8 != MODEL_FP8_TENSORWISE &&
-         s->job.fp8 != MODEL_FP8_BLOCKWISE))
+         s->job.fp8 != MODEL_FP8_BLOCKWISE && !mx))
         return;
     for (int experts = 0; experts < 2; experts++) {
         double weights = 0;
@@ -1813,7 +1843,9 @@ static void step_param_gathers(Emit *e, const ModelTensorTable *tt)
         e->repeat = b->repeat;
         const int grp = block_group(e->d, tt, i);
         block_comm(e, MODEL_OPR_BLOCK_PARAMS, tt, i, block_kind(tt, i, MODEL_DP_ALL_GATHER), grp,
-                   block_param_bytes(e->s, e->d, b, grp), 1);
+                   block_param_bytes(e->s, e->d, b, grp,
+                                     model_fp8_mx_gather_copies(e->s, e->d, MODEL_STEP)),
+                   1);
     }
     step_fp8_amax(e, tt);
 }

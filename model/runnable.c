@@ -30,10 +30,17 @@ static const char *fp8_gather_limit(const ModelSpec *s, const ModelDims *d)
     const int below = s->layout.zero < 3;
     const ModelFp8Recipe r = s->job.fp8;
     (void)d; /* blockwise's transposed copies: its tiles transposed (kernels' fp8_transpose) */
+    /* MXFP8 under ZeRO-3 is priced as Megatron-FSDP runs it (model_fp8_mx_gather_copies:
+     * each rank's shard quantized into both copies, every 1 x 32 and 32 x 1 block's amax
+     * all-reduced, the row-wise copy gathered before a forward and the column-wise one before
+     * a backward), which exec/train/fp8gather.c does not run yet */
     return r == MODEL_FP8_MXFP8 && !below
                ? "fp8_param_gather with MXFP8 runs below ZeRO-3 (--zero 0 or 1: the updated "
-                 "weights gathered in their own dtype, each rank quantizing them); ZeRO-3's "
-                 "gathers of both MXFP8 copies with their scales (Megatron-FSDP's) are not run"
+                 "weights gathered in their own dtype, each rank quantizing them); under ZeRO-3 "
+                 "Megatron-FSDP's scheme, which the simulator prices (each rank's shard "
+                 "quantized into both MXFP8 copies with every block's amax all-reduced, the "
+                 "row-wise copy gathered before a forward and the column-wise one before a "
+                 "backward), is not in the executor"
                : NULL;
 }
 

@@ -454,6 +454,17 @@ static void add_fp8_copies(Adder *a, const ModelSpec *s, const ModelDims *d, Mod
         NAME(n, "%s.fp8_t", name);
         add_ex(a, MODEL_TR_FP8_WT, n, MODEL_WEIGHTS, PX_FP8, shard, 2, d1 * groups, rows, 0, 0, &x);
     }
+    if (model_fp8_mx_gather_copies(s, d, MODEL_STEP) > 0) {
+        /* MXFP8 under ZeRO-3: the whole weight's E8M0 scales of both copies on every rank (the
+         * MXFP8Tensor parameter's rowwise and columnwise scale_inv, Transformer Engine's
+         * tensor/utils.py computing them from the all-reduced block amaxes); its elements are
+         * the shard's (w_shard) */
+        NAME(n, "%s.fp8_scales", name);
+        add(a, MODEL_TR_FP8_MX_SCALES, n, MODEL_WEIGHTS, PX_UINT8, shard, 1,
+            (int64_t)groups * (int64_t)(model_fp8_scale_bytes(r, 1, rows, d1) +
+                                        model_fp8_scale_bytes(r, 1, d1, rows)),
+            0, 0, 0);
+    }
     if (r == MODEL_FP8_DELAYED) {
         /* the experts' fc1 holds the dispatched rows' history too (model_fp8_dispatch_history),
          * the QKV weight (MLA's kv_b) FP8 attention's (model_fp8_attn_history) */
@@ -482,6 +493,8 @@ static void add_param_g(Adder *a, const ModelSpec *s, const ModelDims *d, ModelT
         tt->blocks[a->block].fp8_weights += groups;
         tt->blocks[a->block].fp8_scales += groups * (int)(((d0 / groups + sc.block_r - 1) / sc.block_r) *
                                                           ((d1 + sc.block_c - 1) / sc.block_c));
+        if (s->job.fp8 == MODEL_FP8_MXFP8) /* the column-wise copy's 32 x 1 blocks */
+            tt->blocks[a->block].fp8_scales += groups * (int)((d0 / groups + 31) / 32 * d1);
     }
     tt->params += numel * (uint64_t)a->repeat;
     if (s->layout.zero < 3 && fp8 && s->job.fp8_param_gather) {
@@ -1126,7 +1139,8 @@ void model_fp8_workspace(const ModelSpec *s, const ModelDims *d, ModelFp8Workspa
     out->q0 = out->act + pad16(out->act_bytes);
     out->q1 = out->q0 + pad16(most_q);
     out->w = out->wt = out->total = out->q1 + pad16(most_q);
-    if (s->layout.zero < 3)
+    /* MXFP8 parameters under ZeRO-3: the GEMMs read the gathered copies, none is cast */
+    if (s->layout.zero < 3 || model_fp8_mx_gather_copies(s, d, MODEL_FWD) > 0)
         return;
     /* the FP8 GEMMs' weights, one matrix (one expert's) each: rows x cols per rank */
     const int64_t h = d->h, qr = mla->q_lora_rank, kr = mla->kv_lora_rank;
@@ -1394,6 +1408,15 @@ static void add_zero_buffers(Build *B)
         if (!pg)
             fp8 = 0;
         elems -= fp8;
+        /* MXFP8 (Megatron-FSDP): a slot holds the copies its gather carries, the row-wise or
+         * the column-wise one, both where one gather serves a forward and a backward; the
+         * scales stay each rank's own (MODEL_TR_FP8_MX_SCALES) */
+        const int mx_fwd = model_fp8_mx_gather_copies(s, d, MODEL_FWD);
+        if (mx_fwd > 0) {
+            const int mx_bwd = model_fp8_mx_gather_copies(s, d, MODEL_BWD);
+            fp8 *= (uint64_t)(d->zero_per_step ? 2 : mx_fwd > mx_bwd ? mx_fwd : mx_bwd);
+            scales = 0;
+        }
         elems = (elems + 1) / 2 * 2; /* two equal halves */
         add(&B->a, MODEL_TR_ZERO_PARAM_GATHER, "zero.param_gather", MODEL_COMM_BUFFERS, d->param, 0, 2,
             2, (int64_t)(elems / 2), 0, 0);

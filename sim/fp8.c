@@ -49,6 +49,7 @@ static void fp8_memory(const SimResult *r, int stage, SimFp8Effect *e)
         case MODEL_TR_FP8_WT: e->transposes += bytes - scales; break;
         case MODEL_TR_FP8_AMAX: e->amax += bytes; break;
         case MODEL_TR_WS_FP8: e->workspace += bytes; break;
+        case MODEL_TR_FP8_MX_SCALES: e->scales += bytes; break;
         default:
             if (x->dtype == PX_FP8 && x->cat == MODEL_WEIGHTS)
                 e->fp8_params += bytes - scales;

@@ -360,7 +360,8 @@ int main(void)
         CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
         CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
         /* MXFP8 below ZeRO-3 (gathered in the act dtype, quantized by each rank), not under it
-         * (Megatron-FSDP's gathers of both copies); ZeRO-2 is no job (model/spec.c) */
+         * (Megatron-FSDP's gathers of either copy, priced, not run); ZeRO-2 is no job
+         * (model/spec.c) */
         s.layout.zero = 1, s.job.fp8 = MODEL_FP8_MXFP8;
         CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
         CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
@@ -371,6 +372,8 @@ int main(void)
         CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
         CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));
         CHECK(strstr(why, "fp8_param_gather with MXFP8 runs below ZeRO-3 (--zero 0 or 1") != NULL);
+        CHECK(strstr(why, "the row-wise copy gathered before a forward and the column-wise one "
+                          "before a backward), is not in the executor") != NULL);
         s.layout.zero = 2;
         CHECK_EQ_INT(PX_EINPUT, model_spec_check(&s, 2, &d, &err));
         CHECK(strstr(err.msg, "which zero 2 shards: use --zero 1, 0 or 3") != NULL);

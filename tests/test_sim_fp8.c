@@ -432,6 +432,108 @@ static void test_mxfp8_gather(void)
                           "dtype into the whole gradient buffer") != NULL);
 }
 
+/* MXFP8 parameters under ZeRO-3, as Megatron-FSDP runs them (docs/fp8.md, "MXFP8 parameters
+ * under ZeRO-3"). tiny in bf16 on dp 2 (--fsdp): a layer holds 49,152 FP8 GEMM elements (QKV
+ * 192 x 64, projection 64 x 64, fc1 256 x 64, fc2 64 x 256) and 832 others. A forward gather
+ * moves the row-wise copy, 832 x 2 + 49,152 = 50,816 bytes, a backward gather the column-wise
+ * one, as many; under full recompute FSDP's one backward gather serves the recomputed forward
+ * and the backward: both copies, 832 x 2 + 2 x 49,152 = 99,968. Each step all-reduces the
+ * blocks' amaxes of both copies in fp32: a layer's 1,536 row-wise blocks (192 x 2 + 64 x 2 +
+ * 256 x 2 + 64 x 8) and 1,536 column-wise (6 x 64 + 2 x 64 + 8 x 64 + 2 x 256), 4 layers x
+ * 3,072 x 4 = 49,152 bytes; every rank keeps those scales, one byte each: 12,288 bytes of
+ * weights; the update's cast reads each rank's 98,304 FP8 shard elements twice in fp32 and
+ * writes both copies: 983,040 bytes. No GEMM casts a weight (ws.fp8 holds no weight room).
+ * With --no-reshard-after-forward the forward's gather carries both copies (99,968), and so
+ * does a pipeline's once-a-step gather. */
+static void test_mxfp8_zero3(void)
+{
+    PxError err = {0};
+    ModelSpec s;
+    model_spec_defaults(&s);
+    CHECK_OK(model_config_load("tiny", &s.model, &err), err);
+    s.layout.dp = 2;
+    s.layout.zero = 3;
+    s.layout.fsdp = 1;
+    s.job.global_batch = 8;
+    s.job.precision = PX_BF16;
+    s.job.fp8 = MODEL_FP8_MXFP8;
+    s.job.fp8_param_gather = 1;
+    for (int full = 0; full < 2; full++) {
+        s.layout.recompute = full ? MODEL_RECOMPUTE_FULL : MODEL_RECOMPUTE_NONE;
+        ModelDims d;
+        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+        ModelOpGraph g;
+        CHECK_OK(model_ops_build(&s, &d, 0, &g, &err), err);
+        int fwd = 0, bwd = 0, amax = 0, optim = 0;
+        for (int i = 0; i < g.count; i++) {
+            const ModelOp *op = &g.op[i];
+            if (op->kind == MODEL_OP_OPTIMIZER) {
+                CHECK_REL(983040.0, op->fp8_cast_bytes, 1e-15);
+                optim++;
+            }
+            if (op->kind != MODEL_OP_COMM)
+                continue;
+            if (op->comm == MODEL_DP_ALLREDUCE && op->phase == MODEL_STEP) {
+                CHECK_EQ_U64(49152, op->comm_bytes);
+                amax++;
+            }
+            if (op->comm != MODEL_DP_ALL_GATHER || strncmp(op->name, "layer.0.", 8))
+                continue;
+            if (op->phase == MODEL_FWD) {
+                CHECK_EQ_U64(50816, op->comm_bytes);
+                fwd++;
+            } else if (op->phase == MODEL_BWD) {
+                CHECK_EQ_U64(full ? 99968 : 50816, op->comm_bytes);
+                bwd++;
+            }
+        }
+        CHECK_EQ_INT(1, fwd);
+        CHECK_EQ_INT(1, bwd);
+        CHECK_EQ_INT(1, amax);
+        CHECK_EQ_INT(1, optim);
+        model_ops_free(&g);
+        ModelTensorTable tt;
+        CHECK_OK(model_tensors_build(&s, &d, 0, &tt, &err), err);
+        uint64_t scales = 0;
+        for (int i = 0; i < tt.count; i++)
+            if (tt.t[i].role == MODEL_TR_FP8_MX_SCALES)
+                scales += tt.t[i].bytes * (uint64_t)tt.t[i].repeat;
+        CHECK_EQ_U64(12288, scales);
+        model_tensors_free(&tt);
+        /* the GEMMs read the gathered copies: ws.fp8 keeps no room for a weight's cast */
+        ModelFp8Workspace w;
+        model_fp8_workspace(&s, &d, &w);
+        CHECK_EQ_U64(0, w.w_bytes);
+        CHECK_EQ_U64(0, w.wt_bytes);
+    }
+    /* one gather serving a forward and a backward carries both copies: the forward's kept for
+     * the backward (no backward gather), and under a pipeline the step's (pp 2: layer 0 on
+     * stage 0) */
+    s.layout.recompute = MODEL_RECOMPUTE_NONE;
+    for (int pp = 1; pp <= 2; pp++) {
+        s.layout.keep_gathered = pp == 1;
+        s.layout.pp = pp;
+        ModelDims d;
+        CHECK_OK(model_spec_check(&s, 2 * pp, &d, &err), err);
+        ModelOpGraph g;
+        CHECK_OK(model_ops_build(&s, &d, 0, &g, &err), err);
+        int both = 0, other = 0;
+        for (int i = 0; i < g.count; i++) {
+            const ModelOp *op = &g.op[i];
+            if (op->kind != MODEL_OP_COMM || op->comm != MODEL_DP_ALL_GATHER ||
+                strncmp(op->name, "layer.0.", 8))
+                continue;
+            if (op->phase == (pp == 1 ? MODEL_FWD : MODEL_STEP) && op->comm_bytes == 99968)
+                both++;
+            else
+                other++;
+        }
+        CHECK_EQ_INT(1, both);
+        CHECK_EQ_INT(0, other);
+        model_ops_free(&g);
+    }
+}
+
 /* ZeRO-3's FP8 gather in buckets: the block's wire image (the ranks' parts, act and FP8 bytes)
  * cut into calls of equal bytes, the last padded. tiny in fp32 on dp 2 with 30 kB buckets: the
  * embedding's 20,480 elements (no FP8 weight: 81,920 bytes) in 3 calls of 27,307 (each rank's
@@ -723,6 +825,7 @@ int main(void)
     test_amax_groups();
     test_bucketed_gather();
     test_mxfp8_gather();
+    test_mxfp8_zero3();
     test_effect();
     test_shared_gate();
     test_fp8_attention();
