@@ -320,6 +320,13 @@ typedef struct {
 
 static int fp8_on(const ExecCtx *c) { return model_fp8_attn_qkv(&c->spec); }
 
+/* The FP8 weight whose amax holds FP8 attention's histories (model_fp8_attn_weight: QKV's, or
+ * multi-head latent attention's kv_b) */
+static const ExecFp8Weight *attn_weight(const ExecLayerRun *r, int l)
+{
+    return exec_fp8_weight(r->fp8, model_fp8_attn_weight(&r->c->spec), l);
+}
+
 /* Where Ulysses' core reads the head-split Q, K, V: attn.qkv.out, or with FP8 attention
  * ws.fp8's act part, decoded there from the received blocks. */
 static void *a2a_heads(const ExecLayerRun *r, const ExecLayerActs *a)
@@ -380,8 +387,9 @@ static A2aSegs qkv_segs(const ExecCtx *c, const CpA2a *x)
 }
 
 /* Multi-head latent attention's saved copy (q: its three planes' codes, then the factor) as
- * packed rows [Q | K | V] of codes and the factor after them, in cp.a2a_recv (free until the
- * all-to-all lands there): the layout a2a_fp8 cuts into the peers' blocks. */
+ * packed rows [Q | K | V] of codes and the factor after them, in cp.a2a_recv (b·s_loc rows of
+ * q + 2 kv act elements, room for both; free until the all-to-all lands there): the layout
+ * a2a_fp8 cuts into the peers' blocks. */
 static const void *mla_packed_codes(const ExecLayerRun *r, ExecFp8Ref q)
 {
     const ExecCtx *c = r->c;
@@ -429,7 +437,7 @@ static int a2a_bwd_fp8(const ExecLayerRun *r, const ExecLayerActs *a, CpA2a *x, 
                    r->fp8->act);
     const ExecFp8Ref g = exec_fp8_core_quantize(r->fp8, c, r->fp8->q0, r->W->dhid, (int)x->rows,
                                                 d->o_loc, EXEC_FP8_CORE_DO,
-                                                exec_fp8_weight(r->fp8, model_fp8_attn_weight(&c->spec), l), 1);
+                                                attn_weight(r, l), 1);
     const A2aSegs so = {1, {0, 0, 0}, {x->wo, 0, 0}, x->wo};
     return a2a_fp8(r, x, &so, l, chunk, MODEL_BWD, 0, g, d->o_loc, r->W->cp_send, r->W->cp_recv,
                    r->W->dhid, r->W->cp_send, err);
@@ -893,7 +901,7 @@ static void ring8_bwd_inputs(const ExecLayerRun *r, const ExecLayerActs *a, int 
     c->k->fp8_dequantize(r->fp8->act, q.q, &q.f);
     const ExecFp8Ref g = exec_fp8_core_quantize(r->fp8, c, r->fp8->q0, r->W->dhid, N, c->d.o_loc,
                                                 EXEC_FP8_CORE_DO,
-                                                exec_fp8_weight(r->fp8, model_fp8_attn_weight(&c->spec), l), 1);
+                                                attn_weight(r, l), 1);
     c->k->fp8_dequantize(r->W->dhid, g.q, &g.f);
 }
 
