@@ -100,6 +100,10 @@ static const Layout layouts[] = {
      * shapes Transformer Engine asserts, one micro-batch a step (the emulator's time: 6.6 s) */
     {"hd32_tp2_sp_fp8_attention_mxfp8", 2, "--dp 1 --tp 2 --pp 1 --zero 0 --sp " PIN1,
      "--precision fp8 --fp8-recipe mxfp8 --fp8-attention --seq 128 --gbs 1 --cluster dgx-b200", NULL, 0},
+    /* and with multi-head latent attention (tests/data's tiny-dsv3-hd32, mla32_*: its Q, K, V
+     * planes, each plane's column-wise copy of its own), by name */
+    {"mla32_tp2_sp_fp8_attention_mxfp8", 2, "--dp 1 --tp 2 --pp 1 --zero 0 --sp " PIN1,
+     "--precision fp8 --fp8-recipe mxfp8 --fp8-attention --seq 128 --gbs 1 --cluster dgx-b200", NULL, 0},
     /* in buckets of 20 kB: calls of equal bytes cutting each block's wire image, a rank
      * sending none in a call its part misses (NCCL: a broadcast of no bytes) */
     {"dp2_zero3_fp8pg_buckets", 2,
@@ -200,13 +204,16 @@ enum { N_LAYOUTS = sizeof layouts / sizeof layouts[0], STEPS = 4 };
 
 static const char *px, *worker;
 
-/* The layout's job: a hd32_* layout trains tests/data's tiny-hd32 (the later --model wins). */
+/* The layout's job: a hd32_* layout trains tests/data's tiny-hd32, a mla32_* one its
+ * tiny-dsv3-hd32 (the later --model wins). */
 static const char *job_of(const Layout *L)
 {
     static char job[900];
-    if (strncmp(L->name, "hd32_", 5))
+    const int mla = !strncmp(L->name, "mla32_", 6);
+    if (strncmp(L->name, "hd32_", 5) && !mla)
         return L->job;
-    snprintf(job, sizeof job, "%s --model %s/tests/data/tiny-hd32.json", L->job, PX_SOURCE_DIR);
+    snprintf(job, sizeof job, "%s --model %s/tests/data/%s.json", L->job, PX_SOURCE_DIR,
+             mla ? "tiny-dsv3-hd32" : "tiny-hd32");
     return job;
 }
 

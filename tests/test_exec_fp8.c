@@ -953,6 +953,63 @@ static void fp8_attention_mxfp8(void)
         exec_free(ex[f]);
 }
 
+/* MXFP8 attention with multi-head latent attention (tiny-dsv3's dense layers with the spec's
+ * MXFP8 attention shapes, qk_nope 24 + qk_rope 8 = 32 and v_dim 32; one micro-batch of 2 x 128
+ * rows): attn.qkv.out holds the row-wise copy of the three planes Q, K, V (one tensor of
+ * 256 x 384 in 1 x 32 blocks, each block inside one plane's row) and after it the column-wise
+ * copies, one per plane in 32 x 1 blocks (a block one column of one plane: one feature of 32
+ * tokens); the core's output of layer 1 is, bit for bit, the CPU kernel's over the row-wise
+ * Q, K and the column-wise V as decoded from there, and not the one over the row-wise V; every
+ * category as the table says. */
+static void mla_fp8_attention_mxfp8(void)
+{
+    enum { T = 128, N = 256, H = 4, D = 32, P = H * D, QKV = 3 * P };
+    ModelSpec s = tx_spec("tiny-dsv3", T, 2, 2);
+    s.model.moe.experts = 0;
+    s.model.mtp_layers = 0;
+    s.model.mla.qk_nope_dim = 24, s.model.mla.v_dim = 32, s.model.seq_len = T;
+    s.job.fp8 = MODEL_FP8_MXFP8;
+    s.job.fp8_attention = 1;
+    s.job.flash_attn = 1;
+    Exec *ex = tx_exec(&s);
+    double loss;
+    PxError err = {0};
+    CHECK_OK(exec_grads(ex, 0, &loss, &err), err);
+    for (int c = 0; c < MODEL_RUNTIME; c++)
+        CHECK_EQ_U64(model_tensors_bytes(&ex->tt, (ModelCategory)c), ex->mem.a[c].cap);
+    CHECK_EQ_INT(1, ex->acts.n_slots);
+    const ExecLayerActs *la = exec_acts_layers(&ex->acts, &ex->c, 0, 0) + 1;
+    const uint8_t *saved = EXEC_LA(la, QKV_OUT);
+    const float *o = EXEC_LA(la, PROJ_IN);
+    CHECK(saved != NULL && o != NULL);
+    const KernBackend *k = kern_cpu();
+    const KernFp8 row = {N, QKV, 1, 32, 0, 1}, col = {N, P, 32, 1, 0, 1};
+    float *xr = calloc((size_t)N * QKV, sizeof *xr), *vc = calloc((size_t)N * P, sizeof *vc);
+    float *want = calloc((size_t)N * P, sizeof *want), *lse = calloc((size_t)N * H, sizeof *lse);
+    CHECK(xr && vc && want && lse);
+    k->fp8_dequantize(xr, saved, &row);
+    /* V's column-wise copy: after the row-wise copy and Q's and K's column-wise ones */
+    k->fp8_dequantize(vc, saved + kern_fp8_bytes(&row) + 2 * kern_fp8_bytes(&col), &col);
+    for (int v = 0; v < 2; v++) {
+        KernAttnFwd f = {.B = N / T, .Tq = T, .Tk = T, .H = H, .KV = H, .D = D, .Dv = D,
+                         .scale = 1.0f / sqrtf((float)D), .q = xr, .k = xr + (size_t)N * P,
+                         .v = v ? xr + (size_t)2 * N * P : vc, .q_stride = P, .k_stride = P,
+                         .v_stride = P, .out = want, .lse = lse};
+        k->attention_fwd(&f);
+        const int same = !memcmp(want, o, (size_t)N * P * sizeof *o);
+        if (same != !v) {
+            fprintf(stderr, "FAILED: MLA's MXFP8 attention output %s the kernel's over the %s V\n",
+                    same ? "equals" : "differs from", v ? "row-wise" : "column-wise plane's");
+            exit(1);
+        }
+    }
+    printf("  tiny-dsv3 (dense, head widths 32) with MXFP8 attention: loss %.6f, the core's output "
+           "that of the saved copies (V's column-wise plane), activations %llu bytes\n",
+           loss, (unsigned long long)ex->mem.a[MODEL_ACTIVATIONS].cap);
+    free(xr), free(vc), free(want), free(lse);
+    exec_free(ex);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "curves")) {
@@ -973,5 +1030,6 @@ int main(int argc, char **argv)
     sac_history();
     fp8_attention_delayed();
     fp8_attention_mxfp8();
+    mla_fp8_attention_mxfp8();
     TEST_DONE("test_exec_fp8");
 }

@@ -230,6 +230,37 @@ int main(void)
             CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
             CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
         }
+        /* FP8 attention with MLA and cp (once refused: its K, V planes not moved in FP8) runs
+         * where ordinary attention's does: the all-gather under tensorwise and delayed, the
+         * ring and Ulysses under tensorwise; those two under delayed refused by the same name */
+        s.job.fp8_attention = 1, s.job.flash_attn = 1;
+        const ModelCpComm kinds[] = {MODEL_CP_COMM_ALLGATHER, MODEL_CP_COMM_P2P, MODEL_CP_COMM_A2A};
+        for (int i = 0; i < 3; i++)
+            for (int recipe = 0; recipe < 2; recipe++) {
+                s.layout.cp_comm = kinds[i];
+                s.job.fp8 = recipe ? MODEL_FP8_DELAYED : MODEL_FP8_TENSORWISE;
+                CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+                const int refused = recipe && i > 0;
+                CHECK_EQ_INT(refused, model_exec_refusal(&s, &d, 0, why, sizeof why));
+                CHECK(!refused || strstr(why, "fp8_attention with cp runs over p2p or a2a under "
+                                              "tensorwise only") != NULL);
+            }
+        /* MXFP8 attention with MLA on the spec's shapes (head widths 32, sequence 128) runs at
+         * cp 1 (the column-wise copies one per plane) and is refused by its own name with cp */
+        s.job.fp8 = MODEL_FP8_MXFP8, s.layout.cp_comm = MODEL_CP_COMM_ALLGATHER;
+        s.model.mla.qk_nope_dim = 24, s.model.mla.v_dim = 32;
+        s.model.seq_len = s.job.seq_len = 128;
+        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+        CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        CHECK(strstr(why, "fp8_attention under mxfp8 with multi-head latent attention runs "
+                          "without context parallelism (--cp 1)") != NULL);
+        s.layout.cp = 1;
+        for (int cuda = 0; cuda < 2; cuda++) {
+            s.job.precision = cuda ? PX_BF16 : PX_FP32;
+            CHECK_OK(model_spec_check(&s, 1, &d, &err), err);
+            CHECK_EQ_INT(2, model_fp8_attn_copies(&s));
+            CHECK_EQ_INT(0, model_exec_refusal(&s, &d, cuda, why, sizeof why));
+        }
     }
 
     /* the shared experts' gate (Qwen2-MoE) with tp 2 and SP runs, with the MLP's biases and
@@ -426,8 +457,8 @@ int main(void)
             CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
             CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));
             CHECK(strstr(why, "training.fp8 delayed: the executor runs FP8 GEMMs with limits: "
-                              "fp8_attention with cp runs without multi-head latent attention, "
-                              "and over p2p or a2a under tensorwise only") != NULL);
+                              "fp8_attention with cp runs over p2p or a2a under tensorwise "
+                              "only") != NULL);
         }
         s.layout.cp_comm = MODEL_CP_COMM_ALLGATHER, s.job.flash_attn = 0;
         CHECK_EQ_INT(PX_EINPUT, model_spec_check(&s, 2, &d, &err));
@@ -481,8 +512,8 @@ int main(void)
         s.layout.tp = s.layout.etp = 1, s.layout.sp = 0, s.layout.cp = 2;
         CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
         CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));
-        CHECK(strstr(why, "fp8_attention under mxfp8 runs without context parallelism (--cp 1) "
-                          "and multi-head latent attention") != NULL);
+        CHECK(strstr(why, "fp8_attention under mxfp8 runs without context parallelism (--cp 1): "
+                          "its cores do not yet take the column-wise copies") != NULL);
     }
 
     /* a GPU cluster is not this machine: nothing refused by the executor there */

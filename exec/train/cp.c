@@ -117,6 +117,23 @@ static void mla_kv_rows(const ExecCtx *c, void *rows, void *planes, int back)
     }
 }
 
+/* FP8 attention's K | V codes of this rank's rows (the saved copy in attn.qkv.out, codes then
+ * its factor) into dst's rows of kv2: the packed rows' K, V columns, or with multi-head latent
+ * attention (whose copy holds the planes of mla.c, one per-tensor scale over all three) each
+ * row's K then V from their planes, as mla_kv_rows packs the act values; rows `stride` apart. */
+static void kv_codes(const ExecCtx *c, uint8_t *dst, size_t stride, const uint8_t *codes)
+{
+    const ModelDims *d = &c->d;
+    const size_t N = (size_t)d->b * d->s_loc, kv2 = (size_t)d->kv2_loc;
+    const size_t kw = (size_t)kv_k_width(c), vw = kv2 - kw, qw = (size_t)d->q_loc;
+    for (size_t n = 0; n < N; n++)
+        if (exec_mla_on(c)) {
+            c->k->copy(dst + n * stride, codes + N * qw + n * kw, kw);
+            c->k->copy(dst + n * stride + kw, codes + N * (qw + kw) + n * vw, vw);
+        } else
+            c->k->copy(dst + n * stride, codes + n * (qw + kv2) + qw, kv2);
+}
+
 /* FP8 attention with the all-gather (the fused core, model_fp8_attn_qkv): K and V travel as
  * the one-byte codes of attn.qkv.out, as Transformer Engine's AttnFuncWithCPAndKVAllGather
  * gathers the FP8 data of K and V (context_parallel.py, forward and again in the backward).
@@ -135,8 +152,7 @@ static void *gather_kv_fp8(const ExecLayerRun *r, const ExecLayerActs *a, int l,
     const size_t count = (size_t)N * kv2, sb = kern_fp8_bytes(&own.f) - (size_t)N * qkv;
     const size_t blk = count + sb;
     uint8_t *all = r->W->cp_kv, *mine = all + (size_t)c->g.cp_rank * blk;
-    for (size_t n = 0; n < (size_t)N; n++)
-        c->k->copy(mine + n * kv2, (const uint8_t *)own.q + n * qkv + d->q_loc, (size_t)kv2);
+    kv_codes(c, mine, (size_t)kv2, own.q);
     c->k->copy(mine + count, (const uint8_t *)own.q + (size_t)N * qkv, sb);
     if (collective_dt(r, MODEL_OPR_CORE, l, chunk, ph, MODEL_CP_ALL_GATHER, all, mine, blk, NULL,
                       PX_FP8, err))
@@ -304,6 +320,13 @@ typedef struct {
 
 static int fp8_on(const ExecCtx *c) { return model_fp8_attn_qkv(&c->spec); }
 
+/* The FP8 weight whose amax holds FP8 attention's histories (model_fp8_attn_weight: QKV's, or
+ * multi-head latent attention's kv_b) */
+static const ExecFp8Weight *attn_weight(const ExecLayerRun *r, int l)
+{
+    return exec_fp8_weight(r->fp8, model_fp8_attn_weight(&r->c->spec), l);
+}
+
 /* Where Ulysses' core reads the head-split Q, K, V: attn.qkv.out, or with FP8 attention
  * ws.fp8's act part, decoded there from the received blocks. */
 static void *a2a_heads(const ExecLayerRun *r, const ExecLayerActs *a)
@@ -356,11 +379,29 @@ static int a2a_fp8(const ExecLayerRun *r, const CpA2a *x, const A2aSegs *sg, int
     return rc;
 }
 
-/* Q, K, V's segments of a codes row (ordinary attention: MLA's FP8 core is refused with cp) */
+/* Q, K, V's segments of a codes row of the packed layout [Q | K | V] */
 static A2aSegs qkv_segs(const ExecCtx *c, const CpA2a *x)
 {
     const ModelDims *d = &c->d;
     return (A2aSegs){3, {0, d->q_loc, d->q_loc + d->kv_loc * d->qk_hd}, {x->wq, x->wk, x->wv}, x->W};
+}
+
+/* Multi-head latent attention's saved copy (q: its three planes' codes, then the factor) as
+ * packed rows [Q | K | V] of codes and the factor after them, in cp.a2a_recv (b·s_loc rows of
+ * q + 2 kv act elements, room for both; free until the all-to-all lands there): the layout
+ * a2a_fp8 cuts into the peers' blocks. */
+static const void *mla_packed_codes(const ExecLayerRun *r, ExecFp8Ref q)
+{
+    const ExecCtx *c = r->c;
+    const size_t N = (size_t)c->d.b * c->d.s_loc, qw = (size_t)c->d.q_loc;
+    const size_t qkv = qw + (size_t)c->d.kv2_loc;
+    const uint8_t *codes = q.q;
+    uint8_t *pk = r->W->cp_recv;
+    for (size_t n = 0; n < N; n++)
+        c->k->copy(pk + n * qkv, codes + n * qw, qw);
+    kv_codes(c, pk + qw, qkv, codes);
+    c->k->copy(pk + N * qkv, codes + N * qkv, kern_fp8_bytes(&q.f) - N * qkv);
+    return pk;
 }
 
 /* The forward's: the saved codes (attn.qkv.out, quantized by the core's op) to the head
@@ -373,7 +414,9 @@ static int a2a_qkv_fp8(const ExecLayerRun *r, const ExecLayerActs *a, int chunk,
     CpA2a x;
     a2a_dims(c, &x);
     const A2aSegs sg = qkv_segs(c, &x);
-    const ExecFp8Ref q = exec_fp8_saved(r->fp8, EXEC_LA(a, QKV_OUT), (int)x.rows, qkv);
+    ExecFp8Ref q = exec_fp8_saved(r->fp8, EXEC_LA(a, QKV_OUT), (int)x.rows, qkv);
+    if (exec_mla_on(c))
+        q.q = mla_packed_codes(r, q);
     return a2a_fp8(r, &x, &sg, l, chunk, ph, 0, q, qkv, r->W->cp_send, EXEC_LA(a, QKV_OUT),
                    r->W->cp_recv, r->fp8->act, err);
 }
@@ -394,7 +437,7 @@ static int a2a_bwd_fp8(const ExecLayerRun *r, const ExecLayerActs *a, CpA2a *x, 
                    r->fp8->act);
     const ExecFp8Ref g = exec_fp8_core_quantize(r->fp8, c, r->fp8->q0, r->W->dhid, (int)x->rows,
                                                 d->o_loc, EXEC_FP8_CORE_DO,
-                                                exec_fp8_weight(r->fp8, MODEL_TR_QKV_W, l), 1);
+                                                attn_weight(r, l), 1);
     const A2aSegs so = {1, {0, 0, 0}, {x->wo, 0, 0}, x->wo};
     return a2a_fp8(r, x, &so, l, chunk, MODEL_BWD, 0, g, d->o_loc, r->W->cp_send, r->W->cp_recv,
                    r->W->dhid, r->W->cp_send, err);
@@ -803,8 +846,7 @@ static size_t ring8_own(const ExecLayerRun *r, const ExecLayerActs *a, KernFp8 *
     const ExecFp8Ref own = exec_fp8_saved(r->fp8, EXEC_LA(a, QKV_OUT), N, qkv);
     const size_t count = (size_t)N * kv2, sb = kern_fp8_bytes(&own.f) - (size_t)N * qkv;
     uint8_t *slot = ring8_at(r, 0);
-    for (size_t n = 0; n < (size_t)N; n++)
-        c->k->copy(slot + n * kv2, (const uint8_t *)own.q + n * qkv + d->q_loc, (size_t)kv2);
+    kv_codes(c, slot, (size_t)kv2, own.q);
     c->k->copy(slot + count, (const uint8_t *)own.q + (size_t)N * qkv, sb);
     *f = own.f;
     f->cols = f->block_c = kv2;
@@ -859,7 +901,7 @@ static void ring8_bwd_inputs(const ExecLayerRun *r, const ExecLayerActs *a, int 
     c->k->fp8_dequantize(r->fp8->act, q.q, &q.f);
     const ExecFp8Ref g = exec_fp8_core_quantize(r->fp8, c, r->fp8->q0, r->W->dhid, N, c->d.o_loc,
                                                 EXEC_FP8_CORE_DO,
-                                                exec_fp8_weight(r->fp8, MODEL_TR_QKV_W, l), 1);
+                                                attn_weight(r, l), 1);
     c->k->fp8_dequantize(r->W->dhid, g.q, &g.f);
 }
 
@@ -881,6 +923,10 @@ static int ring8_dkv_home(const ExecLayerRun *r, int l, int chunk, PxError *err)
     void *sum = ring8_at(r, 3 + d->c);
     for (int i = 1; i < d->c; i++)
         c->k->add_inplace(sum, ring8_at(r, 3 + d->c + i), blk);
+    if (exec_mla_on(c)) {
+        mla_kv_rows(c, sum, r->W->dqkv, 1);
+        return PX_OK;
+    }
     for (size_t n = 0; n < (size_t)d->b * d->s_loc; n++)
         c->k->copy(AT(r->W->dqkv, n * qkv + d->q_loc), AT(sum, n * kv2), (size_t)kv2 * c->ab);
     return PX_OK;

@@ -367,6 +367,34 @@ static KernFp8 fp8_core_colwise(const ExecLayerRun *r, void *q, const void *x, i
     return f;
 }
 
+/* MXFP8 attention's column-wise copies of Q, K and V (codes at qc, after the row-wise copy),
+ * quantized from x (NULL: the saved copy, decoded only) and decoded into col. A 32 x 1 block
+ * holds one column of 32 rows, so the copy follows the layout: one tensor of the packed rows
+ * [Q | K | V], or with multi-head latent attention one per plane (mla.c's Q, K and V planes,
+ * one after another, as exec_qkv_at reads them), each with its scales after its codes: the
+ * same bytes as one tensor of b·s × (q + 2 kv) (model_fp8_attn_copies' price). */
+static void fp8_core_cols(const ExecLayerRun *r, uint8_t *qc, const void *x, void *col)
+{
+    const ExecCtx *c = r->c;
+    const ModelDims *d = &c->d;
+    const int N = d->b * d->s_loc, mla = exec_mla_on(c), qk = d->heads_loc * d->qk_hd;
+    const int width[3] = {mla ? qk : d->q_loc + d->kv2_loc, qk, d->heads_loc * d->v_hd};
+    size_t at = 0; /* the plane's first element */
+    for (int i = 0; i < (mla ? 3 : 1); i++) {
+        KernFp8 f = exec_fp8_desc(r->fp8, N, width[i], 0, 0);
+        if (x)
+            f = fp8_core_colwise(r, qc, AT(x, at), N, width[i], 0);
+        else {
+            const int br = f.block_r;
+            f.block_r = f.block_c;
+            f.block_c = br;
+        }
+        c->k->fp8_dequantize(AT(col, at), qc, &f);
+        qc += kern_fp8_bytes(&f);
+        at += (size_t)N * (size_t)width[i];
+    }
+}
+
 /* FP8 attention's forward, under the core's op: Q, K, V (act, in ws.fp8's act part) quantized
  * with one scale (their own, or under delayed scaling their history's: rec, a forward, records
  * their amax) into attn.qkv.out, the copy the backward reads, and decoded in place: the core's
@@ -383,9 +411,7 @@ static void fp8_core_fwd(const ExecLayerRun *r, const ExecLayerActs *a, int l, i
     if (col) { /* MXFP8: the column-wise copy after the row-wise one, from the values before
                   the row-wise copy's decode replaces them */
         const KernFp8 row = exec_fp8_desc(r->fp8, N, qkv, 0, 0);
-        uint8_t *qc = (uint8_t *)saved + kern_fp8_bytes(&row);
-        const KernFp8 f = fp8_core_colwise(r, qc, x, N, qkv, 0);
-        c->k->fp8_dequantize(col, qc, &f);
+        fp8_core_cols(r, (uint8_t *)saved + kern_fp8_bytes(&row), x, col);
     }
     const ExecFp8Ref q = exec_fp8_core_quantize(r->fp8, c, x ? saved : r->fp8->q0, x ? x : saved,
                                                 N, qkv, EXEC_FP8_CORE_QKV, fq, rec);
@@ -423,12 +449,8 @@ static const void *fp8_core_bwd(const ExecLayerRun *r, const ExecLayerActs *a, i
     if (x) {
         const ExecFp8Ref q = exec_fp8_saved(r->fp8, EXEC_LA(a, QKV_OUT), N, qkv);
         c->k->fp8_dequantize(x, q.q, &q.f);
-        if (col) { /* MXFP8: the saved column-wise copy after the row-wise one */
-            KernFp8 f = q.f;
-            f.block_r = q.f.block_c;
-            f.block_c = q.f.block_r;
-            c->k->fp8_dequantize(col, (const uint8_t *)q.q + kern_fp8_bytes(&q.f), &f);
-        }
+        if (col) /* MXFP8: the saved column-wise copy after the row-wise one */
+            fp8_core_cols(r, (uint8_t *)q.q + kern_fp8_bytes(&q.f), NULL, col);
     }
     if (dcol) { /* MXFP8: dO's column-wise copy, before its row-wise decode replaces it */
         const KernFp8 f = fp8_core_colwise(r, r->fp8->q0, r->W->dhid, N, c->d.o_loc, 1);

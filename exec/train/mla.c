@@ -34,7 +34,9 @@
  * FP8 attention (--fp8-attention, the fused core; docs/fp8.md): the forward writes Q, K and V
  * into ws.fp8's act part instead of attn.qkv.out, which then holds their FP8 copy (layers.c
  * quantizes them there under the core's op), and kv_b's GEMM writes through ws.dqkv
- * (kv_b_out); the core's histories under delayed scaling are kv_b's (model_fp8_attn_weight). */
+ * (kv_b_out); the core's histories under delayed scaling are kv_b's (model_fp8_attn_weight).
+ * Under mxfp8 the core's column-wise copies are one per plane (layers.c's fp8_core_cols); with
+ * context parallelism the K, V codes are packed from the planes into cp's rows (cp.c). */
 #include <math.h>
 
 #include "exec/train/internal.h"
