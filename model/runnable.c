@@ -52,20 +52,18 @@ static const char *fp8_limit(const ModelSpec *s, const ModelDims *d)
      * attention is no job (model/spec.c, check_fp8). MXFP8's second copies reach the core
      * where it reads this rank's Q, K, V itself (layers.c): not through context parallelism's
      * gathers and exchanges (cp.c), nor multi-head latent attention's layout (mla.c): refused
-     * by name. With cp the fused core's FP8 runs over the all-gather, and over p2p and a2a
-     * under tensorwise (cp.c), without MLA (its K, V planes are not moved in FP8); the unfused
-     * core with cp is no job (model/spec.c, check_cp_core) */
+     * by name. With cp the fused core's FP8 runs over the all-gather, the ring and Ulysses
+     * under tensorwise and delayed (cp.c; delayed: the output and the Q, K, V gradients in
+     * their codes where TE moves them so, model_fp8_attn_dqkv), without MLA (its K, V planes
+     * are not moved in FP8); the unfused core with cp is no job (model/spec.c, check_cp_core) */
     const int mx = j->fp8 == MODEL_FP8_MXFP8 && model_fp8_attn_copies(s) == 2;
     return mx && (s->layout.cp > 1 || s->model.mla.kv_lora_rank > 0)
                ? "fp8_attention under mxfp8 runs without context parallelism (--cp 1) and "
                  "multi-head latent attention: their cores do not yet take the column-wise "
                  "copies of Q, K, V and dO"
-           : s->layout.cp > 1 && (s->model.mla.kv_lora_rank > 0 ||
-                                  (s->layout.cp_comm != MODEL_CP_COMM_ALLGATHER &&
-                                   j->fp8 != MODEL_FP8_TENSORWISE))
-               ? "fp8_attention with cp runs without multi-head latent attention, and over p2p "
-                 "or a2a under tensorwise only (delayed scaling's FP8 output and gradients there "
-                 "are not in the executor)"
+           : s->layout.cp > 1 && s->model.mla.kv_lora_rank > 0
+               ? "fp8_attention with cp runs without multi-head latent attention (its K, V "
+                 "planes are not moved in FP8)"
                : NULL;
 }
 
