@@ -142,11 +142,17 @@ int model_fp8_attn_copies(const ModelSpec *s)
     return s->job.fp8 == MODEL_FP8_MXFP8 ? 2 : 1;
 }
 
+int model_fp8_attn_dqkv(const ModelSpec *s)
+{
+    return model_fp8_attn_out(s) && s->layout.cp > 1 &&
+           s->layout.cp_comm != MODEL_CP_COMM_ALLGATHER;
+}
+
 int model_fp8_attn_history(const ModelSpec *s)
 {
     if (s->job.fp8 != MODEL_FP8_DELAYED || !model_fp8_op(s, MODEL_OPR_CORE))
         return 0;
-    return 2 + model_fp8_attn_out(s);
+    return 2 + model_fp8_attn_out(s) + model_fp8_attn_dqkv(s);
 }
 
 ModelTensorRole model_fp8_attn_weight(const ModelSpec *s)

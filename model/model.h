@@ -1047,11 +1047,19 @@ int model_fp8_attn_copies(const ModelSpec *s);
  * kept from forward to backward; under full recompute FSDP's backward gather, which serves the
  * recomputed forward too; MODEL_STEP: a pipeline's once-a-step gather), else 1. */
 int model_fp8_mx_gather_copies(const ModelSpec *s, const ModelDims *d, ModelPhase phase);
+/* 1 where FP8 attention's Q, K, V gradients travel in FP8: delayed scaling with the fused
+ * core over the ring (each block's dK, dV home in one all-to-all) or Ulysses (dQ, dK, dV back
+ * to the sequence split), as Transformer Engine's AttnFuncWithCPAndKVP2P and
+ * AttnFuncWithCPAndQKVOA2A move the codes its dQKV quantizer (fp8_meta's "scaling_bwd"
+ * META_DQKV) wrote (context_parallel.py; docs/fp8.md, "FP8 attention with context
+ * parallelism"); 0 otherwise (the all-gather reduce-scatters them in the act dtype). */
+int model_fp8_attn_dqkv(const ModelSpec *s);
 /* Delayed scaling's histories of FP8 attention's tensors (fp8_attention, the delayed recipe):
- * Q, K, V's (one scale for the three), the output gradient's and, where the fused core writes
- * its output in FP8 (model_fp8_attn_out), the output's: that many more columns of the layer's
- * QKV weight's <w>.fp8_amax (each len history entries and a decode factor), after its GEMM's
- * three (multi-head latent attention's kv_b weight's: model_fp8_attn_weight); 0 otherwise. */
+ * Q, K, V's (one scale for the three), the output gradient's, where the fused core writes
+ * its output in FP8 (model_fp8_attn_out) the output's and where the gradients travel in FP8
+ * (model_fp8_attn_dqkv) theirs: that many more columns of the layer's QKV weight's
+ * <w>.fp8_amax (each len history entries and a decode factor), after its GEMM's three
+ * (multi-head latent attention's kv_b weight's: model_fp8_attn_weight); 0 otherwise. */
 int model_fp8_attn_history(const ModelSpec *s);
 /* The weight whose <w>.fp8_amax holds FP8 attention's histories (model_fp8_attn_history): the
  * QKV projection's, or with multi-head latent attention, which has none, kv_b's (the

@@ -318,6 +318,23 @@ static void attention_mxfp8(Emit *e, ModelOp *op, double qkv, double out)
     op->kernels += 1;
 }
 
+/* The gradients that travel in FP8 (model_fp8_attn_dqkv) quantized with their history's
+ * factor (read a, write 1) and decoded where they arrive (read 1, write a): Ulysses' head-split
+ * dQ, dK, dV, b s/cp (q + 2 kv) elements, or the ring's dK, dV of every block, cp b s/cp 2 kv.
+ * Transformer Engine's kernel writes them in FP8 and decodes them after the exchange
+ * (context_parallel.py); the executor quantizes in a pass of its own (exec/train/cp.c). */
+static double attention_fp8_dqkv(const Emit *e)
+{
+    const ModelDims *d = e->d;
+    if (!model_fp8_attn_dqkv(e->s))
+        return 0.0;
+    const double M = (double)d->b * d->s_loc;
+    const double g = e->s->layout.cp_comm == MODEL_CP_COMM_A2A
+                         ? M * (d->q_loc + (double)d->kv2_loc)
+                         : d->c * M * (double)d->kv2_loc;
+    return 2.0 * g * (eb(e) + 1.0);
+}
+
 /* FP8 attention's fused core (model_fp8_attn_qkv; docs/fp8.md, "FP8 attention"), over qkv
  * elements of Q, K, V and out of the output: the forward quantizes Q, K and V (read in the act
  * dtype, written in FP8 once: the core's kernels take no transposed copies) and its GEMMs read
@@ -339,10 +356,10 @@ static void attention_fp8(Emit *e, ModelOp *op, double qkv, double out)
         return;
     }
     if (e->phase == MODEL_BWD) {
-        op->fp8_cast_bytes = out * (a + 1.0);
+        op->fp8_cast_bytes = out * (a + 1.0) + attention_fp8_dqkv(e);
         /* Q, K, V and the output (delayed) read in one byte; dO once of its three reads */
         op->bytes += op->fp8_cast_bytes - qkv * (a - 1.0) - out * (a - 1.0) * (1.0 + o8);
-        op->kernels += 1;
+        op->kernels += 1 + (model_fp8_attn_dqkv(e->s) ? 2 : 0);
     } else {
         op->fp8_cast_bytes = qkv * (a + 1.0) + o8 * out * (1.0 + a);
         op->bytes += op->fp8_cast_bytes - qkv * (a - 1.0) - o8 * out * (a - 1.0);
@@ -759,17 +776,22 @@ static void cp_backward(Emit *e, const char *n, int before)
     case MODEL_CP_COMM_A2A:
         /* the fused core's backward reads the output, saved in the sequence split only
          * (attn.proj.in): it goes to the head split beside its gradient, a call of its own */
-        if (before && model_fp8_attn_qkv(e->s)) {
+        if (before && model_fp8_attn_out(e->s)) {
+            /* delayed scaling: dO in its codes alone; the core saved its output in the head
+             * split, in FP8 (TE's AttnFuncWithCPAndQKVOA2A saves out_part, its FP8 output
+             * before the all-to-all, and moves no output in the backward) */
+            comm(e, n, MODEL_CP_ALL_TO_ALL, d->c, cp_a2a_bytes(e, M * d->o_loc, 1), 1);
+        } else if (before && model_fp8_attn_qkv(e->s)) {
             /* dO in its codes, the saved output as the forward moved it: two calls of
              * unequal size, priced as two of their mean (the same time under alpha-beta) */
             const double go = cp_a2a_bytes(e, M * d->o_loc, 1);
-            const double o = cp_a2a_bytes(e, M * d->o_loc, model_fp8_attn_out(e->s));
+            const double o = cp_a2a_bytes(e, M * d->o_loc, 0);
             comm(e, n, MODEL_CP_ALL_TO_ALL, d->c, 0.5 * (go + o), 2);
         } else if (before)
             comm(e, n, MODEL_CP_ALL_TO_ALL, d->c, M * d->o_loc * a, e->s->job.flash_attn ? 2 : 1);
         else
             comm(e, n, MODEL_CP_ALL_TO_ALL, d->c,
-                 cp_a2a_bytes(e, M * (d->q_loc + (double)d->kv2_loc), model_fp8_attn_out(e->s)), 1);
+                 cp_a2a_bytes(e, M * (d->q_loc + (double)d->kv2_loc), model_fp8_attn_dqkv(e->s)), 1);
         break;
     default:
         if (before)
@@ -780,7 +802,7 @@ static void cp_backward(Emit *e, const char *n, int before)
             comm(e, n, MODEL_CP_P2P, d->c, cp_ring_bytes(e), d->c - 1);
             const double kv = (double)d->b * d->s_loc * d->kv2_loc;
             comm(e, n, MODEL_CP_ALL_TO_ALL, d->c,
-                 d->c * (model_fp8_attn_out(e->s) ? kv + 4.0 : kv * eb(e)), 1);
+                 d->c * (model_fp8_attn_dqkv(e->s) ? kv + 4.0 : kv * eb(e)), 1);
         } else /* K, V cp - 1 times and dK, dV cp times, KVb a call */
             comm(e, n, MODEL_CP_P2P, d->c, cp_kv_bytes(e), 2 * d->c - 1);
         break;

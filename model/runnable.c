@@ -59,23 +59,27 @@ static const char *fp8_limit(const ModelSpec *s, const ModelDims *d)
      * attention is no job (model/spec.c, check_fp8). MXFP8's second copies reach the core
      * where it reads this rank's Q, K, V itself (layers.c, multi-head latent attention's planes
      * each a copy of its own): not through context parallelism's gathers and exchanges (cp.c):
-     * refused by name. With cp the fused core's FP8 runs over the all-gather, and over p2p and
-     * a2a under tensorwise (cp.c; multi-head latent attention's K, V codes packed from its
-     * planes, as Transformer Engine's CP moves them for unequal head widths: its
-     * test_attention_with_cp.py runs its MLA shapes in FP8 over every cp kind); the unfused core
-     * with cp is no job (model/spec.c, check_cp_core) */
+     * refused by name. With cp the fused core's FP8 runs over the all-gather, the ring and
+     * Ulysses under tensorwise and delayed (cp.c; delayed: the output and the Q, K, V gradients
+     * in their codes where TE moves them so, model_fp8_attn_dqkv); multi-head latent
+     * attention's K, V codes are packed from its planes, as Transformer Engine's CP moves them
+     * for unequal head widths (its test_attention_with_cp.py runs its MLA shapes in FP8 over
+     * every cp kind), over the ring and Ulysses under tensorwise only; the unfused core with cp
+     * is no job (model/spec.c, check_cp_core) */
     const int mx = j->fp8 == MODEL_FP8_MXFP8 && model_fp8_attn_copies(s) == 2;
-    return mx && s->layout.cp > 1 && s->model.mla.kv_lora_rank > 0
+    const int mla = s->model.mla.kv_lora_rank > 0;
+    return mx && s->layout.cp > 1 && mla
                ? "fp8_attention under mxfp8 with multi-head latent attention runs without "
                  "context parallelism (--cp 1): its ring, all-gather and Ulysses cores do not "
                  "take the column-wise copies of its Q, K, V planes and dO"
            : mx && s->layout.cp > 1
                ? "fp8_attention under mxfp8 runs without context parallelism (--cp 1): its "
                  "cores do not yet take the column-wise copies of Q, K, V and dO"
-           : s->layout.cp > 1 && s->layout.cp_comm != MODEL_CP_COMM_ALLGATHER &&
-                   j->fp8 != MODEL_FP8_TENSORWISE
-               ? "fp8_attention with cp runs over p2p or a2a under tensorwise only (delayed "
-                 "scaling's FP8 output and gradients there are not in the executor)"
+           : s->layout.cp > 1 && mla && s->layout.cp_comm != MODEL_CP_COMM_ALLGATHER &&
+                   model_fp8_attn_dqkv(s)
+               ? "fp8_attention with multi-head latent attention and cp runs over p2p or a2a "
+                 "under tensorwise only (delayed scaling's FP8 output and gradients are not "
+                 "moved from its planes)"
                : NULL;
 }
 

@@ -166,6 +166,19 @@ static const Layout layouts[] = {
     {"llama_cp2_a2a_fp8_attention", 2,
      "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type a2a --zero 0 --no-sp " PIN1,
      "--model tiny-llama --seq 64 --precision fp8 --fp8-recipe tensorwise --fp8-attention", NULL, 0},
+    /* both under delayed scaling: the ring's dK, dV home in their codes, Ulysses' output and
+     * dQ, dK, dV in theirs, each block with its sender's factor (run by name, about 45 s each
+     * on the emulator over NCCL: 8.1e-5 and 1.3e-4 from one rank over 4 steps) */
+    {"llama_cp2_p2p_fp8_attention_delayed", 2,
+     "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type p2p --zero 0 --no-sp " PIN1,
+     "--model tiny-llama --seq 64 --precision fp8 --fp8-recipe delayed --fp8-amax-history 16 "
+     "--fp8-attention",
+     NULL, 0},
+    {"llama_cp2_a2a_fp8_attention_delayed", 2,
+     "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type a2a --zero 0 --no-sp " PIN1,
+     "--model tiny-llama --seq 64 --precision fp8 --fp8-recipe delayed --fp8-amax-history 16 "
+     "--fp8-attention",
+     NULL, 0},
     /* Ulysses with the fused core: the device's flash kernels over the head split, the saved
      * output moved there beside its gradient (run by name, about 35 s on the emulator: CI runs
      * test_exec_moe_mpi's cuda_dsv3_dense_cp2_a2a_flash, 7 s) */

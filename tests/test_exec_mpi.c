@@ -399,6 +399,19 @@ static const Layout layouts[] = {
     {"llama_cp2_p2p_fp8_attention_tensorwise", 2,
      "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type p2p --zero 0 --no-sp " PIN1,
      "--model tiny-llama --seq 128 --fp8-recipe tensorwise --fp8-attention", 3, 0, NULL, 3e-3},
+    /* both under delayed scaling, as Transformer Engine moves the tensors its quantizers wrote:
+     * the ring's dK, dV home in their codes (one factor of this rank's dQKV history, a fourth
+     * column of the QKV weight's amax), the output saved in FP8 after the merge; Ulysses' output
+     * quantized and saved in the head split and sent back in its codes, dQ, dK, dV back in
+     * theirs, no output moved in the backward */
+    {"llama_cp2_p2p_fp8_attention_delayed", 2,
+     "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type p2p --zero 0 --no-sp " PIN1,
+     "--model tiny-llama --seq 128 --fp8-recipe delayed --fp8-amax-history 16 --fp8-attention",
+     3, 0, NULL, 3e-3},
+    {"llama_cp2_a2a_fp8_attention_delayed", 2,
+     "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type a2a --zero 0 --no-sp " PIN1,
+     "--model tiny-llama --seq 128 --fp8-recipe delayed --fp8-amax-history 16 --fp8-attention",
+     3, 0, NULL, 3e-3},
     {"dp2_tp2_pp2_zero1_fp8_delayed", 8, "--dp 2 --tp 2 --pp 2 --zero 1 --sp " PIN1,
      "--fp8-recipe delayed --fp8-format e4m3 --recompute full --set device.fp8_tn_only=1", 5, 0, NULL, 3e-3},
 };

@@ -242,8 +242,9 @@ int main(void)
                 CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
                 const int refused = recipe && i > 0;
                 CHECK_EQ_INT(refused, model_exec_refusal(&s, &d, 0, why, sizeof why));
-                CHECK(!refused || strstr(why, "fp8_attention with cp runs over p2p or a2a under "
-                                              "tensorwise only") != NULL);
+                CHECK(!refused || strstr(why, "fp8_attention with multi-head latent attention and "
+                                              "cp runs over p2p or a2a under tensorwise "
+                                              "only") != NULL);
             }
         /* MXFP8 attention with MLA on the spec's shapes (head widths 32, sequence 128) runs at
          * cp 1 (the column-wise copies one per plane) and is refused by its own name with cp */
@@ -437,8 +438,10 @@ int main(void)
     }
 
     /* --fp8-attention with context parallelism: the all-gather with the fused core runs (its
-     * K, V gathered in FP8), and the ring and Ulysses under tensorwise; those two under delayed
-     * scaling are refused by name; the unfused core is no job (the spec's rule) */
+     * K, V gathered in FP8), and the ring and Ulysses under tensorwise and delayed scaling
+     * (delayed: the output and the Q, K, V gradients in their codes, a fourth history); with
+     * multi-head latent attention it is refused by name; the unfused core is no job (the
+     * spec's rule) */
     {
         ModelSpec s = request("tiny", 2, 8).base;
         s.job.precision = PX_FP32;
@@ -451,25 +454,34 @@ int main(void)
         s.job.fp8 = MODEL_FP8_DELAYED;
         CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
         CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        CHECK_EQ_INT(3, model_fp8_attn_history(&s)); /* the gradients stay in the act dtype */
+        CHECK_EQ_INT(0, model_fp8_attn_dqkv(&s));
         const ModelCpComm refused[] = {MODEL_CP_COMM_P2P, MODEL_CP_COMM_A2A};
         for (int i = 0; i < 2; i++) {
             s.layout.cp_comm = refused[i];
             CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+            CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+            CHECK_EQ_INT(1, model_fp8_attn_dqkv(&s));
+            CHECK_EQ_INT(4, model_fp8_attn_history(&s));
+            s.model.mla.kv_lora_rank = 16, s.model.mla.qk_rope_dim = 8; /* MLA: refused */
             CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));
             CHECK(strstr(why, "training.fp8 delayed: the executor runs FP8 GEMMs with limits: "
-                              "fp8_attention with cp runs over p2p or a2a under tensorwise "
-                              "only") != NULL);
+                              "fp8_attention with multi-head latent attention and cp runs "
+                              "over p2p or a2a under tensorwise only") != NULL);
+            s.model.mla.kv_lora_rank = 0, s.model.mla.qk_rope_dim = 0;
         }
         s.layout.cp_comm = MODEL_CP_COMM_ALLGATHER, s.job.flash_attn = 0;
         CHECK_EQ_INT(PX_EINPUT, model_spec_check(&s, 2, &d, &err));
         CHECK(strstr(err.msg, "cp 2 with --fp8-attention runs the fused attention core") != NULL);
         /* the ring and Ulysses under tensorwise run (K, V's codes round the ring; Q, K, V's
-         * and dO's through the all-to-alls) */
+         * and dO's through the all-to-alls); no history, no gradients in FP8 */
         s.job.fp8 = MODEL_FP8_TENSORWISE, s.job.flash_attn = 1;
         for (int i = 0; i < 2; i++) {
             s.layout.cp_comm = refused[i];
             CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
             CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+            CHECK_EQ_INT(0, model_fp8_attn_dqkv(&s));
+            CHECK_EQ_INT(0, model_fp8_attn_history(&s));
         }
     }
 

@@ -65,6 +65,20 @@ int exec_cp_owns_core(const ExecCtx *c)
     return c->d.c > 1 && c->spec.layout.cp_comm != MODEL_CP_COMM_ALLGATHER;
 }
 
+int exec_cp_quantizes_out(const ExecCtx *c)
+{
+    return c->d.c > 1 && c->spec.layout.cp_comm == MODEL_CP_COMM_A2A &&
+           model_fp8_attn_out(&c->spec);
+}
+
+/* The output the fused core's backward reads: attn.proj.in, or under delayed FP8 attention
+ * (its FP8 copy there) the values decoded from it into ws.fp8's act part */
+static const void *core_saved_out(const ExecLayerRun *r, const ExecLayerActs *a)
+{
+    const void *o = exec_fp8_core_out(r);
+    return o ? o : EXEC_LA(a, PROJ_IN);
+}
+
 /* One collective over the cp group under its op (role, layer l, chunk, phase): an all-gather of
  * every rank's n elements of send into recv, a reduce-scatter of recv in place (this rank's n
  * of the sum at its start), or an all-to-all of send into recv, cnt elements with each rank. */
@@ -379,6 +393,90 @@ static int a2a_fp8(const ExecLayerRun *r, const CpA2a *x, const A2aSegs *sg, int
     return rc;
 }
 
+/* Delayed scaling's head-split tensors (model_fp8_attn_out: the output forward, the Q, K, V
+ * gradients backward), as Transformer Engine's AttnFuncWithCPAndQKVOA2A moves the codes its O
+ * and dQKV quantizers wrote: q holds cp blocks of `count` codes, rank-major (peer rk's rows of
+ * this rank's heads), then the factor of this rank's history they were quantized with. Block
+ * rk goes to rank rk with the factor (the all-to-all, its op as a2a_call's; send and recv hold
+ * cp blocks of count + 4 bytes), and each block received is decoded with its sender's factor
+ * into stage (act, rank-major, count each). */
+static int a2a_blocks_fp8(const ExecLayerRun *r, int l, int chunk, ModelPhase ph, int occurrence,
+                          ExecFp8Ref q, size_t count, uint8_t *send, uint8_t *recv, void *stage,
+                          PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const int cp = c->d.c;
+    const size_t sb = kern_fp8_bytes(&q.f) - (size_t)cp * count, blk = count + sb;
+    int64_t *cnt = r->W->cp_cnt;
+    for (int rk = 0; rk < cp; rk++) {
+        c->k->copy(send + (size_t)rk * blk, (const uint8_t *)q.q + (size_t)rk * count, count);
+        c->k->copy(send + (size_t)rk * blk + count, (const uint8_t *)q.q + (size_t)cp * count, sb);
+        cnt[rk] = (int64_t)blk;
+    }
+    const int out = (occurrence == 1) != (ph == MODEL_BWD);
+    int rc = collective_dt(r, out ? MODEL_OPR_PROJ : MODEL_OPR_CORE, l, chunk, ph,
+                           MODEL_CP_ALL_TO_ALL, recv, send, 0, cnt, PX_FP8, err);
+    if (rc)
+        return rc;
+    KernFp8 f = q.f;
+    f.rows = f.block_r = q.f.rows / cp;
+    for (int rk = 0; rk < cp; rk++)
+        c->k->fp8_dequantize(AT(stage, (size_t)rk * count), recv + (size_t)rk * blk, &f);
+    return PX_OK;
+}
+
+/* The forward's output under delayed scaling: the head-split output (cp.a2a_recv, global
+ * order) made rank-major and quantized with this rank's output history (rec: a forward
+ * records its amax) into attn.proj.in, the copy the backward reads (TE saves its head-split
+ * FP8 output), its blocks sent in their codes and the received ones decoded into this rank's
+ * rows of out, every head. */
+static int a2a_out_fp8(const ExecLayerRun *r, const ExecLayerActs *a, void *out, int chunk, int l,
+                       ModelPhase ph, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const ModelDims *d = &c->d;
+    CpA2a x;
+    a2a_dims(c, &x);
+    a2a_move(c, r->W->cp_send, r->W->cp_recv, x.wo, 0);
+    const ExecFp8Ref q = exec_fp8_core_quantize(r->fp8, c, EXEC_LA(a, PROJ_IN), r->W->cp_send,
+                                                d->c * (int)x.rows, x.wo, EXEC_FP8_CORE_O,
+                                                exec_fp8_weight(r->fp8, MODEL_TR_QKV_W, l),
+                                                ph == MODEL_FWD);
+    int rc = a2a_blocks_fp8(r, l, chunk, ph, 1, q, x.rows * (size_t)x.wo, r->W->cp_recv,
+                            r->W->cp_send, r->W->cp_recv, err);
+    if (rc)
+        return rc;
+    for (int rk = 0; rk < d->c; rk++)
+        for (size_t n = 0; n < x.rows; n++)
+            c->k->copy(AT(out, n * d->o_loc + (size_t)rk * x.wo),
+                       AT(r->W->cp_recv, (rk * x.rows + n) * x.wo), (size_t)x.wo * c->ab);
+    return PX_OK;
+}
+
+/* The backward's saved output under delayed scaling: attn.proj.in's head-split codes decoded
+ * (through cp.a2a_recv) into ws.dhid in global order, where the core's backward reads it; no
+ * output crosses the group. */
+static void a2a_saved_out_fp8(const ExecLayerRun *r, const ExecLayerActs *a, const CpA2a *x)
+{
+    const ExecCtx *c = r->c;
+    const ExecFp8Ref q = exec_fp8_saved(r->fp8, EXEC_LA(a, PROJ_IN), c->d.c * (int)x->rows, x->wo);
+    c->k->fp8_dequantize(r->W->cp_recv, q.q, &q.f);
+    a2a_move(c, r->W->cp_recv, r->W->dhid, x->wo, 1);
+}
+
+/* The backward's Q, K, V gradients under delayed scaling: rank-major in cp.a2a_send (W wide),
+ * quantized with this rank's dQKV history into ws.fp8's first copy, their blocks sent in their
+ * codes and the received ones decoded into cp.a2a_recv, rank-major, for a2a_pack. */
+static int a2a_dqkv_fp8(const ExecLayerRun *r, const CpA2a *x, int chunk, int l, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const ExecFp8Ref q = exec_fp8_core_quantize(r->fp8, c, r->fp8->q0, r->W->cp_send,
+                                                c->d.c * (int)x->rows, x->W, EXEC_FP8_CORE_DQKV,
+                                                exec_fp8_weight(r->fp8, MODEL_TR_QKV_W, l), 1);
+    return a2a_blocks_fp8(r, l, chunk, MODEL_BWD, 1, q, x->rows * (size_t)x->W, r->W->cp_recv,
+                          r->W->cp_send, r->W->cp_recv, err);
+}
+
 /* Q, K, V's segments of a codes row of the packed layout [Q | K | V] */
 static A2aSegs qkv_segs(const ExecCtx *c, const CpA2a *x)
 {
@@ -534,7 +632,10 @@ static int a2a_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *out, int
         c->k->attention_fwd(&f);
         exec_meter_flops(r->M, core_fwd_flops(c, (double)Hc, s, s));
     }
-    return comm ? a2a_out(r, out, chunk, l, ph, err) : PX_OK;
+    if (!comm)
+        return PX_OK;
+    return exec_cp_quantizes_out(c) ? a2a_out_fp8(r, a, out, chunk, l, ph, err)
+                                    : a2a_out(r, out, chunk, l, ph, err);
 }
 
 /* Rows of every head (o_loc wide: the output, or its gradient) from the sequence split to the
@@ -570,7 +671,9 @@ static int a2a_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int chunk, int
     a2a_width(&x, x.wo);
     int rc = fp8_on(c) ? a2a_bwd_fp8(r, a, &x, chunk, l, err)
                        : a2a_rows_to_heads(r, &x, l, chunk, r->W->dhid, r->W->cp_send, err);
-    if (!rc && flash)
+    if (!rc && flash && exec_cp_quantizes_out(c))
+        a2a_saved_out_fp8(r, a, &x);
+    else if (!rc && flash)
         rc = a2a_rows_to_heads(r, &x, l, chunk, EXEC_LA(a, PROJ_IN), r->W->dhid, err);
     if (rc)
         return rc;
@@ -610,7 +713,8 @@ static int a2a_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int chunk, int
     }
     a2a_width(&x, x.W);
     a2a_move(c, r->W->cp_send, r->W->cp_recv, x.W, 0);
-    if ((rc = a2a_call(r, l, chunk, MODEL_BWD, 1, &x, r->W->cp_send, err)))
+    if ((rc = model_fp8_attn_dqkv(&c->spec) ? a2a_dqkv_fp8(r, &x, chunk, l, err)
+                                            : a2a_call(r, l, chunk, MODEL_BWD, 1, &x, r->W->cp_send, err)))
         return rc;
     const ExecQkv dv = exec_qkv_at(c, r->W->dqkv, 0);
     a2a_pack(c, &x, &dv, r->W->cp_recv, 0);
@@ -803,7 +907,7 @@ static void ring_block_bwd(const ExecLayerRun *r, const ExecLayerActs *a, const 
                     .scale = (float)(1.0 / sqrt((double)d->qk_hd)),
                     .q = AT(x.q, rows * x.q_stride), .k = kb, .v = AT(kb, kw),
                     .q_stride = x.q_stride, .k_stride = kv2, .v_stride = kv2,
-                    .out = AT(EXEC_LA(a, PROJ_IN), rows * d->o_loc),
+                    .out = AT(core_saved_out(r, a), rows * d->o_loc),
                     .dout = AT(r->W->dhid, rows * d->o_loc),
                     .dq = r->W->cp_out_part, .dk = r->W->cp_dkv_part,
                     .dv = AT(r->W->cp_dkv_part, kw), .dq_stride = d->q_loc,
@@ -899,30 +1003,77 @@ static void ring8_bwd_inputs(const ExecLayerRun *r, const ExecLayerActs *a, int 
     const int N = c->d.b * c->d.s_loc, qkv = c->d.q_loc + c->d.kv2_loc;
     const ExecFp8Ref q = exec_fp8_saved(r->fp8, EXEC_LA(a, QKV_OUT), N, qkv);
     c->k->fp8_dequantize(r->fp8->act, q.q, &q.f);
+    void *o = exec_fp8_core_out(r);
+    if (o) { /* delayed: the output's FP8 copy (attn.proj.in), quantized after the merge */
+        const ExecFp8Ref so = exec_fp8_saved(r->fp8, EXEC_LA(a, PROJ_IN), N, c->d.o_loc);
+        c->k->fp8_dequantize(o, so.q, &so.f);
+    }
     const ExecFp8Ref g = exec_fp8_core_quantize(r->fp8, c, r->fp8->q0, r->W->dhid, N, c->d.o_loc,
                                                 EXEC_FP8_CORE_DO,
                                                 attn_weight(r, l), 1);
     c->k->fp8_dequantize(r->W->dhid, g.q, &g.f);
 }
 
+/* Under delayed scaling (model_fp8_attn_dqkv) the gradients of every block (cp.kv's blocks
+ * 3 ...) quantized with one factor of this rank's dQKV history, as Transformer Engine's ring
+ * writes each step's dK, dV with its dQKV quantizer and sends the codes home in one all-to-all:
+ * the codes into the room of the received blocks (3 + cp ...), each block's sent with the
+ * factor from blocks 3 ..., the received ones back into the room of 3 + cp ... and decoded each
+ * with its sender's factor (into block 2), summed in block 3. Returns the sum. */
+static void *ring8_dkv_codes(const ExecLayerRun *r, int l, int chunk, PxError *err)
+{
+    const ExecCtx *c = r->c;
+    const int cp = c->d.c;
+    const size_t blk = ring_block(c);
+    uint8_t *codes = ring8_at(r, 3 + cp), *send = ring8_at(r, 3);
+    const ExecFp8Ref q = exec_fp8_core_quantize(r->fp8, c, codes, send, cp * c->d.b * c->d.s_loc,
+                                                c->d.kv2_loc, EXEC_FP8_CORE_DQKV,
+                                                exec_fp8_weight(r->fp8, MODEL_TR_QKV_W, l), 1);
+    const size_t sb = kern_fp8_bytes(&q.f) - (size_t)cp * blk, each = blk + sb;
+    int64_t *cnt = r->W->cp_cnt;
+    for (int i = 0; i < cp; i++) {
+        c->k->copy(send + (size_t)i * each, codes + (size_t)i * blk, blk);
+        c->k->copy(send + (size_t)i * each + blk, codes + (size_t)cp * blk, sb);
+        cnt[i] = (int64_t)each;
+    }
+    if (collective_dt(r, MODEL_OPR_CORE, l, chunk, MODEL_BWD, MODEL_CP_ALL_TO_ALL, codes, send, 0,
+                      cnt, PX_FP8, err))
+        return NULL;
+    KernFp8 f = q.f;
+    f.rows = f.block_r = q.f.rows / cp;
+    void *sum = ring8_at(r, 3);
+    c->k->fp8_dequantize(sum, codes, &f);
+    for (int i = 1; i < cp; i++) {
+        c->k->fp8_dequantize(ring8_at(r, 2), codes + (size_t)i * each, &f);
+        c->k->add_inplace(sum, ring8_at(r, 2), blk);
+    }
+    return sum;
+}
+
 /* The K, V gradients of every block (cp.kv's blocks 3 ...) home in one all-to-all (blocks
- * 3 + cp ...), summed into ws.dqkv's K, V columns. */
+ * 3 + cp ...; in their codes under delayed scaling: ring8_dkv_codes), summed into ws.dqkv's
+ * K, V columns. */
 static int ring8_dkv_home(const ExecLayerRun *r, int l, int chunk, PxError *err)
 {
     const ExecCtx *c = r->c;
     const ModelDims *d = &c->d;
     const int qkv = d->q_loc + d->kv2_loc, kv2 = d->kv2_loc;
     const size_t blk = ring_block(c);
-    int64_t *cnt = r->W->cp_cnt;
-    for (int i = 0; i < d->c; i++)
-        cnt[i] = (int64_t)blk;
-    int rc = collective(r, MODEL_OPR_CORE, l, chunk, MODEL_BWD, MODEL_CP_ALL_TO_ALL,
-                        ring8_at(r, 3 + d->c), ring8_at(r, 3), 0, cnt, err);
-    if (rc)
-        return rc;
     void *sum = ring8_at(r, 3 + d->c);
-    for (int i = 1; i < d->c; i++)
-        c->k->add_inplace(sum, ring8_at(r, 3 + d->c + i), blk);
+    if (model_fp8_attn_dqkv(&c->spec)) {
+        if (!(sum = ring8_dkv_codes(r, l, chunk, err)))
+            return PX_ERUNTIME;
+    } else {
+        int64_t *cnt = r->W->cp_cnt;
+        for (int i = 0; i < d->c; i++)
+            cnt[i] = (int64_t)blk;
+        int rc = collective(r, MODEL_OPR_CORE, l, chunk, MODEL_BWD, MODEL_CP_ALL_TO_ALL, sum,
+                            ring8_at(r, 3), 0, cnt, err);
+        if (rc)
+            return rc;
+        for (int i = 1; i < d->c; i++)
+            c->k->add_inplace(sum, ring8_at(r, 3 + d->c + i), blk);
+    }
     if (exec_mla_on(c)) {
         mla_kv_rows(c, sum, r->W->dqkv, 1);
         return PX_OK;

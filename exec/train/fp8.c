@@ -334,7 +334,7 @@ void exec_fp8_dispatch_quantize(ExecFp8 *F, const ExecCtx *c, const ExecFp8Weigh
 ExecFp8Ref exec_fp8_core_quantize(ExecFp8 *F, const ExecCtx *c, void *q, const void *x, int rows,
                                   int cols, int which, const ExecFp8Weight *fq, int rec)
 {
-    const int grad = which == EXEC_FP8_CORE_DO;
+    const int grad = which == EXEC_FP8_CORE_DO || which == EXEC_FP8_CORE_DQKV;
     ExecFp8Ref r = {q, exec_fp8_desc(F, rows, cols, 0, grad)};
     const int col = 3 + which;
     float *scale = F->len ? fq->scale + col : NULL;

@@ -582,8 +582,9 @@ ExecFp8Ref exec_fp8_quantize(ExecFp8 *F, const ExecCtx *c, void *q, const void *
                              int cols, int trans, int which, const ExecFp8Weight *w, int g,
                              int record);
 /* FP8 attention's tensors (--fp8-attention): Q, K and V (one scale), the output gradient, the
- * fused core's output (delayed scaling: model_fp8_attn_out). */
-enum { EXEC_FP8_CORE_QKV = 0, EXEC_FP8_CORE_DO = 1, EXEC_FP8_CORE_O = 2 };
+ * fused core's output (delayed scaling: model_fp8_attn_out), the Q, K, V gradients where they
+ * travel in FP8 (model_fp8_attn_dqkv: context parallelism's ring and Ulysses, cp.c). */
+enum { EXEC_FP8_CORE_QKV = 0, EXEC_FP8_CORE_DO = 1, EXEC_FP8_CORE_O = 2, EXEC_FP8_CORE_DQKV = 3 };
 /* q (a KernFp8 tensor of rows x cols) from x (act [rows, cols]) as FP8 attention's tensor
  * `which` (EXEC_FP8_CORE_*) of the layer whose QKV weight (multi-head latent attention's kv_b:
  * model_fp8_attn_weight) is fq: delayed scaling quantizes with that tensor's decode factor,
@@ -912,6 +913,14 @@ void exec_cp_part_keys(const ExecCtx *c, int j, int *q_offset, int *tk);
 /* The attention core talks to the other cp ranks itself (p2p, a2a): exec_cp_attention_* runs
  * it. Otherwise (cp 1, allgather) the layers' core runs, over cp.kv_full's keys with cp > 1. */
 int exec_cp_owns_core(const ExecCtx *c);
+/* Ulysses under delayed FP8 attention (model_fp8_attn_out with a2a): the core's output is
+ * quantized in the head split, saved there and moved back in its codes by cp.c, not by the
+ * layers' core after it. */
+int exec_cp_quantizes_out(const ExecCtx *c);
+/* Where FP8 attention's fused core writes its output under delayed scaling
+ * (model_fp8_attn_out; layers.c): ws.fp8's act part after Q, K and V, decoded there from its
+ * FP8 copy for the projection and the core's backward; NULL otherwise. */
+void *exec_fp8_core_out(const ExecLayerRun *r);
 /* allgather: K and V of every cp rank into cp.kv_full in global token order (before the core's
  * forward, and again before its backward); and back, the K, V gradient of the full sequence
  * (cp.dkv) reduce-scattered to its owners, this rank's into the K, V columns of ws.dqkv. Within

@@ -330,7 +330,7 @@ static const ExecFp8Weight *fp8_core_weight(const ExecLayerRun *r, int l)
 /* Where FP8 attention's fused core writes its output under delayed scaling
  * (model_fp8_attn_out): ws.fp8's act part after Q, K and V, decoded there from its FP8 copy
  * (attn.proj.in) for the projection and the core's backward; NULL otherwise. */
-static void *fp8_core_out(const ExecLayerRun *r)
+void *exec_fp8_core_out(const ExecLayerRun *r)
 {
     const ExecCtx *c = r->c;
     const size_t N = (size_t)c->d.b * (size_t)c->d.s_loc;
@@ -418,14 +418,14 @@ static void fp8_core_fwd(const ExecLayerRun *r, const ExecLayerActs *a, int l, i
     c->k->fp8_dequantize(x ? x : saved, q.q, &q.f);
 }
 
-/* Under delayed scaling, after the fused core: its output (fp8_core_out) quantized with its
+/* Under delayed scaling, after the fused core: its output (exec_fp8_core_out) quantized with its
  * history's scale into attn.proj.in, the copy the backward reads, and decoded in place, the
  * values the projection quantizes with its own scale. */
 static void fp8_core_fwd_out(const ExecLayerRun *r, const ExecLayerActs *a, int l, int rec)
 {
     const ExecCtx *c = r->c;
-    void *o = fp8_core_out(r);
-    if (!o)
+    void *o = exec_fp8_core_out(r);
+    if (!o || exec_cp_quantizes_out(c)) /* Ulysses: in the head split (cp.c) */
         return;
     const ExecFp8Ref q = exec_fp8_core_quantize(
         r->fp8, c, EXEC_LA(a, PROJ_IN), o, c->d.b * c->d.s_loc, c->d.o_loc, EXEC_FP8_CORE_O,
@@ -444,7 +444,7 @@ static const void *fp8_core_bwd(const ExecLayerRun *r, const ExecLayerActs *a, i
     if (!model_fp8_op(&c->spec, MODEL_OPR_CORE))
         return EXEC_LA(a, PROJ_IN);
     const ExecFp8Weight *fq = fp8_core_weight(r, l);
-    void *x = fp8_core_qkv(r), *o = fp8_core_out(r), *col = fp8_core_col(r, 0);
+    void *x = fp8_core_qkv(r), *o = exec_fp8_core_out(r), *col = fp8_core_col(r, 0);
     void *dcol = fp8_core_col(r, 1);
     if (x) {
         const ExecFp8Ref q = exec_fp8_saved(r->fp8, EXEC_LA(a, QKV_OUT), N, qkv);
@@ -717,7 +717,7 @@ static int layer_fwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
     /* the projection's input: saved in the act dtype and quantized for the GEMM alone, or its
      * quantized copy saved (beside the act one, or alone: model_fp8_proj_in) */
     const ModelFp8ProjIn pin = model_fp8_proj_in(&c->spec);
-    void *core_out = fp8_core_out(r);
+    void *core_out = exec_fp8_core_out(r);
     void *o = pin == MODEL_FP8_PROJ_FP8 ? F->act : core_out ? core_out : EXEC_LA(a, PROJ_IN);
     const void *x;
     ExecFp8Ref xq;
