@@ -61,6 +61,10 @@ static const Known known[] = {
     {"nemo2502-llama3-405b-b200x128-fp8", 647.445022593119},
     {"mpf-t2-mixtral8x22b-mcore-128-fp8", 606.955851162793},
     {"mpf-t2-mixtral8x22b-folding-128-fp8", 647.0367884112777},
+    /* NeMo 25.04 on GB200, current scaling: the amax pass on Blackwell */
+    {"nemo2504-gpt3-175b-gb200x128-fp8cs", 1595.3107700225678},
+    {"nemo2504-llama3-8b-gb200x8-fp8cs", 33280.866115262485},
+    {"nemo2504-llama3-405b-gb200x128-fp8cs", 714.7438469796682},
 };
 
 static const Known *find(const char *id)
