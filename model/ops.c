@@ -125,6 +125,18 @@ static double passes(const Emit *e, double fused, double unfused)
     return e->s->job.fused_kernels ? fused : unfused;
 }
 
+/* Current scaling's amax pass over a quantized tensor of `elems` elements (docs/fp8.md, "Time"):
+ * under `tensorwise` the scale comes from the tensor itself, so before the cast one kernel reads
+ * it for its amax and one more turns the amax into the scale (Transformer Engine's
+ * Float8CurrentScalingQuantizer::quantize_impl, transformer_engine/pytorch/csrc/quantizer.cpp:
+ * nvte_compute_amax, nvte_compute_scale_from_amax, then nvte_quantize_v2): a bytes an element
+ * and two kernels. Delayed scaling takes its scale from the history (the cast records the amax);
+ * the block recipes take each block's amax in the cast kernel itself. */
+static double fp8_amax_bytes(const Emit *e, double elems)
+{
+    return e->s->job.fp8 == MODEL_FP8_TENSORWISE ? elems * eb(e) : 0.0;
+}
+
 /* An FP8 linear layer (docs/fp8.md): its GEMMs read one-byte operands, and it quantizes what
  * they read but the weights (cast once per step, by the optimizer step): the forward its
  * input, the backward the output gradient, each read in the activation dtype and written in
@@ -154,18 +166,24 @@ static void linear_fp8(Emit *e, ModelOp *op, double M, double N, double K, doubl
                      e->s->model.moe.shared_gate && model_layer_is_moe(&e->s->model, e->layer);
     if (gate)
         requant += 2.0 * M * K * (a + 1.0);
+    /* current scaling reads each activation or gradient it quantizes once more, for its amax */
+    const double amax = e->phase == MODEL_BWD
+                            ? fp8_amax_bytes(e, M * N) + (requant > 0 ? fp8_amax_bytes(e, M * K) : 0.0)
+                            : fp8_amax_bytes(e, M * K);
     if (e->phase == MODEL_BWD) {
         double g = (double)px_dtype_bytes(e->d->grad);
-        op->fp8_cast_bytes = M * N * (a + copies) + per_use + requant;
+        op->fp8_cast_bytes = M * N * (a + copies) + per_use + requant + amax;
         /* dgrad reads dY and W, writes dX; wgrad reads dY and X, accumulates dW */
         op->bytes = (M * N + W + M * K * a) + (M * N + M * K) + 2.0 * W * g + extra_bytes +
                     op->fp8_cast_bytes;
     } else {
-        op->fp8_cast_bytes = M * K * (a + copies) + per_use;
+        op->fp8_cast_bytes = M * K * (a + copies) + per_use + amax;
         op->bytes = (M * K + W + M * N * a) + extra_bytes + op->fp8_cast_bytes;
     }
     op->fp8 = 1;
-    op->kernels += (per_use > 0 ? 2 : 1) + (gate ? 2 : 0);
+    /* the amax and the scale: two kernels for each tensor current scaling reads for its amax */
+    const int amax_kernels = amax > 0 ? 2 * (e->phase == MODEL_BWD && requant > 0 ? 2 : 1) : 0;
+    op->kernels += (per_use > 0 ? 2 : 1) + (gate ? 2 : 0) + amax_kernels;
 }
 
 /* Y[M,N] = X[M,K] W[N,K]^T; backward computes dX (M,K,N) and dW (N,K,M). Weight gradients
@@ -885,10 +903,10 @@ static void sac_op_requant(Emit *e, ModelOp *op, ModelOpRole gemm, double elems)
 {
     if (!model_fp8_op(e->s, gemm) || model_sac_op_matmuls(e->s, e->d, e->layer, gemm))
         return;
-    const double cast = elems * (eb(e) + 1.0 + (e->d->fp8_wt ? 1.0 : 0.0));
+    const double cast = elems * (eb(e) + 1.0 + (e->d->fp8_wt ? 1.0 : 0.0)) + fp8_amax_bytes(e, elems);
     op->fp8_cast_bytes += cast;
     op->bytes += cast;
-    op->kernels += 1;
+    op->kernels += 1 + (fp8_amax_bytes(e, elems) > 0 ? 2 : 0);
 }
 
 /* Under FP8 GEMMs, a rerun attention projection whose input the table saves as an FP8 copy
@@ -900,10 +918,10 @@ static void sac_op_proj_saved(Emit *e, double M, double K)
         model_fp8_proj_in(e->s) == MODEL_FP8_PROJ_ACT)
         return;
     ModelOp *op = &e->g->op[e->g->count - 1];
-    const double cast = M * K * (eb(e) + 1.0 + (e->d->fp8_wt ? 1.0 : 0.0));
+    const double cast = M * K * (eb(e) + 1.0 + (e->d->fp8_wt ? 1.0 : 0.0)) + fp8_amax_bytes(e, M * K);
     op->fp8_cast_bytes -= cast;
     op->bytes -= cast;
-    op->kernels -= 1;
+    op->kernels -= 1 + (fp8_amax_bytes(e, M * K) > 0 ? 2 : 0);
 }
 
 /* Op-level selective activation checkpointing (torchtitan's "selective op"; docs/time.md,

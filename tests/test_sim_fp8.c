@@ -154,9 +154,10 @@ static void test_devices(void)
     prof_cluster_free(&b200);
 }
 
-/* The op graph: layer 0's QKV forward reads X [8192, 8192] in bf16 and writes it in FP8 twice
- * (row- and column-wise): 8192 x 8192 x (2 + 2) B; its backward quantizes dY [8192, 2560]
- * likewise. With FP8 parameters and ZeRO-1 a layer block's all-gather moves its linear
+/* The op graph: layer 0's QKV forward reads X [8192, 8192] in bf16 for its amax (tensorwise:
+ * current scaling's amax pass), then again to write it in FP8 twice (row- and column-wise):
+ * 8192 x 8192 x (2 + 2 + 2) B; its backward quantizes dY [8192, 2560] likewise. Delayed
+ * scaling has no amax pass: 8192 x 8192 x (2 + 2) B. With FP8 parameters and ZeRO-1 a layer block's all-gather moves its linear
  * weights in one byte and its 16,384 norm weights in two. */
 static void test_ops(void)
 {
@@ -173,9 +174,23 @@ static void test_ops(void)
             continue;
         CHECK_EQ_INT(1, op->fp8);
         if (op->phase == MODEL_FWD)
-            CHECK_REL(8192.0 * 8192 * 4, op->fp8_cast_bytes, 1e-15);
+            CHECK_REL(8192.0 * 8192 * 6, op->fp8_cast_bytes, 1e-15);
         if (op->phase == MODEL_BWD)
-            CHECK_REL(8192.0 * 2560 * 4, op->fp8_cast_bytes, 1e-15);
+            CHECK_REL(8192.0 * 2560 * 6, op->fp8_cast_bytes, 1e-15);
+        seen++;
+    }
+    CHECK_EQ_INT(2, seen);
+    model_ops_free(&g);
+    s = llama70b(MODEL_FP8_DELAYED, 1);
+    CHECK_OK(model_spec_check(&s, 64, &d, &err), err);
+    CHECK_OK(model_ops_build(&s, &d, 0, &g, &err), err);
+    seen = 0;
+    for (int i = 0; i < g.count; i++) {
+        const ModelOp *op = &g.op[i];
+        if (op->layer != 0 || op->role != MODEL_OPR_QKV || op->kind != MODEL_OP_MATMUL)
+            continue;
+        CHECK_REL((op->phase == MODEL_BWD ? 8192.0 * 2560 : 8192.0 * 8192) * 4, op->fp8_cast_bytes,
+                  1e-15);
         seen++;
     }
     CHECK_EQ_INT(2, seen);
@@ -220,7 +235,7 @@ static void test_ops(void)
         if (op->layer != 0 || op->role != MODEL_OPR_QKV || op->kind != MODEL_OP_MATMUL)
             continue;
         const double w = 2560.0 * 8192 * 3;
-        CHECK_REL((op->phase == MODEL_BWD ? 8192.0 * 2560 * 4 : 8192.0 * 8192 * 4) + w,
+        CHECK_REL((op->phase == MODEL_BWD ? 8192.0 * 2560 * 6 : 8192.0 * 8192 * 6) + w,
                   op->fp8_cast_bytes, 1e-15);
         seen++;
     }
@@ -272,11 +287,13 @@ static void test_sac_op(void)
             if (op->role == MODEL_OPR_PROJ)
                 proj = op->fp8_cast_bytes;
         }
-        CHECK_REL(gelu == 1 ? 67108864.0 : 0.0, ln2, 1e-15);
-        CHECK_REL(gelu == 1 ? 0.0 : 234881024.0, act, 1e-15);
-        CHECK_REL(gelu == 1 ? 0.0 : 8192.0 * 8192 * 4, fc1, 1e-15);
-        CHECK_REL(gelu == 1 ? 8192.0 * 7168 * 4 : 0.0, fc2, 1e-15);
-        CHECK_REL(gelu == 2 ? 0.0 : 67108864.0, proj, 1e-15);
+        /* tensorwise (gelu 0, 1) reads each tensor once more for its amax: 6 bytes an element */
+        const double q = gelu == 2 ? 4.0 : 6.0;
+        CHECK_REL(gelu == 1 ? 67108864.0 / 4 * q : 0.0, ln2, 1e-15);
+        CHECK_REL(gelu == 1 ? 0.0 : 234881024.0 / 4 * q, act, 1e-15);
+        CHECK_REL(gelu == 1 ? 0.0 : 8192.0 * 8192 * q, fc1, 1e-15);
+        CHECK_REL(gelu == 1 ? 8192.0 * 7168 * q : 0.0, fc2, 1e-15);
+        CHECK_REL(gelu == 2 ? 0.0 : 67108864.0 / 4 * q, proj, 1e-15);
         model_ops_free(&g);
     }
     ModelSpec s = llama70b(MODEL_FP8_TENSORWISE, 1);
@@ -650,7 +667,9 @@ static void test_effect(void)
  * input again for its weight gradient (exec/train/layers.c, fp8_gate_bwd), 2 x M x K x (a + 1)
  * bytes in two kernels beside the output gradient's M x N x (a + 1). tiny-moe, bf16,
  * tensorwise without transposed copies, a micro-batch of 64 tokens: M = 64, N = h = 64, K =
- * shared_ffn = 64; 12,288 + 24,576 bytes; the dense layer 0's fc2 and the ungated one 12,288. */
+ * shared_ffn = 64; current scaling reads each tensor it quantizes once more for its amax (M x N
+ * x a, and M x K x a for the gated input, two kernels each): 20,480 + 24,576 + 8,192 bytes; the
+ * dense layer 0's fc2 and the ungated one 12,288 + 8,192. */
 static void test_shared_gate(void)
 {
     PxError err = {0};
@@ -683,11 +702,11 @@ static void test_shared_gate(void)
         }
         model_ops_free(&g);
     }
-    CHECK_REL(12288.0, cast[0][0], 1e-15);
-    CHECK_REL(12288.0, cast[0][1], 1e-15);
-    CHECK_REL(12288.0, cast[1][0], 1e-15);
-    CHECK_REL(12288.0 + 24576.0, cast[1][1], 1e-15);
-    CHECK_EQ_INT(kernels[0] + 2, kernels[1]);
+    CHECK_REL(20480.0, cast[0][0], 1e-15);
+    CHECK_REL(20480.0, cast[0][1], 1e-15);
+    CHECK_REL(20480.0, cast[1][0], 1e-15);
+    CHECK_REL(20480.0 + 24576.0 + 8192.0, cast[1][1], 1e-15);
+    CHECK_EQ_INT(kernels[0] + 4, kernels[1]);
 }
 
 /* FP8 attention (docs/fp8.md, "FP8 attention"), Llama-3-70B as above, tp 4, fused core: per
