@@ -1,15 +1,15 @@
-/* The CUDA backend against the CPU backend, its reference: every entry of the table, forward
- * and backward, on random inputs, for bf16, fp16 and fp32 activations (fp32: the FP8 kernels
- * reading and writing fp32, the GEMMs in full fp32, no act rounding at all). Inputs are rounded to the
+/* The CUDA backend against the CPU backend, its reference: every entry of the table, forward and
+ * backward, on random inputs, for bf16, fp16 and fp32 activations (fp32: the FP8 kernels reading
+ * and writing fp32, the GEMMs in full fp32, no act rounding at all). Inputs are rounded to the
  * act dtype first, so both backends see the same values and the difference measures only the
  * CUDA backend's own rounding (its outputs in act, its summation orders, the act-dtype scores of
  * the unfused attention). Each comparison prints the largest absolute error and the largest
- * relative one, measured against |expected| + rms(expected) so that entries near zero are
- * judged on the scale of their tensor; a comparison fails above its tolerance, a multiple of
- * the act dtype's epsilon (2^-8 bf16, 2^-11 fp16) for act outputs and a small constant for
- * fp32 ones. Exact where the contract is exact: dropout masks (the counter-based stream draws
- * byte for byte the same), casts, scaling, the preserved padding of strided views, and MoE's
- * chosen experts, counts, row map and permuted rows.
+ * relative one, measured against |expected| + rms(expected) so that entries near zero are judged
+ * on the scale of their tensor; a comparison fails above its tolerance, a multiple of the act
+ * dtype's epsilon (2^-8 bf16, 2^-11 fp16; for fp32 2^-19, run_suite says why) for act outputs
+ * and a small constant for fp32 ones. Exact where the contract is exact: dropout masks (the
+ * counter-based stream draws byte for byte the same), casts, scaling, the preserved padding of
+ * strided views, and MoE's chosen experts, counts, row map and permuted rows.
  *
  * Every failed comparison is reported and the run goes on, so that one run on a GPU shows every
  * kernel that disagrees; it exits 1 at the end, counting them.
