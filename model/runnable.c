@@ -84,7 +84,9 @@ static const char *fp8_limit(const ModelSpec *s, const ModelDims *d)
 }
 
 /* What the backend the plan runs on takes (checked last, as the executor picks its kernels
- * after the plan's other settings): the CPU trains fp32, CUDA bf16 or fp16. */
+ * after the plan's other settings): the CPU trains fp32; CUDA every precision the spec allows
+ * (fp32, bf16, fp16: model/spec.c, check_job), fp32 in full fp32 GEMMs, no TF32, as the
+ * simulator prices it (the device's fp32 peak: kernels/cuda/context.cu, docs/gpu.md). */
 static int device_refusal(const ModelSpec *s, int gpu, char *why, size_t cap)
 {
     const PxDtype prec = s->job.precision;
@@ -92,11 +94,6 @@ static int device_refusal(const ModelSpec *s, int gpu, char *why, size_t cap)
         snprintf(why, cap,
                  "training.precision %s: the CPU backend trains in fp32 (make the plan with "
                  "--precision fp32)",
-                 px_dtype_name(prec));
-    else if (gpu && prec != PX_BF16 && prec != PX_FP16)
-        snprintf(why, cap,
-                 "training.precision %s: the CUDA backend trains in bf16 or fp16 (make the plan "
-                 "with --precision bf16, or run an fp32 plan on the CPU with --backend cpu)",
                  px_dtype_name(prec));
     else
         return 0;

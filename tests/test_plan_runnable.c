@@ -132,6 +132,14 @@ int main(void)
         CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 1, why, sizeof why));
         CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));
         CHECK(strstr(why, "training.precision bf16: the CPU backend trains in fp32") != NULL);
+        /* fp32 (its gradients fp32): on either backend, CUDA's in full fp32 GEMMs */
+        s.job.precision = PX_FP32, s.job.grad_dtype = PX_FP32;
+        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+        why[0] = '\0';
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 1, why, sizeof why));
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        CHECK_STR("", why);
+        s.job.precision = PX_BF16, s.job.grad_dtype = PX_BF16;
         /* of another 16-bit type than the weights': no job, the spec's rule */
         s.job.grad_dtype = PX_FP16;
         CHECK_INPUT_ERROR(model_spec_check(&s, 2, &d, &err), err,

@@ -32,7 +32,7 @@ int exec_backend_has_moe(const KernBackend *k)
 }
 
 /* The kernels for the plan: its precision on the chosen backend. PX_EINPUT names what does not
- * fit (the CPU trains fp32; CUDA bf16 or fp16; no CUDA device here). */
+ * fit (the CPU trains fp32; CUDA fp32, bf16 or fp16; no CUDA device here). */
 static int choose_backend(Exec *ex, PxError *err)
 {
     ExecCtx *c = &ex->c;
@@ -51,6 +51,13 @@ static int choose_backend(Exec *ex, PxError *err)
         /* gradients in fp32 or in the precision's 16-bit type (model_exec_refusal) */
         c->k = kern_cuda_with_grads(prec, c->spec.job.grad_dtype);
         if (!c->k) {
+            if (ex->opt.backend == EXEC_BACKEND_AUTO && prec == PX_FP32)
+                return px_fail(err, PX_EINPUT,
+                               "%s: this machine has no CUDA device for the plan's %s "
+                               "(parallax-worker built without CUDA, or no driver or GPU "
+                               "visible): run it on a GPU machine, or on the CPU with "
+                               "--backend cpu (the plan is fp32)",
+                               origin, dev->name);
             if (ex->opt.backend == EXEC_BACKEND_AUTO)
                 return px_fail(err, PX_EINPUT,
                                "%s: training.precision %s: the CPU backend trains in fp32, and "

@@ -1,5 +1,5 @@
 /* The CUDA backend's tables (bf16 and fp16 activations, each with fp32 or 16-bit parameter
- * gradients) and its memory functions, on the
+ * gradients; fp32 activations with fp32 gradients) and its memory functions, on the
  * context of context.cu. kern_cuda() must never crash a CPU-only machine: without a driver or a
  * device, cudaGetDeviceCount fails (or counts 0) and the backend is simply absent (NULL). */
 #include <pthread.h>
@@ -8,7 +8,8 @@
 
 #include "kernels/cuda/common.cuh"
 
-static KernBackend tables[4]; /* bf16, fp16 with fp32 gradients; bf16, fp16 with their own */
+/* bf16, fp16 with fp32 gradients; bf16, fp16 with their own; fp32 (its gradients fp32) */
+static KernBackend tables[5];
 static int ctx_ok;
 static pthread_once_t ctx_once = PTHREAD_ONCE_INIT; /* pthread, not std::call_once: no libstdc++ */
 
@@ -158,16 +159,19 @@ static void ctx_init(void)
     table_fill(&tables[1], PX_FP16, PX_FP32);
     table_fill(&tables[2], PX_BF16, PX_BF16);
     table_fill(&tables[3], PX_FP16, PX_FP16);
+    table_fill(&tables[4], PX_FP32, PX_FP32);
     ctx_ok = 1;
 }
 
 extern "C" const KernBackend *kern_cuda_with_grads(PxDtype act, PxDtype grad)
 {
-    if ((act != PX_BF16 && act != PX_FP16) || (grad != PX_FP32 && grad != act))
+    if ((act != PX_BF16 && act != PX_FP16 && act != PX_FP32) || (grad != PX_FP32 && grad != act))
         return NULL;
     pthread_once(&ctx_once, ctx_init);
     if (!ctx_ok)
         return NULL;
+    if (act == PX_FP32)
+        return &tables[4];
     return &tables[(act == PX_BF16 ? 0 : 1) + (grad == PX_FP32 ? 0 : 2)];
 }
 

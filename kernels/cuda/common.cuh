@@ -5,8 +5,9 @@
  * dtype and fp32, warp and block reductions, the row-major GEMM on cuBLAS, and the kernel
  * launch helper.
  *
- * Every kernel is a template on the act type T (__nv_bfloat16 or __half): values are loaded
- * into fp32, computed in fp32 and rounded once on the store. Everything runs on the legacy
+ * Every kernel is a template on the act type T (__nv_bfloat16, __half or float): values are
+ * loaded into fp32, computed in fp32 and rounded once on the store (fp32 activations: stored as
+ * computed). Everything runs on the legacy
  * default stream (the compute stream), so kernels, cuBLAS calls and cudaMemcpy follow each
  * other in issue order; only to_device_async uses a second, non-blocking stream (backend.cu).
  *
@@ -130,6 +131,13 @@ template <> struct ActTraits<__nv_bfloat16> {
 template <> struct ActTraits<__half> {
     static const PxDtype px = PX_FP16;
     static const cudaDataType blas = CUDA_R_16F;
+};
+/* fp32 activations: cuBLAS in CUDA_R_32F with CUBLAS_COMPUTE_32F on a handle without TF32 math
+ * (context.cu), full fp32 products, as the simulator prices an fp32 plan (the device's fp32
+ * peak, not TF32: docs/gpu.md) */
+template <> struct ActTraits<float> {
+    static const PxDtype px = PX_FP32;
+    static const cudaDataType blas = CUDA_R_32F;
 };
 
 /* ---- reductions (every lane of the warp must take part) ---- */

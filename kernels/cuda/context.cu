@@ -85,7 +85,11 @@ int kern_cuda_ctx_open(void)
     /* With a bf16 or fp16 output cuBLAS may split k and add the partial products in the output
      * type, a rounding per split: beyond the one rounding of an fp32 accumulation that the
      * backend promises (docs/gpu.md) and its tests allow (1.5 u). Disallowed: the partial sums
-     * stay in fp32 (split-K, if chosen, reduces in the compute type). */
+     * stay in fp32 (split-K, if chosen, reduces in the compute type). No TF32: the default
+     * math with CUBLAS_COMPUTE_32F multiplies fp32 operands in full fp32, which is what the
+     * simulator prices an fp32 plan at (the device's fp32 peak, not its TF32 one; docs/gpu.md).
+     * Transformer Engine differs here: its cuBLASLt GEMM takes CUBLAS_COMPUTE_32F_FAST_TF32
+     * when A, B and D are all fp32 (common/gemm/cublaslt_gemm.cu). */
     const int math = CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION;
     cublasCheck(cublasSetMathMode(ctx.blas, (cublasMath_t)math));
     cublasCheck(cublasLtCreate(&ctx.lt));

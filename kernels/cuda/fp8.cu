@@ -84,12 +84,16 @@ __device__ __forceinline__ uint8_t fp8_encode(float v, int e5m2)
     return __nv_cvt_float_to_fp8(v, __NV_SATFINITE, e5m2 ? __NV_E5M2 : __NV_E4M3);
 }
 
-/* The sign bit of an act value as stored (bit 15 of bf16 and fp16 alike) */
+/* The sign bit of an act value as stored (bit 15 of bf16 and fp16 alike, bit 31 of fp32) */
 template <typename T> __device__ __forceinline__ unsigned act_sign(T v)
 {
     uint16_t u;
     memcpy(&u, &v, sizeof u);
     return u >> 15;
+}
+template <> __device__ __forceinline__ unsigned act_sign<float>(float v)
+{
+    return __float_as_uint(v) >> 31;
 }
 
 /* The fp32 decode factor of a block whose largest finite |x| is amax (>= 0): amax / fmax, the
@@ -458,7 +462,9 @@ template <typename T> static void fill(KernBackend *k)
 
 void kern_cuda_table_fp8(KernBackend *k)
 {
-    if (k->act == PX_BF16)
+    if (k->act == PX_FP32)
+        fill<float>(k);
+    else if (k->act == PX_BF16)
         fill<__nv_bfloat16>(k);
     else
         fill<__half>(k);

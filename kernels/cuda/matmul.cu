@@ -1,4 +1,5 @@
-/* Matrix products on cuBLAS (bf16/fp16 inputs, fp32 accumulation, C in the act dtype or fp32),
+/* Matrix products on cuBLAS (bf16/fp16/fp32 inputs, fp32 accumulation, C in the act dtype or
+ * fp32; fp32 inputs in full fp32, never TF32: context.cu's math mode),
  * and the bias add and bias gradient of a linear layer.
  *
  * kernels.h is row-major and cuBLAS column-major. A row-major [r,c] matrix read as
@@ -126,8 +127,10 @@ template <typename T, typename G> static void fill(KernBackend *k)
 
 void kern_cuda_table_matmul(KernBackend *k)
 {
-    // gradients in fp32 or in the act dtype (KernBackend.grad)
-    if (k->act == PX_BF16)
+    // gradients in fp32 or in the act dtype (KernBackend.grad); fp32 activations, fp32 ones
+    if (k->act == PX_FP32)
+        fill<float, float>(k);
+    else if (k->act == PX_BF16)
         k->grad == PX_FP32 ? fill<__nv_bfloat16, float>(k) : fill<__nv_bfloat16, __nv_bfloat16>(k);
     else
         k->grad == PX_FP32 ? fill<__half, float>(k) : fill<__half, __half>(k);

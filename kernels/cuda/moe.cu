@@ -670,7 +670,9 @@ static void moe_pick(float *dw, const float *probs, const int32_t *idx, int N, i
 
 void kern_cuda_table_moe(KernBackend *k)
 {
-    if (k->act == PX_BF16)
+    if (k->act == PX_FP32)
+        fill<float>(k);
+    else if (k->act == PX_BF16)
         fill<__nv_bfloat16>(k);
     else
         fill<__half>(k);

@@ -183,8 +183,10 @@ template <typename T, typename G> static void fill(KernBackend *k)
 
 void kern_cuda_table_norms(KernBackend *k)
 {
-    // gradients in fp32 or in the act dtype (KernBackend.grad)
-    if (k->act == PX_BF16)
+    // gradients in fp32 or in the act dtype (KernBackend.grad); fp32 activations, fp32 ones
+    if (k->act == PX_FP32)
+        fill<float, float>(k);
+    else if (k->act == PX_BF16)
         k->grad == PX_FP32 ? fill<__nv_bfloat16, float>(k) : fill<__nv_bfloat16, __nv_bfloat16>(k);
     else
         k->grad == PX_FP32 ? fill<__half, float>(k) : fill<__half, __half>(k);

@@ -63,7 +63,9 @@ template <typename T> static void fill(KernBackend *k)
 
 void kern_cuda_table_rope(KernBackend *k)
 {
-    if (k->act == PX_BF16)
+    if (k->act == PX_FP32)
+        fill<float>(k);
+    else if (k->act == PX_BF16)
         fill<__nv_bfloat16>(k);
     else
         fill<__half>(k);

@@ -1228,7 +1228,8 @@ void kern_emu_launch(const char *file, int line, const void *kernel, dim3 grid, 
     kernel_file = NULL;
 }
 
-/* ---- cuBLAS: a plain column-major GEMM with cuBLAS's argument rules ---- */
+/* ---- cuBLAS: a plain column-major GEMM with cuBLAS's argument rules (bf16, fp16 or fp32
+ * operands; fp32 ones multiplied in full fp32, so a TF32 handle aborts) ---- */
 
 struct KernEmuBlas {
     int math_mode;
@@ -1386,8 +1387,14 @@ cublasStatus_t cublasGemmStridedBatchedEx(
         ldb < (br > 1 ? br : 1) || ldc < (m > 1 ? m : 1))
         return CUBLAS_STATUS_INVALID_VALUE;
     if (compute != CUBLAS_COMPUTE_32F || Atype != Btype ||
-        (Atype != CUDA_R_16BF && Atype != CUDA_R_16F) || (Ctype != Atype && Ctype != CUDA_R_32F))
+        (Atype != CUDA_R_16BF && Atype != CUDA_R_16F && Atype != CUDA_R_32F) ||
+        (Ctype != Atype && Ctype != CUDA_R_32F))
         return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (Atype == CUDA_R_32F && (handle->math_mode & 15) == CUBLAS_TF32_TENSOR_OP_MATH)
+        emu_fail(NULL, 0, "cuBLAS GEMM of fp32 operands on a handle in "
+                          "CUBLAS_TF32_TENSOR_OP_MATH: cuBLAS would round them to TF32 (10-bit "
+                          "mantissa), which no emulated GEMM (full fp32 products) would show, and "
+                          "which the simulator's fp32 price (the fp32 peak) does not assume");
     if (Ctype != CUDA_R_32F && !(handle->math_mode & CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION))
         emu_fail(NULL, 0, "cuBLAS GEMM with a %s output on a handle that allows reduced-precision "
                           "reductions: cuBLAS may add split-K partial sums in the output type "

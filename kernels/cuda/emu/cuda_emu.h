@@ -185,7 +185,8 @@ cublasStatus_t cublasCreate(cublasHandle_t *handle);
 cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream);
 /* Kept per handle: a GEMM with a bf16 or fp16 output on a handle without
  * CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION aborts, since cuBLAS may then add split-K
- * partial sums in the output type, which no emulated GEMM (one fp32 sum) would show. */
+ * partial sums in the output type, which no emulated GEMM (one fp32 sum) would show; so does a
+ * GEMM of fp32 operands on a CUBLAS_TF32_TENSOR_OP_MATH handle (TF32's rounded operands). */
 cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode);
 const char *cublasGetStatusString(cublasStatus_t st);
 cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
