@@ -345,6 +345,18 @@ ExecFp8Ref exec_fp8_core_quantize(ExecFp8 *F, const ExecCtx *c, void *q, const v
     return r;
 }
 
+/* Where FP8 attention's fused core writes its output under delayed scaling
+ * (model_fp8_attn_out): ws.fp8's act part after Q, K and V, decoded there from its FP8 copy
+ * (attn.proj.in) for the projection and the core's backward; NULL otherwise. */
+void *exec_fp8_core_out(const ExecLayerRun *r)
+{
+    const ExecCtx *c = r->c;
+    const size_t N = (size_t)c->d.b * (size_t)c->d.s_loc;
+    return model_fp8_attn_out(&c->spec)
+               ? EXEC_AT(r->fp8->act, N * (size_t)(c->d.q_loc + c->d.kv2_loc), c->ab)
+               : NULL;
+}
+
 ExecFp8Ref exec_fp8_saved(const ExecFp8 *F, const void *q, int rows, int cols)
 {
     const ExecFp8Ref x = {q, exec_fp8_desc(F, rows, cols, 0, 0)};

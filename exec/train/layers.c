@@ -327,18 +327,6 @@ static const ExecFp8Weight *fp8_core_weight(const ExecLayerRun *r, int l)
     return exec_fp8_weight(r->fp8, model_fp8_attn_weight(&r->c->spec), l);
 }
 
-/* Where FP8 attention's fused core writes its output under delayed scaling
- * (model_fp8_attn_out): ws.fp8's act part after Q, K and V, decoded there from its FP8 copy
- * (attn.proj.in) for the projection and the core's backward; NULL otherwise. */
-void *exec_fp8_core_out(const ExecLayerRun *r)
-{
-    const ExecCtx *c = r->c;
-    const size_t N = (size_t)c->d.b * (size_t)c->d.s_loc;
-    return model_fp8_attn_out(&c->spec)
-               ? EXEC_AT(r->fp8->act, N * (size_t)(c->d.q_loc + c->d.kv2_loc), c->ab)
-               : NULL;
-}
-
 /* MXFP8 attention (model_fp8_attn_copies 2; docs/fp8.md, "FP8 attention"): where the core
  * reads the column-wise copies, decoded into ws.fp8's act part after the row-wise Q, K, V
  * (fp8_core_qkv): Q, K, V (dout 0), then the backward's output gradient (dout 1) after them;
