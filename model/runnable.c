@@ -100,15 +100,14 @@ static int device_refusal(const ModelSpec *s, int gpu, char *why, size_t cap)
     return 1;
 }
 
+/* Rotary embeddings with an odd head_dim are not checked here: the model's configuration
+ * (model_config_check, which model_spec_check runs first) refuses them for every model. */
 int model_exec_refusal(const ModelSpec *s, const ModelDims *d, int gpu, char *why, size_t cap)
 {
-    const ModelConfig *m = &s->model;
     const char *lim;
     if (d->fp8 != MODEL_FP8_NONE && (lim = fp8_limit(s, d)))
         snprintf(why, cap, "training.fp8 %s: the executor runs FP8 GEMMs with limits: %s",
                  model_fp8_recipe_name(s->job.fp8), lim);
-    else if (m->position == MODEL_POS_ROPE && m->mla.kv_lora_rank <= 0 && m->head_dim % 2 != 0)
-        snprintf(why, cap, "rotary embeddings need an even head_dim, got %d", m->head_dim);
     else
         return device_refusal(s, gpu, why, cap);
     return 1;
