@@ -68,19 +68,19 @@ static const Known known[] = {
     {"mpf-t2-mixtral8x22b-mcore-128-fp8", 606.955851162793},
     {"mpf-t2-mixtral8x22b-folding-128-fp8", 647.0367884112777},
     /* NeMo 25.04 on GB200, current scaling: the amax pass on Blackwell */
-    {"nemo2504-gpt3-175b-gb200x128-fp8cs", 1595.3107700225678},
-    {"nemo2504-llama3-8b-gb200x8-fp8cs", 33280.866115262485},
-    {"nemo2504-llama3-405b-gb200x128-fp8cs", 714.7438469796682},
+    {"nemo2504-gpt3-175b-gb200x128-fp8cs", 1683.979717556297},
+    {"nemo2504-llama3-8b-gb200x8-fp8cs", 33678.46391309853},
+    {"nemo2504-llama3-405b-gb200x128-fp8cs", 758.1130259411162},
     /* NeMo 25.04 on B200, Llama 3 8B from 8K to 1024K tokens: context parallelism over the p2p
      * ring (cp 2-16) at long sequences, on NeMo's full (not causal) count */
-    {"nemo2504-llama3-8b-b200x2-s8k-cp1", 1731.5941270852124},
-    {"nemo2504-llama3-8b-b200x4-s16k-cp1", 1783.1200734457125},
-    {"nemo2504-llama3-8b-b200x8-s32k-cp2", 1787.045422570412},
-    {"nemo2504-llama3-8b-b200x16-s64k-cp4", 1798.2291506367733},
-    {"nemo2504-llama3-8b-b200x32-s128k-cp4", 1772.6715346799888},
-    {"nemo2504-llama3-8b-b200x64-s256k-cp4", 1734.941136336052},
-    {"nemo2504-llama3-8b-b200x128-s512k-cp8", 1771.1717289324174},
-    {"nemo2504-llama3-8b-b200x256-s1024k-cp16", 1791.2608186990387},
+    {"nemo2504-llama3-8b-b200x2-s8k-cp1", 1764.0976286107862},
+    {"nemo2504-llama3-8b-b200x4-s16k-cp1", 1797.3260489584536},
+    {"nemo2504-llama3-8b-b200x8-s32k-cp2", 1797.6827819419143},
+    {"nemo2504-llama3-8b-b200x16-s64k-cp4", 1805.8105075233466},
+    {"nemo2504-llama3-8b-b200x32-s128k-cp4", 1775.461658503454},
+    {"nemo2504-llama3-8b-b200x64-s256k-cp4", 1736.24681572263},
+    {"nemo2504-llama3-8b-b200x128-s512k-cp8", 1772.3379862286188},
+    {"nemo2504-llama3-8b-b200x256-s1024k-cp16", 1792.34628221226},
 };
 
 static const Known *find(const char *id)
