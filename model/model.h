@@ -1073,6 +1073,10 @@ int model_fp8_weight(const ModelSpec *s, ModelTensorRole r);
 /* 1 when op role r's GEMMs run in FP8 under the job (the roles of model_fp8_weight's weights,
  * and the attention core with fp8_attention). */
 int model_fp8_op(const ModelSpec *s, ModelOpRole r);
+/* Bytes of one FP8 padding copy of a MoE layer's R routed rows (Transformer Engine's Fp8Padding
+ * and Fp8Unpadding around Megatron-Core's FP8 grouped experts): 2 x R x h x act bytes, four a
+ * micro-batch (forward and backward); 0 when the experts' GEMMs are not FP8. */
+double model_moe_fp8_pad_bytes(const ModelSpec *s, const ModelDims *d, double R);
 
 /* Op-level selective recompute (ModelDims.recompute_op; torchtitan's "selective op"): which of
  * layer `layer`'s matmuls at op role r run again before its backward. The layer's matmuls are
@@ -1123,7 +1127,8 @@ typedef struct {
     /* communication (kind MODEL_OP_COMM) */
     int fp8;               /* its GEMMs run in FP8 (model_fp8_op) */
     double fp8_cast_bytes; /* of bytes, the passes that quantize its operands to FP8 (the
-                              optimizer step's: the weights' FP8 copies) */
+                              optimizer step's: the weights' FP8 copies; an FP8 expert
+                              GEMM's: its padding copy too, model_moe_fp8_pad_bytes) */
     ModelComm comm;
     int group_size;
     uint64_t comm_bytes; /* buffer size S of one call: nccl-tests' "size" */

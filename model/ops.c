@@ -567,8 +567,41 @@ static void moe_sort(Emit *e, int l, double R)
     simple(e, MODEL_OP_PERMUTE, n, 2.0 * R * d->h * eb(e));
 }
 
+/* Bytes of one FP8 padding copy of the experts' R rows of width h (docs/time.md, "MoE
+ * experts in FP8"): Megatron-Core's TEGroupedMLP under FP8 (megatron/core/transformer/moe/
+ * experts.py, since "Enable FP8 for TEGroupedMLP" of 2024-10-29) pads each local expert's rows
+ * to a multiple of 16, the FP8 GEMM's alignment, with Transformer Engine's Fp8Padding before fc1
+ * and takes the padding out with Fp8Unpadding after fc2; each is a copy of the rows into a new
+ * buffer (tex.fused_multi_row_padding; the unpadding a split and torch.cat), and the backward
+ * runs the other one on the gradient. Transformer Engine before 2.3 (commit 4c9626e7e of
+ * 2025-04-15) copies on every call; since then only when some expert's count is not already a
+ * multiple of 16, which under the router's own choice is nearly every micro-batch. So a read and
+ * a write of R x h activations, one kernel, before fc1 and after fc2 in the forward and again in
+ * the backward. Megatron-Core's --moe-router-padding-for-fp8 (2025-06) pads the routing map
+ * instead and makes no copy; parallax prices the default. 0 outside FP8 experts. */
+double model_moe_fp8_pad_bytes(const ModelSpec *s, const ModelDims *d, double R)
+{
+    if (!model_fp8_op(s, MODEL_OPR_EXP_FC1))
+        return 0.0;
+    return 2.0 * R * d->h * (double)px_dtype_bytes(d->act);
+}
+
+/* The last op emitted: an expert GEMM that carries one FP8 padding copy (above) as a pass
+ * of its own, one kernel more. */
+static void experts_fp8_pad(Emit *e, double R)
+{
+    const double pad = model_moe_fp8_pad_bytes(e->s, e->d, R);
+    if (pad <= 0.0)
+        return;
+    ModelOp *op = &e->g->op[e->g->count - 1];
+    op->fp8_cast_bytes += pad;
+    op->bytes += pad;
+    op->kernels += 1;
+}
+
 /* The routed experts' GEMMs and activation on the R rows of the rank's local experts
- * (forward, or backward in reverse order). */
+ * (forward, or backward in reverse order). Under FP8 fc1's input is padded before it and fc2's
+ * output unpadded after it (experts_fp8_pad): fc1 and fc2 carry one copy each, each pass. */
 static void experts_pass(Emit *e, int l, double R)
 {
     const ModelDims *d = e->d;
@@ -577,18 +610,22 @@ static void experts_pass(Emit *e, int l, double R)
     if (e->phase == MODEL_BWD) {
         at_layer(e, MODEL_OPR_EXP_FC2, l, n);
         linear_g(e, n, R, h, d->eff_loc, 0, 1, d->experts_loc);
+        experts_fp8_pad(e, R);
         at_layer(e, MODEL_OPR_EXP_ACT, l, n);
         simple(e, MODEL_OP_ACTIVATION, n, R * (2.0 * d->eff_out_loc + d->eff_loc) * a);
         at_layer(e, MODEL_OPR_EXP_FC1, l, n);
         linear_g(e, n, R, d->eff_out_loc, h, 0, 1, d->experts_loc);
+        experts_fp8_pad(e, R);
         return;
     }
     at_layer(e, MODEL_OPR_EXP_FC1, l, n);
     linear_g(e, n, R, d->eff_out_loc, h, 0, 1, d->experts_loc);
+    experts_fp8_pad(e, R);
     at_layer(e, MODEL_OPR_EXP_ACT, l, n);
     simple(e, MODEL_OP_ACTIVATION, n, R * ((double)d->eff_out_loc + d->eff_loc) * a);
     at_layer(e, MODEL_OPR_EXP_FC2, l, n);
     linear_g(e, n, R, h, d->eff_loc, 0, 1, d->experts_loc);
+    experts_fp8_pad(e, R);
 }
 
 /* The token counts of the rank's experts copied to the host, which sizes the permuted buffers

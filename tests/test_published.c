@@ -59,14 +59,15 @@ static const Known known[] = {
     /* FP8 on Hopper (docs/time.md, "FP8 on Hopper against published runs"): NeMo 25.02's
      * delayed-scaling rows at the SM90 FP8 GEMM rate (matmul_fp8 0.627), B200's unchanged, with
      * bf16 gradients as the 25.02 performance recipes reduce them (grad_reduce_in_fp32 off); MoE
-     * Parallel Folding's FP8 rows */
+     * Parallel Folding's FP8 rows, their experts' FP8 padding copies priced (docs/time.md, "MoE
+     * experts in FP8": 606.96 and 647.04 before) */
     {"nemo2502-gpt3-175b-h100x512-fp8", 835.9527887352398},
     {"nemo2502-gpt3-175b-b200x512-fp8", 1629.0087103550009},
     {"nemo2502-llama3-8b-b200x8-fp8", 31740.93282985364},
     {"nemo2502-llama3-70b-b200x64-fp8", 3501.8358811185685},
     {"nemo2502-llama3-405b-b200x128-fp8", 682.7149201700682},
-    {"mpf-t2-mixtral8x22b-mcore-128-fp8", 606.955851162793},
-    {"mpf-t2-mixtral8x22b-folding-128-fp8", 647.0367884112777},
+    {"mpf-t2-mixtral8x22b-mcore-128-fp8", 593.227023005246},
+    {"mpf-t2-mixtral8x22b-folding-128-fp8", 638.962966342433},
     /* NeMo 25.04 on GB200, current scaling: the amax pass on Blackwell */
     {"nemo2504-gpt3-175b-gb200x128-fp8cs", 1683.979717556297},
     {"nemo2504-llama3-8b-gb200x8-fp8cs", 33678.46391309853},

@@ -832,6 +832,53 @@ static void test_mxfp8_attention(void)
     CHECK_EQ_INT(b0.kernels + 1, b.kernels);
 }
 
+/* A MoE layer's FP8 experts pad their rows to multiples of 16 and take the padding out again,
+ * as Megatron-Core's TEGroupedMLP does with Transformer Engine's Fp8Padding and Fp8Unpadding
+ * (model_moe_fp8_pad_bytes): a copy of the R x h rows (read and write, 2 bytes each) with fc1's
+ * input and fc2's output, forward and backward, one kernel each. tiny-moe at ep 4 under delayed
+ * scaling with transposed copies: R = 128 rows of h = 64 over 2 local experts of expert_ffn 64
+ * (fc1 128 wide): fc1's forward casts X (128 x 64 x (2 + 2)) and pads (2 x 128 x 64 x 2), 65,536
+ * B; fc2's forward casts its input (128 x 64 x 4) and unpads (32,768), 65,536 B; the backward
+ * casts dY (fc2: 128 x 64 x 4, fc1: 128 x 128 x 4) and copies once more: 65,536 and 98,304 B.
+ * In bf16 no op pads. */
+static void test_expert_padding(void)
+{
+    PxError err = {0};
+    ModelSpec s;
+    model_spec_defaults(&s);
+    CHECK_OK(model_config_load("tiny-moe", &s.model, &err), err);
+    s.layout.ep = 4;
+    s.job.global_batch = 4;
+    s.job.precision = PX_BF16;
+    s.job.fp8 = MODEL_FP8_DELAYED;
+    s.job.fp8_transpose = 1;
+    ModelDims d;
+    CHECK_OK(model_spec_check(&s, 4, &d, &err), err);
+    CHECK_EQ_U64(128u, (uint64_t)d.routed);
+    CHECK_EQ_U64(64u, (uint64_t)d.h);
+    CHECK_EQ_INT(2, d.experts_loc);
+    CHECK_REL(32768.0, model_moe_fp8_pad_bytes(&s, &d, (double)d.routed), 1e-15);
+    ModelOpGraph g;
+    CHECK_OK(model_ops_build(&s, &d, 0, &g, &err), err);
+    int seen = 0;
+    for (int i = 0; i < g.count; i++) {
+        const ModelOp *op = &g.op[i];
+        if (op->kind != MODEL_OP_MATMUL ||
+            (op->role != MODEL_OPR_EXP_FC1 && op->role != MODEL_OPR_EXP_FC2))
+            continue;
+        const int fc1 = op->role == MODEL_OPR_EXP_FC1, bwd = op->phase == MODEL_BWD;
+        const double want = fc1 && bwd ? 98304.0 : 65536.0;
+        CHECK_REL(want, op->fp8_cast_bytes, 1e-15);
+        /* one launch per expert GEMM, the quantize and the padding copy */
+        CHECK_EQ_INT(op->n_gemm * 2 + 1 + 1, op->kernels);
+        seen++;
+    }
+    CHECK_EQ_INT(3 * 4, seen); /* 3 MoE layers, fc1 and fc2, forward and backward */
+    model_ops_free(&g);
+    s.job.fp8 = MODEL_FP8_NONE;
+    CHECK(model_moe_fp8_pad_bytes(&s, &d, (double)d.routed) == 0.0);
+}
+
 int main(void)
 {
     px_log_set_quiet(1);
@@ -841,6 +888,7 @@ int main(void)
     test_ops();
     test_sac_op();
     test_dispatch();
+    test_expert_padding();
     test_amax_groups();
     test_bucketed_gather();
     test_mxfp8_gather();
