@@ -300,6 +300,8 @@ static const Layout layouts[] = {
     /* and on the emulated GPU (bf16 around the core, a dgx-h100 plan), the ring and Ulysses */
     {"cuda_dsv3_dense_cp2_p2p_fp8attn_tensorwise", 2, 1, 1, 1, 1, 0, 1, 0, 0, 1, MODEL_FP8_TENSORWISE, 0, 0, 0, 2, 2},
     {"cuda_dsv3_dense_cp2_a2a_flash_fp8attn_tensorwise", 2, 1, 1, 1, 1, 0, 1, 0, 0, 1, MODEL_FP8_TENSORWISE, 0, 0, 0, 2, 2},
+    {"cuda_dsv3_dense_cp2_p2p_fp8attn_delayed", 2, 1, 1, 1, 1, 0, 1, 0, 0, 1, MODEL_FP8_DELAYED, 0, 0, 0, 2, 2},
+    {"cuda_dsv3_dense_cp2_a2a_flash_fp8attn_delayed", 2, 1, 1, 1, 1, 0, 1, 0, 0, 1, MODEL_FP8_DELAYED, 0, 0, 0, 2, 2},
     /* odd key and value widths (_odd: 3 heads, v_dim 15: a token's keys and values 3 x (24 +
      * 15) = 117 wide): the planes, cp's packed [K | V] rows over the all-gather and the ring */
     {"dsv3_dense_cp2_odd", 2, 1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 2},
