@@ -64,8 +64,9 @@ static const char *fp8_limit(const ModelSpec *s, const ModelDims *d)
      * in their codes where TE moves them so, model_fp8_attn_dqkv); multi-head latent
      * attention's K, V codes are packed from its planes, as Transformer Engine's CP moves them
      * for unequal head widths (its test_attention_with_cp.py runs its MLA shapes in FP8 over
-     * every cp kind), over the ring and Ulysses under tensorwise only; the unfused core with cp
-     * is no job (model/spec.c, check_cp_core) */
+     * every cp kind), under both recipes over every cp kind (delayed: the output and dQKV codes
+     * in MLA's widths, kv_b's histories); the unfused core with cp is no job (model/spec.c,
+     * check_cp_core) */
     const int mx = j->fp8 == MODEL_FP8_MXFP8 && model_fp8_attn_copies(s) == 2;
     const int mla = s->model.mla.kv_lora_rank > 0;
     return mx && s->layout.cp > 1 && mla
@@ -75,11 +76,6 @@ static const char *fp8_limit(const ModelSpec *s, const ModelDims *d)
            : mx && s->layout.cp > 1
                ? "fp8_attention under mxfp8 runs without context parallelism (--cp 1): its "
                  "cores do not yet take the column-wise copies of Q, K, V and dO"
-           : s->layout.cp > 1 && mla && s->layout.cp_comm != MODEL_CP_COMM_ALLGATHER &&
-                   model_fp8_attn_dqkv(s)
-               ? "fp8_attention with multi-head latent attention and cp runs over p2p or a2a "
-                 "under tensorwise only (delayed scaling's FP8 output and gradients are not "
-                 "moved from its planes)"
                : NULL;
 }
 

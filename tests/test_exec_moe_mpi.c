@@ -283,12 +283,16 @@ static const Layout layouts[] = {
     /* FP8 attention with MLA and context parallelism (cp 2 of tiny-dsv3's dense layers): the
      * K, V codes packed from the planes into [K | V] rows, each rank's block with its decode
      * factor, over the all-gather (tensorwise; delayed with kv_b's histories), the ring and
-     * Ulysses (tensorwise: Q, K, V's codes packed as rows before the head split); and MXFP8
-     * attention at cp 1 (_hd32: qk_nope 24 + qk_rope 8 = 32, v_dim 32, sequence 128, the spec's
-     * MXFP8 attention shapes), the column-wise copies one per plane, tp 2 with SP */
+     * Ulysses (Q, K, V's codes packed as rows before the head split; delayed: the output's and
+     * dQ, dK, dV's codes at MLA's widths, kv_b's dQKV history, the ring's dK, dV home into the
+     * planes); and MXFP8 attention at cp 1 (_hd32: qk_nope 24 + qk_rope 8 = 32, v_dim 32,
+     * sequence 128, the spec's MXFP8 attention shapes), the column-wise copies one per plane,
+     * tp 2 with SP */
     {"dsv3_dense_cp2_fp8attn_delayed", 2, 1, 1, 1, 1, 0, 1, 0, 0, 0, MODEL_FP8_DELAYED, 0, 0, 0, 2, 2},
     {"dsv3_dense_cp2_p2p_fp8attn_tensorwise", 2, 1, 1, 1, 1, 0, 1, 0, 0, 0, MODEL_FP8_TENSORWISE, 0, 0, 0, 2, 2},
     {"dsv3_dense_cp2_a2a_flash_fp8attn_tensorwise", 2, 1, 1, 1, 1, 0, 1, 0, 0, 0, MODEL_FP8_TENSORWISE, 0, 0, 0, 2, 2},
+    {"dsv3_dense_cp2_p2p_fp8attn_delayed", 2, 1, 1, 1, 1, 0, 1, 0, 0, 0, MODEL_FP8_DELAYED, 0, 0, 0, 2, 2},
+    {"dsv3_dense_cp2_a2a_flash_fp8attn_delayed", 2, 1, 1, 1, 1, 0, 1, 0, 0, 0, MODEL_FP8_DELAYED, 0, 0, 0, 2, 2},
     {"dsv3_dense_tp2_sp_hd32_fp8attn_mxfp8", 2, 1, 2, 1, 1, 1, 1, 0, 0, 0, MODEL_FP8_MXFP8, 0, 0, 0, 2, 0},
     /* by name: the all-gather under tensorwise, the ring with odd widths */
     {"dsv3_dense_cp2_fp8attn_tensorwise", 2, 1, 1, 1, 1, 0, 1, 0, 0, 0, MODEL_FP8_TENSORWISE, 0, 0, 0, 2, 2},
@@ -296,6 +300,8 @@ static const Layout layouts[] = {
     /* and on the emulated GPU (bf16 around the core, a dgx-h100 plan), the ring and Ulysses */
     {"cuda_dsv3_dense_cp2_p2p_fp8attn_tensorwise", 2, 1, 1, 1, 1, 0, 1, 0, 0, 1, MODEL_FP8_TENSORWISE, 0, 0, 0, 2, 2},
     {"cuda_dsv3_dense_cp2_a2a_flash_fp8attn_tensorwise", 2, 1, 1, 1, 1, 0, 1, 0, 0, 1, MODEL_FP8_TENSORWISE, 0, 0, 0, 2, 2},
+    {"cuda_dsv3_dense_cp2_p2p_fp8attn_delayed", 2, 1, 1, 1, 1, 0, 1, 0, 0, 1, MODEL_FP8_DELAYED, 0, 0, 0, 2, 2},
+    {"cuda_dsv3_dense_cp2_a2a_flash_fp8attn_delayed", 2, 1, 1, 1, 1, 0, 1, 0, 0, 1, MODEL_FP8_DELAYED, 0, 0, 0, 2, 2},
     /* odd key and value widths (_odd: 3 heads, v_dim 15: a token's keys and values 3 x (24 +
      * 15) = 117 wide): the planes, cp's packed [K | V] rows over the all-gather and the ring */
     {"dsv3_dense_cp2_odd", 2, 1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 2},

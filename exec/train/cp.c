@@ -440,8 +440,7 @@ static int a2a_out_fp8(const ExecLayerRun *r, const ExecLayerActs *a, void *out,
     a2a_move(c, r->W->cp_send, r->W->cp_recv, x.wo, 0);
     const ExecFp8Ref q = exec_fp8_core_quantize(r->fp8, c, EXEC_LA(a, PROJ_IN), r->W->cp_send,
                                                 d->c * (int)x.rows, x.wo, EXEC_FP8_CORE_O,
-                                                exec_fp8_weight(r->fp8, MODEL_TR_QKV_W, l),
-                                                ph == MODEL_FWD);
+                                                attn_weight(r, l), ph == MODEL_FWD);
     int rc = a2a_blocks_fp8(r, l, chunk, ph, 1, q, x.rows * (size_t)x.wo, r->W->cp_recv,
                             r->W->cp_send, r->W->cp_recv, err);
     if (rc)
@@ -472,7 +471,7 @@ static int a2a_dqkv_fp8(const ExecLayerRun *r, const CpA2a *x, int chunk, int l,
     const ExecCtx *c = r->c;
     const ExecFp8Ref q = exec_fp8_core_quantize(r->fp8, c, r->fp8->q0, r->W->cp_send,
                                                 c->d.c * (int)x->rows, x->W, EXEC_FP8_CORE_DQKV,
-                                                exec_fp8_weight(r->fp8, MODEL_TR_QKV_W, l), 1);
+                                                attn_weight(r, l), 1);
     return a2a_blocks_fp8(r, l, chunk, MODEL_BWD, 1, q, x->rows * (size_t)x->W, r->W->cp_recv,
                           r->W->cp_send, r->W->cp_recv, err);
 }
@@ -1028,7 +1027,7 @@ static void *ring8_dkv_codes(const ExecLayerRun *r, int l, int chunk, PxError *e
     uint8_t *codes = ring8_at(r, 3 + cp), *send = ring8_at(r, 3);
     const ExecFp8Ref q = exec_fp8_core_quantize(r->fp8, c, codes, send, cp * c->d.b * c->d.s_loc,
                                                 c->d.kv2_loc, EXEC_FP8_CORE_DQKV,
-                                                exec_fp8_weight(r->fp8, MODEL_TR_QKV_W, l), 1);
+                                                attn_weight(r, l), 1);
     const size_t sb = kern_fp8_bytes(&q.f) - (size_t)cp * blk, each = blk + sb;
     int64_t *cnt = r->W->cp_cnt;
     for (int i = 0; i < cp; i++) {
