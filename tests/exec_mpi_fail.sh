@@ -35,7 +35,7 @@ expect() {
   shift 2
   cases=$((cases + 1))
   local out got
-  out=$(timeout 60 "$@" 2>&1)
+  out=$(timeout 120 "$@" 2>&1) # a hang guard (status 124), not a bound: lanes share the cores
   got=$?
   local count
   count=$(grep -cF -- "$needle" <<<"$out")
