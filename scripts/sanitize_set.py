@@ -53,7 +53,9 @@ def run_one(cov, runs, name):
     where = os.path.join(runs, name)
     subprocess.run(["rm", "-rf", where], check=True)
     os.makedirs(where)
-    env = dict(os.environ, GCOV_PREFIX=where, GCOV_PREFIX_STRIP="0")
+    # each test runs its own single-rank references (tests/runs.h keeps them per build
+    # otherwise, and the lines would count for whichever test ran first)
+    env = dict(os.environ, GCOV_PREFIX=where, GCOV_PREFIX_STRIP="0", PX_TEST_NO_REF_CACHE="1")
     r = subprocess.run(["ctest", "-R", "^" + re.escape(name) + "$"], cwd=cov, env=env,
                        capture_output=True, text=True)
     return r.returncode == 0

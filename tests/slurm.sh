@@ -34,16 +34,25 @@ node=$(hostname -s)
 export SLURM_CONF=$tmp/slurm.conf PARALLAX_UNCALIBRATED=1
 # Cancel what is still running, stop the daemons this script started (by the pids they wrote),
 # then remove the state.
-cleanup() {
-  [ -s "$tmp/slurmctld.pid" ] && scancel --quiet --user=root 2>/dev/null
-  local f p i
-  for f in slurmd slurmctld munged; do
+# stop DAEMON...: SIGTERM to each at once (each takes about 2 s to go), up to 10 s for all of
+# them to end, then SIGKILL to any left
+stop() {
+  local f p i pids=()
+  for f in "$@"; do
     [ -s "$tmp/$f.pid" ] || continue
     p=$(cat "$tmp/$f.pid")
-    kill "$p" 2>/dev/null || continue
-    for i in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.2; done
-    kill -9 "$p" 2>/dev/null
+    kill "$p" 2>/dev/null && pids+=("$p")
   done
+  for i in $(seq 50); do
+    [ ${#pids[@]} -gt 0 ] && kill -0 "${pids[@]}" 2>/dev/null || break
+    sleep 0.2
+  done
+  [ ${#pids[@]} -gt 0 ] && kill -9 "${pids[@]}" 2>/dev/null
+}
+cleanup() {
+  [ -s "$tmp/slurmctld.pid" ] && scancel --quiet --user=root 2>/dev/null
+  stop slurmd slurmctld
+  stop munged # last: the other two authenticate through it until they are gone
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -127,7 +136,32 @@ run salloc salloc --ntasks=2 --quiet "$px" run "$tmp/plan.json" --quiet
 "$px" export "$tmp/plan.json" --format slurm -o "$tmp/job.sh" || fail "parallax export --format slurm"
 echo "slurm: the sbatch script:"
 sed 's/^/  | /' "$tmp/job.sh"
-run sbatch sbatch --wait --quiet --chdir="$tmp/sbatch" --output="$tmp/sbatch/slurm.out" "$tmp/job.sh"
+# sbatch --wait's status (the job's exit code), without its wait: it looks at the job after
+# 2 s, then 8 s later, and so on (Slurm's sbatch.c, _job_wait), 10 s and more for a job of 2 s.
+# Here the job is submitted and its state read every 0.2 s until it has ended; a job that
+# ends otherwise than COMPLETED with exit code 0:0 is status 1, or its own exit code
+sbatch_wait() {
+  local id st code
+  id=$(sbatch --parsable "$@") || return $?
+  id=${id%%;*}
+  [ -n "$id" ] || return 1
+  while :; do
+    st=$(scontrol -o show job "$id" 2>/dev/null)
+    case "$st" in
+    "" | *" JobState=PENDING "* | *" JobState=CONFIGURING "* | *" JobState=RUNNING "* | \
+      *" JobState=COMPLETING "* | *" JobState=SUSPENDED "*) sleep 0.2 ;;
+    *) break ;;
+    esac
+  done
+  code=$(sed -n 's/.* ExitCode=\([0-9]*\):\([0-9]*\).*/\1 \2/p' <<<"$st")
+  case "$st" in *" JobState=COMPLETED "*) [ "$code" = "0 0" ] && return 0 ;; esac
+  echo "sbatch job $id: $(grep -o 'JobState=[A-Z_]*' <<<"$st") ExitCode=${code/ /:}" >&2
+  [ "${code%% *}" != 0 ] && return "${code%% *}"
+  return 1
+}
+export -f sbatch_wait
+run sbatch bash -c 'sbatch_wait "$@"' sbatch_wait --chdir="$tmp/sbatch" \
+  --output="$tmp/sbatch/slurm.out" "$tmp/job.sh"
 [ -s "$tmp/sbatch/slurm.out" ] && grep -q "wrote run.json" "$tmp/sbatch/slurm.out" ||
   fail "the sbatch job did not write run.json: $(tail -5 "$tmp/sbatch/slurm.out" 2>/dev/null)"
 

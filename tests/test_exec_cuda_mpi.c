@@ -279,8 +279,9 @@ static void check_layout(const Layout *L, int gpus)
     /* the single-rank reference, then the layout */
     sh(0, "%s plan --model tiny --cluster dgx-h100 --gpus 1 --gbs 8 --seq 16 --steps %d %s "
           "-o %s/ref.json", px, STEPS, job_of(L), tmp);
-    sh(0, "%s run %s/ref.json --quiet --backend %s -o %s/ref.run.json", worker, tmp,
-       fp32 ? "cpu" : "cuda", tmp);
+    static const char *const ref_out[] = {"ref.run.json", NULL};
+    run_ref("ref.json", ref_out, "%s run %s/ref.json --quiet --backend %s -o %s/ref.run.json",
+            worker, tmp, fp32 ? "cpu" : "cuda", tmp);
     sh(0, "%s plan --model tiny --cluster dgx-h100 --gpus %d --gbs 8 --seq 16 --steps %d %s %s "
           "-o %s/plan.json", px, L->gpus, STEPS, L->layout, job_of(L), tmp);
     sh(0, "timeout 600 mpirun -n %d %s --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 "

@@ -645,7 +645,9 @@ static void check_layout(const Layout *L)
     one.job.precision = PX_FP32;
     one.job.fp8_param_gather = 0; /* no ZeRO-3 on one rank: nothing to gather */
     write_plan(&one, "local", 1, "ref.json");
-    sh(0, "%s run %s/ref.json --quiet --launcher none -o %s/ref.run.json", px, tmp, tmp);
+    static const char *const ref_out[] = {"ref.run.json", NULL};
+    run_ref("ref.json", ref_out, "%s run %s/ref.json --quiet --launcher none -o %s/ref.run.json", px,
+            tmp, tmp);
     if (!L->cuda)
         sh(0, "timeout 600 %s run %s/plan.json --quiet -o %s/run.json", px, tmp, tmp);
     else if (L->gpus == 1)

@@ -662,7 +662,9 @@ static void check_layout(const Layout *L)
     /* the single-rank reference of the same job */
     sh(0, "%s plan --model tiny --cluster local --gpus 1 --gbs 8 --steps %d %s -o %s/ref.json", px,
        L->steps, job_of(L), tmp);
-    sh(0, "%s run %s/ref.json --quiet --launcher none -o %s/ref.run.json", px, tmp, tmp);
+    static const char *const ref_out[] = {"ref.run.json", NULL};
+    run_ref("ref.json", ref_out, "%s run %s/ref.json --quiet --launcher none -o %s/ref.run.json", px,
+            tmp, tmp);
     cJSON *ref = read_json("ref.run.json");
     cJSON *plan, *run;
     trained(L, &plan, &run);

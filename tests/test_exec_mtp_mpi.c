@@ -296,8 +296,10 @@ static void check_layout(const Layout *L)
     one.layout.keep_gathered = one.layout.fsdp = 0;
     one.job.precision = PX_FP32;
     write_plan(&one, "local", 1, "ref.json");
-    sh(0, "%s run %s/ref.json --quiet --launcher none -o %s/ref.run.json --metrics %s/ref.jsonl",
-       px, tmp, tmp, tmp);
+    static const char *const ref_out[] = {"ref.run.json", "ref.jsonl", NULL};
+    run_ref("ref.json", ref_out,
+            "%s run %s/ref.json --quiet --launcher none -o %s/ref.run.json --metrics %s/ref.jsonl",
+            px, tmp, tmp, tmp);
     if (!L->cuda)
         sh(0, "timeout 600 %s run %s/plan.json --quiet -o %s/run.json", px, tmp, tmp);
     else
