@@ -263,3 +263,55 @@ void kern_cpu_fp8_amax_update(float *history, float *scale, const float *amax,
             scale[i] = scale_f32_of(mx, fmax[i]);
     }
 }
+
+/* The block (row-major block order) of element e of the row-major matrix of layout f. */
+static size_t block_of(const KernFp8 *f, uint64_t e)
+{
+    const uint64_t cols = (uint64_t)f->cols, r = e / cols, c = e % cols;
+    const size_t nbc = ceil_div((size_t)f->cols, (size_t)f->block_c);
+    return (size_t)(r / (uint64_t)f->block_r) * nbc + (size_t)(c / (uint64_t)f->block_c);
+}
+
+static void check_piece(const KernFp8 *f, uint64_t off, uint64_t n, const char *what)
+{
+    check_layout(f, what);
+    KERN_CHECK(off + n >= off && off + n <= (uint64_t)f->rows * (uint64_t)f->cols, what);
+}
+
+void kern_cpu_fp8_piece_amax(float *amax, const void *x, uint64_t off, uint64_t n,
+                             const KernFp8 *f)
+{
+    // x is the n elements [off, off + n) of the (rows,cols) matrix; amax is f's block grid
+    check_piece(f, off, n, "fp8_piece_amax: the piece lies outside its matrix");
+    const float *xf = x;
+    for (uint64_t i = 0; i < n; i++) {
+        const float a = fabsf(xf[i]);
+        const size_t b = block_of(f, off + i);
+        if (isfinite(a) && a > amax[b])
+            amax[b] = a;
+    }
+}
+
+void kern_cpu_fp8_block_scales(void *scales, const float *amax, const KernFp8 *f)
+{
+    // amax holds each block's largest finite |x| (fp8_piece_amax's): finite, >= 0
+    check_layout(f, "fp8_block_scales: bad layout (negative size or block)");
+    const size_t n = kern_fp8_scales(f);
+    uint8_t *s = scales;
+    for (size_t i = 0; i < n; i++) {
+        if (f->e8m0)
+            s[i] = (uint8_t)(scale_e8m0_exp(amax[i], fp8_emax(f->e5m2)) + E8M0_BIAS);
+        else
+            scale_store_f32(s, i, scale_f32_of(amax[i], fp8_fmax(f->e5m2)));
+    }
+}
+
+void kern_cpu_fp8_piece_quantize(uint8_t *q, const void *x, uint64_t off, uint64_t n,
+                                 const KernFp8 *f, const void *scales)
+{
+    check_piece(f, off, n, "fp8_piece_quantize: the piece lies outside its matrix");
+    uint8_t (*encode)(float) = f->e5m2 ? px_float_to_e5m2 : px_float_to_e4m3;
+    const float *xf = x;
+    for (uint64_t i = 0; i < n; i++)
+        q[i] = encode(xf[i] / scale_load(scales, block_of(f, off + i), f->e8m0));
+}

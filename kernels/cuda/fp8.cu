@@ -451,6 +451,75 @@ static void fp8_amax_update(float *history, float *scale, const float *amax, con
     KLAUNCH_N(fp8_amax_update_kernel, (size_t)n, history, scale, amax, fmax, len, n);
 }
 
+/* ---- a weight quantized from flat pieces (kernels.h's fp8_piece_amax, fp8_block_scales,
+ * fp8_piece_quantize): a thread an element, the block of element off + i found from its row
+ * and column; the maxima meet through atomicMax on the bits of |x| (finite, non-negative:
+ * they order as the floats do) ---- */
+
+template <typename T>
+__global__ void fp8_piece_amax_kernel(unsigned *amax, const T *x, size_t off, size_t n, Fp8Geom g)
+{
+    GRID_STRIDE(i, n)
+    {
+        const size_t e = off + i;
+        const unsigned a = __float_as_uint(to_f(x[i])) & 0x7fffffffu;
+        if (a < 0x7f800000u && a > 0u)
+            atomicMax(&amax[fp8_block_of(g, (int)(e / g.cols), (int)(e % g.cols))], a);
+    }
+}
+
+template <typename T>
+__global__ void fp8_piece_quantize_kernel(uint8_t *q, const T *x, size_t off, size_t n,
+                                          Fp8Geom g, const void *scales)
+{
+    GRID_STRIDE(i, n)
+    {
+        const size_t e = off + i;
+        const float f = to_f(x[i]);
+        if (isnan(f))
+            q[i] = act_sign(x[i]) ? 0xff : 0x7f; /* the CPU's NaN, sign kept */
+        else
+            q[i] = fp8_encode(
+                __fdiv_rn(f, fp8_scale_of(scales, g,
+                                          fp8_block_of(g, (int)(e / g.cols), (int)(e % g.cols)))),
+                g.e5m2);
+    }
+}
+
+static void fp8_piece_check(const Fp8Geom &g, uint64_t off, uint64_t n, const char *what)
+{
+    KERN_CHECK(off + n >= off && off + n <= (uint64_t)g.rows * (uint64_t)g.cols, what);
+}
+
+template <typename T>
+static void fp8_piece_amax(float *amax, const void *x, uint64_t off, uint64_t n, const KernFp8 *f)
+{
+    const Fp8Geom g = fp8_geom(f, "fp8_piece_amax: bad layout");
+    fp8_piece_check(g, off, n, "fp8_piece_amax: the piece lies outside its matrix");
+    if (n > 0)
+        KLAUNCH_N(fp8_piece_amax_kernel<T>, (size_t)n, (unsigned *)amax, (const T *)x,
+                  (size_t)off, (size_t)n, g);
+}
+
+static void fp8_block_scales(void *scales, const float *amax, const KernFp8 *f)
+{
+    const Fp8Geom g = fp8_geom(f, "fp8_block_scales: bad layout");
+    if (g.nscales > 0)
+        KLAUNCH_N(fp8_scales_kernel, g.nscales, scales, (const unsigned *)amax,
+                  (const float *)NULL, g);
+}
+
+template <typename T>
+static void fp8_piece_quantize(uint8_t *q, const void *x, uint64_t off, uint64_t n,
+                               const KernFp8 *f, const void *scales)
+{
+    const Fp8Geom g = fp8_geom(f, "fp8_piece_quantize: bad layout");
+    fp8_piece_check(g, off, n, "fp8_piece_quantize: the piece lies outside its matrix");
+    if (n > 0)
+        KLAUNCH_N(fp8_piece_quantize_kernel<T>, (size_t)n, q, (const T *)x, (size_t)off,
+                  (size_t)n, g, scales);
+}
+
 template <typename T> static void fill(KernBackend *k)
 {
     k->fp8_quantize = fp8_quantize<T>;
@@ -458,6 +527,9 @@ template <typename T> static void fill(KernBackend *k)
     k->fp8_transpose = fp8_transpose;
     k->matmul_fp8 = matmul_fp8<T>;
     k->fp8_amax_update = fp8_amax_update;
+    k->fp8_piece_amax = fp8_piece_amax<T>;
+    k->fp8_block_scales = fp8_block_scales;
+    k->fp8_piece_quantize = fp8_piece_quantize<T>;
 }
 
 void kern_cuda_table_fp8(KernBackend *k)
