@@ -421,6 +421,14 @@ struct KernBackend {
      * bytes fp8_quantize writes for the whole matrix (without its scales). */
     void (*fp8_piece_quantize)(uint8_t *q, const void *x, uint64_t off, uint64_t n,
                                const KernFp8 *f, const void *scales);
+    /* matmul_fp8 with each operand's scales read from a grid of its own, sa for A and sb for
+     * B (f's grid; NULL: right after the elements, as matmul_fp8 reads them): MXFP8 parameters
+     * under ZeRO-3, whose gathered copies carry no scales (every rank keeps the whole weight's,
+     * docs/fp8.md). */
+    void (*matmul_fp8_split)(void *c, PxDtype c_dtype, const void *a, const KernFp8 *fa,
+                             const void *sa, const void *b, const KernFp8 *fb, const void *sb,
+                             int m, int n, int k, int trans_a, int trans_b, float alpha,
+                             float beta);
     /* Delayed scaling's bookkeeping for n tensors (Transformer Engine's DelayedScaling with
      * amax_compute_algo "max", margin 0): history [len, n] fp32, row 0 the newest. Rolls the
      * history down one row, writes amax[i] into row 0, and sets scale[i] (a decode factor) to

@@ -594,6 +594,39 @@ static void test_pieces(void)
     free(x);
 }
 
+/* matmul_fp8_split: a weight's column-wise MXFP8 copy in the weight's own shape (64 x 96, 32 x 1
+ * blocks), its elements in one buffer and its scales in another, read as B of dx = dy W: the
+ * same C as matmul_fp8 on the copy with its scales after the elements, and as on the kernels'
+ * transposed form (96 x 64, 1 x 32, read transposed): the same values. dy (A) keeps its own
+ * scales after its elements (sa NULL). */
+static void test_matmul_split(void)
+{
+    enum { M = 8, O = 64, I = 96 };
+    float *w = malloc(O * I * sizeof *w), dy[M * O], c0[M * I], c1[M * I], c2[M * I];
+    CHECK(w != NULL);
+    for (int i = 0; i < O * I; i++)
+        w[i] = (float)((i * 29) % 83 - 41) / 32.0f * (float)(1 + i % 5);
+    for (int i = 0; i < M * O; i++)
+        dy[i] = (float)((i * 13) % 19 - 9) / 8.0f;
+    const KernFp8 fa = layout(M, O, 1, 32, 1, 1), fc = layout(O, I, 32, 1, 0, 1);
+    const KernFp8 ft = layout(I, O, 1, 32, 0, 1);
+    uint8_t *qa = fp8_alloc(&fa), *qc = fp8_alloc(&fc), *qt = fp8_alloc(&ft);
+    K->fp8_quantize(qa, NULL, dy, &fa, 0, NULL);
+    K->fp8_quantize(qc, NULL, w, &fc, 0, NULL);
+    K->fp8_quantize(qt, NULL, w, &ft, 1, NULL);
+    uint8_t *elems = malloc(O * I), *scales = malloc(kern_fp8_scales(&fc));
+    CHECK(elems != NULL && scales != NULL);
+    memcpy(elems, qc, O * I);
+    memcpy(scales, qc + O * I, kern_fp8_scales(&fc));
+    K->matmul_fp8(c0, PX_FP32, qa, &fa, qc, &fc, M, I, O, 0, 0, 1.0f, 0.0f);
+    K->matmul_fp8_split(c1, PX_FP32, qa, &fa, NULL, elems, &fc, scales, M, I, O, 0, 0, 1.0f,
+                        0.0f);
+    K->matmul_fp8(c2, PX_FP32, qa, &fa, qt, &ft, M, I, O, 0, 1, 1.0f, 0.0f);
+    CHECK(memcmp(c0, c1, sizeof c0) == 0);
+    CHECK(memcmp(c0, c2, sizeof c0) == 0);
+    free(w), free(qa), free(qc), free(qt), free(elems), free(scales);
+}
+
 int main(void)
 {
     K = kern_cpu();
@@ -613,5 +646,6 @@ int main(void)
     test_amax_update();
     test_delayed_needs_one_block();
     test_pieces();
+    test_matmul_split();
     TEST_DONE("test_kernels_fp8");
 }

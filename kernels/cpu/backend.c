@@ -131,6 +131,7 @@ static const KernBackend kern_cpu_backend = {
     .fp8_dequantize = kern_cpu_fp8_dequantize,
     .fp8_transpose = kern_cpu_fp8_transpose,
     .matmul_fp8 = kern_cpu_matmul_fp8,
+    .matmul_fp8_split = kern_cpu_matmul_fp8_split,
     .fp8_amax_update = kern_cpu_fp8_amax_update,
     .fp8_piece_amax = kern_cpu_fp8_piece_amax,
     .fp8_block_scales = kern_cpu_fp8_block_scales,

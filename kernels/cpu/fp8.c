@@ -185,13 +185,14 @@ static void decode_init(void)
     }
 }
 
-void kern_cpu_fp8_dequantize(void *x, const void *q, const KernFp8 *f)
+/* x from q's elements and the scales at given (NULL: right after the elements). */
+static void dequantize_with(void *x, const void *q, const void *given, const KernFp8 *f)
 {
     // x is (rows,cols); q is (rows,cols) bytes then the scales
     check_layout(f, "fp8_dequantize: bad layout (negative size or block)");
     const int rows = f->rows, cols = f->cols, br = f->block_r, bc = f->block_c;
     const uint8_t *qb = q;
-    const uint8_t *scales = qb + (size_t)rows * cols;
+    const uint8_t *scales = given ? (const uint8_t *)given : qb + (size_t)rows * cols;
     pthread_once(&decode_once, decode_init);
     const float *decode = decode_lut[f->e5m2 ? 1 : 0];
     float *xf = x;
@@ -209,20 +210,34 @@ void kern_cpu_fp8_dequantize(void *x, const void *q, const KernFp8 *f)
     }
 }
 
-/* A decoded copy of q on the heap, which the caller frees; aborts when out of memory (a kernel
- * has no status to return). */
-static float *dequantize_alloc(const void *q, const KernFp8 *f)
+void kern_cpu_fp8_dequantize(void *x, const void *q, const KernFp8 *f)
+{
+    dequantize_with(x, q, NULL, f);
+}
+
+/* A decoded copy of q (its scales at given, NULL: after its elements) on the heap, which the
+ * caller frees; aborts when out of memory (a kernel has no status to return). */
+static float *dequantize_alloc(const void *q, const void *given, const KernFp8 *f)
 {
     size_t n = (size_t)f->rows * (size_t)f->cols;
     float *x = malloc((n ? n : 1) * sizeof *x);
     KERN_CHECK(x != NULL, "matmul_fp8: out of memory decoding an operand");
-    kern_cpu_fp8_dequantize(x, q, f);
+    dequantize_with(x, q, given, f);
     return x;
 }
 
 void kern_cpu_matmul_fp8(void *c, PxDtype c_dtype, const void *a, const KernFp8 *fa,
                          const void *b, const KernFp8 *fb, int m, int n, int k, int trans_a,
                          int trans_b, float alpha, float beta)
+{
+    kern_cpu_matmul_fp8_split(c, c_dtype, a, fa, NULL, b, fb, NULL, m, n, k, trans_a, trans_b,
+                              alpha, beta);
+}
+
+void kern_cpu_matmul_fp8_split(void *c, PxDtype c_dtype, const void *a, const KernFp8 *fa,
+                               const void *sa, const void *b, const KernFp8 *fb, const void *sb,
+                               int m, int n, int k, int trans_a, int trans_b, float alpha,
+                               float beta)
 {
     // c is (m,n); a is (m,k), or (k,m) when trans_a; b is (k,n), or (n,k) when trans_b
     // The operands are decoded whole into temporaries of this call (m*k + k*n floats), not into
@@ -235,8 +250,8 @@ void kern_cpu_matmul_fp8(void *c, PxDtype c_dtype, const void *a, const KernFp8 
                "matmul_fp8: A's layout is not op(A) [m,k]");
     KERN_CHECK(fb->rows == (trans_b ? n : k) && fb->cols == (trans_b ? k : n),
                "matmul_fp8: B's layout is not op(B) [k,n]");
-    float *ad = dequantize_alloc(a, fa);
-    float *bd = dequantize_alloc(b, fb);
+    float *ad = dequantize_alloc(a, sa, fa);
+    float *bd = dequantize_alloc(b, sb, fb);
     kern_cpu_matmul(c, c_dtype, ad, bd, m, n, k, trans_a, trans_b, alpha, beta);
     free(ad);
     free(bd);
