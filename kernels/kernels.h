@@ -402,6 +402,33 @@ struct KernBackend {
     void (*matmul_fp8)(void *c, PxDtype c_dtype, const void *a, const KernFp8 *fa, const void *b,
                        const KernFp8 *fb, int m, int n, int k, int trans_a, int trans_b,
                        float alpha, float beta);
+    /* A weight quantized from flat pieces (MXFP8 parameters under ZeRO-3, docs/fp8.md: a rank
+     * holds elements [off, off + n) of the row-major rows x cols matrix, a cut that may split a
+     * 1 x 32 or 32 x 1 block between two ranks; Transformer Engine's
+     * mxfp8_scaling_compute_partial_amax and mxfp8_scaling_partial_cast). fp8_piece_amax: x
+     * holds the piece's n act elements; each finite |x| is folded (max) into amax[b], b its
+     * block of layout f (kern_fp8_scales(f) fp32 entries, row-major block order), the other
+     * entries as they were; the maxima of every piece's call are the blocks' largest finite
+     * |x|, fp8_quantize's current scaling's amax. */
+    void (*fp8_piece_amax)(float *amax, const void *x, uint64_t off, uint64_t n,
+                           const KernFp8 *f);
+    /* scales (f's scale grid: E8M0 bytes, or fp32) from the blocks' largest finite |x| in
+     * amax (finite, >= 0: fp8_piece_amax's), by fp8_quantize's current-scaling rule. */
+    void (*fp8_block_scales)(void *scales, const float *amax, const KernFp8 *f);
+    /* q[0, n) = elements [off, off + n) of the matrix of layout f (x holds them, act dtype),
+     * each divided by its block's scale in `scales` (f's grid, as fp8_block_scales writes it)
+     * and rounded as fp8_quantize rounds: the pieces of every rank laid end to end are the
+     * bytes fp8_quantize writes for the whole matrix (without its scales). */
+    void (*fp8_piece_quantize)(uint8_t *q, const void *x, uint64_t off, uint64_t n,
+                               const KernFp8 *f, const void *scales);
+    /* matmul_fp8 with each operand's scales read from a grid of its own, sa for A and sb for
+     * B (f's grid; NULL: right after the elements, as matmul_fp8 reads them): MXFP8 parameters
+     * under ZeRO-3, whose gathered copies carry no scales (every rank keeps the whole weight's,
+     * docs/fp8.md). */
+    void (*matmul_fp8_split)(void *c, PxDtype c_dtype, const void *a, const KernFp8 *fa,
+                             const void *sa, const void *b, const KernFp8 *fb, const void *sb,
+                             int m, int n, int k, int trans_a, int trans_b, float alpha,
+                             float beta);
     /* Delayed scaling's bookkeeping for n tensors (Transformer Engine's DelayedScaling with
      * amax_compute_algo "max", margin 0): history [len, n] fp32, row 0 the newest. Rolls the
      * history down one row, writes amax[i] into row 0, and sets scale[i] (a decode factor) to

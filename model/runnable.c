@@ -33,7 +33,9 @@ static const char *fp8_gather_limit(const ModelSpec *s, const ModelDims *d)
     /* MXFP8 under ZeRO-3 is priced as Megatron-FSDP runs it (model_fp8_mx_gather_copies:
      * each rank's shard quantized into both copies, every 1 x 32 and 32 x 1 block's amax
      * all-reduced, the row-wise copy gathered before a forward and the column-wise one before
-     * a backward), which exec/train/fp8gather.c does not run yet */
+     * a backward), which exec/train/fp8gather.c does not run yet: the kernels are in
+     * (kernels.h's fp8_piece_amax, fp8_block_scales, fp8_piece_quantize, matmul_fp8_split),
+     * the gathers, the scales' binding and the GEMMs' reading of them are not (docs/fp8.md) */
     return r == MODEL_FP8_MXFP8 && !below
                ? "fp8_param_gather with MXFP8 runs below ZeRO-3 (--zero 0 or 1: the updated "
                  "weights gathered in their own dtype, each rank quantizing them); under ZeRO-3 "

@@ -415,7 +415,8 @@ static void test_table(void)
     HAS(moe_aux_bwd); HAS(moe_permute); HAS(moe_permute_bwd); HAS(moe_unpermute);
     HAS(moe_unpermute_bwd); HAS(moe_drop); HAS(moe_dense); HAS(moe_sparse); HAS(moe_pick);
     HAS(fp8_quantize); HAS(fp8_dequantize);
-    HAS(fp8_transpose); HAS(matmul_fp8); HAS(fp8_amax_update); HAS(add_bias_f32);
+    HAS(fp8_transpose); HAS(matmul_fp8); HAS(fp8_amax_update); HAS(fp8_piece_amax);
+    HAS(fp8_block_scales); HAS(fp8_piece_quantize); HAS(matmul_fp8_split); HAS(add_bias_f32);
     HAS(gate_fwd); HAS(gate_bwd); HAS(gate_wgrad); HAS(attention_sink_bwd);
 #undef HAS
     CHECK(strncmp(G->name, "cuda", 4) == 0);
@@ -2534,6 +2535,75 @@ static void test_fp8_vs_cpu(void)
     fp8_amax_update_vs_cpu();
 }
 
+/* A weight quantized from flat pieces on the device (fp8_piece_amax, fp8_block_scales,
+ * fp8_piece_quantize), cut at 20, 1001 and 3333: the scales and bytes the device's
+ * fp8_quantize writes for the whole, row-wise, column-wise in the weight's shape (32 x 1),
+ * E5M2, one fp32 scale. */
+static void test_fp8_pieces(void)
+{
+    enum { PR = 64, PC = 96, N = PR * PC };
+    const uint64_t cut[] = {0, 20, 1001, 3333, N};
+    float *x = arand(N, 2.0, 0.0);
+    for (size_t i = 0; i < N; i += 7)
+        x[i] = act_round(x[i] * (float)(1 << (i % 11)));
+    void *dx = up_act(x, N);
+    const KernFp8 fs[] = {{PR, PC, 1, 32, 0, 1}, {PR, PC, 32, 1, 0, 1}, {PR, PC, 32, 1, 1, 1},
+                          {PR, PC, PR, PC, 0, 0}};
+    for (size_t l = 0; l < sizeof fs / sizeof fs[0]; l++) {
+        const KernFp8 *f = &fs[l];
+        const size_t bytes = kern_fp8_bytes(f), ns = kern_fp8_scales(f);
+        uint8_t *dw = dalloc(bytes), *dq = dalloc(bytes);
+        float *damax = dalloc(ns * sizeof(float));
+        G->memset0(damax, ns * sizeof(float));
+        G->fp8_quantize(dw, NULL, dx, f, 0, NULL);
+        for (int p = 0; p + 1 < 5; p++)
+            G->fp8_piece_amax(damax, (const uint8_t *)dx + cut[p] * AB, cut[p],
+                              cut[p + 1] - cut[p], f);
+        G->fp8_block_scales(dq + N, damax, f);
+        for (int p = 0; p + 1 < 5; p++)
+            G->fp8_piece_quantize(dq + cut[p], (const uint8_t *)dx + cut[p] * AB, cut[p],
+                                  cut[p + 1] - cut[p], f, dq + N);
+        uint8_t *w = xmalloc(bytes), *q = xmalloc(bytes);
+        G->to_host(w, dw, bytes);
+        G->to_host(q, dq, bytes);
+        char what[64];
+        snprintf(what, sizeof what, "pieces %zu", l);
+        COMPARE_BYTES("fp8_piece_quantize", what, w, q, bytes);
+        free(w), free(q);
+        G->free(dw), G->free(dq), G->free(damax);
+    }
+    G->free(dx);
+    free(x);
+}
+
+/* matmul_fp8_split on the device: a column-wise MXFP8 copy in the weight's shape (64 x 96, 32
+ * x 1), elements and scales apart, gives bit for bit the device's matmul_fp8 on the copy with
+ * its scales after the elements. */
+static void test_fp8_matmul_split(void)
+{
+    enum { SM = 8, SO = 64, SI = 96 };
+    float *w = arand(SO * SI, 2.0, 0.0), *dy = arand(SM * SO, 1.0, 0.0);
+    const KernFp8 fa = {SM, SO, 1, 32, 1, 1}, fc = {SO, SI, 32, 1, 0, 1};
+    void *dw = up_act(w, SO * SI), *ddy = up_act(dy, SM * SO);
+    uint8_t *qa = dalloc(kern_fp8_bytes(&fa)), *qc = dalloc(kern_fp8_bytes(&fc));
+    uint8_t *elems = dalloc(SO * SI), *scales = dalloc(kern_fp8_scales(&fc));
+    G->fp8_quantize(qa, NULL, ddy, &fa, 0, NULL);
+    G->fp8_quantize(qc, NULL, dw, &fc, 0, NULL);
+    G->copy(elems, qc, SO * SI);
+    G->copy(scales, qc + SO * SI, kern_fp8_scales(&fc));
+    float *c0 = dalloc(SM * SI * sizeof(float)), *c1 = dalloc(SM * SI * sizeof(float));
+    G->matmul_fp8(c0, PX_FP32, qa, &fa, qc, &fc, SM, SI, SO, 0, 0, 1.0f, 0.0f);
+    G->matmul_fp8_split(c1, PX_FP32, qa, &fa, NULL, elems, &fc, scales, SM, SI, SO, 0, 0, 1.0f,
+                        0.0f);
+    float *h0 = fnew(SM * SI), *h1 = fnew(SM * SI);
+    G->to_host(h0, c0, SM * SI * sizeof(float));
+    G->to_host(h1, c1, SM * SI * sizeof(float));
+    COMPARE_BYTES("matmul_fp8_split", "32x1 copy, scales apart", h0, h1, SM * SI * sizeof(float));
+    free(w), free(dy), free(h0), free(h1);
+    G->free(dw), G->free(ddy), G->free(qa), G->free(qc), G->free(elems), G->free(scales);
+    G->free(c0), G->free(c1);
+}
+
 static void test_fp8(void)
 {
     test_fp8_hand();
@@ -2548,6 +2618,8 @@ static void test_fp8(void)
     test_fp8_matmul();
     test_fp8_amax_update();
     test_fp8_vs_cpu();
+    test_fp8_pieces();
+    test_fp8_matmul_split();
 }
 
 static void run_suite(PxDtype act)

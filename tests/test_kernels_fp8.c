@@ -546,6 +546,87 @@ static void test_transpose_blockwise(void)
     free(x);
 }
 
+/* A weight quantized from flat pieces, as ranks hold it under ZeRO-3 (fp8_piece_amax,
+ * fp8_block_scales, fp8_piece_quantize): a 64 x 96 matrix cut at 20 (inside row 0's first
+ * 1 x 32 block), 1001, 3333 and 6000 gives, piece by piece, the scales and the bytes that
+ * fp8_quantize writes for the whole, row-wise (1 x 32), column-wise in the weight's shape
+ * (32 x 1: a block straddles every cut), E5M2, and with one fp32 scale. By hand: row 0's first
+ * block holds 0.75 at element 3 (the first piece) and 3.0 at element 25 (the second): 0.75
+ * alone, then 3 = 1.5 x 2^1 -> E8M0 2^(1 - 8) -> the byte 120. */
+static void test_pieces(void)
+{
+    enum { R = 64, C = 96, N = R * C };
+    const uint64_t cut[] = {0, 20, 1001, 3333, 6000, N};
+    float *x = malloc(N * sizeof *x);
+    CHECK(x != NULL);
+    for (int i = 0; i < N; i++)
+        x[i] = (float)((i * 37) % 101 - 50) / 64.0f * (float)(1 + i % 7);
+    for (int i = 0; i < 32; i++)
+        x[i] = i == 3 ? 0.75f : i == 25 ? 3.0f : 0.125f;
+    x[4000] = NAN;
+    const KernFp8 fs[] = {layout(R, C, 1, 32, 0, 1), layout(R, C, 32, 1, 0, 1),
+                          layout(R, C, 32, 1, 1, 1), layout(R, C, R, C, 0, 0)};
+    for (size_t l = 0; l < sizeof fs / sizeof fs[0]; l++) {
+        const KernFp8 *f = &fs[l];
+        const size_t ns = kern_fp8_scales(f), sb = f->e8m0 ? 1 : 4;
+        uint8_t *whole = fp8_alloc(f), *q = fp8_alloc(f);
+        float *amax = calloc(ns, sizeof *amax);
+        CHECK(amax != NULL);
+        K->fp8_quantize(whole, NULL, x, f, 0, NULL);
+        for (int p = 0; p + 1 < 6; p++) {
+            K->fp8_piece_amax(amax, x + cut[p], cut[p], cut[p + 1] - cut[p], f);
+            if (l == 0 && p == 0)
+                CHECK(amax[0] == 0.75f);
+        }
+        if (l == 0)
+            CHECK(amax[0] == 3.0f);
+        K->fp8_block_scales(q + N, amax, f);
+        if (l == 0)
+            CHECK_EQ_INT(120, q[N]);
+        for (int p = 0; p + 1 < 6; p++)
+            K->fp8_piece_quantize(q + cut[p], x + cut[p], cut[p], cut[p + 1] - cut[p], f, q + N);
+        CHECK(memcmp(whole + N, q + N, ns * sb) == 0);
+        CHECK(memcmp(whole, q, N) == 0);
+        free(amax);
+        free(whole);
+        free(q);
+    }
+    free(x);
+}
+
+/* matmul_fp8_split: a weight's column-wise MXFP8 copy in the weight's own shape (64 x 96, 32 x 1
+ * blocks), its elements in one buffer and its scales in another, read as B of dx = dy W: the
+ * same C as matmul_fp8 on the copy with its scales after the elements, and as on the kernels'
+ * transposed form (96 x 64, 1 x 32, read transposed): the same values. dy (A) keeps its own
+ * scales after its elements (sa NULL). */
+static void test_matmul_split(void)
+{
+    enum { M = 8, O = 64, I = 96 };
+    float *w = malloc(O * I * sizeof *w), dy[M * O], c0[M * I], c1[M * I], c2[M * I];
+    CHECK(w != NULL);
+    for (int i = 0; i < O * I; i++)
+        w[i] = (float)((i * 29) % 83 - 41) / 32.0f * (float)(1 + i % 5);
+    for (int i = 0; i < M * O; i++)
+        dy[i] = (float)((i * 13) % 19 - 9) / 8.0f;
+    const KernFp8 fa = layout(M, O, 1, 32, 1, 1), fc = layout(O, I, 32, 1, 0, 1);
+    const KernFp8 ft = layout(I, O, 1, 32, 0, 1);
+    uint8_t *qa = fp8_alloc(&fa), *qc = fp8_alloc(&fc), *qt = fp8_alloc(&ft);
+    K->fp8_quantize(qa, NULL, dy, &fa, 0, NULL);
+    K->fp8_quantize(qc, NULL, w, &fc, 0, NULL);
+    K->fp8_quantize(qt, NULL, w, &ft, 1, NULL);
+    uint8_t *elems = malloc(O * I), *scales = malloc(kern_fp8_scales(&fc));
+    CHECK(elems != NULL && scales != NULL);
+    memcpy(elems, qc, O * I);
+    memcpy(scales, qc + O * I, kern_fp8_scales(&fc));
+    K->matmul_fp8(c0, PX_FP32, qa, &fa, qc, &fc, M, I, O, 0, 0, 1.0f, 0.0f);
+    K->matmul_fp8_split(c1, PX_FP32, qa, &fa, NULL, elems, &fc, scales, M, I, O, 0, 0, 1.0f,
+                        0.0f);
+    K->matmul_fp8(c2, PX_FP32, qa, &fa, qt, &ft, M, I, O, 0, 1, 1.0f, 0.0f);
+    CHECK(memcmp(c0, c1, sizeof c0) == 0);
+    CHECK(memcmp(c0, c2, sizeof c0) == 0);
+    free(w), free(qa), free(qc), free(qt), free(elems), free(scales);
+}
+
 int main(void)
 {
     K = kern_cpu();
@@ -564,5 +645,7 @@ int main(void)
     test_matmul();
     test_amax_update();
     test_delayed_needs_one_block();
+    test_pieces();
+    test_matmul_split();
     TEST_DONE("test_kernels_fp8");
 }

@@ -107,6 +107,15 @@ void kern_cpu_fp8_transpose(void *qt, const void *q, const KernFp8 *f);
 void kern_cpu_matmul_fp8(void *c, PxDtype c_dtype, const void *a, const KernFp8 *fa,
                          const void *b, const KernFp8 *fb, int m, int n, int k, int trans_a,
                          int trans_b, float alpha, float beta);
+void kern_cpu_fp8_piece_amax(float *amax, const void *x, uint64_t off, uint64_t n,
+                             const KernFp8 *f);
+void kern_cpu_fp8_block_scales(void *scales, const float *amax, const KernFp8 *f);
+void kern_cpu_fp8_piece_quantize(uint8_t *q, const void *x, uint64_t off, uint64_t n,
+                                 const KernFp8 *f, const void *scales);
+void kern_cpu_matmul_fp8_split(void *c, PxDtype c_dtype, const void *a, const KernFp8 *fa,
+                               const void *sa, const void *b, const KernFp8 *fb, const void *sb,
+                               int m, int n, int k, int trans_a, int trans_b, float alpha,
+                               float beta);
 void kern_cpu_fp8_amax_update(float *history, float *scale, const float *amax,
                               const float *fmax, int len, int n);
 

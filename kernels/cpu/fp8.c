@@ -185,13 +185,14 @@ static void decode_init(void)
     }
 }
 
-void kern_cpu_fp8_dequantize(void *x, const void *q, const KernFp8 *f)
+/* x from q's elements and the scales at given (NULL: right after the elements). */
+static void dequantize_with(void *x, const void *q, const void *given, const KernFp8 *f)
 {
     // x is (rows,cols); q is (rows,cols) bytes then the scales
     check_layout(f, "fp8_dequantize: bad layout (negative size or block)");
     const int rows = f->rows, cols = f->cols, br = f->block_r, bc = f->block_c;
     const uint8_t *qb = q;
-    const uint8_t *scales = qb + (size_t)rows * cols;
+    const uint8_t *scales = given ? (const uint8_t *)given : qb + (size_t)rows * cols;
     pthread_once(&decode_once, decode_init);
     const float *decode = decode_lut[f->e5m2 ? 1 : 0];
     float *xf = x;
@@ -209,20 +210,34 @@ void kern_cpu_fp8_dequantize(void *x, const void *q, const KernFp8 *f)
     }
 }
 
-/* A decoded copy of q on the heap, which the caller frees; aborts when out of memory (a kernel
- * has no status to return). */
-static float *dequantize_alloc(const void *q, const KernFp8 *f)
+void kern_cpu_fp8_dequantize(void *x, const void *q, const KernFp8 *f)
+{
+    dequantize_with(x, q, NULL, f);
+}
+
+/* A decoded copy of q (its scales at given, NULL: after its elements) on the heap, which the
+ * caller frees; aborts when out of memory (a kernel has no status to return). */
+static float *dequantize_alloc(const void *q, const void *given, const KernFp8 *f)
 {
     size_t n = (size_t)f->rows * (size_t)f->cols;
     float *x = malloc((n ? n : 1) * sizeof *x);
     KERN_CHECK(x != NULL, "matmul_fp8: out of memory decoding an operand");
-    kern_cpu_fp8_dequantize(x, q, f);
+    dequantize_with(x, q, given, f);
     return x;
 }
 
 void kern_cpu_matmul_fp8(void *c, PxDtype c_dtype, const void *a, const KernFp8 *fa,
                          const void *b, const KernFp8 *fb, int m, int n, int k, int trans_a,
                          int trans_b, float alpha, float beta)
+{
+    kern_cpu_matmul_fp8_split(c, c_dtype, a, fa, NULL, b, fb, NULL, m, n, k, trans_a, trans_b,
+                              alpha, beta);
+}
+
+void kern_cpu_matmul_fp8_split(void *c, PxDtype c_dtype, const void *a, const KernFp8 *fa,
+                               const void *sa, const void *b, const KernFp8 *fb, const void *sb,
+                               int m, int n, int k, int trans_a, int trans_b, float alpha,
+                               float beta)
 {
     // c is (m,n); a is (m,k), or (k,m) when trans_a; b is (k,n), or (n,k) when trans_b
     // The operands are decoded whole into temporaries of this call (m*k + k*n floats), not into
@@ -235,8 +250,8 @@ void kern_cpu_matmul_fp8(void *c, PxDtype c_dtype, const void *a, const KernFp8 
                "matmul_fp8: A's layout is not op(A) [m,k]");
     KERN_CHECK(fb->rows == (trans_b ? n : k) && fb->cols == (trans_b ? k : n),
                "matmul_fp8: B's layout is not op(B) [k,n]");
-    float *ad = dequantize_alloc(a, fa);
-    float *bd = dequantize_alloc(b, fb);
+    float *ad = dequantize_alloc(a, sa, fa);
+    float *bd = dequantize_alloc(b, sb, fb);
     kern_cpu_matmul(c, c_dtype, ad, bd, m, n, k, trans_a, trans_b, alpha, beta);
     free(ad);
     free(bd);
@@ -262,4 +277,56 @@ void kern_cpu_fp8_amax_update(float *history, float *scale, const float *amax,
         if (isfinite(mx))
             scale[i] = scale_f32_of(mx, fmax[i]);
     }
+}
+
+/* The block (row-major block order) of element e of the row-major matrix of layout f. */
+static size_t block_of(const KernFp8 *f, uint64_t e)
+{
+    const uint64_t cols = (uint64_t)f->cols, r = e / cols, c = e % cols;
+    const size_t nbc = ceil_div((size_t)f->cols, (size_t)f->block_c);
+    return (size_t)(r / (uint64_t)f->block_r) * nbc + (size_t)(c / (uint64_t)f->block_c);
+}
+
+static void check_piece(const KernFp8 *f, uint64_t off, uint64_t n, const char *what)
+{
+    check_layout(f, what);
+    KERN_CHECK(off + n >= off && off + n <= (uint64_t)f->rows * (uint64_t)f->cols, what);
+}
+
+void kern_cpu_fp8_piece_amax(float *amax, const void *x, uint64_t off, uint64_t n,
+                             const KernFp8 *f)
+{
+    // x is the n elements [off, off + n) of the (rows,cols) matrix; amax is f's block grid
+    check_piece(f, off, n, "fp8_piece_amax: the piece lies outside its matrix");
+    const float *xf = x;
+    for (uint64_t i = 0; i < n; i++) {
+        const float a = fabsf(xf[i]);
+        const size_t b = block_of(f, off + i);
+        if (isfinite(a) && a > amax[b])
+            amax[b] = a;
+    }
+}
+
+void kern_cpu_fp8_block_scales(void *scales, const float *amax, const KernFp8 *f)
+{
+    // amax holds each block's largest finite |x| (fp8_piece_amax's): finite, >= 0
+    check_layout(f, "fp8_block_scales: bad layout (negative size or block)");
+    const size_t n = kern_fp8_scales(f);
+    uint8_t *s = scales;
+    for (size_t i = 0; i < n; i++) {
+        if (f->e8m0)
+            s[i] = (uint8_t)(scale_e8m0_exp(amax[i], fp8_emax(f->e5m2)) + E8M0_BIAS);
+        else
+            scale_store_f32(s, i, scale_f32_of(amax[i], fp8_fmax(f->e5m2)));
+    }
+}
+
+void kern_cpu_fp8_piece_quantize(uint8_t *q, const void *x, uint64_t off, uint64_t n,
+                                 const KernFp8 *f, const void *scales)
+{
+    check_piece(f, off, n, "fp8_piece_quantize: the piece lies outside its matrix");
+    uint8_t (*encode)(float) = f->e5m2 ? px_float_to_e5m2 : px_float_to_e4m3;
+    const float *xf = x;
+    for (uint64_t i = 0; i < n; i++)
+        q[i] = encode(xf[i] / scale_load(scales, block_of(f, off + i), f->e8m0));
 }

@@ -245,10 +245,10 @@ __global__ void fp8_quantize_kernel(uint8_t *q, const T *x, Fp8Geom g, int trans
 }
 
 template <typename T>
-__global__ void fp8_dequantize_kernel(T *x, const uint8_t *q, Fp8Geom g)
+__global__ void fp8_dequantize_kernel(T *x, const uint8_t *q, const void *given, Fp8Geom g)
 {
     const size_t n = (size_t)g.rows * g.cols;
-    const void *scales = q + n;
+    const void *scales = given ? given : q + n;
     GRID_STRIDE(i, n)
     {
         const int r = (int)(i / g.cols), c = (int)(i % g.cols);
@@ -290,13 +290,20 @@ static void fp8_quantize(void *q, float *amax, const void *x, const KernFp8 *f, 
     KLAUNCH_N(fp8_quantize_kernel<T>, n, (uint8_t *)q, (const T *)x, g, trans);
 }
 
-template <typename T> static void fp8_dequantize(void *x, const void *q, const KernFp8 *f)
+/* x from q's elements and the scales at given (NULL: right after the elements) */
+template <typename T>
+static void fp8_dequantize_with(void *x, const void *q, const void *given, const KernFp8 *f)
 {
     const Fp8Geom g = fp8_geom(f, "fp8_dequantize: bad layout");
     const size_t n = (size_t)g.rows * g.cols;
     if (n == 0)
         return;
-    KLAUNCH_N(fp8_dequantize_kernel<T>, n, (T *)x, (const uint8_t *)q, g);
+    KLAUNCH_N(fp8_dequantize_kernel<T>, n, (T *)x, (const uint8_t *)q, given, g);
+}
+
+template <typename T> static void fp8_dequantize(void *x, const void *q, const KernFp8 *f)
+{
+    fp8_dequantize_with<T>(x, q, NULL, f);
 }
 
 /* q's transpose: element i of qt (cols x rows) from its place in q; past the elements, the
@@ -390,10 +397,13 @@ static void lt_matmul(void *c, PxDtype c_dtype, const void *a, const KernFp8 *fa
 
 static size_t round256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
+/* matmul_fp8 with the operands' scales at sa and sb (NULL: after their elements); cuBLASLt's
+ * path takes them from after the elements only */
 template <typename T>
-static void matmul_fp8(void *c, PxDtype c_dtype, const void *a, const KernFp8 *fa, const void *b,
-                       const KernFp8 *fb, int m, int n, int k, int trans_a, int trans_b,
-                       float alpha, float beta)
+static void matmul_fp8_split(void *c, PxDtype c_dtype, const void *a, const KernFp8 *fa,
+                             const void *sa, const void *b, const KernFp8 *fb, const void *sb,
+                             int m, int n, int k, int trans_a, int trans_b, float alpha,
+                             float beta)
 {
     // c is (m,n); a is (m,k), or (k,m) when trans_a; b is (k,n), or (n,k) when trans_b
     KERN_CHECK(c_dtype == ActTraits<T>::px || c_dtype == PX_FP32,
@@ -406,7 +416,7 @@ static void matmul_fp8(void *c, PxDtype c_dtype, const void *a, const KernFp8 *f
     KERN_CHECK(k > 0, "matmul_fp8: k must be positive (an FP8 operand has no empty layout)");
     if (m == 0 || n == 0)
         return;
-    if (lt_applies(c, a, fa, b, fb, m, n, k, trans_a, trans_b)) {
+    if (!sa && !sb && lt_applies(c, a, fa, b, fb, m, n, k, trans_a, trans_b)) {
         lt_matmul<T>(c, c_dtype, a, fa, b, fb, m, n, k, alpha, beta);
         return;
     }
@@ -414,11 +424,20 @@ static void matmul_fp8(void *c, PxDtype c_dtype, const void *a, const KernFp8 *f
     unsigned char *ws = (unsigned char *)kern_cuda_workspace(round256(na * sizeof(T)) +
                                                              round256(nb * sizeof(T)) + 256);
     T *da = (T *)ws, *db = (T *)(ws + round256(na * sizeof(T)));
-    fp8_dequantize<T>(da, a, fa);
-    fp8_dequantize<T>(db, b, fb);
+    fp8_dequantize_with<T>(da, a, sa, fa);
+    fp8_dequantize_with<T>(db, b, sb, fb);
     kern_cuda_gemm(c, c_dtype == PX_FP32 ? CUDA_R_32F : ActTraits<T>::blas, n, 0, da,
                    trans_a ? m : k, 0, db, trans_b ? k : n, 0, ActTraits<T>::blas, m, n, k,
                    trans_a, trans_b, alpha, beta, 1);
+}
+
+template <typename T>
+static void matmul_fp8(void *c, PxDtype c_dtype, const void *a, const KernFp8 *fa, const void *b,
+                       const KernFp8 *fb, int m, int n, int k, int trans_a, int trans_b,
+                       float alpha, float beta)
+{
+    matmul_fp8_split<T>(c, c_dtype, a, fa, NULL, b, fb, NULL, m, n, k, trans_a, trans_b, alpha,
+                        beta);
 }
 
 /* ---- delayed scaling ---- */
@@ -451,13 +470,86 @@ static void fp8_amax_update(float *history, float *scale, const float *amax, con
     KLAUNCH_N(fp8_amax_update_kernel, (size_t)n, history, scale, amax, fmax, len, n);
 }
 
+/* ---- a weight quantized from flat pieces (kernels.h's fp8_piece_amax, fp8_block_scales,
+ * fp8_piece_quantize): a thread an element, the block of element off + i found from its row
+ * and column; the maxima meet through atomicMax on the bits of |x| (finite, non-negative:
+ * they order as the floats do) ---- */
+
+template <typename T>
+__global__ void fp8_piece_amax_kernel(unsigned *amax, const T *x, size_t off, size_t n, Fp8Geom g)
+{
+    GRID_STRIDE(i, n)
+    {
+        const size_t e = off + i;
+        const unsigned a = __float_as_uint(to_f(x[i])) & 0x7fffffffu;
+        if (a < 0x7f800000u && a > 0u)
+            atomicMax(&amax[fp8_block_of(g, (int)(e / g.cols), (int)(e % g.cols))], a);
+    }
+}
+
+template <typename T>
+__global__ void fp8_piece_quantize_kernel(uint8_t *q, const T *x, size_t off, size_t n,
+                                          Fp8Geom g, const void *scales)
+{
+    GRID_STRIDE(i, n)
+    {
+        const size_t e = off + i;
+        const float f = to_f(x[i]);
+        if (isnan(f))
+            q[i] = act_sign(x[i]) ? 0xff : 0x7f; /* the CPU's NaN, sign kept */
+        else
+            q[i] = fp8_encode(
+                __fdiv_rn(f, fp8_scale_of(scales, g,
+                                          fp8_block_of(g, (int)(e / g.cols), (int)(e % g.cols)))),
+                g.e5m2);
+    }
+}
+
+static void fp8_piece_check(const Fp8Geom &g, uint64_t off, uint64_t n, const char *what)
+{
+    KERN_CHECK(off + n >= off && off + n <= (uint64_t)g.rows * (uint64_t)g.cols, what);
+}
+
+template <typename T>
+static void fp8_piece_amax(float *amax, const void *x, uint64_t off, uint64_t n, const KernFp8 *f)
+{
+    const Fp8Geom g = fp8_geom(f, "fp8_piece_amax: bad layout");
+    fp8_piece_check(g, off, n, "fp8_piece_amax: the piece lies outside its matrix");
+    if (n > 0)
+        KLAUNCH_N(fp8_piece_amax_kernel<T>, (size_t)n, (unsigned *)amax, (const T *)x,
+                  (size_t)off, (size_t)n, g);
+}
+
+static void fp8_block_scales(void *scales, const float *amax, const KernFp8 *f)
+{
+    const Fp8Geom g = fp8_geom(f, "fp8_block_scales: bad layout");
+    if (g.nscales > 0)
+        KLAUNCH_N(fp8_scales_kernel, g.nscales, scales, (const unsigned *)amax,
+                  (const float *)NULL, g);
+}
+
+template <typename T>
+static void fp8_piece_quantize(uint8_t *q, const void *x, uint64_t off, uint64_t n,
+                               const KernFp8 *f, const void *scales)
+{
+    const Fp8Geom g = fp8_geom(f, "fp8_piece_quantize: bad layout");
+    fp8_piece_check(g, off, n, "fp8_piece_quantize: the piece lies outside its matrix");
+    if (n > 0)
+        KLAUNCH_N(fp8_piece_quantize_kernel<T>, (size_t)n, q, (const T *)x, (size_t)off,
+                  (size_t)n, g, scales);
+}
+
 template <typename T> static void fill(KernBackend *k)
 {
     k->fp8_quantize = fp8_quantize<T>;
     k->fp8_dequantize = fp8_dequantize<T>;
     k->fp8_transpose = fp8_transpose;
     k->matmul_fp8 = matmul_fp8<T>;
+    k->matmul_fp8_split = matmul_fp8_split<T>;
     k->fp8_amax_update = fp8_amax_update;
+    k->fp8_piece_amax = fp8_piece_amax<T>;
+    k->fp8_block_scales = fp8_block_scales;
+    k->fp8_piece_quantize = fp8_piece_quantize<T>;
 }
 
 void kern_cuda_table_fp8(KernBackend *k)
