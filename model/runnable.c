@@ -58,8 +58,10 @@ static const char *fp8_limit(const ModelSpec *s, const ModelDims *d)
      * (model_fp8_attn_copies); the fused core saves the FP8 copies. Blockwise with FP8
      * attention is no job (model/spec.c, check_fp8). MXFP8's second copies reach the core
      * where it reads this rank's Q, K, V itself (layers.c, multi-head latent attention's planes
-     * each a copy of its own): not through context parallelism's gathers and exchanges (cp.c):
-     * refused by name. With cp the fused core's FP8 runs over the all-gather, the ring and
+     * each a copy of its own). With cp, as Transformer Engine runs it (model_fp8_attn_cp16),
+     * K and V gathered in the act dtype and the core quantizing this rank's Q, K, V and the
+     * gathered K, V into both copies after the gather (layers.c's fp8_core_cp16): the
+     * all-gather runs; the ring and Ulysses, and multi-head latent attention, refused by name. With cp the fused core's FP8 runs over the all-gather, the ring and
      * Ulysses under tensorwise and delayed (cp.c; delayed: the output and the Q, K, V gradients
      * in their codes where TE moves them so, model_fp8_attn_dqkv); multi-head latent
      * attention's K, V codes are packed from its planes, as Transformer Engine's CP moves them
@@ -72,9 +74,10 @@ static const char *fp8_limit(const ModelSpec *s, const ModelDims *d)
                ? "fp8_attention under mxfp8 with multi-head latent attention runs without "
                  "context parallelism (--cp 1): its ring, all-gather and Ulysses cores do not "
                  "take the column-wise copies of its Q, K, V planes and dO"
-           : mx && s->layout.cp > 1
-               ? "fp8_attention under mxfp8 runs without context parallelism (--cp 1): its "
-                 "cores do not yet take the column-wise copies of Q, K, V and dO"
+           : mx && s->layout.cp > 1 && s->layout.cp_comm != MODEL_CP_COMM_ALLGATHER
+               ? "fp8_attention under mxfp8 with cp runs over the all-gather (--cp-comm-type "
+                 "allgather): the ring's and Ulysses' cores do not yet quantize their steps' "
+                 "parts into both copies"
            : s->layout.cp > 1 && mla && s->layout.cp_comm != MODEL_CP_COMM_ALLGATHER &&
                    model_fp8_attn_dqkv(s)
                ? "fp8_attention with multi-head latent attention and cp runs over p2p or a2a "

@@ -388,6 +388,15 @@ static const Layout layouts[] = {
      "--model tiny-llama --seq 128 --fp8-recipe delayed --fp8-amax-history 16 --fp8-attention "
      "--recompute full",
      3, 0, NULL, 3e-3},
+    /* MXFP8 attention with the all-gather, as Transformer Engine runs it: K, V gathered in
+     * the act dtype (the layout without FP8 attention's bytes), this rank's 16-bit Q, K, V
+     * saved, and the core quantizing this rank's Q, K, V and the gathered K, V into both
+     * copies after each gather; tiny-hd32 at sequence 128 (a rank's chunks 32 rows: one
+     * column-wise block each, the blocks of one rank's, so within 1e-6, not FP8's 3e-3:
+     * measured 3.4e-10) */
+    {"hd32_cp2_allgather_fp8_attention_mxfp8", 2,
+     "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type allgather --zero 0 --no-sp " PIN1,
+     "--seq 128 --fp8-recipe mxfp8 --fp8-attention", 3, 0, NULL, 1e-6},
     /* Ulysses under tensorwise: Q, K, V's codes and dO's cross the all-to-alls, each block
      * with its sender's decode factor; the head-split Q, K, V the core saves are the received
      * blocks (attn.qkv.out: cp - 1 factors more) */

@@ -187,7 +187,7 @@ int exec_cp_gather_kv(const ExecLayerRun *r, const ExecLayerActs *a, int l, int 
     const int kv2 = d->kv2_loc, C = exec_cp_part_len(c);
     const size_t row = (size_t)kv2 * c->ab, count = (size_t)b * sl * kv2;
     const void *blocks = r->W->cp_kv;
-    if (model_fp8_attn_qkv(&c->spec)) {
+    if (model_fp8_attn_codes(&c->spec)) { /* MXFP8 (model_fp8_attn_cp16): the act dtype */
         if (!(blocks = gather_kv_fp8(r, a, l, chunk, ph, err)))
             return PX_ERUNTIME;
     } else {
