@@ -779,7 +779,8 @@ static void cp_forward(Emit *e, const char *n, int before)
         break;
     case MODEL_CP_COMM_A2A:
         comm(e, n, MODEL_CP_ALL_TO_ALL, d->c,
-             before ? cp_a2a_bytes(e, M * (d->q_loc + (double)d->kv2_loc), model_fp8_attn_codes(e->s))
+             before ? cp_a2a_bytes(e, M * (d->q_loc + (double)d->kv2_loc),
+                                   model_fp8_attn_codes(e->s))
                     : cp_a2a_bytes(e, M * d->o_loc, model_fp8_attn_out(e->s)),
              1);
         break;

@@ -1131,12 +1131,15 @@ void model_fp8_workspace(const ModelSpec *s, const ModelDims *d, ModelFp8Workspa
      * after them (the row-wise one decoded in place, in ws.dhid) */
     if (model_fp8_attn_copies(s) == 2)
         core = (uint64_t)M * (uint64_t)(2 * (d->q_loc + d->kv2_loc) + d->o_loc);
-    /* with the all-gather (model_fp8_attn_cp16) the whole sequence's K, V decoded from their
-     * column-wise copy after them, and both copies' codes quantized one at a time in q0:
-     * this rank's Q, K, V, then the gathered K, V (exec/train/layers.c's fp8_core_cp16) */
-    if (model_fp8_attn_cp16(s) && s->layout.cp_comm == MODEL_CP_COMM_ALLGATHER) {
-        const int64_t kv = (int64_t)d->b * d->s;
-        core += (uint64_t)kv * (uint64_t)d->kv2_loc;
+    /* MXFP8 with cp (model_fp8_attn_cp16) over the all-gather: the whole sequence's K, V
+     * decoded from their column-wise copy after them, and both copies' codes quantized one
+     * at a time in q0: this rank's Q, K, V, then the gathered K, V (exec/train/layers.c's
+     * fp8_core_cp16) */
+    if (model_fp8_attn_cp16(s) && s->layout.cp_comm != MODEL_CP_COMM_A2A) {
+        /* the ring (cp.c's ring_mx_block): the block at hand decoded from both copies */
+        const int gather = s->layout.cp_comm == MODEL_CP_COMM_ALLGATHER;
+        const int64_t kv = gather ? (int64_t)d->b * d->s : M;
+        core += (uint64_t)(gather ? 1 : 2) * (uint64_t)kv * (uint64_t)d->kv2_loc;
         const uint64_t q = model_fp8_bytes(s->job.fp8, 0, M, d->q_loc + d->kv2_loc);
         const uint64_t g = model_fp8_bytes(s->job.fp8, 0, kv, d->kv2_loc);
         most_q = q > most_q ? q : most_q;

@@ -397,6 +397,14 @@ static const Layout layouts[] = {
     {"hd32_cp2_allgather_fp8_attention_mxfp8", 2,
      "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type allgather --zero 0 --no-sp " PIN1,
      "--seq 128 --fp8-recipe mxfp8 --fp8-attention", 3, 0, NULL, 1e-6},
+    /* and on the ring (AttnFuncWithCPAndKVP2P's MXFP8): the blocks in the act dtype, each
+     * quantized into both copies at its step, dK, dV riding the ring as without FP8. The
+     * merged outputs round differently from one rank's, which moves FP8 codes downstream:
+     * measured 2.9e-5, held within 1e-4 (the forward reading every step's V from the first
+     * block's column-wise copy measured 1.8e-4) */
+    {"hd32_cp2_p2p_fp8_attention_mxfp8", 2,
+     "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type p2p --zero 0 --no-sp " PIN1,
+     "--seq 128 --fp8-recipe mxfp8 --fp8-attention", 3, 0, NULL, 1e-4},
     /* Ulysses under tensorwise: Q, K, V's codes and dO's cross the all-to-alls, each block
      * with its sender's decode factor; the head-split Q, K, V the core saves are the received
      * blocks (attn.qkv.out: cp - 1 factors more) */

@@ -345,6 +345,20 @@ ExecFp8Ref exec_fp8_core_quantize(ExecFp8 *F, const ExecCtx *c, void *q, const v
     return r;
 }
 
+void exec_fp8_mx_copies(ExecFp8 *F, const ExecCtx *c, void *row, void *col, const void *x,
+                        int rows, int cols)
+{
+    KernFp8 f = exec_fp8_desc(F, rows, cols, 0, 0);
+    const int br = f.block_r;
+    f.block_r = f.block_c;
+    f.block_c = br;
+    c->k->fp8_quantize(F->q0, NULL, x, &f, 0, NULL);
+    c->k->fp8_dequantize(col, F->q0, &f);
+    f = exec_fp8_desc(F, rows, cols, 0, 0);
+    c->k->fp8_quantize(F->q0, NULL, x, &f, 0, NULL);
+    c->k->fp8_dequantize(row, F->q0, &f);
+}
+
 /* Where FP8 attention's fused core writes its output under delayed scaling
  * (model_fp8_attn_out): ws.fp8's act part after Q, K and V, decoded there from its FP8 copy
  * (attn.proj.in) for the projection and the core's backward; NULL otherwise. */

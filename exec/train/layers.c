@@ -405,7 +405,8 @@ static void *fp8_core_kv_col(const ExecLayerRun *r)
  * ws.fp8's act part as on one rank (row-wise at fp8_core_qkv, column-wise at fp8_core_col),
  * and the gathered K, V of the whole sequence (cp.kv_full) the same: the column-wise copy
  * decoded into fp8_core_kv_col, the row-wise one in place. Each copy's codes pass through
- * ws.fp8's q0, one at a time. */
+ * ws.fp8's q0, one at a time. On the ring (AttnFuncWithCPAndKVP2P, the same 16-bit saves)
+ * this rank's Q, K, V only, before the ring passes; each block is quantized at its step. */
 static void fp8_core_cp16(const ExecLayerRun *r, const ExecLayerActs *a, int l, int rec)
 {
     const ExecCtx *c = r->c;
@@ -417,6 +418,8 @@ static void fp8_core_cp16(const ExecLayerRun *r, const ExecLayerActs *a, int l, 
     ExecFp8Ref q = exec_fp8_core_quantize(r->fp8, c, r->fp8->q0, own, N, qkv, EXEC_FP8_CORE_QKV,
                                           fq, rec);
     c->k->fp8_dequantize(r->fp8->act, q.q, &q.f);
+    if (!fp8_core_kv_col(r)) /* the ring: its blocks at each step (cp.c's ring_mx_block) */
+        return;
     const KernFp8 f = fp8_core_colwise(r, r->fp8->q0, kv, S, c->d.kv2_loc, 0);
     c->k->fp8_dequantize(fp8_core_kv_col(r), r->fp8->q0, &f);
     q = exec_fp8_core_quantize(r->fp8, c, r->fp8->q0, kv, S, c->d.kv2_loc, EXEC_FP8_CORE_QKV, fq,
@@ -433,8 +436,8 @@ static void fp8_core_fwd(const ExecLayerRun *r, const ExecLayerActs *a, int l, i
 {
     const ExecCtx *c = r->c;
     const int N = c->d.b * c->d.s_loc, qkv = c->d.q_loc + c->d.kv2_loc;
-    if (!model_fp8_op(&c->spec, MODEL_OPR_CORE) || fp8_core_kv_col(r)) /* cp16: after the gather */
-        return;
+    if (!model_fp8_op(&c->spec, MODEL_OPR_CORE) || model_fp8_attn_cp16(&c->spec))
+        return; /* MXFP8 with cp: after the gather, or on the ring (fp8_core_cp16) */
     const ExecFp8Weight *fq = fp8_core_weight(r, l);
     void *x = fp8_core_qkv(r), *saved = EXEC_LA(a, QKV_OUT), *col = fp8_core_col(r, 0);
     if (col) { /* MXFP8: the column-wise copy after the row-wise one, from the values before
@@ -475,7 +478,7 @@ static const void *fp8_core_bwd(const ExecLayerRun *r, const ExecLayerActs *a, i
     const ExecFp8Weight *fq = fp8_core_weight(r, l);
     void *x = fp8_core_qkv(r), *o = exec_fp8_core_out(r), *col = fp8_core_col(r, 0);
     void *dcol = fp8_core_col(r, 1);
-    if (fp8_core_kv_col(r)) /* MXFP8 with the all-gather: the saved 16-bit Q, K, V again */
+    if (model_fp8_attn_cp16(&c->spec)) /* MXFP8 with cp: the saved 16-bit Q, K, V again */
         fp8_core_cp16(r, a, l, 0);
     else if (x) {
         const ExecFp8Ref q = exec_fp8_saved(r->fp8, EXEC_LA(a, QKV_OUT), N, qkv);
@@ -511,8 +514,11 @@ static int attention_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *ou
     const int cp = d->c > 1, kvs = d->kv2_loc, P = exec_cp_parts(c);
     const int C = exec_cp_part_len(c);
     const size_t tile = (size_t)H * sl * d->s;
-    if (exec_cp_owns_core(c))
+    if (exec_cp_owns_core(c)) {
+        if (model_fp8_attn_cp16(&c->spec)) /* the ring's MXFP8: this rank's Q, K, V first */
+            fp8_core_cp16(r, a, l, ph == MODEL_FWD);
         return exec_cp_attention_fwd(r, a, out, mb, l, chunk, ph, comm, err);
+    }
     if (cp && comm)
         TRY(exec_cp_gather_kv(r, a, l, chunk, ph, err));
     if (cp && fp8_core_kv_col(r)) /* MXFP8: both copies after the gather */
@@ -660,8 +666,11 @@ static int attention_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int chun
         TRY(attention_fwd(r, a, r->W->dqkv, mb, l, chunk, MODEL_RECOMPUTE, 0, err));
         op_close(r, op);
     }
-    if (exec_cp_owns_core(c))
+    if (exec_cp_owns_core(c)) {
+        if (model_fp8_attn_cp16(&c->spec)) /* the ring's MXFP8: Q, K, V and dO both ways */
+            fp8_core_bwd(r, a, l);
         return exec_cp_attention_bwd(r, a, l, chunk, err);
+    }
     core_bwd(r, a, fp8_core_bwd(r, a, l), l);
     return gather ? exec_cp_scatter_dkv(r, l, chunk, err) : PX_OK;
 }
@@ -771,9 +780,9 @@ static int layer_fwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
         op = op_open(r, l, MODEL_OPR_QKV, ph);
         TRY(exec_tp_column_input(r, chunk, l, MODEL_OPR_QKV, ph, fq, EXEC_LA(a, QKV_IN), ln1, &x,
                                  &xq, err));
-        /* FP8 attention: quantized under the core's op (MXFP8 with the all-gather: after it,
-         * from the 16-bit attn.qkv.out) */
-        void *qo = fp8_core_kv_col(r) ? EXEC_LA(a, QKV_OUT) : core_qkv(r, a);
+        /* FP8 attention: quantized under the core's op (MXFP8 with cp: after the gather or
+         * on the ring, from the 16-bit attn.qkv.out) */
+        void *qo = model_fp8_attn_cp16(&c->spec) ? EXEC_LA(a, QKV_OUT) : core_qkv(r, a);
         if (fq)
             fp8_fwd(r, qo, xq, fq, N, ph);
         else
