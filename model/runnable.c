@@ -60,9 +60,10 @@ static const char *fp8_limit(const ModelSpec *s, const ModelDims *d)
      * where it reads this rank's Q, K, V itself (layers.c, multi-head latent attention's planes
      * each a copy of its own). With cp, as Transformer Engine runs it (model_fp8_attn_cp16),
      * K and V gathered in the act dtype and the core quantizing this rank's Q, K, V and the
-     * gathered K, V into both copies after the gather, or the ring's blocks at each step
-     * (layers.c's fp8_core_cp16, cp.c's ring_mx_block): the all-gather and the ring run;
-     * Ulysses, and multi-head latent attention, refused by name. With cp the fused core's FP8
+     * gathered K, V into both copies after the gather, the ring's blocks at each step, or
+     * Ulysses' head split after its all-to-all (layers.c's fp8_core_cp16, cp.c's
+     * ring_mx_block and a2a_qkv): every kind runs; multi-head latent attention is refused
+     * by name. With cp the fused core's FP8
      * runs over the all-gather, the ring and
      * Ulysses under tensorwise and delayed (cp.c; delayed: the output and the Q, K, V gradients
      * in their codes where TE moves them so, model_fp8_attn_dqkv); multi-head latent
@@ -76,10 +77,6 @@ static const char *fp8_limit(const ModelSpec *s, const ModelDims *d)
                ? "fp8_attention under mxfp8 with multi-head latent attention runs without "
                  "context parallelism (--cp 1): its ring, all-gather and Ulysses cores do not "
                  "take the column-wise copies of its Q, K, V planes and dO"
-           : mx && s->layout.cp > 1 && s->layout.cp_comm == MODEL_CP_COMM_A2A
-               ? "fp8_attention under mxfp8 with cp runs over the all-gather and the ring "
-                 "(--cp-comm-type allgather or p2p): Ulysses' core does not yet quantize its "
-                 "head split into both copies"
            : s->layout.cp > 1 && mla && s->layout.cp_comm != MODEL_CP_COMM_ALLGATHER &&
                    model_fp8_attn_dqkv(s)
                ? "fp8_attention with multi-head latent attention and cp runs over p2p or a2a "

@@ -528,8 +528,8 @@ int main(void)
             CHECK_EQ_INT(fused ? 2 : 0, model_fp8_attn_copies(&s));
             CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
         }
-        /* with context parallelism: the all-gather and the ring run (TE's 16-bit exchanges,
-         * the core quantizing after them: model_fp8_attn_cp16), Ulysses refused by name */
+        /* with context parallelism over every kind (TE's 16-bit exchanges, the core
+         * quantizing after them: model_fp8_attn_cp16; Ulysses saves its FP8 head split) */
         s.layout.tp = s.layout.etp = 1, s.layout.sp = 0, s.layout.cp = 2;
         const ModelCpComm kinds[] = {MODEL_CP_COMM_ALLGATHER, MODEL_CP_COMM_P2P, MODEL_CP_COMM_A2A};
         for (int i = 0; i < 3; i++) {
@@ -538,10 +538,7 @@ int main(void)
             CHECK_EQ_INT(1, model_fp8_attn_cp16(&s));
             CHECK_EQ_INT(0, model_fp8_attn_codes(&s));
             CHECK_EQ_INT(i == 2, model_fp8_attn_saved(&s));
-            CHECK_EQ_INT(i == 2, model_exec_refusal(&s, &d, 0, why, sizeof why));
-            CHECK(i < 2 || strstr(why, "fp8_attention under mxfp8 with cp runs over the "
-                                       "all-gather and the ring (--cp-comm-type allgather or "
-                                       "p2p): Ulysses' core does not yet quantize") != NULL);
+            CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
         }
     }
 

@@ -349,6 +349,16 @@ static void *a2a_heads(const ExecLayerRun *r, const ExecLayerActs *a)
     return model_fp8_attn_qkv(&r->c->spec) ? r->fp8->act : EXEC_LA(a, QKV_OUT);
 }
 
+/* Where Ulysses' core reads the column-wise copies under MXFP8 attention (model_fp8_attn_cp16):
+ * Q, K, V's (dout 0) after the row-wise ones in ws.fp8's act part, then dO's (dout 1), each in
+ * the head split's layout; NULL otherwise. */
+static void *a2a_mx_col(const ExecLayerRun *r, int dout)
+{
+    const ExecCtx *c = r->c;
+    const size_t N = (size_t)c->d.b * c->d.s_loc, qkv = (size_t)(c->d.q_loc + c->d.kv2_loc);
+    return model_fp8_attn_cp16(&c->spec) ? AT(r->fp8->act, N * qkv * (dout ? 2 : 1)) : NULL;
+}
+
 /* The received blocks (recv, x->rows x sg->W codes and a factor of sb bytes each) decoded with
  * their senders' factors into stage (act, rank-major) and moved into dst in global order. */
 static void a2a_fp8_decode(const ExecLayerRun *r, const CpA2a *x, const A2aSegs *sg,
@@ -553,13 +563,18 @@ static int a2a_qkv(const ExecLayerRun *r, const ExecLayerActs *a, int chunk, int
     CpA2a x;
     a2a_dims(c, &x);
     a2a_width(&x, x.W);
-    void *src = EXEC_LA(a, QKV_OUT);
+    const int mx = model_fp8_attn_cp16(&c->spec);
+    void *src = mx ? r->fp8->act : EXEC_LA(a, QKV_OUT);
     const ExecQkv v = exec_qkv_at(c, src, 0);
     a2a_pack(c, &x, &v, r->W->cp_send, 1);
     int rc = a2a_call(r, l, chunk, ph, 0, &x, r->W->cp_send, err);
     if (rc)
         return rc;
-    a2a_move(c, r->W->cp_recv, src, x.W, 1);
+    a2a_move(c, r->W->cp_recv, mx ? r->W->cp_send : src, x.W, 1);
+    if (mx) /* MXFP8 (AttnFuncWithCPAndQKVOA2A): the 16-bit head split quantized after the
+               exchange into both copies, saved (q_part, k_part, v_part) and decoded */
+        exec_fp8_mx_saved(r->fp8, c, EXEC_LA(a, QKV_OUT), r->fp8->act, a2a_mx_col(r, 0),
+                          r->W->cp_send, (int)x.rows, c->d.q_loc + c->d.kv2_loc);
     return PX_OK;
 }
 
@@ -613,6 +628,8 @@ static int a2a_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *out, int
             .q_stride = x.W, .k_stride = x.W, .v_stride = x.W,
             .out = AT(oh, (size_t)q * s * x.wo),
             .sinks = hs,
+            .v_col = a2a_mx_col(r, 0) ? AT(a2a_mx_col(r, 0), (size_t)q * s * x.W + x.wq + x.wk)
+                                      : NULL,
         };
         /* the fused core saves the log-sum-exp of its Hc x s rows (attn.lse's b x heads_loc x
          * s_loc), the unfused one its probabilities */
@@ -678,6 +695,12 @@ static int a2a_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int chunk, int
         rc = a2a_rows_to_heads(r, &x, l, chunk, EXEC_LA(a, PROJ_IN), r->W->dhid, err);
     if (rc)
         return rc;
+    void *qc = a2a_mx_col(r, 0), *dc = a2a_mx_col(r, 1);
+    if (qc) { /* MXFP8: the saved head split decoded, dO quantized into both copies there */
+        exec_fp8_mx_saved(r->fp8, c, EXEC_LA(a, QKV_OUT), r->fp8->act, qc, NULL, (int)x.rows,
+                          d->q_loc + d->kv2_loc);
+        exec_fp8_mx_copies(r->fp8, c, r->W->cp_send, dc, r->W->cp_send, d->b * s, x.wo, 1);
+    }
     const size_t tile = (size_t)Hc * s * s;
     for (int q = 0; q < d->b; q++) {
         const void *base = AT(a2a_heads(r, a), (size_t)q * s * x.W);
@@ -690,6 +713,9 @@ static int a2a_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int chunk, int
             .dout = AT(r->W->cp_send, (size_t)q * s * x.wo),
             .dq = db, .dk = AT(db, x.wq), .dv = AT(db, x.wq + x.wk),
             .dq_stride = x.W, .dk_stride = x.W, .dv_stride = x.W,
+            .q_col = qc ? AT(qc, (size_t)q * s * x.W) : NULL,
+            .k_col = qc ? AT(qc, (size_t)q * s * x.W + x.wq) : NULL,
+            .dout_col = dc ? AT(dc, (size_t)q * s * x.wo) : NULL,
         };
         if (flash) {
             b.out = AT(r->W->dhid, (size_t)q * s * x.wo);
@@ -753,7 +779,7 @@ static const void *ring_mx_block(const ExecLayerRun *r, const void *blk, const v
         return blk;
     void *row = AT(r->fp8->act, N * (2 * qkv + (size_t)d->o_loc));
     void *cb = AT(row, ring_block(c));
-    exec_fp8_mx_copies(r->fp8, c, row, cb, blk, d->b * d->s_loc, d->kv2_loc);
+    exec_fp8_mx_copies(r->fp8, c, row, cb, blk, d->b * d->s_loc, d->kv2_loc, 0);
     *col = cb;
     return row;
 }

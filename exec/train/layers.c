@@ -515,8 +515,8 @@ static int attention_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *ou
     const int C = exec_cp_part_len(c);
     const size_t tile = (size_t)H * sl * d->s;
     if (exec_cp_owns_core(c)) {
-        if (model_fp8_attn_cp16(&c->spec)) /* the ring's MXFP8: this rank's Q, K, V first */
-            fp8_core_cp16(r, a, l, ph == MODEL_FWD);
+        if (model_fp8_attn_cp16(&c->spec) && !model_fp8_attn_saved(&c->spec))
+            fp8_core_cp16(r, a, l, ph == MODEL_FWD); /* the ring's MXFP8: Q, K, V first */
         return exec_cp_attention_fwd(r, a, out, mb, l, chunk, ph, comm, err);
     }
     if (cp && comm)
@@ -667,8 +667,8 @@ static int attention_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int chun
         op_close(r, op);
     }
     if (exec_cp_owns_core(c)) {
-        if (model_fp8_attn_cp16(&c->spec)) /* the ring's MXFP8: Q, K, V and dO both ways */
-            fp8_core_bwd(r, a, l);
+        if (model_fp8_attn_cp16(&c->spec) && !model_fp8_attn_saved(&c->spec))
+            fp8_core_bwd(r, a, l); /* the ring's MXFP8: Q, K, V and dO both ways */
         return exec_cp_attention_bwd(r, a, l, chunk, err);
     }
     core_bwd(r, a, fp8_core_bwd(r, a, l), l);
@@ -781,8 +781,10 @@ static int layer_fwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
         TRY(exec_tp_column_input(r, chunk, l, MODEL_OPR_QKV, ph, fq, EXEC_LA(a, QKV_IN), ln1, &x,
                                  &xq, err));
         /* FP8 attention: quantized under the core's op (MXFP8 with cp: after the gather or
-         * on the ring, from the 16-bit attn.qkv.out) */
-        void *qo = model_fp8_attn_cp16(&c->spec) ? EXEC_LA(a, QKV_OUT) : core_qkv(r, a);
+         * on the ring, from the 16-bit attn.qkv.out; over Ulysses after its all-to-all) */
+        void *qo = model_fp8_attn_cp16(&c->spec) && !model_fp8_attn_saved(&c->spec)
+                       ? EXEC_LA(a, QKV_OUT)
+                       : core_qkv(r, a);
         if (fq)
             fp8_fwd(r, qo, xq, fq, N, ph);
         else
