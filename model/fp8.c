@@ -142,6 +142,22 @@ int model_fp8_attn_copies(const ModelSpec *s)
     return s->job.fp8 == MODEL_FP8_MXFP8 ? 2 : 1;
 }
 
+int model_fp8_attn_cp16(const ModelSpec *s)
+{
+    return model_fp8_attn_copies(s) == 2 && s->layout.cp > 1;
+}
+
+int model_fp8_attn_codes(const ModelSpec *s)
+{
+    return model_fp8_attn_qkv(s) && !model_fp8_attn_cp16(s);
+}
+
+int model_fp8_attn_saved(const ModelSpec *s)
+{
+    return model_fp8_attn_qkv(s) &&
+           (!model_fp8_attn_cp16(s) || s->layout.cp_comm == MODEL_CP_COMM_A2A);
+}
+
 int model_fp8_attn_dqkv(const ModelSpec *s)
 {
     return model_fp8_attn_out(s) && s->layout.cp > 1 &&

@@ -1037,6 +1037,19 @@ int model_fp8_attn_out(const ModelSpec *s);
  * combine_and_quantize under training, backends.py's FusedAttnFunc). 1 under a per-tensor
  * scale, 0 without model_fp8_attn_qkv. */
 int model_fp8_attn_copies(const ModelSpec *s);
+/* MXFP8 attention with context parallelism (model_fp8_attn_copies 2, cp > 1), as Transformer
+ * Engine runs it (context_parallel.py; docs/fp8.md, "FP8 attention with context
+ * parallelism"): nothing is quantized before an exchange, K and V (over Ulysses Q, K, V, the
+ * output and the gradients) travel in the 16-bit nominal dtype, and each step's fused call
+ * quantizes its own parts into both copies. model_fp8_attn_codes: Q, K, V (and dO) travel as
+ * FP8 codes, model_fp8_attn_qkv but not under MXFP8 with cp. model_fp8_attn_saved: the core's
+ * op keeps FP8 copies of Q, K, V in attn.qkv.out: model_fp8_attn_qkv but, under MXFP8 with
+ * cp, over Ulysses only (AttnFuncWithCPAndQKVOA2A saves its head-split FP8 q_part, k_part,
+ * v_part; the ring and the all-gather save this rank's 16-bit Q, K, V and quantize again in
+ * the backward). */
+int model_fp8_attn_cp16(const ModelSpec *s);
+int model_fp8_attn_codes(const ModelSpec *s);
+int model_fp8_attn_saved(const ModelSpec *s);
 /* MXFP8 parameters under ZeRO-3 (--fp8-recipe mxfp8 --zero 3 --fp8-param-gather), as
  * Megatron-FSDP runs them (docs/fp8.md, "MXFP8 parameters under ZeRO-3"): each rank keeps its
  * shard of both MXFP8 copies (row-wise, 1 x 32 blocks; column-wise, 32 x 1) and the whole

@@ -319,7 +319,11 @@ static void attention_fp8_emulated(Emit *e, ModelOp *op, double qkv, double out)
  * (read a, write 2 bytes an element) and reads the row-wise Q and K and the column-wise V; the
  * backward quantizes dO into both copies (read a, write 2) and reads Q, K and dO in both copies
  * (2 bytes an element where it read a) and V in one (the row-wise, for dP). Its output stays
- * 16-bit (model_fp8_attn_out 0). One kernel per quantize pass. */
+ * 16-bit (model_fp8_attn_out 0). One kernel per quantize pass. With context parallelism
+ * (model_fp8_attn_cp16) Transformer Engine quantizes each step's parts after the exchange
+ * (context_parallel.py's combine_and_quantize per step): priced as one pass over this rank's
+ * Q and the whole sequence's K, V (the qkv here), as the executor runs it; TE's all-gather
+ * quantizes each step's keys up to its chunk, (2 cp + 1) / (2 cp) of them on average. */
 static void attention_mxfp8(Emit *e, ModelOp *op, double qkv, double out)
 {
     const ModelDims *d = e->d;
@@ -327,8 +331,12 @@ static void attention_mxfp8(Emit *e, ModelOp *op, double qkv, double out)
     const int vw = e->s->model.mla.kv_lora_rank > 0 ? d->o_loc : d->kv_width_loc;
     const double v = (double)d->b * d->s * vw; /* the values' elements, of the qkv */
     if (e->phase == MODEL_BWD) {
-        op->fp8_cast_bytes = out * (a + 2.0);
+        /* with cp over the all-gather or the ring (model_fp8_attn_saved 0) the saved 16-bit
+         * Q, K, V (the gathered or passed K, V) are quantized into both copies again */
+        const double again = model_fp8_attn_saved(e->s) ? 0.0 : qkv * (a + 2.0);
+        op->fp8_cast_bytes = out * (a + 2.0) + again;
         op->bytes += op->fp8_cast_bytes - (qkv - v) * (a - 2.0) - v * (a - 1.0) - out * (a - 2.0);
+        op->kernels += again > 0.0;
     } else {
         op->fp8_cast_bytes = qkv * (a + 2.0);
         op->bytes += op->fp8_cast_bytes - qkv * (a - 1.0);
@@ -768,11 +776,13 @@ static double cp_kv_bytes(const Emit *e)
  * AttnFuncWithCPAndKVAllGather gathers the FP8 data of K and V (context_parallel.py), each
  * rank's with the 4-byte fp32 decode factor it quantized them with (docs/fp8.md, "The
  * executor": parallax's ranks keep their own scales) */
+/* (MXFP8 attention with cp, model_fp8_attn_cp16, moves the act dtype on every kind, as TE's
+ * three functions do under fp8_recipe.mxfp8(): model_fp8_attn_codes 0) */
 static double cp_gather_bytes(const Emit *e)
 {
     const ModelDims *d = e->d;
     const double kv = (double)d->b * d->s * (double)d->kv2_loc;
-    return model_fp8_attn_qkv(e->s) ? kv + d->c * 4.0 : kv * eb(e);
+    return model_fp8_attn_codes(e->s) ? kv + d->c * 4.0 : kv * eb(e);
 }
 
 /* A ring message of K, V: KVb, or with FP8 attention's fused core their one-byte codes and the
@@ -781,7 +791,8 @@ static double cp_gather_bytes(const Emit *e)
 static double cp_ring_bytes(const Emit *e)
 {
     const ModelDims *d = e->d;
-    return model_fp8_attn_qkv(e->s) ? (double)d->b * d->s_loc * d->kv2_loc + 4.0 : cp_kv_bytes(e);
+    return model_fp8_attn_codes(e->s) ? (double)d->b * d->s_loc * d->kv2_loc + 4.0
+                                       : cp_kv_bytes(e);
 }
 
 /* One of Ulysses' all-to-alls of a rank's `elems` elements: in the act dtype, or (fp8) their
@@ -805,7 +816,8 @@ static void cp_forward(Emit *e, const char *n, int before)
         break;
     case MODEL_CP_COMM_A2A:
         comm(e, n, MODEL_CP_ALL_TO_ALL, d->c,
-             before ? cp_a2a_bytes(e, M * (d->q_loc + (double)d->kv2_loc), model_fp8_attn_qkv(e->s))
+             before ? cp_a2a_bytes(e, M * (d->q_loc + (double)d->kv2_loc),
+                                   model_fp8_attn_codes(e->s))
                     : cp_a2a_bytes(e, M * d->o_loc, model_fp8_attn_out(e->s)),
              1);
         break;
@@ -836,7 +848,7 @@ static void cp_backward(Emit *e, const char *n, int before)
              * split, in FP8 (TE's AttnFuncWithCPAndQKVOA2A saves out_part, its FP8 output
              * before the all-to-all, and moves no output in the backward) */
             comm(e, n, MODEL_CP_ALL_TO_ALL, d->c, cp_a2a_bytes(e, M * d->o_loc, 1), 1);
-        } else if (before && model_fp8_attn_qkv(e->s)) {
+        } else if (before && model_fp8_attn_codes(e->s)) {
             /* dO in its codes, the saved output as the forward moved it: two calls of
              * unequal size, priced as two of their mean (the same time under alpha-beta) */
             const double go = cp_a2a_bytes(e, M * d->o_loc, 1);
@@ -851,7 +863,7 @@ static void cp_backward(Emit *e, const char *n, int before)
     default:
         if (before)
             break;
-        if (model_fp8_attn_qkv(e->s)) {
+        if (model_fp8_attn_codes(e->s)) {
             /* K, V's codes cp - 1 times, then every block's dK, dV home in one all-to-all:
              * codes under delayed scaling (TE's), the act dtype under current scaling */
             comm(e, n, MODEL_CP_P2P, d->c, cp_ring_bytes(e), d->c - 1);

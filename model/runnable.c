@@ -60,9 +60,13 @@ static const char *fp8_limit(const ModelSpec *s, const ModelDims *d)
      * (model_fp8_attn_copies); the fused core saves the FP8 copies. Blockwise with FP8
      * attention is no job (model/spec.c, check_fp8). MXFP8's second copies reach the core
      * where it reads this rank's Q, K, V itself (layers.c, multi-head latent attention's planes
-     * each a copy of its own): not through context parallelism's gathers and exchanges (cp.c):
-     * refused by name. With cp the fused core's FP8 runs over the all-gather, the ring and
-     * Ulysses under tensorwise and delayed (cp.c; delayed: the output and the Q, K, V gradients
+     * each a copy of its own). With cp, as Transformer Engine runs it (model_fp8_attn_cp16),
+     * K and V gathered in the act dtype and the core quantizing this rank's Q, K, V and the
+     * gathered K, V into both copies after the gather, the ring's blocks at each step, or
+     * Ulysses' head split after its all-to-all (layers.c's fp8_core_cp16, cp.c's
+     * ring_mx_block and a2a_qkv): every kind runs; multi-head latent attention is refused
+     * by name. Under the per-tensor recipes the fused core's FP8 with cp runs over the
+     * all-gather, the ring and Ulysses under tensorwise and delayed (cp.c; delayed: the output and the Q, K, V gradients
      * in their codes where TE moves them so, model_fp8_attn_dqkv); multi-head latent
      * attention's K, V codes are packed from its planes, as Transformer Engine's CP moves them
      * for unequal head widths (its test_attention_with_cp.py runs its MLA shapes in FP8 over
@@ -73,11 +77,8 @@ static const char *fp8_limit(const ModelSpec *s, const ModelDims *d)
     const int mla = s->model.mla.kv_lora_rank > 0;
     return mx && s->layout.cp > 1 && mla
                ? "fp8_attention under mxfp8 with multi-head latent attention runs without "
-                 "context parallelism (--cp 1): its ring, all-gather and Ulysses cores do not "
-                 "take the column-wise copies of its Q, K, V planes and dO"
-           : mx && s->layout.cp > 1
-               ? "fp8_attention under mxfp8 runs without context parallelism (--cp 1): its "
-                 "cores do not yet take the column-wise copies of Q, K, V and dO"
+                 "context parallelism (--cp 1): its cp cores do not quantize its Q, K, V planes "
+                 "into both copies"
                : NULL;
 }
 

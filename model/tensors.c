@@ -152,7 +152,7 @@ static void acts_fp8(const ModelSpec *s, ModelLayerAct *out, int n, const ModelT
  * each 32 positions of a sequence of one channel a block with its E8M0 scale (OCP MX v1.0). */
 static void acts_fp8_attn_colwise(const ModelSpec *s, ModelLayerAct *out, int n)
 {
-    if (model_fp8_attn_copies(s) < 2)
+    if (model_fp8_attn_copies(s) < 2 || !model_fp8_attn_saved(s))
         return;
     for (int i = 0; i < n; i++) {
         const ModelLayerAct *o = &out[i];
@@ -202,7 +202,7 @@ void model_moe_acts(const ModelSpec *s, const ModelDims *d, ModelRecompute mode,
  * factors more than the one of a rank's own copy. */
 static void fp8_attn_a2a(const ModelSpec *s, const ModelDims *d, ModelLayerAct *out)
 {
-    if (d->c < 2 || s->layout.cp_comm != MODEL_CP_COMM_A2A || !model_fp8_attn_qkv(s))
+    if (d->c < 2 || s->layout.cp_comm != MODEL_CP_COMM_A2A || !model_fp8_attn_codes(s))
         return;
     for (int i = 0; i < MODEL_LAYER_ACTS; i++)
         if (out[i].role == MODEL_TR_QKV_OUT && out[i].bytes > 0)
@@ -253,7 +253,7 @@ void model_layer_acts_at(const ModelSpec *s, const ModelDims *d, ModelRecompute 
                                  : pin == MODEL_FP8_PROJ_FP8 ? MODEL_TR_PROJ_IN
                                                              : MODEL_TR_NONE};
     int n_in = 3; /* and at most one each of the three below */
-    if (model_fp8_attn_qkv(s))
+    if (model_fp8_attn_saved(s)) /* MXFP8 with cp over the ring, the all-gather: 16-bit */
         fp8_in[n_in++] = MODEL_TR_QKV_OUT;
     if (model_fp8_attn_out(s))
         fp8_in[n_in++] = MODEL_TR_PROJ_IN;
@@ -1131,6 +1131,20 @@ void model_fp8_workspace(const ModelSpec *s, const ModelDims *d, ModelFp8Workspa
      * after them (the row-wise one decoded in place, in ws.dhid) */
     if (model_fp8_attn_copies(s) == 2)
         core = (uint64_t)M * (uint64_t)(2 * (d->q_loc + d->kv2_loc) + d->o_loc);
+    /* MXFP8 with cp (model_fp8_attn_cp16) over the all-gather: the whole sequence's K, V
+     * decoded from their column-wise copy after them, and both copies' codes quantized one
+     * at a time in q0: this rank's Q, K, V, then the gathered K, V (exec/train/layers.c's
+     * fp8_core_cp16) */
+    if (model_fp8_attn_cp16(s) && s->layout.cp_comm != MODEL_CP_COMM_A2A) {
+        /* the ring (cp.c's ring_mx_block): the block at hand decoded from both copies */
+        const int gather = s->layout.cp_comm == MODEL_CP_COMM_ALLGATHER;
+        const int64_t kv = gather ? (int64_t)d->b * d->s : M;
+        core += (uint64_t)(gather ? 1 : 2) * (uint64_t)kv * (uint64_t)d->kv2_loc;
+        const uint64_t q = model_fp8_bytes(s->job.fp8, 0, M, d->q_loc + d->kv2_loc);
+        const uint64_t g = model_fp8_bytes(s->job.fp8, 0, kv, d->kv2_loc);
+        most_q = q > most_q ? q : most_q;
+        most_q = g > most_q ? g : most_q;
+    }
     most_numel = core > most_numel ? core : most_numel;
     out->act_bytes = most_numel * px_dtype_bytes(d->act);
     out->q_bytes = most_q;
@@ -1295,7 +1309,7 @@ static void add_comm_buffers(Build *B)
         /* with FP8 attention (exec/train/cp.c's ring_fwd_fp8): two slots of a block's codes, the
          * block decoded, and the K, V gradients of every block, sent home by one all-to-all
          * and received: 3 + 2 cp blocks */
-        const int64_t slots = model_fp8_attn_qkv(s) ? 3 + 2 * (int64_t)d->c : 4;
+        const int64_t slots = model_fp8_attn_codes(s) ? 3 + 2 * (int64_t)d->c : 4;
         add(a, MODEL_TR_CP_KV, "cp.kv", MODEL_COMM_BUFFERS, e, MODEL_SHARD_TP, 4, slots, b,
             d->s_loc, kv2);
         add(a, MODEL_TR_CP_OUT_PART, "cp.out_part", MODEL_COMM_BUFFERS, e, MODEL_SHARD_TP, 2, C,

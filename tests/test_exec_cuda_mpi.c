@@ -165,6 +165,23 @@ static const Layout layouts[] = {
     {"llama_cp2_allgather_fp8_attention", 2,
      "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type allgather --zero 0 --no-sp " PIN1,
      "--model tiny-llama --seq 64 --precision fp8 --fp8-recipe tensorwise --fp8-attention", NULL, 0},
+    /* MXFP8 attention with the all-gather, the ring and Ulysses (dgx-b200): the exchanges in
+     * bf16, the device quantizing this rank's Q, K, V and the gathered K, V (the ring's
+     * blocks, Ulysses' head split) into both copies after them, as Transformer Engine does
+     * (run by name, 6-16 s each on the emulator over NCCL: 4.5e-5, 4.7e-5 and 1.1e-4 from the
+     * CPU's one rank over 4 steps) */
+    {"hd32_cp2_allgather_fp8_attention_mxfp8", 2,
+     "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type allgather --zero 0 --no-sp " PIN1,
+     "--precision fp8 --fp8-recipe mxfp8 --fp8-attention --seq 128 --gbs 1 --cluster dgx-b200",
+     NULL, 0},
+    {"hd32_cp2_p2p_fp8_attention_mxfp8", 2,
+     "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type p2p --zero 0 --no-sp " PIN1,
+     "--precision fp8 --fp8-recipe mxfp8 --fp8-attention --seq 128 --gbs 1 --cluster dgx-b200",
+     NULL, 0},
+    {"hd32_cp2_a2a_fp8_attention_mxfp8", 2,
+     "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type a2a --zero 0 --no-sp " PIN1,
+     "--precision fp8 --fp8-recipe mxfp8 --fp8-attention --seq 128 --gbs 1 --cluster dgx-b200",
+     NULL, 0},
     /* the ring: K, V's codes round it, dK, dV home in one all-to-all (run by name) */
     {"llama_cp2_p2p_fp8_attention", 2,
      "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type p2p --zero 0 --no-sp " PIN1,

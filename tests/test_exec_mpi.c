@@ -388,6 +388,30 @@ static const Layout layouts[] = {
      "--model tiny-llama --seq 128 --fp8-recipe delayed --fp8-amax-history 16 --fp8-attention "
      "--recompute full",
      3, 0, NULL, 3e-3},
+    /* MXFP8 attention with the all-gather, as Transformer Engine runs it: K, V gathered in
+     * the act dtype (the layout without FP8 attention's bytes), this rank's 16-bit Q, K, V
+     * saved, and the core quantizing this rank's Q, K, V and the gathered K, V into both
+     * copies after each gather; tiny-hd32 at sequence 128 (a rank's chunks 32 rows: one
+     * column-wise block each, the blocks of one rank's, so within 1e-6, not FP8's 3e-3:
+     * measured 3.4e-10) */
+    {"hd32_cp2_allgather_fp8_attention_mxfp8", 2,
+     "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type allgather --zero 0 --no-sp " PIN1,
+     "--seq 128 --fp8-recipe mxfp8 --fp8-attention", 3, 0, NULL, 1e-6},
+    /* and on the ring (AttnFuncWithCPAndKVP2P's MXFP8): the blocks in the act dtype, each
+     * quantized into both copies at its step, dK, dV riding the ring as without FP8. The
+     * merged outputs round differently from one rank's, which moves FP8 codes downstream:
+     * measured 2.9e-5, held within 1e-4 (the forward reading every step's V from the first
+     * block's column-wise copy measured 1.8e-4) */
+    {"hd32_cp2_p2p_fp8_attention_mxfp8", 2,
+     "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type p2p --zero 0 --no-sp " PIN1,
+     "--seq 128 --fp8-recipe mxfp8 --fp8-attention", 3, 0, NULL, 1e-4},
+    /* and Ulysses (AttnFuncWithCPAndQKVOA2A's MXFP8): Q, K, V, the output and the gradients
+     * in the act dtype, the head split quantized into both copies after the all-to-all and
+     * saved so (attn.qkv.out), dO quantized there into both: measured 2.5e-5, held within
+     * 1e-4 (the losses alone miss a wrong column-wise K in dQ here: 1.7e-5) */
+    {"hd32_cp2_a2a_fp8_attention_mxfp8", 2,
+     "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type a2a --zero 0 --no-sp " PIN1,
+     "--seq 128 --fp8-recipe mxfp8 --fp8-attention", 3, 0, NULL, 1e-4},
     /* Ulysses under tensorwise: Q, K, V's codes and dO's cross the all-to-alls, each block
      * with its sender's decode factor; the head-split Q, K, V the core saves are the received
      * blocks (attn.qkv.out: cp - 1 factors more) */

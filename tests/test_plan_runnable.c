@@ -523,12 +523,18 @@ int main(void)
             CHECK_EQ_INT(fused ? 2 : 0, model_fp8_attn_copies(&s));
             CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
         }
-        /* with context parallelism refused by its own name, which outlives the general one */
+        /* with context parallelism over every kind (TE's 16-bit exchanges, the core
+         * quantizing after them: model_fp8_attn_cp16; Ulysses saves its FP8 head split) */
         s.layout.tp = s.layout.etp = 1, s.layout.sp = 0, s.layout.cp = 2;
-        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
-        CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));
-        CHECK(strstr(why, "fp8_attention under mxfp8 runs without context parallelism (--cp 1): "
-                          "its cores do not yet take the column-wise copies") != NULL);
+        const ModelCpComm kinds[] = {MODEL_CP_COMM_ALLGATHER, MODEL_CP_COMM_P2P, MODEL_CP_COMM_A2A};
+        for (int i = 0; i < 3; i++) {
+            s.layout.cp_comm = kinds[i];
+            CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+            CHECK_EQ_INT(1, model_fp8_attn_cp16(&s));
+            CHECK_EQ_INT(0, model_fp8_attn_codes(&s));
+            CHECK_EQ_INT(i == 2, model_fp8_attn_saved(&s));
+            CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        }
     }
 
     /* a GPU cluster is not this machine: nothing refused by the executor there */

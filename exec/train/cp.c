@@ -187,7 +187,7 @@ int exec_cp_gather_kv(const ExecLayerRun *r, const ExecLayerActs *a, int l, int 
     const int kv2 = d->kv2_loc, C = exec_cp_part_len(c);
     const size_t row = (size_t)kv2 * c->ab, count = (size_t)b * sl * kv2;
     const void *blocks = r->W->cp_kv;
-    if (model_fp8_attn_qkv(&c->spec)) {
+    if (model_fp8_attn_codes(&c->spec)) { /* MXFP8 (model_fp8_attn_cp16): the act dtype */
         if (!(blocks = gather_kv_fp8(r, a, l, chunk, ph, err)))
             return PX_ERUNTIME;
     } else {
@@ -332,7 +332,7 @@ typedef struct {
     int W;         /* a peer's row: the widths' sum */
 } A2aSegs;
 
-static int fp8_on(const ExecCtx *c) { return model_fp8_attn_qkv(&c->spec); }
+static int fp8_on(const ExecCtx *c) { return model_fp8_attn_codes(&c->spec); }
 
 /* The FP8 weight whose amax holds FP8 attention's histories (model_fp8_attn_weight: QKV's, or
  * multi-head latent attention's kv_b) */
@@ -342,10 +342,21 @@ static const ExecFp8Weight *attn_weight(const ExecLayerRun *r, int l)
 }
 
 /* Where Ulysses' core reads the head-split Q, K, V: attn.qkv.out, or with FP8 attention
- * ws.fp8's act part, decoded there from the received blocks. */
+ * ws.fp8's act part, decoded there from the received blocks (the ring's Q too: decoded there
+ * from this rank's codes, or under MXFP8 quantized there by layers.c's fp8_core_cp16). */
 static void *a2a_heads(const ExecLayerRun *r, const ExecLayerActs *a)
 {
-    return fp8_on(r->c) ? r->fp8->act : EXEC_LA(a, QKV_OUT);
+    return model_fp8_attn_qkv(&r->c->spec) ? r->fp8->act : EXEC_LA(a, QKV_OUT);
+}
+
+/* Where Ulysses' core reads the column-wise copies under MXFP8 attention (model_fp8_attn_cp16):
+ * Q, K, V's (dout 0) after the row-wise ones in ws.fp8's act part, then dO's (dout 1), each in
+ * the head split's layout; NULL otherwise. */
+static void *a2a_mx_col(const ExecLayerRun *r, int dout)
+{
+    const ExecCtx *c = r->c;
+    const size_t N = (size_t)c->d.b * c->d.s_loc, qkv = (size_t)(c->d.q_loc + c->d.kv2_loc);
+    return model_fp8_attn_cp16(&c->spec) ? AT(r->fp8->act, N * qkv * (dout ? 2 : 1)) : NULL;
 }
 
 /* The received blocks (recv, x->rows x sg->W codes and a factor of sb bytes each) decoded with
@@ -551,13 +562,18 @@ static int a2a_qkv(const ExecLayerRun *r, const ExecLayerActs *a, int chunk, int
     CpA2a x;
     a2a_dims(c, &x);
     a2a_width(&x, x.W);
-    void *src = EXEC_LA(a, QKV_OUT);
+    const int mx = model_fp8_attn_cp16(&c->spec);
+    void *src = mx ? r->fp8->act : EXEC_LA(a, QKV_OUT);
     const ExecQkv v = exec_qkv_at(c, src, 0);
     a2a_pack(c, &x, &v, r->W->cp_send, 1);
     int rc = a2a_call(r, l, chunk, ph, 0, &x, r->W->cp_send, err);
     if (rc)
         return rc;
-    a2a_move(c, r->W->cp_recv, src, x.W, 1);
+    a2a_move(c, r->W->cp_recv, mx ? r->W->cp_send : src, x.W, 1);
+    if (mx) /* MXFP8 (AttnFuncWithCPAndQKVOA2A): the 16-bit head split quantized after the
+               exchange into both copies, saved (q_part, k_part, v_part) and decoded */
+        exec_fp8_mx_saved(r->fp8, c, EXEC_LA(a, QKV_OUT), r->fp8->act, a2a_mx_col(r, 0),
+                          r->W->cp_send, (int)x.rows, c->d.q_loc + c->d.kv2_loc);
     return PX_OK;
 }
 
@@ -611,6 +627,8 @@ static int a2a_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *out, int
             .q_stride = x.W, .k_stride = x.W, .v_stride = x.W,
             .out = AT(oh, (size_t)q * s * x.wo),
             .sinks = hs,
+            .v_col = a2a_mx_col(r, 0) ? AT(a2a_mx_col(r, 0), (size_t)q * s * x.W + x.wq + x.wk)
+                                      : NULL,
         };
         /* the fused core saves the log-sum-exp of its Hc x s rows (attn.lse's b x heads_loc x
          * s_loc), the unfused one its probabilities */
@@ -676,6 +694,12 @@ static int a2a_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int chunk, int
         rc = a2a_rows_to_heads(r, &x, l, chunk, EXEC_LA(a, PROJ_IN), r->W->dhid, err);
     if (rc)
         return rc;
+    void *qc = a2a_mx_col(r, 0), *dc = a2a_mx_col(r, 1);
+    if (qc) { /* MXFP8: the saved head split decoded, dO quantized into both copies there */
+        exec_fp8_mx_saved(r->fp8, c, EXEC_LA(a, QKV_OUT), r->fp8->act, qc, NULL, (int)x.rows,
+                          d->q_loc + d->kv2_loc);
+        exec_fp8_mx_copies(r->fp8, c, r->W->cp_send, dc, r->W->cp_send, d->b * s, x.wo, 1);
+    }
     const size_t tile = (size_t)Hc * s * s;
     for (int q = 0; q < d->b; q++) {
         const void *base = AT(a2a_heads(r, a), (size_t)q * s * x.W);
@@ -688,6 +712,9 @@ static int a2a_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int chunk, int
             .dout = AT(r->W->cp_send, (size_t)q * s * x.wo),
             .dq = db, .dk = AT(db, x.wq), .dv = AT(db, x.wq + x.wk),
             .dq_stride = x.W, .dk_stride = x.W, .dv_stride = x.W,
+            .q_col = qc ? AT(qc, (size_t)q * s * x.W) : NULL,
+            .k_col = qc ? AT(qc, (size_t)q * s * x.W + x.wq) : NULL,
+            .dout_col = dc ? AT(dc, (size_t)q * s * x.wo) : NULL,
         };
         if (flash) {
             b.out = AT(r->W->dhid, (size_t)q * s * x.wo);
@@ -733,6 +760,37 @@ static int a2a_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int chunk, int
 enum { CP_RING_TAG = 0x70000 }; /* apart from the pipeline's tags; its peers are other ranks */
 
 static size_t ring_block(const ExecCtx *c) { return (size_t)c->d.b * c->d.s_loc * c->d.kv2_loc; }
+
+/* MXFP8 attention on the ring (model_fp8_attn_cp16), as Transformer Engine's
+ * AttnFuncWithCPAndKVP2P under fp8_recipe.mxfp8(): the blocks travel in the act dtype and each
+ * step quantizes the block at hand into both copies (combine_and_quantize), decoded into
+ * ws.fp8's act part after the core's other copies (this rank's Q, K, V both ways and dO's
+ * column-wise copy, which layers.c quantizes before the ring: fp8_core_ring_mx), the row-wise
+ * block first, then the column-wise one. Returns the row-wise block (blk itself without
+ * MXFP8) and the column-wise one in *col (NULL without). */
+static const void *ring_mx_block(const ExecLayerRun *r, const void *blk, const void **col)
+{
+    const ExecCtx *c = r->c;
+    const ModelDims *d = &c->d;
+    const size_t N = (size_t)d->b * d->s_loc, qkv = (size_t)(d->q_loc + d->kv2_loc);
+    *col = NULL;
+    if (!model_fp8_attn_cp16(&c->spec))
+        return blk;
+    void *row = AT(r->fp8->act, N * (2 * qkv + (size_t)d->o_loc));
+    void *cb = AT(row, ring_block(c));
+    exec_fp8_mx_copies(r->fp8, c, row, cb, blk, d->b * d->s_loc, d->kv2_loc, 0);
+    *col = cb;
+    return row;
+}
+
+/* Where the ring's core reads this rank's column-wise Q (dout 0) or dO (dout 1) under MXFP8
+ * attention: ws.fp8's act part after the row-wise Q, K, V (layers.c's fp8_core_col) */
+static const void *ring_mx_col(const ExecLayerRun *r, int dout)
+{
+    const ExecCtx *c = r->c;
+    const size_t N = (size_t)c->d.b * c->d.s_loc, qkv = (size_t)(c->d.q_loc + c->d.kv2_loc);
+    return model_fp8_attn_cp16(&c->spec) ? AT(r->fp8->act, N * qkv * (dout ? 2 : 1)) : NULL;
+}
 
 static void *ring_slot(const ExecLayerRun *r, int i, int grad)
 {
@@ -810,6 +868,8 @@ static void ring_block_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *
     const int sl = d->s_loc, H = d->heads_loc, kw = kv_k_width(c);
     const int kv2 = d->kv2_loc, C = exec_cp_part_len(c);
     const ExecQkv x = exec_qkv_at(c, a2a_heads(r, a), 0);
+    const void *col;
+    blk = ring_mx_block(r, blk, &col);
     for (int q = 0; q < d->b; q++)
         for (int j = 0; j < 2; j++)
             for (int jj = 0; jj < 2; jj++) {
@@ -817,6 +877,7 @@ static void ring_block_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *
                 if (!ring_visible(c, j, src, jj, &q0))
                     continue;
                 const int first = step == 0 && jj == 0; /* the own block's first part */
+                const size_t kr = ((size_t)q * sl + (size_t)jj * C) * kv2;
                 const size_t rows = (size_t)q * sl + (size_t)j * C;
                 float *lse = (float *)EXEC_LA(a, ATTN_LSE) + (size_t)q * H * sl + (size_t)j * H * C;
                 const void *kb = AT(blk, ((size_t)q * sl + (size_t)jj * C) * kv2);
@@ -829,6 +890,7 @@ static void ring_block_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *
                     .out = first ? AT(out, rows * d->o_loc) : r->W->cp_out_part,
                     .lse = first ? lse : r->W->cp_lse_part,
                     .sinks = first ? sinks : NULL,
+                    .v_col = col ? AT(col, kr + (size_t)kw) : NULL,
                 };
                 c->k->attention_fwd(&f);
                 if (!first)
@@ -890,6 +952,8 @@ static void ring_block_bwd(const ExecLayerRun *r, const ExecLayerActs *a, const 
     const int kv2 = d->kv2_loc, C = exec_cp_part_len(c);
     const ExecQkv x = exec_qkv_at(c, a2a_heads(r, a), 0);
     const ExecQkv dx = exec_qkv_at(c, r->W->dqkv, 0);
+    const void *col, *qc = ring_mx_col(r, 0), *dc = ring_mx_col(r, 1);
+    blk = ring_mx_block(r, blk, &col);
     for (int q = 0; q < d->b; q++)
         for (int j = 0; j < 2; j++)
             for (int jj = 0; jj < 2; jj++) {
@@ -912,6 +976,9 @@ static void ring_block_bwd(const ExecLayerRun *r, const ExecLayerActs *a, const 
                     .dv = AT(r->W->cp_dkv_part, kw), .dq_stride = d->q_loc,
                     .dk_stride = kv2, .dv_stride = kv2,
                     .lse = (const float *)EXEC_LA(a, ATTN_LSE) + lo, .drow = r->W->flash_d + lo,
+                    .q_col = qc ? AT(qc, rows * x.q_stride) : NULL,
+                    .k_col = col ? AT(col, krows * kv2) : NULL,
+                    .dout_col = dc ? AT(dc, rows * d->o_loc) : NULL,
                 };
                 c->k->attention_bwd(&b);
                 for (int t = 0; t < C; t++)

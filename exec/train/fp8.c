@@ -345,6 +345,40 @@ ExecFp8Ref exec_fp8_core_quantize(ExecFp8 *F, const ExecCtx *c, void *q, const v
     return r;
 }
 
+/* MXFP8's column-wise layout of rows x cols: 32 x 1 blocks */
+static KernFp8 mx_colwise(const ExecFp8 *F, int rows, int cols, int grad)
+{
+    KernFp8 f = exec_fp8_desc(F, rows, cols, 0, grad);
+    const int br = f.block_r;
+    f.block_r = f.block_c;
+    f.block_c = br;
+    return f;
+}
+
+void exec_fp8_mx_copies(ExecFp8 *F, const ExecCtx *c, void *row, void *col, const void *x,
+                        int rows, int cols, int grad)
+{
+    KernFp8 f = mx_colwise(F, rows, cols, grad);
+    c->k->fp8_quantize(F->q0, NULL, x, &f, 0, NULL);
+    c->k->fp8_dequantize(col, F->q0, &f);
+    f = exec_fp8_desc(F, rows, cols, 0, grad);
+    c->k->fp8_quantize(F->q0, NULL, x, &f, 0, NULL);
+    c->k->fp8_dequantize(row, F->q0, &f);
+}
+
+void exec_fp8_mx_saved(ExecFp8 *F, const ExecCtx *c, void *saved, void *row, void *col,
+                       const void *x, int rows, int cols)
+{
+    const KernFp8 fr = exec_fp8_desc(F, rows, cols, 0, 0), fc = mx_colwise(F, rows, cols, 0);
+    uint8_t *qc = (uint8_t *)saved + kern_fp8_bytes(&fr);
+    if (x) {
+        c->k->fp8_quantize(qc, NULL, x, &fc, 0, NULL);
+        c->k->fp8_quantize(saved, NULL, x, &fr, 0, NULL);
+    }
+    c->k->fp8_dequantize(col, qc, &fc);
+    c->k->fp8_dequantize(row, saved, &fr);
+}
+
 /* Where FP8 attention's fused core writes its output under delayed scaling
  * (model_fp8_attn_out): ws.fp8's act part after Q, K and V, decoded there from its FP8 copy
  * (attn.proj.in) for the projection and the core's backward; NULL otherwise. */

@@ -592,6 +592,17 @@ enum { EXEC_FP8_CORE_QKV = 0, EXEC_FP8_CORE_DO = 1, EXEC_FP8_CORE_O = 2, EXEC_FP
  * that history; tensorwise scales by the tensor's own amax. */
 ExecFp8Ref exec_fp8_core_quantize(ExecFp8 *F, const ExecCtx *c, void *q, const void *x, int rows,
                                   int cols, int which, const ExecFp8Weight *fq, int rec);
+/* MXFP8 attention's two copies of rows x cols act values x (each sequence's rows a whole
+ * number of 32-row blocks) for a core that quantizes after an exchange (the ring's blocks with
+ * cp: cp.c): the column-wise copy (32 x 1 blocks) and the row-wise one (1 x 32) quantized one
+ * at a time through F->q0, decoded into col and row. */
+void exec_fp8_mx_copies(ExecFp8 *F, const ExecCtx *c, void *row, void *col, const void *x,
+                        int rows, int cols, int grad);
+/* The same into saved (the row-wise copy's codes and scales, then the column-wise one's, as a
+ * saved attn.qkv.out holds them: Ulysses' head split), or with x NULL the saved copies decoded
+ * only. */
+void exec_fp8_mx_saved(ExecFp8 *F, const ExecCtx *c, void *saved, void *row, void *col,
+                       const void *x, int rows, int cols);
 /* A saved FP8 input of rows x cols (its layout as exec_fp8_quantize made it). */
 ExecFp8Ref exec_fp8_saved(const ExecFp8 *F, const void *q, int rows, int cols);
 /* The kernels' FP8 GEMM (kernels.h's matmul_fp8, alpha 1), its FLOPs counted as an act

@@ -383,6 +383,50 @@ static void fp8_core_cols(const ExecLayerRun *r, uint8_t *qc, const void *x, voi
     }
 }
 
+/* MXFP8 attention with the all-gather (model_fp8_attn_cp16; docs/fp8.md, "FP8 attention with
+ * context parallelism"): where the whole sequence's K, V are decoded from their column-wise
+ * copy, after the core's other copies in ws.fp8's act part (b x s rows of kv2, cp.kv_full's
+ * layout); NULL elsewhere. */
+static void *fp8_core_kv_col(const ExecLayerRun *r)
+{
+    const ExecCtx *c = r->c;
+    const size_t N = (size_t)c->d.b * (size_t)c->d.s_loc;
+    const size_t w = 2 * (size_t)(c->d.q_loc + c->d.kv2_loc) + (size_t)c->d.o_loc;
+    if (!model_fp8_attn_cp16(&c->spec) || c->d.c < 2 ||
+        c->spec.layout.cp_comm != MODEL_CP_COMM_ALLGATHER)
+        return NULL;
+    return EXEC_AT(r->fp8->act, N * w, c->ab);
+}
+
+/* MXFP8 attention with the all-gather, after each gather (the forward's, a full recompute's
+ * and the backward's), as Transformer Engine's AttnFuncWithCPAndKVAllGather quantizes each
+ * step's Q and K, V after the exchange (combine_and_quantize) and saves the 16-bit tensors:
+ * this rank's 16-bit Q, K, V (attn.qkv.out) quantized into both copies and decoded into
+ * ws.fp8's act part as on one rank (row-wise at fp8_core_qkv, column-wise at fp8_core_col),
+ * and the gathered K, V of the whole sequence (cp.kv_full) the same: the column-wise copy
+ * decoded into fp8_core_kv_col, the row-wise one in place. Each copy's codes pass through
+ * ws.fp8's q0, one at a time. On the ring (AttnFuncWithCPAndKVP2P, the same 16-bit saves)
+ * this rank's Q, K, V only, before the ring passes; each block is quantized at its step. */
+static void fp8_core_cp16(const ExecLayerRun *r, const ExecLayerActs *a, int l, int rec)
+{
+    const ExecCtx *c = r->c;
+    const int N = c->d.b * c->d.s_loc, qkv = c->d.q_loc + c->d.kv2_loc, S = c->d.b * c->d.s;
+    const ExecFp8Weight *fq = fp8_core_weight(r, l);
+    const void *own = EXEC_LA(a, QKV_OUT);
+    void *kv = r->W->cp_kv_full;
+    fp8_core_cols(r, r->fp8->q0, own, fp8_core_col(r, 0));
+    ExecFp8Ref q = exec_fp8_core_quantize(r->fp8, c, r->fp8->q0, own, N, qkv, EXEC_FP8_CORE_QKV,
+                                          fq, rec);
+    c->k->fp8_dequantize(r->fp8->act, q.q, &q.f);
+    if (!fp8_core_kv_col(r)) /* the ring: its blocks at each step (cp.c's ring_mx_block) */
+        return;
+    const KernFp8 f = fp8_core_colwise(r, r->fp8->q0, kv, S, c->d.kv2_loc, 0);
+    c->k->fp8_dequantize(fp8_core_kv_col(r), r->fp8->q0, &f);
+    q = exec_fp8_core_quantize(r->fp8, c, r->fp8->q0, kv, S, c->d.kv2_loc, EXEC_FP8_CORE_QKV, fq,
+                               0);
+    c->k->fp8_dequantize(kv, q.q, &q.f);
+}
+
 /* FP8 attention's forward, under the core's op: Q, K, V (act, in ws.fp8's act part) quantized
  * with one scale (their own, or under delayed scaling their history's: rec, a forward, records
  * their amax) into attn.qkv.out, the copy the backward reads, and decoded in place: the core's
@@ -392,8 +436,8 @@ static void fp8_core_fwd(const ExecLayerRun *r, const ExecLayerActs *a, int l, i
 {
     const ExecCtx *c = r->c;
     const int N = c->d.b * c->d.s_loc, qkv = c->d.q_loc + c->d.kv2_loc;
-    if (!model_fp8_op(&c->spec, MODEL_OPR_CORE))
-        return;
+    if (!model_fp8_op(&c->spec, MODEL_OPR_CORE) || model_fp8_attn_cp16(&c->spec))
+        return; /* MXFP8 with cp: after the gather, or on the ring (fp8_core_cp16) */
     const ExecFp8Weight *fq = fp8_core_weight(r, l);
     void *x = fp8_core_qkv(r), *saved = EXEC_LA(a, QKV_OUT), *col = fp8_core_col(r, 0);
     if (col) { /* MXFP8: the column-wise copy after the row-wise one, from the values before
@@ -434,7 +478,9 @@ static const void *fp8_core_bwd(const ExecLayerRun *r, const ExecLayerActs *a, i
     const ExecFp8Weight *fq = fp8_core_weight(r, l);
     void *x = fp8_core_qkv(r), *o = exec_fp8_core_out(r), *col = fp8_core_col(r, 0);
     void *dcol = fp8_core_col(r, 1);
-    if (x) {
+    if (model_fp8_attn_cp16(&c->spec)) /* MXFP8 with cp: the saved 16-bit Q, K, V again */
+        fp8_core_cp16(r, a, l, 0);
+    else if (x) {
         const ExecFp8Ref q = exec_fp8_saved(r->fp8, EXEC_LA(a, QKV_OUT), N, qkv);
         c->k->fp8_dequantize(x, q.q, &q.f);
         if (col) /* MXFP8: the saved column-wise copy after the row-wise one */
@@ -468,16 +514,23 @@ static int attention_fwd(const ExecLayerRun *r, const ExecLayerActs *a, void *ou
     const int cp = d->c > 1, kvs = d->kv2_loc, P = exec_cp_parts(c);
     const int C = exec_cp_part_len(c);
     const size_t tile = (size_t)H * sl * d->s;
-    if (exec_cp_owns_core(c))
+    if (exec_cp_owns_core(c)) {
+        if (model_fp8_attn_cp16(&c->spec) && !model_fp8_attn_saved(&c->spec))
+            fp8_core_cp16(r, a, l, ph == MODEL_FWD); /* the ring's MXFP8: Q, K, V first */
         return exec_cp_attention_fwd(r, a, out, mb, l, chunk, ph, comm, err);
+    }
     if (cp && comm)
         TRY(exec_cp_gather_kv(r, a, l, chunk, ph, err));
+    if (cp && fp8_core_kv_col(r)) /* MXFP8: both copies after the gather */
+        fp8_core_cp16(r, a, l, ph == MODEL_FWD);
     for (int q = 0; q < d->b; q++) {
         const ExecQkv x = exec_qkv_at(c, core_qkv(r, a), q);
         const void *kb = cp ? AT(r->W->cp_kv_full, (size_t)q * d->s * kvs) : x.k;
         const void *vb = cp ? AT(kb, (size_t)d->kv_loc * d->qk_hd) : x.v;
-        void *col = fp8_core_col(r, 0); /* MXFP8 attention (no cp): V's column-wise copy */
-        const void *v_col = col ? exec_qkv_at(c, col, q).v : NULL;
+        void *col = fp8_core_col(r, 0), *kvc = fp8_core_kv_col(r); /* MXFP8: V's column-wise */
+        const void *v_col = kvc   ? AT(kvc, (size_t)q * d->s * kvs + (size_t)d->kv_loc * d->qk_hd)
+                            : col ? exec_qkv_at(c, col, q).v
+                                  : NULL;
         size_t at = 0; /* the part's place in the sequence's softmax */
         for (int j = 0; j < P; j++) {
             int q0, tk;
@@ -561,7 +614,9 @@ static void core_bwd(const ExecLayerRun *r, const ExecLayerActs *a, const void *
                 .dq_stride = dx.q_stride, .dk_stride = cp ? kvs : dx.k_stride,
                 .dv_stride = cp ? kvs : dx.v_stride,
                 .q_col = col ? AT(xc.q, (size_t)j * C * xc.q_stride) : NULL,
-                .k_col = col ? xc.k : NULL,
+                .k_col = !col ? NULL
+                         : fp8_core_kv_col(r) ? AT(fp8_core_kv_col(r), (size_t)q * d->s * kvs)
+                                              : xc.k,
                 .dout_col = dcol ? AT(dcol, rows * d->o_loc) : NULL,
             };
             if (c->spec.job.flash_attn) {
@@ -611,8 +666,11 @@ static int attention_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int chun
         TRY(attention_fwd(r, a, r->W->dqkv, mb, l, chunk, MODEL_RECOMPUTE, 0, err));
         op_close(r, op);
     }
-    if (exec_cp_owns_core(c))
+    if (exec_cp_owns_core(c)) {
+        if (model_fp8_attn_cp16(&c->spec) && !model_fp8_attn_saved(&c->spec))
+            fp8_core_bwd(r, a, l); /* the ring's MXFP8: Q, K, V and dO both ways */
         return exec_cp_attention_bwd(r, a, l, chunk, err);
+    }
     core_bwd(r, a, fp8_core_bwd(r, a, l), l);
     return gather ? exec_cp_scatter_dkv(r, l, chunk, err) : PX_OK;
 }
@@ -722,7 +780,11 @@ static int layer_fwd(const ExecLayerRun *r, int chunk, int l, const ExecLayerAct
         op = op_open(r, l, MODEL_OPR_QKV, ph);
         TRY(exec_tp_column_input(r, chunk, l, MODEL_OPR_QKV, ph, fq, EXEC_LA(a, QKV_IN), ln1, &x,
                                  &xq, err));
-        void *qo = core_qkv(r, a); /* FP8 attention: quantized under the core's op */
+        /* FP8 attention: quantized under the core's op (MXFP8 with cp: after the gather or
+         * on the ring, from the 16-bit attn.qkv.out; over Ulysses after its all-to-all) */
+        void *qo = model_fp8_attn_cp16(&c->spec) && !model_fp8_attn_saved(&c->spec)
+                       ? EXEC_LA(a, QKV_OUT)
+                       : core_qkv(r, a);
         if (fq)
             fp8_fwd(r, qo, xq, fq, N, ph);
         else
