@@ -436,6 +436,16 @@ static int a2a_blocks_fp8(const ExecLayerRun *r, int l, int chunk, ModelPhase ph
     return PX_OK;
 }
 
+/* The output's blocks received over the all-to-all (recv: rank-major, each x->rows rows of
+ * x->wo, the heads of that rank) into this rank's rows of out, every head (o_loc wide). */
+static void a2a_unsplit_out(const ExecCtx *c, const CpA2a *x, void *recv, void *out)
+{
+    for (int rk = 0; rk < c->d.c; rk++)
+        for (size_t n = 0; n < x->rows; n++)
+            c->k->copy(AT(out, n * c->d.o_loc + (size_t)rk * x->wo),
+                       AT(recv, (rk * x->rows + n) * x->wo), (size_t)x->wo * c->ab);
+}
+
 /* The forward's output under delayed scaling: the head-split output (cp.a2a_recv, global
  * order) made rank-major and quantized with this rank's output history (rec: a forward
  * records its amax) into attn.proj.in, the copy the backward reads (TE saves its head-split
@@ -456,10 +466,7 @@ static int a2a_out_fp8(const ExecLayerRun *r, const ExecLayerActs *a, void *out,
                             r->W->cp_send, r->W->cp_recv, err);
     if (rc)
         return rc;
-    for (int rk = 0; rk < d->c; rk++)
-        for (size_t n = 0; n < x.rows; n++)
-            c->k->copy(AT(out, n * d->o_loc + (size_t)rk * x.wo),
-                       AT(r->W->cp_recv, (rk * x.rows + n) * x.wo), (size_t)x.wo * c->ab);
+    a2a_unsplit_out(c, &x, r->W->cp_recv, out);
     return PX_OK;
 }
 
@@ -583,7 +590,6 @@ static int a2a_out(const ExecLayerRun *r, void *out, int chunk, int l, ModelPhas
                    PxError *err)
 {
     const ExecCtx *c = r->c;
-    const ModelDims *d = &c->d;
     CpA2a x;
     a2a_dims(c, &x);
     a2a_width(&x, x.wo);
@@ -591,10 +597,7 @@ static int a2a_out(const ExecLayerRun *r, void *out, int chunk, int l, ModelPhas
     int rc = a2a_call(r, l, chunk, ph, 1, &x, r->W->cp_send, err);
     if (rc)
         return rc;
-    for (int rk = 0; rk < d->c; rk++)
-        for (size_t n = 0; n < x.rows; n++)
-            c->k->copy(AT(out, n * d->o_loc + (size_t)rk * x.wo),
-                       AT(r->W->cp_recv, (rk * x.rows + n) * x.wo), (size_t)x.wo * c->ab);
+    a2a_unsplit_out(c, &x, r->W->cp_recv, out);
     return PX_OK;
 }
 
