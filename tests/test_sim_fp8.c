@@ -449,6 +449,22 @@ static void test_mxfp8_gather(void)
                           "dtype into the whole gradient buffer") != NULL);
 }
 
+/* tiny on dp 2 under FSDP (ZeRO-3), global batch 8, FP8 parameters gathered under `recipe`
+ * in `precision`. */
+static void tiny_fsdp_fp8pg(ModelSpec *s, PxDtype precision, ModelFp8Recipe recipe)
+{
+    PxError err = {0};
+    model_spec_defaults(s);
+    CHECK_OK(model_config_load("tiny", &s->model, &err), err);
+    s->layout.dp = 2;
+    s->layout.zero = 3;
+    s->layout.fsdp = 1;
+    s->job.global_batch = 8;
+    s->job.precision = precision;
+    s->job.fp8 = recipe;
+    s->job.fp8_param_gather = 1;
+}
+
 /* MXFP8 parameters under ZeRO-3, as Megatron-FSDP runs them (docs/fp8.md, "MXFP8 parameters
  * under ZeRO-3"). tiny in bf16 on dp 2 (--fsdp): a layer holds 49,152 FP8 GEMM elements (QKV
  * 192 x 64, projection 64 x 64, fc1 256 x 64, fc2 64 x 256) and 832 others. A forward gather
@@ -466,15 +482,7 @@ static void test_mxfp8_zero3(void)
 {
     PxError err = {0};
     ModelSpec s;
-    model_spec_defaults(&s);
-    CHECK_OK(model_config_load("tiny", &s.model, &err), err);
-    s.layout.dp = 2;
-    s.layout.zero = 3;
-    s.layout.fsdp = 1;
-    s.job.global_batch = 8;
-    s.job.precision = PX_BF16;
-    s.job.fp8 = MODEL_FP8_MXFP8;
-    s.job.fp8_param_gather = 1;
+    tiny_fsdp_fp8pg(&s, PX_BF16, MODEL_FP8_MXFP8);
     for (int full = 0; full < 2; full++) {
         s.layout.recompute = full ? MODEL_RECOMPUTE_FULL : MODEL_RECOMPUTE_NONE;
         ModelDims d;
@@ -561,16 +569,8 @@ static void test_bucketed_gather(void)
 {
     PxError err = {0};
     ModelSpec s;
-    model_spec_defaults(&s);
-    CHECK_OK(model_config_load("tiny", &s.model, &err), err);
-    s.layout.dp = 2;
-    s.layout.zero = 3;
-    s.layout.fsdp = 1;
+    tiny_fsdp_fp8pg(&s, PX_FP32, MODEL_FP8_TENSORWISE);
     s.layout.bucket_bytes = 30000;
-    s.job.global_batch = 8;
-    s.job.precision = PX_FP32;
-    s.job.fp8 = MODEL_FP8_TENSORWISE;
-    s.job.fp8_param_gather = 1;
     ModelDims d;
     CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
     ModelOpGraph g;
