@@ -2217,6 +2217,9 @@ static float *fp8_ref_matmul(const uint8_t *qa, const KernFp8 *fa, const uint8_t
  * keeps fewer bits than fp32 (about 14 on H800: DeepSeek-V3 report, section 3.3.2), hence a
  * looser fp32 bound. The dequantizing path rounds each decoded value to act once more. */
 #define T_FP8_LT_F32 1e-3
+/* cuBLASLt's act output: the accumulator's bound too, which exceeds 1.5 u when act is fp32
+ * (measured on an H200, 2026-11-30: 6.3e-4 relative at 512x768x1024, 2.5e-4 at 32x48x64) */
+#define T_FP8_LT_ACT (T_ACT(1.5) > T_FP8_LT_F32 ? T_ACT(1.5) : T_FP8_LT_F32)
 
 /* operands quantized on the device from random act data (a: layout la, b: lb) */
 static void test_fp8_matmul_case(int m, int n, int k, int ta, int tb, KernFp8 la, KernFp8 lb,
@@ -2244,7 +2247,7 @@ static void test_fp8_matmul_case(int m, int n, int k, int ta, int tb, KernFp8 la
     void *dc = up_act(c0, nc);
     G->matmul_fp8(dc, G->act, dqa, &la, dqb, &lb, m, n, k, ta, tb, 0.75f, 0.5f);
     float *gc = down_act(dc, nc);
-    COMPARE("matmul_fp8 act", what, ec, gc, nc, lt ? T_ACT(1.5) : T_ACT(3));
+    COMPARE("matmul_fp8 act", what, ec, gc, nc, lt ? T_FP8_LT_ACT : T_ACT(3));
     free(ec), free(gc), G->free(dc);
     /* fp32 output, beta 0 (c holds garbage that must not be read) */
     float *junk = fnew(nc);
@@ -2453,7 +2456,7 @@ static void fp8_matmul_vs_cpu(int m, int n, int k, int ta, int tb, KernFp8 la, K
     void *dc = up_act(c0, nc);
     G->matmul_fp8(dc, G->act, dqa, &la, dqb, &lb, m, n, k, ta, tb, 0.75f, 0.5f);
     float *gc = down_act(dc, nc);
-    COMPARE("matmul_fp8 cpu act", what, ec, gc, nc, lt ? T_ACT(1.5) : T_ACT(3));
+    COMPARE("matmul_fp8 cpu act", what, ec, gc, nc, lt ? T_FP8_LT_ACT : T_ACT(3));
     free(ec), free(gc), G->free(dc);
     /* fp32 output, beta 0 */
     ec = fnew(nc);
