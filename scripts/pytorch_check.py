@@ -37,7 +37,7 @@ def main():
         print("pytorch_check.py: no torch in this python3")
         return 77
     torch.set_default_dtype(torch.float64)
-    W = {k: torch.tensor(v["data"]).reshape(v["shape"]).requires_grad_()
+    W = {k: torch.tensor(v["data"], dtype=torch.float64).reshape(v["shape"]).requires_grad_()
          for k, v in d["weights"].items()}
     L, C, H, KV, D = m["layers"], m["hidden"], m["heads"], m["kv_heads"], m["head_dim"]
     eps = m["norm_eps"]
