@@ -1,5 +1,6 @@
 /* bench_kernels_cuda — figures for the CUDA backend, through kernels.h as the executor calls
- * it: GEMM TFLOP/s (bf16 inputs, fp32 accumulation) for transformer shapes, the memory
+ * it: GEMM TFLOP/s (bf16 inputs, fp32 accumulation; FP8 inputs per tensor, in DeepSeek-V3's
+ * blocks and as MXFP8) for transformer shapes, the memory
  * bandwidth of copy / cast / add / layernorm, and the fused and unfused attention. Not a test:
  * timings on a shared machine are noisy, and nothing here passes or fails on a number.
  *
@@ -109,6 +110,44 @@ static void bench_gemm(int m, int n, int k, int ta, int tb, PxDtype c_dtype, flo
            ta ? 'T' : 'N', tb ? 'T' : 'N', px_dtype_name(c_dtype), s * 1e3,
            2.0 * m * n * (double)k / s / 1e12);
     K->free(g.a), K->free(g.b), K->free(g.c);
+}
+
+/* ---- FP8 GEMM ---- */
+
+typedef struct {
+    int m, n, k;
+    KernFp8 fa, fb;
+    void *qa, *qb, *c;
+} GemmFp8;
+
+static void gemm_fp8_run(void *ctx)
+{
+    GemmFp8 *g = ctx;
+    K->matmul_fp8(g->c, K->act, g->qa, &g->fa, g->qb, &g->fb, g->m, g->n, g->k, 0, 1, 1.0f,
+                  0.0f);
+}
+
+/* C[m, n] (act) = A[m, k] B[n, k]^T on FP8 operands quantized from random act values, with
+ * scaling blocks ba_r x ba_c (A) and bb_r x bb_c (B); 0 means the whole dimension (one scale:
+ * per-tensor, cuBLASLt's FP8 path on Hopper); e8m0 for MXFP8's scales. */
+static void bench_gemm_fp8(int m, int n, int k, int ba_r, int ba_c, int bb_r, int bb_c,
+                           int e8m0, const char *what)
+{
+    GemmFp8 g = {m, n, k, {m, k, ba_r ? ba_r : m, ba_c ? ba_c : k, 0, e8m0},
+                 {n, k, bb_r ? bb_r : n, bb_c ? bb_c : k, 0, e8m0}, NULL, NULL, NULL};
+    const size_t es = px_dtype_bytes(K->act), big = (size_t)(m > n ? m : n) * k;
+    void *x = dalloc(big * es);
+    g.qa = dalloc(kern_fp8_bytes(&g.fa));
+    g.qb = dalloc(kern_fp8_bytes(&g.fb));
+    g.c = dalloc((size_t)m * n * es);
+    fill_random_act(x, big);
+    K->fp8_quantize(g.qa, NULL, x, &g.fa, 0, NULL);
+    K->fp8_quantize(g.qb, NULL, x, &g.fb, 0, NULL);
+    K->free(x);
+    double s = time_it(gemm_fp8_run, &g);
+    printf("fp8   %-28s %6d %6d %6d  NT  C %-4s  %9.3f ms  %7.1f TFLOP/s\n", what, m, n, k,
+           px_dtype_name(K->act), s * 1e3, 2.0 * m * n * (double)k / s / 1e12);
+    K->free(g.qa), K->free(g.qb), K->free(g.c);
 }
 
 /* Square GEMMs for warmup_s seconds: the clocks up before the first figure. */
@@ -322,6 +361,15 @@ int main(int argc, char **argv)
         bench_gemm(8192, 6144, 4096, 0, 1, K->act, 0.0f, "llama8b qkv fwd");
         bench_gemm(8192, 28672, 4096, 0, 1, K->act, 0.0f, "llama8b fc1 fwd");
         bench_gemm(4096, 14336, 8192, 1, 0, PX_FP32, 1.0f, "llama8b fc2 dw (fp32 +=)");
+    }
+    /* FP8 (E4M3 operands): per tensor (cuBLASLt), DeepSeek-V3's 1x128 x 128x128 blocks, MXFP8 */
+    bench_gemm_fp8(4096, 4096, 4096, 0, 0, 0, 0, 0, "square tensor");
+    if (!quick) {
+        bench_gemm_fp8(8192, 8192, 8192, 0, 0, 0, 0, 0, "square tensor");
+        bench_gemm_fp8(8192, 6144, 4096, 0, 0, 0, 0, 0, "llama8b qkv tensor");
+        bench_gemm_fp8(8192, 28672, 4096, 0, 0, 0, 0, 0, "llama8b fc1 tensor");
+        bench_gemm_fp8(8192, 6144, 4096, 1, 128, 128, 128, 0, "llama8b qkv 1x128/128x128");
+        bench_gemm_fp8(8192, 6144, 4096, 1, 32, 1, 32, 1, "llama8b qkv mxfp8");
     }
     bench_stream(quick ? (size_t)1 << 26 : (size_t)1 << 28);
     bench_attention(8, 1024, 12, 12, 64, 1);
