@@ -297,7 +297,8 @@ static const Layout layouts[] = {
     /* MXFP8 attention with MLA and cp 2 (the _hd32 shapes): K, V exchanged in the act dtype
      * (model_fp8_attn_cp16), the 16-bit planes saved in attn.qkv.out and quantized into both
      * copies by the core, Q's column-wise copy plane by plane, the gathered or passed [K | V]
-     * rows as one tensor; Ulysses' head split packed from the planes, quantized after it */
+     * rows as one tensor; Ulysses' head split packed from the planes, quantized after it
+     * (the ring's run by name: the all-gather's runs the saved planes) */
     {"dsv3_dense_cp2_hd32_fp8attn_mxfp8", 2, 1, 1, 1, 1, 0, 1, 0, 0, 0, MODEL_FP8_MXFP8, 0, 0, 0, 2, 2},
     {"dsv3_dense_cp2_p2p_hd32_fp8attn_mxfp8", 2, 1, 1, 1, 1, 0, 1, 0, 0, 0, MODEL_FP8_MXFP8, 0, 0, 0, 2, 2},
     {"dsv3_dense_cp2_a2a_flash_hd32_fp8attn_mxfp8", 2, 1, 1, 1, 1, 0, 1, 0, 0, 0, MODEL_FP8_MXFP8, 0, 0, 0, 2, 2},
