@@ -36,7 +36,9 @@
  * quantizes them there under the core's op), and kv_b's GEMM writes through ws.dqkv
  * (kv_b_out); the core's histories under delayed scaling are kv_b's (model_fp8_attn_weight).
  * Under mxfp8 the core's column-wise copies are one per plane (layers.c's fp8_core_cols); with
- * context parallelism the K, V codes are packed from the planes into cp's rows (cp.c). */
+ * context parallelism the K, V codes are packed from the planes into cp's rows (cp.c), or
+ * under mxfp8 (the exchanges in the act dtype) the 16-bit planes are saved in attn.qkv.out
+ * over the all-gather and the ring (qkv_out) and quantized by the core after the exchange. */
 #include <math.h>
 
 #include "exec/train/internal.h"
