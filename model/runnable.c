@@ -64,22 +64,19 @@ static const char *fp8_limit(const ModelSpec *s, const ModelDims *d)
      * K and V gathered in the act dtype and the core quantizing this rank's Q, K, V and the
      * gathered K, V into both copies after the gather, the ring's blocks at each step, or
      * Ulysses' head split after its all-to-all (layers.c's fp8_core_cp16, cp.c's
-     * ring_mx_block and a2a_qkv): every kind runs; multi-head latent attention is refused
-     * by name. Under the per-tensor recipes the fused core's FP8 with cp runs over the
-     * all-gather, the ring and Ulysses under tensorwise and delayed (cp.c; delayed: the output and the Q, K, V gradients
-     * in their codes where TE moves them so, model_fp8_attn_dqkv); multi-head latent
+     * ring_mx_block and a2a_qkv): every kind runs, with multi-head latent attention too (its
+     * 16-bit planes saved in attn.qkv.out and quantized plane by plane column-wise, their K, V
+     * packed into the rows the all-gather and the ring move: mla.c's qkv_out, cp.c's
+     * mla_kv_rows; Ulysses' head split packed from the planes). Under the per-tensor recipes
+     * the fused core's FP8 with cp runs over the all-gather, the ring and Ulysses under
+     * tensorwise and delayed (cp.c; delayed: the output and the Q, K, V gradients in their
+     * codes where TE moves them so, model_fp8_attn_dqkv); multi-head latent
      * attention's K, V codes are packed from its planes, as Transformer Engine's CP moves them
      * for unequal head widths (its test_attention_with_cp.py runs its MLA shapes in FP8 over
      * every cp kind), under both recipes over every cp kind (delayed: the output and dQKV codes
      * in MLA's widths, kv_b's histories); the unfused core with cp is no job (model/spec.c,
-     * check_cp_core) */
-    const int mx = j->fp8 == MODEL_FP8_MXFP8 && model_fp8_attn_copies(s) == 2;
-    const int mla = s->model.mla.kv_lora_rank > 0;
-    return mx && s->layout.cp > 1 && mla
-               ? "fp8_attention under mxfp8 with multi-head latent attention runs without "
-                 "context parallelism (--cp 1): its cp cores do not quantize its Q, K, V planes "
-                 "into both copies"
-               : NULL;
+     * check_cp_core). Nothing of FP8 attention is refused here. */
+    return NULL;
 }
 
 /* What the backend the plan runs on takes (checked last, as the executor picks its kernels

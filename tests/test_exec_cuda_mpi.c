@@ -182,6 +182,21 @@ static const Layout layouts[] = {
      "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type a2a --zero 0 --no-sp " PIN1,
      "--precision fp8 --fp8-recipe mxfp8 --fp8-attention --seq 128 --gbs 1 --cluster dgx-b200",
      NULL, 0},
+    /* and with multi-head latent attention (tiny-dsv3-hd32): its 16-bit planes saved, packed
+     * into the [K | V] rows the all-gather and the ring move, or Ulysses' head split (run by
+     * name) */
+    {"mla32_cp2_allgather_fp8_attention_mxfp8", 2,
+     "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type allgather --zero 0 --no-sp " PIN1,
+     "--precision fp8 --fp8-recipe mxfp8 --fp8-attention --seq 128 --gbs 1 --cluster dgx-b200",
+     NULL, 0},
+    {"mla32_cp2_p2p_fp8_attention_mxfp8", 2,
+     "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type p2p --zero 0 --no-sp " PIN1,
+     "--precision fp8 --fp8-recipe mxfp8 --fp8-attention --seq 128 --gbs 1 --cluster dgx-b200",
+     NULL, 0},
+    {"mla32_cp2_a2a_fp8_attention_mxfp8", 2,
+     "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type a2a --zero 0 --no-sp " PIN1,
+     "--precision fp8 --fp8-recipe mxfp8 --fp8-attention --seq 128 --gbs 1 --cluster dgx-b200",
+     NULL, 0},
     /* the ring: K, V's codes round it, dK, dV home in one all-to-all (run by name) */
     {"llama_cp2_p2p_fp8_attention", 2,
      "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type p2p --zero 0 --no-sp " PIN1,

@@ -253,15 +253,20 @@ int main(void)
                 CHECK_EQ_INT(recipe ? 3 + (i > 0) : 0, model_fp8_attn_history(&s));
                 CHECK_EQ_INT(MODEL_TR_KV_B_W, model_fp8_attn_weight(&s));
             }
-        /* MXFP8 attention with MLA on the spec's shapes (head widths 32, sequence 128) runs at
-         * cp 1 (the column-wise copies one per plane) and is refused by its own name with cp */
-        s.job.fp8 = MODEL_FP8_MXFP8, s.layout.cp_comm = MODEL_CP_COMM_ALLGATHER;
+        /* MXFP8 attention with MLA on the spec's shapes (head widths 32, sequence 128) runs
+         * with cp over every kind (once refused by name: the cp cores did not quantize its
+         * planes into both copies), the exchanges in the act dtype as ordinary attention's
+         * (model_fp8_attn_cp16), and at cp 1 (the column-wise copies one per plane) */
+        s.job.fp8 = MODEL_FP8_MXFP8;
         s.model.mla.qk_nope_dim = 24, s.model.mla.v_dim = 32;
         s.model.seq_len = s.job.seq_len = 128;
-        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
-        CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));
-        CHECK(strstr(why, "fp8_attention under mxfp8 with multi-head latent attention runs "
-                          "without context parallelism (--cp 1)") != NULL);
+        for (int i = 0; i < 3; i++) {
+            s.layout.cp_comm = kinds[i];
+            CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+            CHECK_EQ_INT(1, model_fp8_attn_cp16(&s));
+            CHECK_EQ_INT(i == 2, model_fp8_attn_saved(&s));
+            CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        }
         s.layout.cp = 1;
         for (int cuda = 0; cuda < 2; cuda++) {
             s.job.precision = cuda ? PX_BF16 : PX_FP32;

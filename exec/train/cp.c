@@ -578,9 +578,11 @@ static int a2a_qkv(const ExecLayerRun *r, const ExecLayerActs *a, int chunk, int
         return rc;
     a2a_move(c, r->W->cp_recv, mx ? r->W->cp_send : src, x.W, 1);
     if (mx) /* MXFP8 (AttnFuncWithCPAndQKVOA2A): the 16-bit head split quantized after the
-               exchange into both copies, saved (q_part, k_part, v_part) and decoded */
+               exchange into both copies, saved (q_part, k_part, v_part) and decoded; b x s
+               rows of W, so a column-wise block is 32 positions of one head's channel, as
+               TE's blocks run along each head's sequence (and as one rank's) */
         exec_fp8_mx_saved(r->fp8, c, EXEC_LA(a, QKV_OUT), r->fp8->act, a2a_mx_col(r, 0),
-                          r->W->cp_send, (int)x.rows, c->d.q_loc + c->d.kv2_loc);
+                          r->W->cp_send, c->d.b * c->d.s, x.W);
     return PX_OK;
 }
 
@@ -699,8 +701,7 @@ static int a2a_bwd(const ExecLayerRun *r, const ExecLayerActs *a, int chunk, int
         return rc;
     void *qc = a2a_mx_col(r, 0), *dc = a2a_mx_col(r, 1);
     if (qc) { /* MXFP8: the saved head split decoded, dO quantized into both copies there */
-        exec_fp8_mx_saved(r->fp8, c, EXEC_LA(a, QKV_OUT), r->fp8->act, qc, NULL, (int)x.rows,
-                          d->q_loc + d->kv2_loc);
+        exec_fp8_mx_saved(r->fp8, c, EXEC_LA(a, QKV_OUT), r->fp8->act, qc, NULL, d->b * s, x.W);
         exec_fp8_mx_copies(r->fp8, c, r->W->cp_send, dc, r->W->cp_send, d->b * s, x.wo, 1);
     }
     const size_t tile = (size_t)Hc * s * s;

@@ -36,7 +36,9 @@
  * quantizes them there under the core's op), and kv_b's GEMM writes through ws.dqkv
  * (kv_b_out); the core's histories under delayed scaling are kv_b's (model_fp8_attn_weight).
  * Under mxfp8 the core's column-wise copies are one per plane (layers.c's fp8_core_cols); with
- * context parallelism the K, V codes are packed from the planes into cp's rows (cp.c). */
+ * context parallelism the K, V codes are packed from the planes into cp's rows (cp.c), or
+ * under mxfp8 (the exchanges in the act dtype) the 16-bit planes are saved in attn.qkv.out
+ * over the all-gather and the ring (qkv_out) and quantized by the core after the exchange. */
 #include <math.h>
 
 #include "exec/train/internal.h"
@@ -237,10 +239,15 @@ static int down_fwd(const ExecLayerRun *r, const Mla *m, int chunk, int l, const
 
 /* Where the forward writes Q, K and V: attn.qkv.out, or under FP8 attention's fused core
  * (model_fp8_attn_qkv) ws.fp8's act part, which the core reads and quantizes into
- * attn.qkv.out, their FP8 copy (layers.c's fp8_core_fwd). */
+ * attn.qkv.out, their FP8 copy (layers.c's fp8_core_fwd). MXFP8 attention with cp over the
+ * all-gather or the ring (model_fp8_attn_cp16, model_fp8_attn_saved 0) saves the 16-bit
+ * planes in attn.qkv.out, as the QKV projection's rows (layers.c's layer_fwd): the core
+ * quantizes them after the gather, or before the ring passes (fp8_core_cp16). */
 static void *qkv_out(const ExecLayerRun *r, const ExecLayerActs *a)
 {
-    return model_fp8_attn_qkv(&r->c->spec) ? r->fp8->act : EXEC_LA(a, QKV_OUT);
+    const ModelSpec *s = &r->c->spec;
+    const int cp16 = model_fp8_attn_cp16(s) && !model_fp8_attn_saved(s);
+    return model_fp8_attn_qkv(s) && !cp16 ? r->fp8->act : EXEC_LA(a, QKV_OUT);
 }
 
 /* Where kv_b's FP8 GEMM writes its keys and values [N, H (nope + v)] before they go to K's and
