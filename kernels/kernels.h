@@ -475,6 +475,16 @@ struct KernBackend {
 
 /* The CPU backend (always present). BLAS threads: 1 unless PARALLAX_BLAS_THREADS says more. */
 const KernBackend *kern_cpu(void);
+/* The CPU backend with activations in act (PX_BF16 or PX_FP16; PX_FP32: kern_cpu()), under
+ * the CUDA backend's precision contract: each kernel widens its act operands to fp32, runs
+ * kern_cpu()'s kernel and rounds what it writes once, to nearest even; master weights,
+ * gradients, optimizer state, statistics and logits fp32 (loss scaling is the caller's
+ * business). Its mixture-of-experts permutation and FP8 entries are NULL. NULL for another
+ * dtype. */
+const KernBackend *kern_cpu_with(PxDtype act);
+/* The same with parameter gradients in grad: PX_FP32 (kern_cpu_with's) or act (16-bit
+ * gradients, each accumulation rounded once); NULL otherwise. */
+const KernBackend *kern_cpu_with_grads(PxDtype act, PxDtype grad);
 /* The CUDA backend, or NULL when parallax was built without CUDA or no GPU is visible. */
 const KernBackend *kern_cuda(void);
 /* The CUDA backend with activations in act: PX_BF16 (what kern_cuda() returns) or PX_FP16 (loss

@@ -86,10 +86,22 @@ static const char *fp8_limit(const ModelSpec *s, const ModelDims *d)
 static int device_refusal(const ModelSpec *s, int gpu, char *why, size_t cap)
 {
     const PxDtype prec = s->job.precision;
-    if (!gpu && prec != PX_FP32)
+    /* The CPU trains bf16 and fp16 as the CUDA backend does (kern_cpu_with: each kernel widens
+     * its act operands to fp32 and rounds once on the store); its 16-bit table has no
+     * mixture-of-experts permutation and no FP8 kernels yet, which run there in fp32 */
+    if (gpu || prec == PX_FP32)
+        return 0;
+    if (s->model.moe.experts > 0)
         snprintf(why, cap,
-                 "training.precision %s: the CPU backend trains in fp32 (make the plan with "
+                 "training.precision %s: the CPU backend trains mixture-of-experts models in fp32 "
+                 "only (its 16-bit kernels have no expert permutation yet; make the plan with "
                  "--precision fp32)",
+                 px_dtype_name(prec));
+    else if (s->job.fp8 != MODEL_FP8_NONE)
+        snprintf(why, cap,
+                 "training.precision %s: the CPU backend runs FP8 GEMMs beside fp32 only (its "
+                 "16-bit kernels have no FP8 quantization yet; make the plan with --precision "
+                 "fp32)",
                  px_dtype_name(prec));
     else
         return 0;

@@ -5,7 +5,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-PxDtype sim_default_precision(const ProfDevice *d) { return d->peak_bf16 > 0 ? PX_BF16 : PX_FP32; }
+/* bf16 where the device has bf16 rates; fp32 on CPUs, whose bf16 and fp16 rates are the fp32
+ * GEMM's (profiles/devices/cpu.json: the CPU's 16-bit kernels widen to fp32), so 16 bits there
+ * is asked for, never a default */
+PxDtype sim_default_precision(const ProfDevice *d)
+{
+    return d->peak_bf16 > 0 && !prof_device_is_cpu(d) ? PX_BF16 : PX_FP32;
+}
 
 int sim_resolve_job(ModelJob *j, const ProfDevice *dev, PxError *err)
 {

@@ -36,6 +36,8 @@ plan() { # plan NAME KNOBS...: a tiny plan for the local cluster
 
 plan good
 plan bf16 --cluster dgx-a100 --precision bf16
+"$mkplan" --model tiny-moe --seq 16 --gbs 4 --mbs 2 --precision bf16 --output "$tmp/moe16.json" \
+  >/dev/null || { echo "FAILED: exec_mkplan tiny-moe bf16"; fails=$((fails + 1)); }
 plan zero2 --zero 2
 plan zero3 --zero 3 --recompute full
 plan dp2 --gpus 2
@@ -86,7 +88,11 @@ expect 2 "short.txt: 10 tokens are too few" "$px" run "$tmp/good.json" --data "$
 expect 2 "the training data is not a regular file" "$px" run "$tmp/good.json" --data "$tmp"
 
 # plans the executor cannot run here
-expect 2 "training.precision bf16: the CPU backend trains in fp32" "$px" run "$tmp/bf16.json"
+if ! command -v nvidia-smi >/dev/null; then # no GPU here
+  expect 2 "this machine has no CUDA device for the plan's" "$px" run "$tmp/bf16.json"
+fi
+expect 2 "training.precision bf16: the CPU backend trains mixture-of-experts models in fp32 only" \
+  "$px" run "$tmp/moe16.json" --launcher none
 # and one that is no layout at all: a sequence of 18 over cp 2 does not split into 2 x cp
 # chunks (the spec's rule: no plan is made of it, so this one is edited by hand)
 sed -E 's/"seq_len":([[:space:]]*)16,/"seq_len":\118,/' "$tmp/cp2.json" >"$tmp/cp2_18.json"

@@ -438,6 +438,15 @@ static const Layout layouts[] = {
      "--dp 1 --tp 1 --pp 1 --cp 2 --cp-comm-type a2a --zero 0 --no-sp " PIN1,
      "--model tiny-llama --seq 128 --fp8-recipe delayed --fp8-amax-history 16 --fp8-attention",
      3, 0, NULL, 3e-3},
+    /* the CPU's 16-bit kernels (kern_cpu_with): the plan in bf16 (its gradients bf16 too:
+     * reduce-scattered and all-gathered in 16 bits) or fp16 (dynamic loss scaling), the
+     * reference the same job in fp32: the losses within 16-bit rounding of it, memory and bytes
+     * the simulator's for 2-byte activations exactly */
+    {"dp2_zero1_bf16_grad16_cpu", 2,
+     "--dp 2 --tp 1 --pp 1 --zero 1 --no-sp --precision bf16 --grad-dtype bf16 " PIN1, "", 3, 0,
+     NULL, 1e-3},
+    {"tp2_sp_fp16_cpu", 2, "--dp 1 --tp 2 --pp 1 --zero 0 --sp --precision fp16 " PIN1,
+     "--dropout 0.1 --no-flash-attn", 3, 0, NULL, 1e-3},
     {"dp2_tp2_pp2_zero1_fp8_delayed", 8, "--dp 2 --tp 2 --pp 2 --zero 1 --sp " PIN1,
      "--fp8-recipe delayed --fp8-format e4m3 --recompute full --set device.fp8_tn_only=1", 5, 0, NULL, 3e-3},
 };

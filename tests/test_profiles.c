@@ -229,6 +229,9 @@ int main(void)
         /* the CPU path decodes FP8 to fp32: the same peak */
         CHECK_OK(prof_device_load("cpu", &d, &err), err);
         CHECK_REL(d.peak_fp32, prof_peak_flops(&d, PX_FP8), 0);
+        /* and its 16-bit kernels widen bf16 and fp16 to fp32 (kern_cpu_with): the same peak */
+        CHECK_REL(d.peak_fp32, prof_peak_flops(&d, PX_BF16), 0);
+        CHECK_REL(d.peak_fp32, prof_peak_flops(&d, PX_FP16), 0);
         CHECK_OK(prof_device_load("gb200", &d, &err), err);
         CHECK_EQ_U64(186ull << 30, d.memory_bytes);
         CHECK_REL(1.25e15, d.peak_tf32, 0);

@@ -98,11 +98,14 @@ static void set_device(ProfCluster *base, const Parts *a, const char *host, cons
     if (!strcmp(d->name, "cpu")) {
         /* a generic CPU profile has no data-sheet peak: the measured ones replace it */
         d->peak_fp32 = a->peak;
+        /* the CPU's 16-bit kernels widen to fp32 and run the same sgemm (kern_cpu_with) */
+        d->peak_bf16 = d->peak_fp16 = a->peak;
         d->memory_bandwidth = a->bw;
         d->matmul_eff = 1.0;
         d->memory_eff = d->memory_attn_eff = 1.0;
         snprintf(note, cap,
-                 "peak_flops.fp32 and memory_bandwidth: measured by parallax calibrate on %s "
+                 "peak_flops.fp32 (bf16 and fp16 the same) and memory_bandwidth: measured by "
+                 "parallax calibrate on %s "
                  "(%s): a %d^3 sgemm GEMM's best rate and a streaming add's bandwidth, one rank",
                  host, date, a->quick ? 384 : 1024);
         return;

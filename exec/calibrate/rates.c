@@ -43,6 +43,13 @@ static int config_plan(const CalibOptions *o, const ProfCluster *base, const cha
             return rc;
     }
     s.job.steps = steps;
+    /* the cpu profile prices bf16 as the CPU's 16-bit kernels run it (widened to fp32): no
+     * base for timing the CUDA backend's bf16 */
+    if (s.job.precision != PX_FP32 && prof_device_is_cpu(&base->device))
+        return px_fail(err, PX_EINPUT,
+                       "device %s is a CPU: the CUDA backend's %s calibration needs a GPU "
+                       "profile as --base",
+                       base->device.name, px_dtype_name(s.job.precision));
     if (prof_peak_flops(&base->device, s.job.precision) <= 0)
         return px_fail(err, PX_EINPUT, "device %s has no %s peak FLOP/s: choose another precision",
                        base->device.name, px_dtype_name(s.job.precision));

@@ -397,7 +397,7 @@ int exec_batches_start(ExecBatches *B, const ExecCtx *c, PxError *err)
     const ModelDims *d = &c->d;
     /* the loader writes whole rows: straight into data.batch on the CPU without context
      * parallelism, else into host staging */
-    const int direct = c->k == kern_cpu() && d->c == 1;
+    const int direct = strcmp(c->k->name, "cpu") == 0 && d->c == 1;
     if (c->g.has_data && !direct) {
         const size_t bytes = batch_bytes(c);
         for (int i = 0; i < 2; i++)

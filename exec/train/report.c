@@ -104,6 +104,17 @@ static void print_fp8_note(const Exec *ex)
                "reference for the GPU's): their step time is not what the plan predicts\n");
 }
 
+/* The CPU's 16-bit kernels (kern_cpu_with) widen each operand to fp32 around the fp32 kernel:
+ * their memory and bytes are the GPU job's, their time is not what any profile prices. */
+static void print_cpu16_note(const Exec *ex)
+{
+    if (ex->c.act != PX_FP32 && strcmp(ex->c.k->name, "cpu") == 0)
+        printf("note: the CPU's %s kernels widen every operand to fp32 around the fp32 kernel "
+               "(memory and bytes as on the GPU): their step time is not what the plan "
+               "predicts\n",
+               px_dtype_name(ex->c.act));
+}
+
 static void print_loss_scale(const Exec *ex)
 {
     if (ex->optim.scaler.enabled)
@@ -200,6 +211,7 @@ static void summary_one(Exec *ex)
            "profile)\n",
            ex->pred.step_s[ex->c.g.stage], exec_median_step_s(ex), ex->plan.profile.name);
     print_fp8_note(ex);
+    print_cpu16_note(ex);
     print_loss_scale(ex);
     if (strcmp(fv, "bound") == 0)
         print_bound_note(ex);
@@ -273,6 +285,7 @@ static void summary_ranks(Exec *ex, const cJSON *run)
     printf("step time (s)   %14.4f %14.4f  (measured: median; predicted by the plan on its %s profile)\n",
            ex->pred.job_step_s, exec_median_step_s(ex), ex->plan.profile.name);
     print_fp8_note(ex);
+    print_cpu16_note(ex);
     /* every rank's device peak, from the gathered run */
     int have_dev = 0;
     for (int i = 0; i < W; i++)

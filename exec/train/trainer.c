@@ -32,7 +32,7 @@ int exec_backend_has_moe(const KernBackend *k)
 }
 
 /* The kernels for the plan: its precision on the chosen backend. PX_EINPUT names what does not
- * fit (the CPU trains fp32; CUDA fp32, bf16 or fp16; no CUDA device here). */
+ * fit (each trains fp32, bf16 or fp16; no CUDA device here). */
 static int choose_backend(Exec *ex, PxError *err)
 {
     ExecCtx *c = &ex->c;
@@ -46,25 +46,23 @@ static int choose_backend(Exec *ex, PxError *err)
     /* the precision each backend trains in and optimizer offload's backend are
      * model_exec_refusal's (check_supported) */
     if (b == EXEC_BACKEND_CPU) {
-        c->k = kern_cpu();
+        /* fp32, or bf16 / fp16 with gradients in fp32 or in the precision's type */
+        c->k = kern_cpu_with_grads(prec, c->spec.job.grad_dtype);
+        if (!c->k)
+            return px_fail(err, PX_EINPUT, "%s: training.precision %s with grad_dtype %s: the CPU "
+                           "backend has no such kernels", origin, px_dtype_name(prec),
+                           px_dtype_name(c->spec.job.grad_dtype));
     } else {
         /* gradients in fp32 or in the precision's 16-bit type (model_exec_refusal) */
         c->k = kern_cuda_with_grads(prec, c->spec.job.grad_dtype);
         if (!c->k) {
-            if (ex->opt.backend == EXEC_BACKEND_AUTO && prec == PX_FP32)
+            if (ex->opt.backend == EXEC_BACKEND_AUTO)
                 return px_fail(err, PX_EINPUT,
                                "%s: this machine has no CUDA device for the plan's %s "
                                "(parallax-worker built without CUDA, or no driver or GPU "
                                "visible): run it on a GPU machine, or on the CPU with "
-                               "--backend cpu (the plan is fp32)",
-                               origin, dev->name);
-            if (ex->opt.backend == EXEC_BACKEND_AUTO)
-                return px_fail(err, PX_EINPUT,
-                               "%s: training.precision %s: the CPU backend trains in fp32, and "
-                               "this machine has no CUDA device for the plan's %s (parallax-worker "
-                               "built without CUDA, or no driver or GPU visible): run it on a GPU "
-                               "machine, or make the plan with --precision fp32",
-                               origin, px_dtype_name(prec), dev->name);
+                               "--backend cpu (training.precision %s)",
+                               origin, dev->name, px_dtype_name(prec));
             return px_fail(err, PX_EINPUT,
                            "%s: --backend cuda, but this machine has no CUDA device "
                            "(parallax-worker built without CUDA, or no driver or GPU visible)",
@@ -500,8 +498,8 @@ float *exec_tensor(Exec *ex, const char *name, uint64_t *numel)
 {
     int grad = 0;
     const ExecParam *p = tensor_param(ex, name, &grad, numel);
-    /* host-visible fp32 only: the CPU backend's */
-    if (!p || strcmp(ex->c.k->name, "cpu") != 0)
+    /* host-visible fp32 only: the CPU backend's, when its weights (or gradients) are fp32 */
+    if (!p || strcmp(ex->c.k->name, "cpu") != 0 || (grad ? ex->c.k->grad : ex->c.k->act) != PX_FP32)
         return NULL;
     return grad ? p->g : (float *)p->w;
 }

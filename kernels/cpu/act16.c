@@ -1,0 +1,158 @@
+/* The CPU backend with 16-bit activations (kern_cpu_with, kern_cpu_with_grads): the CUDA
+ * backend's precision contract (docs/gpu.md, "Precision") kept by the fp32 kernels of this
+ * directory. Each entry widens its act operands (and 16-bit gradients) into fp32 scratch,
+ * calls the fp32 kernel, and rounds what the kernel wrote back once, to nearest even: a kernel
+ * that loads act values into fp32, computes in fp32 and rounds on the store, as the CUDA
+ * kernels do. fp32 operands (statistics, logits, master weights, optimizer state) pass
+ * straight through, so the fp32 table (backend.c) stays the one the others are checked
+ * against, untouched and as fast as it was.
+ *
+ * Scratch: a few per-thread buffers that grow to the largest operand and are then reused, so
+ * the first step allocates them and later steps do not. They are host heap outside the
+ * executor's arenas: the scratch a fused GPU kernel keeps in registers, which no category of
+ * the simulator counts. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/act16.h"
+
+typedef struct {
+    float *p;
+    size_t cap; /* floats */
+} Act16Slot;
+
+static _Thread_local Act16Slot act16_slots[ACT16_OPERANDS];
+
+static float *act16_scratch(int slot, size_t n)
+{
+    Act16Slot *s = &act16_slots[slot];
+    if (n > s->cap) {
+        free(s->p);
+        s->p = malloc((n ? n : 1) * sizeof *s->p);
+        KERN_CHECK(s->p, "cpu 16-bit: out of memory for the fp32 scratch");
+        s->cap = n;
+    }
+    return s->p;
+}
+
+/* The extent of rows x cols elements with row stride ld, in elements. */
+static size_t act16_extent(size_t rows, size_t cols, size_t ld)
+{
+    return rows && cols ? (rows - 1) * ld + cols : 0;
+}
+
+static float act16_load(PxDtype dt, const void *p, size_t i)
+{
+    const uint16_t h = ((const uint16_t *)p)[i];
+    return dt == PX_BF16 ? px_bf16_to_float(h) : px_half_to_float(h);
+}
+
+/* The scratch already standing for p in this call (an in-place operand), or NULL. */
+static float *act16_find(const Act16Call *w, const void *p)
+{
+    for (int i = 0; i < w->n; i++)
+        if (w->src[i] == p)
+            return w->f[i];
+    return NULL;
+}
+
+static float *act16_take(Act16Call *w, const void *p, size_t n)
+{
+    KERN_CHECK(w->n < ACT16_OPERANDS, "cpu 16-bit: too many operands in one call");
+    float *f = act16_scratch(w->n, n);
+    w->src[w->n] = p;
+    w->f[w->n++] = f;
+    return f;
+}
+
+float *act16_in2(Act16Call *w, PxDtype dt, const void *p, size_t rows, size_t cols, size_t ld)
+{
+    if (!p || dt == PX_FP32)
+        return (float *)p;
+    float *f = act16_find(w, p);
+    if (f)
+        return f;
+    f = act16_take(w, p, act16_extent(rows, cols, ld));
+    for (size_t r = 0; r < rows; r++)
+        for (size_t c = 0; c < cols; c++)
+            f[r * ld + c] = act16_load(dt, p, r * ld + c);
+    return f;
+}
+
+float *act16_out2(Act16Call *w, PxDtype dt, void *p, size_t rows, size_t cols, size_t ld)
+{
+    if (!p || dt == PX_FP32)
+        return p;
+    float *f = act16_find(w, p);
+    return f ? f : act16_take(w, p, act16_extent(rows, cols, ld));
+}
+
+void act16_round2(PxDtype dt, void *p, const float *f, size_t rows, size_t cols, size_t ld)
+{
+    if (!p || dt == PX_FP32)
+        return;
+    for (size_t r = 0; r < rows; r++)
+        kern_host_round((uint16_t *)p + r * ld, dt, f + r * ld, cols);
+}
+
+/* The four tables: each inclusion of act16_table.inc defines one set of entries. */
+#define ACT16_ACT PX_BF16
+#define ACT16_GRAD PX_FP32
+#define ACT16_FN(name) bf16_##name
+#define ACT16_TABLE kern_cpu_bf16
+#include "kernels/cpu/act16_table.inc"
+#undef ACT16_ACT
+#undef ACT16_GRAD
+#undef ACT16_FN
+#undef ACT16_TABLE
+
+#define ACT16_ACT PX_FP16
+#define ACT16_GRAD PX_FP32
+#define ACT16_FN(name) fp16_##name
+#define ACT16_TABLE kern_cpu_fp16
+#include "kernels/cpu/act16_table.inc"
+#undef ACT16_ACT
+#undef ACT16_GRAD
+#undef ACT16_FN
+#undef ACT16_TABLE
+
+#define ACT16_ACT PX_BF16
+#define ACT16_GRAD PX_BF16
+#define ACT16_FN(name) bf16g_##name
+#define ACT16_TABLE kern_cpu_bf16g
+#include "kernels/cpu/act16_table.inc"
+#undef ACT16_ACT
+#undef ACT16_GRAD
+#undef ACT16_FN
+#undef ACT16_TABLE
+
+#define ACT16_ACT PX_FP16
+#define ACT16_GRAD PX_FP16
+#define ACT16_FN(name) fp16g_##name
+#define ACT16_TABLE kern_cpu_fp16g
+#include "kernels/cpu/act16_table.inc"
+
+static pthread_once_t act16_once = PTHREAD_ONCE_INIT;
+
+static void act16_fill_all(void)
+{
+    bf16_fill();
+    fp16_fill();
+    bf16g_fill();
+    fp16g_fill();
+}
+
+const KernBackend *kern_cpu_with_grads(PxDtype act, PxDtype grad)
+{
+    if (act == PX_FP32)
+        return grad == PX_FP32 ? kern_cpu() : NULL;
+    if ((act != PX_BF16 && act != PX_FP16) || (grad != PX_FP32 && grad != act))
+        return NULL;
+    pthread_once(&act16_once, act16_fill_all);
+    if (act == PX_BF16)
+        return grad == PX_FP32 ? &kern_cpu_bf16 : &kern_cpu_bf16g;
+    return grad == PX_FP32 ? &kern_cpu_fp16 : &kern_cpu_fp16g;
+}
+
+const KernBackend *kern_cpu_with(PxDtype act) { return kern_cpu_with_grads(act, PX_FP32); }
