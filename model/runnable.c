@@ -17,33 +17,23 @@
 
 /* --fp8-param-gather's limits (exec/train/fp8gather.c), or NULL: the FP8 weights gathered in
  * FP8 with scales every rank computes from all-reduced amaxes: ZeRO-3's gathers of the
- * layers' weights with a per-tensor scale or blockwise's tiles (the experts' over the
- * expert-data-parallel group; in buckets of equal bytes at pp 1; under a pipeline once a step,
- * a call a block whatever the bucket size), and below ZeRO-3 the gather of the updated
- * weights after the step (none without ZeRO), quantized from the updated fp32 master (with
- * --offload-optimizer from the act values the host rounds it to), with a per-tensor scale or
- * blockwise's 128 x 128 tiles (a TN-only device's transposed copy made from the FP8 bytes,
- * each tile transposed with its scale); MXFP8's gathered in the act dtype into the gradients'
- * places and quantized by every rank (ZeRO-2 is model/spec.c's rule). */
+ * layers' weights with a per-tensor scale, blockwise's tiles or MXFP8's 1 x 32 and 32 x 1
+ * blocks (Megatron-FSDP's: each rank's shard quantized into the copies its gather carries,
+ * the row-wise one before a forward and the column-wise one before a backward, both where one
+ * gather serves both; the scales never travel) (the experts' over the expert-data-parallel
+ * group; in buckets of equal bytes at pp 1; under a pipeline once a step, a call a block
+ * whatever the bucket size), and below ZeRO-3 the gather of the updated weights after the
+ * step (none without ZeRO), quantized from the updated fp32 master (with --offload-optimizer
+ * from the act values the host rounds it to), with a per-tensor scale or blockwise's 128 x 128
+ * tiles (a TN-only device's transposed copy made from the FP8 bytes, each tile transposed with
+ * its scale); MXFP8's gathered in the act dtype into the gradients' places and quantized by
+ * every rank (ZeRO-2 is model/spec.c's rule). Every recipe and ZeRO stage the spec takes
+ * runs. */
 static const char *fp8_gather_limit(const ModelSpec *s, const ModelDims *d)
 {
-    const int below = s->layout.zero < 3;
-    const ModelFp8Recipe r = s->job.fp8;
-    (void)d; /* blockwise's transposed copies: its tiles transposed (kernels' fp8_transpose) */
-    /* MXFP8 under ZeRO-3 is priced as Megatron-FSDP runs it (model_fp8_mx_gather_copies:
-     * each rank's shard quantized into both copies, every 1 x 32 and 32 x 1 block's amax
-     * all-reduced, the row-wise copy gathered before a forward and the column-wise one before
-     * a backward), which exec/train/fp8gather.c does not run yet: the kernels are in
-     * (kernels.h's fp8_piece_amax, fp8_block_scales, fp8_piece_quantize, matmul_fp8_split),
-     * the gathers, the scales' binding and the GEMMs' reading of them are not (docs/fp8.md) */
-    return r == MODEL_FP8_MXFP8 && !below
-               ? "fp8_param_gather with MXFP8 runs below ZeRO-3 (--zero 0 or 1: the updated "
-                 "weights gathered in their own dtype, each rank quantizing them); under ZeRO-3 "
-                 "Megatron-FSDP's scheme, which the simulator prices (each rank's shard "
-                 "quantized into both MXFP8 copies with every block's amax all-reduced, the "
-                 "row-wise copy gathered before a forward and the column-wise one before a "
-                 "backward), is not in the executor"
-               : NULL;
+    (void)s;
+    (void)d;
+    return NULL;
 }
 
 /* The FP8 limits, or NULL. */
