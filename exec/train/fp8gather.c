@@ -99,10 +99,11 @@ int exec_pg_init(ExecFp8Gather *G, struct ExecFp8 *F, const ExecCtx *c, const Ex
                            P->p[i - 1].name);
     }
     /* one allocation, which the trainer attaches to the communication layer */
-    G->scales_bytes = 2 * (size_t)(G->n_w > 0 ? G->n_w : 1) * sizeof(float);
+    /* MXFP8's scales are <w>.fp8_scales: its amaxes only (a quarter of a byte an element) */
+    G->scales_bytes = (G->mx ? 1 : 2) * (size_t)(G->n_w > 0 ? G->n_w : 1) * sizeof(float);
     if (!(G->amax = c->k->alloc(G->scales_bytes)))
         return px_fail(err, PX_ERUNTIME, "out of memory for the FP8 weights' scales");
-    G->scale = G->amax + (G->n_w > 0 ? G->n_w : 1);
+    G->scale = G->mx ? NULL : G->amax + (G->n_w > 0 ? G->n_w : 1);
     int group = 1;
     for (int b = 0; b < P->nb; b++)
         group = P->b[b].group > group ? P->b[b].group : group;

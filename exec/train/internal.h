@@ -1148,7 +1148,8 @@ typedef struct {
     int n_dense;              /* of them, the dense blocks' */
     int *w_of;                /* [parameters]: its first matrix's index among them, or -1 */
     float *amax;              /* [n_w] backend memory: the step's amaxes, all-reduced */
-    float *scale;             /* [n_w] after them: the decode factors the shards take */
+    float *scale;             /* [n_w] after them: the decode factors the shards take (NULL
+                                 for MXFP8 under ZeRO-3: <w>.fp8_scales) */
     size_t scales_bytes;      /* the two, one allocation */
     uint64_t *off;            /* [parameters of the largest block]: exec_params_point_packed's */
     void *pad;                /* after: where a block's padding lands (group - 1 act elements) */
