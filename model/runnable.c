@@ -13,74 +13,49 @@
  * have gone first (the sequence in 2 x cp chunks, check_batch; a2a's cp dividing the heads and
  * KV heads per TP rank, check_tensor_split; the ring only with the fused core, check_cp_core),
  * and the ring, the all-gather and Ulysses run at any cp (Ulysses' all-to-all counts are sized
- * by the cp group at init: exec/train/trainer.c). FP8 attention's with cp are fp8_limit's. */
+ * by the cp group at init: exec/train/trainer.c); FP8 attention with cp runs too (below). */
 
-/* --fp8-param-gather's limits (exec/train/fp8gather.c), or NULL: the FP8 weights gathered in
- * FP8 with scales every rank computes from all-reduced amaxes: ZeRO-3's gathers of the
- * layers' weights with a per-tensor scale or blockwise's tiles (the experts' over the
- * expert-data-parallel group; in buckets of equal bytes at pp 1; under a pipeline once a step,
- * a call a block whatever the bucket size), and below ZeRO-3 the gather of the updated
- * weights after the step (none without ZeRO), quantized from the updated fp32 master (with
- * --offload-optimizer from the act values the host rounds it to), with a per-tensor scale or
- * blockwise's 128 x 128 tiles (a TN-only device's transposed copy made from the FP8 bytes,
- * each tile transposed with its scale); MXFP8's gathered in the act dtype into the gradients'
- * places and quantized by every rank (ZeRO-2 is model/spec.c's rule). */
-static const char *fp8_gather_limit(const ModelSpec *s, const ModelDims *d)
-{
-    const int below = s->layout.zero < 3;
-    const ModelFp8Recipe r = s->job.fp8;
-    (void)d; /* blockwise's transposed copies: its tiles transposed (kernels' fp8_transpose) */
-    /* MXFP8 under ZeRO-3 is priced as Megatron-FSDP runs it (model_fp8_mx_gather_copies:
-     * each rank's shard quantized into both copies, every 1 x 32 and 32 x 1 block's amax
-     * all-reduced, the row-wise copy gathered before a forward and the column-wise one before
-     * a backward), which exec/train/fp8gather.c does not run yet: the kernels are in
-     * (kernels.h's fp8_piece_amax, fp8_block_scales, fp8_piece_quantize, matmul_fp8_split),
-     * the gathers, the scales' binding and the GEMMs' reading of them are not (docs/fp8.md) */
-    return r == MODEL_FP8_MXFP8 && !below
-               ? "fp8_param_gather with MXFP8 runs below ZeRO-3 (--zero 0 or 1: the updated "
-                 "weights gathered in their own dtype, each rank quantizing them); under ZeRO-3 "
-                 "Megatron-FSDP's scheme, which the simulator prices (each rank's shard "
-                 "quantized into both MXFP8 copies with every block's amax all-reduced, the "
-                 "row-wise copy gathered before a forward and the column-wise one before a "
-                 "backward), is not in the executor"
-               : NULL;
-}
+/* FP8 has no limit of the executor's own. --fp8-param-gather (exec/train/fp8gather.c): the FP8
+ * weights gathered in FP8 with scales every rank computes from all-reduced amaxes: ZeRO-3's gathers of the
+ * layers' weights with a per-tensor scale, blockwise's tiles or MXFP8's 1 x 32 and 32 x 1
+ * blocks (Megatron-FSDP's: each rank's shard quantized into the copies its gather carries,
+ * the row-wise one before a forward and the column-wise one before a backward, both where one
+ * gather serves both; the scales never travel) (the experts' over the expert-data-parallel
+ * group; in buckets of equal bytes at pp 1; under a pipeline once a step, a call a block
+ * whatever the bucket size), and below ZeRO-3 the gather of the updated weights after the
+ * step (none without ZeRO), quantized from the updated fp32 master (with --offload-optimizer
+ * from the act values the host rounds it to), with a per-tensor scale or blockwise's 128 x 128
+ * tiles (a TN-only device's transposed copy made from the FP8 bytes, each tile transposed with
+ * its scale); MXFP8's gathered in the act dtype into the gradients' places and quantized by
+ * every rank (ZeRO-2 is model/spec.c's rule). Every recipe and ZeRO stage the spec takes
+ * runs. */
 
-/* The FP8 limits, or NULL. */
-static const char *fp8_limit(const ModelSpec *s, const ModelDims *d)
-{
-    const ModelJob *j = &s->job;
-    const char *pg = j->fp8_param_gather ? fp8_gather_limit(s, d) : NULL;
-    if (pg || !j->fp8_attention)
-        return pg;
-    /* FP8 attention (exec/train/layers.c): Q, K, V, the output gradient and (delayed, the fused
-     * core) the output quantized with a per-tensor scale: their own (tensorwise) or their
-     * histories' (delayed, model_fp8_attn_history), or under mxfp8 in 1 x 32 and 32 x 1
-     * blocks, both copies, each GEMM of the core reading the one blocked along its reduction
-     * (model_fp8_attn_copies); the fused core saves the FP8 copies. Blockwise with FP8
-     * attention is no job (model/spec.c, check_fp8). MXFP8's second copies reach the core
-     * where it reads this rank's Q, K, V itself (layers.c, multi-head latent attention's planes
-     * each a copy of its own). With cp, as Transformer Engine runs it (model_fp8_attn_cp16),
-     * K and V gathered in the act dtype and the core quantizing this rank's Q, K, V and the
-     * gathered K, V into both copies after the gather, the ring's blocks at each step, or
-     * Ulysses' head split after its all-to-all (layers.c's fp8_core_cp16, cp.c's
-     * ring_mx_block and a2a_qkv): every kind runs, with multi-head latent attention too (its
-     * 16-bit planes saved in attn.qkv.out and quantized plane by plane column-wise, their K, V
-     * packed into the rows the all-gather and the ring move: mla.c's qkv_out, cp.c's
-     * mla_kv_rows; Ulysses' head split packed from the planes). Under the per-tensor recipes
-     * the fused core's FP8 with cp runs over the all-gather, the ring and Ulysses under
-     * tensorwise and delayed (cp.c; delayed: the output and the Q, K, V gradients in their
-     * codes where TE moves them so, model_fp8_attn_dqkv); multi-head latent
-     * attention's K, V codes are packed from its planes, as Transformer Engine's CP moves them
-     * for unequal head widths (its test_attention_with_cp.py runs its MLA shapes in FP8 over
-     * every cp kind), under both recipes over every cp kind (delayed: the output and dQKV codes
-     * in MLA's widths, kv_b's histories); the unfused core with cp is no job (model/spec.c,
-     * check_cp_core). Nothing of FP8 attention is refused here. */
-    return NULL;
-}
+/* FP8 attention (exec/train/layers.c): Q, K, V, the output gradient and (delayed, the fused
+ * core) the output quantized with a per-tensor scale: their own (tensorwise) or their
+ * histories' (delayed, model_fp8_attn_history), or under mxfp8 in 1 x 32 and 32 x 1
+ * blocks, both copies, each GEMM of the core reading the one blocked along its reduction
+ * (model_fp8_attn_copies); the fused core saves the FP8 copies. Blockwise with FP8
+ * attention is no job (model/spec.c, check_fp8). MXFP8's second copies reach the core
+ * where it reads this rank's Q, K, V itself (layers.c, multi-head latent attention's planes
+ * each a copy of its own). With cp, as Transformer Engine runs it (model_fp8_attn_cp16),
+ * K and V gathered in the act dtype and the core quantizing this rank's Q, K, V and the
+ * gathered K, V into both copies after the gather, the ring's blocks at each step, or
+ * Ulysses' head split after its all-to-all (layers.c's fp8_core_cp16, cp.c's
+ * ring_mx_block and a2a_qkv): every kind runs, with multi-head latent attention too (its
+ * 16-bit planes saved in attn.qkv.out and quantized plane by plane column-wise, their K, V
+ * packed into the rows the all-gather and the ring move: mla.c's qkv_out, cp.c's
+ * mla_kv_rows; Ulysses' head split packed from the planes). Under the per-tensor recipes
+ * the fused core's FP8 with cp runs over the all-gather, the ring and Ulysses under
+ * tensorwise and delayed (cp.c; delayed: the output and the Q, K, V gradients in their
+ * codes where TE moves them so, model_fp8_attn_dqkv); multi-head latent
+ * attention's K, V codes are packed from its planes, as Transformer Engine's CP moves them
+ * for unequal head widths (its test_attention_with_cp.py runs its MLA shapes in FP8 over
+ * every cp kind), under both recipes over every cp kind (delayed: the output and dQKV codes
+ * in MLA's widths, kv_b's histories); the unfused core with cp is no job (model/spec.c,
+ * check_cp_core). Nothing of FP8 attention is refused here. */
 
 /* What the backend the plan runs on takes (checked last, as the executor picks its kernels
- * after the plan's other settings): the CPU trains fp32; CUDA every precision the spec allows
+ * after the plan's other settings): the CPU trains fp32, bf16 and fp16 (below); CUDA every precision the spec allows
  * (fp32, bf16, fp16: model/spec.c, check_job), fp32 in full fp32 GEMMs, no TF32, as the
  * simulator prices it (the device's fp32 peak: kernels/cuda/context.cu, docs/gpu.md). */
 static int device_refusal(const ModelSpec *s, int gpu, char *why, size_t cap)
@@ -112,11 +87,6 @@ static int device_refusal(const ModelSpec *s, int gpu, char *why, size_t cap)
  * (model_config_check, which model_spec_check runs first) refuses them for every model. */
 int model_exec_refusal(const ModelSpec *s, const ModelDims *d, int gpu, char *why, size_t cap)
 {
-    const char *lim;
-    if (d->fp8 != MODEL_FP8_NONE && (lim = fp8_limit(s, d)))
-        snprintf(why, cap, "training.fp8 %s: the executor runs FP8 GEMMs with limits: %s",
-                 model_fp8_recipe_name(s->job.fp8), lim);
-    else
-        return device_refusal(s, gpu, why, cap);
-    return 1;
+    (void)d; /* the dims hold nothing the executor refuses today; kept for the callers' sake */
+    return device_refusal(s, gpu, why, cap);
 }

@@ -459,11 +459,12 @@ static void add_fp8_copies(Adder *a, const ModelSpec *s, const ModelDims *d, Mod
          * MXFP8Tensor parameter's rowwise and columnwise scale_inv, Transformer Engine's
          * tensor/utils.py computing them from the all-reduced block amaxes); its elements are
          * the shard's (w_shard) */
+        const Fp8Extra x = {0, role, groups}; /* the executor binds it to its weight */
         NAME(n, "%s.fp8_scales", name);
-        add(a, MODEL_TR_FP8_MX_SCALES, n, MODEL_WEIGHTS, PX_UINT8, shard, 1,
-            (int64_t)groups * (int64_t)(model_fp8_scale_bytes(r, 1, rows, d1) +
-                                        model_fp8_scale_bytes(r, 1, d1, rows)),
-            0, 0, 0);
+        add_ex(a, MODEL_TR_FP8_MX_SCALES, n, MODEL_WEIGHTS, PX_UINT8, shard, 1,
+               (int64_t)groups * (int64_t)(model_fp8_scale_bytes(r, 1, rows, d1) +
+                                           model_fp8_scale_bytes(r, 1, d1, rows)),
+               0, 0, 0, &x);
     }
     if (r == MODEL_FP8_DELAYED) {
         /* the experts' fc1 holds the dispatched rows' history too (model_fp8_dispatch_history),

@@ -146,6 +146,14 @@ static const Layout layouts[] = {
      * H100 given MXFP8 tensor cores, B200's 4.5e15 dense FP8 FLOP/s, profiles/devices/b200.json) */
     {"dp2_zero1_fp8pg_mxfp8", 2, "--dp 2 --tp 1 --pp 1 --zero 1 --fp8-param-gather --no-sp " PIN1,
      "--precision fp8 --fp8-recipe mxfp8 --set device.peak_flops.mxfp8=4.5e15", "--dp 2 --tp 1 --pp 1 --zero 1 --no-sp " PIN1, 0},
+    /* MXFP8 under ZeRO-3 (Megatron-FSDP): each rank's bf16 shard quantized into the copies
+     * its gather carries with the scales of the all-reduced block amaxes (under full
+     * recompute the backward's gather carries both), the GEMMs reading them with their
+     * scales apart (matmul_fp8_split): the codes the per-use cast makes (its twin within
+     * 1e-6: the input gradient's GEMM reads the column-wise copy untransposed) */
+    {"dp2_zero3_fsdp_fp8pg_mxfp8", 2, "--dp 2 --tp 1 --pp 1 --zero 3 --fsdp --fp8-param-gather --no-sp " PIN1,
+     "--precision fp8 --fp8-recipe mxfp8 --recompute full --set device.peak_flops.mxfp8=4.5e15",
+     "--dp 2 --tp 1 --pp 1 --zero 3 --fsdp --no-sp " PIN1, 1e-6},
     /* and with the optimizer offloaded: the host rounds the updated fp32 master to bf16 (to
      * nearest even, as the device's cast), the FP8 pieces' bf16 values are copied up into their
      * gradients' place and quantized there: bit for bit the same layout on the device */

@@ -112,6 +112,9 @@ static const Layout layouts[] = {
     /* and under ZeRO-3 (Megatron-FSDP's way): the experts' tiles' amaxes all-reduced over edp
      * 2 once a step, each gather's pieces quantized with their tiles' scales */
     {"ep2_dp2_zero3_fp8pg_blockwise_tn", 4, 4, 1, 1, 2, 0, 1, 3, 0, 0, MODEL_FP8_BLOCKWISE, 0, 0, 0, 0, 0},
+    /* and MXFP8 (by name, CI's time): the experts' 1 x 32 and 32 x 1 blocks' amaxes
+     * all-reduced over edp 2, each gather carrying the copy its pass reads */
+    {"ep2_dp2_zero3_fp8pg_mxfp8", 4, 4, 1, 1, 2, 0, 1, 3, 0, 0, MODEL_FP8_MXFP8, 0, 0, 0, 0, 0},
     /* --fp8-dispatch (a name with _fp8d_): the forward's all-to-all moves the rows in FP8 with
      * their row-wise scales (blockwise's and MXFP8's, the recipes whose scales belong to a row),
      * which the experts' GEMMs then quantize as they are; the recomputed forward's too (the
@@ -620,7 +623,9 @@ static void check_same_without_fp8pg(const Layout *L, const ModelSpec *s, const 
 {
     ModelSpec plain = *s;
     plain.job.fp8_param_gather = 0;
-    check_twin(L, &plain, "fp8_param_gather", 0, run);
+    /* MXFP8 under ZeRO-3: the same codes, the input gradient's GEMM reading the column-wise
+     * copy untransposed (sgemm's other order: test_exec_mpi.c's check_cast_twin) */
+    check_twin(L, &plain, "fp8_param_gather", s->job.fp8 == MODEL_FP8_MXFP8 ? 1e-6 : 0, run);
 }
 
 /* An op-level recompute layout's run (*_sac on more than one rank) against the same layout
@@ -672,7 +677,8 @@ static void check_layout(const Layout *L)
     if (s.job.fp8_dispatch && !L->cuda)
         check_same_without_fp8d(L, &s, run);
     if (s.job.fp8_param_gather && !L->cuda &&
-        (s.job.fp8 == MODEL_FP8_TENSORWISE || s.job.fp8 == MODEL_FP8_BLOCKWISE))
+        (s.job.fp8 == MODEL_FP8_TENSORWISE || s.job.fp8 == MODEL_FP8_BLOCKWISE ||
+         (s.job.fp8 == MODEL_FP8_MXFP8 && s.layout.zero == 3)))
         check_same_without_fp8pg(L, &s, run);
     /* delayed scaling's recompute quantizes with the factors of now, which the forward's own
      * record moved (as full recompute's does): not its twin's bits (dsv3_ep2_fp8_delayed_sac:

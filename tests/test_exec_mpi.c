@@ -186,6 +186,25 @@ static const Layout layouts[] = {
      * places, each rank quantizing the whole weights into both copies, no amax all-reduce
      * (fp8gather.c's mx_matrix): the same values as the cast without the flag, bit for bit
      * (check_cast_twin); tp 2 with SP, whose row- and column-parallel weights are cut by TP */
+    /* MXFP8 under ZeRO-3 (Megatron-FSDP: fp8gather.c's mx_shard_amax): every 1 x 32 and
+     * 32 x 1 block's partial amax all-reduced, each rank's shard quantized into the copy its
+     * gather carries (row-wise before a forward, column-wise before a backward, both for the
+     * backward's gather under full recompute), the GEMMs reading the copies with the scales
+     * every rank computed: the codes the per-use cast makes (check_cast_twin: within 1e-6,
+     * bit for bit on tiny). Full recompute in the pinned knobs, so that the single-rank
+     * reference is dp2_zero1_fp8pg_mxfp8's (the cache's) */
+    {"dp2_zero3_fsdp_fp8pg_mxfp8", 2,
+     "--dp 2 --tp 1 --pp 1 --zero 3 --fsdp --fp8-param-gather --recompute full --no-sp " PIN1,
+     "--fp8-recipe mxfp8 --mbs 1", 3, 0, NULL, 3e-3},
+    /* by name (CI's time): in buckets of 20 kB, the backward's gathers' wire images holding
+     * both copies of each rank's part; under a pipeline (dp 2 x pp 2), whose once-a-step
+     * gather carries both copies */
+    {"dp2_zero3_fp8pg_mxfp8_buckets_full", 2,
+     "--dp 2 --tp 1 --pp 1 --zero 3 --fsdp --zero-bucket-bytes 20000 --fp8-param-gather "
+     "--recompute full --no-sp " PIN1,
+     "--fp8-recipe mxfp8 --mbs 1", 3, 0, NULL, 3e-3},
+    {"dp2_pp2_zero3_fp8pg_mxfp8", 4, "--dp 2 --tp 1 --pp 2 --zero 3 --fp8-param-gather --no-sp " PIN1,
+     "--fp8-recipe mxfp8 --mbs 1", 3, 0, NULL, 3e-3},
     {"dp2_zero1_fp8pg_mxfp8", 2, "--dp 2 --tp 1 --pp 1 --zero 1 --fp8-param-gather --no-sp " PIN1,
      "--fp8-recipe mxfp8 --mbs 1", 3, 0, NULL, 1e-3},
     {"tp2_sp_dp2_zero1_fp8pg_mxfp8", 4, "--dp 2 --tp 2 --pp 1 --zero 1 --fp8-param-gather --sp " PIN1,
@@ -667,8 +686,14 @@ static int check_bubble(const Layout *L, const cJSON *plan, const cJSON *run, in
  * (a shard quantized with its whole weight's scale is the bytes the per-use cast makes). */
 static void check_cast_twin(const Layout *L, const cJSON *steps)
 {
+    /* MXFP8 under ZeRO-3: the input gradient's GEMM reads the gathered column-wise copy in the
+     * weight's shape (matmul_fp8_split, the transpose flag flipped) where the per-use cast
+     * transposes it: the same codes and scales, the products summed in sgemm's other order
+     * (bit for bit where OpenBLAS sums NN and NT alike: tiny; tiny-llama 6.8e-10) */
     if (PX_TEST_SANITIZED) /* the twin runs the lines of the layout without the flag */
         return;
+    const double tol = strstr(L->layout, "--zero 3") && strstr(L->job, "mxfp8") ? 1e-6 : 0;
+    double worst = 0;
     char lay[600];
     const char *flag = "--fp8-param-gather ", *at_flag = strstr(L->layout, flag);
     CHECK(at_flag != NULL);
@@ -682,13 +707,16 @@ static void check_cast_twin(const Layout *L, const cJSON *steps)
     CHECK_EQ_INT(L->steps, cJSON_GetArraySize(ts));
     for (int i = 0; i < L->steps; i++) {
         const double a = num(cJSON_GetArrayItem(ts, i), "loss"), b = num(cJSON_GetArrayItem(steps, i), "loss");
-        if (a != b) {
+        const double dev = fabs(b - a) / fabs(a);
+        if (tol > 0 ? !(dev <= tol) : a != b) {
             fprintf(stderr, "FAILED: %s step %d: loss %.17g with the FP8 gather, %.17g without "
-                    "--fp8-param-gather\n", L->name, i + 1, b, a);
+                    "--fp8-param-gather (tolerance %g)\n", L->name, i + 1, b, a, tol);
             exit(1);
         }
+        worst = dev > worst ? dev : worst;
     }
-    printf("%-20s the same losses without --fp8-param-gather (%s)\n", L->name, lay);
+    printf("%-20s the same losses without --fp8-param-gather (%s): max deviation %.2e\n",
+           L->name, lay, worst);
     cJSON_Delete(twin);
 }
 
@@ -742,7 +770,10 @@ static void check_layout(const Layout *L)
         !strcmp(L->name, "dp2_zero0_fp8pg_tensorwise_adam8") ||
         !strcmp(L->name, "dp2_zero1_fp8pg_offload_tensorwise") ||
         !strcmp(L->name, "wide_dp2_zero1_fp8pg_blockwise_tn") ||
-        !strcmp(L->name, "wide_dp2_zero3_fp8pg_blockwise_tn"))
+        !strcmp(L->name, "wide_dp2_zero3_fp8pg_blockwise_tn") ||
+        !strcmp(L->name, "dp2_zero3_fsdp_fp8pg_mxfp8") ||
+        !strcmp(L->name, "dp2_zero3_fp8pg_mxfp8_buckets_full") ||
+        !strcmp(L->name, "dp2_pp2_zero3_fp8pg_mxfp8"))
         check_cast_twin(L, ms);
 
     /* memory, communication, FLOPs and ops of every rank against its stage's prediction */

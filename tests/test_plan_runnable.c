@@ -387,7 +387,7 @@ int main(void)
 
     /* --fp8-param-gather: with a per-tensor scale or blockwise's tiles, under ZeRO-3 or below
      * it, with or without transposed copies, also with the optimizer offloaded (fp32 on the
-     * CPU, bf16 on CUDA); MXFP8's below ZeRO-3 only */
+     * CPU, bf16 on CUDA); MXFP8's below ZeRO-3 and under it */
     {
         ModelSpec s = request("tiny", 2, 8).base;
         s.job.precision = PX_FP32;
@@ -419,8 +419,9 @@ int main(void)
         s.job.fp8_transpose = 0;
         CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
         CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
-        /* MXFP8 below ZeRO-3 (gathered in the act dtype, quantized by each rank), not under it
-         * (Megatron-FSDP's gathers of either copy, priced, not run); ZeRO-2 is no job
+        /* MXFP8 below ZeRO-3 (gathered in the act dtype, quantized by each rank) and under it
+         * (Megatron-FSDP's: each block's amax all-reduced, the shards quantized into the copies
+         * each gather carries), with or without --fsdp, on either backend; ZeRO-2 is no job
          * (model/spec.c) */
         s.layout.zero = 1, s.job.fp8 = MODEL_FP8_MXFP8;
         CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
@@ -430,10 +431,17 @@ int main(void)
         CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
         s.layout.zero = 3;
         CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
-        CHECK_EQ_INT(1, model_exec_refusal(&s, &d, 0, why, sizeof why));
-        CHECK(strstr(why, "fp8_param_gather with MXFP8 runs below ZeRO-3 (--zero 0 or 1") != NULL);
-        CHECK(strstr(why, "the row-wise copy gathered before a forward and the column-wise one "
-                          "before a backward), is not in the executor") != NULL);
+        CHECK_EQ_INT(1, model_fp8_mx_gather_copies(&s, &d, MODEL_FWD));
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        s.layout.fsdp = 1, s.layout.recompute = MODEL_RECOMPUTE_FULL;
+        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+        CHECK_EQ_INT(2, model_fp8_mx_gather_copies(&s, &d, MODEL_BWD));
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 0, why, sizeof why));
+        s.job.precision = PX_BF16;
+        CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
+        CHECK_EQ_INT(0, model_exec_refusal(&s, &d, 1, why, sizeof why));
+        s.job.precision = PX_FP32;
+        s.layout.fsdp = 0, s.layout.recompute = MODEL_RECOMPUTE_NONE;
         s.layout.zero = 2;
         CHECK_EQ_INT(PX_EINPUT, model_spec_check(&s, 2, &d, &err));
         CHECK(strstr(err.msg, "which zero 2 shards: use --zero 1, 0 or 3") != NULL);

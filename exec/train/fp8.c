@@ -182,6 +182,11 @@ int exec_fp8_bind(ExecFp8 *F, const ExecParams *P, const ModelTensor *t, void *p
             w->qt = p;
         return rc;
     }
+    case MODEL_TR_FP8_MX_SCALES: {
+        if (!(rc = check_bytes(t, (uint64_t)w->groups * exec_fp8_mx_grids(F, w), err)) && p)
+            w->mxs = p;
+        return rc;
+    }
     case MODEL_TR_FP8_AMAX:
         if (!F->len)
             return exec_bind_unused(t, err);
@@ -207,9 +212,9 @@ const ExecFp8Weight *exec_fp8_weight(const ExecFp8 *F, ModelTensorRole role, int
 
 ExecFp8Ref exec_fp8_weight_ref(const ExecFp8 *F, const ExecFp8Weight *w, int g, int transposed)
 {
-    ExecFp8Ref r;
-    r.f = transposed ? exec_fp8_desc(F, w->cols, w->rows, 1, 0)
-                     : exec_fp8_desc(F, w->rows, w->cols, 1, 0);
+    ExecFp8Ref r = {NULL, exec_fp8_desc(F, w->rows, w->cols, 1, 0)};
+    if (transposed)
+        r.f = exec_fp8_desc(F, w->cols, w->rows, 1, 0);
     r.q = (const uint8_t *)(transposed ? w->qt : w->q) + (size_t)g * kern_fp8_bytes(&r.f);
     return r;
 }
@@ -301,7 +306,10 @@ int exec_fp8_start(ExecFp8 *F, const ExecCtx *c, PxError *err)
             rc = px_fail(err, PX_ERUNTIME,
                          "%s has no FP8 copy%s in the tensor table: model/ and exec/ disagree",
                          w->p->name, F->wt ? ", transposed copy" : F->len ? " or amax history" : "");
-        else if (zero3 && (!F->wq || (F->wt && !F->wqt)))
+        else if (zero3 && c->spec.job.fp8_param_gather && F->recipe == MODEL_FP8_MXFP8 && !w->mxs)
+            rc = px_fail(err, PX_ERUNTIME, "%s has no fp8_scales in the tensor table: model/ and "
+                         "exec/ disagree", w->p->name);
+        else if (zero3 && !w->mxs && (!F->wq || (F->wt && !F->wqt)))
             rc = px_fail(err, PX_ERUNTIME,
                          "ws.fp8 has no room for ZeRO-3's weight casts: model/ and exec/ disagree");
         else if (F->len) /* delayed scaling starts from decode factors of 1, as Transformer Engine */
@@ -404,11 +412,65 @@ void exec_fp8_mm(const ExecCtx *c, ExecMeter *M, void *out, PxDtype ct, ExecFp8R
     exec_meter_flops(M, 2.0 * m * n * k);
 }
 
+/* A GEMM's weight operand: its FP8 tensor and, where its scales lie apart (a gathered MXFP8
+ * copy: the gather carries none, <w>.fp8_scales holds them), their place; NULL: after the
+ * elements. */
+typedef struct {
+    ExecFp8Ref r;
+    const void *s;
+} WeightOp;
+
+/* exec_fp8_mm with the weight as B. */
+static void weight_mm(const ExecCtx *c, ExecMeter *M, void *out, PxDtype ct, ExecFp8Ref a,
+                      WeightOp b, int m, int n, int k, int ta, int tb, float beta)
+{
+    if (!b.s) {
+        exec_fp8_mm(c, M, out, ct, a, b.r, m, n, k, ta, tb, beta);
+        return;
+    }
+    c->k->matmul_fp8_split(out, ct, a.q, &a.f, NULL, b.r.q, &b.r.f, b.s, m, n, k, ta, tb, 1.0f,
+                           beta);
+    exec_meter_flops(M, 2.0 * m * n * k);
+}
+
+uint64_t exec_fp8_mx_grids(const ExecFp8 *F, const ExecFp8Weight *w)
+{
+    const KernFp8 r = exec_fp8_mx_desc(F, w, 0), t = exec_fp8_mx_desc(F, w, 1);
+    return kern_fp8_scales(&r) + kern_fp8_scales(&t);
+}
+
+KernFp8 exec_fp8_mx_desc(const ExecFp8 *F, const ExecFp8Weight *w, int colwise)
+{
+    KernFp8 f = exec_fp8_desc(F, w->rows, w->cols, 1, 0);
+    if (colwise) { /* the weight's shape, 32 x 1 blocks */
+        f.block_r = f.block_c;
+        f.block_c = 1;
+    }
+    return f;
+}
+
+/* Group g of a gathered MXFP8 weight (fp8gather.c's exec_pg_finish): the row-wise copy for a
+ * forward, the column-wise one for the input gradient (transposed), each in the weight's shape
+ * with its grid of <w>.fp8_scales; the column-wise one is read with the GEMM's transpose flag
+ * flipped (exec_fp8_linear_dgrad), which gives the product of the transposed copy a cast
+ * makes, bit for bit (kernels.h's matmul_fp8_split), so nothing is transposed after the
+ * gather, as Megatron-FSDP gathers Transformer Engine's columnwise data as it is. */
+static WeightOp mx_use(const ExecFp8 *F, const ExecFp8Weight *w, int g, int colwise)
+{
+    const KernFp8 fr = exec_fp8_mx_desc(F, w, 0);
+    const size_t n = (size_t)w->rows * (size_t)w->cols, nr = kern_fp8_scales(&fr);
+    const uint8_t *s = w->mxs + (size_t)g * exec_fp8_mx_grids(F, w);
+    const WeightOp o = {{(const uint8_t *)(colwise ? w->gqt : w->gq) + (size_t)g * n,
+                         exec_fp8_mx_desc(F, w, colwise)},
+                        colwise ? s + nr : s};
+    return o;
+}
+
 /* Group g of w's FP8 copy (transposed: its transposed copy) for a GEMM: the copy cast after the
  * update, or under ZeRO-3 the gathered weight cast now into ws.fp8 (a forward's cast records
  * its amax under delayed scaling, as the cast after an update does). */
-static ExecFp8Ref weight_use(ExecFp8 *F, const ExecCtx *c, const ExecFp8Weight *w, int g,
-                             int transposed, int rec)
+static ExecFp8Ref weight_copy(ExecFp8 *F, const ExecCtx *c, const ExecFp8Weight *w, int g,
+                              int transposed, int rec)
 {
     if (w->gq) { /* gathered in FP8 (fp8gather.c): read as it arrived, or transposed; a local
                     expert's matrix after the g before it, each with its scales */
@@ -424,32 +486,43 @@ static ExecFp8Ref weight_use(ExecFp8 *F, const ExecCtx *c, const ExecFp8Weight *
     }
     if (w->q)
         return exec_fp8_weight_ref(F, w, g, transposed);
-    ExecFp8Ref r;
-    r.f = transposed ? exec_fp8_desc(F, w->cols, w->rows, 1, 0)
-                     : exec_fp8_desc(F, w->rows, w->cols, 1, 0);
-    r.q = transposed ? F->wqt : F->wq;
+    ExecFp8Ref r = {transposed ? F->wqt : F->wq, exec_fp8_desc(F, w->rows, w->cols, 1, 0)};
+    if (transposed)
+        r.f = exec_fp8_desc(F, w->cols, w->rows, 1, 0);
     cast_group(F, c, w, g, (void *)r.q, transposed, rec);
     return r;
+}
+
+/* weight_copy's, or a gathered MXFP8 weight's copy with its scales (mx_use). */
+static WeightOp weight_use(ExecFp8 *F, const ExecCtx *c, const ExecFp8Weight *w, int g,
+                           int transposed, int rec)
+{
+    if (w->mxs) /* MXFP8 gathered in its two copies */
+        return mx_use(F, w, g, transposed);
+    const WeightOp o = {weight_copy(F, c, w, g, transposed, rec), NULL};
+    return o;
 }
 
 void exec_fp8_linear_fwd(ExecFp8 *F, const ExecCtx *c, ExecMeter *M, void *y, ExecFp8Ref x,
                          const ExecFp8Weight *w, int g, int N, int rec)
 {
-    exec_fp8_mm(c, M, y, c->act, x, weight_use(F, c, w, g, 0, rec), N, w->rows, w->cols, 0, 1,
-                0.0f);
+    weight_mm(c, M, y, c->act, x, weight_use(F, c, w, g, 0, rec), N, w->rows, w->cols, 0, 1,
+              0.0f);
 }
 
 ExecFp8Ref exec_fp8_weight_rows(ExecFp8 *F, const ExecCtx *c, const ExecFp8Weight *w, int row0,
                                 int rows)
 {
-    const ExecFp8Ref all = weight_use(F, c, w, 0, 0, 0);
+    const WeightOp use = weight_use(F, c, w, 0, 0, 0);
+    const ExecFp8Ref all = use.r;
     const ExecFp8Ref r = {F->q1, exec_fp8_desc(F, rows, w->cols, 1, 0)};
     const size_t cols = (size_t)w->cols, sb = all.f.e8m0 ? 1 : 4;
     const size_t per_row = (cols + (size_t)all.f.block_c - 1) / (size_t)all.f.block_c;
     const size_t first = (size_t)(row0 / all.f.block_r) * per_row;
     const uint8_t *src = all.q;
     c->k->copy(F->q1, src + (size_t)row0 * cols, (size_t)rows * cols);
-    c->k->copy((uint8_t *)F->q1 + (size_t)rows * cols, src + (size_t)w->rows * cols + first * sb,
+    const uint8_t *scales = use.s ? (const uint8_t *)use.s : src + (size_t)w->rows * cols;
+    c->k->copy((uint8_t *)F->q1 + (size_t)rows * cols, scales + first * sb,
                kern_fp8_scales(&r.f) * sb);
     return r;
 }
@@ -478,11 +551,11 @@ void exec_fp8_linear_dgrad(ExecFp8 *F, const ExecCtx *c, ExecMeter *M, void *dx,
     dyq->col.q = NULL;
     if (F->wt) {
         dyq->col = exec_fp8_quantize(F, c, F->q1, dy, O, N, 1, EXEC_FP8_DY, w, g, 0);
-        exec_fp8_mm(c, M, dx, c->act, dyq->row, weight_use(F, c, w, g, 1, 0), N, K, O, 0, 1,
-                    0.0f);
+        /* a gathered MXFP8 column-wise copy has the weight's shape: read untransposed */
+        weight_mm(c, M, dx, c->act, dyq->row, weight_use(F, c, w, g, 1, 0), N, K, O, 0,
+                  w->mxs ? 0 : 1, 0.0f);
     } else {
-        exec_fp8_mm(c, M, dx, c->act, dyq->row, weight_use(F, c, w, g, 0, 0), N, K, O, 0, 0,
-                    0.0f);
+        weight_mm(c, M, dx, c->act, dyq->row, weight_use(F, c, w, g, 0, 0), N, K, O, 0, 0, 0.0f);
     }
 }
 

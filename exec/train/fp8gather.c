@@ -53,20 +53,29 @@ int exec_pg_init(ExecFp8Gather *G, struct ExecFp8 *F, const ExecCtx *c, const Ex
     G->on = c->spec.layout.zero == 3;
     G->after = !G->on;
     G->fp8 = F;
-    /* MXFP8: no scale travels or is all-reduced (mx_updated), an entry a matrix */
+    /* MXFP8: below ZeRO-3 no scale travels or is all-reduced (mx_updated), an entry a matrix;
+     * under ZeRO-3 an amax a block of each copy (mx_shard_amax) */
     const int mx = c->spec.job.fp8 == MODEL_FP8_MXFP8;
+    G->mx = G->on && mx;
     const size_t nb = (size_t)(P->nb > 0 ? P->nb : 1);
     G->w_of = exec_zalloc((size_t)P->n, sizeof *G->w_of);
     G->req8 = malloc(nb * sizeof *G->req8);
     G->spread = exec_zalloc(nb, sizeof *G->spread);
+    G->req8c = malloc(nb * sizeof *G->req8c);
+    G->carried = exec_zalloc(nb, sizeof *G->carried);
     int most = 1;
     for (int b = 0; b < P->nb; b++)
         most = P->b[b].n_params > most ? P->b[b].n_params : most;
     G->off = exec_zalloc((size_t)most, sizeof *G->off);
-    if (!G->w_of || !G->req8 || !G->spread || !G->off)
+    if (!G->w_of || !G->req8 || !G->spread || !G->off || !G->req8c || !G->carried)
         return px_fail(err, PX_ERUNTIME, "out of memory for the FP8 parameter gather");
     for (int b = 0; b < P->nb; b++)
-        G->req8[b] = -1;
+        G->req8[b] = G->req8c[b] = -1;
+    if (G->mx) { /* a slot holds the most copies a gather carries */
+        const int fwd = model_fp8_mx_gather_copies(&c->spec, &c->d, MODEL_FWD);
+        const int bwd = model_fp8_mx_gather_copies(&c->spec, &c->d, MODEL_BWD);
+        G->mx_most = c->d.zero_per_step ? 2 : fwd > bwd ? fwd : bwd;
+    }
     /* a scale an entry (a matrix's, or below ZeRO-3 with blockwise a tile's: tiles_of), the
      * dense blocks' first: their amaxes and the experts' are all-reduced over two groups */
     for (int i = 0; i < P->n; i++)
@@ -75,7 +84,9 @@ int exec_pg_init(ExecFp8Gather *G, struct ExecFp8 *F, const ExecCtx *c, const Ex
         for (int i = 0; i < P->n; i++) {
             if (F->w[i].p && !!P->b[P->p[i].block].experts == experts) {
                 G->w_of[i] = G->n_w;
-                G->n_w += F->w[i].groups * (mx ? 1 : tiles_of(F, i));
+                G->n_w += F->w[i].groups * (G->mx ? (int)exec_fp8_mx_grids(F, &F->w[i])
+                                            : mx    ? 1
+                                                    : tiles_of(F, i));
             }
         }
         G->n_dense = experts ? G->n_dense : G->n_w;
@@ -88,10 +99,11 @@ int exec_pg_init(ExecFp8Gather *G, struct ExecFp8 *F, const ExecCtx *c, const Ex
                            P->p[i - 1].name);
     }
     /* one allocation, which the trainer attaches to the communication layer */
-    G->scales_bytes = 2 * (size_t)(G->n_w > 0 ? G->n_w : 1) * sizeof(float);
+    /* MXFP8's scales are <w>.fp8_scales: its amaxes only (a quarter of a byte an element) */
+    G->scales_bytes = (G->mx ? 1 : 2) * (size_t)(G->n_w > 0 ? G->n_w : 1) * sizeof(float);
     if (!(G->amax = c->k->alloc(G->scales_bytes)))
         return px_fail(err, PX_ERUNTIME, "out of memory for the FP8 weights' scales");
-    G->scale = G->amax + (G->n_w > 0 ? G->n_w : 1);
+    G->scale = G->mx ? NULL : G->amax + (G->n_w > 0 ? G->n_w : 1);
     int group = 1;
     for (int b = 0; b < P->nb; b++)
         group = P->b[b].group > group ? P->b[b].group : group;
@@ -115,6 +127,8 @@ void exec_pg_free(ExecFp8Gather *G, const KernBackend *k)
     free(G->w_of);
     free(G->req8);
     free(G->spread);
+    free(G->req8c);
+    free(G->carried);
     free(G->off);
     free(G->kept8);
     free(G->host);
@@ -158,7 +172,8 @@ static uint64_t fp8_in(const ExecFp8Gather *G, const ExecParams *P, int b, uint6
         const ExecParam *p = &P->p[i];
         if (G->w_of[i] < 0)
             continue;
-        w += (uint64_t)G->fp8->w[i].groups * exec_fp8_gather_room(G->fp8, &G->fp8->w[i]);
+        /* MXFP8's copies travel without scales */
+        w += G->mx ? 0 : (uint64_t)G->fp8->w[i].groups * exec_fp8_gather_room(G->fp8, &G->fp8->w[i]);
         const uint64_t a = p->off > lo ? p->off : lo, e = p->off + p->numel < hi ? p->off + p->numel : hi;
         n += e > a ? e - a : 0;
     }
@@ -189,16 +204,19 @@ int exec_pg_buffers(ExecZero *Z, const ExecCtx *c, const ExecParams *P, PxError 
         uint64_t w;
         const uint64_t padded = blk->shard * (uint64_t)blk->group;
         const uint64_t f = fp8_in(G, P, b, 0, padded, &w);
-        const uint64_t part8 = f + w;
+        const uint64_t most = G->mx ? (uint64_t)G->mx_most : 1, part8 = f * most + w;
         act_most = padded - f > act_most ? padded - f : act_most;
         slot8 = part8 > slot8 ? part8 : slot8;
         act_all += padded - f;
         fp8_all += part8;
-        /* a bucketed gather's calls go through the staging, one call's bytes */
-        const uint64_t wire = (padded - f) * c->ab + f;
-        const int calls = bucket_calls(c, blk, wire);
-        const uint64_t call = (wire + (uint64_t)calls - 1) / (uint64_t)calls;
-        stage = calls > 1 && call > stage ? call : stage;
+        /* a bucketed gather's calls go through the staging, one call's bytes (MXFP8: of a
+         * gather of one copy or of the most) */
+        for (uint64_t copies = 1; copies <= most; copies += most > 1 ? most - 1 : 1) {
+            const uint64_t wire = (padded - f) * c->ab + f * copies;
+            const int calls = bucket_calls(c, blk, wire);
+            const uint64_t call = (wire + (uint64_t)calls - 1) / (uint64_t)calls;
+            stage = calls > 1 && call > stage ? call : stage;
+        }
     }
     G->slot8 = slot8;
     stage = px_round_up(stage, 64);
@@ -237,7 +255,7 @@ int exec_pg_buffers(ExecZero *Z, const ExecCtx *c, const ExecParams *P, PxError 
         Z->kept[b] = EXEC_AT(Z->gather[0], at, c->ab);
         G->kept8[b] = G->buf + at8;
         at += padded - f;
-        at8 += f + w;
+        at8 += f * (G->mx ? (uint64_t)G->mx_most : 1) + w;
     }
     return PX_OK;
 }
@@ -337,6 +355,131 @@ static int take_scales(ExecFp8Gather *G, const ExecCtx *c, const ExecParams *P, 
 static void shard_tile_amax(ExecFp8Gather *G, const ExecCtx *c, const ExecParams *P,
                             int first[2]);
 static uint64_t run_end(uint64_t x, uint64_t e, const KernFp8 *f, int *tile);
+static uint64_t own_piece(const ExecFp8Gather *G, const ExecParams *P, int i, int g, uint64_t *a,
+                          uint64_t *e);
+
+/* ---- MXFP8 under ZeRO-3 (docs/fp8.md, "MXFP8 parameters under ZeRO-3") ---- */
+
+/* Megatron-FSDP with Transformer Engine's MXFP8 parameters: each rank quantizes its flat shard
+ * into both copies of the whole weight (the row-wise one, 1 x 32 blocks, and the column-wise
+ * one in the weight's shape, 32 x 1 blocks), so every rank needs every block's scale, and a
+ * block may straddle two shards: the step's partial amaxes of every block of both grids are
+ * all-reduced (max) over the block's ZeRO group (the experts' over the expert-data-parallel
+ * one) and every rank computes both scale grids of every whole weight into <w>.fp8_scales
+ * (tensor/utils.py's _cast_master_weights_to_fp8_mxfp8_scaling). A gather then carries the
+ * copies its pass reads, without scales (model_fp8_mx_gather_copies). */
+
+/* This rank's partial amax of every 1 x 32 and 32 x 1 block of every FP8 matrix over its act
+ * shard (0 where it holds none of a block: mxfp8_scaling_compute_partial_amax), into G->amax: a
+ * matrix's row-wise grid's entries, then its column-wise one's. The first dense and the first
+ * experts' block that hold one. */
+static void mx_shard_amax(ExecFp8Gather *G, const ExecCtx *c, const ExecParams *P, int first[2])
+{
+    ExecFp8 *F = G->fp8;
+    first[0] = first[1] = -1;
+    c->k->memset0(G->amax, (size_t)G->n_w * sizeof *G->amax);
+    for (int i = 0; i < P->n; i++) {
+        if (G->w_of[i] < 0)
+            continue;
+        const ExecBlock *blk = &P->b[P->p[i].block];
+        const int ex = !!blk->experts;
+        first[ex] = first[ex] < 0 ? P->p[i].block : first[ex];
+        const ExecFp8Weight *fw = &F->w[i];
+        const KernFp8 fr = exec_fp8_mx_desc(F, fw, 0), fc = exec_fp8_mx_desc(F, fw, 1);
+        const uint64_t grids = exec_fp8_mx_grids(F, fw), nr = kern_fp8_scales(&fr);
+        for (int g = 0; g < fw->groups; g++) {
+            uint64_t a, e;
+            const uint64_t m0 = own_piece(G, P, i, g, &a, &e);
+            if (e <= a)
+                continue;
+            float *amax = G->amax + G->w_of[i] + (uint64_t)g * grids;
+            const void *x = EXEC_AT(blk->w_shard, a - blk->own_off, c->ab);
+            c->k->fp8_piece_amax(amax, x, a - m0, e - a, &fr);
+            c->k->fp8_piece_amax(amax + nr, x, a - m0, e - a, &fc);
+        }
+    }
+}
+
+/* Both E8M0 scale grids of every FP8 matrix from its all-reduced block amaxes, into
+ * <w>.fp8_scales (laid out as G->amax's entries). */
+static void mx_take_scales(ExecFp8Gather *G, const ExecCtx *c, const ExecParams *P)
+{
+    const ExecFp8 *F = G->fp8;
+    for (int i = 0; i < P->n; i++) {
+        if (G->w_of[i] < 0)
+            continue;
+        const ExecFp8Weight *fw = &F->w[i];
+        const KernFp8 fr = exec_fp8_mx_desc(F, fw, 0), fc = exec_fp8_mx_desc(F, fw, 1);
+        const uint64_t grids = exec_fp8_mx_grids(F, fw), nr = kern_fp8_scales(&fr);
+        for (int g = 0; g < fw->groups; g++) {
+            const float *amax = G->amax + G->w_of[i] + (uint64_t)g * grids;
+            uint8_t *sc = fw->mxs + (uint64_t)g * grids;
+            c->k->fp8_block_scales(sc, amax, &fr);
+            c->k->fp8_block_scales(sc + nr, amax + nr, &fc);
+        }
+    }
+}
+
+/* The copies a gather for `phase` carries (model_fp8_mx_gather_copies): 1 the row-wise one
+ * (before a forward, DeepSpeed's recomputed one), 2 the column-wise one (before a backward), 3
+ * both, the row-wise one first (a gather that serves a forward and a backward). */
+static int mx_carried(const ExecCtx *c, ModelPhase phase)
+{
+    const ModelPhase at = c->d.zero_per_step ? MODEL_STEP : phase;
+    if (model_fp8_mx_gather_copies(&c->spec, &c->d, at) >= 2)
+        return 3;
+    return phase == MODEL_BWD ? 2 : 1;
+}
+
+/* Parameter i's piece [a, e) (block offsets, within one matrix: g, starting at m0) of this
+ * rank's shard (w_shard from element lo) quantized into each copy in `carried` with the
+ * step's scales (mxfp8_scaling_partial_cast), at `at` bytes of each copy's part: the first
+ * carried copy's part at q8, the second's ftot bytes (the block's FP8 elements) after it. */
+static void mx_piece(const ExecFp8Gather *G, const ExecCtx *c, const ExecBlock *blk, int i, int g,
+                     uint64_t m0, uint64_t a, uint64_t e, uint64_t lo, uint8_t *q8, uint64_t at,
+                     int carried, uint64_t ftot)
+{
+    const ExecFp8Weight *fw = &G->fp8->w[i];
+    const KernFp8 fr = exec_fp8_mx_desc(G->fp8, fw, 0);
+    const uint64_t grids = exec_fp8_mx_grids(G->fp8, fw), nr = kern_fp8_scales(&fr);
+    const void *x = EXEC_AT(blk->w_shard, a - lo, c->ab);
+    int j = 0;
+    for (int copy = 0; copy < 2; copy++) {
+        if (!(carried & (1 << copy)))
+            continue;
+        const KernFp8 f = exec_fp8_mx_desc(G->fp8, fw, copy);
+        const uint8_t *sc = fw->mxs + (uint64_t)g * grids + (copy ? nr : 0);
+        c->k->fp8_piece_quantize(q8 + (uint64_t)j * ftot + at, x, a - m0, e - a, &f, sc);
+        j++;
+    }
+}
+
+/* Block b's FP8 weights pointed at the copies its slot's FP8 part (q8) holds: each weight's
+ * matrices at their place among the block's FP8 elements (ftot) in each carried copy; and its
+ * other parameters packed in `act`. */
+static void mx_point(ExecFp8Gather *G, const ExecCtx *c, ExecParams *P, int b, void *act,
+                     const uint8_t *q8)
+{
+    const ExecBlock *blk = &P->b[b];
+    const int carried = G->carried[b];
+    const uint64_t ftot = fp8_in(G, P, b, 0, blk->shard * (uint64_t)blk->group, NULL);
+    uint64_t packed = 0, act_at = 0;
+    for (int j = 0; j < blk->n_params; j++) {
+        const int i = blk->first_param + j;
+        ExecFp8Weight *fw = &G->fp8->w[i];
+        G->off[j] = G->w_of[i] >= 0 ? UINT64_MAX : act_at;
+        if (G->w_of[i] < 0) {
+            act_at += P->p[i].numel;
+            continue;
+        }
+        if (carried & 1)
+            fw->gq = q8 + packed;
+        if (carried & 2)
+            fw->gqt = q8 + (carried & 1 ? ftot : 0) + packed;
+        packed += P->p[i].numel;
+    }
+    exec_params_point_packed(P, c, b, act, G->off);
+}
 
 int exec_pg_scales(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, PxError *err)
 {
@@ -344,7 +487,9 @@ int exec_pg_scales(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, P
     if (!G->on || G->n_w == 0)
         return PX_OK;
     int first[2];
-    if (G->fp8->recipe == MODEL_FP8_BLOCKWISE)
+    if (G->mx)
+        mx_shard_amax(G, c, P, first);
+    else if (G->fp8->recipe == MODEL_FP8_BLOCKWISE)
         shard_tile_amax(G, c, P, first);
     else
         shard_amax(G, c, P, first);
@@ -352,16 +497,21 @@ int exec_pg_scales(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, P
     if (!rc)
         rc = amax_allreduce(G, c, P, M, first[1], G->n_dense, G->n_w - G->n_dense,
                             MODEL_EDP_ALLREDUCE, err);
-    return rc ? rc : take_scales(G, c, P, err);
+    if (!rc && G->mx)
+        mx_take_scales(G, c, P);
+    return rc ? rc : G->mx ? PX_OK : take_scales(G, c, P, err);
 }
 
 /* This rank's shard of block b packed into its places of the two parts: its act elements at
  * a_at (elements) of the act part, its FP8 weights' pieces quantized at q_at (bytes) of the
  * FP8 part run by run (run_end: a piece of a matrix with a per-tensor scale, of a 128 x 128
  * tile's row with blockwise), each with its matrix's (tile's) scale, through ws.fp8's weight
- * area (a quantization writes its scale after the elements). */
+ * area (a quantization writes its scale after the elements); MXFP8 (carried, nonzero) a
+ * matrix's piece at a time into each carried copy (mx_piece, ftot: the block's FP8
+ * elements). */
 static void pack_shard(const ExecFp8Gather *G, const ExecCtx *c, const ExecParams *P, int b,
-                       void *act, uint64_t a_at, uint8_t *q8, uint64_t q_at)
+                       void *act, uint64_t a_at, uint8_t *q8, uint64_t q_at, int carried,
+                       uint64_t ftot)
 {
     const ExecBlock *blk = &P->b[b];
     const KernBackend *k = c->k;
@@ -384,7 +534,14 @@ static void pack_shard(const ExecFp8Gather *G, const ExecCtx *c, const ExecParam
         const ExecFp8Weight *fw = &G->fp8->w[i];
         const KernFp8 mf = exec_fp8_desc(G->fp8, fw->rows, fw->cols, 1, 0);
         const int tiles = tiles_of(G->fp8, i);
-        for (uint64_t a = s0; a < s1;) {
+        for (uint64_t a = s0; a < s1 && carried;) {
+            const uint64_t g = (a - p->off) / m, m0 = p->off + g * m;
+            const uint64_t e = m0 + m < s1 ? m0 + m : s1;
+            mx_piece(G, c, blk, i, (int)g, m0, a, e, lo, q8, q_at, carried, ftot);
+            q_at += e - a;
+            a = e;
+        }
+        for (uint64_t a = s0; a < s1 && !carried;) {
             const uint64_t g = (a - p->off) / m, m0 = p->off + g * m;
             int t;
             const uint64_t e = m0 + run_end(a - m0, (m0 + m < s1 ? m0 + m : s1) - m0, &mf, &t);
@@ -468,19 +625,27 @@ typedef struct {
     uint8_t *q8;
     const int64_t *act_n, *fp8_n;
     int group;
+    int copies;    /* MXFP8: the FP8 copies each part carries, one after another (else 1) */
+    uint64_t ftot; /* the FP8 part's bytes a copy: the second copy's part starts there */
 } Image;
+
+/* Bytes of rank r's part. */
+static uint64_t part_bytes(const Image *im, int r)
+{
+    return (uint64_t)im->act_n[r] * im->ab + (uint64_t)im->fp8_n[r] * (uint64_t)im->copies;
+}
 
 /* Bytes of the image before rank r's part (r = group: the whole image). */
 static uint64_t image_bytes(const Image *im, int r)
 {
     uint64_t n = 0;
     for (int i = 0; i < r; i++)
-        n += (uint64_t)im->act_n[i] * im->ab + (uint64_t)im->fp8_n[i];
+        n += part_bytes(im, i);
     return n;
 }
 
 /* Copies bytes [from, from + len) of rank r's part between their places and buf (to_buf: into
- * buf): those below its act bytes in the act part, the rest in the FP8 part. */
+ * buf): its act bytes in the act part, then each copy's FP8 bytes in its FP8 part. */
 static void image_copy(const Image *im, int r, uint64_t from, uint64_t len, uint8_t *buf,
                        int to_buf)
 {
@@ -489,17 +654,22 @@ static void image_copy(const Image *im, int r, uint64_t from, uint64_t len, uint
         a_at += (uint64_t)im->act_n[i];
         q_at += (uint64_t)im->fp8_n[i];
     }
-    const uint64_t act_bytes = (uint64_t)im->act_n[r] * im->ab;
-    const uint64_t n_act = from >= act_bytes       ? 0
-                           : act_bytes - from < len ? act_bytes - from
-                                                    : len;
-    uint8_t *a = (uint8_t *)im->act + a_at * im->ab + from;
-    uint8_t *q = im->q8 + q_at + (from + n_act - act_bytes);
-    if (n_act)
-        im->k->copy(to_buf ? buf : a, to_buf ? (const void *)a : buf, (size_t)n_act);
-    if (len > n_act)
-        im->k->copy(to_buf ? buf + n_act : q, to_buf ? (const void *)q : buf + n_act,
-                    (size_t)(len - n_act));
+    /* the part's segments: its act bytes, then a copy's FP8 bytes each */
+    uint64_t at = 0;
+    for (int sg = 0; sg <= im->copies && len > 0; sg++) {
+        const uint64_t n = sg ? (uint64_t)im->fp8_n[r] : (uint64_t)im->act_n[r] * im->ab;
+        uint8_t *place = sg ? im->q8 + (uint64_t)(sg - 1) * im->ftot + q_at
+                            : (uint8_t *)im->act + a_at * im->ab;
+        if (from < at + n) {
+            const uint64_t off = from - at, k = at + n - from < len ? at + n - from : len;
+            im->k->copy(to_buf ? buf : place + off, to_buf ? (const void *)(place + off) : buf,
+                        (size_t)k);
+            buf += k;
+            from += k;
+            len -= k;
+        }
+        at += n;
+    }
 }
 
 /* The image gathered in `calls` calls of equal bytes (model/ops.c's zero_gather_fp8): call j
@@ -521,7 +691,7 @@ static int gather_image(uint8_t *stage, const Image *im, int me, int calls, Mode
         exec_meter_open(M, c->k, op);
         uint64_t at = 0;
         for (int r = 0; r < im->group; r++) {
-            const uint64_t end = at + (uint64_t)im->act_n[r] * im->ab + (uint64_t)im->fp8_n[r];
+            const uint64_t end = at + part_bytes(im, r);
             const uint64_t x0 = at > lo ? at : lo, x1 = end < hi ? end : hi;
             counts[r] = (int64_t)(x1 > x0 ? x1 - x0 : 0) + (r == im->group - 1 ? (int64_t)pad : 0);
             if (r == me && r == im->group - 1 && pad)
@@ -533,7 +703,7 @@ static int gather_image(uint8_t *stage, const Image *im, int me, int calls, Mode
         rc = comm_all_gather_v(c->comm, stage, counts, PX_FP8, kind, NULL, err);
         at = 0;
         for (int r = 0; r < im->group && !rc; r++) {
-            const uint64_t end = at + (uint64_t)im->act_n[r] * im->ab + (uint64_t)im->fp8_n[r];
+            const uint64_t end = at + part_bytes(im, r);
             const uint64_t x0 = at > lo ? at : lo, x1 = end < hi ? end : hi;
             if (r != me && x1 > x0)
                 image_copy(im, r, x0 - at, x1 - x0, stage + (x0 - lo), 0);
@@ -575,10 +745,14 @@ int exec_pg_issue(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, in
         (rc = exec_meter_need(M, c, MODEL_OPR_BLOCK_PARAMS, b, blk->chunk, phase, kind,
                               occurrence, "a block's parameter all-gather", &op, err)))
         return rc;
-    const Image im = {c->k, c->ab, dst, q8, act_n, fp8_n, blk->group};
+    const int carried = G->mx ? mx_carried(c, phase) : 0;
+    const int copies = carried == 3 ? 2 : 1;
+    const uint64_t ftot = fp8_in(G, P, b, 0, blk->shard * (uint64_t)blk->group, NULL);
+    G->carried[b] = carried;
+    const Image im = {c->k, c->ab, dst, q8, act_n, fp8_n, blk->group, copies, ftot};
     const int calls = bucket_calls(c, blk, image_bytes(&im, blk->group));
     if (calls > 1) { /* blocking, also when prefetched */
-        pack_shard(G, c, P, b, dst, a_at, q8, q_at);
+        pack_shard(G, c, P, b, dst, a_at, q8, q_at, carried, ftot);
         Z->gather_op[b] = op;
         if (!(rc = gather_image(Z->stage, &im, blk->group_rank, calls, kind, c, M, op, err)))
             rc = exec_pg_finish(Z, c, P, b, err);
@@ -586,15 +760,18 @@ int exec_pg_issue(ExecZero *Z, const ExecCtx *c, ExecParams *P, ExecMeter *M, in
     }
     if (op >= 0)
         exec_meter_open(M, c->k, op);
-    pack_shard(G, c, P, b, dst, a_at, q8, q_at);
+    pack_shard(G, c, P, b, dst, a_at, q8, q_at, carried, ftot);
     rc = comm_all_gather_v(c->comm, dst, act_n, c->act, kind, async ? &Z->gather_req[b] : NULL,
                            err);
     if (!rc)
         rc = comm_all_gather_v(c->comm, q8, fp8_n, PX_FP8, kind, async ? &G->req8[b] : NULL, err);
+    if (!rc && copies > 1) /* MXFP8's second copy, in its own part */
+        rc = comm_all_gather_v(c->comm, q8 + ftot, fp8_n, PX_FP8, kind,
+                               async ? &G->req8c[b] : NULL, err);
     if (op >= 0)
         exec_meter_close(M, c->k, op);
     Z->gather_op[b] = op;
-    if (!rc && Z->gather_req[b] < 0 && G->req8[b] < 0)
+    if (!rc && Z->gather_req[b] < 0 && G->req8[b] < 0 && G->req8c[b] < 0)
         rc = exec_pg_finish(Z, c, P, b, err);
     return rc;
 }
@@ -603,9 +780,15 @@ int exec_pg_finish(ExecZero *Z, const ExecCtx *c, ExecParams *P, int b, PxError 
 {
     ExecFp8Gather *G = &Z->pg;
     int rc = comm_wait(c->comm, &G->req8[b], err); /* zero.c timed it; done unless it did not */
+    if (!rc)
+        rc = comm_wait(c->comm, &G->req8c[b], err);
     if (rc)
         return rc;
     void *act = Z->slot_of[b];
+    if (G->mx) {
+        mx_point(G, c, P, b, act, slot8_of(Z, b, act));
+        return PX_OK;
+    }
     spread_and_point(G, c, P, b, act, slot8_of(Z, b, act), !G->spread[b]);
     G->spread[b] = 1;
     return PX_OK;

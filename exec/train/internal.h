@@ -299,10 +299,12 @@ static inline int exec_is_bias(ModelTensorRole r)
            r == MODEL_TR_EXP_FC2_B;
 }
 
-/* An FP8 weight's copy, transposed copy or amax history (fp8.c's, not a parameter). */
+/* An FP8 weight's copy, transposed copy, amax history or (MXFP8 parameters under ZeRO-3) its
+ * scale grids (fp8.c's, not a parameter). */
 static inline int exec_is_fp8_copy(ModelTensorRole r)
 {
-    return r == MODEL_TR_FP8_W || r == MODEL_TR_FP8_WT || r == MODEL_TR_FP8_AMAX;
+    return r == MODEL_TR_FP8_W || r == MODEL_TR_FP8_WT || r == MODEL_TR_FP8_AMAX ||
+           r == MODEL_TR_FP8_MX_SCALES;
 }
 
 /* init.c: the layout-independent initial value of every parameter (and its master copy),
@@ -520,7 +522,12 @@ typedef struct {
                            attention's (model_fp8_attn_history) */
     const void *gq;     /* ZeRO-3 with --fp8-param-gather: the weight as its block's gather left
                            it in FP8 (elements, then its scale), which its GEMMs read; NULL
-                           otherwise */
+                           otherwise; MXFP8's: the row-wise copy's elements only */
+    const void *gqt;    /* MXFP8's under ZeRO-3: the gathered column-wise copy (the weight's
+                           shape, 32 x 1 blocks; elements only) */
+    uint8_t *mxs;       /* MXFP8's under ZeRO-3: <w>.fp8_scales, every rank's E8M0 scales of the
+                           whole weight, a local expert's after another's: its row-wise grid
+                           (1 x 32 blocks), then its column-wise one (32 x 1); NULL otherwise */
 } ExecFp8Weight;
 
 /* An FP8 operand on the device: its bytes (elements, then scales) and its layout. */
@@ -571,6 +578,11 @@ ExecFp8Ref exec_fp8_weight_ref(const ExecFp8 *F, const ExecFp8Weight *w, int g, 
 /* The bytes after each of w's matrices in ZeRO-3's FP8 gather (fp8gather.c): its fp32 scales
  * (one, or blockwise's a tile), padded to MODEL_FP8_GATHER_SCALE_BYTES. */
 uint64_t exec_fp8_gather_room(const ExecFp8 *F, const ExecFp8Weight *w);
+/* MXFP8 parameters under ZeRO-3 (fp8gather.c): the layout of w's row-wise copy (1 x 32
+ * blocks) or column-wise one (colwise: the weight's shape, 32 x 1 blocks), and the E8M0 scales
+ * of the two grids of one of its matrices (<w>.fp8_scales holds groups of them). */
+KernFp8 exec_fp8_mx_desc(const ExecFp8 *F, const ExecFp8Weight *w, int colwise);
+uint64_t exec_fp8_mx_grids(const ExecFp8 *F, const ExecFp8Weight *w);
 /* The layout of an operand (not a weight) of rows x cols; grad: an output gradient (E5M2 in
  * the hybrid format). */
 KernFp8 exec_fp8_desc(const ExecFp8 *F, int rows, int cols, int weight, int grad);
@@ -1122,6 +1134,13 @@ typedef struct {
     uint8_t *ring8[EXEC_MAX_RING];
     uint8_t **kept8;          /* [blocks], keep_gathered only */
     int *req8;                /* [blocks]: the FP8 part's gather in flight (-1: none) */
+    int mx;                   /* MXFP8 (Megatron-FSDP): an amax a 1 x 32 and a 32 x 1 block,
+                                 the scales in <w>.fp8_scales, a gather carrying the copies its
+                                 pass reads (model_fp8_mx_gather_copies), no scales */
+    int mx_most;              /* MXFP8: the most copies one gather carries (a slot's room) */
+    int *req8c;               /* [blocks], MXFP8: the second copy's gather in flight */
+    int *carried;             /* [blocks], MXFP8: the copies its slot holds (1 row-wise, 2
+                                 column-wise, 3 both: row-wise first) */
     int *spread;              /* [blocks]: its FP8 part is laid out for the GEMMs */
     int n_w;                  /* the stage's FP8 matrices' scales (an expert weight's matrix
                                  one a local expert; below ZeRO-3 with blockwise one a tile):
@@ -1129,7 +1148,8 @@ typedef struct {
     int n_dense;              /* of them, the dense blocks' */
     int *w_of;                /* [parameters]: its first matrix's index among them, or -1 */
     float *amax;              /* [n_w] backend memory: the step's amaxes, all-reduced */
-    float *scale;             /* [n_w] after them: the decode factors the shards take */
+    float *scale;             /* [n_w] after them: the decode factors the shards take (NULL
+                                 for MXFP8 under ZeRO-3: <w>.fp8_scales) */
     size_t scales_bytes;      /* the two, one allocation */
     uint64_t *off;            /* [parameters of the largest block]: exec_params_point_packed's */
     void *pad;                /* after: where a block's padding lands (group - 1 act elements) */
