@@ -876,6 +876,102 @@ static void cp_backward(Emit *e, const char *n, int before)
     }
 }
 
+/* Transformer Engine's bookkeeping around its ring: AttnFuncWithCPAndKVP2P in v2.2's
+ * transformer_engine/pytorch/attention.py (NeMo 25.04's; the snapshot's context_parallel.py
+ * makes the same passes but keeps the log-sum-exp in fp32 and adds dK, dV apart), in
+ * Megatron-Core's sbhd layout (TEDotProductAttention's qkv_format), causal, 16-bit
+ * attention: the memory passes around the per-step kernels, each a kernel (the merges are
+ * @jit_fuser functions, torch.compile'd into one: pytorch/jit.py). Per layer and micro-batch at
+ * cp rank r, with K the rank's K, V (KVb), O its output (act dtype) and l the elements of its
+ * log-sum-exp (b x heads x s/cp, fp32, fp64 while merged). Step j's K, V are rank r - j's:
+ * steps 1..r see their first half ("lower-triangle"), steps r + 1..cp - 1 see all of them
+ * from the second half of the queries ("upper-triangle", half an output). In sbhd the halves
+ * are the leading dim, so the .contiguous() of a half (lines 991, 1132 forward, 1918, 2045
+ * backward) copies nothing. Forward: K, V concatenated into the ring's buffer (2K, line 796);
+ * step 0's log-sum-exp cloned and widened to fp64 (8l + 12l, line 1374), each later step's
+ * merged into it whole (20l, line 1378) or into its second half (10l, line 1390), narrowed back
+ * (12l, line 1404); then the outputs merged by it: step 0's scaled (2O + 8l,
+ * flash_attn_fwd_out_correction_init, line 1409), each whole one added (3O + 8l, line 1417),
+ * each half one added into the second half (1.5O + 4l, line 1436). */
+static void te_ring_fwd(int cp, int r, double K, double O, double l, double *bytes, int *kernels)
+{
+    double b = 2.0 * K + 20.0 * l + 12.0 * l + 2.0 * O + 8.0 * l;
+    for (int j = 1; j < cp; j++)
+        b += j <= r ? 20.0 * l + 3.0 * O + 8.0 * l : 10.0 * l + 1.5 * O + 4.0 * l;
+    *bytes = b;
+    *kernels = 5 + 2 * (cp - 1);
+}
+
+/* The backward (line 1557 on), with Q the rank's queries: the second half of the log-sum-exp
+ * made contiguous where r < cp - 1 (4l, line 1612), the saved K, V copied into the ring's
+ * buffer (2K, line 1684), and each step i (its K, V rank r + i + 1's; t = cp - r - 1 the first
+ * step on or below the diagonal) puts its dQ into the rank's (lines 2255-2300: added whole,
+ * 3Q, after t; at t half copied and half added, 2.5Q in two kernels, or copied, 2Q, at
+ * r = cp - 1; before t half a dQ into the second half, added 1.5Q or at i = 0 copied Q) and
+ * its dK, dV into the buffer that rides the ring on (lines 2349-2392, dK and dV one view,
+ * _combine_tensors: the diagonal step i = cp - 1 added whole, 3K, or at r = 0 half added and
+ * half copied, 2.5K in two kernels; from t on a half one added into the first half, 1.5K, or
+ * copied, K, at i = 0, r = cp - 1; before t a whole one added, 3K, or copied, 2K, at i = 0). */
+static void te_ring_bwd(int cp, int r, double K, double Q, double l, double *bytes, int *kernels)
+{
+    const int t = cp - r - 1;
+    double b = 2.0 * K + (r < cp - 1 ? 4.0 * l : 0.0);
+    int k = 1 + (r < cp - 1);
+    for (int i = 0; i < cp; i++) {
+        if (i > t) { /* dQ */
+            b += 3.0 * Q;
+        } else if (i == t) {
+            b += r == cp - 1 ? 2.0 * Q : 2.5 * Q;
+            k += r < cp - 1;
+        } else {
+            b += i > 0 ? 1.5 * Q : Q;
+        }
+        if (i == cp - 1) { /* dK, dV */
+            b += r == 0 ? 2.5 * K : 3.0 * K;
+            k += r == 0;
+        } else if (i >= t) {
+            b += i == 0 && r == cp - 1 ? K : 1.5 * K;
+        } else {
+            b += i > 0 ? 3.0 * K : 2.0 * K;
+        }
+        k += 2;
+    }
+    *bytes = b;
+    *kernels = k;
+}
+
+/* Transformer Engine's ring passes (te_ring_fwd, te_ring_bwd) as one op after the core's
+ * forward or backward, at the rank that moves the most in the two together (the last cp rank
+ * where the queries are wider than K, V, as with grouped-query attention). Where the job runs
+ * TE's ring (d->cp_ring_te) with 16-bit attention: FP8 attention's passes (per-step outputs
+ * dequantized to fp32, the dQ, dK, dV buffers of delayed scaling) are not priced. */
+static void cp_ring_passes(Emit *e, const char *n, int backward)
+{
+    const ModelDims *d = e->d;
+    if (!d->cp_ring_te || d->c < 2 || e->s->layout.cp_comm != MODEL_CP_COMM_P2P ||
+        e->s->job.fp8_attention)
+        return;
+    const double a = eb(e), M = (double)d->b * d->s_loc;
+    const double K = M * d->kv2_loc * a, Q = M * d->q_loc * a, O = M * d->o_loc * a;
+    const double l = M * d->heads_loc;
+    double best = -1.0, bytes = 0.0;
+    int kernels = 0;
+    for (int r = 0; r < d->c; r++) {
+        double fb, bb;
+        int fk, bk;
+        te_ring_fwd(d->c, r, K, O, l, &fb, &fk);
+        te_ring_bwd(d->c, r, K, Q, l, &bb, &bk);
+        if (fb + bb > best) {
+            best = fb + bb;
+            bytes = backward ? bb : fb;
+            kernels = backward ? bk : fk;
+        }
+    }
+    char pn[sizeof ((ModelOp *)0)->name];
+    name_join(pn, sizeof pn, n, "ring_passes");
+    simple(e, MODEL_OP_PERMUTE, pn, bytes)->kernels = kernels;
+}
+
 static void layer_forward(Emit *e, int l)
 {
     const ModelSpec *s = e->s;
@@ -892,6 +988,7 @@ static void layer_forward(Emit *e, int l)
     at_layer(e, MODEL_OPR_CORE, l, n);
     cp_forward(e, n, 1);
     attention_core(e, n);
+    cp_ring_passes(e, n, 0);
     at_layer(e, MODEL_OPR_PROJ, l, n);
     cp_forward(e, n, 0);
     linear_epilogue(e, n, M, h, d->o_loc, nb);
@@ -1367,6 +1464,7 @@ static void layer_backward(Emit *e, const ModelTensorTable *tt, int block, int x
     }
     attention_core(e, n);
     cp_backward(e, n, 0);
+    cp_ring_passes(e, n, 1);
     qkv_backward(e, l);
     at_layer(e, MODEL_OPR_LN1, l, n);
     norm(e, n, 5.0, nb); /* + the residual gradient */
