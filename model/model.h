@@ -381,12 +381,12 @@ typedef struct {
     /* bytes the framework's AdamW step moves per element of the rank's optimizer shard, norm
      * and clipping included (0: the fused count; docs/time.md, "Frameworks") */
     double adamw_step_bytes;
-    /* the ring (cp_comm p2p) is Transformer Engine's AttnFuncWithCPAndKVP2P: its copies, merges
-     * and gradient adds around the per-step kernels are ops of their own (model/ops.c
-     * cp_ring_passes; docs/time.md, "Context parallelism"). Set by the simulator where the
-     * framework runs TE's ring on a GPU (sim_cp_ring_te), 0 from model_spec_check: the
-     * executor's ring does its own passes inside its core op */
-    int cp_ring_te;
+    /* context parallelism's attention is Transformer Engine's (AttnFuncWithCPAndKVP2P,
+     * ...KVAllGather, ...QKVOA2A): the copies, merges and gradient adds around its kernels are
+     * an op of their own (model/ops.c cp_passes; docs/time.md, "Context parallelism"). Set by
+     * the simulator where the framework runs TE on a GPU (sim_cp_te), 0 from model_spec_check:
+     * the executor's cp does its own passes inside its core op */
+    int cp_te;
 } ModelDims;
 
 /* The rule a layout broke, in PxError.code after model_spec_check fails (0: not a rule). */

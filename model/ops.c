@@ -940,35 +940,73 @@ static void te_ring_bwd(int cp, int r, double K, double Q, double l, double *byt
     *kernels = k;
 }
 
-/* Transformer Engine's ring passes (te_ring_fwd, te_ring_bwd) as one op after the core's
- * forward or backward, at the rank that moves the most in the two together (the last cp rank
- * where the queries are wider than K, V, as with grouped-query attention). Where the job runs
- * TE's ring (d->cp_ring_te) with 16-bit attention: FP8 attention's passes (per-step outputs
+/* The all-gather (AttnFuncWithCPAndKVAllGather, v2.2's attention.py line 2515 on): every rank
+ * alike, two steps (its two query chunks against the keys up to each). Forward: the gathered
+ * K and V put in sequence order by torch.index_select (2 cp K in two kernels, lines
+ * 2615-2616), each step's half output copied into the rank's (O in two, lines 2721-2723).
+ * Backward: the full-length dK, dV zeroed (cp K, lines 2785-2786), the gather put in order again
+ * (2 cp K, lines 2804-2805), each step's half dQ copied into the rank's (Q, lines 2914-2916),
+ * each step's dK, dV added into their range of the zeroed ones ((cp + 1/2) K tokens' worth
+ * read twice and written once, 3 (2 cp + 1)/2 K in four kernels, lines 2929-2930; the steps see
+ * (r + 1) and (2 cp - r) half chunks), and the sum put back in rank order (2 cp K, lines
+ * 2940-2941). The .contiguous() of K, V and of each step's halves (lines 2605, 2639, 2661,
+ * 2847, 2919, 2949) copy nothing in sbhd, the sequence being the leading dim. */
+static void te_gather(int cp, int backward, double K, double Q, double O, double *bytes,
+                      int *kernels)
+{
+    *bytes = backward ? (5.0 * cp + 1.5 * (2.0 * cp + 1.0)) * K + Q : 2.0 * cp * K + O;
+    *kernels = backward ? 12 : 4;
+}
+
+/* Transformer Engine's passes around its context-parallel attention as one op after the core's
+ * forward or backward, where the job runs TE's (d->cp_te) with 16-bit attention: the ring's
+ * (te_ring_fwd, te_ring_bwd) at the rank that moves the most in the two together (the last cp
+ * rank where the queries are wider than K, V, as with grouped-query attention), the
+ * all-gather's (te_gather), Ulysses' (AttnFuncWithCPAndQKVOA2A: each tensor its all-to-all
+ * moves, X bytes, moved twice more by flash_attn_a2a_communicate, 4X in two kernels: before
+ * the core split into cp head groups by movedim().contiguous() (line 418) and the received
+ * chunks put in order by reorder_seq_chunks_for_a2a_before_attn's index_select (line 363);
+ * after it the reverse, lines 374 and 441). FP8 attention's passes (per-step outputs
  * dequantized to fp32, the dQ, dK, dV buffers of delayed scaling) are not priced. */
-static void cp_ring_passes(Emit *e, const char *n, int backward)
+static void cp_passes(Emit *e, const char *n, int backward)
 {
     const ModelDims *d = e->d;
-    if (!d->cp_ring_te || d->c < 2 || e->s->layout.cp_comm != MODEL_CP_COMM_P2P ||
-        e->s->job.fp8_attention)
+    if (!d->cp_te || d->c < 2 || e->s->job.fp8_attention)
         return;
     const double a = eb(e), M = (double)d->b * d->s_loc;
     const double K = M * d->kv2_loc * a, Q = M * d->q_loc * a, O = M * d->o_loc * a;
-    const double l = M * d->heads_loc;
-    double best = -1.0, bytes = 0.0;
+    double bytes = 0.0;
     int kernels = 0;
-    for (int r = 0; r < d->c; r++) {
-        double fb, bb;
-        int fk, bk;
-        te_ring_fwd(d->c, r, K, O, l, &fb, &fk);
-        te_ring_bwd(d->c, r, K, Q, l, &bb, &bk);
-        if (fb + bb > best) {
-            best = fb + bb;
-            bytes = backward ? bb : fb;
-            kernels = backward ? bk : fk;
+    switch (e->s->layout.cp_comm) {
+    case MODEL_CP_COMM_ALLGATHER:
+        te_gather(d->c, backward, K, Q, O, &bytes, &kernels);
+        break;
+    case MODEL_CP_COMM_A2A: {
+        /* forward: Q, K, V in, O out; backward: dO (and with the fused core O) in, dQ, dK, dV
+         * out (cp_forward, cp_backward) */
+        const int outs = backward ? (e->s->job.flash_attn ? 2 : 1) : 1;
+        bytes = 4.0 * (Q + K + outs * O);
+        kernels = 2 * (3 + outs);
+        break;
+    }
+    default: {
+        double best = -1.0;
+        for (int r = 0; r < d->c; r++) {
+            double fb, bb;
+            int fk, bk;
+            te_ring_fwd(d->c, r, K, O, M * d->heads_loc, &fb, &fk);
+            te_ring_bwd(d->c, r, K, Q, M * d->heads_loc, &bb, &bk);
+            if (fb + bb > best) {
+                best = fb + bb;
+                bytes = backward ? bb : fb;
+                kernels = backward ? bk : fk;
+            }
         }
+        break;
+    }
     }
     char pn[sizeof ((ModelOp *)0)->name];
-    name_join(pn, sizeof pn, n, "ring_passes");
+    name_join(pn, sizeof pn, n, "cp_passes");
     simple(e, MODEL_OP_PERMUTE, pn, bytes)->kernels = kernels;
 }
 
@@ -988,7 +1026,7 @@ static void layer_forward(Emit *e, int l)
     at_layer(e, MODEL_OPR_CORE, l, n);
     cp_forward(e, n, 1);
     attention_core(e, n);
-    cp_ring_passes(e, n, 0);
+    cp_passes(e, n, 0);
     at_layer(e, MODEL_OPR_PROJ, l, n);
     cp_forward(e, n, 0);
     linear_epilogue(e, n, M, h, d->o_loc, nb);
@@ -1464,7 +1502,7 @@ static void layer_backward(Emit *e, const ModelTensorTable *tt, int block, int x
     }
     attention_core(e, n);
     cp_backward(e, n, 0);
-    cp_ring_passes(e, n, 1);
+    cp_passes(e, n, 1);
     qkv_backward(e, l);
     at_layer(e, MODEL_OPR_LN1, l, n);
     norm(e, n, 5.0, nb); /* + the residual gradient */
