@@ -233,11 +233,11 @@ static char *capture(const ModelPlan *p, ExportFormat fmt)
 }
 
 /* cp 8 at 32k tokens: every comm type is searched, three layouts where one was. Ulysses wins
- * by a hair (`parallax simulate` at dp 2, mbs 1, gbs 64: 20.538 s a step, the ring 20.553):
- * the ring's exchange hides behind the attention, but Transformer Engine's merges and adds
- * around its 8 steps move 2.3x the bytes of Ulysses' reshuffles (model/ops.c cp_passes; 19.72
- * against 20.17 without them); both are in the top; pinned, a2a is kept and its plan file
- * says so */
+ * by a hair (the plan's dp 2, zero 1, mbs 1 rows: 20.404 s a step, the ring 20.419; docs/
+ * planner.md): the ring's exchange hides behind the attention, but Transformer Engine's merges
+ * and adds around its 8 steps move 2.3x the bytes of Ulysses' reshuffles (model/ops.c
+ * cp_passes; without them the ring led by 2.3%); both are in the top; pinned, a2a is kept and
+ * its plan file says so */
 static void test_cp_comm(void)
 {
     PxError err = {0};
