@@ -877,10 +877,10 @@ static void cp_backward(Emit *e, const char *n, int before)
 }
 
 /* Transformer Engine's bookkeeping around its ring: AttnFuncWithCPAndKVP2P in v2.2's
- * transformer_engine/pytorch/attention.py (NeMo 25.04's; the snapshot's context_parallel.py
- * makes the same passes but keeps the log-sum-exp in fp32 and adds dK, dV apart), in
- * Megatron-Core's sbhd layout (TEDotProductAttention's qkv_format), causal, 16-bit
- * attention: the memory passes around the per-step kernels, each a kernel (the merges are
+ * transformer_engine/pytorch/attention.py (2025-04-07; v2.3's context_parallel.py makes the
+ * same passes, the current snapshot's too but with the log-sum-exp kept in fp32 and dK, dV
+ * added apart), in Megatron-Core's sbhd layout (TEDotProductAttention's qkv_format), causal,
+ * 16-bit attention: the memory passes around the per-step kernels, each a kernel (the merges are
  * @jit_fuser functions, torch.compile'd into one: pytorch/jit.py). Per layer and micro-batch at
  * cp rank r, with K the rank's K, V (KVb), O its output (act dtype) and l the elements of its
  * log-sum-exp (b x heads x s/cp, fp32, fp64 while merged). Step j's K, V are rank r - j's:
