@@ -34,6 +34,9 @@ static int passes_op(const SimResult *r, ModelPhase ph)
 static void check_passes(const SimResult *r, ModelPhase ph, double bytes, int kernels)
 {
     const int i = passes_op(r, ph);
+    if (i < 0)
+        fprintf(stderr, "no layer.0.attn.core.cp_passes op in the %s (expected %.0f bytes)\n",
+                model_phase_name(ph), bytes);
     CHECK(i >= 0);
     if (i < 0)
         return;
