@@ -381,6 +381,12 @@ typedef struct {
     /* bytes the framework's AdamW step moves per element of the rank's optimizer shard, norm
      * and clipping included (0: the fused count; docs/time.md, "Frameworks") */
     double adamw_step_bytes;
+    /* context parallelism's attention is Transformer Engine's (AttnFuncWithCPAndKVP2P,
+     * ...KVAllGather, ...QKVOA2A): the copies, merges and gradient adds around its kernels are
+     * an op of their own (model/ops.c cp_passes; docs/time.md, "Context parallelism"). Set by
+     * the simulator where the framework runs TE on a GPU (sim_cp_te), 0 from model_spec_check:
+     * the executor's cp does its own passes inside its core op */
+    int cp_te;
 } ModelDims;
 
 /* The rule a layout broke, in PxError.code after model_spec_check fails (0: not a rule). */

@@ -876,6 +876,140 @@ static void cp_backward(Emit *e, const char *n, int before)
     }
 }
 
+/* Transformer Engine's bookkeeping around its ring: AttnFuncWithCPAndKVP2P in v2.2's
+ * transformer_engine/pytorch/attention.py (2025-04-07; v2.3's context_parallel.py makes the
+ * same passes, the current snapshot's too but with the log-sum-exp kept in fp32 and dK, dV
+ * added apart), in Megatron-Core's sbhd layout (TEDotProductAttention's qkv_format), causal,
+ * 16-bit attention: the memory passes around the per-step kernels, each a kernel (the merges are
+ * @jit_fuser functions, torch.compile'd into one: pytorch/jit.py). Per layer and micro-batch at
+ * cp rank r, with K the rank's K, V (KVb), O its output (act dtype) and l the elements of its
+ * log-sum-exp (b x heads x s/cp, fp32, fp64 while merged). Step j's K, V are rank r - j's:
+ * steps 1..r see their first half ("lower-triangle"), steps r + 1..cp - 1 see all of them
+ * from the second half of the queries ("upper-triangle", half an output). In sbhd the halves
+ * are the leading dim, so the .contiguous() of a half (lines 991, 1132 forward, 1918, 2045
+ * backward) copies nothing. Forward: K, V concatenated into the ring's buffer (2K, line 796);
+ * step 0's log-sum-exp cloned and widened to fp64 (8l + 12l, line 1374), each later step's
+ * merged into it whole (20l, line 1378) or into its second half (10l, line 1390), narrowed back
+ * (12l, line 1404); then the outputs merged by it: step 0's scaled (2O + 8l,
+ * flash_attn_fwd_out_correction_init, line 1409), each whole one added (3O + 8l, line 1417),
+ * each half one added into the second half (1.5O + 4l, line 1436). */
+static void te_ring_fwd(int cp, int r, double K, double O, double l, double *bytes, int *kernels)
+{
+    double b = 2.0 * K + 20.0 * l + 12.0 * l + 2.0 * O + 8.0 * l;
+    for (int j = 1; j < cp; j++)
+        b += j <= r ? 20.0 * l + 3.0 * O + 8.0 * l : 10.0 * l + 1.5 * O + 4.0 * l;
+    *bytes = b;
+    *kernels = 5 + 2 * (cp - 1);
+}
+
+/* The backward (line 1557 on), with Q the rank's queries: the second half of the log-sum-exp
+ * made contiguous where r < cp - 1 (4l, line 1612), the saved K, V copied into the ring's
+ * buffer (2K, line 1684), and each step i (its K, V rank r + i + 1's; t = cp - r - 1 the first
+ * step on or below the diagonal) puts its dQ into the rank's (lines 2255-2300: added whole,
+ * 3Q, after t; at t half copied and half added, 2.5Q in two kernels, or copied, 2Q, at
+ * r = cp - 1; before t half a dQ into the second half, added 1.5Q or at i = 0 copied Q) and
+ * its dK, dV into the buffer that rides the ring on (lines 2349-2392, dK and dV one view,
+ * _combine_tensors: the diagonal step i = cp - 1 added whole, 3K, or at r = 0 half added and
+ * half copied, 2.5K in two kernels; from t on a half one added into the first half, 1.5K, or
+ * copied, K, at i = 0, r = cp - 1; before t a whole one added, 3K, or copied, 2K, at i = 0). */
+static void te_ring_bwd(int cp, int r, double K, double Q, double l, double *bytes, int *kernels)
+{
+    const int t = cp - r - 1;
+    double b = 2.0 * K + (r < cp - 1 ? 4.0 * l : 0.0);
+    int k = 1 + (r < cp - 1);
+    for (int i = 0; i < cp; i++) {
+        if (i > t) { /* dQ */
+            b += 3.0 * Q;
+        } else if (i == t) {
+            b += r == cp - 1 ? 2.0 * Q : 2.5 * Q;
+            k += r < cp - 1;
+        } else {
+            b += i > 0 ? 1.5 * Q : Q;
+        }
+        if (i == cp - 1) { /* dK, dV */
+            b += r == 0 ? 2.5 * K : 3.0 * K;
+            k += r == 0;
+        } else if (i >= t) {
+            b += i == 0 && r == cp - 1 ? K : 1.5 * K;
+        } else {
+            b += i > 0 ? 3.0 * K : 2.0 * K;
+        }
+        k += 2;
+    }
+    *bytes = b;
+    *kernels = k;
+}
+
+/* The all-gather (AttnFuncWithCPAndKVAllGather, v2.2's attention.py line 2515 on): every rank
+ * alike, two steps (its two query chunks against the keys up to each). Forward: the gathered
+ * K and V put in sequence order by torch.index_select (2 cp K in two kernels, lines
+ * 2615-2616), each step's half output copied into the rank's (O in two, lines 2721-2723).
+ * Backward: the full-length dK, dV zeroed (cp K, lines 2785-2786), the gather put in order again
+ * (2 cp K, lines 2804-2805), each step's half dQ copied into the rank's (Q, lines 2914-2916),
+ * each step's dK, dV added into their range of the zeroed ones ((cp + 1/2) K tokens' worth
+ * read twice and written once, 3 (2 cp + 1)/2 K in four kernels, lines 2929-2930; the steps see
+ * (r + 1) and (2 cp - r) half chunks), and the sum put back in rank order (2 cp K, lines
+ * 2940-2941). The .contiguous() of K, V and of each step's halves (lines 2605, 2639, 2661,
+ * 2847, 2919, 2949) copy nothing in sbhd, the sequence being the leading dim. */
+static void te_gather(int cp, int backward, double K, double Q, double O, double *bytes,
+                      int *kernels)
+{
+    *bytes = backward ? (5.0 * cp + 1.5 * (2.0 * cp + 1.0)) * K + Q : 2.0 * cp * K + O;
+    *kernels = backward ? 12 : 4;
+}
+
+/* Transformer Engine's passes around its context-parallel attention as one op after the core's
+ * forward or backward, where the job runs TE's (d->cp_te) with 16-bit attention: the ring's
+ * (te_ring_fwd, te_ring_bwd) at the rank that moves the most in the two together (the last cp
+ * rank where the queries are wider than K, V, as with grouped-query attention), the
+ * all-gather's (te_gather), Ulysses' (AttnFuncWithCPAndQKVOA2A: each tensor its all-to-all
+ * moves, X bytes, moved twice more by flash_attn_a2a_communicate, 4X in two kernels: before
+ * the core split into cp head groups by movedim().contiguous() (line 418) and the received
+ * chunks put in order by reorder_seq_chunks_for_a2a_before_attn's index_select (line 363);
+ * after it the reverse, lines 374 and 441). FP8 attention's passes (per-step outputs
+ * dequantized to fp32, the dQ, dK, dV buffers of delayed scaling) are not priced. */
+static void cp_passes(Emit *e, const char *n, int backward)
+{
+    const ModelDims *d = e->d;
+    if (!d->cp_te || d->c < 2 || e->s->job.fp8_attention)
+        return;
+    const double a = eb(e), M = (double)d->b * d->s_loc;
+    const double K = M * d->kv2_loc * a, Q = M * d->q_loc * a, O = M * d->o_loc * a;
+    double bytes = 0.0;
+    int kernels = 0;
+    switch (e->s->layout.cp_comm) {
+    case MODEL_CP_COMM_ALLGATHER:
+        te_gather(d->c, backward, K, Q, O, &bytes, &kernels);
+        break;
+    case MODEL_CP_COMM_A2A: {
+        /* forward: Q, K, V in, O out; backward: dO (and with the fused core O) in, dQ, dK, dV
+         * out (cp_forward, cp_backward) */
+        const int outs = backward ? (e->s->job.flash_attn ? 2 : 1) : 1;
+        bytes = 4.0 * (Q + K + outs * O);
+        kernels = 2 * (3 + outs);
+        break;
+    }
+    default: {
+        double best = -1.0;
+        for (int r = 0; r < d->c; r++) {
+            double fb, bb;
+            int fk, bk;
+            te_ring_fwd(d->c, r, K, O, M * d->heads_loc, &fb, &fk);
+            te_ring_bwd(d->c, r, K, Q, M * d->heads_loc, &bb, &bk);
+            if (fb + bb > best) {
+                best = fb + bb;
+                bytes = backward ? bb : fb;
+                kernels = backward ? bk : fk;
+            }
+        }
+        break;
+    }
+    }
+    char pn[sizeof ((ModelOp *)0)->name];
+    name_join(pn, sizeof pn, n, "cp_passes");
+    simple(e, MODEL_OP_PERMUTE, pn, bytes)->kernels = kernels;
+}
+
 static void layer_forward(Emit *e, int l)
 {
     const ModelSpec *s = e->s;
@@ -892,6 +1026,7 @@ static void layer_forward(Emit *e, int l)
     at_layer(e, MODEL_OPR_CORE, l, n);
     cp_forward(e, n, 1);
     attention_core(e, n);
+    cp_passes(e, n, 0);
     at_layer(e, MODEL_OPR_PROJ, l, n);
     cp_forward(e, n, 0);
     linear_epilogue(e, n, M, h, d->o_loc, nb);
@@ -1367,6 +1502,7 @@ static void layer_backward(Emit *e, const ModelTensorTable *tt, int block, int x
     }
     attention_core(e, n);
     cp_backward(e, n, 0);
+    cp_passes(e, n, 1);
     qkv_backward(e, l);
     at_layer(e, MODEL_OPR_LN1, l, n);
     norm(e, n, 5.0, nb); /* + the residual gradient */

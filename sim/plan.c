@@ -85,7 +85,9 @@ static double score(SimObjective o, double step_s, const ModelDims *d, int gbs)
  * builds a stage's graph, so each key is costed once. Open addressing on a packed key. */
 typedef struct {
     uint64_t *key; /* 0: empty */
-    uint64_t *key2; /* the expert degrees (a MoE layer's compute depends on them) */
+    uint64_t *key2; /* the expert degrees (a MoE layer's compute depends on them) and the cp
+                       comm type (Transformer Engine's passes around the core differ by it:
+                       model/ops.c cp_passes) */
     double (*seconds)[2]; /* forward, backward */
     size_t cap, n;
 } LayerCosts;
@@ -96,7 +98,8 @@ static int layer_cost(LayerCosts *m, const ModelSpec *s, const ProfCluster *cl, 
     const ModelLayout *l = &s->layout;
     const uint64_t key = 1 + ((uint64_t)l->tp | (uint64_t)l->cp << 12 | (uint64_t)l->sp << 24 |
                               (uint64_t)l->recompute << 25 | (uint64_t)s->job.micro_batch << 28);
-    const uint64_t key2 = (uint64_t)l->ep | (uint64_t)l->etp << 32;
+    const uint64_t key2 = (uint64_t)l->ep | (uint64_t)l->etp << 32 |
+                          (uint64_t)(l->cp > 1 ? l->cp_comm : 0) << 62;
     if (m->n * 2 >= m->cap) {
         size_t cap = m->cap ? 2 * m->cap : 1024;
         uint64_t *k = calloc(cap, sizeof *k), *k2 = calloc(cap, sizeof *k2);

@@ -461,5 +461,8 @@ PxDtype sim_default_precision(const ProfDevice *d);
  * transposed copies, from the device's TN-only rule) and checked: PX_EINPUT when the device has
  * no tensor cores for the job's FP8 recipe. */
 int sim_resolve_job(ModelJob *j, const ProfDevice *dev, PxError *err);
+/* 1 when the job's context-parallel attention is Transformer Engine's, whose memory passes the
+ * op graph then prices (ModelDims.cp_te): Megatron-LM, NeMo or Megatron-Bridge on a GPU. */
+int sim_cp_te(const ModelSpec *s, const ProfDevice *dev);
 
 #endif

@@ -34,6 +34,20 @@ int sim_resolve_job(ModelJob *j, const ProfDevice *dev, PxError *err)
     return PX_OK;
 }
 
+/* 1 where the job's context parallelism is Transformer Engine's (model/ops.c cp_passes):
+ * Megatron-LM, NeMo and Megatron-Bridge run Megatron-Core, whose cp_comm_type p2p, all_gather
+ * and a2a are TE's AttnFuncWithCPAndKVP2P, ...KVAllGather and ...QKVOA2A (TEDotProductAttention,
+ * megatron/core/extensions/transformer_engine.py), on a GPU: TE runs on none other. On a CPU
+ * the job is parallax's executor, whose cp passes lie inside its core op (exec/train/cp.c) and
+ * its calibrated rate. torchtitan's is PyTorch's context_parallel, DeepSpeed's sequence
+ * parallelism Ulysses of its own: neither is TE's. */
+int sim_cp_te(const ModelSpec *s, const ProfDevice *dev)
+{
+    const ModelFramework f = s->job.framework;
+    return (f == MODEL_FW_MEGATRON || f == MODEL_FW_NEMO || f == MODEL_FW_BRIDGE) &&
+           !prof_device_is_cpu(dev);
+}
+
 void sim_result_free(SimResult *r)
 {
     if (!r)
@@ -462,6 +476,7 @@ static int run(const ModelSpec *spec, const ProfCluster *cl, int gpus, int compa
         rc = model_spec_check(&r->spec, gpus, &r->dims, err);
     if (rc)
         return rc;
+    r->dims.cp_te = sim_cp_te(&r->spec, &cl->device);
     const ModelDims *d = &r->dims;
     r->node_size = prof_node_size(cl, d->gpus);
     if (r->node_size > d->gpus)

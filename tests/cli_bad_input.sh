@@ -315,7 +315,7 @@ expect 0 '"evaluated"' plan --model tiny --cluster local --gpus 2 --gbs 8 --json
 expect 0 "1.00 B tokens with layout 1: 0.1 days, 14 GPU-hours" plan --model gpt3-1.3b --cluster dgx-a100 --gpus 8 --gbs 64 --tokens 1e9
 # a sweep, a comparison of clusters and --min-gpus keep the token budget
 expect 0 "days and GPU-hours to train on 15.0 T tokens" plan --model llama3-8b --cluster dgx-h100,dgx-a100 --gpus 64,128 --gbs 512 --tokens 15T
-expect 0 "67.90 GiB  277.3 days, 425.9 K GPU-hours" plan --model llama3-8b --cluster dgx-h100 --gpus 64,128 --gbs 512 --tokens 15T
+expect 0 "65.16 GiB  277.8 days, 426.7 K GPU-hours" plan --model llama3-8b --cluster dgx-h100 --gpus 64,128 --gbs 512 --tokens 15T
 expect 0 "31.97 GiB  25.2 days, 619.2 K GPU-hours" plan --model llama3-8b --cluster dgx-h100 --gpus 64 --gbs 512 --tokens 15T --min-gpus --max-days 30
 expect 2 "no cluster size up to 16 GPUs meets the budget (tried 8,16; the closest, 8 GPUs, takes 0.000327 s a step); cluster dgx-a100 ends there (2 nodes of 8): --set nodes=N for more" plan --model tiny --cluster dgx-a100 --gbs 8 --min-gpus --max-step-s 1e-9 --set nodes=2
 expect 0 '"gpu_hours":' plan --model llama3-8b --cluster dgx-h100,dgx-a100 --gpus 64 --gbs 512 --tokens 15T --json
