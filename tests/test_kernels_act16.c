@@ -321,6 +321,37 @@ static void check_optim_casts(const KernBackend *f, const KernBackend *k)
     buf_free(&v);
 }
 
+/* The shared experts' sigmoid gate (forward, backward, weight gradient) and the router's bias
+ * over fp32 logits: their fp32 outputs (dlogit, the logits) equal the fp32 table's exactly. */
+static void check_gate(const KernBackend *f, const KernBackend *k)
+{
+    enum { N = 3, C = 7, F = 5 };
+    Buf x = buf_new(k->act, (size_t)N * C, 1.0f), w = buf_new(k->act, C, 0.5f);
+    Buf y = buf_new(k->act, (size_t)N * C, 1.0f), dx = buf_new(k->act, (size_t)N * C, 1.0f);
+    Buf hid = buf_new(k->act, (size_t)N * F, 1.0f), dhid = buf_new(k->act, (size_t)N * F, 1.0f);
+    Buf dw = buf_new(k->grad, C, 1.0f), logits = buf_new(PX_FP32, (size_t)N * C, 2.0f);
+    float dl[N], dl16[N];
+    f->gate_fwd(y.f, x.f, w.f, N, C);
+    k->gate_fwd(y.h, x.h, w.h, N, C);
+    buf_check("gate_fwd", &y);
+    f->gate_bwd(dl, dhid.f, hid.f, x.f, w.f, N, C, F);
+    k->gate_bwd(dl16, dhid.h, hid.h, x.h, w.h, N, C, F);
+    buf_check("gate_bwd dhid", &dhid);
+    buf_check("gate_bwd hid", &hid);
+    for (int i = 0; i < N; i++)
+        CHECK(dl[i] == dl16[i]);
+    f->gate_wgrad(dx.f, dw.f, dl, x.f, w.f, N, C);
+    k->gate_wgrad(dx.h, dw.h, dl, x.h, w.h, N, C);
+    buf_check("gate_wgrad dx", &dx);
+    buf_check("gate_wgrad dw", &dw);
+    f->add_bias_f32(logits.f, w.f, N, C);
+    k->add_bias_f32(logits.h, w.h, N, C);
+    buf_check("add_bias_f32", &logits);
+    Buf *all[] = {&x, &w, &y, &dx, &hid, &dhid, &dw, &logits};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        buf_free(all[i]);
+}
+
 /* The expert permutation and its inverse over 5 tokens of 2 copies among 4 experts, one copy
  * dropped (kern_moe_expert_of): only the kept rows are written, the rows past them keep their
  * values on both sides. */
@@ -470,6 +501,7 @@ int main(void)
             check_attention(f, k, 0);
             check_attention(f, k, 1);
             check_optim_casts(f, k);
+            check_gate(f, k);
             check_moe(f, k);
             check_fp8(f, k);
         }
