@@ -479,7 +479,8 @@ const KernBackend *kern_cpu(void);
  * the CUDA backend's precision contract: each kernel widens its act operands to fp32, runs
  * kern_cpu()'s kernel and rounds what it writes once, to nearest even; master weights,
  * gradients, optimizer state, statistics and logits fp32 (loss scaling is the caller's
- * business). Its mixture-of-experts permutation and FP8 entries are NULL. NULL for another
+ * business); FP8 codes and scales pass as they are (an FP8 entry widens the act input it
+ * quantizes and rounds the act output it decodes or multiplies into). NULL for another
  * dtype. */
 const KernBackend *kern_cpu_with(PxDtype act);
 /* The same with parameter gradients in grad: PX_FP32 (kern_cpu_with's) or act (16-bit

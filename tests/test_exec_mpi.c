@@ -466,6 +466,12 @@ static const Layout layouts[] = {
      NULL, 1e-3},
     {"tp2_sp_fp16_cpu", 2, "--dp 1 --tp 2 --pp 1 --zero 0 --sp --precision fp16 " PIN1,
      "--dropout 0.1 --no-flash-attn", 3, 0, NULL, 1e-3},
+    /* and with FP8 GEMMs and FP8 attention (tensorwise): the act inputs quantized, the GEMMs'
+     * act outputs and the decoded Q, K, V rounded once, against the same FP8 job in fp32 on
+     * one rank within the FP8 tolerance */
+    {"dp2_zero1_fp8_tensorwise_bf16_cpu", 2,
+     "--dp 2 --tp 1 --pp 1 --zero 1 --no-sp --precision bf16 " PIN1,
+     "--fp8-recipe tensorwise --fp8-attention --mbs 1", 3, 0, NULL, 3e-3},
     {"dp2_tp2_pp2_zero1_fp8_delayed", 8, "--dp 2 --tp 2 --pp 2 --zero 1 --sp " PIN1,
      "--fp8-recipe delayed --fp8-format e4m3 --recompute full --set device.fp8_tn_only=1", 5, 0, NULL, 3e-3},
 };

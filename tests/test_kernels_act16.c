@@ -321,6 +321,167 @@ static void check_optim_casts(const KernBackend *f, const KernBackend *k)
     buf_free(&v);
 }
 
+/* The shared experts' sigmoid gate (forward, backward, weight gradient) and the router's bias
+ * over fp32 logits: their fp32 outputs (dlogit, the logits) equal the fp32 table's exactly. */
+static void check_gate(const KernBackend *f, const KernBackend *k)
+{
+    enum { N = 3, C = 7, F = 5 };
+    Buf x = buf_new(k->act, (size_t)N * C, 1.0f), w = buf_new(k->act, C, 0.5f);
+    Buf y = buf_new(k->act, (size_t)N * C, 1.0f), dx = buf_new(k->act, (size_t)N * C, 1.0f);
+    Buf hid = buf_new(k->act, (size_t)N * F, 1.0f), dhid = buf_new(k->act, (size_t)N * F, 1.0f);
+    Buf dw = buf_new(k->grad, C, 1.0f), logits = buf_new(PX_FP32, (size_t)N * C, 2.0f);
+    float dl[N], dl16[N];
+    f->gate_fwd(y.f, x.f, w.f, N, C);
+    k->gate_fwd(y.h, x.h, w.h, N, C);
+    buf_check("gate_fwd", &y);
+    f->gate_bwd(dl, dhid.f, hid.f, x.f, w.f, N, C, F);
+    k->gate_bwd(dl16, dhid.h, hid.h, x.h, w.h, N, C, F);
+    buf_check("gate_bwd dhid", &dhid);
+    buf_check("gate_bwd hid", &hid);
+    for (int i = 0; i < N; i++)
+        CHECK(dl[i] == dl16[i]);
+    f->gate_wgrad(dx.f, dw.f, dl, x.f, w.f, N, C);
+    k->gate_wgrad(dx.h, dw.h, dl, x.h, w.h, N, C);
+    buf_check("gate_wgrad dx", &dx);
+    buf_check("gate_wgrad dw", &dw);
+    f->add_bias_f32(logits.f, w.f, N, C);
+    k->add_bias_f32(logits.h, w.h, N, C);
+    buf_check("add_bias_f32", &logits);
+    Buf *all[] = {&x, &w, &y, &dx, &hid, &dhid, &dw, &logits};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        buf_free(all[i]);
+}
+
+/* The expert permutation and its inverse over 5 tokens of 2 copies among 4 experts, one copy
+ * dropped (kern_moe_expert_of): only the kept rows are written, the rows past them keep their
+ * values on both sides. */
+static void check_moe(const KernBackend *f, const KernBackend *k)
+{
+    enum { N = 5, C = 3, TOPK = 2, E = 4 };
+    const int32_t idx[N * TOPK] = {1, 3, 0, 2, -1 - 2, 1, 3, 0, 2, 1};
+    float wt[N * TOPK], dw[N * TOPK], dw16[N * TOPK];
+    int32_t counts[E], counts16[E], row_of[N * TOPK], row_of16[N * TOPK];
+    for (int i = 0; i < N * TOPK; i++)
+        wt[i] = 0.25f + 0.0625f * (float)i;
+    Buf x = buf_new(k->act, (size_t)N * C, 2.0f), rows = buf_new(k->act, (size_t)N * TOPK * C, 1.0f);
+    Buf y = buf_new(k->act, (size_t)N * C, 1.0f), dy = buf_new(k->act, (size_t)N * C, 1.0f);
+    Buf eout = buf_new(k->act, (size_t)N * TOPK * C, 1.0f);
+    f->moe_permute(rows.f, counts, row_of, x.f, idx, N, C, TOPK, E);
+    k->moe_permute(rows.h, counts16, row_of16, x.h, idx, N, C, TOPK, E);
+    buf_check("moe_permute", &rows);
+    CHECK(memcmp(counts, counts16, sizeof counts) == 0 && memcmp(row_of, row_of16, sizeof row_of) == 0);
+    f->moe_permute_bwd(x.f, eout.f, idx, N, C, TOPK, E);
+    k->moe_permute_bwd(x.h, eout.h, idx, N, C, TOPK, E);
+    buf_check("moe_permute_bwd", &x);
+    f->moe_unpermute(y.f, eout.f, wt, idx, N, C, TOPK, E);
+    k->moe_unpermute(y.h, eout.h, wt, idx, N, C, TOPK, E);
+    buf_check("moe_unpermute", &y);
+    f->moe_unpermute_bwd(rows.f, dw, dy.f, eout.f, wt, idx, N, C, TOPK, E);
+    k->moe_unpermute_bwd(rows.h, dw16, dy.h, eout.h, wt, idx, N, C, TOPK, E);
+    buf_check("moe_unpermute_bwd deout", &rows);
+    for (int i = 0; i < N * TOPK; i++)
+        CHECK(dw[i] == dw16[i]);
+    Buf *all[] = {&x, &rows, &y, &dy, &eout};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        buf_free(all[i]);
+}
+
+/* The same bytes (codes and scales) from both tables' quantizations. */
+static void check_bytes(const char *what, const uint8_t *want, const uint8_t *got, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        px_test_checks++;
+        if (want[i] != got[i]) {
+            fprintf(stderr, "FAILED: %s byte %zu: expected 0x%02x, actual 0x%02x\n", what, i,
+                    want[i], got[i]);
+            exit(1);
+        }
+    }
+}
+
+/* One FP8 layout f of A (M x K) and B (N x K): quantize (and transposed, and delayed for a
+ * one-block layout), the flat pieces' amax and quantization, dequantize, and the GEMM
+ * C = A B^T into act and fp32 C with beta 0 and 1, its scales in place and split off. */
+static void check_fp8_layout(const KernBackend *f, const KernBackend *k, KernFp8 fa, KernFp8 fb)
+{
+    const int M = fa.rows, K = fa.cols, N = fb.rows;
+    const size_t na = (size_t)M * K, nb = (size_t)N * K, qa = kern_fp8_bytes(&fa);
+    Buf a = buf_new(k->act, na, 3.0f), b = buf_new(k->act, nb, 0.5f);
+    uint8_t *q = calloc(qa, 1), *q16 = calloc(qa, 1), *qb = calloc(kern_fp8_bytes(&fb), 1);
+    CHECK(q && q16 && qb);
+    float amax = 0, amax16 = 0;
+    f->fp8_quantize(q, &amax, a.f, &fa, 0, NULL);
+    k->fp8_quantize(q16, &amax16, a.h, &fa, 0, NULL);
+    check_bytes("fp8_quantize", q, q16, qa);
+    CHECK(amax == amax16);
+    const int one_block = fa.block_r >= M && fa.block_c >= K;
+    const float delayed = fa.e8m0 ? 0.0078125f : 0.0123f;
+    KernFp8 ft = {K, M, fa.block_c, fa.block_r, fa.e5m2, fa.e8m0};
+    CHECK(kern_fp8_bytes(&ft) == qa);
+    f->fp8_quantize(q, NULL, a.f, &ft, 1, one_block ? &delayed : NULL);
+    k->fp8_quantize(q16, NULL, a.h, &ft, 1, one_block ? &delayed : NULL);
+    check_bytes(one_block ? "fp8_quantize (trans, delayed)" : "fp8_quantize (trans)", q, q16, qa);
+    /* pieces [0, 7) and [7, na): the amaxes, the scales from them, the codes */
+    const size_t ns = kern_fp8_scales(&fa), cut = 7;
+    float *pa = calloc(ns, sizeof(float)), *pa16 = calloc(ns, sizeof(float));
+    CHECK(pa && pa16);
+    for (int side = 0; side < 2; side++) {
+        const KernBackend *t = side ? k : f;
+        float *am = side ? pa16 : pa;
+        uint8_t *qq = side ? q16 : q;
+        const void *x = side ? a.h : (const void *)a.f;
+        const size_t eb = side ? px_dtype_bytes(k->act) : sizeof(float);
+        t->fp8_piece_amax(am, x, 0, cut, &fa);
+        t->fp8_piece_amax(am, (const char *)x + cut * eb, cut, na - cut, &fa);
+        t->fp8_block_scales(qq + na, am, &fa);
+        t->fp8_piece_quantize(qq, x, 0, cut, &fa, qq + na);
+        t->fp8_piece_quantize(qq + cut, (const char *)x + cut * eb, cut, na - cut, &fa, qq + na);
+    }
+    CHECK(memcmp(pa, pa16, ns * sizeof(float)) == 0);
+    check_bytes("fp8_piece_amax, fp8_piece_quantize", q, q16, qa);
+    f->fp8_dequantize(a.f, q, &fa);
+    k->fp8_dequantize(a.h, q, &fa);
+    buf_check("fp8_dequantize", &a);
+    f->fp8_quantize(qb, NULL, b.f, &fb, 0, NULL);
+    /* C in the act dtype, the gradients' (a weight gradient's GEMM) and fp32 */
+    const PxDtype cdt[3] = {k->act, k->grad, PX_FP32};
+    for (int i = 0; i < 3; i++)
+        for (int beta = 0; beta <= 1; beta++) {
+            Buf c = buf_new(cdt[i], (size_t)M * N, 1.0f);
+            char what[64];
+            snprintf(what, sizeof what, "matmul_fp8 (%s C, beta %d)", px_dtype_name(cdt[i]), beta);
+            f->matmul_fp8(c.f, PX_FP32, q, &fa, qb, &fb, M, N, K, 0, 1, 0.5f, (float)beta);
+            k->matmul_fp8(c.h, cdt[i], q, &fa, qb, &fb, M, N, K, 0, 1, 0.5f, (float)beta);
+            buf_check(what, &c);
+            /* the scales split off (A's given apart, B's after its elements) */
+            f->matmul_fp8_split(c.f, PX_FP32, q, &fa, q + na, qb, &fb, NULL, M, N, K, 0, 1, 1.0f,
+                                (float)beta);
+            k->matmul_fp8_split(c.h, cdt[i], q, &fa, q + na, qb, &fb, NULL, M, N, K, 0, 1, 1.0f,
+                                (float)beta);
+            buf_check("matmul_fp8_split", &c);
+            buf_free(&c);
+        }
+    free(q);
+    free(q16);
+    free(qb);
+    free(pa);
+    free(pa16);
+    buf_free(&a);
+    buf_free(&b);
+}
+
+/* FP8 under every scaling: per tensor (tensorwise, delayed), blockwise's 1 x 128 rows beside
+ * 128 x 128 tiles (here 1 x 16 and 16 x 16 on 40 columns: partial blocks) and MXFP8's 1 x 32
+ * E8M0 blocks, E4M3 and E5M2. */
+static void check_fp8(const KernBackend *f, const KernBackend *k)
+{
+    enum { M = 6, N = 5, K = 40 };
+    check_fp8_layout(f, k, (KernFp8){M, K, M, K, 0, 0}, (KernFp8){N, K, N, K, 0, 0});
+    check_fp8_layout(f, k, (KernFp8){M, K, M, K, 1, 0}, (KernFp8){N, K, N, K, 0, 0});
+    check_fp8_layout(f, k, (KernFp8){M, K, 1, 16, 0, 0}, (KernFp8){N, K, 16, 16, 0, 0});
+    check_fp8_layout(f, k, (KernFp8){M, K, 1, 32, 0, 1}, (KernFp8){N, K, 1, 32, 0, 1});
+}
+
 int main(void)
 {
     const KernBackend *f = kern_cpu();
@@ -333,8 +494,6 @@ int main(void)
             const KernBackend *k = kern_cpu_with_grads(acts[i], g16 ? acts[i] : PX_FP32);
             CHECK(k && k->act == acts[i] && k->grad == (g16 ? acts[i] : PX_FP32));
             CHECK(k == kern_cpu_with_grads(acts[i], k->grad));
-            /* the executor refuses what these leave out (model_exec_refusal) */
-            CHECK(!k->moe_permute && !k->matmul_fp8);
             check_matmul(f, k);
             check_norms(f, k);
             check_elementwise(f, k);
@@ -342,6 +501,9 @@ int main(void)
             check_attention(f, k, 0);
             check_attention(f, k, 1);
             check_optim_casts(f, k);
+            check_gate(f, k);
+            check_moe(f, k);
+            check_fp8(f, k);
         }
     TEST_DONE("kernels_act16");
 }
