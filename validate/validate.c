@@ -63,6 +63,23 @@ static const Layout spread[] = {
     {2, 1, 1, 2, 1, 1, 0, 2, NONE, F1B, P2P, 1, 0, 0, 0},
     {1, 2, 1, 2, 1, 0, 1, 2, NONE, F1B, MODEL_CP_COMM_A2A, 0, 0, 0, 0},
 };
+/* A mixture-of-experts model's expert layouts besides (after the spread): the experts over the
+ * data-parallel ranks, over the tensor-parallel ones (MoE Parallel Folding: ep across tp, etp
+ * 1) and over the context-parallel ones, timed on two ranks; on four, experts split by tensor
+ * parallelism too (etp 2) or not, beside pipelines plain and interleaved, four expert ranks, and
+ * ZeRO-3 over the expert-data-parallel group. */
+static const Layout moe_spread[] = {
+    {2, 1, 1, 1, 1, 0, 0, 4, NONE, F1B, P2P, FLASH_JOB, 2, 1, 0},
+    {1, 2, 1, 1, 1, 0, 1, 4, NONE, F1B, P2P, FLASH_JOB, 2, 1, 0},
+    {1, 1, 1, 2, 1, 0, 0, 4, NONE, F1B, P2P, 1, 2, 1, 0},
+    /* memory and communication only */
+    {2, 2, 1, 1, 1, 0, 1, 2, NONE, F1B, P2P, FLASH_JOB, 2, 2, 0},
+    {2, 2, 1, 1, 1, 1, 1, 2, NONE, F1B, P2P, FLASH_JOB, 2, 1, 0},
+    {2, 1, 2, 1, 1, 1, 0, 2, NONE, F1B, P2P, FLASH_JOB, 2, 1, 0},
+    {2, 1, 2, 1, 2, 0, 0, 2, NONE, MODEL_SCHED_INTERLEAVED, P2P, FLASH_JOB, 2, 1, 0},
+    {4, 1, 1, 1, 1, 1, 0, 2, NONE, F1B, P2P, FLASH_JOB, 4, 1, 0},
+    {4, 1, 1, 1, 1, 3, 0, 2, NONE, F1B, P2P, FLASH_JOB, 2, 1, 0},
+};
 #undef NONE
 #undef F1B
 #undef P2P
@@ -210,14 +227,15 @@ static int run_child(char *const argv[], const char *log_path, PxError *err)
     return PX_OK;
 }
 
-enum { N_SPREAD = (int)(sizeof spread / sizeof spread[0]) };
+enum { N_SPREAD = (int)(sizeof spread / sizeof spread[0]),
+       N_MOE_SPREAD = (int)(sizeof moe_spread / sizeof moe_spread[0]) };
 
 /* What a validation gathers over its layouts, for the table, the JSON, the chart and the
  * report. */
 typedef struct {
     const ValRequest *q;
     FILE *log;
-    Layout rows[PLAN_TOP + N_SPREAD]; /* the planner's best first, then the spread */
+    Layout rows[PLAN_TOP + N_SPREAD + N_MOE_SPREAD]; /* the planner's best, then the spread */
     int n_rows, n_top;
     char (*labels)[128];      /* [n_rows] */
     char (*short_labels)[48]; /* [n_rows]: the chart's, "1: dp2 zero2 mbs4" */
@@ -260,11 +278,12 @@ typedef struct Outcome {
 /* What became of a row: beyond the largest layout (not run), refused, or compared. */
 enum { ROW_OUT = 0, ROW_SKIPPED, ROW_RAN };
 
-/* A spread row as the model takes it: a mixture-of-experts model's tensor parallelism with
- * SP (Megatron-Core requires it). */
+/* Spread row i (past the spread: moe_spread's, for a mixture-of-experts model) as the model
+ * takes it: a mixture-of-experts model's tensor parallelism with SP (Megatron-Core requires
+ * it). */
 static Layout spread_row(const ValRequest *q, int i)
 {
-    Layout L = spread[i];
+    Layout L = i < N_SPREAD ? spread[i] : moe_spread[i - N_SPREAD];
     if (L.flash == FLASH_JOB)
         L.flash = q->base.job.flash_attn;
     if (q->base.model.moe.experts > 0 && L.tp > 1)
@@ -280,7 +299,8 @@ static int choose_layouts(Validation *v, PxError *err)
     if (rc)
         return rc;
     v->n_rows = v->n_top;
-    for (int i = 0; i < N_SPREAD; i++) {
+    const int n = N_SPREAD + (v->q->base.model.moe.experts > 0 ? N_MOE_SPREAD : 0);
+    for (int i = 0; i < n; i++) {
         const Layout L = spread_row(v->q, i);
         int dup = 0;
         for (int k = 0; k < v->n_rows && !dup; k++)
