@@ -805,6 +805,16 @@ static double cp_a2a_bytes(const Emit *e, double elems, int fp8)
     return fp8 ? elems + 4.0 * e->d->c : elems * eb(e);
 }
 
+/* PyTorch's context_parallel sends dK, dV in fp32 (_templated_ring_attention_backward:
+ * "accum_dtype = torch.float32 if _cp_options.convert_to_f32", grad_key and grad_value
+ * zeros_like(..., dtype=accum_dtype), their torch.cat handed to an _AllToAllRotater whatever
+ * the K, V rotater), cp calls: one after every step, the last the sum's return home */
+static double torch_dkv_bytes(const Emit *e)
+{
+    const ModelDims *d = e->d;
+    return (double)d->b * d->s_loc * (double)d->kv2_loc * 4.0;
+}
+
 static void cp_forward(Emit *e, const char *n, int before)
 {
     const ModelDims *d = e->d;
@@ -836,6 +846,10 @@ static void cp_backward(Emit *e, const char *n, int before)
     const double kv_full = (double)d->b * d->s * (double)d->kv2_loc * a;
     switch (e->s->layout.cp_comm) {
     case MODEL_CP_COMM_ALLGATHER:
+        if (!before && d->cp_torch) { /* PyTorch's dK, dV ride its all-to-all rotater */
+            comm(e, n, MODEL_CP_P2P, d->c, torch_dkv_bytes(e), d->c);
+            break;
+        }
         /* the gradients in the act dtype: TE reduce-scatters dK, dV in the nominal dtype */
         comm(e, n, before ? MODEL_CP_ALL_GATHER : MODEL_CP_REDUCE_SCATTER, d->c,
              before ? cp_gather_bytes(e) : kv_full, 1);
@@ -870,6 +884,12 @@ static void cp_backward(Emit *e, const char *n, int before)
             const double kv = (double)d->b * d->s_loc * d->kv2_loc;
             comm(e, n, MODEL_CP_ALL_TO_ALL, d->c,
                  d->c * (model_fp8_attn_dqkv(e->s) ? kv + 4.0 : kv * eb(e)), 1);
+        } else if (d->cp_torch) {
+            /* PyTorch's: K, V cp - 1 times (KVb), its fp32 dK, dV cp times (2 KVb in bf16),
+             * priced as 2 cp - 1 calls of their mean (the same time under alpha-beta) */
+            const double kv = cp_kv_bytes(e);
+            comm(e, n, MODEL_CP_P2P, d->c,
+                 ((d->c - 1) * kv + d->c * torch_dkv_bytes(e)) / (2 * d->c - 1), 2 * d->c - 1);
         } else /* K, V cp - 1 times and dK, dV cp times, KVb a call */
             comm(e, n, MODEL_CP_P2P, d->c, cp_kv_bytes(e), 2 * d->c - 1);
         break;

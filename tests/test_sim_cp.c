@@ -32,6 +32,22 @@ static int passes_op(const SimResult *r, ModelPhase ph)
     return -1;
 }
 
+/* The first layer's cp exchange op of kind k in phase ph: its buffer and calls */
+static void check_comm(const SimResult *r, ModelPhase ph, ModelComm k, uint64_t bytes, int calls)
+{
+    const ModelOpGraph *g = &r->ops[0];
+    for (int i = 0; i < g->count; i++) {
+        const ModelOp *op = &g->op[i];
+        if (op->kind == MODEL_OP_COMM && op->phase == ph && op->comm == k && op->layer == 0) {
+            CHECK_EQ_INT((long long)bytes, (long long)op->comm_bytes);
+            CHECK_EQ_INT(calls, op->calls);
+            return;
+        }
+    }
+    fprintf(stderr, "no layer 0 %s op in the %s\n", model_comm_name(k), model_phase_name(ph));
+    CHECK(0);
+}
+
 static void check_passes(const SimResult *r, ModelPhase ph, double bytes, int kernels)
 {
     const int i = passes_op(r, ph);
@@ -100,11 +116,20 @@ static void test_torch_ring(void)
     CHECK_EQ_INT(1, r.dims.cp_torch);
     check_passes(&r, MODEL_FWD, 71168.0, 14);
     check_passes(&r, MODEL_BWD, 147456.0, 18);
+    /* its exchange: K, V once forward (4,096 bytes); backward K, V once and the fp32 dK, dV
+     * twice (16 x 128 x 4 = 8,192 each), 20,480 bytes as 3 calls of their mean, 6,826 */
+    check_comm(&r, MODEL_FWD, MODEL_CP_P2P, 4096, 1);
+    check_comm(&r, MODEL_BWD, MODEL_CP_P2P, 6826, 3);
     sim_result_free(&r);
+    /* the all-gather rotater: K, V gathered (32 x 128 x 2 = 8,192) forward and again
+     * backward, the fp32 dK, dV riding the all-to-all rotater twice, no reduce-scatter */
     s.layout.cp_comm = MODEL_CP_COMM_ALLGATHER;
     CHECK_OK(sim_run(&s, &cl, 2, &r, &err), err);
     check_passes(&r, MODEL_FWD, 71168.0, 14);
     check_passes(&r, MODEL_BWD, 147456.0, 18);
+    check_comm(&r, MODEL_FWD, MODEL_CP_ALL_GATHER, 8192, 1);
+    check_comm(&r, MODEL_BWD, MODEL_CP_ALL_GATHER, 8192, 1);
+    check_comm(&r, MODEL_BWD, MODEL_CP_P2P, 8192, 2);
     sim_result_free(&r);
     s.layout.cp_comm = MODEL_CP_COMM_A2A;
     CHECK_OK(sim_run(&s, &cl, 2, &r, &err), err);
