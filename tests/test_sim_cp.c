@@ -4,6 +4,7 @@
  * device's streaming rate; and where they are not priced (a CPU, DeepSpeed's, the executor's
  * own graph). */
 #include "fixtures.h"
+#include "sim/internal.h"
 #include "test.h"
 
 /* 2 layers, h 64, 4 heads of 16 (kv heads 4), vocabulary 128, sequence 32, bf16, flash
@@ -95,6 +96,26 @@ static void test_ring(void)
     prof_cluster_free(&cl);
 }
 
+/* Under the all-gather rotater the cp = 2 sends of dK, dV: the first under the core's second
+ * block (half its backward), the last home after it, exposed whole (sim/time.c cp_exposed) */
+static void check_dkv_exposed(const SimResult *r)
+{
+    const ModelOpGraph *g = &r->ops[0];
+    for (int i = 1; i < g->count; i++) {
+        const ModelOp *op = &g->op[i];
+        if (op->kind != MODEL_OP_COMM || op->comm != MODEL_CP_P2P || op->layer != 0)
+            continue;
+        const double *t = r->op_seconds[0], slow = r->cluster.overlap_slowdown;
+        const double call = t[i] / 2.0, block = t[i - 1] / 2.0;
+        const double hidden = call < block ? call : block;
+        CHECK(g->op[i - 1].kind != MODEL_OP_COMM && g->op[i - 1].phase == MODEL_BWD);
+        CHECK_REL((call - hidden) + slow * hidden + call,
+                  sim_comm_exposed(g, t, i, &r->spec.layout, r->dims.m, slow), 1e-12);
+        return;
+    }
+    CHECK(0);
+}
+
 /* PyTorch's context_parallel ring as torchtitan runs it (torch_ring_fwd, torch_ring_bwd), the
  * same under either rotater (p2p, allgather). Rank 1 (its step 1: rank 0's first half of K, V,
  * merged whole): forward K, V made contiguous 2K, concatenated once 2K, step 0's output widened
@@ -130,6 +151,7 @@ static void test_torch_ring(void)
     check_comm(&r, MODEL_FWD, MODEL_CP_ALL_GATHER, 8192, 1);
     check_comm(&r, MODEL_BWD, MODEL_CP_ALL_GATHER, 8192, 1);
     check_comm(&r, MODEL_BWD, MODEL_CP_P2P, 8192, 2);
+    check_dkv_exposed(&r);
     sim_result_free(&r);
     s.layout.cp_comm = MODEL_CP_COMM_A2A;
     CHECK_OK(sim_run(&s, &cl, 2, &r, &err), err);
