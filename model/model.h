@@ -387,6 +387,10 @@ typedef struct {
      * the simulator where the framework runs TE on a GPU (sim_cp_te), 0 from model_spec_check:
      * the executor's cp does its own passes inside its core op */
     int cp_te;
+    /* context parallelism's attention is PyTorch's context_parallel ring (torchtitan): its
+     * eager copies, fp32 merges and gradient adds are the same op (model/ops.c torch_ring_fwd,
+     * torch_ring_bwd). Set by the simulator (sim_cp_torch), 0 from model_spec_check */
+    int cp_torch;
 } ModelDims;
 
 /* The rule a layout broke, in PxError.code after model_spec_check fails (0: not a rule). */

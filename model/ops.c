@@ -805,6 +805,16 @@ static double cp_a2a_bytes(const Emit *e, double elems, int fp8)
     return fp8 ? elems + 4.0 * e->d->c : elems * eb(e);
 }
 
+/* PyTorch's context_parallel sends dK, dV in fp32 (_templated_ring_attention_backward:
+ * "accum_dtype = torch.float32 if _cp_options.convert_to_f32", grad_key and grad_value
+ * zeros_like(..., dtype=accum_dtype), their torch.cat handed to an _AllToAllRotater whatever
+ * the K, V rotater), cp calls: one after every step, the last the sum's return home */
+static double torch_dkv_bytes(const Emit *e)
+{
+    const ModelDims *d = e->d;
+    return (double)d->b * d->s_loc * (double)d->kv2_loc * 4.0;
+}
+
 static void cp_forward(Emit *e, const char *n, int before)
 {
     const ModelDims *d = e->d;
@@ -836,6 +846,10 @@ static void cp_backward(Emit *e, const char *n, int before)
     const double kv_full = (double)d->b * d->s * (double)d->kv2_loc * a;
     switch (e->s->layout.cp_comm) {
     case MODEL_CP_COMM_ALLGATHER:
+        if (!before && d->cp_torch) { /* PyTorch's dK, dV ride its all-to-all rotater */
+            comm(e, n, MODEL_CP_P2P, d->c, torch_dkv_bytes(e), d->c);
+            break;
+        }
         /* the gradients in the act dtype: TE reduce-scatters dK, dV in the nominal dtype */
         comm(e, n, before ? MODEL_CP_ALL_GATHER : MODEL_CP_REDUCE_SCATTER, d->c,
              before ? cp_gather_bytes(e) : kv_full, 1);
@@ -870,6 +884,12 @@ static void cp_backward(Emit *e, const char *n, int before)
             const double kv = (double)d->b * d->s_loc * d->kv2_loc;
             comm(e, n, MODEL_CP_ALL_TO_ALL, d->c,
                  d->c * (model_fp8_attn_dqkv(e->s) ? kv + 4.0 : kv * eb(e)), 1);
+        } else if (d->cp_torch) {
+            /* PyTorch's: K, V cp - 1 times (KVb), its fp32 dK, dV cp times (2 KVb in bf16),
+             * priced as 2 cp - 1 calls of their mean (the same time under alpha-beta) */
+            const double kv = cp_kv_bytes(e);
+            comm(e, n, MODEL_CP_P2P, d->c,
+                 ((d->c - 1) * kv + d->c * torch_dkv_bytes(e)) / (2 * d->c - 1), 2 * d->c - 1);
         } else /* K, V cp - 1 times and dK, dV cp times, KVb a call */
             comm(e, n, MODEL_CP_P2P, d->c, cp_kv_bytes(e), 2 * d->c - 1);
         break;
@@ -958,6 +978,101 @@ static void te_gather(int cp, int backward, double K, double Q, double O, double
     *kernels = backward ? 12 : 4;
 }
 
+/* PyTorch's context_parallel ring (torch/distributed/tensor/experimental/_attention.py at
+ * pytorch/pytorch 0123248a, the statements quoted), as torchtitan runs it: eager kernels in the
+ * SDPA layout (b, heads, s, d), causal with round-robin load balance (_cp_options defaults:
+ * convert_to_f32, enable_load_balance). Per layer and micro-batch at cp rank r, K the rank's K, V
+ * (KVb), O its output (act dtype, 2O in fp32), l the elements of its log-sum-exp (fp32). Step
+ * i's K, V are rank r - i's: steps 1..r see their first half (a whole merge), steps r + 1..cp - 1
+ * all of them from the second query half (a partial one). Forward (_templated_ring_attention):
+ * K and V made contiguous ("key = key.contiguous()": torchtitan hands SDPA a transpose(1, 2)
+ * of its (b, s, heads, d) tensors, so 2K in two kernels); "torch.cat([key.flatten(),
+ * value.flatten()])" before each of the cp - 1 sends, whatever the rotater (2K each); each
+ * step's output widened to fp32 (_SDPAMerger.step, "out.to(torch.float32)": 3O, or 1.5O half;
+ * the log-sum-exp is fp32 already); each later step merged (_merge_one): "out - F.sigmoid(
+ * block_lse - lse) * (out - block_out)" five kernels, 16O + 24l, and "lse - F.logsigmoid(lse -
+ * block_lse)" three, 32l (half as much on a partial step, which _partial_update then
+ * concatenates back whole: "torch.cat(chunks, dim=dim)", 4O + 8l in two); the result narrowed
+ * (results, "out.to(self._out_dtype)": 3O). */
+static void torch_ring_fwd(int cp, int r, double K, double O, double l, double *bytes,
+                           int *kernels)
+{
+    double b = 2.0 * K + (cp - 1) * 2.0 * K + 3.0 * O + 3.0 * O;
+    int k = 2 + (cp - 1) + 1 + 1;
+    for (int i = 1; i < cp; i++) {
+        if (i <= r) { /* widened, merged whole */
+            b += 3.0 * O + 16.0 * O + 56.0 * l;
+            k += 1 + 8;
+        } else { /* half widened, merged, concatenated back */
+            b += 1.5 * O + 8.0 * O + 28.0 * l + 4.0 * O + 8.0 * l;
+            k += 1 + 8 + 2;
+        }
+    }
+    *bytes = b;
+    *kernels = k;
+}
+
+/* Its backward (_templated_ring_attention_backward), Q the rank's queries: dQ, dK, dV
+ * accumulated in fp32 ("accum_dtype = torch.float32", "torch.zeros_like(query,
+ * dtype=accum_dtype)" and key's, value's: 2Q + 2K written, three kernels); the saved K, V made
+ * contiguous again (2K in two) and concatenated before each of the cp - 1 sends (2K each); where
+ * i > r "logsumexp.chunk(2, dim=seq_dim)[1].contiguous()" (4l); each step's bf16 dK, dV added
+ * into the fp32 ones ("grad_key += grad_key_": 5K in two kernels) or, for i in 1..r, into their
+ * first half by _partial_update, add then torch.cat (2.5K + 4K in four); "torch.cat([grad_key.
+ * flatten(), grad_value.flatten()])" in fp32 every step for the all-to-all rotater (4K each);
+ * dQ added whole ("grad_query += grad_query_": 5Q, i <= r) or into its second half by
+ * _partial_update (2.5Q + 4Q in two); at the end "grad_query.to(query.dtype)" and the returned
+ * dK, dV ".to(key.dtype)" (3Q + 3K in two). */
+static void torch_ring_bwd(int cp, int r, double K, double Q, double l, double *bytes,
+                           int *kernels)
+{
+    double b = 2.0 * Q + 2.0 * K + 2.0 * K + (cp - 1) * 2.0 * K + cp * 4.0 * K;
+    b += 3.0 * Q + 3.0 * K;
+    int k = 3 + 2 + (cp - 1) + cp + 2;
+    for (int i = 0; i < cp; i++) {
+        if (i > r) {
+            b += 4.0 * l + 5.0 * K + 6.5 * Q;
+            k += 1 + 2 + 2;
+        } else if (i > 0) {
+            b += 6.5 * K + 5.0 * Q;
+            k += 4 + 1;
+        } else {
+            b += 5.0 * K + 5.0 * Q;
+            k += 2 + 1;
+        }
+    }
+    *bytes = b;
+    *kernels = k;
+}
+
+/* PyTorch's ring passes at the rank that moves the most in forward and backward together (the
+ * last where the queries are at least as wide as K, V: its whole merges and half dK, dV adds
+ * move more than the partial ones). */
+static void torch_ring(int cp, int backward, double K, double Q, double O, double l,
+                       double *bytes, int *kernels)
+{
+    double best = -1.0;
+    for (int r = 0; r < cp; r++) {
+        double fb, bb;
+        int fk, bk;
+        torch_ring_fwd(cp, r, K, O, l, &fb, &fk);
+        torch_ring_bwd(cp, r, K, Q, l, &bb, &bk);
+        if (fb + bb > best) {
+            best = fb + bb;
+            *bytes = backward ? bb : fb;
+            *kernels = backward ? bk : fk;
+        }
+    }
+}
+
+/* The passes as one memory-bound op, <n>.cp_passes */
+static void emit_cp_passes(Emit *e, const char *n, double bytes, int kernels)
+{
+    char pn[sizeof ((ModelOp *)0)->name];
+    name_join(pn, sizeof pn, n, "cp_passes");
+    simple(e, MODEL_OP_PERMUTE, pn, bytes)->kernels = kernels;
+}
+
 /* Transformer Engine's passes around its context-parallel attention as one op after the core's
  * forward or backward, where the job runs TE's (d->cp_te) with 16-bit attention: the ring's
  * (te_ring_fwd, te_ring_bwd) at the rank that moves the most in the two together (the last cp
@@ -967,16 +1082,23 @@ static void te_gather(int cp, int backward, double K, double Q, double O, double
  * the core split into cp head groups by movedim().contiguous() (line 418) and the received
  * chunks put in order by reorder_seq_chunks_for_a2a_before_attn's index_select (line 363);
  * after it the reverse, lines 374 and 441). FP8 attention's passes (per-step outputs
- * dequantized to fp32, the dQ, dK, dV buffers of delayed scaling) are not priced. */
+ * dequantized to fp32, the dQ, dK, dV buffers of delayed scaling) are not priced. Where the
+ * job runs PyTorch's context_parallel instead (d->cp_torch, torchtitan), its ring's passes
+ * (torch_ring) whatever the rotater. */
 static void cp_passes(Emit *e, const char *n, int backward)
 {
     const ModelDims *d = e->d;
-    if (!d->cp_te || d->c < 2 || e->s->job.fp8_attention)
+    if ((!d->cp_te && !d->cp_torch) || d->c < 2 || e->s->job.fp8_attention)
         return;
     const double a = eb(e), M = (double)d->b * d->s_loc;
     const double K = M * d->kv2_loc * a, Q = M * d->q_loc * a, O = M * d->o_loc * a;
     double bytes = 0.0;
     int kernels = 0;
+    if (d->cp_torch) {
+        torch_ring(d->c, backward, K, Q, O, M * d->heads_loc, &bytes, &kernels);
+        emit_cp_passes(e, n, bytes, kernels);
+        return;
+    }
     switch (e->s->layout.cp_comm) {
     case MODEL_CP_COMM_ALLGATHER:
         te_gather(d->c, backward, K, Q, O, &bytes, &kernels);
@@ -1005,9 +1127,7 @@ static void cp_passes(Emit *e, const char *n, int backward)
         break;
     }
     }
-    char pn[sizeof ((ModelOp *)0)->name];
-    name_join(pn, sizeof pn, n, "cp_passes");
-    simple(e, MODEL_OP_PERMUTE, pn, bytes)->kernels = kernels;
+    emit_cp_passes(e, n, bytes, kernels);
 }
 
 static void layer_forward(Emit *e, int l)

@@ -464,5 +464,8 @@ int sim_resolve_job(ModelJob *j, const ProfDevice *dev, PxError *err);
 /* 1 when the job's context-parallel attention is Transformer Engine's, whose memory passes the
  * op graph then prices (ModelDims.cp_te): Megatron-LM, NeMo or Megatron-Bridge on a GPU. */
 int sim_cp_te(const ModelSpec *s, const ProfDevice *dev);
+/* 1 when it is PyTorch's context_parallel ring (ModelDims.cp_torch): torchtitan on a GPU with
+ * cp_comm p2p or allgather (PyTorch has no Ulysses). */
+int sim_cp_torch(const ModelSpec *s, const ProfDevice *dev);
 
 #endif

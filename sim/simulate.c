@@ -48,6 +48,17 @@ int sim_cp_te(const ModelSpec *s, const ProfDevice *dev)
            !prof_device_is_cpu(dev);
 }
 
+/* 1 where it is PyTorch's context_parallel (model/ops.c torch_ring_fwd): torchtitan's cp is
+ * torch.distributed.tensor.experimental.context_parallel, whose SDPA dispatch runs
+ * _templated_ring_attention on a GPU (flash, efficient or cuDNN attention). Its rotate method
+ * (all-gather by default, or all-to-all) moves K, V but makes the same passes; it has no
+ * head-split (Ulysses) form, so a2a gets none. */
+int sim_cp_torch(const ModelSpec *s, const ProfDevice *dev)
+{
+    return s->job.framework == MODEL_FW_TORCHTITAN && s->layout.cp_comm != MODEL_CP_COMM_A2A &&
+           !prof_device_is_cpu(dev);
+}
+
 void sim_result_free(SimResult *r)
 {
     if (!r)
@@ -477,6 +488,7 @@ static int run(const ModelSpec *spec, const ProfCluster *cl, int gpus, int compa
     if (rc)
         return rc;
     r->dims.cp_te = sim_cp_te(&r->spec, &cl->device);
+    r->dims.cp_torch = sim_cp_torch(&r->spec, &cl->device);
     const ModelDims *d = &r->dims;
     r->node_size = prof_node_size(cl, d->gpus);
     if (r->node_size > d->gpus)

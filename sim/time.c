@@ -89,6 +89,10 @@ static double cp_exposed(const ModelOpGraph *g, const double *t, int i, double s
     const double n = op->group_size, block = t[k] / n, call = t[i] / op->calls;
     /* with FP8 attention the backward's ring carries K, V only (cp - 1 calls), the gradients
      * going home in an all-to-all of their own, exposed whole (docs/fp8.md) */
+    /* PyTorch's under its all-gather rotater: dK, dV alone cp times, each under the next
+     * block, the last home after the last block (model/ops.c torch_dkv_bytes) */
+    if (op->phase == MODEL_BWD && op->calls == op->group_size)
+        return (n - 1.0) * overlap(call, block, slow) + call;
     if (op->phase != MODEL_BWD || op->calls < 2 * op->group_size - 1)
         return (n - 1.0) * overlap(call, block, slow);
     return (n - 1.0) * overlap(2.0 * call, block, slow) + call;

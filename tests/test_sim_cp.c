@@ -1,8 +1,10 @@
 /* Transformer Engine's passes around context-parallel attention (model/ops.c cp_passes;
  * docs/time.md, "Context parallelism"): their bytes and kernels for a small cp 2 layout under
- * each comm type, worked by hand; their time at the device's streaming rate; and where they are
- * not priced (a CPU, a framework whose attention is not TE's, the executor's own graph). */
+ * each comm type, worked by hand, and PyTorch's ring's as torchtitan runs it; their time at the
+ * device's streaming rate; and where they are not priced (a CPU, DeepSpeed's, the executor's
+ * own graph). */
 #include "fixtures.h"
+#include "sim/internal.h"
 #include "test.h"
 
 /* 2 layers, h 64, 4 heads of 16 (kv heads 4), vocabulary 128, sequence 32, bf16, flash
@@ -29,6 +31,22 @@ static int passes_op(const SimResult *r, ModelPhase ph)
         if (g->op[i].phase == ph && strcmp(g->op[i].name, "layer.0.attn.core.cp_passes") == 0)
             return i;
     return -1;
+}
+
+/* The first layer's cp exchange op of kind k in phase ph: its buffer and calls */
+static void check_comm(const SimResult *r, ModelPhase ph, ModelComm k, uint64_t bytes, int calls)
+{
+    const ModelOpGraph *g = &r->ops[0];
+    for (int i = 0; i < g->count; i++) {
+        const ModelOp *op = &g->op[i];
+        if (op->kind == MODEL_OP_COMM && op->phase == ph && op->comm == k && op->layer == 0) {
+            CHECK_EQ_INT((long long)bytes, (long long)op->comm_bytes);
+            CHECK_EQ_INT(calls, op->calls);
+            return;
+        }
+    }
+    fprintf(stderr, "no layer 0 %s op in the %s\n", model_comm_name(k), model_phase_name(ph));
+    CHECK(0);
 }
 
 static void check_passes(const SimResult *r, ModelPhase ph, double bytes, int kernels)
@@ -75,9 +93,69 @@ static void test_ring(void)
     CHECK_OK(sim_run(&s, &cl, 2, &r, &err), err);
     check_passes(&r, MODEL_FWD, 22784.0, 7);
     sim_result_free(&r);
-    s.job.framework = MODEL_FW_TORCHTITAN;
+    prof_cluster_free(&cl);
+}
+
+/* Under the all-gather rotater the cp = 2 sends of dK, dV: the first under the core's second
+ * block (half its backward), the last home after it, exposed whole (sim/time.c cp_exposed) */
+static void check_dkv_exposed(const SimResult *r)
+{
+    const ModelOpGraph *g = &r->ops[0];
+    for (int i = 1; i < g->count; i++) {
+        const ModelOp *op = &g->op[i];
+        if (op->kind != MODEL_OP_COMM || op->comm != MODEL_CP_P2P || op->layer != 0)
+            continue;
+        const double *t = r->op_seconds[0], slow = r->cluster.overlap_slowdown;
+        const double call = t[i] / 2.0, block = t[i - 1] / 2.0;
+        const double hidden = call < block ? call : block;
+        CHECK(g->op[i - 1].kind != MODEL_OP_COMM && g->op[i - 1].phase == MODEL_BWD);
+        CHECK_REL((call - hidden) + slow * hidden + call,
+                  sim_comm_exposed(g, t, i, &r->spec.layout, r->dims.m, slow), 1e-12);
+        return;
+    }
+    CHECK(0);
+}
+
+/* PyTorch's context_parallel ring as torchtitan runs it (torch_ring_fwd, torch_ring_bwd), the
+ * same under either rotater (p2p, allgather). Rank 1 (its step 1: rank 0's first half of K, V,
+ * merged whole): forward K, V made contiguous 2K, concatenated once 2K, step 0's output widened
+ * 3O, step 1's widened 3O and merged 16O + 56l, the result narrowed 3O: 71,168 bytes in
+ * 2 + 1 + 1 + 9 + 1 = 14 kernels. Backward: fp32 dQ, dK, dV zeroed 2Q + 2K, K, V contiguous 2K
+ * and concatenated 2K, step 0's dK, dV added 5K and dQ 5Q, step 1's dK, dV into their first
+ * half 6.5K and dQ whole 5Q, the fp32 dK, dV concatenated twice 8K, narrowed 3Q + 3K:
+ * 147,456 bytes in 3 + 2 + 1 + 3 + 5 + 2 + 2 = 18. Rank 0 (step 1 partial) moves less: forward
+ * 58,624, backward 144,640. Ulysses is not PyTorch's: none. */
+static void test_torch_ring(void)
+{
+    PxError err = {0};
+    ProfCluster cl;
+    CHECK_OK(prof_cluster_load("dgx-a100", NULL, 0, &cl, &err), err);
+    ModelSpec s = small(MODEL_CP_COMM_P2P, MODEL_FW_TORCHTITAN);
+    SimResult r;
     CHECK_OK(sim_run(&s, &cl, 2, &r, &err), err);
     CHECK_EQ_INT(0, r.dims.cp_te);
+    CHECK_EQ_INT(1, r.dims.cp_torch);
+    check_passes(&r, MODEL_FWD, 71168.0, 14);
+    check_passes(&r, MODEL_BWD, 147456.0, 18);
+    /* its exchange: K, V once forward (4,096 bytes); backward K, V once and the fp32 dK, dV
+     * twice (16 x 128 x 4 = 8,192 each), 20,480 bytes as 3 calls of their mean, 6,826 */
+    check_comm(&r, MODEL_FWD, MODEL_CP_P2P, 4096, 1);
+    check_comm(&r, MODEL_BWD, MODEL_CP_P2P, 6826, 3);
+    sim_result_free(&r);
+    /* the all-gather rotater: K, V gathered (32 x 128 x 2 = 8,192) forward and again
+     * backward, the fp32 dK, dV riding the all-to-all rotater twice, no reduce-scatter */
+    s.layout.cp_comm = MODEL_CP_COMM_ALLGATHER;
+    CHECK_OK(sim_run(&s, &cl, 2, &r, &err), err);
+    check_passes(&r, MODEL_FWD, 71168.0, 14);
+    check_passes(&r, MODEL_BWD, 147456.0, 18);
+    check_comm(&r, MODEL_FWD, MODEL_CP_ALL_GATHER, 8192, 1);
+    check_comm(&r, MODEL_BWD, MODEL_CP_ALL_GATHER, 8192, 1);
+    check_comm(&r, MODEL_BWD, MODEL_CP_P2P, 8192, 2);
+    check_dkv_exposed(&r);
+    sim_result_free(&r);
+    s.layout.cp_comm = MODEL_CP_COMM_A2A;
+    CHECK_OK(sim_run(&s, &cl, 2, &r, &err), err);
+    CHECK_EQ_INT(0, r.dims.cp_torch);
     CHECK_EQ_INT(-1, passes_op(&r, MODEL_FWD));
     CHECK_EQ_INT(-1, passes_op(&r, MODEL_BWD));
     sim_result_free(&r);
@@ -124,10 +202,17 @@ static void test_not_priced(void)
     CHECK_EQ_INT(0, r.dims.cp_te);
     CHECK_EQ_INT(-1, passes_op(&r, MODEL_FWD));
     sim_result_free(&r);
+    s.job.framework = MODEL_FW_TORCHTITAN;
+    CHECK_OK(sim_run(&s, &cl, 2, &r, &err), err);
+    CHECK_EQ_INT(0, r.dims.cp_torch);
+    CHECK_EQ_INT(-1, passes_op(&r, MODEL_FWD));
+    sim_result_free(&r);
+    s.job.framework = MODEL_FW_MEGATRON;
     prof_cluster_free(&cl);
     ModelDims d;
     CHECK_OK(model_spec_check(&s, 2, &d, &err), err);
     CHECK_EQ_INT(0, d.cp_te);
+    CHECK_EQ_INT(0, d.cp_torch);
     CHECK_OK(prof_cluster_load("dgx-h100", NULL, 0, &cl, &err), err);
     s.job.precision = PX_BF16;
     s.job.fp8 = MODEL_FP8_DELAYED;
@@ -144,6 +229,7 @@ int main(void)
     px_log_set_quiet(1);
     test_ring();
     test_gather_a2a();
+    test_torch_ring();
     test_not_priced();
     TEST_DONE("sim_cp");
 }
