@@ -96,6 +96,39 @@ void act16_round2(PxDtype dt, void *p, const float *f, size_t rows, size_t cols,
         kern_host_round((uint16_t *)p + r * ld, dt, f + r * ld, cols);
 }
 
+/* The rows of a (rows, cols) table that ids - base select (ids out of range select none),
+ * widened into their places of the table's scratch; the other rows of the scratch are left
+ * unset, so the caller's kernel must read only these (an embedding's lookup or its gradient's
+ * scatter-add): a step then widens the rows its tokens name, not the whole table. */
+float *act16_in_rows(Act16Call *w, PxDtype dt, const void *p, const int32_t *ids, int n,
+                     int64_t base, int64_t rows, size_t cols)
+{
+    if (!p || dt == PX_FP32)
+        return (float *)p;
+    float *f = act16_find(w, p);
+    if (f)
+        return f;
+    f = act16_take(w, p, (size_t)rows * cols);
+    for (int i = 0; i < n; i++) {
+        const int64_t r = (int64_t)ids[i] - base;
+        for (size_t c = 0; r >= 0 && r < rows && c < cols; c++)
+            f[(size_t)r * cols + c] = act16_load(dt, p, (size_t)r * cols + c);
+    }
+    return f;
+}
+
+void act16_round_rows(PxDtype dt, void *p, const float *f, const int32_t *ids, int n,
+                      int64_t base, int64_t rows, size_t cols)
+{
+    if (!p || dt == PX_FP32)
+        return;
+    for (int i = 0; i < n; i++) {
+        const int64_t r = (int64_t)ids[i] - base;
+        if (r >= 0 && r < rows)
+            kern_host_round((uint16_t *)p + (size_t)r * cols, dt, f + (size_t)r * cols, cols);
+    }
+}
+
 /* The four tables: each inclusion of act16_table.inc defines one set of entries. */
 #define ACT16_ACT PX_BF16
 #define ACT16_GRAD PX_FP32
