@@ -42,10 +42,35 @@ static size_t act16_extent(size_t rows, size_t cols, size_t ld)
     return rows && cols ? (rows - 1) * ld + cols : 0;
 }
 
-static float act16_load(PxDtype dt, const void *p, size_t i)
+/* n 16-bit elements widened to fp32. bf16 is fp32's top half, so its widening is a shift
+ * done here, inline: a call per element (px_bf16_to_float) took most of a pass's time. */
+static void act16_widen(PxDtype dt, float *f, const uint16_t *h, size_t n)
 {
-    const uint16_t h = ((const uint16_t *)p)[i];
-    return dt == PX_BF16 ? px_bf16_to_float(h) : px_half_to_float(h);
+    if (dt == PX_BF16) {
+        for (size_t i = 0; i < n; i++) {
+            const uint32_t u = (uint32_t)h[i] << 16;
+            memcpy(&f[i], &u, sizeof u);
+        }
+    } else {
+        for (size_t i = 0; i < n; i++)
+            f[i] = px_half_to_float(h[i]);
+    }
+}
+
+/* n fp32 elements rounded to 16 bits, to nearest even: bf16 inline, bit for bit
+ * px_float_to_bf16 (a NaN stays a quiet NaN), for the same reason; fp16 by kern_host_round. */
+static void act16_narrow(PxDtype dt, uint16_t *h, const float *f, size_t n)
+{
+    if (dt != PX_BF16) {
+        kern_host_round(h, dt, f, n);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &f[i], sizeof u);
+        h[i] = (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((u >> 16) | 0x40)
+                                                : (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    }
 }
 
 /* The scratch already standing for p in this call (an in-place operand), or NULL. */
@@ -75,8 +100,7 @@ float *act16_in2(Act16Call *w, PxDtype dt, const void *p, size_t rows, size_t co
         return f;
     f = act16_take(w, p, act16_extent(rows, cols, ld));
     for (size_t r = 0; r < rows; r++)
-        for (size_t c = 0; c < cols; c++)
-            f[r * ld + c] = act16_load(dt, p, r * ld + c);
+        act16_widen(dt, f + r * ld, (const uint16_t *)p + r * ld, cols);
     return f;
 }
 
@@ -93,7 +117,7 @@ void act16_round2(PxDtype dt, void *p, const float *f, size_t rows, size_t cols,
     if (!p || dt == PX_FP32)
         return;
     for (size_t r = 0; r < rows; r++)
-        kern_host_round((uint16_t *)p + r * ld, dt, f + r * ld, cols);
+        act16_narrow(dt, (uint16_t *)p + r * ld, f + r * ld, cols);
 }
 
 /* The rows of a (rows, cols) table that ids - base select (ids out of range select none),
@@ -111,8 +135,8 @@ float *act16_in_rows(Act16Call *w, PxDtype dt, const void *p, const int32_t *ids
     f = act16_take(w, p, (size_t)rows * cols);
     for (int i = 0; i < n; i++) {
         const int64_t r = (int64_t)ids[i] - base;
-        for (size_t c = 0; r >= 0 && r < rows && c < cols; c++)
-            f[(size_t)r * cols + c] = act16_load(dt, p, (size_t)r * cols + c);
+        if (r >= 0 && r < rows)
+            act16_widen(dt, f + (size_t)r * cols, (const uint16_t *)p + (size_t)r * cols, cols);
     }
     return f;
 }
@@ -125,7 +149,7 @@ void act16_round_rows(PxDtype dt, void *p, const float *f, const int32_t *ids, i
     for (int i = 0; i < n; i++) {
         const int64_t r = (int64_t)ids[i] - base;
         if (r >= 0 && r < rows)
-            kern_host_round((uint16_t *)p + (size_t)r * cols, dt, f + (size_t)r * cols, cols);
+            act16_narrow(dt, (uint16_t *)p + (size_t)r * cols, f + (size_t)r * cols, cols);
     }
 }
 
