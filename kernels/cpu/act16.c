@@ -42,13 +42,10 @@ static size_t act16_extent(size_t rows, size_t cols, size_t ld)
     return rows && cols ? (rows - 1) * ld + cols : 0;
 }
 
-/* Every fp16 value widened, px_half_to_float's own results (act16_fill_all fills it once). */
-static float act16_half_lut[1 << 16];
-
-/* n 16-bit elements widened to fp32: bf16, fp32's top half, by a shift; fp16 by the table. A
+/* n 16-bit elements widened to fp32: bf16, fp32's top half, by a shift; fp16 likewise. A
  * call per element (px_bf16_to_float, px_half_to_float) took most of a pass's time, which the
  * simulator prices at the streaming rate (sim/cost.c, sim_cpu16_pass_bytes). */
-static void act16_widen(PxDtype dt, float *f, const uint16_t *h, size_t n)
+static void act16_widen(PxDtype dt, float *restrict f, const uint16_t *restrict h, size_t n)
 {
     if (dt == PX_BF16) {
         for (size_t i = 0; i < n; i++) {
@@ -56,34 +53,47 @@ static void act16_widen(PxDtype dt, float *f, const uint16_t *h, size_t n)
             memcpy(&f[i], &u, sizeof u);
         }
     } else {
+        /* a normal half is fp32's bits shifted and rebiased (exact); then zero, subnormals,
+         * infinity and NaN (exponent 0 or 31) again by px_half_to_float */
+        for (size_t i = 0; i < n; i++) {
+            const uint32_t u = ((uint32_t)(h[i] & 0x8000u) << 16) |
+                               (((uint32_t)(h[i] & 0x7fffu) << 13) + (112u << 23));
+            memcpy(&f[i], &u, sizeof u);
+        }
         for (size_t i = 0; i < n; i++)
-            f[i] = act16_half_lut[h[i]];
+            if ((uint32_t)(h[i] & 0x7c00u) - 0x400u >= 0x7800u)
+                f[i] = px_half_to_float(h[i]);
     }
 }
 
-/* f rounded to fp16: a normal half (2^-14 <= |f| < 65520) inline, bit for bit
- * px_float_to_half's rounding to nearest even; the rest (subnormals, infinity, NaN) by it. */
-static uint16_t act16_half_of(float f)
+/* f (bits u) rounded to fp16 as a normal half, bit for bit px_float_to_half's rounding to
+ * nearest even there (2^-14 <= |f| < 65520; a carry into the exponent is the next binade, as
+ * there), without a branch: the rest is as good as random, and a loop of these vectorizes. */
+static uint16_t act16_half_normal(uint32_t u)
 {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    const uint32_t a = u & 0x7fffffffu;
-    if (a < 0x38800000u || a >= 0x477ff000u)
-        return px_float_to_half(f);
-    const uint32_t m = a & 0x7fffffu, rest = m & 0x1fffu;
-    uint32_t r = ((a >> 23) - 112u) << 10 | m >> 13;
-    if (rest > 0x1000u || (rest == 0x1000u && (r & 1u)))
-        r++; /* a carry into the exponent is the next binade, as there */
-    return (uint16_t)((u >> 16 & 0x8000u) | r);
+    const uint32_t a = u & 0x7fffffffu, m = a & 0x7fffffu, rest = m & 0x1fffu;
+    const uint32_t r = (((a >> 23) - 112u) << 10 | m >> 13) & 0x7fffu;
+    const uint32_t up = (uint32_t)(rest > 0x1000u) | ((uint32_t)(rest == 0x1000u) & r);
+    return (uint16_t)((u >> 16 & 0x8000u) | (r + (up & 1u)));
 }
 
 /* n fp32 elements rounded to 16 bits, to nearest even, inline for the same reason: bf16 bit
- * for bit px_float_to_bf16 (a NaN stays a quiet NaN), fp16 act16_half_of. */
-static void act16_narrow(PxDtype dt, uint16_t *h, const float *f, size_t n)
+ * for bit px_float_to_bf16 (a NaN stays a quiet NaN); fp16 as a normal half, then the few
+ * outside that range (zero, subnormals, infinity, NaN) again by px_float_to_half. */
+static void act16_narrow(PxDtype dt, uint16_t *restrict h, const float *restrict f, size_t n)
 {
     if (dt != PX_BF16) {
-        for (size_t i = 0; i < n; i++)
-            h[i] = act16_half_of(f[i]);
+        for (size_t i = 0; i < n; i++) {
+            uint32_t u;
+            memcpy(&u, &f[i], sizeof u);
+            h[i] = act16_half_normal(u);
+        }
+        for (size_t i = 0; i < n; i++) {
+            uint32_t u;
+            memcpy(&u, &f[i], sizeof u);
+            if ((u & 0x7fffffffu) - 0x38800000u >= 0x477ff000u - 0x38800000u)
+                h[i] = px_float_to_half(f[i]);
+        }
         return;
     }
     for (size_t i = 0; i < n; i++) {
@@ -215,8 +225,6 @@ static pthread_once_t act16_once = PTHREAD_ONCE_INIT;
 
 static void act16_fill_all(void)
 {
-    for (uint32_t h = 0; h < 1u << 16; h++)
-        act16_half_lut[h] = px_half_to_float((uint16_t)h);
     bf16_fill();
     fp16_fill();
     bf16g_fill();
