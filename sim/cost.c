@@ -17,6 +17,36 @@ void sim_ctx_init(SimCtx *c, const ProfCluster *cl, const ModelSpec *spec, const
     c->peak_fp8 = spec->job.fp8 == MODEL_FP8_MXFP8 ? prof_peak_mxfp8(&cl->device)
                   : spec->job.fp8 != MODEL_FP8_NONE ? prof_peak_flops(&cl->device, PX_FP8)
                                                     : 0.0;
+    c->cpu16 = prof_device_is_cpu(&cl->device) &&
+               (spec->job.precision == PX_BF16 || spec->job.precision == PX_FP16);
+}
+
+/* The CPU's bf16 and fp16 kernels (kernels/cpu/act16.c) are its fp32 kernels between two
+ * streaming passes: each 16-bit operand is widened into fp32 scratch (2 bytes read, 4 written
+ * an element) and each output rounded back (4 read, 2 written). An op's bytes count every
+ * element it reads or writes once, at 2 bytes, so the passes move 3 times its bytes, and its
+ * fp32 kernel twice them (cpu16_kernel_scale). A GPU's kernels read 16 bits directly: no
+ * passes. The optimizer (kern_host_adamw reads the 16-bit gradient and rounds the weights
+ * itself), the loss (fp32 logits) and communication pass no act operand through scratch. */
+double sim_cpu16_pass_bytes(const SimCtx *c, const ModelOp *op)
+{
+    if (!c->cpu16 || op->kind == MODEL_OP_OPTIMIZER || op->kind == MODEL_OP_LOSS ||
+        op->kind == MODEL_OP_COMM)
+        return 0.0;
+    return 3.0 * op->bytes;
+}
+
+/* How many times its op's bytes the kernel itself streams: 2 for the CPU's 16-bit kernels,
+ * which run the fp32 kernel on the widened copies. */
+static double cpu16_kernel_scale(const SimCtx *c, const ModelOp *op)
+{
+    return sim_cpu16_pass_bytes(c, op) > 0 ? 2.0 : 1.0;
+}
+
+static double cpu16_pass_seconds(const SimCtx *c, const ModelOp *op)
+{
+    const ProfDevice *dev = &c->cl->device;
+    return sim_cpu16_pass_bytes(c, op) / (dev->memory_bandwidth * dev->memory_eff);
 }
 
 /* Tile and wave quantization (NVIDIA's Deep Learning Performance Guide, "Matrix
@@ -80,6 +110,8 @@ double sim_gemm_seconds_as(const SimCtx *c, const ModelGemm *g, int fp8, double 
         eff *= dev->misaligned_eff;
     double t_compute = flops / (peak * eff);
     double io = ((m * k + k * n) * in_bytes + m * n * c->elem_bytes) * batch;
+    if (c->cpu16 && !fp8)
+        io *= 2.0; /* the fp32 GEMM on the widened copies (cpu16_kernel_scale) */
     double t_memory = io / (dev->memory_bandwidth * dev->memory_eff);
     if (eff_out)
         *eff_out = t_compute >= t_memory ? eff : flops / (peak * t_memory);
@@ -118,7 +150,10 @@ static double measured_op_seconds(const SimCtx *c, const ModelOp *op)
     }
     if (!r)
         return -1.0;
-    double t = r->overhead_s + key.x / r->rate;
+    /* the rate is the fp32 kernel's (calibrate trains in fp32): a 16-bit op's size as the fp32
+     * kernel it runs sees it; an attention core's is its FLOPs */
+    const double x = op->kind == MODEL_OP_ATTENTION ? key.x : key.x * cpu16_kernel_scale(c, op);
+    double t = r->overhead_s + x / r->rate + cpu16_pass_seconds(c, op);
     for (int i = 0; op->kind == MODEL_OP_MATMUL && i < op->n_gemm; i++)
         t += sim_op_gemm_seconds(c, op, i, op->fp8);
     t += sim_host_sync_seconds(c, op);
@@ -143,8 +178,9 @@ double sim_compute_seconds(const SimCtx *c, const ModelOp *op)
         const int fa2 = c->d && c->d->attn_fa2;
         double eff = op->phase == MODEL_BWD ? (fa2 ? dev->attn_fa2_bwd_eff : dev->attn_bwd_eff)
                                             : (fa2 ? dev->attn_fa2_fwd_eff : dev->attn_fwd_eff);
-        double t_c = work / ((op->fp8 ? c->peak_fp8 : c->peak) * eff), t_m = op->bytes / bw;
-        return (t_c > t_m ? t_c : t_m) + launch;
+        double t_c = work / ((op->fp8 ? c->peak_fp8 : c->peak) * eff);
+        double t_m = op->bytes * cpu16_kernel_scale(c, op) / bw;
+        return (t_c > t_m ? t_c : t_m) + launch + cpu16_pass_seconds(c, op);
     }
     double t = 0.0, io = 0.0;
     const int fp8 = op->fp8 && op->kind == MODEL_OP_MATMUL;
@@ -157,12 +193,12 @@ double sim_compute_seconds(const SimCtx *c, const ModelOp *op)
     }
     /* the unfused attention core streams its s x s scores through softmax and dropout at the
      * rate of those kernels (memory_attention), the rest at the streaming kernels' */
-    double rest = op->bytes - io;
+    double rest = (op->bytes - io) * cpu16_kernel_scale(c, op);
     if (rest > 0)
         t += rest / (op->kind == MODEL_OP_ATTENTION
                          ? dev->memory_bandwidth * dev->memory_attn_eff
                          : bw);
-    return t + launch + sim_host_sync_seconds(c, op);
+    return t + launch + sim_host_sync_seconds(c, op) + cpu16_pass_seconds(c, op);
 }
 
 double sim_collective_seconds(ModelCollective coll, double S, int n, double alpha, double beta)

@@ -13,6 +13,7 @@ typedef struct {
     double peak;      /* dense matmul FLOP/s in the job's precision */
     int elem_bytes;   /* bytes of one activation element */
     double peak_fp8;  /* dense FLOP/s of the job's FP8 GEMMs (MXFP8's or FP8's peak; 0: none) */
+    int cpu16;        /* a bf16 or fp16 job on CPU ranks: its kernels widen to fp32 (act16.c) */
 } SimCtx;
 
 void sim_ctx_init(SimCtx *c, const ProfCluster *cl, const ModelSpec *spec, const ModelDims *d,
@@ -37,6 +38,10 @@ double sim_op_gemm_seconds(const SimCtx *c, const ModelOp *op, int i, int fp8);
 double sim_host_sync_seconds(const SimCtx *c, const ModelOp *op);
 /* A compute op: its GEMMs, the rest of its bytes at streaming bandwidth, its kernel launches. */
 double sim_compute_seconds(const SimCtx *c, const ModelOp *op);
+/* The bytes a 16-bit job's op on CPU ranks moves besides its fp32 kernel's: the widening of
+ * its 16-bit operands into fp32 scratch and the rounding of its outputs back
+ * (kernels/cpu/act16.c; docs/time.md, "16 bits on the CPU"). 0 on a GPU and in fp32. */
+double sim_cpu16_pass_bytes(const SimCtx *c, const ModelOp *op);
 
 /* Ring / tree collectives with alpha-beta costs: S bytes over n ranks (S as nccl-tests' size). */
 double sim_collective_seconds(ModelCollective coll, double bytes, int n, double alpha, double beta);

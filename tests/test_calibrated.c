@@ -199,6 +199,62 @@ static void check_section(void)
     prof_cluster_free(&cl);
 }
 
+/* The op layer.0.ln1.fwd of tiny (mbs 4) costed on cl in precision p; *pass_bytes gets the
+ * bytes of its 16-bit widen and round passes. */
+static const ModelOp *ln1_fwd(SimResult *r, const ProfCluster *cl, PxDtype p, double *t,
+                              double *pass_bytes)
+{
+    PxError err = {0};
+    ModelSpec s = tiny_mbs4();
+    s.job.precision = p;
+    CHECK_OK(sim_run(&s, cl, 2, r, &err), err);
+    SimCtx c;
+    sim_ctx_init(&c, &r->cluster, &r->spec, &r->dims, r->node_size);
+    for (int i = 0; i < r->ops[0].count; i++) {
+        char name[96];
+        model_op_fullname(&r->ops[0].op[i], name, sizeof name);
+        if (strcmp(name, "layer.0.ln1.fwd") == 0) {
+            *t = r->op_seconds[0][i];
+            *pass_bytes = sim_cpu16_pass_bytes(&c, &r->ops[0].op[i]);
+            return &r->ops[0].op[i];
+        }
+    }
+    CHECK(!"layer.0.ln1.fwd in tiny's op graph");
+    return NULL;
+}
+
+/* A bf16 plan on CPU ranks: the fp32 kernel at its measured rate on the widened copies (twice
+ * the op's 16-bit bytes) plus the widen and round passes (three times them) at the device's
+ * streaming rate (sim/cost.c, sim_cpu16_pass_bytes); on a GPU, no passes. */
+static void check_cpu16(void)
+{
+    PxError err = {0};
+    ProfCluster cl, gpu;
+    CHECK_OK(prof_cluster_parse(profile_text, "test", &cl, &err), err);
+    CHECK_OK(prof_cluster_load("dgx-h100", NULL, 0, &gpu, &err), err);
+    SimResult r32, r16, rg;
+    double t32, t16, tg, pass32, pass16, passg;
+    const ModelOp *o32 = ln1_fwd(&r32, &cl, PX_FP32, &t32, &pass32);
+    const ModelOp *o16 = ln1_fwd(&r16, &cl, PX_BF16, &t16, &pass16);
+    ln1_fwd(&rg, &gpu, PX_BF16, &tg, &passg);
+    /* 256 tokens x 64: x read and y written, 2 bytes an element in bf16, 4 in fp32 */
+    printf("ln1.fwd bytes: fp32 %.0f, bf16 %.0f, bf16 passes %.0f\n", o32->bytes, o16->bytes,
+           pass16);
+    CHECK(pass32 == 0.0);
+    CHECK(passg == 0.0);
+    CHECK(pass16 == 3.0 * o16->bytes);
+    CHECK(o32->bytes == 131072.0 && o16->bytes == 65536.0);
+    CHECK(pass16 == 196608.0);
+    const double bw = cl.device.memory_bandwidth * cl.device.memory_eff;
+    CHECK_REL(2e-5 + 2.0 * o16->bytes / 1e9 + pass16 / bw, t16, 1e-12);
+    CHECK_REL(2e-5 + o32->bytes / 1e9, t32, 1e-12);
+    sim_result_free(&r32);
+    sim_result_free(&r16);
+    sim_result_free(&rg);
+    prof_cluster_free(&cl);
+    prof_cluster_free(&gpu);
+}
+
 int main(void)
 {
     px_log_set_quiet(1);
@@ -289,5 +345,6 @@ int main(void)
     check_levels();
     check_ring();
     check_section();
+    check_cpu16();
     TEST_DONE("calibrated");
 }

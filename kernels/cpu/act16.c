@@ -42,10 +42,66 @@ static size_t act16_extent(size_t rows, size_t cols, size_t ld)
     return rows && cols ? (rows - 1) * ld + cols : 0;
 }
 
-static float act16_load(PxDtype dt, const void *p, size_t i)
+/* n 16-bit elements widened to fp32: bf16, fp32's top half, by a shift; fp16 likewise. A
+ * call per element (px_bf16_to_float, px_half_to_float) took most of a pass's time, which the
+ * simulator prices at the streaming rate (sim/cost.c, sim_cpu16_pass_bytes). */
+static void act16_widen(PxDtype dt, float *restrict f, const uint16_t *restrict h, size_t n)
 {
-    const uint16_t h = ((const uint16_t *)p)[i];
-    return dt == PX_BF16 ? px_bf16_to_float(h) : px_half_to_float(h);
+    if (dt == PX_BF16) {
+        for (size_t i = 0; i < n; i++) {
+            const uint32_t u = (uint32_t)h[i] << 16;
+            memcpy(&f[i], &u, sizeof u);
+        }
+    } else {
+        /* a normal half is fp32's bits shifted and rebiased (exact); then zero, subnormals,
+         * infinity and NaN (exponent 0 or 31) again by px_half_to_float */
+        for (size_t i = 0; i < n; i++) {
+            const uint32_t u = ((uint32_t)(h[i] & 0x8000u) << 16) |
+                               (((uint32_t)(h[i] & 0x7fffu) << 13) + (112u << 23));
+            memcpy(&f[i], &u, sizeof u);
+        }
+        for (size_t i = 0; i < n; i++)
+            if ((uint32_t)(h[i] & 0x7c00u) - 0x400u >= 0x7800u)
+                f[i] = px_half_to_float(h[i]);
+    }
+}
+
+/* f (bits u) rounded to fp16 as a normal half, bit for bit px_float_to_half's rounding to
+ * nearest even there (2^-14 <= |f| < 65520; a carry into the exponent is the next binade, as
+ * there), without a branch: the rest is as good as random, and a loop of these vectorizes. */
+static uint16_t act16_half_normal(uint32_t u)
+{
+    const uint32_t a = u & 0x7fffffffu, m = a & 0x7fffffu, rest = m & 0x1fffu;
+    const uint32_t r = (((a >> 23) - 112u) << 10 | m >> 13) & 0x7fffu;
+    const uint32_t up = (uint32_t)(rest > 0x1000u) | ((uint32_t)(rest == 0x1000u) & r);
+    return (uint16_t)((u >> 16 & 0x8000u) | (r + (up & 1u)));
+}
+
+/* n fp32 elements rounded to 16 bits, to nearest even, inline for the same reason: bf16 bit
+ * for bit px_float_to_bf16 (a NaN stays a quiet NaN); fp16 as a normal half, then the few
+ * outside that range (zero, subnormals, infinity, NaN) again by px_float_to_half. */
+static void act16_narrow(PxDtype dt, uint16_t *restrict h, const float *restrict f, size_t n)
+{
+    if (dt != PX_BF16) {
+        for (size_t i = 0; i < n; i++) {
+            uint32_t u;
+            memcpy(&u, &f[i], sizeof u);
+            h[i] = act16_half_normal(u);
+        }
+        for (size_t i = 0; i < n; i++) {
+            uint32_t u;
+            memcpy(&u, &f[i], sizeof u);
+            if ((u & 0x7fffffffu) - 0x38800000u >= 0x477ff000u - 0x38800000u)
+                h[i] = px_float_to_half(f[i]);
+        }
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &f[i], sizeof u);
+        h[i] = (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((u >> 16) | 0x40)
+                                                : (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    }
 }
 
 /* The scratch already standing for p in this call (an in-place operand), or NULL. */
@@ -75,8 +131,7 @@ float *act16_in2(Act16Call *w, PxDtype dt, const void *p, size_t rows, size_t co
         return f;
     f = act16_take(w, p, act16_extent(rows, cols, ld));
     for (size_t r = 0; r < rows; r++)
-        for (size_t c = 0; c < cols; c++)
-            f[r * ld + c] = act16_load(dt, p, r * ld + c);
+        act16_widen(dt, f + r * ld, (const uint16_t *)p + r * ld, cols);
     return f;
 }
 
@@ -93,7 +148,40 @@ void act16_round2(PxDtype dt, void *p, const float *f, size_t rows, size_t cols,
     if (!p || dt == PX_FP32)
         return;
     for (size_t r = 0; r < rows; r++)
-        kern_host_round((uint16_t *)p + r * ld, dt, f + r * ld, cols);
+        act16_narrow(dt, (uint16_t *)p + r * ld, f + r * ld, cols);
+}
+
+/* The rows of a (rows, cols) table that ids - base select (ids out of range select none),
+ * widened into their places of the table's scratch; the other rows of the scratch are left
+ * unset, so the caller's kernel must read only these (an embedding's lookup or its gradient's
+ * scatter-add): a step then widens the rows its tokens name, not the whole table. */
+float *act16_in_rows(Act16Call *w, PxDtype dt, const void *p, const int32_t *ids, int n,
+                     int64_t base, int64_t rows, size_t cols)
+{
+    if (!p || dt == PX_FP32)
+        return (float *)p;
+    float *f = act16_find(w, p);
+    if (f)
+        return f;
+    f = act16_take(w, p, (size_t)rows * cols);
+    for (int i = 0; i < n; i++) {
+        const int64_t r = (int64_t)ids[i] - base;
+        if (r >= 0 && r < rows)
+            act16_widen(dt, f + (size_t)r * cols, (const uint16_t *)p + (size_t)r * cols, cols);
+    }
+    return f;
+}
+
+void act16_round_rows(PxDtype dt, void *p, const float *f, const int32_t *ids, int n,
+                      int64_t base, int64_t rows, size_t cols)
+{
+    if (!p || dt == PX_FP32)
+        return;
+    for (int i = 0; i < n; i++) {
+        const int64_t r = (int64_t)ids[i] - base;
+        if (r >= 0 && r < rows)
+            act16_narrow(dt, (uint16_t *)p + (size_t)r * cols, f + (size_t)r * cols, cols);
+    }
 }
 
 /* The four tables: each inclusion of act16_table.inc defines one set of entries. */

@@ -21,6 +21,11 @@ typedef struct {
 float *act16_in2(Act16Call *w, PxDtype dt, const void *p, size_t rows, size_t cols, size_t ld);
 float *act16_out2(Act16Call *w, PxDtype dt, void *p, size_t rows, size_t cols, size_t ld);
 void act16_round2(PxDtype dt, void *p, const float *f, size_t rows, size_t cols, size_t ld);
+/* The rows ids - base of a (rows, cols) table, ids out of range skipped: an embedding's. */
+float *act16_in_rows(Act16Call *w, PxDtype dt, const void *p, const int32_t *ids, int n,
+                     int64_t base, int64_t rows, size_t cols);
+void act16_round_rows(PxDtype dt, void *p, const float *f, const int32_t *ids, int n,
+                      int64_t base, int64_t rows, size_t cols);
 
 static inline float *act16_in(Act16Call *w, PxDtype dt, const void *p, size_t n)
 {
