@@ -54,24 +54,19 @@
  * in MLA's widths, kv_b's histories); the unfused core with cp is no job (model/spec.c,
  * check_cp_core). Nothing of FP8 attention is refused here. */
 
-/* What the backend the plan runs on takes (checked last, as the executor picks its kernels
- * after the plan's other settings): the CPU trains fp32, bf16 and fp16, mixture-of-experts
+/* The backends have no limit either: the CPU trains fp32, bf16 and fp16, mixture-of-experts
  * models and FP8 GEMMs included (kern_cpu_with: each kernel widens its act operands to fp32
  * and rounds once on the store, the CUDA backend's contract; the expert permutation and the
  * FP8 entries too, FP8 codes passing as they are); CUDA every precision the spec allows
  * (fp32, bf16, fp16: model/spec.c, check_job), fp32 in full fp32 GEMMs, no TF32, as the
- * simulator prices it (the device's fp32 peak: kernels/cuda/context.cu, docs/gpu.md). Nothing
- * is refused here today; the function stays the place for a backend's limit. */
-static int device_refusal(const ModelSpec *s, int gpu, char *why, size_t cap)
-{
-    (void)s, (void)gpu, (void)why, (void)cap;
-    return 0;
-}
+ * simulator prices it (the device's fp32 peak: kernels/cuda/context.cu, docs/gpu.md). */
 
 /* Rotary embeddings with an odd head_dim are not checked here: the model's configuration
  * (model_config_check, which model_spec_check runs first) refuses them for every model. */
 int model_exec_refusal(const ModelSpec *s, const ModelDims *d, int gpu, char *why, size_t cap)
 {
-    (void)d; /* the dims hold nothing the executor refuses today; kept for the callers' sake */
-    return device_refusal(s, gpu, why, cap);
+    /* nothing is refused today (above: context parallelism, FP8, the backends); the spec, its
+     * dims and the device stay the arguments a future limit reads */
+    (void)s, (void)d, (void)gpu, (void)why, (void)cap;
+    return 0;
 }
