@@ -381,6 +381,11 @@ typedef struct {
     /* bytes the framework's AdamW step moves per element of the rank's optimizer shard, norm
      * and clipping included (0: the fused count; docs/time.md, "Frameworks") */
     double adamw_step_bytes;
+    /* the layouts the job's framework runs, from its profile (0: every one): bit z of
+     * fw_zero_stages for ZeRO-z (fw_zero_stages_pp with pp > 1), bit c of fw_cp_comm for
+     * ModelCpComm c; fw_dp_only: data parallelism only (model_framework_refusal) */
+    unsigned fw_zero_stages, fw_zero_stages_pp, fw_cp_comm;
+    int fw_dp_only;
     /* context parallelism's attention is Transformer Engine's (AttnFuncWithCPAndKVP2P,
      * ...KVAllGather, ...QKVOA2A): the copies, merges and gradient adds around its kernels are
      * an op of their own (model/ops.c cp_passes; docs/time.md, "Context parallelism"). Set by
@@ -426,6 +431,12 @@ int model_spec_check(ModelSpec *s, int gpus, ModelDims *dims, PxError *err);
  * CPU (gpu 0: fp32); else 1 with a sentence in why naming the plan setting it does not run
  * (docs/executor.md, "What the executor runs"). */
 int model_exec_refusal(const ModelSpec *s, const ModelDims *d, int gpu, char *why, size_t cap);
+/* Whether the job's framework runs the layout at all (its profile's zero_stages,
+ * zero_stages_pp, cp_comm_types, dp_only; d from model_spec_check): 0, or 1 with why filled,
+ * e.g. "torchtitan does not run ZeRO-2 (it runs ZeRO 0, 3: profiles/frameworks/torchtitan.json)".
+ * The planner ranks only what the framework runs; simulate prices the layout as given and
+ * says so. */
+int model_framework_refusal(const ModelSpec *s, const ModelDims *d, char *why, size_t cap);
 
 const char *model_recompute_name(ModelRecompute r);
 const char *model_fp8_recipe_name(ModelFp8Recipe r); /* "none", "delayed", ... "mxfp8" */

@@ -735,7 +735,51 @@ int model_spec_check(ModelSpec *sp, int gpus, ModelDims *d, PxError *err)
     }
     if (j->optimizer == MODEL_OPT_ADAMW)
         d->adamw_step_bytes = fw.adamw_step_bytes;
+    d->fw_zero_stages = fw.zero_stages;
+    d->fw_zero_stages_pp = fw.zero_stages_pp ? fw.zero_stages_pp : fw.zero_stages;
+    for (int k = 0; k < fw.n_cp_comm_types; k++) {
+        const int kind = model_cp_comm_from_name(fw.cp_comm_types[k]);
+        if (kind >= 0)
+            d->fw_cp_comm |= 1u << kind;
+    }
+    d->fw_dp_only = fw.dp_only;
     return PX_OK;
+}
+
+/* "0, 3" for bits 0 and 3 */
+static void stage_list(unsigned mask, char *out, size_t cap)
+{
+    size_t n = 0;
+    out[0] = '\0';
+    for (int z = 0; z < 4 && n < cap; z++)
+        if (mask & (1u << z))
+            n += (size_t)snprintf(out + n, cap - n, "%s%d", n ? ", " : "", z);
+}
+
+int model_framework_refusal(const ModelSpec *s, const ModelDims *d, char *why, size_t cap)
+{
+    const ModelLayout *l = &s->layout;
+    const char *fw = model_framework_name(s->job.framework);
+    char runs[32];
+    if (d->fw_dp_only && (l->tp > 1 || l->pp > 1 || l->cp > 1 || d->ep > 1)) {
+        snprintf(why, cap, "%s runs data parallelism only, not tp %d pp %d cp %d ep %d "
+                 "(profiles/frameworks/%s.json)", fw, l->tp, l->pp, l->cp, d->ep, fw);
+        return 1;
+    }
+    const unsigned zero = l->pp > 1 ? d->fw_zero_stages_pp : d->fw_zero_stages;
+    /* a stage matters only where something is sharded: a ZeRO group (dp x cp) of 2 or more */
+    if (zero && (long)l->dp * l->cp > 1 && !(zero & (1u << l->zero))) {
+        stage_list(zero, runs, sizeof runs);
+        snprintf(why, cap, "%s does not run ZeRO-%d%s (it runs ZeRO %s: profiles/frameworks/%s.json)",
+                 fw, l->zero, l->pp > 1 ? " with pp > 1" : "", runs, fw);
+        return 1;
+    }
+    if (d->fw_cp_comm && l->cp > 1 && !(d->fw_cp_comm & (1u << l->cp_comm))) {
+        snprintf(why, cap, "%s does not run context parallelism of cp comm type %s "
+                 "(profiles/frameworks/%s.json)", fw, model_cp_comm_name(l->cp_comm), fw);
+        return 1;
+    }
+    return 0;
 }
 
 /* ---- the split of the layers over the pipeline ---- */

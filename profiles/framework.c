@@ -7,6 +7,45 @@
 extern const PxEmbedded prof_framework_data[];
 extern const int prof_framework_data_count;
 
+/* "zero_stages": [0, 3] into bit z for each stage z (absent: 0, every stage). */
+static int zero_mask(const cJSON *j, const char *where, const char *key, unsigned *mask, PxError *err)
+{
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, key);
+    *mask = 0;
+    if (!a)
+        return PX_OK;
+    if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) == 0)
+        return px_fail(err, PX_EINPUT, "%s %s: expected a non-empty array of ZeRO stages 0-3", where, key);
+    const cJSON *v;
+    cJSON_ArrayForEach(v, a) {
+        if (!cJSON_IsNumber(v) || v->valueint < 0 || v->valueint > 3 || v->valuedouble != v->valueint)
+            return px_fail(err, PX_EINPUT, "%s %s: expected ZeRO stages 0-3", where, key);
+        *mask |= 1u << v->valueint;
+    }
+    return PX_OK;
+}
+
+/* "cp_comm_types": ["p2p", "allgather"] (absent: every kind). */
+static int cp_kinds(const cJSON *j, const char *where, ProfFramework *out, PxError *err)
+{
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "cp_comm_types");
+    if (!a)
+        return PX_OK;
+    static const char *const names[] = {"p2p", "allgather", "a2a"};
+    if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) == 0 || cJSON_GetArraySize(a) > 3)
+        return px_fail(err, PX_EINPUT, "%s cp_comm_types: expected an array of p2p, allgather, a2a", where);
+    const cJSON *v;
+    cJSON_ArrayForEach(v, a) {
+        int ok = 0;
+        for (int i = 0; i < 3 && cJSON_IsString(v); i++)
+            ok |= strcmp(v->valuestring, names[i]) == 0;
+        if (!ok)
+            return px_fail(err, PX_EINPUT, "%s cp_comm_types: expected p2p, allgather or a2a", where);
+        px_strlcpy(out->cp_comm_types[out->n_cp_comm_types++], v->valuestring, sizeof out->cp_comm_types[0]);
+    }
+    return PX_OK;
+}
+
 int prof_framework_load(const char *name, ProfFramework *out, PxError *err)
 {
     memset(out, 0, sizeof *out);
@@ -39,6 +78,14 @@ int prof_framework_load(const char *name, ProfFramework *out, PxError *err)
         rc = px_json_int(j, where, "eager_rope_kernels", 0, 0, 64, &out->eager_rope_kernels, err);
     if (!rc)
         rc = px_json_double(j, where, "adamw_step_bytes", 0, 0, 1024, &out->adamw_step_bytes, err);
+    if (!rc)
+        rc = zero_mask(j, where, "zero_stages", &out->zero_stages, err);
+    if (!rc)
+        rc = zero_mask(j, where, "zero_stages_pp", &out->zero_stages_pp, err);
+    if (!rc)
+        rc = cp_kinds(j, where, out, err);
+    if (!rc)
+        rc = px_json_bool(j, where, "dp_only", 0, &out->dp_only, err);
     const cJSON *o = cJSON_GetObjectItemCaseSensitive(j, "overlap_dp");
     if (!rc && o && !cJSON_IsNull(o)) {
         int v = 0;

@@ -220,8 +220,9 @@ double prof_measured_gemm(const ProfMeasured *m, double M, double N, double K, d
  * (overlap_dp 1; -1: the layout's --overlap-dp), and whether its norms run as eager Python
  * modules where the job is not compiled (eager_norms), and whether its attention runs
  * FlashAttention-2's kernels (flash_attention_2), and what its eager rotary embedding moves
- * (eager_rope_bytes, eager_rope_kernels), and what its AdamW step moves (adamw_step_bytes).
- * PX_EINPUT names an unknown framework. */
+ * (eager_rope_bytes, eager_rope_kernels), and what its AdamW step moves (adamw_step_bytes),
+ * and which layouts it runs at all (zero_stages, zero_stages_pp, cp_comm_types, dp_only).
+ * PX_EINPUT names an unknown framework or a malformed file. */
 typedef struct {
     char name[32];
     int recompute_op;
@@ -238,6 +239,14 @@ typedef struct {
      * and the clipping included, where it runs PyTorch's multi-tensor (foreach) AdamW on fp32
      * gradients (0: parallax's fused count, model/ops.c's step_optimizer) */
     double adamw_step_bytes;
+    /* the layouts it runs (docs/profiles.md, "Frameworks"; 0 where the file does not say: every
+     * one): bit z of zero_stages for ZeRO-z, of zero_stages_pp for ZeRO-z with pp > 1;
+     * cp_comm_types the context-parallel kinds by name (n_cp_comm_types 0: all); dp_only 1: data
+     * parallelism only, no tp, pp, cp or ep */
+    unsigned zero_stages, zero_stages_pp;
+    char cp_comm_types[4][16];
+    int n_cp_comm_types;
+    int dp_only;
 } ProfFramework;
 int prof_framework_load(const char *name, ProfFramework *out, PxError *err);
 

@@ -65,6 +65,7 @@ const char *sim_reject_name(int reason)
     case SIM_REJECT_MEMORY: return "does not fit in device memory";
     case SIM_REJECT_HOST_MEMORY: return "fits the device only with offload, which does not fit in host memory";
     case SIM_REJECT_EXECUTOR: return "the executor does not run it (planning for this machine)";
+    case SIM_REJECT_FRAMEWORK: return "the framework does not run it (--framework)";
     default: return model_rule_name((ModelRule)reason);
     }
 }
@@ -717,6 +718,12 @@ static int broken_rule(Search *s, const ModelSpec *spec, const Knobs *k, ModelSp
         char msg[256];
         snprintf(msg, sizeof msg, "tp %d spans nodes of %d devices", k->tp, s->node);
         reject(res, SIM_REJECT_CROSS_NODE_TP, msg);
+        return 1;
+    }
+    /* ranked for the framework that runs the job: only what it runs */
+    char why[320];
+    if (model_framework_refusal(probe, d, why, sizeof why)) {
+        reject(res, SIM_REJECT_FRAMEWORK, why);
         return 1;
     }
     return runs_here(s, probe, d);

@@ -272,6 +272,9 @@ static void print_setup(FILE *f, const SimResult *r)
                 model_framework_name(t->framework), model_framework_name(t->framework),
                 l->overlap_dp ? "on" : "off", d->recompute_op ? "op by op" : "of the attention core",
                 t->fused_kernels ? "fused (compiled)" : "eager");
+    char refused[320];
+    if (model_framework_refusal(&r->spec, d, refused, sizeof refused))
+        fprintf(f, "          not a layout it runs: %s; priced as given\n", refused);
     if (t->fp8 != MODEL_FP8_NONE) {
         fprintf(f, "fp8       recipe %s  format %s  transposed copies %s  param gather %s  attention %s",
                 model_fp8_recipe_name(t->fp8), model_fp8_format_name(t->fp8_format),

@@ -238,9 +238,10 @@ enum {
 
 /* Why a layout was rejected: one of model's rules (ModelRule), or the planner's own;
  * SIM_REJECT_EXECUTOR: planning for this machine's cluster ("local"), a layout the executor
- * would refuse (model_exec_refusal). */
+ * would refuse (model_exec_refusal); SIM_REJECT_FRAMEWORK: a layout the job's framework does not
+ * run (model_framework_refusal: torchtitan's ZeRO-1/2, DeepSpeed's ring, ...). */
 enum { SIM_REJECT_CROSS_NODE_TP = MODEL_RULE_COUNT, SIM_REJECT_MEMORY, SIM_REJECT_HOST_MEMORY,
-       SIM_REJECT_EXECUTOR, SIM_REJECT_COUNT };
+       SIM_REJECT_EXECUTOR, SIM_REJECT_FRAMEWORK, SIM_REJECT_COUNT };
 
 typedef struct {
     ModelSpec spec; /* the layout, normalised */

@@ -279,6 +279,78 @@ static void test_cp_comm(void)
     sim_plan_free(&pinned);
 }
 
+/* The framework's refusal of a layout it does not run: m's layout under framework fw. */
+static void refusal(const char *m, ModelFramework fw, int tp, int pp, int dp, int cp, int zero,
+                    ModelCpComm kind, const char *expected)
+{
+    PxError err = {0};
+    ModelSpec s;
+    model_spec_defaults(&s);
+    CHECK_OK(model_config_load(m, &s.model, &err), err);
+    s.job.framework = fw;
+    s.job.global_batch = 64;
+    s.job.seq_len = 4096;
+    s.layout.tp = tp;
+    s.layout.pp = pp;
+    s.layout.dp = dp;
+    s.layout.cp = cp;
+    s.layout.zero = zero;
+    s.layout.cp_comm = kind;
+    s.layout.fsdp = zero == 3;
+    ModelDims d;
+    CHECK_OK(model_spec_check(&s, tp * pp * dp * cp, &d, &err), err);
+    char why[320] = "";
+    CHECK_EQ_INT(expected != NULL, model_framework_refusal(&s, &d, why, sizeof why));
+    if (expected)
+        CHECK_STR(expected, why);
+}
+
+/* A plan for a framework ranks only the layouts it runs (profiles/frameworks/<name>.json's
+ * zero_stages, zero_stages_pp, cp_comm_types, dp_only); simulate prices any as given. */
+static void test_framework_runs(void)
+{
+    refusal("llama3-8b", MODEL_FW_TORCHTITAN, 1, 1, 8, 1, 1, MODEL_CP_COMM_P2P,
+            "torchtitan does not run ZeRO-1 (it runs ZeRO 0, 3: profiles/frameworks/torchtitan.json)");
+    refusal("llama3-8b", MODEL_FW_TORCHTITAN, 1, 1, 4, 2, 3, MODEL_CP_COMM_A2A,
+            "torchtitan does not run context parallelism of cp comm type a2a (profiles/frameworks/torchtitan.json)");
+    refusal("llama3-8b", MODEL_FW_TORCHTITAN, 1, 1, 4, 2, 3, MODEL_CP_COMM_ALLGATHER, NULL);
+    refusal("llama3-8b", MODEL_FW_TORCHTITAN, 8, 1, 1, 1, 1, MODEL_CP_COMM_P2P, NULL); /* nothing sharded */
+    refusal("llama2-7b", MODEL_FW_FMS_FSDP, 2, 1, 4, 1, 3, MODEL_CP_COMM_P2P,
+            "fms-fsdp runs data parallelism only, not tp 2 pp 1 cp 1 ep 1 (profiles/frameworks/fms-fsdp.json)");
+    refusal("llama2-7b", MODEL_FW_FMS_FSDP, 1, 1, 8, 1, 3, MODEL_CP_COMM_P2P, NULL);
+    refusal("llama2-7b", MODEL_FW_DEEPSPEED, 1, 2, 4, 1, 2, MODEL_CP_COMM_P2P,
+            "deepspeed does not run ZeRO-2 with pp > 1 (it runs ZeRO 0, 1: profiles/frameworks/deepspeed.json)");
+    refusal("llama2-7b", MODEL_FW_DEEPSPEED, 1, 1, 8, 1, 2, MODEL_CP_COMM_P2P, NULL);
+    refusal("llama2-7b", MODEL_FW_DEEPSPEED, 1, 1, 4, 2, 1, MODEL_CP_COMM_P2P,
+            "deepspeed does not run context parallelism of cp comm type p2p (profiles/frameworks/deepspeed.json)");
+    refusal("llama2-7b", MODEL_FW_MEGATRON, 1, 2, 4, 2, 3, MODEL_CP_COMM_A2A, NULL);
+
+    PxError err = {0};
+    ProfCluster cl;
+    CHECK_OK(prof_cluster_load("dgx-h100", NULL, 0, &cl, &err), err);
+    SimPlanRequest q = request("llama3-8b", 8, 64);
+    q.base.job.seq_len = 8192;
+    SimPlanResult mega, titan;
+    CHECK_OK(sim_plan(&q, &cl, &mega, &err), err);
+    q.base.job.framework = MODEL_FW_TORCHTITAN;
+    CHECK_OK(sim_plan(&q, &cl, &titan, &err), err);
+    CHECK_EQ_INT(0, mega.rejected[SIM_REJECT_FRAMEWORK]);
+    CHECK_EQ_INT(3508, titan.rejected[SIM_REJECT_FRAMEWORK]);
+    CHECK_STR("torchtitan does not run ZeRO-1 (it runs ZeRO 0, 3: profiles/frameworks/torchtitan.json)",
+              titan.example[SIM_REJECT_FRAMEWORK]);
+    CHECK(titan.n_top == 5);
+    for (int i = 0; i < titan.n_top; i++) {
+        const ModelLayout *l = &titan.top[i].spec.layout;
+        CHECK(l->dp * l->cp == 1 || l->zero == 0 || l->zero == 3);
+        CHECK(l->cp == 1 || l->cp_comm != MODEL_CP_COMM_A2A);
+    }
+    /* its best is ZeRO-3 (6.543 s), not the ZeRO-2 torchtitan cannot run (6.439 s) */
+    CHECK_EQ_INT(3, titan.top[0].spec.layout.zero);
+    sim_plan_free(&mega);
+    sim_plan_free(&titan);
+    prof_cluster_free(&cl);
+}
+
 static void test_plan_and_exports(void)
 {
     PxError err = {0};
@@ -537,6 +609,7 @@ int main(void)
     test_no_zero_twins();
     test_impossible();
     test_cp_comm();
+    test_framework_runs();
     test_plan_and_exports();
     test_exports_fsdp_gpipe();
     test_sweep();
