@@ -239,6 +239,8 @@ static void bridge_moe(BridgeOut *o, const ModelPlan *p)
         /* the dispatcher parallax costs (a recipe may pick the flex one for the device) */
         ov(o, "model.moe_token_dispatcher_type=%s model.moe_grouped_gemm=true",
            model_moe_dispatcher_name(p->spec.job.moe_dispatcher));
+        if (p->spec.job.moe_dispatcher == MODEL_MOE_DISPATCH_FLEX)
+            ov(o, "model.moe_flex_dispatcher_backend=deepep");
         ov(o, "model.moe_router_force_load_balancing=%s", export_bool(p->spec.job.moe_force_balance));
         ov(o, "model.moe_shared_expert_overlap=%s", export_bool(l->overlap_ep && m->shared_ffn > 0));
         ov_end(o);
@@ -352,8 +354,9 @@ static void bridge_precision_notes(FILE *f, const ModelPlan *p)
     if (t->fp8 == MODEL_FP8_MXFP8)
         fprintf(f, "# the mxfp8 recipe runs on Blackwell only\n");
     if (t->fp8_dispatch && p->spec.model.moe.experts > 0)
-        fprintf(f, "# FP8 dispatch: Megatron-Core quantizes the dispatch only on the flex dispatcher (not the alltoall\n"
-                   "# one below, which dispatches in bf16)\n");
+        fprintf(f, "# FP8 dispatch: Megatron-Core quantizes the dispatch only on the flex dispatcher's ncclep\n"
+                   "# backend, in MXFP8 (not the %s one below, which dispatches in bf16)\n",
+                model_moe_dispatcher_name(p->spec.job.moe_dispatcher));
 }
 
 /* The comments that open the overrides: the recipe, the command that runs it, and what the plan

@@ -74,6 +74,8 @@ static void megatron_moe(FILE *f, const ModelPlan *p)
             flag(f, "--moe-pad-expert-input-to-capacity", NULL);
         }
         flag(f, "--moe-token-dispatcher-type", "%s", model_moe_dispatcher_name(t->moe_dispatcher));
+        if (t->moe_dispatcher == MODEL_MOE_DISPATCH_FLEX)
+            flag(f, "--moe-flex-dispatcher-backend", "deepep");
         flag(f, "--moe-grouped-gemm", NULL);
         if (t->moe_force_balance)
             flag(f, "--moe-router-force-load-balancing", NULL);
@@ -142,8 +144,9 @@ static void megatron_fp8_notes(FILE *f, const ModelPlan *p)
         fprintf(f, "# NOT EXPRESSIBLE: FP8 attention: Megatron-Core's TransformerConfig.fp8_dot_product_attention has\n"
                    "# no pretrain_gpt.py flag (arguments.py leaves it out of the generated ones)\n");
     if (t->fp8_dispatch && p->spec.model.moe.experts > 0)
-        fprintf(f, "# FP8 dispatch has no flag for the alltoall dispatcher below: Megatron-Core quantizes the dispatch\n"
-                   "# only on the ncclep flex dispatcher, in MXFP8 (--moe-dispatch-fwd-dtype mxfp8); these flags dispatch in bf16\n");
+        fprintf(f, "# FP8 dispatch has no flag for the %s dispatcher below: Megatron-Core quantizes the dispatch\n"
+                   "# only on the ncclep flex dispatcher, in MXFP8 (--moe-dispatch-fwd-dtype mxfp8); these flags dispatch in bf16\n",
+                t->moe_dispatcher == MODEL_MOE_DISPATCH_FLEX ? "flex (DeepEP)" : "alltoall");
 }
 
 static void megatron_fp8(FILE *f, const ModelPlan *p)

@@ -74,6 +74,10 @@ static void nemo1_moe(FILE *f, const ModelPlan *p)
                     m->capacity_factor);
         fprintf(f, "\n+model.moe_token_dispatcher_type=%s +model.moe_grouped_gemm=true",
                 model_moe_dispatcher_name(p->spec.job.moe_dispatcher));
+        /* the flag of the Megatron-Core releases NeMo 2 ran with (moe_flex_dispatcher_backend
+         * came in late 2025) */
+        if (p->spec.job.moe_dispatcher == MODEL_MOE_DISPATCH_FLEX)
+            fprintf(f, " +model.moe_enable_deepep=true");
         if (p->spec.job.moe_force_balance)
             fprintf(f, " +model.moe_router_force_load_balancing=true");
         if (l->overlap_ep && m->shared_ffn > 0)

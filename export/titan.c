@@ -374,6 +374,11 @@ static void titan_moe_notes(FILE *f, const Titan *t, const ModelPlan *p, const M
     if (l->overlap_ep)
         fprintf(f, "# NOT EXPRESSIBLE: the experts' all-to-all overlapped with compute: torchtitan overlaps it\n"
                    "# only in its DualPipeV pipeline schedule\n");
+    if (p->spec.job.moe_dispatcher == MODEL_MOE_DISPATCH_FLEX && t->v03)
+        fprintf(f, "# NOT EXPRESSIBLE: the flex dispatcher (DeepEP): torchtitan 0.3 chooses its expert-parallel\n"
+                   "# communication in its model config functions (comm_backend), not on the command line\n");
+    if (p->spec.job.moe_dispatcher == MODEL_MOE_DISPATCH_ALLGATHER)
+        fprintf(f, "# NOT EXPRESSIBLE: the allgather dispatcher: torchtitan dispatches by all-to-all\n");
 }
 
 /* HSDP, FSDP2's gathers, prefetch, buckets and offload against the plan's. */
@@ -693,6 +698,8 @@ void export_torchtitan_toml(FILE *f, const ModelPlan *p, const ModelDims *d)
         }
     }
     fprintf(f, "expert_parallel_degree = %d\nexpert_tensor_parallel_degree = %d\n", d->ep > 1 ? d->ep : 1, t.etp);
+    if (p->spec.job.moe_dispatcher == MODEL_MOE_DISPATCH_FLEX)
+        fprintf(f, "expert_parallel_comm_backend = \"deepep\"\n");
     fprintf(f, "\n[activation_checkpoint]\nmode = \"%s\"\n", t.ac);
     if (l->recompute == MODEL_RECOMPUTE_SELECTIVE)
         fprintf(f, "selective_ac_option = \"op\"\n");

@@ -27,7 +27,7 @@ static const char *const fp8_recipe_names[] = {"none", "delayed", "tensorwise", 
 static const char *const fp8_format_names[] = {"hybrid", "e4m3"};
 static const char *const float_names[] = {"fp32", "bf16", "fp16"}; /* PxDtype's first three */
 static const char *const flops_names[] = {"full", "causal"};      /* causal_flops 0, 1 */
-static const char *const moe_dispatcher_names[] = {"alltoall", "allgather"}; /* Megatron's names */
+static const char *const moe_dispatcher_names[] = {"alltoall", "allgather", "flex"}; /* Megatron's names */
 static const char *const framework_names[] = {"megatron", "deepspeed", "nemo", "bridge", "torchtitan", "fms-fsdp"};
 _Static_assert(sizeof framework_names / sizeof framework_names[0] == MODEL_FW_COUNT, "a name per framework");
 
@@ -439,7 +439,8 @@ static const ModelField fields[] = {
      .help = "route tokens round-robin (Megatron's --moe-router-force-load-balancing): imbalance 1"},
     {.id = MODEL_FIELD_MOE_DISPATCHER, .key = "moe_dispatcher", .type = MODEL_FT_ENUM, JOB(moe_dispatcher),
      NAMES(moe_dispatcher_names), .shown = shown_if_set, .flag = "moe-dispatcher", .metavar = "D",
-     .help = "MoE token dispatcher: alltoall (default) | allgather (Megatron's --moe-token-dispatcher-type)"},
+     .help = "MoE token dispatcher: alltoall (default) | allgather | flex (DeepEP: a token crosses the "
+             "network once per node; Megatron's --moe-token-dispatcher-type)"},
     {.id = MODEL_FIELD_MOE_CAPACITY_FACTOR, .key = "moe_capacity_factor", .type = MODEL_FT_DOUBLE,
      JOB(moe_capacity_factor), .lo = 0, .hi = 1e3, .shown = shown_never, .flag = "moe-capacity-factor",
      .metavar = "F",

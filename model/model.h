@@ -169,8 +169,12 @@ typedef enum { MODEL_OPT_ADAMW = 0, MODEL_OPT_SGD_MOMENTUM, MODEL_OPT_ADAM_8BIT 
 typedef enum { MODEL_CP_COMM_P2P = 0, MODEL_CP_COMM_ALLGATHER, MODEL_CP_COMM_A2A } ModelCpComm;
 /* How a MoE layer's tokens reach their experts (Megatron-Core's --moe-token-dispatcher-type):
  * all-to-all over ep (default), or every token all-gathered over the etp x ep ranks and the
- * outputs reduce-scattered back (docs/time.md, "MoE as it runs"). */
-typedef enum { MODEL_MOE_DISPATCH_ALLTOALL = 0, MODEL_MOE_DISPATCH_ALLGATHER } ModelMoeDispatcher;
+ * outputs reduce-scattered back, or the flex dispatcher on DeepEP's kernels: the all-to-all's
+ * work, with each token crossing the network once per remote node that hosts one of its
+ * experts and NVLink forwarding it there (docs/time.md, "MoE as it runs"). */
+typedef enum {
+    MODEL_MOE_DISPATCH_ALLTOALL = 0, MODEL_MOE_DISPATCH_ALLGATHER, MODEL_MOE_DISPATCH_FLEX
+} ModelMoeDispatcher;
 
 /* Stages an uneven split can name (an even split has no limit). */
 enum { MODEL_MAX_STAGES = 256 };
@@ -473,7 +477,7 @@ int model_schedule_from_name(const char *s);
 int model_optimizer_from_name(const char *s);
 const char *model_cp_comm_name(ModelCpComm c); /* "p2p", "allgather", "a2a" */
 int model_cp_comm_from_name(const char *s);    /* -1 when unknown */
-const char *model_moe_dispatcher_name(ModelMoeDispatcher k); /* "alltoall", "allgather" */
+const char *model_moe_dispatcher_name(ModelMoeDispatcher k); /* "alltoall", "allgather", "flex" */
 /* Megatron-Core rank order: tp fastest, then cp, dp, pp. */
 int model_rank(const ModelLayout *l, int tp, int cp, int dp, int pp);
 void model_rank_coords(const ModelLayout *l, int rank, int *tp, int *cp, int *dp, int *pp);

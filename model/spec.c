@@ -421,10 +421,18 @@ static int check_experts(const ModelConfig *c, ModelLayout *l, const ModelJob *j
     }
     if (l->etp == 0)
         l->etp = l->tp;
-    if (j->fp8_dispatch && j->moe_dispatcher != MODEL_MOE_DISPATCH_ALLTOALL)
+    if (j->fp8_dispatch && j->moe_dispatcher == MODEL_MOE_DISPATCH_ALLGATHER)
         return rule_fail(err, MODEL_RULE_JOB,
-                         "FP8 dispatch needs the alltoall dispatcher, not moe_dispatcher %s",
-                         model_moe_dispatcher_name(j->moe_dispatcher));
+                         "FP8 dispatch needs an all-to-all dispatcher (alltoall or flex), not "
+                         "moe_dispatcher %s", model_moe_dispatcher_name(j->moe_dispatcher));
+    /* Megatron-Core: "Flex token dispatcher with deepep backend does not support
+     * moe_pad_expert_input_to_capacity" (transformer_config.py), and parallax's capacity
+     * factor pads */
+    if (j->moe_dispatcher == MODEL_MOE_DISPATCH_FLEX && m->capacity_factor > 0)
+        return rule_fail(err, MODEL_RULE_EXPERTS,
+                         "moe_dispatcher flex (DeepEP) does not pad the experts' inputs to a capacity: "
+                         "capacity factor %g needs the alltoall or allgather dispatcher",
+                         m->capacity_factor);
     if (m->experts % l->ep != 0)
         return rule_fail(err, MODEL_RULE_EXPERTS, "ep %d must divide the %d experts", l->ep,
                          m->experts);

@@ -250,15 +250,11 @@ void sim_group_path(const SimCtx *c, int base, int stride, int n, double *alpha,
         *nodes_out = nodes;
 }
 
-double sim_all_to_all_seconds(const SimCtx *c, int base, int stride, int n, double S, int *nodes_out)
+/* The nodes a group of n ranks (base, base + stride, ...) spans, and the fewest of its members
+ * any of them holds. */
+static void group_nodes(const SimCtx *c, int base, int stride, int n, int *nodes_out, int *fewest_out)
 {
-    const ProfCluster *cl = c->cl;
     const int N = c->node_size;
-    if (nodes_out)
-        *nodes_out = 1;
-    if (n < 2)
-        return 0.0;
-    /* the fewest group members any node holds: that node's ranks send the most off the node */
     int nodes = 0, last = -1, here = 0, fewest = n;
     for (int i = 0; i <= n; i++) {
         int node = i < n ? (base + i * stride) / N : -1;
@@ -273,6 +269,72 @@ double sim_all_to_all_seconds(const SimCtx *c, int base, int stride, int n, doub
         }
         here++;
     }
+    *nodes_out = nodes;
+    *fewest_out = fewest;
+}
+
+/* C(A - b, k) / C(A, k): the chance that k of A things drawn without replacement miss b given
+ * ones. */
+static double miss_all(double A, double b, int k)
+{
+    double p = 1.0;
+    for (int i = 0; i < k; i++)
+        p *= A - b - i > 0 ? (A - b - i) / (A - i) : 0.0;
+    return p;
+}
+
+double sim_flex_remote_nodes(const ModelMoe *m, int nodes)
+{
+    if (nodes < 2 || m->experts <= 0)
+        return 0.0;
+    const int k = m->topk;
+    double distinct;
+    if (m->groups > 0 && m->topk_groups > 0 && m->groups % nodes == 0) {
+        /* whole groups on each node: a token's experts lie in topk_groups groups, each group
+         * chosen for its best experts and so holding at least one of them */
+        distinct = nodes * (1.0 - miss_all(m->groups, (double)m->groups / nodes, m->topk_groups));
+    } else if (m->groups > 0 && m->topk_groups > 0 && nodes % m->groups == 0) {
+        /* each group over nodes / groups nodes: the k experts among its topk_groups groups' */
+        const double span = (double)m->topk_groups * nodes / m->groups;
+        const double pool = (double)m->topk_groups * m->experts / m->groups;
+        distinct = span * (1.0 - miss_all(pool, (double)m->experts / nodes, k));
+    } else {
+        distinct = nodes * (1.0 - miss_all(m->experts, (double)m->experts / nodes, k));
+    }
+    /* the rank's own node is any of them alike */
+    return distinct * (nodes - 1.0) / nodes;
+}
+
+/* Megatron-Core's flex dispatcher on DeepEP's kernels (docs/time.md, "MoE as it runs"): of S,
+ * the rank's k copies of its T tokens, each token goes once to each remote node that hosts one
+ * of its experts (to the rank of the same local index, over its NIC), and NVLink carries every
+ * copy to its expert's rank in the node, the forwarded ones included; both paths at once, the
+ * network one a message per remote node. */
+static double flex_seconds(const SimCtx *c, int base, int stride, int n, double S)
+{
+    const ProfCluster *cl = c->cl;
+    int nodes, fewest;
+    group_nodes(c, base, stride, n, &nodes, &fewest);
+    const double k = fewest, link = cl->link_bandwidth * cl->link_eff;
+    const double t_link = k > 1 ? (k - 1.0) * cl->link_latency + S * (k - 1.0) / k / link : 0.0;
+    if (nodes <= 1)
+        return (k - 1.0) * (cl->link_latency + S / (n * link)); /* one node: the all-to-all */
+    const ModelMoe *m = &c->spec->model.moe;
+    const double net = cl->net_bandwidth * cl->net_a2a_eff;
+    const double t_net = (nodes - 1.0) * cl->net_latency + S / m->topk * sim_flex_remote_nodes(m, nodes) / net;
+    return t_link > t_net ? t_link : t_net;
+}
+
+double sim_all_to_all_seconds(const SimCtx *c, int base, int stride, int n, double S, int *nodes_out)
+{
+    const ProfCluster *cl = c->cl;
+    if (nodes_out)
+        *nodes_out = 1;
+    if (n < 2)
+        return 0.0;
+    /* the fewest group members any node holds: that node's ranks send the most off the node */
+    int nodes, fewest;
+    group_nodes(c, base, stride, n, &nodes, &fewest);
     if (nodes_out)
         *nodes_out = nodes;
     const double link = cl->link_bandwidth * cl->link_eff;
@@ -335,6 +397,9 @@ double sim_comm_seconds(const SimCtx *c, const ModelOp *op, int stage)
         /* S is the busiest expert-parallel rank's buffer (model/ops.c sizes it from dims.routed,
          * imbalance included): it receives (dispatch) and sends back (combine) the most, and
          * the exchange ends when it is done */
+        if (op->comm == MODEL_EP_ALL_TO_ALL && c->spec->job.moe_dispatcher == MODEL_MOE_DISPATCH_FLEX &&
+            n > 1)
+            return op->calls * flex_seconds(c, base, stride, n, S);
         double measured = prof_measured_collective(c->cl->measured, "all_to_all", n, nodes, S);
         if (measured > 0)
             return op->calls * measured;

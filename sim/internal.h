@@ -57,6 +57,11 @@ void sim_group_path(const SimCtx *c, int base, int stride, int n, double *alpha,
  * members on a node.
  * *nodes (optional) gets the nodes the group spans. docs/time.md derives it. */
 double sim_all_to_all_seconds(const SimCtx *c, int base, int stride, int n, double S, int *nodes);
+/* The remote nodes a token of model m reaches when its expert-parallel group spans `nodes`
+ * nodes, the experts even over them (the flex dispatcher's network copies per token): the
+ * distinct nodes of its topk experts, drawn uniformly (within its topk_groups groups under
+ * group-limited routing whose groups align with the nodes), times (nodes - 1) / nodes. */
+double sim_flex_remote_nodes(const ModelMoe *m, int nodes);
 /* Seconds of a communication op (all its calls), for a rank of the given stage. */
 double sim_comm_seconds(const SimCtx *c, const ModelOp *op, int stage);
 

@@ -149,7 +149,7 @@ static void test_allgather_dispatcher(void)
     s.job.fp8 = MODEL_FP8_BLOCKWISE;
     s.job.fp8_dispatch = 1;
     CHECK_EQ_INT(PX_EINPUT, model_spec_check(&s, 2, &d, &err));
-    CHECK(strstr(err.msg, "FP8 dispatch needs the alltoall dispatcher, not moe_dispatcher allgather") != NULL);
+    CHECK(strstr(err.msg, "FP8 dispatch needs an all-to-all dispatcher (alltoall or flex), not moe_dispatcher allgather") != NULL);
 }
 
 /* H100 (989.4 TFLOP/s, matmul 0.66, 132 SMs, K half 64): 6 experts' GEMMs of 128 x 128 x 4096

@@ -58,6 +58,63 @@ static void test_all_to_all(void)
     prof_cluster_free(&cl);
 }
 
+/* The flex dispatcher (DeepEP; docs/time.md, "MoE as it runs"): a token crosses the network
+ * once per remote node that hosts one of its experts. Remote nodes per token, by hand:
+ *  - DeepSeek-V3 (256 experts, top 8, 8 groups, top 4 groups) over 8 nodes, a group a node:
+ *    8 x (1 - C(7,4)/C(8,4)) = 8 x (1 - 35/70) = 4 nodes, 4 x 7/8 = 3.5 remote;
+ *  - over 4 nodes (2 groups a node): 4 x (1 - C(6,4)/C(8,4)) = 4 x 55/70, x 3/4 = 2.357143;
+ *  - over 2 nodes: 2 x (1 - 1/70), x 1/2 = 0.985714;
+ *  - over 16 nodes (a group over 2): its 8 experts among 4 groups' 128 on 8 nodes of 16 each,
+ *    8 x (1 - C(112,8)/C(128,8)), x 15/16 = 5.005647;
+ *  - 128 experts, top 8, no groups, over 2 nodes: 2 x (1 - C(64,8)/C(128,8)), x 1/2 = 0.996904.
+ * Time on dgx-a100 of S = 8 MiB (its 8 copies of 131,072 B tokens) for DeepSeek-V3's routing
+ * over 16 ranks on 2 nodes: the network carries S/8 x 0.985714 = 1,033,597 B in one message,
+ * 5 us + 48.640 us = 53.640 us; NVLink the 7/8 of S forwarded, 7 x 3 us + 7,340,032 B / 240 GB/s
+ * = 51.583 us; the longer, 53.640 us, against the all-to-all's 237.379 us (test_all_to_all). */
+static void test_flex(void)
+{
+    ModelMoe m = {.experts = 256, .topk = 8, .groups = 8, .topk_groups = 4};
+    CHECK_REL(3.5, sim_flex_remote_nodes(&m, 8), 1e-12);
+    CHECK_REL(2.357142857, sim_flex_remote_nodes(&m, 4), 1e-9);
+    CHECK_REL(0.9857142857, sim_flex_remote_nodes(&m, 2), 1e-9);
+    CHECK_REL(5.005647089, sim_flex_remote_nodes(&m, 16), 1e-9);
+    CHECK(sim_flex_remote_nodes(&m, 1) == 0.0);
+    ModelMoe flat = {.experts = 128, .topk = 8};
+    CHECK_REL(0.9969041357, sim_flex_remote_nodes(&flat, 2), 1e-9);
+
+    PxError err = {0};
+    ProfCluster cl;
+    CHECK_OK(prof_cluster_load("dgx-a100", NULL, 0, &cl, &err), err);
+    ModelSpec s;
+    ModelDims d = {0};
+    model_spec_defaults(&s);
+    s.model.moe = m;
+    s.job.moe_dispatcher = MODEL_MOE_DISPATCH_FLEX;
+    d.t = 1;
+    d.c = 1;
+    d.dp = 16;
+    d.p = 1;
+    d.ep = 16;
+    d.etp = 1;
+    SimCtx c;
+    sim_ctx_init(&c, &cl, &s, &d, 8);
+    const double S = 8388608.0;
+    ModelOp op = {0};
+    op.kind = MODEL_OP_COMM;
+    op.comm = MODEL_EP_ALL_TO_ALL;
+    op.group_size = 16;
+    op.comm_bytes = (uint64_t)S;
+    op.calls = 1;
+    CHECK_REL(5e-6 + S / 8.0 * (2.0 * (1.0 - 1.0 / 70.0) / 2.0) / 21.25e9, sim_comm_seconds(&c, &op, 0), 1e-12);
+    CHECK_REL(53.63982790e-6, sim_comm_seconds(&c, &op, 0), 1e-9);
+    /* inside one node it is the all-to-all */
+    op.group_size = 8;
+    d.dp = 8;
+    d.ep = 8;
+    CHECK_REL(51.58346667e-6, sim_comm_seconds(&c, &op, 0), 1e-9);
+    prof_cluster_free(&cl);
+}
+
 /* dgx-h100 gives the all-to-all its own rate across nodes (network.all_to_all_efficiency 0.52,
  * fitted on MoE Parallel Folding's Table 4; docs/time.md, "Expert parallelism"): a NIC share of
  * 50 GB/s x 0.52 = 26 GB/s at 5 us, while the rings keep 50 x 0.85 = 42.5 GB/s. S = 8 MiB:
@@ -287,12 +344,42 @@ static void test_export_megatron(void)
     CHECK(strstr(buf, "--moe-token-dispatcher-type alltoall") == NULL);
     free(buf);
     model_plan_free(&plan);
+
+    /* the flex one on DeepEP's kernels (Megatron-Core's --moe-flex-dispatcher-backend) */
+    s.job.moe_dispatcher = MODEL_MOE_DISPATCH_FLEX;
+    CHECK_OK(sim_plan_for(&s, "dgx-a100", 8, &plan, &err), err);
+    buf = NULL;
+    f = open_memstream(&buf, &len);
+    CHECK_OK(export_plan(f, &plan, EXPORT_MEGATRON, &err), err);
+    fclose(f);
+    CHECK(strstr(buf, "    --moe-token-dispatcher-type flex\n    --moe-flex-dispatcher-backend deepep\n") != NULL);
+    free(buf);
+    model_plan_free(&plan);
+
+    /* DeepEP does not pad to a capacity (Megatron-Core refuses the pair), FP8 dispatch needs an
+     * all-to-all dispatcher */
+    ModelDims d;
+    s.job.moe_capacity_factor = 1.25;
+    CHECK_EQ_INT(PX_EINPUT, model_spec_check(&s, 8, &d, &err));
+    CHECK_STR("moe_dispatcher flex (DeepEP) does not pad the experts' inputs to a capacity: capacity "
+              "factor 1.25 needs the alltoall or allgather dispatcher", err.msg);
+    s.job.moe_capacity_factor = 0;
+    s.model.moe.capacity_factor = 0;
+    s.job.fp8_dispatch = 1;
+    s.job.precision = PX_BF16;
+    s.job.fp8 = MODEL_FP8_BLOCKWISE;
+    CHECK_OK(model_spec_check(&s, 8, &d, &err), err);
+    s.job.moe_dispatcher = MODEL_MOE_DISPATCH_ALLGATHER;
+    CHECK_EQ_INT(PX_EINPUT, model_spec_check(&s, 8, &d, &err));
+    CHECK_STR("FP8 dispatch needs an all-to-all dispatcher (alltoall or flex), not moe_dispatcher allgather",
+              err.msg);
 }
 
 int main(void)
 {
     px_log_set_quiet(1);
     test_all_to_all();
+    test_flex();
     test_all_to_all_rate();
     test_overlap_ep();
     test_flops_imbalance();

@@ -376,12 +376,14 @@ def expected(plan):
             ("model.moe_aux_loss_coeff", moe["aux_loss_coeff"]),
             ("model.moe_expert_capacity_factor", moe["capacity_factor"] or None),
             ("model.moe_pad_expert_input_to_capacity", moe["capacity_factor"] > 0),
-            ("model.moe_token_dispatcher_type", "alltoall"),
+            ("model.moe_token_dispatcher_type", t.get("moe_dispatcher", "alltoall")),
             ("model.moe_grouped_gemm", True),
             ("model.moe_router_force_load_balancing", bool(t.get("moe_force_balance"))),
         ]
         if moe["aux_loss_coeff"] == 0:
             e.append(("model.moe_router_load_balancing_type", "none"))
+        if t.get("moe_dispatcher") == "flex":  # on DeepEP's kernels
+            e.append(("model.moe_flex_dispatcher_backend", "deepep"))
         if any(f == 0 for f in freq):
             e.append(("model.ffn_hidden_size", m["ffn_hidden"]))
     else:

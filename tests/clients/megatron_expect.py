@@ -318,7 +318,10 @@ def expected(plan):
                     moe_ffn_hidden_size=moe["expert_ffn"], moe_layer_freq=moe_layers(m),
                     expert_model_parallel_size=lay["ep"],
                     expert_tensor_parallel_size=lay["etp"],
-                    moe_router_score_function=moe["score"])
+                    moe_router_score_function=moe["score"],
+                    moe_token_dispatcher_type=t.get("moe_dispatcher", "alltoall"))
+        if t.get("moe_dispatcher") == "flex":  # on DeepEP's kernels
+            want["moe_flex_dispatcher_backend"] = "deepep"
         if moe.get("shared_ffn"):
             want["moe_shared_expert_intermediate_size"] = moe["shared_ffn"]
         if moe.get("groups"):

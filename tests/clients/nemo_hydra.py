@@ -122,8 +122,11 @@ def expected(plan):
             "model.moe_router_score_function": moe["score"],
             "model.moe_router_load_balancing_type": "aux_loss" if moe["aux_loss_coeff"] > 0 else "none",
             "model.moe_aux_loss_coeff": moe["aux_loss_coeff"],
-            "model.moe_token_dispatcher_type": "alltoall", "model.moe_grouped_gemm": True,
+            "model.moe_token_dispatcher_type": t.get("moe_dispatcher", "alltoall"),
+            "model.moe_grouped_gemm": True,
         })
+        if t.get("moe_dispatcher") == "flex":  # on DeepEP's kernels
+            want["model.moe_enable_deepep"] = True
         if moe.get("shared_ffn"):
             want["model.moe_shared_expert_intermediate_size"] = moe["shared_ffn"]
         if moe.get("groups"):

@@ -256,6 +256,8 @@ def check(version, cfg, plan, text, args):
                      etp=par.expert_tensor_parallel_degree, world_size=plan["gpus"])
         if ep > 1:
             c.eq("expert_tensor_parallel_degree", par.expert_tensor_parallel_degree, lay["etp"])
+            c.eq("expert_parallel_comm_backend", par.expert_parallel_comm_backend,
+                 "deepep" if plan["training"].get("moe_dispatcher") == "flex" else "standard")
         c.eq("enable_async_tensor_parallel", par.enable_async_tensor_parallel,
              lay["overlap_tp"] and lay["tp"] > 1)
         c.eq("activation_checkpoint.mode", cfg.activation_checkpoint.mode, lay["recompute"])
