@@ -69,6 +69,9 @@ static const Known known[] = {
     {"mpf-t2-mixtral8x22b-mcore-128-fp8", 593.227023005246},
     {"mpf-t2-mixtral8x22b-folding-128-fp8", 638.962966342433},
     /* NeMo 25.04 on GB200, current scaling: the amax pass on Blackwell */
+    /* DeepSeek-V3 on its 2,048 H800: the flex dispatcher's node-deduplicated all-to-all
+     * (docs/time.md, "MoE as it runs"; 1433.88 on the all-to-all's path) */
+    {"dsv3-report-h800x2048-fp8", 1571.53029039959},
     {"nemo2504-gpt3-175b-gb200x128-fp8cs", 1683.979717556297},
     {"nemo2504-llama3-8b-gb200x8-fp8cs", 33678.46391309853},
     {"nemo2504-llama3-405b-gb200x128-fp8cs", 751.874531203117},
