@@ -750,6 +750,10 @@ int model_spec_check(ModelSpec *sp, int gpus, ModelDims *d, PxError *err)
         if (kind >= 0)
             d->fw_cp_comm |= 1u << kind;
     }
+    for (int k = 0; k < fw.n_moe_dispatchers; k++)
+        for (int kind = 0; kind <= MODEL_MOE_DISPATCH_FLEX; kind++)
+            if (strcmp(fw.moe_dispatchers[k], model_moe_dispatcher_name((ModelMoeDispatcher)kind)) == 0)
+                d->fw_moe_dispatch |= 1u << kind;
     d->fw_dp_only = fw.dp_only;
     return PX_OK;
 }
@@ -780,6 +784,12 @@ int model_framework_refusal(const ModelSpec *s, const ModelDims *d, char *why, s
         stage_list(zero, runs, sizeof runs);
         snprintf(why, cap, "%s does not run ZeRO-%d%s (it runs ZeRO %s: profiles/frameworks/%s.json)",
                  fw, l->zero, l->pp > 1 ? " with pp > 1" : "", runs, fw);
+        return 1;
+    }
+    const ModelMoeDispatcher md = s->job.moe_dispatcher;
+    if (d->fw_moe_dispatch && s->model.moe.experts > 0 && !(d->fw_moe_dispatch & (1u << md))) {
+        snprintf(why, cap, "%s does not run the %s MoE dispatcher (profiles/frameworks/%s.json)", fw,
+                 model_moe_dispatcher_name(md), fw);
         return 1;
     }
     if (d->fw_cp_comm && l->cp > 1 && !(d->fw_cp_comm & (1u << l->cp_comm))) {

@@ -25,23 +25,25 @@ static int zero_mask(const cJSON *j, const char *where, const char *key, unsigne
     return PX_OK;
 }
 
-/* "cp_comm_types": ["p2p", "allgather"] (absent: every kind). */
-static int cp_kinds(const cJSON *j, const char *where, ProfFramework *out, PxError *err)
+/* key: an array of up to 3 of names[3] (absent: every one) into out[*n]. */
+static int name_list(const cJSON *j, const char *where, const char *key, const char *const names[3],
+                     char out[4][16], int *n, PxError *err)
 {
-    const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "cp_comm_types");
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, key);
     if (!a)
         return PX_OK;
-    static const char *const names[] = {"p2p", "allgather", "a2a"};
     if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) == 0 || cJSON_GetArraySize(a) > 3)
-        return px_fail(err, PX_EINPUT, "%s cp_comm_types: expected an array of p2p, allgather, a2a", where);
+        return px_fail(err, PX_EINPUT, "%s %s: expected an array of %s, %s, %s", where, key, names[0],
+                       names[1], names[2]);
     const cJSON *v;
     cJSON_ArrayForEach(v, a) {
         int ok = 0;
         for (int i = 0; i < 3 && cJSON_IsString(v); i++)
             ok |= strcmp(v->valuestring, names[i]) == 0;
         if (!ok)
-            return px_fail(err, PX_EINPUT, "%s cp_comm_types: expected p2p, allgather or a2a", where);
-        px_strlcpy(out->cp_comm_types[out->n_cp_comm_types++], v->valuestring, sizeof out->cp_comm_types[0]);
+            return px_fail(err, PX_EINPUT, "%s %s: expected %s, %s or %s", where, key, names[0], names[1],
+                           names[2]);
+        px_strlcpy(out[(*n)++], v->valuestring, sizeof out[0]);
     }
     return PX_OK;
 }
@@ -82,8 +84,13 @@ int prof_framework_load(const char *name, ProfFramework *out, PxError *err)
         rc = zero_mask(j, where, "zero_stages", &out->zero_stages, err);
     if (!rc)
         rc = zero_mask(j, where, "zero_stages_pp", &out->zero_stages_pp, err);
+    static const char *const cp_names[3] = {"p2p", "allgather", "a2a"};
+    static const char *const moe_names[3] = {"alltoall", "allgather", "flex"};
     if (!rc)
-        rc = cp_kinds(j, where, out, err);
+        rc = name_list(j, where, "cp_comm_types", cp_names, out->cp_comm_types, &out->n_cp_comm_types, err);
+    if (!rc)
+        rc = name_list(j, where, "moe_dispatchers", moe_names, out->moe_dispatchers, &out->n_moe_dispatchers,
+                       err);
     if (!rc)
         rc = px_json_bool(j, where, "dp_only", 0, &out->dp_only, err);
     const cJSON *o = cJSON_GetObjectItemCaseSensitive(j, "overlap_dp");

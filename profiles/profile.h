@@ -221,7 +221,8 @@ double prof_measured_gemm(const ProfMeasured *m, double M, double N, double K, d
  * modules where the job is not compiled (eager_norms), and whether its attention runs
  * FlashAttention-2's kernels (flash_attention_2), and what its eager rotary embedding moves
  * (eager_rope_bytes, eager_rope_kernels), and what its AdamW step moves (adamw_step_bytes),
- * and which layouts it runs at all (zero_stages, zero_stages_pp, cp_comm_types, dp_only).
+ * and which layouts it runs at all (zero_stages, zero_stages_pp, cp_comm_types, moe_dispatchers,
+ * dp_only).
  * PX_EINPUT names an unknown framework or a malformed file. */
 typedef struct {
     char name[32];
@@ -246,6 +247,8 @@ typedef struct {
     unsigned zero_stages, zero_stages_pp;
     char cp_comm_types[4][16];
     int n_cp_comm_types;
+    char moe_dispatchers[4][16]; /* the MoE dispatchers it runs by name (n 0: all) */
+    int n_moe_dispatchers;
     int dp_only;
 } ProfFramework;
 int prof_framework_load(const char *name, ProfFramework *out, PxError *err);

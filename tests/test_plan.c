@@ -280,8 +280,8 @@ static void test_cp_comm(void)
 }
 
 /* The framework's refusal of a layout it does not run: m's layout under framework fw. */
-static void refusal(const char *m, ModelFramework fw, int tp, int pp, int dp, int cp, int zero,
-                    ModelCpComm kind, const char *expected)
+static void refusal_with(const char *m, ModelFramework fw, int tp, int pp, int dp, int cp, int zero,
+                         ModelCpComm kind, ModelMoeDispatcher disp, const char *expected)
 {
     PxError err = {0};
     ModelSpec s;
@@ -297,12 +297,19 @@ static void refusal(const char *m, ModelFramework fw, int tp, int pp, int dp, in
     s.layout.zero = zero;
     s.layout.cp_comm = kind;
     s.layout.fsdp = zero == 3;
+    s.job.moe_dispatcher = disp;
     ModelDims d;
     CHECK_OK(model_spec_check(&s, tp * pp * dp * cp, &d, &err), err);
     char why[320] = "";
     CHECK_EQ_INT(expected != NULL, model_framework_refusal(&s, &d, why, sizeof why));
     if (expected)
         CHECK_STR(expected, why);
+}
+
+static void refusal(const char *m, ModelFramework fw, int tp, int pp, int dp, int cp, int zero,
+                    ModelCpComm kind, const char *expected)
+{
+    refusal_with(m, fw, tp, pp, dp, cp, zero, kind, MODEL_MOE_DISPATCH_ALLTOALL, expected);
 }
 
 /* A plan for a framework ranks only the layouts it runs (profiles/frameworks/<name>.json's
@@ -324,6 +331,13 @@ static void test_framework_runs(void)
     refusal("llama2-7b", MODEL_FW_DEEPSPEED, 1, 1, 4, 2, 1, MODEL_CP_COMM_P2P,
             "deepspeed does not run context parallelism of cp comm type p2p (profiles/frameworks/deepspeed.json)");
     refusal("llama2-7b", MODEL_FW_MEGATRON, 1, 2, 4, 2, 3, MODEL_CP_COMM_A2A, NULL);
+    refusal_with("mixtral-8x7b", MODEL_FW_DEEPSPEED, 1, 1, 8, 1, 1, MODEL_CP_COMM_P2P, MODEL_MOE_DISPATCH_FLEX,
+                 "deepspeed does not run the flex MoE dispatcher (profiles/frameworks/deepspeed.json)");
+    refusal_with("mixtral-8x7b", MODEL_FW_TORCHTITAN, 1, 1, 8, 1, 3, MODEL_CP_COMM_P2P, MODEL_MOE_DISPATCH_ALLGATHER,
+                 "torchtitan does not run the allgather MoE dispatcher (profiles/frameworks/torchtitan.json)");
+    refusal_with("mixtral-8x7b", MODEL_FW_TORCHTITAN, 1, 1, 8, 1, 3, MODEL_CP_COMM_P2P, MODEL_MOE_DISPATCH_FLEX, NULL);
+    refusal_with("mixtral-8x7b", MODEL_FW_MEGATRON, 1, 1, 8, 1, 1, MODEL_CP_COMM_P2P, MODEL_MOE_DISPATCH_ALLGATHER,
+                 NULL);
 
     PxError err = {0};
     ProfCluster cl;
