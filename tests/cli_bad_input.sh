@@ -275,6 +275,11 @@ expect 2 "fp8_param_gather with MXFP8 gathers the updated weights in their own d
   simulate --model "$tmp/z.json" --cluster dgx-b200 --gpus 2 --zero 2 --fp8-recipe mxfp8 --fp8-param-gather
 expect 0 "" plan --model tiny-moe --cluster local --gpus 2 --gbs 8 --ep 2 --moe-dispatcher allgather \
   --moe-capacity-factor 1 -o "$tmp/ag.json"
+# DeepEP does not pad to a capacity (Megatron-Core refuses the pair)
+expect 2 "moe_dispatcher flex (DeepEP) does not pad the experts' inputs to a capacity: capacity factor 1 needs the alltoall or allgather dispatcher" \
+  simulate --model tiny-moe --cluster dgx-h100 --gpus 2 --ep 2 --moe-dispatcher flex --moe-capacity-factor 1
+expect 2 "--moe-dispatcher: expected alltoall, allgather or flex, got 'deepep'" \
+  simulate --model tiny-moe --cluster dgx-h100 --gpus 2 --ep 2 --moe-dispatcher deepep
 
 # mpirun's hostfile: one that cannot be read, or given to another launcher
 expect 2 "--hostfile $tmp/nohosts: cannot read it (No such file or directory)" run "$tmp/run1.json" --hostfile "$tmp/nohosts"
