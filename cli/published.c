@@ -19,7 +19,9 @@ enum { OPT_FRAMEWORK = CLI_EXTRA, OPT_FLOP_COUNT };
 static const CliOption published_options[] = {
     {"framework", 1, "F", "price every row as framework F runs it, not as its own (to see what the framework changes)", OPT_FRAMEWORK, 0},
     {"flop-count", 1, "C", "read every row that names a FLOP count on count C instead: parallax (its hardware FLOPs), megatron, megatron-causal, palm, palm-causal (to see what the count changes)", OPT_FLOP_COUNT, 0},
-    {"json", 0, NULL, "sources[] with rows[]: id, metric, measured, predicted, error, tolerance, inside", CLI_JSON, 0},
+    {"json", 0, NULL,
+     "an array of sources, each with rows[]: id, metric, measured, predicted, error, tolerance, inside, step_s, fits",
+     CLI_JSON, 0},
     {NULL, 0, NULL, NULL, 0, 0}};
 
 int cli_cmd_published(int argc, char **argv)
