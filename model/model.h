@@ -386,10 +386,11 @@ typedef struct {
      * and clipping included (0: the fused count; docs/time.md, "Frameworks") */
     double adamw_step_bytes;
     /* the layouts the job's framework runs, from its profile (0: every one): bit z of
-     * fw_zero_stages for ZeRO-z (fw_zero_stages_pp with pp > 1), bit c of fw_cp_comm for
+     * fw_zero_stages for ZeRO-z (fw_zero_stages_pp with pp > 1, fw_zero_stages_cp with cp > 1),
+     * bit c of fw_cp_comm for
      * ModelCpComm c, of fw_moe_dispatch for ModelMoeDispatcher; fw_dp_only: data parallelism
      * only (model_framework_refusal) */
-    unsigned fw_zero_stages, fw_zero_stages_pp, fw_cp_comm, fw_moe_dispatch;
+    unsigned fw_zero_stages, fw_zero_stages_pp, fw_zero_stages_cp, fw_cp_comm, fw_moe_dispatch;
     int fw_dp_only;
     /* context parallelism's attention is Transformer Engine's (AttnFuncWithCPAndKVP2P,
      * ...KVAllGather, ...QKVOA2A): the copies, merges and gradient adds around its kernels are

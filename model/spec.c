@@ -745,6 +745,7 @@ int model_spec_check(ModelSpec *sp, int gpus, ModelDims *d, PxError *err)
         d->adamw_step_bytes = fw.adamw_step_bytes;
     d->fw_zero_stages = fw.zero_stages;
     d->fw_zero_stages_pp = fw.zero_stages_pp ? fw.zero_stages_pp : fw.zero_stages;
+    d->fw_zero_stages_cp = fw.zero_stages_cp ? fw.zero_stages_cp : fw.zero_stages;
     for (int k = 0; k < fw.n_cp_comm_types; k++) {
         const int kind = model_cp_comm_from_name(fw.cp_comm_types[k]);
         if (kind >= 0)
@@ -778,12 +779,18 @@ int model_framework_refusal(const ModelSpec *s, const ModelDims *d, char *why, s
                  "(profiles/frameworks/%s.json)", fw, l->tp, l->pp, l->cp, d->ep, fw);
         return 1;
     }
-    const unsigned zero = l->pp > 1 ? d->fw_zero_stages_pp : d->fw_zero_stages;
+    /* the stages it runs here (a mask of 0: every one), with pp > 1, with cp > 1, both */
+    const unsigned all = 0xfu;
+    unsigned zero = d->fw_zero_stages ? d->fw_zero_stages : all;
+    if (l->pp > 1 && d->fw_zero_stages_pp)
+        zero &= d->fw_zero_stages_pp;
+    if (l->cp > 1 && d->fw_zero_stages_cp)
+        zero &= d->fw_zero_stages_cp;
     /* a stage matters only where something is sharded: a ZeRO group (dp x cp) of 2 or more */
-    if (zero && (long)l->dp * l->cp > 1 && !(zero & (1u << l->zero))) {
+    if (zero != all && (long)l->dp * l->cp > 1 && !(zero & (1u << l->zero))) {
         stage_list(zero, runs, sizeof runs);
-        snprintf(why, cap, "%s does not run ZeRO-%d%s (it runs ZeRO %s: profiles/frameworks/%s.json)",
-                 fw, l->zero, l->pp > 1 ? " with pp > 1" : "", runs, fw);
+        snprintf(why, cap, "%s does not run ZeRO-%d%s%s (it runs ZeRO %s: profiles/frameworks/%s.json)",
+                 fw, l->zero, l->pp > 1 ? " with pp > 1" : "", l->cp > 1 ? " with cp > 1" : "", runs, fw);
         return 1;
     }
     const ModelMoeDispatcher md = s->job.moe_dispatcher;

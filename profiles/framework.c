@@ -84,6 +84,8 @@ int prof_framework_load(const char *name, ProfFramework *out, PxError *err)
         rc = zero_mask(j, where, "zero_stages", &out->zero_stages, err);
     if (!rc)
         rc = zero_mask(j, where, "zero_stages_pp", &out->zero_stages_pp, err);
+    if (!rc)
+        rc = zero_mask(j, where, "zero_stages_cp", &out->zero_stages_cp, err);
     static const char *const cp_names[3] = {"p2p", "allgather", "a2a"};
     static const char *const moe_names[3] = {"alltoall", "allgather", "flex"};
     if (!rc)

@@ -244,7 +244,7 @@ typedef struct {
      * one): bit z of zero_stages for ZeRO-z, of zero_stages_pp for ZeRO-z with pp > 1;
      * cp_comm_types the context-parallel kinds by name (n_cp_comm_types 0: all); dp_only 1: data
      * parallelism only, no tp, pp, cp or ep */
-    unsigned zero_stages, zero_stages_pp;
+    unsigned zero_stages, zero_stages_pp, zero_stages_cp; /* _cp: with cp > 1 (0: as zero_stages) */
     char cp_comm_types[4][16];
     int n_cp_comm_types;
     char moe_dispatchers[4][16]; /* the MoE dispatchers it runs by name (n 0: all) */

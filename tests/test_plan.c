@@ -321,6 +321,8 @@ static void test_framework_runs(void)
     refusal("llama3-8b", MODEL_FW_TORCHTITAN, 1, 1, 4, 2, 3, MODEL_CP_COMM_A2A,
             "torchtitan does not run context parallelism of cp comm type a2a (profiles/frameworks/torchtitan.json)");
     refusal("llama3-8b", MODEL_FW_TORCHTITAN, 1, 1, 4, 2, 3, MODEL_CP_COMM_ALLGATHER, NULL);
+    refusal("llama3-8b", MODEL_FW_TORCHTITAN, 1, 1, 4, 2, 0, MODEL_CP_COMM_ALLGATHER,
+            "torchtitan does not run ZeRO-0 with cp > 1 (it runs ZeRO 3: profiles/frameworks/torchtitan.json)");
     refusal("llama3-8b", MODEL_FW_TORCHTITAN, 8, 1, 1, 1, 1, MODEL_CP_COMM_P2P, NULL); /* nothing sharded */
     refusal("llama2-7b", MODEL_FW_FMS_FSDP, 2, 1, 4, 1, 3, MODEL_CP_COMM_P2P,
             "fms-fsdp runs data parallelism only, not tp 2 pp 1 cp 1 ep 1 (profiles/frameworks/fms-fsdp.json)");
@@ -349,7 +351,7 @@ static void test_framework_runs(void)
     q.base.job.framework = MODEL_FW_TORCHTITAN;
     CHECK_OK(sim_plan(&q, &cl, &titan, &err), err);
     CHECK_EQ_INT(0, mega.rejected[SIM_REJECT_FRAMEWORK]);
-    CHECK_EQ_INT(3508, titan.rejected[SIM_REJECT_FRAMEWORK]);
+    CHECK_EQ_INT(4804, titan.rejected[SIM_REJECT_FRAMEWORK]);
     CHECK_STR("torchtitan does not run ZeRO-1 (it runs ZeRO 0, 3: profiles/frameworks/torchtitan.json)",
               titan.example[SIM_REJECT_FRAMEWORK]);
     CHECK(titan.n_top == 5);
