@@ -55,6 +55,7 @@ int model_recompute_from_name(const char *s) { return name_index(s, recompute_na
 int model_schedule_from_name(const char *s) { return name_index(s, schedule_names, 3); }
 int model_optimizer_from_name(const char *s) { return name_index(s, optimizer_names, 3); }
 int model_cp_comm_from_name(const char *s) { return name_index(s, cp_comm_names, 3); }
+int model_moe_dispatcher_from_name(const char *s) { return name_index(s, moe_dispatcher_names, 3); }
 int model_fp8_recipe_from_name(const char *s) { return name_index(s, fp8_recipe_names, 5); }
 int model_fp8_format_from_name(const char *s) { return name_index(s, fp8_format_names, 2); }
 

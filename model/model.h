@@ -479,6 +479,7 @@ int model_schedule_from_name(const char *s);
 int model_optimizer_from_name(const char *s);
 const char *model_cp_comm_name(ModelCpComm c); /* "p2p", "allgather", "a2a" */
 int model_cp_comm_from_name(const char *s);    /* -1 when unknown */
+int model_moe_dispatcher_from_name(const char *s); /* -1 when unknown */
 const char *model_moe_dispatcher_name(ModelMoeDispatcher k); /* "alltoall", "allgather", "flex" */
 /* Megatron-Core rank order: tp fastest, then cp, dp, pp. */
 int model_rank(const ModelLayout *l, int tp, int cp, int dp, int pp);

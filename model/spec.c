@@ -751,10 +751,11 @@ int model_spec_check(ModelSpec *sp, int gpus, ModelDims *d, PxError *err)
         if (kind >= 0)
             d->fw_cp_comm |= 1u << kind;
     }
-    for (int k = 0; k < fw.n_moe_dispatchers; k++)
-        for (int kind = 0; kind <= MODEL_MOE_DISPATCH_FLEX; kind++)
-            if (strcmp(fw.moe_dispatchers[k], model_moe_dispatcher_name((ModelMoeDispatcher)kind)) == 0)
-                d->fw_moe_dispatch |= 1u << kind;
+    for (int k = 0; k < fw.n_moe_dispatchers; k++) {
+        const int kind = model_moe_dispatcher_from_name(fw.moe_dispatchers[k]);
+        if (kind >= 0)
+            d->fw_moe_dispatch |= 1u << kind;
+    }
     d->fw_dp_only = fw.dp_only;
     return PX_OK;
 }

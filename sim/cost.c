@@ -315,10 +315,10 @@ static double flex_seconds(const SimCtx *c, int base, int stride, int n, double 
     const ProfCluster *cl = c->cl;
     int nodes, fewest;
     group_nodes(c, base, stride, n, &nodes, &fewest);
+    if (nodes <= 1) /* one node: the all-to-all */
+        return sim_all_to_all_seconds(c, base, stride, n, S, NULL);
     const double k = fewest, link = cl->link_bandwidth * cl->link_eff;
     const double t_link = k > 1 ? (k - 1.0) * cl->link_latency + S * (k - 1.0) / k / link : 0.0;
-    if (nodes <= 1)
-        return (k - 1.0) * (cl->link_latency + S / (n * link)); /* one node: the all-to-all */
     const ModelMoe *m = &c->spec->model.moe;
     const double net = cl->net_bandwidth * cl->net_a2a_eff;
     const double t_net = (nodes - 1.0) * cl->net_latency + S / m->topk * sim_flex_remote_nodes(m, nodes) / net;

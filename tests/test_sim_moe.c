@@ -289,6 +289,21 @@ static void test_plan_pruning(void)
 }
 
 /* The Megatron-LM flags of a MoE plan (tiny-moe: one dense layer, then MoE). */
+/* The Megatron-LM export of s planned on 8 dgx-a100 GPUs, as a string to free. */
+static char *megatron_flags(const ModelSpec *s)
+{
+    PxError err = {0};
+    ModelPlan plan;
+    CHECK_OK(sim_plan_for(s, "dgx-a100", 8, &plan, &err), err);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    CHECK_OK(export_plan(f, &plan, EXPORT_MEGATRON, &err), err);
+    fclose(f);
+    model_plan_free(&plan);
+    return buf;
+}
+
 static void test_export_megatron(void)
 {
     PxError err = {0};
@@ -299,13 +314,7 @@ static void test_export_megatron(void)
     s.layout.ep = 4;
     s.layout.etp = 1;
     s.job.moe_force_balance = 1;
-    ModelPlan plan;
-    CHECK_OK(sim_plan_for(&s, "dgx-a100", 8, &plan, &err), err);
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    CHECK_OK(export_plan(f, &plan, EXPORT_MEGATRON, &err), err);
-    fclose(f);
+    char *buf = megatron_flags(&s);
     static const char *const want[] = {
         "    --tensor-model-parallel-size 2\n",
         "    --sequence-parallel\n",
@@ -331,30 +340,19 @@ static void test_export_megatron(void)
     CHECK(strstr(buf, "--moe-expert-capacity-factor") == NULL);
     CHECK(strstr(buf, "--multi-latent-attention") == NULL);
     free(buf);
-    model_plan_free(&plan);
 
     /* the all-gather dispatcher the plan was priced with is the one Megatron is told to run */
     s.job.moe_dispatcher = MODEL_MOE_DISPATCH_ALLGATHER;
-    CHECK_OK(sim_plan_for(&s, "dgx-a100", 8, &plan, &err), err);
-    buf = NULL;
-    f = open_memstream(&buf, &len);
-    CHECK_OK(export_plan(f, &plan, EXPORT_MEGATRON, &err), err);
-    fclose(f);
+    buf = megatron_flags(&s);
     CHECK(strstr(buf, "    --moe-token-dispatcher-type allgather\n") != NULL);
     CHECK(strstr(buf, "--moe-token-dispatcher-type alltoall") == NULL);
     free(buf);
-    model_plan_free(&plan);
 
     /* the flex one on DeepEP's kernels (Megatron-Core's --moe-flex-dispatcher-backend) */
     s.job.moe_dispatcher = MODEL_MOE_DISPATCH_FLEX;
-    CHECK_OK(sim_plan_for(&s, "dgx-a100", 8, &plan, &err), err);
-    buf = NULL;
-    f = open_memstream(&buf, &len);
-    CHECK_OK(export_plan(f, &plan, EXPORT_MEGATRON, &err), err);
-    fclose(f);
+    buf = megatron_flags(&s);
     CHECK(strstr(buf, "    --moe-token-dispatcher-type flex\n    --moe-flex-dispatcher-backend deepep\n") != NULL);
     free(buf);
-    model_plan_free(&plan);
 
     /* DeepEP does not pad to a capacity (Megatron-Core refuses the pair), FP8 dispatch needs an
      * all-to-all dispatcher */
